@@ -1,0 +1,30 @@
+/*
+ * cmd.h: the command layer's public face.  The network layer hands every
+ * request to sbl_cmd_dispatch(); everything else about commands is private
+ * to src/cmd (see cmd_int.h).
+ */
+#ifndef SBL_CMD_H
+#define SBL_CMD_H
+
+#include "net/net.h"
+#include "wire/wire.h"
+
+/* Start background work of the command layer (cursor reaper). Returns 0 or an error code. */
+int sbl_cmd_init(sbl_err_t *err);
+void sbl_cmd_shutdown(void);
+
+/* The network layer's request function: runs the command (on this thread or
+ * a worker) and eventually calls sbl_conn_reply(conn, req, reply). */
+void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req);
+/* Connection open/close hooks (per-connection client state, cursors owned by it). */
+void sbl_cmd_conn_open(sbl_conn_t *conn);
+void sbl_cmd_conn_close(sbl_conn_t *conn);
+
+/*
+ * Run one command document synchronously on the calling thread with no
+ * connection (for tests and internal use).  reply is initialised by the
+ * caller and receives the full reply including ok / errmsg / code.
+ */
+void sbl_cmd_run(const char *db, const bson_t *cmd, bson_t *reply);
+
+#endif

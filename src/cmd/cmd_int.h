@@ -1,0 +1,173 @@
+/*
+ * cmd_int.h: private to src/cmd.  The command context every handler gets,
+ * the handler signature, the shared helpers (namespaces, write concern,
+ * cursors) and the declarations of the handlers that table.c lists.
+ *
+ * The rules of a handler: it reads ctx->cmd, does its work, appends its
+ * result fields to ctx->reply and returns 0; or it returns an error code
+ * with err filled in and leaves the reply alone: only the dispatcher writes
+ * ok, errmsg, code and codeName.  A write command that reports per-document
+ * failures (writeErrors) still returns 0.
+ */
+#ifndef SBL_CMD_INT_H
+#define SBL_CMD_INT_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cmd/cmd.h"
+#include "common/errors.h"
+#include "storage/storage.h"
+
+/* Per-connection state kept by the command layer. */
+typedef struct sbl_client {
+    uint64_t conn_id;
+    int compressors[4]; /* negotiated compressor ids, in client preference order */
+    int ncompressors;
+    bson_t *metadata; /* client metadata from the first hello, or NULL */
+    bool hello_seen;
+} sbl_client_t;
+
+/* Parsed writeConcern. */
+typedef struct sbl_write_concern {
+    int w;      /* 0, 1, ... ; "majority" counts as 1 on a single node */
+    bool j;     /* wait for the journal */
+    bool given; /* the command carried a writeConcern */
+} sbl_write_concern_t;
+
+typedef struct sbl_cmd_ctx {
+    sbl_conn_t *conn;       /* NULL when run internally */
+    sbl_client_t *client;   /* never NULL (a dummy for internal runs) */
+    sbl_request_t *req;     /* NULL when run internally */
+    const bson_t *cmd;      /* the command document */
+    const char *name;       /* the command's name as the table spells it */
+    const char *db;         /* the target database ($db) */
+    sbl_session_t *ss;      /* this thread's storage session */
+    bson_t *reply;          /* handlers append their fields here */
+    sbl_write_concern_t wc; /* parsed by the dispatcher for write commands */
+    bool wrote;             /* set by a handler that committed a change (j:true then waits) */
+    int64_t start_us;       /* monotonic start time (maxTimeMS) */
+    int64_t deadline_us;    /* 0: none; else monotonic deadline from maxTimeMS */
+} sbl_cmd_ctx_t;
+
+typedef int (*sbl_cmd_fn)(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+
+/* Command flags */
+#define SBL_CMD_WRITE 0x01     /* changes data: write concern applies */
+#define SBL_CMD_READ 0x02      /* reads user data */
+#define SBL_CMD_NO_AUTH 0x04   /* allowed before authentication (hello, saslStart ...) */
+#define SBL_CMD_ADMIN_ONLY 0x08 /* must be run against the admin database */
+#define SBL_CMD_SLOW 0x10      /* may run long: executed on a worker thread, not a network loop */
+
+typedef struct sbl_cmd_def {
+    const char *name;
+    sbl_cmd_fn fn;
+    unsigned flags;
+    const char *help;
+} sbl_cmd_def_t;
+
+/* The command table (table.c), sorted by name for binary search; lookup is
+ * case-sensitive except for the legacy lowercase aliases listed in it. */
+const sbl_cmd_def_t *sbl_cmd_lookup(const char *name);
+const sbl_cmd_def_t *sbl_cmd_table(size_t *countp);
+
+/* ---- helpers (util.c) ------------------------------------------------- */
+
+/* Monotonic microseconds. */
+int64_t sbl_now_us(void);
+/* Wall-clock milliseconds since the epoch. */
+int64_t sbl_now_ms(void);
+
+/* Build "db.coll" from ctx->db and the string value of the command's first
+ * field; validate both as MongoDB does (InvalidNamespace 73). */
+int sbl_cmd_ns(const sbl_cmd_ctx_t *ctx, char *ns, size_t nslen, sbl_err_t *err);
+/* Validate a database name / full namespace (InvalidNamespace 73). */
+int sbl_validate_db_name(const char *db, sbl_err_t *err);
+int sbl_validate_ns(const char *ns, sbl_err_t *err);
+
+/* Read an integer-valued field of any numeric type; TypeMismatch (14) when not numeric. */
+int sbl_get_int64(const bson_iter_t *it, int64_t *out, sbl_err_t *err);
+
+/* ExceededTimeLimit check for long loops: MaxTimeMSExpired (50) past the deadline. */
+int sbl_cmd_check_deadline(const sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+
+/* ---- cursors (cursor.c) ------------------------------------------------ */
+
+/*
+ * A server-side cursor produces documents one at a time.  The source keeps
+ * whatever state it needs to resume in a later getMore (e.g. the last _id
+ * returned), never a storage cursor across commands.
+ */
+typedef struct sbl_cursor_source {
+    /* Produce the next document into *doc (initialised by next, owned by the caller); set
+     * *donep at the end.  Returns 0 or an error code. */
+    int (*next)(void *state, sbl_cmd_ctx_t *ctx, bson_t *doc, bool *donep, sbl_err_t *err);
+    void (*free)(void *state);
+} sbl_cursor_source_t;
+
+/*
+ * Fill one batch from the source (at most batch_size documents, or up to
+ * 16 MiB of documents; batch_size < 0 means 101 for a first batch and
+ * unlimited for getMore), and append the standard reply
+ *   cursor: {firstBatch|nextBatch: [...], id, ns}
+ * to ctx->reply.  When the source is not exhausted (and single_batch is false)
+ * the cursor is registered and its id returned in the reply; otherwise the
+ * state is freed.  Takes ownership of state in every case.
+ */
+int sbl_cursor_first_batch(sbl_cmd_ctx_t *ctx, const char *ns, const sbl_cursor_source_t *src,
+                           void *state, int64_t batch_size, bool single_batch, sbl_err_t *err);
+
+/* A source over an owned array of documents (listCollections, listIndexes, sorted results). */
+void *sbl_cursor_docs_state(bson_t **docs, size_t n); /* takes ownership of docs and each doc */
+extern const sbl_cursor_source_t sbl_cursor_docs_source;
+
+/* Kill every cursor of a connection (on close); kill idle cursors (reaper). */
+void sbl_cursors_conn_closed(uint64_t conn_id);
+void sbl_cursors_reap(int64_t idle_ms);
+int64_t sbl_cursors_open_count(void);
+
+/* ---- handlers ----------------------------------------------------------- */
+
+/* crud.c, crud_write.c, crud_read.c, agg.c */
+int sbl_cmd_insert(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_update(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_delete(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_find_and_modify(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_get_more(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_kill_cursors(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_count(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_distinct(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+
+/* handshake.c, admin.c, diag.c */
+int sbl_cmd_hello(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_build_info(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_ping(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_get_parameter(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_get_cmd_line_opts(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_host_info(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_whatsmyuri(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_list_commands(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_connection_status(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_server_status(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_get_last_error(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_get_log(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_start_session(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_end_sessions(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_shutdown_cmd(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_create(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_drop(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_drop_database(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_list_databases(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_list_collections(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_rename_collection(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_coll_stats(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_db_stats(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_list_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_create_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_drop_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_fsync(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+
+#endif

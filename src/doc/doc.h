@@ -1,0 +1,66 @@
+/*
+ * doc.h: BSON values in MongoDB's terms: the comparison order across types,
+ * the order-preserving key encoding ("keystring") that WiredTiger tables are
+ * keyed by, and dotted-path lookup.
+ *
+ * What must stay true:
+ *  - sbl_value_compare() is MongoDB's order: MinKey < null/undefined <
+ *    numbers < string/symbol < object < array < binData < ObjectId < bool <
+ *    date < timestamp < regex < MaxKey (plus the remaining types where MongoDB
+ *    puts them); numbers compare by value across int32/int64/double/decimal128
+ *    (NaN below every other number and equal to itself); strings by bytes.
+ *  - For any a, b: memcmp order of sbl_key_encode(a) vs sbl_key_encode(b)
+ *    (shorter prefix first) equals the sign of sbl_value_compare(a, b), and
+ *    the encodings are equal exactly when compare() returns 0.
+ */
+#ifndef SBL_DOC_H
+#define SBL_DOC_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+
+#include "common/buf.h"
+#include "common/errors.h"
+
+/* Rank of a type in MongoDB's cross-type order (numbers share one rank). */
+int sbl_type_rank(bson_type_t t);
+
+/* Three-way compare of two values in MongoDB order; <0, 0 or >0. */
+int sbl_value_compare(const bson_value_t *a, const bson_value_t *b);
+/* Compare whole documents (field names and values, in order), MongoDB order. */
+int sbl_doc_compare(const bson_t *a, const bson_t *b);
+/* Compare two raw embedded documents/arrays given as data/len. */
+int sbl_raw_doc_compare(const uint8_t *a, uint32_t alen, const uint8_t *b, uint32_t blen);
+/* True when sbl_value_compare(a, b) == 0. */
+bool sbl_value_equal(const bson_value_t *a, const bson_value_t *b);
+
+/* Fill a bson_value_t view of the iterator's current value (no copy, no free). */
+void sbl_iter_value(const bson_iter_t *it, bson_value_t *out);
+
+/*
+ * Append the order-preserving encoding of v to out.  When descending is
+ * true the bytes are complemented so that memcmp order is reversed (used by
+ * descending index keys).  Sub-documents and arrays are encoded recursively.
+ */
+void sbl_key_append(sbl_buf_t *out, const bson_value_t *v, bool descending);
+
+/*
+ * Decode one value encoded by sbl_key_append (ascending) from p[0..len).
+ * Appends it to doc under key "k" (bson_t owns the copy).  Returns the number
+ * of bytes consumed, or 0 when the input is malformed.  Numbers decode to a
+ * value that compares equal (the exact numeric type may differ).
+ */
+size_t sbl_key_decode(const uint8_t *p, size_t len, bson_t *doc, const char *k);
+
+/*
+ * Look up a dotted path ("a.b.c") through embedded documents only (no array
+ * expansion; a numeric component does index into an array).  Returns true
+ * and positions *out on the value when found.
+ */
+bool sbl_path_get(const bson_t *doc, const char *path, bson_iter_t *out);
+
+/* Validate a document received from a client: well-formed BSON, depth <= 180 (MongoDB's
+ * limit with headroom), total size <= 16 MiB.  Returns 0 or an error code with message. */
+int sbl_doc_validate(const uint8_t *data, size_t len, sbl_err_t *err);
+
+#endif

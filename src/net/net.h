@@ -1,0 +1,79 @@
+/*
+ * net.h: the network layer.  libuv event loops (one per core by default),
+ * each with its own listener socket(s) on the same address (SO_REUSEPORT) or
+ * a shared accept that distributes connections; connections read, frame and
+ * parse messages with the wire module and hand each request to the server's
+ * request function.
+ *
+ * Connection state machine: READING -> (whole message) -> DISPATCHED ->
+ * (sbl_conn_reply) -> READING ... ; CLOSING on error, peer close or
+ * shutdown.  While a request is DISPATCHED no further request of that
+ * connection is dispatched (MongoDB's one-at-a-time rule per connection);
+ * bytes keep being buffered up to a bound, then reading pauses
+ * (back-pressure).  A connection is freed only in its close callback, and
+ * only once no request of it is outstanding.
+ */
+#ifndef SBL_NET_H
+#define SBL_NET_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "common/errors.h"
+#include "wire/wire.h"
+
+typedef struct sbl_conn sbl_conn_t;
+
+typedef struct sbl_net_config {
+    const char *const *bind_ips; /* addresses to listen on ("127.0.0.1", "::1", "0.0.0.0") */
+    size_t nbind;
+    int port;
+    int max_conns; /* connections beyond this are accepted and closed at once (logged) */
+    int nloops;    /* event loop threads; <= 0: one per core */
+} sbl_net_config_t;
+
+/*
+ * Called on the connection's loop thread for each request, in order.  The
+ * callee owns req and must eventually call sbl_conn_reply(conn, req, ...)
+ * exactly once (from any thread), even when req->more_to_come.
+ */
+typedef void (*sbl_net_request_fn)(sbl_conn_t *conn, sbl_request_t *req);
+/* Called on the loop thread when a connection opens / closes (may be NULL). */
+typedef void (*sbl_net_conn_fn)(sbl_conn_t *conn);
+
+/* Bind and start the loop threads; returns 0 or an error (e.g. address in use). */
+int sbl_net_start(const sbl_net_config_t *cfg, sbl_net_request_fn on_request,
+                  sbl_net_conn_fn on_open, sbl_net_conn_fn on_close, sbl_err_t *err);
+/* Stop accepting, close every connection, join the loop threads. */
+void sbl_net_stop(void);
+
+/*
+ * Finish req: send reply (unless req->more_to_come or reply is NULL), free
+ * req, and let the connection dispatch its next request.  Thread-safe: when
+ * called off the connection's loop thread, the reply is handed to the loop.
+ * Does not take ownership of reply.
+ */
+void sbl_conn_reply(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply);
+
+uint64_t sbl_conn_id(const sbl_conn_t *conn);        /* 1, 2, 3 ... as connectionId */
+const char *sbl_conn_remote(const sbl_conn_t *conn); /* "127.0.0.1:53422" */
+const char *sbl_conn_local(const sbl_conn_t *conn);  /* "127.0.0.1:27017" */
+bool sbl_conn_is_loopback(const sbl_conn_t *conn);
+uv_loop_t *sbl_conn_loop(sbl_conn_t *conn);
+/* Per-connection data of the layer above; free_fn runs when the connection is freed. */
+void sbl_conn_set_data(sbl_conn_t *conn, void *data, void (*free_fn)(void *));
+void *sbl_conn_data(const sbl_conn_t *conn);
+
+typedef struct sbl_net_stats {
+    int64_t current;
+    int64_t total_created;
+    int64_t available; /* max_conns - current */
+    int64_t bytes_in;
+    int64_t bytes_out;
+    int64_t num_requests;
+} sbl_net_stats_t;
+void sbl_net_get_stats(sbl_net_stats_t *st);
+
+#endif

@@ -1,0 +1,97 @@
+/*
+ * query.h: the query language.  A filter, projection or sort specification
+ * is parsed once into a plan (operators looked up in sorted tables) and then
+ * evaluated against many documents.
+ *
+ * Semantics are MongoDB's: dotted paths walk through arrays (a path matches
+ * when any element matches, and numeric components index arrays), null
+ * matches missing, comparisons use sbl_value_compare() and only compare
+ * values of the same canonical type (except $ne/$nin/$not and null rules),
+ * $regex uses PCRE2.
+ */
+#ifndef SBL_QUERY_H
+#define SBL_QUERY_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/errors.h"
+
+/* ---- filter ---------------------------------------------------------- */
+
+typedef struct sbl_matcher sbl_matcher_t;
+
+/*
+ * Parse a filter document.  Returns NULL and fills err on a malformed filter
+ * (BadValue 2 for unknown operators "unknown operator: $foo", and MongoDB's
+ * codes for the rest).  The matcher does not keep a reference to filter.
+ */
+sbl_matcher_t *sbl_matcher_new(const bson_t *filter, sbl_err_t *err);
+void sbl_matcher_free(sbl_matcher_t *m);
+
+/*
+ * True when doc matches.  When array_pos is not NULL it receives the index
+ * of the array element that made the match succeed for the positional $
+ * update/projection operator (the first array the path crossed), or -1.
+ */
+bool sbl_matcher_match(const sbl_matcher_t *m, const bson_t *doc, int32_t *array_pos);
+
+/* True when the filter is empty ({}): every document matches. */
+bool sbl_matcher_is_empty(const sbl_matcher_t *m);
+
+/* ---- _id ranges (how the clustered table is scanned) ------------------- */
+
+/*
+ * What the top-level filter says about _id, so the caller can do a point
+ * lookup or a bounded range scan of the collection's table instead of a full
+ * scan.  Only conjunctions at the top level are considered; anything else
+ * leaves the range unbounded (the matcher still filters every document).
+ */
+typedef struct sbl_id_range {
+    enum { SBL_ID_ANY, SBL_ID_POINTS, SBL_ID_RANGE, SBL_ID_NONE } kind;
+    /* SBL_ID_POINTS: the exact _id values ($eq or $in), sorted, deduplicated. */
+    bson_value_t *points; /* owned; copies */
+    size_t npoints;
+    /* SBL_ID_RANGE: bounds; has_lo/has_hi false means unbounded. */
+    bool has_lo, lo_inclusive, has_hi, hi_inclusive;
+    bson_value_t lo, hi; /* owned copies */
+} sbl_id_range_t;
+
+/* Analyse filter; never fails (a filter it does not understand gives SBL_ID_ANY). */
+void sbl_id_range_from_filter(const bson_t *filter, sbl_id_range_t *r);
+void sbl_id_range_destroy(sbl_id_range_t *r);
+
+/* ---- projection ------------------------------------------------------ */
+
+typedef struct sbl_projection sbl_projection_t;
+
+/*
+ * Parse a find projection: inclusion or exclusion (not mixed, except _id),
+ * dotted paths, $slice, $elemMatch, positional "a.$", and $meta is refused.
+ * Returns NULL with err (code 2 / 31254 / 31253 ... as MongoDB) when invalid.
+ */
+sbl_projection_t *sbl_projection_new(const bson_t *spec, sbl_err_t *err);
+void sbl_projection_free(sbl_projection_t *p);
+/*
+ * Apply to doc, writing the result into out (initialised by the caller, e.g.
+ * bson_init).  array_pos is what sbl_matcher_match reported (for "a.$").
+ * Returns 0 or an error code.
+ */
+int sbl_projection_apply(const sbl_projection_t *p, const bson_t *doc, int32_t array_pos,
+                         bson_t *out, sbl_err_t *err);
+
+/* ---- sort ------------------------------------------------------------ */
+
+typedef struct sbl_sort sbl_sort_t;
+
+/* Parse {field: 1|-1, ...}; err BadValue (2) / 15974-style for bad values. */
+sbl_sort_t *sbl_sort_new(const bson_t *spec, sbl_err_t *err);
+void sbl_sort_free(sbl_sort_t *s);
+/* Three-way compare with MongoDB's sort semantics (arrays sort by their
+ * minimum element ascending and maximum descending; missing sorts as null). */
+int sbl_sort_compare(const sbl_sort_t *s, const bson_t *a, const bson_t *b);
+/* True when the sort is exactly {_id: 1} or {_id: -1}; *descending is set. */
+bool sbl_sort_is_id(const sbl_sort_t *s, bool *descending);
+
+#endif

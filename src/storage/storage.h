@@ -1,0 +1,154 @@
+/*
+ * storage.h: the storage engine interface, implemented on WiredTiger.
+ *
+ * Layout on disk (WiredTiger home = dbpath):
+ *   table:_sbl_catalog     namespace -> catalog entry (BSON: ns, uuid, ident, options, indexes)
+ *   table:<ident>          one per collection, clustered on _id: key = sbl_key_append(_id),
+ *                          value = the whole BSON document (with _id first)
+ *   mongod.lock            held with flock() while a server has the dbpath open
+ *
+ * What must stay true:
+ *  - Every change to a collection's documents goes through sbl_write(), which
+ *    makes the document change, its index entries and (later) the oplog entry
+ *    in the caller's one WiredTiger transaction.
+ *  - A session belongs to one thread at a time (sbl_session_get() hands out
+ *    the calling thread's own).  Handles (sbl_coll_t) are reference counted
+ *    and stay valid until released, even if the collection is dropped.
+ *  - sbl_storage_on_durable(cb) calls cb only after every transaction that
+ *    committed before the call is on disk in the journal; many waiters share
+ *    one flush (group commit), and nobody blocks a network thread.
+ */
+#ifndef SBL_STORAGE_H
+#define SBL_STORAGE_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/errors.h"
+
+typedef struct sbl_storage_config {
+    const char *dbpath;
+    double cache_size_gb;   /* <= 0: mongod's default, 50% of (RAM - 1 GB), at least 0.25 */
+    int commit_interval_ms; /* journal flush interval for w:1 writes; default 100 */
+    int syncdelay_s;        /* checkpoint interval; default 60; 0 disables */
+} sbl_storage_config_t;
+
+/* Open (creating if needed) the engine at cfg->dbpath: takes mongod.lock (error 
+ * "DBPathInUse" message, code InternalError, when another process holds it), opens
+ * WiredTiger with the journal on, loads the catalog, starts the journal flusher
+ * and checkpoint threads.  Returns 0 or an error code. */
+int sbl_storage_open(const sbl_storage_config_t *cfg, sbl_err_t *err);
+/* Stop background threads, take a final checkpoint, close WiredTiger, release the lock. */
+void sbl_storage_close(void);
+
+/* ---- sessions and transactions --------------------------------------- */
+
+typedef struct sbl_session sbl_session_t;
+
+/* The calling thread's session, opened on first use. Never NULL after open. */
+sbl_session_t *sbl_session_get(void);
+/* Close the calling thread's session (call before a thread exits). */
+void sbl_session_release_thread(void);
+
+/* Snapshot-isolation transaction on the session.  commit/abort end it.  A
+ * conflicting concurrent write surfaces as WriteConflict (112): the caller
+ * aborts and retries the whole operation. */
+int sbl_txn_begin(sbl_session_t *s, sbl_err_t *err);
+int sbl_txn_commit(sbl_session_t *s, sbl_err_t *err);
+void sbl_txn_abort(sbl_session_t *s);
+
+/* ---- catalog ---------------------------------------------------------- */
+
+typedef struct sbl_coll sbl_coll_t;
+
+/* Find ns ("db.coll"); when create is true and it does not exist, create it
+ * (with empty options) and set *createdp.  Returns a referenced handle or
+ * NamespaceNotFound (26). */
+int sbl_coll_open(sbl_session_t *s, const char *ns, bool create, sbl_coll_t **collp,
+                  bool *createdp, sbl_err_t *err);
+void sbl_coll_release(sbl_coll_t *c);
+const char *sbl_coll_ns(const sbl_coll_t *c);
+const bson_t *sbl_coll_options(const sbl_coll_t *c);
+const uint8_t *sbl_coll_uuid(const sbl_coll_t *c); /* 16 bytes */
+
+/* Create with options ({capped, size, validator, ...} stored as given);
+ * NamespaceExists (48) when it exists. */
+int sbl_coll_create(sbl_session_t *s, const char *ns, const bson_t *options, sbl_err_t *err);
+/* Drop; NamespaceNotFound (26) when missing. */
+int sbl_coll_drop(sbl_session_t *s, const char *ns, sbl_err_t *err);
+/* Rename within or across databases; NamespaceNotFound / NamespaceExists (48) unless drop_target. */
+int sbl_coll_rename(sbl_session_t *s, const char *from, const char *to, bool drop_target,
+                    sbl_err_t *err);
+/* Drop every collection of db. */
+int sbl_db_drop(sbl_session_t *s, const char *db, sbl_err_t *err);
+
+/* Visit every collection (of db, or all when db is NULL), in namespace order;
+ * stop when fn returns false. */
+typedef bool (*sbl_catalog_visit_fn)(const char *ns, const bson_t *options, const uint8_t *uuid,
+                                     void *arg);
+void sbl_catalog_list(const char *db, sbl_catalog_visit_fn fn, void *arg);
+
+typedef struct sbl_coll_stats {
+    int64_t count;        /* documents */
+    int64_t data_size;    /* sum of BSON sizes */
+    int64_t storage_size; /* bytes of the table file(s) on disk */
+} sbl_coll_stats_t;
+/* Exact as of the last commit; cheap (maintained by the write path). */
+int sbl_coll_stats(sbl_session_t *s, sbl_coll_t *c, sbl_coll_stats_t *st, sbl_err_t *err);
+
+/* ---- reads ------------------------------------------------------------ */
+
+/* Point lookup by _id.  On success *foundp tells whether it exists and, if
+ * so, *doc is initialised with a copy the caller bson_destroy()s. */
+int sbl_coll_get(sbl_session_t *s, sbl_coll_t *c, const bson_value_t *id, bson_t *doc,
+                 bool *foundp, sbl_err_t *err);
+
+typedef struct sbl_scan sbl_scan_t;
+typedef struct sbl_scan_bounds {
+    const bson_value_t *lo; /* NULL: from the start */
+    bool lo_inclusive;
+    const bson_value_t *hi; /* NULL: to the end */
+    bool hi_inclusive;
+} sbl_scan_bounds_t;
+
+/* Open an ordered scan of the collection's documents by _id within bounds
+ * (NULL bounds = all), ascending or descending. */
+int sbl_scan_open(sbl_session_t *s, sbl_coll_t *c, const sbl_scan_bounds_t *bounds,
+                  bool descending, sbl_scan_t **scanp, sbl_err_t *err);
+/* Next document: *doc becomes a read-only view (bson_init_static) valid until
+ * the next call or close; *donep is set at the end.  Returns 0 or an error. */
+int sbl_scan_next(sbl_scan_t *scan, bson_t *doc, bool *donep, sbl_err_t *err);
+void sbl_scan_close(sbl_scan_t *scan);
+
+/* ---- the write path ----------------------------------------------------- */
+
+typedef enum { SBL_WRITE_INSERT, SBL_WRITE_UPDATE, SBL_WRITE_DELETE } sbl_write_kind_t;
+
+/*
+ * The one function that changes documents.  Must be called inside a
+ * transaction (sbl_txn_begin).  INSERT takes new_doc (with _id first);
+ * UPDATE takes old_doc and new_doc (same _id); DELETE takes old_doc.
+ * A duplicate _id gives DuplicateKey (11000) with MongoDB's message
+ * ("E11000 duplicate key error collection: db.c index: _id_ dup key: { _id: 1 }")
+ * and, when err_info is not NULL, appends keyPattern and keyValue to it.
+ * Collection counts and sizes change only when the transaction commits.
+ */
+int sbl_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind, const bson_t *old_doc,
+              const bson_t *new_doc, bson_t *err_info, sbl_err_t *err);
+
+/* ---- durability -------------------------------------------------------- */
+
+/* Call cb(arg) on the journal flusher thread once every transaction committed
+ * before this call is durable in the journal. */
+void sbl_storage_on_durable(void (*cb)(void *arg), void *arg);
+/* Flush the journal now and wait (for fsync / shutdown paths). */
+int sbl_storage_flush(sbl_err_t *err);
+/* Take a checkpoint now (fsync command). */
+int sbl_storage_checkpoint(sbl_err_t *err);
+
+/* Engine statistics for serverStatus.wiredTiger: appends "cache" and "log"
+ * sub-documents with WiredTiger's own statistic names. */
+void sbl_storage_append_stats(bson_t *out);
+
+#endif

@@ -1,0 +1,123 @@
+/*
+ * util.c: small helpers shared by the command handlers: clocks, namespace
+ * validation (MongoDB's rules, InvalidNamespace 73), numeric arguments and
+ * the maxTimeMS deadline check.
+ */
+#include "cmd/cmd_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int64_t sbl_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t sbl_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int sbl_validate_db_name(const char *db, sbl_err_t *err)
+{
+    size_t n = strlen(db);
+    if (n == 0)
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid empty database name");
+    if (n >= 64)
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "db name is too long: %s", db);
+    for (const char *p = db; *p; p++) {
+        if (strchr("/\\. \"$*<>:|?", *p) != NULL)
+            return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid database name: '%s'", db);
+    }
+    return 0;
+}
+
+int sbl_validate_ns(const char *ns, sbl_err_t *err)
+{
+    const char *dot = strchr(ns, '.');
+    if (dot == NULL || dot == ns)
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid namespace specified '%s'", ns);
+    char db[128];
+    size_t dlen = (size_t)(dot - ns);
+    if (dlen >= sizeof(db))
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "db name is too long: %.*s", (int)dlen,
+                           ns);
+    memcpy(db, ns, dlen);
+    db[dlen] = '\0';
+    SBL_RET(sbl_validate_db_name(db, err));
+    const char *coll = dot + 1;
+    if (*coll == '\0')
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid namespace specified '%s'", ns);
+    if (strlen(ns) > 255)
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Fully qualified namespace is too long: %s",
+                           ns);
+    if (strchr(coll, '$') != NULL && strcmp(coll, "$cmd") != 0)
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid collection name: %s", coll);
+    if (coll[0] == '.')
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Collection names cannot start with '.': %s",
+                           coll);
+    return 0;
+}
+
+int sbl_cmd_ns(const sbl_cmd_ctx_t *ctx, char *ns, size_t nslen, sbl_err_t *err)
+{
+    bson_iter_t it;
+    SBL_RET(sbl_validate_db_name(ctx->db, err));
+    if (!bson_iter_init(&it, ctx->cmd) || !bson_iter_next(&it))
+        return sbl_err_set(err, SBL_E_BadValue, "empty command");
+    if (!BSON_ITER_HOLDS_UTF8(&it))
+        return sbl_err_set(err, SBL_E_InvalidNamespace,
+                           "collection name has invalid type %s",
+                           BSON_ITER_HOLDS_INT(&it) || BSON_ITER_HOLDS_DOUBLE(&it) ? "double"
+                                                                                  : "object");
+    const char *coll = bson_iter_utf8(&it, NULL);
+    if (coll[0] == '\0')
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid namespace specified '%s.'",
+                           ctx->db);
+    if ((size_t)snprintf(ns, nslen, "%s.%s", ctx->db, coll) >= nslen)
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Fully qualified namespace is too long");
+    return sbl_validate_ns(ns, err);
+}
+
+int sbl_get_int64(const bson_iter_t *it, int64_t *out, sbl_err_t *err)
+{
+    switch (bson_iter_type(it)) {
+    case BSON_TYPE_INT32:
+        *out = bson_iter_int32(it);
+        return 0;
+    case BSON_TYPE_INT64:
+        *out = bson_iter_int64(it);
+        return 0;
+    case BSON_TYPE_DOUBLE: {
+        double d = bson_iter_double(it);
+        if (d != d || d > 9.2e18 || d < -9.2e18)
+            return sbl_err_set(err, SBL_E_BadValue, "'%s' must be a finite number",
+                               bson_iter_key(it));
+        *out = (int64_t)d;
+        return 0;
+    }
+    case BSON_TYPE_DECIMAL128: {
+        bson_decimal128_t dec;
+        char s[BSON_DECIMAL128_STRING];
+        bson_iter_decimal128(it, &dec);
+        bson_decimal128_to_string(&dec, s);
+        *out = (int64_t)strtod(s, NULL);
+        return 0;
+    }
+    default:
+        return sbl_err_set(err, SBL_E_TypeMismatch, "'%s' must be a number", bson_iter_key(it));
+    }
+}
+
+int sbl_cmd_check_deadline(const sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    if (ctx->deadline_us != 0 && sbl_now_us() > ctx->deadline_us)
+        return sbl_err_set(err, SBL_E_MaxTimeMSExpired, "operation exceeded time limit");
+    return 0;
+}

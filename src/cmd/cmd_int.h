@@ -122,8 +122,8 @@ int sbl_cursor_first_batch(sbl_cmd_ctx_t *ctx, const char *ns, const sbl_cursor_
 void *sbl_cursor_docs_state(bson_t **docs, size_t n); /* takes ownership of docs and each doc */
 extern const sbl_cursor_source_t sbl_cursor_docs_source;
 
-/* Kill every cursor of a connection (on close); kill idle cursors (reaper). */
-void sbl_cursors_conn_closed(uint64_t conn_id);
+/* Kill cursors idle for more than idle_ms (the reaper calls this; cursors are
+ * not tied to connections: drivers may getMore from any pooled connection). */
 void sbl_cursors_reap(int64_t idle_ms);
 int64_t sbl_cursors_open_count(void);
 

@@ -1,0 +1,282 @@
+/*
+ * main.c: sabled's process life.  Parse options, (optionally) fork, open the
+ * log, the storage engine, the command layer and the network, then wait for
+ * SIGTERM/SIGINT or the shutdown command and take everything down in the
+ * reverse order.
+ *
+ * Signals: SIGTERM, SIGINT, SIGHUP and SIGUSR1 are blocked in every thread
+ * (the mask is set before any thread starts) and collected by the main thread
+ * with sigwait(), so no handler ever runs inside another thread's code.
+ * SIGUSR1 reopens the log file (rotation); SIGHUP is ignored.
+ */
+#include "cmd/cmd.h"
+#include "common/log.h"
+#include "net/net.h"
+#include "server/server.h"
+#include "storage/storage.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static sbl_options_t options;
+
+/* --fork: the parent waits until the child reports start-up success (one
+ * byte on a pipe) and exits with the matching status. */
+static int fork_server(int *notify_fd)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid > 0) {
+        char status = 1;
+        close(fds[1]);
+        if (read(fds[0], &status, 1) != 1)
+            status = 1;
+        if (status == 0) {
+            printf("forked process: %d\nchild process started successfully, parent exiting\n",
+                   (int)pid);
+            exit(0);
+        }
+        fprintf(stderr, "ERROR: child process failed, exited with error; see the log file\n");
+        exit(1);
+    }
+    close(fds[0]);
+    setsid();
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) {
+        dup2(devnull, STDIN_FILENO);
+        dup2(devnull, STDOUT_FILENO);
+        dup2(devnull, STDERR_FILENO);
+        if (devnull > 2)
+            close(devnull);
+    }
+    *notify_fd = fds[1];
+    return 0;
+}
+
+static void notify_parent(int fd, char status)
+{
+    if (fd >= 0) {
+        if (write(fd, &status, 1) != 1) {
+            /* the parent is gone; nothing to tell */
+        }
+        close(fd);
+    }
+}
+
+static void log_startup(void)
+{
+    bson_t attr = BSON_INITIALIZER;
+    BSON_APPEND_INT32(&attr, "pid", (int32_t)getpid());
+    BSON_APPEND_INT32(&attr, "port", options.port);
+    BSON_APPEND_UTF8(&attr, "dbPath", options.dbpath);
+    BSON_APPEND_UTF8(&attr, "architecture", "64-bit");
+    BSON_APPEND_UTF8(&attr, "host", sbl_server_host());
+    sbl_log(SBL_LOG_INFO, "CONTROL", 4615611, "sabled starting", &attr);
+    bson_destroy(&attr);
+
+    bson_init(&attr);
+    bson_t bi;
+    BSON_APPEND_DOCUMENT_BEGIN(&attr, "buildInfo", &bi);
+    BSON_APPEND_UTF8(&bi, "version", SBL_VERSION);
+    BSON_APPEND_UTF8(&bi, "gitVersion", SBL_GIT_VERSION);
+    BSON_APPEND_UTF8(&bi, "storageEngine", "wiredTiger");
+    bson_append_document_end(&attr, &bi);
+    sbl_log(SBL_LOG_INFO, "CONTROL", 23403, "Build Info", &attr);
+    bson_destroy(&attr);
+
+    bson_init(&attr);
+    BSON_APPEND_DOCUMENT(&attr, "options", &options.parsed);
+    sbl_log(SBL_LOG_INFO, "CONTROL", 21951, "Options set by command line", &attr);
+    bson_destroy(&attr);
+}
+
+static int write_pidfile(void)
+{
+    if (options.pidfile == NULL)
+        return 0;
+    FILE *f = fopen(options.pidfile, "w");
+    if (f == NULL)
+        return errno;
+    fprintf(f, "%d\n", (int)getpid());
+    fclose(f);
+    return 0;
+}
+
+static int run(int notify_fd)
+{
+    sbl_err_t err;
+    bson_t attr;
+    int rc;
+
+    sbl_err_clear(&err);
+    struct stat st;
+    if (stat(options.dbpath, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        bson_init(&attr);
+        BSON_APPEND_UTF8(&attr, "dbpath", options.dbpath);
+        sbl_log(SBL_LOG_FATAL, "STORAGE", 20557,
+                "Data directory not found. Create the missing directory or specify another path "
+                "using (1) the --dbpath command line option, or (2) by adding the 'storage.dbPath' "
+                "option in the configuration file.", &attr);
+        bson_destroy(&attr);
+        fprintf(stderr, "sabled: data directory %s not found\n", options.dbpath);
+        return 100;
+    }
+
+    sbl_storage_config_t scfg = {
+        .dbpath = options.dbpath,
+        .cache_size_gb = options.cache_size_gb,
+        .commit_interval_ms = options.commit_interval_ms,
+        .syncdelay_s = options.syncdelay_s,
+    };
+    if ((rc = sbl_storage_open(&scfg, &err)) != 0) {
+        bson_init(&attr);
+        BSON_APPEND_UTF8(&attr, "error", err.msg);
+        sbl_log(SBL_LOG_FATAL, "STORAGE", 28595, "Terminating: could not open the storage engine",
+                &attr);
+        bson_destroy(&attr);
+        fprintf(stderr, "sabled: %s\n", err.msg);
+        return 100;
+    }
+    if ((rc = sbl_cmd_init(&err)) != 0) {
+        fprintf(stderr, "sabled: %s\n", err.msg);
+        sbl_storage_close();
+        return 100;
+    }
+
+    sbl_net_config_t ncfg = {
+        .bind_ips = (const char *const *)options.bind_ips,
+        .nbind = options.nbind,
+        .port = options.port,
+        .max_conns = options.max_conns,
+        .nloops = options.nloops,
+    };
+    if ((rc = sbl_net_start(&ncfg, sbl_cmd_dispatch, sbl_cmd_conn_open, sbl_cmd_conn_close,
+                            &err)) != 0) {
+        bson_init(&attr);
+        BSON_APPEND_UTF8(&attr, "error", err.msg);
+        sbl_log(SBL_LOG_ERROR, "NETWORK", 23024, "Failed to set up listener", &attr);
+        bson_destroy(&attr);
+        fprintf(stderr, "sabled: %s\n", err.msg);
+        sbl_cmd_shutdown();
+        sbl_storage_close();
+        return 48;
+    }
+    if (write_pidfile() != 0)
+        sbl_log(SBL_LOG_WARNING, "CONTROL", 20575, "Error writing the pid file", NULL);
+
+    bson_init(&attr);
+    BSON_APPEND_INT32(&attr, "port", options.port);
+    BSON_APPEND_UTF8(&attr, "ssl", "off");
+    sbl_log(SBL_LOG_INFO, "NETWORK", 23016, "Waiting for connections", &attr);
+    bson_destroy(&attr);
+    notify_parent(notify_fd, 0);
+
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGUSR1);
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&set, &sig) != 0)
+            continue;
+        if (sig == SIGUSR1) {
+            sbl_log_reopen();
+            sbl_log(SBL_LOG_INFO, "CONTROL", 23166, "Log rotation initiated", NULL);
+            continue;
+        }
+        if (sig == SIGHUP)
+            continue;
+        bson_init(&attr);
+        BSON_APPEND_UTF8(&attr, "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        sbl_log(SBL_LOG_INFO, "CONTROL", 23377, "Received signal", &attr);
+        bson_destroy(&attr);
+        break;
+    }
+
+    sbl_log(SBL_LOG_INFO, "CONTROL", 4784900, "Stepping down... shutting down the network", NULL);
+    sbl_net_stop();
+    sbl_cmd_shutdown();
+    sbl_log(SBL_LOG_INFO, "STORAGE", 4784928, "Shutting down the storage engine", NULL);
+    sbl_storage_close();
+    if (options.pidfile != NULL)
+        unlink(options.pidfile);
+    bson_init(&attr);
+    BSON_APPEND_INT32(&attr, "exitCode", 0);
+    sbl_log(SBL_LOG_INFO, "CONTROL", 20565, "Now exiting", &attr);
+    bson_destroy(&attr);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    sbl_err_t err;
+    sbl_err_clear(&err);
+    if (sbl_options_parse(argc, argv, &options, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 2;
+    }
+    if (options.action == SBL_ACTION_HELP) {
+        fputs(sbl_options_help(), stdout);
+        return 0;
+    }
+    if (options.action == SBL_ACTION_VERSION) {
+        printf("db version v%s\nBuild Info: {\n    \"version\": \"%s\",\n"
+               "    \"gitVersion\": \"%s\",\n    \"storageEngine\": \"wiredTiger\"\n}\n",
+               SBL_VERSION, SBL_VERSION, SBL_GIT_VERSION);
+        return 0;
+    }
+    if (options.fork && options.logpath == NULL) {
+        fprintf(stderr, "BadValue: --fork has to be used with --logpath or --syslog\n");
+        return 2;
+    }
+
+    sbl_server_init(&options);
+
+    if (options.logpath != NULL) {
+        int e = sbl_log_open(options.logpath);
+        if (e != 0) {
+            fprintf(stderr, "sabled: cannot open log file %s: %s\n", options.logpath,
+                    strerror(e));
+            return 1;
+        }
+    }
+    sbl_log_set_verbosity(options.verbosity);
+
+    int notify_fd = -1;
+    if (options.fork && fork_server(&notify_fd) != 0) {
+        fprintf(stderr, "sabled: fork failed: %s\n", strerror(errno));
+        return 1;
+    }
+
+    /* Before any thread exists: route the signals to sigwait() in run(). */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    sbl_log_set_ctx("initandlisten");
+    log_startup();
+    int rc = run(notify_fd);
+    if (rc != 0)
+        notify_parent(notify_fd, 1);
+    sbl_log_close();
+    sbl_options_destroy(&options);
+    return rc;
+}

@@ -1,0 +1,549 @@
+/*
+ * options.c: mongod-compatible command-line options and YAML config file.
+ *
+ * Every option is one row of opt_table: its command-line spelling, the
+ * dotted YAML key it stands for, and its value kind.  Both sources are
+ * first collected into one flat list of (dotted key, text value) settings,
+ * the config file first and the command line after it, so the command line
+ * wins; the settings are then checked and applied to sbl_options_t in one
+ * place (apply_setting).  Unknown options and malformed values are errors.
+ */
+#include "server/server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+typedef enum { OPT_INT, OPT_DOUBLE, OPT_STRING, OPT_FLAG, OPT_PARAM } opt_kind_t;
+
+typedef struct opt_def {
+    const char *name; /* command-line name without dashes */
+    const char *key;  /* dotted config key */
+    opt_kind_t kind;
+    const char *help;
+} opt_def_t;
+
+static const opt_def_t opt_table[] = {
+    {"help", NULL, OPT_FLAG, "show this usage information"},
+    {"version", NULL, OPT_FLAG, "show version information"},
+    {"config", "config", OPT_STRING, "configuration file (YAML) specifying additional options"},
+    {"port", "net.port", OPT_INT, "specify port number - 27017 by default"},
+    {"bind_ip", "net.bindIp", OPT_STRING,
+     "comma separated list of ip addresses to listen on - localhost by default"},
+    {"bind_ip_all", "net.bindIpAll", OPT_FLAG, "bind to all ip addresses"},
+    {"ipv6", "net.ipv6", OPT_FLAG, "enable IPv6 support (always on)"},
+    {"maxConns", "net.maxIncomingConnections", OPT_INT,
+     "max number of simultaneous connections - 1000000 by default"},
+    {"dbpath", "storage.dbPath", OPT_STRING, "directory for datafiles - defaults to /data/db"},
+    {"journalCommitInterval", "storage.journal.commitIntervalMs", OPT_INT,
+     "how often to group/batch commit (ms), 1-500, default 100"},
+    {"syncdelay", "storage.syncPeriodSecs", OPT_INT,
+     "seconds between checkpoints, 0 disables, default 60"},
+    {"wiredTigerCacheSizeGB", "storage.wiredTiger.engineConfig.cacheSizeGB", OPT_DOUBLE,
+     "maximum amount of memory to allocate for cache; defaults to 1/2 of physical RAM"},
+    {"logpath", "systemLog.path", OPT_STRING,
+     "log file to send write to instead of stdout - has to be a file, not directory"},
+    {"logappend", "systemLog.logAppend", OPT_FLAG,
+     "append to logpath instead of over-writing (sabled always appends)"},
+    {"quiet", "systemLog.quiet", OPT_FLAG, "quieter output"},
+    {"verbose", "systemLog.verbosity", OPT_INT, "be more verbose (include multiple times or -vv)"},
+    {"fork", "processManagement.fork", OPT_FLAG, "fork server process"},
+    {"pidfilepath", "processManagement.pidFilePath", OPT_STRING, "full path to pidfile"},
+    {"setParameter", "setParameter", OPT_PARAM, "set a configurable parameter: name=value"},
+    {"serviceExecutorThreads", "net.serviceExecutorThreads", OPT_INT,
+     "network event loop threads (sabled); default: one per core"},
+};
+#define OPT_COUNT (sizeof(opt_table) / sizeof(opt_table[0]))
+
+/* Config keys accepted in YAML that have no command-line spelling. */
+static const opt_def_t yaml_only[] = {
+    {NULL, "systemLog.destination", OPT_STRING, NULL},
+    {NULL, "storage.journal.enabled", OPT_FLAG, NULL},
+    {NULL, "storage.engine", OPT_STRING, NULL},
+    {NULL, "storage.directoryPerDB", OPT_FLAG, NULL},
+    {NULL, "net.unixDomainSocket.enabled", OPT_FLAG, NULL},
+    {NULL, "processManagement.timeZoneInfo", OPT_STRING, NULL},
+};
+#define YAML_ONLY_COUNT (sizeof(yaml_only) / sizeof(yaml_only[0]))
+
+typedef struct setting {
+    const opt_def_t *def;
+    char *key; /* dotted key (for setParameter: "setParameter.<name>") */
+    char *value;
+} setting_t;
+
+typedef struct settings {
+    setting_t *v;
+    size_t n, cap;
+} settings_t;
+
+static void settings_add(settings_t *s, const opt_def_t *def, const char *key, const char *value)
+{
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 16;
+        s->v = bson_realloc(s->v, s->cap * sizeof(*s->v));
+    }
+    s->v[s->n].def = def;
+    s->v[s->n].key = bson_strdup(key);
+    s->v[s->n].value = bson_strdup(value);
+    s->n++;
+}
+
+static void settings_free(settings_t *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        bson_free(s->v[i].key);
+        bson_free(s->v[i].value);
+    }
+    bson_free(s->v);
+}
+
+static const opt_def_t *opt_by_name(const char *name)
+{
+    for (size_t i = 0; i < OPT_COUNT; i++)
+        if (strcmp(opt_table[i].name, name) == 0)
+            return &opt_table[i];
+    return NULL;
+}
+
+static const opt_def_t *opt_by_key(const char *key)
+{
+    for (size_t i = 0; i < OPT_COUNT; i++)
+        if (opt_table[i].key != NULL && strcmp(opt_table[i].key, key) == 0)
+            return &opt_table[i];
+    for (size_t i = 0; i < YAML_ONLY_COUNT; i++)
+        if (strcmp(yaml_only[i].key, key) == 0)
+            return &yaml_only[i];
+    return NULL;
+}
+
+/* ---- YAML ---------------------------------------------------------------- */
+
+/* Walk a YAML mapping, adding a setting for each scalar leaf under its dotted key. */
+static int yaml_walk(yaml_document_t *doc, yaml_node_t *node, const char *prefix, settings_t *s,
+                     const char *path, sbl_err_t *err)
+{
+    if (node->type == YAML_MAPPING_NODE) {
+        for (yaml_node_pair_t *p = node->data.mapping.pairs.start;
+             p < node->data.mapping.pairs.top; p++) {
+            yaml_node_t *k = yaml_document_get_node(doc, p->key);
+            yaml_node_t *v = yaml_document_get_node(doc, p->value);
+            if (k == NULL || v == NULL || k->type != YAML_SCALAR_NODE)
+                return sbl_err_set(err, SBL_E_BadValue, "Error parsing YAML config file %s: "
+                                   "mapping keys must be scalars", path);
+            char key[256];
+            snprintf(key, sizeof(key), "%s%s%s", prefix, *prefix ? "." : "",
+                     (const char *)k->data.scalar.value);
+            if (strcmp(prefix, "setParameter") == 0) {
+                if (v->type != YAML_SCALAR_NODE)
+                    return sbl_err_set(err, SBL_E_BadValue,
+                                       "Error parsing YAML config file %s: setParameter.%s "
+                                       "must be a scalar", path, k->data.scalar.value);
+                settings_add(s, opt_by_name("setParameter"), key, (const char *)v->data.scalar.value);
+                continue;
+            }
+            SBL_RET(yaml_walk(doc, v, key, s, path, err));
+        }
+        return 0;
+    }
+    if (node->type == YAML_SEQUENCE_NODE) {
+        /* Only bindIp-like lists: join with commas. */
+        bson_string_t *joined = bson_string_new(NULL);
+        for (yaml_node_item_t *i = node->data.sequence.items.start;
+             i < node->data.sequence.items.top; i++) {
+            yaml_node_t *v = yaml_document_get_node(doc, *i);
+            if (v == NULL || v->type != YAML_SCALAR_NODE) {
+                bson_string_free(joined, true);
+                return sbl_err_set(err, SBL_E_BadValue,
+                                   "Error parsing YAML config file %s: %s: bad list", path, prefix);
+            }
+            if (joined->len)
+                bson_string_append_c(joined, ',');
+            bson_string_append(joined, (const char *)v->data.scalar.value);
+        }
+        const opt_def_t *def = opt_by_key(prefix);
+        if (def == NULL) {
+            bson_string_free(joined, true);
+            return sbl_err_set(err, SBL_E_BadValue, "Unrecognized option: %s", prefix);
+        }
+        settings_add(s, def, prefix, joined->str);
+        bson_string_free(joined, true);
+        return 0;
+    }
+    if (node->type == YAML_SCALAR_NODE) {
+        const opt_def_t *def = opt_by_key(prefix);
+        if (def == NULL)
+            return sbl_err_set(err, SBL_E_BadValue, "Unrecognized option: %s", prefix);
+        settings_add(s, def, prefix, (const char *)node->data.scalar.value);
+        return 0;
+    }
+    return 0;
+}
+
+static int load_yaml(const char *path, settings_t *s, sbl_err_t *err)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return sbl_err_set(err, SBL_E_BadValue, "Error reading config file: %s: %s", path,
+                           strerror(errno));
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    int rc = 0;
+    yaml_parser_initialize(&parser);
+    yaml_parser_set_input_file(&parser, f);
+    if (!yaml_parser_load(&parser, &doc)) {
+        rc = sbl_err_set(err, SBL_E_BadValue, "Error parsing YAML config file %s: %s (line %zu)",
+                         path, parser.problem ? parser.problem : "syntax error",
+                         parser.problem_mark.line + 1);
+        yaml_parser_delete(&parser);
+        fclose(f);
+        return rc;
+    }
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (root != NULL) {
+        if (root->type != YAML_MAPPING_NODE)
+            rc = sbl_err_set(err, SBL_E_BadValue,
+                             "Error parsing YAML config file %s: the top level must be a mapping",
+                             path);
+        else
+            rc = yaml_walk(&doc, root, "", s, path, err);
+    }
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    fclose(f);
+    return rc;
+}
+
+/* ---- values ---------------------------------------------------------------- */
+
+static int parse_int(const setting_t *st, long lo, long hi, int *out, sbl_err_t *err)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(st->value, &end, 10);
+    if (errno != 0 || end == st->value || *end != '\0')
+        return sbl_err_set(err, SBL_E_BadValue, "Error parsing option \"%s\" as int: %s", st->key,
+                           st->value);
+    if (v < lo || v > hi)
+        return sbl_err_set(err, SBL_E_BadValue, "%s must be between %ld and %ld, got %ld",
+                           st->key, lo, hi, v);
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_bool(const setting_t *st, bool *out, sbl_err_t *err)
+{
+    if (strcmp(st->value, "true") == 0 || strcmp(st->value, "1") == 0) {
+        *out = true;
+        return 0;
+    }
+    if (strcmp(st->value, "false") == 0 || strcmp(st->value, "0") == 0) {
+        *out = false;
+        return 0;
+    }
+    return sbl_err_set(err, SBL_E_BadValue, "Error parsing option \"%s\": expected true or false, "
+                       "got %s", st->key, st->value);
+}
+
+static void set_str(char **dst, const char *v)
+{
+    bson_free(*dst);
+    *dst = bson_strdup(v);
+}
+
+static void split_bind_ips(sbl_options_t *o, const char *list)
+{
+    for (size_t i = 0; i < o->nbind; i++)
+        bson_free(o->bind_ips[i]);
+    bson_free(o->bind_ips);
+    o->nbind = 0;
+    o->bind_ips = bson_malloc0(sizeof(char *) * (strlen(list) + 2));
+    char *copy = bson_strdup(list), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ')
+            tok++;
+        size_t n = strlen(tok);
+        while (n > 0 && tok[n - 1] == ' ')
+            tok[--n] = '\0';
+        if (n == 0)
+            continue;
+        if (strcmp(tok, "localhost") == 0)
+            tok = "127.0.0.1";
+        o->bind_ips[o->nbind++] = bson_strdup(tok);
+    }
+    bson_free(copy);
+}
+
+/* Apply one setting to o and record it (typed) in the flat parsed list. */
+static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sbl_err_t *err)
+{
+    const char *k = st->key;
+    int iv;
+    bool bv;
+
+    if (st->def->kind == OPT_PARAM) {
+        const char *name = k + strlen("setParameter.");
+        BSON_APPEND_UTF8(&o->parameters, name, st->value);
+        BSON_APPEND_UTF8(flat, k, st->value);
+        return 0;
+    }
+    switch (st->def->kind) {
+    case OPT_INT:
+        if (strcmp(k, "net.port") == 0) {
+            SBL_RET(parse_int(st, 0, 65535, &o->port, err));
+            iv = o->port;
+        } else if (strcmp(k, "net.maxIncomingConnections") == 0) {
+            SBL_RET(parse_int(st, 1, 10000000, &o->max_conns, err));
+            iv = o->max_conns;
+        } else if (strcmp(k, "storage.journal.commitIntervalMs") == 0) {
+            SBL_RET(parse_int(st, 1, 500, &o->commit_interval_ms, err));
+            iv = o->commit_interval_ms;
+        } else if (strcmp(k, "storage.syncPeriodSecs") == 0) {
+            SBL_RET(parse_int(st, 0, 9 * 60 * 60, &o->syncdelay_s, err));
+            iv = o->syncdelay_s;
+        } else if (strcmp(k, "systemLog.verbosity") == 0) {
+            SBL_RET(parse_int(st, 0, 5, &o->verbosity, err));
+            iv = o->verbosity;
+        } else if (strcmp(k, "net.serviceExecutorThreads") == 0) {
+            SBL_RET(parse_int(st, 1, 256, &o->nloops, err));
+            iv = o->nloops;
+        } else {
+            return sbl_err_set(err, SBL_E_BadValue, "Unrecognized option: %s", k);
+        }
+        BSON_APPEND_INT32(flat, k, iv);
+        return 0;
+    case OPT_DOUBLE: {
+        char *end;
+        errno = 0;
+        double d = strtod(st->value, &end);
+        if (errno != 0 || end == st->value || *end != '\0' || !(d >= 0.25 && d <= 10000))
+            return sbl_err_set(err, SBL_E_BadValue,
+                               "Error parsing option \"%s\": must be a number between 0.25 and "
+                               "10000, got %s", k, st->value);
+        o->cache_size_gb = d;
+        BSON_APPEND_DOUBLE(flat, k, d);
+        return 0;
+    }
+    case OPT_FLAG:
+        SBL_RET(parse_bool(st, &bv, err));
+        if (strcmp(k, "net.bindIpAll") == 0 && bv)
+            split_bind_ips(o, "0.0.0.0,::");
+        else if (strcmp(k, "processManagement.fork") == 0)
+            o->fork = bv;
+        else if (strcmp(k, "systemLog.quiet") == 0)
+            o->quiet = bv;
+        else if (strcmp(k, "systemLog.logAppend") == 0)
+            o->log_append = bv;
+        else if (strcmp(k, "storage.journal.enabled") == 0 && !bv)
+            return sbl_err_set(err, SBL_E_BadValue,
+                               "storage.journal.enabled: false is not supported; the journal is "
+                               "always on");
+        BSON_APPEND_BOOL(flat, k, bv);
+        return 0;
+    case OPT_STRING:
+        if (strcmp(k, "net.bindIp") == 0) {
+            split_bind_ips(o, st->value);
+            if (o->nbind == 0)
+                return sbl_err_set(err, SBL_E_BadValue, "net.bindIp: no address given");
+        } else if (strcmp(k, "storage.dbPath") == 0) {
+            set_str(&o->dbpath, st->value);
+        } else if (strcmp(k, "systemLog.path") == 0) {
+            set_str(&o->logpath, st->value);
+        } else if (strcmp(k, "processManagement.pidFilePath") == 0) {
+            set_str(&o->pidfile, st->value);
+        } else if (strcmp(k, "systemLog.destination") == 0) {
+            if (strcmp(st->value, "file") != 0 && strcmp(st->value, "syslog") != 0)
+                return sbl_err_set(err, SBL_E_BadValue,
+                                   "systemLog.destination must be \"file\" or \"syslog\"");
+        } else if (strcmp(k, "storage.engine") == 0) {
+            if (strcmp(st->value, "wiredTiger") != 0)
+                return sbl_err_set(err, SBL_E_BadValue,
+                                   "storage.engine: only wiredTiger is supported");
+        }
+        BSON_APPEND_UTF8(flat, k, st->value);
+        return 0;
+    default:
+        return sbl_err_set(err, SBL_E_BadValue, "Unrecognized option: %s", k);
+    }
+}
+
+/* Turn the flat {"a.b.c": v} list into nested documents, as getCmdLineOpts shows. */
+static void nest(const bson_t *flat, const char *prefix, bson_t *out)
+{
+    size_t plen = strlen(prefix);
+    bson_iter_t it;
+    /* Names of the children already emitted at this level. */
+    bson_t seen = BSON_INITIALIZER;
+    bson_iter_init(&it, flat);
+    while (bson_iter_next(&it)) {
+        const char *key = bson_iter_key(&it);
+        if (strncmp(key, prefix, plen) != 0)
+            continue;
+        const char *rest = key + plen;
+        const char *dot = strchr(rest, '.');
+        if (dot == NULL) {
+            bson_iter_t dup;
+            if (!bson_iter_init_find(&dup, out, rest))
+                bson_append_value(out, rest, -1, bson_iter_value(&it));
+            else { /* a later setting replaces an earlier one: rebuild out without it */
+                bson_t tmp = BSON_INITIALIZER;
+                bson_copy_to_excluding_noinit(out, &tmp, rest, NULL);
+                bson_append_value(&tmp, rest, -1, bson_iter_value(&it));
+                bson_reinit(out);
+                bson_concat(out, &tmp);
+                bson_destroy(&tmp);
+            }
+            continue;
+        }
+        char child[128];
+        snprintf(child, sizeof(child), "%.*s", (int)(dot - rest), rest);
+        bson_iter_t s;
+        if (bson_iter_init_find(&s, &seen, child))
+            continue;
+        BSON_APPEND_BOOL(&seen, child, true);
+        char sub[256];
+        snprintf(sub, sizeof(sub), "%s%s.", prefix, child);
+        bson_t doc;
+        bson_append_document_begin(out, child, -1, &doc);
+        nest(flat, sub, &doc);
+        bson_append_document_end(out, &doc);
+    }
+    bson_destroy(&seen);
+}
+
+int sbl_options_parse(int argc, char **argv, sbl_options_t *o, sbl_err_t *err)
+{
+    settings_t cli = {0}, all = {0};
+    bson_t flat = BSON_INITIALIZER;
+    const char *config = NULL;
+    int rc = 0;
+
+    memset(o, 0, sizeof(*o));
+    o->action = SBL_ACTION_RUN;
+    o->port = 27017;
+    o->dbpath = bson_strdup("/data/db");
+    o->max_conns = 1000000;
+    o->commit_interval_ms = 100;
+    o->syncdelay_s = 60;
+    o->log_append = true;
+    o->argc = argc;
+    o->argv = argv;
+    bson_init(&o->parsed);
+    bson_init(&o->parameters);
+    split_bind_ips(o, "127.0.0.1");
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        char name[128];
+        const char *value = NULL;
+        if (strcmp(a, "-f") == 0) {
+            a = "--config";
+        } else if (a[0] == '-' && a[1] == 'v' && strspn(a + 1, "v") == strlen(a + 1)) {
+            char n[24];
+            snprintf(n, sizeof(n), "%zu", strlen(a + 1));
+            settings_add(&cli, opt_by_name("verbose"), "systemLog.verbosity", n);
+            continue;
+        } else if (strcmp(a, "-h") == 0) {
+            a = "--help";
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            rc = sbl_err_set(err, SBL_E_BadValue, "Error parsing command line: unexpected "
+                             "argument '%s'; try '%s --help' for more information", a, argv[0]);
+            goto err;
+        }
+        const char *eq = strchr(a + 2, '=');
+        snprintf(name, sizeof(name), "%.*s", (int)(eq ? (size_t)(eq - a - 2) : strlen(a + 2)),
+                 a + 2);
+        const opt_def_t *def = opt_by_name(name);
+        if (def == NULL) {
+            rc = sbl_err_set(err, SBL_E_BadValue, "Error parsing command line: unrecognised "
+                             "option '--%s'; try '%s --help' for more information", name, argv[0]);
+            goto err;
+        }
+        if (def->kind == OPT_FLAG) {
+            value = eq ? eq + 1 : "true";
+        } else if (eq) {
+            value = eq + 1;
+        } else if (i + 1 < argc) {
+            value = argv[++i];
+        } else {
+            rc = sbl_err_set(err, SBL_E_BadValue, "Error parsing command line: the required "
+                             "argument for option '--%s' is missing", name);
+            goto err;
+        }
+        if (strcmp(name, "help") == 0) {
+            o->action = SBL_ACTION_HELP;
+        } else if (strcmp(name, "version") == 0) {
+            o->action = SBL_ACTION_VERSION;
+        } else if (strcmp(name, "config") == 0) {
+            config = value;
+        } else if (def->kind == OPT_PARAM) {
+            const char *peq = strchr(value, '=');
+            if (peq == NULL || peq == value) {
+                rc = sbl_err_set(err, SBL_E_BadValue, "Illegal --setParameter parameter: \"%s\"",
+                                 value);
+                goto err;
+            }
+            char key[256];
+            snprintf(key, sizeof(key), "setParameter.%.*s", (int)(peq - value), value);
+            settings_add(&cli, def, key, peq + 1);
+        } else {
+            settings_add(&cli, def, def->key, value);
+        }
+    }
+    if (o->action != SBL_ACTION_RUN)
+        goto done;
+
+    if (config != NULL) {
+        SBL_ERR(load_yaml(config, &all, err));
+        BSON_APPEND_UTF8(&flat, "config", config);
+    }
+    for (size_t i = 0; i < cli.n; i++)
+        settings_add(&all, cli.v[i].def, cli.v[i].key, cli.v[i].value);
+    for (size_t i = 0; i < all.n; i++)
+        SBL_ERR(apply_setting(o, &all.v[i], &flat, err));
+    nest(&flat, "", &o->parsed);
+
+done:
+err:
+    settings_free(&cli);
+    settings_free(&all);
+    bson_destroy(&flat);
+    return rc;
+}
+
+void sbl_options_destroy(sbl_options_t *o)
+{
+    for (size_t i = 0; i < o->nbind; i++)
+        bson_free(o->bind_ips[i]);
+    bson_free(o->bind_ips);
+    bson_free(o->dbpath);
+    bson_free(o->logpath);
+    bson_free(o->pidfile);
+    bson_destroy(&o->parsed);
+    bson_destroy(&o->parameters);
+    memset(o, 0, sizeof(*o));
+}
+
+const char *sbl_options_help(void)
+{
+    static char text[8192];
+    if (text[0] == '\0') {
+        size_t off = (size_t)snprintf(text, sizeof(text),
+                                      "Usage: sabled [options]\n\nOptions:\n");
+        for (size_t i = 0; i < OPT_COUNT && off < sizeof(text); i++) {
+            char left[64];
+            snprintf(left, sizeof(left), "--%s%s", opt_table[i].name,
+                     opt_table[i].kind == OPT_FLAG ? "" : " arg");
+            off += (size_t)snprintf(text + off, sizeof(text) - off, "  %-32s %s\n", left,
+                                    opt_table[i].help);
+        }
+        if (off < sizeof(text))
+            snprintf(text + off, sizeof(text) - off,
+                     "  %-32s %s\n  %-32s %s\n", "-f arg", "same as --config",
+                     "-v [-vv ...]", "be more verbose");
+    }
+    return text;
+}

@@ -1,0 +1,65 @@
+/*
+ * server.h: the process: options (command line and YAML config), start-up,
+ * shutdown, and the few process-wide facts other modules ask for (start
+ * time, host name, the parsed options for getCmdLineOpts).
+ *
+ * The options are parsed once in main() before any thread starts and are
+ * read-only afterwards; that is why a plain accessor is safe.
+ */
+#ifndef SBL_SERVER_H
+#define SBL_SERVER_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/errors.h"
+
+#define SBL_VERSION "7.0.14"
+#define SBL_VERSION_ARRAY 7, 0, 14, 0
+#define SBL_GIT_VERSION "sable"
+
+typedef enum { SBL_ACTION_RUN, SBL_ACTION_HELP, SBL_ACTION_VERSION } sbl_action_t;
+
+typedef struct sbl_options {
+    sbl_action_t action;
+    int port;
+    char **bind_ips; /* owned; NULL-terminated */
+    size_t nbind;
+    char *dbpath;
+    char *logpath; /* NULL: stdout */
+    bool log_append;
+    double cache_size_gb;
+    int max_conns;
+    int commit_interval_ms;
+    int syncdelay_s;
+    bool fork;
+    char *pidfile;
+    int nloops;
+    int verbosity;
+    bool quiet;
+    bson_t parsed;     /* nested options document as getCmdLineOpts shows it */
+    bson_t parameters; /* --setParameter name=value pairs (values as given) */
+    int argc;
+    char **argv;
+} sbl_options_t;
+
+/* Parse argv (and the --config file it names).  Returns 0, or an error code
+ * with a message fit to print before exiting non-zero. */
+int sbl_options_parse(int argc, char **argv, sbl_options_t *o, sbl_err_t *err);
+void sbl_options_destroy(sbl_options_t *o);
+/* The --help text. */
+const char *sbl_options_help(void);
+
+/* Record the options (kept by the caller for the process lifetime), start time and host. */
+void sbl_server_init(const sbl_options_t *o);
+
+/* Process-wide facts (valid after start-up). */
+const sbl_options_t *sbl_server_options(void);
+int64_t sbl_server_start_ms(void);
+const char *sbl_server_host(void); /* "hostname:port" */
+
+/* Ask the server to shut down (any thread; async-signal-safe). */
+void sbl_server_request_shutdown(void);
+
+#endif

@@ -51,6 +51,9 @@ void sbl_key_append(sbl_buf_t *out, const bson_value_t *v, bool descending);
  * value that compares equal (the exact numeric type may differ).
  */
 size_t sbl_key_decode(const uint8_t *p, size_t len, bson_t *doc, const char *k);
+/* As sbl_key_decode; when descending is true, p holds a descending (complemented) encoding. */
+size_t sbl_key_decode_dir(const uint8_t *p, size_t len, bson_t *doc, const char *k,
+                          bool descending);
 
 /*
  * Look up a dotted path ("a.b.c") through embedded documents only (no array

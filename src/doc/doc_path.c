@@ -1,0 +1,131 @@
+/*
+ * doc_path.c: dotted-path lookup and validation of documents that arrive
+ * from clients.
+ *
+ * What must stay true: sbl_doc_validate() never recurses deeper than
+ * SBL_DOC_MAX_DEPTH + 1 levels whatever the input (a 16 MiB document can nest
+ * millions of levels), so it runs its own bounded depth walk before handing
+ * the document to bson_validate(), which recurses without a limit.
+ */
+#include <string.h>
+
+#include "doc/doc.h"
+
+#define SBL_DOC_MAX_BYTES (16 * 1024 * 1024)
+#define SBL_DOC_MAX_DEPTH 180
+
+/* Parse a canonical array index ("0", "17"; no sign, no leading zeros). */
+static bool parse_index(const char *s, size_t n, uint32_t *idx)
+{
+    if (n == 0 || n > 10 || (n > 1 && s[0] == '0'))
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (v > UINT32_MAX)
+        return false;
+    *idx = (uint32_t)v;
+    return true;
+}
+
+/* Advance it to the field named s[0..n) (or, in an array, the n-th element). */
+static bool find_component(bson_iter_t *it, const char *s, size_t n, bool in_array)
+{
+    if (in_array) {
+        uint32_t idx, i = 0;
+        if (!parse_index(s, n, &idx))
+            return false;
+        while (bson_iter_next(it)) {
+            if (i++ == idx)
+                return true;
+        }
+        return false;
+    }
+    while (bson_iter_next(it)) {
+        if ((size_t)bson_iter_key_len(it) == n && memcmp(bson_iter_key(it), s, n) == 0)
+            return true;
+    }
+    return false;
+}
+
+bool sbl_path_get(const bson_t *doc, const char *path, bson_iter_t *out)
+{
+    bson_iter_t it;
+    bool in_array = false;
+    if (!bson_iter_init(&it, doc))
+        return false;
+    for (const char *p = path;;) {
+        const char *dot = strchr(p, '.');
+        size_t n = dot != NULL ? (size_t)(dot - p) : strlen(p);
+        if (n == 0 || !find_component(&it, p, n, in_array))
+            return false;
+        if (dot == NULL) {
+            *out = it;
+            return true;
+        }
+        bson_type_t t = bson_iter_type(&it);
+        bson_iter_t child;
+        if ((t != BSON_TYPE_DOCUMENT && t != BSON_TYPE_ARRAY) || !bson_iter_recurse(&it, &child))
+            return false;
+        it = child;
+        in_array = t == BSON_TYPE_ARRAY;
+        p = dot + 1;
+    }
+}
+
+/* Returns true when the container under it nests more than SBL_DOC_MAX_DEPTH levels. */
+static bool too_deep(bson_iter_t *it, int depth)
+{
+    if (depth > SBL_DOC_MAX_DEPTH)
+        return true;
+    while (bson_iter_next(it)) {
+        bson_type_t t = bson_iter_type(it);
+        bson_iter_t child;
+        if (t == BSON_TYPE_DOCUMENT || t == BSON_TYPE_ARRAY) {
+            if (bson_iter_recurse(it, &child) && too_deep(&child, depth + 1))
+                return true;
+        } else if (t == BSON_TYPE_CODEWSCOPE) {
+            uint32_t code_len, scope_len;
+            const uint8_t *scope;
+            bson_iter_codewscope(it, &code_len, &scope_len, &scope);
+            if (scope != NULL && bson_iter_init_from_data(&child, scope, scope_len) &&
+                too_deep(&child, depth + 1))
+                return true;
+        }
+    }
+    return false;
+}
+
+int sbl_doc_validate(const uint8_t *data, size_t len, sbl_err_t *err)
+{
+    if (len > SBL_DOC_MAX_BYTES)
+        return sbl_err_set(err, SBL_E_BSONObjectTooLarge,
+                           "BSON document is %zu bytes, over the %d byte limit", len,
+                           SBL_DOC_MAX_BYTES);
+    if (len < 5)
+        return sbl_err_set(err, SBL_E_InvalidBSON, "BSON document of %zu bytes is too short", len);
+    uint32_t declared = (uint32_t)data[0] | (uint32_t)data[1] << 8 | (uint32_t)data[2] << 16 |
+                        (uint32_t)data[3] << 24;
+    if (declared != len)
+        return sbl_err_set(err, SBL_E_InvalidBSON,
+                           "BSON document length field says %u bytes but %zu were given",
+                           declared, len);
+    if (data[len - 1] != 0)
+        return sbl_err_set(err, SBL_E_InvalidBSON, "BSON document does not end with a 0 byte");
+
+    bson_t b;
+    if (!bson_init_static(&b, data, len))
+        return sbl_err_set(err, SBL_E_InvalidBSON, "malformed BSON document");
+    bson_iter_t it;
+    if (bson_iter_init(&it, &b) && too_deep(&it, 0))
+        return sbl_err_set(err, SBL_E_Overflow,
+                           "BSON document nests deeper than the %d level limit",
+                           SBL_DOC_MAX_DEPTH);
+    size_t off = 0;
+    if (!bson_validate(&b, BSON_VALIDATE_NONE, &off))
+        return sbl_err_set(err, SBL_E_InvalidBSON, "invalid BSON at byte offset %zu", off);
+    return 0;
+}

@@ -92,6 +92,13 @@ int sbl_get_int64(const bson_iter_t *it, int64_t *out, sbl_err_t *err);
 /* ExceededTimeLimit check for long loops: MaxTimeMSExpired (50) past the deadline. */
 int sbl_cmd_check_deadline(const sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 
+/* ---- counters (dispatch.c) -------------------------------------------- */
+
+typedef struct sbl_opcounters {
+    int64_t insert, query, update, del, getmore, command;
+} sbl_opcounters_t;
+void sbl_cmd_get_opcounters(sbl_opcounters_t *out);
+
 /* ---- cursors (cursor.c) ------------------------------------------------ */
 
 /*
@@ -123,7 +130,8 @@ void *sbl_cursor_docs_state(bson_t **docs, size_t n); /* takes ownership of docs
 extern const sbl_cursor_source_t sbl_cursor_docs_source;
 
 /* Kill cursors idle for more than idle_ms (the reaper calls this; cursors are
- * not tied to connections: drivers may getMore from any pooled connection). */
+ * not tied to connections: drivers may getMore from any pooled connection).
+ * idle_ms < 0 kills every cursor (shutdown). */
 void sbl_cursors_reap(int64_t idle_ms);
 int64_t sbl_cursors_open_count(void);
 

@@ -1,0 +1,439 @@
+/*
+ * dispatch.c: the one place every command goes through.  In order:
+ * lookup in the command table, admin-database check, generic arguments
+ * (maxTimeMS, writeConcern), choice of thread (network loop for quick
+ * commands, libuv's worker pool for ones that may scan), the handler, the
+ * reply ({ok: 1} or {ok: 0, errmsg, code, codeName}), counters, and for
+ * j:true writes the wait for the journal (group commit) before replying.
+ *
+ * What must stay true: every request gets exactly one sbl_conn_reply, and
+ * a j:true write is acknowledged only from the journal flusher's callback,
+ * i.e. after the commit is on disk.
+ */
+#include "cmd/cmd_int.h"
+#include "common/log.h"
+#include "query/query.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+/* ---- counters (serverStatus.opcounters) --------------------------------- */
+
+static _Atomic int64_t op_insert, op_query, op_update, op_delete, op_getmore, op_command;
+
+void sbl_cmd_get_opcounters(sbl_opcounters_t *out)
+{
+    out->insert = atomic_load_explicit(&op_insert, memory_order_relaxed);
+    out->query = atomic_load_explicit(&op_query, memory_order_relaxed);
+    out->update = atomic_load_explicit(&op_update, memory_order_relaxed);
+    out->del = atomic_load_explicit(&op_delete, memory_order_relaxed);
+    out->getmore = atomic_load_explicit(&op_getmore, memory_order_relaxed);
+    out->command = atomic_load_explicit(&op_command, memory_order_relaxed);
+}
+
+static int64_t array_len(const bson_t *cmd, const char *field)
+{
+    bson_iter_t it, child;
+    int64_t n = 0;
+    if (bson_iter_init_find(&it, cmd, field) && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &child))
+        while (bson_iter_next(&child))
+            n++;
+    return n;
+}
+
+static void count_op(const sbl_cmd_def_t *def, const bson_t *cmd)
+{
+    const char *n = def->name;
+    if (strcmp(n, "insert") == 0)
+        atomic_fetch_add_explicit(&op_insert, array_len(cmd, "documents"), memory_order_relaxed);
+    else if (strcmp(n, "update") == 0)
+        atomic_fetch_add_explicit(&op_update, array_len(cmd, "updates"), memory_order_relaxed);
+    else if (strcmp(n, "delete") == 0)
+        atomic_fetch_add_explicit(&op_delete, array_len(cmd, "deletes"), memory_order_relaxed);
+    else if (strcmp(n, "find") == 0)
+        atomic_fetch_add_explicit(&op_query, 1, memory_order_relaxed);
+    else if (strcmp(n, "getMore") == 0)
+        atomic_fetch_add_explicit(&op_getmore, 1, memory_order_relaxed);
+    else
+        atomic_fetch_add_explicit(&op_command, 1, memory_order_relaxed);
+}
+
+/* ---- the pending command ------------------------------------------------ */
+
+typedef struct pending {
+    sbl_cmd_ctx_t ctx;
+    const sbl_cmd_def_t *def;
+    bson_t reply;
+    sbl_err_t err;
+    int rc;
+    uv_work_t work;
+} pending_t;
+
+static sbl_client_t internal_client;
+
+static int parse_write_concern(const bson_t *cmd, sbl_write_concern_t *wc, sbl_err_t *err)
+{
+    bson_iter_t it, w;
+    wc->w = 1;
+    wc->j = false;
+    wc->given = false;
+    if (!bson_iter_init_find(&it, cmd, "writeConcern"))
+        return 0;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+        return sbl_err_set(err, SBL_E_TypeMismatch,
+                           "BSON field 'writeConcern' is the wrong type '%s', expected type 'object'",
+                           BSON_ITER_HOLDS_UTF8(&it) ? "string" : "other");
+    wc->given = true;
+    bson_iter_recurse(&it, &w);
+    while (bson_iter_next(&w)) {
+        const char *k = bson_iter_key(&w);
+        if (strcmp(k, "w") == 0) {
+            if (BSON_ITER_HOLDS_UTF8(&w)) {
+                if (strcmp(bson_iter_utf8(&w, NULL), "majority") != 0)
+                    return sbl_err_set(err, SBL_E_BadValue,
+                                       "cannot use non-majority 'w' mode \"%s\" when a host is "
+                                       "not a member of a replica set", bson_iter_utf8(&w, NULL));
+                wc->w = 1;
+            } else if (BSON_ITER_HOLDS_NUMBER(&w)) {
+                int64_t v = bson_iter_as_int64(&w);
+                if (v < 0 || v > 50)
+                    return sbl_err_set(err, SBL_E_BadValue, "w has to be a number between 0 "
+                                       "and 50 or a string, not %lld", (long long)v);
+                if (v > 1)
+                    return sbl_err_set(err, SBL_E_BadValue, "cannot use 'w' > 1 on a host that "
+                                       "is not a member of a replica set");
+                wc->w = (int)v;
+            } else {
+                return sbl_err_set(err, SBL_E_FailedToParse, "w has to be a number or string");
+            }
+        } else if (strcmp(k, "j") == 0 || strcmp(k, "fsync") == 0) {
+            if (!BSON_ITER_HOLDS_BOOL(&w) && !BSON_ITER_HOLDS_NUMBER(&w))
+                return sbl_err_set(err, SBL_E_FailedToParse, "%s must be a boolean", k);
+            if (bson_iter_as_bool(&w))
+                wc->j = true;
+        }
+    }
+    return 0;
+}
+
+/* Quick commands run on the network loop; ones that may scan go to a worker. */
+static bool filter_is_point(const bson_t *filter)
+{
+    sbl_id_range_t r;
+    sbl_id_range_from_filter(filter, &r);
+    bool point = r.kind == SBL_ID_POINTS && r.npoints <= 16;
+    bool none = r.kind == SBL_ID_NONE;
+    sbl_id_range_destroy(&r);
+    return point || none;
+}
+
+static bool doc_field(const bson_t *d, const char *name, bson_t *out)
+{
+    bson_iter_t it;
+    const uint8_t *data;
+    uint32_t len;
+    if (!bson_iter_init_find(&it, d, name) || !BSON_ITER_HOLDS_DOCUMENT(&it))
+        return false;
+    bson_iter_document(&it, &len, &data);
+    return bson_init_static(out, data, len);
+}
+
+static bool statements_are_points(const bson_t *cmd, const char *array, const char *qfield)
+{
+    bson_iter_t it, child;
+    if (!bson_iter_init_find(&it, cmd, array) || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &child))
+        return false;
+    int n = 0;
+    while (bson_iter_next(&child)) {
+        const uint8_t *data;
+        uint32_t len;
+        bson_t stmt, q;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&child) || ++n > 64)
+            return false;
+        bson_iter_document(&child, &len, &data);
+        if (!bson_init_static(&stmt, data, len) || !doc_field(&stmt, qfield, &q) ||
+            !filter_is_point(&q))
+            return false;
+    }
+    return true;
+}
+
+static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd)
+{
+    bson_t f;
+    if (!(def->flags & SBL_CMD_SLOW))
+        return false;
+    const char *n = def->name;
+    if (strcmp(n, "find") == 0) {
+        if (!doc_field(cmd, "filter", &f))
+            return true;
+        if (filter_is_point(&f))
+            return false;
+        /* A bounded _id range scan (YCSB's scan) is quick too. */
+        bson_iter_t it;
+        sbl_id_range_t r;
+        int64_t limit = 0;
+        if (bson_iter_init_find(&it, cmd, "limit") && BSON_ITER_HOLDS_NUMBER(&it))
+            limit = bson_iter_as_int64(&it);
+        sbl_id_range_from_filter(&f, &r);
+        bool quick = r.kind == SBL_ID_RANGE && limit > 0 && limit <= 1000 &&
+                     bson_iter_init(&it, &f) && bson_iter_next(&it) && !bson_iter_next(&it);
+        sbl_id_range_destroy(&r);
+        if (quick) {
+            bson_t sort;
+            if (doc_field(cmd, "sort", &sort)) {
+                bson_iter_init(&it, &sort);
+                quick = bson_count_keys(&sort) == 0 ||
+                        (bson_count_keys(&sort) == 1 && bson_iter_next(&it) &&
+                         strcmp(bson_iter_key(&it), "_id") == 0);
+            }
+        }
+        return !quick;
+    }
+    if (strcmp(n, "update") == 0)
+        return !statements_are_points(cmd, "updates", "q");
+    if (strcmp(n, "delete") == 0)
+        return !statements_are_points(cmd, "deletes", "q");
+    if (strcmp(n, "findAndModify") == 0 || strcmp(n, "findandmodify") == 0)
+        return !doc_field(cmd, "query", &f) || !filter_is_point(&f);
+    if (strcmp(n, "count") == 0)
+        return doc_field(cmd, "query", &f) && !bson_empty(&f);
+    return true;
+}
+
+/* Check the generic arguments and run the handler on this thread. */
+static void execute(pending_t *p)
+{
+    sbl_cmd_ctx_t *ctx = &p->ctx;
+    bson_iter_t it;
+
+    ctx->ss = sbl_session_get();
+    ctx->start_us = sbl_now_us();
+    if (bson_iter_init_find(&it, ctx->cmd, "maxTimeMS")) {
+        int64_t ms;
+        if ((p->rc = sbl_get_int64(&it, &ms, &p->err)) != 0)
+            return;
+        if (ms < 0 || ms > INT32_MAX) {
+            p->rc = sbl_err_set(&p->err, SBL_E_BadValue, "%lld value for maxTimeMS is out of range",
+                                (long long)ms);
+            return;
+        }
+        if (ms > 0)
+            ctx->deadline_us = ctx->start_us + ms * 1000;
+    }
+    if (p->def->flags & SBL_CMD_WRITE) {
+        if ((p->rc = parse_write_concern(ctx->cmd, &ctx->wc, &p->err)) != 0)
+            return;
+    }
+    if (ctx->req != NULL && ctx->req->more_to_come)
+        ctx->wc.w = 0;
+    p->rc = p->def->fn(ctx, &p->err);
+}
+
+/* Wrap the handler's fields into the final reply document. */
+static void build_reply(pending_t *p, bson_t *out)
+{
+    if (p->rc == 0) {
+        bson_concat(out, &p->reply);
+        BSON_APPEND_DOUBLE(out, "ok", 1.0);
+        return;
+    }
+    BSON_APPEND_DOUBLE(out, "ok", 0.0);
+    BSON_APPEND_UTF8(out, "errmsg", p->err.msg);
+    BSON_APPEND_INT32(out, "code", p->err.code ? p->err.code : p->rc);
+    BSON_APPEND_UTF8(out, "codeName", sbl_err_name(p->err.code ? p->err.code : p->rc));
+}
+
+static void pending_free(pending_t *p)
+{
+    bson_destroy(&p->reply);
+    free(p);
+}
+
+static void send_reply(pending_t *p)
+{
+    bson_t out = BSON_INITIALIZER;
+    build_reply(p, &out);
+    sbl_conn_reply(p->ctx.conn, p->ctx.req, &out);
+    bson_destroy(&out);
+    pending_free(p);
+}
+
+static void durable_cb(void *arg)
+{
+    send_reply(arg);
+}
+
+static void finish(pending_t *p)
+{
+    if (p->rc == 0 && p->ctx.wrote && p->ctx.wc.j) {
+        sbl_storage_on_durable(durable_cb, p);
+        return;
+    }
+    send_reply(p);
+}
+
+static void work_cb(uv_work_t *w)
+{
+    execute(w->data);
+}
+
+static void after_work_cb(uv_work_t *w, int status)
+{
+    pending_t *p = w->data;
+    if (status == UV_ECANCELED && p->rc == 0)
+        p->rc = sbl_err_set(&p->err, SBL_E_InterruptedAtShutdown, "interrupted at shutdown");
+    finish(p);
+}
+
+/* Look the command up and check what can be checked before running it. */
+static int prepare(pending_t *p, sbl_err_t *err)
+{
+    bson_iter_t it;
+    if (!bson_iter_init(&it, p->ctx.cmd) || !bson_iter_next(&it))
+        return sbl_err_set(err, SBL_E_FailedToParse, "no command specified");
+    const char *name = bson_iter_key(&it);
+    p->def = sbl_cmd_lookup(name);
+    if (p->def == NULL)
+        return sbl_err_set(err, SBL_E_CommandNotFound, "no such command: '%s'", name);
+    p->ctx.name = p->def->name;
+    if ((p->def->flags & SBL_CMD_ADMIN_ONLY) && strcmp(p->ctx.db, "admin") != 0)
+        return sbl_err_set(err, SBL_E_Unauthorized,
+                           "%s may only be run against the admin database.", p->def->name);
+    return 0;
+}
+
+void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
+{
+    pending_t *p = calloc(1, sizeof(*p));
+    if (p == NULL) {
+        bson_t out = BSON_INITIALIZER;
+        BSON_APPEND_DOUBLE(&out, "ok", 0.0);
+        BSON_APPEND_UTF8(&out, "errmsg", "out of memory");
+        BSON_APPEND_INT32(&out, "code", SBL_E_ExceededMemoryLimit);
+        BSON_APPEND_UTF8(&out, "codeName", sbl_err_name(SBL_E_ExceededMemoryLimit));
+        sbl_conn_reply(conn, req, &out);
+        bson_destroy(&out);
+        return;
+    }
+    bson_init(&p->reply);
+    p->ctx.conn = conn;
+    p->ctx.req = req;
+    p->ctx.client = sbl_conn_data(conn);
+    if (p->ctx.client == NULL)
+        p->ctx.client = &internal_client;
+    p->ctx.cmd = &req->cmd;
+    p->ctx.db = req->db;
+    p->ctx.reply = &p->reply;
+    p->ctx.wc.w = 1;
+
+    if ((p->rc = prepare(p, &p->err)) != 0) {
+        atomic_fetch_add_explicit(&op_command, 1, memory_order_relaxed);
+        finish(p);
+        return;
+    }
+    count_op(p->def, p->ctx.cmd);
+    if (needs_worker(p->def, p->ctx.cmd)) {
+        p->work.data = p;
+        if (uv_queue_work(sbl_conn_loop(conn), &p->work, work_cb, after_work_cb) == 0)
+            return;
+    }
+    execute(p);
+    finish(p);
+}
+
+void sbl_cmd_run(const char *db, const bson_t *cmd, bson_t *reply)
+{
+    pending_t p;
+    memset(&p, 0, sizeof(p));
+    bson_init(&p.reply);
+    p.ctx.client = &internal_client;
+    p.ctx.cmd = cmd;
+    p.ctx.db = db;
+    p.ctx.reply = &p.reply;
+    p.ctx.wc.w = 1;
+    if ((p.rc = prepare(&p, &p.err)) == 0) {
+        count_op(p.def, cmd);
+        execute(&p);
+    }
+    if (p.rc == 0 && p.ctx.wrote && p.ctx.wc.j)
+        sbl_storage_flush(NULL);
+    build_reply(&p, reply);
+    bson_destroy(&p.reply);
+}
+
+/* ---- connections and lifecycle --------------------------------------------- */
+
+static void client_free(void *arg)
+{
+    sbl_client_t *c = arg;
+    if (c->metadata != NULL)
+        bson_destroy(c->metadata);
+    free(c);
+}
+
+void sbl_cmd_conn_open(sbl_conn_t *conn)
+{
+    sbl_client_t *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return; /* commands then run with the internal client's defaults */
+    c->conn_id = sbl_conn_id(conn);
+    sbl_conn_set_data(conn, c, client_free);
+}
+
+void sbl_cmd_conn_close(sbl_conn_t *conn)
+{
+}
+
+/* The cursor reaper: once a minute, kill cursors idle for 10 minutes. */
+static uv_thread_t reaper_thread;
+static uv_mutex_t reaper_mu;
+static uv_cond_t reaper_cv;
+static bool reaper_stop;
+static bool reaper_running;
+
+static void reaper_main(void *arg)
+{
+    sbl_log_set_ctx("clientcursormon");
+    uv_mutex_lock(&reaper_mu);
+    while (!reaper_stop) {
+        uv_cond_timedwait(&reaper_cv, &reaper_mu, (uint64_t)60 * 1000 * 1000 * 1000);
+        if (reaper_stop)
+            break;
+        uv_mutex_unlock(&reaper_mu);
+        sbl_cursors_reap(10 * 60 * 1000);
+        uv_mutex_lock(&reaper_mu);
+    }
+    uv_mutex_unlock(&reaper_mu);
+}
+
+int sbl_cmd_init(sbl_err_t *err)
+{
+    /* libuv's worker pool runs the commands that may scan; size it before first use. */
+    setenv("UV_THREADPOOL_SIZE", "16", 0);
+    uv_mutex_init(&reaper_mu);
+    uv_cond_init(&reaper_cv);
+    reaper_stop = false;
+    if (uv_thread_create(&reaper_thread, reaper_main, NULL) != 0)
+        return sbl_err_set(err, SBL_E_InternalError, "cannot start the cursor reaper thread");
+    reaper_running = true;
+    return 0;
+}
+
+void sbl_cmd_shutdown(void)
+{
+    if (!reaper_running)
+        return;
+    uv_mutex_lock(&reaper_mu);
+    reaper_stop = true;
+    uv_cond_signal(&reaper_cv);
+    uv_mutex_unlock(&reaper_mu);
+    uv_thread_join(&reaper_thread);
+    reaper_running = false;
+    sbl_cursors_reap(-1);
+}

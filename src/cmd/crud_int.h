@@ -1,0 +1,106 @@
+/*
+ * crud_int.h: private to the CRUD command files of src/cmd (cursor.c,
+ * crud_util.c, query_exec.c, crud_read.c, crud_write.c, crud_fam.c, agg*.c):
+ * argument checking in MongoDB's words, document preparation for writes,
+ * and the shared "plan and iterate matching documents" executor.
+ *
+ * What must stay true: the executor never keeps a storage scan open when it
+ * returns to its caller, so the caller may run transactions on the same
+ * session between two calls and may resume it from another thread.
+ */
+#ifndef SBL_CRUD_INT_H
+#define SBL_CRUD_INT_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cmd/cmd_int.h"
+#include "query/query.h"
+
+#define SBL_NS_MAX 256
+#define SBL_BSON_MAX_SIZE (16 * 1024 * 1024)
+
+/* MongoDB codes that errors.h does not name. */
+#define SBL_E_UnknownField 40415
+#define SBL_E_UnrecognizedStage 40324
+
+/* ---- argument checking (crud_util.c) ------------------------------------ */
+
+/* MongoDB's name of a BSON type ("string", "object", "long", ...). */
+const char *sbl_bson_type_name(bson_type_t t);
+
+/*
+ * Refuse unknown top-level fields of cmd: every field must be in known
+ * (NULL-terminated; the command name itself included) or be generic
+ * ($-prefixed, lsid, writeConcern, comment, maxTimeMS ...).  Error 40415
+ * "BSON field '<req>.<field>' is an unknown field."
+ */
+int sbl_crud_check_fields(const bson_t *cmd, const char *req, const char *const *known,
+                          sbl_err_t *err);
+
+/* TypeMismatch 14: "BSON field '<field>' is the wrong type '<t>', expected type '<expected>'". */
+int sbl_crud_type_error(sbl_err_t *err, const char *field, const bson_iter_t *it,
+                        const char *expected);
+
+/* Accept a hint that names the _id index ({_id: 1|-1} or "_id_"); BadValue otherwise. */
+int sbl_crud_check_hint(const bson_iter_t *it, sbl_err_t *err);
+
+/* Sleep a little before retrying after WriteConflict (attempt counts from 0). */
+void sbl_crud_backoff(int attempt);
+#define SBL_WRITE_RETRIES 500
+
+/*
+ * Prepare a client document for storage into out (initialised here): _id
+ * first (an ObjectId generated when missing), size <= 16 MiB, a valid _id
+ * (InvalidIdField 53) and no top-level '$' field names.  On error out is
+ * left uninitialised.
+ */
+int sbl_crud_prepare_doc(const bson_t *in, bson_t *out, sbl_err_t *err);
+
+/* Append {index, code, errmsg, <info fields>} as element *countp of arr. */
+void sbl_crud_add_write_error(bson_t *arr, uint32_t *countp, int64_t index, const sbl_err_t *e,
+                              const bson_t *info);
+
+/* Array key for index i (valid until the next call with the same buf). */
+const char *sbl_crud_key(uint32_t i, char buf[16]);
+
+/* ---- the executor (query_exec.c) ---------------------------------------- */
+
+typedef struct sbl_qexec_opts {
+    const bson_t *filter; /* NULL or {}: everything */
+    const bson_t *sort;   /* NULL or {}: _id order ({$natural: -1} reverses it) */
+    int64_t skip;         /* documents to drop after sorting */
+    int64_t limit;        /* 0: no limit */
+} sbl_qexec_opts_t;
+
+typedef struct sbl_qexec sbl_qexec_t;
+
+/*
+ * Plan a query over ns: point lookups when the filter pins _id, an _id range
+ * scan when it bounds _id, a full scan otherwise; sorting by _id uses the
+ * scan direction, any other sort is done in memory (keeping only skip+limit
+ * documents when limited).  A collection that does not exist yields nothing.
+ * Parse errors of filter/sort come back here.  *qp is owned by the caller.
+ */
+int sbl_qexec_new(const char *ns, const sbl_qexec_opts_t *o, sbl_qexec_t **qp, sbl_err_t *err);
+
+/*
+ * The next matching document, copied into *doc (initialised here; caller
+ * destroys) with the matcher's array position in *posp (may be NULL); sets
+ * *donep instead at the end.  Checks ctx's deadline.
+ */
+int sbl_qexec_next(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, bson_t *doc, int32_t *posp, bool *donep,
+                   sbl_err_t *err);
+
+/* The parsed filter (for re-checking a document inside a write transaction). */
+const sbl_matcher_t *sbl_qexec_matcher(const sbl_qexec_t *q);
+
+/* When the filter pins _id to a list of values, those values (sorted); else NULL. */
+const bson_value_t *sbl_qexec_points(const sbl_qexec_t *q, size_t *np);
+
+void sbl_qexec_free(sbl_qexec_t *q);
+
+/* ---- aggregation (agg.c) ------------------------------------------------- */
+
+#endif

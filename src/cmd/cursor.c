@@ -1,0 +1,459 @@
+/*
+ * cursor.c: the registry of server-side cursors and the getMore and
+ * killCursors commands.
+ *
+ * What must stay true:
+ *  - A cursor is in the registry or owned by exactly one running command
+ *    (in_use), never both unowned and unregistered; its state is freed once,
+ *    outside the registry lock.
+ *  - A cursor holds no storage cursor or transaction between commands: its
+ *    source resumes from its own state (e.g. the last _id) on any thread.
+ *  - Ids are random, positive and non-zero; 0 in a reply means "exhausted".
+ *  - A document produced but not sent (it did not fit in the 16 MiB batch,
+ *    or was read ahead to learn whether the cursor is exhausted) waits in
+ *    `pending` and is the first document of the next batch.
+ */
+#include "cmd/cmd_int.h"
+#include "cmd/crud_int.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#define BATCH_MAX_BYTES (16 * 1024 * 1024)
+#define FIRST_BATCH_DEFAULT 101
+#define NBUCKETS 1024
+
+typedef struct sbl_cursor {
+    int64_t id;
+    char ns[SBL_NS_MAX];
+    sbl_cursor_source_t src;
+    void *state;
+    bson_t pending;
+    bool has_pending;
+    bool in_use; /* a command is filling a batch from it */
+    bool killed; /* killCursors ran while in_use: free when the command is done */
+    int64_t last_use_us;
+    struct sbl_cursor *next; /* hash chain */
+} sbl_cursor_t;
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static sbl_cursor_t *buckets[NBUCKETS];
+static int64_t nopen;
+
+static size_t bucket_of(int64_t id)
+{
+    return (size_t)((uint64_t)id * 0x9E3779B97F4A7C15ull >> 54) % NBUCKETS;
+}
+
+/* Caller holds reg_lock. */
+static sbl_cursor_t *find_locked(int64_t id)
+{
+    for (sbl_cursor_t *c = buckets[bucket_of(id)]; c != NULL; c = c->next)
+        if (c->id == id)
+            return c;
+    return NULL;
+}
+
+/* Caller holds reg_lock. */
+static void unlink_locked(sbl_cursor_t *cur)
+{
+    sbl_cursor_t **pp = &buckets[bucket_of(cur->id)];
+    while (*pp != NULL && *pp != cur)
+        pp = &(*pp)->next;
+    if (*pp == cur) {
+        *pp = cur->next;
+        nopen--;
+    }
+    cur->next = NULL;
+}
+
+static int64_t random_id(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v)) {
+        static uint64_t seq = 0x5ab1e;
+        v = (uint64_t)sbl_now_us() * 6364136223846793005ull + ++seq;
+    }
+    v &= INT64_MAX;
+    return v == 0 ? 1 : (int64_t)v;
+}
+
+/* Give the cursor an id and put it in the registry. */
+static void register_cursor(sbl_cursor_t *cur)
+{
+    pthread_mutex_lock(&reg_lock);
+    do {
+        cur->id = random_id();
+    } while (find_locked(cur->id) != NULL);
+    size_t b = bucket_of(cur->id);
+    cur->next = buckets[b];
+    buckets[b] = cur;
+    cur->in_use = false;
+    cur->last_use_us = sbl_now_us();
+    nopen++;
+    pthread_mutex_unlock(&reg_lock);
+}
+
+static void cursor_free(sbl_cursor_t *cur)
+{
+    if (cur == NULL)
+        return;
+    if (cur->has_pending)
+        bson_destroy(&cur->pending);
+    if (cur->src.free != NULL && cur->state != NULL)
+        cur->src.free(cur->state);
+    free(cur);
+}
+
+/* Move src into dst (dst uninitialised); copies when src cannot be stolen (read-only view). */
+static void move_doc(bson_t *dst, bson_t *src)
+{
+    if (!bson_steal(dst, src)) {
+        bson_copy_to(src, dst);
+        bson_destroy(src);
+    }
+}
+
+/* The next document for a batch: the pending one if any, else the source's. */
+static int produce(sbl_cursor_t *cur, sbl_cmd_ctx_t *ctx, bson_t *doc, bool *donep,
+                   sbl_err_t *err)
+{
+    *donep = false;
+    if (cur->has_pending) {
+        move_doc(doc, &cur->pending);
+        cur->has_pending = false;
+        return 0;
+    }
+    return cur->src.next(cur->state, ctx, doc, donep, err);
+}
+
+/*
+ * Append up to limit documents (limit < 0: no count limit) to arr, stopping
+ * before 16 MiB.  *donep tells whether the source is exhausted; when the
+ * count limit was reached it reads one document ahead to find out.
+ */
+static int fill_batch(sbl_cursor_t *cur, sbl_cmd_ctx_t *ctx, int64_t limit, bson_t *arr,
+                      bool *donep, sbl_err_t *err)
+{
+    int64_t count = 0;
+    size_t bytes = 0;
+    bool done = false;
+    int rc;
+
+    *donep = false;
+    while (limit < 0 || count < limit) {
+        bson_t doc;
+        if ((rc = produce(cur, ctx, &doc, &done, err)) != 0)
+            return rc;
+        if (done)
+            break;
+        if (count > 0 && bytes + doc.len > BATCH_MAX_BYTES) {
+            move_doc(&cur->pending, &doc);
+            cur->has_pending = true;
+            return 0;
+        }
+        char key[24];
+        const char *k;
+        bson_uint32_to_string((uint32_t)count, &k, key, sizeof(key));
+        bson_append_document(arr, k, -1, &doc);
+        bytes += doc.len;
+        bson_destroy(&doc);
+        count++;
+    }
+    if (!done && limit > 0 && count == limit) {
+        bson_t doc;
+        if ((rc = produce(cur, ctx, &doc, &done, err)) != 0)
+            return rc;
+        if (!done) {
+            move_doc(&cur->pending, &doc);
+            cur->has_pending = true;
+        }
+    }
+    *donep = done;
+    return 0;
+}
+
+/* Append cursor: {<batch_key>: arr, id, ns} to the reply. */
+static void append_cursor_reply(sbl_cmd_ctx_t *ctx, const char *batch_key, const bson_t *arr,
+                                int64_t id, const char *ns)
+{
+    bson_t c;
+    bson_append_document_begin(ctx->reply, "cursor", -1, &c);
+    bson_append_array(&c, batch_key, -1, arr);
+    bson_append_int64(&c, "id", -1, id);
+    bson_append_utf8(&c, "ns", -1, ns, -1);
+    bson_append_document_end(ctx->reply, &c);
+}
+
+int sbl_cursor_first_batch(sbl_cmd_ctx_t *ctx, const char *ns, const sbl_cursor_source_t *src,
+                           void *state, int64_t batch_size, bool single_batch, sbl_err_t *err)
+{
+    sbl_cursor_t *cur = calloc(1, sizeof(*cur));
+    if (cur == NULL) {
+        if (src->free != NULL && state != NULL)
+            src->free(state);
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory creating a cursor");
+    }
+    snprintf(cur->ns, sizeof(cur->ns), "%s", ns);
+    cur->src = *src;
+    cur->state = state;
+
+    bson_t arr = BSON_INITIALIZER;
+    bool done = false;
+    int rc = 0;
+    if (batch_size != 0)
+        rc = fill_batch(cur, ctx, batch_size < 0 ? FIRST_BATCH_DEFAULT : batch_size, &arr,
+                        &done, err);
+    if (rc != 0) {
+        bson_destroy(&arr);
+        cursor_free(cur);
+        return rc;
+    }
+    int64_t id = 0;
+    if (!done && !single_batch) {
+        register_cursor(cur);
+        id = cur->id;
+    } else {
+        cursor_free(cur);
+    }
+    append_cursor_reply(ctx, "firstBatch", &arr, id, ns);
+    bson_destroy(&arr);
+    return 0;
+}
+
+/* ---- documents held in memory ------------------------------------------ */
+
+typedef struct docs_state {
+    bson_t **docs;
+    size_t n, i;
+} docs_state_t;
+
+void *sbl_cursor_docs_state(bson_t **docs, size_t n)
+{
+    docs_state_t *st = calloc(1, sizeof(*st));
+    if (st == NULL) {
+        for (size_t i = 0; i < n; i++)
+            bson_destroy(docs[i]);
+        free(docs);
+        return NULL;
+    }
+    st->docs = docs;
+    st->n = n;
+    return st;
+}
+
+static int docs_next(void *state, sbl_cmd_ctx_t *ctx, bson_t *doc, bool *donep, sbl_err_t *err)
+{
+    docs_state_t *st = state;
+    if (st == NULL || st->i >= st->n) {
+        *donep = true;
+        return 0;
+    }
+    *donep = false;
+    move_doc(doc, st->docs[st->i]); /* frees the heap bson_t itself */
+    st->docs[st->i++] = NULL;
+    return 0;
+}
+
+static void docs_free(void *state)
+{
+    docs_state_t *st = state;
+    if (st == NULL)
+        return;
+    for (size_t i = st->i; i < st->n; i++)
+        if (st->docs[i] != NULL)
+            bson_destroy(st->docs[i]);
+    free(st->docs);
+    free(st);
+}
+
+const sbl_cursor_source_t sbl_cursor_docs_source = {docs_next, docs_free};
+
+/* ---- reaper -------------------------------------------------------------- */
+
+void sbl_cursors_reap(int64_t idle_ms)
+{
+    int64_t cutoff = sbl_now_us() - idle_ms * 1000;
+    sbl_cursor_t *dead = NULL;
+
+    pthread_mutex_lock(&reg_lock);
+    for (size_t b = 0; b < NBUCKETS; b++) {
+        sbl_cursor_t **pp = &buckets[b];
+        while (*pp != NULL) {
+            sbl_cursor_t *c = *pp;
+            if (!c->in_use && c->last_use_us < cutoff) {
+                *pp = c->next;
+                nopen--;
+                c->next = dead;
+                dead = c;
+            } else {
+                pp = &c->next;
+            }
+        }
+    }
+    pthread_mutex_unlock(&reg_lock);
+    while (dead != NULL) {
+        sbl_cursor_t *next = dead->next;
+        cursor_free(dead);
+        dead = next;
+    }
+}
+
+int64_t sbl_cursors_open_count(void)
+{
+    pthread_mutex_lock(&reg_lock);
+    int64_t n = nopen;
+    pthread_mutex_unlock(&reg_lock);
+    return n;
+}
+
+/* ---- getMore -------------------------------------------------------------- */
+
+static const char *const getmore_fields[] = {"getMore", "collection", "batchSize", "maxTimeMS",
+                                             "term", "lastKnownCommittedOpTime", NULL};
+
+int sbl_cmd_get_more(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    int64_t id = 0, batch_size = -1;
+    const char *coll = NULL;
+
+    SBL_RET(sbl_crud_check_fields(ctx->cmd, "GetMoreCommandRequest", getmore_fields, err));
+    if (!bson_iter_init(&it, ctx->cmd))
+        return sbl_err_set(err, SBL_E_InvalidBSON, "invalid command document");
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "getMore") == 0) {
+            if (!BSON_ITER_HOLDS_INT64(&it))
+                return sbl_crud_type_error(err, "getMore", &it, "long");
+            id = bson_iter_int64(&it);
+        } else if (strcmp(k, "collection") == 0) {
+            if (!BSON_ITER_HOLDS_UTF8(&it))
+                return sbl_crud_type_error(err, "collection", &it, "string");
+            coll = bson_iter_utf8(&it, NULL);
+        } else if (strcmp(k, "batchSize") == 0) {
+            SBL_RET(sbl_get_int64(&it, &batch_size, err));
+            if (batch_size < 0)
+                return sbl_err_set(err, SBL_E_BadValue,
+                                   "BatchSize value must be non-negative, but received: %lld",
+                                   (long long)batch_size);
+            if (batch_size == 0)
+                batch_size = -1;
+        }
+    }
+    if (coll == NULL)
+        return sbl_err_set(err, SBL_E_FailedToParse,
+                           "BSON field 'getMore.collection' is missing but a required field");
+    char ns[SBL_NS_MAX];
+    if ((size_t)snprintf(ns, sizeof(ns), "%s.%s", ctx->db, coll) >= sizeof(ns))
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Fully qualified namespace is too long");
+    SBL_RET(sbl_validate_ns(ns, err));
+
+    pthread_mutex_lock(&reg_lock);
+    sbl_cursor_t *cur = find_locked(id);
+    if (cur == NULL) {
+        pthread_mutex_unlock(&reg_lock);
+        return sbl_err_set(err, SBL_E_CursorNotFound, "cursor id %lld not found", (long long)id);
+    }
+    if (strcmp(cur->ns, ns) != 0) {
+        pthread_mutex_unlock(&reg_lock);
+        return sbl_err_set(err, SBL_E_Unauthorized,
+                           "Requested getMore on namespace '%s', but cursor belongs to a "
+                           "different namespace %s",
+                           ns, cur->ns);
+    }
+    if (cur->in_use) {
+        pthread_mutex_unlock(&reg_lock);
+        return sbl_err_set(err, SBL_E_CursorInUse, "Cursor already in use (namespace: '%s', id: %lld).",
+                           ns, (long long)id);
+    }
+    cur->in_use = true;
+    pthread_mutex_unlock(&reg_lock);
+
+    bson_t arr = BSON_INITIALIZER;
+    bool done = false;
+    int rc = fill_batch(cur, ctx, batch_size, &arr, &done, err);
+
+    pthread_mutex_lock(&reg_lock);
+    bool drop = rc != 0 || done || cur->killed;
+    if (drop)
+        unlink_locked(cur);
+    else {
+        cur->in_use = false;
+        cur->last_use_us = sbl_now_us();
+    }
+    pthread_mutex_unlock(&reg_lock);
+
+    if (rc == 0)
+        append_cursor_reply(ctx, "nextBatch", &arr, drop ? 0 : id, ns);
+    bson_destroy(&arr);
+    if (drop)
+        cursor_free(cur);
+    return rc;
+}
+
+/* ---- killCursors ------------------------------------------------------------ */
+
+static const char *const kill_fields[] = {"killCursors", "cursors", NULL};
+
+int sbl_cmd_kill_cursors(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    char ns[SBL_NS_MAX];
+    bson_iter_t it, ids;
+
+    SBL_RET(sbl_crud_check_fields(ctx->cmd, "KillCursorsCommandRequest", kill_fields, err));
+    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    if (!bson_iter_init_find(&it, ctx->cmd, "cursors"))
+        return sbl_err_set(err, SBL_E_FailedToParse,
+                           "BSON field 'killCursors.cursors' is missing but a required field");
+    if (!BSON_ITER_HOLDS_ARRAY(&it))
+        return sbl_crud_type_error(err, "KillCursorsCommandRequest.cursors", &it, "array");
+    bson_iter_recurse(&it, &ids);
+    while (bson_iter_next(&ids))
+        if (!BSON_ITER_HOLDS_INT64(&ids))
+            return sbl_crud_type_error(err, "KillCursorsCommandRequest.cursors.0", &ids, "long");
+
+    bson_t killed = BSON_INITIALIZER, not_found = BSON_INITIALIZER;
+    uint32_t nk = 0, nnf = 0;
+    sbl_cursor_t *dead = NULL;
+    bson_iter_recurse(&it, &ids);
+    pthread_mutex_lock(&reg_lock);
+    while (bson_iter_next(&ids)) {
+        int64_t id = bson_iter_int64(&ids);
+        sbl_cursor_t *c = find_locked(id);
+        char key[16];
+        const char *k;
+        if (c == NULL || strcmp(c->ns, ns) != 0) {
+            bson_uint32_to_string(nnf++, &k, key, sizeof(key));
+            bson_append_int64(&not_found, k, -1, id);
+            continue;
+        }
+        if (c->in_use) {
+            c->killed = true; /* the running getMore frees it */
+        } else {
+            unlink_locked(c);
+            c->next = dead;
+            dead = c;
+        }
+        bson_uint32_to_string(nk++, &k, key, sizeof(key));
+        bson_append_int64(&killed, k, -1, id);
+    }
+    pthread_mutex_unlock(&reg_lock);
+    while (dead != NULL) {
+        sbl_cursor_t *next = dead->next;
+        cursor_free(dead);
+        dead = next;
+    }
+
+    bson_t empty = BSON_INITIALIZER;
+    bson_append_array(ctx->reply, "cursorsKilled", -1, &killed);
+    bson_append_array(ctx->reply, "cursorsNotFound", -1, &not_found);
+    bson_append_array(ctx->reply, "cursorsAlive", -1, &empty);
+    bson_append_array(ctx->reply, "cursorsUnknown", -1, &empty);
+    bson_destroy(&killed);
+    bson_destroy(&not_found);
+    return 0;
+}

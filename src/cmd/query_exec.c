@@ -1,0 +1,384 @@
+/*
+ * query_exec.c: plan and iterate the documents matching a filter, shared by
+ * find, count, distinct, update, delete, findAndModify and aggregate.
+ *
+ * The plan comes from what the filter says about _id: point lookups
+ * (sbl_coll_get per value), a bounded _id range scan, or a full scan; the
+ * matcher then checks every document.  A sort on _id alone is the scan
+ * direction; any other sort collects the matches and sorts them in memory
+ * (keeping at most skip+limit of them when limited: top-k).
+ *
+ * What must stay true:
+ *  - Documents are read in chunks: each chunk opens the collection and a
+ *    fresh scan, copies at most a bounded number of matching documents and
+ *    closes everything again, remembering the last _id seen (or the next
+ *    point).  The next chunk resumes strictly after it, so a document is
+ *    never produced twice even when the caller updates documents between
+ *    calls, and no storage scan outlives a call.
+ *  - skip and limit are applied by the stream when the order is _id's, and
+ *    after sorting otherwise.
+ */
+#include "cmd/crud_int.h"
+#include "doc/doc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK_FIRST 102 /* a default first batch (101) plus the read-ahead */
+#define CHUNK_MAX 1024
+#define CHUNK_MAX_BYTES (4 * 1024 * 1024)
+#define DEADLINE_EVERY 128
+
+typedef struct entry {
+    bson_t *doc;
+    int32_t pos;
+    uint64_t seq; /* arrival order: ties in a sort keep the _id order */
+} entry_t;
+
+struct sbl_qexec {
+    char ns[SBL_NS_MAX];
+    sbl_matcher_t *m;
+    sbl_sort_t *sort; /* NULL: _id order */
+    bool desc;        /* direction of the _id order */
+    sbl_id_range_t range;
+    int64_t skip, limit; /* for the in-memory sort */
+
+    /* the stream of matches in _id order */
+    int64_t to_skip;   /* matches still to drop */
+    int64_t remaining; /* matches still to produce; -1: unlimited */
+    bool exhausted;    /* the stream has nothing beyond buf */
+    bool resume;       /* last_id is set */
+    bson_value_t last_id;
+    size_t next_point;
+    size_t chunk;
+
+    /* documents read ahead (a chunk, or every sorted result) */
+    entry_t *buf;
+    size_t n, i, cap;
+    uint64_t seq;
+    bool sorted; /* the in-memory sort has run: buf holds the final results */
+};
+
+static void buf_clear(sbl_qexec_t *q)
+{
+    for (size_t k = q->i; k < q->n; k++)
+        bson_destroy(q->buf[k].doc);
+    q->n = q->i = 0;
+}
+
+static void buf_push(sbl_qexec_t *q, const bson_t *doc, int32_t pos)
+{
+    if (q->n == q->cap) {
+        q->cap = q->cap ? q->cap * 2 : 64;
+        q->buf = realloc(q->buf, q->cap * sizeof(*q->buf));
+        if (q->buf == NULL)
+            abort(); /* as libbson does on allocation failure */
+    }
+    q->buf[q->n].doc = bson_copy(doc);
+    q->buf[q->n].pos = pos;
+    q->buf[q->n].seq = q->seq++;
+    q->n++;
+}
+
+/* Is the sort {$natural: 1|-1}?  Sets *descp. */
+static bool sort_is_natural(const bson_t *sort, bool *descp)
+{
+    bson_iter_t it;
+    if (bson_count_keys(sort) != 1 || !bson_iter_init(&it, sort) || !bson_iter_next(&it) ||
+        strcmp(bson_iter_key(&it), "$natural") != 0)
+        return false;
+    *descp = BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_int64(&it) < 0;
+    return true;
+}
+
+int sbl_qexec_new(const char *ns, const sbl_qexec_opts_t *o, sbl_qexec_t **qp, sbl_err_t *err)
+{
+    bson_t empty = BSON_INITIALIZER;
+    const bson_t *filter = o->filter != NULL ? o->filter : &empty;
+    sbl_qexec_t *q = calloc(1, sizeof(*q));
+
+    *qp = NULL;
+    if (q == NULL)
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory planning a query");
+    snprintf(q->ns, sizeof(q->ns), "%s", ns);
+    q->m = sbl_matcher_new(filter, err);
+    if (q->m == NULL) {
+        free(q);
+        return err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "invalid filter");
+    }
+    if (o->sort != NULL && !bson_empty(o->sort) && !sort_is_natural(o->sort, &q->desc)) {
+        q->sort = sbl_sort_new(o->sort, err);
+        if (q->sort == NULL) {
+            sbl_matcher_free(q->m);
+            free(q);
+            return err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "invalid sort");
+        }
+        if (sbl_sort_is_id(q->sort, &q->desc)) {
+            sbl_sort_free(q->sort);
+            q->sort = NULL;
+        }
+    }
+    sbl_id_range_from_filter(filter, &q->range);
+    q->skip = o->skip > 0 ? o->skip : 0;
+    q->limit = o->limit > 0 ? o->limit : 0;
+    if (q->sort == NULL) {
+        q->to_skip = q->skip;
+        q->remaining = q->limit > 0 ? q->limit : -1;
+    } else {
+        q->remaining = -1;
+    }
+    q->exhausted = q->range.kind == SBL_ID_NONE;
+    q->chunk = CHUNK_FIRST;
+    *qp = q;
+    return 0;
+}
+
+void sbl_qexec_free(sbl_qexec_t *q)
+{
+    if (q == NULL)
+        return;
+    buf_clear(q);
+    free(q->buf);
+    if (q->resume)
+        bson_value_destroy(&q->last_id);
+    sbl_id_range_destroy(&q->range);
+    sbl_sort_free(q->sort);
+    sbl_matcher_free(q->m);
+    free(q);
+}
+
+const sbl_matcher_t *sbl_qexec_matcher(const sbl_qexec_t *q)
+{
+    return q->m;
+}
+
+const bson_value_t *sbl_qexec_points(const sbl_qexec_t *q, size_t *np)
+{
+    if (q->range.kind != SBL_ID_POINTS) {
+        *np = 0;
+        return NULL;
+    }
+    *np = q->range.npoints;
+    return q->range.points;
+}
+
+/* Offer a document that matched to the stream: skip it, or keep it. Returns
+ * false when the limit has been reached (stop reading). */
+static bool take_match(sbl_qexec_t *q, const bson_t *doc, int32_t pos)
+{
+    if (q->to_skip > 0) {
+        q->to_skip--;
+        return true;
+    }
+    buf_push(q, doc, pos);
+    if (q->remaining > 0 && --q->remaining == 0) {
+        q->exhausted = true;
+        return false;
+    }
+    return true;
+}
+
+static int refill_points(sbl_qexec_t *q, sbl_session_t *ss, sbl_coll_t *c, size_t max,
+                         sbl_err_t *err)
+{
+    while (q->next_point < q->range.npoints && q->n < max && !q->exhausted) {
+        size_t k = q->desc ? q->range.npoints - 1 - q->next_point : q->next_point;
+        q->next_point++;
+        bson_t doc;
+        bool found = false;
+        SBL_RET(sbl_coll_get(ss, c, &q->range.points[k], &doc, &found, err));
+        if (!found)
+            continue;
+        int32_t pos = -1;
+        if (sbl_matcher_match(q->m, &doc, &pos))
+            take_match(q, &doc, pos);
+        bson_destroy(&doc);
+    }
+    if (q->next_point >= q->range.npoints)
+        q->exhausted = true;
+    return 0;
+}
+
+static int refill_scan(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, size_t max,
+                       sbl_err_t *err)
+{
+    sbl_scan_bounds_t b = {0};
+    if (q->range.kind == SBL_ID_RANGE) {
+        if (q->range.has_lo) {
+            b.lo = &q->range.lo;
+            b.lo_inclusive = q->range.lo_inclusive;
+        }
+        if (q->range.has_hi) {
+            b.hi = &q->range.hi;
+            b.hi_inclusive = q->range.hi_inclusive;
+        }
+    }
+    if (q->resume) {
+        if (q->desc) {
+            b.hi = &q->last_id;
+            b.hi_inclusive = false;
+        } else {
+            b.lo = &q->last_id;
+            b.lo_inclusive = false;
+        }
+    }
+    sbl_scan_t *scan = NULL;
+    bool unbounded = b.lo == NULL && b.hi == NULL;
+    SBL_RET(sbl_scan_open(ctx->ss, c, unbounded ? NULL : &b, q->desc, &scan, err));
+
+    int rc = 0;
+    size_t examined = 0, bytes = 0;
+    for (;;) {
+        bson_t doc;
+        bool done = false;
+        if (++examined % DEADLINE_EVERY == 0 && (rc = sbl_cmd_check_deadline(ctx, err)) != 0)
+            break;
+        if ((rc = sbl_scan_next(scan, &doc, &done, err)) != 0)
+            break;
+        if (done) {
+            q->exhausted = true;
+            break;
+        }
+        int32_t pos = -1;
+        bool more = true;
+        if (sbl_matcher_match(q->m, &doc, &pos)) {
+            more = take_match(q, &doc, pos);
+            bytes += doc.len;
+        }
+        if (!more)
+            break;
+        if (q->n >= max || bytes >= CHUNK_MAX_BYTES || examined >= 16 * CHUNK_MAX) {
+            bson_iter_t id;
+            if (bson_iter_init_find(&id, &doc, "_id")) {
+                if (q->resume)
+                    bson_value_destroy(&q->last_id);
+                bson_value_copy(bson_iter_value(&id), &q->last_id);
+                q->resume = true;
+            }
+            break;
+        }
+    }
+    sbl_scan_close(scan);
+    return rc;
+}
+
+/* Read the next chunk of the _id-ordered stream into buf. */
+static int refill(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, size_t max, sbl_err_t *err)
+{
+    sbl_coll_t *c = NULL;
+    sbl_err_t e2 = {0};
+    int rc;
+
+    buf_clear(q);
+    if (q->exhausted)
+        return 0;
+    rc = sbl_coll_open(ctx->ss, q->ns, false, &c, NULL, &e2);
+    if (rc == SBL_E_NamespaceNotFound) {
+        q->exhausted = true;
+        return 0;
+    }
+    if (rc != 0) {
+        *err = e2;
+        return rc;
+    }
+    if (q->range.kind == SBL_ID_POINTS)
+        rc = refill_points(q, ctx->ss, c, max, err);
+    else
+        rc = refill_scan(q, ctx, c, max, err);
+    sbl_coll_release(c);
+    return rc;
+}
+
+/* qsort has no context argument: the sort in use is per thread. */
+static _Thread_local const sbl_sort_t *tls_sort;
+
+static int cmp_entries(const void *a, const void *b)
+{
+    const entry_t *x = a, *y = b;
+    int r = sbl_sort_compare(tls_sort, x->doc, y->doc);
+    if (r != 0)
+        return r;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static void sort_and_trim(entry_t *all, size_t *np, size_t keep)
+{
+    qsort(all, *np, sizeof(*all), cmp_entries);
+    if (keep > 0 && *np > keep) {
+        for (size_t k = keep; k < *np; k++)
+            bson_destroy(all[k].doc);
+        *np = keep;
+    }
+}
+
+/* Collect every match, sort, apply skip and limit; buf then holds the results. */
+static int run_sort(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    entry_t *all = NULL;
+    size_t n = 0, cap = 0;
+    size_t keep = q->limit > 0 ? (size_t)(q->skip + q->limit) : 0;
+    int rc = 0;
+
+    tls_sort = q->sort;
+    for (;;) {
+        if ((rc = refill(q, ctx, CHUNK_MAX, err)) != 0)
+            break;
+        if (q->n == 0 && q->exhausted)
+            break;
+        for (size_t k = 0; k < q->n; k++) {
+            if (n == cap) {
+                cap = cap ? cap * 2 : 256;
+                all = realloc(all, cap * sizeof(*all));
+                if (all == NULL)
+                    abort();
+            }
+            all[n++] = q->buf[k];
+        }
+        q->n = q->i = 0; /* ownership moved to all */
+        if (keep > 0 && n >= 2 * keep + 1024)
+            sort_and_trim(all, &n, keep);
+        if ((rc = sbl_cmd_check_deadline(ctx, err)) != 0)
+            break;
+    }
+    if (rc != 0) {
+        for (size_t k = 0; k < n; k++)
+            bson_destroy(all[k].doc);
+        free(all);
+        return rc;
+    }
+    sort_and_trim(all, &n, keep);
+    size_t skip = (size_t)q->skip < n ? (size_t)q->skip : n;
+    for (size_t k = 0; k < skip; k++)
+        bson_destroy(all[k].doc);
+    free(q->buf);
+    q->buf = all;
+    q->cap = cap;
+    q->i = skip;
+    q->n = n;
+    q->sorted = true;
+    q->exhausted = true;
+    return 0;
+}
+
+int sbl_qexec_next(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, bson_t *doc, int32_t *posp, bool *donep,
+                   sbl_err_t *err)
+{
+    *donep = false;
+    if (q->sort != NULL && !q->sorted)
+        SBL_RET(run_sort(q, ctx, err));
+    while (q->i >= q->n) {
+        if (q->exhausted) {
+            *donep = true;
+            return 0;
+        }
+        SBL_RET(sbl_cmd_check_deadline(ctx, err));
+        SBL_RET(refill(q, ctx, q->chunk, err));
+        if (q->chunk < CHUNK_MAX)
+            q->chunk *= 2;
+    }
+    entry_t *e = &q->buf[q->i++];
+    bson_steal(doc, e->doc); /* e->doc came from bson_copy: heap, freed by the steal */
+    if (posp != NULL)
+        *posp = e->pos;
+    return 0;
+}

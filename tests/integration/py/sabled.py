@@ -1,0 +1,257 @@
+"""
+sabled.py: start and stop a real sabled for integration tests.
+
+Each Sabled owns a temporary directory (tempfile.mkdtemp) holding the data
+directory (dbpath), the server log (sabled.log) and the captured
+stdout/stderr.  It listens on 127.0.0.1 only, on a free port chosen at start.
+What must stay true: whatever a test does, stop()/cleanup() leaves no
+process running and no directory behind (the fixtures call cleanup() in a
+finally).  The binary is $SABLED, or build/sabled relative to the repo root.
+"""
+
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import wire
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+
+def sabled_path():
+    """The sabled binary under test: $SABLED or <repo>/build/sabled."""
+    return os.environ.get("SABLED") or os.path.join(REPO, "build", "sabled")
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _raise_nofile():
+    """Child pre-exec: allow as many descriptors as the hard limit permits."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):
+        pass
+
+
+def run_sabled(args, timeout=20):
+    """Run sabled with args to completion (for --version, bad options ...).
+    Returns the CompletedProcess (stdout/stderr as text)."""
+    return subprocess.run([sabled_path()] + list(args), capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+class SabledError(RuntimeError):
+    pass
+
+
+class Sabled:
+    """One sabled process with its own temporary dbpath and log.
+
+    start(extra_args) launches it and waits until it answers a hello;
+    stop() sends SIGTERM and returns the exit code; kill9() kills it hard;
+    restart() starts it again on the same dbpath and port.
+    """
+
+    def __init__(self, use_logpath=True):
+        self.root = tempfile.mkdtemp(prefix="sabled-it-")
+        self.dbpath = os.path.join(self.root, "db")
+        os.mkdir(self.dbpath)
+        self.logpath = os.path.join(self.root, "sabled.log") if use_logpath else None
+        self.port = None
+        self.proc = None
+        self.extra_args = []
+        self._out = None
+        self._err = None
+
+    # -- life cycle --------------------------------------------------------
+
+    def command_line(self):
+        args = [sabled_path(), "--port", str(self.port), "--bind_ip", "127.0.0.1",
+                "--dbpath", self.dbpath]
+        if self.logpath:
+            args += ["--logpath", self.logpath]
+        return args + list(self.extra_args)
+
+    def start(self, extra_args=(), port=None, wait=True, timeout=30):
+        """Launch sabled (extra_args appended to the standard options) and,
+        when wait, block until it answers hello.  Raises SabledError with the
+        tail of its output when it exits or does not answer in time."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise SabledError("already running")
+        self.extra_args = list(extra_args)
+        attempts = 3 if port is None else 1
+        for attempt in range(attempts):
+            self.port = port or free_port()
+            self._spawn(self.command_line())
+            if not wait:
+                return self
+            try:
+                self.wait_ready(timeout)
+                return self
+            except SabledError:
+                # A port race (someone took the port in between) is the only
+                # reason to retry; anything else is reported at once.
+                text = self.output()
+                if attempt + 1 < attempts and "in use" in text.lower() and self.proc.poll() is not None:
+                    continue
+                self._kill_quietly()
+                raise
+        return self
+
+    def start_raw(self, args):
+        """Launch sabled with exactly args (no standard options); no waiting."""
+        self._spawn([sabled_path()] + list(args))
+        return self.proc
+
+    def _spawn(self, argv):
+        self._out = open(os.path.join(self.root, "stdout.txt"), "ab")
+        self._err = open(os.path.join(self.root, "stderr.txt"), "ab")
+        if not os.path.exists(argv[0]):
+            raise SabledError("sabled binary not found at %s (build it with scripts/build.sh "
+                              "or set SABLED)" % argv[0])
+        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=self._err,
+                                     stdin=subprocess.DEVNULL, preexec_fn=_raise_nofile,
+                                     cwd=self.root)
+
+    def wait_ready(self, timeout=30, port=None):
+        """Poll until a raw hello on the port gets ok:1."""
+        port = port or self.port
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise SabledError("sabled exited with %s before answering:\n%s"
+                                  % (self.proc.returncode, self.output()[-4000:]))
+            try:
+                with wire.connect(port, timeout=2) as s:
+                    reply = wire.command(s, {"hello": 1}, "admin")
+                    if reply.get("ok") == 1:
+                        return
+                    last = reply
+            except OSError as e:
+                last = e
+            except wire.WireError as e:
+                last = e
+            time.sleep(0.05)
+        raise SabledError("sabled did not answer hello on port %s within %ss (last: %r)\n%s"
+                          % (port, timeout, last, self.output()[-4000:]))
+
+    def is_running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout=30):
+        """Wait for the process to exit; returns its exit code (raises on timeout)."""
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self, timeout=30):
+        """SIGTERM and wait; returns the exit code (None if it was not running).
+        Kills it with SIGKILL if it does not exit in time and raises."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self._kill_quietly()
+                raise SabledError("sabled did not exit within %ss of SIGTERM" % timeout)
+        self._close_files()
+        return self.proc.returncode
+
+    def kill9(self):
+        """SIGKILL and reap."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        self._close_files()
+
+    def restart(self, extra_args=None, timeout=30):
+        """Stop (if running) and start again on the same dbpath and port."""
+        if self.is_running():
+            self.stop()
+        args = self.extra_args if extra_args is None else extra_args
+        return self.start(args, port=self.port, timeout=timeout)
+
+    def _kill_quietly(self):
+        try:
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        except Exception:
+            pass
+        self._close_files()
+
+    def _close_files(self):
+        for f in (self._out, self._err):
+            if f is not None:
+                f.close()
+        self._out = self._err = None
+
+    def cleanup(self):
+        """Kill whatever is still running and remove the temporary directory."""
+        self._kill_quietly()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- inspection -------------------------------------------------------
+
+    def uri(self, **opts):
+        q = "&".join("%s=%s" % kv for kv in opts.items())
+        return "mongodb://127.0.0.1:%d/%s" % (self.port, ("?" + q) if q else "")
+
+    def client(self, **kwargs):
+        """A pymongo MongoClient connected directly to this server."""
+        import pymongo
+        kwargs.setdefault("serverSelectionTimeoutMS", 10000)
+        kwargs.setdefault("directConnection", True)
+        return pymongo.MongoClient("127.0.0.1", self.port, **kwargs)
+
+    def output(self):
+        """stdout + stderr + log file, as text (for error messages)."""
+        parts = []
+        for name in ("stdout.txt", "stderr.txt", "sabled.log"):
+            p = os.path.join(self.root, name)
+            if os.path.exists(p):
+                with open(p, "rb") as f:
+                    parts.append(f.read().decode("utf-8", "replace"))
+        return "\n".join(parts)
+
+    def log_text(self):
+        path = self.logpath or os.path.join(self.root, "stdout.txt")
+        if not os.path.exists(path):
+            return ""
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def log_lines(self):
+        """The server log as a list of parsed JSON objects (non-JSON lines skipped)."""
+        out = []
+        for line in self.log_text().splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+        return out
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.cleanup()

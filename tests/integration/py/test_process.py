@@ -1,0 +1,216 @@
+"""
+Process life: command-line options, YAML config, the dbpath lock, clean
+shutdown by SIGTERM, SIGINT and the shutdown command, --maxConns.
+"""
+
+import json
+import os
+import signal
+import socket
+import time
+
+import pytest
+from pymongo.errors import AutoReconnect, ConnectionFailure, OperationFailure
+
+import wire
+from sabled import Sabled, free_port, run_sabled
+
+
+def test_version_exits_0_and_names_7_0():
+    r = run_sabled(["--version"])
+    assert r.returncode == 0, r.stderr
+    out = r.stdout + r.stderr
+    assert "db version v7.0." in out, out
+
+
+def test_help_exits_0_and_lists_options():
+    r = run_sabled(["--help"])
+    assert r.returncode == 0, r.stderr
+    out = r.stdout + r.stderr
+    for opt in ("--port", "--dbpath", "--bind_ip", "--config", "--logpath", "--maxConns"):
+        assert opt in out, "--help does not mention %s" % opt
+
+
+def test_unknown_option_fails_with_message(tmp_path):
+    r = run_sabled(["--dbpath", str(tmp_path), "--port", str(free_port()),
+                    "--no-such-option"])
+    assert r.returncode != 0
+    assert "no-such-option" in (r.stdout + r.stderr), r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("args,word", [
+    (["--port", "notanumber"], "port"),
+    (["--port", "70000"], "port"),
+    (["--wiredTigerCacheSizeGB", "lots"], "wiredTigerCacheSizeGB"),
+    (["--maxConns", "-5x"], "maxConns"),
+])
+def test_malformed_value_fails_with_message(tmp_path, args, word):
+    r = run_sabled(["--dbpath", str(tmp_path), "--bind_ip", "127.0.0.1"] + args)
+    assert r.returncode != 0, "sabled accepted %r" % (args,)
+    assert word.lower() in (r.stdout + r.stderr).lower(), r.stdout + r.stderr
+
+
+def test_yaml_config_port_dbpath_and_json_log(fresh_server):
+    s = fresh_server
+    port = free_port()
+    logpath = os.path.join(s.root, "from-config.log")
+    conf = os.path.join(s.root, "sabled.conf")
+    with open(conf, "w") as f:
+        f.write("""\
+# mongod-style configuration
+net:
+  port: %d
+  bindIp: 127.0.0.1
+storage:
+  dbPath: "%s"
+  journal:
+    commitIntervalMs: 50
+  wiredTiger:
+    engineConfig:
+      cacheSizeGB: 0.25
+systemLog:
+  destination: file
+  path: "%s"
+""" % (port, s.dbpath, logpath))
+    s.port = port
+    s.start_raw(["--config", conf])
+    s.wait_ready()
+    c = s.client()
+    try:
+        c.cfgdb.t.insert_one({"x": 1})
+        assert c.cfgdb.t.find_one({"x": 1}) is not None
+        opts = c.admin.command("getCmdLineOpts")
+        assert opts["parsed"]["net"]["port"] == port
+        assert opts["parsed"]["storage"]["dbPath"] == s.dbpath
+    finally:
+        c.close()
+    # WiredTiger files went to the configured dbPath.
+    assert os.path.exists(os.path.join(s.dbpath, "WiredTiger")), os.listdir(s.dbpath)
+    assert s.stop() == 0
+    with open(logpath) as f:
+        lines = [l for l in f.read().splitlines() if l.strip()]
+    assert lines, "systemLog.path is empty"
+    for line in lines:
+        entry = json.loads(line)
+        for key in ("t", "s", "c", "id", "ctx", "msg"):
+            assert key in entry, "log line lacks %r: %s" % (key, line)
+        assert "$date" in entry["t"]
+        assert entry["s"] in ("F", "E", "W", "I", "D1", "D2", "D3", "D4", "D5", "D"), line
+        assert isinstance(entry["id"], int)
+
+
+def test_second_instance_on_same_dbpath_fails_first_keeps_working(fresh_server):
+    s = fresh_server
+    s.start()
+    c = s.client()
+    try:
+        c.lockdb.t.insert_one({"_id": 1})
+        other_log = os.path.join(s.root, "second.log")
+        r = run_sabled(["--port", str(free_port()), "--bind_ip", "127.0.0.1",
+                        "--dbpath", s.dbpath, "--logpath", other_log], timeout=30)
+        assert r.returncode != 0
+        text = r.stdout + r.stderr
+        if os.path.exists(other_log):
+            text += open(other_log).read()
+        low = text.lower()
+        assert ("lock" in low or "in use" in low or "already running" in low), text
+        assert s.is_running()
+        assert c.admin.command("ping")["ok"] == 1
+        assert c.lockdb.t.find_one({"_id": 1}) == {"_id": 1}
+        c.lockdb.t.insert_one({"_id": 2})
+        assert c.lockdb.t.count_documents({}) == 2
+    finally:
+        c.close()
+
+
+def _write_some(s, n=50):
+    c = s.client()
+    try:
+        c.persist.t.insert_many([{"_id": i, "v": "x" * 100} for i in range(n)])
+        c.persist.t.update_one({"_id": 0}, {"$set": {"updated": True}})
+    finally:
+        c.close()
+
+
+def _check_persisted(s, n=50):
+    s.restart()
+    c = s.client()
+    try:
+        assert c.persist.t.count_documents({}) == n
+        assert c.persist.t.find_one({"_id": 0})["updated"] is True
+        assert c.persist.t.find_one({"_id": n - 1})["v"] == "x" * 100
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_stops_cleanly_and_data_persists(fresh_server, sig):
+    s = fresh_server
+    s.start()
+    _write_some(s)
+    s.signal(sig)
+    assert s.wait(timeout=30) == 0, s.output()[-3000:]
+    _check_persisted(s)
+
+
+def test_shutdown_command_stops_cleanly_and_data_persists(fresh_server):
+    s = fresh_server
+    s.start()
+    _write_some(s)
+    c = s.client()
+    try:
+        # shutdown is only allowed on admin.
+        with pytest.raises(OperationFailure):
+            c.persist.command("shutdown")
+        assert c.admin.command("ping")["ok"] == 1
+        try:
+            c.admin.command("shutdown")
+        except (AutoReconnect, ConnectionFailure):
+            pass  # the server closes the connection as it goes down
+    finally:
+        c.close()
+    assert s.wait(timeout=30) == 0, s.output()[-3000:]
+    _check_persisted(s)
+
+
+def _hello_works(port):
+    try:
+        with wire.connect(port, timeout=5) as sock:
+            return wire.command(sock, {"hello": 1})["ok"] == 1
+    except (OSError, wire.WireError):
+        return False
+
+
+def test_max_conns_enforced(fresh_server):
+    s = fresh_server
+    s.start(["--maxConns", "5"])
+    time.sleep(0.3)  # let the readiness probe's connection close
+    socks = []
+    try:
+        for _ in range(5):
+            sock = wire.connect(s.port)
+            assert wire.command(sock, {"hello": 1})["ok"] == 1
+            socks.append(sock)
+        extra = wire.connect(s.port)
+        socks.append(extra)
+        extra.settimeout(5)
+        try:
+            extra.sendall(wire.op_msg({"hello": 1, "$db": "admin"}))
+            _, raw = wire.read_message(extra)
+            pytest.fail("connection 6 of --maxConns 5 was served: %r" % (wire.Reply(raw).doc,))
+        except (wire.WireError, ConnectionResetError, BrokenPipeError):
+            pass
+        except socket.timeout:
+            pytest.fail("connection 6 of --maxConns 5 was neither served nor closed")
+        # Existing connections still work.
+        for sock in socks[:5]:
+            assert wire.command(sock, {"ping": 1})["ok"] == 1
+        # Free one slot: a new connection is served again.
+        socks[0].close()
+        deadline = time.monotonic() + 10
+        while not _hello_works(s.port):
+            assert time.monotonic() < deadline, "no connection accepted after one closed"
+            time.sleep(0.1)
+    finally:
+        for sock in socks:
+            sock.close()

@@ -1,0 +1,391 @@
+/*
+ * crud_read.c: the read commands find, count and distinct.
+ *
+ * find plans its query with the shared executor (query_exec.c) and hands
+ * the executor, wrapped with the projection, to the cursor layer; the
+ * cursor resumes it on getMore.  What must stay true: a find by _id with
+ * limit 1 is one point lookup, and a missing collection is an empty result
+ * (cursor id 0), never an error.
+ */
+#include "cmd/crud_int.h"
+#include "doc/doc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- find ----------------------------------------------------------------- */
+
+static const char *const find_fields[] = {
+    "find", "filter", "projection", "sort", "hint", "skip", "limit", "batchSize", "singleBatch",
+    "allowDiskUse", "let", "collation", "returnKey", "showRecordId", "min", "max", "tailable",
+    "awaitData", "noCursorTimeout", "allowPartialResults", "oplogReplay", "readOnce", "term",
+    "allowSpeculativeMajorityRead", "includeQueryStatsMetrics", NULL};
+
+typedef struct find_state {
+    sbl_qexec_t *q;
+    sbl_projection_t *proj; /* NULL: whole documents */
+} find_state_t;
+
+static int find_next(void *state, sbl_cmd_ctx_t *ctx, bson_t *doc, bool *donep, sbl_err_t *err)
+{
+    find_state_t *st = state;
+    bson_t raw;
+    int32_t pos = -1;
+
+    SBL_RET(sbl_qexec_next(st->q, ctx, &raw, &pos, donep, err));
+    if (*donep)
+        return 0;
+    if (st->proj == NULL) {
+        bson_steal(doc, &raw);
+        return 0;
+    }
+    bson_init(doc);
+    int rc = sbl_projection_apply(st->proj, &raw, pos, doc, err);
+    bson_destroy(&raw);
+    if (rc != 0)
+        bson_destroy(doc);
+    return rc;
+}
+
+static void find_free(void *state)
+{
+    find_state_t *st = state;
+    if (st == NULL)
+        return;
+    sbl_qexec_free(st->q);
+    sbl_projection_free(st->proj);
+    free(st);
+}
+
+static const sbl_cursor_source_t find_source = {find_next, find_free};
+
+/* View the document held by the iterator as *out (read-only, no copy). */
+static bool iter_doc(const bson_iter_t *it, bson_t *out)
+{
+    uint32_t len;
+    const uint8_t *data;
+    bson_iter_document(it, &len, &data);
+    return bson_init_static(out, data, len);
+}
+
+/* Read a non-negative integer option ("skip", "batchSize"...) as find does. */
+static int get_count_arg(const bson_iter_t *it, const char *req, int64_t *out, bool allow_neg,
+                         sbl_err_t *err)
+{
+    char field[96];
+    snprintf(field, sizeof(field), "%s.%s", req, bson_iter_key(it));
+    if (!BSON_ITER_HOLDS_NUMBER(it) && !BSON_ITER_HOLDS_DECIMAL128(it))
+        return sbl_crud_type_error(err, field, it, "[long, int, decimal, double]");
+    SBL_RET(sbl_get_int64(it, out, err));
+    if (*out < 0 && !allow_neg)
+        return sbl_err_set(err, SBL_E_Location51024,
+                           "BSON field '%s' value must be >= 0, actual value '%lld'", field,
+                           (long long)*out);
+    return 0;
+}
+
+int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    static const char *req = "FindCommandRequest";
+    char ns[SBL_NS_MAX];
+    bson_iter_t it;
+    bson_t filter, projection, sort;
+    bool has_filter = false, has_proj = false, has_sort = false, single_batch = false;
+    int64_t skip = 0, limit = 0, batch_size = -1;
+    char field[96];
+
+    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_crud_check_fields(ctx->cmd, req, find_fields, err));
+    bson_iter_init(&it, ctx->cmd);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        snprintf(field, sizeof(field), "%s.%s", req, k);
+        if (strcmp(k, "filter") == 0 || strcmp(k, "projection") == 0 || strcmp(k, "sort") == 0 ||
+            strcmp(k, "let") == 0 || strcmp(k, "collation") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+                return sbl_crud_type_error(err, field, &it, "object");
+            bson_t *dst = k[0] == 'f' ? &filter : k[0] == 'p' ? &projection : &sort;
+            if (k[0] == 'l' || k[0] == 'c')
+                continue;
+            if (!iter_doc(&it, dst))
+                return sbl_err_set(err, SBL_E_InvalidBSON, "invalid %s", k);
+            *(k[0] == 'f' ? &has_filter : k[0] == 'p' ? &has_proj : &has_sort) = true;
+        } else if (strcmp(k, "skip") == 0) {
+            SBL_RET(get_count_arg(&it, req, &skip, false, err));
+        } else if (strcmp(k, "limit") == 0) {
+            SBL_RET(get_count_arg(&it, req, &limit, true, err));
+            if (limit < 0) {
+                limit = -limit;
+                single_batch = true;
+            }
+        } else if (strcmp(k, "batchSize") == 0) {
+            SBL_RET(get_count_arg(&it, req, &batch_size, false, err));
+        } else if (strcmp(k, "singleBatch") == 0 || strcmp(k, "allowDiskUse") == 0 ||
+                   strcmp(k, "returnKey") == 0 || strcmp(k, "showRecordId") == 0 ||
+                   strcmp(k, "tailable") == 0 || strcmp(k, "awaitData") == 0 ||
+                   strcmp(k, "noCursorTimeout") == 0 || strcmp(k, "allowPartialResults") == 0) {
+            if (!BSON_ITER_HOLDS_BOOL(&it))
+                return sbl_crud_type_error(err, field, &it, "bool");
+            if (strcmp(k, "singleBatch") == 0 && bson_iter_bool(&it))
+                single_batch = true;
+        } else if (strcmp(k, "hint") == 0) {
+            SBL_RET(sbl_crud_check_hint(&it, err));
+        }
+    }
+
+    find_state_t *st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+    sbl_qexec_opts_t o = {has_filter ? &filter : NULL, has_sort ? &sort : NULL, skip, limit};
+    int rc = sbl_qexec_new(ns, &o, &st->q, err);
+    if (rc == 0 && has_proj && !bson_empty(&projection)) {
+        st->proj = sbl_projection_new(&projection, err);
+        if (st->proj == NULL)
+            rc = err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "invalid projection");
+    }
+    if (rc != 0) {
+        find_free(st);
+        return rc;
+    }
+    return sbl_cursor_first_batch(ctx, ns, &find_source, st, batch_size, single_batch, err);
+}
+
+/* ---- count ------------------------------------------------------------------ */
+
+static const char *const count_fields[] = {"count", "query", "limit", "skip", "hint",
+                                           "collation", "fields", "let", NULL};
+
+static void append_number(bson_t *b, const char *k, int64_t n)
+{
+    if (n >= INT32_MIN && n <= INT32_MAX)
+        bson_append_int32(b, k, -1, (int32_t)n);
+    else
+        bson_append_int64(b, k, -1, n);
+}
+
+int sbl_cmd_count(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    static const char *req = "CountCommandRequest";
+    char ns[SBL_NS_MAX];
+    bson_iter_t it;
+    bson_t query;
+    bool has_query = false;
+    int64_t skip = 0, limit = 0;
+
+    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_crud_check_fields(ctx->cmd, req, count_fields, err));
+    bson_iter_init(&it, ctx->cmd);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "query") == 0) {
+            if (BSON_ITER_HOLDS_NULL(&it))
+                continue;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+                return sbl_crud_type_error(err, "CountCommandRequest.query", &it, "object");
+            if (!iter_doc(&it, &query))
+                return sbl_err_set(err, SBL_E_InvalidBSON, "invalid query");
+            has_query = !bson_empty(&query);
+        } else if (strcmp(k, "skip") == 0) {
+            SBL_RET(get_count_arg(&it, req, &skip, false, err));
+        } else if (strcmp(k, "limit") == 0) {
+            SBL_RET(get_count_arg(&it, req, &limit, true, err));
+            if (limit < 0)
+                limit = -limit;
+        } else if (strcmp(k, "hint") == 0) {
+            SBL_RET(sbl_crud_check_hint(&it, err));
+        }
+    }
+
+    int64_t n = 0;
+    if (!has_query) {
+        sbl_coll_t *c = NULL;
+        sbl_err_t e2 = {0};
+        int rc = sbl_coll_open(ctx->ss, ns, false, &c, NULL, &e2);
+        if (rc == 0) {
+            sbl_coll_stats_t stats;
+            rc = sbl_coll_stats(ctx->ss, c, &stats, err);
+            sbl_coll_release(c);
+            if (rc != 0)
+                return rc;
+            n = stats.count - skip;
+            if (n < 0)
+                n = 0;
+            if (limit > 0 && n > limit)
+                n = limit;
+        } else if (rc != SBL_E_NamespaceNotFound) {
+            *err = e2;
+            return rc;
+        }
+    } else {
+        sbl_qexec_t *q = NULL;
+        sbl_qexec_opts_t o = {&query, NULL, skip, limit};
+        SBL_RET(sbl_qexec_new(ns, &o, &q, err));
+        for (;;) {
+            bson_t doc;
+            bool done = false;
+            int rc = sbl_qexec_next(q, ctx, &doc, NULL, &done, err);
+            if (rc != 0) {
+                sbl_qexec_free(q);
+                return rc;
+            }
+            if (done)
+                break;
+            bson_destroy(&doc);
+            n++;
+        }
+        sbl_qexec_free(q);
+    }
+    append_number(ctx->reply, "n", n);
+    return 0;
+}
+
+/* ---- distinct --------------------------------------------------------------- */
+
+static const char *const distinct_fields[] = {"distinct", "key", "query", "collation", "hint",
+                                              "let", NULL};
+
+typedef struct value_set {
+    bson_value_t *v;
+    size_t n, cap;
+} value_set_t;
+
+static void set_add(value_set_t *s, const bson_value_t *v)
+{
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 64;
+        s->v = realloc(s->v, s->cap * sizeof(*s->v));
+        if (s->v == NULL)
+            abort();
+    }
+    bson_value_copy(v, &s->v[s->n++]);
+}
+
+/* Collect the values at path parts[0..nparts) below it, expanding arrays the
+ * way MongoDB's distinct does (an array at the end adds its elements). */
+static void collect_path(value_set_t *s, const bson_iter_t *it, char **parts, size_t nparts)
+{
+    bson_iter_t sub;
+    if (nparts == 0) {
+        if (BSON_ITER_HOLDS_ARRAY(it)) {
+            bson_iter_recurse(it, &sub);
+            while (bson_iter_next(&sub))
+                set_add(s, bson_iter_value(&sub));
+        } else {
+            bson_value_t v;
+            sbl_iter_value(it, &v);
+            set_add(s, &v);
+        }
+        return;
+    }
+    if (BSON_ITER_HOLDS_DOCUMENT(it)) {
+        if (bson_iter_recurse(it, &sub) && bson_iter_find(&sub, parts[0]))
+            collect_path(s, &sub, parts + 1, nparts - 1);
+    } else if (BSON_ITER_HOLDS_ARRAY(it)) {
+        bson_iter_recurse(it, &sub);
+        while (bson_iter_next(&sub))
+            if (BSON_ITER_HOLDS_DOCUMENT(&sub))
+                collect_path(s, &sub, parts, nparts);
+    }
+}
+
+static int cmp_values(const void *a, const void *b)
+{
+    return sbl_value_compare(a, b);
+}
+
+static void set_free(value_set_t *s)
+{
+    for (size_t k = 0; k < s->n; k++)
+        bson_value_destroy(&s->v[k]);
+    free(s->v);
+}
+
+int sbl_cmd_distinct(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    static const char *req = "DistinctCommandRequest";
+    char ns[SBL_NS_MAX];
+    bson_iter_t it;
+    bson_t query;
+    bool has_query = false;
+    const char *key = NULL;
+
+    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_crud_check_fields(ctx->cmd, req, distinct_fields, err));
+    bson_iter_init(&it, ctx->cmd);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "key") == 0) {
+            if (!BSON_ITER_HOLDS_UTF8(&it))
+                return sbl_crud_type_error(err, "DistinctCommandRequest.key", &it, "string");
+            key = bson_iter_utf8(&it, NULL);
+        } else if (strcmp(k, "query") == 0) {
+            if (BSON_ITER_HOLDS_NULL(&it))
+                continue;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+                return sbl_crud_type_error(err, "DistinctCommandRequest.query", &it, "object");
+            if (!iter_doc(&it, &query))
+                return sbl_err_set(err, SBL_E_InvalidBSON, "invalid query");
+            has_query = true;
+        } else if (strcmp(k, "hint") == 0) {
+            SBL_RET(sbl_crud_check_hint(&it, err));
+        }
+    }
+    if (key == NULL)
+        return sbl_err_set(err, SBL_E_FailedToParse,
+                           "BSON field 'distinct.key' is missing but a required field");
+
+    /* Split the key into path parts once. */
+    char *path = bson_strdup(key);
+    char *parts[64];
+    size_t nparts = 0;
+    for (char *save = NULL, *p = strtok_r(path, ".", &save); p != NULL && nparts < 64;
+         p = strtok_r(NULL, ".", &save))
+        parts[nparts++] = p;
+
+    value_set_t set = {0};
+    sbl_qexec_t *q = NULL;
+    sbl_qexec_opts_t o = {has_query ? &query : NULL, NULL, 0, 0};
+    int rc = sbl_qexec_new(ns, &o, &q, err);
+    while (rc == 0 && nparts > 0) {
+        bson_t doc;
+        bool done = false;
+        if ((rc = sbl_qexec_next(q, ctx, &doc, NULL, &done, err)) != 0 || done)
+            break;
+        bson_iter_t top;
+        if (bson_iter_init_find(&top, &doc, parts[0]))
+            collect_path(&set, &top, parts + 1, nparts - 1);
+        bson_destroy(&doc);
+        /* Deduplicate as we go so memory follows the distinct values. */
+        if (set.n > 4096 && set.n == set.cap) {
+            qsort(set.v, set.n, sizeof(*set.v), cmp_values);
+            size_t w = 1;
+            for (size_t r = 1; r < set.n; r++) {
+                if (sbl_value_compare(&set.v[w - 1], &set.v[r]) == 0)
+                    bson_value_destroy(&set.v[r]);
+                else
+                    set.v[w++] = set.v[r];
+            }
+            set.n = w;
+        }
+    }
+    sbl_qexec_free(q);
+    bson_free(path);
+    if (rc != 0) {
+        set_free(&set);
+        return rc;
+    }
+    if (set.n > 0)
+        qsort(set.v, set.n, sizeof(*set.v), cmp_values);
+    bson_t values;
+    uint32_t nv = 0;
+    char kb[16];
+    bson_append_array_begin(ctx->reply, "values", -1, &values);
+    for (size_t r = 0; r < set.n; r++) {
+        if (r > 0 && sbl_value_compare(&set.v[r - 1], &set.v[r]) == 0)
+            continue;
+        bson_append_value(&values, sbl_crud_key(nv++, kb), -1, &set.v[r]);
+    }
+    bson_append_array_end(ctx->reply, &values);
+    set_free(&set);
+    return 0;
+}

@@ -1,0 +1,453 @@
+/*
+ * handshake.c: the commands drivers send when they connect and while they
+ * monitor a server: hello/isMaster, buildInfo, ping, getParameter,
+ * getCmdLineOpts, hostInfo, whatsmyuri, listCommands, connectionStatus,
+ * getLastError, getLog, the session commands and shutdown.
+ *
+ * What must stay true: hello's limits and wire versions are the ones the
+ * wire module enforces, and the reply to the first hello of a connection
+ * fixes its compression (what the client asked for that we support, in the
+ * client's order).
+ */
+#include "cmd/cmd_int.h"
+#include "common/log.h"
+#include "server/server.h"
+#include "wire/wire.h"
+
+#include <openssl/opensslv.h>
+#include <openssl/crypto.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#define SESSION_TIMEOUT_MINUTES 30
+
+static bson_oid_t process_id;
+static pthread_once_t process_id_once = PTHREAD_ONCE_INIT;
+
+static void process_id_init(void)
+{
+    bson_oid_init(&process_id, NULL);
+}
+
+static void append_compression(sbl_cmd_ctx_t *ctx, const bson_iter_t *it)
+{
+    bson_iter_t list;
+    sbl_client_t *c = ctx->client;
+    if (!BSON_ITER_HOLDS_ARRAY(it) || !bson_iter_recurse(it, &list))
+        return;
+    c->ncompressors = 0;
+    while (bson_iter_next(&list) && c->ncompressors < 4) {
+        if (!BSON_ITER_HOLDS_UTF8(&list))
+            continue;
+        int id = sbl_compressor_id(bson_iter_utf8(&list, NULL));
+        if (id > 0)
+            c->compressors[c->ncompressors++] = id;
+    }
+    bson_t arr;
+    BSON_APPEND_ARRAY_BEGIN(ctx->reply, "compression", &arr);
+    for (int i = 0; i < c->ncompressors; i++) {
+        char key[16];
+        const char *k;
+        bson_uint32_to_string((uint32_t)i, &k, key, sizeof(key));
+        bson_append_utf8(&arr, k, -1, sbl_compressor_name(c->compressors[i]), -1);
+    }
+    bson_append_array_end(ctx->reply, &arr);
+}
+
+static void log_client_metadata(sbl_cmd_ctx_t *ctx, const bson_iter_t *it)
+{
+    const uint8_t *data;
+    uint32_t len;
+    if (!BSON_ITER_HOLDS_DOCUMENT(it) || ctx->client->metadata != NULL)
+        return;
+    bson_iter_document(it, &len, &data);
+    ctx->client->metadata = bson_new_from_data(data, len);
+    if (ctx->client->metadata == NULL)
+        return;
+    bson_t attr = BSON_INITIALIZER;
+    if (ctx->conn != NULL)
+        BSON_APPEND_UTF8(&attr, "remote", sbl_conn_remote(ctx->conn));
+    BSON_APPEND_UTF8(&attr, "client", "conn");
+    BSON_APPEND_DOCUMENT(&attr, "doc", ctx->client->metadata);
+    sbl_log(SBL_LOG_INFO, "NETWORK", 51800, "client metadata", &attr);
+    bson_destroy(&attr);
+}
+
+int sbl_cmd_hello(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bson_t *r = ctx->reply;
+    bool first = !ctx->client->hello_seen;
+
+    pthread_once(&process_id_once, process_id_init);
+    if (bson_iter_init_find(&it, ctx->cmd, "helloOk") && bson_iter_as_bool(&it))
+        BSON_APPEND_BOOL(r, "helloOk", true);
+    BSON_APPEND_BOOL(r, "ismaster", true);
+    BSON_APPEND_BOOL(r, "isWritablePrimary", true);
+    bson_t tv;
+    BSON_APPEND_DOCUMENT_BEGIN(r, "topologyVersion", &tv);
+    BSON_APPEND_OID(&tv, "processId", &process_id);
+    BSON_APPEND_INT64(&tv, "counter", 0);
+    bson_append_document_end(r, &tv);
+    BSON_APPEND_INT32(r, "maxBsonObjectSize", SBL_MAX_BSON_SIZE);
+    BSON_APPEND_INT32(r, "maxMessageSizeBytes", SBL_MAX_MESSAGE_SIZE);
+    BSON_APPEND_INT32(r, "maxWriteBatchSize", SBL_MAX_WRITE_BATCH);
+    BSON_APPEND_DATE_TIME(r, "localTime", sbl_now_ms());
+    BSON_APPEND_INT32(r, "logicalSessionTimeoutMinutes", SESSION_TIMEOUT_MINUTES);
+    BSON_APPEND_INT64(r, "connectionId", (int64_t)ctx->client->conn_id);
+    BSON_APPEND_INT32(r, "minWireVersion", 0);
+    BSON_APPEND_INT32(r, "maxWireVersion", 21);
+    BSON_APPEND_BOOL(r, "readOnly", false);
+    if (first && bson_iter_init_find(&it, ctx->cmd, "compression"))
+        append_compression(ctx, &it);
+    if (bson_iter_init_find(&it, ctx->cmd, "saslSupportedMechs") && BSON_ITER_HOLDS_UTF8(&it)) {
+        /* Without authentication enabled there are no users to describe: report the
+         * mechanisms the server would offer. */
+        bson_t mechs;
+        BSON_APPEND_ARRAY_BEGIN(r, "saslSupportedMechs", &mechs);
+        BSON_APPEND_UTF8(&mechs, "0", "SCRAM-SHA-1");
+        BSON_APPEND_UTF8(&mechs, "1", "SCRAM-SHA-256");
+        bson_append_array_end(r, &mechs);
+    }
+    if (first && bson_iter_init_find(&it, ctx->cmd, "client"))
+        log_client_metadata(ctx, &it);
+    ctx->client->hello_seen = true;
+    return 0;
+}
+
+int sbl_cmd_build_info(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_t *r = ctx->reply, arr, doc;
+    const int32_t va[] = {SBL_VERSION_ARRAY};
+
+    BSON_APPEND_UTF8(r, "version", SBL_VERSION);
+    BSON_APPEND_UTF8(r, "gitVersion", SBL_GIT_VERSION);
+    BSON_APPEND_ARRAY_BEGIN(r, "modules", &arr);
+    bson_append_array_end(r, &arr);
+    BSON_APPEND_UTF8(r, "allocator", "system");
+    BSON_APPEND_UTF8(r, "javascriptEngine", "none");
+    BSON_APPEND_UTF8(r, "sysInfo", "deprecated");
+    BSON_APPEND_ARRAY_BEGIN(r, "versionArray", &arr);
+    for (int i = 0; i < 4; i++) {
+        char key[4];
+        snprintf(key, sizeof(key), "%d", i);
+        BSON_APPEND_INT32(&arr, key, va[i]);
+    }
+    bson_append_array_end(r, &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(r, "openssl", &doc);
+    BSON_APPEND_UTF8(&doc, "running", OpenSSL_version(OPENSSL_VERSION));
+    BSON_APPEND_UTF8(&doc, "compiled", OPENSSL_VERSION_TEXT);
+    bson_append_document_end(r, &doc);
+    BSON_APPEND_DOCUMENT_BEGIN(r, "buildEnvironment", &doc);
+    BSON_APPEND_UTF8(&doc, "distmod", "debian12");
+    BSON_APPEND_UTF8(&doc, "distarch", "x86_64");
+    BSON_APPEND_UTF8(&doc, "cc", "cc " __VERSION__);
+    BSON_APPEND_UTF8(&doc, "target_arch", "x86_64");
+    BSON_APPEND_UTF8(&doc, "target_os", "linux");
+    bson_append_document_end(r, &doc);
+    BSON_APPEND_INT32(r, "bits", 64);
+    BSON_APPEND_BOOL(r, "debug", false);
+    BSON_APPEND_INT32(r, "maxBsonObjectSize", SBL_MAX_BSON_SIZE);
+    BSON_APPEND_ARRAY_BEGIN(r, "storageEngines", &arr);
+    BSON_APPEND_UTF8(&arr, "0", "wiredTiger");
+    bson_append_array_end(r, &arr);
+    return 0;
+}
+
+int sbl_cmd_ping(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    return 0;
+}
+
+/* ---- getParameter ----------------------------------------------------------- */
+
+/* Append one parameter's value; false when the name is unknown. */
+static bool append_parameter(bson_t *r, const char *name)
+{
+    const sbl_options_t *o = sbl_server_options();
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, &o->parameters, name)) {
+        bson_append_value(r, name, -1, bson_iter_value(&it));
+        return true;
+    }
+    if (strcmp(name, "featureCompatibilityVersion") == 0) {
+        bson_t d;
+        BSON_APPEND_DOCUMENT_BEGIN(r, name, &d);
+        BSON_APPEND_UTF8(&d, "version", "7.0");
+        bson_append_document_end(r, &d);
+    } else if (strcmp(name, "authenticationMechanisms") == 0) {
+        bson_t a;
+        BSON_APPEND_ARRAY_BEGIN(r, name, &a);
+        BSON_APPEND_UTF8(&a, "0", "SCRAM-SHA-1");
+        BSON_APPEND_UTF8(&a, "1", "SCRAM-SHA-256");
+        bson_append_array_end(r, &a);
+    } else if (strcmp(name, "enableTestCommands") == 0) {
+        BSON_APPEND_BOOL(r, name, false);
+    } else if (strcmp(name, "logLevel") == 0) {
+        BSON_APPEND_INT32(r, name, sbl_log_verbosity());
+    } else if (strcmp(name, "quiet") == 0) {
+        BSON_APPEND_BOOL(r, name, o->quiet);
+    } else if (strcmp(name, "cursorTimeoutMillis") == 0) {
+        BSON_APPEND_INT64(r, name, 600000);
+    } else if (strcmp(name, "maxBSONDepth") == 0) {
+        BSON_APPEND_INT32(r, name, 200);
+    } else if (strcmp(name, "transactionLifetimeLimitSeconds") == 0) {
+        BSON_APPEND_INT32(r, name, 60);
+    } else if (strcmp(name, "internalQueryMaxBlockingSortMemoryUsageBytes") == 0) {
+        BSON_APPEND_INT64(r, name, 100 * 1024 * 1024);
+    } else if (strcmp(name, "journalCommitInterval") == 0) {
+        BSON_APPEND_INT32(r, name, o->commit_interval_ms);
+    } else if (strcmp(name, "syncdelay") == 0) {
+        BSON_APPEND_DOUBLE(r, name, o->syncdelay_s);
+    } else if (strcmp(name, "wiredTigerConcurrentReadTransactions") == 0 ||
+               strcmp(name, "wiredTigerConcurrentWriteTransactions") == 0) {
+        BSON_APPEND_INT32(r, name, 128);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+static const char *const known_parameters[] = {
+    "authenticationMechanisms", "cursorTimeoutMillis", "enableTestCommands",
+    "featureCompatibilityVersion", "internalQueryMaxBlockingSortMemoryUsageBytes",
+    "journalCommitInterval", "logLevel", "maxBSONDepth", "quiet", "syncdelay",
+    "transactionLifetimeLimitSeconds", "wiredTigerConcurrentReadTransactions",
+    "wiredTigerConcurrentWriteTransactions",
+};
+
+int sbl_cmd_get_parameter(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bool all = false;
+    size_t found = 0;
+
+    bson_iter_init(&it, ctx->cmd);
+    bson_iter_next(&it);
+    if (BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_utf8(&it, NULL), "*") == 0)
+        all = true;
+    else if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_iter_t d;
+        bson_iter_recurse(&it, &d);
+        while (bson_iter_next(&d))
+            if (strcmp(bson_iter_key(&d), "allParameters") == 0 && bson_iter_as_bool(&d))
+                all = true;
+    }
+    if (all) {
+        for (size_t i = 0; i < sizeof(known_parameters) / sizeof(known_parameters[0]); i++)
+            append_parameter(ctx->reply, known_parameters[i]);
+        const sbl_options_t *o = sbl_server_options();
+        bson_iter_init(&it, &o->parameters);
+        while (bson_iter_next(&it)) {
+            bson_iter_t dup;
+            if (!bson_iter_init_find(&dup, ctx->reply, bson_iter_key(&it)))
+                bson_append_value(ctx->reply, bson_iter_key(&it), -1, bson_iter_value(&it));
+        }
+        return 0;
+    }
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (k[0] == '$' || strcmp(k, "lsid") == 0 || strcmp(k, "comment") == 0)
+            continue;
+        bson_iter_t dup;
+        if (bson_iter_init_find(&dup, ctx->reply, k))
+            continue;
+        if (append_parameter(ctx->reply, k))
+            found++;
+    }
+    if (found == 0)
+        return sbl_err_set(err, SBL_E_InvalidOptions, "no option found to get");
+    return 0;
+}
+
+int sbl_cmd_get_cmd_line_opts(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    const sbl_options_t *o = sbl_server_options();
+    bson_t arr;
+    BSON_APPEND_ARRAY_BEGIN(ctx->reply, "argv", &arr);
+    for (int i = 0; i < o->argc; i++) {
+        char key[16];
+        const char *k;
+        bson_uint32_to_string((uint32_t)i, &k, key, sizeof(key));
+        bson_append_utf8(&arr, k, -1, o->argv[i], -1);
+    }
+    bson_append_array_end(ctx->reply, &arr);
+    BSON_APPEND_DOCUMENT(ctx->reply, "parsed", &o->parsed);
+    return 0;
+}
+
+int sbl_cmd_host_info(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_t *r = ctx->reply, d;
+    struct utsname u;
+    char hn[256] = "localhost";
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    struct rlimit rl;
+
+    uname(&u);
+    gethostname(hn, sizeof(hn) - 1);
+    BSON_APPEND_DOCUMENT_BEGIN(r, "system", &d);
+    BSON_APPEND_DATE_TIME(&d, "currentTime", sbl_now_ms());
+    BSON_APPEND_UTF8(&d, "hostname", hn);
+    BSON_APPEND_INT32(&d, "cpuAddrSize", 64);
+    BSON_APPEND_INT64(&d, "memSizeMB", (int64_t)pages * psize / (1024 * 1024));
+    BSON_APPEND_INT64(&d, "memLimitMB", (int64_t)pages * psize / (1024 * 1024));
+    BSON_APPEND_INT32(&d, "numCores", (int32_t)ncpu);
+    BSON_APPEND_INT32(&d, "numPhysicalCores", (int32_t)ncpu);
+    BSON_APPEND_UTF8(&d, "cpuArch", u.machine);
+    BSON_APPEND_BOOL(&d, "numaEnabled", false);
+    bson_append_document_end(r, &d);
+    BSON_APPEND_DOCUMENT_BEGIN(r, "os", &d);
+    BSON_APPEND_UTF8(&d, "type", "Linux");
+    BSON_APPEND_UTF8(&d, "name", u.sysname);
+    BSON_APPEND_UTF8(&d, "version", u.release);
+    bson_append_document_end(r, &d);
+    BSON_APPEND_DOCUMENT_BEGIN(r, "extra", &d);
+    BSON_APPEND_UTF8(&d, "versionString", u.version);
+    BSON_APPEND_UTF8(&d, "kernelVersion", u.release);
+    BSON_APPEND_INT64(&d, "pageSize", psize);
+    BSON_APPEND_INT64(&d, "numPages", pages);
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        BSON_APPEND_INT64(&d, "maxOpenFiles", (int64_t)rl.rlim_cur);
+    bson_append_document_end(r, &d);
+    return 0;
+}
+
+int sbl_cmd_whatsmyuri(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    BSON_APPEND_UTF8(ctx->reply, "you", ctx->conn ? sbl_conn_remote(ctx->conn) : "0.0.0.0:0");
+    return 0;
+}
+
+int sbl_cmd_list_commands(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    size_t n;
+    const sbl_cmd_def_t *t = sbl_cmd_table(&n);
+    bson_t cmds, c;
+    BSON_APPEND_DOCUMENT_BEGIN(ctx->reply, "commands", &cmds);
+    for (size_t i = 0; i < n; i++) {
+        bson_append_document_begin(&cmds, t[i].name, -1, &c);
+        BSON_APPEND_UTF8(&c, "help", t[i].help);
+        BSON_APPEND_BOOL(&c, "adminOnly", (t[i].flags & SBL_CMD_ADMIN_ONLY) != 0);
+        BSON_APPEND_BOOL(&c, "secondaryOk", true);
+        BSON_APPEND_BOOL(&c, "requiresAuth", (t[i].flags & SBL_CMD_NO_AUTH) == 0);
+        bson_append_document_end(&cmds, &c);
+    }
+    bson_append_document_end(ctx->reply, &cmds);
+    return 0;
+}
+
+int sbl_cmd_connection_status(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_t info, a;
+    bson_iter_t it;
+    BSON_APPEND_DOCUMENT_BEGIN(ctx->reply, "authInfo", &info);
+    BSON_APPEND_ARRAY_BEGIN(&info, "authenticatedUsers", &a);
+    bson_append_array_end(&info, &a);
+    BSON_APPEND_ARRAY_BEGIN(&info, "authenticatedUserRoles", &a);
+    bson_append_array_end(&info, &a);
+    if (bson_iter_init_find(&it, ctx->cmd, "showPrivileges") && bson_iter_as_bool(&it)) {
+        BSON_APPEND_ARRAY_BEGIN(&info, "authenticatedUserPrivileges", &a);
+        bson_append_array_end(&info, &a);
+    }
+    bson_append_document_end(ctx->reply, &info);
+    return 0;
+}
+
+int sbl_cmd_get_last_error(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    BSON_APPEND_INT64(ctx->reply, "connectionId", (int64_t)ctx->client->conn_id);
+    BSON_APPEND_INT32(ctx->reply, "n", 0);
+    BSON_APPEND_INT32(ctx->reply, "syncMillis", 0);
+    BSON_APPEND_NULL(ctx->reply, "writtenTo");
+    BSON_APPEND_NULL(ctx->reply, "err");
+    return 0;
+}
+
+int sbl_cmd_get_log(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bson_t arr;
+    bson_iter_init(&it, ctx->cmd);
+    bson_iter_next(&it);
+    if (!BSON_ITER_HOLDS_UTF8(&it))
+        return sbl_err_set(err, SBL_E_TypeMismatch,
+                           "Argument to getLog must be of type String; found %d",
+                           (int)bson_iter_type(&it));
+    const char *name = bson_iter_utf8(&it, NULL);
+    if (strcmp(name, "*") == 0) {
+        BSON_APPEND_ARRAY_BEGIN(ctx->reply, "names", &arr);
+        BSON_APPEND_UTF8(&arr, "0", "global");
+        BSON_APPEND_UTF8(&arr, "1", "startupWarnings");
+        bson_append_array_end(ctx->reply, &arr);
+        return 0;
+    }
+    if (strcmp(name, "startupWarnings") == 0) {
+        BSON_APPEND_INT32(ctx->reply, "totalLinesWritten", 0);
+        BSON_APPEND_ARRAY_BEGIN(ctx->reply, "log", &arr);
+        bson_append_array_end(ctx->reply, &arr);
+        return 0;
+    }
+    if (strcmp(name, "global") != 0)
+        return sbl_err_set(err, SBL_E_OperationFailed, "No log named '%s'", name);
+    size_t n;
+    char **lines = sbl_log_recent(&n);
+    BSON_APPEND_INT64(ctx->reply, "totalLinesWritten", (int64_t)n);
+    BSON_APPEND_ARRAY_BEGIN(ctx->reply, "log", &arr);
+    for (size_t i = 0; i < n; i++) {
+        char key[16];
+        const char *k;
+        bson_uint32_to_string((uint32_t)i, &k, key, sizeof(key));
+        bson_append_utf8(&arr, k, -1, lines[i], -1);
+        bson_free(lines[i]);
+    }
+    bson_append_array_end(ctx->reply, &arr);
+    bson_free(lines);
+    return 0;
+}
+
+/* ---- sessions --------------------------------------------------------------- */
+
+int sbl_cmd_start_session(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    uint8_t uuid[16];
+    bson_t id;
+    bson_oid_t a, b;
+    bson_oid_init(&a, NULL);
+    bson_oid_init(&b, NULL);
+    memcpy(uuid, a.bytes, 8);
+    memcpy(uuid + 8, b.bytes + 4, 8);
+    uuid[6] = (uint8_t)((uuid[6] & 0x0f) | 0x40); /* version 4 */
+    uuid[8] = (uint8_t)((uuid[8] & 0x3f) | 0x80);
+    BSON_APPEND_DOCUMENT_BEGIN(ctx->reply, "id", &id);
+    BSON_APPEND_BINARY(&id, "id", BSON_SUBTYPE_UUID, uuid, 16);
+    bson_append_document_end(ctx->reply, &id);
+    BSON_APPEND_INT32(ctx->reply, "timeoutMinutes", SESSION_TIMEOUT_MINUTES);
+    return 0;
+}
+
+/* endSessions, refreshSessions, killSessions, killAllSessions: sessions carry no
+ * server state yet (no transactions), so there is nothing to end. */
+int sbl_cmd_end_sessions(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bson_iter_init(&it, ctx->cmd);
+    bson_iter_next(&it);
+    if (!BSON_ITER_HOLDS_ARRAY(&it) && strcmp(ctx->name, "killAllSessions") != 0)
+        return sbl_err_set(err, SBL_E_TypeMismatch,
+                           "BSON field '%s' is the wrong type, expected type 'array'", ctx->name);
+    return 0;
+}
+
+int sbl_cmd_shutdown_cmd(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    sbl_log(SBL_LOG_INFO, "COMMAND", 4695400, "Terminating via shutdown command", NULL);
+    sbl_server_request_shutdown();
+    return 0;
+}

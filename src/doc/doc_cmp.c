@@ -66,7 +66,8 @@ static int sign3(int r)
 /* Bytes, shorter first when one is a prefix of the other. */
 static int bytes_cmp(const void *a, size_t alen, const void *b, size_t blen)
 {
-    int r = memcmp(a, b, alen < blen ? alen : blen);
+    size_t n = alen < blen ? alen : blen;
+    int r = n == 0 ? 0 : memcmp(a, b, n);
     if (r != 0)
         return sign3(r);
     return (alen > blen) - (alen < blen);
@@ -183,7 +184,7 @@ int sbl_value_compare(const bson_value_t *a, const bson_value_t *b)
             return la < lb ? -1 : 1;
         if (a->value.v_binary.subtype != b->value.v_binary.subtype)
             return a->value.v_binary.subtype < b->value.v_binary.subtype ? -1 : 1;
-        return sign3(memcmp(a->value.v_binary.data, b->value.v_binary.data, la));
+        return la == 0 ? 0 : sign3(memcmp(a->value.v_binary.data, b->value.v_binary.data, la));
     }
     case BSON_TYPE_OID:
         return sign3(memcmp(a->value.v_oid.bytes, b->value.v_oid.bytes, 12));

@@ -1,0 +1,217 @@
+/*
+ * wt_collection.c: reading a collection: point gets by _id on the session's
+ * cached cursor, ordered scans on a cursor of their own, and statistics.
+ *
+ * What must stay true:
+ *  - Keys are sbl_key_append(_id, ascending) and compare with memcmp, so a
+ *    bound is exactly matched by the key of an equal _id: inclusive and
+ *    exclusive bounds are decided by comparing encoded keys.
+ *  - A cached cursor is reset after use so it pins no page or snapshot.
+ *  - A scan holds a reference to its table, so the table outlives the scan
+ *    even when the collection is dropped meanwhile (the drop is deferred).
+ */
+#include "storage/wt_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "doc/doc.h"
+
+struct sbl_scan {
+    uint64_t epoch; /* the engine open it belongs to */
+    sbl_wt_table_t *tbl;
+    WT_CURSOR *cursor;
+    bool descending;
+    bool started, done;
+    bool has_lo, lo_inclusive, has_hi, hi_inclusive;
+    sbl_buf_t lo, hi;
+};
+
+int sbl_coll_get(sbl_session_t *s, sbl_coll_t *c, const bson_value_t *id, bson_t *doc,
+                 bool *foundp, sbl_err_t *err)
+{
+    WT_CURSOR *cur;
+    WT_ITEM k, v;
+    bson_t view;
+    int ret, rc = 0;
+
+    *foundp = false;
+    SBL_RET(sbl_session_cursor(s, c->tbl, &cur, err));
+    sbl_buf_reset(&s->key);
+    sbl_key_append(&s->key, id, false);
+    k.data = s->key.data;
+    k.size = s->key.len;
+    cur->set_key(cur, &k);
+    ret = cur->search(cur);
+    if (ret == 0) {
+        if ((ret = cur->get_value(cur, &v)) == 0) {
+            if (bson_init_static(&view, v.data, v.size)) {
+                bson_copy_to(&view, doc);
+                *foundp = true;
+            } else
+                rc = sbl_err_set(err, SBL_E_InternalError, "corrupt document in %s", c->ns);
+        }
+    }
+    if (ret != 0 && ret != WT_NOTFOUND)
+        rc = sbl_wt_err(err, ret, "point read");
+    cur->reset(cur);
+    return rc;
+}
+
+int sbl_scan_open(sbl_session_t *s, sbl_coll_t *c, const sbl_scan_bounds_t *bounds,
+                  bool descending, sbl_scan_t **scanp, sbl_err_t *err)
+{
+    sbl_scan_t *scan;
+    int ret;
+
+    *scanp = NULL;
+    sbl_session_reconcile(s);
+    if (atomic_load(&c->tbl->dropped))
+        return sbl_err_set(err, SBL_E_NamespaceNotFound, "collection %s was dropped", c->ns);
+    scan = bson_malloc0(sizeof(*scan));
+    sbl_buf_init(&scan->lo);
+    sbl_buf_init(&scan->hi);
+    if ((ret = s->wt->open_cursor(s->wt, c->tbl->uri, NULL, NULL, &scan->cursor)) != 0) {
+        sbl_buf_destroy(&scan->lo);
+        sbl_buf_destroy(&scan->hi);
+        bson_free(scan);
+        return sbl_wt_err(err, ret, "open scan");
+    }
+    scan->epoch = s->epoch;
+    scan->tbl = c->tbl;
+    sbl_table_ref(c->tbl);
+    scan->descending = descending;
+    if (bounds != NULL && bounds->lo != NULL) {
+        scan->has_lo = true;
+        scan->lo_inclusive = bounds->lo_inclusive;
+        sbl_key_append(&scan->lo, bounds->lo, false);
+    }
+    if (bounds != NULL && bounds->hi != NULL) {
+        scan->has_hi = true;
+        scan->hi_inclusive = bounds->hi_inclusive;
+        sbl_key_append(&scan->hi, bounds->hi, false);
+    }
+    *scanp = scan;
+    return 0;
+}
+
+/* memcmp order, a shorter prefix first. */
+static int key_cmp(const WT_ITEM *k, const sbl_buf_t *b)
+{
+    size_t n = k->size < b->len ? k->size : b->len;
+    int c = memcmp(k->data, b->data, n);
+
+    if (c != 0)
+        return c;
+    return k->size < b->len ? -1 : k->size > b->len ? 1 : 0;
+}
+
+/* Position on the first record in scan order (at or past the start bound). */
+static int scan_start(sbl_scan_t *scan)
+{
+    WT_CURSOR *cur = scan->cursor;
+    const sbl_buf_t *b = scan->descending ? &scan->hi : &scan->lo;
+    bool has = scan->descending ? scan->has_hi : scan->has_lo;
+    bool inclusive = scan->descending ? scan->hi_inclusive : scan->lo_inclusive;
+    WT_ITEM k;
+    int exact, ret;
+
+    if (!has)
+        return scan->descending ? cur->prev(cur) : cur->next(cur);
+    k.data = b->data;
+    k.size = b->len;
+    cur->set_key(cur, &k);
+    if ((ret = cur->search_near(cur, &exact)) != 0)
+        return ret;
+    /* search_near lands on the bound, or on a neighbour on either side. */
+    if (scan->descending) {
+        if (exact > 0 || (exact == 0 && !inclusive))
+            return cur->prev(cur);
+    } else {
+        if (exact < 0 || (exact == 0 && !inclusive))
+            return cur->next(cur);
+    }
+    return 0;
+}
+
+int sbl_scan_next(sbl_scan_t *scan, bson_t *doc, bool *donep, sbl_err_t *err)
+{
+    WT_CURSOR *cur = scan->cursor;
+    WT_ITEM k, v;
+    int ret;
+
+    *donep = false;
+    if (scan->done) {
+        *donep = true;
+        return 0;
+    }
+    if (!scan->started) {
+        scan->started = true;
+        ret = scan_start(scan);
+    } else
+        ret = scan->descending ? cur->prev(cur) : cur->next(cur);
+    if (ret == 0 && (ret = cur->get_key(cur, &k)) == 0) {
+        /* The end bound. */
+        int c;
+        if (scan->descending && scan->has_lo) {
+            c = key_cmp(&k, &scan->lo);
+            if (c < 0 || (c == 0 && !scan->lo_inclusive))
+                ret = WT_NOTFOUND;
+        } else if (!scan->descending && scan->has_hi) {
+            c = key_cmp(&k, &scan->hi);
+            if (c > 0 || (c == 0 && !scan->hi_inclusive))
+                ret = WT_NOTFOUND;
+        }
+    }
+    if (ret == 0)
+        ret = cur->get_value(cur, &v);
+    if (ret == WT_NOTFOUND) {
+        scan->done = true;
+        *donep = true;
+        cur->reset(cur);
+        return 0;
+    }
+    if (ret != 0)
+        return sbl_wt_err(err, ret, "scan");
+    if (!bson_init_static(doc, v.data, v.size))
+        return sbl_err_set(err, SBL_E_InternalError, "corrupt document in scan");
+    return 0;
+}
+
+void sbl_scan_close(sbl_scan_t *scan)
+{
+    if (scan == NULL)
+        return;
+    /* A cursor of a session that engine close already closed is gone. */
+    if (sbl_eng.open && scan->epoch == sbl_eng.epoch)
+        scan->cursor->close(scan->cursor);
+    sbl_table_unref(scan->tbl);
+    sbl_buf_destroy(&scan->lo);
+    sbl_buf_destroy(&scan->hi);
+    bson_free(scan);
+}
+
+int sbl_coll_stats(sbl_session_t *s, sbl_coll_t *c, sbl_coll_stats_t *st, sbl_err_t *err)
+{
+    WT_CURSOR *cur;
+    char uri[300];
+    const char *desc, *pvalue;
+    int64_t v;
+
+    memset(st, 0, sizeof(*st));
+    st->count = (int64_t)atomic_load(&c->tbl->count);
+    st->data_size = (int64_t)atomic_load(&c->tbl->data_size);
+    if (st->count < 0)
+        st->count = 0;
+    if (st->data_size < 0)
+        st->data_size = 0;
+    snprintf(uri, sizeof(uri), "statistics:%s", c->tbl->uri);
+    /* size: only the file size, which is cheap and needs no tree walk. */
+    if (s->wt->open_cursor(s->wt, uri, NULL, "statistics=(size)", &cur) == 0) {
+        cur->set_key(cur, WT_STAT_DSRC_BLOCK_SIZE);
+        if (cur->search(cur) == 0 && cur->get_value(cur, &desc, &pvalue, &v) == 0)
+            st->storage_size = v;
+        cur->close(cur);
+    }
+    return 0;
+}

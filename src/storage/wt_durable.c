@@ -1,0 +1,276 @@
+/*
+ * wt_durable.c: the background threads: the journal flusher (group commit)
+ * and the checkpointer, which also retries table drops WiredTiger refused.
+ *
+ * What must stay true:
+ *  - A waiter is called only after a log_flush("sync=on") that started after
+ *    the waiter was queued, so every commit before sbl_storage_on_durable()
+ *    is on disk; all waiters queued before a flush share it.
+ *  - Neither thread spins: both sleep on a condition variable with a timeout
+ *    (commit_interval_ms; syncdelay or 1 s while drops are pending).
+ *  - At stop the flusher serves every queued waiter after a final flush.
+ */
+#include "storage/wt_int.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+
+static void deadline_in_ms(struct timespec *ts, long ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- table drops ---------------------------------------------------- */
+
+void sbl_drop_table(WT_SESSION *wt, const char *uri)
+{
+    int ret = wt->drop(wt, uri, "force=true");
+
+    if (ret == 0)
+        return;
+    /* EBUSY: some session still has a cursor open on it (a scan, or a cached
+     * cursor of an idle thread).  Retry in the background. */
+    sbl_pending_drop_t *d = bson_malloc0(sizeof(*d));
+    d->uri = bson_strdup(uri);
+    pthread_mutex_lock(&sbl_eng.bg_lock);
+    d->next = sbl_eng.drops;
+    sbl_eng.drops = d;
+    pthread_cond_signal(&sbl_eng.bg_cond);
+    pthread_mutex_unlock(&sbl_eng.bg_lock);
+}
+
+size_t sbl_drop_retry(WT_SESSION *wt)
+{
+    sbl_pending_drop_t *list, *d, *keep = NULL;
+    size_t left = 0;
+
+    pthread_mutex_lock(&sbl_eng.bg_lock);
+    list = sbl_eng.drops;
+    sbl_eng.drops = NULL;
+    pthread_mutex_unlock(&sbl_eng.bg_lock);
+    while ((d = list) != NULL) {
+        list = d->next;
+        if (wt->drop(wt, d->uri, "force=true") == 0) {
+            bson_free(d->uri);
+            bson_free(d);
+        } else {
+            d->next = keep;
+            keep = d;
+            left++;
+        }
+    }
+    pthread_mutex_lock(&sbl_eng.bg_lock);
+    while ((d = keep) != NULL) {
+        keep = d->next;
+        d->next = sbl_eng.drops;
+        sbl_eng.drops = d;
+    }
+    pthread_mutex_unlock(&sbl_eng.bg_lock);
+    return left;
+}
+
+/* ---- checkpoints ------------------------------------------------------ */
+
+/* Save the counts, then checkpoint.  wt belongs to the caller. */
+static int checkpoint_on(WT_SESSION *wt, sbl_err_t *err)
+{
+    int ret, rc;
+
+    pthread_rwlock_rdlock(&sbl_eng.cat_lock);
+    rc = sbl_catalog_save_sizes(wt, false, err);
+    pthread_rwlock_unlock(&sbl_eng.cat_lock);
+    if (rc != 0)
+        return rc;
+    if ((ret = wt->checkpoint(wt, NULL)) != 0)
+        return sbl_wt_err(err, ret, "checkpoint");
+    return 0;
+}
+
+int sbl_storage_checkpoint(sbl_err_t *err)
+{
+    sbl_session_t *s = sbl_session_get();
+
+    if (s == NULL)
+        return sbl_err_set(err, SBL_E_ShutdownInProgress, "storage engine is not open");
+    if (s->in_txn)
+        return sbl_err_set(err, SBL_E_IllegalOperation,
+                           "cannot checkpoint inside a transaction");
+    return checkpoint_on(s->wt, err);
+}
+
+static void *checkpoint_main(void *arg)
+{
+    WT_SESSION *wt = sbl_eng.ckpt_wt;
+    double last = now_s();
+    struct timespec ts;
+    sbl_err_t err;
+
+    pthread_mutex_lock(&sbl_eng.bg_lock);
+    while (!sbl_eng.bg_stop) {
+        long wait_ms = sbl_eng.drops != NULL ? 1000 : 3600 * 1000L;
+        if (sbl_eng.syncdelay_s > 0) {
+            long until = (long)((last + sbl_eng.syncdelay_s - now_s()) * 1000.0) + 1;
+            if (until < wait_ms)
+                wait_ms = until > 0 ? until : 0;
+        }
+        deadline_in_ms(&ts, wait_ms);
+        pthread_cond_timedwait(&sbl_eng.bg_cond, &sbl_eng.bg_lock, &ts);
+        if (sbl_eng.bg_stop)
+            break;
+        bool drops = sbl_eng.drops != NULL;
+        pthread_mutex_unlock(&sbl_eng.bg_lock);
+        if (drops)
+            sbl_drop_retry(wt);
+        if (sbl_eng.syncdelay_s > 0 && now_s() >= last + sbl_eng.syncdelay_s) {
+            if (checkpoint_on(wt, &err) != 0)
+                sbl_log(SBL_LOG_WARNING, "STORAGE", 22430, err.msg, NULL);
+            last = now_s();
+        }
+        pthread_mutex_lock(&sbl_eng.bg_lock);
+    }
+    pthread_mutex_unlock(&sbl_eng.bg_lock);
+    return NULL;
+}
+
+/* ---- the journal flusher (group commit) ----------------------------- */
+
+void sbl_storage_on_durable(void (*cb)(void *arg), void *arg)
+{
+    sbl_waiter_t *w;
+
+    pthread_mutex_lock(&sbl_eng.fl_lock);
+    if (!sbl_eng.fl_started || sbl_eng.fl_stop) {
+        /* Closing or closed: the final flush has covered every commit. */
+        pthread_mutex_unlock(&sbl_eng.fl_lock);
+        cb(arg);
+        return;
+    }
+    w = bson_malloc(sizeof(*w));
+    w->cb = cb;
+    w->arg = arg;
+    w->next = NULL;
+    *sbl_eng.waiters_tail = w;
+    sbl_eng.waiters_tail = &w->next;
+    pthread_cond_signal(&sbl_eng.fl_cond);
+    pthread_mutex_unlock(&sbl_eng.fl_lock);
+}
+
+static void *flusher_main(void *arg)
+{
+    WT_SESSION *wt = sbl_eng.fl_wt;
+    uint64_t flushed_commits = 0;
+    struct timespec ts;
+    bool stop = false;
+
+    pthread_mutex_lock(&sbl_eng.fl_lock);
+    while (!stop) {
+        if (sbl_eng.waiters == NULL && !sbl_eng.fl_stop) {
+            deadline_in_ms(&ts, sbl_eng.commit_interval_ms);
+            pthread_cond_timedwait(&sbl_eng.fl_cond, &sbl_eng.fl_lock, &ts);
+        }
+        stop = sbl_eng.fl_stop;
+        sbl_waiter_t *batch = sbl_eng.waiters;
+        sbl_eng.waiters = NULL;
+        sbl_eng.waiters_tail = &sbl_eng.waiters;
+        pthread_mutex_unlock(&sbl_eng.fl_lock);
+
+        /* Read the commit count before flushing: everything counted is in
+         * the log buffer already, so this flush makes it durable. */
+        uint64_t commits = atomic_load(&sbl_eng.commits);
+        if (batch != NULL || commits != flushed_commits || stop) {
+            int ret = wt->log_flush(wt, "sync=on");
+            if (ret != 0) {
+                sbl_err_t err;
+                sbl_wt_err(&err, ret, "journal flush");
+                sbl_log(SBL_LOG_ERROR, "STORAGE", 22431, err.msg, NULL);
+            } else
+                flushed_commits = commits;
+        }
+        while (batch != NULL) {
+            sbl_waiter_t *w = batch;
+            batch = w->next;
+            w->cb(w->arg);
+            bson_free(w);
+        }
+        pthread_mutex_lock(&sbl_eng.fl_lock);
+    }
+    pthread_mutex_unlock(&sbl_eng.fl_lock);
+    return NULL;
+}
+
+int sbl_storage_flush(sbl_err_t *err)
+{
+    sbl_session_t *s = sbl_session_get();
+    int ret;
+
+    if (s == NULL)
+        return sbl_err_set(err, SBL_E_ShutdownInProgress, "storage engine is not open");
+    if ((ret = s->wt->log_flush(s->wt, "sync=on")) != 0)
+        return sbl_wt_err(err, ret, "journal flush");
+    return 0;
+}
+
+int sbl_bg_start(sbl_err_t *err)
+{
+    WT_CONNECTION *conn = sbl_eng.conn;
+    int ret;
+
+    if ((ret = conn->open_session(conn, NULL, NULL, &sbl_eng.fl_wt)) != 0 ||
+        (ret = conn->open_session(conn, NULL, NULL, &sbl_eng.ckpt_wt)) != 0)
+        return sbl_wt_err(err, ret, "open background session");
+    pthread_mutex_lock(&sbl_eng.fl_lock);
+    if ((ret = pthread_create(&sbl_eng.fl_thread, NULL, flusher_main, NULL)) == 0)
+        sbl_eng.fl_started = true;
+    pthread_mutex_unlock(&sbl_eng.fl_lock);
+    if (ret != 0)
+        return sbl_err_set(err, SBL_E_InternalError, "cannot start the journal flusher: %s",
+                           strerror(ret));
+    if ((ret = pthread_create(&sbl_eng.ckpt_thread, NULL, checkpoint_main, NULL)) != 0)
+        return sbl_err_set(err, SBL_E_InternalError, "cannot start the checkpointer: %s",
+                           strerror(ret));
+    sbl_eng.ckpt_started = true;
+    return 0;
+}
+
+void sbl_bg_stop(void)
+{
+    if (sbl_eng.ckpt_started) {
+        pthread_mutex_lock(&sbl_eng.bg_lock);
+        sbl_eng.bg_stop = true;
+        pthread_cond_signal(&sbl_eng.bg_cond);
+        pthread_mutex_unlock(&sbl_eng.bg_lock);
+        pthread_join(sbl_eng.ckpt_thread, NULL);
+        sbl_eng.ckpt_started = false;
+    }
+    if (sbl_eng.fl_started) {
+        pthread_mutex_lock(&sbl_eng.fl_lock);
+        sbl_eng.fl_stop = true;
+        pthread_cond_signal(&sbl_eng.fl_cond);
+        pthread_mutex_unlock(&sbl_eng.fl_lock);
+        pthread_join(sbl_eng.fl_thread, NULL);
+        pthread_mutex_lock(&sbl_eng.fl_lock);
+        sbl_eng.fl_started = false;
+        pthread_mutex_unlock(&sbl_eng.fl_lock);
+    }
+    if (sbl_eng.fl_wt != NULL)
+        sbl_eng.fl_wt->close(sbl_eng.fl_wt, NULL);
+    if (sbl_eng.ckpt_wt != NULL)
+        sbl_eng.ckpt_wt->close(sbl_eng.ckpt_wt, NULL);
+    sbl_eng.fl_wt = sbl_eng.ckpt_wt = NULL;
+}

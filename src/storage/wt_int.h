@@ -1,0 +1,165 @@
+/*
+ * wt_int.h: private to src/storage: the engine singleton, the structures
+ * behind sbl_session_t / sbl_coll_t, and the helpers the wt_*.c files share.
+ *
+ * What must stay true:
+ *  - A table (sbl_wt_table_t) outlives every coll handle, cached cursor and
+ *    pending count delta that points at it (each holds a reference).
+ *  - `dropped` is set on a table before drop_gen is bumped, so a session that
+ *    sees a new drop_gen and closes its cursors on dropped tables never keeps
+ *    a cursor that blocks the physical drop past its next storage call.
+ *  - The catalog array is sorted by ns and changed only under the write lock.
+ */
+#ifndef SBL_WT_INT_H
+#define SBL_WT_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <wiredtiger.h>
+
+#include "common/buf.h"
+#include "storage/storage.h"
+
+/* One WiredTiger table holding a collection; shared by the coll handles of
+ * one collection across renames. */
+typedef struct sbl_wt_table {
+    char *uri;   /* "table:collection-<n>-<random>" */
+    char *ident; /* uri without "table:" */
+    uint64_t id; /* unique in this process; keys the sessions' cursor caches */
+    atomic_int refs;
+    atomic_bool dropped;
+    atomic_int_fast64_t count;     /* committed documents */
+    atomic_int_fast64_t data_size; /* committed sum of BSON sizes */
+} sbl_wt_table_t;
+
+struct sbl_coll {
+    char *ns;
+    uint8_t uuid[16];
+    bson_t options;
+    sbl_wt_table_t *tbl;
+    atomic_int refs; /* the catalog holds one while the ns maps to this handle */
+};
+
+typedef struct sbl_cached_cursor {
+    sbl_wt_table_t *tbl; /* referenced */
+    WT_CURSOR *cursor;   /* opened with overwrite=false */
+} sbl_cached_cursor_t;
+
+typedef struct sbl_delta {
+    sbl_wt_table_t *tbl; /* referenced */
+    int64_t count;
+    int64_t data_size;
+} sbl_delta_t;
+
+struct sbl_session {
+    WT_SESSION *wt;
+    uint64_t epoch;    /* engine epoch it belongs to (reopen in one process) */
+    uint64_t drop_gen; /* last engine drop_gen this session reconciled */
+    bool in_txn;
+    sbl_cached_cursor_t *cursors;
+    size_t ncursors, cursors_cap;
+    sbl_delta_t *deltas; /* count/size changes of the open transaction */
+    size_t ndeltas, deltas_cap;
+    sbl_buf_t key; /* scratch for encoded keys */
+    struct sbl_session *next_all; /* engine's list of every session */
+};
+
+/* A physical table drop still to be done (WiredTiger said EBUSY). */
+typedef struct sbl_pending_drop {
+    char *uri;
+    struct sbl_pending_drop *next;
+} sbl_pending_drop_t;
+
+typedef struct sbl_waiter {
+    void (*cb)(void *arg);
+    void *arg;
+    struct sbl_waiter *next;
+} sbl_waiter_t;
+
+typedef struct sbl_engine {
+    bool open;
+    uint64_t epoch;
+    char *dbpath;
+    int lock_fd;
+    WT_CONNECTION *conn;
+    bool have_snappy;
+    int commit_interval_ms;
+    int syncdelay_s;
+
+    /* catalog (wt_catalog.c) */
+    pthread_rwlock_t cat_lock;
+    sbl_coll_t **colls; /* sorted by ns */
+    size_t ncolls, colls_cap;
+    WT_SESSION *cat_wt;       /* used only under the catalog write lock */
+    uint64_t next_ident;      /* <n> of the next collection-<n>-<random> */
+    uint64_t ident_rand;      /* <random>, fixed per open */
+    atomic_uint_fast64_t next_table_id;
+    atomic_uint_fast64_t drop_gen;
+
+    /* sessions (wt_session.c) */
+    pthread_mutex_t sess_lock;
+    sbl_session_t *sessions;
+
+    /* background work and checkpoints (wt_durable.c) */
+    pthread_mutex_t bg_lock; /* guards the fields below and ckpt_wt */
+    pthread_cond_t bg_cond;
+    bool bg_stop;
+    pthread_t ckpt_thread;
+    bool ckpt_started;
+    WT_SESSION *ckpt_wt;
+    sbl_pending_drop_t *drops;
+
+    pthread_mutex_t fl_lock; /* journal flusher */
+    pthread_cond_t fl_cond;
+    bool fl_stop;
+    pthread_t fl_thread;
+    bool fl_started;
+    sbl_waiter_t *waiters, **waiters_tail;
+    WT_SESSION *fl_wt;
+    atomic_uint_fast64_t commits; /* transactions committed since open */
+} sbl_engine_t;
+
+extern sbl_engine_t sbl_eng;
+
+#define SBL_CATALOG_URI "table:_sbl_catalog"
+#define SBL_SIZES_URI "table:_sbl_sizes"
+#define SBL_CLEAN_KEY "_sbl_clean_shutdown"
+
+/* Map a WiredTiger return code to a MongoDB error in *err; returns the code.
+ * `what` names the operation for the message. */
+int sbl_wt_err(sbl_err_t *err, int ret, const char *what);
+
+/* Table references. */
+sbl_wt_table_t *sbl_table_new(const char *uri);
+void sbl_table_ref(sbl_wt_table_t *t);
+void sbl_table_unref(sbl_wt_table_t *t);
+
+/* The session's cached cursor on t (opened on first use), reset and ready. */
+int sbl_session_cursor(sbl_session_t *s, sbl_wt_table_t *t, WT_CURSOR **cp, sbl_err_t *err);
+/* Close cached cursors on dropped tables if a drop happened since the last check. */
+void sbl_session_reconcile(sbl_session_t *s);
+/* Record a committed-on-success count/size change for the open transaction. */
+void sbl_session_add_delta(sbl_session_t *s, sbl_wt_table_t *t, int64_t dcount, int64_t dsize);
+/* Close every session (engine close; threads must be quiet). */
+void sbl_sessions_close_all(void);
+
+/* Catalog life (wt_catalog.c). */
+int sbl_catalog_load(sbl_err_t *err);
+void sbl_catalog_unload(void);
+/* Write every live table's count and size to the sizes table; clean sets the
+ * clean-shutdown marker too.  Uses wt (not shared). */
+int sbl_catalog_save_sizes(WT_SESSION *wt, bool clean, sbl_err_t *err);
+
+/* Try to drop uri now on wt (which the caller owns); queue it for the
+ * background retry when WiredTiger says EBUSY (wt_durable.c). */
+void sbl_drop_table(WT_SESSION *wt, const char *uri);
+/* Try every queued drop once on wt; returns how many remain queued. */
+size_t sbl_drop_retry(WT_SESSION *wt);
+/* The creation config of collection tables. */
+const char *sbl_table_config(void);
+
+/* Background threads (wt_durable.c). */
+int sbl_bg_start(sbl_err_t *err);
+void sbl_bg_stop(void);
+
+#endif

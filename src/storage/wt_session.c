@@ -1,0 +1,219 @@
+/*
+ * wt_session.c: per-thread sessions, their cursor caches and transactions.
+ *
+ * What must stay true:
+ *  - A session is used by its own thread only; the engine's list of all
+ *    sessions exists so close can free the ones threads never released.
+ *  - The hot path (point get, write) uses a cursor cached per table and never
+ *    opens one; cached cursors on dropped tables are closed at the session's
+ *    next call after the drop (drop_gen), so physical drops are not blocked.
+ *  - Count/size deltas reach the tables only when commit succeeds.
+ */
+#include "storage/wt_int.h"
+
+#include <string.h>
+
+static __thread sbl_session_t *tls_session;
+
+sbl_session_t *sbl_session_get(void)
+{
+    sbl_session_t *s = tls_session;
+
+    if (!sbl_eng.open)
+        return NULL;
+    if (s != NULL && s->epoch == sbl_eng.epoch) {
+        sbl_session_reconcile(s);
+        return s;
+    }
+    /* None yet, or one freed by an earlier close of the engine. */
+    s = bson_malloc0(sizeof(*s));
+    if (sbl_eng.conn->open_session(sbl_eng.conn, NULL, "isolation=snapshot", &s->wt) != 0) {
+        bson_free(s);
+        tls_session = NULL;
+        return NULL;
+    }
+    s->epoch = sbl_eng.epoch;
+    s->drop_gen = atomic_load(&sbl_eng.drop_gen);
+    sbl_buf_init(&s->key);
+    pthread_mutex_lock(&sbl_eng.sess_lock);
+    s->next_all = sbl_eng.sessions;
+    sbl_eng.sessions = s;
+    pthread_mutex_unlock(&sbl_eng.sess_lock);
+    tls_session = s;
+    return s;
+}
+
+static void drop_deltas(sbl_session_t *s)
+{
+    for (size_t i = 0; i < s->ndeltas; i++)
+        sbl_table_unref(s->deltas[i].tbl);
+    s->ndeltas = 0;
+}
+
+/* Free s; the caller has unlinked it. */
+static void session_free(sbl_session_t *s)
+{
+    for (size_t i = 0; i < s->ncursors; i++) {
+        s->cursors[i].cursor->close(s->cursors[i].cursor);
+        sbl_table_unref(s->cursors[i].tbl);
+    }
+    drop_deltas(s);
+    if (s->wt != NULL)
+        s->wt->close(s->wt, NULL); /* rolls back an open transaction */
+    sbl_buf_destroy(&s->key);
+    bson_free(s->cursors);
+    bson_free(s->deltas);
+    bson_free(s);
+}
+
+void sbl_session_release_thread(void)
+{
+    sbl_session_t *s = tls_session, **pp;
+
+    tls_session = NULL;
+    if (s == NULL || !sbl_eng.open || s->epoch != sbl_eng.epoch)
+        return;
+    pthread_mutex_lock(&sbl_eng.sess_lock);
+    for (pp = &sbl_eng.sessions; *pp != NULL; pp = &(*pp)->next_all)
+        if (*pp == s) {
+            *pp = s->next_all;
+            break;
+        }
+    pthread_mutex_unlock(&sbl_eng.sess_lock);
+    session_free(s);
+    /* Its cursors may have been the last obstacle to a pending drop. */
+    pthread_mutex_lock(&sbl_eng.bg_lock);
+    pthread_cond_signal(&sbl_eng.bg_cond);
+    pthread_mutex_unlock(&sbl_eng.bg_lock);
+}
+
+void sbl_sessions_close_all(void)
+{
+    pthread_mutex_lock(&sbl_eng.sess_lock);
+    while (sbl_eng.sessions != NULL) {
+        sbl_session_t *s = sbl_eng.sessions;
+        sbl_eng.sessions = s->next_all;
+        session_free(s);
+    }
+    pthread_mutex_unlock(&sbl_eng.sess_lock);
+    tls_session = NULL;
+}
+
+void sbl_session_reconcile(sbl_session_t *s)
+{
+    uint64_t gen = atomic_load(&sbl_eng.drop_gen);
+    size_t i, j;
+
+    if (gen == s->drop_gen)
+        return;
+    s->drop_gen = gen;
+    for (i = j = 0; i < s->ncursors; i++) {
+        if (atomic_load(&s->cursors[i].tbl->dropped)) {
+            s->cursors[i].cursor->close(s->cursors[i].cursor);
+            sbl_table_unref(s->cursors[i].tbl);
+        } else
+            s->cursors[j++] = s->cursors[i];
+    }
+    s->ncursors = j;
+}
+
+int sbl_session_cursor(sbl_session_t *s, sbl_wt_table_t *t, WT_CURSOR **cp, sbl_err_t *err)
+{
+    WT_CURSOR *c;
+    size_t i;
+    int ret;
+
+    *cp = NULL;
+    sbl_session_reconcile(s);
+    for (i = 0; i < s->ncursors; i++)
+        if (s->cursors[i].tbl == t) {
+            *cp = s->cursors[i].cursor;
+            return 0;
+        }
+    if (atomic_load(&t->dropped))
+        return sbl_err_set(err, SBL_E_NamespaceNotFound, "collection was dropped");
+    if ((ret = s->wt->open_cursor(s->wt, t->uri, NULL, "overwrite=false", &c)) != 0)
+        return sbl_wt_err(err, ret, "open cursor");
+    if (s->ncursors == s->cursors_cap) {
+        s->cursors_cap = s->cursors_cap ? s->cursors_cap * 2 : 8;
+        s->cursors = bson_realloc(s->cursors, s->cursors_cap * sizeof(*s->cursors));
+    }
+    sbl_table_ref(t);
+    s->cursors[s->ncursors].tbl = t;
+    s->cursors[s->ncursors].cursor = c;
+    s->ncursors++;
+    *cp = c;
+    return 0;
+}
+
+void sbl_session_add_delta(sbl_session_t *s, sbl_wt_table_t *t, int64_t dcount, int64_t dsize)
+{
+    size_t i;
+
+    for (i = 0; i < s->ndeltas; i++)
+        if (s->deltas[i].tbl == t) {
+            s->deltas[i].count += dcount;
+            s->deltas[i].data_size += dsize;
+            return;
+        }
+    if (s->ndeltas == s->deltas_cap) {
+        s->deltas_cap = s->deltas_cap ? s->deltas_cap * 2 : 4;
+        s->deltas = bson_realloc(s->deltas, s->deltas_cap * sizeof(*s->deltas));
+    }
+    sbl_table_ref(t);
+    s->deltas[s->ndeltas].tbl = t;
+    s->deltas[s->ndeltas].count = dcount;
+    s->deltas[s->ndeltas].data_size = dsize;
+    s->ndeltas++;
+}
+
+int sbl_txn_begin(sbl_session_t *s, sbl_err_t *err)
+{
+    int ret;
+
+    if (s->in_txn)
+        return sbl_err_set(err, SBL_E_IllegalOperation, "a transaction is already open");
+    sbl_session_reconcile(s);
+    if ((ret = s->wt->begin_transaction(s->wt, NULL)) != 0)
+        return sbl_wt_err(err, ret, "begin transaction");
+    s->in_txn = true;
+    return 0;
+}
+
+/* Release the positions of cached cursors so they pin no page or snapshot. */
+static void reset_cursors(sbl_session_t *s)
+{
+    for (size_t i = 0; i < s->ncursors; i++)
+        s->cursors[i].cursor->reset(s->cursors[i].cursor);
+}
+
+int sbl_txn_commit(sbl_session_t *s, sbl_err_t *err)
+{
+    int ret;
+
+    if (!s->in_txn)
+        return sbl_err_set(err, SBL_E_NoSuchTransaction, "no transaction is open");
+    reset_cursors(s);
+    s->in_txn = false;
+    /* No sync: durability comes from the journal flusher (wt_durable.c). */
+    ret = s->wt->commit_transaction(s->wt, NULL);
+    if (ret == 0) {
+        atomic_fetch_add(&sbl_eng.commits, 1);
+        for (size_t i = 0; i < s->ndeltas; i++) {
+            atomic_fetch_add(&s->deltas[i].tbl->count, s->deltas[i].count);
+            atomic_fetch_add(&s->deltas[i].tbl->data_size, s->deltas[i].data_size);
+        }
+    }
+    drop_deltas(s);
+    return ret == 0 ? 0 : sbl_wt_err(err, ret, "commit transaction");
+}
+
+void sbl_txn_abort(sbl_session_t *s)
+{
+    if (!s->in_txn)
+        return;
+    reset_cursors(s);
+    s->in_txn = false;
+    s->wt->rollback_transaction(s->wt, NULL);
+    drop_deltas(s);
+}

@@ -1,0 +1,220 @@
+/*
+ * wt_write.c: sbl_write, the one path by which documents change.
+ *
+ * What must stay true:
+ *  - The document change, (later) its secondary index entries and its oplog
+ *    entry happen in the caller's one WiredTiger transaction; a write outside
+ *    a transaction runs in one of its own.
+ *  - Count and size changes are recorded as session deltas and reach the
+ *    collection only when that transaction commits.
+ *  - WiredTiger errors become MongoDB errors here and nowhere else:
+ *    WT_DUPLICATE_KEY -> DuplicateKey 11000 with MongoDB's message and
+ *    err_info, WT_ROLLBACK -> WriteConflict 112 (the caller retries).
+ */
+#include "storage/wt_int.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "doc/doc.h"
+
+/* Append v the way MongoDB prints it in "dup key: { _id: ... }". */
+static void format_value(bson_string_t *out, const bson_value_t *v)
+{
+    switch (v->value_type) {
+    case BSON_TYPE_INT32:
+        bson_string_append_printf(out, "%" PRId32, v->value.v_int32);
+        break;
+    case BSON_TYPE_INT64:
+        bson_string_append_printf(out, "%" PRId64, v->value.v_int64);
+        break;
+    case BSON_TYPE_DOUBLE: {
+        double d = v->value.v_double;
+        char tmp[64];
+        snprintf(tmp, sizeof(tmp), "%.17g", d);
+        /* Shortest form that round-trips, with ".0" on integral values. */
+        for (int prec = 1; prec <= 17; prec++) {
+            snprintf(tmp, sizeof(tmp), "%.*g", prec, d);
+            if (strtod(tmp, NULL) == d)
+                break;
+        }
+        bson_string_append(out, tmp);
+        if (isfinite(d) && strpbrk(tmp, ".e") == NULL)
+            bson_string_append(out, ".0");
+        break;
+    }
+    case BSON_TYPE_UTF8:
+        bson_string_append_c(out, '"');
+        for (uint32_t i = 0; i < v->value.v_utf8.len; i++) {
+            char ch = v->value.v_utf8.str[i];
+            if (ch == '"' || ch == '\\')
+                bson_string_append_c(out, '\\');
+            bson_string_append_c(out, ch);
+        }
+        bson_string_append_c(out, '"');
+        break;
+    case BSON_TYPE_OID: {
+        char hex[25];
+        bson_oid_to_string(&v->value.v_oid, hex);
+        bson_string_append_printf(out, "ObjectId('%s')", hex);
+        break;
+    }
+    case BSON_TYPE_BOOL:
+        bson_string_append(out, v->value.v_bool ? "true" : "false");
+        break;
+    case BSON_TYPE_NULL:
+        bson_string_append(out, "null");
+        break;
+    case BSON_TYPE_DATE_TIME:
+        bson_string_append_printf(out, "new Date(%" PRId64 ")", v->value.v_datetime);
+        break;
+    default: {
+        /* Everything else: the value's relaxed extended JSON. */
+        bson_t tmp = BSON_INITIALIZER;
+        char *json, *p;
+        size_t n;
+        bson_append_value(&tmp, "v", 1, v);
+        json = bson_as_relaxed_extended_json(&tmp, NULL);
+        /* json is `{ "v" : <value> }` */
+        p = json != NULL ? strstr(json, ": ") : NULL;
+        if (p != NULL && (n = strlen(p + 2)) >= 2) {
+            p[2 + n - 2] = '\0';
+            bson_string_append(out, p + 2);
+        }
+        bson_free(json);
+        bson_destroy(&tmp);
+        break;
+    }
+    }
+}
+
+static int dup_key_error(const sbl_coll_t *c, const bson_value_t *id, bson_t *err_info,
+                         sbl_err_t *err)
+{
+    bson_string_t *val = bson_string_new(NULL);
+    int rc;
+
+    format_value(val, id);
+    rc = sbl_err_set(err, SBL_E_DuplicateKey,
+                     "E11000 duplicate key error collection: %s index: _id_ dup key: { _id: %s }",
+                     c->ns, val->str);
+    bson_string_free(val, true);
+    if (err_info != NULL) {
+        bson_t sub;
+        bson_append_document_begin(err_info, "keyPattern", -1, &sub);
+        BSON_APPEND_INT32(&sub, "_id", 1);
+        bson_append_document_end(err_info, &sub);
+        bson_append_document_begin(err_info, "keyValue", -1, &sub);
+        bson_append_value(&sub, "_id", 3, id);
+        bson_append_document_end(err_info, &sub);
+    }
+    return rc;
+}
+
+static bool doc_id(const bson_t *doc, bson_value_t *id)
+{
+    bson_iter_t it;
+
+    if (doc == NULL || !bson_iter_init_find(&it, doc, "_id"))
+        return false;
+    sbl_iter_value(&it, id);
+    return true;
+}
+
+/* The write itself, inside the open transaction. */
+static int write_in_txn(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
+                        const bson_t *old_doc, const bson_t *new_doc, bson_t *err_info,
+                        sbl_err_t *err)
+{
+    const bson_t *keydoc = kind == SBL_WRITE_DELETE ? old_doc : new_doc;
+    bson_value_t id, old_id;
+    WT_CURSOR *cur;
+    WT_ITEM k, v;
+    int64_t dcount = 0, dsize = 0;
+    int ret = 0, rc = 0;
+
+    if (!doc_id(keydoc, &id))
+        return sbl_err_set(err, SBL_E_InternalError, "storage write: document without _id");
+    SBL_RET(sbl_session_cursor(s, c->tbl, &cur, err));
+    sbl_buf_reset(&s->key);
+    sbl_key_append(&s->key, &id, false);
+    if (kind == SBL_WRITE_UPDATE && doc_id(old_doc, &old_id)) {
+        size_t n = s->key.len;
+        sbl_key_append(&s->key, &old_id, false);
+        if (s->key.len != 2 * n || memcmp(s->key.data, s->key.data + n, n) != 0)
+            return sbl_err_set(err, SBL_E_ImmutableField,
+                               "Performing an update on the path '_id' would modify the "
+                               "immutable field '_id'");
+        s->key.len = n;
+    }
+    k.data = s->key.data;
+    k.size = s->key.len;
+    cur->set_key(cur, &k);
+
+    switch (kind) {
+    case SBL_WRITE_INSERT:
+        v.data = bson_get_data(new_doc);
+        v.size = new_doc->len;
+        cur->set_value(cur, &v);
+        ret = cur->insert(cur);
+        dcount = 1;
+        dsize = new_doc->len;
+        break;
+    case SBL_WRITE_UPDATE:
+        if (old_doc == NULL) { /* the size delta needs the old length */
+            if ((ret = cur->search(cur)) == 0 && (ret = cur->get_value(cur, &v)) == 0)
+                dsize = -(int64_t)v.size;
+            cur->set_key(cur, &k);
+        } else
+            dsize = -(int64_t)old_doc->len;
+        if (ret == 0) {
+            v.data = bson_get_data(new_doc);
+            v.size = new_doc->len;
+            cur->set_value(cur, &v);
+            ret = cur->update(cur);
+        }
+        dsize += new_doc->len;
+        break;
+    case SBL_WRITE_DELETE:
+        ret = cur->remove(cur);
+        dcount = -1;
+        dsize = -(int64_t)old_doc->len;
+        break;
+    }
+    /*
+     * Secondary index entries are written here, in this transaction, once
+     * indexes exist: remove the old document's keys, insert the new one's
+     * (a unique index's WT_DUPLICATE_KEY becomes 11000 like _id's).  Then
+     * the oplog entry for this change is inserted here too, so the
+     * document, its index keys and its oplog entry commit or abort together.
+     */
+    cur->reset(cur);
+    if (ret == WT_DUPLICATE_KEY)
+        return dup_key_error(c, &id, err_info, err);
+    if (ret == WT_NOTFOUND) /* gone since the caller read it: retry the operation */
+        return sbl_wt_err(err, WT_ROLLBACK, "write");
+    if (ret != 0)
+        return sbl_wt_err(err, ret, "write");
+    sbl_session_add_delta(s, c->tbl, dcount, dsize);
+    return rc;
+}
+
+int sbl_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind, const bson_t *old_doc,
+              const bson_t *new_doc, bson_t *err_info, sbl_err_t *err)
+{
+    int rc;
+
+    if ((kind != SBL_WRITE_DELETE && new_doc == NULL) ||
+        (kind == SBL_WRITE_DELETE && old_doc == NULL))
+        return sbl_err_set(err, SBL_E_InternalError, "storage write: missing document");
+    if (s->in_txn)
+        return write_in_txn(s, c, kind, old_doc, new_doc, err_info, err);
+    SBL_RET(sbl_txn_begin(s, err));
+    if ((rc = write_in_txn(s, c, kind, old_doc, new_doc, err_info, err)) != 0) {
+        sbl_txn_abort(s);
+        return rc;
+    }
+    return sbl_txn_commit(s, err);
+}

@@ -7,9 +7,15 @@
  *  - sbl_value_compare() is MongoDB's order: MinKey < null/undefined <
  *    numbers < string/symbol < object < array < binData < ObjectId < bool <
  *    date < timestamp < regex < MaxKey (plus the remaining types where MongoDB
- *    puts them); numbers compare by value across int32/int64/double/decimal128
+ *    puts them: see below); numbers compare by value across int32/int64/double/decimal128
  *    (NaN below every other number and equal to itself); strings by bytes.
- *  - For any a, b: memcmp order of sbl_key_encode(a) vs sbl_key_encode(b)
+ *    regex < dbPointer < code < codeWScope < MaxKey.  null and undefined
+ *    compare equal, as do a string and a symbol with the same bytes.
+ *    Numbers compare by exact value across all four types (int64 2^53+1 >
+ *    double 2^53; decimal 0.1 < double 0.1, where MongoDB would first round
+ *    the double to 34 digits).  Exactness for decimal128 relies on the x87
+ *    80-bit long double (checked at compile time, see doc_num.c).
+ *  - For any a, b: memcmp order of sbl_key_append(a) vs sbl_key_append(b)
  *    (shorter prefix first) equals the sign of sbl_value_compare(a, b), and
  *    the encodings are equal exactly when compare() returns 0.
  */
@@ -22,7 +28,8 @@
 #include "common/buf.h"
 #include "common/errors.h"
 
-/* Rank of a type in MongoDB's cross-type order (numbers share one rank). */
+/* Rank of a type in MongoDB's cross-type order: MongoDB's canonical type numbers
+ * (MinKey -1, null/undefined 5, numbers 10, string/symbol 15, ... MaxKey 127). */
 int sbl_type_rank(bson_type_t t);
 
 /* Three-way compare of two values in MongoDB order; <0, 0 or >0. */
@@ -47,8 +54,11 @@ void sbl_key_append(sbl_buf_t *out, const bson_value_t *v, bool descending);
 /*
  * Decode one value encoded by sbl_key_append (ascending) from p[0..len).
  * Appends it to doc under key "k" (bson_t owns the copy).  Returns the number
- * of bytes consumed, or 0 when the input is malformed.  Numbers decode to a
- * value that compares equal (the exact numeric type may differ).
+ * of bytes consumed, or 0 when the input is malformed (doc may then hold a
+ * partial value).  The value decoded compares equal to the one encoded, but
+ * the type may differ: numbers come back as the narrowest of int32, int64,
+ * double, decimal128 that holds them exactly; symbol as string; undefined as
+ * null.  Code with an embedded NUL byte loses everything after it.
  */
 size_t sbl_key_decode(const uint8_t *p, size_t len, bson_t *doc, const char *k);
 /* As sbl_key_decode; when descending is true, p holds a descending (complemented) encoding. */

@@ -82,15 +82,12 @@ static void nk_from_double(double d, sbl_numkey_t *k)
 /* Truncate the decimal in k->dig/dexp toward zero to a 64-bit binary mantissa. */
 static void nk_truncate_decimal(sbl_numkey_t *k, bool neg)
 {
+    /* Digits as an integer with an exponent: no decimal point, so no locale dependence. */
     char s[64];
     int n = 0;
-    s[n++] = (char)('0' + k->dig[0]);
-    if (k->ndig > 1) {
-        s[n++] = '.';
-        for (int i = 1; i < k->ndig; i++)
-            s[n++] = (char)('0' + k->dig[i]);
-    }
-    snprintf(s + n, sizeof(s) - (size_t)n, "e%d", (int)k->dexp);
+    for (int i = 0; i < k->ndig; i++)
+        s[n++] = (char)('0' + k->dig[i]);
+    snprintf(s + n, sizeof(s) - (size_t)n, "e%d", (int)(k->dexp - (k->ndig - 1)));
 
     int saved = fegetround();
     fesetround(FE_TOWARDZERO);

@@ -77,10 +77,7 @@ static sbl_coll_t *coll_new(const char *ns, const uint8_t *uuid, const bson_t *o
     sbl_coll_t *c = bson_malloc0(sizeof(*c));
     c->ns = bson_strdup(ns);
     memcpy(c->uuid, uuid, 16);
-    if (options != NULL)
-        bson_copy_to(options, &c->options);
-    else
-        bson_init(&c->options);
+    c->options = options != NULL ? bson_copy(options) : bson_new();
     sbl_table_ref(tbl);
     c->tbl = tbl;
     atomic_init(&c->refs, 1);
@@ -91,7 +88,7 @@ void sbl_coll_release(sbl_coll_t *c)
 {
     if (c != NULL && atomic_fetch_sub(&c->refs, 1) == 1) {
         sbl_table_unref(c->tbl);
-        bson_destroy(&c->options);
+        bson_destroy(c->options);
         bson_free(c->ns);
         bson_free(c);
     }
@@ -104,7 +101,7 @@ const char *sbl_coll_ns(const sbl_coll_t *c)
 
 const bson_t *sbl_coll_options(const sbl_coll_t *c)
 {
-    return &c->options;
+    return c->options;
 }
 
 const uint8_t *sbl_coll_uuid(const sbl_coll_t *c)
@@ -133,7 +130,7 @@ static int catalog_put(const sbl_coll_t *c, sbl_err_t *err)
     BSON_APPEND_UTF8(&entry, "ns", c->ns);
     bson_append_binary(&entry, "uuid", -1, BSON_SUBTYPE_UUID, c->uuid, 16);
     BSON_APPEND_UTF8(&entry, "ident", c->tbl->ident);
-    BSON_APPEND_DOCUMENT(&entry, "options", &c->options);
+    BSON_APPEND_DOCUMENT(&entry, "options", c->options);
     if ((ret = wt->open_cursor(wt, SBL_CATALOG_URI, NULL, NULL, &cur)) == 0) {
         v.data = bson_get_data(&entry);
         v.size = entry.len;
@@ -377,7 +374,7 @@ int sbl_coll_rename(sbl_session_t *s, const char *from, const char *to, bool dro
         rc = sbl_err_set(err, SBL_E_NamespaceExists, "target namespace exists");
         goto done;
     }
-    renamed = coll_new(to, src->uuid, &src->options, src->tbl);
+    renamed = coll_new(to, src->uuid, src->options, src->tbl);
     if ((ret = wt->begin_transaction(wt, NULL)) != 0) {
         rc = sbl_wt_err(err, ret, "begin catalog transaction");
         goto done;
@@ -434,7 +431,7 @@ void sbl_catalog_list(const char *db, sbl_catalog_visit_fn fn, void *arg)
         }
     pthread_rwlock_unlock(&sbl_eng.cat_lock);
     for (i = 0; i < n; i++)
-        if (!fn(list[i]->ns, &list[i]->options, list[i]->uuid, arg))
+        if (!fn(list[i]->ns, list[i]->options, list[i]->uuid, arg))
             break;
     for (i = 0; i < n; i++)
         sbl_coll_release(list[i]);

@@ -35,7 +35,7 @@ typedef struct sbl_wt_table {
 struct sbl_coll {
     char *ns;
     uint8_t uuid[16];
-    bson_t options;
+    bson_t *options; /* a pointer: bson_t wants more alignment than malloc gives */
     sbl_wt_table_t *tbl;
     atomic_int refs; /* the catalog holds one while the ns maps to this handle */
 };

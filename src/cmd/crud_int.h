@@ -24,6 +24,7 @@
 /* MongoDB codes that errors.h does not name. */
 #define SBL_E_UnknownField 40415
 #define SBL_E_UnrecognizedStage 40324
+#define SBL_E_MissingField 40414
 
 /* ---- argument checking (crud_util.c) ------------------------------------ */
 
@@ -100,6 +101,37 @@ const sbl_matcher_t *sbl_qexec_matcher(const sbl_qexec_t *q);
 const bson_value_t *sbl_qexec_points(const sbl_qexec_t *q, size_t *np);
 
 void sbl_qexec_free(sbl_qexec_t *q);
+
+/* ---- the write path (crud_write.c) --------------------------------------- */
+
+#define SBL_E_UpdatedDocTooLarge 17419
+
+struct sbl_update;
+
+/*
+ * Change one document by _id in its own transaction, retrying WriteConflict:
+ * read it, re-check it against m (NULL: no check), then apply u, or delete it
+ * when u is NULL.  *matchedp tells whether it existed and matched, *changedp
+ * whether anything was written.  old_out / new_out (may be NULL) receive
+ * copies of the document before and after (initialised only when matched).
+ * err_info (may be NULL) receives keyPattern/keyValue on DuplicateKey.
+ * Sets ctx->wrote on commit.
+ */
+int sbl_crud_modify_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
+                        const sbl_matcher_t *m, const struct sbl_update *u, bool *matchedp,
+                        bool *changedp, bson_t *old_out, bson_t *new_out, bson_t *err_info,
+                        sbl_err_t *err);
+
+/*
+ * Insert the document an upsert produces: seed from filter's equalities,
+ * apply u as an insert, put _id first (generated when missing), insert in
+ * its own transaction (creating the collection).  new_out (may be NULL)
+ * receives a copy of the inserted document, id_out (may be NULL) a copy of
+ * its _id.  Sets ctx->wrote.
+ */
+int sbl_crud_upsert(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *filter,
+                    const struct sbl_update *u, bson_t *new_out, bson_value_t *id_out,
+                    bson_t *err_info, sbl_err_t *err);
 
 /* ---- aggregation (agg.c) ------------------------------------------------- */
 

@@ -1,0 +1,693 @@
+/*
+ * crud_write.c: the write commands insert, update and delete, and the
+ * per-document write helpers findAndModify shares.
+ *
+ * What must stay true:
+ *  - Every document change is its own transaction: read the document by _id,
+ *    re-check the filter, write with sbl_write, commit; a WriteConflict
+ *    retries that document from the read (bounded, with backoff).
+ *  - A multi update or delete visits each document at most once: the
+ *    executor resumes strictly after the last _id it produced.
+ *  - Per-statement failures become writeErrors (the command still returns
+ *    0); ordered batches stop at the first one.  ctx->wrote is set whenever
+ *    something committed.
+ */
+#include "cmd/crud_int.h"
+#include "doc/doc.h"
+#include "update/update.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_BATCH 100000
+#define UPSERT_RETRIES 3
+
+/* ---- shared helpers ---------------------------------------------------------- */
+
+/* Commit, or abort on failure; WriteConflict tells the caller to retry. */
+static int commit_or_abort(sbl_session_t *ss, sbl_err_t *err)
+{
+    int rc = sbl_txn_commit(ss, err);
+    if (rc != 0)
+        sbl_txn_abort(ss);
+    return rc;
+}
+
+int sbl_crud_modify_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
+                        const sbl_matcher_t *m, const sbl_update_t *u, bool *matchedp,
+                        bool *changedp, bson_t *old_out, bson_t *new_out, bson_t *err_info,
+                        sbl_err_t *err)
+{
+    int rc = 0;
+    *matchedp = *changedp = false;
+    for (int attempt = 0;; attempt++) {
+        bson_t old, upd;
+        bool found = false, changed = false, have_upd = false;
+        int32_t pos = -1;
+
+        sbl_crud_backoff(attempt);
+        SBL_RET(sbl_txn_begin(ctx->ss, err));
+        if ((rc = sbl_coll_get(ctx->ss, c, id, &old, &found, err)) != 0 || !found)
+            goto abort;
+        if (m != NULL && !sbl_matcher_match(m, &old, &pos)) {
+            bson_destroy(&old);
+            goto abort;
+        }
+        if (u != NULL) {
+            bson_init(&upd);
+            have_upd = true;
+            rc = sbl_update_apply(u, &old, pos, false, sbl_now_ms(), &upd, &changed, err);
+            if (rc == 0 && changed && upd.len > SBL_BSON_MAX_SIZE)
+                rc = sbl_err_set(err, SBL_E_UpdatedDocTooLarge,
+                                 "Resulting document after update is larger than %d",
+                                 SBL_BSON_MAX_SIZE);
+            if (rc == 0 && changed)
+                rc = sbl_write(ctx->ss, c, SBL_WRITE_UPDATE, &old, &upd, err_info, err);
+        } else {
+            changed = true;
+            rc = sbl_write(ctx->ss, c, SBL_WRITE_DELETE, &old, NULL, err_info, err);
+        }
+        if (rc == 0)
+            rc = commit_or_abort(ctx->ss, err);
+        else
+            sbl_txn_abort(ctx->ss);
+        if (rc == SBL_E_WriteConflict && attempt < SBL_WRITE_RETRIES) {
+            bson_destroy(&old);
+            if (have_upd)
+                bson_destroy(&upd);
+            if (err_info != NULL)
+                bson_reinit(err_info);
+            continue;
+        }
+        if (rc == 0) {
+            *matchedp = true;
+            *changedp = changed;
+            if (changed)
+                ctx->wrote = true;
+            if (old_out != NULL)
+                bson_copy_to(&old, old_out);
+            if (new_out != NULL) {
+                if (have_upd)
+                    bson_copy_to(&upd, new_out);
+                else
+                    bson_copy_to(&old, new_out);
+            }
+        }
+        bson_destroy(&old);
+        if (have_upd)
+            bson_destroy(&upd);
+        return rc;
+    abort:
+        sbl_txn_abort(ctx->ss);
+        return rc;
+    }
+}
+
+int sbl_crud_upsert(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *filter,
+                    const sbl_update_t *u, bson_t *new_out, bson_value_t *id_out,
+                    bson_t *err_info, sbl_err_t *err)
+{
+    bson_t seed, applied = BSON_INITIALIZER, doc;
+    bool changed = false;
+    sbl_coll_t *c = NULL;
+    int rc;
+
+    SBL_RET(sbl_upsert_seed(filter, &seed, err));
+    rc = sbl_update_apply(u, &seed, -1, true, sbl_now_ms(), &applied, &changed, err);
+    bson_destroy(&seed);
+    if (rc == 0)
+        rc = sbl_crud_prepare_doc(&applied, &doc, err);
+    bson_destroy(&applied);
+    if (rc != 0)
+        return rc;
+    if ((rc = sbl_coll_open(ctx->ss, ns, true, &c, NULL, err)) != 0) {
+        bson_destroy(&doc);
+        return rc;
+    }
+    for (int attempt = 0;; attempt++) {
+        sbl_crud_backoff(attempt);
+        if ((rc = sbl_txn_begin(ctx->ss, err)) != 0)
+            break;
+        rc = sbl_write(ctx->ss, c, SBL_WRITE_INSERT, NULL, &doc, err_info, err);
+        if (rc == 0)
+            rc = commit_or_abort(ctx->ss, err);
+        else
+            sbl_txn_abort(ctx->ss);
+        if (rc != SBL_E_WriteConflict || attempt >= SBL_WRITE_RETRIES)
+            break;
+        if (err_info != NULL)
+            bson_reinit(err_info);
+    }
+    sbl_coll_release(c);
+    if (rc == 0) {
+        ctx->wrote = true;
+        if (id_out != NULL) {
+            bson_iter_t it;
+            bson_iter_init_find(&it, &doc, "_id");
+            bson_value_copy(bson_iter_value(&it), id_out);
+        }
+        if (new_out != NULL)
+            bson_copy_to(&doc, new_out);
+    }
+    bson_destroy(&doc);
+    return rc;
+}
+
+/* View the document held by the iterator as *out (read-only). */
+static bool iter_doc(const bson_iter_t *it, bson_t *out)
+{
+    uint32_t len;
+    const uint8_t *data;
+    bson_iter_document(it, &len, &data);
+    return bson_init_static(out, data, len);
+}
+
+static bool iter_array(const bson_iter_t *it, bson_t *out)
+{
+    uint32_t len;
+    const uint8_t *data;
+    bson_iter_array(it, &len, &data);
+    return bson_init_static(out, data, len);
+}
+
+/*
+ * Check the statement array `key` of a write command: present, an array of
+ * documents, 1..100000 long.  *arrp views it; *np is its length.
+ */
+static int get_batch(const bson_t *cmd, const char *cmdname, const char *key, bson_t *arrp,
+                     uint32_t *np, sbl_err_t *err)
+{
+    bson_iter_t it, el;
+    char field[64];
+    uint32_t n = 0;
+
+    if (!bson_iter_init_find(&it, cmd, key))
+        return sbl_err_set(err, SBL_E_MissingField, "BSON field '%s.%s' is missing but a required field",
+                           cmdname, key);
+    snprintf(field, sizeof(field), "%s.%s", cmdname, key);
+    if (!BSON_ITER_HOLDS_ARRAY(&it))
+        return sbl_crud_type_error(err, field, &it, "array");
+    if (!iter_array(&it, arrp))
+        return sbl_err_set(err, SBL_E_InvalidBSON, "invalid %s", key);
+    bson_iter_recurse(&it, &el);
+    while (bson_iter_next(&el)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&el)) {
+            snprintf(field, sizeof(field), "%s.%s.%u", cmdname, key, n);
+            return sbl_crud_type_error(err, field, &el, "object");
+        }
+        n++;
+    }
+    if (n == 0 || n > MAX_BATCH)
+        return sbl_err_set(err, SBL_E_InvalidLength,
+                           "Write batch sizes must be between 1 and %d. Got %u operations.",
+                           MAX_BATCH, n);
+    *np = n;
+    return 0;
+}
+
+/* Read `ordered` and check the boolean options common to the write commands. */
+static int get_ordered(const bson_t *cmd, const char *req, bool *orderedp, sbl_err_t *err)
+{
+    bson_iter_t it;
+    char field[64];
+    *orderedp = true;
+    bson_iter_init(&it, cmd);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "ordered") != 0 && strcmp(k, "bypassDocumentValidation") != 0)
+            continue;
+        snprintf(field, sizeof(field), "%s.%s", req, k);
+        if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it))
+            return sbl_crud_type_error(err, field, &it, "bool");
+        if (k[0] == 'o')
+            *orderedp = bson_iter_as_bool(&it);
+    }
+    return 0;
+}
+
+static void append_count(bson_t *b, const char *k, int64_t n)
+{
+    if (n <= INT32_MAX)
+        bson_append_int32(b, k, -1, (int32_t)n);
+    else
+        bson_append_int64(b, k, -1, n);
+}
+
+/* ---- insert -------------------------------------------------------------------- */
+
+static const char *const insert_fields[] = {"insert", "documents", "ordered",
+                                            "bypassDocumentValidation", "let", "stmtId",
+                                            "stmtIds", NULL};
+
+/* Insert one prepared document in its own transaction, retrying WriteConflict. */
+static int insert_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const bson_t *doc, bson_t *err_info,
+                      sbl_err_t *err)
+{
+    int rc;
+    for (int attempt = 0;; attempt++) {
+        sbl_crud_backoff(attempt);
+        SBL_RET(sbl_txn_begin(ctx->ss, err));
+        rc = sbl_write(ctx->ss, c, SBL_WRITE_INSERT, NULL, doc, err_info, err);
+        if (rc == 0)
+            rc = commit_or_abort(ctx->ss, err);
+        else
+            sbl_txn_abort(ctx->ss);
+        if (rc != SBL_E_WriteConflict || attempt >= SBL_WRITE_RETRIES)
+            return rc;
+        bson_reinit(err_info);
+    }
+}
+
+int sbl_cmd_insert(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    char ns[SBL_NS_MAX];
+    bson_t docs, errors = BSON_INITIALIZER;
+    uint32_t ndocs = 0, nerrors = 0;
+    bool ordered;
+    int64_t n = 0;
+    sbl_coll_t *c = NULL;
+    bson_iter_t it;
+
+    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_crud_check_fields(ctx->cmd, "insert", insert_fields, err));
+    SBL_RET(get_ordered(ctx->cmd, "insert", &ordered, err));
+    SBL_RET(get_batch(ctx->cmd, "insert", "documents", &docs, &ndocs, err));
+    SBL_RET(sbl_coll_open(ctx->ss, ns, true, &c, NULL, err));
+
+    bson_iter_init(&it, &docs);
+    for (int64_t i = 0; bson_iter_next(&it); i++) {
+        bson_t in, doc, info = BSON_INITIALIZER;
+        sbl_err_t e = {0};
+        int rc = iter_doc(&it, &in) ? 0 : sbl_err_set(&e, SBL_E_InvalidBSON, "invalid document");
+        if (rc == 0 && (rc = sbl_crud_prepare_doc(&in, &doc, &e)) == 0) {
+            rc = insert_one(ctx, c, &doc, &info, &e);
+            bson_destroy(&doc);
+        }
+        if (rc == 0) {
+            n++;
+            ctx->wrote = true;
+        } else {
+            sbl_crud_add_write_error(&errors, &nerrors, i, &e, &info);
+        }
+        bson_destroy(&info);
+        if (rc != 0 && ordered)
+            break;
+        if ((i & 63) == 63 && sbl_cmd_check_deadline(ctx, &e) != 0) {
+            sbl_crud_add_write_error(&errors, &nerrors, i + 1, &e, NULL);
+            break;
+        }
+    }
+    sbl_coll_release(c);
+    append_count(ctx->reply, "n", n);
+    if (nerrors > 0)
+        bson_append_array(ctx->reply, "writeErrors", -1, &errors);
+    bson_destroy(&errors);
+    return 0;
+}
+
+/* ---- update -------------------------------------------------------------------- */
+
+static const char *const update_fields[] = {"update", "updates", "ordered",
+                                            "bypassDocumentValidation", "let", "stmtId",
+                                            "stmtIds", NULL};
+
+typedef struct update_totals {
+    int64_t n, nmodified;
+    bson_t upserted;
+    uint32_t nupserted;
+} update_totals_t;
+
+typedef struct update_stmt {
+    bson_t q, u, array_filters;
+    bool has_q, has_u, has_af, u_is_pipeline, upsert, multi;
+} update_stmt_t;
+
+static int parse_update_stmt(const bson_t *s, update_stmt_t *st, sbl_err_t *err)
+{
+    bson_iter_t it;
+    memset(st, 0, sizeof(*st));
+    bson_iter_init(&it, s);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        char field[64];
+        snprintf(field, sizeof(field), "UpdateOpEntry.%s", k);
+        if (strcmp(k, "q") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+                return sbl_crud_type_error(err, field, &it, "object");
+            st->has_q = iter_doc(&it, &st->q);
+        } else if (strcmp(k, "u") == 0) {
+            if (BSON_ITER_HOLDS_ARRAY(&it)) {
+                st->u_is_pipeline = true;
+                st->has_u = iter_array(&it, &st->u);
+            } else if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
+                st->has_u = iter_doc(&it, &st->u);
+            } else {
+                return sbl_crud_type_error(err, field, &it, "object");
+            }
+        } else if (strcmp(k, "upsert") == 0 || strcmp(k, "multi") == 0 ||
+                   strcmp(k, "upsertSupplied") == 0) {
+            if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it))
+                return sbl_crud_type_error(err, field, &it, "bool");
+            if (k[0] == 'm')
+                st->multi = bson_iter_as_bool(&it);
+            else if (strcmp(k, "upsert") == 0)
+                st->upsert = bson_iter_as_bool(&it);
+        } else if (strcmp(k, "arrayFilters") == 0) {
+            if (!BSON_ITER_HOLDS_ARRAY(&it))
+                return sbl_crud_type_error(err, field, &it, "array");
+            st->has_af = iter_array(&it, &st->array_filters);
+        } else if (strcmp(k, "hint") == 0) {
+            SBL_RET(sbl_crud_check_hint(&it, err));
+        } else if (strcmp(k, "collation") == 0 || strcmp(k, "c") == 0 ||
+                   strcmp(k, "sampleId") == 0) {
+            continue;
+        } else {
+            return sbl_err_set(err, SBL_E_UnknownField,
+                               "BSON field 'UpdateOpEntry.%s' is an unknown field.", k);
+        }
+    }
+    if (!st->has_q)
+        return sbl_err_set(err, SBL_E_MissingField,
+                           "BSON field 'UpdateOpEntry.q' is missing but a required field");
+    if (!st->has_u)
+        return sbl_err_set(err, SBL_E_MissingField,
+                           "BSON field 'UpdateOpEntry.u' is missing but a required field");
+    return 0;
+}
+
+/* The _id of a document (a view into doc). */
+static bool doc_id(const bson_t *doc, bson_value_t *id)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, doc, "_id"))
+        return false;
+    sbl_iter_value(&it, id);
+    return true;
+}
+
+/* Run one update statement; per-statement errors come back as rc + e + info. */
+static int run_update(sbl_cmd_ctx_t *ctx, const char *ns, const update_stmt_t *st, int64_t index,
+                      update_totals_t *tot, bson_t *info, sbl_err_t *err)
+{
+    sbl_update_t *u = NULL;
+    sbl_qexec_t *q = NULL;
+    sbl_coll_t *c = NULL;
+    int64_t matched = 0;
+    int rc = 0;
+
+    if (st->u_is_pipeline)
+        return sbl_err_set(err, SBL_E_NotImplemented,
+                           "pipeline-style updates are not supported by this server yet");
+    u = sbl_update_new(&st->u, st->has_af ? &st->array_filters : NULL, err);
+    if (u == NULL)
+        return err->code ? err->code : sbl_err_set(err, SBL_E_FailedToParse, "invalid update");
+    if (st->multi && sbl_update_is_replacement(u)) {
+        rc = sbl_err_set(err, SBL_E_FailedToParse,
+                         "multi update is not supported for replacement-style update");
+        goto done;
+    }
+    sbl_qexec_opts_t o = {&st->q, NULL, 0, 0};
+    SBL_ERR(sbl_qexec_new(ns, &o, &q, err));
+
+    sbl_err_t e2 = {0};
+    rc = sbl_coll_open(ctx->ss, ns, false, &c, NULL, &e2);
+    if (rc == SBL_E_NamespaceNotFound) {
+        rc = 0;
+    } else if (rc != 0) {
+        *err = e2;
+        goto err;
+    }
+
+    size_t np = 0;
+    const bson_value_t *points = sbl_qexec_points(q, &np);
+    for (size_t k = 0; c != NULL; k++) {
+        bson_t cand;
+        bson_value_t id;
+        bool have_cand = false, m = false, changed = false;
+        if (points != NULL) {
+            if (k >= np)
+                break;
+            id = points[k];
+        } else {
+            bool done = false;
+            SBL_ERR(sbl_qexec_next(q, ctx, &cand, NULL, &done, err));
+            if (done)
+                break;
+            have_cand = true;
+            if (!doc_id(&cand, &id)) {
+                bson_destroy(&cand);
+                continue;
+            }
+        }
+        rc = sbl_crud_modify_one(ctx, c, &id, sbl_qexec_matcher(q), u, &m, &changed, NULL, NULL,
+                                 info, err);
+        if (have_cand)
+            bson_destroy(&cand);
+        if (rc != 0)
+            goto err;
+        if (m) {
+            matched++;
+            tot->n++;
+            if (changed)
+                tot->nmodified++;
+            if (!st->multi)
+                break;
+        }
+    }
+    if (matched == 0 && st->upsert) {
+        bson_value_t id;
+        rc = sbl_crud_upsert(ctx, ns, &st->q, u, NULL, &id, info, err);
+        if (rc == 0) {
+            char kb[16];
+            bson_t up;
+            bson_append_document_begin(&tot->upserted, sbl_crud_key(tot->nupserted++, kb), -1,
+                                       &up);
+            bson_append_int32(&up, "index", -1, (int32_t)index);
+            bson_append_value(&up, "_id", 3, &id);
+            bson_append_document_end(&tot->upserted, &up);
+            bson_value_destroy(&id);
+            tot->n++;
+        }
+    }
+err:
+done:
+    if (c != NULL)
+        sbl_coll_release(c);
+    sbl_qexec_free(q);
+    sbl_update_free(u);
+    return rc;
+}
+
+int sbl_cmd_update(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    char ns[SBL_NS_MAX];
+    bson_t stmts, errors = BSON_INITIALIZER;
+    uint32_t nstmts = 0, nerrors = 0;
+    bool ordered;
+    bson_iter_t it;
+    update_totals_t tot = {0};
+
+    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_crud_check_fields(ctx->cmd, "update", update_fields, err));
+    SBL_RET(get_ordered(ctx->cmd, "update", &ordered, err));
+    SBL_RET(get_batch(ctx->cmd, "update", "updates", &stmts, &nstmts, err));
+
+    /* Statement syntax is checked up front: a malformed one fails the command. */
+    update_stmt_t *parsed = calloc(nstmts, sizeof(*parsed));
+    if (parsed == NULL)
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+    bson_iter_init(&it, &stmts);
+    for (uint32_t i = 0; bson_iter_next(&it); i++) {
+        bson_t s;
+        int rc = iter_doc(&it, &s) ? parse_update_stmt(&s, &parsed[i], err)
+                                   : sbl_err_set(err, SBL_E_InvalidBSON, "invalid statement");
+        if (rc != 0) {
+            free(parsed);
+            return rc;
+        }
+    }
+
+    bson_init(&tot.upserted);
+    for (uint32_t i = 0; i < nstmts; i++) {
+        sbl_err_t e = {0};
+        bson_t info = BSON_INITIALIZER;
+        int rc = sbl_cmd_check_deadline(ctx, &e);
+        /* A concurrent upsert of the same document loses with DuplicateKey: retry it,
+         * and it now finds the document and updates it. */
+        for (int attempt = 0; rc == 0 || (rc == SBL_E_DuplicateKey && parsed[i].upsert &&
+                                          attempt < UPSERT_RETRIES);
+             attempt++) {
+            sbl_err_clear(&e);
+            bson_reinit(&info);
+            if ((rc = run_update(ctx, ns, &parsed[i], i, &tot, &info, &e)) != SBL_E_DuplicateKey)
+                break;
+        }
+        if (rc != 0)
+            sbl_crud_add_write_error(&errors, &nerrors, i, &e, &info);
+        bson_destroy(&info);
+        if (rc != 0 && (ordered || rc == SBL_E_MaxTimeMSExpired))
+            break;
+    }
+    free(parsed);
+    append_count(ctx->reply, "n", tot.n);
+    append_count(ctx->reply, "nModified", tot.nmodified);
+    if (tot.nupserted > 0)
+        bson_append_array(ctx->reply, "upserted", -1, &tot.upserted);
+    if (nerrors > 0)
+        bson_append_array(ctx->reply, "writeErrors", -1, &errors);
+    bson_destroy(&tot.upserted);
+    bson_destroy(&errors);
+    return 0;
+}
+
+/* ---- delete -------------------------------------------------------------------- */
+
+static const char *const delete_fields[] = {"delete", "deletes", "ordered", "let", "stmtId",
+                                            "stmtIds", "bypassDocumentValidation", NULL};
+
+typedef struct delete_stmt {
+    bson_t q;
+    bool has_q, has_limit;
+    int64_t limit;
+} delete_stmt_t;
+
+static int parse_delete_stmt(const bson_t *s, delete_stmt_t *st, sbl_err_t *err)
+{
+    bson_iter_t it;
+    memset(st, 0, sizeof(*st));
+    bson_iter_init(&it, s);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        char field[64];
+        snprintf(field, sizeof(field), "DeleteOpEntry.%s", k);
+        if (strcmp(k, "q") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+                return sbl_crud_type_error(err, field, &it, "object");
+            st->has_q = iter_doc(&it, &st->q);
+        } else if (strcmp(k, "limit") == 0) {
+            if (!BSON_ITER_HOLDS_NUMBER(&it))
+                return sbl_crud_type_error(err, field, &it, "[long, int, decimal, double]");
+            st->limit = bson_iter_as_int64(&it);
+            st->has_limit = true;
+            if (st->limit != 0 && st->limit != 1)
+                return sbl_err_set(err, SBL_E_FailedToParse,
+                                   "The limit field in delete objects must be 0 or 1. Got %lld",
+                                   (long long)st->limit);
+        } else if (strcmp(k, "hint") == 0) {
+            SBL_RET(sbl_crud_check_hint(&it, err));
+        } else if (strcmp(k, "collation") == 0 || strcmp(k, "sampleId") == 0) {
+            continue;
+        } else {
+            return sbl_err_set(err, SBL_E_UnknownField,
+                               "BSON field 'DeleteOpEntry.%s' is an unknown field.", k);
+        }
+    }
+    if (!st->has_q)
+        return sbl_err_set(err, SBL_E_MissingField,
+                           "BSON field 'DeleteOpEntry.q' is missing but a required field");
+    if (!st->has_limit)
+        return sbl_err_set(err, SBL_E_MissingField,
+                           "BSON field 'DeleteOpEntry.limit' is missing but a required field");
+    return 0;
+}
+
+static int run_delete(sbl_cmd_ctx_t *ctx, const char *ns, const delete_stmt_t *st, int64_t *np,
+                      sbl_err_t *err)
+{
+    sbl_qexec_t *q = NULL;
+    sbl_coll_t *c = NULL;
+    sbl_err_t e2 = {0};
+    int rc;
+
+    rc = sbl_coll_open(ctx->ss, ns, false, &c, NULL, &e2);
+    if (rc == SBL_E_NamespaceNotFound)
+        return 0;
+    if (rc != 0) {
+        *err = e2;
+        return rc;
+    }
+    sbl_qexec_opts_t o = {&st->q, NULL, 0, 0};
+    SBL_ERR(sbl_qexec_new(ns, &o, &q, err));
+    size_t npoints = 0;
+    const bson_value_t *points = sbl_qexec_points(q, &npoints);
+    for (size_t k = 0;; k++) {
+        bson_t cand;
+        bson_value_t id;
+        bool have_cand = false, m = false, changed = false;
+        if (points != NULL) {
+            if (k >= npoints)
+                break;
+            id = points[k];
+        } else {
+            bool done = false;
+            SBL_ERR(sbl_qexec_next(q, ctx, &cand, NULL, &done, err));
+            if (done)
+                break;
+            have_cand = true;
+            if (!doc_id(&cand, &id)) {
+                bson_destroy(&cand);
+                continue;
+            }
+        }
+        rc = sbl_crud_modify_one(ctx, c, &id, sbl_qexec_matcher(q), NULL, &m, &changed, NULL,
+                                 NULL, NULL, err);
+        if (have_cand)
+            bson_destroy(&cand);
+        if (rc != 0)
+            goto err;
+        if (m) {
+            (*np)++;
+            if (st->limit == 1)
+                break;
+        }
+    }
+err:
+    sbl_qexec_free(q);
+    sbl_coll_release(c);
+    return rc;
+}
+
+int sbl_cmd_delete(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    char ns[SBL_NS_MAX];
+    bson_t stmts, errors = BSON_INITIALIZER;
+    uint32_t nstmts = 0, nerrors = 0;
+    bool ordered;
+    bson_iter_t it;
+    int64_t n = 0;
+
+    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_crud_check_fields(ctx->cmd, "delete", delete_fields, err));
+    SBL_RET(get_ordered(ctx->cmd, "delete", &ordered, err));
+    SBL_RET(get_batch(ctx->cmd, "delete", "deletes", &stmts, &nstmts, err));
+
+    delete_stmt_t *parsed = calloc(nstmts, sizeof(*parsed));
+    if (parsed == NULL)
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+    bson_iter_init(&it, &stmts);
+    for (uint32_t i = 0; bson_iter_next(&it); i++) {
+        bson_t s;
+        int rc = iter_doc(&it, &s) ? parse_delete_stmt(&s, &parsed[i], err)
+                                   : sbl_err_set(err, SBL_E_InvalidBSON, "invalid statement");
+        if (rc != 0) {
+            free(parsed);
+            return rc;
+        }
+    }
+    for (uint32_t i = 0; i < nstmts; i++) {
+        sbl_err_t e = {0};
+        int rc = sbl_cmd_check_deadline(ctx, &e);
+        if (rc == 0)
+            rc = run_delete(ctx, ns, &parsed[i], &n, &e);
+        if (rc != 0)
+            sbl_crud_add_write_error(&errors, &nerrors, i, &e, NULL);
+        if (rc != 0 && (ordered || rc == SBL_E_MaxTimeMSExpired))
+            break;
+    }
+    free(parsed);
+    append_count(ctx->reply, "n", n);
+    if (nerrors > 0)
+        bson_append_array(ctx->reply, "writeErrors", -1, &errors);
+    bson_destroy(&errors);
+    return 0;
+}

@@ -1,0 +1,532 @@
+/*
+ * net.c: listeners, loop threads, start/stop and statistics.
+ *
+ * Distribution: one listener thread owns every listening socket (polled
+ * with uv_poll, accepted with accept4) and hands each connection to the
+ * loop with the fewest connections through that loop's inbox + uv_async.
+ * Chosen over SO_REUSEPORT per loop because (a) the kernel's hash spreads
+ * a handful of long-lived driver connections unevenly, while we balance by
+ * live count; (b) one place counts connections, so max_conns is exact and
+ * refused connections are logged once; (c) a second server on the same
+ * port fails with "Address already in use" instead of silently sharing it.
+ * Accepting is cheap next to serving, so one thread does not limit us.
+ *
+ * Stop: listener first (no new connections), then each loop closes its
+ * connections, waits up to STOP_WAIT_MS for outstanding requests, closes
+ * its handles and returns from uv_run; then the threads are joined.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "net/net_int.h"
+
+#define MAX_LISTENERS 64
+#define ACCEPT_BATCH 128
+#define EMFILE_BACKOFF_MS 100
+#define STOP_WAIT_MS 10000
+#define DEFAULT_MAX_CONNS 1000000
+
+net_state_t net_g;
+
+static _Thread_local net_loop_t *tl_loop;
+
+static struct {
+    uv_loop_t loop;
+    uv_thread_t thread;
+    uv_async_t wake;
+    uv_timer_t backoff;
+    uv_poll_t polls[MAX_LISTENERS];
+    int fds[MAX_LISTENERS];
+    int nfds;
+    atomic_bool stop;
+    bool running;
+    bool leaked; /* a loop gave up on outstanding requests: keep loops allocated */
+    unsigned rr;
+} lst;
+
+net_loop_t *net_current_loop(void)
+{
+    return tl_loop;
+}
+
+/* "host:port" ("[v6]:port") and whether the address is loopback. */
+static void format_addr(const struct sockaddr_storage *ss, char *out, size_t n, bool *loopback)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    bool lb = false;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+        port = ntohs(a->sin_port);
+        lb = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+        snprintf(out, n, "%s:%d", host, port);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+        port = ntohs(a->sin6_port);
+        lb = IN6_IS_ADDR_LOOPBACK(&a->sin6_addr) ||
+             (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr) && a->sin6_addr.s6_addr[12] == 127);
+        snprintf(out, n, "[%s]:%d", host, port);
+    } else {
+        snprintf(out, n, "unknown");
+    }
+    if (loopback != NULL)
+        *loopback = lb;
+}
+
+/* ---- loops ----------------------------------------------------------------- */
+
+static void loop_finish(net_loop_t *nl)
+{
+    if (nl->finished)
+        return;
+    nl->finished = true;
+    pthread_mutex_lock(&nl->mu);
+    nl->dead = true;
+    sbl_conn_t *in = nl->incoming;
+    net_reply_t *r = nl->replies;
+    nl->incoming = NULL;
+    nl->replies = nl->replies_tail = NULL;
+    pthread_mutex_unlock(&nl->mu);
+    while (in != NULL) {
+        sbl_conn_t *next = in->next;
+        net_conn_discard(in);
+        in = next;
+    }
+    while (r != NULL) {
+        net_reply_t *next = r->next;
+        net_conn_reply_arrived(r);
+        r = next;
+    }
+    if (nl->conns != NULL) {
+        lst.leaked = true;
+        sbl_log(SBL_LOG_WARNING, "NETWORK", 4784923,
+                "Gave up waiting for outstanding requests at shutdown", NULL);
+    }
+    uv_close((uv_handle_t *)&nl->wake, NULL);
+    uv_close((uv_handle_t *)&nl->deadline, NULL);
+}
+
+void net_loop_conn_freed(net_loop_t *nl)
+{
+    if (nl->stopping && nl->conns == NULL)
+        loop_finish(nl);
+}
+
+static void deadline_cb(uv_timer_t *t)
+{
+    loop_finish(t->data);
+}
+
+static void wake_cb(uv_async_t *a)
+{
+    net_loop_t *nl = a->data;
+    if (nl->finished)
+        return;
+    pthread_mutex_lock(&nl->mu);
+    sbl_conn_t *in = nl->incoming;
+    net_reply_t *r = nl->replies;
+    bool stop = nl->stop_requested;
+    nl->incoming = NULL;
+    nl->replies = nl->replies_tail = NULL;
+    pthread_mutex_unlock(&nl->mu);
+
+    while (in != NULL) {
+        sbl_conn_t *next = in->next;
+        in->next = NULL;
+        if (nl->stopping || stop)
+            net_conn_discard(in);
+        else
+            net_conn_start(in);
+        in = next;
+    }
+    while (r != NULL) {
+        net_reply_t *next = r->next;
+        net_conn_reply_arrived(r);
+        r = next;
+    }
+    if (stop && !nl->stopping) {
+        nl->stopping = true;
+        for (sbl_conn_t *c = nl->conns; c != NULL; c = c->next)
+            net_conn_close(c);
+        uv_timer_start(&nl->deadline, deadline_cb, STOP_WAIT_MS, 0);
+        if (nl->conns == NULL)
+            loop_finish(nl);
+    }
+}
+
+static void loop_main(void *arg)
+{
+    net_loop_t *nl = arg;
+    tl_loop = nl;
+    char ctx[32];
+    snprintf(ctx, sizeof(ctx), "loop%d", nl->index);
+    sbl_log_set_ctx(ctx);
+    uv_run(&nl->loop, UV_RUN_DEFAULT);
+    tl_loop = NULL;
+}
+
+/* ---- listener -------------------------------------------------------------- */
+
+static void accept_cb(uv_poll_t *p, int status, int events);
+
+static void listener_resume(uv_timer_t *t)
+{
+    for (int i = 0; i < lst.nfds; i++)
+        uv_poll_start(&lst.polls[i], UV_READABLE, accept_cb);
+}
+
+static net_loop_t *pick_loop(void)
+{
+    net_loop_t *best = NULL;
+    int64_t best_n = 0;
+    unsigned start = lst.rr++;
+    for (int k = 0; k < net_g.nloops; k++) {
+        net_loop_t *nl = &net_g.loops[(start + (unsigned)k) % (unsigned)net_g.nloops];
+        int64_t n = atomic_load(&nl->nconns);
+        if (best == NULL || n < best_n) {
+            best = nl;
+            best_n = n;
+        }
+    }
+    return best;
+}
+
+static void handle_accepted(int fd)
+{
+    struct sockaddr_storage peer, local;
+    socklen_t plen = sizeof(peer), llen = sizeof(local);
+    memset(&peer, 0, sizeof(peer));
+    memset(&local, 0, sizeof(local));
+    getpeername(fd, (struct sockaddr *)&peer, &plen);
+    getsockname(fd, (struct sockaddr *)&local, &llen);
+
+    int64_t count = atomic_fetch_add(&net_g.current, 1) + 1;
+    if (count > net_g.max_conns) {
+        atomic_fetch_sub(&net_g.current, 1);
+        char remote[64];
+        format_addr(&peer, remote, sizeof(remote), NULL);
+        bson_t attr;
+        bson_init(&attr);
+        BSON_APPEND_UTF8(&attr, "remote", remote);
+        BSON_APPEND_INT64(&attr, "connectionCount", count - 1);
+        sbl_log(SBL_LOG_INFO, "NETWORK", 22942,
+                "Connection refused because there are too many open connections", &attr);
+        bson_destroy(&attr);
+        close(fd);
+        return;
+    }
+    sbl_conn_t *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        atomic_fetch_sub(&net_g.current, 1);
+        close(fd);
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    c->fd = fd;
+    c->id = atomic_fetch_add(&net_g.next_id, 1) + 1;
+    format_addr(&peer, c->remote, sizeof(c->remote), &c->loopback);
+    format_addr(&local, c->local, sizeof(c->local), NULL);
+    atomic_fetch_add(&net_g.total_created, 1);
+
+    bson_t attr;
+    bson_init(&attr);
+    BSON_APPEND_UTF8(&attr, "remote", c->remote);
+    BSON_APPEND_INT64(&attr, "connectionId", (int64_t)c->id);
+    BSON_APPEND_INT64(&attr, "connectionCount", count);
+    sbl_log(SBL_LOG_INFO, "NETWORK", 22943, "Connection accepted", &attr);
+    bson_destroy(&attr);
+
+    net_loop_t *nl = pick_loop();
+    c->nl = nl;
+    atomic_fetch_add(&nl->nconns, 1);
+    pthread_mutex_lock(&nl->mu);
+    if (nl->dead) {
+        pthread_mutex_unlock(&nl->mu);
+        net_conn_discard(c);
+        return;
+    }
+    c->next = nl->incoming;
+    nl->incoming = c;
+    uv_async_send(&nl->wake);
+    pthread_mutex_unlock(&nl->mu);
+}
+
+static void accept_cb(uv_poll_t *p, int status, int events)
+{
+    int lfd = (int)(intptr_t)p->data;
+    for (int i = 0; i < ACCEPT_BATCH && !atomic_load(&lst.stop); i++) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            handle_accepted(fd);
+            continue;
+        }
+        if (errno == EINTR || errno == ECONNABORTED)
+            continue;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            /* Level-triggered: back off instead of spinning on the error. */
+            bson_t attr;
+            bson_init(&attr);
+            BSON_APPEND_UTF8(&attr, "error", strerror(errno));
+            sbl_log(SBL_LOG_WARNING, "NETWORK", 23023, "Error accepting new connection", &attr);
+            bson_destroy(&attr);
+            for (int k = 0; k < lst.nfds; k++)
+                uv_poll_stop(&lst.polls[k]);
+            uv_timer_start(&lst.backoff, listener_resume, EMFILE_BACKOFF_MS, 0);
+        }
+        break;
+    }
+}
+
+static void poll_close_cb(uv_handle_t *h)
+{
+    close((int)(intptr_t)h->data);
+}
+
+static void listener_wake_cb(uv_async_t *a)
+{
+    if (!atomic_load(&lst.stop))
+        return;
+    for (int i = 0; i < lst.nfds; i++)
+        uv_close((uv_handle_t *)&lst.polls[i], poll_close_cb);
+    uv_close((uv_handle_t *)&lst.backoff, NULL);
+    uv_close((uv_handle_t *)&lst.wake, NULL);
+}
+
+static void listener_main(void *arg)
+{
+    sbl_log_set_ctx("listener");
+    uv_run(&lst.loop, UV_RUN_DEFAULT);
+}
+
+/* Bind and listen on every address ip resolves to; fds go to lst.fds. */
+static int bind_ip(const char *ip, int port, sbl_err_t *err)
+{
+    char portstr[16];
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV | AI_NUMERICHOST;
+    bool numeric = true;
+    int gai = getaddrinfo(ip, portstr, &hints, &res);
+    if (gai != 0) {
+        numeric = false;
+        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+        gai = getaddrinfo(ip, portstr, &hints, &res);
+    }
+    if (gai != 0)
+        return sbl_err_set(err, SBL_E_BadValue, "cannot resolve bind address '%s': %s", ip,
+                           gai_strerror(gai));
+    int bound = 0, rc = 0;
+    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+        if (lst.nfds == MAX_LISTENERS) {
+            rc = sbl_err_set(err, SBL_E_BadValue, "too many bind addresses");
+            break;
+        }
+        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        int one = 1;
+        if (fd >= 0) {
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+            /* "0.0.0.0" and "::" can then both be bound. */
+            if (ai->ai_family == AF_INET6)
+                setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+        }
+        if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
+            int e = errno;
+            if (fd >= 0)
+                close(fd);
+            /* A name may resolve to a family this host lacks; numeric addresses must bind. */
+            if (!numeric && (e == EADDRNOTAVAIL || e == EAFNOSUPPORT))
+                continue;
+            rc = sbl_err_set(err, SBL_E_InternalError, "Failed to bind to %s:%d: %s%s", ip, port,
+                             strerror(e),
+                             e == EADDRINUSE ? " (is another server listening on this port?)" : "");
+            break;
+        }
+        lst.fds[lst.nfds++] = fd;
+        bound++;
+    }
+    freeaddrinfo(res);
+    if (rc == 0 && bound == 0)
+        rc = sbl_err_set(err, SBL_E_InternalError, "Failed to bind to %s:%d", ip, port);
+    return rc;
+}
+
+/* ---- start / stop ---------------------------------------------------------- */
+
+static void free_loops(int n)
+{
+    for (int i = 0; i < n; i++) {
+        net_loop_t *nl = &net_g.loops[i];
+        uv_loop_close(&nl->loop);
+        pthread_mutex_destroy(&nl->mu);
+    }
+    free(net_g.loops);
+    net_g.loops = NULL;
+    net_g.nloops = 0;
+}
+
+/* Run a loop until its (already closed) handles have gone; for failed starts. */
+static void drain_loop(uv_loop_t *loop)
+{
+    uv_run(loop, UV_RUN_DEFAULT);
+}
+
+int sbl_net_start(const sbl_net_config_t *cfg, sbl_net_request_fn on_request,
+                  sbl_net_conn_fn on_open, sbl_net_conn_fn on_close, sbl_err_t *err)
+{
+    if (lst.running)
+        return sbl_err_set(err, SBL_E_IllegalOperation, "the network layer is already running");
+    if (on_request == NULL || cfg->nbind == 0)
+        return sbl_err_set(err, SBL_E_BadValue, "no request function or no bind address");
+    if (cfg->port < 0 || cfg->port > 65535)
+        return sbl_err_set(err, SBL_E_BadValue, "port %d out of range", cfg->port);
+
+    /* A peer closing mid-write must be an error return, not a fatal signal. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+
+    memset(&net_g, 0, sizeof(net_g));
+    net_g.on_request = on_request;
+    net_g.on_open = on_open;
+    net_g.on_close = on_close;
+    net_g.max_conns = cfg->max_conns > 0 ? cfg->max_conns : DEFAULT_MAX_CONNS;
+    int nloops = cfg->nloops;
+    if (nloops <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        nloops = n > 0 ? (int)n : 1;
+    }
+
+    int rc = 0;
+    lst.nfds = 0;
+    atomic_store(&lst.stop, false);
+    lst.leaked = false;
+    for (size_t i = 0; i < cfg->nbind && rc == 0; i++)
+        rc = bind_ip(cfg->bind_ips[i], cfg->port, err);
+    if (rc != 0) {
+        for (int i = 0; i < lst.nfds; i++)
+            close(lst.fds[i]);
+        lst.nfds = 0;
+        return rc;
+    }
+
+    net_g.loops = calloc((size_t)nloops, sizeof(net_loop_t));
+    if (net_g.loops == NULL) {
+        for (int i = 0; i < lst.nfds; i++)
+            close(lst.fds[i]);
+        lst.nfds = 0;
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+    }
+    net_g.nloops = nloops;
+    for (int i = 0; i < nloops; i++) {
+        net_loop_t *nl = &net_g.loops[i];
+        nl->index = i;
+        pthread_mutex_init(&nl->mu, NULL);
+        uv_loop_init(&nl->loop);
+        uv_async_init(&nl->loop, &nl->wake, wake_cb);
+        nl->wake.data = nl;
+        uv_timer_init(&nl->loop, &nl->deadline);
+        nl->deadline.data = nl;
+    }
+
+    uv_loop_init(&lst.loop);
+    uv_async_init(&lst.loop, &lst.wake, listener_wake_cb);
+    uv_timer_init(&lst.loop, &lst.backoff);
+    for (int i = 0; i < lst.nfds; i++) {
+        uv_poll_init(&lst.loop, &lst.polls[i], lst.fds[i]);
+        lst.polls[i].data = (void *)(intptr_t)lst.fds[i];
+        uv_poll_start(&lst.polls[i], UV_READABLE, accept_cb);
+    }
+
+    int started = 0;
+    for (; started < nloops; started++) {
+        if ((rc = uv_thread_create(&net_g.loops[started].thread, loop_main,
+                                   &net_g.loops[started])) != 0)
+            break;
+    }
+    if (rc == 0)
+        rc = uv_thread_create(&lst.thread, listener_main, NULL);
+    if (rc != 0) {
+        /* Unwind: close the listener's handles on this thread, stop the started loops. */
+        atomic_store(&lst.stop, true);
+        listener_wake_cb(&lst.wake);
+        drain_loop(&lst.loop);
+        uv_loop_close(&lst.loop);
+        for (int i = 0; i < nloops; i++) {
+            net_loop_t *nl = &net_g.loops[i];
+            if (i < started) {
+                pthread_mutex_lock(&nl->mu);
+                nl->stop_requested = true;
+                uv_async_send(&nl->wake);
+                pthread_mutex_unlock(&nl->mu);
+                uv_thread_join(&nl->thread);
+            } else {
+                uv_close((uv_handle_t *)&nl->wake, NULL);
+                uv_close((uv_handle_t *)&nl->deadline, NULL);
+                drain_loop(&nl->loop);
+            }
+        }
+        free_loops(nloops);
+        lst.nfds = 0;
+        return sbl_err_set(err, SBL_E_InternalError, "cannot start network threads: %s",
+                           uv_strerror(rc));
+    }
+    lst.running = true;
+    return 0;
+}
+
+void sbl_net_stop(void)
+{
+    if (!lst.running)
+        return;
+    if (tl_loop != NULL) {
+        sbl_log(SBL_LOG_ERROR, "NETWORK", 4784924, "sbl_net_stop called on a loop thread", NULL);
+        return;
+    }
+    atomic_store(&lst.stop, true);
+    uv_async_send(&lst.wake);
+    uv_thread_join(&lst.thread);
+    uv_loop_close(&lst.loop);
+    lst.nfds = 0;
+
+    for (int i = 0; i < net_g.nloops; i++) {
+        net_loop_t *nl = &net_g.loops[i];
+        pthread_mutex_lock(&nl->mu);
+        nl->stop_requested = true;
+        if (!nl->dead)
+            uv_async_send(&nl->wake);
+        pthread_mutex_unlock(&nl->mu);
+    }
+    for (int i = 0; i < net_g.nloops; i++)
+        uv_thread_join(&net_g.loops[i].thread);
+    if (!lst.leaked)
+        free_loops(net_g.nloops);
+    /* else: abandoned connections still point at their loop; keep it. */
+    lst.running = false;
+}
+
+void sbl_net_get_stats(sbl_net_stats_t *st)
+{
+    st->current = atomic_load(&net_g.current);
+    st->total_created = atomic_load(&net_g.total_created);
+    st->available = (net_g.max_conns > 0 ? net_g.max_conns : DEFAULT_MAX_CONNS) - st->current;
+    st->bytes_in = atomic_load(&net_g.bytes_in);
+    st->bytes_out = atomic_load(&net_g.bytes_out);
+    st->num_requests = atomic_load(&net_g.num_requests);
+}

@@ -1,0 +1,431 @@
+/*
+ * net_conn.c: one connection's life on its loop thread: read and frame
+ * messages, dispatch them one at a time, write replies, close.
+ *
+ * What must stay true:
+ *  1. At most one request per connection is with the layer above
+ *     (dispatched); later messages wait in rbuf, in order.
+ *  2. The connection is freed only after its close callback ran AND no
+ *     request is outstanding (the reply path frees it otherwise), so a late
+ *     sbl_conn_reply never touches freed memory.
+ *  3. Memory is bounded: reading pauses while more than READ_PAUSE bytes are
+ *     buffered, dispatch pauses while more than WRITE_PAUSE bytes wait to be
+ *     written, and a peer whose unwritten bytes pass WRITE_MAX is closed.
+ *  4. Idle connections hold no read buffer: it is allocated in alloc_cb and
+ *     freed as soon as every byte in it has been consumed.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "net/net_int.h"
+
+#define READ_CHUNK (64 * 1024)
+#define READ_PAUSE ((size_t)64 * 1024 * 1024)
+#define WRITE_PAUSE ((size_t)16 * 1024 * 1024)
+#define WRITE_MAX ((size_t)128 * 1024 * 1024)
+
+/* A uv_write in flight; mem (malloc'd) holds the bytes. */
+typedef struct net_write {
+    uv_write_t req;
+    sbl_conn_t *conn;
+    uint8_t *mem;
+    size_t len;
+} net_write_t;
+
+static void conn_process(sbl_conn_t *c);
+
+void net_conn_log_ctx(const sbl_conn_t *c)
+{
+    char ctx[32];
+    snprintf(ctx, sizeof(ctx), "conn%llu", (unsigned long long)c->id);
+    sbl_log_set_ctx(ctx);
+}
+
+static void log_conn(char sev, int id, const char *msg, const sbl_conn_t *c, const char *error)
+{
+    bson_t attr;
+    bson_init(&attr);
+    if (error != NULL)
+        BSON_APPEND_UTF8(&attr, "error", error);
+    BSON_APPEND_UTF8(&attr, "remote", c->remote);
+    BSON_APPEND_INT64(&attr, "connectionId", (int64_t)c->id);
+    sbl_log(sev, "NETWORK", id, msg, &attr);
+    bson_destroy(&attr);
+}
+
+static void conn_free(sbl_conn_t *c)
+{
+    net_loop_t *nl = c->nl;
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        nl->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    if (c->free_fn != NULL)
+        c->free_fn(c->data);
+    free(c->rbuf);
+    free(c);
+    atomic_fetch_sub(&nl->nconns, 1);
+    net_loop_conn_freed(nl);
+}
+
+static void close_cb(uv_handle_t *h)
+{
+    sbl_conn_t *c = h->data;
+    c->closed = true;
+    int64_t count = atomic_fetch_sub(&net_g.current, 1) - 1;
+    net_conn_log_ctx(c);
+    bson_t attr;
+    bson_init(&attr);
+    BSON_APPEND_UTF8(&attr, "remote", c->remote);
+    BSON_APPEND_INT64(&attr, "connectionId", (int64_t)c->id);
+    BSON_APPEND_INT64(&attr, "connectionCount", count);
+    sbl_log(SBL_LOG_INFO, "NETWORK", 22944, "Connection ended", &attr);
+    bson_destroy(&attr);
+    if (c->opened && net_g.on_close != NULL)
+        net_g.on_close(c);
+    if (!c->dispatched)
+        conn_free(c);
+}
+
+void net_conn_close(sbl_conn_t *c)
+{
+    if (c->closing)
+        return;
+    c->closing = true;
+    c->reading = false;
+    uv_close((uv_handle_t *)&c->tcp, close_cb);
+}
+
+void net_conn_discard(sbl_conn_t *c)
+{
+    close(c->fd);
+    int64_t count = atomic_fetch_sub(&net_g.current, 1) - 1;
+    bson_t attr;
+    bson_init(&attr);
+    BSON_APPEND_UTF8(&attr, "remote", c->remote);
+    BSON_APPEND_INT64(&attr, "connectionId", (int64_t)c->id);
+    BSON_APPEND_INT64(&attr, "connectionCount", count);
+    sbl_log(SBL_LOG_INFO, "NETWORK", 22944, "Connection ended", &attr);
+    bson_destroy(&attr);
+    atomic_fetch_sub(&c->nl->nconns, 1);
+    free(c);
+}
+
+/* Free the read buffer once everything in it was consumed (invariant 4). */
+static void conn_shrink(sbl_conn_t *c)
+{
+    if (c->rstart != c->rend)
+        return;
+    c->rstart = c->rend = 0;
+    free(c->rbuf);
+    c->rbuf = NULL;
+    c->rcap = 0;
+}
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    sbl_conn_t *c = h->data;
+    size_t pending = c->rend - c->rstart;
+    size_t need = READ_CHUNK;
+    int32_t mlen = 0;
+    if (pending >= 4 && sbl_wire_message_length(c->rbuf + c->rstart, pending, &mlen) == 0 &&
+        (size_t)mlen > pending && (size_t)mlen - pending > need)
+        need = (size_t)mlen - pending; /* room for the rest of a large message */
+    if (c->rcap - c->rend < need && c->rstart > 0) {
+        memmove(c->rbuf, c->rbuf + c->rstart, pending);
+        c->rstart = 0;
+        c->rend = pending;
+    }
+    if (c->rcap - c->rend < need) {
+        uint8_t *p = realloc(c->rbuf, c->rend + need);
+        if (p == NULL) {
+            *buf = uv_buf_init(NULL, 0); /* read_cb gets UV_ENOBUFS */
+            return;
+        }
+        c->rbuf = p;
+        c->rcap = c->rend + need;
+    }
+    *buf = uv_buf_init((char *)c->rbuf + c->rend, (unsigned int)(c->rcap - c->rend));
+}
+
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    sbl_conn_t *c = s->data;
+    if (nread > 0) {
+        c->rend += (size_t)nread;
+        atomic_fetch_add_explicit(&net_g.bytes_in, nread, memory_order_relaxed);
+        conn_process(c);
+    } else if (nread < 0) {
+        if (nread != UV_EOF && nread != UV_ECONNRESET)
+            log_conn(SBL_LOG_INFO, 22988, "Error receiving request from client. Ending connection",
+                     c, uv_strerror((int)nread));
+        net_conn_close(c);
+    }
+    conn_shrink(c);
+}
+
+/* Read while the buffered backlog is under the bound (invariant 3). */
+static void conn_update_reading(sbl_conn_t *c)
+{
+    if (c->closing)
+        return;
+    bool want = c->rend - c->rstart < READ_PAUSE;
+    if (want && !c->reading) {
+        if (uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb) == 0)
+            c->reading = true;
+        else
+            net_conn_close(c);
+    } else if (!want && c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+    }
+}
+
+/* Dispatch buffered messages until one is outstanding or none is complete. */
+static void conn_process(sbl_conn_t *c)
+{
+    if (c->processing)
+        return; /* the caller up the stack keeps going (batching) */
+    c->processing = true;
+    while (!c->closing) {
+        size_t pending = c->rend - c->rstart;
+        int32_t mlen = 0;
+        const uint8_t *head = c->rbuf != NULL ? c->rbuf + c->rstart : NULL;
+        if (sbl_wire_message_length(head, pending, &mlen) != 0) {
+            char why[96];
+            int32_t raw = (int32_t)((uint32_t)head[0] | (uint32_t)head[1] << 8 |
+                                    (uint32_t)head[2] << 16 | (uint32_t)head[3] << 24);
+            snprintf(why, sizeof(why), "message length %d is outside [16, %d]", raw,
+                     SBL_MAX_MESSAGE_SIZE);
+            log_conn(SBL_LOG_WARNING, 22988, "Error receiving request from client. Ending connection",
+                     c, why);
+            net_conn_close(c);
+            break;
+        }
+        if (c->dispatched || c->wqueued > WRITE_PAUSE || mlen == 0 || (size_t)mlen > pending)
+            break;
+        sbl_request_t *req = malloc(sizeof(*req));
+        if (req == NULL) {
+            net_conn_close(c);
+            break;
+        }
+        sbl_err_t err;
+        sbl_err_clear(&err);
+        int rc = sbl_wire_parse(c->rbuf + c->rstart, (size_t)mlen, req, &err);
+        c->rstart += (size_t)mlen;
+        if (rc != 0) {
+            sbl_request_destroy(req);
+            free(req);
+            log_conn(SBL_LOG_WARNING, 22988, "Error receiving request from client. Ending connection",
+                     c, err.msg);
+            net_conn_close(c);
+            break;
+        }
+        atomic_fetch_add_explicit(&net_g.num_requests, 1, memory_order_relaxed);
+        c->dispatched = true;
+        net_conn_log_ctx(c);
+        net_g.on_request(c, req);
+    }
+    c->processing = false;
+    conn_update_reading(c);
+}
+
+static void write_cb(uv_write_t *req, int status)
+{
+    net_write_t *w = (net_write_t *)req;
+    sbl_conn_t *c = w->conn;
+    c->wqueued -= w->len;
+    free(w->mem);
+    free(w);
+    if (status < 0) {
+        net_conn_close(c);
+        return;
+    }
+    if (!c->closing && !c->dispatched)
+        conn_process(c); /* dispatch may have paused on WRITE_PAUSE */
+}
+
+/* Send len bytes at data: try_write first, uv_write for the rest.  Takes
+ * ownership of mem (malloc'd, may be NULL when data is not to be freed). */
+static void conn_write(sbl_conn_t *c, const uint8_t *data, size_t len, uint8_t *mem)
+{
+    atomic_fetch_add_explicit(&net_g.bytes_out, (int64_t)len, memory_order_relaxed);
+    uv_buf_t b = uv_buf_init((char *)data, (unsigned int)len);
+    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    if (n >= 0 && (size_t)n == len) {
+        free(mem);
+        return;
+    }
+    if (n < 0 && n != UV_EAGAIN) {
+        free(mem);
+        net_conn_close(c);
+        return;
+    }
+    size_t done = n > 0 ? (size_t)n : 0;
+    size_t rest = len - done;
+    net_write_t *w = malloc(sizeof(*w));
+    if (w != NULL && mem == NULL) {
+        mem = malloc(rest);
+        if (mem != NULL)
+            memcpy(mem, data + done, rest);
+        data = mem;
+        done = 0;
+    }
+    if (w == NULL || mem == NULL) {
+        free(w);
+        free(mem);
+        net_conn_close(c);
+        return;
+    }
+    w->conn = c;
+    w->mem = mem;
+    w->len = rest;
+    b = uv_buf_init((char *)data + done, (unsigned int)rest);
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, write_cb) != 0) {
+        free(mem);
+        free(w);
+        net_conn_close(c);
+        return;
+    }
+    c->wqueued += rest;
+    if (c->wqueued > WRITE_MAX) {
+        log_conn(SBL_LOG_WARNING, 22989, "Client is not reading its replies. Ending connection", c,
+                 NULL);
+        net_conn_close(c);
+    }
+}
+
+/* The outstanding request is finished: free the connection if it closed
+ * meanwhile, else dispatch what is buffered. */
+static void conn_request_done(sbl_conn_t *c)
+{
+    c->dispatched = false;
+    if (c->closed) {
+        conn_free(c);
+        return;
+    }
+    conn_process(c);
+    conn_shrink(c);
+}
+
+void net_conn_reply_arrived(net_reply_t *r)
+{
+    sbl_conn_t *c = r->conn;
+    if (r->data != NULL && !c->closing)
+        conn_write(c, r->data, r->len, r->data);
+    else
+        free(r->data);
+    free(r);
+    conn_request_done(c);
+}
+
+void sbl_conn_reply(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply)
+{
+    net_loop_t *nl = conn->nl;
+    bool send = reply != NULL && !req->more_to_come;
+    if (net_current_loop() == nl) {
+        if (send && !conn->closing) {
+            sbl_buf_t out;
+            sbl_buf_init(&out);
+            sbl_wire_build_reply(req, 0, reply, &out);
+            conn_write(conn, out.data, out.len, NULL);
+            sbl_buf_destroy(&out);
+        }
+        sbl_request_destroy(req);
+        free(req);
+        conn_request_done(conn);
+        return;
+    }
+    /* Another thread: build here, hand the bytes to the loop. */
+    net_reply_t *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        abort(); /* the connection would otherwise hang forever */
+    r->conn = conn;
+    if (send) {
+        sbl_buf_t out;
+        sbl_buf_init(&out);
+        sbl_wire_build_reply(req, 0, reply, &out);
+        r->data = sbl_buf_steal(&out, &r->len);
+    }
+    sbl_request_destroy(req);
+    free(req);
+    pthread_mutex_lock(&nl->mu);
+    if (nl->dead) {
+        /* The loop gave up waiting at shutdown; the connection is abandoned. */
+        pthread_mutex_unlock(&nl->mu);
+        free(r->data);
+        free(r);
+        return;
+    }
+    if (nl->replies_tail != NULL)
+        nl->replies_tail->next = r;
+    else
+        nl->replies = r;
+    nl->replies_tail = r;
+    uv_async_send(&nl->wake); /* under mu: wake is closed only after dead is set */
+    pthread_mutex_unlock(&nl->mu);
+}
+
+void net_conn_start(sbl_conn_t *c)
+{
+    net_loop_t *nl = c->nl;
+    c->next = nl->conns;
+    if (nl->conns != NULL)
+        nl->conns->prev = c;
+    nl->conns = c;
+    uv_tcp_init(&nl->loop, &c->tcp);
+    c->tcp.data = c;
+    int rc = uv_tcp_open(&c->tcp, c->fd);
+    if (rc != 0) {
+        close(c->fd);
+        log_conn(SBL_LOG_WARNING, 22988, "Could not open accepted connection", c, uv_strerror(rc));
+        net_conn_close(c);
+        return;
+    }
+    c->opened = true;
+    net_conn_log_ctx(c);
+    if (net_g.on_open != NULL)
+        net_g.on_open(c);
+    conn_update_reading(c);
+}
+
+uint64_t sbl_conn_id(const sbl_conn_t *conn)
+{
+    return conn->id;
+}
+
+const char *sbl_conn_remote(const sbl_conn_t *conn)
+{
+    return conn->remote;
+}
+
+const char *sbl_conn_local(const sbl_conn_t *conn)
+{
+    return conn->local;
+}
+
+bool sbl_conn_is_loopback(const sbl_conn_t *conn)
+{
+    return conn->loopback;
+}
+
+uv_loop_t *sbl_conn_loop(sbl_conn_t *conn)
+{
+    return &conn->nl->loop;
+}
+
+void sbl_conn_set_data(sbl_conn_t *conn, void *data, void (*free_fn)(void *))
+{
+    conn->data = data;
+    conn->free_fn = free_fn;
+}
+
+void *sbl_conn_data(const sbl_conn_t *conn)
+{
+    return conn->data;
+}

@@ -1,0 +1,108 @@
+/*
+ * net_int.h: what net.c (listener, loops, start/stop) and net_conn.c
+ * (one connection's reading, dispatch and writing) share.  Private to
+ * src/net/.
+ *
+ * Threads: the listener thread accepts and hands each new connection to a
+ * loop through that loop's mutex-guarded inbox + uv_async; everything in
+ * sbl_conn_t is then touched only by its loop thread, except c->nl, which
+ * never changes.  Replies from other threads travel through the same inbox.
+ */
+#ifndef SBL_NET_INT_H
+#define SBL_NET_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "net/net.h"
+
+typedef struct net_loop net_loop_t;
+
+/* A reply built on another thread, waiting for its connection's loop. */
+typedef struct net_reply {
+    struct net_reply *next;
+    sbl_conn_t *conn;
+    uint8_t *data; /* malloc'd wire bytes; NULL when nothing is to be sent */
+    size_t len;
+} net_reply_t;
+
+struct net_loop {
+    uv_loop_t loop;
+    uv_thread_t thread;
+    uv_async_t wake; /* inbox has something, or stop was requested */
+    uv_timer_t deadline; /* bounds the wait for outstanding replies at stop */
+    int index;
+    atomic_int_fast64_t nconns; /* connections assigned (for balancing) */
+
+    pthread_mutex_t mu; /* guards the inbox and the two flags below */
+    sbl_conn_t *incoming; /* accepted, not yet started; linked by next */
+    net_reply_t *replies, *replies_tail;
+    bool stop_requested;
+    bool dead; /* wake is closed: late replies are dropped */
+
+    /* loop thread only */
+    sbl_conn_t *conns; /* every connection of this loop not yet freed */
+    bool stopping;
+    bool finished;
+};
+
+struct sbl_conn {
+    uv_tcp_t tcp; /* first: the handle's memory is the connection's */
+    net_loop_t *nl;
+    sbl_conn_t *prev, *next;
+    int fd; /* the accepted socket, until the loop opens it */
+    uint64_t id;
+    char remote[64];
+    char local[64];
+    bool loopback;
+
+    /* Read buffer: unconsumed bytes are rbuf[rstart..rend). */
+    uint8_t *rbuf;
+    size_t rcap, rstart, rend;
+    size_t wqueued; /* bytes handed to uv_write and not yet written */
+
+    bool opened;     /* uv handle initialised; on_open called */
+    bool reading;    /* uv_read_start is active */
+    bool dispatched; /* a request is with the layer above */
+    bool processing; /* conn_process is on the stack */
+    bool closing;    /* uv_close called */
+    bool closed;     /* close callback ran; freed once !dispatched */
+
+    void *data;
+    void (*free_fn)(void *);
+};
+
+typedef struct net_state {
+    sbl_net_request_fn on_request;
+    sbl_net_conn_fn on_open;
+    sbl_net_conn_fn on_close;
+    int64_t max_conns;
+    net_loop_t *loops;
+    int nloops;
+    atomic_int_fast64_t current;
+    atomic_int_fast64_t total_created;
+    atomic_int_fast64_t bytes_in;
+    atomic_int_fast64_t bytes_out;
+    atomic_int_fast64_t num_requests;
+    atomic_uint_fast64_t next_id;
+} net_state_t;
+
+extern net_state_t net_g;
+
+/* The loop the calling thread runs, or NULL off the loop threads. */
+net_loop_t *net_current_loop(void);
+
+/* Loop thread: open c's socket, start reading, call on_open. */
+void net_conn_start(sbl_conn_t *c);
+/* Loop thread: begin closing c (idempotent). */
+void net_conn_close(sbl_conn_t *c);
+/* Loop thread: a reply from another thread has arrived; takes r. */
+void net_conn_reply_arrived(net_reply_t *r);
+/* Any thread: a connection never started (shutdown): close its fd, free it. */
+void net_conn_discard(sbl_conn_t *c);
+/* Loop thread: called when a connection is freed; may finish a stopping loop. */
+void net_loop_conn_freed(net_loop_t *nl);
+/* Set this thread's log ctx to "conn<id>". */
+void net_conn_log_ctx(const sbl_conn_t *c);
+
+#endif

@@ -6,7 +6,8 @@ PKGS=(build-essential cmake pkg-config git
       libbson-dev libmongoc-dev wiredtiger libwiredtiger-dev libuv1-dev libssl-dev
       libyaml-dev libpcre2-dev libsnappy-dev libzstd-dev zlib1g-dev
       python3 python3-pymongo python3-pytest nodejs npm
-      libhiredis-dev libpq-dev redis-server postgresql gnuplot-nox)
+      libhiredis-dev libpq-dev redis-server postgresql gnuplot-nox
+      openjdk-17-jdk-headless libmongodb-java)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

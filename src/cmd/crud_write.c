@@ -112,7 +112,8 @@ int sbl_crud_upsert(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *filter,
     sbl_coll_t *c = NULL;
     int rc;
 
-    SBL_RET(sbl_upsert_seed(filter, &seed, err));
+    bson_t empty = BSON_INITIALIZER;
+    SBL_RET(sbl_upsert_seed(filter != NULL ? filter : &empty, &seed, err));
     rc = sbl_update_apply(u, &seed, -1, true, sbl_now_ms(), &applied, &changed, err);
     bson_destroy(&seed);
     if (rc == 0)

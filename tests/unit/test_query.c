@@ -82,7 +82,7 @@ static bson_t *J(const char *json)
     return out;
 }
 
-static __attribute__((unused)) char *S(const bson_t *b)
+static char *S(const bson_t *b)
 {
     return bson_as_relaxed_extended_json(b, NULL);
 }
@@ -479,11 +479,354 @@ static void test_match_misc(void)
     sbl_matcher_free(NULL);
 }
 
+/* ---- _id ranges -------------------------------------------------------- */
+
+static const char *kind_name(int k)
+{
+    return k == SBL_ID_ANY ? "ANY" : k == SBL_ID_POINTS ? "POINTS" : k == SBL_ID_RANGE ? "RANGE" : "NONE";
+}
+
+/* want: "ANY", "NONE", "POINTS <json array of points>" or "RANGE <[ or (><lo json|-> <hi json|-><] or )>" */
+static const struct {
+    const char *filter;
+    int kind;
+    const char *points; /* {'p': [...]} for POINTS */
+    const char *lo, *hi; /* {'v': x} or NULL for unbounded (RANGE) */
+    bool lo_inc, hi_inc;
+} id_cases[] = {
+    {"{}", SBL_ID_ANY, NULL, NULL, NULL, false, false},
+    {"{'a': 1}", SBL_ID_ANY, NULL, NULL, NULL, false, false},
+    {"{'_id': 5}", SBL_ID_POINTS, "{'p': [5]}", NULL, NULL, false, false},
+    {"{'_id': 'x', 'a': 1}", SBL_ID_POINTS, "{'p': ['x']}", NULL, NULL, false, false},
+    {"{'_id': {'b': 1}}", SBL_ID_POINTS, "{'p': [{'b': 1}]}", NULL, NULL, false, false},
+    {"{'_id': null}", SBL_ID_POINTS, "{'p': [null]}", NULL, NULL, false, false},
+    {"{'_id': 're:/x/'}", SBL_ID_ANY, NULL, NULL, NULL, false, false},
+    {"{'_id': [1, 2]}", SBL_ID_ANY, NULL, NULL, NULL, false, false},
+    {"{'_id': {'@eq': 7}}", SBL_ID_POINTS, "{'p': [7]}", NULL, NULL, false, false},
+    {"{'_id': {'@eq': [7]}}", SBL_ID_ANY, NULL, NULL, NULL, false, false},
+    {"{'_id': {'@in': [3, 1, 2, 1]}}", SBL_ID_POINTS, "{'p': [1, 2, 3]}", NULL, NULL, false, false},
+    {"{'_id': {'@in': ['b', 1]}}", SBL_ID_POINTS, "{'p': [1, 'b']}", NULL, NULL, false, false},
+    {"{'_id': {'@in': [1, 're:/x/']}}", SBL_ID_ANY, NULL, NULL, NULL, false, false},
+    {"{'_id': {'@in': [1, [2]]}}", SBL_ID_ANY, NULL, NULL, NULL, false, false},
+    {"{'_id': {'@in': []}}", SBL_ID_NONE, NULL, NULL, NULL, false, false},
+    {"{'_id': {'@gt': 5}}", SBL_ID_RANGE, NULL, "{'v': 5}", "{'v': {'$numberDouble': 'Infinity'}}", false, true},
+    {"{'_id': {'@gte': 5, '@lt': 10}}", SBL_ID_RANGE, NULL, "{'v': 5}", "{'v': 10}", true, false},
+    {"{'_id': {'@lte': 'm'}}", SBL_ID_RANGE, NULL, "{'v': ''}", "{'v': 'm'}", true, true},
+    {"{'_id': {'@gt': 'm'}}", SBL_ID_RANGE, NULL, "{'v': 'm'}", NULL, false, false},
+    {"{'_id': {'@gt': {'$oid': '000000000000000000000001'}}}", SBL_ID_RANGE, NULL,
+     "{'v': {'$oid': '000000000000000000000001'}}", "{'v': {'$oid': 'ffffffffffffffffffffffff'}}", false, true},
+    {"{'_id': {'@gt': 5, '@lt': 3}}", SBL_ID_NONE, NULL, NULL, NULL, false, false},
+    {"{'_id': {'@gt': 5, '@lt': 5}}", SBL_ID_NONE, NULL, NULL, NULL, false, false},
+    {"{'_id': {'@gte': 5, '@lte': 5}}", SBL_ID_RANGE, NULL, "{'v': 5}", "{'v': 5}", true, true},
+    {"{'_id': {'@gt': 1}, '@and': [{'_id': {'@lt': 4}}]}", SBL_ID_RANGE, NULL, "{'v': 1}", "{'v': 4}", false, false},
+    {"{'@and': [{'_id': {'@in': [1, 2, 3]}}, {'_id': {'@gte': 2}}]}", SBL_ID_POINTS, "{'p': [2, 3]}", NULL, NULL, false, false},
+    {"{'@and': [{'_id': {'@in': [1, 2, 'x']}}, {'_id': {'@in': [2, 'x', 9]}}]}", SBL_ID_POINTS, "{'p': [2, 'x']}", NULL, NULL, false, false},
+    {"{'@and': [{'_id': 1}, {'_id': 2}]}", SBL_ID_NONE, NULL, NULL, NULL, false, false},
+    {"{'_id': {'@in': [1, 'x']}, 'b': {'@gt': 1}}", SBL_ID_POINTS, "{'p': [1, 'x']}", NULL, NULL, false, false},
+    {"{'_id': {'@in': [1, 'x'], '@gt': 0}}", SBL_ID_POINTS, "{'p': [1]}", NULL, NULL, false, false},
+    {"{'_id': {'@ne': 5}}", SBL_ID_ANY, NULL, NULL, NULL, false, false},
+    {"{'_id': {'@exists': true, '@lt': 5}}", SBL_ID_RANGE, NULL, "{'v': {'$numberDouble': 'NaN'}}", "{'v': 5}", true, false},
+    {"{'@or': [{'_id': 1}, {'_id': 2}]}", SBL_ID_ANY, NULL, NULL, NULL, false, false},
+    {"{'_id': {'@gt': null}}", SBL_ID_ANY, NULL, NULL, NULL, false, false},
+    {"{'_id': {'@gt': {'$minKey': 1}}}", SBL_ID_ANY, NULL, NULL, NULL, false, false},
+};
+
+static bool same_value(const bson_value_t *a, const char *json)
+{
+    bson_t *d = J(json);
+    bson_iter_t it;
+    bson_value_t v;
+    bool ok = bson_iter_init_find(&it, d, "v");
+    if (ok) {
+        sbl_iter_value(&it, &v);
+        ok = a->value_type == v.value_type && sbl_value_compare(a, &v) == 0;
+    }
+    bson_destroy(d);
+    return ok;
+}
+
+static void test_id_ranges(void)
+{
+    for (size_t i = 0; i < sizeof(id_cases) / sizeof(id_cases[0]); i++) {
+        bson_t *f = J(id_cases[i].filter);
+        sbl_id_range_t r;
+        sbl_id_range_from_filter(f, &r);
+        CHECK_MSG((int)r.kind == id_cases[i].kind, "filter %s: kind %s want %s", id_cases[i].filter,
+                  kind_name(r.kind), kind_name(id_cases[i].kind));
+        if ((int)r.kind == id_cases[i].kind && r.kind == SBL_ID_POINTS) {
+            bson_t *p = J(id_cases[i].points);
+            bson_iter_t it, ai;
+            size_t n = 0;
+            bool same = true;
+            bson_iter_init_find(&it, p, "p");
+            bson_iter_recurse(&it, &ai);
+            while (bson_iter_next(&ai)) {
+                bson_value_t v;
+                sbl_iter_value(&ai, &v);
+                same = same && n < r.npoints && sbl_value_compare(&v, &r.points[n]) == 0;
+                n++;
+            }
+            CHECK_MSG(same && n == r.npoints, "filter %s: points differ (%zu)", id_cases[i].filter,
+                      r.npoints);
+            bson_destroy(p);
+        }
+        if ((int)r.kind == id_cases[i].kind && r.kind == SBL_ID_RANGE) {
+            CHECK_MSG(r.has_lo == (id_cases[i].lo != NULL), "filter %s: has_lo", id_cases[i].filter);
+            CHECK_MSG(r.has_hi == (id_cases[i].hi != NULL), "filter %s: has_hi", id_cases[i].filter);
+            if (r.has_lo && id_cases[i].lo != NULL) {
+                CHECK_MSG(same_value(&r.lo, id_cases[i].lo), "filter %s: lo", id_cases[i].filter);
+                CHECK_MSG(r.lo_inclusive == id_cases[i].lo_inc, "filter %s: lo_inc", id_cases[i].filter);
+            }
+            if (r.has_hi && id_cases[i].hi != NULL) {
+                CHECK_MSG(same_value(&r.hi, id_cases[i].hi), "filter %s: hi", id_cases[i].filter);
+                CHECK_MSG(r.hi_inclusive == id_cases[i].hi_inc, "filter %s: hi_inc", id_cases[i].filter);
+            }
+        }
+        sbl_id_range_destroy(&r);
+        CHECK(r.kind == SBL_ID_ANY && r.points == NULL);
+        bson_destroy(f);
+    }
+}
+
+/* ---- projection -------------------------------------------------------- */
+
+static const struct {
+    const char *spec, *doc, *want;
+    int32_t pos;
+} proj_cases[] = {
+    {"{}", "{'_id': 1, 'a': 1}", "{'_id': 1, 'a': 1}", -1},
+    {"{'a': 1}", "{'_id': 1, 'a': 2, 'b': 3}", "{'_id': 1, 'a': 2}", -1},
+    {"{'b': 1, 'a': 1}", "{'_id': 1, 'a': 2, 'b': 3}", "{'_id': 1, 'a': 2, 'b': 3}", -1},
+    {"{'a': true, '_id': 0}", "{'_id': 1, 'a': 2, 'b': 3}", "{'a': 2}", -1},
+    {"{'a': 0}", "{'_id': 1, 'a': 2, 'b': 3}", "{'_id': 1, 'b': 3}", -1},
+    {"{'a': false, '_id': 0}", "{'_id': 1, 'a': 2, 'b': 3}", "{'b': 3}", -1},
+    {"{'_id': 0}", "{'_id': 1, 'a': 2}", "{'a': 2}", -1},
+    {"{'_id': 1}", "{'_id': 1, 'a': 2}", "{'_id': 1}", -1},
+    {"{'x': 1}", "{'_id': 1, 'a': 2}", "{'_id': 1}", -1},
+    {"{'a': 1.5}", "{'_id': 1, 'a': 2, 'b': 3}", "{'_id': 1, 'a': 2}", -1},
+    {"{'a.b': 1}", "{'_id': 1, 'a': {'b': 1, 'c': 2}, 'd': 1}", "{'_id': 1, 'a': {'b': 1}}", -1},
+    {"{'a.b': 1}", "{'_id': 1, 'a': {'c': 2}}", "{'_id': 1, 'a': {}}", -1},
+    {"{'a.b': 1}", "{'_id': 1, 'a': 5}", "{'_id': 1}", -1},
+    {"{'a': {'b': 1}}", "{'_id': 1, 'a': {'b': 1, 'c': 2}}", "{'_id': 1, 'a': {'b': 1}}", -1},
+    {"{'a.b': 1}", "{'_id': 1, 'a': [{'b': 1, 'c': 2}, 5, {'c': 3}, [{'b': 4}]]}",
+     "{'_id': 1, 'a': [{'b': 1}, {}, [{'b': 4}]]}", -1},
+    {"{'a.b': 0}", "{'_id': 1, 'a': [{'b': 1, 'c': 2}, 5]}", "{'_id': 1, 'a': [{'c': 2}, 5]}", -1},
+    {"{'a.b': 0}", "{'_id': 1, 'a': {'b': 1, 'c': 2}, 'z': 0}", "{'_id': 1, 'a': {'c': 2}, 'z': 0}", -1},
+    {"{'_id.x': 0}", "{'_id': {'x': 1, 'y': 2}}", "{'_id': {'y': 2}}", -1},
+    {"{'a.$': 1}", "{'_id': 1, 'a': [5, 6, 7], 'b': 1}", "{'_id': 1, 'a': [6]}", 1},
+    {"{'a.$': 1, 'b': 1}", "{'_id': 1, 'a': [5, 6, 7], 'b': 1}", "{'_id': 1, 'a': [7], 'b': 1}", 2},
+    {"{'a.$': 1}", "{'_id': 1, 'a': 3}", "{'_id': 1, 'a': 3}", -1},
+    {"{'a.b.$': 1}", "{'_id': 1, 'a': [{'b': 1, 'c': 1}, {'b': 2, 'c': 2}]}", "{'_id': 1, 'a': [{'b': 2}]}", 1},
+    {"{'a': {'@slice': 2}}", "{'_id': 1, 'a': [1, 2, 3], 'b': 1}", "{'_id': 1, 'a': [1, 2], 'b': 1}", -1},
+    {"{'a': {'@slice': -2}}", "{'_id': 1, 'a': [1, 2, 3]}", "{'_id': 1, 'a': [2, 3]}", -1},
+    {"{'a': {'@slice': 0}}", "{'_id': 1, 'a': [1, 2, 3]}", "{'_id': 1, 'a': []}", -1},
+    {"{'a': {'@slice': 10}}", "{'_id': 1, 'a': [1, 2, 3]}", "{'_id': 1, 'a': [1, 2, 3]}", -1},
+    {"{'a': {'@slice': -10}}", "{'_id': 1, 'a': [1, 2, 3]}", "{'_id': 1, 'a': [1, 2, 3]}", -1},
+    {"{'a': {'@slice': [1, 1]}}", "{'_id': 1, 'a': [1, 2, 3]}", "{'_id': 1, 'a': [2]}", -1},
+    {"{'a': {'@slice': [-2, 5]}}", "{'_id': 1, 'a': [1, 2, 3]}", "{'_id': 1, 'a': [2, 3]}", -1},
+    {"{'a': {'@slice': [5, 2]}}", "{'_id': 1, 'a': [1, 2, 3]}", "{'_id': 1, 'a': []}", -1},
+    {"{'a': {'@slice': [-9, 2]}}", "{'_id': 1, 'a': [1, 2, 3]}", "{'_id': 1, 'a': [1, 2]}", -1},
+    {"{'a': {'@slice': 1}}", "{'_id': 1, 'a': 'x'}", "{'_id': 1, 'a': 'x'}", -1},
+    {"{'a': {'@slice': 1}, 'b': 1}", "{'_id': 1, 'a': [1, 2], 'b': 2, 'c': 3}", "{'_id': 1, 'a': [1], 'b': 2}", -1},
+    {"{'a': {'@slice': 1}, 'c': 0}", "{'_id': 1, 'a': [1, 2], 'b': 2, 'c': 3}", "{'_id': 1, 'a': [1], 'b': 2}", -1},
+    {"{'a.b': {'@slice': 1}}", "{'_id': 1, 'a': {'b': [1, 2], 'c': 1}}", "{'_id': 1, 'a': {'b': [1], 'c': 1}}", -1},
+    {"{'a': {'@elemMatch': {'b': 2}}}", "{'_id': 1, 'a': [{'b': 1}, {'b': 2, 'c': 1}, {'b': 2}], 'z': 1}",
+     "{'_id': 1, 'a': [{'b': 2, 'c': 1}]}", -1},
+    {"{'a': {'@elemMatch': {'b': 9}}}", "{'_id': 1, 'a': [{'b': 1}], 'z': 1}", "{'_id': 1}", -1},
+    {"{'a': {'@elemMatch': {'@gt': 2}}, 'z': 1}", "{'_id': 1, 'a': [1, 5, 7], 'z': 1}", "{'_id': 1, 'a': [5], 'z': 1}", -1},
+    {"{'a': {'@elemMatch': {'@gt': 2}}, 'z': 0}", "{'_id': 1, 'a': [1, 5, 7], 'y': 2, 'z': 1}", "{'_id': 1, 'a': [5], 'y': 2}", -1},
+    {"{'x': 'lit', 'a': 1}", "{'_id': 1, 'a': 2, 'b': 3}", "{'_id': 1, 'a': 2, 'x': 'lit'}", -1},
+    {"{'a': {'@literal': 1}}", "{'_id': 1, 'a': 2}", "{'_id': 1, 'a': 1}", -1},
+    {"{'n.m': 'v'}", "{'_id': 1}", "{'_id': 1, 'n': {'m': 'v'}}", -1},
+    {"{'n.m': 'v', 'n.k': 1}", "{'_id': 1, 'n': {'k': 2, 'j': 3}}", "{'_id': 1, 'n': {'k': 2, 'm': 'v'}}", -1},
+};
+
+static const struct {
+    const char *spec;
+    int code;
+} proj_errors[] = {
+    {"{'a': 1, 'b': 0}", 31254},
+    {"{'a': 0, 'b': 1}", 31253},
+    {"{'a': 0, 'b': 'x'}", 31253},
+    {"{'a': {'@meta': 'textScore'}}", 2},
+    {"{'a': {'@add': [1, 2]}}", 2},
+    {"{'a': '$b'}", 2},
+    {"{'a': {'@slice': 'x'}}", 28667},
+    {"{'a': {'@slice': [1, 0]}}", 28724},
+    {"{'a': {'@slice': [1, 2, 3]}}", 28667},
+    {"{'a.b': {'@elemMatch': {'c': 1}}}", 2},
+    {"{'a': {'@elemMatch': 1}}", 2},
+    {"{'a': {'@elemMatch': {'@foo': 1}}}", 2},
+    {"{'a': 1, 'a.b': 1}", 31249},
+    {"{'a.b': 1, 'a': 1}", 31249},
+    {"{'a': {}}", 51270},
+    {"{'a.$': 1, 'b.$': 1}", 31276},
+    {"{'a.$': 0}", 31254},
+};
+
+static void test_projection(void)
+{
+    for (size_t i = 0; i < sizeof(proj_cases) / sizeof(proj_cases[0]); i++) {
+        bson_t *spec = J(proj_cases[i].spec), *doc = J(proj_cases[i].doc), *want = J(proj_cases[i].want);
+        sbl_err_t err = {0};
+        sbl_projection_t *p = sbl_projection_new(spec, &err);
+        CHECK_MSG(p != NULL, "projection %s: %s", proj_cases[i].spec, err.msg);
+        if (p != NULL) {
+            bson_t out;
+            bson_init(&out);
+            int rc = sbl_projection_apply(p, doc, proj_cases[i].pos, &out, &err);
+            char *got = S(&out), *exp = S(want);
+            CHECK_MSG(rc == 0 && strcmp(got, exp) == 0, "projection %s on %s: got %s want %s (%s)",
+                      proj_cases[i].spec, proj_cases[i].doc, got, exp, err.msg);
+            bson_free(got);
+            bson_free(exp);
+            bson_destroy(&out);
+            sbl_projection_free(p);
+        }
+        bson_destroy(spec);
+        bson_destroy(doc);
+        bson_destroy(want);
+    }
+    for (size_t i = 0; i < sizeof(proj_errors) / sizeof(proj_errors[0]); i++) {
+        bson_t *spec = J(proj_errors[i].spec);
+        sbl_err_t err = {0};
+        sbl_projection_t *p = sbl_projection_new(spec, &err);
+        CHECK_MSG(p == NULL && err.code == proj_errors[i].code, "projection %s: code %d want %d (%s)",
+                  proj_errors[i].spec, err.code, proj_errors[i].code, err.msg);
+        sbl_projection_free(p);
+        bson_destroy(spec);
+    }
+    /* the documented messages */
+    bson_t *spec = J("{'a': 1, 'b': 0}");
+    sbl_err_t err = {0};
+    CHECK(sbl_projection_new(spec, &err) == NULL);
+    CHECK(strcmp(err.msg, "Cannot do exclusion on field b in inclusion projection") == 0);
+    bson_destroy(spec);
+    /* positional with no matching element is an error at apply time */
+    spec = J("{'a.$': 1}");
+    bson_t *doc = J("{'_id': 1, 'a': [1, 2]}");
+    sbl_projection_t *p = sbl_projection_new(spec, &err);
+    bson_t out;
+    bson_init(&out);
+    CHECK(p != NULL && sbl_projection_apply(p, doc, 5, &out, &err) == 51246);
+    bson_destroy(&out);
+    sbl_projection_free(p);
+    bson_destroy(spec);
+    bson_destroy(doc);
+    /* positional fed by the matcher */
+    bson_t *f = J("{'a': {'@gt': 5}}");
+    spec = J("{'a.$': 1, '_id': 0}");
+    doc = J("{'_id': 1, 'a': [1, 8, 9]}");
+    sbl_matcher_t *m = sbl_matcher_new(f, NULL);
+    int32_t pos = -1;
+    p = sbl_projection_new(spec, NULL);
+    CHECK(m != NULL && p != NULL && sbl_matcher_match(m, doc, &pos) && pos == 1);
+    bson_init(&out);
+    CHECK(p != NULL && sbl_projection_apply(p, doc, pos, &out, NULL) == 0);
+    char *got = S(&out);
+    CHECK_MSG(strcmp(got, "{ \"a\" : [ 8 ] }") == 0, "got %s", got);
+    bson_free(got);
+    bson_destroy(&out);
+    sbl_projection_free(p);
+    sbl_matcher_free(m);
+    bson_destroy(f);
+    bson_destroy(spec);
+    bson_destroy(doc);
+}
+
+/* ---- sort -------------------------------------------------------------- */
+
+static const struct {
+    const char *spec, *a, *b;
+    int want; /* sign */
+} sort_cases[] = {
+    {"{'a': 1}", "{'a': 1}", "{'a': 2}", -1},
+    {"{'a': -1}", "{'a': 1}", "{'a': 2}", 1},
+    {"{'a': 1}", "{'a': 2}", "{'a': 2.0}", 0},
+    {"{'a': 1}", "{'a': 'x'}", "{'a': 5}", 1},
+    {"{'a': 1}", "{}", "{'a': 5}", -1},
+    {"{'a': 1}", "{}", "{'a': null}", 0},
+    {"{'a': 1}", "{'a': {'$minKey': 1}}", "{}", -1},
+    {"{'a': 1}", "{'a': [5, 1]}", "{'a': 2}", -1},
+    {"{'a': -1}", "{'a': [5, 1]}", "{'a': 2}", -1},
+    {"{'a': -1}", "{'a': [0, 1]}", "{'a': 2}", 1},
+    {"{'a': 1}", "{'a': []}", "{'a': 0}", -1},
+    {"{'a.b': 1}", "{'a': {'b': 3}}", "{'a': [{'b': 4}, {'b': 2}]}", 1},
+    {"{'a.b': -1}", "{'a': {'b': 3}}", "{'a': [{'b': 4}, {'b': 2}]}", 1},
+    {"{'a.b': 1}", "{'a': [{'b': 4}, {'c': 2}]}", "{'a': {'b': 0}}", -1},
+    {"{'a.1': 1}", "{'a': [9, 1]}", "{'a': [0, 5]}", -1},
+    {"{'a': 1, 'b': -1}", "{'a': 1, 'b': 1}", "{'a': 1, 'b': 2}", 1},
+    {"{'a': 1, 'b': -1}", "{'a': 0, 'b': 1}", "{'a': 1, 'b': 2}", -1},
+    {"{'a': 1.0}", "{'a': 1}", "{'a': 2}", -1},
+    {"{'$natural': 1}", "{'a': 1}", "{'a': 2}", 0},
+    {"{}", "{'a': 1}", "{'a': 2}", 0},
+};
+
+static void test_sort(void)
+{
+    for (size_t i = 0; i < sizeof(sort_cases) / sizeof(sort_cases[0]); i++) {
+        bson_t *spec = J(sort_cases[i].spec), *a = J(sort_cases[i].a), *b = J(sort_cases[i].b);
+        sbl_err_t err = {0};
+        sbl_sort_t *s = sbl_sort_new(spec, &err);
+        CHECK_MSG(s != NULL, "sort %s: %s", sort_cases[i].spec, err.msg);
+        if (s != NULL) {
+            int c = sbl_sort_compare(s, a, b), r = sbl_sort_compare(s, b, a);
+            int sign = c < 0 ? -1 : c > 0;
+            CHECK_MSG(sign == sort_cases[i].want, "sort %s: %s vs %s gave %d", sort_cases[i].spec,
+                      sort_cases[i].a, sort_cases[i].b, c);
+            CHECK_MSG((r < 0 ? -1 : r > 0) == -sign, "sort %s: not antisymmetric", sort_cases[i].spec);
+            sbl_sort_free(s);
+        }
+        bson_destroy(spec);
+        bson_destroy(a);
+        bson_destroy(b);
+    }
+    static const struct {
+        const char *spec;
+        int code;
+    } bad[] = {
+        {"{'a': 2}", 15975}, {"{'a': 0}", 15975}, {"{'a': 'asc'}", 15975}, {"{'a': true}", 15975},
+        {"{'a': {'@meta': 'textScore'}}", 2}, {"{'': 1}", 2}, {"{'$natural': 5}", 15975},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        bson_t *spec = J(bad[i].spec);
+        sbl_err_t err = {0};
+        sbl_sort_t *s = sbl_sort_new(spec, &err);
+        CHECK_MSG(s == NULL && err.code == bad[i].code, "sort %s: code %d (%s)", bad[i].spec, err.code,
+                  err.msg);
+        sbl_sort_free(s);
+        bson_destroy(spec);
+    }
+    static const struct {
+        const char *spec;
+        bool is_id, desc;
+    } ids[] = {
+        {"{'_id': 1}", true, false}, {"{'_id': -1}", true, true}, {"{'_id': 1, 'a': 1}", false, false},
+        {"{'a': 1}", false, false},  {"{}", false, false},        {"{'_id.x': 1}", false, false},
+    };
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+        bson_t *spec = J(ids[i].spec);
+        sbl_sort_t *s = sbl_sort_new(spec, NULL);
+        bool desc = !ids[i].desc;
+        CHECK(s != NULL);
+        if (s != NULL) {
+            CHECK_MSG(sbl_sort_is_id(s, &desc) == ids[i].is_id, "is_id %s", ids[i].spec);
+            if (ids[i].is_id)
+                CHECK_MSG(desc == ids[i].desc, "desc %s", ids[i].spec);
+        }
+        sbl_sort_free(s);
+        bson_destroy(spec);
+    }
+}
+
 int main(void)
 {
     test_match_table();
     test_match_errors();
     test_match_positions();
     test_match_misc();
+    test_id_ranges();
+    test_projection();
+    test_sort();
     return CHECK_DONE("test_query");
 }

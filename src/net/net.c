@@ -187,17 +187,19 @@ static void listener_resume(uv_timer_t *t)
         uv_poll_start(&lst.polls[i], UV_READABLE, accept_cb);
 }
 
+/* The loop with the fewest connections; ties rotate. */
 static net_loop_t *pick_loop(void)
 {
-    net_loop_t *best = NULL;
-    int64_t best_n = 0;
-    unsigned start = lst.rr++;
-    for (int k = 0; k < net_g.nloops; k++) {
-        net_loop_t *nl = &net_g.loops[(start + (unsigned)k) % (unsigned)net_g.nloops];
-        int64_t n = atomic_load(&nl->nconns);
-        if (best == NULL || n < best_n) {
+    unsigned n = (unsigned)net_g.nloops;
+    unsigned start = lst.rr++ % n;
+    net_loop_t *best = &net_g.loops[start];
+    int64_t best_n = atomic_load(&best->nconns);
+    for (unsigned k = 1; k < n; k++) {
+        net_loop_t *nl = &net_g.loops[(start + k) % n];
+        int64_t c = atomic_load(&nl->nconns);
+        if (c < best_n) {
             best = nl;
-            best_n = n;
+            best_n = c;
         }
     }
     return best;

@@ -4,9 +4,9 @@
  * Operators are looked up by binary search in two sorted tables, one for
  * top-level operators ($and, $or ...) and one for field operators ($eq,
  * $gt ...); each entry's parse function appends nodes to the AND node it is
- * given.  Both tables must stay sorted by strcmp (checked in debug builds by
- * the unit test through behaviour, not here).  Errors use MongoDB's codes and
- * messages so drivers and tests see what they expect.
+ * given.  Both tables must stay sorted by strcmp: lookup is a binary search
+ * and an out-of-order row silently becomes "unknown operator".  Errors use
+ * MongoDB's codes and messages so drivers and tests see what they expect.
  */
 #include <math.h>
 #include <string.h>
@@ -497,7 +497,7 @@ static int p_all(fctx_t *c, sbl_err_t *err)
         bson_value_t e;
         bson_t ed;
         bson_iter_t eit;
-        mnode_t *n;
+        mnode_t *n = NULL;
         bool is_elem = false;
 
         sbl_iter_value(&it, &e);

@@ -85,7 +85,8 @@ int sbl_projection_apply(const sbl_projection_t *p, const bson_t *doc, int32_t a
 
 typedef struct sbl_sort sbl_sort_t;
 
-/* Parse {field: 1|-1, ...}; err BadValue (2) / 15974-style for bad values. */
+/* Parse {field: 1|-1, ...}; {$natural: ±1} means no sort.  Errors: 15975 for a direction
+ * other than 1/-1, BadValue (2) for $meta and bad field names. */
 sbl_sort_t *sbl_sort_new(const bson_t *spec, sbl_err_t *err);
 void sbl_sort_free(sbl_sort_t *s);
 /* Three-way compare with MongoDB's sort semantics (arrays sort by their

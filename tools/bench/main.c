@@ -1,0 +1,30 @@
+/*
+ * main.c: sable-bench, a YCSB-compatible load generator for Sable, MongoDB,
+ * Redis and PostgreSQL.  Parses the command line and hands over to the
+ * client; the exit code is non-zero when any operation failed.
+ */
+#include <mongoc/mongoc.h>
+#include <stdio.h>
+
+#include "client.h"
+#include "options.h"
+
+int main(int argc, char **argv)
+{
+    bench_options_t o;
+    char err[1024];
+    if (bench_options_parse(&o, argc, argv, err, sizeof(err)) != 0) {
+        fprintf(stderr, "sable-bench: %s\n\n%s", err, bench_usage());
+        return 2;
+    }
+    if (o.help) {
+        fputs(bench_usage(), stdout);
+        bench_props_free(&o.props);
+        return 0;
+    }
+    mongoc_init();
+    int rc = bench_client_run(&o, stdout);
+    mongoc_cleanup();
+    bench_props_free(&o.props);
+    return rc;
+}

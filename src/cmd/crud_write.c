@@ -113,8 +113,10 @@ int sbl_crud_upsert(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *filter,
     int rc;
 
     bson_t empty = BSON_INITIALIZER;
-    SBL_RET(sbl_upsert_seed(filter != NULL ? filter : &empty, &seed, err));
-    rc = sbl_update_apply(u, &seed, -1, true, sbl_now_ms(), &applied, &changed, err);
+    bson_init(&seed);
+    rc = sbl_upsert_seed(filter != NULL ? filter : &empty, &seed, err);
+    if (rc == 0)
+        rc = sbl_update_apply(u, &seed, -1, true, sbl_now_ms(), &applied, &changed, err);
     bson_destroy(&seed);
     if (rc == 0)
         rc = sbl_crud_prepare_doc(&applied, &doc, err);

@@ -13,6 +13,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "doc/doc.h"
@@ -20,13 +21,79 @@
 /* MongoDB refuses to pad an array by more than this many elements. */
 #define UPD_MAX_PADDING 1500000
 
+/* Concrete paths written by actions that use $[] or $[<id>] (see touched_conflict). */
+typedef struct touch {
+    char *path;
+    size_t owner; /* index of the action that wrote it */
+} touch_t;
+
+typedef struct touched {
+    touch_t *v;
+    size_t n, cap;
+} touched_t;
+
 typedef struct walk {
     const upd_ctx_t *cx;
     const upd_action_t *a;
     char **comps;
     size_t n;
     bson_string_t *path; /* the concrete path taken so far */
+    touched_t *touched;  /* NULL unless the action uses an array update */
+    size_t index;        /* the action's index */
 } walk_t;
+
+static void touched_add(touched_t *t, const char *path, size_t owner)
+{
+    if (t->n == t->cap) {
+        t->cap = t->cap ? t->cap * 2 : 16;
+        t->v = bson_realloc(t->v, t->cap * sizeof(*t->v));
+    }
+    t->v[t->n].path = bson_strdup(path);
+    t->v[t->n++].owner = owner;
+}
+
+static void touched_destroy(touched_t *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        bson_free(t->v[i].path);
+    bson_free(t->v);
+}
+
+/* Order paths so that a path sorts immediately before the paths it prefixes. */
+static int touch_cmp(const void *x, const void *y)
+{
+    const char *a = ((const touch_t *)x)->path, *b = ((const touch_t *)y)->path;
+    for (;; a++, b++) {
+        int ca = *a == '.' ? 1 : (unsigned char)*a, cb = *b == '.' ? 1 : (unsigned char)*b;
+        if (ca != cb || ca == 0)
+            return ca - cb;
+    }
+}
+
+static bool path_prefixes(const char *p, const char *q)
+{
+    size_t n = strlen(p);
+    return strncmp(p, q, n) == 0 && (q[n] == '\0' || q[n] == '.');
+}
+
+/*
+ * $[] and $[<id>] paths cannot be checked for conflicts until they meet a
+ * document: two actions must not write the same element (or one inside
+ * another); MongoDB reports "Update created a conflict at 'a.0'".
+ */
+static int touched_conflict(touched_t *t, sbl_err_t *err)
+{
+    if (t->n < 2)
+        return 0;
+    qsort(t->v, t->n, sizeof(*t->v), touch_cmp);
+    for (size_t i = 1; i < t->n; i++) {
+        const touch_t *x = &t->v[i - 1], *y = &t->v[i];
+        if (x->owner != y->owner && path_prefixes(x->path, y->path))
+            return sbl_err_set(err, SBL_E_ConflictingUpdateOperators,
+                               "Update created a conflict at '%s'", x->path);
+    }
+    return 0;
+}
 
 static int walk(walk_t *w, upd_node_t *cur, size_t i, sbl_err_t *err);
 
@@ -112,6 +179,8 @@ static int step(walk_t *w, upd_node_t *cur, const char *cur_key, const char *key
         pos = idx;
     }
     if (i + 1 == w->n) {
+        if (w->touched != NULL)
+            touched_add(w->touched, w->path->str, w->index);
         upd_target_t t = {cur, key, pos, child, w->path->str};
         return op->apply(w->a, &t, w->cx, err);
     }
@@ -270,7 +339,7 @@ static int apply_replacement(const sbl_update_t *u, const bson_t *old, bson_t *o
 {
     bson_iter_t oit, rit, it;
     bool old_has = bson_iter_init_find(&oit, old, "_id");
-    bool repl_has = bson_iter_init_find(&rit, &u->repl, "_id");
+    bool repl_has = bson_iter_init_find(&rit, u->repl, "_id");
 
     if (old_has && repl_has && !same_value(bson_iter_value(&oit), bson_iter_value(&rit))) {
         bson_string_t *s = bson_string_new(NULL);
@@ -286,7 +355,7 @@ static int apply_replacement(const sbl_update_t *u, const bson_t *old, bson_t *o
         SBL_RET(check_id(bson_iter_value(&rit), err));
     if (old_has || repl_has)
         bson_append_value(out, "_id", 3, bson_iter_value(old_has ? &oit : &rit));
-    bson_iter_init(&it, &u->repl);
+    bson_iter_init(&it, u->repl);
     while (bson_iter_next(&it))
         if (strcmp(bson_iter_key(&it), "_id") != 0)
             bson_append_value(out, bson_iter_key(&it), (int)bson_iter_key_len(&it),
@@ -299,12 +368,13 @@ static int apply_actions(const sbl_update_t *u, upd_node_t *root, int32_t array_
                          const upd_ctx_t *cx, sbl_err_t *err)
 {
     char idx[24];
+    touched_t touched = {0};
     int rc = 0;
 
     snprintf(idx, sizeof(idx), "%" PRId32, array_pos);
     for (size_t i = 0; rc == 0 && i < u->nacts; i++) {
         const upd_action_t *a = &u->acts[i];
-        walk_t w = {cx, a, a->comps, a->ncomps, NULL};
+        walk_t w = {cx, a, a->comps, a->ncomps, NULL, NULL, i};
         char **comps = NULL;
 
         if (strcmp(a->op->name, "$setOnInsert") == 0 && !cx->is_insert)
@@ -313,11 +383,16 @@ static int apply_actions(const sbl_update_t *u, upd_node_t *root, int32_t array_
             rc = upd_apply_rename(a, root, cx, err);
             continue;
         }
+        for (size_t j = 1; j < a->ncomps && w.touched == NULL; j++)
+            if (strncmp(a->comps[j], "$[", 2) == 0)
+                w.touched = &touched;
         if (a->positional >= 0) {
-            if (array_pos < 0)
-                return sbl_err_set(err, SBL_E_BadValue,
+            if (array_pos < 0) {
+                rc = sbl_err_set(err, SBL_E_BadValue,
                                    "The positional operator did not find the match needed from "
                                    "the query.");
+                break;
+            }
             comps = bson_malloc(a->ncomps * sizeof(*comps));
             memcpy(comps, a->comps, a->ncomps * sizeof(*comps));
             comps[a->positional] = idx;
@@ -328,6 +403,9 @@ static int apply_actions(const sbl_update_t *u, upd_node_t *root, int32_t array_
         bson_string_free(w.path, true);
         bson_free(comps);
     }
+    if (rc == 0)
+        rc = touched_conflict(&touched, err);
+    touched_destroy(&touched);
     return rc;
 }
 
@@ -339,8 +417,11 @@ int sbl_update_apply(const sbl_update_t *u, const bson_t *old, int32_t array_pos
     bson_t result = BSON_INITIALIZER;
     upd_node_t *root = NULL;
     bool old_has;
+    sbl_err_t local;
     int rc = 0;
 
+    if (err == NULL)
+        err = &local;
     *changed = false;
     old_has = bson_iter_init_find(&oit, old, "_id");
     if (u->replacement) {

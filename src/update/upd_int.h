@@ -149,7 +149,7 @@ typedef struct upd_filter {
 
 struct sbl_update {
     bool replacement;
-    bson_t repl;
+    bson_t *repl; /* replacement document, or NULL */
     upd_action_t *acts;
     size_t nacts;
     upd_filter_t *filters;

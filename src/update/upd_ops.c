@@ -182,23 +182,21 @@ static int parse_current_date(upd_action_t *a, bson_iter_t *arg, sbl_err_t *err)
     if (a->arg.value_type == BSON_TYPE_BOOL)
         return 0;
     if (a->arg.value_type == BSON_TYPE_DOCUMENT && bson_iter_recurse(arg, &it)) {
-        ok = true;
+        bool found = false;
         while (bson_iter_next(&it)) {
             if (strcmp(bson_iter_key(&it), "$type") != 0) {
                 return sbl_err_set(err, SBL_E_BadValue,
                                    "Unrecognized $currentDate option: %s", bson_iter_key(&it));
             }
             const char *ty = BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : "";
-            if (strcmp(ty, "date") == 0) {
-                a->timestamp = false;
-            } else if (strcmp(ty, "timestamp") == 0) {
-                a->timestamp = true;
-            } else {
-                return sbl_err_set(err, SBL_E_BadValue,
-                                   "The '$type' string field is required to be 'date' or "
-                                   "'timestamp': {$currentDate: {field : {$type: 'date'}}}");
-            }
+            found = strcmp(ty, "date") == 0 || strcmp(ty, "timestamp") == 0;
+            a->timestamp = strcmp(ty, "timestamp") == 0;
         }
+        if (!found)
+            return sbl_err_set(err, SBL_E_BadValue,
+                               "The '$type' string field is required to be 'date' or "
+                               "'timestamp': {$currentDate: {field : {$type: 'date'}}}");
+        ok = true;
     }
     if (!ok) {
         bson_string_t *s = bson_string_new(NULL);

@@ -129,7 +129,8 @@ void sbl_update_free(sbl_update_t *u)
             sbl_matcher_free(u->filters[i].m);
     }
     bson_free(u->filters);
-    bson_destroy(&u->repl);
+    if (u->repl)
+        bson_destroy(u->repl);
     bson_free(u);
 }
 
@@ -303,7 +304,11 @@ static int parse_filters(sbl_update_t *u, const bson_t *array_filters, sbl_err_t
         bson_iter_document(&it, &len, &data);
         if (!bson_init_static(&filter, data, len))
             return sbl_err_set(err, SBL_E_InvalidBSON, "invalid array filter");
-        SBL_RET(filter_name(&filter, &name, err));
+        int rc = filter_name(&filter, &name, err);
+        if (rc != 0) {
+            bson_free(name);
+            return rc;
+        }
         if (name == NULL)
             return sbl_err_set(err, SBL_E_FailedToParse,
                                "Cannot use an expression without a top-level field name in "
@@ -377,7 +382,7 @@ static int parse_replacement(sbl_update_t *u, const bson_t *spec, sbl_err_t *err
     bson_iter_t it;
 
     u->replacement = true;
-    bson_copy_to(spec, &u->repl);
+    u->repl = bson_copy(spec);
     bson_iter_init(&it, spec);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
@@ -438,11 +443,15 @@ static int parse_operator(sbl_update_t *u, bson_iter_t *opit, size_t *capp, sbl_
 sbl_update_t *sbl_update_new(const bson_t *spec, const bson_t *array_filters, sbl_err_t *err)
 {
     sbl_update_t *u = bson_malloc0(sizeof(*u));
+    sbl_err_t local;
     bson_iter_t it;
     size_t cap = 0;
     int rc = 0;
 
-    bson_init(&u->repl);
+    if (err == NULL)
+        err = &local;
+    sbl_err_clear(err);
+
     if (!bson_iter_init(&it, spec)) {
         rc = sbl_err_set(err, SBL_E_InvalidBSON, "invalid update document");
         goto err;

@@ -128,7 +128,11 @@ int sbl_upsert_seed(const bson_t *filter, bson_t *out, sbl_err_t *err)
 {
     eqs_t e = {0};
     upd_node_t *root = upd_node_new(NULL, BSON_TYPE_DOCUMENT);
+    sbl_err_t local;
     int rc = 0;
+
+    if (err == NULL)
+        err = &local;
 
     SBL_ERR(collect(filter, &e, err));
     if (e.n > 1)

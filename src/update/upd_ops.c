@@ -33,14 +33,12 @@ static char *render_elem(const char *key, const bson_value_t *v)
     return bson_string_free(s, false);
 }
 
-static int err_with_elem(sbl_err_t *err, int code, const char *fmt, const char *key,
+/* Fill err with prefix followed by the element "key: value". */
+static int err_with_elem(sbl_err_t *err, int code, const char *prefix, const char *key,
                          const bson_value_t *v)
 {
     char *e = render_elem(key, v);
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-nonliteral"
-    sbl_err_set(err, code, fmt, e);
-#pragma GCC diagnostic pop
+    sbl_err_set(err, code, "%s%s", prefix, e);
     bson_free(e);
     return code;
 }
@@ -439,7 +437,7 @@ static int parse_add_to_set(upd_action_t *a, bson_iter_t *arg, sbl_err_t *err)
         take_each(a, bson_iter_value(&it));
         if (bson_iter_next(&it))
             return err_with_elem(err, SBL_E_BadValue,
-                                 "Found unexpected fields after $each in $addToSet: %s", a->path,
+                                 "Found unexpected fields after $each in $addToSet: ", a->path,
                                  &a->arg);
     } else {
         a->each = bson_malloc0(sizeof(*a->each));
@@ -494,7 +492,7 @@ static int parse_pop(upd_action_t *a, bson_iter_t *arg, sbl_err_t *err)
             bson_string_free(s, true);
             return SBL_E_FailedToParse;
         }
-        return err_with_elem(err, SBL_E_FailedToParse, "Expected a number in: %s", a->path,
+        return err_with_elem(err, SBL_E_FailedToParse, "Expected a number in: ", a->path,
                              &a->arg);
     }
     if (v != 1 && v != -1)
@@ -721,7 +719,7 @@ static int parse_rename(upd_action_t *a, bson_iter_t *arg, sbl_err_t *err)
 
     if (a->arg.value_type != BSON_TYPE_UTF8)
         return err_with_elem(err, SBL_E_BadValue,
-                             "The 'to' field for $rename must be a string: %s", a->path, &a->arg);
+                             "The 'to' field for $rename must be a string: ", a->path, &a->arg);
     a->to = bson_strdup(a->arg.value.v_utf8.str);
     SBL_RET(upd_split_path(a->to, &a->to_comps, &a->to_ncomps, err));
     for (size_t i = 0; i < a->ncomps; i++)
@@ -734,7 +732,7 @@ static int parse_rename(upd_action_t *a, bson_iter_t *arg, sbl_err_t *err)
                                "The destination field for $rename may not be dynamic: %s", a->to);
     if (strcmp(a->path, a->to) == 0)
         return err_with_elem(err, SBL_E_BadValue,
-                             "The source and target field for $rename must differ: %s", a->path,
+                             "The source and target field for $rename must differ: ", a->path,
                              &a->arg);
     n = a->ncomps < a->to_ncomps ? a->ncomps : a->to_ncomps;
     for (pos = 0; (size_t)pos < n && strcmp(a->comps[pos], a->to_comps[pos]) == 0; pos++)
@@ -742,7 +740,7 @@ static int parse_rename(upd_action_t *a, bson_iter_t *arg, sbl_err_t *err)
     if ((size_t)pos == n)
         return err_with_elem(err, SBL_E_BadValue,
                              "The source and target field for $rename must not be on the same "
-                             "path: %s",
+                             "path: ",
                              a->path, &a->arg);
     return 0;
 }

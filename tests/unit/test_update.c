@@ -416,6 +416,10 @@ static const ucase_t positional_cases[] = {
        "{'_id': 1, 'a': [{'c': 1}, 2]}"),
     OK("{'$push': {'a.$[]': 9}}", "{'_id': 1, 'a': [[1], []]}", "{'_id': 1, 'a': [[1, 9], [9]]}"),
     FAIL("{'$set': {'a.$[].b': 1}}", "{'_id': 1, 'a': [1]}", 28),
+    OK("{'$set': {'a.0.1': 9}}", "{'_id': 1, 'a': [[1, 2]]}", "{'_id': 1, 'a': [[1, 9]]}"),
+    OK("{'$set': {'a.1.0': 9}}", "{'_id': 1, 'a': [[1]]}", "{'_id': 1, 'a': [[1], {'0': 9}]}"),
+    FAIL("{'$set': {'a.2000000': 1}}", "{'_id': 1, 'a': []}", 2),
+    {"{'$set': {'a.$': 1}}", "{}", NULL, 2, -1, NULL, -1, true},
     FAIL("{'$set': {'a.$[]': 1}}", "{'_id': 1}", 2),
     FAIL("{'$set': {'a.$[]': 1}}", "{'_id': 1, 'a': 5}", 2),
     FAIL("{'$set': {'a.$[]': 1}}", "{'_id': 1, 'a': {'x': 5}}", 2),
@@ -678,6 +682,29 @@ static void test_current_date_type(void)
 }
 
 /* A parsed update is reusable across documents and leaves out's prior content alone. */
+/* err may be NULL: the codes still come back. */
+static void test_null_err(void)
+{
+    bson_t *bad = json("{'$bogus': {'a': 1}}"), *spec = json("{'$inc': {'a': 1}}");
+    bson_t *old = json("{'_id': 1, 'a': 'x'}"), out = BSON_INITIALIZER;
+    bool changed;
+
+    CHECK(sbl_update_new(bad, NULL, NULL) == NULL);
+    sbl_update_t *u = sbl_update_new(spec, NULL, NULL);
+    CHECK(u != NULL && sbl_update_apply(u, old, -1, false, NOW_MS, &out, &changed, NULL) == 14);
+    CHECK(out.len == 5);
+    sbl_update_free(u);
+    bson_t *f = json("{'a': 1, 'a.b': 1}");
+    bson_t seed = BSON_INITIALIZER;
+    CHECK(sbl_upsert_seed(f, &seed, NULL) == 54);
+    bson_destroy(&seed);
+    bson_destroy(f);
+    bson_destroy(bad);
+    bson_destroy(spec);
+    bson_destroy(old);
+    bson_destroy(&out);
+}
+
 static void test_reuse(void)
 {
     bson_t *spec = json("{'$inc': {'n': 1}}");
@@ -718,5 +745,6 @@ int main(void)
     test_messages();
     test_current_date_type();
     test_reuse();
+    test_null_err();
     return CHECK_DONE("test_update");
 }

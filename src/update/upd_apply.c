@@ -97,17 +97,6 @@ static int touched_conflict(touched_t *t, sbl_err_t *err)
 
 static int walk(walk_t *w, upd_node_t *cur, size_t i, sbl_err_t *err);
 
-/* "" for "$[]", the identifier for "$[id]", NULL for anything else. */
-static bool array_update(const char *comp, const char **idp, size_t *lenp)
-{
-    size_t len = strlen(comp);
-    if (len < 3 || comp[0] != '$' || comp[1] != '[' || comp[len - 1] != ']')
-        return false;
-    *idp = comp + 2;
-    *lenp = len - 3;
-    return true;
-}
-
 static const upd_filter_t *find_filter(const sbl_update_t *u, const char *id, size_t len)
 {
     for (size_t i = 0; i < u->nfilters; i++)
@@ -126,16 +115,15 @@ static bool filter_matches(const upd_filter_t *f, const upd_node_t *elem)
     return m;
 }
 
-static int err_with_node(sbl_err_t *err, int code, const char *prefix, const char *key,
-                         const upd_node_t *n, const char *suffix)
+/* BadValue: "Cannot apply array updates to non-array element a: 1". */
+static int not_array(sbl_err_t *err, const char *key, const upd_node_t *n)
 {
-    bson_string_t *s = bson_string_new(prefix);
-    bson_string_append_printf(s, "%s: ", key);
+    bson_string_t *s = bson_string_new(NULL);
+    bson_string_append_printf(s, "Cannot apply array updates to non-array element %s: ", key);
     upd_render_node(s, n);
-    bson_string_append(s, suffix);
-    sbl_err_set(err, code, "%s", s->str);
+    sbl_err_set(err, SBL_E_BadValue, "%s", s->str);
     bson_string_free(s, true);
-    return code;
+    return SBL_E_BadValue;
 }
 
 /* PathNotViable: "Cannot create field 'b' in element {a: 1}". */
@@ -160,7 +148,7 @@ static int step(walk_t *w, upd_node_t *cur, const char *cur_key, const char *key
     const upd_op_t *op = w->a->op;
     const char *id;
     size_t idlen, idx = 0;
-    bool next_is_array_update = i + 1 < w->n && array_update(w->comps[i + 1], &id, &idlen);
+    bool next_is_array_update = i + 1 < w->n && upd_array_update(w->comps[i + 1], &id, &idlen);
 
     if (w->path->len > 0)
         bson_string_append_c(w->path, '.');
@@ -186,16 +174,12 @@ static int step(walk_t *w, upd_node_t *cur, const char *cur_key, const char *key
     }
     if (child != NULL && upd_node_is_container(child)) {
         if (next_is_array_update && child->type != BSON_TYPE_ARRAY)
-            return err_with_node(err, SBL_E_BadValue,
-                                 "Cannot apply array updates to non-array element ", key, child,
-                                 "");
+            return not_array(err, key, child);
         return walk(w, child, i + 1, err);
     }
     if (child != NULL) {
         if (next_is_array_update)
-            return err_with_node(err, SBL_E_BadValue,
-                                 "Cannot apply array updates to non-array element ", key, child,
-                                 "");
+            return not_array(err, key, child);
         if (!op->creates)
             return 0;
         return not_viable(err, w->comps[i + 1], key, child);
@@ -220,7 +204,7 @@ static int walk(walk_t *w, upd_node_t *cur, size_t i, sbl_err_t *err)
     char key[24];
     int rc = 0;
 
-    if (array_update(comp, &id, &idlen)) {
+    if (upd_array_update(comp, &id, &idlen)) {
         const upd_filter_t *f = idlen ? find_filter(w->cx->u, id, idlen) : NULL;
         for (size_t k = 0; rc == 0 && k < cur->nkids; k++) {
             if (f != NULL && !filter_matches(f, cur->kids[k]))

@@ -173,6 +173,9 @@ void upd_target_put(upd_target_t *t, upd_node_t *n);
 /* Remove the target: a document field disappears, an array element becomes null. */
 void upd_target_remove(upd_target_t *t);
 
+/* True when comp is "$[]" (*lenp = 0) or "$[<id>]" (*idp points at id, *lenp its length). */
+bool upd_array_update(const char *comp, const char **idp, size_t *lenp);
+
 /* Split a dotted path; *compsp is malloc'd (free with upd_comps_free). */
 int upd_split_path(const char *path, char ***compsp, size_t *np, sbl_err_t *err);
 void upd_comps_free(char **comps, size_t n);

@@ -53,20 +53,21 @@ int upd_split_path(const char *path, char ***compsp, size_t *np, sbl_err_t *err)
     return 0;
 }
 
-/* "$[]" -> "" and "$[id]" -> "id" (pointer into comp); NULL when comp is not one. */
-static const char *array_update_id(const char *comp, size_t *lenp)
+bool upd_array_update(const char *comp, const char **idp, size_t *lenp)
 {
     size_t len = strlen(comp);
     if (len < 3 || comp[0] != '$' || comp[1] != '[' || comp[len - 1] != ']')
-        return NULL;
+        return false;
+    *idp = comp + 2;
     *lenp = len - 3;
-    return comp + 2;
+    return true;
 }
 
 /* Check the components of an update path: positional forms, $-prefixed names. */
 static int check_path(const upd_action_t *a, char **comps, size_t n, const char *path,
                       int *positionalp, sbl_err_t *err)
 {
+    const char *id;
     size_t idlen;
     *positionalp = -1;
     for (size_t i = 0; i < n; i++) {
@@ -82,7 +83,7 @@ static int check_path(const upd_action_t *a, char **comps, size_t n, const char 
                                    "Too many positional (i.e. '$') elements found in path '%s'",
                                    path);
             *positionalp = (int)i;
-        } else if (array_update_id(c, &idlen) != NULL) {
+        } else if (upd_array_update(c, &id, &idlen)) {
             if (i == 0)
                 return sbl_err_set(err, SBL_E_BadValue,
                                    "Cannot have array filter identifier (i.e. '$[<id>]') element "
@@ -344,8 +345,8 @@ static int check_identifiers(const sbl_update_t *u, const bson_t *spec, sbl_err_
         const upd_action_t *a = &u->acts[i];
         for (size_t j = 0; rc == 0 && j < a->ncomps; j++) {
             size_t len, f;
-            const char *id = array_update_id(a->comps[j], &len);
-            if (id == NULL || len == 0)
+            const char *id;
+            if (!upd_array_update(a->comps[j], &id, &len) || len == 0)
                 continue;
             for (f = 0; f < u->nfilters; f++)
                 if (strlen(u->filters[f].id) == len && strncmp(u->filters[f].id, id, len) == 0)

@@ -133,6 +133,27 @@ int sbl_crud_upsert(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *filter,
                     const struct sbl_update *u, bson_t *new_out, bson_value_t *id_out,
                     bson_t *err_info, sbl_err_t *err);
 
-/* ---- aggregation (agg.c) ------------------------------------------------- */
+/* ---- aggregation (agg.c, agg_group.c) ----------------------------------- */
+
+/* Documents flowing between pipeline stages; each element owned (bson_new/bson_copy). */
+typedef struct sbl_docvec {
+    bson_t **v;
+    size_t n, cap;
+} sbl_docvec_t;
+
+void sbl_docvec_push(sbl_docvec_t *dv, bson_t *doc); /* takes ownership */
+void sbl_docvec_clear(sbl_docvec_t *dv);              /* frees every document and the array */
+
+/*
+ * Evaluate an aggregation expression against doc: "$path" field references,
+ * {$literal: v}, objects and arrays of expressions, and constants.
+ * *missingp is set when a field reference found nothing (out is then null).
+ * out is a copy the caller releases with bson_value_destroy.
+ */
+int sbl_agg_eval(const bson_value_t *expr, const bson_t *doc, bson_value_t *out, bool *missingp,
+                 sbl_err_t *err);
+
+/* The $group stage: replace in->v with one document per group. */
+int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err);
 
 #endif

@@ -281,6 +281,56 @@ static void test_find_and_modify(void)
     CHECK(run(sbl_cmd_find_and_modify, "{\"findAndModify\": \"c\"}") == SBL_E_FailedToParse);
 }
 
+static void test_aggregate(void)
+{
+    CHECK(run(sbl_cmd_insert, "{\"insert\": \"ag\", \"documents\": ["
+                              "{\"_id\": 1, \"k\": \"x\", \"v\": 1, \"arr\": [1, 2]},"
+                              "{\"_id\": 2, \"k\": \"x\", \"v\": 2.5, \"arr\": []},"
+                              "{\"_id\": 3, \"k\": \"y\", \"v\": 4, \"s\": {\"t\": 9}},"
+                              "{\"_id\": 4, \"k\": \"y\"}]}") == 0);
+    CHECK(run(sbl_cmd_aggregate, "{\"aggregate\": \"ag\", \"pipeline\": ["
+                                 "{\"$match\": {\"_id\": {\"$gte\": 1}}},"
+                                 "{\"$group\": {\"_id\": \"$k\", \"n\": {\"$sum\": 1}, "
+                                 "\"t\": {\"$sum\": \"$v\"}, \"mx\": {\"$max\": \"$v\"}, "
+                                 "\"a\": {\"$avg\": \"$v\"}, \"ids\": {\"$push\": \"$_id\"}}},"
+                                 "{\"$sort\": {\"_id\": 1}}], \"cursor\": {}}") == 0);
+    CHECK(array_len("cursor.firstBatch") == 2);
+    CHECK(get_int("cursor.firstBatch.0.n") == 2);
+    CHECK(get_int("cursor.firstBatch.1.t") == 4);
+    CHECK(get_int("cursor.firstBatch.1.mx") == 4);
+    CHECK(array_len("cursor.firstBatch.0.ids") == 2);
+    CHECK(get_int("cursor.id") == 0);
+
+    CHECK(run(sbl_cmd_aggregate, "{\"aggregate\": \"ag\", \"pipeline\": ["
+                                 "{\"$unwind\": {\"path\": \"$arr\", \"preserveNullAndEmptyArrays\": true}},"
+                                 "{\"$project\": {\"_id\": 0, \"arr\": 1, \"kk\": \"$k\", \"lit\": \"hi\", \"st\": \"$s.t\"}},"
+                                 "{\"$skip\": 1}, {\"$limit\": 3}], \"cursor\": {\"batchSize\": 2}}") == 0);
+    CHECK(array_len("cursor.firstBatch") == 2);
+    CHECK(get_int("cursor.firstBatch.0.arr") == 2);
+    CHECK(!has("cursor.firstBatch.0._id"));
+    CHECK(has("cursor.firstBatch.1.kk") && has("cursor.firstBatch.1.lit"));
+    CHECK(get_int("cursor.id") > 0);
+
+    CHECK(run(sbl_cmd_aggregate, "{\"aggregate\": \"ag\", \"pipeline\": ["
+                                 "{\"$addFields\": {\"w\": \"$v\", \"s.u\": 1}}, {\"$unset\": \"arr\"},"
+                                 "{\"$match\": {\"_id\": 3}}, {\"$replaceWith\": \"$s\"}], \"cursor\": {}}") == 0);
+    CHECK(get_int("cursor.firstBatch.0.t") == 9 && get_int("cursor.firstBatch.0.u") == 1);
+
+    CHECK(run(sbl_cmd_aggregate, "{\"aggregate\": \"ag\", \"pipeline\": ["
+                                 "{\"$match\": {\"k\": \"y\"}}, {\"$count\": \"c\"}], \"cursor\": {}}") == 0);
+    CHECK(get_int("cursor.firstBatch.0.c") == 2);
+    CHECK(run(sbl_cmd_aggregate, "{\"aggregate\": \"ag\", \"pipeline\": ["
+                                 "{\"$collStats\": {\"count\": {}}}], \"cursor\": {}}") == 0);
+    CHECK(get_int("cursor.firstBatch.0.count") == 4);
+    CHECK(run(sbl_cmd_aggregate, "{\"aggregate\": \"ag\", \"pipeline\": "
+                                 "[{\"$sort\": {\"v\": -1}}, {\"$limit\": 1}], \"cursor\": {}}") == 0);
+    CHECK(get_int("cursor.firstBatch.0._id") == 3);
+    CHECK(run(sbl_cmd_aggregate, "{\"aggregate\": \"ag\", \"pipeline\": [{\"$foo\": {}}], "
+                                 "\"cursor\": {}}") == 40324);
+    CHECK(strcmp(err.msg, "Unrecognized pipeline stage name: '$foo'") == 0);
+    CHECK(run(sbl_cmd_aggregate, "{\"aggregate\": \"ag\", \"pipeline\": []}") == SBL_E_FailedToParse);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/test_crud_XXXXXX";
@@ -298,6 +348,7 @@ int main(void)
     test_update();
     test_delete_count_distinct();
     test_find_and_modify();
+    test_aggregate();
     if (check_failed)
         dump();
     bson_destroy(&reply);

@@ -37,6 +37,12 @@ typedef struct net_write {
 
 static void conn_process(sbl_conn_t *c);
 
+static int32_t next_reply_id(void)
+{
+    return (atomic_fetch_add_explicit(&net_g.next_reply_id, 1, memory_order_relaxed) + 1) &
+           INT32_MAX;
+}
+
 void net_conn_log_ctx(const sbl_conn_t *c)
 {
     char ctx[32];
@@ -332,7 +338,7 @@ void sbl_conn_reply(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply)
         if (send && !conn->closing) {
             sbl_buf_t out;
             sbl_buf_init(&out);
-            sbl_wire_build_reply(req, 0, reply, &out);
+            sbl_wire_build_reply(req, next_reply_id(), reply, &out);
             conn_write(conn, out.data, out.len, NULL);
             sbl_buf_destroy(&out);
         }
@@ -349,7 +355,7 @@ void sbl_conn_reply(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply)
     if (send) {
         sbl_buf_t out;
         sbl_buf_init(&out);
-        sbl_wire_build_reply(req, 0, reply, &out);
+        sbl_wire_build_reply(req, next_reply_id(), reply, &out);
         r->data = sbl_buf_steal(&out, &r->len);
     }
     sbl_request_destroy(req);

@@ -85,6 +85,7 @@ typedef struct net_state {
     atomic_int_fast64_t bytes_out;
     atomic_int_fast64_t num_requests;
     atomic_uint_fast64_t next_id;
+    atomic_int next_reply_id; /* requestID of replies: 1, 2, 3 ... (wraps) */
 } net_state_t;
 
 extern net_state_t net_g;

@@ -89,8 +89,13 @@ static void free_data(void *p)
     atomic_fetch_add(&data_freed, 1);
 }
 
+static char last_remote[64];
+static bool last_loopback;
+
 static void on_open(sbl_conn_t *conn)
 {
+    snprintf(last_remote, sizeof(last_remote), "%s", sbl_conn_remote(conn));
+    last_loopback = sbl_conn_is_loopback(conn);
     atomic_fetch_add(&opens, 1);
     sbl_conn_set_data(conn, malloc(16), free_data);
 }
@@ -486,6 +491,44 @@ static void test_addr_in_use(void)
     sbl_net_stop(); /* not running: a no-op */
 }
 
+/* Listening on IPv4 and IPv6 at once, when the host has ::1. */
+static void test_ipv6(void)
+{
+    int s = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    socklen_t al = sizeof(a6);
+    if (s < 0 || bind(s, (struct sockaddr *)&a6, sizeof(a6)) != 0) {
+        if (s >= 0)
+            close(s);
+        printf("test_net: no ::1 here, IPv6 test skipped\n");
+        return;
+    }
+    getsockname(s, (struct sockaddr *)&a6, &al);
+    int port = ntohs(a6.sin6_port);
+    close(s);
+    const char *ips[] = {"127.0.0.1", "::1"};
+    sbl_net_config_t cfg = {.bind_ips = ips, .nbind = 2, .port = port, .nloops = 1};
+    sbl_err_t err;
+    if (sbl_net_start(&cfg, on_request, on_open, on_close, &err) != 0) {
+        printf("test_net: IPv6 start failed (%s), test skipped\n", err.msg);
+        return;
+    }
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    a6.sin6_port = htons((uint16_t)port);
+    CHECK(connect(fd, (struct sockaddr *)&a6, sizeof(a6)) == 0);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    CHECK(roundtrip(fd, 1, -1));
+    CHECK_MSG(strncmp(last_remote, "[::1]:", 6) == 0, "%s", last_remote);
+    CHECK(last_loopback);
+    int fd4 = connect_to(port);
+    CHECK(roundtrip(fd4, 2, -1));
+    CHECK(strncmp(last_remote, "127.0.0.1:", 10) == 0 && last_loopback);
+    close(fd);
+    close(fd4);
+    sbl_net_stop();
+}
+
 int main(void)
 {
     sbl_log_open("/dev/null");
@@ -508,6 +551,7 @@ int main(void)
 
     test_max_conns();
     test_addr_in_use();
+    test_ipv6();
     CHECK(atomic_load(&opens) == atomic_load(&closes));
     CHECK(atomic_load(&data_freed) == atomic_load(&opens));
     sbl_log_close();

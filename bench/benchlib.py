@@ -1,0 +1,175 @@
+"""benchlib.py: shared helpers for bench/compare and bench/seeds.
+
+Starts throw-away servers (sabled, Redis 7, PostgreSQL 15) on free loopback
+ports in temporary directories, runs sable-bench and parses YCSB's summary.
+Every server started here is stopped by its own pid; nothing touches the
+system services.
+"""
+import os
+import pwd
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PG_BIN = "/usr/lib/postgresql/15/bin"
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_port(port, timeout=30.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def find_binary(name, explicit=None):
+    for cand in [explicit, os.path.join(ROOT, "build", name), shutil.which(name)]:
+        if cand and os.path.exists(cand):
+            return cand
+    sys.exit(f"cannot find {name}; build it first (scripts/build.sh) or pass its path")
+
+
+class Server:
+    """A server process in its own temporary directory."""
+
+    def __init__(self, name):
+        self.name = name
+        self.tmp = tempfile.mkdtemp(prefix=f"bench_{name}_")
+        self.port = free_port()
+        self.proc = None
+        self.stop_cmd = None
+
+    def stop(self):
+        if self.stop_cmd:
+            subprocess.run(self.stop_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def start_sable(sabled, journal):
+    s = Server("sable")
+    os.makedirs(os.path.join(s.tmp, "db"))
+    log = open(os.path.join(s.tmp, "sabled.log"), "w")
+    s.proc = subprocess.Popen([sabled, "--port", str(s.port), "--dbpath", os.path.join(s.tmp, "db")],
+                              stdout=log, stderr=subprocess.STDOUT)
+    if not wait_port(s.port):
+        s.stop()
+        raise RuntimeError("sabled did not start")
+    # j:true waits for the journal on every write; w:1 acknowledges from memory.
+    wc = "journaled" if journal else "acknowledged"
+    s.props = [f"mongodb.url=mongodb://127.0.0.1:{s.port}/ycsb", f"mongodb.writeConcern={wc}"]
+    s.binding = "mongodb"
+    s.durability = "j:true (writeConcern journaled)" if journal else "w:1 (writeConcern acknowledged)"
+    return s
+
+
+def start_redis(fsync_always):
+    s = Server("redis")
+    fsync = "always" if fsync_always else "everysec"
+    s.proc = subprocess.Popen(["redis-server", "--port", str(s.port), "--bind", "127.0.0.1", "--dir", s.tmp,
+                               "--save", "", "--appendonly", "yes", "--appendfsync", fsync,
+                               "--protected-mode", "no", "--logfile", os.path.join(s.tmp, "redis.log")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if not wait_port(s.port):
+        s.stop()
+        raise RuntimeError("redis-server did not start")
+    s.props = [f"redis.host=127.0.0.1", f"redis.port={s.port}"]
+    s.binding = "redis"
+    s.durability = f"appendonly yes, appendfsync {fsync}"
+    return s
+
+
+def start_postgres(sync_commit):
+    """PostgreSQL refuses to run as root: run it as the postgres user then."""
+    s = Server("postgres")
+    as_user = []
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam("postgres")
+        os.chown(s.tmp, pw.pw_uid, pw.pw_gid)
+        as_user = ["runuser", "-u", "postgres", "--"]
+    data = os.path.join(s.tmp, "data")
+    subprocess.run(as_user + [f"{PG_BIN}/initdb", "-D", data, "-A", "trust", "-U", "postgres"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sc = "on" if sync_commit else "off"
+    opts = f"-p {s.port} -k {s.tmp} -c listen_addresses=127.0.0.1 -c synchronous_commit={sc} " \
+           f"-c shared_buffers=256MB -c max_connections=400"
+    subprocess.run(as_user + [f"{PG_BIN}/pg_ctl", "-D", data, "-l", os.path.join(s.tmp, "pg.log"), "-o", opts,
+                              "-w", "start"], check=True, stdout=subprocess.DEVNULL)
+    s.stop_cmd = as_user + [f"{PG_BIN}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"]
+    subprocess.run(as_user + [f"{PG_BIN}/createdb", "-h", "127.0.0.1", "-p", str(s.port), "-U", "postgres", "ycsb"],
+                   check=True)
+    s.props = [f"postgrenosql.url=jdbc:postgresql://127.0.0.1:{s.port}/ycsb", "postgrenosql.user=postgres"]
+    s.binding = "postgres"
+    s.durability = f"synchronous_commit={sc}"
+    return s
+
+
+LINE = re.compile(r"^\[([A-Z0-9_\-]+)\], ([^,]+), (.+)$")
+
+
+def parse_summary(text):
+    """YCSB summary text -> {section: {metric: value}}."""
+    out = {}
+    for line in text.splitlines():
+        m = LINE.match(line.strip())
+        if not m:
+            continue
+        try:
+            val = float(m.group(3))
+        except ValueError:
+            continue
+        out.setdefault(m.group(1), {})[m.group(2)] = val
+    return out
+
+
+def run_bench(bench, phase, binding, workload, props, threads, extra=(), log=None):
+    """Run sable-bench; returns (parsed summary, exit code)."""
+    cmd = [bench, phase, binding, "-P", workload, "-threads", str(threads)]
+    for p in list(props) + list(extra):
+        cmd += ["-p", p]
+    res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if log:
+        log.write("$ " + " ".join(cmd) + "\n" + res.stdout + res.stderr + "\n")
+        log.flush()
+    return parse_summary(res.stdout), res.returncode
+
+
+def latency(summary, ops, key):
+    """Operation-weighted mean (AverageLatency) or the worst p99 over ops present."""
+    present = [summary[o] for o in ops if o in summary and summary[o].get("Operations", 0) > 0]
+    if not present:
+        return 0.0
+    if key == "AverageLatency(us)":
+        n = sum(p["Operations"] for p in present)
+        return sum(p["Operations"] * p[key] for p in present) / n
+    return max(p.get(key, 0.0) for p in present)
+
+
+READ_OPS = ("READ", "SCAN")
+WRITE_OPS = ("UPDATE", "INSERT", "READ-MODIFY-WRITE")
+
+
+def errors(summary):
+    return sum(int(v) for sec in summary.values() for k, v in sec.items()
+               if k.startswith("Return=") and k not in ("Return=OK", "Return=BATCHED_OK"))

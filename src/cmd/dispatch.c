@@ -201,6 +201,8 @@ static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd)
         return !statements_are_points(cmd, "deletes", "q");
     if (strcmp(n, "findAndModify") == 0 || strcmp(n, "findandmodify") == 0)
         return !doc_field(cmd, "query", &f) || !filter_is_point(&f);
+    if (strcmp(n, "insert") == 0)
+        return array_len(cmd, "documents") > 64;
     if (strcmp(n, "count") == 0)
         return doc_field(cmd, "query", &f) && !bson_empty(&f);
     return true;

@@ -45,7 +45,7 @@ static const sbl_cmd_def_t cmd_table[] = {
     {"getlasterror", sbl_cmd_get_last_error, NA, "legacy: status of the last write"},
     {"hello", sbl_cmd_hello, NA, "handshake: server role and limits"},
     {"hostInfo", sbl_cmd_host_info, 0, "information about the host"},
-    {"insert", sbl_cmd_insert, W, "insert documents"},
+    {"insert", sbl_cmd_insert, W | SLOW, "insert documents"},
     {"isMaster", sbl_cmd_hello, NA, "legacy handshake"},
     {"ismaster", sbl_cmd_hello, NA, "legacy handshake"},
     {"killAllSessions", sbl_cmd_end_sessions, 0, "kill all logical sessions"},

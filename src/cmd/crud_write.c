@@ -496,7 +496,8 @@ int sbl_cmd_update(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     SBL_RET(get_batch(ctx->cmd, "update", "updates", &stmts, &nstmts, err));
 
     /* Statement syntax is checked up front: a malformed one fails the command. */
-    update_stmt_t *parsed = calloc(nstmts, sizeof(*parsed));
+    /* bson_t asks for 128-byte alignment, which calloc does not give. */
+    update_stmt_t *parsed = aligned_alloc(_Alignof(update_stmt_t), nstmts * sizeof(*parsed));
     if (parsed == NULL)
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
     bson_iter_init(&it, &stmts);
@@ -664,7 +665,7 @@ int sbl_cmd_delete(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     SBL_RET(get_ordered(ctx->cmd, "delete", &ordered, err));
     SBL_RET(get_batch(ctx->cmd, "delete", "deletes", &stmts, &nstmts, err));
 
-    delete_stmt_t *parsed = calloc(nstmts, sizeof(*parsed));
+    delete_stmt_t *parsed = aligned_alloc(_Alignof(delete_stmt_t), nstmts * sizeof(*parsed));
     if (parsed == NULL)
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
     bson_iter_init(&it, &stmts);

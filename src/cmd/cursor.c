@@ -191,7 +191,10 @@ static void append_cursor_reply(sbl_cmd_ctx_t *ctx, const char *batch_key, const
 int sbl_cursor_first_batch(sbl_cmd_ctx_t *ctx, const char *ns, const sbl_cursor_source_t *src,
                            void *state, int64_t batch_size, bool single_batch, sbl_err_t *err)
 {
-    sbl_cursor_t *cur = calloc(1, sizeof(*cur));
+    /* bson_t (pending) asks for 128-byte alignment, which calloc does not give. */
+    sbl_cursor_t *cur = aligned_alloc(_Alignof(sbl_cursor_t), sizeof(*cur));
+    if (cur != NULL)
+        memset(cur, 0, sizeof(*cur));
     if (cur == NULL) {
         if (src->free != NULL && state != NULL)
             src->free(state);

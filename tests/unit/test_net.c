@@ -417,6 +417,29 @@ static void test_bad_clients(int port)
     close(bad);
     sleep_ms(200);
 
+    /* A client that sends but never reads (about 40 MB of replies): the
+     * others keep being served and closing it frees everything. */
+    bad = connect_to(port);
+    bson_t *pad = bson_new();
+    BSON_APPEND_INT32(pad, "ping", 9);
+    BSON_APPEND_UTF8(pad, "$db", "t");
+    char *blob = malloc(200 * 1024 + 1);
+    memset(blob, 'p', 200 * 1024);
+    blob[200 * 1024] = '\0';
+    BSON_APPEND_UTF8(pad, "blob", blob);
+    free(blob);
+    sbl_buf_reset(&b);
+    build_msg(&b, 9, 0, pad);
+    struct timeval stv = {0, 200000};
+    setsockopt(bad, SOL_SOCKET, SO_SNDTIMEO, &stv, sizeof(stv));
+    int sent = 0;
+    for (int i = 0; i < 200 && send_all(bad, b.data, b.len); i++)
+        sent++;
+    CHECK(sent > 0);
+    CHECK(roundtrip(good, 4, -1));
+    close(bad);
+    bson_destroy(pad);
+
     CHECK(roundtrip(good, 2, -1));
     CHECK(roundtrip(good, 3, 1));
     close(good);

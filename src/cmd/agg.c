@@ -738,7 +738,7 @@ static int run_stage(sbl_cmd_ctx_t *ctx, const char *ns, size_t index, bson_iter
         return st_sort(dv, &spec, err);
     }
     if (strcmp(name, "$skip") == 0 || strcmp(name, "$limit") == 0) {
-        int64_t n;
+        int64_t n = 0;
         SBL_RET(get_num(st, name, &n, err));
         if (name[1] == 's')
             st_skip(dv, n);

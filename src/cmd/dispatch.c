@@ -310,9 +310,19 @@ static int prepare(pending_t *p, sbl_err_t *err)
     return 0;
 }
 
+/* pending_t embeds a bson_t, which asks for 128-byte alignment. */
+static pending_t *pending_new(void)
+{
+    size_t size = (sizeof(pending_t) + 127) & ~(size_t)127;
+    pending_t *p = aligned_alloc(128, size);
+    if (p != NULL)
+        memset(p, 0, sizeof(*p));
+    return p;
+}
+
 void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
 {
-    pending_t *p = calloc(1, sizeof(*p));
+    pending_t *p = pending_new();
     if (p == NULL) {
         bson_t out = BSON_INITIALIZER;
         BSON_APPEND_DOUBLE(&out, "ok", 0.0);

@@ -14,8 +14,12 @@ const char *sbl_err_name(int code)
         return #name;
         SBL_ERROR_CODES(SBL_ERR_CASE)
 #undef SBL_ERR_CASE
-    default:
-        return "UnknownError";
+    default: {
+        /* MongoDB names codes without a name of their own "Location<code>". */
+        static _Thread_local char name[32];
+        snprintf(name, sizeof(name), "Location%d", code);
+        return name;
+    }
     }
 }
 

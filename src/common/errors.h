@@ -97,7 +97,8 @@ typedef struct sbl_err {
     char msg[SBL_ERRMSG_MAX];  /* human readable, becomes errmsg */
 } sbl_err_t;
 
-/* The codeName for a code ("BadValue"); "Location<code>" style for unknown codes. */
+/* The codeName for a code ("BadValue"); "Location<code>" for codes without a name (the
+ * string then lives in thread-local storage until the next such call on this thread). */
 const char *sbl_err_name(int code);
 
 /* Fill *err (if not NULL) with code and a printf-style message; returns code. */

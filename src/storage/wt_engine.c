@@ -39,9 +39,11 @@ sbl_engine_t sbl_eng;
  * of the notes' 60/90 experiment while bounding the dirty data a
  * checkpoint has to write.  Four eviction workers on a 2-core machine.
  */
+#ifndef SBL_EVICTION_CONFIG /* overridable at compile time for measurements */
 #define SBL_EVICTION_CONFIG                                                                        \
     "eviction=(threads_min=1,threads_max=4),eviction_target=80,eviction_trigger=95,"              \
     "eviction_dirty_target=20,eviction_dirty_trigger=40"
+#endif
 
 int sbl_wt_err(sbl_err_t *err, int ret, const char *what)
 {
@@ -208,7 +210,7 @@ int sbl_storage_open(const sbl_storage_config_t *cfg, sbl_err_t *err)
     static uint64_t epochs;
     char jpath[4096], config[1024];
     uint64_t cache_mb;
-    int lock_fd, rc, ret;
+    int lock_fd = -1, rc = 0, ret;
 
     if (cfg == NULL || cfg->dbpath == NULL)
         return sbl_err_set(err, SBL_E_BadValue, "storage: no dbpath");

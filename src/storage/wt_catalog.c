@@ -546,7 +546,9 @@ static int load_sizes(bool *cleanp, sbl_err_t *err)
     if ((ret = wt->open_cursor(wt, SBL_SIZES_URI, NULL, NULL, &cur)) != 0)
         return sbl_wt_err(err, ret, "open sizes");
     cur->set_key(cur, SBL_CLEAN_KEY);
-    if (cur->search(cur) == 0 && cur->get_value(cur, &a, &b) == 0 && a == 1) {
+    if ((ret = cur->search(cur)) == WT_NOTFOUND && sbl_eng.ncolls == 0)
+        *cleanp = true; /* a new dbpath: nothing to count */
+    else if (ret == 0 && cur->get_value(cur, &a, &b) == 0 && a == 1) {
         *cleanp = true;
         for (size_t i = 0; i < sbl_eng.ncolls; i++) {
             sbl_wt_table_t *t = sbl_eng.colls[i]->tbl;
@@ -645,7 +647,8 @@ int sbl_catalog_load(sbl_err_t *err)
 void sbl_catalog_unload(void)
 {
     for (size_t i = 0; i < sbl_eng.ncolls; i++) {
-        atomic_store(&sbl_eng.colls[i]->tbl->dropped, true); /* no cursor may survive close */
+        /* Handles that outlive close must not reach a closed connection. */
+        atomic_store(&sbl_eng.colls[i]->tbl->dropped, true);
         sbl_coll_release(sbl_eng.colls[i]);
     }
     bson_free(sbl_eng.colls);

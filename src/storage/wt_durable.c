@@ -87,19 +87,23 @@ size_t sbl_drop_retry(WT_SESSION *wt)
 
 /* ---- checkpoints ------------------------------------------------------ */
 
+/* Serializes checkpoints, so two savers of the sizes rows never conflict.
+ * Lock order: ckpt_mutex, then the catalog lock. */
+static pthread_mutex_t ckpt_mutex = PTHREAD_MUTEX_INITIALIZER;
+
 /* Save the counts, then checkpoint.  wt belongs to the caller. */
 static int checkpoint_on(WT_SESSION *wt, sbl_err_t *err)
 {
     int ret, rc;
 
+    pthread_mutex_lock(&ckpt_mutex);
     pthread_rwlock_rdlock(&sbl_eng.cat_lock);
     rc = sbl_catalog_save_sizes(wt, false, err);
     pthread_rwlock_unlock(&sbl_eng.cat_lock);
-    if (rc != 0)
-        return rc;
-    if ((ret = wt->checkpoint(wt, NULL)) != 0)
-        return sbl_wt_err(err, ret, "checkpoint");
-    return 0;
+    if (rc == 0 && (ret = wt->checkpoint(wt, NULL)) != 0)
+        rc = sbl_wt_err(err, ret, "checkpoint");
+    pthread_mutex_unlock(&ckpt_mutex);
+    return rc;
 }
 
 int sbl_storage_checkpoint(sbl_err_t *err)

@@ -441,6 +441,19 @@ static void *durable_waiter(void *arg)
     return NULL;
 }
 
+static int64_t log_syncs(void)
+{
+    bson_t stats = BSON_INITIALIZER;
+    bson_iter_t it, sub;
+    int64_t v = -1;
+    sbl_storage_append_stats(&stats);
+    if (bson_iter_init_find(&it, &stats, "log") && bson_iter_recurse(&it, &sub) &&
+        bson_iter_find(&sub, "log sync operations"))
+        v = bson_iter_as_int64(&sub);
+    bson_destroy(&stats);
+    return v;
+}
+
 static bool wait_for(atomic_int *v, int want, int timeout_ms)
 {
     for (int i = 0; i < timeout_ms / 5 && atomic_load(v) < want; i++)
@@ -460,6 +473,7 @@ static void test_durable(void)
     CHECK(wait_for(&durable_calls, 1, 5000));
 
     atomic_store(&durable_calls, 0);
+    int64_t syncs_before = log_syncs();
     durable_coll = c;
     for (intptr_t i = 0; i < DURABLE_THREADS; i++)
         pthread_create(&t[i], NULL, durable_waiter, (void *)i);
@@ -467,6 +481,11 @@ static void test_durable(void)
         pthread_join(t[i], NULL);
     CHECK(wait_for(&durable_calls, DURABLE_THREADS * DURABLE_PER_THREAD, 10000));
     CHECK(atomic_load(&durable_failures) == 0);
+    /* Group commit: the waiters shared flushes. */
+    int64_t syncs = log_syncs() - syncs_before;
+    printf("group commit: %d waiters, %lld journal syncs\n", DURABLE_THREADS * DURABLE_PER_THREAD,
+           (long long)syncs);
+    CHECK(syncs > 0 && syncs < DURABLE_THREADS * DURABLE_PER_THREAD);
     CHECK(count_of(c) == 1 + DURABLE_THREADS * DURABLE_PER_THREAD);
     CHECK(sbl_storage_flush(&err) == 0);
     CHECK(sbl_storage_checkpoint(&err) == 0);

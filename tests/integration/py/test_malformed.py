@@ -223,24 +223,36 @@ def _nested(depth):
 
 def _nested_raw(depth):
     # Built by hand: pymongo's encoder would itself refuse deep recursion.
-    inner = struct.pack("<i", 5) + b"\x00"
-    for _ in range(depth):
-        elem = b"\x03a\x00" + inner
-        inner = struct.pack("<i", 4 + len(elem) + 1) + elem + b"\x00"
-    return inner
+    # Level k (0 = outermost) is <int32 len> 03 'a' 00 <level k+1> 00, and
+    # each level is 8 bytes longer than the one inside it.
+    leaf = struct.pack("<i", 5) + b"\x00"
+    heads = [struct.pack("<i", 5 + 8 * (depth - k)) + b"\x03a\x00" for k in range(depth)]
+    return b"".join(heads) + leaf + b"\x00" * depth
 
 
 @pytest.mark.parametrize("depth", [200, 1000, 100000])
-def test_deeply_nested_document_rejected(server, check_alive, depth):
+@pytest.mark.parametrize("where", ["document", "filter"])
+def test_deeply_nested_document_rejected(fresh_server, depth, where):
+    # A server of its own: a crash here must not take the other tests down.
+    server = fresh_server
+    server.start()
     nested = _nested_raw(depth)
-    body = bson.encode({"insert": "deep", "$db": "maldb"})
-    msg = wire.op_msg(None, raw_body=body, sequences=[("documents", [nested])])
+    if where == "document":
+        body = bson.encode({"insert": "deep", "$db": "maldb"})
+        msg = wire.op_msg(None, raw_body=body, sequences=[("documents", [nested])])
+    else:
+        # {find: "deep", filter: <nested>, $db: "maldb"} built by hand
+        elems = (b"\x02find\x00" + struct.pack("<i", 5) + b"deep\x00"
+                 + b"\x03filter\x00" + nested
+                 + b"\x02$db\x00" + struct.pack("<i", 6) + b"maldb\x00")
+        msg = wire.op_msg(None, raw_body=struct.pack("<i", 4 + len(elems) + 1) + elems + b"\x00")
     r = send_bad(server, msg)
     if r != "closed":
         assert r["ok"] == 0 or r.get("writeErrors"), r
-    check_alive()
-    # Nothing of it was stored.
+    assert server.is_running(), "sabled died:\n" + server.output()[-3000:]
     with wire.connect(server.port) as s:
+        assert wire.command(s, {"ping": 1})["ok"] == 1
+        # Nothing of it was stored.
         assert wire.command(s, {"count": "deep"}, "maldb")["n"] == 0
 
 

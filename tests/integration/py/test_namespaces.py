@@ -4,7 +4,11 @@ listCollections, renameCollection, collStats/dbStats, listIndexes, and the
 InvalidNamespace errors for bad names.
 """
 
+import uuid
+
 import pytest
+from bson.binary import UuidRepresentation
+from bson.codec_options import CodecOptions
 from pymongo.errors import OperationFailure
 
 import wire
@@ -66,12 +70,14 @@ def test_list_collections(db):
     db.two.insert_one({})
     db.command("create", "three")
     assert sorted(db.list_collection_names()) == ["one", "three", "two"]
-    infos = {c["name"]: c for c in db.list_collections()}
+    listing = db.command("listCollections", codec_options=CodecOptions(
+        uuid_representation=UuidRepresentation.STANDARD))["cursor"]["firstBatch"]
+    infos = {c["name"]: c for c in listing}
     c = infos["one"]
     assert c["type"] == "collection"
     assert c["options"] == {}
     assert c["info"]["readOnly"] is False
-    assert c["info"]["uuid"].subtype == 4
+    assert isinstance(c["info"]["uuid"], uuid.UUID)  # BSON binary subtype 4
     assert c["idIndex"]["key"] == {"_id": 1} and c["idIndex"]["name"] == "_id_"
     assert [c["name"] for c in db.list_collections(filter={"name": "two"})] == ["two"]
     both = db.list_collections(filter={"name": {"$in": ["one", "three"]}})

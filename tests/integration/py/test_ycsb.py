@@ -30,7 +30,7 @@ COLL = "usertable"
 def record(key):
     doc = SON([("_id", key)])
     for i in range(10):
-        doc["field%d" % i] = Binary(os.urandom(100))
+        doc["field%d" % i] = os.urandom(100)  # bytes: BSON binary subtype 0
     return doc
 
 
@@ -161,7 +161,7 @@ def test_ycsb_workload(server, ycsb_clean, acknowledged):
         assert y.read("user999999") is None
 
         # update
-        new = Binary(os.urandom(100))
+        new = os.urandom(100)
         r = y.update(ks[7], {"field3": new})
         if acknowledged:
             assert r["n"] == 1 and r["nModified"] == 1
@@ -223,7 +223,7 @@ def test_ycsb_pymongo_equivalent(client, ycsb_clean):
     for d in docs[20:]:
         coll.replace_one({"_id": d["_id"]}, d, upsert=True)
     assert coll.find_one({"_id": ks[3]}, {"field2": 1}) == {"_id": ks[3], "field2": docs[3]["field2"]}
-    coll.update_one({"_id": ks[3]}, {"$set": {"field2": Binary(b"z" * 100)}})
+    coll.update_one({"_id": ks[3]}, {"$set": {"field2": b"z" * 100}})
     assert coll.find_one({"_id": ks[3]})["field2"] == b"z" * 100
     assert [d["_id"] for d in coll.find({"_id": {"$gte": ks[25]}}).sort("_id", 1).limit(3)] \
         == ks[25:28]

@@ -7,6 +7,7 @@
  * its first field and is at most 16 MiB, so the storage layer can rely on it.
  */
 #include "cmd/crud_int.h"
+#include "doc/doc.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -155,6 +156,9 @@ static int check_id(const bson_iter_t *it, sbl_err_t *err)
     }
 }
 
+/* MongoDB stores documents nested at most 100 levels deep. */
+#define SBL_STORED_MAX_DEPTH 100
+
 int sbl_crud_prepare_doc(const bson_t *in, bson_t *out, sbl_err_t *err)
 {
     bson_iter_t it;
@@ -178,6 +182,9 @@ int sbl_crud_prepare_doc(const bson_t *in, bson_t *out, sbl_err_t *err)
         }
         first = false;
     }
+    if (sbl_doc_too_deep(in, SBL_STORED_MAX_DEPTH))
+        return sbl_err_set(err, SBL_E_Overflow,
+                           "Document exceeds maximum nesting depth of %d", SBL_STORED_MAX_DEPTH);
     size_t size = in->len + (has_id ? 0 : 17);
     if (size > SBL_BSON_MAX_SIZE)
         return sbl_err_set(err, SBL_E_BSONObjectTooLarge,

@@ -72,6 +72,10 @@ size_t sbl_key_decode_dir(const uint8_t *p, size_t len, bson_t *doc, const char 
  */
 bool sbl_path_get(const bson_t *doc, const char *path, bson_iter_t *out);
 
+/* True when doc nests containers more than max_depth levels below its top level.
+ * Never recurses deeper than max_depth + 1, whatever the input. */
+bool sbl_doc_too_deep(const bson_t *doc, int max_depth);
+
 /* Validate a document received from a client: well-formed BSON, depth <= 180 (MongoDB's
  * limit with headroom), total size <= 16 MiB.  Returns 0 or an error code with message. */
 int sbl_doc_validate(const uint8_t *data, size_t len, sbl_err_t *err);

@@ -77,26 +77,32 @@ bool sbl_path_get(const bson_t *doc, const char *path, bson_iter_t *out)
 }
 
 /* Returns true when the container under it nests more than SBL_DOC_MAX_DEPTH levels. */
-static bool too_deep(bson_iter_t *it, int depth)
+static bool too_deep(bson_iter_t *it, int depth, int max_depth)
 {
-    if (depth > SBL_DOC_MAX_DEPTH)
+    if (depth > max_depth)
         return true;
     while (bson_iter_next(it)) {
         bson_type_t t = bson_iter_type(it);
         bson_iter_t child;
         if (t == BSON_TYPE_DOCUMENT || t == BSON_TYPE_ARRAY) {
-            if (bson_iter_recurse(it, &child) && too_deep(&child, depth + 1))
+            if (bson_iter_recurse(it, &child) && too_deep(&child, depth + 1, max_depth))
                 return true;
         } else if (t == BSON_TYPE_CODEWSCOPE) {
             uint32_t code_len, scope_len;
             const uint8_t *scope;
             bson_iter_codewscope(it, &code_len, &scope_len, &scope);
             if (scope != NULL && bson_iter_init_from_data(&child, scope, scope_len) &&
-                too_deep(&child, depth + 1))
+                too_deep(&child, depth + 1, max_depth))
                 return true;
         }
     }
     return false;
+}
+
+bool sbl_doc_too_deep(const bson_t *doc, int max_depth)
+{
+    bson_iter_t it;
+    return bson_iter_init(&it, doc) && too_deep(&it, 0, max_depth);
 }
 
 int sbl_doc_validate(const uint8_t *data, size_t len, sbl_err_t *err)
@@ -120,7 +126,7 @@ int sbl_doc_validate(const uint8_t *data, size_t len, sbl_err_t *err)
     if (!bson_init_static(&b, data, len))
         return sbl_err_set(err, SBL_E_InvalidBSON, "malformed BSON document");
     bson_iter_t it;
-    if (bson_iter_init(&it, &b) && too_deep(&it, 0))
+    if (bson_iter_init(&it, &b) && too_deep(&it, 0, SBL_DOC_MAX_DEPTH))
         return sbl_err_set(err, SBL_E_Overflow,
                            "BSON document nests deeper than the %d level limit",
                            SBL_DOC_MAX_DEPTH);

@@ -13,6 +13,7 @@
  */
 #include <string.h>
 
+#include "doc/doc.h"
 #include "wire/wire.h"
 #include "wire/wire_int.h"
 
@@ -20,6 +21,8 @@
 /* MongoDB lets a command document exceed the user document limit by this much. */
 #define DOC_SLACK (16 * 1024)
 #define MAX_DOC_LEN (SBL_MAX_BSON_SIZE + DOC_SLACK)
+/* MongoDB parses command documents nested up to 200 levels. */
+#define SBL_WIRE_MAX_DEPTH 200
 /* Bits 0-15 are "required": a receiver must reject those it does not know. */
 #define MSG_REQUIRED_MASK 0xffffu
 #define MSG_KNOWN_REQUIRED (SBL_MSG_CHECKSUM_PRESENT | SBL_MSG_MORE_TO_COME)
@@ -69,6 +72,10 @@ static int read_doc(const uint8_t *msg, size_t *offp, size_t end, bson_t *doc, c
                            end - off);
     if (!bson_init_static(doc, msg + off, (size_t)len))
         return sbl_err_set(err, SBL_E_InvalidBSON, "%s: document is not terminated", what);
+    /* Bound the nesting before bson_validate, which recurses. */
+    if (sbl_doc_too_deep(doc, SBL_WIRE_MAX_DEPTH))
+        return sbl_err_set(err, SBL_E_Overflow, "%s: BSON nesting deeper than %d levels", what,
+                           SBL_WIRE_MAX_DEPTH);
     size_t bad = 0;
     if (!bson_validate(doc, BSON_VALIDATE_NONE, &bad))
         return sbl_err_set(err, SBL_E_InvalidBSON, "%s: invalid BSON at offset %zu", what, bad);

@@ -41,7 +41,8 @@ int sbl_cmd_server_status(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 
     BSON_APPEND_UTF8(r, "host", sbl_server_host());
     BSON_APPEND_UTF8(r, "version", SBL_VERSION);
-    BSON_APPEND_UTF8(r, "process", "sabled");
+    /* Tools tell a mongod from a mongos by this field. */
+    BSON_APPEND_UTF8(r, "process", "mongod");
     BSON_APPEND_INT64(r, "pid", (int64_t)getpid());
     BSON_APPEND_DOUBLE(r, "uptime", (double)(up_ms / 1000));
     BSON_APPEND_INT64(r, "uptimeMillis", up_ms);

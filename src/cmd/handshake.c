@@ -87,8 +87,11 @@ int sbl_cmd_hello(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     pthread_once(&process_id_once, process_id_init);
     if (bson_iter_init_find(&it, ctx->cmd, "helloOk") && bson_iter_as_bool(&it))
         BSON_APPEND_BOOL(r, "helloOk", true);
-    BSON_APPEND_BOOL(r, "ismaster", true);
-    BSON_APPEND_BOOL(r, "isWritablePrimary", true);
+    /* hello answers isWritablePrimary; the legacy isMaster/ismaster answer ismaster. */
+    if (strcmp(ctx->name, "hello") == 0)
+        BSON_APPEND_BOOL(r, "isWritablePrimary", true);
+    else
+        BSON_APPEND_BOOL(r, "ismaster", true);
     bson_t tv;
     BSON_APPEND_DOCUMENT_BEGIN(r, "topologyVersion", &tv);
     BSON_APPEND_OID(&tv, "processId", &process_id);

@@ -532,6 +532,21 @@ public class YcsbBindingTest {
         } catch (Throwable e) {
             threw("raw OP_QUERY handshake", e);
         }
+        // compressors=zlib in the URL: the driver offers compression in its ismaster
+        try (Socket s = new Socket()) {
+            s.connect(new InetSocketAddress(host, port), 5000);
+            s.setSoTimeout(10000);
+            Reply r = opQuery(s, 7, "admin.$cmd", new Document("ismaster", 1)
+                    .append("client", new Document("driver", new Document("name", "mongo-java-driver")
+                            .append("version", "3.6.3")))
+                    .append("compression", Arrays.asList("zlib")));
+            BsonValue c = r.doc == null ? null : r.doc.get("compression");
+            check(okValue(r.doc) == 1.0 && c != null && c.isArray()
+                    && c.asArray().contains(new org.bson.BsonString("zlib")),
+                    "ismaster with compression:[zlib] answers compression:[zlib]: " + (r.doc == null ? null : r.doc.toJson()));
+        } catch (Throwable e) {
+            threw("raw OP_QUERY ismaster with compression", e);
+        }
     }
 
     // ------------------------------------------------------------------
@@ -1410,6 +1425,90 @@ public class YcsbBindingTest {
         check(d == null, what + ": " + d);
     }
 
+    /* YCSB with a large fieldlength: 1 MB fields (a 10 MB document), and an
+     * unordered insertMany bigger than maxMessageSizeBytes (the driver splits
+     * it), then a scan whose result needs several 16 MB batches. */
+    static void phaseLargeDocs(Binding b, Random rnd) {
+        startPhase("large documents (fieldlength 1MB / 100KB)");
+        String big = "user7950000000";
+        Map<String, byte[]> v = new LinkedHashMap<>();
+        for (int i = 0; i < FIELD_COUNT; i++) {
+            byte[] x = new byte[1 << 20];
+            rnd.nextBytes(x);
+            v.put("field" + i, x);
+        }
+        try {
+            b.insertOne(big, v);
+            check(diff(b.read(big, null), big, v, null) == null, "10 MB document reads back");
+            Map<String, byte[]> set = new LinkedHashMap<>();
+            byte[] x = new byte[1 << 20];
+            rnd.nextBytes(x);
+            set.put("field3", x);
+            check(b.update(big, set).getMatchedCount() == 1, "updateOne of a 10 MB document matched 1");
+            v = merged(v, set);
+            Set<String> f3 = Collections.singleton("field3");
+            check(diff(b.read(big, f3), big, v, f3) == null, "10 MB document: projected read after update");
+            check(b.delete(big).getDeletedCount() == 1, "deleteOne of a 10 MB document");
+        } catch (Throwable t) {
+            threw("10 MB document", t);
+        }
+        TreeMap<String, Map<String, byte[]>> combined = new TreeMap<>(MODEL);
+        List<Document> batch = new ArrayList<>();
+        List<String> keys = new ArrayList<>();
+        for (int i = 0; i < 50; i++) {
+            String key = String.format("user79510000%02d", i);
+            Map<String, byte[]> m = new LinkedHashMap<>();
+            for (int j = 0; j < FIELD_COUNT; j++) {
+                byte[] x = new byte[100 * 1024];
+                rnd.nextBytes(x);
+                m.put("field" + j, x);
+            }
+            batch.add(Binding.toDocument(key, m));
+            combined.put(key, m);
+            keys.add(key);
+        }
+        try {
+            b.insertMany(batch);
+            batch.clear();
+            long n = b.coll().count(new Document("_id", new Document("$gte", "user7951").append("$lt", "user7952")));
+            check(n == 50, "50 x 1 MB insertMany (> 48 MB, split by the driver): count " + n);
+            checkScan("scan over 1 MB documents", b.scan(keys.get(0), 80, null), combined, keys.get(0), 80, null);
+            checkScan("scan over 1 MB documents, projected", b.scan(keys.get(0), 50, Collections.singleton("field0")),
+                    combined, keys.get(0), 50, Collections.singleton("field0"));
+        } catch (Throwable t) {
+            threw("insertMany of 50 x 1 MB documents", t);
+        }
+        try {
+            for (String k : keys) {
+                b.delete(k);
+            }
+            check(b.coll().count() == MODEL.size(), "count after removing large documents " + b.coll().count());
+        } catch (Throwable t) {
+            threw("delete large documents", t);
+        }
+    }
+
+    /* A YCSB user may add compressors=zlib to mongodb.url. */
+    static void phaseCompressed(String url, Random rnd) {
+        startPhase("compressors=zlib");
+        try {
+            Binding b = new Binding(url);
+            String key = "user7900000020";
+            Map<String, byte[]> v = values(rnd);
+            b.insertOne(key, v);
+            Map<String, byte[]> set = someValues(rnd);
+            check(b.update(key, set).getMatchedCount() == 1, "zlib updateOne matched 1");
+            v = merged(v, set);
+            check(diff(b.read(key, null), key, v, null) == null, "zlib read back");
+            String start = STATIC.firstKey();
+            checkScan("zlib scan", b.scan(start, 300, null), STATIC, start, 300, null);
+            check(b.delete(key).getDeletedCount() == 1, "zlib deleteOne deleted 1");
+            b.close();
+        } catch (Throwable t) {
+            threw("compressors=zlib ops", t);
+        }
+    }
+
     static void phaseJournal(String url, Random rnd) {
         startPhase("w=1&journal=true");
         try {
@@ -1531,12 +1630,14 @@ public class YcsbBindingTest {
         phaseScans(b, rnd);
         phaseDeletes(b, rnd);
         phaseScans(b, rnd);
+        phaseLargeDocs(b, rnd);
 
         STATIC = Collections.unmodifiableNavigableMap(new TreeMap<>(MODEL));
         phaseUnackedSingle(urlW0, b, rnd);
         phaseJournal(urlJournal, rnd);
+        phaseCompressed(base + "/ycsb?w=1&compressors=zlib", rnd);
 
-        Map<String, Map<String, byte[]>> owned = phaseThreadsAcked(urlW1, "77", 16, 3000);
+        Map<String, Map<String, byte[]>> owned = phaseThreadsAcked(urlW1, "77", 16, 2500);
         Map<String, Map<String, byte[]>> owned2 = phaseThreadsAcked(urlPool, "776", 16, 1500);
         // prefix "776" keys are "user776tt..." and also match "user77" ranges: count them once
         Map<String, Map<String, byte[]>> ackOwned = new HashMap<>(owned);

@@ -72,7 +72,7 @@ command -v java >/dev/null || die "java not found"
 
 # --- compile -----------------------------------------------------------------
 mkdir -p "$TMP/classes" "$TMP/db"
-javac -nowarn -cp "$CP" -d "$TMP/classes" "$HERE/YcsbBindingTest.java" || die "javac failed"
+javac -J-XX:TieredStopAtLevel=1 -J-XX:+UseSerialGC -nowarn -cp "$CP" -d "$TMP/classes" "$HERE/YcsbBindingTest.java" || die "javac failed"
 
 # --- start sabled on a free loopback port ------------------------------------
 free_port() {

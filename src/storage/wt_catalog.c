@@ -629,7 +629,8 @@ int sbl_catalog_load(sbl_err_t *err)
         return sbl_wt_err(err, ret, "read catalog");
     drop_orphans();
     SBL_RET(load_sizes(&clean, err));
-    if (!clean) {
+    if (!clean && sbl_eng.ncolls > 0) {
+        /* (A new, empty dbpath has nothing to recount and nothing to report.) */
         bson_t attr = BSON_INITIALIZER;
         BSON_APPEND_INT64(&attr, "collections", (int64_t)sbl_eng.ncolls);
         sbl_log(SBL_LOG_INFO, "STORAGE", 22262,

@@ -145,3 +145,37 @@ def test_reply_response_to_matches_request_id(server):
         r = wire.roundtrip(s, wire.op_msg({"ping": 1, "$db": "admin"}, request_id=123456))
         assert r.response_to == 123456
         assert r.opcode == wire.OP_MSG
+
+
+EXHAUST_ALLOWED = 1 << 16
+
+
+def test_awaitable_hello_waits_max_await_time(server):
+    """Drivers' streaming monitor: hello with the current topologyVersion and
+    maxAwaitTimeMS is answered when the topology changes or the wait ends."""
+    with wire.connect(server.port) as s:
+        tv = wire.command(s, {"hello": 1})["topologyVersion"]
+        t0 = time.monotonic()
+        r = wire.command(s, {"hello": 1, "topologyVersion": tv, "maxAwaitTimeMS": 500})
+        waited = time.monotonic() - t0
+        assert r["ok"] == 1 and r["isWritablePrimary"] is True
+        assert 0.4 <= waited < 5, "answered after %.3fs" % waited
+
+
+def test_exhaust_hello_streams_replies_with_more_to_come(server):
+    """hello with exhaustAllowed: each reply carries moreToCome, and the
+    server keeps sending one per maxAwaitTimeMS without further requests
+    (what the Node driver and mongosh rely on for monitoring)."""
+    with wire.connect(server.port) as s:
+        tv = wire.command(s, {"hello": 1})["topologyVersion"]
+        s.sendall(wire.op_msg({"hello": 1, "topologyVersion": tv, "maxAwaitTimeMS": 300,
+                               "$db": "admin"}, flags=EXHAUST_ALLOWED, request_id=77))
+        s.settimeout(5)
+        first = wire.Reply(wire.read_message(s)[1])
+        assert first.doc["ok"] == 1
+        assert first.response_to == 77
+        assert first.flags & wire.MORE_TO_COME, "exhaust reply without moreToCome"
+        second = wire.Reply(wire.read_message(s)[1])  # no request sent in between
+        assert second.doc["ok"] == 1
+        assert second.response_to == first.request_id
+        assert second.flags & wire.MORE_TO_COME

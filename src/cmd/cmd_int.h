@@ -177,5 +177,7 @@ int sbl_cmd_list_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_create_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_drop_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_fsync(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+/* validate.c */
+int sbl_cmd_validate(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 
 #endif

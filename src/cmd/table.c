@@ -62,6 +62,7 @@ static const sbl_cmd_def_t cmd_table[] = {
     {"shutdown", sbl_cmd_shutdown_cmd, ADM, "shut the server down"},
     {"startSession", sbl_cmd_start_session, 0, "start a logical session"},
     {"update", sbl_cmd_update, W | SLOW, "update documents"},
+    {"validate", sbl_cmd_validate, R | SLOW, "check a collection's documents and indexes"},
     {"whatsmyuri", sbl_cmd_whatsmyuri, NA, "the client's address as the server sees it"},
 };
 

@@ -49,6 +49,7 @@ int sbl_cmd_create(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     int rc = 0;
 
     SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_validate_user_write_ns(ns, err));
     bson_iter_init(&it, ctx->cmd);
     bson_iter_next(&it);
     while (bson_iter_next(&it)) {
@@ -111,6 +112,7 @@ int sbl_cmd_drop_database(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
     SBL_RET(sbl_validate_db_name(ctx->db, err));
     SBL_RET(sbl_db_drop(ctx->ss, ctx->db, err));
+    BSON_APPEND_UTF8(ctx->reply, "dropped", ctx->db);
     ctx->wrote = true;
     return 0;
 }

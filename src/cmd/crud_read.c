@@ -113,11 +113,9 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         } else if (strcmp(k, "skip") == 0) {
             SBL_RET(get_count_arg(&it, req, &skip, false, err));
         } else if (strcmp(k, "limit") == 0) {
-            SBL_RET(get_count_arg(&it, req, &limit, true, err));
-            if (limit < 0) {
-                limit = -limit;
-                single_batch = true;
-            }
+            /* Drivers turn a negative limit into limit + singleBatch; the
+             * find command itself refuses one, as mongod 7.0 does. */
+            SBL_RET(get_count_arg(&it, req, &limit, false, err));
         } else if (strcmp(k, "batchSize") == 0) {
             SBL_RET(get_count_arg(&it, req, &batch_size, false, err));
         } else if (strcmp(k, "singleBatch") == 0 || strcmp(k, "allowDiskUse") == 0 ||

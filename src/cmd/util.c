@@ -65,6 +65,19 @@ int sbl_validate_ns(const char *ns, sbl_err_t *err)
     return 0;
 }
 
+int sbl_validate_user_write_ns(const char *ns, sbl_err_t *err)
+{
+    static const char *const allowed[] = {"system.js", "system.views", "system.profile",
+                                          "system.users", "system.roles", "system.version"};
+    const char *coll = strchr(ns, '.');
+    if (coll == NULL || strncmp(coll + 1, "system.", 7) != 0)
+        return 0;
+    for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
+        if (strcmp(coll + 1, allowed[i]) == 0)
+            return 0;
+    return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid system namespace: %s", ns);
+}
+
 int sbl_cmd_ns(const sbl_cmd_ctx_t *ctx, char *ns, size_t nslen, sbl_err_t *err)
 {
     bson_iter_t it;

@@ -57,6 +57,14 @@ void sbl_net_stop(void);
  */
 void sbl_conn_reply(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply);
 
+/*
+ * Exhaust streaming: send reply with the moreToCome flag and keep req in
+ * flight (the client sends nothing more; the server keeps answering).  Each
+ * streamed reply answers the previous one (req->request_id is advanced).  Loop
+ * thread only.  The stream ends with sbl_conn_reply().
+ */
+void sbl_conn_reply_more(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply);
+
 uint64_t sbl_conn_id(const sbl_conn_t *conn);        /* 1, 2, 3 ... as connectionId */
 const char *sbl_conn_remote(const sbl_conn_t *conn); /* "127.0.0.1:53422" */
 const char *sbl_conn_local(const sbl_conn_t *conn);  /* "127.0.0.1:27017" */

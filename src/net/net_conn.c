@@ -377,6 +377,20 @@ void sbl_conn_reply(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply)
     pthread_mutex_unlock(&nl->mu);
 }
 
+void sbl_conn_reply_more(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply)
+{
+    if (conn->closing || req->opcode != SBL_OP_MSG)
+        return;
+    sbl_buf_t out;
+    int32_t id = next_reply_id();
+    sbl_buf_init(&out);
+    req->reply_flags |= SBL_MSG_MORE_TO_COME;
+    sbl_wire_build_reply(req, id, reply, &out);
+    conn_write(conn, out.data, out.len, NULL);
+    sbl_buf_destroy(&out);
+    req->request_id = id;
+}
+
 void net_conn_start(sbl_conn_t *c)
 {
     net_loop_t *nl = c->nl;

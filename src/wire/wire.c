@@ -205,14 +205,16 @@ static int parse_msg(const uint8_t *msg, size_t len, sbl_request_t *req, sbl_err
     bool have_body = false;
     SBL_RET(scan_sections(msg, HEADER_LEN + 4, end, &body, &have_body, err));
 
+    /* A missing $db is the command's error (mongod answers 40571), not the
+     * connection's: leave req->db empty and let the dispatcher refuse it. */
     bson_iter_t it;
-    if (!bson_iter_init_find(&it, &body, "$db"))
-        return sbl_err_set(err, SBL_E_ProtocolError, "OP_MSG requests require a $db argument");
-    if (!BSON_ITER_HOLDS_UTF8(&it))
-        return sbl_err_set(err, SBL_E_TypeMismatch, "$db must be a string");
-    uint32_t dblen = 0;
-    const char *db = bson_iter_utf8(&it, &dblen);
-    SBL_RET(set_db(req, db, dblen, err));
+    if (bson_iter_init_find(&it, &body, "$db")) {
+        if (!BSON_ITER_HOLDS_UTF8(&it))
+            return sbl_err_set(err, SBL_E_TypeMismatch, "$db must be a string");
+        uint32_t dblen = 0;
+        const char *db = bson_iter_utf8(&it, &dblen);
+        SBL_RET(set_db(req, db, dblen, err));
+    }
 
     SBL_RET(concat_doc(&req->cmd, &body, err));
     /* Pass two: the sections are known to be well formed. */
@@ -407,7 +409,8 @@ static void build_plain(const sbl_request_t *req, int32_t request_id, const bson
         sbl_buf_append_i32le(out, 0); /* startingFrom */
         sbl_buf_append_i32le(out, 1); /* numberReturned */
     } else {
-        sbl_buf_append_i32le(out, checksum ? (int32_t)SBL_MSG_CHECKSUM_PRESENT : 0);
+        uint32_t flags = req->reply_flags | (checksum ? SBL_MSG_CHECKSUM_PRESENT : 0);
+        sbl_buf_append_i32le(out, (int32_t)flags);
         sbl_buf_append_byte(out, 0);
     }
     sbl_buf_append(out, bson_get_data(reply), reply->len);

@@ -49,11 +49,12 @@ typedef struct sbl_request {
     uint8_t compressor; /* SBL_COMP_* the request arrived with; SBL_COMP_NOOP when not compressed */
     uint32_t flags;     /* OP_MSG flag bits */
     bool more_to_come;  /* OP_MSG moreToCome: the client expects no reply */
+    uint32_t reply_flags; /* extra OP_MSG flag bits for replies (moreToCome when streaming) */
     /* The command: OP_MSG body with each document sequence appended as an
      * array field of the same name; for OP_QUERY the query document
      * (unwrapped from $query/query when wrapped, with $readPreference kept). */
     bson_t cmd;
-    char db[128]; /* $db, or the database part of OP_QUERY's fullCollectionName */
+    char db[128]; /* $db ("" when an OP_MSG lacks it), or OP_QUERY's database */
     /* OP_QUERY only */
     int32_t query_flags;
     int32_t number_to_skip;

@@ -286,8 +286,8 @@ static void test_msg_errors(void)
     /* Missing $db */
     sbl_buf_reset(&s);
     add_body(&s, nodb);
-    CHECK(parse_raw_msg(s.data, s.len, &err) != 0);
-    CHECK(strstr(err.msg, "require a $db") != NULL);
+    /* Parsed, with an empty db: the command layer answers the error (40571). */
+    CHECK(parse_raw_msg(s.data, s.len, &err) == 0);
     /* No body / two bodies / unknown kind */
     CHECK(parse_raw_msg(NULL, 0, &err) == SBL_E_ProtocolError);
     sbl_buf_reset(&s);

@@ -125,6 +125,8 @@ function isOperator(v) {
 // ctx: { entities: Map-like with get(name) }.
 export function match(expected, actual, ctx, isRoot = true, path = '') {
   const at = path || '(root)';
+  // The driver sends sort specifications as Maps (to keep key order).
+  if (actual instanceof Map) actual = Object.fromEntries(actual);
   if (isOperator(expected)) return matchOperator(expected, actual, ctx, isRoot, path);
   if (isDocument(expected)) {
     if (!isDocument(actual)) return `${at}: expected a document ${show(expected)}, got ${show(actual)}`;

@@ -15,6 +15,7 @@ fi
 if [ ! -d node_modules/mongodb ]; then
   npm ci --no-audit --no-fund --loglevel=error
 fi
+node selftest.mjs
 exec node runner.mjs --root "$root" \
   crud collection-management run-command command-logging-and-monitoring/monitoring \
   sessions retryable-reads retryable-writes

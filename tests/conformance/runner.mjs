@@ -295,6 +295,7 @@ function withTimeout(p, ms, what) {
 }
 
 function entityKind(v) {
+  if (v instanceof mongodb.Collection) return 'collection';
   if (v && typeof v === 'object' && typeof v.tryNext === 'function') return v.constructor?.name === 'ChangeStream' ? 'changeStream' : 'cursor';
   return 'value';
 }

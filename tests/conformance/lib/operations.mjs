@@ -177,8 +177,7 @@ async function databaseOp(name, a, db, ents) {
     case 'listCollectionNames':
       return (await db.listCollections(a.filter ?? {}, { ...options(a, ['filter'], ents), nameOnly: true }).toArray()).map((c) => c.name);
     case 'createCollection': {
-      await db.createCollection(a.collection, options(a, ['collection'], ents));
-      return undefined;
+      return db.createCollection(a.collection, options(a, ['collection'], ents));
     }
     case 'dropCollection': return db.dropCollection(a.collection, options(a, ['collection'], ents));
     case 'modifyCollection': {

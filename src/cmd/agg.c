@@ -917,7 +917,7 @@ int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         bson_iter_next(&f);
         rc = run_stage(ctx, ns, i, &f, &dv, err);
         if (rc == 0)
-            rc = sbl_cmd_check_deadline(ctx, err);
+            rc = sbl_cmd_check_interrupt(ctx, err);
     }
     if (rc != 0) {
         sbl_docvec_clear(&dv);

@@ -27,4 +27,9 @@ void sbl_cmd_conn_close(sbl_conn_t *conn);
  */
 void sbl_cmd_run(const char *db, const bson_t *cmd, bson_t *reply);
 
+/* What the metrics endpoint reads from the server (connections, network,
+ * cache, command names); see sbl_metrics_sources_t in metrics/metrics.h. */
+struct sbl_metrics_sources;
+const struct sbl_metrics_sources *sbl_cmd_metrics_sources(void);
+
 #endif

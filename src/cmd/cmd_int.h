@@ -18,6 +18,7 @@
 
 #include "cmd/cmd.h"
 #include "common/errors.h"
+#include "metrics/metrics.h"
 #include "storage/storage.h"
 
 /* Per-connection state kept by the command layer. */
@@ -49,6 +50,9 @@ typedef struct sbl_cmd_ctx {
     bool wrote;             /* set by a handler that committed a change (j:true then waits) */
     int64_t start_us;       /* monotonic start time (maxTimeMS) */
     int64_t deadline_us;    /* 0: none; else monotonic deadline from maxTimeMS */
+    sbl_op_t *op;           /* the registry entry (killOp sets its flag), or NULL */
+    const char *plan_summary;             /* set by the query executor: "COLLSCAN", "IDHACK" ... */
+    int64_t docs_examined, keys_examined; /* added to by the query executor */
 } sbl_cmd_ctx_t;
 
 typedef int (*sbl_cmd_fn)(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
@@ -92,12 +96,14 @@ int sbl_get_int64(const bson_iter_t *it, int64_t *out, sbl_err_t *err);
 /* ExceededTimeLimit check for long loops: MaxTimeMSExpired (50) past the deadline. */
 int sbl_cmd_check_deadline(const sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 
-/* ---- counters (dispatch.c) -------------------------------------------- */
-
-typedef struct sbl_opcounters {
-    int64_t insert, query, update, del, getmore, command;
-} sbl_opcounters_t;
-void sbl_cmd_get_opcounters(sbl_opcounters_t *out);
+/* The check long loops make: Interrupted (11601) once killOp asked this
+ * operation to stop, MaxTimeMSExpired (50) past the deadline, else 0. */
+static inline int sbl_cmd_check_interrupt(const sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    if (sbl_op_is_killed(ctx->op))
+        return sbl_err_set(err, SBL_E_Interrupted, "operation was interrupted");
+    return sbl_cmd_check_deadline(ctx, err);
+}
 
 /* ---- cursors (cursor.c) ------------------------------------------------ */
 
@@ -177,6 +183,12 @@ int sbl_cmd_list_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_create_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_drop_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_fsync(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+
+/* monitor_cmds.c */
+int sbl_cmd_top(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_current_op(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_kill_op(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_profile(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 /* validate.c */
 int sbl_cmd_validate(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 

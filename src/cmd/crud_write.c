@@ -295,7 +295,7 @@ int sbl_cmd_insert(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         bson_destroy(&info);
         if (rc != 0 && ordered)
             break;
-        if ((i & 63) == 63 && sbl_cmd_check_deadline(ctx, &e) != 0) {
+        if ((i & 63) == 63 && sbl_cmd_check_interrupt(ctx, &e) != 0) {
             sbl_crud_add_write_error(&errors, &nerrors, i + 1, &e, NULL);
             break;
         }
@@ -515,7 +515,7 @@ int sbl_cmd_update(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     for (uint32_t i = 0; i < nstmts; i++) {
         sbl_err_t e = {0};
         bson_t info = BSON_INITIALIZER;
-        int rc = sbl_cmd_check_deadline(ctx, &e);
+        int rc = sbl_cmd_check_interrupt(ctx, &e);
         /* A concurrent upsert of the same document loses with DuplicateKey: retry it,
          * and it now finds the document and updates it. */
         for (int attempt = 0; rc == 0 || (rc == SBL_E_DuplicateKey && parsed[i].upsert &&
@@ -680,7 +680,7 @@ int sbl_cmd_delete(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     }
     for (uint32_t i = 0; i < nstmts; i++) {
         sbl_err_t e = {0};
-        int rc = sbl_cmd_check_deadline(ctx, &e);
+        int rc = sbl_cmd_check_interrupt(ctx, &e);
         if (rc == 0)
             rc = run_delete(ctx, ns, &parsed[i], &n, &e);
         if (rc != 0)

@@ -1,13 +1,16 @@
 /*
- * diag.c: serverStatus and fsync.  serverStatus reports the sections tools
- * read (host, version, uptime, connections, network, opcounters, mem,
- * extra_info, metrics.cursor, wiredTiger) from counters kept elsewhere;
- * it never takes a lock on the request path.
+ * diag.c: serverStatus and fsync, and the figures the Prometheus endpoint
+ * asks the command layer for.  serverStatus reports the sections tools read
+ * (host, version, uptime, connections, network, opcounters, opLatencies,
+ * mem, extra_info, metrics.document/commands/cursor, wiredTiger) from
+ * counters kept in src/metrics and elsewhere; it never takes a lock on the
+ * request path.
  */
 #include "cmd/cmd_int.h"
 #include "server/server.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -28,6 +31,66 @@ static void append_mem(bson_t *r)
     BSON_APPEND_INT32(&d, "virtual", (int32_t)((int64_t)pages_virt * psize / (1024 * 1024)));
     BSON_APPEND_BOOL(&d, "supported", true);
     bson_append_document_end(r, &d);
+}
+
+/* serverStatus {opLatencies: {histograms: true}} adds the buckets. */
+static bool want_histograms(const bson_t *cmd)
+{
+    bson_iter_t it, h;
+    return bson_iter_init_find(&it, cmd, "opLatencies") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+           bson_iter_recurse(&it, &h) && bson_iter_find(&h, "histograms") && bson_iter_as_bool(&h);
+}
+
+static void append_op_latencies(bson_t *r, bool histograms)
+{
+    static const char *const names[SBL_LAT_COUNT] = {"reads", "writes", "commands",
+                                                     "transactions"};
+    bson_t d, c, arr, b;
+    BSON_APPEND_DOCUMENT_BEGIN(r, "opLatencies", &d);
+    for (int i = 0; i < SBL_LAT_COUNT; i++) {
+        sbl_latency_t l;
+        sbl_metrics_get_latency((sbl_lat_class_t)i, &l);
+        BSON_APPEND_DOCUMENT_BEGIN(&d, names[i], &c);
+        if (histograms) {
+            char key[16];
+            const char *k;
+            uint32_t n = 0;
+            BSON_APPEND_ARRAY_BEGIN(&c, "histogram", &arr);
+            for (int j = 0; j <= SBL_LAT_NBOUNDS; j++) {
+                if (l.buckets[j] == 0)
+                    continue;
+                bson_uint32_to_string(n++, &k, key, sizeof(key));
+                bson_append_document_begin(&arr, k, -1, &b);
+                /* MongoDB labels a bucket by its lower bound in micros. */
+                BSON_APPEND_INT64(&b, "micros", j == 0 ? 0 : sbl_lat_bounds_us[j - 1]);
+                BSON_APPEND_INT64(&b, "count", l.buckets[j]);
+                bson_append_document_end(&arr, &b);
+            }
+            bson_append_array_end(&c, &arr);
+        }
+        BSON_APPEND_INT64(&c, "latency", l.latency_us);
+        BSON_APPEND_INT64(&c, "ops", l.ops);
+        bson_append_document_end(&d, &c);
+    }
+    bson_append_document_end(r, &d);
+}
+
+/* metrics.commands: {<name>: {failed, total}} for every command of the table. */
+static void append_commands(bson_t *m)
+{
+    size_t n;
+    const sbl_cmd_def_t *t = sbl_cmd_table(&n);
+    bson_t d, c;
+    BSON_APPEND_DOCUMENT_BEGIN(m, "commands", &d);
+    for (size_t i = 0; i < n; i++) {
+        int64_t total, failed;
+        sbl_metrics_get_command(i, &total, &failed);
+        bson_append_document_begin(&d, t[i].name, -1, &c);
+        BSON_APPEND_INT64(&c, "failed", failed);
+        BSON_APPEND_INT64(&c, "total", total);
+        bson_append_document_end(&d, &c);
+    }
+    bson_append_document_end(m, &d);
 }
 
 int sbl_cmd_server_status(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
@@ -54,7 +117,7 @@ int sbl_cmd_server_status(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_INT32(&d, "current", (int32_t)ns.current);
     BSON_APPEND_INT32(&d, "available", (int32_t)ns.available);
     BSON_APPEND_INT32(&d, "totalCreated", (int32_t)ns.total_created);
-    BSON_APPEND_INT32(&d, "active", (int32_t)ns.current);
+    BSON_APPEND_INT32(&d, "active", (int32_t)sbl_ops_active());
     bson_append_document_end(r, &d);
 
     BSON_APPEND_DOCUMENT_BEGIN(r, "network", &d);
@@ -63,7 +126,7 @@ int sbl_cmd_server_status(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_INT64(&d, "numRequests", ns.num_requests);
     bson_append_document_end(r, &d);
 
-    sbl_cmd_get_opcounters(&oc);
+    sbl_metrics_get_opcounters(&oc);
     BSON_APPEND_DOCUMENT_BEGIN(r, "opcounters", &d);
     BSON_APPEND_INT64(&d, "insert", oc.insert);
     BSON_APPEND_INT64(&d, "query", oc.query);
@@ -73,6 +136,7 @@ int sbl_cmd_server_status(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_INT64(&d, "command", oc.command);
     bson_append_document_end(r, &d);
 
+    append_op_latencies(r, want_histograms(ctx->cmd));
     append_mem(r);
 
     BSON_APPEND_DOCUMENT_BEGIN(r, "extra_info", &d);
@@ -88,10 +152,19 @@ int sbl_cmd_server_status(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bson_append_document_end(r, &d);
 
     BSON_APPEND_DOCUMENT_BEGIN(r, "metrics", &m);
+    append_commands(&m);
     BSON_APPEND_DOCUMENT_BEGIN(&m, "cursor", &d);
     BSON_APPEND_DOCUMENT_BEGIN(&d, "open", &c);
+    BSON_APPEND_INT64(&c, "noTimeout", 0);
+    BSON_APPEND_INT64(&c, "pinned", 0);
     BSON_APPEND_INT64(&c, "total", sbl_cursors_open_count());
     bson_append_document_end(&d, &c);
+    bson_append_document_end(&m, &d);
+    BSON_APPEND_DOCUMENT_BEGIN(&m, "document", &d);
+    BSON_APPEND_INT64(&d, "deleted", sbl_metrics_get_docs(SBL_DOC_DELETED));
+    BSON_APPEND_INT64(&d, "inserted", sbl_metrics_get_docs(SBL_DOC_INSERTED));
+    BSON_APPEND_INT64(&d, "returned", sbl_metrics_get_docs(SBL_DOC_RETURNED));
+    BSON_APPEND_INT64(&d, "updated", sbl_metrics_get_docs(SBL_DOC_UPDATED));
     bson_append_document_end(&m, &d);
     bson_append_document_end(r, &m);
 
@@ -116,4 +189,58 @@ int sbl_cmd_fsync(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     SBL_RET(sbl_storage_checkpoint(err));
     BSON_APPEND_INT32(ctx->reply, "numFiles", 1);
     return 0;
+}
+
+/* ---- figures for the Prometheus endpoint -------------------------------------- */
+
+static void src_connections(int64_t *current, int64_t *created, int64_t *available)
+{
+    sbl_net_stats_t ns;
+    sbl_net_get_stats(&ns);
+    *current = ns.current;
+    *created = ns.total_created;
+    *available = ns.available;
+}
+
+static void src_network(int64_t *in, int64_t *out, int64_t *requests)
+{
+    sbl_net_stats_t ns;
+    sbl_net_get_stats(&ns);
+    *in = ns.bytes_in;
+    *out = ns.bytes_out;
+    *requests = ns.num_requests;
+}
+
+static void src_cache(int64_t *used, int64_t *max, int64_t *dirty)
+{
+    bson_t st = BSON_INITIALIZER;
+    bson_iter_t it, f;
+    sbl_storage_append_stats(&st);
+    *used = *max = *dirty = 0;
+    if (bson_iter_init(&it, &st) && bson_iter_find_descendant(&it, "cache.bytes currently in the cache", &f))
+        *used = bson_iter_as_int64(&f);
+    if (bson_iter_init(&it, &st) && bson_iter_find_descendant(&it, "cache.maximum bytes configured", &f))
+        *max = bson_iter_as_int64(&f);
+    if (bson_iter_init(&it, &st) &&
+        bson_iter_find_descendant(&it, "cache.tracked dirty bytes in the cache", &f))
+        *dirty = bson_iter_as_int64(&f);
+    bson_destroy(&st);
+}
+
+static const char *src_command_name(size_t row)
+{
+    size_t n;
+    const sbl_cmd_def_t *t = sbl_cmd_table(&n);
+    return row < n ? t[row].name : NULL;
+}
+
+const struct sbl_metrics_sources *sbl_cmd_metrics_sources(void)
+{
+    static const sbl_metrics_sources_t src = {
+        .connections = src_connections,
+        .network = src_network,
+        .cache = src_cache,
+        .command_name = src_command_name,
+    };
+    return &src;
 }

@@ -3,7 +3,8 @@
  * lookup in the command table, admin-database check, generic arguments
  * (maxTimeMS, writeConcern), choice of thread (network loop for quick
  * commands, libuv's worker pool for ones that may scan), the handler, the
- * reply ({ok: 1} or {ok: 0, errmsg, code, codeName}), counters, and for
+ * reply ({ok: 1} or {ok: 0, errmsg, code, codeName}), metrics (counters,
+ * latency, top, the operation registry, slow log, profiler), and for
  * j:true writes the wait for the journal (group commit) before replying.
  *
  * What must stay true: every request gets exactly one sbl_conn_reply, and
@@ -14,25 +15,26 @@
 #include "common/log.h"
 #include "query/query.h"
 
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <uv.h>
 
-/* ---- counters (serverStatus.opcounters) --------------------------------- */
+/* ---- the pending command ------------------------------------------------ */
 
-static _Atomic int64_t op_insert, op_query, op_update, op_delete, op_getmore, op_command;
+typedef struct pending {
+    sbl_cmd_ctx_t ctx;
+    const sbl_cmd_def_t *def;
+    bson_t reply;
+    sbl_err_t err;
+    int rc;
+    uv_work_t work;
+    sbl_op_t op;  /* in the registry while the handler runs */
+    bool on_coll; /* op.ns names a collection (top counts it) */
+} pending_t;
 
-void sbl_cmd_get_opcounters(sbl_opcounters_t *out)
-{
-    out->insert = atomic_load_explicit(&op_insert, memory_order_relaxed);
-    out->query = atomic_load_explicit(&op_query, memory_order_relaxed);
-    out->update = atomic_load_explicit(&op_update, memory_order_relaxed);
-    out->del = atomic_load_explicit(&op_delete, memory_order_relaxed);
-    out->getmore = atomic_load_explicit(&op_getmore, memory_order_relaxed);
-    out->command = atomic_load_explicit(&op_command, memory_order_relaxed);
-}
+/* ---- counters (serverStatus.opcounters; kept by src/metrics) ------------- */
 
 static int64_t array_len(const bson_t *cmd, const char *field)
 {
@@ -49,29 +51,119 @@ static void count_op(const sbl_cmd_def_t *def, const bson_t *cmd)
 {
     const char *n = def->name;
     if (strcmp(n, "insert") == 0)
-        atomic_fetch_add_explicit(&op_insert, array_len(cmd, "documents"), memory_order_relaxed);
+        sbl_metrics_count_op(SBL_OPC_INSERT, array_len(cmd, "documents"));
     else if (strcmp(n, "update") == 0)
-        atomic_fetch_add_explicit(&op_update, array_len(cmd, "updates"), memory_order_relaxed);
+        sbl_metrics_count_op(SBL_OPC_UPDATE, array_len(cmd, "updates"));
     else if (strcmp(n, "delete") == 0)
-        atomic_fetch_add_explicit(&op_delete, array_len(cmd, "deletes"), memory_order_relaxed);
+        sbl_metrics_count_op(SBL_OPC_DELETE, array_len(cmd, "deletes"));
     else if (strcmp(n, "find") == 0)
-        atomic_fetch_add_explicit(&op_query, 1, memory_order_relaxed);
+        sbl_metrics_count_op(SBL_OPC_QUERY, 1);
     else if (strcmp(n, "getMore") == 0)
-        atomic_fetch_add_explicit(&op_getmore, 1, memory_order_relaxed);
+        sbl_metrics_count_op(SBL_OPC_GETMORE, 1);
     else
-        atomic_fetch_add_explicit(&op_command, 1, memory_order_relaxed);
+        sbl_metrics_count_op(SBL_OPC_COMMAND, 1);
 }
 
 /* ---- the pending command ------------------------------------------------ */
 
-typedef struct pending {
-    sbl_cmd_ctx_t ctx;
-    const sbl_cmd_def_t *def;
-    bson_t reply;
-    sbl_err_t err;
-    int rc;
-    uv_work_t work;
-} pending_t;
+static const char *op_type(const char *n)
+{
+    if (strcmp(n, "find") == 0)
+        return "query";
+    if (strcmp(n, "insert") == 0 || strcmp(n, "update") == 0)
+        return n;
+    if (strcmp(n, "delete") == 0)
+        return "remove";
+    if (strcmp(n, "getMore") == 0)
+        return "getmore";
+    return "command";
+}
+
+/* "db.coll" for a command on a collection (true), else "db.$cmd" (false). */
+static bool op_ns(const sbl_cmd_ctx_t *ctx, char *ns, size_t len)
+{
+    bson_iter_t it;
+    const char *coll = NULL;
+    if (bson_iter_init(&it, ctx->cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it))
+        coll = bson_iter_utf8(&it, NULL);
+    else if (strcmp(ctx->name, "getMore") == 0 && bson_iter_init_find(&it, ctx->cmd, "collection") &&
+             BSON_ITER_HOLDS_UTF8(&it))
+        coll = bson_iter_utf8(&it, NULL);
+    snprintf(ns, len, "%s.%s", ctx->db, coll != NULL && coll[0] != '\0' ? coll : "$cmd");
+    return coll != NULL && coll[0] != '\0';
+}
+
+static sbl_top_kind_t top_kind(const char *n)
+{
+    if (strcmp(n, "find") == 0)
+        return SBL_TOP_QUERIES;
+    if (strcmp(n, "getMore") == 0)
+        return SBL_TOP_GETMORE;
+    if (strcmp(n, "insert") == 0)
+        return SBL_TOP_INSERT;
+    if (strcmp(n, "update") == 0 || strcasecmp(n, "findAndModify") == 0)
+        return SBL_TOP_UPDATE;
+    if (strcmp(n, "delete") == 0)
+        return SBL_TOP_REMOVE;
+    return SBL_TOP_COMMANDS;
+}
+
+static void op_begin(pending_t *p)
+{
+    sbl_cmd_ctx_t *ctx = &p->ctx;
+    bson_iter_t it, name;
+    sbl_op_t *op = &p->op;
+    op->conn_id = ctx->client->conn_id;
+    op->client = ctx->conn != NULL ? sbl_conn_remote(ctx->conn) : NULL;
+    op->app_name = NULL;
+    if (ctx->client->metadata != NULL && bson_iter_init(&it, ctx->client->metadata) &&
+        bson_iter_find_descendant(&it, "application.name", &name) && BSON_ITER_HOLDS_UTF8(&name))
+        op->app_name = bson_iter_utf8(&name, NULL);
+    op->db = ctx->db;
+    op->cmd = ctx->cmd;
+    op->cmd_name = p->def->name;
+    op->op_type = op_type(p->def->name);
+    p->on_coll = op_ns(ctx, op->ns, sizeof(op->ns));
+    sbl_op_register(op);
+    ctx->op = op;
+}
+
+/* Latency, top, per-command counts, the slow log and the profiler. */
+static void op_end(pending_t *p)
+{
+    sbl_cmd_ctx_t *ctx = &p->ctx;
+    const sbl_cmd_def_t *def = p->def;
+    int64_t us = sbl_now_us() - ctx->start_us;
+    size_t nrows;
+    bson_iter_t it, id;
+
+    if ((def->flags & (SBL_CMD_WRITE | SBL_CMD_SLOW)) == (SBL_CMD_WRITE | SBL_CMD_SLOW))
+        sbl_metrics_record_latency(SBL_LAT_WRITES, us);
+    else if ((def->flags & (SBL_CMD_READ | SBL_CMD_SLOW)) == (SBL_CMD_READ | SBL_CMD_SLOW))
+        sbl_metrics_record_latency(SBL_LAT_READS, us);
+    else
+        sbl_metrics_record_latency(SBL_LAT_COMMANDS, us);
+    sbl_metrics_count_command((size_t)(def - sbl_cmd_table(&nrows)), p->rc != 0);
+    if (p->on_coll)
+        sbl_metrics_top_record(p->op.ns, top_kind(def->name), (def->flags & SBL_CMD_WRITE) != 0, us);
+
+    sbl_op_report_t r = {
+        .op = &p->op,
+        .duration_us = us,
+        .rc = p->rc,
+        .errmsg = p->err.msg,
+        .reply = &p->reply,
+        .plan_summary = ctx->plan_summary,
+        .keys_examined = ctx->keys_examined,
+        .docs_examined = ctx->docs_examined,
+    };
+    if (bson_iter_init(&it, &p->reply) && bson_iter_find_descendant(&it, "cursor.id", &id) &&
+        BSON_ITER_HOLDS_INT64(&id))
+        r.cursor_id = bson_iter_int64(&id);
+    sbl_metrics_op_done(&r);
+    sbl_op_unregister(&p->op);
+    ctx->op = NULL;
+}
 
 static sbl_client_t internal_client;
 
@@ -234,7 +326,9 @@ static void execute(pending_t *p)
     }
     if (ctx->req != NULL && ctx->req->more_to_come)
         ctx->wc.w = 0;
+    op_begin(p);
     p->rc = p->def->fn(ctx, &p->err);
+    op_end(p);
 }
 
 /* Wrap the handler's fields into the final reply document. */
@@ -345,7 +439,7 @@ void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
     p->ctx.wc.w = 1;
 
     if ((p->rc = prepare(p, &p->err)) != 0) {
-        atomic_fetch_add_explicit(&op_command, 1, memory_order_relaxed);
+        sbl_metrics_count_op(SBL_OPC_COMMAND, 1);
         finish(p);
         return;
     }

@@ -231,7 +231,7 @@ static int refill_scan(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, size_t
     for (;;) {
         bson_t doc;
         bool done = false;
-        if (++examined % DEADLINE_EVERY == 0 && (rc = sbl_cmd_check_deadline(ctx, err)) != 0)
+        if (++examined % DEADLINE_EVERY == 0 && (rc = sbl_cmd_check_interrupt(ctx, err)) != 0)
             break;
         if ((rc = sbl_scan_next(scan, &doc, &done, err)) != 0)
             break;
@@ -239,6 +239,9 @@ static int refill_scan(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, size_t
             q->exhausted = true;
             break;
         }
+        ctx->docs_examined++;
+        if (q->range.kind == SBL_ID_RANGE)
+            ctx->keys_examined++;
         int32_t pos = -1;
         bool more = true;
         if (sbl_matcher_match(q->m, &doc, &pos)) {
@@ -281,10 +284,16 @@ static int refill(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, size_t max, sbl_err_t *err
         *err = e2;
         return rc;
     }
-    if (q->range.kind == SBL_ID_POINTS)
+    if (q->range.kind == SBL_ID_POINTS) {
+        size_t before = q->next_point;
+        ctx->plan_summary = q->range.npoints == 1 ? "IDHACK" : "IXSCAN { _id: 1 }";
         rc = refill_points(q, ctx->ss, c, max, err);
-    else
+        ctx->keys_examined += (int64_t)(q->next_point - before);
+        ctx->docs_examined += (int64_t)(q->next_point - before);
+    } else {
+        ctx->plan_summary = q->range.kind == SBL_ID_RANGE ? "IXSCAN { _id: 1 }" : "COLLSCAN";
         rc = refill_scan(q, ctx, c, max, err);
+    }
     sbl_coll_release(c);
     return rc;
 }
@@ -337,7 +346,7 @@ static int run_sort(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         q->n = q->i = 0; /* ownership moved to all */
         if (keep > 0 && n >= 2 * keep + 1024)
             sort_and_trim(all, &n, keep);
-        if ((rc = sbl_cmd_check_deadline(ctx, err)) != 0)
+        if ((rc = sbl_cmd_check_interrupt(ctx, err)) != 0)
             break;
     }
     if (rc != 0) {
@@ -371,7 +380,7 @@ int sbl_qexec_next(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, bson_t *doc, int32_t *pos
             *donep = true;
             return 0;
         }
-        SBL_RET(sbl_cmd_check_deadline(ctx, err));
+        SBL_RET(sbl_cmd_check_interrupt(ctx, err));
         SBL_RET(refill(q, ctx, q->chunk, err));
         if (q->chunk < CHUNK_MAX)
             q->chunk *= 2;

@@ -11,6 +11,7 @@
  */
 #include "cmd/cmd.h"
 #include "common/log.h"
+#include "metrics/metrics.h"
 #include "net/net.h"
 #include "server/server.h"
 #include "storage/storage.h"
@@ -172,6 +173,16 @@ static int run(int notify_fd)
         sbl_storage_close();
         return 48;
     }
+    sbl_profile_set_defaults(options.profile, options.slowms, options.slow_sample_rate);
+    sbl_metrics_http_config_t mcfg = {.bind_ip = options.metrics_bind_ip,
+                                      .port = options.metrics_port};
+    if ((rc = sbl_metrics_http_start(&mcfg, sbl_cmd_metrics_sources(), &err)) != 0) {
+        fprintf(stderr, "sabled: %s\n", err.msg);
+        sbl_net_stop();
+        sbl_cmd_shutdown();
+        sbl_storage_close();
+        return 48;
+    }
     if (write_pidfile() != 0)
         sbl_log(SBL_LOG_WARNING, "CONTROL", 20575, "Error writing the pid file", NULL);
 
@@ -207,6 +218,7 @@ static int run(int notify_fd)
     }
 
     sbl_log(SBL_LOG_INFO, "CONTROL", 4784900, "Stepping down... shutting down the network", NULL);
+    sbl_metrics_http_stop();
     sbl_net_stop();
     sbl_cmd_shutdown();
     sbl_log(SBL_LOG_INFO, "STORAGE", 4784928, "Shutting down the storage engine", NULL);

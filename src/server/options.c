@@ -54,6 +54,16 @@ static const opt_def_t opt_table[] = {
     {"setParameter", "setParameter", OPT_PARAM, "set a configurable parameter: name=value"},
     {"serviceExecutorThreads", "net.serviceExecutorThreads", OPT_INT,
      "network event loop threads (sabled); default: one per core"},
+    {"metricsPort", "net.metricsPort", OPT_INT,
+     "serve Prometheus metrics over HTTP on this port (sabled); off by default"},
+    {"metricsBindIp", "net.metricsBindIp", OPT_STRING,
+     "address of the metrics endpoint (sabled) - 127.0.0.1 by default"},
+    {"slowms", "operationProfiling.slowOpThresholdMs", OPT_INT,
+     "value of slow for profile and console log - 100 by default"},
+    {"profile", "operationProfiling.mode", OPT_STRING,
+     "profiling level: 0 (off), 1 (slow operations) or 2 (all) - 0 by default"},
+    {"slowOpSampleRate", "operationProfiling.slowOpSampleRate", OPT_DOUBLE,
+     "fraction of slow operations to log and profile - 1.0 by default"},
 };
 #define OPT_COUNT (sizeof(opt_table) / sizeof(opt_table[0]))
 
@@ -309,6 +319,12 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
         } else if (strcmp(k, "net.serviceExecutorThreads") == 0) {
             SBL_RET(parse_int(st, 1, 256, &o->nloops, err));
             iv = o->nloops;
+        } else if (strcmp(k, "net.metricsPort") == 0) {
+            SBL_RET(parse_int(st, 0, 65535, &o->metrics_port, err));
+            iv = o->metrics_port;
+        } else if (strcmp(k, "operationProfiling.slowOpThresholdMs") == 0) {
+            SBL_RET(parse_int(st, -1, INT32_MAX, &o->slowms, err));
+            iv = o->slowms;
         } else {
             return sbl_err_set(err, SBL_E_BadValue, "Unrecognized option: %s", k);
         }
@@ -318,6 +334,14 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
         char *end;
         errno = 0;
         double d = strtod(st->value, &end);
+        if (strcmp(k, "operationProfiling.slowOpSampleRate") == 0) {
+            if (errno != 0 || end == st->value || *end != '\0' || !(d >= 0 && d <= 1))
+                return sbl_err_set(err, SBL_E_BadValue, "Error parsing option \"%s\": must be "
+                                   "a number between 0 and 1, got %s", k, st->value);
+            o->slow_sample_rate = d;
+            BSON_APPEND_DOUBLE(flat, k, d);
+            return 0;
+        }
         if (errno != 0 || end == st->value || *end != '\0' || !(d >= 0.25 && d <= 10000))
             return sbl_err_set(err, SBL_E_BadValue,
                                "Error parsing option \"%s\": must be a number between 0.25 and "
@@ -353,6 +377,19 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
             set_str(&o->logpath, st->value);
         } else if (strcmp(k, "processManagement.pidFilePath") == 0) {
             set_str(&o->pidfile, st->value);
+        } else if (strcmp(k, "net.metricsBindIp") == 0) {
+            set_str(&o->metrics_bind_ip, st->value);
+        } else if (strcmp(k, "operationProfiling.mode") == 0) {
+            const char *v = st->value;
+            if (strcmp(v, "off") == 0 || strcmp(v, "0") == 0)
+                o->profile = 0;
+            else if (strcmp(v, "slowOp") == 0 || strcmp(v, "1") == 0)
+                o->profile = 1;
+            else if (strcmp(v, "all") == 0 || strcmp(v, "2") == 0)
+                o->profile = 2;
+            else
+                return sbl_err_set(err, SBL_E_BadValue, "operationProfiling.mode must be off, "
+                                   "slowOp or all (or --profile 0, 1, 2), got %s", v);
         } else if (strcmp(k, "systemLog.destination") == 0) {
             if (strcmp(st->value, "file") != 0 && strcmp(st->value, "syslog") != 0)
                 return sbl_err_set(err, SBL_E_BadValue,
@@ -428,6 +465,8 @@ int sbl_options_parse(int argc, char **argv, sbl_options_t *o, sbl_err_t *err)
     o->commit_interval_ms = 100;
     o->syncdelay_s = 60;
     o->log_append = true;
+    o->slowms = 100;
+    o->slow_sample_rate = 1.0;
     o->argc = argc;
     o->argv = argv;
     bson_init(&o->parsed);
@@ -522,6 +561,7 @@ void sbl_options_destroy(sbl_options_t *o)
     bson_free(o->dbpath);
     bson_free(o->logpath);
     bson_free(o->pidfile);
+    bson_free(o->metrics_bind_ip);
     bson_destroy(&o->parsed);
     bson_destroy(&o->parameters);
     memset(o, 0, sizeof(*o));

@@ -38,6 +38,11 @@ typedef struct sbl_options {
     int nloops;
     int verbosity;
     bool quiet;
+    int metrics_port;        /* --metricsPort: Prometheus endpoint; 0 = off */
+    char *metrics_bind_ip;   /* --metricsBindIp; default 127.0.0.1 */
+    int slowms;              /* operationProfiling.slowOpThresholdMs; default 100 */
+    int profile;             /* operationProfiling.mode as 0 off, 1 slowOp, 2 all */
+    double slow_sample_rate; /* operationProfiling.slowOpSampleRate; default 1.0 */
     bson_t parsed;     /* nested options document as getCmdLineOpts shows it */
     bson_t parameters; /* --setParameter name=value pairs (values as given) */
     int argc;

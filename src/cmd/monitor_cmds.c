@@ -1,0 +1,236 @@
+/*
+ * monitor_cmds.c: the commands that show what the server is doing: top,
+ * currentOp, killOp and profile.  They read src/metrics (the operation
+ * registry, top's table, the profiler settings) and never block a running
+ * operation: currentOp copies each operation under its registry shard's lock
+ * and filters the copies afterwards; killOp only raises the operation's flag.
+ */
+#include "cmd/cmd_int.h"
+#include "query/query.h"
+#include "server/server.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- top ----------------------------------------------------------------- */
+
+static void append_cell(bson_t *d, const char *name, const sbl_top_cell_t *c)
+{
+    bson_t x;
+    bson_append_document_begin(d, name, -1, &x);
+    BSON_APPEND_INT64(&x, "time", c->time_us);
+    BSON_APPEND_INT64(&x, "count", c->count);
+    bson_append_document_end(d, &x);
+}
+
+int sbl_cmd_top(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    static const char *const kinds[SBL_TOP_KINDS] = {"queries", "getmore", "insert",
+                                                    "update", "remove", "commands"};
+    size_t n = 0;
+    sbl_top_entry_t *v = sbl_metrics_top_snapshot(&n);
+    bson_t totals, e;
+    BSON_APPEND_DOCUMENT_BEGIN(ctx->reply, "totals", &totals);
+    BSON_APPEND_UTF8(&totals, "note", "all times in microseconds");
+    for (size_t i = 0; i < n; i++) {
+        bson_append_document_begin(&totals, v[i].ns, -1, &e);
+        append_cell(&e, "total", &v[i].total);
+        append_cell(&e, "readLock", &v[i].read);
+        append_cell(&e, "writeLock", &v[i].write);
+        for (int k = 0; k < SBL_TOP_KINDS; k++)
+            append_cell(&e, kinds[k], &v[i].kind[k]);
+        bson_append_document_end(&totals, &e);
+    }
+    bson_append_document_end(ctx->reply, &totals);
+    free(v);
+    return 0;
+}
+
+/* ---- currentOp --------------------------------------------------------------- */
+
+typedef struct op_list {
+    bson_t **docs;
+    size_t n, cap;
+    int64_t now_us, now_ms;
+} op_list_t;
+
+static void iso_time(int64_t ms, char *buf, size_t len)
+{
+    time_t s = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    size_t k = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf + k, len - k, ".%03dZ", (int)(ms % 1000));
+}
+
+/* Runs under a registry shard's lock: copy what currentOp shows, nothing more. */
+static void collect_op(const sbl_op_t *op, void *arg)
+{
+    op_list_t *l = arg;
+    char buf[64];
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        bson_t **docs = realloc(l->docs, cap * sizeof(*docs));
+        if (docs == NULL)
+            return;
+        l->docs = docs;
+        l->cap = cap;
+    }
+    bson_t *d = bson_new();
+    int64_t us = l->now_us - op->start_us;
+    BSON_APPEND_UTF8(d, "type", "op");
+    BSON_APPEND_UTF8(d, "host", sbl_server_host());
+    if (op->conn_id != 0) {
+        snprintf(buf, sizeof(buf), "conn%llu", (unsigned long long)op->conn_id);
+        BSON_APPEND_UTF8(d, "desc", buf);
+        BSON_APPEND_INT64(d, "connectionId", (int64_t)op->conn_id);
+    }
+    if (op->client != NULL)
+        BSON_APPEND_UTF8(d, "client", op->client);
+    if (op->app_name != NULL)
+        BSON_APPEND_UTF8(d, "appName", op->app_name);
+    BSON_APPEND_BOOL(d, "active", true);
+    iso_time(l->now_ms, buf, sizeof(buf));
+    BSON_APPEND_UTF8(d, "currentOpTime", buf);
+    BSON_APPEND_INT64(d, "opid", op->opid);
+    BSON_APPEND_INT64(d, "secs_running", us / 1000000);
+    BSON_APPEND_INT64(d, "microsecs_running", us);
+    BSON_APPEND_UTF8(d, "op", op->op_type);
+    BSON_APPEND_UTF8(d, "ns", op->ns);
+    sbl_metrics_append_cmd(d, "command", op->cmd);
+    BSON_APPEND_INT32(d, "numYields", 0);
+    BSON_APPEND_BOOL(d, "killPending", sbl_op_is_killed(op));
+    BSON_APPEND_BOOL(d, "waitingForLock", false);
+    bson_t locks;
+    BSON_APPEND_DOCUMENT_BEGIN(d, "locks", &locks);
+    bson_append_document_end(d, &locks);
+    l->docs[l->n++] = d;
+}
+
+/* Fields of a currentOp command that are not part of its filter. */
+static bool is_option(const char *k)
+{
+    return k[0] == '$' || strcmp(k, "currentOp") == 0 || strcmp(k, "comment") == 0 ||
+           strcmp(k, "lsid") == 0 || strcmp(k, "apiVersion") == 0 ||
+           strcmp(k, "apiStrict") == 0 || strcmp(k, "apiDeprecationErrors") == 0 ||
+           strcmp(k, "maxTimeMS") == 0 || strcmp(k, "txnNumber") == 0;
+}
+
+int sbl_cmd_current_op(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_t filter = BSON_INITIALIZER, arr;
+    bson_iter_t it;
+    sbl_matcher_t *m = NULL;
+    op_list_t l = {0};
+    int rc = 0;
+
+    bson_iter_init(&it, ctx->cmd);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "$all") == 0 || strcmp(k, "$ownOps") == 0) {
+            if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it)) {
+                rc = sbl_err_set(err, SBL_E_TypeMismatch, "BSON field '%s' is the wrong type '%s', "
+                                 "expected type 'bool'", k, "other");
+                goto out;
+            }
+            continue; /* only running operations are registered: $all shows the same */
+        }
+        if (!is_option(k))
+            bson_append_value(&filter, k, -1, bson_iter_value(&it));
+    }
+    if (!bson_empty(&filter) && (m = sbl_matcher_new(&filter, err)) == NULL) {
+        rc = err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "invalid currentOp filter");
+        goto out;
+    }
+
+    struct timespec mono;
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    l.now_us = (int64_t)mono.tv_sec * 1000000 + mono.tv_nsec / 1000;
+    l.now_ms = sbl_now_ms();
+    sbl_ops_foreach(collect_op, &l);
+
+    BSON_APPEND_ARRAY_BEGIN(ctx->reply, "inprog", &arr);
+    uint32_t n = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        int32_t pos = -1;
+        if (m == NULL || sbl_matcher_match(m, l.docs[i], &pos)) {
+            char key[16];
+            const char *k;
+            bson_uint32_to_string(n++, &k, key, sizeof(key));
+            bson_append_document(&arr, k, -1, l.docs[i]);
+        }
+    }
+    bson_append_array_end(ctx->reply, &arr);
+out:
+    for (size_t i = 0; i < l.n; i++)
+        bson_destroy(l.docs[i]);
+    free(l.docs);
+    if (m != NULL)
+        sbl_matcher_free(m);
+    bson_destroy(&filter);
+    return rc;
+}
+
+/* ---- killOp ------------------------------------------------------------------ */
+
+int sbl_cmd_kill_op(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    int64_t opid;
+    if (!bson_iter_init_find(&it, ctx->cmd, "op"))
+        return sbl_err_set(err, SBL_E_NoSuchKey, "Missing expected field \"op\"");
+    if (!BSON_ITER_HOLDS_NUMBER(&it))
+        return sbl_err_set(err, SBL_E_TypeMismatch, "Expected field \"op\" to have numeric type");
+    SBL_RET(sbl_get_int64(&it, &opid, err));
+    sbl_op_kill(opid); /* as in MongoDB, an unknown opid is not an error */
+    BSON_APPEND_UTF8(ctx->reply, "info", "attempting to kill op");
+    return 0;
+}
+
+/* ---- profile ------------------------------------------------------------------- */
+
+int sbl_cmd_profile(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    int64_t level, slowms = -1;
+    double rate = -1;
+    bool has_slowms = false, has_rate = false;
+
+    bson_iter_init_find(&it, ctx->cmd, "profile");
+    if (!BSON_ITER_HOLDS_NUMBER(&it))
+        return sbl_err_set(err, SBL_E_TypeMismatch, "profile level must be a number");
+    SBL_RET(sbl_get_int64(&it, &level, err));
+    if (level < -1 || level > 2)
+        return sbl_err_set(err, SBL_E_BadValue, "Invalid profiling level: %lld", (long long)level);
+    if (bson_iter_init_find(&it, ctx->cmd, "slowms")) {
+        if (!BSON_ITER_HOLDS_NUMBER(&it))
+            return sbl_err_set(err, SBL_E_TypeMismatch, "'slowms' must be a number");
+        SBL_RET(sbl_get_int64(&it, &slowms, err));
+        if (slowms < INT32_MIN || slowms > INT32_MAX)
+            return sbl_err_set(err, SBL_E_BadValue, "'slowms' is out of range");
+        has_slowms = true;
+    }
+    if (bson_iter_init_find(&it, ctx->cmd, "sampleRate")) {
+        if (!BSON_ITER_HOLDS_NUMBER(&it))
+            return sbl_err_set(err, SBL_E_TypeMismatch, "'sampleRate' must be a number");
+        rate = bson_iter_as_double(&it);
+        if (!(rate >= 0.0 && rate <= 1.0))
+            return sbl_err_set(err, SBL_E_BadValue,
+                               "'sampleRate' must be between 0.0 and 1.0 inclusive");
+        has_rate = true;
+    }
+
+    /* The reply shows the settings as they were before this command. */
+    int was = sbl_profile_level(ctx->db);
+    BSON_APPEND_INT32(ctx->reply, "was", was);
+    BSON_APPEND_INT32(ctx->reply, "slowms", sbl_profile_slowms());
+    BSON_APPEND_DOUBLE(ctx->reply, "sampleRate", sbl_profile_sample_rate());
+    if (level >= 0)
+        sbl_profile_set_level(ctx->db, (int)level);
+    if (has_slowms)
+        sbl_profile_set_slowms((int)slowms);
+    if (has_rate)
+        sbl_profile_set_sample_rate(rate);
+    return 0;
+}

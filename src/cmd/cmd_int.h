@@ -28,6 +28,14 @@ typedef struct sbl_client {
     int ncompressors;
     bson_t *metadata; /* client metadata from the first hello, or NULL */
     bool hello_seen;
+    /* authentication (auth_cmds.c) */
+    char *auth_user;         /* the authenticated user, or NULL */
+    char *auth_db;           /* its database */
+    struct sbl_authz *authz; /* its resolved privileges */
+    uint64_t authz_gen;      /* the users/roles generation authz was resolved at */
+    struct sbl_scram *scram; /* a SCRAM conversation in progress, or NULL */
+    bool scram_skip_empty;   /* that conversation asked for skipEmptyExchange */
+    int auth_failures;       /* failed attempts on this connection (each reply is delayed) */
 } sbl_client_t;
 
 /* Parsed writeConcern. */
@@ -69,6 +77,12 @@ typedef struct sbl_cmd_def {
     sbl_cmd_fn fn;
     unsigned flags;
     const char *help;
+    /* The MongoDB action the command needs when authorization is on ("find",
+     * "insert", "serverStatus" ...; see src/auth/auth_priv.c), checked on the
+     * command's collection, database or the cluster; "" means being
+     * authenticated is enough; NULL (a row that names none) means root only.
+     * Ignored for SBL_CMD_NO_AUTH rows. */
+    const char *action;
 } sbl_cmd_def_t;
 
 /* The command table (table.c), sorted by name for binary search; lookup is
@@ -191,5 +205,49 @@ int sbl_cmd_kill_op(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_profile(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 /* validate.c */
 int sbl_cmd_validate(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+
+/* auth_cmds.c: authentication commands and the dispatcher's authorization check */
+int sbl_cmd_sasl_start(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_sasl_continue(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_authenticate(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_logout(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+/* The dispatcher's check, after lookup and before the handler: 0 when the
+ * connection may run def (always when authorization is off or ctx->conn is
+ * NULL); Unauthorized (13) otherwise. */
+int sbl_cmd_auth_check(sbl_cmd_ctx_t *ctx, const sbl_cmd_def_t *def, sbl_err_t *err);
+/* Whether the connection has passed authorization checks as someone, and the
+ * check for one more action inside a handler (e.g. updateUser's roles). */
+int sbl_cmd_auth_require(sbl_cmd_ctx_t *ctx, const char *action, const char *db,
+                         const char *coll, sbl_err_t *err);
+/* Milliseconds to hold back the reply to a failed authentication (grows with
+ * the connection's failures). */
+int sbl_cmd_auth_fail_delay_ms(const sbl_client_t *c);
+/* Free the client's authentication state (connection close). */
+void sbl_cmd_auth_client_free(sbl_client_t *c);
+/* hello: append saslSupportedMechs for "db.user" (nothing when the user does
+ * not exist) and run speculativeAuthenticate (the reply field is omitted when
+ * it fails). */
+void sbl_cmd_auth_hello_mechs(sbl_cmd_ctx_t *ctx, const char *db_user);
+void sbl_cmd_auth_hello_speculative(sbl_cmd_ctx_t *ctx, const bson_iter_t *it);
+/* connectionStatus's authInfo */
+void sbl_cmd_auth_append_status(sbl_cmd_ctx_t *ctx, bool show_privileges, bson_t *info);
+
+/* user_cmds.c: users and roles */
+int sbl_cmd_create_user(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_update_user(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_drop_user(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_drop_all_users(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_users_info(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_grant_roles_to_user(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_revoke_roles_from_user(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_create_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_update_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_drop_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_drop_all_roles(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_roles_info(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_grant_privileges_to_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_revoke_privileges_from_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_grant_roles_to_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_revoke_roles_from_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 
 #endif

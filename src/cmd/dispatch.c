@@ -365,8 +365,42 @@ static void durable_cb(void *arg)
     send_reply(arg);
 }
 
+/* A failed authentication's reply waits on a loop timer (slows password guessing
+ * without blocking the loop); the connection dispatches nothing meanwhile. */
+typedef struct delayed_reply {
+    uv_timer_t timer;
+    pending_t *p;
+} delayed_reply_t;
+
+static void delayed_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void delayed_fire(uv_timer_t *t)
+{
+    delayed_reply_t *d = t->data;
+    send_reply(d->p);
+    uv_close((uv_handle_t *)&d->timer, delayed_closed);
+}
+
+static bool delay_auth_failure(pending_t *p)
+{
+    delayed_reply_t *d;
+    if (p->rc != SBL_E_AuthenticationFailed || p->ctx.conn == NULL ||
+        (d = calloc(1, sizeof(*d))) == NULL)
+        return false;
+    d->p = p;
+    d->timer.data = d;
+    uv_timer_init(sbl_conn_loop(p->ctx.conn), &d->timer);
+    uv_timer_start(&d->timer, delayed_fire, (uint64_t)sbl_cmd_auth_fail_delay_ms(p->ctx.client), 0);
+    return true;
+}
+
 static void finish(pending_t *p)
 {
+    if (delay_auth_failure(p))
+        return;
     if (p->rc == 0 && p->ctx.wrote && p->ctx.wc.j) {
         sbl_storage_on_durable(durable_cb, p);
         return;
@@ -401,7 +435,7 @@ static int prepare(pending_t *p, sbl_err_t *err)
     if ((p->def->flags & SBL_CMD_ADMIN_ONLY) && strcmp(p->ctx.db, "admin") != 0)
         return sbl_err_set(err, SBL_E_Unauthorized,
                            "%s may only be run against the admin database.", p->def->name);
-    return 0;
+    return sbl_cmd_auth_check(&p->ctx, p->def, err);
 }
 
 /* pending_t embeds a bson_t, which asks for 128-byte alignment. */
@@ -480,6 +514,7 @@ static void client_free(void *arg)
     sbl_client_t *c = arg;
     if (c->metadata != NULL)
         bson_destroy(c->metadata);
+    sbl_cmd_auth_client_free(c);
     free(c);
 }
 

@@ -108,15 +108,10 @@ int sbl_cmd_hello(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_BOOL(r, "readOnly", false);
     if (first && bson_iter_init_find(&it, ctx->cmd, "compression"))
         append_compression(ctx, &it);
-    if (bson_iter_init_find(&it, ctx->cmd, "saslSupportedMechs") && BSON_ITER_HOLDS_UTF8(&it)) {
-        /* Without authentication enabled there are no users to describe: report the
-         * mechanisms the server would offer. */
-        bson_t mechs;
-        BSON_APPEND_ARRAY_BEGIN(r, "saslSupportedMechs", &mechs);
-        BSON_APPEND_UTF8(&mechs, "0", "SCRAM-SHA-1");
-        BSON_APPEND_UTF8(&mechs, "1", "SCRAM-SHA-256");
-        bson_append_array_end(r, &mechs);
-    }
+    if (bson_iter_init_find(&it, ctx->cmd, "saslSupportedMechs") && BSON_ITER_HOLDS_UTF8(&it))
+        sbl_cmd_auth_hello_mechs(ctx, bson_iter_utf8(&it, NULL));
+    if (bson_iter_init_find(&it, ctx->cmd, "speculativeAuthenticate"))
+        sbl_cmd_auth_hello_speculative(ctx, &it);
     if (first && bson_iter_init_find(&it, ctx->cmd, "client"))
         log_client_metadata(ctx, &it);
     ctx->client->hello_seen = true;
@@ -348,17 +343,12 @@ int sbl_cmd_list_commands(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 
 int sbl_cmd_connection_status(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
-    bson_t info, a;
+    bson_t info;
     bson_iter_t it;
     BSON_APPEND_DOCUMENT_BEGIN(ctx->reply, "authInfo", &info);
-    BSON_APPEND_ARRAY_BEGIN(&info, "authenticatedUsers", &a);
-    bson_append_array_end(&info, &a);
-    BSON_APPEND_ARRAY_BEGIN(&info, "authenticatedUserRoles", &a);
-    bson_append_array_end(&info, &a);
-    if (bson_iter_init_find(&it, ctx->cmd, "showPrivileges") && bson_iter_as_bool(&it)) {
-        BSON_APPEND_ARRAY_BEGIN(&info, "authenticatedUserPrivileges", &a);
-        bson_append_array_end(&info, &a);
-    }
+    sbl_cmd_auth_append_status(ctx, bson_iter_init_find(&it, ctx->cmd, "showPrivileges") &&
+                                        bson_iter_as_bool(&it),
+                               &info);
     bson_append_document_end(ctx->reply, &info);
     return 0;
 }

@@ -64,6 +64,7 @@
     X(CommandNotSupported, 115)                                                                    \
     X(DocumentValidationFailure, 121)                                                              \
     X(NotImplemented, 238)                                                                         \
+    X(MechanismUnavailable, 334)                                                                   \
     X(InvalidUUID, 207)                                                                            \
     X(NoSuchTransaction, 251)                                                                      \
     X(Interrupted, 11601)                                                                          \

@@ -54,6 +54,18 @@ static const opt_def_t opt_table[] = {
     {"setParameter", "setParameter", OPT_PARAM, "set a configurable parameter: name=value"},
     {"serviceExecutorThreads", "net.serviceExecutorThreads", OPT_INT,
      "network event loop threads (sabled); default: one per core"},
+    {"auth", "security.authorization", OPT_FLAG,
+     "run with security (security.authorization: enabled|disabled)"},
+    {"tlsMode", "net.tls.mode", OPT_STRING,
+     "set the TLS operation mode (disabled|allowTLS|preferTLS|requireTLS)"},
+    {"tlsCertificateKeyFile", "net.tls.certificateKeyFile", OPT_STRING,
+     "PEM file with the server's certificate and private key"},
+    {"tlsCertificateKeyFilePassword", "net.tls.certificateKeyFilePassword", OPT_STRING,
+     "password of the private key in tlsCertificateKeyFile"},
+    {"tlsCAFile", "net.tls.CAFile", OPT_STRING,
+     "certificate authority file used to verify client certificates"},
+    {"tlsAllowConnectionsWithoutCertificates", "net.tls.allowConnectionsWithoutCertificates",
+     OPT_FLAG, "allow clients that present no certificate (when tlsCAFile is set)"},
     {"metricsPort", "net.metricsPort", OPT_INT,
      "serve Prometheus metrics over HTTP on this port (sabled); off by default"},
     {"metricsBindIp", "net.metricsBindIp", OPT_STRING,
@@ -299,6 +311,18 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
         BSON_APPEND_UTF8(flat, k, st->value);
         return 0;
     }
+    if (strcmp(k, "security.authorization") == 0) {
+        /* --auth is a flag; the YAML key takes enabled / disabled. */
+        if (strcmp(st->value, "enabled") == 0 || strcmp(st->value, "true") == 0)
+            o->auth = true;
+        else if (strcmp(st->value, "disabled") == 0 || strcmp(st->value, "false") == 0)
+            o->auth = false;
+        else
+            return sbl_err_set(err, SBL_E_BadValue, "security.authorization must be \"enabled\" "
+                               "or \"disabled\", got %s", st->value);
+        BSON_APPEND_UTF8(flat, k, o->auth ? "enabled" : "disabled");
+        return 0;
+    }
     switch (st->def->kind) {
     case OPT_INT:
         if (strcmp(k, "net.port") == 0) {
@@ -360,6 +384,8 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
             o->quiet = bv;
         else if (strcmp(k, "systemLog.logAppend") == 0)
             o->log_append = bv;
+        else if (strcmp(k, "net.tls.allowConnectionsWithoutCertificates") == 0)
+            o->tls_allow_no_cert = bv;
         else if (strcmp(k, "storage.journal.enabled") == 0 && !bv)
             return sbl_err_set(err, SBL_E_BadValue,
                                "storage.journal.enabled: false is not supported; the journal is "
@@ -377,6 +403,24 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
             set_str(&o->logpath, st->value);
         } else if (strcmp(k, "processManagement.pidFilePath") == 0) {
             set_str(&o->pidfile, st->value);
+        } else if (strcmp(k, "net.tls.mode") == 0) {
+            static const char *const modes[] = {"disabled", "allowTLS", "preferTLS", "requireTLS"};
+            int m = -1;
+            for (int i = 0; i < 4; i++)
+                if (strcmp(st->value, modes[i]) == 0)
+                    m = i;
+            if (m < 0)
+                return sbl_err_set(err, SBL_E_BadValue, "Invalid value for tlsMode: %s; expected "
+                                   "disabled, allowTLS, preferTLS or requireTLS", st->value);
+            o->tls_mode = m; /* the enum follows the same order */
+        } else if (strcmp(k, "net.tls.certificateKeyFile") == 0) {
+            set_str(&o->tls_cert_key_file, st->value);
+        } else if (strcmp(k, "net.tls.certificateKeyFilePassword") == 0) {
+            set_str(&o->tls_cert_key_password, st->value);
+            BSON_APPEND_UTF8(flat, k, "<password>"); /* redacted, as mongod does */
+            return 0;
+        } else if (strcmp(k, "net.tls.CAFile") == 0) {
+            set_str(&o->tls_ca_file, st->value);
         } else if (strcmp(k, "net.metricsBindIp") == 0) {
             set_str(&o->metrics_bind_ip, st->value);
         } else if (strcmp(k, "operationProfiling.mode") == 0) {
@@ -543,6 +587,11 @@ int sbl_options_parse(int argc, char **argv, sbl_options_t *o, sbl_err_t *err)
         settings_add(&all, cli.v[i].def, cli.v[i].key, cli.v[i].value);
     for (size_t i = 0; i < all.n; i++)
         SBL_ERR(apply_setting(o, &all.v[i], &flat, err));
+    if (o->tls_mode != SBL_TLS_DISABLED && o->tls_cert_key_file == NULL) {
+        rc = sbl_err_set(err, SBL_E_BadValue,
+                         "need tlsCertificateKeyFile or certificateSelector when TLS is enabled");
+        goto err;
+    }
     nest(&flat, "", &o->parsed);
 
 done:
@@ -561,6 +610,9 @@ void sbl_options_destroy(sbl_options_t *o)
     bson_free(o->dbpath);
     bson_free(o->logpath);
     bson_free(o->pidfile);
+    bson_free(o->tls_cert_key_file);
+    bson_free(o->tls_cert_key_password);
+    bson_free(o->tls_ca_file);
     bson_free(o->metrics_bind_ip);
     bson_destroy(&o->parsed);
     bson_destroy(&o->parameters);

@@ -21,6 +21,9 @@
 
 typedef enum { SBL_ACTION_RUN, SBL_ACTION_HELP, SBL_ACTION_VERSION } sbl_action_t;
 
+/* net.tls.mode */
+enum { SBL_TLS_DISABLED, SBL_TLS_ALLOW, SBL_TLS_PREFER, SBL_TLS_REQUIRE };
+
 typedef struct sbl_options {
     sbl_action_t action;
     int port;
@@ -38,6 +41,12 @@ typedef struct sbl_options {
     int nloops;
     int verbosity;
     bool quiet;
+    bool auth;               /* --auth / security.authorization: enabled */
+    int tls_mode;            /* SBL_TLS_DISABLED ... SBL_TLS_REQUIRE (net.tls.mode) */
+    char *tls_cert_key_file; /* net.tls.certificateKeyFile (PEM: certificate + key) */
+    char *tls_cert_key_password;
+    char *tls_ca_file;       /* net.tls.CAFile: verifies client certificates */
+    bool tls_allow_no_cert;  /* net.tls.allowConnectionsWithoutCertificates */
     int metrics_port;        /* --metricsPort: Prometheus endpoint; 0 = off */
     char *metrics_bind_ip;   /* --metricsBindIp; default 127.0.0.1 */
     int slowms;              /* operationProfiling.slowOpThresholdMs; default 100 */

@@ -1,0 +1,181 @@
+/*
+ * auth.h: authentication and authorization, as MongoDB does them.
+ *
+ *  - SCRAM-SHA-1 and SCRAM-SHA-256 server conversations (RFC 5802 / 7677)
+ *    on OpenSSL's PBKDF2, HMAC and SHA; SASLprep (RFC 4013, the subset
+ *    documented in auth_scram.c) for SCRAM-SHA-256 passwords.
+ *  - Credentials stored as MongoDB stores them: {iterationCount, salt,
+ *    storedKey, serverKey} (base64); SCRAM-SHA-1's are derived from the hex
+ *    MD5 of "user:mongo:password".  The password itself is never stored.
+ *  - Users live in admin.system.users (_id "db.user") and user-defined roles
+ *    in admin.system.roles (_id "db.role"); both are written through the
+ *    storage write path.  Built-in roles are compiled in.
+ *  - A user's privileges are resolved once (roles, inherited roles) into an
+ *    sbl_authz_t; every change to users or roles bumps a generation number
+ *    so holders know when to resolve again.
+ */
+#ifndef SBL_AUTH_H
+#define SBL_AUTH_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/errors.h"
+#include "storage/storage.h"
+
+#define SBL_AUTH_USERS_NS "admin.system.users"
+#define SBL_AUTH_ROLES_NS "admin.system.roles"
+
+/* ---- configuration ---------------------------------------------------- */
+
+/* Whether --auth / security.authorization: enabled is on (read from the server options). */
+bool sbl_auth_enabled(void);
+
+/* Generation of the users/roles data: bumped by every write to either. */
+uint64_t sbl_auth_generation(void);
+void sbl_auth_bump_generation(void);
+
+/* ---- SASLprep and credentials ------------------------------------------ */
+
+/*
+ * SASLprep (RFC 4013 subset, see auth_scram.c) of the UTF-8 string in.
+ * On success *outp is a bson_malloc'd NUL-terminated string the caller
+ * bson_free()s.  Prohibited or malformed input: BadValue.
+ */
+int sbl_saslprep(const char *in, char **outp, sbl_err_t *err);
+
+/*
+ * Build the credentials sub-document for user/password into out (initialised
+ * by the caller): "SCRAM-SHA-1" when sha1, "SCRAM-SHA-256" when sha256, each
+ * with a fresh random salt.  Returns 0 or an error (BadValue from SASLprep).
+ */
+int sbl_auth_make_credentials(const char *user, const char *password, bool sha1, bool sha256,
+                              bson_t *out, sbl_err_t *err);
+
+/* ---- SCRAM conversations ---------------------------------------------- */
+
+typedef struct sbl_scram sbl_scram_t;
+
+/*
+ * Start a conversation for mechanism ("SCRAM-SHA-1" / "SCRAM-SHA-256") on
+ * database db with the client-first message.  Looks the user up in
+ * admin.system.users with ss; an unknown user (or one without credentials for
+ * the mechanism) gets a fake conversation that fails only at the proof, so
+ * replies never tell whether the user exists.  On success *convp (caller
+ * frees with sbl_scram_free) and outp / outlenp (the server-first message,
+ * bson_malloc'd) are set.  Errors: MechanismUnavailable (334) for
+ * an unknown mechanism, BadValue for a malformed message.
+ */
+int sbl_scram_start(sbl_session_t *ss, const char *db, const char *mechanism,
+                    const uint8_t *payload, size_t len, sbl_scram_t **convp, uint8_t **outp,
+                    size_t *outlenp, sbl_err_t *err);
+
+/*
+ * The next client message.  Step 1 takes client-final and answers the server
+ * signature ("v=..."); step 2 takes the empty message and answers nothing.
+ * *donep is set when the conversation succeeded and is over (after step 1 when
+ * skip_empty_exchange).  A wrong proof, wrong nonce or channel binding, or an
+ * unknown user: AuthenticationFailed (18) "Authentication failed."; a
+ * malformed message BadValue (2); a step past the end ProtocolError (17).
+ * *outp (bson_malloc'd, may be empty) is set on success.
+ */
+int sbl_scram_step(sbl_scram_t *conv, const uint8_t *payload, size_t len, bool skip_empty_exchange,
+                   uint8_t **outp, size_t *outlenp, bool *donep, sbl_err_t *err);
+
+/* The conversation's user name, database and mechanism (valid until sbl_scram_free). */
+const char *sbl_scram_user(const sbl_scram_t *conv);
+const char *sbl_scram_db(const sbl_scram_t *conv);
+const char *sbl_scram_mechanism(const sbl_scram_t *conv);
+void sbl_scram_free(sbl_scram_t *conv);
+
+/* ---- users and roles in storage ---------------------------------------- */
+
+/* Look up user@db; *foundp tells; when found, doc (initialised here) is the
+ * stored document, which the caller bson_destroy()s. */
+int sbl_auth_user_get(sbl_session_t *ss, const char *db, const char *user, bson_t *doc,
+                      bool *foundp, sbl_err_t *err);
+/* Same for a user-defined role. */
+int sbl_auth_role_get(sbl_session_t *ss, const char *db, const char *role, bson_t *doc,
+                      bool *foundp, sbl_err_t *err);
+
+/*
+ * Insert (kind SBL_WRITE_INSERT, doc), replace (UPDATE, doc with the same
+ * _id) or delete (DELETE, doc = the stored document) one document of
+ * admin.system.users (roles == false) or admin.system.roles (roles == true),
+ * in its own transaction; bumps the generation.  Insert of an existing _id:
+ * DuplicateKey (11000).
+ */
+int sbl_auth_store_write(sbl_session_t *ss, bool roles, sbl_write_kind_t kind, const bson_t *doc,
+                         sbl_err_t *err);
+
+/* Visit the stored users (roles == false) or roles of db (all when db is NULL);
+ * fn returns false to stop.  The document is valid only during the call. */
+typedef bool (*sbl_auth_visit_fn)(const bson_t *doc, void *arg);
+int sbl_auth_store_list(sbl_session_t *ss, bool roles, const char *db, sbl_auth_visit_fn fn,
+                        void *arg, sbl_err_t *err);
+
+/* Whether admin.system.users holds at least one user (the localhost exception
+ * applies while it holds none).  Cached; refreshed when the generation moves. */
+bool sbl_auth_has_users(sbl_session_t *ss);
+
+/* ---- privileges -------------------------------------------------------- */
+
+/* The id of a MongoDB action name ("find", "insert" ...), or -1 if unknown. */
+int sbl_auth_action_id(const char *name);
+/* Whether the action applies to the cluster resource (serverStatus, shutdown ...). */
+bool sbl_auth_action_is_cluster(int action);
+const char *sbl_auth_action_name(int action);
+
+/* Whether role@db names a built-in role (admin-only roles only exist on admin). */
+bool sbl_auth_builtin_role(const char *role, const char *db);
+
+typedef struct sbl_authz sbl_authz_t;
+
+/*
+ * Resolve user@db's privileges: the direct roles of the stored user and
+ * everything they inherit (built-in and user-defined).  A user that no longer
+ * exists resolves to no privileges.  *authzp is freed with sbl_authz_free.
+ */
+int sbl_authz_resolve(sbl_session_t *ss, const char *db, const char *user, sbl_authz_t **authzp,
+                      sbl_err_t *err);
+void sbl_authz_free(sbl_authz_t *a);
+
+/*
+ * Whether a allows action on a resource: for cluster actions db/coll are
+ * ignored; coll NULL means the database db itself; otherwise the collection
+ * db.coll (system collections match only privileges naming them exactly).
+ */
+bool sbl_authz_allows(const sbl_authz_t *a, int action, const char *db, const char *coll);
+
+/* Append every role a holds (direct and inherited) as {role, db} documents to
+ * the array arr; and, when privs is not NULL, its privileges as MongoDB shows
+ * them ({resource, actions}). */
+void sbl_authz_append_roles(const sbl_authz_t *a, bson_t *arr);
+void sbl_authz_append_privileges(const sbl_authz_t *a, bson_t *arr);
+
+/*
+ * Resolve a list of role names ([{role, db}] or ["name"] meaning default_db)
+ * for rolesInfo / inheritance checks: appends every role reachable from the
+ * list (including the list itself) to out as {role, db}; RoleNotFound (31)
+ * for a missing one.  Detects cycles when cycle_role / cycle_db are given:
+ * GraphContainsCycle (5) when that role is reachable.
+ */
+int sbl_auth_roles_closure(sbl_session_t *ss, const bson_t *roles_array, const char *default_db,
+                           const char *cycle_role, const char *cycle_db, bson_t *out,
+                           sbl_err_t *err);
+
+/*
+ * Parse and check a privileges array as createRole / grantPrivilegesToRole
+ * take it ([{resource: {db, collection} | {cluster: true} | {anyResource: true},
+ * actions: [names]}]): BadValue / FailedToParse for malformed input or an
+ * unknown action.
+ */
+int sbl_auth_check_privileges(const bson_t *privs, sbl_err_t *err);
+
+/* The privileges a built-in role grants, appended to arr as MongoDB shows them
+ * (for rolesInfo showPrivileges).  Unknown role: nothing appended. */
+void sbl_auth_builtin_privileges(const char *role, const char *db, bson_t *arr);
+
+#endif

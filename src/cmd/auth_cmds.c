@@ -1,0 +1,461 @@
+/*
+ * auth_cmds.c: a connection's authentication (saslStart, saslContinue,
+ * hello's speculativeAuthenticate and saslSupportedMechs, logout,
+ * authenticate) and the dispatcher's authorization check.
+ *
+ * What must stay true:
+ *  - With authorization off (no --auth) the check returns at once: nothing
+ *    else changes.
+ *  - An unauthenticated connection runs only SBL_CMD_NO_AUTH commands, and,
+ *    on loopback while admin.system.users is empty, createUser / createRole
+ *    (the localhost exception), which closes once a user exists.
+ *  - A connection's resolved privileges are re-resolved whenever the
+ *    users/roles generation moved, so a revoked privilege is gone by the next
+ *    command.
+ *  - Every authentication failure is the same 18 "Authentication failed.",
+ *    logged with the remote address; the dispatcher delays its reply.
+ */
+#include "auth/auth.h"
+#include "cmd/cmd_int.h"
+#include "common/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CONVERSATION_ID 1
+#define FAIL_DELAY_MS 250
+#define FAIL_DELAY_MAX_MS 3000
+
+/* ---- per-connection state -------------------------------------------------------- */
+
+static void end_conversation(sbl_client_t *c)
+{
+    sbl_scram_free(c->scram);
+    c->scram = NULL;
+}
+
+static void clear_user(sbl_client_t *c)
+{
+    bson_free(c->auth_user);
+    bson_free(c->auth_db);
+    sbl_authz_free(c->authz);
+    c->auth_user = c->auth_db = NULL;
+    c->authz = NULL;
+}
+
+void sbl_cmd_auth_client_free(sbl_client_t *c)
+{
+    end_conversation(c);
+    clear_user(c);
+}
+
+int sbl_cmd_auth_fail_delay_ms(const sbl_client_t *c)
+{
+    int64_t ms = (int64_t)FAIL_DELAY_MS * (c->auth_failures > 0 ? c->auth_failures : 1);
+    return ms > FAIL_DELAY_MAX_MS ? FAIL_DELAY_MAX_MS : (int)ms;
+}
+
+static void log_auth(sbl_cmd_ctx_t *ctx, bool ok, const char *mech, const char *user,
+                     const char *db, const sbl_err_t *err)
+{
+    bson_t attr = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&attr, "mechanism", mech);
+    BSON_APPEND_UTF8(&attr, "principalName", user);
+    BSON_APPEND_UTF8(&attr, "authenticationDatabase", db);
+    BSON_APPEND_UTF8(&attr, "remote", ctx->conn != NULL ? sbl_conn_remote(ctx->conn) : "internal");
+    if (!ok) {
+        bson_t e;
+        BSON_APPEND_DOCUMENT_BEGIN(&attr, "error", &e);
+        BSON_APPEND_UTF8(&e, "code", sbl_err_name(err->code));
+        BSON_APPEND_UTF8(&e, "reason", err->msg);
+        bson_append_document_end(&attr, &e);
+    }
+    if (ok)
+        sbl_log(SBL_LOG_INFO, "ACCESS", 5286306, "Successfully authenticated", &attr);
+    else
+        sbl_log(SBL_LOG_INFO, "ACCESS", 20249, "Authentication failed", &attr);
+    bson_destroy(&attr);
+}
+
+/* The conversation succeeded: the connection is now user@db. */
+static void become(sbl_cmd_ctx_t *ctx, const char *user, const char *db)
+{
+    sbl_client_t *c = ctx->client;
+    sbl_authz_t *a = NULL;
+    sbl_err_t e;
+    clear_user(c);
+    c->auth_user = bson_strdup(user);
+    c->auth_db = bson_strdup(db);
+    c->authz_gen = sbl_auth_generation();
+    if (sbl_authz_resolve(ctx->ss, db, user, &a, &e) == 0)
+        c->authz = a;
+    c->auth_failures = 0;
+}
+
+/* ---- saslStart / saslContinue ---------------------------------------------------- */
+
+static int payload_of(const bson_t *cmd, const uint8_t **datap, uint32_t *lenp, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bson_subtype_t st;
+    if (!bson_iter_init_find(&it, cmd, "payload"))
+        return sbl_err_set(err, SBL_E_BadValue, "Missing required field 'payload'");
+    if (BSON_ITER_HOLDS_BINARY(&it)) {
+        bson_iter_binary(&it, &st, lenp, datap);
+        return 0;
+    }
+    if (BSON_ITER_HOLDS_UTF8(&it)) {
+        *datap = (const uint8_t *)bson_iter_utf8(&it, lenp);
+        return 0;
+    }
+    return sbl_err_set(err, SBL_E_TypeMismatch,
+                       "BSON field 'payload' is the wrong type, expected type 'binData'");
+}
+
+static void append_payload(bson_t *r, const uint8_t *out, size_t len)
+{
+    bson_append_binary(r, "payload", -1, BSON_SUBTYPE_BINARY, out, (uint32_t)len);
+}
+
+static bool skip_empty_of(const bson_t *cmd)
+{
+    bson_iter_t it, o;
+    if (bson_iter_init_find(&it, cmd, "options") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &o) && bson_iter_find(&o, "skipEmptyExchange"))
+        return bson_iter_as_bool(&o);
+    return false;
+}
+
+/* saslStart's work, also run for hello's speculativeAuthenticate (db: its "db" field). */
+static int sasl_start(sbl_cmd_ctx_t *ctx, const bson_t *cmd, const char *db, bson_t *r,
+                      sbl_err_t *err)
+{
+    bson_iter_t it;
+    sbl_client_t *c = ctx->client;
+    const uint8_t *payload;
+    uint32_t len;
+    if (!bson_iter_init_find(&it, cmd, "mechanism") || !BSON_ITER_HOLDS_UTF8(&it))
+        return sbl_err_set(err, SBL_E_BadValue, "Missing required field 'mechanism'");
+    const char *mech = bson_iter_utf8(&it, NULL);
+    SBL_RET(payload_of(cmd, &payload, &len, err));
+    if (strcmp(mech, "SCRAM-SHA-1") != 0 && strcmp(mech, "SCRAM-SHA-256") != 0)
+        return sbl_err_set(err, SBL_E_MechanismUnavailable,
+                           "Received authentication for mechanism %s which is not enabled", mech);
+    end_conversation(c);
+    uint8_t *out = NULL;
+    size_t outlen = 0;
+    sbl_scram_t *conv = NULL;
+    int rc = sbl_scram_start(ctx->ss, db, mech, payload, len, &conv, &out, &outlen, err);
+    if (rc != 0) {
+        c->auth_failures++;
+        log_auth(ctx, false, mech, "", db, err);
+        return rc;
+    }
+    c->scram = conv;
+    c->scram_skip_empty = skip_empty_of(cmd);
+    BSON_APPEND_INT32(r, "conversationId", CONVERSATION_ID);
+    BSON_APPEND_BOOL(r, "done", false);
+    append_payload(r, out, outlen);
+    bson_free(out);
+    return 0;
+}
+
+int sbl_cmd_sasl_start(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    return sasl_start(ctx, ctx->cmd, ctx->db, ctx->reply, err);
+}
+
+int sbl_cmd_sasl_continue(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    sbl_client_t *c = ctx->client;
+    const uint8_t *payload;
+    uint32_t len;
+    if (!bson_iter_init_find(&it, ctx->cmd, "conversationId") || !BSON_ITER_HOLDS_NUMBER(&it))
+        return sbl_err_set(err, SBL_E_BadValue, "Missing required field 'conversationId'");
+    SBL_RET(payload_of(ctx->cmd, &payload, &len, err));
+    if (c->scram == NULL)
+        return sbl_err_set(err, SBL_E_ProtocolError,
+                           "No SASL session state found");
+    if (bson_iter_as_int64(&it) != CONVERSATION_ID) {
+        end_conversation(c);
+        return sbl_err_set(err, SBL_E_ProtocolError, "Mismatched conversation id");
+    }
+    if (strcmp(sbl_scram_db(c->scram), ctx->db) != 0) {
+        end_conversation(c);
+        return sbl_err_set(err, SBL_E_ProtocolError,
+                           "Attempt to switch database target during SASL authentication.");
+    }
+    uint8_t *out = NULL;
+    size_t outlen = 0;
+    bool done = false;
+    bool skip = c->scram_skip_empty || skip_empty_of(ctx->cmd);
+    int rc = sbl_scram_step(c->scram, payload, len, skip, &out, &outlen, &done, err);
+    if (rc != 0) {
+        if (rc == SBL_E_AuthenticationFailed)
+            c->auth_failures++;
+        log_auth(ctx, false, sbl_scram_mechanism(c->scram), sbl_scram_user(c->scram),
+                 sbl_scram_db(c->scram), err);
+        end_conversation(c);
+        return rc;
+    }
+    BSON_APPEND_INT32(ctx->reply, "conversationId", CONVERSATION_ID);
+    BSON_APPEND_BOOL(ctx->reply, "done", done);
+    append_payload(ctx->reply, out, outlen);
+    bson_free(out);
+    if (done) {
+        become(ctx, sbl_scram_user(c->scram), sbl_scram_db(c->scram));
+        log_auth(ctx, true, sbl_scram_mechanism(c->scram), c->auth_user, c->auth_db, NULL);
+        end_conversation(c);
+    }
+    return 0;
+}
+
+int sbl_cmd_authenticate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    const char *mech = "";
+    if (bson_iter_init_find(&it, ctx->cmd, "mechanism") && BSON_ITER_HOLDS_UTF8(&it))
+        mech = bson_iter_utf8(&it, NULL);
+    return sbl_err_set(err, SBL_E_MechanismUnavailable,
+                       "Received authentication for mechanism %s which is not enabled", mech);
+}
+
+int sbl_cmd_logout(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    end_conversation(ctx->client);
+    clear_user(ctx->client);
+    return 0;
+}
+
+/* ---- hello ------------------------------------------------------------------------- */
+
+void sbl_cmd_auth_hello_mechs(sbl_cmd_ctx_t *ctx, const char *db_user)
+{
+    const char *dot = strchr(db_user, '.');
+    if (dot == NULL || dot == db_user || dot[1] == '\0')
+        return;
+    char *db = bson_strndup(db_user, (size_t)(dot - db_user));
+    bson_t doc;
+    bool found = false;
+    sbl_err_t e;
+    if (sbl_auth_user_get(ctx->ss, db, dot + 1, &doc, &found, &e) == 0 && found) {
+        bson_iter_t it, c;
+        bson_t mechs;
+        uint32_t n = 0;
+        BSON_APPEND_ARRAY_BEGIN(ctx->reply, "saslSupportedMechs", &mechs);
+        if (bson_iter_init_find(&it, &doc, "credentials") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+            bson_iter_recurse(&it, &c)) {
+            while (bson_iter_next(&c)) {
+                char key[16];
+                const char *k;
+                bson_uint32_to_string(n++, &k, key, sizeof(key));
+                bson_append_utf8(&mechs, k, -1, bson_iter_key(&c), -1);
+            }
+        }
+        bson_append_array_end(ctx->reply, &mechs);
+        bson_destroy(&doc);
+    }
+    bson_free(db);
+}
+
+void sbl_cmd_auth_hello_speculative(sbl_cmd_ctx_t *ctx, const bson_iter_t *it)
+{
+    const uint8_t *data;
+    uint32_t len;
+    bson_t cmd, r = BSON_INITIALIZER;
+    bson_iter_t f;
+    sbl_err_t e;
+    if (!BSON_ITER_HOLDS_DOCUMENT(it))
+        return;
+    bson_iter_document(it, &len, &data);
+    if (!bson_init_static(&cmd, data, len))
+        return;
+    const char *db = "admin";
+    if (bson_iter_init_find(&f, &cmd, "db") && BSON_ITER_HOLDS_UTF8(&f))
+        db = bson_iter_utf8(&f, NULL);
+    if (!bson_iter_init(&f, &cmd) || !bson_iter_next(&f) ||
+        strcmp(bson_iter_key(&f), "saslStart") != 0)
+        return; /* MONGODB-X509's authenticate: not offered */
+    sbl_err_clear(&e);
+    if (sasl_start(ctx, &cmd, db, &r, &e) == 0)
+        BSON_APPEND_DOCUMENT(ctx->reply, "speculativeAuthenticate", &r);
+    bson_destroy(&r);
+}
+
+void sbl_cmd_auth_append_status(sbl_cmd_ctx_t *ctx, bool show_privileges, bson_t *info)
+{
+    sbl_client_t *c = ctx->client;
+    bson_t a, u;
+    BSON_APPEND_ARRAY_BEGIN(info, "authenticatedUsers", &a);
+    if (c->auth_user != NULL) {
+        BSON_APPEND_DOCUMENT_BEGIN(&a, "0", &u);
+        BSON_APPEND_UTF8(&u, "user", c->auth_user);
+        BSON_APPEND_UTF8(&u, "db", c->auth_db);
+        bson_append_document_end(&a, &u);
+    }
+    bson_append_array_end(info, &a);
+    BSON_APPEND_ARRAY_BEGIN(info, "authenticatedUserRoles", &a);
+    if (c->auth_user != NULL)
+        sbl_authz_append_roles(c->authz, &a);
+    bson_append_array_end(info, &a);
+    if (show_privileges) {
+        BSON_APPEND_ARRAY_BEGIN(info, "authenticatedUserPrivileges", &a);
+        if (c->auth_user != NULL)
+            sbl_authz_append_privileges(c->authz, &a);
+        bson_append_array_end(info, &a);
+    }
+}
+
+/* ---- authorization ------------------------------------------------------------------ */
+
+/* Commands the localhost exception lets through while no user exists. */
+static bool localhost_exception(sbl_cmd_ctx_t *ctx, const sbl_cmd_def_t *def)
+{
+    if (strcmp(def->name, "createUser") != 0 && strcmp(def->name, "createRole") != 0)
+        return false;
+    return sbl_conn_is_loopback(ctx->conn) && !sbl_auth_has_users(sbl_session_get());
+}
+
+/* Actions whose resource is the database even when the first field is a string. */
+static bool db_level(const char *action)
+{
+    static const char *const names[] = {
+        "changeCustomData", "changePassword", "createRole", "createUser", "dbStats",
+        "dropDatabase", "dropRole", "dropUser", "grantRole", "listCollections", "revokeRole",
+        "viewRole", "viewUser", NULL};
+    for (const char *const *n = names; *n != NULL; n++)
+        if (strcmp(*n, action) == 0)
+            return true;
+    return false;
+}
+
+static int not_authorized(sbl_cmd_ctx_t *ctx, const char *db, sbl_err_t *err)
+{
+    char *json = bson_as_relaxed_extended_json(ctx->cmd, NULL);
+    int rc = sbl_err_set(err, SBL_E_Unauthorized, "not authorized on %s to execute command %.300s",
+                         db, json != NULL ? json : ctx->name);
+    bson_free(json);
+    return rc;
+}
+
+/* Refresh the connection's privileges when users or roles changed. */
+static void refresh(sbl_cmd_ctx_t *ctx)
+{
+    sbl_client_t *c = ctx->client;
+    uint64_t g = sbl_auth_generation();
+    if (c->authz_gen == g && c->authz != NULL)
+        return;
+    sbl_authz_t *a = NULL;
+    sbl_err_t e;
+    if (sbl_authz_resolve(sbl_session_get(), c->auth_db, c->auth_user, &a, &e) != 0)
+        return; /* keep what we had; the next command tries again */
+    sbl_authz_free(c->authz);
+    c->authz = a;
+    c->authz_gen = g;
+}
+
+static bool allowed(sbl_cmd_ctx_t *ctx, const char *action, const char *db, const char *coll)
+{
+    int id = sbl_auth_action_id(action);
+    if (id < 0)
+        return false;
+    if (sbl_auth_action_is_cluster(id))
+        return sbl_authz_allows(ctx->client->authz, id, NULL, NULL);
+    return sbl_authz_allows(ctx->client->authz, id, db, coll);
+}
+
+int sbl_cmd_auth_require(sbl_cmd_ctx_t *ctx, const char *action, const char *db,
+                         const char *coll, sbl_err_t *err)
+{
+    if (ctx->conn == NULL || !sbl_auth_enabled() || ctx->client->auth_user == NULL)
+        return 0; /* the dispatcher already decided (localhost exception or auth off) */
+    if (!allowed(ctx, action, db, coll))
+        return not_authorized(ctx, db, err);
+    return 0;
+}
+
+/* Does any statement of cmd's array field carry flag: true (update's upsert)? */
+static bool any_statement_flag(const bson_t *cmd, const char *array, const char *flag)
+{
+    bson_iter_t it, st, f;
+    if (!bson_iter_init_find(&it, cmd, array) || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &st))
+        return false;
+    while (bson_iter_next(&st))
+        if (BSON_ITER_HOLDS_DOCUMENT(&st) && bson_iter_recurse(&st, &f) &&
+            bson_iter_find(&f, flag) && bson_iter_as_bool(&f))
+            return true;
+    return false;
+}
+
+static bool flag_of(const bson_t *cmd, const char *flag)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, cmd, flag) && bson_iter_as_bool(&it);
+}
+
+int sbl_cmd_auth_check(sbl_cmd_ctx_t *ctx, const sbl_cmd_def_t *def, sbl_err_t *err)
+{
+    if (ctx->conn == NULL || (def->flags & SBL_CMD_NO_AUTH) || !sbl_auth_enabled())
+        return 0;
+    sbl_client_t *c = ctx->client;
+    if (c->auth_user == NULL) {
+        if (localhost_exception(ctx, def))
+            return 0;
+        return sbl_err_set(err, SBL_E_Unauthorized, "Command %s requires authentication",
+                           def->name);
+    }
+    refresh(ctx);
+    const char *action = def->action != NULL ? def->action : "anyAction";
+    if (action[0] == '\0')
+        return 0;
+
+    /* The resource: the collection named by the first field, else the database. */
+    bson_iter_t it;
+    const char *db = ctx->db, *coll = NULL;
+    char srcdb[128];
+    if (bson_iter_init(&it, ctx->cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it) &&
+        !db_level(action)) {
+        coll = bson_iter_utf8(&it, NULL);
+        if (strcmp(def->name, "renameCollection") == 0) {
+            const char *dot = strchr(coll, '.');
+            if (dot != NULL && (size_t)(dot - coll) < sizeof(srcdb)) {
+                snprintf(srcdb, sizeof(srcdb), "%.*s", (int)(dot - coll), coll);
+                db = srcdb;
+                coll = dot + 1;
+            }
+        }
+        if (coll[0] == '\0')
+            coll = NULL;
+    }
+    if (!allowed(ctx, action, db, coll))
+        return not_authorized(ctx, ctx->db, err);
+
+    /* Commands that need more than one action. */
+    const char *n = def->name;
+    if (strcmp(n, "update") == 0 && any_statement_flag(ctx->cmd, "updates", "upsert") &&
+        !allowed(ctx, "insert", db, coll))
+        return not_authorized(ctx, ctx->db, err);
+    if (strcmp(n, "findAndModify") == 0 || strcmp(n, "findandmodify") == 0) {
+        bool ok = flag_of(ctx->cmd, "remove") ? allowed(ctx, "remove", db, coll)
+                                              : allowed(ctx, "update", db, coll);
+        if (ok && flag_of(ctx->cmd, "upsert"))
+            ok = allowed(ctx, "insert", db, coll);
+        if (!ok)
+            return not_authorized(ctx, ctx->db, err);
+    }
+    if (strcmp(n, "renameCollection") == 0 && bson_iter_init_find(&it, ctx->cmd, "to") &&
+        BSON_ITER_HOLDS_UTF8(&it)) {
+        const char *to = bson_iter_utf8(&it, NULL), *dot = strchr(to, '.');
+        char todb[128];
+        if (dot != NULL && (size_t)(dot - to) < sizeof(todb)) {
+            snprintf(todb, sizeof(todb), "%.*s", (int)(dot - to), to);
+            if (strcmp(todb, db) != 0 && !(allowed(ctx, "insert", todb, dot + 1) &&
+                                           allowed(ctx, "createCollection", todb, dot + 1)))
+                return not_authorized(ctx, ctx->db, err);
+        }
+    }
+    return 0;
+}

@@ -28,6 +28,7 @@ typedef struct sbl_client {
     int ncompressors;
     bson_t *metadata; /* client metadata from the first hello, or NULL */
     bool hello_seen;
+    struct hello_wait *hello_wait; /* an awaitable hello in progress (handshake.c), or NULL */
     /* authentication (auth_cmds.c) */
     char *auth_user;         /* the authenticated user, or NULL */
     char *auth_db;           /* its database */
@@ -56,6 +57,7 @@ typedef struct sbl_cmd_ctx {
     bson_t *reply;          /* handlers append their fields here */
     sbl_write_concern_t wc; /* parsed by the dispatcher for write commands */
     bool wrote;             /* set by a handler that committed a change (j:true then waits) */
+    bool deferred;          /* the handler took over conn/req and will reply itself */
     int64_t start_us;       /* monotonic start time (maxTimeMS) */
     int64_t deadline_us;    /* 0: none; else monotonic deadline from maxTimeMS */
     sbl_op_t *op;           /* the registry entry (killOp sets its flag), or NULL */
@@ -103,6 +105,9 @@ int sbl_cmd_ns(const sbl_cmd_ctx_t *ctx, char *ns, size_t nslen, sbl_err_t *err)
 /* Validate a database name / full namespace (InvalidNamespace 73). */
 int sbl_validate_db_name(const char *db, sbl_err_t *err);
 int sbl_validate_ns(const char *ns, sbl_err_t *err);
+/* Users may create and write only the system collections MongoDB lets them
+ * (system.js, system.views, system.profile, ...): InvalidNamespace (73) otherwise. */
+int sbl_validate_user_write_ns(const char *ns, sbl_err_t *err);
 
 /* Read an integer-valued field of any numeric type; TypeMismatch (14) when not numeric. */
 int sbl_get_int64(const bson_iter_t *it, int64_t *out, sbl_err_t *err);
@@ -168,6 +173,9 @@ int sbl_cmd_kill_cursors(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_count(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_distinct(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+
+/* handshake.c: end an awaitable hello of a closing connection (sbl_cmd_conn_close). */
+void sbl_hello_wait_cancel(sbl_client_t *client);
 
 /* handshake.c, admin.c, diag.c */
 int sbl_cmd_hello(sbl_cmd_ctx_t *ctx, sbl_err_t *err);

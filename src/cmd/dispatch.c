@@ -64,7 +64,7 @@ static void count_op(const sbl_cmd_def_t *def, const bson_t *cmd)
         sbl_metrics_count_op(SBL_OPC_COMMAND, 1);
 }
 
-/* ---- the pending command ------------------------------------------------ */
+/* ---- the operation as monitoring sees it ---------------------------------- */
 
 static const char *op_type(const char *n)
 {
@@ -401,6 +401,10 @@ static void finish(pending_t *p)
 {
     if (delay_auth_failure(p))
         return;
+    if (p->rc == 0 && p->ctx.deferred) {
+        pending_free(p); /* the handler owns conn/req now and replies itself */
+        return;
+    }
     if (p->rc == 0 && p->ctx.wrote && p->ctx.wc.j) {
         sbl_storage_on_durable(durable_cb, p);
         return;
@@ -428,6 +432,8 @@ static int prepare(pending_t *p, sbl_err_t *err)
     if (!bson_iter_init(&it, p->ctx.cmd) || !bson_iter_next(&it))
         return sbl_err_set(err, SBL_E_FailedToParse, "no command specified");
     const char *name = bson_iter_key(&it);
+    if (p->ctx.db[0] == '\0')
+        return sbl_err_set(err, 40571, "OP_MSG requests require a $db argument");
     p->def = sbl_cmd_lookup(name);
     if (p->def == NULL)
         return sbl_err_set(err, SBL_E_CommandNotFound, "no such command: '%s'", name);
@@ -529,6 +535,9 @@ void sbl_cmd_conn_open(sbl_conn_t *conn)
 
 void sbl_cmd_conn_close(sbl_conn_t *conn)
 {
+    sbl_client_t *c = sbl_conn_data(conn);
+    if (c != NULL)
+        sbl_hello_wait_cancel(c);
 }
 
 /* The cursor reaper: once a minute, kill cursors idle for 10 minutes. */

@@ -23,6 +23,7 @@
 #include <sys/resource.h>
 #include <sys/utsname.h>
 #include <unistd.h>
+#include <uv.h>
 
 #define SESSION_TIMEOUT_MINUTES 30
 
@@ -78,17 +79,15 @@ static void log_client_metadata(sbl_cmd_ctx_t *ctx, const bson_iter_t *it)
     bson_destroy(&attr);
 }
 
-int sbl_cmd_hello(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+/* The fields every hello/isMaster reply carries. */
+static void append_hello_fields(bson_t *r, const sbl_client_t *client, bool is_hello,
+                                bool hello_ok)
 {
-    bson_iter_t it;
-    bson_t *r = ctx->reply;
-    bool first = !ctx->client->hello_seen;
-
     pthread_once(&process_id_once, process_id_init);
-    if (bson_iter_init_find(&it, ctx->cmd, "helloOk") && bson_iter_as_bool(&it))
+    if (hello_ok)
         BSON_APPEND_BOOL(r, "helloOk", true);
     /* hello answers isWritablePrimary; the legacy isMaster/ismaster answer ismaster. */
-    if (strcmp(ctx->name, "hello") == 0)
+    if (is_hello)
         BSON_APPEND_BOOL(r, "isWritablePrimary", true);
     else
         BSON_APPEND_BOOL(r, "ismaster", true);
@@ -102,11 +101,118 @@ int sbl_cmd_hello(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_INT32(r, "maxWriteBatchSize", SBL_MAX_WRITE_BATCH);
     BSON_APPEND_DATE_TIME(r, "localTime", sbl_now_ms());
     BSON_APPEND_INT32(r, "logicalSessionTimeoutMinutes", SESSION_TIMEOUT_MINUTES);
-    BSON_APPEND_INT64(r, "connectionId", (int64_t)ctx->client->conn_id);
+    BSON_APPEND_INT64(r, "connectionId", (int64_t)client->conn_id);
     BSON_APPEND_INT32(r, "minWireVersion", 0);
     BSON_APPEND_INT32(r, "maxWireVersion", 21);
     BSON_APPEND_BOOL(r, "readOnly", false);
-    if (first && bson_iter_init_find(&it, ctx->cmd, "compression"))
+}
+
+/*
+ * Awaitable hello (server monitoring).  A hello that carries our current
+ * topologyVersion and maxAwaitTimeMS is answered when the topology changes
+ * or maxAwaitTimeMS passes; a single server's topology never changes, so the
+ * answer comes after maxAwaitTimeMS.  With exhaustAllowed the answers keep
+ * coming every maxAwaitTimeMS with moreToCome set, until the connection
+ * closes.  State machine: WAITING (timer armed) -> timer fires -> reply
+ * (exhaust: reply_more and re-arm; else reply and free) ; a closing
+ * connection -> cancel: close the timer, then release the request.
+ */
+typedef struct hello_wait {
+    uv_timer_t timer;
+    sbl_conn_t *conn;
+    sbl_request_t *req;
+    sbl_client_t *client;
+    bool is_hello, hello_ok, exhaust;
+    uint64_t await_ms;
+} hello_wait_t;
+
+static void hello_wait_closed(uv_handle_t *h)
+{
+    hello_wait_t *w = h->data;
+    sbl_conn_reply(w->conn, w->req, NULL);
+    free(w);
+}
+
+static void hello_wait_fire(uv_timer_t *t)
+{
+    hello_wait_t *w = t->data;
+    bson_t reply = BSON_INITIALIZER;
+    append_hello_fields(&reply, w->client, w->is_hello, w->hello_ok);
+    BSON_APPEND_DOUBLE(&reply, "ok", 1.0);
+    if (w->exhaust) {
+        sbl_conn_reply_more(w->conn, w->req, &reply);
+        uv_timer_start(&w->timer, hello_wait_fire, w->await_ms, 0);
+    } else {
+        w->client->hello_wait = NULL;
+        sbl_conn_reply(w->conn, w->req, &reply);
+        w->req = NULL;
+        w->conn = NULL;
+        uv_close((uv_handle_t *)&w->timer, (uv_close_cb)free);
+    }
+    bson_destroy(&reply);
+}
+
+void sbl_hello_wait_cancel(sbl_client_t *client)
+{
+    hello_wait_t *w = client->hello_wait;
+    if (w == NULL)
+        return;
+    client->hello_wait = NULL;
+    uv_timer_stop(&w->timer);
+    uv_close((uv_handle_t *)&w->timer, hello_wait_closed);
+}
+
+/* True when the hello asks to wait: our topologyVersion and maxAwaitTimeMS. */
+static bool hello_is_awaitable(const bson_t *cmd, uint64_t *await_ms)
+{
+    bson_iter_t it, tv;
+    const uint8_t *data;
+    uint32_t len;
+    if (!bson_iter_init_find(&it, cmd, "maxAwaitTimeMS") || !BSON_ITER_HOLDS_NUMBER(&it) ||
+        bson_iter_as_int64(&it) < 0)
+        return false;
+    *await_ms = (uint64_t)bson_iter_as_int64(&it);
+    if (!bson_iter_init_find(&it, cmd, "topologyVersion") || !BSON_ITER_HOLDS_DOCUMENT(&it))
+        return false;
+    bson_iter_document(&it, &len, &data);
+    pthread_once(&process_id_once, process_id_init);
+    if (!bson_iter_init_from_data(&tv, data, len) || !bson_iter_find(&tv, "processId") ||
+        !BSON_ITER_HOLDS_OID(&tv) || !bson_oid_equal(bson_iter_oid(&tv), &process_id))
+        return false; /* another process (a restart): answer at once */
+    return true;
+}
+
+int sbl_cmd_hello(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bson_t *r = ctx->reply;
+    bool first = !ctx->client->hello_seen;
+    bool is_hello = strcmp(ctx->name, "hello") == 0;
+    bool hello_ok = bson_iter_init_find(&it, ctx->cmd, "helloOk") && bson_iter_as_bool(&it);
+    uint64_t await_ms;
+
+    if (ctx->conn != NULL && ctx->req != NULL && ctx->client->hello_wait == NULL &&
+        hello_is_awaitable(ctx->cmd, &await_ms)) {
+        hello_wait_t *w = calloc(1, sizeof(*w));
+        if (w != NULL) {
+            w->conn = ctx->conn;
+            w->req = ctx->req;
+            w->client = ctx->client;
+            w->is_hello = is_hello;
+            w->hello_ok = hello_ok;
+            w->exhaust = (ctx->req->flags & SBL_MSG_EXHAUST_ALLOWED) != 0;
+            w->await_ms = await_ms;
+            uv_timer_init(sbl_conn_loop(ctx->conn), &w->timer);
+            w->timer.data = w;
+            uv_timer_start(&w->timer, hello_wait_fire, await_ms, 0);
+            ctx->client->hello_wait = w;
+            ctx->deferred = true;
+            return 0;
+        }
+    }
+
+    append_hello_fields(r, ctx->client, is_hello, hello_ok);
+    if (bson_iter_init_find(&it, ctx->cmd, "compression"))
         append_compression(ctx, &it);
     if (bson_iter_init_find(&it, ctx->cmd, "saslSupportedMechs") && BSON_ITER_HOLDS_UTF8(&it))
         sbl_cmd_auth_hello_mechs(ctx, bson_iter_utf8(&it, NULL));

@@ -24,7 +24,8 @@ static const char *const fam_fields[] = {
 typedef struct fam_args {
     bson_t query, sort, fields, update, array_filters;
     bool has_query, has_sort, has_fields, has_update, has_af;
-    bool update_is_pipeline, remove, return_new, upsert;
+    bool update_is_pipeline, remove, return_new, upsert, has_hint;
+    bson_value_t hint;
 } fam_args_t;
 
 static bool view(const bson_iter_t *it, bson_t *out)
@@ -83,7 +84,7 @@ static int parse_args(const bson_t *cmd, fam_args_t *a, sbl_err_t *err)
             else if (strcmp(k, "upsert") == 0)
                 a->upsert = v;
         } else if (strcmp(k, "hint") == 0) {
-            SBL_RET(sbl_crud_check_hint(&it, err));
+            SBL_RET(sbl_crud_get_hint(&it, &a->hint, &a->has_hint, err));
         }
     }
     if (a->remove && a->has_update)
@@ -139,6 +140,7 @@ int sbl_cmd_find_and_modify(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     int rc = 0;
 
     SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_validate_user_write_ns(ns, err));
     SBL_RET(parse_args(ctx->cmd, &a, err));
     if (a.has_update) {
         u = sbl_update_new(&a.update, a.has_af ? &a.array_filters : NULL, err);
@@ -171,7 +173,7 @@ int sbl_cmd_find_and_modify(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             bool done = false;
             bson_iter_t idit;
 
-            SBL_ERR(sbl_qexec_new(ns, &o, &q, err));
+            SBL_ERR(sbl_qexec_new_hinted(ns, &o, a.has_hint ? &a.hint : NULL, &q, err));
             rc = sbl_qexec_next(q, ctx, &cand, NULL, &done, err);
             if (rc != 0 || done) {
                 sbl_qexec_free(q);

@@ -272,6 +272,7 @@ int sbl_cmd_insert(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bson_iter_t it;
 
     SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_validate_user_write_ns(ns, err));
     SBL_RET(sbl_crud_check_fields(ctx->cmd, "insert", insert_fields, err));
     SBL_RET(get_ordered(ctx->cmd, "insert", &ordered, err));
     SBL_RET(get_batch(ctx->cmd, "insert", "documents", &docs, &ndocs, err));
@@ -322,7 +323,8 @@ typedef struct update_totals {
 
 typedef struct update_stmt {
     bson_t q, u, array_filters;
-    bool has_q, has_u, has_af, u_is_pipeline, upsert, multi;
+    bool has_q, has_u, has_af, u_is_pipeline, upsert, multi, has_hint;
+    bson_value_t hint;
 } update_stmt_t;
 
 static int parse_update_stmt(const bson_t *s, update_stmt_t *st, sbl_err_t *err)
@@ -360,7 +362,7 @@ static int parse_update_stmt(const bson_t *s, update_stmt_t *st, sbl_err_t *err)
                 return sbl_crud_type_error(err, field, &it, "array");
             st->has_af = iter_array(&it, &st->array_filters);
         } else if (strcmp(k, "hint") == 0) {
-            SBL_RET(sbl_crud_check_hint(&it, err));
+            SBL_RET(sbl_crud_get_hint(&it, &st->hint, &st->has_hint, err));
         } else if (strcmp(k, "collation") == 0 || strcmp(k, "c") == 0 ||
                    strcmp(k, "sampleId") == 0) {
             continue;
@@ -410,7 +412,7 @@ static int run_update(sbl_cmd_ctx_t *ctx, const char *ns, const update_stmt_t *s
         goto done;
     }
     sbl_qexec_opts_t o = {&st->q, NULL, 0, 0};
-    SBL_ERR(sbl_qexec_new(ns, &o, &q, err));
+    SBL_ERR(sbl_qexec_new_hinted(ns, &o, st->has_hint ? &st->hint : NULL, &q, err));
 
     sbl_err_t e2 = {0};
     rc = sbl_coll_open(ctx->ss, ns, false, &c, NULL, &e2);
@@ -491,6 +493,7 @@ int sbl_cmd_update(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     update_totals_t tot = {0};
 
     SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_validate_user_write_ns(ns, err));
     SBL_RET(sbl_crud_check_fields(ctx->cmd, "update", update_fields, err));
     SBL_RET(get_ordered(ctx->cmd, "update", &ordered, err));
     SBL_RET(get_batch(ctx->cmd, "update", "updates", &stmts, &nstmts, err));
@@ -551,8 +554,9 @@ static const char *const delete_fields[] = {"delete", "deletes", "ordered", "let
 
 typedef struct delete_stmt {
     bson_t q;
-    bool has_q, has_limit;
+    bool has_q, has_limit, has_hint;
     int64_t limit;
+    bson_value_t hint;
 } delete_stmt_t;
 
 static int parse_delete_stmt(const bson_t *s, delete_stmt_t *st, sbl_err_t *err)
@@ -578,7 +582,7 @@ static int parse_delete_stmt(const bson_t *s, delete_stmt_t *st, sbl_err_t *err)
                                    "The limit field in delete objects must be 0 or 1. Got %lld",
                                    (long long)st->limit);
         } else if (strcmp(k, "hint") == 0) {
-            SBL_RET(sbl_crud_check_hint(&it, err));
+            SBL_RET(sbl_crud_get_hint(&it, &st->hint, &st->has_hint, err));
         } else if (strcmp(k, "collation") == 0 || strcmp(k, "sampleId") == 0) {
             continue;
         } else {
@@ -611,7 +615,7 @@ static int run_delete(sbl_cmd_ctx_t *ctx, const char *ns, const delete_stmt_t *s
         return rc;
     }
     sbl_qexec_opts_t o = {&st->q, NULL, 0, 0};
-    SBL_ERR(sbl_qexec_new(ns, &o, &q, err));
+    SBL_ERR(sbl_qexec_new_hinted(ns, &o, st->has_hint ? &st->hint : NULL, &q, err));
     size_t npoints = 0;
     const bson_value_t *points = sbl_qexec_points(q, &npoints);
     for (size_t k = 0;; k++) {
@@ -661,6 +665,7 @@ int sbl_cmd_delete(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     int64_t n = 0;
 
     SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_validate_user_write_ns(ns, err));
     SBL_RET(sbl_crud_check_fields(ctx->cmd, "delete", delete_fields, err));
     SBL_RET(get_ordered(ctx->cmd, "delete", &ordered, err));
     SBL_RET(get_batch(ctx->cmd, "delete", "deletes", &stmts, &nstmts, err));

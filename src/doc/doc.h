@@ -76,6 +76,12 @@ bool sbl_path_get(const bson_t *doc, const char *path, bson_iter_t *out);
  * Never recurses deeper than max_depth + 1, whatever the input. */
 bool sbl_doc_too_deep(const bson_t *doc, int max_depth);
 
+/* True when every embedded document, array and code-with-scope scope of doc is framed
+ * correctly (length field, trailing 0).  libbson's bson_validate() silently skips an
+ * embedded document it cannot open, so input must pass this as well.  Recurses as deep
+ * as doc nests: bound the depth first (sbl_doc_too_deep). */
+bool sbl_doc_framing_ok(const bson_t *doc);
+
 /* Validate a document received from a client: well-formed BSON, depth <= 180 (MongoDB's
  * limit with headroom), total size <= 16 MiB.  Returns 0 or an error code with message. */
 int sbl_doc_validate(const uint8_t *data, size_t len, sbl_err_t *err);

@@ -99,6 +99,38 @@ static bool too_deep(bson_iter_t *it, int depth, int max_depth)
     return false;
 }
 
+/* True when every embedded document, array and code-with-scope scope under it is
+ * framed correctly (length field, trailing 0).  bson_validate() silently skips an
+ * embedded document libbson cannot open, so a bad one would reach the handlers. */
+static bool nested_framing_ok(bson_iter_t *it)
+{
+    while (bson_iter_next(it)) {
+        bson_type_t t = bson_iter_type(it);
+        const uint8_t *data = NULL;
+        uint32_t len = 0, code_len;
+        if (t == BSON_TYPE_DOCUMENT)
+            bson_iter_document(it, &len, &data);
+        else if (t == BSON_TYPE_ARRAY)
+            bson_iter_array(it, &len, &data);
+        else if (t == BSON_TYPE_CODEWSCOPE)
+            bson_iter_codewscope(it, &code_len, &len, &data);
+        else
+            continue;
+        bson_t b;
+        bson_iter_t child;
+        if (data == NULL || !bson_init_static(&b, data, len) || !bson_iter_init(&child, &b) ||
+            !nested_framing_ok(&child))
+            return false;
+    }
+    return true;
+}
+
+bool sbl_doc_framing_ok(const bson_t *doc)
+{
+    bson_iter_t it;
+    return bson_iter_init(&it, doc) && nested_framing_ok(&it);
+}
+
 bool sbl_doc_too_deep(const bson_t *doc, int max_depth)
 {
     bson_iter_t it;
@@ -131,6 +163,8 @@ int sbl_doc_validate(const uint8_t *data, size_t len, sbl_err_t *err)
                            "BSON document nests deeper than the %d level limit",
                            SBL_DOC_MAX_DEPTH);
     size_t off = 0;
+    if (!sbl_doc_framing_ok(&b))
+        return sbl_err_set(err, SBL_E_InvalidBSON, "malformed embedded BSON document");
     if (!bson_validate(&b, BSON_VALIDATE_NONE, &off))
         return sbl_err_set(err, SBL_E_InvalidBSON, "invalid BSON at byte offset %zu", off);
     return 0;

@@ -76,6 +76,8 @@ static int read_doc(const uint8_t *msg, size_t *offp, size_t end, bson_t *doc, c
     if (sbl_doc_too_deep(doc, SBL_WIRE_MAX_DEPTH))
         return sbl_err_set(err, SBL_E_Overflow, "%s: BSON nesting deeper than %d levels", what,
                            SBL_WIRE_MAX_DEPTH);
+    if (!sbl_doc_framing_ok(doc)) /* bson_validate skips embedded documents it cannot open */
+        return sbl_err_set(err, SBL_E_InvalidBSON, "%s: malformed embedded document", what);
     size_t bad = 0;
     if (!bson_validate(doc, BSON_VALIDATE_NONE, &bad))
         return sbl_err_set(err, SBL_E_InvalidBSON, "%s: invalid BSON at offset %zu", what, bad);

@@ -163,6 +163,9 @@ static int scan_sections(const uint8_t *msg, size_t off, size_t end, bson_t *bod
             if (nul == NULL)
                 return sbl_err_set(err, SBL_E_ProtocolError,
                                    "OP_MSG document sequence: unterminated identifier");
+            if (!bson_utf8_validate((const char *)id, (size_t)(nul - id), false))
+                return sbl_err_set(err, SBL_E_InvalidBSON,
+                                   "OP_MSG document sequence: identifier is not valid UTF-8");
             size_t doff = (size_t)(nul - msg) + 1;
             while (doff < sec_end) {
                 bson_t doc;

@@ -41,17 +41,17 @@ typedef struct sbl_options {
     int nloops;
     int verbosity;
     bool quiet;
+    int metrics_port;        /* --metricsPort: Prometheus endpoint; 0 = off */
+    char *metrics_bind_ip;   /* --metricsBindIp; default 127.0.0.1 */
+    int slowms;              /* operationProfiling.slowOpThresholdMs; default 100 */
+    int profile;             /* operationProfiling.mode as 0 off, 1 slowOp, 2 all */
+    double slow_sample_rate; /* operationProfiling.slowOpSampleRate; default 1.0 */
     bool auth;               /* --auth / security.authorization: enabled */
     int tls_mode;            /* SBL_TLS_DISABLED ... SBL_TLS_REQUIRE (net.tls.mode) */
     char *tls_cert_key_file; /* net.tls.certificateKeyFile (PEM: certificate + key) */
     char *tls_cert_key_password;
     char *tls_ca_file;       /* net.tls.CAFile: verifies client certificates */
     bool tls_allow_no_cert;  /* net.tls.allowConnectionsWithoutCertificates */
-    int metrics_port;        /* --metricsPort: Prometheus endpoint; 0 = off */
-    char *metrics_bind_ip;   /* --metricsBindIp; default 127.0.0.1 */
-    int slowms;              /* operationProfiling.slowOpThresholdMs; default 100 */
-    int profile;             /* operationProfiling.mode as 0 off, 1 slowOp, 2 all */
-    double slow_sample_rate; /* operationProfiling.slowOpSampleRate; default 1.0 */
     bson_t parsed;     /* nested options document as getCmdLineOpts shows it */
     bson_t parameters; /* --setParameter name=value pairs (values as given) */
     int argc;

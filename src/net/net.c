@@ -404,6 +404,9 @@ int sbl_net_start(const sbl_net_config_t *cfg, sbl_net_request_fn on_request,
     sa.sa_handler = SIG_IGN;
     sigaction(SIGPIPE, &sa, NULL);
 
+    int trc = net_tls_init(cfg, err);
+    if (trc != 0)
+        return trc;
     memset(&net_g, 0, sizeof(net_g));
     net_g.on_request = on_request;
     net_g.on_open = on_open;
@@ -425,6 +428,7 @@ int sbl_net_start(const sbl_net_config_t *cfg, sbl_net_request_fn on_request,
         for (int i = 0; i < lst.nfds; i++)
             close(lst.fds[i]);
         lst.nfds = 0;
+        net_tls_shutdown();
         return rc;
     }
 
@@ -517,8 +521,10 @@ void sbl_net_stop(void)
     }
     for (int i = 0; i < net_g.nloops; i++)
         uv_thread_join(&net_g.loops[i].thread);
-    if (!lst.leaked)
+    if (!lst.leaked) {
         free_loops(net_g.nloops);
+        net_tls_shutdown();
+    }
     /* else: abandoned connections still point at their loop; keep it. */
     lst.running = false;
 }

@@ -32,7 +32,16 @@ typedef struct sbl_net_config {
     int port;
     int max_conns; /* connections beyond this are accepted and closed at once (logged) */
     int nloops;    /* event loop threads; <= 0: one per core */
+    /* TLS (net_tls.c): mode SBL_NET_TLS_*; the files are read once at start. */
+    int tls_mode;
+    const char *tls_cert_key_file;     /* PEM with the certificate chain and the key */
+    const char *tls_cert_key_password; /* for an encrypted key, or NULL */
+    const char *tls_ca_file;           /* verify client certificates against it, or NULL */
+    bool tls_allow_no_cert;            /* with tls_ca_file: clients may present none */
 } sbl_net_config_t;
+
+/* TLS modes, in the order of mongod's --tlsMode values (and server.h's). */
+enum { SBL_NET_TLS_DISABLED, SBL_NET_TLS_ALLOW, SBL_NET_TLS_PREFER, SBL_NET_TLS_REQUIRE };
 
 /*
  * Called on the connection's loop thread for each request, in order.  The

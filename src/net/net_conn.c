@@ -36,6 +36,7 @@ typedef struct net_write {
 } net_write_t;
 
 static void conn_process(sbl_conn_t *c);
+static void conn_write(sbl_conn_t *c, const uint8_t *data, size_t len, uint8_t *mem);
 
 static int32_t next_reply_id(void)
 {
@@ -73,6 +74,7 @@ static void conn_free(sbl_conn_t *c)
         c->next->prev = c->prev;
     if (c->free_fn != NULL)
         c->free_fn(c->data);
+    net_tls_conn_free(c);
     free(c->rbuf);
     free(c);
     atomic_fetch_sub(&nl->nconns, 1);
@@ -133,11 +135,9 @@ static void conn_shrink(sbl_conn_t *c)
     c->rcap = 0;
 }
 
-static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+uint8_t *net_conn_reserve(sbl_conn_t *c, size_t need)
 {
-    sbl_conn_t *c = h->data;
     size_t pending = c->rend - c->rstart;
-    size_t need = READ_CHUNK;
     int32_t mlen = 0;
     if (pending >= 4 && sbl_wire_message_length(c->rbuf + c->rstart, pending, &mlen) == 0 &&
         (size_t)mlen > pending && (size_t)mlen - pending > need)
@@ -149,22 +149,41 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     }
     if (c->rcap - c->rend < need) {
         uint8_t *p = realloc(c->rbuf, c->rend + need);
-        if (p == NULL) {
-            *buf = uv_buf_init(NULL, 0); /* read_cb gets UV_ENOBUFS */
-            return;
-        }
+        if (p == NULL)
+            return NULL;
         c->rbuf = p;
         c->rcap = c->rend + need;
     }
-    *buf = uv_buf_init((char *)c->rbuf + c->rend, (unsigned int)(c->rcap - c->rend));
+    return c->rbuf + c->rend;
+}
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    sbl_conn_t *c = h->data;
+    if (c->tls_state == NET_TLS_ON) {
+        *buf = net_tls_read_buffer(c);
+        return;
+    }
+    uint8_t *p = net_conn_reserve(c, READ_CHUNK);
+    if (p == NULL) {
+        *buf = uv_buf_init(NULL, 0); /* read_cb gets UV_ENOBUFS */
+        return;
+    }
+    *buf = uv_buf_init((char *)p, (unsigned int)(c->rcap - c->rend));
 }
 
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     sbl_conn_t *c = s->data;
     if (nread > 0) {
-        c->rend += (size_t)nread;
         atomic_fetch_add_explicit(&net_g.bytes_in, nread, memory_order_relaxed);
+        if (c->tls_state == NET_TLS_PLAIN) {
+            c->rend += (size_t)nread;
+        } else if (net_tls_on_read(c, (const uint8_t *)buf->base, (size_t)nread) != 0) {
+            net_conn_close(c);
+            conn_shrink(c);
+            return;
+        }
         conn_process(c);
     } else if (nread < 0) {
         if (nread != UV_EOF && nread != UV_ECONNRESET)
@@ -256,9 +275,20 @@ static void write_cb(uv_write_t *req, int status)
         conn_process(c); /* dispatch may have paused on WRITE_PAUSE */
 }
 
-/* Send len bytes at data: try_write first, uv_write for the rest.  Takes
+/* Send len bytes at data (encrypted first on a TLS connection).  Takes
  * ownership of mem (malloc'd, may be NULL when data is not to be freed). */
 static void conn_write(sbl_conn_t *c, const uint8_t *data, size_t len, uint8_t *mem)
+{
+    if (c->tls_state == NET_TLS_ON) {
+        net_tls_write(c, data, len);
+        free(mem);
+        return;
+    }
+    net_conn_write_raw(c, data, len, mem);
+}
+
+/* Send len bytes at data: try_write first, uv_write for the rest. */
+void net_conn_write_raw(sbl_conn_t *c, const uint8_t *data, size_t len, uint8_t *mem)
 {
     atomic_fetch_add_explicit(&net_g.bytes_out, (int64_t)len, memory_order_relaxed);
     uv_buf_t b = uv_buf_init((char *)data, (unsigned int)len);
@@ -408,6 +438,7 @@ void net_conn_start(sbl_conn_t *c)
         return;
     }
     c->opened = true;
+    net_tls_conn_init(c);
     net_conn_log_ctx(c);
     if (net_g.on_open != NULL)
         net_g.on_open(c);

@@ -70,7 +70,13 @@ struct sbl_conn {
 
     void *data;
     void (*free_fn)(void *);
+
+    struct net_tls *tls; /* TLS state (net_tls.c) once the connection chose TLS, else NULL */
+    uint8_t tls_state;   /* NET_TLS_PLAIN / NET_TLS_UNDECIDED / NET_TLS_ON */
 };
+
+enum { NET_TLS_PLAIN, NET_TLS_UNDECIDED, NET_TLS_ON };
+typedef struct net_tls net_tls_t;
 
 typedef struct net_state {
     sbl_net_request_fn on_request;
@@ -105,5 +111,24 @@ void net_conn_discard(sbl_conn_t *c);
 void net_loop_conn_freed(net_loop_t *nl);
 /* Set this thread's log ctx to "conn<id>". */
 void net_conn_log_ctx(const sbl_conn_t *c);
+/* Loop thread: make room for need more bytes at rbuf + rend; the write position or NULL. */
+uint8_t *net_conn_reserve(sbl_conn_t *c, size_t need);
+/* Loop thread: send len bytes as they are (no TLS); takes mem (malloc'd or NULL). */
+void net_conn_write_raw(sbl_conn_t *c, const uint8_t *data, size_t len, uint8_t *mem);
+
+/* ---- TLS (net_tls.c) ---- */
+/* Build the server's TLS context from cfg (nothing when the mode is disabled). */
+int net_tls_init(const sbl_net_config_t *cfg, sbl_err_t *err);
+void net_tls_shutdown(void);
+/* A new connection: PLAIN when TLS is disabled, else UNDECIDED until its first byte. */
+void net_tls_conn_init(sbl_conn_t *c);
+void net_tls_conn_free(sbl_conn_t *c);
+/* Where the socket's bytes go for a TLS connection (its ciphertext buffer). */
+uv_buf_t net_tls_read_buffer(sbl_conn_t *c);
+/* Bytes read on an UNDECIDED or TLS connection (for UNDECIDED they are at rbuf + rend):
+ * decide, decrypt into the read buffer, send handshake replies.  0, or -1: close. */
+int net_tls_on_read(sbl_conn_t *c, const uint8_t *data, size_t len);
+/* Encrypt and send a reply on a TLS connection (closes it on error). */
+void net_tls_write(sbl_conn_t *c, const uint8_t *data, size_t len);
 
 #endif

@@ -161,6 +161,11 @@ static int run(int notify_fd)
         .port = options.port,
         .max_conns = options.max_conns,
         .nloops = options.nloops,
+        .tls_mode = options.tls_mode,
+        .tls_cert_key_file = options.tls_cert_key_file,
+        .tls_cert_key_password = options.tls_cert_key_password,
+        .tls_ca_file = options.tls_ca_file,
+        .tls_allow_no_cert = options.tls_allow_no_cert,
     };
     if ((rc = sbl_net_start(&ncfg, sbl_cmd_dispatch, sbl_cmd_conn_open, sbl_cmd_conn_close,
                             &err)) != 0) {
@@ -188,7 +193,7 @@ static int run(int notify_fd)
 
     bson_init(&attr);
     BSON_APPEND_INT32(&attr, "port", options.port);
-    BSON_APPEND_UTF8(&attr, "ssl", "off");
+    BSON_APPEND_UTF8(&attr, "ssl", options.tls_mode != SBL_TLS_DISABLED ? "on" : "off");
     sbl_log(SBL_LOG_INFO, "NETWORK", 23016, "Waiting for connections", &attr);
     bson_destroy(&attr);
     notify_parent(notify_fd, 0);

@@ -13,6 +13,7 @@
  */
 #include "cmd/cmd_int.h"
 #include "common/log.h"
+#include "expr/expr.h"
 #include "query/query.h"
 
 #include <stdio.h>
@@ -360,9 +361,17 @@ static void send_reply(pending_t *p)
     pending_free(p);
 }
 
-static void durable_cb(void *arg)
+static void durable_cb(void *arg, int rc)
 {
-    send_reply(arg);
+    pending_t *p = arg;
+    if (rc != 0) {
+        /* Committed, but the journal flush failed: never acknowledge it as
+         * journaled (the client learns the write's fate is unknown). */
+        p->rc = sbl_err_set(&p->err, SBL_E_OperationFailed,
+                            "the write committed but the journal flush failed: it may not "
+                            "survive a crash; see the server log");
+    }
+    send_reply(p);
 }
 
 /* A failed authentication's reply waits on a loop timer (slows password guessing
@@ -566,6 +575,7 @@ int sbl_cmd_init(sbl_err_t *err)
 {
     /* libuv's worker pool runs the commands that may scan; size it before first use. */
     setenv("UV_THREADPOOL_SIZE", "16", 0);
+    sbl_expr_init(); /* $expr and $jsonSchema in filters */
     uv_mutex_init(&reaper_mu);
     uv_cond_init(&reaper_cv);
     reaper_stop = false;

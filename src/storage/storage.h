@@ -5,6 +5,10 @@
  *   table:_sbl_catalog     namespace -> catalog entry (BSON: ns, uuid, ident, options, indexes)
  *   table:<ident>          one per collection, clustered on _id: key = sbl_key_append(_id),
  *                          value = the whole BSON document (with _id first)
+ *   table:index-<n>-<r>    one per secondary index: key = the key components
+ *                          (sbl_key_append, descending ones complemented) followed,
+ *                          unless the index is unique, by the encoded _id;
+ *                          value = the encoded _id
  *   mongod.lock            held with flock() while a server has the dbpath open
  *
  * What must stay true:
@@ -32,6 +36,7 @@ typedef struct sbl_storage_config {
     double cache_size_gb;   /* <= 0: mongod's default, 50% of (RAM - 1 GB), at least 0.25 */
     int commit_interval_ms; /* journal flush interval for w:1 writes; default 100 */
     int syncdelay_s;        /* checkpoint interval; default 60; 0 disables */
+    int ttl_monitor_sleep_s; /* TTL pass interval (ttlMonitorSleepSecs); <= 0: 60 */
 } sbl_storage_config_t;
 
 /* Open (creating if needed) the engine at cfg->dbpath: takes mongod.lock (error 
@@ -137,11 +142,74 @@ typedef enum { SBL_WRITE_INSERT, SBL_WRITE_UPDATE, SBL_WRITE_DELETE } sbl_write_
 int sbl_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind, const bson_t *old_doc,
               const bson_t *new_doc, bson_t *err_info, sbl_err_t *err);
 
+/* ---- secondary indexes (wt_index.c) ------------------------------------ */
+
+typedef struct sbl_index sbl_index_t;
+
+/*
+ * Create a secondary index on c from a spec the command layer validated
+ * ({v, key, name, unique?, sparse?, partialFilterExpression?,
+ * expireAfterSeconds?, ...}: stored and listed as given).  The index is
+ * written by every write from the moment it is published; existing
+ * documents are added in chunks of short transactions, so other clients
+ * keep reading and writing meanwhile; it is used by queries only once
+ * ready.  Errors: IndexAlreadyExists (68) when the name is taken,
+ * DuplicateKey (11000) when existing documents violate a unique index,
+ * 171 / 16766 for documents the key cannot index; the index is then gone.
+ * Must not be called inside a transaction.
+ */
+int sbl_index_create(sbl_session_t *s, sbl_coll_t *c, const bson_t *spec, sbl_err_t *err);
+/* Drop index `name` of c; IndexNotFound (27) when it has none by that name. */
+int sbl_index_drop(sbl_session_t *s, sbl_coll_t *c, const char *name, sbl_err_t *err);
+
+/* Referenced handles of c's secondary indexes in creation order (ready ones
+ * only unless include_building); free the array with sbl_index_list_free. */
+void sbl_index_list(sbl_coll_t *c, bool include_building, sbl_index_t ***ixp, size_t *np);
+void sbl_index_list_free(sbl_index_t **ix, size_t n);
+/* Release one handle (NULL is fine). */
+void sbl_index_release(sbl_index_t *ix);
+/* Number of secondary indexes (ready or building): a cheap check. */
+size_t sbl_index_count(const sbl_coll_t *c);
+
+const char *sbl_index_name(const sbl_index_t *ix);
+const bson_t *sbl_index_spec(const sbl_index_t *ix); /* as created (listIndexes) */
+size_t sbl_index_nfields(const sbl_index_t *ix);
+const char *sbl_index_field(const sbl_index_t *ix, size_t i);
+int sbl_index_dir(const sbl_index_t *ix, size_t i); /* 1, -1, or 0 for "hashed" */
+bool sbl_index_unique(const sbl_index_t *ix);
+bool sbl_index_sparse(const sbl_index_t *ix);
+bool sbl_index_multikey(const sbl_index_t *ix); /* some document gave several keys */
+/* The partialFilterExpression, or NULL. */
+const bson_t *sbl_index_partial(const sbl_index_t *ix);
+/* Bytes of the index table on disk. */
+int64_t sbl_index_size(sbl_session_t *s, const sbl_index_t *ix);
+/* The hashed-index key of v (an int64 value). */
+void sbl_index_hash(const bson_value_t *v, bson_value_t *out);
+
+/* An ordered scan of index entries with lo <= key < hi in memcmp order
+ * (hi_len 0: to the end), forward or backward.  Holds a reference on the
+ * index's table; keeps nothing open across sbl_iscan_close. */
+typedef struct sbl_iscan sbl_iscan_t;
+int sbl_iscan_open(sbl_session_t *s, sbl_index_t *ix, const uint8_t *lo, size_t lo_len,
+                   const uint8_t *hi, size_t hi_len, bool backward, sbl_iscan_t **scanp,
+                   sbl_err_t *err);
+/* Next entry: *key / *idk view the whole key and the encoded _id until the
+ * next call; *donep at the end. */
+int sbl_iscan_next(sbl_iscan_t *scan, const uint8_t **key, size_t *klen, const uint8_t **idk,
+                   size_t *idlen, bool *donep, sbl_err_t *err);
+void sbl_iscan_close(sbl_iscan_t *scan);
+
+/* Point lookup by encoded _id (as an index entry gives it); as sbl_coll_get. */
+int sbl_coll_get_by_key(sbl_session_t *s, sbl_coll_t *c, const uint8_t *idk, size_t idlen,
+                        bson_t *doc, bool *foundp, sbl_err_t *err);
+
 /* ---- durability -------------------------------------------------------- */
 
-/* Call cb(arg) on the journal flusher thread once every transaction committed
- * before this call is durable in the journal. */
-void sbl_storage_on_durable(void (*cb)(void *arg), void *arg);
+/* Call cb(arg, rc) on the journal flusher thread once every transaction
+ * committed before this call is durable in the journal (rc 0), or once the
+ * flush that should have made it durable failed (rc: the error code; the
+ * write must then not be acknowledged as journaled). */
+void sbl_storage_on_durable(void (*cb)(void *arg, int rc), void *arg);
 /* Flush the journal now and wait (for fsync / shutdown paths). */
 int sbl_storage_flush(sbl_err_t *err);
 /* Take a checkpoint now (fsync command). */

@@ -154,7 +154,7 @@ static void *checkpoint_main(void *arg)
 
 /* ---- the journal flusher (group commit) ----------------------------- */
 
-void sbl_storage_on_durable(void (*cb)(void *arg), void *arg)
+void sbl_storage_on_durable(void (*cb)(void *arg, int rc), void *arg)
 {
     sbl_waiter_t *w;
 
@@ -162,7 +162,7 @@ void sbl_storage_on_durable(void (*cb)(void *arg), void *arg)
     if (!sbl_eng.fl_started || sbl_eng.fl_stop) {
         /* Closing or closed: the final flush has covered every commit. */
         pthread_mutex_unlock(&sbl_eng.fl_lock);
-        cb(arg);
+        cb(arg, 0);
         return;
     }
     w = bson_malloc(sizeof(*w));
@@ -197,19 +197,22 @@ static void *flusher_main(void *arg)
         /* Read the commit count before flushing: everything counted is in
          * the log buffer already, so this flush makes it durable. */
         uint64_t commits = atomic_load(&sbl_eng.commits);
+        int rc = 0;
         if (batch != NULL || commits != flushed_commits || stop) {
             int ret = wt->log_flush(wt, "sync=on");
             if (ret != 0) {
                 sbl_err_t err;
-                sbl_wt_err(&err, ret, "journal flush");
+                rc = sbl_wt_err(&err, ret, "journal flush");
                 sbl_log(SBL_LOG_ERROR, "STORAGE", 22431, err.msg, NULL);
             } else
                 flushed_commits = commits;
         }
+        /* A failed flush is reported to its waiters: their writes are not
+         * known to be on disk and must not be acknowledged as journaled. */
         while (batch != NULL) {
             sbl_waiter_t *w = batch;
             batch = w->next;
-            w->cb(w->arg);
+            w->cb(w->arg, rc);
             bson_free(w);
         }
         pthread_mutex_lock(&sbl_eng.fl_lock);

@@ -30,6 +30,13 @@ typedef struct sbl_wt_table {
     atomic_bool dropped;
     atomic_int_fast64_t count;     /* committed documents */
     atomic_int_fast64_t data_size; /* committed sum of BSON sizes */
+    /* secondary indexes of a collection table (wt_index.c): the array is
+     * changed under idx_lock (write) and read under it; nidx_quick mirrors
+     * nidx so writes to collections without indexes take no lock. */
+    pthread_rwlock_t idx_lock;
+    struct sbl_index **idx;
+    size_t nidx;
+    atomic_size_t nidx_quick;
 } sbl_wt_table_t;
 
 struct sbl_coll {
@@ -56,6 +63,7 @@ struct sbl_session {
     uint64_t epoch;    /* engine epoch it belongs to (reopen in one process) */
     uint64_t drop_gen; /* last engine drop_gen this session reconciled */
     bool in_txn;
+    atomic_uint_fast64_t txn_gen; /* engine txn_gen when its transaction began; 0: none */
     sbl_cached_cursor_t *cursors;
     size_t ncursors, cursors_cap;
     sbl_delta_t *deltas; /* count/size changes of the open transaction */
@@ -71,7 +79,7 @@ typedef struct sbl_pending_drop {
 } sbl_pending_drop_t;
 
 typedef struct sbl_waiter {
-    void (*cb)(void *arg);
+    void (*cb)(void *arg, int rc);
     void *arg;
     struct sbl_waiter *next;
 } sbl_waiter_t;
@@ -117,6 +125,16 @@ typedef struct sbl_engine {
     sbl_waiter_t *waiters, **waiters_tail;
     WT_SESSION *fl_wt;
     atomic_uint_fast64_t commits; /* transactions committed since open */
+
+    /* index builds wait for transactions older than a generation (wt_index.c) */
+    atomic_uint_fast64_t txn_gen;
+
+    /* TTL monitor (wt_index.c) */
+    int ttl_sleep_s;
+    pthread_t ttl_thread;
+    bool ttl_started, ttl_stop;
+    pthread_mutex_t ttl_lock;
+    pthread_cond_t ttl_cond;
 } sbl_engine_t;
 
 extern sbl_engine_t sbl_eng;
@@ -157,6 +175,38 @@ void sbl_drop_table(WT_SESSION *wt, const char *uri);
 size_t sbl_drop_retry(WT_SESSION *wt);
 /* The creation config of collection tables. */
 const char *sbl_table_config(void);
+
+/* ---- secondary indexes (wt_index.c) ---- */
+
+/* Maintain c's secondary index entries for one document change, inside the
+ * caller's transaction, after the document itself was written.  idk is the
+ * encoded _id.  old_doc is needed for UPDATE and DELETE. */
+int sbl_index_on_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
+                       const bson_t *old_doc, const bson_t *new_doc, const uint8_t *idk,
+                       size_t idlen, bson_t *err_info, sbl_err_t *err);
+/* Append "indexes": [...] (specs plus ident, ready, multikey) for a catalog row. */
+void sbl_index_catalog_append(sbl_wt_table_t *t, bson_t *entry);
+/* Rebuild t's index list from a catalog row (under the catalog write lock,
+ * at load); indexes whose build never finished are dropped. */
+int sbl_index_catalog_load(sbl_wt_table_t *t, const bson_t *entry, sbl_err_t *err);
+/* Mark every index table of t dropped and drop it on cat_wt (collection drop). */
+void sbl_index_drop_tables(sbl_wt_table_t *t);
+/* Release t's index list (last table reference). */
+void sbl_index_free_all(sbl_wt_table_t *t);
+/* True when some loaded collection has an index table named uri. */
+bool sbl_index_uri_known(const char *uri);
+/* Start / stop the TTL monitor thread. */
+int sbl_ttl_start(sbl_err_t *err);
+void sbl_ttl_stop(void);
+
+/* Rewrite the catalog row of the collection whose table is t (wt_catalog.c);
+ * NamespaceNotFound when it was dropped meanwhile. */
+int sbl_catalog_update_table(sbl_wt_table_t *t, sbl_err_t *err);
+
+/* DuplicateKey 11000 in MongoDB's words for index `index` of ns (wt_write.c);
+ * pattern and value are {field: ...} documents; err_info gets keyPattern/keyValue. */
+int sbl_wt_dup_key(const char *ns, const char *index, const bson_t *pattern, const bson_t *value,
+                   bson_t *err_info, sbl_err_t *err);
 
 /* Background threads (wt_durable.c). */
 int sbl_bg_start(sbl_err_t *err);

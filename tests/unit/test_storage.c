@@ -413,8 +413,12 @@ static void test_write_conflict(void)
 
 static atomic_int durable_calls;
 
-static void on_durable(void *arg)
+static atomic_int durable_failures;
+
+static void on_durable(void *arg, int rc)
 {
+    if (rc != 0)
+        atomic_fetch_add(&durable_failures, 1);
     atomic_fetch_add(&durable_calls, 1);
 }
 
@@ -422,7 +426,6 @@ static void on_durable(void *arg)
 #define DURABLE_PER_THREAD 250
 
 static sbl_coll_t *durable_coll;
-static atomic_int durable_failures;
 
 /* Each waiter follows a commit of its own, as a w:1 write would. */
 static void *durable_waiter(void *arg)

@@ -1,9 +1,7 @@
 /*
  * admin.c: databases and collections: create, drop, dropDatabase,
- * listDatabases, listCollections, renameCollection, collStats, dbStats,
- * and the index commands as far as the _id index goes (secondary indexes
- * arrive with the index work; until then asking for one is a clear error,
- * never a silent no-op).
+ * listDatabases, listCollections, renameCollection, collStats, dbStats
+ * (the index commands are in index_cmds.c).
  */
 #include "cmd/cmd_int.h"
 #include "query/query.h"
@@ -95,6 +93,12 @@ int sbl_cmd_drop(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
     char ns[256];
     SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    sbl_coll_t *dc = NULL;
+    int32_t nindexes = 1;
+    if (sbl_coll_open(ctx->ss, ns, false, &dc, NULL, NULL) == 0) {
+        nindexes += (int32_t)sbl_index_count(dc);
+        sbl_coll_release(dc);
+    }
     int rc = sbl_coll_drop(ctx->ss, ns, err);
     if (rc == SBL_E_NamespaceNotFound) {
         /* MongoDB 7.0: dropping a collection that does not exist succeeds. */
@@ -102,7 +106,7 @@ int sbl_cmd_drop(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         return 0;
     }
     SBL_RET(rc);
-    BSON_APPEND_INT32(ctx->reply, "nIndexesWas", 1);
+    BSON_APPEND_INT32(ctx->reply, "nIndexesWas", nindexes);
     BSON_APPEND_UTF8(ctx->reply, "ns", ns);
     ctx->wrote = true;
     return 0;
@@ -341,8 +345,18 @@ int sbl_cmd_coll_stats(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_NamespaceNotFound, "Collection [%s] not found.", ns);
     SBL_RET(rc);
     rc = sbl_coll_stats(ctx->ss, c, &st, err);
+    sbl_index_t **ixs = NULL;
+    size_t nix = 0;
+    sbl_index_list(c, false, &ixs, &nix);
+    int64_t *ixsizes = calloc(nix + 1, sizeof(int64_t)), ixtotal = 0;
+    for (size_t i = 0; i < nix; i++)
+        ixtotal += (ixsizes[i] = sbl_index_size(ctx->ss, ixs[i]));
     sbl_coll_release(c);
-    SBL_RET(rc);
+    if (rc != 0) {
+        sbl_index_list_free(ixs, nix);
+        free(ixsizes);
+        return rc;
+    }
     bson_t sizes;
     BSON_APPEND_UTF8(ctx->reply, "ns", ns);
     BSON_APPEND_INT64(ctx->reply, "size", st.data_size / scale);
@@ -352,14 +366,18 @@ int sbl_cmd_coll_stats(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_INT64(ctx->reply, "storageSize", st.storage_size / scale);
     BSON_APPEND_INT64(ctx->reply, "freeStorageSize", 0);
     BSON_APPEND_BOOL(ctx->reply, "capped", false);
-    BSON_APPEND_INT32(ctx->reply, "nindexes", 1);
+    BSON_APPEND_INT32(ctx->reply, "nindexes", (int32_t)(1 + nix));
     BSON_APPEND_ARRAY_BEGIN(ctx->reply, "indexBuilds", &sizes);
     bson_append_array_end(ctx->reply, &sizes);
-    BSON_APPEND_INT64(ctx->reply, "totalIndexSize", 0);
-    BSON_APPEND_INT64(ctx->reply, "totalSize", st.storage_size / scale);
+    BSON_APPEND_INT64(ctx->reply, "totalIndexSize", ixtotal / scale);
+    BSON_APPEND_INT64(ctx->reply, "totalSize", (st.storage_size + ixtotal) / scale);
     BSON_APPEND_DOCUMENT_BEGIN(ctx->reply, "indexSizes", &sizes);
-    BSON_APPEND_INT64(&sizes, "_id_", 0);
+    BSON_APPEND_INT64(&sizes, "_id_", 0); /* the _id index is the collection's own table */
+    for (size_t i = 0; i < nix; i++)
+        BSON_APPEND_INT64(&sizes, sbl_index_name(ixs[i]), ixsizes[i] / scale);
     bson_append_document_end(ctx->reply, &sizes);
+    sbl_index_list_free(ixs, nix);
+    free(ixsizes);
     BSON_APPEND_INT32(ctx->reply, "scaleFactor", (int32_t)scale);
     return 0;
 }
@@ -399,118 +417,4 @@ int sbl_cmd_db_stats(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-/* ---- indexes (only _id_ until secondary indexes exist) ----------------------- */
-
-int sbl_cmd_list_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
-{
-    char ns[256], cns[300];
-    sbl_coll_t *c;
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
-    int rc = sbl_coll_open(ctx->ss, ns, false, &c, NULL, err);
-    if (rc == SBL_E_NamespaceNotFound)
-        return sbl_err_set(err, SBL_E_NamespaceNotFound, "ns does not exist: %s", ns);
-    SBL_RET(rc);
-    sbl_coll_release(c);
-    bson_t **docs = calloc(1, sizeof(bson_t *));
-    bson_t wrapper = BSON_INITIALIZER;
-    append_id_index(&wrapper, "i");
-    bson_iter_t it;
-    uint32_t len;
-    const uint8_t *data;
-    bson_iter_init_find(&it, &wrapper, "i");
-    bson_iter_document(&it, &len, &data);
-    docs[0] = bson_new_from_data(data, len);
-    bson_destroy(&wrapper);
-    snprintf(cns, sizeof(cns), "%s", ns);
-    return sbl_cursor_first_batch(ctx, cns, &sbl_cursor_docs_source, sbl_cursor_docs_state(docs, 1),
-                                  cursor_batch_size(ctx->cmd), false, err);
-}
-
-static bool is_id_key(const bson_t *key)
-{
-    bson_iter_t it;
-    return bson_iter_init(&it, key) && bson_iter_next(&it) &&
-           strcmp(bson_iter_key(&it), "_id") == 0 && BSON_ITER_HOLDS_NUMBER(&it) &&
-           bson_iter_as_int64(&it) == 1 && !bson_iter_next(&it);
-}
-
-int sbl_cmd_create_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
-{
-    char ns[256];
-    bson_iter_t it, list;
-    sbl_coll_t *c;
-    bool created = false;
-
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
-    if (!bson_iter_init_find(&it, ctx->cmd, "indexes") || !BSON_ITER_HOLDS_ARRAY(&it))
-        return sbl_err_set(err, SBL_E_TypeMismatch,
-                           "BSON field 'createIndexes.indexes' is missing or not an array");
-    bson_iter_recurse(&it, &list);
-    int n = 0;
-    while (bson_iter_next(&list)) {
-        bson_iter_t spec, key;
-        n++;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&list) || !bson_iter_recurse(&list, &spec) ||
-            !bson_iter_find(&spec, "key") || !BSON_ITER_HOLDS_DOCUMENT(&spec))
-            return sbl_err_set(err, SBL_E_FailedToParse,
-                               "The 'key' field is a required property of an index specification");
-        uint32_t len;
-        const uint8_t *data;
-        bson_t k;
-        bson_iter_document(&spec, &len, &data);
-        bson_init_static(&k, data, len);
-        (void)key;
-        if (!is_id_key(&k))
-            return sbl_err_set(err, SBL_E_CommandNotSupported,
-                               "secondary indexes are not supported yet (only the _id index "
-                               "exists)");
-    }
-    if (n == 0)
-        return sbl_err_set(err, SBL_E_BadValue, "Must specify at least one index to create");
-    SBL_RET(sbl_coll_open(ctx->ss, ns, true, &c, &created, err));
-    sbl_coll_release(c);
-    BSON_APPEND_INT32(ctx->reply, "numIndexesBefore", 1);
-    BSON_APPEND_INT32(ctx->reply, "numIndexesAfter", 1);
-    BSON_APPEND_BOOL(ctx->reply, "createdCollectionAutomatically", created);
-    BSON_APPEND_UTF8(ctx->reply, "note", "all indexes already exist");
-    ctx->wrote = created;
-    return 0;
-}
-
-int sbl_cmd_drop_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
-{
-    char ns[256];
-    bson_iter_t it;
-    sbl_coll_t *c;
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
-    int rc = sbl_coll_open(ctx->ss, ns, false, &c, NULL, err);
-    if (rc == SBL_E_NamespaceNotFound)
-        return sbl_err_set(err, SBL_E_NamespaceNotFound, "ns not found %s", ns);
-    SBL_RET(rc);
-    sbl_coll_release(c);
-    if (!bson_iter_init_find(&it, ctx->cmd, "index"))
-        return sbl_err_set(err, SBL_E_FailedToParse,
-                           "BSON field 'dropIndexes.index' is missing but a required field");
-    if (BSON_ITER_HOLDS_UTF8(&it)) {
-        const char *name = bson_iter_utf8(&it, NULL);
-        if (strcmp(name, "*") != 0) {
-            if (strcmp(name, "_id_") == 0)
-                return sbl_err_set(err, SBL_E_InvalidOptions, "cannot drop _id index");
-            return sbl_err_set(err, SBL_E_IndexNotFound, "index not found with name [%s]", name);
-        }
-    } else if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        uint32_t len;
-        const uint8_t *data;
-        bson_t k;
-        bson_iter_document(&it, &len, &data);
-        bson_init_static(&k, data, len);
-        if (is_id_key(&k))
-            return sbl_err_set(err, SBL_E_InvalidOptions, "cannot drop _id index");
-        char *j = bson_as_relaxed_extended_json(&k, NULL);
-        sbl_err_set(err, SBL_E_IndexNotFound, "can't find index with key: %s", j ? j : "{}");
-        bson_free(j);
-        return SBL_E_IndexNotFound;
-    }
-    BSON_APPEND_INT32(ctx->reply, "nIndexesWas", 1);
-    return 0;
-}
+/* The index commands (createIndexes, dropIndexes, listIndexes) are in index_cmds.c. */

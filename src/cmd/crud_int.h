@@ -44,6 +44,10 @@ int sbl_crud_check_fields(const bson_t *cmd, const char *req, const char *const 
 int sbl_crud_type_error(sbl_err_t *err, const char *field, const bson_iter_t *it,
                         const char *expected);
 
+/* Take a hint (an index name or key pattern) for the executor: *out views the
+ * command's value, *hasp is set; TypeMismatch when it is neither. */
+int sbl_crud_get_hint(const bson_iter_t *it, bson_value_t *out, bool *hasp, sbl_err_t *err);
+
 /* Accept a hint that names the _id index ({_id: 1|-1} or "_id_"); BadValue otherwise. */
 int sbl_crud_check_hint(const bson_iter_t *it, sbl_err_t *err);
 
@@ -93,6 +97,30 @@ int sbl_qexec_new(const char *ns, const sbl_qexec_opts_t *o, sbl_qexec_t **qp, s
  */
 int sbl_qexec_next(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, bson_t *doc, int32_t *posp, bool *donep,
                    sbl_err_t *err);
+
+/* As sbl_qexec_new, honouring hint (NULL: none): an index name, a key
+ * pattern, or {$natural: ±1}.  BadValue (2) when it names no index. */
+int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_value_t *hint,
+                         sbl_qexec_t **qp, sbl_err_t *err);
+
+/* The plan in MongoDB's summary form ("IXSCAN { a: 1 }", "COLLSCAN", "IDHACK"). */
+void sbl_qexec_summary(const sbl_qexec_t *q, char *buf, size_t len);
+
+/* What explain shows of a plan; pointers stay valid while q lives. */
+struct sbl_ixplan;
+typedef struct sbl_qexec_info {
+    const struct sbl_ixplan *ixp;               /* NULL: the _id / collection plan */
+    const struct sbl_ixplan *const *rejected;   /* other index candidates */
+    size_t nrejected;
+    int id_kind;        /* sbl_id_range_t kind: ANY (full scan), POINTS, RANGE, NONE */
+    size_t npoints;
+    bool desc;           /* _id order descending */
+    bool in_memory_sort; /* a SORT stage runs */
+    int64_t skip, limit;
+    int64_t keys_examined, docs_examined; /* so far */
+    const char *summary;
+} sbl_qexec_info_t;
+void sbl_qexec_info(const sbl_qexec_t *q, sbl_qexec_info_t *out);
 
 /* The parsed filter (for re-checking a document inside a write transaction). */
 const sbl_matcher_t *sbl_qexec_matcher(const sbl_qexec_t *q);

@@ -89,6 +89,8 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     static const char *req = "FindCommandRequest";
     char ns[SBL_NS_MAX];
     bson_iter_t it;
+    bson_value_t hint;
+    bool has_hint = false;
     bson_t filter, projection, sort;
     bool has_filter = false, has_proj = false, has_sort = false, single_batch = false;
     int64_t skip = 0, limit = 0, batch_size = -1;
@@ -127,7 +129,7 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             if (strcmp(k, "singleBatch") == 0 && bson_iter_bool(&it))
                 single_batch = true;
         } else if (strcmp(k, "hint") == 0) {
-            SBL_RET(sbl_crud_check_hint(&it, err));
+            SBL_RET(sbl_crud_get_hint(&it, &hint, &has_hint, err));
         }
     }
 
@@ -135,7 +137,7 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     if (st == NULL)
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
     sbl_qexec_opts_t o = {has_filter ? &filter : NULL, has_sort ? &sort : NULL, skip, limit};
-    int rc = sbl_qexec_new(ns, &o, &st->q, err);
+    int rc = sbl_qexec_new_hinted(ns, &o, has_hint ? &hint : NULL, &st->q, err);
     if (rc == 0 && has_proj && !bson_empty(&projection)) {
         st->proj = sbl_projection_new(&projection, err);
         if (st->proj == NULL)
@@ -166,6 +168,8 @@ int sbl_cmd_count(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     static const char *req = "CountCommandRequest";
     char ns[SBL_NS_MAX];
     bson_iter_t it;
+    bson_value_t hint;
+    bool has_hint = false;
     bson_t query;
     bool has_query = false;
     int64_t skip = 0, limit = 0;
@@ -190,12 +194,12 @@ int sbl_cmd_count(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             if (limit < 0)
                 limit = -limit;
         } else if (strcmp(k, "hint") == 0) {
-            SBL_RET(sbl_crud_check_hint(&it, err));
+            SBL_RET(sbl_crud_get_hint(&it, &hint, &has_hint, err));
         }
     }
 
     int64_t n = 0;
-    if (!has_query) {
+    if (!has_query && !has_hint) {
         sbl_coll_t *c = NULL;
         sbl_err_t e2 = {0};
         int rc = sbl_coll_open(ctx->ss, ns, false, &c, NULL, &e2);
@@ -216,8 +220,8 @@ int sbl_cmd_count(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         }
     } else {
         sbl_qexec_t *q = NULL;
-        sbl_qexec_opts_t o = {&query, NULL, skip, limit};
-        SBL_RET(sbl_qexec_new(ns, &o, &q, err));
+        sbl_qexec_opts_t o = {has_query ? &query : NULL, NULL, skip, limit};
+        SBL_RET(sbl_qexec_new_hinted(ns, &o, has_hint ? &hint : NULL, &q, err));
         for (;;) {
             bson_t doc;
             bool done = false;
@@ -303,6 +307,8 @@ int sbl_cmd_distinct(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     static const char *req = "DistinctCommandRequest";
     char ns[SBL_NS_MAX];
     bson_iter_t it;
+    bson_value_t hint;
+    bool has_hint = false;
     bson_t query;
     bool has_query = false;
     const char *key = NULL;
@@ -325,7 +331,7 @@ int sbl_cmd_distinct(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                 return sbl_err_set(err, SBL_E_InvalidBSON, "invalid query");
             has_query = true;
         } else if (strcmp(k, "hint") == 0) {
-            SBL_RET(sbl_crud_check_hint(&it, err));
+            SBL_RET(sbl_crud_get_hint(&it, &hint, &has_hint, err));
         }
     }
     if (key == NULL)
@@ -343,7 +349,7 @@ int sbl_cmd_distinct(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     value_set_t set = {0};
     sbl_qexec_t *q = NULL;
     sbl_qexec_opts_t o = {has_query ? &query : NULL, NULL, 0, 0};
-    int rc = sbl_qexec_new(ns, &o, &q, err);
+    int rc = sbl_qexec_new_hinted(ns, &o, has_hint ? &hint : NULL, &q, err);
     while (rc == 0 && nparts > 0) {
         bson_t doc;
         bool done = false;

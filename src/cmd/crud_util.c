@@ -83,6 +83,15 @@ int sbl_crud_type_error(sbl_err_t *err, const char *field, const bson_iter_t *it
                        sbl_bson_type_name(bson_iter_type(it)), expected);
 }
 
+int sbl_crud_get_hint(const bson_iter_t *it, bson_value_t *out, bool *hasp, sbl_err_t *err)
+{
+    if (!BSON_ITER_HOLDS_UTF8(it) && !BSON_ITER_HOLDS_DOCUMENT(it))
+        return sbl_crud_type_error(err, "hint", it, "string or object");
+    sbl_iter_value(it, out);
+    *hasp = true;
+    return 0;
+}
+
 int sbl_crud_check_hint(const bson_iter_t *it, sbl_err_t *err)
 {
     if (BSON_ITER_HOLDS_UTF8(it)) {

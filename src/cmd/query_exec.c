@@ -19,6 +19,7 @@
  *    after sorting otherwise.
  */
 #include "cmd/crud_int.h"
+#include "cmd/query_plan.h"
 #include "doc/doc.h"
 
 #include <stdlib.h>
@@ -51,6 +52,19 @@ struct sbl_qexec {
     bson_value_t last_id;
     size_t next_point;
     size_t chunk;
+
+    /* the secondary-index plan (query_plan.c), when one won */
+    sbl_ixplan_t *ixp;
+    sbl_ixplan_t **rejected;
+    size_t nrejected;
+    sbl_hint_kind_t hint;
+    size_t ival;       /* the interval being scanned */
+    sbl_buf_t *ixlast; /* the last key read in it (resume point) */
+    bool ixresume;
+    uint64_t *seen; /* hashes of the _ids produced (a multikey scan meets a document again) */
+    size_t nseen, seen_cap;
+    int64_t keys_examined, docs_examined;
+    char summary[200];
 
     /* documents read ahead (a chunk, or every sorted result) */
     entry_t *buf;
@@ -93,6 +107,12 @@ static bool sort_is_natural(const bson_t *sort, bool *descp)
 
 int sbl_qexec_new(const char *ns, const sbl_qexec_opts_t *o, sbl_qexec_t **qp, sbl_err_t *err)
 {
+    return sbl_qexec_new_hinted(ns, o, NULL, qp, err);
+}
+
+int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_value_t *hint,
+                         sbl_qexec_t **qp, sbl_err_t *err)
+{
     bson_t empty = BSON_INITIALIZER;
     const bson_t *filter = o->filter != NULL ? o->filter : &empty;
     sbl_qexec_t *q = calloc(1, sizeof(*q));
@@ -121,6 +141,25 @@ int sbl_qexec_new(const char *ns, const sbl_qexec_opts_t *o, sbl_qexec_t **qp, s
     sbl_id_range_from_filter(filter, &q->range);
     q->skip = o->skip > 0 ? o->skip : 0;
     q->limit = o->limit > 0 ? o->limit : 0;
+    if (q->range.kind != SBL_ID_NONE) {
+        sbl_plan_input_t in = {ns,        filter,  q->sort != NULL ? o->sort : NULL,
+                               hint,      q->skip, q->limit,
+                               q->range.kind == SBL_ID_POINTS, q->range.kind == SBL_ID_RANGE};
+        int rc = sbl_plan_choose(&in, &q->hint, &q->ixp, &q->rejected, &q->nrejected, err);
+        if (rc != 0) {
+            sbl_qexec_free(q);
+            return rc;
+        }
+        if (q->hint == SBL_HINT_NATURAL && q->range.kind != SBL_ID_ANY) {
+            sbl_id_range_destroy(&q->range); /* a collection scan, as asked */
+            q->range.kind = SBL_ID_ANY;
+        }
+        if (q->ixp != NULL && q->ixp->provides_sort) {
+            sbl_sort_free(q->sort); /* the index order is the sort order */
+            q->sort = NULL;
+        }
+    }
+    sbl_qexec_summary(q, q->summary, sizeof(q->summary));
     if (q->sort == NULL) {
         q->to_skip = q->skip;
         q->remaining = q->limit > 0 ? q->limit : -1;
@@ -141,6 +180,15 @@ void sbl_qexec_free(sbl_qexec_t *q)
     free(q->buf);
     if (q->resume)
         bson_value_destroy(&q->last_id);
+    sbl_ixplan_free(q->ixp);
+    for (size_t k = 0; k < q->nrejected; k++)
+        sbl_ixplan_free(q->rejected[k]);
+    free(q->rejected);
+    if (q->ixlast != NULL) {
+        sbl_buf_destroy(q->ixlast);
+        free(q->ixlast);
+    }
+    free(q->seen);
     sbl_id_range_destroy(&q->range);
     sbl_sort_free(q->sort);
     sbl_matcher_free(q->m);
@@ -265,6 +313,161 @@ static int refill_scan(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, size_t
     return rc;
 }
 
+/* The summary the slow-query log shows; per thread, as the dispatcher reads
+ * it after the executor may be gone. */
+static _Thread_local char tls_summary[200];
+
+/* Remember an _id (by a 64-bit hash of its encoding); false when seen before.
+ * A false "seen" needs a 64-bit collision among the scan's documents. */
+static bool first_sight(sbl_qexec_t *q, const uint8_t *idk, size_t len)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t k = 0; k < len; k++)
+        h = (h ^ idk[k]) * 1099511628211ull;
+    h |= 1; /* 0 marks an empty slot */
+    if (2 * (q->nseen + 1) > q->seen_cap) {
+        size_t cap = q->seen_cap ? q->seen_cap * 2 : 1024;
+        uint64_t *t = calloc(cap, sizeof(uint64_t));
+        if (t == NULL)
+            abort();
+        for (size_t k = 0; k < q->seen_cap; k++)
+            if (q->seen[k] != 0) {
+                size_t j = q->seen[k] & (cap - 1);
+                while (t[j] != 0)
+                    j = (j + 1) & (cap - 1);
+                t[j] = q->seen[k];
+            }
+        free(q->seen);
+        q->seen = t;
+        q->seen_cap = cap;
+    }
+    size_t j = h & (q->seen_cap - 1);
+    while (q->seen[j] != 0) {
+        if (q->seen[j] == h)
+            return false;
+        j = (j + 1) & (q->seen_cap - 1);
+    }
+    q->seen[j] = h;
+    q->nseen++;
+    return true;
+}
+
+/* Read the next chunk from the index plan's intervals, fetching each entry's document. */
+static int refill_ixscan(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, size_t max,
+                         sbl_err_t *err)
+{
+    sbl_ixplan_t *p = q->ixp;
+    size_t examined = 0, bytes = 0;
+    int rc = 0;
+
+    if (q->ixlast == NULL) {
+        q->ixlast = malloc(sizeof(sbl_buf_t));
+        if (q->ixlast == NULL)
+            abort();
+        sbl_buf_init(q->ixlast);
+    }
+    while (q->ival < p->nivals) {
+        const sbl_ival_t *v = &p->ivals[p->backward ? p->nivals - 1 - q->ival : q->ival];
+        const uint8_t *lo = p->arena->data + v->lo_off, *hi = p->arena->data + v->hi_off;
+        size_t lo_len = v->lo_len, hi_len = v->hi_len;
+        sbl_buf_t start;
+        sbl_iscan_t *sc = NULL;
+        bool stop = false;
+
+        sbl_buf_init(&start);
+        if (q->ixresume) {
+            /* strictly past the last key read: keys are unique, so key + 0x00 is next */
+            sbl_buf_append(&start, q->ixlast->data, q->ixlast->len);
+            if (!p->backward) {
+                sbl_buf_append_byte(&start, 0);
+                lo = start.data;
+                lo_len = start.len;
+            } else {
+                hi = start.data;
+                hi_len = start.len;
+            }
+        }
+        rc = sbl_iscan_open(ctx->ss, p->ix, lo, lo_len, hi, hi_len, p->backward, &sc, err);
+        sbl_buf_destroy(&start);
+        if (rc != 0)
+            return rc;
+        for (;;) {
+            const uint8_t *k, *idk;
+            size_t klen, idlen;
+            bool done = false, found = false;
+            bson_t doc;
+            if (++examined % DEADLINE_EVERY == 0 &&
+                (rc = sbl_cmd_check_interrupt(ctx, err)) != 0)
+                break;
+            if ((rc = sbl_iscan_next(sc, &k, &klen, &idk, &idlen, &done, err)) != 0)
+                break;
+            if (done) {
+                q->ival++;
+                q->ixresume = false;
+                break;
+            }
+            ctx->keys_examined++;
+            sbl_buf_reset(q->ixlast);
+            sbl_buf_append(q->ixlast, k, klen);
+            q->ixresume = true;
+            if (!first_sight(q, idk, idlen))
+                continue;
+            if ((rc = sbl_coll_get_by_key(ctx->ss, c, idk, idlen, &doc, &found, err)) != 0)
+                break;
+            if (!found) /* deleted since the entry was read */
+                continue;
+            ctx->docs_examined++;
+            int32_t pos = -1;
+            bool more = true;
+            if (sbl_matcher_match(q->m, &doc, &pos)) {
+                more = take_match(q, &doc, pos);
+                bytes += doc.len;
+            }
+            bson_destroy(&doc);
+            if (!more || q->n >= max || bytes >= CHUNK_MAX_BYTES || examined >= 16 * CHUNK_MAX) {
+                stop = true;
+                break;
+            }
+        }
+        sbl_iscan_close(sc);
+        if (rc != 0 || stop)
+            return rc;
+    }
+    q->exhausted = true;
+    return 0;
+}
+
+void sbl_qexec_summary(const sbl_qexec_t *q, char *buf, size_t len)
+{
+    if (q->ixp != NULL)
+        sbl_ixplan_summary(q->ixp, buf, len);
+    else if (q->range.kind == SBL_ID_POINTS)
+        snprintf(buf, len, "%s", q->range.npoints == 1 ? "IDHACK" : "IXSCAN { _id: 1 }");
+    else if (q->range.kind == SBL_ID_RANGE)
+        snprintf(buf, len, "IXSCAN { _id: 1 }");
+    else if (q->range.kind == SBL_ID_NONE)
+        snprintf(buf, len, "EOF");
+    else
+        snprintf(buf, len, "COLLSCAN");
+}
+
+void sbl_qexec_info(const sbl_qexec_t *q, sbl_qexec_info_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->ixp = q->ixp;
+    out->rejected = (const struct sbl_ixplan *const *)q->rejected;
+    out->nrejected = q->nrejected;
+    out->id_kind = (int)q->range.kind;
+    out->npoints = q->range.npoints;
+    out->desc = q->desc;
+    out->in_memory_sort = q->sort != NULL;
+    out->skip = q->skip;
+    out->limit = q->limit;
+    out->keys_examined = q->keys_examined;
+    out->docs_examined = q->docs_examined;
+    out->summary = q->summary;
+}
+
 /* Read the next chunk of the _id-ordered stream into buf. */
 static int refill(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, size_t max, sbl_err_t *err)
 {
@@ -284,16 +487,21 @@ static int refill(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, size_t max, sbl_err_t *err
         *err = e2;
         return rc;
     }
-    if (q->range.kind == SBL_ID_POINTS) {
+    int64_t keys0 = ctx->keys_examined, docs0 = ctx->docs_examined;
+    snprintf(tls_summary, sizeof(tls_summary), "%s", q->summary);
+    ctx->plan_summary = tls_summary;
+    if (q->ixp != NULL) {
+        rc = refill_ixscan(q, ctx, c, max, err);
+    } else if (q->range.kind == SBL_ID_POINTS) {
         size_t before = q->next_point;
-        ctx->plan_summary = q->range.npoints == 1 ? "IDHACK" : "IXSCAN { _id: 1 }";
         rc = refill_points(q, ctx->ss, c, max, err);
         ctx->keys_examined += (int64_t)(q->next_point - before);
         ctx->docs_examined += (int64_t)(q->next_point - before);
     } else {
-        ctx->plan_summary = q->range.kind == SBL_ID_RANGE ? "IXSCAN { _id: 1 }" : "COLLSCAN";
         rc = refill_scan(q, ctx, c, max, err);
     }
+    q->keys_examined += ctx->keys_examined - keys0;
+    q->docs_examined += ctx->docs_examined - docs0;
     sbl_coll_release(c);
     return rc;
 }

@@ -58,6 +58,12 @@
     X(InvalidNamespace, 73)                                                                        \
     X(IndexOptionsConflict, 85)                                                                    \
     X(IndexKeySpecsConflict, 86)                                                                   \
+    X(CannotIndexParallelArrays, 171)                                                          \
+    X(QueryPlanKilled, 175)                                                                    \
+    X(InvalidIndexSpecificationOption, 197)                                                    \
+    X(OperationNotSupportedInTransaction, 263)                                                 \
+    X(IndexBuildAborted, 276)                                                                  \
+    X(NoQueryExecutionPlans, 291)                                                              \
     X(NetworkTimeout, 89)                                                                          \
     X(OperationFailed, 96)                                                                         \
     X(WriteConflict, 112)                                                                          \

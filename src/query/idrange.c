@@ -77,9 +77,17 @@ static bool in_range(const sbl_id_range_t *r, const bson_value_t *v)
     return true;
 }
 
+/* For a multikey index field two conjuncts may be met by different array
+ * elements: only one of them may bound the scan (set per analysis). */
+static _Thread_local bool tls_first_only;
+
 /* r &= s; s is consumed. */
 static void intersect(sbl_id_range_t *r, sbl_id_range_t *s)
 {
+    if (tls_first_only && r->kind != SBL_ID_ANY) {
+        sbl_id_range_destroy(s);
+        return;
+    }
     if (r->kind == SBL_ID_NONE || s->kind == SBL_ID_ANY) {
         sbl_id_range_destroy(s);
         return;
@@ -305,7 +313,8 @@ static void range_from_id_value(const bson_value_t *v, sbl_id_range_t *r)
     }
 }
 
-static void range_from_doc(const bson_t *filter, sbl_id_range_t *r, int depth)
+static void range_from_doc(const bson_t *filter, const char *field, sbl_id_range_t *r,
+                           int depth)
 {
     bson_iter_t it;
 
@@ -318,7 +327,7 @@ static void range_from_doc(const bson_t *filter, sbl_id_range_t *r, int depth)
 
         sbl_iter_value(&it, &v);
         range_any(&s);
-        if (strcmp(key, "_id") == 0) {
+        if (strcmp(key, field) == 0) {
             range_from_id_value(&v, &s);
         } else if (strcmp(key, "$and") == 0 && v.value_type == BSON_TYPE_ARRAY) {
             bson_t arr, sub;
@@ -330,7 +339,7 @@ static void range_from_doc(const bson_t *filter, sbl_id_range_t *r, int depth)
                     sbl_iter_value(&ai, &e);
                     if (e.value_type == BSON_TYPE_DOCUMENT &&
                         bson_init_static(&sub, e.value.v_doc.data, e.value.v_doc.data_len))
-                        range_from_doc(&sub, &s, depth + 1);
+                        range_from_doc(&sub, field, &s, depth + 1);
                 }
             }
         }
@@ -340,7 +349,15 @@ static void range_from_doc(const bson_t *filter, sbl_id_range_t *r, int depth)
 
 void sbl_id_range_from_filter(const bson_t *filter, sbl_id_range_t *r)
 {
+    sbl_field_range_from_filter(filter, "_id", false, r);
+}
+
+void sbl_field_range_from_filter(const bson_t *filter, const char *field, bool first_only,
+                                 sbl_id_range_t *r)
+{
     range_any(r);
+    tls_first_only = first_only;
     if (filter != NULL)
-        range_from_doc(filter, r, 0);
+        range_from_doc(filter, field, r, 0);
+    tls_first_only = false;
 }

@@ -60,6 +60,11 @@ typedef struct sbl_id_range {
 
 /* Analyse filter; never fails (a filter it does not understand gives SBL_ID_ANY). */
 void sbl_id_range_from_filter(const bson_t *filter, sbl_id_range_t *r);
+/* The same analysis for any field path (index bounds).  first_only keeps only
+ * the first constraint found instead of intersecting them (a multikey field,
+ * where different array elements may meet different conjuncts). */
+void sbl_field_range_from_filter(const bson_t *filter, const char *field, bool first_only,
+                                 sbl_id_range_t *r);
 void sbl_id_range_destroy(sbl_id_range_t *r);
 
 /* ---- projection ------------------------------------------------------ */

@@ -140,6 +140,10 @@ static int run(int notify_fd)
         .commit_interval_ms = options.commit_interval_ms,
         .syncdelay_s = options.syncdelay_s,
     };
+    bson_iter_t ttl_it;
+    if (bson_iter_init_find(&ttl_it, &options.parameters, "ttlMonitorSleepSecs") &&
+        BSON_ITER_HOLDS_UTF8(&ttl_it))
+        scfg.ttl_monitor_sleep_s = atoi(bson_iter_utf8(&ttl_it, NULL));
     if ((rc = sbl_storage_open(&scfg, &err)) != 0) {
         bson_init(&attr);
         BSON_APPEND_UTF8(&attr, "error", err.msg);

@@ -1,6 +1,6 @@
 /*
  * wt_catalog.c: the collection catalog: table:_sbl_catalog (ns -> BSON
- * {ns, uuid, ident, options}) mirrored in a sorted in-memory array, plus the
+ * {ns, uuid, ident, options, indexes}) mirrored in a sorted in-memory array, plus the
  * per-table counts kept in table:_sbl_sizes.
  *
  * What must stay true:
@@ -131,6 +131,7 @@ static int catalog_put(const sbl_coll_t *c, sbl_err_t *err)
     bson_append_binary(&entry, "uuid", -1, BSON_SUBTYPE_UUID, c->uuid, 16);
     BSON_APPEND_UTF8(&entry, "ident", c->tbl->ident);
     BSON_APPEND_DOCUMENT(&entry, "options", c->options);
+    sbl_index_catalog_append(c->tbl, &entry);
     if ((ret = wt->open_cursor(wt, SBL_CATALOG_URI, NULL, NULL, &cur)) == 0) {
         v.data = bson_get_data(&entry);
         v.size = entry.len;
@@ -274,6 +275,7 @@ static void forget_dropped_locked(sbl_session_t *s, size_t idx)
 
     remove_locked(idx);
     atomic_store(&c->tbl->dropped, true);
+    sbl_index_drop_tables(c->tbl);
     atomic_fetch_add(&sbl_eng.drop_gen, 1);
     if (s != NULL)
         sbl_session_reconcile(s); /* our own cached cursor must not block the drop */
@@ -415,6 +417,38 @@ done:
     return rc;
 }
 
+int sbl_catalog_update_table(sbl_wt_table_t *t, sbl_err_t *err)
+{
+    WT_SESSION *wt = sbl_eng.cat_wt;
+    sbl_coll_t *c = NULL;
+    int ret, rc = 0;
+
+    pthread_rwlock_wrlock(&sbl_eng.cat_lock);
+    for (size_t i = 0; i < sbl_eng.ncolls && c == NULL; i++)
+        if (sbl_eng.colls[i]->tbl == t)
+            c = sbl_eng.colls[i];
+    if (c == NULL) {
+        rc = sbl_err_set(err, SBL_E_NamespaceNotFound, "collection was dropped");
+        goto done;
+    }
+    if ((ret = wt->begin_transaction(wt, NULL)) != 0) {
+        rc = sbl_wt_err(err, ret, "begin catalog transaction");
+        goto done;
+    }
+    if ((rc = catalog_put(c, err)) != 0) {
+        wt->rollback_transaction(wt, NULL);
+        goto done;
+    }
+    if ((ret = wt->commit_transaction(wt, NULL)) != 0) {
+        rc = sbl_wt_err(err, ret, "commit catalog transaction");
+        goto done;
+    }
+    atomic_fetch_add(&sbl_eng.commits, 1);
+done:
+    pthread_rwlock_unlock(&sbl_eng.cat_lock);
+    return rc;
+}
+
 void sbl_catalog_list(const char *db, sbl_catalog_visit_fn fn, void *arg)
 {
     sbl_coll_t **list;
@@ -499,6 +533,11 @@ static int load_entry(const char *key, const WT_ITEM *v, sbl_err_t *err)
     sbl_wt_table_t *tbl = sbl_table_new(uri);
     sbl_coll_t *c = coll_new(key, uuid, &options, tbl);
     sbl_table_unref(tbl);
+    int rc = sbl_index_catalog_load(tbl, &entry, err);
+    if (rc != 0) {
+        sbl_coll_release(c);
+        return rc;
+    }
     uint64_t n = strtoull(ident + strlen("collection-"), NULL, 10);
     if (n >= sbl_eng.next_ident)
         sbl_eng.next_ident = n + 1;
@@ -578,7 +617,11 @@ static void drop_orphans(void)
         return;
     while (cur->next(cur) == 0) {
         bool known = false;
-        if (cur->get_key(cur, &key) != 0 || strncmp(key, "table:collection-", 17) != 0)
+        if (cur->get_key(cur, &key) != 0)
+            continue;
+        if (strncmp(key, "table:index-", 12) == 0)
+            known = sbl_index_uri_known(key);
+        else if (strncmp(key, "table:collection-", 17) != 0)
             continue;
         for (i = 0; i < sbl_eng.ncolls && !known; i++)
             known = strcmp(sbl_eng.colls[i]->tbl->uri, key) == 0;

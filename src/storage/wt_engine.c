@@ -83,6 +83,8 @@ sbl_wt_table_t *sbl_table_new(const char *uri)
     atomic_init(&t->dropped, false);
     atomic_init(&t->count, 0);
     atomic_init(&t->data_size, 0);
+    pthread_rwlock_init(&t->idx_lock, NULL);
+    atomic_init(&t->nidx_quick, 0);
     return t;
 }
 
@@ -94,6 +96,8 @@ void sbl_table_ref(sbl_wt_table_t *t)
 void sbl_table_unref(sbl_wt_table_t *t)
 {
     if (t != NULL && atomic_fetch_sub(&t->refs, 1) == 1) {
+        sbl_index_free_all(t);
+        pthread_rwlock_destroy(&t->idx_lock);
         bson_free(t->uri);
         bson_free(t);
     }
@@ -236,6 +240,8 @@ int sbl_storage_open(const sbl_storage_config_t *cfg, sbl_err_t *err)
     sbl_eng.dbpath = bson_strdup(cfg->dbpath);
     sbl_eng.commit_interval_ms = cfg->commit_interval_ms > 0 ? cfg->commit_interval_ms : 100;
     sbl_eng.syncdelay_s = cfg->syncdelay_s >= 0 ? cfg->syncdelay_s : 60;
+    sbl_eng.ttl_sleep_s = cfg->ttl_monitor_sleep_s > 0 ? cfg->ttl_monitor_sleep_s : 60;
+    atomic_store(&sbl_eng.txn_gen, 1);
     sbl_eng.waiters_tail = &sbl_eng.waiters;
     init_sync_objects();
 
@@ -270,6 +276,7 @@ int sbl_storage_open(const sbl_storage_config_t *cfg, sbl_err_t *err)
     SBL_ERR(sbl_catalog_load(err));
     sbl_eng.open = true;
     SBL_ERR(sbl_bg_start(err));
+    SBL_ERR(sbl_ttl_start(err));
 
     bson_t attr = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&attr, "dbpath", cfg->dbpath);
@@ -279,6 +286,7 @@ int sbl_storage_open(const sbl_storage_config_t *cfg, sbl_err_t *err)
     return 0;
 
 err:
+    sbl_ttl_stop();
     sbl_bg_stop();
     sbl_eng.open = false;
     sbl_catalog_unload();
@@ -300,6 +308,7 @@ void sbl_storage_close(void)
 
     if (!sbl_eng.open)
         return;
+    sbl_ttl_stop();
     sbl_bg_stop();
     sbl_sessions_close_all();
     sbl_drop_retry(sbl_eng.cat_wt);

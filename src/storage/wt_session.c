@@ -177,6 +177,7 @@ int sbl_txn_begin(sbl_session_t *s, sbl_err_t *err)
     if ((ret = s->wt->begin_transaction(s->wt, NULL)) != 0)
         return sbl_wt_err(err, ret, "begin transaction");
     s->in_txn = true;
+    atomic_store(&s->txn_gen, atomic_load(&sbl_eng.txn_gen));
     return 0;
 }
 
@@ -195,6 +196,7 @@ int sbl_txn_commit(sbl_session_t *s, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_NoSuchTransaction, "no transaction is open");
     reset_cursors(s);
     s->in_txn = false;
+    atomic_store(&s->txn_gen, 0);
     /* No sync: durability comes from the journal flusher (wt_durable.c). */
     ret = s->wt->commit_transaction(s->wt, NULL);
     if (ret == 0) {
@@ -214,6 +216,7 @@ void sbl_txn_abort(sbl_session_t *s)
         return;
     reset_cursors(s);
     s->in_txn = false;
+    atomic_store(&s->txn_gen, 0);
     s->wt->rollback_transaction(s->wt, NULL);
     drop_deltas(s);
 }

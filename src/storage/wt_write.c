@@ -2,7 +2,7 @@
  * wt_write.c: sbl_write, the one path by which documents change.
  *
  * What must stay true:
- *  - The document change, (later) its secondary index entries and its oplog
+ *  - The document change, its secondary index entries and (later) its oplog
  *    entry happen in the caller's one WiredTiger transaction; a write outside
  *    a transaction runs in one of its own.
  *  - Count and size changes are recorded as session deltas and reach the
@@ -90,26 +90,45 @@ static void format_value(bson_string_t *out, const bson_value_t *v)
     }
 }
 
+int sbl_wt_dup_key(const char *ns, const char *index, const bson_t *pattern, const bson_t *value,
+                   bson_t *err_info, sbl_err_t *err)
+{
+    bson_string_t *msg = bson_string_new(NULL);
+    bson_iter_t it;
+    bool first = true;
+    int rc;
+
+    bson_string_append_printf(msg, "E11000 duplicate key error collection: %s index: %s dup key: {",
+                              ns, index);
+    bson_iter_init(&it, value);
+    while (bson_iter_next(&it)) {
+        bson_value_t v;
+        sbl_iter_value(&it, &v);
+        bson_string_append_printf(msg, "%s %s: ", first ? "" : ",", bson_iter_key(&it));
+        format_value(msg, &v);
+        first = false;
+    }
+    bson_string_append(msg, " }");
+    rc = sbl_err_set(err, SBL_E_DuplicateKey, "%s", msg->str);
+    bson_string_free(msg, true);
+    if (err_info != NULL) {
+        BSON_APPEND_DOCUMENT(err_info, "keyPattern", pattern);
+        BSON_APPEND_DOCUMENT(err_info, "keyValue", value);
+    }
+    return rc;
+}
+
 static int dup_key_error(const sbl_coll_t *c, const bson_value_t *id, bson_t *err_info,
                          sbl_err_t *err)
 {
-    bson_string_t *val = bson_string_new(NULL);
+    bson_t pattern = BSON_INITIALIZER, value = BSON_INITIALIZER;
     int rc;
 
-    format_value(val, id);
-    rc = sbl_err_set(err, SBL_E_DuplicateKey,
-                     "E11000 duplicate key error collection: %s index: _id_ dup key: { _id: %s }",
-                     c->ns, val->str);
-    bson_string_free(val, true);
-    if (err_info != NULL) {
-        bson_t sub;
-        bson_append_document_begin(err_info, "keyPattern", -1, &sub);
-        BSON_APPEND_INT32(&sub, "_id", 1);
-        bson_append_document_end(err_info, &sub);
-        bson_append_document_begin(err_info, "keyValue", -1, &sub);
-        bson_append_value(&sub, "_id", 3, id);
-        bson_append_document_end(err_info, &sub);
-    }
+    BSON_APPEND_INT32(&pattern, "_id", 1);
+    bson_append_value(&value, "_id", 3, id);
+    rc = sbl_wt_dup_key(c->ns, "_id_", &pattern, &value, err_info, err);
+    bson_destroy(&pattern);
+    bson_destroy(&value);
     return rc;
 }
 
@@ -133,6 +152,8 @@ static int write_in_txn(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     WT_CURSOR *cur;
     WT_ITEM k, v;
     int64_t dcount = 0, dsize = 0;
+    bson_t fetched, old_copy;
+    bool have_copy = false;
     int ret = 0, rc = 0;
 
     if (!doc_id(keydoc, &id))
@@ -164,8 +185,14 @@ static int write_in_txn(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         break;
     case SBL_WRITE_UPDATE:
         if (old_doc == NULL) { /* the size delta needs the old length */
-            if ((ret = cur->search(cur)) == 0 && (ret = cur->get_value(cur, &v)) == 0)
+            if ((ret = cur->search(cur)) == 0 && (ret = cur->get_value(cur, &v)) == 0) {
                 dsize = -(int64_t)v.size;
+                /* Secondary indexes need the old document's keys. */
+                if (sbl_index_count(c) > 0 && bson_init_static(&fetched, v.data, v.size)) {
+                    bson_copy_to(&fetched, &old_copy);
+                    have_copy = true;
+                }
+            }
             cur->set_key(cur, &k);
         } else
             dsize = -(int64_t)old_doc->len;
@@ -183,21 +210,28 @@ static int write_in_txn(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         dsize = -(int64_t)old_doc->len;
         break;
     }
-    /*
-     * Secondary index entries are written here, in this transaction, once
-     * indexes exist: remove the old document's keys, insert the new one's
-     * (a unique index's WT_DUPLICATE_KEY becomes 11000 like _id's).  Then
-     * the oplog entry for this change is inserted here too, so the
-     * document, its index keys and its oplog entry commit or abort together.
-     */
     cur->reset(cur);
     if (ret == WT_DUPLICATE_KEY)
-        return dup_key_error(c, &id, err_info, err);
-    if (ret == WT_NOTFOUND) /* gone since the caller read it: retry the operation */
-        return sbl_wt_err(err, WT_ROLLBACK, "write");
-    if (ret != 0)
-        return sbl_wt_err(err, ret, "write");
-    sbl_session_add_delta(s, c->tbl, dcount, dsize);
+        rc = dup_key_error(c, &id, err_info, err);
+    else if (ret == WT_NOTFOUND) /* gone since the caller read it: retry the operation */
+        rc = sbl_wt_err(err, WT_ROLLBACK, "write");
+    else if (ret != 0)
+        rc = sbl_wt_err(err, ret, "write");
+    /*
+     * Secondary index entries, in this transaction: the old document's keys
+     * out, the new one's in (a unique index's duplicate becomes 11000 like
+     * _id's).  The oplog entry for this change will be inserted here too, so
+     * the document, its index keys and its oplog entry commit or abort together.
+     */
+    if (rc == 0 && sbl_index_count(c) > 0) {
+        size_t idlen = s->key.len;
+        rc = sbl_index_on_write(s, c, kind, have_copy ? &old_copy : old_doc, new_doc,
+                                s->key.data, idlen, err_info, err);
+    }
+    if (have_copy)
+        bson_destroy(&old_copy);
+    if (rc == 0)
+        sbl_session_add_delta(s, c->tbl, dcount, dsize);
     return rc;
 }
 

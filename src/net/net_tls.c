@@ -5,9 +5,9 @@
  * A connection's TLS state (sbl_conn_t.tls_state):
  *   PLAIN      bytes go straight into the read buffer (the only state with
  *              --tlsMode disabled: the plaintext path is unchanged);
- *   UNDECIDED  allowTLS / preferTLS / requireTLS before the first byte: a
- *              first byte of 0x16 (a TLS handshake record) makes it TLS,
- *              anything else makes it PLAIN (requireTLS closes instead);
+ *   UNDECIDED  allowTLS / preferTLS / requireTLS before the first bytes: a
+ *              TLS handshake record header (0x16 0x03 0x01-0x04) makes it
+ *              TLS, anything else PLAIN (requireTLS closes instead);
  *   TLS        ciphertext from the socket goes into the SSL's read BIO,
  *              plaintext from SSL_read into the read buffer; replies are
  *              SSL_write'n and the write BIO's ciphertext is sent raw.
@@ -129,6 +129,17 @@ void net_tls_conn_free(sbl_conn_t *c)
     c->tls = NULL;
 }
 
+/*
+ * A TLS record header: content type 22 (handshake) and version 3.x.  A wire
+ * message starts with its little-endian length instead; one that begins
+ * 0x16 0x03 0x01..0x04 would be over 64 KiB, which no first message
+ * (hello) is.
+ */
+static bool looks_like_tls(const uint8_t *h)
+{
+    return h[0] == TLS_RECORD_BYTE && h[1] == 0x03 && h[2] >= 0x01 && h[2] <= 0x04;
+}
+
 static void log_tls(const sbl_conn_t *c, const char *msg, const char *error)
 {
     bson_t attr = BSON_INITIALIZER;
@@ -201,39 +212,50 @@ static int tls_feed(sbl_conn_t *c, const uint8_t *data, size_t len)
 
 int net_tls_on_read(sbl_conn_t *c, const uint8_t *data, size_t len)
 {
-    if (c->tls_state == NET_TLS_UNDECIDED) {
-        if (data[0] != TLS_RECORD_BYTE) {
-            if (tls_mode == SBL_NET_TLS_REQUIRE) {
-                log_tls(c, "Error receiving request from client. Ending connection",
-                        "SSLHandshakeFailed: the server requires TLS (tlsMode requireTLS)");
-                return -1;
-            }
-            c->tls_state = NET_TLS_PLAIN;
-            c->rend += len; /* already in the read buffer (alloc_cb gave it) */
-            return 0;
-        }
-        net_tls_t *t = calloc(1, sizeof(*t));
-        if (t == NULL)
-            return -1;
-        t->ssl = SSL_new(tls_ctx);
-        t->rbio = BIO_new(BIO_s_mem());
-        t->wbio = BIO_new(BIO_s_mem());
-        if (t->ssl == NULL || t->rbio == NULL || t->wbio == NULL) {
-            if (t->ssl != NULL)
-                SSL_free(t->ssl);
-            BIO_free(t->rbio);
-            BIO_free(t->wbio);
-            free(t);
-            return -1;
-        }
-        SSL_set_bio(t->ssl, t->rbio, t->wbio);
-        SSL_set_accept_state(t->ssl);
-        c->tls = t;
-        c->tls_state = NET_TLS_ON;
-        /* The bytes sit in the read buffer past rend: move them to the SSL. */
+    if (c->tls_state != NET_TLS_UNDECIDED)
         return tls_feed(c, data, len);
+    /* The bytes are in the read buffer (alloc_cb gave it); decide on the first three. */
+    c->rend += len;
+    size_t have = c->rend - c->rstart;
+    if (have < 3)
+        return 0;
+    const uint8_t *h = c->rbuf + c->rstart;
+    if (!looks_like_tls(h)) {
+        if (tls_mode == SBL_NET_TLS_REQUIRE) {
+            log_tls(c, "Error receiving request from client. Ending connection",
+                    "SSLHandshakeFailed: the server requires TLS (tlsMode requireTLS)");
+            return -1;
+        }
+        c->tls_state = NET_TLS_PLAIN;
+        return 0;
     }
-    return tls_feed(c, data, len);
+    net_tls_t *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return -1;
+    t->ssl = SSL_new(tls_ctx);
+    t->rbio = BIO_new(BIO_s_mem());
+    t->wbio = BIO_new(BIO_s_mem());
+    if (t->ssl == NULL || t->rbio == NULL || t->wbio == NULL) {
+        if (t->ssl != NULL)
+            SSL_free(t->ssl);
+        BIO_free(t->rbio);
+        BIO_free(t->wbio);
+        free(t);
+        return -1;
+    }
+    SSL_set_bio(t->ssl, t->rbio, t->wbio);
+    SSL_set_accept_state(t->ssl);
+    c->tls = t;
+    c->tls_state = NET_TLS_ON;
+    /* Move the ciphertext out of the read buffer, which now receives plaintext. */
+    uint8_t *copy = malloc(have);
+    if (copy == NULL)
+        return -1;
+    memcpy(copy, h, have);
+    c->rstart = c->rend = 0;
+    int rc = tls_feed(c, copy, have);
+    free(copy);
+    return rc;
 }
 
 void net_tls_write(sbl_conn_t *c, const uint8_t *data, size_t len)

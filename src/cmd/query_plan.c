@@ -490,6 +490,8 @@ int sbl_plan_choose(const sbl_plan_input_t *in, sbl_hint_kind_t *hintp, sbl_ixpl
             }
         }
     }
+    if (in->id_points && in->hint == NULL)
+        return 0; /* _id point lookups win outright: no planning on the hot path */
     if (ss == NULL || sbl_coll_open(ss, in->ns, false, &c, NULL, NULL) != 0)
         return 0; /* no collection: nothing to plan (and a hint is moot) */
     if (*hintp == SBL_HINT_ID || *hintp == SBL_HINT_NATURAL || sbl_index_count(c) == 0) {

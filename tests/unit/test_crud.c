@@ -195,7 +195,10 @@ static void test_find(void)
                           "expected type 'object'") == 0);
     CHECK(run(sbl_cmd_find, "{\"find\": \"c\", \"foo\": 1}") == 40415);
     CHECK(run(sbl_cmd_find, "{\"find\": \"c\", \"hint\": {\"a\": 1}}") == SBL_E_BadValue);
-    CHECK(run(sbl_cmd_find, "{\"find\": \"c\", \"hint\": \"_id_\", \"limit\": -3}") == 0);
+    /* The find command refuses a negative limit (drivers send limit + singleBatch). */
+    CHECK(run(sbl_cmd_find, "{\"find\": \"c\", \"limit\": -3}") == 51024);
+    CHECK(run(sbl_cmd_find, "{\"find\": \"c\", \"hint\": \"_id_\", \"limit\": 3, "
+                            "\"singleBatch\": true}") == 0);
     CHECK(array_len("cursor.firstBatch") == 3 && get_int("cursor.id") == 0);
     CHECK(run(sbl_cmd_find, "{\"find\": \"c\", \"filter\": {\"$foo\": 1}}") == SBL_E_BadValue);
 }

@@ -1,17 +1,21 @@
 /*
- * agg.c: the aggregate command: pipeline parsing, the stages other than
- * $group (agg_group.c), and the small expression language they share
- * ("$path" references, $literal, objects, arrays and constants).
+ * agg.c: the aggregate command: pipeline parsing and running, and the
+ * per-document stages ($match $project $addFields/$set $unset $replaceRoot/
+ * $replaceWith $sort $skip $limit $count $unwind $collStats).  $group lives
+ * in agg_group.c, the stages that read or write other collections and the
+ * grouping shorthands in agg_stages.c; expressions are src/expr's.
  *
  * The leading $match (and a $sort / $skip / $limit right after it) is handed
- * to the query executor, so it uses _id point lookups and range scans like
- * find; the rest of the pipeline runs over the documents in memory, stage by
- * stage, and the result is served through a cursor over that array.
+ * to the query executor, so it uses indexes and range scans like find; the
+ * rest of the pipeline runs over the documents in memory, stage by stage,
+ * and the result is served through a cursor over that array.
  * What must stay true: every stage owns the documents it produces and frees
- * the ones it consumes (sbl_docvec_t), also on error.
+ * the ones it consumes (sbl_docvec_t), also on error; an expression is parsed
+ * once per stage, not once per document.
  */
 #include "cmd/crud_int.h"
 #include "doc/doc.h"
+#include "expr/expr.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +26,8 @@
 #define SBL_E_BadLimit 15958
 #define SBL_E_BadSkip 15956
 #define SBL_E_BadUnwind 15981
+#define SBL_E_FinalStageOnly 40601
+#define AGG_MAX_DEPTH 20
 
 /* ---- document vectors ------------------------------------------------------ */
 
@@ -45,186 +51,14 @@ void sbl_docvec_clear(sbl_docvec_t *dv)
     dv->n = dv->cap = 0;
 }
 
-/* ---- expressions -------------------------------------------------------------- */
-
-/* Make *out an owned document value holding b. */
-static void doc_value(const bson_t *b, bson_type_t type, bson_value_t *out)
-{
-    bson_value_t view;
-    view.value_type = type;
-    view.value.v_doc.data = (uint8_t *)bson_get_data(b);
-    view.value.v_doc.data_len = b->len;
-    bson_value_copy(&view, out);
-}
-
-/* Resolve the dotted path at the value it points to: documents are entered,
- * arrays give the array of what each element yields (as MongoDB does). */
-static bool resolve(const bson_iter_t *at, const char *path, bson_value_t *out)
-{
-    if (*path == '\0') {
-        bson_value_t v;
-        sbl_iter_value(at, &v);
-        bson_value_copy(&v, out);
-        return true;
-    }
-    const char *dot = strchr(path, '.');
-    size_t len = dot ? (size_t)(dot - path) : strlen(path);
-    const char *rest = dot ? dot + 1 : path + len;
-    bson_iter_t sub;
-
-    if (BSON_ITER_HOLDS_DOCUMENT(at)) {
-        if (!bson_iter_recurse(at, &sub))
-            return false;
-        while (bson_iter_next(&sub))
-            if (strlen(bson_iter_key(&sub)) == len && memcmp(bson_iter_key(&sub), path, len) == 0)
-                return resolve(&sub, rest, out);
-        return false;
-    }
-    if (BSON_ITER_HOLDS_ARRAY(at)) {
-        bson_t arr = BSON_INITIALIZER;
-        uint32_t n = 0;
-        char kb[16];
-        bson_iter_recurse(at, &sub);
-        while (bson_iter_next(&sub)) {
-            bson_value_t v;
-            if (!BSON_ITER_HOLDS_DOCUMENT(&sub) && !BSON_ITER_HOLDS_ARRAY(&sub))
-                continue;
-            if (resolve(&sub, path, &v)) {
-                bson_append_value(&arr, sbl_crud_key(n++, kb), -1, &v);
-                bson_value_destroy(&v);
-            }
-        }
-        doc_value(&arr, BSON_TYPE_ARRAY, out);
-        bson_destroy(&arr);
-        return true;
-    }
-    return false;
-}
-
-/* Look up "a.b.c" in doc. */
-static bool field_path(const bson_t *doc, const char *path, bson_value_t *out)
-{
-    bson_iter_t it;
-    const char *dot = strchr(path, '.');
-    size_t len = dot ? (size_t)(dot - path) : strlen(path);
-    if (!bson_iter_init(&it, doc))
-        return false;
-    while (bson_iter_next(&it))
-        if (strlen(bson_iter_key(&it)) == len && memcmp(bson_iter_key(&it), path, len) == 0)
-            return resolve(&it, dot ? dot + 1 : path + len, out);
-    return false;
-}
-
-int sbl_agg_eval(const bson_value_t *expr, const bson_t *doc, bson_value_t *out, bool *missingp,
-                 sbl_err_t *err)
-{
-    *missingp = false;
-    out->value_type = BSON_TYPE_NULL;
-    switch (expr->value_type) {
-    case BSON_TYPE_UTF8: {
-        const char *s = expr->value.v_utf8.str;
-        if (s[0] != '$')
-            break;
-        if (s[1] == '$') {
-            const char *var = s + 2;
-            if (strncmp(var, "ROOT", 4) == 0 || strncmp(var, "CURRENT", 7) == 0) {
-                const char *rest = var + (var[0] == 'R' ? 4 : 7);
-                if (*rest == '\0') {
-                    doc_value(doc, BSON_TYPE_DOCUMENT, out);
-                    return 0;
-                }
-                if (*rest == '.' && field_path(doc, rest + 1, out))
-                    return 0;
-                *missingp = true;
-                out->value_type = BSON_TYPE_NULL;
-                return 0;
-            }
-            if (strcmp(var, "REMOVE") == 0) {
-                *missingp = true;
-                return 0;
-            }
-            return sbl_err_set(err, SBL_E_Location17276, "Use of undefined variable: %s", var);
-        }
-        if (!field_path(doc, s + 1, out)) {
-            *missingp = true;
-            out->value_type = BSON_TYPE_NULL;
-        }
-        return 0;
-    }
-    case BSON_TYPE_DOCUMENT: {
-        bson_t spec, res = BSON_INITIALIZER;
-        bson_iter_t it;
-        if (!bson_init_static(&spec, expr->value.v_doc.data, expr->value.v_doc.data_len))
-            return sbl_err_set(err, SBL_E_InvalidBSON, "invalid expression");
-        bson_iter_init(&it, &spec);
-        if (bson_iter_next(&it) && bson_iter_key(&it)[0] == '$') {
-            if (strcmp(bson_iter_key(&it), "$literal") == 0) {
-                bson_value_t v;
-                sbl_iter_value(&it, &v);
-                bson_value_copy(&v, out);
-                return 0;
-            }
-            return sbl_err_set(err, SBL_E_InvalidPipelineOperator,
-                               "Unrecognized expression '%s'", bson_iter_key(&it));
-        }
-        bson_iter_init(&it, &spec);
-        while (bson_iter_next(&it)) {
-            bson_value_t sub, v;
-            bool miss = false;
-            sbl_iter_value(&it, &sub);
-            int rc = sbl_agg_eval(&sub, doc, &v, &miss, err);
-            if (rc != 0) {
-                bson_destroy(&res);
-                return rc;
-            }
-            if (!miss)
-                bson_append_value(&res, bson_iter_key(&it), -1, &v);
-            bson_value_destroy(&v);
-        }
-        doc_value(&res, BSON_TYPE_DOCUMENT, out);
-        bson_destroy(&res);
-        return 0;
-    }
-    case BSON_TYPE_ARRAY: {
-        bson_t spec, res = BSON_INITIALIZER;
-        bson_iter_t it;
-        uint32_t n = 0;
-        char kb[16];
-        if (!bson_init_static(&spec, expr->value.v_doc.data, expr->value.v_doc.data_len))
-            return sbl_err_set(err, SBL_E_InvalidBSON, "invalid expression");
-        bson_iter_init(&it, &spec);
-        while (bson_iter_next(&it)) {
-            bson_value_t sub, v;
-            bool miss = false;
-            sbl_iter_value(&it, &sub);
-            int rc = sbl_agg_eval(&sub, doc, &v, &miss, err);
-            if (rc != 0) {
-                bson_destroy(&res);
-                return rc;
-            }
-            if (miss)
-                bson_append_null(&res, sbl_crud_key(n++, kb), -1);
-            else
-                bson_append_value(&res, sbl_crud_key(n++, kb), -1, &v);
-            bson_value_destroy(&v);
-        }
-        doc_value(&res, BSON_TYPE_ARRAY, out);
-        bson_destroy(&res);
-        return 0;
-    }
-    default:
-        break;
-    }
-    bson_value_copy(expr, out);
-    return 0;
-}
-
 /* ---- document editing ------------------------------------------------------------ */
 
 /* Copy in to out (initialised by the caller) with the dotted path set to v,
  * or removed when v is NULL; missing intermediate documents are created. */
-static void set_path(const bson_t *in, const char *path, const bson_value_t *v, bson_t *out)
+void sbl_agg_set_path(const bson_t *in, const char *path, const bson_value_t *v, bson_t *out)
 {
+    if (v != NULL && v->value_type == BSON_TYPE_EOD)
+        v = NULL;
     const char *dot = strchr(path, '.');
     size_t len = dot ? (size_t)(dot - path) : strlen(path);
     bool found = false;
@@ -252,12 +86,12 @@ static void set_path(const bson_t *in, const char *path, const bson_value_t *v, 
                 bson_iter_document(&it, &dlen, &data);
                 bson_init_static(&subin, data, dlen);
                 bson_append_document_begin(out, k, -1, &sub);
-                set_path(&subin, dot + 1, v, &sub);
+                sbl_agg_set_path(&subin, dot + 1, v, &sub);
                 bson_append_document_end(out, &sub);
             } else if (v != NULL) {
                 bson_t sub;
                 bson_append_document_begin(out, k, -1, &sub);
-                set_path(NULL, dot + 1, v, &sub);
+                sbl_agg_set_path(NULL, dot + 1, v, &sub);
                 bson_append_document_end(out, &sub);
             } else {
                 bson_append_iter(out, k, -1, &it);
@@ -270,7 +104,7 @@ static void set_path(const bson_t *in, const char *path, const bson_value_t *v, 
         } else {
             bson_t sub;
             bson_append_document_begin(out, head, -1, &sub);
-            set_path(NULL, dot + 1, v, &sub);
+            sbl_agg_set_path(NULL, dot + 1, v, &sub);
             bson_append_document_end(out, &sub);
         }
     }
@@ -284,6 +118,66 @@ static void replace_doc(sbl_docvec_t *dv, size_t i, bson_t *b)
     bson_destroy(b);
 }
 
+int sbl_agg_eval(const sbl_agg_env_t *env, const struct sbl_expr *e, const bson_t *doc,
+                 bson_value_t *out, sbl_err_t *err)
+{
+    sbl_expr_env_t xe = {.root = doc, .let = env->let, .now_ms = env->now_ms};
+    return sbl_expr_eval(e, &xe, out, err);
+}
+
+/* ---- computed fields ------------------------------------------------------------- */
+
+/* Parsed "path: expression" pairs of $addFields / $project. */
+typedef struct computed {
+    char **paths;
+    sbl_expr_t **exprs;
+    size_t n;
+} computed_t;
+
+static void computed_free(computed_t *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        bson_free(c->paths[i]);
+        sbl_expr_free(c->exprs[i]);
+    }
+    bson_free(c->paths);
+    bson_free(c->exprs);
+    memset(c, 0, sizeof(*c));
+}
+
+static int computed_add(computed_t *c, const char *path, const bson_value_t *spec, sbl_err_t *err)
+{
+    sbl_expr_t *e = NULL;
+    if (path[0] == '$')
+        return sbl_err_set(err, 16410, "FieldPath field names may not start with '$'. Consider "
+                                       "using $getField or $setField.");
+    if (path[0] == '\0')
+        return sbl_err_set(err, 40352, "FieldPath cannot be constructed with empty string");
+    SBL_RET(sbl_expr_parse(spec, &e, err));
+    c->paths = bson_realloc(c->paths, (c->n + 1) * sizeof(*c->paths));
+    c->exprs = bson_realloc(c->exprs, (c->n + 1) * sizeof(*c->exprs));
+    c->paths[c->n] = bson_strdup(path);
+    c->exprs[c->n++] = e;
+    return 0;
+}
+
+/* Evaluate every computed field on orig and set it into *cur (replaced). */
+static int computed_apply(const sbl_agg_env_t *env, const computed_t *c, const bson_t *orig,
+                          bson_t *cur, sbl_err_t *err)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        bson_value_t v;
+        SBL_RET(sbl_agg_eval(env, c->exprs[i], orig, &v, err));
+        bson_t next = BSON_INITIALIZER;
+        sbl_agg_set_path(cur, c->paths[i], &v, &next);
+        bson_value_destroy(&v);
+        bson_destroy(cur);
+        bson_copy_to(&next, cur);
+        bson_destroy(&next);
+    }
+    return 0;
+}
+
 /* ---- stages ----------------------------------------------------------------------- */
 
 static bool stage_doc(const bson_iter_t *it, bson_t *out)
@@ -294,9 +188,13 @@ static bool stage_doc(const bson_iter_t *it, bson_t *out)
     return bson_init_static(out, data, len);
 }
 
-static int st_match(sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err)
+static int st_match(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec,
+                    sbl_err_t *err)
 {
-    sbl_matcher_t *m = sbl_matcher_new(spec, err);
+    bson_t bound;
+    sbl_expr_bind_let(spec, env->let, &bound);
+    sbl_matcher_t *m = sbl_matcher_new(&bound, err);
+    bson_destroy(&bound);
     if (m == NULL)
         return err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "bad $match");
     size_t w = 0;
@@ -329,112 +227,132 @@ static int apply_projection(sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err
     return rc;
 }
 
-/* Set computed fields (name -> expression, evaluated on the input document). */
-static int set_computed(sbl_docvec_t *dv, const bson_t *computed, const bson_t *orig, size_t i,
-                        sbl_err_t *err)
+typedef struct proj_parts {
+    bson_t inc, exc;
+    computed_t computed;
+    bool id_excluded, id_included, any_inc, any_exc;
+} proj_parts_t;
+
+/* Sort $project's fields into inclusions, exclusions and computed ones; nested
+ * documents without operators ({a: {b: 1}}) stand for dotted paths. */
+static int project_split(const bson_t *spec, const char *prefix, proj_parts_t *pp, int depth,
+                         sbl_err_t *err)
 {
     bson_iter_t it;
-    bson_t cur;
-    bson_copy_to(dv->v[i], &cur);
-    bson_iter_init(&it, computed);
+    bson_iter_init(&it, spec);
     while (bson_iter_next(&it)) {
-        bson_value_t e, v;
-        bool miss = false;
-        sbl_iter_value(&it, &e);
-        int rc = sbl_agg_eval(&e, orig, &v, &miss, err);
-        if (rc != 0) {
-            bson_destroy(&cur);
-            return rc;
+        char path[1024];
+        const char *k = bson_iter_key(&it);
+        snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", k);
+        bson_value_t v;
+        sbl_iter_value(&it, &v);
+        if (BSON_ITER_HOLDS_NUMBER(&it) || BSON_ITER_HOLDS_BOOL(&it)) {
+            bool on = bson_iter_as_bool(&it);
+            if (strcmp(path, "_id") == 0) {
+                pp->id_excluded = !on;
+                pp->id_included = on;
+                continue;
+            }
+            bson_append_int32(on ? &pp->inc : &pp->exc, path, -1, on ? 1 : 0);
+            *(on ? &pp->any_inc : &pp->any_exc) = true;
+            continue;
         }
-        bson_t next = BSON_INITIALIZER;
-        set_path(&cur, bson_iter_key(&it), miss ? NULL : &v, &next);
-        bson_value_destroy(&v);
-        bson_destroy(&cur);
-        bson_copy_to(&next, &cur);
-        bson_destroy(&next);
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) && depth < 50) {
+            bson_t sub;
+            bson_iter_t f;
+            stage_doc(&it, &sub);
+            if (bson_iter_init(&f, &sub) && bson_iter_next(&f) && bson_iter_key(&f)[0] != '$') {
+                SBL_RET(project_split(&sub, path, pp, depth + 1, err));
+                continue;
+            }
+            if (bson_empty(&sub))
+                return sbl_err_set(err, 51270, "An empty sub-projection is not a valid value. "
+                                               "Found empty object at path");
+        }
+        SBL_RET(computed_add(&pp->computed, path, &v, err));
     }
-    replace_doc(dv, i, &cur);
     return 0;
 }
 
-static int st_project(sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err)
+static int st_project(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec,
+                      sbl_err_t *err)
 {
-    bson_t inc = BSON_INITIALIZER, exc = BSON_INITIALIZER, computed = BSON_INITIALIZER;
-    bson_iter_t it;
-    bool id_excluded = false, any_inc = false, any_exc = false;
+    proj_parts_t pp;
     int rc = 0;
-
-    if (bson_empty(spec))
-        return sbl_err_set(err, 51272, "projection specification must have at least one field");
-    bson_iter_init(&it, spec);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
-        if (BSON_ITER_HOLDS_NUMBER(&it) || BSON_ITER_HOLDS_BOOL(&it)) {
-            bool on = bson_iter_as_bool(&it);
-            if (strcmp(k, "_id") == 0) {
-                id_excluded = !on;
-                continue;
-            }
-            bson_append_int32(on ? &inc : &exc, k, -1, on ? 1 : 0);
-            *(on ? &any_inc : &any_exc) = true;
-        } else {
-            bson_append_iter(&computed, k, -1, &it);
-        }
-    }
-    bool any_computed = !bson_empty(&computed);
-    if (any_exc && (any_inc || any_computed)) {
-        rc = sbl_err_set(err, SBL_E_Location31254,
-                         "Invalid $project :: caused by :: Cannot do exclusion on field in "
-                         "inclusion projection");
+    memset(&pp, 0, sizeof(pp));
+    bson_init(&pp.inc);
+    bson_init(&pp.exc);
+    if (bson_empty(spec)) {
+        rc = sbl_err_set(err, 51272, "projection specification must have at least one field");
         goto done;
     }
-    if (!any_inc && !any_computed) { /* exclusion */
-        if (id_excluded)
-            bson_append_int32(&exc, "_id", 3, 0);
-        rc = apply_projection(dv, &exc, err);
+    if ((rc = project_split(spec, "", &pp, 0, err)) != 0)
+        goto done;
+    bool any_computed = pp.computed.n > 0;
+    if (pp.any_exc && (pp.any_inc || any_computed)) {
+        rc = sbl_err_set(err, SBL_E_Location31254,
+                         "Invalid $project :: caused by :: Cannot do exclusion on field %s in "
+                         "inclusion projection",
+                         "");
+        goto done;
+    }
+    if (!pp.any_inc && !any_computed && !(pp.id_included && !pp.any_exc)) { /* exclusion */
+        if (pp.id_excluded)
+            bson_append_int32(&pp.exc, "_id", 3, 0);
+        rc = apply_projection(dv, &pp.exc, err);
         goto done;
     }
     /* inclusion: the included fields, then the computed ones */
-    if (id_excluded)
-        bson_append_int32(&inc, "_id", 3, 0);
-    else if (!any_inc)
-        bson_append_int32(&inc, "_id", 3, 1);
+    bson_t inc = BSON_INITIALIZER;
+    bson_append_int32(&inc, "_id", 3, pp.id_excluded ? 0 : 1);
+    bson_concat(&inc, &pp.inc);
+    sbl_projection_t *p = sbl_projection_new(&inc, err);
+    bson_destroy(&inc);
+    if (p == NULL) {
+        rc = err->code ? err->code : SBL_E_BadValue;
+        goto done;
+    }
     for (size_t i = 0; i < dv->n && rc == 0; i++) {
         bson_t *orig = dv->v[i];
         bson_t base = BSON_INITIALIZER;
-        if (any_inc || !id_excluded) {
-            sbl_projection_t *p = sbl_projection_new(&inc, err);
-            if (p == NULL) {
-                rc = err->code ? err->code : SBL_E_BadValue;
-                bson_destroy(&base);
-                break;
-            }
+        if (pp.any_inc || !pp.id_excluded)
             rc = sbl_projection_apply(p, orig, -1, &base, err);
-            sbl_projection_free(p);
-        }
+        if (rc == 0 && any_computed)
+            rc = computed_apply(env, &pp.computed, orig, &base, err);
         dv->v[i] = bson_copy(&base);
         bson_destroy(&base);
-        if (rc == 0 && any_computed)
-            rc = set_computed(dv, &computed, orig, i, err);
         bson_destroy(orig);
     }
+    sbl_projection_free(p);
 done:
-    bson_destroy(&inc);
-    bson_destroy(&exc);
-    bson_destroy(&computed);
+    bson_destroy(&pp.inc);
+    bson_destroy(&pp.exc);
+    computed_free(&pp.computed);
     return rc;
 }
 
-static int st_add_fields(sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err)
+static int st_add_fields(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec,
+                         sbl_err_t *err)
 {
-    for (size_t i = 0; i < dv->n; i++) {
-        bson_t *orig = bson_copy(dv->v[i]);
-        int rc = set_computed(dv, spec, orig, i, err);
-        bson_destroy(orig);
-        if (rc != 0)
-            return rc;
+    computed_t c = {0};
+    bson_iter_t it;
+    int rc = 0;
+    bson_iter_init(&it, spec);
+    while (rc == 0 && bson_iter_next(&it)) {
+        bson_value_t v;
+        sbl_iter_value(&it, &v);
+        rc = computed_add(&c, bson_iter_key(&it), &v, err);
     }
-    return 0;
+    for (size_t i = 0; i < dv->n && rc == 0; i++) {
+        bson_t cur;
+        bson_copy_to(dv->v[i], &cur);
+        if ((rc = computed_apply(env, &c, dv->v[i], &cur, err)) == 0)
+            replace_doc(dv, i, &cur);
+        else
+            bson_destroy(&cur);
+    }
+    computed_free(&c);
+    return rc;
 }
 
 static int st_unset(sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err)
@@ -464,18 +382,23 @@ static int st_unset(sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err)
     return rc;
 }
 
-static int st_replace_root(sbl_docvec_t *dv, const bson_value_t *expr, sbl_err_t *err)
+static int st_replace_root(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_value_t *spec,
+                           sbl_err_t *err)
 {
-    for (size_t i = 0; i < dv->n; i++) {
+    sbl_expr_t *e = NULL;
+    int rc = sbl_expr_parse(spec, &e, err);
+    for (size_t i = 0; i < dv->n && rc == 0; i++) {
         bson_value_t v;
-        bool miss = false;
-        SBL_RET(sbl_agg_eval(expr, dv->v[i], &v, &miss, err));
-        if (miss || v.value_type != BSON_TYPE_DOCUMENT) {
+        if ((rc = sbl_agg_eval(env, e, dv->v[i], &v, err)) != 0)
+            break;
+        if (v.value_type != BSON_TYPE_DOCUMENT) {
+            rc = sbl_err_set(err, SBL_E_NewRootNotObject,
+                             "'newRoot' expression must evaluate to an object, but resulting "
+                             "value was: %s. Type of resulting value: '%s'.",
+                             v.value_type == BSON_TYPE_EOD ? "MISSING" : "a non-object",
+                             sbl_expr_type_name(v.value_type));
             bson_value_destroy(&v);
-            return sbl_err_set(err, SBL_E_NewRootNotObject,
-                               "'newRoot' expression must evaluate to an object, but resulting "
-                               "value was: %s",
-                               miss ? "MISSING" : sbl_bson_type_name(v.value_type));
+            break;
         }
         bson_t view;
         bson_init_static(&view, v.value.v_doc.data, v.value.v_doc.data_len);
@@ -483,7 +406,8 @@ static int st_replace_root(sbl_docvec_t *dv, const bson_value_t *expr, sbl_err_t
         dv->v[i] = bson_copy(&view);
         bson_value_destroy(&v);
     }
-    return 0;
+    sbl_expr_free(e);
+    return rc;
 }
 
 typedef struct sort_ent {
@@ -500,23 +424,73 @@ static int cmp_sort_ent(const void *a, const void *b)
     return r != 0 ? r : (x->seq < y->seq ? -1 : x->seq > y->seq);
 }
 
-static int st_sort(sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err)
+/*
+ * $sort; when a $limit follows (limit > 0) only the best `limit` documents are
+ * kept while reading the input, so memory is bounded by them (top-k).
+ */
+static int st_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, int64_t limit,
+                   sbl_err_t *err)
 {
     sbl_sort_t *s = sbl_sort_new(spec, err);
     if (s == NULL)
         return err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "bad $sort");
-    sort_ent_t *e = malloc((dv->n + 1) * sizeof(*e));
-    for (size_t i = 0; i < dv->n; i++) {
-        e[i].doc = dv->v[i];
-        e[i].seq = i;
+    if (bson_empty(spec)) {
+        sbl_sort_free(s);
+        return sbl_err_set(err, 15976, "$sort stage must have at least one sort key");
     }
     tls_sort = s;
-    qsort(e, dv->n, sizeof(*e), cmp_sort_ent);
-    for (size_t i = 0; i < dv->n; i++)
-        dv->v[i] = e[i].doc;
-    free(e);
+    int rc = 0;
+    if (limit > 0 && (size_t)limit < dv->n) {
+        /* bounded insertion into a sorted array of at most `limit` entries */
+        size_t k = (size_t)limit, n = 0, bytes = 0;
+        sort_ent_t *top = malloc((k + 1) * sizeof(*top));
+        for (size_t i = 0; i < dv->n; i++) {
+            sort_ent_t e = {dv->v[i], i};
+            if (n == k && cmp_sort_ent(&e, &top[n - 1]) >= 0) {
+                bson_destroy(dv->v[i]);
+                continue;
+            }
+            size_t lo = 0, hi = n;
+            while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (cmp_sort_ent(&top[mid], &e) <= 0)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            if (n == k) {
+                bytes -= top[n - 1].doc->len;
+                bson_destroy(top[n - 1].doc);
+                n--;
+            }
+            memmove(top + lo + 1, top + lo, (n - lo) * sizeof(*top));
+            top[lo] = e;
+            n++;
+            bytes += e.doc->len;
+        }
+        for (size_t i = 0; i < n; i++)
+            dv->v[i] = top[i].doc;
+        dv->n = n;
+        free(top);
+        rc = sbl_agg_check_mem(env, bytes, "$sort", err);
+    } else {
+        size_t bytes = 0;
+        for (size_t i = 0; i < dv->n; i++)
+            bytes += dv->v[i]->len;
+        if ((rc = sbl_agg_check_mem(env, bytes, "$sort", err)) == 0) {
+            sort_ent_t *e = malloc((dv->n + 1) * sizeof(*e));
+            for (size_t i = 0; i < dv->n; i++) {
+                e[i].doc = dv->v[i];
+                e[i].seq = i;
+            }
+            qsort(e, dv->n, sizeof(*e), cmp_sort_ent);
+            for (size_t i = 0; i < dv->n; i++)
+                dv->v[i] = e[i].doc;
+            free(e);
+        }
+    }
     sbl_sort_free(s);
-    return 0;
+    return rc;
 }
 
 static void st_skip(sbl_docvec_t *dv, int64_t n)
@@ -605,12 +579,12 @@ static int st_unwind(sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err)
                 bson_value_t v;
                 bson_t *d = bson_new();
                 sbl_iter_value(&el, &v);
-                set_path(doc, path, &v, d);
+                sbl_agg_set_path(doc, path, &v, d);
                 if (index_field != NULL) {
                     bson_value_t iv = {.value_type = BSON_TYPE_INT64};
                     iv.value.v_int64 = idx;
                     bson_t *d2 = bson_new();
-                    set_path(d, index_field, &iv, d2);
+                    sbl_agg_set_path(d, index_field, &iv, d2);
                     bson_destroy(d);
                     d = d2;
                 }
@@ -620,11 +594,11 @@ static int st_unwind(sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err)
             }
             if (!any && preserve) {
                 bson_t *d = bson_new();
-                set_path(doc, path, NULL, d);
+                sbl_agg_set_path(doc, path, NULL, d);
                 if (index_field != NULL) {
                     bson_t *d2 = bson_new();
                     bson_value_t nv = {.value_type = BSON_TYPE_NULL};
-                    set_path(d, index_field, &nv, d2);
+                    sbl_agg_set_path(d, index_field, &nv, d2);
                     bson_destroy(d);
                     d = d2;
                 }
@@ -636,7 +610,7 @@ static int st_unwind(sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err)
             if (index_field != NULL) {
                 bson_t *d2 = bson_new();
                 bson_value_t nv = {.value_type = BSON_TYPE_NULL};
-                set_path(d, index_field, &nv, d2);
+                sbl_agg_set_path(d, index_field, &nv, d2);
                 bson_destroy(d);
                 d = d2;
             }
@@ -679,13 +653,6 @@ static int st_coll_stats(sbl_cmd_ctx_t *ctx, const char *ns, sbl_docvec_t *dv, c
     return 0;
 }
 
-/* ---- the command -------------------------------------------------------------------- */
-
-static const char *const agg_fields[] = {"aggregate", "pipeline", "cursor", "explain",
-                                         "allowDiskUse", "bypassDocumentValidation", "collation",
-                                         "hint", "let", "fromMongos", "needsMerge",
-                                         "isMapReduceCommand", NULL};
-
 static int get_num(const bson_iter_t *it, const char *stage, int64_t *out, sbl_err_t *err)
 {
     if (!BSON_ITER_HOLDS_NUMBER(it))
@@ -702,40 +669,42 @@ static int get_num(const bson_iter_t *it, const char *stage, int64_t *out, sbl_e
     return 0;
 }
 
-/* Run one stage (not the pushed-down prefix) over dv. */
-static int run_stage(sbl_cmd_ctx_t *ctx, const char *ns, size_t index, bson_iter_t *st,
-                     sbl_docvec_t *dv, sbl_err_t *err)
+/* ---- running a pipeline ------------------------------------------------------------ */
+
+/* Run one stage over dv; next_limit is the $limit right after a $sort (0: none). */
+static int run_stage(sbl_agg_env_t *env, const char *ns, size_t index, bool last,
+                     bson_iter_t *st, int64_t next_limit, sbl_docvec_t *dv, sbl_err_t *err)
 {
     const char *name = bson_iter_key(st);
     bson_t spec;
     bool is_doc = BSON_ITER_HOLDS_DOCUMENT(st);
     if (is_doc && !stage_doc(st, &spec))
         return sbl_err_set(err, SBL_E_InvalidBSON, "invalid stage");
-#define NEED_DOC(msg)                                                                              \
+#define NEED_DOC(code, msg)                                                                        \
     if (!is_doc)                                                                                   \
-    return sbl_err_set(err, 15959, msg)
+    return sbl_err_set(err, code, msg)
 
     if (strcmp(name, "$match") == 0) {
-        NEED_DOC("the match filter must be an expression in an object");
-        return st_match(dv, &spec, err);
+        NEED_DOC(15959, "the match filter must be an expression in an object");
+        return st_match(env, dv, &spec, err);
     }
     if (strcmp(name, "$project") == 0) {
-        NEED_DOC("$project specification must be an object");
-        return st_project(dv, &spec, err);
+        NEED_DOC(15969, "$project specification must be an object");
+        return st_project(env, dv, &spec, err);
     }
     if (strcmp(name, "$addFields") == 0 || strcmp(name, "$set") == 0) {
-        NEED_DOC("$addFields specification stage must be an object");
-        return st_add_fields(dv, &spec, err);
+        NEED_DOC(40272, "$addFields specification stage must be an object");
+        return st_add_fields(env, dv, &spec, err);
     }
     if (strcmp(name, "$unset") == 0)
         return st_unset(dv, st, err);
     if (strcmp(name, "$group") == 0) {
-        NEED_DOC("a group's fields must be specified in an object");
-        return sbl_agg_group(dv, &spec, err);
+        NEED_DOC(15947, "a group's fields must be specified in an object");
+        return sbl_agg_group(dv, &spec, env, NULL, err);
     }
     if (strcmp(name, "$sort") == 0) {
-        NEED_DOC("the $sort key specification must be an object");
-        return st_sort(dv, &spec, err);
+        NEED_DOC(15973, "the $sort key specification must be an object");
+        return st_sort(env, dv, &spec, next_limit, err);
     }
     if (strcmp(name, "$skip") == 0 || strcmp(name, "$limit") == 0) {
         int64_t n = 0;
@@ -752,29 +721,64 @@ static int run_stage(sbl_cmd_ctx_t *ctx, const char *ns, size_t index, bson_iter
         return st_unwind(dv, st, err);
     if (strcmp(name, "$replaceRoot") == 0) {
         bson_iter_t nr;
-        NEED_DOC("expected an object as specification for $replaceRoot stage");
+        NEED_DOC(40229, "expected an object as specification for $replaceRoot stage");
         if (!bson_iter_init_find(&nr, &spec, "newRoot"))
             return sbl_err_set(err, 40231, "no newRoot specified for the $replaceRoot stage");
         bson_value_t e;
         sbl_iter_value(&nr, &e);
-        return st_replace_root(dv, &e, err);
+        return st_replace_root(env, dv, &e, err);
     }
     if (strcmp(name, "$replaceWith") == 0) {
         bson_value_t e;
         sbl_iter_value(st, &e);
-        return st_replace_root(dv, &e, err);
+        return st_replace_root(env, dv, &e, err);
     }
     if (strcmp(name, "$collStats") == 0) {
-        NEED_DOC("$collStats must take a nested object");
+        NEED_DOC(5447000, "$collStats must take a nested object");
         if (index != 0)
             return sbl_err_set(err, 40602,
                                "$collStats is only valid as the first stage in a pipeline");
-        return st_coll_stats(ctx, ns, dv, &spec, err);
+        return st_coll_stats(env->ctx, ns, dv, &spec, err);
     }
-    if (strcmp(name, "$out") == 0 || strcmp(name, "$merge") == 0 ||
-        strcmp(name, "$lookup") == 0 || strcmp(name, "$facet") == 0 ||
-        strcmp(name, "$bucket") == 0 || strcmp(name, "$sample") == 0 ||
-        strcmp(name, "$indexStats") == 0 || strcmp(name, "$currentOp") == 0)
+    if (strcmp(name, "$lookup") == 0) {
+        NEED_DOC(40319, "the $lookup specification must be an Object");
+        return sbl_agg_lookup(env, dv, &spec, err);
+    }
+    if (strcmp(name, "$facet") == 0) {
+        NEED_DOC(15947, "the $facet specification must be a non-empty object");
+        return sbl_agg_facet(env, ns, dv, &spec, err);
+    }
+    if (strcmp(name, "$bucket") == 0) {
+        NEED_DOC(40201, "Argument to $bucket stage must be an object");
+        return sbl_agg_bucket(env, dv, &spec, err);
+    }
+    if (strcmp(name, "$sortByCount") == 0) {
+        bson_value_t e;
+        sbl_iter_value(st, &e);
+        return sbl_agg_sort_by_count(env, dv, &e, err);
+    }
+    if (strcmp(name, "$sample") == 0)
+        return sbl_agg_sample(dv, st, err);
+    if (strcmp(name, "$documents") == 0) {
+        if (index != 0)
+            return sbl_err_set(err, 40602, "$documents is only valid as the first stage in a "
+                                           "pipeline");
+        return sbl_agg_documents(env, dv, st, err);
+    }
+    if (strcmp(name, "$out") == 0 || strcmp(name, "$merge") == 0) {
+        if (!last)
+            return sbl_err_set(err, SBL_E_FinalStageOnly,
+                               "%s can only be the final stage in the pipeline", name);
+        if (env->depth > 0)
+            return sbl_err_set(err, 51047, "%s is not allowed within a $lookup or $facet", name);
+        return name[1] == 'o' ? sbl_agg_out(env, dv, st, err) : sbl_agg_merge(env, dv, st, err);
+    }
+    if (strcmp(name, "$indexStats") == 0 || strcmp(name, "$currentOp") == 0 ||
+        strcmp(name, "$bucketAuto") == 0 || strcmp(name, "$graphLookup") == 0 ||
+        strcmp(name, "$unionWith") == 0 || strcmp(name, "$densify") == 0 ||
+        strcmp(name, "$fill") == 0 || strcmp(name, "$setWindowFields") == 0 ||
+        strcmp(name, "$redact") == 0 || strcmp(name, "$geoNear") == 0 ||
+        strcmp(name, "$changeStream") == 0 || strcmp(name, "$listSessions") == 0)
         return sbl_err_set(err, SBL_E_NotImplemented, "%s is not supported by this server yet",
                            name);
 #undef NEED_DOC
@@ -782,12 +786,12 @@ static int run_stage(sbl_cmd_ctx_t *ctx, const char *ns, size_t index, bson_iter
                        name);
 }
 
-/* Check the pipeline's shape: an array of one-field documents. */
-static int check_pipeline(const bson_iter_t *pit, size_t *np, sbl_err_t *err)
+int sbl_agg_check_pipeline(const bson_t *pipeline, size_t *np, sbl_err_t *err)
 {
     bson_iter_t st, f;
     size_t n = 0;
-    bson_iter_recurse(pit, &st);
+    if (!bson_iter_init(&st, pipeline))
+        return sbl_err_set(err, SBL_E_InvalidBSON, "invalid pipeline");
     while (bson_iter_next(&st)) {
         if (!BSON_ITER_HOLDS_DOCUMENT(&st))
             return sbl_err_set(err, SBL_E_TypeMismatch,
@@ -803,28 +807,124 @@ static int check_pipeline(const bson_iter_t *pit, size_t *np, sbl_err_t *err)
     return 0;
 }
 
+int sbl_agg_run(sbl_agg_env_t *env, const char *ns, const bson_t *pipeline, size_t first,
+                sbl_docvec_t *dv, sbl_err_t *err)
+{
+    bson_iter_t st, f, nx;
+    size_t n = 0;
+    int rc = 0;
+    if (env->depth > AGG_MAX_DEPTH)
+        return sbl_err_set(err, SBL_E_Overflow, "pipeline nesting exceeds %d levels",
+                           AGG_MAX_DEPTH);
+    SBL_RET(sbl_agg_check_pipeline(pipeline, &n, err));
+    bson_iter_init(&st, pipeline);
+    for (size_t i = 0; rc == 0 && bson_iter_next(&st); i++) {
+        if (i < first)
+            continue;
+        int64_t next_limit = 0;
+        bson_iter_recurse(&st, &f);
+        bson_iter_next(&f);
+        nx = st;
+        if (strcmp(bson_iter_key(&f), "$sort") == 0 && bson_iter_next(&nx)) {
+            bson_iter_t g;
+            bson_iter_recurse(&nx, &g);
+            if (bson_iter_next(&g) && strcmp(bson_iter_key(&g), "$limit") == 0 &&
+                BSON_ITER_HOLDS_NUMBER(&g) && bson_iter_as_int64(&g) > 0)
+                next_limit = bson_iter_as_int64(&g);
+        }
+        rc = run_stage(env, ns, i, i + 1 == n, &f, next_limit, dv, err);
+        if (rc == 0)
+            rc = sbl_cmd_check_interrupt(env->ctx, err);
+    }
+    return rc;
+}
+
+/* ---- update pipelines -------------------------------------------------------------- */
+
+static bool update_stage_ok(const char *name)
+{
+    return strcmp(name, "$addFields") == 0 || strcmp(name, "$set") == 0 ||
+           strcmp(name, "$project") == 0 || strcmp(name, "$unset") == 0 ||
+           strcmp(name, "$replaceRoot") == 0 || strcmp(name, "$replaceWith") == 0;
+}
+
+int sbl_agg_check_update_pipeline(const bson_t *pipeline, sbl_err_t *err)
+{
+    bson_iter_t st, f;
+    size_t n = 0;
+    SBL_RET(sbl_agg_check_pipeline(pipeline, &n, err));
+    bson_iter_init(&st, pipeline);
+    while (bson_iter_next(&st)) {
+        bson_iter_recurse(&st, &f);
+        bson_iter_next(&f);
+        if (!update_stage_ok(bson_iter_key(&f)))
+            return sbl_err_set(err, SBL_E_InvalidOptions,
+                               "%s is not allowed to be used within an update",
+                               bson_iter_key(&f));
+    }
+    return 0;
+}
+
+int sbl_agg_update_doc(sbl_cmd_ctx_t *ctx, const bson_t *pipeline, const bson_t *let,
+                       const bson_t *doc, bson_t *out, sbl_err_t *err)
+{
+    bson_t empty = BSON_INITIALIZER;
+    sbl_agg_env_t env = {.ctx = ctx, .db = ctx->db, .let = let ? let : &empty,
+                         .now_ms = sbl_now_ms(), .allow_disk = -1};
+    sbl_docvec_t dv = {0};
+    SBL_RET(sbl_agg_check_update_pipeline(pipeline, err));
+    sbl_docvec_push(&dv, bson_copy(doc));
+    int rc = sbl_agg_run(&env, "", pipeline, 0, &dv, err);
+    if (rc == 0 && dv.n != 1)
+        rc = sbl_err_set(err, SBL_E_InternalError, "update pipeline lost the document");
+    if (rc == 0)
+        bson_copy_to(dv.v[0], out);
+    sbl_docvec_clear(&dv);
+    return rc;
+}
+
+/* ---- the command -------------------------------------------------------------------- */
+
+static const char *const agg_fields[] = {"aggregate", "pipeline", "cursor", "explain",
+                                         "allowDiskUse", "bypassDocumentValidation", "collation",
+                                         "hint", "let", "fromMongos", "needsMerge",
+                                         "isMapReduceCommand", "readConcern", "writeConcern",
+                                         NULL};
+
 int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
-    bson_iter_t it, pit;
-    bool has_pipeline = false, has_cursor = false, explain = false;
+    bson_iter_t it;
+    bson_t pipeline, let_spec;
+    bool has_pipeline = false, has_cursor = false, explain = false, has_let = false;
+    bool collectionless = false;
     int64_t batch_size = -1;
+    int allow_disk = -1;
     size_t nstages = 0;
 
     SBL_RET(sbl_crud_check_fields(ctx->cmd, "aggregate", agg_fields, err));
     if (!bson_iter_init(&it, ctx->cmd) || !bson_iter_next(&it))
         return sbl_err_set(err, SBL_E_BadValue, "empty command");
-    if (!BSON_ITER_HOLDS_UTF8(&it))
-        return sbl_err_set(err, SBL_E_NotImplemented,
-                           "collectionless aggregate is not supported by this server yet");
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    if (BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_int64(&it) == 1) {
+        collectionless = true;
+        SBL_RET(sbl_validate_db_name(ctx->db, err));
+        snprintf(ns, sizeof(ns), "%s.$cmd.aggregate", ctx->db);
+    } else if (!BSON_ITER_HOLDS_UTF8(&it)) {
+        return sbl_err_set(err, SBL_E_InvalidNamespace,
+                           "Invalid input namespace, collection name must be a string or 1");
+    } else {
+        SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    }
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "pipeline") == 0) {
             if (!BSON_ITER_HOLDS_ARRAY(&it))
                 return sbl_err_set(err, SBL_E_TypeMismatch,
                                    "'pipeline' option must be specified as an array");
-            pit = it;
+            uint32_t len;
+            const uint8_t *data;
+            bson_iter_array(&it, &len, &data);
+            bson_init_static(&pipeline, data, len);
             has_pipeline = true;
         } else if (strcmp(k, "cursor") == 0) {
             bson_iter_t c;
@@ -844,6 +944,15 @@ int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             explain = bson_iter_as_bool(&it);
         } else if (strcmp(k, "hint") == 0) {
             SBL_RET(sbl_crud_check_hint(&it, err));
+        } else if (strcmp(k, "allowDiskUse") == 0) {
+            if (!BSON_ITER_HOLDS_BOOL(&it))
+                return sbl_crud_type_error(err, "aggregate.allowDiskUse", &it, "bool");
+            allow_disk = bson_iter_bool(&it);
+        } else if (strcmp(k, "let") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+                return sbl_crud_type_error(err, "aggregate.let", &it, "object");
+            stage_doc(&it, &let_spec);
+            has_let = true;
         }
     }
     if (!has_pipeline)
@@ -856,30 +965,46 @@ int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_FailedToParse,
                            "The 'cursor' option is required, except for aggregate with the "
                            "explain argument");
-    SBL_RET(check_pipeline(&pit, &nstages, err));
+    SBL_RET(sbl_agg_check_pipeline(&pipeline, &nstages, err));
 
-    /* Push the leading $match / $sort / $skip / $limit into the executor. */
     bson_iter_t st, f;
-    bson_t filter, sort;
-    bool has_filter = false, has_sort = false, source_needed = true;
+    bson_t filter, sort, let_vals;
+    bool has_filter = false, has_sort = false, source_needed = !collectionless;
     int64_t skip = 0, limit = 0;
     size_t first = 0;
-    bson_iter_recurse(&pit, &st);
-    while (bson_iter_next(&st)) {
+    SBL_RET(sbl_expr_eval_let(has_let ? &let_spec : NULL, &let_vals, err));
+    if (collectionless) {
+        bson_iter_init(&st, &pipeline);
+        if (!bson_iter_next(&st) || (bson_iter_recurse(&st, &f) && bson_iter_next(&f) &&
+                                     strcmp(bson_iter_key(&f), "$documents") != 0)) {
+            bson_destroy(&let_vals);
+            return sbl_err_set(err, SBL_E_InvalidNamespace,
+                               "{aggregate: 1} is not valid for '%s'; a collection is required.",
+                               nstages ? bson_iter_key(&f) : "an empty pipeline");
+        }
+    }
+    /* Push the leading $match / $sort / $skip / $limit into the executor. */
+    bson_iter_init(&st, &pipeline);
+    while (source_needed && bson_iter_next(&st)) {
         bson_iter_recurse(&st, &f);
         bson_iter_next(&f);
         const char *name = bson_iter_key(&f);
-        if (first == 0 && strcmp(name, "$collStats") == 0) {
+        if (first == 0 && (strcmp(name, "$collStats") == 0 || strcmp(name, "$documents") == 0)) {
             source_needed = false;
             break;
         }
         if (strcmp(name, "$match") == 0 && first == 0 && BSON_ITER_HOLDS_DOCUMENT(&f)) {
-            has_filter = stage_doc(&f, &filter);
+            bson_t m;
+            stage_doc(&f, &m);
+            sbl_expr_bind_let(&m, &let_vals, &filter);
+            has_filter = true;
         } else if (strcmp(name, "$sort") == 0 && !has_sort && skip == 0 && limit == 0 &&
                    BSON_ITER_HOLDS_DOCUMENT(&f)) {
             has_sort = stage_doc(&f, &sort);
-            if (bson_empty(&sort))
+            if (bson_empty(&sort)) {
+                has_sort = false;
                 break; /* let the stage report the error */
+            }
         } else if (strcmp(name, "$skip") == 0 && limit == 0 && BSON_ITER_HOLDS_NUMBER(&f) &&
                    bson_iter_as_int64(&f) >= 0) {
             skip += bson_iter_as_int64(&f);
@@ -893,13 +1018,19 @@ int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         first++;
     }
 
+    sbl_agg_env_t env = {.ctx = ctx, .db = ctx->db, .let = &let_vals, .now_ms = sbl_now_ms(),
+                         .allow_disk = allow_disk};
     sbl_docvec_t dv = {0};
     int rc = 0;
     if (source_needed) {
         sbl_qexec_t *q = NULL;
-        sbl_qexec_opts_t o = {has_filter ? &filter : NULL, has_sort ? &sort : NULL, skip, limit};
-        SBL_RET(sbl_qexec_new(ns, &o, &q, err));
-        for (;;) {
+        sbl_qexec_opts_t o = {0};
+        o.filter = has_filter ? &filter : NULL;
+        o.sort = has_sort ? &sort : NULL;
+        o.skip = skip;
+        o.limit = limit;
+        rc = sbl_qexec_new(ns, &o, &q, err);
+        for (; rc == 0;) {
             bson_t doc;
             bool done = false;
             if ((rc = sbl_qexec_next(q, ctx, &doc, NULL, &done, err)) != 0 || done)
@@ -909,16 +1040,11 @@ int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         }
         sbl_qexec_free(q);
     }
-    bson_iter_recurse(&pit, &st);
-    for (size_t i = 0; rc == 0 && bson_iter_next(&st); i++) {
-        if (i < first)
-            continue;
-        bson_iter_recurse(&st, &f);
-        bson_iter_next(&f);
-        rc = run_stage(ctx, ns, i, &f, &dv, err);
-        if (rc == 0)
-            rc = sbl_cmd_check_interrupt(ctx, err);
-    }
+    if (has_filter)
+        bson_destroy(&filter);
+    if (rc == 0)
+        rc = sbl_agg_run(&env, ns, &pipeline, first, &dv, err);
+    bson_destroy(&let_vals);
     if (rc != 0) {
         sbl_docvec_clear(&dv);
         return rc;

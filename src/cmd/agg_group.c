@@ -1,6 +1,7 @@
 /*
  * agg_group.c: the $group stage and its accumulators ($sum, $avg, $min,
- * $max, $first, $last, $push, $addToSet, $count).
+ * $max, $first, $last, $push, $addToSet, $count, $mergeObjects).  Expressions
+ * are parsed once per stage (src/expr) and evaluated per document.
  *
  * Groups are found through a hash of the group key's order-preserving
  * encoding (sbl_key_append), so keys that compare equal in MongoDB's order
@@ -10,6 +11,7 @@
 #include "cmd/crud_int.h"
 #include "common/buf.h"
 #include "doc/doc.h"
+#include "expr/expr.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +20,18 @@
 #define SBL_E_BadAccumulator 15952
 #define SBL_E_AccumulatorNotObject 40234
 
-enum acc_kind { A_SUM, A_AVG, A_MIN, A_MAX, A_FIRST, A_LAST, A_PUSH, A_ADDTOSET, A_COUNT };
+enum acc_kind {
+    A_SUM,
+    A_AVG,
+    A_MIN,
+    A_MAX,
+    A_FIRST,
+    A_LAST,
+    A_PUSH,
+    A_ADDTOSET,
+    A_COUNT,
+    A_MERGE
+};
 
 static const struct {
     const char *name;
@@ -26,12 +39,14 @@ static const struct {
 } acc_table[] = {/* sorted by name */
                  {"$addToSet", A_ADDTOSET}, {"$avg", A_AVG},   {"$count", A_COUNT},
                  {"$first", A_FIRST},       {"$last", A_LAST}, {"$max", A_MAX},
-                 {"$min", A_MIN},           {"$push", A_PUSH}, {"$sum", A_SUM}};
+                 {"$mergeObjects", A_MERGE}, {"$min", A_MIN},  {"$push", A_PUSH},
+                 {"$sum", A_SUM}};
 
 typedef struct acc_spec {
     const char *field;
     enum acc_kind kind;
     bson_value_t expr; /* a view into the stage spec */
+    sbl_expr_t *e;     /* parsed expr */
 } acc_spec_t;
 
 typedef struct acc_state {
@@ -121,6 +136,12 @@ static void add_number(acc_state_t *a, const bson_value_t *v)
     }
 }
 
+/* A missing value stands as null where an accumulator keeps it ($first/$last). */
+static void v_null_of(const bson_value_t *v)
+{
+    ((bson_value_t *)v)->value_type = BSON_TYPE_NULL;
+}
+
 static void accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *v, bool missing)
 {
     switch (s->kind) {
@@ -146,6 +167,8 @@ static void accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *
         break;
     case A_FIRST:
         if (!a->seen) {
+            if (missing)
+                v_null_of(v);
             bson_value_copy(v, &a->val);
             a->seen = true;
         }
@@ -153,6 +176,8 @@ static void accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *
     case A_LAST:
         if (a->seen)
             bson_value_destroy(&a->val);
+        if (missing)
+            v_null_of(v);
         bson_value_copy(v, &a->val);
         a->seen = true;
         break;
@@ -168,6 +193,40 @@ static void accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *
                 return;
         push_item(a, v);
         break;
+    case A_MERGE: {
+        if (missing || v->value_type != BSON_TYPE_DOCUMENT)
+            break;
+        bson_t in, merged = BSON_INITIALIZER;
+        bson_iter_t it;
+        bson_init_static(&in, v->value.v_doc.data, v->value.v_doc.data_len);
+        if (a->seen) {
+            bson_t cur;
+            bson_init_static(&cur, a->val.value.v_doc.data, a->val.value.v_doc.data_len);
+            bson_iter_init(&it, &cur);
+            while (bson_iter_next(&it)) {
+                bson_iter_t f;
+                if (bson_iter_init_find(&f, &in, bson_iter_key(&it)))
+                    bson_append_iter(&merged, bson_iter_key(&it), -1, &f);
+                else
+                    bson_append_iter(&merged, bson_iter_key(&it), -1, &it);
+            }
+            bson_iter_init(&it, &in);
+            while (bson_iter_next(&it))
+                if (!bson_has_field(&cur, bson_iter_key(&it)))
+                    bson_append_iter(&merged, bson_iter_key(&it), -1, &it);
+            bson_value_destroy(&a->val);
+        } else {
+            bson_concat(&merged, &in);
+        }
+        bson_value_t mv;
+        mv.value_type = BSON_TYPE_DOCUMENT;
+        mv.value.v_doc.data = (uint8_t *)bson_get_data(&merged);
+        mv.value.v_doc.data_len = merged.len;
+        bson_value_copy(&mv, &a->val);
+        bson_destroy(&merged);
+        a->seen = true;
+        break;
+    }
     }
 }
 
@@ -189,6 +248,14 @@ static void append_result(bson_t *out, const acc_spec_t *s, const acc_state_t *a
         else
             bson_append_double(out, s->field, -1, (a->dsum + (double)a->isum) / (double)a->count);
         break;
+    case A_MERGE:
+        if (!a->seen) {
+            bson_t empty;
+            bson_append_document_begin(out, s->field, -1, &empty);
+            bson_append_document_end(out, &empty);
+            break;
+        }
+        /* fall through */
     case A_MIN:
     case A_MAX:
     case A_FIRST:
@@ -220,6 +287,13 @@ static void acc_state_free(acc_state_t *a)
     free(a->items);
 }
 
+static void free_accs(acc_spec_t *accs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        sbl_expr_free(accs[i].e);
+    free(accs);
+}
+
 /* Parse {_id: expr, field: {$acc: expr}, ...}. */
 static int parse_spec(const bson_t *spec, bson_value_t *id_expr, acc_spec_t **accsp, size_t *np,
                       sbl_err_t *err)
@@ -238,7 +312,7 @@ static int parse_spec(const bson_t *spec, bson_value_t *id_expr, acc_spec_t **ac
             continue;
         }
         if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            free(accs);
+            free_accs(accs, n);
             return sbl_err_set(err, SBL_E_AccumulatorNotObject,
                                "The field '%s' must be an accumulator object", k);
         }
@@ -247,23 +321,33 @@ static int parse_spec(const bson_t *spec, bson_value_t *id_expr, acc_spec_t **ac
         bool one = bson_iter_next(&sub);
         extra = sub;
         if (!one || bson_iter_next(&extra)) {
-            free(accs);
+            free_accs(accs, n);
             return sbl_err_set(err, SBL_E_AccumulatorNotObject,
                                "The field '%s' must specify one accumulator", k);
         }
         int kind = find_acc(bson_iter_key(&sub));
         if (kind < 0) {
-            free(accs);
+            free_accs(accs, n);
             return sbl_err_set(err, SBL_E_BadAccumulator,
                                "unknown group operator '%s'", bson_iter_key(&sub));
         }
         accs[n].field = k;
         accs[n].kind = (enum acc_kind)kind;
         sbl_iter_value(&sub, &accs[n].expr);
+        if (kind == A_COUNT && (accs[n].expr.value_type != BSON_TYPE_DOCUMENT ||
+                                accs[n].expr.value.v_doc.data_len != 5)) {
+            free_accs(accs, n);
+            return sbl_err_set(err, SBL_E_TypeMismatch, "$count takes no arguments, i.e. $count:{}");
+        }
+        int rc = sbl_expr_parse(&accs[n].expr, &accs[n].e, err);
+        if (rc != 0) {
+            free_accs(accs, n);
+            return rc;
+        }
         n++;
     }
     if (!has_id) {
-        free(accs);
+        free_accs(accs, n);
         return sbl_err_set(err, SBL_E_GroupIdMissing,
                            "a group specification must include an _id");
     }
@@ -272,14 +356,31 @@ static int parse_spec(const bson_t *spec, bson_value_t *id_expr, acc_spec_t **ac
     return 0;
 }
 
-int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err)
+int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env,
+                  const bson_value_t *ids, sbl_err_t *err)
 {
     bson_value_t id_expr;
     acc_spec_t *accs = NULL;
-    size_t nacc = 0;
+    sbl_expr_t *id_e = NULL;
+    size_t nacc = 0, bytes = 0;
     int rc = 0;
 
-    SBL_RET(parse_spec(spec, &id_expr, &accs, &nacc, err));
+    bson_t *with_id = NULL; /* accs[].field points into it: kept to the end */
+    if (ids != NULL) {
+        with_id = bson_new();
+        bson_append_null(with_id, "_id", 3);
+        bson_concat(with_id, spec);
+        if ((rc = parse_spec(with_id, &id_expr, &accs, &nacc, err)) != 0) {
+            bson_destroy(with_id);
+            return rc;
+        }
+    } else {
+        SBL_RET(parse_spec(spec, &id_expr, &accs, &nacc, err));
+        if ((rc = sbl_expr_parse(&id_expr, &id_e, err)) != 0) {
+            free_accs(accs, nacc);
+            return rc;
+        }
+    }
 
     group_t *groups = NULL;
     size_t ngroups = 0, capgroups = 0;
@@ -292,9 +393,12 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err)
     for (size_t d = 0; d < dv->n && rc == 0; d++) {
         const bson_t *doc = dv->v[d];
         bson_value_t idv;
-        bool missing = false;
-        if ((rc = sbl_agg_eval(&id_expr, doc, &idv, &missing, err)) != 0)
+        if (ids != NULL)
+            bson_value_copy(&ids[d], &idv);
+        else if ((rc = sbl_agg_eval(env, id_e, doc, &idv, err)) != 0)
             break;
+        if (idv.value_type == BSON_TYPE_EOD)
+            idv.value_type = BSON_TYPE_NULL;
         sbl_buf_reset(&kb);
         sbl_key_append(&kb, &idv, false);
         uint64_t h = hash_bytes(kb.data, kb.len);
@@ -316,6 +420,7 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err)
                     abort();
             }
             g = &groups[ngroups++];
+            bytes += kb.len + 64 + nacc * sizeof(acc_state_t);
             g->keylen = kb.len;
             g->key = malloc(kb.len ? kb.len : 1);
             memcpy(g->key, kb.data, kb.len);
@@ -338,18 +443,29 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err)
         bson_value_destroy(&idv);
         for (size_t a = 0; a < nacc && rc == 0; a++) {
             bson_value_t v;
-            bool miss = false;
             if (accs[a].kind == A_COUNT) {
                 accumulate(&accs[a], &g->accs[a], NULL, false);
                 continue;
             }
-            if ((rc = sbl_agg_eval(&accs[a].expr, doc, &v, &miss, err)) != 0)
+            if ((rc = sbl_agg_eval(env, accs[a].e, doc, &v, err)) != 0)
                 break;
+            bool miss = v.value_type == BSON_TYPE_EOD;
+            if (miss)
+                v.value_type = BSON_TYPE_NULL;
+            size_t before = g->accs[a].nitems;
             accumulate(&accs[a], &g->accs[a], &v, miss);
+            if (g->accs[a].nitems != before && v.value_type >= BSON_TYPE_UTF8 &&
+                v.value_type <= BSON_TYPE_ARRAY)
+                bytes += v.value_type == BSON_TYPE_UTF8 ? v.value.v_utf8.len
+                                                        : v.value.v_doc.data_len;
+            if (g->accs[a].nitems != before)
+                bytes += sizeof(bson_value_t);
             bson_value_destroy(&v);
         }
     }
 
+    if (rc == 0)
+        rc = sbl_agg_check_mem(env, bytes, "$group", err);
     sbl_docvec_t out = {0};
     for (size_t i = 0; i < ngroups; i++) {
         if (rc == 0) {
@@ -368,7 +484,10 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err)
     free(groups);
     free(tab);
     sbl_buf_destroy(&kb);
-    free(accs);
+    free_accs(accs, nacc);
+    sbl_expr_free(id_e);
+    if (with_id != NULL)
+        bson_destroy(with_id);
     if (rc != 0) {
         sbl_docvec_clear(&out);
         return rc;

@@ -172,16 +172,73 @@ typedef struct sbl_docvec {
 void sbl_docvec_push(sbl_docvec_t *dv, bson_t *doc); /* takes ownership */
 void sbl_docvec_clear(sbl_docvec_t *dv);              /* frees every document and the array */
 
-/*
- * Evaluate an aggregation expression against doc: "$path" field references,
- * {$literal: v}, objects and arrays of expressions, and constants.
- * *missingp is set when a field reference found nothing (out is then null).
- * out is a copy the caller releases with bson_value_destroy.
- */
-int sbl_agg_eval(const bson_value_t *expr, const bson_t *doc, bson_value_t *out, bool *missingp,
-                 sbl_err_t *err);
+/* What every stage of one aggregate command shares. */
+typedef struct sbl_agg_env {
+    sbl_cmd_ctx_t *ctx;
+    const char *db;    /* the command's database ($lookup, $out and $merge resolve names in it) */
+    const bson_t *let; /* evaluated `let` variables (constants); never NULL */
+    int64_t now_ms;    /* $$NOW, fixed for the whole command */
+    int allow_disk;    /* allowDiskUse: -1 not given (MongoDB 7.0 default: allowed), 0, 1 */
+    int depth;         /* nesting of sub-pipelines ($lookup, $facet) */
+} sbl_agg_env_t;
 
-/* The $group stage: replace in->v with one document per group. */
-int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err);
+/*
+ * Run the stages of pipeline (a BSON array of one-field stage documents) over
+ * dv, starting at stage index `first`, for collection ns.  dv is replaced by
+ * the output; on error dv is left holding valid (partial) documents.
+ */
+int sbl_agg_run(sbl_agg_env_t *env, const char *ns, const bson_t *pipeline, size_t first,
+                sbl_docvec_t *dv, sbl_err_t *err);
+
+struct sbl_expr;
+/* Evaluate a parsed expression with doc as $$ROOT and env's variables ($$NOW, let). */
+int sbl_agg_eval(const sbl_agg_env_t *env, const struct sbl_expr *e, const bson_t *doc,
+                 bson_value_t *out, sbl_err_t *err);
+
+/* Check a pipeline's shape (array of one-field documents) and count its stages. */
+int sbl_agg_check_pipeline(const bson_t *pipeline, size_t *np, sbl_err_t *err);
+
+/*
+ * The $group stage: replace dv with one document per group.  When ids is not
+ * NULL it gives each input document's group key (spec's _id is then ignored;
+ * $bucket uses this).  Fails with 292 when the groups outgrow the memory limit
+ * and allowDiskUse is false.
+ */
+int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env,
+                  const bson_value_t *ids, sbl_err_t *err);
+
+/* Copy in to out (initialised by the caller) with the dotted path set to v
+ * (removed when v is NULL or EOD); missing intermediate documents are created. */
+void sbl_agg_set_path(const bson_t *in, const char *path, const bson_value_t *v, bson_t *out);
+
+/* The memory limit of blocking stages (100 MB, or the setParameter
+ * internalQueryMaxBlockingSortMemoryUsageBytes given at start-up). */
+size_t sbl_agg_mem_limit(void);
+/* QueryExceededMemoryLimitNoDiskUseAllowed (292) when bytes exceed the limit and
+ * allowDiskUse is false. */
+int sbl_agg_check_mem(const sbl_agg_env_t *env, size_t bytes, const char *stage, sbl_err_t *err);
+
+/* Stages of agg_stages.c, dispatched by agg.c; it is the stage's value. */
+int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err);
+int sbl_agg_facet(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bson_t *spec,
+                  sbl_err_t *err);
+int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err);
+int sbl_agg_sort_by_count(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_value_t *expr,
+                          sbl_err_t *err);
+int sbl_agg_sample(sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err);
+int sbl_agg_out(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err);
+int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err);
+int sbl_agg_documents(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
+                      sbl_err_t *err);
+
+/*
+ * Apply an update pipeline (stages $addFields/$set/$project/$unset/$replaceRoot/
+ * $replaceWith only) to doc, writing the result into out (initialised here on
+ * success).  let holds the command's evaluated `let` variables (may be NULL).
+ */
+int sbl_agg_update_doc(sbl_cmd_ctx_t *ctx, const bson_t *pipeline, const bson_t *let,
+                       const bson_t *doc, bson_t *out, sbl_err_t *err);
+/* Validate an update pipeline's stages (14/40324 ... as MongoDB) without running it. */
+int sbl_agg_check_update_pipeline(const bson_t *pipeline, sbl_err_t *err);
 
 #endif

@@ -38,6 +38,8 @@ void mnode_free(mnode_t *n)
         bson_value_destroy(&n->arg);
     if (n->re != NULL)
         pcre2_code_free(n->re);
+    if (n->ext != NULL)
+        n->ext->free(n->plan);
     for (size_t i = 0; i < n->nvals; i++) {
         bson_value_destroy(&n->vals[i]);
         if (n->vres[i] != NULL)
@@ -445,6 +447,10 @@ static bool eval_doc(const mnode_t *n, const uint8_t *data, uint32_t len, int32_
         return !eval_doc(n->kids[0], data, len, NULL);
     case N_LEAF:
         return walk_doc(n, data, len, 0, -1, posp);
+    case N_EXT: {
+        bson_t d;
+        return bson_init_static(&d, data, len) && n->ext->match(n->plan, &d);
+    }
     }
     return false;
 }
@@ -478,6 +484,8 @@ static bool eval_value(const mnode_t *n, const bson_value_t *v)
         return !eval_value(n->kids[0], v);
     case N_LEAF:
         return n->test(n, v, &idx);
+    case N_EXT:
+        return false;
     }
     return false;
 }

@@ -699,10 +699,33 @@ static int t_always(const char *name, const bson_value_t *v, mnode_t *out, int d
     return 0;
 }
 
-static int t_not_yet(const char *name, const bson_value_t *v, mnode_t *out, int depth,
-                     sbl_err_t *err)
+static const sbl_match_ext_t *ext_expr, *ext_schema;
+
+void sbl_matcher_register_ext(const char *op, const sbl_match_ext_t *ext)
 {
-    return sbl_err_set(err, SBL_E_BadValue, "%s is not supported yet", name);
+    if (strcmp(op, "$expr") == 0)
+        ext_expr = ext;
+    else if (strcmp(op, "$jsonSchema") == 0)
+        ext_schema = ext;
+}
+
+/* $expr and $jsonSchema: handed to the registered extension. */
+static int t_ext(const char *name, const bson_value_t *v, mnode_t *out, int depth,
+                 sbl_err_t *err)
+{
+    const sbl_match_ext_t *ext = name[1] == 'e' ? ext_expr : ext_schema;
+    if (ext == NULL)
+        return sbl_err_set(err, SBL_E_BadValue, "%s is not supported", name);
+    if (name[1] == 'j' && v->value_type != BSON_TYPE_DOCUMENT)
+        return sbl_err_set(err, SBL_E_TypeMismatch, "$jsonSchema must be an object");
+    void *plan = ext->parse(v, err);
+    if (plan == NULL)
+        return err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "invalid %s", name);
+    mnode_t *n = mnode_new(N_EXT);
+    n->ext = ext;
+    n->plan = plan;
+    mnode_add_kid(out, n);
+    return 0;
 }
 
 static int t_unsupported(const char *name, const bson_value_t *v, mnode_t *out, int depth,
@@ -720,8 +743,8 @@ static const struct {
     {"$alwaysTrue", t_always},
     {"$and", t_logical},
     {"$comment", t_comment},
-    {"$expr", t_not_yet},
-    {"$jsonSchema", t_unsupported},
+    {"$expr", t_ext},
+    {"$jsonSchema", t_ext},
     {"$nor", t_logical},
     {"$or", t_logical},
     {"$sampleRate", t_unsupported},

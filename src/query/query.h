@@ -40,6 +40,21 @@ bool sbl_matcher_match(const sbl_matcher_t *m, const bson_t *doc, int32_t *array
 /* True when the filter is empty ({}): every document matches. */
 bool sbl_matcher_is_empty(const sbl_matcher_t *m);
 
+/*
+ * Top-level operators evaluated outside this module ($expr and $jsonSchema,
+ * implemented by src/expr), registered once at start-up so that src/query
+ * does not depend on src/expr.  Until registered, the operator is refused
+ * with BadValue.  parse returns an owned plan or NULL with err filled; match
+ * must be safe to call from many threads at once.
+ */
+typedef struct sbl_match_ext {
+    void *(*parse)(const bson_value_t *arg, sbl_err_t *err);
+    bool (*match)(const void *plan, const bson_t *doc);
+    void (*free)(void *plan);
+} sbl_match_ext_t;
+/* op is "$expr" or "$jsonSchema"; ext must outlive every matcher. */
+void sbl_matcher_register_ext(const char *op, const sbl_match_ext_t *ext);
+
 /* ---- _id ranges (how the clustered table is scanned) ------------------- */
 
 /*

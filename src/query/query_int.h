@@ -18,7 +18,7 @@
 
 #include "query/query.h"
 
-enum mnode_kind { N_AND, N_OR, N_NOR, N_NOT, N_LEAF, N_TRUE, N_FALSE };
+enum mnode_kind { N_AND, N_OR, N_NOR, N_NOT, N_LEAF, N_TRUE, N_FALSE, N_EXT };
 
 typedef struct mnode mnode_t;
 
@@ -45,6 +45,8 @@ struct mnode {
     int types[24]; /* $type codes; 0 stands for "number" */
     size_t ntypes;
     sbl_matcher_t *sub; /* object-form $elemMatch */
+    const sbl_match_ext_t *ext; /* N_EXT: $expr / $jsonSchema, with its plan */
+    void *plan;
 };
 
 struct sbl_matcher {

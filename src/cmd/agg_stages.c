@@ -1,0 +1,1051 @@
+/*
+ * agg_stages.c: the aggregation stages that read or write other collections
+ * ($lookup, $out, $merge), run sub-pipelines ($facet), group by shorthand
+ * ($bucket, $sortByCount), sample ($sample) or produce documents from
+ * nothing ($documents), and the memory limit of blocking stages.
+ *
+ * What must stay true: a stage reading another collection reads it through
+ * the query executor (never holding a storage scan across stages); $out
+ * writes into a temporary collection and renames it over the target only
+ * once everything was written, so a failed $out leaves the target as it was;
+ * $merge writes each document in its own transaction.
+ */
+#include "cmd/crud_int.h"
+#include "common/buf.h"
+#include "doc/doc.h"
+#include "expr/expr.h"
+#include "server/server.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SBL_E_QueryExceededMemoryLimit 292
+#define DEFAULT_MEM_LIMIT ((size_t)100 * 1024 * 1024)
+
+/* ---- memory --------------------------------------------------------------------------- */
+
+size_t sbl_agg_mem_limit(void)
+{
+    const sbl_options_t *o = sbl_server_options();
+    bson_iter_t it;
+    if (o != NULL &&
+        bson_iter_init_find(&it, &o->parameters, "internalQueryMaxBlockingSortMemoryUsageBytes")) {
+        long long v = BSON_ITER_HOLDS_UTF8(&it) ? atoll(bson_iter_utf8(&it, NULL))
+                                                : bson_iter_as_int64(&it);
+        if (v > 0)
+            return (size_t)v;
+    }
+    return DEFAULT_MEM_LIMIT;
+}
+
+int sbl_agg_check_mem(const sbl_agg_env_t *env, size_t bytes, const char *stage, sbl_err_t *err)
+{
+    size_t limit = sbl_agg_mem_limit();
+    if (bytes <= limit || env->allow_disk != 0)
+        return 0;
+    if (strcmp(stage, "$sort") == 0)
+        return sbl_err_set(err, SBL_E_QueryExceededMemoryLimit,
+                           "Sort exceeded memory limit of %zu bytes, but did not opt in to "
+                           "external sorting.",
+                           limit);
+    return sbl_err_set(err, SBL_E_QueryExceededMemoryLimit,
+                       "Exceeded memory limit for %s, but didn't allow external spilling; pass "
+                       "allowDiskUse:true to opt in.",
+                       stage);
+}
+
+/* ---- shared helpers --------------------------------------------------------------------- */
+
+static bool sub_doc(const bson_iter_t *it, bson_t *out)
+{
+    uint32_t len;
+    const uint8_t *data;
+    if (BSON_ITER_HOLDS_ARRAY(it))
+        bson_iter_array(it, &len, &data);
+    else
+        bson_iter_document(it, &len, &data);
+    return bson_init_static(out, data, len);
+}
+
+/* Resolve a target collection given as "coll" or {db, coll} into ns. */
+static int target_ns(const sbl_agg_env_t *env, const bson_iter_t *it, const char *stage,
+                     char *ns, size_t nslen, sbl_err_t *err)
+{
+    const char *db = env->db, *coll = NULL;
+    if (BSON_ITER_HOLDS_UTF8(it)) {
+        coll = bson_iter_utf8(it, NULL);
+    } else if (BSON_ITER_HOLDS_DOCUMENT(it)) {
+        bson_iter_t f;
+        bson_iter_recurse(it, &f);
+        while (bson_iter_next(&f)) {
+            if (strcmp(bson_iter_key(&f), "db") == 0 && BSON_ITER_HOLDS_UTF8(&f))
+                db = bson_iter_utf8(&f, NULL);
+            else if (strcmp(bson_iter_key(&f), "coll") == 0 && BSON_ITER_HOLDS_UTF8(&f))
+                coll = bson_iter_utf8(&f, NULL);
+        }
+    }
+    if (coll == NULL || coll[0] == '\0')
+        return sbl_err_set(err, SBL_E_FailedToParse,
+                           "%s requires a collection name as a string or {db, coll}", stage);
+    snprintf(ns, nslen, "%s.%s", db, coll);
+    return sbl_validate_ns(ns, err);
+}
+
+/* Read every document of ns (none when it does not exist). */
+static int read_all(sbl_cmd_ctx_t *ctx, const char *ns, sbl_docvec_t *out, sbl_err_t *err)
+{
+    sbl_qexec_t *q = NULL;
+    sbl_qexec_opts_t o = {0};
+    SBL_RET(sbl_qexec_new(ns, &o, &q, err));
+    int rc = 0;
+    for (;;) {
+        bson_t doc;
+        bool done = false;
+        if ((rc = sbl_qexec_next(q, ctx, &doc, NULL, &done, err)) != 0 || done)
+            break;
+        sbl_docvec_push(out, bson_copy(&doc));
+        bson_destroy(&doc);
+    }
+    sbl_qexec_free(q);
+    return rc;
+}
+
+static void copy_docs(const sbl_docvec_t *in, sbl_docvec_t *out)
+{
+    for (size_t i = 0; i < in->n; i++)
+        sbl_docvec_push(out, bson_copy(in->v[i]));
+}
+
+/* ---- $lookup --------------------------------------------------------------------------- */
+
+typedef struct fkey {
+    uint8_t *key;
+    size_t len;
+    size_t idx;
+} fkey_t;
+
+static int cmp_fkey(const void *a, const void *b)
+{
+    const fkey_t *x = a, *y = b;
+    size_t n = x->len < y->len ? x->len : y->len;
+    int r = memcmp(x->key, y->key, n);
+    if (r != 0)
+        return r;
+    if (x->len != y->len)
+        return x->len < y->len ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* Append the encoding of v to the key list (an owned heap copy). */
+static void push_key(fkey_t **outp, size_t *np, const bson_value_t *v, size_t idx)
+{
+    sbl_buf_t b;
+    sbl_buf_init(&b);
+    sbl_key_append(&b, v, false);
+    uint8_t *copy = malloc(b.len ? b.len : 1);
+    memcpy(copy, b.data, b.len);
+    *outp = realloc(*outp, (*np + 1) * sizeof(**outp));
+    (*outp)[*np] = (fkey_t){copy, b.len, idx};
+    (*np)++;
+    sbl_buf_destroy(&b);
+}
+
+/* Append to *outp the encoded keys of every value a dotted path reaches in doc
+ * (through arrays, and each element of an array found at the end), tagged with
+ * idx; a path reaching nothing gives null, as equality matching treats it. */
+static void values_at(const bson_t *doc, const char *path, fkey_t **outp, size_t *np, size_t idx)
+{
+    bson_t wrap = BSON_INITIALIZER;
+    bson_iter_t it;
+    bson_append_document(&wrap, "r", 1, doc);
+    bson_iter_init_find(&it, &wrap, "r");
+    typedef struct stackent {
+        bson_iter_t at;
+        const char *path;
+    } stackent_t;
+    stackent_t stack[256];
+    size_t sp = 0, found = 0;
+    stack[sp++] = (stackent_t){it, path};
+    while (sp > 0) {
+        stackent_t e = stack[--sp];
+        if (*e.path == '\0') {
+            bson_value_t v;
+            sbl_iter_value(&e.at, &v);
+            if (BSON_ITER_HOLDS_ARRAY(&e.at)) {
+                bson_iter_t el;
+                bson_iter_recurse(&e.at, &el);
+                while (bson_iter_next(&el)) {
+                    bson_value_t ev;
+                    sbl_iter_value(&el, &ev);
+                    push_key(outp, np, &ev, idx);
+                    found++;
+                }
+            }
+            push_key(outp, np, &v, idx);
+            found++;
+            continue;
+        }
+        const char *dot = strchr(e.path, '.');
+        size_t len = dot ? (size_t)(dot - e.path) : strlen(e.path);
+        const char *rest = dot ? dot + 1 : e.path + len;
+        bson_iter_t sub;
+        if (BSON_ITER_HOLDS_DOCUMENT(&e.at)) {
+            bson_iter_recurse(&e.at, &sub);
+            while (bson_iter_next(&sub))
+                if (bson_iter_key_len(&sub) == len &&
+                    memcmp(bson_iter_key(&sub), e.path, len) == 0 && sp < 256) {
+                    stack[sp++] = (stackent_t){sub, rest};
+                    break;
+                }
+        } else if (BSON_ITER_HOLDS_ARRAY(&e.at)) {
+            bson_iter_recurse(&e.at, &sub);
+            while (bson_iter_next(&sub))
+                if (BSON_ITER_HOLDS_DOCUMENT(&sub) && sp < 256)
+                    stack[sp++] = (stackent_t){sub, e.path};
+        }
+    }
+    if (found == 0) {
+        bson_value_t nv = {.value_type = BSON_TYPE_NULL};
+        push_key(outp, np, &nv, idx);
+    }
+    bson_destroy(&wrap);
+}
+
+static void free_fkeys(fkey_t *k, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(k[i].key);
+    free(k);
+}
+
+/* Merge two let documents (later wins) into out (initialised here). */
+static void merge_let(const bson_t *outer, const bson_t *inner, bson_t *out)
+{
+    bson_iter_t it;
+    bson_init(out);
+    bson_iter_init(&it, outer);
+    while (bson_iter_next(&it))
+        if (!bson_has_field(inner, bson_iter_key(&it)))
+            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+    bson_concat(out, inner);
+}
+
+int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err)
+{
+    bson_iter_t it, from_it;
+    const char *local = NULL, *foreign = NULL, *as = NULL;
+    bson_t pipeline, let_spec;
+    bool has_from = false, has_pipeline = false, has_let = false;
+    char fns[SBL_NS_MAX];
+    int rc = 0;
+
+    bson_iter_init(&it, spec);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "from") == 0) {
+            from_it = it;
+            has_from = true;
+        } else if (strcmp(k, "localField") == 0 || strcmp(k, "foreignField") == 0 ||
+                   strcmp(k, "as") == 0) {
+            if (!BSON_ITER_HOLDS_UTF8(&it))
+                return sbl_err_set(err, SBL_E_FailedToParse,
+                                   "$lookup argument '%s' must be a string, is type %s", k,
+                                   sbl_bson_type_name(bson_iter_type(&it)));
+            const char *v = bson_iter_utf8(&it, NULL);
+            if (k[0] == 'l')
+                local = v;
+            else if (k[0] == 'f')
+                foreign = v;
+            else
+                as = v;
+        } else if (strcmp(k, "pipeline") == 0) {
+            if (!BSON_ITER_HOLDS_ARRAY(&it))
+                return sbl_err_set(err, SBL_E_FailedToParse,
+                                   "$lookup argument 'pipeline' must be an array");
+            has_pipeline = sub_doc(&it, &pipeline);
+        } else if (strcmp(k, "let") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+                return sbl_err_set(err, SBL_E_FailedToParse,
+                                   "$lookup argument 'let' must be an object");
+            has_let = sub_doc(&it, &let_spec);
+        } else {
+            return sbl_err_set(err, SBL_E_FailedToParse, "unknown argument to $lookup: %s", k);
+        }
+    }
+    if (as == NULL)
+        return sbl_err_set(err, SBL_E_FailedToParse, "must specify 'as' field for a $lookup");
+    if ((local == NULL) != (foreign == NULL))
+        return sbl_err_set(err, SBL_E_FailedToParse,
+                           "$lookup requires both or neither of 'localField' and 'foreignField' "
+                           "to be specified");
+    if (local == NULL && !has_pipeline)
+        return sbl_err_set(err, SBL_E_FailedToParse,
+                           "$lookup requires either 'pipeline' or both 'localField' and "
+                           "'foreignField' to be specified");
+    if (has_let && !has_pipeline)
+        return sbl_err_set(err, SBL_E_FailedToParse,
+                           "$lookup with 'let' requires 'pipeline' to be specified");
+    if (!has_from)
+        return sbl_err_set(err, SBL_E_FailedToParse, "must specify 'from' field for a $lookup");
+    SBL_RET(target_ns(env, &from_it, "$lookup", fns, sizeof(fns), err));
+    if (has_pipeline) {
+        size_t n;
+        SBL_RET(sbl_agg_check_pipeline(&pipeline, &n, err));
+    }
+
+    /* Parse the let expressions once. */
+    size_t nlet = has_let ? bson_count_keys(&let_spec) : 0;
+    sbl_expr_t **let_e = calloc(nlet + 1, sizeof(*let_e));
+    const char **let_n = calloc(nlet + 1, sizeof(*let_n));
+    if (has_let) {
+        size_t i = 0;
+        bson_iter_init(&it, &let_spec);
+        while (rc == 0 && bson_iter_next(&it)) {
+            bson_value_t v;
+            sbl_iter_value(&it, &v);
+            let_n[i] = bson_iter_key(&it);
+            rc = sbl_expr_parse(&v, &let_e[i++], err);
+        }
+    }
+
+    sbl_docvec_t foreign_docs = {0};
+    fkey_t *fkeys = NULL;
+    size_t nfk = 0;
+    if (rc == 0)
+        rc = read_all(env->ctx, fns, &foreign_docs, err);
+    if (rc == 0 && foreign != NULL) {
+        for (size_t i = 0; i < foreign_docs.n; i++)
+            values_at(foreign_docs.v[i], foreign, &fkeys, &nfk, i);
+        qsort(fkeys, nfk, sizeof(*fkeys), cmp_fkey);
+    }
+    uint8_t *mark = calloc(foreign_docs.n + 1, 1);
+    size_t bytes = 0;
+    for (size_t d = 0; d < dv->n && rc == 0; d++) {
+        sbl_docvec_t matched = {0};
+        if (foreign != NULL) {
+            fkey_t *lk = NULL;
+            size_t nlk = 0;
+            memset(mark, 0, foreign_docs.n + 1);
+            values_at(dv->v[d], local, &lk, &nlk, 0);
+            for (size_t i = 0; i < nlk; i++) {
+                size_t lo = 0, hi = nfk;
+                fkey_t probe = {lk[i].key, lk[i].len, 0};
+                while (lo < hi) {
+                    size_t mid = (lo + hi) / 2;
+                    if (cmp_fkey(&fkeys[mid], &probe) < 0)
+                        lo = mid + 1;
+                    else
+                        hi = mid;
+                }
+                for (; lo < nfk && fkeys[lo].len == probe.len &&
+                       memcmp(fkeys[lo].key, probe.key, probe.len) == 0;
+                     lo++)
+                    mark[fkeys[lo].idx] = 1;
+            }
+            free_fkeys(lk, nlk);
+            for (size_t i = 0; i < foreign_docs.n; i++)
+                if (mark[i])
+                    sbl_docvec_push(&matched, bson_copy(foreign_docs.v[i]));
+        } else {
+            copy_docs(&foreign_docs, &matched);
+        }
+        if (has_pipeline) {
+            bson_t vars = BSON_INITIALIZER, merged;
+            for (size_t i = 0; i < nlet && rc == 0; i++) {
+                bson_value_t v;
+                if ((rc = sbl_agg_eval(env, let_e[i], dv->v[d], &v, err)) != 0)
+                    break;
+                if (v.value_type == BSON_TYPE_EOD)
+                    bson_append_null(&vars, let_n[i], -1);
+                else
+                    bson_append_value(&vars, let_n[i], -1, &v);
+                bson_value_destroy(&v);
+            }
+            merge_let(env->let, &vars, &merged);
+            sbl_agg_env_t sub = *env;
+            sub.let = &merged;
+            sub.depth++;
+            if (rc == 0)
+                rc = sbl_agg_run(&sub, fns, &pipeline, 0, &matched, err);
+            bson_destroy(&vars);
+            bson_destroy(&merged);
+        }
+        if (rc == 0) {
+            bson_t arr = BSON_INITIALIZER, *out = bson_new();
+            char kb[16];
+            for (size_t i = 0; i < matched.n; i++) {
+                bson_append_document(&arr, sbl_crud_key((uint32_t)i, kb), -1, matched.v[i]);
+                bytes += matched.v[i]->len;
+            }
+            bson_value_t av;
+            av.value_type = BSON_TYPE_ARRAY;
+            av.value.v_doc.data = (uint8_t *)bson_get_data(&arr);
+            av.value.v_doc.data_len = arr.len;
+            sbl_agg_set_path(dv->v[d], as, &av, out);
+            bson_destroy(&arr);
+            if (out->len > SBL_BSON_MAX_SIZE) {
+                rc = sbl_err_set(err, SBL_E_BSONObjectTooLarge,
+                                 "Total size of documents in %s matching pipeline's $lookup "
+                                 "stage exceeds 16793600 bytes",
+                                 fns);
+                bson_destroy(out);
+            } else {
+                bson_destroy(dv->v[d]);
+                dv->v[d] = out;
+            }
+        }
+        sbl_docvec_clear(&matched);
+        if (rc == 0 && (d & 255) == 255)
+            rc = sbl_cmd_check_interrupt(env->ctx, err);
+    }
+    free(mark);
+    free_fkeys(fkeys, nfk);
+    sbl_docvec_clear(&foreign_docs);
+    for (size_t i = 0; i < nlet; i++)
+        sbl_expr_free(let_e[i]);
+    free(let_e);
+    free(let_n);
+    return rc;
+}
+
+/* ---- $facet ----------------------------------------------------------------------------- */
+
+int sbl_agg_facet(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bson_t *spec,
+                  sbl_err_t *err)
+{
+    bson_iter_t it, st, f;
+    bson_t *out = bson_new();
+    int rc = 0;
+    size_t bytes = 0;
+    if (bson_empty(spec))
+        rc = sbl_err_set(err, 40169, "the $facet specification must be a non-empty object");
+    bson_iter_init(&it, spec);
+    while (rc == 0 && bson_iter_next(&it)) {
+        const char *name = bson_iter_key(&it);
+        bson_t pipeline;
+        size_t n;
+        if (!BSON_ITER_HOLDS_ARRAY(&it)) {
+            rc = sbl_err_set(err, 40170, "arguments to $facet must be arrays, %s is type %s",
+                             name, sbl_bson_type_name(bson_iter_type(&it)));
+            break;
+        }
+        sub_doc(&it, &pipeline);
+        if ((rc = sbl_agg_check_pipeline(&pipeline, &n, err)) != 0)
+            break;
+        bson_iter_init(&st, &pipeline);
+        while (rc == 0 && bson_iter_next(&st)) {
+            bson_iter_recurse(&st, &f);
+            bson_iter_next(&f);
+            const char *sn = bson_iter_key(&f);
+            if (strcmp(sn, "$out") == 0 || strcmp(sn, "$merge") == 0 ||
+                strcmp(sn, "$facet") == 0 || strcmp(sn, "$collStats") == 0 ||
+                strcmp(sn, "$documents") == 0 || strcmp(sn, "$indexStats") == 0)
+                rc = sbl_err_set(err, 40600, "%s is not allowed to be used within a $facet stage",
+                                 sn);
+        }
+        if (rc != 0)
+            break;
+        sbl_docvec_t sub = {0};
+        sbl_agg_env_t senv = *env;
+        senv.depth++;
+        copy_docs(dv, &sub);
+        rc = sbl_agg_run(&senv, ns, &pipeline, 0, &sub, err);
+        if (rc == 0) {
+            bson_t arr;
+            char kb[16];
+            bson_append_array_begin(out, name, -1, &arr);
+            for (size_t i = 0; i < sub.n; i++) {
+                bson_append_document(&arr, sbl_crud_key((uint32_t)i, kb), -1, sub.v[i]);
+                bytes += sub.v[i]->len;
+            }
+            bson_append_array_end(out, &arr);
+        }
+        sbl_docvec_clear(&sub);
+        if (rc == 0 && out->len > SBL_BSON_MAX_SIZE)
+            rc = sbl_err_set(err, SBL_E_BSONObjectTooLarge,
+                             "document constructed by $facet is %u bytes, which exceeds the "
+                             "limit of 16777216 bytes",
+                             out->len);
+    }
+    if (rc == 0)
+        rc = sbl_agg_check_mem(env, bytes, "$facet", err);
+    if (rc != 0) {
+        bson_destroy(out);
+        return rc;
+    }
+    sbl_docvec_clear(dv);
+    sbl_docvec_push(dv, out);
+    return 0;
+}
+
+/* ---- $bucket ------------------------------------------------------------------------------ */
+
+typedef struct bucket_ent {
+    bson_t *doc;
+    size_t rank;
+} bucket_ent_t;
+
+static int cmp_bucket(const void *a, const void *b)
+{
+    const bucket_ent_t *x = a, *y = b;
+    return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bson_value_t group_by = {.value_type = BSON_TYPE_EOD}, dflt = {.value_type = BSON_TYPE_EOD};
+    bson_value_t *bounds = NULL;
+    size_t nb = 0;
+    bson_t output;
+    bool has_output = false;
+    int rc = 0;
+
+    bson_iter_init(&it, spec);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "groupBy") == 0) {
+            sbl_iter_value(&it, &group_by);
+            if (!(BSON_ITER_HOLDS_UTF8(&it) && bson_iter_utf8(&it, NULL)[0] == '$') &&
+                !BSON_ITER_HOLDS_DOCUMENT(&it))
+                return sbl_err_set(err, 40202,
+                                   "The $bucket 'groupBy' field must be defined as a $-prefixed "
+                                   "path or an expression, but found: %s",
+                                   sbl_bson_type_name(bson_iter_type(&it)));
+        } else if (strcmp(k, "boundaries") == 0) {
+            bson_iter_t b;
+            if (!BSON_ITER_HOLDS_ARRAY(&it))
+                return sbl_err_set(err, 40200, "The $bucket 'boundaries' field must be an array, "
+                                               "but found type: %s",
+                                   sbl_bson_type_name(bson_iter_type(&it)));
+            nb = 0;
+            bson_iter_recurse(&it, &b);
+            while (bson_iter_next(&b))
+                nb++;
+            bounds = calloc(nb + 1, sizeof(*bounds));
+            nb = 0;
+            bson_iter_recurse(&it, &b);
+            while (bson_iter_next(&b))
+                sbl_iter_value(&b, &bounds[nb++]);
+        } else if (strcmp(k, "default") == 0) {
+            sbl_iter_value(&it, &dflt);
+        } else if (strcmp(k, "output") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+                free(bounds);
+                return sbl_err_set(err, 40196, "The $bucket 'output' field must be an object, "
+                                               "but found type: %s",
+                                   sbl_bson_type_name(bson_iter_type(&it)));
+            }
+            has_output = sub_doc(&it, &output);
+        } else {
+            free(bounds);
+            return sbl_err_set(err, 40197, "Unrecognized option to $bucket: %s.", k);
+        }
+    }
+    if (group_by.value_type == BSON_TYPE_EOD || bounds == NULL) {
+        free(bounds);
+        return sbl_err_set(err, 40198,
+                           "$bucket requires 'groupBy' and 'boundaries' to be specified.");
+    }
+    if (nb < 2)
+        rc = sbl_err_set(err, 40192, "The $bucket 'boundaries' field must have at least 2 "
+                                     "values, but found %zu value(s).",
+                         nb);
+    for (size_t i = 1; rc == 0 && i < nb; i++) {
+        if (sbl_type_rank(bounds[i].value_type) != sbl_type_rank(bounds[0].value_type))
+            rc = sbl_err_set(err, 40193, "All values in the the 'boundaries' option to $bucket "
+                                         "must have the same type.");
+        else if (sbl_value_compare(&bounds[i - 1], &bounds[i]) >= 0)
+            rc = sbl_err_set(err, 40194, "The 'boundaries' option to $bucket must be sorted in "
+                                         "ascending order");
+    }
+    if (rc == 0 && dflt.value_type != BSON_TYPE_EOD &&
+        sbl_type_rank(dflt.value_type) == sbl_type_rank(bounds[0].value_type) &&
+        sbl_value_compare(&dflt, &bounds[0]) >= 0 && sbl_value_compare(&dflt, &bounds[nb - 1]) < 0)
+        rc = sbl_err_set(err, 40199, "The $bucket 'default' field must be less than the lowest "
+                                     "boundary or greater than or equal to the highest "
+                                     "boundary.");
+    sbl_expr_t *e = NULL;
+    if (rc == 0)
+        rc = sbl_expr_parse(&group_by, &e, err);
+    bson_value_t *ids = calloc(dv->n + 1, sizeof(*ids));
+    size_t nids = 0;
+    for (size_t d = 0; d < dv->n && rc == 0; d++) {
+        bson_value_t v;
+        if ((rc = sbl_agg_eval(env, e, dv->v[d], &v, err)) != 0)
+            break;
+        if (v.value_type == BSON_TYPE_EOD)
+            v.value_type = BSON_TYPE_NULL;
+        size_t i = nb;
+        if (sbl_type_rank(v.value_type) == sbl_type_rank(bounds[0].value_type))
+            for (i = 0; i + 1 < nb; i++)
+                if (sbl_value_compare(&bounds[i], &v) <= 0 &&
+                    sbl_value_compare(&v, &bounds[i + 1]) < 0)
+                    break;
+        if (i + 1 >= nb) {
+            if (dflt.value_type == BSON_TYPE_EOD) {
+                bson_value_destroy(&v);
+                rc = sbl_err_set(err, 40066, "$switch could not find a matching branch for an "
+                                             "input, and no default was specified.");
+                break;
+            }
+            bson_value_copy(&dflt, &ids[nids++]);
+        } else {
+            bson_value_copy(&bounds[i], &ids[nids++]);
+        }
+        bson_value_destroy(&v);
+    }
+    if (rc == 0) {
+        bson_t count_spec = BSON_INITIALIZER;
+        if (!has_output)
+            BCON_APPEND(&count_spec, "count", "{", "$sum", BCON_INT32(1), "}");
+        rc = sbl_agg_group(dv, has_output ? &output : &count_spec, env, ids, err);
+        bson_destroy(&count_spec);
+    }
+    if (rc == 0) {
+        bucket_ent_t *ents = calloc(dv->n + 1, sizeof(*ents));
+        for (size_t i = 0; i < dv->n; i++) {
+            bson_iter_t idi;
+            bson_value_t idv;
+            ents[i].doc = dv->v[i];
+            ents[i].rank = nb;
+            if (bson_iter_init_find(&idi, dv->v[i], "_id")) {
+                sbl_iter_value(&idi, &idv);
+                for (size_t k = 0; k < nb; k++)
+                    if (sbl_value_equal(&bounds[k], &idv) &&
+                        sbl_type_rank(bounds[k].value_type) == sbl_type_rank(idv.value_type))
+                        ents[i].rank = k;
+            }
+        }
+        qsort(ents, dv->n, sizeof(*ents), cmp_bucket);
+        for (size_t i = 0; i < dv->n; i++)
+            dv->v[i] = ents[i].doc;
+        free(ents);
+    }
+    for (size_t i = 0; i < nids; i++)
+        bson_value_destroy(&ids[i]);
+    free(ids);
+    free(bounds);
+    sbl_expr_free(e);
+    return rc;
+}
+
+/* ---- $sortByCount -------------------------------------------------------------------------- */
+
+typedef struct count_ent {
+    bson_t *doc;
+    int64_t count;
+    size_t seq;
+} count_ent_t;
+
+static int cmp_count(const void *a, const void *b)
+{
+    const count_ent_t *x = a, *y = b;
+    if (x->count != y->count)
+        return x->count > y->count ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+int sbl_agg_sort_by_count(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_value_t *expr,
+                          sbl_err_t *err)
+{
+    if (!(expr->value_type == BSON_TYPE_UTF8 && expr->value.v_utf8.str[0] == '$') &&
+        expr->value_type != BSON_TYPE_DOCUMENT)
+        return sbl_err_set(err, 40148, "the sortByCount field must be defined as a $-prefixed "
+                                       "path or an expression");
+    bson_t spec = BSON_INITIALIZER;
+    bson_append_value(&spec, "_id", 3, expr);
+    BCON_APPEND(&spec, "count", "{", "$sum", BCON_INT32(1), "}");
+    int rc = sbl_agg_group(dv, &spec, env, NULL, err);
+    bson_destroy(&spec);
+    if (rc != 0)
+        return rc;
+    count_ent_t *ents = calloc(dv->n + 1, sizeof(*ents));
+    for (size_t i = 0; i < dv->n; i++) {
+        bson_iter_t c;
+        ents[i].doc = dv->v[i];
+        ents[i].seq = i;
+        ents[i].count = bson_iter_init_find(&c, dv->v[i], "count") ? bson_iter_as_int64(&c) : 0;
+    }
+    qsort(ents, dv->n, sizeof(*ents), cmp_count);
+    for (size_t i = 0; i < dv->n; i++)
+        dv->v[i] = ents[i].doc;
+    free(ents);
+    return 0;
+}
+
+/* ---- $sample ------------------------------------------------------------------------------ */
+
+int sbl_agg_sample(sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err)
+{
+    bson_iter_t f;
+    int64_t size = -1;
+    if (!BSON_ITER_HOLDS_DOCUMENT(it))
+        return sbl_err_set(err, 28745, "the $sample stage specification must be an object");
+    bson_iter_recurse(it, &f);
+    while (bson_iter_next(&f)) {
+        if (strcmp(bson_iter_key(&f), "size") != 0)
+            return sbl_err_set(err, 28748, "unrecognized option to $sample: %s",
+                               bson_iter_key(&f));
+        if (!BSON_ITER_HOLDS_NUMBER(&f))
+            return sbl_err_set(err, 28746, "size argument to $sample must be a number");
+        size = bson_iter_as_int64(&f);
+        if (size < 0)
+            return sbl_err_set(err, 28747, "size argument to $sample must not be negative");
+    }
+    if (size < 0)
+        return sbl_err_set(err, 28749, "$sample stage must specify a size");
+    /* partial Fisher-Yates: the first `size` slots get a uniform sample */
+    size_t k = (size_t)size < dv->n ? (size_t)size : dv->n;
+    for (size_t i = 0; i < k; i++) {
+        size_t j = i + (size_t)(random() % (long)(dv->n - i));
+        bson_t *t = dv->v[i];
+        dv->v[i] = dv->v[j];
+        dv->v[j] = t;
+    }
+    for (size_t i = k; i < dv->n; i++)
+        bson_destroy(dv->v[i]);
+    dv->n = k;
+    return 0;
+}
+
+/* ---- $documents ---------------------------------------------------------------------------- */
+
+int sbl_agg_documents(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
+                      sbl_err_t *err)
+{
+    bson_value_t spec, v;
+    sbl_expr_t *e = NULL;
+    sbl_iter_value(it, &spec);
+    SBL_RET(sbl_expr_parse(&spec, &e, err));
+    int rc = sbl_agg_eval(env, e, NULL, &v, err);
+    sbl_expr_free(e);
+    SBL_RET(rc);
+    if (v.value_type != BSON_TYPE_ARRAY) {
+        bson_value_destroy(&v);
+        return sbl_err_set(err, 5858203, "error during $documents evaluation: value must be an "
+                                         "array of objects");
+    }
+    bson_t arr;
+    bson_iter_t el;
+    bson_init_static(&arr, v.value.v_doc.data, v.value.v_doc.data_len);
+    bson_iter_init(&el, &arr);
+    sbl_docvec_clear(dv);
+    while (rc == 0 && bson_iter_next(&el)) {
+        bson_t d;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&el)) {
+            rc = sbl_err_set(err, 5858203, "error during $documents evaluation: value must be an "
+                                           "array of objects");
+            break;
+        }
+        sub_doc(&el, &d);
+        sbl_docvec_push(dv, bson_copy(&d));
+    }
+    bson_value_destroy(&v);
+    return rc;
+}
+
+/* ---- writing: $out and $merge ------------------------------------------------------------- */
+
+/* Run one write in its own transaction, retrying WriteConflict. */
+static int write_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, sbl_write_kind_t kind, const bson_t *old,
+                     const bson_t *doc, sbl_err_t *err)
+{
+    for (int attempt = 0;; attempt++) {
+        sbl_crud_backoff(attempt);
+        SBL_RET(sbl_txn_begin(ctx->ss, err));
+        int rc = sbl_write(ctx->ss, c, kind, old, doc, NULL, err);
+        if (rc == 0)
+            rc = sbl_txn_commit(ctx->ss, err);
+        if (rc != 0)
+            sbl_txn_abort(ctx->ss);
+        if (rc == 0)
+            ctx->wrote = true;
+        if (rc != SBL_E_WriteConflict || attempt >= SBL_WRITE_RETRIES)
+            return rc;
+    }
+}
+
+int sbl_agg_out(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err)
+{
+    char ns[SBL_NS_MAX], tmp[SBL_NS_MAX];
+    sbl_coll_t *c = NULL;
+    int rc;
+    SBL_RET(target_ns(env, it, "$out", ns, sizeof(ns), err));
+    if (strstr(ns, ".system.") != NULL)
+        return sbl_err_set(err, 17385, "Can't $out to special collection: %s", strchr(ns, '.') + 1);
+    const char *dot = strchr(ns, '.');
+    snprintf(tmp, sizeof(tmp), "%.*s.tmp.agg_out.%08lx%08lx", (int)(dot - ns), ns,
+             (unsigned long)random(), (unsigned long)random());
+    SBL_RET(sbl_coll_open(env->ctx->ss, tmp, true, &c, NULL, err));
+    rc = 0;
+    for (size_t i = 0; i < dv->n && rc == 0; i++) {
+        bson_t doc;
+        if ((rc = sbl_crud_prepare_doc(dv->v[i], &doc, err)) != 0)
+            break;
+        rc = write_one(env->ctx, c, SBL_WRITE_INSERT, NULL, &doc, err);
+        bson_destroy(&doc);
+    }
+    sbl_coll_release(c);
+    sbl_err_t e2 = {0};
+    if (rc == 0)
+        rc = sbl_coll_rename(env->ctx->ss, tmp, ns, true, err);
+    if (rc != 0)
+        sbl_coll_drop(env->ctx->ss, tmp, &e2);
+    else
+        env->ctx->wrote = true;
+    sbl_docvec_clear(dv);
+    return rc;
+}
+
+typedef enum { WM_MERGE, WM_REPLACE, WM_KEEP, WM_FAIL, WM_PIPELINE } when_matched_t;
+typedef enum { WNM_INSERT, WNM_DISCARD, WNM_FAIL } when_not_matched_t;
+
+/* Top-level merge of `in` over `base` into out (initialised here). */
+static void merge_top(const bson_t *base, const bson_t *in, bson_t *out)
+{
+    bson_iter_t it;
+    bson_init(out);
+    bson_iter_init(&it, base);
+    while (bson_iter_next(&it)) {
+        bson_iter_t f;
+        if (bson_iter_init_find(&f, in, bson_iter_key(&it)))
+            bson_append_iter(out, bson_iter_key(&it), -1, &f);
+        else
+            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+    }
+    bson_iter_init(&it, in);
+    while (bson_iter_next(&it))
+        if (!bson_has_field(base, bson_iter_key(&it)))
+            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+}
+
+/* Find the target document matching doc on the `on` fields. */
+static int merge_find(sbl_cmd_ctx_t *ctx, const char *ns, char **on, size_t non, const bson_t *doc,
+                      bson_t *found, bool *foundp, sbl_err_t *err)
+{
+    bson_t filter = BSON_INITIALIZER;
+    *foundp = false;
+    for (size_t i = 0; i < non; i++) {
+        bson_iter_t f;
+        if (!sbl_path_get(doc, on[i], &f) || BSON_ITER_HOLDS_NULL(&f) ||
+            BSON_ITER_HOLDS_UNDEFINED(&f) || BSON_ITER_HOLDS_ARRAY(&f)) {
+            bson_destroy(&filter);
+            return sbl_err_set(err, 51132, "$merge write error: 'on' field '%s' cannot be "
+                                           "missing, null, undefined or an array",
+                               on[i]);
+        }
+        bson_t eq;
+        bson_append_document_begin(&filter, on[i], -1, &eq);
+        bson_append_iter(&eq, "$eq", 3, &f);
+        bson_append_document_end(&filter, &eq);
+    }
+    sbl_qexec_t *q = NULL;
+    sbl_qexec_opts_t o = {0};
+    o.filter = &filter;
+    o.limit = 1;
+    int rc = sbl_qexec_new(ns, &o, &q, err);
+    if (rc == 0) {
+        bool done = false;
+        rc = sbl_qexec_next(q, ctx, found, NULL, &done, err);
+        if (rc == 0 && !done)
+            *foundp = true;
+    }
+    sbl_qexec_free(q);
+    bson_destroy(&filter);
+    return rc;
+}
+
+int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err)
+{
+    char ns[SBL_NS_MAX];
+    bson_iter_t f, into;
+    bool has_into = false;
+    char *on[32];
+    size_t non = 0;
+    when_matched_t wm = WM_MERGE;
+    when_not_matched_t wnm = WNM_INSERT;
+    bson_t wm_pipeline, let_spec;
+    bool has_let = false;
+    int rc = 0;
+
+    if (BSON_ITER_HOLDS_UTF8(it)) {
+        into = *it;
+        has_into = true;
+    } else if (!BSON_ITER_HOLDS_DOCUMENT(it)) {
+        return sbl_err_set(err, 51182, "$merge only supports a string or object argument");
+    } else {
+        bson_iter_recurse(it, &f);
+        while (bson_iter_next(&f)) {
+            const char *k = bson_iter_key(&f);
+            if (strcmp(k, "into") == 0) {
+                into = f;
+                has_into = true;
+            } else if (strcmp(k, "on") == 0) {
+                if (BSON_ITER_HOLDS_UTF8(&f)) {
+                    on[non++] = (char *)bson_iter_utf8(&f, NULL);
+                } else if (BSON_ITER_HOLDS_ARRAY(&f)) {
+                    bson_iter_t a;
+                    bson_iter_recurse(&f, &a);
+                    while (bson_iter_next(&a) && non < 32) {
+                        if (!BSON_ITER_HOLDS_UTF8(&a))
+                            return sbl_err_set(err, 51134, "$merge 'on' array elements must be "
+                                                           "strings");
+                        on[non++] = (char *)bson_iter_utf8(&a, NULL);
+                    }
+                    if (non == 0)
+                        return sbl_err_set(err, 51187, "If explicitly specifying $merge 'on', "
+                                                       "must include at least one field");
+                } else {
+                    return sbl_err_set(err, 51186, "$merge 'on' field must be either a string "
+                                                   "or an array of strings");
+                }
+            } else if (strcmp(k, "whenMatched") == 0) {
+                if (BSON_ITER_HOLDS_ARRAY(&f)) {
+                    wm = WM_PIPELINE;
+                    sub_doc(&f, &wm_pipeline);
+                    SBL_RET(sbl_agg_check_update_pipeline(&wm_pipeline, err));
+                } else if (BSON_ITER_HOLDS_UTF8(&f)) {
+                    const char *m = bson_iter_utf8(&f, NULL);
+                    if (strcmp(m, "merge") == 0) wm = WM_MERGE;
+                    else if (strcmp(m, "replace") == 0) wm = WM_REPLACE;
+                    else if (strcmp(m, "keepExisting") == 0) wm = WM_KEEP;
+                    else if (strcmp(m, "fail") == 0) wm = WM_FAIL;
+                    else
+                        return sbl_err_set(err, SBL_E_BadValue, "Enumeration value '%s' for "
+                                                                "field 'whenMatched' is not a "
+                                                                "valid value.",
+                                           m);
+                } else {
+                    return sbl_crud_type_error(err, "$merge.whenMatched", &f, "string or array");
+                }
+            } else if (strcmp(k, "whenNotMatched") == 0) {
+                const char *m = BSON_ITER_HOLDS_UTF8(&f) ? bson_iter_utf8(&f, NULL) : "";
+                if (strcmp(m, "insert") == 0) wnm = WNM_INSERT;
+                else if (strcmp(m, "discard") == 0) wnm = WNM_DISCARD;
+                else if (strcmp(m, "fail") == 0) wnm = WNM_FAIL;
+                else
+                    return sbl_err_set(err, SBL_E_BadValue, "Enumeration value '%s' for field "
+                                                            "'whenNotMatched' is not a valid "
+                                                            "value.",
+                                       m);
+            } else if (strcmp(k, "let") == 0) {
+                if (!BSON_ITER_HOLDS_DOCUMENT(&f))
+                    return sbl_crud_type_error(err, "$merge.let", &f, "object");
+                has_let = sub_doc(&f, &let_spec);
+            } else {
+                return sbl_err_set(err, SBL_E_UnknownField,
+                                   "BSON field '$merge.%s' is an unknown field.", k);
+            }
+        }
+    }
+    if (!has_into)
+        return sbl_err_set(err, SBL_E_MissingField,
+                           "BSON field '$merge.into' is missing but a required field");
+    if (non == 0)
+        on[non++] = "_id";
+    SBL_RET(target_ns(env, &into, "$merge", ns, sizeof(ns), err));
+
+    sbl_coll_t *c = NULL;
+    SBL_RET(sbl_coll_open(env->ctx->ss, ns, true, &c, NULL, err));
+    for (size_t i = 0; i < dv->n && rc == 0; i++) {
+        bson_t src, existing;
+        bool found = false;
+        if ((rc = sbl_crud_prepare_doc(dv->v[i], &src, err)) != 0)
+            break;
+        rc = merge_find(env->ctx, ns, on, non, &src, &existing, &found, err);
+        if (rc == 0 && found) {
+            bson_t next;
+            bool write = true;
+            bson_iter_t eid;
+            bson_init(&next);
+            switch (wm) {
+            case WM_KEEP:
+                write = false;
+                break;
+            case WM_FAIL:
+                rc = sbl_err_set(err, SBL_E_DuplicateKey,
+                                 "$merge failed due to a DuplicateKey error: E11000 duplicate "
+                                 "key error collection: %s",
+                                 ns);
+                write = false;
+                break;
+            case WM_REPLACE: {
+                bson_iter_t si;
+                bson_iter_init_find(&eid, &existing, "_id");
+                bson_append_iter(&next, "_id", 3, &eid);
+                bson_iter_init(&si, &src);
+                while (bson_iter_next(&si))
+                    if (strcmp(bson_iter_key(&si), "_id") != 0)
+                        bson_append_iter(&next, bson_iter_key(&si), -1, &si);
+                break;
+            }
+            case WM_MERGE: {
+                bson_t m, wo_id = BSON_INITIALIZER;
+                bson_copy_to_excluding_noinit(&src, &wo_id, "_id", NULL);
+                merge_top(&existing, &wo_id, &m);
+                bson_destroy(&next);
+                bson_copy_to(&m, &next);
+                bson_destroy(&m);
+                bson_destroy(&wo_id);
+                break;
+            }
+            case WM_PIPELINE: {
+                bson_t vars = BSON_INITIALIZER, lv, merged;
+                bson_append_document(&vars, "new", 3, &src);
+                if (has_let) {
+                    sbl_expr_env_t xe = {.root = &src, .let = env->let, .now_ms = env->now_ms};
+                    bson_iter_t li;
+                    bson_iter_init(&li, &let_spec);
+                    while (rc == 0 && bson_iter_next(&li)) {
+                        bson_value_t sv, v;
+                        sbl_expr_t *e = NULL;
+                        sbl_iter_value(&li, &sv);
+                        if ((rc = sbl_expr_parse(&sv, &e, err)) == 0 &&
+                            (rc = sbl_expr_eval(e, &xe, &v, err)) == 0) {
+                            if (v.value_type != BSON_TYPE_EOD)
+                                bson_append_value(&vars, bson_iter_key(&li), -1, &v);
+                            bson_value_destroy(&v);
+                        }
+                        sbl_expr_free(e);
+                    }
+                }
+                merge_let(env->let, &vars, &merged);
+                bson_destroy(&next);
+                if (rc == 0)
+                    rc = sbl_agg_update_doc(env->ctx, &wm_pipeline, &merged, &existing, &lv, err);
+                if (rc == 0) {
+                    bson_copy_to(&lv, &next);
+                    bson_destroy(&lv);
+                } else {
+                    bson_init(&next);
+                    write = false;
+                }
+                bson_destroy(&vars);
+                bson_destroy(&merged);
+                break;
+            }
+            }
+            if (rc == 0 && write) {
+                bson_t prepared;
+                if ((rc = sbl_crud_prepare_doc(&next, &prepared, err)) == 0) {
+                    rc = write_one(env->ctx, c, SBL_WRITE_UPDATE, &existing, &prepared, err);
+                    bson_destroy(&prepared);
+                }
+            }
+            bson_destroy(&next);
+            bson_destroy(&existing);
+        } else if (rc == 0) {
+            if (wnm == WNM_INSERT)
+                rc = write_one(env->ctx, c, SBL_WRITE_INSERT, NULL, &src, err);
+            else if (wnm == WNM_FAIL)
+                rc = sbl_err_set(err, 13113, "$merge could not find a matching document in the "
+                                             "target collection for at least one document in "
+                                             "the source collection");
+        }
+        bson_destroy(&src);
+    }
+    sbl_coll_release(c);
+    sbl_docvec_clear(dv);
+    return rc;
+}

@@ -267,7 +267,7 @@ void upd_render_value(bson_string_t *s, const bson_value_t *v)
     switch (v->value_type) {
     case BSON_TYPE_DOUBLE: {
         double d = v->value.v_double;
-        if (d == (double)(int64_t)d && d > -1e15 && d < 1e15)
+        if (d > -1e15 && d < 1e15 && d == (double)(int64_t)d) /* range first: cast is UB */
             bson_string_append_printf(s, "%.1f", d);
         else
             bson_string_append_printf(s, "%.17g", d);

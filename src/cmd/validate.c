@@ -69,7 +69,8 @@ static int check_doc(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, vstate_t *v, const bson_
         v->ninvalid++;
         return 0;
     }
-    if (!bson_iter_init(&it, doc) || !bson_iter_next(&it) || strcmp(bson_iter_key(&it), "_id") != 0) {
+    if (!bson_iter_init(&it, doc) || !bson_iter_next(&it) ||
+        strcmp(bson_iter_key(&it), "_id") != 0) {
         add_error(v, "record %lld does not have _id as its first field", (long long)v->nrecords);
         v->ninvalid++;
         return 0;
@@ -145,8 +146,8 @@ int sbl_cmd_validate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
     rc = sbl_coll_open(ctx->ss, ns, false, &c, NULL, err);
     if (rc == SBL_E_NamespaceNotFound)
-        return sbl_err_set(err, SBL_E_NamespaceNotFound, "Collection '%s' does not exist to validate.",
-                           ns);
+        return sbl_err_set(err, SBL_E_NamespaceNotFound,
+                           "Collection '%s' does not exist to validate.", ns);
     SBL_RET(rc);
 
     bson_init(&v.errors);

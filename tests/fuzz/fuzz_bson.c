@@ -56,7 +56,8 @@ static bool has_odd_regex(const bson_value_t *v, int depth)
     if (v->value_type == BSON_TYPE_CODE)
         return memchr(v->value.v_code.code, 0, v->value.v_code.code_len) != NULL;
     if (v->value_type == BSON_TYPE_DBPOINTER)
-        return memchr(v->value.v_dbpointer.collection, 0, v->value.v_dbpointer.collection_len) != NULL;
+        return memchr(v->value.v_dbpointer.collection, 0,
+                      v->value.v_dbpointer.collection_len) != NULL;
     if ((v->value_type != BSON_TYPE_DOCUMENT && v->value_type != BSON_TYPE_ARRAY) || depth > 200 ||
         !bson_iter_init_from_data(&it, v->value.v_doc.data, v->value.v_doc.data_len))
         return false;

@@ -212,6 +212,11 @@ int sbl_coll_get_by_key(sbl_session_t *s, sbl_coll_t *c, const uint8_t *idk, siz
 void sbl_storage_on_durable(void (*cb)(void *arg, int rc), void *arg);
 /* Flush the journal now and wait (for fsync / shutdown paths). */
 int sbl_storage_flush(sbl_err_t *err);
+/* A function the journal flusher calls after each journal flush and before
+ * it calls the durable waiters (the audit log's fdatasync: one group commit
+ * for both).  A non-zero return (an errno) fails that flush's waiters.
+ * Set it once, before writes start; NULL removes it. */
+void sbl_storage_set_flush_hook(int (*fn)(void));
 /* Take a checkpoint now (fsync command). */
 int sbl_storage_checkpoint(sbl_err_t *err);
 

@@ -154,6 +154,13 @@ static void *checkpoint_main(void *arg)
 
 /* ---- the journal flusher (group commit) ----------------------------- */
 
+static _Atomic(int (*)(void)) flush_hook;
+
+void sbl_storage_set_flush_hook(int (*fn)(void))
+{
+    atomic_store(&flush_hook, fn);
+}
+
 void sbl_storage_on_durable(void (*cb)(void *arg, int rc), void *arg)
 {
     sbl_waiter_t *w;
@@ -206,6 +213,16 @@ static void *flusher_main(void *arg)
                 sbl_log(SBL_LOG_ERROR, "STORAGE", 22431, err.msg, NULL);
             } else
                 flushed_commits = commits;
+        }
+        int (*hook)(void) = atomic_load(&flush_hook);
+        if (hook != NULL && rc == 0) {
+            int e = hook();
+            if (e != 0) {
+                sbl_err_t err;
+                rc = sbl_err_set(&err, SBL_E_InternalError, "audit log sync failed: %s",
+                                 strerror(e));
+                sbl_log(SBL_LOG_ERROR, "STORAGE", 22431, err.msg, NULL);
+            }
         }
         /* A failed flush is reported to its waiters: their writes are not
          * known to be on disk and must not be acknowledged as journaled. */

@@ -1,0 +1,91 @@
+/*
+ * audit.h: the audit log (MongoDB Enterprise's event shape and options).
+ *
+ * Callers format an event on their own thread (sbl_audit_event); it is
+ * copied into one shared append buffer under a short lock and gets a
+ * sequence number; one writer thread owns the file descriptor and writes
+ * whole batches with one write(2).  What must stay true:
+ *  - events appear in the file in sequence order (one connection's events
+ *    are emitted in order, so they stay in order);
+ *  - sbl_audit_written(seq) is true only once write(2) of that event returned;
+ *  - while the file cannot be written, sbl_audit_event refuses new events
+ *    (the caller refuses the operation) and the writer keeps retrying.
+ */
+#ifndef SBL_AUDIT_H
+#define SBL_AUDIT_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/errors.h"
+
+typedef enum { SBL_AUDIT_OFF, SBL_AUDIT_FILE, SBL_AUDIT_SYSLOG, SBL_AUDIT_CONSOLE } sbl_audit_dest_t;
+typedef enum { SBL_AUDIT_JSON, SBL_AUDIT_BSON } sbl_audit_format_t;
+
+typedef struct sbl_audit_config {
+    sbl_audit_dest_t destination;
+    sbl_audit_format_t format;
+    const char *path;     /* the file (destination file) */
+    const bson_t *filter; /* query over the event document, or NULL */
+    bool auth_success;    /* auditAuthorizationSuccess */
+} sbl_audit_config_t;
+
+/* Who an event is about (all fields may be NULL). */
+typedef struct sbl_audit_client {
+    const uint8_t *uuid;   /* 16 bytes: the connection's UUID */
+    const char *local;     /* "ip:port" */
+    const char *remote;    /* "ip:port" */
+    const char *user;      /* authenticated user, or NULL */
+    const char *user_db;
+    const bson_t *roles;   /* BSON array of {role, db}, or NULL */
+} sbl_audit_client_t;
+
+/* Open the destination and start the writer thread.  A file that cannot be
+ * opened is not fatal: it is logged and retried, and events are refused
+ * meanwhile.  Errors: BadValue for a bad filter. */
+int sbl_audit_open(const sbl_audit_config_t *cfg, sbl_err_t *err);
+/* Write what is buffered, fsync, stop the writer and close the file. */
+void sbl_audit_close(void);
+
+/* Auditing is on (a destination is configured).  A plain load. */
+bool sbl_audit_enabled(void);
+/* auditAuthorizationSuccess, readable and settable at run time. */
+bool sbl_audit_auth_success(void);
+void sbl_audit_set_auth_success(bool on);
+
+/* The state of the writer: 0 when the file is being written, else the
+ * error (OutOfDiskSpace 14031 for ENOSPC, InternalError otherwise) with
+ * "audit log write failed: ..." in err. */
+int sbl_audit_health(sbl_err_t *err);
+
+/*
+ * Record one event.  param may be NULL (an empty document).  Returns 0 and
+ * sets *seqp (0 when the event was not recorded: auditing off or the filter
+ * excluded it), or the health error when the file cannot be written (the
+ * event is not recorded; the caller refuses the operation).  force records
+ * the event even then (it is written once the file works again).
+ */
+int sbl_audit_event(const char *atype, const sbl_audit_client_t *c, const bson_t *param,
+                    int result, bool force, uint64_t *seqp, sbl_err_t *err);
+
+/* Whether write(2) has returned for every event up to seq (an atomic load). */
+bool sbl_audit_written(uint64_t seq);
+/* Call cb(arg, rc) on the writer thread once event seq is written (rc 0), or
+ * once a write attempt covering it failed (rc: the health error code). */
+void sbl_audit_on_written(uint64_t seq, void (*cb)(void *arg, int rc), void *arg);
+
+/* Rename the file to <path>.<UTC timestamp> and open a new one, between two
+ * batches (no event lost or duplicated).  Nothing to do when not a file. */
+int sbl_audit_rotate(sbl_err_t *err);
+
+/* The filter, replaceable at run time (compiled once with the matcher). */
+int sbl_audit_set_filter(const bson_t *filter, sbl_err_t *err);
+/* {filter, auditAuthorizationSuccess, destination, format, path} */
+void sbl_audit_get_config(bson_t *out);
+
+/* The journal flusher's hook: fdatasync the file when something was written
+ * since the last sync.  Returns 0 or an errno. */
+int sbl_audit_sync(void);
+
+#endif

@@ -84,6 +84,7 @@ int sbl_cmd_create(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     }
     SBL_ERR(sbl_coll_create(ctx->ss, ns, &opts, err));
     ctx->wrote = true;
+    sbl_cmd_audit_coll_created(ctx, ns);
 err:
     bson_destroy(&opts);
     return rc;
@@ -109,6 +110,7 @@ int sbl_cmd_drop(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_INT32(ctx->reply, "nIndexesWas", nindexes);
     BSON_APPEND_UTF8(ctx->reply, "ns", ns);
     ctx->wrote = true;
+    sbl_cmd_audit_ns(ctx, "dropCollection", ns);
     return 0;
 }
 
@@ -118,6 +120,7 @@ int sbl_cmd_drop_database(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     SBL_RET(sbl_db_drop(ctx->ss, ctx->db, err));
     BSON_APPEND_UTF8(ctx->reply, "dropped", ctx->db);
     ctx->wrote = true;
+    sbl_cmd_audit_ns(ctx, "dropDatabase", ctx->db);
     return 0;
 }
 
@@ -313,6 +316,7 @@ int sbl_cmd_rename_collection(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_IllegalOperation, "Can't rename a collection to itself");
     SBL_RET(sbl_coll_rename(ctx->ss, from, to, drop_target, err));
     ctx->wrote = true;
+    sbl_cmd_audit_rename(ctx, from, to);
     return 0;
 }
 

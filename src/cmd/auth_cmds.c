@@ -71,6 +71,7 @@ static void log_auth(sbl_cmd_ctx_t *ctx, bool ok, const char *mech, const char *
         BSON_APPEND_UTF8(&e, "reason", err->msg);
         bson_append_document_end(&attr, &e);
     }
+    sbl_cmd_audit_authenticate(ctx, mech, user, db, ok ? 0 : err->code);
     if (ok)
         sbl_log(SBL_LOG_INFO, "ACCESS", 5286306, "Successfully authenticated", &attr);
     else
@@ -224,6 +225,7 @@ int sbl_cmd_authenticate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 
 int sbl_cmd_logout(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
+    sbl_cmd_audit_logout(ctx);
     end_conversation(ctx->client);
     clear_user(ctx->client);
     return 0;

@@ -37,6 +37,8 @@ typedef struct sbl_client {
     struct sbl_scram *scram; /* a SCRAM conversation in progress, or NULL */
     bool scram_skip_empty;   /* that conversation asked for skipEmptyExchange */
     int auth_failures;       /* failed attempts on this connection (each reply is delayed) */
+    uint8_t audit_uuid[16];  /* the connection's UUID in audit events (audit_cmds.c) */
+    bool audit_uuid_set;
 } sbl_client_t;
 
 /* Parsed writeConcern. */
@@ -63,6 +65,7 @@ typedef struct sbl_cmd_ctx {
     sbl_op_t *op;           /* the registry entry (killOp sets its flag), or NULL */
     const char *plan_summary;             /* set by the query executor: "COLLSCAN", "IDHACK" ... */
     int64_t docs_examined, keys_examined; /* added to by the query executor */
+    uint64_t audit_seq; /* the last audit event of this command (the reply waits for it) */
 } sbl_cmd_ctx_t;
 
 typedef int (*sbl_cmd_fn)(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
@@ -241,6 +244,36 @@ void sbl_cmd_auth_hello_mechs(sbl_cmd_ctx_t *ctx, const char *db_user);
 void sbl_cmd_auth_hello_speculative(sbl_cmd_ctx_t *ctx, const bson_iter_t *it);
 /* connectionStatus's authInfo */
 void sbl_cmd_auth_append_status(sbl_cmd_ctx_t *ctx, bool show_privileges, bson_t *info);
+
+/* audit_cmds.c: audit events (src/audit) and the audit commands.
+ * sbl_cmd_audit_check: the dispatcher's call after prepare (rc is prepare's
+ * result): emits authCheck for failed authorization, and for every command
+ * when auditAuthorizationSuccess is on; returns rc, or the audit log's error
+ * when the event cannot be recorded (the command is refused).
+ * sbl_cmd_audit_wait: true when the command's last event is not yet written;
+ * cb(arg, rc) then runs on the audit writer thread once it is. */
+int sbl_cmd_audit_check(sbl_cmd_ctx_t *ctx, int rc, sbl_err_t *err);
+bool sbl_cmd_audit_wait(sbl_cmd_ctx_t *ctx, void (*cb)(void *arg, int rc), void *arg);
+/* Record an event about this connection (recorded even while the audit log
+ * fails: it is written once it works again; the reply waits for it). */
+void sbl_cmd_audit(sbl_cmd_ctx_t *ctx, const char *atype, const bson_t *param, int result);
+void sbl_cmd_audit_ns(sbl_cmd_ctx_t *ctx, const char *atype, const char *ns);
+/* createCollection, preceded by createDatabase when ns is its database's first. */
+void sbl_cmd_audit_coll_created(sbl_cmd_ctx_t *ctx, const char *ns);
+void sbl_cmd_audit_index(sbl_cmd_ctx_t *ctx, const char *atype, const char *ns, const char *name,
+                         const bson_t *spec);
+void sbl_cmd_audit_rename(sbl_cmd_ctx_t *ctx, const char *from, const char *to);
+/* A user or role command's event (atype = its name) when rc is 0; returns rc. */
+int sbl_cmd_audit_user_result(sbl_cmd_ctx_t *ctx, int rc);
+void sbl_cmd_audit_authenticate(sbl_cmd_ctx_t *ctx, const char *mech, const char *user,
+                                const char *db, int result);
+void sbl_cmd_audit_logout(sbl_cmd_ctx_t *ctx);
+void sbl_cmd_audit_client_metadata(sbl_cmd_ctx_t *ctx, const bson_t *metadata);
+int sbl_cmd_log_application_message(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_get_audit_config(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_set_audit_config(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_set_parameter(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_log_rotate(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 
 /* user_cmds.c: users and roles */
 int sbl_cmd_create_user(sbl_cmd_ctx_t *ctx, sbl_err_t *err);

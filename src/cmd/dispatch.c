@@ -406,6 +406,19 @@ static bool delay_auth_failure(pending_t *p)
     return true;
 }
 
+static void finish(pending_t *p);
+
+/* An audited change is acknowledged only after its audit event is written. */
+static void audit_written_cb(void *arg, int rc)
+{
+    pending_t *p = arg;
+    if (rc != 0)
+        p->rc = sbl_err_set(&p->err, rc, "audit log write failed: the change was made but its "
+                            "audit event is not written yet (it will be once the audit log "
+                            "can be written again)");
+    finish(p);
+}
+
 static void finish(pending_t *p)
 {
     if (delay_auth_failure(p))
@@ -414,6 +427,8 @@ static void finish(pending_t *p)
         pending_free(p); /* the handler owns conn/req now and replies itself */
         return;
     }
+    if (p->rc == 0 && p->ctx.wrote && sbl_cmd_audit_wait(&p->ctx, audit_written_cb, p))
+        return;
     if (p->rc == 0 && p->ctx.wrote && p->ctx.wc.j) {
         sbl_storage_on_durable(durable_cb, p);
         return;
@@ -487,7 +502,8 @@ void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
     p->ctx.reply = &p->reply;
     p->ctx.wc.w = 1;
 
-    if ((p->rc = prepare(p, &p->err)) != 0) {
+    p->rc = prepare(p, &p->err);
+    if ((p->rc = sbl_cmd_audit_check(&p->ctx, p->rc, &p->err)) != 0) {
         sbl_metrics_count_op(SBL_OPC_COMMAND, 1);
         finish(p);
         return;

@@ -77,6 +77,7 @@ static void log_client_metadata(sbl_cmd_ctx_t *ctx, const bson_iter_t *it)
     BSON_APPEND_DOCUMENT(&attr, "doc", ctx->client->metadata);
     sbl_log(SBL_LOG_INFO, "NETWORK", 51800, "client metadata", &attr);
     bson_destroy(&attr);
+    sbl_cmd_audit_client_metadata(ctx, ctx->client->metadata);
 }
 
 /* The fields every hello/isMaster reply carries. */

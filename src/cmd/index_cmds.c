@@ -407,8 +407,10 @@ int sbl_cmd_create_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_BadValue, "Must specify at least one index to create");
 
     SBL_ERR(sbl_coll_open(ctx->ss, ns, true, &c, &created, err));
-    if (created)
+    if (created) {
         ctx->wrote = true;
+        sbl_cmd_audit_coll_created(ctx, ns);
+    }
     sbl_index_list(c, true, &have, &nhave);
     before = 1 + nhave;
     bson_t id_spec = BSON_INITIALIZER;
@@ -464,6 +466,7 @@ int sbl_cmd_create_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         }
         SBL_ERR(sbl_index_create(ctx->ss, c, specs[i], err));
         ctx->wrote = true;
+        sbl_cmd_audit_index(ctx, "createIndex", ns, spec_name(specs[i]), specs[i]);
         after++;
     }
     BSON_APPEND_INT32(ctx->reply, "numIndexesBefore", (int32_t)before);
@@ -591,8 +594,10 @@ int sbl_cmd_drop_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         rc = sbl_crud_type_error(err, "dropIndexes.index", &it, "string or object");
         goto err;
     }
-    for (i = 0; i < nnames; i++)
+    for (i = 0; i < nnames; i++) {
         SBL_ERR(sbl_index_drop(ctx->ss, c, names[i], err));
+        sbl_cmd_audit_index(ctx, "dropIndex", ns, names[i], NULL);
+    }
     if (nnames > 0)
         ctx->wrote = true;
     BSON_APPEND_INT32(ctx->reply, "nIndexesWas", (int32_t)(1 + nhave));

@@ -325,7 +325,7 @@ err:
     bson_destroy(&roles);
     bson_destroy(&creds);
     bson_destroy(&doc);
-    return rc;
+    return sbl_cmd_audit_user_result(ctx, rc);
 }
 
 int sbl_cmd_update_user(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
@@ -400,7 +400,7 @@ err:
     bson_destroy(&cur);
     bson_destroy(&roles);
     bson_destroy(&creds);
-    return rc;
+    return sbl_cmd_audit_user_result(ctx, rc);
 }
 
 int sbl_cmd_drop_user(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
@@ -413,7 +413,7 @@ int sbl_cmd_drop_user(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bson_destroy(&old);
     if (rc == 0)
         ctx->wrote = true;
-    return rc;
+    return sbl_cmd_audit_user_result(ctx, rc);
 }
 
 /* Collect copies of the stored documents of one database (users or roles). */
@@ -454,7 +454,7 @@ int sbl_cmd_drop_all_users(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     ctx->wrote = n > 0;
 err:
     collected_free(&c);
-    return rc;
+    return sbl_cmd_audit_user_result(ctx, rc);
 }
 
 /* Append one user as usersInfo shows it. */
@@ -672,12 +672,12 @@ err:
 
 int sbl_cmd_grant_roles_to_user(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
-    return change_user_roles(ctx, true, err);
+    return sbl_cmd_audit_user_result(ctx, change_user_roles(ctx, true, err));
 }
 
 int sbl_cmd_revoke_roles_from_user(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
-    return change_user_roles(ctx, false, err);
+    return sbl_cmd_audit_user_result(ctx, change_user_roles(ctx, false, err));
 }
 
 /* ---- roles ------------------------------------------------------------------------------ */
@@ -753,7 +753,7 @@ int sbl_cmd_create_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 err:
     bson_destroy(&roles);
     bson_destroy(&doc);
-    return rc;
+    return sbl_cmd_audit_user_result(ctx, rc);
 }
 
 /* Replace a role's privileges and/or roles (NULL: keep) and store it. */
@@ -806,7 +806,7 @@ err:
     if (have_old)
         bson_destroy(&old);
     bson_destroy(&roles);
-    return rc;
+    return sbl_cmd_audit_user_result(ctx, rc);
 }
 
 /* Remove role@db from every user's and role's roles array (after dropping it). */
@@ -852,7 +852,7 @@ int sbl_cmd_drop_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         ctx->wrote = true;
         rc = remove_references(ctx, role, ctx->db, err);
     }
-    return rc;
+    return sbl_cmd_audit_user_result(ctx, rc);
 }
 
 int sbl_cmd_drop_all_roles(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
@@ -875,7 +875,7 @@ int sbl_cmd_drop_all_roles(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     ctx->wrote = n > 0;
 err:
     collected_free(&c);
-    return rc;
+    return sbl_cmd_audit_user_result(ctx, rc);
 }
 
 /* Append one role as rolesInfo shows it. */
@@ -1113,12 +1113,12 @@ err:
 
 int sbl_cmd_grant_privileges_to_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
-    return change_role_privileges(ctx, true, err);
+    return sbl_cmd_audit_user_result(ctx, change_role_privileges(ctx, true, err));
 }
 
 int sbl_cmd_revoke_privileges_from_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
-    return change_role_privileges(ctx, false, err);
+    return sbl_cmd_audit_user_result(ctx, change_role_privileges(ctx, false, err));
 }
 
 static int change_role_roles(sbl_cmd_ctx_t *ctx, bool grant, sbl_err_t *err)
@@ -1162,10 +1162,10 @@ err:
 
 int sbl_cmd_grant_roles_to_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
-    return change_role_roles(ctx, true, err);
+    return sbl_cmd_audit_user_result(ctx, change_role_roles(ctx, true, err));
 }
 
 int sbl_cmd_revoke_roles_from_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
-    return change_role_roles(ctx, false, err);
+    return sbl_cmd_audit_user_result(ctx, change_role_roles(ctx, false, err));
 }

@@ -9,6 +9,7 @@
  * with sigwait(), so no handler ever runs inside another thread's code.
  * SIGUSR1 reopens the log file (rotation); SIGHUP is ignored.
  */
+#include "audit/audit.h"
 #include "cmd/cmd.h"
 #include "common/log.h"
 #include "metrics/metrics.h"
@@ -102,6 +103,44 @@ static void log_startup(void)
     bson_destroy(&attr);
 }
 
+/* Open the audit log (after storage: its fdatasync joins the journal's
+ * group commit) and record the startup event. */
+static int audit_start(sbl_err_t *err)
+{
+    bson_t filter, p = BSON_INITIALIZER;
+    bson_error_t je;
+    bson_iter_t it;
+    bool have_filter = options.audit_filter != NULL &&
+                       bson_init_from_json(&filter, options.audit_filter, -1, &je);
+    sbl_audit_config_t cfg = {
+        .destination = (sbl_audit_dest_t)options.audit_destination,
+        .format = options.audit_format ? SBL_AUDIT_BSON : SBL_AUDIT_JSON,
+        .path = options.audit_path,
+        .filter = have_filter ? &filter : NULL,
+    };
+    if (bson_iter_init_find(&it, &options.parameters, "auditAuthorizationSuccess") &&
+        BSON_ITER_HOLDS_UTF8(&it))
+        cfg.auth_success = strcmp(bson_iter_utf8(&it, NULL), "true") == 0 ||
+                           strcmp(bson_iter_utf8(&it, NULL), "1") == 0;
+    int rc = sbl_audit_open(&cfg, err);
+    if (have_filter)
+        bson_destroy(&filter);
+    if (rc != 0)
+        return rc;
+    sbl_storage_set_flush_hook(sbl_audit_sync);
+    uint64_t seq;
+    BSON_APPEND_DOCUMENT(&p, "options", &options.parsed);
+    sbl_audit_event("startup", NULL, &p, 0, true, &seq, err);
+    bson_destroy(&p);
+    return 0;
+}
+
+static void audit_stop(void)
+{
+    sbl_storage_set_flush_hook(NULL);
+    sbl_audit_close();
+}
+
 static int write_pidfile(void)
 {
     if (options.pidfile == NULL)
@@ -153,9 +192,15 @@ static int run(int notify_fd)
         fprintf(stderr, "sabled: %s\n", err.msg);
         return 100;
     }
+    if ((rc = audit_start(&err)) != 0) {
+        fprintf(stderr, "sabled: %s\n", err.msg);
+        sbl_storage_close();
+        return 2;
+    }
     if ((rc = sbl_cmd_init(&err)) != 0) {
         fprintf(stderr, "sabled: %s\n", err.msg);
         sbl_storage_close();
+        audit_stop();
         return 100;
     }
 
@@ -215,6 +260,8 @@ static int run(int notify_fd)
         if (sig == SIGUSR1) {
             sbl_log_reopen();
             sbl_log(SBL_LOG_INFO, "CONTROL", 23166, "Log rotation initiated", NULL);
+            if (sbl_audit_rotate(&err) != 0)
+                sbl_log(SBL_LOG_ERROR, "CONTROL", 23168, err.msg, NULL);
             continue;
         }
         if (sig == SIGHUP)
@@ -230,8 +277,11 @@ static int run(int notify_fd)
     sbl_metrics_http_stop();
     sbl_net_stop();
     sbl_cmd_shutdown();
+    uint64_t seq;
+    sbl_audit_event("shutdown", NULL, NULL, 0, true, &seq, &err);
     sbl_log(SBL_LOG_INFO, "STORAGE", 4784928, "Shutting down the storage engine", NULL);
     sbl_storage_close();
+    audit_stop();
     if (options.pidfile != NULL)
         unlink(options.pidfile);
     bson_init(&attr);

@@ -76,6 +76,12 @@ static const opt_def_t opt_table[] = {
      "profiling level: 0 (off), 1 (slow operations) or 2 (all) - 0 by default"},
     {"slowOpSampleRate", "operationProfiling.slowOpSampleRate", OPT_DOUBLE,
      "fraction of slow operations to log and profile - 1.0 by default"},
+    {"auditDestination", "auditLog.destination", OPT_STRING,
+     "destination of audit log output: file, syslog or console (auditing is off without it)"},
+    {"auditFormat", "auditLog.format", OPT_STRING, "format of the audit log file: JSON or BSON"},
+    {"auditPath", "auditLog.path", OPT_STRING, "the audit log file (auditDestination file)"},
+    {"auditFilter", "auditLog.filter", OPT_STRING,
+     "query document (JSON) over audit events; only matching events are recorded"},
 };
 #define OPT_COUNT (sizeof(opt_table) / sizeof(opt_table[0]))
 
@@ -434,6 +440,30 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
             else
                 return sbl_err_set(err, SBL_E_BadValue, "operationProfiling.mode must be off, "
                                    "slowOp or all (or --profile 0, 1, 2), got %s", v);
+        } else if (strcmp(k, "auditLog.destination") == 0) {
+            static const char *const dests[] = {"file", "syslog", "console"};
+            o->audit_destination = 0;
+            for (int i = 0; i < 3; i++)
+                if (strcmp(st->value, dests[i]) == 0)
+                    o->audit_destination = i + 1;
+            if (o->audit_destination == 0)
+                return sbl_err_set(err, SBL_E_BadValue, "auditLog.destination must be file, "
+                                   "syslog or console, got %s", st->value);
+        } else if (strcmp(k, "auditLog.format") == 0) {
+            if (strcmp(st->value, "JSON") != 0 && strcmp(st->value, "BSON") != 0)
+                return sbl_err_set(err, SBL_E_BadValue, "auditLog.format must be JSON or BSON, "
+                                   "got %s", st->value);
+            o->audit_format = strcmp(st->value, "BSON") == 0;
+        } else if (strcmp(k, "auditLog.path") == 0) {
+            set_str(&o->audit_path, st->value);
+        } else if (strcmp(k, "auditLog.filter") == 0) {
+            bson_t f;
+            bson_error_t je;
+            if (!bson_init_from_json(&f, st->value, -1, &je))
+                return sbl_err_set(err, SBL_E_BadValue, "auditLog.filter is not a valid JSON "
+                                   "query document: %s", je.message);
+            bson_destroy(&f);
+            set_str(&o->audit_filter, st->value);
         } else if (strcmp(k, "systemLog.destination") == 0) {
             if (strcmp(st->value, "file") != 0 && strcmp(st->value, "syslog") != 0)
                 return sbl_err_set(err, SBL_E_BadValue,
@@ -614,6 +644,8 @@ void sbl_options_destroy(sbl_options_t *o)
     bson_free(o->tls_cert_key_password);
     bson_free(o->tls_ca_file);
     bson_free(o->metrics_bind_ip);
+    bson_free(o->audit_path);
+    bson_free(o->audit_filter);
     bson_destroy(&o->parsed);
     bson_destroy(&o->parameters);
     memset(o, 0, sizeof(*o));

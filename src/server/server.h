@@ -52,6 +52,10 @@ typedef struct sbl_options {
     char *tls_cert_key_password;
     char *tls_ca_file;       /* net.tls.CAFile: verifies client certificates */
     bool tls_allow_no_cert;  /* net.tls.allowConnectionsWithoutCertificates */
+    int audit_destination;   /* auditLog.destination: 0 off, 1 file, 2 syslog, 3 console */
+    int audit_format;        /* auditLog.format: 0 JSON, 1 BSON */
+    char *audit_path;        /* auditLog.path */
+    char *audit_filter;      /* auditLog.filter (JSON text, checked to parse) */
     bson_t parsed;     /* nested options document as getCmdLineOpts shows it */
     bson_t parameters; /* --setParameter name=value pairs (values as given) */
     int argc;

@@ -1,0 +1,370 @@
+/*
+ * audit_cmds.c: the command layer's side of the audit log (src/audit):
+ * who an event is about (the connection's UUID, addresses, user and roles),
+ * the dispatcher's authCheck event and its wait before replying to an
+ * audited write, the events handlers emit (DDL, users and roles,
+ * authentication, client metadata), and the commands logApplicationMessage,
+ * getAuditConfig, setAuditConfig, setParameter and logRotate.
+ *
+ * What must stay true: an audited command that changed data is acknowledged
+ * only once its events are written (ctx->audit_seq is the last one); a
+ * refused event refuses the command before it runs.
+ */
+#include "audit/audit.h"
+#include "auth/auth.h"
+#include "cmd/cmd_int.h"
+#include "common/log.h"
+
+#include <openssl/rand.h>
+#include <string.h>
+
+/* Commands larger than this are audited with args {$truncated: <size>}. */
+#define AUDIT_ARGS_MAX (64 * 1024)
+
+static void fill_client(sbl_cmd_ctx_t *ctx, sbl_audit_client_t *ac, bson_t *roles)
+{
+    sbl_client_t *c = ctx->client;
+    memset(ac, 0, sizeof(*ac));
+    if (ctx->conn != NULL) {
+        if (!c->audit_uuid_set) {
+            /* Made on the connection's first event; a connection runs one command at a time. */
+            if (RAND_bytes(c->audit_uuid, 16) != 1)
+                memset(c->audit_uuid, 0, 16);
+            c->audit_uuid[6] = (uint8_t)((c->audit_uuid[6] & 0x0f) | 0x40);
+            c->audit_uuid[8] = (uint8_t)((c->audit_uuid[8] & 0x3f) | 0x80);
+            c->audit_uuid_set = true;
+        }
+        ac->uuid = c->audit_uuid;
+        ac->local = sbl_conn_local(ctx->conn);
+        ac->remote = sbl_conn_remote(ctx->conn);
+    }
+    ac->user = c->auth_user;
+    ac->user_db = c->auth_db;
+    if (c->authz != NULL) {
+        sbl_authz_append_roles(c->authz, roles);
+        ac->roles = roles;
+    }
+}
+
+static int emit(sbl_cmd_ctx_t *ctx, const char *atype, const bson_t *param, int result,
+                bool force, sbl_err_t *err)
+{
+    sbl_audit_client_t ac;
+    bson_t roles = BSON_INITIALIZER;
+    uint64_t seq = 0;
+    fill_client(ctx, &ac, &roles);
+    int rc = sbl_audit_event(atype, &ac, param, result, force, &seq, err);
+    bson_destroy(&roles);
+    if (seq > ctx->audit_seq)
+        ctx->audit_seq = seq;
+    return rc;
+}
+
+void sbl_cmd_audit(sbl_cmd_ctx_t *ctx, const char *atype, const bson_t *param, int result)
+{
+    sbl_err_t e;
+    if (sbl_audit_enabled())
+        emit(ctx, atype, param, result, true, &e);
+}
+
+/* ---- the dispatcher ---------------------------------------------------------- */
+
+/* args: the command, with passwords replaced and very large ones truncated. */
+static void append_args(bson_t *param, const bson_t *cmd)
+{
+    bson_iter_t it;
+    bson_t args;
+    if (cmd->len > AUDIT_ARGS_MAX) {
+        BSON_APPEND_DOCUMENT_BEGIN(param, "args", &args);
+        BSON_APPEND_INT32(&args, "$truncated", (int32_t)cmd->len);
+        bson_append_document_end(param, &args);
+        return;
+    }
+    if (!bson_iter_init_find(&it, cmd, "pwd")) {
+        BSON_APPEND_DOCUMENT(param, "args", cmd);
+        return;
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(param, "args", &args);
+    bson_iter_init(&it, cmd);
+    while (bson_iter_next(&it)) {
+        if (strcmp(bson_iter_key(&it), "pwd") == 0)
+            BSON_APPEND_UTF8(&args, "pwd", "xxx");
+        else
+            bson_append_iter(&args, NULL, 0, &it);
+    }
+    bson_append_document_end(param, &args);
+}
+
+int sbl_cmd_audit_check(sbl_cmd_ctx_t *ctx, int rc, sbl_err_t *err)
+{
+    const sbl_cmd_def_t *def;
+    if (!sbl_audit_enabled() || ctx->name == NULL || ctx->conn == NULL ||
+        (def = sbl_cmd_lookup(ctx->name)) == NULL || (def->flags & SBL_CMD_NO_AUTH))
+        return rc;
+    if (rc != 0 && rc != SBL_E_Unauthorized)
+        return rc;
+    if (rc == 0 && !sbl_audit_auth_success()) {
+        /* Not audited by authCheck; its DDL events may still be: refuse writes meanwhile. */
+        if ((def->flags & SBL_CMD_WRITE) && sbl_audit_health(err) != 0)
+            return err->code;
+        return 0;
+    }
+    bson_t param = BSON_INITIALIZER;
+    bson_iter_t it;
+    char ns[256];
+    BSON_APPEND_UTF8(&param, "command", def->name);
+    if (bson_iter_init(&it, ctx->cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it) &&
+        bson_iter_utf8(&it, NULL)[0] != '\0')
+        snprintf(ns, sizeof(ns), "%s.%s", ctx->db, bson_iter_utf8(&it, NULL));
+    else
+        snprintf(ns, sizeof(ns), "%s", ctx->db);
+    BSON_APPEND_UTF8(&param, "ns", ns);
+    append_args(&param, ctx->cmd);
+    sbl_err_t e;
+    int arc = emit(ctx, "authCheck", &param, rc, rc != 0, &e);
+    bson_destroy(&param);
+    if (rc == 0 && arc != 0) {
+        *err = e;
+        return arc;
+    }
+    return rc;
+}
+
+bool sbl_cmd_audit_wait(sbl_cmd_ctx_t *ctx, void (*cb)(void *arg, int rc), void *arg)
+{
+    uint64_t seq = ctx->audit_seq;
+    if (seq == 0 || sbl_audit_written(seq))
+        return false;
+    ctx->audit_seq = 0;
+    sbl_audit_on_written(seq, cb, arg);
+    return true;
+}
+
+/* ---- events from handlers -------------------------------------------------------- */
+
+void sbl_cmd_audit_ns(sbl_cmd_ctx_t *ctx, const char *atype, const char *ns)
+{
+    if (!sbl_audit_enabled())
+        return;
+    bson_t p = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&p, "ns", ns);
+    sbl_cmd_audit(ctx, atype, &p, 0);
+    bson_destroy(&p);
+}
+
+static bool count_colls(const char *ns, const bson_t *options, const uint8_t *uuid, void *arg)
+{
+    (*(int *)arg)++;
+    return true;
+}
+
+void sbl_cmd_audit_coll_created(sbl_cmd_ctx_t *ctx, const char *ns)
+{
+    char db[128];
+    int n = 0;
+    if (!sbl_audit_enabled())
+        return;
+    const char *dot = strchr(ns, '.');
+    snprintf(db, sizeof(db), "%.*s", dot != NULL ? (int)(dot - ns) : (int)strlen(ns), ns);
+    sbl_catalog_list(db, count_colls, &n);
+    if (n <= 1)
+        sbl_cmd_audit_ns(ctx, "createDatabase", db);
+    sbl_cmd_audit_ns(ctx, "createCollection", ns);
+}
+
+void sbl_cmd_audit_index(sbl_cmd_ctx_t *ctx, const char *atype, const char *ns, const char *name,
+                         const bson_t *spec)
+{
+    if (!sbl_audit_enabled())
+        return;
+    bson_t p = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&p, "ns", ns);
+    BSON_APPEND_UTF8(&p, "indexName", name);
+    if (spec != NULL)
+        BSON_APPEND_DOCUMENT(&p, "indexSpec", spec);
+    sbl_cmd_audit(ctx, atype, &p, 0);
+    bson_destroy(&p);
+}
+
+void sbl_cmd_audit_rename(sbl_cmd_ctx_t *ctx, const char *from, const char *to)
+{
+    if (!sbl_audit_enabled())
+        return;
+    bson_t p = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&p, "old", from);
+    BSON_APPEND_UTF8(&p, "new", to);
+    sbl_cmd_audit(ctx, "renameCollection", &p, 0);
+    bson_destroy(&p);
+}
+
+/* The user and role commands: atype is the command name; param names the
+ * user or role ({user|role, db}) and carries what changed. */
+int sbl_cmd_audit_user_result(sbl_cmd_ctx_t *ctx, int rc)
+{
+    static const char *const copied[] = {"roles", "privileges", "customData",
+                                         "authenticationRestrictions", NULL};
+    bson_iter_t it;
+    if (rc != 0 || !sbl_audit_enabled() || ctx->name == NULL)
+        return rc;
+    bson_t p = BSON_INITIALIZER;
+    const char *n = ctx->name;
+    bool all = strncmp(n, "dropAll", 7) == 0;
+    bool role = strstr(n, "Role") != NULL && strstr(n, "ToUser") == NULL &&
+                strstr(n, "FromUser") == NULL;
+    if (!all && bson_iter_init(&it, ctx->cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it))
+        BSON_APPEND_UTF8(&p, role ? "role" : "user", bson_iter_utf8(&it, NULL));
+    BSON_APPEND_UTF8(&p, "db", ctx->db);
+    for (int i = 0; copied[i] != NULL; i++)
+        if (bson_iter_init_find(&it, ctx->cmd, copied[i]))
+            bson_append_iter(&p, copied[i], -1, &it);
+    if (strcmp(n, "updateUser") == 0)
+        BSON_APPEND_BOOL(&p, "passwordChanged", bson_iter_init_find(&it, ctx->cmd, "pwd"));
+    sbl_cmd_audit(ctx, n, &p, 0);
+    bson_destroy(&p);
+    return rc;
+}
+
+void sbl_cmd_audit_authenticate(sbl_cmd_ctx_t *ctx, const char *mech, const char *user,
+                                const char *db, int result)
+{
+    if (!sbl_audit_enabled())
+        return;
+    bson_t p = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&p, "user", user != NULL ? user : "");
+    BSON_APPEND_UTF8(&p, "db", db != NULL ? db : "");
+    BSON_APPEND_UTF8(&p, "mechanism", mech != NULL ? mech : "");
+    sbl_cmd_audit(ctx, "authenticate", &p, result);
+    bson_destroy(&p);
+}
+
+void sbl_cmd_audit_logout(sbl_cmd_ctx_t *ctx)
+{
+    bson_t p, a, u;
+    if (!sbl_audit_enabled())
+        return;
+    bson_init(&p);
+    BSON_APPEND_UTF8(&p, "reason", "Explicit logout");
+    BSON_APPEND_ARRAY_BEGIN(&p, "initialUsers", &a);
+    if (ctx->client->auth_user != NULL) {
+        BSON_APPEND_DOCUMENT_BEGIN(&a, "0", &u);
+        BSON_APPEND_UTF8(&u, "user", ctx->client->auth_user);
+        BSON_APPEND_UTF8(&u, "db", ctx->client->auth_db);
+        bson_append_document_end(&a, &u);
+    }
+    bson_append_array_end(&p, &a);
+    BSON_APPEND_ARRAY_BEGIN(&p, "updatedUsers", &a);
+    bson_append_array_end(&p, &a);
+    sbl_cmd_audit(ctx, "logout", &p, 0);
+    bson_destroy(&p);
+}
+
+void sbl_cmd_audit_client_metadata(sbl_cmd_ctx_t *ctx, const bson_t *metadata)
+{
+    if (!sbl_audit_enabled())
+        return;
+    bson_t p = BSON_INITIALIZER;
+    if (ctx->conn != NULL)
+        BSON_APPEND_UTF8(&p, "localEndpoint", sbl_conn_local(ctx->conn));
+    BSON_APPEND_DOCUMENT(&p, "clientMetadata", metadata);
+    sbl_cmd_audit(ctx, "clientMetadata", &p, 0);
+    bson_destroy(&p);
+}
+
+/* ---- commands ------------------------------------------------------------------ */
+
+int sbl_cmd_log_application_message(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    if (!bson_iter_init(&it, ctx->cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it))
+        return sbl_err_set(err, SBL_E_TypeMismatch,
+                           "BSON field 'logApplicationMessage' is the wrong type, expected "
+                           "type 'string'");
+    if (!sbl_audit_enabled())
+        return sbl_err_set(err, SBL_E_CommandNotSupported,
+                           "logApplicationMessage requires auditing to be enabled "
+                           "(--auditDestination)");
+    bson_t p = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&p, "msg", bson_iter_utf8(&it, NULL));
+    int rc = emit(ctx, "applicationMessage", &p, 0, false, err);
+    bson_destroy(&p);
+    SBL_RET(rc);
+    ctx->wrote = true; /* acknowledged once the event is written */
+    return 0;
+}
+
+int sbl_cmd_get_audit_config(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    sbl_audit_get_config(ctx->reply);
+    return 0;
+}
+
+int sbl_cmd_set_audit_config(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    if (!sbl_audit_enabled())
+        return sbl_err_set(err, SBL_E_CommandNotSupported,
+                           "setAuditConfig requires auditing to be enabled (--auditDestination)");
+    if (bson_iter_init_find(&it, ctx->cmd, "filter")) {
+        const uint8_t *data;
+        uint32_t len;
+        bson_t f;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+            return sbl_err_set(err, SBL_E_TypeMismatch,
+                               "BSON field 'setAuditConfig.filter' is the wrong type, expected "
+                               "type 'object'");
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&f, data, len);
+        SBL_RET(sbl_audit_set_filter(&f, err));
+    }
+    if (bson_iter_init_find(&it, ctx->cmd, "auditAuthorizationSuccess")) {
+        if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it))
+            return sbl_err_set(err, SBL_E_TypeMismatch,
+                               "BSON field 'setAuditConfig.auditAuthorizationSuccess' is the "
+                               "wrong type, expected type 'bool'");
+        sbl_audit_set_auth_success(bson_iter_as_bool(&it));
+    }
+    bson_t cfg = BSON_INITIALIZER;
+    sbl_audit_get_config(&cfg);
+    bson_t p = BSON_INITIALIZER;
+    BSON_APPEND_DOCUMENT(&p, "config", &cfg);
+    sbl_cmd_audit(ctx, "auditConfigChange", &p, 0);
+    bson_destroy(&p);
+    bson_destroy(&cfg);
+    ctx->wrote = true;
+    return 0;
+}
+
+int sbl_cmd_set_parameter(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bool known = false;
+    bson_iter_init(&it, ctx->cmd);
+    bson_iter_next(&it); /* setParameter: 1 */
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (k[0] == '$' || strcmp(k, "lsid") == 0 || strcmp(k, "comment") == 0)
+            continue;
+        if (strcmp(k, "auditAuthorizationSuccess") == 0) {
+            if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it))
+                return sbl_err_set(err, SBL_E_BadValue,
+                                   "auditAuthorizationSuccess must be a boolean");
+            BSON_APPEND_BOOL(ctx->reply, "was", sbl_audit_auth_success());
+            sbl_audit_set_auth_success(bson_iter_as_bool(&it));
+            known = true;
+            continue;
+        }
+        return sbl_err_set(err, SBL_E_InvalidOptions, "attempted to set unrecognized parameter "
+                           "[%s], use help:true to see options", k);
+    }
+    if (!known)
+        return sbl_err_set(err, SBL_E_InvalidOptions, "no option found to set, use help:true to "
+                           "see options");
+    return 0;
+}
+
+int sbl_cmd_log_rotate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    sbl_log_reopen();
+    sbl_log(SBL_LOG_INFO, "CONTROL", 23166, "Log rotation initiated", NULL);
+    return sbl_audit_rotate(err);
+}

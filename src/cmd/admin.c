@@ -4,6 +4,7 @@
  * (the index commands are in index_cmds.c).
  */
 #include "cmd/cmd_int.h"
+#include "cmd/crud_int.h"
 #include "query/query.h"
 #include "server/server.h"
 
@@ -68,20 +69,10 @@ int sbl_cmd_create(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                              "supported yet");
             goto err;
         }
-        if (strcmp(k, "validator") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            uint32_t len;
-            const uint8_t *data;
-            bson_t v;
-            bson_iter_document(&it, &len, &data);
-            bson_init_static(&v, data, len);
-            if (!bson_empty(&v)) {
-                rc = sbl_err_set(err, SBL_E_CommandNotSupported,
-                                 "collection validators are not supported yet");
-                goto err;
-            }
-        }
         bson_append_iter(&opts, k, -1, &it);
     }
+    /* validator, validationLevel, validationAction: checked here, enforced on writes */
+    SBL_ERR(sbl_crud_check_validator(&opts, err));
     SBL_ERR(sbl_coll_create(ctx->ss, ns, &opts, err));
     ctx->wrote = true;
     sbl_cmd_audit_coll_created(ctx, ns);

@@ -424,6 +424,11 @@ static int cmp_sort_ent(const void *a, const void *b)
     return r != 0 ? r : (x->seq < y->seq ? -1 : x->seq > y->seq);
 }
 
+static int spill_cmp(const bson_t *a, const bson_t *b, const void *arg)
+{
+    return sbl_sort_compare(arg, a, b);
+}
+
 /*
  * $sort; when a $limit follows (limit > 0) only the best `limit` documents are
  * kept while reading the input, so memory is bounded by them (top-k).
@@ -477,7 +482,9 @@ static int st_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spe
         size_t bytes = 0;
         for (size_t i = 0; i < dv->n; i++)
             bytes += dv->v[i]->len;
-        if ((rc = sbl_agg_check_mem(env, bytes, "$sort", err)) == 0) {
+        if (bytes > sbl_agg_mem_limit() && env->allow_disk != 0) {
+            rc = sbl_agg_spill_sort(env, dv, spill_cmp, s, err);
+        } else if ((rc = sbl_agg_check_mem(env, bytes, "$sort", err)) == 0) {
             sort_ent_t *e = malloc((dv->n + 1) * sizeof(*e));
             for (size_t i = 0; i < dv->n; i++) {
                 e[i].doc = dv->v[i];

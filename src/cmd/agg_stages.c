@@ -16,8 +16,12 @@
 #include "expr/expr.h"
 #include "server/server.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define SBL_E_QueryExceededMemoryLimit 292
 #define DEFAULT_MEM_LIMIT ((size_t)100 * 1024 * 1024)
@@ -52,6 +56,117 @@ int sbl_agg_check_mem(const sbl_agg_env_t *env, size_t bytes, const char *stage,
                        "Exceeded memory limit for %s, but didn't allow external spilling; pass "
                        "allowDiskUse:true to opt in.",
                        stage);
+}
+
+/* ---- spilling a sort to disk ----------------------------------------------------------------- */
+
+typedef struct spill_ent {
+    bson_t *doc;
+    size_t seq;
+} spill_ent_t;
+
+static _Thread_local sbl_agg_cmp_fn tls_cmp;
+static _Thread_local const void *tls_cmp_arg;
+
+static int cmp_spill(const void *a, const void *b)
+{
+    const spill_ent_t *x = a, *y = b;
+    int r = tls_cmp(x->doc, y->doc, tls_cmp_arg);
+    return r != 0 ? r : (x->seq < y->seq ? -1 : x->seq > y->seq);
+}
+
+/* Read the next document of a run file into *docp (NULL at the end). */
+static int run_read(FILE *f, bson_t **docp, sbl_err_t *err)
+{
+    uint8_t hdr[4];
+    *docp = NULL;
+    if (fread(hdr, 1, 4, f) != 4)
+        return 0;
+    uint32_t len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
+                   (uint32_t)hdr[3] << 24;
+    if (len < 5 || len > 2 * SBL_BSON_MAX_SIZE)
+        return sbl_err_set(err, SBL_E_InternalError, "corrupt sort spill file");
+    uint8_t *buf = malloc(len);
+    memcpy(buf, hdr, 4);
+    if (fread(buf + 4, 1, len - 4, f) != len - 4) {
+        free(buf);
+        return sbl_err_set(err, SBL_E_InternalError, "short read from sort spill file");
+    }
+    *docp = bson_new_from_data(buf, len);
+    free(buf);
+    return *docp ? 0 : sbl_err_set(err, SBL_E_InternalError, "corrupt sort spill file");
+}
+
+int sbl_agg_spill_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, sbl_agg_cmp_fn cmp,
+                       const void *arg, sbl_err_t *err)
+{
+    const sbl_options_t *o = sbl_server_options();
+    char dir[1024], path[1100];
+    size_t run_bytes = sbl_agg_mem_limit() / 2, nruns = 0, start = 0;
+    FILE **runs = NULL;
+    int rc = 0;
+    snprintf(dir, sizeof(dir), "%s/_tmp", o != NULL && o->dbpath != NULL ? o->dbpath : "/tmp");
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return sbl_err_set(err, SBL_E_InternalError, "cannot create %s: %s", dir, strerror(errno));
+    tls_cmp = cmp;
+    tls_cmp_arg = arg;
+    /* 1: sorted runs of at most run_bytes each, written out and freed */
+    while (start < dv->n && rc == 0) {
+        size_t end = start, bytes = 0;
+        while (end < dv->n && (end == start || bytes + dv->v[end]->len <= run_bytes))
+            bytes += dv->v[end++]->len;
+        spill_ent_t *e = malloc((end - start) * sizeof(*e));
+        for (size_t i = start; i < end; i++)
+            e[i - start] = (spill_ent_t){dv->v[i], i};
+        qsort(e, end - start, sizeof(*e), cmp_spill);
+        snprintf(path, sizeof(path), "%s/sort-XXXXXX", dir);
+        int fd = mkstemp(path);
+        FILE *f = fd >= 0 ? fdopen(fd, "w+b") : NULL;
+        if (f == NULL) {
+            rc = sbl_err_set(err, SBL_E_InternalError, "cannot create a sort spill file in %s",
+                             dir);
+        } else {
+            unlink(path); /* gone from the directory; the open file lives until fclose */
+            runs = realloc(runs, (nruns + 1) * sizeof(*runs));
+            runs[nruns++] = f;
+            for (size_t i = 0; i < end - start && rc == 0; i++)
+                if (fwrite(bson_get_data(e[i].doc), 1, e[i].doc->len, f) != e[i].doc->len)
+                    rc = sbl_err_set(err, SBL_E_OutOfDiskSpace, "writing a sort spill file "
+                                                                "failed");
+            if (rc == 0 && (fflush(f) != 0 || fseek(f, 0, SEEK_SET) != 0))
+                rc = sbl_err_set(err, SBL_E_OutOfDiskSpace, "writing a sort spill file failed");
+        }
+        for (size_t i = start; i < end; i++) {
+            bson_destroy(dv->v[i]);
+            dv->v[i] = NULL;
+        }
+        free(e);
+        start = end;
+    }
+    /* 2: merge the runs (ties go to the earlier run, so the sort stays stable) */
+    size_t n = dv->n;
+    dv->n = 0;
+    bson_t **heads = calloc(nruns + 1, sizeof(*heads));
+    for (size_t r = 0; r < nruns && rc == 0; r++)
+        rc = run_read(runs[r], &heads[r], err);
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        size_t best = nruns;
+        for (size_t r = 0; r < nruns; r++)
+            if (heads[r] != NULL && (best == nruns || cmp(heads[r], heads[best], arg) < 0))
+                best = r;
+        if (best == nruns)
+            break;
+        dv->v[dv->n++] = heads[best];
+        rc = run_read(runs[best], &heads[best], err);
+    }
+    for (size_t r = 0; r < nruns; r++) {
+        if (heads[r] != NULL)
+            bson_destroy(heads[r]);
+        fclose(runs[r]);
+    }
+    free(heads);
+    free(runs);
+    return rc;
 }
 
 /* ---- shared helpers --------------------------------------------------------------------- */

@@ -10,6 +10,7 @@
  */
 #include "cmd/crud_int.h"
 #include "doc/doc.h"
+#include "expr/expr.h"
 #include "update/update.h"
 
 #include <string.h>
@@ -100,9 +101,9 @@ static int parse_args(const bson_t *cmd, fam_args_t *a, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_FailedToParse,
                            "Cannot specify both new=true and remove=true; 'remove' always "
                            "returns the deleted document");
-    if (a->update_is_pipeline)
-        return sbl_err_set(err, SBL_E_NotImplemented,
-                           "pipeline-style updates are not supported by this server yet");
+    if (a->update_is_pipeline && a->has_af)
+        return sbl_err_set(err, SBL_E_FailedToParse,
+                           "arrayFilters may not be specified for pipeline-style updates");
     return 0;
 }
 
@@ -137,15 +138,45 @@ int sbl_cmd_find_and_modify(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bool have_before = false, have_after = false, have_upserted = false, matched = false;
     bool changed = false;
     bson_value_t upserted_id;
+    bson_t let_vals = BSON_INITIALIZER, qf = BSON_INITIALIZER, info = BSON_INITIALIZER;
+    sbl_crud_update_t cu = {NULL, NULL, &let_vals, false};
+    bson_iter_t li;
     int rc = 0;
 
     SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_validate_user_write_ns(ns, err));
     SBL_RET(parse_args(ctx->cmd, &a, err));
-    if (a.has_update) {
+    cu.bypass_validation = bson_iter_init_find(&li, ctx->cmd, "bypassDocumentValidation") &&
+                           bson_iter_as_bool(&li);
+    if (bson_iter_init_find(&li, ctx->cmd, "let")) {
+        uint32_t len;
+        const uint8_t *data;
+        bson_t spec;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&li))
+            return sbl_crud_type_error(err, "findAndModify.let", &li, "object");
+        bson_iter_document(&li, &len, &data);
+        bson_init_static(&spec, data, len);
+        bson_destroy(&let_vals);
+        if ((rc = sbl_expr_eval_let(&spec, &let_vals, err)) != 0) {
+            bson_destroy(&let_vals);
+            return rc;
+        }
+    }
+    if (a.has_query) {
+        bson_destroy(&qf);
+        sbl_expr_bind_let(&a.query, &let_vals, &qf);
+    }
+    if (a.has_update && a.update_is_pipeline) {
+        if ((rc = sbl_agg_check_update_pipeline(&a.update, err)) != 0)
+            goto err;
+        cu.pipeline = &a.update;
+    } else if (a.has_update) {
         u = sbl_update_new(&a.update, a.has_af ? &a.array_filters : NULL, err);
-        if (u == NULL)
-            return err->code ? err->code : sbl_err_set(err, SBL_E_FailedToParse, "bad update");
+        if (u == NULL) {
+            rc = err->code ? err->code : sbl_err_set(err, SBL_E_FailedToParse, "bad update");
+            goto err;
+        }
+        cu.op = u;
     }
     if (a.has_fields && !bson_empty(&a.fields)) {
         proj = sbl_projection_new(&a.fields, err);
@@ -167,8 +198,7 @@ int sbl_cmd_find_and_modify(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         rc = 0;
         for (int attempt = 0; c != NULL && attempt < REPLAN_TRIES && !matched; attempt++) {
             sbl_qexec_t *q = NULL;
-            sbl_qexec_opts_t o = {a.has_query ? &a.query : NULL, a.has_sort ? &a.sort : NULL, 0,
-                                  1};
+            sbl_qexec_opts_t o = {a.has_query ? &qf : NULL, a.has_sort ? &a.sort : NULL, 0, 1};
             bson_t cand;
             bool done = false;
             bson_iter_t idit;
@@ -185,8 +215,8 @@ int sbl_cmd_find_and_modify(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                 bson_value_t id;
                 sbl_iter_value(&idit, &id);
                 rc = sbl_crud_modify_one(ctx, c, &id, sbl_qexec_matcher(q),
-                                         a.remove ? NULL : u, &matched, &changed, &before, &after,
-                                         NULL, err);
+                                         a.remove ? NULL : &cu, &matched, &changed, &before, &after,
+                                         &info, err);
             }
             bson_destroy(&cand);
             sbl_qexec_free(q);
@@ -200,8 +230,9 @@ int sbl_cmd_find_and_modify(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         }
         if (matched || !a.upsert)
             break;
-        rc = sbl_crud_upsert(ctx, ns, a.has_query ? &a.query : NULL, u, &upserted_doc,
-                             &upserted_id, NULL, err);
+        bson_reinit(&info);
+        rc = sbl_crud_upsert(ctx, ns, a.has_query ? &qf : NULL, &cu, &upserted_doc,
+                             &upserted_id, &info, err);
         if (rc == 0)
             have_upserted = true;
         else if (rc != SBL_E_DuplicateKey || round == 2)
@@ -241,7 +272,12 @@ err:
     }
     if (c != NULL)
         sbl_coll_release(c);
+    if (rc != 0)
+        bson_concat(ctx->reply, &info); /* errInfo / keyPattern for the error reply */
+    bson_destroy(&info);
     sbl_projection_free(proj);
     sbl_update_free(u);
+    bson_destroy(&let_vals);
+    bson_destroy(&qf);
     return rc;
 }

@@ -136,6 +136,29 @@ void sbl_qexec_free(sbl_qexec_t *q);
 
 struct sbl_update;
 
+/* An update as the write path applies it: an operator or replacement update,
+ * or an update pipeline (with the command's evaluated `let` variables). */
+typedef struct sbl_crud_update {
+    const struct sbl_update *op; /* NULL when pipeline is set */
+    const bson_t *pipeline;      /* BSON array of stages, or NULL */
+    const bson_t *let;           /* may be NULL */
+    bool bypass_validation;      /* bypassDocumentValidation */
+} sbl_crud_update_t;
+
+/* ---- validators (crud_valid.c) -------------------------------------------- */
+
+/* Check create/collMod options' validator, validationLevel and validationAction. */
+int sbl_crud_check_validator(const bson_t *options, sbl_err_t *err);
+
+/*
+ * Check new_doc against c's validator (old_doc: the document before an update,
+ * NULL for inserts).  Returns 0 when valid, bypassed, off, warn-only, or when
+ * moderate and old_doc was already invalid; else 121 with errInfo appended to
+ * err_info (may be NULL).
+ */
+int sbl_crud_validate(sbl_coll_t *c, const bson_t *old_doc, const bson_t *new_doc, bool bypass,
+                      bson_t *err_info, sbl_err_t *err);
+
 /*
  * Change one document by _id in its own transaction, retrying WriteConflict:
  * read it, re-check it against m (NULL: no check), then apply u, or delete it
@@ -146,7 +169,7 @@ struct sbl_update;
  * Sets ctx->wrote on commit.
  */
 int sbl_crud_modify_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
-                        const sbl_matcher_t *m, const struct sbl_update *u, bool *matchedp,
+                        const sbl_matcher_t *m, const sbl_crud_update_t *u, bool *matchedp,
                         bool *changedp, bson_t *old_out, bson_t *new_out, bson_t *err_info,
                         sbl_err_t *err);
 
@@ -158,7 +181,7 @@ int sbl_crud_modify_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const bson_value_t *i
  * its _id.  Sets ctx->wrote.
  */
 int sbl_crud_upsert(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *filter,
-                    const struct sbl_update *u, bson_t *new_out, bson_value_t *id_out,
+                    const sbl_crud_update_t *u, bson_t *new_out, bson_value_t *id_out,
                     bson_t *err_info, sbl_err_t *err);
 
 /* ---- aggregation (agg.c, agg_group.c) ----------------------------------- */
@@ -217,6 +240,16 @@ size_t sbl_agg_mem_limit(void);
 /* QueryExceededMemoryLimitNoDiskUseAllowed (292) when bytes exceed the limit and
  * allowDiskUse is false. */
 int sbl_agg_check_mem(const sbl_agg_env_t *env, size_t bytes, const char *stage, sbl_err_t *err);
+
+/*
+ * Sort dv by cmp through the disk (allowDiskUse): sorted runs of at most half
+ * the memory limit are written to unlinked temporary files under
+ * <dbpath>/_tmp and their documents freed, then merged back into dv.
+ * Ties keep input order.
+ */
+typedef int (*sbl_agg_cmp_fn)(const bson_t *a, const bson_t *b, const void *arg);
+int sbl_agg_spill_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, sbl_agg_cmp_fn cmp,
+                       const void *arg, sbl_err_t *err);
 
 /* Stages of agg_stages.c, dispatched by agg.c; it is the stage's value. */
 int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err);

@@ -8,6 +8,7 @@
  * (cursor id 0), never an error.
  */
 #include "cmd/crud_int.h"
+#include "expr/expr.h"
 #include "doc/doc.h"
 
 #include <stdlib.h>
@@ -91,8 +92,9 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bson_iter_t it;
     bson_value_t hint;
     bool has_hint = false;
-    bson_t filter, projection, sort;
+    bson_t filter, projection, sort, let_spec;
     bool has_filter = false, has_proj = false, has_sort = false, single_batch = false;
+    bool has_let = false;
     int64_t skip = 0, limit = 0, batch_size = -1;
     char field[96];
 
@@ -107,6 +109,8 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
                 return sbl_crud_type_error(err, field, &it, "object");
             bson_t *dst = k[0] == 'f' ? &filter : k[0] == 'p' ? &projection : &sort;
+            if (k[0] == 'l')
+                has_let = iter_doc(&it, &let_spec);
             if (k[0] == 'l' || k[0] == 'c')
                 continue;
             if (!iter_doc(&it, dst))
@@ -136,8 +140,23 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     find_state_t *st = calloc(1, sizeof(*st));
     if (st == NULL)
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
-    sbl_qexec_opts_t o = {has_filter ? &filter : NULL, has_sort ? &sort : NULL, skip, limit};
-    int rc = sbl_qexec_new_hinted(ns, &o, has_hint ? &hint : NULL, &st->q, err);
+    /* `let` variables reach $expr through a $let wrapped around it */
+    bson_t let_vals = BSON_INITIALIZER, bound = BSON_INITIALIZER;
+    int rc = 0;
+    if (has_let && has_filter) {
+        bson_destroy(&let_vals);
+        bson_destroy(&bound);
+        if ((rc = sbl_expr_eval_let(&let_spec, &let_vals, err)) == 0)
+            sbl_expr_bind_let(&filter, &let_vals, &bound);
+        else
+            bson_init(&bound);
+    }
+    sbl_qexec_opts_t o = {has_filter ? (has_let ? &bound : &filter) : NULL,
+                          has_sort ? &sort : NULL, skip, limit};
+    if (rc == 0)
+        rc = sbl_qexec_new_hinted(ns, &o, has_hint ? &hint : NULL, &st->q, err);
+    bson_destroy(&let_vals);
+    bson_destroy(&bound);
     if (rc == 0 && has_proj && !bson_empty(&projection)) {
         st->proj = sbl_projection_new(&projection, err);
         if (st->proj == NULL)

@@ -14,6 +14,7 @@
  */
 #include "cmd/crud_int.h"
 #include "doc/doc.h"
+#include "expr/expr.h"
 #include "update/update.h"
 
 #include <stdlib.h>
@@ -33,8 +34,44 @@ static int commit_or_abort(sbl_session_t *ss, sbl_err_t *err)
     return rc;
 }
 
+/*
+ * Apply u to old into out (initialised here on success): operator/replacement
+ * updates through src/update, pipelines through the aggregation stages; a
+ * pipeline may not change _id (66) and its result keeps _id first.
+ */
+static int apply_update(sbl_cmd_ctx_t *ctx, const sbl_crud_update_t *u, const bson_t *old,
+                        int32_t pos, bool is_insert, bson_t *out, bool *changed, sbl_err_t *err)
+{
+    if (u->op != NULL) {
+        bson_init(out);
+        int rc = sbl_update_apply(u->op, old, pos, is_insert, sbl_now_ms(), out, changed, err);
+        if (rc != 0)
+            bson_destroy(out);
+        return rc;
+    }
+    bson_t res;
+    bson_iter_t oi, ni;
+    SBL_RET(sbl_agg_update_doc(ctx, u->pipeline, u->let, old, &res, err));
+    bool old_has = bson_iter_init_find(&oi, old, "_id");
+    bool new_has = bson_iter_init_find(&ni, &res, "_id");
+    if (old_has && (!new_has || sbl_value_compare(bson_iter_value(&oi), bson_iter_value(&ni)) != 0 ||
+                    bson_iter_type(&oi) != bson_iter_type(&ni))) {
+        bson_destroy(&res);
+        return sbl_err_set(err, SBL_E_ImmutableField,
+                           "Performing an update on the path '_id' would modify the immutable "
+                           "field '_id'");
+    }
+    bson_init(out);
+    if (new_has)
+        bson_append_iter(out, "_id", 3, &ni);
+    bson_copy_to_excluding_noinit(&res, out, "_id", NULL);
+    bson_destroy(&res);
+    *changed = out->len != old->len || memcmp(bson_get_data(out), bson_get_data(old), old->len) != 0;
+    return 0;
+}
+
 int sbl_crud_modify_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
-                        const sbl_matcher_t *m, const sbl_update_t *u, bool *matchedp,
+                        const sbl_matcher_t *m, const sbl_crud_update_t *u, bool *matchedp,
                         bool *changedp, bson_t *old_out, bson_t *new_out, bson_t *err_info,
                         sbl_err_t *err)
 {
@@ -54,13 +91,14 @@ int sbl_crud_modify_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const bson_value_t *i
             goto abort;
         }
         if (u != NULL) {
-            bson_init(&upd);
-            have_upd = true;
-            rc = sbl_update_apply(u, &old, pos, false, sbl_now_ms(), &upd, &changed, err);
+            rc = apply_update(ctx, u, &old, pos, false, &upd, &changed, err);
+            have_upd = rc == 0;
             if (rc == 0 && changed && upd.len > SBL_BSON_MAX_SIZE)
                 rc = sbl_err_set(err, SBL_E_UpdatedDocTooLarge,
                                  "Resulting document after update is larger than %d",
                                  SBL_BSON_MAX_SIZE);
+            if (rc == 0 && changed)
+                rc = sbl_crud_validate(c, &old, &upd, u->bypass_validation, err_info, err);
             if (rc == 0 && changed)
                 rc = sbl_write(ctx->ss, c, SBL_WRITE_UPDATE, &old, &upd, err_info, err);
         } else {
@@ -104,10 +142,10 @@ int sbl_crud_modify_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const bson_value_t *i
 }
 
 int sbl_crud_upsert(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *filter,
-                    const sbl_update_t *u, bson_t *new_out, bson_value_t *id_out,
+                    const sbl_crud_update_t *u, bson_t *new_out, bson_value_t *id_out,
                     bson_t *err_info, sbl_err_t *err)
 {
-    bson_t seed, applied = BSON_INITIALIZER, doc;
+    bson_t seed, applied, doc;
     bool changed = false;
     sbl_coll_t *c = NULL;
     int rc;
@@ -116,14 +154,18 @@ int sbl_crud_upsert(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *filter,
     bson_init(&seed);
     rc = sbl_upsert_seed(filter != NULL ? filter : &empty, &seed, err);
     if (rc == 0)
-        rc = sbl_update_apply(u, &seed, -1, true, sbl_now_ms(), &applied, &changed, err);
+        rc = apply_update(ctx, u, &seed, -1, true, &applied, &changed, err);
     bson_destroy(&seed);
-    if (rc == 0)
+    if (rc == 0) {
         rc = sbl_crud_prepare_doc(&applied, &doc, err);
-    bson_destroy(&applied);
+        bson_destroy(&applied);
+    }
     if (rc != 0)
         return rc;
-    if ((rc = sbl_coll_open(ctx->ss, ns, true, &c, NULL, err)) != 0) {
+    if ((rc = sbl_coll_open(ctx->ss, ns, true, &c, NULL, err)) != 0 ||
+        (rc = sbl_crud_validate(c, NULL, &doc, u->bypass_validation, err_info, err)) != 0) {
+        if (c != NULL)
+            sbl_coll_release(c);
         bson_destroy(&doc);
         return rc;
     }
@@ -228,6 +270,32 @@ static int get_ordered(const bson_t *cmd, const char *req, bool *orderedp, sbl_e
     return 0;
 }
 
+/* The command's bypassDocumentValidation flag. */
+static bool get_bypass(const bson_t *cmd)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, cmd, "bypassDocumentValidation") && bson_iter_as_bool(&it);
+}
+
+/* Evaluate the command's `let` into *vals (initialised here; empty when absent). */
+static int get_let(const bson_t *cmd, const char *req, bson_t *vals, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bson_t spec;
+    if (!bson_iter_init_find(&it, cmd, "let")) {
+        bson_init(vals);
+        return 0;
+    }
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        char field[64];
+        snprintf(field, sizeof(field), "%s.let", req);
+        bson_init(vals);
+        return sbl_crud_type_error(err, field, &it, "object");
+    }
+    iter_doc(&it, &spec);
+    return sbl_expr_eval_let(&spec, vals, err);
+}
+
 static void append_count(bson_t *b, const char *k, int64_t n)
 {
     if (n <= INT32_MAX)
@@ -276,6 +344,7 @@ int sbl_cmd_insert(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     SBL_RET(sbl_crud_check_fields(ctx->cmd, "insert", insert_fields, err));
     SBL_RET(get_ordered(ctx->cmd, "insert", &ordered, err));
     SBL_RET(get_batch(ctx->cmd, "insert", "documents", &docs, &ndocs, err));
+    bool bypass = get_bypass(ctx->cmd);
     SBL_RET(sbl_coll_open(ctx->ss, ns, true, &c, NULL, err));
 
     bson_iter_init(&it, &docs);
@@ -284,7 +353,9 @@ int sbl_cmd_insert(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         sbl_err_t e = {0};
         int rc = iter_doc(&it, &in) ? 0 : sbl_err_set(&e, SBL_E_InvalidBSON, "invalid document");
         if (rc == 0 && (rc = sbl_crud_prepare_doc(&in, &doc, &e)) == 0) {
-            rc = insert_one(ctx, c, &doc, &info, &e);
+            rc = sbl_crud_validate(c, NULL, &doc, bypass, &info, &e);
+            if (rc == 0)
+                rc = insert_one(ctx, c, &doc, &info, &e);
             bson_destroy(&doc);
         }
         if (rc == 0) {
@@ -392,26 +463,36 @@ static bool doc_id(const bson_t *doc, bson_value_t *id)
 
 /* Run one update statement; per-statement errors come back as rc + e + info. */
 static int run_update(sbl_cmd_ctx_t *ctx, const char *ns, const update_stmt_t *st, int64_t index,
-                      update_totals_t *tot, bson_t *info, sbl_err_t *err)
+                      const bson_t *let, bool bypass, update_totals_t *tot, bson_t *info,
+                      sbl_err_t *err)
 {
     sbl_update_t *u = NULL;
+    sbl_crud_update_t cu = {NULL, NULL, let, bypass};
+    bson_t qf; /* the filter with the command's let variables bound */
     sbl_qexec_t *q = NULL;
     sbl_coll_t *c = NULL;
     int64_t matched = 0;
     int rc = 0;
 
-    if (st->u_is_pipeline)
-        return sbl_err_set(err, SBL_E_NotImplemented,
-                           "pipeline-style updates are not supported by this server yet");
-    u = sbl_update_new(&st->u, st->has_af ? &st->array_filters : NULL, err);
-    if (u == NULL)
-        return err->code ? err->code : sbl_err_set(err, SBL_E_FailedToParse, "invalid update");
-    if (st->multi && sbl_update_is_replacement(u)) {
+    if (st->u_is_pipeline) {
+        if (st->has_af)
+            return sbl_err_set(err, SBL_E_FailedToParse,
+                               "arrayFilters may not be specified for pipeline-style updates");
+        SBL_RET(sbl_agg_check_update_pipeline(&st->u, err));
+        cu.pipeline = &st->u;
+    } else {
+        u = sbl_update_new(&st->u, st->has_af ? &st->array_filters : NULL, err);
+        if (u == NULL)
+            return err->code ? err->code : sbl_err_set(err, SBL_E_FailedToParse, "invalid update");
+        cu.op = u;
+    }
+    sbl_expr_bind_let(&st->q, let, &qf);
+    if (u != NULL && st->multi && sbl_update_is_replacement(u)) {
         rc = sbl_err_set(err, SBL_E_FailedToParse,
                          "multi update is not supported for replacement-style update");
         goto done;
     }
-    sbl_qexec_opts_t o = {&st->q, NULL, 0, 0};
+    sbl_qexec_opts_t o = {&qf, NULL, 0, 0};
     SBL_ERR(sbl_qexec_new_hinted(ns, &o, st->has_hint ? &st->hint : NULL, &q, err));
 
     sbl_err_t e2 = {0};
@@ -444,7 +525,7 @@ static int run_update(sbl_cmd_ctx_t *ctx, const char *ns, const update_stmt_t *s
                 continue;
             }
         }
-        rc = sbl_crud_modify_one(ctx, c, &id, sbl_qexec_matcher(q), u, &m, &changed, NULL, NULL,
+        rc = sbl_crud_modify_one(ctx, c, &id, sbl_qexec_matcher(q), &cu, &m, &changed, NULL, NULL,
                                  info, err);
         if (have_cand)
             bson_destroy(&cand);
@@ -461,7 +542,7 @@ static int run_update(sbl_cmd_ctx_t *ctx, const char *ns, const update_stmt_t *s
     }
     if (matched == 0 && st->upsert) {
         bson_value_t id;
-        rc = sbl_crud_upsert(ctx, ns, &st->q, u, NULL, &id, info, err);
+        rc = sbl_crud_upsert(ctx, ns, &qf, &cu, NULL, &id, info, err);
         if (rc == 0) {
             char kb[16];
             bson_t up;
@@ -480,6 +561,7 @@ done:
         sbl_coll_release(c);
     sbl_qexec_free(q);
     sbl_update_free(u);
+    bson_destroy(&qf);
     return rc;
 }
 
@@ -497,12 +579,20 @@ int sbl_cmd_update(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     SBL_RET(sbl_crud_check_fields(ctx->cmd, "update", update_fields, err));
     SBL_RET(get_ordered(ctx->cmd, "update", &ordered, err));
     SBL_RET(get_batch(ctx->cmd, "update", "updates", &stmts, &nstmts, err));
+    bool bypass = get_bypass(ctx->cmd);
+    bson_t let;
+    if (get_let(ctx->cmd, "update", &let, err) != 0) {
+        bson_destroy(&let);
+        return err->code;
+    }
 
     /* Statement syntax is checked up front: a malformed one fails the command. */
     /* bson_t asks for 128-byte alignment, which calloc does not give. */
     update_stmt_t *parsed = aligned_alloc(_Alignof(update_stmt_t), nstmts * sizeof(*parsed));
-    if (parsed == NULL)
+    if (parsed == NULL) {
+        bson_destroy(&let);
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+    }
     bson_iter_init(&it, &stmts);
     for (uint32_t i = 0; bson_iter_next(&it); i++) {
         bson_t s;
@@ -510,6 +600,7 @@ int sbl_cmd_update(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                                    : sbl_err_set(err, SBL_E_InvalidBSON, "invalid statement");
         if (rc != 0) {
             free(parsed);
+            bson_destroy(&let);
             return rc;
         }
     }
@@ -526,7 +617,8 @@ int sbl_cmd_update(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
              attempt++) {
             sbl_err_clear(&e);
             bson_reinit(&info);
-            if ((rc = run_update(ctx, ns, &parsed[i], i, &tot, &info, &e)) != SBL_E_DuplicateKey)
+            if ((rc = run_update(ctx, ns, &parsed[i], i, &let, bypass, &tot, &info, &e)) !=
+                SBL_E_DuplicateKey)
                 break;
         }
         if (rc != 0)
@@ -536,6 +628,7 @@ int sbl_cmd_update(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             break;
     }
     free(parsed);
+    bson_destroy(&let);
     append_count(ctx->reply, "n", tot.n);
     append_count(ctx->reply, "nModified", tot.nmodified);
     if (tot.nupserted > 0)
@@ -599,8 +692,8 @@ static int parse_delete_stmt(const bson_t *s, delete_stmt_t *st, sbl_err_t *err)
     return 0;
 }
 
-static int run_delete(sbl_cmd_ctx_t *ctx, const char *ns, const delete_stmt_t *st, int64_t *np,
-                      sbl_err_t *err)
+static int run_delete(sbl_cmd_ctx_t *ctx, const char *ns, const delete_stmt_t *st,
+                      const bson_t *let, int64_t *np, sbl_err_t *err)
 {
     sbl_qexec_t *q = NULL;
     sbl_coll_t *c = NULL;
@@ -614,8 +707,13 @@ static int run_delete(sbl_cmd_ctx_t *ctx, const char *ns, const delete_stmt_t *s
         *err = e2;
         return rc;
     }
-    sbl_qexec_opts_t o = {&st->q, NULL, 0, 0};
-    SBL_ERR(sbl_qexec_new_hinted(ns, &o, st->has_hint ? &st->hint : NULL, &q, err));
+    bson_t qf;
+    sbl_expr_bind_let(&st->q, let, &qf);
+    sbl_qexec_opts_t o = {&qf, NULL, 0, 0};
+    rc = sbl_qexec_new_hinted(ns, &o, st->has_hint ? &st->hint : NULL, &q, err);
+    bson_destroy(&qf);
+    if (rc != 0)
+        goto err;
     size_t npoints = 0;
     const bson_value_t *points = sbl_qexec_points(q, &npoints);
     for (size_t k = 0;; k++) {
@@ -669,10 +767,17 @@ int sbl_cmd_delete(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     SBL_RET(sbl_crud_check_fields(ctx->cmd, "delete", delete_fields, err));
     SBL_RET(get_ordered(ctx->cmd, "delete", &ordered, err));
     SBL_RET(get_batch(ctx->cmd, "delete", "deletes", &stmts, &nstmts, err));
+    bson_t let;
+    if (get_let(ctx->cmd, "delete", &let, err) != 0) {
+        bson_destroy(&let);
+        return err->code;
+    }
 
     delete_stmt_t *parsed = aligned_alloc(_Alignof(delete_stmt_t), nstmts * sizeof(*parsed));
-    if (parsed == NULL)
+    if (parsed == NULL) {
+        bson_destroy(&let);
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+    }
     bson_iter_init(&it, &stmts);
     for (uint32_t i = 0; bson_iter_next(&it); i++) {
         bson_t s;
@@ -680,6 +785,7 @@ int sbl_cmd_delete(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                                    : sbl_err_set(err, SBL_E_InvalidBSON, "invalid statement");
         if (rc != 0) {
             free(parsed);
+            bson_destroy(&let);
             return rc;
         }
     }
@@ -687,13 +793,14 @@ int sbl_cmd_delete(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         sbl_err_t e = {0};
         int rc = sbl_cmd_check_interrupt(ctx, &e);
         if (rc == 0)
-            rc = run_delete(ctx, ns, &parsed[i], &n, &e);
+            rc = run_delete(ctx, ns, &parsed[i], &let, &n, &e);
         if (rc != 0)
             sbl_crud_add_write_error(&errors, &nerrors, i, &e, NULL);
         if (rc != 0 && (ordered || rc == SBL_E_MaxTimeMSExpired))
             break;
     }
     free(parsed);
+    bson_destroy(&let);
     append_count(ctx->reply, "n", n);
     if (nerrors > 0)
         bson_append_array(ctx->reply, "writeErrors", -1, &errors);

@@ -7,6 +7,7 @@ start-up), update pipelines, `let`, $expr in find, and collection validators
 """
 
 import datetime
+import os
 
 import pytest
 from bson.decimal128 import Decimal128
@@ -241,7 +242,7 @@ def test_comment_accepted(sales):
     assert len(list(sales.find({}, comment="c"))) == 5
 
 
-def test_sort_limit_top_k_and_memory_limit(db):
+def test_sort_limit_top_k_and_memory_limit(db, server):
     big = "x" * 10000
     db.big.insert_many([{"_id": i, "k": (i * 7919) % 1000, "pad": big} for i in range(400)])
     # 4 MB through a blocking $sort: over the 2 MB test limit
@@ -249,8 +250,12 @@ def test_sort_limit_top_k_and_memory_limit(db):
     with pytest.raises(OperationFailure) as e:
         agg(db.big, pipe, allowDiskUse=False)
     assert e.value.code == 292
-    assert len(agg(db.big, pipe, allowDiskUse=True)) == 400
-    assert len(agg(db.big, pipe)) == 400  # MongoDB 7.0: allowDiskUseByDefault
+    # with allowDiskUse the sort spills sorted runs under <dbpath>/_tmp and merges them
+    want = [d["_id"] for d in sorted(db.big.find({}, {"k": 1}), key=lambda d: -d["k"])]
+    assert [d["_id"] for d in agg(db.big, pipe, allowDiskUse=True)] == want
+    assert [d["_id"] for d in agg(db.big, pipe)] == want  # 7.0: allowDiskUseByDefault
+    assert os.path.isdir(os.path.join(server.dbpath, "_tmp"))
+    assert os.listdir(os.path.join(server.dbpath, "_tmp")) == []  # run files are unlinked
     # $sort + $limit keeps only the top k, so it fits
     r = agg(db.big, pipe + [{"$limit": 3}], allowDiskUse=False)
     assert [d["k"] for d in r] == sorted((d["k"] for d in db.big.find()), reverse=True)[:3]
@@ -371,6 +376,9 @@ def test_validator_json_schema(db):
         db.v.update_one({"_id": 1}, {"$set": {"age": "old"}})
     assert e.value.code == 121
     assert db.v.find_one({"_id": 1})["age"] == 30
+    with pytest.raises(OperationFailure) as e:
+        db.v.find_one_and_update({"_id": 1}, {"$set": {"age": "old"}})
+    assert e.value.code == 121 and e.value.details["errInfo"]["failingDocumentId"] == 1
     db.v.insert_one({"_id": 3, "name": "Bob", "age": 1, "x": 1}, bypass_document_validation=True)
     db.v.insert_one({"_id": 4, "name": "b"}, bypass_document_validation=True)
     assert db.v.count_documents({}) == 3

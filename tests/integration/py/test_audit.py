@@ -1,0 +1,396 @@
+"""
+test_audit.py: the audit log (--auditDestination file) through pymongo.
+
+What users rely on: every event type in MongoDB's shape (atype, ts, uuid,
+local, remote, users, roles, param, result); failed authorization audited
+always and successful commands with auditAuthorizationSuccess (settable at
+run time); the filter at start-up and changed with setAuditConfig; JSON and
+BSON files (BSON read back with sable-audit); logRotate / SIGUSR1 rotation
+under writes with no event lost or duplicated; after kill -9, every
+acknowledged insert has its authCheck event; an audit file that cannot be
+written refuses audited writes with a clear error and recovers by itself.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+
+import pymongo
+import pytest
+from bson import json_util
+from pymongo.errors import OperationFailure
+
+from sabled import Sabled, sabled_path
+
+ROOT_USER, ROOT_PWD = "root", "r00t-Pw"
+
+
+def sable_audit_path():
+    return os.environ.get("SABLE_AUDIT") or os.path.join(os.path.dirname(sabled_path()),
+                                                         "sable-audit")
+
+
+def read_json_events(*paths):
+    """Events of JSON audit files; a torn last line (kill -9) is skipped."""
+    out = []
+    for p in paths:
+        if not os.path.exists(p):
+            continue
+        with open(p) as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    out.append(json_util.loads(line))
+                except ValueError:
+                    pass
+    return out
+
+
+def wait_events(path, pred, timeout=10):
+    """Poll the file until pred(events) holds; returns the events."""
+    deadline = time.time() + timeout
+    while True:
+        ev = read_json_events(path)
+        if pred(ev) or time.time() > deadline:
+            return ev
+        time.sleep(0.05)
+
+
+def of_type(events, atype):
+    return [e for e in events if e["atype"] == atype]
+
+
+def start(extra, auth=False, fmt="JSON"):
+    s = Sabled()
+    path = os.path.join(s.root, "audit." + fmt.lower())
+    args = ["--auditDestination", "file", "--auditFormat", fmt, "--auditPath", path] + extra
+    if auth:
+        args.append("--auth")
+    s.start(args)
+    return s, path
+
+
+def connect(s, user=None, pwd=None, **kw):
+    if user:
+        return pymongo.MongoClient("mongodb://%s:%s@127.0.0.1:%d/?authSource=admin"
+                                   % (user, pwd, s.port), directConnection=True,
+                                   serverSelectionTimeoutMS=10000, **kw)
+    return pymongo.MongoClient("127.0.0.1", s.port, directConnection=True,
+                               serverSelectionTimeoutMS=10000, **kw)
+
+
+@pytest.fixture(scope="module")
+def auth_audit():
+    s, path = start(["--setParameter", "auditAuthorizationSuccess=true"], auth=True)
+    try:
+        c = connect(s)
+        c.admin.command("createUser", ROOT_USER, pwd=ROOT_PWD, roles=["root"])
+        c.close()
+        yield s, path
+    finally:
+        s.cleanup()
+
+
+def test_event_shape_and_types(auth_audit):
+    s, path = auth_audit
+    c = connect(s, ROOT_USER, ROOT_PWD)
+    db = c.shapes
+    db.create_collection("a")                       # createDatabase + createCollection
+    db.a.create_index("x", name="x_1")              # createIndex
+    db.a.drop_index("x_1")                          # dropIndex
+    db.a.rename("b")                                # renameCollection
+    db.b.drop()                                     # dropCollection
+    db.create_collection("c")
+    c.drop_database("shapes")                       # dropDatabase
+    c.admin.command("createUser", "u1", pwd="pw-1234", roles=["read"])
+    c.admin.command("updateUser", "u1", pwd="pw-5678")
+    c.admin.command("grantRolesToUser", "u1", roles=["readWrite"])
+    c.admin.command("createRole", "r1", privileges=[], roles=[])
+    c.admin.command("dropRole", "r1")
+    c.admin.command("logApplicationMessage", "hello auditors")
+    c.shapes2.t.insert_one({"_id": 1})              # authCheck for insert
+
+    bad = connect(s, "u1", "wrong-password")
+    with pytest.raises(OperationFailure):
+        bad.admin.command("ping")
+    bad.close()
+    ro = connect(s, "u1", "pw-5678")
+    with pytest.raises(OperationFailure) as ei:
+        ro.shapes2.t.drop()                         # read/readWrite on admin only: 13
+    assert ei.value.code == 13
+    ro.admin.command("logout")
+    ro.close()
+    c.admin.command("dropUser", "u1")
+
+    want = ["startup", "clientMetadata", "authenticate", "authCheck", "createDatabase",
+            "createCollection", "createIndex", "dropIndex", "renameCollection",
+            "dropCollection", "dropDatabase", "createUser", "updateUser", "grantRolesToUser",
+            "createRole", "dropRole", "applicationMessage", "logout", "dropUser"]
+    ev = wait_events(path, lambda e: all(of_type(e, t) for t in want))
+    for t in want:
+        assert of_type(ev, t), "no %s event" % t
+
+    for e in ev:
+        assert set(["atype", "ts", "local", "remote", "users", "roles", "param",
+                    "result"]) <= set(e), e
+    ins = [e for e in of_type(ev, "authCheck") if e["param"]["command"] == "insert"]
+    assert ins and ins[-1]["param"]["ns"] == "shapes2.t"
+    assert ins[-1]["param"]["args"]["documents"] == [{"_id": 1}]
+    assert ins[-1]["result"] == 0
+    assert ins[-1]["users"] == [{"user": ROOT_USER, "db": "admin"}]
+    assert {"role": "root", "db": "admin"} in ins[-1]["roles"]
+    assert isinstance(ins[-1]["uuid"], uuid.UUID)   # {$binary: ..., subType: "04"}
+    assert ins[-1]["local"] == {"ip": "127.0.0.1", "port": s.port}
+    assert ins[-1]["remote"]["ip"] == "127.0.0.1"
+
+    denied = [e for e in of_type(ev, "authCheck") if e["result"] == 13]
+    assert any(e["param"]["command"] == "drop" and e["param"]["ns"] == "shapes2.t"
+               for e in denied)
+    auths = of_type(ev, "authenticate")
+    assert any(e["param"]["user"] == "u1" and e["result"] == 18 for e in auths)
+    assert any(e["param"]["user"] == ROOT_USER and e["result"] == 0 and
+               e["param"]["mechanism"].startswith("SCRAM") for e in auths)
+    upd = of_type(ev, "updateUser")[-1]
+    assert upd["param"]["user"] == "u1" and upd["param"]["passwordChanged"] is True
+    # Passwords never reach the audit log.
+    assert all("pw-1234" not in json.dumps(json_util.dumps(e)) for e in ev)
+    assert of_type(ev, "createDatabase")[0]["param"]["ns"] == "shapes"
+    assert any(e["param"] == {"old": "shapes.a", "new": "shapes.b"}
+               for e in of_type(ev, "renameCollection"))
+    assert of_type(ev, "applicationMessage")[-1]["param"]["msg"] == "hello auditors"
+    md = of_type(ev, "clientMetadata")[-1]
+    assert md["param"]["clientMetadata"]["driver"]["name"].startswith("PyMongo")
+    c.close()
+
+
+def test_auth_success_at_run_time(auth_audit):
+    s, path = auth_audit
+    c = connect(s, ROOT_USER, ROOT_PWD)
+    assert c.admin.command("setParameter", 1, auditAuthorizationSuccess=False)["was"] is True
+    c.rt.t.insert_one({"_id": "not-audited"})
+    c.admin.command("setParameter", 1, auditAuthorizationSuccess=True)
+    c.rt.t.insert_one({"_id": "audited"})
+    ev = wait_events(path, lambda e: any("audited" in json_util.dumps(x) for x in e))
+    text = "\n".join(json_util.dumps(e) for e in of_type(ev, "authCheck"))
+    assert '"audited"' in text and "not-audited" not in text
+    with pytest.raises(OperationFailure):
+        c.admin.command("setParameter", 1, noSuchParameter=1)
+    c.close()
+
+
+def test_filter_at_start_and_at_run_time():
+    s, path = start(["--auditFilter", '{"atype": {"$in": ["createCollection"]}}'])
+    try:
+        c = connect(s)
+        c.f.create_collection("one")
+        c.f.one.drop()
+        assert c.admin.command("getAuditConfig")["filter"] == {
+            "atype": {"$in": ["createCollection"]}}
+        c.admin.command("setAuditConfig", filter={"atype": "dropCollection",
+                                                  "param.ns": "f.two"})
+        c.f.create_collection("two")
+        c.f.create_collection("three")
+        c.f.two.drop()
+        c.f.three.drop()
+        ev = wait_events(path, lambda e: of_type(e, "dropCollection"))
+        assert [(e["atype"], e["param"]["ns"]) for e in ev] == [
+            ("createCollection", "f.one"), ("dropCollection", "f.two")]
+        with pytest.raises(OperationFailure):
+            c.admin.command("setAuditConfig", filter={"atype": {"$bogus": 1}})
+        c.close()
+    finally:
+        s.cleanup()
+
+
+def test_bson_format_and_reader():
+    s, path = start(["--setParameter", "auditAuthorizationSuccess=true"], fmt="BSON")
+    try:
+        c = connect(s)
+        for i in range(20):
+            c.b.t.insert_one({"_id": i})
+        c.b.t.drop()
+        c.close()
+        assert s.stop() == 0
+        out = subprocess.run([sable_audit_path(), path], capture_output=True, text=True,
+                             timeout=30)
+        assert out.returncode == 0, out.stderr
+        ev = [json_util.loads(l) for l in out.stdout.splitlines()]
+        assert ev[0]["atype"] == "startup" and ev[-1]["atype"] == "shutdown"
+        ins = [e for e in ev if e["atype"] == "authCheck" and e["param"]["command"] == "insert"]
+        assert [e["param"]["args"]["documents"][0]["_id"] for e in ins] == list(range(20))
+        out = subprocess.run([sable_audit_path(), "--filter",
+                              '{"atype": "authCheck", "param.command": "insert", '
+                              '"param.args.documents._id": {"$gte": 15}}', path],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert len(out.stdout.splitlines()) == 5
+        # A torn tail is reported, the complete events before it still printed.
+        with open(path, "rb") as f:
+            data = f.read()
+        torn = path + ".torn"
+        with open(torn, "wb") as f:
+            f.write(data[:-7])
+        out = subprocess.run([sable_audit_path(), torn], capture_output=True, text=True,
+                             timeout=30)
+        assert out.returncode == 1 and "offset" in out.stderr
+        assert len(out.stdout.splitlines()) == len(ev) - 1
+    finally:
+        s.cleanup()
+
+
+def insert_load(s, stop, acked, prefix, w=1):
+    c = connect(s, w=w)
+    i = 0
+    try:
+        while not stop.is_set():
+            _id = "%s-%d" % (prefix, i)
+            c.load.t.insert_one({"_id": _id})
+            acked.append(_id)
+            i += 1
+    except Exception:
+        pass
+    finally:
+        c.close()
+
+
+def insert_ids(events):
+    ids = []
+    for e in events:
+        if e["atype"] == "authCheck" and e["param"]["command"] == "insert":
+            ids.extend(d["_id"] for d in e["param"]["args"]["documents"])
+    return ids
+
+
+def test_rotation_under_load():
+    s, path = start(["--setParameter", "auditAuthorizationSuccess=true",
+                     "--auditFilter", '{"param.command": "insert"}'])
+    try:
+        stop, acked, threads = threading.Event(), [], []
+        for k in range(3):
+            t = threading.Thread(target=insert_load, args=(s, stop, acked, "t%d" % k))
+            t.start()
+            threads.append(t)
+        c = connect(s)
+        for i in range(6):
+            time.sleep(0.2)
+            if i % 2:
+                s.signal(signal.SIGUSR1)
+            else:
+                c.admin.command("logRotate")
+        stop.set()
+        for t in threads:
+            t.join()
+        c.close()
+        assert s.stop() == 0
+        files = sorted(os.path.join(s.root, f) for f in os.listdir(s.root)
+                       if f.startswith("audit.json"))
+        assert len(files) >= 4, files
+        ids = insert_ids(read_json_events(*files))
+        assert len(ids) == len(set(ids)), "duplicated events"
+        assert set(acked) <= set(ids)
+        assert len(ids) == len(acked)
+    finally:
+        s.cleanup()
+
+
+def test_kill9_every_acknowledged_insert_is_audited():
+    s, path = start(["--setParameter", "auditAuthorizationSuccess=true"])
+    try:
+        stop, acked, threads = threading.Event(), [], []
+        for k in range(4):
+            t = threading.Thread(target=insert_load, args=(s, stop, acked, "k%d" % k))
+            t.start()
+            threads.append(t)
+        time.sleep(1.5)
+        s.kill9()
+        stop.set()
+        for t in threads:
+            t.join()
+        assert len(acked) > 50
+        ids = set(insert_ids(read_json_events(path)))
+        missing = [i for i in acked if i not in ids]
+        assert not missing, "acknowledged without an audit event: %s" % missing[:5]
+    finally:
+        s.cleanup()
+
+
+def test_journaled_write_with_audit():
+    s, path = start(["--setParameter", "auditAuthorizationSuccess=true"])
+    try:
+        c = connect(s)
+        c.j.t.with_options(write_concern=pymongo.WriteConcern(j=True)).insert_one({"_id": 7})
+        ev = read_json_events(path)   # already written: the reply waited for it
+        assert 7 in insert_ids(ev)
+        c.close()
+    finally:
+        s.cleanup()
+
+
+def test_unwritable_audit_file_refuses_then_recovers():
+    """The audit path points at /dev/full (every write: ENOSPC), then at a
+    real file: audited writes are refused with 14031 meanwhile, and work
+    again on their own once the file can be written."""
+    s = Sabled()
+    try:
+        link = os.path.join(s.root, "audit.json")
+        real = os.path.join(s.root, "real-audit.json")
+        os.symlink("/dev/full", link)
+        s.start(["--auditDestination", "file", "--auditPath", link,
+                 "--setParameter", "auditAuthorizationSuccess=true"])
+        c = connect(s)
+        with pytest.raises(OperationFailure) as ei:
+            c.full.t.insert_one({"_id": "refused"})
+        assert ei.value.code == 14031
+        assert "audit log write failed" in str(ei.value)
+        os.unlink(link)
+        os.symlink(real, link)
+        deadline = time.time() + 10
+        while True:
+            try:
+                c.full.t.insert_one({"_id": "after"})
+                break
+            except OperationFailure:
+                assert time.time() < deadline, "audit log did not recover"
+                time.sleep(0.1)
+        ev = read_json_events(real)
+        ids = insert_ids(ev)
+        assert "after" in ids and "refused" not in ids
+        assert c.full.t.count_documents({"_id": "refused"}) == 0
+        c.close()
+    finally:
+        s.cleanup()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_read_only_directory_refuses_then_recovers():
+    s = Sabled()
+    try:
+        d = os.path.join(s.root, "auditdir")
+        os.mkdir(d)
+        os.chmod(d, 0o555)
+        path = os.path.join(d, "audit.json")
+        s.start(["--auditDestination", "file", "--auditPath", path,
+                 "--setParameter", "auditAuthorizationSuccess=true"])
+        c = connect(s)
+        with pytest.raises(OperationFailure) as ei:
+            c.ro.t.insert_one({"_id": 1})
+        assert "audit log write failed" in str(ei.value)
+        os.chmod(d, 0o755)
+        deadline = time.time() + 10
+        while True:
+            try:
+                c.ro.t.insert_one({"_id": 2})
+                break
+            except OperationFailure:
+                assert time.time() < deadline
+                time.sleep(0.1)
+        assert 2 in insert_ids(read_json_events(path))
+        c.close()
+    finally:
+        s.cleanup()

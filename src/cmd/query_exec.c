@@ -520,7 +520,8 @@ static int cmp_entries(const void *a, const void *b)
 
 static void sort_and_trim(entry_t *all, size_t *np, size_t keep)
 {
-    qsort(all, *np, sizeof(*all), cmp_entries);
+    if (*np > 1) /* all may be NULL when empty; qsort's pointer must not be */
+        qsort(all, *np, sizeof(*all), cmp_entries);
     if (keep > 0 && *np > keep) {
         for (size_t k = keep; k < *np; k++)
             bson_destroy(all[k].doc);

@@ -394,3 +394,33 @@ def test_read_only_directory_refuses_then_recovers():
         c.close()
     finally:
         s.cleanup()
+
+
+def test_yaml_config_and_bad_options(tmp_path):
+    s = Sabled()
+    try:
+        path = os.path.join(s.root, "audit.json")
+        conf = os.path.join(s.root, "sabled.yaml")
+        with open(conf, "w") as f:
+            f.write("auditLog:\n  destination: file\n  format: JSON\n  path: %s\n"
+                    "  filter: '{\"atype\": \"createCollection\"}'\n"
+                    "setParameter:\n  auditAuthorizationSuccess: true\n" % path)
+        s.start(["--config", conf])
+        c = connect(s)
+        cfg = c.admin.command("getAuditConfig")
+        assert cfg["filter"] == {"atype": "createCollection"}
+        assert cfg["auditAuthorizationSuccess"] is True
+        assert cfg["destination"] == "file" and cfg["path"] == path
+        c.y.create_collection("z")
+        ev = wait_events(path, lambda e: of_type(e, "createCollection"))
+        assert [e["atype"] for e in ev] == ["createCollection"]
+        c.close()
+    finally:
+        s.cleanup()
+    from sabled import run_sabled
+    for bad in (["--auditDestination", "nowhere"], ["--auditFormat", "XML"],
+                ["--auditFilter", "{not json"]):
+        r = run_sabled(["--dbpath", str(tmp_path)] + bad)
+        assert r.returncode != 0 and "audit" in (r.stderr + r.stdout), bad
+    r = run_sabled(["--dbpath", str(tmp_path), "--auditDestination", "file"])
+    assert r.returncode != 0 and "auditLog.path" in r.stderr

@@ -772,6 +772,12 @@ static int run_stage(sbl_agg_env_t *env, const char *ns, size_t index, bool last
                                            "pipeline");
         return sbl_agg_documents(env, dv, st, err);
     }
+    if (strcmp(name, "$listLocalSessions") == 0) {
+        if (index != 0)
+            return sbl_err_set(err, 40602, "$listLocalSessions is only valid as the first stage "
+                                           "in a pipeline");
+        return sbl_agg_list_local_sessions(env, dv, st, err);
+    }
     if (strcmp(name, "$out") == 0 || strcmp(name, "$merge") == 0) {
         if (!last)
             return sbl_err_set(err, SBL_E_FinalStageOnly,
@@ -983,7 +989,8 @@ int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     if (collectionless) {
         bson_iter_init(&st, &pipeline);
         if (!bson_iter_next(&st) || (bson_iter_recurse(&st, &f) && bson_iter_next(&f) &&
-                                     strcmp(bson_iter_key(&f), "$documents") != 0)) {
+                                     strcmp(bson_iter_key(&f), "$documents") != 0 &&
+                                     strcmp(bson_iter_key(&f), "$listLocalSessions") != 0)) {
             bson_destroy(&let_vals);
             return sbl_err_set(err, SBL_E_InvalidNamespace,
                                "{aggregate: 1} is not valid for '%s'; a collection is required.",

@@ -860,6 +860,31 @@ int sbl_agg_documents(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *i
     return rc;
 }
 
+/* ---- $listLocalSessions ---------------------------------------------------------------------- */
+
+int sbl_agg_list_local_sessions(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
+                                sbl_err_t *err)
+{
+    bson_iter_t li, id;
+    if (!BSON_ITER_HOLDS_DOCUMENT(it))
+        return sbl_err_set(err, SBL_E_TypeMismatch,
+                           "$listLocalSessions options must be specified in an object");
+    sbl_docvec_clear(dv);
+    /* Sessions are not tracked server-side: the one this command runs in is listed. */
+    if (bson_iter_init_find(&li, env->ctx->cmd, "lsid") && BSON_ITER_HOLDS_DOCUMENT(&li) &&
+        bson_iter_recurse(&li, &id) && bson_iter_find(&id, "id")) {
+        bson_t *d = bson_new(), sid;
+        uint8_t uid[32] = {0};
+        bson_append_document_begin(d, "_id", 3, &sid);
+        bson_append_iter(&sid, "id", 2, &id);
+        bson_append_binary(&sid, "uid", 3, BSON_SUBTYPE_BINARY, uid, sizeof(uid));
+        bson_append_document_end(d, &sid);
+        bson_append_date_time(d, "lastUse", -1, env->now_ms);
+        sbl_docvec_push(dv, d);
+    }
+    return 0;
+}
+
 /* ---- writing: $out and $merge ------------------------------------------------------------- */
 
 /* Run one write in its own transaction, retrying WriteConflict. */
@@ -1078,13 +1103,27 @@ int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, s
             case WM_KEEP:
                 write = false;
                 break;
-            case WM_FAIL:
+            case WM_FAIL: {
+                bson_t kp, kv;
                 rc = sbl_err_set(err, SBL_E_DuplicateKey,
                                  "$merge failed due to a DuplicateKey error: E11000 duplicate "
                                  "key error collection: %s",
                                  ns);
+                /* keyPattern / keyValue reach the error reply (dispatch.c) */
+                bson_append_document_begin(env->ctx->reply, "keyPattern", -1, &kp);
+                for (size_t k = 0; k < non; k++)
+                    bson_append_int32(&kp, on[k], -1, 1);
+                bson_append_document_end(env->ctx->reply, &kp);
+                bson_append_document_begin(env->ctx->reply, "keyValue", -1, &kv);
+                for (size_t k = 0; k < non; k++) {
+                    bson_iter_t fv;
+                    if (sbl_path_get(&src, on[k], &fv))
+                        bson_append_iter(&kv, on[k], -1, &fv);
+                }
+                bson_append_document_end(env->ctx->reply, &kv);
                 write = false;
                 break;
+            }
             case WM_REPLACE: {
                 bson_iter_t si;
                 bson_iter_init_find(&eid, &existing, "_id");

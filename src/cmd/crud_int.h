@@ -263,6 +263,8 @@ int sbl_agg_out(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, sbl
 int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err);
 int sbl_agg_documents(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
                       sbl_err_t *err);
+int sbl_agg_list_local_sessions(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
+                                sbl_err_t *err);
 
 /*
  * Apply an update pipeline (stages $addFields/$set/$project/$unset/$replaceRoot/

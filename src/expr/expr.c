@@ -579,6 +579,10 @@ static int parse_op(const char *name, const bson_value_t *arg, sbl_expr_t **ep, 
             bson_iter_key(&it)[0] == '$')
             goto positional;
         rc = parse_named(op, arg, e, depth, err);
+    } else if (op->max_args == 0 &&
+               ((arg->value_type == BSON_TYPE_DOCUMENT || arg->value_type == BSON_TYPE_ARRAY) &&
+                arg->value.v_doc.data_len == 5)) {
+        rc = 0; /* {$rand: {}} and {$rand: []}: no arguments */
     } else {
     positional:;
         bson_t d;

@@ -207,6 +207,8 @@ def test_documents_collectionless(client, db):
     with pytest.raises(OperationFailure) as e:
         list(db.aggregate([{"$match": {}}]))
     assert e.value.code == 73
+    r = list(db.aggregate([{"$listLocalSessions": {}}, {"$limit": 1}, {"$project": {"_id": 1}}]))
+    assert len(r) == 1 and "id" in r[0]["_id"]  # the session the command ran in
 
 
 def test_expr_in_find_and_match(sales):
@@ -274,6 +276,7 @@ def expr(db, e, doc=None):
 
 def test_expression_operators(db):
     assert expr(db, {"$add": [1, 2, 3]}) == 6
+    assert 0 <= expr(db, {"$rand": {}}) < 1
     assert expr(db, {"$subtract": ["$a", 2]}, {"a": 5}) == 3
     assert expr(db, {"$divide": [7, 2]}) == 3.5
     assert expr(db, {"$mod": [7, 3]}) == 1

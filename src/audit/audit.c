@@ -523,6 +523,9 @@ int sbl_audit_open(const sbl_audit_config_t *cfg, sbl_err_t *err)
     A.fmt = cfg->destination == SBL_AUDIT_SYSLOG ? SBL_AUDIT_JSON : cfg->format;
     A.path = cfg->path != NULL ? strdup(cfg->path) : NULL;
     A.stop = false;
+    A.next_seq = 0;
+    atomic_store(&A.written_seq, 0);
+    atomic_store(&A.health_errno, 0);
     if (A.dest == SBL_AUDIT_CONSOLE) {
         A.fd = STDOUT_FILENO;
     } else if (A.dest == SBL_AUDIT_FILE) {

@@ -54,8 +54,10 @@ static int apply_update(sbl_cmd_ctx_t *ctx, const sbl_crud_update_t *u, const bs
     SBL_RET(sbl_agg_update_doc(ctx, u->pipeline, u->let, old, &res, err));
     bool old_has = bson_iter_init_find(&oi, old, "_id");
     bool new_has = bson_iter_init_find(&ni, &res, "_id");
-    if (old_has && (!new_has || sbl_value_compare(bson_iter_value(&oi), bson_iter_value(&ni)) != 0 ||
-                    bson_iter_type(&oi) != bson_iter_type(&ni))) {
+    /* a result without _id keeps the old one; a different _id is refused */
+    if (old_has && new_has &&
+        (sbl_value_compare(bson_iter_value(&oi), bson_iter_value(&ni)) != 0 ||
+         bson_iter_type(&oi) != bson_iter_type(&ni))) {
         bson_destroy(&res);
         return sbl_err_set(err, SBL_E_ImmutableField,
                            "Performing an update on the path '_id' would modify the immutable "
@@ -64,6 +66,8 @@ static int apply_update(sbl_cmd_ctx_t *ctx, const sbl_crud_update_t *u, const bs
     bson_init(out);
     if (new_has)
         bson_append_iter(out, "_id", 3, &ni);
+    else if (old_has)
+        bson_append_iter(out, "_id", 3, &oi);
     bson_copy_to_excluding_noinit(&res, out, "_id", NULL);
     bson_destroy(&res);
     *changed = out->len != old->len || memcmp(bson_get_data(out), bson_get_data(old), old->len) != 0;

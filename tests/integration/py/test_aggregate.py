@@ -338,6 +338,10 @@ def test_update_pipeline(db):
                                                 {"_id": 2, "a": 5, "sum": 10}]
     r = db.u.update_one({"_id": 1}, [{"$replaceWith": {"$mergeObjects": ["$$ROOT", {"z": 0}]}}])
     assert db.u.find_one({"_id": 1}) == {"_id": 1, "a": 1, "sum": 3, "z": 0}
+    # a new root without _id keeps the document's _id
+    db.u.insert_one({"_id": 7, "t": {"v": 1}})
+    db.u.update_one({"_id": 7}, [{"$replaceRoot": {"newRoot": "$t"}}, {"$addFields": {"f": 1}}])
+    assert db.u.find_one({"_id": 7}) == {"_id": 7, "v": 1, "f": 1}
     # a pipeline that changes nothing does not count as modified
     r = db.u.update_one({"_id": 1}, [{"$set": {"a": 1}}])
     assert r.matched_count == 1 and r.modified_count == 0

@@ -403,6 +403,8 @@ static void build_plain(const sbl_request_t *req, int32_t request_id, const bson
 {
     size_t start = out->len;
     bool query = req->opcode == SBL_OP_QUERY;
+    /* One allocation of the final size: a large reply is not copied by doubling. */
+    sbl_buf_reserve(out, HEADER_LEN + 20 + reply->len + 4);
     sbl_buf_append_i32le(out, 0);
     sbl_buf_append_i32le(out, request_id);
     sbl_buf_append_i32le(out, req->request_id);

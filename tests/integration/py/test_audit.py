@@ -424,3 +424,20 @@ def test_yaml_config_and_bad_options(tmp_path):
         assert r.returncode != 0 and "audit" in (r.stderr + r.stdout), bad
     r = run_sabled(["--dbpath", str(tmp_path), "--auditDestination", "file"])
     assert r.returncode != 0 and "auditLog.path" in r.stderr
+
+
+def test_console_destination():
+    s = Sabled()
+    try:
+        s.start(["--auditDestination", "console"])
+        c = connect(s)
+        c.con.create_collection("x")
+        c.close()
+        assert s.stop() == 0
+        with open(os.path.join(s.root, "stdout.txt")) as f:
+            ev = [json_util.loads(l) for l in f if l.startswith("{ \"atype\"")]
+        assert [e["atype"] for e in ev if e["atype"] in ("startup", "createCollection",
+                                                         "shutdown")] == [
+            "startup", "createCollection", "shutdown"]
+    finally:
+        s.cleanup()

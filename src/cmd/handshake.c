@@ -9,6 +9,7 @@
  * fixes its compression (what the client asked for that we support, in the
  * client's order).
  */
+#include "audit/audit.h"
 #include "cmd/cmd_int.h"
 #include "common/log.h"
 #include "server/server.h"
@@ -276,6 +277,10 @@ static bool append_parameter(bson_t *r, const char *name)
 {
     const sbl_options_t *o = sbl_server_options();
     bson_iter_t it;
+    if (strcmp(name, "auditAuthorizationSuccess") == 0) { /* changeable at run time */
+        BSON_APPEND_BOOL(r, name, sbl_audit_auth_success());
+        return true;
+    }
     if (bson_iter_init_find(&it, &o->parameters, name)) {
         bson_append_value(r, name, -1, bson_iter_value(&it));
         return true;
@@ -319,7 +324,7 @@ static bool append_parameter(bson_t *r, const char *name)
 }
 
 static const char *const known_parameters[] = {
-    "authenticationMechanisms", "cursorTimeoutMillis", "enableTestCommands",
+    "auditAuthorizationSuccess", "authenticationMechanisms", "cursorTimeoutMillis", "enableTestCommands",
     "featureCompatibilityVersion", "internalQueryMaxBlockingSortMemoryUsageBytes",
     "journalCommitInterval", "logLevel", "maxBSONDepth", "quiet", "syncdelay",
     "transactionLifetimeLimitSeconds", "wiredTigerConcurrentReadTransactions",

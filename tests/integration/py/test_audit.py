@@ -173,6 +173,8 @@ def test_auth_success_at_run_time(auth_audit):
     s, path = auth_audit
     c = connect(s, ROOT_USER, ROOT_PWD)
     assert c.admin.command("setParameter", 1, auditAuthorizationSuccess=False)["was"] is True
+    assert c.admin.command("getParameter", 1,
+                           auditAuthorizationSuccess=1)["auditAuthorizationSuccess"] is False
     c.rt.t.insert_one({"_id": "not-audited"})
     c.admin.command("setParameter", 1, auditAuthorizationSuccess=True)
     c.rt.t.insert_one({"_id": "audited"})

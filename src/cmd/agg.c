@@ -331,18 +331,35 @@ done:
     return rc;
 }
 
+/* $addFields' fields; a nested object without operators ({a: {b: 1}}) adds to the
+ * embedded document a instead of replacing it, as in MongoDB. */
+static int add_fields_spec(computed_t *c, const bson_t *spec, const char *prefix, int depth,
+                           sbl_err_t *err)
+{
+    bson_iter_t it;
+    bson_iter_init(&it, spec);
+    while (bson_iter_next(&it)) {
+        char path[1024];
+        bson_value_t v;
+        bson_t sub;
+        bson_iter_t f;
+        snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", bson_iter_key(&it));
+        sbl_iter_value(&it, &v);
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) && depth < 50 && stage_doc(&it, &sub) &&
+            bson_iter_init(&f, &sub) && bson_iter_next(&f) && bson_iter_key(&f)[0] != '$') {
+            SBL_RET(add_fields_spec(c, &sub, path, depth + 1, err));
+            continue;
+        }
+        SBL_RET(computed_add(c, path, &v, err));
+    }
+    return 0;
+}
+
 static int st_add_fields(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec,
                          sbl_err_t *err)
 {
     computed_t c = {0};
-    bson_iter_t it;
-    int rc = 0;
-    bson_iter_init(&it, spec);
-    while (rc == 0 && bson_iter_next(&it)) {
-        bson_value_t v;
-        sbl_iter_value(&it, &v);
-        rc = computed_add(&c, bson_iter_key(&it), &v, err);
-    }
+    int rc = add_fields_spec(&c, spec, "", 0, err);
     for (size_t i = 0; i < dv->n && rc == 0; i++) {
         bson_t cur;
         bson_copy_to(dv->v[i], &cur);

@@ -70,6 +70,9 @@ def test_add_fields_set_unset_replace(sales):
                     {"$unset": ["date", "tags"]}])
     assert r == [{"_id": 2, "item": "jkl", "price": 20, "qty": 1, "total": 20,
                   "a": {"b": "jkl"}}]
+    r = agg(sales, [{"$match": {"_id": 2}}, {"$project": {"a": {"$literal": {"x": 1, "y": 2}}}},
+                    {"$addFields": {"a": {"y": {"$add": ["$_id", 5]}, "z": 3}}}])
+    assert r == [{"_id": 2, "a": {"x": 1, "y": 7, "z": 3}}]
     r = agg(sales, [{"$match": {"_id": 2}}, {"$replaceWith": {"x": "$item"}}])
     assert r == [{"x": "jkl"}]
     r = agg(sales, [{"$match": {"_id": 2}}, {"$replaceRoot": {"newRoot": {"y": "$qty"}}}])

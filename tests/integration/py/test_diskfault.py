@@ -106,12 +106,8 @@ def test_full_disk_write_fails_with_an_error_reply(tmpfs):
         s.cleanup()
 
 
-# Known wrong (reported in docs/reliability.md): when the journal flush fails
-# (here: ENOSPC, which panics WiredTiger), src/storage/wt_durable.c's flusher
-# still calls every queued j:true waiter, so the dispatcher acknowledges writes
-# that never reached the journal; after a restart the last of them are missing.
-@pytest.mark.xfail(reason="j:true is acknowledged although the journal flush failed "
-                          "(wt_durable.c flusher_main ignores log_flush errors)", strict=False)
+# When the journal flush fails (here: ENOSPC), the j:true writes waiting on it
+# must not be acknowledged (it was so before d7df4f1: 1 of 242 lost).
 def test_full_disk_loses_nothing_acknowledged(tmpfs):
     dbpath = os.path.join(tmpfs, "db")
     os.mkdir(dbpath)

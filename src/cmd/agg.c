@@ -198,6 +198,7 @@ static int st_match(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *sp
     if (m == NULL)
         return err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "bad $match");
     size_t w = 0;
+    sbl_expr_take_match_error(NULL);
     for (size_t i = 0; i < dv->n; i++) {
         if (sbl_matcher_match(m, dv->v[i], NULL))
             dv->v[w++] = dv->v[i];
@@ -206,7 +207,7 @@ static int st_match(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *sp
     }
     dv->n = w;
     sbl_matcher_free(m);
-    return 0;
+    return sbl_expr_take_match_error(err); /* an $expr that failed fails the stage */
 }
 
 /* Apply a find-style projection to every document. */
@@ -1061,6 +1062,7 @@ int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         o.skip = skip;
         o.limit = limit;
         rc = sbl_qexec_new(ns, &o, &q, err);
+        sbl_expr_take_match_error(NULL);
         for (; rc == 0;) {
             bson_t doc;
             bool done = false;
@@ -1070,6 +1072,8 @@ int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             bson_destroy(&doc);
         }
         sbl_qexec_free(q);
+        if (rc == 0)
+            rc = sbl_expr_take_match_error(err);
     }
     if (has_filter)
         bson_destroy(&filter);

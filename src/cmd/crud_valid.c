@@ -86,7 +86,9 @@ int sbl_crud_validate(sbl_coll_t *c, const bson_t *old_doc, const bson_t *new_do
     sbl_matcher_t *m = sbl_matcher_new(&v, &e2);
     if (m == NULL)
         return 0; /* refused at create time; a stored bad validator does not block writes */
+    sbl_expr_take_match_error(NULL);
     bool ok = sbl_matcher_match(m, new_doc, NULL);
+    sbl_expr_take_match_error(NULL); /* a validator $expr that fails counts as not matching */
     if (!ok && old_doc != NULL && strcmp(level, "moderate") == 0 &&
         !sbl_matcher_match(m, old_doc, NULL))
         ok = true;

@@ -74,6 +74,13 @@ void sbl_expr_bind_let(const bson_t *filter, const bson_t *let_values, bson_t *o
 void sbl_expr_init(void);
 
 /*
+ * The first error an $expr raised inside a matcher on this thread since the last
+ * call (such a document just does not match); 0 when none.  Copies it into err
+ * (may be NULL) and clears it.  Callers clear it before matching and check after.
+ */
+int sbl_expr_take_match_error(sbl_err_t *err);
+
+/*
  * $jsonSchema validation (expr_schema.c).  Parse a schema into *planp (owned by the
  * caller, sbl_schema_free); BadValue/FailedToParse on a malformed schema.
  */

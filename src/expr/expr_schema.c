@@ -598,13 +598,31 @@ static void *expr_parse(const bson_value_t *arg, sbl_err_t *err)
     return e;
 }
 
+/* The first $expr evaluation error on this thread since the last take (the matcher's
+ * interface has no error path; callers that can fail ask for it afterwards). */
+static _Thread_local sbl_err_t match_err;
+
+int sbl_expr_take_match_error(sbl_err_t *err)
+{
+    int rc = match_err.code;
+    if (rc != 0) {
+        if (err != NULL)
+            *err = match_err;
+        sbl_err_clear(&match_err);
+    }
+    return rc;
+}
+
 static bool expr_match(const void *plan, const bson_t *doc)
 {
     sbl_expr_env_t env = {.root = doc};
     bson_value_t v;
     sbl_err_t err = {0};
-    if (sbl_expr_eval(plan, &env, &v, &err) != 0)
-        return false; /* the matcher has no error path: an error matches nothing */
+    if (sbl_expr_eval(plan, &env, &v, &err) != 0) {
+        if (match_err.code == 0)
+            match_err = err;
+        return false; /* no match; the error waits for sbl_expr_take_match_error */
+    }
     bool t = sbl_expr_truthy(&v);
     bson_value_destroy(&v);
     return t;

@@ -224,6 +224,12 @@ def test_expr_in_find_and_match(sales):
     with pytest.raises(OperationFailure) as e:
         list(sales.find({"$expr": {"$foo": 1}}))
     assert e.value.code == 168
+    # an expression that fails while matching fails the aggregate
+    for pipe in ([{"$match": {"$expr": {"$divide": [1, {"$subtract": ["$qty", 1]}]}}}],
+                 [{"$set": {"z": 1}}, {"$match": {"$expr": {"$divide": [1, {"$subtract": ["$qty", 1]}]}}}]):
+        with pytest.raises(OperationFailure) as e:
+            agg(sales, pipe)
+        assert e.value.code == 2
 
 
 def test_let_variables(sales, db):

@@ -7,8 +7,11 @@
  * same bytes, and that the count and data size agree with sbl_coll_stats.
  * The reply has MongoDB's shape; problems go into errors (valid: false),
  * never into a command failure.  validate only reads: repaired is false.
- * Secondary indexes: storage.h has no index interface yet; when it gains
- * one, each index's entries are to be checked against the documents here.
+ * Secondary indexes: every entry must point (by its encoded _id) at a
+ * document that exists, a unique index holds no key twice, and an index
+ * that is neither sparse, partial nor multikey holds exactly one entry per
+ * document.  (Whether each document's own keys are present is not checked:
+ * key generation is private to storage.)
  */
 #include "cmd/cmd_int.h"
 #include "doc/doc.h"
@@ -108,6 +111,60 @@ static int check_doc(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, vstate_t *v, const bson_
     return 0;
 }
 
+/* Check one secondary index against the collection; appends its entry count
+ * to keys and its verdict to details. */
+static int check_index(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, sbl_index_t *ix, vstate_t *v,
+                       bson_t *keys, bson_t *details, sbl_err_t *err)
+{
+    sbl_iscan_t *scan = NULL;
+    sbl_buf_t prev;
+    int64_t n = 0;
+    uint32_t errors_before = v->nerrors;
+    const char *name = sbl_index_name(ix);
+    bool unique = sbl_index_unique(ix), have_prev = false;
+    int rc;
+
+    sbl_buf_init(&prev);
+    SBL_ERR(sbl_iscan_open(ctx->ss, ix, NULL, 0, NULL, 0, false, &scan, err));
+    for (;;) {
+        const uint8_t *key, *idk;
+        size_t klen, idlen;
+        bool done = false, found = false;
+        bson_t doc;
+        SBL_ERR(sbl_iscan_next(scan, &key, &klen, &idk, &idlen, &done, err));
+        if (done)
+            break;
+        n++;
+        if (unique && have_prev && prev.len == klen && memcmp(prev.data, key, klen) == 0)
+            add_error(v, "index %s is unique but holds a key twice", name);
+        sbl_buf_reset(&prev);
+        sbl_buf_append(&prev, key, klen);
+        have_prev = true;
+        SBL_ERR(sbl_coll_get_by_key(ctx->ss, c, idk, idlen, &doc, &found, err));
+        if (found)
+            bson_destroy(&doc);
+        else
+            add_error(v, "index %s has an entry for a document that does not exist", name);
+        if ((n & 1023) == 0)
+            SBL_ERR(sbl_cmd_check_deadline(ctx, err));
+    }
+    if (!sbl_index_sparse(ix) && sbl_index_partial(ix) == NULL && !sbl_index_multikey(ix) &&
+        n != v->nrecords)
+        add_error(v, "index %s has %lld entries for %lld documents", name, (long long)n,
+                  (long long)v->nrecords);
+    BSON_APPEND_INT64(keys, name, n);
+    bson_t d;
+    BSON_APPEND_DOCUMENT_BEGIN(details, name, &d);
+    BSON_APPEND_BOOL(&d, "valid", v->nerrors == errors_before);
+    bson_append_document_end(details, &d);
+    rc = 0;
+err:
+    if (scan != NULL)
+        sbl_iscan_close(scan);
+    sbl_buf_destroy(&prev);
+    return rc;
+}
+
 static int scan_all(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, vstate_t *v, sbl_err_t *err)
 {
     sbl_scan_t *scan = NULL;
@@ -139,6 +196,9 @@ int sbl_cmd_validate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     sbl_coll_t *c = NULL;
     sbl_coll_stats_t before, after;
     vstate_t v = {0};
+    bson_t keys = BSON_INITIALIZER, details = BSON_INITIALIZER, d;
+    sbl_index_t **ix = NULL;
+    size_t nix = 0;
     bool in_txn = false;
     int rc;
 
@@ -157,6 +217,13 @@ int sbl_cmd_validate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     SBL_ERR(sbl_txn_begin(ctx->ss, err));
     in_txn = true;
     SBL_ERR(scan_all(ctx, c, &v, err));
+    BSON_APPEND_INT64(&keys, "_id_", v.nrecords);
+    BSON_APPEND_DOCUMENT_BEGIN(&details, "_id_", &d);
+    BSON_APPEND_BOOL(&d, "valid", v.nerrors == 0);
+    bson_append_document_end(&details, &d);
+    sbl_index_list(c, false, &ix, &nix);
+    for (size_t i = 0; i < nix; i++)
+        SBL_ERR(check_index(ctx, c, ix[i], &v, &keys, &details, err));
     sbl_txn_abort(ctx->ss);
     in_txn = false;
     SBL_ERR(sbl_coll_stats(ctx->ss, c, &after, err));
@@ -173,20 +240,14 @@ int sbl_cmd_validate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                       (long long)after.data_size, (long long)v.data_size);
     }
 
-    bson_t *r = ctx->reply, d, e;
+    bson_t *r = ctx->reply;
     BSON_APPEND_UTF8(r, "ns", ns);
     BSON_APPEND_INT64(r, "nInvalidDocuments", v.ninvalid);
     BSON_APPEND_INT64(r, "nNonCompliantDocuments", 0);
     BSON_APPEND_INT64(r, "nrecords", v.nrecords);
-    BSON_APPEND_INT32(r, "nIndexes", 1);
-    BSON_APPEND_DOCUMENT_BEGIN(r, "keysPerIndex", &d);
-    BSON_APPEND_INT64(&d, "_id_", v.nrecords);
-    bson_append_document_end(r, &d);
-    BSON_APPEND_DOCUMENT_BEGIN(r, "indexDetails", &d);
-    BSON_APPEND_DOCUMENT_BEGIN(&d, "_id_", &e);
-    BSON_APPEND_BOOL(&e, "valid", v.nerrors == 0);
-    bson_append_document_end(&d, &e);
-    bson_append_document_end(r, &d);
+    BSON_APPEND_INT32(r, "nIndexes", (int32_t)(1 + nix));
+    BSON_APPEND_DOCUMENT(r, "keysPerIndex", &keys);
+    BSON_APPEND_DOCUMENT(r, "indexDetails", &details);
     BSON_APPEND_BOOL(r, "valid", v.nerrors == 0);
     BSON_APPEND_BOOL(r, "repaired", false);
     BSON_APPEND_ARRAY(r, "warnings", &v.warnings);
@@ -201,6 +262,10 @@ err:
         sbl_txn_abort(ctx->ss);
     bson_destroy(&v.errors);
     bson_destroy(&v.warnings);
+    bson_destroy(&keys);
+    bson_destroy(&details);
+    if (ix != NULL)
+        sbl_index_list_free(ix, nix);
     sbl_coll_release(c);
     return rc;
 }

@@ -29,6 +29,8 @@ if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
 fi
 BUILD=${SABLE_FUZZ_BUILD:-build-fuzz}
+mkdir -p "$BUILD"
+BUILD=$(cd "$BUILD" && pwd)
 if ((${#targets[@]} == 0)); then
     for f in tests/fuzz/fuzz_*.c; do targets+=("$(basename "$f" .c)"); done
 fi
@@ -47,9 +49,12 @@ for t in "${targets[@]}"; do
     log="$BUILD/$t.log"
     # -rss_limit_mb: Sable must not need more than this for one input;
     # -max_len: wire messages and documents bigger than this add little.
-    if "$BUILD/fuzz/$t" "$work" "tests/fuzz/corpus/$t" -max_total_time="$seconds" \
-        -jobs="$jobs" -workers="$jobs" -rss_limit_mb=2048 -max_len=65536 -timeout=25 \
-        -artifact_prefix="$BUILD/crashes/$t-" -print_final_stats=1 >"$log" 2>&1; then
+    par=()
+    # -jobs makes libFuzzer write fuzz-<n>.log files into the current directory.
+    ((jobs > 1)) && par=(-jobs="$jobs" -workers="$jobs")
+    if (cd "$BUILD" && "$PWD/fuzz/$t" "$PWD/corpus/$t" "$OLDPWD/tests/fuzz/corpus/$t" \
+        -max_total_time="$seconds" "${par[@]+"${par[@]}"}" -rss_limit_mb=2048 -max_len=65536 \
+        -timeout=25 -artifact_prefix="$PWD/crashes/$t-" -print_final_stats=1) >"$log" 2>&1; then
         grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb" "$log" | tr '\n' ' '; echo
     else
         rc=1

@@ -20,6 +20,14 @@
 
 /* ---- values ------------------------------------------------------------------ */
 
+void v_copy(const bson_value_t *src, bson_value_t *dst)
+{
+    if (src->value_type == BSON_TYPE_EOD)
+        v_missing(dst); /* libbson's copy aborts on EOD: missing stays missing */
+    else
+        bson_value_copy(src, dst);
+}
+
 void v_missing(bson_value_t *v)
 {
     memset(v, 0, sizeof(*v));
@@ -628,7 +636,7 @@ static int parse_op(const char *name, const bson_value_t *arg, sbl_expr_t **ep, 
 int parse_literal(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sbl_err_t *err)
 {
     sbl_expr_t *k = node_new(E_CONST);
-    bson_value_copy(arg, &k->cval);
+    v_copy(arg, &k->cval);
     add_kid(e, NULL, k);
     return 0;
 }
@@ -840,7 +848,7 @@ static int parse_at(const bson_value_t *spec, sbl_expr_t **ep, int depth, sbl_er
     }
     default: {
         sbl_expr_t *e = node_new(E_CONST);
-        bson_value_copy(spec, &e->cval);
+        v_copy(spec, &e->cval);
         *ep = e;
         return 0;
     }
@@ -878,7 +886,7 @@ void ex_resolve(const bson_value_t *base, const char *path, bson_value_t *out)
 {
     v_missing(out);
     if (path == NULL || *path == '\0') {
-        bson_value_copy(base, out);
+        v_copy(base, out);
         return;
     }
     const char *dot = strchr(path, '.');
@@ -924,18 +932,18 @@ int ex_var(ectx_t *c, const char *name, bson_value_t *out, sbl_err_t *err)
     v_missing(out);
     for (const scope_t *s = c->scope; s != NULL; s = s->up) {
         if (strcmp(s->name, name) == 0) {
-            bson_value_copy(s->val, out);
+            v_copy(s->val, out);
             return 0;
         }
     }
     if (strcmp(name, "ROOT") == 0) {
         if (c->root.value_type != BSON_TYPE_EOD)
-            bson_value_copy(&c->root, out);
+            v_copy(&c->root, out);
         return 0;
     }
     if (strcmp(name, "CURRENT") == 0) {
         if (c->root.value_type != BSON_TYPE_EOD)
-            bson_value_copy(&c->root, out);
+            v_copy(&c->root, out);
         return 0;
     }
     if (strcmp(name, "REMOVE") == 0)
@@ -959,7 +967,7 @@ int ex_var(ectx_t *c, const char *name, bson_value_t *out, sbl_err_t *err)
     if (c->env->let != NULL && bson_iter_init_find(&it, c->env->let, name)) {
         bson_value_t v;
         sbl_iter_value(&it, &v);
-        bson_value_copy(&v, out);
+        v_copy(&v, out);
         return 0;
     }
     return sbl_err_set(err, SBL_E_Location17276, "Use of undefined variable: %s", name);
@@ -979,7 +987,7 @@ int ex_eval(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
     v_missing(out);
     switch (e->kind) {
     case E_CONST:
-        bson_value_copy(&e->cval, out);
+        v_copy(&e->cval, out);
         return 0;
     case E_FIELD: {
         /* $$CURRENT may have been rebound (by $map's "as": "CURRENT", rare). */
@@ -1074,7 +1082,7 @@ int sbl_expr_eval(const sbl_expr_t *e, const sbl_expr_env_t *env, bson_value_t *
 
 int op_literal(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
 {
-    bson_value_copy(&e->kids[0]->cval, out);
+    v_copy(&e->kids[0]->cval, out);
     return 0;
 }
 

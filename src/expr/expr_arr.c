@@ -27,7 +27,7 @@ static void vl_push_copy(vlist_t *l, const bson_value_t *v)
         l->cap = l->cap ? l->cap * 2 : 8;
         l->v = bson_realloc(l->v, l->cap * sizeof(*l->v));
     }
-    bson_value_copy(v, &l->v[l->n++]);
+    v_copy(v, &l->v[l->n++]);
 }
 
 static void vl_free(vlist_t *l)
@@ -123,7 +123,7 @@ int op_arrayElemAt(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t 
         if (idx < 0)
             idx += (int64_t)l.n;
         if (idx >= 0 && (size_t)idx < l.n)
-            bson_value_copy(&l.v[idx], out);
+            v_copy(&l.v[idx], out);
         vl_free(&l);
     }
     bson_value_destroy(&a);
@@ -143,7 +143,7 @@ static int first_last(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err
         vlist_t l;
         vl_from_array(&l, &a);
         if (l.n > 0)
-            bson_value_copy(&l.v[last ? l.n - 1 : 0], out);
+            v_copy(&l.v[last ? l.n - 1 : 0], out);
         vl_free(&l);
     }
     bson_value_destroy(&a);
@@ -775,7 +775,7 @@ static int min_max(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t 
             best = &l.v[i];
     }
     if (best)
-        bson_value_copy(best, out);
+        v_copy(best, out);
     else
         v_null(out);
     vl_free(&l);
@@ -961,7 +961,7 @@ int op_getField(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *er
         if (bson_iter_init_find(&it, &d, f.value.v_utf8.str)) {
             bson_value_t v;
             sbl_iter_value(&it, &v);
-            bson_value_copy(&v, out);
+            v_copy(&v, out);
         }
     }
     bson_value_destroy(&f);

@@ -831,7 +831,7 @@ int ex_convert(const bson_value_t *in, bson_type_t to, bson_value_t *out, sbl_er
 {
     v_missing(out);
     if (in->value_type == to && to != BSON_TYPE_DOCUMENT) {
-        bson_value_copy(in, out);
+        v_copy(in, out);
         return 0;
     }
     switch (to) {

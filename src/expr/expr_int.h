@@ -66,6 +66,8 @@ void ex_resolve(const bson_value_t *base, const char *path, bson_value_t *out);
 int ex_var(ectx_t *c, const char *name, bson_value_t *out, sbl_err_t *err);
 
 /* values (expr.c) */
+/* bson_value_copy that also copies "missing" (EOD); every copy in src/expr goes here. */
+void v_copy(const bson_value_t *src, bson_value_t *dst);
 void v_missing(bson_value_t *v);
 void v_null(bson_value_t *v);
 void v_bool(bson_value_t *v, bool b);

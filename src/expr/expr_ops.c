@@ -371,7 +371,7 @@ static int rounding(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t
     if (done)
         return 0;
     if (a.value_type == BSON_TYPE_INT32 || a.value_type == BSON_TYPE_INT64)
-        bson_value_copy(&a, out);
+        v_copy(&a, out);
     else
         set_num(out, fn(v_to_ldouble(&a)), num_kind(&a));
     return 0;
@@ -421,7 +421,7 @@ static int round_places(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_e
     long double r = trunc ? truncl(x * scale) / scale : round_half_even(x * scale) / scale;
     if (a.value_type == BSON_TYPE_INT32 || a.value_type == BSON_TYPE_INT64) {
         if (places >= 0)
-            bson_value_copy(&a, out);
+            v_copy(&a, out);
         else
             set_int_result(out, (int64_t)r, num_kind(&a));
     } else {
@@ -648,7 +648,7 @@ static int coerce_str(const bson_value_t *v, bson_value_t *out, const char *op, 
         return 0;
     }
     if (v->value_type == BSON_TYPE_UTF8) {
-        bson_value_copy(v, out);
+        v_copy(v, out);
         return 0;
     }
     if (v_is_num(v) || v->value_type == BSON_TYPE_DATE_TIME || v->value_type == BSON_TYPE_TIMESTAMP)
@@ -1271,7 +1271,7 @@ static int regex_op(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t
             bson_iter_init_find(&it, &wrap, "r");
             bson_value_t v;
             sbl_iter_value(&it, &v);
-            bson_value_copy(&v, out);
+            v_copy(&v, out);
             bson_destroy(&wrap);
             break;
         }

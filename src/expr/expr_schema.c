@@ -350,7 +350,7 @@ static int parse_kw(sbl_schema_t *s, bson_iter_t *it, int depth, sbl_err_t *err)
             bson_value_t ev;
             sbl_iter_value(&a, &ev);
             s->enums = bson_realloc(s->enums, (s->nenum + 1) * sizeof(*s->enums));
-            bson_value_copy(&ev, &s->enums[s->nenum++]);
+            v_copy(&ev, &s->enums[s->nenum++]);
         }
         if (s->nenum == 0)
             return sbl_err_set(err, SBL_E_FailedToParse,

@@ -200,6 +200,14 @@ static const ecase_t cases[] = {
     {"{'@let': {'vars': {'x': 2, 'y': '@a'}, 'in': {'@multiply': ['@@x', '@@y']}}}",
      "{'a': 3}", "6", 0},
     {"{'@let': {'vars': {'X': 1}, 'in': 1}}", "{}", NULL, 16870},
+    /* missing values flowing through variables and folds (libbson cannot copy EOD) */
+    {"{'@let': {'vars': {'x': '@nope'}, 'in': '@@x'}}", "{}", "MISSING", 0},
+    {"{'@min': ['@nope']}", "{}", "null", 0},
+    {"{'@max': ['@nope', 2]}", "{}", "2", 0},
+    {"{'@sum': ['@nope', 2]}", "{}", "2", 0},
+    {"{'@reduce': {'input': [1], 'initialValue': '@nope', 'in': '@@value'}}", "{}", "MISSING",
+     0},
+    {"{'@map': {'input': [1], 'in': '@nope'}}", "{}", "[null]", 0},
     {"{'@let': {'in': 1}}", "{}", NULL, 16876},
     /* dates */
     {"{'@year': {'@date': 1614556800000}}", "{}", "2021", 0},

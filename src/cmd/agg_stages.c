@@ -431,7 +431,8 @@ int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
     if (rc == 0 && foreign != NULL) {
         for (size_t i = 0; i < foreign_docs.n; i++)
             values_at(foreign_docs.v[i], foreign, &fkeys, &nfk, i);
-        qsort(fkeys, nfk, sizeof(*fkeys), cmp_fkey);
+        if (nfk > 1) /* fkeys is NULL when empty; qsort's pointer must not be */
+            qsort(fkeys, nfk, sizeof(*fkeys), cmp_fkey);
     }
     uint8_t *mark = calloc(foreign_docs.n + 1, 1);
     size_t bytes = 0;

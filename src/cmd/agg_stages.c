@@ -435,7 +435,6 @@ int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
             qsort(fkeys, nfk, sizeof(*fkeys), cmp_fkey);
     }
     uint8_t *mark = calloc(foreign_docs.n + 1, 1);
-    size_t bytes = 0;
     for (size_t d = 0; d < dv->n && rc == 0; d++) {
         sbl_docvec_t matched = {0};
         if (foreign != NULL) {
@@ -489,10 +488,8 @@ int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
         if (rc == 0) {
             bson_t arr = BSON_INITIALIZER, *out = bson_new();
             char kb[16];
-            for (size_t i = 0; i < matched.n; i++) {
+            for (size_t i = 0; i < matched.n; i++)
                 bson_append_document(&arr, sbl_crud_key((uint32_t)i, kb), -1, matched.v[i]);
-                bytes += matched.v[i]->len;
-            }
             bson_value_t av;
             av.value_type = BSON_TYPE_ARRAY;
             av.value.v_doc.data = (uint8_t *)bson_get_data(&arr);
@@ -623,21 +620,26 @@ int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
         if (strcmp(k, "groupBy") == 0) {
             sbl_iter_value(&it, &group_by);
             if (!(BSON_ITER_HOLDS_UTF8(&it) && bson_iter_utf8(&it, NULL)[0] == '$') &&
-                !BSON_ITER_HOLDS_DOCUMENT(&it))
+                !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+                free(bounds);
                 return sbl_err_set(err, 40202,
                                    "The $bucket 'groupBy' field must be defined as a $-prefixed "
                                    "path or an expression, but found: %s",
                                    sbl_bson_type_name(bson_iter_type(&it)));
+            }
         } else if (strcmp(k, "boundaries") == 0) {
             bson_iter_t b;
-            if (!BSON_ITER_HOLDS_ARRAY(&it))
+            if (!BSON_ITER_HOLDS_ARRAY(&it)) {
+                free(bounds);
                 return sbl_err_set(err, 40200, "The $bucket 'boundaries' field must be an array, "
                                                "but found type: %s",
                                    sbl_bson_type_name(bson_iter_type(&it)));
+            }
             nb = 0;
             bson_iter_recurse(&it, &b);
             while (bson_iter_next(&b))
                 nb++;
+            free(bounds); /* a repeated 'boundaries': the last one counts */
             bounds = calloc(nb + 1, sizeof(*bounds));
             nb = 0;
             bson_iter_recurse(&it, &b);

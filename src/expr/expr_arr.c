@@ -1124,7 +1124,8 @@ int op_sortArray(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *e
         vlist_t l;
         vl_from_array(&l, &a);
         tls_sort_by = &by;
-        qsort(l.v, l.n, sizeof(*l.v), cmp_sortarray); /* NOTE: not stable; ties are rare */
+        if (l.n > 1) /* l.v is NULL when empty */
+            qsort(l.v, l.n, sizeof(*l.v), cmp_sortarray); /* not stable, unlike MongoDB */
         vl_to_array(&l, out);
         vl_free(&l);
     }

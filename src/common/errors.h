@@ -78,7 +78,8 @@
     X(DuplicateKey, 11000)                                                                         \
     X(ExceededMemoryLimit, 146)                                                                    \
     X(OutOfDiskSpace, 14031)                                                                       \
-    X(CursorInUse, 292)                                                                            \
+    X(CursorInUse, 143)                                                                            \
+    X(QueryExceededMemoryLimitNoDiskUseAllowed, 292)                                               \
     X(InvalidBSON, 22)                                                                             \
     X(BSONObjectTooLarge, 10334)                                                                   \
     X(TooManyFilesOpen, 264)                                                                       \

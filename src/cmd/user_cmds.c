@@ -29,6 +29,7 @@
 static int name_arg(sbl_cmd_ctx_t *ctx, const char **namep, sbl_err_t *err)
 {
     bson_iter_t it;
+    *namep = NULL; /* out-parameters are cleared on entry */
     bson_iter_init(&it, ctx->cmd);
     bson_iter_next(&it);
     if (!BSON_ITER_HOLDS_UTF8(&it))

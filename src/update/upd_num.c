@@ -177,6 +177,7 @@ bool upd_num_to_double(const bson_value_t *v, bson_value_t *out)
     char buf[BSON_DECIMAL128_STRING];
 
     out->value_type = BSON_TYPE_DOUBLE;
+    out->value.v_double = 0.0; /* not a number: the caller gets false and a defined value */
     switch (v->value_type) {
     case BSON_TYPE_INT32: out->value.v_double = v->value.v_int32; return true;
     case BSON_TYPE_INT64: out->value.v_double = (double)v->value.v_int64; return true;

@@ -414,7 +414,7 @@ static int st_replace_root(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bso
                              "'newRoot' expression must evaluate to an object, but resulting "
                              "value was: %s. Type of resulting value: '%s'.",
                              v.value_type == BSON_TYPE_EOD ? "MISSING" : "a non-object",
-                             sbl_expr_type_name(v.value_type));
+                             sbl_type_name(v.value_type));
             bson_value_destroy(&v);
             break;
         }
@@ -583,7 +583,7 @@ static int st_unwind(sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_BadUnwind,
                            "expected either a string or an object as specification for $unwind "
                            "stage, got %s",
-                           sbl_bson_type_name(bson_iter_type(it)));
+                           sbl_type_name(bson_iter_type(it)));
     }
     if (path == NULL || path[0] != '$')
         return sbl_err_set(err, 28818,
@@ -683,7 +683,7 @@ static int get_num(const bson_iter_t *it, const char *stage, int64_t *out, sbl_e
     if (!BSON_ITER_HOLDS_NUMBER(it))
         return sbl_err_set(err, stage[1] == 'l' ? SBL_E_BadLimit : SBL_E_BadSkip,
                            "invalid argument to %s stage: Expected a number in: %s: %s", stage,
-                           stage, sbl_bson_type_name(bson_iter_type(it)));
+                           stage, sbl_type_name(bson_iter_type(it)));
     *out = bson_iter_as_int64(it);
     if (stage[1] == 'l' && *out <= 0)
         return sbl_err_set(err, SBL_E_BadLimit, "the limit must be positive");

@@ -365,7 +365,7 @@ int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
             if (!BSON_ITER_HOLDS_UTF8(&it))
                 return sbl_err_set(err, SBL_E_FailedToParse,
                                    "$lookup argument '%s' must be a string, is type %s", k,
-                                   sbl_bson_type_name(bson_iter_type(&it)));
+                                   sbl_type_name(bson_iter_type(&it)));
             const char *v = bson_iter_utf8(&it, NULL);
             if (k[0] == 'l')
                 local = v;
@@ -539,7 +539,7 @@ int sbl_agg_facet(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bs
         size_t n;
         if (!BSON_ITER_HOLDS_ARRAY(&it)) {
             rc = sbl_err_set(err, 40170, "arguments to $facet must be arrays, %s is type %s",
-                             name, sbl_bson_type_name(bson_iter_type(&it)));
+                             name, sbl_type_name(bson_iter_type(&it)));
             break;
         }
         sub_doc(&it, &pipeline);
@@ -625,7 +625,7 @@ int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
                 return sbl_err_set(err, 40202,
                                    "The $bucket 'groupBy' field must be defined as a $-prefixed "
                                    "path or an expression, but found: %s",
-                                   sbl_bson_type_name(bson_iter_type(&it)));
+                                   sbl_type_name(bson_iter_type(&it)));
             }
         } else if (strcmp(k, "boundaries") == 0) {
             bson_iter_t b;
@@ -633,7 +633,7 @@ int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
                 free(bounds);
                 return sbl_err_set(err, 40200, "The $bucket 'boundaries' field must be an array, "
                                                "but found type: %s",
-                                   sbl_bson_type_name(bson_iter_type(&it)));
+                                   sbl_type_name(bson_iter_type(&it)));
             }
             nb = 0;
             bson_iter_recurse(&it, &b);
@@ -652,7 +652,7 @@ int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
                 free(bounds);
                 return sbl_err_set(err, 40196, "The $bucket 'output' field must be an object, "
                                                "but found type: %s",
-                                   sbl_bson_type_name(bson_iter_type(&it)));
+                                   sbl_type_name(bson_iter_type(&it)));
             }
             has_output = sub_doc(&it, &output);
         } else {

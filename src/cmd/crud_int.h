@@ -28,8 +28,6 @@
 
 /* ---- argument checking (crud_util.c) ------------------------------------ */
 
-/* MongoDB's name of a BSON type ("string", "object", "long", ...). */
-const char *sbl_bson_type_name(bson_type_t t);
 
 /*
  * Refuse unknown top-level fields of cmd: every field must be in known

@@ -168,13 +168,13 @@ static int normalise_spec(const bson_t *spec, bson_t *out, sbl_err_t *err)
             if (!iter_doc(&it, &key))
                 return sbl_err_set(err, SBL_E_TypeMismatch,
                                    "The field 'key' must be an object, but got %s",
-                                   sbl_bson_type_name(bson_iter_type(&it)));
+                                   sbl_type_name(bson_iter_type(&it)));
             have_key = true;
         } else if (strcmp(k, "name") == 0) {
             if (!BSON_ITER_HOLDS_UTF8(&it))
                 return sbl_err_set(err, SBL_E_TypeMismatch,
                                    "The field 'name' must be a string, but got %s",
-                                   sbl_bson_type_name(bson_iter_type(&it)));
+                                   sbl_type_name(bson_iter_type(&it)));
             name = bson_iter_utf8(&it, NULL);
             if (name[0] == '\0')
                 return sbl_err_set(err, SBL_E_CannotCreateIndex, "index name cannot be empty");
@@ -209,7 +209,7 @@ static int normalise_spec(const bson_t *spec, bson_t *out, sbl_err_t *err)
                 return sbl_err_set(err, SBL_E_CannotCreateIndex,
                                    "TTL index 'expireAfterSeconds' option must be numeric, but "
                                    "received a type of '%s'",
-                                   sbl_bson_type_name(bson_iter_type(&it)));
+                                   sbl_type_name(bson_iter_type(&it)));
             double d = bson_iter_as_double(&it);
             if (isnan(d) || d < 0 || d > 2147483647.0)
                 return sbl_err_set(err, SBL_E_CannotCreateIndex,

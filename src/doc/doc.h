@@ -32,6 +32,10 @@
  * (MinKey -1, null/undefined 5, numbers 10, string/symbol 15, ... MaxKey 127). */
 int sbl_type_rank(bson_type_t t);
 
+/* MongoDB's name of a BSON type, as $type and error messages spell it ("double",
+ * "string", "objectId", "long", ...); "missing" for anything else (end of document). */
+const char *sbl_type_name(bson_type_t t);
+
 /* Three-way compare of two values in MongoDB order; <0, 0 or >0. */
 int sbl_value_compare(const bson_value_t *a, const bson_value_t *b);
 /* Compare whole documents (field names and values, in order), MongoDB order. */

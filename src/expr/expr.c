@@ -226,34 +226,6 @@ bool sbl_expr_truthy(const bson_value_t *v)
     }
 }
 
-const char *sbl_expr_type_name(bson_type_t t)
-{
-    switch (t) {
-    case BSON_TYPE_DOUBLE: return "double";
-    case BSON_TYPE_UTF8: return "string";
-    case BSON_TYPE_DOCUMENT: return "object";
-    case BSON_TYPE_ARRAY: return "array";
-    case BSON_TYPE_BINARY: return "binData";
-    case BSON_TYPE_UNDEFINED: return "undefined";
-    case BSON_TYPE_OID: return "objectId";
-    case BSON_TYPE_BOOL: return "bool";
-    case BSON_TYPE_DATE_TIME: return "date";
-    case BSON_TYPE_NULL: return "null";
-    case BSON_TYPE_REGEX: return "regex";
-    case BSON_TYPE_DBPOINTER: return "dbPointer";
-    case BSON_TYPE_CODE: return "javascript";
-    case BSON_TYPE_SYMBOL: return "symbol";
-    case BSON_TYPE_CODEWSCOPE: return "javascriptWithScope";
-    case BSON_TYPE_INT32: return "int";
-    case BSON_TYPE_TIMESTAMP: return "timestamp";
-    case BSON_TYPE_INT64: return "long";
-    case BSON_TYPE_DECIMAL128: return "decimal";
-    case BSON_TYPE_MINKEY: return "minKey";
-    case BSON_TYPE_MAXKEY: return "maxKey";
-    default: return "missing";
-    }
-}
-
 /* ---- the operator table (sorted by name) ------------------------------------------ */
 
 static const char *const a_cond[] = {"*if", "*then", "*else", NULL};
@@ -692,7 +664,7 @@ int parse_switch(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sbl
     sbl_expr_t *dflt = NULL;
     if (arg->value_type != BSON_TYPE_DOCUMENT || !v_doc(arg, &d))
         return sbl_err_set(err, 40060, "$switch requires an object as an argument, found: %s",
-                           sbl_expr_type_name(arg->value_type));
+                           sbl_type_name(arg->value_type));
     bson_iter_init(&it, &d);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
@@ -702,7 +674,7 @@ int parse_switch(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sbl
             if (v.value_type != BSON_TYPE_ARRAY || !v_doc(&v, &br))
                 return sbl_err_set(err, 40061, "$switch expected an array for 'branches', "
                                                "found: %s",
-                                   sbl_expr_type_name(v.value_type));
+                                   sbl_type_name(v.value_type));
             bson_iter_init(&bi, &br);
             while (bson_iter_next(&bi)) {
                 bson_t b;
@@ -713,7 +685,7 @@ int parse_switch(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sbl
                 if (bv.value_type != BSON_TYPE_DOCUMENT || !v_doc(&bv, &b))
                     return sbl_err_set(err, 40062, "$switch expected each branch to be an "
                                                    "object, found: %s",
-                                       sbl_expr_type_name(bv.value_type));
+                                       sbl_type_name(bv.value_type));
                 bson_iter_init(&f, &b);
                 int rc = 0;
                 while (rc == 0 && bson_iter_next(&f)) {

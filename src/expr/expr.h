@@ -89,7 +89,5 @@ int sbl_schema_parse(const bson_t *schema, sbl_schema_t **planp, sbl_err_t *err)
 bool sbl_schema_match(const sbl_schema_t *s, const bson_t *doc);
 void sbl_schema_free(sbl_schema_t *s);
 
-/* MongoDB's name of a value's type as $type reports it ("int", "missing" for EOD ...). */
-const char *sbl_expr_type_name(bson_type_t t);
 
 #endif

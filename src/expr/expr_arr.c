@@ -69,7 +69,7 @@ static int arr_arg(const sbl_expr_t *e, size_t i, ectx_t *c, bson_value_t *v, bo
     SBL_RET(ex_kid(e, i, c, v, err));
     *nullp = v_nullish(v);
     if (!*nullp && v->value_type != BSON_TYPE_ARRAY) {
-        int rc = sbl_err_set(err, code, fmt, e->op->name, sbl_expr_type_name(v->value_type));
+        int rc = sbl_err_set(err, code, fmt, e->op->name, sbl_type_name(v->value_type));
         bson_value_destroy(v);
         v_missing(v);
         return rc;
@@ -84,7 +84,7 @@ int op_size(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
     if (a.value_type != BSON_TYPE_ARRAY) {
         int rc = sbl_err_set(err, 17124, "The argument to $size must be an array. Type of "
                                          "argument is %s",
-                             sbl_expr_type_name(a.value_type));
+                             sbl_type_name(a.value_type));
         bson_value_destroy(&a);
         return rc;
     }
@@ -116,7 +116,7 @@ int op_arrayElemAt(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t 
         rc = sbl_err_set(err, v_is_num(&i) ? 28691 : 28690,
                          "%s's second argument must be a numeric value%s, but is %s",
                          e->op->name, v_is_num(&i) ? " representable as a 32-bit integral" : "",
-                         sbl_expr_type_name(i.value_type));
+                         sbl_type_name(i.value_type));
     } else if (rc == 0) {
         vlist_t l;
         vl_from_array(&l, &a);
@@ -199,7 +199,7 @@ int op_in(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
     int rc = ex_kid(e, 1, c, &a, err);
     if (rc == 0 && a.value_type != BSON_TYPE_ARRAY) {
         rc = sbl_err_set(err, 40081, "$in requires an array as a second argument, found: %s",
-                         sbl_expr_type_name(a.value_type));
+                         sbl_type_name(a.value_type));
     } else if (rc == 0) {
         vlist_t l;
         bool found = false;
@@ -278,7 +278,7 @@ int op_slice(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
     if (!v_to_i64(&p, &pos)) {
         rc = sbl_err_set(err, 28725, "Second argument to $slice must be a numeric value, but is "
                                      "of type: %s",
-                         sbl_expr_type_name(p.value_type));
+                         sbl_type_name(p.value_type));
         goto done;
     }
     vlist_t l;
@@ -297,7 +297,7 @@ int op_slice(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
             vl_free(&l);
             rc = sbl_err_set(err, 28727, "Third argument to $slice must be numeric, but is of "
                                          "type: %s",
-                             sbl_expr_type_name(q.value_type));
+                             sbl_type_name(q.value_type));
             goto done;
         }
         if (cnt <= 0) {
@@ -359,7 +359,7 @@ int op_range(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
             rc = sbl_err_set(err, codes[got] + (v_is_num(&v[got]) ? 1 : 0),
                              "$range requires a %s that can be represented as a 32-bit "
                              "integer, found value: %s",
-                             what[got], sbl_expr_type_name(v[got].value_type));
+                             what[got], sbl_type_name(v[got].value_type));
     }
     if (rc == 0 && x[2] == 0)
         rc = sbl_err_set(err, 34449, "$range requires a non-zero step value");
@@ -660,7 +660,7 @@ static int all_any(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t 
     if (a.value_type != BSON_TYPE_ARRAY) {
         int rc = sbl_err_set(err, all ? 17040 : 17041,
                              "%s's argument must be an array, but is %s", e->op->name,
-                             sbl_expr_type_name(a.value_type));
+                             sbl_type_name(a.value_type));
         bson_value_destroy(&a);
         return rc;
     }
@@ -805,7 +805,7 @@ int op_mergeObjects(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t
         if (rc == 0 && !v_nullish(&v) && v.value_type != BSON_TYPE_DOCUMENT)
             rc = sbl_err_set(err, 40400, "$mergeObjects requires object inputs, but input %s "
                                          "is of type %s",
-                             "value", sbl_expr_type_name(v.value_type));
+                             "value", sbl_type_name(v.value_type));
         if (rc != 0) {
             bson_value_destroy(&v);
             bson_destroy(&res);
@@ -845,7 +845,7 @@ int op_objectToArray(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_
         v_null(out);
     } else if (v.value_type != BSON_TYPE_DOCUMENT) {
         rc = sbl_err_set(err, 40390, "$objectToArray requires a document input, found: %s",
-                         sbl_expr_type_name(v.value_type));
+                         sbl_type_name(v.value_type));
     } else {
         bson_t d, arr = BSON_INITIALIZER, kv;
         bson_iter_t it;
@@ -942,7 +942,7 @@ int op_getField(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *er
         bson_value_destroy(&f);
         return sbl_err_set(err, 5648, "$getField requires 'field' to evaluate to type String, "
                                       "but got %s",
-                           sbl_expr_type_name(f.value_type));
+                           sbl_type_name(f.value_type));
     }
     int rc;
     if (e->n > 1 && e->kids[1] != NULL)
@@ -1025,7 +1025,7 @@ int op_zip(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
     }
     if (rc == 0 && ins.value_type != BSON_TYPE_ARRAY)
         rc = sbl_err_set(err, 34461, "inputs must be an array of expressions, found %s",
-                         sbl_expr_type_name(ins.value_type));
+                         sbl_type_name(ins.value_type));
     if (rc != 0)
         goto done;
     vlist_t arrays, dl = {0};
@@ -1043,7 +1043,7 @@ int op_zip(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
         }
         if (arrays.v[i].value_type != BSON_TYPE_ARRAY) {
             rc = sbl_err_set(err, 34468, "$zip found a non-array expression in input: %s",
-                             sbl_expr_type_name(arrays.v[i].value_type));
+                             sbl_type_name(arrays.v[i].value_type));
             break;
         }
         vl_from_array(&cols[i], &arrays.v[i]);

@@ -9,6 +9,7 @@
  * Olson names are refused with 40485 (no tz database is consulted), and
  * failed conversions are ConversionFailure 241 unless onError is given.
  */
+#include "doc/doc.h"
 #include "expr/expr_int.h"
 
 #include <ctype.h>
@@ -107,7 +108,7 @@ static int parse_tz(const bson_value_t *tz, int *offp, sbl_err_t *err)
         return 0;
     if (tz->value_type != BSON_TYPE_UTF8)
         return sbl_err_set(err, 40517, "timezone must evaluate to a string, found %s",
-                           sbl_expr_type_name(tz->value_type));
+                           sbl_type_name(tz->value_type));
     const char *s = tz->value.v_utf8.str;
     if (strcmp(s, "UTC") == 0 || strcmp(s, "GMT") == 0 || strcmp(s, "Z") == 0 ||
         strcmp(s, "Etc/UTC") == 0 || strcmp(s, "Etc/GMT") == 0)
@@ -165,7 +166,7 @@ static int date_and_tz(const sbl_expr_t *e, size_t tzi, ectx_t *c, tm_parts_t *t
         *nullp = true;
     } else if (!date_ms(&d, &ms)) {
         rc = sbl_err_set(err, 16006, "can't convert from BSON type %s to Date",
-                         sbl_expr_type_name(d.value_type));
+                         sbl_type_name(d.value_type));
     } else if ((rc = parse_tz(&tz, &off, err)) == 0) {
         split_ms(ms + (int64_t)off * 60000, t);
         if (msp)
@@ -282,7 +283,7 @@ int op_dateToString(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t
     if (f.value_type != BSON_TYPE_EOD && !v_nullish(&f) && f.value_type != BSON_TYPE_UTF8) {
         rc = sbl_err_set(err, 18533, "$dateToString requires that 'format' be a string, found: "
                                      "%s",
-                         sbl_expr_type_name(f.value_type));
+                         sbl_type_name(f.value_type));
         goto done;
     }
     if (v_nullish(&d)) {
@@ -301,7 +302,7 @@ int op_dateToString(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t
         goto done;
     if (!date_ms(&d, &ms)) {
         rc = sbl_err_set(err, 16006, "can't convert from BSON type %s to Date",
-                         sbl_expr_type_name(d.value_type));
+                         sbl_type_name(d.value_type));
         goto done;
     }
     tm_parts_t t;
@@ -370,7 +371,7 @@ int op_dateFromParts(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_
         else if (!v_to_i64(&v, &p[i])) {
             bson_value_destroy(&v);
             return sbl_err_set(err, 40515, "'%s' must evaluate to an integer, found %s",
-                               e->op->named[i], sbl_expr_type_name(v.value_type));
+                               e->op->named[i], sbl_type_name(v.value_type));
         }
         bson_value_destroy(&v);
     }
@@ -564,7 +565,7 @@ int op_dateFromString(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err
     if (s.value_type != BSON_TYPE_UTF8) {
         rc = sbl_err_set(err, SBL_E_ConversionFailure,
                          "$dateFromString requires that 'dateString' be a string, found: %s",
-                         sbl_expr_type_name(s.value_type));
+                         sbl_type_name(s.value_type));
     } else if (!parse_date(s.value.v_utf8.str,
                            f.value_type == BSON_TYPE_UTF8 ? f.value.v_utf8.str : NULL, &ms,
                            &has_off, &soff)) {
@@ -722,7 +723,7 @@ int op_type(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
 {
     bson_value_t v;
     SBL_RET(ex_kid(e, 0, c, &v, err));
-    const char *n = sbl_expr_type_name(v.value_type);
+    const char *n = sbl_type_name(v.value_type);
     v_str(out, n, strlen(n));
     bson_value_destroy(&v);
     return 0;
@@ -746,7 +747,7 @@ static int ts_part(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t 
         v_null(out);
     else if (v.value_type != BSON_TYPE_TIMESTAMP)
         rc = sbl_err_set(err, 5687301, "Argument to %s must be a timestamp, but is %s",
-                         e->op->name, sbl_expr_type_name(v.value_type));
+                         e->op->name, sbl_type_name(v.value_type));
     else
         v_i64(out, inc ? v.value.v_timestamp.increment : v.value.v_timestamp.timestamp);
     bson_value_destroy(&v);
@@ -785,7 +786,7 @@ static int conv_fail(sbl_err_t *err, const bson_value_t *in, bson_type_t to)
 {
     return sbl_err_set(err, SBL_E_ConversionFailure,
                        "Unsupported conversion from %s to %s in $convert with no onError value",
-                       sbl_expr_type_name(in->value_type), sbl_expr_type_name(to));
+                       sbl_type_name(in->value_type), sbl_type_name(to));
 }
 
 static int parse_num_str(const bson_value_t *in, bson_type_t to, bson_value_t *out, sbl_err_t *err)

@@ -101,7 +101,7 @@ int op_add(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
         }
         if (!v_is_num(v)) {
             rc = sbl_err_set(err, 16554, "$add only supports numeric or date types, not %s",
-                             sbl_expr_type_name(v->value_type));
+                             sbl_type_name(v->value_type));
             break;
         }
         int k = num_kind(v);
@@ -154,7 +154,7 @@ int op_multiply(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *er
         }
         if (!v_is_num(v)) {
             rc = sbl_err_set(err, 16555, "$multiply only supports numeric types, not %s",
-                             sbl_expr_type_name(v->value_type));
+                             sbl_type_name(v->value_type));
             break;
         }
         int k = num_kind(v);
@@ -204,7 +204,7 @@ int op_subtract(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *er
             set_num(out, v_to_ldouble(&a) - v_to_ldouble(&b), kind == NK_DEC ? NK_DEC : NK_DOUBLE);
     } else {
         rc = sbl_err_set(err, 16556, "can't $subtract %s from %s",
-                         sbl_expr_type_name(b.value_type), sbl_expr_type_name(a.value_type));
+                         sbl_type_name(b.value_type), sbl_type_name(a.value_type));
     }
     bson_value_destroy(&a);
     bson_value_destroy(&b);
@@ -224,7 +224,7 @@ static int two_nums(const sbl_expr_t *e, ectx_t *c, bson_value_t *a, bson_value_
     *nullp = v_nullish(a) || v_nullish(b);
     if (!*nullp && (!v_is_num(a) || !v_is_num(b))) {
         rc = sbl_err_set(err, code, "%s only supports numeric types, not %s and %s", e->op->name,
-                         sbl_expr_type_name(a->value_type), sbl_expr_type_name(b->value_type));
+                         sbl_type_name(a->value_type), sbl_type_name(b->value_type));
         bson_value_destroy(a);
         bson_value_destroy(b);
         return rc;
@@ -336,7 +336,7 @@ static int unary_num(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, bson_val
     }
     if (!v_is_num(a)) {
         int rc = sbl_err_set(err, code, "%s only supports numeric types, not %s", e->op->name,
-                             sbl_expr_type_name(a->value_type));
+                             sbl_type_name(a->value_type));
         bson_value_destroy(a);
         return rc;
     }
@@ -606,7 +606,7 @@ static int str_arg(const sbl_expr_t *e, size_t i, ectx_t *c, bson_value_t *v, bo
     *nullp = v_nullish(v);
     if (!*nullp && v->value_type != BSON_TYPE_UTF8 && v->value_type != BSON_TYPE_SYMBOL) {
         int rc = sbl_err_set(err, code, "%s %s, not %s", e->op->name, what,
-                             sbl_expr_type_name(v->value_type));
+                             sbl_type_name(v->value_type));
         bson_value_destroy(v);
         v_missing(v);
         return rc;
@@ -654,7 +654,7 @@ static int coerce_str(const bson_value_t *v, bson_value_t *out, const char *op, 
     if (v_is_num(v) || v->value_type == BSON_TYPE_DATE_TIME || v->value_type == BSON_TYPE_TIMESTAMP)
         return ex_convert(v, BSON_TYPE_UTF8, out, err);
     return sbl_err_set(err, 16007, "can't convert from BSON type %s to String",
-                       sbl_expr_type_name(v->value_type));
+                       sbl_type_name(v->value_type));
 }
 
 static int utf8_len(unsigned char c)
@@ -680,13 +680,13 @@ static int substr(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *
     if (!v_is_num(&a) || !v_to_i64(&a, &start) || (cp && start < 0)) {
         rc = sbl_err_set(err, cp ? 34450 : 16034,
                          "%s: starting index must be a numeric type (is BSON type %s)",
-                         e->op->name, sbl_expr_type_name(a.value_type));
+                         e->op->name, sbl_type_name(a.value_type));
         goto done;
     }
     if (!v_is_num(&b) || !v_to_i64(&b, &len)) {
         rc = sbl_err_set(err, cp ? 34452 : 16035,
                          "%s: length must be a numeric type (is BSON type %s)", e->op->name,
-                         sbl_expr_type_name(b.value_type));
+                         sbl_type_name(b.value_type));
         goto done;
     }
     const char *str = sv.value.v_utf8.str;
@@ -887,11 +887,11 @@ int op_split(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
     if (rc == 0 && !v_nullish(&s) && s.value_type != BSON_TYPE_UTF8)
         rc = sbl_err_set(err, 40085, "$split requires an expression that evaluates to a string "
                                      "as a first argument, found: %s",
-                         sbl_expr_type_name(s.value_type));
+                         sbl_type_name(s.value_type));
     else if (rc == 0 && !v_nullish(&s) && d.value_type != BSON_TYPE_UTF8)
         rc = sbl_err_set(err, 40086, "$split requires an expression that evaluates to a string "
                                      "as a second argument, found: %s",
-                         sbl_expr_type_name(d.value_type));
+                         sbl_type_name(d.value_type));
     else if (rc == 0 && !v_nullish(&s) && d.value.v_utf8.len == 0)
         rc = sbl_err_set(err, 40087, "$split requires a non-empty separator");
     if (rc == 0 && v_nullish(&s)) {
@@ -929,7 +929,7 @@ static int str_len(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t 
     if (s.value_type != BSON_TYPE_UTF8) {
         int rc = sbl_err_set(err, cp ? 34471 : 34473,
                              "%s requires a string argument, found: %s", e->op->name,
-                             sbl_expr_type_name(s.value_type));
+                             sbl_type_name(s.value_type));
         bson_value_destroy(&s);
         return rc;
     }
@@ -985,12 +985,12 @@ static int index_of(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t
     }
     if (s.value_type != BSON_TYPE_UTF8) {
         rc = sbl_err_set(err, 40091, "%s requires a string as the first argument, found: %s",
-                         e->op->name, sbl_expr_type_name(s.value_type));
+                         e->op->name, sbl_type_name(s.value_type));
         goto done;
     }
     if (sub.value_type != BSON_TYPE_UTF8) {
         rc = sbl_err_set(err, 40092, "%s requires a string as the second argument, found: %s",
-                         e->op->name, sbl_expr_type_name(sub.value_type));
+                         e->op->name, sbl_type_name(sub.value_type));
         goto done;
     }
     if (a.value_type != BSON_TYPE_EOD && (!v_to_i64(&a, &start) || start < 0)) {
@@ -1059,7 +1059,7 @@ static int replace(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t 
         else if (v[got].value_type != BSON_TYPE_UTF8) {
             static const char *const what[] = {"input", "find", "replacement"};
             rc = sbl_err_set(err, 51746, "%s requires that '%s' be a string, found: %s",
-                             e->op->name, what[got], sbl_expr_type_name(v[got].value_type));
+                             e->op->name, what[got], sbl_type_name(v[got].value_type));
             got++;
             break;
         }

@@ -72,8 +72,6 @@ bool upd_parse_index(const char *s, size_t *idxp);
 /* Render a value the way MongoDB prints one in messages (1, "x", { a: 1 }, [ 1 ]). */
 void upd_render_value(bson_string_t *s, const bson_value_t *v);
 void upd_render_node(bson_string_t *s, const upd_node_t *n);
-/* MongoDB's type name ("int", "string", "object" ...). */
-const char *upd_type_name(bson_type_t t);
 
 /* ---- parsed updates (upd_parse.c, upd_ops.c) -------------------------- */
 

@@ -129,7 +129,7 @@ static int apply_arith(const upd_action_t *a, upd_target_t *t, const upd_ctx_t *
         sbl_err_set(err, SBL_E_TypeMismatch,
                     "Cannot apply %s to a value of non-numeric type. %s has the field '%s' of "
                     "non-numeric type %s",
-                    a->op->name, s->str, t->key, upd_type_name(t->node->type));
+                    a->op->name, s->str, t->key, sbl_type_name(t->node->type));
         bson_string_free(s, true);
         return SBL_E_TypeMismatch;
     }
@@ -304,7 +304,7 @@ static int parse_push(upd_action_t *a, bson_iter_t *arg, sbl_err_t *err)
                 return sbl_err_set(err, SBL_E_BadValue,
                                    "The argument to $each in $push must be an array but it was "
                                    "of type: %s",
-                                   upd_type_name(v->value_type));
+                                   sbl_type_name(v->value_type));
             if (a->each)
                 return sbl_err_set(err, SBL_E_BadValue, "Only one $each clause is supported.");
             take_each(a, v);
@@ -313,14 +313,14 @@ static int parse_push(upd_action_t *a, bson_iter_t *arg, sbl_err_t *err)
                 return sbl_err_set(err, SBL_E_BadValue,
                                    "The value for $slice must be an integer value but was given "
                                    "type: %s",
-                                   upd_type_name(v->value_type));
+                                   sbl_type_name(v->value_type));
             a->has_slice = true;
         } else if (strcmp(k, "$position") == 0) {
             if (!integral(v, &a->position))
                 return sbl_err_set(err, SBL_E_BadValue,
                                    "The value for $position must be an integer value, not of "
                                    "type: %s",
-                                   upd_type_name(v->value_type));
+                                   sbl_type_name(v->value_type));
             a->has_position = true;
         } else if (strcmp(k, "$sort") == 0) {
             SBL_RET(parse_push_sort(a, &it, err));
@@ -392,7 +392,7 @@ static int apply_push(const upd_action_t *a, upd_target_t *t, const upd_ctx_t *c
         upd_render_id(s, cx);
         sbl_err_set(err, SBL_E_BadValue,
                     "The field '%s' must be an array but is of type %s in document %s", t->key,
-                    upd_type_name(arr->type), s->str);
+                    sbl_type_name(arr->type), s->str);
         bson_string_free(s, true);
         return SBL_E_BadValue;
     }
@@ -433,7 +433,7 @@ static int parse_add_to_set(upd_action_t *a, bson_iter_t *arg, sbl_err_t *err)
             return sbl_err_set(err, SBL_E_TypeMismatch,
                                "The argument to $each in $addToSet must be an array but it was "
                                "of type %s",
-                               upd_type_name(bson_iter_type(&it)));
+                               sbl_type_name(bson_iter_type(&it)));
         take_each(a, bson_iter_value(&it));
         if (bson_iter_next(&it))
             return err_with_elem(err, SBL_E_BadValue,
@@ -470,7 +470,7 @@ static int apply_add_to_set(const upd_action_t *a, upd_target_t *t, const upd_ct
         return sbl_err_set(err, SBL_E_BadValue,
                            "Cannot apply $addToSet to non-array field. Field named '%s' has "
                            "non-array type %s",
-                           t->key, upd_type_name(arr->type));
+                           t->key, sbl_type_name(arr->type));
     }
     for (size_t i = 0; i < a->neach; i++)
         if (!array_contains(arr, &a->each[i]))
@@ -510,7 +510,7 @@ static int apply_pop(const upd_action_t *a, upd_target_t *t, const upd_ctx_t *cx
     if (t->node->type != BSON_TYPE_ARRAY)
         return sbl_err_set(err, SBL_E_TypeMismatch,
                            "Path '%s' contains an element of non-array type '%s'", t->path,
-                           upd_type_name(t->node->type));
+                           sbl_type_name(t->node->type));
     if (t->node->nkids > 0)
         upd_node_free(upd_node_detach(t->node, a->pop > 0 ? t->node->nkids - 1 : 0));
     return 0;
@@ -586,7 +586,7 @@ static int parse_pull_all(upd_action_t *a, bson_iter_t *arg, sbl_err_t *err)
     if (a->arg.value_type != BSON_TYPE_ARRAY)
         return sbl_err_set(err, SBL_E_BadValue,
                            "$pullAll requires an array argument but was given a %s",
-                           upd_type_name(a->arg.value_type));
+                           sbl_type_name(a->arg.value_type));
     take_each(a, &a->arg);
     return 0;
 }
@@ -631,7 +631,7 @@ static int parse_bit(upd_action_t *a, bson_iter_t *arg, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_BadValue,
                            "The $bit modifier is not compatible with a %s. You must pass in an "
                            "embedded document: %s",
-                           upd_type_name(a->arg.value_type), fmt);
+                           sbl_type_name(a->arg.value_type), fmt);
     bson_iter_recurse(arg, &it);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
@@ -657,7 +657,7 @@ static int parse_bit(upd_action_t *a, bson_iter_t *arg, sbl_err_t *err)
             sbl_err_set(err, SBL_E_BadValue,
                         "The $bit modifier field must be an Integer(32/64 bit); a '%s' is not "
                         "supported here: {%s}",
-                        upd_type_name(v->value_type), e);
+                        sbl_type_name(v->value_type), e);
             bson_free(e);
             return SBL_E_BadValue;
         }
@@ -684,7 +684,7 @@ static int apply_bit(const upd_action_t *a, upd_target_t *t, const upd_ctx_t *cx
             sbl_err_set(err, SBL_E_BadValue,
                         "Cannot apply $bit to a value of non-integral type.%s has the field %s "
                         "of non-integer type %s",
-                        s->str, t->key, upd_type_name(t->node->type));
+                        s->str, t->key, sbl_type_name(t->node->type));
             bson_string_free(s, true);
             return SBL_E_BadValue;
         }

@@ -8,6 +8,7 @@
  * prefix of another); every $[<id>] has exactly one array filter and every
  * array filter is used; actions end up sorted by path (see upd_int.h).
  */
+#include "doc/doc.h"
 #include "update/upd_int.h"
 
 #include <ctype.h>
@@ -301,7 +302,7 @@ static int parse_filters(sbl_update_t *u, const bson_t *array_filters, sbl_err_t
         if (!BSON_ITER_HOLDS_DOCUMENT(&it))
             return sbl_err_set(err, SBL_E_TypeMismatch,
                                "Each array filter must be an object, found %s",
-                               upd_type_name(bson_iter_type(&it)));
+                               sbl_type_name(bson_iter_type(&it)));
         bson_iter_document(&it, &len, &data);
         if (!bson_init_static(&filter, data, len))
             return sbl_err_set(err, SBL_E_InvalidBSON, "invalid array filter");
@@ -414,7 +415,7 @@ static int parse_operator(sbl_update_t *u, bson_iter_t *opit, size_t *capp, sbl_
         sbl_err_set(err, SBL_E_FailedToParse,
                     "Modifiers operate on fields but we found type %s instead. For example: "
                     "{$mod: {<field>: ...}} not {%s: %s}",
-                    upd_type_name(bson_iter_type(opit)), name, s->str);
+                    sbl_type_name(bson_iter_type(opit)), name, s->str);
         bson_string_free(s, true);
         return SBL_E_FailedToParse;
     }

@@ -7,6 +7,7 @@
  * bson_value_copy) and its children; array children have NULL keys and are
  * renumbered 0..n-1 when written.
  */
+#include "doc/doc.h"
 #include "update/upd_int.h"
 
 #include <inttypes.h>
@@ -210,33 +211,6 @@ void upd_node_view(const upd_node_t *n, bson_t *scratch, bson_value_t *out)
 
 /* ---- rendering for messages ------------------------------------------- */
 
-const char *upd_type_name(bson_type_t t)
-{
-    switch (t) {
-    case BSON_TYPE_DOUBLE: return "double";
-    case BSON_TYPE_UTF8: return "string";
-    case BSON_TYPE_DOCUMENT: return "object";
-    case BSON_TYPE_ARRAY: return "array";
-    case BSON_TYPE_BINARY: return "binData";
-    case BSON_TYPE_UNDEFINED: return "undefined";
-    case BSON_TYPE_OID: return "objectId";
-    case BSON_TYPE_BOOL: return "bool";
-    case BSON_TYPE_DATE_TIME: return "date";
-    case BSON_TYPE_NULL: return "null";
-    case BSON_TYPE_REGEX: return "regex";
-    case BSON_TYPE_DBPOINTER: return "dbPointer";
-    case BSON_TYPE_CODE: return "javascript";
-    case BSON_TYPE_SYMBOL: return "symbol";
-    case BSON_TYPE_CODEWSCOPE: return "javascriptWithScope";
-    case BSON_TYPE_INT32: return "int";
-    case BSON_TYPE_TIMESTAMP: return "timestamp";
-    case BSON_TYPE_INT64: return "long";
-    case BSON_TYPE_DECIMAL128: return "decimal";
-    case BSON_TYPE_MINKEY: return "minKey";
-    case BSON_TYPE_MAXKEY: return "maxKey";
-    default: return "unknown";
-    }
-}
 
 static void render_container(bson_string_t *s, const bson_value_t *v)
 {
@@ -311,7 +285,7 @@ void upd_render_value(bson_string_t *s, const bson_value_t *v)
         bson_string_append_printf(s, "/%s/%s", v->value.v_regex.regex, v->value.v_regex.options);
         break;
     default:
-        bson_string_append(s, upd_type_name(v->value_type));
+        bson_string_append(s, sbl_type_name(v->value_type));
         break;
     }
 }

@@ -151,6 +151,25 @@ static int roles_into(sbl_cmd_ctx_t *ctx, const bson_t *roles, bson_t *out, uint
     return 0;
 }
 
+/*
+ * The roles a grant leaves: the stored roles (entries that do not parse are
+ * dropped) followed by the granted ones not already there.  out is
+ * initialised by the caller; *np counts its entries.
+ */
+static int roles_granted(sbl_cmd_ctx_t *ctx, const bson_t *stored, const bson_t *granted,
+                         bson_t *out, uint32_t *np, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bson_iter_init(&it, stored);
+    while (bson_iter_next(&it)) {
+        const char *r, *d;
+        if (role_at(&it, ctx->db, &r, &d, err) == 0)
+            append_role(out, (*np)++, r, d);
+    }
+    sbl_err_clear(err);
+    return roles_into(ctx, granted, out, np, err);
+}
+
 /* Copy the roles of arr into out except those listed in drop. */
 static uint32_t roles_without(const bson_t *arr, const bson_t *drop, const char *default_db,
                               bson_t *out)
@@ -642,15 +661,7 @@ static int change_user_roles(sbl_cmd_ctx_t *ctx, bool grant, sbl_err_t *err)
     if (!doc_field(&old, "roles", &stored))
         bson_init(&stored);
     if (grant) {
-        bson_iter_t it;
-        bson_iter_init(&it, &stored);
-        while (bson_iter_next(&it)) {
-            const char *r, *d;
-            if (role_at(&it, ctx->db, &r, &d, err) == 0)
-                append_role(&roles, n++, r, d);
-        }
-        sbl_err_clear(err);
-        SBL_ERR(roles_into(ctx, &roles_in, &roles, &n, err));
+        SBL_ERR(roles_granted(ctx, &stored, &roles_in, &roles, &n, err));
     } else {
         bson_iter_t it;
         bson_iter_init(&it, &roles_in);
@@ -1140,15 +1151,7 @@ static int change_role_roles(sbl_cmd_ctx_t *ctx, bool grant, sbl_err_t *err)
     if (!doc_field(&old, "roles", &stored))
         bson_init(&stored);
     if (grant) {
-        bson_iter_t it;
-        bson_iter_init(&it, &stored);
-        while (bson_iter_next(&it)) {
-            const char *r, *d;
-            if (role_at(&it, ctx->db, &r, &d, err) == 0)
-                append_role(&next, n++, r, d);
-        }
-        sbl_err_clear(err);
-        SBL_ERR(roles_into(ctx, &roles_in, &next, &n, err));
+        SBL_ERR(roles_granted(ctx, &stored, &roles_in, &next, &n, err));
         SBL_ERR(inheritance_ok(ctx, role, &next, err));
     } else {
         roles_without(&stored, &roles_in, ctx->db, &next);

@@ -180,14 +180,6 @@ static int computed_apply(const sbl_agg_env_t *env, const computed_t *c, const b
 
 /* ---- stages ----------------------------------------------------------------------- */
 
-static bool stage_doc(const bson_iter_t *it, bson_t *out)
-{
-    uint32_t len;
-    const uint8_t *data;
-    bson_iter_document(it, &len, &data);
-    return bson_init_static(out, data, len);
-}
-
 static int st_match(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec,
                     sbl_err_t *err)
 {
@@ -261,7 +253,7 @@ static int project_split(const bson_t *spec, const char *prefix, proj_parts_t *p
         if (BSON_ITER_HOLDS_DOCUMENT(&it) && depth < 50) {
             bson_t sub;
             bson_iter_t f;
-            stage_doc(&it, &sub);
+            sbl_iter_doc(&it, &sub);
             if (bson_iter_init(&f, &sub) && bson_iter_next(&f) && bson_iter_key(&f)[0] != '$') {
                 SBL_RET(project_split(&sub, path, pp, depth + 1, err));
                 continue;
@@ -346,7 +338,7 @@ static int add_fields_spec(computed_t *c, const bson_t *spec, const char *prefix
         bson_iter_t f;
         snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", bson_iter_key(&it));
         sbl_iter_value(&it, &v);
-        if (BSON_ITER_HOLDS_DOCUMENT(&it) && depth < 50 && stage_doc(&it, &sub) &&
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) && depth < 50 && sbl_iter_doc(&it, &sub) &&
             bson_iter_init(&f, &sub) && bson_iter_next(&f) && bson_iter_key(&f)[0] != '$') {
             SBL_RET(add_fields_spec(c, &sub, path, depth + 1, err));
             continue;
@@ -703,7 +695,7 @@ static int run_stage(sbl_agg_env_t *env, const char *ns, size_t index, bool last
     const char *name = bson_iter_key(st);
     bson_t spec;
     bool is_doc = BSON_ITER_HOLDS_DOCUMENT(st);
-    if (is_doc && !stage_doc(st, &spec))
+    if (is_doc && !sbl_iter_doc(st, &spec))
         return sbl_err_set(err, SBL_E_InvalidBSON, "invalid stage");
 #define NEED_DOC(code, msg)                                                                        \
     if (!is_doc)                                                                                   \
@@ -982,7 +974,7 @@ int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         } else if (strcmp(k, "let") == 0) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
                 return sbl_crud_type_error(err, "aggregate.let", &it, "object");
-            stage_doc(&it, &let_spec);
+            sbl_iter_doc(&it, &let_spec);
             has_let = true;
         }
     }
@@ -1027,12 +1019,12 @@ int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         }
         if (strcmp(name, "$match") == 0 && first == 0 && BSON_ITER_HOLDS_DOCUMENT(&f)) {
             bson_t m;
-            stage_doc(&f, &m);
+            sbl_iter_doc(&f, &m);
             sbl_expr_bind_let(&m, &let_vals, &filter);
             has_filter = true;
         } else if (strcmp(name, "$sort") == 0 && !has_sort && skip == 0 && limit == 0 &&
                    BSON_ITER_HOLDS_DOCUMENT(&f)) {
-            has_sort = stage_doc(&f, &sort);
+            has_sort = sbl_iter_doc(&f, &sort);
             if (bson_empty(&sort)) {
                 has_sort = false;
                 break; /* let the stage report the error */

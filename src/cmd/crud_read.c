@@ -61,14 +61,6 @@ static void find_free(void *state)
 static const sbl_cursor_source_t find_source = {find_next, find_free};
 
 /* View the document held by the iterator as *out (read-only, no copy). */
-static bool iter_doc(const bson_iter_t *it, bson_t *out)
-{
-    uint32_t len;
-    const uint8_t *data;
-    bson_iter_document(it, &len, &data);
-    return bson_init_static(out, data, len);
-}
-
 /* Read a non-negative integer option ("skip", "batchSize"...) as find does. */
 static int get_count_arg(const bson_iter_t *it, const char *req, int64_t *out, bool allow_neg,
                          sbl_err_t *err)
@@ -110,10 +102,10 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                 return sbl_crud_type_error(err, field, &it, "object");
             bson_t *dst = k[0] == 'f' ? &filter : k[0] == 'p' ? &projection : &sort;
             if (k[0] == 'l')
-                has_let = iter_doc(&it, &let_spec);
+                has_let = sbl_iter_doc(&it, &let_spec);
             if (k[0] == 'l' || k[0] == 'c')
                 continue;
-            if (!iter_doc(&it, dst))
+            if (!sbl_iter_doc(&it, dst))
                 return sbl_err_set(err, SBL_E_InvalidBSON, "invalid %s", k);
             *(k[0] == 'f' ? &has_filter : k[0] == 'p' ? &has_proj : &has_sort) = true;
         } else if (strcmp(k, "skip") == 0) {
@@ -203,7 +195,7 @@ int sbl_cmd_count(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                 continue;
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
                 return sbl_crud_type_error(err, "CountCommandRequest.query", &it, "object");
-            if (!iter_doc(&it, &query))
+            if (!sbl_iter_doc(&it, &query))
                 return sbl_err_set(err, SBL_E_InvalidBSON, "invalid query");
             has_query = !bson_empty(&query);
         } else if (strcmp(k, "skip") == 0) {
@@ -346,7 +338,7 @@ int sbl_cmd_distinct(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                 continue;
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
                 return sbl_crud_type_error(err, "DistinctCommandRequest.query", &it, "object");
-            if (!iter_doc(&it, &query))
+            if (!sbl_iter_doc(&it, &query))
                 return sbl_err_set(err, SBL_E_InvalidBSON, "invalid query");
             has_query = true;
         } else if (strcmp(k, "hint") == 0) {

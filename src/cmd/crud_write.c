@@ -203,14 +203,6 @@ int sbl_crud_upsert(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *filter,
 }
 
 /* View the document held by the iterator as *out (read-only). */
-static bool iter_doc(const bson_iter_t *it, bson_t *out)
-{
-    uint32_t len;
-    const uint8_t *data;
-    bson_iter_document(it, &len, &data);
-    return bson_init_static(out, data, len);
-}
-
 static bool iter_array(const bson_iter_t *it, bson_t *out)
 {
     uint32_t len;
@@ -296,7 +288,7 @@ static int get_let(const bson_t *cmd, const char *req, bson_t *vals, sbl_err_t *
         bson_init(vals);
         return sbl_crud_type_error(err, field, &it, "object");
     }
-    iter_doc(&it, &spec);
+    sbl_iter_doc(&it, &spec);
     return sbl_expr_eval_let(&spec, vals, err);
 }
 
@@ -355,7 +347,7 @@ int sbl_cmd_insert(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     for (int64_t i = 0; bson_iter_next(&it); i++) {
         bson_t in, doc, info = BSON_INITIALIZER;
         sbl_err_t e = {0};
-        int rc = iter_doc(&it, &in) ? 0 : sbl_err_set(&e, SBL_E_InvalidBSON, "invalid document");
+        int rc = sbl_iter_doc(&it, &in) ? 0 : sbl_err_set(&e, SBL_E_InvalidBSON, "invalid document");
         if (rc == 0 && (rc = sbl_crud_prepare_doc(&in, &doc, &e)) == 0) {
             rc = sbl_crud_validate(c, NULL, &doc, bypass, &info, &e);
             if (rc == 0)
@@ -414,13 +406,13 @@ static int parse_update_stmt(const bson_t *s, update_stmt_t *st, sbl_err_t *err)
         if (strcmp(k, "q") == 0) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
                 return sbl_crud_type_error(err, field, &it, "object");
-            st->has_q = iter_doc(&it, &st->q);
+            st->has_q = sbl_iter_doc(&it, &st->q);
         } else if (strcmp(k, "u") == 0) {
             if (BSON_ITER_HOLDS_ARRAY(&it)) {
                 st->u_is_pipeline = true;
                 st->has_u = iter_array(&it, &st->u);
             } else if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
-                st->has_u = iter_doc(&it, &st->u);
+                st->has_u = sbl_iter_doc(&it, &st->u);
             } else {
                 return sbl_crud_type_error(err, field, &it, "object");
             }
@@ -600,7 +592,7 @@ int sbl_cmd_update(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bson_iter_init(&it, &stmts);
     for (uint32_t i = 0; bson_iter_next(&it); i++) {
         bson_t s;
-        int rc = iter_doc(&it, &s) ? parse_update_stmt(&s, &parsed[i], err)
+        int rc = sbl_iter_doc(&it, &s) ? parse_update_stmt(&s, &parsed[i], err)
                                    : sbl_err_set(err, SBL_E_InvalidBSON, "invalid statement");
         if (rc != 0) {
             free(parsed);
@@ -668,7 +660,7 @@ static int parse_delete_stmt(const bson_t *s, delete_stmt_t *st, sbl_err_t *err)
         if (strcmp(k, "q") == 0) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
                 return sbl_crud_type_error(err, field, &it, "object");
-            st->has_q = iter_doc(&it, &st->q);
+            st->has_q = sbl_iter_doc(&it, &st->q);
         } else if (strcmp(k, "limit") == 0) {
             if (!BSON_ITER_HOLDS_NUMBER(&it))
                 return sbl_crud_type_error(err, field, &it, "[long, int, decimal, double]");
@@ -785,7 +777,7 @@ int sbl_cmd_delete(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bson_iter_init(&it, &stmts);
     for (uint32_t i = 0; bson_iter_next(&it); i++) {
         bson_t s;
-        int rc = iter_doc(&it, &s) ? parse_delete_stmt(&s, &parsed[i], err)
+        int rc = sbl_iter_doc(&it, &s) ? parse_delete_stmt(&s, &parsed[i], err)
                                    : sbl_err_set(err, SBL_E_InvalidBSON, "invalid statement");
         if (rc != 0) {
             free(parsed);

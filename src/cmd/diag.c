@@ -16,19 +16,14 @@
 
 static void append_mem(bson_t *r)
 {
-    long pages_virt = 0, pages_res = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f != NULL) {
-        if (fscanf(f, "%ld %ld", &pages_virt, &pages_res) != 2)
-            pages_virt = pages_res = 0;
-        fclose(f);
-    }
-    long psize = sysconf(_SC_PAGESIZE);
+    double cpu;
+    int64_t resident, virt;
+    sbl_metrics_process(&cpu, &resident, &virt);
     bson_t d;
     BSON_APPEND_DOCUMENT_BEGIN(r, "mem", &d);
     BSON_APPEND_INT32(&d, "bits", 64);
-    BSON_APPEND_INT32(&d, "resident", (int32_t)((int64_t)pages_res * psize / (1024 * 1024)));
-    BSON_APPEND_INT32(&d, "virtual", (int32_t)((int64_t)pages_virt * psize / (1024 * 1024)));
+    BSON_APPEND_INT32(&d, "resident", (int32_t)(resident / (1024 * 1024)));
+    BSON_APPEND_INT32(&d, "virtual", (int32_t)(virt / (1024 * 1024)));
     BSON_APPEND_BOOL(&d, "supported", true);
     bson_append_document_end(r, &d);
 }

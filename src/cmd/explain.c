@@ -27,16 +27,6 @@ typedef struct explain_req {
     const char *wrap; /* COUNT, UPDATE, DELETE ... or NULL */
 } explain_req_t;
 
-static bool view_doc(const bson_iter_t *it, bson_t *out)
-{
-    uint32_t len;
-    const uint8_t *data;
-    if (!BSON_ITER_HOLDS_DOCUMENT(it))
-        return false;
-    bson_iter_document(it, &len, &data);
-    return bson_init_static(out, data, len);
-}
-
 /* Read filter/sort/skip/limit/hint from doc's fields named as given. */
 static int read_fields(const bson_t *doc, const char *filter_name, explain_req_t *r,
                        sbl_err_t *err)
@@ -46,9 +36,9 @@ static int read_fields(const bson_t *doc, const char *filter_name, explain_req_t
     bson_iter_init(&it, doc);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
-        if (strcmp(k, filter_name) == 0 && view_doc(&it, &r->filter))
+        if (strcmp(k, filter_name) == 0 && sbl_iter_doc(&it, &r->filter))
             r->has_filter = true;
-        else if (strcmp(k, "sort") == 0 && view_doc(&it, &r->sort))
+        else if (strcmp(k, "sort") == 0 && sbl_iter_doc(&it, &r->sort))
             r->has_sort = true;
         else if (strcmp(k, "skip") == 0 && BSON_ITER_HOLDS_NUMBER(&it))
             r->skip = bson_iter_as_int64(&it);
@@ -67,7 +57,7 @@ static bool first_stmt(const bson_t *cmd, const char *field, bson_t *out)
 {
     bson_iter_t it, a;
     return bson_iter_init_find(&it, cmd, field) && BSON_ITER_HOLDS_ARRAY(&it) &&
-           bson_iter_recurse(&it, &a) && bson_iter_next(&a) && view_doc(&a, out);
+           bson_iter_recurse(&it, &a) && bson_iter_next(&a) && sbl_iter_doc(&a, out);
 }
 
 static int parse_inner(const bson_t *inner, explain_req_t *r, sbl_err_t *err)
@@ -119,14 +109,14 @@ static int parse_inner(const bson_t *inner, explain_req_t *r, sbl_err_t *err)
         while (bson_iter_next(&st)) {
             bson_t stage;
             bson_iter_t s;
-            if (!view_doc(&st, &stage) || !bson_iter_init(&s, &stage) || !bson_iter_next(&s))
+            if (!sbl_iter_doc(&st, &stage) || !bson_iter_init(&s, &stage) || !bson_iter_next(&s))
                 break;
             const char *name = bson_iter_key(&s);
             if (strcmp(name, "$match") == 0 && !r->has_filter && !r->has_sort && !r->skip &&
-                !r->limit && view_doc(&s, &r->filter))
+                !r->limit && sbl_iter_doc(&s, &r->filter))
                 r->has_filter = true;
             else if (strcmp(name, "$sort") == 0 && !r->has_sort && !r->skip && !r->limit &&
-                     view_doc(&s, &r->sort))
+                     sbl_iter_doc(&s, &r->sort))
                 r->has_sort = true;
             else if (strcmp(name, "$skip") == 0 && BSON_ITER_HOLDS_NUMBER(&s) && !r->limit)
                 r->skip += bson_iter_as_int64(&s);
@@ -314,7 +304,7 @@ int sbl_cmd_explain(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     run_stats_t rs = {0};
     int rc;
 
-    if (!bson_iter_init_find(&it, ctx->cmd, "explain") || !view_doc(&it, &inner))
+    if (!bson_iter_init_find(&it, ctx->cmd, "explain") || !sbl_iter_doc(&it, &inner))
         return sbl_err_set(err, SBL_E_FailedToParse,
                            "explain command requires a nested object");
     if (bson_iter_init_find(&it, ctx->cmd, "verbosity")) {

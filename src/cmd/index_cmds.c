@@ -37,17 +37,6 @@ static bool in_list(const char *k, const char *const *list)
     return false;
 }
 
-static bool iter_doc(const bson_iter_t *it, bson_t *out)
-{
-    uint32_t len;
-    const uint8_t *data;
-
-    if (!BSON_ITER_HOLDS_DOCUMENT(it))
-        return false;
-    bson_iter_document(it, &len, &data);
-    return bson_init_static(out, data, len);
-}
-
 static char *to_json(const bson_t *b)
 {
     return bson_as_relaxed_extended_json(b, NULL);
@@ -165,7 +154,7 @@ static int normalise_spec(const bson_t *spec, bson_t *out, sbl_err_t *err)
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "key") == 0) {
-            if (!iter_doc(&it, &key))
+            if (!sbl_iter_doc(&it, &key))
                 return sbl_err_set(err, SBL_E_TypeMismatch,
                                    "The field 'key' must be an object, but got %s",
                                    sbl_type_name(bson_iter_type(&it)));
@@ -196,7 +185,7 @@ static int normalise_spec(const bson_t *spec, bson_t *out, sbl_err_t *err)
             sparse = bson_iter_as_bool(&it);
         else if (strcmp(k, "partialFilterExpression") == 0) {
             bson_t pfe;
-            if (!iter_doc(&it, &pfe))
+            if (!sbl_iter_doc(&it, &pfe))
                 return sbl_err_set(err, SBL_E_TypeMismatch,
                                    "The field 'partialFilterExpression' must be an object");
             sbl_matcher_t *m = sbl_matcher_new(&pfe, err);
@@ -219,7 +208,7 @@ static int normalise_spec(const bson_t *spec, bson_t *out, sbl_err_t *err)
         } else if (strcmp(k, "collation") == 0) {
             bson_t coll;
             bson_iter_t l;
-            if (!iter_doc(&it, &coll))
+            if (!sbl_iter_doc(&it, &coll))
                 return sbl_err_set(err, SBL_E_TypeMismatch,
                                    "The field 'collation' must be an object");
             if (!bson_iter_init_find(&l, &coll, "locale") || !BSON_ITER_HOLDS_UTF8(&l) ||
@@ -278,7 +267,7 @@ static int normalise_spec(const bson_t *spec, bson_t *out, sbl_err_t *err)
 static bool get_doc_field(const bson_t *spec, const char *f, bson_t *out)
 {
     bson_iter_t it;
-    return bson_iter_init_find(&it, spec, f) && iter_doc(&it, out);
+    return bson_iter_init_find(&it, spec, f) && sbl_iter_doc(&it, out);
 }
 
 static const char *spec_name(const bson_t *spec)
@@ -389,7 +378,7 @@ int sbl_cmd_create_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bson_iter_recurse(&it, &list);
     while (bson_iter_next(&list)) {
         bson_t spec;
-        if (!iter_doc(&list, &spec)) {
+        if (!sbl_iter_doc(&list, &spec)) {
             rc = sbl_crud_type_error(err, "createIndexes.indexes.0", &list, "object");
             goto err;
         }
@@ -563,7 +552,7 @@ int sbl_cmd_drop_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     } else if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
         bson_t key;
         size_t found = 0;
-        iter_doc(&it, &key);
+        sbl_iter_doc(&it, &key);
         if (key_is_id(&key)) {
             rc = sbl_err_set(err, SBL_E_InvalidOptions, "cannot drop _id index");
             goto err;

@@ -45,6 +45,10 @@ int sbl_raw_doc_compare(const uint8_t *a, uint32_t alen, const uint8_t *b, uint3
 /* True when sbl_value_compare(a, b) == 0. */
 bool sbl_value_equal(const bson_value_t *a, const bson_value_t *b);
 
+/* Point out (bson_init_static, no copy, no free) at the embedded document under
+ * the iterator; false when the value is not a document. */
+bool sbl_iter_doc(const bson_iter_t *it, bson_t *out);
+
 /* Fill a bson_value_t view of the iterator's current value (no copy, no free). */
 void sbl_iter_value(const bson_iter_t *it, bson_value_t *out);
 

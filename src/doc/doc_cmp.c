@@ -340,3 +340,13 @@ const char *sbl_type_name(bson_type_t t)
     default: return "missing";
     }
 }
+
+bool sbl_iter_doc(const bson_iter_t *it, bson_t *out)
+{
+    uint32_t len = 0;
+    const uint8_t *data = NULL;
+    if (!BSON_ITER_HOLDS_DOCUMENT(it))
+        return false;
+    bson_iter_document(it, &len, &data);
+    return bson_init_static(out, data, len);
+}

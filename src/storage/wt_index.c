@@ -66,17 +66,6 @@ static void index_unref(sbl_index_t *ix)
     bson_free(ix);
 }
 
-static bool sub_doc(const bson_iter_t *it, bson_t *out)
-{
-    uint32_t len;
-    const uint8_t *data;
-
-    if (!BSON_ITER_HOLDS_DOCUMENT(it))
-        return false;
-    bson_iter_document(it, &len, &data);
-    return bson_init_static(out, data, len);
-}
-
 /* Parse a stored spec into a handle on table uri (not yet on disk). */
 static int index_new(const bson_t *spec, const char *uri, sbl_index_t **ixp, sbl_err_t *err)
 {
@@ -92,7 +81,7 @@ static int index_new(const bson_t *spec, const char *uri, sbl_index_t **ixp, sbl
     if (!bson_iter_init_find(&it, spec, "name") || !BSON_ITER_HOLDS_UTF8(&it))
         goto bad;
     ix->name = bson_strdup(bson_iter_utf8(&it, NULL));
-    if (!bson_iter_init_find(&it, spec, "key") || !sub_doc(&it, &key))
+    if (!bson_iter_init_find(&it, spec, "key") || !sbl_iter_doc(&it, &key))
         goto bad;
     ix->nfields = bson_count_keys(&key);
     if (ix->nfields == 0)
@@ -113,7 +102,7 @@ static int index_new(const bson_t *spec, const char *uri, sbl_index_t **ixp, sbl
     if (bson_iter_init_find(&it, spec, "expireAfterSeconds") && BSON_ITER_HOLDS_NUMBER(&it))
         ix->expire_after = bson_iter_as_int64(&it);
     if (bson_iter_init_find(&it, spec, "partialFilterExpression")) {
-        if (!sub_doc(&it, &pfe))
+        if (!sbl_iter_doc(&it, &pfe))
             goto bad;
         ix->partial_spec = bson_copy(&pfe);
         if ((ix->partial = sbl_matcher_new(&pfe, err)) == NULL) {
@@ -681,7 +670,7 @@ int sbl_index_catalog_load(sbl_wt_table_t *t, const bson_t *entry, sbl_err_t *er
         while (bson_iter_next(&one)) {
             const char *k = bson_iter_key(&one);
             if (strcmp(k, "spec") == 0)
-                have_spec = sub_doc(&one, &spec);
+                have_spec = sbl_iter_doc(&one, &spec);
             else if (strcmp(k, "ident") == 0 && BSON_ITER_HOLDS_UTF8(&one))
                 ident = bson_iter_utf8(&one, NULL);
             else if (strcmp(k, "ready") == 0)

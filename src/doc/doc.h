@@ -90,6 +90,43 @@ bool sbl_doc_too_deep(const bson_t *doc, int max_depth);
  * as doc nests: bound the depth first (sbl_doc_too_deep). */
 bool sbl_doc_framing_ok(const bson_t *doc);
 
+/* ---- collation (collation.c, ICU) ------------------------------------------
+ * A collation is a const pointer to a process-wide cached entry (never freed);
+ * NULL is the simple (binary) collation, and every function below that takes one
+ * does nothing extra for NULL.  Only strings and symbols (also inside arrays and
+ * documents) compare differently under a collation; field names never do. */
+typedef struct sbl_collation sbl_collation_t;
+
+/*
+ * Parse and open a collation document as MongoDB checks it: locale required
+ * (40414), unknown fields 40415, wrong types TypeMismatch (14), strength 1..5,
+ * caseFirst upper/lower/off, alternate non-ignorable/shifted, maxVariable
+ * punct/space and {locale: "simple"} with other fields: FailedToParse (9); an
+ * unknown locale: BadValue (2).  *outp is NULL for {locale: "simple"}.
+ */
+int sbl_collation_parse(const bson_t *spec, const sbl_collation_t **outp, sbl_err_t *err);
+/* As sbl_collation_parse for a command field (TypeMismatch naming field when not an object). */
+int sbl_collation_from_iter(const bson_iter_t *it, const char *field,
+                            const sbl_collation_t **outp, sbl_err_t *err);
+/* The full spec as MongoDB reports it (listCollections, listIndexes); owned by c. */
+const bson_t *sbl_collation_spec(const sbl_collation_t *c);
+/* Same effective collation (NULL equals only NULL). */
+bool sbl_collation_equal(const sbl_collation_t *a, const sbl_collation_t *b);
+/* Three-way compare of two UTF-8 strings under c (not NULL). */
+int sbl_collation_compare(const sbl_collation_t *c, const char *a, size_t la, const char *b,
+                          size_t lb);
+/* Append the ICU sort key of s under c (not NULL) to out: no 00 byte inside, one at the
+ * end; memcmp order of two keys is sbl_collation_compare order. */
+void sbl_collation_sort_key(const sbl_collation_t *c, const char *s, size_t len, sbl_buf_t *out);
+
+/* sbl_value_compare / sbl_value_equal / sbl_key_append under collation coll (NULL: binary,
+ * exactly the plain functions).  Under a collation, key encodings of strings are
+ * KT_STRING then the sort key: they cannot be decoded back to the string. */
+int sbl_value_compare_coll(const bson_value_t *a, const bson_value_t *b,
+                           const sbl_collation_t *coll);
+void sbl_key_append_coll(sbl_buf_t *out, const bson_value_t *v, bool descending,
+                         const sbl_collation_t *coll);
+
 /* Validate a document received from a client: well-formed BSON, depth <= 180 (MongoDB's
  * limit with headroom), total size <= 16 MiB.  Returns 0 or an error code with message. */
 int sbl_doc_validate(const uint8_t *data, size_t len, sbl_err_t *err);

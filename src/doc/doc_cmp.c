@@ -4,7 +4,8 @@
  *
  * What must stay true: this order is exactly the memcmp order of the key
  * encoding in doc_key.c (the unit test checks it on random values); change
- * one only together with the other.  Numbers go through the canonical form
+ * one only together with the other (sbl_key_append_coll with the same
+ * collation).  Under a collation only string/symbol payloads compare differently.  Numbers go through the canonical form
  * of doc_num.c except for the same-type fast paths, which must agree with it.
  */
 #include <string.h>
@@ -99,7 +100,10 @@ static int number_cmp(const bson_value_t *a, const bson_value_t *b)
     return sbl_numkey_cmp(&ka, &kb);
 }
 
-static int raw_cmp(const uint8_t *a, uint32_t alen, const uint8_t *b, uint32_t blen, bool names)
+static int value_cmp(const bson_value_t *a, const bson_value_t *b, const sbl_collation_t *coll);
+
+static int raw_cmp(const uint8_t *a, uint32_t alen, const uint8_t *b, uint32_t blen, bool names,
+                   const sbl_collation_t *coll)
 {
     bson_iter_t ia, ib;
     bool oka = bson_iter_init_from_data(&ia, a, alen);
@@ -123,7 +127,7 @@ static int raw_cmp(const uint8_t *a, uint32_t alen, const uint8_t *b, uint32_t b
         bson_value_t va, vb;
         sbl_iter_value(&ia, &va);
         sbl_iter_value(&ib, &vb);
-        int r = sbl_value_compare(&va, &vb);
+        int r = value_cmp(&va, &vb, coll);
         if (r != 0)
             return r;
     }
@@ -131,15 +135,26 @@ static int raw_cmp(const uint8_t *a, uint32_t alen, const uint8_t *b, uint32_t b
 
 int sbl_raw_doc_compare(const uint8_t *a, uint32_t alen, const uint8_t *b, uint32_t blen)
 {
-    return raw_cmp(a, alen, b, blen, true);
+    return raw_cmp(a, alen, b, blen, true, NULL);
 }
 
 int sbl_doc_compare(const bson_t *a, const bson_t *b)
 {
-    return raw_cmp(bson_get_data(a), a->len, bson_get_data(b), b->len, true);
+    return raw_cmp(bson_get_data(a), a->len, bson_get_data(b), b->len, true, NULL);
 }
 
 int sbl_value_compare(const bson_value_t *a, const bson_value_t *b)
+{
+    return value_cmp(a, b, NULL);
+}
+
+int sbl_value_compare_coll(const bson_value_t *a, const bson_value_t *b,
+                           const sbl_collation_t *coll)
+{
+    return value_cmp(a, b, coll);
+}
+
+static int value_cmp(const bson_value_t *a, const bson_value_t *b, const sbl_collation_t *coll)
 {
     bson_type_t t = a->value_type;
     int ra = sbl_type_rank(t), rb = sbl_type_rank(b->value_type);
@@ -170,14 +185,16 @@ int sbl_value_compare(const bson_value_t *a, const bson_value_t *b)
             sb = b->value.v_symbol.symbol;
             lb = b->value.v_symbol.len;
         }
+        if (coll != NULL)
+            return sbl_collation_compare(coll, sa, la, sb, lb);
         return bytes_cmp(sa, la, sb, lb);
     }
     case BSON_TYPE_DOCUMENT:
         return raw_cmp(a->value.v_doc.data, a->value.v_doc.data_len, b->value.v_doc.data,
-                       b->value.v_doc.data_len, true);
+                       b->value.v_doc.data_len, true, coll);
     case BSON_TYPE_ARRAY:
         return raw_cmp(a->value.v_doc.data, a->value.v_doc.data_len, b->value.v_doc.data,
-                       b->value.v_doc.data_len, false);
+                       b->value.v_doc.data_len, false, coll);
     case BSON_TYPE_BINARY: {
         uint32_t la = a->value.v_binary.data_len, lb = b->value.v_binary.data_len;
         if (la != lb)
@@ -226,7 +243,8 @@ int sbl_value_compare(const bson_value_t *a, const bson_value_t *b)
         if (r != 0)
             return r;
         return raw_cmp(a->value.v_codewscope.scope_data, a->value.v_codewscope.scope_len,
-                       b->value.v_codewscope.scope_data, b->value.v_codewscope.scope_len, true);
+                       b->value.v_codewscope.scope_data, b->value.v_codewscope.scope_len, true,
+                       NULL);
     }
     default:
         /* MinKey, MaxKey, null, undefined: one value per rank. */

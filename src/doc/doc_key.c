@@ -22,7 +22,8 @@
  *       21 / 22 / 20 negative counterparts of 25 / 24 / 26: the bytes after
  *          the tag are complemented.
  *       D = first-digit exponent+0x4000 (2 bytes), digit pairs as 1..100, 00.
- *   string, symbol 28: bytes with 00 written as 00 FF, then 00 00
+ *   string, symbol 28: bytes with 00 written as 00 FF, then 00 00; under a
+ *       collation (sbl_key_append_coll) the ICU sort key instead (ends in 00)
  *   object 32: per field: rank tag (1E for numbers, else the value tag), field
  *       name bytes, 00, value encoding; then 00
  *   array 3C: element value encodings, then 00
@@ -126,10 +127,11 @@ static uint8_t rank_tag(bson_type_t t)
     }
 }
 
-static void put_value(sbl_buf_t *out, const bson_value_t *v);
+static void put_value(sbl_buf_t *out, const bson_value_t *v, const sbl_collation_t *coll);
 
 /* Fields (objects: rank tag, name, value; arrays: value only), then 00. */
-static void put_fields(sbl_buf_t *out, const uint8_t *data, uint32_t len, bool names)
+static void put_fields(sbl_buf_t *out, const uint8_t *data, uint32_t len, bool names,
+                       const sbl_collation_t *coll)
 {
     bson_iter_t it;
     if (bson_iter_init_from_data(&it, data, len)) {
@@ -140,13 +142,13 @@ static void put_fields(sbl_buf_t *out, const uint8_t *data, uint32_t len, bool n
                 sbl_buf_append_byte(out, rank_tag(v.value_type));
                 put_cstr(out, bson_iter_key(&it));
             }
-            put_value(out, &v);
+            put_value(out, &v, coll);
         }
     }
     sbl_buf_append_byte(out, KT_END);
 }
 
-static void put_value(sbl_buf_t *out, const bson_value_t *v)
+static void put_value(sbl_buf_t *out, const bson_value_t *v, const sbl_collation_t *coll)
 {
     bson_type_t t = v->value_type;
     if (sbl_is_number(t)) {
@@ -158,16 +160,22 @@ static void put_value(sbl_buf_t *out, const bson_value_t *v)
     sbl_buf_append_byte(out, rank_tag(t));
     switch (t) {
     case BSON_TYPE_UTF8:
-        put_string(out, v->value.v_utf8.str, v->value.v_utf8.len);
+        if (coll != NULL)
+            sbl_collation_sort_key(coll, v->value.v_utf8.str, v->value.v_utf8.len, out);
+        else
+            put_string(out, v->value.v_utf8.str, v->value.v_utf8.len);
         break;
     case BSON_TYPE_SYMBOL:
-        put_string(out, v->value.v_symbol.symbol, v->value.v_symbol.len);
+        if (coll != NULL)
+            sbl_collation_sort_key(coll, v->value.v_symbol.symbol, v->value.v_symbol.len, out);
+        else
+            put_string(out, v->value.v_symbol.symbol, v->value.v_symbol.len);
         break;
     case BSON_TYPE_DOCUMENT:
-        put_fields(out, v->value.v_doc.data, v->value.v_doc.data_len, true);
+        put_fields(out, v->value.v_doc.data, v->value.v_doc.data_len, true, coll);
         break;
     case BSON_TYPE_ARRAY:
-        put_fields(out, v->value.v_doc.data, v->value.v_doc.data_len, false);
+        put_fields(out, v->value.v_doc.data, v->value.v_doc.data_len, false, coll);
         break;
     case BSON_TYPE_BINARY:
         put_be32(out, v->value.v_binary.data_len);
@@ -201,7 +209,8 @@ static void put_value(sbl_buf_t *out, const bson_value_t *v)
         break;
     case BSON_TYPE_CODEWSCOPE:
         put_string(out, v->value.v_codewscope.code, v->value.v_codewscope.code_len);
-        put_fields(out, v->value.v_codewscope.scope_data, v->value.v_codewscope.scope_len, true);
+        put_fields(out, v->value.v_codewscope.scope_data, v->value.v_codewscope.scope_len, true,
+                   NULL);
         break;
     default:
         /* MinKey, MaxKey, null, undefined: the tag is the whole value. */
@@ -211,8 +220,14 @@ static void put_value(sbl_buf_t *out, const bson_value_t *v)
 
 void sbl_key_append(sbl_buf_t *out, const bson_value_t *v, bool descending)
 {
+    sbl_key_append_coll(out, v, descending, NULL);
+}
+
+void sbl_key_append_coll(sbl_buf_t *out, const bson_value_t *v, bool descending,
+                         const sbl_collation_t *coll)
+{
     size_t start = out->len;
-    put_value(out, v);
+    put_value(out, v, coll);
     if (descending) {
         for (size_t i = start; i < out->len; i++)
             out->data[i] = (uint8_t)~out->data[i];

@@ -69,6 +69,10 @@ int sbl_cmd_create(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                              "supported yet");
             goto err;
         }
+        if (strcmp(k, "collation") == 0) {
+            SBL_ERR(sbl_crud_collation_option(&it, &opts, err)); /* the collection default */
+            continue;
+        }
         bson_append_iter(&opts, k, -1, &it);
     }
     /* validator, validationLevel, validationAction: checked here, enforced on writes */

@@ -189,6 +189,8 @@ static int st_match(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *sp
     bson_destroy(&bound);
     if (m == NULL)
         return err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "bad $match");
+    if (env->coll != NULL)
+        sbl_matcher_set_collation(m, env->coll);
     size_t w = 0;
     sbl_expr_take_match_error(NULL);
     for (size_t i = 0; i < dv->n; i++) {
@@ -453,6 +455,7 @@ static int st_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spe
         sbl_sort_free(s);
         return sbl_err_set(err, 15976, "$sort stage must have at least one sort key");
     }
+    sbl_sort_set_collation(s, env->coll);
     tls_sort = s;
     int rc = 0;
     if (limit > 0 && (size_t)limit < dv->n) {
@@ -1045,14 +1048,17 @@ int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     sbl_agg_env_t env = {.ctx = ctx, .db = ctx->db, .let = &let_vals, .now_ms = sbl_now_ms(),
                          .allow_disk = allow_disk};
     sbl_docvec_t dv = {0};
-    int rc = 0;
-    if (source_needed) {
+    bson_iter_t ci;
+    int rc = sbl_crud_collation(ctx, ns, bson_iter_init_find(&ci, ctx->cmd, "collation") ? &ci : NULL,
+                                "aggregate.collation", &env.coll, err);
+    if (rc == 0 && source_needed) {
         sbl_qexec_t *q = NULL;
         sbl_qexec_opts_t o = {0};
         o.filter = has_filter ? &filter : NULL;
         o.sort = has_sort ? &sort : NULL;
         o.skip = skip;
         o.limit = limit;
+        o.collation = env.coll;
         rc = sbl_qexec_new(ns, &o, &q, err);
         sbl_expr_take_match_error(NULL);
         for (; rc == 0;) {

@@ -400,7 +400,7 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
         if (idv.value_type == BSON_TYPE_EOD)
             idv.value_type = BSON_TYPE_NULL;
         sbl_buf_reset(&kb);
-        sbl_key_append(&kb, &idv, false);
+        sbl_key_append_coll(&kb, &idv, false, env->coll);
         uint64_t h = hash_bytes(kb.data, kb.len);
         size_t slot = h & (tabsize - 1);
         group_t *g = NULL;

@@ -162,6 +162,11 @@ int sbl_cmd_find_and_modify(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             return rc;
         }
     }
+    const sbl_collation_t *coll = NULL;
+    if ((rc = sbl_crud_collation(ctx, ns,
+                                 bson_iter_init_find(&li, ctx->cmd, "collation") ? &li : NULL,
+                                 "findAndModify.collation", &coll, err)) != 0)
+        goto err;
     if (a.has_query) {
         bson_destroy(&qf);
         sbl_expr_bind_let(&a.query, &let_vals, &qf);
@@ -198,7 +203,8 @@ int sbl_cmd_find_and_modify(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         rc = 0;
         for (int attempt = 0; c != NULL && attempt < REPLAN_TRIES && !matched; attempt++) {
             sbl_qexec_t *q = NULL;
-            sbl_qexec_opts_t o = {a.has_query ? &qf : NULL, a.has_sort ? &a.sort : NULL, 0, 1};
+            sbl_qexec_opts_t o = {a.has_query ? &qf : NULL, a.has_sort ? &a.sort : NULL, 0, 1,
+                                  coll};
             bson_t cand;
             bool done = false;
             bson_iter_t idit;

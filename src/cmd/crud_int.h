@@ -68,6 +68,22 @@ void sbl_crud_add_write_error(bson_t *arr, uint32_t *countp, int64_t index, cons
 /* Array key for index i (valid until the next call with the same buf). */
 const char *sbl_crud_key(uint32_t i, char buf[16]);
 
+/* ---- collation (crud_coll.c) ---------------------------------------------- */
+
+/*
+ * The collation an operation on ns runs under: parsed from it (the command's or
+ * statement's `collation` field, named field in errors) when it is not NULL, else
+ * the default collation of ns (none when ns does not exist).  *outp NULL: simple.
+ */
+int sbl_crud_collation(sbl_cmd_ctx_t *ctx, const char *ns, const bson_iter_t *it,
+                       const char *field, const sbl_collation_t **outp, sbl_err_t *err);
+/* Check a create / index `collation` option and append it to opts as MongoDB
+ * stores it (the full spec), nothing for {locale: "simple"}. */
+int sbl_crud_collation_option(const bson_iter_t *it, bson_t *opts, sbl_err_t *err);
+/* Only the collection default (create's `collation` option) of ns. */
+int sbl_crud_default_collation(sbl_cmd_ctx_t *ctx, const char *ns, const sbl_collation_t **outp,
+                               sbl_err_t *err);
+
 /* ---- the executor (query_exec.c) ---------------------------------------- */
 
 typedef struct sbl_qexec_opts {
@@ -75,6 +91,7 @@ typedef struct sbl_qexec_opts {
     const bson_t *sort;   /* NULL or {}: _id order ({$natural: -1} reverses it) */
     int64_t skip;         /* documents to drop after sorting */
     int64_t limit;        /* 0: no limit */
+    const sbl_collation_t *collation; /* how strings compare; NULL: binary */
 } sbl_qexec_opts_t;
 
 typedef struct sbl_qexec sbl_qexec_t;
@@ -201,6 +218,7 @@ typedef struct sbl_agg_env {
     int64_t now_ms;    /* $$NOW, fixed for the whole command */
     int allow_disk;    /* allowDiskUse: -1 not given (MongoDB 7.0 default: allowed), 0, 1 */
     int depth;         /* nesting of sub-pipelines ($lookup, $facet) */
+    const sbl_collation_t *coll; /* $match, $sort, $group keys compare strings by it; NULL: binary */
 } sbl_agg_env_t;
 
 /*

@@ -86,7 +86,8 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bool has_hint = false;
     bson_t filter, projection, sort, let_spec;
     bool has_filter = false, has_proj = false, has_sort = false, single_batch = false;
-    bool has_let = false;
+    bool has_let = false, has_coll = false;
+    bson_iter_t coll_it;
     int64_t skip = 0, limit = 0, batch_size = -1;
     char field[96];
 
@@ -103,6 +104,10 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             bson_t *dst = k[0] == 'f' ? &filter : k[0] == 'p' ? &projection : &sort;
             if (k[0] == 'l')
                 has_let = sbl_iter_doc(&it, &let_spec);
+            if (k[0] == 'c') {
+                coll_it = it;
+                has_coll = true;
+            }
             if (k[0] == 'l' || k[0] == 'c')
                 continue;
             if (!sbl_iter_doc(&it, dst))
@@ -143,8 +148,12 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         else
             bson_init(&bound);
     }
+    const sbl_collation_t *coll = NULL;
+    if (rc == 0)
+        rc = sbl_crud_collation(ctx, ns, has_coll ? &coll_it : NULL, "FindCommandRequest.collation",
+                                &coll, err);
     sbl_qexec_opts_t o = {has_filter ? (has_let ? &bound : &filter) : NULL,
-                          has_sort ? &sort : NULL, skip, limit};
+                          has_sort ? &sort : NULL, skip, limit, coll};
     if (rc == 0)
         rc = sbl_qexec_new_hinted(ns, &o, has_hint ? &hint : NULL, &st->q, err);
     bson_destroy(&let_vals);
@@ -184,9 +193,12 @@ int sbl_cmd_count(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bson_t query;
     bool has_query = false;
     int64_t skip = 0, limit = 0;
+    const sbl_collation_t *coll = NULL;
 
     SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_crud_check_fields(ctx->cmd, req, count_fields, err));
+    SBL_RET(sbl_crud_collation(ctx, ns, bson_iter_init_find(&it, ctx->cmd, "collation") ? &it : NULL,
+                               "CountCommandRequest.collation", &coll, err));
     bson_iter_init(&it, ctx->cmd);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
@@ -231,7 +243,7 @@ int sbl_cmd_count(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         }
     } else {
         sbl_qexec_t *q = NULL;
-        sbl_qexec_opts_t o = {has_query ? &query : NULL, NULL, skip, limit};
+        sbl_qexec_opts_t o = {has_query ? &query : NULL, NULL, skip, limit, coll};
         SBL_RET(sbl_qexec_new_hinted(ns, &o, has_hint ? &hint : NULL, &q, err));
         for (;;) {
             bson_t doc;
@@ -301,9 +313,12 @@ static void collect_path(value_set_t *s, const bson_iter_t *it, char **parts, si
     }
 }
 
-static int cmp_values(const void *a, const void *b)
+/* Order under the collation arg (NULL: binary); values equal under it order
+ * binary, so the value kept for a group of equal ones does not depend on qsort. */
+static int cmp_values(const void *a, const void *b, void *arg)
 {
-    return sbl_value_compare(a, b);
+    int c = sbl_value_compare_coll(a, b, arg);
+    return c != 0 || arg == NULL ? c : sbl_value_compare(a, b);
 }
 
 static void set_free(value_set_t *s)
@@ -323,9 +338,12 @@ int sbl_cmd_distinct(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bson_t query;
     bool has_query = false;
     const char *key = NULL;
+    const sbl_collation_t *coll = NULL;
 
     SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_crud_check_fields(ctx->cmd, req, distinct_fields, err));
+    SBL_RET(sbl_crud_collation(ctx, ns, bson_iter_init_find(&it, ctx->cmd, "collation") ? &it : NULL,
+                               "DistinctCommandRequest.collation", &coll, err));
     bson_iter_init(&it, ctx->cmd);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
@@ -359,7 +377,8 @@ int sbl_cmd_distinct(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 
     value_set_t set = {0};
     sbl_qexec_t *q = NULL;
-    sbl_qexec_opts_t o = {has_query ? &query : NULL, NULL, 0, 0};
+    sbl_qexec_opts_t o = {has_query ? &query : NULL, NULL, 0, 0, coll};
+    void *carg = (void *)coll; /* qsort_r's argument is not const */
     int rc = sbl_qexec_new_hinted(ns, &o, has_hint ? &hint : NULL, &q, err);
     while (rc == 0 && nparts > 0) {
         bson_t doc;
@@ -372,10 +391,10 @@ int sbl_cmd_distinct(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         bson_destroy(&doc);
         /* Deduplicate as we go so memory follows the distinct values. */
         if (set.n > 4096 && set.n == set.cap) {
-            qsort(set.v, set.n, sizeof(*set.v), cmp_values);
+            qsort_r(set.v, set.n, sizeof(*set.v), cmp_values, carg);
             size_t w = 1;
             for (size_t r = 1; r < set.n; r++) {
-                if (sbl_value_compare(&set.v[w - 1], &set.v[r]) == 0)
+                if (sbl_value_compare_coll(&set.v[w - 1], &set.v[r], coll) == 0)
                     bson_value_destroy(&set.v[r]);
                 else
                     set.v[w++] = set.v[r];
@@ -390,13 +409,13 @@ int sbl_cmd_distinct(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         return rc;
     }
     if (set.n > 0)
-        qsort(set.v, set.n, sizeof(*set.v), cmp_values);
+        qsort_r(set.v, set.n, sizeof(*set.v), cmp_values, carg);
     bson_t values;
     uint32_t nv = 0;
     char kb[16];
     bson_append_array_begin(ctx->reply, "values", -1, &values);
     for (size_t r = 0; r < set.n; r++) {
-        if (r > 0 && sbl_value_compare(&set.v[r - 1], &set.v[r]) == 0)
+        if (r > 0 && sbl_value_compare_coll(&set.v[r - 1], &set.v[r], coll) == 0)
             continue;
         bson_append_value(&values, sbl_crud_key(nv++, kb), -1, &set.v[r]);
     }

@@ -390,8 +390,9 @@ typedef struct update_totals {
 
 typedef struct update_stmt {
     bson_t q, u, array_filters;
-    bool has_q, has_u, has_af, u_is_pipeline, upsert, multi, has_hint;
+    bool has_q, has_u, has_af, u_is_pipeline, upsert, multi, has_hint, has_coll;
     bson_value_t hint;
+    const sbl_collation_t *coll; /* when has_coll; else the collection's default */
 } update_stmt_t;
 
 static int parse_update_stmt(const bson_t *s, update_stmt_t *st, sbl_err_t *err)
@@ -430,8 +431,10 @@ static int parse_update_stmt(const bson_t *s, update_stmt_t *st, sbl_err_t *err)
             st->has_af = iter_array(&it, &st->array_filters);
         } else if (strcmp(k, "hint") == 0) {
             SBL_RET(sbl_crud_get_hint(&it, &st->hint, &st->has_hint, err));
-        } else if (strcmp(k, "collation") == 0 || strcmp(k, "c") == 0 ||
-                   strcmp(k, "sampleId") == 0) {
+        } else if (strcmp(k, "collation") == 0) {
+            SBL_RET(sbl_collation_from_iter(&it, field, &st->coll, err));
+            st->has_coll = true;
+        } else if (strcmp(k, "c") == 0 || strcmp(k, "sampleId") == 0) {
             continue;
         } else {
             return sbl_err_set(err, SBL_E_UnknownField,
@@ -488,7 +491,9 @@ static int run_update(sbl_cmd_ctx_t *ctx, const char *ns, const update_stmt_t *s
                          "multi update is not supported for replacement-style update");
         goto done;
     }
-    sbl_qexec_opts_t o = {&qf, NULL, 0, 0};
+    sbl_qexec_opts_t o = {&qf, NULL, 0, 0, st->coll};
+    if (!st->has_coll)
+        SBL_ERR(sbl_crud_default_collation(ctx, ns, &o.collation, err));
     SBL_ERR(sbl_qexec_new_hinted(ns, &o, st->has_hint ? &st->hint : NULL, &q, err));
 
     sbl_err_t e2 = {0};
@@ -643,9 +648,10 @@ static const char *const delete_fields[] = {"delete", "deletes", "ordered", "let
 
 typedef struct delete_stmt {
     bson_t q;
-    bool has_q, has_limit, has_hint;
+    bool has_q, has_limit, has_hint, has_coll;
     int64_t limit;
     bson_value_t hint;
+    const sbl_collation_t *coll; /* when has_coll; else the collection's default */
 } delete_stmt_t;
 
 static int parse_delete_stmt(const bson_t *s, delete_stmt_t *st, sbl_err_t *err)
@@ -672,7 +678,10 @@ static int parse_delete_stmt(const bson_t *s, delete_stmt_t *st, sbl_err_t *err)
                                    (long long)st->limit);
         } else if (strcmp(k, "hint") == 0) {
             SBL_RET(sbl_crud_get_hint(&it, &st->hint, &st->has_hint, err));
-        } else if (strcmp(k, "collation") == 0 || strcmp(k, "sampleId") == 0) {
+        } else if (strcmp(k, "collation") == 0) {
+            SBL_RET(sbl_collation_from_iter(&it, field, &st->coll, err));
+            st->has_coll = true;
+        } else if (strcmp(k, "sampleId") == 0) {
             continue;
         } else {
             return sbl_err_set(err, SBL_E_UnknownField,
@@ -704,8 +713,10 @@ static int run_delete(sbl_cmd_ctx_t *ctx, const char *ns, const delete_stmt_t *s
         return rc;
     }
     bson_t qf;
+    sbl_qexec_opts_t o = {&qf, NULL, 0, 0, st->coll};
+    if (!st->has_coll && (rc = sbl_crud_default_collation(ctx, ns, &o.collation, err)) != 0)
+        goto err;
     sbl_expr_bind_let(&st->q, let, &qf);
-    sbl_qexec_opts_t o = {&qf, NULL, 0, 0};
     rc = sbl_qexec_new_hinted(ns, &o, st->has_hint ? &st->hint : NULL, &q, err);
     bson_destroy(&qf);
     if (rc != 0)

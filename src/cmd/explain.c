@@ -323,7 +323,9 @@ int sbl_cmd_explain(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     SBL_RET(sbl_cmd_ns(&inner_ctx, ns, sizeof(ns), err));
 
     sbl_qexec_opts_t o = {r.has_filter ? &r.filter : NULL, r.has_sort ? &r.sort : NULL, r.skip,
-                          r.limit};
+                          r.limit, NULL};
+    SBL_RET(sbl_crud_collation(ctx, ns, bson_iter_init_find(&it, &inner, "collation") ? &it : NULL,
+                               "collation", &o.collation, err));
     SBL_RET(sbl_qexec_new_hinted(ns, &o, r.has_hint ? &r.hint : NULL, &q, err));
     rs.on = strcmp(verbosity, "queryPlanner") != 0;
     if (rs.on) {

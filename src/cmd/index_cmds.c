@@ -139,17 +139,21 @@ static int check_key(const bson_t *key, const bson_t *spec, sbl_err_t *err)
     return 0;
 }
 
-/* Validate one spec and write its normalised form into out (initialised). */
-static int normalise_spec(const bson_t *spec, bson_t *out, sbl_err_t *err)
+/* Validate one spec and write its normalised form into out (initialised);
+ * *has_collationp: the spec gives a collation (else the collection's default applies). */
+static int normalise_spec(const bson_t *spec, bson_t *out, bool *has_collationp, sbl_err_t *err)
 {
     bson_iter_t it;
     bson_t key, sub;
     bool have_key = false, unique = false, sparse = false, partial = false, ttl = false;
+    bool has_collation = false;
+    bson_iter_t collation;
     const char *name = NULL;
     bson_string_t *gen = NULL;
     char *j;
     int rc = 0;
 
+    *has_collationp = false;
     bson_iter_init(&it, spec);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
@@ -206,16 +210,11 @@ static int normalise_spec(const bson_t *spec, bson_t *out, sbl_err_t *err)
                                    "acceptable range, try a lower number");
             ttl = true;
         } else if (strcmp(k, "collation") == 0) {
-            bson_t coll;
-            bson_iter_t l;
-            if (!sbl_iter_doc(&it, &coll))
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it))
                 return sbl_err_set(err, SBL_E_TypeMismatch,
                                    "The field 'collation' must be an object");
-            if (!bson_iter_init_find(&l, &coll, "locale") || !BSON_ITER_HOLDS_UTF8(&l) ||
-                strcmp(bson_iter_utf8(&l, NULL), "simple") != 0 || bson_count_keys(&coll) != 1)
-                return sbl_err_set(err, SBL_E_CannotCreateIndex,
-                                   "Sable does not support index collations other than "
-                                   "{locale: \"simple\"} yet");
+            collation = it;
+            has_collation = true;
         }
     }
     if (!have_key)
@@ -261,7 +260,9 @@ static int normalise_spec(const bson_t *spec, bson_t *out, sbl_err_t *err)
     (void)sub;
     if (gen != NULL)
         bson_string_free(gen, true);
-    return 0;
+    /* {locale: "simple"} is stored as no collation (and overrides the collection's) */
+    *has_collationp = has_collation;
+    return has_collation ? sbl_crud_collation_option(&collation, out, err) : 0;
 }
 
 static bool get_doc_field(const bson_t *spec, const char *f, bson_t *out)
@@ -292,7 +293,10 @@ static bool same_identity(const bson_t *a, const bson_t *b)
     bson_t pa, pb;
     bool ha = get_doc_field(a, "partialFilterExpression", &pa);
     bool hb = get_doc_field(b, "partialFilterExpression", &pb);
-    return ha == hb && (!ha || sbl_doc_compare(&pa, &pb) == 0);
+    bson_t ca, cb; /* full specs as stored: equal documents for equal collations */
+    bool hca = get_doc_field(a, "collation", &ca), hcb = get_doc_field(b, "collation", &cb);
+    return ha == hb && (!ha || sbl_doc_compare(&pa, &pb) == 0) && hca == hcb &&
+           (!hca || sbl_doc_compare(&ca, &cb) == 0);
 }
 
 static bool opt_bool(const bson_t *s, const char *f)
@@ -360,7 +364,7 @@ int sbl_cmd_create_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     char ns[SBL_NS_MAX];
     bson_iter_t it, list;
     bson_t *specs[MAX_INDEXES];
-    bool skip[MAX_INDEXES];
+    bool skip[MAX_INDEXES], own_coll[MAX_INDEXES];
     size_t nspecs = 0, before, after, i, k;
     sbl_coll_t *c = NULL;
     sbl_index_t **have = NULL;
@@ -390,7 +394,7 @@ int sbl_cmd_create_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         specs[nspecs] = bson_new();
         skip[nspecs] = false;
         nspecs++;
-        SBL_ERR(normalise_spec(&spec, specs[nspecs - 1], err));
+        SBL_ERR(normalise_spec(&spec, specs[nspecs - 1], &own_coll[nspecs - 1], err));
     }
     if (nspecs == 0)
         return sbl_err_set(err, SBL_E_BadValue, "Must specify at least one index to create");
@@ -400,6 +404,10 @@ int sbl_cmd_create_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         ctx->wrote = true;
         sbl_cmd_audit_coll_created(ctx, ns);
     }
+    bson_iter_t dc; /* the collection's default collation for specs without their own */
+    for (i = 0; i < nspecs && bson_iter_init_find(&dc, sbl_coll_options(c), "collation"); i++)
+        if (!own_coll[i])
+            bson_append_iter(specs[i], "collation", -1, &dc);
     sbl_index_list(c, true, &have, &nhave);
     before = 1 + nhave;
     bson_t id_spec = BSON_INITIALIZER;

@@ -105,6 +105,27 @@ static bool sort_is_natural(const bson_t *sort, bool *descp)
     return true;
 }
 
+/* Could the _id bounds hold a string (whose binary order a collation changes)? */
+static bool may_hold_string(const bson_value_t *v)
+{
+    bson_type_t t = v->value_type;
+    return t == BSON_TYPE_UTF8 || t == BSON_TYPE_SYMBOL || t == BSON_TYPE_DOCUMENT ||
+           t == BSON_TYPE_ARRAY;
+}
+
+static bool range_has_strings(const sbl_id_range_t *r)
+{
+    if (r->kind == SBL_ID_POINTS) {
+        for (size_t i = 0; i < r->npoints; i++)
+            if (may_hold_string(&r->points[i]))
+                return true;
+        return false;
+    }
+    if (r->kind != SBL_ID_RANGE)
+        return false;
+    return (r->has_lo && may_hold_string(&r->lo)) || (r->has_hi && may_hold_string(&r->hi));
+}
+
 int sbl_qexec_new(const char *ns, const sbl_qexec_opts_t *o, sbl_qexec_t **qp, sbl_err_t *err)
 {
     return sbl_qexec_new_hinted(ns, o, NULL, qp, err);
@@ -126,6 +147,8 @@ int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_v
         free(q);
         return err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "invalid filter");
     }
+    if (o->collation != NULL)
+        sbl_matcher_set_collation(q->m, o->collation);
     if (o->sort != NULL && !bson_empty(o->sort) && !sort_is_natural(o->sort, &q->desc)) {
         q->sort = sbl_sort_new(o->sort, err);
         if (q->sort == NULL) {
@@ -133,18 +156,25 @@ int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_v
             free(q);
             return err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "invalid sort");
         }
-        if (sbl_sort_is_id(q->sort, &q->desc)) {
+        sbl_sort_set_collation(q->sort, o->collation);
+        /* the _id table is in binary order: under a collation string _ids sort in memory */
+        if (o->collation == NULL && sbl_sort_is_id(q->sort, &q->desc)) {
             sbl_sort_free(q->sort);
             q->sort = NULL;
         }
     }
     sbl_id_range_from_filter(filter, &q->range);
+    if (o->collation != NULL && (q->range.kind == SBL_ID_NONE || range_has_strings(&q->range))) {
+        sbl_id_range_destroy(&q->range); /* _id keys are binary: scan, let the matcher decide */
+        q->range.kind = SBL_ID_ANY;
+    }
     q->skip = o->skip > 0 ? o->skip : 0;
     q->limit = o->limit > 0 ? o->limit : 0;
     if (q->range.kind != SBL_ID_NONE) {
         sbl_plan_input_t in = {ns,        filter,  q->sort != NULL ? o->sort : NULL,
                                hint,      q->skip, q->limit,
-                               q->range.kind == SBL_ID_POINTS, q->range.kind == SBL_ID_RANGE};
+                               q->range.kind == SBL_ID_POINTS, q->range.kind == SBL_ID_RANGE,
+                               o->collation};
         int rc = sbl_plan_choose(&in, &q->hint, &q->ixp, &q->rejected, &q->nrejected, err);
         if (rc != 0) {
             sbl_qexec_free(q);

@@ -81,14 +81,15 @@ static bool successor(sbl_buf_t *b, size_t start)
     return true;
 }
 
-static void enc(sbl_buf_t *b, const bson_value_t *v, int dir)
+/* Encode v as index keys are (under the index's collation, coll). */
+static void enc(sbl_buf_t *b, const bson_value_t *v, int dir, const sbl_collation_t *coll)
 {
     if (dir == 0) {
         bson_value_t h;
         sbl_index_hash(v, &h);
         sbl_key_append(b, &h, false);
     } else
-        sbl_key_append(b, v, dir < 0);
+        sbl_key_append_coll(b, v, dir < 0, coll);
 }
 
 /* Appends a value the way explain prints bounds. */
@@ -190,12 +191,12 @@ static void add_ival(sbl_ixplan_t *p, size_t lo_off, size_t lo_len, size_t hi_of
 /* Append prefix bytes + v's encoding (+ successor) to the arena; returns the span,
  * or len 0 with *nonep when there is no successor. */
 static span_t put_bound(sbl_buf_t *a, const sbl_buf_t *pre, span_t px, const bson_value_t *v,
-                        int dir, bool succ, bool *nonep)
+                        int dir, const sbl_collation_t *coll, bool succ, bool *nonep)
 {
     span_t s = {a->len, 0};
     sbl_buf_append(a, pre->data + px.off, px.len);
     if (v != NULL)
-        enc(a, v, dir);
+        enc(a, v, dir, coll);
     *nonep = false;
     if (succ && !successor(a, s.off)) {
         a->len = s.off;
@@ -215,11 +216,28 @@ static int ival_cmp(const void *x, const void *y)
     return c != 0 ? c : a->lo_len < b->lo_len ? -1 : a->lo_len > b->lo_len;
 }
 
+/* Remove intervals equal to the one before (sorted by low bound). */
+static void drop_same_ivals(sbl_ixplan_t *p)
+{
+    const uint8_t *a = p->arena->data;
+    size_t w = 0;
+    for (size_t r = 0; r < p->nivals; r++) {
+        const sbl_ival_t *x = &p->ivals[r], *y = w > 0 ? &p->ivals[w - 1] : NULL;
+        if (y != NULL && x->lo_len == y->lo_len && x->hi_len == y->hi_len &&
+            memcmp(a + x->lo_off, a + y->lo_off, x->lo_len) == 0 &&
+            (x->hi_len == 0 || memcmp(a + x->hi_off, a + y->hi_off, x->hi_len) == 0))
+            continue;
+        p->ivals[w++] = *x;
+    }
+    p->nivals = w;
+}
+
 /* Compute p's intervals for filter; *has_nullp when a bound admits null. */
 static void build_bounds(sbl_ixplan_t *p, const bson_t *filter, bool *has_nullp)
 {
     size_t nf = sbl_index_nfields(p->ix), i;
     bool mk = sbl_index_multikey(p->ix);
+    const sbl_collation_t *coll = sbl_index_collation(p->ix);
     sbl_buf_t pre;
     span_t *px = bson_malloc(sizeof(span_t));
     size_t npx = 1;
@@ -242,7 +260,9 @@ static void build_bounds(sbl_ixplan_t *p, const bson_t *filter, bool *has_nullp)
             field_bounds(p->bounds, f, NULL, dir);
             continue;
         }
-        sbl_field_range_from_filter(filter, f, mk, &r);
+        /* Under a collation the analysis (binary order) must not intersect string
+         * constraints: the first one alone is a looser, safe bound. */
+        sbl_field_range_from_filter(filter, f, mk || coll != NULL, &r);
         if (r.kind == SBL_ID_NONE) {
             empty = true;
             field_bounds(p->bounds, f, &r, dir);
@@ -257,7 +277,7 @@ static void build_bounds(sbl_ixplan_t *p, const bson_t *filter, bool *has_nullp)
                 for (size_t b = 0; b < r.npoints; b++) {
                     next[nn].off = pre.len;
                     sbl_buf_append(&pre, pre.data + px[a].off, px[a].len);
-                    enc(&pre, &r.points[b], dir);
+                    enc(&pre, &r.points[b], dir, coll);
                     next[nn].len = pre.len - next[nn].off;
                     nn++;
                 }
@@ -305,13 +325,13 @@ static void build_bounds(sbl_ixplan_t *p, const bson_t *filter, bool *has_nullp)
                 const bson_value_t *last = desc ? (range.has_lo ? &range.lo : NULL)
                                                 : (range.has_hi ? &range.hi : NULL);
                 bool last_incl = desc ? range.lo_inclusive : range.hi_inclusive;
-                lo = put_bound(p->arena, &pre, px[a], first, range_dir,
+                lo = put_bound(p->arena, &pre, px[a], first, range_dir, coll,
                                first != NULL && !first_incl, &none_lo);
-                hi = put_bound(p->arena, &pre, px[a], last, range_dir, last == NULL || last_incl,
-                               &none_hi);
+                hi = put_bound(p->arena, &pre, px[a], last, range_dir, coll,
+                               last == NULL || last_incl, &none_hi);
             } else {
-                lo = put_bound(p->arena, &pre, px[a], NULL, 1, false, &none_lo);
-                hi = put_bound(p->arena, &pre, px[a], NULL, 1, true, &none_hi);
+                lo = put_bound(p->arena, &pre, px[a], NULL, 1, coll, false, &none_lo);
+                hi = put_bound(p->arena, &pre, px[a], NULL, 1, coll, true, &none_hi);
             }
             if (none_lo)
                 continue; /* nothing above the low bound */
@@ -320,6 +340,8 @@ static void build_bounds(sbl_ixplan_t *p, const bson_t *filter, bool *has_nullp)
         tls_arena = p->arena->data;
         if (p->nivals > 1)
             qsort(p->ivals, p->nivals, sizeof(*p->ivals), ival_cmp);
+        if (coll != NULL)
+            drop_same_ivals(p); /* "a" and "A" may be one key under a collation */
     }
     p->multi_points = p->nivals > 1;
     if (have_range)
@@ -512,6 +534,13 @@ int sbl_plan_choose(const sbl_plan_input_t *in, sbl_hint_kind_t *hintp, sbl_ixpl
             if (!hinted)
                 continue;
         }
+        /* An index orders strings by its collation: usable only under the same one
+         * (and, hashing binary values, a hashed one never under a collation). */
+        bool coll_ok = sbl_collation_equal(sbl_index_collation(ixs[i]), in->collation);
+        for (size_t f = 0; coll_ok && in->collation != NULL && f < sbl_index_nfields(ixs[i]); f++)
+            coll_ok = sbl_index_dir(ixs[i], f) != 0;
+        if (!coll_ok)
+            continue;
         sbl_ixplan_t *p = bson_malloc0(sizeof(*p));
         p->ix = ixs[i];
         ixs[i] = NULL; /* the plan holds the reference now */

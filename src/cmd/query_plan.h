@@ -16,6 +16,7 @@
 
 #include "common/buf.h"
 #include "common/errors.h"
+#include "doc/doc.h"
 #include "storage/storage.h"
 
 /* One interval of encoded index keys: lo <= key < hi (hi_len 0: no end). */
@@ -45,6 +46,7 @@ typedef struct sbl_plan_input {
     int64_t skip, limit;
     bool id_points; /* the filter pins _id to points: IDHACK wins */
     bool id_range;  /* the filter bounds _id */
+    const sbl_collation_t *collation; /* the query's; only indexes with the same one are used */
 } sbl_plan_input_t;
 
 typedef enum {

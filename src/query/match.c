@@ -89,7 +89,7 @@ static bool is_nan(const bson_value_t *v)
 }
 
 /* Equality as {a: x} means it: null also matches missing, same canonical type otherwise. */
-static bool value_eq(const bson_value_t *v, const bson_value_t *arg)
+static bool value_eq(const bson_value_t *v, const bson_value_t *arg, const sbl_collation_t *coll)
 {
     if (arg->value_type == BSON_TYPE_NULL)
         return is_nullish(v);
@@ -97,12 +97,12 @@ static bool value_eq(const bson_value_t *v, const bson_value_t *arg)
         return false;
     if (sbl_type_rank(v->value_type) != sbl_type_rank(arg->value_type))
         return false;
-    return sbl_value_equal(v, arg);
+    return sbl_value_compare_coll(v, arg, coll) == 0;
 }
 
 bool mtest_eq(const mnode_t *n, const bson_value_t *v, int32_t *idxp)
 {
-    return value_eq(v, &n->arg);
+    return value_eq(v, &n->arg, n->coll);
 }
 
 bool mtest_cmp(const mnode_t *n, const bson_value_t *v, int32_t *idxp)
@@ -122,7 +122,7 @@ bool mtest_cmp(const mnode_t *n, const bson_value_t *v, int32_t *idxp)
             return false;
         if (is_number(v) && (is_nan(v) || is_nan(arg)))
             return inclusive && is_nan(v) && is_nan(arg);
-        c = sbl_value_compare(v, arg);
+        c = sbl_value_compare_coll(v, arg, n->coll);
     }
     switch (n->cmp) {
     case CMP_LT:
@@ -177,7 +177,8 @@ bool mtest_regex(const mnode_t *n, const bson_value_t *v, int32_t *idxp)
 bool mtest_in(const mnode_t *n, const bson_value_t *v, int32_t *idxp)
 {
     for (size_t i = 0; i < n->nvals; i++) {
-        if (n->vres[i] != NULL ? regex_test(n->vres[i], &n->vals[i], v) : value_eq(v, &n->vals[i]))
+        if (n->vres[i] != NULL ? regex_test(n->vres[i], &n->vals[i], v)
+                               : value_eq(v, &n->vals[i], n->coll))
             return true;
     }
     return false;
@@ -495,6 +496,20 @@ bool sbl_matcher_match(const sbl_matcher_t *m, const bson_t *doc, int32_t *array
     if (array_pos != NULL)
         *array_pos = -1;
     return eval_doc(m->root, bson_get_data(doc), doc->len, array_pos);
+}
+
+static void set_coll(mnode_t *n, const sbl_collation_t *coll)
+{
+    n->coll = coll;
+    for (size_t i = 0; i < n->nkids; i++)
+        set_coll(n->kids[i], coll);
+    if (n->sub != NULL)
+        sbl_matcher_set_collation(n->sub, coll);
+}
+
+void sbl_matcher_set_collation(sbl_matcher_t *m, const sbl_collation_t *coll)
+{
+    set_coll(m->root, coll);
 }
 
 bool sbl_matcher_is_empty(const sbl_matcher_t *m)

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "common/errors.h"
+#include "doc/doc.h"
 
 /* ---- filter ---------------------------------------------------------- */
 
@@ -36,6 +37,10 @@ void sbl_matcher_free(sbl_matcher_t *m);
  * update/projection operator (the first array the path crossed), or -1.
  */
 bool sbl_matcher_match(const sbl_matcher_t *m, const bson_t *doc, int32_t *array_pos);
+
+/* Compare strings under coll from now on (NULL: binary, the default); coll must
+ * outlive m (cached collations always do).  Call before sharing m between threads. */
+void sbl_matcher_set_collation(sbl_matcher_t *m, const sbl_collation_t *coll);
 
 /* True when the filter is empty ({}): every document matches. */
 bool sbl_matcher_is_empty(const sbl_matcher_t *m);
@@ -112,6 +117,8 @@ void sbl_sort_free(sbl_sort_t *s);
 /* Three-way compare with MongoDB's sort semantics (arrays sort by their
  * minimum element ascending and maximum descending; missing sorts as null). */
 int sbl_sort_compare(const sbl_sort_t *s, const bson_t *a, const bson_t *b);
+/* Order strings under coll (NULL: binary, the default); coll must outlive s. */
+void sbl_sort_set_collation(sbl_sort_t *s, const sbl_collation_t *coll);
 /* True when the sort is exactly {_id: 1} or {_id: -1}; *descending is set. */
 bool sbl_sort_is_id(const sbl_sort_t *s, bool *descending);
 

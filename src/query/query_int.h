@@ -45,6 +45,7 @@ struct mnode {
     int types[24]; /* $type codes; 0 stands for "number" */
     size_t ntypes;
     sbl_matcher_t *sub; /* object-form $elemMatch */
+    const sbl_collation_t *coll; /* how strings compare (NULL: binary) */
     const sbl_match_ext_t *ext; /* N_EXT: $expr / $jsonSchema, with its plan */
     void *plan;
 };

@@ -25,6 +25,7 @@ typedef struct sort_key {
 struct sbl_sort {
     sort_key_t *keys;
     size_t nkeys;
+    const sbl_collation_t *coll; /* NULL: binary */
 };
 
 void sbl_sort_free(sbl_sort_t *s)
@@ -118,6 +119,7 @@ typedef struct best {
     bool have;
     bool desc;
     bool missing; /* the path reached nothing somewhere */
+    const sbl_collation_t *coll;
 } best_t;
 
 static void consider(best_t *b, const bson_value_t *v)
@@ -127,7 +129,7 @@ static void consider(best_t *b, const bson_value_t *v)
         b->have = true;
         return;
     }
-    int c = sbl_value_compare(v, &b->v);
+    int c = sbl_value_compare_coll(v, &b->v, b->coll);
     if (b->desc ? c > 0 : c < 0)
         b->v = *v;
 }
@@ -200,9 +202,10 @@ static void collect(const sort_key_t *k, const bson_value_t *v, size_t i, best_t
 }
 
 /* The sort key of doc for k: the min/max value reached, null when none. */
-static void key_of(const sort_key_t *k, const bson_t *doc, bson_value_t *out)
+static void key_of(const sort_key_t *k, const bson_t *doc, const sbl_collation_t *coll,
+                   bson_value_t *out)
 {
-    best_t b = {.desc = k->desc};
+    best_t b = {.desc = k->desc, .coll = coll};
 
     collect_doc(k, bson_get_data(doc), doc->len, 0, &b);
     if (b.missing) {
@@ -216,13 +219,18 @@ int sbl_sort_compare(const sbl_sort_t *s, const bson_t *a, const bson_t *b)
 {
     for (size_t i = 0; i < s->nkeys; i++) {
         bson_value_t va, vb;
-        key_of(&s->keys[i], a, &va);
-        key_of(&s->keys[i], b, &vb);
-        int c = sbl_value_compare(&va, &vb);
+        key_of(&s->keys[i], a, s->coll, &va);
+        key_of(&s->keys[i], b, s->coll, &vb);
+        int c = sbl_value_compare_coll(&va, &vb, s->coll);
         if (c != 0)
             return s->keys[i].desc ? (c < 0 ? 1 : -1) : (c < 0 ? -1 : 1);
     }
     return 0;
+}
+
+void sbl_sort_set_collation(sbl_sort_t *s, const sbl_collation_t *coll)
+{
+    s->coll = coll;
 }
 
 bool sbl_sort_is_id(const sbl_sort_t *s, bool *descending)

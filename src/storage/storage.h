@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "common/errors.h"
+#include "doc/doc.h"
 
 typedef struct sbl_storage_config {
     const char *dbpath;
@@ -179,6 +180,8 @@ int sbl_index_dir(const sbl_index_t *ix, size_t i); /* 1, -1, or 0 for "hashed" 
 bool sbl_index_unique(const sbl_index_t *ix);
 bool sbl_index_sparse(const sbl_index_t *ix);
 bool sbl_index_multikey(const sbl_index_t *ix); /* some document gave several keys */
+/* The spec's `collation` (NULL: simple): its string keys are that collation's sort keys. */
+const sbl_collation_t *sbl_index_collation(const sbl_index_t *ix);
 /* The partialFilterExpression, or NULL. */
 const bson_t *sbl_index_partial(const sbl_index_t *ix);
 /* Bytes of the index table on disk. */

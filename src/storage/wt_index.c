@@ -41,6 +41,7 @@ struct sbl_index {
     int8_t *dirs; /* 1, -1, 0 = hashed */
     bool unique, sparse, hashed;
     int64_t expire_after; /* -1: not a TTL index */
+    const sbl_collation_t *coll; /* NULL: simple; string keys are its sort keys */
     sbl_wt_table_t *tbl;
     atomic_bool ready, multikey;
     atomic_int refs;
@@ -101,6 +102,11 @@ static int index_new(const bson_t *spec, const char *uri, sbl_index_t **ixp, sbl
     ix->sparse = bson_iter_init_find(&it, spec, "sparse") && bson_iter_as_bool(&it);
     if (bson_iter_init_find(&it, spec, "expireAfterSeconds") && BSON_ITER_HOLDS_NUMBER(&it))
         ix->expire_after = bson_iter_as_int64(&it);
+    if (bson_iter_init_find(&it, spec, "collation") &&
+        sbl_collation_from_iter(&it, "collation", &ix->coll, err) != 0) {
+        index_unref(ix);
+        return err->code;
+    }
     if (bson_iter_init_find(&it, spec, "partialFilterExpression")) {
         if (!sbl_iter_doc(&it, &pfe))
             goto bad;
@@ -109,6 +115,7 @@ static int index_new(const bson_t *spec, const char *uri, sbl_index_t **ixp, sbl
             index_unref(ix);
             return err->code ? err->code : SBL_E_BadValue;
         }
+        sbl_matcher_set_collation(ix->partial, ix->coll);
     }
     *ixp = ix;
     return 0;
@@ -164,6 +171,7 @@ int sbl_index_dir(const sbl_index_t *ix, size_t i) { return ix->dirs[i]; }
 bool sbl_index_unique(const sbl_index_t *ix) { return ix->unique; }
 bool sbl_index_sparse(const sbl_index_t *ix) { return ix->sparse; }
 bool sbl_index_multikey(const sbl_index_t *ix) { return atomic_load(&ix->multikey); }
+const sbl_collation_t *sbl_index_collation(const sbl_index_t *ix) { return ix->coll; }
 const bson_t *sbl_index_partial(const sbl_index_t *ix) { return ix->partial_spec; }
 
 int64_t sbl_index_size(sbl_session_t *s, const sbl_index_t *ix)
@@ -419,7 +427,7 @@ static int index_keys(const sbl_index_t *ix, const bson_t *doc, keyset_t *ks, bo
                 sbl_index_hash(v, &h);
                 sbl_key_append(&ks->arena, &h, false);
             } else
-                sbl_key_append(&ks->arena, v, ix->dirs[i] < 0);
+                sbl_key_append_coll(&ks->arena, v, ix->dirs[i] < 0, ix->coll);
         }
         ks_add(ks, off);
     }

@@ -183,6 +183,19 @@ static int run(int notify_fd)
     if (bson_iter_init_find(&ttl_it, &options.parameters, "ttlMonitorSleepSecs") &&
         BSON_ITER_HOLDS_UTF8(&ttl_it))
         scfg.ttl_monitor_sleep_s = atoi(bson_iter_utf8(&ttl_it, NULL));
+    /* Free-space guard (src/storage/wt_space.c): writes stop below this many MB free. */
+    if (bson_iter_init_find(&ttl_it, &options.parameters, "minFreeDiskSpaceMB") &&
+        BSON_ITER_HOLDS_UTF8(&ttl_it)) {
+        char *end;
+        long long mb = strtoll(bson_iter_utf8(&ttl_it, NULL), &end, 10);
+        if (*end != '\0' || end == bson_iter_utf8(&ttl_it, NULL) || mb < 0 || mb > (1LL << 40)) {
+            fprintf(stderr, "sabled: Bad value for parameter \"minFreeDiskSpaceMB\": %s "
+                    "(a number of MB >= 0; 0 turns the free-space guard off)\n",
+                    bson_iter_utf8(&ttl_it, NULL));
+            return 2;
+        }
+        sbl_storage_set_min_free_mb(mb);
+    }
     if ((rc = sbl_storage_open(&scfg, &err)) != 0) {
         bson_init(&attr);
         BSON_APPEND_UTF8(&attr, "error", err.msg);

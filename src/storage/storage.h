@@ -48,6 +48,21 @@ int sbl_storage_open(const sbl_storage_config_t *cfg, sbl_err_t *err);
 /* Stop background threads, take a final checkpoint, close WiredTiger, release the lock. */
 void sbl_storage_close(void);
 
+/* ---- free-space guard (wt_space.c) ------------------------------------ */
+
+/* Default minimum free space on the dbpath's filesystem: two journal files
+ * (WiredTiger's log file_max, 100 MB), at least 64 MB. */
+#define SBL_SPACE_DEFAULT_MIN_FREE_MB 200
+/* Writes that add data are refused below mb MB free (--setParameter
+ * minFreeDiskSpaceMB); 0 turns the guard off.  Any thread, any time. */
+void sbl_storage_set_min_free_mb(int64_t mb);
+int64_t sbl_storage_min_free_mb(void);
+/* Called before a write that adds about bytes bytes (inserts, updates, index
+ * builds): OutOfDiskSpace (14031) while the dbpath's filesystem has less than
+ * the minimum free, IllegalOperation (20) while it is read-only, else 0.
+ * Cheap: statvfs at most every 100 ms or 4 MB written; recovers by itself. */
+int sbl_storage_space_check(size_t bytes, sbl_err_t *err);
+
 /* ---- sessions and transactions --------------------------------------- */
 
 typedef struct sbl_session sbl_session_t;

@@ -862,6 +862,7 @@ int sbl_index_create(sbl_session_t *s, sbl_coll_t *c, const bson_t *spec, sbl_er
     if (s->in_txn)
         return sbl_err_set(err, SBL_E_OperationNotSupportedInTransaction,
                            "Cannot create an index inside a transaction");
+    SBL_RET(sbl_storage_space_check(0, err));
     /* The table first (under the catalog lock: it owns the ident counter). */
     pthread_rwlock_wrlock(&sbl_eng.cat_lock);
     snprintf(uri, sizeof(uri), "table:index-%" PRIu64 "-%" PRIu64, sbl_eng.next_ident++,

@@ -243,6 +243,8 @@ int sbl_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind, const bson
     if ((kind != SBL_WRITE_DELETE && new_doc == NULL) ||
         (kind == SBL_WRITE_DELETE && old_doc == NULL))
         return sbl_err_set(err, SBL_E_InternalError, "storage write: missing document");
+    if (kind != SBL_WRITE_DELETE)
+        SBL_RET(sbl_storage_space_check(new_doc->len, err));
     if (s->in_txn)
         return write_in_txn(s, c, kind, old_doc, new_doc, err_info, err);
     SBL_RET(sbl_txn_begin(s, err));

@@ -12,6 +12,7 @@
  * i.e. after the commit is on disk.
  */
 #include "cmd/cmd_int.h"
+#include "cmd/failpoint.h"
 #include "common/log.h"
 #include "expr/expr.h"
 #include "query/query.h"
@@ -350,7 +351,8 @@ static void build_reply(pending_t *p, bson_t *out)
         while (bson_iter_next(&it))
             if (strcmp(bson_iter_key(&it), "errInfo") == 0 ||
                 strcmp(bson_iter_key(&it), "keyPattern") == 0 ||
-                strcmp(bson_iter_key(&it), "keyValue") == 0)
+                strcmp(bson_iter_key(&it), "keyValue") == 0 ||
+                strcmp(bson_iter_key(&it), "errorLabels") == 0)
                 bson_append_iter(out, bson_iter_key(&it), -1, &it);
 }
 
@@ -514,6 +516,10 @@ void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
     if ((p->rc = sbl_cmd_audit_check(&p->ctx, p->rc, &p->err)) != 0) {
         sbl_metrics_count_op(SBL_OPC_COMMAND, 1);
         finish(p);
+        return;
+    }
+    if (sbl_failpoint_armed() && sbl_failpoint_command(&p->ctx, &p->rc, &p->err)) {
+        finish(p); /* failCommand: an error reply, a closed connection or a block */
         return;
     }
     count_op(p->def, p->ctx.cmd);

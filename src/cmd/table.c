@@ -7,6 +7,7 @@
  * own pointing at the same handler.
  */
 #include "cmd/cmd_int.h"
+#include "cmd/failpoint.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,8 @@ static const sbl_cmd_def_t cmd_table[] = {
     {"buildInfo", sbl_cmd_build_info, NA, "build and version information", NULL},
     {"buildinfo", sbl_cmd_build_info, NA, "build and version information", NULL},
     {"collStats", sbl_cmd_coll_stats, R, "collection statistics", "collStats"},
+    {"configureFailPoint", sbl_cmd_configure_fail_point, ADM,
+     "set a fail point (test only: enableTestCommands=1)", NULL},
     {"connectionStatus", sbl_cmd_connection_status, NA,
      "authentication state of the connection", NULL},
     {"count", sbl_cmd_count, R | SLOW, "count matching documents", "find"},

@@ -62,6 +62,7 @@
     X(QueryPlanKilled, 175)                                                                    \
     X(InvalidIndexSpecificationOption, 197)                                                    \
     X(OperationNotSupportedInTransaction, 263)                                                 \
+    X(FailPointSetFailed, 266)                                                                 \
     X(IndexBuildAborted, 276)                                                                  \
     X(NoQueryExecutionPlans, 291)                                                              \
     X(NetworkTimeout, 89)                                                                          \

@@ -74,6 +74,10 @@ void sbl_conn_reply(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply);
  */
 void sbl_conn_reply_more(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply);
 
+/* Finish req without a reply and close the connection (the failCommand fail
+ * point's closeConnection).  Loop thread only. */
+void sbl_conn_close_request(sbl_conn_t *conn, sbl_request_t *req);
+
 uint64_t sbl_conn_id(const sbl_conn_t *conn);        /* 1, 2, 3 ... as connectionId */
 const char *sbl_conn_remote(const sbl_conn_t *conn); /* "127.0.0.1:53422" */
 const char *sbl_conn_local(const sbl_conn_t *conn);  /* "127.0.0.1:27017" */

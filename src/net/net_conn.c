@@ -407,6 +407,12 @@ void sbl_conn_reply(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply)
     pthread_mutex_unlock(&nl->mu);
 }
 
+void sbl_conn_close_request(sbl_conn_t *conn, sbl_request_t *req)
+{
+    net_conn_close(conn);
+    sbl_conn_reply(conn, req, NULL);
+}
+
 void sbl_conn_reply_more(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply)
 {
     if (conn->closing || req->opcode != SBL_OP_MSG)

@@ -102,7 +102,7 @@ async function startSabled(bin) {
   const port = await freePort();
   const log = fs.openSync(path.join(dir, 'out.txt'), 'a');
   const proc = spawn(bin, ['--port', String(port), '--bind_ip', '127.0.0.1', '--dbpath', path.join(dir, 'db'),
-    '--logpath', path.join(dir, 'sabled.log')], { stdio: ['ignore', log, log], cwd: dir });
+    '--logpath', path.join(dir, 'sabled.log'), '--setParameter', 'enableTestCommands=1'], { stdio: ['ignore', log, log], cwd: dir });
   let exited = null;
   proc.on('exit', (code, sig) => { exited = code ?? sig; });
   const uri = `mongodb://127.0.0.1:${port}/?directConnection=true`;

@@ -720,6 +720,12 @@ static int parse_rename(upd_action_t *a, bson_iter_t *arg, sbl_err_t *err)
     if (a->arg.value_type != BSON_TYPE_UTF8)
         return err_with_elem(err, SBL_E_BadValue,
                              "The 'to' field for $rename must be a string: ", a->path, &a->arg);
+    /* It becomes a field name: one that is not UTF-8 (or holds a NUL) could
+     * be stored but never read back. */
+    if (!bson_utf8_validate(a->arg.value.v_utf8.str, a->arg.value.v_utf8.len, false))
+        return sbl_err_set(err, SBL_E_BadValue,
+                           "The 'to' field for $rename must be a valid UTF-8 field name: %s",
+                           a->path);
     a->to = bson_strdup(a->arg.value.v_utf8.str);
     SBL_RET(upd_split_path(a->to, &a->to_comps, &a->to_ncomps, err));
     for (size_t i = 0; i < a->ncomps; i++)

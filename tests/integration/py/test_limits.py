@@ -20,6 +20,10 @@ from bson.son import SON
 
 import wire
 
+# Under AddressSanitizer (scripts/sanitize.sh) freed memory sits in ASan's
+# quarantine and RSS says little: only the byte counts are checked there.
+ASAN = "ASAN_OPTIONS" in os.environ
+
 
 def _rss_mb(server):
     with open("/proc/%d/status" % server.proc.pid) as f:
@@ -97,7 +101,7 @@ def test_client_that_never_reads_cannot_pin_memory(server, client, db):
         grown = _rss_mb(server) - rss_before
         print("never-reading client: %d MB sent before the server stopped reading; "
               "server RSS +%d MB" % (sent >> 20, grown))
-        assert grown < 400, "RSS grew by %d MB for one connection" % grown
+        assert ASAN or grown < 400, "RSS grew by %d MB for one connection" % grown
         # Other clients are served meanwhile.
         assert client.admin.command("ping")["ok"] == 1
         assert db.big.count_documents({}) == 16
@@ -128,7 +132,7 @@ def test_slow_sender_of_a_large_message_is_bounded(server, client):
             socks.append(s)
         assert client.admin.command("ping")["ok"] == 1
         grown = _rss_mb(server) - rss_before
-        assert grown < 4 * 48 + 64, "RSS grew by %d MB for 4 partial messages" % grown
+        assert ASAN or grown < 4 * 48 + 64, "RSS grew by %d MB for 4 partial messages" % grown
     finally:
         for s in socks:
             s.close()

@@ -56,8 +56,10 @@ void sbl_crud_backoff(int attempt);
 /*
  * Prepare a client document for storage into out (initialised here): _id
  * first (an ObjectId generated when missing), size <= 16 MiB, a valid _id
- * (InvalidIdField 53) and no top-level '$' field names.  On error out is
- * left uninitialised.
+ * (InvalidIdField 53; an embedded _id may not start with a '$' field).
+ * Other top-level '$'-prefixed names are data, as in MongoDB 5.0+ (update
+ * replacements reject them in src/update).  On error out is left
+ * uninitialised.
  */
 int sbl_crud_prepare_doc(const bson_t *in, bson_t *out, sbl_err_t *err);
 

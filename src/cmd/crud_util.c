@@ -158,10 +158,8 @@ int sbl_crud_prepare_doc(const bson_t *in, bson_t *out, sbl_err_t *err)
             id_first = first;
             if ((rc = check_id(&it, err)) != 0)
                 return rc;
-        } else if (k[0] == '$') {
-            return sbl_err_set(err, SBL_E_BadValue,
-                               "Document can't have $ prefixed field names: %s", k);
         }
+        /* Other top-level '$' names are stored as data (MongoDB 5.0+). */
         first = false;
     }
     if (sbl_doc_too_deep(in, SBL_STORED_MAX_DEPTH))

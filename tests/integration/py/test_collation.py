@@ -176,3 +176,23 @@ def test_bad_collations(db):
     with pytest.raises(OperationFailure) as e:
         c.create_index("x", collation={"locale": "nope_XX"})
     assert e.value.code == 2
+
+
+def test_defaults_and_collated_index_survive_restart(fresh_server):
+    s = fresh_server
+    s.start()
+    c = s.client()
+    d = c.restart_db
+    d.create_collection("dflt", collation=CI)
+    d.dflt.insert_many([{"_id": 1, "x": "ping"}, {"_id": 2, "x": "PING"}])
+    d.plain.insert_many([{"_id": 1, "x": "ping"}, {"_id": 2, "x": "PING"}])
+    d.plain.create_index("x", collation=CI, name="x_ci")
+    c.close()
+    s.restart()
+    c = s.client()
+    d = c.restart_db
+    assert d.dflt.count_documents({"x": "Ping"}) == 2
+    assert d.plain.count_documents({"x": "Ping"}) == 0
+    assert winning(d.plain, {"x": "Ping"}, CI.document)["stage"] == "IXSCAN"
+    assert d.plain.count_documents({"x": "Ping"}, collation=CI) == 2
+    c.close()

@@ -1,16 +1,20 @@
 /*
- * audit.c: the audit log: events built and formatted on the caller's thread,
- * appended to one buffer under a short lock (a memcpy and a sequence
- * number), written in batches by one writer thread that owns the file.
+ * audit.c: the audit log: events formatted on the caller's thread straight
+ * into one shared buffer (under a short lock, with a sequence number), and
+ * written with one write(2) per group: by the thread that must acknowledge
+ * a change (sbl_audit_flush, before its reply), else by the writer thread a
+ * moment later.  The writer thread also retries a failing file and rotates.
  *
  * What must stay true: the file receives events in sequence order, each
  * exactly once (a failed or partial write keeps the unwritten bytes and
  * retries them first); written_seq only grows and covers an event only
- * after write(2) returned for all of it; rotation and reopening happen only
- * on the writer thread, between batches, under fd_mu (the journal flusher's
- * fdatasync takes fd_mu too).
+ * after write(2) returned for all of it; bytes go to the file only under
+ * wmu (one writer at a time, so groups stay in order); rotation and
+ * reopening happen under wmu and fd_mu (the journal flusher's fdatasync
+ * takes fd_mu only, so it never holds up a write).
  */
 #include "audit/audit.h"
+#include "audit/audit_int.h"
 #include "common/log.h"
 #include "query/query.h"
 
@@ -26,17 +30,11 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct waiter {
-    uint64_t seq;
-    void (*cb)(void *arg, int rc);
-    void *arg;
-    struct waiter *next;
-} waiter_t;
-
-typedef struct audit_buf {
-    char *data;
-    size_t len, cap;
-} audit_buf_t;
+/* How long the writer thread waits after an event before writing it (events
+ * made on a network loop are usually written by that loop before then). */
+#define WRITER_DELAY_MS 20
+/* How often a failing file is retried. */
+#define RETRY_MS 100
 
 static struct {
     atomic_bool on;
@@ -45,32 +43,39 @@ static struct {
     sbl_audit_format_t fmt;
     char *path;
 
-    pthread_mutex_t mu; /* guards everything below up to the filter */
+    pthread_mutex_t mu;     /* guards buf, next_seq and the writer's flags */
     pthread_cond_t cv;      /* the writer waits here for work */
     pthread_cond_t done_cv; /* rotate callers wait here */
-    audit_buf_t buf;        /* formatted events not yet taken by the writer */
+    audit_buf_t buf;        /* formatted events not yet taken by a writer */
     uint64_t next_seq;      /* last sequence number handed out */
-    waiter_t *waiters;
-    bool writer_idle, stop, rotate_req;
+    bool writer_idle, kick, stop, rotate_req;
     uint64_t rotate_gen;
     int rotate_rc;
     char rotate_msg[256];
     atomic_uint_fast64_t written_seq;
     atomic_int health_errno; /* 0: writing works */
+    atomic_llong last_write_ms; /* monotonic time of the last write */
+
+    pthread_mutex_t wmu; /* one writer at a time: guards wb, wb_off, wb_last */
+    audit_buf_t wb;      /* taken from buf, not yet fully written */
+    size_t wb_off;
+    uint64_t wb_last;
 
     pthread_rwlock_t filter_lock;
     sbl_matcher_t *filter;
     bson_t *filter_doc;
+    bool filter_args; /* the filter may look at param.args */
 
     pthread_t thread;
     bool running;
-    pthread_mutex_t fd_mu; /* the writer changes fd only under it; sync reads it */
+    pthread_mutex_t fd_mu; /* fd changes only under it (and wmu); sync reads it */
     int fd;
     atomic_bool dirty; /* written since the last fdatasync */
 } A = {
     .mu = PTHREAD_MUTEX_INITIALIZER,
     .cv = PTHREAD_COND_INITIALIZER,
     .done_cv = PTHREAD_COND_INITIALIZER,
+    .wmu = PTHREAD_MUTEX_INITIALIZER,
     .filter_lock = PTHREAD_RWLOCK_INITIALIZER,
     .fd_mu = PTHREAD_MUTEX_INITIALIZER,
     .fd = -1,
@@ -79,6 +84,14 @@ static struct {
 bool sbl_audit_enabled(void)
 {
     return atomic_load_explicit(&A.on, memory_order_relaxed);
+}
+
+bool sbl_audit_needs_bson(void)
+{
+    pthread_rwlock_rdlock(&A.filter_lock);
+    bool r = A.filter != NULL || A.fmt == SBL_AUDIT_BSON;
+    pthread_rwlock_unlock(&A.filter_lock);
+    return r;
 }
 
 bool sbl_audit_auth_success(void)
@@ -111,38 +124,65 @@ bool sbl_audit_written(uint64_t seq)
 
 /* ---- building an event ------------------------------------------------------ */
 
-/* "1.2.3.4:5" or "[::1]:5" as {ip, port}. */
+/* "1.2.3.4:5" or "[::1]:5" split into the ip (without brackets) and the port. */
+static void split_addr(const char *addr, const char **ip, size_t *iplen, int *port)
+{
+    const char *colon = strrchr(addr, ':');
+    size_t n = colon != NULL ? (size_t)(colon - addr) : strlen(addr);
+    *ip = addr;
+    if (n >= 2 && addr[0] == '[' && addr[n - 1] == ']') {
+        (*ip)++;
+        n -= 2;
+    }
+    *iplen = n;
+    *port = colon != NULL ? atoi(colon + 1) : -1;
+}
+
 static void append_addr(bson_t *ev, const char *key, const char *addr)
 {
     bson_t d;
     BSON_APPEND_DOCUMENT_BEGIN(ev, key, &d);
     if (addr != NULL) {
-        const char *colon = strrchr(addr, ':');
-        size_t n = colon != NULL ? (size_t)(colon - addr) : strlen(addr);
-        const char *ip = addr;
-        if (n >= 2 && ip[0] == '[' && ip[n - 1] == ']') {
-            ip++;
-            n -= 2;
-        }
+        const char *ip;
+        size_t n;
+        int port;
+        split_addr(addr, &ip, &n, &port);
         bson_append_utf8(&d, "ip", 2, ip, (int)n);
-        if (colon != NULL)
-            BSON_APPEND_INT32(&d, "port", atoi(colon + 1));
+        if (port >= 0)
+            BSON_APPEND_INT32(&d, "port", port);
     }
     bson_append_document_end(ev, &d);
 }
 
-static void build_event(bson_t *ev, const char *atype, const sbl_audit_client_t *c,
-                        const bson_t *param, int result)
+static void json_addr(audit_buf_t *b, const char *key, const char *addr)
 {
-    static const sbl_audit_client_t none;
-    struct timespec ts;
-    bson_t arr, u;
+    audit_buf_puts(b, key);
+    if (addr == NULL) {
+        audit_buf_puts(b, "{}");
+        return;
+    }
+    const char *ip;
+    size_t n;
+    int port;
+    char tmp[24];
+    split_addr(addr, &ip, &n, &port);
+    audit_buf_puts(b, "{\"ip\":");
+    audit_json_str(b, ip, n);
+    if (port >= 0) {
+        snprintf(tmp, sizeof(tmp), ",\"port\":%d", port);
+        audit_buf_puts(b, tmp);
+    }
+    audit_buf_puts(b, "}");
+}
 
-    if (c == NULL)
-        c = &none;
-    clock_gettime(CLOCK_REALTIME, &ts);
+/* The event as a BSON document (the BSON format, and what the filter sees;
+ * args is left out when the filter cannot look at it). */
+static void build_event(bson_t *ev, const char *atype, int64_t ts, const sbl_audit_client_t *c,
+                        const bson_t *param, const bson_t *args, int result)
+{
+    bson_t arr, u;
     BSON_APPEND_UTF8(ev, "atype", atype);
-    BSON_APPEND_DATE_TIME(ev, "ts", (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+    BSON_APPEND_DATE_TIME(ev, "ts", ts);
     if (c->uuid != NULL)
         BSON_APPEND_BINARY(ev, "uuid", BSON_SUBTYPE_UUID, c->uuid, 16);
     append_addr(ev, "local", c->local);
@@ -161,61 +201,111 @@ static void build_event(bson_t *ev, const char *atype, const sbl_audit_client_t 
         BSON_APPEND_ARRAY_BEGIN(ev, "roles", &arr);
         bson_append_array_end(ev, &arr);
     }
-    if (param != NULL) {
-        BSON_APPEND_DOCUMENT(ev, "param", param);
-    } else {
-        BSON_APPEND_DOCUMENT_BEGIN(ev, "param", &u);
-        bson_append_document_end(ev, &u);
-    }
+    BSON_APPEND_DOCUMENT_BEGIN(ev, "param", &u);
+    if (param != NULL)
+        bson_concat(&u, param);
+    if (args != NULL)
+        BSON_APPEND_DOCUMENT(&u, "args", args);
+    bson_append_document_end(ev, &u);
     BSON_APPEND_INT32(ev, "result", result);
 }
 
-static bool buf_append(audit_buf_t *b, const void *data, size_t len, bool newline)
+/* The client's part of a JSON event: ,"uuid":..,"local":..,"remote":..,"users":..,"roles":.. */
+static void json_who(audit_buf_t *b, const sbl_audit_client_t *c)
 {
-    size_t need = b->len + len + (newline ? 1 : 0);
-    if (need > b->cap) {
-        size_t cap = b->cap != 0 ? b->cap : 64 * 1024;
-        while (cap < need)
-            cap *= 2;
-        char *p = realloc(b->data, cap);
-        if (p == NULL)
-            return false;
-        b->data = p;
-        b->cap = cap;
+    if (c->uuid != NULL) {
+        bson_t tmp = BSON_INITIALIZER;
+        bson_iter_t it;
+        BSON_APPEND_BINARY(&tmp, "uuid", BSON_SUBTYPE_UUID, c->uuid, 16);
+        audit_buf_puts(b, ",");
+        if (bson_iter_init(&it, &tmp))
+            audit_json_fields(b, &tmp);
+        bson_destroy(&tmp);
     }
-    memcpy(b->data + b->len, data, len);
-    b->len += len;
-    if (newline)
-        b->data[b->len++] = '\n';
-    return true;
+    json_addr(b, ",\"local\":", c->local);
+    json_addr(b, ",\"remote\":", c->remote);
+    audit_buf_puts(b, ",\"users\":[");
+    if (c->user != NULL) {
+        audit_buf_puts(b, "{\"user\":");
+        audit_json_str(b, c->user, strlen(c->user));
+        audit_buf_puts(b, ",\"db\":");
+        const char *db = c->user_db != NULL ? c->user_db : "admin";
+        audit_json_str(b, db, strlen(db));
+        audit_buf_puts(b, "}");
+    }
+    audit_buf_puts(b, "],\"roles\":");
+    if (c->roles != NULL)
+        audit_json_doc(b, c->roles, true);
+    else
+        audit_buf_puts(b, "[]");
 }
 
-int sbl_audit_event(const char *atype, const sbl_audit_client_t *c, const bson_t *param,
-                    int result, bool force, uint64_t *seqp, sbl_err_t *err)
+size_t sbl_audit_who_json(const sbl_audit_client_t *c, char *out, size_t cap)
 {
+    audit_buf_t b = {0};
+    json_who(&b, c);
+    size_t n = !b.oom && b.len <= cap ? b.len : 0;
+    if (n > 0)
+        memcpy(out, b.data, n);
+    free(b.data);
+    return n;
+}
+
+/* One JSON event line appended to b. */
+static void json_event(audit_buf_t *b, const char *atype, int64_t ts,
+                       const sbl_audit_client_t *c, const bson_t *param, const bson_t *args,
+                       int result)
+{
+    audit_buf_puts(b, "{\"atype\":");
+    audit_json_str(b, atype, strlen(atype));
+    audit_buf_puts(b, ",\"ts\":");
+    audit_json_date(b, ts);
+    if (c->who_json != NULL)
+        audit_buf_put(b, c->who_json, c->who_json_len);
+    else
+        json_who(b, c);
+    audit_buf_puts(b, ",\"param\":{");
+    if (param != NULL)
+        audit_json_fields(b, param);
+    if (args != NULL) {
+        audit_buf_puts(b, param != NULL && !bson_empty(param) ? ",\"args\":" : "\"args\":");
+        audit_json_doc(b, args, false);
+    }
+    audit_buf_puts(b, "},\"result\":");
+    audit_json_int(b, result);
+    audit_buf_puts(b, "}\n");
+}
+
+int sbl_audit_event_args(const char *atype, const sbl_audit_client_t *c, const bson_t *param,
+                         const bson_t *args, int result, bool force, uint64_t *seqp,
+                         sbl_err_t *err)
+{
+    static const sbl_audit_client_t none;
     bson_t ev;
-    char *json = NULL;
-    const void *data;
-    size_t len;
+    bool have_ev = false;
+    struct timespec now;
     int rc = 0;
 
     *seqp = 0;
     if (!sbl_audit_enabled())
         return 0;
-    bson_init(&ev);
-    build_event(&ev, atype, c, param, result);
+    if (c == NULL)
+        c = &none;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t ts = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+
+    /* The BSON event only when the filter or the format needs it. */
     pthread_rwlock_rdlock(&A.filter_lock);
+    if (A.filter != NULL || A.fmt == SBL_AUDIT_BSON) {
+        bson_init(&ev);
+        have_ev = true;
+        build_event(&ev, atype, ts, c, param,
+                    A.fmt == SBL_AUDIT_BSON || A.filter_args ? args : NULL, result);
+    }
     bool keep = A.filter == NULL || sbl_matcher_match(A.filter, &ev, NULL);
     pthread_rwlock_unlock(&A.filter_lock);
     if (!keep)
         goto done;
-    if (A.fmt == SBL_AUDIT_BSON) {
-        data = bson_get_data(&ev);
-        len = ev.len;
-    } else {
-        json = bson_as_relaxed_extended_json(&ev, &len);
-        data = json;
-    }
     pthread_mutex_lock(&A.mu);
     int e = atomic_load(&A.health_errno);
     if (e != 0 && !force) {
@@ -223,46 +313,41 @@ int sbl_audit_event(const char *atype, const sbl_audit_client_t *c, const bson_t
         rc = health_err(e, err);
         goto done;
     }
-    if (!buf_append(&A.buf, data, len, A.fmt == SBL_AUDIT_JSON)) {
+    size_t mark = A.buf.len;
+    A.buf.oom = false;
+    if (A.fmt == SBL_AUDIT_BSON)
+        audit_buf_put(&A.buf, bson_get_data(&ev), ev.len);
+    else
+        json_event(&A.buf, atype, ts, c, param, args, result);
+    if (A.buf.oom) {
+        A.buf.len = mark;
         pthread_mutex_unlock(&A.mu);
         rc = sbl_err_set(err, SBL_E_ExceededMemoryLimit, "audit log: out of memory");
         goto done;
     }
     *seqp = ++A.next_seq;
-    if (A.writer_idle)
+    if (A.writer_idle && !A.kick) {
+        A.kick = true; /* written by the writer in WRITER_DELAY_MS unless a flush comes first */
         pthread_cond_signal(&A.cv);
+    }
     pthread_mutex_unlock(&A.mu);
 done:
-    bson_free(json);
-    bson_destroy(&ev);
+    if (have_ev)
+        bson_destroy(&ev);
     return rc;
 }
 
-void sbl_audit_on_written(uint64_t seq, void (*cb)(void *arg, int rc), void *arg)
+int sbl_audit_event(const char *atype, const sbl_audit_client_t *c, const bson_t *param,
+                    int result, bool force, uint64_t *seqp, sbl_err_t *err)
 {
-    waiter_t *w;
-    pthread_mutex_lock(&A.mu);
-    if (sbl_audit_written(seq) || !A.running || (w = malloc(sizeof(*w))) == NULL) {
-        pthread_mutex_unlock(&A.mu);
-        cb(arg, 0);
-        return;
-    }
-    w->seq = seq;
-    w->cb = cb;
-    w->arg = arg;
-    w->next = A.waiters;
-    A.waiters = w;
-    if (A.writer_idle)
-        pthread_cond_signal(&A.cv);
-    pthread_mutex_unlock(&A.mu);
+    return sbl_audit_event_args(atype, c, param, NULL, result, force, seqp, err);
 }
 
-/* ---- the writer thread ------------------------------------------------------ */
+/* ---- writing ------------------------------------------------------------------ */
 
 static int open_file(void)
 {
-    int fd = open(A.path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    return fd;
+    return open(A.path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 }
 
 /* Write b from *off on; returns 0 or an errno (with *off advanced past what went out). */
@@ -297,7 +382,7 @@ static int write_out(const audit_buf_t *b, size_t *off)
     return 0;
 }
 
-/* Reopen after a failure (the path may have been fixed by the operator). */
+/* Reopen after a failure (the path may have been fixed by the operator).  Under wmu. */
 static void drop_fd(void)
 {
     if (A.dest != SBL_AUDIT_FILE || A.fd < 0)
@@ -306,6 +391,99 @@ static void drop_fd(void)
     close(A.fd);
     A.fd = -1;
     pthread_mutex_unlock(&A.fd_mu);
+}
+
+/*
+ * Under wmu: take everything buffered and write it with one write(2).
+ * While the file is failing only the writer thread (retry) tries again.
+ * Returns 0 or the errno of the failure.
+ */
+static int flush_locked(bool retry)
+{
+    pthread_mutex_lock(&A.mu);
+    if (A.buf.len > 0) {
+        if (A.wb.len == 0) {
+            audit_buf_t t = A.wb;
+            A.wb = A.buf;
+            A.buf = t;
+            A.wb_off = 0;
+        } else {
+            A.wb.oom = false;
+            audit_buf_put(&A.wb, A.buf.data, A.buf.len);
+            if (A.wb.oom)
+                abort(); /* cannot keep the events in order without memory */
+        }
+        A.buf.len = 0;
+        A.wb_last = A.next_seq;
+    }
+    pthread_mutex_unlock(&A.mu);
+
+    int was = atomic_load(&A.health_errno);
+    if (was != 0 && !retry)
+        return was;
+    if (was != 0)
+        drop_fd();
+    int e = 0;
+    if (A.wb.len > 0) {
+        e = write_out(&A.wb, &A.wb_off);
+        if (e == 0) {
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            atomic_store_explicit(&A.last_write_ms,
+                                  (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000,
+                                  memory_order_relaxed);
+            A.wb.len = 0;
+            A.wb_off = 0;
+            atomic_store_explicit(&A.written_seq, A.wb_last, memory_order_release);
+        }
+    } else if (was != 0 && A.dest == SBL_AUDIT_FILE) {
+        /* Nothing pending: check that the file can be opened again. */
+        audit_buf_t empty = {0};
+        size_t o = 0;
+        e = write_out(&empty, &o);
+    }
+    if (e != was) {
+        bson_t attr = BSON_INITIALIZER;
+        BSON_APPEND_UTF8(&attr, "path", A.path != NULL ? A.path : "");
+        BSON_APPEND_UTF8(&attr, "error", e != 0 ? strerror(e) : "none");
+        sbl_log(e != 0 ? SBL_LOG_ERROR : SBL_LOG_INFO, "AUDIT", e != 0 ? 7000001 : 7000002,
+                e != 0 ? "Audit log write failed; refusing audited operations"
+                       : "Audit log writable again",
+                &attr);
+        bson_destroy(&attr);
+        atomic_store(&A.health_errno, e);
+        if (e != 0) { /* the writer thread retries from now on */
+            pthread_mutex_lock(&A.mu);
+            pthread_cond_signal(&A.cv);
+            pthread_mutex_unlock(&A.mu);
+        }
+    }
+    return e;
+}
+
+int sbl_audit_flush(uint64_t seq, sbl_err_t *err)
+{
+    if (!A.running)
+        return 0;
+    if (seq == 0) { /* whatever is buffered, unless another thread is writing now */
+        pthread_mutex_lock(&A.mu);
+        bool empty = A.buf.len == 0;
+        pthread_mutex_unlock(&A.mu);
+        if (empty || pthread_mutex_trylock(&A.wmu) != 0)
+            return 0;
+        if (A.running)
+            flush_locked(false);
+        pthread_mutex_unlock(&A.wmu);
+        return 0;
+    }
+    if (sbl_audit_written(seq))
+        return 0;
+    pthread_mutex_lock(&A.wmu);
+    int e = sbl_audit_written(seq) || !A.running ? 0 : flush_locked(false);
+    pthread_mutex_unlock(&A.wmu);
+    if (sbl_audit_written(seq) || !A.running)
+        return 0;
+    return health_err(e != 0 ? e : EIO, err);
 }
 
 static int do_rotate(char *msg, size_t msglen)
@@ -333,7 +511,7 @@ static int do_rotate(char *msg, size_t msglen)
     int fd = open_file();
     if (fd < 0) {
         snprintf(msg, msglen, "could not open a new audit log %s: %s", A.path, strerror(errno));
-        drop_fd(); /* the writer retries the open and refuses events meanwhile */
+        drop_fd(); /* the next write retries the open and refuses events meanwhile */
         return SBL_E_InternalError;
     }
     pthread_mutex_lock(&A.fd_mu);
@@ -344,108 +522,54 @@ static int do_rotate(char *msg, size_t msglen)
     return 0;
 }
 
-/* Call the waiters that are satisfied: written ones with 0, ones whose
- * event a failed write covered with rc. */
-static void wake_waiters(uint64_t written, uint64_t failed_upto, int rc)
+/* Whether the file was written less than WRITER_DELAY_MS ago (then the
+ * writer waits before writing: under load the loops write soon enough). */
+static bool busy(void)
 {
-    waiter_t *ready = NULL, **pp = &A.waiters;
-    pthread_mutex_lock(&A.mu);
-    while (*pp != NULL) {
-        waiter_t *w = *pp;
-        if (w->seq <= written || (rc != 0 && w->seq <= failed_upto)) {
-            *pp = w->next;
-            w->next = ready;
-            ready = w;
-        } else {
-            pp = &w->next;
-        }
-    }
-    pthread_mutex_unlock(&A.mu);
-    while (ready != NULL) {
-        waiter_t *w = ready;
-        ready = w->next;
-        sbl_err_t e;
-        w->cb(w->arg, w->seq <= written ? 0 : health_err(rc, &e));
-        free(w);
-    }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    int64_t last = atomic_load_explicit(&A.last_write_ms, memory_order_relaxed);
+    return last != 0 && ms - last < WRITER_DELAY_MS;
 }
 
 static void *writer_main(void *arg)
 {
-    audit_buf_t wb = {0}; /* taken from A.buf, not yet fully written */
-    size_t off = 0;
-    uint64_t wb_last = 0;
     bool done = false;
 
     sbl_log_set_ctx("audit");
     while (!done) {
         pthread_mutex_lock(&A.mu);
-        while (!A.stop && !A.rotate_req && A.buf.len == 0 && wb.len == 0 &&
-               atomic_load(&A.health_errno) == 0) {
+        while (!A.stop && !A.rotate_req && !A.kick && atomic_load(&A.health_errno) == 0) {
             A.writer_idle = true;
             pthread_cond_wait(&A.cv, &A.mu);
             A.writer_idle = false;
         }
-        if (atomic_load(&A.health_errno) != 0 && !A.stop && !A.rotate_req) {
-            /* Failing: retry ten times a second. */
+        int failing = atomic_load(&A.health_errno) != 0;
+        if (!A.stop && !A.rotate_req && (failing || busy())) {
+            /* Under load an event waits a moment (a loop's flush usually
+             * takes it first); a failing file is retried ten times a second. */
+            int ms = failing ? RETRY_MS : WRITER_DELAY_MS;
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 100 * 1000 * 1000;
+            ts.tv_nsec += (long)ms * 1000 * 1000;
             if (ts.tv_nsec >= 1000000000) {
                 ts.tv_sec++;
                 ts.tv_nsec -= 1000000000;
             }
-            A.writer_idle = true;
             pthread_cond_timedwait(&A.cv, &A.mu, &ts);
-            A.writer_idle = false;
         }
-        if (A.buf.len > 0) {
-            if (wb.len == 0) {
-                audit_buf_t t = wb;
-                wb = A.buf;
-                A.buf = t;
-                off = 0;
-            } else if (!buf_append(&wb, A.buf.data, A.buf.len, false)) {
-                abort(); /* cannot keep the events in order without memory */
-            }
-            A.buf.len = 0;
-            wb_last = A.next_seq;
-        }
+        A.kick = false;
         bool rotate = A.rotate_req, stop = A.stop;
-        int was = atomic_load(&A.health_errno);
         pthread_mutex_unlock(&A.mu);
 
-        if (was != 0)
-            drop_fd();
-        int e = 0;
-        if (wb.len > 0) {
-            e = write_out(&wb, &off);
-            if (e == 0) {
-                wb.len = 0;
-                off = 0;
-                atomic_store_explicit(&A.written_seq, wb_last, memory_order_release);
-            }
-        } else if (was != 0 && A.dest == SBL_AUDIT_FILE) {
-            /* Nothing pending: check that the file can be opened again. */
-            audit_buf_t empty = {0};
-            size_t o = 0;
-            e = write_out(&empty, &o);
-        }
-        if (e != was) {
-            bson_t attr = BSON_INITIALIZER;
-            BSON_APPEND_UTF8(&attr, "path", A.path != NULL ? A.path : "");
-            BSON_APPEND_UTF8(&attr, "error", e != 0 ? strerror(e) : "none");
-            sbl_log(e != 0 ? SBL_LOG_ERROR : SBL_LOG_INFO, "AUDIT", e != 0 ? 7000001 : 7000002,
-                    e != 0 ? "Audit log write failed; refusing audited operations"
-                           : "Audit log writable again",
-                    &attr);
-            bson_destroy(&attr);
-            atomic_store(&A.health_errno, e);
-        }
-        wake_waiters(atomic_load(&A.written_seq), wb_last, e);
+        pthread_mutex_lock(&A.wmu);
+        int e = flush_locked(true);
+        char msg[256] = "";
+        int rrc = rotate ? do_rotate(msg, sizeof(msg)) : 0;
+        bool wb_empty = A.wb.len == 0;
+        pthread_mutex_unlock(&A.wmu);
         if (rotate) {
-            char msg[256] = "";
-            int rrc = do_rotate(msg, sizeof(msg));
             pthread_mutex_lock(&A.mu);
             A.rotate_rc = rrc;
             snprintf(A.rotate_msg, sizeof(A.rotate_msg), "%s", msg);
@@ -456,30 +580,60 @@ static void *writer_main(void *arg)
         }
         if (stop) {
             pthread_mutex_lock(&A.mu);
-            done = A.buf.len == 0 && (wb.len == 0 || e != 0);
+            done = A.buf.len == 0 && (wb_empty || e != 0);
             pthread_mutex_unlock(&A.mu);
         }
     }
-    free(wb.data);
     return NULL;
 }
 
 /* ---- configuration and life ------------------------------------------------------ */
 
+/* Whether a filter may look at param.args: any key naming param, args or a
+ * path below them, or an operator that sees the whole document. */
+static bool filter_sees_args(const bson_t *doc)
+{
+    bson_iter_t it;
+    if (!bson_iter_init(&it, doc))
+        return true;
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "param") == 0 || strcmp(k, "args") == 0 ||
+            strncmp(k, "param.args", 10) == 0 || strcmp(k, "$expr") == 0 ||
+            strcmp(k, "$where") == 0 || strcmp(k, "$jsonSchema") == 0 || k[0] == '\0')
+            return true;
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it)) {
+            uint32_t len;
+            const uint8_t *data;
+            bson_t sub;
+            if (BSON_ITER_HOLDS_DOCUMENT(&it))
+                bson_iter_document(&it, &len, &data);
+            else
+                bson_iter_array(&it, &len, &data);
+            if (bson_init_static(&sub, data, len) && filter_sees_args(&sub))
+                return true;
+        }
+    }
+    return false;
+}
+
 int sbl_audit_set_filter(const bson_t *filter, sbl_err_t *err)
 {
     sbl_matcher_t *m = NULL, *old;
     bson_t *doc = NULL, *old_doc;
+    bool sees_args = false;
     if (filter != NULL && !bson_empty(filter)) {
         if ((m = sbl_matcher_new(filter, err)) == NULL)
             return err->code != 0 ? err->code : SBL_E_BadValue;
         doc = bson_copy(filter);
+        sees_args = filter_sees_args(filter);
     }
     pthread_rwlock_wrlock(&A.filter_lock);
     old = A.filter;
     old_doc = A.filter_doc;
     A.filter = m;
     A.filter_doc = doc;
+    A.filter_args = sees_args;
     pthread_rwlock_unlock(&A.filter_lock);
     if (old != NULL)
         sbl_matcher_free(old);
@@ -558,9 +712,9 @@ void sbl_audit_close(void)
     pthread_cond_signal(&A.cv);
     pthread_mutex_unlock(&A.mu);
     pthread_join(A.thread, NULL);
+    pthread_mutex_lock(&A.wmu);
     A.running = false;
     atomic_store(&A.on, false);
-    wake_waiters(UINT64_MAX, 0, 0); /* none should be left; never leave a reply hanging */
     pthread_mutex_lock(&A.fd_mu);
     if (A.dest == SBL_AUDIT_FILE && A.fd >= 0) {
         fdatasync(A.fd);
@@ -568,9 +722,13 @@ void sbl_audit_close(void)
     }
     A.fd = -1;
     pthread_mutex_unlock(&A.fd_mu);
+    pthread_mutex_unlock(&A.wmu);
     sbl_audit_set_filter(NULL, NULL);
     free(A.buf.data);
     A.buf = (audit_buf_t){0};
+    free(A.wb.data);
+    A.wb = (audit_buf_t){0};
+    A.wb_off = 0;
     free(A.path);
     A.path = NULL;
 }

@@ -1,10 +1,12 @@
 /*
  * audit.h: the audit log (MongoDB Enterprise's event shape and options).
  *
- * Callers format an event on their own thread (sbl_audit_event); it is
- * copied into one shared append buffer under a short lock and gets a
- * sequence number; one writer thread owns the file descriptor and writes
- * whole batches with one write(2).  What must stay true:
+ * Callers format an event on their own thread (sbl_audit_event) straight
+ * into one shared append buffer under a short lock, with a sequence number.
+ * Whoever must know an event is written before going on (a network loop
+ * about to acknowledge a change) calls sbl_audit_flush, which writes every
+ * buffered event with one write(2) (group write); anything else is written
+ * by the writer thread shortly after.  What must stay true:
  *  - events appear in the file in sequence order (one connection's events
  *    are emitted in order, so they stay in order);
  *  - sbl_audit_written(seq) is true only once write(2) of that event returned;
@@ -39,7 +41,15 @@ typedef struct sbl_audit_client {
     const char *user;      /* authenticated user, or NULL */
     const char *user_db;
     const bson_t *roles;   /* BSON array of {role, db}, or NULL */
+    /* The JSON of all the above as sbl_audit_who_json made it (a per-connection
+     * cache), or NULL: the JSON format then formats the fields above. */
+    const char *who_json;
+    size_t who_json_len;
 } sbl_audit_client_t;
+
+/* The client's part of a JSON event (,"uuid":..,"roles":[..]) into out
+ * (cap bytes): its length, or 0 when it does not fit. */
+size_t sbl_audit_who_json(const sbl_audit_client_t *c, char *out, size_t cap);
 
 /* Open the destination and start the writer thread.  A file that cannot be
  * opened is not fatal: it is logged and retried, and events are refused
@@ -48,6 +58,9 @@ int sbl_audit_open(const sbl_audit_config_t *cfg, sbl_err_t *err);
 /* Write what is buffered, fsync, stop the writer and close the file. */
 void sbl_audit_close(void);
 
+/* Whether events are built as BSON documents (a filter or the BSON format):
+ * then every field of sbl_audit_client_t is needed, not just who_json. */
+bool sbl_audit_needs_bson(void);
 /* Auditing is on (a destination is configured).  A plain load. */
 bool sbl_audit_enabled(void);
 /* auditAuthorizationSuccess, readable and settable at run time. */
@@ -68,12 +81,22 @@ int sbl_audit_health(sbl_err_t *err);
  */
 int sbl_audit_event(const char *atype, const sbl_audit_client_t *c, const bson_t *param,
                     int result, bool force, uint64_t *seqp, sbl_err_t *err);
+/* The same with param.args = args appended after param's fields (not copied
+ * into an intermediate document: authCheck's args is the whole command). */
+int sbl_audit_event_args(const char *atype, const sbl_audit_client_t *c, const bson_t *param,
+                         const bson_t *args, int result, bool force, uint64_t *seqp,
+                         sbl_err_t *err);
 
 /* Whether write(2) has returned for every event up to seq (an atomic load). */
 bool sbl_audit_written(uint64_t seq);
-/* Call cb(arg, rc) on the writer thread once event seq is written (rc 0), or
- * once a write attempt covering it failed (rc: the health error code). */
-void sbl_audit_on_written(uint64_t seq, void (*cb)(void *arg, int rc), void *arg);
+/*
+ * Write every buffered event now, on this thread, with one write(2) (unless
+ * event seq is written already; another thread writing meanwhile may take
+ * it).  Returns 0 once event seq is written, or the health error.  seq 0:
+ * write what is buffered if no other thread is writing (never waits);
+ * returns 0.
+ */
+int sbl_audit_flush(uint64_t seq, sbl_err_t *err);
 
 /* Rename the file to <path>.<UTC timestamp> and open a new one, between two
  * batches (no event lost or duplicated).  Nothing to do when not a file. */

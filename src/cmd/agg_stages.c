@@ -920,7 +920,10 @@ int sbl_agg_out(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, sbl
     const char *dot = strchr(ns, '.');
     snprintf(tmp, sizeof(tmp), "%.*s.tmp.agg_out.%08lx%08lx", (int)(dot - ns), ns,
              (unsigned long)random(), (unsigned long)random());
-    SBL_RET(sbl_coll_open(env->ctx->ss, tmp, true, &c, NULL, err));
+    bool created = false;
+    SBL_RET(sbl_coll_open(env->ctx->ss, tmp, true, &c, &created, err));
+    if (created)
+        sbl_cmd_audit_coll_created(env->ctx, tmp);
     rc = 0;
     for (size_t i = 0; i < dv->n && rc == 0; i++) {
         bson_t doc;
@@ -1090,7 +1093,10 @@ int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, s
     SBL_RET(target_ns(env, &into, "$merge", ns, sizeof(ns), err));
 
     sbl_coll_t *c = NULL;
-    SBL_RET(sbl_coll_open(env->ctx->ss, ns, true, &c, NULL, err));
+    bool created = false;
+    SBL_RET(sbl_coll_open(env->ctx->ss, ns, true, &c, &created, err));
+    if (created)
+        sbl_cmd_audit_coll_created(env->ctx, ns);
     for (size_t i = 0; i < dv->n && rc == 0; i++) {
         bson_t src, existing;
         bool found = false;

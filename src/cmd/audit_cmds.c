@@ -16,14 +16,19 @@
 #include "common/log.h"
 
 #include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Commands larger than this are audited with args {$truncated: <size>}. */
 #define AUDIT_ARGS_MAX (64 * 1024)
 
+/* Fill ac for this connection.  roles receives the role list when it is
+ * needed (a filter, the BSON format, or the cached JSON is stale). */
 static void fill_client(sbl_cmd_ctx_t *ctx, sbl_audit_client_t *ac, bson_t *roles)
 {
     sbl_client_t *c = ctx->client;
+    char key[sizeof(c->audit_who_key)];
     memset(ac, 0, sizeof(*ac));
     if (ctx->conn != NULL) {
         if (!c->audit_uuid_set) {
@@ -40,10 +45,107 @@ static void fill_client(sbl_cmd_ctx_t *ctx, sbl_audit_client_t *ac, bson_t *role
     }
     ac->user = c->auth_user;
     ac->user_db = c->auth_db;
-    if (c->authz != NULL) {
+    /* The cached JSON holds for the same user and the same users/roles generation. */
+    const char *ku = c->auth_user != NULL ? c->auth_user : "";
+    const char *kd = c->auth_db != NULL ? c->auth_db : "";
+    size_t lu = strlen(ku), ld = strlen(kd), kn = lu + 1 + ld;
+    bool key_ok = ctx->conn != NULL && kn < sizeof(key);
+    if (key_ok) { /* "user\ndb" */
+        memcpy(key, ku, lu);
+        key[lu] = '\n';
+        memcpy(key + lu + 1, kd, ld + 1);
+    }
+    bool fresh = key_ok && c->audit_who_len > 0 && c->audit_who_gen == c->authz_gen &&
+                 strcmp(c->audit_who_key, key) == 0;
+    if (c->authz != NULL && (!fresh || sbl_audit_needs_bson())) {
         sbl_authz_append_roles(c->authz, roles);
         ac->roles = roles;
     }
+    if (!fresh && key_ok) {
+        size_t n = sbl_audit_who_json(ac, c->audit_who, sizeof(c->audit_who));
+        c->audit_who_len = (uint16_t)n;
+        c->audit_who_gen = c->authz_gen;
+        memcpy(c->audit_who_key, key, kn + 1);
+        fresh = n > 0;
+    }
+    if (fresh) {
+        ac->who_json = c->audit_who;
+        ac->who_json_len = c->audit_who_len;
+    }
+}
+
+/* ---- writing events before the replies of one loop iteration ------------------- */
+
+/*
+ * A network loop collects the events of one iteration and writes them with
+ * one write(2) (sbl_audit_flush) after its I/O callbacks (a uv_check
+ * handle), then sends the replies that waited for them.  An idle handle
+ * keeps the loop from blocking in poll while a batch is armed (for
+ * requests dispatched outside the poll phase, e.g. from a timer).  A batch
+ * lives from its first event to its check callback; its handles are closed
+ * there (nothing is left on the loop when it stops).
+ */
+typedef struct audit_wait {
+    void (*cb)(void *arg, int rc);
+    void *arg;
+} audit_wait_t;
+
+typedef struct audit_batch {
+    uv_check_t check;
+    uv_idle_t idle;
+    uint64_t seq; /* the last event a waiter needs written */
+    audit_wait_t *waits;
+    size_t n, cap;
+    int closing; /* handles still to close */
+} audit_batch_t;
+
+static _Thread_local audit_batch_t *tl_batch; /* this loop thread's armed batch */
+
+static void batch_closed(uv_handle_t *h)
+{
+    audit_batch_t *b = h->data;
+    if (--b->closing == 0) {
+        free(b->waits);
+        free(b);
+    }
+}
+
+static void batch_idle(uv_idle_t *h)
+{
+}
+
+static void batch_run(uv_check_t *h)
+{
+    audit_batch_t *b = h->data;
+    sbl_err_t err;
+    if (tl_batch == b)
+        tl_batch = NULL;
+    int rc = sbl_audit_flush(b->seq, &err);
+    if (b->seq == 0)
+        rc = 0;
+    for (size_t i = 0; i < b->n; i++)
+        b->waits[i].cb(b->waits[i].arg, rc);
+    b->closing = 2;
+    uv_close((uv_handle_t *)&b->check, batch_closed);
+    uv_close((uv_handle_t *)&b->idle, batch_closed);
+}
+
+/* The armed batch of this loop thread (made on first use), or NULL without memory. */
+static audit_batch_t *batch_get(sbl_conn_t *conn)
+{
+    if (tl_batch != NULL)
+        return tl_batch;
+    audit_batch_t *b = calloc(1, sizeof(*b));
+    if (b == NULL)
+        return NULL;
+    uv_loop_t *loop = sbl_conn_loop(conn);
+    uv_check_init(loop, &b->check);
+    uv_idle_init(loop, &b->idle);
+    b->check.data = b->idle.data = b;
+    uv_check_start(&b->check, batch_run);
+    uv_idle_start(&b->idle, batch_idle);
+    tl_batch = b;
+    return b;
 }
 
 static int emit(sbl_cmd_ctx_t *ctx, const char *atype, const bson_t *param, int result,
@@ -69,30 +171,25 @@ void sbl_cmd_audit(sbl_cmd_ctx_t *ctx, const char *atype, const bson_t *param, i
 
 /* ---- the dispatcher ---------------------------------------------------------- */
 
-/* args: the command, with passwords replaced and very large ones truncated. */
-static void append_args(bson_t *param, const bson_t *cmd)
+/* args: the command itself, or (in copy) the command with its password
+ * replaced, or {$truncated: <size>} for a very large one. */
+static const bson_t *audit_args(const bson_t *cmd, bson_t *copy)
 {
     bson_iter_t it;
-    bson_t args;
     if (cmd->len > AUDIT_ARGS_MAX) {
-        BSON_APPEND_DOCUMENT_BEGIN(param, "args", &args);
-        BSON_APPEND_INT32(&args, "$truncated", (int32_t)cmd->len);
-        bson_append_document_end(param, &args);
-        return;
+        BSON_APPEND_INT32(copy, "$truncated", (int32_t)cmd->len);
+        return copy;
     }
-    if (!bson_iter_init_find(&it, cmd, "pwd")) {
-        BSON_APPEND_DOCUMENT(param, "args", cmd);
-        return;
-    }
-    BSON_APPEND_DOCUMENT_BEGIN(param, "args", &args);
+    if (!bson_iter_init_find(&it, cmd, "pwd"))
+        return cmd;
     bson_iter_init(&it, cmd);
     while (bson_iter_next(&it)) {
         if (strcmp(bson_iter_key(&it), "pwd") == 0)
-            BSON_APPEND_UTF8(&args, "pwd", "xxx");
+            BSON_APPEND_UTF8(copy, "pwd", "xxx");
         else
-            bson_append_iter(&args, NULL, 0, &it);
+            bson_append_iter(copy, NULL, 0, &it);
     }
-    bson_append_document_end(param, &args);
+    return copy;
 }
 
 int sbl_cmd_audit_check(sbl_cmd_ctx_t *ctx, int rc, sbl_err_t *err)
@@ -112,17 +209,37 @@ int sbl_cmd_audit_check(sbl_cmd_ctx_t *ctx, int rc, sbl_err_t *err)
     bson_t param = BSON_INITIALIZER;
     bson_iter_t it;
     char ns[256];
+    uint32_t cl = 0;
+    size_t dl = strlen(ctx->db);
+    const char *coll = NULL;
     BSON_APPEND_UTF8(&param, "command", def->name);
-    if (bson_iter_init(&it, ctx->cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it) &&
-        bson_iter_utf8(&it, NULL)[0] != '\0')
-        snprintf(ns, sizeof(ns), "%s.%s", ctx->db, bson_iter_utf8(&it, NULL));
-    else
-        snprintf(ns, sizeof(ns), "%s", ctx->db);
+    if (bson_iter_init(&it, ctx->cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it))
+        coll = bson_iter_utf8(&it, &cl);
+    if (dl >= sizeof(ns))
+        dl = sizeof(ns) - 1;
+    memcpy(ns, ctx->db, dl);
+    if (coll != NULL && cl > 0 && dl + 1 + cl < sizeof(ns)) { /* "db.coll", else "db" */
+        ns[dl++] = '.';
+        memcpy(ns + dl, coll, cl);
+        dl += cl;
+    }
+    ns[dl] = '\0';
     BSON_APPEND_UTF8(&param, "ns", ns);
-    append_args(&param, ctx->cmd);
+    bson_t args_copy = BSON_INITIALIZER;
+    const bson_t *args = audit_args(ctx->cmd, &args_copy);
+    sbl_audit_client_t ac;
+    bson_t roles = BSON_INITIALIZER;
+    uint64_t seq = 0;
     sbl_err_t e;
-    int arc = emit(ctx, "authCheck", &param, rc, rc != 0, &e);
+    fill_client(ctx, &ac, &roles);
+    int arc = sbl_audit_event_args("authCheck", &ac, &param, args, rc, rc != 0, &seq, &e);
+    bson_destroy(&roles);
+    bson_destroy(&args_copy);
     bson_destroy(&param);
+    if (seq > ctx->audit_seq)
+        ctx->audit_seq = seq;
+    if (seq != 0)
+        batch_get(ctx->conn); /* written at the end of this loop iteration */
     if (rc == 0 && arc != 0) {
         *err = e;
         return arc;
@@ -133,10 +250,31 @@ int sbl_cmd_audit_check(sbl_cmd_ctx_t *ctx, int rc, sbl_err_t *err)
 bool sbl_cmd_audit_wait(sbl_cmd_ctx_t *ctx, void (*cb)(void *arg, int rc), void *arg)
 {
     uint64_t seq = ctx->audit_seq;
+    audit_batch_t *b;
     if (seq == 0 || sbl_audit_written(seq))
         return false;
     ctx->audit_seq = 0;
-    sbl_audit_on_written(seq, cb, arg);
+    if (ctx->conn == NULL || (b = batch_get(ctx->conn)) == NULL) {
+        sbl_err_t e;
+        cb(arg, sbl_audit_flush(seq, &e)); /* no batch: write it now */
+        return true;
+    }
+    if (b->n == b->cap) {
+        size_t cap = b->cap != 0 ? b->cap * 2 : 16;
+        audit_wait_t *w = realloc(b->waits, cap * sizeof(*w));
+        if (w == NULL) {
+            sbl_err_t e;
+            cb(arg, sbl_audit_flush(seq, &e));
+            return true;
+        }
+        b->waits = w;
+        b->cap = cap;
+    }
+    b->waits[b->n].cb = cb;
+    b->waits[b->n].arg = arg;
+    b->n++;
+    if (seq > b->seq)
+        b->seq = seq;
     return true;
 }
 

@@ -39,6 +39,12 @@ typedef struct sbl_client {
     int auth_failures;       /* failed attempts on this connection (each reply is delayed) */
     uint8_t audit_uuid[16];  /* the connection's UUID in audit events (audit_cmds.c) */
     bool audit_uuid_set;
+    /* audit_cmds.c: this connection's part of a JSON audit event (uuid, local,
+     * remote, users, roles), made for user/db at authz generation audit_who_gen */
+    uint16_t audit_who_len; /* 0: not made */
+    uint64_t audit_who_gen;
+    char audit_who_key[128]; /* "user\ndb", or "" */
+    char audit_who[512];
 } sbl_client_t;
 
 /* Parsed writeConcern. */

@@ -166,7 +166,10 @@ int sbl_crud_upsert(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *filter,
     }
     if (rc != 0)
         return rc;
-    if ((rc = sbl_coll_open(ctx->ss, ns, true, &c, NULL, err)) != 0 ||
+    bool created = false;
+    if ((rc = sbl_coll_open(ctx->ss, ns, true, &c, &created, err)) == 0 && created)
+        sbl_cmd_audit_coll_created(ctx, ns);
+    if (rc != 0 ||
         (rc = sbl_crud_validate(c, NULL, &doc, u->bypass_validation, err_info, err)) != 0) {
         if (c != NULL)
             sbl_coll_release(c);
@@ -341,7 +344,10 @@ int sbl_cmd_insert(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     SBL_RET(get_ordered(ctx->cmd, "insert", &ordered, err));
     SBL_RET(get_batch(ctx->cmd, "insert", "documents", &docs, &ndocs, err));
     bool bypass = get_bypass(ctx->cmd);
-    SBL_RET(sbl_coll_open(ctx->ss, ns, true, &c, NULL, err));
+    bool created = false;
+    SBL_RET(sbl_coll_open(ctx->ss, ns, true, &c, &created, err));
+    if (created)
+        sbl_cmd_audit_coll_created(ctx, ns);
 
     bson_iter_init(&it, &docs);
     for (int64_t i = 0; bson_iter_next(&it); i++) {

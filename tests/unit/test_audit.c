@@ -1,8 +1,9 @@
 /*
  * test_audit.c: the audit log module on its own (src/audit): the event
  * document's shape, the filter (at open and replaced), ordering and exactly
- * once across rotation from several threads, sbl_audit_written/on_written,
- * BSON format, and an unwritable file refusing events.
+ * once across rotation from several threads, sbl_audit_written/flush (the
+ * caller's own group write), the JSON formatter against libbson's relaxed
+ * extended JSON, BSON format, and an unwritable file refusing events.
  */
 #include "audit/audit.h"
 #include "check.h"
@@ -51,12 +52,6 @@ static void *thread_main(void *arg)
     return arg;
 }
 
-static atomic_int called;
-static void on_written(void *arg, int rc)
-{
-    atomic_fetch_add(&called, rc == 0 ? 1 : 100);
-}
-
 static void test_json_rotation(void)
 {
     char path[300], rotated[4096] = "";
@@ -68,7 +63,8 @@ static void test_json_rotation(void)
     CHECK(sbl_audit_enabled());
     uint64_t seq = 0;
     CHECK(emit_msg("startup", 0, &seq) == 0 && seq == 1);
-    sbl_audit_on_written(seq, on_written, NULL);
+    CHECK(sbl_audit_flush(seq, &err) == 0 && sbl_audit_written(seq)); /* written by this thread */
+    CHECK(count_lines(path, "\"atype\":\"startup\"") == 1);
     pthread_t t[4];
     for (int i = 0; i < 4; i++)
         pthread_create(&t[i], NULL, thread_main, NULL);
@@ -82,7 +78,6 @@ static void test_json_rotation(void)
     while (!sbl_audit_written(seq))
         usleep(1000);
     sbl_audit_close();
-    CHECK(atomic_load(&called) == 1);
 
     /* Every event exactly once over the current and the rotated files. */
     size_t total = count_lines(path, NULL), files = 1;
@@ -98,10 +93,10 @@ static void test_json_rotation(void)
         pclose(ls);
     CHECK_MSG(total == 8002, "%zu events", total);
     CHECK(files >= 2);
-    CHECK(count_lines(path, "\"atype\" : \"last\"") == 1);
-    CHECK(count_lines(path, "\"local\" : { \"ip\" : \"127.0.0.1\", \"port\" : 27017 }") >= 1);
-    CHECK(count_lines(path, "\"remote\" : { \"ip\" : \"::1\", \"port\" : 5000 }") >= 1);
-    CHECK(count_lines(path, "\"users\" : [ { \"user\" : \"u\", \"db\" : \"admin\" } ]") >= 1);
+    CHECK(count_lines(path, "\"atype\":\"last\"") == 1);
+    CHECK(count_lines(path, "\"local\":{\"ip\":\"127.0.0.1\",\"port\":27017}") >= 1);
+    CHECK(count_lines(path, "\"remote\":{\"ip\":\"::1\",\"port\":5000}") >= 1);
+    CHECK(count_lines(path, "\"users\":[{\"user\":\"u\",\"db\":\"admin\"}]") >= 1);
 }
 
 static void test_filter_bson(void)
@@ -157,18 +152,103 @@ static void test_unwritable(void)
     uint64_t seq = 0;
     sbl_audit_event("forced", NULL, NULL, 0, true, &seq, &err); /* kept, fails to write */
     CHECK(seq == 1);
-    atomic_store(&called, 0);
-    sbl_audit_on_written(seq, on_written, NULL);
-    for (int i = 0; i < 200 && sbl_audit_health(&err) == 0; i++)
-        usleep(10000);
+    sbl_err_t ferr = {0};
+    CHECK(sbl_audit_flush(seq, &ferr) == 14031); /* the caller learns of the failure */
+    CHECK(strstr(ferr.msg, "audit log write failed") != NULL);
     CHECK(sbl_audit_health(&err) == 14031);
     CHECK(strstr(err.msg, "audit log write failed") != NULL);
     CHECK(emit_msg("refused", 0, &seq) == 14031 && seq == 0);
-    for (int i = 0; i < 200 && atomic_load(&called) == 0; i++)
-        usleep(10000);
-    CHECK(atomic_load(&called) == 100); /* the waiter learned of the failure */
+    CHECK(sbl_audit_flush(1, &ferr) == 14031 && !sbl_audit_written(1));
     sbl_audit_close();
     CHECK(!sbl_audit_enabled());
+}
+
+/* The formatter gives what libbson's relaxed extended JSON gives, value for value. */
+static void test_json_types(void)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/t.json", dir);
+    sbl_err_t err;
+    sbl_audit_config_t cfg = {.destination = SBL_AUDIT_FILE, .format = SBL_AUDIT_JSON,
+                              .path = path};
+    CHECK(sbl_audit_open(&cfg, &err) == 0);
+    bson_t args = BSON_INITIALIZER, sub, arr;
+    bson_oid_t oid;
+    bson_decimal128_t dec;
+    uint8_t bin[5] = {0, 1, 2, 0xfe, 0xff};
+    bson_oid_init_from_string(&oid, "5f1e2d3c4b5a697887960a1b");
+    bson_decimal128_from_string("1.25E+3", &dec);
+    BSON_APPEND_UTF8(&args, "insert", "c\"q\\b\n\t\x01\x1f é");
+    BSON_APPEND_DOUBLE(&args, "d", 1.0);
+    BSON_APPEND_DOUBLE(&args, "d2", -0.1);
+    BSON_APPEND_DOUBLE(&args, "d3", 1e300);
+    BSON_APPEND_INT32(&args, "i", -7);
+    BSON_APPEND_INT64(&args, "l", 1234567890123LL);
+    BSON_APPEND_BOOL(&args, "t", true);
+    BSON_APPEND_NULL(&args, "n");
+    BSON_APPEND_OID(&args, "o", &oid);
+    BSON_APPEND_DATE_TIME(&args, "dt", 1700000000123LL);
+    BSON_APPEND_DATE_TIME(&args, "old", -5000);
+    BSON_APPEND_BINARY(&args, "b", BSON_SUBTYPE_BINARY, bin, 5);
+    BSON_APPEND_BINARY(&args, "b1", BSON_SUBTYPE_BINARY, bin, 4);
+    BSON_APPEND_REGEX(&args, "re", "^a\\.b", "i");
+    BSON_APPEND_TIMESTAMP(&args, "ts", 5, 6);
+    BSON_APPEND_DECIMAL128(&args, "dec", &dec);
+    BSON_APPEND_MINKEY(&args, "min");
+    BSON_APPEND_MAXKEY(&args, "max");
+    BSON_APPEND_CODE(&args, "code", "f()");
+    BSON_APPEND_DOCUMENT_BEGIN(&args, "sub", &sub);
+    BSON_APPEND_ARRAY_BEGIN(&sub, "a", &arr);
+    BSON_APPEND_INT32(&arr, "0", 1);
+    BSON_APPEND_UTF8(&arr, "1", "x");
+    bson_append_array_end(&sub, &arr);
+    bson_append_document_end(&args, &sub);
+    bson_t param = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&param, "command", "insert");
+    uint64_t seq = 0;
+    CHECK(sbl_audit_event_args("authCheck", NULL, &param, &args, 0, false, &seq, &err) == 0);
+    CHECK(sbl_audit_flush(seq, &err) == 0);
+    sbl_audit_close();
+
+    char line[8192] = "";
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL && fgets(line, sizeof(line), f) != NULL);
+    if (f != NULL)
+        fclose(f);
+    bson_error_t je;
+    bson_t *ev = bson_new_from_json((const uint8_t *)line, -1, &je);
+    CHECK_MSG(ev != NULL, "%s: %s", je.message, line);
+    bson_iter_t it;
+    bson_t got, want_param = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&want_param, "command", "insert");
+    BSON_APPEND_DOCUMENT(&want_param, "args", &args);
+    /* What libbson's relaxed JSON of the same param parses back to. */
+    char *lj = bson_as_relaxed_extended_json(&want_param, NULL);
+    bson_t *want = bson_new_from_json((const uint8_t *)lj, -1, &je);
+    CHECK(want != NULL);
+    if (ev != NULL && want != NULL && bson_iter_init_find(&it, ev, "param") &&
+        BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        uint32_t len;
+        const uint8_t *data;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&got, data, len);
+        char *gj = bson_as_canonical_extended_json(&got, NULL);
+        char *wj = bson_as_canonical_extended_json(want, NULL);
+        CHECK_MSG(strcmp(gj, wj) == 0, "\n got %s\nwant %s", gj, wj);
+        bson_free(gj);
+        bson_free(wj);
+    } else {
+        CHECK(false);
+    }
+    CHECK(ev != NULL && bson_iter_init_find(&it, ev, "result") && bson_iter_as_int64(&it) == 0);
+    bson_free(lj);
+    if (want != NULL)
+        bson_destroy(want);
+    if (ev != NULL)
+        bson_destroy(ev);
+    bson_destroy(&want_param);
+    bson_destroy(&param);
+    bson_destroy(&args);
 }
 
 int main(void)
@@ -177,6 +257,7 @@ int main(void)
     if (mkdtemp(dir) == NULL)
         return 1;
     test_json_rotation();
+    test_json_types();
     test_filter_bson();
     test_unwritable();
     char cmd[300];

@@ -437,7 +437,7 @@ def test_console_destination():
         c.close()
         assert s.stop() == 0
         with open(os.path.join(s.root, "stdout.txt")) as f:
-            ev = [json_util.loads(l) for l in f if l.startswith("{ \"atype\"")]
+            ev = [json_util.loads(l) for l in f if l.startswith('{"atype"')]
         assert [e["atype"] for e in ev if e["atype"] in ("startup", "createCollection",
                                                          "shutdown")] == [
             "startup", "createCollection", "shutdown"]

@@ -223,3 +223,30 @@ def test_validate_after_concurrent_churn(server, db):
     assert v["valid"] and v["errors"] == [] and v["nInvalidDocuments"] == 0, v
     assert v["nrecords"] == db.churn.count_documents({})
     assert v["ns"] == db.name + ".churn" and v["repaired"] is False
+
+
+def test_concurrent_upserts_of_one_id_create_one_document(server, db):
+    """Upserts with $inc racing on an _id that does not exist yet: one of them
+    inserts, the others update it (as MongoDB retries an upsert that lost the
+    race on a unique key); the count equals the acknowledged operations."""
+    nthreads, rounds = 8, 15
+    done = [0] * nthreads
+    clients = [server.client(retryWrites=False) for _ in range(nthreads)]
+    each_round = threading.Barrier(nthreads, timeout=60)
+
+    def work(t):
+        coll = clients[t][db.name].ups
+        for r in range(rounds):
+            each_round.wait()  # all threads race on the same new _id
+            coll.update_one({"_id": "k%d" % r}, {"$inc": {"n": 1}}, upsert=True)
+            done[t] += 1
+
+    try:
+        run_threads(nthreads, work)
+    finally:
+        for c in clients:
+            c.close()
+    assert db.ups.count_documents({}) == rounds
+    for r in range(rounds):
+        assert db.ups.find_one({"_id": "k%d" % r})["n"] == nthreads
+    assert sum(done) == nthreads * rounds

@@ -7,7 +7,8 @@ PKGS=(build-essential cmake pkg-config git
       libyaml-dev libpcre2-dev libsnappy-dev libzstd-dev zlib1g-dev libicu-dev
       python3 python3-pymongo python3-pytest python3-prometheus-client nodejs npm
       libhiredis-dev libpq-dev redis-server postgresql gnuplot-nox
-      openjdk-17-jdk-headless libmongodb-java)
+      openjdk-17-jdk-headless libmongodb-java
+      clang libclang-rt-14-dev)  # libFuzzer targets (scripts/fuzz.sh, run by scripts/test.sh)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -4,18 +4,22 @@
 # committed seed corpus.  New inputs go to build-fuzz/corpus/<target>/ (the
 # committed corpus is only read); crashes are written to build-fuzz/crashes/
 # and fail the run.
-#   scripts/fuzz.sh [--seconds N] [--jobs J] [--no-build] [target ...]
-# (default: 60 s each, every target; --no-build runs what build-fuzz/ holds)
+#   scripts/fuzz.sh [--seconds N] [--jobs J] [--seed S] [--timeout T] [--no-build] [target ...]
+# (default: 60 s each, every target, a random seed; --seed makes the inputs
+# tried the same from run to run (CI); --timeout: seconds one input may take
+# before it counts as a hang, default 25; --no-build runs what build-fuzz/ holds)
 # Installs clang and libclang-rt-14-dev (Debian 12) when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=60 jobs=1 build=1 targets=()
+seconds=60 jobs=1 build=1 seed= timeout=25 targets=()
 while (($#)); do
     case $1 in
         --seconds) seconds=$2; shift 2 ;;
         --jobs) jobs=$2; shift 2 ;;
+        --seed) seed=$2; shift 2 ;;
+        --timeout) timeout=$2; shift 2 ;;
         --no-build) build=0; shift ;;
-        -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+        -h|--help) sed -n 2,11p "$0"; exit 0 ;;
         *) targets+=("$1"); shift ;;
     esac
 done
@@ -52,9 +56,10 @@ for t in "${targets[@]}"; do
     par=()
     # -jobs makes libFuzzer write fuzz-<n>.log files into the current directory.
     ((jobs > 1)) && par=(-jobs="$jobs" -workers="$jobs")
+    [[ -n $seed ]] && par+=(-seed="$seed")
     if (cd "$BUILD" && "$PWD/fuzz/$t" "$PWD/corpus/$t" "$OLDPWD/tests/fuzz/corpus/$t" \
         -max_total_time="$seconds" "${par[@]+"${par[@]}"}" -rss_limit_mb=2048 -max_len=65536 \
-        -timeout=25 -artifact_prefix="$PWD/crashes/$t-" -print_final_stats=1) >"$log" 2>&1; then
+        -timeout="$timeout" -artifact_prefix="$PWD/crashes/$t-" -print_final_stats=1) >"$log" 2>&1; then
         grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb" "$log" | tr '\n' ' '; echo
     else
         rc=1

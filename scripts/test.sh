@@ -1,10 +1,62 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what is missing, builds, runs every test
-# (unit tests and integration tests that start their own sabled on free
-# ports with temporary data directories).
+# The whole test suite (what CI runs, through .ci/run): installs what is
+# missing, builds, then runs three steps and fails if any of them failed:
+#   1. every ctest case (unit tests, and integration tests that start their
+#      own sabled on free ports with temporary data directories);
+#   2. the same suite built with ASan + UBSan (scripts/sanitize.sh into
+#      build-asan/; any sanitizer report fails it), without the conformance
+#      and Java suites, whose timeouts are too short under ASan;
+#   3. each libFuzzer target for SABLE_TEST_FUZZ_SECONDS (default 20) from
+#      the committed corpus with a fixed seed (scripts/fuzz.sh into
+#      build-fuzz/; a crash, leak, hang or sanitizer report fails it and
+#      leaves the input in build-fuzz/crashes/).  It builds and runs at low
+#      priority alongside step 2, whose tests leave a core mostly idle; its
+#      output is printed when it ends (and kept in build/fuzz-step.log).
+#   scripts/test.sh [ctest args...]      (arguments go to step 1's ctest)
+# SABLE_TEST_SANITIZE=0 or SABLE_TEST_FUZZ=0 skips step 2 or 3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
-cd build
-ctest --output-on-failure --timeout 900 "$@"
+failed=()
+step() {
+    local name=$1 t0=$SECONDS
+    shift
+    echo "== test.sh: $name"
+    if "$@"; then
+        echo "== test.sh: $name passed ($((SECONDS - t0)) s)"
+    else
+        echo "== test.sh: $name FAILED ($((SECONDS - t0)) s)"
+        failed+=("$name")
+    fi
+}
+run_ctest() { (cd build && ctest --output-on-failure --timeout 900 "$@"); }
+step ctest run_ctest "$@"
+
+fuzz_pid= fuzz_t0=$SECONDS
+if [[ ${SABLE_TEST_FUZZ:-1} != 0 ]]; then
+    # --timeout: an input counts as a hang only after 120 s of wall time, as
+    # the fuzzer runs niced next to the sanitizer step.
+    nice -n 10 scripts/fuzz.sh --seconds "${SABLE_TEST_FUZZ_SECONDS:-20}" \
+        --seed "${SABLE_TEST_FUZZ_SEED:-1}" --timeout 120 >build/fuzz-step.log 2>&1 &
+    fuzz_pid=$!
+fi
+if [[ ${SABLE_TEST_SANITIZE:-1} != 0 ]]; then
+    step sanitizers scripts/sanitize.sh -E 'conformance|integration/java'
+fi
+if [[ -n $fuzz_pid ]]; then
+    echo "== test.sh: fuzz (started with the sanitizer step)"
+    if wait "$fuzz_pid"; then
+        cat build/fuzz-step.log
+        echo "== test.sh: fuzz passed ($((SECONDS - fuzz_t0)) s)"
+    else
+        cat build/fuzz-step.log
+        echo "== test.sh: fuzz FAILED ($((SECONDS - fuzz_t0)) s)"
+        failed+=(fuzz)
+    fi
+fi
+if ((${#failed[@]})); then
+    echo "test.sh: FAILED: ${failed[*]} (total $SECONDS s)"
+    exit 1
+fi
+echo "test.sh: all steps passed (total $SECONDS s)"

@@ -181,6 +181,8 @@ int sbl_cmd_find_and_modify(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             rc = err->code ? err->code : sbl_err_set(err, SBL_E_FailedToParse, "bad update");
             goto err;
         }
+        if (coll != NULL)
+            sbl_update_set_collation(u, coll);
         cu.op = u;
     }
     if (a.has_fields && !bson_empty(&a.fields)) {

@@ -500,6 +500,8 @@ static int run_update(sbl_cmd_ctx_t *ctx, const char *ns, const update_stmt_t *s
     sbl_qexec_opts_t o = {&qf, NULL, 0, 0, st->coll};
     if (!st->has_coll)
         SBL_ERR(sbl_crud_default_collation(ctx, ns, &o.collation, err));
+    if (u != NULL && o.collation != NULL)
+        sbl_update_set_collation(u, o.collation);
     SBL_ERR(sbl_qexec_new_hinted(ns, &o, st->has_hint ? &st->hint : NULL, &q, err));
 
     sbl_err_t e2 = {0};

@@ -136,6 +136,19 @@ void sbl_update_free(sbl_update_t *u)
     bson_free(u);
 }
 
+void sbl_update_set_collation(sbl_update_t *u, const sbl_collation_t *coll)
+{
+    for (size_t i = 0; i < u->nfilters; i++)
+        if (u->filters[i].m)
+            sbl_matcher_set_collation(u->filters[i].m, coll);
+    for (size_t i = 0; i < u->nacts; i++) {
+        if (u->acts[i].matcher)
+            sbl_matcher_set_collation(u->acts[i].matcher, coll);
+        if (u->acts[i].sort)
+            sbl_sort_set_collation(u->acts[i].sort, coll);
+    }
+}
+
 bool sbl_update_is_replacement(const sbl_update_t *u)
 {
     return u->replacement;

@@ -85,6 +85,19 @@ def test_update_delete_find_and_modify_bulk(db):
     assert c.count_documents({}) == 0
 
 
+def test_array_filters_and_pull(db):
+    c = db.arr
+    c.insert_one({"_id": 1, "tags": ["Red", "blue", "RED"], "sub": [{"k": "A", "n": 0}]})
+    c.update_one({"_id": 1}, {"$pull": {"sub": {"k": "a"}}}, collation=CI)
+    c.update_one({"_id": 1}, {"$set": {"tags.$[t]": "x"}}, array_filters=[{"t": "red"}],
+                 collation=CI)
+    doc = c.find_one({"_id": 1})
+    assert doc["sub"] == [] and doc["tags"] == ["x", "blue", "x"]
+    got = c.find_one_and_update({"_id": 1}, {"$set": {"tags.$[t]": "y"}},
+                                array_filters=[{"t": "BLUE"}], collation=CI, return_document=True)
+    assert got["tags"] == ["x", "y", "x"]
+
+
 def test_aggregate(db):
     c = db.agg
     c.insert_many([{"_id": 1, "x": "ping"}, {"_id": 2, "x": "PING"}, {"_id": 3, "x": "b"},

@@ -251,12 +251,13 @@ static int cmp_fkey(const void *a, const void *b)
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
-/* Append the encoding of v to the key list (an owned heap copy). */
-static void push_key(fkey_t **outp, size_t *np, const bson_value_t *v, size_t idx)
+/* Append the encoding of v under coll (NULL: binary) to the key list (an owned heap copy). */
+static void push_key(fkey_t **outp, size_t *np, const bson_value_t *v, size_t idx,
+                     const sbl_collation_t *coll)
 {
     sbl_buf_t b;
     sbl_buf_init(&b);
-    sbl_key_append(&b, v, false);
+    sbl_key_append_coll(&b, v, false, coll);
     uint8_t *copy = malloc(b.len ? b.len : 1);
     memcpy(copy, b.data, b.len);
     *outp = realloc(*outp, (*np + 1) * sizeof(**outp));
@@ -268,7 +269,8 @@ static void push_key(fkey_t **outp, size_t *np, const bson_value_t *v, size_t id
 /* Append to *outp the encoded keys of every value a dotted path reaches in doc
  * (through arrays, and each element of an array found at the end), tagged with
  * idx; a path reaching nothing gives null, as equality matching treats it. */
-static void values_at(const bson_t *doc, const char *path, fkey_t **outp, size_t *np, size_t idx)
+static void values_at(const bson_t *doc, const char *path, fkey_t **outp, size_t *np, size_t idx,
+                      const sbl_collation_t *coll)
 {
     bson_t wrap = BSON_INITIALIZER;
     bson_iter_t it;
@@ -292,11 +294,11 @@ static void values_at(const bson_t *doc, const char *path, fkey_t **outp, size_t
                 while (bson_iter_next(&el)) {
                     bson_value_t ev;
                     sbl_iter_value(&el, &ev);
-                    push_key(outp, np, &ev, idx);
+                    push_key(outp, np, &ev, idx, coll);
                     found++;
                 }
             }
-            push_key(outp, np, &v, idx);
+            push_key(outp, np, &v, idx, coll);
             found++;
             continue;
         }
@@ -321,7 +323,7 @@ static void values_at(const bson_t *doc, const char *path, fkey_t **outp, size_t
     }
     if (found == 0) {
         bson_value_t nv = {.value_type = BSON_TYPE_NULL};
-        push_key(outp, np, &nv, idx);
+        push_key(outp, np, &nv, idx, coll);
     }
     bson_destroy(&wrap);
 }
@@ -430,7 +432,7 @@ int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
         rc = read_all(env->ctx, fns, &foreign_docs, err);
     if (rc == 0 && foreign != NULL) {
         for (size_t i = 0; i < foreign_docs.n; i++)
-            values_at(foreign_docs.v[i], foreign, &fkeys, &nfk, i);
+            values_at(foreign_docs.v[i], foreign, &fkeys, &nfk, i, env->coll);
         if (nfk > 1) /* fkeys is NULL when empty; qsort's pointer must not be */
             qsort(fkeys, nfk, sizeof(*fkeys), cmp_fkey);
     }
@@ -441,7 +443,7 @@ int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
             fkey_t *lk = NULL;
             size_t nlk = 0;
             memset(mark, 0, foreign_docs.n + 1);
-            values_at(dv->v[d], local, &lk, &nlk, 0);
+            values_at(dv->v[d], local, &lk, &nlk, 0, env->coll);
             for (size_t i = 0; i < nlk; i++) {
                 size_t lo = 0, hi = nfk;
                 fkey_t probe = {lk[i].key, lk[i].len, 0};

@@ -108,6 +108,15 @@ def test_aggregate(db):
                                {"$sort": {"_id": 1}}], collation=CI))
     assert [g["n"] for g in groups] == [1, 1, 2]
     assert [g["_id"] for g in groups][:2] == ["A", "b"]
+    db.agg_other.insert_many([{"_id": 1, "k": "PING"}, {"_id": 2, "k": "b"}])
+    got = list(c.aggregate([{"$match": {"_id": 1}},
+                            {"$lookup": {"from": "agg_other", "localField": "x",
+                                         "foreignField": "k", "as": "o"}}], collation=CI))
+    assert [o["_id"] for o in got[0]["o"]] == [1]
+    got = list(c.aggregate([{"$match": {"_id": 1}},
+                            {"$lookup": {"from": "agg_other", "localField": "x",
+                                         "foreignField": "k", "as": "o"}}]))
+    assert got[0]["o"] == []
     # $match after another stage also uses it
     got = list(c.aggregate([{"$project": {"x": 1}}, {"$match": {"x": "Ping"}}], collation=CI))
     assert len(got) == 2

@@ -87,6 +87,10 @@ int sbl_audit_event_args(const char *atype, const sbl_audit_client_t *c, const b
                          const bson_t *args, int result, bool force, uint64_t *seqp,
                          sbl_err_t *err);
 
+/* Whether doc has the top-level key: a scan of its bytes, cheaper than a
+ * bson_iter_t (for the audit of every command: "pwd" is redacted). */
+bool sbl_audit_doc_has_key(const bson_t *doc, const char *key);
+
 /* Whether write(2) has returned for every event up to seq (an atomic load). */
 bool sbl_audit_written(uint64_t seq);
 /*

@@ -168,32 +168,6 @@ void audit_json_date(audit_buf_t *b, int64_t ms)
     audit_buf_put(b, tail, 7);
 }
 
-static void put_value(audit_buf_t *b, const bson_iter_t *it);
-
-static void put_members(audit_buf_t *b, bson_iter_t *it, bool array)
-{
-    bool first = true;
-    while (bson_iter_next(it)) {
-        if (!first)
-            put_c(b, ',');
-        first = false;
-        if (!array) {
-            audit_json_str(b, bson_iter_key(it), bson_iter_key_len(it));
-            put_c(b, ':');
-        }
-        put_value(b, it);
-    }
-}
-
-static void put_sub(audit_buf_t *b, const bson_iter_t *it, bool array)
-{
-    bson_iter_t child;
-    put_c(b, array ? '[' : '{');
-    if (bson_iter_recurse(it, &child))
-        put_members(b, &child, array);
-    put_c(b, array ? ']' : '}');
-}
-
 static void put_oid(audit_buf_t *b, const bson_oid_t *oid)
 {
     char hex[25];
@@ -244,139 +218,321 @@ static void put_binary(audit_buf_t *b, bson_subtype_t sub, const uint8_t *data, 
     audit_buf_put(b, tail, sizeof(tail) - 1);
 }
 
-static void put_value(audit_buf_t *b, const bson_iter_t *it)
+/*
+ * The walker reads the BSON bytes itself (libbson's iterator costs about a
+ * hundred instructions per element).  Every read is bounds-checked: on
+ * malformed input it stops, leaving well-formed JSON of what it read.
+ */
+typedef struct raw {
+    const uint8_t *p, *end;
+} raw_t;
+
+static inline bool raw_i32(raw_t *r, int32_t *v)
 {
-    uint32_t n;
+    if (r->end - r->p < 4)
+        return false;
+    uint32_t u = (uint32_t)r->p[0] | (uint32_t)r->p[1] << 8 | (uint32_t)r->p[2] << 16 |
+                 (uint32_t)r->p[3] << 24;
+    memcpy(v, &u, 4);
+    r->p += 4;
+    return true;
+}
+
+static inline bool raw_i64(raw_t *r, int64_t *v)
+{
+    if (r->end - r->p < 8)
+        return false;
+    uint64_t u = 0;
+    for (int i = 7; i >= 0; i--)
+        u = u << 8 | r->p[i];
+    memcpy(v, &u, 8);
+    r->p += 8;
+    return true;
+}
+
+/* A NUL-terminated string at r->p: its length, or -1. */
+static inline ssize_t raw_cstr(raw_t *r, const char **s)
+{
+    const uint8_t *z = memchr(r->p, 0, (size_t)(r->end - r->p));
+    if (z == NULL)
+        return -1;
+    *s = (const char *)r->p;
+    ssize_t n = z - r->p;
+    r->p = z + 1;
+    return n;
+}
+
+/* A length-prefixed string (int32 length counting the NUL). */
+static inline ssize_t raw_str(raw_t *r, const char **s)
+{
+    int32_t n;
+    if (!raw_i32(r, &n) || n < 1 || r->end - r->p < n || r->p[n - 1] != 0)
+        return -1;
+    *s = (const char *)r->p;
+    r->p += n;
+    return n - 1;
+}
+
+static bool put_raw_doc(audit_buf_t *b, raw_t *r, bool array);
+
+static bool put_raw_value(audit_buf_t *b, raw_t *r, uint8_t type)
+{
     const char *s;
-    switch (bson_iter_type(it)) {
-    case BSON_TYPE_DOUBLE:
-        put_double(b, bson_iter_double(it));
-        break;
+    ssize_t n;
+    int32_t i32;
+    int64_t i64;
+    switch (type) {
+    case BSON_TYPE_DOUBLE: {
+        double d;
+        if (!raw_i64(r, &i64))
+            return false;
+        memcpy(&d, &i64, 8);
+        put_double(b, d);
+        return true;
+    }
     case BSON_TYPE_UTF8:
-        s = bson_iter_utf8(it, &n);
-        audit_json_str(b, s, n);
-        break;
+        if ((n = raw_str(r, &s)) < 0)
+            return false;
+        audit_json_str(b, s, (size_t)n);
+        return true;
     case BSON_TYPE_DOCUMENT:
-        put_sub(b, it, false);
-        break;
     case BSON_TYPE_ARRAY:
-        put_sub(b, it, true);
-        break;
+        return put_raw_doc(b, r, type == BSON_TYPE_ARRAY);
     case BSON_TYPE_BINARY: {
-        bson_subtype_t sub;
-        const uint8_t *data;
-        bson_iter_binary(it, &sub, &n, &data);
-        put_binary(b, sub, data, n);
-        break;
+        if (!raw_i32(r, &i32) || i32 < 0 || r->end - r->p < (ptrdiff_t)i32 + 1)
+            return false;
+        uint8_t sub = *r->p++;
+        const uint8_t *data = r->p;
+        uint32_t len = (uint32_t)i32;
+        if (sub == BSON_SUBTYPE_BINARY_DEPRECATED && len >= 4) { /* inner length */
+            data += 4;
+            len -= 4;
+        }
+        put_binary(b, (bson_subtype_t)sub, data, len);
+        r->p += i32;
+        return true;
     }
     case BSON_TYPE_UNDEFINED:
         audit_buf_puts(b, "{\"$undefined\":true}");
-        break;
+        return true;
     case BSON_TYPE_OID:
-        put_oid(b, bson_iter_oid(it));
-        break;
+        if (r->end - r->p < 12)
+            return false;
+        put_oid(b, (const bson_oid_t *)r->p);
+        r->p += 12;
+        return true;
     case BSON_TYPE_BOOL:
-        audit_buf_puts(b, bson_iter_bool(it) ? "true" : "false");
-        break;
+        if (r->end - r->p < 1)
+            return false;
+        audit_buf_puts(b, *r->p++ ? "true" : "false");
+        return true;
     case BSON_TYPE_DATE_TIME:
-        audit_json_date(b, bson_iter_date_time(it));
-        break;
+        if (!raw_i64(r, &i64))
+            return false;
+        audit_json_date(b, i64);
+        return true;
     case BSON_TYPE_NULL:
         audit_buf_puts(b, "null");
-        break;
+        return true;
     case BSON_TYPE_REGEX: {
         const char *opts;
-        s = bson_iter_regex(it, &opts);
+        ssize_t on;
+        if ((n = raw_cstr(r, &s)) < 0 || (on = raw_cstr(r, &opts)) < 0)
+            return false;
         audit_buf_puts(b, "{\"$regularExpression\":{\"pattern\":");
-        audit_json_str(b, s, strlen(s));
+        audit_json_str(b, s, (size_t)n);
         audit_buf_puts(b, ",\"options\":");
-        audit_json_str(b, opts, strlen(opts));
+        audit_json_str(b, opts, (size_t)on);
         audit_buf_puts(b, "}}");
-        break;
+        return true;
     }
-    case BSON_TYPE_DBPOINTER: {
-        const bson_oid_t *oid;
-        bson_iter_dbpointer(it, &n, &s, &oid);
+    case BSON_TYPE_DBPOINTER:
+        if ((n = raw_str(r, &s)) < 0 || r->end - r->p < 12)
+            return false;
         audit_buf_puts(b, "{\"$dbPointer\":{\"$ref\":");
-        audit_json_str(b, s, n);
+        audit_json_str(b, s, (size_t)n);
         audit_buf_puts(b, ",\"$id\":");
-        put_oid(b, oid);
+        put_oid(b, (const bson_oid_t *)r->p);
+        r->p += 12;
         audit_buf_puts(b, "}}");
-        break;
-    }
+        return true;
     case BSON_TYPE_CODE:
-        s = bson_iter_code(it, &n);
-        audit_buf_puts(b, "{\"$code\":");
-        audit_json_str(b, s, n);
-        put_c(b, '}');
-        break;
     case BSON_TYPE_SYMBOL:
-        s = bson_iter_symbol(it, &n);
-        audit_buf_puts(b, "{\"$symbol\":");
-        audit_json_str(b, s, n);
+        if ((n = raw_str(r, &s)) < 0)
+            return false;
+        audit_buf_puts(b, type == BSON_TYPE_CODE ? "{\"$code\":" : "{\"$symbol\":");
+        audit_json_str(b, s, (size_t)n);
         put_c(b, '}');
-        break;
-    case BSON_TYPE_CODEWSCOPE: {
-        uint32_t slen;
-        const uint8_t *sdata;
-        bson_t scope;
-        s = bson_iter_codewscope(it, &n, &slen, &sdata);
+        return true;
+    case BSON_TYPE_CODEWSCOPE:
+        if (!raw_i32(r, &i32) || (n = raw_str(r, &s)) < 0)
+            return false;
         audit_buf_puts(b, "{\"$code\":");
-        audit_json_str(b, s, n);
+        audit_json_str(b, s, (size_t)n);
         audit_buf_puts(b, ",\"$scope\":");
-        if (bson_init_static(&scope, sdata, slen))
-            audit_json_doc(b, &scope, false);
-        else
-            audit_buf_puts(b, "{}");
+        if (!put_raw_doc(b, r, false))
+            return false;
         put_c(b, '}');
-        break;
-    }
+        return true;
     case BSON_TYPE_INT32:
-        audit_json_int(b, bson_iter_int32(it));
-        break;
+        if (!raw_i32(r, &i32))
+            return false;
+        audit_json_int(b, i32);
+        return true;
     case BSON_TYPE_TIMESTAMP: {
-        uint32_t t, inc;
-        bson_iter_timestamp(it, &t, &inc);
-        put_fmt(b, "{\"$timestamp\":{\"t\":%u,\"i\":%u}}", t, inc);
-        break;
+        int32_t inc, t;
+        if (!raw_i32(r, &inc) || !raw_i32(r, &t))
+            return false;
+        put_fmt(b, "{\"$timestamp\":{\"t\":%u,\"i\":%u}}", (uint32_t)t, (uint32_t)inc);
+        return true;
     }
     case BSON_TYPE_INT64:
-        audit_json_int(b, bson_iter_int64(it));
-        break;
+        if (!raw_i64(r, &i64))
+            return false;
+        audit_json_int(b, i64);
+        return true;
     case BSON_TYPE_DECIMAL128: {
         bson_decimal128_t d;
         char str[BSON_DECIMAL128_STRING];
-        bson_iter_decimal128(it, &d);
+        if (!raw_i64(r, &i64))
+            return false;
+        d.low = (uint64_t)i64;
+        if (!raw_i64(r, &i64))
+            return false;
+        d.high = (uint64_t)i64;
         bson_decimal128_to_string(&d, str);
         audit_buf_puts(b, "{\"$numberDecimal\":\"");
         audit_buf_puts(b, str);
         audit_buf_puts(b, "\"}");
-        break;
+        return true;
     }
     case BSON_TYPE_MAXKEY:
         audit_buf_puts(b, "{\"$maxKey\":1}");
-        break;
+        return true;
     case BSON_TYPE_MINKEY:
         audit_buf_puts(b, "{\"$minKey\":1}");
-        break;
+        return true;
     default:
-        audit_buf_puts(b, "null");
-        break;
+        return false;
     }
+}
+
+/* Step over one value of the given type. */
+static bool raw_skip(raw_t *r, uint8_t type)
+{
+    static const int8_t fixed[256] = {
+        [BSON_TYPE_DOUBLE] = 8, [BSON_TYPE_OID] = 12, [BSON_TYPE_BOOL] = 1,
+        [BSON_TYPE_DATE_TIME] = 8, [BSON_TYPE_INT32] = 4, [BSON_TYPE_TIMESTAMP] = 8,
+        [BSON_TYPE_INT64] = 8, [BSON_TYPE_DECIMAL128] = 16,
+    };
+    const char *s;
+    int32_t n;
+    switch (type) {
+    case BSON_TYPE_UNDEFINED:
+    case BSON_TYPE_NULL:
+    case BSON_TYPE_MINKEY:
+    case BSON_TYPE_MAXKEY:
+        return true;
+    case BSON_TYPE_UTF8:
+    case BSON_TYPE_CODE:
+    case BSON_TYPE_SYMBOL:
+        return raw_str(r, &s) >= 0;
+    case BSON_TYPE_DBPOINTER:
+        if (raw_str(r, &s) < 0 || r->end - r->p < 12)
+            return false;
+        r->p += 12;
+        return true;
+    case BSON_TYPE_REGEX:
+        return raw_cstr(r, &s) >= 0 && raw_cstr(r, &s) >= 0;
+    case BSON_TYPE_BINARY:
+        if (!raw_i32(r, &n) || n < 0 || r->end - r->p < (ptrdiff_t)n + 1)
+            return false;
+        r->p += n + 1;
+        return true;
+    case BSON_TYPE_DOCUMENT:
+    case BSON_TYPE_ARRAY:
+    case BSON_TYPE_CODEWSCOPE: {
+        const uint8_t *start = r->p;
+        if (!raw_i32(r, &n) || n < 5 || r->end - start < n)
+            return false;
+        r->p = start + n;
+        return true;
+    }
+    default:
+        if (fixed[type] == 0 || r->end - r->p < fixed[type])
+            return false;
+        r->p += fixed[type];
+        return true;
+    }
+}
+
+/* The members of the document at r->p (its length prefix included), without braces. */
+static bool put_raw_members(audit_buf_t *b, raw_t *r, bool array)
+{
+    int32_t len;
+    const uint8_t *start = r->p;
+    if (!raw_i32(r, &len) || len < 5 || r->end - start < len)
+        return false;
+    raw_t in = {r->p, start + len - 1}; /* up to the terminating NUL */
+    r->p = start + len;
+    bool first = true;
+    while (in.p < in.end) {
+        uint8_t type = *in.p++;
+        const char *key;
+        ssize_t kn = raw_cstr(&in, &key);
+        if (kn < 0)
+            return false;
+        if (!first)
+            put_c(b, ',');
+        first = false;
+        if (!array) {
+            audit_json_str(b, key, (size_t)kn);
+            put_c(b, ':');
+        }
+        if (!put_raw_value(b, &in, type)) {
+            audit_buf_puts(b, "null");
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool put_raw_doc(audit_buf_t *b, raw_t *r, bool array)
+{
+    put_c(b, array ? '[' : '{');
+    bool ok = put_raw_members(b, r, array);
+    put_c(b, array ? ']' : '}');
+    return ok;
 }
 
 void audit_json_doc(audit_buf_t *b, const bson_t *doc, bool array)
 {
-    bson_iter_t it;
-    put_c(b, array ? '[' : '{');
-    if (bson_iter_init(&it, doc))
-        put_members(b, &it, array);
-    put_c(b, array ? ']' : '}');
+    raw_t r = {bson_get_data(doc), bson_get_data(doc) + doc->len};
+    put_raw_doc(b, &r, array);
 }
 
 void audit_json_fields(audit_buf_t *b, const bson_t *doc)
 {
-    bson_iter_t it;
-    if (bson_iter_init(&it, doc))
-        put_members(b, &it, false);
+    raw_t r = {bson_get_data(doc), bson_get_data(doc) + doc->len};
+    put_raw_members(b, &r, false);
+}
+
+bool sbl_audit_doc_has_key(const bson_t *doc, const char *key)
+{
+    const uint8_t *p = bson_get_data(doc) + 4, *end = bson_get_data(doc) + doc->len - 1;
+    size_t kl = strlen(key);
+    while (p < end) {
+        uint8_t type = *p++;
+        raw_t r = {p, end};
+        const char *k;
+        ssize_t kn = raw_cstr(&r, &k);
+        if (kn < 0)
+            return false;
+        if ((size_t)kn == kl && memcmp(k, key, kl) == 0)
+            return true;
+        if (!raw_skip(&r, type))
+            return false;
+        p = r.p;
+    }
+    return false;
 }

@@ -180,7 +180,7 @@ static const bson_t *audit_args(const bson_t *cmd, bson_t *copy)
         BSON_APPEND_INT32(copy, "$truncated", (int32_t)cmd->len);
         return copy;
     }
-    if (!bson_iter_init_find(&it, cmd, "pwd"))
+    if (!sbl_audit_doc_has_key(cmd, "pwd"))
         return cmd;
     bson_iter_init(&it, cmd);
     while (bson_iter_next(&it)) {

@@ -443,3 +443,104 @@ def test_console_destination():
             "startup", "createCollection", "shutdown"]
     finally:
         s.cleanup()
+
+
+def test_implicit_creation_events():
+    """A first insert (or upsert, or $merge) into a collection that does not
+    exist emits createCollection, and createDatabase when the database is new,
+    before the write is acknowledged (the file holds them at the reply)."""
+    s, path = start(["--auditFilter", '{"atype": {"$in": ["createCollection", '
+                     '"createDatabase"]}}'])
+    try:
+        c = connect(s)
+        c.newdb.first.insert_one({"_id": 1})          # new database and collection
+        assert [(e["atype"], e["param"]["ns"]) for e in read_json_events(path)] == [
+            ("createDatabase", "newdb"), ("createCollection", "newdb.first")]
+        c.newdb.first.insert_one({"_id": 2})          # exists: nothing
+        c.newdb.second.update_one({"_id": 1}, {"$set": {"a": 1}}, upsert=True)
+        c.newdb.second.update_one({"_id": 2}, {"$set": {"a": 1}}, upsert=True)
+        list(c.newdb.first.aggregate([{"$merge": {"into": "third"}}]))
+        c.otherdb.t.insert_many([{"_id": i} for i in range(3)])
+        ev = [(e["atype"], e["param"]["ns"]) for e in read_json_events(path)]
+        assert ev == [("createDatabase", "newdb"), ("createCollection", "newdb.first"),
+                      ("createCollection", "newdb.second"),
+                      ("createCollection", "newdb.third"),
+                      ("createDatabase", "otherdb"), ("createCollection", "otherdb.t")]
+        c.close()
+    finally:
+        s.cleanup()
+
+
+def test_all_user_and_role_commands_are_audited():
+    s, path = start(["--auditFilter", '{"atype": {"$nin": ["authCheck", "clientMetadata", '
+                     '"startup", "authenticate"]}}'])
+    try:
+        c = connect(s)
+        a = c.admin
+        a.command("createUser", "v1", pwd="secret-v1", roles=["read"])
+        a.command("updateUser", "v1", customData={"team": "x"})
+        a.command("grantRolesToUser", "v1", roles=["readWrite"])
+        a.command("revokeRolesFromUser", "v1", roles=["readWrite"])
+        a.command("createRole", "q1", privileges=[], roles=[])
+        a.command("updateRole", "q1", roles=["read"])
+        a.command("grantRolesToRole", "q1", roles=["readWrite"])
+        a.command("revokeRolesFromRole", "q1", roles=["readWrite"])
+        priv = [{"resource": {"db": "x", "collection": "y"}, "actions": ["find"]}]
+        a.command("grantPrivilegesToRole", "q1", privileges=priv)
+        a.command("revokePrivilegesFromRole", "q1", privileges=priv)
+        a.command("dropRole", "q1")
+        a.command("dropUser", "v1")
+        c.other.command("createUser", "v2", pwd="secret-v2", roles=[])
+        c.other.command("createRole", "q2", privileges=[], roles=[])
+        c.other.command("dropAllUsersFromDatabase")
+        c.other.command("dropAllRolesFromDatabase")
+        c.admin.command("setAuditConfig", filter={})
+        want = ["createUser", "updateUser", "grantRolesToUser", "revokeRolesFromUser",
+                "createRole", "updateRole", "grantRolesToRole", "revokeRolesFromRole",
+                "grantPrivilegesToRole", "revokePrivilegesFromRole", "dropRole", "dropUser",
+                "createUser", "createRole", "dropAllUsersFromDatabase",
+                "dropAllRolesFromDatabase", "auditConfigChange"]
+        ev = read_json_events(path)   # each reply waited for its event
+        assert [e["atype"] for e in ev] == want
+        assert ev[0]["param"]["user"] == "v1" and ev[0]["param"]["db"] == "admin"
+        assert ev[1]["param"]["customData"] == {"team": "x"}
+        assert ev[8]["param"]["role"] == "q1" and ev[8]["param"]["privileges"] == priv
+        assert ev[14]["param"]["db"] == "other"
+        assert ev[16]["param"]["config"]["filter"] == {}
+        assert "secret-v" not in open(path).read()
+        c.close()
+    finally:
+        s.cleanup()
+
+
+def test_unusable_audit_directory_refuses_then_recovers():
+    """The audit path's directory cannot hold the file (here: it is a regular
+    file, which stops root too): audited writes are refused, then work on
+    their own once the directory exists."""
+    s = Sabled()
+    try:
+        d = os.path.join(s.root, "auditdir")
+        with open(d, "w") as f:
+            f.write("not a directory\n")
+        path = os.path.join(d, "audit.json")
+        s.start(["--auditDestination", "file", "--auditPath", path,
+                 "--setParameter", "auditAuthorizationSuccess=true"])
+        c = connect(s)
+        with pytest.raises(OperationFailure) as ei:
+            c.ud.t.insert_one({"_id": 1})
+        assert "audit log write failed" in str(ei.value) and path in str(ei.value)
+        os.unlink(d)
+        os.mkdir(d)
+        deadline = time.time() + 10
+        while True:
+            try:
+                c.ud.t.insert_one({"_id": 2})
+                break
+            except OperationFailure:
+                assert time.time() < deadline, "audit log did not recover"
+                time.sleep(0.1)
+        assert 2 in insert_ids(read_json_events(path))
+        assert 1 not in insert_ids(read_json_events(path))
+        c.close()
+    finally:
+        s.cleanup()

@@ -121,7 +121,7 @@ static void replace_doc(sbl_docvec_t *dv, size_t i, bson_t *b)
 int sbl_agg_eval(const sbl_agg_env_t *env, const struct sbl_expr *e, const bson_t *doc,
                  bson_value_t *out, sbl_err_t *err)
 {
-    sbl_expr_env_t xe = {.root = doc, .let = env->let, .now_ms = env->now_ms};
+    sbl_expr_env_t xe = {.root = doc, .let = env->let, .now_ms = env->now_ms, .coll = env->coll};
     return sbl_expr_eval(e, &xe, out, err);
 }
 

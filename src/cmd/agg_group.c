@@ -142,7 +142,9 @@ static void v_null_of(const bson_value_t *v)
     ((bson_value_t *)v)->value_type = BSON_TYPE_NULL;
 }
 
-static void accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *v, bool missing)
+/* coll: how $min, $max and $addToSet compare strings (NULL: binary). */
+static void accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *v, bool missing,
+                       const sbl_collation_t *coll)
 {
     switch (s->kind) {
     case A_SUM:
@@ -157,8 +159,8 @@ static void accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *
     case A_MAX:
         if (missing || v->value_type == BSON_TYPE_NULL || v->value_type == BSON_TYPE_UNDEFINED)
             break;
-        if (!a->seen || (s->kind == A_MIN ? sbl_value_compare(v, &a->val) < 0
-                                           : sbl_value_compare(v, &a->val) > 0)) {
+        if (!a->seen || (s->kind == A_MIN ? sbl_value_compare_coll(v, &a->val, coll) < 0
+                                           : sbl_value_compare_coll(v, &a->val, coll) > 0)) {
             if (a->seen)
                 bson_value_destroy(&a->val);
             bson_value_copy(v, &a->val);
@@ -189,7 +191,7 @@ static void accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *
         if (missing)
             break;
         for (size_t i = 0; i < a->nitems; i++)
-            if (sbl_value_compare(&a->items[i], v) == 0)
+            if (sbl_value_compare_coll(&a->items[i], v, coll) == 0)
                 return;
         push_item(a, v);
         break;
@@ -444,7 +446,7 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
         for (size_t a = 0; a < nacc && rc == 0; a++) {
             bson_value_t v;
             if (accs[a].kind == A_COUNT) {
-                accumulate(&accs[a], &g->accs[a], NULL, false);
+                accumulate(&accs[a], &g->accs[a], NULL, false, env->coll);
                 continue;
             }
             if ((rc = sbl_agg_eval(env, accs[a].e, doc, &v, err)) != 0)
@@ -453,7 +455,7 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
             if (miss)
                 v.value_type = BSON_TYPE_NULL;
             size_t before = g->accs[a].nitems;
-            accumulate(&accs[a], &g->accs[a], &v, miss);
+            accumulate(&accs[a], &g->accs[a], &v, miss, env->coll);
             if (g->accs[a].nitems != before && v.value_type >= BSON_TYPE_UTF8 &&
                 v.value_type <= BSON_TYPE_ARRAY)
                 bytes += v.value_type == BSON_TYPE_UTF8 ? v.value.v_utf8.len

@@ -189,6 +189,15 @@ int v_cmp(const bson_value_t *a, const bson_value_t *b)
     return sbl_value_compare(a, b);
 }
 
+int v_cmp_env(const ectx_t *c, const bson_value_t *a, const bson_value_t *b)
+{
+    const sbl_collation_t *coll = c->env != NULL ? c->env->coll : NULL;
+    bool am = a->value_type == BSON_TYPE_EOD, bm = b->value_type == BSON_TYPE_EOD;
+    if (coll == NULL || am || bm)
+        return v_cmp(a, b);
+    return sbl_value_compare_coll(a, b, coll);
+}
+
 const char *v_key(uint32_t i, char buf[16])
 {
     const char *k;

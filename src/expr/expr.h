@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "common/errors.h"
+#include "doc/doc.h"
 
 typedef struct sbl_expr sbl_expr_t;
 
@@ -27,6 +28,7 @@ typedef struct sbl_expr_env {
     const bson_t *root; /* $$ROOT and the starting $$CURRENT; NULL: no document */
     const bson_t *let;  /* user variables name -> value (constants), or NULL */
     int64_t now_ms;     /* $$NOW (milliseconds since the epoch); 0: the clock */
+    const sbl_collation_t *coll; /* how comparisons and $in compare strings; NULL: binary */
 } sbl_expr_env_t;
 
 /*

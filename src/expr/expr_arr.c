@@ -205,7 +205,7 @@ int op_in(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
         bool found = false;
         vl_from_array(&l, &a);
         for (size_t i = 0; i < l.n && !found; i++)
-            found = v_cmp(&l.v[i], &x) == 0;
+            found = v_cmp_env(c, &l.v[i], &x) == 0;
         vl_free(&l);
         v_bool(out, found);
     }

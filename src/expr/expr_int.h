@@ -87,6 +87,8 @@ bool v_to_i64(const bson_value_t *v, int64_t *out);
 bool v_doc(const bson_value_t *v, bson_t *b);
 /* Three-way comparison in MongoDB order with missing below everything. */
 int v_cmp(const bson_value_t *a, const bson_value_t *b);
+/* v_cmp under the evaluation's collation (env->coll). */
+int v_cmp_env(const ectx_t *c, const bson_value_t *a, const bson_value_t *b);
 /* Array key for index i (buffer of 16). */
 const char *v_key(uint32_t i, char buf[16]);
 /* Number of elements of an array value. */

@@ -503,7 +503,7 @@ static int compare_args(const sbl_expr_t *e, ectx_t *c, int *cmpp, sbl_err_t *er
     SBL_RET(ex_kid(e, 0, c, &a, err));
     int rc = ex_kid(e, 1, c, &b, err);
     if (rc == 0)
-        *cmpp = v_cmp(&a, &b);
+        *cmpp = v_cmp_env(c, &a, &b);
     bson_value_destroy(&a);
     bson_value_destroy(&b);
     return rc;

@@ -613,9 +613,9 @@ int sbl_expr_take_match_error(sbl_err_t *err)
     return rc;
 }
 
-static bool expr_match(const void *plan, const bson_t *doc)
+static bool expr_match(const void *plan, const bson_t *doc, const sbl_collation_t *coll)
 {
-    sbl_expr_env_t env = {.root = doc};
+    sbl_expr_env_t env = {.root = doc, .coll = coll};
     bson_value_t v;
     sbl_err_t err = {0};
     if (sbl_expr_eval(plan, &env, &v, &err) != 0) {
@@ -646,7 +646,7 @@ static void *schema_parse(const bson_value_t *arg, sbl_err_t *err)
     return s;
 }
 
-static bool schema_match(const void *plan, const bson_t *doc)
+static bool schema_match(const void *plan, const bson_t *doc, const sbl_collation_t *coll)
 {
     return sbl_schema_match(plan, doc);
 }

@@ -450,7 +450,7 @@ static bool eval_doc(const mnode_t *n, const uint8_t *data, uint32_t len, int32_
         return walk_doc(n, data, len, 0, -1, posp);
     case N_EXT: {
         bson_t d;
-        return bson_init_static(&d, data, len) && n->ext->match(n->plan, &d);
+        return bson_init_static(&d, data, len) && n->ext->match(n->plan, &d, n->coll);
     }
     }
     return false;

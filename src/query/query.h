@@ -50,11 +50,12 @@ bool sbl_matcher_is_empty(const sbl_matcher_t *m);
  * implemented by src/expr), registered once at start-up so that src/query
  * does not depend on src/expr.  Until registered, the operator is refused
  * with BadValue.  parse returns an owned plan or NULL with err filled; match
- * must be safe to call from many threads at once.
+ * (given the matcher's collation, NULL: binary) must be safe to call from many
+ * threads at once.
  */
 typedef struct sbl_match_ext {
     void *(*parse)(const bson_value_t *arg, sbl_err_t *err);
-    bool (*match)(const void *plan, const bson_t *doc);
+    bool (*match)(const void *plan, const bson_t *doc, const sbl_collation_t *coll);
     void (*free)(void *plan);
 } sbl_match_ext_t;
 /* op is "$expr" or "$jsonSchema"; ext must outlive every matcher. */

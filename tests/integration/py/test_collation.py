@@ -117,6 +117,22 @@ def test_aggregate(db):
                             {"$lookup": {"from": "agg_other", "localField": "x",
                                          "foreignField": "k", "as": "o"}}]))
     assert got[0]["o"] == []
+    # expressions and accumulators compare under it too
+    got = list(c.aggregate([{"$match": {"$expr": {"$eq": ["$x", "ping"]}}}, {"$count": "n"}],
+                           collation=CI))
+    assert got == [{"n": 2}]
+    got = list(c.aggregate([{"$project": {"e": {"$eq": ["$x", "PING"]},
+                                          "i": {"$in": ["$x", ["a"]]}}},
+                            {"$group": {"_id": None, "e": {"$sum": {"$cond": ["$e", 1, 0]}},
+                                        "i": {"$sum": {"$cond": ["$i", 1, 0]}}}}], collation=CI))
+    assert got[0]["e"] == 2 and got[0]["i"] == 1
+    db.agg_acc.insert_many([{"x": "a"}, {"x": "B"}, {"x": "A"}])
+    acc = [{"$group": {"_id": None, "mx": {"$max": "$x"}, "set": {"$addToSet": "$x"}}}]
+    got = list(db.agg_acc.aggregate(acc, collation=CI))
+    assert got[0]["mx"] == "B" and len(got[0]["set"]) == 2
+    got = list(db.agg_acc.aggregate(acc))
+    assert got[0]["mx"] == "a" and len(got[0]["set"]) == 3
+    assert list(c.find({"$expr": {"$eq": ["$x", "PING"]}}, collation=CI).sort("_id", 1))[0]["_id"] == 1
     # $match after another stage also uses it
     got = list(c.aggregate([{"$project": {"x": 1}}, {"$match": {"x": "Ping"}}], collation=CI))
     assert len(got) == 2

@@ -64,9 +64,24 @@ static inline bool needs_escape(unsigned char c)
 void audit_json_str(audit_buf_t *b, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
-    put_c(b, '"');
-    size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+    /* The usual string needs no escape: copy it while checking, in one pass. */
+    if (audit_buf_reserve(b, n + 2)) {
+        char *o = b->data + b->len;
+        *o++ = '"';
+        for (; i < n && !needs_escape((unsigned char)s[i]); i++)
+            o[i] = s[i];
+        if (i == n) {
+            o[n] = '"';
+            b->len += n + 2;
+            return;
+        }
+        b->len += i + 1; /* the quote and the clean prefix; the rest below */
+    } else {
+        put_c(b, '"');
+    }
+    size_t run = i;
+    for (; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (!needs_escape(c))
             continue;

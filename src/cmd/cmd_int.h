@@ -213,6 +213,8 @@ int sbl_cmd_db_stats(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_list_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_create_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_drop_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+/* coll_mod.c */
+int sbl_cmd_coll_mod(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 /* explain.c */
 int sbl_cmd_explain(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_fsync(sbl_cmd_ctx_t *ctx, sbl_err_t *err);

@@ -345,14 +345,16 @@ static void build_reply(pending_t *p, bson_t *out)
     BSON_APPEND_UTF8(out, "errmsg", p->err.msg);
     BSON_APPEND_INT32(out, "code", p->err.code ? p->err.code : p->rc);
     BSON_APPEND_UTF8(out, "codeName", sbl_err_name(p->err.code ? p->err.code : p->rc));
-    /* Error details a failing handler left in its reply (121's errInfo, 11000's keys). */
+    /* Error details a failing handler left in its reply (121's errInfo, 11000's keys,
+     * 359's violations). */
     bson_iter_t it;
     if (bson_iter_init(&it, &p->reply))
         while (bson_iter_next(&it))
             if (strcmp(bson_iter_key(&it), "errInfo") == 0 ||
                 strcmp(bson_iter_key(&it), "keyPattern") == 0 ||
                 strcmp(bson_iter_key(&it), "keyValue") == 0 ||
-                strcmp(bson_iter_key(&it), "errorLabels") == 0)
+                strcmp(bson_iter_key(&it), "errorLabels") == 0 ||
+                strcmp(bson_iter_key(&it), "violations") == 0)
                 bson_append_iter(out, bson_iter_key(&it), -1, &it);
 }
 

@@ -24,6 +24,8 @@ static const sbl_cmd_def_t cmd_table[] = {
      "authenticate (MONGODB-CR / X509: not offered)", NULL},
     {"buildInfo", sbl_cmd_build_info, NA, "build and version information", NULL},
     {"buildinfo", sbl_cmd_build_info, NA, "build and version information", NULL},
+    {"collMod", sbl_cmd_coll_mod, W, "change a collection's validator or an index's options",
+     "collMod"},
     {"collStats", sbl_cmd_coll_stats, R, "collection statistics", "collStats"},
     {"configureFailPoint", sbl_cmd_configure_fail_point, ADM,
      "set a fail point (test only: enableTestCommands=1)", NULL},

@@ -63,6 +63,7 @@
     X(InvalidIndexSpecificationOption, 197)                                                    \
     X(OperationNotSupportedInTransaction, 263)                                                 \
     X(FailPointSetFailed, 266)                                                                 \
+    X(CannotConvertIndexToUnique, 359)                                                         \
     X(IndexBuildAborted, 276)                                                                  \
     X(NoQueryExecutionPlans, 291)                                                              \
     X(NetworkTimeout, 89)                                                                          \

@@ -96,6 +96,10 @@ const uint8_t *sbl_coll_uuid(const sbl_coll_t *c); /* 16 bytes */
 /* Create with options ({capped, size, validator, ...} stored as given);
  * NamespaceExists (48) when it exists. */
 int sbl_coll_create(sbl_session_t *s, const char *ns, const bson_t *options, sbl_err_t *err);
+/* Replace ns's options (collMod) with a copy of options: durable in the
+ * catalog before handles opened afterwards see them (handles already open
+ * keep the old ones).  NamespaceNotFound (26) when missing. */
+int sbl_coll_set_options(sbl_session_t *s, const char *ns, const bson_t *options, sbl_err_t *err);
 /* Drop; NamespaceNotFound (26) when missing. */
 int sbl_coll_drop(sbl_session_t *s, const char *ns, sbl_err_t *err);
 /* Rename within or across databases; NamespaceNotFound / NamespaceExists (48) unless drop_target. */
@@ -177,6 +181,12 @@ typedef struct sbl_index sbl_index_t;
 int sbl_index_create(sbl_session_t *s, sbl_coll_t *c, const bson_t *spec, sbl_err_t *err);
 /* Drop index `name` of c; IndexNotFound (27) when it has none by that name. */
 int sbl_index_drop(sbl_session_t *s, sbl_coll_t *c, const char *name, sbl_err_t *err);
+/* Replace the spec of index `name` (collMod: hidden, expireAfterSeconds,
+ * prepareUnique) without rebuilding it; the key, name and uniqueness must
+ * stay as they are.  With prepareUnique, writes that would add a key another
+ * document has fail with DuplicateKey (11000).  IndexNotFound (27). */
+int sbl_index_set_spec(sbl_session_t *s, sbl_coll_t *c, const char *name, const bson_t *spec,
+                       sbl_err_t *err);
 
 /* Referenced handles of c's secondary indexes in creation order (ready ones
  * only unless include_building); free the array with sbl_index_list_free. */

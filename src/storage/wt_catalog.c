@@ -417,6 +417,45 @@ done:
     return rc;
 }
 
+int sbl_coll_set_options(sbl_session_t *s, const char *ns, const bson_t *options, sbl_err_t *err)
+{
+    WT_SESSION *wt = sbl_eng.cat_wt;
+    sbl_coll_t *old, *c = NULL;
+    size_t idx;
+    int ret, rc = 0;
+
+    if (s != NULL && s->in_txn)
+        return sbl_err_set(err, SBL_E_OperationFailed,
+                           "Cannot modify a collection inside a transaction");
+    pthread_rwlock_wrlock(&sbl_eng.cat_lock);
+    if (!find_locked(ns, &idx)) {
+        rc = sbl_err_set(err, SBL_E_NamespaceNotFound, "ns does not exist: %s", ns);
+        goto done;
+    }
+    old = sbl_eng.colls[idx];
+    /* A new handle: readers of the old one keep valid (immutable) options. */
+    c = coll_new(ns, old->uuid, options, old->tbl);
+    if ((ret = wt->begin_transaction(wt, NULL)) != 0) {
+        rc = sbl_wt_err(err, ret, "begin catalog transaction");
+        goto done;
+    }
+    if ((rc = catalog_put(c, err)) != 0) {
+        wt->rollback_transaction(wt, NULL);
+        goto done;
+    }
+    if ((ret = wt->commit_transaction(wt, NULL)) != 0) {
+        rc = sbl_wt_err(err, ret, "commit catalog transaction");
+        goto done;
+    }
+    atomic_fetch_add(&sbl_eng.commits, 1);
+    sbl_eng.colls[idx] = c;
+    c = old; /* the catalog's reference on the old handle goes */
+done:
+    pthread_rwlock_unlock(&sbl_eng.cat_lock);
+    sbl_coll_release(c);
+    return rc;
+}
+
 int sbl_catalog_update_table(sbl_wt_table_t *t, sbl_err_t *err)
 {
     WT_SESSION *wt = sbl_eng.cat_wt;

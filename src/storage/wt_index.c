@@ -40,6 +40,7 @@ struct sbl_index {
     char **fields;
     int8_t *dirs; /* 1, -1, 0 = hashed */
     bool unique, sparse, hashed;
+    bool prepare_unique;  /* collMod prepareUnique: refuse new duplicate keys */
     int64_t expire_after; /* -1: not a TTL index */
     const sbl_collation_t *coll; /* NULL: simple; string keys are its sort keys */
     sbl_wt_table_t *tbl;
@@ -100,6 +101,7 @@ static int index_new(const bson_t *spec, const char *uri, sbl_index_t **ixp, sbl
     }
     ix->unique = bson_iter_init_find(&it, spec, "unique") && bson_iter_as_bool(&it);
     ix->sparse = bson_iter_init_find(&it, spec, "sparse") && bson_iter_as_bool(&it);
+    ix->prepare_unique = bson_iter_init_find(&it, spec, "prepareUnique") && bson_iter_as_bool(&it);
     if (bson_iter_init_find(&it, spec, "expireAfterSeconds") && BSON_ITER_HOLDS_NUMBER(&it))
         ix->expire_after = bson_iter_as_int64(&it);
     if (bson_iter_init_find(&it, spec, "collation") &&
@@ -465,6 +467,39 @@ static void key_doc(const sbl_index_t *ix, const uint8_t *key, size_t len, bson_
 
 /* ---- entries ------------------------------------------------------------------ */
 
+/* prepareUnique on a non-unique index: does another document have key k?
+ * Entries are k + _id key and k is self-delimiting, so they share the prefix k. */
+static int prepared_dup(sbl_session_t *s, const char *ns, sbl_index_t *ix, WT_CURSOR *cur,
+                        const uint8_t *k, size_t klen, const uint8_t *idk, size_t idlen,
+                        bson_t *err_info, sbl_err_t *err)
+{
+    WT_ITEM key, found;
+    int exact, ret;
+    (void)s;
+    key.data = k;
+    key.size = klen;
+    cur->set_key(cur, &key);
+    ret = cur->search_near(cur, &exact);
+    if (ret == 0 && exact < 0)
+        ret = cur->next(cur);
+    while (ret == 0 && (ret = cur->get_key(cur, &found)) == 0) {
+        if (found.size < klen || memcmp(found.data, k, klen) != 0)
+            break;
+        if (found.size - klen != idlen || memcmp((const uint8_t *)found.data + klen, idk, idlen) != 0) {
+            bson_t pattern = BSON_INITIALIZER, value = BSON_INITIALIZER;
+            key_doc(ix, k, klen, &pattern, &value);
+            cur->reset(cur);
+            int rc = sbl_wt_dup_key(ns, ix->name, &pattern, &value, err_info, err);
+            bson_destroy(&pattern);
+            bson_destroy(&value);
+            return rc;
+        }
+        ret = cur->next(cur);
+    }
+    cur->reset(cur);
+    return ret == 0 || ret == WT_NOTFOUND ? 0 : sbl_wt_err(err, ret, "index search");
+}
+
 static int entry_insert(sbl_session_t *s, const char *ns, sbl_index_t *ix, const uint8_t *k,
                         size_t klen, const uint8_t *idk, size_t idlen, bson_t *err_info,
                         sbl_err_t *err)
@@ -474,6 +509,8 @@ static int entry_insert(sbl_session_t *s, const char *ns, sbl_index_t *ix, const
     int ret;
 
     SBL_RET(sbl_session_cursor(s, ix->tbl, &cur, err));
+    if (ix->prepare_unique && !ix->unique)
+        SBL_RET(prepared_dup(s, ns, ix, cur, k, klen, idk, idlen, err_info, err));
     sbl_buf_reset(&s->key);
     sbl_buf_append(&s->key, k, klen);
     if (!ix->unique)
@@ -944,6 +981,44 @@ int sbl_index_drop(sbl_session_t *s, sbl_coll_t *c, const char *name, sbl_err_t 
     unpublish(s, t, ix);
     index_unref(ix);
     return 0;
+}
+
+int sbl_index_set_spec(sbl_session_t *s, sbl_coll_t *c, const char *name, const bson_t *spec,
+                       sbl_err_t *err)
+{
+    sbl_wt_table_t *t = c->tbl;
+    sbl_index_t *old = NULL, *nix = NULL;
+    (void)s;
+    pthread_rwlock_rdlock(&t->idx_lock);
+    for (size_t i = 0; i < t->nidx; i++)
+        if (strcmp(t->idx[i]->name, name) == 0)
+            old = t->idx[i];
+    const char *uri = old != NULL ? old->tbl->uri : NULL;
+    int rc = uri != NULL ? index_new(spec, uri, &nix, err) : 0;
+    pthread_rwlock_unlock(&t->idx_lock);
+    if (old == NULL)
+        return sbl_err_set(err, SBL_E_IndexNotFound, "index not found with name [%s]", name);
+    if (rc != 0)
+        return rc;
+    /* The new handle shares the old one's table (same entries, same format). */
+    pthread_rwlock_wrlock(&t->idx_lock);
+    size_t i;
+    for (i = 0; i < t->nidx && t->idx[i] != old; i++)
+        ;
+    if (i == t->nidx || nix->unique != old->unique) {
+        pthread_rwlock_unlock(&t->idx_lock);
+        index_unref(nix);
+        return sbl_err_set(err, SBL_E_IndexNotFound, "index [%s] changed meanwhile", name);
+    }
+    sbl_table_unref(nix->tbl);
+    sbl_table_ref(old->tbl);
+    nix->tbl = old->tbl;
+    atomic_store(&nix->ready, atomic_load(&old->ready));
+    atomic_store(&nix->multikey, atomic_load(&old->multikey));
+    t->idx[i] = nix;
+    pthread_rwlock_unlock(&t->idx_lock);
+    index_unref(old); /* the list's reference; scans holding one keep it alive */
+    return sbl_catalog_update_table(t, err);
 }
 
 /* ---- index scans ------------------------------------------------------------- */

@@ -537,18 +537,20 @@ int sbl_plan_choose(const sbl_plan_input_t *in, sbl_hint_kind_t *hintp, sbl_ixpl
             if (!hinted)
                 continue;
         }
-        /* An index orders strings by its collation: usable only under the same one
-         * (and, hashing binary values, a hashed one never under a collation). */
+        /* An index orders strings by its collation: bounds and order serve only a
+         * query with the same one (and, hashing binary values, a hashed index none
+         * under a collation).  Hinted anyway, it is scanned whole. */
         bool coll_ok = sbl_collation_equal(sbl_index_collation(ixs[i]), in->collation);
         for (size_t f = 0; coll_ok && in->collation != NULL && f < sbl_index_nfields(ixs[i]); f++)
             coll_ok = sbl_index_dir(ixs[i], f) != 0;
-        if (!coll_ok)
+        if (!coll_ok && !hinted)
             continue;
         sbl_ixplan_t *p = bson_malloc0(sizeof(*p));
+        bson_t no_filter = BSON_INITIALIZER;
         p->ix = ixs[i];
         ixs[i] = NULL; /* the plan holds the reference now */
-        build_bounds(p, in->filter, &has_null);
-        p->provides_sort = gives_sort(p, in->filter, in->sort);
+        build_bounds(p, coll_ok ? in->filter : &no_filter, &has_null);
+        p->provides_sort = coll_ok && gives_sort(p, in->filter, in->sort);
         bool hashed = false;
         for (size_t f = 0; f < sbl_index_nfields(p->ix); f++)
             hashed |= sbl_index_dir(p->ix, f) == 0;

@@ -179,6 +179,10 @@ def test_index_with_collation(db):
     # binary query: never the collated index (it would miss or mis-order)
     assert winning(c, {"x": "PING"})["stage"] != "IXSCAN"
     assert [d["_id"] for d in c.find({"x": "PING"})] == [1]
+    # hinted anyway, it is scanned whole and the results are still right
+    assert [d["_id"] for d in c.find({"x": "PING"}).hint("x_ci")] == [1]
+    e = db.command("explain", {"find": c.name, "filter": {"x": "PING"}, "hint": "x_ci"})
+    assert e["queryPlanner"]["winningPlan"]["inputStage"]["indexName"] == "x_ci"
     # a second index on the same key with another collation is a different index
     c.create_index([("x", ASCENDING)], name="x_bin")
     assert winning(c, {"x": "PING"})["indexName"] == "x_bin"

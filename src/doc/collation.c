@@ -125,8 +125,8 @@ static int parse_request(const bson_t *spec, request_t *r, bool *simplep, sbl_er
             uint32_t len;
             const char *s = bson_iter_utf8(&it, &len);
             if (len == 0 || len >= sizeof(r->locale) || strlen(s) != len)
-                return sbl_err_set(err, SBL_E_BadValue, "Field 'locale' is invalid in: %s",
-                                   len == 0 ? "an empty string" : "a collation");
+                return sbl_err_set(err, SBL_E_BadValue,
+                                   "Field 'locale' is invalid in: { locale: \"%.64s\" }", s);
             memcpy(r->locale, s, len + 1);
             have_locale = true;
         } else if (strcmp(k, "strength") == 0) {
@@ -467,13 +467,9 @@ void sbl_collation_sort_key(const sbl_collation_t *c, const char *s, size_t len,
                 u_strFromUTF8WithSub(u, ulen + 1, &ulen, s, (int32_t)len, 0xFFFD, NULL, &st);
         }
     }
-    if (coll == NULL || u == NULL || U_FAILURE(st)) {
-        /* ICU failed: bytes without NULs (0x01 for each), terminated, still ordered. */
-        for (size_t i = 0; i < len; i++)
-            sbl_buf_append_byte(out, s[i] ? (uint8_t)s[i] : 0x01);
-        sbl_buf_append_byte(out, 0x00);
-    } else {
-        int32_t cap = 64 + ulen * 4, need;
+    int32_t need = 0;
+    if (coll != NULL && u != NULL && U_SUCCESS(st)) {
+        int32_t cap = 64 + ulen * 4;
         for (;;) {
             uint8_t *dst = sbl_buf_reserve(out, (size_t)cap);
             need = ucol_getSortKey(coll, u, ulen, dst, cap);
@@ -481,7 +477,14 @@ void sbl_collation_sort_key(const sbl_collation_t *c, const char *s, size_t len,
                 break;
             cap = need;
         }
+    }
+    if (need > 0) {
         out->len += (size_t)need; /* the key ends with its single 00 byte */
+    } else {
+        /* ICU failed: bytes without NULs (0x01 for each), terminated, still ordered. */
+        for (size_t i = 0; i < len; i++)
+            sbl_buf_append_byte(out, s[i] ? (uint8_t)s[i] : 0x01);
+        sbl_buf_append_byte(out, 0x00);
     }
     if (u != stack)
         free(u);

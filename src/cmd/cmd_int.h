@@ -27,6 +27,7 @@ typedef struct sbl_client {
     int compressors[4]; /* negotiated compressor ids, in client preference order */
     int ncompressors;
     bson_t *metadata; /* client metadata from the first hello, or NULL */
+    const char *app_name; /* metadata's application.name (points into it), or NULL */
     bool hello_seen;
     struct hello_wait *hello_wait; /* an awaitable hello in progress (handshake.c), or NULL */
     /* authentication (auth_cmds.c) */
@@ -71,6 +72,9 @@ typedef struct sbl_cmd_ctx {
     sbl_op_t *op;           /* the registry entry (killOp sets its flag), or NULL */
     const char *plan_summary;             /* set by the query executor: "COLLSCAN", "IDHACK" ... */
     int64_t docs_examined, keys_examined; /* added to by the query executor */
+    bool cursor_reply;  /* the cursor layer answered: the two fields below are set */
+    int64_t nreturned;  /* documents in that batch */
+    int64_t cursor_id;  /* the cursor id it returned (0: exhausted) */
     uint64_t audit_seq; /* the last audit event of this command (the reply waits for it) */
 } sbl_cmd_ctx_t;
 
@@ -115,7 +119,8 @@ int sbl_cmd_ns(const sbl_cmd_ctx_t *ctx, char *ns, size_t nslen, sbl_err_t *err)
 int sbl_validate_db_name(const char *db, sbl_err_t *err);
 int sbl_validate_ns(const char *ns, sbl_err_t *err);
 /* Users may create and write only the system collections MongoDB lets them
- * (system.js, system.views, system.profile, ...): InvalidNamespace (73) otherwise. */
+ * (system.js, system.views, system.profile, ...): InvalidNamespace (73) otherwise;
+ * a view is never written: CommandNotSupportedOnView (166). */
 int sbl_validate_user_write_ns(const char *ns, sbl_err_t *err);
 
 /* Read an integer-valued field of any numeric type; TypeMismatch (14) when not numeric. */

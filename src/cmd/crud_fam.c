@@ -52,7 +52,7 @@ static int parse_args(const bson_t *cmd, fam_args_t *a, sbl_err_t *err)
     bson_iter_next(&it);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
-        snprintf(field, sizeof(field), "%s.%s", req, k);
+        sbl_join_dot(field, sizeof(field), req, k);
         if (strcmp(k, "query") == 0 || strcmp(k, "sort") == 0 || strcmp(k, "fields") == 0) {
             if (BSON_ITER_HOLDS_NULL(&it))
                 continue;

@@ -66,7 +66,7 @@ static int get_count_arg(const bson_iter_t *it, const char *req, int64_t *out, b
                          sbl_err_t *err)
 {
     char field[96];
-    snprintf(field, sizeof(field), "%s.%s", req, bson_iter_key(it));
+    sbl_join_dot(field, sizeof(field), req, bson_iter_key(it));
     if (!BSON_ITER_HOLDS_NUMBER(it) && !BSON_ITER_HOLDS_DECIMAL128(it))
         return sbl_crud_type_error(err, field, it, "[long, int, decimal, double]");
     SBL_RET(sbl_get_int64(it, out, err));
@@ -96,7 +96,7 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bson_iter_init(&it, ctx->cmd);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
-        snprintf(field, sizeof(field), "%s.%s", req, k);
+        sbl_join_dot(field, sizeof(field), req, k);
         if (strcmp(k, "filter") == 0 || strcmp(k, "projection") == 0 || strcmp(k, "sort") == 0 ||
             strcmp(k, "let") == 0 || strcmp(k, "collation") == 0) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))

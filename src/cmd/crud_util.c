@@ -21,10 +21,12 @@ static const char *const generic_fields[] = {
     "maxTimeMSOpOnly", "clientOperationKey", "mayBypassWriteBlocking", "shardVersion",
     "databaseVersion", "help", "readPreference", NULL};
 
+/* Every command checks every argument: compare the first byte before
+ * calling strcmp (most names differ there). */
 static bool in_list(const char *k, const char *const *list)
 {
     for (; *list != NULL; list++)
-        if (strcmp(k, *list) == 0)
+        if ((*list)[0] == k[0] && strcmp(k, *list) == 0)
             return true;
     return false;
 }

@@ -228,7 +228,7 @@ static int get_batch(const bson_t *cmd, const char *cmdname, const char *key, bs
     if (!bson_iter_init_find(&it, cmd, key))
         return sbl_err_set(err, SBL_E_MissingField, "BSON field '%s.%s' is missing but a required field",
                            cmdname, key);
-    snprintf(field, sizeof(field), "%s.%s", cmdname, key);
+    sbl_join_dot(field, sizeof(field), cmdname, key);
     if (!BSON_ITER_HOLDS_ARRAY(&it))
         return sbl_crud_type_error(err, field, &it, "array");
     if (!iter_array(&it, arrp))
@@ -260,7 +260,7 @@ static int get_ordered(const bson_t *cmd, const char *req, bool *orderedp, sbl_e
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "ordered") != 0 && strcmp(k, "bypassDocumentValidation") != 0)
             continue;
-        snprintf(field, sizeof(field), "%s.%s", req, k);
+        sbl_join_dot(field, sizeof(field), req, k);
         if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it))
             return sbl_crud_type_error(err, field, &it, "bool");
         if (k[0] == 'o')
@@ -409,7 +409,7 @@ static int parse_update_stmt(const bson_t *s, update_stmt_t *st, sbl_err_t *err)
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         char field[64];
-        snprintf(field, sizeof(field), "UpdateOpEntry.%s", k);
+        sbl_join_dot(field, sizeof(field), "UpdateOpEntry", k);
         if (strcmp(k, "q") == 0) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
                 return sbl_crud_type_error(err, field, &it, "object");
@@ -670,7 +670,7 @@ static int parse_delete_stmt(const bson_t *s, delete_stmt_t *st, sbl_err_t *err)
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         char field[64];
-        snprintf(field, sizeof(field), "DeleteOpEntry.%s", k);
+        sbl_join_dot(field, sizeof(field), "DeleteOpEntry", k);
         if (strcmp(k, "q") == 0) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
                 return sbl_crud_type_error(err, field, &it, "object");

@@ -162,6 +162,7 @@ static int fill_batch(sbl_cursor_t *cur, sbl_cmd_ctx_t *ctx, int64_t limit, bson
         bytes += doc.len;
         bson_destroy(&doc);
         count++;
+        ctx->nreturned = count;
     }
     if (!done && limit > 0 && count == limit) {
         bson_t doc;
@@ -176,16 +177,25 @@ static int fill_batch(sbl_cursor_t *cur, sbl_cmd_ctx_t *ctx, int64_t limit, bson
     return 0;
 }
 
-/* Append cursor: {<batch_key>: arr, id, ns} to the reply. */
-static void append_cursor_reply(sbl_cmd_ctx_t *ctx, const char *batch_key, const bson_t *arr,
-                                int64_t id, const char *ns)
+/* The reply's cursor document is built in place (no copy of the batch):
+ * batch_begin opens {cursor: {<batch_key>: [ ... the batch is filled into
+ * *arr ..., and batch_end closes it with the id and ns.  On an error after
+ * batch_begin the reply keeps a cursor field, which the dispatcher drops. */
+static void batch_begin(sbl_cmd_ctx_t *ctx, const char *batch_key, bson_t *c, bson_t *arr)
 {
-    bson_t c;
-    bson_append_document_begin(ctx->reply, "cursor", -1, &c);
-    bson_append_array(&c, batch_key, -1, arr);
-    bson_append_int64(&c, "id", -1, id);
-    bson_append_utf8(&c, "ns", -1, ns, -1);
-    bson_append_document_end(ctx->reply, &c);
+    bson_append_document_begin(ctx->reply, "cursor", -1, c);
+    bson_append_array_begin(c, batch_key, -1, arr);
+    ctx->nreturned = 0;
+}
+
+static void batch_end(sbl_cmd_ctx_t *ctx, bson_t *c, bson_t *arr, int64_t id, const char *ns)
+{
+    bson_append_array_end(c, arr);
+    bson_append_int64(c, "id", -1, id);
+    bson_append_utf8(c, "ns", -1, ns, -1);
+    bson_append_document_end(ctx->reply, c);
+    ctx->cursor_reply = true;
+    ctx->cursor_id = id;
 }
 
 int sbl_cursor_first_batch(sbl_cmd_ctx_t *ctx, const char *ns, const sbl_cursor_source_t *src,
@@ -200,18 +210,19 @@ int sbl_cursor_first_batch(sbl_cmd_ctx_t *ctx, const char *ns, const sbl_cursor_
             src->free(state);
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory creating a cursor");
     }
-    snprintf(cur->ns, sizeof(cur->ns), "%s", ns);
+    sbl_strcpy_n(cur->ns, sizeof(cur->ns), ns);
     cur->src = *src;
     cur->state = state;
 
-    bson_t arr = BSON_INITIALIZER;
+    bson_t c, arr;
     bool done = false;
     int rc = 0;
+    batch_begin(ctx, "firstBatch", &c, &arr);
     if (batch_size != 0)
         rc = fill_batch(cur, ctx, batch_size < 0 ? FIRST_BATCH_DEFAULT : batch_size, &arr,
                         &done, err);
     if (rc != 0) {
-        bson_destroy(&arr);
+        batch_end(ctx, &c, &arr, 0, ns);
         cursor_free(cur);
         return rc;
     }
@@ -222,8 +233,7 @@ int sbl_cursor_first_batch(sbl_cmd_ctx_t *ctx, const char *ns, const sbl_cursor_
     } else {
         cursor_free(cur);
     }
-    append_cursor_reply(ctx, "firstBatch", &arr, id, ns);
-    bson_destroy(&arr);
+    batch_end(ctx, &c, &arr, id, ns);
     return 0;
 }
 
@@ -351,7 +361,7 @@ int sbl_cmd_get_more(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_FailedToParse,
                            "BSON field 'getMore.collection' is missing but a required field");
     char ns[SBL_NS_MAX];
-    if ((size_t)snprintf(ns, sizeof(ns), "%s.%s", ctx->db, coll) >= sizeof(ns))
+    if (sbl_join_dot(ns, sizeof(ns), ctx->db, coll) >= sizeof(ns))
         return sbl_err_set(err, SBL_E_InvalidNamespace, "Fully qualified namespace is too long");
     SBL_RET(sbl_validate_ns(ns, err));
 
@@ -376,8 +386,9 @@ int sbl_cmd_get_more(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     cur->in_use = true;
     pthread_mutex_unlock(&reg_lock);
 
-    bson_t arr = BSON_INITIALIZER;
+    bson_t c, arr;
     bool done = false;
+    batch_begin(ctx, "nextBatch", &c, &arr);
     int rc = fill_batch(cur, ctx, batch_size, &arr, &done, err);
 
     pthread_mutex_lock(&reg_lock);
@@ -390,9 +401,7 @@ int sbl_cmd_get_more(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     }
     pthread_mutex_unlock(&reg_lock);
 
-    if (rc == 0)
-        append_cursor_reply(ctx, "nextBatch", &arr, drop ? 0 : id, ns);
-    bson_destroy(&arr);
+    batch_end(ctx, &c, &arr, drop || rc != 0 ? 0 : id, ns);
     if (drop)
         cursor_free(cur);
     return rc;

@@ -91,7 +91,7 @@ static bool op_ns(const sbl_cmd_ctx_t *ctx, char *ns, size_t len)
     else if (strcmp(ctx->name, "getMore") == 0 && bson_iter_init_find(&it, ctx->cmd, "collection") &&
              BSON_ITER_HOLDS_UTF8(&it))
         coll = bson_iter_utf8(&it, NULL);
-    snprintf(ns, len, "%s.%s", ctx->db, coll != NULL && coll[0] != '\0' ? coll : "$cmd");
+    sbl_join_dot(ns, len, ctx->db, coll != NULL && coll[0] != '\0' ? coll : "$cmd");
     return coll != NULL && coll[0] != '\0';
 }
 
@@ -113,14 +113,10 @@ static sbl_top_kind_t top_kind(const char *n)
 static void op_begin(pending_t *p)
 {
     sbl_cmd_ctx_t *ctx = &p->ctx;
-    bson_iter_t it, name;
     sbl_op_t *op = &p->op;
     op->conn_id = ctx->client->conn_id;
     op->client = ctx->conn != NULL ? sbl_conn_remote(ctx->conn) : NULL;
-    op->app_name = NULL;
-    if (ctx->client->metadata != NULL && bson_iter_init(&it, ctx->client->metadata) &&
-        bson_iter_find_descendant(&it, "application.name", &name) && BSON_ITER_HOLDS_UTF8(&name))
-        op->app_name = bson_iter_utf8(&name, NULL);
+    op->app_name = ctx->client->app_name;
     op->db = ctx->db;
     op->cmd = ctx->cmd;
     op->cmd_name = p->def->name;
@@ -137,7 +133,6 @@ static void op_end(pending_t *p)
     const sbl_cmd_def_t *def = p->def;
     int64_t us = sbl_now_us() - ctx->start_us;
     size_t nrows;
-    bson_iter_t it, id;
 
     if ((def->flags & (SBL_CMD_WRITE | SBL_CMD_SLOW)) == (SBL_CMD_WRITE | SBL_CMD_SLOW))
         sbl_metrics_record_latency(SBL_LAT_WRITES, us);
@@ -158,10 +153,9 @@ static void op_end(pending_t *p)
         .plan_summary = ctx->plan_summary,
         .keys_examined = ctx->keys_examined,
         .docs_examined = ctx->docs_examined,
+        .cursor_id = ctx->cursor_reply ? ctx->cursor_id : 0,
+        .nreturned = ctx->cursor_reply ? ctx->nreturned : -1,
     };
-    if (bson_iter_init(&it, &p->reply) && bson_iter_find_descendant(&it, "cursor.id", &id) &&
-        BSON_ITER_HOLDS_INT64(&id))
-        r.cursor_id = bson_iter_int64(&id);
     sbl_metrics_op_done(&r);
     sbl_op_unregister(&p->op);
     ctx->op = NULL;
@@ -306,11 +300,22 @@ static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd)
 static void execute(pending_t *p)
 {
     sbl_cmd_ctx_t *ctx = &p->ctx;
-    bson_iter_t it;
+    bson_iter_t it, mt;
+    bool has_mt = false, has_wc = false;
 
     ctx->ss = sbl_session_get();
     ctx->start_us = sbl_now_us();
-    if (bson_iter_init_find(&it, ctx->cmd, "maxTimeMS")) {
+    /* One pass for the generic arguments read here (first byte before strcmp). */
+    if (bson_iter_init(&it, ctx->cmd))
+        while (bson_iter_next(&it)) {
+            const char *k = bson_iter_key(&it);
+            if (k[0] == 'm' && strcmp(k, "maxTimeMS") == 0)
+                mt = it, has_mt = true;
+            else if (k[0] == 'w' && strcmp(k, "writeConcern") == 0)
+                has_wc = true;
+        }
+    if (has_mt) {
+        it = mt;
         int64_t ms;
         if ((p->rc = sbl_get_int64(&it, &ms, &p->err)) != 0)
             return;
@@ -322,7 +327,7 @@ static void execute(pending_t *p)
         if (ms > 0)
             ctx->deadline_us = ctx->start_us + ms * 1000;
     }
-    if (p->def->flags & SBL_CMD_WRITE) {
+    if ((p->def->flags & SBL_CMD_WRITE) && has_wc) {
         if ((p->rc = parse_write_concern(ctx->cmd, &ctx->wc, &p->err)) != 0)
             return;
     }
@@ -366,6 +371,13 @@ static void pending_free(pending_t *p)
 
 static void send_reply(pending_t *p)
 {
+    if (p->rc == 0) {
+        /* Success: the handler's fields plus ok, without copying them. */
+        BSON_APPEND_DOUBLE(&p->reply, "ok", 1.0);
+        sbl_conn_reply(p->ctx.conn, p->ctx.req, &p->reply);
+        pending_free(p);
+        return;
+    }
     bson_t out = BSON_INITIALIZER;
     build_reply(p, &out);
     sbl_conn_reply(p->ctx.conn, p->ctx.req, &out);

@@ -71,6 +71,10 @@ static void log_client_metadata(sbl_cmd_ctx_t *ctx, const bson_iter_t *it)
     ctx->client->metadata = bson_new_from_data(data, len);
     if (ctx->client->metadata == NULL)
         return;
+    bson_iter_t mit, name;
+    if (bson_iter_init(&mit, ctx->client->metadata) &&
+        bson_iter_find_descendant(&mit, "application.name", &name) && BSON_ITER_HOLDS_UTF8(&name))
+        ctx->client->app_name = bson_iter_utf8(&name, NULL);
     bson_t attr = BSON_INITIALIZER;
     if (ctx->conn != NULL)
         BSON_APPEND_UTF8(&attr, "remote", sbl_conn_remote(ctx->conn));

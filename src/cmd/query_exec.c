@@ -141,7 +141,7 @@ int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_v
     *qp = NULL;
     if (q == NULL)
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory planning a query");
-    snprintf(q->ns, sizeof(q->ns), "%s", ns);
+    sbl_strcpy_n(q->ns, sizeof(q->ns), ns);
     q->m = sbl_matcher_new(filter, err);
     if (q->m == NULL) {
         free(q);
@@ -472,13 +472,13 @@ void sbl_qexec_summary(const sbl_qexec_t *q, char *buf, size_t len)
     if (q->ixp != NULL)
         sbl_ixplan_summary(q->ixp, buf, len);
     else if (q->range.kind == SBL_ID_POINTS)
-        snprintf(buf, len, "%s", q->range.npoints == 1 ? "IDHACK" : "IXSCAN { _id: 1 }");
+        sbl_strcpy_n(buf, len, q->range.npoints == 1 ? "IDHACK" : "IXSCAN { _id: 1 }");
     else if (q->range.kind == SBL_ID_RANGE)
-        snprintf(buf, len, "IXSCAN { _id: 1 }");
+        sbl_strcpy_n(buf, len, "IXSCAN { _id: 1 }");
     else if (q->range.kind == SBL_ID_NONE)
-        snprintf(buf, len, "EOF");
+        sbl_strcpy_n(buf, len, "EOF");
     else
-        snprintf(buf, len, "COLLSCAN");
+        sbl_strcpy_n(buf, len, "COLLSCAN");
 }
 
 void sbl_qexec_info(const sbl_qexec_t *q, sbl_qexec_info_t *out)
@@ -518,7 +518,7 @@ static int refill(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, size_t max, sbl_err_t *err
         return rc;
     }
     int64_t keys0 = ctx->keys_examined, docs0 = ctx->docs_examined;
-    snprintf(tls_summary, sizeof(tls_summary), "%s", q->summary);
+    sbl_strcpy_n(tls_summary, sizeof(tls_summary), q->summary);
     ctx->plan_summary = tls_summary;
     if (q->ixp != NULL) {
         rc = refill_ixscan(q, ctx, c, max, err);

@@ -93,7 +93,7 @@ int sbl_cmd_ns(const sbl_cmd_ctx_t *ctx, char *ns, size_t nslen, sbl_err_t *err)
     if (coll[0] == '\0')
         return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid namespace specified '%s.'",
                            ctx->db);
-    if ((size_t)snprintf(ns, nslen, "%s.%s", ctx->db, coll) >= nslen)
+    if (sbl_join_dot(ns, nslen, ctx->db, coll) >= nslen)
         return sbl_err_set(err, SBL_E_InvalidNamespace, "Fully qualified namespace is too long");
     return sbl_validate_ns(ns, err);
 }

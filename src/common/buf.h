@@ -38,4 +38,39 @@ void sbl_buf_put_i32le(sbl_buf_t *b, size_t off, int32_t v);
 /* Hand the heap memory to the caller (malloc'd, len bytes); the buffer is left empty. */
 uint8_t *sbl_buf_steal(sbl_buf_t *b, size_t *lenp);
 
+/* ---- fixed-size strings on hot paths (snprintf costs ~800 instructions) ---- */
+
+#include <string.h>
+
+/* Copy src into dst[cap] (cap > 0), truncating; returns strlen(src) like
+ * snprintf, so a result >= cap means it was truncated. */
+static inline size_t sbl_strcpy_n(char *dst, size_t cap, const char *src)
+{
+    size_t n = strlen(src), k = n < cap ? n : cap - 1;
+    memcpy(dst, src, k);
+    dst[k] = '\0';
+    return n;
+}
+
+/* dst = a "." b, truncated to cap - 1 bytes; returns the untruncated length. */
+static inline size_t sbl_join_dot(char *dst, size_t cap, const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b), n = na + 1 + nb;
+    if (n < cap) {
+        memcpy(dst, a, na);
+        dst[na] = '.';
+        memcpy(dst + na + 1, b, nb + 1);
+    } else {
+        char *p = dst;
+        size_t room = cap - 1, k = na < room ? na : room;
+        memcpy(p, a, k), p += k, room -= k;
+        if (room > 0)
+            *p++ = '.', room--;
+        k = nb < room ? nb : room;
+        memcpy(p, b, k), p += k;
+        *p = '\0';
+    }
+    return n;
+}
+
 #endif

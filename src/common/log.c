@@ -3,6 +3,7 @@
  * lines is kept for the getLog command.
  */
 #include "common/log.h"
+#include "common/buf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -80,7 +81,7 @@ int sbl_log_verbosity(void)
 
 void sbl_log_set_ctx(const char *name)
 {
-    snprintf(log_ctx, sizeof(log_ctx), "%s", name);
+    sbl_strcpy_n(log_ctx, sizeof(log_ctx), name);
 }
 
 static void json_escape(bson_string_t *s, const char *text)

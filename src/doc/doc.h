@@ -80,6 +80,20 @@ size_t sbl_key_decode_dir(const uint8_t *p, size_t len, bson_t *doc, const char 
  */
 bool sbl_path_get(const bson_t *doc, const char *path, bson_iter_t *out);
 
+/* ---- checking untrusted BSON (doc_check.c) ---------------------------------- */
+
+#define SBL_BSON_CHECK_MAX_DEPTH 200
+typedef enum { SBL_BSON_OK = 0, SBL_BSON_MALFORMED, SBL_BSON_TOO_DEEP } sbl_bson_verdict_t;
+
+/* One pass over data[0..len): OK when it is one well-formed document (framing of
+ * every embedded document, array and code-with-scope scope, element sizes, bool
+ * values, UTF-8 keys: what libbson's bson_validate(BSON_VALIDATE_NONE) plus
+ * sbl_doc_framing_ok accept, but stricter: libbson 1.23 sometimes stops at an
+ * element it cannot read without reporting it) nesting at most max_depth
+ * (<= SBL_BSON_CHECK_MAX_DEPTH) levels below the top.  *bad_off (may be NULL)
+ * gets the offset of the offending element.  Never recurses. */
+sbl_bson_verdict_t sbl_bson_check(const uint8_t *data, size_t len, int max_depth, size_t *bad_off);
+
 /* True when doc nests containers more than max_depth levels below its top level.
  * Never recurses deeper than max_depth + 1, whatever the input. */
 bool sbl_doc_too_deep(const bson_t *doc, int max_depth);

@@ -330,6 +330,50 @@ static bool append_decimal(bson_t *doc, const char *key, bool neg, const uint8_t
     return bson_append_decimal128(doc, key, -1, &d);
 }
 
+/*
+ * m * 2^s (s >= 0) as c * 10^q with c < 10^34, or false when no decimal128
+ * coefficient can hold it.  A decimal128 like 5.7E+43 is an exact binary value
+ * far beyond 10^34 as an integer, so the value is built as a big integer (32-bit
+ * limbs; decimal128's range ends below 2^20415) and divided by 10 while exact.
+ */
+static bool pow2_to_decimal(uint64_t m, int32_t s, u128 *cp, int32_t *qp)
+{
+    const u128 limit = (u128)1000000000000000000ULL * 10000000000000000ULL;
+    uint32_t limb[660];
+    size_t w = (size_t)s / 32, top;
+    if (s < 0 || w + 3 > sizeof(limb) / sizeof(limb[0]))
+        return false;
+    memset(limb, 0, (w + 3) * sizeof(limb[0]));
+    u128 v = (u128)m << (s % 32);
+    for (size_t i = 0; i < 3; i++)
+        limb[w + i] = (uint32_t)(v >> (32 * i));
+    top = w + 3;
+    for (int32_t q = 0;; q++) {
+        while (top > 0 && limb[top - 1] == 0)
+            top--;
+        if (top <= 4) {
+            u128 c = 0;
+            for (size_t i = top; i-- > 0;)
+                c = c << 32 | limb[i];
+            if (c < limit) {
+                for (; c != 0 && c % 10 == 0; q++)
+                    c /= 10;
+                *cp = c;
+                *qp = q;
+                return true;
+            }
+        }
+        uint64_t rem = 0;
+        for (size_t i = top; i-- > 0;) {
+            uint64_t cur = rem << 32 | limb[i];
+            limb[i] = (uint32_t)(cur / 10);
+            rem = cur % 10;
+        }
+        if (rem != 0)
+            return false;
+    }
+}
+
 /* Append an exact binary value as int32/int64, else double, else decimal128. */
 static bool append_exact(bson_t *doc, const char *key, bool neg, int32_t exp, uint64_t frac)
 {
@@ -356,11 +400,8 @@ static bool append_exact(bson_t *doc, const char *key, bool neg, int32_t exp, ui
     u128 c = m;
     int32_t q = 0;
     if (s >= 0) {
-        for (int32_t i = 0; i < s; i++) {
-            c <<= 1;
-            if (c >= limit)
-                return false;
-        }
+        if (!pow2_to_decimal(m, s, &c, &q))
+            return false;
     } else {
         for (int32_t i = 0; i < -s; i++) {
             c *= 5;

@@ -2,10 +2,10 @@
  * doc_path.c: dotted-path lookup and validation of documents that arrive
  * from clients.
  *
- * What must stay true: sbl_doc_validate() never recurses deeper than
- * SBL_DOC_MAX_DEPTH + 1 levels whatever the input (a 16 MiB document can nest
- * millions of levels), so it runs its own bounded depth walk before handing
- * the document to bson_validate(), which recurses without a limit.
+ * What must stay true: sbl_doc_validate() never recurses (a 16 MiB document
+ * can nest millions of levels): it uses the one-pass sbl_bson_check(); the
+ * recursive sbl_doc_too_deep/sbl_doc_framing_ok below stay bounded by their
+ * max_depth and are the reference the fuzzer compares sbl_bson_check with.
  */
 #include <string.h>
 
@@ -154,18 +154,15 @@ int sbl_doc_validate(const uint8_t *data, size_t len, sbl_err_t *err)
     if (data[len - 1] != 0)
         return sbl_err_set(err, SBL_E_InvalidBSON, "BSON document does not end with a 0 byte");
 
-    bson_t b;
-    if (!bson_init_static(&b, data, len))
-        return sbl_err_set(err, SBL_E_InvalidBSON, "malformed BSON document");
-    bson_iter_t it;
-    if (bson_iter_init(&it, &b) && too_deep(&it, 0, SBL_DOC_MAX_DEPTH))
+    size_t off = 0;
+    switch (sbl_bson_check(data, len, SBL_DOC_MAX_DEPTH, &off)) {
+    case SBL_BSON_OK:
+        return 0;
+    case SBL_BSON_TOO_DEEP:
         return sbl_err_set(err, SBL_E_Overflow,
                            "BSON document nests deeper than the %d level limit",
                            SBL_DOC_MAX_DEPTH);
-    size_t off = 0;
-    if (!sbl_doc_framing_ok(&b))
-        return sbl_err_set(err, SBL_E_InvalidBSON, "malformed embedded BSON document");
-    if (!bson_validate(&b, BSON_VALIDATE_NONE, &off))
+    default:
         return sbl_err_set(err, SBL_E_InvalidBSON, "invalid BSON at byte offset %zu", off);
-    return 0;
+    }
 }

@@ -181,6 +181,7 @@ typedef struct sbl_op_report {
     const char *plan_summary;  /* NULL: none (not a query) */
     int64_t keys_examined, docs_examined;
     int64_t cursor_id;
+    int64_t nreturned; /* documents in the reply's cursor batch; -1: count them in reply */
 } sbl_op_report_t;
 
 /* Count the reply's documents into metrics.document, and when the operation

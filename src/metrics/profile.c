@@ -153,9 +153,9 @@ static void count_reply(const sbl_op_report_t *r, counts_t *c)
     } else if (strcmp(name, "delete") == 0) {
         c->ndeleted = reply_int(r->reply, "n");
     } else if (strcmp(name, "find") == 0 || strcmp(name, "aggregate") == 0) {
-        c->nreturned = array_count(r->reply, "cursor.firstBatch");
+        c->nreturned = r->nreturned >= 0 ? r->nreturned : array_count(r->reply, "cursor.firstBatch");
     } else if (strcmp(name, "getMore") == 0) {
-        c->nreturned = array_count(r->reply, "cursor.nextBatch");
+        c->nreturned = r->nreturned >= 0 ? r->nreturned : array_count(r->reply, "cursor.nextBatch");
     } else if (strcasecmp(name, "findAndModify") == 0) {
         bson_iter_t it;
         bool found = bson_iter_init_find(&it, r->reply, "value") && !BSON_ITER_HOLDS_NULL(&it);

@@ -44,11 +44,12 @@ static int32_t next_reply_id(void)
            INT32_MAX;
 }
 
-void net_conn_log_ctx(const sbl_conn_t *c)
+/* Called for every request: the name is formatted once per connection. */
+void net_conn_log_ctx(sbl_conn_t *c)
 {
-    char ctx[32];
-    snprintf(ctx, sizeof(ctx), "conn%llu", (unsigned long long)c->id);
-    sbl_log_set_ctx(ctx);
+    if (c->logname[0] == '\0')
+        snprintf(c->logname, sizeof(c->logname), "conn%llu", (unsigned long long)c->id);
+    sbl_log_set_ctx(c->logname);
 }
 
 static void log_conn(char sev, int id, const char *msg, const sbl_conn_t *c, const char *error)

@@ -52,6 +52,7 @@ struct sbl_conn {
     sbl_conn_t *prev, *next;
     int fd; /* the accepted socket, until the loop opens it */
     uint64_t id;
+    char logname[24]; /* "conn<id>", formatted on first use */
     char remote[64];
     char local[64];
     bool loopback;
@@ -110,7 +111,7 @@ void net_conn_discard(sbl_conn_t *c);
 /* Loop thread: called when a connection is freed; may finish a stopping loop. */
 void net_loop_conn_freed(net_loop_t *nl);
 /* Set this thread's log ctx to "conn<id>". */
-void net_conn_log_ctx(const sbl_conn_t *c);
+void net_conn_log_ctx(sbl_conn_t *c);
 /* Loop thread: make room for need more bytes at rbuf + rend; the write position or NULL. */
 uint8_t *net_conn_reserve(sbl_conn_t *c, size_t need);
 /* Loop thread: send len bytes as they are (no TLS); takes mem (malloc'd or NULL). */

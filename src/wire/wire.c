@@ -4,10 +4,10 @@
  *
  * What must stay true:
  *  - every read is bounds-checked against the message (or section) end;
- *  - every embedded document passes bson_init_static (length and trailing
- *    NUL) and bson_validate, which in libbson walks the whole tree, nested
- *    documents and arrays included, checking every element's type and
- *    length (UTF-8 is not checked: MongoDB does not reject it either);
+ *  - every document passes sbl_bson_check (src/doc/doc_check.c): one pass
+ *    over the whole tree, nested documents and arrays included, checking
+ *    every element's type and length, framing, UTF-8 keys and the nesting
+ *    bound (string values' UTF-8 is not checked: MongoDB does not either);
  *  - on failure *req is left holding an empty cmd, so sbl_request_destroy
  *    is always safe, and the error names what was wrong.
  */
@@ -72,15 +72,16 @@ static int read_doc(const uint8_t *msg, size_t *offp, size_t end, bson_t *doc, c
                            end - off);
     if (!bson_init_static(doc, msg + off, (size_t)len))
         return sbl_err_set(err, SBL_E_InvalidBSON, "%s: document is not terminated", what);
-    /* Bound the nesting before bson_validate, which recurses. */
-    if (sbl_doc_too_deep(doc, SBL_WIRE_MAX_DEPTH))
+    size_t bad = 0;
+    switch (sbl_bson_check(msg + off, (size_t)len, SBL_WIRE_MAX_DEPTH, &bad)) {
+    case SBL_BSON_OK:
+        break;
+    case SBL_BSON_TOO_DEEP:
         return sbl_err_set(err, SBL_E_Overflow, "%s: BSON nesting deeper than %d levels", what,
                            SBL_WIRE_MAX_DEPTH);
-    if (!sbl_doc_framing_ok(doc)) /* bson_validate skips embedded documents it cannot open */
-        return sbl_err_set(err, SBL_E_InvalidBSON, "%s: malformed embedded document", what);
-    size_t bad = 0;
-    if (!bson_validate(doc, BSON_VALIDATE_NONE, &bad))
+    default:
         return sbl_err_set(err, SBL_E_InvalidBSON, "%s: invalid BSON at offset %zu", what, bad);
+    }
     *offp = off + (size_t)len;
     return 0;
 }

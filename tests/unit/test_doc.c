@@ -710,8 +710,117 @@ static void test_validate(void)
     bson_destroy(very);
 }
 
+/* The reference sbl_bson_check must agree with: libbson's iterator and
+ * bson_validate, framing of nested documents, and the depth bound. */
+static bool reference_ok(const uint8_t *buf, size_t len, int max_depth)
+{
+    bson_t b;
+    return bson_init_static(&b, buf, len) && !sbl_doc_too_deep(&b, max_depth) &&
+           sbl_doc_framing_ok(&b) && bson_validate(&b, BSON_VALIDATE_NONE, NULL);
+}
+
+/* Every BSON type, then every one-byte corruption of it: the one-pass check
+ * never accepts what the reference rejects.  It is stricter: when a corrupted
+ * length makes an element run into the next ones, libbson 1.23's
+ * bson_validate sometimes stops at the element it cannot read without
+ * reporting it; sbl_bson_check rejects every element that does not fit. */
+static void test_bson_check(void)
+{
+    bson_t *d = bson_new(), sub, scope, arr;
+    bson_oid_t oid;
+    bson_decimal128_t dec = {.high = 0x3040000000000000ull, .low = 7};
+    bson_oid_init_from_string(&oid, "0123456789abcdef01234567");
+    BSON_APPEND_DOUBLE(d, "d", 1.5);
+    BSON_APPEND_UTF8(d, "s", "str");
+    BSON_APPEND_DOCUMENT_BEGIN(d, "o", &sub);
+    BSON_APPEND_INT32(&sub, "\xc3\xa9", 1); /* a two-byte UTF-8 key */
+    bson_append_document_end(d, &sub);
+    BSON_APPEND_ARRAY_BEGIN(d, "a", &arr);
+    BSON_APPEND_BOOL(&arr, "0", true);
+    bson_append_array_end(d, &arr);
+    bson_append_binary(d, "b", -1, BSON_SUBTYPE_BINARY, (const uint8_t *)"xy", 2);
+    bson_append_binary(d, "B", -1, BSON_SUBTYPE_BINARY_DEPRECATED, (const uint8_t *)"xy", 2);
+    bson_append_undefined(d, "u", -1);
+    BSON_APPEND_OID(d, "i", &oid);
+    BSON_APPEND_BOOL(d, "t", false);
+    BSON_APPEND_DATE_TIME(d, "dt", 5);
+    BSON_APPEND_NULL(d, "n");
+    BSON_APPEND_REGEX(d, "r", "a.c", "i");
+    bson_append_dbpointer(d, "p", -1, "db.c", &oid);
+    BSON_APPEND_CODE(d, "c", "f()");
+    BSON_APPEND_SYMBOL(d, "y", "sym");
+    bson_init(&scope);
+    BSON_APPEND_INT32(&scope, "x", 1);
+    BSON_APPEND_CODE_WITH_SCOPE(d, "w", "g()", &scope);
+    bson_destroy(&scope);
+    BSON_APPEND_INT32(d, "i32", 3);
+    BSON_APPEND_TIMESTAMP(d, "ts", 1, 2);
+    BSON_APPEND_INT64(d, "i64", 4);
+    BSON_APPEND_DECIMAL128(d, "dec", &dec);
+    BSON_APPEND_MAXKEY(d, "max");
+    BSON_APPEND_MINKEY(d, "min");
+
+    const uint8_t *data = bson_get_data(d);
+    CHECK(sbl_bson_check(data, d->len, 10, NULL) == SBL_BSON_OK);
+    CHECK(reference_ok(data, d->len, 10));
+    uint8_t *buf = malloc(d->len);
+    static const uint8_t repl[] = {0x00, 0x01, 0x02, 0x05, 0x0F, 0x13, 0x7F, 0x80, 0xC3, 0xFF};
+    int disagree = 0, rejected = 0, stricter = 0;
+    for (uint32_t i = 0; i < d->len; i++) {
+        for (int k = 0; k < 8 + (int)sizeof(repl); k++) {
+            memcpy(buf, data, d->len);
+            if (k < 8)
+                buf[i] ^= (uint8_t)(1u << k);
+            else
+                buf[i] = repl[k - 8];
+            bool fast = sbl_bson_check(buf, d->len, 10, NULL) == SBL_BSON_OK;
+            bool ref = reference_ok(buf, d->len, 10);
+            rejected += !fast;
+            stricter += ref && !fast;
+            if (fast && !ref && disagree++ < 5)
+                CHECK_MSG(false, "byte %u variant %d: one-pass accepts, reference rejects", i, k);
+        }
+    }
+    CHECK_MSG(disagree == 0, "%d inputs accepted by the one-pass check only", disagree);
+    CHECK(rejected > 0);
+    CHECK_MSG(stricter < rejected / 4, "%d of %d rejections are stricter than libbson", stricter,
+              rejected);
+    /* A truncated buffer never reads past its end (ASan build checks the reads). */
+    for (uint32_t n = 0; n < d->len; n++) {
+        memcpy(buf, data, n);
+        CHECK(sbl_bson_check(buf, n, 10, NULL) == SBL_BSON_MALFORMED);
+    }
+    free(buf);
+    bson_destroy(d);
+
+    /* A decimal128 that is an exact binary value beyond 10^34 as an integer
+     * (found by fuzz_bson): its key decodes back to an equal value. */
+    bson_value_t v = {.value_type = BSON_TYPE_DECIMAL128};
+    CHECK(bson_decimal128_from_string("5.71849066284996100096E+43", &v.value.v_decimal128));
+    for (int desc = 0; desc < 2; desc++) {
+        sbl_buf_t kb;
+        bson_t out = BSON_INITIALIZER;
+        bson_iter_t kit;
+        sbl_buf_init(&kb);
+        sbl_key_append(&kb, &v, desc);
+        CHECK(sbl_key_decode_dir(kb.data, kb.len, &out, "k", desc) == kb.len);
+        CHECK(bson_iter_init_find(&kit, &out, "k") && BSON_ITER_HOLDS_DECIMAL128(&kit));
+        bson_value_t back;
+        sbl_iter_value(&kit, &back);
+        CHECK(sbl_value_compare(&v, &back) == 0);
+        sbl_buf_destroy(&kb);
+        bson_destroy(&out);
+    }
+
+    bson_t *deep = nested(12);
+    CHECK(sbl_bson_check(bson_get_data(deep), deep->len, 12, NULL) == SBL_BSON_OK);
+    CHECK(sbl_bson_check(bson_get_data(deep), deep->len, 11, NULL) == SBL_BSON_TOO_DEEP);
+    bson_destroy(deep);
+}
+
 int main(void)
 {
+    test_bson_check();
     test_cross_type_order();
     test_numbers();
     test_key_format();

@@ -1,0 +1,212 @@
+/*
+ * doc_check.c: one pass over untrusted BSON (every request's command
+ * document goes through it): element types and sizes, bool values, UTF-8
+ * keys, framing of every embedded document, array and scope, and a nesting
+ * bound.  It replaces three recursive walks (depth, framing, libbson's
+ * bson_validate) that cost ~10k instructions for a 150-byte find command.
+ *
+ * What must stay true: no read outside data[0..len); no recursion (an
+ * explicit stack of max_depth + 1 frames); nothing is accepted that the
+ * reference (sbl_doc_too_deep + sbl_doc_framing_ok + bson_validate)
+ * rejects, which tests/unit/test_doc.c and tests/fuzz/fuzz_bson.c check.
+ * It is stricter than libbson 1.23, which sometimes stops at an element it
+ * cannot read without reporting it.  Only keys are checked for UTF-8, as
+ * libbson does; string values are bytes.
+ */
+#include <string.h>
+
+#include "doc/doc.h"
+
+static uint32_t rd_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Strict UTF-8 of a key (no NUL: the key ends at the first one): shortest
+ * form, no surrogates, nothing above U+10FFFF. */
+static bool key_utf8_ok(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t need;
+        uint32_t cp, min;
+        if ((c & 0xE0) == 0xC0)
+            need = 1, cp = c & 0x1F, min = 0x80;
+        else if ((c & 0xF0) == 0xE0)
+            need = 2, cp = c & 0x0F, min = 0x800;
+        else if ((c & 0xF8) == 0xF0)
+            need = 3, cp = c & 0x07, min = 0x10000;
+        else
+            return false;
+        if (n - i - 1 < need)
+            return false;
+        for (size_t k = 1; k <= need; k++) {
+            if ((s[i + k] & 0xC0) != 0x80)
+                return false;
+            cp = cp << 6 | (s[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp & 0xFFFFF800) == 0xD800)
+            return false;
+        i += need + 1;
+    }
+    return true;
+}
+
+/* A container being walked: [start, lim] with its trailing 0 at lim. */
+typedef struct {
+    size_t start, lim;
+} frame_t;
+
+sbl_bson_verdict_t sbl_bson_check(const uint8_t *data, size_t len, int max_depth, size_t *bad_off)
+{
+    frame_t stack[SBL_BSON_CHECK_MAX_DEPTH + 2];
+    size_t off = 0;
+    int depth = 0;
+
+    if (max_depth > SBL_BSON_CHECK_MAX_DEPTH)
+        max_depth = SBL_BSON_CHECK_MAX_DEPTH;
+    if (len < 5 || rd_u32(data) != len || data[len - 1] != 0)
+        goto bad;
+    stack[0].start = 0;
+    stack[0].lim = len - 1;
+    off = 4;
+    for (;;) {
+        frame_t *f = &stack[depth];
+        if (off == f->lim) {
+            /* The container ends; its parent resumes right after it. */
+            if (depth == 0)
+                return SBL_BSON_OK;
+            off = f->lim + 1;
+            depth--;
+            continue;
+        }
+        size_t lim = f->lim;
+        uint8_t type = data[off];
+        const uint8_t *key = data + off + 1;
+        const uint8_t *nul = memchr(key, 0, lim - (off + 1));
+        if (nul == NULL || !key_utf8_ok(key, (size_t)(nul - key)))
+            goto bad;
+        size_t o = (size_t)(nul - data) + 1; /* the value */
+        uint64_t next, l;
+        switch (type) {
+        case 0x01: /* double */
+        case 0x09: /* date */
+        case 0x11: /* timestamp */
+        case 0x12: /* int64 */
+            next = (uint64_t)o + 8;
+            break;
+        case 0x10: /* int32 */
+            next = (uint64_t)o + 4;
+            break;
+        case 0x13: /* decimal128 */
+            next = (uint64_t)o + 16;
+            break;
+        case 0x07: /* ObjectId */
+            next = (uint64_t)o + 12;
+            break;
+        case 0x06: /* undefined */
+        case 0x0A: /* null */
+        case 0x7F: /* maxKey */
+        case 0xFF: /* minKey */
+            next = o;
+            break;
+        case 0x08: /* bool: 0 or 1 */
+            if (o >= lim || data[o] > 1)
+                goto bad;
+            next = (uint64_t)o + 1;
+            break;
+        case 0x02: /* string */
+        case 0x0D: /* code */
+        case 0x0E: /* symbol */
+            if (o + 4 > lim)
+                goto bad;
+            l = rd_u32(data + o);
+            next = (uint64_t)o + 4 + l;
+            if (l == 0 || next > lim || data[next - 1] != 0)
+                goto bad;
+            break;
+        case 0x05: /* binary */
+            if (o + 4 > lim)
+                goto bad;
+            l = rd_u32(data + o);
+            next = (uint64_t)o + 5 + l;
+            if (next > lim)
+                goto bad;
+            if (data[o + 4] == 0x02 && (l < 4 || (uint64_t)rd_u32(data + o + 5) + 4 != l))
+                goto bad; /* the old binary subtype repeats its length */
+            break;
+        case 0x0B: { /* regex: pattern and options, both NUL-terminated */
+            const uint8_t *p1 = memchr(data + o, 0, lim - o);
+            if (p1 == NULL)
+                goto bad;
+            size_t o2 = (size_t)(p1 - data) + 1;
+            const uint8_t *p2 = o2 < lim ? memchr(data + o2, 0, lim - o2) : NULL;
+            if (p2 == NULL)
+                goto bad;
+            next = (uint64_t)(p2 - data) + 1;
+            break;
+        }
+        case 0x0C: /* dbPointer: string then ObjectId */
+            if (o + 4 > lim)
+                goto bad;
+            l = rd_u32(data + o);
+            if (l == 0 || (uint64_t)o + 4 + l > (uint64_t)lim + 1 || data[o + 3 + l] != 0)
+                goto bad;
+            next = (uint64_t)o + 4 + l + 12;
+            break;
+        case 0x03: /* document */
+        case 0x04: /* array */
+        case 0x0F: { /* code with scope */
+            size_t cstart, clen;
+            if (o + 4 > lim)
+                goto bad;
+            l = rd_u32(data + o);
+            next = (uint64_t)o + l;
+            if (next > lim)
+                goto bad;
+            if (type == 0x0F) {
+                /* int32 total, string, scope document ending the element */
+                size_t rel = o - f->start, clen_all = lim - f->start + 1;
+                if (clen_all < 19 || rel + 14 >= clen_all || l < 14)
+                    goto bad;
+                uint64_t sl = rd_u32(data + o + 4);
+                if (sl == 0 || sl >= clen_all - rel - 8 || o + 8 + sl + 4 >= next)
+                    goto bad;
+                cstart = (size_t)(o + 8 + sl);
+                clen = rd_u32(data + cstart);
+                if (cstart + (uint64_t)clen != next)
+                    goto bad;
+            } else {
+                cstart = o;
+                clen = (size_t)l;
+            }
+            if (clen < 5 || data[cstart + clen - 1] != 0)
+                goto bad;
+            if (depth + 1 > max_depth) {
+                if (bad_off != NULL)
+                    *bad_off = off;
+                return SBL_BSON_TOO_DEEP;
+            }
+            depth++;
+            stack[depth].start = cstart;
+            stack[depth].lim = cstart + clen - 1;
+            off = cstart + 4;
+            continue;
+        }
+        default: /* 0x00 before the end, or a type BSON does not have */
+            goto bad;
+        }
+        if (next > lim)
+            goto bad;
+        off = (size_t)next;
+    }
+bad:
+    if (bad_off != NULL)
+        *bad_off = off;
+    return SBL_BSON_MALFORMED;
+}

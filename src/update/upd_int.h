@@ -152,6 +152,7 @@ struct sbl_update {
     size_t nacts;
     upd_filter_t *filters;
     size_t nfilters;
+    const sbl_collation_t *coll; /* $addToSet, $pull(All), $min/$max compare by it; NULL: binary */
 };
 
 /* What applying needs besides the action. */

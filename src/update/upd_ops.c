@@ -43,15 +43,22 @@ static int err_with_elem(sbl_err_t *err, int code, const char *prefix, const cha
     return code;
 }
 
-/* Does any existing element equal v (MongoDB comparison)? */
-static bool array_contains(const upd_node_t *arr, const bson_value_t *v)
+/* The collation an update's values compare under (NULL: binary). */
+static const sbl_collation_t *coll_of(const upd_ctx_t *cx)
+{
+    return cx != NULL && cx->u != NULL ? cx->u->coll : NULL;
+}
+
+/* Does any existing element equal v (MongoDB comparison under coll)? */
+static bool array_contains(const upd_node_t *arr, const bson_value_t *v,
+                           const sbl_collation_t *coll)
 {
     bool found = false;
     for (size_t i = 0; !found && i < arr->nkids; i++) {
         bson_t scratch;
         bson_value_t ev;
         upd_node_view(arr->kids[i], &scratch, &ev);
-        found = sbl_value_compare(&ev, v) == 0;
+        found = sbl_value_compare_coll(&ev, v, coll) == 0;
         bson_destroy(&scratch);
     }
     return found;
@@ -163,7 +170,7 @@ static int apply_minmax(const upd_action_t *a, upd_target_t *t, const upd_ctx_t 
         return 0;
     }
     upd_node_view(t->node, &scratch, &cur);
-    c = sbl_value_compare(&a->arg, &cur);
+    c = sbl_value_compare_coll(&a->arg, &cur, coll_of(cx));
     bson_destroy(&scratch);
     if ((want_min && c < 0) || (!want_min && c > 0))
         upd_target_put(t, upd_node_from_value(NULL, &a->arg));
@@ -473,7 +480,7 @@ static int apply_add_to_set(const upd_action_t *a, upd_target_t *t, const upd_ct
                            t->key, sbl_type_name(arr->type));
     }
     for (size_t i = 0; i < a->neach; i++)
-        if (!array_contains(arr, &a->each[i]))
+        if (!array_contains(arr, &a->each[i], coll_of(cx)))
             upd_node_insert(arr, arr->nkids, upd_node_from_value(NULL, &a->each[i]));
     return 0;
 }
@@ -559,7 +566,7 @@ static int parse_pull(upd_action_t *a, bson_iter_t *arg, sbl_err_t *err)
     return a->matcher ? 0 : (err && err->code ? err->code : SBL_E_BadValue);
 }
 
-static bool pull_matches(const upd_action_t *a, const upd_node_t *e)
+static bool pull_matches(const upd_action_t *a, const upd_node_t *e, const sbl_collation_t *coll)
 {
     bson_t doc = BSON_INITIALIZER;
     bool m = false;
@@ -568,7 +575,7 @@ static bool pull_matches(const upd_action_t *a, const upd_node_t *e)
         bson_t scratch;
         bson_value_t v;
         upd_node_view(e, &scratch, &v);
-        m = sbl_value_compare(&v, &a->arg) == 0;
+        m = sbl_value_compare_coll(&v, &a->arg, coll) == 0;
         bson_destroy(&scratch);
     } else if (a->pull_kind == UPD_PULL_WRAPPED) {
         upd_node_append(&doc, "v", e);
@@ -609,10 +616,10 @@ static int apply_pull(const upd_action_t *a, upd_target_t *t, const upd_ctx_t *c
             upd_node_view(arr->kids[i], &scratch, &v);
             drop = false;
             for (size_t j = 0; !drop && j < a->neach; j++)
-                drop = sbl_value_compare(&v, &a->each[j]) == 0;
+                drop = sbl_value_compare_coll(&v, &a->each[j], coll_of(cx)) == 0;
             bson_destroy(&scratch);
         } else {
-            drop = pull_matches(a, arr->kids[i]);
+            drop = pull_matches(a, arr->kids[i], coll_of(cx));
         }
         if (drop)
             upd_node_free(upd_node_detach(arr, i));

@@ -138,6 +138,7 @@ void sbl_update_free(sbl_update_t *u)
 
 void sbl_update_set_collation(sbl_update_t *u, const sbl_collation_t *coll)
 {
+    u->coll = coll;
     for (size_t i = 0; i < u->nfilters; i++)
         if (u->filters[i].m)
             sbl_matcher_set_collation(u->filters[i].m, coll);

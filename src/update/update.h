@@ -28,8 +28,9 @@ typedef struct sbl_update sbl_update_t;
  */
 sbl_update_t *sbl_update_new(const bson_t *spec, const bson_t *array_filters, sbl_err_t *err);
 void sbl_update_free(sbl_update_t *u);
-/* Match arrayFilters and $pull conditions and order $push's $sort under coll
- * (NULL: binary, the default); coll must outlive u. */
+/* Match arrayFilters and $pull conditions, order $push's $sort and compare
+ * $addToSet, $pull, $pullAll, $min and $max values under coll (NULL: binary, the
+ * default); coll must outlive u. */
 void sbl_update_set_collation(sbl_update_t *u, const sbl_collation_t *coll);
 bool sbl_update_is_replacement(const sbl_update_t *u);
 

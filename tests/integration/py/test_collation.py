@@ -93,6 +93,13 @@ def test_array_filters_and_pull(db):
                  collation=CI)
     doc = c.find_one({"_id": 1})
     assert doc["sub"] == [] and doc["tags"] == ["x", "blue", "x"]
+    c.update_one({"_id": 1}, {"$addToSet": {"tags": "BLUE"}}, collation=CI)
+    c.update_one({"_id": 1}, {"$pull": {"tags": "X"}}, collation=CI)
+    assert c.find_one({"_id": 1})["tags"] == ["blue"]
+    c.update_one({"_id": 1}, {"$addToSet": {"tags": "BLUE"}})
+    c.update_one({"_id": 1}, {"$pullAll": {"tags": ["Blue"]}}, collation=CI)
+    assert c.find_one({"_id": 1})["tags"] == []
+    c.update_one({"_id": 1}, {"$set": {"tags": ["x", "blue", "x"]}})
     got = c.find_one_and_update({"_id": 1}, {"$set": {"tags.$[t]": "y"}},
                                 array_filters=[{"t": "BLUE"}], collation=CI, return_document=True)
     assert got["tags"] == ["x", "y", "x"]

@@ -243,7 +243,7 @@ int op_indexOfArray(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t
         vl_from_array(&l, &a);
         size_t stop = end < 0 || (size_t)end > l.n ? l.n : (size_t)end;
         for (size_t i = (size_t)start; i < stop; i++)
-            if (v_cmp(&l.v[i], &x) == 0) {
+            if (v_cmp_env(c, &l.v[i], &x) == 0) {
                 found = (int64_t)i;
                 break;
             }
@@ -505,19 +505,19 @@ int op_reduce(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
 
 /* ---- sets ------------------------------------------------------------------------------ */
 
-static bool vl_has(const vlist_t *l, const bson_value_t *v)
+static bool vl_has(const ectx_t *c, const vlist_t *l, const bson_value_t *v)
 {
     for (size_t i = 0; i < l->n; i++)
-        if (v_cmp(&l->v[i], v) == 0)
+        if (v_cmp_env(c, &l->v[i], v) == 0)
             return true;
     return false;
 }
 
-static void vl_dedup(const vlist_t *in, vlist_t *out)
+static void vl_dedup(const ectx_t *c, const vlist_t *in, vlist_t *out)
 {
     memset(out, 0, sizeof(*out));
     for (size_t i = 0; i < in->n; i++)
-        if (!vl_has(out, &in->v[i]))
+        if (!vl_has(c, out, &in->v[i]))
             vl_push_copy(out, &in->v[i]);
 }
 
@@ -543,7 +543,7 @@ static int set_args(const sbl_expr_t *e, ectx_t *c, vlist_t **setsp, bool *nullp
         } else {
             vlist_t l;
             vl_from_array(&l, &a);
-            vl_dedup(&l, &sets[i]);
+            vl_dedup(c, &l, &sets[i]);
             vl_free(&l);
         }
         bson_value_destroy(&a);
@@ -566,7 +566,7 @@ int op_setUnion(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *er
     SBL_RET(set_args(e, c, &s, &n, 17043, err));
     for (size_t i = 0; i < e->n; i++)
         for (size_t k = 0; k < s[i].n; k++)
-            if (!vl_has(&r, &s[i].v[k]))
+            if (!vl_has(c, &r, &s[i].v[k]))
                 vl_push_copy(&r, &s[i].v[k]);
     if (n)
         v_null(out);
@@ -586,7 +586,7 @@ int op_setIntersection(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_er
         for (size_t k = 0; k < s[0].n; k++) {
             bool all = true;
             for (size_t i = 1; i < e->n && all; i++)
-                all = vl_has(&s[i], &s[0].v[k]);
+                all = vl_has(c, &s[i], &s[0].v[k]);
             if (all)
                 vl_push_copy(&r, &s[0].v[k]);
         }
@@ -605,7 +605,7 @@ int op_setDifference(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_
     bool n;
     SBL_RET(set_args(e, c, &s, &n, 17048, err));
     for (size_t k = 0; k < s[0].n; k++)
-        if (!vl_has(&s[1], &s[0].v[k]))
+        if (!vl_has(c, &s[1], &s[0].v[k]))
             vl_push_copy(&r, &s[0].v[k]);
     if (n)
         v_null(out);
@@ -629,7 +629,7 @@ int op_setEquals(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *e
     for (size_t i = 1; i < e->n && eq; i++) {
         eq = s[i].n == s[0].n;
         for (size_t k = 0; k < s[i].n && eq; k++)
-            eq = vl_has(&s[0], &s[i].v[k]);
+            eq = vl_has(c, &s[0], &s[i].v[k]);
     }
     v_bool(out, eq);
     free_sets(s, e->n);
@@ -647,7 +647,7 @@ int op_setIsSubset(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t 
     }
     bool sub = true;
     for (size_t k = 0; k < s[0].n && sub; k++)
-        sub = vl_has(&s[1], &s[0].v[k]);
+        sub = vl_has(c, &s[1], &s[0].v[k]);
     v_bool(out, sub);
     free_sets(s, e->n);
     return 0;
@@ -770,7 +770,7 @@ static int min_max(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t 
     for (size_t i = 0; i < l.n; i++) {
         if (v_nullish(&l.v[i]))
             continue;
-        int r = best ? v_cmp(&l.v[i], best) : 0;
+        int r = best ? v_cmp_env(c, &l.v[i], best) : 0;
         if (best == NULL || (max ? r > 0 : r < 0))
             best = &l.v[i];
     }
@@ -1082,12 +1082,13 @@ done:
 }
 
 static _Thread_local const bson_value_t *tls_sort_by;
+static _Thread_local const ectx_t *tls_sort_ctx; /* for its collation */
 
 static int cmp_sortarray(const void *a, const void *b)
 {
     const bson_value_t *x = a, *y = b, *by = tls_sort_by;
     if (by->value_type != BSON_TYPE_DOCUMENT) {
-        int r = v_cmp(x, y);
+        int r = v_cmp_env(tls_sort_ctx, x, y);
         return v_to_double(by) < 0 ? -r : r;
     }
     bson_t d;
@@ -1102,7 +1103,7 @@ static int cmp_sortarray(const void *a, const void *b)
             v_null(&xv);
         if (yv.value_type == BSON_TYPE_EOD)
             v_null(&yv);
-        int r = v_cmp(&xv, &yv);
+        int r = v_cmp_env(tls_sort_ctx, &xv, &yv);
         bson_value_destroy(&xv);
         bson_value_destroy(&yv);
         if (r != 0)
@@ -1124,6 +1125,7 @@ int op_sortArray(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *e
         vlist_t l;
         vl_from_array(&l, &a);
         tls_sort_by = &by;
+        tls_sort_ctx = c;
         if (l.n > 1) /* l.v is NULL when empty */
             qsort(l.v, l.n, sizeof(*l.v), cmp_sortarray); /* not stable, unlike MongoDB */
         vl_to_array(&l, out);

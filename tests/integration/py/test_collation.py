@@ -140,6 +140,15 @@ def test_aggregate(db):
     got = list(db.agg_acc.aggregate(acc))
     assert got[0]["mx"] == "a" and len(got[0]["set"]) == 3
     assert list(c.find({"$expr": {"$eq": ["$x", "PING"]}}, collation=CI).sort("_id", 1))[0]["_id"] == 1
+    ex = [{"$match": {"_id": 1}},
+          {"$project": {"_id": 0,
+                        "u": {"$size": {"$setUnion": [["a", "A", "b"], ["B"]]}},
+                        "i": {"$indexOfArray": [["x", "PING"], "ping"]},
+                        "s": {"$sortArray": {"input": ["b", "A", "c"], "sortBy": 1}},
+                        "m": {"$max": [["a", "B"]]}}}]
+    assert list(c.aggregate(ex, collation=CI)) == [{"u": 2, "i": 1, "s": ["A", "b", "c"],
+                                                    "m": "B"}]
+    assert list(c.aggregate(ex)) == [{"u": 4, "i": -1, "s": ["A", "b", "c"], "m": "a"}]
     # $match after another stage also uses it
     got = list(c.aggregate([{"$project": {"x": 1}}, {"$match": {"x": "Ping"}}], collation=CI))
     assert len(got) == 2

@@ -546,7 +546,10 @@ static void *writer_main(void *arg)
             A.writer_idle = false;
         }
         int failing = atomic_load(&A.health_errno) != 0;
+        uint64_t due = A.next_seq; /* the events the wake-up was for */
+        bool waited = false;
         if (!A.stop && !A.rotate_req && (failing || busy())) {
+            waited = true;
             /* Under load an event waits a moment (a loop's flush usually
              * takes it first); a failing file is retried ten times a second. */
             int ms = failing ? RETRY_MS : WRITER_DELAY_MS;
@@ -561,6 +564,13 @@ static void *writer_main(void *arg)
         }
         A.kick = false;
         bool rotate = A.rotate_req, stop = A.stop;
+        if (waited && !failing && !rotate && !stop && sbl_audit_written(due)) {
+            /* A loop wrote them meanwhile (the usual case under load): do not
+             * compete for the file; look again later if more is buffered. */
+            A.kick = A.buf.len > 0;
+            pthread_mutex_unlock(&A.mu);
+            continue;
+        }
         pthread_mutex_unlock(&A.mu);
 
         pthread_mutex_lock(&A.wmu);

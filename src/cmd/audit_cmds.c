@@ -94,6 +94,7 @@ typedef struct audit_batch {
     uv_check_t check;
     uv_idle_t idle;
     uint64_t seq; /* the last event a waiter needs written */
+    uint64_t first_ns; /* when the oldest waiter arrived (uv_hrtime) */
     audit_wait_t *waits;
     size_t n, cap;
     int closing; /* handles still to close */
@@ -114,17 +115,37 @@ static void batch_idle(uv_idle_t *h)
 {
 }
 
+/* Write the batch's events and release its waiters (the batch stays armed
+ * for what comes next).  The waiters are taken out first: their replies may
+ * dispatch further requests on this thread, which may add to the batch. */
+static void batch_release(audit_batch_t *b)
+{
+    sbl_err_t err;
+    audit_wait_t *w = b->waits;
+    size_t n = b->n;
+    uint64_t seq = b->seq;
+    b->waits = NULL;
+    b->n = b->cap = 0;
+    b->seq = 0;
+    int rc = sbl_audit_flush(seq, &err);
+    if (seq == 0)
+        rc = 0;
+    for (size_t i = 0; i < n; i++)
+        w[i].cb(w[i].arg, rc);
+    free(w);
+}
+
+/* A long loop iteration (many connections ready at once) would hold the
+ * first writes' replies for all of it: release them once the oldest has
+ * waited this long (one more write(2), still shared by all that wait). */
+#define AUDIT_GROUP_MAX_NS (200 * 1000)
+
 static void batch_run(uv_check_t *h)
 {
     audit_batch_t *b = h->data;
-    sbl_err_t err;
     if (tl_batch == b)
-        tl_batch = NULL;
-    int rc = sbl_audit_flush(b->seq, &err);
-    if (b->seq == 0)
-        rc = 0;
-    for (size_t i = 0; i < b->n; i++)
-        b->waits[i].cb(b->waits[i].arg, rc);
+        tl_batch = NULL; /* what the replies below dispatch goes to a new batch */
+    batch_release(b);
     b->closing = 2;
     uv_close((uv_handle_t *)&b->check, batch_closed);
     uv_close((uv_handle_t *)&b->idle, batch_closed);
@@ -133,8 +154,11 @@ static void batch_run(uv_check_t *h)
 /* The armed batch of this loop thread (made on first use), or NULL without memory. */
 static audit_batch_t *batch_get(sbl_conn_t *conn)
 {
-    if (tl_batch != NULL)
+    if (tl_batch != NULL) {
+        if (tl_batch->n > 0 && uv_hrtime() - tl_batch->first_ns > AUDIT_GROUP_MAX_NS)
+            batch_release(tl_batch);
         return tl_batch;
+    }
     audit_batch_t *b = calloc(1, sizeof(*b));
     if (b == NULL)
         return NULL;
@@ -270,6 +294,8 @@ bool sbl_cmd_audit_wait(sbl_cmd_ctx_t *ctx, void (*cb)(void *arg, int rc), void 
         b->waits = w;
         b->cap = cap;
     }
+    if (b->n == 0)
+        b->first_ns = uv_hrtime();
     b->waits[b->n].cb = cb;
     b->waits[b->n].arg = arg;
     b->n++;

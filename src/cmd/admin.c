@@ -5,6 +5,7 @@
  */
 #include "cmd/cmd_int.h"
 #include "cmd/crud_int.h"
+#include "cmd/views.h"
 #include "query/query.h"
 #include "server/server.h"
 
@@ -45,6 +46,7 @@ int sbl_cmd_create(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     char ns[256];
     bson_iter_t it;
     bson_t opts = BSON_INITIALIZER;
+    bool is_view = false;
     int rc = 0;
 
     SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
@@ -56,8 +58,8 @@ int sbl_cmd_create(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         if (is_generic_field(k))
             continue;
         if (strcmp(k, "viewOn") == 0 || strcmp(k, "pipeline") == 0) {
-            rc = sbl_err_set(err, SBL_E_CommandNotSupported, "views are not supported");
-            goto err;
+            is_view = true; /* sbl_view_options reads both */
+            continue;
         }
         if (strcmp(k, "timeseries") == 0) {
             rc = sbl_err_set(err, SBL_E_CommandNotSupported,
@@ -77,6 +79,10 @@ int sbl_cmd_create(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     }
     /* validator, validationLevel, validationAction: checked here, enforced on writes */
     SBL_ERR(sbl_crud_check_validator(&opts, err));
+    if (is_view) {
+        SBL_ERR(sbl_view_options(ctx->cmd, &opts, err));
+        sbl_views_note_created(); /* before the view exists: readers then look */
+    }
     SBL_ERR(sbl_coll_create(ctx->ss, ns, &opts, err));
     ctx->wrote = true;
     sbl_cmd_audit_coll_created(ctx, ns);
@@ -263,15 +269,18 @@ int sbl_cmd_list_collections(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     for (size_t i = 0; i < l.n; i++) {
         const char *coll = l.names[i] + strlen(ctx->db) + 1;
         bson_t *d = bson_new(), sub;
+        bool view = bson_has_field(l.opts[i], "viewOn");
         BSON_APPEND_UTF8(d, "name", coll);
-        BSON_APPEND_UTF8(d, "type", "collection");
+        BSON_APPEND_UTF8(d, "type", view ? "view" : "collection");
         if (!name_only) {
             BSON_APPEND_DOCUMENT(d, "options", l.opts[i]);
             BSON_APPEND_DOCUMENT_BEGIN(d, "info", &sub);
-            BSON_APPEND_BOOL(&sub, "readOnly", false);
-            BSON_APPEND_BINARY(&sub, "uuid", BSON_SUBTYPE_UUID, l.uuids[i], 16);
+            BSON_APPEND_BOOL(&sub, "readOnly", view);
+            if (!view)
+                BSON_APPEND_BINARY(&sub, "uuid", BSON_SUBTYPE_UUID, l.uuids[i], 16);
             bson_append_document_end(d, &sub);
-            append_id_index(d, "idIndex");
+            if (!view)
+                append_id_index(d, "idIndex");
         }
         if (m == NULL || sbl_matcher_match(m, d, NULL))
             docs[nd++] = d;

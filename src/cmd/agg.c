@@ -14,6 +14,7 @@
  * once per stage, not once per document.
  */
 #include "cmd/crud_int.h"
+#include "cmd/views.h"
 #include "doc/doc.h"
 #include "expr/expr.h"
 
@@ -919,6 +920,9 @@ static const char *const agg_fields[] = {"aggregate", "pipeline", "cursor", "exp
 
 int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
+    int vrc; /* a view: the command runs as an aggregation over its source */
+    if (sbl_views_any() && (vrc = sbl_view_read(ctx, err)) >= 0)
+        return vrc;
     char ns[SBL_NS_MAX];
     bson_iter_t it;
     bson_t pipeline, let_spec;

@@ -8,6 +8,7 @@
  * (cursor id 0), never an error.
  */
 #include "cmd/crud_int.h"
+#include "cmd/views.h"
 #include "expr/expr.h"
 #include "doc/doc.h"
 
@@ -79,6 +80,9 @@ static int get_count_arg(const bson_iter_t *it, const char *req, int64_t *out, b
 
 int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
+    int vrc; /* a view: the command runs as an aggregation over its source */
+    if (sbl_views_any() && (vrc = sbl_view_read(ctx, err)) >= 0)
+        return vrc;
     static const char *req = "FindCommandRequest";
     char ns[SBL_NS_MAX];
     bson_iter_t it;
@@ -185,6 +189,9 @@ static void append_number(bson_t *b, const char *k, int64_t n)
 
 int sbl_cmd_count(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
+    int vrc; /* a view: the command runs as an aggregation over its source */
+    if (sbl_views_any() && (vrc = sbl_view_read(ctx, err)) >= 0)
+        return vrc;
     static const char *req = "CountCommandRequest";
     char ns[SBL_NS_MAX];
     bson_iter_t it;
@@ -330,6 +337,9 @@ static void set_free(value_set_t *s)
 
 int sbl_cmd_distinct(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
+    int vrc; /* a view: the command runs as an aggregation over its source */
+    if (sbl_views_any() && (vrc = sbl_view_read(ctx, err)) >= 0)
+        return vrc;
     static const char *req = "DistinctCommandRequest";
     char ns[SBL_NS_MAX];
     bson_iter_t it;

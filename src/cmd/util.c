@@ -4,6 +4,7 @@
  * the maxTimeMS deadline check.
  */
 #include "cmd/cmd_int.h"
+#include "cmd/views.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +71,9 @@ int sbl_validate_user_write_ns(const char *ns, sbl_err_t *err)
     static const char *const allowed[] = {"system.js", "system.views", "system.profile",
                                           "system.users", "system.roles", "system.version"};
     const char *coll = strchr(ns, '.');
+    if (sbl_views_any() && sbl_view_is(sbl_session_get(), ns))
+        return sbl_err_set(err, SBL_E_CommandNotSupportedOnView,
+                           "Namespace %s is a view, not a collection", ns);
     if (coll == NULL || strncmp(coll + 1, "system.", 7) != 0)
         return 0;
     for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)

@@ -64,6 +64,9 @@
     X(OperationNotSupportedInTransaction, 263)                                                 \
     X(FailPointSetFailed, 266)                                                                 \
     X(CannotConvertIndexToUnique, 359)                                                         \
+    X(ViewDepthLimitExceeded, 149)                                                             \
+    X(CommandNotSupportedOnView, 166)                                                          \
+    X(OptionNotSupportedOnView, 167)                                                           \
     X(IndexBuildAborted, 276)                                                                  \
     X(NoQueryExecutionPlans, 291)                                                              \
     X(NetworkTimeout, 89)                                                                          \

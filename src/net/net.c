@@ -375,6 +375,8 @@ static void free_loops(int n)
     for (int i = 0; i < n; i++) {
         net_loop_t *nl = &net_g.loops[i];
         uv_loop_close(&nl->loop);
+        while (nl->nspare > 0)
+            free(nl->spare[--nl->nspare]);
         pthread_mutex_destroy(&nl->mu);
     }
     free(net_g.loops);

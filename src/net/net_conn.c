@@ -12,7 +12,8 @@
  *     buffered, dispatch pauses while more than WRITE_PAUSE bytes wait to be
  *     written, and a peer whose unwritten bytes pass WRITE_MAX is closed.
  *  4. Idle connections hold no read buffer: it is allocated in alloc_cb and
- *     freed as soon as every byte in it has been consumed.
+ *     given back as soon as every byte in it has been consumed (to the
+ *     loop's few spare buffers, so a request costs no 64 KiB malloc/free).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +23,7 @@
 #include "common/log.h"
 #include "net/net_int.h"
 
-#define READ_CHUNK (64 * 1024)
+#define READ_CHUNK NET_READ_CHUNK
 #define READ_PAUSE ((size_t)64 * 1024 * 1024)
 #define WRITE_PAUSE ((size_t)16 * 1024 * 1024)
 #define WRITE_MAX ((size_t)128 * 1024 * 1024)
@@ -131,7 +132,11 @@ static void conn_shrink(sbl_conn_t *c)
     if (c->rstart != c->rend)
         return;
     c->rstart = c->rend = 0;
-    free(c->rbuf);
+    net_loop_t *nl = c->nl;
+    if (c->rcap == READ_CHUNK && nl->nspare < (int)(sizeof(nl->spare) / sizeof(nl->spare[0])))
+        nl->spare[nl->nspare++] = c->rbuf;
+    else
+        free(c->rbuf);
     c->rbuf = NULL;
     c->rcap = 0;
 }
@@ -143,6 +148,10 @@ uint8_t *net_conn_reserve(sbl_conn_t *c, size_t need)
     if (pending >= 4 && sbl_wire_message_length(c->rbuf + c->rstart, pending, &mlen) == 0 &&
         (size_t)mlen > pending && (size_t)mlen - pending > need)
         need = (size_t)mlen - pending; /* room for the rest of a large message */
+    if (c->rbuf == NULL && need <= READ_CHUNK && c->nl->nspare > 0) {
+        c->rbuf = c->nl->spare[--c->nl->nspare];
+        c->rcap = READ_CHUNK;
+    }
     if (c->rcap - c->rend < need && c->rstart > 0) {
         memmove(c->rbuf, c->rbuf + c->rstart, pending);
         c->rstart = 0;

@@ -26,6 +26,9 @@ typedef struct net_reply {
     size_t len;
 } net_reply_t;
 
+/* Bytes a connection reads at a time (its read buffer's usual size). */
+#define NET_READ_CHUNK (64 * 1024)
+
 struct net_loop {
     uv_loop_t loop;
     uv_thread_t thread;
@@ -42,6 +45,8 @@ struct net_loop {
 
     /* loop thread only */
     sbl_conn_t *conns; /* every connection of this loop not yet freed */
+    uint8_t *spare[8]; /* read buffers of NET_READ_CHUNK bytes kept for reuse */
+    int nspare;
     bool stopping;
     bool finished;
 };

@@ -4,6 +4,16 @@
  * {_id: key, field0..: binary subtype 0}, reads by _id with a projection,
  * $set updates, insertOne / replaceOne-upsert / unordered insertMany batches.
  *
+ * Reads, updates and single inserts go as commands through libmongoc's
+ * command API (mongoc_collection_read/write_command_with_opts) with one
+ * explicit session per thread: the server receives the same find / update /
+ * insert command YCSB's driver sends (lsid included), but libmongoc 1.23's
+ * cursor and CRUD helpers cost twice the client CPU (100k instructions per
+ * read: they copy and re-parse the server description for every operation,
+ * twice), which on a 2-core machine shared with the server halves what can be
+ * measured.  mongodb.api=crud keeps the helpers (for comparison); writes with
+ * w:0 always use them (fire-and-forget needs libmongoc's unacknowledged path).
+ *
  * Must stay true: the old-style properties (mongodb.writeConcern,
  * mongodb.readPreference, mongodb.maxconnections) only add URL options the
  * URL does not already set, as YCSB's OptionsSupport does; a thread keeps one
@@ -26,6 +36,7 @@ typedef struct mongo_shared {
     int batchsize;
     bool upsert;
     bool hold_client; /* every thread can keep a client */
+    bool commands;    /* mongodb.api=command (default): the command path */
     atomic_int errors_printed;
 } mongo_shared_t;
 
@@ -36,6 +47,9 @@ typedef struct mongo_ctx {
     char coll_name[128];
     bson_t **batch;
     int nbatch;
+    mongoc_client_session_t *ss; /* the thread's session (command path), or NULL */
+    bson_t sopts;                /* {sessionId: ...} for the command path */
+    bool acked;                  /* the write concern is acknowledged */
 } mongo_ctx_t;
 
 static void report_error(mongo_shared_t *sh, const char *what, const bson_error_t *e)
@@ -151,6 +165,14 @@ static int mongo_open(const bench_props_t *p, int nthreads, void **sharedp, char
         return -1;
     }
     sh->upsert = bench_props_bool(p, "mongodb.upsert", false);
+    const char *api = bench_props_str(p, "mongodb.api", "command");
+    if (strcmp(api, "command") != 0 && strcmp(api, "crud") != 0) {
+        snprintf(err, errlen, "mongodb.api must be command or crud (got %s)", api);
+        mongoc_uri_destroy(sh->uri);
+        free(sh);
+        return -1;
+    }
+    sh->commands = strcmp(api, "command") == 0;
     sh->pool = mongoc_client_pool_new(sh->uri);
     if (sh->pool == NULL) {
         snprintf(err, errlen, "cannot create a client pool for %s", url);
@@ -200,10 +222,61 @@ static int mongo_thread_init(void *shared, void **ctxp, char *err, size_t errlen
         return -1;
     }
     c->sh = sh;
-    if (sh->hold_client)
+    bson_init(&c->sopts);
+    if (sh->hold_client) {
         c->client = mongoc_client_pool_pop(sh->pool);
+        c->acked = mongoc_write_concern_is_acknowledged(mongoc_client_get_write_concern(c->client));
+        bson_error_t e;
+        if (sh->commands && (c->ss = mongoc_client_start_session(c->client, NULL, &e)) != NULL &&
+            !mongoc_client_session_append(c->ss, &c->sopts, &e)) {
+            mongoc_client_session_destroy(c->ss);
+            c->ss = NULL;
+        }
+    }
     *ctxp = c;
     return 0;
+}
+
+/* The command path's reply check: ok (libmongoc checked it) and no write error. */
+static bool write_reply_ok(mongo_ctx_t *c, const char *what, const bson_t *reply)
+{
+    bson_iter_t it, el, msg;
+    if (!bson_iter_init_find(&it, reply, "writeErrors") && !bson_iter_init_find(&it, reply, "writeConcernError"))
+        return true;
+    bson_error_t e;
+    memset(&e, 0, sizeof(e));
+    if (BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &el) && bson_iter_next(&el) &&
+        bson_iter_recurse(&el, &msg) && bson_iter_find(&msg, "errmsg") && BSON_ITER_HOLDS_UTF8(&msg))
+        snprintf(e.message, sizeof(e.message), "%s", bson_iter_utf8(&msg, NULL));
+    else if (bson_iter_recurse(&it, &msg) && bson_iter_find(&msg, "errmsg") && BSON_ITER_HOLDS_UTF8(&msg))
+        snprintf(e.message, sizeof(e.message), "%s", bson_iter_utf8(&msg, NULL));
+    report_error(c->sh, what, &e);
+    return false;
+}
+
+/* Send one write command ({insert|update: table, documents|updates: [one]}). */
+static bench_status_t write_one(mongo_ctx_t *c, mongoc_collection_t *coll, const char *what,
+                                const char *table, const char *arr_key, const bson_t *item, int64_t *np)
+{
+    bson_t cmd = BSON_INITIALIZER, arr, reply;
+    BSON_APPEND_UTF8(&cmd, what, table);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, arr_key, &arr);
+    BSON_APPEND_DOCUMENT(&arr, "0", item);
+    bson_append_array_end(&cmd, &arr);
+    bson_error_t e;
+    bench_status_t st = BENCH_OK;
+    if (!mongoc_collection_write_command_with_opts(coll, &cmd, &c->sopts, &reply, &e)) {
+        report_error(c->sh, what, &e);
+        st = BENCH_ERROR;
+    } else if (!write_reply_ok(c, what, &reply)) {
+        st = BENCH_ERROR;
+    } else if (np != NULL) {
+        bson_iter_t it;
+        *np = bson_iter_init_find(&it, &reply, "n") ? bson_iter_as_int64(&it) : 0;
+    }
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    return st;
 }
 
 /* The collection for table: cached on a held client, else from a borrowed one. */
@@ -264,6 +337,40 @@ static bench_status_t mongo_read(void *ctx, const char *table, const char *key, 
     mongo_ctx_t *c = ctx;
     mongoc_client_t *b;
     mongoc_collection_t *coll = coll_get(c, table, &b);
+    if (c->ss != NULL) {
+        /* The find command YCSB's find(...).projection(...).first() sends. */
+        bson_t cmd = BSON_INITIALIZER, f, reply;
+        BSON_APPEND_UTF8(&cmd, "find", table);
+        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &f);
+        BSON_APPEND_UTF8(&f, "_id", key);
+        bson_append_document_end(&cmd, &f);
+        append_projection(&cmd, fields, nfields);
+        BSON_APPEND_INT64(&cmd, "limit", 1);
+        BSON_APPEND_BOOL(&cmd, "singleBatch", true);
+        bson_error_t e;
+        bench_status_t st = BENCH_NOT_FOUND;
+        if (!mongoc_collection_read_command_with_opts(coll, &cmd, NULL, &c->sopts, &reply, &e)) {
+            report_error(c->sh, "read", &e);
+            st = BENCH_ERROR;
+        } else {
+            bson_iter_t it, doc;
+            if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.firstBatch.0", &doc) &&
+                BSON_ITER_HOLDS_DOCUMENT(&doc)) {
+                const uint8_t *data;
+                uint32_t len;
+                bson_t d;
+                bson_iter_document(&doc, &len, &data);
+                if (bson_init_static(&d, data, len)) {
+                    consume(&d);
+                    st = BENCH_OK;
+                }
+            }
+        }
+        bson_destroy(&reply);
+        bson_destroy(&cmd);
+        coll_put(c, coll, b);
+        return st;
+    }
     bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&filter, "_id", key);
     append_projection(&opts, fields, nfields);
@@ -348,6 +455,20 @@ static bench_status_t mongo_update(void *ctx, const char *table, const char *key
     bson_append_document_end(&upd, &set);
     bson_error_t e;
     bench_status_t st = BENCH_OK;
+    if (c->ss != NULL && c->acked) {
+        bson_t u = BSON_INITIALIZER;
+        int64_t matched = 0;
+        BSON_APPEND_DOCUMENT(&u, "q", &sel);
+        BSON_APPEND_DOCUMENT(&u, "u", &upd);
+        st = write_one(c, coll, "update", table, "updates", &u, &matched);
+        if (st == BENCH_OK && matched == 0)
+            st = BENCH_NOT_FOUND; /* YCSB: "Nothing updated for key" */
+        bson_destroy(&u);
+        bson_destroy(&sel);
+        bson_destroy(&upd);
+        coll_put(c, coll, b);
+        return st;
+    }
     if (!mongoc_collection_update_one(coll, &sel, &upd, NULL, &reply, &e)) {
         report_error(c->sh, "update", &e);
         st = BENCH_ERROR;
@@ -424,6 +545,23 @@ static bench_status_t mongo_insert(void *ctx, const char *table, const char *key
         BSON_APPEND_UTF8(&doc, "_id", key);
         append_values(&doc, values, n);
         bool ok;
+        if (c->ss != NULL && c->acked) {
+            if (c->sh->upsert) {
+                bson_t u = BSON_INITIALIZER, sel;
+                BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &sel);
+                BSON_APPEND_UTF8(&sel, "_id", key);
+                bson_append_document_end(&u, &sel);
+                BSON_APPEND_DOCUMENT(&u, "u", &doc);
+                BSON_APPEND_BOOL(&u, "upsert", true);
+                st = write_one(c, coll, "update", table, "updates", &u, NULL);
+                bson_destroy(&u);
+            } else {
+                st = write_one(c, coll, "insert", table, "documents", &doc, NULL);
+            }
+            bson_destroy(&doc);
+            coll_put(c, coll, b);
+            return st;
+        }
         if (c->sh->upsert) {
             /* An insert that tolerates existing records: replaceOne with upsert. */
             bson_t sel = BSON_INITIALIZER, opts = BSON_INITIALIZER;
@@ -481,6 +619,9 @@ static bench_status_t mongo_thread_cleanup(void *ctx)
     }
     if (c->coll)
         mongoc_collection_destroy(c->coll);
+    if (c->ss)
+        mongoc_client_session_destroy(c->ss);
+    bson_destroy(&c->sopts);
     if (c->client)
         mongoc_client_pool_push(c->sh->pool, c->client);
     free(c->batch);

@@ -25,7 +25,7 @@ const char *bench_usage(void)
            "Common properties: recordcount operationcount fieldcount fieldlength readproportion\n"
            "  updateproportion insertproportion scanproportion readmodifywriteproportion\n"
            "  requestdistribution insertorder maxexecutiontime measurement.interval exportfile\n"
-           "  mongodb.url mongodb.writeConcern mongodb.readPreference mongodb.upsert batchsize\n"
+           "  mongodb.url mongodb.writeConcern mongodb.readPreference mongodb.upsert mongodb.api batchsize\n"
            "  redis.host redis.port redis.password  postgrenosql.url postgres.url postgrenosql.autocommit\n";
 }
 

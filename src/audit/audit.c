@@ -65,6 +65,7 @@ static struct {
     sbl_matcher_t *filter;
     bson_t *filter_doc;
     bool filter_args; /* the filter may look at param.args */
+    atomic_bool needs_bson; /* a filter or the BSON format: read without the lock */
 
     pthread_t thread;
     bool running;
@@ -88,10 +89,7 @@ bool sbl_audit_enabled(void)
 
 bool sbl_audit_needs_bson(void)
 {
-    pthread_rwlock_rdlock(&A.filter_lock);
-    bool r = A.filter != NULL || A.fmt == SBL_AUDIT_BSON;
-    pthread_rwlock_unlock(&A.filter_lock);
-    return r;
+    return atomic_load_explicit(&A.needs_bson, memory_order_relaxed);
 }
 
 bool sbl_audit_auth_success(void)
@@ -294,16 +292,20 @@ int sbl_audit_event_args(const char *atype, const sbl_audit_client_t *c, const b
     clock_gettime(CLOCK_REALTIME, &now);
     int64_t ts = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
 
-    /* The BSON event only when the filter or the format needs it. */
-    pthread_rwlock_rdlock(&A.filter_lock);
-    if (A.filter != NULL || A.fmt == SBL_AUDIT_BSON) {
+    /* The BSON event only when the filter or the format needs it (without
+     * either, not even the filter's lock: the loops would share its line). */
+    bool locked = sbl_audit_needs_bson();
+    if (locked)
+        pthread_rwlock_rdlock(&A.filter_lock);
+    if (locked && (A.filter != NULL || A.fmt == SBL_AUDIT_BSON)) {
         bson_init(&ev);
         have_ev = true;
         build_event(&ev, atype, ts, c, param,
                     A.fmt == SBL_AUDIT_BSON || A.filter_args ? args : NULL, result);
     }
-    bool keep = A.filter == NULL || sbl_matcher_match(A.filter, &ev, NULL);
-    pthread_rwlock_unlock(&A.filter_lock);
+    bool keep = !have_ev || A.filter == NULL || sbl_matcher_match(A.filter, &ev, NULL);
+    if (locked)
+        pthread_rwlock_unlock(&A.filter_lock);
     if (!keep)
         goto done;
     pthread_mutex_lock(&A.mu);
@@ -644,6 +646,7 @@ int sbl_audit_set_filter(const bson_t *filter, sbl_err_t *err)
     A.filter = m;
     A.filter_doc = doc;
     A.filter_args = sees_args;
+    atomic_store(&A.needs_bson, m != NULL || A.fmt == SBL_AUDIT_BSON);
     pthread_rwlock_unlock(&A.filter_lock);
     if (old != NULL)
         sbl_matcher_free(old);
@@ -685,6 +688,7 @@ int sbl_audit_open(const sbl_audit_config_t *cfg, sbl_err_t *err)
     SBL_RET(sbl_audit_set_filter(cfg->filter, err));
     A.dest = cfg->destination;
     A.fmt = cfg->destination == SBL_AUDIT_SYSLOG ? SBL_AUDIT_JSON : cfg->format;
+    atomic_store(&A.needs_bson, A.filter != NULL || A.fmt == SBL_AUDIT_BSON);
     A.path = cfg->path != NULL ? strdup(cfg->path) : NULL;
     A.stop = false;
     A.next_seq = 0;

@@ -31,6 +31,19 @@ static bool in_list(const char *k, const char *const *list)
     return false;
 }
 
+/* A standalone has no snapshots to read at: readConcern {level: "snapshot"}
+ * fails as on a standalone mongod (NotAReplicaSet 123). */
+static int check_read_concern(const bson_iter_t *rc, sbl_err_t *err)
+{
+    bson_iter_t it;
+    if (BSON_ITER_HOLDS_DOCUMENT(rc) && bson_iter_recurse(rc, &it) &&
+        bson_iter_find(&it, "level") && BSON_ITER_HOLDS_UTF8(&it) &&
+        strcmp(bson_iter_utf8(&it, NULL), "snapshot") == 0)
+        return sbl_err_set(err, SBL_E_NotAReplicaSet,
+                           "node needs to be a replica set member to use readConcern: snapshot");
+    return 0;
+}
+
 int sbl_crud_check_fields(const bson_t *cmd, const char *req, const char *const *known,
                           sbl_err_t *err)
 {
@@ -42,6 +55,8 @@ int sbl_crud_check_fields(const bson_t *cmd, const char *req, const char *const 
         const char *k = bson_iter_key(&it);
         if (first || k[0] == '$' || in_list(k, known) || in_list(k, generic_fields)) {
             first = false;
+            if (k[0] == 'r' && strcmp(k, "readConcern") == 0)
+                SBL_RET(check_read_concern(&it, err));
             continue;
         }
         return sbl_err_set(err, SBL_E_UnknownField, "BSON field '%s.%s' is an unknown field.", req,

@@ -67,6 +67,7 @@
     X(ViewDepthLimitExceeded, 149)                                                             \
     X(CommandNotSupportedOnView, 166)                                                          \
     X(OptionNotSupportedOnView, 167)                                                           \
+    X(NotAReplicaSet, 123)                                                                     \
     X(IndexBuildAborted, 276)                                                                  \
     X(NoQueryExecutionPlans, 291)                                                              \
     X(NetworkTimeout, 89)                                                                          \

@@ -176,6 +176,7 @@ static int run(int notify_fd)
     sbl_storage_config_t scfg = {
         .dbpath = options.dbpath,
         .cache_size_gb = options.cache_size_gb,
+        .journal_compressor = options.journal_compressor,
         .commit_interval_ms = options.commit_interval_ms,
         .syncdelay_s = options.syncdelay_s,
     };

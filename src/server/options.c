@@ -43,6 +43,8 @@ static const opt_def_t opt_table[] = {
      "seconds between checkpoints, 0 disables, default 60"},
     {"wiredTigerCacheSizeGB", "storage.wiredTiger.engineConfig.cacheSizeGB", OPT_DOUBLE,
      "maximum amount of memory to allocate for cache; defaults to 1/2 of physical RAM"},
+    {"wiredTigerJournalCompressor", "storage.wiredTiger.engineConfig.journalCompressor",
+     OPT_STRING, "use a compressor for log records [none|snappy|zlib] (sabled's default: none)"},
     {"logpath", "systemLog.path", OPT_STRING,
      "log file to send write to instead of stdout - has to be a file, not directory"},
     {"logappend", "systemLog.logAppend", OPT_FLAG,
@@ -405,6 +407,19 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
                 return sbl_err_set(err, SBL_E_BadValue, "net.bindIp: no address given");
         } else if (strcmp(k, "storage.dbPath") == 0) {
             set_str(&o->dbpath, st->value);
+        } else if (strcmp(k, "storage.wiredTiger.engineConfig.journalCompressor") == 0) {
+            static const char *const names[] = {"none", "snappy", "zlib"};
+            int m = -1;
+            for (int i = 0; i < 3; i++)
+                if (strcmp(st->value, names[i]) == 0)
+                    m = i;
+            if (m < 0)
+                return sbl_err_set(err, SBL_E_BadValue,
+                                   "Invalid value for journalCompressor: %s; expected none, "
+                                   "snappy or zlib%s", st->value,
+                                   strcmp(st->value, "zstd") == 0
+                                       ? " (Debian's WiredTiger has no zstd extension)" : "");
+            o->journal_compressor = names[m];
         } else if (strcmp(k, "systemLog.path") == 0) {
             set_str(&o->logpath, st->value);
         } else if (strcmp(k, "processManagement.pidFilePath") == 0) {

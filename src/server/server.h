@@ -33,6 +33,7 @@ typedef struct sbl_options {
     char *logpath; /* NULL: stdout */
     bool log_append;
     double cache_size_gb;
+    const char *journal_compressor; /* "none" (default), "snappy" or "zlib" (static) */
     int max_conns;
     int commit_interval_ms;
     int syncdelay_s;

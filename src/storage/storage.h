@@ -35,6 +35,7 @@
 typedef struct sbl_storage_config {
     const char *dbpath;
     double cache_size_gb;   /* <= 0: mongod's default, 50% of (RAM - 1 GB), at least 0.25 */
+    const char *journal_compressor; /* "none"/NULL, "snappy" or "zlib": log record compression */
     int commit_interval_ms; /* journal flush interval for w:1 writes; default 100 */
     int syncdelay_s;        /* checkpoint interval; default 60; 0 disables */
     int ttl_monitor_sleep_s; /* TTL pass interval (ttlMonitorSleepSecs); <= 0: 60 */

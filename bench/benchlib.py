@@ -67,12 +67,12 @@ class Server:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def start_sable(sabled, journal):
+def start_sable(sabled, journal, extra_args=()):
     s = Server("sable")
     os.makedirs(os.path.join(s.tmp, "db"))
     log = open(os.path.join(s.tmp, "sabled.log"), "w")
-    s.proc = subprocess.Popen([sabled, "--port", str(s.port), "--dbpath", os.path.join(s.tmp, "db")],
-                              stdout=log, stderr=subprocess.STDOUT)
+    s.proc = subprocess.Popen([sabled, "--port", str(s.port), "--dbpath", os.path.join(s.tmp, "db")]
+                              + list(extra_args), stdout=log, stderr=subprocess.STDOUT)
     if not wait_port(s.port):
         s.stop()
         raise RuntimeError("sabled did not start")

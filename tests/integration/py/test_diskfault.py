@@ -270,7 +270,8 @@ def test_read_only_dbpath_fails_clearly(tmpfs):
             code = s.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pytest.fail("sabled kept running on a read-only dbpath:\n" + s.output()[-3000:])
-        assert code != 0
+        assert code == 100, code  # as mongod when it cannot take its lock file
+        assert "Unable to create/open the lock file" in s.output(), s.output()[-3000:]
         text = s.output().lower()
         assert "read-only" in text or "read only" in text or "permission" in text or \
             "erofs" in text, s.output()[-3000:]

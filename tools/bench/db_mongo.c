@@ -11,8 +11,10 @@
  * cursor and CRUD helpers cost twice the client CPU (100k instructions per
  * read: they copy and re-parse the server description for every operation,
  * twice), which on a 2-core machine shared with the server halves what can be
- * measured.  mongodb.api=crud keeps the helpers (for comparison); writes with
- * w:0 always use them (fire-and-forget needs libmongoc's unacknowledged path).
+ * measured.  mongodb.api=crud keeps the helpers (for comparison).  Writes with
+ * w:0 go without the session (MongoDB refuses sessions on unacknowledged
+ * writes) and libmongoc sends them with moreToCome: fire-and-forget, as the
+ * helpers do.
  *
  * Must stay true: the old-style properties (mongodb.writeConcern,
  * mongodb.readPreference, mongodb.maxconnections) only add URL options the
@@ -265,12 +267,12 @@ static bench_status_t write_one(mongo_ctx_t *c, mongoc_collection_t *coll, const
     bson_append_array_end(&cmd, &arr);
     bson_error_t e;
     bench_status_t st = BENCH_OK;
-    if (!mongoc_collection_write_command_with_opts(coll, &cmd, &c->sopts, &reply, &e)) {
+    if (!mongoc_collection_write_command_with_opts(coll, &cmd, c->acked ? &c->sopts : NULL, &reply, &e)) {
         report_error(c->sh, what, &e);
         st = BENCH_ERROR;
     } else if (!write_reply_ok(c, what, &reply)) {
         st = BENCH_ERROR;
-    } else if (np != NULL) {
+    } else if (np != NULL && c->acked) {
         bson_iter_t it;
         *np = bson_iter_init_find(&it, &reply, "n") ? bson_iter_as_int64(&it) : 0;
     }
@@ -455,9 +457,9 @@ static bench_status_t mongo_update(void *ctx, const char *table, const char *key
     bson_append_document_end(&upd, &set);
     bson_error_t e;
     bench_status_t st = BENCH_OK;
-    if (c->ss != NULL && c->acked) {
+    if (c->ss != NULL) {
         bson_t u = BSON_INITIALIZER;
-        int64_t matched = 0;
+        int64_t matched = 1; /* w:0: nothing comes back */
         BSON_APPEND_DOCUMENT(&u, "q", &sel);
         BSON_APPEND_DOCUMENT(&u, "u", &upd);
         st = write_one(c, coll, "update", table, "updates", &u, &matched);
@@ -545,7 +547,7 @@ static bench_status_t mongo_insert(void *ctx, const char *table, const char *key
         BSON_APPEND_UTF8(&doc, "_id", key);
         append_values(&doc, values, n);
         bool ok;
-        if (c->ss != NULL && c->acked) {
+        if (c->ss != NULL) {
             if (c->sh->upsert) {
                 bson_t u = BSON_INITIALIZER, sel;
                 BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &sel);

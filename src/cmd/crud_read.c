@@ -8,6 +8,7 @@
  * (cursor id 0), never an error.
  */
 #include "cmd/crud_int.h"
+#include "cmd/query_plan.h"
 #include "cmd/views.h"
 #include "expr/expr.h"
 #include "doc/doc.h"
@@ -26,7 +27,42 @@ static const char *const find_fields[] = {
 typedef struct find_state {
     sbl_qexec_t *q;
     sbl_projection_t *proj; /* NULL: whole documents */
+    bson_t *key_pattern;    /* returnKey: the plan's index key ({} for a collection scan) */
 } find_state_t;
+
+/* returnKey: the document's values of the index key's fields (null when missing). */
+static void key_of(const bson_t *pattern, const bson_t *raw, bson_t *doc)
+{
+    bson_iter_t p, root, v;
+    bson_init(doc);
+    bson_iter_init(&p, pattern);
+    while (bson_iter_next(&p)) {
+        const char *f = bson_iter_key(&p);
+        if (bson_iter_init(&root, raw) && bson_iter_find_descendant(&root, f, &v))
+            bson_append_iter(doc, f, -1, &v);
+        else
+            bson_append_null(doc, f, -1);
+    }
+}
+
+/* The key pattern returnKey reports for q's plan: the index's, _id's for a
+ * plan in _id order (points, a range, or a requested _id sort), else {}. */
+static bson_t *plan_key_pattern(const sbl_qexec_t *q, const bson_t *sort)
+{
+    sbl_qexec_info_t info;
+    bson_iter_t it;
+    bson_t key;
+    bson_t *out = bson_new();
+    sbl_qexec_info(q, &info);
+    if (info.ixp != NULL) {
+        if (bson_iter_init_find(&it, sbl_index_spec(info.ixp->ix), "key") && sbl_iter_doc(&it, &key))
+            bson_concat(out, &key);
+    } else if (info.id_kind != SBL_ID_ANY ||
+               (sort != NULL && bson_count_keys(sort) == 1 && bson_iter_init_find(&it, sort, "_id"))) {
+        BSON_APPEND_INT32(out, "_id", 1);
+    }
+    return out;
+}
 
 static int find_next(void *state, sbl_cmd_ctx_t *ctx, bson_t *doc, bool *donep, sbl_err_t *err)
 {
@@ -37,6 +73,11 @@ static int find_next(void *state, sbl_cmd_ctx_t *ctx, bson_t *doc, bool *donep, 
     SBL_RET(sbl_qexec_next(st->q, ctx, &raw, &pos, donep, err));
     if (*donep)
         return 0;
+    if (st->key_pattern != NULL) {
+        key_of(st->key_pattern, &raw, doc);
+        bson_destroy(&raw);
+        return 0;
+    }
     if (st->proj == NULL) {
         bson_steal(doc, &raw);
         return 0;
@@ -56,6 +97,8 @@ static void find_free(void *state)
         return;
     sbl_qexec_free(st->q);
     sbl_projection_free(st->proj);
+    if (st->key_pattern != NULL)
+        bson_destroy(st->key_pattern);
     free(st);
 }
 
@@ -90,7 +133,7 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bool has_hint = false;
     bson_t filter, projection, sort, let_spec;
     bool has_filter = false, has_proj = false, has_sort = false, single_batch = false;
-    bool has_let = false, has_coll = false;
+    bool has_let = false, has_coll = false, return_key = false;
     bson_iter_t coll_it;
     int64_t skip = 0, limit = 0, batch_size = -1;
     char field[96];
@@ -133,6 +176,8 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                 return sbl_crud_type_error(err, field, &it, "bool");
             if (strcmp(k, "singleBatch") == 0 && bson_iter_bool(&it))
                 single_batch = true;
+            if (strcmp(k, "returnKey") == 0 && bson_iter_bool(&it))
+                return_key = true;
         } else if (strcmp(k, "hint") == 0) {
             SBL_RET(sbl_crud_get_hint(&it, &hint, &has_hint, err));
         }
@@ -162,7 +207,9 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         rc = sbl_qexec_new_hinted(ns, &o, has_hint ? &hint : NULL, &st->q, err);
     bson_destroy(&let_vals);
     bson_destroy(&bound);
-    if (rc == 0 && has_proj && !bson_empty(&projection)) {
+    if (rc == 0 && return_key) /* the projection is then ignored, as in mongod */
+        st->key_pattern = plan_key_pattern(st->q, has_sort ? &sort : NULL);
+    else if (rc == 0 && has_proj && !bson_empty(&projection)) {
         st->proj = sbl_projection_new(&projection, err);
         if (st->proj == NULL)
             rc = err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "invalid projection");

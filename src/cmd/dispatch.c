@@ -163,14 +163,16 @@ static void op_end(pending_t *p)
 
 static sbl_client_t internal_client;
 
-static int parse_write_concern(const bson_t *cmd, sbl_write_concern_t *wc, sbl_err_t *err)
+/* Parse the command's writeConcern field, at *wcit (NULL: none given). */
+static int parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc, sbl_err_t *err)
 {
     bson_iter_t it, w;
     wc->w = 1;
     wc->j = false;
     wc->given = false;
-    if (!bson_iter_init_find(&it, cmd, "writeConcern"))
+    if (wcit == NULL)
         return 0;
+    it = *wcit;
     if (!BSON_ITER_HOLDS_DOCUMENT(&it))
         return sbl_err_set(err, SBL_E_TypeMismatch,
                            "BSON field 'writeConcern' is the wrong type '%s', expected type 'object'",
@@ -300,7 +302,7 @@ static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd)
 static void execute(pending_t *p)
 {
     sbl_cmd_ctx_t *ctx = &p->ctx;
-    bson_iter_t it, mt;
+    bson_iter_t it, mt, wcit;
     bool has_mt = false, has_wc = false;
 
     ctx->ss = sbl_session_get();
@@ -309,10 +311,11 @@ static void execute(pending_t *p)
     if (bson_iter_init(&it, ctx->cmd))
         while (bson_iter_next(&it)) {
             const char *k = bson_iter_key(&it);
-            if (k[0] == 'm' && strcmp(k, "maxTimeMS") == 0)
+            /* The first occurrence counts, as bson_iter_init_find would. */
+            if (!has_mt && k[0] == 'm' && strcmp(k, "maxTimeMS") == 0)
                 mt = it, has_mt = true;
-            else if (k[0] == 'w' && strcmp(k, "writeConcern") == 0)
-                has_wc = true;
+            else if (!has_wc && k[0] == 'w' && strcmp(k, "writeConcern") == 0)
+                wcit = it, has_wc = true;
         }
     if (has_mt) {
         it = mt;
@@ -328,7 +331,7 @@ static void execute(pending_t *p)
             ctx->deadline_us = ctx->start_us + ms * 1000;
     }
     if ((p->def->flags & SBL_CMD_WRITE) && has_wc) {
-        if ((p->rc = parse_write_concern(ctx->cmd, &ctx->wc, &p->err)) != 0)
+        if ((p->rc = parse_write_concern(&wcit, &ctx->wc, &p->err)) != 0)
             return;
     }
     if (ctx->req != NULL && ctx->req->more_to_come)

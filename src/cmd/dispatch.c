@@ -456,7 +456,11 @@ static void finish(pending_t *p)
     }
     if (p->rc == 0 && p->ctx.wrote && sbl_cmd_audit_wait(&p->ctx, audit_written_cb, p))
         return;
-    if (p->rc == 0 && p->ctx.wrote && p->ctx.wc.j) {
+    /* j:true waits for the journal even when the command changed nothing:
+     * an update that matched nothing, or a delete of an absent document, may
+     * have seen the effect of a w:1 write that is not on disk yet, and its
+     * acknowledgement must not report a state a crash could undo. */
+    if (p->rc == 0 && p->ctx.wc.j) {
         sbl_storage_on_durable(durable_cb, p);
         return;
     }
@@ -563,7 +567,7 @@ void sbl_cmd_run(const char *db, const bson_t *cmd, bson_t *reply)
         count_op(p.def, cmd);
         execute(&p);
     }
-    if (p.rc == 0 && p.ctx.wrote && p.ctx.wc.j)
+    if (p.rc == 0 && p.ctx.wc.j)
         sbl_storage_flush(NULL);
     build_reply(&p, reply);
     bson_destroy(&p.reply);

@@ -110,3 +110,43 @@ def test_kill9_after_journaled_writes_loses_nothing(fresh_server):
         assert c.crash.t.count_documents({}) == len(acked) + 1
     finally:
         c.close()
+
+
+def test_kill9_after_journaled_noop_keeps_what_it_saw(fresh_server):
+    """A j:true write that changes nothing still waits for the journal: it
+    may have observed a w:1 write that is not on disk yet (found by
+    tests/stress/crash: a j:true delete of a document a w:1 delete had just
+    removed was acknowledged, and the document came back after kill -9)."""
+    s = fresh_server
+    s.start(["--journalCommitInterval", "500", "--syncdelay", "0"])
+    c = s.client()
+    try:
+        base = c.noop.t
+        j = base.with_options(write_concern=WriteConcern(w=1, j=True))
+        w1 = base.with_options(write_concern=WriteConcern(w=1))
+        j.insert_many([{"_id": i, "v": 0} for i in range(6)])
+        # Each pair: a w:1 change, then a j:true command that changes nothing.
+        w1.delete_one({"_id": 0})
+        assert j.delete_one({"_id": 0}).deleted_count == 0
+        w1.delete_one({"_id": 1})
+        assert j.update_one({"_id": 1}, {"$set": {"v": 9}}).matched_count == 0
+        w1.delete_one({"_id": 2})
+        assert j.replace_one({"_id": 2}, {"v": 9}).matched_count == 0
+        w1.update_one({"_id": 3}, {"$set": {"v": 3}})
+        assert j.update_one({"_id": 3}, {"$set": {"v": 3}}).modified_count == 0
+        w1.delete_one({"_id": 4})
+        assert j.find_one_and_delete({"_id": 4}) is None
+        w1.insert_one({"_id": 6, "v": 6})
+        r = c.noop.command({"insert": "t", "documents": [{"_id": 6}],
+                            "writeConcern": {"w": 1, "j": True}})
+        assert r["writeErrors"][0]["code"] == 11000
+    finally:
+        c.close()
+    s.kill9()
+    s.restart()
+    c = s.client()
+    try:
+        got = {d["_id"]: d["v"] for d in c.noop.t.find({})}
+        assert got == {3: 3, 5: 0, 6: 6}
+    finally:
+        c.close()

@@ -3,7 +3,8 @@ The documentation lists everything the server accepts: every command of the
 command table (src/cmd/table.c) has a row in docs/commands.md (and every row
 there is a real command), and every query operator, update operator,
 aggregation stage, accumulator and expression operator the code knows is
-named in the matching section of docs/operators.md or docs/aggregation.md.
+named in the matching section of docs/operators.md or docs/aggregation.md
+(and every $-operator a find projection recognises, in docs/operators.md).
 
 The names are read from the C sources, so the test needs no server and runs
 in well under a second.  If the sources change shape so that a table cannot be
@@ -71,6 +72,13 @@ def code_accumulators():
     return at_least(set(re.findall(r'\{"(\$\w+)"', block)), 8, "accumulators")
 
 
+def code_projection_operators():
+    """The $-operators a find projection compares its value's first key against."""
+    text = read("src/query/project.c")
+    return at_least(set(re.findall(r'strcmp\(op,\s*"(\$\w+)"\)\s*==\s*0', text)), 3,
+                    "projection operators")
+
+
 def code_stages():
     """Every stage name run_stage compares against: the function of src/cmd/agg*.c
     that ends in 'Unrecognized pipeline stage name'."""
@@ -122,6 +130,8 @@ def doc_commands():
 SECTIONS = [
     ("query operators", code_query_operators, "docs/operators.md", "## Query operators"),
     ("update operators", code_update_operators, "docs/operators.md", "## Update operators"),
+    ("projection operators", code_projection_operators, "docs/operators.md",
+     "## Projection operators (find)"),
     ("aggregation stages", code_stages, "docs/aggregation.md", "## Stages"),
     ("accumulators", code_accumulators, "docs/aggregation.md", "## Accumulators"),
     ("expression operators", code_expression_operators, "docs/aggregation.md",

@@ -139,6 +139,10 @@ typedef struct sbl_qexec_info {
 } sbl_qexec_info_t;
 void sbl_qexec_info(const sbl_qexec_t *q, sbl_qexec_info_t *out);
 
+/* Make q tailable: once it runs dry, each later sbl_qexec_next scans again
+ * past the last natural position it read (capped collections). */
+void sbl_qexec_set_tailable(sbl_qexec_t *q);
+
 /* The parsed filter (for re-checking a document inside a write transaction). */
 const sbl_matcher_t *sbl_qexec_matcher(const sbl_qexec_t *q);
 
@@ -146,6 +150,13 @@ const sbl_matcher_t *sbl_qexec_matcher(const sbl_qexec_t *q);
 const bson_value_t *sbl_qexec_points(const sbl_qexec_t *q, size_t *np);
 
 void sbl_qexec_free(sbl_qexec_t *q);
+
+/* The document of ns whose _id is id, without planning (find's point-lookup
+ * path): *foundp false and nothing in *doc when there is none or ns does not
+ * exist; else *doc is initialised here and the caller destroys it.  Counts
+ * one key and one document examined in ctx, with the plan "IDHACK". */
+int sbl_qexec_get_id(sbl_cmd_ctx_t *ctx, const char *ns, const bson_value_t *id, bson_t *doc,
+                     bool *foundp, sbl_err_t *err);
 
 /* ---- the write path (crud_write.c) --------------------------------------- */
 

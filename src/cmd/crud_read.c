@@ -121,6 +121,93 @@ static int get_count_arg(const bson_iter_t *it, const char *req, int64_t *out, b
     return 0;
 }
 
+/* find's own arguments, told apart by their first byte before any strcmp
+ * (a read by _id runs this for each of its fields). */
+enum find_arg {
+    FA_OTHER, FA_FILTER, FA_PROJECTION, FA_SORT, FA_LET, FA_COLLATION, FA_SKIP, FA_LIMIT,
+    FA_BATCH_SIZE, FA_HINT, FA_SINGLE_BATCH, FA_RETURN_KEY, FA_FLAG, FA_PLAN /* min/max */
+};
+
+static enum find_arg find_arg(const char *k)
+{
+    switch (k[0]) {
+    case 'f':
+        return strcmp(k, "filter") == 0 ? FA_FILTER : FA_OTHER;
+    case 'p':
+        return strcmp(k, "projection") == 0 ? FA_PROJECTION : FA_OTHER;
+    case 's':
+        if (strcmp(k, "sort") == 0)
+            return FA_SORT;
+        if (strcmp(k, "skip") == 0)
+            return FA_SKIP;
+        if (strcmp(k, "singleBatch") == 0)
+            return FA_SINGLE_BATCH;
+        return strcmp(k, "showRecordId") == 0 ? FA_FLAG : FA_OTHER;
+    case 'l':
+        if (strcmp(k, "limit") == 0)
+            return FA_LIMIT;
+        return strcmp(k, "let") == 0 ? FA_LET : FA_OTHER;
+    case 'c':
+        return strcmp(k, "collation") == 0 ? FA_COLLATION : FA_OTHER;
+    case 'b':
+        return strcmp(k, "batchSize") == 0 ? FA_BATCH_SIZE : FA_OTHER;
+    case 'h':
+        return strcmp(k, "hint") == 0 ? FA_HINT : FA_OTHER;
+    case 'r':
+        return strcmp(k, "returnKey") == 0 ? FA_RETURN_KEY : FA_OTHER;
+    case 'a':
+        return strcmp(k, "allowDiskUse") == 0 || strcmp(k, "awaitData") == 0 ||
+                       strcmp(k, "allowPartialResults") == 0
+                   ? FA_FLAG
+                   : FA_OTHER;
+    case 't':
+        return strcmp(k, "tailable") == 0 ? FA_FLAG : FA_OTHER;
+    case 'n':
+        return strcmp(k, "noCursorTimeout") == 0 ? FA_FLAG : FA_OTHER;
+    case 'm':
+        return strcmp(k, "min") == 0 || strcmp(k, "max") == 0 ? FA_PLAN : FA_OTHER;
+    default:
+        return FA_OTHER;
+    }
+}
+
+/*
+ * When the filter is exactly {_id: v} for a v whose encoded key equals that
+ * of every value the query matches (a string, ObjectId, 32/64-bit integer or
+ * date: no collation, no NaN, no type-crossing doubles or decimals), the
+ * result is the document stored under v's key or nothing.  *idp views v.
+ */
+static bool filter_is_id_point(const bson_t *filter, bson_value_t *idp)
+{
+    bson_iter_t it;
+    if (!bson_iter_init(&it, filter) || !bson_iter_next(&it) || strcmp(bson_iter_key(&it), "_id") != 0)
+        return false;
+    switch (bson_iter_type(&it)) {
+    case BSON_TYPE_UTF8:
+    case BSON_TYPE_OID:
+    case BSON_TYPE_INT32:
+    case BSON_TYPE_INT64:
+    case BSON_TYPE_DATE_TIME:
+        break;
+    default:
+        return false;
+    }
+    sbl_iter_value(&it, idp);
+    return !bson_iter_next(&it);
+}
+
+/* find {_id: v} without a plan, an executor or a cursor: one point lookup. */
+static int find_by_id(sbl_cmd_ctx_t *ctx, const char *ns, const bson_value_t *id, sbl_err_t *err)
+{
+    bson_t doc;
+    bool found = false;
+    SBL_RET(sbl_qexec_get_id(ctx, ns, id, &doc, &found, err));
+    sbl_cursor_reply_one(ctx, ns, found ? &doc : NULL);
+    if (found)
+        bson_destroy(&doc);
+    return 0;
+}
+
 int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
     int vrc; /* a view: the command runs as an aggregation over its source */
@@ -133,7 +220,7 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bool has_hint = false;
     bson_t filter, projection, sort, let_spec;
     bool has_filter = false, has_proj = false, has_sort = false, single_batch = false;
-    bool has_let = false, has_coll = false, return_key = false;
+    bool has_let = false, has_coll = false, return_key = false, plain = true;
     bson_iter_t coll_it;
     int64_t skip = 0, limit = 0, batch_size = -1;
     char field[96];
@@ -141,46 +228,79 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_crud_check_fields(ctx->cmd, req, find_fields, err));
     bson_iter_init(&it, ctx->cmd);
+    bson_iter_next(&it); /* the command name */
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
+        enum find_arg a = find_arg(k);
+        if (a == FA_OTHER)
+            continue;
         sbl_join_dot(field, sizeof(field), req, k);
-        if (strcmp(k, "filter") == 0 || strcmp(k, "projection") == 0 || strcmp(k, "sort") == 0 ||
-            strcmp(k, "let") == 0 || strcmp(k, "collation") == 0) {
+        switch (a) {
+        case FA_FILTER:
+        case FA_PROJECTION:
+        case FA_SORT:
+        case FA_LET:
+        case FA_COLLATION:
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
                 return sbl_crud_type_error(err, field, &it, "object");
-            bson_t *dst = k[0] == 'f' ? &filter : k[0] == 'p' ? &projection : &sort;
-            if (k[0] == 'l')
+            if (a == FA_LET) {
                 has_let = sbl_iter_doc(&it, &let_spec);
-            if (k[0] == 'c') {
+                plain = false;
+                break;
+            }
+            if (a == FA_COLLATION) {
                 coll_it = it;
                 has_coll = true;
+                plain = false;
+                break;
             }
-            if (k[0] == 'l' || k[0] == 'c')
-                continue;
+            bson_t *dst = a == FA_FILTER ? &filter : a == FA_PROJECTION ? &projection : &sort;
             if (!sbl_iter_doc(&it, dst))
                 return sbl_err_set(err, SBL_E_InvalidBSON, "invalid %s", k);
-            *(k[0] == 'f' ? &has_filter : k[0] == 'p' ? &has_proj : &has_sort) = true;
-        } else if (strcmp(k, "skip") == 0) {
+            *(a == FA_FILTER ? &has_filter : a == FA_PROJECTION ? &has_proj : &has_sort) = true;
+            if (a != FA_FILTER && !bson_empty(dst))
+                plain = false;
+            break;
+        case FA_SKIP:
             SBL_RET(get_count_arg(&it, req, &skip, false, err));
-        } else if (strcmp(k, "limit") == 0) {
+            break;
+        case FA_LIMIT:
             /* Drivers turn a negative limit into limit + singleBatch; the
              * find command itself refuses one, as mongod 7.0 does. */
             SBL_RET(get_count_arg(&it, req, &limit, false, err));
-        } else if (strcmp(k, "batchSize") == 0) {
+            break;
+        case FA_BATCH_SIZE:
             SBL_RET(get_count_arg(&it, req, &batch_size, false, err));
-        } else if (strcmp(k, "singleBatch") == 0 || strcmp(k, "allowDiskUse") == 0 ||
-                   strcmp(k, "returnKey") == 0 || strcmp(k, "showRecordId") == 0 ||
-                   strcmp(k, "tailable") == 0 || strcmp(k, "awaitData") == 0 ||
-                   strcmp(k, "noCursorTimeout") == 0 || strcmp(k, "allowPartialResults") == 0) {
+            break;
+        case FA_SINGLE_BATCH:
+        case FA_RETURN_KEY:
+        case FA_FLAG:
             if (!BSON_ITER_HOLDS_BOOL(&it))
                 return sbl_crud_type_error(err, field, &it, "bool");
-            if (strcmp(k, "singleBatch") == 0 && bson_iter_bool(&it))
+            if (a == FA_SINGLE_BATCH && bson_iter_bool(&it))
                 single_batch = true;
-            if (strcmp(k, "returnKey") == 0 && bson_iter_bool(&it))
+            if (a == FA_RETURN_KEY && bson_iter_bool(&it))
                 return_key = true;
-        } else if (strcmp(k, "hint") == 0) {
+            if (a == FA_FLAG && bson_iter_bool(&it))
+                plain = false; /* tailable, showRecordId ...: the general path */
+            break;
+        case FA_HINT:
             SBL_RET(sbl_crud_get_hint(&it, &hint, &has_hint, err));
+            break;
+        case FA_PLAN:
+        case FA_OTHER:
+            plain = false;
+            break;
         }
+    }
+
+    bson_value_t id;
+    if (plain && has_filter && !has_hint && !return_key && skip == 0 && batch_size != 0 &&
+        filter_is_id_point(&filter, &id)) {
+        const sbl_collation_t *dc = NULL;
+        SBL_RET(sbl_crud_default_collation(ctx, ns, &dc, err));
+        if (dc == NULL || (id.value_type != BSON_TYPE_UTF8))
+            return find_by_id(ctx, ns, &id, err);
     }
 
     find_state_t *st = calloc(1, sizeof(*st));

@@ -213,6 +213,13 @@ static int parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc,
 /* Quick commands run on the network loop; ones that may scan go to a worker. */
 static bool filter_is_point(const bson_t *filter)
 {
+    bson_iter_t it;
+    if (bson_iter_init(&it, filter) && bson_iter_next(&it) && strcmp(bson_iter_key(&it), "_id") == 0) {
+        bson_type_t t = bson_iter_type(&it); /* {_id: scalar}: one point, no range to build */
+        if (t != BSON_TYPE_DOCUMENT && t != BSON_TYPE_ARRAY && t != BSON_TYPE_REGEX &&
+            !bson_iter_next(&it))
+            return true;
+    }
     sbl_id_range_t r;
     sbl_id_range_from_filter(filter, &r);
     bool point = r.kind == SBL_ID_POINTS && r.npoints <= 16;
@@ -226,8 +233,8 @@ static bool doc_field(const bson_t *d, const char *name, bson_t *out)
     bson_iter_t it;
     const uint8_t *data;
     uint32_t len;
-    if (!bson_iter_init_find(&it, d, name) || !BSON_ITER_HOLDS_DOCUMENT(&it))
-        return false;
+    if (!sbl_doc_find_top(d, name, &it) || !BSON_ITER_HOLDS_DOCUMENT(&it))
+        return false; /* d is (part of) a request: it passed sbl_bson_check */
     bson_iter_document(&it, &len, &data);
     return bson_init_static(out, data, len);
 }

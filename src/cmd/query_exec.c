@@ -163,6 +163,8 @@ int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_v
             q->sort = NULL;
         }
     }
+    bool natural_desc = false;
+    q->natural_ok = o->sort == NULL || bson_empty(o->sort) || sort_is_natural(o->sort, &natural_desc);
     sbl_id_range_from_filter(filter, &q->range);
     if (o->collation != NULL && (q->range.kind == SBL_ID_NONE || range_has_strings(&q->range))) {
         sbl_id_range_destroy(&q->range); /* _id keys are binary: scan, let the matcher decide */
@@ -532,6 +534,27 @@ static int refill(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, size_t max, sbl_err_t *err
     }
     q->keys_examined += ctx->keys_examined - keys0;
     q->docs_examined += ctx->docs_examined - docs0;
+    sbl_coll_release(c);
+    return rc;
+}
+
+int sbl_qexec_get_id(sbl_cmd_ctx_t *ctx, const char *ns, const bson_value_t *id, bson_t *doc,
+                     bool *foundp, sbl_err_t *err)
+{
+    sbl_coll_t *c = NULL;
+    sbl_err_t e2 = {0};
+    *foundp = false;
+    int rc = sbl_coll_open(ctx->ss, ns, false, &c, NULL, &e2);
+    if (rc == SBL_E_NamespaceNotFound)
+        return 0;
+    if (rc != 0) {
+        *err = e2;
+        return rc;
+    }
+    ctx->plan_summary = "IDHACK";
+    rc = sbl_coll_get(ctx->ss, c, id, doc, foundp, err);
+    ctx->keys_examined++;
+    ctx->docs_examined++;
     sbl_coll_release(c);
     return rc;
 }

@@ -32,8 +32,13 @@ int sbl_validate_db_name(const char *db, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid empty database name");
     if (n >= 64)
         return sbl_err_set(err, SBL_E_InvalidNamespace, "db name is too long: %s", db);
-    for (const char *p = db; *p; p++) {
-        if (strchr("/\\. \"$*<>:|?", *p) != NULL)
+    /* The characters a database name may not hold, as one bitmap (every
+     * command validates its namespace: no strchr per character). */
+    static const uint8_t bad[256] = {['/'] = 1, ['\\'] = 1, ['.'] = 1, [' '] = 1, ['"'] = 1,
+                                     ['$'] = 1, ['*'] = 1, ['<'] = 1, ['>'] = 1, [':'] = 1,
+                                     ['|'] = 1, ['?'] = 1};
+    for (const unsigned char *p = (const unsigned char *)db; *p; p++) {
+        if (bad[*p])
             return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid database name: '%s'", db);
     }
     return 0;
@@ -99,7 +104,17 @@ int sbl_cmd_ns(const sbl_cmd_ctx_t *ctx, char *ns, size_t nslen, sbl_err_t *err)
                            ctx->db);
     if (sbl_join_dot(ns, nslen, ctx->db, coll) >= nslen)
         return sbl_err_set(err, SBL_E_InvalidNamespace, "Fully qualified namespace is too long");
-    return sbl_validate_ns(ns, err);
+    /* The database name is checked above; what sbl_validate_ns adds is
+     * about the collection name (a database name holds no '.'). */
+    if (strlen(ns) > 255)
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Fully qualified namespace is too long: %s",
+                           ns);
+    if (strchr(coll, '$') != NULL && strcmp(coll, "$cmd") != 0)
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid collection name: %s", coll);
+    if (coll[0] == '.')
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Collection names cannot start with '.': %s",
+                           coll);
+    return 0;
 }
 
 int sbl_get_int64(const bson_iter_t *it, int64_t *out, sbl_err_t *err)

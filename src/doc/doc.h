@@ -94,6 +94,12 @@ typedef enum { SBL_BSON_OK = 0, SBL_BSON_MALFORMED, SBL_BSON_TOO_DEEP } sbl_bson
  * gets the offset of the offending element.  Never recurses. */
 sbl_bson_verdict_t sbl_bson_check(const uint8_t *data, size_t len, int max_depth, size_t *bad_off);
 
+/* Position *it on doc's top-level field key, as bson_iter_init_find does but
+ * without libbson's checks of every element passed over: for documents that
+ * passed sbl_bson_check (requests), where it costs a fraction.  A document
+ * it cannot walk is handed to bson_iter_init_find. */
+bool sbl_doc_find_top(const bson_t *doc, const char *key, bson_iter_t *it);
+
 /* True when doc nests containers more than max_depth levels below its top level.
  * Never recurses deeper than max_depth + 1, whatever the input. */
 bool sbl_doc_too_deep(const bson_t *doc, int max_depth);

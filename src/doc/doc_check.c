@@ -210,3 +210,84 @@ bad:
         *bad_off = off;
     return SBL_BSON_MALFORMED;
 }
+
+/* ---- finding a top-level field of a checked document ----------------------- */
+
+/* The size of the value of type t at p (end: the buffer's end); *ok false
+ * for a type this walk does not know or a length that cannot be read. */
+static size_t value_size(uint8_t t, const uint8_t *p, const uint8_t *end, bool *ok)
+{
+    size_t room = (size_t)(end - p), n;
+    *ok = true;
+    switch (t) {
+    case BSON_TYPE_UTF8: case BSON_TYPE_CODE: case BSON_TYPE_SYMBOL: case BSON_TYPE_DOCUMENT:
+    case BSON_TYPE_ARRAY: case BSON_TYPE_CODEWSCOPE: case BSON_TYPE_BINARY:
+    case BSON_TYPE_DBPOINTER:
+        if (room < 4) {
+            *ok = false;
+            return 0;
+        }
+        break;
+    default:
+        break;
+    }
+    switch (t) {
+    case BSON_TYPE_DOUBLE: case BSON_TYPE_DATE_TIME: case BSON_TYPE_TIMESTAMP:
+    case BSON_TYPE_INT64:
+        return 8;
+    case BSON_TYPE_UTF8: case BSON_TYPE_CODE: case BSON_TYPE_SYMBOL:
+        return 4 + (size_t)rd_u32(p);
+    case BSON_TYPE_DOCUMENT: case BSON_TYPE_ARRAY: case BSON_TYPE_CODEWSCOPE:
+        return (size_t)rd_u32(p);
+    case BSON_TYPE_BINARY:
+        return 5 + (size_t)rd_u32(p);
+    case BSON_TYPE_UNDEFINED: case BSON_TYPE_NULL: case BSON_TYPE_MINKEY: case BSON_TYPE_MAXKEY:
+        return 0;
+    case BSON_TYPE_OID:
+        return 12;
+    case BSON_TYPE_BOOL:
+        return 1;
+    case BSON_TYPE_INT32:
+        return 4;
+    case BSON_TYPE_DECIMAL128:
+        return 16;
+    case BSON_TYPE_DBPOINTER:
+        return 4 + (size_t)rd_u32(p) + 12;
+    case BSON_TYPE_REGEX: {
+        const uint8_t *z = memchr(p, 0, room);
+        if (z != NULL && (n = (size_t)(z + 1 - p)) < room &&
+            (z = memchr(p + n, 0, room - n)) != NULL)
+            return (size_t)(z + 1 - p);
+        *ok = false;
+        return 0;
+    }
+    default:
+        *ok = false;
+        return 0;
+    }
+}
+
+bool sbl_doc_find_top(const bson_t *doc, const char *key, bson_iter_t *it)
+{
+    const uint8_t *data = bson_get_data(doc);
+    const uint8_t *end = data + doc->len - 1; /* the closing 0 */
+    const uint8_t *p = data + 4;
+    size_t klen = strlen(key);
+    while (p < end) {
+        uint8_t t = *p;
+        const uint8_t *k = p + 1;
+        const uint8_t *z = memchr(k, 0, (size_t)(end - k));
+        if (z == NULL)
+            return false;
+        const uint8_t *v = z + 1;
+        if ((size_t)(z - k) == klen && memcmp(k, key, klen) == 0)
+            return bson_iter_init_from_data_at_offset(it, data, doc->len, (uint32_t)(p - data),
+                                                      (uint32_t)klen);
+        bool ok;
+        size_t n = value_size(t, v, end, &ok);
+        if (!ok || (size_t)(end - v) < n)
+            return bson_iter_init_find(it, doc, key); /* not a checked document: libbson decides */
+        p = v + n;
+    }
+    return false;
+}

@@ -214,7 +214,7 @@ static int parse_msg(const uint8_t *msg, size_t len, sbl_request_t *req, sbl_err
     /* A missing $db is the command's error (mongod answers 40571), not the
      * connection's: leave req->db empty and let the dispatcher refuse it. */
     bson_iter_t it;
-    if (bson_iter_init_find(&it, &body, "$db")) {
+    if (sbl_doc_find_top(&body, "$db", &it)) { /* body passed sbl_bson_check */
         if (!BSON_ITER_HOLDS_UTF8(&it))
             return sbl_err_set(err, SBL_E_TypeMismatch, "$db must be a string");
         uint32_t dblen = 0;

@@ -724,6 +724,22 @@ static bool reference_ok(const uint8_t *buf, size_t len, int max_depth)
  * length makes an element run into the next ones, libbson 1.23's
  * bson_validate sometimes stops at the element it cannot read without
  * reporting it; sbl_bson_check rejects every element that does not fit. */
+/* sbl_doc_find_top and bson_iter_init_find agree on doc's key: both miss, or
+ * both land on the same element. */
+static bool find_top_agrees(const bson_t *doc, const char *key)
+{
+    bson_iter_t a, b;
+    bool fa = sbl_doc_find_top(doc, key, &a);
+    bool fb = bson_iter_init_find(&b, doc, key);
+    if (fa != fb)
+        return false;
+    return !fa || (bson_iter_offset(&a) == bson_iter_offset(&b) &&
+                   bson_iter_type(&a) == bson_iter_type(&b) &&
+                   strcmp(bson_iter_key(&a), bson_iter_key(&b)) == 0 &&
+                   (bson_iter_next(&a), bson_iter_next(&b),
+                    bson_iter_offset(&a) == bson_iter_offset(&b)));
+}
+
 static void test_bson_check(void)
 {
     bson_t *d = bson_new(), sub, scope, arr;
@@ -763,9 +779,18 @@ static void test_bson_check(void)
     const uint8_t *data = bson_get_data(d);
     CHECK(sbl_bson_check(data, d->len, 10, NULL) == SBL_BSON_OK);
     CHECK(reference_ok(data, d->len, 10));
+    /* sbl_doc_find_top finds every key where libbson does, and nothing else. */
+    static const char *const keys[] = {"d", "s", "o", "a", "b", "B", "u", "i", "t", "dt", "n",
+                                       "r", "p", "c", "y", "w", "i32", "ts", "i64", "dec", "max",
+                                       "min", "x", "", "dtx", "\xc3\xa9"};
+    int found_same = 0;
+    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+        found_same += find_top_agrees(d, keys[k]);
+    CHECK_MSG(found_same == (int)(sizeof(keys) / sizeof(keys[0])), "find_top agreed on %d keys",
+              found_same);
     uint8_t *buf = malloc(d->len);
     static const uint8_t repl[] = {0x00, 0x01, 0x02, 0x05, 0x0F, 0x13, 0x7F, 0x80, 0xC3, 0xFF};
-    int disagree = 0, rejected = 0, stricter = 0;
+    int disagree = 0, rejected = 0, stricter = 0, find_differs = 0;
     for (uint32_t i = 0; i < d->len; i++) {
         for (int k = 0; k < 8 + (int)sizeof(repl); k++) {
             memcpy(buf, data, d->len);
@@ -775,6 +800,14 @@ static void test_bson_check(void)
                 buf[i] = repl[k - 8];
             bool fast = sbl_bson_check(buf, d->len, 10, NULL) == SBL_BSON_OK;
             bool ref = reference_ok(buf, d->len, 10);
+            if (fast) { /* a checked document: find_top still agrees with libbson */
+                bson_t cd;
+                CHECK(bson_init_static(&cd, buf, d->len));
+                for (size_t q = 0; q < sizeof(keys) / sizeof(keys[0]); q++)
+                    if (!find_top_agrees(&cd, keys[q]) && find_differs++ < 5)
+                        CHECK_MSG(false, "byte %u variant %d: find_top differs for '%s'", i, k,
+                                  keys[q]);
+            }
             rejected += !fast;
             stricter += ref && !fast;
             if (fast && !ref && disagree++ < 5)
@@ -782,6 +815,7 @@ static void test_bson_check(void)
         }
     }
     CHECK_MSG(disagree == 0, "%d inputs accepted by the one-pass check only", disagree);
+    CHECK_MSG(find_differs == 0, "find_top differed from libbson %d times", find_differs);
     CHECK(rejected > 0);
     CHECK_MSG(stricter < rejected / 4, "%d of %d rejections are stricter than libbson", stricter,
               rejected);

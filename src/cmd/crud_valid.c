@@ -11,6 +11,7 @@
  * were already invalid through; "warn" only logs.
  */
 #include "cmd/crud_int.h"
+#include "cmd/timeseries.h"
 #include "common/log.h"
 #include "expr/expr.h"
 
@@ -67,6 +68,7 @@ int sbl_crud_validate(sbl_coll_t *c, const bson_t *old_doc, const bson_t *new_do
     bson_iter_t it;
     bson_t v;
     const char *level = "strict", *action = "error";
+    SBL_RET(sbl_ts_check_doc(opts, new_doc, err)); /* a time-series collection's timeField */
     if (bypass || opts == NULL || !bson_iter_init_find(&it, opts, "validator") ||
         !BSON_ITER_HOLDS_DOCUMENT(&it))
         return 0;

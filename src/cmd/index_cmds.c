@@ -10,6 +10,7 @@
  * "all indexes already exist" note.
  */
 #include "cmd/crud_int.h"
+#include "cmd/timeseries.h"
 #include "doc/doc.h"
 
 #include <math.h>
@@ -632,14 +633,19 @@ int sbl_cmd_list_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_NamespaceNotFound, "ns does not exist: %s", ns);
     SBL_RET(rc);
     sbl_index_list(c, false, &have, &nhave);
-    sbl_coll_release(c);
     bson_t **docs = calloc(nhave + 1, sizeof(bson_t *));
+    size_t nd = 0;
     docs[0] = bson_new();
-    append_id_spec(docs[0]);
+    /* _id_, or a clustered collection's clustered index, or none (time-series) */
+    if (sbl_ts_id_index_spec(sbl_coll_options(c), docs[0]))
+        nd++;
+    else
+        bson_destroy(docs[0]);
+    sbl_coll_release(c);
     for (size_t i = 0; i < nhave; i++)
-        docs[i + 1] = bson_copy(sbl_index_spec(have[i]));
+        docs[nd++] = bson_copy(sbl_index_spec(have[i]));
     sbl_index_list_free(have, nhave);
     return sbl_cursor_first_batch(ctx, ns, &sbl_cursor_docs_source,
-                                  sbl_cursor_docs_state(docs, nhave + 1),
+                                  sbl_cursor_docs_state(docs, nd),
                                   cursor_batch_size(ctx->cmd), false, err);
 }

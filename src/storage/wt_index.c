@@ -1254,6 +1254,82 @@ static int64_t ttl_pass_index(sbl_session_t *s, sbl_coll_t *c, sbl_index_t *ix, 
     return deleted;
 }
 
+/* True when doc's top-level field holds a date below cutoff. */
+static bool date_before(const bson_t *doc, const char *field, int64_t cutoff)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, doc, field) && BSON_ITER_HOLDS_DATE_TIME(&it) &&
+           bson_iter_date_time(&it) < cutoff;
+}
+
+/* A time-series collection's expireAfterSeconds (stored options {timeseries:
+ * {timeField}, expireAfterSeconds}): delete the measurements whose timeField is
+ * older than now - expireAfterSeconds; for a clustered collection ({clusteredIndex,
+ * expireAfterSeconds}) the documents whose _id is such a date.  The collection is
+ * scanned in _id order, TTL_BATCH expired _ids at a time, each deleted (after
+ * a re-check) in its own transaction.  Returns how many went. */
+static int64_t ttl_pass_timeseries(sbl_session_t *s, sbl_coll_t *c, int64_t now_ms)
+{
+    const bson_t *o = sbl_coll_options(c);
+    bson_iter_t it, f;
+    if (o == NULL || !bson_iter_init_find(&it, o, "expireAfterSeconds") ||
+        !BSON_ITER_HOLDS_NUMBER(&it))
+        return 0;
+    int64_t cutoff = now_ms - bson_iter_as_int64(&it) * 1000, deleted = 0;
+    const char *tf = "_id"; /* a clustered collection's TTL reads its cluster key */
+    if (bson_iter_init_find(&it, o, "timeseries") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &f) && bson_iter_find(&f, "timeField") &&
+        BSON_ITER_HOLDS_UTF8(&f))
+        tf = bson_iter_utf8(&f, NULL);
+    else if (!bson_iter_init_find(&it, o, "clusteredIndex"))
+        return 0;
+    bson_value_t *ids = bson_malloc(TTL_BATCH * sizeof(bson_value_t)), last;
+    bool have_last = false, done = false;
+    sbl_err_t e;
+    while (!done) {
+        sbl_scan_bounds_t b = {.lo = have_last ? &last : NULL, .lo_inclusive = false};
+        sbl_scan_t *sc = NULL;
+        size_t n = 0;
+        sbl_err_clear(&e);
+        if (sbl_scan_open(s, c, &b, false, &sc, &e) != 0)
+            break;
+        bson_t doc;
+        while (n < TTL_BATCH) {
+            if (sbl_scan_next(sc, &doc, &done, &e) != 0)
+                done = true;
+            if (done)
+                break;
+            if (!bson_iter_init_find(&it, &doc, "_id"))
+                continue;
+            if (have_last)
+                bson_value_destroy(&last);
+            bson_value_copy(bson_iter_value(&it), &last);
+            have_last = true;
+            if (date_before(&doc, tf, cutoff))
+                bson_value_copy(bson_iter_value(&it), &ids[n++]);
+        }
+        sbl_scan_close(sc);
+        for (size_t i = 0; i < n; i++) {
+            bool found = false;
+            if (sbl_txn_begin(s, &e) == 0) {
+                if (sbl_coll_get(s, c, &ids[i], &doc, &found, &e) == 0 && found) {
+                    if (date_before(&doc, tf, cutoff) &&
+                        sbl_write(s, c, SBL_WRITE_DELETE, &doc, NULL, NULL, &e) == 0 &&
+                        sbl_txn_commit(s, &e) == 0)
+                        deleted++;
+                    bson_destroy(&doc);
+                }
+                sbl_txn_abort(s); /* no-op after a commit */
+            }
+            bson_value_destroy(&ids[i]);
+        }
+    }
+    if (have_last)
+        bson_value_destroy(&last);
+    bson_free(ids);
+    return deleted;
+}
+
 static void ttl_pass(sbl_session_t *s)
 {
     ns_list_t l = {0};
@@ -1273,6 +1349,7 @@ static void ttl_pass(sbl_session_t *s)
         for (size_t j = 0; j < n; j++)
             if (ixs[j]->expire_after >= 0 && ixs[j]->nfields == 1 && ixs[j]->dirs[0] != 0)
                 deleted += ttl_pass_index(s, c, ixs[j], now_ms);
+        deleted += ttl_pass_timeseries(s, c, now_ms);
         sbl_index_list_free(ixs, n);
         sbl_coll_release(c);
         bson_free(l.ns[i]);

@@ -164,6 +164,10 @@ typedef struct sbl_cursor_source {
 int sbl_cursor_first_batch(sbl_cmd_ctx_t *ctx, const char *ns, const sbl_cursor_source_t *src,
                            void *state, int64_t batch_size, bool single_batch, sbl_err_t *err);
 
+/* The reply of a query that yields at most one document (doc, or NULL for
+ * none) and so needs no cursor: cursor: {firstBatch: [doc], id: 0, ns}. */
+void sbl_cursor_reply_one(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *doc);
+
 /* A source over an owned array of documents (listCollections, listIndexes, sorted results). */
 void *sbl_cursor_docs_state(bson_t **docs, size_t n); /* takes ownership of docs and each doc */
 extern const sbl_cursor_source_t sbl_cursor_docs_source;

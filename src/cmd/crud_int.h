@@ -139,10 +139,6 @@ typedef struct sbl_qexec_info {
 } sbl_qexec_info_t;
 void sbl_qexec_info(const sbl_qexec_t *q, sbl_qexec_info_t *out);
 
-/* Make q tailable: once it runs dry, each later sbl_qexec_next scans again
- * past the last natural position it read (capped collections). */
-void sbl_qexec_set_tailable(sbl_qexec_t *q);
-
 /* The parsed filter (for re-checking a document inside a write transaction). */
 const sbl_matcher_t *sbl_qexec_matcher(const sbl_qexec_t *q);
 

@@ -201,13 +201,6 @@ static void batch_end(sbl_cmd_ctx_t *ctx, bson_t *c, bson_t *arr, int64_t id, co
 int sbl_cursor_first_batch(sbl_cmd_ctx_t *ctx, const char *ns, const sbl_cursor_source_t *src,
                            void *state, int64_t batch_size, bool single_batch, sbl_err_t *err)
 {
-    return sbl_cursor_first_batch_flags(ctx, ns, src, state, batch_size, single_batch, 0, err);
-}
-
-int sbl_cursor_first_batch_flags(sbl_cmd_ctx_t *ctx, const char *ns,
-                                 const sbl_cursor_source_t *src, void *state, int64_t batch_size,
-                                 bool single_batch, unsigned flags, sbl_err_t *err)
-{
     /* bson_t (pending) asks for 128-byte alignment, which calloc does not give. */
     sbl_cursor_t *cur = aligned_alloc(_Alignof(sbl_cursor_t), sizeof(*cur));
     if (cur != NULL)
@@ -220,7 +213,6 @@ int sbl_cursor_first_batch_flags(sbl_cmd_ctx_t *ctx, const char *ns,
     sbl_strcpy_n(cur->ns, sizeof(cur->ns), ns);
     cur->src = *src;
     cur->state = state;
-    cur->flags = flags;
 
     bson_t c, arr;
     bool done = false;
@@ -235,7 +227,7 @@ int sbl_cursor_first_batch_flags(sbl_cmd_ctx_t *ctx, const char *ns,
         return rc;
     }
     int64_t id = 0;
-    if ((!done || (flags & SBL_CURSOR_TAILABLE)) && !single_batch) {
+    if (!done && !single_batch) {
         register_cursor(cur);
         id = cur->id;
     } else {
@@ -374,8 +366,6 @@ int sbl_cmd_get_more(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                                    (long long)batch_size);
             if (batch_size == 0)
                 batch_size = -1;
-        } else if (strcmp(k, "maxTimeMS") == 0 && BSON_ITER_HOLDS_NUMBER(&it)) {
-            await_ms = bson_iter_as_int64(&it); /* an awaitData cursor's wait */
         }
     }
     if (coll == NULL)

@@ -163,8 +163,6 @@ int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_v
             q->sort = NULL;
         }
     }
-    bool natural_desc = false;
-    q->natural_ok = o->sort == NULL || bson_empty(o->sort) || sort_is_natural(o->sort, &natural_desc);
     sbl_id_range_from_filter(filter, &q->range);
     if (o->collation != NULL && (q->range.kind == SBL_ID_NONE || range_has_strings(&q->range))) {
         sbl_id_range_destroy(&q->range); /* _id keys are binary: scan, let the matcher decide */

@@ -457,3 +457,213 @@ bool sbl_ts_id_index_spec(const bson_t *options, bson_t *out)
     BSON_APPEND_UTF8(out, "name", "_id_");
     return true;
 }
+
+/* ---- collMod ------------------------------------------------------------------- */
+
+/* options without the top-level fields named in drop (NULL-terminated), into out. */
+static void copy_without(const bson_t *options, const char *const *drop, bson_t *out)
+{
+    bson_iter_t it;
+    bson_init(out);
+    if (!bson_iter_init(&it, options))
+        return;
+    while (bson_iter_next(&it)) {
+        bool skip = false;
+        for (size_t i = 0; drop[i] != NULL; i++)
+            skip = skip || strcmp(bson_iter_key(&it), drop[i]) == 0;
+        if (!skip)
+            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+    }
+}
+
+/* collMod's `timeseries`: the transitions MongoDB 7.0 allows (granularity only
+ * coarser; custom bucketing only wider), applied to cur (the stored spec). */
+static int mod_timeseries(const bson_iter_t *arg, ts_spec_t *cur, bool *changedp, sbl_err_t *err)
+{
+    bson_iter_t it;
+    char path[96];
+    const char *granularity = NULL;
+    int64_t max_span = 0, rounding = 0;
+
+    if (!BSON_ITER_HOLDS_DOCUMENT(arg))
+        return sbl_crud_type_error(err, "collMod.timeseries", arg, "object");
+    bson_iter_recurse(arg, &it);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        snprintf(path, sizeof(path), "collMod.timeseries.%s", k);
+        if (strcmp(k, "granularity") == 0) {
+            if (!BSON_ITER_HOLDS_UTF8(&it))
+                return sbl_crud_type_error(err, path, &it, "string");
+            granularity = bson_iter_utf8(&it, NULL);
+            if (strcmp(granularity, "seconds") != 0 && strcmp(granularity, "minutes") != 0 &&
+                strcmp(granularity, "hours") != 0)
+                return sbl_err_set(err, SBL_E_BadValue,
+                                   "Enumeration value '%s' for field '%s' is not a valid value.",
+                                   granularity, path);
+        } else if (strcmp(k, "bucketMaxSpanSeconds") == 0 ||
+                   strcmp(k, "bucketRoundingSeconds") == 0) {
+            int64_t v;
+            SBL_RET(get_safe_int(&it, path, &v, err));
+            SBL_RET(check_range(path, v, err));
+            *(k[6] == 'M' ? &max_span : &rounding) = v;
+        } else {
+            return sbl_err_set(err, SBL_E_UnknownField, "BSON field '%s' is an unknown field.",
+                               path);
+        }
+    }
+    if (granularity == NULL && max_span == 0 && rounding == 0)
+        return 0;
+    int64_t target_span, target_rounding;
+    if (granularity != NULL) {
+        if (max_span != 0 && max_span != span_of_granularity(granularity))
+            return sbl_err_set(err, SBL_E_InvalidOptions,
+                               "Timeseries 'bucketMaxSpanSeconds' is not configurable to a value "
+                               "other than the default for the provided granularity");
+        if (rounding != 0)
+            return sbl_err_set(err, SBL_E_InvalidOptions,
+                               "Timeseries 'bucketRoundingSeconds' is not configurable alongside "
+                               "the granularity parameter");
+        if (cur->granularity != NULL) {
+            int from = cur->granularity[0], to = granularity[0]; /* 's' < 'm' < 'h' */
+            if (from == to)
+                return 0;
+            if (from == 'h' || (from == 'm' && to != 'h'))
+                return sbl_err_set(err, SBL_E_InvalidOptions,
+                                   "Invalid transition for timeseries.granularity. Can only "
+                                   "transition from 'seconds' to 'minutes' or 'minutes' to "
+                                   "'hours'.");
+        }
+        target_span = span_of_granularity(granularity);
+        target_rounding = granularity[0] == 's' ? 60 : granularity[0] == 'm' ? 3600 : 86400;
+    } else {
+        if (max_span == 0 || rounding == 0)
+            return sbl_err_set(err, SBL_E_InvalidOptions,
+                               "Timeseries 'bucketMaxSpanSeconds' and 'bucketRoundingSeconds' "
+                               "need to be set alongside each other");
+        if (max_span != rounding)
+            return sbl_err_set(err, SBL_E_InvalidOptions,
+                               "Timeseries 'bucketRoundingSeconds' needs to be equal to "
+                               "'bucketMaxSpanSeconds'");
+        target_span = max_span;
+        target_rounding = rounding;
+    }
+    const char *g = cur->granularity;
+    int64_t cur_span = cur->max_span ? cur->max_span : span_of_granularity(g);
+    int64_t cur_rounding = cur->rounding ? cur->rounding
+                           : g == NULL || g[0] == 's' ? 60 : g[0] == 'm' ? 3600 : 86400;
+    if (cur_span == target_span && cur_rounding == target_rounding)
+        return 0;
+    if (cur_span > target_span)
+        return sbl_err_set(err, SBL_E_InvalidOptions, "Timeseries 'bucketMaxSpanSeconds' needs "
+                           "to be equal or greater to transition");
+    if (cur_rounding > target_rounding)
+        return sbl_err_set(err, SBL_E_InvalidOptions, "Timeseries 'bucketRoundingSeconds' needs "
+                           "to be equal or greater to transition");
+    cur->granularity = granularity;
+    cur->max_span = target_span;
+    cur->rounding = granularity != NULL ? 0 : target_rounding;
+    *changedp = true;
+    return 0;
+}
+
+int sbl_ts_coll_mod(const bson_t *cmd, bson_t *opts, bool *changedp, sbl_err_t *err)
+{
+    static const char *const not_on_ts[] = {"validator", "validationLevel", "validationAction",
+                                            "changeStreamPreAndPostImages", NULL};
+    static const char *const ours[] = {"timeseries", "expireAfterSeconds", NULL};
+    bson_iter_t it, stored;
+    bool is_ts = sbl_ts_is_timeseries(opts), changed = false;
+    bool clustered = bson_iter_init_find(&it, opts, "clusteredIndex");
+    bool has_expire = false, expire_off = false;
+    int64_t expire = 0;
+    ts_spec_t ts;
+
+    memset(&ts, 0, sizeof(ts));
+    if (is_ts) {
+        bson_iter_init_find(&stored, opts, "timeseries");
+        bson_iter_recurse(&stored, &it);
+        while (bson_iter_next(&it)) { /* stored by sbl_ts_create_options: well formed */
+            const char *k = bson_iter_key(&it);
+            if (strcmp(k, "timeField") == 0)
+                ts.time_field = bson_iter_utf8(&it, NULL);
+            else if (strcmp(k, "metaField") == 0)
+                ts.meta_field = bson_iter_utf8(&it, NULL);
+            else if (strcmp(k, "granularity") == 0)
+                ts.granularity = bson_iter_utf8(&it, NULL);
+            else if (strcmp(k, "bucketMaxSpanSeconds") == 0)
+                ts.max_span = bson_iter_as_int64(&it);
+            else if (strcmp(k, "bucketRoundingSeconds") == 0)
+                ts.rounding = bson_iter_as_int64(&it);
+        }
+    }
+    bson_iter_init(&it, cmd);
+    bson_iter_next(&it);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "expireAfterSeconds") == 0) {
+            if (!is_ts && !clustered)
+                return sbl_err_set(err, SBL_E_InvalidOptions,
+                                   "'expireAfterSeconds' option is only supported on collections "
+                                   "clustered by _id");
+            if (BSON_ITER_HOLDS_UTF8(&it)) {
+                const char *s = bson_iter_utf8(&it, NULL);
+                if (strcmp(s, "off") != 0)
+                    return sbl_err_set(err, SBL_E_InvalidOptions,
+                                       "Invalid string value for the "
+                                       "'clusteredIndex::expireAfterSeconds' option. Got: '%s'. "
+                                       "Accepted value is 'off'",
+                                       s);
+                expire_off = true;
+            } else {
+                SBL_RET(get_safe_int(&it, "collMod.expireAfterSeconds", &expire, err));
+                if (expire < 0)
+                    return sbl_err_set(err, SBL_E_InvalidOptions,
+                                       "TTL index 'expireAfterSeconds' option cannot be less "
+                                       "than 0");
+                if (expire > INT32_MAX)
+                    return sbl_err_set(err, SBL_E_InvalidOptions,
+                                       "TTL index 'expireAfterSeconds' option must be within an "
+                                       "acceptable range, try a lower number");
+            }
+            has_expire = true;
+        } else if (strcmp(k, "timeseries") == 0) {
+            if (!is_ts)
+                return sbl_err_set(err, SBL_E_InvalidOptions,
+                                   "option only supported on a time-series collection: "
+                                   "timeseries");
+            SBL_RET(mod_timeseries(&it, &ts, &changed, err));
+        } else if (is_ts) {
+            for (size_t i = 0; not_on_ts[i] != NULL; i++)
+                if (strcmp(k, not_on_ts[i]) == 0)
+                    return sbl_err_set(err, SBL_E_InvalidOptions,
+                                       "option not supported on a time-series collection: %s", k);
+        }
+    }
+    if (!changed && !has_expire)
+        return 0;
+    /* The new options: the others as they were, then timeseries and expireAfterSeconds. */
+    bson_t out, sub;
+    bson_iter_t old_expire;
+    bool had_expire = bson_iter_init_find(&old_expire, opts, "expireAfterSeconds");
+    if (had_expire && !has_expire)
+        expire = bson_iter_as_int64(&old_expire);
+    copy_without(opts, ours, &out);
+    if (is_ts) {
+        BSON_APPEND_DOCUMENT_BEGIN(&out, "timeseries", &sub);
+        BSON_APPEND_UTF8(&sub, "timeField", ts.time_field);
+        if (ts.meta_field != NULL)
+            BSON_APPEND_UTF8(&sub, "metaField", ts.meta_field);
+        if (ts.granularity != NULL)
+            BSON_APPEND_UTF8(&sub, "granularity", ts.granularity);
+        if (ts.rounding != 0)
+            BSON_APPEND_INT32(&sub, "bucketRoundingSeconds", (int32_t)ts.rounding);
+        BSON_APPEND_INT32(&sub, "bucketMaxSpanSeconds", (int32_t)ts.max_span);
+        bson_append_document_end(&out, &sub);
+    }
+    if ((had_expire || has_expire) && !expire_off)
+        BSON_APPEND_INT64(&out, "expireAfterSeconds", expire);
+    bson_destroy(opts);
+    bson_steal(opts, &out);
+    *changedp = true;
+    return 0;
+}

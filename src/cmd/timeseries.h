@@ -37,6 +37,17 @@ int sbl_ts_create_options(const bson_t *cmd, const char *ns, bson_t *opts, sbl_e
  * MongoDB 7.0 creates.  No-op for other collections. */
 int sbl_ts_after_create(sbl_session_t *ss, const char *ns, const bson_t *opts, sbl_err_t *err);
 
+/*
+ * collMod on a collection whose options (a copy the caller owns) are *opts:
+ * `expireAfterSeconds` (seconds, or "off") on a time-series or clustered
+ * collection, `timeseries` {granularity | bucketMaxSpanSeconds +
+ * bucketRoundingSeconds} on a time-series one (only coarser), and the
+ * options a time-series collection refuses (validator ...), with MongoDB
+ * 7.0's InvalidOptions (72) messages.  On a change *opts is replaced by the
+ * new options (same storage) and *changedp set.  Returns 0 or the error.
+ */
+int sbl_ts_coll_mod(const bson_t *cmd, bson_t *opts, bool *changedp, sbl_err_t *err);
+
 /* Whether stored collection options describe a time-series collection. */
 bool sbl_ts_is_timeseries(const bson_t *options);
 

@@ -393,6 +393,77 @@ static int apply_actions(const sbl_update_t *u, upd_node_t *root, int32_t array_
     return rc;
 }
 
+/*
+ * The common update, {$set: {f: scalar, ...}} on top-level fields other than
+ * _id that old already holds (old's first field being _id, as stored
+ * documents have it), needs no tree: the result is old's bytes with those
+ * values swapped in place, copied span by span.  False (result untouched)
+ * when u or old is not of that shape; the tree path then decides.
+ */
+static bool apply_top_level_sets(const sbl_update_t *u, const bson_t *old, bson_t *result)
+{
+    enum { MAX_SETS = 16 };
+    if (u->replacement || u->nacts == 0 || u->nacts > MAX_SETS)
+        return false;
+    for (size_t i = 0; i < u->nacts; i++) {
+        const upd_action_t *a = &u->acts[i];
+        if (strcmp(a->op->name, "$set") != 0 || a->ncomps != 1 || a->positional >= 0 ||
+            strcmp(a->path, "_id") == 0 || a->arg.value_type == BSON_TYPE_DOCUMENT ||
+            a->arg.value_type == BSON_TYPE_ARRAY)
+            return false;
+    }
+    bson_iter_t it;
+    if (!bson_iter_init(&it, old) || !bson_iter_next(&it) || strcmp(bson_iter_key(&it), "_id") != 0)
+        return false;
+    /* The new values as elements, each with its field name. */
+    bson_t vals = BSON_INITIALIZER;
+    uint32_t at[MAX_SETS];
+    for (size_t i = 0; i < u->nacts; i++) {
+        at[i] = vals.len - 1; /* the element starts where the terminator is */
+        bson_append_value(&vals, u->acts[i].path, -1, &u->acts[i].arg);
+    }
+    const uint8_t *od = bson_get_data(old), *vd = bson_get_data(&vals);
+    /* span: where old's bytes still to copy begin; a replaced field's old
+     * bytes end where the next field (or the terminator) begins. */
+    size_t cap = old->len + vals.len, n = 4, span = 4, found = 0;
+    bool skipping = false;
+    uint8_t *nb = bson_malloc(cap);
+    do {
+        uint32_t off = bson_iter_offset(&it);
+        if (skipping)
+            span = off;
+        skipping = false;
+        const char *k = bson_iter_key(&it);
+        size_t i = 0;
+        while (i < u->nacts && !(u->acts[i].path[0] == k[0] && strcmp(u->acts[i].path, k) == 0))
+            i++;
+        if (i == u->nacts)
+            continue;
+        /* copy old's bytes up to this field, then the new element */
+        uint32_t vend = i + 1 < u->nacts ? at[i + 1] : vals.len - 1;
+        memcpy(nb + n, od + span, off - span);
+        n += off - span;
+        memcpy(nb + n, vd + at[i], vend - at[i]);
+        n += vend - at[i];
+        found++;
+        skipping = true;
+    } while (bson_iter_next(&it));
+    if (skipping)
+        span = old->len - 1;
+    bool ok = found == u->nacts && n + (old->len - span) <= cap;
+    if (ok) {
+        memcpy(nb + n, od + span, old->len - span); /* the rest, terminator included */
+        n += old->len - span;
+        nb[0] = (uint8_t)n, nb[1] = (uint8_t)(n >> 8), nb[2] = (uint8_t)(n >> 16);
+        nb[3] = (uint8_t)(n >> 24);
+        bson_t view;
+        ok = bson_init_static(&view, nb, n) && bson_concat(result, &view);
+    }
+    bson_free(nb);
+    bson_destroy(&vals);
+    return ok; /* not all found: a field to create, whose place is the tree's to decide */
+}
+
 int sbl_update_apply(const sbl_update_t *u, const bson_t *old, int32_t array_pos, bool is_insert,
                      int64_t now_ms, bson_t *out, bool *changed, sbl_err_t *err)
 {
@@ -410,6 +481,8 @@ int sbl_update_apply(const sbl_update_t *u, const bson_t *old, int32_t array_pos
     old_has = bson_iter_init_find(&oit, old, "_id");
     if (u->replacement) {
         SBL_ERR(apply_replacement(u, old, &result, err));
+    } else if (!is_insert && old_has && apply_top_level_sets(u, old, &result)) {
+        /* _id is not among the fields set: it is unchanged */
     } else {
         if (old_has)
             cx.id = bson_iter_value(&oit);

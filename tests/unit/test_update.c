@@ -173,6 +173,30 @@ static const ucase_t set_cases[] = {
     FAIL("{'$set': {'a': 1}, '$setOnInsert': {'a': 2}}", "{'_id': 1}", 40),
 };
 
+/* $set of existing top-level fields to scalars: the one-pass path of
+ * upd_apply.c (values swapped in place); the rest falls back to the tree. */
+static const ucase_t set_in_place_cases[] = {
+    OK("{'$set': {'b': 'x'}}", "{'_id': 1, 'a': 1, 'b': 2, 'c': 3}",
+       "{'_id': 1, 'a': 1, 'b': 'x', 'c': 3}"),
+    OK("{'$set': {'c': 'x'}}", "{'_id': 1, 'a': 1, 'b': 2, 'c': 3}",
+       "{'_id': 1, 'a': 1, 'b': 2, 'c': 'x'}"),
+    OK("{'$set': {'a': 'longer than before'}}", "{'_id': 1, 'a': 1, 'b': 2}",
+       "{'_id': 1, 'a': 'longer than before', 'b': 2}"),
+    OK("{'$set': {'c': 7, 'a': 5}}", "{'_id': 1, 'a': 1, 'b': 2, 'c': 3}",
+       "{'_id': 1, 'a': 5, 'b': 2, 'c': 7}"),
+    OK("{'$set': {'a': 5, 'b': 6}}", "{'_id': 1, 'a': 1, 'b': 2}", "{'_id': 1, 'a': 5, 'b': 6}"),
+    OK("{'$set': {'a': null}}", "{'_id': 1, 'a': {'x': 1}, 'b': [1]}",
+       "{'_id': 1, 'a': null, 'b': [1]}"),
+    OK("{'$set': {'b': 1.5}}", "{'_id': 1, 'b': 1}", "{'_id': 1, 'b': 1.5}"),
+    SAME("{'$set': {'b': 2, 'a': 1}}", "{'_id': 1, 'a': 1, 'b': 2}"),
+    OK("{'$set': {'a': 5, 'z': 6}}", "{'_id': 1, 'a': 1, 'b': 2}",
+       "{'_id': 1, 'a': 5, 'b': 2, 'z': 6}"),
+    OK("{'$set': {'a': 5}}", "{'b': 2, '_id': 1, 'a': 1}", "{'_id': 1, 'b': 2, 'a': 5}"),
+    OK("{'$set': {'a': {'$numberLong': '5'}}}", "{'_id': 1, 'a': 'abc'}",
+       "{'_id': 1, 'a': {'$numberLong': '5'}}"),
+    FAIL("{'$set': {'_id': 2}}", "{'_id': 1, 'a': 1}", 66),
+};
+
 static const ucase_t unset_cases[] = {
     OK("{'$unset': {'a': ''}}", "{'_id': 1, 'a': 1, 'b': 2}", "{'_id': 1, 'b': 2}"),
     SAME("{'$unset': {'c': 1}}", "{'_id': 1, 'a': 1}"),
@@ -731,6 +755,7 @@ static void test_reuse(void)
 int main(void)
 {
     RUN(set_cases);
+    RUN(set_in_place_cases);
     RUN(unset_cases);
     RUN(arith_cases);
     RUN(rename_cases);

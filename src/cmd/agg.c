@@ -442,12 +442,31 @@ static int spill_cmp(const bson_t *a, const bson_t *b, const void *arg)
     return sbl_sort_compare(arg, a, b);
 }
 
-/*
- * $sort; when a $limit follows (limit > 0) only the best `limit` documents are
- * kept while reading the input, so memory is bounded by them (top-k).
- */
-static int st_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, int64_t limit,
-                   sbl_err_t *err)
+/* Sort dv through the external sorter: over the sort limit it spills. */
+static int sort_external(sbl_docvec_t *dv, const sbl_sort_t *s, sbl_err_t *err)
+{
+    sbl_sorter_t *so = sbl_sorter_new(spill_cmp, s, sbl_agg_limit(SBL_LIM_SORT), true);
+    int rc = 0;
+    size_t n = dv->n, i = 0;
+    for (; i < n && rc == 0; i++) {
+        rc = sbl_sorter_add(so, dv->v[i], 0, err);
+        dv->v[i] = NULL;
+    }
+    for (; i < n; i++) /* after a failed add: the rest are still ours */
+        bson_destroy(dv->v[i]);
+    dv->n = 0;
+    while (rc == 0) {
+        bson_t *d = NULL;
+        if ((rc = sbl_sorter_next(so, &d, NULL, err)) != 0 || d == NULL)
+            break;
+        dv->v[dv->n++] = d;
+    }
+    sbl_sorter_free(so);
+    return rc;
+}
+
+int sbl_agg_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, int64_t limit,
+                 sbl_err_t *err)
 {
     sbl_sort_t *s = sbl_sort_new(spec, err);
     if (s == NULL)
@@ -496,8 +515,8 @@ static int st_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spe
         size_t bytes = 0;
         for (size_t i = 0; i < dv->n; i++)
             bytes += dv->v[i]->len;
-        if (bytes > sbl_agg_mem_limit() && env->allow_disk != 0) {
-            rc = sbl_agg_spill_sort(env, dv, spill_cmp, s, err);
+        if (bytes > sbl_agg_limit(SBL_LIM_SORT) && sbl_agg_disk_ok(env->allow_disk)) {
+            rc = sort_external(dv, s, err);
         } else if ((rc = sbl_agg_check_mem(env, bytes, "$sort", err)) == 0) {
             sort_ent_t *e = malloc((dv->n + 1) * sizeof(*e));
             for (size_t i = 0; i < dv->n; i++) {
@@ -725,7 +744,7 @@ static int run_stage(sbl_agg_env_t *env, const char *ns, size_t index, bool last
     }
     if (strcmp(name, "$sort") == 0) {
         NEED_DOC(15973, "the $sort key specification must be an object");
-        return st_sort(env, dv, &spec, next_limit, err);
+        return sbl_agg_sort(env, dv, &spec, next_limit, err);
     }
     if (strcmp(name, "$skip") == 0 || strcmp(name, "$limit") == 0) {
         int64_t n = 0;

@@ -7,12 +7,23 @@
  * encoding (sbl_key_append), so keys that compare equal in MongoDB's order
  * (1, 1.0 and NumberLong(1)) share a group, as they do in MongoDB.  Groups
  * come out in the order they were first seen.
+ *
+ * Memory: each group counts its key and its accumulators' values.  Past
+ * internalDocumentSourceGroupMaxMemoryBytes the stage fails with 292, or,
+ * when it may use the disk, writes every partial group (key, first-seen
+ * position, accumulator states) as one sorted run (agg_spill.c's sorter) and
+ * starts afresh.  At the end the runs are merged by key and the partial
+ * states of one key combined in input order, so $first/$last/$push/$addToSet/
+ * $mergeObjects see the same order as in memory; groups still come out in
+ * first-seen order.  A single $push/$addToSet array is held to its own
+ * limit (146, as MongoDB: it cannot spill).
  */
 #include "cmd/crud_int.h"
 #include "common/buf.h"
 #include "doc/doc.h"
 #include "expr/expr.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,15 +69,46 @@ typedef struct acc_state {
     bool seen;
     bson_value_t *items; /* push/addToSet */
     size_t nitems, capitems;
+    size_t bytes; /* what val and items hold */
 } acc_state_t;
 
 typedef struct group {
     uint8_t *key;
     size_t keylen;
     uint64_t hash;
+    size_t seq; /* the input position that created it */
     bson_value_t id;
     acc_state_t *accs;
 } group_t;
+
+#define GROUP_OVERHEAD 64
+
+/* What a value costs held in memory (the value plus what it points to). */
+static size_t value_bytes(const bson_value_t *v)
+{
+    size_t n = sizeof(*v);
+    switch (v->value_type) {
+    case BSON_TYPE_UTF8:
+        return n + v->value.v_utf8.len;
+    case BSON_TYPE_SYMBOL:
+        return n + v->value.v_symbol.len;
+    case BSON_TYPE_DOCUMENT:
+    case BSON_TYPE_ARRAY:
+        return n + v->value.v_doc.data_len;
+    case BSON_TYPE_BINARY:
+        return n + v->value.v_binary.data_len;
+    case BSON_TYPE_REGEX:
+        return n + strlen(v->value.v_regex.regex) + strlen(v->value.v_regex.options);
+    case BSON_TYPE_CODE:
+        return n + v->value.v_code.code_len;
+    case BSON_TYPE_CODEWSCOPE:
+        return n + v->value.v_codewscope.code_len + v->value.v_codewscope.scope_len;
+    case BSON_TYPE_DBPOINTER:
+        return n + v->value.v_dbpointer.collection_len;
+    default:
+        return n;
+    }
+}
 
 static int find_acc(const char *name)
 {
@@ -94,6 +136,7 @@ static uint64_t hash_bytes(const uint8_t *p, size_t n)
 
 static void push_item(acc_state_t *a, const bson_value_t *v)
 {
+    a->bytes += value_bytes(v);
     if (a->nitems == a->capitems) {
         a->capitems = a->capitems ? a->capitems * 2 : 8;
         a->items = realloc(a->items, a->capitems * sizeof(*a->items));
@@ -111,9 +154,12 @@ static void add_number(acc_state_t *a, const bson_value_t *v)
         int64_t x = v->value_type == BSON_TYPE_INT32 ? v->value.v_int32 : v->value.v_int64;
         if (v->value_type == BSON_TYPE_INT64)
             a->has_long = true;
-        if (__builtin_add_overflow(a->isum, x, &a->isum)) {
+        int64_t sum;
+        if (__builtin_add_overflow(a->isum, x, &sum)) {
             a->overflow = true;
             a->dsum += (double)x;
+        } else {
+            a->isum = sum;
         }
         a->count++;
         break;
@@ -142,9 +188,32 @@ static void v_null_of(const bson_value_t *v)
     ((bson_value_t *)v)->value_type = BSON_TYPE_NULL;
 }
 
+/* Replace a's value by a copy of v, keeping a->bytes. */
+static void set_val(acc_state_t *a, const bson_value_t *v)
+{
+    if (a->seen) {
+        a->bytes -= value_bytes(&a->val);
+        bson_value_destroy(&a->val);
+    }
+    bson_value_copy(v, &a->val);
+    a->bytes += value_bytes(&a->val);
+    a->seen = true;
+}
+
+/* $push/$addToSet: ExceededMemoryLimit (146) once the array reaches its limit. */
+static int check_array(const acc_spec_t *s, const acc_state_t *a, sbl_err_t *err)
+{
+    size_t limit = sbl_agg_limit(s->kind == A_PUSH ? SBL_LIM_PUSH : SBL_LIM_ADDTOSET);
+    if (a->bytes < limit)
+        return 0;
+    return sbl_err_set(err, SBL_E_ExceededMemoryLimit,
+                       "%s used too much memory and cannot spill to disk. Memory limit: %zu bytes",
+                       s->kind == A_PUSH ? "$push" : "$addToSet", limit);
+}
+
 /* coll: how $min, $max and $addToSet compare strings (NULL: binary). */
-static void accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *v, bool missing,
-                       const sbl_collation_t *coll)
+static int accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *v, bool missing,
+                      const sbl_collation_t *coll, sbl_err_t *err)
 {
     switch (s->kind) {
     case A_SUM:
@@ -160,41 +229,35 @@ static void accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *
         if (missing || v->value_type == BSON_TYPE_NULL || v->value_type == BSON_TYPE_UNDEFINED)
             break;
         if (!a->seen || (s->kind == A_MIN ? sbl_value_compare_coll(v, &a->val, coll) < 0
-                                           : sbl_value_compare_coll(v, &a->val, coll) > 0)) {
-            if (a->seen)
-                bson_value_destroy(&a->val);
-            bson_value_copy(v, &a->val);
-            a->seen = true;
-        }
+                                           : sbl_value_compare_coll(v, &a->val, coll) > 0))
+            set_val(a, v);
         break;
     case A_FIRST:
         if (!a->seen) {
             if (missing)
                 v_null_of(v);
-            bson_value_copy(v, &a->val);
-            a->seen = true;
+            set_val(a, v);
         }
         break;
     case A_LAST:
-        if (a->seen)
-            bson_value_destroy(&a->val);
         if (missing)
             v_null_of(v);
-        bson_value_copy(v, &a->val);
-        a->seen = true;
+        set_val(a, v);
         break;
     case A_PUSH:
-        if (!missing)
+        if (!missing) {
             push_item(a, v);
+            return check_array(s, a, err);
+        }
         break;
     case A_ADDTOSET:
         if (missing)
             break;
         for (size_t i = 0; i < a->nitems; i++)
             if (sbl_value_compare_coll(&a->items[i], v, coll) == 0)
-                return;
+                return 0;
         push_item(a, v);
-        break;
+        return check_array(s, a, err);
     case A_MERGE: {
         if (missing || v->value_type != BSON_TYPE_DOCUMENT)
             break;
@@ -216,7 +279,6 @@ static void accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *
             while (bson_iter_next(&it))
                 if (!bson_has_field(&cur, bson_iter_key(&it)))
                     bson_append_iter(&merged, bson_iter_key(&it), -1, &it);
-            bson_value_destroy(&a->val);
         } else {
             bson_concat(&merged, &in);
         }
@@ -224,12 +286,12 @@ static void accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *
         mv.value_type = BSON_TYPE_DOCUMENT;
         mv.value.v_doc.data = (uint8_t *)bson_get_data(&merged);
         mv.value.v_doc.data_len = merged.len;
-        bson_value_copy(&mv, &a->val);
+        set_val(a, &mv);
         bson_destroy(&merged);
-        a->seen = true;
         break;
     }
     }
+    return 0;
 }
 
 static void append_result(bson_t *out, const acc_spec_t *s, const acc_state_t *a)
@@ -358,13 +420,320 @@ static int parse_spec(const bson_t *spec, bson_value_t *id_expr, acc_spec_t **ac
     return 0;
 }
 
+/* ---- spilling partial groups ------------------------------------------------------------ */
+
+enum { F_DOUBLE = 1, F_LONG = 2, F_OVERFLOW = 4, F_SEEN = 8 };
+
+/* A partial group as one run record: {k: key, s: seq, i: _id, a: [state...]}. */
+static bson_t *group_to_bson(const group_t *g, size_t nacc)
+{
+    bson_t *d = bson_new(), arr, st, items;
+    char kb[16];
+    bson_append_binary(d, "k", 1, BSON_SUBTYPE_BINARY, g->key, (uint32_t)g->keylen);
+    bson_append_int64(d, "s", 1, (int64_t)g->seq);
+    bson_append_value(d, "i", 1, &g->id);
+    bson_append_array_begin(d, "a", 1, &arr);
+    for (size_t a = 0; a < nacc; a++) {
+        const acc_state_t *x = &g->accs[a];
+        bson_append_document_begin(&arr, sbl_crud_key((uint32_t)a, kb), -1, &st);
+        bson_append_int64(&st, "n", 1, x->isum);
+        bson_append_double(&st, "d", 1, x->dsum);
+        bson_append_int64(&st, "c", 1, x->count);
+        bson_append_int32(&st, "f", 1,
+                          (x->has_double ? F_DOUBLE : 0) | (x->has_long ? F_LONG : 0) |
+                              (x->overflow ? F_OVERFLOW : 0) | (x->seen ? F_SEEN : 0));
+        if (x->seen)
+            bson_append_value(&st, "v", 1, &x->val);
+        bson_append_array_begin(&st, "t", 1, &items);
+        for (size_t i = 0; i < x->nitems; i++)
+            bson_append_value(&items, sbl_crud_key((uint32_t)i, kb), -1, &x->items[i]);
+        bson_append_array_end(&st, &items);
+        bson_append_document_end(&arr, &st);
+    }
+    bson_append_array_end(d, &arr);
+    return d;
+}
+
+static void run_key(const bson_t *d, const uint8_t **keyp, uint32_t *lenp)
+{
+    bson_iter_t it;
+    bson_subtype_t sub;
+    *keyp = NULL;
+    *lenp = 0;
+    if (bson_iter_init_find(&it, d, "k") && BSON_ITER_HOLDS_BINARY(&it))
+        bson_iter_binary(&it, &sub, lenp, keyp);
+}
+
+static int cmp_run_key(const bson_t *a, const bson_t *b, const void *arg)
+{
+    const uint8_t *ka, *kb;
+    uint32_t la, lb;
+    (void)arg;
+    run_key(a, &ka, &la);
+    run_key(b, &kb, &lb);
+    int r = memcmp(ka, kb, la < lb ? la : lb);
+    return r != 0 ? r : (la < lb ? -1 : la > lb);
+}
+
+/* Fold the numeric part of a partial state into a (in input order). */
+static void combine_numbers(acc_state_t *a, int64_t isum, double dsum, int64_t count, int flags)
+{
+    int64_t sum;
+    if (__builtin_add_overflow(a->isum, isum, &sum)) {
+        a->overflow = true;
+        a->dsum += (double)isum;
+    } else {
+        a->isum = sum;
+    }
+    a->dsum += dsum;
+    a->count += count;
+    a->has_double |= (flags & F_DOUBLE) != 0;
+    a->has_long |= (flags & F_LONG) != 0;
+    a->overflow |= (flags & F_OVERFLOW) != 0;
+}
+
+/* Fold one spilled partial state (a run record's a.<n>) into a. */
+static int combine(const acc_spec_t *s, acc_state_t *a, const bson_iter_t *st,
+                   const sbl_collation_t *coll, sbl_err_t *err)
+{
+    bson_iter_t f, t;
+    int64_t isum = 0, count = 0;
+    double dsum = 0;
+    int flags = 0;
+    bson_value_t val = {.value_type = BSON_TYPE_EOD};
+    bool has_items = false;
+    bson_iter_recurse(st, &f);
+    while (bson_iter_next(&f)) {
+        switch (bson_iter_key(&f)[0]) {
+        case 'n': isum = bson_iter_int64(&f); break;
+        case 'd': dsum = bson_iter_double(&f); break;
+        case 'c': count = bson_iter_int64(&f); break;
+        case 'f': flags = bson_iter_int32(&f); break;
+        case 'v': sbl_iter_value(&f, &val); break;
+        case 't': bson_iter_recurse(&f, &t); has_items = true; break;
+        default: break;
+        }
+    }
+    switch (s->kind) {
+    case A_SUM:
+    case A_AVG:
+    case A_COUNT:
+        combine_numbers(a, isum, dsum, count, flags);
+        return 0;
+    case A_PUSH:
+    case A_ADDTOSET:
+        while (has_items && bson_iter_next(&t)) {
+            bson_value_t v;
+            sbl_iter_value(&t, &v);
+            SBL_RET(accumulate(s, a, &v, false, coll, err));
+        }
+        return 0;
+    default: /* $min $max $first $last $mergeObjects: fold the value it kept */
+        if ((flags & F_SEEN) == 0)
+            return 0;
+        return accumulate(s, a, &val, false, coll, err);
+    }
+}
+
+typedef struct out_ent {
+    bson_t *doc;
+    size_t seq;
+} out_ent_t;
+
+static int cmp_out(const void *a, const void *b)
+{
+    const out_ent_t *x = a, *y = b;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* One result document: {_id, field: result...}. */
+static bson_t *group_result(const bson_value_t *id, const acc_spec_t *accs, size_t nacc,
+                            const acc_state_t *states)
+{
+    bson_t *doc = bson_new();
+    bson_append_value(doc, "_id", 3, id);
+    for (size_t a = 0; a < nacc; a++)
+        append_result(doc, &accs[a], &states[a]);
+    return doc;
+}
+
+static void free_states(acc_state_t *st, size_t nacc)
+{
+    for (size_t a = 0; a < nacc; a++)
+        acc_state_free(&st[a]);
+    memset(st, 0, nacc * sizeof(*st));
+}
+
+/*
+ * Merge the sorter's partial groups (sorted by key, ties in input order) into
+ * out, one document per key, in first-seen order.
+ */
+static int merge_spilled(sbl_sorter_t *so, const acc_spec_t *accs, size_t nacc,
+                         const sbl_collation_t *coll, sbl_docvec_t *out, sbl_err_t *err)
+{
+    acc_state_t *cur = calloc(nacc + 1, sizeof(*cur));
+    bson_t *first = NULL; /* the current key's first record: its key, seq and _id */
+    out_ent_t *ents = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (;;) {
+        bson_t *d = NULL;
+        if ((rc = sbl_sorter_next(so, &d, NULL, err)) != 0)
+            break;
+        if (first != NULL && (d == NULL || cmp_run_key(first, d, NULL) != 0)) {
+            bson_iter_t it;
+            bson_value_t id = {.value_type = BSON_TYPE_NULL};
+            if (bson_iter_init_find(&it, first, "i"))
+                sbl_iter_value(&it, &id);
+            if (n == cap) {
+                cap = cap ? cap * 2 : 256;
+                ents = realloc(ents, cap * sizeof(*ents));
+                if (ents == NULL)
+                    abort();
+            }
+            ents[n].doc = group_result(&id, accs, nacc, cur);
+            ents[n++].seq = bson_iter_init_find(&it, first, "s") ? (size_t)bson_iter_int64(&it) : 0;
+            free_states(cur, nacc);
+            bson_destroy(first);
+            first = NULL;
+        }
+        if (d == NULL)
+            break;
+        bson_iter_t a, st;
+        if (bson_iter_init_find(&a, d, "a") && BSON_ITER_HOLDS_ARRAY(&a)) {
+            bson_iter_recurse(&a, &st);
+            for (size_t k = 0; k < nacc && rc == 0 && bson_iter_next(&st); k++)
+                rc = combine(&accs[k], &cur[k], &st, coll, err);
+        }
+        if (first == NULL)
+            first = d;
+        else
+            bson_destroy(d);
+        if (rc != 0)
+            break;
+    }
+    if (first != NULL)
+        bson_destroy(first);
+    free_states(cur, nacc);
+    free(cur);
+    if (n > 1)
+        qsort(ents, n, sizeof(*ents), cmp_out);
+    for (size_t i = 0; i < n; i++) {
+        if (rc == 0)
+            sbl_docvec_push(out, ents[i].doc);
+        else
+            bson_destroy(ents[i].doc);
+    }
+    free(ents);
+    return rc;
+}
+
+/* ---- the stage ------------------------------------------------------------------------------ */
+
+typedef struct gtable {
+    group_t *groups;
+    size_t n, cap;
+    size_t *tab; /* index + 1 into groups; 0 = empty */
+    size_t tabsize;
+    size_t bytes;
+} gtable_t;
+
+static void gtable_init(gtable_t *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->tabsize = 1024;
+    t->tab = calloc(t->tabsize, sizeof(*t->tab));
+    if (t->tab == NULL)
+        abort();
+}
+
+static void free_group(group_t *g, size_t nacc)
+{
+    for (size_t a = 0; a < nacc; a++)
+        acc_state_free(&g->accs[a]);
+    free(g->accs);
+    free(g->key);
+    bson_value_destroy(&g->id);
+}
+
+/* Free every group and empty the table (kept allocated). */
+static void gtable_clear(gtable_t *t, size_t nacc)
+{
+    for (size_t i = 0; i < t->n; i++)
+        free_group(&t->groups[i], nacc);
+    t->n = 0;
+    t->bytes = 0;
+    memset(t->tab, 0, t->tabsize * sizeof(*t->tab));
+}
+
+/* The group of key kb, created (with id, at input position seq) when new. */
+static group_t *gtable_get(gtable_t *t, const sbl_buf_t *kb, const bson_value_t *id, size_t seq,
+                           size_t nacc)
+{
+    uint64_t h = hash_bytes(kb->data, kb->len);
+    size_t slot = h & (t->tabsize - 1);
+    while (t->tab[slot] != 0) {
+        group_t *c = &t->groups[t->tab[slot] - 1];
+        if (c->hash == h && c->keylen == kb->len && memcmp(c->key, kb->data, kb->len) == 0)
+            return c;
+        slot = (slot + 1) & (t->tabsize - 1);
+    }
+    if (t->n == t->cap) {
+        t->cap = t->cap ? t->cap * 2 : 64;
+        t->groups = realloc(t->groups, t->cap * sizeof(*t->groups));
+        if (t->groups == NULL)
+            abort();
+    }
+    group_t *g = &t->groups[t->n++];
+    g->keylen = kb->len;
+    g->key = malloc(kb->len ? kb->len : 1);
+    memcpy(g->key, kb->data, kb->len);
+    g->hash = h;
+    g->seq = seq;
+    bson_value_copy(id, &g->id);
+    g->accs = calloc(nacc + 1, sizeof(*g->accs));
+    t->bytes += kb->len + GROUP_OVERHEAD + value_bytes(id) + nacc * sizeof(acc_state_t);
+    t->tab[slot] = t->n;
+    if (t->n * 2 > t->tabsize) { /* grow and rehash */
+        t->tabsize *= 2;
+        t->tab = realloc(t->tab, t->tabsize * sizeof(*t->tab));
+        memset(t->tab, 0, t->tabsize * sizeof(*t->tab));
+        for (size_t i = 0; i < t->n; i++) {
+            size_t s = t->groups[i].hash & (t->tabsize - 1);
+            while (t->tab[s] != 0)
+                s = (s + 1) & (t->tabsize - 1);
+            t->tab[s] = i + 1;
+        }
+    }
+    return g;
+}
+
+/* Move every group of t into the sorter (as records); with spill, write them as a run. */
+static int gtable_to_sorter(gtable_t *t, size_t nacc, sbl_sorter_t *so, bool spill,
+                            sbl_err_t *err)
+{
+    int rc = 0;
+    size_t records = t->n, bytes = 0;
+    for (size_t i = 0; i < t->n && rc == 0; i++) {
+        bson_t *d = group_to_bson(&t->groups[i], nacc);
+        bytes += d->len;
+        rc = sbl_sorter_add(so, d, 0, err);
+    }
+    gtable_clear(t, nacc);
+    if (rc == 0 && spill) {
+        rc = sbl_sorter_spill(so, err);
+        sbl_agg_count_group_spill(records, bytes);
+    }
+    return rc;
+}
+
 int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env,
                   const bson_value_t *ids, sbl_err_t *err)
 {
     bson_value_t id_expr;
     acc_spec_t *accs = NULL;
     sbl_expr_t *id_e = NULL;
-    size_t nacc = 0, bytes = 0;
+    size_t nacc = 0;
     int rc = 0;
 
     bson_t *with_id = NULL; /* accs[].field points into it: kept to the end */
@@ -384,11 +753,11 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
         }
     }
 
-    group_t *groups = NULL;
-    size_t ngroups = 0, capgroups = 0;
-    size_t tabsize = 1024;
-    size_t *tab = malloc(tabsize * sizeof(*tab)); /* index + 1 into groups; 0 = empty */
-    memset(tab, 0, tabsize * sizeof(*tab));
+    gtable_t t;
+    gtable_init(&t);
+    sbl_sorter_t *so = NULL; /* set once the groups were spilled */
+    size_t limit = sbl_agg_limit(SBL_LIM_GROUP);
+    bool disk = sbl_agg_disk_ok(env->allow_disk);
     sbl_buf_t kb;
     sbl_buf_init(&kb);
 
@@ -403,50 +772,13 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
             idv.value_type = BSON_TYPE_NULL;
         sbl_buf_reset(&kb);
         sbl_key_append_coll(&kb, &idv, false, env->coll);
-        uint64_t h = hash_bytes(kb.data, kb.len);
-        size_t slot = h & (tabsize - 1);
-        group_t *g = NULL;
-        while (tab[slot] != 0) {
-            group_t *c = &groups[tab[slot] - 1];
-            if (c->hash == h && c->keylen == kb.len && memcmp(c->key, kb.data, kb.len) == 0) {
-                g = c;
-                break;
-            }
-            slot = (slot + 1) & (tabsize - 1);
-        }
-        if (g == NULL) {
-            if (ngroups == capgroups) {
-                capgroups = capgroups ? capgroups * 2 : 64;
-                groups = realloc(groups, capgroups * sizeof(*groups));
-                if (groups == NULL)
-                    abort();
-            }
-            g = &groups[ngroups++];
-            bytes += kb.len + 64 + nacc * sizeof(acc_state_t);
-            g->keylen = kb.len;
-            g->key = malloc(kb.len ? kb.len : 1);
-            memcpy(g->key, kb.data, kb.len);
-            g->hash = h;
-            bson_value_copy(&idv, &g->id);
-            g->accs = calloc(nacc + 1, sizeof(*g->accs));
-            tab[slot] = ngroups;
-            if (ngroups * 2 > tabsize) { /* grow and rehash */
-                tabsize *= 2;
-                tab = realloc(tab, tabsize * sizeof(*tab));
-                memset(tab, 0, tabsize * sizeof(*tab));
-                for (size_t i = 0; i < ngroups; i++) {
-                    size_t s = groups[i].hash & (tabsize - 1);
-                    while (tab[s] != 0)
-                        s = (s + 1) & (tabsize - 1);
-                    tab[s] = i + 1;
-                }
-            }
-        }
+        group_t *g = gtable_get(&t, &kb, &idv, d, nacc);
         bson_value_destroy(&idv);
         for (size_t a = 0; a < nacc && rc == 0; a++) {
             bson_value_t v;
+            size_t before = g->accs[a].bytes;
             if (accs[a].kind == A_COUNT) {
-                accumulate(&accs[a], &g->accs[a], NULL, false, env->coll);
+                rc = accumulate(&accs[a], &g->accs[a], NULL, false, env->coll, err);
                 continue;
             }
             if ((rc = sbl_agg_eval(env, accs[a].e, doc, &v, err)) != 0)
@@ -454,37 +786,35 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
             bool miss = v.value_type == BSON_TYPE_EOD;
             if (miss)
                 v.value_type = BSON_TYPE_NULL;
-            size_t before = g->accs[a].nitems;
-            accumulate(&accs[a], &g->accs[a], &v, miss, env->coll);
-            if (g->accs[a].nitems != before && v.value_type >= BSON_TYPE_UTF8 &&
-                v.value_type <= BSON_TYPE_ARRAY)
-                bytes += v.value_type == BSON_TYPE_UTF8 ? v.value.v_utf8.len
-                                                        : v.value.v_doc.data_len;
-            if (g->accs[a].nitems != before)
-                bytes += sizeof(bson_value_t);
+            rc = accumulate(&accs[a], &g->accs[a], &v, miss, env->coll, err);
+            t.bytes += g->accs[a].bytes - before; /* wraps correctly when it shrank */
             bson_value_destroy(&v);
         }
+        if (rc == 0 && t.bytes > limit) {
+            if (!disk) {
+                rc = sbl_agg_mem_error(SBL_LIM_GROUP, err);
+                break;
+            }
+            if (so == NULL)
+                so = sbl_sorter_new(cmp_run_key, NULL, SIZE_MAX, false);
+            rc = gtable_to_sorter(&t, nacc, so, true, err);
+        }
+        if (rc == 0 && (d & 1023) == 1023)
+            rc = sbl_cmd_check_interrupt(env->ctx, err);
     }
 
-    if (rc == 0)
-        rc = sbl_agg_check_mem(env, bytes, "$group", err);
     sbl_docvec_t out = {0};
-    for (size_t i = 0; i < ngroups; i++) {
-        if (rc == 0) {
-            bson_t *doc = bson_new();
-            bson_append_value(doc, "_id", 3, &groups[i].id);
-            for (size_t a = 0; a < nacc; a++)
-                append_result(doc, &accs[a], &groups[i].accs[a]);
-            sbl_docvec_push(&out, doc);
-        }
-        for (size_t a = 0; a < nacc; a++)
-            acc_state_free(&groups[i].accs[a]);
-        free(groups[i].accs);
-        free(groups[i].key);
-        bson_value_destroy(&groups[i].id);
+    if (rc == 0 && so != NULL) {
+        if ((rc = gtable_to_sorter(&t, nacc, so, false, err)) == 0)
+            rc = merge_spilled(so, accs, nacc, env->coll, &out, err);
+    } else if (rc == 0) {
+        for (size_t i = 0; i < t.n; i++)
+            sbl_docvec_push(&out, group_result(&t.groups[i].id, accs, nacc, t.groups[i].accs));
     }
-    free(groups);
-    free(tab);
+    gtable_clear(&t, nacc);
+    free(t.groups);
+    free(t.tab);
+    sbl_sorter_free(so);
     sbl_buf_destroy(&kb);
     free_accs(accs, nacc);
     sbl_expr_free(id_e);

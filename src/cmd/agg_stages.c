@@ -2,7 +2,7 @@
  * agg_stages.c: the aggregation stages that read or write other collections
  * ($lookup, $out, $merge), run sub-pipelines ($facet), group by shorthand
  * ($bucket, $sortByCount), sample ($sample) or produce documents from
- * nothing ($documents), and the memory limit of blocking stages.
+ * nothing ($documents).  Memory limits and spilling are agg_spill.c's.
  *
  * What must stay true: a stage reading another collection reads it through
  * the query executor (never holding a storage scan across stages); $out
@@ -22,152 +22,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define SBL_E_QueryExceededMemoryLimit 292
-#define DEFAULT_MEM_LIMIT ((size_t)100 * 1024 * 1024)
-
-/* ---- memory --------------------------------------------------------------------------- */
-
-size_t sbl_agg_mem_limit(void)
-{
-    const sbl_options_t *o = sbl_server_options();
-    bson_iter_t it;
-    if (o != NULL &&
-        bson_iter_init_find(&it, &o->parameters, "internalQueryMaxBlockingSortMemoryUsageBytes")) {
-        long long v = BSON_ITER_HOLDS_UTF8(&it) ? atoll(bson_iter_utf8(&it, NULL))
-                                                : bson_iter_as_int64(&it);
-        if (v > 0)
-            return (size_t)v;
-    }
-    return DEFAULT_MEM_LIMIT;
-}
-
-int sbl_agg_check_mem(const sbl_agg_env_t *env, size_t bytes, const char *stage, sbl_err_t *err)
-{
-    size_t limit = sbl_agg_mem_limit();
-    if (bytes <= limit || env->allow_disk != 0)
-        return 0;
-    if (strcmp(stage, "$sort") == 0)
-        return sbl_err_set(err, SBL_E_QueryExceededMemoryLimit,
-                           "Sort exceeded memory limit of %zu bytes, but did not opt in to "
-                           "external sorting.",
-                           limit);
-    return sbl_err_set(err, SBL_E_QueryExceededMemoryLimit,
-                       "Exceeded memory limit for %s, but didn't allow external spilling; pass "
-                       "allowDiskUse:true to opt in.",
-                       stage);
-}
-
-/* ---- spilling a sort to disk ----------------------------------------------------------------- */
-
-typedef struct spill_ent {
-    bson_t *doc;
-    size_t seq;
-} spill_ent_t;
-
-static _Thread_local sbl_agg_cmp_fn tls_cmp;
-static _Thread_local const void *tls_cmp_arg;
-
-static int cmp_spill(const void *a, const void *b)
-{
-    const spill_ent_t *x = a, *y = b;
-    int r = tls_cmp(x->doc, y->doc, tls_cmp_arg);
-    return r != 0 ? r : (x->seq < y->seq ? -1 : x->seq > y->seq);
-}
-
-/* Read the next document of a run file into *docp (NULL at the end). */
-static int run_read(FILE *f, bson_t **docp, sbl_err_t *err)
-{
-    uint8_t hdr[4];
-    *docp = NULL;
-    if (fread(hdr, 1, 4, f) != 4)
-        return 0;
-    uint32_t len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
-                   (uint32_t)hdr[3] << 24;
-    if (len < 5 || len > 2 * SBL_BSON_MAX_SIZE)
-        return sbl_err_set(err, SBL_E_InternalError, "corrupt sort spill file");
-    uint8_t *buf = malloc(len);
-    memcpy(buf, hdr, 4);
-    if (fread(buf + 4, 1, len - 4, f) != len - 4) {
-        free(buf);
-        return sbl_err_set(err, SBL_E_InternalError, "short read from sort spill file");
-    }
-    *docp = bson_new_from_data(buf, len);
-    free(buf);
-    return *docp ? 0 : sbl_err_set(err, SBL_E_InternalError, "corrupt sort spill file");
-}
-
-int sbl_agg_spill_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, sbl_agg_cmp_fn cmp,
-                       const void *arg, sbl_err_t *err)
-{
-    const sbl_options_t *o = sbl_server_options();
-    char dir[1024], path[1100];
-    size_t run_bytes = sbl_agg_mem_limit() / 2, nruns = 0, start = 0;
-    FILE **runs = NULL;
-    int rc = 0;
-    snprintf(dir, sizeof(dir), "%s/_tmp", o != NULL && o->dbpath != NULL ? o->dbpath : "/tmp");
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
-        return sbl_err_set(err, SBL_E_InternalError, "cannot create %s: %s", dir, strerror(errno));
-    tls_cmp = cmp;
-    tls_cmp_arg = arg;
-    /* 1: sorted runs of at most run_bytes each, written out and freed */
-    while (start < dv->n && rc == 0) {
-        size_t end = start, bytes = 0;
-        while (end < dv->n && (end == start || bytes + dv->v[end]->len <= run_bytes))
-            bytes += dv->v[end++]->len;
-        spill_ent_t *e = malloc((end - start) * sizeof(*e));
-        for (size_t i = start; i < end; i++)
-            e[i - start] = (spill_ent_t){dv->v[i], i};
-        qsort(e, end - start, sizeof(*e), cmp_spill);
-        snprintf(path, sizeof(path), "%s/sort-XXXXXX", dir);
-        int fd = mkstemp(path);
-        FILE *f = fd >= 0 ? fdopen(fd, "w+b") : NULL;
-        if (f == NULL) {
-            rc = sbl_err_set(err, SBL_E_InternalError, "cannot create a sort spill file in %s",
-                             dir);
-        } else {
-            unlink(path); /* gone from the directory; the open file lives until fclose */
-            runs = realloc(runs, (nruns + 1) * sizeof(*runs));
-            runs[nruns++] = f;
-            for (size_t i = 0; i < end - start && rc == 0; i++)
-                if (fwrite(bson_get_data(e[i].doc), 1, e[i].doc->len, f) != e[i].doc->len)
-                    rc = sbl_err_set(err, SBL_E_OutOfDiskSpace, "writing a sort spill file "
-                                                                "failed");
-            if (rc == 0 && (fflush(f) != 0 || fseek(f, 0, SEEK_SET) != 0))
-                rc = sbl_err_set(err, SBL_E_OutOfDiskSpace, "writing a sort spill file failed");
-        }
-        for (size_t i = start; i < end; i++) {
-            bson_destroy(dv->v[i]);
-            dv->v[i] = NULL;
-        }
-        free(e);
-        start = end;
-    }
-    /* 2: merge the runs (ties go to the earlier run, so the sort stays stable) */
-    size_t n = dv->n;
-    dv->n = 0;
-    bson_t **heads = calloc(nruns + 1, sizeof(*heads));
-    for (size_t r = 0; r < nruns && rc == 0; r++)
-        rc = run_read(runs[r], &heads[r], err);
-    for (size_t k = 0; k < n && rc == 0; k++) {
-        size_t best = nruns;
-        for (size_t r = 0; r < nruns; r++)
-            if (heads[r] != NULL && (best == nruns || cmp(heads[r], heads[best], arg) < 0))
-                best = r;
-        if (best == nruns)
-            break;
-        dv->v[dv->n++] = heads[best];
-        rc = run_read(runs[best], &heads[best], err);
-    }
-    for (size_t r = 0; r < nruns; r++) {
-        if (heads[r] != NULL)
-            bson_destroy(heads[r]);
-        fclose(runs[r]);
-    }
-    free(heads);
-    free(runs);
-    return rc;
-}
 
 /* ---- shared helpers --------------------------------------------------------------------- */
 
@@ -582,8 +436,10 @@ int sbl_agg_facet(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bs
                              "limit of 16777216 bytes",
                              out->len);
     }
-    if (rc == 0)
-        rc = sbl_agg_check_mem(env, bytes, "$facet", err);
+    if (rc == 0 && bytes > sbl_agg_limit(SBL_LIM_FACET)) /* $facet cannot spill (as MongoDB) */
+        rc = sbl_err_set(err, 4031700, "document constructed by $facet is %zu bytes, which "
+                                       "exceeds the limit of %zu bytes",
+                         bytes, sbl_agg_limit(SBL_LIM_FACET));
     if (rc != 0) {
         bson_destroy(out);
         return rc;
@@ -594,17 +450,6 @@ int sbl_agg_facet(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bs
 }
 
 /* ---- $bucket ------------------------------------------------------------------------------ */
-
-typedef struct bucket_ent {
-    bson_t *doc;
-    size_t rank;
-} bucket_ent_t;
-
-static int cmp_bucket(const void *a, const void *b)
-{
-    const bucket_ent_t *x = a, *y = b;
-    return x->rank < y->rank ? -1 : x->rank > y->rank;
-}
 
 int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err)
 {
@@ -675,13 +520,14 @@ int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
         if (sbl_type_rank(bounds[i].value_type) != sbl_type_rank(bounds[0].value_type))
             rc = sbl_err_set(err, 40193, "All values in the the 'boundaries' option to $bucket "
                                          "must have the same type.");
-        else if (sbl_value_compare(&bounds[i - 1], &bounds[i]) >= 0)
+        else if (sbl_value_compare_coll(&bounds[i - 1], &bounds[i], env->coll) >= 0)
             rc = sbl_err_set(err, 40194, "The 'boundaries' option to $bucket must be sorted in "
                                          "ascending order");
     }
     if (rc == 0 && dflt.value_type != BSON_TYPE_EOD &&
         sbl_type_rank(dflt.value_type) == sbl_type_rank(bounds[0].value_type) &&
-        sbl_value_compare(&dflt, &bounds[0]) >= 0 && sbl_value_compare(&dflt, &bounds[nb - 1]) < 0)
+        sbl_value_compare_coll(&dflt, &bounds[0], env->coll) >= 0 &&
+        sbl_value_compare_coll(&dflt, &bounds[nb - 1], env->coll) < 0)
         rc = sbl_err_set(err, 40199, "The $bucket 'default' field must be less than the lowest "
                                      "boundary or greater than or equal to the highest "
                                      "boundary.");
@@ -699,8 +545,8 @@ int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
         size_t i = nb;
         if (sbl_type_rank(v.value_type) == sbl_type_rank(bounds[0].value_type))
             for (i = 0; i + 1 < nb; i++)
-                if (sbl_value_compare(&bounds[i], &v) <= 0 &&
-                    sbl_value_compare(&v, &bounds[i + 1]) < 0)
+                if (sbl_value_compare_coll(&bounds[i], &v, env->coll) <= 0 &&
+                    sbl_value_compare_coll(&v, &bounds[i + 1], env->coll) < 0)
                     break;
         if (i + 1 >= nb) {
             if (dflt.value_type == BSON_TYPE_EOD) {
@@ -722,25 +568,11 @@ int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
         rc = sbl_agg_group(dv, has_output ? &output : &count_spec, env, ids, err);
         bson_destroy(&count_spec);
     }
-    if (rc == 0) {
-        bucket_ent_t *ents = calloc(dv->n + 1, sizeof(*ents));
-        for (size_t i = 0; i < dv->n; i++) {
-            bson_iter_t idi;
-            bson_value_t idv;
-            ents[i].doc = dv->v[i];
-            ents[i].rank = nb;
-            if (bson_iter_init_find(&idi, dv->v[i], "_id")) {
-                sbl_iter_value(&idi, &idv);
-                for (size_t k = 0; k < nb; k++)
-                    if (sbl_value_equal(&bounds[k], &idv) &&
-                        sbl_type_rank(bounds[k].value_type) == sbl_type_rank(idv.value_type))
-                        ents[i].rank = k;
-            }
-        }
-        qsort(ents, dv->n, sizeof(*ents), cmp_bucket);
-        for (size_t i = 0; i < dv->n; i++)
-            dv->v[i] = ents[i].doc;
-        free(ents);
+    if (rc == 0) { /* MongoDB's $bucket is a $group then a $sort on _id (under the collation) */
+        bson_t by_id = BSON_INITIALIZER;
+        BSON_APPEND_INT32(&by_id, "_id", 1);
+        rc = sbl_agg_sort(env, dv, &by_id, 0, err);
+        bson_destroy(&by_id);
     }
     for (size_t i = 0; i < nids; i++)
         bson_value_destroy(&ids[i]);
@@ -751,20 +583,6 @@ int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
 }
 
 /* ---- $sortByCount -------------------------------------------------------------------------- */
-
-typedef struct count_ent {
-    bson_t *doc;
-    int64_t count;
-    size_t seq;
-} count_ent_t;
-
-static int cmp_count(const void *a, const void *b)
-{
-    const count_ent_t *x = a, *y = b;
-    if (x->count != y->count)
-        return x->count > y->count ? -1 : 1;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
-}
 
 int sbl_agg_sort_by_count(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_value_t *expr,
                           sbl_err_t *err)
@@ -780,18 +598,12 @@ int sbl_agg_sort_by_count(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_value
     bson_destroy(&spec);
     if (rc != 0)
         return rc;
-    count_ent_t *ents = calloc(dv->n + 1, sizeof(*ents));
-    for (size_t i = 0; i < dv->n; i++) {
-        bson_iter_t c;
-        ents[i].doc = dv->v[i];
-        ents[i].seq = i;
-        ents[i].count = bson_iter_init_find(&c, dv->v[i], "count") ? bson_iter_as_int64(&c) : 0;
-    }
-    qsort(ents, dv->n, sizeof(*ents), cmp_count);
-    for (size_t i = 0; i < dv->n; i++)
-        dv->v[i] = ents[i].doc;
-    free(ents);
-    return 0;
+    /* a $group then a stable $sort {count: -1}: equal counts keep first-seen order */
+    bson_t by_count = BSON_INITIALIZER;
+    BSON_APPEND_INT32(&by_count, "count", -1);
+    rc = sbl_agg_sort(env, dv, &by_count, 0, err);
+    bson_destroy(&by_count);
+    return rc;
 }
 
 /* ---- $sample ------------------------------------------------------------------------------ */

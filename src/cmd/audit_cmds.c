@@ -13,6 +13,7 @@
 #include "audit/audit.h"
 #include "auth/auth.h"
 #include "cmd/cmd_int.h"
+#include "cmd/spill.h"
 #include "common/log.h"
 
 #include <openssl/rand.h>
@@ -514,6 +515,13 @@ int sbl_cmd_set_parameter(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                                    "auditAuthorizationSuccess must be a boolean");
             BSON_APPEND_BOOL(ctx->reply, "was", sbl_audit_auth_success());
             sbl_audit_set_auth_success(bson_iter_as_bool(&it));
+            known = true;
+            continue;
+        }
+        int prc = sbl_agg_set_parameter(k, &it, ctx->reply, err); /* memory limits (agg_spill.c) */
+        if (prc >= 0) {
+            if (prc != 0)
+                return prc;
             known = true;
             continue;
         }

@@ -259,22 +259,57 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
  * (removed when v is NULL or EOD); missing intermediate documents are created. */
 void sbl_agg_set_path(const bson_t *in, const char *path, const bson_value_t *v, bson_t *out);
 
-/* The memory limit of blocking stages (100 MB, or the setParameter
- * internalQueryMaxBlockingSortMemoryUsageBytes given at start-up). */
-size_t sbl_agg_mem_limit(void);
-/* QueryExceededMemoryLimitNoDiskUseAllowed (292) when bytes exceed the limit and
- * allowDiskUse is false. */
+/* ---- memory limits and spilling (agg_spill.c) ------------------------------ */
+
+/* The limits, each a server parameter (--setParameter at start-up, setParameter
+ * at run time; 100 MB by default). */
+typedef enum sbl_agg_limit {
+    SBL_LIM_SORT,     /* internalQueryMaxBlockingSortMemoryUsageBytes: $sort, find's sort */
+    SBL_LIM_GROUP,    /* internalDocumentSourceGroupMaxMemoryBytes: $group, $bucket ... */
+    SBL_LIM_PUSH,     /* internalQueryMaxPushBytes: one $push array */
+    SBL_LIM_ADDTOSET, /* internalQueryMaxAddToSetBytes: one $addToSet array */
+    SBL_LIM_FACET     /* internalQueryFacetMaxOutputDocSizeBytes: $facet's document */
+} sbl_agg_limit_t;
+size_t sbl_agg_limit(sbl_agg_limit_t which);
+size_t sbl_agg_mem_limit(void); /* sbl_agg_limit(SBL_LIM_SORT) */
+
+/* Whether an operation may spill: allow_disk is allowDiskUse (-1 not given:
+ * the allowDiskUseByDefault parameter decides, true by default as in 7.0). */
+bool sbl_agg_disk_ok(int allow_disk);
+
+/* QueryExceededMemoryLimitNoDiskUseAllowed (292) when bytes exceed the limit
+ * of stage ("$sort": the sort limit, else the $group limit) and spilling is
+ * not allowed; sbl_agg_mem_error sets that error unconditionally. */
 int sbl_agg_check_mem(const sbl_agg_env_t *env, size_t bytes, const char *stage, sbl_err_t *err);
+int sbl_agg_mem_error(sbl_agg_limit_t which, sbl_err_t *err);
+
+/* Count one $group spill in serverStatus (start-up and parameters: spill.h). */
+void sbl_agg_count_group_spill(size_t records, size_t bytes);
 
 /*
- * Sort dv by cmp through the disk (allowDiskUse): sorted runs of at most half
- * the memory limit are written to unlinked temporary files under
- * <dbpath>/_tmp and their documents freed, then merged back into dv.
- * Ties keep input order.
+ * The external sorter: documents added (owned by it from then on) are kept
+ * in memory until their bytes pass `limit`; then they are sorted and written
+ * as one run to an unlinked file under <dbpath>/_tmp.  sbl_sorter_next hands
+ * back every document (the caller owns it; *docp NULL at the end) in cmp
+ * order, ties in the order added, with the tag it was added with.  is_sort:
+ * spills count as sort spills in serverStatus.
  */
 typedef int (*sbl_agg_cmp_fn)(const bson_t *a, const bson_t *b, const void *arg);
-int sbl_agg_spill_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, sbl_agg_cmp_fn cmp,
-                       const void *arg, sbl_err_t *err);
+typedef struct sbl_sorter sbl_sorter_t;
+sbl_sorter_t *sbl_sorter_new(sbl_agg_cmp_fn cmp, const void *arg, size_t limit, bool is_sort);
+int sbl_sorter_add(sbl_sorter_t *s, bson_t *doc, int32_t tag, sbl_err_t *err);
+int sbl_sorter_spill(sbl_sorter_t *s, sbl_err_t *err); /* write what is buffered as a run */
+size_t sbl_sorter_runs(const sbl_sorter_t *s);          /* runs written so far */
+int sbl_sorter_next(sbl_sorter_t *s, bson_t **docp, int32_t *tagp, sbl_err_t *err);
+void sbl_sorter_free(sbl_sorter_t *s);
+
+/*
+ * The $sort stage over dv (spec: a sort document; limit > 0: only the best
+ * `limit` are kept, top-k), under env's collation; over the sort limit it
+ * sorts through the disk when allowed, else fails with 292.
+ */
+int sbl_agg_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, int64_t limit,
+                 sbl_err_t *err);
 
 /* Stages of agg_stages.c, dispatched by agg.c; it is the stage's value. */
 int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err);

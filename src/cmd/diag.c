@@ -7,6 +7,7 @@
  * request path.
  */
 #include "cmd/cmd_int.h"
+#include "cmd/spill.h"
 #include "server/server.h"
 
 #include <stdio.h>
@@ -161,6 +162,7 @@ int sbl_cmd_server_status(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_INT64(&d, "returned", sbl_metrics_get_docs(SBL_DOC_RETURNED));
     BSON_APPEND_INT64(&d, "updated", sbl_metrics_get_docs(SBL_DOC_UPDATED));
     bson_append_document_end(&m, &d);
+    sbl_agg_append_metrics(&m); /* metrics.query: spills of $group and sorts */
     bson_append_document_end(r, &m);
 
     BSON_APPEND_DOCUMENT_BEGIN(r, "storageEngine", &d);

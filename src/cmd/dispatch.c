@@ -13,6 +13,7 @@
  */
 #include "cmd/cmd_int.h"
 #include "cmd/failpoint.h"
+#include "cmd/spill.h"
 #include "common/log.h"
 #include "expr/expr.h"
 #include "query/query.h"
@@ -634,6 +635,7 @@ int sbl_cmd_init(sbl_err_t *err)
     /* libuv's worker pool runs the commands that may scan; size it before first use. */
     setenv("UV_THREADPOOL_SIZE", "16", 0);
     sbl_expr_init(); /* $expr and $jsonSchema in filters */
+    SBL_RET(sbl_agg_spill_init(err)); /* memory parameters; empties <dbpath>/_tmp */
     uv_mutex_init(&reaper_mu);
     uv_cond_init(&reaper_cv);
     reaper_stop = false;

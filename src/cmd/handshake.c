@@ -11,6 +11,7 @@
  */
 #include "audit/audit.h"
 #include "cmd/cmd_int.h"
+#include "cmd/spill.h"
 #include "common/log.h"
 #include "server/server.h"
 #include "wire/wire.h"
@@ -285,6 +286,8 @@ static bool append_parameter(bson_t *r, const char *name)
         BSON_APPEND_BOOL(r, name, sbl_audit_auth_success());
         return true;
     }
+    if (sbl_agg_append_parameter(r, name)) /* memory limits, changeable at run time */
+        return true;
     if (bson_iter_init_find(&it, &o->parameters, name)) {
         bson_append_value(r, name, -1, bson_iter_value(&it));
         return true;
@@ -312,8 +315,6 @@ static bool append_parameter(bson_t *r, const char *name)
         BSON_APPEND_INT32(r, name, 200);
     } else if (strcmp(name, "transactionLifetimeLimitSeconds") == 0) {
         BSON_APPEND_INT32(r, name, 60);
-    } else if (strcmp(name, "internalQueryMaxBlockingSortMemoryUsageBytes") == 0) {
-        BSON_APPEND_INT64(r, name, 100 * 1024 * 1024);
     } else if (strcmp(name, "journalCommitInterval") == 0) {
         BSON_APPEND_INT32(r, name, o->commit_interval_ms);
     } else if (strcmp(name, "syncdelay") == 0) {
@@ -330,6 +331,7 @@ static bool append_parameter(bson_t *r, const char *name)
 static const char *const known_parameters[] = {
     "auditAuthorizationSuccess", "authenticationMechanisms", "cursorTimeoutMillis", "enableTestCommands",
     "featureCompatibilityVersion", "internalQueryMaxBlockingSortMemoryUsageBytes",
+    "internalDocumentSourceGroupMaxMemoryBytes", "allowDiskUseByDefault",
     "journalCommitInterval", "logLevel", "maxBSONDepth", "quiet", "syncdelay",
     "transactionLifetimeLimitSeconds", "wiredTigerConcurrentReadTransactions",
     "wiredTigerConcurrentWriteTransactions",

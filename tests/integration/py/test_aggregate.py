@@ -25,7 +25,8 @@ def server():
     s = Sabled()
     try:
         s.start(["--setParameter",
-                 "internalQueryMaxBlockingSortMemoryUsageBytes=%d" % MEM_LIMIT])
+                 "internalQueryMaxBlockingSortMemoryUsageBytes=%d" % MEM_LIMIT,
+                 "--setParameter", "internalDocumentSourceGroupMaxMemoryBytes=%d" % MEM_LIMIT])
         yield s
     finally:
         s.cleanup()

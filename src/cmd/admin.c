@@ -5,6 +5,7 @@
  */
 #include "cmd/cmd_int.h"
 #include "cmd/crud_int.h"
+#include "cmd/timeseries.h"
 #include "cmd/views.h"
 #include "query/query.h"
 #include "server/server.h"
@@ -51,6 +52,9 @@ int sbl_cmd_create(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 
     SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_validate_user_write_ns(ns, err));
+    /* timeseries, clusteredIndex, expireAfterSeconds: first, as MongoDB checks them
+     * (a clustered collection refuses size/max with its own codes) */
+    SBL_ERR(sbl_ts_create_options(ctx->cmd, ns, &opts, err));
     bson_iter_init(&it, ctx->cmd);
     bson_iter_next(&it);
     while (bson_iter_next(&it)) {
@@ -61,11 +65,8 @@ int sbl_cmd_create(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             is_view = true; /* sbl_view_options reads both */
             continue;
         }
-        if (strcmp(k, "timeseries") == 0) {
-            rc = sbl_err_set(err, SBL_E_CommandNotSupported,
-                             "time-series collections are not supported");
-            goto err;
-        }
+        if (sbl_ts_is_create_field(k))
+            continue; /* sbl_ts_create_options parses them */
         if (strcmp(k, "capped") == 0 && bson_iter_as_bool(&it)) {
             rc = sbl_err_set(err, SBL_E_CommandNotSupported, "capped collections are not "
                              "supported yet");
@@ -86,6 +87,7 @@ int sbl_cmd_create(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     SBL_ERR(sbl_coll_create(ctx->ss, ns, &opts, err));
     ctx->wrote = true;
     sbl_cmd_audit_coll_created(ctx, ns);
+    SBL_ERR(sbl_ts_after_create(ctx->ss, ns, &opts, err));
 err:
     bson_destroy(&opts);
     return rc;
@@ -270,16 +272,17 @@ int sbl_cmd_list_collections(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         const char *coll = l.names[i] + strlen(ctx->db) + 1;
         bson_t *d = bson_new(), sub;
         bool view = bson_has_field(l.opts[i], "viewOn");
+        bool ts = sbl_ts_is_timeseries(l.opts[i]); /* MongoDB's is a view on its buckets */
         BSON_APPEND_UTF8(d, "name", coll);
-        BSON_APPEND_UTF8(d, "type", view ? "view" : "collection");
+        BSON_APPEND_UTF8(d, "type", view ? "view" : ts ? "timeseries" : "collection");
         if (!name_only) {
             BSON_APPEND_DOCUMENT(d, "options", l.opts[i]);
             BSON_APPEND_DOCUMENT_BEGIN(d, "info", &sub);
             BSON_APPEND_BOOL(&sub, "readOnly", view);
-            if (!view)
+            if (!view && !ts)
                 BSON_APPEND_BINARY(&sub, "uuid", BSON_SUBTYPE_UUID, l.uuids[i], 16);
             bson_append_document_end(d, &sub);
-            if (!view)
+            if (!view && !ts && !bson_has_field(l.opts[i], "clusteredIndex"))
                 append_id_index(d, "idIndex");
         }
         if (m == NULL || sbl_matcher_match(m, d, NULL))

@@ -1085,6 +1085,8 @@ int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         o.limit = limit;
         o.collation = env.coll;
         rc = sbl_qexec_new(ns, &o, &q, err);
+        if (rc == 0) /* a leading $sort is held to the sort limit too */
+            sbl_qexec_set_disk_use(q, (int8_t)(allow_disk < 0 ? 0 : allow_disk ? 1 : -1));
         sbl_expr_take_match_error(NULL);
         for (; rc == 0;) {
             bson_t doc;

@@ -499,3 +499,11 @@ void sbl_sorter_free(sbl_sorter_t *s)
     free(s->heap);
     free(s);
 }
+
+int8_t sbl_crud_disk_use(const bson_t *cmd)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, cmd, "allowDiskUse") || !BSON_ITER_HOLDS_BOOL(&it))
+        return 0;
+    return bson_iter_bool(&it) ? 1 : -1;
+}

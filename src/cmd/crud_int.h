@@ -139,6 +139,11 @@ typedef struct sbl_qexec_info {
 } sbl_qexec_info_t;
 void sbl_qexec_info(const sbl_qexec_t *q, sbl_qexec_info_t *out);
 
+/* Whether q's in-memory sort may spill past the sort limit: disk_use is the
+ * command's allowDiskUse (sbl_crud_disk_use; 0: not given).  Before the first
+ * sbl_qexec_next. */
+void sbl_qexec_set_disk_use(sbl_qexec_t *q, int8_t disk_use);
+
 /* The parsed filter (for re-checking a document inside a write transaction). */
 const sbl_matcher_t *sbl_qexec_matcher(const sbl_qexec_t *q);
 
@@ -276,6 +281,8 @@ size_t sbl_agg_mem_limit(void); /* sbl_agg_limit(SBL_LIM_SORT) */
 /* Whether an operation may spill: allow_disk is allowDiskUse (-1 not given:
  * the allowDiskUseByDefault parameter decides, true by default as in 7.0). */
 bool sbl_agg_disk_ok(int allow_disk);
+/* A command's allowDiskUse: 1 true, -1 false, 0 not given. */
+int8_t sbl_crud_disk_use(const bson_t *cmd);
 
 /* QueryExceededMemoryLimitNoDiskUseAllowed (292) when bytes exceed the limit
  * of stage ("$sort": the sort limit, else the $group limit) and spilling is

@@ -325,6 +325,8 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                           has_sort ? &sort : NULL, skip, limit, coll};
     if (rc == 0)
         rc = sbl_qexec_new_hinted(ns, &o, has_hint ? &hint : NULL, &st->q, err);
+    if (rc == 0 && has_sort) /* a blocking sort may spill: allowDiskUse (agg_spill.c) */
+        sbl_qexec_set_disk_use(st->q, sbl_crud_disk_use(ctx->cmd));
     bson_destroy(&let_vals);
     bson_destroy(&bound);
     if (rc == 0 && return_key) /* the projection is then ignored, as in mongod */

@@ -6,7 +6,9 @@
  * (sbl_coll_get per value), a bounded _id range scan, or a full scan; the
  * matcher then checks every document.  A sort on _id alone is the scan
  * direction; any other sort collects the matches and sorts them in memory
- * (keeping at most skip+limit of them when limited: top-k).
+ * (keeping at most skip+limit of them when limited: top-k).  An unlimited
+ * sort whose matches outgrow internalQueryMaxBlockingSortMemoryUsageBytes
+ * goes through agg_spill.c's sorter (allowDiskUse) or fails with 292.
  *
  * What must stay true:
  *  - Documents are read in chunks: each chunk opens the collection and a
@@ -71,6 +73,8 @@ struct sbl_qexec {
     size_t n, i, cap;
     uint64_t seq;
     bool sorted; /* the in-memory sort has run: buf holds the final results */
+    int8_t disk_use;     /* allowDiskUse: 1, -1, 0 not given (sbl_qexec_set_disk_use) */
+    sbl_sorter_t *spill; /* the sort went through the disk: the results come from it */
 };
 
 static void buf_clear(sbl_qexec_t *q)
@@ -220,6 +224,7 @@ void sbl_qexec_free(sbl_qexec_t *q)
     }
     free(q->seen);
     sbl_id_range_destroy(&q->range);
+    sbl_sorter_free(q->spill); /* before the sort it compares with */
     sbl_sort_free(q->sort);
     sbl_matcher_free(q->m);
     free(q);
@@ -341,6 +346,11 @@ static int refill_scan(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, size_t
     }
     sbl_scan_close(scan);
     return rc;
+}
+
+void sbl_qexec_set_disk_use(sbl_qexec_t *q, int8_t disk_use)
+{
+    q->disk_use = disk_use;
 }
 
 /* The summary the slow-query log shows; per thread, as the dispatcher reads
@@ -580,12 +590,37 @@ static void sort_and_trim(entry_t *all, size_t *np, size_t keep)
     }
 }
 
-/* Collect every match, sort, apply skip and limit; buf then holds the results. */
+static int spill_cmp(const bson_t *a, const bson_t *b, const void *arg)
+{
+    return sbl_sort_compare(arg, a, b);
+}
+
+/* Move the n entries of all into a new sorter (q->spill): the sort spills. */
+static int start_spill(sbl_qexec_t *q, entry_t *all, size_t *np, sbl_err_t *err)
+{
+    int rc = 0;
+    size_t k = 0;
+    q->spill = sbl_sorter_new(spill_cmp, q->sort, sbl_agg_limit(SBL_LIM_SORT), true);
+    for (; k < *np && rc == 0; k++)
+        rc = sbl_sorter_add(q->spill, all[k].doc, all[k].pos, err);
+    for (; k < *np; k++) /* after a failed add: still ours */
+        bson_destroy(all[k].doc);
+    *np = 0;
+    return rc;
+}
+
+/*
+ * Collect every match, sort, apply skip and limit; buf then holds the
+ * results.  Unlimited, past the sort limit: the matches go through the
+ * external sorter (q->spill) when the disk may be used, else 292.
+ */
 static int run_sort(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
     entry_t *all = NULL;
-    size_t n = 0, cap = 0;
+    size_t n = 0, cap = 0, bytes = 0;
     size_t keep = q->limit > 0 ? (size_t)(q->skip + q->limit) : 0;
+    size_t mem_limit = sbl_agg_limit(SBL_LIM_SORT);
+    bool disk = sbl_agg_disk_ok(q->disk_use == 0 ? -1 : q->disk_use > 0);
     int rc = 0;
 
     tls_sort = q->sort;
@@ -595,6 +630,13 @@ static int run_sort(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         if (q->n == 0 && q->exhausted)
             break;
         for (size_t k = 0; k < q->n; k++) {
+            if (q->spill != NULL) {
+                if (rc == 0)
+                    rc = sbl_sorter_add(q->spill, q->buf[k].doc, q->buf[k].pos, err);
+                else
+                    bson_destroy(q->buf[k].doc);
+                continue;
+            }
             if (n == cap) {
                 cap = cap ? cap * 2 : 256;
                 all = realloc(all, cap * sizeof(*all));
@@ -602,18 +644,51 @@ static int run_sort(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                     abort();
             }
             all[n++] = q->buf[k];
+            bytes += q->buf[k].doc->len + sizeof(entry_t);
         }
-        q->n = q->i = 0; /* ownership moved to all */
+        q->n = q->i = 0; /* ownership moved to all (or the sorter) */
+        if (rc != 0)
+            break;
         if (keep > 0 && n >= 2 * keep + 1024)
             sort_and_trim(all, &n, keep);
-        if ((rc = sbl_cmd_check_interrupt(ctx, err)) != 0)
+        if (keep == 0 && q->spill == NULL && bytes > mem_limit) {
+            if (!disk)
+                rc = sbl_agg_mem_error(SBL_LIM_SORT, err);
+            else
+                rc = start_spill(q, all, &n, err);
+            bytes = 0;
+        }
+        if (rc == 0)
+            rc = sbl_cmd_check_interrupt(ctx, err);
+        if (rc != 0)
             break;
+    }
+    if (rc == 0 && keep > 0) { /* top-k: the k kept stay in memory (no spilling) */
+        sort_and_trim(all, &n, keep);
+        bytes = 0;
+        for (size_t k = 0; k < n; k++)
+            bytes += all[k].doc->len + sizeof(entry_t);
+        if (bytes > mem_limit && !disk)
+            rc = sbl_agg_mem_error(SBL_LIM_SORT, err);
     }
     if (rc != 0) {
         for (size_t k = 0; k < n; k++)
             bson_destroy(all[k].doc);
         free(all);
         return rc;
+    }
+    if (q->spill != NULL) { /* results stream from the sorter, past skip */
+        free(all);
+        q->sorted = true;
+        q->exhausted = true;
+        for (int64_t k = 0; k < q->skip; k++) {
+            bson_t *d = NULL;
+            SBL_RET(sbl_sorter_next(q->spill, &d, NULL, err));
+            if (d == NULL)
+                break;
+            bson_destroy(d);
+        }
+        return 0;
     }
     sort_and_trim(all, &n, keep);
     size_t skip = (size_t)q->skip < n ? (size_t)q->skip : n;
@@ -635,6 +710,19 @@ int sbl_qexec_next(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, bson_t *doc, int32_t *pos
     *donep = false;
     if (q->sort != NULL && !q->sorted)
         SBL_RET(run_sort(q, ctx, err));
+    if (q->spill != NULL) {
+        bson_t *d = NULL;
+        int32_t pos = -1;
+        SBL_RET(sbl_sorter_next(q->spill, &d, &pos, err));
+        if (d == NULL) {
+            *donep = true;
+            return 0;
+        }
+        bson_steal(doc, d); /* d is a heap bson_t: freed by the steal */
+        if (posp != NULL)
+            *posp = pos;
+        return 0;
+    }
     while (q->i >= q->n) {
         if (q->exhausted) {
             *donep = true;

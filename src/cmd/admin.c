@@ -3,6 +3,7 @@
  * listDatabases, listCollections, renameCollection, collStats, dbStats
  * (the index commands are in index_cmds.c).
  */
+#include "cmd/capped.h"
 #include "cmd/cmd_int.h"
 #include "cmd/crud_int.h"
 #include "cmd/timeseries.h"
@@ -55,6 +56,7 @@ int sbl_cmd_create(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     /* timeseries, clusteredIndex, expireAfterSeconds: first, as MongoDB checks them
      * (a clustered collection refuses size/max with its own codes) */
     SBL_ERR(sbl_ts_create_options(ctx->cmd, ns, &opts, err));
+    SBL_ERR(sbl_capped_create_options(ctx->cmd, &opts, err));
     bson_iter_init(&it, ctx->cmd);
     bson_iter_next(&it);
     while (bson_iter_next(&it)) {
@@ -67,11 +69,8 @@ int sbl_cmd_create(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         }
         if (sbl_ts_is_create_field(k))
             continue; /* sbl_ts_create_options parses them */
-        if (strcmp(k, "capped") == 0 && bson_iter_as_bool(&it)) {
-            rc = sbl_err_set(err, SBL_E_CommandNotSupported, "capped collections are not "
-                             "supported yet");
-            goto err;
-        }
+        if (sbl_capped_is_create_field(k))
+            continue; /* sbl_capped_create_options parses them */
         if (strcmp(k, "collation") == 0) {
             SBL_ERR(sbl_crud_collation_option(&it, &opts, err)); /* the collection default */
             continue;
@@ -362,10 +361,13 @@ int sbl_cmd_coll_stats(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     int64_t *ixsizes = calloc(nix + 1, sizeof(int64_t)), ixtotal = 0;
     for (size_t i = 0; i < nix; i++)
         ixtotal += (ixsizes[i] = sbl_index_size(ctx->ss, ixs[i]));
+    bson_t capped = BSON_INITIALIZER; /* capped, max, maxSize */
+    sbl_capped_append_stats(c, &capped, scale);
     sbl_coll_release(c);
     if (rc != 0) {
         sbl_index_list_free(ixs, nix);
         free(ixsizes);
+        bson_destroy(&capped);
         return rc;
     }
     bson_t sizes;
@@ -376,7 +378,8 @@ int sbl_cmd_coll_stats(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         BSON_APPEND_INT64(ctx->reply, "avgObjSize", st.data_size / st.count);
     BSON_APPEND_INT64(ctx->reply, "storageSize", st.storage_size / scale);
     BSON_APPEND_INT64(ctx->reply, "freeStorageSize", 0);
-    BSON_APPEND_BOOL(ctx->reply, "capped", false);
+    bson_concat(ctx->reply, &capped);
+    bson_destroy(&capped);
     BSON_APPEND_INT32(ctx->reply, "nindexes", (int32_t)(1 + nix));
     BSON_APPEND_ARRAY_BEGIN(ctx->reply, "indexBuilds", &sizes);
     bson_append_array_end(ctx->reply, &sizes);

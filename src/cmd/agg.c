@@ -13,6 +13,7 @@
  * the ones it consumes (sbl_docvec_t), also on error; an expression is parsed
  * once per stage, not once per document.
  */
+#include "cmd/capped.h"
 #include "cmd/crud_int.h"
 #include "cmd/views.h"
 #include "doc/doc.h"
@@ -669,9 +670,13 @@ static int st_coll_stats(sbl_cmd_ctx_t *ctx, const char *ns, sbl_docvec_t *dv, c
     sbl_coll_stats_t st = {0};
     SBL_RET(sbl_coll_open(ctx->ss, ns, false, &c, NULL, err));
     int rc = sbl_coll_stats(ctx->ss, c, &st, err);
+    bson_t capped = BSON_INITIALIZER; /* capped, max, maxSize (capped.c) */
+    sbl_capped_append_stats(c, &capped, 1);
     sbl_coll_release(c);
-    if (rc != 0)
+    if (rc != 0) {
+        bson_destroy(&capped);
         return rc;
+    }
     bson_t *d = bson_new();
     bson_append_utf8(d, "ns", -1, ns, -1);
     bson_append_date_time(d, "localTime", -1, sbl_now_ms());
@@ -686,8 +691,10 @@ static int st_coll_stats(sbl_cmd_ctx_t *ctx, const char *ns, sbl_docvec_t *dv, c
         bson_append_int32(&ss, "avgObjSize", -1,
                           st.count ? (int32_t)(st.data_size / st.count) : 0);
         bson_append_int32(&ss, "nindexes", -1, 1);
+        bson_concat(&ss, &capped);
         bson_append_document_end(d, &ss);
     }
+    bson_destroy(&capped);
     sbl_docvec_clear(dv);
     sbl_docvec_push(dv, d);
     return 0;

@@ -168,6 +168,15 @@ int sbl_cursor_first_batch(sbl_cmd_ctx_t *ctx, const char *ns, const sbl_cursor_
  * none) and so needs no cursor: cursor: {firstBatch: [doc], id: 0, ns}. */
 void sbl_cursor_reply_one(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *doc);
 
+/* Cursor flags (sbl_cursor_first_batch_flags). */
+#define SBL_CURSOR_TAILABLE 0x1   /* stays open when its source runs dry (capped collections) */
+#define SBL_CURSOR_AWAIT_DATA 0x2 /* an empty getMore waits up to its maxTimeMS (default 1 s) */
+/* sbl_cursor_first_batch with flags: a tailable cursor is registered even when
+ * its source is exhausted, and its source is asked again on each getMore. */
+int sbl_cursor_first_batch_flags(sbl_cmd_ctx_t *ctx, const char *ns,
+                                 const sbl_cursor_source_t *src, void *state, int64_t batch_size,
+                                 bool single_batch, unsigned flags, sbl_err_t *err);
+
 /* A source over an owned array of documents (listCollections, listIndexes, sorted results). */
 void *sbl_cursor_docs_state(bson_t **docs, size_t n); /* takes ownership of docs and each doc */
 extern const sbl_cursor_source_t sbl_cursor_docs_source;

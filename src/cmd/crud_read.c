@@ -7,6 +7,7 @@
  * limit 1 is one point lookup, and a missing collection is an empty result
  * (cursor id 0), never an error.
  */
+#include "cmd/capped.h"
 #include "cmd/crud_int.h"
 #include "cmd/query_plan.h"
 #include "cmd/views.h"
@@ -221,6 +222,8 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bson_t filter, projection, sort, let_spec;
     bool has_filter = false, has_proj = false, has_sort = false, single_batch = false;
     bool has_let = false, has_coll = false, return_key = false, plain = true;
+    bool tailable = false, await_data = false; /* capped collections (capped.c) */
+    unsigned cursor_flags = 0;
     bson_iter_t coll_it;
     int64_t skip = 0, limit = 0, batch_size = -1;
     char field[96];
@@ -283,6 +286,10 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                 return_key = true;
             if (a == FA_FLAG && bson_iter_bool(&it))
                 plain = false; /* tailable, showRecordId ...: the general path */
+            if (a == FA_FLAG && k[0] == 't')
+                tailable = bson_iter_bool(&it);
+            if (a == FA_FLAG && strcmp(k, "awaitData") == 0)
+                await_data = bson_iter_bool(&it);
             break;
         case FA_HINT:
             SBL_RET(sbl_crud_get_hint(&it, &hint, &has_hint, err));
@@ -303,6 +310,18 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             return find_by_id(ctx, ns, &id, err);
     }
 
+    if (tailable || await_data) { /* capped collections (capped.c): a natural-order scan */
+        SBL_RET(sbl_capped_check_find(ctx, ns, tailable, await_data, has_sort ? &sort : NULL,
+                                      single_batch, &cursor_flags, err));
+        if (cursor_flags != 0 && !has_hint) {
+            static const uint8_t natural[] = {19, 0, 0, 0, 16, '$', 'n', 'a', 't', 'u', 'r',
+                                              'a', 'l', 0, 1, 0, 0, 0, 0};
+            hint.value_type = BSON_TYPE_DOCUMENT;
+            hint.value.v_doc.data = (uint8_t *)natural;
+            hint.value.v_doc.data_len = sizeof(natural);
+            has_hint = true;
+        }
+    }
     find_state_t *st = calloc(1, sizeof(*st));
     if (st == NULL)
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
@@ -340,7 +359,10 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         find_free(st);
         return rc;
     }
-    return sbl_cursor_first_batch(ctx, ns, &find_source, st, batch_size, single_batch, err);
+    if (cursor_flags & SBL_CURSOR_TAILABLE)
+        sbl_qexec_set_tailable(st->q);
+    return sbl_cursor_first_batch_flags(ctx, ns, &find_source, st, batch_size, single_batch,
+                                        cursor_flags, err);
 }
 
 /* ---- count ------------------------------------------------------------------ */

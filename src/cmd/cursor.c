@@ -12,7 +12,11 @@
  *  - A document produced but not sent (it did not fit in the 16 MiB batch,
  *    or was read ahead to learn whether the cursor is exhausted) waits in
  *    `pending` and is the first document of the next batch.
+ *  - A tailable cursor (capped collections) stays registered when its source
+ *    runs dry; an empty awaitData getMore parks its request (capped.c) and
+ *    holds no thread while it waits.
  */
+#include "cmd/capped.h"
 #include "cmd/cmd_int.h"
 #include "cmd/crud_int.h"
 
@@ -35,6 +39,8 @@ typedef struct sbl_cursor {
     bool has_pending;
     bool in_use; /* a command is filling a batch from it */
     bool killed; /* killCursors ran while in_use: free when the command is done */
+    unsigned flags;         /* SBL_CURSOR_TAILABLE, SBL_CURSOR_AWAIT_DATA */
+    int64_t await_until_us; /* an awaitData getMore parked until then (capped.c); 0: none */
     int64_t last_use_us;
     struct sbl_cursor *next; /* hash chain */
 } sbl_cursor_t;
@@ -201,6 +207,13 @@ static void batch_end(sbl_cmd_ctx_t *ctx, bson_t *c, bson_t *arr, int64_t id, co
 int sbl_cursor_first_batch(sbl_cmd_ctx_t *ctx, const char *ns, const sbl_cursor_source_t *src,
                            void *state, int64_t batch_size, bool single_batch, sbl_err_t *err)
 {
+    return sbl_cursor_first_batch_flags(ctx, ns, src, state, batch_size, single_batch, 0, err);
+}
+
+int sbl_cursor_first_batch_flags(sbl_cmd_ctx_t *ctx, const char *ns,
+                                 const sbl_cursor_source_t *src, void *state, int64_t batch_size,
+                                 bool single_batch, unsigned flags, sbl_err_t *err)
+{
     /* bson_t (pending) asks for 128-byte alignment, which calloc does not give. */
     sbl_cursor_t *cur = aligned_alloc(_Alignof(sbl_cursor_t), sizeof(*cur));
     if (cur != NULL)
@@ -213,6 +226,7 @@ int sbl_cursor_first_batch(sbl_cmd_ctx_t *ctx, const char *ns, const sbl_cursor_
     sbl_strcpy_n(cur->ns, sizeof(cur->ns), ns);
     cur->src = *src;
     cur->state = state;
+    cur->flags = flags;
 
     bson_t c, arr;
     bool done = false;
@@ -227,7 +241,7 @@ int sbl_cursor_first_batch(sbl_cmd_ctx_t *ctx, const char *ns, const sbl_cursor_
         return rc;
     }
     int64_t id = 0;
-    if (!done && !single_batch) {
+    if ((!done || (flags & SBL_CURSOR_TAILABLE)) && !single_batch) {
         register_cursor(cur);
         id = cur->id;
     } else {
@@ -342,8 +356,9 @@ static const char *const getmore_fields[] = {"getMore", "collection", "batchSize
 int sbl_cmd_get_more(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
-    int64_t id = 0, batch_size = -1;
+    int64_t id = 0, batch_size = -1, await_ms = 1000;
     const char *coll = NULL;
+    uint64_t gen = sbl_capped_generation(); /* before reading: an insert after it wakes us */
 
     SBL_RET(sbl_crud_check_fields(ctx->cmd, "GetMoreCommandRequest", getmore_fields, err));
     if (!bson_iter_init(&it, ctx->cmd))
@@ -366,6 +381,8 @@ int sbl_cmd_get_more(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                                    (long long)batch_size);
             if (batch_size == 0)
                 batch_size = -1;
+        } else if (strcmp(k, "maxTimeMS") == 0 && BSON_ITER_HOLDS_NUMBER(&it)) {
+            await_ms = bson_iter_as_int64(&it); /* an awaitData cursor's wait */
         }
     }
     if (coll == NULL)
@@ -402,8 +419,19 @@ int sbl_cmd_get_more(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     batch_begin(ctx, "nextBatch", &c, &arr);
     int rc = fill_batch(cur, ctx, batch_size, &arr, &done, err);
 
+    /* awaitData and nothing new: park the request until an insert or the end of the wait */
+    bool tailable = cur->flags & SBL_CURSOR_TAILABLE, parked = false;
+    if (rc == 0 && ctx->nreturned == 0 && (cur->flags & SBL_CURSOR_AWAIT_DATA)) {
+        int64_t now = sbl_now_us();
+        if (cur->await_until_us == 0)
+            cur->await_until_us = now + (await_ms > 0 ? await_ms : 0) * 1000;
+        parked = now < cur->await_until_us && sbl_capped_await_park(ctx, gen, cur->await_until_us);
+    }
+    if (!parked)
+        cur->await_until_us = 0;
+
     pthread_mutex_lock(&reg_lock);
-    bool drop = rc != 0 || done || cur->killed;
+    bool drop = rc != 0 || (done && !tailable) || cur->killed;
     if (drop)
         unlink_locked(cur);
     else {

@@ -11,6 +11,7 @@
  * a j:true write is acknowledged only from the journal flusher's callback,
  * i.e. after the commit is on disk.
  */
+#include "cmd/capped.h"
 #include "cmd/cmd_int.h"
 #include "cmd/failpoint.h"
 #include "cmd/spill.h"
@@ -459,6 +460,7 @@ static void finish(pending_t *p)
     if (delay_auth_failure(p))
         return;
     if (p->rc == 0 && p->ctx.deferred) {
+        sbl_capped_await_start(p->ctx.conn, p->ctx.req); /* a parked awaitData getMore */
         pending_free(p); /* the handler owns conn/req now and replies itself */
         return;
     }

@@ -19,6 +19,11 @@
  *    calls, and no storage scan outlives a call.
  *  - skip and limit are applied by the stream when the order is _id's, and
  *    after sorting otherwise.
+ *  - On a capped collection a full scan without a sort (or sorted or hinted
+ *    {$natural: ±1}) follows the natural (insertion) order and resumes past
+ *    the last position seen; if that position was deleted meanwhile the scan
+ *    fails with CappedPositionLost, as mongod's does.  A tailable executor
+ *    looks again for newer documents each time it is asked after running dry.
  */
 #include "cmd/crud_int.h"
 #include "cmd/query_plan.h"
@@ -50,6 +55,9 @@ struct sbl_qexec {
     int64_t to_skip;   /* matches still to drop */
     int64_t remaining; /* matches still to produce; -1: unlimited */
     bool exhausted;    /* the stream has nothing beyond buf */
+    bool natural_ok;   /* no sort but {$natural: ±1}: a capped collection's scan is natural */
+    uint64_t nat_pos;  /* the last natural position read (0: none) */
+    bool tailable;     /* exhaustion is not final: look again on the next call */
     bool resume;       /* last_id is set */
     bson_value_t last_id;
     size_t next_point;
@@ -167,6 +175,8 @@ int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_v
             q->sort = NULL;
         }
     }
+    bool natural_desc = false;
+    q->natural_ok = o->sort == NULL || bson_empty(o->sort) || sort_is_natural(o->sort, &natural_desc);
     sbl_id_range_from_filter(filter, &q->range);
     if (o->collation != NULL && (q->range.kind == SBL_ID_NONE || range_has_strings(&q->range))) {
         sbl_id_range_destroy(&q->range); /* _id keys are binary: scan, let the matcher decide */
@@ -187,6 +197,15 @@ int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_v
         if (q->hint == SBL_HINT_NATURAL && q->range.kind != SBL_ID_ANY) {
             sbl_id_range_destroy(&q->range); /* a collection scan, as asked */
             q->range.kind = SBL_ID_ANY;
+        }
+        /* {$natural: -1} without a sort: the scan runs backwards */
+        if (q->hint == SBL_HINT_NATURAL && (o->sort == NULL || bson_empty(o->sort)) &&
+            hint != NULL && hint->value_type == BSON_TYPE_DOCUMENT) {
+            bson_t h;
+            bson_iter_t hit;
+            if (bson_init_static(&h, hint->value.v_doc.data, hint->value.v_doc.data_len) &&
+                bson_iter_init_find(&hit, &h, "$natural") && BSON_ITER_HOLDS_NUMBER(&hit))
+                q->desc = bson_iter_as_double(&hit) < 0;
         }
         if (q->ixp != NULL && q->ixp->provides_sort) {
             sbl_sort_free(q->sort); /* the index order is the sort order */
@@ -351,6 +370,59 @@ static int refill_scan(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, size_t
 void sbl_qexec_set_disk_use(sbl_qexec_t *q, int8_t disk_use)
 {
     q->disk_use = disk_use;
+}
+
+/* Read the next chunk of a capped collection in natural order, past nat_pos. */
+static int refill_natural(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, size_t max,
+                          sbl_err_t *err)
+{
+    if (q->nat_pos != 0) {
+        bool exists = false;
+        SBL_RET(sbl_natural_exists(ctx->ss, c, q->nat_pos, &exists, err));
+        if (!exists)
+            return sbl_err_set(err, SBL_E_CappedPositionLost,
+                               q->tailable ? "CollectionScan died due to failure to restore "
+                                             "tailable cursor position. Last seen record id: "
+                                             "RecordId(%llu)"
+                                           : "CollectionScan died due to position in capped "
+                                             "collection being deleted. Last seen record id: "
+                                             "RecordId(%llu)",
+                               (unsigned long long)q->nat_pos);
+    }
+    sbl_natural_t *scan = NULL;
+    SBL_RET(sbl_natural_open(ctx->ss, c, q->nat_pos, q->desc, &scan, err));
+    int rc = 0;
+    size_t examined = 0, bytes = 0;
+    for (;;) {
+        bson_t doc;
+        bool done = false;
+        uint64_t pos = 0;
+        if (++examined % DEADLINE_EVERY == 0 && (rc = sbl_cmd_check_interrupt(ctx, err)) != 0)
+            break;
+        if ((rc = sbl_natural_next(scan, &doc, &pos, &done, err)) != 0)
+            break;
+        if (done) {
+            q->exhausted = true;
+            break;
+        }
+        q->nat_pos = pos;
+        ctx->docs_examined++;
+        int32_t p = -1;
+        bool more = true;
+        if (sbl_matcher_match(q->m, &doc, &p)) {
+            more = take_match(q, &doc, p);
+            bytes += doc.len;
+        }
+        if (!more || q->n >= max || bytes >= CHUNK_MAX_BYTES || examined >= 16 * CHUNK_MAX)
+            break;
+    }
+    sbl_natural_close(scan);
+    return rc;
+}
+
+void sbl_qexec_set_tailable(sbl_qexec_t *q)
+{
+    q->tailable = true;
 }
 
 /* The summary the slow-query log shows; per thread, as the dispatcher reads
@@ -519,6 +591,8 @@ static int refill(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, size_t max, sbl_err_t *err
     if (q->exhausted)
         return 0;
     rc = sbl_coll_open(ctx->ss, q->ns, false, &c, NULL, &e2);
+    if (rc == SBL_E_NamespaceNotFound && q->tailable && q->nat_pos != 0)
+        return sbl_err_set(err, SBL_E_QueryPlanKilled, "collection dropped: %s", q->ns);
     if (rc == SBL_E_NamespaceNotFound) {
         q->exhausted = true;
         return 0;
@@ -537,6 +611,8 @@ static int refill(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, size_t max, sbl_err_t *err
         rc = refill_points(q, ctx->ss, c, max, err);
         ctx->keys_examined += (int64_t)(q->next_point - before);
         ctx->docs_examined += (int64_t)(q->next_point - before);
+    } else if (q->natural_ok && q->range.kind == SBL_ID_ANY && sbl_coll_capped(c, NULL, NULL)) {
+        rc = refill_natural(q, ctx, c, max, err);
     } else {
         rc = refill_scan(q, ctx, c, max, err);
     }
@@ -723,7 +799,12 @@ int sbl_qexec_next(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, bson_t *doc, int32_t *pos
             *posp = pos;
         return 0;
     }
+    bool looked_again = false;
     while (q->i >= q->n) {
+        if (q->exhausted && q->tailable && !looked_again && q->remaining != 0 && q->sort == NULL) {
+            q->exhausted = false; /* a tailable scan: newer documents may be there now */
+            looked_again = true;
+        }
         if (q->exhausted) {
             *donep = true;
             return 0;

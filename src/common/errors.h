@@ -60,6 +60,7 @@
     X(IndexKeySpecsConflict, 86)                                                                   \
     X(CannotIndexParallelArrays, 171)                                                          \
     X(QueryPlanKilled, 175)                                                                    \
+    X(CappedPositionLost, 136)                                                                 \
     X(InvalidIndexSpecificationOption, 197)                                                    \
     X(OperationNotSupportedInTransaction, 263)                                                 \
     X(FailPointSetFailed, 266)                                                                 \

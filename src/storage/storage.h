@@ -147,6 +147,39 @@ int sbl_scan_open(sbl_session_t *s, sbl_coll_t *c, const sbl_scan_bounds_t *boun
 int sbl_scan_next(sbl_scan_t *scan, bson_t *doc, bool *donep, sbl_err_t *err);
 void sbl_scan_close(sbl_scan_t *scan);
 
+/* ---- capped collections (wt_capped.c) ------------------------------------ */
+
+/*
+ * A capped collection (options {capped: true, size, max}) keeps its
+ * documents' insertion order in a second table: positions (1, 2, 3 ...
+ * never reused) map to _ids and back, written by sbl_write in the same
+ * transaction as the documents.  Inserts into one capped collection are
+ * serialized (as in mongod) so positions commit in order, and the oldest
+ * documents are deleted by the insert that takes the collection over its
+ * size or count.
+ */
+/* True when c is capped; *max_sizep / *max_docsp (may be NULL) get its limits
+ * (bytes, and documents with 0 meaning none). */
+bool sbl_coll_capped(const sbl_coll_t *c, int64_t *max_sizep, int64_t *max_docsp);
+
+/* A scan of a capped collection in natural (insertion) order, forward or
+ * backward, resuming strictly past position after (0: from the start / end). */
+typedef struct sbl_natural sbl_natural_t;
+int sbl_natural_open(sbl_session_t *s, sbl_coll_t *c, uint64_t after, bool descending,
+                     sbl_natural_t **scanp, sbl_err_t *err);
+/* Next document as a read-only view valid until the next call or close, with
+ * its position in *posp; *donep at the end. */
+int sbl_natural_next(sbl_natural_t *scan, bson_t *doc, uint64_t *posp, bool *donep,
+                     sbl_err_t *err);
+void sbl_natural_close(sbl_natural_t *scan);
+/* Whether position pos still holds a document (a tailable cursor's resume
+ * point: once the oldest documents are deleted past it, it is lost). */
+int sbl_natural_exists(sbl_session_t *s, sbl_coll_t *c, uint64_t pos, bool *existsp,
+                       sbl_err_t *err);
+/* A counter that moves after every transaction that inserted into some capped
+ * collection ended: tailable cursors waiting for data poll it cheaply. */
+uint64_t sbl_capped_generation(void);
+
 /* ---- the write path ----------------------------------------------------- */
 
 typedef enum { SBL_WRITE_INSERT, SBL_WRITE_UPDATE, SBL_WRITE_DELETE } sbl_write_kind_t;

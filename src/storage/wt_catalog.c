@@ -198,6 +198,8 @@ static int create_locked(const char *ns, const bson_t *options, sbl_coll_t **col
     tbl = sbl_table_new(uri);
     c = coll_new(ns, uuid, options, tbl);
     sbl_table_unref(tbl);
+    if ((rc = sbl_capped_attach(wt, tbl, options, true, err)) != 0)
+        goto err;
     if ((ret = wt->begin_transaction(wt, NULL)) != 0) {
         rc = sbl_wt_err(err, ret, "begin catalog transaction");
         goto err;
@@ -217,6 +219,8 @@ static int create_locked(const char *ns, const bson_t *options, sbl_coll_t **col
     return 0;
 
 err:
+    if (sbl_capped_uri(tbl) != NULL)
+        wt->drop(wt, sbl_capped_uri(tbl), "force=true");
     sbl_coll_release(c);
     wt->drop(wt, uri, "force=true");
     return rc;
@@ -276,6 +280,7 @@ static void forget_dropped_locked(sbl_session_t *s, size_t idx)
     remove_locked(idx);
     atomic_store(&c->tbl->dropped, true);
     sbl_index_drop_tables(c->tbl);
+    sbl_capped_drop_table(c->tbl);
     atomic_fetch_add(&sbl_eng.drop_gen, 1);
     if (s != NULL)
         sbl_session_reconcile(s); /* our own cached cursor must not block the drop */
@@ -572,7 +577,9 @@ static int load_entry(const char *key, const WT_ITEM *v, sbl_err_t *err)
     sbl_wt_table_t *tbl = sbl_table_new(uri);
     sbl_coll_t *c = coll_new(key, uuid, &options, tbl);
     sbl_table_unref(tbl);
-    int rc = sbl_index_catalog_load(tbl, &entry, err);
+    int rc = sbl_capped_attach(sbl_eng.cat_wt, tbl, &options, false, err);
+    if (rc == 0)
+        rc = sbl_index_catalog_load(tbl, &entry, err);
     if (rc != 0) {
         sbl_coll_release(c);
         return rc;
@@ -660,6 +667,10 @@ static void drop_orphans(void)
             continue;
         if (strncmp(key, "table:index-", 12) == 0)
             known = sbl_index_uri_known(key);
+        else if (strncmp(key, "table:natural-", 14) == 0) /* a capped collection's order */
+            for (i = 0; i < sbl_eng.ncolls && !known; i++)
+                known = sbl_capped_uri(sbl_eng.colls[i]->tbl) != NULL &&
+                        strcmp(sbl_capped_uri(sbl_eng.colls[i]->tbl), key) == 0;
         else if (strncmp(key, "table:collection-", 17) != 0)
             continue;
         for (i = 0; i < sbl_eng.ncolls && !known; i++)

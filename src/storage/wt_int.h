@@ -37,6 +37,7 @@ typedef struct sbl_wt_table {
     struct sbl_index **idx;
     size_t nidx;
     atomic_size_t nidx_quick;
+    struct sbl_capped *capped; /* capped collections only (wt_capped.c), else NULL */
 } sbl_wt_table_t;
 
 struct sbl_coll {
@@ -69,6 +70,9 @@ struct sbl_session {
     sbl_delta_t *deltas; /* count/size changes of the open transaction */
     size_t ndeltas, deltas_cap;
     sbl_buf_t key; /* scratch for encoded keys */
+    /* capped tables whose insert lock the open transaction holds (wt_capped.c) */
+    struct sbl_wt_table **capped_held;
+    size_t ncapped_held, capped_held_cap;
     struct sbl_session *next_all; /* engine's list of every session */
 };
 
@@ -207,6 +211,32 @@ int sbl_catalog_update_table(sbl_wt_table_t *t, sbl_err_t *err);
  * pattern and value are {field: ...} documents; err_info gets keyPattern/keyValue. */
 int sbl_wt_dup_key(const char *ns, const char *index, const bson_t *pattern, const bson_t *value,
                    bson_t *err_info, sbl_err_t *err);
+
+/* ---- capped collections (wt_capped.c) ---- */
+
+/* When options say capped:true, give t its natural-order table
+ * (table:natural-<n>-<r> beside table:collection-<n>-<r>), created on wt
+ * when create is set (under the catalog write lock).  0 or an error. */
+int sbl_capped_attach(WT_SESSION *wt, sbl_wt_table_t *t, const bson_t *options, bool create,
+                      sbl_err_t *err);
+/* The natural-order table's uri of t, or NULL when t is not capped. */
+const char *sbl_capped_uri(const sbl_wt_table_t *t);
+/* Collection drop: mark t's natural-order table dropped and drop it on cat_wt. */
+void sbl_capped_drop_table(sbl_wt_table_t *t);
+/* Free t's capped state (last table reference). */
+void sbl_capped_free(sbl_wt_table_t *t);
+/* Keep the natural order of capped c in step with one document change and,
+ * after an insert, delete the oldest documents while c is over its size or
+ * document count; inside the caller's transaction, after the document write.
+ * An insert takes c's insert lock until the transaction ends. */
+int sbl_capped_on_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
+                        const bson_t *old_doc, const bson_t *new_doc, sbl_err_t *err);
+/* Release the capped insert locks s holds (its transaction ended). */
+void sbl_capped_unlock_all(sbl_session_t *s);
+/* The document write of sbl_write inside the open transaction (wt_write.c). */
+int sbl_wt_write_in_txn(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
+                        const bson_t *old_doc, const bson_t *new_doc, bson_t *err_info,
+                        sbl_err_t *err);
 
 /* Background threads (wt_durable.c). */
 int sbl_bg_start(sbl_err_t *err);

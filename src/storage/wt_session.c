@@ -60,6 +60,8 @@ static void session_free(sbl_session_t *s)
     drop_deltas(s);
     if (s->wt != NULL)
         s->wt->close(s->wt, NULL); /* rolls back an open transaction */
+    sbl_capped_unlock_all(s);
+    bson_free(s->capped_held);
     sbl_buf_destroy(&s->key);
     bson_free(s->cursors);
     bson_free(s->deltas);
@@ -207,6 +209,7 @@ int sbl_txn_commit(sbl_session_t *s, sbl_err_t *err)
         }
     }
     drop_deltas(s);
+    sbl_capped_unlock_all(s); /* after the counts: the next capped insert sees them */
     return ret == 0 ? 0 : sbl_wt_err(err, ret, "commit transaction");
 }
 
@@ -219,4 +222,5 @@ void sbl_txn_abort(sbl_session_t *s)
     atomic_store(&s->txn_gen, 0);
     s->wt->rollback_transaction(s->wt, NULL);
     drop_deltas(s);
+    sbl_capped_unlock_all(s);
 }

@@ -232,7 +232,17 @@ static int write_in_txn(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         bson_destroy(&old_copy);
     if (rc == 0)
         sbl_session_add_delta(s, c->tbl, dcount, dsize);
+    /* A capped collection's natural order and eviction (wt_capped.c), same transaction. */
+    if (rc == 0 && c->tbl->capped != NULL)
+        rc = sbl_capped_on_write(s, c, kind, old_doc, new_doc, err);
     return rc;
+}
+
+int sbl_wt_write_in_txn(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
+                        const bson_t *old_doc, const bson_t *new_doc, bson_t *err_info,
+                        sbl_err_t *err)
+{
+    return write_in_txn(s, c, kind, old_doc, new_doc, err_info, err);
 }
 
 int sbl_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind, const bson_t *old_doc,

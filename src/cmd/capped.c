@@ -1,0 +1,235 @@
+/*
+ * capped.c: capped collections at the command level: create's options,
+ * collStats fields, tailable find checks and the awaitData wait.
+ *
+ * create stores {capped: true, size, max} as mongod 7.0 lists them: size as
+ * given (an integer; 6.2 dropped the old rounding to 256 bytes), max only
+ * when given (0 or less meaning "none", listed as 2147483647).
+ *
+ * An awaitData getMore that finds nothing parks its request here instead of
+ * sleeping: a loop timer checks every few milliseconds whether a capped
+ * insert committed (sbl_capped_generation) or the wait is over, and then
+ * dispatches the getMore again, which answers with what it finds then.
+ * What must stay true: a parked request is in exactly one place (the parked
+ * list until its loop takes it, then its timer), and is re-dispatched once.
+ */
+#include "cmd/capped.h"
+#include "cmd/crud_int.h"
+#include "doc/doc.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#define MAX_SIZE_LIMIT (1024LL * 1024 * 1024 * 1024 * 1024) /* 1 PB */
+#define MAX_DOCS_LIMIT 2147483648LL
+#define AWAIT_POLL_MS 5
+
+bool sbl_capped_is_create_field(const char *k)
+{
+    return strcmp(k, "capped") == 0 || strcmp(k, "size") == 0 || strcmp(k, "max") == 0;
+}
+
+/* A size/max value as mongod's IDL reads a safeInt64: numbers only (null: absent). */
+static int read_count(const bson_iter_t *it, const char *name, bool *hasp, int64_t *out,
+                      sbl_err_t *err)
+{
+    char field[32];
+    *hasp = false;
+    if (BSON_ITER_HOLDS_NULL(it))
+        return 0;
+    snprintf(field, sizeof(field), "create.%s", name);
+    if (!BSON_ITER_HOLDS_NUMBER(it) && !BSON_ITER_HOLDS_DECIMAL128(it))
+        return sbl_err_set(err, SBL_E_TypeMismatch,
+                           "BSON field '%s' is the wrong type '%s', expected types '[long, int, "
+                           "decimal, double]'",
+                           field, sbl_type_name(bson_iter_type(it)));
+    if (BSON_ITER_HOLDS_DOUBLE(it)) {
+        double d = bson_iter_double(it);
+        *out = isnan(d) ? 0 : d >= 9.2e18 ? INT64_MAX : d <= -9.2e18 ? INT64_MIN : (int64_t)d;
+    } else {
+        SBL_RET(sbl_get_int64(it, out, err));
+    }
+    *hasp = true;
+    return 0;
+}
+
+int sbl_capped_create_options(const bson_t *cmd, bson_t *opts, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bool capped = false, has_size = false, has_max = false;
+    int64_t size = 0, max = 0;
+
+    if (bson_iter_init_find(&it, cmd, "capped")) {
+        if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it) &&
+            !BSON_ITER_HOLDS_NULL(&it))
+            return sbl_crud_type_error(err, "create.capped", &it, "bool");
+        capped = bson_iter_as_bool(&it);
+    }
+    if (bson_iter_init_find(&it, cmd, "size"))
+        SBL_RET(read_count(&it, "size", &has_size, &size, err));
+    if (bson_iter_init_find(&it, cmd, "max"))
+        SBL_RET(read_count(&it, "max", &has_max, &max, err));
+    /* The ranges first (mongod's parser), then the rules between the fields. */
+    if (has_size && size < 1)
+        return sbl_err_set(err, SBL_E_Location51024,
+                           "BSON field 'size' value must be >= 1, actual value '%lld'",
+                           (long long)size);
+    if (has_size && size > MAX_SIZE_LIMIT)
+        return sbl_err_set(err, SBL_E_Location51024,
+                           "BSON field 'size' value must be <= %lld, actual value '%lld'",
+                           (long long)MAX_SIZE_LIMIT, (long long)size);
+    if (has_max && max >= MAX_DOCS_LIMIT)
+        return sbl_err_set(err, SBL_E_Location51024,
+                           "BSON field 'max' value must be < %lld, actual value '%lld'",
+                           (long long)MAX_DOCS_LIMIT, (long long)max);
+    if (capped && !has_size)
+        return sbl_err_set(err, SBL_E_InvalidOptions,
+                           "the 'size' field is required when 'capped' is true");
+    if ((has_size || has_max) && !capped)
+        return sbl_err_set(err, SBL_E_InvalidOptions,
+                           "the 'capped' field needs to be true when either the 'size' or "
+                           "'max' fields are present");
+    if (!capped)
+        return 0;
+    BSON_APPEND_BOOL(opts, "capped", true);
+    if (size <= INT32_MAX)
+        BSON_APPEND_INT32(opts, "size", (int32_t)size);
+    else
+        BSON_APPEND_INT64(opts, "size", size);
+    if (has_max)
+        BSON_APPEND_INT32(opts, "max", max <= 0 ? INT32_MAX : (int32_t)max);
+    return 0;
+}
+
+static void append_num(bson_t *out, const char *k, int64_t v)
+{
+    if (v >= INT32_MIN && v <= INT32_MAX)
+        bson_append_int32(out, k, -1, (int32_t)v);
+    else
+        bson_append_int64(out, k, -1, v);
+}
+
+void sbl_capped_append_stats(const sbl_coll_t *c, bson_t *out, int64_t scale)
+{
+    int64_t max_size = 0, max_docs = 0;
+    bson_iter_t it;
+    bool capped = c != NULL && sbl_coll_capped(c, &max_size, &max_docs);
+
+    BSON_APPEND_BOOL(out, "capped", capped);
+    if (!capped)
+        return;
+    /* max as listed: 0 when none was given */
+    max_docs = 0;
+    if (bson_iter_init_find(&it, sbl_coll_options(c), "max") && BSON_ITER_HOLDS_NUMBER(&it))
+        max_docs = bson_iter_as_int64(&it);
+    append_num(out, "max", max_docs);
+    append_num(out, "maxSize", max_size / (scale > 0 ? scale : 1));
+}
+
+/* ---- tailable find ------------------------------------------------------ */
+
+int sbl_capped_check_find(sbl_cmd_ctx_t *ctx, const char *ns, bool tailable, bool await_data,
+                          const bson_t *sort, bool single_batch, unsigned *flagsp,
+                          sbl_err_t *err)
+{
+    bson_iter_t it;
+
+    *flagsp = 0;
+    if (tailable) {
+        if (sort != NULL && !bson_empty(sort) &&
+            !(bson_count_keys(sort) == 1 && bson_iter_init_find(&it, sort, "$natural") &&
+              BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_double(&it) == 1.0))
+            return sbl_err_set(err, SBL_E_BadValue,
+                               "cannot use tailable option with a sort other than {$natural: 1}");
+        if (single_batch)
+            return sbl_err_set(err, SBL_E_BadValue,
+                               "cannot use tailable option with the 'singleBatch' option");
+    }
+    if (await_data && !tailable)
+        return sbl_err_set(err, SBL_E_FailedToParse,
+                           "Cannot set 'awaitData' without also setting 'tailable'");
+    if (!tailable)
+        return 0;
+    sbl_coll_t *c = NULL;
+    if (sbl_coll_open(ctx->ss, ns, false, &c, NULL, NULL) != 0)
+        return 0; /* a missing collection is an empty result, as for any find */
+    bool capped = sbl_coll_capped(c, NULL, NULL);
+    sbl_coll_release(c);
+    if (!capped)
+        return sbl_err_set(err, SBL_E_BadValue,
+                           "error processing query: ns=%s tailable cursor requested on non "
+                           "capped collection",
+                           ns);
+    *flagsp = SBL_CURSOR_TAILABLE | (await_data ? SBL_CURSOR_AWAIT_DATA : 0);
+    return 0;
+}
+
+/* ---- awaitData: parked getMore requests ---------------------------------------- */
+
+typedef struct parked {
+    uv_timer_t timer;
+    sbl_conn_t *conn;
+    sbl_request_t *req;
+    uint64_t gen;
+    int64_t until_us;
+    struct parked *next;
+} parked_t;
+
+static pthread_mutex_t parked_lock = PTHREAD_MUTEX_INITIALIZER;
+static parked_t *parked_list; /* parked, not yet taken by their loop */
+
+bool sbl_capped_await_park(sbl_cmd_ctx_t *ctx, uint64_t gen, int64_t until_us)
+{
+    parked_t *p;
+    if (ctx->conn == NULL || ctx->req == NULL || (p = calloc(1, sizeof(*p))) == NULL)
+        return false;
+    p->conn = ctx->conn;
+    p->req = ctx->req;
+    p->gen = gen;
+    p->until_us = until_us;
+    pthread_mutex_lock(&parked_lock);
+    p->next = parked_list;
+    parked_list = p;
+    pthread_mutex_unlock(&parked_lock);
+    ctx->deferred = true; /* the connection keeps the request until it is answered */
+    return true;
+}
+
+static void parked_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void parked_tick(uv_timer_t *t)
+{
+    parked_t *p = t->data;
+    if (sbl_capped_generation() == p->gen && sbl_now_us() < p->until_us)
+        return;
+    uv_timer_stop(t);
+    sbl_conn_t *conn = p->conn;
+    sbl_request_t *req = p->req;
+    uv_close((uv_handle_t *)t, parked_closed);
+    sbl_cmd_dispatch(conn, req); /* the getMore again: it answers, or parks anew */
+}
+
+void sbl_capped_await_start(sbl_conn_t *conn, sbl_request_t *req)
+{
+    parked_t *p, **pp;
+
+    pthread_mutex_lock(&parked_lock);
+    for (pp = &parked_list; *pp != NULL && (*pp)->req != req; pp = &(*pp)->next)
+        ;
+    p = *pp;
+    if (p != NULL)
+        *pp = p->next;
+    pthread_mutex_unlock(&parked_lock);
+    if (p == NULL)
+        return;
+    p->timer.data = p;
+    uv_timer_init(sbl_conn_loop(conn), &p->timer);
+    uv_timer_start(&p->timer, parked_tick, AWAIT_POLL_MS, AWAIT_POLL_MS);
+}

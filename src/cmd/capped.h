@@ -1,0 +1,46 @@
+/*
+ * capped.h: private to src/cmd.  Capped collections at the command level
+ * (capped.c): create's capped/size/max options, their statistics, the
+ * checks find makes for tailable cursors, and the wait of an awaitData
+ * getMore (the storage side is src/storage/wt_capped.c).
+ *
+ * What must stay true: an awaitData getMore never blocks a thread while it
+ * waits; its request is parked and re-dispatched on its connection's loop
+ * when a capped insert commits or its maxTimeMS runs out.
+ */
+#ifndef SBL_CMD_CAPPED_H
+#define SBL_CMD_CAPPED_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cmd/cmd_int.h"
+
+/* create: whether k is one of capped, size and max (read by sbl_capped_create_options). */
+bool sbl_capped_is_create_field(const char *k);
+/* create: check capped/size/max of cmd as mongod 7.0 does and append the
+ * options stored for a capped collection ({capped: true, size, max}) to opts. */
+int sbl_capped_create_options(const bson_t *cmd, bson_t *opts, sbl_err_t *err);
+
+/* collStats / $collStats storageStats: capped, and for a capped collection
+ * max (0: none) and maxSize divided by scale.  c may be NULL (not capped). */
+void sbl_capped_append_stats(const sbl_coll_t *c, bson_t *out, int64_t scale);
+
+/* find: refuse tailable/awaitData combinations mongod refuses (sort other than
+ * {$natural: 1}, singleBatch, awaitData alone, a collection that is not capped).
+ * *flagsp gets the cursor flags (SBL_CURSOR_*): none when ns does not exist
+ * (an empty, closed result as for any find). */
+int sbl_capped_check_find(sbl_cmd_ctx_t *ctx, const char *ns, bool tailable, bool await_data,
+                          const bson_t *sort, bool single_batch, unsigned *flagsp,
+                          sbl_err_t *err);
+
+/* getMore on an awaitData cursor that found nothing (worker or loop thread):
+ * park ctx's request until the capped insert generation moves past gen or
+ * until_us (monotonic) passes; sets ctx->deferred.  False when the request
+ * cannot be parked (internal run, out of memory): reply now. */
+bool sbl_capped_await_park(sbl_cmd_ctx_t *ctx, uint64_t gen, int64_t until_us);
+/* The dispatcher's call for a deferred request, on its connection's loop:
+ * starts the wait of a request sbl_capped_await_park parked (nothing otherwise). */
+void sbl_capped_await_start(sbl_conn_t *conn, sbl_request_t *req);
+
+#endif

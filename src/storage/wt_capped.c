@@ -1,0 +1,489 @@
+/*
+ * wt_capped.c: capped collections: natural (insertion) order and eviction.
+ *
+ * Documents live clustered on _id like any collection's; a capped one also
+ * has table:natural-<n>-<r> with two kinds of rows:
+ *   'o' + position (8 bytes, big-endian)  -> encoded _id   (insertion order)
+ *   'i' + encoded _id                     -> position      (for deletes)
+ * Positions count up from 1 and are never reused, so a position is also a
+ * tailable cursor's resume point.
+ *
+ * What must stay true:
+ *  - Both rows change in the same transaction as the document (sbl_write).
+ *  - An insert holds the collection's insert lock from taking its position
+ *    until its transaction ends, so positions commit in increasing order and
+ *    a reader that has seen position p will never later find one below p.
+ *    A transaction that already holds another capped lock only tries the
+ *    lock (WriteConflict when busy), so two such transactions cannot deadlock.
+ *  - Eviction deletes the lowest positions through the ordinary write path
+ *    (indexes and counts stay right) until size and count are within limits.
+ */
+#include "storage/wt_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "doc/doc.h"
+
+struct sbl_capped {
+    sbl_wt_table_t *nat; /* the natural-order table */
+    int64_t max_size;    /* bytes */
+    int64_t max_docs;    /* 0: no limit */
+    pthread_mutex_t lock; /* held by the inserting transaction until it ends */
+    bool seq_loaded;      /* next_seq read from the table (under lock) */
+    uint64_t next_seq;    /* under lock */
+};
+
+#define POS_KEY_LEN 9
+
+static void pos_key(uint8_t out[POS_KEY_LEN], uint64_t pos)
+{
+    out[0] = 'o';
+    for (int i = 0; i < 8; i++)
+        out[1 + i] = (uint8_t)(pos >> (56 - 8 * i));
+}
+
+static uint64_t pos_of(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+int sbl_capped_attach(WT_SESSION *wt, sbl_wt_table_t *t, const bson_t *options, bool create,
+                      sbl_err_t *err)
+{
+    bson_iter_t it;
+    int64_t size = 0, max = 0;
+    char uri[300];
+    int ret;
+
+    if (options == NULL || !bson_iter_init_find(&it, options, "capped") ||
+        !bson_iter_as_bool(&it))
+        return 0;
+    if (bson_iter_init_find(&it, options, "size") && BSON_ITER_HOLDS_NUMBER(&it))
+        size = bson_iter_as_int64(&it);
+    if (bson_iter_init_find(&it, options, "max") && BSON_ITER_HOLDS_NUMBER(&it))
+        max = bson_iter_as_int64(&it);
+    snprintf(uri, sizeof(uri), "table:natural-%s", t->ident + strlen("collection-"));
+    if (create && (ret = wt->create(wt, uri, sbl_table_config())) != 0)
+        return sbl_wt_err(err, ret, "create natural-order table");
+    struct sbl_capped *cp = bson_malloc0(sizeof(*cp));
+    cp->nat = sbl_table_new(uri);
+    cp->max_size = size > 0 ? size : 1;
+    cp->max_docs = max > 0 && max < 0x7fffffff ? max : 0;
+    pthread_mutex_init(&cp->lock, NULL);
+    t->capped = cp;
+    return 0;
+}
+
+const char *sbl_capped_uri(const sbl_wt_table_t *t)
+{
+    return t->capped != NULL ? t->capped->nat->uri : NULL;
+}
+
+void sbl_capped_drop_table(sbl_wt_table_t *t)
+{
+    if (t->capped == NULL)
+        return;
+    atomic_store(&t->capped->nat->dropped, true);
+    sbl_drop_table(sbl_eng.cat_wt, t->capped->nat->uri);
+}
+
+void sbl_capped_free(sbl_wt_table_t *t)
+{
+    if (t->capped == NULL)
+        return;
+    sbl_table_unref(t->capped->nat);
+    pthread_mutex_destroy(&t->capped->lock);
+    bson_free(t->capped);
+    t->capped = NULL;
+}
+
+bool sbl_coll_capped(const sbl_coll_t *c, int64_t *max_sizep, int64_t *max_docsp)
+{
+    const struct sbl_capped *cp = c->tbl->capped;
+    if (max_sizep != NULL)
+        *max_sizep = cp != NULL ? cp->max_size : 0;
+    if (max_docsp != NULL)
+        *max_docsp = cp != NULL ? cp->max_docs : 0;
+    return cp != NULL;
+}
+
+/* ---- the insert lock ------------------------------------------------------ */
+
+static int lock_for_insert(sbl_session_t *s, sbl_wt_table_t *t, sbl_err_t *err)
+{
+    for (size_t i = 0; i < s->ncapped_held; i++)
+        if (s->capped_held[i] == t)
+            return 0;
+    if (s->ncapped_held > 0) {
+        if (pthread_mutex_trylock(&t->capped->lock) != 0)
+            return sbl_err_set(err, SBL_E_WriteConflict,
+                               "WriteConflict: another insert holds the capped collection");
+    } else {
+        pthread_mutex_lock(&t->capped->lock);
+    }
+    if (s->ncapped_held == s->capped_held_cap) {
+        s->capped_held_cap = s->capped_held_cap ? 2 * s->capped_held_cap : 4;
+        s->capped_held =
+            bson_realloc(s->capped_held, s->capped_held_cap * sizeof(*s->capped_held));
+    }
+    sbl_table_ref(t);
+    s->capped_held[s->ncapped_held++] = t;
+    return 0;
+}
+
+static atomic_uint_fast64_t insert_gen;
+
+uint64_t sbl_capped_generation(void)
+{
+    return atomic_load(&insert_gen);
+}
+
+void sbl_capped_unlock_all(sbl_session_t *s)
+{
+    if (s->ncapped_held > 0)
+        atomic_fetch_add(&insert_gen, 1);
+    for (size_t i = 0; i < s->ncapped_held; i++) {
+        pthread_mutex_unlock(&s->capped_held[i]->capped->lock);
+        sbl_table_unref(s->capped_held[i]);
+    }
+    s->ncapped_held = 0;
+}
+
+/* ---- the write hook ------------------------------------------------------- */
+
+/* The last position in the table (0 when empty): 'o' rows sort after 'i' rows. */
+static int load_next_seq(sbl_session_t *s, struct sbl_capped *cp, sbl_err_t *err)
+{
+    WT_CURSOR *cur;
+    WT_ITEM k;
+    int ret;
+
+    SBL_RET(sbl_session_cursor(s, cp->nat, &cur, err));
+    cp->next_seq = 1;
+    ret = cur->prev(cur);
+    if (ret == 0 && (ret = cur->get_key(cur, &k)) == 0 && k.size == POS_KEY_LEN &&
+        ((const uint8_t *)k.data)[0] == 'o')
+        cp->next_seq = pos_of((const uint8_t *)k.data + 1) + 1;
+    cur->reset(cur);
+    if (ret != 0 && ret != WT_NOTFOUND)
+        return sbl_wt_err(err, ret, "read natural order");
+    cp->seq_loaded = true;
+    return 0;
+}
+
+static int put_row(WT_CURSOR *cur, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    WT_ITEM k = {.data = key, .size = klen}, v = {.data = val, .size = vlen};
+    cur->set_key(cur, &k);
+    cur->set_value(cur, &v);
+    int ret = cur->insert(cur);
+    cur->reset(cur);
+    return ret;
+}
+
+/* Remove both rows of the document whose encoded _id is ikey+1 ('i' + idk). */
+static int remove_rows(WT_CURSOR *cur, const sbl_buf_t *ikey)
+{
+    WT_ITEM k = {.data = ikey->data, .size = ikey->len}, v;
+    uint8_t pk[POS_KEY_LEN];
+    int ret;
+
+    cur->set_key(cur, &k);
+    if ((ret = cur->search(cur)) == 0 && (ret = cur->get_value(cur, &v)) == 0 && v.size == 8) {
+        pos_key(pk, pos_of(v.data));
+        if ((ret = cur->remove(cur)) == 0) {
+            WT_ITEM pkey = {.data = pk, .size = sizeof(pk)};
+            cur->set_key(cur, &pkey);
+            ret = cur->remove(cur);
+        }
+    }
+    cur->reset(cur);
+    return ret == WT_NOTFOUND ? 0 : ret;
+}
+
+/* The collection's count and bytes as this transaction sees them. */
+static void current_size(sbl_session_t *s, sbl_wt_table_t *t, int64_t *countp, int64_t *bytesp)
+{
+    *countp = (int64_t)atomic_load(&t->count);
+    *bytesp = (int64_t)atomic_load(&t->data_size);
+    for (size_t i = 0; i < s->ndeltas; i++)
+        if (s->deltas[i].tbl == t) {
+            *countp += s->deltas[i].count;
+            *bytesp += s->deltas[i].data_size;
+        }
+}
+
+/* Delete the oldest documents until c is within its limits; never the one at keep. */
+static int evict(sbl_session_t *s, sbl_coll_t *c, uint64_t keep, sbl_err_t *err)
+{
+    struct sbl_capped *cp = c->tbl->capped;
+    sbl_buf_t ikey;
+    int rc = 0;
+
+    sbl_buf_init(&ikey);
+    for (;;) {
+        int64_t count, bytes;
+        WT_CURSOR *nc, *dc;
+        WT_ITEM k, v;
+        uint8_t start = 'o';
+        int exact, ret;
+
+        current_size(s, c->tbl, &count, &bytes);
+        if (!(bytes > cp->max_size || (cp->max_docs > 0 && count > cp->max_docs)))
+            break;
+        if ((rc = sbl_session_cursor(s, cp->nat, &nc, err)) != 0)
+            break;
+        k.data = &start;
+        k.size = 1;
+        nc->set_key(nc, &k);
+        ret = nc->search_near(nc, &exact);
+        if (ret == 0 && exact < 0)
+            ret = nc->next(nc);
+        if (ret == 0)
+            ret = nc->get_key(nc, &k);
+        if (ret == 0 && (k.size != POS_KEY_LEN || ((const uint8_t *)k.data)[0] != 'o'))
+            ret = WT_NOTFOUND;
+        if (ret == 0 && pos_of((const uint8_t *)k.data + 1) == keep)
+            ret = WT_NOTFOUND; /* only the new document is left */
+        if (ret == 0)
+            ret = nc->get_value(nc, &v);
+        if (ret == 0) {
+            sbl_buf_reset(&ikey);
+            sbl_buf_append_byte(&ikey, 'i');
+            sbl_buf_append(&ikey, v.data, v.size);
+        }
+        nc->reset(nc);
+        if (ret == WT_NOTFOUND)
+            break;
+        if (ret != 0) {
+            rc = sbl_wt_err(err, ret, "capped eviction");
+            break;
+        }
+        /* The document itself, then the ordinary delete (indexes, counts, rows). */
+        if ((rc = sbl_session_cursor(s, c->tbl, &dc, err)) != 0)
+            break;
+        k.data = ikey.data + 1;
+        k.size = ikey.len - 1;
+        dc->set_key(dc, &k);
+        bson_t view, old;
+        bool have = false;
+        if ((ret = dc->search(dc)) == 0 && (ret = dc->get_value(dc, &v)) == 0 &&
+            bson_init_static(&view, v.data, v.size)) {
+            bson_copy_to(&view, &old);
+            have = true;
+        }
+        dc->reset(dc);
+        if (ret != 0 && ret != WT_NOTFOUND) {
+            rc = sbl_wt_err(err, ret, "capped eviction read");
+            break;
+        }
+        if (!have) { /* rows without a document: drop them and go on */
+            if ((ret = remove_rows(nc, &ikey)) != 0) {
+                rc = sbl_wt_err(err, ret, "capped eviction");
+                break;
+            }
+            continue;
+        }
+        rc = sbl_wt_write_in_txn(s, c, SBL_WRITE_DELETE, &old, NULL, NULL, err);
+        bson_destroy(&old);
+        if (rc != 0)
+            break;
+    }
+    sbl_buf_destroy(&ikey);
+    return rc;
+}
+
+int sbl_capped_on_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
+                        const bson_t *old_doc, const bson_t *new_doc, sbl_err_t *err)
+{
+    struct sbl_capped *cp = c->tbl->capped;
+    const bson_t *doc = kind == SBL_WRITE_DELETE ? old_doc : new_doc;
+    bson_iter_t it;
+    bson_value_t id;
+    sbl_buf_t ikey;
+    WT_CURSOR *cur;
+    int ret = 0, rc = 0;
+
+    if (cp == NULL || kind == SBL_WRITE_UPDATE) /* an update keeps its place */
+        return 0;
+    if (kind == SBL_WRITE_INSERT && (int64_t)new_doc->len > cp->max_size)
+        return sbl_err_set(err, SBL_E_BadValue, "object to insert exceeds cappedMaxSize");
+    if (doc == NULL || !bson_iter_init_find(&it, doc, "_id"))
+        return sbl_err_set(err, SBL_E_InternalError, "capped write: document without _id");
+    sbl_iter_value(&it, &id);
+    if (kind == SBL_WRITE_INSERT)
+        SBL_RET(lock_for_insert(s, c->tbl, err));
+    SBL_RET(sbl_session_cursor(s, cp->nat, &cur, err));
+    sbl_buf_init(&ikey);
+    sbl_buf_append_byte(&ikey, 'i');
+    sbl_key_append(&ikey, &id, false);
+    if (kind == SBL_WRITE_DELETE) {
+        ret = remove_rows(cur, &ikey);
+    } else {
+        if (!cp->seq_loaded && (rc = load_next_seq(s, cp, err)) != 0)
+            goto done;
+        uint64_t pos = cp->next_seq++;
+        uint8_t pk[POS_KEY_LEN], pv[8];
+        pos_key(pk, pos);
+        memcpy(pv, pk + 1, 8);
+        if ((ret = put_row(cur, pk, sizeof(pk), ikey.data + 1, ikey.len - 1)) == 0 &&
+            (ret = put_row(cur, ikey.data, ikey.len, pv, sizeof(pv))) == 0)
+            rc = evict(s, c, pos, err);
+    }
+    if (ret != 0)
+        rc = sbl_wt_err(err, ret == WT_DUPLICATE_KEY ? WT_ROLLBACK : ret, "natural order");
+done:
+    sbl_buf_destroy(&ikey);
+    return rc;
+}
+
+/* ---- natural-order scans ---------------------------------------------------- */
+
+struct sbl_natural {
+    uint64_t epoch;
+    sbl_wt_table_t *tbl, *nat; /* referenced */
+    WT_CURSOR *ncur, *dcur;
+    uint64_t after;
+    bool descending, started, done;
+};
+
+int sbl_natural_open(sbl_session_t *s, sbl_coll_t *c, uint64_t after, bool descending,
+                     sbl_natural_t **scanp, sbl_err_t *err)
+{
+    struct sbl_capped *cp = c->tbl->capped;
+    sbl_natural_t *scan;
+    int ret;
+
+    *scanp = NULL;
+    if (cp == NULL)
+        return sbl_err_set(err, SBL_E_InternalError, "%s is not capped", c->ns);
+    sbl_session_reconcile(s);
+    if (atomic_load(&c->tbl->dropped))
+        return sbl_err_set(err, SBL_E_NamespaceNotFound, "collection %s was dropped", c->ns);
+    scan = bson_malloc0(sizeof(*scan));
+    if ((ret = s->wt->open_cursor(s->wt, cp->nat->uri, NULL, NULL, &scan->ncur)) != 0 ||
+        (ret = s->wt->open_cursor(s->wt, c->tbl->uri, NULL, NULL, &scan->dcur)) != 0) {
+        if (scan->ncur != NULL)
+            scan->ncur->close(scan->ncur);
+        bson_free(scan);
+        return sbl_wt_err(err, ret, "open natural scan");
+    }
+    scan->epoch = s->epoch;
+    scan->tbl = c->tbl;
+    scan->nat = cp->nat;
+    sbl_table_ref(scan->tbl);
+    sbl_table_ref(scan->nat);
+    scan->after = after;
+    scan->descending = descending;
+    *scanp = scan;
+    return 0;
+}
+
+static int natural_start(sbl_natural_t *scan)
+{
+    WT_CURSOR *cur = scan->ncur;
+    uint8_t pk[POS_KEY_LEN];
+    WT_ITEM k = {.data = pk, .size = sizeof(pk)};
+    int exact, ret;
+
+    if (scan->descending)
+        pos_key(pk, scan->after == 0 ? UINT64_MAX : scan->after - 1);
+    else
+        pos_key(pk, scan->after + 1);
+    cur->set_key(cur, &k);
+    if ((ret = cur->search_near(cur, &exact)) != 0)
+        return ret;
+    if (scan->descending && exact > 0)
+        return cur->prev(cur);
+    if (!scan->descending && exact < 0)
+        return cur->next(cur);
+    return 0;
+}
+
+int sbl_natural_next(sbl_natural_t *scan, bson_t *doc, uint64_t *posp, bool *donep,
+                     sbl_err_t *err)
+{
+    WT_CURSOR *cur = scan->ncur;
+    WT_ITEM k, v;
+    int ret;
+
+    *donep = false;
+    for (;;) {
+        if (scan->done) {
+            *donep = true;
+            return 0;
+        }
+        if (!scan->started) {
+            scan->started = true;
+            ret = natural_start(scan);
+        } else
+            ret = scan->descending ? cur->prev(cur) : cur->next(cur);
+        if (ret == 0 && (ret = cur->get_key(cur, &k)) == 0 &&
+            (k.size != POS_KEY_LEN || ((const uint8_t *)k.data)[0] != 'o'))
+            ret = WT_NOTFOUND;
+        if (ret == 0)
+            ret = cur->get_value(cur, &v);
+        if (ret == WT_NOTFOUND) {
+            scan->done = true;
+            continue;
+        }
+        if (ret != 0)
+            return sbl_wt_err(err, ret, "natural scan");
+        uint64_t pos = pos_of((const uint8_t *)k.data + 1);
+        WT_ITEM dk = v, dv;
+        scan->dcur->set_key(scan->dcur, &dk);
+        ret = scan->dcur->search(scan->dcur);
+        if (ret == WT_NOTFOUND) /* deleted between the two reads */
+            continue;
+        if (ret == 0)
+            ret = scan->dcur->get_value(scan->dcur, &dv);
+        if (ret != 0)
+            return sbl_wt_err(err, ret, "natural scan");
+        if (!bson_init_static(doc, dv.data, dv.size))
+            return sbl_err_set(err, SBL_E_InternalError, "corrupt document in scan");
+        *posp = pos;
+        return 0;
+    }
+}
+
+void sbl_natural_close(sbl_natural_t *scan)
+{
+    if (scan == NULL)
+        return;
+    if (sbl_eng.open && scan->epoch == sbl_eng.epoch) {
+        scan->ncur->close(scan->ncur);
+        scan->dcur->close(scan->dcur);
+    }
+    sbl_table_unref(scan->tbl);
+    sbl_table_unref(scan->nat);
+    bson_free(scan);
+}
+
+int sbl_natural_exists(sbl_session_t *s, sbl_coll_t *c, uint64_t pos, bool *existsp,
+                       sbl_err_t *err)
+{
+    struct sbl_capped *cp = c->tbl->capped;
+    uint8_t pk[POS_KEY_LEN];
+    WT_ITEM k = {.data = pk, .size = sizeof(pk)};
+    WT_CURSOR *cur;
+    int ret;
+
+    *existsp = false;
+    if (cp == NULL)
+        return 0;
+    SBL_RET(sbl_session_cursor(s, cp->nat, &cur, err));
+    pos_key(pk, pos);
+    cur->set_key(cur, &k);
+    ret = cur->search(cur);
+    cur->reset(cur);
+    if (ret == 0)
+        *existsp = true;
+    else if (ret != WT_NOTFOUND)
+        return sbl_wt_err(err, ret, "natural position");
+    return 0;
+}

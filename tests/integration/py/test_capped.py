@@ -1,0 +1,242 @@
+"""
+Capped collections and tailable cursors through pymongo: create's options and
+errors, insertion order and $natural, eviction of the oldest documents by
+size and by count, deletes and updates, collStats/listCollections, tailable
+and awaitData cursors (an empty batch keeps the cursor; a later insert is
+returned by getMore; awaitData returns as soon as a document arrives), and
+the options and order surviving a restart.
+"""
+
+import threading
+
+import pytest
+from pymongo import CursorType
+from pymongo.errors import OperationFailure, WriteError
+
+from pymongo.write_concern import WriteConcern
+
+
+def options(db, name):
+    info = db.command("listCollections", filter={"name": name})["cursor"]["firstBatch"][0]
+    return info["options"]
+
+
+def test_create_options_listed_and_in_stats(db):
+    db.create_collection("c", capped=True, size=10000, max=5)
+    assert options(db, "c") == {"capped": True, "size": 10000, "max": 5}
+    st = db.command("collStats", "c")
+    assert st["capped"] is True and st["max"] == 5 and st["maxSize"] == 10000
+    db.create_collection("nomax", capped=True, size=4096)
+    assert options(db, "nomax") == {"capped": True, "size": 4096}
+    assert db.command("collStats", "nomax")["max"] == 0
+    agg = list(db.nomax.aggregate([{"$collStats": {"storageStats": {}}}]))
+    assert agg[0]["storageStats"]["capped"] is True
+    assert agg[0]["storageStats"]["maxSize"] == 4096
+    db.create_collection("plain")
+    assert db.command("collStats", "plain")["capped"] is False
+    assert db.plain.options() == {}
+    assert db.c.options()["capped"] is True
+
+
+@pytest.mark.parametrize("opts,code,msg", [
+    ({"capped": True}, 72, "the 'size' field is required when 'capped' is true"),
+    ({"capped": True, "max": 3}, 72, "the 'size' field is required when 'capped' is true"),
+    ({"size": 1000}, 72, "the 'capped' field needs to be true when either the 'size' or "
+                         "'max' fields are present"),
+    ({"capped": False, "max": 3}, 72, "the 'capped' field needs to be true"),
+    ({"capped": True, "size": 0}, 51024, "BSON field 'size' value must be >= 1, actual value '0'"),
+    ({"capped": True, "size": -5}, 51024, "must be >= 1"),
+    ({"capped": True, "size": "x"}, 14, "wrong type"),
+    ({"capped": True, "size": 1000, "max": 2 ** 31}, 51024, "'max' value must be < 2147483648"),
+])
+def test_create_errors(db, opts, code, msg):
+    with pytest.raises(OperationFailure) as e:
+        db.command(dict({"create": "bad"}, **opts))
+    assert e.value.code == code
+    assert msg in str(e.value.details["errmsg"])
+    assert "bad" not in db.list_collection_names()
+
+
+def test_insertion_order_and_natural(db):
+    db.create_collection("c", capped=True, size=100000)
+    ids = [5, "b", 1, 3.5, "a", 2]
+    for i in ids:
+        db.c.insert_one({"_id": i})
+    assert [d["_id"] for d in db.c.find()] == ids
+    assert [d["_id"] for d in db.c.find().sort("$natural", 1)] == ids
+    assert [d["_id"] for d in db.c.find().sort("$natural", -1)] == ids[::-1]
+    assert [d["_id"] for d in db.c.find().hint([("$natural", -1)])] == ids[::-1]
+    assert [d["_id"] for d in db.c.find({"_id": {"$type": "string"}})] == ["b", "a"]
+    # small batches resume in natural order
+    assert [d["_id"] for d in db.c.find().batch_size(2)] == ids
+    assert [d["_id"] for d in db.c.find().sort("_id", 1)] == [1, 2, 3.5, 5, "a", "b"]
+
+
+def test_eviction_by_max(db):
+    db.create_collection("c", capped=True, size=100000, max=3)
+    for i in range(10):
+        db.c.insert_one({"_id": 100 - i, "i": i})
+    assert [d["i"] for d in db.c.find()] == [7, 8, 9]
+    assert db.c.count_documents({}) == 3
+    assert db.c.estimated_document_count() == 3
+    db.c.insert_many([{"i": i} for i in range(10, 15)])
+    assert [d["i"] for d in db.c.find()] == [12, 13, 14]
+
+
+def test_eviction_by_size_and_indexes(db):
+    db.create_collection("c", capped=True, size=5000)
+    db.c.create_index("k")
+    for i in range(100):
+        db.c.insert_one({"_id": i, "k": i, "pad": "x" * 100})
+    st = db.command("collStats", "c")
+    assert st["size"] <= 5000
+    left = [d["_id"] for d in db.c.find()]
+    assert left == list(range(100 - len(left), 100)) and 30 <= len(left) < 50
+    # the evicted documents left the secondary index too
+    assert db.c.count_documents({"k": {"$lt": 100 - len(left)}}) == 0
+    assert [d["_id"] for d in db.c.find({"k": {"$gte": 0}}).hint("k_1")] == left
+
+
+def test_document_larger_than_size_is_refused(db):
+    db.create_collection("c", capped=True, size=1000)
+    db.c.insert_one({"_id": 1})
+    with pytest.raises(WriteError) as e:
+        db.c.insert_one({"_id": 2, "pad": "x" * 2000})
+    assert e.value.code == 2
+    assert "exceeds cappedMaxSize" in str(e.value)
+    assert [d["_id"] for d in db.c.find()] == [1]
+
+
+def test_delete_and_update(db):
+    db.create_collection("c", capped=True, size=100000, max=4)
+    db.c.insert_many([{"_id": i, "v": "a"} for i in range(4)])
+    assert db.c.delete_one({"_id": 1}).deleted_count == 1
+    # an update that grows the document keeps its place (allowed since 5.0)
+    db.c.update_one({"_id": 2}, {"$set": {"v": "a much longer value"}})
+    db.c.insert_one({"_id": 4})
+    assert [d["_id"] for d in db.c.find()] == [0, 2, 3, 4]
+    db.c.insert_one({"_id": 5})
+    assert [d["_id"] for d in db.c.find()] == [2, 3, 4, 5]
+    # a deleted _id may come back, at the end
+    db.c.delete_one({"_id": 3})
+    db.c.insert_one({"_id": 3})
+    assert [d["_id"] for d in db.c.find()] == [2, 4, 5, 3]
+
+
+def test_tailable_cursor_stays_open_and_sees_new_documents(db):
+    db.create_collection("c", capped=True, size=100000)
+    db.c.insert_many([{"_id": 1}, {"_id": 2}])
+    cur = db.c.find(cursor_type=CursorType.TAILABLE)
+    assert [d["_id"] for d in cur] == [1, 2]  # runs dry, but stays open
+    assert cur.alive
+    assert list(cur) == []
+    assert cur.alive
+    db.c.insert_many([{"_id": 3}, {"_id": 4}])
+    assert [d["_id"] for d in cur] == [3, 4]
+    cur.close()
+    # a filtered tailable cursor only returns what matches
+    cur = db.c.find({"_id": {"$gt": 2}}, cursor_type=CursorType.TAILABLE)
+    assert [d["_id"] for d in cur] == [3, 4]
+    db.c.insert_many([{"_id": 0}, {"_id": 10}])
+    assert [d["_id"] for d in cur] == [10]
+    cur.close()
+
+
+def test_tailable_cursor_on_empty_collection(db):
+    db.create_collection("c", capped=True, size=100000)
+    cur = db.c.find(cursor_type=CursorType.TAILABLE)
+    assert list(cur) == [] and cur.alive
+    db.c.insert_one({"_id": "first"})
+    assert [d["_id"] for d in cur] == ["first"]
+    cur.close()
+
+
+def test_await_data_returns_when_a_document_arrives(db, client):
+    db.create_collection("c", capped=True, size=100000)
+    db.c.insert_one({"_id": 0})
+    cur = db.c.find(cursor_type=CursorType.TAILABLE_AWAIT).max_await_time_ms(20000)
+    assert next(cur)["_id"] == 0
+    timer = threading.Timer(0.3, lambda: db.c.insert_one({"_id": 1}))
+    timer.start()
+    try:
+        # blocks in getMore until the insert (long before the 20 s wait ends)
+        assert next(cur)["_id"] == 1
+    finally:
+        timer.join()
+    # with nothing new, getMore answers an empty batch once maxTimeMS passes
+    cur2 = db.c.find(cursor_type=CursorType.TAILABLE_AWAIT).max_await_time_ms(50)
+    assert [d["_id"] for d in cur2] == [0, 1]
+    assert list(cur2) == [] and cur2.alive
+    # the server stays responsive while a getMore waits
+    assert client.admin.command("ping")["ok"] == 1
+    cur.close()
+    cur2.close()
+
+
+def test_tailable_errors(db):
+    db.create_collection("plain")
+    db.plain.insert_one({"_id": 1})
+    # (pymongo 3.11 turns a tailable cursor's errors into a dead cursor: use the command)
+    with pytest.raises(OperationFailure) as e:
+        db.command({"find": "plain", "tailable": True})
+    assert e.value.code == 2
+    assert "tailable cursor requested on non capped collection" in str(e.value)
+    db.create_collection("c", capped=True, size=10000)
+    with pytest.raises(OperationFailure) as e:
+        db.command({"find": "c", "tailable": True, "sort": {"x": 1}})
+    assert e.value.code == 2 and "{$natural: 1}" in str(e.value)
+    with pytest.raises(OperationFailure) as e:
+        db.command({"find": "c", "tailable": True, "singleBatch": True})
+    assert e.value.code == 2
+    with pytest.raises(OperationFailure) as e:
+        db.command({"find": "c", "awaitData": True})
+    assert e.value.code == 9
+
+
+def test_tailable_position_lost(db):
+    db.create_collection("c", capped=True, size=100000, max=3)
+    db.c.insert_many([{"_id": i} for i in range(3)])
+    cur = db.c.find(cursor_type=CursorType.TAILABLE)
+    assert [d["_id"] for d in cur] == [0, 1, 2]
+    db.c.insert_many([{"_id": i} for i in range(3, 10)])  # evicts 2, the cursor's place
+    assert list(cur) == [] and not cur.alive  # pymongo hides the error: the cursor is dead
+    r = db.command({"find": "c", "tailable": True, "batchSize": 1})
+    db.c.insert_many([{"_id": i} for i in range(10, 20)])
+    with pytest.raises(OperationFailure) as e:
+        db.command({"getMore": r["cursor"]["id"], "collection": "c"})
+    assert e.value.code == 136
+    assert "CappedPositionLost" == e.value.details["codeName"]
+
+
+def test_drop_and_recreate(db):
+    db.create_collection("c", capped=True, size=10000, max=2)
+    db.c.insert_many([{"_id": i} for i in range(5)])
+    db.c.drop()
+    db.create_collection("c")
+    db.c.insert_many([{"_id": i} for i in range(5)])
+    assert db.c.count_documents({}) == 5
+    assert db.command("collStats", "c")["capped"] is False
+
+
+@pytest.mark.parametrize("hard", [False, True])
+def test_restart_keeps_options_and_order(fresh_server, hard):
+    s = fresh_server
+    s.start()
+    c = s.client()
+    db = c.capdb
+    db.create_collection("c", capped=True, size=100000, max=4)
+    for i in [9, 3, 7, 1, 5]:
+        db.c.insert_one({"_id": i}) if not hard else db.c.with_options(
+            write_concern=WriteConcern(j=True)).insert_one({"_id": i})
+    c.close()
+    if hard:
+        s.kill9()
+    s.restart()
+    c = s.client()
+    db = c.capdb
+    assert options(db, "c") == {"capped": True, "size": 100000, "max": 4}
+    assert [d["_id"] for d in db.c.find()] == [3, 7, 1, 5]
+    assert db.c.count_documents({}) == 4
+    db.c.insert_one({"_id": 0})  # positions continue after the restart
+    assert [d["_id"] for d in db.c.find()] == [7, 1, 5, 0]
+    c.close()

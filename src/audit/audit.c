@@ -64,7 +64,8 @@ static struct {
     pthread_rwlock_t filter_lock;
     sbl_matcher_t *filter;
     bson_t *filter_doc;
-    bool filter_args; /* the filter may look at param.args */
+    unsigned filter_mask; /* the event fields the filter can look at (EV_*) */
+    uint64_t filter_gen;  /* bumped when the filter changes (the decisions' memo) */
     atomic_bool needs_bson; /* a filter or the BSON format: read without the lock */
 
     pthread_t thread;
@@ -136,22 +137,6 @@ static void split_addr(const char *addr, const char **ip, size_t *iplen, int *po
     *port = colon != NULL ? atoi(colon + 1) : -1;
 }
 
-static void append_addr(bson_t *ev, const char *key, const char *addr)
-{
-    bson_t d;
-    BSON_APPEND_DOCUMENT_BEGIN(ev, key, &d);
-    if (addr != NULL) {
-        const char *ip;
-        size_t n;
-        int port;
-        split_addr(addr, &ip, &n, &port);
-        bson_append_utf8(&d, "ip", 2, ip, (int)n);
-        if (port >= 0)
-            BSON_APPEND_INT32(&d, "port", port);
-    }
-    bson_append_document_end(ev, &d);
-}
-
 static void json_addr(audit_buf_t *b, const char *key, const char *addr)
 {
     audit_buf_puts(b, key);
@@ -173,39 +158,184 @@ static void json_addr(audit_buf_t *b, const char *key, const char *addr)
     audit_buf_puts(b, "}");
 }
 
-/* The event as a BSON document (the BSON format, and what the filter sees;
- * args is left out when the filter cannot look at it). */
-static void build_event(bson_t *ev, const char *atype, int64_t ts, const sbl_audit_client_t *c,
-                        const bson_t *param, const bson_t *args, int result)
+/* The fields of an event, for the filter's mask (only what it can look at is built). */
+enum {
+    EV_ATYPE = 1 << 0,
+    EV_TS = 1 << 1,
+    EV_UUID = 1 << 2,
+    EV_LOCAL = 1 << 3,
+    EV_REMOTE = 1 << 4,
+    EV_USERS = 1 << 5,
+    EV_ROLES = 1 << 6,
+    EV_PARAM = 1 << 7,
+    EV_ARGS = 1 << 8, /* param.args */
+    EV_RESULT = 1 << 9,
+    EV_ALL = (1 << 10) - 1,
+};
+
+/* BSON bytes written by hand (libbson's appends cost a few hundred
+ * instructions each): a stack buffer, moved to the heap when it fills. */
+typedef struct ev_buf {
+    uint8_t *p;
+    size_t len, cap;
+    bool heap, oom;
+    uint8_t stack[1024];
+} ev_buf_t;
+
+static inline bool eb_reserve(ev_buf_t *b, size_t n)
 {
-    bson_t arr, u;
-    BSON_APPEND_UTF8(ev, "atype", atype);
-    BSON_APPEND_DATE_TIME(ev, "ts", ts);
-    if (c->uuid != NULL)
-        BSON_APPEND_BINARY(ev, "uuid", BSON_SUBTYPE_UUID, c->uuid, 16);
-    append_addr(ev, "local", c->local);
-    append_addr(ev, "remote", c->remote);
-    BSON_APPEND_ARRAY_BEGIN(ev, "users", &arr);
-    if (c->user != NULL) {
-        BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &u);
-        BSON_APPEND_UTF8(&u, "user", c->user);
-        BSON_APPEND_UTF8(&u, "db", c->user_db != NULL ? c->user_db : "admin");
-        bson_append_document_end(&arr, &u);
+    if (b->oom)
+        return false;
+    if (b->len + n <= b->cap)
+        return true;
+    size_t cap = b->cap * 2 > b->len + n ? b->cap * 2 : b->len + n;
+    uint8_t *p = b->heap ? realloc(b->p, cap) : malloc(cap);
+    if (p == NULL) {
+        b->oom = true;
+        return false;
     }
-    bson_append_array_end(ev, &arr);
-    if (c->roles != NULL) {
-        BSON_APPEND_ARRAY(ev, "roles", c->roles);
-    } else {
-        BSON_APPEND_ARRAY_BEGIN(ev, "roles", &arr);
-        bson_append_array_end(ev, &arr);
+    if (!b->heap)
+        memcpy(p, b->p, b->len);
+    b->p = p;
+    b->cap = cap;
+    b->heap = true;
+    return true;
+}
+
+static inline void eb_put(ev_buf_t *b, const void *data, size_t n)
+{
+    if (eb_reserve(b, n)) {
+        memcpy(b->p + b->len, data, n);
+        b->len += n;
     }
-    BSON_APPEND_DOCUMENT_BEGIN(ev, "param", &u);
-    if (param != NULL)
-        bson_concat(&u, param);
-    if (args != NULL)
-        BSON_APPEND_DOCUMENT(&u, "args", args);
-    bson_append_document_end(ev, &u);
-    BSON_APPEND_INT32(ev, "result", result);
+}
+
+static void eb_i32(ev_buf_t *b, int32_t v)
+{
+    uint32_t u = (uint32_t)v;
+    uint8_t le[4] = {(uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16), (uint8_t)(u >> 24)};
+    eb_put(b, le, 4);
+}
+
+/* The element's type byte and key. */
+static void eb_key(ev_buf_t *b, uint8_t type, const char *key)
+{
+    eb_put(b, &type, 1);
+    eb_put(b, key, strlen(key) + 1);
+}
+
+/* Start a document (its length is patched by eb_end); returns its offset. */
+static size_t eb_begin(ev_buf_t *b)
+{
+    size_t at = b->len;
+    eb_i32(b, 0);
+    return at;
+}
+
+static void eb_end(ev_buf_t *b, size_t at)
+{
+    uint8_t z = 0;
+    eb_put(b, &z, 1);
+    if (!b->oom) {
+        uint32_t n = (uint32_t)(b->len - at);
+        uint8_t le[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
+        memcpy(b->p + at, le, 4);
+    }
+}
+
+static void eb_utf8(ev_buf_t *b, const char *key, const char *s, size_t n)
+{
+    eb_key(b, BSON_TYPE_UTF8, key);
+    eb_i32(b, (int32_t)n + 1);
+    eb_put(b, s, n);
+    eb_put(b, "", 1);
+}
+
+static void eb_addr(ev_buf_t *b, const char *key, const char *addr)
+{
+    eb_key(b, BSON_TYPE_DOCUMENT, key);
+    size_t at = eb_begin(b);
+    if (addr != NULL) {
+        const char *ip;
+        size_t n;
+        int port;
+        split_addr(addr, &ip, &n, &port);
+        eb_utf8(b, "ip", ip, n);
+        if (port >= 0) {
+            eb_key(b, BSON_TYPE_INT32, "port");
+            eb_i32(b, port);
+        }
+    }
+    eb_end(b, at);
+}
+
+/*
+ * The event as a BSON document into b (the BSON format, and what the
+ * filter sees): only the fields in mask (a filter's result depends only on
+ * the fields it names), in the event's order; args only with EV_ARGS.
+ */
+static void build_event(ev_buf_t *b, unsigned mask, const char *atype, int64_t ts,
+                        const sbl_audit_client_t *c, const bson_t *param, const bson_t *args,
+                        int result)
+{
+    size_t at = eb_begin(b);
+    if (mask & EV_ATYPE)
+        eb_utf8(b, "atype", atype, strlen(atype));
+    if (mask & EV_TS) {
+        uint64_t u = (uint64_t)ts;
+        uint8_t le[8];
+        for (int i = 0; i < 8; i++)
+            le[i] = (uint8_t)(u >> (8 * i));
+        eb_key(b, BSON_TYPE_DATE_TIME, "ts");
+        eb_put(b, le, 8);
+    }
+    if ((mask & EV_UUID) && c->uuid != NULL) {
+        uint8_t sub = BSON_SUBTYPE_UUID;
+        eb_key(b, BSON_TYPE_BINARY, "uuid");
+        eb_i32(b, 16);
+        eb_put(b, &sub, 1);
+        eb_put(b, c->uuid, 16);
+    }
+    if (mask & EV_LOCAL)
+        eb_addr(b, "local", c->local);
+    if (mask & EV_REMOTE)
+        eb_addr(b, "remote", c->remote);
+    if (mask & EV_USERS) {
+        eb_key(b, BSON_TYPE_ARRAY, "users");
+        size_t arr = eb_begin(b);
+        if (c->user != NULL) {
+            const char *db = c->user_db != NULL ? c->user_db : "admin";
+            eb_key(b, BSON_TYPE_DOCUMENT, "0");
+            size_t u = eb_begin(b);
+            eb_utf8(b, "user", c->user, strlen(c->user));
+            eb_utf8(b, "db", db, strlen(db));
+            eb_end(b, u);
+        }
+        eb_end(b, arr);
+    }
+    if (mask & EV_ROLES) {
+        eb_key(b, BSON_TYPE_ARRAY, "roles");
+        if (c->roles != NULL)
+            eb_put(b, bson_get_data(c->roles), c->roles->len);
+        else
+            eb_end(b, eb_begin(b));
+    }
+    if (mask & EV_PARAM) {
+        eb_key(b, BSON_TYPE_DOCUMENT, "param");
+        size_t p = eb_begin(b);
+        if (param != NULL && param->len > 5)
+            eb_put(b, bson_get_data(param) + 4, param->len - 5);
+        if (args != NULL && (mask & EV_ARGS)) {
+            eb_key(b, BSON_TYPE_DOCUMENT, "args");
+            eb_put(b, bson_get_data(args), args->len);
+        }
+        eb_end(b, p);
+    }
+    if (mask & EV_RESULT) {
+        eb_key(b, BSON_TYPE_INT32, "result");
+        eb_i32(b, result);
+    }
+    eb_end(b, at);
 }
 
 /* The client's part of a JSON event: ,"uuid":..,"local":..,"remote":..,"users":..,"roles":.. */
@@ -274,11 +404,53 @@ static void json_event(audit_buf_t *b, const char *atype, int64_t ts,
     audit_buf_puts(b, "}\n");
 }
 
-int sbl_audit_event_args(const char *atype, const sbl_audit_client_t *c, const bson_t *param,
-                         const bson_t *args, int result, bool force, uint64_t *seqp,
-                         sbl_err_t *err)
+/*
+ * The filter's decisions for the last few events of this thread, by the
+ * bytes of the event the filter saw.  Only for events built with the
+ * filter's mask: without $expr, $where, $jsonSchema and the like (mask
+ * EV_ALL) a filter is a function of those bytes alone, and the fields that
+ * change with every event (ts, uuid, remote) are in them only when the
+ * filter names them.  An authCheck of the same command on the same
+ * namespace by the same user then costs a memcmp instead of the matcher.
+ */
+#define MEMO_SLOTS 4
+#define MEMO_BYTES 240
+static _Thread_local struct {
+    uint64_t gen; /* A.filter_gen when made; 0: empty (filter_gen starts at 1) */
+    uint32_t len;
+    bool keep;
+    uint8_t bytes[MEMO_BYTES];
+} tl_memo[MEMO_SLOTS];
+static _Thread_local unsigned tl_memo_next;
+
+/* Under filter_lock (read): whether the filter keeps ev; memo: ev was built
+ * with the filter's mask. */
+static bool filter_match(const bson_t *ev, bool memo)
+{
+    const uint8_t *data = bson_get_data(ev);
+    if (!memo || ev->len > MEMO_BYTES)
+        return sbl_matcher_match(A.filter, ev, NULL);
+    for (int i = 0; i < MEMO_SLOTS; i++)
+        if (tl_memo[i].gen == A.filter_gen && tl_memo[i].len == ev->len &&
+            memcmp(tl_memo[i].bytes, data, ev->len) == 0)
+            return tl_memo[i].keep;
+    bool keep = sbl_matcher_match(A.filter, ev, NULL);
+    unsigned i = tl_memo_next++ % MEMO_SLOTS;
+    tl_memo[i].gen = A.filter_gen;
+    tl_memo[i].len = ev->len;
+    tl_memo[i].keep = keep;
+    memcpy(tl_memo[i].bytes, data, ev->len);
+    return keep;
+}
+
+/* An event; wake: wake the writer thread for it when it is idle (callers that
+ * write their events themselves soon do not need it). */
+static int event(const char *atype, const sbl_audit_client_t *c, const bson_t *param,
+                 const bson_t *args, int result, bool force, bool wake, uint64_t *seqp,
+                 sbl_err_t *err)
 {
     static const sbl_audit_client_t none;
+    ev_buf_t eb;
     bson_t ev;
     bool have_ev = false;
     struct timespec now;
@@ -293,17 +465,27 @@ int sbl_audit_event_args(const char *atype, const sbl_audit_client_t *c, const b
     int64_t ts = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
 
     /* The BSON event only when the filter or the format needs it (without
-     * either, not even the filter's lock: the loops would share its line). */
+     * either, not even the filter's lock: the loops would share its line),
+     * and for a filter alone only the fields it names. */
+    eb.p = eb.stack;
+    eb.len = 0;
+    eb.cap = sizeof(eb.stack);
+    eb.heap = eb.oom = false;
     bool locked = sbl_audit_needs_bson();
     if (locked)
         pthread_rwlock_rdlock(&A.filter_lock);
     if (locked && (A.filter != NULL || A.fmt == SBL_AUDIT_BSON)) {
-        bson_init(&ev);
-        have_ev = true;
-        build_event(&ev, atype, ts, c, param,
-                    A.fmt == SBL_AUDIT_BSON || A.filter_args ? args : NULL, result);
+        build_event(&eb, A.fmt == SBL_AUDIT_BSON ? EV_ALL : A.filter_mask, atype, ts, c, param,
+                    args, result);
+        have_ev = !eb.oom && bson_init_static(&ev, eb.p, eb.len);
+        if (!have_ev) {
+            pthread_rwlock_unlock(&A.filter_lock);
+            rc = sbl_err_set(err, SBL_E_ExceededMemoryLimit, "audit log: out of memory");
+            goto done;
+        }
     }
-    bool keep = !have_ev || A.filter == NULL || sbl_matcher_match(A.filter, &ev, NULL);
+    bool keep = !have_ev || A.filter == NULL ||
+                filter_match(&ev, A.fmt != SBL_AUDIT_BSON && A.filter_mask != EV_ALL);
     if (locked)
         pthread_rwlock_unlock(&A.filter_lock);
     if (!keep)
@@ -328,21 +510,35 @@ int sbl_audit_event_args(const char *atype, const sbl_audit_client_t *c, const b
         goto done;
     }
     *seqp = ++A.next_seq;
-    if (A.writer_idle && !A.kick) {
+    if (wake && A.writer_idle && !A.kick) {
         A.kick = true; /* written by the writer in WRITER_DELAY_MS unless a flush comes first */
         pthread_cond_signal(&A.cv);
     }
     pthread_mutex_unlock(&A.mu);
 done:
-    if (have_ev)
-        bson_destroy(&ev);
+    if (eb.heap)
+        free(eb.p);
     return rc;
+}
+
+int sbl_audit_event_args(const char *atype, const sbl_audit_client_t *c, const bson_t *param,
+                         const bson_t *args, int result, bool force, uint64_t *seqp,
+                         sbl_err_t *err)
+{
+    return event(atype, c, param, args, result, force, true, seqp, err);
+}
+
+int sbl_audit_event_self(const char *atype, const sbl_audit_client_t *c, const bson_t *param,
+                         const bson_t *args, int result, bool force, uint64_t *seqp,
+                         sbl_err_t *err)
+{
+    return event(atype, c, param, args, result, force, false, seqp, err);
 }
 
 int sbl_audit_event(const char *atype, const sbl_audit_client_t *c, const bson_t *param,
                     int result, bool force, uint64_t *seqp, sbl_err_t *err)
 {
-    return sbl_audit_event_args(atype, c, param, NULL, result, force, seqp, err);
+    return event(atype, c, param, NULL, result, force, true, seqp, err);
 }
 
 /* ---- writing ------------------------------------------------------------------ */
@@ -601,51 +797,74 @@ static void *writer_main(void *arg)
 
 /* ---- configuration and life ------------------------------------------------------ */
 
-/* Whether a filter may look at param.args: any key naming param, args or a
- * path below them, or an operator that sees the whole document. */
-static bool filter_sees_args(const bson_t *doc)
+/* The event fields a filter can look at (EV_*): the first component of each
+ * path, through $and/$or/$nor; an operator that sees the whole document
+ * ($expr, $where, $jsonSchema ...) or an empty key needs all of them.
+ * param.args only for a key "param" (the whole document) or "param.args...". */
+static unsigned filter_fields(const bson_t *doc)
 {
-    bson_iter_t it;
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } names[] = {{"atype", EV_ATYPE}, {"ts", EV_TS},         {"uuid", EV_UUID},
+                 {"local", EV_LOCAL}, {"remote", EV_REMOTE}, {"users", EV_USERS},
+                 {"roles", EV_ROLES}, {"param", EV_PARAM},   {"result", EV_RESULT}};
+    bson_iter_t it, sub;
+    unsigned mask = 0;
     if (!bson_iter_init(&it, doc))
-        return true;
+        return EV_ALL;
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
-        if (strcmp(k, "param") == 0 || strcmp(k, "args") == 0 ||
-            strncmp(k, "param.args", 10) == 0 || strcmp(k, "$expr") == 0 ||
-            strcmp(k, "$where") == 0 || strcmp(k, "$jsonSchema") == 0 || k[0] == '\0')
-            return true;
-        if (BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it)) {
-            uint32_t len;
-            const uint8_t *data;
-            bson_t sub;
-            if (BSON_ITER_HOLDS_DOCUMENT(&it))
-                bson_iter_document(&it, &len, &data);
-            else
-                bson_iter_array(&it, &len, &data);
-            if (bson_init_static(&sub, data, len) && filter_sees_args(&sub))
-                return true;
+        if (k[0] == '$') {
+            if (strcmp(k, "$comment") == 0)
+                continue;
+            if ((strcmp(k, "$and") != 0 && strcmp(k, "$or") != 0 && strcmp(k, "$nor") != 0) ||
+                !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &sub))
+                return EV_ALL;
+            while (bson_iter_next(&sub)) {
+                uint32_t len;
+                const uint8_t *data;
+                bson_t clause;
+                if (!BSON_ITER_HOLDS_DOCUMENT(&sub))
+                    return EV_ALL;
+                bson_iter_document(&sub, &len, &data);
+                if (!bson_init_static(&clause, data, len))
+                    return EV_ALL;
+                mask |= filter_fields(&clause);
+            }
+            continue;
         }
+        size_t n = strcspn(k, ".");
+        if (n == 0)
+            return EV_ALL;
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+            if (strlen(names[i].name) == n && memcmp(names[i].name, k, n) == 0)
+                mask |= names[i].bit;
+        if (n == 5 && memcmp(k, "param", 5) == 0 &&
+            (k[5] == '\0' || (strncmp(k + 6, "args", 4) == 0 && (k[10] == '\0' || k[10] == '.'))))
+            mask |= EV_ARGS;
     }
-    return false;
+    return mask;
 }
 
 int sbl_audit_set_filter(const bson_t *filter, sbl_err_t *err)
 {
     sbl_matcher_t *m = NULL, *old;
     bson_t *doc = NULL, *old_doc;
-    bool sees_args = false;
+    unsigned mask = 0;
     if (filter != NULL && !bson_empty(filter)) {
         if ((m = sbl_matcher_new(filter, err)) == NULL)
             return err->code != 0 ? err->code : SBL_E_BadValue;
         doc = bson_copy(filter);
-        sees_args = filter_sees_args(filter);
+        mask = filter_fields(filter);
     }
     pthread_rwlock_wrlock(&A.filter_lock);
     old = A.filter;
     old_doc = A.filter_doc;
     A.filter = m;
     A.filter_doc = doc;
-    A.filter_args = sees_args;
+    A.filter_mask = mask;
+    A.filter_gen++;
     atomic_store(&A.needs_bson, m != NULL || A.fmt == SBL_AUDIT_BSON);
     pthread_rwlock_unlock(&A.filter_lock);
     if (old != NULL)

@@ -87,6 +87,13 @@ int sbl_audit_event_args(const char *atype, const sbl_audit_client_t *c, const b
                          const bson_t *args, int result, bool force, uint64_t *seqp,
                          sbl_err_t *err);
 
+/* The same for a caller that writes the event itself soon (a network loop's
+ * sbl_audit_flush at the end of its iteration): the writer thread is not
+ * woken for it (no futex wake and no writer wake-up per event). */
+int sbl_audit_event_self(const char *atype, const sbl_audit_client_t *c, const bson_t *param,
+                         const bson_t *args, int result, bool force, uint64_t *seqp,
+                         sbl_err_t *err);
+
 /* Whether doc has the top-level key: a scan of its bytes, cheaper than a
  * bson_iter_t (for the audit of every command: "pwd" is redacted). */
 bool sbl_audit_doc_has_key(const bson_t *doc, const char *key);

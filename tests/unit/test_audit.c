@@ -1,6 +1,7 @@
 /*
  * test_audit.c: the audit log module on its own (src/audit): the event
- * document's shape, the filter (at open and replaced), ordering and exactly
+ * document's shape, the filter (at open and replaced; it sees only the
+ * fields it names, its decisions remembered per thread), ordering and exactly
  * once across rotation from several threads, sbl_audit_written/flush (the
  * caller's own group write), the JSON formatter against libbson's relaxed
  * extended JSON, BSON format, and an unwritable file refusing events.
@@ -119,6 +120,17 @@ static void test_filter_bson(void)
     CHECK(sbl_audit_set_filter(g, &err) == 0);
     CHECK(emit_msg("m", 100, &seq) == 0 && seq == 0);
     CHECK(emit_msg("other", 100, &seq) == 0 && seq == last + 1);
+    {   /* an event larger than the stack buffer it is built in */
+        char big[3000];
+        memset(big, 'b', sizeof(big) - 1);
+        big[sizeof(big) - 1] = '\0';
+        bson_t p = BSON_INITIALIZER;
+        BSON_APPEND_UTF8(&p, "big", big);
+        uint8_t uuid[16] = {7};
+        sbl_audit_client_t c = {.uuid = uuid, .local = "127.0.0.1:27017", .remote = "1.2.3.4:5"};
+        CHECK(sbl_audit_event("other", &c, &p, 0, false, &seq, &err) == 0 && seq == last + 2);
+        bson_destroy(&p);
+    }
     bson_t *bad = bson_new_from_json((const uint8_t *)"{\"a\": {\"$nope\": 1}}", -1, NULL);
     CHECK(sbl_audit_set_filter(bad, &err) != 0);
     sbl_audit_close();
@@ -138,9 +150,84 @@ static void test_filter_bson(void)
         n++;
     }
     CHECK(eof);
-    CHECK(n == 6);
+    CHECK(n == 7);
     if (r != NULL)
         bson_reader_destroy(r);
+}
+
+/* An authCheck of cmd on d.c by u@admin from [::1]:5000, args {cmd: "c", filter: {x: x}}. */
+static bool kept(const char *cmd, int x, int result)
+{
+    sbl_err_t err;
+    bson_t param = BSON_INITIALIZER, args = BSON_INITIALIZER, f;
+    BSON_APPEND_UTF8(&param, "command", cmd);
+    BSON_APPEND_UTF8(&param, "ns", "d.c");
+    BSON_APPEND_UTF8(&args, cmd, "c");
+    BSON_APPEND_DOCUMENT_BEGIN(&args, "filter", &f);
+    BSON_APPEND_INT32(&f, "x", x);
+    bson_append_document_end(&args, &f);
+    uint8_t uuid[16] = {9};
+    sbl_audit_client_t c = {.uuid = uuid, .local = "127.0.0.1:27017",
+                            .remote = "[::1]:5000", .user = "u", .user_db = "admin"};
+    uint64_t seq = 0;
+    int rc = sbl_audit_event_args("authCheck", &c, &param, &args, result, false, &seq, &err);
+    bson_destroy(&param);
+    bson_destroy(&args);
+    return rc == 0 && seq != 0;
+}
+
+static void set_filter(const char *json)
+{
+    sbl_err_t err;
+    bson_t *f = bson_new_from_json((const uint8_t *)json, -1, NULL);
+    CHECK_MSG(f != NULL && sbl_audit_set_filter(f, &err) == 0, "%s: %s", json, err.msg);
+    if (f != NULL)
+        bson_destroy(f);
+}
+
+/* The filter sees only the event fields it names (and decisions are
+ * remembered per thread by those bytes): every kind of path, $or, $nor,
+ * param.args, and a replaced filter's decisions gone ($expr, which sees the
+ * whole event, needs the server's expression module: test_audit.py). */
+static void test_filter_fields(void)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/f.json", dir);
+    sbl_err_t err;
+    sbl_audit_config_t cfg = {.destination = SBL_AUDIT_FILE, .format = SBL_AUDIT_JSON,
+                              .path = path};
+    CHECK(sbl_audit_open(&cfg, &err) == 0);
+    set_filter("{\"atype\": \"authCheck\", \"param.command\": {\"$in\": [\"insert\", \"find\"]}}");
+    for (int i = 0; i < 3; i++) { /* the second and third from the memo */
+        CHECK(kept("find", 1, 0));
+        CHECK(!kept("update", 1, 0));
+        CHECK(kept("insert", 1, 0));
+    }
+    set_filter("{\"atype\": \"authCheck\", \"param.command\": \"update\"}");
+    CHECK(!kept("find", 1, 0) && kept("update", 1, 0));
+    set_filter("{\"remote.ip\": \"::1\", \"remote.port\": 5000}");
+    CHECK(kept("find", 1, 0));
+    set_filter("{\"remote.port\": 5001}");
+    CHECK(!kept("find", 1, 0));
+    set_filter("{\"users.user\": \"u\", \"users.db\": \"admin\"}");
+    CHECK(kept("find", 1, 0));
+    set_filter("{\"users\": {\"$size\": 0}}");
+    CHECK(!kept("find", 1, 0));
+    set_filter("{\"$or\": [{\"result\": 13}, {\"param.args.filter.x\": 1}]}");
+    CHECK(kept("find", 1, 0) && !kept("find", 2, 0) && kept("find", 2, 13));
+    CHECK(kept("find", 1, 0) && !kept("find", 2, 0));
+    set_filter("{\"uuid\": {\"$exists\": true}, \"ts\": {\"$exists\": true}, "
+               "\"local.port\": 27017, \"roles\": {\"$size\": 0}, \"result\": 0}");
+    CHECK(kept("find", 1, 0) && !kept("find", 1, 13));
+    set_filter("{\"param.ns\": \"d.c\", \"param.args\": {\"$exists\": true}}");
+    CHECK(kept("find", 1, 0));
+    set_filter("{\"param.args\": {\"$exists\": false}}");
+    CHECK(!kept("find", 1, 0));
+    set_filter("{\"$nor\": [{\"param.command\": \"find\"}], \"$comment\": \"x\"}");
+    CHECK(!kept("find", 1, 0) && kept("update", 1, 0));
+    set_filter("{\"nothere\": {\"$exists\": false}}");
+    CHECK(kept("find", 1, 0));
+    sbl_audit_close();
 }
 
 static void test_unwritable(void)
@@ -259,6 +346,7 @@ int main(void)
     test_json_rotation();
     test_json_types();
     test_filter_bson();
+    test_filter_fields();
     test_unwritable();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);

@@ -203,6 +203,24 @@ def test_filter_at_start_and_at_run_time():
         ev = wait_events(path, lambda e: of_type(e, "dropCollection"))
         assert [(e["atype"], e["param"]["ns"]) for e in ev] == [
             ("createCollection", "f.one"), ("dropCollection", "f.two")]
+        # $expr over param.args (the filter sees the whole event), then bench/audit's
+        # kind of filter (it sees atype and param only; repeated decisions are
+        # remembered per loop thread, and forgotten when the filter changes).
+        c.admin.command("setParameter", 1, auditAuthorizationSuccess=True)
+        c.admin.command("setAuditConfig", filter={"$expr": {"$eq": ["$param.args.filter.k", 2]}})
+        for k in (1, 2, 1, 2):
+            list(c.f.t.find({"k": k}))
+        c.admin.command("setAuditConfig", filter={"atype": "authCheck",
+                                                  "param.command": {"$in": ["insert", "update"]}})
+        for i in range(3):
+            c.f.t.insert_one({"i": i})
+            list(c.f.t.find({"i": i}))
+        c.f.t.update_one({"i": 0}, {"$set": {"j": 1}})
+        ev = wait_events(path, lambda e: len(of_type(e, "authCheck")) >= 6)
+        assert [(e["param"]["command"], e["param"]["args"].get("filter"))
+                for e in of_type(ev, "authCheck")] == [
+            ("find", {"k": 2}), ("find", {"k": 2}), ("insert", None), ("insert", None),
+            ("insert", None), ("update", None)]
         with pytest.raises(OperationFailure):
             c.admin.command("setAuditConfig", filter={"atype": {"$bogus": 1}})
         c.close()

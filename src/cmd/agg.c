@@ -799,6 +799,10 @@ static int run_stage(sbl_agg_env_t *env, const char *ns, size_t index, bool last
         NEED_DOC(40201, "Argument to $bucket stage must be an object");
         return sbl_agg_bucket(env, dv, &spec, err);
     }
+    if (strcmp(name, "$bucketAuto") == 0) {
+        NEED_DOC(40240, "The argument to $bucketAuto must be an object");
+        return sbl_agg_bucket_auto(env, dv, &spec, err);
+    }
     if (strcmp(name, "$sortByCount") == 0) {
         bson_value_t e;
         sbl_iter_value(st, &e);
@@ -829,7 +833,7 @@ static int run_stage(sbl_agg_env_t *env, const char *ns, size_t index, bool last
     if (strcmp(name, "$changeStream") == 0) /* as on a standalone mongod */
         return sbl_err_set(err, 40573, "The $changeStream stage is only supported on replica sets");
     if (strcmp(name, "$indexStats") == 0 || strcmp(name, "$currentOp") == 0 ||
-        strcmp(name, "$bucketAuto") == 0 || strcmp(name, "$graphLookup") == 0 ||
+        strcmp(name, "$graphLookup") == 0 ||
         strcmp(name, "$unionWith") == 0 || strcmp(name, "$densify") == 0 ||
         strcmp(name, "$fill") == 0 || strcmp(name, "$setWindowFields") == 0 ||
         strcmp(name, "$redact") == 0 || strcmp(name, "$geoNear") == 0 ||

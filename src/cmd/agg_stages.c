@@ -1,7 +1,7 @@
 /*
  * agg_stages.c: the aggregation stages that read or write other collections
  * ($lookup, $out, $merge), run sub-pipelines ($facet), group by shorthand
- * ($bucket, $sortByCount), sample ($sample) or produce documents from
+ * ($bucket, $bucketAuto, $sortByCount), sample ($sample) or produce documents from
  * nothing ($documents).  Memory limits and spilling are agg_spill.c's.
  *
  * What must stay true: a stage reading another collection reads it through
@@ -579,6 +579,192 @@ int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
     free(ids);
     free(bounds);
     sbl_expr_free(e);
+    return rc;
+}
+
+/* ---- $bucketAuto ------------------------------------------------------------------------- */
+
+/* Sort records {v: groupBy value, d: document} by v under the collation in arg. */
+static int cmp_auto(const bson_t *a, const bson_t *b, const void *arg)
+{
+    bson_iter_t x, y;
+    bson_value_t va, vb;
+    bson_iter_init_find(&x, a, "v");
+    bson_iter_init_find(&y, b, "v");
+    sbl_iter_value(&x, &va);
+    sbl_iter_value(&y, &vb);
+    return sbl_value_compare_coll(&va, &vb, arg);
+}
+
+/* Parse $bucketAuto's spec; granularity is refused (not implemented). */
+static int parse_bucket_auto(const bson_t *spec, bson_value_t *group_by, int32_t *nbp,
+                             bson_t *output, bool *has_output, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bool has_buckets = false;
+    group_by->value_type = BSON_TYPE_EOD;
+    *has_output = false;
+    bson_iter_init(&it, spec);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "groupBy") == 0) {
+            if (!(BSON_ITER_HOLDS_UTF8(&it) && bson_iter_utf8(&it, NULL)[0] == '$') &&
+                !BSON_ITER_HOLDS_DOCUMENT(&it))
+                return sbl_err_set(err, 40239, "The $bucketAuto 'groupBy' field must be defined "
+                                               "as a $-prefixed path or an expression object, "
+                                               "but found: %s",
+                                   sbl_type_name(bson_iter_type(&it)));
+            sbl_iter_value(&it, group_by);
+        } else if (strcmp(k, "buckets") == 0) {
+            if (!BSON_ITER_HOLDS_NUMBER(&it) && !BSON_ITER_HOLDS_DECIMAL128(&it))
+                return sbl_err_set(err, 40241, "The $bucketAuto 'buckets' field must be a "
+                                               "numeric value, but found type: %s",
+                                   sbl_type_name(bson_iter_type(&it)));
+            double d = BSON_ITER_HOLDS_NUMBER(&it) ? bson_iter_as_double(&it) : 0.5;
+            if (d != (double)(int32_t)d || d > INT32_MAX || d < INT32_MIN)
+                return sbl_err_set(err, 40242, "The $bucketAuto 'buckets' field must be "
+                                               "representable as a 32-bit integer");
+            if (d <= 0)
+                return sbl_err_set(err, 40243, "The $bucketAuto 'buckets' field must be greater "
+                                               "than 0, but found: %d",
+                                   (int)d);
+            *nbp = (int32_t)d;
+            has_buckets = true;
+        } else if (strcmp(k, "output") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+                return sbl_err_set(err, 40244, "The $bucketAuto 'output' field must be an "
+                                               "object, but found type: %s",
+                                   sbl_type_name(bson_iter_type(&it)));
+            *has_output = sub_doc(&it, output);
+        } else if (strcmp(k, "granularity") == 0) {
+            if (!BSON_ITER_HOLDS_UTF8(&it))
+                return sbl_err_set(err, 40261, "The $bucketAuto 'granularity' field must be a "
+                                               "string, but found type: %s",
+                                   sbl_type_name(bson_iter_type(&it)));
+            return sbl_err_set(err, SBL_E_NotImplemented,
+                               "$bucketAuto's granularity is not supported by this server yet");
+        } else {
+            return sbl_err_set(err, 40245, "Unrecognized option to $bucketAuto: %s.", k);
+        }
+    }
+    if (group_by->value_type == BSON_TYPE_EOD || !has_buckets)
+        return sbl_err_set(err, 40246,
+                           "$bucketAuto requires 'groupBy' and 'buckets' to be specified");
+    return 0;
+}
+
+/*
+ * $bucketAuto: the documents sorted by their groupBy value (missing: null;
+ * through the external sorter, so it spills past the sort limit) are cut
+ * into nb buckets of round(n / nb) documents, a bucket taking every further
+ * document equal to its last value, and the last bucket taking the rest.
+ * _id is {min: first value, max: the next bucket's min (the last bucket:
+ * its largest value)}; the accumulators run as $group's over each bucket.
+ */
+int sbl_agg_bucket_auto(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err)
+{
+    bson_value_t group_by;
+    bson_t output;
+    bool has_output;
+    int32_t nb = 0;
+    SBL_RET(parse_bucket_auto(spec, &group_by, &nb, &output, &has_output, err));
+    sbl_expr_t *e = NULL;
+    SBL_RET(sbl_expr_parse(&group_by, &e, err));
+
+    /* 1: sort {v, d} records by v (stable: equal values keep input order) */
+    size_t n = dv->n, bytes = 0;
+    sbl_sorter_t *so = sbl_sorter_new(cmp_auto, env->coll, sbl_agg_limit(SBL_LIM_SORT), true);
+    bool disk = sbl_agg_disk_ok(env->allow_disk);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        bson_value_t v;
+        if ((rc = sbl_agg_eval(env, e, dv->v[i], &v, err)) != 0)
+            break;
+        bson_t *r = bson_new();
+        if (v.value_type == BSON_TYPE_EOD)
+            bson_append_null(r, "v", 1);
+        else
+            bson_append_value(r, "v", 1, &v);
+        bson_append_document(r, "d", 1, dv->v[i]);
+        bson_value_destroy(&v);
+        bytes += r->len;
+        if (bytes > sbl_agg_limit(SBL_LIM_SORT) && !disk) {
+            bson_destroy(r);
+            rc = sbl_agg_mem_error(SBL_LIM_SORT, err);
+            break;
+        }
+        rc = sbl_sorter_add(so, r, 0, err);
+    }
+    sbl_expr_free(e);
+    bson_t **recs = calloc(n + 1, sizeof(*recs));
+    size_t nrec = 0;
+    while (rc == 0) {
+        bson_t *r = NULL;
+        if ((rc = sbl_sorter_next(so, &r, NULL, err)) != 0 || r == NULL)
+            break;
+        recs[nrec++] = r;
+    }
+    sbl_sorter_free(so);
+
+    /* 2: cut into buckets: start[b] is the first record of bucket b */
+    size_t *start = calloc((size_t)nb + 2, sizeof(*start));
+    size_t nbk = 0;
+    double approx = n > 0 ? (double)n / (double)nb : 0;
+    size_t size = approx < 1 ? 1 : (size_t)(approx + 0.5);
+    for (size_t i = 0; rc == 0 && i < nrec && nbk < (size_t)nb; nbk++) {
+        start[nbk] = i;
+        if (nbk + 1 == (size_t)nb) { /* the last bucket takes the rest */
+            i = nrec;
+            continue;
+        }
+        i += size < nrec - i ? size : nrec - i;
+        while (i < nrec && cmp_auto(recs[i - 1], recs[i], env->coll) == 0)
+            i++;
+    }
+    start[nbk] = nrec;
+
+    /* 3: each document's _id {min, max}, then $group over them in bucket order */
+    bson_value_t *ids = calloc(nrec + 1, sizeof(*ids));
+    sbl_docvec_t sorted = {0};
+    for (size_t b = 0; rc == 0 && b < nbk; b++) {
+        bson_iter_t mn, mx;
+        bson_t id = BSON_INITIALIZER;
+        bson_iter_init_find(&mn, recs[start[b]], "v");
+        bson_iter_init_find(&mx, recs[b + 1 < nbk ? start[b + 1] : nrec - 1], "v");
+        bson_append_iter(&id, "min", 3, &mn);
+        bson_append_iter(&id, "max", 3, &mx);
+        for (size_t i = start[b]; i < start[b + 1]; i++) {
+            bson_value_t iv = {.value_type = BSON_TYPE_DOCUMENT};
+            iv.value.v_doc.data = (uint8_t *)bson_get_data(&id);
+            iv.value.v_doc.data_len = id.len;
+            bson_value_copy(&iv, &ids[i]);
+            bson_iter_t d;
+            bson_t view;
+            bson_iter_init_find(&d, recs[i], "d");
+            sub_doc(&d, &view);
+            sbl_docvec_push(&sorted, bson_copy(&view));
+        }
+        bson_destroy(&id);
+    }
+    for (size_t i = 0; i < nrec; i++)
+        bson_destroy(recs[i]);
+    free(recs);
+    free(start);
+    if (rc == 0) {
+        sbl_docvec_clear(dv);
+        *dv = sorted;
+        bson_t count_spec = BSON_INITIALIZER;
+        if (!has_output)
+            BCON_APPEND(&count_spec, "count", "{", "$sum", BCON_INT32(1), "}");
+        rc = sbl_agg_group(dv, has_output ? &output : &count_spec, env, ids, err);
+        bson_destroy(&count_spec);
+    } else {
+        sbl_docvec_clear(&sorted);
+    }
+    for (size_t i = 0; i < nrec; i++)
+        if (ids[i].value_type != BSON_TYPE_EOD)
+            bson_value_destroy(&ids[i]);
+    free(ids);
     return rc;
 }
 

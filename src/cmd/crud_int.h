@@ -327,6 +327,8 @@ int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
 int sbl_agg_facet(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bson_t *spec,
                   sbl_err_t *err);
 int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err);
+int sbl_agg_bucket_auto(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec,
+                        sbl_err_t *err);
 int sbl_agg_sort_by_count(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_value_t *expr,
                           sbl_err_t *err);
 int sbl_agg_sample(sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err);

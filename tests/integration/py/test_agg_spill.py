@@ -189,6 +189,32 @@ def test_bucket_and_sort_by_count_spill(data, limits):
         assert e.value.code == 292
 
 
+def test_bucket_auto(db, data, limits):
+    """$bucketAuto: round(n / buckets) documents a bucket, equal values kept together,
+    max = the next bucket's min; its sort and its grouping spill like $sort and $group."""
+    db.ba.insert_many([{"_id": i} for i in range(1, 101)])
+    r = agg(db.ba, [{"$bucketAuto": {"groupBy": "$_id", "buckets": 5}}])
+    assert r == [{"_id": {"min": 1 + 20 * b, "max": 21 + 20 * b if b < 4 else 100}, "count": 20}
+                 for b in range(5)]
+    db.bb.insert_many([{"x": v} for v in [1, 1, 1, 1, 2, 2, 3, 4, 5, 5, 5, 5, 5, None]] + [{}])
+    r = agg(db.bb, [{"$bucketAuto": {"groupBy": "$x", "buckets": 3,
+                                     "output": {"xs": {"$push": "$x"}}}}])
+    assert r == [{"_id": {"min": None, "max": 2}, "xs": [None, 1, 1, 1, 1]},
+                 {"_id": {"min": 2, "max": 5}, "xs": [2, 2, 3, 4, 5, 5, 5, 5, 5]}]
+    with pytest.raises(OperationFailure) as e:
+        agg(db.bb, [{"$bucketAuto": {"groupBy": "$x"}}])
+    assert e.value.code == 40246
+    pipe = [{"$bucketAuto": {"groupBy": "$k", "buckets": 7,
+                             "output": {"ids": {"$push": "$_id"}, "c": {"$sum": 1}}}}]
+    want = agg(data, pipe)
+    assert sum(d["c"] for d in want) == 3000
+    limits.small()
+    assert agg(data, pipe) == want
+    with pytest.raises(OperationFailure) as e:
+        agg(data, pipe, allowDiskUse=False)
+    assert e.value.code == 292
+
+
 def test_facet_subpipelines_spill(data, limits):
     pipe = [{"$facet": {
         "g": [{"$group": {"_id": "$k", "p": {"$push": "$_id"}}}, {"$sort": {"_id": 1}}],

@@ -141,7 +141,7 @@ static void batch_release(audit_batch_t *b)
 /* A very long loop iteration (many connections ready at once) would hold
  * the first writes' replies for all of it: release them once this many
  * wait (one more write(2), shared by all of them).  A count, not a time:
- * the 200 us release this replaced fired 4-6 times per iteration at 100
+ * the 200 us release this replaced fired 2-7 times per iteration at 100
  * busy connections (0.13-0.22 audit writes per operation, each a file
  * append of tens of microseconds in the kernel), and more often the more
  * the loop thread was preempted; one write per iteration is the cheapest. */

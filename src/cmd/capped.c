@@ -6,6 +6,9 @@
  * given (an integer; 6.2 dropped the old rounding to 256 bytes), max only
  * when given (0 or less meaning "none", listed as 2147483647).
  *
+ * cloneCollectionAsCapped and convertToCapped copy documents one
+ * transaction each into a new capped collection (a failed copy is dropped).
+ *
  * An awaitData getMore that finds nothing parks its request here instead of
  * sleeping: a loop timer checks every few milliseconds whether a capped
  * insert committed (sbl_capped_generation) or the wait is over, and then
@@ -232,4 +235,147 @@ void sbl_capped_await_start(sbl_conn_t *conn, sbl_request_t *req)
     p->timer.data = p;
     uv_timer_init(sbl_conn_loop(conn), &p->timer);
     uv_timer_start(&p->timer, parked_tick, AWAIT_POLL_MS, AWAIT_POLL_MS);
+}
+
+/* ---- convertToCapped and cloneCollectionAsCapped ------------------------------ */
+
+/* The size argument of both commands: a required number >= 1. */
+static int copy_size_arg(const bson_t *cmd, const char *req, int64_t *sizep, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bool has = false;
+    if (!bson_iter_init_find(&it, cmd, "size"))
+        return sbl_err_set(err, SBL_E_MissingField,
+                           "BSON field '%s.size' is missing but a required field", req);
+    SBL_RET(read_count(&it, "size", &has, sizep, err));
+    if (!has || *sizep < 1)
+        return sbl_err_set(err, SBL_E_BadValue, "size must be greater than 0, got %lld",
+                           (long long)(has ? *sizep : 0));
+    if (*sizep > MAX_SIZE_LIMIT)
+        return sbl_err_set(err, SBL_E_BadValue, "size cannot exceed 1 PB");
+    return 0;
+}
+
+/* Create `to` capped at size and insert every document of `from` in its
+ * natural order (the oldest are evicted when they do not all fit). */
+static int clone_as_capped(sbl_cmd_ctx_t *ctx, const char *from, const char *to, int64_t size,
+                           sbl_err_t *err)
+{
+    sbl_coll_t *src = NULL, *dst = NULL;
+    bson_t opts = BSON_INITIALIZER;
+    sbl_qexec_t *q = NULL;
+    sbl_qexec_opts_t qo = {0};
+    int rc;
+
+    if (sbl_coll_open(ctx->ss, from, false, &src, NULL, NULL) != 0)
+        return sbl_err_set(err, SBL_E_NamespaceNotFound, "source collection %s does not exist",
+                           from);
+    sbl_coll_release(src);
+    BSON_APPEND_BOOL(&opts, "capped", true);
+    if (size <= INT32_MAX)
+        BSON_APPEND_INT32(&opts, "size", (int32_t)size);
+    else
+        BSON_APPEND_INT64(&opts, "size", size);
+    rc = sbl_coll_create(ctx->ss, to, &opts, err);
+    bson_destroy(&opts);
+    SBL_RET(rc);
+    if ((rc = sbl_coll_open(ctx->ss, to, false, &dst, NULL, err)) != 0)
+        return rc;
+    if ((rc = sbl_qexec_new(from, &qo, &q, err)) != 0)
+        goto done;
+    for (;;) {
+        bson_t doc;
+        bool end = false;
+        if ((rc = sbl_qexec_next(q, ctx, &doc, NULL, &end, err)) != 0 || end)
+            break;
+        for (int attempt = 0;; attempt++) {
+            sbl_crud_backoff(attempt);
+            if ((rc = sbl_txn_begin(ctx->ss, err)) != 0)
+                break;
+            rc = sbl_write(ctx->ss, dst, SBL_WRITE_INSERT, NULL, &doc, NULL, err);
+            if (rc == 0 && (rc = sbl_txn_commit(ctx->ss, err)) != 0)
+                sbl_txn_abort(ctx->ss);
+            else if (rc != 0)
+                sbl_txn_abort(ctx->ss);
+            if (rc != SBL_E_WriteConflict || attempt >= SBL_WRITE_RETRIES)
+                break;
+        }
+        /* a document larger than the whole collection is left out, as mongod does */
+        if (rc == SBL_E_BadValue) {
+            sbl_err_clear(err);
+            rc = 0;
+        }
+        bson_destroy(&doc);
+        if (rc != 0)
+            break;
+    }
+done:
+    sbl_qexec_free(q);
+    sbl_coll_release(dst);
+    if (rc != 0) {
+        sbl_err_t e2 = {0};
+        sbl_coll_drop(ctx->ss, to, &e2); /* no half-made copy stays behind */
+    }
+    return rc;
+}
+
+int sbl_cmd_clone_collection_as_capped(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    static const char *const fields[] = {"cloneCollectionAsCapped", "toCollection", "size",
+                                         "temp", NULL};
+    char from[SBL_NS_MAX], to[SBL_NS_MAX];
+    bson_iter_t it;
+    int64_t size = 0;
+
+    SBL_RET(sbl_crud_check_fields(ctx->cmd, "CloneCollectionAsCappedCommand", fields, err));
+    SBL_RET(sbl_cmd_ns(ctx, from, sizeof(from), err));
+    if (!bson_iter_init_find(&it, ctx->cmd, "toCollection"))
+        return sbl_err_set(err, SBL_E_MissingField,
+                           "BSON field 'cloneCollectionAsCapped.toCollection' is missing but a "
+                           "required field");
+    if (!BSON_ITER_HOLDS_UTF8(&it))
+        return sbl_crud_type_error(err, "cloneCollectionAsCapped.toCollection", &it, "string");
+    if (sbl_join_dot(to, sizeof(to), ctx->db, bson_iter_utf8(&it, NULL)) >= sizeof(to))
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Fully qualified namespace is too long");
+    SBL_RET(sbl_validate_ns(to, err));
+    SBL_RET(sbl_validate_user_write_ns(to, err));
+    SBL_RET(copy_size_arg(ctx->cmd, "cloneCollectionAsCapped", &size, err));
+    sbl_coll_t *c = NULL;
+    if (sbl_coll_open(ctx->ss, to, false, &c, NULL, NULL) == 0) {
+        sbl_coll_release(c);
+        return sbl_err_set(err, SBL_E_NamespaceExists, "collection %s already exists", to);
+    }
+    SBL_RET(clone_as_capped(ctx, from, to, size, err));
+    ctx->wrote = true;
+    sbl_cmd_audit_coll_created(ctx, to);
+    return 0;
+}
+
+int sbl_cmd_convert_to_capped(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    static const char *const fields[] = {"convertToCapped", "size", NULL};
+    char ns[SBL_NS_MAX], tmp[SBL_NS_MAX];
+    int64_t size = 0;
+    uint32_t r = 0;
+
+    SBL_RET(sbl_crud_check_fields(ctx->cmd, "ConvertToCappedCommand", fields, err));
+    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_validate_user_write_ns(ns, err));
+    SBL_RET(copy_size_arg(ctx->cmd, "convertToCapped", &size, err));
+    /* copy into a temporary collection, then rename it over the original (whose
+     * secondary indexes go with it, as in mongod) */
+    r = (uint32_t)sbl_now_us() * 2654435761u;
+    int n = snprintf(tmp, sizeof(tmp), "%s.tmp%08x.convertToCapped.%s", ctx->db, r,
+                     ns + strlen(ctx->db) + 1);
+    if (n < 0 || (size_t)n >= sizeof(tmp))
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Fully qualified namespace is too long");
+    SBL_RET(clone_as_capped(ctx, ns, tmp, size, err));
+    int rc = sbl_coll_rename(ctx->ss, tmp, ns, true, err);
+    if (rc != 0) {
+        sbl_err_t e2 = {0};
+        sbl_coll_drop(ctx->ss, tmp, &e2);
+        return rc;
+    }
+    ctx->wrote = true;
+    return 0;
 }

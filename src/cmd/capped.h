@@ -39,6 +39,13 @@ int sbl_capped_check_find(sbl_cmd_ctx_t *ctx, const char *ns, bool tailable, boo
  * until_us (monotonic) passes; sets ctx->deferred.  False when the request
  * cannot be parked (internal run, out of memory): reply now. */
 bool sbl_capped_await_park(sbl_cmd_ctx_t *ctx, uint64_t gen, int64_t until_us);
+/* cloneCollectionAsCapped {<from>, toCollection, size} and convertToCapped
+ * {<coll>, size}: copy the documents in natural order into a new capped
+ * collection (the oldest evicted when they do not fit); convertToCapped then
+ * renames the copy over the original, whose secondary indexes are gone. */
+int sbl_cmd_clone_collection_as_capped(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_convert_to_capped(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+
 /* The dispatcher's call for a deferred request, on its connection's loop:
  * starts the wait of a request sbl_capped_await_park parked (nothing otherwise). */
 void sbl_capped_await_start(sbl_conn_t *conn, sbl_request_t *req);

@@ -225,7 +225,7 @@ static int get_batch(const bson_t *cmd, const char *cmdname, const char *key, bs
     char field[64];
     uint32_t n = 0;
 
-    if (!bson_iter_init_find(&it, cmd, key))
+    if (!sbl_doc_find_top(cmd, key, &it))
         return sbl_err_set(err, SBL_E_MissingField, "BSON field '%s.%s' is missing but a required field",
                            cmdname, key);
     sbl_join_dot(field, sizeof(field), cmdname, key);
@@ -273,7 +273,7 @@ static int get_ordered(const bson_t *cmd, const char *req, bool *orderedp, sbl_e
 static bool get_bypass(const bson_t *cmd)
 {
     bson_iter_t it;
-    return bson_iter_init_find(&it, cmd, "bypassDocumentValidation") && bson_iter_as_bool(&it);
+    return sbl_doc_find_top(cmd, "bypassDocumentValidation", &it) && bson_iter_as_bool(&it);
 }
 
 /* Evaluate the command's `let` into *vals (initialised here; empty when absent). */
@@ -281,7 +281,7 @@ static int get_let(const bson_t *cmd, const char *req, bson_t *vals, sbl_err_t *
 {
     bson_iter_t it;
     bson_t spec;
-    if (!bson_iter_init_find(&it, cmd, "let")) {
+    if (!sbl_doc_find_top(cmd, "let", &it)) {
         bson_init(vals);
         return 0;
     }

@@ -44,7 +44,7 @@ static int64_t array_len(const bson_t *cmd, const char *field)
 {
     bson_iter_t it, child;
     int64_t n = 0;
-    if (bson_iter_init_find(&it, cmd, field) && BSON_ITER_HOLDS_ARRAY(&it) &&
+    if (sbl_doc_find_top(cmd, field, &it) && BSON_ITER_HOLDS_ARRAY(&it) &&
         bson_iter_recurse(&it, &child))
         while (bson_iter_next(&child))
             n++;
@@ -244,7 +244,7 @@ static bool doc_field(const bson_t *d, const char *name, bson_t *out)
 static bool statements_are_points(const bson_t *cmd, const char *array, const char *qfield)
 {
     bson_iter_t it, child;
-    if (!bson_iter_init_find(&it, cmd, array) || !BSON_ITER_HOLDS_ARRAY(&it) ||
+    if (!sbl_doc_find_top(cmd, array, &it) || !BSON_ITER_HOLDS_ARRAY(&it) ||
         !bson_iter_recurse(&it, &child))
         return false;
     int n = 0;
@@ -277,7 +277,7 @@ static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd)
         bson_iter_t it;
         sbl_id_range_t r;
         int64_t limit = 0;
-        if (bson_iter_init_find(&it, cmd, "limit") && BSON_ITER_HOLDS_NUMBER(&it))
+        if (sbl_doc_find_top(cmd, "limit", &it) && BSON_ITER_HOLDS_NUMBER(&it))
             limit = bson_iter_as_int64(&it);
         sbl_id_range_from_filter(&f, &r);
         bool quick = r.kind == SBL_ID_RANGE && limit > 0 && limit <= 1000 &&

@@ -6,6 +6,7 @@
  * send (ismaster, buildinfo, findandmodify, getlasterror) are rows of their
  * own pointing at the same handler.
  */
+#include "cmd/capped.h"
 #include "cmd/cmd_int.h"
 #include "cmd/failpoint.h"
 
@@ -24,6 +25,8 @@ static const sbl_cmd_def_t cmd_table[] = {
      "authenticate (MONGODB-CR / X509: not offered)", NULL},
     {"buildInfo", sbl_cmd_build_info, NA, "build and version information", NULL},
     {"buildinfo", sbl_cmd_build_info, NA, "build and version information", NULL},
+    {"cloneCollectionAsCapped", sbl_cmd_clone_collection_as_capped, W | SLOW,
+     "copy a collection into a new capped one", NULL},
     {"collMod", sbl_cmd_coll_mod, W, "change a collection's validator or an index's options",
      "collMod"},
     {"collStats", sbl_cmd_coll_stats, R, "collection statistics", "collStats"},
@@ -31,6 +34,8 @@ static const sbl_cmd_def_t cmd_table[] = {
      "set a fail point (test only: enableTestCommands=1)", NULL},
     {"connectionStatus", sbl_cmd_connection_status, NA,
      "authentication state of the connection", NULL},
+    {"convertToCapped", sbl_cmd_convert_to_capped, W | SLOW,
+     "make a collection capped (a copy renamed over it)", "convertToCapped"},
     {"count", sbl_cmd_count, R | SLOW, "count matching documents", "find"},
     {"create", sbl_cmd_create, W, "create a collection", "createCollection"},
     {"createIndexes", sbl_cmd_create_indexes, W | SLOW, "create indexes", "createIndex"},

@@ -11,6 +11,7 @@
  * to the newest SBL_PROFILE_MAX_ENTRIES entries, oldest _id first.
  */
 #include "metrics/metrics.h"
+#include "doc/doc.h"
 #include "common/log.h"
 #include "storage/storage.h"
 
@@ -116,6 +117,10 @@ int sbl_profile_set_level(const char *db, int level)
 static int64_t reply_int(const bson_t *reply, const char *path)
 {
     bson_iter_t it, f;
+    if (strchr(path, '.') == NULL) /* our own reply: a valid document */
+        return sbl_doc_find_top(reply, path, &f) && BSON_ITER_HOLDS_NUMBER(&f)
+                   ? bson_iter_as_int64(&f)
+                   : 0;
     if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, path, &f) &&
         BSON_ITER_HOLDS_NUMBER(&f))
         return bson_iter_as_int64(&f);
@@ -126,8 +131,10 @@ static int64_t array_count(const bson_t *reply, const char *path)
 {
     bson_iter_t it, f, child;
     int64_t n = 0;
-    if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, path, &f) &&
-        BSON_ITER_HOLDS_ARRAY(&f) && bson_iter_recurse(&f, &child))
+    bool found = strchr(path, '.') == NULL ? sbl_doc_find_top(reply, path, &f)
+                                           : bson_iter_init(&it, reply) &&
+                                                 bson_iter_find_descendant(&it, path, &f);
+    if (found && BSON_ITER_HOLDS_ARRAY(&f) && bson_iter_recurse(&f, &child))
         while (bson_iter_next(&child))
             n++;
     return n;

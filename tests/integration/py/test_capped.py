@@ -240,3 +240,31 @@ def test_restart_keeps_options_and_order(fresh_server, hard):
     db.c.insert_one({"_id": 0})  # positions continue after the restart
     assert [d["_id"] for d in db.c.find()] == [7, 1, 5, 0]
     c.close()
+
+
+def test_convert_to_capped_and_clone(db):
+    db.c.insert_many([{"_id": i, "k": i, "pad": "x" * 50} for i in range(50)])
+    db.c.create_index("k")
+    db.command({"cloneCollectionAsCapped": "c", "toCollection": "copy", "size": 100000})
+    assert options(db, "copy") == {"capped": True, "size": 100000}
+    assert [d["_id"] for d in db.copy.find()] == list(range(50))
+    db.command({"cloneCollectionAsCapped": "c", "toCollection": "small", "size": 1000})
+    left = [d["_id"] for d in db.small.find()]
+    assert 0 < len(left) < 50 and left == list(range(50 - len(left), 50))  # the newest stay
+    with pytest.raises(OperationFailure) as e:
+        db.command({"cloneCollectionAsCapped": "c", "toCollection": "copy", "size": 1000})
+    assert e.value.code == 48
+    with pytest.raises(OperationFailure) as e:
+        db.command({"cloneCollectionAsCapped": "nothere", "toCollection": "x", "size": 1000})
+    assert e.value.code == 26
+    db.command({"convertToCapped": "c", "size": 2000})
+    assert options(db, "c") == {"capped": True, "size": 2000}
+    left = [d["_id"] for d in db.c.find()]
+    assert 0 < len(left) < 50 and left == list(range(50 - len(left), 50))
+    assert [ix["name"] for ix in db.c.list_indexes()] == ["_id_"]
+    db.c.insert_one({"_id": 100, "pad": "x" * 50})
+    assert [d["_id"] for d in db.c.find()][-1] == 100
+    assert sorted(db.list_collection_names()) == ["c", "copy", "small"]
+    with pytest.raises(OperationFailure) as e:
+        db.command({"convertToCapped": "c"})
+    assert e.value.code == 40414

@@ -156,6 +156,13 @@ const bson_value_t *sbl_qexec_points(const sbl_qexec_t *q, size_t *np);
 
 void sbl_qexec_free(sbl_qexec_t *q);
 
+/* True when filter is exactly {_id: v} for a v whose encoded key equals that
+ * of every value the query matches (a string, ObjectId, 32/64-bit integer or
+ * date: no NaN, no type-crossing doubles or decimals); a string only under
+ * the simple collation.  The result is then the document stored under v's
+ * key, or nothing: no plan or matcher needed.  *idp views v inside filter. */
+bool sbl_crud_filter_id_point(const bson_t *filter, bson_value_t *idp);
+
 /* The document of ns whose _id is id, without planning (find's point-lookup
  * path): *foundp false and nothing in *doc when there is none or ns does not
  * exist; else *doc is initialised here and the caller destroys it.  Counts

@@ -172,31 +172,6 @@ static enum find_arg find_arg(const char *k)
     }
 }
 
-/*
- * When the filter is exactly {_id: v} for a v whose encoded key equals that
- * of every value the query matches (a string, ObjectId, 32/64-bit integer or
- * date: no collation, no NaN, no type-crossing doubles or decimals), the
- * result is the document stored under v's key or nothing.  *idp views v.
- */
-static bool filter_is_id_point(const bson_t *filter, bson_value_t *idp)
-{
-    bson_iter_t it;
-    if (!bson_iter_init(&it, filter) || !bson_iter_next(&it) || strcmp(bson_iter_key(&it), "_id") != 0)
-        return false;
-    switch (bson_iter_type(&it)) {
-    case BSON_TYPE_UTF8:
-    case BSON_TYPE_OID:
-    case BSON_TYPE_INT32:
-    case BSON_TYPE_INT64:
-    case BSON_TYPE_DATE_TIME:
-        break;
-    default:
-        return false;
-    }
-    sbl_iter_value(&it, idp);
-    return !bson_iter_next(&it);
-}
-
 /* find {_id: v} without a plan, an executor or a cursor: one point lookup. */
 static int find_by_id(sbl_cmd_ctx_t *ctx, const char *ns, const bson_value_t *id, sbl_err_t *err)
 {
@@ -303,7 +278,7 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 
     bson_value_t id;
     if (plain && has_filter && !has_hint && !return_key && skip == 0 && batch_size != 0 &&
-        filter_is_id_point(&filter, &id)) {
+        sbl_crud_filter_id_point(&filter, &id)) {
         const sbl_collation_t *dc = NULL;
         SBL_RET(sbl_crud_default_collation(ctx, ns, &dc, err));
         if (dc == NULL || (id.value_type != BSON_TYPE_UTF8))

@@ -65,6 +65,25 @@ int sbl_crud_check_fields(const bson_t *cmd, const char *req, const char *const 
     return 0;
 }
 
+bool sbl_crud_filter_id_point(const bson_t *filter, bson_value_t *idp)
+{
+    bson_iter_t it;
+    if (!bson_iter_init(&it, filter) || !bson_iter_next(&it) || strcmp(bson_iter_key(&it), "_id") != 0)
+        return false;
+    switch (bson_iter_type(&it)) {
+    case BSON_TYPE_UTF8:
+    case BSON_TYPE_OID:
+    case BSON_TYPE_INT32:
+    case BSON_TYPE_INT64:
+    case BSON_TYPE_DATE_TIME:
+        break;
+    default:
+        return false;
+    }
+    sbl_iter_value(&it, idp);
+    return !bson_iter_next(&it);
+}
+
 int sbl_crud_type_error(sbl_err_t *err, const char *field, const bson_iter_t *it,
                         const char *expected)
 {

@@ -502,7 +502,12 @@ static int run_update(sbl_cmd_ctx_t *ctx, const char *ns, const update_stmt_t *s
         SBL_ERR(sbl_crud_default_collation(ctx, ns, &o.collation, err));
     if (u != NULL && o.collation != NULL)
         sbl_update_set_collation(u, o.collation);
-    SBL_ERR(sbl_qexec_new_hinted(ns, &o, st->has_hint ? &st->hint : NULL, &q, err));
+    /* {_id: v}: the one document under v's key, no plan or matcher */
+    bson_value_t idv;
+    bool id_point = !st->has_hint && sbl_crud_filter_id_point(&qf, &idv) &&
+                    (o.collation == NULL || idv.value_type != BSON_TYPE_UTF8);
+    if (!id_point)
+        SBL_ERR(sbl_qexec_new_hinted(ns, &o, st->has_hint ? &st->hint : NULL, &q, err));
 
     sbl_err_t e2 = {0};
     rc = sbl_coll_open(ctx->ss, ns, false, &c, NULL, &e2);
@@ -513,8 +518,9 @@ static int run_update(sbl_cmd_ctx_t *ctx, const char *ns, const update_stmt_t *s
         goto err;
     }
 
-    size_t np = 0;
-    const bson_value_t *points = sbl_qexec_points(q, &np);
+    size_t np = 1;
+    const bson_value_t *points = id_point ? &idv : sbl_qexec_points(q, &np);
+    const sbl_matcher_t *qm = id_point ? NULL : sbl_qexec_matcher(q);
     for (size_t k = 0; c != NULL; k++) {
         bson_t cand;
         bson_value_t id;
@@ -534,8 +540,7 @@ static int run_update(sbl_cmd_ctx_t *ctx, const char *ns, const update_stmt_t *s
                 continue;
             }
         }
-        rc = sbl_crud_modify_one(ctx, c, &id, sbl_qexec_matcher(q), &cu, &m, &changed, NULL, NULL,
-                                 info, err);
+        rc = sbl_crud_modify_one(ctx, c, &id, qm, &cu, &m, &changed, NULL, NULL, info, err);
         if (have_cand)
             bson_destroy(&cand);
         if (rc != 0)
@@ -720,17 +725,23 @@ static int run_delete(sbl_cmd_ctx_t *ctx, const char *ns, const delete_stmt_t *s
         *err = e2;
         return rc;
     }
-    bson_t qf;
+    bson_t qf = BSON_INITIALIZER;
     sbl_qexec_opts_t o = {&qf, NULL, 0, 0, st->coll};
     if (!st->has_coll && (rc = sbl_crud_default_collation(ctx, ns, &o.collation, err)) != 0)
         goto err;
-    sbl_expr_bind_let(&st->q, let, &qf);
-    rc = sbl_qexec_new_hinted(ns, &o, st->has_hint ? &st->hint : NULL, &q, err);
     bson_destroy(&qf);
-    if (rc != 0)
+    sbl_expr_bind_let(&st->q, let, &qf);
+    /* {_id: v}: the one document under v's key, no plan or matcher */
+    bson_value_t idv;
+    bool id_point = !st->has_hint && sbl_crud_filter_id_point(&qf, &idv) &&
+                    (o.collation == NULL || idv.value_type != BSON_TYPE_UTF8);
+    if (!id_point && (rc = sbl_qexec_new_hinted(ns, &o, st->has_hint ? &st->hint : NULL, &q,
+                                                err)) != 0) {
         goto err;
-    size_t npoints = 0;
-    const bson_value_t *points = sbl_qexec_points(q, &npoints);
+    }
+    size_t npoints = 1;
+    const bson_value_t *points = id_point ? &idv : sbl_qexec_points(q, &npoints);
+    const sbl_matcher_t *qm = id_point ? NULL : sbl_qexec_matcher(q);
     for (size_t k = 0;; k++) {
         bson_t cand;
         bson_value_t id;
@@ -750,8 +761,7 @@ static int run_delete(sbl_cmd_ctx_t *ctx, const char *ns, const delete_stmt_t *s
                 continue;
             }
         }
-        rc = sbl_crud_modify_one(ctx, c, &id, sbl_qexec_matcher(q), NULL, &m, &changed, NULL,
-                                 NULL, NULL, err);
+        rc = sbl_crud_modify_one(ctx, c, &id, qm, NULL, &m, &changed, NULL, NULL, NULL, err);
         if (have_cand)
             bson_destroy(&cand);
         if (rc != 0)
@@ -763,6 +773,7 @@ static int run_delete(sbl_cmd_ctx_t *ctx, const char *ns, const delete_stmt_t *s
         }
     }
 err:
+    bson_destroy(&qf); /* idv views it */
     sbl_qexec_free(q);
     sbl_coll_release(c);
     return rc;

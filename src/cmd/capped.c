@@ -179,11 +179,24 @@ typedef struct parked {
     sbl_request_t *req;
     uint64_t gen;
     int64_t until_us;
+    bool cancelled; /* its connection closed before its loop took it */
     struct parked *next;
 } parked_t;
 
 static pthread_mutex_t parked_lock = PTHREAD_MUTEX_INITIALIZER;
 static parked_t *parked_list; /* parked, not yet taken by their loop */
+static parked_t *active_list; /* their timers run (each on its connection's loop) */
+
+/* Unlink p from *list (under parked_lock); false when it is not there. */
+static bool unlink_parked(parked_t **list, parked_t *p)
+{
+    for (parked_t **pp = list; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            return true;
+        }
+    return false;
+}
 
 bool sbl_capped_await_park(sbl_cmd_ctx_t *ctx, uint64_t gen, int64_t until_us)
 {
@@ -212,6 +225,9 @@ static void parked_tick(uv_timer_t *t)
     parked_t *p = t->data;
     if (sbl_capped_generation() == p->gen && sbl_now_us() < p->until_us)
         return;
+    pthread_mutex_lock(&parked_lock);
+    unlink_parked(&active_list, p);
+    pthread_mutex_unlock(&parked_lock);
     uv_timer_stop(t);
     sbl_conn_t *conn = p->conn;
     sbl_request_t *req = p->req;
@@ -227,14 +243,60 @@ void sbl_capped_await_start(sbl_conn_t *conn, sbl_request_t *req)
     for (pp = &parked_list; *pp != NULL && (*pp)->req != req; pp = &(*pp)->next)
         ;
     p = *pp;
-    if (p != NULL)
+    if (p != NULL) {
         *pp = p->next;
+        if (!p->cancelled) {
+            p->next = active_list;
+            active_list = p;
+        }
+    }
     pthread_mutex_unlock(&parked_lock);
     if (p == NULL)
         return;
+    if (p->cancelled) { /* the connection is closing: release the request unanswered */
+        sbl_conn_reply(conn, req, NULL);
+        free(p);
+        return;
+    }
     p->timer.data = p;
     uv_timer_init(sbl_conn_loop(conn), &p->timer);
     uv_timer_start(&p->timer, parked_tick, AWAIT_POLL_MS, AWAIT_POLL_MS);
+}
+
+
+/* A cancelled wait's timer is closed: release its request unanswered. */
+static void parked_cancelled(uv_handle_t *h)
+{
+    parked_t *p = h->data;
+    sbl_conn_reply(p->conn, p->req, NULL);
+    free(p);
+}
+
+void sbl_capped_await_cancel(sbl_conn_t *conn)
+{
+    parked_t *mine = NULL, *p, **pp;
+
+    pthread_mutex_lock(&parked_lock);
+    for (p = parked_list; p != NULL; p = p->next)
+        if (p->conn == conn)
+            p->cancelled = true;
+    for (pp = &active_list; *pp != NULL;) {
+        p = *pp;
+        if (p->conn == conn) {
+            *pp = p->next;
+            p->next = mine;
+            mine = p;
+        } else {
+            pp = &p->next;
+        }
+    }
+    pthread_mutex_unlock(&parked_lock);
+    while (mine != NULL) {
+        p = mine;
+        mine = p->next;
+        uv_timer_stop(&p->timer);
+        uv_close((uv_handle_t *)&p->timer, parked_cancelled);
+    }
 }
 
 /* ---- convertToCapped and cloneCollectionAsCapped ------------------------------ */

@@ -49,5 +49,8 @@ int sbl_cmd_convert_to_capped(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 /* The dispatcher's call for a deferred request, on its connection's loop:
  * starts the wait of a request sbl_capped_await_park parked (nothing otherwise). */
 void sbl_capped_await_start(sbl_conn_t *conn, sbl_request_t *req);
+/* The connection closes (its loop): end its waits without an answer, so the
+ * connection can be freed (shutdown does not wait for them). */
+void sbl_capped_await_cancel(sbl_conn_t *conn);
 
 #endif

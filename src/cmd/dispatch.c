@@ -608,6 +608,7 @@ void sbl_cmd_conn_close(sbl_conn_t *conn)
     sbl_client_t *c = sbl_conn_data(conn);
     if (c != NULL)
         sbl_hello_wait_cancel(c);
+    sbl_capped_await_cancel(conn); /* a parked awaitData getMore (capped.c) */
 }
 
 /* The cursor reaper: once a minute, kill cursors idle for 10 minutes. */

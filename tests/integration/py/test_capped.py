@@ -268,3 +268,40 @@ def test_convert_to_capped_and_clone(db):
     with pytest.raises(OperationFailure) as e:
         db.command({"convertToCapped": "c"})
     assert e.value.code == 40414
+
+
+def test_waiting_get_more_ends_with_its_connection_and_at_shutdown(fresh_server):
+    import socket
+    import struct
+    import time
+
+    import bson
+
+    s = fresh_server
+    s.start()
+    c = s.client()
+    db = c.capdb
+    db.create_collection("c", capped=True, size=100000)
+    db.c.insert_one({"_id": 1})
+    cid = db.command({"find": "c", "tailable": True, "awaitData": True})["cursor"]["id"]
+    # a raw getMore that will wait 60 s, from a client that then goes away
+    body = struct.pack("<I", 0) + b"\x00" + bson.BSON.encode(
+        {"getMore": cid, "collection": "c", "maxTimeMS": 60000, "$db": "capdb"})
+    raw = socket.create_connection(("127.0.0.1", s.port))
+    raw.sendall(struct.pack("<iiii", 16 + len(body), 7, 0, 2013) + body)
+    time.sleep(0.2)
+    raw.close()
+    assert db.command("ping")["ok"] == 1
+    # shutdown while a getMore waits: the server still stops cleanly
+    cur = db.c.find(cursor_type=CursorType.TAILABLE_AWAIT).max_await_time_ms(60000)
+    assert next(cur)["_id"] == 1  # the next one is a getMore that waits
+    stopper = threading.Timer(0.3, lambda: s.signal(15))
+    stopper.start()
+    try:
+        with pytest.raises(Exception):
+            list(cur)
+    finally:
+        stopper.join()
+    assert s.wait(timeout=30) == 0
+    assert "Gave up waiting for outstanding requests" not in s.log_text()
+    c.close()

@@ -116,6 +116,8 @@ static void loop_finish(net_loop_t *nl)
     }
     uv_close((uv_handle_t *)&nl->wake, NULL);
     uv_close((uv_handle_t *)&nl->deadline, NULL);
+    uv_close((uv_handle_t *)&nl->flush, NULL);
+    uv_close((uv_handle_t *)&nl->flush_idle, NULL);
 }
 
 void net_loop_conn_freed(net_loop_t *nl)
@@ -451,6 +453,7 @@ int sbl_net_start(const sbl_net_config_t *cfg, sbl_net_request_fn on_request,
         nl->wake.data = nl;
         uv_timer_init(&nl->loop, &nl->deadline);
         nl->deadline.data = nl;
+        net_flush_init(nl);
     }
 
     uv_loop_init(&lst.loop);
@@ -487,6 +490,8 @@ int sbl_net_start(const sbl_net_config_t *cfg, sbl_net_request_fn on_request,
             } else {
                 uv_close((uv_handle_t *)&nl->wake, NULL);
                 uv_close((uv_handle_t *)&nl->deadline, NULL);
+                uv_close((uv_handle_t *)&nl->flush, NULL);
+                uv_close((uv_handle_t *)&nl->flush_idle, NULL);
                 drain_loop(&nl->loop);
             }
         }

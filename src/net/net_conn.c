@@ -14,6 +14,11 @@
  *  4. Idle connections hold no read buffer: it is allocated in alloc_cb and
  *     given back as soon as every byte in it has been consumed (to the
  *     loop's few spare buffers, so a request costs no 64 KiB malloc/free).
+ *  5. Replies leave in order.  A reply is held until the end of the loop
+ *     iteration (a uv_check handle), so the loop serves every connection
+ *     that is ready before it wakes their clients (fewer context switches
+ *     on a machine the clients share: docs/BENCHMARKS.md); at most HOLD_MAX
+ *     bytes per connection are held, and a close sends what is held first.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +32,7 @@
 #define READ_PAUSE ((size_t)64 * 1024 * 1024)
 #define WRITE_PAUSE ((size_t)16 * 1024 * 1024)
 #define WRITE_MAX ((size_t)128 * 1024 * 1024)
+#define HOLD_MAX ((size_t)64 * 1024)
 
 /* A uv_write in flight; mem (malloc'd) holds the bytes. */
 typedef struct net_write {
@@ -68,6 +74,14 @@ static void log_conn(char sev, int id, const char *msg, const sbl_conn_t *c, con
 static void conn_free(sbl_conn_t *c)
 {
     net_loop_t *nl = c->nl;
+    if (c->in_flush) {
+        sbl_conn_t **pp = &nl->flush_list;
+        while (*pp != NULL && *pp != c)
+            pp = &(*pp)->flush_next;
+        if (*pp == c)
+            *pp = c->flush_next;
+    }
+    free(c->held);
     if (c->prev != NULL)
         c->prev->next = c->next;
     else
@@ -102,10 +116,13 @@ static void close_cb(uv_handle_t *h)
         conn_free(c);
 }
 
+static void send_held(sbl_conn_t *c);
+
 void net_conn_close(sbl_conn_t *c)
 {
     if (c->closing)
         return;
+    send_held(c); /* what was answered before the close still goes out */
     c->closing = true;
     c->reading = false;
     uv_close((uv_handle_t *)&c->tcp, close_cb);
@@ -359,11 +376,99 @@ static void conn_request_done(sbl_conn_t *c)
     conn_shrink(c);
 }
 
+/* Write what c holds now (the loop's flush, a close, a large reply). */
+static void send_held(sbl_conn_t *c)
+{
+    uint8_t *d = c->held;
+    size_t n = c->held_len;
+    c->held = NULL;
+    c->held_len = c->held_cap = 0;
+    if (d != NULL && n > 0 && !c->closing)
+        conn_write(c, d, n, d);
+    else
+        free(d);
+}
+
+static void flush_cb(uv_check_t *h)
+{
+    net_loop_t *nl = h->data;
+    sbl_conn_t *c = nl->flush_list;
+    nl->flush_list = NULL;
+    uv_idle_stop(&nl->flush_idle);
+    while (c != NULL) {
+        sbl_conn_t *next = c->flush_next;
+        c->in_flush = false;
+        c->flush_next = NULL;
+        send_held(c);
+        c = next;
+    }
+}
+
+static void flush_idle_cb(uv_idle_t *h)
+{
+    (void)h; /* only there so that the iteration's poll does not block */
+}
+
+void net_flush_init(net_loop_t *nl)
+{
+    uv_check_init(&nl->loop, &nl->flush);
+    nl->flush.data = nl;
+    uv_check_start(&nl->flush, flush_cb);
+    uv_unref((uv_handle_t *)&nl->flush); /* it never keeps the loop alive */
+    uv_idle_init(&nl->loop, &nl->flush_idle);
+    nl->flush_idle.data = nl;
+}
+
+/* Queue a reply's wire bytes (mem: malloc'd and owned, or NULL to copy
+ * data) behind what c holds; a large one goes out at once, after them. */
+static void hold_reply(sbl_conn_t *c, const uint8_t *data, size_t len, uint8_t *mem)
+{
+    if (c->closing) {
+        free(mem);
+        return;
+    }
+    if (c->held_len + len > HOLD_MAX) {
+        send_held(c);
+        if (mem == NULL && (mem = malloc(len)) != NULL)
+            memcpy(mem, data, len);
+        if (mem == NULL) {
+            net_conn_close(c);
+            return;
+        }
+        conn_write(c, mem, len, mem);
+        return;
+    }
+    if (c->held_len + len > c->held_cap) {
+        size_t cap = c->held_cap ? c->held_cap * 2 : 4096;
+        while (cap < c->held_len + len)
+            cap *= 2;
+        uint8_t *p = realloc(c->held, cap);
+        if (p == NULL) {
+            free(mem);
+            net_conn_close(c);
+            return;
+        }
+        c->held = p;
+        c->held_cap = cap;
+    }
+    memcpy(c->held + c->held_len, data, len);
+    c->held_len += len;
+    free(mem);
+    if (!c->in_flush) {
+        c->in_flush = true;
+        c->flush_next = c->nl->flush_list;
+        c->nl->flush_list = c;
+        /* Held from a timer or a callback after the poll: the check runs
+         * only after a poll, which must then not wait for new events. */
+        uv_idle_start(&c->nl->flush_idle, flush_idle_cb);
+    }
+}
+
 void net_conn_reply_arrived(net_reply_t *r)
 {
     sbl_conn_t *c = r->conn;
     if (r->data != NULL && !c->closing)
-        conn_write(c, r->data, r->len, r->data);
+        hold_reply(c, r->data, r->len, r->data);
     else
         free(r->data);
     free(r);
@@ -379,7 +484,7 @@ void sbl_conn_reply(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply)
             sbl_buf_t out;
             sbl_buf_init(&out);
             sbl_wire_build_reply(req, next_reply_id(), reply, &out);
-            conn_write(conn, out.data, out.len, NULL);
+            hold_reply(conn, out.data, out.len, NULL);
             sbl_buf_destroy(&out);
         }
         sbl_request_destroy(req);
@@ -432,7 +537,7 @@ void sbl_conn_reply_more(sbl_conn_t *conn, sbl_request_t *req, const bson_t *rep
     sbl_buf_init(&out);
     req->reply_flags |= SBL_MSG_MORE_TO_COME;
     sbl_wire_build_reply(req, id, reply, &out);
-    conn_write(conn, out.data, out.len, NULL);
+    hold_reply(conn, out.data, out.len, NULL);
     sbl_buf_destroy(&out);
     req->request_id = id;
 }

@@ -49,7 +49,14 @@ struct net_loop {
     int nspare;
     bool stopping;
     bool finished;
+    uv_check_t flush;       /* at the end of each iteration: send the held replies */
+    uv_idle_t flush_idle;   /* active while replies are held: the poll does not block */
+    sbl_conn_t *flush_list; /* connections holding replies, linked by flush_next */
 };
+
+/* Start the loop's end-of-iteration flush of held replies (net_conn.c);
+ * the handle is closed with the loop's others. */
+void net_flush_init(net_loop_t *nl);
 
 struct sbl_conn {
     uv_tcp_t tcp; /* first: the handle's memory is the connection's */
@@ -72,6 +79,11 @@ struct sbl_conn {
     bool dispatched; /* a request is with the layer above */
     bool processing; /* conn_process is on the stack */
     bool closing;    /* uv_close called */
+    /* Replies held until the end of the loop iteration (net_conn.c). */
+    bool in_flush;   /* on nl->flush_list */
+    sbl_conn_t *flush_next;
+    uint8_t *held;   /* malloc'd wire bytes, held_len of held_cap used */
+    size_t held_len, held_cap;
     bool closed;     /* close callback ran; freed once !dispatched */
 
     void *data;

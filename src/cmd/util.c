@@ -44,6 +44,21 @@ int sbl_validate_db_name(const char *db, sbl_err_t *err)
     return 0;
 }
 
+/* The checks on a namespace's collection part coll (a non-empty suffix of
+ * ns after its first '.'), once the database part is known to be valid. */
+static int check_coll_in_ns(const char *ns, const char *coll, sbl_err_t *err)
+{
+    if (strlen(ns) > 255)
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Fully qualified namespace is too long: %s",
+                           ns);
+    if (strchr(coll, '$') != NULL && strcmp(coll, "$cmd") != 0)
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid collection name: %s", coll);
+    if (coll[0] == '.')
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Collection names cannot start with '.': %s",
+                           coll);
+    return 0;
+}
+
 int sbl_validate_ns(const char *ns, sbl_err_t *err)
 {
     const char *dot = strchr(ns, '.');
@@ -60,15 +75,7 @@ int sbl_validate_ns(const char *ns, sbl_err_t *err)
     const char *coll = dot + 1;
     if (*coll == '\0')
         return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid namespace specified '%s'", ns);
-    if (strlen(ns) > 255)
-        return sbl_err_set(err, SBL_E_InvalidNamespace, "Fully qualified namespace is too long: %s",
-                           ns);
-    if (strchr(coll, '$') != NULL && strcmp(coll, "$cmd") != 0)
-        return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid collection name: %s", coll);
-    if (coll[0] == '.')
-        return sbl_err_set(err, SBL_E_InvalidNamespace, "Collection names cannot start with '.': %s",
-                           coll);
-    return 0;
+    return check_coll_in_ns(ns, coll, err);
 }
 
 int sbl_validate_user_write_ns(const char *ns, sbl_err_t *err)
@@ -104,17 +111,9 @@ int sbl_cmd_ns(const sbl_cmd_ctx_t *ctx, char *ns, size_t nslen, sbl_err_t *err)
                            ctx->db);
     if (sbl_join_dot(ns, nslen, ctx->db, coll) >= nslen)
         return sbl_err_set(err, SBL_E_InvalidNamespace, "Fully qualified namespace is too long");
-    /* The database name is checked above; what sbl_validate_ns adds is
-     * about the collection name (a database name holds no '.'). */
-    if (strlen(ns) > 255)
-        return sbl_err_set(err, SBL_E_InvalidNamespace, "Fully qualified namespace is too long: %s",
-                           ns);
-    if (strchr(coll, '$') != NULL && strcmp(coll, "$cmd") != 0)
-        return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid collection name: %s", coll);
-    if (coll[0] == '.')
-        return sbl_err_set(err, SBL_E_InvalidNamespace, "Collection names cannot start with '.': %s",
-                           coll);
-    return 0;
+    /* The database name is checked above and holds no '.': coll follows
+     * ns's first '.', as sbl_validate_ns would find it. */
+    return check_coll_in_ns(ns, coll, err);
 }
 
 int sbl_get_int64(const bson_iter_t *it, int64_t *out, sbl_err_t *err)

@@ -429,13 +429,7 @@ static void hold_reply(sbl_conn_t *c, const uint8_t *data, size_t len, uint8_t *
     }
     if (c->held_len + len > HOLD_MAX) {
         send_held(c);
-        if (mem == NULL && (mem = malloc(len)) != NULL)
-            memcpy(mem, data, len);
-        if (mem == NULL) {
-            net_conn_close(c);
-            return;
-        }
-        conn_write(c, mem, len, mem);
+        conn_write(c, data, len, mem); /* copies only what the socket does not take */
         return;
     }
     if (c->held_len + len > c->held_cap) {

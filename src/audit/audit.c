@@ -510,9 +510,14 @@ static int event(const char *atype, const sbl_audit_client_t *c, const bson_t *p
         goto done;
     }
     *seqp = ++A.next_seq;
-    if (wake && A.writer_idle && !A.kick) {
-        A.kick = true; /* written by the writer in WRITER_DELAY_MS unless a flush comes first */
-        pthread_cond_signal(&A.cv);
+    if (wake && !A.kick) {
+        /* Written by the writer in WRITER_DELAY_MS unless a flush comes
+         * first.  The kick is left even when the writer is busy: it may
+         * already have taken the buffer without this event, and looks at
+         * the kick again before it waits. */
+        A.kick = true;
+        if (A.writer_idle)
+            pthread_cond_signal(&A.cv);
     }
     pthread_mutex_unlock(&A.mu);
 done:

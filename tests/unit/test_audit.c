@@ -2,7 +2,8 @@
  * test_audit.c: the audit log module on its own (src/audit): the event
  * document's shape, the filter (at open and replaced; it sees only the
  * fields it names, its decisions remembered per thread), ordering and exactly
- * once across rotation from several threads, sbl_audit_written/flush (the
+ * once across rotation from several threads, the writer thread taking every
+ * event nobody flushes, sbl_audit_written/flush (the
  * caller's own group write), the JSON formatter against libbson's relaxed
  * extended JSON, BSON format, and an unwritable file refusing events.
  */
@@ -98,6 +99,35 @@ static void test_json_rotation(void)
     CHECK(count_lines(path, "\"local\":{\"ip\":\"127.0.0.1\",\"port\":27017}") >= 1);
     CHECK(count_lines(path, "\"remote\":{\"ip\":\"::1\",\"port\":5000}") >= 1);
     CHECK(count_lines(path, "\"users\":[{\"user\":\"u\",\"db\":\"admin\"}]") >= 1);
+}
+
+/* Events nobody flushes are the writer thread's: each one is written even
+ * when it arrives while the writer is busy with the one before (the writer
+ * once slept through such an event until the next one came). */
+static void test_writer_takes_every_event(void)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/w.json", dir);
+    sbl_err_t err;
+    sbl_audit_config_t cfg = {.destination = SBL_AUDIT_FILE, .format = SBL_AUDIT_JSON,
+                              .path = path};
+    CHECK(sbl_audit_open(&cfg, &err) == 0);
+    int stuck = 0;
+    for (int i = 0; i < 100 && stuck == 0; i++) {
+        uint64_t seq = 0;
+        CHECK(emit_msg("m", i, &seq) == 0 && seq != 0);
+        for (int ms = 0; !sbl_audit_written(seq); ms++) {
+            if (ms == 3000) {
+                stuck = i + 1;
+                break;
+            }
+            usleep(1000);
+        }
+    }
+    CHECK_MSG(stuck == 0, "event %d was not written within 3 s", stuck);
+    sbl_audit_close();
+    if (stuck == 0)
+        CHECK(count_lines(path, "\"atype\":\"m\"") == 100);
 }
 
 static void test_filter_bson(void)
@@ -344,6 +374,7 @@ int main(void)
     if (mkdtemp(dir) == NULL)
         return 1;
     test_json_rotation();
+    test_writer_takes_every_event();
     test_json_types();
     test_filter_bson();
     test_filter_fields();

@@ -180,25 +180,34 @@ static int check_id(const bson_iter_t *it, sbl_err_t *err)
 int sbl_crud_prepare_doc(const bson_t *in, bson_t *out, sbl_err_t *err)
 {
     bson_iter_t it;
-    bool has_id = false, id_first = false, first = true;
-    int rc;
+    bool has_id = false, id_first = false, first = true, deep;
+    int rc, nid;
 
-    if (!bson_iter_init(&it, in))
-        return sbl_err_set(err, SBL_E_InvalidBSON, "invalid document");
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
-        if (strcmp(k, "_id") == 0) {
-            if (has_id)
-                return sbl_err_set(err, SBL_E_BadValue, "can't have multiple _id fields in one document");
-            has_id = true;
-            id_first = first;
-            if ((rc = check_id(&it, err)) != 0)
-                return rc;
+    /* Other top-level '$' names are stored as data (MongoDB 5.0+). */
+    if (sbl_doc_scan_ids(in, SBL_STORED_MAX_DEPTH, &it, &nid, &id_first, &deep)) {
+        has_id = nid > 0;
+        if (has_id && (rc = check_id(&it, err)) != 0)
+            return rc;
+        if (nid > 1)
+            return sbl_err_set(err, SBL_E_BadValue, "can't have multiple _id fields in one document");
+    } else { /* a document that walk cannot read: libbson decides */
+        if (!bson_iter_init(&it, in))
+            return sbl_err_set(err, SBL_E_InvalidBSON, "invalid document");
+        while (bson_iter_next(&it)) {
+            if (strcmp(bson_iter_key(&it), "_id") == 0) {
+                if (has_id)
+                    return sbl_err_set(err, SBL_E_BadValue,
+                                       "can't have multiple _id fields in one document");
+                has_id = true;
+                id_first = first;
+                if ((rc = check_id(&it, err)) != 0)
+                    return rc;
+            }
+            first = false;
         }
-        /* Other top-level '$' names are stored as data (MongoDB 5.0+). */
-        first = false;
+        deep = sbl_doc_too_deep(in, SBL_STORED_MAX_DEPTH);
     }
-    if (sbl_doc_too_deep(in, SBL_STORED_MAX_DEPTH))
+    if (deep)
         return sbl_err_set(err, SBL_E_Overflow,
                            "Document exceeds maximum nesting depth of %d", SBL_STORED_MAX_DEPTH);
     size_t size = in->len + (has_id ? 0 : 17);

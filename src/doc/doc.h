@@ -100,6 +100,15 @@ sbl_bson_verdict_t sbl_bson_check(const uint8_t *data, size_t len, int max_depth
  * it cannot walk is handed to bson_iter_init_find. */
 bool sbl_doc_find_top(const bson_t *doc, const char *key, bson_iter_t *it);
 
+/* What an insert checks of a document, in one walk without libbson's
+ * per-element checks, for documents that passed sbl_bson_check (requests):
+ * *nid top-level fields are named "_id", *id_it is on the first of them
+ * (when *nid > 0) and *id_first says whether it is the document's first
+ * field; *deep as sbl_doc_too_deep(doc, max_depth).  False when doc cannot be
+ * walked: then ask libbson and sbl_doc_too_deep. */
+bool sbl_doc_scan_ids(const bson_t *doc, int max_depth, bson_iter_t *id_it, int *nid,
+                      bool *id_first, bool *deep);
+
 /* True when doc nests containers more than max_depth levels below its top level.
  * Never recurses deeper than max_depth + 1, whatever the input. */
 bool sbl_doc_too_deep(const bson_t *doc, int max_depth);

@@ -291,3 +291,73 @@ bool sbl_doc_find_top(const bson_t *doc, const char *key, bson_iter_t *it)
     }
     return false;
 }
+
+/* ---- the checks an insert makes, on a checked document -------------------- */
+
+typedef struct {
+    const uint8_t *first_id; /* the first top-level "_id" element */
+    int nid;                 /* top-level "_id" elements */
+    bool deep;               /* nests more than max_depth levels */
+} scan_t;
+
+/* Walks the elements in [p, end) (end: their container's closing 0) at
+ * depth, counting top-level "_id"s and marking s->deep as sbl_doc_too_deep
+ * would; once deep, nested containers are not walked further.  False when
+ * the elements cannot be walked.  Recursion is bounded by max_depth. */
+static bool raw_walk(const uint8_t *p, const uint8_t *end, int depth, int max_depth, scan_t *s)
+{
+    while (p < end) {
+        uint8_t t = *p;
+        const uint8_t *k = p + 1, *z = k;
+        while (z < end && *z != 0)
+            z++;
+        if (z >= end)
+            return false;
+        const uint8_t *v = z + 1;
+        if (depth == 0 && z - k == 3 && k[0] == '_' && k[1] == 'i' && k[2] == 'd' && s->nid++ == 0)
+            s->first_id = p;
+        bool vok;
+        size_t n = value_size(t, v, end, &vok);
+        if (!vok || (size_t)(end - v) < n)
+            return false;
+        const uint8_t *sub = NULL;
+        size_t sublen = 0;
+        if (t == BSON_TYPE_DOCUMENT || t == BSON_TYPE_ARRAY) {
+            sub = v, sublen = n;
+        } else if (t == BSON_TYPE_CODEWSCOPE) { /* int32 total, string, scope document */
+            if (n < 14 || (size_t)rd_u32(v + 4) > n - 13)
+                return false;
+            sub = v + 8 + rd_u32(v + 4);
+            sublen = n - 8 - rd_u32(v + 4);
+            if (rd_u32(sub) != sublen)
+                return false;
+        }
+        if (sub != NULL && !s->deep) {
+            if (sublen < 5 || sub[sublen - 1] != 0)
+                return false;
+            if (depth + 1 > max_depth)
+                s->deep = true;
+            else if (!raw_walk(sub + 4, sub + sublen - 1, depth + 1, max_depth, s))
+                return false;
+        }
+        if (s->deep && depth > 0)
+            return true;
+        p = v + n;
+    }
+    return true;
+}
+
+bool sbl_doc_scan_ids(const bson_t *doc, int max_depth, bson_iter_t *id_it, int *nid,
+                      bool *id_first, bool *deep)
+{
+    const uint8_t *data = bson_get_data(doc);
+    scan_t s = {NULL, 0, max_depth < 0};
+
+    if (!raw_walk(data + 4, data + doc->len - 1, 0, max_depth, &s))
+        return false;
+    *nid = s.nid;
+    *deep = s.deep;
+    *id_first = s.first_id == data + 4;
+    return s.nid == 0 ||
+           bson_iter_init_from_data_at_offset(id_it, data, doc->len, (uint32_t)(s.first_id - data), 3);
+}

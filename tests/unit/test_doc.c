@@ -740,6 +740,91 @@ static bool find_top_agrees(const bson_t *doc, const char *key)
                     bson_iter_offset(&a) == bson_iter_offset(&b)));
 }
 
+/* sbl_doc_scan_ids agrees with libbson's walk and sbl_doc_too_deep on doc
+ * (or declines it): the count of top-level "_id"s, where the first one is,
+ * whether it comes first, and the nesting verdict at max_depth. */
+static bool scan_ids_agrees(const bson_t *doc, int max_depth)
+{
+    bson_iter_t it, ref_id;
+    int nid, ref_n = 0;
+    bool id_first, deep, ref_first = false, first = true;
+    if (!sbl_doc_scan_ids(doc, max_depth, &it, &nid, &id_first, &deep))
+        return true; /* declined: the caller asks libbson */
+    if (!bson_iter_init(&ref_id, doc))
+        return false;
+    bson_iter_t walk = ref_id;
+    while (bson_iter_next(&walk)) {
+        if (strcmp(bson_iter_key(&walk), "_id") == 0 && ref_n++ == 0) {
+            ref_first = first;
+            ref_id = walk;
+        }
+        first = false;
+    }
+    if (nid != ref_n || deep != sbl_doc_too_deep(doc, max_depth))
+        return false;
+    return nid == 0 || (id_first == ref_first && bson_iter_offset(&it) == bson_iter_offset(&ref_id) &&
+                        bson_iter_type(&it) == bson_iter_type(&ref_id));
+}
+
+static void test_scan_ids(void)
+{
+    bson_t *d = bson_new(), o, a, e, scope, z;
+    BSON_APPEND_INT32(d, "a", 1);
+    BSON_APPEND_UTF8(d, "_id", "x");
+    BSON_APPEND_DOCUMENT_BEGIN(d, "o", &o);
+    BSON_APPEND_ARRAY_BEGIN(&o, "p", &a);
+    BSON_APPEND_DOCUMENT_BEGIN(&a, "0", &e);
+    BSON_APPEND_INT32(&e, "q", 1);
+    bson_append_document_end(&a, &e);
+    bson_append_array_end(&o, &a);
+    bson_append_document_end(d, &o);
+    bson_init(&scope);
+    BSON_APPEND_DOCUMENT_BEGIN(&scope, "z", &z); /* the deepest part: 4 levels */
+    bson_t y, x;
+    BSON_APPEND_DOCUMENT_BEGIN(&z, "y", &y);
+    BSON_APPEND_DOCUMENT_BEGIN(&y, "x", &x);
+    BSON_APPEND_INT32(&x, "v", 1);
+    bson_append_document_end(&y, &x);
+    bson_append_document_end(&z, &y);
+    bson_append_document_end(&scope, &z);
+    BSON_APPEND_CODE_WITH_SCOPE(d, "w", "g()", &scope);
+    bson_destroy(&scope);
+    BSON_APPEND_REGEX(d, "r", "a.c", "i");
+    BSON_APPEND_INT32(d, "_id", 2);
+    int agree = 0;
+    for (int depth = 0; depth <= 6; depth++)
+        agree += scan_ids_agrees(d, depth);
+    CHECK_MSG(agree == 7, "scan_ids agreed at %d of 7 depths", agree);
+    bson_iter_t it;
+    int nid;
+    bool first, deep;
+    CHECK(sbl_doc_scan_ids(d, 3, &it, &nid, &first, &deep) && nid == 2 && !first && deep);
+    CHECK(sbl_doc_scan_ids(d, 4, &it, &nid, &first, &deep) && !deep &&
+          BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_key(&it), "_id") == 0);
+    /* Every one-byte corruption that still passes the one-pass check. */
+    const uint8_t *data = bson_get_data(d);
+    uint8_t *buf = malloc(d->len);
+    int checked = 0, differs = 0;
+    for (uint32_t i = 0; i < d->len; i++) {
+        for (int k = 0; k < 8; k++) {
+            memcpy(buf, data, d->len);
+            buf[i] ^= (uint8_t)(1u << k);
+            if (sbl_bson_check(buf, d->len, 10, NULL) != SBL_BSON_OK)
+                continue;
+            bson_t cd;
+            CHECK(bson_init_static(&cd, buf, d->len));
+            checked++;
+            for (int depth = 0; depth <= 5; depth++)
+                if (!scan_ids_agrees(&cd, depth) && differs++ < 5)
+                    CHECK_MSG(false, "byte %u bit %d depth %d: scan_ids differs", i, k, depth);
+        }
+    }
+    CHECK(checked > 0);
+    CHECK_MSG(differs == 0, "scan_ids differed from libbson %d times", differs);
+    free(buf);
+    bson_destroy(d);
+}
+
 static void test_bson_check(void)
 {
     bson_t *d = bson_new(), sub, scope, arr;
@@ -855,6 +940,7 @@ static void test_bson_check(void)
 int main(void)
 {
     test_bson_check();
+    test_scan_ids();
     test_cross_type_order();
     test_numbers();
     test_key_format();

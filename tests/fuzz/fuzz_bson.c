@@ -1,6 +1,7 @@
 /*
  * fuzz_bson: input validation of documents and the key encoding.
- * sbl_bson_check() accepts nothing the recursive reference rejects.  For every
+ * sbl_bson_check() accepts nothing the recursive reference rejects, and
+ * sbl_doc_scan_ids agrees with libbson on what it checks.  For every
  * document sbl_doc_validate() accepts: it compares equal to itself, and
  * each top-level value survives sbl_key_append -> sbl_key_decode with an
  * equal value whose encoding is byte-identical (ascending and descending);
@@ -88,6 +89,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         bool ref = !sbl_doc_too_deep(&doc, 20) && sbl_doc_framing_ok(&doc) &&
                    bson_validate(&doc, BSON_VALIDATE_NONE, NULL);
         FUZZ_ASSERT(ref || sbl_bson_check(data, size, 20, NULL) != SBL_BSON_OK);
+        /* An insert's raw scan of a checked document agrees with libbson's
+         * walk and sbl_doc_too_deep (or declines the document). */
+        bson_iter_t id, w;
+        int nid, ref_n = 0, depth = (int)(size % 8);
+        bool first, deep;
+        if (sbl_bson_check(data, size, 20, NULL) == SBL_BSON_OK &&
+            sbl_doc_scan_ids(&doc, depth, &id, &nid, &first, &deep) && bson_iter_init(&w, &doc)) {
+            while (bson_iter_next(&w))
+                ref_n += strcmp(bson_iter_key(&w), "_id") == 0;
+            FUZZ_ASSERT(nid == ref_n && deep == sbl_doc_too_deep(&doc, depth));
+            FUZZ_ASSERT(nid == 0 || strcmp(bson_iter_key(&id), "_id") == 0);
+        }
     }
     if (sbl_doc_validate(data, size, &err) != 0)
         return 0;

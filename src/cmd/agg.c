@@ -950,6 +950,31 @@ static const char *const agg_fields[] = {"aggregate", "pipeline", "cursor", "exp
                                          "isMapReduceCommand", "readConcern", "writeConcern",
                                          NULL};
 
+/* aggregate with explain: true (the form before the explain command): the
+ * explain command's answer for the same aggregate at queryPlanner verbosity,
+ * in place of a cursor. */
+static int agg_explain(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+{
+    bson_t inner = BSON_INITIALIZER, cmd = BSON_INITIALIZER;
+    bson_iter_t it;
+
+    bson_iter_init(&it, ctx->cmd);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "explain") != 0 && strcmp(k, "cursor") != 0 && k[0] != '$' &&
+            strcmp(k, "lsid") != 0 && strcmp(k, "txnNumber") != 0)
+            bson_append_iter(&inner, k, -1, &it); /* the command as explain echoes it */
+    }
+    BSON_APPEND_DOCUMENT(&cmd, "explain", &inner);
+    BSON_APPEND_UTF8(&cmd, "verbosity", "queryPlanner");
+    sbl_cmd_ctx_t ectx = *ctx;
+    ectx.cmd = &cmd;
+    int rc = sbl_cmd_explain(&ectx, err);
+    bson_destroy(&cmd);
+    bson_destroy(&inner);
+    return rc;
+}
+
 int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
     int vrc; /* a view: the command runs as an aggregation over its source */
@@ -1003,7 +1028,9 @@ int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                                        (long long)batch_size);
             }
         } else if (strcmp(k, "explain") == 0) {
-            explain = bson_iter_as_bool(&it);
+            if (!BSON_ITER_HOLDS_BOOL(&it))
+                return sbl_crud_type_error(err, "aggregate.explain", &it, "bool");
+            explain = bson_iter_bool(&it);
         } else if (strcmp(k, "hint") == 0) {
             SBL_RET(sbl_crud_check_hint(&it, err));
         } else if (strcmp(k, "allowDiskUse") == 0) {
@@ -1020,9 +1047,10 @@ int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     if (!has_pipeline)
         return sbl_err_set(err, SBL_E_MissingField,
                            "BSON field 'aggregate.pipeline' is missing but a required field");
-    if (explain)
-        return sbl_err_set(err, SBL_E_NotImplemented,
-                           "explain is not supported for aggregate by this server yet");
+    if (explain) {
+        SBL_RET(sbl_agg_check_pipeline(&pipeline, &nstages, err));
+        return agg_explain(ctx, err);
+    }
     if (!has_cursor)
         return sbl_err_set(err, SBL_E_FailedToParse,
                            "The 'cursor' option is required, except for aggregate with the "

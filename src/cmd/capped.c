@@ -4,7 +4,9 @@
  *
  * create stores {capped: true, size, max} as mongod 7.0 lists them: size as
  * given (an integer; 6.2 dropped the old rounding to 256 bytes), max only
- * when given (0 or less meaning "none", listed as 2147483647).
+ * when given (0 or less meaning "none", listed as 2147483647).  collMod's
+ * cappedSize / cappedMax replace them the same way (the storage side takes
+ * the new limits with the options; the next insert evicts down to them).
  *
  * cloneCollectionAsCapped and convertToCapped copy documents one
  * transaction each into a new capped collection (a failed copy is dropped).
@@ -36,15 +38,16 @@ bool sbl_capped_is_create_field(const char *k)
     return strcmp(k, "capped") == 0 || strcmp(k, "size") == 0 || strcmp(k, "max") == 0;
 }
 
-/* A size/max value as mongod's IDL reads a safeInt64: numbers only (null: absent). */
-static int read_count(const bson_iter_t *it, const char *name, bool *hasp, int64_t *out,
-                      sbl_err_t *err)
+/* A size/max value as mongod's IDL reads a safeInt64: numbers only (null: absent).
+ * cmd names the command in the type error ("create.size"). */
+static int read_count(const bson_iter_t *it, const char *cmd, const char *name, bool *hasp,
+                      int64_t *out, sbl_err_t *err)
 {
-    char field[32];
+    char field[48];
     *hasp = false;
     if (BSON_ITER_HOLDS_NULL(it))
         return 0;
-    snprintf(field, sizeof(field), "create.%s", name);
+    snprintf(field, sizeof(field), "%s.%s", cmd, name);
     if (!BSON_ITER_HOLDS_NUMBER(it) && !BSON_ITER_HOLDS_DECIMAL128(it))
         return sbl_err_set(err, SBL_E_TypeMismatch,
                            "BSON field '%s' is the wrong type '%s', expected types '[long, int, "
@@ -73,9 +76,9 @@ int sbl_capped_create_options(const bson_t *cmd, bson_t *opts, sbl_err_t *err)
         capped = bson_iter_as_bool(&it);
     }
     if (bson_iter_init_find(&it, cmd, "size"))
-        SBL_RET(read_count(&it, "size", &has_size, &size, err));
+        SBL_RET(read_count(&it, "create", "size", &has_size, &size, err));
     if (bson_iter_init_find(&it, cmd, "max"))
-        SBL_RET(read_count(&it, "max", &has_max, &max, err));
+        SBL_RET(read_count(&it, "create", "max", &has_max, &max, err));
     /* The ranges first (mongod's parser), then the rules between the fields. */
     if (has_size && size < 1)
         return sbl_err_set(err, SBL_E_Location51024,
@@ -114,6 +117,61 @@ static void append_num(bson_t *out, const char *k, int64_t v)
         bson_append_int32(out, k, -1, (int32_t)v);
     else
         bson_append_int64(out, k, -1, v);
+}
+
+int sbl_capped_coll_mod(const bson_t *cmd, const sbl_coll_t *c, bson_t *opts, bool *changedp,
+                        sbl_err_t *err)
+{
+    bson_iter_t it;
+    bool has_size = false, has_max = false, had_max = false;
+    int64_t size = 0, max = 0;
+
+    if (bson_iter_init_find(&it, cmd, "cappedSize"))
+        SBL_RET(read_count(&it, "collMod", "cappedSize", &has_size, &size, err));
+    if (bson_iter_init_find(&it, cmd, "cappedMax"))
+        SBL_RET(read_count(&it, "collMod", "cappedMax", &has_max, &max, err));
+    if (has_size && size < 1)
+        return sbl_err_set(err, SBL_E_Location51024,
+                           "BSON field 'cappedSize' value must be >= 1, actual value '%lld'",
+                           (long long)size);
+    if (has_size && size > MAX_SIZE_LIMIT)
+        return sbl_err_set(err, SBL_E_Location51024,
+                           "BSON field 'cappedSize' value must be <= %lld, actual value '%lld'",
+                           (long long)MAX_SIZE_LIMIT, (long long)size);
+    if (has_max && max >= MAX_DOCS_LIMIT)
+        return sbl_err_set(err, SBL_E_Location51024,
+                           "BSON field 'cappedMax' value must be < %lld, actual value '%lld'",
+                           (long long)MAX_DOCS_LIMIT, (long long)max);
+    if (!has_size && !has_max)
+        return 0;
+    if (!sbl_coll_capped(c, NULL, NULL))
+        return sbl_err_set(err, SBL_E_InvalidOptions, "Collection must be capped.");
+
+    /* The options with size and max replaced in place (max after size when new). */
+    bson_t out = BSON_INITIALIZER;
+    bson_iter_init(&it, opts);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "size") == 0 && has_size) {
+            append_num(&out, "size", size);
+        } else if (strcmp(k, "max") == 0) {
+            had_max = true;
+            if (has_max)
+                BSON_APPEND_INT32(&out, "max", max <= 0 ? INT32_MAX : (int32_t)max);
+            else
+                bson_append_iter(&out, k, -1, &it);
+        } else {
+            bson_append_iter(&out, k, -1, &it);
+        }
+        if (strcmp(k, "size") == 0 && has_max && !had_max && !bson_has_field(opts, "max")) {
+            BSON_APPEND_INT32(&out, "max", max <= 0 ? INT32_MAX : (int32_t)max);
+            had_max = true;
+        }
+    }
+    bson_destroy(opts);
+    bson_steal(opts, &out);
+    *changedp = true;
+    return 0;
 }
 
 void sbl_capped_append_stats(const sbl_coll_t *c, bson_t *out, int64_t scale)
@@ -309,7 +367,7 @@ static int copy_size_arg(const bson_t *cmd, const char *req, int64_t *sizep, sbl
     if (!bson_iter_init_find(&it, cmd, "size"))
         return sbl_err_set(err, SBL_E_MissingField,
                            "BSON field '%s.size' is missing but a required field", req);
-    SBL_RET(read_count(&it, "size", &has, sizep, err));
+    SBL_RET(read_count(&it, req, "size", &has, sizep, err));
     if (!has || *sizep < 1)
         return sbl_err_set(err, SBL_E_BadValue, "size must be greater than 0, got %lld",
                            (long long)(has ? *sizep : 0));

@@ -22,6 +22,13 @@ bool sbl_capped_is_create_field(const char *k);
  * options stored for a capped collection ({capped: true, size, max}) to opts. */
 int sbl_capped_create_options(const bson_t *cmd, bson_t *opts, sbl_err_t *err);
 
+/* collMod: check cappedSize / cappedMax of cmd as mongod 7.0 does (ranges,
+ * then 72 "Collection must be capped." when c is not) and replace size / max
+ * in opts (the new catalog options, rebuilt in place); *changedp is set when
+ * they were given.  Nothing is changed on an error. */
+int sbl_capped_coll_mod(const bson_t *cmd, const sbl_coll_t *c, bson_t *opts, bool *changedp,
+                        sbl_err_t *err);
+
 /* collStats / $collStats storageStats: capped, and for a capped collection
  * max (0: none) and maxSize divided by scale.  c may be NULL (not capped). */
 void sbl_capped_append_stats(const sbl_coll_t *c, bson_t *out, int64_t scale);

@@ -150,6 +150,9 @@ typedef struct sbl_cursor_source {
      * *donep at the end.  Returns 0 or an error code. */
     int (*next)(void *state, sbl_cmd_ctx_t *ctx, bson_t *doc, bool *donep, sbl_err_t *err);
     void (*free)(void *state);
+    /* Optional (may be NULL): for a tailable cursor, true when the source's end is final
+     * (its limit was reached), so the cursor closes instead of waiting for more. */
+    bool (*finished)(void *state);
 } sbl_cursor_source_t;
 
 /*

@@ -4,12 +4,14 @@
  * options), and one index's hidden, expireAfterSeconds, prepareUnique and
  * unique (the last a conversion: refused with 359 and the conflicting _ids
  * while duplicates exist); a time-series or clustered collection's
- * expireAfterSeconds and a time-series one's granularity (timeseries.c).
+ * expireAfterSeconds and a time-series one's granularity (timeseries.c),
+ * and a capped collection's cappedSize and cappedMax (capped.c).
  *
  * What must stay true: every change is checked before any is made, so a
  * refused collMod leaves the collection as it was; the new options are
  * durable (catalog transaction) before the reply.
  */
+#include "cmd/capped.h"
 #include "cmd/cmd_int.h"
 #include "cmd/crud_int.h"
 #include "cmd/timeseries.h"
@@ -21,7 +23,7 @@
 static const char *const coll_mod_fields[] = {
     "collMod", "validator", "validationLevel", "validationAction", "index",
     "changeStreamPreAndPostImages", "viewOn", "pipeline", "dryRun", "expireAfterSeconds",
-    "timeseries", NULL};
+    "timeseries", "cappedSize", "cappedMax", NULL};
 
 /* The index the `index` argument names (by name or key pattern), referenced. */
 static int find_index(sbl_coll_t *c, const bson_t *arg, const char *ns, sbl_index_t **ixp,
@@ -354,6 +356,8 @@ int sbl_cmd_coll_mod(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bson_destroy(&given);
     /* time-series and clustered collections: expireAfterSeconds, timeseries (timeseries.c) */
     SBL_ERR(sbl_ts_coll_mod(ctx->cmd, &opts, &options_changed, err));
+    /* capped collections: cappedSize, cappedMax (capped.c) */
+    SBL_ERR(sbl_capped_coll_mod(ctx->cmd, c, &opts, &options_changed, err));
     if (options_changed)
         SBL_ERR(sbl_crud_check_validator(&opts, err));
     if (has_index)

@@ -147,6 +147,8 @@ void sbl_qexec_set_disk_use(sbl_qexec_t *q, int8_t disk_use);
 /* Make q tailable: once it runs dry, each later sbl_qexec_next scans again
  * past the last natural position it read (capped collections). */
 void sbl_qexec_set_tailable(sbl_qexec_t *q);
+/* True when q had a limit and has produced that many documents. */
+bool sbl_qexec_limit_reached(const sbl_qexec_t *q);
 
 /* The parsed filter (for re-checking a document inside a write transaction). */
 const sbl_matcher_t *sbl_qexec_matcher(const sbl_qexec_t *q);

@@ -241,7 +241,8 @@ int sbl_cursor_first_batch_flags(sbl_cmd_ctx_t *ctx, const char *ns,
         return rc;
     }
     int64_t id = 0;
-    if ((!done || (flags & SBL_CURSOR_TAILABLE)) && !single_batch) {
+    bool tail = (flags & SBL_CURSOR_TAILABLE) && !(src->finished != NULL && src->finished(state));
+    if ((!done || tail) && !single_batch) {
         register_cursor(cur);
         id = cur->id;
     } else {
@@ -308,7 +309,7 @@ static void docs_free(void *state)
     free(st);
 }
 
-const sbl_cursor_source_t sbl_cursor_docs_source = {docs_next, docs_free};
+const sbl_cursor_source_t sbl_cursor_docs_source = {docs_next, docs_free, NULL};
 
 /* ---- reaper -------------------------------------------------------------- */
 
@@ -420,7 +421,9 @@ int sbl_cmd_get_more(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     int rc = fill_batch(cur, ctx, batch_size, &arr, &done, err);
 
     /* awaitData and nothing new: park the request until an insert or the end of the wait */
-    bool tailable = cur->flags & SBL_CURSOR_TAILABLE, parked = false;
+    bool tailable = (cur->flags & SBL_CURSOR_TAILABLE) &&
+                    !(cur->src.finished != NULL && cur->src.finished(cur->state));
+    bool parked = false;
     if (rc == 0 && ctx->nreturned == 0 && (cur->flags & SBL_CURSOR_AWAIT_DATA)) {
         int64_t now = sbl_now_us();
         if (cur->await_until_us == 0)

@@ -420,6 +420,11 @@ static int refill_natural(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, siz
     return rc;
 }
 
+bool sbl_qexec_limit_reached(const sbl_qexec_t *q)
+{
+    return q != NULL && q->remaining == 0;
+}
+
 void sbl_qexec_set_tailable(sbl_qexec_t *q)
 {
     q->tailable = true;

@@ -17,6 +17,8 @@
  *    lock (WriteConflict when busy), so two such transactions cannot deadlock.
  *  - Eviction deletes the lowest positions through the ordinary write path
  *    (indexes and counts stay right) until size and count are within limits.
+ *    The limits follow the catalog options (collMod may lower them; the next
+ *    insert then evicts down to the new ones).
  */
 #include "storage/wt_int.h"
 
@@ -28,8 +30,8 @@
 
 struct sbl_capped {
     sbl_wt_table_t *nat; /* the natural-order table */
-    int64_t max_size;    /* bytes */
-    int64_t max_docs;    /* 0: no limit */
+    _Atomic int64_t max_size; /* bytes (collMod may change it: sbl_capped_set_limits) */
+    _Atomic int64_t max_docs; /* 0: no limit */
     pthread_mutex_t lock; /* held by the inserting transaction until it ends */
     bool seq_loaded;      /* next_seq read from the table (under lock) */
     uint64_t next_seq;    /* under lock */
@@ -52,28 +54,48 @@ static uint64_t pos_of(const uint8_t *p)
     return v;
 }
 
+/* The limits options ({capped, size, max}) give. */
+static void limits_of(const bson_t *options, int64_t *sizep, int64_t *maxp)
+{
+    bson_iter_t it;
+    int64_t size = 0, max = 0;
+    if (bson_iter_init_find(&it, options, "size") && BSON_ITER_HOLDS_NUMBER(&it))
+        size = bson_iter_as_int64(&it);
+    if (bson_iter_init_find(&it, options, "max") && BSON_ITER_HOLDS_NUMBER(&it))
+        max = bson_iter_as_int64(&it);
+    *sizep = size > 0 ? size : 1;
+    *maxp = max > 0 && max < 0x7fffffff ? max : 0;
+}
+
+void sbl_capped_set_limits(sbl_wt_table_t *t, const bson_t *options)
+{
+    int64_t size, max;
+    if (t->capped == NULL || options == NULL)
+        return;
+    limits_of(options, &size, &max);
+    atomic_store(&t->capped->max_size, size);
+    atomic_store(&t->capped->max_docs, max);
+}
+
 int sbl_capped_attach(WT_SESSION *wt, sbl_wt_table_t *t, const bson_t *options, bool create,
                       sbl_err_t *err)
 {
     bson_iter_t it;
-    int64_t size = 0, max = 0;
+    int64_t size, max;
     char uri[300];
     int ret;
 
     if (options == NULL || !bson_iter_init_find(&it, options, "capped") ||
         !bson_iter_as_bool(&it))
         return 0;
-    if (bson_iter_init_find(&it, options, "size") && BSON_ITER_HOLDS_NUMBER(&it))
-        size = bson_iter_as_int64(&it);
-    if (bson_iter_init_find(&it, options, "max") && BSON_ITER_HOLDS_NUMBER(&it))
-        max = bson_iter_as_int64(&it);
+    limits_of(options, &size, &max);
     snprintf(uri, sizeof(uri), "table:natural-%s", t->ident + strlen("collection-"));
     if (create && (ret = wt->create(wt, uri, sbl_table_config())) != 0)
         return sbl_wt_err(err, ret, "create natural-order table");
     struct sbl_capped *cp = bson_malloc0(sizeof(*cp));
     cp->nat = sbl_table_new(uri);
-    cp->max_size = size > 0 ? size : 1;
-    cp->max_docs = max > 0 && max < 0x7fffffff ? max : 0;
+    atomic_init(&cp->max_size, size);
+    atomic_init(&cp->max_docs, max);
     pthread_mutex_init(&cp->lock, NULL);
     t->capped = cp;
     return 0;
@@ -106,9 +128,9 @@ bool sbl_coll_capped(const sbl_coll_t *c, int64_t *max_sizep, int64_t *max_docsp
 {
     const struct sbl_capped *cp = c->tbl->capped;
     if (max_sizep != NULL)
-        *max_sizep = cp != NULL ? cp->max_size : 0;
+        *max_sizep = cp != NULL ? atomic_load(&cp->max_size) : 0;
     if (max_docsp != NULL)
-        *max_docsp = cp != NULL ? cp->max_docs : 0;
+        *max_docsp = cp != NULL ? atomic_load(&cp->max_docs) : 0;
     return cp != NULL;
 }
 
@@ -234,7 +256,8 @@ static int evict(sbl_session_t *s, sbl_coll_t *c, uint64_t keep, sbl_err_t *err)
         int exact, ret;
 
         current_size(s, c->tbl, &count, &bytes);
-        if (!(bytes > cp->max_size || (cp->max_docs > 0 && count > cp->max_docs)))
+        int64_t max_size = atomic_load(&cp->max_size), max_docs = atomic_load(&cp->max_docs);
+        if (!(bytes > max_size || (max_docs > 0 && count > max_docs)))
             break;
         if ((rc = sbl_session_cursor(s, cp->nat, &nc, err)) != 0)
             break;
@@ -311,7 +334,7 @@ int sbl_capped_on_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
 
     if (cp == NULL || kind == SBL_WRITE_UPDATE) /* an update keeps its place */
         return 0;
-    if (kind == SBL_WRITE_INSERT && (int64_t)new_doc->len > cp->max_size)
+    if (kind == SBL_WRITE_INSERT && (int64_t)new_doc->len > atomic_load(&cp->max_size))
         return sbl_err_set(err, SBL_E_BadValue, "object to insert exceeds cappedMaxSize");
     if (doc == NULL || !bson_iter_init_find(&it, doc, "_id"))
         return sbl_err_set(err, SBL_E_InternalError, "capped write: document without _id");

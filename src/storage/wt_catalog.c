@@ -453,6 +453,7 @@ int sbl_coll_set_options(sbl_session_t *s, const char *ns, const bson_t *options
         goto done;
     }
     atomic_fetch_add(&sbl_eng.commits, 1);
+    sbl_capped_set_limits(c->tbl, options); /* collMod's cappedSize / cappedMax */
     sbl_eng.colls[idx] = c;
     c = old; /* the catalog's reference on the old handle goes */
 done:

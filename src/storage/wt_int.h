@@ -219,6 +219,9 @@ int sbl_wt_dup_key(const char *ns, const char *index, const bson_t *pattern, con
  * when create is set (under the catalog write lock).  0 or an error. */
 int sbl_capped_attach(WT_SESSION *wt, sbl_wt_table_t *t, const bson_t *options, bool create,
                       sbl_err_t *err);
+/* Take t's size and max from options (collMod changed them); nothing when
+ * t is not capped. */
+void sbl_capped_set_limits(sbl_wt_table_t *t, const bson_t *options);
 /* The natural-order table's uri of t, or NULL when t is not capped. */
 const char *sbl_capped_uri(const sbl_wt_table_t *t);
 /* Collection drop: mark t's natural-order table dropped and drop it on cat_wt. */

@@ -139,6 +139,88 @@ def test_sort_by_count_bucket_sample(sales):
     assert len(agg(sales, [{"$sample": {"size": 50}}])) == 5
 
 
+def bounds(docs):
+    return [(d["_id"]["min"], d["_id"]["max"], d["count"]) for d in docs]
+
+
+def test_bucket_auto_granularity(db):
+    db.things.insert_many([{"_id": i} for i in range(100)])
+
+    def auto(g, n=5, coll=db.things):
+        return bounds(agg(coll, [{"$bucketAuto": {"groupBy": "$_id", "buckets": n,
+                                                  "granularity": g}}]))
+    # a bucket ends at its largest value rounded up in the series and takes what
+    # lies below that; the next bucket starts there
+    assert auto("R20") == [(0, 20, 20), (20, 40, 20), (40, 63, 23), (63, 90, 27),
+                           (90, 100, 10)]
+    assert auto("1-2-5") == [(0, 20, 20), (20, 50, 30), (50, 100, 50)]
+    assert auto("E6") == [(0, 22, 22), (22, 47, 25), (47, 68, 21), (68, 100, 32)]
+    assert auto("R5", 3) == [(0, 40, 40), (40, 100, 60)]
+    r = agg(db.things, [{"$bucketAuto": {"groupBy": "$_id", "buckets": 5,
+                                         "granularity": "POWERSOF2"}}])
+    assert bounds(r) == [(0, 32, 32), (32, 64, 32), (64, 128, 36)]
+    assert all(type(d["_id"]["max"]) is int for d in r)  # powers of two of integers
+    r = agg(db.things, [{"$bucketAuto": {"groupBy": "$_id", "buckets": 2,
+                                         "granularity": "E12"}}])
+    assert [type(d["_id"]["max"]) for d in r] == [float, float]  # series give doubles
+    for g in ("R10", "R40", "R80", "E24", "E48", "E96", "E192"):
+        b = auto(g)
+        assert sum(n for _, _, n in b) == 100, g
+        assert all(b[i][1] == b[i + 1][0] for i in range(len(b) - 1)), g
+    # the first min is rounded down; values below 1 scale down a decade at a time
+    db.small.insert_many([{"_id": i, "v": v} for i, v in
+                          enumerate([0.012, 0.05, 0.3, 0.31, 7, 7.5])])
+    r = agg(db.small, [{"$bucketAuto": {"groupBy": "$v", "buckets": 3, "granularity": "E12"},
+                        }])
+    assert [(d["_id"]["min"], d["_id"]["max"]) for d in r] == [
+        (pytest.approx(0.01), pytest.approx(0.056)), (pytest.approx(0.056), pytest.approx(0.33)),
+        (pytest.approx(0.33), pytest.approx(8.2))]
+    # errors: mongod's codes for the name and for each value that cannot be rounded
+    db.mixed.insert_many([{"v": 1}, {"v": "x"}])
+    db.neg.insert_many([{"v": 1}, {"v": -1}])
+    db.nan.insert_many([{"v": 1}, {"v": float("nan")}])
+    for coll, g, code, msg in [
+            (db.neg, "R7", 40257, "Unknown rounding granularity 'R7'"),
+            (db.neg, 5, 40261, "granularity' field must be a string"),
+            (db.mixed, "R5", 40258, "numeric boundaries only, but found a value with type: string"),
+            (db.neg, "R5", 40260, "non-negative numbers only"),
+            (db.neg, "POWERSOF2", 40260, "non-negative numbers only"),
+            (db.nan, "E6", 40259, "but found a NaN")]:
+        with pytest.raises(OperationFailure) as e:
+            agg(coll, [{"$bucketAuto": {"groupBy": "$v", "buckets": 2, "granularity": g}}])
+        assert e.value.code == code and msg in str(e.value), (g, str(e.value))
+    with pytest.raises(OperationFailure) as e:  # a missing value is no number either
+        agg(db.mixed, [{"$bucketAuto": {"groupBy": "$w", "buckets": 2, "granularity": "R5"}}])
+    assert e.value.code == 40258 and "type: missing" in str(e.value)
+
+
+def test_aggregate_explain_true(db):
+    """{aggregate, pipeline, explain: true} (the form older than the explain command)
+    answers with the explain document at queryPlanner verbosity, not a cursor."""
+    db.ex.insert_many([{"_id": i, "x": i % 3} for i in range(12)])
+    db.ex.create_index("x")
+    pipeline = [{"$match": {"x": 1}}, {"$sort": {"_id": -1}}, {"$group": {"_id": "$x"}}]
+    r = db.command({"aggregate": "ex", "pipeline": pipeline, "explain": True})
+    assert "cursor" not in r and "executionStats" not in r
+    assert r["queryPlanner"]["namespace"] == db.name + ".ex"
+    want = db.command("explain", {"aggregate": "ex", "pipeline": pipeline, "cursor": {}},
+                      verbosity="queryPlanner")
+    assert r["queryPlanner"] == want["queryPlanner"]
+    assert r["command"]["pipeline"] == pipeline and "explain" not in r["command"]
+    # a cursor option is accepted with it; nothing runs (no $out target appears)
+    r = db.command({"aggregate": "ex", "pipeline": [{"$out": "ex_out"}], "explain": True,
+                    "cursor": {}})
+    assert "queryPlanner" in r and "ex_out" not in db.list_collection_names()
+    r = db.command({"aggregate": "ex", "pipeline": [], "explain": False, "cursor": {}})
+    assert len(r["cursor"]["firstBatch"]) == 12
+    with pytest.raises(OperationFailure) as e:
+        db.command({"aggregate": "ex", "pipeline": [], "explain": "yes"})
+    assert e.value.code == 14
+    with pytest.raises(OperationFailure) as e:  # without explain, a cursor is required
+        db.command({"aggregate": "ex", "pipeline": []})
+    assert e.value.code == 9
+
+
 def test_facet(sales):
     r = agg(sales, [{"$facet": {"cheap": [{"$match": {"price": {"$lt": 10}}}, {"$count": "n"}],
                                 "items": [{"$group": {"_id": "$item"}}, {"$sort": {"_id": 1}}]}}])

@@ -3,7 +3,8 @@ Capped collections and tailable cursors through pymongo: create's options and
 errors, insertion order and $natural, eviction of the oldest documents by
 size and by count, deletes and updates, collStats/listCollections, tailable
 and awaitData cursors (an empty batch keeps the cursor; a later insert is
-returned by getMore; awaitData returns as soon as a document arrives), and
+returned by getMore; awaitData returns as soon as a document arrives; a
+limit closes the cursor once reached), collMod's cappedSize/cappedMax, and
 the options and order surviving a restart.
 """
 
@@ -191,6 +192,90 @@ def test_tailable_errors(db):
     with pytest.raises(OperationFailure) as e:
         db.command({"find": "c", "awaitData": True})
     assert e.value.code == 9
+
+
+def test_tailable_cursor_with_limit_closes_once_the_limit_is_returned(db):
+    db.create_collection("c", capped=True, size=100000)
+    db.c.insert_many([{"_id": i} for i in range(5)])
+    # the whole limit in the first batch: no cursor is left open
+    r = db.command({"find": "c", "tailable": True, "limit": 2})["cursor"]
+    assert [d["_id"] for d in r["firstBatch"]] == [0, 1] and r["id"] == 0
+    # reached over getMores: the getMore that returns the last one closes it
+    r = db.command({"find": "c", "tailable": True, "limit": 4, "batchSize": 1})["cursor"]
+    assert [d["_id"] for d in r["firstBatch"]] == [0] and r["id"] != 0
+    r = db.command({"getMore": r["id"], "collection": "c", "batchSize": 2})["cursor"]
+    assert [d["_id"] for d in r["nextBatch"]] == [1, 2] and r["id"] != 0
+    r = db.command({"getMore": r["id"], "collection": "c", "batchSize": 5})["cursor"]
+    assert [d["_id"] for d in r["nextBatch"]] == [3] and r["id"] == 0
+    # not reached yet: the cursor waits for more, and closes when later inserts reach it
+    r = db.command({"find": "c", "tailable": True, "limit": 7})["cursor"]
+    assert len(r["firstBatch"]) == 5 and r["id"] != 0
+    cid = r["id"]
+    db.c.insert_one({"_id": 5})
+    r = db.command({"getMore": cid, "collection": "c"})["cursor"]
+    assert [d["_id"] for d in r["nextBatch"]] == [5] and r["id"] == cid
+    db.c.insert_many([{"_id": 6}, {"_id": 7}])
+    r = db.command({"getMore": cid, "collection": "c"})["cursor"]
+    assert [d["_id"] for d in r["nextBatch"]] == [6] and r["id"] == 0
+    # through pymongo: the cursor is dead once the limit is read
+    cur = db.c.find(cursor_type=CursorType.TAILABLE, limit=3)
+    assert [d["_id"] for d in cur] == [0, 1, 2]
+    assert not cur.alive
+
+
+def test_coll_mod_capped_size_and_max(db):
+    db.create_collection("c", capped=True, size=100000, max=10)
+    db.c.insert_many([{"_id": i, "pad": "x" * 100} for i in range(10)])
+    db.command("collMod", "c", cappedMax=3)
+    assert options(db, "c") == {"capped": True, "size": 100000, "max": 3}
+    assert db.command("collStats", "c")["max"] == 3
+    assert db.c.count_documents({}) == 10  # nothing goes until the next insert
+    db.c.insert_one({"_id": 10})
+    assert [d["_id"] for d in db.c.find()] == [8, 9, 10]
+    # a smaller size: the next insert evicts down to it
+    db.command("collMod", "c", cappedMax=0, cappedSize=300)
+    assert options(db, "c") == {"capped": True, "size": 300, "max": 2147483647}
+    st = db.command("collStats", "c")
+    assert st["maxSize"] == 300 and st["max"] == 2147483647
+    db.c.insert_many([{"_id": i, "pad": "y" * 100} for i in range(11, 15)])
+    ids = [d["_id"] for d in db.c.find()]
+    assert ids[-1] == 14 and len(ids) == 2 and db.c.count_documents({}) == 2
+    # larger again: nothing is evicted
+    db.command("collMod", "c", cappedSize=100000)
+    db.c.insert_many([{"_id": i} for i in range(20, 30)])
+    assert db.c.count_documents({}) == 12
+    # max given where none was: listed after size
+    db.create_collection("nomax", capped=True, size=4096)
+    db.command("collMod", "nomax", cappedMax=2)
+    assert options(db, "nomax") == {"capped": True, "size": 4096, "max": 2}
+    db.nomax.insert_many([{"_id": i} for i in range(4)])
+    assert [d["_id"] for d in db.nomax.find()] == [2, 3]
+
+
+def test_coll_mod_capped_errors(db):
+    db.create_collection("c", capped=True, size=5000)
+    db.create_collection("plain")
+    for cmd, code, msg in [
+        ({"collMod": "plain", "cappedSize": 5000}, 72, "Collection must be capped."),
+        ({"collMod": "plain", "cappedMax": 5}, 72, "Collection must be capped."),
+        ({"collMod": "c", "cappedSize": 0}, 51024,
+         "BSON field 'cappedSize' value must be >= 1, actual value '0'"),
+        ({"collMod": "c", "cappedSize": 2 ** 51}, 51024,
+         "BSON field 'cappedSize' value must be <= 1125899906842624, actual value "
+         "'2251799813685248'"),
+        ({"collMod": "c", "cappedMax": 2 ** 31}, 51024,
+         "BSON field 'cappedMax' value must be < 2147483648, actual value '2147483648'"),
+        ({"collMod": "c", "cappedSize": "x"}, 14,
+         "BSON field 'collMod.cappedSize' is the wrong type 'string', expected types "
+         "'[long, int, decimal, double]'"),
+        ({"collMod": "plain", "cappedSize": 0}, 51024,  # the range before the capped check
+         "BSON field 'cappedSize' value must be >= 1, actual value '0'"),
+    ]:
+        with pytest.raises(OperationFailure) as e:
+            db.command(cmd)
+        assert (e.value.code, e.value.details["errmsg"]) == (code, msg), cmd
+    assert options(db, "c") == {"capped": True, "size": 5000}
+    assert db.plain.options() == {}
 
 
 def test_tailable_position_lost(db):

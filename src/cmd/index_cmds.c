@@ -102,9 +102,13 @@ static int check_key(const bson_t *key, const bson_t *spec, sbl_err_t *err)
         const char *f = bson_iter_key(&it);
         const char *why = NULL;
         char buf[256];
+        const char *last = strrchr(f, '.');
+        last = last != NULL ? last + 1 : f;
         if (f[0] == '\0')
             why = "Index keys cannot contain an empty field.";
-        else if (f[0] == '$')
+        else if (strcmp(last, "$**") == 0) /* "$**" or "a.b.$**" */
+            why = "wildcard indexes are not supported by Sable yet";
+        else if (f[0] == '$' || strstr(f, ".$") != NULL)
             why = "Index key contains an illegal field name: field name starts with '$'.";
         else if (strstr(f, "..") != NULL || f[strlen(f) - 1] == '.')
             why = "Index keys cannot contain an empty field.";

@@ -53,6 +53,15 @@ def test_errors(db):
     with pytest.raises(OperationFailure) as e:
         db.command("createIndexes", "c", indexes=[{"key": {"z": 0}, "name": "z_0"}])
     assert e.value.code == 67
+    # wildcard indexes are refused, on the whole document or under a path (not taken
+    # for a field named "$**"); a "$" path component is never a field name
+    for key, msg in [({"$**": 1}, "wildcard indexes are not supported"),
+                     ({"sub.$**": 1}, "wildcard indexes are not supported"),
+                     ({"a.$b": 1}, "field name starts with '$'")]:
+        with pytest.raises(OperationFailure) as e:
+            db.command("createIndexes", "c", indexes=[{"key": key, "name": "w"}])
+        assert e.value.code == 67 and msg in str(e.value), key
+    assert "w" not in c.index_information()
     with pytest.raises(OperationFailure) as e:
         c.drop_index("nope")
     assert e.value.code == 27

@@ -1,6 +1,7 @@
 /*
  * agg_group.c: the $group stage and its accumulators ($sum, $avg, $min,
- * $max, $first, $last, $push, $addToSet, $count, $mergeObjects).  Expressions
+ * $max, $first, $last, $push, $addToSet, $count, $mergeObjects, $stdDevPop,
+ * $stdDevSamp).  Expressions
  * are parsed once per stage (src/expr) and evaluated per document.
  *
  * Groups are found through a hash of the group key's order-preserving
@@ -23,6 +24,7 @@
 #include "doc/doc.h"
 #include "expr/expr.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +43,9 @@ enum acc_kind {
     A_PUSH,
     A_ADDTOSET,
     A_COUNT,
-    A_MERGE
+    A_MERGE,
+    A_STDDEV_POP,
+    A_STDDEV_SAMP
 };
 
 static const struct {
@@ -51,6 +55,7 @@ static const struct {
                  {"$addToSet", A_ADDTOSET}, {"$avg", A_AVG},   {"$count", A_COUNT},
                  {"$first", A_FIRST},       {"$last", A_LAST}, {"$max", A_MAX},
                  {"$mergeObjects", A_MERGE}, {"$min", A_MIN},  {"$push", A_PUSH},
+                 {"$stdDevPop", A_STDDEV_POP}, {"$stdDevSamp", A_STDDEV_SAMP},
                  {"$sum", A_SUM}};
 
 typedef struct acc_spec {
@@ -65,6 +70,7 @@ typedef struct acc_state {
     double dsum;
     bool has_double, has_long, overflow;
     int64_t count;
+    double mean, m2;  /* $stdDevPop/$stdDevSamp: Welford's running mean and squares */
     bson_value_t val; /* min/max/first/last; BSON_TYPE_EOD when unset */
     bool seen;
     bson_value_t *items; /* push/addToSet */
@@ -146,6 +152,23 @@ static void push_item(acc_state_t *a, const bson_value_t *v)
     bson_value_copy(v, &a->items[a->nitems++]);
 }
 
+/* A number's value as a double (decimals through their string). */
+static double number_of(const bson_value_t *v)
+{
+    char s[BSON_DECIMAL128_STRING];
+    switch (v->value_type) {
+    case BSON_TYPE_INT32:
+        return v->value.v_int32;
+    case BSON_TYPE_INT64:
+        return (double)v->value.v_int64;
+    case BSON_TYPE_DECIMAL128:
+        bson_decimal128_to_string(&v->value.v_decimal128, s);
+        return strtod(s, NULL);
+    default:
+        return v->value.v_double;
+    }
+}
+
 static void add_number(acc_state_t *a, const bson_value_t *v)
 {
     switch (v->value_type) {
@@ -223,6 +246,19 @@ static int accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *v
         break;
     case A_COUNT:
         a->isum++;
+        break;
+    case A_STDDEV_POP:
+    case A_STDDEV_SAMP:
+        if (!missing && (v->value_type == BSON_TYPE_INT32 || v->value_type == BSON_TYPE_INT64 ||
+                         v->value_type == BSON_TYPE_DOUBLE ||
+                         v->value_type == BSON_TYPE_DECIMAL128)) {
+            double x = number_of(v), delta = x - a->mean;
+            a->count++;
+            if (delta != 0) {
+                a->mean += delta / (double)a->count;
+                a->m2 += delta * (x - a->mean);
+            }
+        }
         break;
     case A_MIN:
     case A_MAX:
@@ -312,6 +348,15 @@ static void append_result(bson_t *out, const acc_spec_t *s, const acc_state_t *a
         else
             bson_append_double(out, s->field, -1, (a->dsum + (double)a->isum) / (double)a->count);
         break;
+    case A_STDDEV_POP:
+    case A_STDDEV_SAMP: {
+        int64_t n = s->kind == A_STDDEV_SAMP ? a->count - 1 : a->count;
+        if (n <= 0)
+            bson_append_null(out, s->field, -1);
+        else
+            bson_append_double(out, s->field, -1, sqrt(a->m2 / (double)n));
+        break;
+    }
     case A_MERGE:
         if (!a->seen) {
             bson_t empty;
@@ -439,6 +484,8 @@ static bson_t *group_to_bson(const group_t *g, size_t nacc)
         bson_append_int64(&st, "n", 1, x->isum);
         bson_append_double(&st, "d", 1, x->dsum);
         bson_append_int64(&st, "c", 1, x->count);
+        bson_append_double(&st, "m", 1, x->mean);
+        bson_append_double(&st, "q", 1, x->m2);
         bson_append_int32(&st, "f", 1,
                           (x->has_double ? F_DOUBLE : 0) | (x->has_long ? F_LONG : 0) |
                               (x->overflow ? F_OVERFLOW : 0) | (x->seen ? F_SEEN : 0));
@@ -498,7 +545,7 @@ static int combine(const acc_spec_t *s, acc_state_t *a, const bson_iter_t *st,
 {
     bson_iter_t f, t;
     int64_t isum = 0, count = 0;
-    double dsum = 0;
+    double dsum = 0, mean = 0, m2 = 0;
     int flags = 0;
     bson_value_t val = {.value_type = BSON_TYPE_EOD};
     bool has_items = false;
@@ -508,6 +555,8 @@ static int combine(const acc_spec_t *s, acc_state_t *a, const bson_iter_t *st,
         case 'n': isum = bson_iter_int64(&f); break;
         case 'd': dsum = bson_iter_double(&f); break;
         case 'c': count = bson_iter_int64(&f); break;
+        case 'm': mean = bson_iter_double(&f); break;
+        case 'q': m2 = bson_iter_double(&f); break;
         case 'f': flags = bson_iter_int32(&f); break;
         case 'v': sbl_iter_value(&f, &val); break;
         case 't': bson_iter_recurse(&f, &t); has_items = true; break;
@@ -520,6 +569,17 @@ static int combine(const acc_spec_t *s, acc_state_t *a, const bson_iter_t *st,
     case A_COUNT:
         combine_numbers(a, isum, dsum, count, flags);
         return 0;
+    case A_STDDEV_POP:
+    case A_STDDEV_SAMP: { /* two partial (count, mean, m2) make one */
+        int64_t n = a->count + count;
+        if (count == 0)
+            return 0;
+        double delta = mean - a->mean;
+        a->m2 += m2 + delta * delta * ((double)a->count * (double)count / (double)n);
+        a->mean += delta * (double)count / (double)n;
+        a->count = n;
+        return 0;
+    }
     case A_PUSH:
     case A_ADDTOSET:
         while (has_items && bson_iter_next(&t)) {

@@ -118,6 +118,26 @@ def test_group_spills_with_equal_results(data, client, server, limits):
     assert tmp_empty(server)
 
 
+def test_std_dev_spills_with_equal_results(data, client, limits):
+    """$stdDevPop/$stdDevSamp: partial (count, mean, squares) states merge after a spill."""
+    import statistics
+    pipe = [{"$group": {"_id": "$k", "p": {"$stdDevPop": "$h"}, "s": {"$stdDevSamp": "$n"},
+                        "hs": {"$push": "$h"}, "ns": {"$push": "$n"}}}]
+    want = {d["_id"]: d for d in agg(data, pipe)}
+    for d in want.values():
+        assert d["p"] == pytest.approx(statistics.pstdev(d["hs"]))
+        ns = [n for n in d["ns"] if n is not None]  # non-numbers are ignored
+        assert d["s"] == (pytest.approx(statistics.stdev(ns)) if len(ns) > 1 else None)
+    before = status(client)["group"]["spills"]
+    limits.small()
+    got = {d["_id"]: d for d in agg(data, pipe, allowDiskUse=True)}
+    assert status(client)["group"]["spills"] > before
+    assert got.keys() == want.keys()
+    for k, d in got.items():
+        assert d["p"] == pytest.approx(want[k]["p"]) and d["hs"] == want[k]["hs"]
+        assert d["s"] == (None if want[k]["s"] is None else pytest.approx(want[k]["s"]))
+
+
 def test_group_without_disk_fails_292(data, limits):
     limits.small()
     with pytest.raises(OperationFailure) as e:

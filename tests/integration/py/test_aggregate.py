@@ -109,6 +109,18 @@ def test_group_accumulators(sales):
     assert r == [{"_id": None, "total": 25}]
 
 
+def test_std_dev_accumulators(db):
+    db.sd.insert_many([{"g": 1, "v": 2}, {"g": 1, "v": 4.0}, {"g": 1, "v": Int64(4)},
+                       {"g": 1, "v": Decimal128("4")}, {"g": 1, "v": 5}, {"g": 1, "v": 5},
+                       {"g": 1, "v": 7}, {"g": 1, "v": 9}, {"g": 1, "v": "x"}, {"g": 1},
+                       {"g": 2, "v": 3}, {"g": 3, "v": None}])
+    r = agg(db.sd, [{"$group": {"_id": "$g", "p": {"$stdDevPop": "$v"},
+                                "s": {"$stdDevSamp": "$v"}}}, {"$sort": {"_id": 1}}])
+    assert r[0]["p"] == pytest.approx(2.0)  # the numbers 2 4 4 4 5 5 7 9; the rest ignored
+    assert r[0]["s"] == pytest.approx((32 / 7) ** 0.5)
+    assert r[1:] == [{"_id": 2, "p": 0.0, "s": None}, {"_id": 3, "p": None, "s": None}]
+
+
 def test_sort_limit_skip_count_unwind(sales):
     r = agg(sales, [{"$group": {"_id": "$item", "q": {"$sum": "$qty"}}},
                     {"$sort": {"q": -1}}, {"$limit": 2}])

@@ -53,6 +53,7 @@ static struct {
     int rotate_rc;
     char rotate_msg[256];
     atomic_uint_fast64_t written_seq;
+    atomic_uint_fast64_t last_seq; /* next_seq, readable without mu */
     atomic_int health_errno; /* 0: writing works */
     atomic_llong last_write_ms; /* monotonic time of the last write */
 
@@ -182,12 +183,11 @@ typedef struct ev_buf {
     uint8_t stack[1024];
 } ev_buf_t;
 
-static inline bool eb_reserve(ev_buf_t *b, size_t n)
+/* The slow half of eb_reserve: move to (or grow on) the heap. */
+static bool eb_grow(ev_buf_t *b, size_t n)
 {
     if (b->oom)
         return false;
-    if (b->len + n <= b->cap)
-        return true;
     size_t cap = b->cap * 2 > b->len + n ? b->cap * 2 : b->len + n;
     uint8_t *p = b->heap ? realloc(b->p, cap) : malloc(cap);
     if (p == NULL) {
@@ -202,6 +202,12 @@ static inline bool eb_reserve(ev_buf_t *b, size_t n)
     return true;
 }
 
+/* Room for n more bytes (none once oom: cap stops growing). */
+static inline bool eb_reserve(ev_buf_t *b, size_t n)
+{
+    return (b->cap - b->len >= n && !b->oom) || eb_grow(b, n);
+}
+
 static inline void eb_put(ev_buf_t *b, const void *data, size_t n)
 {
     if (eb_reserve(b, n)) {
@@ -210,45 +216,62 @@ static inline void eb_put(ev_buf_t *b, const void *data, size_t n)
     }
 }
 
-static void eb_i32(ev_buf_t *b, int32_t v)
+static inline void le32(uint8_t *p, uint32_t u)
 {
-    uint32_t u = (uint32_t)v;
-    uint8_t le[4] = {(uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16), (uint8_t)(u >> 24)};
-    eb_put(b, le, 4);
+    p[0] = (uint8_t)u;
+    p[1] = (uint8_t)(u >> 8);
+    p[2] = (uint8_t)(u >> 16);
+    p[3] = (uint8_t)(u >> 24);
 }
 
-/* The element's type byte and key. */
-static void eb_key(ev_buf_t *b, uint8_t type, const char *key)
+static inline void eb_i32(ev_buf_t *b, int32_t v)
 {
-    eb_put(b, &type, 1);
-    eb_put(b, key, strlen(key) + 1);
+    if (eb_reserve(b, 4)) {
+        le32(b->p + b->len, (uint32_t)v);
+        b->len += 4;
+    }
+}
+
+/* The element's type byte and key (inline: the keys are constants). */
+static inline void eb_key(ev_buf_t *b, uint8_t type, const char *key)
+{
+    size_t kn = strlen(key) + 1;
+    if (eb_reserve(b, 1 + kn)) {
+        b->p[b->len] = type;
+        memcpy(b->p + b->len + 1, key, kn);
+        b->len += 1 + kn;
+    }
 }
 
 /* Start a document (its length is patched by eb_end); returns its offset. */
-static size_t eb_begin(ev_buf_t *b)
+static inline size_t eb_begin(ev_buf_t *b)
 {
     size_t at = b->len;
     eb_i32(b, 0);
     return at;
 }
 
-static void eb_end(ev_buf_t *b, size_t at)
+static inline void eb_end(ev_buf_t *b, size_t at)
 {
-    uint8_t z = 0;
-    eb_put(b, &z, 1);
-    if (!b->oom) {
-        uint32_t n = (uint32_t)(b->len - at);
-        uint8_t le[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
-        memcpy(b->p + at, le, 4);
+    if (eb_reserve(b, 1)) {
+        b->p[b->len++] = 0;
+        le32(b->p + at, (uint32_t)(b->len - at));
     }
 }
 
-static void eb_utf8(ev_buf_t *b, const char *key, const char *s, size_t n)
+/* A string element, reserved and written at once. */
+static inline void eb_utf8(ev_buf_t *b, const char *key, const char *s, size_t n)
 {
-    eb_key(b, BSON_TYPE_UTF8, key);
-    eb_i32(b, (int32_t)n + 1);
-    eb_put(b, s, n);
-    eb_put(b, "", 1);
+    size_t kn = strlen(key) + 1;
+    if (eb_reserve(b, 6 + kn + n)) {
+        uint8_t *o = b->p + b->len;
+        o[0] = BSON_TYPE_UTF8;
+        memcpy(o + 1, key, kn);
+        le32(o + 1 + kn, (uint32_t)n + 1);
+        memcpy(o + 5 + kn, s, n);
+        o[5 + kn + n] = 0;
+        b->len += 6 + kn + n;
+    }
 }
 
 static void eb_addr(ev_buf_t *b, const char *key, const char *addr)
@@ -269,14 +292,50 @@ static void eb_addr(ev_buf_t *b, const char *key, const char *addr)
     eb_end(b, at);
 }
 
+/* An event's param: doc's fields, then {command, ns} when command is set,
+ * then args.  cmd_args: args is a command (sbl_audit_command): a top-level
+ * "pwd" is recorded as "xxx", and one larger than AUDIT_ARGS_MAX as
+ * {"$truncated": <size>}. */
+typedef struct ev_param {
+    const bson_t *doc;
+    const char *command, *ns;
+    const bson_t *args;
+    bool cmd_args;
+} ev_param_t;
+
+/* Commands larger than this are recorded with args {$truncated: <size>}. */
+#define AUDIT_ARGS_MAX (64 * 1024)
+
+/* args of a command for the BSON event: the command itself, or in copy the
+ * command with its password replaced, or {$truncated: <size>}. */
+static const bson_t *bson_args(const ev_param_t *pm, bson_t *copy)
+{
+    bson_iter_t it;
+    const bson_t *cmd = pm->args;
+    if (!pm->cmd_args)
+        return cmd;
+    if (cmd->len > AUDIT_ARGS_MAX) {
+        BSON_APPEND_INT32(copy, "$truncated", (int32_t)cmd->len);
+        return copy;
+    }
+    if (!sbl_audit_doc_has_key(cmd, "pwd") || !bson_iter_init(&it, cmd))
+        return cmd;
+    while (bson_iter_next(&it)) {
+        if (strcmp(bson_iter_key(&it), "pwd") == 0)
+            BSON_APPEND_UTF8(copy, "pwd", "xxx");
+        else
+            bson_append_iter(copy, NULL, 0, &it);
+    }
+    return copy;
+}
+
 /*
  * The event as a BSON document into b (the BSON format, and what the
  * filter sees): only the fields in mask (a filter's result depends only on
  * the fields it names), in the event's order; args only with EV_ARGS.
  */
 static void build_event(ev_buf_t *b, unsigned mask, const char *atype, int64_t ts,
-                        const sbl_audit_client_t *c, const bson_t *param, const bson_t *args,
-                        int result)
+                        const sbl_audit_client_t *c, const ev_param_t *pm, int result)
 {
     size_t at = eb_begin(b);
     if (mask & EV_ATYPE)
@@ -323,11 +382,18 @@ static void build_event(ev_buf_t *b, unsigned mask, const char *atype, int64_t t
     if (mask & EV_PARAM) {
         eb_key(b, BSON_TYPE_DOCUMENT, "param");
         size_t p = eb_begin(b);
-        if (param != NULL && param->len > 5)
-            eb_put(b, bson_get_data(param) + 4, param->len - 5);
-        if (args != NULL && (mask & EV_ARGS)) {
+        if (pm->doc != NULL && pm->doc->len > 5)
+            eb_put(b, bson_get_data(pm->doc) + 4, pm->doc->len - 5);
+        if (pm->command != NULL) {
+            eb_utf8(b, "command", pm->command, strlen(pm->command));
+            eb_utf8(b, "ns", pm->ns, strlen(pm->ns));
+        }
+        if (pm->args != NULL && (mask & EV_ARGS)) {
+            bson_t copy = BSON_INITIALIZER;
+            const bson_t *args = bson_args(pm, &copy);
             eb_key(b, BSON_TYPE_DOCUMENT, "args");
             eb_put(b, bson_get_data(args), args->len);
+            bson_destroy(&copy);
         }
         eb_end(b, p);
     }
@@ -381,8 +447,7 @@ size_t sbl_audit_who_json(const sbl_audit_client_t *c, char *out, size_t cap)
 
 /* One JSON event line appended to b. */
 static void json_event(audit_buf_t *b, const char *atype, int64_t ts,
-                       const sbl_audit_client_t *c, const bson_t *param, const bson_t *args,
-                       int result)
+                       const sbl_audit_client_t *c, const ev_param_t *pm, int result)
 {
     audit_buf_puts(b, "{\"atype\":");
     audit_json_str(b, atype, strlen(atype));
@@ -393,11 +458,27 @@ static void json_event(audit_buf_t *b, const char *atype, int64_t ts,
     else
         json_who(b, c);
     audit_buf_puts(b, ",\"param\":{");
-    if (param != NULL)
-        audit_json_fields(b, param);
-    if (args != NULL) {
-        audit_buf_puts(b, param != NULL && !bson_empty(param) ? ",\"args\":" : "\"args\":");
-        audit_json_doc(b, args, false);
+    bool sep = pm->doc != NULL && !bson_empty(pm->doc);
+    if (sep)
+        audit_json_fields(b, pm->doc);
+    if (pm->command != NULL) {
+        audit_buf_puts(b, sep ? ",\"command\":" : "\"command\":");
+        audit_json_str(b, pm->command, strlen(pm->command));
+        audit_buf_puts(b, ",\"ns\":");
+        audit_json_str(b, pm->ns, strlen(pm->ns));
+        sep = true;
+    }
+    if (pm->args != NULL) {
+        audit_buf_puts(b, sep ? ",\"args\":" : "\"args\":");
+        if (!pm->cmd_args) {
+            audit_json_doc(b, pm->args, false);
+        } else if (pm->args->len > AUDIT_ARGS_MAX) {
+            audit_buf_puts(b, "{\"$truncated\":");
+            audit_json_int(b, pm->args->len);
+            audit_buf_puts(b, "}");
+        } else {
+            audit_json_args(b, pm->args);
+        }
     }
     audit_buf_puts(b, "},\"result\":");
     audit_json_int(b, result);
@@ -445,9 +526,8 @@ static bool filter_match(const bson_t *ev, bool memo)
 
 /* An event; wake: wake the writer thread for it when it is idle (callers that
  * write their events themselves soon do not need it). */
-static int event(const char *atype, const sbl_audit_client_t *c, const bson_t *param,
-                 const bson_t *args, int result, bool force, bool wake, uint64_t *seqp,
-                 sbl_err_t *err)
+static int event(const char *atype, const sbl_audit_client_t *c, const ev_param_t *pm,
+                 int result, bool force, bool wake, uint64_t *seqp, sbl_err_t *err)
 {
     static const sbl_audit_client_t none;
     ev_buf_t eb;
@@ -475,8 +555,8 @@ static int event(const char *atype, const sbl_audit_client_t *c, const bson_t *p
     if (locked)
         pthread_rwlock_rdlock(&A.filter_lock);
     if (locked && (A.filter != NULL || A.fmt == SBL_AUDIT_BSON)) {
-        build_event(&eb, A.fmt == SBL_AUDIT_BSON ? EV_ALL : A.filter_mask, atype, ts, c, param,
-                    args, result);
+        build_event(&eb, A.fmt == SBL_AUDIT_BSON ? EV_ALL : A.filter_mask, atype, ts, c, pm,
+                    result);
         have_ev = !eb.oom && bson_init_static(&ev, eb.p, eb.len);
         if (!have_ev) {
             pthread_rwlock_unlock(&A.filter_lock);
@@ -502,7 +582,7 @@ static int event(const char *atype, const sbl_audit_client_t *c, const bson_t *p
     if (A.fmt == SBL_AUDIT_BSON)
         audit_buf_put(&A.buf, bson_get_data(&ev), ev.len);
     else
-        json_event(&A.buf, atype, ts, c, param, args, result);
+        json_event(&A.buf, atype, ts, c, pm, result);
     if (A.buf.oom) {
         A.buf.len = mark;
         pthread_mutex_unlock(&A.mu);
@@ -510,6 +590,7 @@ static int event(const char *atype, const sbl_audit_client_t *c, const bson_t *p
         goto done;
     }
     *seqp = ++A.next_seq;
+    atomic_store_explicit(&A.last_seq, A.next_seq, memory_order_relaxed);
     if (wake && !A.kick) {
         /* Written by the writer in WRITER_DELAY_MS unless a flush comes
          * first.  The kick is left even when the writer is busy: it may
@@ -530,20 +611,31 @@ int sbl_audit_event_args(const char *atype, const sbl_audit_client_t *c, const b
                          const bson_t *args, int result, bool force, uint64_t *seqp,
                          sbl_err_t *err)
 {
-    return event(atype, c, param, args, result, force, true, seqp, err);
+    ev_param_t pm = {.doc = param, .args = args};
+    return event(atype, c, &pm, result, force, true, seqp, err);
 }
 
 int sbl_audit_event_self(const char *atype, const sbl_audit_client_t *c, const bson_t *param,
                          const bson_t *args, int result, bool force, uint64_t *seqp,
                          sbl_err_t *err)
 {
-    return event(atype, c, param, args, result, force, false, seqp, err);
+    ev_param_t pm = {.doc = param, .args = args};
+    return event(atype, c, &pm, result, force, false, seqp, err);
 }
 
 int sbl_audit_event(const char *atype, const sbl_audit_client_t *c, const bson_t *param,
                     int result, bool force, uint64_t *seqp, sbl_err_t *err)
 {
-    return event(atype, c, param, NULL, result, force, true, seqp, err);
+    ev_param_t pm = {.doc = param};
+    return event(atype, c, &pm, result, force, true, seqp, err);
+}
+
+int sbl_audit_command(const char *atype, const sbl_audit_client_t *c, const char *command,
+                      const char *ns, const bson_t *args, int result, bool force, bool self,
+                      uint64_t *seqp, sbl_err_t *err)
+{
+    ev_param_t pm = {.command = command, .ns = ns, .args = args, .cmd_args = true};
+    return event(atype, c, &pm, result, force, !self, seqp, err);
 }
 
 /* ---- writing ------------------------------------------------------------------ */
@@ -669,10 +761,12 @@ int sbl_audit_flush(uint64_t seq, sbl_err_t *err)
     if (!A.running)
         return 0;
     if (seq == 0) { /* whatever is buffered, unless another thread is writing now */
-        pthread_mutex_lock(&A.mu);
-        bool empty = A.buf.len == 0;
-        pthread_mutex_unlock(&A.mu);
-        if (empty || pthread_mutex_trylock(&A.wmu) != 0)
+        /* Every event handed out is written: nothing to do (this thread's
+         * own events are seen; another thread's later ones are its own
+         * flush's business). */
+        if (atomic_load_explicit(&A.last_seq, memory_order_relaxed) ==
+                atomic_load_explicit(&A.written_seq, memory_order_acquire) ||
+            pthread_mutex_trylock(&A.wmu) != 0)
             return 0;
         if (A.running)
             flush_locked(false);
@@ -916,6 +1010,7 @@ int sbl_audit_open(const sbl_audit_config_t *cfg, sbl_err_t *err)
     A.path = cfg->path != NULL ? strdup(cfg->path) : NULL;
     A.stop = false;
     A.next_seq = 0;
+    atomic_store(&A.last_seq, 0);
     atomic_store(&A.written_seq, 0);
     atomic_store(&A.health_errno, 0);
     if (A.dest == SBL_AUDIT_CONSOLE) {

@@ -94,6 +94,17 @@ int sbl_audit_event_self(const char *atype, const sbl_audit_client_t *c, const b
                          const bson_t *args, int result, bool force, uint64_t *seqp,
                          sbl_err_t *err);
 
+/*
+ * An event whose param is {command, ns, args} (authCheck), written without
+ * an intermediate param document.  args is the command: a top-level "pwd"
+ * is recorded as "xxx", and a command larger than 64 KiB as
+ * {"$truncated": <its size>}.  self: the caller writes the event itself
+ * soon (as sbl_audit_event_self); otherwise as sbl_audit_event_args.
+ */
+int sbl_audit_command(const char *atype, const sbl_audit_client_t *c, const char *command,
+                      const char *ns, const bson_t *args, int result, bool force, bool self,
+                      uint64_t *seqp, sbl_err_t *err);
+
 /* Whether doc has the top-level key: a scan of its bytes, cheaper than a
  * bson_iter_t (for the audit of every command: "pwd" is redacted). */
 bool sbl_audit_doc_has_key(const bson_t *doc, const char *key);

@@ -21,9 +21,22 @@ typedef struct audit_buf {
     bool oom; /* an append failed since the flag was last cleared */
 } audit_buf_t;
 
-/* Make room for n more bytes; false (and oom set) when memory is short. */
-bool audit_buf_reserve(audit_buf_t *b, size_t n);
-void audit_buf_put(audit_buf_t *b, const void *data, size_t n);
+/* The slow half of audit_buf_reserve: grow the buffer. */
+bool audit_buf_grow(audit_buf_t *b, size_t n);
+/* Make room for n more bytes; false (and oom set) when memory is short.
+ * Inline: the formatter reserves once per element, and a call per
+ * reservation was a good part of an event's cost. */
+static inline bool audit_buf_reserve(audit_buf_t *b, size_t n)
+{
+    return b->cap - b->len >= n || audit_buf_grow(b, n);
+}
+static inline void audit_buf_put(audit_buf_t *b, const void *data, size_t n)
+{
+    if (n != 0 && audit_buf_reserve(b, n)) {
+        memcpy(b->data + b->len, data, n);
+        b->len += n;
+    }
+}
 static inline void audit_buf_puts(audit_buf_t *b, const char *s)
 {
     audit_buf_put(b, s, strlen(s));
@@ -35,6 +48,9 @@ void audit_json_str(audit_buf_t *b, const char *s, size_t n);
 void audit_json_int(audit_buf_t *b, int64_t v);
 /* A document (or array) as relaxed extended JSON. */
 void audit_json_doc(audit_buf_t *b, const bson_t *doc, bool array);
+/* A command as param.args: the same, except that a top-level "pwd" is
+ * written as "xxx" (the password of createUser/updateUser). */
+void audit_json_args(audit_buf_t *b, const bson_t *cmd);
 /* The fields of doc without the braces ("a": 1, "b": 2), for splicing. */
 void audit_json_fields(audit_buf_t *b, const bson_t *doc);
 /* {"$date": "yyyy-mm-ddTHH:MM:SS.mmmZ"} for ms since the epoch. */

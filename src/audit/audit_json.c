@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-bool audit_buf_reserve(audit_buf_t *b, size_t n)
+bool audit_buf_grow(audit_buf_t *b, size_t n)
 {
     if (b->len + n <= b->cap)
         return true;
@@ -34,14 +34,6 @@ bool audit_buf_reserve(audit_buf_t *b, size_t n)
     b->data = p;
     b->cap = cap;
     return true;
-}
-
-void audit_buf_put(audit_buf_t *b, const void *data, size_t n)
-{
-    if (n == 0 || !audit_buf_reserve(b, n))
-        return;
-    memcpy(b->data + b->len, data, n);
-    b->len += n;
 }
 
 static inline void put_c(audit_buf_t *b, char c)
@@ -61,6 +53,45 @@ static inline bool needs_escape(unsigned char c)
     return escape_tab[c] != 0;
 }
 
+/*
+ * Eight bytes at a time: the bytes of w that need escaping (or end a key:
+ * NUL is a control character), as the high bit of each such byte.  Below
+ * the first such byte the result is exact (borrows only run upwards), so
+ * its lowest set bit finds it.  Little-endian loads.
+ */
+#define ONES 0x0101010101010101ULL
+static inline uint64_t special8(uint64_t w)
+{
+    uint64_t q = w ^ (ONES * '"'), s = w ^ (ONES * '\\');
+    return (((w - ONES * 0x20) & ~w) | ((q - ONES) & ~q) | ((s - ONES) & ~s)) & (ONES * 0x80);
+}
+
+/* Copy s[0..n) to o (room for n bytes) up to the first byte that needs
+ * escaping: the number of bytes copied (n when none does). */
+static inline size_t copy_clean(char *o, const char *s, size_t n)
+{
+    size_t i = 0;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t w, m;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, s + i, 8);
+        memcpy(o + i, &w, 8);
+        if ((m = special8(w)) != 0)
+            return i + (size_t)(__builtin_ctzll(m) >> 3);
+    }
+    if (i < n && n >= 8) { /* the tail as the last eight bytes (overlapping: clean) */
+        memcpy(&w, s + n - 8, 8);
+        memcpy(o + n - 8, &w, 8);
+        if ((m = special8(w)) != 0)
+            return n - 8 + (size_t)(__builtin_ctzll(m) >> 3);
+        return n;
+    }
+#endif
+    for (; i < n && !needs_escape((unsigned char)s[i]); i++)
+        o[i] = s[i];
+    return i;
+}
+
 void audit_json_str(audit_buf_t *b, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
@@ -69,8 +100,7 @@ void audit_json_str(audit_buf_t *b, const char *s, size_t n)
     if (audit_buf_reserve(b, n + 2)) {
         char *o = b->data + b->len;
         *o++ = '"';
-        for (; i < n && !needs_escape((unsigned char)s[i]); i++)
-            o[i] = s[i];
+        i = copy_clean(o, s, n);
         if (i == n) {
             o[n] = '"';
             b->len += n + 2;
@@ -124,6 +154,10 @@ static void put_fmt(audit_buf_t *b, const char *fmt, ...)
 /* Decimal digits of v (faster than printf for the common integers). */
 void audit_json_int(audit_buf_t *b, int64_t v)
 {
+    if (v >= 0 && v < 10) { /* result 0, limit 1 ... */
+        put_c(b, (char)('0' + v));
+        return;
+    }
     char tmp[24];
     int i = sizeof(tmp);
     uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
@@ -160,7 +194,8 @@ void audit_json_date(audit_buf_t *b, int64_t ms)
 {
     /* The same second is formatted over and over: keep the last one per thread. */
     static _Thread_local int64_t last_sec = INT64_MIN;
-    static _Thread_local char last[24];
+    static _Thread_local char last[40]; /* {"$date":"yyyy-mm-ddTHH:MM:SS */
+    static _Thread_local size_t last_len;
     int64_t sec = ms >= 0 ? ms / 1000 : (ms - 999) / 1000;
     if (sec < 0 || sec > 253402300799LL) { /* outside years 1970-9999: canonical form */
         audit_buf_puts(b, "{\"$date\":{\"$numberLong\":\"");
@@ -172,24 +207,33 @@ void audit_json_date(audit_buf_t *b, int64_t ms)
         time_t t = (time_t)sec;
         struct tm tm;
         gmtime_r(&t, &tm);
-        strftime(last, sizeof(last), "%Y-%m-%dT%H:%M:%S", &tm);
+        memcpy(last, "{\"$date\":\"", 10);
+        last_len = 10 + strftime(last + 10, sizeof(last) - 10, "%Y-%m-%dT%H:%M:%S", &tm);
         last_sec = sec;
     }
-    int msec = (int)(ms - sec * 1000);
-    char tail[8] = {'.', (char)('0' + msec / 100), (char)('0' + msec / 10 % 10),
-                    (char)('0' + msec % 10), 'Z', '"', '}', 0};
-    audit_buf_puts(b, "{\"$date\":\"");
-    audit_buf_puts(b, last);
-    audit_buf_put(b, tail, 7);
+    unsigned msec = (unsigned)(ms - sec * 1000);
+    if (!audit_buf_reserve(b, last_len + 7))
+        return;
+    char *o = b->data + b->len;
+    memcpy(o, last, last_len);
+    o += last_len;
+    o[0] = '.';
+    o[1] = (char)('0' + msec / 100);
+    o[2] = (char)('0' + msec / 10 % 10);
+    o[3] = (char)('0' + msec % 10);
+    memcpy(o + 4, "Z\"}", 3);
+    b->len += last_len + 7;
 }
 
-static void put_oid(audit_buf_t *b, const bson_oid_t *oid)
+static void put_oid(audit_buf_t *b, const uint8_t *oid)
 {
-    char hex[25];
-    bson_oid_to_string(oid, hex);
-    audit_buf_puts(b, "{\"$oid\":\"");
-    audit_buf_put(b, hex, 24);
-    audit_buf_puts(b, "\"}");
+    static const char hex[] = "0123456789abcdef";
+    char out[] = "{\"$oid\":\"000000000000000000000000\"}";
+    for (int i = 0; i < 12; i++) {
+        out[9 + 2 * i] = hex[oid[i] >> 4];
+        out[10 + 2 * i] = hex[oid[i] & 15];
+    }
+    audit_buf_put(b, out, sizeof(out) - 1);
 }
 
 static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -240,6 +284,7 @@ static void put_binary(audit_buf_t *b, bson_subtype_t sub, const uint8_t *data, 
  */
 typedef struct raw {
     const uint8_t *p, *end;
+    const uint8_t *lim; /* the end of the whole buffer: whole words may be read up to it */
 } raw_t;
 
 static inline bool raw_i32(raw_t *r, int32_t *v)
@@ -333,7 +378,7 @@ static bool put_raw_value(audit_buf_t *b, raw_t *r, uint8_t type)
     case BSON_TYPE_OID:
         if (r->end - r->p < 12)
             return false;
-        put_oid(b, (const bson_oid_t *)r->p);
+        put_oid(b, r->p);
         r->p += 12;
         return true;
     case BSON_TYPE_BOOL:
@@ -367,7 +412,7 @@ static bool put_raw_value(audit_buf_t *b, raw_t *r, uint8_t type)
         audit_buf_puts(b, "{\"$dbPointer\":{\"$ref\":");
         audit_json_str(b, s, (size_t)n);
         audit_buf_puts(b, ",\"$id\":");
-        put_oid(b, (const bson_oid_t *)r->p);
+        put_oid(b, r->p);
         r->p += 12;
         audit_buf_puts(b, "}}");
         return true;
@@ -481,28 +526,123 @@ static bool raw_skip(raw_t *r, uint8_t type)
     }
 }
 
-/* The members of the document at r->p (its length prefix included), without braces. */
-static bool put_raw_members(audit_buf_t *b, raw_t *r, bool array)
+/* The string s (n bytes) of a document whose bytes may be read up to lim:
+ * whole words, the last one masked, straight out when nothing needs
+ * escaping (most strings), else audit_json_str. */
+static inline void put_str_in(audit_buf_t *b, const char *s, size_t n, const uint8_t *lim)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    size_t words = (n + 7) / 8;
+    if ((size_t)(lim - (const uint8_t *)s) >= words * 8 && audit_buf_reserve(b, words * 8 + 2)) {
+        char *o = b->data + b->len + 1;
+        size_t i = 0;
+        for (; i < n; i += 8) {
+            uint64_t w, m;
+            memcpy(&w, s + i, 8);
+            memcpy(o + i, &w, 8);
+            m = special8(w);
+            if (n - i < 8)
+                m &= ((uint64_t)1 << (8 * (n - i))) - 1;
+            if (m != 0)
+                break;
+        }
+        if (i >= n) {
+            o[-1] = '"';
+            o[n] = '"';
+            b->len += n + 2;
+            return;
+        }
+    }
+#endif
+    audit_json_str(b, s, n);
+}
+
+/* The key at in->p (NUL-terminated before in->end) as "key": (after a comma
+ * when comma); false when malformed. */
+static inline bool put_key(audit_buf_t *b, raw_t *in, bool comma)
+{
+    const char *key;
+    ssize_t kn;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    /* Most keys are short and clean: copied eight bytes at a time until the
+     * word with their NUL (up to 32 bytes; longer or escaped ones below). */
+    size_t avail = (size_t)(in->lim - in->p);
+    if (avail >= 8 && audit_buf_reserve(b, 36)) {
+        char *o = b->data + b->len;
+        const uint8_t *p = in->p;
+        *o = ',';
+        o += comma;
+        *o++ = '"';
+        for (size_t i = 0; i < 32 && i + 8 <= avail; i += 8) {
+            uint64_t w, m;
+            memcpy(&w, p + i, 8);
+            memcpy(o + i, &w, 8);
+            if ((m = special8(w)) != 0) {
+                size_t k = i + (size_t)(__builtin_ctzll(m) >> 3);
+                if (p[k] != 0 || p + k >= in->end)
+                    break; /* a byte to escape (or a malformed key) */
+                o[k] = '"';
+                o[k + 1] = ':';
+                b->len = (size_t)(o - b->data) + k + 2;
+                in->p = p + k + 1;
+                return true;
+            }
+        }
+    }
+#endif
+    if ((kn = raw_cstr(in, &key)) < 0)
+        return false;
+    if (comma)
+        put_c(b, ',');
+    audit_json_str(b, key, (size_t)kn);
+    put_c(b, ':');
+    return true;
+}
+
+/* The members of the document at r->p (its length prefix included), without
+ * braces; redact: a top-level "pwd" is written as "xxx" (param.args). */
+static bool put_raw_members(audit_buf_t *b, raw_t *r, bool array, bool redact)
 {
     int32_t len;
     const uint8_t *start = r->p;
     if (!raw_i32(r, &len) || len < 5 || r->end - start < len)
         return false;
-    raw_t in = {r->p, start + len - 1}; /* up to the terminating NUL */
+    raw_t in = {r->p, start + len - 1, r->lim}; /* up to the terminating NUL */
     r->p = start + len;
     bool first = true;
     while (in.p < in.end) {
         uint8_t type = *in.p++;
-        const char *key;
-        ssize_t kn = raw_cstr(&in, &key);
-        if (kn < 0)
-            return false;
-        if (!first)
-            put_c(b, ',');
+        if (array) { /* the keys are the indexes: not written */
+            const uint8_t *z = in.p;
+            while (z < in.end && *z != 0)
+                z++;
+            if (z == in.end)
+                return false;
+            in.p = z + 1;
+            if (!first)
+                put_c(b, ',');
+        } else {
+            const uint8_t *key = in.p;
+            if (!put_key(b, &in, !first))
+                return false;
+            if (redact && in.p - key == 4 && memcmp(key, "pwd", 4) == 0) {
+                first = false;
+                audit_buf_puts(b, "\"xxx\"");
+                if (!raw_skip(&in, type))
+                    return false;
+                continue;
+            }
+        }
         first = false;
-        if (!array) {
-            audit_json_str(b, key, (size_t)kn);
-            put_c(b, ':');
+        if (type == BSON_TYPE_UTF8) { /* the usual value, inline */
+            const char *str;
+            ssize_t sn = raw_str(&in, &str);
+            if (sn < 0) {
+                audit_buf_puts(b, "null");
+                return false;
+            }
+            put_str_in(b, str, (size_t)sn, in.lim);
+            continue;
         }
         if (!put_raw_value(b, &in, type)) {
             audit_buf_puts(b, "null");
@@ -515,21 +655,32 @@ static bool put_raw_members(audit_buf_t *b, raw_t *r, bool array)
 static bool put_raw_doc(audit_buf_t *b, raw_t *r, bool array)
 {
     put_c(b, array ? '[' : '{');
-    bool ok = put_raw_members(b, r, array);
+    bool ok = put_raw_members(b, r, array, false);
     put_c(b, array ? ']' : '}');
     return ok;
 }
 
 void audit_json_doc(audit_buf_t *b, const bson_t *doc, bool array)
 {
-    raw_t r = {bson_get_data(doc), bson_get_data(doc) + doc->len};
+    const uint8_t *d = bson_get_data(doc);
+    raw_t r = {d, d + doc->len, d + doc->len};
     put_raw_doc(b, &r, array);
+}
+
+void audit_json_args(audit_buf_t *b, const bson_t *cmd)
+{
+    const uint8_t *d = bson_get_data(cmd);
+    raw_t r = {d, d + cmd->len, d + cmd->len};
+    put_c(b, '{');
+    put_raw_members(b, &r, false, true);
+    put_c(b, '}');
 }
 
 void audit_json_fields(audit_buf_t *b, const bson_t *doc)
 {
-    raw_t r = {bson_get_data(doc), bson_get_data(doc) + doc->len};
-    put_raw_members(b, &r, false);
+    const uint8_t *d = bson_get_data(doc);
+    raw_t r = {d, d + doc->len, d + doc->len};
+    put_raw_members(b, &r, false, false);
 }
 
 bool sbl_audit_doc_has_key(const bson_t *doc, const char *key)
@@ -538,7 +689,7 @@ bool sbl_audit_doc_has_key(const bson_t *doc, const char *key)
     size_t kl = strlen(key);
     while (p < end) {
         uint8_t type = *p++;
-        raw_t r = {p, end};
+        raw_t r = {p, end, end};
         const char *k;
         ssize_t kn = raw_cstr(&r, &k);
         if (kn < 0)

@@ -17,19 +17,25 @@
 #include "common/log.h"
 
 #include <openssl/rand.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Commands larger than this are audited with args {$truncated: <size>}. */
-#define AUDIT_ARGS_MAX (64 * 1024)
+/* Whether key ("user\ndb" in cap bytes, as fill_client stores it) names
+ * user u of db d. */
+static bool who_key_is(const char *key, size_t cap, const char *u, const char *d)
+{
+    size_t lu = strlen(u);
+    return lu < cap - 1 && memcmp(key, u, lu) == 0 && key[lu] == '\n' &&
+           strcmp(key + lu + 1, d) == 0;
+}
 
 /* Fill ac for this connection.  roles receives the role list when it is
  * needed (a filter, the BSON format, or the cached JSON is stale). */
 static void fill_client(sbl_cmd_ctx_t *ctx, sbl_audit_client_t *ac, bson_t *roles)
 {
     sbl_client_t *c = ctx->client;
-    char key[sizeof(c->audit_who_key)];
     memset(ac, 0, sizeof(*ac));
     if (ctx->conn != NULL) {
         if (!c->audit_uuid_set) {
@@ -49,25 +55,23 @@ static void fill_client(sbl_cmd_ctx_t *ctx, sbl_audit_client_t *ac, bson_t *role
     /* The cached JSON holds for the same user and the same users/roles generation. */
     const char *ku = c->auth_user != NULL ? c->auth_user : "";
     const char *kd = c->auth_db != NULL ? c->auth_db : "";
-    size_t lu = strlen(ku), ld = strlen(kd), kn = lu + 1 + ld;
-    bool key_ok = ctx->conn != NULL && kn < sizeof(key);
-    if (key_ok) { /* "user\ndb" */
-        memcpy(key, ku, lu);
-        key[lu] = '\n';
-        memcpy(key + lu + 1, kd, ld + 1);
-    }
-    bool fresh = key_ok && c->audit_who_len > 0 && c->audit_who_gen == c->authz_gen &&
-                 strcmp(c->audit_who_key, key) == 0;
+    bool fresh = ctx->conn != NULL && c->audit_who_len > 0 && c->audit_who_gen == c->authz_gen &&
+                 who_key_is(c->audit_who_key, sizeof(c->audit_who_key), ku, kd);
     if (c->authz != NULL && (!fresh || sbl_audit_needs_bson())) {
         sbl_authz_append_roles(c->authz, roles);
         ac->roles = roles;
     }
-    if (!fresh && key_ok) {
-        size_t n = sbl_audit_who_json(ac, c->audit_who, sizeof(c->audit_who));
-        c->audit_who_len = (uint16_t)n;
-        c->audit_who_gen = c->authz_gen;
-        memcpy(c->audit_who_key, key, kn + 1);
-        fresh = n > 0;
+    if (!fresh && ctx->conn != NULL) {
+        size_t lu = strlen(ku), ld = strlen(kd);
+        if (lu + 1 + ld < sizeof(c->audit_who_key)) { /* "user\ndb" */
+            size_t n = sbl_audit_who_json(ac, c->audit_who, sizeof(c->audit_who));
+            c->audit_who_len = (uint16_t)n;
+            c->audit_who_gen = c->authz_gen;
+            memcpy(c->audit_who_key, ku, lu);
+            c->audit_who_key[lu] = '\n';
+            memcpy(c->audit_who_key + lu + 1, kd, ld + 1);
+            fresh = n > 0;
+        }
     }
     if (fresh) {
         ac->who_json = c->audit_who;
@@ -104,14 +108,37 @@ static _Thread_local audit_batch_t *tl_batch; /* this loop thread's armed batch 
 /* This thread is a network loop that has armed a batch: its events are
  * written by its own batches (they do not wake the audit writer thread). */
 static _Thread_local bool tl_loop_thread;
+/* A closed batch kept for this thread's next one (with its waits array):
+ * most loop iterations make one, and calloc/free each time showed in the
+ * cost of an event.  Freed with the thread (spare_key's destructor). */
+static _Thread_local audit_batch_t *tl_spare;
+static pthread_key_t spare_key;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+
+static void batch_free(void *arg)
+{
+    audit_batch_t *b = arg;
+    free(b->waits);
+    free(b);
+}
+
+static void spare_init(void)
+{
+    if (pthread_key_create(&spare_key, batch_free) != 0)
+        spare_key = (pthread_key_t)-1;
+}
 
 static void batch_closed(uv_handle_t *h)
 {
     audit_batch_t *b = h->data;
-    if (--b->closing == 0) {
-        free(b->waits);
-        free(b);
+    if (--b->closing != 0)
+        return;
+    if (tl_spare == NULL && spare_key != (pthread_key_t)-1 &&
+        pthread_setspecific(spare_key, b) == 0) {
+        tl_spare = b;
+        return;
     }
+    batch_free(b);
 }
 
 static void batch_idle(uv_idle_t *h)
@@ -125,7 +152,7 @@ static void batch_release(audit_batch_t *b)
 {
     sbl_err_t err;
     audit_wait_t *w = b->waits;
-    size_t n = b->n;
+    size_t n = b->n, cap = b->cap;
     uint64_t seq = b->seq;
     b->waits = NULL;
     b->n = b->cap = 0;
@@ -135,7 +162,12 @@ static void batch_release(audit_batch_t *b)
         rc = 0;
     for (size_t i = 0; i < n; i++)
         w[i].cb(w[i].arg, rc);
-    free(w);
+    if (b->waits == NULL) { /* nothing waits again yet: keep the array */
+        b->waits = w;
+        b->cap = cap;
+    } else {
+        free(w);
+    }
 }
 
 /* A very long loop iteration (many connections ready at once) would hold
@@ -166,9 +198,17 @@ static audit_batch_t *batch_get(sbl_conn_t *conn)
             batch_release(tl_batch);
         return tl_batch;
     }
-    audit_batch_t *b = calloc(1, sizeof(*b));
-    if (b == NULL)
-        return NULL;
+    audit_batch_t *b = tl_spare;
+    if (b != NULL) {
+        tl_spare = NULL;
+        pthread_setspecific(spare_key, NULL);
+        b->seq = 0;
+        b->n = 0;
+    } else {
+        pthread_once(&spare_once, spare_init);
+        if ((b = calloc(1, sizeof(*b))) == NULL)
+            return NULL;
+    }
     uv_loop_t *loop = sbl_conn_loop(conn);
     uv_check_init(loop, &b->check);
     uv_idle_init(loop, &b->idle);
@@ -218,53 +258,48 @@ void sbl_cmd_audit(sbl_cmd_ctx_t *ctx, const char *atype, const bson_t *param, i
 
 /* ---- the dispatcher ---------------------------------------------------------- */
 
-/* args: the command itself, or (in copy) the command with its password
- * replaced, or {$truncated: <size>} for a very large one. */
-static const bson_t *audit_args(const bson_t *cmd, bson_t *copy)
+/* The command's table row: the dispatcher looked it up already and set
+ * ctx->name to the row's own name, so this thread remembers the last row
+ * and compares the pointer (a lookup is a binary search of strcmps). */
+static const sbl_cmd_def_t *cmd_def(const char *name)
 {
-    bson_iter_t it;
-    if (cmd->len > AUDIT_ARGS_MAX) {
-        BSON_APPEND_INT32(copy, "$truncated", (int32_t)cmd->len);
-        return copy;
-    }
-    /* A key "pwd" has these bytes: most commands are passed over by memmem. */
-    if (memmem(bson_get_data(cmd), cmd->len, "pwd", 4) == NULL ||
-        !sbl_audit_doc_has_key(cmd, "pwd"))
-        return cmd;
-    bson_iter_init(&it, cmd);
-    while (bson_iter_next(&it)) {
-        if (strcmp(bson_iter_key(&it), "pwd") == 0)
-            BSON_APPEND_UTF8(copy, "pwd", "xxx");
-        else
-            bson_append_iter(copy, NULL, 0, &it);
-    }
-    return copy;
+    static _Thread_local const sbl_cmd_def_t *last;
+    if (last == NULL || last->name != name)
+        last = sbl_cmd_lookup(name);
+    return last;
 }
 
-static void put_le32(uint8_t *p, uint32_t v)
+/* ns of a command into out (cap bytes): "db.coll" when its first field is a
+ * non-empty string, else "db".  Read from the BSON bytes (a bson_iter_t
+ * costs more than the rest of this). */
+static void cmd_ns(const sbl_cmd_ctx_t *ctx, char *out, size_t cap)
 {
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-/* A UTF-8 element (key, then n bytes of s including its NUL) at p; its size. */
-static size_t put_utf8_elem(uint8_t *p, const char *key, const char *s, size_t n)
-{
-    size_t kn = strlen(key) + 1;
-    p[0] = BSON_TYPE_UTF8;
-    memcpy(p + 1, key, kn);
-    put_le32(p + 1 + kn, (uint32_t)n);
-    memcpy(p + 5 + kn, s, n);
-    return 5 + kn + n;
+    const uint8_t *d = bson_get_data(ctx->cmd), *end = d + ctx->cmd->len;
+    size_t dl = strlen(ctx->db);
+    if (dl >= cap)
+        dl = cap - 1;
+    memcpy(out, ctx->db, dl);
+    if (ctx->cmd->len > 5 && d[4] == BSON_TYPE_UTF8) {
+        const uint8_t *k = memchr(d + 5, 0, (size_t)(end - (d + 5)));
+        if (k != NULL && end - (k + 1) >= 5) {
+            uint32_t n = (uint32_t)k[1] | (uint32_t)k[2] << 8 | (uint32_t)k[3] << 16 |
+                         (uint32_t)k[4] << 24; /* the string's length with its NUL */
+            const char *coll = (const char *)k + 5;
+            if (n > 1 && n <= (size_t)(end - (k + 5)) && dl + n < cap) {
+                out[dl++] = '.';
+                memcpy(out + dl, coll, n - 1);
+                dl += n - 1;
+            }
+        }
+    }
+    out[dl] = '\0';
 }
 
 int sbl_cmd_audit_check(sbl_cmd_ctx_t *ctx, int rc, sbl_err_t *err)
 {
     const sbl_cmd_def_t *def;
     if (!sbl_audit_enabled() || ctx->name == NULL || ctx->conn == NULL ||
-        (def = sbl_cmd_lookup(ctx->name)) == NULL || (def->flags & SBL_CMD_NO_AUTH))
+        (def = cmd_def(ctx->name)) == NULL || (def->flags & SBL_CMD_NO_AUTH))
         return rc;
     if (rc != 0 && rc != SBL_E_Unauthorized)
         return rc;
@@ -274,54 +309,20 @@ int sbl_cmd_audit_check(sbl_cmd_ctx_t *ctx, int rc, sbl_err_t *err)
             return err->code;
         return 0;
     }
-    bson_t param;
-    bson_iter_t it;
     char ns[256];
-    uint32_t cl = 0;
-    size_t dl = strlen(ctx->db);
-    const char *coll = NULL;
-    if (bson_iter_init(&it, ctx->cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it))
-        coll = bson_iter_utf8(&it, &cl);
-    if (dl >= sizeof(ns))
-        dl = sizeof(ns) - 1;
-    memcpy(ns, ctx->db, dl);
-    if (coll != NULL && cl > 0 && dl + 1 + cl < sizeof(ns)) { /* "db.coll", else "db" */
-        ns[dl++] = '.';
-        memcpy(ns + dl, coll, cl);
-        dl += cl;
-    }
-    ns[dl] = '\0';
-    /* {command, ns} written as BSON bytes (two libbson appends cost more). */
-    uint8_t pb[4 + 13 + 64 + 8 + sizeof(ns) + 1];
-    size_t cn = strlen(def->name) + 1, pn = 0;
-    bool static_param = cn <= 64;
-    if (static_param) {
-        pn = 4;
-        pn += put_utf8_elem(pb + pn, "command", def->name, cn);
-        pn += put_utf8_elem(pb + pn, "ns", ns, dl + 1);
-        pb[pn++] = 0;
-        put_le32(pb, (uint32_t)pn);
-        static_param = bson_init_static(&param, pb, pn);
-    }
-    if (!static_param) {
-        bson_init(&param);
-        BSON_APPEND_UTF8(&param, "command", def->name);
-        BSON_APPEND_UTF8(&param, "ns", ns);
-    }
-    bson_t args_copy = BSON_INITIALIZER;
-    const bson_t *args = audit_args(ctx->cmd, &args_copy);
+    cmd_ns(ctx, ns, sizeof(ns));
     sbl_audit_client_t ac;
     bson_t roles = BSON_INITIALIZER;
     uint64_t seq = 0;
     sbl_err_t e;
     fill_client(ctx, &ac, &roles);
-    /* The dispatcher runs on the connection's loop: this iteration's group
-     * write takes the event (batch_arm below), so the writer is not woken. */
-    int arc = sbl_audit_event_self("authCheck", &ac, &param, args, rc, rc != 0, &seq, &e);
+    /* param {command, ns, args: the command} is written from these (no
+     * param document; a "pwd" is redacted there).  The dispatcher runs on
+     * the connection's loop: this iteration's group write takes the event
+     * (batch_arm below), so the writer is not woken. */
+    int arc = sbl_audit_command("authCheck", &ac, def->name, ns, ctx->cmd, rc, rc != 0, true,
+                                &seq, &e);
     bson_destroy(&roles);
-    bson_destroy(&args_copy);
-    if (!static_param)
-        bson_destroy(&param);
     if (seq > ctx->audit_seq)
         ctx->audit_seq = seq;
     batch_arm(ctx->conn, seq); /* written at the end of this loop iteration */

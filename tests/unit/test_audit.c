@@ -5,7 +5,9 @@
  * once across rotation from several threads, the writer thread taking every
  * event nobody flushes, sbl_audit_written/flush (the
  * caller's own group write), the JSON formatter against libbson's relaxed
- * extended JSON, BSON format, and an unwritable file refusing events.
+ * extended JSON (fixed and random documents), authCheck's param written
+ * from strings (pwd redacted, large commands truncated), BSON format, and
+ * an unwritable file refusing events.
  */
 #include "audit/audit.h"
 #include "check.h"
@@ -260,6 +262,211 @@ static void test_filter_fields(void)
     sbl_audit_close();
 }
 
+/* The first line of path containing needle, into line (cap bytes). */
+static bool find_line(const char *path, const char *needle, char *line, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    bool found = false;
+    while (f != NULL && !found && fgets(line, (int)cap, f) != NULL)
+        found = strstr(line, needle) != NULL;
+    if (f != NULL)
+        fclose(f);
+    return found;
+}
+
+/* sbl_audit_command (authCheck): param {command, ns, args} written from the
+ * strings, the same bytes as a param document would give; a top-level pwd
+ * recorded as "xxx" (in JSON, and in what a filter over param.args sees);
+ * a command over 64 KiB as {"$truncated": <size>}. */
+static void test_command_event(void)
+{
+    char path[300], line[8192];
+    snprintf(path, sizeof(path), "%s/c.json", dir);
+    sbl_err_t err;
+    sbl_audit_config_t cfg = {.destination = SBL_AUDIT_FILE, .format = SBL_AUDIT_JSON,
+                              .path = path};
+    CHECK(sbl_audit_open(&cfg, &err) == 0);
+    uint8_t uuid[16] = {5, 6};
+    sbl_audit_client_t c = {.uuid = uuid, .local = "127.0.0.1:27017", .remote = "1.2.3.4:5"};
+    bson_t args = BSON_INITIALIZER, sub, param = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&args, "find", "t\"1");
+    BSON_APPEND_DOCUMENT_BEGIN(&args, "filter", &sub);
+    BSON_APPEND_UTF8(&sub, "pwd", "nested-kept");
+    bson_append_document_end(&args, &sub);
+    BSON_APPEND_UTF8(&args, "$db", "d");
+    BSON_APPEND_UTF8(&param, "command", "find");
+    BSON_APPEND_UTF8(&param, "ns", "d.t\"1");
+    uint64_t s1 = 0, s2 = 0, s3 = 0, s4 = 0;
+    CHECK(sbl_audit_command("authCheck", &c, "find", "d.t\"1", &args, 0, false, false, &s1,
+                            &err) == 0);
+    CHECK(sbl_audit_event_args("authCheck", &c, &param, &args, 0, false, &s2, &err) == 0);
+
+    bson_t cu = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&cu, "createUser", "u9");
+    BSON_APPEND_UTF8(&cu, "pwd", "secret-9");
+    BSON_APPEND_UTF8(&cu, "$db", "admin");
+    CHECK(sbl_audit_command("authCheck", &c, "createUser", "admin.u9", &cu, 0, false, true, &s3,
+                            &err) == 0);
+    bson_t huge = BSON_INITIALIZER;
+    char *big = malloc(70000);
+    memset(big, 'x', 69999);
+    big[69999] = '\0';
+    BSON_APPEND_UTF8(&huge, "insert", "h");
+    BSON_APPEND_UTF8(&huge, "blob", big);
+    CHECK(sbl_audit_command("authCheck", &c, "insert", "d.h", &huge, 0, false, false, &s4,
+                            &err) == 0);
+    CHECK(sbl_audit_flush(s4, &err) == 0);
+
+    /* What a filter over param.args sees of the password. */
+    set_filter("{\"param.args.pwd\": \"xxx\"}");
+    uint64_t s5 = 0, s6 = 0;
+    CHECK(sbl_audit_command("authCheck", &c, "createUser", "admin.u9", &cu, 0, false, false, &s5,
+                            &err) == 0 && s5 != 0);
+    set_filter("{\"param.args.pwd\": \"secret-9\"}");
+    CHECK(sbl_audit_command("authCheck", &c, "createUser", "admin.u9", &cu, 0, false, false, &s6,
+                            &err) == 0 && s6 == 0);
+    sbl_audit_close();
+
+    const char *want = "\"param\":{\"command\":\"find\",\"ns\":\"d.t\\\"1\",\"args\":{\"find\":"
+                       "\"t\\\"1\",\"filter\":{\"pwd\":\"nested-kept\"},\"$db\":\"d\"}},"
+                       "\"result\":0}\n";
+    CHECK(count_lines(path, want) == 2); /* sbl_audit_command and the param document alike */
+    CHECK(find_line(path, "\"command\":\"createUser\"", line, sizeof(line)));
+    CHECK_MSG(strstr(line, "\"args\":{\"createUser\":\"u9\",\"pwd\":\"xxx\",\"$db\":\"admin\"}") !=
+                  NULL, "%s", line);
+    CHECK(count_lines(path, "secret-9") == 0);
+    char trunc[64];
+    snprintf(trunc, sizeof(trunc), "\"args\":{\"$truncated\":%u}}", huge.len);
+    CHECK(count_lines(path, trunc) == 1);
+    CHECK(count_lines(path, "xxxxxxxx") == 0);
+    CHECK(count_lines(path, "\"atype\":\"authCheck\"") == 5);
+    free(big);
+    bson_destroy(&args);
+    bson_destroy(&param);
+    bson_destroy(&cu);
+    bson_destroy(&huge);
+}
+
+/* Random documents (keys and strings of every length up to a few words,
+ * with bytes to escape anywhere in them, every common type, nesting): the
+ * formatter's JSON parses back to what libbson's relaxed extended JSON of
+ * the same document parses back to. */
+static unsigned rnd_state = 12345;
+static unsigned rnd(unsigned n)
+{
+    rnd_state = rnd_state * 1103515245u + 12345u;
+    return (rnd_state >> 8) % n;
+}
+
+static void rnd_text(char *s, size_t n)
+{
+    static const char odd[] = "\"\\\n\t\x01\x1f\x7f/<>$. ";
+    for (size_t i = 0; i < n; i++)
+        s[i] = rnd(6) == 0 ? odd[rnd(sizeof(odd) - 1)] : (char)('a' + rnd(26));
+    s[n] = '\0';
+}
+
+static void rnd_doc(bson_t *d, int depth, bool array)
+{
+    int n = (int)rnd(7);
+    for (int i = 0; i < n; i++) {
+        char key[64], str[80];
+        uint8_t bin[40];
+        bson_t sub;
+        if (array)
+            snprintf(key, sizeof(key), "%d", i);
+        else
+            rnd_text(key, rnd(4) == 0 ? 20 + rnd(40) : rnd(12));
+        for (size_t j = 0; j < sizeof(bin); j++)
+            bin[j] = (uint8_t)rnd(256);
+        switch (rnd(10)) {
+        case 0:
+        case 1:
+            rnd_text(str, rnd(4) == 0 ? rnd(79) : rnd(24));
+            BSON_APPEND_UTF8(d, key, str);
+            break;
+        case 2: BSON_APPEND_INT32(d, key, (int32_t)rnd(1u << 30) - (1 << 29)); break;
+        case 3: BSON_APPEND_INT64(d, key, (int64_t)rnd(1u << 30) * 1000003 - 7); break;
+        case 4: BSON_APPEND_BOOL(d, key, rnd(2)); break;
+        case 5: BSON_APPEND_NULL(d, key); break;
+        case 6: BSON_APPEND_BINARY(d, key, BSON_SUBTYPE_BINARY, bin, rnd(40)); break;
+        case 7: BSON_APPEND_DATE_TIME(d, key, (int64_t)rnd(1u << 30) * 1000 + rnd(1000)); break;
+        default:
+            if (depth < 3) {
+                bool arr = rnd(3) == 0;
+                if (arr)
+                    BSON_APPEND_ARRAY_BEGIN(d, key, &sub);
+                else
+                    BSON_APPEND_DOCUMENT_BEGIN(d, key, &sub);
+                rnd_doc(&sub, depth + 1, arr);
+                if (arr)
+                    bson_append_array_end(d, &sub);
+                else
+                    bson_append_document_end(d, &sub);
+            }
+        }
+    }
+}
+
+static void test_json_random(void)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/r.json", dir);
+    sbl_err_t err;
+    sbl_audit_config_t cfg = {.destination = SBL_AUDIT_FILE, .format = SBL_AUDIT_JSON,
+                              .path = path};
+    CHECK(sbl_audit_open(&cfg, &err) == 0);
+    enum { N = 300 };
+    bson_t docs[N];
+    uint64_t seq = 0;
+    for (int i = 0; i < N; i++) {
+        bson_init(&docs[i]);
+        rnd_doc(&docs[i], 0, false);
+        CHECK(sbl_audit_event_args("m", NULL, NULL, &docs[i], 0, false, &seq, &err) == 0);
+    }
+    CHECK(sbl_audit_flush(seq, &err) == 0);
+    sbl_audit_close();
+    FILE *f = fopen(path, "r");
+    static char line[65536];
+    int i = 0, bad = 0;
+    while (f != NULL && i < N && fgets(line, sizeof(line), f) != NULL) {
+        bson_error_t je;
+        bson_iter_t it;
+        bson_t *ev = bson_new_from_json((const uint8_t *)line, -1, &je);
+        char *lj = bson_as_relaxed_extended_json(&docs[i], NULL);
+        bson_t *want = bson_new_from_json((const uint8_t *)lj, -1, &je);
+        bool same = false;
+        if (ev != NULL && want != NULL && bson_iter_init_find(&it, ev, "param") &&
+            BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &it) &&
+            bson_iter_find(&it, "args") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            uint32_t len;
+            const uint8_t *data;
+            bson_t got;
+            bson_iter_document(&it, &len, &data);
+            bson_init_static(&got, data, len);
+            char *gj = bson_as_canonical_extended_json(&got, NULL);
+            char *wj = bson_as_canonical_extended_json(want, NULL);
+            same = strcmp(gj, wj) == 0;
+            if (!same && bad == 0)
+                fprintf(stderr, "got  %s\nwant %s\n", gj, wj);
+            bson_free(gj);
+            bson_free(wj);
+        }
+        bad += !same;
+        bson_free(lj);
+        if (ev != NULL)
+            bson_destroy(ev);
+        if (want != NULL)
+            bson_destroy(want);
+        i++;
+    }
+    if (f != NULL)
+        fclose(f);
+    CHECK_MSG(i == N && bad == 0, "%d lines, %d differ", i, bad);
+    for (int j = 0; j < N; j++)
+        bson_destroy(&docs[j]);
+}
+
 static void test_unwritable(void)
 {
     sbl_err_t err;
@@ -378,6 +585,8 @@ int main(void)
     test_json_types();
     test_filter_bson();
     test_filter_fields();
+    test_command_event();
+    test_json_random();
     test_unwritable();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);

@@ -222,7 +222,7 @@ int sbl_cmd_find_and_modify(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             if (bson_iter_init_find(&idit, &cand, "_id")) {
                 bson_value_t id;
                 sbl_iter_value(&idit, &id);
-                rc = sbl_crud_modify_one(ctx, c, &id, sbl_qexec_matcher(q),
+                rc = sbl_crud_modify_one(ctx, c, &id, &cand, sbl_qexec_matcher(q),
                                          a.remove ? NULL : &cu, &matched, &changed, &before, &after,
                                          &info, err);
             }

@@ -168,9 +168,11 @@ bool sbl_crud_filter_id_point(const bson_t *filter, bson_value_t *idp);
 /* The document of ns whose _id is id, without planning (find's point-lookup
  * path): *foundp false and nothing in *doc when there is none or ns does not
  * exist; else *doc is initialised here and the caller destroys it.  Counts
- * one key and one document examined in ctx, with the plan "IDHACK". */
+ * one key and one document examined in ctx, with the plan "IDHACK".  When ns
+ * may hold several documents with one _id (time-series), nothing is read and
+ * *dupp is set: the caller must plan the query instead. */
 int sbl_qexec_get_id(sbl_cmd_ctx_t *ctx, const char *ns, const bson_value_t *id, bson_t *doc,
-                     bool *foundp, sbl_err_t *err);
+                     bool *foundp, bool *dupp, sbl_err_t *err);
 
 /* ---- the write path (crud_write.c) --------------------------------------- */
 
@@ -204,16 +206,19 @@ int sbl_crud_validate(sbl_coll_t *c, const bson_t *old_doc, const bson_t *new_do
 /*
  * Change one document by _id in its own transaction, retrying WriteConflict:
  * read it, re-check it against m (NULL: no check), then apply u, or delete it
- * when u is NULL.  *matchedp tells whether it existed and matched, *changedp
- * whether anything was written.  old_out / new_out (may be NULL) receive
+ * when u is NULL.  cand (may be NULL) is the document the caller's query read:
+ * in a collection with several documents per _id (time-series) the one
+ * changed is the one with cand's bytes (none if it changed meanwhile).
+ * *matchedp tells whether it existed and matched, *changedp whether anything
+ * was written.  old_out / new_out (may be NULL) receive
  * copies of the document before and after (initialised only when matched).
  * err_info (may be NULL) receives keyPattern/keyValue on DuplicateKey.
  * Sets ctx->wrote on commit.
  */
 int sbl_crud_modify_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
-                        const sbl_matcher_t *m, const sbl_crud_update_t *u, bool *matchedp,
-                        bool *changedp, bson_t *old_out, bson_t *new_out, bson_t *err_info,
-                        sbl_err_t *err);
+                        const bson_t *cand, const sbl_matcher_t *m, const sbl_crud_update_t *u,
+                        bool *matchedp, bool *changedp, bson_t *old_out, bson_t *new_out,
+                        bson_t *err_info, sbl_err_t *err);
 
 /*
  * Insert the document an upsert produces: seed from filter's equalities,

@@ -179,11 +179,15 @@ static enum find_arg find_arg(const char *k)
 }
 
 /* find {_id: v} without a plan, an executor or a cursor: one point lookup. */
-static int find_by_id(sbl_cmd_ctx_t *ctx, const char *ns, const bson_value_t *id, sbl_err_t *err)
+/* *dupp: ns is a time-series collection, nothing was replied (plan the query). */
+static int find_by_id(sbl_cmd_ctx_t *ctx, const char *ns, const bson_value_t *id, bool *dupp,
+                      sbl_err_t *err)
 {
     bson_t doc;
     bool found = false;
-    SBL_RET(sbl_qexec_get_id(ctx, ns, id, &doc, &found, err));
+    SBL_RET(sbl_qexec_get_id(ctx, ns, id, &doc, &found, dupp, err));
+    if (*dupp)
+        return 0;
     sbl_cursor_reply_one(ctx, ns, found ? &doc : NULL);
     if (found)
         bson_destroy(&doc);
@@ -287,8 +291,12 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         sbl_crud_filter_id_point(&filter, &id)) {
         const sbl_collation_t *dc = NULL;
         SBL_RET(sbl_crud_default_collation(ctx, ns, &dc, err));
-        if (dc == NULL || (id.value_type != BSON_TYPE_UTF8))
-            return find_by_id(ctx, ns, &id, err);
+        bool dup = false;
+        if (dc == NULL || (id.value_type != BSON_TYPE_UTF8)) {
+            SBL_RET(find_by_id(ctx, ns, &id, &dup, err));
+            if (!dup)
+                return 0;
+        }
     }
 
     if (tailable || await_data) { /* capped collections (capped.c): a natural-order scan */

@@ -75,9 +75,9 @@ static int apply_update(sbl_cmd_ctx_t *ctx, const sbl_crud_update_t *u, const bs
 }
 
 int sbl_crud_modify_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
-                        const sbl_matcher_t *m, const sbl_crud_update_t *u, bool *matchedp,
-                        bool *changedp, bson_t *old_out, bson_t *new_out, bson_t *err_info,
-                        sbl_err_t *err)
+                        const bson_t *cand, const sbl_matcher_t *m, const sbl_crud_update_t *u,
+                        bool *matchedp, bool *changedp, bson_t *old_out, bson_t *new_out,
+                        bson_t *err_info, sbl_err_t *err)
 {
     int rc = 0;
     *matchedp = *changedp = false;
@@ -88,7 +88,11 @@ int sbl_crud_modify_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const bson_value_t *i
 
         sbl_crud_backoff(attempt);
         SBL_RET(sbl_txn_begin(ctx->ss, err));
-        if ((rc = sbl_coll_get(ctx->ss, c, id, &old, &found, err)) != 0 || !found)
+        if (cand != NULL && sbl_coll_dup_ids(c))
+            rc = sbl_coll_get_same(ctx->ss, c, cand, &old, &found, err);
+        else
+            rc = sbl_coll_get(ctx->ss, c, id, &old, &found, err);
+        if (rc != 0 || !found)
             goto abort;
         if (m != NULL && !sbl_matcher_match(m, &old, &pos)) {
             bson_destroy(&old);
@@ -517,9 +521,15 @@ static int run_update(sbl_cmd_ctx_t *ctx, const char *ns, const update_stmt_t *s
         *err = e2;
         goto err;
     }
+    /* time-series: several documents may share the _id, each read by the plan */
+    bool dup = c != NULL && sbl_coll_dup_ids(c);
+    if (dup && id_point) {
+        id_point = false;
+        SBL_ERR(sbl_qexec_new_hinted(ns, &o, st->has_hint ? &st->hint : NULL, &q, err));
+    }
 
     size_t np = 1;
-    const bson_value_t *points = id_point ? &idv : sbl_qexec_points(q, &np);
+    const bson_value_t *points = id_point ? &idv : dup ? NULL : sbl_qexec_points(q, &np);
     const sbl_matcher_t *qm = id_point ? NULL : sbl_qexec_matcher(q);
     for (size_t k = 0; c != NULL; k++) {
         bson_t cand;
@@ -540,7 +550,8 @@ static int run_update(sbl_cmd_ctx_t *ctx, const char *ns, const update_stmt_t *s
                 continue;
             }
         }
-        rc = sbl_crud_modify_one(ctx, c, &id, qm, &cu, &m, &changed, NULL, NULL, info, err);
+        rc = sbl_crud_modify_one(ctx, c, &id, have_cand ? &cand : NULL, qm, &cu, &m, &changed,
+                                 NULL, NULL, info, err);
         if (have_cand)
             bson_destroy(&cand);
         if (rc != 0)
@@ -733,14 +744,16 @@ static int run_delete(sbl_cmd_ctx_t *ctx, const char *ns, const delete_stmt_t *s
     sbl_expr_bind_let(&st->q, let, &qf);
     /* {_id: v}: the one document under v's key, no plan or matcher */
     bson_value_t idv;
-    bool id_point = !st->has_hint && sbl_crud_filter_id_point(&qf, &idv) &&
+    /* time-series: several documents may share the _id, each read by the plan */
+    bool dup = sbl_coll_dup_ids(c);
+    bool id_point = !st->has_hint && !dup && sbl_crud_filter_id_point(&qf, &idv) &&
                     (o.collation == NULL || idv.value_type != BSON_TYPE_UTF8);
     if (!id_point && (rc = sbl_qexec_new_hinted(ns, &o, st->has_hint ? &st->hint : NULL, &q,
                                                 err)) != 0) {
         goto err;
     }
     size_t npoints = 1;
-    const bson_value_t *points = id_point ? &idv : sbl_qexec_points(q, &npoints);
+    const bson_value_t *points = id_point ? &idv : dup ? NULL : sbl_qexec_points(q, &npoints);
     const sbl_matcher_t *qm = id_point ? NULL : sbl_qexec_matcher(q);
     for (size_t k = 0;; k++) {
         bson_t cand;
@@ -761,7 +774,8 @@ static int run_delete(sbl_cmd_ctx_t *ctx, const char *ns, const delete_stmt_t *s
                 continue;
             }
         }
-        rc = sbl_crud_modify_one(ctx, c, &id, qm, NULL, &m, &changed, NULL, NULL, NULL, err);
+        rc = sbl_crud_modify_one(ctx, c, &id, have_cand ? &cand : NULL, qm, NULL, &m, &changed,
+                                 NULL, NULL, NULL, err);
         if (have_cand)
             bson_destroy(&cand);
         if (rc != 0)

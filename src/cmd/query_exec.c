@@ -16,7 +16,10 @@
  *    closes everything again, remembering the last _id seen (or the next
  *    point).  The next chunk resumes strictly after it, so a document is
  *    never produced twice even when the caller updates documents between
- *    calls, and no storage scan outlives a call.
+ *    calls, and no storage scan outlives a call.  In a time-series collection
+ *    (several documents per _id, sbl_coll_dup_ids) a chunk ends only after
+ *    the last document with its last _id, and a point reads every document
+ *    with that _id.
  *  - skip and limit are applied by the stream when the order is _id's, and
  *    after sorting otherwise.
  *  - On a capped collection a full scan without a sort (or sorted or hinted
@@ -280,6 +283,26 @@ static bool take_match(sbl_qexec_t *q, const bson_t *doc, int32_t pos)
     return true;
 }
 
+/* Every document with _id v (a time-series collection's point), in scan order. */
+static int point_all(sbl_qexec_t *q, sbl_session_t *ss, sbl_coll_t *c, const bson_value_t *v,
+                     sbl_err_t *err)
+{
+    sbl_scan_bounds_t b = {v, true, v, true};
+    sbl_scan_t *scan = NULL;
+    int rc = sbl_scan_open(ss, c, &b, q->desc, &scan, err);
+    while (rc == 0 && !q->exhausted) {
+        bson_t doc;
+        bool done = false;
+        int32_t pos = -1;
+        if ((rc = sbl_scan_next(scan, &doc, &done, err)) != 0 || done)
+            break;
+        if (sbl_matcher_match(q->m, &doc, &pos))
+            take_match(q, &doc, pos);
+    }
+    sbl_scan_close(scan);
+    return rc;
+}
+
 static int refill_points(sbl_qexec_t *q, sbl_session_t *ss, sbl_coll_t *c, size_t max,
                          sbl_err_t *err)
 {
@@ -288,6 +311,10 @@ static int refill_points(sbl_qexec_t *q, sbl_session_t *ss, sbl_coll_t *c, size_
         q->next_point++;
         bson_t doc;
         bool found = false;
+        if (sbl_coll_dup_ids(c)) {
+            SBL_RET(point_all(q, ss, c, &q->range.points[k], err));
+            continue;
+        }
         SBL_RET(sbl_coll_get(ss, c, &q->range.points[k], &doc, &found, err));
         if (!found)
             continue;
@@ -330,6 +357,7 @@ static int refill_scan(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, size_t
 
     int rc = 0;
     size_t examined = 0, bytes = 0;
+    bool run_tail = false; /* the chunk is full: only the rest of last_id's documents */
     for (;;) {
         bson_t doc;
         bool done = false;
@@ -340,6 +368,12 @@ static int refill_scan(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, size_t
         if (done) {
             q->exhausted = true;
             break;
+        }
+        if (run_tail) {
+            bson_iter_t id;
+            if (!bson_iter_init_find(&id, &doc, "_id") ||
+                !sbl_value_equal(bson_iter_value(&id), &q->last_id))
+                break; /* read again by the next chunk */
         }
         ctx->docs_examined++;
         if (q->range.kind == SBL_ID_RANGE)
@@ -352,15 +386,18 @@ static int refill_scan(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, size_t
         }
         if (!more)
             break;
-        if (q->n >= max || bytes >= CHUNK_MAX_BYTES || examined >= 16 * CHUNK_MAX) {
+        if (!run_tail &&
+            (q->n >= max || bytes >= CHUNK_MAX_BYTES || examined >= 16 * CHUNK_MAX)) {
             bson_iter_t id;
             if (bson_iter_init_find(&id, &doc, "_id")) {
                 if (q->resume)
                     bson_value_destroy(&q->last_id);
                 bson_value_copy(bson_iter_value(&id), &q->last_id);
                 q->resume = true;
+                run_tail = sbl_coll_dup_ids(c);
             }
-            break;
+            if (!run_tail)
+                break;
         }
     }
     sbl_scan_close(scan);
@@ -628,17 +665,22 @@ static int refill(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, size_t max, sbl_err_t *err
 }
 
 int sbl_qexec_get_id(sbl_cmd_ctx_t *ctx, const char *ns, const bson_value_t *id, bson_t *doc,
-                     bool *foundp, sbl_err_t *err)
+                     bool *foundp, bool *dupp, sbl_err_t *err)
 {
     sbl_coll_t *c = NULL;
     sbl_err_t e2 = {0};
-    *foundp = false;
+    *foundp = *dupp = false;
     int rc = sbl_coll_open(ctx->ss, ns, false, &c, NULL, &e2);
     if (rc == SBL_E_NamespaceNotFound)
         return 0;
     if (rc != 0) {
         *err = e2;
         return rc;
+    }
+    if (sbl_coll_dup_ids(c)) {
+        *dupp = true;
+        sbl_coll_release(c);
+        return 0;
     }
     ctx->plan_summary = "IDHACK";
     rc = sbl_coll_get(ctx->ss, c, id, doc, foundp, err);

@@ -79,7 +79,9 @@ static int check_doc(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, vstate_t *v, const bson_
         return 0;
     }
     sbl_iter_value(&it, &id);
-    if (prev_id->value_type != 0 && sbl_value_compare(prev_id, &id) >= 0) {
+    /* a time-series collection's measurements may share an _id (sbl_coll_dup_ids) */
+    bool dup = sbl_coll_dup_ids(c);
+    if (prev_id->value_type != 0 && sbl_value_compare(prev_id, &id) >= (dup ? 1 : 0)) {
         add_error(v, "record %lld is out of _id order: its key does not match its _id",
                   (long long)v->nrecords);
         ok = false;
@@ -88,7 +90,10 @@ static int check_doc(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, vstate_t *v, const bson_
         /* The stored key must be the encoding of this _id: looking it up finds these bytes. */
         bson_t found;
         bool exists = false;
-        SBL_RET(sbl_coll_get(ctx->ss, c, &id, &found, &exists, err));
+        if (dup)
+            SBL_RET(sbl_coll_get_same(ctx->ss, c, doc, &found, &exists, err));
+        else
+            SBL_RET(sbl_coll_get(ctx->ss, c, &id, &found, &exists, err));
         if (!exists) {
             add_error(v, "record %lld: no record is found under the key of its _id",
                       (long long)v->nrecords);

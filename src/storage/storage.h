@@ -4,7 +4,9 @@
  * Layout on disk (WiredTiger home = dbpath):
  *   table:_sbl_catalog     namespace -> catalog entry (BSON: ns, uuid, ident, options, indexes)
  *   table:<ident>          one per collection, clustered on _id: key = sbl_key_append(_id),
- *                          value = the whole BSON document (with _id first)
+ *                          value = the whole BSON document (with _id first); a
+ *                          time-series collection's key adds a sequence number
+ *                          after the _id, so measurements may share an _id
  *   table:index-<n>-<r>    one per secondary index: key = the key components
  *                          (sbl_key_append, descending ones complemented) followed,
  *                          unless the index is unique, by the encoded _id;
@@ -126,9 +128,20 @@ int sbl_coll_stats(sbl_session_t *s, sbl_coll_t *c, sbl_coll_stats_t *st, sbl_er
 /* ---- reads ------------------------------------------------------------ */
 
 /* Point lookup by _id.  On success *foundp tells whether it exists and, if
- * so, *doc is initialised with a copy the caller bson_destroy()s. */
+ * so, *doc is initialised with a copy the caller bson_destroy()s.  In a
+ * collection where _id is not unique (sbl_coll_dup_ids) this is the first
+ * document inserted with that _id: readers that want all of them scan the
+ * bounds [id, id]. */
 int sbl_coll_get(sbl_session_t *s, sbl_coll_t *c, const bson_value_t *id, bson_t *doc,
                  bool *foundp, sbl_err_t *err);
+/* True when c may hold several documents with one _id (a time-series
+ * collection): scans then return all of them, in insertion order within one
+ * _id, and updates and deletes find the one meant by its bytes. */
+bool sbl_coll_dup_ids(const sbl_coll_t *c);
+/* As sbl_coll_get for like's _id; when c has dup_ids, the document with
+ * like's _id whose bytes are like's (the one a reader saw), or none. */
+int sbl_coll_get_same(sbl_session_t *s, sbl_coll_t *c, const bson_t *like, bson_t *doc,
+                      bool *foundp, sbl_err_t *err);
 
 typedef struct sbl_scan sbl_scan_t;
 typedef struct sbl_scan_bounds {
@@ -139,7 +152,8 @@ typedef struct sbl_scan_bounds {
 } sbl_scan_bounds_t;
 
 /* Open an ordered scan of the collection's documents by _id within bounds
- * (NULL bounds = all), ascending or descending. */
+ * (NULL bounds = all), ascending or descending.  A bound applies to every
+ * document with that _id (an exclusive one skips them all). */
 int sbl_scan_open(sbl_session_t *s, sbl_coll_t *c, const sbl_scan_bounds_t *bounds,
                   bool descending, sbl_scan_t **scanp, sbl_err_t *err);
 /* Next document: *doc becomes a read-only view (bson_init_static) valid until
@@ -187,9 +201,12 @@ typedef enum { SBL_WRITE_INSERT, SBL_WRITE_UPDATE, SBL_WRITE_DELETE } sbl_write_
 /*
  * The one function that changes documents.  Must be called inside a
  * transaction (sbl_txn_begin).  INSERT takes new_doc (with _id first);
- * UPDATE takes old_doc and new_doc (same _id); DELETE takes old_doc.
- * A duplicate _id gives DuplicateKey (11000) with MongoDB's message
- * ("E11000 duplicate key error collection: db.c index: _id_ dup key: { _id: 1 }")
+ * UPDATE takes old_doc and new_doc (same _id); DELETE takes old_doc.  In a
+ * collection with dup_ids an insert never collides, and UPDATE / DELETE
+ * change the document with old_doc's bytes (the first with its _id when an
+ * UPDATE has no old_doc).  Elsewhere a duplicate _id gives DuplicateKey
+ * (11000) with MongoDB's message ("E11000 duplicate key error collection:
+ * db.c index: _id_ dup key: { _id: 1 }")
  * and, when err_info is not NULL, appends keyPattern and keyValue to it.
  * Collection counts and sizes change only when the transaction commits.
  */

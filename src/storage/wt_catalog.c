@@ -81,6 +81,9 @@ static sbl_coll_t *coll_new(const char *ns, const uint8_t *uuid, const bson_t *o
     sbl_table_ref(tbl);
     c->tbl = tbl;
     atomic_init(&c->refs, 1);
+    bson_iter_t it;
+    c->dup_ids = bson_iter_init_find(&it, c->options, "timeseries") &&
+                 BSON_ITER_HOLDS_DOCUMENT(&it);
     return c;
 }
 

@@ -5,7 +5,10 @@
  * What must stay true:
  *  - Keys are sbl_key_append(_id, ascending) and compare with memcmp, so a
  *    bound is exactly matched by the key of an equal _id: inclusive and
- *    exclusive bounds are decided by comparing encoded keys.
+ *    exclusive bounds are decided by comparing encoded keys.  In a dup_ids
+ *    collection (wt_int.h) keys carry a sequence number after the _id, and a
+ *    bound that must pass every record of its _id (exclusive low, inclusive
+ *    high) gets 0xff bytes beyond any sequence number appended.
  *  - A cached cursor is reset after use so it pins no page or snapshot.
  *  - A scan holds a reference to its table, so the table outlives the scan
  *    even when the collection is dropped meanwhile (the drop is deferred).
@@ -27,8 +30,39 @@ struct sbl_scan {
     sbl_buf_t lo, hi;
 };
 
-int sbl_coll_get(sbl_session_t *s, sbl_coll_t *c, const bson_value_t *id, bson_t *doc,
-                 bool *foundp, sbl_err_t *err)
+int sbl_dup_seek(WT_CURSOR *cur, const uint8_t *p, size_t n, const bson_t *like)
+{
+    WT_ITEM k, v;
+    int exact, ret;
+
+    k.data = p;
+    k.size = n;
+    cur->set_key(cur, &k);
+    ret = cur->search_near(cur, &exact);
+    if (ret == 0 && exact < 0)
+        ret = cur->next(cur);
+    while (ret == 0 && (ret = cur->get_key(cur, &k)) == 0) {
+        if (k.size < n || memcmp(k.data, p, n) != 0)
+            return WT_NOTFOUND;
+        if (like == NULL)
+            return 0;
+        if ((ret = cur->get_value(cur, &v)) != 0)
+            return ret;
+        if (v.size == like->len && memcmp(v.data, bson_get_data(like), v.size) == 0)
+            return 0;
+        ret = cur->next(cur);
+    }
+    return ret;
+}
+
+bool sbl_coll_dup_ids(const sbl_coll_t *c)
+{
+    return c->dup_ids;
+}
+
+/* The point read behind sbl_coll_get and sbl_coll_get_same. */
+static int get_one(sbl_session_t *s, sbl_coll_t *c, const bson_value_t *id, const bson_t *like,
+                   bson_t *doc, bool *foundp, sbl_err_t *err)
 {
     WT_CURSOR *cur;
     WT_ITEM k, v;
@@ -39,10 +73,14 @@ int sbl_coll_get(sbl_session_t *s, sbl_coll_t *c, const bson_value_t *id, bson_t
     SBL_RET(sbl_session_cursor(s, c->tbl, &cur, err));
     sbl_buf_reset(&s->key);
     sbl_key_append(&s->key, id, false);
-    k.data = s->key.data;
-    k.size = s->key.len;
-    cur->set_key(cur, &k);
-    ret = cur->search(cur);
+    if (c->dup_ids) {
+        ret = sbl_dup_seek(cur, s->key.data, s->key.len, like);
+    } else {
+        k.data = s->key.data;
+        k.size = s->key.len;
+        cur->set_key(cur, &k);
+        ret = cur->search(cur);
+    }
     if (ret == 0) {
         if ((ret = cur->get_value(cur, &v)) == 0) {
             if (bson_init_static(&view, v.data, v.size)) {
@@ -56,6 +94,25 @@ int sbl_coll_get(sbl_session_t *s, sbl_coll_t *c, const bson_value_t *id, bson_t
         rc = sbl_wt_err(err, ret, "point read");
     cur->reset(cur);
     return rc;
+}
+
+int sbl_coll_get(sbl_session_t *s, sbl_coll_t *c, const bson_value_t *id, bson_t *doc,
+                 bool *foundp, sbl_err_t *err)
+{
+    return get_one(s, c, id, NULL, doc, foundp, err);
+}
+
+int sbl_coll_get_same(sbl_session_t *s, sbl_coll_t *c, const bson_t *like, bson_t *doc,
+                      bool *foundp, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bson_value_t id;
+
+    *foundp = false;
+    if (!bson_iter_init_find(&it, like, "_id"))
+        return 0;
+    sbl_iter_value(&it, &id);
+    return get_one(s, c, &id, c->dup_ids ? like : NULL, doc, foundp, err);
 }
 
 int sbl_scan_open(sbl_session_t *s, sbl_coll_t *c, const sbl_scan_bounds_t *bounds,
@@ -85,11 +142,17 @@ int sbl_scan_open(sbl_session_t *s, sbl_coll_t *c, const sbl_scan_bounds_t *boun
         scan->has_lo = true;
         scan->lo_inclusive = bounds->lo_inclusive;
         sbl_key_append(&scan->lo, bounds->lo, false);
+        if (c->dup_ids && !scan->lo_inclusive)
+            for (int i = 0; i <= SBL_DUP_SEQ_LEN; i++)
+                sbl_buf_append_byte(&scan->lo, 0xff);
     }
     if (bounds != NULL && bounds->hi != NULL) {
         scan->has_hi = true;
         scan->hi_inclusive = bounds->hi_inclusive;
         sbl_key_append(&scan->hi, bounds->hi, false);
+        if (c->dup_ids && scan->hi_inclusive)
+            for (int i = 0; i <= SBL_DUP_SEQ_LEN; i++)
+                sbl_buf_append_byte(&scan->hi, 0xff);
     }
     *scanp = scan;
     return 0;

@@ -1266,7 +1266,7 @@ static bool date_before(const bson_t *doc, const char *field, int64_t cutoff)
  * {timeField}, expireAfterSeconds}): delete the measurements whose timeField is
  * older than now - expireAfterSeconds; for a clustered collection ({clusteredIndex,
  * expireAfterSeconds}) the documents whose _id is such a date.  The collection is
- * scanned in _id order, TTL_BATCH expired _ids at a time, each deleted (after
+ * scanned in _id order, TTL_BATCH expired documents at a time, each deleted (after
  * a re-check) in its own transaction.  Returns how many went. */
 static int64_t ttl_pass_timeseries(sbl_session_t *s, sbl_coll_t *c, int64_t now_ms)
 {
@@ -1283,7 +1283,12 @@ static int64_t ttl_pass_timeseries(sbl_session_t *s, sbl_coll_t *c, int64_t now_
         tf = bson_iter_utf8(&f, NULL);
     else if (!bson_iter_init_find(&it, o, "clusteredIndex"))
         return 0;
-    bson_value_t *ids = bson_malloc(TTL_BATCH * sizeof(bson_value_t)), last;
+    /* The expired documents themselves: a time-series collection may hold
+     * several under one _id, and the batch ends only past the last of them
+     * (the next scan resumes after that _id). */
+    size_t cap = TTL_BATCH;
+    bson_t **expired = bson_malloc(cap * sizeof(bson_t *));
+    bson_value_t last;
     bool have_last = false, done = false;
     sbl_err_t e;
     while (!done) {
@@ -1294,25 +1299,32 @@ static int64_t ttl_pass_timeseries(sbl_session_t *s, sbl_coll_t *c, int64_t now_
         if (sbl_scan_open(s, c, &b, false, &sc, &e) != 0)
             break;
         bson_t doc;
-        while (n < TTL_BATCH) {
+        while (n < TTL_BATCH || c->dup_ids) {
             if (sbl_scan_next(sc, &doc, &done, &e) != 0)
                 done = true;
             if (done)
                 break;
             if (!bson_iter_init_find(&it, &doc, "_id"))
                 continue;
+            if (n >= TTL_BATCH && !sbl_value_equal(bson_iter_value(&it), &last))
+                break;
             if (have_last)
                 bson_value_destroy(&last);
             bson_value_copy(bson_iter_value(&it), &last);
             have_last = true;
-            if (date_before(&doc, tf, cutoff))
-                bson_value_copy(bson_iter_value(&it), &ids[n++]);
+            if (!date_before(&doc, tf, cutoff))
+                continue;
+            if (n == cap) {
+                cap *= 2;
+                expired = bson_realloc(expired, cap * sizeof(bson_t *));
+            }
+            expired[n++] = bson_copy(&doc);
         }
         sbl_scan_close(sc);
         for (size_t i = 0; i < n; i++) {
             bool found = false;
             if (sbl_txn_begin(s, &e) == 0) {
-                if (sbl_coll_get(s, c, &ids[i], &doc, &found, &e) == 0 && found) {
+                if (sbl_coll_get_same(s, c, expired[i], &doc, &found, &e) == 0 && found) {
                     if (date_before(&doc, tf, cutoff) &&
                         sbl_write(s, c, SBL_WRITE_DELETE, &doc, NULL, NULL, &e) == 0 &&
                         sbl_txn_commit(s, &e) == 0)
@@ -1321,12 +1333,12 @@ static int64_t ttl_pass_timeseries(sbl_session_t *s, sbl_coll_t *c, int64_t now_
                 }
                 sbl_txn_abort(s); /* no-op after a commit */
             }
-            bson_value_destroy(&ids[i]);
+            bson_destroy(expired[i]);
         }
     }
     if (have_last)
         bson_value_destroy(&last);
-    bson_free(ids);
+    bson_free(expired);
     return deleted;
 }
 

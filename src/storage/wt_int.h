@@ -46,7 +46,23 @@ struct sbl_coll {
     bson_t *options; /* a pointer: bson_t wants more alignment than malloc gives */
     sbl_wt_table_t *tbl;
     atomic_int refs; /* the catalog holds one while the ns maps to this handle */
+    bool dup_ids;    /* time-series: several documents may share an _id (see below) */
 };
+
+/*
+ * A collection with dup_ids (a time-series one) keys each document by
+ * sbl_key_append(_id) followed by SBL_DUP_SEQ_LEN bytes of a big-endian
+ * sequence number, one past the largest already under that _id, so equal
+ * _ids coexist in insertion order and the order by _id is kept.  Records
+ * written before this scheme (the bare encoded _id) sort first and still
+ * count as that _id's.  The encoded _id is self-delimiting, so the records of
+ * one _id are exactly the keys that start with its encoding.
+ */
+#define SBL_DUP_SEQ_LEN 8
+/* Position cur on the first record of a dup_ids table whose key starts with
+ * p[0..n) and, when like is not NULL, whose value is like's bytes: 0, or
+ * WT_NOTFOUND when there is none, or a WiredTiger error. */
+int sbl_dup_seek(WT_CURSOR *cur, const uint8_t *p, size_t n, const bson_t *like);
 
 typedef struct sbl_cached_cursor {
     sbl_wt_table_t *tbl; /* referenced */

@@ -10,6 +10,10 @@
  *  - WiredTiger errors become MongoDB errors here and nowhere else:
  *    WT_DUPLICATE_KEY -> DuplicateKey 11000 with MongoDB's message and
  *    err_info, WT_ROLLBACK -> WriteConflict 112 (the caller retries).
+ *  - In a dup_ids (time-series) collection the record key is the _id's key
+ *    plus a sequence number (wt_int.h): an insert takes one past the largest
+ *    under its _id, and an update or delete finds its record by the old
+ *    document's bytes; the secondary index entries point at that record key.
  */
 #include "storage/wt_int.h"
 
@@ -132,6 +136,53 @@ static int dup_key_error(const sbl_coll_t *c, const bson_value_t *id, bson_t *er
     return rc;
 }
 
+/* Turn the encoded _id in s->key into a dup_ids record key: for an insert,
+ * append the next sequence number under that _id; otherwise the key of the
+ * record holding old_doc's bytes (the first under the _id when old_doc is
+ * NULL).  WT_NOTFOUND when there is no such record. */
+static int dup_record_key(sbl_session_t *s, WT_CURSOR *cur, sbl_write_kind_t kind,
+                          const bson_t *old_doc)
+{
+    size_t n = s->key.len;
+    WT_ITEM k;
+    int exact, ret;
+
+    if (kind != SBL_WRITE_INSERT) {
+        if ((ret = sbl_dup_seek(cur, s->key.data, n, old_doc)) == 0 &&
+            (ret = cur->get_key(cur, &k)) == 0) {
+            sbl_buf_reset(&s->key);
+            sbl_buf_append(&s->key, k.data, k.size);
+        }
+        return ret;
+    }
+    /* The largest key under the _id sorts just below _id + 0xff... */
+    for (int i = 0; i < SBL_DUP_SEQ_LEN; i++)
+        sbl_buf_append_byte(&s->key, 0xff);
+    k.data = s->key.data;
+    k.size = s->key.len;
+    cur->set_key(cur, &k);
+    ret = cur->search_near(cur, &exact);
+    if (ret == 0 && exact > 0)
+        ret = cur->prev(cur);
+    s->key.len = n;
+    uint64_t seq = 0;
+    if (ret == 0 && (ret = cur->get_key(cur, &k)) == 0 && k.size == n + SBL_DUP_SEQ_LEN &&
+        memcmp(k.data, s->key.data, n) == 0) {
+        const uint8_t *p = (const uint8_t *)k.data + n;
+        for (int i = 0; i < SBL_DUP_SEQ_LEN; i++)
+            seq = (seq << 8) | p[i];
+        if (seq == UINT64_MAX)
+            return WT_ERROR; /* 2^64 inserts under one _id: cannot happen */
+        seq++;
+    }
+    if (ret != 0 && ret != WT_NOTFOUND)
+        return ret;
+    cur->reset(cur);
+    for (int i = SBL_DUP_SEQ_LEN - 1; i >= 0; i--)
+        sbl_buf_append_byte(&s->key, (uint8_t)(seq >> (8 * i)));
+    return 0;
+}
+
 static bool doc_id(const bson_t *doc, bson_value_t *id)
 {
     bson_iter_t it;
@@ -169,6 +220,11 @@ static int write_in_txn(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
                                "Performing an update on the path '_id' would modify the "
                                "immutable field '_id'");
         s->key.len = n;
+    }
+    if (c->dup_ids && (ret = dup_record_key(s, cur, kind, old_doc)) != 0) {
+        cur->reset(cur);
+        return ret == WT_NOTFOUND ? sbl_wt_err(err, WT_ROLLBACK, "write")
+                                  : sbl_wt_err(err, ret, "write");
     }
     k.data = s->key.data;
     k.size = s->key.len;

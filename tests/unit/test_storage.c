@@ -3,7 +3,7 @@
  * temporary dbpath: persistence across close/reopen (clean and unclean),
  * the write path and its errors, ordered scans, the catalog, counts,
  * write conflicts, group commit, the dbpath lock, and drops that race with
- * other threads' cached cursors.
+ * other threads' cached cursors; a time-series collection's repeated _ids.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -214,6 +214,91 @@ static void scan_ids(sbl_coll_t *c, const bson_value_t *lo, bool lo_inc, const b
     }
     CHECK(done);
     sbl_scan_close(scan);
+}
+
+/* The "v" fields of a scan of c within [lo, hi] (inclusive as given), as digits. */
+static void scan_vs(sbl_coll_t *c, const bson_value_t *lo, bool lo_inc, const bson_value_t *hi,
+                    bool hi_inc, bool desc, char *out, size_t outlen)
+{
+    sbl_scan_bounds_t b = {lo, lo_inc, hi, hi_inc};
+    sbl_scan_t *scan;
+    sbl_err_t err;
+    bson_t doc;
+    bool done = false;
+    size_t n = 0;
+
+    CHECK(sbl_scan_open(sbl_session_get(), c, &b, desc, &scan, &err) == 0);
+    while (sbl_scan_next(scan, &doc, &done, &err) == 0 && !done && n + 1 < outlen) {
+        bson_iter_t it;
+        out[n++] = bson_iter_init_find(&it, &doc, "v") ? (char)('0' + bson_iter_int32(&it)) : '?';
+    }
+    out[n] = '\0';
+    CHECK(done);
+    sbl_scan_close(scan);
+}
+
+/* A time-series collection keeps every document inserted with one _id: scans
+ * return them in insertion order within the _id, bounds cover all of them,
+ * and a delete takes the one with the given bytes. */
+static void test_dup_ids(void)
+{
+    bson_t opts = BSON_INITIALIZER, ts;
+    sbl_err_t err;
+    char got[64];
+    bson_value_t one = {.value_type = BSON_TYPE_INT32, .value.v_int32 = 1};
+
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "timeseries", &ts);
+    BSON_APPEND_UTF8(&ts, "timeField", "t");
+    bson_append_document_end(&opts, &ts);
+    CHECK(sbl_coll_create(sbl_session_get(), "t.ts", &opts, &err) == 0);
+    bson_destroy(&opts);
+    sbl_coll_t *c = coll("t.ts", false);
+    CHECK(sbl_coll_dup_ids(c));
+    insert_ok(c, "{\"_id\": 1, \"v\": 1}");
+    insert_ok(c, "{\"_id\": 1, \"v\": 2}");
+    insert_ok(c, "{\"_id\": 2, \"v\": 3}");
+    insert_ok(c, "{\"_id\": 1.0, \"v\": 4}"); /* the same _id for MongoDB */
+    insert_ok(c, "{\"_id\": 0, \"v\": 5}");
+    scan_vs(c, NULL, false, NULL, false, false, got, sizeof(got));
+    CHECK_MSG(strcmp(got, "51243") == 0, "all: %s", got);
+    scan_vs(c, NULL, false, NULL, false, true, got, sizeof(got));
+    CHECK_MSG(strcmp(got, "34215") == 0, "descending: %s", got);
+    scan_vs(c, &one, true, &one, true, false, got, sizeof(got));
+    CHECK_MSG(strcmp(got, "124") == 0, "[1, 1]: %s", got);
+    scan_vs(c, &one, false, NULL, false, false, got, sizeof(got));
+    CHECK_MSG(strcmp(got, "3") == 0, "(1, ...: %s", got);
+    scan_vs(c, NULL, false, &one, false, true, got, sizeof(got));
+    CHECK_MSG(strcmp(got, "5") == 0, "... 1) descending: %s", got);
+    scan_vs(c, NULL, false, &one, true, true, got, sizeof(got));
+    CHECK_MSG(strcmp(got, "4215") == 0, "... 1] descending: %s", got);
+
+    /* the document with these bytes, then a delete of exactly it */
+    bson_t *like = BCON_NEW("_id", BCON_INT32(1), "v", BCON_INT32(2)), doc;
+    bool found = false;
+    CHECK(sbl_coll_get_same(sbl_session_get(), c, like, &doc, &found, &err) == 0 && found);
+    if (found)
+        bson_destroy(&doc);
+    CHECK(sbl_write(sbl_session_get(), c, SBL_WRITE_DELETE, like, NULL, NULL, &err) == 0);
+    CHECK(sbl_coll_get_same(sbl_session_get(), c, like, &doc, &found, &err) == 0 && !found);
+    bson_destroy(like);
+    scan_vs(c, &one, true, &one, true, false, got, sizeof(got));
+    CHECK_MSG(strcmp(got, "14") == 0, "after the delete: %s", got);
+    sbl_coll_stats_t st;
+    CHECK(sbl_coll_stats(sbl_session_get(), c, &st, &err) == 0 && st.count == 4);
+    sbl_coll_release(c);
+}
+
+/* After a reopen the next insert under _id 1 still goes after the others. */
+static void check_dup_ids_persisted(void)
+{
+    bson_value_t one = {.value_type = BSON_TYPE_INT32, .value.v_int32 = 1};
+    char got[64];
+    sbl_coll_t *c = coll("t.ts", false);
+    CHECK(sbl_coll_dup_ids(c));
+    insert_ok(c, "{\"_id\": 1, \"v\": 6}");
+    scan_vs(c, &one, true, &one, true, false, got, sizeof(got));
+    CHECK_MSG(strcmp(got, "146") == 0, "after reopen: %s", got);
+    sbl_coll_release(c);
 }
 
 static void test_scans(void)
@@ -712,11 +797,13 @@ int main(void)
     test_durable();
     test_drop_with_cached_cursor();
     test_lock();
+    test_dup_ids();
     sbl_storage_close();
     CHECK(sbl_session_get() == NULL);
 
     open_engine(); /* clean reopen: counts come from the sizes table */
     check_persisted();
+    check_dup_ids_persisted();
     sbl_storage_close();
     open_engine();
     check_persisted();

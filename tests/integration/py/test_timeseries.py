@@ -197,6 +197,130 @@ def test_queries_on_measurements(weather):
     assert db.w.estimated_document_count() == 11
 
 
+# ---- measurements that share an _id -------------------------------------------
+# _id is not unique in a time-series collection: MongoDB stores measurements in
+# buckets, and every read, update and delete by _id sees all of them.
+
+def test_duplicate_ids_insert_and_find(db):
+    db.command({"create": "w", "timeseries": {"timeField": "t", "metaField": "m"}})
+    db.w.insert_one({"_id": 1, "t": NOW, "m": "a", "k": 0})
+    db.w.insert_one({"_id": 1, "t": NOW, "m": "b", "k": 1})
+    r = db.w.insert_many([{"_id": 2, "t": NOW, "m": "a", "k": 2},
+                          {"_id": 2, "t": NOW, "m": "a", "k": 3},
+                          {"_id": 1, "t": NOW, "m": "c", "k": 4},
+                          {"_id": 0, "t": NOW, "m": "c", "k": 5}])
+    assert r.inserted_ids == [2, 2, 1, 0]
+    assert sorted(d["k"] for d in db.w.find()) == [0, 1, 2, 3, 4, 5]
+    # by _id: every measurement with it, in insertion order
+    assert [d["k"] for d in db.w.find({"_id": 1})] == [0, 1, 4]
+    assert [d["k"] for d in db.w.find({"_id": {"$in": [2, 0]}})] == [5, 2, 3]
+    assert [d["k"] for d in db.w.find({"_id": {"$gt": 0, "$lte": 1}})] == [0, 1, 4]
+    assert [d["k"] for d in db.w.find({"_id": {"$gt": 1}})] == [2, 3]
+    assert [d["k"] for d in db.w.find({"_id": {"$lt": 2}}).sort("_id", -1)] == [4, 1, 0, 5]
+    assert db.w.find_one({"_id": 2})["k"] == 2
+    assert db.w.count_documents({}) == 6
+    assert db.w.count_documents({"_id": 1}) == 3
+    assert db.w.estimated_document_count() == 6
+    assert db.command({"count": "w", "query": {"_id": 2}})["n"] == 2
+    assert db.w.distinct("k", {"_id": 1}) == [0, 1, 4]
+    assert list(db.w.aggregate([{"$match": {"_id": 1}}, {"$count": "n"}])) == [{"n": 3}]
+    # the metaField/timeField index and a new one both find every duplicate
+    assert [d["k"] for d in db.w.find({"m": "a"}).hint("m_1_t_1")] == [0, 2, 3]
+    db.w.create_index("k")
+    db.w.insert_one({"_id": 2, "t": NOW, "m": "a", "k": 3})
+    assert [d["_id"] for d in db.w.find({"k": {"$gte": 3}}).hint("k_1")] == [2, 2, 1, 0]
+    assert db.w.count_documents({"k": 3}) == 2
+    v = db.command({"validate": "w"})
+    assert v["valid"] is True and v["nrecords"] == 7, v
+
+
+def test_duplicate_ids_update_and_delete(db):
+    db.command({"create": "w", "timeseries": {"timeField": "t"}})
+    db.w.insert_many([{"_id": 1, "t": NOW, "k": i} for i in range(4)] +
+                     [{"_id": 2, "t": NOW, "k": 9}])
+    # by _id: all measurements with it (only the later ones match here)
+    assert db.w.update_many({"_id": 1, "k": {"$gte": 2}}, {"$set": {"x": 1}}).modified_count == 2
+    assert [d.get("x") for d in db.w.find({"_id": 1})] == [None, None, 1, 1]
+    r = db.w.update_many({"_id": 1}, {"$inc": {"k": 10}})
+    assert (r.matched_count, r.modified_count) == (4, 4)
+    assert [d["k"] for d in db.w.find({"_id": 1})] == [10, 11, 12, 13]
+    assert db.w.update_one({"_id": 1}, {"$set": {"y": 1}}).modified_count == 1
+    assert db.w.count_documents({"y": 1}) == 1
+    doc = db.w.find_one_and_update({"_id": 1, "k": 13}, {"$set": {"z": 1}},
+                                   return_document=True)
+    assert doc["k"] == 13 and doc["z"] == 1
+    assert db.w.delete_one({"_id": 1, "k": 12}).deleted_count == 1
+    assert [d["k"] for d in db.w.find({"_id": 1})] == [10, 11, 13]
+    assert db.w.delete_many({"_id": 1}).deleted_count == 3
+    assert [d["k"] for d in db.w.find()] == [9]
+    assert db.w.count_documents({}) == 1
+
+
+def test_duplicate_ids_across_batches(db):
+    # runs of equal _ids longer than a read chunk and across getMore batches
+    db.command({"create": "w", "timeseries": {"timeField": "t"}})
+    db.w.insert_many([{"_id": i // 150, "t": NOW, "k": i} for i in range(600)])
+    assert [d["k"] for d in db.w.find().batch_size(7)] == list(range(600))
+    assert [d["k"] for d in db.w.find({"_id": {"$gte": 1}})] == list(range(150, 600))
+    assert [d["k"] for d in db.w.find().sort("_id", -1)][:2] == [599, 598]
+    assert db.w.count_documents({"_id": 2}) == 150
+    r = db.w.update_many({}, {"$inc": {"k": 1000}})
+    assert (r.matched_count, r.modified_count) == (600, 600)
+    assert db.w.count_documents({"k": {"$gte": 1000}}) == 600
+    assert db.w.delete_many({"_id": {"$lte": 1}}).deleted_count == 300
+    assert db.w.count_documents({}) == 300
+
+
+def test_duplicate_ids_expire(db):
+    db.command({"create": "w", "timeseries": {"timeField": "t"}, "expireAfterSeconds": 3600})
+    old = NOW - datetime.timedelta(days=1)
+    db.w.insert_many([{"_id": 1, "t": old, "k": 0}, {"_id": 1, "t": NOW, "k": 1},
+                      {"_id": 1, "t": old, "k": 2}])
+    deadline = time.time() + 20
+    while db.w.count_documents({}) > 1 and time.time() < deadline:
+        time.sleep(0.2)
+    assert [d["k"] for d in db.w.find()] == [1]
+
+
+def test_duplicate_ids_other_collections_stay_unique(db):
+    db.c.insert_one({"_id": 1})
+    with pytest.raises(WriteError) as e:
+        db.c.insert_one({"_id": 1})
+    assert e.value.code == 11000
+    db.command({"create": "k", "clusteredIndex": {"key": {"_id": 1}, "unique": True}})
+    db.k.insert_one({"_id": 1})
+    with pytest.raises(BulkWriteError) as e:
+        db.k.insert_many([{"_id": 2}, {"_id": 1}])
+    assert [w["code"] for w in e.value.details["writeErrors"]] == [11000]
+    assert db.c.count_documents({}) == 1 and db.k.count_documents({}) == 2
+
+
+def test_duplicate_ids_survive_restart():
+    s = Sabled()
+    try:
+        s.start()
+        c = s.client()
+        c.t.command({"create": "w", "timeseries": {"timeField": "t", "metaField": "m"}})
+        c.t.w.insert_many([{"_id": 7, "t": NOW, "m": 1, "k": 0},
+                           {"_id": 7, "t": NOW, "m": 1, "k": 1}])
+        c.close()
+        s.restart()
+        c = s.client()
+        assert [d["k"] for d in c.t.w.find({"_id": 7})] == [0, 1]
+        c.t.w.insert_one({"_id": 7, "t": NOW, "m": 1, "k": 2})
+        assert [d["k"] for d in c.t.w.find({"_id": 7})] == [0, 1, 2]
+        assert [d["k"] for d in c.t.w.find({"m": 1}).hint("m_1_t_1")] == [0, 1, 2]
+        assert c.t.w.count_documents({}) == 3
+        c.close()
+        s.restart()
+        c = s.client()
+        assert c.t.w.count_documents({"_id": 7}) == 3
+        assert c.t.command({"validate": "w"})["valid"] is True
+        c.close()
+    finally:
+        s.cleanup()
+
+
 def test_list_indexes(db):
     db.command({"create": "a", "timeseries": {"timeField": "t", "metaField": "m"}})
     db.command({"create": "b", "timeseries": {"timeField": "t"}})

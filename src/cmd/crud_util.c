@@ -48,11 +48,28 @@ int sbl_crud_check_fields(const bson_t *cmd, const char *req, const char *const 
                           sbl_err_t *err)
 {
     bson_iter_t it;
+    uint32_t off = 4, at;
+    const char *k;
+    bool bad, first = true;
+    /* Keys alone (a request's command passed sbl_bson_check); libbson's walk
+     * for a document that cannot be read that way. */
+    while (sbl_doc_top_next(cmd, &off, &at, &k, &bad)) {
+        if (first || k[0] == '$' || in_list(k, known) || in_list(k, generic_fields)) {
+            first = false;
+            if (k[0] == 'r' && strcmp(k, "readConcern") == 0 && sbl_doc_top_iter(cmd, at, k, &it))
+                SBL_RET(check_read_concern(&it, err));
+            continue;
+        }
+        return sbl_err_set(err, SBL_E_UnknownField, "BSON field '%s.%s' is an unknown field.", req,
+                           k);
+    }
+    if (!bad)
+        return 0;
     if (!bson_iter_init(&it, cmd))
         return sbl_err_set(err, SBL_E_InvalidBSON, "invalid command document");
-    bool first = true;
+    first = true;
     while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+        k = bson_iter_key(&it);
         if (first || k[0] == '$' || in_list(k, known) || in_list(k, generic_fields)) {
             first = false;
             if (k[0] == 'r' && strcmp(k, "readConcern") == 0)

@@ -258,12 +258,16 @@ static int get_ordered(const bson_t *cmd, const char *req, bool *orderedp, sbl_e
 {
     bson_iter_t it;
     char field[64];
+    uint32_t off = 4, at;
+    const char *k;
+    bool bad;
     *orderedp = true;
-    bson_iter_init(&it, cmd);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
-        if (strcmp(k, "ordered") != 0 && strcmp(k, "bypassDocumentValidation") != 0)
+    while (sbl_doc_top_next(cmd, &off, &at, &k, &bad)) { /* cmd passed sbl_bson_check */
+        if ((k[0] != 'o' || strcmp(k, "ordered") != 0) &&
+            (k[0] != 'b' || strcmp(k, "bypassDocumentValidation") != 0))
             continue;
+        if (!sbl_doc_top_iter(cmd, at, k, &it))
+            break;
         sbl_join_dot(field, sizeof(field), req, k);
         if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it))
             return sbl_crud_type_error(err, field, &it, "bool");

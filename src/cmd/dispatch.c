@@ -316,16 +316,22 @@ static void execute(pending_t *p)
 
     ctx->ss = sbl_session_get();
     ctx->start_us = sbl_now_us();
-    /* One pass for the generic arguments read here (first byte before strcmp). */
-    if (bson_iter_init(&it, ctx->cmd))
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
-            /* The first occurrence counts, as bson_iter_init_find would. */
-            if (!has_mt && k[0] == 'm' && strcmp(k, "maxTimeMS") == 0)
-                mt = it, has_mt = true;
-            else if (!has_wc && k[0] == 'w' && strcmp(k, "writeConcern") == 0)
-                wcit = it, has_wc = true;
-        }
+    /* One pass over the keys for the generic arguments read here (the
+     * command passed sbl_bson_check; first byte before strcmp).  The first
+     * occurrence counts, as bson_iter_init_find would. */
+    uint32_t off = 4, at;
+    const char *k;
+    bool bad;
+    while (sbl_doc_top_next(ctx->cmd, &off, &at, &k, &bad)) {
+        if (!has_mt && k[0] == 'm' && strcmp(k, "maxTimeMS") == 0)
+            has_mt = sbl_doc_top_iter(ctx->cmd, at, k, &mt);
+        else if (!has_wc && k[0] == 'w' && strcmp(k, "writeConcern") == 0)
+            has_wc = sbl_doc_top_iter(ctx->cmd, at, k, &wcit);
+    }
+    if (bad) {
+        has_mt = sbl_doc_find_top(ctx->cmd, "maxTimeMS", &mt);
+        has_wc = sbl_doc_find_top(ctx->cmd, "writeConcern", &wcit);
+    }
     if (has_mt) {
         it = mt;
         int64_t ms;

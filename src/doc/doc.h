@@ -100,6 +100,15 @@ sbl_bson_verdict_t sbl_bson_check(const uint8_t *data, size_t len, int max_depth
  * it cannot walk is handed to bson_iter_init_find. */
 bool sbl_doc_find_top(const bson_t *doc, const char *key, bson_iter_t *it);
 
+/* The next top-level element of a document that passed sbl_bson_check, by
+ * its key alone (no bson_iter_t: sbl_doc_top_iter makes one when the value
+ * is wanted).  *off starts at 4 and is advanced past the element; *at gets
+ * the element's offset, *key its NUL-terminated key.  False at the end, or
+ * with *bad set when doc cannot be walked this way (then use libbson). */
+bool sbl_doc_top_next(const bson_t *doc, uint32_t *off, uint32_t *at, const char **key, bool *bad);
+/* *it on the element sbl_doc_top_next found at offset at with key key. */
+bool sbl_doc_top_iter(const bson_t *doc, uint32_t at, const char *key, bson_iter_t *it);
+
 /* What an insert checks of a document, in one walk without libbson's
  * per-element checks, for documents that passed sbl_bson_check (requests):
  * *nid top-level fields are named "_id", *id_it is on the first of them

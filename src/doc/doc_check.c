@@ -292,6 +292,35 @@ bool sbl_doc_find_top(const bson_t *doc, const char *key, bson_iter_t *it)
     return false;
 }
 
+bool sbl_doc_top_next(const bson_t *doc, uint32_t *off, uint32_t *at, const char **key, bool *bad)
+{
+    const uint8_t *data = bson_get_data(doc);
+    const uint8_t *end = data + doc->len - 1; /* the closing 0 */
+    const uint8_t *p = data + *off;
+    *bad = false;
+    if (p >= end)
+        return false;
+    const uint8_t *k = p + 1, *z = k;
+    while (z < end && *z != 0)
+        z++;
+    bool ok;
+    size_t n = z < end ? value_size(*p, z + 1, end, &ok) : 0;
+    if (z >= end || !ok || (size_t)(end - z - 1) < n) {
+        *bad = true;
+        return false;
+    }
+    *at = (uint32_t)(p - data);
+    *key = (const char *)k;
+    *off = (uint32_t)(z + 1 + n - data);
+    return true;
+}
+
+bool sbl_doc_top_iter(const bson_t *doc, uint32_t at, const char *key, bson_iter_t *it)
+{
+    return bson_iter_init_from_data_at_offset(it, bson_get_data(doc), doc->len, at,
+                                              (uint32_t)strlen(key));
+}
+
 /* ---- the checks an insert makes, on a checked document -------------------- */
 
 typedef struct {

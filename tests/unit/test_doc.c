@@ -766,6 +766,25 @@ static bool scan_ids_agrees(const bson_t *doc, int max_depth)
                         bson_iter_type(&it) == bson_iter_type(&ref_id));
 }
 
+/* sbl_doc_top_next yields libbson's top-level keys and offsets, in order
+ * (or declines the document), and sbl_doc_top_iter lands where libbson does. */
+static bool top_next_agrees(const bson_t *doc)
+{
+    bson_iter_t ref, it;
+    uint32_t off = 4, at;
+    const char *k;
+    bool bad;
+    if (!bson_iter_init(&ref, doc))
+        return false;
+    while (sbl_doc_top_next(doc, &off, &at, &k, &bad)) {
+        if (!bson_iter_next(&ref) || bson_iter_offset(&ref) != at ||
+            strcmp(bson_iter_key(&ref), k) != 0 || !sbl_doc_top_iter(doc, at, k, &it) ||
+            bson_iter_type(&it) != bson_iter_type(&ref))
+            return false;
+    }
+    return bad || !bson_iter_next(&ref);
+}
+
 static void test_scan_ids(void)
 {
     bson_t *d = bson_new(), o, a, e, scope, z;
@@ -795,6 +814,7 @@ static void test_scan_ids(void)
     for (int depth = 0; depth <= 6; depth++)
         agree += scan_ids_agrees(d, depth);
     CHECK_MSG(agree == 7, "scan_ids agreed at %d of 7 depths", agree);
+    CHECK(top_next_agrees(d));
     bson_iter_t it;
     int nid;
     bool first, deep;
@@ -814,6 +834,8 @@ static void test_scan_ids(void)
             bson_t cd;
             CHECK(bson_init_static(&cd, buf, d->len));
             checked++;
+            if (!top_next_agrees(&cd) && differs++ < 5)
+                CHECK_MSG(false, "byte %u bit %d: top_next differs", i, k);
             for (int depth = 0; depth <= 5; depth++)
                 if (!scan_ids_agrees(&cd, depth) && differs++ < 5)
                     CHECK_MSG(false, "byte %u bit %d depth %d: scan_ids differs", i, k, depth);

@@ -252,9 +252,64 @@ int sbl_cursor_first_batch_flags(sbl_cmd_ctx_t *ctx, const char *ns,
     return 0;
 }
 
+static uint8_t *put_le32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
+    return p + 4;
+}
+
+static uint8_t *put_elem(uint8_t *p, uint8_t type, const char *key, size_t klen)
+{
+    *p++ = type;
+    memcpy(p, key, klen + 1);
+    return p + klen + 1;
+}
+
+/* {cursor: {firstBatch: [doc], id: 0, ns: ns}} written as bytes into the
+ * empty reply (what batch_begin/batch_end append, without their appends and
+ * the reply's growth step by step): false when the reply is not empty. */
+static bool reply_one_bytes(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *doc)
+{
+    size_t nslen = strlen(ns), dlen = doc != NULL ? doc->len : 0;
+    size_t arr = 4 + (doc != NULL ? 3 + dlen : 0) + 1;
+    size_t cur = 4 + (1 + 11 + arr) + (1 + 3 + 8) + (1 + 3 + 4 + nslen + 1) + 1;
+    size_t total = 4 + 1 + 7 + cur + 1;
+    uint8_t *b;
+    if (ctx->reply->len != 5 || total > SBL_BSON_MAX_SIZE + 16 * 1024 ||
+        (b = bson_reserve_buffer(ctx->reply, (uint32_t)total)) == NULL)
+        return false;
+    uint8_t *p = put_le32(b, (uint32_t)total);
+    p = put_le32(put_elem(p, BSON_TYPE_DOCUMENT, "cursor", 6), (uint32_t)cur);
+    p = put_le32(put_elem(p, BSON_TYPE_ARRAY, "firstBatch", 10), (uint32_t)arr);
+    if (doc != NULL) {
+        p = put_elem(p, BSON_TYPE_DOCUMENT, "0", 1);
+        memcpy(p, bson_get_data(doc), dlen);
+        p += dlen;
+    }
+    *p++ = 0; /* the array's end */
+    p = put_elem(p, BSON_TYPE_INT64, "id", 2);
+    memset(p, 0, 8);
+    p = put_le32(put_elem(p + 8, BSON_TYPE_UTF8, "ns", 2), (uint32_t)nslen + 1);
+    memcpy(p, ns, nslen + 1);
+    p += nslen + 1;
+    *p++ = 0; /* the cursor document's end */
+    *p++ = 0; /* the reply's end */
+    if (p != b + total) { /* cannot happen: the sizes above are the layout */
+        bson_reinit(ctx->reply);
+        return false;
+    }
+    return true;
+}
+
 void sbl_cursor_reply_one(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *doc)
 {
     bson_t c, arr;
+    if (reply_one_bytes(ctx, ns, doc)) {
+        ctx->nreturned = doc != NULL;
+        ctx->cursor_reply = true;
+        ctx->cursor_id = 0;
+        return;
+    }
     batch_begin(ctx, "firstBatch", &c, &arr);
     if (doc != NULL) {
         bson_append_document(&arr, "0", 1, doc);

@@ -51,8 +51,16 @@ def test_point_find_reply_shape_and_options(db):
     r = db.command({"find": "t", "filter": {"_id": "a"}})
     assert r["cursor"]["id"] == 0 and r["cursor"]["ns"] == db.name + ".t"
     assert r["cursor"]["firstBatch"] == [{"_id": "a", "k": "string"}]
+    assert list(r) == ["cursor", "ok"] and list(r["cursor"]) == ["firstBatch", "id", "ns"]
     r = db.command({"find": "t", "filter": {"_id": "zz"}, "limit": 1, "singleBatch": True})
     assert r["cursor"]["firstBatch"] == [] and r["cursor"]["id"] == 0
+    assert list(r) == ["cursor", "ok"] and list(r["cursor"]) == ["firstBatch", "id", "ns"]
+    # Documents around the sizes where the reply's buffer grows.
+    for n in (1900, 1990, 2000, 2010, 4000, 70000):
+        t.replace_one({"_id": "big"}, {"_id": "big", "v": "x" * n}, upsert=True)
+        r = db.command({"find": "t", "filter": {"_id": "big"}})
+        assert r["ok"] == 1 and r["cursor"]["firstBatch"] == [{"_id": "big", "v": "x" * n}]
+    t.delete_one({"_id": "big"})
     # Options that change the answer leave the fast path and still work.
     assert t.find_one({"_id": "a"}, {"k": 0}) == {"_id": "a"}
     assert list(t.find({"_id": "a"}).skip(1)) == []

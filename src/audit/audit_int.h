@@ -49,7 +49,8 @@ void audit_json_int(audit_buf_t *b, int64_t v);
 /* A document (or array) as relaxed extended JSON. */
 void audit_json_doc(audit_buf_t *b, const bson_t *doc, bool array);
 /* A command as param.args: the same, except that a top-level "pwd" is
- * written as "xxx" (the password of createUser/updateUser). */
+ * written as "xxx" (the password of createUser/updateUser); its lsid's JSON
+ * is remembered per thread (the same bytes give the same JSON). */
 void audit_json_args(audit_buf_t *b, const bson_t *cmd);
 /* The fields of doc without the braces ("a": 1, "b": 2), for splicing. */
 void audit_json_fields(audit_buf_t *b, const bson_t *doc);

@@ -54,38 +54,73 @@ static inline bool needs_escape(unsigned char c)
 }
 
 /*
- * Eight bytes at a time: the bytes of w that need escaping (or end a key:
- * NUL is a control character), as the high bit of each such byte.  Below
- * the first such byte the result is exact (borrows only run upwards), so
- * its lowest set bit finds it.  Little-endian loads.
+ * WORD bytes at a time (scan_word copies them from p to o): a mask of the
+ * bytes that need escaping (or end a key: NUL is a control character);
+ * word_first is the index of the first one, word_keep drops the bytes from
+ * k on.  SSE2: sixteen bytes, one bit per byte.  Otherwise eight bytes
+ * (SWAR, little-endian), the high bit of each such byte: below the first
+ * such byte the result is exact (borrows only run upwards).
  */
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define ONES 0x0101010101010101ULL
-static inline uint64_t special8(uint64_t w)
+static inline uint64_t scan8(const void *p, void *o)
 {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    memcpy(o, &w, 8);
     uint64_t q = w ^ (ONES * '"'), s = w ^ (ONES * '\\');
     return (((w - ONES * 0x20) & ~w) | ((q - ONES) & ~q) | ((s - ONES) & ~s)) & (ONES * 0x80);
 }
+#define first8(m) ((size_t)(__builtin_ctzll(m) >> 3))
+#endif
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define FAST_SCAN 1
+#define WORD 16
+static inline uint64_t scan_word(const void *p, void *o)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    _mm_storeu_si128((__m128i *)o, v);
+    __m128i ctl = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v); /* <= 0x1f */
+    __m128i qb = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                              _mm_cmpeq_epi8(v, _mm_set1_epi8('\\')));
+    return (uint64_t)(unsigned)_mm_movemask_epi8(_mm_or_si128(ctl, qb));
+}
+#define word_first(m) ((size_t)__builtin_ctzll(m))
+#define word_keep(m, k) ((m) & (((uint64_t)1 << (k)) - 1))
+#elif __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define FAST_SCAN 1
+#define WORD 8
+#define scan_word scan8
+#define word_first first8
+#define word_keep(m, k) ((m) & (((uint64_t)1 << (8 * (k))) - 1))
+#endif
 
 /* Copy s[0..n) to o (room for n bytes) up to the first byte that needs
  * escaping: the number of bytes copied (n when none does). */
 static inline size_t copy_clean(char *o, const char *s, size_t n)
 {
     size_t i = 0;
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    uint64_t w, m;
-    for (; i + 8 <= n; i += 8) {
-        memcpy(&w, s + i, 8);
-        memcpy(o + i, &w, 8);
-        if ((m = special8(w)) != 0)
-            return i + (size_t)(__builtin_ctzll(m) >> 3);
-    }
-    if (i < n && n >= 8) { /* the tail as the last eight bytes (overlapping: clean) */
-        memcpy(&w, s + n - 8, 8);
-        memcpy(o + n - 8, &w, 8);
-        if ((m = special8(w)) != 0)
-            return n - 8 + (size_t)(__builtin_ctzll(m) >> 3);
+#ifdef FAST_SCAN
+    uint64_t m;
+    for (; i + WORD <= n; i += WORD)
+        if ((m = scan_word(s + i, o + i)) != 0)
+            return i + word_first(m);
+    if (i < n && n >= WORD) { /* the tail as the last word (overlapping: clean) */
+        if ((m = scan_word(s + n - WORD, o + n - WORD)) != 0)
+            return n - WORD + word_first(m);
         return n;
     }
+#if WORD > 8
+    if (n >= 8) { /* 8 <= n < WORD: two overlapping eight-byte steps */
+        if ((m = scan8(s, o)) != 0)
+            return first8(m);
+        if ((m = scan8(s + n - 8, o + n - 8)) != 0)
+            return n - 8 + first8(m);
+        return n;
+    }
+#endif
 #endif
     for (; i < n && !needs_escape((unsigned char)s[i]); i++)
         o[i] = s[i];
@@ -256,6 +291,19 @@ static void put_binary(audit_buf_t *b, bson_subtype_t sub, const uint8_t *data, 
         return;
     char *o = b->data + b->len;
     uint32_t i = 0;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    /* Six bytes (eight characters) per step from one eight-byte load. */
+    for (; i + 8 <= n; i += 6) {
+        uint64_t v;
+        memcpy(&v, data + i, 8);
+        v = __builtin_bswap64(v); /* data[i] in the top byte */
+        memcpy(o, b64_pairs[(v >> 52) & 4095], 2);
+        memcpy(o + 2, b64_pairs[(v >> 40) & 4095], 2);
+        memcpy(o + 4, b64_pairs[(v >> 28) & 4095], 2);
+        memcpy(o + 6, b64_pairs[(v >> 16) & 4095], 2);
+        o += 8;
+    }
+#endif
     for (; i + 3 <= n; i += 3) {
         uint32_t v = (uint32_t)data[i] << 16 | (uint32_t)data[i + 1] << 8 | data[i + 2];
         memcpy(o, b64_pairs[v >> 12], 2);
@@ -531,18 +579,16 @@ static bool raw_skip(raw_t *r, uint8_t type)
  * escaping (most strings), else audit_json_str. */
 static inline void put_str_in(audit_buf_t *b, const char *s, size_t n, const uint8_t *lim)
 {
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    size_t words = (n + 7) / 8;
-    if ((size_t)(lim - (const uint8_t *)s) >= words * 8 && audit_buf_reserve(b, words * 8 + 2)) {
+#ifdef FAST_SCAN
+    size_t words = (n + WORD - 1) / WORD;
+    if ((size_t)(lim - (const uint8_t *)s) >= words * WORD &&
+        audit_buf_reserve(b, words * WORD + 2)) {
         char *o = b->data + b->len + 1;
         size_t i = 0;
-        for (; i < n; i += 8) {
-            uint64_t w, m;
-            memcpy(&w, s + i, 8);
-            memcpy(o + i, &w, 8);
-            m = special8(w);
-            if (n - i < 8)
-                m &= ((uint64_t)1 << (8 * (n - i))) - 1;
+        for (; i < n; i += WORD) {
+            uint64_t m = scan_word(s + i, o + i);
+            if (n - i < WORD)
+                m = word_keep(m, n - i);
             if (m != 0)
                 break;
         }
@@ -563,22 +609,20 @@ static inline bool put_key(audit_buf_t *b, raw_t *in, bool comma)
 {
     const char *key;
     ssize_t kn;
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    /* Most keys are short and clean: copied eight bytes at a time until the
+#ifdef FAST_SCAN
+    /* Most keys are short and clean: copied a word at a time until the
      * word with their NUL (up to 32 bytes; longer or escaped ones below). */
     size_t avail = (size_t)(in->lim - in->p);
-    if (avail >= 8 && audit_buf_reserve(b, 36)) {
+    if (avail >= WORD && audit_buf_reserve(b, 36)) {
         char *o = b->data + b->len;
         const uint8_t *p = in->p;
         *o = ',';
         o += comma;
         *o++ = '"';
-        for (size_t i = 0; i < 32 && i + 8 <= avail; i += 8) {
-            uint64_t w, m;
-            memcpy(&w, p + i, 8);
-            memcpy(o + i, &w, 8);
-            if ((m = special8(w)) != 0) {
-                size_t k = i + (size_t)(__builtin_ctzll(m) >> 3);
+        for (size_t i = 0; i < 32 && i + WORD <= avail; i += WORD) {
+            uint64_t m;
+            if ((m = scan_word(p + i, o + i)) != 0) {
+                size_t k = i + word_first(m);
                 if (p[k] != 0 || p + k >= in->end)
                     break; /* a byte to escape (or a malformed key) */
                 o[k] = '"';
@@ -597,6 +641,51 @@ static inline bool put_key(audit_buf_t *b, raw_t *in, bool comma)
     audit_json_str(b, key, (size_t)kn);
     put_c(b, ':');
     return true;
+}
+
+/*
+ * A command's lsid ({id: <UUID>}, in every command a driver sends, the same
+ * for all the commands of a session): its JSON is remembered per thread by
+ * its bytes (eight slots, by a byte of the UUID), so a session's commands
+ * after its first copy it instead of formatting it again.
+ */
+#define LSID_BYTES 64
+#define LSID_JSON 160
+static _Thread_local struct {
+    uint8_t len, jlen;
+    uint8_t bytes[LSID_BYTES];
+    char json[LSID_JSON];
+} tl_lsid[8];
+
+static bool put_lsid(audit_buf_t *b, raw_t *r)
+{
+    const uint8_t *start = r->p;
+    int32_t len;
+    if (r->end - start < 5)
+        return false;
+    len = (int32_t)((uint32_t)start[0] | (uint32_t)start[1] << 8 | (uint32_t)start[2] << 16 |
+                    (uint32_t)start[3] << 24);
+#ifdef FAST_SCAN
+    if (len >= 5 && len <= LSID_BYTES && r->end - start >= len) {
+        unsigned slot = (unsigned)(start[len - 2] ^ start[len - 3]) & 7;
+        if (tl_lsid[slot].len == len && memcmp(tl_lsid[slot].bytes, start, (size_t)len) == 0) {
+            audit_buf_put(b, tl_lsid[slot].json, tl_lsid[slot].jlen);
+            r->p = start + len;
+            return true;
+        }
+        size_t at = b->len;
+        if (!put_raw_doc(b, r, false))
+            return false;
+        if (!b->oom && b->len - at <= LSID_JSON) {
+            tl_lsid[slot].len = (uint8_t)len;
+            tl_lsid[slot].jlen = (uint8_t)(b->len - at);
+            memcpy(tl_lsid[slot].bytes, start, (size_t)len);
+            memcpy(tl_lsid[slot].json, b->data + at, b->len - at);
+        }
+        return true;
+    }
+#endif
+    return put_raw_doc(b, r, false);
 }
 
 /* The members of the document at r->p (its length prefix included), without
@@ -629,6 +718,13 @@ static bool put_raw_members(audit_buf_t *b, raw_t *r, bool array, bool redact)
                 first = false;
                 audit_buf_puts(b, "\"xxx\"");
                 if (!raw_skip(&in, type))
+                    return false;
+                continue;
+            }
+            if (redact && type == BSON_TYPE_DOCUMENT && in.p - key == 5 &&
+                memcmp(key, "lsid", 5) == 0) {
+                first = false;
+                if (!put_lsid(b, &in))
                     return false;
                 continue;
             }

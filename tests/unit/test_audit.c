@@ -6,7 +6,8 @@
  * event nobody flushes, sbl_audit_written/flush (the
  * caller's own group write), the JSON formatter against libbson's relaxed
  * extended JSON (fixed and random documents), authCheck's param written
- * from strings (pwd redacted, large commands truncated), BSON format, and
+ * from strings (pwd redacted, large commands truncated, lsids of two
+ * sessions alternating), BSON format, and
  * an unwritable file refusing events.
  */
 #include "audit/audit.h"
@@ -317,6 +318,21 @@ static void test_command_event(void)
                             &err) == 0);
     CHECK(sbl_audit_flush(s4, &err) == 0);
 
+    /* Two sessions' lsids, alternating (their JSON is remembered per thread). */
+    for (int i = 0; i < 6; i++) {
+        bson_t cmd = BSON_INITIALIZER, lsid;
+        uint8_t id[16];
+        uint64_t sq = 0;
+        memset(id, i % 2 ? 0x22 : 0x11, sizeof(id));
+        BSON_APPEND_UTF8(&cmd, "find", "s");
+        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "lsid", &lsid);
+        BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, id, 16);
+        bson_append_document_end(&cmd, &lsid);
+        BSON_APPEND_UTF8(&cmd, "$db", "d");
+        CHECK(sbl_audit_command("authCheck", &c, "find", "d.s", &cmd, 0, false, false, &sq,
+                                &err) == 0 && sq != 0);
+        bson_destroy(&cmd);
+    }
     /* What a filter over param.args sees of the password. */
     set_filter("{\"param.args.pwd\": \"xxx\"}");
     uint64_t s5 = 0, s6 = 0;
@@ -339,7 +355,11 @@ static void test_command_event(void)
     snprintf(trunc, sizeof(trunc), "\"args\":{\"$truncated\":%u}}", huge.len);
     CHECK(count_lines(path, trunc) == 1);
     CHECK(count_lines(path, "xxxxxxxx") == 0);
-    CHECK(count_lines(path, "\"atype\":\"authCheck\"") == 5);
+    CHECK(count_lines(path, "\"atype\":\"authCheck\"") == 11);
+    CHECK(count_lines(path, "\"args\":{\"find\":\"s\",\"lsid\":{\"id\":{\"$binary\":{\"base64\":"
+                            "\"EREREREREREREREREREREQ==\",\"subType\":\"04\"}}},\"$db\":\"d\"}") == 3);
+    CHECK(count_lines(path, "\"lsid\":{\"id\":{\"$binary\":{\"base64\":"
+                            "\"IiIiIiIiIiIiIiIiIiIiIg==\",\"subType\":\"04\"}}}") == 3);
     free(big);
     bson_destroy(&args);
     bson_destroy(&param);

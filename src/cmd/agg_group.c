@@ -1,7 +1,7 @@
 /*
  * agg_group.c: the $group stage and its accumulators ($sum, $avg, $min,
  * $max, $first, $last, $push, $addToSet, $count, $mergeObjects, $stdDevPop,
- * $stdDevSamp).  Expressions
+ * $stdDevSamp, $firstN, $lastN, $minN, $maxN).  Expressions
  * are parsed once per stage (src/expr) and evaluated per document.
  *
  * Groups are found through a hash of the group key's order-preserving
@@ -45,7 +45,11 @@ enum acc_kind {
     A_COUNT,
     A_MERGE,
     A_STDDEV_POP,
-    A_STDDEV_SAMP
+    A_STDDEV_SAMP,
+    A_FIRSTN,
+    A_LASTN,
+    A_MINN,
+    A_MAXN
 };
 
 static const struct {
@@ -53,8 +57,10 @@ static const struct {
     enum acc_kind kind;
 } acc_table[] = {/* sorted by name */
                  {"$addToSet", A_ADDTOSET}, {"$avg", A_AVG},   {"$count", A_COUNT},
-                 {"$first", A_FIRST},       {"$last", A_LAST}, {"$max", A_MAX},
-                 {"$mergeObjects", A_MERGE}, {"$min", A_MIN},  {"$push", A_PUSH},
+                 {"$first", A_FIRST},       {"$firstN", A_FIRSTN}, {"$last", A_LAST},
+                 {"$lastN", A_LASTN},       {"$max", A_MAX},   {"$maxN", A_MAXN},
+                 {"$mergeObjects", A_MERGE}, {"$min", A_MIN},  {"$minN", A_MINN},
+                 {"$push", A_PUSH},
                  {"$stdDevPop", A_STDDEV_POP}, {"$stdDevSamp", A_STDDEV_SAMP},
                  {"$sum", A_SUM}};
 
@@ -62,7 +68,8 @@ typedef struct acc_spec {
     const char *field;
     enum acc_kind kind;
     bson_value_t expr; /* a view into the stage spec */
-    sbl_expr_t *e;     /* parsed expr */
+    sbl_expr_t *e;     /* parsed expr ($firstN...: its input) */
+    sbl_expr_t *n_e;   /* $firstN $lastN $minN $maxN: n, evaluated on the group's _id */
 } acc_spec_t;
 
 typedef struct acc_state {
@@ -71,6 +78,7 @@ typedef struct acc_state {
     bool has_double, has_long, overflow;
     int64_t count;
     double mean, m2;  /* $stdDevPop/$stdDevSamp: Welford's running mean and squares */
+    int64_t nmax;     /* $firstN $lastN $minN $maxN: n (0 until evaluated) */
     bson_value_t val; /* min/max/first/last; BSON_TYPE_EOD when unset */
     bool seen;
     bson_value_t *items; /* push/addToSet */
@@ -150,6 +158,30 @@ static void push_item(acc_state_t *a, const bson_value_t *v)
             abort();
     }
     bson_value_copy(v, &a->items[a->nitems++]);
+}
+
+/* $minN / $maxN: insert v into a's ascending items (after equal ones), keeping n of them. */
+static void keep_n_sorted(const acc_spec_t *s, acc_state_t *a, const bson_value_t *v,
+                          const sbl_collation_t *coll)
+{
+    bool min = s->kind == A_MINN;
+    if ((int64_t)a->nitems >= a->nmax) {
+        size_t drop = min ? a->nitems - 1 : 0; /* the worst one kept */
+        int c = sbl_value_compare_coll(v, &a->items[drop], coll);
+        if (min ? c >= 0 : c <= 0)
+            return;
+        a->bytes -= value_bytes(&a->items[drop]);
+        bson_value_destroy(&a->items[drop]);
+        memmove(&a->items[drop], &a->items[drop + 1], (a->nitems - drop - 1) * sizeof(*a->items));
+        a->nitems--;
+    }
+    size_t at = a->nitems;
+    while (at > 0 && sbl_value_compare_coll(&a->items[at - 1], v, coll) > 0)
+        at--;
+    push_item(a, v);
+    bson_value_t last = a->items[a->nitems - 1];
+    memmove(&a->items[at + 1], &a->items[at], (a->nitems - 1 - at) * sizeof(*a->items));
+    a->items[at] = last;
 }
 
 /* A number's value as a double (decimals through their string). */
@@ -246,6 +278,25 @@ static int accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *v
         break;
     case A_COUNT:
         a->isum++;
+        break;
+    case A_FIRSTN:
+        if ((int64_t)a->nitems < a->nmax)
+            push_item(a, v); /* missing counts as null (the caller made it one) */
+        break;
+    case A_LASTN:
+        if ((int64_t)a->nitems >= a->nmax && a->nitems > 0) {
+            a->bytes -= value_bytes(&a->items[0]);
+            bson_value_destroy(&a->items[0]);
+            memmove(&a->items[0], &a->items[1], (a->nitems - 1) * sizeof(*a->items));
+            a->nitems--;
+        }
+        push_item(a, v);
+        break;
+    case A_MINN:
+    case A_MAXN:
+        if (!missing && v->value_type != BSON_TYPE_NULL &&
+            v->value_type != BSON_TYPE_UNDEFINED)
+            keep_n_sorted(s, a, v, coll);
         break;
     case A_STDDEV_POP:
     case A_STDDEV_SAMP:
@@ -348,6 +399,19 @@ static void append_result(bson_t *out, const acc_spec_t *s, const acc_state_t *a
         else
             bson_append_double(out, s->field, -1, (a->dsum + (double)a->isum) / (double)a->count);
         break;
+    case A_FIRSTN:
+    case A_LASTN:
+    case A_MINN:
+    case A_MAXN: { /* $maxN: largest first */
+        bson_t arr;
+        char kb[16];
+        bson_append_array_begin(out, s->field, -1, &arr);
+        for (size_t i = 0; i < a->nitems; i++)
+            bson_append_value(&arr, sbl_crud_key((uint32_t)i, kb), -1,
+                              &a->items[s->kind == A_MAXN ? a->nitems - 1 - i : i]);
+        bson_append_array_end(out, &arr);
+        break;
+    }
     case A_STDDEV_POP:
     case A_STDDEV_SAMP: {
         int64_t n = s->kind == A_STDDEV_SAMP ? a->count - 1 : a->count;
@@ -398,10 +462,105 @@ static void acc_state_free(acc_state_t *a)
 
 static void free_accs(acc_spec_t *accs, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         sbl_expr_free(accs[i].e);
+        sbl_expr_free(accs[i].n_e);
+    }
     free(accs);
 }
+
+static bool is_n_kind(enum acc_kind k)
+{
+    return k == A_FIRSTN || k == A_LASTN || k == A_MINN || k == A_MAXN;
+}
+
+/* v as extended JSON (bson_free it): what mongod's messages print of a value. */
+static char *value_json(const bson_value_t *v)
+{
+    bson_t tmp = BSON_INITIALIZER;
+    bson_append_value(&tmp, "v", 1, v);
+    char *j = bson_as_relaxed_extended_json(&tmp, NULL);
+    bson_destroy(&tmp);
+    size_t len = j != NULL ? strlen(j) : 0;
+    if (len >= 11 && strncmp(j, "{ \"v\" : ", 8) == 0) { /* strip the wrapper */
+        memmove(j, j + 8, len - 8 - 2);
+        j[len - 10] = '\0';
+    }
+    return j;
+}
+
+/* $firstN / $lastN / $minN / $maxN: {input, n}, each parsed as an expression. */
+static int parse_n_acc(const char *name, acc_spec_t *s, sbl_err_t *err)
+{
+    bson_value_t input = {.value_type = BSON_TYPE_EOD}, n = {.value_type = BSON_TYPE_EOD};
+    bson_iter_t it;
+    bson_t spec;
+
+    if (s->expr.value_type != BSON_TYPE_DOCUMENT) {
+        char *j = value_json(&s->expr);
+        int rc = sbl_err_set(err, s->kind == A_MINN || s->kind == A_MAXN ? 5787900 : 5787801,
+                             "specification must be an object; found %s: %s", name, j);
+        bson_free(j);
+        return rc;
+    }
+    bson_init_static(&spec, s->expr.value.v_doc.data, s->expr.value.v_doc.data_len);
+    bson_iter_init(&it, &spec);
+    while (bson_iter_next(&it)) {
+        if (strcmp(bson_iter_key(&it), "input") == 0)
+            sbl_iter_value(&it, &input);
+        else if (strcmp(bson_iter_key(&it), "n") == 0)
+            sbl_iter_value(&it, &n);
+        else
+            return sbl_err_set(err, 5787901, "Unknown argument for 'n' operator: %s",
+                               bson_iter_key(&it));
+    }
+    if (n.value_type == BSON_TYPE_EOD)
+        return sbl_err_set(err, 5787906, "Missing value for 'n'");
+    if (input.value_type == BSON_TYPE_EOD)
+        return sbl_err_set(err, 5787907, "Missing value for 'input'");
+    SBL_RET(sbl_expr_parse(&n, &s->n_e, err));
+    return sbl_expr_parse(&input, &s->e, err);
+}
+
+/* n of a $firstN-like accumulator for the group whose _id is id: a positive integer. */
+static int eval_n(const sbl_agg_env_t *env, const acc_spec_t *s, const bson_value_t *id,
+                  acc_state_t *a, sbl_err_t *err)
+{
+    bson_t root = BSON_INITIALIZER;
+    bson_value_t v;
+    if (id->value_type == BSON_TYPE_DOCUMENT) {
+        bson_destroy(&root);
+        bson_init_static(&root, id->value.v_doc.data, id->value.v_doc.data_len);
+    }
+    int rc = sbl_agg_eval(env, s->n_e, &root, &v, err);
+    bson_destroy(&root);
+    if (rc != 0)
+        return rc;
+    char *j = NULL;
+    if (v.value_type == BSON_TYPE_EOD) {
+        rc = sbl_err_set(err, 5787902, "Value for 'n' must be of integral type, but found "
+                                       "missing");
+    } else if (v.value_type != BSON_TYPE_INT32 && v.value_type != BSON_TYPE_INT64 &&
+               v.value_type != BSON_TYPE_DOUBLE && v.value_type != BSON_TYPE_DECIMAL128) {
+        j = value_json(&v);
+        rc = sbl_err_set(err, 5787902, "Value for 'n' must be of integral type, but found %s",
+                         j);
+    } else {
+        double d = number_of(&v);
+        if (!(d == floor(d)) || d > 9.2e18 || d < -9.2e18)
+            rc = sbl_err_set(err, 5787903, "Value for 'n' must be of integral type, but found "
+                                           "%g", d);
+        else if (d <= 0)
+            rc = sbl_err_set(err, 5787908, "'n' must be greater than 0, found %lld",
+                             (long long)d);
+        else
+            a->nmax = (int64_t)d;
+    }
+    bson_free(j);
+    bson_value_destroy(&v);
+    return rc;
+}
+
 
 /* Parse {_id: expr, field: {$acc: expr}, ...}. */
 static int parse_spec(const bson_t *spec, bson_value_t *id_expr, acc_spec_t **accsp, size_t *np,
@@ -448,8 +607,10 @@ static int parse_spec(const bson_t *spec, bson_value_t *id_expr, acc_spec_t **ac
             free_accs(accs, n);
             return sbl_err_set(err, SBL_E_TypeMismatch, "$count takes no arguments, i.e. $count:{}");
         }
-        int rc = sbl_expr_parse(&accs[n].expr, &accs[n].e, err);
+        int rc = is_n_kind(accs[n].kind) ? parse_n_acc(bson_iter_key(&sub), &accs[n], err)
+                                         : sbl_expr_parse(&accs[n].expr, &accs[n].e, err);
         if (rc != 0) {
+            n++; /* free what it parsed */
             free_accs(accs, n);
             return rc;
         }
@@ -486,6 +647,7 @@ static bson_t *group_to_bson(const group_t *g, size_t nacc)
         bson_append_int64(&st, "c", 1, x->count);
         bson_append_double(&st, "m", 1, x->mean);
         bson_append_double(&st, "q", 1, x->m2);
+        bson_append_int64(&st, "N", 1, x->nmax);
         bson_append_int32(&st, "f", 1,
                           (x->has_double ? F_DOUBLE : 0) | (x->has_long ? F_LONG : 0) |
                               (x->overflow ? F_OVERFLOW : 0) | (x->seen ? F_SEEN : 0));
@@ -557,6 +719,7 @@ static int combine(const acc_spec_t *s, acc_state_t *a, const bson_iter_t *st,
         case 'c': count = bson_iter_int64(&f); break;
         case 'm': mean = bson_iter_double(&f); break;
         case 'q': m2 = bson_iter_double(&f); break;
+        case 'N': if (a->nmax == 0) a->nmax = bson_iter_int64(&f); break;
         case 'f': flags = bson_iter_int32(&f); break;
         case 'v': sbl_iter_value(&f, &val); break;
         case 't': bson_iter_recurse(&f, &t); has_items = true; break;
@@ -582,6 +745,10 @@ static int combine(const acc_spec_t *s, acc_state_t *a, const bson_iter_t *st,
     }
     case A_PUSH:
     case A_ADDTOSET:
+    case A_FIRSTN:
+    case A_LASTN:
+    case A_MINN:
+    case A_MAXN:
         while (has_items && bson_iter_next(&t)) {
             bson_value_t v;
             sbl_iter_value(&t, &v);
@@ -841,6 +1008,9 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
                 rc = accumulate(&accs[a], &g->accs[a], NULL, false, env->coll, err);
                 continue;
             }
+            if (accs[a].n_e != NULL && g->accs[a].nmax == 0 &&
+                (rc = eval_n(env, &accs[a], &g->id, &g->accs[a], err)) != 0)
+                break;
             if ((rc = sbl_agg_eval(env, accs[a].e, doc, &v, err)) != 0)
                 break;
             bool miss = v.value_type == BSON_TYPE_EOD;

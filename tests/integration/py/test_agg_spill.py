@@ -138,6 +138,20 @@ def test_std_dev_spills_with_equal_results(data, client, limits):
         assert d["s"] == (None if want[k]["s"] is None else pytest.approx(want[k]["s"]))
 
 
+def test_n_accumulators_spill_with_equal_results(data, client, limits):
+    """$firstN/$lastN keep input order and $minN/$maxN their order across spilled runs."""
+    pipe = [{"$sort": {"_id": 1}}, {"$group": {
+        "_id": "$k", "f": {"$firstN": {"input": "$n", "n": 4}},
+        "l": {"$lastN": {"input": "$n", "n": 3}}, "mn": {"$minN": {"input": "$h", "n": 3}},
+        "mx": {"$maxN": {"input": "$s", "n": 2}}}}]
+    want = by_id(agg(data, pipe))
+    assert len(want) == 211 and all(len(d["f"]) == 4 and len(d["mn"]) == 3 for d in want)
+    before = status(client)["group"]["spills"]
+    limits.small()
+    assert by_id(agg(data, pipe, allowDiskUse=True)) == want
+    assert status(client)["group"]["spills"] > before
+
+
 def test_group_without_disk_fails_292(data, limits):
     limits.small()
     with pytest.raises(OperationFailure) as e:

@@ -121,6 +121,35 @@ def test_std_dev_accumulators(db):
     assert r[1:] == [{"_id": 2, "p": 0.0, "s": None}, {"_id": 3, "p": None, "s": None}]
 
 
+def test_n_accumulators(db):
+    db.na.insert_many([{"_id": i, "k": i % 2, "v": [5, None, 3, 9, 1, 7, 2, "a", 8][i]}
+                       for i in range(9)] + [{"_id": 9, "k": 1}])
+    r = agg(db.na, [{"$sort": {"_id": 1}}, {"$group": {
+        "_id": "$k", "f": {"$firstN": {"input": "$v", "n": 3}},
+        "l": {"$lastN": {"input": "$v", "n": 2}}, "mn": {"$minN": {"input": "$v", "n": 3}},
+        "mx": {"$maxN": {"input": "$v", "n": 2}}, "all": {"$firstN": {"input": "$_id", "n": 10}}}},
+        {"$sort": {"_id": 1}}])
+    assert r == [{"_id": 0, "f": [5, 3, 1], "l": [2, 8], "mn": [1, 2, 3], "mx": [8, 5],
+                  "all": [0, 2, 4, 6, 8]},
+                 # firstN/lastN keep null and missing (as null); minN/maxN skip them
+                 {"_id": 1, "f": [None, 9, 7], "l": ["a", None], "mn": [7, 9, "a"],
+                  "mx": ["a", 9], "all": [1, 3, 5, 7, 9]}]
+    # n is evaluated on the group's _id
+    r = agg(db.na, [{"$sort": {"_id": 1}}, {"$group": {
+        "_id": {"k": "$k"}, "f": {"$firstN": {"input": "$_id", "n": {"$add": ["$k", 1]}}}}},
+        {"$sort": {"_id": 1}}])
+    assert r == [{"_id": {"k": 0}, "f": [0]}, {"_id": {"k": 1}, "f": [1, 3]}]
+    for spec, code in [({"$firstN": 5}, 5787801), ({"$maxN": 5}, 5787900),
+                       ({"$minN": {"input": "$v"}}, 5787906), ({"$maxN": {"n": 2}}, 5787907),
+                       ({"$lastN": {"input": "$v", "n": 0}}, 5787908),
+                       ({"$lastN": {"input": "$v", "n": 1.5}}, 5787903),
+                       ({"$lastN": {"input": "$v", "n": "x"}}, 5787902),
+                       ({"$lastN": {"input": "$v", "n": 1, "z": 1}}, 5787901)]:
+        with pytest.raises(OperationFailure) as e:
+            agg(db.na, [{"$group": {"_id": None, "x": spec}}])
+        assert e.value.code == code, spec
+
+
 def test_sort_limit_skip_count_unwind(sales):
     r = agg(sales, [{"$group": {"_id": "$item", "q": {"$sum": "$qty"}}},
                     {"$sort": {"q": -1}}, {"$limit": 2}])

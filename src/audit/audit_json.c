@@ -646,7 +646,7 @@ static inline bool put_key(audit_buf_t *b, raw_t *in, bool comma)
 /*
  * A command's lsid ({id: <UUID>}, in every command a driver sends, the same
  * for all the commands of a session): its JSON is remembered per thread by
- * its bytes (eight slots, by a byte of the UUID), so a session's commands
+ * its bytes (sixteen slots, by two bytes of the UUID), so a session's commands
  * after its first copy it instead of formatting it again.
  */
 #define LSID_BYTES 64
@@ -655,7 +655,7 @@ static _Thread_local struct {
     uint8_t len, jlen;
     uint8_t bytes[LSID_BYTES];
     char json[LSID_JSON];
-} tl_lsid[8];
+} tl_lsid[16];
 
 static bool put_lsid(audit_buf_t *b, raw_t *r)
 {
@@ -667,7 +667,7 @@ static bool put_lsid(audit_buf_t *b, raw_t *r)
                     (uint32_t)start[3] << 24);
 #ifdef FAST_SCAN
     if (len >= 5 && len <= LSID_BYTES && r->end - start >= len) {
-        unsigned slot = (unsigned)(start[len - 2] ^ start[len - 3]) & 7;
+        unsigned slot = (unsigned)(start[len - 2] ^ start[len - 3] >> 4) & 15;
         if (tl_lsid[slot].len == len && memcmp(tl_lsid[slot].bytes, start, (size_t)len) == 0) {
             audit_buf_put(b, tl_lsid[slot].json, tl_lsid[slot].jlen);
             r->p = start + len;

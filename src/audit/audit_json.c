@@ -7,7 +7,9 @@
  * (libbson's bson_as_relaxed_extended_json gives the same values, parsed
  * back); strings are escaped for JSON (quote, backslash, control characters;
  * other bytes as they are).  Nesting depth is bounded by the wire layer's
- * BSON validation.
+ * BSON validation.  Keys and strings are read a whole word at a time, never
+ * past the end of the document being formatted (raw_t.lim), and the
+ * output is the same bytes as a byte-by-byte writer gives.
  */
 #include "audit/audit_int.h"
 

@@ -161,30 +161,12 @@ static bool is_number(bson_type_t t)
            t == BSON_TYPE_DECIMAL128;
 }
 
-static double value_double(const bson_value_t *v)
-{
-    char s[BSON_DECIMAL128_STRING];
-    switch (v->value_type) {
-    case BSON_TYPE_INT32:
-        return v->value.v_int32;
-    case BSON_TYPE_INT64:
-        return (double)v->value.v_int64;
-    case BSON_TYPE_DOUBLE:
-        return v->value.v_double;
-    case BSON_TYPE_DECIMAL128:
-        bson_decimal128_to_string(&v->value.v_decimal128, s);
-        return strtod(s, NULL);
-    default:
-        return NAN;
-    }
-}
-
 /* Round v (a non-negative number, checked by the caller) up or down in r:
  * strictly above or below it; 0 and infinity stay as they are.  Series give
  * doubles (decimals for a decimal); POWERSOF2 gives what $pow(2, n) gives. */
 static void round_value(const rounder_t *r, const bson_value_t *v, bool up, bson_value_t *out)
 {
-    double x = value_double(v);
+    double x = sbl_number_double(v);
     *out = *v;
     if (x == 0 || isinf(x))
         return;
@@ -224,7 +206,7 @@ static int check_granular(const bson_value_t *v, sbl_err_t *err)
                                        "boundaries only, but found a value with type: %s",
                            v->value_type == BSON_TYPE_EOD ? "missing"
                                                           : sbl_type_name(v->value_type));
-    double x = value_double(v);
+    double x = sbl_number_double(v);
     if (isnan(x))
         return sbl_err_set(err, 40259, "$bucketAuto can specify a 'granularity' with numeric "
                                        "boundaries only, but found a NaN");
@@ -406,7 +388,7 @@ int sbl_agg_bucket_auto(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec
             while (i < nrec && (rec_value(recs[i], &next), cmp_values(env, &max, &next) > 0))
                 i++;
             /* a bucket of zeros ends where the next value rounds down to */
-            if (value_double(&max) == 0 && i < nrec) {
+            if (sbl_number_double(&max) == 0 && i < nrec) {
                 rec_value(recs[i], &next);
                 round_value(s.rounder, &next, false, &max);
             }

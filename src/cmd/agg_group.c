@@ -184,23 +184,6 @@ static void keep_n_sorted(const acc_spec_t *s, acc_state_t *a, const bson_value_
     a->items[at] = last;
 }
 
-/* A number's value as a double (decimals through their string). */
-static double number_of(const bson_value_t *v)
-{
-    char s[BSON_DECIMAL128_STRING];
-    switch (v->value_type) {
-    case BSON_TYPE_INT32:
-        return v->value.v_int32;
-    case BSON_TYPE_INT64:
-        return (double)v->value.v_int64;
-    case BSON_TYPE_DECIMAL128:
-        bson_decimal128_to_string(&v->value.v_decimal128, s);
-        return strtod(s, NULL);
-    default:
-        return v->value.v_double;
-    }
-}
-
 static void add_number(acc_state_t *a, const bson_value_t *v)
 {
     switch (v->value_type) {
@@ -303,7 +286,7 @@ static int accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *v
         if (!missing && (v->value_type == BSON_TYPE_INT32 || v->value_type == BSON_TYPE_INT64 ||
                          v->value_type == BSON_TYPE_DOUBLE ||
                          v->value_type == BSON_TYPE_DECIMAL128)) {
-            double x = number_of(v), delta = x - a->mean;
+            double x = sbl_number_double(v), delta = x - a->mean;
             a->count++;
             if (delta != 0) {
                 a->mean += delta / (double)a->count;
@@ -546,7 +529,7 @@ static int eval_n(const sbl_agg_env_t *env, const acc_spec_t *s, const bson_valu
         rc = sbl_err_set(err, 5787902, "Value for 'n' must be of integral type, but found %s",
                          j);
     } else {
-        double d = number_of(&v);
+        double d = sbl_number_double(&v);
         if (!(d == floor(d)) || d > 9.2e18 || d < -9.2e18)
             rc = sbl_err_set(err, 5787903, "Value for 'n' must be of integral type, but found "
                                            "%g", d);

@@ -80,6 +80,10 @@ size_t sbl_key_decode_dir(const uint8_t *p, size_t len, bson_t *doc, const char 
  */
 bool sbl_path_get(const bson_t *doc, const char *path, bson_iter_t *out);
 
+/* A number's value as a double (a decimal128 through its string: nearest, not
+ * exact); NaN for a value that is not a number. */
+double sbl_number_double(const bson_value_t *v);
+
 /* ---- checking untrusted BSON (doc_check.c) ---------------------------------- */
 
 #define SBL_BSON_CHECK_MAX_DEPTH 200

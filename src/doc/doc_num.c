@@ -35,6 +35,24 @@ bool sbl_is_number(bson_type_t t)
            t == BSON_TYPE_DECIMAL128;
 }
 
+double sbl_number_double(const bson_value_t *v)
+{
+    char s[BSON_DECIMAL128_STRING];
+    switch (v->value_type) {
+    case BSON_TYPE_INT32:
+        return v->value.v_int32;
+    case BSON_TYPE_INT64:
+        return (double)v->value.v_int64;
+    case BSON_TYPE_DOUBLE:
+        return v->value.v_double;
+    case BSON_TYPE_DECIMAL128:
+        bson_decimal128_to_string(&v->value.v_decimal128, s);
+        return strtod(s, NULL);
+    default:
+        return NAN;
+    }
+}
+
 static bool nk_negative(uint8_t cls)
 {
     return cls == NK_NEG || cls == NK_NEG_TINY || cls == NK_NEG_HUGE;

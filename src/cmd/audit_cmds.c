@@ -184,6 +184,10 @@ static void batch_run(uv_check_t *h)
     audit_batch_t *b = h->data;
     if (tl_batch == b)
         tl_batch = NULL; /* what the replies below dispatch goes to a new batch */
+    /* This check runs before the loop's reply flush (libuv runs the newest
+     * check first): send the replies that wait on no event (reads, writes
+     * that changed nothing) before the audit write, not after it. */
+    sbl_net_flush_held(h->loop);
     batch_release(b);
     b->closing = 2;
     uv_close((uv_handle_t *)&b->check, batch_closed);

@@ -21,6 +21,7 @@
  *     bytes per connection are held, and a close sends what is held first.
  */
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -402,6 +403,12 @@ static void flush_cb(uv_check_t *h)
         send_held(c);
         c = next;
     }
+}
+
+void sbl_net_flush_held(uv_loop_t *loop)
+{
+    net_loop_t *nl = (net_loop_t *)((char *)loop - offsetof(net_loop_t, loop));
+    flush_cb(&nl->flush);
 }
 
 static void flush_idle_cb(uv_idle_t *h)

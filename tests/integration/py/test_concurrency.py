@@ -17,7 +17,8 @@ def test_300_concurrent_busy_connections(server, client):
     ops = 20
     client.conc.t.drop()
     client.conc.t.insert_many([{"_id": i, "n": 0} for i in range(n)])
-    barrier = threading.Barrier(n + 1, timeout=120)
+    barrier = threading.Barrier(n + 1, timeout=120)  # all connected
+    go = threading.Barrier(n + 1, timeout=120)  # counted: start working
     errors = []
     done = []
 
@@ -29,6 +30,7 @@ def test_300_concurrent_busy_connections(server, client):
             try:
                 assert wire.command(s, {"hello": 1})["ok"] == 1
                 barrier.wait()
+                go.wait()  # nobody closes before the count below
                 for k in range(ops):
                     r = wire.command(s, {"update": "t", "updates": [
                         {"q": {"_id": i}, "u": {"$inc": {"n": 1}}}]}, "conc")
@@ -41,10 +43,11 @@ def test_300_concurrent_busy_connections(server, client):
                 s.close()
         except Exception as e:  # reported below
             errors.append("worker %d: %r" % (i, e))
-            try:
-                barrier.abort()
-            except Exception:
-                pass
+            for b in (barrier, go):
+                try:
+                    b.abort()
+                except Exception:
+                    pass
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
     for t in threads:
@@ -52,8 +55,9 @@ def test_300_concurrent_busy_connections(server, client):
     cur = None
     try:
         barrier.wait()
-        # Everyone is connected now.
+        # Everyone is connected now, and waits for the count to be taken.
         cur = client.admin.command("serverStatus")["connections"]["current"]
+        go.wait()
     except threading.BrokenBarrierError:
         pass
     finally:

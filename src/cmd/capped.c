@@ -63,6 +63,26 @@ static int read_count(const bson_iter_t *it, const char *cmd, const char *name, 
     return 0;
 }
 
+/* The ranges mongod's parser checks for a size and a max field (create's
+ * size/max, collMod's cappedSize/cappedMax), in its order and words. */
+static int check_ranges(const char *size_name, bool has_size, int64_t size, const char *max_name,
+                        bool has_max, int64_t max, sbl_err_t *err)
+{
+    if (has_size && size < 1)
+        return sbl_err_set(err, SBL_E_Location51024,
+                           "BSON field '%s' value must be >= 1, actual value '%lld'", size_name,
+                           (long long)size);
+    if (has_size && size > MAX_SIZE_LIMIT)
+        return sbl_err_set(err, SBL_E_Location51024,
+                           "BSON field '%s' value must be <= %lld, actual value '%lld'", size_name,
+                           (long long)MAX_SIZE_LIMIT, (long long)size);
+    if (has_max && max >= MAX_DOCS_LIMIT)
+        return sbl_err_set(err, SBL_E_Location51024,
+                           "BSON field '%s' value must be < %lld, actual value '%lld'", max_name,
+                           (long long)MAX_DOCS_LIMIT, (long long)max);
+    return 0;
+}
+
 int sbl_capped_create_options(const bson_t *cmd, bson_t *opts, sbl_err_t *err)
 {
     bson_iter_t it;
@@ -80,18 +100,7 @@ int sbl_capped_create_options(const bson_t *cmd, bson_t *opts, sbl_err_t *err)
     if (bson_iter_init_find(&it, cmd, "max"))
         SBL_RET(read_count(&it, "create", "max", &has_max, &max, err));
     /* The ranges first (mongod's parser), then the rules between the fields. */
-    if (has_size && size < 1)
-        return sbl_err_set(err, SBL_E_Location51024,
-                           "BSON field 'size' value must be >= 1, actual value '%lld'",
-                           (long long)size);
-    if (has_size && size > MAX_SIZE_LIMIT)
-        return sbl_err_set(err, SBL_E_Location51024,
-                           "BSON field 'size' value must be <= %lld, actual value '%lld'",
-                           (long long)MAX_SIZE_LIMIT, (long long)size);
-    if (has_max && max >= MAX_DOCS_LIMIT)
-        return sbl_err_set(err, SBL_E_Location51024,
-                           "BSON field 'max' value must be < %lld, actual value '%lld'",
-                           (long long)MAX_DOCS_LIMIT, (long long)max);
+    SBL_RET(check_ranges("size", has_size, size, "max", has_max, max, err));
     if (capped && !has_size)
         return sbl_err_set(err, SBL_E_InvalidOptions,
                            "the 'size' field is required when 'capped' is true");
@@ -130,18 +139,7 @@ int sbl_capped_coll_mod(const bson_t *cmd, const sbl_coll_t *c, bson_t *opts, bo
         SBL_RET(read_count(&it, "collMod", "cappedSize", &has_size, &size, err));
     if (bson_iter_init_find(&it, cmd, "cappedMax"))
         SBL_RET(read_count(&it, "collMod", "cappedMax", &has_max, &max, err));
-    if (has_size && size < 1)
-        return sbl_err_set(err, SBL_E_Location51024,
-                           "BSON field 'cappedSize' value must be >= 1, actual value '%lld'",
-                           (long long)size);
-    if (has_size && size > MAX_SIZE_LIMIT)
-        return sbl_err_set(err, SBL_E_Location51024,
-                           "BSON field 'cappedSize' value must be <= %lld, actual value '%lld'",
-                           (long long)MAX_SIZE_LIMIT, (long long)size);
-    if (has_max && max >= MAX_DOCS_LIMIT)
-        return sbl_err_set(err, SBL_E_Location51024,
-                           "BSON field 'cappedMax' value must be < %lld, actual value '%lld'",
-                           (long long)MAX_DOCS_LIMIT, (long long)max);
+    SBL_RET(check_ranges("cappedSize", has_size, size, "cappedMax", has_max, max, err));
     if (!has_size && !has_max)
         return 0;
     if (!sbl_coll_capped(c, NULL, NULL))

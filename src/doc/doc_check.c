@@ -267,27 +267,37 @@ static size_t value_size(uint8_t t, const uint8_t *p, const uint8_t *end, bool *
     }
 }
 
+/* The element at p, before end (its container's closing 0): *v gets its
+ * value and *next the element after it.  False when it cannot be read
+ * within end (a key without its NUL, an unknown type, a length past end). */
+static inline __attribute__((always_inline)) bool elem_at(const uint8_t *p, const uint8_t *end,
+                                                         const uint8_t **v, const uint8_t **next)
+{
+    const uint8_t *z = memchr(p + 1, 0, (size_t)(end - p - 1));
+    if (z == NULL)
+        return false;
+    bool ok;
+    size_t n = value_size(*p, z + 1, end, &ok);
+    if (!ok || (size_t)(end - z - 1) < n)
+        return false;
+    *v = z + 1;
+    *next = z + 1 + n;
+    return true;
+}
+
 bool sbl_doc_find_top(const bson_t *doc, const char *key, bson_iter_t *it)
 {
     const uint8_t *data = bson_get_data(doc);
     const uint8_t *end = data + doc->len - 1; /* the closing 0 */
-    const uint8_t *p = data + 4;
+    const uint8_t *p = data + 4, *v, *next;
     size_t klen = strlen(key);
     while (p < end) {
-        uint8_t t = *p;
-        const uint8_t *k = p + 1;
-        const uint8_t *z = memchr(k, 0, (size_t)(end - k));
-        if (z == NULL)
-            return false;
-        const uint8_t *v = z + 1;
-        if ((size_t)(z - k) == klen && memcmp(k, key, klen) == 0)
+        if (!elem_at(p, end, &v, &next))
+            return bson_iter_init_find(it, doc, key); /* not a checked document: libbson decides */
+        if ((size_t)(v - p - 2) == klen && memcmp(p + 1, key, klen) == 0)
             return bson_iter_init_from_data_at_offset(it, data, doc->len, (uint32_t)(p - data),
                                                       (uint32_t)klen);
-        bool ok;
-        size_t n = value_size(t, v, end, &ok);
-        if (!ok || (size_t)(end - v) < n)
-            return bson_iter_init_find(it, doc, key); /* not a checked document: libbson decides */
-        p = v + n;
+        p = next;
     }
     return false;
 }
@@ -296,22 +306,17 @@ bool sbl_doc_top_next(const bson_t *doc, uint32_t *off, uint32_t *at, const char
 {
     const uint8_t *data = bson_get_data(doc);
     const uint8_t *end = data + doc->len - 1; /* the closing 0 */
-    const uint8_t *p = data + *off;
+    const uint8_t *p = data + *off, *v, *next;
     *bad = false;
     if (p >= end)
         return false;
-    const uint8_t *k = p + 1, *z = k;
-    while (z < end && *z != 0)
-        z++;
-    bool ok;
-    size_t n = z < end ? value_size(*p, z + 1, end, &ok) : 0;
-    if (z >= end || !ok || (size_t)(end - z - 1) < n) {
+    if (!elem_at(p, end, &v, &next)) {
         *bad = true;
         return false;
     }
     *at = (uint32_t)(p - data);
-    *key = (const char *)k;
-    *off = (uint32_t)(z + 1 + n - data);
+    *key = (const char *)p + 1;
+    *off = (uint32_t)(next - data);
     return true;
 }
 
@@ -337,18 +342,12 @@ static bool raw_walk(const uint8_t *p, const uint8_t *end, int depth, int max_de
 {
     while (p < end) {
         uint8_t t = *p;
-        const uint8_t *k = p + 1, *z = k;
-        while (z < end && *z != 0)
-            z++;
-        if (z >= end)
+        const uint8_t *k = p + 1, *v, *next;
+        if (!elem_at(p, end, &v, &next))
             return false;
-        const uint8_t *v = z + 1;
-        if (depth == 0 && z - k == 3 && k[0] == '_' && k[1] == 'i' && k[2] == 'd' && s->nid++ == 0)
+        size_t n = (size_t)(next - v);
+        if (depth == 0 && v - k == 4 && memcmp(k, "_id", 4) == 0 && s->nid++ == 0)
             s->first_id = p;
-        bool vok;
-        size_t n = value_size(t, v, end, &vok);
-        if (!vok || (size_t)(end - v) < n)
-            return false;
         const uint8_t *sub = NULL;
         size_t sublen = 0;
         if (t == BSON_TYPE_DOCUMENT || t == BSON_TYPE_ARRAY) {

@@ -101,7 +101,7 @@ static inline uint64_t scan_word(const void *p, void *o)
 
 /* Copy s[0..n) to o (room for n bytes) up to the first byte that needs
  * escaping: the number of bytes copied (n when none does). */
-static inline size_t copy_clean(char *o, const char *s, size_t n)
+static inline __attribute__((always_inline)) size_t copy_clean(char *o, const char *s, size_t n)
 {
     size_t i = 0;
 #ifdef FAST_SCAN
@@ -129,51 +129,64 @@ static inline size_t copy_clean(char *o, const char *s, size_t n)
     return i;
 }
 
-void audit_json_str(audit_buf_t *b, const char *s, size_t n)
+/* The escape of c (a byte that needs one) into o (room for six bytes): its length. */
+static inline size_t put_escape(char *o, unsigned char c)
 {
     static const char hex[] = "0123456789abcdef";
+    static const char short_esc[256] = {['"'] = '"', ['\\'] = '\\', ['\n'] = 'n', ['\r'] = 'r',
+                                        ['\t'] = 't', ['\b'] = 'b', ['\f'] = 'f'};
+    o[0] = '\\';
+    if (short_esc[c] != 0) {
+        o[1] = short_esc[c];
+        return 2;
+    }
+    memcpy(o + 1, "u00", 3);
+    o[4] = hex[c >> 4];
+    o[5] = hex[c & 15];
+    return 6;
+}
+
+/*
+ * The rest of a string whose opening quote and clean prefix are written:
+ * s[0..n) (s[0] may need escaping) and the closing quote.  Each escape is
+ * followed by the word-at-a-time copy again (a string with a quote every
+ * few dozen bytes is not copied byte by byte after the first one).  Each
+ * step reserves what is left of the input plus one escape and the quote,
+ * never the worst case (six bytes per byte) at once.
+ */
+static void put_str_rest(audit_buf_t *b, const char *s, size_t n)
+{
     size_t i = 0;
-    /* The usual string needs no escape: copy it while checking, in one pass. */
-    if (audit_buf_reserve(b, n + 2)) {
+    for (;;) {
+        if (!audit_buf_reserve(b, n - i + 7))
+            return; /* oom is set: the caller drops the event */
         char *o = b->data + b->len;
-        *o++ = '"';
-        i = copy_clean(o, s, n);
+        size_t k = copy_clean(o, s + i, n - i);
+        i += k;
         if (i == n) {
-            o[n] = '"';
-            b->len += n + 2;
+            o[k] = '"';
+            b->len += k + 1;
             return;
         }
-        b->len += i + 1; /* the quote and the clean prefix; the rest below */
-    } else {
-        put_c(b, '"');
+        b->len += k + put_escape(o + k, (unsigned char)s[i++]);
     }
-    size_t run = i;
-    for (; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (!needs_escape(c))
-            continue;
-        audit_buf_put(b, s + run, i - run);
-        run = i + 1;
-        char esc[6] = {'\\', 0};
-        size_t el = 2;
-        switch (c) {
-        case '"': esc[1] = '"'; break;
-        case '\\': esc[1] = '\\'; break;
-        case '\n': esc[1] = 'n'; break;
-        case '\r': esc[1] = 'r'; break;
-        case '\t': esc[1] = 't'; break;
-        case '\b': esc[1] = 'b'; break;
-        case '\f': esc[1] = 'f'; break;
-        default:
-            memcpy(esc, "\\u00", 4);
-            esc[4] = hex[c >> 4];
-            esc[5] = hex[c & 15];
-            el = 6;
-        }
-        audit_buf_put(b, esc, el);
+}
+
+void audit_json_str(audit_buf_t *b, const char *s, size_t n)
+{
+    /* The usual string needs no escape: copy it while checking, in one pass. */
+    if (!audit_buf_reserve(b, n + 2))
+        return;
+    char *o = b->data + b->len;
+    *o++ = '"';
+    size_t i = copy_clean(o, s, n);
+    if (i == n) {
+        o[n] = '"';
+        b->len += n + 2;
+        return;
     }
-    audit_buf_put(b, s + run, n - run);
-    put_c(b, '"');
+    b->len += i + 1; /* the quote and the clean prefix */
+    put_str_rest(b, s + i, n - i);
 }
 
 static void put_fmt(audit_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -591,15 +604,18 @@ static inline void put_str_in(audit_buf_t *b, const char *s, size_t n, const uin
             uint64_t m = scan_word(s + i, o + i);
             if (n - i < WORD)
                 m = word_keep(m, n - i);
-            if (m != 0)
-                break;
+            if (m != 0) { /* o[0..k) is the clean prefix: the rest from s[k] */
+                size_t k = i + word_first(m);
+                o[-1] = '"';
+                b->len += k + 1;
+                put_str_rest(b, s + k, n - k);
+                return;
+            }
         }
-        if (i >= n) {
-            o[-1] = '"';
-            o[n] = '"';
-            b->len += n + 2;
-            return;
-        }
+        o[-1] = '"';
+        o[n] = '"';
+        b->len += n + 2;
+        return;
     }
 #endif
     audit_json_str(b, s, n);

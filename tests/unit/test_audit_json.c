@@ -1,0 +1,206 @@
+/*
+ * test_audit_json.c: the audit formatter's string escaping (src/audit/
+ * audit_json.c) against a plain byte-by-byte reference escaper: the output
+ * must be exactly the reference's for every input.  Covers audit_json_str
+ * on random strings (every byte value; lengths 0-300 and a few large ones;
+ * escapes at and around word boundaries; runs of escapes), strings and keys
+ * inside documents (put_str_in and put_key read whole words of the
+ * document), and a buffer that starts small (reservations while escaping).
+ * Includes the module's private header: this is the module's own test.
+ */
+#include "audit/audit_int.h"
+#include "check.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* The reference: one byte at a time, as JSON wants it. */
+static void ref_str(audit_buf_t *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    audit_buf_put(b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char e[7];
+        switch (c) {
+        case '"': audit_buf_put(b, "\\\"", 2); break;
+        case '\\': audit_buf_put(b, "\\\\", 2); break;
+        case '\n': audit_buf_put(b, "\\n", 2); break;
+        case '\r': audit_buf_put(b, "\\r", 2); break;
+        case '\t': audit_buf_put(b, "\\t", 2); break;
+        case '\b': audit_buf_put(b, "\\b", 2); break;
+        case '\f': audit_buf_put(b, "\\f", 2); break;
+        default:
+            if (c < 0x20) {
+                snprintf(e, sizeof(e), "\\u00%c%c", hex[c >> 4], hex[c & 15]);
+                audit_buf_put(b, e, 6);
+            } else {
+                audit_buf_put(b, &s[i], 1);
+            }
+        }
+    }
+    audit_buf_put(b, "\"", 1);
+}
+
+/* A random string of n bytes in one of several shapes. */
+static void gen(char *s, size_t n, int shape, bool nul_ok)
+{
+    static const char esc[] = "\"\\\n\r\t\b\f\x01\x1f";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c;
+        switch (shape) {
+        case 0: c = (unsigned char)rnd(); break;                  /* every byte value */
+        case 1: c = (unsigned char)(' ' + rnd() % 32); break;     /* YCSB-like: ' '..'?' */
+        case 2: c = rnd() % 8 == 0 ? (unsigned char)esc[rnd() % 9] : 'a'; break; /* dense */
+        default: c = 'x'; break;                                    /* placed below */
+        }
+        s[i] = (char)c;
+    }
+    if (shape == 3 && n > 0) { /* escapes at and around word boundaries */
+        static const size_t at[] = {0, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64};
+        for (size_t k = 0; k < sizeof(at) / sizeof(at[0]); k++)
+            if (rnd() % 2 == 0 && at[k] < n)
+                s[at[k]] = esc[rnd() % 9];
+        if (rnd() % 2 == 0)
+            s[n - 1] = '"';
+    }
+    if (!nul_ok)
+        for (size_t i = 0; i < n; i++)
+            if (s[i] == 0)
+                s[i] = '\x02';
+}
+
+/* audit_json_str(s) == ref_str(s), from a buffer that already holds a
+ * prefix (pre bytes; small or unallocated buffers exercise the growth). */
+static bool same_str(const char *s, size_t n, size_t pre)
+{
+    audit_buf_t got = {0}, want = {0};
+    for (size_t i = 0; i < pre; i++) {
+        audit_buf_put(&got, "p", 1);
+        audit_buf_put(&want, "p", 1);
+    }
+    audit_json_str(&got, s, n);
+    ref_str(&want, s, n);
+    bool ok = !got.oom && got.len == want.len && memcmp(got.data, want.data, got.len) == 0;
+    if (!ok)
+        fprintf(stderr, "mismatch: n=%zu got %zu bytes, want %zu\n", n, got.len, want.len);
+    free(got.data);
+    free(want.data);
+    return ok;
+}
+
+static void test_random_strings(void)
+{
+    char *s = malloc(300);
+    int bad = 0;
+    for (int round = 0; round < 20000; round++) {
+        size_t n = (size_t)(rnd() % 301);
+        gen(s, n, round % 4, true);
+        /* pre: the buffer's prefix puts the string at every alignment */
+        if (!same_str(s, n, (size_t)(round % 37)))
+            bad++;
+    }
+    CHECK_MSG(bad == 0, "%d of 20000 strings differ", bad);
+    free(s);
+}
+
+static void test_special_strings(void)
+{
+    char s[600];
+    /* Every single byte value, alone and at each position of a 40-byte string. */
+    for (int c = 0; c < 256; c++) {
+        char one = (char)c;
+        CHECK(same_str(&one, 1, 0));
+        for (size_t at = 0; at < 40; at++) {
+            memset(s, 'a', 40);
+            s[at] = (char)c;
+            CHECK(same_str(s, 40, at % 3));
+        }
+    }
+    /* Nothing but escapes (the largest output per input byte). */
+    memset(s, '\x01', 600);
+    CHECK(same_str(s, 600, 0));
+    memset(s, '"', 600);
+    CHECK(same_str(s, 600, 5));
+    CHECK(same_str("", 0, 0));
+}
+
+/* A few large strings: 70 KB of YCSB-like bytes, 1 MB of control bytes (6 MB
+ * out), 16 MB with an escape every 4 KB. */
+static void test_large_strings(void)
+{
+    size_t sizes[] = {70 * 1024, 1024 * 1024, 16 * 1024 * 1024};
+    for (int k = 0; k < 3; k++) {
+        size_t n = sizes[k];
+        char *s = malloc(n);
+        if (k == 0) {
+            gen(s, n, 1, true);
+        } else if (k == 1) {
+            for (size_t i = 0; i < n; i++)
+                s[i] = (char)(rnd() % 32);
+        } else {
+            memset(s, 'z', n);
+            for (size_t i = 4095; i < n; i += 4096)
+                s[i] = '\\';
+        }
+        CHECK_MSG(same_str(s, n, 3), "large string %d (%zu bytes)", k, n);
+        free(s);
+    }
+}
+
+/* Strings and keys inside documents (the whole-word readers put_str_in and
+ * put_key): {"<key>": "<value>", ...} against the reference per member. */
+static void test_documents(void)
+{
+    char key[80], val[300];
+    int bad = 0;
+    for (int round = 0; round < 3000; round++) {
+        bson_t doc = BSON_INITIALIZER;
+        audit_buf_t want = {0}, got = {0};
+        int members = 1 + (int)(rnd() % 6);
+        audit_buf_put(&want, "{", 1);
+        for (int m = 0; m < members; m++) {
+            size_t kn = 1 + (size_t)(rnd() % 70), vn = (size_t)(rnd() % 300);
+            gen(key, kn, (round + m) % 4, false); /* keys hold no NUL */
+            key[kn] = '\0';
+            gen(val, vn, (round + m + 1) % 4, true);
+            bson_append_utf8(&doc, key, (int)kn, val, (int)vn);
+            if (m > 0)
+                audit_buf_put(&want, ",", 1);
+            ref_str(&want, key, kn);
+            audit_buf_put(&want, ":", 1);
+            ref_str(&want, val, vn);
+        }
+        audit_buf_put(&want, "}", 1);
+        audit_json_doc(&got, &doc, false);
+        if (got.len != want.len || memcmp(got.data, want.data, got.len) != 0) {
+            if (bad++ == 0)
+                fprintf(stderr, "got  %.*s\nwant %.*s\n", (int)got.len, got.data,
+                        (int)want.len, want.data);
+        }
+        free(got.data);
+        free(want.data);
+        bson_destroy(&doc);
+    }
+    CHECK_MSG(bad == 0, "%d of 3000 documents differ", bad);
+}
+
+int main(void)
+{
+    test_random_strings();
+    test_special_strings();
+    test_large_strings();
+    test_documents();
+    return CHECK_DONE("test_audit_json");
+}

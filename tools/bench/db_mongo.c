@@ -4,17 +4,24 @@
  * {_id: key, field0..: binary subtype 0}, reads by _id with a projection,
  * $set updates, insertOne / replaceOne-upsert / unordered insertMany batches.
  *
- * Reads, updates and single inserts go as commands through libmongoc's
- * command API (mongoc_collection_read/write_command_with_opts) with one
- * explicit session per thread: the server receives the same find / update /
- * insert command YCSB's driver sends (lsid included), but libmongoc 1.23's
- * cursor and CRUD helpers cost twice the client CPU (100k instructions per
- * read: they copy and re-parse the server description for every operation,
- * twice), which on a 2-core machine shared with the server halves what can be
- * measured.  mongodb.api=crud keeps the helpers (for comparison).  Writes with
- * w:0 go without the session (MongoDB refuses sessions on unacknowledged
- * writes) and libmongoc sends them with moreToCome: fire-and-forget, as the
- * helpers do.
+ * mongodb.api chooses how the commands go out; the server receives the same
+ * find / update / insert / getMore commands YCSB's driver sends (lsid and
+ * writeConcern included) on every path:
+ * - wire (the default): each thread has its own connection, opened and
+ *   authenticated by libmongoc, and writes its OP_MSG commands on it and
+ *   reads the replies itself (mongo_wire.c).  libmongoc 1.23 spends 54k
+ *   instructions of client CPU per read, 25k of them copying and re-parsing
+ *   the server's description for every command; on a 2-core machine shared
+ *   with the server that is CPU the server cannot have.  Used when the URL
+ *   allows it (plain TCP, reads from the primary); otherwise "command".
+ * - command: libmongoc's command API (mongoc_collection_read/
+ *   write_command_with_opts) on pooled clients, one explicit session per
+ *   thread.
+ * - crud: libmongoc's cursor and CRUD helpers (twice the command path's
+ *   client CPU), for comparison.
+ * Writes with w:0 go without the session (MongoDB refuses sessions on
+ * unacknowledged writes) and with moreToCome: fire-and-forget, as the
+ * helpers do.  Batched inserts and deletes always take the pooled clients.
  *
  * Must stay true: the old-style properties (mongodb.writeConcern,
  * mongodb.readPreference, mongodb.maxconnections) only add URL options the
@@ -30,6 +37,7 @@
 #include <strings.h>
 
 #include "db.h"
+#include "mongo_wire.h"
 
 typedef struct mongo_shared {
     mongoc_client_pool_t *pool;
@@ -38,7 +46,8 @@ typedef struct mongo_shared {
     int batchsize;
     bool upsert;
     bool hold_client; /* every thread can keep a client */
-    bool commands;    /* mongodb.api=command (default): the command path */
+    bool commands;    /* mongodb.api=command: the command path */
+    bool wire;        /* mongodb.api=wire (default) and the URL allows it */
     atomic_int errors_printed;
 } mongo_shared_t;
 
@@ -52,6 +61,9 @@ typedef struct mongo_ctx {
     mongoc_client_session_t *ss; /* the thread's session (command path), or NULL */
     bson_t sopts;                /* {sessionId: ...} for the command path */
     bool acked;                  /* the write concern is acknowledged */
+    mongo_wire_t *wire;          /* the wire path's connection, or NULL */
+    mongoc_write_concern_t *wc;  /* the wire path: the URL's write concern */
+    bson_t cmd;                  /* the wire path: the command being built */
 } mongo_ctx_t;
 
 static void report_error(mongo_shared_t *sh, const char *what, const bson_error_t *e)
@@ -167,14 +179,17 @@ static int mongo_open(const bench_props_t *p, int nthreads, void **sharedp, char
         return -1;
     }
     sh->upsert = bench_props_bool(p, "mongodb.upsert", false);
-    const char *api = bench_props_str(p, "mongodb.api", "command");
-    if (strcmp(api, "command") != 0 && strcmp(api, "crud") != 0) {
-        snprintf(err, errlen, "mongodb.api must be command or crud (got %s)", api);
+    const char *api = bench_props_str(p, "mongodb.api", "wire");
+    if (strcmp(api, "wire") != 0 && strcmp(api, "command") != 0 && strcmp(api, "crud") != 0) {
+        snprintf(err, errlen, "mongodb.api must be wire, command or crud (got %s)", api);
         mongoc_uri_destroy(sh->uri);
         free(sh);
         return -1;
     }
-    sh->commands = strcmp(api, "command") == 0;
+    sh->wire = strcmp(api, "wire") == 0 && mongo_wire_usable(sh->uri);
+    sh->commands = strcmp(api, "crud") != 0;
+    if (strcmp(api, "wire") == 0 && !sh->wire)
+        fprintf(stderr, "mongodb.api=wire needs plain TCP and primary reads: using mongodb.api=command\n");
     sh->pool = mongoc_client_pool_new(sh->uri);
     if (sh->pool == NULL) {
         snprintf(err, errlen, "cannot create a client pool for %s", url);
@@ -185,7 +200,8 @@ static int mongo_open(const bench_props_t *p, int nthreads, void **sharedp, char
     mongoc_client_pool_set_error_api(sh->pool, MONGOC_ERROR_API_VERSION_2);
     mongoc_client_pool_set_appname(sh->pool, "sable-bench");
     int32_t maxpool = mongoc_uri_get_option_as_int32(sh->uri, MONGOC_URI_MAXPOOLSIZE, 100);
-    sh->hold_client = nthreads <= maxpool;
+    /* The wire path's threads borrow pooled clients only for batches and deletes. */
+    sh->hold_client = nthreads <= maxpool && !sh->wire;
     /* Fail early, as YCSB does when it cannot reach the server. */
     mongoc_client_t *c = mongoc_client_pool_pop(sh->pool);
     bson_t ping = BSON_INITIALIZER;
@@ -214,6 +230,15 @@ static int mongo_open(const bench_props_t *p, int nthreads, void **sharedp, char
     return 0;
 }
 
+/* The wire path: {lsid: ...} every acknowledged command carries, as the command path's explicit session. */
+static void wire_session(mongo_ctx_t *c)
+{
+    bson_error_t e;
+    c->ss = mongoc_client_start_session(mongo_wire_client(c->wire), NULL, &e);
+    if (c->ss != NULL)
+        BSON_APPEND_DOCUMENT(&c->sopts, "lsid", mongoc_client_session_get_lsid(c->ss));
+}
+
 static int mongo_thread_init(void *shared, void **ctxp, char *err, size_t errlen)
 {
     mongo_shared_t *sh = shared;
@@ -225,6 +250,23 @@ static int mongo_thread_init(void *shared, void **ctxp, char *err, size_t errlen
     }
     c->sh = sh;
     bson_init(&c->sopts);
+    bson_init(&c->cmd);
+    if (sh->wire) {
+        bson_error_t e;
+        c->wc = mongoc_write_concern_copy(mongoc_uri_get_write_concern(sh->uri));
+        c->acked = mongoc_write_concern_is_acknowledged(c->wc);
+        c->wire = mongo_wire_open(sh->uri, "sable-bench", &e);
+        if (c->wire == NULL) {
+            snprintf(err, errlen, "cannot connect: %s", e.message);
+            mongoc_write_concern_destroy(c->wc);
+            bson_destroy(&c->cmd);
+            bson_destroy(&c->sopts);
+            free(c->batch);
+            free(c);
+            return -1;
+        }
+        wire_session(c);
+    }
     if (sh->hold_client) {
         c->client = mongoc_client_pool_pop(sh->pool);
         c->acked = mongoc_write_concern_is_acknowledged(mongoc_client_get_write_concern(c->client));
@@ -254,6 +296,90 @@ static bool write_reply_ok(mongo_ctx_t *c, const char *what, const bson_t *reply
         snprintf(e.message, sizeof(e.message), "%s", bson_iter_utf8(&msg, NULL));
     report_error(c->sh, what, &e);
     return false;
+}
+
+/* The wire path: a broken connection is replaced before the next operation. */
+static bool wire_ready(mongo_ctx_t *c)
+{
+    if (!mongo_wire_broken(c->wire))
+        return true;
+    bson_error_t e;
+    if (c->ss)
+        mongoc_client_session_destroy(c->ss);
+    c->ss = NULL;
+    bson_reinit(&c->sopts);
+    mongo_wire_close(c->wire);
+    c->wire = mongo_wire_open(c->sh->uri, "sable-bench", &e);
+    if (c->wire == NULL) {
+        report_error(c->sh, "reconnect", &e);
+        return false;
+    }
+    wire_session(c);
+    return true;
+}
+
+/*
+ * The wire path: finish c->cmd ($db, lsid, writeConcern for writes, as
+ * libmongoc's command path adds them) and send it.  Unacknowledged writes
+ * return at once with *reply empty; otherwise true means ok:1 came back and
+ * *reply is the reply (valid until the next command).
+ */
+static bool wire_call(mongo_ctx_t *c, const char *what, bool write, bson_t *reply)
+{
+    bool more_to_come = write && !c->acked;
+    BSON_APPEND_UTF8(&c->cmd, "$db", c->sh->dbname);
+    if (!more_to_come)
+        bson_concat(&c->cmd, &c->sopts);
+    if (write && !mongoc_write_concern_is_default(c->wc))
+        mongoc_write_concern_append(c->wc, &c->cmd);
+    bson_error_t e;
+    bson_init(reply);
+    if (!wire_ready(c))
+        return false;
+    if (!mongo_wire_command(c->wire, &c->cmd, more_to_come, reply, &e)) {
+        report_error(c->sh, what, &e);
+        bson_init(reply);
+        return false;
+    }
+    if (more_to_come)
+        return true;
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, reply, "ok") && bson_iter_as_bool(&it))
+        return true;
+    memset(&e, 0, sizeof(e));
+    if (bson_iter_init_find(&it, reply, "errmsg") && BSON_ITER_HOLDS_UTF8(&it))
+        snprintf(e.message, sizeof(e.message), "%s", bson_iter_utf8(&it, NULL));
+    report_error(c->sh, what, &e);
+    return false;
+}
+
+/* The wire path's write: c->cmd holds {insert|update: table, documents|updates: [item]}. */
+static bench_status_t wire_write(mongo_ctx_t *c, const char *what, int64_t *np)
+{
+    bson_t reply;
+    if (!wire_call(c, what, true, &reply))
+        return BENCH_ERROR;
+    if (!c->acked)
+        return BENCH_OK;
+    if (!write_reply_ok(c, what, &reply))
+        return BENCH_ERROR;
+    if (np != NULL) {
+        bson_iter_t it;
+        *np = bson_iter_init_find(&it, &reply, "n") ? bson_iter_as_int64(&it) : 0;
+    }
+    return BENCH_OK;
+}
+
+/* Start c->cmd as {verb: table, arr_key: [item]} (the wire path's single writes). */
+static void wire_start_write(mongo_ctx_t *c, const char *verb, const char *table, const char *arr_key,
+                             const bson_t *item)
+{
+    bson_t arr;
+    bson_reinit(&c->cmd);
+    BSON_APPEND_UTF8(&c->cmd, verb, table);
+    BSON_APPEND_ARRAY_BEGIN(&c->cmd, arr_key, &arr);
+    BSON_APPEND_DOCUMENT(&arr, "0", item);
+    bson_append_array_end(&c->cmd, &arr);
 }
 
 /* Send one write command ({insert|update: table, documents|updates: [one]}). */
@@ -333,10 +459,104 @@ static size_t consume(const bson_t *doc)
     return bytes;
 }
 
+/* Consume every document of a cursor reply's batch (firstBatch or nextBatch): how many, and the cursor id. */
+static int consume_batch(const bson_t *reply, int64_t *idp)
+{
+    bson_iter_t it, cur, docs;
+    int n = 0;
+    *idp = 0;
+    if (!bson_iter_init_find(&it, reply, "cursor") || !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &cur))
+        return -1;
+    while (bson_iter_next(&cur)) {
+        const char *k = bson_iter_key(&cur);
+        if (strcmp(k, "id") == 0) {
+            *idp = bson_iter_as_int64(&cur);
+        } else if ((strcmp(k, "firstBatch") == 0 || strcmp(k, "nextBatch") == 0) && BSON_ITER_HOLDS_ARRAY(&cur) &&
+                   bson_iter_recurse(&cur, &docs)) {
+            while (bson_iter_next(&docs)) {
+                const uint8_t *data;
+                uint32_t len;
+                bson_t d;
+                if (!BSON_ITER_HOLDS_DOCUMENT(&docs))
+                    return -1;
+                bson_iter_document(&docs, &len, &data);
+                if (!bson_init_static(&d, data, len))
+                    return -1;
+                consume(&d);
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
+/* The wire path's read: the find command YCSB's find(...).projection(...).first() sends. */
+static bench_status_t wire_read(mongo_ctx_t *c, const char *table, const char *key, const char *const *fields,
+                                int nfields)
+{
+    bson_t f, reply;
+    bson_reinit(&c->cmd);
+    BSON_APPEND_UTF8(&c->cmd, "find", table);
+    BSON_APPEND_DOCUMENT_BEGIN(&c->cmd, "filter", &f);
+    BSON_APPEND_UTF8(&f, "_id", key);
+    bson_append_document_end(&c->cmd, &f);
+    append_projection(&c->cmd, fields, nfields);
+    BSON_APPEND_INT64(&c->cmd, "limit", 1);
+    BSON_APPEND_BOOL(&c->cmd, "singleBatch", true);
+    if (!wire_call(c, "read", false, &reply))
+        return BENCH_ERROR;
+    int64_t id;
+    int n = consume_batch(&reply, &id);
+    if (n < 0) {
+        report_error(c->sh, "read", NULL);
+        return BENCH_ERROR;
+    }
+    return n > 0 ? BENCH_OK : BENCH_NOT_FOUND;
+}
+
+/* The wire path's scan: find from startkey in _id order, then getMore until the cursor ends. */
+static bench_status_t wire_scan(mongo_ctx_t *c, const char *table, const char *startkey, int count,
+                                const char *const *fields, int nfields)
+{
+    bson_t f, range, sort, reply;
+    bson_reinit(&c->cmd);
+    BSON_APPEND_UTF8(&c->cmd, "find", table);
+    BSON_APPEND_DOCUMENT_BEGIN(&c->cmd, "filter", &f);
+    BSON_APPEND_DOCUMENT_BEGIN(&f, "_id", &range);
+    BSON_APPEND_UTF8(&range, "$gte", startkey);
+    bson_append_document_end(&f, &range);
+    bson_append_document_end(&c->cmd, &f);
+    BSON_APPEND_DOCUMENT_BEGIN(&c->cmd, "sort", &sort);
+    BSON_APPEND_INT32(&sort, "_id", 1);
+    bson_append_document_end(&c->cmd, &sort);
+    BSON_APPEND_INT64(&c->cmd, "limit", count);
+    append_projection(&c->cmd, fields, nfields);
+    int total = 0;
+    for (;;) {
+        if (!wire_call(c, "scan", false, &reply))
+            return BENCH_ERROR;
+        int64_t id;
+        int n = consume_batch(&reply, &id);
+        if (n < 0) {
+            report_error(c->sh, "scan", NULL);
+            return BENCH_ERROR;
+        }
+        total += n;
+        if (id == 0)
+            break;
+        bson_reinit(&c->cmd);
+        BSON_APPEND_INT64(&c->cmd, "getMore", id);
+        BSON_APPEND_UTF8(&c->cmd, "collection", table);
+    }
+    return total > 0 ? BENCH_OK : BENCH_ERROR; /* YCSB: an empty scan is an error */
+}
+
 static bench_status_t mongo_read(void *ctx, const char *table, const char *key, const char *const *fields,
                                  int nfields)
 {
     mongo_ctx_t *c = ctx;
+    if (c->wire)
+        return wire_read(c, table, key, fields, nfields);
     mongoc_client_t *b;
     mongoc_collection_t *coll = coll_get(c, table, &b);
     if (c->ss != NULL) {
@@ -401,6 +621,8 @@ static bench_status_t mongo_scan(void *ctx, const char *table, const char *start
                                  const char *const *fields, int nfields)
 {
     mongo_ctx_t *c = ctx;
+    if (c->wire)
+        return wire_scan(c, table, startkey, count, fields, nfields);
     mongoc_client_t *b;
     mongoc_collection_t *coll = coll_get(c, table, &b);
     bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, range, sort;
@@ -448,8 +670,8 @@ static bench_status_t mongo_update(void *ctx, const char *table, const char *key
                                    int n)
 {
     mongo_ctx_t *c = ctx;
-    mongoc_client_t *b;
-    mongoc_collection_t *coll = coll_get(c, table, &b);
+    mongoc_client_t *b = NULL;
+    mongoc_collection_t *coll = c->wire ? NULL : coll_get(c, table, &b);
     bson_t sel = BSON_INITIALIZER, upd = BSON_INITIALIZER, set, reply;
     BSON_APPEND_UTF8(&sel, "_id", key);
     BSON_APPEND_DOCUMENT_BEGIN(&upd, "$set", &set);
@@ -457,12 +679,17 @@ static bench_status_t mongo_update(void *ctx, const char *table, const char *key
     bson_append_document_end(&upd, &set);
     bson_error_t e;
     bench_status_t st = BENCH_OK;
-    if (c->ss != NULL) {
+    if (c->ss != NULL || c->wire) {
         bson_t u = BSON_INITIALIZER;
         int64_t matched = 1; /* w:0: nothing comes back */
         BSON_APPEND_DOCUMENT(&u, "q", &sel);
         BSON_APPEND_DOCUMENT(&u, "u", &upd);
-        st = write_one(c, coll, "update", table, "updates", &u, &matched);
+        if (c->wire) {
+            wire_start_write(c, "update", table, "updates", &u);
+            st = wire_write(c, "update", &matched);
+        } else {
+            st = write_one(c, coll, "update", table, "updates", &u, &matched);
+        }
         if (st == BENCH_OK && matched == 0)
             st = BENCH_NOT_FOUND; /* YCSB: "Nothing updated for key" */
         bson_destroy(&u);
@@ -530,8 +757,8 @@ static bench_status_t mongo_insert(void *ctx, const char *table, const char *key
                                    int n)
 {
     mongo_ctx_t *c = ctx;
-    mongoc_client_t *b;
-    mongoc_collection_t *coll = coll_get(c, table, &b);
+    mongoc_client_t *b = NULL;
+    mongoc_collection_t *coll = c->wire && c->sh->batchsize == 1 ? NULL : coll_get(c, table, &b);
     bench_status_t st = BENCH_OK;
     bson_error_t e;
     if (c->sh->batchsize > 1) {
@@ -547,7 +774,7 @@ static bench_status_t mongo_insert(void *ctx, const char *table, const char *key
         BSON_APPEND_UTF8(&doc, "_id", key);
         append_values(&doc, values, n);
         bool ok;
-        if (c->ss != NULL) {
+        if (c->ss != NULL || c->wire) {
             if (c->sh->upsert) {
                 bson_t u = BSON_INITIALIZER, sel;
                 BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &sel);
@@ -555,8 +782,16 @@ static bench_status_t mongo_insert(void *ctx, const char *table, const char *key
                 bson_append_document_end(&u, &sel);
                 BSON_APPEND_DOCUMENT(&u, "u", &doc);
                 BSON_APPEND_BOOL(&u, "upsert", true);
-                st = write_one(c, coll, "update", table, "updates", &u, NULL);
+                if (c->wire) {
+                    wire_start_write(c, "update", table, "updates", &u);
+                    st = wire_write(c, "update", NULL);
+                } else {
+                    st = write_one(c, coll, "update", table, "updates", &u, NULL);
+                }
                 bson_destroy(&u);
+            } else if (c->wire) {
+                wire_start_write(c, "insert", table, "documents", &doc);
+                st = wire_write(c, "insert", NULL);
             } else {
                 st = write_one(c, coll, "insert", table, "documents", &doc, NULL);
             }
@@ -624,6 +859,10 @@ static bench_status_t mongo_thread_cleanup(void *ctx)
     if (c->ss)
         mongoc_client_session_destroy(c->ss);
     bson_destroy(&c->sopts);
+    bson_destroy(&c->cmd);
+    mongo_wire_close(c->wire);
+    if (c->wc)
+        mongoc_write_concern_destroy(c->wc);
     if (c->client)
         mongoc_client_pool_push(c->sh->pool, c->client);
     free(c->batch);

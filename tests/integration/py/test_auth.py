@@ -615,3 +615,12 @@ def test_sable_bench_with_auth_source(auth_server, root):
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert root.ycsb.usertable.count_documents({}) >= 100
+    # A wrong password stops the run before any operation, on every mongodb.api.
+    bad = "mongodb://ycsb:wrong@127.0.0.1:%d/ycsb?authSource=admin" % auth_server.port
+    for api in ("wire", "command"):
+        r = subprocess.run([bench, "run", "mongodb", "-P", os.path.join(REPO, "workloads", "workloada"),
+                            "-p", "recordcount=100", "-p", "operationcount=50", "-p", "mongodb.api=" + api,
+                            "-p", "mongodb.url=" + bad], capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0, (api, r.stdout[-2000:])
+        assert "Return=OK" not in r.stdout, (api, r.stdout[-2000:])
+        assert "uthentication failed" in r.stderr, (api, r.stderr[-2000:])

@@ -6,7 +6,8 @@
  * escapes at and around word boundaries; runs of escapes), strings and keys
  * inside documents (put_str_in and put_key read whole words of the
  * document), a buffer that starts small (reservations while escaping), and
- * binary values' base64 (the SIMD path) against a bit-by-bit encoder.
+ * binary values' base64 (the SIMD path) against a bit-by-bit encoder, and
+ * the lsid JSON remembered per thread (many sessions, some in one set).
  * Includes the module's private header: this is the module's own test.
  */
 #include "audit/audit_int.h"
@@ -264,8 +265,44 @@ static void test_binary(void)
     free(bin);
 }
 
+/* Commands with the lsids of many sessions, in an order that revisits them
+ * (the per-thread JSON of each lsid, several in one set of the cache):
+ * param.args must equal the plain document's JSON every time. */
+static void test_lsids(void)
+{
+    uint8_t ids[40][16];
+    int bad = 0;
+    for (int s = 0; s < 40; s++) {
+        for (int k = 0; k < 16; k++)
+            ids[s][k] = (uint8_t)rnd();
+        if (s % 4 != 0) { /* three of every four share the set of the one before */
+            ids[s][14] = ids[s - 1][14];
+            ids[s][15] = ids[s - 1][15];
+        }
+    }
+    for (int round = 0; round < 4000; round++) {
+        int s = round < 2000 ? (int)(rnd() % 3) : (int)(rnd() % 40);
+        bson_t cmd = BSON_INITIALIZER, lsid;
+        BSON_APPEND_UTF8(&cmd, "find", "c");
+        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "lsid", &lsid);
+        BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, ids[s], 16);
+        bson_append_document_end(&cmd, &lsid);
+        BSON_APPEND_UTF8(&cmd, "$db", "d");
+        audit_buf_t got = {0}, want = {0};
+        audit_json_args(&got, &cmd);
+        audit_json_doc(&want, &cmd, false);
+        if (got.len != want.len || memcmp(got.data, want.data, got.len) != 0)
+            bad++;
+        free(got.data);
+        free(want.data);
+        bson_destroy(&cmd);
+    }
+    CHECK_MSG(bad == 0, "%d of 4000 commands' lsids differ", bad);
+}
+
 int main(void)
 {
+    test_lsids();
     test_binary();
     test_random_strings();
     test_special_strings();

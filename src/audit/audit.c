@@ -445,28 +445,89 @@ size_t sbl_audit_who_json(const sbl_audit_client_t *c, char *out, size_t cap)
     return n;
 }
 
+/*
+ * The JSON around an authCheck's ts and client, the same for a thread's
+ * consecutive events while atype, command and ns stay the same (a client
+ * repeating one operation on one collection): {"atype":<atype>,"ts": and
+ * ,"param":{"command":<command>,"ns":<ns>, remembered per thread for the
+ * last (atype, command, ns), compared by content.
+ */
+#define HEAD_KEY 400
+#define HEAD_JSON 1024
+static _Thread_local struct {
+    bool valid;
+    size_t alen, clen;        /* atype's and command's lengths in key */
+    size_t head_len, mid_len; /* json: the head, then the middle */
+    char key[HEAD_KEY];       /* atype \0 command \0 ns \0 */
+    char json[HEAD_JSON];
+} tl_head;
+
+static bool head_memo_hit(const char *atype, const ev_param_t *pm)
+{
+    const char *k = tl_head.key;
+    return tl_head.valid && strcmp(atype, k) == 0 && strcmp(pm->command, k + tl_head.alen + 1) == 0 &&
+           strcmp(pm->ns, k + tl_head.alen + tl_head.clen + 2) == 0;
+}
+
+static void head_memo_set(const char *atype, const ev_param_t *pm, const char *head,
+                          size_t head_len, const char *mid, size_t mid_len)
+{
+    size_t al = strlen(atype), cl = strlen(pm->command), nl = strlen(pm->ns);
+    tl_head.valid = false;
+    if (al + cl + nl + 3 > HEAD_KEY || head_len + mid_len > HEAD_JSON)
+        return;
+    memcpy(tl_head.key, atype, al + 1);
+    memcpy(tl_head.key + al + 1, pm->command, cl + 1);
+    memcpy(tl_head.key + al + cl + 2, pm->ns, nl + 1);
+    memcpy(tl_head.json, head, head_len);
+    memcpy(tl_head.json + head_len, mid, mid_len);
+    tl_head.alen = al;
+    tl_head.clen = cl;
+    tl_head.head_len = head_len;
+    tl_head.mid_len = mid_len;
+    tl_head.valid = true;
+}
+
 /* One JSON event line appended to b. */
 static void json_event(audit_buf_t *b, const char *atype, int64_t ts,
                        const sbl_audit_client_t *c, const ev_param_t *pm, int result)
 {
-    audit_buf_puts(b, "{\"atype\":");
-    audit_json_str(b, atype, strlen(atype));
-    audit_buf_puts(b, ",\"ts\":");
+    /* authCheck: param has only command, ns and args */
+    bool cmd_only = pm->command != NULL && (pm->doc == NULL || bson_empty(pm->doc));
+    bool hit = cmd_only && head_memo_hit(atype, pm);
+    size_t head = b->len;
+    if (hit) {
+        audit_buf_put(b, tl_head.json, tl_head.head_len);
+    } else {
+        audit_buf_puts(b, "{\"atype\":");
+        audit_json_str(b, atype, strlen(atype));
+        audit_buf_puts(b, ",\"ts\":");
+    }
+    size_t head_end = b->len;
     audit_json_date(b, ts);
     if (c->who_json != NULL)
         audit_buf_put(b, c->who_json, c->who_json_len);
     else
         json_who(b, c);
-    audit_buf_puts(b, ",\"param\":{");
-    bool sep = pm->doc != NULL && !bson_empty(pm->doc);
-    if (sep)
-        audit_json_fields(b, pm->doc);
-    if (pm->command != NULL) {
-        audit_buf_puts(b, sep ? ",\"command\":" : "\"command\":");
-        audit_json_str(b, pm->command, strlen(pm->command));
-        audit_buf_puts(b, ",\"ns\":");
-        audit_json_str(b, pm->ns, strlen(pm->ns));
-        sep = true;
+    bool sep = true;
+    if (hit) {
+        audit_buf_put(b, tl_head.json + tl_head.head_len, tl_head.mid_len);
+    } else {
+        size_t mid = b->len;
+        audit_buf_puts(b, ",\"param\":{");
+        sep = pm->doc != NULL && !bson_empty(pm->doc);
+        if (sep)
+            audit_json_fields(b, pm->doc);
+        if (pm->command != NULL) {
+            audit_buf_puts(b, sep ? ",\"command\":" : "\"command\":");
+            audit_json_str(b, pm->command, strlen(pm->command));
+            audit_buf_puts(b, ",\"ns\":");
+            audit_json_str(b, pm->ns, strlen(pm->ns));
+            sep = true;
+        }
+        if (cmd_only && !b->oom)
+            head_memo_set(atype, pm, b->data + head, head_end - head, b->data + mid,
+                          b->len - mid);
     }
     if (pm->args != NULL) {
         audit_buf_puts(b, sep ? ",\"args\":" : "\"args\":");

@@ -420,8 +420,11 @@ static inline bool raw_i32(raw_t *r, int32_t *v)
 {
     if (r->end - r->p < 4)
         return false;
-    uint32_t u = (uint32_t)r->p[0] | (uint32_t)r->p[1] << 8 | (uint32_t)r->p[2] << 16 |
-                 (uint32_t)r->p[3] << 24;
+    uint32_t u;
+    memcpy(&u, r->p, 4); /* BSON is little-endian */
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    u = __builtin_bswap32(u);
+#endif
     memcpy(v, &u, 4);
     r->p += 4;
     return true;
@@ -431,9 +434,11 @@ static inline bool raw_i64(raw_t *r, int64_t *v)
 {
     if (r->end - r->p < 8)
         return false;
-    uint64_t u = 0;
-    for (int i = 7; i >= 0; i--)
-        u = u << 8 | r->p[i];
+    uint64_t u;
+    memcpy(&u, r->p, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    u = __builtin_bswap64(u);
+#endif
     memcpy(v, &u, 8);
     r->p += 8;
     return true;

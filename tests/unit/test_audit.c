@@ -7,7 +7,8 @@
  * caller's own group write), the JSON formatter against libbson's relaxed
  * extended JSON (fixed and random documents), authCheck's param written
  * from strings (pwd redacted, large commands truncated, lsids of two
- * sessions alternating), BSON format, and
+ * sessions alternating; atype, command and ns repeating and changing), BSON
+ * format, and
  * an unwritable file refusing events.
  */
 #include "audit/audit.h"
@@ -595,6 +596,62 @@ static void test_json_types(void)
     bson_destroy(&args);
 }
 
+/* authCheck events whose atype, command and ns repeat and change (their
+ * JSON around ts and the client is remembered per thread for the last
+ * triple): each line names its own, byte for byte as the line an event
+ * with the same param document gives (the path without the memo). */
+static void test_command_head(void)
+{
+    static const char *const cmds[] = {"find", "insert", "find", "find", "update", "find"};
+    static const char *const nss[] = {"d.a", "d.a", "d.ab", "d.a\"b", "d.a", "d.a"};
+    static const char *const atypes[] = {"authCheck", "authCheckX"};
+    char path[300], line[4096], ref[4096];
+    snprintf(path, sizeof(path), "%s/h.json", dir);
+    sbl_err_t err;
+    sbl_audit_config_t cfg = {.destination = SBL_AUDIT_FILE, .format = SBL_AUDIT_JSON,
+                              .path = path};
+    CHECK(sbl_audit_open(&cfg, &err) == 0);
+    sbl_audit_client_t c = {.local = "127.0.0.1:27017", .remote = "1.2.3.4:5", .user = "u"};
+    bson_t args = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&args, "ping", "x");
+    uint64_t seq = 0;
+    enum { N = 60 };
+    for (int i = 0; i < N; i++) {
+        int k = (i * 7 / 3) % 6;
+        const char *at = atypes[i % 8 == 3];
+        bson_t param = BSON_INITIALIZER;
+        BSON_APPEND_UTF8(&param, "command", cmds[k]);
+        BSON_APPEND_UTF8(&param, "ns", nss[k]);
+        CHECK(sbl_audit_command(at, &c, cmds[k], nss[k], &args, 0, false, true, &seq, &err) == 0);
+        CHECK(sbl_audit_event_args(at, &c, &param, &args, 0, false, &seq, &err) == 0);
+        bson_destroy(&param);
+    }
+    CHECK(sbl_audit_flush(seq, &err) == 0);
+    sbl_audit_close();
+    bson_destroy(&args);
+    FILE *f = fopen(path, "r");
+    int lines = 0, bad = 0;
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL && fgets(ref, sizeof(ref), f) != NULL) {
+        /* the same but for ts: {"atype":..,"ts":{"$date":"...Z"},... */
+        char *t1 = strstr(line, "Z\"}"), *t2 = strstr(ref, "Z\"}");
+        if (t1 == NULL || t2 == NULL || strcmp(t1, t2) != 0 ||
+            strncmp(line, ref, (size_t)(strstr(line, "\"ts\"") - line)) != 0) {
+            if (bad++ == 0)
+                fprintf(stderr, "got  %swant %s", line, ref);
+        }
+        int k = (lines * 7 / 3) % 6;
+        char want[200];
+        snprintf(want, sizeof(want), "\"param\":{\"command\":\"%s\",\"ns\":\"%s\",", cmds[k],
+                 k == 3 ? "d.a\\\"b" : nss[k]);
+        if (strstr(line, want) == NULL && bad++ == 0)
+            fprintf(stderr, "line %d lacks %s: %s", lines, want, line);
+        lines++;
+    }
+    if (f != NULL)
+        fclose(f);
+    CHECK_MSG(lines == N && bad == 0, "%d pairs, %d differ", lines, bad);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof(dir), "/tmp/sbl-test-audit-XXXXXX");
@@ -606,6 +663,7 @@ int main(void)
     test_filter_bson();
     test_filter_fields();
     test_command_event();
+    test_command_head();
     test_json_random();
     test_unwritable();
     char cmd[300];

@@ -56,5 +56,8 @@ void audit_json_args(audit_buf_t *b, const bson_t *cmd);
 void audit_json_fields(audit_buf_t *b, const bson_t *doc);
 /* {"$date": "yyyy-mm-ddTHH:MM:SS.mmmZ"} for ms since the epoch. */
 void audit_json_date(audit_buf_t *b, int64_t ms);
+/* For tests: lower base64's code path to at most level (0 scalar, 1 SSSE3,
+ * 2 AVX2; never above what the CPU runs); returns the level now in use. */
+int audit_json_simd(int level);
 
 #endif

@@ -230,7 +230,7 @@ static void test_binary(void)
         bin[i] = (uint8_t)rnd();
     for (size_t n = 0; n <= 320; n++) {
         for (int pad = 0; pad < 3; pad++) {
-            size_t len = n <= 300 ? n : (n - 300) * 3500 + pad; /* then up to 70 KB */
+            size_t len = n <= 300 ? n : (n - 300) * 3400 + pad; /* then up to 68 KB */
             bson_t doc = BSON_INITIALIZER;
             audit_buf_t want = {0}, got = {0};
             bson_subtype_t sub = (bson_subtype_t)(n % 2 == 0 ? BSON_SUBTYPE_BINARY : 0x80 + n % 16);

@@ -23,12 +23,20 @@
 #include <string.h>
 
 /* Whether key ("user\ndb" in cap bytes, as fill_client stores it) names
- * user u of db d. */
+ * user u of db d.  A byte loop: the names are short, and three libc calls
+ * per event cost more. */
 static bool who_key_is(const char *key, size_t cap, const char *u, const char *d)
 {
-    size_t lu = strlen(u);
-    return lu < cap - 1 && memcmp(key, u, lu) == 0 && key[lu] == '\n' &&
-           strcmp(key + lu + 1, d) == 0;
+    size_t i = 0;
+    for (; u[i] != '\0'; i++)
+        if (i + 1 >= cap || key[i] != u[i])
+            return false;
+    if (i + 1 >= cap || key[i++] != '\n')
+        return false;
+    for (; *d != '\0'; d++, i++)
+        if (i >= cap || key[i] != *d)
+            return false;
+    return i < cap && key[i] == '\0';
 }
 
 /* Fill ac for this connection.  roles receives the role list when it is
@@ -112,20 +120,30 @@ static _Thread_local bool tl_loop_thread;
  * most loop iterations make one, and calloc/free each time showed in the
  * cost of an event.  Freed with the thread (spare_key's destructor). */
 static _Thread_local audit_batch_t *tl_spare;
+/* spare_key is set (once per thread, not per batch: pthread_setspecific
+ * showed in an event's cost) so that its destructor frees tl_spare. */
+static _Thread_local bool tl_spare_keyed;
 static pthread_key_t spare_key;
+static bool spare_key_ok;
 static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
 
-static void batch_free(void *arg)
+static void batch_free(audit_batch_t *b)
 {
-    audit_batch_t *b = arg;
     free(b->waits);
     free(b);
 }
 
+/* The key's destructor, on the exiting thread itself: its spare batch. */
+static void spare_free(void *arg)
+{
+    if (tl_spare != NULL)
+        batch_free(tl_spare);
+    tl_spare = NULL;
+}
+
 static void spare_init(void)
 {
-    if (pthread_key_create(&spare_key, batch_free) != 0)
-        spare_key = (pthread_key_t)-1;
+    spare_key_ok = pthread_key_create(&spare_key, spare_free) == 0;
 }
 
 static void batch_closed(uv_handle_t *h)
@@ -133,8 +151,11 @@ static void batch_closed(uv_handle_t *h)
     audit_batch_t *b = h->data;
     if (--b->closing != 0)
         return;
-    if (tl_spare == NULL && spare_key != (pthread_key_t)-1 &&
-        pthread_setspecific(spare_key, b) == 0) {
+    if (tl_spare == NULL && !tl_spare_keyed) {
+        pthread_once(&spare_once, spare_init);
+        tl_spare_keyed = spare_key_ok && pthread_setspecific(spare_key, &tl_spare) == 0;
+    }
+    if (tl_spare == NULL && tl_spare_keyed) {
         tl_spare = b;
         return;
     }
@@ -205,13 +226,10 @@ static audit_batch_t *batch_get(sbl_conn_t *conn)
     audit_batch_t *b = tl_spare;
     if (b != NULL) {
         tl_spare = NULL;
-        pthread_setspecific(spare_key, NULL);
         b->seq = 0;
         b->n = 0;
-    } else {
-        pthread_once(&spare_once, spare_init);
-        if ((b = calloc(1, sizeof(*b))) == NULL)
-            return NULL;
+    } else if ((b = calloc(1, sizeof(*b))) == NULL) {
+        return NULL;
     }
     uv_loop_t *loop = sbl_conn_loop(conn);
     uv_check_init(loop, &b->check);
@@ -326,7 +344,8 @@ int sbl_cmd_audit_check(sbl_cmd_ctx_t *ctx, int rc, sbl_err_t *err)
      * (batch_arm below), so the writer is not woken. */
     int arc = sbl_audit_command("authCheck", &ac, def->name, ns, ctx->cmd, rc, rc != 0, true,
                                 &seq, &e);
-    bson_destroy(&roles);
+    if (ac.roles != NULL) /* else nothing was appended: nothing to free */
+        bson_destroy(&roles);
     if (seq > ctx->audit_seq)
         ctx->audit_seq = seq;
     batch_arm(ctx->conn, seq); /* written at the end of this loop iteration */

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,6 +290,7 @@ static void put_oid(audit_buf_t *b, const uint8_t *oid)
 static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 static char b64_pairs[4096][2]; /* 12 bits -> two base64 characters */
 static pthread_once_t b64_once = PTHREAD_ONCE_INIT;
+static atomic_bool b64_ready; /* b64_init has run (cheaper to test than pthread_once) */
 
 /* The widest base64 code the CPU runs: 0 scalar, 1 SSSE3, 2 AVX2 (set by
  * b64_init; tests lower it with audit_json_simd to check each path). */
@@ -303,6 +305,7 @@ static void b64_init(void)
 #if defined(__x86_64__) && defined(__GNUC__)
     b64_level = __builtin_cpu_supports("avx2") ? 2 : __builtin_cpu_supports("ssse3") ? 1 : 0;
 #endif
+    atomic_store_explicit(&b64_ready, true, memory_order_release);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -401,7 +404,8 @@ static void put_binary(audit_buf_t *b, bson_subtype_t sub, const uint8_t *data, 
     static const char head[] = "{\"$binary\":{\"base64\":\"";
     static const char hex[] = "0123456789abcdef";
     char tail[] = "\",\"subType\":\"00\"}}";
-    pthread_once(&b64_once, b64_init);
+    if (!atomic_load_explicit(&b64_ready, memory_order_acquire))
+        pthread_once(&b64_once, b64_init);
     /* One reservation for all of it; head and tail are copied at a constant size. */
     if (!audit_buf_reserve(b, sizeof(head) - 1 + ((size_t)n + 2) / 3 * 4 + sizeof(tail) - 1))
         return;
@@ -412,7 +416,8 @@ static void put_binary(audit_buf_t *b, bson_subtype_t sub, const uint8_t *data, 
 #ifdef B64_SIMD
     if (b64_level > 0 && n >= 16) {
         size_t k = b64_level > 1 ? b64_avx2(data, n, o) : 0;
-        k += b64_ssse3(data + k, n - k, o + k / 3 * 4);
+        if (n - k >= 16)
+            k += b64_ssse3(data + k, n - k, o + k / 3 * 4);
         i = (uint32_t)k;
         o += k / 3 * 4;
     }

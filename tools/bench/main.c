@@ -9,6 +9,13 @@
 #include "client.h"
 #include "options.h"
 
+/* libmongoc's messages, without its debug lines (one per connection of mongodb.api=wire). */
+static void log_quiet(mongoc_log_level_t level, const char *domain, const char *message, void *arg)
+{
+    if (level < MONGOC_LOG_LEVEL_DEBUG)
+        mongoc_log_default_handler(level, domain, message, arg);
+}
+
 int main(int argc, char **argv)
 {
     bench_options_t o;
@@ -23,6 +30,7 @@ int main(int argc, char **argv)
         return 0;
     }
     mongoc_init();
+    mongoc_log_set_handler(log_quiet, NULL);
     int rc = bench_client_run(&o, stdout);
     mongoc_cleanup();
     bench_props_free(&o.props);

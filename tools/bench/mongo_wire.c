@@ -4,14 +4,15 @@
  *
  * libmongoc still opens the connection: a single-threaded mongoc_client_t
  * made from the same URL does the handshake, authentication (SCRAM) and
- * server selection on a socket stream that our initiator makes and
- * remembers.  After that the thread writes OP_MSG commands on that socket and
- * reads the replies itself, and libmongoc never touches the client again
- * until it is destroyed.  The bytes on the wire are the command libmongoc's
- * command path would send (same fields, lsid and writeConcern included);
- * what goes away is libmongoc 1.23's per-command work on the client side
- * (25k of its 54k instructions per read copy and re-parse the server's
- * description).
+ * server selection over a stream our initiator makes (a blocking TCP socket
+ * behind libmongoc's stream interface) and remembers.  After that the thread
+ * writes OP_MSG commands on that socket and reads the replies itself, and
+ * libmongoc never touches the client again until it is destroyed.  The
+ * bytes on the wire are the command libmongoc's command path would send
+ * (same fields, lsid and writeConcern included); what goes away is
+ * libmongoc 1.23's per-command work on the client side (25k of its 54k
+ * instructions per read copy and re-parse the server's description) and
+ * its non-blocking socket's failed recv and poll while a reply is on its way.
  *
  * Must stay true: one request is outstanding at a time (moreToCome requests
  * have none); after any I/O error the connection is dropped, never reused.
@@ -19,13 +20,17 @@
  * the reads go to the primary: mongo_wire_usable says so.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include "mongo_wire.h"
 
@@ -58,7 +63,214 @@ bool mongo_wire_usable(const mongoc_uri_t *uri)
     return rp == NULL || mongoc_read_prefs_get_mode(rp) == MONGOC_READ_PRIMARY;
 }
 
-/* The stream initiator: a plain TCP socket stream, remembered by host. */
+/*
+ * The connection is our own stream (libmongoc's stream interface over a
+ * blocking TCP socket), so the thread's commands can go out with one
+ * sendmsg and come back with one blocking recv: libmongoc's socket stream
+ * is non-blocking, and a reply that is not there yet costs it a failed recv
+ * and a poll.  libmongoc's own calls (handshake, authentication, the scan of
+ * the topology, which expects non-blocking reads and writes when the timeout
+ * is 0) go through the functions below, which poll and then use MSG_DONTWAIT.
+ */
+typedef struct fd_stream {
+    mongoc_stream_t vt; /* first: libmongoc holds a mongoc_stream_t * */
+    int fd;
+    bool timed_out;
+    bool retry; /* the last call would have blocked */
+} fd_stream_t;
+
+#define FD_STREAM_TYPE 0x5ab1 /* not one of libmongoc's stream types */
+#define DEFAULT_TIMEOUT_MS 300000
+
+/* Wait until fd is ready for ev: 1 ready, 0 timed out, -1 error. */
+static int wait_fd(fd_stream_t *s, short ev, int32_t timeout_ms)
+{
+    struct pollfd p = {.fd = s->fd, .events = ev};
+    int rc;
+    do
+        rc = poll(&p, 1, timeout_ms < 0 ? DEFAULT_TIMEOUT_MS : timeout_ms);
+    while (rc < 0 && errno == EINTR);
+    if (rc == 0) {
+        if (timeout_ms != 0)
+            s->timed_out = true;
+        errno = timeout_ms == 0 ? EAGAIN : ETIMEDOUT;
+    }
+    return rc;
+}
+
+static ssize_t fd_writev(mongoc_stream_t *st, mongoc_iovec_t *iov, size_t iovcnt, int32_t timeout_ms)
+{
+    fd_stream_t *s = (fd_stream_t *)st;
+    s->timed_out = s->retry = false;
+    mongoc_iovec_t mine[16]; /* a copy to advance: the caller's iovecs stay as they were */
+    if (iovcnt > 16) {
+        errno = EINVAL;
+        return -1;
+    }
+    memcpy(mine, iov, iovcnt * sizeof(*iov));
+    struct msghdr m = {.msg_iov = mine, .msg_iovlen = iovcnt};
+    size_t left = 0;
+    for (size_t i = 0; i < iovcnt; i++)
+        left += iov[i].iov_len;
+    ssize_t sent = 0;
+    while (left > 0) {
+        ssize_t n = sendmsg(s->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (wait_fd(s, POLLOUT, timeout_ms) > 0)
+                continue;
+            s->retry = timeout_ms == 0;
+            return sent > 0 ? sent : -1;
+        }
+        if (n < 0)
+            return -1;
+        sent += n;
+        left -= (size_t)n;
+        while (m.msg_iovlen > 0 && (size_t)n >= m.msg_iov->iov_len) { /* drop what went out */
+            n -= (ssize_t)m.msg_iov->iov_len;
+            m.msg_iov++, m.msg_iovlen--;
+        }
+        if (m.msg_iovlen > 0 && n > 0) {
+            m.msg_iov->iov_base = (char *)m.msg_iov->iov_base + n;
+            m.msg_iov->iov_len -= (size_t)n;
+        }
+    }
+    return sent;
+}
+
+static ssize_t fd_readv(mongoc_stream_t *st, mongoc_iovec_t *iov, size_t iovcnt, size_t min_bytes,
+                        int32_t timeout_ms)
+{
+    fd_stream_t *s = (fd_stream_t *)st;
+    s->timed_out = s->retry = false;
+    size_t got = 0, cur = 0, off = 0;
+    do {
+        if (cur >= iovcnt)
+            break;
+        ssize_t n = recv(s->fd, (char *)iov[cur].iov_base + off, iov[cur].iov_len - off, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (wait_fd(s, POLLIN, timeout_ms) > 0)
+                continue;
+            s->retry = timeout_ms == 0;
+            break;
+        }
+        if (n <= 0) {
+            if (n == 0)
+                errno = ECONNRESET;
+            return -1;
+        }
+        got += (size_t)n;
+        off += (size_t)n;
+        if (off == iov[cur].iov_len)
+            cur++, off = 0;
+    } while (got < min_bytes || got == 0);
+    if (got < min_bytes || (got == 0 && min_bytes > 0))
+        return -1;
+    return got > 0 ? (ssize_t)got : -1;
+}
+
+static int fd_close(mongoc_stream_t *st)
+{
+    fd_stream_t *s = (fd_stream_t *)st;
+    int rc = s->fd >= 0 ? close(s->fd) : 0;
+    s->fd = -1;
+    return rc;
+}
+
+static void fd_destroy(mongoc_stream_t *st)
+{
+    fd_close(st);
+    free(st);
+}
+
+static int fd_flush(mongoc_stream_t *st)
+{
+    (void)st;
+    return 0;
+}
+
+static int fd_setsockopt(mongoc_stream_t *st, int level, int name, void *val, mongoc_socklen_t len)
+{
+    return setsockopt(((fd_stream_t *)st)->fd, level, name, val, len);
+}
+
+static bool fd_check_closed(mongoc_stream_t *st)
+{
+    fd_stream_t *s = (fd_stream_t *)st;
+    struct pollfd p = {.fd = s->fd, .events = POLLIN};
+    if (s->fd < 0)
+        return true;
+    if (poll(&p, 1, 0) <= 0)
+        return false;
+    if (p.revents & (POLLERR | POLLHUP | POLLNVAL))
+        return true;
+    char c;
+    return recv(s->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+static ssize_t fd_poll(mongoc_stream_poll_t *streams, size_t n, int32_t timeout_ms)
+{
+    struct pollfd p[16];
+    if (n > 16) {
+        errno = EINVAL;
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        p[i] = (struct pollfd){.fd = ((fd_stream_t *)streams[i].stream)->fd, .events = (short)streams[i].events};
+    int rc;
+    do
+        rc = poll(p, (nfds_t)n, timeout_ms);
+    while (rc < 0 && errno == EINTR);
+    for (size_t i = 0; rc >= 0 && i < n; i++)
+        streams[i].revents = p[i].revents;
+    return rc;
+}
+
+static void fd_failed(mongoc_stream_t *st)
+{
+    fd_destroy(st);
+}
+
+static bool fd_timed_out(mongoc_stream_t *st)
+{
+    return ((fd_stream_t *)st)->timed_out;
+}
+
+static bool fd_should_retry(mongoc_stream_t *st)
+{
+    return ((fd_stream_t *)st)->retry;
+}
+
+/* Connect to one address within timeout_ms: a blocking socket, or -1. */
+static int connect_fd(const struct addrinfo *a, int32_t timeout_ms)
+{
+    int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -1;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int err = 0;
+        socklen_t el = sizeof(err);
+        if (errno != EINPROGRESS || poll(&p, 1, timeout_ms) != 1 ||
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0) {
+            close(fd);
+            return -1;
+        }
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* The stream initiator: our stream over a TCP connection, remembered by host. */
 static mongoc_stream_t *initiate(const mongoc_uri_t *uri, const mongoc_host_list_t *host, void *arg,
                                  bson_error_t *error)
 {
@@ -72,31 +284,36 @@ static mongoc_stream_t *initiate(const mongoc_uri_t *uri, const mongoc_host_list
         return NULL;
     }
     int32_t connect_ms = mongoc_uri_get_option_as_int32(uri, MONGOC_URI_CONNECTTIMEOUTMS, 10000);
-    mongoc_socket_t *sock = NULL;
-    for (struct addrinfo *a = res; a && sock == NULL; a = a->ai_next) {
-        sock = mongoc_socket_new(a->ai_family, SOCK_STREAM, 0);
-        if (sock == NULL)
-            continue;
-        if (mongoc_socket_connect(sock, a->ai_addr, (mongoc_socklen_t)a->ai_addrlen,
-                                  bson_get_monotonic_time() + (int64_t)connect_ms * 1000) != 0) {
-            mongoc_socket_destroy(sock);
-            sock = NULL;
-        }
-    }
+    int fd = -1;
+    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next)
+        fd = connect_fd(a, connect_ms);
     freeaddrinfo(res);
-    if (sock == NULL) {
+    fd_stream_t *s = fd >= 0 ? calloc(1, sizeof(*s)) : NULL;
+    if (s == NULL) {
+        if (fd >= 0)
+            close(fd);
         bson_set_error(error, MONGOC_ERROR_STREAM, MONGOC_ERROR_STREAM_CONNECT, "cannot connect to %s",
                        host->host_and_port);
         return NULL;
     }
-    int one = 1;
-    mongoc_socket_setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    mongoc_stream_t *s = mongoc_stream_socket_new(sock);
-    if (s != NULL && w->nmade < MAX_STREAMS) {
+    s->fd = fd;
+    s->vt = (mongoc_stream_t){.type = FD_STREAM_TYPE,
+                              .destroy = fd_destroy,
+                              .close = fd_close,
+                              .flush = fd_flush,
+                              .writev = fd_writev,
+                              .readv = fd_readv,
+                              .setsockopt = fd_setsockopt,
+                              .check_closed = fd_check_closed,
+                              .poll = fd_poll,
+                              .failed = fd_failed,
+                              .timed_out = fd_timed_out,
+                              .should_retry = fd_should_retry};
+    if (w->nmade < MAX_STREAMS) {
         snprintf(w->made[w->nmade].host, sizeof(w->made[0].host), "%s", host->host_and_port);
-        w->made[w->nmade++].stream = s;
+        w->made[w->nmade++].stream = &s->vt;
     }
-    return s;
+    return &s->vt;
 }
 
 mongo_wire_t *mongo_wire_open(const mongoc_uri_t *uri, const char *appname, bson_error_t *error)
@@ -139,6 +356,11 @@ mongo_wire_t *mongo_wire_open(const mongoc_uri_t *uri, const char *appname, bson
         mongo_wire_close(w);
         return NULL;
     }
+    /* socketTimeoutMS bounds every blocking send and recv of the commands (0: no limit). */
+    struct timeval tv = {.tv_sec = w->timeout_ms / 1000, .tv_usec = (w->timeout_ms % 1000) * 1000};
+    int fd = ((fd_stream_t *)w->stream)->fd;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     return w;
 }
 
@@ -185,6 +407,28 @@ static uint32_t get_le32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* Write every byte of iov on the blocking socket fd (SO_SNDTIMEO bounds the wait). */
+static bool send_all(int fd, struct iovec *iov, int iovcnt)
+{
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
+    while (m.msg_iovlen > 0) {
+        ssize_t n = sendmsg(fd, &m, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return false;
+        while (m.msg_iovlen > 0 && (size_t)n >= m.msg_iov->iov_len) {
+            n -= (ssize_t)m.msg_iov->iov_len;
+            m.msg_iov++, m.msg_iovlen--;
+        }
+        if (m.msg_iovlen > 0) {
+            m.msg_iov->iov_base = (char *)m.msg_iov->iov_base + n;
+            m.msg_iov->iov_len -= (size_t)n;
+        }
+    }
+    return true;
+}
+
 bool mongo_wire_command(mongo_wire_t *w, const bson_t *cmd, bool more_to_come, bson_t *reply, bson_error_t *error)
 {
     if (w->stream == NULL) {
@@ -200,33 +444,37 @@ bool mongo_wire_command(mongo_wire_t *w, const bson_t *cmd, bool more_to_come, b
     put_le32(head + 12, OP_MSG);
     put_le32(head + 16, more_to_come ? MORE_TO_COME : 0);
     head[20] = 0;
-    mongoc_iovec_t iov[2] = {{.iov_base = head, .iov_len = sizeof(head)},
-                             {.iov_base = (void *)bson_get_data(cmd), .iov_len = cmd->len}};
-    size_t total = sizeof(head) + cmd->len;
-    errno = 0;
-    if (mongoc_stream_writev(w->stream, iov, 2, w->timeout_ms) != (ssize_t)total)
+    struct iovec iov[2] = {{.iov_base = head, .iov_len = sizeof(head)},
+                           {.iov_base = (void *)bson_get_data(cmd), .iov_len = cmd->len}};
+    int fd = ((fd_stream_t *)w->stream)->fd;
+    if (!send_all(fd, iov, 2))
         return fail(w, error, "send");
     if (more_to_come)
         return true;
-    /* The reply: usually one read brings all of it. */
+    /* The reply: one blocking recv usually brings all of it. */
     if (!reserve(w, 64 * 1024))
         return fail(w, error, "out of memory");
-    ssize_t got = mongoc_stream_read(w->stream, w->buf, w->cap, 16, w->timeout_ms);
-    if (got < 16)
-        return fail(w, error, "receive");
-    uint32_t len = get_le32(w->buf);
-    if (len < 21 || len > 48000000 || get_le32(w->buf + 8) != id || get_le32(w->buf + 12) != OP_MSG) {
-        errno = EPROTO;
-        return fail(w, error, "bad reply");
-    }
-    if ((size_t)got < len) {
-        if (!reserve(w, len))
+    size_t got = 0, len = 0;
+    while (got < 16 || got < len) {
+        if (len > w->cap && !reserve(w, len))
             return fail(w, error, "out of memory");
-        ssize_t more = mongoc_stream_read(w->stream, w->buf + got, len - (size_t)got, len - (size_t)got,
-                                          w->timeout_ms);
-        if (more != (ssize_t)(len - (size_t)got))
-            return fail(w, error, "receive");
-    } else if ((size_t)got > len) {
+        ssize_t n = recv(fd, w->buf + got, (len ? len : w->cap) - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n == 0)
+            errno = 0; /* the server closed the connection */
+        if (n <= 0)
+            return fail(w, error, errno == EAGAIN ? "receive (socketTimeoutMS)" : "receive");
+        got += (size_t)n;
+        if (len == 0 && got >= 16) {
+            len = get_le32(w->buf);
+            if (len < 21 || len > 48000000 || get_le32(w->buf + 8) != id || get_le32(w->buf + 12) != OP_MSG) {
+                errno = EPROTO;
+                return fail(w, error, "bad reply");
+            }
+        }
+    }
+    if (got > len) {
         errno = EPROTO;
         return fail(w, error, "bytes after the reply");
     }

@@ -26,7 +26,9 @@ const char *bench_usage(void)
            "  updateproportion insertproportion scanproportion readmodifywriteproportion\n"
            "  requestdistribution insertorder maxexecutiontime measurement.interval exportfile\n"
            "  mongodb.url mongodb.writeConcern mongodb.readPreference mongodb.upsert mongodb.api batchsize\n"
-           "  redis.host redis.port redis.password  postgrenosql.url postgres.url postgrenosql.autocommit\n";
+           "  redis.host redis.port redis.password  postgrenosql.url postgres.url postgrenosql.autocommit\n"
+           "mongodb.api: wire (default: each thread's own connection, opened by libmongoc, commands\n"
+           "  written and read directly) | command (libmongoc's command API) | crud (its CRUD helpers)\n";
 }
 
 static bool is_number(const char *s, bool allow_frac)

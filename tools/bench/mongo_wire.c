@@ -98,6 +98,19 @@ static int wait_fd(fd_stream_t *s, short ev, int32_t timeout_ms)
     return rc;
 }
 
+/* Drop the first n bytes sent from m's iovecs (which must be the sender's own copy). */
+static void iov_advance(struct msghdr *m, size_t n)
+{
+    while (m->msg_iovlen > 0 && n >= m->msg_iov->iov_len) {
+        n -= m->msg_iov->iov_len;
+        m->msg_iov++, m->msg_iovlen--;
+    }
+    if (m->msg_iovlen > 0 && n > 0) {
+        m->msg_iov->iov_base = (char *)m->msg_iov->iov_base + n;
+        m->msg_iov->iov_len -= n;
+    }
+}
+
 static ssize_t fd_writev(mongoc_stream_t *st, mongoc_iovec_t *iov, size_t iovcnt, int32_t timeout_ms)
 {
     fd_stream_t *s = (fd_stream_t *)st;
@@ -127,14 +140,7 @@ static ssize_t fd_writev(mongoc_stream_t *st, mongoc_iovec_t *iov, size_t iovcnt
             return -1;
         sent += n;
         left -= (size_t)n;
-        while (m.msg_iovlen > 0 && (size_t)n >= m.msg_iov->iov_len) { /* drop what went out */
-            n -= (ssize_t)m.msg_iov->iov_len;
-            m.msg_iov++, m.msg_iovlen--;
-        }
-        if (m.msg_iovlen > 0 && n > 0) {
-            m.msg_iov->iov_base = (char *)m.msg_iov->iov_base + n;
-            m.msg_iov->iov_len -= (size_t)n;
-        }
+        iov_advance(&m, (size_t)n);
     }
     return sent;
 }
@@ -417,14 +423,7 @@ static bool send_all(int fd, struct iovec *iov, int iovcnt)
             continue;
         if (n < 0)
             return false;
-        while (m.msg_iovlen > 0 && (size_t)n >= m.msg_iov->iov_len) {
-            n -= (ssize_t)m.msg_iov->iov_len;
-            m.msg_iov++, m.msg_iovlen--;
-        }
-        if (m.msg_iovlen > 0) {
-            m.msg_iov->iov_base = (char *)m.msg_iov->iov_base + n;
-            m.msg_iov->iov_len -= (size_t)n;
-        }
+        iov_advance(&m, (size_t)n);
     }
     return true;
 }

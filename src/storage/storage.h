@@ -282,6 +282,27 @@ void sbl_iscan_close(sbl_iscan_t *scan);
 int sbl_coll_get_by_key(sbl_session_t *s, sbl_coll_t *c, const uint8_t *idk, size_t idlen,
                         bson_t *doc, bool *foundp, sbl_err_t *err);
 
+/* ---- compaction (wt_compact.c) ------------------------------------------ */
+
+/*
+ * Give back to the filesystem the free space inside c's files: its table,
+ * its natural-order table when capped, and each secondary index table.
+ * Takes a checkpoint first (so pages freed since the last one count as free),
+ * then, for every file holding at least free_space_target bytes of reusable
+ * space, runs WiredTiger's compact (which moves live blocks toward the start
+ * of the file, checkpoints and truncates; other sessions keep reading and
+ * writing meanwhile).  *bytes_freedp gets the sum over the files of size
+ * before minus size after (a file that grew meanwhile counts 0).  With
+ * dry_run nothing is moved: *bytes_freedp gets the reusable bytes of the
+ * files that would be compacted, an upper bound of what compact frees.
+ * Compactions run one at a time (a second caller waits).  Must not be called
+ * inside a transaction (IllegalOperation 20); a WiredTiger failure (EBUSY
+ * under cache pressure) is returned as an error after a few retries.  c stays
+ * the caller's.
+ */
+int sbl_coll_compact(sbl_session_t *s, sbl_coll_t *c, int64_t free_space_target, bool dry_run,
+                     int64_t *bytes_freedp, sbl_err_t *err);
+
 /* ---- durability -------------------------------------------------------- */
 
 /* Call cb(arg, rc) on the journal flusher thread once every transaction

@@ -194,6 +194,11 @@ int64_t sbl_index_size(sbl_session_t *s, const sbl_index_t *ix)
     return v;
 }
 
+const char *sbl_index_uri(const sbl_index_t *ix)
+{
+    return ix->tbl->uri;
+}
+
 void sbl_index_hash(const bson_value_t *v, bson_value_t *out)
 {
     sbl_buf_t b;

@@ -213,6 +213,8 @@ int sbl_index_catalog_load(sbl_wt_table_t *t, const bson_t *entry, sbl_err_t *er
 void sbl_index_drop_tables(sbl_wt_table_t *t);
 /* Release t's index list (last table reference). */
 void sbl_index_free_all(sbl_wt_table_t *t);
+/* The WiredTiger uri of ix's table ("table:index-<n>-<r>"): valid while ix is held. */
+const char *sbl_index_uri(const sbl_index_t *ix);
 /* True when some loaded collection has an index table named uri. */
 bool sbl_index_uri_known(const char *uri);
 /* Start / stop the TTL monitor thread. */

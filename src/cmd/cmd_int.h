@@ -247,6 +247,8 @@ int sbl_cmd_kill_op(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_profile(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 /* validate.c */
 int sbl_cmd_validate(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+/* compact.c */
+int sbl_cmd_compact(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
 
 /* auth_cmds.c: authentication commands and the dispatcher's authorization check */
 int sbl_cmd_sasl_start(sbl_cmd_ctx_t *ctx, sbl_err_t *err);

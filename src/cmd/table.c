@@ -30,6 +30,8 @@ static const sbl_cmd_def_t cmd_table[] = {
     {"collMod", sbl_cmd_coll_mod, W, "change a collection's validator or an index's options",
      "collMod"},
     {"collStats", sbl_cmd_coll_stats, R, "collection statistics", "collStats"},
+    {"compact", sbl_cmd_compact, SLOW,
+     "give a collection's free file space back to the filesystem", "compact"},
     {"configureFailPoint", sbl_cmd_configure_fail_point, ADM,
      "set a fail point (test only: enableTestCommands=1)", NULL},
     {"connectionStatus", sbl_cmd_connection_status, NA,

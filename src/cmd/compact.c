@@ -34,6 +34,12 @@ static int get_flag(const bson_iter_t *it, const char *field, bool *out, sbl_err
     return sbl_crud_type_error(err, field, it, "bool");
 }
 
+/* Between files and slices of WiredTiger's compact: killOp and maxTimeMS. */
+static int check_interrupt(void *arg, sbl_err_t *err)
+{
+    return sbl_cmd_check_interrupt(arg, err);
+}
+
 int sbl_cmd_compact(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 {
     static const char *const known[] = {"compact", "force", "freeSpaceTargetMB", "dryRun", NULL};
@@ -71,7 +77,8 @@ int sbl_cmd_compact(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_NamespaceNotFound, "collection does not exist");
     SBL_RET(rc);
     SBL_ERR(sbl_cmd_check_interrupt(ctx, err));
-    SBL_ERR(sbl_coll_compact(ctx->ss, c, target_mb << 20, dry_run, &freed, err));
+    SBL_ERR(sbl_coll_compact(ctx->ss, c, target_mb << 20, dry_run, check_interrupt, ctx, &freed,
+                             err));
     BSON_APPEND_INT64(ctx->reply, dry_run ? "estimatedBytesFreed" : "bytesFreed", freed);
 err:
     sbl_coll_release(c);

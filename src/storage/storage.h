@@ -295,13 +295,18 @@ int sbl_coll_get_by_key(sbl_session_t *s, sbl_coll_t *c, const uint8_t *idk, siz
  * before minus size after (a file that grew meanwhile counts 0).  With
  * dry_run nothing is moved: *bytes_freedp gets the reusable bytes of the
  * files that would be compacted, an upper bound of what compact frees.
- * Compactions run one at a time (a second caller waits).  Must not be called
- * inside a transaction (IllegalOperation 20); a WiredTiger failure (EBUSY
- * under cache pressure) is returned as an error after a few retries.  c stays
- * the caller's.
+ * Compactions run one at a time (a second caller waits).  check (may be
+ * NULL) is called with arg before each file and between slices of
+ * WiredTiger's compact on one (30 s, doubling up to 10 min): a non-zero return (an error code, err filled) stops the
+ * compaction there and is returned (what was moved stays moved).  Must not
+ * be called inside a transaction (IllegalOperation 20); WiredTiger's EBUSY
+ * (eviction stuck) is retried a few times, then returned as an error.  c
+ * stays the caller's.
  */
+typedef int (*sbl_compact_check_fn)(void *arg, sbl_err_t *err);
 int sbl_coll_compact(sbl_session_t *s, sbl_coll_t *c, int64_t free_space_target, bool dry_run,
-                     int64_t *bytes_freedp, sbl_err_t *err);
+                     sbl_compact_check_fn check, void *arg, int64_t *bytes_freedp,
+                     sbl_err_t *err);
 
 /* ---- durability -------------------------------------------------------- */
 

@@ -12,6 +12,7 @@
  */
 #include "storage/wt_int.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,6 +20,13 @@
 #include "common/log.h"
 
 #define COMPACT_BUSY_RETRIES 3
+/* WiredTiger's compact runs at most a slice per call (it keeps what a
+ * timed-out call moved) and the caller's check (killOp, maxTimeMS) runs
+ * between calls.  Each call starts with a checkpoint, so a slice that timed
+ * out makes the next one twice as long: a file whose checkpoints are slow
+ * still progresses, and a kill waits at most COMPACT_SLICE_MAX_S. */
+#define COMPACT_SLICE_S 30
+#define COMPACT_SLICE_MAX_S 600
 
 /* One compaction at a time: two on the same files would only fight over
  * the same free space and checkpoints. */
@@ -50,26 +58,39 @@ static int file_space(WT_SESSION *wt, const char *uri, int64_t *sizep, int64_t *
     return ret == 0 ? 0 : sbl_wt_err(err, ret, "compact: file statistics");
 }
 
-static int compact_file(WT_SESSION *wt, const char *uri, sbl_err_t *err)
+/* Compact one file in slices, calling check between them. */
+static int compact_file(WT_SESSION *wt, const char *uri, sbl_compact_check_fn check, void *arg,
+                        sbl_err_t *err)
 {
-    int ret;
+    char config[32];
+    int ret, busy = 0, slice = COMPACT_SLICE_S;
 
-    for (int attempt = 0;; attempt++) {
-        /* timeout=0: no time limit (WiredTiger's default stops at 20 minutes). */
-        ret = wt->compact(wt, uri, "timeout=0");
-        if (ret != EBUSY || attempt == COMPACT_BUSY_RETRIES)
-            break;
-        sleep(1);
+    for (;;) {
+        snprintf(config, sizeof(config), "timeout=%d", slice);
+        ret = wt->compact(wt, uri, config);
+        if (ret == ETIMEDOUT || (ret == EBUSY && busy++ < COMPACT_BUSY_RETRIES)) {
+            int rc;
+            if (ret == EBUSY)
+                sleep(1);
+            else if (slice < COMPACT_SLICE_MAX_S)
+                slice = slice * 2 < COMPACT_SLICE_MAX_S ? slice * 2 : COMPACT_SLICE_MAX_S;
+            if (check != NULL && (rc = check(arg, err)) != 0)
+                return rc;
+            continue;
+        }
+        break;
     }
     if (ret == EBUSY)
-        return sbl_err_set(err, SBL_E_ExceededMemoryLimit,
-                           "compact: WiredTiger halted the compaction under cache pressure; "
-                           "try again later");
+        return sbl_err_set(err, SBL_E_Interrupted,
+                           "compaction of %s stopped: the WiredTiger cache is under eviction "
+                           "pressure; try again later",
+                           uri);
     return sbl_wt_err(err, ret, "compact");
 }
 
 int sbl_coll_compact(sbl_session_t *s, sbl_coll_t *c, int64_t free_space_target, bool dry_run,
-                     int64_t *bytes_freedp, sbl_err_t *err)
+                     sbl_compact_check_fn check, void *arg, int64_t *bytes_freedp,
+                     sbl_err_t *err)
 {
     sbl_wt_table_t *tbl = c->tbl;
     sbl_index_t **ix = NULL;
@@ -103,6 +124,8 @@ int sbl_coll_compact(sbl_session_t *s, sbl_coll_t *c, int64_t free_space_target,
         int64_t size, reusable, after;
         if (atomic_load(&tbl->dropped))
             break; /* dropped meanwhile: nothing left to give back */
+        if (check != NULL)
+            SBL_ERR(check(arg, err));
         SBL_ERR(file_space(s->wt, uris[i], &size, &reusable, err));
         if (reusable < free_space_target || reusable == 0)
             continue;
@@ -110,7 +133,7 @@ int sbl_coll_compact(sbl_session_t *s, sbl_coll_t *c, int64_t free_space_target,
             freed += reusable;
             continue;
         }
-        SBL_ERR(compact_file(s->wt, uris[i], err));
+        SBL_ERR(compact_file(s->wt, uris[i], check, arg, err));
         SBL_ERR(file_space(s->wt, uris[i], &after, &reusable, err));
         if (before[i] > after)
             freed += before[i] - after;

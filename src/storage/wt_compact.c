@@ -33,9 +33,10 @@
 static pthread_mutex_t compact_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 /* The file size and the bytes on its free list (reusable space) of uri's
- * file, from WiredTiger's block-manager statistics. */
+ * file, from WiredTiger's block-manager statistics.  *gonep (0 returned) when
+ * the file no longer exists (an index dropped meanwhile). */
 static int file_space(WT_SESSION *wt, const char *uri, int64_t *sizep, int64_t *freep,
-                      sbl_err_t *err)
+                      bool *gonep, sbl_err_t *err)
 {
     WT_CURSOR *cur;
     char suri[300];
@@ -43,8 +44,13 @@ static int file_space(WT_SESSION *wt, const char *uri, int64_t *sizep, int64_t *
     int ret;
 
     *sizep = *freep = 0;
+    *gonep = false;
     snprintf(suri, sizeof(suri), "statistics:%s", uri);
-    if ((ret = wt->open_cursor(wt, suri, NULL, "statistics=(fast)", &cur)) != 0)
+    if ((ret = wt->open_cursor(wt, suri, NULL, "statistics=(fast)", &cur)) == ENOENT) {
+        *gonep = true;
+        return 0;
+    }
+    if (ret != 0)
         return sbl_wt_err(err, ret, "compact: file statistics");
     cur->set_key(cur, WT_STAT_DSRC_BLOCK_SIZE);
     if ((ret = cur->search(cur)) == 0)
@@ -80,6 +86,8 @@ static int compact_file(WT_SESSION *wt, const char *uri, sbl_compact_check_fn ch
         }
         break;
     }
+    if (ret == ENOENT)
+        return 0; /* an index dropped meanwhile: nothing to give back */
     if (ret == EBUSY)
         return sbl_err_set(err, SBL_E_Interrupted,
                            "compaction of %s stopped: the WiredTiger cache is under eviction "
@@ -115,27 +123,29 @@ int sbl_coll_compact(sbl_session_t *s, sbl_coll_t *c, int64_t free_space_target,
 
     for (size_t i = 0; i < nuris && !atomic_load(&tbl->dropped); i++) {
         int64_t reusable;
-        SBL_ERR(file_space(s->wt, uris[i], &before[i], &reusable, err));
+        bool gone;
+        SBL_ERR(file_space(s->wt, uris[i], &before[i], &reusable, &gone, err));
     }
     /* Pages freed since the last checkpoint join the free lists only at the next one. */
     SBL_ERR(sbl_storage_checkpoint(err));
 
     for (size_t i = 0; i < nuris; i++) {
         int64_t size, reusable, after;
+        bool gone;
         if (atomic_load(&tbl->dropped))
             break; /* dropped meanwhile: nothing left to give back */
         if (check != NULL)
             SBL_ERR(check(arg, err));
-        SBL_ERR(file_space(s->wt, uris[i], &size, &reusable, err));
-        if (reusable < free_space_target || reusable == 0)
+        SBL_ERR(file_space(s->wt, uris[i], &size, &reusable, &gone, err));
+        if (gone || reusable < free_space_target || reusable == 0)
             continue;
         if (dry_run) {
             freed += reusable;
             continue;
         }
         SBL_ERR(compact_file(s->wt, uris[i], check, arg, err));
-        SBL_ERR(file_space(s->wt, uris[i], &after, &reusable, err));
-        if (before[i] > after)
+        SBL_ERR(file_space(s->wt, uris[i], &after, &reusable, &gone, err));
+        if (!gone && before[i] > after)
             freed += before[i] - after;
     }
     *bytes_freedp = freed;

@@ -4,7 +4,8 @@
  * deleted, a dry run estimates without shrinking anything, a check that
  * refuses stops the compaction with its error, a target above the free space
  * skips every file, and a real compaction shrinks the files while every
- * remaining document and index entry is still there, also after a reopen.
+ * remaining document and index entry is still there, also after a reopen;
+ * an index dropped during a compaction is skipped.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +137,17 @@ static int count_calls(void *arg, sbl_err_t *err)
     return 0;
 }
 
+/* Drops index k_1 of the collection arg on its first call (before the first file). */
+static int drop_index_once(void *arg, sbl_err_t *err)
+{
+    static bool dropped;
+    if (!dropped) {
+        dropped = true;
+        return sbl_index_drop(sbl_session_get(), arg, "k_1", err);
+    }
+    return 0;
+}
+
 int main(void)
 {
     sbl_session_t *s;
@@ -220,6 +232,12 @@ int main(void)
     CHECK(sbl_coll_open(sbl_session_get(), "t.c", false, &c, NULL, &err) == 0);
     check_data(c);
     CHECK(files_size(c) == size1);
+
+    /* An index dropped while compact runs: skipped, the command succeeds. */
+    CHECK_MSG(sbl_coll_compact(sbl_session_get(), c, 1, false, drop_index_once, c, &freed,
+                               &err) == 0,
+              "compact with a dropped index: %s", err.msg);
+    CHECK(sbl_index_count(c) == 0);
     sbl_coll_release(c);
     sbl_storage_close();
 

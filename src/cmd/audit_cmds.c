@@ -206,9 +206,11 @@ static void batch_run(uv_check_t *h)
     if (tl_batch == b)
         tl_batch = NULL; /* what the replies below dispatch goes to a new batch */
     /* This check runs before the loop's reply flush (libuv runs the newest
-     * check first): send the replies that wait on no event (reads, writes
-     * that changed nothing) before the audit write, not after it. */
-    sbl_net_flush_held(h->loop);
+     * check first): every reply of the iteration goes out after the audit
+     * write, each in its request's place (sbl_conn_hold_place).  Sending
+     * the replies that wait on no event first (41f46a7) served reads ahead
+     * of writes: at 100 busy clients that moved ~700 us of mean latency from
+     * the reads to the writes in bench/audit's mixed mixes. */
     batch_release(b);
     b->closing = 2;
     uv_close((uv_handle_t *)&b->check, batch_closed);
@@ -382,6 +384,7 @@ bool sbl_cmd_audit_wait(sbl_cmd_ctx_t *ctx, void (*cb)(void *arg, int rc), void 
     b->waits[b->n].cb = cb;
     b->waits[b->n].arg = arg;
     b->n++;
+    sbl_conn_hold_place(ctx->conn); /* its reply leaves in this request's turn */
     if (seq > b->seq)
         b->seq = seq;
     return true;

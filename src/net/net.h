@@ -83,10 +83,12 @@ const char *sbl_conn_remote(const sbl_conn_t *conn); /* "127.0.0.1:53422" */
 const char *sbl_conn_local(const sbl_conn_t *conn);  /* "127.0.0.1:27017" */
 bool sbl_conn_is_loopback(const sbl_conn_t *conn);
 uv_loop_t *sbl_conn_loop(sbl_conn_t *conn);
-/* Send now the replies the connections of this loop hold (they would go out
- * at the end of the loop iteration).  The audit log's group write calls it
- * first, so that replies that wait on no event do not wait for its write. */
-void sbl_net_flush_held(uv_loop_t *loop);
+/* Keep conn's place among the replies its loop sends at the end of this
+ * iteration, as if it held a reply now: a reply held later in the iteration
+ * (after the audit log's group write) then leaves where its request's turn
+ * was, and replies that wait for the audit log are not sent before or after
+ * the others because they waited. */
+void sbl_conn_hold_place(sbl_conn_t *conn);
 /* Per-connection data of the layer above; free_fn runs when the connection is freed. */
 void sbl_conn_set_data(sbl_conn_t *conn, void *data, void (*free_fn)(void *));
 void *sbl_conn_data(const sbl_conn_t *conn);

@@ -405,15 +405,23 @@ static void flush_cb(uv_check_t *h)
     }
 }
 
-void sbl_net_flush_held(uv_loop_t *loop)
-{
-    net_loop_t *nl = (net_loop_t *)((char *)loop - offsetof(net_loop_t, loop));
-    flush_cb(&nl->flush);
-}
-
 static void flush_idle_cb(uv_idle_t *h)
 {
     (void)h; /* only there so that the iteration's poll does not block */
+}
+
+/* Put c on its loop's flush list (at the front: the list goes out in the
+ * reverse of the order connections joined it, the same for every reply). */
+static void flush_enqueue(sbl_conn_t *c)
+{
+    if (c->in_flush)
+        return;
+    c->in_flush = true;
+    c->flush_next = c->nl->flush_list;
+    c->nl->flush_list = c;
+    /* Held from a timer or a callback after the poll: the check runs only
+     * after a poll, which must then not wait for new events. */
+    uv_idle_start(&c->nl->flush_idle, flush_idle_cb);
 }
 
 void net_flush_init(net_loop_t *nl)
@@ -455,14 +463,13 @@ static void hold_reply(sbl_conn_t *c, const uint8_t *data, size_t len, uint8_t *
     memcpy(c->held + c->held_len, data, len);
     c->held_len += len;
     free(mem);
-    if (!c->in_flush) {
-        c->in_flush = true;
-        c->flush_next = c->nl->flush_list;
-        c->nl->flush_list = c;
-        /* Held from a timer or a callback after the poll: the check runs
-         * only after a poll, which must then not wait for new events. */
-        uv_idle_start(&c->nl->flush_idle, flush_idle_cb);
-    }
+    flush_enqueue(c);
+}
+
+void sbl_conn_hold_place(sbl_conn_t *c)
+{
+    if (!c->closing)
+        flush_enqueue(c);
 }
 
 void net_conn_reply_arrived(net_reply_t *r)

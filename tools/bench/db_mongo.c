@@ -353,57 +353,37 @@ static bool wire_call(mongo_ctx_t *c, const char *what, bool write, bson_t *repl
     return false;
 }
 
-/* The wire path's write: c->cmd holds {insert|update: table, documents|updates: [item]}. */
-static bench_status_t wire_write(mongo_ctx_t *c, const char *what, int64_t *np)
-{
-    bson_t reply;
-    if (!wire_call(c, what, true, &reply))
-        return BENCH_ERROR;
-    if (!c->acked)
-        return BENCH_OK;
-    if (!write_reply_ok(c, what, &reply))
-        return BENCH_ERROR;
-    if (np != NULL) {
-        bson_iter_t it;
-        *np = bson_iter_init_find(&it, &reply, "n") ? bson_iter_as_int64(&it) : 0;
-    }
-    return BENCH_OK;
-}
-
-/* Start c->cmd as {verb: table, arr_key: [item]} (the wire path's single writes). */
-static void wire_start_write(mongo_ctx_t *c, const char *verb, const char *table, const char *arr_key,
-                             const bson_t *item)
-{
-    bson_t arr;
-    bson_reinit(&c->cmd);
-    BSON_APPEND_UTF8(&c->cmd, verb, table);
-    BSON_APPEND_ARRAY_BEGIN(&c->cmd, arr_key, &arr);
-    BSON_APPEND_DOCUMENT(&arr, "0", item);
-    bson_append_array_end(&c->cmd, &arr);
-}
-
-/* Send one write command ({insert|update: table, documents|updates: [one]}). */
+/*
+ * Send one write command ({insert|update: table, documents|updates: [one]})
+ * on the wire path or through libmongoc's command API (coll).  *np gets the
+ * reply's n when the write is acknowledged.
+ */
 static bench_status_t write_one(mongo_ctx_t *c, mongoc_collection_t *coll, const char *what,
                                 const char *table, const char *arr_key, const bson_t *item, int64_t *np)
 {
-    bson_t cmd = BSON_INITIALIZER, arr, reply;
-    BSON_APPEND_UTF8(&cmd, what, table);
-    BSON_APPEND_ARRAY_BEGIN(&cmd, arr_key, &arr);
+    bson_t local = BSON_INITIALIZER, *cmd = c->wire ? &c->cmd : &local, arr, reply;
+    bson_reinit(cmd);
+    BSON_APPEND_UTF8(cmd, what, table);
+    BSON_APPEND_ARRAY_BEGIN(cmd, arr_key, &arr);
     BSON_APPEND_DOCUMENT(&arr, "0", item);
-    bson_append_array_end(&cmd, &arr);
+    bson_append_array_end(cmd, &arr);
     bson_error_t e;
     bench_status_t st = BENCH_OK;
-    if (!mongoc_collection_write_command_with_opts(coll, &cmd, c->acked ? &c->sopts : NULL, &reply, &e)) {
+    if (c->wire) {
+        if (!wire_call(c, what, true, &reply))
+            st = BENCH_ERROR;
+    } else if (!mongoc_collection_write_command_with_opts(coll, cmd, c->acked ? &c->sopts : NULL, &reply, &e)) {
         report_error(c->sh, what, &e);
         st = BENCH_ERROR;
-    } else if (!write_reply_ok(c, what, &reply)) {
+    }
+    if (st == BENCH_OK && !write_reply_ok(c, what, &reply)) {
         st = BENCH_ERROR;
-    } else if (np != NULL && c->acked) {
+    } else if (st == BENCH_OK && np != NULL && c->acked) {
         bson_iter_t it;
         *np = bson_iter_init_find(&it, &reply, "n") ? bson_iter_as_int64(&it) : 0;
     }
-    bson_destroy(&reply);
-    bson_destroy(&cmd);
+    bson_destroy(&reply); /* the wire path's is a view: nothing to free */
+    bson_destroy(&local);
     return st;
 }
 
@@ -490,19 +470,26 @@ static int consume_batch(const bson_t *reply, int64_t *idp)
     return n;
 }
 
-/* The wire path's read: the find command YCSB's find(...).projection(...).first() sends. */
+/* cmd := the find command YCSB's find(...).projection(...).first() sends. */
+static void find_one_cmd(bson_t *cmd, const char *table, const char *key, const char *const *fields, int nfields)
+{
+    bson_t f;
+    bson_reinit(cmd);
+    BSON_APPEND_UTF8(cmd, "find", table);
+    BSON_APPEND_DOCUMENT_BEGIN(cmd, "filter", &f);
+    BSON_APPEND_UTF8(&f, "_id", key);
+    bson_append_document_end(cmd, &f);
+    append_projection(cmd, fields, nfields);
+    BSON_APPEND_INT64(cmd, "limit", 1);
+    BSON_APPEND_BOOL(cmd, "singleBatch", true);
+}
+
+/* The wire path's read. */
 static bench_status_t wire_read(mongo_ctx_t *c, const char *table, const char *key, const char *const *fields,
                                 int nfields)
 {
-    bson_t f, reply;
-    bson_reinit(&c->cmd);
-    BSON_APPEND_UTF8(&c->cmd, "find", table);
-    BSON_APPEND_DOCUMENT_BEGIN(&c->cmd, "filter", &f);
-    BSON_APPEND_UTF8(&f, "_id", key);
-    bson_append_document_end(&c->cmd, &f);
-    append_projection(&c->cmd, fields, nfields);
-    BSON_APPEND_INT64(&c->cmd, "limit", 1);
-    BSON_APPEND_BOOL(&c->cmd, "singleBatch", true);
+    bson_t reply;
+    find_one_cmd(&c->cmd, table, key, fields, nfields);
     if (!wire_call(c, "read", false, &reply))
         return BENCH_ERROR;
     int64_t id;
@@ -560,33 +547,16 @@ static bench_status_t mongo_read(void *ctx, const char *table, const char *key, 
     mongoc_client_t *b;
     mongoc_collection_t *coll = coll_get(c, table, &b);
     if (c->ss != NULL) {
-        /* The find command YCSB's find(...).projection(...).first() sends. */
-        bson_t cmd = BSON_INITIALIZER, f, reply;
-        BSON_APPEND_UTF8(&cmd, "find", table);
-        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &f);
-        BSON_APPEND_UTF8(&f, "_id", key);
-        bson_append_document_end(&cmd, &f);
-        append_projection(&cmd, fields, nfields);
-        BSON_APPEND_INT64(&cmd, "limit", 1);
-        BSON_APPEND_BOOL(&cmd, "singleBatch", true);
+        bson_t cmd = BSON_INITIALIZER, reply;
+        find_one_cmd(&cmd, table, key, fields, nfields);
         bson_error_t e;
         bench_status_t st = BENCH_NOT_FOUND;
+        int64_t id;
         if (!mongoc_collection_read_command_with_opts(coll, &cmd, NULL, &c->sopts, &reply, &e)) {
             report_error(c->sh, "read", &e);
             st = BENCH_ERROR;
-        } else {
-            bson_iter_t it, doc;
-            if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.firstBatch.0", &doc) &&
-                BSON_ITER_HOLDS_DOCUMENT(&doc)) {
-                const uint8_t *data;
-                uint32_t len;
-                bson_t d;
-                bson_iter_document(&doc, &len, &data);
-                if (bson_init_static(&d, data, len)) {
-                    consume(&d);
-                    st = BENCH_OK;
-                }
-            }
+        } else if (consume_batch(&reply, &id) > 0) {
+            st = BENCH_OK;
         }
         bson_destroy(&reply);
         bson_destroy(&cmd);
@@ -684,12 +654,7 @@ static bench_status_t mongo_update(void *ctx, const char *table, const char *key
         int64_t matched = 1; /* w:0: nothing comes back */
         BSON_APPEND_DOCUMENT(&u, "q", &sel);
         BSON_APPEND_DOCUMENT(&u, "u", &upd);
-        if (c->wire) {
-            wire_start_write(c, "update", table, "updates", &u);
-            st = wire_write(c, "update", &matched);
-        } else {
-            st = write_one(c, coll, "update", table, "updates", &u, &matched);
-        }
+        st = write_one(c, coll, "update", table, "updates", &u, &matched);
         if (st == BENCH_OK && matched == 0)
             st = BENCH_NOT_FOUND; /* YCSB: "Nothing updated for key" */
         bson_destroy(&u);
@@ -782,16 +747,8 @@ static bench_status_t mongo_insert(void *ctx, const char *table, const char *key
                 bson_append_document_end(&u, &sel);
                 BSON_APPEND_DOCUMENT(&u, "u", &doc);
                 BSON_APPEND_BOOL(&u, "upsert", true);
-                if (c->wire) {
-                    wire_start_write(c, "update", table, "updates", &u);
-                    st = wire_write(c, "update", NULL);
-                } else {
-                    st = write_one(c, coll, "update", table, "updates", &u, NULL);
-                }
+                st = write_one(c, coll, "update", table, "updates", &u, NULL);
                 bson_destroy(&u);
-            } else if (c->wire) {
-                wire_start_write(c, "insert", table, "documents", &doc);
-                st = wire_write(c, "insert", NULL);
             } else {
                 st = write_one(c, coll, "insert", table, "documents", &doc, NULL);
             }

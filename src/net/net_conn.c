@@ -21,7 +21,6 @@
  *     bytes per connection are held, and a close sends what is held first.
  */
 #include <stdio.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

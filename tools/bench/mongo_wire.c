@@ -173,9 +173,7 @@ static ssize_t fd_readv(mongoc_stream_t *st, mongoc_iovec_t *iov, size_t iovcnt,
         if (off == iov[cur].iov_len)
             cur++, off = 0;
     } while (got < min_bytes || got == 0);
-    if (got < min_bytes || (got == 0 && min_bytes > 0))
-        return -1;
-    return got > 0 ? (ssize_t)got : -1;
+    return got > 0 && got >= min_bytes ? (ssize_t)got : -1;
 }
 
 static int fd_close(mongoc_stream_t *st)

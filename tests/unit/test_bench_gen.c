@@ -271,6 +271,32 @@ static void test_workload(void)
     CHECK(ok);
     CHECK(bench_build_values(&t, true) == 10);
     CHECK(t.values[0].len == 100 && strcmp(t.values[3].name, "field3") == 0);
+    /* YCSB's values: printable ' ' .. '_', each of the 64 about equally
+     * often, and the fields one after another in the buffer (no byte
+     * written past a field's end: 100 is not a multiple of 8). */
+    int seen[64] = {0};
+    bool printable = true;
+    for (int rep = 0; rep < 100; rep++) {
+        CHECK(bench_build_values(&t, true) == 10);
+        for (int f = 0; f < 10; f++) {
+            if (f > 0 && t.values[f].value != t.values[f - 1].value + t.values[f - 1].len)
+                printable = false;
+            for (size_t i = 0; i < t.values[f].len; i++) {
+                unsigned char c = (unsigned char)t.values[f].value[i];
+                if (c < ' ' || c > '_')
+                    printable = false;
+                else
+                    seen[c - ' ']++;
+            }
+        }
+    }
+    CHECK(printable);
+    int lo = seen[0], hi = seen[0]; /* 100,000 bytes: about 1,562 each */
+    for (int i = 1; i < 64; i++) {
+        lo = seen[i] < lo ? seen[i] : lo;
+        hi = seen[i] > hi ? seen[i] : hi;
+    }
+    CHECK_MSG(lo > 1350 && hi < 1780, "character counts %d..%d", lo, hi);
     CHECK(bench_build_values(&t, false) == 1);
     bench_wthread_free(&t);
     bench_workload_free(&wl);

@@ -203,14 +203,31 @@ void bench_wthread_free(bench_wthread_t *t)
     t->names = NULL;
 }
 
+/* Eight random printable bytes (' ' .. '_') from the low 48 bits of x, six
+ * bits each: the bits are spread into the bytes with three shift-and-mask
+ * steps (24 bits per half, then 12 per quarter, then 6 per byte), about a
+ * dozen instructions for eight bytes instead of a shift, mask and store
+ * each (a 1 KB record's values were a third of the client's instructions
+ * per insert). */
+static inline uint64_t printable8(uint64_t x)
+{
+    x = (x & 0xFFFFFFull) | (x & 0xFFFFFF000000ull) << 8;
+    x = (x & 0x00000FFF00000FFFull) | (x & 0x00FFF00000FFF000ull) << 4;
+    x = (x & 0x003F003F003F003Full) | (x & 0x0FC00FC00FC00FC0ull) << 2;
+    return x + 0x2020202020202020ull;
+}
+
 /* Random printable bytes (' ' .. '_'), six bits per byte, like YCSB's RandomByteIterator. */
 static void fill_random(bench_rng_t *r, char *buf, size_t len)
 {
     size_t i = 0;
-    while (i < len) {
-        uint64_t x = bench_rng_next(r);
-        for (int k = 0; k < 10 && i < len; k++, x >>= 6)
-            buf[i++] = (char)(' ' + (x & 63));
+    for (; i + 8 <= len; i += 8) {
+        uint64_t v = printable8(bench_rng_next(r));
+        memcpy(buf + i, &v, 8);
+    }
+    if (i < len) {
+        uint64_t v = printable8(bench_rng_next(r));
+        memcpy(buf + i, &v, len - i);
     }
 }
 

@@ -51,21 +51,29 @@ static int64_t array_len(const bson_t *cmd, const char *field)
     return n;
 }
 
-static void count_op(const sbl_cmd_def_t *def, const bson_t *cmd)
+/* Counts the command in opcounters; returns how many it counted (an
+ * insert's documents: needs_worker reads it instead of counting again). */
+static int64_t count_op(const sbl_cmd_def_t *def, const bson_t *cmd)
 {
-    const char *n = def->name;
-    if (strcmp(n, "insert") == 0)
-        sbl_metrics_count_op(SBL_OPC_INSERT, array_len(cmd, "documents"));
-    else if (strcmp(n, "update") == 0)
-        sbl_metrics_count_op(SBL_OPC_UPDATE, array_len(cmd, "updates"));
-    else if (strcmp(n, "delete") == 0)
-        sbl_metrics_count_op(SBL_OPC_DELETE, array_len(cmd, "deletes"));
-    else if (strcmp(n, "find") == 0)
-        sbl_metrics_count_op(SBL_OPC_QUERY, 1);
-    else if (strcmp(n, "getMore") == 0)
-        sbl_metrics_count_op(SBL_OPC_GETMORE, 1);
-    else
-        sbl_metrics_count_op(SBL_OPC_COMMAND, 1);
+    const char *n = def->name, *stmts = NULL; /* stmts: counted one by one */
+    sbl_opc_t opc = SBL_OPC_COMMAND;
+    if (strcmp(n, "insert") == 0) {
+        opc = SBL_OPC_INSERT;
+        stmts = "documents";
+    } else if (strcmp(n, "update") == 0) {
+        opc = SBL_OPC_UPDATE;
+        stmts = "updates";
+    } else if (strcmp(n, "delete") == 0) {
+        opc = SBL_OPC_DELETE;
+        stmts = "deletes";
+    } else if (strcmp(n, "find") == 0) {
+        opc = SBL_OPC_QUERY;
+    } else if (strcmp(n, "getMore") == 0) {
+        opc = SBL_OPC_GETMORE;
+    }
+    int64_t k = stmts != NULL ? array_len(cmd, stmts) : 1;
+    sbl_metrics_count_op(opc, k);
+    return k;
 }
 
 /* ---- the operation as monitoring sees it ---------------------------------- */
@@ -262,7 +270,8 @@ static bool statements_are_points(const bson_t *cmd, const char *array, const ch
     return true;
 }
 
-static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd)
+/* counted: what count_op returned for the command (an insert's documents). */
+static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t counted)
 {
     bson_t f;
     if (!(def->flags & SBL_CMD_SLOW))
@@ -301,7 +310,7 @@ static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd)
     if (strcmp(n, "findAndModify") == 0 || strcmp(n, "findandmodify") == 0)
         return !doc_field(cmd, "query", &f) || !filter_is_point(&f);
     if (strcmp(n, "insert") == 0)
-        return array_len(cmd, "documents") > 64;
+        return counted > 64;
     if (strcmp(n, "count") == 0)
         return doc_field(cmd, "query", &f) && !bson_empty(&f);
     return true;
@@ -559,8 +568,8 @@ void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
         finish(p); /* failCommand: an error reply, a closed connection or a block */
         return;
     }
-    count_op(p->def, p->ctx.cmd);
-    if (needs_worker(p->def, p->ctx.cmd)) {
+    int64_t counted = count_op(p->def, p->ctx.cmd);
+    if (needs_worker(p->def, p->ctx.cmd, counted)) {
         p->work.data = p;
         if (uv_queue_work(sbl_conn_loop(conn), &p->work, work_cb, after_work_cb) == 0)
             return;

@@ -596,6 +596,11 @@ static int event(const char *atype, const sbl_audit_client_t *c, const ev_param_
     bool have_ev = false;
     struct timespec now;
     int rc = 0;
+    /* A JSON event is formatted here, outside A.mu, and copied in under
+     * it: the loop threads no longer queue on the lock (and sleep in
+     * futex) while another one formats. */
+    char line_stack[4096];
+    audit_buf_t line = {.data = line_stack, .cap = sizeof(line_stack), .borrowed = true};
 
     *seqp = 0;
     if (!sbl_audit_enabled())
@@ -631,6 +636,13 @@ static int event(const char *atype, const sbl_audit_client_t *c, const ev_param_
         pthread_rwlock_unlock(&A.filter_lock);
     if (!keep)
         goto done;
+    if (A.fmt != SBL_AUDIT_BSON) {
+        json_event(&line, atype, ts, c, pm, result);
+        if (line.oom) {
+            rc = sbl_err_set(err, SBL_E_ExceededMemoryLimit, "audit log: out of memory");
+            goto done;
+        }
+    }
     pthread_mutex_lock(&A.mu);
     int e = atomic_load(&A.health_errno);
     if (e != 0 && !force) {
@@ -643,7 +655,7 @@ static int event(const char *atype, const sbl_audit_client_t *c, const ev_param_
     if (A.fmt == SBL_AUDIT_BSON)
         audit_buf_put(&A.buf, bson_get_data(&ev), ev.len);
     else
-        json_event(&A.buf, atype, ts, c, pm, result);
+        audit_buf_put(&A.buf, line.data, line.len);
     if (A.buf.oom) {
         A.buf.len = mark;
         pthread_mutex_unlock(&A.mu);
@@ -665,6 +677,8 @@ static int event(const char *atype, const sbl_audit_client_t *c, const ev_param_
 done:
     if (eb.heap)
         free(eb.p);
+    if (!line.borrowed)
+        free(line.data);
     return rc;
 }
 

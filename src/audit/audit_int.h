@@ -18,7 +18,9 @@
 typedef struct audit_buf {
     char *data;
     size_t len, cap;
-    bool oom; /* an append failed since the flag was last cleared */
+    bool oom;      /* an append failed since the flag was last cleared */
+    bool borrowed; /* data is the caller's array (not to be freed): growing
+                    * moves the bytes to a heap block the buffer then owns */
 } audit_buf_t;
 
 /* The slow half of audit_buf_reserve: grow the buffer. */

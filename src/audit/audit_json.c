@@ -29,11 +29,14 @@ bool audit_buf_grow(audit_buf_t *b, size_t n)
     size_t cap = b->cap != 0 ? b->cap : 64 * 1024;
     while (cap < b->len + n)
         cap *= 2;
-    char *p = realloc(b->data, cap);
+    char *p = b->borrowed ? malloc(cap) : realloc(b->data, cap);
     if (p == NULL) {
         b->oom = true;
         return false;
     }
+    if (b->borrowed && b->len > 0)
+        memcpy(p, b->data, b->len);
+    b->borrowed = false;
     b->data = p;
     b->cap = cap;
     return true;

@@ -301,8 +301,25 @@ static void test_lsids(void)
     CHECK_MSG(bad == 0, "%d of 4000 commands' lsids differ", bad);
 }
 
+/* A buffer over the caller's array (an event is formatted on the stack)
+ * moves to the heap when it outgrows it, keeping what it held. */
+static void test_borrowed(void)
+{
+    char small[16];
+    audit_buf_t b = {.data = small, .cap = sizeof(small), .borrowed = true};
+    audit_buf_puts(&b, "0123456789");
+    CHECK(b.borrowed && b.data == small && b.len == 10);
+    for (int i = 0; i < 100; i++)
+        audit_buf_puts(&b, "abcdefghij");
+    CHECK(!b.borrowed && b.data != small && !b.oom && b.len == 1010);
+    CHECK(memcmp(b.data, "0123456789abcdefghijabcdefghij", 30) == 0 &&
+          memcmp(b.data + 1000, "abcdefghij", 10) == 0);
+    free(b.data);
+}
+
 int main(void)
 {
+    test_borrowed();
     test_lsids();
     /* base64: every code path this CPU has, widest first */
     for (int level = audit_json_simd(2);; level = audit_json_simd(level - 1)) {

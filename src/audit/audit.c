@@ -66,7 +66,7 @@ static struct {
     sbl_matcher_t *filter;
     bson_t *filter_doc;
     unsigned filter_mask; /* the event fields the filter can look at (EV_*) */
-    uint64_t filter_gen;  /* bumped when the filter changes (the decisions' memo) */
+    atomic_uint_fast64_t filter_gen; /* bumped when the filter changes (the decisions' memos) */
     atomic_bool needs_bson; /* a filter or the BSON format: read without the lock */
 
     pthread_t thread;
@@ -573,16 +573,65 @@ static bool filter_match(const bson_t *ev, bool memo)
     if (!memo || ev->len > MEMO_BYTES)
         return sbl_matcher_match(A.filter, ev, NULL);
     for (int i = 0; i < MEMO_SLOTS; i++)
-        if (tl_memo[i].gen == A.filter_gen && tl_memo[i].len == ev->len &&
+        if (tl_memo[i].gen == atomic_load_explicit(&A.filter_gen, memory_order_relaxed) &&
+            tl_memo[i].len == ev->len &&
             memcmp(tl_memo[i].bytes, data, ev->len) == 0)
             return tl_memo[i].keep;
     bool keep = sbl_matcher_match(A.filter, ev, NULL);
     unsigned i = tl_memo_next++ % MEMO_SLOTS;
-    tl_memo[i].gen = A.filter_gen;
+    tl_memo[i].gen = atomic_load_explicit(&A.filter_gen, memory_order_relaxed);
     tl_memo[i].len = ev->len;
     tl_memo[i].keep = keep;
     memcpy(tl_memo[i].bytes, data, ev->len);
     return keep;
+}
+
+/*
+ * The filter's decision for an event whose param is only {command, ns}
+ * (authCheck) when the filter names no field but atype and param: then it
+ * is a function of atype, command and ns.  The last such decision of this
+ * thread is kept with the filter's generation and looked up without the
+ * filter's lock (whose reader count the loop threads would pass between
+ * their cores on every event), without the BSON event and without the
+ * matcher.  atype and command are compared as pointers (string literals
+ * and the command table's names), ns as a string.
+ */
+static _Thread_local struct {
+    uint64_t gen; /* 0: empty */
+    const char *atype, *command;
+    bool keep;
+    char ns[128];
+} tl_quick;
+
+static bool quick_fits(const ev_param_t *pm)
+{
+    return pm->command != NULL && (pm->doc == NULL || bson_empty(pm->doc)) &&
+           strlen(pm->ns) < sizeof(tl_quick.ns) && A.fmt != SBL_AUDIT_BSON;
+}
+
+/* Whether this thread's last decision applies to the event (into *keep). */
+static bool quick_hit(const char *atype, const ev_param_t *pm, bool *keep)
+{
+    if (tl_quick.gen == 0 || tl_quick.atype != atype || tl_quick.command != pm->command ||
+        tl_quick.gen != atomic_load_explicit(&A.filter_gen, memory_order_acquire) ||
+        strcmp(tl_quick.ns, pm->ns) != 0)
+        return false;
+    *keep = tl_quick.keep;
+    return true;
+}
+
+/* Under filter_lock (read), after the matcher decided keep for the event. */
+static void quick_set(const char *atype, const ev_param_t *pm, bool keep)
+{
+    tl_quick.gen = 0;
+    if (A.filter == NULL || (A.filter_mask & ~(unsigned)(EV_ATYPE | EV_PARAM)) != 0 ||
+        !quick_fits(pm))
+        return;
+    tl_quick.atype = atype;
+    tl_quick.command = pm->command;
+    tl_quick.keep = keep;
+    strcpy(tl_quick.ns, pm->ns);
+    tl_quick.gen = atomic_load_explicit(&A.filter_gen, memory_order_relaxed);
 }
 
 /* An event; wake: wake the writer thread for it when it is idle (callers that
@@ -617,7 +666,10 @@ static int event(const char *atype, const sbl_audit_client_t *c, const ev_param_
     eb.len = 0;
     eb.cap = sizeof(eb.stack);
     eb.heap = eb.oom = false;
-    bool locked = sbl_audit_needs_bson();
+    bool keep = true;
+    bool needs = sbl_audit_needs_bson();
+    bool decided = needs && quick_fits(pm) && quick_hit(atype, pm, &keep);
+    bool locked = needs && !decided;
     if (locked)
         pthread_rwlock_rdlock(&A.filter_lock);
     if (locked && (A.filter != NULL || A.fmt == SBL_AUDIT_BSON)) {
@@ -630,8 +682,12 @@ static int event(const char *atype, const sbl_audit_client_t *c, const ev_param_
             goto done;
         }
     }
-    bool keep = !have_ev || A.filter == NULL ||
-                filter_match(&ev, A.fmt != SBL_AUDIT_BSON && A.filter_mask != EV_ALL);
+    if (!decided) {
+        keep = !have_ev || A.filter == NULL ||
+               filter_match(&ev, A.fmt != SBL_AUDIT_BSON && A.filter_mask != EV_ALL);
+        if (locked)
+            quick_set(atype, pm, keep);
+    }
     if (locked)
         pthread_rwlock_unlock(&A.filter_lock);
     if (!keep)
@@ -1038,7 +1094,7 @@ int sbl_audit_set_filter(const bson_t *filter, sbl_err_t *err)
     A.filter = m;
     A.filter_doc = doc;
     A.filter_mask = mask;
-    A.filter_gen++;
+    atomic_fetch_add_explicit(&A.filter_gen, 1, memory_order_release);
     atomic_store(&A.needs_bson, m != NULL || A.fmt == SBL_AUDIT_BSON);
     pthread_rwlock_unlock(&A.filter_lock);
     if (old != NULL)

@@ -264,6 +264,50 @@ static void test_filter_fields(void)
     sbl_audit_close();
 }
 
+/* An authCheck made as the dispatcher makes it (sbl_audit_command: param
+ * {command, ns}), by u@admin; whether the filter kept it. */
+static bool kept_cmd(const char *cmd, const char *ns)
+{
+    sbl_err_t err;
+    bson_t args = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&args, cmd, "c");
+    sbl_audit_client_t c = {.local = "127.0.0.1:27017", .remote = "[::1]:5000", .user = "u",
+                            .user_db = "admin"};
+    uint64_t seq = 0;
+    int rc = sbl_audit_command("authCheck", &c, cmd, ns, &args, 0, false, true, &seq, &err);
+    bson_destroy(&args);
+    return rc == 0 && seq != 0;
+}
+
+/* A filter over atype and param alone: the thread's last decision is
+ * reused for the same atype, command and ns (tl_quick), never across a
+ * different ns or command, and never after the filter changes. */
+static void test_filter_quick(void)
+{
+    static const char *const find = "find", *const update = "update";
+    char path[300];
+    snprintf(path, sizeof(path), "%s/q.json", dir);
+    sbl_err_t err;
+    sbl_audit_config_t cfg = {.destination = SBL_AUDIT_FILE, .format = SBL_AUDIT_JSON,
+                              .path = path};
+    CHECK(sbl_audit_open(&cfg, &err) == 0);
+    set_filter("{\"atype\": \"authCheck\", \"param.command\": \"find\", \"param.ns\": \"d.c\"}");
+    for (int i = 0; i < 3; i++) {
+        CHECK(kept_cmd(find, "d.c"));
+        CHECK(kept_cmd(find, "d.c"));
+        CHECK(!kept_cmd(find, "d.x"));
+        CHECK(kept_cmd(find, "d.c"));
+        CHECK(!kept_cmd(update, "d.c"));
+    }
+    set_filter("{\"atype\": \"authCheck\", \"param.command\": \"update\"}");
+    CHECK(!kept_cmd(find, "d.c") && kept_cmd(update, "d.c") && kept_cmd(update, "d.c"));
+    set_filter("{\"atype\": \"authCheck\", \"users.user\": \"v\"}"); /* names users: no reuse */
+    CHECK(!kept_cmd(update, "d.c") && !kept_cmd(update, "d.c"));
+    set_filter("{\"atype\": \"authCheck\"}");
+    CHECK(kept_cmd(update, "d.c") && kept_cmd(update, "d.c"));
+    sbl_audit_close();
+}
+
 /* The first line of path containing needle, into line (cap bytes). */
 static bool find_line(const char *path, const char *needle, char *line, size_t cap)
 {
@@ -662,6 +706,7 @@ int main(void)
     test_json_types();
     test_filter_bson();
     test_filter_fields();
+    test_filter_quick();
     test_command_event();
     test_command_head();
     test_json_random();

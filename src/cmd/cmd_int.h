@@ -76,6 +76,7 @@ typedef struct sbl_cmd_ctx {
     int64_t nreturned;  /* documents in that batch */
     int64_t cursor_id;  /* the cursor id it returned (0: exhausted) */
     uint64_t audit_seq; /* the last audit event of this command (the reply waits for it) */
+    sbl_write_counts_t writes; /* set by insert, update and delete with their reply */
 } sbl_cmd_ctx_t;
 
 typedef int (*sbl_cmd_fn)(sbl_cmd_ctx_t *ctx, sbl_err_t *err);

@@ -384,6 +384,7 @@ int sbl_cmd_insert(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     }
     sbl_coll_release(c);
     append_count(ctx->reply, "n", n);
+    ctx->writes = (sbl_write_counts_t){.known = true, .n = n};
     if (nerrors > 0)
         bson_append_array(ctx->reply, "writeErrors", -1, &errors);
     bson_destroy(&errors);
@@ -660,6 +661,8 @@ int sbl_cmd_update(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bson_destroy(&let);
     append_count(ctx->reply, "n", tot.n);
     append_count(ctx->reply, "nModified", tot.nmodified);
+    ctx->writes = (sbl_write_counts_t){
+        .known = true, .n = tot.n, .nmodified = tot.nmodified, .nupserted = tot.nupserted};
     if (tot.nupserted > 0)
         bson_append_array(ctx->reply, "upserted", -1, &tot.upserted);
     if (nerrors > 0)
@@ -846,6 +849,7 @@ int sbl_cmd_delete(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     free(parsed);
     bson_destroy(&let);
     append_count(ctx->reply, "n", n);
+    ctx->writes = (sbl_write_counts_t){.known = true, .n = n};
     if (nerrors > 0)
         bson_append_array(ctx->reply, "writeErrors", -1, &errors);
     bson_destroy(&errors);

@@ -165,6 +165,7 @@ static void op_end(pending_t *p)
         .docs_examined = ctx->docs_examined,
         .cursor_id = ctx->cursor_reply ? ctx->cursor_id : 0,
         .nreturned = ctx->cursor_reply ? ctx->nreturned : -1,
+        .writes = ctx->writes,
     };
     sbl_metrics_op_done(&r);
     sbl_op_unregister(&p->op);

@@ -171,6 +171,14 @@ int sbl_profile_set_level(const char *db, int level);
 /* The newest entries kept in <db>.system.profile (Sable has no capped collections). */
 #define SBL_PROFILE_MAX_ENTRIES 1000
 
+/* What insert, update and delete put in their replies' n, nModified and
+ * upserted, handed over by the handler so that the reply is not read back
+ * for metrics.document (known false: it is read). */
+typedef struct sbl_write_counts {
+    bool known;
+    int64_t n, nmodified, nupserted;
+} sbl_write_counts_t;
+
 /* What a finished command reports (dispatch fills it, metrics decides the rest). */
 typedef struct sbl_op_report {
     const sbl_op_t *op;        /* registry entry: opid, client, db, ns, command */
@@ -182,6 +190,7 @@ typedef struct sbl_op_report {
     int64_t keys_examined, docs_examined;
     int64_t cursor_id;
     int64_t nreturned; /* documents in the reply's cursor batch; -1: count them in reply */
+    sbl_write_counts_t writes;
 } sbl_op_report_t;
 
 /* Count the reply's documents into metrics.document, and when the operation

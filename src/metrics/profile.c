@@ -150,15 +150,16 @@ static void count_reply(const sbl_op_report_t *r, counts_t *c)
     memset(c, 0, sizeof(*c));
     if (r->reply == NULL)
         return;
+    const sbl_write_counts_t *w = &r->writes;
     if (strcmp(name, "insert") == 0) {
-        c->ninserted = reply_int(r->reply, "n");
+        c->ninserted = w->known ? w->n : reply_int(r->reply, "n");
     } else if (strcmp(name, "update") == 0) {
-        c->nupserted = array_count(r->reply, "upserted");
-        c->nmatched = reply_int(r->reply, "n") - c->nupserted;
-        c->nmodified = reply_int(r->reply, "nModified");
+        c->nupserted = w->known ? w->nupserted : array_count(r->reply, "upserted");
+        c->nmatched = (w->known ? w->n : reply_int(r->reply, "n")) - c->nupserted;
+        c->nmodified = w->known ? w->nmodified : reply_int(r->reply, "nModified");
         c->ninserted = c->nupserted;
     } else if (strcmp(name, "delete") == 0) {
-        c->ndeleted = reply_int(r->reply, "n");
+        c->ndeleted = w->known ? w->n : reply_int(r->reply, "n");
     } else if (strcmp(name, "find") == 0 || strcmp(name, "aggregate") == 0) {
         c->nreturned = r->nreturned >= 0 ? r->nreturned : array_count(r->reply, "cursor.firstBatch");
     } else if (strcmp(name, "getMore") == 0) {

@@ -965,7 +965,7 @@ static void *writer_main(void *arg)
 {
     bool done = false;
 
-    sbl_log_set_ctx("audit");
+    sbl_thread_name("audit");
     while (!done) {
         pthread_mutex_lock(&A.mu);
         while (!A.stop && !A.rotate_req && !A.kick && atomic_load(&A.health_errno) == 0) {

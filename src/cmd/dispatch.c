@@ -636,7 +636,7 @@ static bool reaper_running;
 
 static void reaper_main(void *arg)
 {
-    sbl_log_set_ctx("clientcursormon");
+    sbl_thread_name("clientcursormon");
     uv_mutex_lock(&reaper_mu);
     while (!reaper_stop) {
         uv_cond_timedwait(&reaper_cv, &reaper_mu, (uint64_t)60 * 1000 * 1000 * 1000);

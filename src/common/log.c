@@ -84,6 +84,14 @@ void sbl_log_set_ctx(const char *name)
     sbl_strcpy_n(log_ctx, sizeof(log_ctx), name);
 }
 
+void sbl_thread_name(const char *name)
+{
+    char os[16];
+    sbl_log_set_ctx(name);
+    sbl_strcpy_n(os, sizeof(os), name);
+    pthread_setname_np(pthread_self(), os);
+}
+
 static void json_escape(bson_string_t *s, const char *text)
 {
     char *esc = bson_utf8_escape_for_json(text, -1);

@@ -30,6 +30,11 @@ int sbl_log_verbosity(void);
 
 /* Name this thread in the "ctx" field ("conn12", "listener"); copies name. */
 void sbl_log_set_ctx(const char *name);
+/* A long-lived thread's name, set once at its start: the log's ctx and the
+ * OS thread name (its first 15 bytes), which top -H, perf and
+ * /proc/<pid>/task/<tid>/comm show.  Not for per-connection contexts
+ * (it is a system call). */
+void sbl_thread_name(const char *name);
 
 /*
  * Write one line.  component is MongoDB's component name ("NETWORK",

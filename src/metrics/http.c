@@ -257,7 +257,7 @@ static void stop_cb(uv_async_t *a)
 
 static void loop_main(void *arg)
 {
-    sbl_log_set_ctx("metrics");
+    sbl_thread_name("metrics");
     uv_run(&H.loop, UV_RUN_DEFAULT);
     sbl_session_release_thread();
 }

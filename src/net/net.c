@@ -174,7 +174,7 @@ static void loop_main(void *arg)
     tl_loop = nl;
     char ctx[32];
     snprintf(ctx, sizeof(ctx), "loop%d", nl->index);
-    sbl_log_set_ctx(ctx);
+    sbl_thread_name(ctx);
     uv_run(&nl->loop, UV_RUN_DEFAULT);
     tl_loop = NULL;
 }
@@ -311,7 +311,7 @@ static void listener_wake_cb(uv_async_t *a)
 
 static void listener_main(void *arg)
 {
-    sbl_log_set_ctx("listener");
+    sbl_thread_name("listener");
     uv_run(&lst.loop, UV_RUN_DEFAULT);
 }
 

@@ -120,6 +120,7 @@ int sbl_storage_checkpoint(sbl_err_t *err)
 
 static void *checkpoint_main(void *arg)
 {
+    sbl_thread_name("Checkpointer");
     WT_SESSION *wt = sbl_eng.ckpt_wt;
     double last = now_s();
     struct timespec ts;
@@ -184,6 +185,7 @@ void sbl_storage_on_durable(void (*cb)(void *arg, int rc), void *arg)
 
 static void *flusher_main(void *arg)
 {
+    sbl_thread_name("JournalFlusher");
     WT_SESSION *wt = sbl_eng.fl_wt;
     uint64_t flushed_commits = 0;
     struct timespec ts;

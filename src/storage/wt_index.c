@@ -1382,6 +1382,7 @@ static void ttl_pass(sbl_session_t *s)
 
 static void *ttl_main(void *arg)
 {
+    sbl_thread_name("TTLMonitor");
     sbl_session_t *s = sbl_session_get();
 
     pthread_mutex_lock(&sbl_eng.ttl_lock);

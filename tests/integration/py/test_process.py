@@ -217,3 +217,17 @@ def test_max_conns_enforced(fresh_server):
     finally:
         for sock in socks:
             sock.close()
+
+
+def test_threads_carry_their_names(fresh_server):
+    """top -H, perf and /proc show which thread is busy: the network loops,
+    the listener, the journal flusher and the checkpointer are named (the
+    OS thread name, 15 bytes at most)."""
+    s = fresh_server
+    s.start()
+    task = "/proc/%d/task" % s.proc.pid
+    names = set()
+    for tid in os.listdir(task):
+        with open(os.path.join(task, tid, "comm")) as f:
+            names.add(f.read().strip())
+    assert {"loop0", "listener", "JournalFlusher", "Checkpointer"} <= names, names

@@ -603,16 +603,19 @@ static _Thread_local struct {
     char ns[128];
 } tl_quick;
 
-static bool quick_fits(const ev_param_t *pm)
+/* An event the quick decision can stand for: param {command, ns} alone, in
+ * a JSON log (the BSON format needs the whole event built anyway). */
+static bool quick_kind(const ev_param_t *pm)
 {
     return pm->command != NULL && (pm->doc == NULL || bson_empty(pm->doc)) &&
-           strlen(pm->ns) < sizeof(tl_quick.ns) && A.fmt != SBL_AUDIT_BSON;
+           A.fmt != SBL_AUDIT_BSON;
 }
 
 /* Whether this thread's last decision applies to the event (into *keep). */
 static bool quick_hit(const char *atype, const ev_param_t *pm, bool *keep)
 {
-    if (tl_quick.gen == 0 || tl_quick.atype != atype || tl_quick.command != pm->command ||
+    if (tl_quick.gen == 0 || tl_quick.atype != atype || !quick_kind(pm) ||
+        tl_quick.command != pm->command ||
         tl_quick.gen != atomic_load_explicit(&A.filter_gen, memory_order_acquire) ||
         strcmp(tl_quick.ns, pm->ns) != 0)
         return false;
@@ -625,7 +628,7 @@ static void quick_set(const char *atype, const ev_param_t *pm, bool keep)
 {
     tl_quick.gen = 0;
     if (A.filter == NULL || (A.filter_mask & ~(unsigned)(EV_ATYPE | EV_PARAM)) != 0 ||
-        !quick_fits(pm))
+        !quick_kind(pm) || strlen(pm->ns) >= sizeof(tl_quick.ns))
         return;
     tl_quick.atype = atype;
     tl_quick.command = pm->command;
@@ -668,7 +671,7 @@ static int event(const char *atype, const sbl_audit_client_t *c, const ev_param_
     eb.heap = eb.oom = false;
     bool keep = true;
     bool needs = sbl_audit_needs_bson();
-    bool decided = needs && quick_fits(pm) && quick_hit(atype, pm, &keep);
+    bool decided = needs && quick_hit(atype, pm, &keep);
     bool locked = needs && !decided;
     if (locked)
         pthread_rwlock_rdlock(&A.filter_lock);

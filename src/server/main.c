@@ -29,6 +29,20 @@
 
 static sbl_options_t options;
 
+#ifdef SABLE_JEMALLOC
+/*
+ * jemalloc's options, read when it starts (MALLOC_CONF in the environment
+ * still overrides them).  Its memory on transparent huge pages: on this
+ * kind of virtual machine the first touch of a 4 KiB page costs ~18 us,
+ * and an insert's new WiredTiger update touched a third of a fresh page;
+ * with 2 MiB pages an insert-only run went from 0.33 page faults and
+ * 47 us of server CPU per insert to 0.001 and 31 us (docs/BENCHMARKS.md,
+ * "Session 7").  Where huge pages are off (transparent_hugepage "never")
+ * the madvise it makes does nothing.
+ */
+const char *malloc_conf = "thp:always,metadata_thp:always";
+#endif
+
 /* --fork: the parent waits until the child reports start-up success (one
  * byte on a pipe) and exits with the matching status. */
 static int fork_server(int *notify_fd)

@@ -193,6 +193,7 @@ static int run(int notify_fd)
         .journal_compressor = options.journal_compressor,
         .commit_interval_ms = options.commit_interval_ms,
         .syncdelay_s = options.syncdelay_s,
+        .wt_config = options.wt_config,
     };
     bson_iter_t ttl_it;
     if (bson_iter_init_find(&ttl_it, &options.parameters, "ttlMonitorSleepSecs") &&

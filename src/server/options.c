@@ -45,6 +45,8 @@ static const opt_def_t opt_table[] = {
      "maximum amount of memory to allocate for cache; defaults to 1/2 of physical RAM"},
     {"wiredTigerJournalCompressor", "storage.wiredTiger.engineConfig.journalCompressor",
      OPT_STRING, "use a compressor for log records [none|snappy|zlib] (sabled's default: none)"},
+    {"wiredTigerEngineConfigString", "storage.wiredTiger.engineConfig.configString", OPT_STRING,
+     "WiredTiger storage engine custom configuration settings (appended to sabled's)"},
     {"logpath", "systemLog.path", OPT_STRING,
      "log file to send write to instead of stdout - has to be a file, not directory"},
     {"logappend", "systemLog.logAppend", OPT_FLAG,
@@ -424,6 +426,8 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
             set_str(&o->logpath, st->value);
         } else if (strcmp(k, "processManagement.pidFilePath") == 0) {
             set_str(&o->pidfile, st->value);
+        } else if (strcmp(k, "storage.wiredTiger.engineConfig.configString") == 0) {
+            set_str(&o->wt_config, st->value);
         } else if (strcmp(k, "net.tls.mode") == 0) {
             static const char *const modes[] = {"disabled", "allowTLS", "preferTLS", "requireTLS"};
             int m = -1;
@@ -655,6 +659,7 @@ void sbl_options_destroy(sbl_options_t *o)
     bson_free(o->dbpath);
     bson_free(o->logpath);
     bson_free(o->pidfile);
+    bson_free(o->wt_config);
     bson_free(o->tls_cert_key_file);
     bson_free(o->tls_cert_key_password);
     bson_free(o->tls_ca_file);

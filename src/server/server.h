@@ -39,6 +39,7 @@ typedef struct sbl_options {
     int syncdelay_s;
     bool fork;
     char *pidfile;
+    char *wt_config; /* storage.wiredTiger.engineConfig.configString, or NULL */
     int nloops;
     int verbosity;
     bool quiet;

@@ -41,6 +41,7 @@ typedef struct sbl_storage_config {
     int commit_interval_ms; /* journal flush interval for w:1 writes; default 100 */
     int syncdelay_s;        /* checkpoint interval; default 60; 0 disables */
     int ttl_monitor_sleep_s; /* TTL pass interval (ttlMonitorSleepSecs); <= 0: 60 */
+    const char *wt_config;  /* appended to wiredtiger_open's configuration (later keys win), or NULL */
 } sbl_storage_config_t;
 
 /* Open (creating if needed) the engine at cfg->dbpath: takes mongod.lock (error 

@@ -90,6 +90,10 @@ size_t sbl_drop_retry(WT_SESSION *wt)
 /* Serializes checkpoints, so two savers of the sizes rows never conflict.
  * Lock order: ckpt_mutex, then the catalog lock. */
 static pthread_mutex_t ckpt_mutex = PTHREAD_MUTEX_INITIALIZER;
+/* When the last checkpoint ended (now_s()): the periodic one comes
+ * syncdelay seconds after any checkpoint, an fsync command's included, so
+ * a checkpoint just taken by hand is not followed by another at once. */
+static _Atomic double ckpt_done_s;
 
 /* Save the counts, then checkpoint.  wt belongs to the caller. */
 static int checkpoint_on(WT_SESSION *wt, sbl_err_t *err)
@@ -102,6 +106,8 @@ static int checkpoint_on(WT_SESSION *wt, sbl_err_t *err)
     pthread_rwlock_unlock(&sbl_eng.cat_lock);
     if (rc == 0 && (ret = wt->checkpoint(wt, NULL)) != 0)
         rc = sbl_wt_err(err, ret, "checkpoint");
+    if (rc == 0)
+        atomic_store(&ckpt_done_s, now_s());
     pthread_mutex_unlock(&ckpt_mutex);
     return rc;
 }
@@ -129,6 +135,8 @@ static void *checkpoint_main(void *arg)
     pthread_mutex_lock(&sbl_eng.bg_lock);
     while (!sbl_eng.bg_stop) {
         long wait_ms = sbl_eng.drops != NULL ? 1000 : 3600 * 1000L;
+        if (atomic_load(&ckpt_done_s) > last)
+            last = atomic_load(&ckpt_done_s);
         if (sbl_eng.syncdelay_s > 0) {
             long until = (long)((last + sbl_eng.syncdelay_s - now_s()) * 1000.0) + 1;
             if (until < wait_ms)
@@ -142,6 +150,8 @@ static void *checkpoint_main(void *arg)
         pthread_mutex_unlock(&sbl_eng.bg_lock);
         if (drops)
             sbl_drop_retry(wt);
+        if (atomic_load(&ckpt_done_s) > last)
+            last = atomic_load(&ckpt_done_s);
         if (sbl_eng.syncdelay_s > 0 && now_s() >= last + sbl_eng.syncdelay_s) {
             if (checkpoint_on(wt, &err) != 0)
                 sbl_log(SBL_LOG_WARNING, "STORAGE", 22430, err.msg, NULL);

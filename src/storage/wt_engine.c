@@ -101,17 +101,21 @@ static void journal_compressor_remember(const char *dbpath, const char *jc)
         unlink(tmp);
 }
 
-static void build_config(char *config, size_t cap, uint64_t cache_mb, const char *jc,
-                         const char *exts)
+/* The configuration for wiredtiger_open; extra (the user's configString)
+ * comes last, so its keys override ours.  Returns whether it fit. */
+static bool build_config(char *config, size_t cap, uint64_t cache_mb, const char *jc,
+                         const char *exts, const char *extra)
 {
     bool compress = strcmp(jc, "none") != 0;
-    snprintf(config, cap,
-             "create,cache_size=%lluM,session_max=2000,statistics=(fast),"
-             "log=(enabled=true,archive=true,path=journal%s%s),"
-             "transaction_sync=(enabled=false),file_manager=(close_idle_time=600),"
-             "%s," SBL_EVICTION_CONFIG,
-             (unsigned long long)cache_mb, compress ? ",compressor=" : "", compress ? jc : "",
-             exts);
+    int n = snprintf(config, cap,
+                     "create,cache_size=%lluM,session_max=2000,statistics=(fast),"
+                     "log=(enabled=true,archive=true,path=journal%s%s),"
+                     "transaction_sync=(enabled=false),file_manager=(close_idle_time=600),"
+                     "%s," SBL_EVICTION_CONFIG "%s%s",
+                     (unsigned long long)cache_mb, compress ? ",compressor=" : "",
+                     compress ? jc : "", exts, extra != NULL && *extra ? "," : "",
+                     extra != NULL ? extra : "");
+    return n >= 0 && (size_t)n < cap;
 }
 
 int sbl_wt_err(sbl_err_t *err, int ret, const char *what)
@@ -282,7 +286,7 @@ static void destroy_sync_objects(void)
 int sbl_storage_open(const sbl_storage_config_t *cfg, sbl_err_t *err)
 {
     static uint64_t epochs;
-    char jpath[4096], config[1024];
+    char jpath[4096], config[8192];
     uint64_t cache_mb;
     int lock_fd = -1, rc = 0, ret;
 
@@ -341,14 +345,20 @@ int sbl_storage_open(const sbl_storage_config_t *cfg, sbl_err_t *err)
     if (used != NULL && strcmp(used, jc) != 0) {
         /* Recover (and checkpoint) with the journal's own compressor first. */
         WT_CONNECTION *old = NULL;
-        build_config(config, sizeof(config), cache_mb, used, exts);
+        if (!build_config(config, sizeof(config), cache_mb, used, exts, cfg->wt_config)) {
+            rc = sbl_err_set(err, SBL_E_BadValue, "wiredTigerEngineConfigString is too long");
+            goto err;
+        }
         if ((ret = wiredtiger_open(cfg->dbpath, &wt_events, config, &old)) != 0 ||
             (ret = old->close(old, NULL)) != 0) {
             rc = sbl_wt_err(err, ret, "wiredtiger_open with the journal's previous compressor");
             goto err;
         }
     }
-    build_config(config, sizeof(config), cache_mb, jc, exts);
+    if (!build_config(config, sizeof(config), cache_mb, jc, exts, cfg->wt_config)) {
+        rc = sbl_err_set(err, SBL_E_BadValue, "wiredTigerEngineConfigString is too long");
+        goto err;
+    }
     if ((ret = wiredtiger_open(cfg->dbpath, &wt_events, config, &sbl_eng.conn)) != 0) {
         rc = sbl_wt_err(err, ret, "wiredtiger_open");
         sbl_eng.conn = NULL;
@@ -442,9 +452,15 @@ static const struct {
     {"cache", WT_STAT_CONN_CACHE_BYTES_DIRTY, "tracked dirty bytes in the cache"},
     {"cache", WT_STAT_CONN_CACHE_READ, "pages read into cache"},
     {"cache", WT_STAT_CONN_CACHE_WRITE, "pages written from cache"},
+    {"cache", WT_STAT_CONN_CACHE_EVICTION_DIRTY, "modified pages evicted"},
+    {"cache", WT_STAT_CONN_CACHE_EVICTION_APP, "pages evicted by application threads"},
+    {"cache", WT_STAT_CONN_CACHE_EVICTION_APP_DIRTY, "modified pages evicted by application threads"},
     {"log", WT_STAT_CONN_LOG_BYTES_WRITTEN, "log bytes written"},
     {"log", WT_STAT_CONN_LOG_SYNC, "log sync operations"},
     {"log", WT_STAT_CONN_LOG_FLUSH, "log flush operations"},
+    {"transaction", WT_STAT_CONN_TXN_CHECKPOINT, "transaction checkpoints"},
+    {"transaction", WT_STAT_CONN_TXN_CHECKPOINT_TIME_RECENT,
+     "transaction checkpoint most recent time (msecs)"},
 };
 
 void sbl_storage_append_stats(bson_t *out)

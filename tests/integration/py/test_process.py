@@ -267,3 +267,84 @@ def test_documents_live_on_huge_pages(fresh_server):
         c.close()
     huge_kb = int(rollup.split("AnonHugePages:")[1].split()[0])
     assert huge_kb >= 4096, rollup
+
+
+def _cache_max(client):
+    return client.admin.command("serverStatus")["wiredTiger"]["cache"]["maximum bytes configured"]
+
+
+def test_wiredtiger_engine_config_string_is_appended(fresh_server):
+    """--wiredTigerEngineConfigString (mongod's option, and
+    storage.wiredTiger.engineConfig.configString in YAML) goes to
+    wiredtiger_open after sabled's own settings, so its keys win; one
+    WiredTiger rejects stops the start with WiredTiger's message."""
+    s = fresh_server
+    s.start(["--wiredTigerCacheSizeGB", "0.25",
+             "--wiredTigerEngineConfigString", "cache_size=300M"])
+    c = s.client()
+    try:
+        assert _cache_max(c) == 300 << 20
+    finally:
+        c.close()
+    assert s.stop() == 0
+
+    conf = os.path.join(s.root, "wt.conf")
+    with open(conf, "w") as f:
+        f.write("storage:\n  wiredTiger:\n    engineConfig:\n"
+                "      cacheSizeGB: 0.25\n      configString: \"cache_size=320M\"\n")
+    s.start(["--config", conf], port=s.port)
+    c = s.client()
+    try:
+        assert _cache_max(c) == 320 << 20
+        opts = c.admin.command("getCmdLineOpts")["parsed"]
+        assert opts["storage"]["wiredTiger"]["engineConfig"]["configString"] == "cache_size=320M"
+    finally:
+        c.close()
+    assert s.stop() == 0
+
+    r = run_sabled(["--dbpath", s.dbpath, "--port", str(free_port()), "--bind_ip", "127.0.0.1",
+                    "--wiredTigerEngineConfigString", "no_such_setting=1"])
+    assert r.returncode != 0
+    assert "no_such_setting" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def _checkpoints(client):
+    return client.admin.command("serverStatus")["wiredTiger"]["transaction"][
+        "transaction checkpoints"]
+
+
+def _wait_checkpoint(client, after, limit):
+    """Seconds until the checkpoint count passes after (None past limit s)."""
+    t0 = time.time()
+    while time.time() - t0 < limit:
+        if _checkpoints(client) > after:
+            return time.time() - t0
+        time.sleep(0.05)
+    return None
+
+
+def test_periodic_checkpoint_counts_from_an_fsync(fresh_server):
+    """--syncdelay is the time between checkpoints, an fsync command's
+    included: the periodic one comes syncdelay seconds after the fsync,
+    not at once (bench/audit's runs each start with an fsync and were
+    otherwise hit by the timer's checkpoint)."""
+    s = fresh_server
+    s.start(["--syncdelay", "6"])
+    c = s.client()
+    try:
+        c.ck.t.insert_one({"x": 1})
+        n = _checkpoints(c)
+        assert _wait_checkpoint(c, n, 15) is not None, "no periodic checkpoint in 15 s"
+        time.sleep(2)  # the timer's next one is due in 4 s
+        c.ck.t.insert_one({"x": 2})
+        n = _checkpoints(c)
+        c.admin.command("fsync", 1)
+        assert _checkpoints(c) == n + 1
+        t0 = time.time()
+        # Counting from the periodic one it would come within 4 s; from the fsync, at 6.
+        waited = _wait_checkpoint(c, n + 1, 5.0)
+        assert waited is None, "a checkpoint %.1f s after the fsync" % waited
+        assert _wait_checkpoint(c, n + 1, 5.0) is not None, "none %.0f s after the fsync" % (
+            time.time() - t0)
+    finally:
+        c.close()

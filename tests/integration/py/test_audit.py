@@ -352,6 +352,36 @@ def test_journaled_write_with_audit():
         s.cleanup()
 
 
+def _cached_bytes(path):
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.split()[0])
+
+
+def test_synced_audit_file_leaves_the_page_cache():
+    """The journal flusher's sync of the audit file (every 100 ms) also drops
+    what it synced from the page cache: the file is never read back, and
+    fresh page-cache pages were what made an audited insert expensive here
+    (docs/audit.md, "Session 7").  The events are all still in the file."""
+    s, path = start(["--setParameter", "auditAuthorizationSuccess=true"])
+    try:
+        c = connect(s)
+        blob = "x" * 1000
+        for i in range(0, 4000, 10):  # 10 KB commands: recorded whole
+            c.pc.t.insert_many([{"_id": i + j, "v": blob} for j in range(10)])
+        size = os.path.getsize(path)
+        assert size > 2 << 20, size
+        deadline = time.time() + 10
+        while _cached_bytes(path) > size // 4 and time.time() < deadline:
+            time.sleep(0.1)
+        cached = _cached_bytes(path)
+        assert cached <= size // 4, "%d of %d bytes of the audit file still cached" % (cached, size)
+        assert len(insert_ids(read_json_events(path))) == 4000
+        c.close()
+    finally:
+        s.cleanup()
+
+
 def test_unwritable_audit_file_refuses_then_recovers():
     """The audit path points at /dev/full (every write: ENOSPC), then at a
     real file: audited writes are refused with 14031 meanwhile, and work

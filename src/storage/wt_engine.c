@@ -53,9 +53,10 @@ sbl_engine_t sbl_eng;
  * 150,000 inserts fell from 22,000 to 9,400-10,800 inserts/s once the
  * tree passed 2.3 GB (2.4M documents): eviction then wrote pages between
  * checkpoints, 13,000 a run, which the next inserts dirtied again.  With
- * 50%/75% the same runs stayed at 21,000-26,000 (docs/BENCHMARKS.md,
- * "Session 7").  A checkpoint writes every dirty page whatever the target,
- * so a higher target only removes eviction's extra writes.  Build with
+ * 50%/75% the same runs stayed at 19,000-25,000 with no page written
+ * between checkpoints (docs/BENCHMARKS.md, "Session 7").  The price: a
+ * checkpoint may find more dirty pages (eviction no longer cleaned some of
+ * them before it), but each is written once instead of twice.  Build with
  * -DSBL_EVICTION_CONFIG=... or start with --wiredTigerEngineConfigString
  * to try others.
  */

@@ -135,8 +135,6 @@ static void *checkpoint_main(void *arg)
     pthread_mutex_lock(&sbl_eng.bg_lock);
     while (!sbl_eng.bg_stop) {
         long wait_ms = sbl_eng.drops != NULL ? 1000 : 3600 * 1000L;
-        if (atomic_load(&ckpt_done_s) > last)
-            last = atomic_load(&ckpt_done_s);
         if (sbl_eng.syncdelay_s > 0) {
             long until = (long)((last + sbl_eng.syncdelay_s - now_s()) * 1000.0) + 1;
             if (until < wait_ms)
@@ -150,8 +148,11 @@ static void *checkpoint_main(void *arg)
         pthread_mutex_unlock(&sbl_eng.bg_lock);
         if (drops)
             sbl_drop_retry(wt);
-        if (atomic_load(&ckpt_done_s) > last)
-            last = atomic_load(&ckpt_done_s);
+        /* An fsync's checkpoint during the wait moves the next one on (the
+         * wait above may then have ended early: the loop waits again). */
+        double done = atomic_load(&ckpt_done_s);
+        if (done > last)
+            last = done;
         if (sbl_eng.syncdelay_s > 0 && now_s() >= last + sbl_eng.syncdelay_s) {
             if (checkpoint_on(wt, &err) != 0)
                 sbl_log(SBL_LOG_WARNING, "STORAGE", 22430, err.msg, NULL);

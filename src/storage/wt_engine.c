@@ -108,9 +108,9 @@ static void journal_compressor_remember(const char *dbpath, const char *jc)
 }
 
 /* The configuration for wiredtiger_open; extra (the user's configString)
- * comes last, so its keys override ours.  Returns whether it fit. */
-static bool build_config(char *config, size_t cap, uint64_t cache_mb, const char *jc,
-                         const char *exts, const char *extra)
+ * comes last, so its keys override ours.  Fails when it does not fit. */
+static int build_config(char *config, size_t cap, uint64_t cache_mb, const char *jc,
+                        const char *exts, const char *extra, sbl_err_t *err)
 {
     bool compress = strcmp(jc, "none") != 0;
     int n = snprintf(config, cap,
@@ -121,7 +121,9 @@ static bool build_config(char *config, size_t cap, uint64_t cache_mb, const char
                      (unsigned long long)cache_mb, compress ? ",compressor=" : "",
                      compress ? jc : "", exts, extra != NULL && *extra ? "," : "",
                      extra != NULL ? extra : "");
-    return n >= 0 && (size_t)n < cap;
+    if (n < 0 || (size_t)n >= cap)
+        return sbl_err_set(err, SBL_E_BadValue, "wiredTigerEngineConfigString is too long");
+    return 0;
 }
 
 int sbl_wt_err(sbl_err_t *err, int ret, const char *what)
@@ -351,20 +353,17 @@ int sbl_storage_open(const sbl_storage_config_t *cfg, sbl_err_t *err)
     if (used != NULL && strcmp(used, jc) != 0) {
         /* Recover (and checkpoint) with the journal's own compressor first. */
         WT_CONNECTION *old = NULL;
-        if (!build_config(config, sizeof(config), cache_mb, used, exts, cfg->wt_config)) {
-            rc = sbl_err_set(err, SBL_E_BadValue, "wiredTigerEngineConfigString is too long");
+        if ((rc = build_config(config, sizeof(config), cache_mb, used, exts, cfg->wt_config,
+                               err)) != 0)
             goto err;
-        }
         if ((ret = wiredtiger_open(cfg->dbpath, &wt_events, config, &old)) != 0 ||
             (ret = old->close(old, NULL)) != 0) {
             rc = sbl_wt_err(err, ret, "wiredtiger_open with the journal's previous compressor");
             goto err;
         }
     }
-    if (!build_config(config, sizeof(config), cache_mb, jc, exts, cfg->wt_config)) {
-        rc = sbl_err_set(err, SBL_E_BadValue, "wiredTigerEngineConfigString is too long");
+    if ((rc = build_config(config, sizeof(config), cache_mb, jc, exts, cfg->wt_config, err)) != 0)
         goto err;
-    }
     if ((ret = wiredtiger_open(cfg->dbpath, &wt_events, config, &sbl_eng.conn)) != 0) {
         rc = sbl_wt_err(err, ret, "wiredtiger_open");
         sbl_eng.conn = NULL;

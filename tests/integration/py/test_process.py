@@ -307,6 +307,11 @@ def test_wiredtiger_engine_config_string_is_appended(fresh_server):
     assert r.returncode != 0
     assert "no_such_setting" in r.stdout + r.stderr, r.stdout + r.stderr
 
+    r = run_sabled(["--dbpath", s.dbpath, "--port", str(free_port()), "--bind_ip", "127.0.0.1",
+                    "--wiredTigerEngineConfigString", "cache_size=300M," * 600])
+    assert r.returncode != 0
+    assert "wiredTigerEngineConfigString is too long" in r.stdout + r.stderr, r.stdout + r.stderr
+
 
 def _checkpoints(client):
     return client.admin.command("serverStatus")["wiredTiger"]["transaction"][

@@ -143,11 +143,17 @@ def parse_summary(text):
     return out
 
 
-def run_bench(bench, phase, binding, workload, props, threads, extra=(), log=None):
-    """Run sable-bench; returns (parsed summary, exit code)."""
-    cmd = [bench, phase, binding, "-P", workload, "-threads", str(threads)]
+def bench_cmd(bench, phase, binding, workload, props, threads, extra=(), flags=()):
+    """sable-bench's command line: flags (e.g. "-s") before the -p properties."""
+    cmd = [bench, phase, binding, "-P", workload, "-threads", str(threads)] + list(flags)
     for p in list(props) + list(extra):
         cmd += ["-p", p]
+    return cmd
+
+
+def run_bench(bench, phase, binding, workload, props, threads, extra=(), log=None):
+    """Run sable-bench; returns (parsed summary, exit code)."""
+    cmd = bench_cmd(bench, phase, binding, workload, props, threads, extra)
     res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if log:
         log.write("$ " + " ".join(cmd) + "\n" + res.stdout + res.stderr + "\n")

@@ -120,6 +120,10 @@ int sbl_cmd_server_status(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_INT64(&d, "bytesIn", ns.bytes_in);
     BSON_APPEND_INT64(&d, "bytesOut", ns.bytes_out);
     BSON_APPEND_INT64(&d, "numRequests", ns.num_requests);
+    /* Sable's: held replies sent with one io_uring submission per loop
+     * iteration (src/net/net_conn.c), and how many such submissions. */
+    BSON_APPEND_INT64(&d, "replyBatches", ns.reply_batches);
+    BSON_APPEND_INT64(&d, "repliesBatched", ns.replies_batched);
     bson_append_document_end(r, &d);
 
     sbl_metrics_get_opcounters(&oc);

@@ -377,6 +377,7 @@ static void free_loops(int n)
     for (int i = 0; i < n; i++) {
         net_loop_t *nl = &net_g.loops[i];
         uv_loop_close(&nl->loop);
+        net_flush_free(nl);
         while (nl->nspare > 0)
             free(nl->spare[--nl->nspare]);
         pthread_mutex_destroy(&nl->mu);
@@ -544,4 +545,6 @@ void sbl_net_get_stats(sbl_net_stats_t *st)
     st->bytes_in = atomic_load(&net_g.bytes_in);
     st->bytes_out = atomic_load(&net_g.bytes_out);
     st->num_requests = atomic_load(&net_g.num_requests);
+    st->reply_batches = atomic_load(&net_g.reply_batches);
+    st->replies_batched = atomic_load(&net_g.replies_batched);
 }

@@ -100,6 +100,8 @@ typedef struct sbl_net_stats {
     int64_t bytes_in;
     int64_t bytes_out;
     int64_t num_requests;
+    int64_t reply_batches;   /* io_uring submissions of held replies */
+    int64_t replies_batched; /* replies sent by those submissions */
 } sbl_net_stats_t;
 void sbl_net_get_stats(sbl_net_stats_t *st);
 

@@ -19,11 +19,20 @@
  *     that is ready before it wakes their clients (fewer context switches
  *     on a machine the clients share: docs/BENCHMARKS.md); at most HOLD_MAX
  *     bytes per connection are held, and a close sends what is held first.
+ *     With io_uring, one submission sends what every connection holds
+ *     (flush_batch); a connection with bytes queued in libuv, or on TLS,
+ *     is written the usual way so that nothing overtakes them.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#ifdef SABLE_URING
+#include <liburing.h>
+#endif
 
 #include "common/log.h"
 #include "net/net_int.h"
@@ -389,12 +398,136 @@ static void send_held(sbl_conn_t *c)
         free(d);
 }
 
+#ifdef SABLE_URING
+#define FLUSH_BATCH 256 /* the ring's size: replies sent per submission */
+
+/* The ring is of no use any more (a short or failed submission): later
+ * flushes write each reply. */
+static void flush_ring_drop(net_loop_t *nl)
+{
+    sbl_log(SBL_LOG_WARNING, "NETWORK", 4784930,
+            "io_uring submission failed; replies are written one at a time", NULL);
+    io_uring_queue_exit(nl->ring);
+    free(nl->ring);
+    nl->ring = NULL;
+}
+
+/*
+ * Send the held replies of connections c (linked by flush_next) with one
+ * io_uring submission instead of a write each.  Each reply wakes its
+ * client, and on a machine the clients share, the woken client preempts
+ * the loop when the system call returns: once per flush this way, rather
+ * than after every write (docs/BENCHMARKS.md, "Session 10").
+ *
+ * The sends carry MSG_DONTWAIT, so io_uring does them while submitting and
+ * never parks one to retry later: every completion is there when the
+ * submission returns, and every buffer's fate is settled here.  What a
+ * socket did not take (a full send buffer) goes the usual way, through
+ * net_conn_write_raw, which keeps it in order ahead of anything later.
+ */
+static void flush_batch(net_loop_t *nl, sbl_conn_t *c)
+{
+    struct {
+        sbl_conn_t *conn;
+        uint8_t *data;
+        size_t len;
+    } out[FLUSH_BATCH];
+    unsigned n = 0;
+
+    while (c != NULL) {
+        sbl_conn_t *next = c->flush_next;
+        c->in_flush = false;
+        c->flush_next = NULL;
+        struct io_uring_sqe *sqe;
+        uv_os_fd_t fd;
+        /* A TLS connection encrypts first; bytes already queued in libuv
+         * must leave before these. */
+        if (n == FLUSH_BATCH || c->closing || c->tls_state == NET_TLS_ON || c->wqueued > 0 ||
+            c->held_len == 0 || uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0 ||
+            (sqe = io_uring_get_sqe(nl->ring)) == NULL) {
+            send_held(c);
+            c = next;
+            continue;
+        }
+        out[n].conn = c;
+        out[n].data = c->held;
+        out[n].len = c->held_len;
+        c->held = NULL;
+        c->held_len = c->held_cap = 0;
+        io_uring_prep_send(sqe, fd, out[n].data, out[n].len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        io_uring_sqe_set_data64(sqe, n);
+        n++;
+        c = next;
+    }
+    if (n == 0)
+        return;
+
+    int submitted = io_uring_submit(nl->ring);
+    if (submitted > 0) {
+        atomic_fetch_add_explicit(&net_g.reply_batches, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&net_g.replies_batched, submitted, memory_order_relaxed);
+    }
+    unsigned done = 0;
+    bool seen[FLUSH_BATCH] = {false};
+    while (submitted > 0 && done < (unsigned)submitted) {
+        struct io_uring_cqe *cqe;
+        int rc = io_uring_wait_cqe(nl->ring, &cqe);
+        if (rc == -EINTR)
+            continue;
+        if (rc < 0)
+            break;
+        unsigned i = (unsigned)io_uring_cqe_get_data64(cqe);
+        int res = cqe->res;
+        io_uring_cqe_seen(nl->ring, cqe);
+        done++;
+        if (i >= n || seen[i])
+            continue;
+        seen[i] = true;
+        sbl_conn_t *oc = out[i].conn;
+        if (res >= 0 && (size_t)res == out[i].len) {
+            atomic_fetch_add_explicit(&net_g.bytes_out, (int64_t)res, memory_order_relaxed);
+            free(out[i].data);
+        } else if (res >= 0 || res == -EAGAIN) {
+            size_t sent = res > 0 ? (size_t)res : 0;
+            atomic_fetch_add_explicit(&net_g.bytes_out, (int64_t)sent, memory_order_relaxed);
+            net_conn_write_raw(oc, out[i].data + sent, out[i].len - sent, out[i].data);
+        } else {
+            free(out[i].data);
+            net_conn_close(oc);
+        }
+    }
+    if (submitted < 0 || done < n) {
+        /* Sends the kernel never took are written now; one it took but
+         * whose completion is missing cannot be told apart from them, so
+         * that connection is closed rather than risk its bytes twice. */
+        for (unsigned i = 0; i < n; i++) {
+            if (seen[i])
+                continue;
+            sbl_conn_t *oc = out[i].conn;
+            if (submitted >= 0 && i < (unsigned)submitted) {
+                free(out[i].data);
+                net_conn_close(oc);
+            } else {
+                net_conn_write_raw(oc, out[i].data, out[i].len, out[i].data);
+            }
+        }
+        flush_ring_drop(nl);
+    }
+}
+#endif
+
 static void flush_cb(uv_check_t *h)
 {
     net_loop_t *nl = h->data;
     sbl_conn_t *c = nl->flush_list;
     nl->flush_list = NULL;
     uv_idle_stop(&nl->flush_idle);
+#ifdef SABLE_URING
+    if (nl->ring != NULL && c != NULL && c->flush_next != NULL) {
+        flush_batch(nl, c);
+        return;
+    }
+#endif
     while (c != NULL) {
         sbl_conn_t *next = c->flush_next;
         c->in_flush = false;
@@ -431,6 +564,39 @@ void net_flush_init(net_loop_t *nl)
     uv_unref((uv_handle_t *)&nl->flush); /* it never keeps the loop alive */
     uv_idle_init(&nl->loop, &nl->flush_idle);
     nl->flush_idle.data = nl;
+    nl->ring = NULL;
+#ifdef SABLE_URING
+    /* Where io_uring is missing or forbidden (an old kernel, a seccomp
+     * profile, kernel.io_uring_disabled) each reply is written alone. */
+    struct io_uring *ring = malloc(sizeof(*ring));
+    int rc = ring != NULL ? io_uring_queue_init(FLUSH_BATCH, ring, 0) : -ENOMEM;
+    if (rc == 0) {
+        nl->ring = ring;
+        return;
+    }
+    free(ring);
+    if (nl->index == 0) {
+        bson_t attr;
+        bson_init(&attr);
+        BSON_APPEND_UTF8(&attr, "error", strerror(-rc));
+        sbl_log(SBL_LOG_INFO, "NETWORK", 4784931,
+                "io_uring is not available; replies are written one at a time", &attr);
+        bson_destroy(&attr);
+    }
+#endif
+}
+
+void net_flush_free(net_loop_t *nl)
+{
+#ifdef SABLE_URING
+    if (nl->ring != NULL) {
+        io_uring_queue_exit(nl->ring);
+        free(nl->ring);
+        nl->ring = NULL;
+    }
+#else
+    (void)nl;
+#endif
 }
 
 /* Queue a reply's wire bytes (mem: malloc'd and owned, or NULL to copy

@@ -52,11 +52,14 @@ struct net_loop {
     uv_check_t flush;       /* at the end of each iteration: send the held replies */
     uv_idle_t flush_idle;   /* active while replies are held: the poll does not block */
     sbl_conn_t *flush_list; /* connections holding replies, linked by flush_next */
+    struct io_uring *ring;  /* sends a flush's replies in one system call; NULL: write each */
 };
 
 /* Start the loop's end-of-iteration flush of held replies (net_conn.c);
  * the handle is closed with the loop's others. */
 void net_flush_init(net_loop_t *nl);
+/* Free what net_flush_init allocated beside the handles (after the loop closed). */
+void net_flush_free(net_loop_t *nl);
 
 struct sbl_conn {
     uv_tcp_t tcp; /* first: the handle's memory is the connection's */
@@ -108,6 +111,7 @@ typedef struct net_state {
     atomic_int_fast64_t bytes_in;
     atomic_int_fast64_t bytes_out;
     atomic_int_fast64_t num_requests;
+    atomic_int_fast64_t reply_batches, replies_batched;
     atomic_uint_fast64_t next_id;
     atomic_int next_reply_id; /* requestID of replies: 1, 2, 3 ... (wraps) */
 } net_state_t;

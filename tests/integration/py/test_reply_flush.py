@@ -103,11 +103,11 @@ def test_many_connections_answered_together(one_loop):
 def test_a_client_that_stops_reading_gets_everything_in_order(one_loop):
     """A client with a small receive buffer pipelines 600 finds of 15 KB
     documents (9 MB), three at a time, and reads nothing for a while, so
-    its socket fills
-    while other connections keep the loop flushing batches; what the socket
-    did not take must follow later, in order, and nothing twice.  The
-    other connections keep going while it reads slowly, so its replies keep
-    meeting a nearly full socket inside a batch."""
+    its socket fills while other connections keep the loop flushing
+    batches; what the socket did not take must follow later, in order, and
+    nothing twice.  The other connections keep going while it reads
+    slowly, so its replies keep meeting a nearly full socket inside a
+    batch."""
     before = network(one_loop.port)
     slow = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
@@ -125,6 +125,7 @@ def test_a_client_that_stops_reading_gets_everything_in_order(one_loop):
             rid = 900_000_000 + k
             want.append((rid, k % 200))
             msgs.append(find("big", k % 200, rid))
+
         def send_in_threes():
             # Three replies (45 KB) stay under what a connection may hold,
             # so each group waits for the end-of-iteration batch.
@@ -153,6 +154,7 @@ def test_a_client_that_stops_reading_gets_everything_in_order(one_loop):
         with pytest.raises(socket.timeout):
             slow.recv(1)
     finally:
+        stop.set()
         slow.close()
     assert errors == []
     after = network(one_loop.port)

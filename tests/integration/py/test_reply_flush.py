@@ -100,6 +100,40 @@ def test_many_connections_answered_together(one_loop):
         2 * (after["replyBatches"] - before["replyBatches"])
 
 
+def test_driver_clients_answered_together(one_loop):
+    """The same through pymongo: eight clients of their own, each reading
+    documents by _id, get the right ones while their replies share
+    submissions."""
+    before = network(one_loop.port)
+    errors = []
+
+    def reads(t):
+        c = one_loop.client()
+        try:
+            coll = c[DB].small
+            for k in range(300):
+                _id = (t * 37 + k * 11) % 500
+                doc = coll.find_one({"_id": _id})
+                if doc != {"_id": _id, "v": "s%05d" % _id * 20}:
+                    errors.append((_id, doc))
+        except Exception as e:  # reported by the test's thread
+            errors.append(repr(e))
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=reads, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a pymongo client never got its replies"
+    assert errors == []
+    after = network(one_loop.port)
+    if batching_unavailable(one_loop):
+        pytest.skip("io_uring is not available here: each reply was written alone")
+    assert after["repliesBatched"] > before["repliesBatched"]
+
+
 def test_a_client_that_stops_reading_gets_everything_in_order(one_loop):
     """A client with a small receive buffer pipelines 600 finds of 15 KB
     documents (9 MB), three at a time, and reads nothing for a while, so

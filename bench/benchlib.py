@@ -1,4 +1,4 @@
-"""benchlib.py: shared helpers for bench/compare and bench/seeds.
+"""benchlib.py: shared helpers for bench/compare, bench/seeds and the audit benchmarks.
 
 Starts throw-away servers (sabled, Redis 7, PostgreSQL 15) on free loopback
 ports in temporary directories, runs sable-bench and parses YCSB's summary.
@@ -81,6 +81,30 @@ def start_sable(sabled, journal, extra_args=()):
     s.props = [f"mongodb.url=mongodb://127.0.0.1:{s.port}/ycsb", f"mongodb.writeConcern={wc}"]
     s.binding = "mongodb"
     s.durability = "j:true (writeConcern journaled)" if journal else "w:1 (writeConcern acknowledged)"
+    return s
+
+
+# bench/audit's filter: authCheck of the commands report 001 audited.
+AUDIT_FILTER = '{"atype": "authCheck", "param.command": {"$in": ["insert", "find", "update"]}}'
+
+
+def start_sable_audit(sabled, dbpath, tmp, audit, paused=False, extra=()):
+    """sabled on a free port over dbpath; audit: JSON file in tmp with
+    AUDIT_FILTER (paused: configured, auditAuthorizationSuccess=false until
+    set at run time); extra: more sabled options."""
+    s = Server("sable_audit")
+    args = [sabled, "--port", str(s.port), "--bind_ip", "127.0.0.1", "--dbpath", dbpath,
+            "--logpath", os.path.join(s.tmp, "sabled.log")]
+    if audit:
+        s.audit_path = os.path.join(tmp, "audit.json")
+        success = "false" if paused else "true"
+        args += ["--auditDestination", "file", "--auditFormat", "JSON", "--auditPath", s.audit_path,
+                 "--setParameter", f"auditAuthorizationSuccess={success}", "--auditFilter", AUDIT_FILTER]
+    s.proc = subprocess.Popen(args + list(extra), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    if not wait_port(s.port):
+        s.stop()
+        raise RuntimeError("sabled did not start")
+    s.url = f"mongodb.url=mongodb://127.0.0.1:{s.port}/ycsb"
     return s
 
 

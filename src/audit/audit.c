@@ -36,45 +36,57 @@
 /* How often a failing file is retried. */
 #define RETRY_MS 100
 
+/* The fields sit in groups a cache line apart by who writes them: the
+ * settings every audit call site reads (written only when the configuration
+ * changes) must not share a line with the mutex and counters the two loop
+ * threads write for every event, or each read of "on" pulls that line over
+ * from the other core. */
+#define AUDIT_LINE 64
+
 static struct {
-    atomic_bool on;
+    /* Read on every call; written only by configuration changes. */
+    _Alignas(AUDIT_LINE) atomic_bool on;
     atomic_bool auth_success;
+    atomic_bool needs_bson; /* a filter or the BSON format: read without the lock */
+    atomic_int health_errno; /* 0: writing works */
+    atomic_uint_fast64_t filter_gen; /* bumped when the filter changes (the decisions' memos) */
     sbl_audit_dest_t dest;
     sbl_audit_format_t fmt;
     char *path;
 
-    pthread_mutex_t mu;     /* guards buf, next_seq and the writer's flags */
-    pthread_cond_t cv;      /* the writer waits here for work */
-    pthread_cond_t done_cv; /* rotate callers wait here */
+    /* Written for every event. */
+    _Alignas(AUDIT_LINE) pthread_mutex_t mu; /* guards buf, next_seq and the writer's flags */
     audit_buf_t buf;        /* formatted events not yet taken by a writer */
     uint64_t next_seq;      /* last sequence number handed out */
     bool writer_idle, kick, stop, rotate_req;
-    uint64_t rotate_gen;
-    int rotate_rc;
-    char rotate_msg[256];
-    atomic_uint_fast64_t written_seq;
     atomic_uint_fast64_t last_seq; /* next_seq, readable without mu */
-    atomic_int health_errno; /* 0: writing works */
-    atomic_llong last_write_ms; /* monotonic time of the last write */
 
+    /* Written for every group write. */
+    _Alignas(AUDIT_LINE) atomic_uint_fast64_t written_seq;
+    atomic_llong last_write_ms; /* monotonic time of the last write */
+    atomic_bool dirty;          /* written since the last fdatasync */
     pthread_mutex_t wmu; /* one writer at a time: guards wb, wb_off, wb_last */
     audit_buf_t wb;      /* taken from buf, not yet fully written */
     size_t wb_off;
     uint64_t wb_last;
 
+    /* Seldom written. */
+    _Alignas(AUDIT_LINE) pthread_cond_t cv; /* the writer waits here for work */
+    pthread_cond_t done_cv; /* rotate callers wait here */
+    uint64_t rotate_gen;
+    int rotate_rc;
+    char rotate_msg[256];
+
     pthread_rwlock_t filter_lock;
     sbl_matcher_t *filter;
     bson_t *filter_doc;
     unsigned filter_mask; /* the event fields the filter can look at (EV_*) */
-    atomic_uint_fast64_t filter_gen; /* bumped when the filter changes (the decisions' memos) */
-    atomic_bool needs_bson; /* a filter or the BSON format: read without the lock */
 
     pthread_t thread;
     bool running;
     pthread_mutex_t fd_mu; /* fd changes only under it (and wmu); sync reads it */
     int fd;
     off_t dropped_to;  /* the file's pages before this left the page cache (sync) */
-    atomic_bool dirty; /* written since the last fdatasync */
 } A = {
     .mu = PTHREAD_MUTEX_INITIALIZER,
     .cv = PTHREAD_COND_INITIALIZER,

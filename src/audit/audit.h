@@ -1,14 +1,17 @@
 /*
  * audit.h: the audit log (MongoDB Enterprise's event shape and options).
  *
- * Callers format an event on their own thread (sbl_audit_event) straight
- * into one shared append buffer under a short lock, with a sequence number.
- * Whoever must know an event is written before going on (a network loop
- * about to acknowledge a change) calls sbl_audit_flush, which writes every
- * buffered event with one write(2) (group write); anything else is written
- * by the writer thread shortly after.  What must stay true:
- *  - events appear in the file in sequence order (one connection's events
- *    are emitted in order, so they stay in order);
+ * Callers format an event on their own thread (sbl_audit_event) into one
+ * shared append buffer under a short lock, with a sequence number; a network
+ * loop's own events (sbl_audit_event_self, sbl_audit_command with self) go
+ * into that thread's lane instead, numbered per thread.  Whoever must know
+ * an event is written before going on (a network loop about to acknowledge
+ * a change) calls sbl_audit_flush, which writes every buffered shared event
+ * and then its own lane (group write); anything else is written by the
+ * writer thread shortly after.  What must stay true:
+ *  - shared events appear in the file in sequence order, and one
+ *    connection's events in the order they were made (see "lanes" in
+ *    audit.c);
  *  - sbl_audit_written(seq) is true only once write(2) of that event returned;
  *  - while the file cannot be written, sbl_audit_event refuses new events
  *    (the caller refuses the operation) and the writer keeps retrying.
@@ -119,6 +122,12 @@ bool sbl_audit_written(uint64_t seq);
  * returns 0.
  */
 int sbl_audit_flush(uint64_t seq, sbl_err_t *err);
+
+/* Before a thread that makes events itself (a network loop: its events go
+ * into its own lane, written by its own sbl_audit_flush) hands a
+ * connection's work to another thread: the events it made so far are put
+ * ahead of any that thread makes.  Cheap when there are none. */
+void sbl_audit_seal(void);
 
 /* Rename the file to <path>.<UTC timestamp> and open a new one, between two
  * batches (no event lost or duplicated).  Nothing to do when not a file. */

@@ -11,6 +11,7 @@
  * a j:true write is acknowledged only from the journal flusher's callback,
  * i.e. after the commit is on disk.
  */
+#include "audit/audit.h"
 #include "cmd/capped.h"
 #include "cmd/cmd_int.h"
 #include "cmd/failpoint.h"
@@ -572,6 +573,7 @@ void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
     int64_t counted = count_op(p->def, p->ctx.cmd);
     if (needs_worker(p->def, p->ctx.cmd, counted)) {
         p->work.data = p;
+        sbl_audit_seal(); /* this loop's events so far go before the worker's */
         if (uv_queue_work(sbl_conn_loop(conn), &p->work, work_cb, after_work_cb) == 0)
             return;
     }

@@ -15,10 +15,13 @@
 #include "check.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[256];
@@ -696,6 +699,188 @@ static void test_command_head(void)
     CHECK_MSG(lines == N && bad == 0, "%d pairs, %d differ", lines, bad);
 }
 
+/* ---- lanes: the events a network loop makes itself ---------------------------- */
+
+/* An authCheck made as a network loop makes it (self: into the thread's
+ * lane), its ns "t<thread>.c<i>". */
+static int lane_event(int t, int i, uint64_t *seq)
+{
+    sbl_err_t err;
+    char ns[64];
+    bson_t args = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&args, "insert", "c");
+    snprintf(ns, sizeof(ns), "t%d.c%d", t, i);
+    sbl_audit_client_t c = {.local = "127.0.0.1:27017", .remote = "[::1]:5000"};
+    int rc = sbl_audit_command("authCheck", &c, "insert", ns, &args, 0, false, true, seq, &err);
+    bson_destroy(&args);
+    return rc;
+}
+
+#define LANE_THREADS 4
+#define LANE_EVENTS 1503 /* the last three are written by close */
+static atomic_int lane_bad;
+
+/* A loop's life: events into its lane, written by its own flush every ten. */
+static void *lane_thread(void *arg)
+{
+    int t = (int)(intptr_t)arg;
+    uint64_t seq = 0;
+    sbl_err_t err;
+    for (int i = 0; i < LANE_EVENTS; i++) {
+        if (lane_event(t, i, &seq) != 0 || (seq >> 63) == 0)
+            atomic_fetch_add(&lane_bad, 1);
+        if (i % 10 == 9 && (sbl_audit_flush(seq, &err) != 0 || !sbl_audit_written(seq)))
+            atomic_fetch_add(&lane_bad, 1);
+    }
+    return NULL;
+}
+
+/* The lines of the rotated files (oldest first) and then of path: for each
+ * "t<k>.c<i>" ns, check that i runs 0, 1, 2 ... per k; returns the count. */
+static int lane_check_files(const char *path, int *next, int nthreads)
+{
+    char cmd[600], name[4096], line[8192];
+    int total = 0, bad = 0;
+    snprintf(cmd, sizeof(cmd), "ls %s.* 2>/dev/null | sort; echo %s", path, path);
+    FILE *ls = popen(cmd, "r");
+    while (ls != NULL && fgets(name, sizeof(name), ls) != NULL) {
+        name[strcspn(name, "\n")] = '\0';
+        FILE *f = fopen(name, "r");
+        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+            char *ns = strstr(line, "\"ns\":\"t");
+            int k, i;
+            if (ns == NULL || sscanf(ns, "\"ns\":\"t%d.c%d\"", &k, &i) != 2)
+                continue;
+            total++;
+            if (k < 0 || k >= nthreads || i != next[k]) {
+                if (bad++ == 0)
+                    fprintf(stderr, "%s: t%d.c%d out of order\n", name, k, i);
+            } else {
+                next[k]++;
+            }
+        }
+        if (f != NULL)
+            fclose(f);
+    }
+    if (ls != NULL)
+        pclose(ls);
+    return bad == 0 ? total : -1;
+}
+
+/* Four loops writing their lanes while the file is rotated: every event
+ * once, each thread's in order, each flush's events written when it returns. */
+static void test_lanes_rotation(void)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/lanes.json", dir);
+    sbl_err_t err;
+    sbl_audit_config_t cfg = {.destination = SBL_AUDIT_FILE, .format = SBL_AUDIT_JSON,
+                              .path = path};
+    CHECK(sbl_audit_open(&cfg, &err) == 0);
+    pthread_t t[LANE_THREADS];
+    for (int i = 0; i < LANE_THREADS; i++)
+        pthread_create(&t[i], NULL, lane_thread, (void *)(intptr_t)i);
+    for (int r = 0; r < 5; r++) {
+        usleep(3000);
+        CHECK(sbl_audit_rotate(&err) == 0);
+    }
+    for (int i = 0; i < LANE_THREADS; i++)
+        pthread_join(t[i], NULL);
+    sbl_audit_close(); /* writes what the lanes hold after their last flush */
+    CHECK(atomic_load(&lane_bad) == 0);
+    int next[LANE_THREADS] = {0};
+    int total = lane_check_files(path, next, LANE_THREADS);
+    CHECK_MSG(total == LANE_THREADS * LANE_EVENTS, "%d events", total);
+}
+
+static uint64_t shared_seq;
+
+static void *shared_thread(void *arg)
+{
+    emit_msg("other", 0, &shared_seq);
+    while (!sbl_audit_written(shared_seq)) /* the writer thread's */
+        usleep(1000);
+    return arg;
+}
+
+/* A loop's events, then (sealed) an event another thread makes for the same
+ * connection, as a command run on a worker does: the loop's come first,
+ * written by the writer thread with the other one (no flush of the loop's).
+ * Then a lane event followed by a shared one on the same thread. */
+static void test_lane_seal(void)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/seal.json", dir);
+    sbl_err_t err;
+    sbl_audit_config_t cfg = {.destination = SBL_AUDIT_FILE, .format = SBL_AUDIT_JSON,
+                              .path = path};
+    CHECK(sbl_audit_open(&cfg, &err) == 0);
+    uint64_t seq = 0;
+    for (int i = 0; i < 3; i++)
+        CHECK(lane_event(0, i, &seq) == 0);
+    CHECK(!sbl_audit_written(seq));
+    sbl_audit_seal();
+    pthread_t t;
+    pthread_create(&t, NULL, shared_thread, NULL);
+    pthread_join(t, NULL);
+    CHECK(sbl_audit_written(seq)); /* moved, and written with the other event */
+    CHECK(lane_event(0, 3, &seq) == 0);
+    uint64_t s2 = 0;
+    CHECK(emit_msg("after", 0, &s2) == 0); /* the lane's event goes first */
+    CHECK(sbl_audit_flush(seq, &err) == 0 && sbl_audit_written(s2));
+    sbl_audit_close();
+    FILE *f = fopen(path, "r");
+    char line[8192];
+    char order[16] = "";
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL && strlen(order) < 10)
+        strcat(order, strstr(line, "\"atype\":\"other\"") ? "o"
+                      : strstr(line, "\"atype\":\"after\"") ? "a"
+                                                            : "L");
+    if (f != NULL)
+        fclose(f);
+    CHECK_MSG(strcmp(order, "LLLoLa") == 0, "order %s", order);
+}
+
+/* A lane that cannot be written (the file size limit) refuses, moves its
+ * events to the writer thread, which writes them once the file can be
+ * written again: exactly once, in order, before the lane's next ones. */
+static void test_lane_failure(void)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/fail.json", dir);
+    sbl_err_t err;
+    sbl_audit_config_t cfg = {.destination = SBL_AUDIT_FILE, .format = SBL_AUDIT_JSON,
+                              .path = path};
+    CHECK(sbl_audit_open(&cfg, &err) == 0);
+    uint64_t seq = 0;
+    CHECK(lane_event(1, 0, &seq) == 0 && sbl_audit_flush(seq, &err) == 0);
+    struct stat st;
+    struct rlimit old, lim;
+    CHECK(stat(path, &st) == 0 && getrlimit(RLIMIT_FSIZE, &old) == 0);
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    lim = old;
+    lim.rlim_cur = (rlim_t)st.st_size; /* no byte more */
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    CHECK(lane_event(1, 1, &seq) == 0);
+    sbl_err_t ferr = {0};
+    CHECK(sbl_audit_flush(seq, &ferr) != 0 && !sbl_audit_written(seq));
+    CHECK(strstr(ferr.msg, "audit log write failed") != NULL);
+    uint64_t refused = 0;
+    CHECK(lane_event(1, 99, &refused) != 0 && refused == 0); /* refused while failing */
+    CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    int ms = 0;
+    while (!sbl_audit_written(seq) && ms++ < 3000)
+        usleep(1000);
+    CHECK_MSG(sbl_audit_written(seq), "not written %d ms after the file works", ms);
+    CHECK(sbl_audit_health(&err) == 0);
+    CHECK(lane_event(1, 2, &seq) == 0 && sbl_audit_flush(seq, &err) == 0);
+    sbl_audit_close();
+    signal(SIGXFSZ, prev);
+    int next[2] = {0, 0};
+    int total = lane_check_files(path, next, 2);
+    CHECK_MSG(total == 3 && next[1] == 3, "%d events, next %d", total, next[1]);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof(dir), "/tmp/sbl-test-audit-XXXXXX");
@@ -711,6 +896,9 @@ int main(void)
     test_command_head();
     test_json_random();
     test_unwritable();
+    test_lanes_rotation();
+    test_lane_seal();
+    test_lane_failure();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd) != 0)

@@ -1,17 +1,20 @@
 /*
- * audit.c: the audit log: events formatted on the caller's thread straight
- * into one shared buffer (under a short lock, with a sequence number), and
- * written with one write(2) per group: by the thread that must acknowledge
- * a change (sbl_audit_flush, before its reply), else by the writer thread a
- * moment later.  The writer thread also retries a failing file and rotates.
+ * audit.c: the audit log: events formatted on the caller's thread, a network
+ * loop's straight into its own lane, anyone else's into one shared buffer
+ * (under a short lock, with a sequence number), and written with one
+ * write(2) per group: by the loop that must acknowledge a change
+ * (sbl_audit_flush, before its reply: the shared buffer's pending events,
+ * then its lane), else by the writer thread a moment later.  The writer
+ * thread also retries a failing file and rotates.
  *
- * What must stay true: the file receives events in sequence order, each
- * exactly once (a failed or partial write keeps the unwritten bytes and
- * retries them first); written_seq only grows and covers an event only
- * after write(2) returned for all of it; bytes go to the file only under
- * wmu (one writer at a time, so groups stay in order); rotation and
- * reopening happen under wmu and fd_mu (the journal flusher's fdatasync
- * takes fd_mu only, so it never holds up a write).
+ * What must stay true: the shared buffer's events reach the file in
+ * sequence order and a connection's events in the order they were made
+ * ("lanes" below), each exactly once (a failed or partial write keeps the
+ * unwritten bytes and retries them first); written_seq only grows and
+ * covers an event only after write(2) returned for all of it; bytes go to
+ * the file only under wmu (one writer at a time, so groups stay in order);
+ * rotation and reopening happen under wmu and fd_mu (the journal flusher's
+ * fdatasync takes fd_mu only, so it never holds up a write).
  */
 #include "audit/audit.h"
 #include "audit/audit_int.h"
@@ -765,7 +768,6 @@ static bool lane_written(uint64_t n)
     return n <= l->moved_upto &&
            atomic_load_explicit(&A.written_seq, memory_order_acquire) >= l->moved_gseq;
 }
-
 
 /* An event; wake: wake the writer thread for it when it is idle (callers that
  * write their events themselves soon do not need it). */

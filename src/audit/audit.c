@@ -964,6 +964,15 @@ static int write_out(const audit_buf_t *b, size_t *off)
     return 0;
 }
 
+/* A group write just went out (the writer thread's busy() looks at when). */
+static void stamp_write(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    atomic_store_explicit(&A.last_write_ms, (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000,
+                          memory_order_relaxed);
+}
+
 /* Reopen after a failure (the path may have been fixed by the operator).  Under wmu. */
 static void drop_fd(void)
 {
@@ -1031,11 +1040,7 @@ static int flush_locked(bool retry)
     if (A.wb.len > 0) {
         e = write_out(&A.wb, &A.wb_off);
         if (e == 0) {
-            struct timespec now;
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            atomic_store_explicit(&A.last_write_ms,
-                                  (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000,
-                                  memory_order_relaxed);
+            stamp_write();
             A.wb.len = 0;
             A.wb_off = 0;
             atomic_store_explicit(&A.written_seq, A.wb_last, memory_order_release);
@@ -1064,11 +1069,7 @@ static int lane_flush_locked(lane_t *l)
         size_t off = 0;
         e = write_out(&l->buf, &off);
         if (e == 0) {
-            struct timespec now;
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            atomic_store_explicit(&A.last_write_ms,
-                                  (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000,
-                                  memory_order_relaxed);
+            stamp_write();
             l->buf.len = 0;
         } else {
             memmove(l->buf.data, l->buf.data + off, l->buf.len - off); /* what went out */

@@ -701,6 +701,16 @@ static void test_command_head(void)
 
 /* ---- lanes: the events a network loop makes itself ---------------------------- */
 
+/* Open a JSON audit log at dir/name (its path into path, 300 bytes). */
+static void open_json(char *path, const char *name)
+{
+    sbl_err_t err;
+    snprintf(path, 300, "%s/%s", dir, name);
+    sbl_audit_config_t cfg = {.destination = SBL_AUDIT_FILE, .format = SBL_AUDIT_JSON,
+                              .path = path};
+    CHECK(sbl_audit_open(&cfg, &err) == 0);
+}
+
 /* An authCheck made as a network loop makes it (self: into the thread's
  * lane), its ns "t<thread>.c<i>". */
 static int lane_event(int t, int i, uint64_t *seq)
@@ -772,11 +782,8 @@ static int lane_check_files(const char *path, int *next, int nthreads)
 static void test_lanes_rotation(void)
 {
     char path[300];
-    snprintf(path, sizeof(path), "%s/lanes.json", dir);
     sbl_err_t err;
-    sbl_audit_config_t cfg = {.destination = SBL_AUDIT_FILE, .format = SBL_AUDIT_JSON,
-                              .path = path};
-    CHECK(sbl_audit_open(&cfg, &err) == 0);
+    open_json(path, "lanes.json");
     pthread_t t[LANE_THREADS];
     for (int i = 0; i < LANE_THREADS; i++)
         pthread_create(&t[i], NULL, lane_thread, (void *)(intptr_t)i);
@@ -810,11 +817,8 @@ static void *shared_thread(void *arg)
 static void test_lane_seal(void)
 {
     char path[300];
-    snprintf(path, sizeof(path), "%s/seal.json", dir);
     sbl_err_t err;
-    sbl_audit_config_t cfg = {.destination = SBL_AUDIT_FILE, .format = SBL_AUDIT_JSON,
-                              .path = path};
-    CHECK(sbl_audit_open(&cfg, &err) == 0);
+    open_json(path, "seal.json");
     uint64_t seq = 0;
     for (int i = 0; i < 3; i++)
         CHECK(lane_event(0, i, &seq) == 0);
@@ -847,11 +851,8 @@ static void test_lane_seal(void)
 static void test_lane_failure(void)
 {
     char path[300];
-    snprintf(path, sizeof(path), "%s/fail.json", dir);
     sbl_err_t err;
-    sbl_audit_config_t cfg = {.destination = SBL_AUDIT_FILE, .format = SBL_AUDIT_JSON,
-                              .path = path};
-    CHECK(sbl_audit_open(&cfg, &err) == 0);
+    open_json(path, "fail.json");
     uint64_t seq = 0;
     CHECK(lane_event(1, 0, &seq) == 0 && sbl_audit_flush(seq, &err) == 0);
     struct stat st;

@@ -248,7 +248,8 @@ static bool integral(const bson_value_t *v, int64_t *outp)
         return true;
     case BSON_TYPE_DECIMAL128: {
         bson_value_t d;
-        if (!upd_num_to_double(v, &d) || d.value.v_double != floor(d.value.v_double))
+        if (!upd_num_to_double(v, &d) || d.value.v_double != floor(d.value.v_double) ||
+            fabs(d.value.v_double) > 9e15) /* (Infinity is its own floor) */
             return false;
         *outp = (int64_t)d.value.v_double;
         return true;
@@ -405,10 +406,12 @@ static int apply_push(const upd_action_t *a, upd_target_t *t, const upd_ctx_t *c
     }
     at = arr->nkids;
     if (a->has_position) {
-        if (a->position < 0)
-            at = (size_t)-a->position >= arr->nkids ? 0 : arr->nkids - (size_t)-a->position;
-        else if ((uint64_t)a->position < arr->nkids)
+        if (a->position < 0) {
+            uint64_t back = 0 - (uint64_t)a->position; /* INT64_MIN has no int64 negation */
+            at = back >= arr->nkids ? 0 : arr->nkids - (size_t)back;
+        } else if ((uint64_t)a->position < arr->nkids) {
             at = (size_t)a->position;
+        }
     }
     for (size_t i = 0; i < a->neach; i++)
         upd_node_insert(arr, at + i, upd_node_from_value(NULL, &a->each[i]));

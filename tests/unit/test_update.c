@@ -349,6 +349,18 @@ static const ucase_t push_cases[] = {
     FAIL("{'$push': {'a': {'$each': [1], '$sort': 2}}}", "{'_id': 1}", 2),
     FAIL("{'$push': {'a': {'$each': [1], '$sort': {}}}}", "{'_id': 1}", 2),
     FAIL("{'$push': {'a': {'$each': [1], '$sort': {'x': 'up'}}}}", "{'_id': 1}", 2),
+    /* Decimal128 infinities and huge values are not integers (the fuzzer's
+     * Infinity as a $sort once reached a conversion to int64). */
+    FAIL("{'$push': {'a': {'$each': [1], '$sort': {'$numberDecimal': 'Infinity'}}}}",
+         "{'_id': 1}", 2),
+    FAIL("{'$push': {'a': {'$each': [1], '$sort': {'x': {'$numberDecimal': '-Infinity'}}}}}",
+         "{'_id': 1}", 2),
+    FAIL("{'$push': {'a': {'$each': [1], '$slice': {'$numberDecimal': 'Infinity'}}}}",
+         "{'_id': 1}", 2),
+    FAIL("{'$push': {'a': {'$each': [1], '$position': {'$numberDecimal': '1E+30'}}}}",
+         "{'_id': 1}", 2),
+    OK("{'$push': {'a': {'$each': [9], '$position': {'$numberLong': '-9223372036854775808'}}}}",
+       "{'_id': 1, 'a': [1, 2]}", "{'_id': 1, 'a': [9, 1, 2]}"),
     OK("{'$addToSet': {'a': 3}}", "{'_id': 1, 'a': [1, 2]}", "{'_id': 1, 'a': [1, 2, 3]}"),
     SAME("{'$addToSet': {'a': 2}}", "{'_id': 1, 'a': [1, 2]}"),
     SAME("{'$addToSet': {'a': 2.0}}", "{'_id': 1, 'a': [1, 2]}"),

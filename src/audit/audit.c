@@ -664,6 +664,21 @@ static void quick_set(const char *atype, const ev_param_t *pm, bool keep)
     tl_quick.gen = atomic_load_explicit(&A.filter_gen, memory_order_relaxed);
 }
 
+/* Under mu: the next shared sequence number (last_seq mirrors it for
+ * readers without mu). */
+static uint64_t seq_take_locked(void)
+{
+    atomic_store_explicit(&A.last_seq, ++A.next_seq, memory_order_relaxed);
+    return A.next_seq;
+}
+
+/* Whether every shared event handed out so far is written. */
+static bool shared_all_written(void)
+{
+    return atomic_load_explicit(&A.last_seq, memory_order_relaxed) ==
+           atomic_load_explicit(&A.written_seq, memory_order_acquire);
+}
+
 /* ---- lanes: a network loop's own events ---------------------------------------
  *
  * A network loop writes its own events before its replies (sbl_audit_flush at
@@ -734,8 +749,7 @@ static void lane_move_locked(lane_t *l)
         abort(); /* cannot keep the events in order without memory */
     l->buf.len = 0;
     l->moved_upto = l->seq;
-    l->moved_gseq = ++A.next_seq;
-    atomic_store_explicit(&A.last_seq, A.next_seq, memory_order_relaxed);
+    l->moved_gseq = seq_take_locked();
 }
 
 /* Under mu: have the writer thread take the shared buffer soon. */
@@ -876,8 +890,7 @@ static int event(const char *atype, const sbl_audit_client_t *c, const ev_param_
         rc = sbl_err_set(err, SBL_E_ExceededMemoryLimit, "audit log: out of memory");
         goto done;
     }
-    *seqp = ++A.next_seq;
-    atomic_store_explicit(&A.last_seq, A.next_seq, memory_order_relaxed);
+    *seqp = seq_take_locked();
     /* Written by the writer in WRITER_DELAY_MS unless a flush comes first.
      * The kick is left even when the writer is busy: it may already have
      * taken the buffer without this event, and looks at the kick again
@@ -1061,9 +1074,7 @@ static int flush_locked(bool retry)
 static int lane_flush_locked(lane_t *l)
 {
     int e = 0, was = atomic_load(&A.health_errno);
-    if (was != 0 || A.wb.len > 0 ||
-        atomic_load_explicit(&A.last_seq, memory_order_relaxed) !=
-            atomic_load_explicit(&A.written_seq, memory_order_acquire))
+    if (was != 0 || A.wb.len > 0 || !shared_all_written())
         e = flush_locked(false);
     if (e == 0 && l->buf.len > 0) {
         size_t off = 0;
@@ -1109,9 +1120,7 @@ int sbl_audit_flush(uint64_t seq, sbl_err_t *err)
         /* Every event handed out is written: nothing to do (this thread's
          * own events are seen; another thread's later ones are its own
          * flush's business). */
-        if (atomic_load_explicit(&A.last_seq, memory_order_relaxed) ==
-                atomic_load_explicit(&A.written_seq, memory_order_acquire) ||
-            pthread_mutex_trylock(&A.wmu) != 0)
+        if (shared_all_written() || pthread_mutex_trylock(&A.wmu) != 0)
             return 0;
         if (A.running)
             flush_locked(false);

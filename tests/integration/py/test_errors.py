@@ -96,3 +96,24 @@ def test_many_errors_then_normal_work(client):
     client.errdb.t.insert_one({"_id": 1})
     assert client.errdb.t.find_one() == {"_id": 1}
     client.drop_database("errdb")
+
+
+def test_push_modifiers_beyond_int64(client):
+    """$push's $sort/$slice/$position as Decimal128 Infinity or 1E+30 are not
+    integers: a BadValue write error, the document unchanged; INT64_MIN as $position
+    counts back past the front (the fuzzer once found Infinity reaching a
+    conversion to int64)."""
+    from bson.decimal128 import Decimal128
+    from bson.int64 import Int64
+    c = client.errdb.push
+    c.insert_one({"_id": 1, "a": [1, 2]})
+    for mod in ({"$sort": Decimal128("Infinity")}, {"$sort": {"x": Decimal128("-Infinity")}},
+                {"$slice": Decimal128("Infinity")}, {"$position": Decimal128("1E+30")}):
+        with pytest.raises(OperationFailure) as e:
+            c.update_one({"_id": 1}, {"$push": {"a": {"$each": [9], **mod}}})
+        d = e.value.details  # the write error: {index, code, errmsg}
+        assert d["code"] == 2 and "$" in d["errmsg"], (mod, d)
+    assert c.find_one() == {"_id": 1, "a": [1, 2]}
+    c.update_one({"_id": 1}, {"$push": {"a": {"$each": [9], "$position": Int64(-2**63)}}})
+    assert c.find_one() == {"_id": 1, "a": [9, 1, 2]}
+    client.drop_database("errdb")

@@ -464,6 +464,7 @@ static const struct {
     {"log", WT_STAT_CONN_LOG_SYNC, "log sync operations"},
     {"log", WT_STAT_CONN_LOG_FLUSH, "log flush operations"},
     {"transaction", WT_STAT_CONN_TXN_CHECKPOINT, "transaction checkpoints"},
+    {"transaction", WT_STAT_CONN_TXN_CHECKPOINT_RUNNING, "transaction checkpoint currently running"},
     {"transaction", WT_STAT_CONN_TXN_CHECKPOINT_TIME_RECENT,
      "transaction checkpoint most recent time (msecs)"},
 };

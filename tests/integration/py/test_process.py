@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import threading
 import time
 
 import pytest
@@ -353,3 +354,45 @@ def test_periodic_checkpoint_counts_from_an_fsync(fresh_server):
             time.time() - t0)
     finally:
         c.close()
+
+
+def test_checkpoint_currently_running(fresh_server):
+    """serverStatus reports a running checkpoint as MongoDB does
+    (wiredTiger.transaction."transaction checkpoint currently running"): 1
+    while an fsync's checkpoint writes its dirty data, 0 after.  bench/audit
+    tags its segments with it.  And the fsync runs on a worker thread: four
+    other clients (some on the fsync's network loop) each see the checkpoint
+    running, where a loop busy with the checkpoint would answer them only
+    after it."""
+    s = fresh_server
+    s.start(["--syncdelay", "0"])  # no periodic checkpoint: only the fsync's
+    c = s.client()
+    polls = [s.client() for _ in range(4)]
+    key = "transaction checkpoint currently running"
+
+    def running(pc):
+        return pc.admin.command("serverStatus")["wiredTiger"]["transaction"][key]
+    try:
+        assert running(polls[0]) == 0
+        blob = b"x" * 2000
+        seen = [set() for _ in polls]
+        for attempt in range(5):  # a checkpoint lasts ~0.1 s here: a poll can miss it
+            for i in range(6):
+                c.ck.big.insert_many([{"_id": (attempt * 6 + i) * 10000 + k, "b": blob}
+                                      for k in range(10000)])
+            box = {}
+            t = threading.Thread(target=lambda: box.setdefault("r", c.admin.command("fsync", 1)))
+            t.start()
+            while t.is_alive():
+                for k, pc in enumerate(polls):
+                    seen[k].add(running(pc))
+            t.join()
+            assert box["r"]["ok"] == 1
+            if all(1 in x for x in seen):
+                break
+        assert all(1 in x for x in seen), "clients that saw the checkpoint running: %s" % seen
+        assert running(polls[0]) == 0
+    finally:
+        c.close()
+        for pc in polls:
+            pc.close()

@@ -6,6 +6,7 @@
  * use, and clean stop/restart.
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -514,21 +515,44 @@ static void test_addr_in_use(void)
     sbl_net_stop(); /* not running: a no-op */
 }
 
+/* A port free on both ::1 and 127.0.0.1 (0: no ::1 here).  The kernel
+ * picks it for ::1; it must be free on 127.0.0.1 too, or the server's IPv4
+ * listener shares it with whatever holds it there. */
+static int free_dual_port(void)
+{
+    for (int tries = 0; tries < 20; tries++) {
+        struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+        socklen_t al = sizeof(a6);
+        int s6 = socket(AF_INET6, SOCK_STREAM, 0);
+        if (s6 < 0 || bind(s6, (struct sockaddr *)&a6, sizeof(a6)) != 0) {
+            if (s6 >= 0)
+                close(s6);
+            return 0;
+        }
+        getsockname(s6, (struct sockaddr *)&a6, &al);
+        int port = ntohs(a6.sin6_port);
+        struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int s4 = socket(AF_INET, SOCK_STREAM, 0);
+        bool both = s4 >= 0 && bind(s4, (struct sockaddr *)&a4, sizeof(a4)) == 0;
+        if (s4 >= 0)
+            close(s4);
+        close(s6);
+        if (both)
+            return port;
+    }
+    return 0;
+}
+
 /* Listening on IPv4 and IPv6 at once, when the host has ::1. */
 static void test_ipv6(void)
 {
-    int s = socket(AF_INET6, SOCK_STREAM, 0);
-    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
-    socklen_t al = sizeof(a6);
-    if (s < 0 || bind(s, (struct sockaddr *)&a6, sizeof(a6)) != 0) {
-        if (s >= 0)
-            close(s);
-        printf("test_net: no ::1 here, IPv6 test skipped\n");
+    int port = free_dual_port();
+    if (port == 0) {
+        printf("test_net: no ::1 here (or no port free on both), IPv6 test skipped\n");
         return;
     }
-    getsockname(s, (struct sockaddr *)&a6, &al);
-    int port = ntohs(a6.sin6_port);
-    close(s);
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
     const char *ips[] = {"127.0.0.1", "::1"};
     sbl_net_config_t cfg = {.bind_ips = ips, .nbind = 2, .port = port, .nloops = 1};
     sbl_err_t err;
@@ -545,6 +569,7 @@ static void test_ipv6(void)
     CHECK_MSG(strncmp(last_remote, "[::1]:", 6) == 0, "%s", last_remote);
     CHECK(last_loopback);
     int fd4 = connect_to(port);
+    CHECK_MSG(fd4 >= 0, "connect to 127.0.0.1:%d: %s", port, strerror(errno));
     CHECK(roundtrip(fd4, 2, -1));
     CHECK(strncmp(last_remote, "127.0.0.1:", 10) == 0 && last_loopback);
     close(fd);

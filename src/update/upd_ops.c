@@ -236,24 +236,24 @@ static int apply_current_date(const upd_action_t *a, upd_target_t *t, const upd_
 
 /* ---- $push -------------------------------------------------------------- */
 
+/* A whole number within +-9e15 (so exact in int64; Infinity, its own floor, is not). */
+static bool double_integral(double d, int64_t *outp)
+{
+    if (d != floor(d) || fabs(d) > 9e15)
+        return false;
+    *outp = (int64_t)d;
+    return true;
+}
+
 static bool integral(const bson_value_t *v, int64_t *outp)
 {
+    bson_value_t d;
     switch (v->value_type) {
     case BSON_TYPE_INT32: *outp = v->value.v_int32; return true;
     case BSON_TYPE_INT64: *outp = v->value.v_int64; return true;
-    case BSON_TYPE_DOUBLE:
-        if (v->value.v_double != floor(v->value.v_double) || fabs(v->value.v_double) > 9e15)
-            return false;
-        *outp = (int64_t)v->value.v_double;
-        return true;
-    case BSON_TYPE_DECIMAL128: {
-        bson_value_t d;
-        if (!upd_num_to_double(v, &d) || d.value.v_double != floor(d.value.v_double) ||
-            fabs(d.value.v_double) > 9e15) /* (Infinity is its own floor) */
-            return false;
-        *outp = (int64_t)d.value.v_double;
-        return true;
-    }
+    case BSON_TYPE_DOUBLE: return double_integral(v->value.v_double, outp);
+    case BSON_TYPE_DECIMAL128:
+        return upd_num_to_double(v, &d) && double_integral(d.value.v_double, outp);
     default: return false;
     }
 }

@@ -85,6 +85,18 @@ def start_sable(sabled, journal, extra_args=()):
 
 
 # bench/audit's filter: authCheck of the commands report 001 audited.
+def checkpoint_state(status):
+    """(checkpoints completed, whether one is running) from a serverStatus reply."""
+    t = status.get("wiredTiger", {}).get("transaction", {})
+    return t.get("transaction checkpoints", 0), t.get("transaction checkpoint currently running", 0) != 0
+
+
+def checkpoint_ran(before, after):
+    """Whether a checkpoint ran between two checkpoint_state readings: running
+    at either one, or one completed between them."""
+    return before[1] or after[1] or after[0] != before[0]
+
+
 AUDIT_FILTER = '{"atype": "authCheck", "param.command": {"$in": ["insert", "find", "update"]}}'
 
 

@@ -1461,8 +1461,14 @@ int sbl_audit_sync(void)
     pthread_mutex_lock(&A.fd_mu);
     if (A.dest == SBL_AUDIT_FILE && A.fd >= 0) {
         struct stat st;
-        off_t end = fstat(A.fd, &st) == 0 ? st.st_size : 0;
-        if (fdatasync(A.fd) != 0) {
+        bool known = fstat(A.fd, &st) == 0;
+        off_t end = known ? st.st_size : 0;
+        if (known && !S_ISREG(st.st_mode)) {
+            /* A FIFO (a log shipper reading the events) or a device such
+             * as /dev/null: what write(2) handed over is the reader's, and
+             * fdatasync would fail with EINVAL, failing every j:true write
+             * of the group commit and logging an error ten times a second. */
+        } else if (fdatasync(A.fd) != 0) {
             rc = errno;
         } else if (end > A.dropped_to) {
             /* The file is written once and never read back, so what is on

@@ -352,6 +352,68 @@ def test_journaled_write_with_audit():
         s.cleanup()
 
 
+def test_journaled_writes_with_audit_path_a_fifo():
+    """An audit path that is a FIFO (a log shipper reads the events) or a
+    device (/dev/null): the group commit's sync of the audit file does not
+    apply to it.  Before, fdatasync's EINVAL failed the j:true writes of
+    every group commit that found the file written since the last one."""
+    s = Sabled()
+    fifo = os.path.join(s.root, "audit.pipe")
+    os.mkfifo(fifo)
+    rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # sabled's open waits for a reader
+    got, done = bytearray(), threading.Event()
+
+    def drain():
+        while not done.is_set():
+            try:
+                chunk = os.read(rfd, 1 << 16)
+            except BlockingIOError:
+                time.sleep(0.005)
+                continue
+            got.extend(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        s.start(["--auditDestination", "file", "--auditFormat", "JSON", "--auditPath", fifo,
+                 "--setParameter", "auditAuthorizationSuccess=true"])
+        c = connect(s)
+        coll = c.fifo.t.with_options(write_concern=pymongo.WriteConcern(j=True))
+        errors = []
+
+        def writer(base):
+            for i in range(50):
+                try:
+                    coll.insert_one({"_id": base + i})
+                    time.sleep(0.004)  # spread over several group commits
+                except OperationFailure as e:
+                    errors.append(str(e))
+
+        threads = [threading.Thread(target=writer, args=(k * 1000,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [], errors[:3]
+        assert c.fifo.t.count_documents({}) == 200
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            events = [json_util.loads(line) for line in bytes(got).decode().splitlines()
+                      if line.endswith("}")]
+            if len(insert_ids(events)) >= 200:
+                break
+            time.sleep(0.05)
+        assert sorted(insert_ids(events)) == sorted(k * 1000 + i for k in range(4) for i in range(50))
+        c.close()
+        with open(s.logpath) as f:
+            assert "audit log sync failed" not in f.read()
+    finally:
+        s.cleanup()
+        done.set()
+        reader.join()
+        os.close(rfd)
+
+
 def _cached_bytes(path):
     out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
                          capture_output=True, text=True, check=True).stdout

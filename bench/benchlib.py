@@ -130,7 +130,7 @@ def start_redis(fsync_always):
     if not wait_port(s.port):
         s.stop()
         raise RuntimeError("redis-server did not start")
-    s.props = [f"redis.host=127.0.0.1", f"redis.port={s.port}"]
+    s.props = ["redis.host=127.0.0.1", f"redis.port={s.port}"]
     s.binding = "redis"
     s.durability = f"appendonly yes, appendfsync {fsync}"
     return s
@@ -215,3 +215,20 @@ WRITE_OPS = ("UPDATE", "INSERT", "READ-MODIFY-WRITE")
 def errors(summary):
     return sum(int(v) for sec in summary.values() for k, v in sec.items()
                if k.startswith("Return=") and k not in ("Return=OK", "Return=BATCHED_OK"))
+
+
+def pooled_ratio(pairs, draws=2000):
+    """(on/off of the summed throughputs, 2.5th and 97.5th percentiles of
+    the same over pairs drawn with replacement).  A segment's throughput
+    swings by +-10-30% here (checkpoints, the host), so the median of the
+    pair ratios moves by a few hundredths between runs; the interval says
+    how far the data pin the ratio down.  Fixed seed: the same rows print
+    the same interval."""
+    import random
+    rng = random.Random(7)
+
+    def ratio(ps):
+        off = sum(p[1] for p in ps)
+        return sum(p[0] for p in ps) / off if off else 0.0
+    boot = sorted(ratio([rng.choice(pairs) for _ in pairs]) for _ in range(draws))
+    return ratio(pairs), boot[int(0.025 * draws)], boot[int(0.975 * draws) - 1]

@@ -25,12 +25,19 @@
  *
  * Output, one line: policy, size, MB, wall us/KB, CPU us/KB, and the CPU per
  * 2,300-byte event (an audited YCSB insert) and per 520-byte event (a read).
+ *
+ * --rate MBPS paces the writes to MBPS megabytes a second instead of
+ * writing as fast as it can, and the file starts over (truncated) at every
+ * gigabyte: bench/audit-disk-floor runs it beside a loaded sabled, stopped
+ * and continued every few seconds, as the bytes an audit log would write
+ * without the audit code.  A stop does not make it catch up afterwards.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +67,15 @@ static long long busy_ticks(void)
     return v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
 }
 
+/* SIGTERM or SIGINT: stop writing, remove the file and print the line. */
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
 static double now(void)
 {
     struct timespec t;
@@ -70,7 +86,7 @@ static double now(void)
 static void usage(void)
 {
     fprintf(stderr, "usage: sable-writecost [--dir DIR] [--mb N] [--size BYTES] [--sync-mb N]\n"
-                    "                       [--policy buffered|drop|dontcache|direct]\n");
+                    "                       [--policy buffered|drop|dontcache|direct] [--rate MBPS]\n");
     exit(2);
 }
 
@@ -102,6 +118,7 @@ int main(int argc, char **argv)
     const char *dir = ".";
     size_t mb = 512, size = 65536, sync_mb = 7;
     policy_t policy = P_DROP;
+    double rate = 0; /* bytes a second; 0: unpaced */
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -116,6 +133,10 @@ int main(int argc, char **argv)
             size = strtoul(v, NULL, 10);
         } else if (strcmp(a, "--sync-mb") == 0) {
             sync_mb = strtoul(v, NULL, 10);
+        } else if (strcmp(a, "--rate") == 0) {
+            rate = strtod(v, NULL) * 1048576.0;
+            if (!(rate > 0))
+                usage();
         } else if (strcmp(a, "--policy") == 0) {
             int k = 0;
             while (k < 4 && strcmp(v, policy_names[k]) != 0)
@@ -149,21 +170,44 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < size; i++) /* JSON-like text, one line per 2,300 bytes */
         buf[i] = i % 2300 == 2299 ? '\n' : (char)('a' + i % 26);
 
-    size_t total = mb << 20, written = 0, since_sync = 0;
-    off_t dropped = 0;
+    size_t total = mb << 20, written = 0, since_sync = 0, paced = 0;
+    off_t dropped = 0, at = 0; /* at: the file's end (it starts over at 1 GB when paced) */
     int rc = 0;
     long long b0 = busy_ticks();
-    double t0 = now();
-    while (written < total && rc == 0) {
-        rc = write_all(fd, buf, size, policy == P_DIRECT ? (off_t)written : -1, policy);
+    double t0 = now(), base = t0;
+    signal(SIGTERM, on_signal);
+    signal(SIGINT, on_signal);
+    while (written < total && rc == 0 && !stop) {
+        if (rate > 0) {
+            /* The next write is due when the bytes so far fit the rate; a
+             * schedule more than 50 ms behind (the process was stopped)
+             * starts again from now instead of writing the backlog at once. */
+            double due = base + (double)paced / rate, t = now();
+            if (t > due + 0.05) {
+                base = t - (double)paced / rate;
+            } else if (t < due) {
+                struct timespec ts = {(time_t)due, (long)((due - (double)(time_t)due) * 1e9)};
+                clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+            }
+            paced += size;
+            if (at >= (off_t)1 << 30) {
+                if (fdatasync(fd) != 0 || ftruncate(fd, 0) != 0)
+                    rc = errno;
+                at = dropped = 0;
+                since_sync = 0;
+            }
+        }
+        if (rc == 0)
+            rc = write_all(fd, buf, size, policy == P_DIRECT ? at : -1, policy);
         written += size;
+        at += (off_t)size;
         since_sync += size;
         if (rc == 0 && policy != P_DIRECT && since_sync >= sync_mb << 20) {
             if (fdatasync(fd) != 0)
                 rc = errno;
             if (policy == P_DROP) {
-                posix_fadvise(fd, dropped, (off_t)written - dropped, POSIX_FADV_DONTNEED);
-                dropped = (off_t)written & ~(off_t)4095;
+                posix_fadvise(fd, dropped, at - dropped, POSIX_FADV_DONTNEED);
+                dropped = at & ~(off_t)4095;
             }
             since_sync = 0;
         }
@@ -183,7 +227,7 @@ int main(int argc, char **argv)
     double cpu_us_kb = (double)ticks / (double)sysconf(_SC_CLK_TCK) * 1e6 / kb;
     printf("%-9s %7zu B writes %5zu MB: wall %6.3f us/KB  CPU %6.3f us/KB  "
            "per 2300 B %5.2f us  per 520 B %5.2f us\n",
-           policy_names[policy], size, mb, wall * 1e6 / kb, cpu_us_kb, cpu_us_kb * 2300 / 1024,
+           policy_names[policy], size, written >> 20, wall * 1e6 / kb, cpu_us_kb, cpu_us_kb * 2300 / 1024,
            cpu_us_kb * 520 / 1024);
     return 0;
 }

@@ -84,7 +84,6 @@ def start_sable(sabled, journal, extra_args=()):
     return s
 
 
-# bench/audit's filter: authCheck of the commands report 001 audited.
 def checkpoint_state(status):
     """(checkpoints completed, whether one is running) from a serverStatus reply."""
     t = status.get("wiredTiger", {}).get("transaction", {})
@@ -97,6 +96,7 @@ def checkpoint_ran(before, after):
     return before[1] or after[1] or after[0] != before[0]
 
 
+# bench/audit's filter: authCheck of the commands report 001 audited.
 AUDIT_FILTER = '{"atype": "authCheck", "param.command": {"$in": ["insert", "find", "update"]}}'
 
 

@@ -96,6 +96,35 @@ def checkpoint_ran(before, after):
     return before[1] or after[1] or after[0] != before[0]
 
 
+def op_count(status):
+    """Inserts, queries and updates so far, from a serverStatus reply's opcounters."""
+    o = status["opcounters"]
+    return o["insert"] + o["query"] + o["update"]
+
+
+def start_mix_run(bench, client, port, records, mix, max_seconds, threads):
+    """For the scripts that switch something during one run (audit-split,
+    audit-disk-floor): load records into the sabled on port, warm it with
+    300,000 zipfian reads, checkpoint it (fsync through client), then start
+    one sable-bench run of mix ("I:R:U" percentages, w:1) that ends after
+    max_seconds; returns its Popen."""
+    wl = os.path.join(ROOT, "workloads", "workloada")
+    base = ["workload=site.ycsb.workloads.CoreWorkload", "requestdistribution=zipfian",
+            "mongodb.writeConcern=acknowledged", f"mongodb.url=mongodb://127.0.0.1:{port}/ycsb",
+            f"recordcount={records}", f"insertcount={records}"]
+    print(f"loading {records} records and warming up ...", file=sys.stderr)
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(bench_cmd(bench, "load", "mongodb", wl, base, 100), **quiet)
+    subprocess.run(bench_cmd(bench, "run", "mongodb", wl, base + [
+        "operationcount=300000", "readproportion=1", "updateproportion=0", "insertproportion=0"], 100), **quiet)
+    client.admin.command("fsync")
+    ins, rd, up = [int(x) / 100 for x in mix.split(":")]
+    props = base + ["operationcount=1000000000", f"maxexecutiontime={max_seconds}",
+                    f"insertproportion={ins}", f"readproportion={rd}", f"updateproportion={up}",
+                    "scanproportion=0", "readmodifywriteproportion=0"]
+    return subprocess.Popen(bench_cmd(bench, "run", "mongodb", wl, props, threads), **quiet)
+
+
 # bench/audit's filter: authCheck of the commands report 001 audited.
 AUDIT_FILTER = '{"atype": "authCheck", "param.command": {"$in": ["insert", "find", "update"]}}'
 

@@ -7,7 +7,7 @@
 #include "cmd/cmd_int.h"
 #include "cmd/crud_int.h"
 #include "cmd/timeseries.h"
-#include "cmd/views.h"
+#include "agg/agg.h"
 #include "query/query.h"
 #include "server/server.h"
 
@@ -43,7 +43,7 @@ static void append_id_index(bson_t *out, const char *key)
     bson_append_document_end(out, &idx);
 }
 
-int sbl_cmd_create(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_create(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[256];
     bson_iter_t it;
@@ -51,7 +51,7 @@ int sbl_cmd_create(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bool is_view = false;
     int rc = 0;
 
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_validate_user_write_ns(ns, err));
     /* timeseries, clusteredIndex, expireAfterSeconds: first, as MongoDB checks them
      * (a clustered collection refuses size/max with its own codes) */
@@ -72,7 +72,7 @@ int sbl_cmd_create(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         if (sbl_capped_is_create_field(k))
             continue; /* sbl_capped_create_options parses them */
         if (strcmp(k, "collation") == 0) {
-            SBL_ERR(sbl_crud_collation_option(&it, &opts, err)); /* the collection default */
+            SBL_ERR(sbl_exec_collation_option(&it, &opts, err)); /* the collection default */
             continue;
         }
         bson_append_iter(&opts, k, -1, &it);
@@ -85,17 +85,17 @@ int sbl_cmd_create(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     }
     SBL_ERR(sbl_coll_create(ctx->ss, ns, &opts, err));
     ctx->wrote = true;
-    sbl_cmd_audit_coll_created(ctx, ns);
+    sbl_op_coll_created(ctx, ns);
     SBL_ERR(sbl_ts_after_create(ctx->ss, ns, &opts, err));
 err:
     bson_destroy(&opts);
     return rc;
 }
 
-int sbl_cmd_drop(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_drop(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[256];
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     sbl_coll_t *dc = NULL;
     int32_t nindexes = 1;
     if (sbl_coll_open(ctx->ss, ns, false, &dc, NULL, NULL) == 0) {
@@ -116,7 +116,7 @@ int sbl_cmd_drop(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_drop_database(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_drop_database(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     SBL_RET(sbl_validate_db_name(ctx->db, err));
     SBL_RET(sbl_db_drop(ctx->ss, ctx->db, err));
@@ -197,7 +197,7 @@ static int64_t ns_storage_size(sbl_session_t *ss, const char *ns, int64_t *datap
     return st.storage_size;
 }
 
-int sbl_cmd_list_databases(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_list_databases(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     name_list_t l = {0};
     sbl_matcher_t *m = NULL;
@@ -254,7 +254,7 @@ static int64_t cursor_batch_size(const bson_t *cmd)
     return -1;
 }
 
-int sbl_cmd_list_collections(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_list_collections(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     name_list_t l = {0};
     sbl_matcher_t *m = NULL;
@@ -297,7 +297,7 @@ int sbl_cmd_list_collections(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                                   false, err);
 }
 
-int sbl_cmd_rename_collection(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_rename_collection(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     const char *from, *to;
@@ -340,7 +340,7 @@ static int64_t get_scale(const bson_t *cmd, sbl_err_t *err)
     return 1;
 }
 
-int sbl_cmd_coll_stats(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_coll_stats(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[256];
     sbl_coll_t *c;
@@ -349,7 +349,7 @@ int sbl_cmd_coll_stats(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     if (scale < 0)
         return err->code;
 
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     int rc = sbl_coll_open(ctx->ss, ns, false, &c, NULL, err);
     if (rc == SBL_E_NamespaceNotFound)
         return sbl_err_set(err, SBL_E_NamespaceNotFound, "Collection [%s] not found.", ns);
@@ -362,7 +362,7 @@ int sbl_cmd_coll_stats(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     for (size_t i = 0; i < nix; i++)
         ixtotal += (ixsizes[i] = sbl_index_size(ctx->ss, ixs[i]));
     bson_t capped = BSON_INITIALIZER; /* capped, max, maxSize */
-    sbl_capped_append_stats(c, &capped, scale);
+    sbl_coll_append_capped_stats(c, &capped, scale);
     sbl_coll_release(c);
     if (rc != 0) {
         sbl_index_list_free(ixs, nix);
@@ -396,7 +396,7 @@ int sbl_cmd_coll_stats(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_db_stats(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_db_stats(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     name_list_t l = {0};
     int64_t data = 0, count = 0, storage = 0;

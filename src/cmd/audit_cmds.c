@@ -13,7 +13,7 @@
 #include "audit/audit.h"
 #include "auth/auth.h"
 #include "cmd/cmd_int.h"
-#include "cmd/spill.h"
+#include "exec/exec.h"
 #include "common/log.h"
 
 #include <openssl/rand.h>
@@ -41,7 +41,7 @@ static bool who_key_is(const char *key, size_t cap, const char *u, const char *d
 
 /* Fill ac for this connection.  roles receives the role list when it is
  * needed (a filter, the BSON format, or the cached JSON is stale). */
-static void fill_client(sbl_cmd_ctx_t *ctx, sbl_audit_client_t *ac, bson_t *roles)
+static void fill_client(sbl_opctx_t *ctx, sbl_audit_client_t *ac, bson_t *roles)
 {
     sbl_client_t *c = ctx->client;
     memset(ac, 0, sizeof(*ac));
@@ -253,7 +253,7 @@ static void batch_arm(sbl_conn_t *conn, uint64_t seq)
         sbl_audit_flush(seq, &e);
 }
 
-static int emit(sbl_cmd_ctx_t *ctx, const char *atype, const bson_t *param, int result,
+static int emit(sbl_opctx_t *ctx, const char *atype, const bson_t *param, int result,
                 bool force, sbl_err_t *err)
 {
     sbl_audit_client_t ac;
@@ -273,7 +273,7 @@ static int emit(sbl_cmd_ctx_t *ctx, const char *atype, const bson_t *param, int 
     return rc;
 }
 
-void sbl_cmd_audit(sbl_cmd_ctx_t *ctx, const char *atype, const bson_t *param, int result)
+void sbl_cmd_audit(sbl_opctx_t *ctx, const char *atype, const bson_t *param, int result)
 {
     sbl_err_t e;
     if (sbl_audit_enabled())
@@ -296,7 +296,7 @@ static const sbl_cmd_def_t *cmd_def(const char *name)
 /* ns of a command into out (cap bytes): "db.coll" when its first field is a
  * non-empty string, else "db".  Read from the BSON bytes (a bson_iter_t
  * costs more than the rest of this). */
-static void cmd_ns(const sbl_cmd_ctx_t *ctx, char *out, size_t cap)
+static void cmd_ns(const sbl_opctx_t *ctx, char *out, size_t cap)
 {
     const uint8_t *d = bson_get_data(ctx->cmd), *end = d + ctx->cmd->len;
     size_t dl = strlen(ctx->db);
@@ -319,7 +319,7 @@ static void cmd_ns(const sbl_cmd_ctx_t *ctx, char *out, size_t cap)
     out[dl] = '\0';
 }
 
-int sbl_cmd_audit_check(sbl_cmd_ctx_t *ctx, int rc, sbl_err_t *err)
+int sbl_cmd_audit_check(sbl_opctx_t *ctx, int rc, sbl_err_t *err)
 {
     const sbl_cmd_def_t *def;
     if (!sbl_audit_enabled() || ctx->name == NULL || ctx->conn == NULL ||
@@ -358,7 +358,7 @@ int sbl_cmd_audit_check(sbl_cmd_ctx_t *ctx, int rc, sbl_err_t *err)
     return rc;
 }
 
-bool sbl_cmd_audit_wait(sbl_cmd_ctx_t *ctx, void (*cb)(void *arg, int rc), void *arg)
+bool sbl_cmd_audit_wait(sbl_opctx_t *ctx, void (*cb)(void *arg, int rc), void *arg)
 {
     uint64_t seq = ctx->audit_seq;
     audit_batch_t *b;
@@ -392,7 +392,7 @@ bool sbl_cmd_audit_wait(sbl_cmd_ctx_t *ctx, void (*cb)(void *arg, int rc), void 
 
 /* ---- events from handlers -------------------------------------------------------- */
 
-void sbl_cmd_audit_ns(sbl_cmd_ctx_t *ctx, const char *atype, const char *ns)
+void sbl_cmd_audit_ns(sbl_opctx_t *ctx, const char *atype, const char *ns)
 {
     if (!sbl_audit_enabled())
         return;
@@ -408,7 +408,7 @@ static bool count_colls(const char *ns, const bson_t *options, const uint8_t *uu
     return true;
 }
 
-void sbl_cmd_audit_coll_created(sbl_cmd_ctx_t *ctx, const char *ns)
+void sbl_cmd_audit_coll_created(sbl_opctx_t *ctx, const char *ns)
 {
     char db[128];
     int n = 0;
@@ -422,7 +422,7 @@ void sbl_cmd_audit_coll_created(sbl_cmd_ctx_t *ctx, const char *ns)
     sbl_cmd_audit_ns(ctx, "createCollection", ns);
 }
 
-void sbl_cmd_audit_index(sbl_cmd_ctx_t *ctx, const char *atype, const char *ns, const char *name,
+void sbl_cmd_audit_index(sbl_opctx_t *ctx, const char *atype, const char *ns, const char *name,
                          const bson_t *spec)
 {
     if (!sbl_audit_enabled())
@@ -436,7 +436,7 @@ void sbl_cmd_audit_index(sbl_cmd_ctx_t *ctx, const char *atype, const char *ns, 
     bson_destroy(&p);
 }
 
-void sbl_cmd_audit_rename(sbl_cmd_ctx_t *ctx, const char *from, const char *to)
+void sbl_cmd_audit_rename(sbl_opctx_t *ctx, const char *from, const char *to)
 {
     if (!sbl_audit_enabled())
         return;
@@ -449,7 +449,7 @@ void sbl_cmd_audit_rename(sbl_cmd_ctx_t *ctx, const char *from, const char *to)
 
 /* The user and role commands: atype is the command name; param names the
  * user or role ({user|role, db}) and carries what changed. */
-int sbl_cmd_audit_user_result(sbl_cmd_ctx_t *ctx, int rc)
+int sbl_cmd_audit_user_result(sbl_opctx_t *ctx, int rc)
 {
     static const char *const copied[] = {"roles", "privileges", "customData",
                                          "authenticationRestrictions", NULL};
@@ -474,7 +474,7 @@ int sbl_cmd_audit_user_result(sbl_cmd_ctx_t *ctx, int rc)
     return rc;
 }
 
-void sbl_cmd_audit_authenticate(sbl_cmd_ctx_t *ctx, const char *mech, const char *user,
+void sbl_cmd_audit_authenticate(sbl_opctx_t *ctx, const char *mech, const char *user,
                                 const char *db, int result)
 {
     if (!sbl_audit_enabled())
@@ -487,7 +487,7 @@ void sbl_cmd_audit_authenticate(sbl_cmd_ctx_t *ctx, const char *mech, const char
     bson_destroy(&p);
 }
 
-void sbl_cmd_audit_logout(sbl_cmd_ctx_t *ctx)
+void sbl_cmd_audit_logout(sbl_opctx_t *ctx)
 {
     bson_t p, a, u;
     if (!sbl_audit_enabled())
@@ -508,7 +508,7 @@ void sbl_cmd_audit_logout(sbl_cmd_ctx_t *ctx)
     bson_destroy(&p);
 }
 
-void sbl_cmd_audit_client_metadata(sbl_cmd_ctx_t *ctx, const bson_t *metadata)
+void sbl_cmd_audit_client_metadata(sbl_opctx_t *ctx, const bson_t *metadata)
 {
     if (!sbl_audit_enabled())
         return;
@@ -522,7 +522,7 @@ void sbl_cmd_audit_client_metadata(sbl_cmd_ctx_t *ctx, const bson_t *metadata)
 
 /* ---- commands ------------------------------------------------------------------ */
 
-int sbl_cmd_log_application_message(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_log_application_message(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     if (!bson_iter_init(&it, ctx->cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it))
@@ -542,13 +542,13 @@ int sbl_cmd_log_application_message(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_get_audit_config(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_get_audit_config(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     sbl_audit_get_config(ctx->reply);
     return 0;
 }
 
-int sbl_cmd_set_audit_config(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_set_audit_config(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     if (!sbl_audit_enabled())
@@ -584,7 +584,7 @@ int sbl_cmd_set_audit_config(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_set_parameter(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_set_parameter(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     bool known = false;
@@ -603,7 +603,7 @@ int sbl_cmd_set_parameter(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             known = true;
             continue;
         }
-        int prc = sbl_agg_set_parameter(k, &it, ctx->reply, err); /* memory limits (agg_spill.c) */
+        int prc = sbl_spill_set_parameter(k, &it, ctx->reply, err); /* memory limits (src/exec/spill.c) */
         if (prc >= 0) {
             if (prc != 0)
                 return prc;
@@ -619,7 +619,7 @@ int sbl_cmd_set_parameter(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_log_rotate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_log_rotate(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     sbl_log_reopen();
     sbl_log(SBL_LOG_INFO, "CONTROL", 23166, "Log rotation initiated", NULL);

@@ -56,7 +56,7 @@ int sbl_cmd_auth_fail_delay_ms(const sbl_client_t *c)
     return ms > FAIL_DELAY_MAX_MS ? FAIL_DELAY_MAX_MS : (int)ms;
 }
 
-static void log_auth(sbl_cmd_ctx_t *ctx, bool ok, const char *mech, const char *user,
+static void log_auth(sbl_opctx_t *ctx, bool ok, const char *mech, const char *user,
                      const char *db, const sbl_err_t *err)
 {
     bson_t attr = BSON_INITIALIZER;
@@ -80,7 +80,7 @@ static void log_auth(sbl_cmd_ctx_t *ctx, bool ok, const char *mech, const char *
 }
 
 /* The conversation succeeded: the connection is now user@db. */
-static void become(sbl_cmd_ctx_t *ctx, const char *user, const char *db)
+static void become(sbl_opctx_t *ctx, const char *user, const char *db)
 {
     sbl_client_t *c = ctx->client;
     sbl_authz_t *a = NULL;
@@ -129,7 +129,7 @@ static bool skip_empty_of(const bson_t *cmd)
 }
 
 /* saslStart's work, also run for hello's speculativeAuthenticate (db: its "db" field). */
-static int sasl_start(sbl_cmd_ctx_t *ctx, const bson_t *cmd, const char *db, bson_t *r,
+static int sasl_start(sbl_opctx_t *ctx, const bson_t *cmd, const char *db, bson_t *r,
                       sbl_err_t *err)
 {
     bson_iter_t it;
@@ -162,12 +162,12 @@ static int sasl_start(sbl_cmd_ctx_t *ctx, const bson_t *cmd, const char *db, bso
     return 0;
 }
 
-int sbl_cmd_sasl_start(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_sasl_start(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     return sasl_start(ctx, ctx->cmd, ctx->db, ctx->reply, err);
 }
 
-int sbl_cmd_sasl_continue(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_sasl_continue(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     sbl_client_t *c = ctx->client;
@@ -213,7 +213,7 @@ int sbl_cmd_sasl_continue(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_authenticate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_authenticate(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     const char *mech = "";
@@ -223,7 +223,7 @@ int sbl_cmd_authenticate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                        "Received authentication for mechanism %s which is not enabled", mech);
 }
 
-int sbl_cmd_logout(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_logout(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     sbl_cmd_audit_logout(ctx);
     end_conversation(ctx->client);
@@ -233,7 +233,7 @@ int sbl_cmd_logout(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 
 /* ---- hello ------------------------------------------------------------------------- */
 
-void sbl_cmd_auth_hello_mechs(sbl_cmd_ctx_t *ctx, const char *db_user)
+void sbl_cmd_auth_hello_mechs(sbl_opctx_t *ctx, const char *db_user)
 {
     const char *dot = strchr(db_user, '.');
     if (dot == NULL || dot == db_user || dot[1] == '\0')
@@ -262,7 +262,7 @@ void sbl_cmd_auth_hello_mechs(sbl_cmd_ctx_t *ctx, const char *db_user)
     bson_free(db);
 }
 
-void sbl_cmd_auth_hello_speculative(sbl_cmd_ctx_t *ctx, const bson_iter_t *it)
+void sbl_cmd_auth_hello_speculative(sbl_opctx_t *ctx, const bson_iter_t *it)
 {
     const uint8_t *data;
     uint32_t len;
@@ -286,7 +286,7 @@ void sbl_cmd_auth_hello_speculative(sbl_cmd_ctx_t *ctx, const bson_iter_t *it)
     bson_destroy(&r);
 }
 
-void sbl_cmd_auth_append_status(sbl_cmd_ctx_t *ctx, bool show_privileges, bson_t *info)
+void sbl_cmd_auth_append_status(sbl_opctx_t *ctx, bool show_privileges, bson_t *info)
 {
     sbl_client_t *c = ctx->client;
     bson_t a, u;
@@ -313,7 +313,7 @@ void sbl_cmd_auth_append_status(sbl_cmd_ctx_t *ctx, bool show_privileges, bson_t
 /* ---- authorization ------------------------------------------------------------------ */
 
 /* Commands the localhost exception lets through while no user exists. */
-static bool localhost_exception(sbl_cmd_ctx_t *ctx, const sbl_cmd_def_t *def)
+static bool localhost_exception(sbl_opctx_t *ctx, const sbl_cmd_def_t *def)
 {
     if (strcmp(def->name, "createUser") != 0 && strcmp(def->name, "createRole") != 0)
         return false;
@@ -333,7 +333,7 @@ static bool db_level(const char *action)
     return false;
 }
 
-static int not_authorized(sbl_cmd_ctx_t *ctx, const char *db, sbl_err_t *err)
+static int not_authorized(sbl_opctx_t *ctx, const char *db, sbl_err_t *err)
 {
     char *json = bson_as_relaxed_extended_json(ctx->cmd, NULL);
     int rc = sbl_err_set(err, SBL_E_Unauthorized, "not authorized on %s to execute command %.300s",
@@ -343,7 +343,7 @@ static int not_authorized(sbl_cmd_ctx_t *ctx, const char *db, sbl_err_t *err)
 }
 
 /* Refresh the connection's privileges when users or roles changed. */
-static void refresh(sbl_cmd_ctx_t *ctx)
+static void refresh(sbl_opctx_t *ctx)
 {
     sbl_client_t *c = ctx->client;
     uint64_t g = sbl_auth_generation();
@@ -358,7 +358,7 @@ static void refresh(sbl_cmd_ctx_t *ctx)
     c->authz_gen = g;
 }
 
-static bool allowed(sbl_cmd_ctx_t *ctx, const char *action, const char *db, const char *coll)
+static bool allowed(sbl_opctx_t *ctx, const char *action, const char *db, const char *coll)
 {
     int id = sbl_auth_action_id(action);
     if (id < 0)
@@ -368,7 +368,7 @@ static bool allowed(sbl_cmd_ctx_t *ctx, const char *action, const char *db, cons
     return sbl_authz_allows(ctx->client->authz, id, db, coll);
 }
 
-int sbl_cmd_auth_require(sbl_cmd_ctx_t *ctx, const char *action, const char *db,
+int sbl_cmd_auth_require(sbl_opctx_t *ctx, const char *action, const char *db,
                          const char *coll, sbl_err_t *err)
 {
     if (ctx->conn == NULL || !sbl_auth_enabled() || ctx->client->auth_user == NULL)
@@ -398,7 +398,7 @@ static bool flag_of(const bson_t *cmd, const char *flag)
     return bson_iter_init_find(&it, cmd, flag) && bson_iter_as_bool(&it);
 }
 
-int sbl_cmd_auth_check(sbl_cmd_ctx_t *ctx, const sbl_cmd_def_t *def, sbl_err_t *err)
+int sbl_cmd_auth_check(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, sbl_err_t *err)
 {
     if (ctx->conn == NULL || (def->flags & SBL_CMD_NO_AUTH) || !sbl_auth_enabled())
         return 0;

@@ -1,6 +1,7 @@
 /*
- * capped.c: capped collections at the command level: create's options,
- * collStats fields, tailable find checks and the awaitData wait.
+ * capped.c: capped collections at the command level: create's and collMod's
+ * options, tailable find checks, cloneCollectionAsCapped/convertToCapped,
+ * and the awaitData wait (the parking src/op's sbl_op_park asks for).
  *
  * create stores {capped: true, size, max} as mongod 7.0 lists them: size as
  * given (an integer; 6.2 dropped the old rounding to 256 bytes), max only
@@ -92,7 +93,7 @@ int sbl_capped_create_options(const bson_t *cmd, bson_t *opts, sbl_err_t *err)
     if (bson_iter_init_find(&it, cmd, "capped")) {
         if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it) &&
             !BSON_ITER_HOLDS_NULL(&it))
-            return sbl_crud_type_error(err, "create.capped", &it, "bool");
+            return sbl_type_error(err, "create.capped", &it, "bool");
         capped = bson_iter_as_bool(&it);
     }
     if (bson_iter_init_find(&it, cmd, "size"))
@@ -120,14 +121,6 @@ int sbl_capped_create_options(const bson_t *cmd, bson_t *opts, sbl_err_t *err)
     return 0;
 }
 
-static void append_num(bson_t *out, const char *k, int64_t v)
-{
-    if (v >= INT32_MIN && v <= INT32_MAX)
-        bson_append_int32(out, k, -1, (int32_t)v);
-    else
-        bson_append_int64(out, k, -1, v);
-}
-
 int sbl_capped_coll_mod(const bson_t *cmd, const sbl_coll_t *c, bson_t *opts, bool *changedp,
                         sbl_err_t *err)
 {
@@ -151,7 +144,7 @@ int sbl_capped_coll_mod(const bson_t *cmd, const sbl_coll_t *c, bson_t *opts, bo
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "size") == 0 && has_size) {
-            append_num(&out, "size", size);
+            sbl_append_int(&out, "size", size);
         } else if (strcmp(k, "max") == 0) {
             had_max = true;
             if (has_max)
@@ -172,26 +165,9 @@ int sbl_capped_coll_mod(const bson_t *cmd, const sbl_coll_t *c, bson_t *opts, bo
     return 0;
 }
 
-void sbl_capped_append_stats(const sbl_coll_t *c, bson_t *out, int64_t scale)
-{
-    int64_t max_size = 0, max_docs = 0;
-    bson_iter_t it;
-    bool capped = c != NULL && sbl_coll_capped(c, &max_size, &max_docs);
-
-    BSON_APPEND_BOOL(out, "capped", capped);
-    if (!capped)
-        return;
-    /* max as listed: 0 when none was given */
-    max_docs = 0;
-    if (bson_iter_init_find(&it, sbl_coll_options(c), "max") && BSON_ITER_HOLDS_NUMBER(&it))
-        max_docs = bson_iter_as_int64(&it);
-    append_num(out, "max", max_docs);
-    append_num(out, "maxSize", max_size / (scale > 0 ? scale : 1));
-}
-
 /* ---- tailable find ------------------------------------------------------ */
 
-int sbl_capped_check_find(sbl_cmd_ctx_t *ctx, const char *ns, bool tailable, bool await_data,
+int sbl_capped_check_find(sbl_opctx_t *ctx, const char *ns, bool tailable, bool await_data,
                           const bson_t *sort, bool single_batch, unsigned *flagsp,
                           sbl_err_t *err)
 {
@@ -254,7 +230,7 @@ static bool unlink_parked(parked_t **list, parked_t *p)
     return false;
 }
 
-bool sbl_capped_await_park(sbl_cmd_ctx_t *ctx, uint64_t gen, int64_t until_us)
+bool sbl_capped_await_park(sbl_opctx_t *ctx, uint64_t gen, int64_t until_us)
 {
     parked_t *p;
     if (ctx->conn == NULL || ctx->req == NULL || (p = calloc(1, sizeof(*p))) == NULL)
@@ -376,7 +352,7 @@ static int copy_size_arg(const bson_t *cmd, const char *req, int64_t *sizep, sbl
 
 /* Create `to` capped at size and insert every document of `from` in its
  * natural order (the oldest are evicted when they do not all fit). */
-static int clone_as_capped(sbl_cmd_ctx_t *ctx, const char *from, const char *to, int64_t size,
+static int clone_as_capped(sbl_opctx_t *ctx, const char *from, const char *to, int64_t size,
                            sbl_err_t *err)
 {
     sbl_coll_t *src = NULL, *dst = NULL;
@@ -407,7 +383,7 @@ static int clone_as_capped(sbl_cmd_ctx_t *ctx, const char *from, const char *to,
         if ((rc = sbl_qexec_next(q, ctx, &doc, NULL, &end, err)) != 0 || end)
             break;
         for (int attempt = 0;; attempt++) {
-            sbl_crud_backoff(attempt);
+            sbl_op_backoff(attempt);
             if ((rc = sbl_txn_begin(ctx->ss, err)) != 0)
                 break;
             rc = sbl_write(ctx->ss, dst, SBL_WRITE_INSERT, NULL, &doc, NULL, err);
@@ -437,7 +413,7 @@ done:
     return rc;
 }
 
-int sbl_cmd_clone_collection_as_capped(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_clone_collection_as_capped(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     static const char *const fields[] = {"cloneCollectionAsCapped", "toCollection", "size",
                                          "temp", NULL};
@@ -445,14 +421,14 @@ int sbl_cmd_clone_collection_as_capped(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bson_iter_t it;
     int64_t size = 0;
 
-    SBL_RET(sbl_crud_check_fields(ctx->cmd, "CloneCollectionAsCappedCommand", fields, err));
-    SBL_RET(sbl_cmd_ns(ctx, from, sizeof(from), err));
+    SBL_RET(sbl_check_fields(ctx->cmd, "CloneCollectionAsCappedCommand", fields, err));
+    SBL_RET(sbl_op_ns(ctx, from, sizeof(from), err));
     if (!bson_iter_init_find(&it, ctx->cmd, "toCollection"))
         return sbl_err_set(err, SBL_E_MissingField,
                            "BSON field 'cloneCollectionAsCapped.toCollection' is missing but a "
                            "required field");
     if (!BSON_ITER_HOLDS_UTF8(&it))
-        return sbl_crud_type_error(err, "cloneCollectionAsCapped.toCollection", &it, "string");
+        return sbl_type_error(err, "cloneCollectionAsCapped.toCollection", &it, "string");
     if (sbl_join_dot(to, sizeof(to), ctx->db, bson_iter_utf8(&it, NULL)) >= sizeof(to))
         return sbl_err_set(err, SBL_E_InvalidNamespace, "Fully qualified namespace is too long");
     SBL_RET(sbl_validate_ns(to, err));
@@ -465,19 +441,19 @@ int sbl_cmd_clone_collection_as_capped(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     }
     SBL_RET(clone_as_capped(ctx, from, to, size, err));
     ctx->wrote = true;
-    sbl_cmd_audit_coll_created(ctx, to);
+    sbl_op_coll_created(ctx, to);
     return 0;
 }
 
-int sbl_cmd_convert_to_capped(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_convert_to_capped(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     static const char *const fields[] = {"convertToCapped", "size", NULL};
     char ns[SBL_NS_MAX], tmp[SBL_NS_MAX];
     int64_t size = 0;
     uint32_t r = 0;
 
-    SBL_RET(sbl_crud_check_fields(ctx->cmd, "ConvertToCappedCommand", fields, err));
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_check_fields(ctx->cmd, "ConvertToCappedCommand", fields, err));
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_validate_user_write_ns(ns, err));
     SBL_RET(copy_size_arg(ctx->cmd, "convertToCapped", &size, err));
     /* copy into a temporary collection, then rename it over the original (whose

@@ -29,15 +29,11 @@ int sbl_capped_create_options(const bson_t *cmd, bson_t *opts, sbl_err_t *err);
 int sbl_capped_coll_mod(const bson_t *cmd, const sbl_coll_t *c, bson_t *opts, bool *changedp,
                         sbl_err_t *err);
 
-/* collStats / $collStats storageStats: capped, and for a capped collection
- * max (0: none) and maxSize divided by scale.  c may be NULL (not capped). */
-void sbl_capped_append_stats(const sbl_coll_t *c, bson_t *out, int64_t scale);
-
 /* find: refuse tailable/awaitData combinations mongod refuses (sort other than
  * {$natural: 1}, singleBatch, awaitData alone, a collection that is not capped).
  * *flagsp gets the cursor flags (SBL_CURSOR_*): none when ns does not exist
  * (an empty, closed result as for any find). */
-int sbl_capped_check_find(sbl_cmd_ctx_t *ctx, const char *ns, bool tailable, bool await_data,
+int sbl_capped_check_find(sbl_opctx_t *ctx, const char *ns, bool tailable, bool await_data,
                           const bson_t *sort, bool single_batch, unsigned *flagsp,
                           sbl_err_t *err);
 
@@ -45,13 +41,13 @@ int sbl_capped_check_find(sbl_cmd_ctx_t *ctx, const char *ns, bool tailable, boo
  * park ctx's request until the capped insert generation moves past gen or
  * until_us (monotonic) passes; sets ctx->deferred.  False when the request
  * cannot be parked (internal run, out of memory): reply now. */
-bool sbl_capped_await_park(sbl_cmd_ctx_t *ctx, uint64_t gen, int64_t until_us);
+bool sbl_capped_await_park(sbl_opctx_t *ctx, uint64_t gen, int64_t until_us);
 /* cloneCollectionAsCapped {<from>, toCollection, size} and convertToCapped
  * {<coll>, size}: copy the documents in natural order into a new capped
  * collection (the oldest evicted when they do not fit); convertToCapped then
  * renames the copy over the original, whose secondary indexes are gone. */
-int sbl_cmd_clone_collection_as_capped(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
-int sbl_cmd_convert_to_capped(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_clone_collection_as_capped(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_convert_to_capped(sbl_opctx_t *ctx, sbl_err_t *err);
 
 /* The dispatcher's call for a deferred request, on its connection's loop:
  * starts the wait of a request sbl_capped_await_park parked (nothing otherwise). */

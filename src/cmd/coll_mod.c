@@ -39,12 +39,12 @@ static int find_index(sbl_coll_t *c, const bson_t *arg, const char *ns, sbl_inde
     *ixp = NULL;
     if (bson_iter_init_find(&it, arg, "name")) {
         if (!BSON_ITER_HOLDS_UTF8(&it))
-            return sbl_crud_type_error(err, "collMod.index.name", &it, "string");
+            return sbl_type_error(err, "collMod.index.name", &it, "string");
         name = bson_iter_utf8(&it, NULL);
     }
     if (bson_iter_init_find(&it, arg, "keyPattern")) {
         if (!sbl_iter_doc(&it, &pattern))
-            return sbl_crud_type_error(err, "collMod.index.keyPattern", &it, "object");
+            return sbl_type_error(err, "collMod.index.keyPattern", &it, "object");
         by_key = true;
     }
     if ((name == NULL) == !by_key)
@@ -75,7 +75,7 @@ static int find_index(sbl_coll_t *c, const bson_t *arg, const char *ns, sbl_inde
 }
 
 /* Append the _id of the document whose _id key is idk to ids (an array). */
-static void append_id(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const uint8_t *idk, size_t idlen,
+static void append_id(sbl_opctx_t *ctx, sbl_coll_t *c, const uint8_t *idk, size_t idlen,
                       bson_t *ids, uint32_t *np)
 {
     bson_t doc;
@@ -87,13 +87,13 @@ static void append_id(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const uint8_t *idk, siz
     if (sbl_coll_get_by_key(ctx->ss, c, idk, idlen, &doc, &found, &ignore) != 0 || !found)
         return;
     if (bson_iter_init_find(&it, &doc, "_id"))
-        bson_append_iter(ids, sbl_crud_key((*np)++, kbuf), -1, &it);
+        bson_append_iter(ids, sbl_array_key((*np)++, kbuf), -1, &it);
     bson_destroy(&doc);
 }
 
 /* Append violations: [{ids: [...]}, ...] (documents sharing a key of ix) to
  * out.  Returns the number of groups, or -1 with err set. */
-static int64_t find_violations(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, sbl_index_t *ix, bson_t *out,
+static int64_t find_violations(sbl_opctx_t *ctx, sbl_coll_t *c, sbl_index_t *ix, bson_t *out,
                                sbl_err_t *err)
 {
     sbl_iscan_t *scan;
@@ -128,7 +128,7 @@ static int64_t find_violations(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, sbl_index_t *i
         }
         if (nids > 0) {
             bson_t g;
-            bson_append_document_begin(&arr, sbl_crud_key((uint32_t)groups++, kbuf), -1, &g);
+            bson_append_document_begin(&arr, sbl_array_key((uint32_t)groups++, kbuf), -1, &g);
             bson_append_array(&g, "ids", -1, &ids);
             bson_append_document_end(&arr, &g);
             bson_reinit(&ids);
@@ -171,7 +171,7 @@ static bool spec_bool(const bson_t *spec, const char *name)
 }
 
 /* collMod's index: {keyPattern | name, hidden?, expireAfterSeconds?, prepareUnique?, unique?} */
-static int modify_index(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const char *ns, const bson_t *arg,
+static int modify_index(sbl_opctx_t *ctx, sbl_coll_t *c, const char *ns, const bson_t *arg,
                         sbl_err_t *err)
 {
     static const char *const changed[] = {"hidden", "expireAfterSeconds", "prepareUnique",
@@ -192,7 +192,7 @@ static int modify_index(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const char *ns, const
              strcmp(k, "unique") == 0) && !BSON_ITER_HOLDS_BOOL(&it)) {
             char field[64];
             snprintf(field, sizeof(field), "collMod.index.%s", k);
-            return sbl_crud_type_error(err, field, &it, "bool");
+            return sbl_type_error(err, field, &it, "bool");
         }
         if (strcmp(k, "expireAfterSeconds") == 0 &&
             (!BSON_ITER_HOLDS_NUMBER(&it) || bson_iter_as_int64(&it) < 0))
@@ -297,7 +297,7 @@ out:
     return rc;
 }
 
-int sbl_cmd_coll_mod(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_coll_mod(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[256];
     bson_iter_t it;
@@ -306,26 +306,26 @@ int sbl_cmd_coll_mod(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bool has_index = false, options_changed = false;
     int rc = 0;
 
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_validate_user_write_ns(ns, err));
-    SBL_RET(sbl_crud_check_fields(ctx->cmd, "collMod", coll_mod_fields, err));
+    SBL_RET(sbl_check_fields(ctx->cmd, "collMod", coll_mod_fields, err));
     bson_iter_init(&it, ctx->cmd);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "validator") == 0 && !BSON_ITER_HOLDS_DOCUMENT(&it))
-            return sbl_crud_type_error(err, "collMod.validator", &it, "object");
+            return sbl_type_error(err, "collMod.validator", &it, "object");
         if ((strcmp(k, "validationLevel") == 0 || strcmp(k, "validationAction") == 0) &&
             !BSON_ITER_HOLDS_UTF8(&it)) {
             char field[64];
             snprintf(field, sizeof(field), "collMod.%s", k);
-            return sbl_crud_type_error(err, field, &it, "string");
+            return sbl_type_error(err, field, &it, "string");
         }
         if (strcmp(k, "changeStreamPreAndPostImages") == 0 && !BSON_ITER_HOLDS_DOCUMENT(&it))
-            return sbl_crud_type_error(err, "collMod.changeStreamPreAndPostImages", &it,
+            return sbl_type_error(err, "collMod.changeStreamPreAndPostImages", &it,
                                        "object");
         if (strcmp(k, "index") == 0) {
             if (!sbl_iter_doc(&it, &index_arg))
-                return sbl_crud_type_error(err, "collMod.index", &it, "object");
+                return sbl_type_error(err, "collMod.index", &it, "object");
             has_index = true;
         }
         if (strcmp(k, "viewOn") == 0 || strcmp(k, "pipeline") == 0)

@@ -13,7 +13,7 @@
  */
 #include "cmd/cmd_int.h"
 #include "cmd/crud_int.h"
-#include "cmd/views.h"
+#include "agg/agg.h"
 
 /* mongod's default freeSpaceTargetMB: a file is compacted only when at least
  * this much of it is reusable. */
@@ -31,16 +31,16 @@ static int get_flag(const bson_iter_t *it, const char *field, bool *out, sbl_err
         *out = bson_iter_as_bool(it);
         return 0;
     }
-    return sbl_crud_type_error(err, field, it, "bool");
+    return sbl_type_error(err, field, it, "bool");
 }
 
 /* Between files and slices of WiredTiger's compact: killOp and maxTimeMS. */
 static int check_interrupt(void *arg, sbl_err_t *err)
 {
-    return sbl_cmd_check_interrupt(arg, err);
+    return sbl_op_check_interrupt(arg, err);
 }
 
-int sbl_cmd_compact(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_compact(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     static const char *const known[] = {"compact", "force", "freeSpaceTargetMB", "dryRun", NULL};
     char ns[SBL_NS_MAX];
@@ -50,7 +50,7 @@ int sbl_cmd_compact(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     int64_t target_mb = COMPACT_DEFAULT_TARGET_MB, freed = 0;
     int rc;
 
-    SBL_RET(sbl_crud_check_fields(ctx->cmd, "compact", known, err));
+    SBL_RET(sbl_check_fields(ctx->cmd, "compact", known, err));
     if (bson_iter_init_find(&it, ctx->cmd, "force"))
         SBL_RET(get_flag(&it, "compact.force", &force, err));
     (void)force; /* a standalone has no primary to refuse: force changes nothing */
@@ -58,7 +58,7 @@ int sbl_cmd_compact(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         SBL_RET(get_flag(&it, "compact.dryRun", &dry_run, err));
     if (bson_iter_init_find(&it, ctx->cmd, "freeSpaceTargetMB")) {
         if (!BSON_ITER_HOLDS_NUMBER(&it) && !BSON_ITER_HOLDS_DECIMAL128(&it))
-            return sbl_crud_type_error(err, "compact.freeSpaceTargetMB", &it,
+            return sbl_type_error(err, "compact.freeSpaceTargetMB", &it,
                                        "[long, int, decimal, double]");
         SBL_RET(sbl_get_int64(&it, &target_mb, err));
         if (target_mb < 1)
@@ -69,14 +69,14 @@ int sbl_cmd_compact(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         if (target_mb > INT64_MAX >> 20)
             target_mb = INT64_MAX >> 20;
     }
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     if (sbl_views_any() && sbl_view_is(ctx->ss, ns))
         return sbl_err_set(err, SBL_E_CommandNotSupportedOnView, "can't compact a view");
     rc = sbl_coll_open(ctx->ss, ns, false, &c, NULL, err);
     if (rc == SBL_E_NamespaceNotFound)
         return sbl_err_set(err, SBL_E_NamespaceNotFound, "collection does not exist");
     SBL_RET(rc);
-    SBL_ERR(sbl_cmd_check_interrupt(ctx, err));
+    SBL_ERR(sbl_op_check_interrupt(ctx, err));
     SBL_ERR(sbl_coll_compact(ctx->ss, c, target_mb << 20, dry_run, check_interrupt, ctx, &freed,
                              err));
     BSON_APPEND_INT64(ctx->reply, dry_run ? "estimatedBytesFreed" : "bytesFreed", freed);

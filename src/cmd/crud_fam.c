@@ -47,7 +47,7 @@ static int parse_args(const bson_t *cmd, fam_args_t *a, sbl_err_t *err)
     char field[96];
 
     memset(a, 0, sizeof(*a));
-    SBL_RET(sbl_crud_check_fields(cmd, req, fam_fields, err));
+    SBL_RET(sbl_check_fields(cmd, req, fam_fields, err));
     bson_iter_init(&it, cmd);
     bson_iter_next(&it);
     while (bson_iter_next(&it)) {
@@ -57,7 +57,7 @@ static int parse_args(const bson_t *cmd, fam_args_t *a, sbl_err_t *err)
             if (BSON_ITER_HOLDS_NULL(&it))
                 continue;
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
-                return sbl_crud_type_error(err, field, &it, "object");
+                return sbl_type_error(err, field, &it, "object");
             bson_t *dst = k[0] == 'q' ? &a->query : k[0] == 's' ? &a->sort : &a->fields;
             bool *has = k[0] == 'q' ? &a->has_query : k[0] == 's' ? &a->has_sort : &a->has_fields;
             *has = view(&it, dst);
@@ -65,18 +65,18 @@ static int parse_args(const bson_t *cmd, fam_args_t *a, sbl_err_t *err)
             if (BSON_ITER_HOLDS_NULL(&it))
                 continue;
             if (!BSON_ITER_HOLDS_DOCUMENT(&it) && !BSON_ITER_HOLDS_ARRAY(&it))
-                return sbl_crud_type_error(err, field, &it, "[object, array]");
+                return sbl_type_error(err, field, &it, "[object, array]");
             a->update_is_pipeline = BSON_ITER_HOLDS_ARRAY(&it);
             a->has_update = view(&it, &a->update);
         } else if (strcmp(k, "arrayFilters") == 0) {
             if (!BSON_ITER_HOLDS_ARRAY(&it))
-                return sbl_crud_type_error(err, field, &it, "array");
+                return sbl_type_error(err, field, &it, "array");
             a->has_af = view(&it, &a->array_filters);
         } else if (strcmp(k, "remove") == 0 || strcmp(k, "new") == 0 ||
                    strcmp(k, "upsert") == 0 || strcmp(k, "bypassDocumentValidation") == 0) {
             if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it) &&
                 !BSON_ITER_HOLDS_NULL(&it))
-                return sbl_crud_type_error(err, field, &it, "bool");
+                return sbl_type_error(err, field, &it, "bool");
             bool v = !BSON_ITER_HOLDS_NULL(&it) && bson_iter_as_bool(&it);
             if (strcmp(k, "remove") == 0)
                 a->remove = v;
@@ -85,7 +85,7 @@ static int parse_args(const bson_t *cmd, fam_args_t *a, sbl_err_t *err)
             else if (strcmp(k, "upsert") == 0)
                 a->upsert = v;
         } else if (strcmp(k, "hint") == 0) {
-            SBL_RET(sbl_crud_get_hint(&it, &a->hint, &a->has_hint, err));
+            SBL_RET(sbl_exec_get_hint(&it, &a->hint, &a->has_hint, err));
         }
     }
     if (a->remove && a->has_update)
@@ -127,7 +127,7 @@ static int append_value(bson_t *reply, const bson_t *doc, const sbl_projection_t
     return rc;
 }
 
-int sbl_cmd_find_and_modify(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_find_and_modify(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
     fam_args_t a;
@@ -143,7 +143,7 @@ int sbl_cmd_find_and_modify(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bson_iter_t li;
     int rc = 0;
 
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_validate_user_write_ns(ns, err));
     SBL_RET(parse_args(ctx->cmd, &a, err));
     cu.bypass_validation = bson_iter_init_find(&li, ctx->cmd, "bypassDocumentValidation") &&
@@ -153,7 +153,7 @@ int sbl_cmd_find_and_modify(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         const uint8_t *data;
         bson_t spec;
         if (!BSON_ITER_HOLDS_DOCUMENT(&li))
-            return sbl_crud_type_error(err, "findAndModify.let", &li, "object");
+            return sbl_type_error(err, "findAndModify.let", &li, "object");
         bson_iter_document(&li, &len, &data);
         bson_init_static(&spec, data, len);
         bson_destroy(&let_vals);
@@ -163,7 +163,7 @@ int sbl_cmd_find_and_modify(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         }
     }
     const sbl_collation_t *coll = NULL;
-    if ((rc = sbl_crud_collation(ctx, ns,
+    if ((rc = sbl_exec_collation(ctx, ns,
                                  bson_iter_init_find(&li, ctx->cmd, "collation") ? &li : NULL,
                                  "findAndModify.collation", &coll, err)) != 0)
         goto err;

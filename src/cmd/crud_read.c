@@ -1,7 +1,7 @@
 /*
  * crud_read.c: the read commands find, count and distinct.
  *
- * find plans its query with the shared executor (query_exec.c) and hands
+ * find plans its query with the query engine (src/exec) and hands
  * the executor, wrapped with the projection, to the cursor layer; the
  * cursor resumes it on getMore.  What must stay true: a find by _id with
  * limit 1 is one point lookup, and a missing collection is an empty result
@@ -9,8 +9,7 @@
  */
 #include "cmd/capped.h"
 #include "cmd/crud_int.h"
-#include "cmd/query_plan.h"
-#include "cmd/views.h"
+#include "agg/agg.h"
 #include "expr/expr.h"
 #include "doc/doc.h"
 
@@ -46,26 +45,7 @@ static void key_of(const bson_t *pattern, const bson_t *raw, bson_t *doc)
     }
 }
 
-/* The key pattern returnKey reports for q's plan: the index's, _id's for a
- * plan in _id order (points, a range, or a requested _id sort), else {}. */
-static bson_t *plan_key_pattern(const sbl_qexec_t *q, const bson_t *sort)
-{
-    sbl_qexec_info_t info;
-    bson_iter_t it;
-    bson_t key;
-    bson_t *out = bson_new();
-    sbl_qexec_info(q, &info);
-    if (info.ixp != NULL) {
-        if (bson_iter_init_find(&it, sbl_index_spec(info.ixp->ix), "key") && sbl_iter_doc(&it, &key))
-            bson_concat(out, &key);
-    } else if (info.id_kind != SBL_ID_ANY ||
-               (sort != NULL && bson_count_keys(sort) == 1 && bson_iter_init_find(&it, sort, "_id"))) {
-        BSON_APPEND_INT32(out, "_id", 1);
-    }
-    return out;
-}
-
-static int find_next(void *state, sbl_cmd_ctx_t *ctx, bson_t *doc, bool *donep, sbl_err_t *err)
+static int find_next(void *state, sbl_opctx_t *ctx, bson_t *doc, bool *donep, sbl_err_t *err)
 {
     find_state_t *st = state;
     bson_t raw;
@@ -119,7 +99,7 @@ static int get_count_arg(const bson_iter_t *it, const char *req, int64_t *out, b
     char field[96];
     sbl_join_dot(field, sizeof(field), req, bson_iter_key(it));
     if (!BSON_ITER_HOLDS_NUMBER(it) && !BSON_ITER_HOLDS_DECIMAL128(it))
-        return sbl_crud_type_error(err, field, it, "[long, int, decimal, double]");
+        return sbl_type_error(err, field, it, "[long, int, decimal, double]");
     SBL_RET(sbl_get_int64(it, out, err));
     if (*out < 0 && !allow_neg)
         return sbl_err_set(err, SBL_E_Location51024,
@@ -180,7 +160,7 @@ static enum find_arg find_arg(const char *k)
 
 /* find {_id: v} without a plan, an executor or a cursor: one point lookup. */
 /* *dupp: ns is a time-series collection, nothing was replied (plan the query). */
-static int find_by_id(sbl_cmd_ctx_t *ctx, const char *ns, const bson_value_t *id, bool *dupp,
+static int find_by_id(sbl_opctx_t *ctx, const char *ns, const bson_value_t *id, bool *dupp,
                       sbl_err_t *err)
 {
     bson_t doc;
@@ -194,7 +174,7 @@ static int find_by_id(sbl_cmd_ctx_t *ctx, const char *ns, const bson_value_t *id
     return 0;
 }
 
-int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_find(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     int vrc; /* a view: the command runs as an aggregation over its source */
     if (sbl_views_any() && (vrc = sbl_view_read(ctx, err)) >= 0)
@@ -213,8 +193,8 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     int64_t skip = 0, limit = 0, batch_size = -1;
     char field[96];
 
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
-    SBL_RET(sbl_crud_check_fields(ctx->cmd, req, find_fields, err));
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_check_fields(ctx->cmd, req, find_fields, err));
     bson_iter_init(&it, ctx->cmd);
     bson_iter_next(&it); /* the command name */
     while (bson_iter_next(&it)) {
@@ -230,7 +210,7 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         case FA_LET:
         case FA_COLLATION:
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
-                return sbl_crud_type_error(err, field, &it, "object");
+                return sbl_type_error(err, field, &it, "object");
             if (a == FA_LET) {
                 has_let = sbl_iter_doc(&it, &let_spec);
                 plain = false;
@@ -264,7 +244,7 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         case FA_RETURN_KEY:
         case FA_FLAG:
             if (!BSON_ITER_HOLDS_BOOL(&it))
-                return sbl_crud_type_error(err, field, &it, "bool");
+                return sbl_type_error(err, field, &it, "bool");
             if (a == FA_SINGLE_BATCH && bson_iter_bool(&it))
                 single_batch = true;
             if (a == FA_RETURN_KEY && bson_iter_bool(&it))
@@ -277,7 +257,7 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                 await_data = bson_iter_bool(&it);
             break;
         case FA_HINT:
-            SBL_RET(sbl_crud_get_hint(&it, &hint, &has_hint, err));
+            SBL_RET(sbl_exec_get_hint(&it, &hint, &has_hint, err));
             break;
         case FA_PLAN:
         case FA_OTHER:
@@ -288,9 +268,9 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 
     bson_value_t id;
     if (plain && has_filter && !has_hint && !return_key && skip == 0 && batch_size != 0 &&
-        sbl_crud_filter_id_point(&filter, &id)) {
+        sbl_exec_filter_id_point(&filter, &id)) {
         const sbl_collation_t *dc = NULL;
-        SBL_RET(sbl_crud_default_collation(ctx, ns, &dc, err));
+        SBL_RET(sbl_exec_default_collation(ctx, ns, &dc, err));
         bool dup = false;
         if (dc == NULL || (id.value_type != BSON_TYPE_UTF8)) {
             SBL_RET(find_by_id(ctx, ns, &id, &dup, err));
@@ -327,18 +307,18 @@ int sbl_cmd_find(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     }
     const sbl_collation_t *coll = NULL;
     if (rc == 0)
-        rc = sbl_crud_collation(ctx, ns, has_coll ? &coll_it : NULL, "FindCommandRequest.collation",
+        rc = sbl_exec_collation(ctx, ns, has_coll ? &coll_it : NULL, "FindCommandRequest.collation",
                                 &coll, err);
     sbl_qexec_opts_t o = {has_filter ? (has_let ? &bound : &filter) : NULL,
                           has_sort ? &sort : NULL, skip, limit, coll};
     if (rc == 0)
         rc = sbl_qexec_new_hinted(ns, &o, has_hint ? &hint : NULL, &st->q, err);
-    if (rc == 0 && has_sort) /* a blocking sort may spill: allowDiskUse (agg_spill.c) */
-        sbl_qexec_set_disk_use(st->q, sbl_crud_disk_use(ctx->cmd));
+    if (rc == 0 && has_sort) /* a blocking sort may spill: allowDiskUse (src/exec/spill.c) */
+        sbl_qexec_set_disk_use(st->q, sbl_spill_disk_use(ctx->cmd));
     bson_destroy(&let_vals);
     bson_destroy(&bound);
     if (rc == 0 && return_key) /* the projection is then ignored, as in mongod */
-        st->key_pattern = plan_key_pattern(st->q, has_sort ? &sort : NULL);
+        st->key_pattern = sbl_qexec_key_pattern(st->q, has_sort ? &sort : NULL);
     else if (rc == 0 && has_proj && !bson_empty(&projection)) {
         st->proj = sbl_projection_new(&projection, err);
         if (st->proj == NULL)
@@ -367,7 +347,7 @@ static void append_number(bson_t *b, const char *k, int64_t n)
         bson_append_int64(b, k, -1, n);
 }
 
-int sbl_cmd_count(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_count(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     int vrc; /* a view: the command runs as an aggregation over its source */
     if (sbl_views_any() && (vrc = sbl_view_read(ctx, err)) >= 0)
@@ -382,9 +362,9 @@ int sbl_cmd_count(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     int64_t skip = 0, limit = 0;
     const sbl_collation_t *coll = NULL;
 
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
-    SBL_RET(sbl_crud_check_fields(ctx->cmd, req, count_fields, err));
-    SBL_RET(sbl_crud_collation(ctx, ns, bson_iter_init_find(&it, ctx->cmd, "collation") ? &it : NULL,
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_check_fields(ctx->cmd, req, count_fields, err));
+    SBL_RET(sbl_exec_collation(ctx, ns, bson_iter_init_find(&it, ctx->cmd, "collation") ? &it : NULL,
                                "CountCommandRequest.collation", &coll, err));
     bson_iter_init(&it, ctx->cmd);
     while (bson_iter_next(&it)) {
@@ -393,7 +373,7 @@ int sbl_cmd_count(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             if (BSON_ITER_HOLDS_NULL(&it))
                 continue;
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
-                return sbl_crud_type_error(err, "CountCommandRequest.query", &it, "object");
+                return sbl_type_error(err, "CountCommandRequest.query", &it, "object");
             if (!sbl_iter_doc(&it, &query))
                 return sbl_err_set(err, SBL_E_InvalidBSON, "invalid query");
             has_query = !bson_empty(&query);
@@ -404,7 +384,7 @@ int sbl_cmd_count(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             if (limit < 0)
                 limit = -limit;
         } else if (strcmp(k, "hint") == 0) {
-            SBL_RET(sbl_crud_get_hint(&it, &hint, &has_hint, err));
+            SBL_RET(sbl_exec_get_hint(&it, &hint, &has_hint, err));
         }
     }
 
@@ -515,7 +495,7 @@ static void set_free(value_set_t *s)
     free(s->v);
 }
 
-int sbl_cmd_distinct(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_distinct(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     int vrc; /* a view: the command runs as an aggregation over its source */
     if (sbl_views_any() && (vrc = sbl_view_read(ctx, err)) >= 0)
@@ -530,27 +510,27 @@ int sbl_cmd_distinct(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     const char *key = NULL;
     const sbl_collation_t *coll = NULL;
 
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
-    SBL_RET(sbl_crud_check_fields(ctx->cmd, req, distinct_fields, err));
-    SBL_RET(sbl_crud_collation(ctx, ns, bson_iter_init_find(&it, ctx->cmd, "collation") ? &it : NULL,
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_check_fields(ctx->cmd, req, distinct_fields, err));
+    SBL_RET(sbl_exec_collation(ctx, ns, bson_iter_init_find(&it, ctx->cmd, "collation") ? &it : NULL,
                                "DistinctCommandRequest.collation", &coll, err));
     bson_iter_init(&it, ctx->cmd);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "key") == 0) {
             if (!BSON_ITER_HOLDS_UTF8(&it))
-                return sbl_crud_type_error(err, "DistinctCommandRequest.key", &it, "string");
+                return sbl_type_error(err, "DistinctCommandRequest.key", &it, "string");
             key = bson_iter_utf8(&it, NULL);
         } else if (strcmp(k, "query") == 0) {
             if (BSON_ITER_HOLDS_NULL(&it))
                 continue;
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
-                return sbl_crud_type_error(err, "DistinctCommandRequest.query", &it, "object");
+                return sbl_type_error(err, "DistinctCommandRequest.query", &it, "object");
             if (!sbl_iter_doc(&it, &query))
                 return sbl_err_set(err, SBL_E_InvalidBSON, "invalid query");
             has_query = true;
         } else if (strcmp(k, "hint") == 0) {
-            SBL_RET(sbl_crud_get_hint(&it, &hint, &has_hint, err));
+            SBL_RET(sbl_exec_get_hint(&it, &hint, &has_hint, err));
         }
     }
     if (key == NULL)
@@ -607,7 +587,7 @@ int sbl_cmd_distinct(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     for (size_t r = 0; r < set.n; r++) {
         if (r > 0 && sbl_value_compare_coll(&set.v[r - 1], &set.v[r], coll) == 0)
             continue;
-        bson_append_value(&values, sbl_crud_key(nv++, kb), -1, &set.v[r]);
+        bson_append_value(&values, sbl_array_key(nv++, kb), -1, &set.v[r]);
     }
     bson_append_array_end(ctx->reply, &values);
     set_free(&set);

@@ -25,7 +25,7 @@ int sbl_crud_check_validator(const bson_t *options, sbl_err_t *err)
         const uint8_t *data;
         bson_t v;
         if (!BSON_ITER_HOLDS_DOCUMENT(&it))
-            return sbl_crud_type_error(err, "create.validator", &it, "object");
+            return sbl_type_error(err, "create.validator", &it, "object");
         bson_iter_document(&it, &len, &data);
         bson_init_static(&v, data, len);
         sbl_matcher_t *m = sbl_matcher_new(&v, err);

@@ -39,7 +39,7 @@ static int commit_or_abort(sbl_session_t *ss, sbl_err_t *err)
  * updates through src/update, pipelines through the aggregation stages; a
  * pipeline may not change _id (66) and its result keeps _id first.
  */
-static int apply_update(sbl_cmd_ctx_t *ctx, const sbl_crud_update_t *u, const bson_t *old,
+static int apply_update(sbl_opctx_t *ctx, const sbl_crud_update_t *u, const bson_t *old,
                         int32_t pos, bool is_insert, bson_t *out, bool *changed, sbl_err_t *err)
 {
     if (u->op != NULL) {
@@ -74,7 +74,7 @@ static int apply_update(sbl_cmd_ctx_t *ctx, const sbl_crud_update_t *u, const bs
     return 0;
 }
 
-int sbl_crud_modify_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
+int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
                         const bson_t *cand, const sbl_matcher_t *m, const sbl_crud_update_t *u,
                         bool *matchedp, bool *changedp, bson_t *old_out, bson_t *new_out,
                         bson_t *err_info, sbl_err_t *err)
@@ -86,7 +86,7 @@ int sbl_crud_modify_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const bson_value_t *i
         bool found = false, changed = false, have_upd = false;
         int32_t pos = -1;
 
-        sbl_crud_backoff(attempt);
+        sbl_op_backoff(attempt);
         SBL_RET(sbl_txn_begin(ctx->ss, err));
         if (cand != NULL && sbl_coll_dup_ids(c))
             rc = sbl_coll_get_same(ctx->ss, c, cand, &old, &found, err);
@@ -149,7 +149,7 @@ int sbl_crud_modify_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const bson_value_t *i
     }
 }
 
-int sbl_crud_upsert(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *filter,
+int sbl_crud_upsert(sbl_opctx_t *ctx, const char *ns, const bson_t *filter,
                     const sbl_crud_update_t *u, bson_t *new_out, bson_value_t *id_out,
                     bson_t *err_info, sbl_err_t *err)
 {
@@ -165,14 +165,14 @@ int sbl_crud_upsert(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *filter,
         rc = apply_update(ctx, u, &seed, -1, true, &applied, &changed, err);
     bson_destroy(&seed);
     if (rc == 0) {
-        rc = sbl_crud_prepare_doc(&applied, &doc, err);
+        rc = sbl_doc_prepare_insert(&applied, &doc, err);
         bson_destroy(&applied);
     }
     if (rc != 0)
         return rc;
     bool created = false;
     if ((rc = sbl_coll_open(ctx->ss, ns, true, &c, &created, err)) == 0 && created)
-        sbl_cmd_audit_coll_created(ctx, ns);
+        sbl_op_coll_created(ctx, ns);
     if (rc != 0 ||
         (rc = sbl_crud_validate(c, NULL, &doc, u->bypass_validation, err_info, err)) != 0) {
         if (c != NULL)
@@ -181,7 +181,7 @@ int sbl_crud_upsert(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *filter,
         return rc;
     }
     for (int attempt = 0;; attempt++) {
-        sbl_crud_backoff(attempt);
+        sbl_op_backoff(attempt);
         if ((rc = sbl_txn_begin(ctx->ss, err)) != 0)
             break;
         rc = sbl_write(ctx->ss, c, SBL_WRITE_INSERT, NULL, &doc, err_info, err);
@@ -234,14 +234,14 @@ static int get_batch(const bson_t *cmd, const char *cmdname, const char *key, bs
                            cmdname, key);
     sbl_join_dot(field, sizeof(field), cmdname, key);
     if (!BSON_ITER_HOLDS_ARRAY(&it))
-        return sbl_crud_type_error(err, field, &it, "array");
+        return sbl_type_error(err, field, &it, "array");
     if (!iter_array(&it, arrp))
         return sbl_err_set(err, SBL_E_InvalidBSON, "invalid %s", key);
     bson_iter_recurse(&it, &el);
     while (bson_iter_next(&el)) {
         if (!BSON_ITER_HOLDS_DOCUMENT(&el)) {
             snprintf(field, sizeof(field), "%s.%s.%u", cmdname, key, n);
-            return sbl_crud_type_error(err, field, &el, "object");
+            return sbl_type_error(err, field, &el, "object");
         }
         n++;
     }
@@ -270,7 +270,7 @@ static int get_ordered(const bson_t *cmd, const char *req, bool *orderedp, sbl_e
             break;
         sbl_join_dot(field, sizeof(field), req, k);
         if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it))
-            return sbl_crud_type_error(err, field, &it, "bool");
+            return sbl_type_error(err, field, &it, "bool");
         if (k[0] == 'o')
             *orderedp = bson_iter_as_bool(&it);
     }
@@ -297,7 +297,7 @@ static int get_let(const bson_t *cmd, const char *req, bson_t *vals, sbl_err_t *
         char field[64];
         snprintf(field, sizeof(field), "%s.let", req);
         bson_init(vals);
-        return sbl_crud_type_error(err, field, &it, "object");
+        return sbl_type_error(err, field, &it, "object");
     }
     sbl_iter_doc(&it, &spec);
     return sbl_expr_eval_let(&spec, vals, err);
@@ -318,12 +318,12 @@ static const char *const insert_fields[] = {"insert", "documents", "ordered",
                                             "stmtIds", NULL};
 
 /* Insert one prepared document in its own transaction, retrying WriteConflict. */
-static int insert_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const bson_t *doc, bson_t *err_info,
+static int insert_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_t *doc, bson_t *err_info,
                       sbl_err_t *err)
 {
     int rc;
     for (int attempt = 0;; attempt++) {
-        sbl_crud_backoff(attempt);
+        sbl_op_backoff(attempt);
         SBL_RET(sbl_txn_begin(ctx->ss, err));
         rc = sbl_write(ctx->ss, c, SBL_WRITE_INSERT, NULL, doc, err_info, err);
         if (rc == 0)
@@ -336,7 +336,7 @@ static int insert_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, const bson_t *doc, bson
     }
 }
 
-int sbl_cmd_insert(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
     bson_t docs, errors = BSON_INITIALIZER;
@@ -346,23 +346,23 @@ int sbl_cmd_insert(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     sbl_coll_t *c = NULL;
     bson_iter_t it;
 
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_validate_user_write_ns(ns, err));
-    SBL_RET(sbl_crud_check_fields(ctx->cmd, "insert", insert_fields, err));
+    SBL_RET(sbl_check_fields(ctx->cmd, "insert", insert_fields, err));
     SBL_RET(get_ordered(ctx->cmd, "insert", &ordered, err));
     SBL_RET(get_batch(ctx->cmd, "insert", "documents", &docs, &ndocs, err));
     bool bypass = get_bypass(ctx->cmd);
     bool created = false;
     SBL_RET(sbl_coll_open(ctx->ss, ns, true, &c, &created, err));
     if (created)
-        sbl_cmd_audit_coll_created(ctx, ns);
+        sbl_op_coll_created(ctx, ns);
 
     bson_iter_init(&it, &docs);
     for (int64_t i = 0; bson_iter_next(&it); i++) {
         bson_t in, doc, info = BSON_INITIALIZER;
         sbl_err_t e = {0};
         int rc = sbl_iter_doc(&it, &in) ? 0 : sbl_err_set(&e, SBL_E_InvalidBSON, "invalid document");
-        if (rc == 0 && (rc = sbl_crud_prepare_doc(&in, &doc, &e)) == 0) {
+        if (rc == 0 && (rc = sbl_doc_prepare_insert(&in, &doc, &e)) == 0) {
             rc = sbl_crud_validate(c, NULL, &doc, bypass, &info, &e);
             if (rc == 0)
                 rc = insert_one(ctx, c, &doc, &info, &e);
@@ -377,7 +377,7 @@ int sbl_cmd_insert(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         bson_destroy(&info);
         if (rc != 0 && ordered)
             break;
-        if ((i & 63) == 63 && sbl_cmd_check_interrupt(ctx, &e) != 0) {
+        if ((i & 63) == 63 && sbl_op_check_interrupt(ctx, &e) != 0) {
             sbl_crud_add_write_error(&errors, &nerrors, i + 1, &e, NULL);
             break;
         }
@@ -421,7 +421,7 @@ static int parse_update_stmt(const bson_t *s, update_stmt_t *st, sbl_err_t *err)
         sbl_join_dot(field, sizeof(field), "UpdateOpEntry", k);
         if (strcmp(k, "q") == 0) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
-                return sbl_crud_type_error(err, field, &it, "object");
+                return sbl_type_error(err, field, &it, "object");
             st->has_q = sbl_iter_doc(&it, &st->q);
         } else if (strcmp(k, "u") == 0) {
             if (BSON_ITER_HOLDS_ARRAY(&it)) {
@@ -430,22 +430,22 @@ static int parse_update_stmt(const bson_t *s, update_stmt_t *st, sbl_err_t *err)
             } else if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
                 st->has_u = sbl_iter_doc(&it, &st->u);
             } else {
-                return sbl_crud_type_error(err, field, &it, "object");
+                return sbl_type_error(err, field, &it, "object");
             }
         } else if (strcmp(k, "upsert") == 0 || strcmp(k, "multi") == 0 ||
                    strcmp(k, "upsertSupplied") == 0) {
             if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it))
-                return sbl_crud_type_error(err, field, &it, "bool");
+                return sbl_type_error(err, field, &it, "bool");
             if (k[0] == 'm')
                 st->multi = bson_iter_as_bool(&it);
             else if (strcmp(k, "upsert") == 0)
                 st->upsert = bson_iter_as_bool(&it);
         } else if (strcmp(k, "arrayFilters") == 0) {
             if (!BSON_ITER_HOLDS_ARRAY(&it))
-                return sbl_crud_type_error(err, field, &it, "array");
+                return sbl_type_error(err, field, &it, "array");
             st->has_af = iter_array(&it, &st->array_filters);
         } else if (strcmp(k, "hint") == 0) {
-            SBL_RET(sbl_crud_get_hint(&it, &st->hint, &st->has_hint, err));
+            SBL_RET(sbl_exec_get_hint(&it, &st->hint, &st->has_hint, err));
         } else if (strcmp(k, "collation") == 0) {
             SBL_RET(sbl_collation_from_iter(&it, field, &st->coll, err));
             st->has_coll = true;
@@ -476,7 +476,7 @@ static bool doc_id(const bson_t *doc, bson_value_t *id)
 }
 
 /* Run one update statement; per-statement errors come back as rc + e + info. */
-static int run_update(sbl_cmd_ctx_t *ctx, const char *ns, const update_stmt_t *st, int64_t index,
+static int run_update(sbl_opctx_t *ctx, const char *ns, const update_stmt_t *st, int64_t index,
                       const bson_t *let, bool bypass, update_totals_t *tot, bson_t *info,
                       sbl_err_t *err)
 {
@@ -508,12 +508,12 @@ static int run_update(sbl_cmd_ctx_t *ctx, const char *ns, const update_stmt_t *s
     }
     sbl_qexec_opts_t o = {&qf, NULL, 0, 0, st->coll};
     if (!st->has_coll)
-        SBL_ERR(sbl_crud_default_collation(ctx, ns, &o.collation, err));
+        SBL_ERR(sbl_exec_default_collation(ctx, ns, &o.collation, err));
     if (u != NULL && o.collation != NULL)
         sbl_update_set_collation(u, o.collation);
     /* {_id: v}: the one document under v's key, no plan or matcher */
     bson_value_t idv;
-    bool id_point = !st->has_hint && sbl_crud_filter_id_point(&qf, &idv) &&
+    bool id_point = !st->has_hint && sbl_exec_filter_id_point(&qf, &idv) &&
                     (o.collation == NULL || idv.value_type != BSON_TYPE_UTF8);
     if (!id_point)
         SBL_ERR(sbl_qexec_new_hinted(ns, &o, st->has_hint ? &st->hint : NULL, &q, err));
@@ -576,7 +576,7 @@ static int run_update(sbl_cmd_ctx_t *ctx, const char *ns, const update_stmt_t *s
         if (rc == 0) {
             char kb[16];
             bson_t up;
-            bson_append_document_begin(&tot->upserted, sbl_crud_key(tot->nupserted++, kb), -1,
+            bson_append_document_begin(&tot->upserted, sbl_array_key(tot->nupserted++, kb), -1,
                                        &up);
             bson_append_int32(&up, "index", -1, (int32_t)index);
             bson_append_value(&up, "_id", 3, &id);
@@ -595,7 +595,7 @@ done:
     return rc;
 }
 
-int sbl_cmd_update(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_update(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
     bson_t stmts, errors = BSON_INITIALIZER;
@@ -604,9 +604,9 @@ int sbl_cmd_update(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bson_iter_t it;
     update_totals_t tot = {0};
 
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_validate_user_write_ns(ns, err));
-    SBL_RET(sbl_crud_check_fields(ctx->cmd, "update", update_fields, err));
+    SBL_RET(sbl_check_fields(ctx->cmd, "update", update_fields, err));
     SBL_RET(get_ordered(ctx->cmd, "update", &ordered, err));
     SBL_RET(get_batch(ctx->cmd, "update", "updates", &stmts, &nstmts, err));
     bool bypass = get_bypass(ctx->cmd);
@@ -639,7 +639,7 @@ int sbl_cmd_update(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     for (uint32_t i = 0; i < nstmts; i++) {
         sbl_err_t e = {0};
         bson_t info = BSON_INITIALIZER;
-        int rc = sbl_cmd_check_interrupt(ctx, &e);
+        int rc = sbl_op_check_interrupt(ctx, &e);
         /* A concurrent upsert of the same document loses with DuplicateKey: retry it,
          * and it now finds the document and updates it. */
         for (int attempt = 0; rc == 0 || (rc == SBL_E_DuplicateKey && parsed[i].upsert &&
@@ -696,11 +696,11 @@ static int parse_delete_stmt(const bson_t *s, delete_stmt_t *st, sbl_err_t *err)
         sbl_join_dot(field, sizeof(field), "DeleteOpEntry", k);
         if (strcmp(k, "q") == 0) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
-                return sbl_crud_type_error(err, field, &it, "object");
+                return sbl_type_error(err, field, &it, "object");
             st->has_q = sbl_iter_doc(&it, &st->q);
         } else if (strcmp(k, "limit") == 0) {
             if (!BSON_ITER_HOLDS_NUMBER(&it))
-                return sbl_crud_type_error(err, field, &it, "[long, int, decimal, double]");
+                return sbl_type_error(err, field, &it, "[long, int, decimal, double]");
             st->limit = bson_iter_as_int64(&it);
             st->has_limit = true;
             if (st->limit != 0 && st->limit != 1)
@@ -708,7 +708,7 @@ static int parse_delete_stmt(const bson_t *s, delete_stmt_t *st, sbl_err_t *err)
                                    "The limit field in delete objects must be 0 or 1. Got %lld",
                                    (long long)st->limit);
         } else if (strcmp(k, "hint") == 0) {
-            SBL_RET(sbl_crud_get_hint(&it, &st->hint, &st->has_hint, err));
+            SBL_RET(sbl_exec_get_hint(&it, &st->hint, &st->has_hint, err));
         } else if (strcmp(k, "collation") == 0) {
             SBL_RET(sbl_collation_from_iter(&it, field, &st->coll, err));
             st->has_coll = true;
@@ -728,7 +728,7 @@ static int parse_delete_stmt(const bson_t *s, delete_stmt_t *st, sbl_err_t *err)
     return 0;
 }
 
-static int run_delete(sbl_cmd_ctx_t *ctx, const char *ns, const delete_stmt_t *st,
+static int run_delete(sbl_opctx_t *ctx, const char *ns, const delete_stmt_t *st,
                       const bson_t *let, int64_t *np, sbl_err_t *err)
 {
     sbl_qexec_t *q = NULL;
@@ -745,7 +745,7 @@ static int run_delete(sbl_cmd_ctx_t *ctx, const char *ns, const delete_stmt_t *s
     }
     bson_t qf = BSON_INITIALIZER;
     sbl_qexec_opts_t o = {&qf, NULL, 0, 0, st->coll};
-    if (!st->has_coll && (rc = sbl_crud_default_collation(ctx, ns, &o.collation, err)) != 0)
+    if (!st->has_coll && (rc = sbl_exec_default_collation(ctx, ns, &o.collation, err)) != 0)
         goto err;
     bson_destroy(&qf);
     sbl_expr_bind_let(&st->q, let, &qf);
@@ -753,7 +753,7 @@ static int run_delete(sbl_cmd_ctx_t *ctx, const char *ns, const delete_stmt_t *s
     bson_value_t idv;
     /* time-series: several documents may share the _id, each read by the plan */
     bool dup = sbl_coll_dup_ids(c);
-    bool id_point = !st->has_hint && !dup && sbl_crud_filter_id_point(&qf, &idv) &&
+    bool id_point = !st->has_hint && !dup && sbl_exec_filter_id_point(&qf, &idv) &&
                     (o.collation == NULL || idv.value_type != BSON_TYPE_UTF8);
     if (!id_point && (rc = sbl_qexec_new_hinted(ns, &o, st->has_hint ? &st->hint : NULL, &q,
                                                 err)) != 0) {
@@ -800,7 +800,7 @@ err:
     return rc;
 }
 
-int sbl_cmd_delete(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_delete(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
     bson_t stmts, errors = BSON_INITIALIZER;
@@ -809,9 +809,9 @@ int sbl_cmd_delete(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bson_iter_t it;
     int64_t n = 0;
 
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_validate_user_write_ns(ns, err));
-    SBL_RET(sbl_crud_check_fields(ctx->cmd, "delete", delete_fields, err));
+    SBL_RET(sbl_check_fields(ctx->cmd, "delete", delete_fields, err));
     SBL_RET(get_ordered(ctx->cmd, "delete", &ordered, err));
     SBL_RET(get_batch(ctx->cmd, "delete", "deletes", &stmts, &nstmts, err));
     bson_t let;
@@ -838,7 +838,7 @@ int sbl_cmd_delete(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     }
     for (uint32_t i = 0; i < nstmts; i++) {
         sbl_err_t e = {0};
-        int rc = sbl_cmd_check_interrupt(ctx, &e);
+        int rc = sbl_op_check_interrupt(ctx, &e);
         if (rc == 0)
             rc = run_delete(ctx, ns, &parsed[i], &let, &n, &e);
         if (rc != 0)
@@ -854,4 +854,20 @@ int sbl_cmd_delete(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         bson_append_array(ctx->reply, "writeErrors", -1, &errors);
     bson_destroy(&errors);
     return 0;
+}
+
+/* ---- replies -------------------------------------------------------------- */
+
+void sbl_crud_add_write_error(bson_t *arr, uint32_t *countp, int64_t index, const sbl_err_t *e,
+                              const bson_t *info)
+{
+    char key[16];
+    bson_t we;
+    bson_append_document_begin(arr, sbl_array_key((*countp)++, key), -1, &we);
+    bson_append_int32(&we, "index", -1, (int32_t)index);
+    bson_append_int32(&we, "code", -1, e->code);
+    bson_append_utf8(&we, "errmsg", -1, e->msg, -1);
+    if (info != NULL && !bson_empty(info))
+        bson_concat(&we, info);
+    bson_append_document_end(arr, &we);
 }

@@ -7,7 +7,7 @@
  * request path.
  */
 #include "cmd/cmd_int.h"
-#include "cmd/spill.h"
+#include "exec/exec.h"
 #include "server/server.h"
 
 #include <stdio.h>
@@ -89,7 +89,7 @@ static void append_commands(bson_t *m)
     bson_append_document_end(m, &d);
 }
 
-int sbl_cmd_server_status(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_server_status(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_t *r = ctx->reply, d, m, c;
     int64_t now = sbl_now_ms();
@@ -166,7 +166,7 @@ int sbl_cmd_server_status(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_INT64(&d, "returned", sbl_metrics_get_docs(SBL_DOC_RETURNED));
     BSON_APPEND_INT64(&d, "updated", sbl_metrics_get_docs(SBL_DOC_UPDATED));
     bson_append_document_end(&m, &d);
-    sbl_agg_append_metrics(&m); /* metrics.query: spills of $group and sorts */
+    sbl_spill_append_metrics(&m); /* metrics.query: spills of $group and sorts */
     bson_append_document_end(r, &m);
 
     BSON_APPEND_DOCUMENT_BEGIN(r, "storageEngine", &d);
@@ -181,7 +181,7 @@ int sbl_cmd_server_status(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_fsync(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_fsync(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     if (bson_iter_init_find(&it, ctx->cmd, "lock") && bson_iter_as_bool(&it))

@@ -15,7 +15,7 @@
 #include "cmd/capped.h"
 #include "cmd/cmd_int.h"
 #include "cmd/failpoint.h"
-#include "cmd/spill.h"
+#include "exec/exec.h"
 #include "common/log.h"
 #include "expr/expr.h"
 #include "query/query.h"
@@ -29,7 +29,7 @@
 /* ---- the pending command ------------------------------------------------ */
 
 typedef struct pending {
-    sbl_cmd_ctx_t ctx;
+    sbl_opctx_t ctx;
     const sbl_cmd_def_t *def;
     bson_t reply;
     sbl_err_t err;
@@ -93,7 +93,7 @@ static const char *op_type(const char *n)
 }
 
 /* "db.coll" for a command on a collection (true), else "db.$cmd" (false). */
-static bool op_ns(const sbl_cmd_ctx_t *ctx, char *ns, size_t len)
+static bool op_ns(const sbl_opctx_t *ctx, char *ns, size_t len)
 {
     bson_iter_t it;
     const char *coll = NULL;
@@ -123,7 +123,7 @@ static sbl_top_kind_t top_kind(const char *n)
 
 static void op_begin(pending_t *p)
 {
-    sbl_cmd_ctx_t *ctx = &p->ctx;
+    sbl_opctx_t *ctx = &p->ctx;
     sbl_op_t *op = &p->op;
     op->conn_id = ctx->client->conn_id;
     op->client = ctx->conn != NULL ? sbl_conn_remote(ctx->conn) : NULL;
@@ -140,7 +140,7 @@ static void op_begin(pending_t *p)
 /* Latency, top, per-command counts, the slow log and the profiler. */
 static void op_end(pending_t *p)
 {
-    sbl_cmd_ctx_t *ctx = &p->ctx;
+    sbl_opctx_t *ctx = &p->ctx;
     const sbl_cmd_def_t *def = p->def;
     int64_t us = sbl_now_us() - ctx->start_us;
     size_t nrows;
@@ -321,7 +321,7 @@ static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t co
 /* Check the generic arguments and run the handler on this thread. */
 static void execute(pending_t *p)
 {
-    sbl_cmd_ctx_t *ctx = &p->ctx;
+    sbl_opctx_t *ctx = &p->ctx;
     bson_iter_t it, mt, wcit;
     bool has_mt = false, has_wc = false;
 
@@ -656,7 +656,12 @@ int sbl_cmd_init(sbl_err_t *err)
     /* libuv's worker pool runs the commands that may scan; size it before first use. */
     setenv("UV_THREADPOOL_SIZE", "16", 0);
     sbl_expr_init(); /* $expr and $jsonSchema in filters */
-    SBL_RET(sbl_agg_spill_init(err)); /* memory parameters; empties <dbpath>/_tmp */
+    /* What the modules below hear back: collections created (for the audit
+     * log) and awaitData getMores that wait for an insert (capped.c). */
+    static const sbl_op_observer_t observer = {.coll_created = sbl_cmd_audit_coll_created};
+    sbl_op_set_observer(&observer);
+    sbl_op_set_park(sbl_capped_await_park);
+    SBL_RET(sbl_spill_init(err)); /* memory parameters; empties <dbpath>/_tmp */
     uv_mutex_init(&reaper_mu);
     uv_cond_init(&reaper_cv);
     reaper_stop = false;

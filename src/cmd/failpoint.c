@@ -66,7 +66,7 @@ static bool data_bool(const bson_t *data, const char *name)
     return bson_iter_init_find(&it, data, name) && bson_iter_as_bool(&it);
 }
 
-static bool names_command(const bson_t *data, const sbl_cmd_ctx_t *ctx)
+static bool names_command(const bson_t *data, const sbl_opctx_t *ctx)
 {
     bson_iter_t it, list, first;
     const char *sent = NULL;
@@ -87,7 +87,7 @@ static bool names_command(const bson_t *data, const sbl_cmd_ctx_t *ctx)
     return false;
 }
 
-static bool app_name_matches(const bson_t *data, const sbl_cmd_ctx_t *ctx)
+static bool app_name_matches(const bson_t *data, const sbl_opctx_t *ctx)
 {
     bson_iter_t it, md;
     if (!bson_iter_init_find(&it, data, "appName"))
@@ -102,7 +102,7 @@ static bool app_name_matches(const bson_t *data, const sbl_cmd_ctx_t *ctx)
 
 /* Does this command activate the fail point?  Consumes one activation (and
  * returns a copy of data, owned by the caller) when it does.  Locked. */
-static bson_t *activate(const sbl_cmd_ctx_t *ctx)
+static bson_t *activate(const sbl_opctx_t *ctx)
 {
     bson_t *data = NULL;
     pthread_mutex_lock(&fp_mu);
@@ -175,7 +175,7 @@ static void copy_field(const bson_t *data, const char *name, bson_t *reply)
 }
 
 /* What follows the block: close, error or writeConcernError. */
-static bool act(sbl_cmd_ctx_t *ctx, const bson_t *data, int *rcp, sbl_err_t *err)
+static bool act(sbl_opctx_t *ctx, const bson_t *data, int *rcp, sbl_err_t *err)
 {
     bson_iter_t it;
     if (data_bool(data, "closeConnection")) {
@@ -203,7 +203,7 @@ static bool act(sbl_cmd_ctx_t *ctx, const bson_t *data, int *rcp, sbl_err_t *err
     return false;
 }
 
-bool sbl_failpoint_command(sbl_cmd_ctx_t *ctx, int *rcp, sbl_err_t *err)
+bool sbl_failpoint_command(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err)
 {
     bson_iter_t it;
     if (ctx->conn == NULL || ctx->req == NULL)
@@ -280,7 +280,7 @@ static int parse_mode(const bson_iter_t *mit, int *modep, int64_t *np, sbl_err_t
     return 0;
 }
 
-int sbl_cmd_configure_fail_point(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_configure_fail_point(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     const bson_t *data_in = NULL;

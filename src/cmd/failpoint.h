@@ -32,12 +32,12 @@ static inline bool sbl_failpoint_armed(void)
  *     (closeConnection closed the connection without a reply, or
  *     blockConnection re-dispatches it from a timer after blockTimeMS).
  */
-bool sbl_failpoint_command(sbl_cmd_ctx_t *ctx, int *rcp, sbl_err_t *err);
+bool sbl_failpoint_command(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err);
 
 /* Whether the server was started with --setParameter enableTestCommands=1. */
 bool sbl_test_commands_enabled(void);
 
 /* configureFailPoint (admin; 59 CommandNotFound without enableTestCommands). */
-int sbl_cmd_configure_fail_point(sbl_cmd_ctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_configure_fail_point(sbl_opctx_t *ctx, sbl_err_t *err);
 
 #endif

@@ -11,7 +11,7 @@
  */
 #include "audit/audit.h"
 #include "cmd/cmd_int.h"
-#include "cmd/spill.h"
+#include "exec/exec.h"
 #include "common/log.h"
 #include "server/server.h"
 #include "wire/wire.h"
@@ -37,7 +37,7 @@ static void process_id_init(void)
     bson_oid_init(&process_id, NULL);
 }
 
-static void append_compression(sbl_cmd_ctx_t *ctx, const bson_iter_t *it)
+static void append_compression(sbl_opctx_t *ctx, const bson_iter_t *it)
 {
     bson_iter_t list;
     sbl_client_t *c = ctx->client;
@@ -62,7 +62,7 @@ static void append_compression(sbl_cmd_ctx_t *ctx, const bson_iter_t *it)
     bson_append_array_end(ctx->reply, &arr);
 }
 
-static void log_client_metadata(sbl_cmd_ctx_t *ctx, const bson_iter_t *it)
+static void log_client_metadata(sbl_opctx_t *ctx, const bson_iter_t *it)
 {
     const uint8_t *data;
     uint32_t len;
@@ -189,7 +189,7 @@ static bool hello_is_awaitable(const bson_t *cmd, uint64_t *await_ms)
     return true;
 }
 
-int sbl_cmd_hello(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_hello(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     bson_t *r = ctx->reply;
@@ -231,7 +231,7 @@ int sbl_cmd_hello(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_build_info(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_build_info(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_t *r = ctx->reply, arr, doc;
     const int32_t va[] = {SBL_VERSION_ARRAY};
@@ -270,7 +270,7 @@ int sbl_cmd_build_info(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_ping(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_ping(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     return 0;
 }
@@ -286,7 +286,7 @@ static bool append_parameter(bson_t *r, const char *name)
         BSON_APPEND_BOOL(r, name, sbl_audit_auth_success());
         return true;
     }
-    if (sbl_agg_append_parameter(r, name)) /* memory limits, changeable at run time */
+    if (sbl_spill_append_parameter(r, name)) /* memory limits, changeable at run time */
         return true;
     if (bson_iter_init_find(&it, &o->parameters, name)) {
         bson_append_value(r, name, -1, bson_iter_value(&it));
@@ -337,7 +337,7 @@ static const char *const known_parameters[] = {
     "wiredTigerConcurrentWriteTransactions",
 };
 
-int sbl_cmd_get_parameter(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_get_parameter(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     bool all = false;
@@ -381,7 +381,7 @@ int sbl_cmd_get_parameter(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_get_cmd_line_opts(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_get_cmd_line_opts(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     const sbl_options_t *o = sbl_server_options();
     bson_t arr;
@@ -397,7 +397,7 @@ int sbl_cmd_get_cmd_line_opts(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_host_info(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_host_info(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_t *r = ctx->reply, d;
     struct utsname u;
@@ -435,13 +435,13 @@ int sbl_cmd_host_info(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_whatsmyuri(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_whatsmyuri(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     BSON_APPEND_UTF8(ctx->reply, "you", ctx->conn ? sbl_conn_remote(ctx->conn) : "0.0.0.0:0");
     return 0;
 }
 
-int sbl_cmd_list_commands(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_list_commands(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     size_t n;
     const sbl_cmd_def_t *t = sbl_cmd_table(&n);
@@ -459,7 +459,7 @@ int sbl_cmd_list_commands(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_connection_status(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_connection_status(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_t info;
     bson_iter_t it;
@@ -471,7 +471,7 @@ int sbl_cmd_connection_status(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_get_last_error(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_get_last_error(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     BSON_APPEND_INT64(ctx->reply, "connectionId", (int64_t)ctx->client->conn_id);
     BSON_APPEND_INT32(ctx->reply, "n", 0);
@@ -481,7 +481,7 @@ int sbl_cmd_get_last_error(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_get_log(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_get_log(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     bson_t arr;
@@ -525,7 +525,7 @@ int sbl_cmd_get_log(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 
 /* ---- sessions --------------------------------------------------------------- */
 
-int sbl_cmd_start_session(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_start_session(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     uint8_t uuid[16];
     bson_t id;
@@ -545,7 +545,7 @@ int sbl_cmd_start_session(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 
 /* endSessions, refreshSessions, killSessions, killAllSessions: sessions carry no
  * server state yet (no transactions), so there is nothing to end. */
-int sbl_cmd_end_sessions(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_end_sessions(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     bson_iter_init(&it, ctx->cmd);
@@ -556,7 +556,7 @@ int sbl_cmd_end_sessions(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_shutdown_cmd(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_shutdown_cmd(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     sbl_log(SBL_LOG_INFO, "COMMAND", 4695400, "Terminating via shutdown command", NULL);
     sbl_server_request_shutdown();

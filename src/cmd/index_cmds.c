@@ -267,7 +267,7 @@ static int normalise_spec(const bson_t *spec, bson_t *out, bool *has_collationp,
         bson_string_free(gen, true);
     /* {locale: "simple"} is stored as no collation (and overrides the collection's) */
     *has_collationp = has_collation;
-    return has_collation ? sbl_crud_collation_option(&collation, out, err) : 0;
+    return has_collation ? sbl_exec_collation_option(&collation, out, err) : 0;
 }
 
 static bool get_doc_field(const bson_t *spec, const char *f, bson_t *out)
@@ -364,7 +364,7 @@ static int conflict(const bson_t *req, const bson_t *have, sbl_err_t *err)
     return rc;
 }
 
-int sbl_cmd_create_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_create_indexes(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
     bson_iter_t it, list;
@@ -377,18 +377,18 @@ int sbl_cmd_create_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bool created = false;
     int rc = 0;
 
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
-    SBL_RET(sbl_crud_check_fields(ctx->cmd, "createIndexes", create_fields, err));
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_check_fields(ctx->cmd, "createIndexes", create_fields, err));
     if (!bson_iter_init_find(&it, ctx->cmd, "indexes"))
         return sbl_err_set(err, SBL_E_FailedToParse,
                            "BSON field 'createIndexes.indexes' is missing but a required field");
     if (!BSON_ITER_HOLDS_ARRAY(&it))
-        return sbl_crud_type_error(err, "createIndexes.indexes", &it, "array");
+        return sbl_type_error(err, "createIndexes.indexes", &it, "array");
     bson_iter_recurse(&it, &list);
     while (bson_iter_next(&list)) {
         bson_t spec;
         if (!sbl_iter_doc(&list, &spec)) {
-            rc = sbl_crud_type_error(err, "createIndexes.indexes.0", &list, "object");
+            rc = sbl_type_error(err, "createIndexes.indexes.0", &list, "object");
             goto err;
         }
         if (nspecs == MAX_INDEXES) {
@@ -407,7 +407,7 @@ int sbl_cmd_create_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     SBL_ERR(sbl_coll_open(ctx->ss, ns, true, &c, &created, err));
     if (created) {
         ctx->wrote = true;
-        sbl_cmd_audit_coll_created(ctx, ns);
+        sbl_op_coll_created(ctx, ns);
     }
     bson_iter_t dc; /* the collection's default collation for specs without their own */
     for (i = 0; i < nspecs && bson_iter_init_find(&dc, sbl_coll_options(c), "collation"); i++)
@@ -495,7 +495,7 @@ static bool key_is_id(const bson_t *key)
     return r;
 }
 
-int sbl_cmd_drop_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_drop_indexes(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
     bson_iter_t it;
@@ -507,7 +507,7 @@ int sbl_cmd_drop_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     bool all = false;
     int rc;
 
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     rc = sbl_coll_open(ctx->ss, ns, false, &c, NULL, err);
     if (rc == SBL_E_NamespaceNotFound)
         return sbl_err_set(err, SBL_E_NamespaceNotFound, "ns not found %s", ns);
@@ -537,7 +537,7 @@ int sbl_cmd_drop_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                 if (!bson_iter_next(&a))
                     break;
                 if (!BSON_ITER_HOLDS_UTF8(&a)) {
-                    rc = sbl_crud_type_error(err, "dropIndexes.index", &a, "string");
+                    rc = sbl_type_error(err, "dropIndexes.index", &a, "string");
                     goto err;
                 }
                 name = bson_iter_utf8(&a, NULL);
@@ -593,7 +593,7 @@ int sbl_cmd_drop_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             goto err;
         }
     } else {
-        rc = sbl_crud_type_error(err, "dropIndexes.index", &it, "string or object");
+        rc = sbl_type_error(err, "dropIndexes.index", &it, "string or object");
         goto err;
     }
     for (i = 0; i < nnames; i++) {
@@ -624,14 +624,14 @@ static int64_t cursor_batch_size(const bson_t *cmd)
     return -1;
 }
 
-int sbl_cmd_list_indexes(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_list_indexes(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
     sbl_coll_t *c;
     sbl_index_t **have = NULL;
     size_t nhave = 0;
 
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     int rc = sbl_coll_open(ctx->ss, ns, false, &c, NULL, err);
     if (rc == SBL_E_NamespaceNotFound)
         return sbl_err_set(err, SBL_E_NamespaceNotFound, "ns does not exist: %s", ns);

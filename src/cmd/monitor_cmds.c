@@ -24,7 +24,7 @@ static void append_cell(bson_t *d, const char *name, const sbl_top_cell_t *c)
     bson_append_document_end(d, &x);
 }
 
-int sbl_cmd_top(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_top(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     static const char *const kinds[SBL_TOP_KINDS] = {"queries", "getmore", "insert",
                                                     "update", "remove", "commands"};
@@ -117,7 +117,7 @@ static bool is_option(const char *k)
            strcmp(k, "maxTimeMS") == 0 || strcmp(k, "txnNumber") == 0;
 }
 
-int sbl_cmd_current_op(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_current_op(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_t filter = BSON_INITIALIZER, arr;
     bson_iter_t it;
@@ -174,7 +174,7 @@ out:
 
 /* ---- killOp ------------------------------------------------------------------ */
 
-int sbl_cmd_kill_op(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_kill_op(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     int64_t opid;
@@ -190,7 +190,7 @@ int sbl_cmd_kill_op(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 
 /* ---- profile ------------------------------------------------------------------- */
 
-int sbl_cmd_profile(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_profile(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     int64_t level, slowms = -1;

@@ -8,6 +8,7 @@
  */
 #include "cmd/capped.h"
 #include "cmd/cmd_int.h"
+#include "exec/exec.h"
 #include "cmd/failpoint.h"
 
 #include <stdlib.h>
@@ -58,7 +59,7 @@ static const sbl_cmd_def_t cmd_table[] = {
     {"dropRole", sbl_cmd_drop_role, W, "drop a user-defined role", "dropRole"},
     {"dropUser", sbl_cmd_drop_user, W, "drop a user", "dropUser"},
     {"endSessions", sbl_cmd_end_sessions, NA, "end logical sessions", NULL},
-    {"explain", sbl_cmd_explain, R | SLOW, "explain a query's plan and execution", "find"},
+    {"explain", sbl_exec_explain, R | SLOW, "explain a query's plan and execution", "find"},
     {"find", sbl_cmd_find, R | SLOW, "query documents", "find"},
     {"findAndModify", sbl_cmd_find_and_modify, W | SLOW, "atomically modify one document", "find"},
     {"findandmodify", sbl_cmd_find_and_modify, W | SLOW, "atomically modify one document", "find"},
@@ -69,7 +70,7 @@ static const sbl_cmd_def_t cmd_table[] = {
      "the server's command-line options", "getCmdLineOpts"},
     {"getLastError", sbl_cmd_get_last_error, NA, "legacy: status of the last write", NULL},
     {"getLog", sbl_cmd_get_log, ADM, "recent log lines", "getLog"},
-    {"getMore", sbl_cmd_get_more, R | SLOW, "next batch of a cursor", ""},
+    {"getMore", sbl_cursor_get_more, R | SLOW, "next batch of a cursor", ""},
     {"getParameter", sbl_cmd_get_parameter, ADM, "server parameters", "getParameter"},
     {"getlasterror", sbl_cmd_get_last_error, NA, "legacy: status of the last write", NULL},
     {"grantPrivilegesToRole", sbl_cmd_grant_privileges_to_role, W,
@@ -83,7 +84,7 @@ static const sbl_cmd_def_t cmd_table[] = {
     {"isMaster", sbl_cmd_hello, NA, "legacy handshake", NULL},
     {"ismaster", sbl_cmd_hello, NA, "legacy handshake", NULL},
     {"killAllSessions", sbl_cmd_end_sessions, 0, "kill all logical sessions", "killAnySession"},
-    {"killCursors", sbl_cmd_kill_cursors, R, "kill cursors", ""},
+    {"killCursors", sbl_cursor_kill, R, "kill cursors", ""},
     {"killOp", sbl_cmd_kill_op, ADM, "ask a running operation to stop", "killop"},
     {"killSessions", sbl_cmd_end_sessions, 0, "kill logical sessions", ""},
     {"listCollections", sbl_cmd_list_collections, R, "list collections", "listCollections"},

@@ -91,7 +91,7 @@ static int parse_timeseries(const bson_iter_t *ts, ts_spec_t *o, sbl_err_t *err)
 
     memset(o, 0, sizeof(*o));
     if (!BSON_ITER_HOLDS_DOCUMENT(ts))
-        return sbl_crud_type_error(err, "create.timeseries", ts, "object");
+        return sbl_type_error(err, "create.timeseries", ts, "object");
     bson_iter_recurse(ts, &it);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
@@ -99,7 +99,7 @@ static int parse_timeseries(const bson_iter_t *ts, ts_spec_t *o, sbl_err_t *err)
         if (strcmp(k, "timeField") == 0 || strcmp(k, "metaField") == 0 ||
             strcmp(k, "granularity") == 0) {
             if (!BSON_ITER_HOLDS_UTF8(&it))
-                return sbl_crud_type_error(err, path, &it, "string");
+                return sbl_type_error(err, path, &it, "string");
             const char *s = bson_iter_utf8(&it, NULL);
             if (k[0] == 't')
                 o->time_field = s;
@@ -157,7 +157,7 @@ static int parse_clustered(const bson_iter_t *ci, clustered_spec_t *o, sbl_err_t
         } else if (strcmp(k, "key") == 0) {
             bson_iter_t kk;
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
-                return sbl_crud_type_error(err, path, &it, "object");
+                return sbl_type_error(err, path, &it, "object");
             o->has_key = true;
             bson_iter_recurse(&it, &kk);
             o->key_is_id = bson_iter_next(&kk) && strcmp(bson_iter_key(&kk), "_id") == 0 &&
@@ -165,11 +165,11 @@ static int parse_clustered(const bson_iter_t *ci, clustered_spec_t *o, sbl_err_t
                            !bson_iter_next(&kk);
         } else if (strcmp(k, "name") == 0) {
             if (!BSON_ITER_HOLDS_UTF8(&it))
-                return sbl_crud_type_error(err, path, &it, "string");
+                return sbl_type_error(err, path, &it, "string");
             o->name = bson_iter_utf8(&it, NULL);
         } else if (strcmp(k, "unique") == 0) {
             if (!BSON_ITER_HOLDS_BOOL(&it))
-                return sbl_crud_type_error(err, path, &it, "bool");
+                return sbl_type_error(err, path, &it, "bool");
             o->has_unique = true;
             o->unique = bson_iter_bool(&it);
         } else {
@@ -486,14 +486,14 @@ static int mod_timeseries(const bson_iter_t *arg, ts_spec_t *cur, bool *changedp
     int64_t max_span = 0, rounding = 0;
 
     if (!BSON_ITER_HOLDS_DOCUMENT(arg))
-        return sbl_crud_type_error(err, "collMod.timeseries", arg, "object");
+        return sbl_type_error(err, "collMod.timeseries", arg, "object");
     bson_iter_recurse(arg, &it);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         snprintf(path, sizeof(path), "collMod.timeseries.%s", k);
         if (strcmp(k, "granularity") == 0) {
             if (!BSON_ITER_HOLDS_UTF8(&it))
-                return sbl_crud_type_error(err, path, &it, "string");
+                return sbl_type_error(err, path, &it, "string");
             granularity = bson_iter_utf8(&it, NULL);
             if (strcmp(granularity, "seconds") != 0 && strcmp(granularity, "minutes") != 0 &&
                 strcmp(granularity, "hours") != 0)

@@ -26,7 +26,7 @@
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
-static int name_arg(sbl_cmd_ctx_t *ctx, const char **namep, sbl_err_t *err)
+static int name_arg(sbl_opctx_t *ctx, const char **namep, sbl_err_t *err)
 {
     bson_iter_t it;
     *namep = NULL; /* out-parameters are cleared on entry */
@@ -119,7 +119,7 @@ static bool role_listed(const bson_t *arr, const char *role, const char *db)
     return false;
 }
 
-static int role_exists(sbl_cmd_ctx_t *ctx, const char *role, const char *db, sbl_err_t *err)
+static int role_exists(sbl_opctx_t *ctx, const char *role, const char *db, sbl_err_t *err)
 {
     if (sbl_auth_builtin_role(role, db))
         return 0;
@@ -136,7 +136,7 @@ static int role_exists(sbl_cmd_ctx_t *ctx, const char *role, const char *db, sbl
  * Normalise a roles argument to [{role, db}] (appended to out, from index
  * *np), dropping duplicates of what out holds; every role must exist.
  */
-static int roles_into(sbl_cmd_ctx_t *ctx, const bson_t *roles, bson_t *out, uint32_t *np,
+static int roles_into(sbl_opctx_t *ctx, const bson_t *roles, bson_t *out, uint32_t *np,
                       sbl_err_t *err)
 {
     bson_iter_t it;
@@ -156,7 +156,7 @@ static int roles_into(sbl_cmd_ctx_t *ctx, const bson_t *roles, bson_t *out, uint
  * dropped) followed by the granted ones not already there.  out is
  * initialised by the caller; *np counts its entries.
  */
-static int roles_granted(sbl_cmd_ctx_t *ctx, const bson_t *stored, const bson_t *granted,
+static int roles_granted(sbl_opctx_t *ctx, const bson_t *stored, const bson_t *granted,
                          bson_t *out, uint32_t *np, sbl_err_t *err)
 {
     bson_iter_t it;
@@ -223,7 +223,7 @@ static void replace_field(const bson_t *doc, const char *name, const bson_t *val
     }
 }
 
-static int get_user(sbl_cmd_ctx_t *ctx, const char *user, bson_t *doc, sbl_err_t *err)
+static int get_user(sbl_opctx_t *ctx, const char *user, bson_t *doc, sbl_err_t *err)
 {
     bool found = false;
     SBL_RET(sbl_auth_user_get(ctx->ss, ctx->db, user, doc, &found, err));
@@ -233,7 +233,7 @@ static int get_user(sbl_cmd_ctx_t *ctx, const char *user, bson_t *doc, sbl_err_t
     return 0;
 }
 
-static int get_role(sbl_cmd_ctx_t *ctx, const char *role, bson_t *doc, sbl_err_t *err)
+static int get_role(sbl_opctx_t *ctx, const char *role, bson_t *doc, sbl_err_t *err)
 {
     bool found = false;
     if (sbl_auth_builtin_role(role, ctx->db))
@@ -292,7 +292,7 @@ static int password_arg(const bson_t *cmd, const char **pwdp, sbl_err_t *err)
 
 /* ---- users ---------------------------------------------------------------------------- */
 
-int sbl_cmd_create_user(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_create_user(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     const char *user, *pwd;
     bool sha1, sha256, given;
@@ -348,7 +348,7 @@ err:
     return sbl_cmd_audit_user_result(ctx, rc);
 }
 
-int sbl_cmd_update_user(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_update_user(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     const char *user, *pwd;
     bool sha1, sha256, given;
@@ -423,7 +423,7 @@ err:
     return sbl_cmd_audit_user_result(ctx, rc);
 }
 
-int sbl_cmd_drop_user(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_drop_user(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     const char *user;
     bson_t old;
@@ -460,7 +460,7 @@ static void collected_free(collected_t *c)
     bson_free(c->docs);
 }
 
-int sbl_cmd_drop_all_users(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_drop_all_users(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     collected_t c = {0};
     int rc;
@@ -478,7 +478,7 @@ err:
 }
 
 /* Append one user as usersInfo shows it. */
-static void append_user_info(sbl_cmd_ctx_t *ctx, const bson_t *doc, bool creds, bool privs,
+static void append_user_info(sbl_opctx_t *ctx, const bson_t *doc, bool creds, bool privs,
                              bson_t *arr, uint32_t idx)
 {
     char key[16];
@@ -569,7 +569,7 @@ static bool wanted_match(const bson_t *doc, const char *field, const bson_t *wan
  * for "all"; *all_dbsp for forAllDBs.  The single forms become a one-element
  * array in holder (*ownedp: the caller destroys it).
  */
-static int selector(sbl_cmd_ctx_t *ctx, bson_t *holder, bool *ownedp, const bson_t **wantedp,
+static int selector(sbl_opctx_t *ctx, bson_t *holder, bool *ownedp, const bson_t **wantedp,
                     bool *all_dbsp, sbl_err_t *err)
 {
     bson_iter_t it, f;
@@ -605,7 +605,7 @@ static int selector(sbl_cmd_ctx_t *ctx, bson_t *holder, bool *ownedp, const bson
 }
 
 typedef struct info_walk {
-    sbl_cmd_ctx_t *ctx;
+    sbl_opctx_t *ctx;
     const bson_t *wanted;
     bson_t *arr;
     uint32_t n;
@@ -620,7 +620,7 @@ static bool user_info_visit(const bson_t *doc, void *arg)
     return true;
 }
 
-int sbl_cmd_users_info(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_users_info(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_t holder, arr;
     const bson_t *wanted;
@@ -643,7 +643,7 @@ int sbl_cmd_users_info(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return rc;
 }
 
-static int change_user_roles(sbl_cmd_ctx_t *ctx, bool grant, sbl_err_t *err)
+static int change_user_roles(sbl_opctx_t *ctx, bool grant, sbl_err_t *err)
 {
     const char *user;
     bson_t old, roles_in, roles = BSON_INITIALIZER, cur = BSON_INITIALIZER, stored;
@@ -682,12 +682,12 @@ err:
     return rc;
 }
 
-int sbl_cmd_grant_roles_to_user(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_grant_roles_to_user(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     return sbl_cmd_audit_user_result(ctx, change_user_roles(ctx, true, err));
 }
 
-int sbl_cmd_revoke_roles_from_user(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_revoke_roles_from_user(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     return sbl_cmd_audit_user_result(ctx, change_user_roles(ctx, false, err));
 }
@@ -695,7 +695,7 @@ int sbl_cmd_revoke_roles_from_user(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 /* ---- roles ------------------------------------------------------------------------------ */
 
 /* Privileges of a role on db may target only db (admin's may target anything). */
-static int privileges_arg(sbl_cmd_ctx_t *ctx, const bson_t *privs, sbl_err_t *err)
+static int privileges_arg(sbl_opctx_t *ctx, const bson_t *privs, sbl_err_t *err)
 {
     SBL_RET(sbl_auth_check_privileges(privs, err));
     if (strcmp(ctx->db, "admin") == 0)
@@ -721,13 +721,13 @@ static int privileges_arg(sbl_cmd_ctx_t *ctx, const bson_t *privs, sbl_err_t *er
 }
 
 /* Check a role's new inheritance: every role exists and none reaches role@db. */
-static int inheritance_ok(sbl_cmd_ctx_t *ctx, const char *role, const bson_t *roles,
+static int inheritance_ok(sbl_opctx_t *ctx, const char *role, const bson_t *roles,
                           sbl_err_t *err)
 {
     return sbl_auth_roles_closure(ctx->ss, roles, ctx->db, role, ctx->db, NULL, err);
 }
 
-int sbl_cmd_create_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_create_role(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     const char *role;
     bson_t privs, roles_in, roles = BSON_INITIALIZER, doc = BSON_INITIALIZER;
@@ -769,7 +769,7 @@ err:
 }
 
 /* Replace a role's privileges and/or roles (NULL: keep) and store it. */
-static int store_role(sbl_cmd_ctx_t *ctx, const bson_t *old, const bson_t *privs,
+static int store_role(sbl_opctx_t *ctx, const bson_t *old, const bson_t *privs,
                       const bson_t *roles, sbl_err_t *err)
 {
     bson_t a = BSON_INITIALIZER, b = BSON_INITIALIZER;
@@ -790,7 +790,7 @@ static int store_role(sbl_cmd_ctx_t *ctx, const bson_t *old, const bson_t *privs
     return rc;
 }
 
-int sbl_cmd_update_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_update_role(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     const char *role;
     bson_t old, privs, roles_in, roles = BSON_INITIALIZER;
@@ -822,7 +822,7 @@ err:
 }
 
 /* Remove role@db from every user's and role's roles array (after dropping it). */
-static int remove_references(sbl_cmd_ctx_t *ctx, const char *role, const char *db, sbl_err_t *err)
+static int remove_references(sbl_opctx_t *ctx, const char *role, const char *db, sbl_err_t *err)
 {
     bson_t drop = BSON_INITIALIZER;
     append_role(&drop, 0, role, db);
@@ -852,7 +852,7 @@ static int remove_references(sbl_cmd_ctx_t *ctx, const char *role, const char *d
     return rc;
 }
 
-int sbl_cmd_drop_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_drop_role(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     const char *role;
     bson_t old;
@@ -867,7 +867,7 @@ int sbl_cmd_drop_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return sbl_cmd_audit_user_result(ctx, rc);
 }
 
-int sbl_cmd_drop_all_roles(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_drop_all_roles(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     collected_t c = {0};
     int rc;
@@ -891,7 +891,7 @@ err:
 }
 
 /* Append one role as rolesInfo shows it. */
-static void append_role_info(sbl_cmd_ctx_t *ctx, const char *role, const char *db,
+static void append_role_info(sbl_opctx_t *ctx, const char *role, const char *db,
                              const bson_t *doc, bool privs, bson_t *arr, uint32_t idx)
 {
     char key[16];
@@ -932,7 +932,7 @@ static void append_role_info(sbl_cmd_ctx_t *ctx, const char *role, const char *d
 }
 
 typedef struct role_walk {
-    sbl_cmd_ctx_t *ctx;
+    sbl_opctx_t *ctx;
     const bson_t *wanted;
     bson_t *arr;
     uint32_t n;
@@ -953,7 +953,7 @@ static bool role_info_visit(const bson_t *doc, void *arg)
     return true;
 }
 
-int sbl_cmd_roles_info(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_roles_info(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_t holder, arr;
     const bson_t *wanted;
@@ -1053,7 +1053,7 @@ static void append_actions_except(const bson_iter_t *priv, const bson_t *drop_pr
     bson_destroy(&actions);
 }
 
-static int change_role_privileges(sbl_cmd_ctx_t *ctx, bool grant, sbl_err_t *err)
+static int change_role_privileges(sbl_opctx_t *ctx, bool grant, sbl_err_t *err)
 {
     const char *role;
     bson_t old, privs, stored, next = BSON_INITIALIZER;
@@ -1123,17 +1123,17 @@ err:
     return rc;
 }
 
-int sbl_cmd_grant_privileges_to_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_grant_privileges_to_role(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     return sbl_cmd_audit_user_result(ctx, change_role_privileges(ctx, true, err));
 }
 
-int sbl_cmd_revoke_privileges_from_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_revoke_privileges_from_role(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     return sbl_cmd_audit_user_result(ctx, change_role_privileges(ctx, false, err));
 }
 
-static int change_role_roles(sbl_cmd_ctx_t *ctx, bool grant, sbl_err_t *err)
+static int change_role_roles(sbl_opctx_t *ctx, bool grant, sbl_err_t *err)
 {
     const char *role;
     bson_t old, roles_in, stored, next = BSON_INITIALIZER;
@@ -1164,12 +1164,12 @@ err:
     return rc;
 }
 
-int sbl_cmd_grant_roles_to_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_grant_roles_to_role(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     return sbl_cmd_audit_user_result(ctx, change_role_roles(ctx, true, err));
 }
 
-int sbl_cmd_revoke_roles_from_role(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_revoke_roles_from_role(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     return sbl_cmd_audit_user_result(ctx, change_role_roles(ctx, false, err));
 }

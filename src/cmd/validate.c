@@ -57,7 +57,7 @@ static void add_error(vstate_t *v, const char *fmt, ...)
 
 /* Check one document as the scan returned it; prev_id holds the previous
  * document's _id (type 0 when this is the first). */
-static int check_doc(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, vstate_t *v, const bson_t *doc,
+static int check_doc(sbl_opctx_t *ctx, sbl_coll_t *c, vstate_t *v, const bson_t *doc,
                      bson_value_t *prev_id, sbl_err_t *err)
 {
     sbl_err_t verr;
@@ -118,7 +118,7 @@ static int check_doc(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, vstate_t *v, const bson_
 
 /* Check one secondary index against the collection; appends its entry count
  * to keys and its verdict to details. */
-static int check_index(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, sbl_index_t *ix, vstate_t *v,
+static int check_index(sbl_opctx_t *ctx, sbl_coll_t *c, sbl_index_t *ix, vstate_t *v,
                        bson_t *keys, bson_t *details, sbl_err_t *err)
 {
     sbl_iscan_t *scan = NULL;
@@ -151,7 +151,7 @@ static int check_index(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, sbl_index_t *ix, vstat
         else
             add_error(v, "index %s has an entry for a document that does not exist", name);
         if ((n & 1023) == 0)
-            SBL_ERR(sbl_cmd_check_deadline(ctx, err));
+            SBL_ERR(sbl_op_check_deadline(ctx, err));
     }
     if (!sbl_index_sparse(ix) && sbl_index_partial(ix) == NULL && !sbl_index_multikey(ix) &&
         n != v->nrecords)
@@ -170,7 +170,7 @@ err:
     return rc;
 }
 
-static int scan_all(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, vstate_t *v, sbl_err_t *err)
+static int scan_all(sbl_opctx_t *ctx, sbl_coll_t *c, vstate_t *v, sbl_err_t *err)
 {
     sbl_scan_t *scan = NULL;
     bson_value_t prev = {0};
@@ -185,7 +185,7 @@ static int scan_all(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, vstate_t *v, sbl_err_t *e
             break;
         SBL_ERR(check_doc(ctx, c, v, &doc, &prev, err));
         if ((v->nrecords & 1023) == 0)
-            SBL_ERR(sbl_cmd_check_deadline(ctx, err));
+            SBL_ERR(sbl_op_check_deadline(ctx, err));
     }
 err:
     if (scan != NULL)
@@ -195,7 +195,7 @@ err:
     return rc;
 }
 
-int sbl_cmd_validate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_validate(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[256];
     sbl_coll_t *c = NULL;
@@ -208,7 +208,7 @@ int sbl_cmd_validate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     int rc;
 
     /* full: accepted; every check below is already the full one. */
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     rc = sbl_coll_open(ctx->ss, ns, false, &c, NULL, err);
     if (rc == SBL_E_NamespaceNotFound)
         return sbl_err_set(err, SBL_E_NamespaceNotFound,

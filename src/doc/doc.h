@@ -48,6 +48,8 @@ bool sbl_value_equal(const bson_value_t *a, const bson_value_t *b);
 /* Point out (bson_init_static, no copy, no free) at the embedded document under
  * the iterator; false when the value is not a document. */
 bool sbl_iter_doc(const bson_iter_t *it, bson_t *out);
+/* The same for an array value; false when the value is not an array. */
+bool sbl_iter_array(const bson_iter_t *it, bson_t *out);
 
 /* Fill a bson_value_t view of the iterator's current value (no copy, no free). */
 void sbl_iter_value(const bson_iter_t *it, bson_value_t *out);
@@ -172,5 +174,21 @@ void sbl_key_append_coll(sbl_buf_t *out, const bson_value_t *v, bool descending,
 /* Validate a document received from a client: well-formed BSON, depth <= 180 (MongoDB's
  * limit with headroom), total size <= 16 MiB.  Returns 0 or an error code with message. */
 int sbl_doc_validate(const uint8_t *data, size_t len, sbl_err_t *err);
+
+/* Append v as an int32 when it fits, else as an int64 (as mongod shows counts). */
+bool sbl_append_int(bson_t *doc, const char *key, int64_t v);
+
+/* The largest document MongoDB stores. */
+#define SBL_BSON_MAX_SIZE (16 * 1024 * 1024)
+
+/*
+ * Prepare a client document for storage into out (initialised here): _id
+ * first (an ObjectId generated when missing), size <= 16 MiB, a valid _id
+ * (InvalidIdField 53; an embedded _id may not start with a '$' field).
+ * Other top-level '$'-prefixed names are data, as in MongoDB 5.0+ (update
+ * replacements reject them in src/update).  On error out is left
+ * uninitialised.  (doc_prepare.c)
+ */
+int sbl_doc_prepare_insert(const bson_t *in, bson_t *out, sbl_err_t *err);
 
 #endif

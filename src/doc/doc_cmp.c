@@ -368,3 +368,13 @@ bool sbl_iter_doc(const bson_iter_t *it, bson_t *out)
     bson_iter_document(it, &len, &data);
     return bson_init_static(out, data, len);
 }
+
+bool sbl_iter_array(const bson_iter_t *it, bson_t *out)
+{
+    const uint8_t *data;
+    uint32_t len;
+    if (!BSON_ITER_HOLDS_ARRAY(it))
+        return false;
+    bson_iter_array(it, &len, &data);
+    return bson_init_static(out, data, len);
+}

@@ -495,3 +495,10 @@ out:
     r->mask = saved;
     return ok;
 }
+
+bool sbl_append_int(bson_t *doc, const char *key, int64_t v)
+{
+    if (v >= INT32_MIN && v <= INT32_MAX)
+        return bson_append_int32(doc, key, -1, (int32_t)v);
+    return bson_append_int64(doc, key, -1, v);
+}

@@ -417,7 +417,7 @@ static void flush_ring_drop(net_loop_t *nl)
  * io_uring submission instead of a write each.  Each reply wakes its
  * client, and on a machine the clients share, the woken client preempts
  * the loop when the system call returns: once per flush this way, rather
- * than after every write (docs/BENCHMARKS.md, "Session 10").
+ * than after every write (docs/BENCHMARKS.md, "Design choices measured").
  *
  * The sends carry MSG_DONTWAIT, so io_uring does them while submitting and
  * never parks one to retry later: every completion is there when the

@@ -176,6 +176,10 @@ void sbl_scan_close(sbl_scan_t *scan);
 /* True when c is capped; *max_sizep / *max_docsp (may be NULL) get its limits
  * (bytes, and documents with 0 meaning none). */
 bool sbl_coll_capped(const sbl_coll_t *c, int64_t *max_sizep, int64_t *max_docsp);
+/* collStats' and $collStats' capped fields: capped, and for a capped c its
+ * max (0 when none was given) and maxSize divided by scale.  c may be NULL
+ * (not capped). */
+void sbl_coll_append_capped_stats(const sbl_coll_t *c, bson_t *out, int64_t scale);
 
 /* A scan of a capped collection in natural (insertion) order, forward or
  * backward, resuming strictly past position after (0: from the start / end). */

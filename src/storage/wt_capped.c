@@ -510,3 +510,20 @@ int sbl_natural_exists(sbl_session_t *s, sbl_coll_t *c, uint64_t pos, bool *exis
         return sbl_wt_err(err, ret, "natural position");
     return 0;
 }
+
+void sbl_coll_append_capped_stats(const sbl_coll_t *c, bson_t *out, int64_t scale)
+{
+    int64_t max_size = 0, max_docs = 0;
+    bson_iter_t it;
+    bool capped = c != NULL && sbl_coll_capped(c, &max_size, &max_docs);
+
+    BSON_APPEND_BOOL(out, "capped", capped);
+    if (!capped)
+        return;
+    /* max as listed: 0 when none was given */
+    max_docs = 0;
+    if (bson_iter_init_find(&it, sbl_coll_options(c), "max") && BSON_ITER_HOLDS_NUMBER(&it))
+        max_docs = bson_iter_as_int64(&it);
+    sbl_append_int(out, "max", max_docs);
+    sbl_append_int(out, "maxSize", max_size / (scale > 0 ? scale : 1));
+}

@@ -54,7 +54,7 @@ sbl_engine_t sbl_eng;
  * tree passed 2.3 GB (2.4M documents): eviction then wrote pages between
  * checkpoints, 13,000 a run, which the next inserts dirtied again.  With
  * 50%/75% the same runs stayed at 19,000-25,000 with no page written
- * between checkpoints (docs/BENCHMARKS.md, "Session 7").  The price: a
+ * between checkpoints (docs/BENCHMARKS.md, "Design choices measured").  The price: a
  * checkpoint may find more dirty pages (eviction no longer cleaned some of
  * them before it), but each is written once instead of twice.  Build with
  * -DSBL_EVICTION_CONFIG=... or start with --wiredTigerEngineConfigString

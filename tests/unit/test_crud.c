@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cmd/cmd_int.h"
+#include "exec/exec.h"
 #include "storage/storage.h"
 
 static bson_t reply;
@@ -27,7 +28,7 @@ static int run(sbl_cmd_fn fn, const char *json)
         exit(2);
     }
     sbl_client_t client = {0};
-    sbl_cmd_ctx_t ctx = {0};
+    sbl_opctx_t ctx = {0};
     ctx.client = &client;
     ctx.cmd = cmd;
     ctx.db = "test";
@@ -127,20 +128,20 @@ static void test_find(void)
     snprintf(cmd, sizeof(cmd),
              "{\"getMore\": {\"$numberLong\": \"%lld\"}, \"collection\": \"c\", \"batchSize\": 100}",
              (long long)id);
-    CHECK(run(sbl_cmd_get_more, cmd) == 0);
+    CHECK(run(sbl_cursor_get_more, cmd) == 0);
     CHECK(array_len("cursor.nextBatch") == 100);
     CHECK(get_int("cursor.id") == id);
     CHECK(get_int("cursor.nextBatch.0._id") == 101);
     snprintf(cmd, sizeof(cmd), "{\"getMore\": {\"$numberLong\": \"%lld\"}, \"collection\": \"d\"}",
              (long long)id);
-    CHECK(run(sbl_cmd_get_more, cmd) == SBL_E_Unauthorized);
+    CHECK(run(sbl_cursor_get_more, cmd) == SBL_E_Unauthorized);
     snprintf(cmd, sizeof(cmd), "{\"getMore\": {\"$numberLong\": \"%lld\"}, \"collection\": \"c\"}",
              (long long)id);
-    CHECK(run(sbl_cmd_get_more, cmd) == 0);
+    CHECK(run(sbl_cursor_get_more, cmd) == 0);
     CHECK(array_len("cursor.nextBatch") == 100); /* 300 + _id 1000 */
     CHECK(get_int("cursor.nextBatch.99._id") == 1000);
     CHECK(get_int("cursor.id") == 0);
-    CHECK(run(sbl_cmd_get_more, cmd) == SBL_E_CursorNotFound);
+    CHECK(run(sbl_cursor_get_more, cmd) == SBL_E_CursorNotFound);
 
     CHECK(run(sbl_cmd_find, "{\"find\": \"c\", \"filter\": {\"_id\": 5}, \"projection\": "
                             "{\"a\": 1}, \"limit\": 1}") == 0);
@@ -173,7 +174,7 @@ static void test_find(void)
     id = get_int("cursor.id");
     snprintf(cmd, sizeof(cmd), "{\"getMore\": {\"$numberLong\": \"%lld\"}, \"collection\": \"c\"}",
              (long long)id);
-    CHECK(run(sbl_cmd_get_more, cmd) == 0);
+    CHECK(run(sbl_cursor_get_more, cmd) == 0);
     CHECK(array_len("cursor.nextBatch") == 8);
     CHECK(get_int("cursor.nextBatch.0._id") == 223);
 
@@ -184,7 +185,7 @@ static void test_find(void)
     snprintf(cmd, sizeof(cmd), "{\"killCursors\": \"c\", \"cursors\": [{\"$numberLong\": \"%lld\"}, "
                                "{\"$numberLong\": \"12345\"}]}",
              (long long)id);
-    CHECK(run(sbl_cmd_kill_cursors, cmd) == 0);
+    CHECK(run(sbl_cursor_kill, cmd) == 0);
     CHECK(get_int("cursorsKilled.0") == id);
     CHECK(get_int("cursorsNotFound.0") == 12345);
 

@@ -1,5 +1,5 @@
 /*
- * test_spill.c: the external sorter of agg_spill.c on its own.  What the
+ * test_spill.c: the external sorter of src/exec/spill.c on its own.  What the
  * stages that spill rely on: every document comes back exactly once, in
  * comparator order, equal keys in the order they were added (stable across
  * runs), with the tag it was added with, however many runs were written;
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cmd/crud_int.h"
+#include "exec/exec.h"
 
 static int cmp_k(const bson_t *a, const bson_t *b, const void *arg)
 {
@@ -108,7 +108,7 @@ int main(void)
     abandon();
     /* without a server the spill directory is /tmp/_tmp; files are unlinked at creation */
     CHECK(dir_entries("/tmp/_tmp") == 0);
-    CHECK(sbl_agg_limit(SBL_LIM_SORT) == 100 * 1024 * 1024);
-    CHECK(sbl_agg_disk_ok(-1) && sbl_agg_disk_ok(1) && !sbl_agg_disk_ok(0));
+    CHECK(sbl_mem_limit(SBL_LIM_SORT) == 100 * 1024 * 1024);
+    CHECK(sbl_mem_disk_ok(-1) && sbl_mem_disk_ok(1) && !sbl_mem_disk_ok(0));
     return CHECK_DONE("test_spill");
 }

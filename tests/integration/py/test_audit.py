@@ -424,7 +424,7 @@ def test_synced_audit_file_leaves_the_page_cache():
     """The journal flusher's sync of the audit file (every 100 ms) also drops
     what it synced from the page cache: the file is never read back, and
     fresh page-cache pages were what made an audited insert expensive here
-    (docs/audit.md, "Session 7").  The events are all still in the file."""
+    (docs/audit.md, "Designs measured and rejected").  The events are all still in the file."""
     s, path = start(["--setParameter", "auditAuthorizationSuccess=true"])
     try:
         c = connect(s)

@@ -44,7 +44,7 @@ def at_least(names, n, what):
 
 def code_commands():
     block = c_block(read("src/cmd/table.c"), "cmd_table[] = {", "commands")
-    return at_least(set(re.findall(r'\{"(\w+)",\s*sbl_cmd_\w+', block)), 60, "commands")
+    return at_least(set(re.findall(r'\{"(\w+)",\s*sbl_\w+', block)), 60, "commands")
 
 
 def code_query_operators():
@@ -68,7 +68,7 @@ def code_expression_operators():
 
 
 def code_accumulators():
-    block = c_block(read("src/cmd/agg_group.c"), "acc_table[] = {", "accumulators")
+    block = c_block(read("src/agg/group.c"), "acc_table[] = {", "accumulators")
     return at_least(set(re.findall(r'\{"(\$\w+)"', block)), 8, "accumulators")
 
 
@@ -80,12 +80,12 @@ def code_projection_operators():
 
 
 def code_stages():
-    """Every stage name run_stage compares against: the function of src/cmd/agg*.c
+    """Every stage name run_stage compares against: the function of src/agg/*.c
     that ends in 'Unrecognized pipeline stage name'."""
-    for fn in sorted(os.listdir(os.path.join(ROOT, "src", "cmd"))):
-        if not (fn.startswith("agg") and fn.endswith(".c")):
+    for fn in sorted(os.listdir(os.path.join(ROOT, "src", "agg"))):
+        if not fn.endswith(".c"):
             continue
-        text = read(os.path.join("src", "cmd", fn))
+        text = read(os.path.join("src", "agg", fn))
         end = text.find("Unrecognized pipeline stage name")
         if end < 0:
             continue
@@ -93,7 +93,7 @@ def code_stages():
         assert start >= 0, "stages: start of the stage dispatcher not found in " + fn
         names = set(re.findall(r'strcmp\(\w+,\s*"(\$\w+)"\)\s*==\s*0', text[start:end]))
         return at_least(names, 20, "stages")
-    pytest.fail("stages: no src/cmd/agg*.c holds 'Unrecognized pipeline stage name'")
+    pytest.fail("stages: no src/agg/*.c holds 'Unrecognized pipeline stage name'")
 
 
 # ---- what the docs list -----------------------------------------------------------------

@@ -13,12 +13,10 @@
  *    or was read ahead to learn whether the cursor is exhausted) waits in
  *    `pending` and is the first document of the next batch.
  *  - A tailable cursor (capped collections) stays registered when its source
- *    runs dry; an empty awaitData getMore parks its request (capped.c) and
- *    holds no thread while it waits.
+ *    runs dry; an empty awaitData getMore parks its request (sbl_op_park,
+ *    which the command layer provides) and holds no thread while it waits.
  */
-#include "cmd/capped.h"
-#include "cmd/cmd_int.h"
-#include "cmd/crud_int.h"
+#include "exec/exec.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -40,7 +38,7 @@ typedef struct sbl_cursor {
     bool in_use; /* a command is filling a batch from it */
     bool killed; /* killCursors ran while in_use: free when the command is done */
     unsigned flags;         /* SBL_CURSOR_TAILABLE, SBL_CURSOR_AWAIT_DATA */
-    int64_t await_until_us; /* an awaitData getMore parked until then (capped.c); 0: none */
+    int64_t await_until_us; /* an awaitData getMore parked until then (sbl_op_park); 0: none */
     int64_t last_use_us;
     struct sbl_cursor *next; /* hash chain */
 } sbl_cursor_t;
@@ -124,7 +122,7 @@ static void move_doc(bson_t *dst, bson_t *src)
 }
 
 /* The next document for a batch: the pending one if any, else the source's. */
-static int produce(sbl_cursor_t *cur, sbl_cmd_ctx_t *ctx, bson_t *doc, bool *donep,
+static int produce(sbl_cursor_t *cur, sbl_opctx_t *ctx, bson_t *doc, bool *donep,
                    sbl_err_t *err)
 {
     *donep = false;
@@ -141,7 +139,7 @@ static int produce(sbl_cursor_t *cur, sbl_cmd_ctx_t *ctx, bson_t *doc, bool *don
  * before 16 MiB.  *donep tells whether the source is exhausted; when the
  * count limit was reached it reads one document ahead to find out.
  */
-static int fill_batch(sbl_cursor_t *cur, sbl_cmd_ctx_t *ctx, int64_t limit, bson_t *arr,
+static int fill_batch(sbl_cursor_t *cur, sbl_opctx_t *ctx, int64_t limit, bson_t *arr,
                       bool *donep, sbl_err_t *err)
 {
     int64_t count = 0;
@@ -187,14 +185,14 @@ static int fill_batch(sbl_cursor_t *cur, sbl_cmd_ctx_t *ctx, int64_t limit, bson
  * batch_begin opens {cursor: {<batch_key>: [ ... the batch is filled into
  * *arr ..., and batch_end closes it with the id and ns.  On an error after
  * batch_begin the reply keeps a cursor field, which the dispatcher drops. */
-static void batch_begin(sbl_cmd_ctx_t *ctx, const char *batch_key, bson_t *c, bson_t *arr)
+static void batch_begin(sbl_opctx_t *ctx, const char *batch_key, bson_t *c, bson_t *arr)
 {
     bson_append_document_begin(ctx->reply, "cursor", -1, c);
     bson_append_array_begin(c, batch_key, -1, arr);
     ctx->nreturned = 0;
 }
 
-static void batch_end(sbl_cmd_ctx_t *ctx, bson_t *c, bson_t *arr, int64_t id, const char *ns)
+static void batch_end(sbl_opctx_t *ctx, bson_t *c, bson_t *arr, int64_t id, const char *ns)
 {
     bson_append_array_end(c, arr);
     bson_append_int64(c, "id", -1, id);
@@ -204,13 +202,13 @@ static void batch_end(sbl_cmd_ctx_t *ctx, bson_t *c, bson_t *arr, int64_t id, co
     ctx->cursor_id = id;
 }
 
-int sbl_cursor_first_batch(sbl_cmd_ctx_t *ctx, const char *ns, const sbl_cursor_source_t *src,
+int sbl_cursor_first_batch(sbl_opctx_t *ctx, const char *ns, const sbl_cursor_source_t *src,
                            void *state, int64_t batch_size, bool single_batch, sbl_err_t *err)
 {
     return sbl_cursor_first_batch_flags(ctx, ns, src, state, batch_size, single_batch, 0, err);
 }
 
-int sbl_cursor_first_batch_flags(sbl_cmd_ctx_t *ctx, const char *ns,
+int sbl_cursor_first_batch_flags(sbl_opctx_t *ctx, const char *ns,
                                  const sbl_cursor_source_t *src, void *state, int64_t batch_size,
                                  bool single_batch, unsigned flags, sbl_err_t *err)
 {
@@ -268,7 +266,7 @@ static uint8_t *put_elem(uint8_t *p, uint8_t type, const char *key, size_t klen)
 /* {cursor: {firstBatch: [doc], id: 0, ns: ns}} written as bytes into the
  * empty reply (what batch_begin/batch_end append, without their appends and
  * the reply's growth step by step): false when the reply is not empty. */
-static bool reply_one_bytes(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *doc)
+static bool reply_one_bytes(sbl_opctx_t *ctx, const char *ns, const bson_t *doc)
 {
     size_t nslen = strlen(ns), dlen = doc != NULL ? doc->len : 0;
     size_t arr = 4 + (doc != NULL ? 3 + dlen : 0) + 1;
@@ -301,7 +299,7 @@ static bool reply_one_bytes(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *do
     return true;
 }
 
-void sbl_cursor_reply_one(sbl_cmd_ctx_t *ctx, const char *ns, const bson_t *doc)
+void sbl_cursor_reply_one(sbl_opctx_t *ctx, const char *ns, const bson_t *doc)
 {
     bson_t c, arr;
     if (reply_one_bytes(ctx, ns, doc)) {
@@ -339,7 +337,7 @@ void *sbl_cursor_docs_state(bson_t **docs, size_t n)
     return st;
 }
 
-static int docs_next(void *state, sbl_cmd_ctx_t *ctx, bson_t *doc, bool *donep, sbl_err_t *err)
+static int docs_next(void *state, sbl_opctx_t *ctx, bson_t *doc, bool *donep, sbl_err_t *err)
 {
     docs_state_t *st = state;
     if (st == NULL || st->i >= st->n) {
@@ -409,25 +407,25 @@ int64_t sbl_cursors_open_count(void)
 static const char *const getmore_fields[] = {"getMore", "collection", "batchSize", "maxTimeMS",
                                              "term", "lastKnownCommittedOpTime", NULL};
 
-int sbl_cmd_get_more(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     int64_t id = 0, batch_size = -1, await_ms = 1000;
     const char *coll = NULL;
     uint64_t gen = sbl_capped_generation(); /* before reading: an insert after it wakes us */
 
-    SBL_RET(sbl_crud_check_fields(ctx->cmd, "GetMoreCommandRequest", getmore_fields, err));
+    SBL_RET(sbl_check_fields(ctx->cmd, "GetMoreCommandRequest", getmore_fields, err));
     if (!bson_iter_init(&it, ctx->cmd))
         return sbl_err_set(err, SBL_E_InvalidBSON, "invalid command document");
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "getMore") == 0) {
             if (!BSON_ITER_HOLDS_INT64(&it))
-                return sbl_crud_type_error(err, "getMore", &it, "long");
+                return sbl_type_error(err, "getMore", &it, "long");
             id = bson_iter_int64(&it);
         } else if (strcmp(k, "collection") == 0) {
             if (!BSON_ITER_HOLDS_UTF8(&it))
-                return sbl_crud_type_error(err, "collection", &it, "string");
+                return sbl_type_error(err, "collection", &it, "string");
             coll = bson_iter_utf8(&it, NULL);
         } else if (strcmp(k, "batchSize") == 0) {
             SBL_RET(sbl_get_int64(&it, &batch_size, err));
@@ -483,7 +481,7 @@ int sbl_cmd_get_more(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         int64_t now = sbl_now_us();
         if (cur->await_until_us == 0)
             cur->await_until_us = now + (await_ms > 0 ? await_ms : 0) * 1000;
-        parked = now < cur->await_until_us && sbl_capped_await_park(ctx, gen, cur->await_until_us);
+        parked = now < cur->await_until_us && sbl_op_park(ctx, gen, cur->await_until_us);
     }
     if (!parked)
         cur->await_until_us = 0;
@@ -508,22 +506,22 @@ int sbl_cmd_get_more(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
 
 static const char *const kill_fields[] = {"killCursors", "cursors", NULL};
 
-int sbl_cmd_kill_cursors(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_cursor_kill(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
     bson_iter_t it, ids;
 
-    SBL_RET(sbl_crud_check_fields(ctx->cmd, "KillCursorsCommandRequest", kill_fields, err));
-    SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_check_fields(ctx->cmd, "KillCursorsCommandRequest", kill_fields, err));
+    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     if (!bson_iter_init_find(&it, ctx->cmd, "cursors"))
         return sbl_err_set(err, SBL_E_FailedToParse,
                            "BSON field 'killCursors.cursors' is missing but a required field");
     if (!BSON_ITER_HOLDS_ARRAY(&it))
-        return sbl_crud_type_error(err, "KillCursorsCommandRequest.cursors", &it, "array");
+        return sbl_type_error(err, "KillCursorsCommandRequest.cursors", &it, "array");
     bson_iter_recurse(&it, &ids);
     while (bson_iter_next(&ids))
         if (!BSON_ITER_HOLDS_INT64(&ids))
-            return sbl_crud_type_error(err, "KillCursorsCommandRequest.cursors.0", &ids, "long");
+            return sbl_type_error(err, "KillCursorsCommandRequest.cursors.0", &ids, "long");
 
     bson_t killed = BSON_INITIALIZER, not_found = BSON_INITIALIZER;
     uint32_t nk = 0, nnf = 0;

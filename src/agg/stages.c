@@ -1,9 +1,9 @@
 /*
- * agg_stages.c: the aggregation stages that read or write other collections
+ * stages.c: the aggregation stages that read or write other collections
  * ($lookup, $out, $merge), run sub-pipelines ($facet), group by shorthand
  * ($bucket, $sortByCount), sample ($sample) or produce documents from
- * nothing ($documents).  Memory limits and spilling are agg_spill.c's;
- * $bucketAuto is agg_bucket_auto.c's.
+ * nothing ($documents).  Memory limits and spilling are src/exec's (spill.c);
+ * $bucketAuto is bucket_auto.c's.
  *
  * What must stay true: a stage reading another collection reads it through
  * the query executor (never holding a storage scan across stages); $out
@@ -11,7 +11,7 @@
  * once everything was written, so a failed $out leaves the target as it was;
  * $merge writes each document in its own transaction.
  */
-#include "cmd/crud_int.h"
+#include "agg/agg.h"
 #include "common/buf.h"
 #include "doc/doc.h"
 #include "expr/expr.h"
@@ -62,7 +62,7 @@ static int target_ns(const sbl_agg_env_t *env, const bson_iter_t *it, const char
 }
 
 /* Read every document of ns (none when it does not exist). */
-static int read_all(sbl_cmd_ctx_t *ctx, const char *ns, sbl_docvec_t *out, sbl_err_t *err)
+static int read_all(sbl_opctx_t *ctx, const char *ns, sbl_docvec_t *out, sbl_err_t *err)
 {
     sbl_qexec_t *q = NULL;
     sbl_qexec_opts_t o = {0};
@@ -346,7 +346,7 @@ int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
             bson_t arr = BSON_INITIALIZER, *out = bson_new();
             char kb[16];
             for (size_t i = 0; i < matched.n; i++)
-                bson_append_document(&arr, sbl_crud_key((uint32_t)i, kb), -1, matched.v[i]);
+                bson_append_document(&arr, sbl_array_key((uint32_t)i, kb), -1, matched.v[i]);
             bson_value_t av;
             av.value_type = BSON_TYPE_ARRAY;
             av.value.v_doc.data = (uint8_t *)bson_get_data(&arr);
@@ -366,7 +366,7 @@ int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
         }
         sbl_docvec_clear(&matched);
         if (rc == 0 && (d & 255) == 255)
-            rc = sbl_cmd_check_interrupt(env->ctx, err);
+            rc = sbl_op_check_interrupt(env->ctx, err);
     }
     free(mark);
     free_fkeys(fkeys, nfk);
@@ -425,7 +425,7 @@ int sbl_agg_facet(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bs
             char kb[16];
             bson_append_array_begin(out, name, -1, &arr);
             for (size_t i = 0; i < sub.n; i++) {
-                bson_append_document(&arr, sbl_crud_key((uint32_t)i, kb), -1, sub.v[i]);
+                bson_append_document(&arr, sbl_array_key((uint32_t)i, kb), -1, sub.v[i]);
                 bytes += sub.v[i]->len;
             }
             bson_append_array_end(out, &arr);
@@ -437,10 +437,10 @@ int sbl_agg_facet(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bs
                              "limit of 16777216 bytes",
                              out->len);
     }
-    if (rc == 0 && bytes > sbl_agg_limit(SBL_LIM_FACET)) /* $facet cannot spill (as MongoDB) */
+    if (rc == 0 && bytes > sbl_mem_limit(SBL_LIM_FACET)) /* $facet cannot spill (as MongoDB) */
         rc = sbl_err_set(err, 4031700, "document constructed by $facet is %zu bytes, which "
                                        "exceeds the limit of %zu bytes",
-                         bytes, sbl_agg_limit(SBL_LIM_FACET));
+                         bytes, sbl_mem_limit(SBL_LIM_FACET));
     if (rc != 0) {
         bson_destroy(out);
         return rc;
@@ -706,11 +706,11 @@ int sbl_agg_list_local_sessions(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson
 /* ---- writing: $out and $merge ------------------------------------------------------------- */
 
 /* Run one write in its own transaction, retrying WriteConflict. */
-static int write_one(sbl_cmd_ctx_t *ctx, sbl_coll_t *c, sbl_write_kind_t kind, const bson_t *old,
+static int write_one(sbl_opctx_t *ctx, sbl_coll_t *c, sbl_write_kind_t kind, const bson_t *old,
                      const bson_t *doc, sbl_err_t *err)
 {
     for (int attempt = 0;; attempt++) {
-        sbl_crud_backoff(attempt);
+        sbl_op_backoff(attempt);
         SBL_RET(sbl_txn_begin(ctx->ss, err));
         int rc = sbl_write(ctx->ss, c, kind, old, doc, NULL, err);
         if (rc == 0)
@@ -738,11 +738,11 @@ int sbl_agg_out(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, sbl
     bool created = false;
     SBL_RET(sbl_coll_open(env->ctx->ss, tmp, true, &c, &created, err));
     if (created)
-        sbl_cmd_audit_coll_created(env->ctx, tmp);
+        sbl_op_coll_created(env->ctx, tmp);
     rc = 0;
     for (size_t i = 0; i < dv->n && rc == 0; i++) {
         bson_t doc;
-        if ((rc = sbl_crud_prepare_doc(dv->v[i], &doc, err)) != 0)
+        if ((rc = sbl_doc_prepare_insert(dv->v[i], &doc, err)) != 0)
             break;
         rc = write_one(env->ctx, c, SBL_WRITE_INSERT, NULL, &doc, err);
         bson_destroy(&doc);
@@ -782,7 +782,7 @@ static void merge_top(const bson_t *base, const bson_t *in, bson_t *out)
 }
 
 /* Find the target document matching doc on the `on` fields. */
-static int merge_find(sbl_cmd_ctx_t *ctx, const char *ns, char **on, size_t non, const bson_t *doc,
+static int merge_find(sbl_opctx_t *ctx, const char *ns, char **on, size_t non, const bson_t *doc,
                       bson_t *found, bool *foundp, sbl_err_t *err)
 {
     bson_t filter = BSON_INITIALIZER;
@@ -878,7 +878,7 @@ int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, s
                                                                 "valid value.",
                                            m);
                 } else {
-                    return sbl_crud_type_error(err, "$merge.whenMatched", &f, "string or array");
+                    return sbl_type_error(err, "$merge.whenMatched", &f, "string or array");
                 }
             } else if (strcmp(k, "whenNotMatched") == 0) {
                 const char *m = BSON_ITER_HOLDS_UTF8(&f) ? bson_iter_utf8(&f, NULL) : "";
@@ -892,7 +892,7 @@ int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, s
                                        m);
             } else if (strcmp(k, "let") == 0) {
                 if (!BSON_ITER_HOLDS_DOCUMENT(&f))
-                    return sbl_crud_type_error(err, "$merge.let", &f, "object");
+                    return sbl_type_error(err, "$merge.let", &f, "object");
                 has_let = sub_doc(&f, &let_spec);
             } else {
                 return sbl_err_set(err, SBL_E_UnknownField,
@@ -911,11 +911,11 @@ int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, s
     bool created = false;
     SBL_RET(sbl_coll_open(env->ctx->ss, ns, true, &c, &created, err));
     if (created)
-        sbl_cmd_audit_coll_created(env->ctx, ns);
+        sbl_op_coll_created(env->ctx, ns);
     for (size_t i = 0; i < dv->n && rc == 0; i++) {
         bson_t src, existing;
         bool found = false;
-        if ((rc = sbl_crud_prepare_doc(dv->v[i], &src, err)) != 0)
+        if ((rc = sbl_doc_prepare_insert(dv->v[i], &src, err)) != 0)
             break;
         rc = merge_find(env->ctx, ns, on, non, &src, &existing, &found, err);
         if (rc == 0 && found) {
@@ -1006,7 +1006,7 @@ int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, s
             }
             if (rc == 0 && write) {
                 bson_t prepared;
-                if ((rc = sbl_crud_prepare_doc(&next, &prepared, err)) == 0) {
+                if ((rc = sbl_doc_prepare_insert(&next, &prepared, err)) == 0) {
                     rc = write_one(env->ctx, c, SBL_WRITE_UPDATE, &existing, &prepared, err);
                     bson_destroy(&prepared);
                 }

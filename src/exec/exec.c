@@ -1,5 +1,5 @@
 /*
- * query_exec.c: plan and iterate the documents matching a filter, shared by
+ * exec.c: plan and iterate the documents matching a filter, shared by
  * find, count, distinct, update, delete, findAndModify and aggregate.
  *
  * The plan comes from what the filter says about _id: point lookups
@@ -8,7 +8,7 @@
  * direction; any other sort collects the matches and sorts them in memory
  * (keeping at most skip+limit of them when limited: top-k).  An unlimited
  * sort whose matches outgrow internalQueryMaxBlockingSortMemoryUsageBytes
- * goes through agg_spill.c's sorter (allowDiskUse) or fails with 292.
+ * goes through spill.c's sorter (allowDiskUse) or fails with 292.
  *
  * What must stay true:
  *  - Documents are read in chunks: each chunk opens the collection and a
@@ -28,8 +28,8 @@
  *    fails with CappedPositionLost, as mongod's does.  A tailable executor
  *    looks again for newer documents each time it is asked after running dry.
  */
-#include "cmd/crud_int.h"
-#include "cmd/query_plan.h"
+#include "exec/exec.h"
+#include "exec/plan.h"
 #include "doc/doc.h"
 
 #include <stdlib.h>
@@ -66,7 +66,7 @@ struct sbl_qexec {
     size_t next_point;
     size_t chunk;
 
-    /* the secondary-index plan (query_plan.c), when one won */
+    /* the secondary-index plan (plan.c), when one won */
     sbl_ixplan_t *ixp;
     sbl_ixplan_t **rejected;
     size_t nrejected;
@@ -328,7 +328,7 @@ static int refill_points(sbl_qexec_t *q, sbl_session_t *ss, sbl_coll_t *c, size_
     return 0;
 }
 
-static int refill_scan(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, size_t max,
+static int refill_scan(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_t max,
                        sbl_err_t *err)
 {
     sbl_scan_bounds_t b = {0};
@@ -361,7 +361,7 @@ static int refill_scan(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, size_t
     for (;;) {
         bson_t doc;
         bool done = false;
-        if (++examined % DEADLINE_EVERY == 0 && (rc = sbl_cmd_check_interrupt(ctx, err)) != 0)
+        if (++examined % DEADLINE_EVERY == 0 && (rc = sbl_op_check_interrupt(ctx, err)) != 0)
             break;
         if ((rc = sbl_scan_next(scan, &doc, &done, err)) != 0)
             break;
@@ -410,7 +410,7 @@ void sbl_qexec_set_disk_use(sbl_qexec_t *q, int8_t disk_use)
 }
 
 /* Read the next chunk of a capped collection in natural order, past nat_pos. */
-static int refill_natural(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, size_t max,
+static int refill_natural(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_t max,
                           sbl_err_t *err)
 {
     if (q->nat_pos != 0) {
@@ -434,7 +434,7 @@ static int refill_natural(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, siz
         bson_t doc;
         bool done = false;
         uint64_t pos = 0;
-        if (++examined % DEADLINE_EVERY == 0 && (rc = sbl_cmd_check_interrupt(ctx, err)) != 0)
+        if (++examined % DEADLINE_EVERY == 0 && (rc = sbl_op_check_interrupt(ctx, err)) != 0)
             break;
         if ((rc = sbl_natural_next(scan, &doc, &pos, &done, err)) != 0)
             break;
@@ -507,7 +507,7 @@ static bool first_sight(sbl_qexec_t *q, const uint8_t *idk, size_t len)
 }
 
 /* Read the next chunk from the index plan's intervals, fetching each entry's document. */
-static int refill_ixscan(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, size_t max,
+static int refill_ixscan(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_t max,
                          sbl_err_t *err)
 {
     sbl_ixplan_t *p = q->ixp;
@@ -551,7 +551,7 @@ static int refill_ixscan(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_coll_t *c, size
             bool done = false, found = false;
             bson_t doc;
             if (++examined % DEADLINE_EVERY == 0 &&
-                (rc = sbl_cmd_check_interrupt(ctx, err)) != 0)
+                (rc = sbl_op_check_interrupt(ctx, err)) != 0)
                 break;
             if ((rc = sbl_iscan_next(sc, &k, &klen, &idk, &idlen, &done, err)) != 0)
                 break;
@@ -623,7 +623,7 @@ void sbl_qexec_info(const sbl_qexec_t *q, sbl_qexec_info_t *out)
 }
 
 /* Read the next chunk of the _id-ordered stream into buf. */
-static int refill(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, size_t max, sbl_err_t *err)
+static int refill(sbl_qexec_t *q, sbl_opctx_t *ctx, size_t max, sbl_err_t *err)
 {
     sbl_coll_t *c = NULL;
     sbl_err_t e2 = {0};
@@ -664,7 +664,7 @@ static int refill(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, size_t max, sbl_err_t *err
     return rc;
 }
 
-int sbl_qexec_get_id(sbl_cmd_ctx_t *ctx, const char *ns, const bson_value_t *id, bson_t *doc,
+int sbl_qexec_get_id(sbl_opctx_t *ctx, const char *ns, const bson_value_t *id, bson_t *doc,
                      bool *foundp, bool *dupp, sbl_err_t *err)
 {
     sbl_coll_t *c = NULL;
@@ -723,7 +723,7 @@ static int start_spill(sbl_qexec_t *q, entry_t *all, size_t *np, sbl_err_t *err)
 {
     int rc = 0;
     size_t k = 0;
-    q->spill = sbl_sorter_new(spill_cmp, q->sort, sbl_agg_limit(SBL_LIM_SORT), true);
+    q->spill = sbl_sorter_new(spill_cmp, q->sort, sbl_mem_limit(SBL_LIM_SORT), true);
     for (; k < *np && rc == 0; k++)
         rc = sbl_sorter_add(q->spill, all[k].doc, all[k].pos, err);
     for (; k < *np; k++) /* after a failed add: still ours */
@@ -737,13 +737,13 @@ static int start_spill(sbl_qexec_t *q, entry_t *all, size_t *np, sbl_err_t *err)
  * results.  Unlimited, past the sort limit: the matches go through the
  * external sorter (q->spill) when the disk may be used, else 292.
  */
-static int run_sort(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+static int run_sort(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_err_t *err)
 {
     entry_t *all = NULL;
     size_t n = 0, cap = 0, bytes = 0;
     size_t keep = q->limit > 0 ? (size_t)(q->skip + q->limit) : 0;
-    size_t mem_limit = sbl_agg_limit(SBL_LIM_SORT);
-    bool disk = sbl_agg_disk_ok(q->disk_use == 0 ? -1 : q->disk_use > 0);
+    size_t mem_limit = sbl_mem_limit(SBL_LIM_SORT);
+    bool disk = sbl_mem_disk_ok(q->disk_use == 0 ? -1 : q->disk_use > 0);
     int rc = 0;
 
     tls_sort = q->sort;
@@ -776,13 +776,13 @@ static int run_sort(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_err_t *err)
             sort_and_trim(all, &n, keep);
         if (keep == 0 && q->spill == NULL && bytes > mem_limit) {
             if (!disk)
-                rc = sbl_agg_mem_error(SBL_LIM_SORT, err);
+                rc = sbl_mem_error(SBL_LIM_SORT, err);
             else
                 rc = start_spill(q, all, &n, err);
             bytes = 0;
         }
         if (rc == 0)
-            rc = sbl_cmd_check_interrupt(ctx, err);
+            rc = sbl_op_check_interrupt(ctx, err);
         if (rc != 0)
             break;
     }
@@ -792,7 +792,7 @@ static int run_sort(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_err_t *err)
         for (size_t k = 0; k < n; k++)
             bytes += all[k].doc->len + sizeof(entry_t);
         if (bytes > mem_limit && !disk)
-            rc = sbl_agg_mem_error(SBL_LIM_SORT, err);
+            rc = sbl_mem_error(SBL_LIM_SORT, err);
     }
     if (rc != 0) {
         for (size_t k = 0; k < n; k++)
@@ -827,7 +827,7 @@ static int run_sort(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_qexec_next(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, bson_t *doc, int32_t *posp, bool *donep,
+int sbl_qexec_next(sbl_qexec_t *q, sbl_opctx_t *ctx, bson_t *doc, int32_t *posp, bool *donep,
                    sbl_err_t *err)
 {
     *donep = false;
@@ -856,7 +856,7 @@ int sbl_qexec_next(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, bson_t *doc, int32_t *pos
             *donep = true;
             return 0;
         }
-        SBL_RET(sbl_cmd_check_interrupt(ctx, err));
+        SBL_RET(sbl_op_check_interrupt(ctx, err));
         SBL_RET(refill(q, ctx, q->chunk, err));
         if (q->chunk < CHUNK_MAX)
             q->chunk *= 2;
@@ -867,3 +867,23 @@ int sbl_qexec_next(sbl_qexec_t *q, sbl_cmd_ctx_t *ctx, bson_t *doc, int32_t *pos
         *posp = e->pos;
     return 0;
 }
+
+/* The key pattern returnKey reports for q's plan: the index's, _id's for a
+ * plan in _id order (points, a range, or a requested _id sort), else {}. */
+bson_t *sbl_qexec_key_pattern(const sbl_qexec_t *q, const bson_t *sort)
+{
+    sbl_qexec_info_t info;
+    bson_iter_t it;
+    bson_t key;
+    bson_t *out = bson_new();
+    sbl_qexec_info(q, &info);
+    if (info.ixp != NULL) {
+        if (bson_iter_init_find(&it, sbl_index_spec(info.ixp->ix), "key") && sbl_iter_doc(&it, &key))
+            bson_concat(out, &key);
+    } else if (info.id_kind != SBL_ID_ANY ||
+               (sort != NULL && bson_count_keys(sort) == 1 && bson_iter_init_find(&it, sort, "_id"))) {
+        BSON_APPEND_INT32(out, "_id", 1);
+    }
+    return out;
+}
+

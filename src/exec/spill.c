@@ -1,19 +1,18 @@
 /*
- * agg_spill.c: the memory limits of blocking work (aggregation stages and
+ * spill.c: the memory limits of blocking work (aggregation stages and
  * find's in-memory sort), their server parameters, and the external sorter
  * that lets $sort, find's sort and $group spill to disk.
  *
  * What must stay true:
  *  - Spill files live in <dbpath>/_tmp and are unlinked as soon as they are
  *    created, so they vanish when the operation ends or the process dies;
- *    start-up empties _tmp of anything older (sbl_agg_spill_init).
+ *    start-up empties _tmp of anything older (sbl_spill_init).
  *  - The sorter is stable: records that compare equal come out in the order
  *    they were added (runs are merged with ties going to the earlier run).
  *  - Limits are read once per use through atomics: setParameter changes
  *    them at run time without locks.
  */
-#include "cmd/crud_int.h"
-#include "cmd/spill.h"
+#include "exec/exec.h"
 #include "server/server.h"
 
 #include <dirent.h>
@@ -36,7 +35,7 @@ typedef struct param {
     _Atomic long long v;
 } param_t;
 
-/* indexed by sbl_agg_limit_t, then allowDiskUseByDefault */
+/* indexed by sbl_mem_limit_t, then allowDiskUseByDefault */
 static param_t params[] = {
     [SBL_LIM_SORT] = {"internalQueryMaxBlockingSortMemoryUsageBytes", false, DEFAULT_LIMIT, DEFAULT_LIMIT},
     [SBL_LIM_GROUP] = {"internalDocumentSourceGroupMaxMemoryBytes", false, DEFAULT_LIMIT, DEFAULT_LIMIT},
@@ -131,7 +130,7 @@ static void tmp_dir(char *dir, size_t len)
     snprintf(dir, len, "%s/_tmp", o != NULL && o->dbpath != NULL ? o->dbpath : "/tmp");
 }
 
-int sbl_agg_spill_init(sbl_err_t *err)
+int sbl_spill_init(sbl_err_t *err)
 {
     const sbl_options_t *o = sbl_server_options();
     char dir[1100];
@@ -150,7 +149,7 @@ int sbl_agg_spill_init(sbl_err_t *err)
     return 0;
 }
 
-int sbl_agg_set_parameter(const char *name, const bson_iter_t *it, bson_t *reply, sbl_err_t *err)
+int sbl_spill_set_parameter(const char *name, const bson_iter_t *it, bson_t *reply, sbl_err_t *err)
 {
     param_t *p = find_param(name);
     long long v;
@@ -161,7 +160,7 @@ int sbl_agg_set_parameter(const char *name, const bson_iter_t *it, bson_t *reply
     return 0;
 }
 
-bool sbl_agg_append_parameter(bson_t *r, const char *name)
+bool sbl_spill_append_parameter(bson_t *r, const char *name)
 {
     const param_t *p = find_param(name);
     if (p == NULL)
@@ -170,7 +169,7 @@ bool sbl_agg_append_parameter(bson_t *r, const char *name)
     return true;
 }
 
-void sbl_agg_append_metrics(bson_t *metrics)
+void sbl_spill_append_metrics(bson_t *metrics)
 {
     bson_t q, d;
     bson_append_document_begin(metrics, "query", -1, &q);
@@ -187,44 +186,35 @@ void sbl_agg_append_metrics(bson_t *metrics)
     bson_append_document_end(metrics, &q);
 }
 
-void sbl_agg_count_group_spill(size_t records, size_t bytes)
+void sbl_spill_count_group(size_t records, size_t bytes)
 {
     atomic_fetch_add(&n_group_spills, 1);
     atomic_fetch_add(&n_group_records, (long long)records);
     atomic_fetch_add(&n_group_storage, (long long)bytes);
 }
 
-size_t sbl_agg_limit(sbl_agg_limit_t which)
+size_t sbl_mem_limit(sbl_mem_limit_t which)
 {
     return (size_t)atomic_load(&params[which].v);
 }
 
-size_t sbl_agg_mem_limit(void)
+size_t sbl_mem_sort_limit(void)
 {
-    return sbl_agg_limit(SBL_LIM_SORT);
+    return sbl_mem_limit(SBL_LIM_SORT);
 }
 
-bool sbl_agg_disk_ok(int allow_disk)
+bool sbl_mem_disk_ok(int allow_disk)
 {
     return allow_disk > 0 || (allow_disk < 0 && atomic_load(&params[P_DISK_DEFAULT].v) != 0);
 }
 
-int sbl_agg_check_mem(const sbl_agg_env_t *env, size_t bytes, const char *stage, sbl_err_t *err)
-{
-    bool sort = strcmp(stage, "$sort") == 0;
-    size_t limit = sbl_agg_limit(sort ? SBL_LIM_SORT : SBL_LIM_GROUP);
-    if (bytes <= limit || sbl_agg_disk_ok(env->allow_disk))
-        return 0;
-    return sbl_agg_mem_error(sort ? SBL_LIM_SORT : SBL_LIM_GROUP, err);
-}
-
-int sbl_agg_mem_error(sbl_agg_limit_t which, sbl_err_t *err)
+int sbl_mem_error(sbl_mem_limit_t which, sbl_err_t *err)
 {
     if (which == SBL_LIM_SORT)
         return sbl_err_set(err, SBL_E_QueryExceededMemoryLimitNoDiskUseAllowed,
                            "Sort exceeded memory limit of %zu bytes, but did not opt in to "
                            "external sorting.",
-                           sbl_agg_limit(SBL_LIM_SORT));
+                           sbl_mem_limit(SBL_LIM_SORT));
     return sbl_err_set(err, SBL_E_QueryExceededMemoryLimitNoDiskUseAllowed,
                        "Exceeded memory limit for $group, but didn't allow external sort. Pass "
                        "allowDiskUse:true to opt in.");
@@ -244,7 +234,7 @@ typedef struct run {
 } run_t;
 
 struct sbl_sorter {
-    sbl_agg_cmp_fn cmp;
+    sbl_sorter_cmp_fn cmp;
     const void *arg;
     size_t limit; /* buffered bytes beyond which add() spills */
     rec_t *buf;
@@ -269,7 +259,7 @@ static int cmp_rec(const void *a, const void *b)
     return r != 0 ? r : (x->seq < y->seq ? -1 : x->seq > y->seq);
 }
 
-sbl_sorter_t *sbl_sorter_new(sbl_agg_cmp_fn cmp, const void *arg, size_t limit, bool is_sort)
+sbl_sorter_t *sbl_sorter_new(sbl_sorter_cmp_fn cmp, const void *arg, size_t limit, bool is_sort)
 {
     sbl_sorter_t *s = calloc(1, sizeof(*s));
     if (s == NULL)
@@ -500,7 +490,7 @@ void sbl_sorter_free(sbl_sorter_t *s)
     free(s);
 }
 
-int8_t sbl_crud_disk_use(const bson_t *cmd)
+int8_t sbl_spill_disk_use(const bson_t *cmd)
 {
     bson_iter_t it;
     if (!bson_iter_init_find(&it, cmd, "allowDiskUse") || !BSON_ITER_HOLDS_BOOL(&it))

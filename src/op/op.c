@@ -1,29 +1,18 @@
 /*
- * util.c: small helpers shared by the command handlers: clocks, namespace
- * validation (MongoDB's rules, InvalidNamespace 73), numeric arguments and
- * the maxTimeMS deadline check.
+ * op.c: what an operation checks of itself and where it calls back up:
+ * namespace validation (MongoDB's rules, InvalidNamespace 73), the
+ * maxTimeMS deadline, the write-conflict backoff, and the observer and
+ * parking hooks the command layer installs at start-up.
+ *
+ * What must stay true: the hooks are set before the first operation runs
+ * and never change afterwards, so reading them needs no lock.
  */
-#include "cmd/cmd_int.h"
-#include "cmd/views.h"
+#include "op/op.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-int64_t sbl_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-int64_t sbl_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int sbl_validate_db_name(const char *db, sbl_err_t *err)
 {
@@ -78,23 +67,7 @@ int sbl_validate_ns(const char *ns, sbl_err_t *err)
     return check_coll_in_ns(ns, coll, err);
 }
 
-int sbl_validate_user_write_ns(const char *ns, sbl_err_t *err)
-{
-    static const char *const allowed[] = {"system.js", "system.views", "system.profile",
-                                          "system.users", "system.roles", "system.version"};
-    const char *coll = strchr(ns, '.');
-    if (sbl_views_any() && sbl_view_is(sbl_session_get(), ns))
-        return sbl_err_set(err, SBL_E_CommandNotSupportedOnView,
-                           "Namespace %s is a view, not a collection", ns);
-    if (coll == NULL || strncmp(coll + 1, "system.", 7) != 0)
-        return 0;
-    for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
-        if (strcmp(coll + 1, allowed[i]) == 0)
-            return 0;
-    return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid system namespace: %s", ns);
-}
-
-int sbl_cmd_ns(const sbl_cmd_ctx_t *ctx, char *ns, size_t nslen, sbl_err_t *err)
+int sbl_op_ns(const sbl_opctx_t *ctx, char *ns, size_t nslen, sbl_err_t *err)
 {
     bson_iter_t it;
     SBL_RET(sbl_validate_db_name(ctx->db, err));
@@ -116,39 +89,44 @@ int sbl_cmd_ns(const sbl_cmd_ctx_t *ctx, char *ns, size_t nslen, sbl_err_t *err)
     return check_coll_in_ns(ns, coll, err);
 }
 
-int sbl_get_int64(const bson_iter_t *it, int64_t *out, sbl_err_t *err)
-{
-    switch (bson_iter_type(it)) {
-    case BSON_TYPE_INT32:
-        *out = bson_iter_int32(it);
-        return 0;
-    case BSON_TYPE_INT64:
-        *out = bson_iter_int64(it);
-        return 0;
-    case BSON_TYPE_DOUBLE: {
-        double d = bson_iter_double(it);
-        if (d != d || d > 9.2e18 || d < -9.2e18)
-            return sbl_err_set(err, SBL_E_BadValue, "'%s' must be a finite number",
-                               bson_iter_key(it));
-        *out = (int64_t)d;
-        return 0;
-    }
-    case BSON_TYPE_DECIMAL128: {
-        bson_decimal128_t dec;
-        char s[BSON_DECIMAL128_STRING];
-        bson_iter_decimal128(it, &dec);
-        bson_decimal128_to_string(&dec, s);
-        *out = (int64_t)strtod(s, NULL);
-        return 0;
-    }
-    default:
-        return sbl_err_set(err, SBL_E_TypeMismatch, "'%s' must be a number", bson_iter_key(it));
-    }
-}
-
-int sbl_cmd_check_deadline(const sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_op_check_deadline(const sbl_opctx_t *ctx, sbl_err_t *err)
 {
     if (ctx->deadline_us != 0 && sbl_now_us() > ctx->deadline_us)
         return sbl_err_set(err, SBL_E_MaxTimeMSExpired, "operation exceeded time limit");
     return 0;
+}
+
+void sbl_op_backoff(int attempt)
+{
+    if (attempt == 0)
+        return;
+    long us = attempt < 10 ? 100L * attempt : attempt < 50 ? 1000L : 10000L;
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- hooks ------------------------------------------------------------------ */
+
+static sbl_op_observer_t observer;
+static sbl_op_park_fn park_fn;
+
+void sbl_op_set_observer(const sbl_op_observer_t *obs)
+{
+    observer = *obs;
+}
+
+void sbl_op_coll_created(sbl_opctx_t *ctx, const char *ns)
+{
+    if (observer.coll_created != NULL)
+        observer.coll_created(ctx, ns);
+}
+
+void sbl_op_set_park(sbl_op_park_fn fn)
+{
+    park_fn = fn;
+}
+
+bool sbl_op_park(sbl_opctx_t *ctx, uint64_t gen, int64_t until_us)
+{
+    return park_fn != NULL && park_fn(ctx, gen, until_us);
 }

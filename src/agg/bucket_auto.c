@@ -1,5 +1,5 @@
 /*
- * agg_bucket_auto.c: the $bucketAuto stage, with or without a granularity.
+ * bucket_auto.c: the $bucketAuto stage, with or without a granularity.
  *
  * The documents are sorted by their groupBy value (missing: null) through the
  * external sorter, so the sort spills past its limit, and cut in order into
@@ -16,7 +16,7 @@
  * What must stay true: every input document lands in exactly one bucket, and
  * the buckets come out in ascending order of their values.
  */
-#include "cmd/crud_int.h"
+#include "agg/agg.h"
 #include "doc/doc.h"
 #include "expr/expr.h"
 
@@ -307,8 +307,8 @@ static int sort_records(sbl_agg_env_t *env, const sbl_docvec_t *dv, const auto_s
     *recsp = NULL;
     *nrecp = 0;
     SBL_RET(sbl_expr_parse(&s->group_by, &e, err));
-    sbl_sorter_t *so = sbl_sorter_new(cmp_auto, env->coll, sbl_agg_limit(SBL_LIM_SORT), true);
-    bool disk = sbl_agg_disk_ok(env->allow_disk);
+    sbl_sorter_t *so = sbl_sorter_new(cmp_auto, env->coll, sbl_mem_limit(SBL_LIM_SORT), true);
+    bool disk = sbl_mem_disk_ok(env->allow_disk);
     int rc = 0;
     for (size_t i = 0; i < dv->n && rc == 0; i++) {
         bson_value_t v;
@@ -326,9 +326,9 @@ static int sort_records(sbl_agg_env_t *env, const sbl_docvec_t *dv, const auto_s
         bson_append_document(r, "d", 1, dv->v[i]);
         bson_value_destroy(&v);
         bytes += r->len;
-        if (bytes > sbl_agg_limit(SBL_LIM_SORT) && !disk) {
+        if (bytes > sbl_mem_limit(SBL_LIM_SORT) && !disk) {
             bson_destroy(r);
-            rc = sbl_agg_mem_error(SBL_LIM_SORT, err);
+            rc = sbl_mem_error(SBL_LIM_SORT, err);
             break;
         }
         rc = sbl_sorter_add(so, r, 0, err);

@@ -1,5 +1,5 @@
 /*
- * crud_coll.c: which collation a CRUD operation runs under: the `collation` the
+ * collation.c: which collation a query or write runs under: the `collation` the
  * command (or one update/delete statement) gives, else the default collation of
  * the collection (its create option), else simple (binary, a NULL pointer).
  *
@@ -11,7 +11,7 @@
  */
 #include <stdatomic.h>
 
-#include "cmd/crud_int.h"
+#include "exec/exec.h"
 #include "doc/doc.h"
 
 enum { DEFAULTS_UNKNOWN, DEFAULTS_NONE, DEFAULTS_SOME };
@@ -39,7 +39,7 @@ static bool defaults_possible(void)
     return s == DEFAULTS_SOME;
 }
 
-int sbl_crud_default_collation(sbl_cmd_ctx_t *ctx, const char *ns, const sbl_collation_t **outp,
+int sbl_exec_default_collation(sbl_opctx_t *ctx, const char *ns, const sbl_collation_t **outp,
                                sbl_err_t *err)
 {
     sbl_coll_t *c = NULL;
@@ -55,16 +55,16 @@ int sbl_crud_default_collation(sbl_cmd_ctx_t *ctx, const char *ns, const sbl_col
     return rc;
 }
 
-int sbl_crud_collation(sbl_cmd_ctx_t *ctx, const char *ns, const bson_iter_t *it,
+int sbl_exec_collation(sbl_opctx_t *ctx, const char *ns, const bson_iter_t *it,
                        const char *field, const sbl_collation_t **outp, sbl_err_t *err)
 {
     *outp = NULL;
     if (it != NULL)
         return sbl_collation_from_iter(it, field, outp, err);
-    return sbl_crud_default_collation(ctx, ns, outp, err);
+    return sbl_exec_default_collation(ctx, ns, outp, err);
 }
 
-int sbl_crud_collation_option(const bson_iter_t *it, bson_t *opts, sbl_err_t *err)
+int sbl_exec_collation_option(const bson_iter_t *it, bson_t *opts, sbl_err_t *err)
 {
     const sbl_collation_t *coll = NULL;
     SBL_RET(sbl_collation_from_iter(it, "collation", &coll, err));

@@ -1,5 +1,5 @@
 /*
- * agg_group.c: the $group stage and its accumulators ($sum, $avg, $min,
+ * group.c: the $group stage and its accumulators ($sum, $avg, $min,
  * $max, $first, $last, $push, $addToSet, $count, $mergeObjects, $stdDevPop,
  * $stdDevSamp, $firstN, $lastN, $minN, $maxN).  Expressions
  * are parsed once per stage (src/expr) and evaluated per document.
@@ -12,14 +12,14 @@
  * Memory: each group counts its key and its accumulators' values.  Past
  * internalDocumentSourceGroupMaxMemoryBytes the stage fails with 292, or,
  * when it may use the disk, writes every partial group (key, first-seen
- * position, accumulator states) as one sorted run (agg_spill.c's sorter) and
+ * position, accumulator states) as one sorted run (src/exec's sorter) and
  * starts afresh.  At the end the runs are merged by key and the partial
  * states of one key combined in input order, so $first/$last/$push/$addToSet/
  * $mergeObjects see the same order as in memory; groups still come out in
  * first-seen order.  A single $push/$addToSet array is held to its own
  * limit (146, as MongoDB: it cannot spill).
  */
-#include "cmd/crud_int.h"
+#include "agg/agg.h"
 #include "common/buf.h"
 #include "doc/doc.h"
 #include "expr/expr.h"
@@ -241,7 +241,7 @@ static void set_val(acc_state_t *a, const bson_value_t *v)
 /* $push/$addToSet: ExceededMemoryLimit (146) once the array reaches its limit. */
 static int check_array(const acc_spec_t *s, const acc_state_t *a, sbl_err_t *err)
 {
-    size_t limit = sbl_agg_limit(s->kind == A_PUSH ? SBL_LIM_PUSH : SBL_LIM_ADDTOSET);
+    size_t limit = sbl_mem_limit(s->kind == A_PUSH ? SBL_LIM_PUSH : SBL_LIM_ADDTOSET);
     if (a->bytes < limit)
         return 0;
     return sbl_err_set(err, SBL_E_ExceededMemoryLimit,
@@ -390,7 +390,7 @@ static void append_result(bson_t *out, const acc_spec_t *s, const acc_state_t *a
         char kb[16];
         bson_append_array_begin(out, s->field, -1, &arr);
         for (size_t i = 0; i < a->nitems; i++)
-            bson_append_value(&arr, sbl_crud_key((uint32_t)i, kb), -1,
+            bson_append_value(&arr, sbl_array_key((uint32_t)i, kb), -1,
                               &a->items[s->kind == A_MAXN ? a->nitems - 1 - i : i]);
         bson_append_array_end(out, &arr);
         break;
@@ -427,7 +427,7 @@ static void append_result(bson_t *out, const acc_spec_t *s, const acc_state_t *a
         char kb[16];
         bson_append_array_begin(out, s->field, -1, &arr);
         for (size_t i = 0; i < a->nitems; i++)
-            bson_append_value(&arr, sbl_crud_key((uint32_t)i, kb), -1, &a->items[i]);
+            bson_append_value(&arr, sbl_array_key((uint32_t)i, kb), -1, &a->items[i]);
         bson_append_array_end(out, &arr);
         break;
     }
@@ -624,7 +624,7 @@ static bson_t *group_to_bson(const group_t *g, size_t nacc)
     bson_append_array_begin(d, "a", 1, &arr);
     for (size_t a = 0; a < nacc; a++) {
         const acc_state_t *x = &g->accs[a];
-        bson_append_document_begin(&arr, sbl_crud_key((uint32_t)a, kb), -1, &st);
+        bson_append_document_begin(&arr, sbl_array_key((uint32_t)a, kb), -1, &st);
         bson_append_int64(&st, "n", 1, x->isum);
         bson_append_double(&st, "d", 1, x->dsum);
         bson_append_int64(&st, "c", 1, x->count);
@@ -638,7 +638,7 @@ static bson_t *group_to_bson(const group_t *g, size_t nacc)
             bson_append_value(&st, "v", 1, &x->val);
         bson_append_array_begin(&st, "t", 1, &items);
         for (size_t i = 0; i < x->nitems; i++)
-            bson_append_value(&items, sbl_crud_key((uint32_t)i, kb), -1, &x->items[i]);
+            bson_append_value(&items, sbl_array_key((uint32_t)i, kb), -1, &x->items[i]);
         bson_append_array_end(&st, &items);
         bson_append_document_end(&arr, &st);
     }
@@ -932,7 +932,7 @@ static int gtable_to_sorter(gtable_t *t, size_t nacc, sbl_sorter_t *so, bool spi
     gtable_clear(t, nacc);
     if (rc == 0 && spill) {
         rc = sbl_sorter_spill(so, err);
-        sbl_agg_count_group_spill(records, bytes);
+        sbl_spill_count_group(records, bytes);
     }
     return rc;
 }
@@ -966,8 +966,8 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
     gtable_t t;
     gtable_init(&t);
     sbl_sorter_t *so = NULL; /* set once the groups were spilled */
-    size_t limit = sbl_agg_limit(SBL_LIM_GROUP);
-    bool disk = sbl_agg_disk_ok(env->allow_disk);
+    size_t limit = sbl_mem_limit(SBL_LIM_GROUP);
+    bool disk = sbl_mem_disk_ok(env->allow_disk);
     sbl_buf_t kb;
     sbl_buf_init(&kb);
 
@@ -1005,7 +1005,7 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
         }
         if (rc == 0 && t.bytes > limit) {
             if (!disk) {
-                rc = sbl_agg_mem_error(SBL_LIM_GROUP, err);
+                rc = sbl_mem_error(SBL_LIM_GROUP, err);
                 break;
             }
             if (so == NULL)
@@ -1013,7 +1013,7 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
             rc = gtable_to_sorter(&t, nacc, so, true, err);
         }
         if (rc == 0 && (d & 1023) == 1023)
-            rc = sbl_cmd_check_interrupt(env->ctx, err);
+            rc = sbl_op_check_interrupt(env->ctx, err);
     }
 
     sbl_docvec_t out = {0};

@@ -1,21 +1,20 @@
 /*
- * agg.c: the aggregate command: pipeline parsing and running, and the
- * per-document stages ($match $project $addFields/$set $unset $replaceRoot/
- * $replaceWith $sort $skip $limit $count $unwind $collStats).  $group lives
- * in agg_group.c, the stages that read or write other collections and the
- * grouping shorthands in agg_stages.c; expressions are src/expr's.
+ * pipeline.c: running a pipeline, and the per-document stages ($match
+ * $project $addFields/$set $unset $replaceRoot/$replaceWith $sort $skip
+ * $limit $count $unwind $collStats).  $group lives in group.c, the stages
+ * that read or write other collections and the grouping shorthands in
+ * stages.c; expressions are src/expr's; the aggregate command itself is
+ * src/cmd/aggregate.c.
  *
  * The leading $match (and a $sort / $skip / $limit right after it) is handed
- * to the query executor, so it uses indexes and range scans like find; the
+ * to the query engine (src/exec), so it uses indexes and range scans like find; the
  * rest of the pipeline runs over the documents in memory, stage by stage,
  * and the result is served through a cursor over that array.
  * What must stay true: every stage owns the documents it produces and frees
  * the ones it consumes (sbl_docvec_t), also on error; an expression is parsed
  * once per stage, not once per document.
  */
-#include "cmd/capped.h"
-#include "cmd/crud_int.h"
-#include "cmd/views.h"
+#include "agg/agg.h"
 #include "doc/doc.h"
 #include "expr/expr.h"
 
@@ -446,7 +445,7 @@ static int spill_cmp(const bson_t *a, const bson_t *b, const void *arg)
 /* Sort dv through the external sorter: over the sort limit it spills. */
 static int sort_external(sbl_docvec_t *dv, const sbl_sort_t *s, sbl_err_t *err)
 {
-    sbl_sorter_t *so = sbl_sorter_new(spill_cmp, s, sbl_agg_limit(SBL_LIM_SORT), true);
+    sbl_sorter_t *so = sbl_sorter_new(spill_cmp, s, sbl_mem_limit(SBL_LIM_SORT), true);
     int rc = 0;
     size_t n = dv->n, i = 0;
     for (; i < n && rc == 0; i++) {
@@ -465,6 +464,16 @@ static int sort_external(sbl_docvec_t *dv, const sbl_sort_t *s, sbl_err_t *err)
     sbl_sorter_free(so);
     return rc;
 }
+
+int sbl_agg_check_mem(const sbl_agg_env_t *env, size_t bytes, const char *stage, sbl_err_t *err)
+{
+    bool sort = strcmp(stage, "$sort") == 0;
+    size_t limit = sbl_mem_limit(sort ? SBL_LIM_SORT : SBL_LIM_GROUP);
+    if (bytes <= limit || sbl_mem_disk_ok(env->allow_disk))
+        return 0;
+    return sbl_mem_error(sort ? SBL_LIM_SORT : SBL_LIM_GROUP, err);
+}
+
 
 int sbl_agg_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, int64_t limit,
                  sbl_err_t *err)
@@ -516,7 +525,7 @@ int sbl_agg_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec,
         size_t bytes = 0;
         for (size_t i = 0; i < dv->n; i++)
             bytes += dv->v[i]->len;
-        if (bytes > sbl_agg_limit(SBL_LIM_SORT) && sbl_agg_disk_ok(env->allow_disk)) {
+        if (bytes > sbl_mem_limit(SBL_LIM_SORT) && sbl_mem_disk_ok(env->allow_disk)) {
             rc = sort_external(dv, s, err);
         } else if ((rc = sbl_agg_check_mem(env, bytes, "$sort", err)) == 0) {
             sort_ent_t *e = malloc((dv->n + 1) * sizeof(*e));
@@ -663,7 +672,7 @@ static int st_unwind(sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err)
     return 0;
 }
 
-static int st_coll_stats(sbl_cmd_ctx_t *ctx, const char *ns, sbl_docvec_t *dv, const bson_t *spec,
+static int st_coll_stats(sbl_opctx_t *ctx, const char *ns, sbl_docvec_t *dv, const bson_t *spec,
                          sbl_err_t *err)
 {
     sbl_coll_t *c = NULL;
@@ -671,7 +680,7 @@ static int st_coll_stats(sbl_cmd_ctx_t *ctx, const char *ns, sbl_docvec_t *dv, c
     SBL_RET(sbl_coll_open(ctx->ss, ns, false, &c, NULL, err));
     int rc = sbl_coll_stats(ctx->ss, c, &st, err);
     bson_t capped = BSON_INITIALIZER; /* capped, max, maxSize (capped.c) */
-    sbl_capped_append_stats(c, &capped, 1);
+    sbl_coll_append_capped_stats(c, &capped, 1);
     sbl_coll_release(c);
     if (rc != 0) {
         bson_destroy(&capped);
@@ -893,7 +902,7 @@ int sbl_agg_run(sbl_agg_env_t *env, const char *ns, const bson_t *pipeline, size
         }
         rc = run_stage(env, ns, i, i + 1 == n, &f, next_limit, dv, err);
         if (rc == 0)
-            rc = sbl_cmd_check_interrupt(env->ctx, err);
+            rc = sbl_op_check_interrupt(env->ctx, err);
     }
     return rc;
 }
@@ -924,7 +933,7 @@ int sbl_agg_check_update_pipeline(const bson_t *pipeline, sbl_err_t *err)
     return 0;
 }
 
-int sbl_agg_update_doc(sbl_cmd_ctx_t *ctx, const bson_t *pipeline, const bson_t *let,
+int sbl_agg_update_doc(sbl_opctx_t *ctx, const bson_t *pipeline, const bson_t *let,
                        const bson_t *doc, bson_t *out, sbl_err_t *err)
 {
     bson_t empty = BSON_INITIALIZER;
@@ -940,214 +949,4 @@ int sbl_agg_update_doc(sbl_cmd_ctx_t *ctx, const bson_t *pipeline, const bson_t 
         bson_copy_to(dv.v[0], out);
     sbl_docvec_clear(&dv);
     return rc;
-}
-
-/* ---- the command -------------------------------------------------------------------- */
-
-static const char *const agg_fields[] = {"aggregate", "pipeline", "cursor", "explain",
-                                         "allowDiskUse", "bypassDocumentValidation", "collation",
-                                         "hint", "let", "fromMongos", "needsMerge",
-                                         "isMapReduceCommand", "readConcern", "writeConcern",
-                                         NULL};
-
-/* aggregate with explain: true (the form before the explain command): the
- * explain command's answer for the same aggregate at queryPlanner verbosity,
- * in place of a cursor. */
-static int agg_explain(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
-{
-    bson_t inner = BSON_INITIALIZER, cmd = BSON_INITIALIZER;
-    bson_iter_t it;
-
-    bson_iter_init(&it, ctx->cmd);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
-        if (strcmp(k, "explain") != 0 && strcmp(k, "cursor") != 0 && k[0] != '$' &&
-            strcmp(k, "lsid") != 0 && strcmp(k, "txnNumber") != 0)
-            bson_append_iter(&inner, k, -1, &it); /* the command as explain echoes it */
-    }
-    BSON_APPEND_DOCUMENT(&cmd, "explain", &inner);
-    BSON_APPEND_UTF8(&cmd, "verbosity", "queryPlanner");
-    sbl_cmd_ctx_t ectx = *ctx;
-    ectx.cmd = &cmd;
-    int rc = sbl_cmd_explain(&ectx, err);
-    bson_destroy(&cmd);
-    bson_destroy(&inner);
-    return rc;
-}
-
-int sbl_cmd_aggregate(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
-{
-    int vrc; /* a view: the command runs as an aggregation over its source */
-    if (sbl_views_any() && (vrc = sbl_view_read(ctx, err)) >= 0)
-        return vrc;
-    char ns[SBL_NS_MAX];
-    bson_iter_t it;
-    bson_t pipeline, let_spec;
-    bool has_pipeline = false, has_cursor = false, explain = false, has_let = false;
-    bool collectionless = false;
-    int64_t batch_size = -1;
-    int allow_disk = -1;
-    size_t nstages = 0;
-
-    SBL_RET(sbl_crud_check_fields(ctx->cmd, "aggregate", agg_fields, err));
-    if (!bson_iter_init(&it, ctx->cmd) || !bson_iter_next(&it))
-        return sbl_err_set(err, SBL_E_BadValue, "empty command");
-    if (BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_int64(&it) == 1) {
-        collectionless = true;
-        SBL_RET(sbl_validate_db_name(ctx->db, err));
-        snprintf(ns, sizeof(ns), "%s.$cmd.aggregate", ctx->db);
-    } else if (!BSON_ITER_HOLDS_UTF8(&it)) {
-        return sbl_err_set(err, SBL_E_InvalidNamespace,
-                           "Invalid input namespace, collection name must be a string or 1");
-    } else {
-        SBL_RET(sbl_cmd_ns(ctx, ns, sizeof(ns), err));
-    }
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
-        if (strcmp(k, "pipeline") == 0) {
-            if (!BSON_ITER_HOLDS_ARRAY(&it))
-                return sbl_err_set(err, SBL_E_TypeMismatch,
-                                   "'pipeline' option must be specified as an array");
-            uint32_t len;
-            const uint8_t *data;
-            bson_iter_array(&it, &len, &data);
-            bson_init_static(&pipeline, data, len);
-            has_pipeline = true;
-        } else if (strcmp(k, "cursor") == 0) {
-            bson_iter_t c;
-            if (!BSON_ITER_HOLDS_DOCUMENT(&it))
-                return sbl_crud_type_error(err, "aggregate.cursor", &it, "object");
-            has_cursor = true;
-            bson_iter_recurse(&it, &c);
-            if (bson_iter_find(&c, "batchSize")) {
-                SBL_RET(sbl_get_int64(&c, &batch_size, err));
-                if (batch_size < 0)
-                    return sbl_err_set(err, SBL_E_Location51024,
-                                       "BSON field 'batchSize' value must be >= 0, actual value "
-                                       "'%lld'",
-                                       (long long)batch_size);
-            }
-        } else if (strcmp(k, "explain") == 0) {
-            if (!BSON_ITER_HOLDS_BOOL(&it))
-                return sbl_crud_type_error(err, "aggregate.explain", &it, "bool");
-            explain = bson_iter_bool(&it);
-        } else if (strcmp(k, "hint") == 0) {
-            SBL_RET(sbl_crud_check_hint(&it, err));
-        } else if (strcmp(k, "allowDiskUse") == 0) {
-            if (!BSON_ITER_HOLDS_BOOL(&it))
-                return sbl_crud_type_error(err, "aggregate.allowDiskUse", &it, "bool");
-            allow_disk = bson_iter_bool(&it);
-        } else if (strcmp(k, "let") == 0) {
-            if (!BSON_ITER_HOLDS_DOCUMENT(&it))
-                return sbl_crud_type_error(err, "aggregate.let", &it, "object");
-            sbl_iter_doc(&it, &let_spec);
-            has_let = true;
-        }
-    }
-    if (!has_pipeline)
-        return sbl_err_set(err, SBL_E_MissingField,
-                           "BSON field 'aggregate.pipeline' is missing but a required field");
-    if (explain) {
-        SBL_RET(sbl_agg_check_pipeline(&pipeline, &nstages, err));
-        return agg_explain(ctx, err);
-    }
-    if (!has_cursor)
-        return sbl_err_set(err, SBL_E_FailedToParse,
-                           "The 'cursor' option is required, except for aggregate with the "
-                           "explain argument");
-    SBL_RET(sbl_agg_check_pipeline(&pipeline, &nstages, err));
-
-    bson_iter_t st, f;
-    bson_t filter, sort, let_vals;
-    bool has_filter = false, has_sort = false, source_needed = !collectionless;
-    int64_t skip = 0, limit = 0;
-    size_t first = 0;
-    SBL_RET(sbl_expr_eval_let(has_let ? &let_spec : NULL, &let_vals, err));
-    if (collectionless) {
-        bson_iter_init(&st, &pipeline);
-        if (!bson_iter_next(&st) || (bson_iter_recurse(&st, &f) && bson_iter_next(&f) &&
-                                     strcmp(bson_iter_key(&f), "$documents") != 0 &&
-                                     strcmp(bson_iter_key(&f), "$listLocalSessions") != 0)) {
-            bson_destroy(&let_vals);
-            return sbl_err_set(err, SBL_E_InvalidNamespace,
-                               "{aggregate: 1} is not valid for '%s'; a collection is required.",
-                               nstages ? bson_iter_key(&f) : "an empty pipeline");
-        }
-    }
-    /* Push the leading $match / $sort / $skip / $limit into the executor. */
-    bson_iter_init(&st, &pipeline);
-    while (source_needed && bson_iter_next(&st)) {
-        bson_iter_recurse(&st, &f);
-        bson_iter_next(&f);
-        const char *name = bson_iter_key(&f);
-        if (first == 0 && (strcmp(name, "$collStats") == 0 || strcmp(name, "$documents") == 0)) {
-            source_needed = false;
-            break;
-        }
-        if (strcmp(name, "$match") == 0 && first == 0 && BSON_ITER_HOLDS_DOCUMENT(&f)) {
-            bson_t m;
-            sbl_iter_doc(&f, &m);
-            sbl_expr_bind_let(&m, &let_vals, &filter);
-            has_filter = true;
-        } else if (strcmp(name, "$sort") == 0 && !has_sort && skip == 0 && limit == 0 &&
-                   BSON_ITER_HOLDS_DOCUMENT(&f)) {
-            has_sort = sbl_iter_doc(&f, &sort);
-            if (bson_empty(&sort)) {
-                has_sort = false;
-                break; /* let the stage report the error */
-            }
-        } else if (strcmp(name, "$skip") == 0 && limit == 0 && BSON_ITER_HOLDS_NUMBER(&f) &&
-                   bson_iter_as_int64(&f) >= 0) {
-            skip += bson_iter_as_int64(&f);
-        } else if (strcmp(name, "$limit") == 0 && BSON_ITER_HOLDS_NUMBER(&f) &&
-                   bson_iter_as_int64(&f) > 0) {
-            int64_t l = bson_iter_as_int64(&f);
-            limit = limit == 0 || l < limit ? l : limit;
-        } else {
-            break;
-        }
-        first++;
-    }
-
-    sbl_agg_env_t env = {.ctx = ctx, .db = ctx->db, .let = &let_vals, .now_ms = sbl_now_ms(),
-                         .allow_disk = allow_disk};
-    sbl_docvec_t dv = {0};
-    bson_iter_t ci;
-    int rc = sbl_crud_collation(ctx, ns, bson_iter_init_find(&ci, ctx->cmd, "collation") ? &ci : NULL,
-                                "aggregate.collation", &env.coll, err);
-    if (rc == 0 && source_needed) {
-        sbl_qexec_t *q = NULL;
-        sbl_qexec_opts_t o = {0};
-        o.filter = has_filter ? &filter : NULL;
-        o.sort = has_sort ? &sort : NULL;
-        o.skip = skip;
-        o.limit = limit;
-        o.collation = env.coll;
-        rc = sbl_qexec_new(ns, &o, &q, err);
-        if (rc == 0) /* a leading $sort is held to the sort limit too */
-            sbl_qexec_set_disk_use(q, (int8_t)(allow_disk < 0 ? 0 : allow_disk ? 1 : -1));
-        sbl_expr_take_match_error(NULL);
-        for (; rc == 0;) {
-            bson_t doc;
-            bool done = false;
-            if ((rc = sbl_qexec_next(q, ctx, &doc, NULL, &done, err)) != 0 || done)
-                break;
-            sbl_docvec_push(&dv, bson_copy(&doc));
-            bson_destroy(&doc);
-        }
-        sbl_qexec_free(q);
-        if (rc == 0)
-            rc = sbl_expr_take_match_error(err);
-    }
-    if (has_filter)
-        bson_destroy(&filter);
-    if (rc == 0)
-        rc = sbl_agg_run(&env, ns, &pipeline, first, &dv, err);
-    bson_destroy(&let_vals);
-    if (rc != 0) {
-        sbl_docvec_clear(&dv);
-        return rc;
-    }
-    void *state = sbl_cursor_docs_state(dv.v, dv.n);
-    return sbl_cursor_first_batch(ctx, ns, &sbl_cursor_docs_source, state, batch_size, false, err);
 }

@@ -10,8 +10,8 @@
  * write would touch).  An aggregate is explained by its leading
  * $match/$sort/$skip/$limit, the part the executor plans.
  */
-#include "cmd/crud_int.h"
-#include "cmd/query_plan.h"
+#include "exec/exec.h"
+#include "exec/plan.h"
 #include "doc/doc.h"
 
 #include <stdio.h>
@@ -47,7 +47,7 @@ static int read_fields(const bson_t *doc, const char *filter_name, explain_req_t
             if (r->limit < 0)
                 r->limit = -r->limit;
         } else if (strcmp(k, "hint") == 0)
-            SBL_RET(sbl_crud_get_hint(&it, &r->hint, &r->has_hint, err));
+            SBL_RET(sbl_exec_get_hint(&it, &r->hint, &r->has_hint, err));
     }
     return 0;
 }
@@ -292,7 +292,7 @@ static void append_plan(bson_t *out, const explain_req_t *r, const sbl_qexec_inf
     append_access(out, qi, p, filter, rs);
 }
 
-int sbl_cmd_explain(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_exec_explain(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     bson_t inner, qp, es, arr, sub;
@@ -309,7 +309,7 @@ int sbl_cmd_explain(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                            "explain command requires a nested object");
     if (bson_iter_init_find(&it, ctx->cmd, "verbosity")) {
         if (!BSON_ITER_HOLDS_UTF8(&it))
-            return sbl_crud_type_error(err, "explain.verbosity", &it, "string");
+            return sbl_type_error(err, "explain.verbosity", &it, "string");
         verbosity = bson_iter_utf8(&it, NULL);
         if (strcmp(verbosity, "queryPlanner") != 0 && strcmp(verbosity, "executionStats") != 0 &&
             strcmp(verbosity, "allPlansExecution") != 0)
@@ -318,13 +318,13 @@ int sbl_cmd_explain(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
                                "valid value.", verbosity);
     }
     SBL_RET(parse_inner(&inner, &r, err));
-    sbl_cmd_ctx_t inner_ctx = *ctx;
+    sbl_opctx_t inner_ctx = *ctx;
     inner_ctx.cmd = &inner;
-    SBL_RET(sbl_cmd_ns(&inner_ctx, ns, sizeof(ns), err));
+    SBL_RET(sbl_op_ns(&inner_ctx, ns, sizeof(ns), err));
 
     sbl_qexec_opts_t o = {r.has_filter ? &r.filter : NULL, r.has_sort ? &r.sort : NULL, r.skip,
                           r.limit, NULL};
-    SBL_RET(sbl_crud_collation(ctx, ns, bson_iter_init_find(&it, &inner, "collation") ? &it : NULL,
+    SBL_RET(sbl_exec_collation(ctx, ns, bson_iter_init_find(&it, &inner, "collation") ? &it : NULL,
                                "collation", &o.collation, err));
     SBL_RET(sbl_qexec_new_hinted(ns, &o, r.has_hint ? &r.hint : NULL, &q, err));
     rs.on = strcmp(verbosity, "queryPlanner") != 0;

@@ -1,5 +1,5 @@
 /*
- * query_plan.h: private to src/cmd (query_exec.c, query_plan.c, explain.c):
+ * plan.h: private to src/exec (exec.c, plan.c, explain.c):
  * the candidate plans of a query over secondary indexes and the choice among
  * them.
  *
@@ -7,8 +7,8 @@
  * tighter (the executor re-checks every fetched document with the matcher);
  * a plan that provides the sort scans its intervals in index order.
  */
-#ifndef SBL_QUERY_PLAN_H
-#define SBL_QUERY_PLAN_H
+#ifndef SBL_EXEC_PLAN_H
+#define SBL_EXEC_PLAN_H
 
 #include <bson/bson.h>
 #include <stdbool.h>

@@ -1,131 +1,16 @@
 /*
- * views.c: read-only views.  A view is a catalog entry whose options are
- * {viewOn, pipeline} (its table stays empty).  find, count, distinct and
- * aggregate on a view become one aggregation over the source: the view's
- * pipeline, then the stages the command stands for; a view on a view
- * resolves through the recursive aggregate.  Writes to a view fail with
- * 166 CommandNotSupportedOnView (sbl_validate_user_write_ns).
- *
- * What must stay true: sbl_views_state is never 0 while a view exists (it
- * goes to 1 at the first view and stays there).
+ * view_read.c: find, count, distinct and aggregate on a view become one
+ * aggregation over the view's source: the view's pipeline, then the stages
+ * the command stands for; a view on a view resolves through the recursive
+ * aggregate (at most 20 deep).
  */
-#include "cmd/views.h"
+#include "agg/agg.h"
 #include "cmd/crud_int.h"
-#include "doc/doc.h"
 
 #include <stdio.h>
 #include <string.h>
 
-atomic_int sbl_views_state = -1;
-
 #define VIEW_DEPTH_MAX 20
-
-static bool visit(const char *ns, const bson_t *options, const uint8_t *uuid, void *arg)
-{
-    bson_iter_t it;
-    (void)ns;
-    (void)uuid;
-    if (bson_iter_init_find(&it, options, "viewOn")) {
-        *(bool *)arg = true;
-        return false;
-    }
-    return true;
-}
-
-bool sbl_views_scan(void)
-{
-    bool found = false;
-    sbl_catalog_list(NULL, visit, &found);
-    int expected = -1;
-    atomic_compare_exchange_strong(&sbl_views_state, &expected, found ? 1 : 0);
-    return atomic_load(&sbl_views_state) != 0;
-}
-
-void sbl_views_note_created(void)
-{
-    atomic_store(&sbl_views_state, 1);
-}
-
-/* An array value as a bson_t view (false when it is no array). */
-static bool iter_array(const bson_iter_t *it, bson_t *out)
-{
-    const uint8_t *data;
-    uint32_t len;
-    if (!BSON_ITER_HOLDS_ARRAY(it))
-        return false;
-    bson_iter_array(it, &len, &data);
-    return bson_init_static(out, data, len);
-}
-
-/* ns's source collection (in srcns) and pipeline (into pipe) when ns is a view. */
-static bool view_get(sbl_session_t *ss, const char *ns, char *srcns, size_t len, bson_t *pipe)
-{
-    sbl_coll_t *c = NULL;
-    bson_iter_t it;
-    bool is_view = false;
-    if (ss == NULL || sbl_coll_open(ss, ns, false, &c, NULL, NULL) != 0)
-        return false;
-    if (bson_iter_init_find(&it, sbl_coll_options(c), "viewOn") && BSON_ITER_HOLDS_UTF8(&it)) {
-        is_view = true;
-        if (srcns != NULL) {
-            const char *dot = strchr(ns, '.');
-            snprintf(srcns, len, "%.*s.%s", (int)(dot - ns), ns, bson_iter_utf8(&it, NULL));
-        }
-        if (pipe != NULL) {
-            bson_t p;
-            bson_init(pipe);
-            if (bson_iter_init_find(&it, sbl_coll_options(c), "pipeline") && iter_array(&it, &p))
-                bson_copy_to_excluding_noinit(&p, pipe, "", NULL);
-        }
-    }
-    sbl_coll_release(c);
-    return is_view;
-}
-
-bool sbl_view_is(sbl_session_t *ss, const char *ns)
-{
-    return view_get(ss, ns, NULL, 0, NULL);
-}
-
-int sbl_view_options(const bson_t *cmd, bson_t *opts, sbl_err_t *err)
-{
-    bson_iter_t it, st;
-    if (!bson_iter_init_find(&it, cmd, "viewOn"))
-        return sbl_err_set(err, SBL_E_BadValue, "'pipeline' requires 'viewOn' to also be specified");
-    if (!BSON_ITER_HOLDS_UTF8(&it))
-        return sbl_crud_type_error(err, "create.viewOn", &it, "string");
-    const char *on = bson_iter_utf8(&it, NULL);
-    if (on[0] == '\0')
-        return sbl_err_set(err, SBL_E_InvalidNamespace, "invalid namespace name for a view: ''");
-    BSON_APPEND_UTF8(opts, "viewOn", on);
-    bson_t arr;
-    BSON_APPEND_ARRAY_BEGIN(opts, "pipeline", &arr);
-    if (bson_iter_init_find(&it, cmd, "pipeline")) {
-        if (!BSON_ITER_HOLDS_ARRAY(&it)) {
-            bson_append_array_end(opts, &arr);
-            return sbl_crud_type_error(err, "create.pipeline", &it, "array");
-        }
-        bson_iter_recurse(&it, &st);
-        while (bson_iter_next(&st)) {
-            bson_t stage;
-            if (!sbl_iter_doc(&st, &stage)) {
-                bson_append_array_end(opts, &arr);
-                return sbl_err_set(err, SBL_E_TypeMismatch, "Each element of the 'pipeline' "
-                                   "array must be an object");
-            }
-            bson_iter_t f;
-            if (bson_iter_init(&f, &stage) && bson_iter_next(&f) &&
-                (strcmp(bson_iter_key(&f), "$out") == 0 || strcmp(bson_iter_key(&f), "$merge") == 0)) {
-                bson_append_array_end(opts, &arr);
-                return sbl_err_set(err, SBL_E_OptionNotSupportedOnView,
-                                   "%s cannot be used in a view definition", bson_iter_key(&f));
-            }
-            bson_append_iter(&arr, bson_iter_key(&st), -1, &st);
-        }
-    }
-    bson_append_array_end(opts, &arr);
-    return 0;
-}
 
 /* ---- reads -------------------------------------------------------------------------- */
 
@@ -133,7 +18,7 @@ static void add_stage(bson_t *arr, uint32_t *np, const char *op, const bson_iter
 {
     char kbuf[16];
     bson_t st;
-    bson_append_document_begin(arr, sbl_crud_key((*np)++, kbuf), -1, &st);
+    bson_append_document_begin(arr, sbl_array_key((*np)++, kbuf), -1, &st);
     bson_append_iter(&st, op, -1, value);
     bson_append_document_end(arr, &st);
 }
@@ -147,7 +32,7 @@ static void copy_fields(const bson_t *cmd, bson_t *out, const char *const *names
 }
 
 /* Run {aggregate: src, pipeline: view pipeline + stages, ...} into *reply. */
-static int run_agg(sbl_cmd_ctx_t *ctx, const char *srccoll, const bson_t *view_pipe,
+static int run_agg(sbl_opctx_t *ctx, const char *srccoll, const bson_t *view_pipe,
                    const bson_t *stages, const bson_t *extra, bson_t *reply, sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER, arr;
@@ -159,10 +44,10 @@ static int run_agg(sbl_cmd_ctx_t *ctx, const char *srccoll, const bson_t *view_p
     BSON_APPEND_ARRAY_BEGIN(&cmd, "pipeline", &arr);
     bson_iter_init(&it, view_pipe);
     while (bson_iter_next(&it))
-        bson_append_iter(&arr, sbl_crud_key(n++, kbuf), -1, &it);
+        bson_append_iter(&arr, sbl_array_key(n++, kbuf), -1, &it);
     bson_iter_init(&it, stages);
     while (bson_iter_next(&it))
-        bson_append_iter(&arr, sbl_crud_key(n++, kbuf), -1, &it);
+        bson_append_iter(&arr, sbl_array_key(n++, kbuf), -1, &it);
     bson_append_array_end(&cmd, &arr);
     bson_concat(&cmd, extra);
     static _Thread_local int depth; /* views on views; a cycle stops here */
@@ -172,7 +57,7 @@ static int run_agg(sbl_cmd_ctx_t *ctx, const char *srccoll, const bson_t *view_p
                            "View depth too deep or view cycle detected; maximum depth is %d",
                            VIEW_DEPTH_MAX);
     }
-    sbl_cmd_ctx_t sub = *ctx;
+    sbl_opctx_t sub = *ctx;
     sub.cmd = &cmd;
     sub.name = "aggregate";
     sub.reply = reply;
@@ -200,7 +85,7 @@ static const char *const pass_through[] = {"maxTimeMS", "collation", "let", "com
                                            "readConcern", "hint", "allowDiskUse", "$db",
                                            "lsid", "$readPreference", NULL};
 
-int sbl_view_read(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
+int sbl_view_read(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX], src[SBL_NS_MAX];
     bson_t view_pipe, stages = BSON_INITIALIZER, extra = BSON_INITIALIZER, reply = BSON_INITIALIZER;
@@ -209,8 +94,8 @@ int sbl_view_read(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     int rc;
 
     if (!bson_iter_init(&it, ctx->cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it) ||
-        sbl_cmd_ns(ctx, ns, sizeof(ns), NULL) != 0 ||
-        !view_get(ctx->ss, ns, src, sizeof(src), &view_pipe)) {
+        sbl_op_ns(ctx, ns, sizeof(ns), NULL) != 0 ||
+        !sbl_view_get(ctx->ss, ns, src, sizeof(src), &view_pipe)) {
         bson_destroy(&stages);
         bson_destroy(&extra);
         bson_destroy(&reply);
@@ -221,7 +106,7 @@ int sbl_view_read(sbl_cmd_ctx_t *ctx, sbl_err_t *err)
     copy_fields(ctx->cmd, &extra, pass_through);
     if (strcmp(name, "aggregate") == 0) {
         bson_t user;
-        if (bson_iter_init_find(&it, ctx->cmd, "pipeline") && iter_array(&it, &user))
+        if (bson_iter_init_find(&it, ctx->cmd, "pipeline") && sbl_iter_array(&it, &user))
             bson_copy_to_excluding_noinit(&user, &stages, "", NULL);
         static const char *const more[] = {"cursor", "explain", "bypassDocumentValidation",
                                            NULL};

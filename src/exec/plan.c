@@ -1,5 +1,5 @@
 /*
- * query_plan.c: index bounds from a filter and the choice among candidate
+ * plan.c: index bounds from a filter and the choice among candidate
  * plans.
  *
  * For each secondary index: the leading index fields the filter pins to
@@ -14,7 +14,7 @@
  * partial index is used only when it holds every document the filter can
  * match (or when hinted); a hashed field bounds only equalities.
  */
-#include "cmd/query_plan.h"
+#include "exec/plan.h"
 
 #include <math.h>
 #include <stdio.h>

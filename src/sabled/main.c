@@ -37,7 +37,7 @@ static sbl_options_t options;
  * and an insert's new WiredTiger update touched a third of a fresh page;
  * with 2 MiB pages an insert-only run went from 0.33 page faults and
  * 47 us of server CPU per insert to 0.001 and 31 us (docs/BENCHMARKS.md,
- * "Session 7").  Where huge pages are off (transparent_hugepage "never")
+ * "Design choices measured").  Where huge pages are off (transparent_hugepage "never")
  * the madvise it makes does nothing.
  *
  * And freed memory is kept rather than given back (no decay purging): a

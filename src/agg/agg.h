@@ -1,0 +1,150 @@
+/*
+ * agg.h: the aggregation framework.  A pipeline (a BSON array of stages) runs
+ * over a vector of documents: the leading $match/$sort/$skip/$limit are
+ * planned by the query engine (src/exec), the rest run here ($group with its
+ * accumulators, $bucket and $bucketAuto, $lookup, $facet, $unwind, $out and
+ * $merge ...), with the memory limits and external sorter of src/exec.  Also
+ * update pipelines and views (catalog entries whose reads are pipelines).
+ *
+ * Above it: the command handlers (aggregate, find and count on views,
+ * updates with pipelines).  Below it: src/exec, src/expr (expressions and
+ * accumulators), src/query, src/storage.
+ */
+#ifndef SBL_AGG_H
+#define SBL_AGG_H
+
+#include <stdatomic.h>
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "exec/exec.h"
+
+/* ---- aggregation (pipeline.c, group.c) ----------------------------------- */
+
+/* Documents flowing between pipeline stages; each element owned (bson_new/bson_copy). */
+typedef struct sbl_docvec {
+    bson_t **v;
+    size_t n, cap;
+} sbl_docvec_t;
+
+void sbl_docvec_push(sbl_docvec_t *dv, bson_t *doc); /* takes ownership */
+void sbl_docvec_clear(sbl_docvec_t *dv);              /* frees every document and the array */
+
+/* What every stage of one aggregate command shares. */
+typedef struct sbl_agg_env {
+    sbl_opctx_t *ctx;
+    const char *db;    /* the command's database ($lookup, $out and $merge resolve names in it) */
+    const bson_t *let; /* evaluated `let` variables (constants); never NULL */
+    int64_t now_ms;    /* $$NOW, fixed for the whole command */
+    int allow_disk;    /* allowDiskUse: -1 not given (MongoDB 7.0 default: allowed), 0, 1 */
+    int depth;         /* nesting of sub-pipelines ($lookup, $facet) */
+    const sbl_collation_t *coll; /* $match, $sort, $group keys compare strings by it; NULL: binary */
+} sbl_agg_env_t;
+
+/*
+ * Run the stages of pipeline (a BSON array of one-field stage documents) over
+ * dv, starting at stage index `first`, for collection ns.  dv is replaced by
+ * the output; on error dv is left holding valid (partial) documents.
+ */
+int sbl_agg_run(sbl_agg_env_t *env, const char *ns, const bson_t *pipeline, size_t first,
+                sbl_docvec_t *dv, sbl_err_t *err);
+
+struct sbl_expr;
+/* Evaluate a parsed expression with doc as $$ROOT and env's variables ($$NOW, let). */
+int sbl_agg_eval(const sbl_agg_env_t *env, const struct sbl_expr *e, const bson_t *doc,
+                 bson_value_t *out, sbl_err_t *err);
+
+/* Check a pipeline's shape (array of one-field documents) and count its stages. */
+int sbl_agg_check_pipeline(const bson_t *pipeline, size_t *np, sbl_err_t *err);
+
+/*
+ * The $group stage: replace dv with one document per group.  When ids is not
+ * NULL it gives each input document's group key (spec's _id is then ignored;
+ * $bucket uses this).  Fails with 292 when the groups outgrow the memory limit
+ * and allowDiskUse is false.
+ */
+int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env,
+                  const bson_value_t *ids, sbl_err_t *err);
+
+/* Copy in to out (initialised by the caller) with the dotted path set to v
+ * (removed when v is NULL or EOD); missing intermediate documents are created. */
+void sbl_agg_set_path(const bson_t *in, const char *path, const bson_value_t *v, bson_t *out);
+
+/* QueryExceededMemoryLimitNoDiskUseAllowed (292) when bytes exceed the limit
+ * of stage ("$sort": the sort limit, else the $group limit) and spilling is
+ * not allowed. */
+int sbl_agg_check_mem(const sbl_agg_env_t *env, size_t bytes, const char *stage, sbl_err_t *err);
+
+
+/*
+ * The $sort stage over dv (spec: a sort document; limit > 0: only the best
+ * `limit` are kept, top-k), under env's collation; over the sort limit it
+ * sorts through the disk when allowed, else fails with 292.
+ */
+int sbl_agg_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, int64_t limit,
+                 sbl_err_t *err);
+
+/* Stages of stages.c and bucket_auto.c, dispatched by pipeline.c; it is the stage's value. */
+int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err);
+int sbl_agg_facet(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bson_t *spec,
+                  sbl_err_t *err);
+int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err);
+int sbl_agg_bucket_auto(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec,
+                        sbl_err_t *err);
+int sbl_agg_sort_by_count(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_value_t *expr,
+                          sbl_err_t *err);
+int sbl_agg_sample(sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err);
+int sbl_agg_out(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err);
+int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err);
+int sbl_agg_documents(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
+                      sbl_err_t *err);
+int sbl_agg_list_local_sessions(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
+                                sbl_err_t *err);
+
+/*
+ * Apply an update pipeline (stages $addFields/$set/$project/$unset/$replaceRoot/
+ * $replaceWith only) to doc, writing the result into out (initialised here on
+ * success).  let holds the command's evaluated `let` variables (may be NULL).
+ */
+int sbl_agg_update_doc(sbl_opctx_t *ctx, const bson_t *pipeline, const bson_t *let,
+                       const bson_t *doc, bson_t *out, sbl_err_t *err);
+/* Validate an update pipeline's stages (14/40324 ... as MongoDB) without running it. */
+int sbl_agg_check_update_pipeline(const bson_t *pipeline, sbl_err_t *err);
+
+/* ---- views (views.c) ------------------------------------------------------- */
+
+/*
+ * What must stay true: while no view exists (the usual case) the read and
+ * write paths pay one relaxed atomic load (sbl_views_any).
+ */
+
+/* 1: some view may exist; 0: none; -1: not yet known. */
+extern atomic_int sbl_views_state;
+bool sbl_views_scan(void);
+
+static inline bool sbl_views_any(void)
+{
+    int v = atomic_load_explicit(&sbl_views_state, memory_order_relaxed);
+    return v >= 0 ? v != 0 : sbl_views_scan();
+}
+
+/* Record that a view now exists (create). */
+void sbl_views_note_created(void);
+
+/* Whether ns names a view (opened through ss). */
+bool sbl_view_is(sbl_session_t *ss, const char *ns);
+
+/* When ns is a view: true, its source collection in srcns (may be NULL) and
+ * its pipeline copied into pipe (may be NULL; initialised here). */
+bool sbl_view_get(sbl_session_t *ss, const char *ns, char *srcns, size_t len, bson_t *pipe);
+
+/* create with viewOn: check viewOn / pipeline and fill opts {viewOn, pipeline}. */
+int sbl_view_options(const bson_t *cmd, bson_t *opts, sbl_err_t *err);
+
+/* Users may create and write only the system collections MongoDB lets them
+ * (system.js, system.views, system.profile, ...): InvalidNamespace (73) otherwise;
+ * a view is never written: CommandNotSupportedOnView (166). */
+int sbl_validate_user_write_ns(const char *ns, sbl_err_t *err);
+
+#endif

@@ -1,0 +1,145 @@
+/*
+ * op.h: an operation in progress.  The context every layer that runs part
+ * of a client's request gets (the query engine, the aggregation framework,
+ * the command handlers, and later replication's applier and transactions):
+ * who runs it, its storage session, its deadline and kill flag, where its
+ * reply goes and what it counted.  Also the argument checks every operation
+ * makes in MongoDB's words, and the two points where an operation calls
+ * back into the layer that started it (observers, parking).
+ *
+ * The command layer (src/cmd) fills a context per command; nothing here
+ * knows about commands, connections' state or the command table, so the
+ * modules below src/cmd include this header and never a cmd/ one.
+ */
+#ifndef SBL_OP_H
+#define SBL_OP_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/clock.h"
+#include "common/errors.h"
+#include "doc/doc.h"
+#include "metrics/metrics.h"
+#include "net/net.h"
+#include "storage/storage.h"
+#include "wire/wire.h"
+
+#define SBL_NS_MAX 256
+
+/* MongoDB codes that errors.h does not name. */
+#define SBL_E_UnknownField 40415
+#define SBL_E_UnrecognizedStage 40324
+#define SBL_E_MissingField 40414
+
+/* Per-connection state; defined by the command layer (cmd_int.h). */
+typedef struct sbl_client sbl_client_t;
+
+/* Parsed writeConcern. */
+typedef struct sbl_write_concern {
+    int w;      /* 0, 1, ... ; "majority" counts as 1 on a single node */
+    bool j;     /* wait for the journal */
+    bool given; /* the command carried a writeConcern */
+} sbl_write_concern_t;
+
+typedef struct sbl_opctx {
+    sbl_conn_t *conn;       /* NULL when run internally */
+    sbl_client_t *client;   /* never NULL (a dummy for internal runs) */
+    sbl_request_t *req;     /* NULL when run internally */
+    const bson_t *cmd;      /* the command document */
+    const char *name;       /* the command's name as the table spells it */
+    const char *db;         /* the target database ($db) */
+    sbl_session_t *ss;      /* this thread's storage session */
+    bson_t *reply;          /* handlers append their fields here */
+    sbl_write_concern_t wc; /* parsed by the dispatcher for write commands */
+    bool wrote;             /* set by a handler that committed a change (j:true then waits) */
+    bool deferred;          /* the handler took over conn/req and will reply itself */
+    int64_t start_us;       /* monotonic start time (maxTimeMS) */
+    int64_t deadline_us;    /* 0: none; else monotonic deadline from maxTimeMS */
+    sbl_op_t *op;           /* the registry entry (killOp sets its flag), or NULL */
+    const char *plan_summary;             /* set by the query executor: "COLLSCAN", "IDHACK" ... */
+    int64_t docs_examined, keys_examined; /* added to by the query executor */
+    bool cursor_reply;  /* the cursor layer answered: the two fields below are set */
+    int64_t nreturned;  /* documents in that batch */
+    int64_t cursor_id;  /* the cursor id it returned (0: exhausted) */
+    uint64_t audit_seq; /* the last audit event of this command (the reply waits for it) */
+    sbl_write_counts_t writes; /* set by insert, update and delete with their reply */
+} sbl_opctx_t;
+
+/* ---- namespaces (op.c) ---------------------------------------------------- */
+
+/* Build "db.coll" from ctx->db and the string value of the command's first
+ * field; validate both as MongoDB does (InvalidNamespace 73). */
+int sbl_op_ns(const sbl_opctx_t *ctx, char *ns, size_t nslen, sbl_err_t *err);
+/* Validate a database name / full namespace (InvalidNamespace 73). */
+int sbl_validate_db_name(const char *db, sbl_err_t *err);
+int sbl_validate_ns(const char *ns, sbl_err_t *err);
+
+/* ---- deadlines and interruption (op.c) ------------------------------------ */
+
+/* ExceededTimeLimit check for long loops: MaxTimeMSExpired (50) past the deadline. */
+int sbl_op_check_deadline(const sbl_opctx_t *ctx, sbl_err_t *err);
+
+/* The check long loops make: Interrupted (11601) once killOp asked this
+ * operation to stop, MaxTimeMSExpired (50) past the deadline, else 0. */
+static inline int sbl_op_check_interrupt(const sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    if (sbl_op_is_killed(ctx->op))
+        return sbl_err_set(err, SBL_E_Interrupted, "operation was interrupted");
+    return sbl_op_check_deadline(ctx, err);
+}
+
+/* Sleep a little before retrying after WriteConflict (attempt counts from 0). */
+void sbl_op_backoff(int attempt);
+#define SBL_WRITE_RETRIES 500
+
+/* ---- arguments in MongoDB's words (op_args.c) ----------------------------- */
+
+/* Read an integer-valued field of any numeric type; TypeMismatch (14) when not numeric. */
+int sbl_get_int64(const bson_iter_t *it, int64_t *out, sbl_err_t *err);
+
+/*
+ * Refuse unknown top-level fields of cmd: every field must be in known
+ * (NULL-terminated; the command name itself included) or be generic
+ * ($-prefixed, lsid, writeConcern, comment, maxTimeMS ...).  Error 40415
+ * "BSON field '<req>.<field>' is an unknown field."
+ */
+int sbl_check_fields(const bson_t *cmd, const char *req, const char *const *known,
+                     sbl_err_t *err);
+
+/* TypeMismatch 14: "BSON field '<field>' is the wrong type '<t>', expected type '<expected>'". */
+int sbl_type_error(sbl_err_t *err, const char *field, const bson_iter_t *it,
+                   const char *expected);
+
+/* Array key for index i (valid until the next call with the same buf). */
+const char *sbl_array_key(uint32_t i, char buf[16]);
+
+/* ---- calls back into the layer that runs the operation (op.c) -------------- */
+
+/*
+ * Observers: what happened that the layer above wants to hear of, whichever
+ * module did it (today: a collection was created, for the audit log; later
+ * the oplog's and change streams' observers hang here too).  The command
+ * layer installs them once at start-up, before any operation runs.
+ */
+typedef struct sbl_op_observer {
+    /* ns was created by this operation (explicitly or by a first write). */
+    void (*coll_created)(sbl_opctx_t *ctx, const char *ns);
+} sbl_op_observer_t;
+void sbl_op_set_observer(const sbl_op_observer_t *obs);
+void sbl_op_coll_created(sbl_opctx_t *ctx, const char *ns);
+
+/*
+ * Park the operation's request until something changes or until_us
+ * (monotonic) passes: an awaitData getMore with nothing new.  gen is
+ * sbl_capped_generation() read before the operation looked for data; the
+ * request runs again once it moves.  Returns false when the operation cannot
+ * be parked (an internal run, or no parking installed): the caller answers
+ * at once.  On true, ctx->deferred is set and the caller answers nothing.
+ */
+typedef bool (*sbl_op_park_fn)(sbl_opctx_t *ctx, uint64_t gen, int64_t until_us);
+void sbl_op_set_park(sbl_op_park_fn fn);
+bool sbl_op_park(sbl_opctx_t *ctx, uint64_t gen, int64_t until_us);
+
+#endif

@@ -11,8 +11,10 @@
 # CONFORMANCE_REQUIRED=1 it exits 1 instead. When the directory exists, every failure counts.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+if [ $# -ge 1 ]; then  # relative to the caller's directory, before the cd below
+  case "$1" in /*) export SABLED="$1" ;; *) export SABLED="$PWD/$1" ;; esac
+fi
 cd "$here"
-if [ $# -ge 1 ]; then export SABLED="$1"; fi
 SKIP=77
 PINNED_COMMIT=92b3c0b9287bfba1b0ec4084300858d05c654f8c   # mongodb/specifications; see get-specs.sh
 default_root="$(cd "$here/../.." && pwd)/../shared/conformance/unified"

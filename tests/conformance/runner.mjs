@@ -55,7 +55,8 @@ function parseArgs(argv) {
     else o.targets.push(a);
   }
   o.root = path.resolve(o.root || process.env.CONFORMANCE_ROOT || path.join(REPO, '..', 'shared', 'conformance', 'unified'));
-  o.sabled = o.sabled || process.env.SABLED || path.join(REPO, 'build', 'sabled');
+  // Absolute: sabled is started with its temporary directory as the working directory.
+  o.sabled = path.resolve(o.sabled || process.env.SABLED || path.join(REPO, 'build', 'sabled'));
   return o;
 }
 

@@ -55,6 +55,9 @@ struct ectx {
     int depth;
 };
 
+/* Deepest nesting of a parsed expression (an evaluation may go four times deeper). */
+#define EXPR_MAX_DEPTH 150
+
 /* expr.c */
 int ex_eval(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err);
 /* Evaluate the i-th kid (EOD when absent). */
@@ -117,7 +120,11 @@ void v_decimal(bson_value_t *v, long double x);
 OPS(OP_DECL)
 #undef OP_DECL
 
-/* Special parsers (expr.c). */
+/* Parsing (expr_parse.c). */
+/* A variable name's rules: 16869 empty, 16870 bad first character (an
+ * upper-case one only when not defining), 16871 bad character. */
+int ex_check_var_name(const char *name, bool defining, sbl_err_t *err);
+/* Special parsers. */
 int parse_literal(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sbl_err_t *err);
 int parse_let(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sbl_err_t *err);
 int parse_switch(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sbl_err_t *err);

@@ -18,6 +18,7 @@
 #include <wiredtiger.h>
 
 #include "common/buf.h"
+#include "query/query.h"
 #include "storage/storage.h"
 
 /* One WiredTiger table holding a collection; shared by the coll handles of
@@ -149,7 +150,7 @@ typedef struct sbl_engine {
     /* index builds wait for transactions older than a generation (wt_index.c) */
     atomic_uint_fast64_t txn_gen;
 
-    /* TTL monitor (wt_index.c) */
+    /* TTL monitor (wt_ttl.c) */
     int ttl_sleep_s;
     pthread_t ttl_thread;
     bool ttl_started, ttl_stop;
@@ -196,7 +197,59 @@ size_t sbl_drop_retry(WT_SESSION *wt);
 /* The creation config of collection tables. */
 const char *sbl_table_config(void);
 
-/* ---- secondary indexes (wt_index.c) ---- */
+/* ---- secondary indexes (wt_index.c: handles, catalog rows, create, build,
+ * drop; wt_index_entries.c: keys, entries, scans; wt_ttl.c: TTL monitor) ---- */
+
+/* A secondary index's handle (sbl_index_t): its parsed spec and its table;
+ * refs counts the table's index list and every holder. */
+struct sbl_index {
+    char *name;
+    bson_t *spec;
+    bson_t *partial_spec; /* NULL: not partial */
+    sbl_matcher_t *partial;
+    size_t nfields;
+    char **fields;
+    int8_t *dirs; /* 1, -1, 0 = hashed */
+    bool unique, sparse, hashed;
+    bool prepare_unique;  /* collMod prepareUnique: refuse new duplicate keys */
+    int64_t expire_after; /* -1: not a TTL index */
+    const sbl_collation_t *coll; /* NULL: simple; string keys are its sort keys */
+    sbl_wt_table_t *tbl;
+    atomic_bool ready, multikey;
+    atomic_int refs;
+};
+
+/* The values at an index path in a document (sbl_index_walk). */
+typedef struct vals {
+    bson_value_t *v;
+    size_t n, cap;
+    bool from_array; /* an array was expanded on the way */
+    bool present;    /* the field exists (for sparse) */
+} vals_t;
+
+/* A sorted set of distinct byte strings. */
+typedef struct keyset {
+    sbl_buf_t arena;
+    size_t *off, *len;
+    size_t n, cap;
+} keyset_t;
+
+/* Collect the values at path in the document data/len into vs, expanding
+ * arrays as MongoDB's index key generation does; returns how many were added. */
+size_t sbl_index_walk(const uint8_t *data, uint32_t len, const char *path, vals_t *vs);
+void sbl_keyset_init(keyset_t *ks);
+void sbl_keyset_destroy(keyset_t *ks);
+/* The key components (without _id) of doc for ix into ks, sorted and distinct;
+ * *multikeyp when an array was expanded.  Errors: 171 parallel arrays, 16766
+ * hashed array. */
+int sbl_index_keys(const sbl_index_t *ix, const bson_t *doc, keyset_t *ks, bool *multikeyp,
+                   sbl_err_t *err);
+/* Insert ix's entry for key k of the document whose encoded _id is idk, on s's
+ * cursor (its own entry again is no error; another document's key in a unique
+ * or prepareUnique index is DuplicateKey, with err_info). */
+int sbl_index_entry_insert(sbl_session_t *s, const char *ns, sbl_index_t *ix, const uint8_t *k,
+                           size_t klen, const uint8_t *idk, size_t idlen, bson_t *err_info,
+                           sbl_err_t *err);
 
 /* Maintain c's secondary index entries for one document change, inside the
  * caller's transaction, after the document itself was written.  idk is the
@@ -217,7 +270,7 @@ void sbl_index_free_all(sbl_wt_table_t *t);
 const char *sbl_index_uri(const sbl_index_t *ix);
 /* True when some loaded collection has an index table named uri. */
 bool sbl_index_uri_known(const char *uri);
-/* Start / stop the TTL monitor thread. */
+/* Start / stop the TTL monitor thread (wt_ttl.c). */
 int sbl_ttl_start(sbl_err_t *err);
 void sbl_ttl_stop(void);
 

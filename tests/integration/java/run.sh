@@ -5,7 +5,8 @@
 #   tests/integration/java/run.sh            # uses $SABLED or <repo>/build/sabled
 #   SABLED=/path/to/sabled tests/integration/java/run.sh
 #
-# Compiles the test into a temporary directory, starts sabled on a free
+# Compiles the test (YcsbBindingTest.java and the phase classes beside it,
+# every *.java here) into a temporary directory, starts sabled on a free
 # 127.0.0.1 port with a temporary --dbpath, runs the test, stops sabled with
 # SIGTERM and removes the temporary directory.  Exit status: the test's, or
 # non-zero if sabled could not start, died during the run, or did not exit
@@ -72,7 +73,7 @@ command -v java >/dev/null || die "java not found"
 
 # --- compile -----------------------------------------------------------------
 mkdir -p "$TMP/classes" "$TMP/db"
-javac -J-XX:TieredStopAtLevel=1 -J-XX:+UseSerialGC -nowarn -cp "$CP" -d "$TMP/classes" "$HERE/YcsbBindingTest.java" || die "javac failed"
+javac -J-XX:TieredStopAtLevel=1 -J-XX:+UseSerialGC -nowarn -cp "$CP" -d "$TMP/classes" "$HERE"/*.java || die "javac failed"
 
 # --- start sabled on a free loopback port ------------------------------------
 free_port() {

@@ -218,7 +218,7 @@ typedef enum { SBL_WRITE_INSERT, SBL_WRITE_UPDATE, SBL_WRITE_DELETE } sbl_write_
 int sbl_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind, const bson_t *old_doc,
               const bson_t *new_doc, bson_t *err_info, sbl_err_t *err);
 
-/* ---- secondary indexes (wt_index.c, wt_index_entries.c, wt_ttl.c) ------------------------------------ */
+/* ---- secondary indexes (wt_index.c, wt_index_entries.c, wt_ttl.c) ---------- */
 
 typedef struct sbl_index sbl_index_t;
 

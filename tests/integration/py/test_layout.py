@@ -10,7 +10,8 @@ The source tree keeps the shape docs/ARCHITECTURE.md describes:
   (and by unit tests, which test internals on purpose);
 - every module folder has a row in docs/ARCHITECTURE.md's module table and
   every row names a folder that exists;
-- no source file is over 1,200 lines.
+- no source file is over 1,200 lines;
+- every source path the docs name (`src/<m>/<file>.c|h`) exists.
 
 The test reads files only: no server, well under a second.  Includes are
 read from `#include "x/y.h"` lines, the project's only form.
@@ -127,3 +128,17 @@ def test_no_source_file_over_the_limit():
             if n > MAX_LINES:
                 long_files.append("bench/%s (%d lines)" % (fn, n))
     assert not long_files, "source files over %d lines: %s" % (MAX_LINES, long_files)
+
+
+def test_docs_name_only_existing_sources():
+    paths = [os.path.join(ROOT, "README.md")]
+    docs = os.path.join(ROOT, "docs")
+    paths += [os.path.join(docs, f) for f in sorted(os.listdir(docs)) if f.endswith(".md")]
+    missing = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                for src in re.findall(r"\bsrc/[a-z_0-9]+/[a-z_0-9]+\.[ch]\b", line):
+                    if not os.path.exists(os.path.join(ROOT, src)):
+                        missing.append("%s:%d: %s" % (os.path.relpath(path, ROOT), n, src))
+    assert not missing, "docs name source files that do not exist: %s" % missing

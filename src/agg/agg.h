@@ -101,6 +101,10 @@ int sbl_agg_documents(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *i
                       sbl_err_t *err);
 int sbl_agg_list_local_sessions(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
                                 sbl_err_t *err);
+/* $listSessions: the records of config.system.sessions (ns) in dv, kept for
+ * the users the stage's options name (src/sessions' uids). */
+int sbl_agg_list_sessions(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv,
+                          const bson_iter_t *it, sbl_err_t *err);
 
 /*
  * Apply an update pipeline (stages $addFields/$set/$project/$unset/$replaceRoot/
@@ -143,7 +147,8 @@ bool sbl_view_get(sbl_session_t *ss, const char *ns, char *srcns, size_t len, bs
 int sbl_view_options(const bson_t *cmd, bson_t *opts, sbl_err_t *err);
 
 /* Users may create and write only the system collections MongoDB lets them
- * (system.js, system.views, system.profile, ...): InvalidNamespace (73) otherwise;
+ * (system.js, system.views, system.profile, ..., config.system.sessions):
+ * InvalidNamespace (73) otherwise;
  * a view is never written: CommandNotSupportedOnView (166). */
 int sbl_validate_user_write_ns(const char *ns, sbl_err_t *err);
 

@@ -831,6 +831,12 @@ static int run_stage(sbl_agg_env_t *env, const char *ns, size_t index, bool last
                                            "in a pipeline");
         return sbl_agg_list_local_sessions(env, dv, st, err);
     }
+    if (strcmp(name, "$listSessions") == 0) {
+        if (index != 0)
+            return sbl_err_set(err, 40602, "$listSessions is only valid as the first stage "
+                                           "in a pipeline");
+        return sbl_agg_list_sessions(env, ns, dv, st, err);
+    }
     if (strcmp(name, "$out") == 0 || strcmp(name, "$merge") == 0) {
         if (!last)
             return sbl_err_set(err, SBL_E_FinalStageOnly,

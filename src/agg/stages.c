@@ -12,6 +12,7 @@
  * $merge writes each document in its own transaction.
  */
 #include "agg/agg.h"
+#include "sessions/sessions.h"
 #include "common/buf.h"
 #include "doc/doc.h"
 #include "expr/expr.h"
@@ -678,28 +679,147 @@ int sbl_agg_documents(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *i
     return rc;
 }
 
-/* ---- $listLocalSessions ---------------------------------------------------------------------- */
+/* ---- $listLocalSessions and $listSessions ------------------------------------------------ */
+
+/* The uids whose sessions a listing shows: {allUsers: true} every user's
+ * (*allp), {users: [{user, db}...]} theirs, {} the caller's own. */
+typedef struct session_filter {
+    bool all;
+    uint8_t (*uids)[32];
+    size_t n;
+} session_filter_t;
+
+static int session_filter(const sbl_agg_env_t *env, const char *stage, const bson_iter_t *it,
+                          session_filter_t *f, sbl_err_t *err)
+{
+    bson_iter_t o, u, p;
+    memset(f, 0, sizeof(*f));
+    if (!BSON_ITER_HOLDS_DOCUMENT(it))
+        return sbl_err_set(err, SBL_E_TypeMismatch, "%s options must be specified in an object",
+                           stage);
+    bool has_users = false;
+    bson_iter_recurse(it, &o);
+    while (bson_iter_next(&o)) {
+        const char *k = bson_iter_key(&o);
+        if (strcmp(k, "allUsers") == 0) {
+            if (!BSON_ITER_HOLDS_BOOL(&o))
+                return sbl_type_error(err, "allUsers", &o, "bool");
+            f->all = bson_iter_bool(&o);
+        } else if (strcmp(k, "users") == 0) {
+            if (!BSON_ITER_HOLDS_ARRAY(&o))
+                return sbl_type_error(err, "users", &o, "array");
+            has_users = true;
+            bson_iter_recurse(&o, &u);
+            while (bson_iter_next(&u)) {
+                const char *user = NULL, *db = NULL;
+                if (!BSON_ITER_HOLDS_DOCUMENT(&u))
+                    return sbl_type_error(err, "users", &u, "object");
+                bson_iter_recurse(&u, &p);
+                while (bson_iter_next(&p)) {
+                    if (strcmp(bson_iter_key(&p), "user") == 0 && BSON_ITER_HOLDS_UTF8(&p))
+                        user = bson_iter_utf8(&p, NULL);
+                    else if (strcmp(bson_iter_key(&p), "db") == 0 && BSON_ITER_HOLDS_UTF8(&p))
+                        db = bson_iter_utf8(&p, NULL);
+                }
+                if (user == NULL || db == NULL)
+                    return sbl_err_set(err, SBL_E_MissingField,
+                                       "BSON field 'ListSessionsUser.%s' is missing but a "
+                                       "required field", user == NULL ? "user" : "db");
+                uint8_t (*nu)[32] = realloc(f->uids, (f->n + 1) * sizeof(*nu));
+                if (nu == NULL)
+                    return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+                f->uids = nu;
+                sbl_lsid_uid(user, db, f->uids[f->n++]);
+            }
+        } else {
+            return sbl_err_set(err, SBL_E_UnknownField, "BSON field '%s.%s' is an unknown field.",
+                               stage + 1, k);
+        }
+    }
+    if (f->all && has_users) {
+        free(f->uids);
+        f->uids = NULL;
+        return sbl_err_set(err, SBL_E_BadValue, "The allUsers and users fields of %s may not "
+                           "be given together", stage);
+    }
+    if (!f->all && !has_users) { /* the caller's own sessions */
+        f->uids = malloc(sizeof(*f->uids));
+        if (f->uids == NULL)
+            return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+        memcpy(f->uids[0], env->ctx->user_uid, 32);
+        f->n = 1;
+    }
+    return 0;
+}
+
+static bool filter_keeps(const session_filter_t *f, const uint8_t uid[32])
+{
+    if (f->all)
+        return true;
+    for (size_t i = 0; i < f->n; i++)
+        if (memcmp(f->uids[i], uid, 32) == 0)
+            return true;
+    return false;
+}
+
+typedef struct local_walk {
+    const session_filter_t *f;
+    sbl_docvec_t *dv;
+} local_walk_t;
+
+static bool list_local_visit(const sbl_lsess_info_t *s, void *arg)
+{
+    local_walk_t *w = arg;
+    if (!filter_keeps(w->f, s->lsid.uid))
+        return true;
+    bson_t *d = bson_new(), user;
+    sbl_lsid_append(d, "_id", &s->lsid);
+    BSON_APPEND_DATE_TIME(d, "lastUse", s->last_use_ms);
+    if (s->user[0] != '\0') {
+        BSON_APPEND_DOCUMENT_BEGIN(d, "user", &user);
+        BSON_APPEND_UTF8(&user, "name", s->user);
+        bson_append_document_end(d, &user);
+    }
+    sbl_docvec_push(w->dv, d);
+    return true;
+}
 
 int sbl_agg_list_local_sessions(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
                                 sbl_err_t *err)
 {
-    bson_iter_t li, id;
-    if (!BSON_ITER_HOLDS_DOCUMENT(it))
-        return sbl_err_set(err, SBL_E_TypeMismatch,
-                           "$listLocalSessions options must be specified in an object");
+    session_filter_t f;
+    SBL_RET(session_filter(env, "$listLocalSessions", it, &f, err));
     sbl_docvec_clear(dv);
-    /* Sessions are not tracked server-side: the one this command runs in is listed. */
-    if (bson_iter_init_find(&li, env->ctx->cmd, "lsid") && BSON_ITER_HOLDS_DOCUMENT(&li) &&
-        bson_iter_recurse(&li, &id) && bson_iter_find(&id, "id")) {
-        bson_t *d = bson_new(), sid;
-        uint8_t uid[32] = {0};
-        bson_append_document_begin(d, "_id", 3, &sid);
-        bson_append_iter(&sid, "id", 2, &id);
-        bson_append_binary(&sid, "uid", 3, BSON_SUBTYPE_BINARY, uid, sizeof(uid));
-        bson_append_document_end(d, &sid);
-        bson_append_date_time(d, "lastUse", -1, env->now_ms);
-        sbl_docvec_push(dv, d);
+    local_walk_t w = {&f, dv};
+    sbl_lsess_foreach(list_local_visit, &w);
+    free(f.uids);
+    return 0;
+}
+
+int sbl_agg_list_sessions(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv,
+                          const bson_iter_t *it, sbl_err_t *err)
+{
+    session_filter_t f;
+    if (strcmp(ns, "config.system.sessions") != 0)
+        return sbl_err_set(err, SBL_E_InvalidNamespace,
+                           "$listSessions may only be run against config.system.sessions");
+    SBL_RET(session_filter(env, "$listSessions", it, &f, err));
+    size_t kept = 0;
+    for (size_t i = 0; i < dv->n; i++) { /* the records of config.system.sessions */
+        bson_iter_t u;
+        bson_subtype_t st;
+        uint32_t len = 0;
+        const uint8_t *data = NULL;
+        if (bson_iter_init_find(&u, dv->v[i], "_id") && BSON_ITER_HOLDS_DOCUMENT(&u) &&
+            bson_iter_recurse(&u, &u) && bson_iter_find(&u, "uid") && BSON_ITER_HOLDS_BINARY(&u))
+            bson_iter_binary(&u, &st, &len, &data);
+        if (len == 32 && filter_keeps(&f, data))
+            dv->v[kept++] = dv->v[i];
+        else
+            bson_destroy(dv->v[i]);
     }
+    dv->n = kept;
+    free(f.uids);
     return 0;
 }
 

@@ -48,6 +48,11 @@ struct sbl_client {
     uint64_t audit_who_gen;
     char audit_who_key[128]; /* "user\ndb", or "" */
     char audit_who[512];
+    /* sessions_cmds.c: the uid of the user above (SHA-256 of "user@db"), made
+     * for the user named in uid_for ("" unauthenticated) */
+    bool uid_set;
+    char uid_for[160];
+    uint8_t uid[32];
 };
 
 typedef int (*sbl_cmd_fn)(sbl_opctx_t *ctx, sbl_err_t *err);
@@ -114,8 +119,23 @@ int sbl_cmd_connection_status(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_server_status(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_get_last_error(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_get_log(sbl_opctx_t *ctx, sbl_err_t *err);
+/* sessions_cmds.c: logical sessions.  sbl_cmd_session_begin: the dispatcher's
+ * call before every handler (lsid: the command's lsid, or NULL): sets
+ * ctx->user_uid and, with an lsid, records the session's use and tags ctx
+ * with it; a malformed lsid fails the command.  The tick runs on the cursor
+ * reaper's thread at least every sbl_cmd_sessions_tick_ms(). */
+int sbl_cmd_session_begin(sbl_opctx_t *ctx, const bson_iter_t *lsid, sbl_err_t *err);
+int sbl_cmd_sessions_init(sbl_err_t *err);
+void sbl_cmd_sessions_tick(void);
+int64_t sbl_cmd_sessions_tick_ms(void);
+void sbl_cmd_sessions_append_status(bson_t *r);
 int sbl_cmd_start_session(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_refresh_sessions(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_end_sessions(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_kill_sessions(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_kill_all_sessions(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_kill_all_sessions_by_pattern(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_refresh_logical_session_cache_now(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_shutdown_cmd(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_create(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_drop(sbl_opctx_t *ctx, sbl_err_t *err);

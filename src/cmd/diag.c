@@ -137,6 +137,7 @@ int sbl_cmd_server_status(sbl_opctx_t *ctx, sbl_err_t *err)
     bson_append_document_end(r, &d);
 
     append_op_latencies(r, want_histograms(ctx->cmd));
+    sbl_cmd_sessions_append_status(r);
     append_mem(r);
 
     BSON_APPEND_DOCUMENT_BEGIN(r, "extra_info", &d);

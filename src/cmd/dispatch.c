@@ -322,8 +322,8 @@ static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t co
 static void execute(pending_t *p)
 {
     sbl_opctx_t *ctx = &p->ctx;
-    bson_iter_t it, mt, wcit;
-    bool has_mt = false, has_wc = false;
+    bson_iter_t it, mt, wcit, lsid;
+    bool has_mt = false, has_wc = false, has_lsid = false;
 
     ctx->ss = sbl_session_get();
     ctx->start_us = sbl_now_us();
@@ -338,11 +338,16 @@ static void execute(pending_t *p)
             has_mt = sbl_doc_top_iter(ctx->cmd, at, k, &mt);
         else if (!has_wc && k[0] == 'w' && strcmp(k, "writeConcern") == 0)
             has_wc = sbl_doc_top_iter(ctx->cmd, at, k, &wcit);
+        else if (!has_lsid && k[0] == 'l' && strcmp(k, "lsid") == 0)
+            has_lsid = sbl_doc_top_iter(ctx->cmd, at, k, &lsid);
     }
     if (bad) {
         has_mt = sbl_doc_find_top(ctx->cmd, "maxTimeMS", &mt);
         has_wc = sbl_doc_find_top(ctx->cmd, "writeConcern", &wcit);
+        has_lsid = sbl_doc_find_top(ctx->cmd, "lsid", &lsid);
     }
+    if ((p->rc = sbl_cmd_session_begin(ctx, has_lsid ? &lsid : NULL, &p->err)) != 0)
+        return;
     if (has_mt) {
         it = mt;
         int64_t ms;
@@ -629,7 +634,8 @@ void sbl_cmd_conn_close(sbl_conn_t *conn)
     sbl_capped_await_cancel(conn); /* a parked awaitData getMore (capped.c) */
 }
 
-/* The cursor reaper: once a minute, kill cursors idle for 10 minutes. */
+/* The cursor reaper: once a minute (or every logicalSessionRefreshMillis when
+ * shorter), kill cursors idle for 10 minutes and run the sessions' job. */
 static uv_thread_t reaper_thread;
 static uv_mutex_t reaper_mu;
 static uv_cond_t reaper_cv;
@@ -641,11 +647,13 @@ static void reaper_main(void *arg)
     sbl_thread_name("clientcursormon");
     uv_mutex_lock(&reaper_mu);
     while (!reaper_stop) {
-        uv_cond_timedwait(&reaper_cv, &reaper_mu, (uint64_t)60 * 1000 * 1000 * 1000);
+        uv_cond_timedwait(&reaper_cv, &reaper_mu,
+                          (uint64_t)sbl_cmd_sessions_tick_ms() * 1000 * 1000);
         if (reaper_stop)
             break;
         uv_mutex_unlock(&reaper_mu);
         sbl_cursors_reap(10 * 60 * 1000);
+        sbl_cmd_sessions_tick(); /* expire idle sessions; write config.system.sessions */
         uv_mutex_lock(&reaper_mu);
     }
     uv_mutex_unlock(&reaper_mu);
@@ -662,6 +670,7 @@ int sbl_cmd_init(sbl_err_t *err)
     sbl_op_set_observer(&observer);
     sbl_op_set_park(sbl_capped_await_park);
     SBL_RET(sbl_spill_init(err)); /* memory parameters; empties <dbpath>/_tmp */
+    SBL_RET(sbl_cmd_sessions_init(err)); /* session timeout and refresh parameters */
     uv_mutex_init(&reaper_mu);
     uv_cond_init(&reaper_cv);
     reaper_stop = false;

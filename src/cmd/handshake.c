@@ -523,38 +523,7 @@ int sbl_cmd_get_log(sbl_opctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-/* ---- sessions --------------------------------------------------------------- */
-
-int sbl_cmd_start_session(sbl_opctx_t *ctx, sbl_err_t *err)
-{
-    uint8_t uuid[16];
-    bson_t id;
-    bson_oid_t a, b;
-    bson_oid_init(&a, NULL);
-    bson_oid_init(&b, NULL);
-    memcpy(uuid, a.bytes, 8);
-    memcpy(uuid + 8, b.bytes + 4, 8);
-    uuid[6] = (uint8_t)((uuid[6] & 0x0f) | 0x40); /* version 4 */
-    uuid[8] = (uint8_t)((uuid[8] & 0x3f) | 0x80);
-    BSON_APPEND_DOCUMENT_BEGIN(ctx->reply, "id", &id);
-    BSON_APPEND_BINARY(&id, "id", BSON_SUBTYPE_UUID, uuid, 16);
-    bson_append_document_end(ctx->reply, &id);
-    BSON_APPEND_INT32(ctx->reply, "timeoutMinutes", SESSION_TIMEOUT_MINUTES);
-    return 0;
-}
-
-/* endSessions, refreshSessions, killSessions, killAllSessions: sessions carry no
- * server state yet (no transactions), so there is nothing to end. */
-int sbl_cmd_end_sessions(sbl_opctx_t *ctx, sbl_err_t *err)
-{
-    bson_iter_t it;
-    bson_iter_init(&it, ctx->cmd);
-    bson_iter_next(&it);
-    if (!BSON_ITER_HOLDS_ARRAY(&it) && strcmp(ctx->name, "killAllSessions") != 0)
-        return sbl_err_set(err, SBL_E_TypeMismatch,
-                           "BSON field '%s' is the wrong type, expected type 'array'", ctx->name);
-    return 0;
-}
+/* ---- shutdown --------------------------------------------------------------- */
 
 int sbl_cmd_shutdown_cmd(sbl_opctx_t *ctx, sbl_err_t *err)
 {

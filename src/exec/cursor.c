@@ -40,6 +40,8 @@ typedef struct sbl_cursor {
     unsigned flags;         /* SBL_CURSOR_TAILABLE, SBL_CURSOR_AWAIT_DATA */
     int64_t await_until_us; /* an awaitData getMore parked until then (sbl_op_park); 0: none */
     int64_t last_use_us;
+    bool has_lsid;          /* opened in a logical session: killing it kills the cursor */
+    uint8_t lsid_id[16];
     struct sbl_cursor *next; /* hash chain */
 } sbl_cursor_t;
 
@@ -225,6 +227,8 @@ int sbl_cursor_first_batch_flags(sbl_opctx_t *ctx, const char *ns,
     cur->src = *src;
     cur->state = state;
     cur->flags = flags;
+    cur->has_lsid = ctx->has_lsid;
+    memcpy(cur->lsid_id, ctx->lsid_id, sizeof(cur->lsid_id));
 
     bson_t c, arr;
     bool done = false;
@@ -366,17 +370,27 @@ const sbl_cursor_source_t sbl_cursor_docs_source = {docs_next, docs_free, NULL};
 
 /* ---- reaper -------------------------------------------------------------- */
 
-void sbl_cursors_reap(int64_t idle_ms)
+/* Unlink and free every cursor match() picks.  One in use by a command is
+ * left to that command when kill_in_use is false (the reaper), else marked
+ * killed so the command frees it when it is done.  Returns how many went. */
+static size_t kill_matching(bool (*match)(const sbl_cursor_t *c, const void *arg),
+                            const void *arg, bool kill_in_use)
 {
-    int64_t cutoff = sbl_now_us() - idle_ms * 1000;
     sbl_cursor_t *dead = NULL;
+    size_t n = 0;
 
     pthread_mutex_lock(&reg_lock);
     for (size_t b = 0; b < NBUCKETS; b++) {
         sbl_cursor_t **pp = &buckets[b];
         while (*pp != NULL) {
             sbl_cursor_t *c = *pp;
-            if (!c->in_use && c->last_use_us < cutoff) {
+            if (match(c, arg) && (!c->in_use || kill_in_use)) {
+                n++;
+                if (c->in_use) {
+                    c->killed = true;
+                    pp = &c->next;
+                    continue;
+                }
                 *pp = c->next;
                 nopen--;
                 c->next = dead;
@@ -392,6 +406,28 @@ void sbl_cursors_reap(int64_t idle_ms)
         cursor_free(dead);
         dead = next;
     }
+    return n;
+}
+
+static bool idle_since(const sbl_cursor_t *c, const void *arg)
+{
+    return c->last_use_us < *(const int64_t *)arg;
+}
+
+void sbl_cursors_reap(int64_t idle_ms)
+{
+    int64_t cutoff = sbl_now_us() - idle_ms * 1000;
+    kill_matching(idle_since, &cutoff, false);
+}
+
+static bool in_session(const sbl_cursor_t *c, const void *arg)
+{
+    return c->has_lsid && memcmp(c->lsid_id, arg, sizeof(c->lsid_id)) == 0;
+}
+
+size_t sbl_cursors_kill_session(const uint8_t lsid_id[16])
+{
+    return kill_matching(in_session, lsid_id, true);
 }
 
 int64_t sbl_cursors_open_count(void)

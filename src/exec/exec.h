@@ -199,6 +199,10 @@ extern const sbl_cursor_source_t sbl_cursor_docs_source;
  * idle_ms < 0 kills every cursor (shutdown). */
 void sbl_cursors_reap(int64_t idle_ms);
 int64_t sbl_cursors_open_count(void);
+/* Kill the cursors opened in the logical session with this id (killSessions,
+ * endSessions, an expired session); one serving a getMore right now goes when
+ * that getMore ends.  Returns how many. */
+size_t sbl_cursors_kill_session(const uint8_t lsid_id[16]);
 
 /* getMore and killCursors, the commands over the registry. */
 int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err);

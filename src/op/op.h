@@ -65,6 +65,9 @@ typedef struct sbl_opctx {
     int64_t cursor_id;  /* the cursor id it returned (0: exhausted) */
     uint64_t audit_seq; /* the last audit event of this command (the reply waits for it) */
     sbl_write_counts_t writes; /* set by insert, update and delete with their reply */
+    bool has_lsid;        /* the command ran in a logical session (its lsid) */
+    uint8_t lsid_id[16];  /* that session's id (src/sessions; cursors remember it) */
+    uint8_t user_uid[32]; /* SHA-256 of the user running it ("user@db"; "" unauthenticated) */
 } sbl_opctx_t;
 
 /* ---- namespaces (op.c) ---------------------------------------------------- */

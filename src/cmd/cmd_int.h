@@ -103,6 +103,9 @@ void sbl_hello_wait_cancel(sbl_client_t *client);
 
 /* handshake.c, admin.c, diag.c */
 int sbl_cmd_hello(sbl_opctx_t *ctx, sbl_err_t *err);
+/* hello's topologyVersion {processId, counter}, also in state-change errors
+ * (NotWritablePrimary) so drivers can tell a stale error (handshake.c). */
+void sbl_cmd_append_topology_version(bson_t *r);
 int sbl_cmd_build_info(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_ping(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_get_parameter(sbl_opctx_t *ctx, sbl_err_t *err);

@@ -404,6 +404,8 @@ static void build_reply(pending_t *p, bson_t *out)
     BSON_APPEND_UTF8(out, "errmsg", p->err.msg);
     BSON_APPEND_INT32(out, "code", p->err.code ? p->err.code : p->rc);
     BSON_APPEND_UTF8(out, "codeName", sbl_err_name(p->err.code ? p->err.code : p->rc));
+    if ((p->err.code ? p->err.code : p->rc) == SBL_E_NotWritablePrimary)
+        sbl_cmd_append_topology_version(out);
     sbl_repl_append_cluster_time(out);
     /* Error details a failing handler left in its reply (121's errInfo, 11000's keys,
      * 359's violations). */

@@ -87,6 +87,16 @@ static void log_client_metadata(sbl_opctx_t *ctx, const bson_iter_t *it)
     sbl_cmd_audit_client_metadata(ctx, ctx->client->metadata);
 }
 
+void sbl_cmd_append_topology_version(bson_t *r)
+{
+    bson_t tv;
+    pthread_once(&process_id_once, process_id_init);
+    BSON_APPEND_DOCUMENT_BEGIN(r, "topologyVersion", &tv);
+    BSON_APPEND_OID(&tv, "processId", &process_id);
+    BSON_APPEND_INT64(&tv, "counter", sbl_repl_topology_counter());
+    bson_append_document_end(r, &tv);
+}
+
 /* The fields every hello/isMaster reply carries. */
 static void append_hello_fields(bson_t *r, const sbl_client_t *client, bool is_hello,
                                 bool hello_ok)
@@ -101,11 +111,7 @@ static void append_hello_fields(bson_t *r, const sbl_client_t *client, bool is_h
         BSON_APPEND_BOOL(r, "isWritablePrimary", writable);
     else
         BSON_APPEND_BOOL(r, "ismaster", writable);
-    bson_t tv;
-    BSON_APPEND_DOCUMENT_BEGIN(r, "topologyVersion", &tv);
-    BSON_APPEND_OID(&tv, "processId", &process_id);
-    BSON_APPEND_INT64(&tv, "counter", sbl_repl_topology_counter());
-    bson_append_document_end(r, &tv);
+    sbl_cmd_append_topology_version(r);
     sbl_repl_append_hello(r);
     BSON_APPEND_INT32(r, "maxBsonObjectSize", SBL_MAX_BSON_SIZE);
     BSON_APPEND_INT32(r, "maxMessageSizeBytes", SBL_MAX_MESSAGE_SIZE);

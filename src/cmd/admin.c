@@ -9,6 +9,7 @@
 #include "cmd/timeseries.h"
 #include "agg/agg.h"
 #include "query/query.h"
+#include "repl/repl.h"
 #include "server/server.h"
 
 #include <stdio.h>
@@ -98,8 +99,12 @@ int sbl_cmd_drop(sbl_opctx_t *ctx, sbl_err_t *err)
     SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     sbl_coll_t *dc = NULL;
     int32_t nindexes = 1;
+    uint8_t uuid[16] = {0};
+    sbl_coll_stats_t st = {0};
     if (sbl_coll_open(ctx->ss, ns, false, &dc, NULL, NULL) == 0) {
         nindexes += (int32_t)sbl_index_count(dc);
+        memcpy(uuid, sbl_coll_uuid(dc), 16);
+        sbl_coll_stats(ctx->ss, dc, &st, NULL);
         sbl_coll_release(dc);
     }
     int rc = sbl_coll_drop(ctx->ss, ns, err);
@@ -112,6 +117,7 @@ int sbl_cmd_drop(sbl_opctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_INT32(ctx->reply, "nIndexesWas", nindexes);
     BSON_APPEND_UTF8(ctx->reply, "ns", ns);
     ctx->wrote = true;
+    sbl_repl_log_drop(ctx->ss, ns, uuid, st.count);
     sbl_cmd_audit_ns(ctx, "dropCollection", ns);
     return 0;
 }
@@ -122,6 +128,7 @@ int sbl_cmd_drop_database(sbl_opctx_t *ctx, sbl_err_t *err)
     SBL_RET(sbl_db_drop(ctx->ss, ctx->db, err));
     BSON_APPEND_UTF8(ctx->reply, "dropped", ctx->db);
     ctx->wrote = true;
+    sbl_repl_log_drop_database(ctx->ss, ctx->db);
     sbl_cmd_audit_ns(ctx, "dropDatabase", ctx->db);
     return 0;
 }
@@ -320,7 +327,14 @@ int sbl_cmd_rename_collection(sbl_opctx_t *ctx, sbl_err_t *err)
     SBL_RET(sbl_validate_ns(to, err));
     if (strcmp(from, to) == 0)
         return sbl_err_set(err, SBL_E_IllegalOperation, "Can't rename a collection to itself");
+    uint8_t uuid[16] = {0};
+    sbl_coll_t *src = NULL;
+    if (sbl_coll_open(ctx->ss, from, false, &src, NULL, NULL) == 0) {
+        memcpy(uuid, sbl_coll_uuid(src), 16);
+        sbl_coll_release(src);
+    }
     SBL_RET(sbl_coll_rename(ctx->ss, from, to, drop_target, err));
+    sbl_repl_log_rename(ctx->ss, from, to, uuid, drop_target);
     ctx->wrote = true;
     sbl_cmd_audit_rename(ctx, from, to);
     return 0;

@@ -108,6 +108,9 @@ void sbl_hello_wait_cancel(sbl_client_t *client);
 
 /* handshake.c, admin.c, diag.c */
 int sbl_cmd_hello(sbl_opctx_t *ctx, sbl_err_t *err);
+/* hello's topologyVersion {processId, counter}, also in state-change errors
+ * (NotWritablePrimary) so drivers can tell a stale error (handshake.c). */
+void sbl_cmd_append_topology_version(bson_t *r);
 int sbl_cmd_build_info(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_ping(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_get_parameter(sbl_opctx_t *ctx, sbl_err_t *err);
@@ -143,6 +146,10 @@ int sbl_cmd_drop_database(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_list_databases(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_list_collections(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_rename_collection(sbl_opctx_t *ctx, sbl_err_t *err);
+/* replica set (repl_cmds.c) */
+int sbl_cmd_repl_set_initiate(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_repl_set_get_status(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_repl_set_get_config(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_coll_stats(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_db_stats(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_list_indexes(sbl_opctx_t *ctx, sbl_err_t *err);
@@ -204,6 +211,8 @@ void sbl_cmd_audit(sbl_opctx_t *ctx, const char *atype, const bson_t *param, int
 void sbl_cmd_audit_ns(sbl_opctx_t *ctx, const char *atype, const char *ns);
 /* createCollection, preceded by createDatabase when ns is its database's first. */
 void sbl_cmd_audit_coll_created(sbl_opctx_t *ctx, const char *ns);
+/* The op observer's coll_created: the audit event and the oplog's "c" entry (repl_cmds.c). */
+void sbl_cmd_on_coll_created(sbl_opctx_t *ctx, const char *ns);
 void sbl_cmd_audit_index(sbl_opctx_t *ctx, const char *atype, const char *ns, const char *name,
                          const bson_t *spec);
 void sbl_cmd_audit_rename(sbl_opctx_t *ctx, const char *from, const char *to);

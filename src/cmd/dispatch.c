@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "expr/expr.h"
 #include "query/query.h"
+#include "repl/repl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,6 +223,25 @@ static int parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc,
     return 0;
 }
 
+/* The database a write command changes: renameCollection runs on admin and
+ * names its source namespace; the others change their own database. */
+static const char *write_db(const sbl_opctx_t *ctx)
+{
+    static __thread char db[128];
+    bson_iter_t it;
+    if (ctx->name[0] == 'r' && strcmp(ctx->name, "renameCollection") == 0 &&
+        bson_iter_init_find(&it, ctx->cmd, "renameCollection") && BSON_ITER_HOLDS_UTF8(&it)) {
+        const char *ns = bson_iter_utf8(&it, NULL), *dot = strchr(ns, '.');
+        size_t n = dot != NULL ? (size_t)(dot - ns) : strlen(ns);
+        if (n < sizeof(db)) {
+            memcpy(db, ns, n);
+            db[n] = '\0';
+            return db;
+        }
+    }
+    return ctx->db;
+}
+
 /* Quick commands run on the network loop; ones that may scan go to a worker. */
 static bool filter_is_point(const bson_t *filter)
 {
@@ -367,6 +387,11 @@ static void execute(pending_t *p)
     }
     if (ctx->req != NULL && ctx->req->more_to_come)
         ctx->wc.w = 0;
+    /* Replication state: a member that is not primary takes no writes
+     * (NotWritablePrimary), except to "local". */
+    if ((p->def->flags & SBL_CMD_WRITE) &&
+        (p->rc = sbl_repl_check_write(write_db(ctx), &p->err)) != 0)
+        return;
     op_begin(p);
     p->rc = p->def->fn(ctx, &p->err);
     op_end(p);
@@ -384,6 +409,9 @@ static void build_reply(pending_t *p, bson_t *out)
     BSON_APPEND_UTF8(out, "errmsg", p->err.msg);
     BSON_APPEND_INT32(out, "code", p->err.code ? p->err.code : p->rc);
     BSON_APPEND_UTF8(out, "codeName", sbl_err_name(p->err.code ? p->err.code : p->rc));
+    if ((p->err.code ? p->err.code : p->rc) == SBL_E_NotWritablePrimary)
+        sbl_cmd_append_topology_version(out);
+    sbl_repl_append_cluster_time(out);
     /* Error details a failing handler left in its reply (121's errInfo, 11000's keys,
      * 359's violations). */
     bson_iter_t it;
@@ -408,6 +436,7 @@ static void send_reply(pending_t *p)
     if (p->rc == 0) {
         /* Success: the handler's fields plus ok, without copying them. */
         BSON_APPEND_DOUBLE(&p->reply, "ok", 1.0);
+        sbl_repl_append_cluster_time(&p->reply);
         sbl_conn_reply(p->ctx.conn, p->ctx.req, &p->reply);
         pending_free(p);
         return;
@@ -666,7 +695,7 @@ int sbl_cmd_init(sbl_err_t *err)
     sbl_expr_init(); /* $expr and $jsonSchema in filters */
     /* What the modules below hear back: collections created (for the audit
      * log) and awaitData getMores that wait for an insert (capped.c). */
-    static const sbl_op_observer_t observer = {.coll_created = sbl_cmd_audit_coll_created};
+    static const sbl_op_observer_t observer = {.coll_created = sbl_cmd_on_coll_created};
     sbl_op_set_observer(&observer);
     sbl_op_set_park(sbl_capped_await_park);
     SBL_RET(sbl_spill_init(err)); /* memory parameters; empties <dbpath>/_tmp */

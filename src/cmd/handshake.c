@@ -13,6 +13,7 @@
 #include "cmd/cmd_int.h"
 #include "exec/exec.h"
 #include "common/log.h"
+#include "repl/repl.h"
 #include "server/server.h"
 #include "wire/wire.h"
 
@@ -86,6 +87,16 @@ static void log_client_metadata(sbl_opctx_t *ctx, const bson_iter_t *it)
     sbl_cmd_audit_client_metadata(ctx, ctx->client->metadata);
 }
 
+void sbl_cmd_append_topology_version(bson_t *r)
+{
+    bson_t tv;
+    pthread_once(&process_id_once, process_id_init);
+    BSON_APPEND_DOCUMENT_BEGIN(r, "topologyVersion", &tv);
+    BSON_APPEND_OID(&tv, "processId", &process_id);
+    BSON_APPEND_INT64(&tv, "counter", sbl_repl_topology_counter());
+    bson_append_document_end(r, &tv);
+}
+
 /* The fields every hello/isMaster reply carries. */
 static void append_hello_fields(bson_t *r, const sbl_client_t *client, bool is_hello,
                                 bool hello_ok)
@@ -93,16 +104,15 @@ static void append_hello_fields(bson_t *r, const sbl_client_t *client, bool is_h
     pthread_once(&process_id_once, process_id_init);
     if (hello_ok)
         BSON_APPEND_BOOL(r, "helloOk", true);
-    /* hello answers isWritablePrimary; the legacy isMaster/ismaster answer ismaster. */
+    /* hello answers isWritablePrimary; the legacy isMaster/ismaster answer ismaster.
+     * A replica set member says so only as PRIMARY, and adds its set's fields. */
+    bool writable = sbl_repl_writable();
     if (is_hello)
-        BSON_APPEND_BOOL(r, "isWritablePrimary", true);
+        BSON_APPEND_BOOL(r, "isWritablePrimary", writable);
     else
-        BSON_APPEND_BOOL(r, "ismaster", true);
-    bson_t tv;
-    BSON_APPEND_DOCUMENT_BEGIN(r, "topologyVersion", &tv);
-    BSON_APPEND_OID(&tv, "processId", &process_id);
-    BSON_APPEND_INT64(&tv, "counter", 0);
-    bson_append_document_end(r, &tv);
+        BSON_APPEND_BOOL(r, "ismaster", writable);
+    sbl_cmd_append_topology_version(r);
+    sbl_repl_append_hello(r);
     BSON_APPEND_INT32(r, "maxBsonObjectSize", SBL_MAX_BSON_SIZE);
     BSON_APPEND_INT32(r, "maxMessageSizeBytes", SBL_MAX_MESSAGE_SIZE);
     BSON_APPEND_INT32(r, "maxWriteBatchSize", SBL_MAX_WRITE_BATCH);
@@ -186,6 +196,10 @@ static bool hello_is_awaitable(const bson_t *cmd, uint64_t *await_ms)
     if (!bson_iter_init_from_data(&tv, data, len) || !bson_iter_find(&tv, "processId") ||
         !BSON_ITER_HOLDS_OID(&tv) || !bson_oid_equal(bson_iter_oid(&tv), &process_id))
         return false; /* another process (a restart): answer at once */
+    /* A counter behind ours: the member's state changed since; answer at once. */
+    if (bson_iter_init_from_data(&tv, data, len) && bson_iter_find(&tv, "counter") &&
+        BSON_ITER_HOLDS_NUMBER(&tv) && bson_iter_as_int64(&tv) != sbl_repl_topology_counter())
+        return false;
     return true;
 }
 

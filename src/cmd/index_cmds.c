@@ -12,6 +12,7 @@
 #include "cmd/crud_int.h"
 #include "cmd/timeseries.h"
 #include "doc/doc.h"
+#include "repl/repl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -468,6 +469,7 @@ int sbl_cmd_create_indexes(sbl_opctx_t *ctx, sbl_err_t *err)
         }
         SBL_ERR(sbl_index_create(ctx->ss, c, specs[i], err));
         ctx->wrote = true;
+        sbl_repl_log_create_index(ctx->ss, ns, sbl_coll_uuid(c), specs[i]);
         sbl_cmd_audit_index(ctx, "createIndex", ns, spec_name(specs[i]), specs[i]);
         after++;
     }
@@ -598,6 +600,11 @@ int sbl_cmd_drop_indexes(sbl_opctx_t *ctx, sbl_err_t *err)
     }
     for (i = 0; i < nnames; i++) {
         SBL_ERR(sbl_index_drop(ctx->ss, c, names[i], err));
+        const bson_t *dropped_spec = NULL; /* the oplog entry's o2 */
+        for (size_t k = 0; k < nhave; k++)
+            if (strcmp(sbl_index_name(have[k]), names[i]) == 0)
+                dropped_spec = sbl_index_spec(have[k]);
+        sbl_repl_log_drop_index(ctx->ss, ns, sbl_coll_uuid(c), names[i], dropped_spec);
         sbl_cmd_audit_index(ctx, "dropIndex", ns, names[i], NULL);
     }
     if (nnames > 0)

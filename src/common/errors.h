@@ -92,6 +92,12 @@
     X(TooManyFilesOpen, 264)                                                                       \
     X(ShutdownInProgress, 91)                                                                      \
     X(NotWritablePrimary, 10107)                                                                   \
+    X(AlreadyInitialized, 23)                                                                      \
+    X(NodeNotFound, 74)                                                                            \
+    X(NoReplicationEnabled, 76)                                                                    \
+    X(InvalidReplicaSetConfig, 93)                                                                 \
+    X(NotYetInitialized, 94)                                                                       \
+    X(NotPrimaryOrSecondary, 13436)                                                                \
     X(Location16436, 16436)                                                                        \
     X(Location31254, 31254)                                                                        \
     X(Location40352, 40352)                                                                        \

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "metrics/metrics.h"
 #include "net/net.h"
+#include "repl/repl.h"
 #include "server/server.h"
 #include "storage/storage.h"
 
@@ -233,8 +234,26 @@ static int run(int notify_fd)
         sbl_storage_close();
         return 2;
     }
+    /* Replication before any write can come in: with --replSet the oplog
+     * observer is installed and an initiated member becomes PRIMARY again. */
+    sbl_repl_config_t rcfg = {.set_name = options.repl_set_name,
+                              .oplog_size_mb = options.oplog_size_mb,
+                              .dbpath = options.dbpath,
+                              .port = options.port};
+    if ((rc = sbl_repl_start(&rcfg, &err)) != 0) {
+        bson_init(&attr);
+        BSON_APPEND_UTF8(&attr, "error", err.msg);
+        sbl_log(SBL_LOG_FATAL, "REPL", 40088, "Terminating: could not start replication", &attr);
+        bson_destroy(&attr);
+        fprintf(stderr, "sabled: %s\n", err.msg);
+        sbl_repl_stop();
+        sbl_storage_close();
+        audit_stop();
+        return 100;
+    }
     if ((rc = sbl_cmd_init(&err)) != 0) {
         fprintf(stderr, "sabled: %s\n", err.msg);
+        sbl_repl_stop();
         sbl_storage_close();
         audit_stop();
         return 100;
@@ -260,6 +279,7 @@ static int run(int notify_fd)
         bson_destroy(&attr);
         fprintf(stderr, "sabled: %s\n", err.msg);
         sbl_cmd_shutdown();
+        sbl_repl_stop();
         sbl_storage_close();
         return 48;
     }
@@ -270,6 +290,7 @@ static int run(int notify_fd)
         fprintf(stderr, "sabled: %s\n", err.msg);
         sbl_net_stop();
         sbl_cmd_shutdown();
+        sbl_repl_stop();
         sbl_storage_close();
         return 48;
     }
@@ -316,6 +337,7 @@ static int run(int notify_fd)
     uint64_t seq;
     sbl_audit_event("shutdown", NULL, NULL, 0, true, &seq, &err);
     sbl_log(SBL_LOG_INFO, "STORAGE", 4784928, "Shutting down the storage engine", NULL);
+    sbl_repl_stop();
     sbl_storage_close();
     audit_stop();
     if (options.pidfile != NULL)

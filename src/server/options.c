@@ -80,6 +80,10 @@ static const opt_def_t opt_table[] = {
      "profiling level: 0 (off), 1 (slow operations) or 2 (all) - 0 by default"},
     {"slowOpSampleRate", "operationProfiling.slowOpSampleRate", OPT_DOUBLE,
      "fraction of slow operations to log and profile - 1.0 by default"},
+    {"replSet", "replication.replSetName", OPT_STRING,
+     "arg is <setname>: run as a member of this replica set (sabled: one member so far)"},
+    {"oplogSizeMB", "replication.oplogSizeMB", OPT_INT,
+     "size to use (in MB) for the replication op log; default 5% of free disk, 990 MB..50 GB"},
     {"auditDestination", "auditLog.destination", OPT_STRING,
      "destination of audit log output: file, syslog or console (auditing is off without it)"},
     {"auditFormat", "auditLog.format", OPT_STRING, "format of the audit log file: JSON or BSON"},
@@ -356,6 +360,9 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
         } else if (strcmp(k, "net.metricsPort") == 0) {
             SBL_RET(parse_int(st, 0, 65535, &o->metrics_port, err));
             iv = o->metrics_port;
+        } else if (strcmp(k, "replication.oplogSizeMB") == 0) {
+            SBL_RET(parse_int(st, 1, 1024 * 1024 * 1024, &o->oplog_size_mb, err));
+            iv = o->oplog_size_mb;
         } else if (strcmp(k, "operationProfiling.slowOpThresholdMs") == 0) {
             SBL_RET(parse_int(st, -1, INT32_MAX, &o->slowms, err));
             iv = o->slowms;
@@ -473,6 +480,11 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
                 return sbl_err_set(err, SBL_E_BadValue, "auditLog.format must be JSON or BSON, "
                                    "got %s", st->value);
             o->audit_format = strcmp(st->value, "BSON") == 0;
+        } else if (strcmp(k, "replication.replSetName") == 0) {
+            if (st->value[0] == '\0' || strchr(st->value, '/') != NULL)
+                return sbl_err_set(err, SBL_E_BadValue, "replication.replSetName: a set name may "
+                                   "not be empty nor contain '/' (seed lists are not supported)");
+            set_str(&o->repl_set_name, st->value);
         } else if (strcmp(k, "auditLog.path") == 0) {
             set_str(&o->audit_path, st->value);
         } else if (strcmp(k, "auditLog.filter") == 0) {
@@ -666,6 +678,7 @@ void sbl_options_destroy(sbl_options_t *o)
     bson_free(o->metrics_bind_ip);
     bson_free(o->audit_path);
     bson_free(o->audit_filter);
+    bson_free(o->repl_set_name);
     bson_destroy(&o->parsed);
     bson_destroy(&o->parameters);
     memset(o, 0, sizeof(*o));

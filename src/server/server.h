@@ -58,6 +58,8 @@ typedef struct sbl_options {
     int audit_format;        /* auditLog.format: 0 JSON, 1 BSON */
     char *audit_path;        /* auditLog.path */
     char *audit_filter;      /* auditLog.filter (JSON text, checked to parse) */
+    char *repl_set_name;     /* --replSet / replication.replSetName; NULL: standalone */
+    int oplog_size_mb;       /* --oplogSizeMB / replication.oplogSizeMB; 0: the default */
     bson_t parsed;     /* nested options document as getCmdLineOpts shows it */
     bson_t parameters; /* --setParameter name=value pairs (values as given) */
     int argc;

@@ -15,8 +15,9 @@
  *
  * What must stay true:
  *  - Every change to a collection's documents goes through sbl_write(), which
- *    makes the document change, its index entries and (later) the oplog entry
- *    in the caller's one WiredTiger transaction.
+ *    makes the document change and its index entries in the caller's one
+ *    WiredTiger transaction, then calls the write observer (the oplog entry)
+ *    in that same transaction.
  *  - A session belongs to one thread at a time (sbl_session_get() hands out
  *    the calling thread's own).  Handles (sbl_coll_t) are reference counted
  *    and stay valid until released, even if the collection is dropped.
@@ -217,6 +218,44 @@ typedef enum { SBL_WRITE_INSERT, SBL_WRITE_UPDATE, SBL_WRITE_DELETE } sbl_write_
  */
 int sbl_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind, const bson_t *old_doc,
               const bson_t *new_doc, bson_t *err_info, sbl_err_t *err);
+
+/*
+ * The write observer: a function the layer above installs once at start-up
+ * (replication's oplog writer), before any write.  sbl_write calls it after
+ * the document, its index entries and its natural-order rows changed, on the
+ * same session and inside the same transaction, so whatever it writes
+ * commits or aborts with the document.  A non-zero return (err filled) fails
+ * the write; the caller then aborts the transaction.  Capped eviction's
+ * internal deletes do not call it.  NULL (the default) removes it: sbl_write
+ * then costs one load and a branch more than without the hook.
+ */
+typedef int (*sbl_write_observer_fn)(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
+                                     const bson_t *old_doc, const bson_t *new_doc,
+                                     sbl_err_t *err);
+void sbl_storage_set_write_observer(sbl_write_observer_fn fn);
+
+/* ---- timestamps and keyed collections ------------------------------------ */
+
+/* Give the open transaction's changes the WiredTiger commit timestamp ts
+ * (WT_SESSION::timestamp_transaction).  Called again in one transaction,
+ * each call must pass a larger ts (WiredTiger's rule).  BadValue when no
+ * transaction is open. */
+int sbl_txn_set_commit_ts(sbl_session_t *s, uint64_t ts, sbl_err_t *err);
+/* Take capped collection c's insert lock for the open transaction now (as
+ * its first insert would), so what the caller computes next (an oplog
+ * entry's timestamp) is ordered as the positions are; held until the
+ * transaction ends.  WriteConflict as for an insert; InternalError when c is
+ * not capped. */
+int sbl_capped_lock(sbl_session_t *s, sbl_coll_t *c, sbl_err_t *err);
+/* Create ns (as sbl_coll_create) with its documents keyed by the top-level
+ * field key_field instead of _id (the oplog is keyed by ts): documents need
+ * no _id, and the key field takes _id's place for writes, point reads and
+ * natural order.  The key field is kept in the catalog entry, not in the
+ * options listCollections shows. */
+int sbl_coll_create_keyed(sbl_session_t *s, const char *ns, const bson_t *options,
+                          const char *key_field, sbl_err_t *err);
+/* The field c's documents are keyed by: "_id" unless created keyed. */
+const char *sbl_coll_key_field(const sbl_coll_t *c);
 
 /* ---- secondary indexes (wt_index.c, wt_index_entries.c, wt_ttl.c) ---------- */
 

@@ -176,6 +176,15 @@ void sbl_capped_unlock_all(sbl_session_t *s)
     s->ncapped_held = 0;
 }
 
+int sbl_capped_lock(sbl_session_t *s, sbl_coll_t *c, sbl_err_t *err)
+{
+    if (c->tbl->capped == NULL)
+        return sbl_err_set(err, SBL_E_InternalError, "%s is not capped", c->ns);
+    if (!s->in_txn)
+        return sbl_err_set(err, SBL_E_InternalError, "capped lock outside a transaction");
+    return lock_for_insert(s, c->tbl, err);
+}
+
 /* ---- the write hook ------------------------------------------------------- */
 
 /* The last position in the table (0 when empty): 'o' rows sort after 'i' rows. */
@@ -336,8 +345,8 @@ int sbl_capped_on_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         return 0;
     if (kind == SBL_WRITE_INSERT && (int64_t)new_doc->len > atomic_load(&cp->max_size))
         return sbl_err_set(err, SBL_E_BadValue, "object to insert exceeds cappedMaxSize");
-    if (doc == NULL || !bson_iter_init_find(&it, doc, "_id"))
-        return sbl_err_set(err, SBL_E_InternalError, "capped write: document without _id");
+    if (doc == NULL || !bson_iter_init_find(&it, doc, sbl_table_key_field(c->tbl)))
+        return sbl_err_set(err, SBL_E_InternalError, "capped write: document without its key");
     sbl_iter_value(&it, &id);
     if (kind == SBL_WRITE_INSERT)
         SBL_RET(lock_for_insert(s, c->tbl, err));

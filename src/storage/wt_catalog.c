@@ -134,6 +134,8 @@ static int catalog_put(const sbl_coll_t *c, sbl_err_t *err)
     bson_append_binary(&entry, "uuid", -1, BSON_SUBTYPE_UUID, c->uuid, 16);
     BSON_APPEND_UTF8(&entry, "ident", c->tbl->ident);
     BSON_APPEND_DOCUMENT(&entry, "options", c->options);
+    if (c->tbl->key_field != NULL)
+        BSON_APPEND_UTF8(&entry, "keyField", c->tbl->key_field);
     sbl_index_catalog_append(c->tbl, &entry);
     if ((ret = wt->open_cursor(wt, SBL_CATALOG_URI, NULL, NULL, &cur)) == 0) {
         v.data = bson_get_data(&entry);
@@ -179,8 +181,8 @@ static void new_uuid(uint8_t *uuid)
 }
 
 /* Create ns under the write lock; *collp gets a reference for the caller. */
-static int create_locked(const char *ns, const bson_t *options, sbl_coll_t **collp,
-                         sbl_err_t *err)
+static int create_locked(const char *ns, const bson_t *options, const char *key_field,
+                         sbl_coll_t **collp, sbl_err_t *err)
 {
     WT_SESSION *wt = sbl_eng.cat_wt;
     char uri[128];
@@ -199,6 +201,8 @@ static int create_locked(const char *ns, const bson_t *options, sbl_coll_t **col
         return sbl_wt_err(err, ret, "create collection table");
     new_uuid(uuid);
     tbl = sbl_table_new(uri);
+    if (key_field != NULL && strcmp(key_field, "_id") != 0)
+        tbl->key_field = bson_strdup(key_field);
     c = coll_new(ns, uuid, options, tbl);
     sbl_table_unref(tbl);
     if ((rc = sbl_capped_attach(wt, tbl, options, true, err)) != 0)
@@ -256,23 +260,34 @@ int sbl_coll_open(sbl_session_t *s, const char *ns, bool create, sbl_coll_t **co
         *collp = sbl_eng.colls[idx];
         atomic_fetch_add(&(*collp)->refs, 1);
         rc = 0;
-    } else if ((rc = create_locked(ns, NULL, collp, err)) == 0 && createdp != NULL)
+    } else if ((rc = create_locked(ns, NULL, NULL, collp, err)) == 0 && createdp != NULL)
         *createdp = true;
     pthread_rwlock_unlock(&sbl_eng.cat_lock);
     return rc;
 }
 
-int sbl_coll_create(sbl_session_t *s, const char *ns, const bson_t *options, sbl_err_t *err)
+int sbl_coll_create_keyed(sbl_session_t *s, const char *ns, const bson_t *options,
+                          const char *key_field, sbl_err_t *err)
 {
     sbl_coll_t *c = NULL;
     int rc;
 
     SBL_RET(check_ns(ns, err));
     pthread_rwlock_wrlock(&sbl_eng.cat_lock);
-    rc = create_locked(ns, options, &c, err);
+    rc = create_locked(ns, options, key_field, &c, err);
     pthread_rwlock_unlock(&sbl_eng.cat_lock);
     sbl_coll_release(c);
     return rc;
+}
+
+int sbl_coll_create(sbl_session_t *s, const char *ns, const bson_t *options, sbl_err_t *err)
+{
+    return sbl_coll_create_keyed(s, ns, options, NULL, err);
+}
+
+const char *sbl_coll_key_field(const sbl_coll_t *c)
+{
+    return sbl_table_key_field(c->tbl);
 }
 
 /* After the catalog commit: forget colls[idx], mark its table dropped, and drop it. */
@@ -579,6 +594,8 @@ static int load_entry(const char *key, const WT_ITEM *v, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_InternalError, "corrupt catalog entry for %s", key);
     snprintf(uri, sizeof(uri), "table:%s", ident);
     sbl_wt_table_t *tbl = sbl_table_new(uri);
+    if (bson_iter_init_find(&it, &entry, "keyField") && BSON_ITER_HOLDS_UTF8(&it))
+        tbl->key_field = bson_strdup(bson_iter_utf8(&it, NULL));
     sbl_coll_t *c = coll_new(key, uuid, &options, tbl);
     sbl_table_unref(tbl);
     int rc = sbl_capped_attach(sbl_eng.cat_wt, tbl, &options, false, err);

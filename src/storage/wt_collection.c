@@ -109,7 +109,7 @@ int sbl_coll_get_same(sbl_session_t *s, sbl_coll_t *c, const bson_t *like, bson_
     bson_value_t id;
 
     *foundp = false;
-    if (!bson_iter_init_find(&it, like, "_id"))
+    if (!bson_iter_init_find(&it, like, sbl_table_key_field(c->tbl)))
         return 0;
     sbl_iter_value(&it, &id);
     return get_one(s, c, &id, c->dup_ids ? like : NULL, doc, foundp, err);

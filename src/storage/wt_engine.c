@@ -178,6 +178,7 @@ void sbl_table_unref(sbl_wt_table_t *t)
         sbl_index_free_all(t);
         sbl_capped_free(t);
         pthread_rwlock_destroy(&t->idx_lock);
+        bson_free(t->key_field);
         bson_free(t->uri);
         bson_free(t);
     }

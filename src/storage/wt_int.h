@@ -39,7 +39,14 @@ typedef struct sbl_wt_table {
     size_t nidx;
     atomic_size_t nidx_quick;
     struct sbl_capped *capped; /* capped collections only (wt_capped.c), else NULL */
+    char *key_field; /* the top-level field documents are keyed by; NULL: "_id" */
 } sbl_wt_table_t;
+
+/* The field t's documents are keyed by. */
+static inline const char *sbl_table_key_field(const sbl_wt_table_t *t)
+{
+    return t->key_field != NULL ? t->key_field : "_id";
+}
 
 struct sbl_coll {
     char *ns;

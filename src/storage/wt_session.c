@@ -11,6 +11,8 @@
  */
 #include "storage/wt_int.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 static __thread sbl_session_t *tls_session;
@@ -211,6 +213,19 @@ int sbl_txn_commit(sbl_session_t *s, sbl_err_t *err)
     drop_deltas(s);
     sbl_capped_unlock_all(s); /* after the counts: the next capped insert sees them */
     return ret == 0 ? 0 : sbl_wt_err(err, ret, "commit transaction");
+}
+
+int sbl_txn_set_commit_ts(sbl_session_t *s, uint64_t ts, sbl_err_t *err)
+{
+    char cfg[64];
+    int ret;
+
+    if (!s->in_txn)
+        return sbl_err_set(err, SBL_E_BadValue, "commit timestamp without a transaction");
+    snprintf(cfg, sizeof(cfg), "commit_timestamp=%" PRIx64, ts);
+    if ((ret = s->wt->timestamp_transaction(s->wt, cfg)) != 0)
+        return sbl_wt_err(err, ret, "set commit timestamp");
+    return 0;
 }
 
 void sbl_txn_abort(sbl_session_t *s)

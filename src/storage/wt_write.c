@@ -2,9 +2,13 @@
  * wt_write.c: sbl_write, the one path by which documents change.
  *
  * What must stay true:
- *  - The document change, its secondary index entries and (later) its oplog
- *    entry happen in the caller's one WiredTiger transaction; a write outside
- *    a transaction runs in one of its own.
+ *  - The document change, its secondary index entries and then the write
+ *    observer's changes (replication's oplog entry) happen in the caller's
+ *    one WiredTiger transaction; a write outside a transaction runs in one of
+ *    its own.  Capped eviction's deletes (sbl_wt_write_in_txn) are not
+ *    observed.
+ *  - Documents are keyed by _id, or by the collection's key field when it
+ *    was created keyed (the oplog: ts).
  *  - Count and size changes are recorded as session deltas and reach the
  *    collection only when that transaction commits.
  *  - WiredTiger errors become MongoDB errors here and nowhere else:
@@ -183,11 +187,12 @@ static int dup_record_key(sbl_session_t *s, WT_CURSOR *cur, sbl_write_kind_t kin
     return 0;
 }
 
-static bool doc_id(const bson_t *doc, bson_value_t *id)
+/* The value doc is keyed by: its _id, or c's key field (a keyed collection). */
+static bool doc_id(const sbl_coll_t *c, const bson_t *doc, bson_value_t *id)
 {
     bson_iter_t it;
 
-    if (doc == NULL || !bson_iter_init_find(&it, doc, "_id"))
+    if (doc == NULL || !bson_iter_init_find(&it, doc, sbl_table_key_field(c->tbl)))
         return false;
     sbl_iter_value(&it, id);
     return true;
@@ -207,12 +212,12 @@ static int write_in_txn(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     bool have_copy = false;
     int ret = 0, rc = 0;
 
-    if (!doc_id(keydoc, &id))
+    if (!doc_id(c, keydoc, &id))
         return sbl_err_set(err, SBL_E_InternalError, "storage write: document without _id");
     SBL_RET(sbl_session_cursor(s, c->tbl, &cur, err));
     sbl_buf_reset(&s->key);
     sbl_key_append(&s->key, &id, false);
-    if (kind == SBL_WRITE_UPDATE && doc_id(old_doc, &old_id)) {
+    if (kind == SBL_WRITE_UPDATE && doc_id(c, old_doc, &old_id)) {
         size_t n = s->key.len;
         sbl_key_append(&s->key, &old_id, false);
         if (s->key.len != 2 * n || memcmp(s->key.data, s->key.data + n, n) != 0)
@@ -276,8 +281,8 @@ static int write_in_txn(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     /*
      * Secondary index entries, in this transaction: the old document's keys
      * out, the new one's in (a unique index's duplicate becomes 11000 like
-     * _id's).  The oplog entry for this change will be inserted here too, so
-     * the document, its index keys and its oplog entry commit or abort together.
+     * _id's).  The observer (sbl_write) adds the oplog entry after this, in
+     * the same transaction.
      */
     if (rc == 0 && sbl_index_count(c) > 0) {
         size_t idlen = s->key.len;
@@ -301,6 +306,24 @@ int sbl_wt_write_in_txn(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     return write_in_txn(s, c, kind, old_doc, new_doc, err_info, err);
 }
 
+static _Atomic(sbl_write_observer_fn) write_observer;
+
+void sbl_storage_set_write_observer(sbl_write_observer_fn fn)
+{
+    atomic_store(&write_observer, fn);
+}
+
+/* The document change, then the observer's (the oplog entry), one transaction. */
+static int write_observed(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
+                          const bson_t *old_doc, const bson_t *new_doc, bson_t *err_info,
+                          sbl_err_t *err)
+{
+    sbl_write_observer_fn obs = atomic_load_explicit(&write_observer, memory_order_relaxed);
+
+    SBL_RET(write_in_txn(s, c, kind, old_doc, new_doc, err_info, err));
+    return obs != NULL ? obs(s, c, kind, old_doc, new_doc, err) : 0;
+}
+
 int sbl_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind, const bson_t *old_doc,
               const bson_t *new_doc, bson_t *err_info, sbl_err_t *err)
 {
@@ -312,9 +335,9 @@ int sbl_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind, const bson
     if (kind != SBL_WRITE_DELETE)
         SBL_RET(sbl_storage_space_check(new_doc->len, err));
     if (s->in_txn)
-        return write_in_txn(s, c, kind, old_doc, new_doc, err_info, err);
+        return write_observed(s, c, kind, old_doc, new_doc, err_info, err);
     SBL_RET(sbl_txn_begin(s, err));
-    if ((rc = write_in_txn(s, c, kind, old_doc, new_doc, err_info, err)) != 0) {
+    if ((rc = write_observed(s, c, kind, old_doc, new_doc, err_info, err)) != 0) {
         sbl_txn_abort(s);
         return rc;
     }

@@ -1,0 +1,95 @@
+/*
+ * repl.h: replication.  Today: the oplog (local.oplog.rs) and a replica set
+ * of one member that is PRIMARY once initiated; secondaries, elections,
+ * the commit point and rollback come next (issue 24).
+ *
+ * How it hangs together:
+ *  - sabled calls sbl_repl_start() after the storage engine is open and
+ *    before the network starts; with a set name it installs the storage
+ *    write observer, so every sbl_write on a replicated collection appends
+ *    its oplog entry in the write's own transaction with the entry's ts as
+ *    the WiredTiger commit timestamp.  Without a set name nothing is
+ *    installed and the write path is the standalone one.
+ *  - The command layer asks whether a write or read may run here
+ *    (sbl_repl_check_write), adds the member's fields
+ *    to hello, $clusterTime and operationTime to replies, runs the
+ *    replSet* commands, and logs catalog changes as "c" entries
+ *    (sbl_repl_log_*), which storage cannot see as document writes.
+ *
+ * What must stay true: timestamps (ts) strictly increase in the oplog's
+ * natural order, across restarts; nothing in local.* is logged; an entry
+ * commits or aborts with the change it describes (document writes) or is
+ * written right after the catalog change succeeded ("c" entries: catalog
+ * changes are not transactional in WiredTiger).
+ */
+#ifndef SBL_REPL_H
+#define SBL_REPL_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/errors.h"
+#include "storage/storage.h"
+
+#define SBL_OPLOG_NS "local.oplog.rs"
+#define SBL_REPLSET_NS "local.system.replset"
+
+typedef struct sbl_repl_config {
+    const char *set_name;  /* --replSet / replication.replSetName; NULL or "": standalone */
+    int64_t oplog_size_mb; /* --oplogSizeMB; <= 0: 5% of the dbpath's free disk, 990 MB..50 GB */
+    const char *dbpath;    /* for the default oplog size */
+    int port;              /* this member's port (which config member is "me") */
+} sbl_repl_config_t;
+
+/* Start replication after sbl_storage_open: with a set name, install the
+ * write observer and, when local.system.replset holds a config for the set,
+ * open the oplog, resume its timestamps and become PRIMARY again.  Returns
+ * 0 or an error (a corrupt config or oplog). */
+int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err);
+/* Before sbl_storage_close: remove the observer, release the oplog. */
+void sbl_repl_stop(void);
+
+/* True when started with a set name (a replica set member, initiated or not). */
+bool sbl_repl_enabled(void);
+/* True when this member may take writes (a standalone always may). */
+bool sbl_repl_writable(void);
+
+/* NotWritablePrimary (10107, "not primary") when a write to database db may
+ * not run here: a member that is not primary takes writes to "local" only. */
+int sbl_repl_check_write(const char *db, sbl_err_t *err);
+
+/* hello / isMaster: whether to say isWritablePrimary (ismaster), the
+ * topologyVersion counter (moves when the member's state changes), and the
+ * replica set fields (setName, hosts, primary, me, electionId, lastWrite
+ * ... or, before initiate, isreplicaset and info).  No-ops when standalone. */
+int64_t sbl_repl_topology_counter(void);
+void sbl_repl_append_hello(bson_t *r);
+/* operationTime and $clusterTime (signature: 20 zero bytes, keyId 0) on a
+ * member with a clock (initiated); nothing otherwise. */
+void sbl_repl_append_cluster_time(bson_t *r);
+
+/* replSetInitiate with config (NULL: the default one-member config with
+ * this host): validates as mongod does for one member, creates the oplog,
+ * stores the config in local.system.replset, writes the "initiating set"
+ * no-op and becomes PRIMARY.  Must not be called inside a transaction. */
+int sbl_repl_initiate(sbl_session_t *s, const bson_t *config, sbl_err_t *err);
+/* replSetGetStatus / replSetGetConfig: append the reply's fields to r. */
+int sbl_repl_get_status(bson_t *r, sbl_err_t *err);
+int sbl_repl_get_config(bson_t *r, sbl_err_t *err);
+
+/* ---- "c" entries: catalog changes (called after the change succeeded) ------
+ * Each writes its entry in a transaction of its own on s (which must have
+ * none open) and logs, but does not return, a failure: the change is done.
+ * No-ops on a standalone, before initiate, and for local.* namespaces. */
+void sbl_repl_log_create(sbl_session_t *s, const char *ns);
+void sbl_repl_log_drop(sbl_session_t *s, const char *ns, const uint8_t *uuid, int64_t nrecords);
+void sbl_repl_log_rename(sbl_session_t *s, const char *from, const char *to,
+                         const uint8_t *uuid, bool drop_target);
+void sbl_repl_log_drop_database(sbl_session_t *s, const char *db);
+void sbl_repl_log_create_index(sbl_session_t *s, const char *ns, const uint8_t *uuid,
+                               const bson_t *spec);
+void sbl_repl_log_drop_index(sbl_session_t *s, const char *ns, const uint8_t *uuid,
+                             const char *name, const bson_t *spec);
+
+#endif

@@ -1,0 +1,342 @@
+/*
+ * repl_oplog.c: the oplog writer.  local.oplog.rs is a capped collection
+ * keyed by ts (storage's keyed collections), so its documents have mongod's
+ * shape (no _id) and its natural order is its ts order.
+ *
+ * What must stay true:
+ *  - An entry is appended inside the transaction of the change it describes
+ *    (the storage write observer runs in sbl_write's transaction), and its ts
+ *    becomes that transaction's WiredTiger commit timestamp.
+ *  - ts is taken while the transaction holds the oplog's capped insert lock,
+ *    which it keeps until it commits or aborts: so ts order, natural
+ *    (position) order and commit order are one order, and a reader that saw
+ *    ts never later finds a smaller one.  An aborted transaction's ts is
+ *    simply never used again.
+ *  - Nothing in local.* and no <db>.system.profile write is logged (mongod
+ *    replicates neither); the oplog's own writes are in local.
+ */
+#include "repl/repl_int.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+static sbl_coll_t *oplog;       /* referenced while open; set before active */
+static atomic_bool active;      /* entries are written */
+static _Atomic uint64_t last_ts; /* the last ts handed out (under the oplog lock) */
+static _Atomic int64_t last_wall;
+
+bool sbl_oplog_is_open(void)
+{
+    return oplog != NULL;
+}
+
+void sbl_oplog_set_active(bool on)
+{
+    atomic_store(&active, on && oplog != NULL);
+}
+
+uint64_t sbl_oplog_last_ts(void)
+{
+    return atomic_load(&last_ts);
+}
+
+int64_t sbl_oplog_last_wall_ms(void)
+{
+    return atomic_load(&last_wall);
+}
+
+/* Resume from the newest entry: its ts and wall. */
+static int load_last(sbl_session_t *s, sbl_err_t *err)
+{
+    sbl_natural_t *scan;
+    bson_t doc;
+    bson_iter_t it;
+    uint64_t pos;
+    bool done;
+    int rc;
+
+    SBL_RET(sbl_natural_open(s, oplog, 0, true, &scan, err));
+    if ((rc = sbl_natural_next(scan, &doc, &pos, &done, err)) == 0 && !done) {
+        if (bson_iter_init_find(&it, &doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            uint32_t t, i;
+            bson_iter_timestamp(&it, &t, &i);
+            atomic_store(&last_ts, SBL_TS(t, i));
+        }
+        if (bson_iter_init_find(&it, &doc, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it))
+            atomic_store(&last_wall, bson_iter_date_time(&it));
+    }
+    sbl_natural_close(scan);
+    return rc;
+}
+
+int sbl_oplog_open(sbl_session_t *s, int64_t size_bytes, bool create, sbl_err_t *err)
+{
+    sbl_coll_t *c = NULL;
+    int rc;
+
+    if (oplog != NULL)
+        return 0;
+    rc = sbl_coll_open(s, SBL_OPLOG_NS, false, &c, NULL, err);
+    if (rc == SBL_E_NamespaceNotFound && create) {
+        bson_t opts = BSON_INITIALIZER;
+        BSON_APPEND_BOOL(&opts, "capped", true);
+        BSON_APPEND_INT64(&opts, "size", size_bytes);
+        sbl_err_clear(err);
+        rc = sbl_coll_create_keyed(s, SBL_OPLOG_NS, &opts, "ts", err);
+        bson_destroy(&opts);
+        if (rc == 0)
+            rc = sbl_coll_open(s, SBL_OPLOG_NS, false, &c, NULL, err);
+        if (rc == 0) {
+            bson_t attr = BSON_INITIALIZER;
+            BSON_APPEND_INT64(&attr, "oplogSizeBytes", size_bytes);
+            sbl_log(SBL_LOG_INFO, "REPL", 21754, "Creating replication oplog", &attr);
+            bson_destroy(&attr);
+        }
+    }
+    SBL_RET(rc);
+    if (strcmp(sbl_coll_key_field(c), "ts") != 0 || !sbl_coll_capped(c, NULL, NULL)) {
+        sbl_coll_release(c);
+        return sbl_err_set(err, SBL_E_InternalError,
+                           "%s exists but is not a capped collection keyed by ts", SBL_OPLOG_NS);
+    }
+    oplog = c;
+    if ((rc = load_last(s, err)) != 0) {
+        oplog = NULL;
+        sbl_coll_release(c);
+    }
+    return rc;
+}
+
+void sbl_oplog_close(void)
+{
+    atomic_store(&active, false);
+    sbl_coll_release(oplog);
+    oplog = NULL;
+}
+
+int sbl_oplog_append(sbl_session_t *s, sbl_oplog_entry_t *e, sbl_err_t *err)
+{
+    bson_t doc = BSON_INITIALIZER;
+    int rc;
+
+    if (oplog == NULL)
+        return sbl_err_set(err, SBL_E_InternalError, "the oplog is not open");
+    /* The lock first: from here to the commit, nobody else takes a ts. */
+    SBL_RET(sbl_capped_lock(s, oplog, err));
+    int64_t now = sbl_now_ms();
+    uint64_t ts = sbl_repl_ts_next(atomic_load(&last_ts), (uint32_t)(now / 1000));
+    atomic_store(&last_ts, ts);
+    atomic_store(&last_wall, now);
+    e->ts = ts;
+    e->wall_ms = now;
+    SBL_RET(sbl_txn_set_commit_ts(s, ts, err));
+    sbl_repl_entry_build(e, &doc);
+    rc = sbl_write(s, oplog, SBL_WRITE_INSERT, NULL, &doc, NULL, err);
+    bson_destroy(&doc);
+    return rc;
+}
+
+/* True when writes to ns are logged. */
+static bool replicated(const char *ns)
+{
+    size_t n = strlen(ns);
+    static const char profile[] = ".system.profile";
+    if (strncmp(ns, "local.", 6) == 0)
+        return false;
+    return !(n >= sizeof(profile) - 1 && strcmp(ns + n - (sizeof(profile) - 1), profile) == 0);
+}
+
+int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
+                      const bson_t *old_doc, const bson_t *new_doc, sbl_err_t *err)
+{
+    const bson_t *doc = kind == SBL_WRITE_DELETE ? old_doc : new_doc;
+    bson_t key = BSON_INITIALIZER;
+    bson_iter_t it;
+    int rc;
+
+    if (!atomic_load_explicit(&active, memory_order_acquire) || !replicated(sbl_coll_ns(c)))
+        return 0;
+    if (bson_iter_init_find(&it, doc, "_id"))
+        bson_append_iter(&key, "_id", 3, &it);
+    sbl_oplog_entry_t e = {.ns = sbl_coll_ns(c), .uuid = sbl_coll_uuid(c),
+                           .term = SBL_REPL_TERM};
+    switch (kind) {
+    case SBL_WRITE_INSERT: /* o2: the document key, as mongod 6.0+ writes it */
+        e.op = 'i';
+        e.o = new_doc;
+        e.o2 = &key;
+        break;
+    case SBL_WRITE_UPDATE: /* the post-image as a replacement (see docs/replication.md) */
+        e.op = 'u';
+        e.o = new_doc;
+        e.o2 = &key;
+        break;
+    case SBL_WRITE_DELETE:
+        e.op = 'd';
+        e.o = &key;
+        break;
+    }
+    rc = sbl_oplog_append(s, &e, err);
+    bson_destroy(&key);
+    return rc;
+}
+
+/* Append e in a transaction of its own, or in s's open one when it has one. */
+static int append_alone(sbl_session_t *s, sbl_oplog_entry_t *e, sbl_err_t *err)
+{
+    sbl_err_t e2;
+    int rc;
+
+    sbl_err_clear(&e2);
+    if (sbl_txn_begin(s, &e2) != 0) /* inside the caller's: it commits */
+        return sbl_oplog_append(s, e, err);
+    for (int attempt = 0;; attempt++) {
+        if ((rc = sbl_oplog_append(s, e, err)) == 0)
+            return sbl_txn_commit(s, err);
+        sbl_txn_abort(s);
+        if (rc != SBL_E_WriteConflict || attempt >= 100)
+            return rc;
+        sbl_err_clear(err);
+        SBL_RET(sbl_txn_begin(s, err));
+    }
+}
+
+int sbl_oplog_noop(sbl_session_t *s, const char *msg, sbl_err_t *err)
+{
+    bson_t o = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&o, "msg", msg);
+    sbl_oplog_entry_t e = {.op = 'n', .ns = "", .o = &o, .term = SBL_REPL_TERM};
+    int rc = append_alone(s, &e, err);
+    bson_destroy(&o);
+    return rc;
+}
+
+/* ---- "c" entries ------------------------------------------------------------ */
+
+static void log_command(sbl_session_t *s, const char *ns, const uint8_t *uuid, const bson_t *o,
+                        const bson_t *o2)
+{
+    char cmdns[SBL_NS_BUF];
+    const char *dot = strchr(ns, '.');
+    size_t dlen = dot != NULL ? (size_t)(dot - ns) : strlen(ns);
+    sbl_err_t err;
+
+    if (!atomic_load(&active) || (dlen == 5 && strncmp(ns, "local", 5) == 0))
+        return;
+    snprintf(cmdns, sizeof(cmdns), "%.*s.$cmd", (int)dlen, ns);
+    sbl_oplog_entry_t e = {.op = 'c', .ns = cmdns, .uuid = uuid, .o = o, .o2 = o2,
+                           .term = SBL_REPL_TERM};
+    sbl_err_clear(&err);
+    if (append_alone(s, &e, &err) != 0) {
+        bson_t attr = BSON_INITIALIZER;
+        BSON_APPEND_UTF8(&attr, "ns", ns);
+        BSON_APPEND_UTF8(&attr, "error", err.msg);
+        sbl_log(SBL_LOG_ERROR, "REPL", 7360001, "Could not write the oplog entry of a catalog "
+                "change", &attr);
+        bson_destroy(&attr);
+    }
+}
+
+static const char *coll_part(const char *ns)
+{
+    const char *dot = strchr(ns, '.');
+    return dot != NULL ? dot + 1 : ns;
+}
+
+void sbl_repl_log_create(sbl_session_t *s, const char *ns)
+{
+    sbl_coll_t *c = NULL;
+    sbl_err_t err;
+    bson_iter_t it;
+
+    if (!atomic_load(&active) || !replicated(ns))
+        return;
+    sbl_err_clear(&err);
+    if (sbl_coll_open(s, ns, false, &c, NULL, &err) != 0)
+        return;
+    bson_t o = BSON_INITIALIZER, idx;
+    BSON_APPEND_UTF8(&o, "create", coll_part(ns));
+    if (bson_iter_init(&it, sbl_coll_options(c)))
+        while (bson_iter_next(&it))
+            bson_append_iter(&o, bson_iter_key(&it), -1, &it);
+    if (!bson_has_field(sbl_coll_options(c), "viewOn")) {
+        BSON_APPEND_DOCUMENT_BEGIN(&o, "idIndex", &idx);
+        BSON_APPEND_INT32(&idx, "v", 2);
+        bson_t key;
+        BSON_APPEND_DOCUMENT_BEGIN(&idx, "key", &key);
+        BSON_APPEND_INT32(&key, "_id", 1);
+        bson_append_document_end(&idx, &key);
+        BSON_APPEND_UTF8(&idx, "name", "_id_");
+        bson_append_document_end(&o, &idx);
+    }
+    log_command(s, ns, sbl_coll_uuid(c), &o, NULL);
+    bson_destroy(&o);
+    sbl_coll_release(c);
+}
+
+void sbl_repl_log_drop(sbl_session_t *s, const char *ns, const uint8_t *uuid, int64_t nrecords)
+{
+    if (!atomic_load(&active) || !replicated(ns))
+        return;
+    bson_t o = BSON_INITIALIZER, o2 = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&o, "drop", coll_part(ns));
+    BSON_APPEND_INT64(&o2, "numRecords", nrecords);
+    log_command(s, ns, uuid, &o, &o2);
+    bson_destroy(&o);
+    bson_destroy(&o2);
+}
+
+void sbl_repl_log_rename(sbl_session_t *s, const char *from, const char *to,
+                         const uint8_t *uuid, bool drop_target)
+{
+    if (!atomic_load(&active) || (!replicated(from) && !replicated(to)))
+        return;
+    bson_t o = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&o, "renameCollection", from);
+    BSON_APPEND_UTF8(&o, "to", to);
+    BSON_APPEND_BOOL(&o, "stayTemp", false);
+    BSON_APPEND_BOOL(&o, "dropTarget", drop_target);
+    log_command(s, from, uuid, &o, NULL);
+    bson_destroy(&o);
+}
+
+void sbl_repl_log_drop_database(sbl_session_t *s, const char *db)
+{
+    char ns[SBL_NS_BUF];
+    snprintf(ns, sizeof(ns), "%s.$cmd", db);
+    bson_t o = BSON_INITIALIZER;
+    BSON_APPEND_INT32(&o, "dropDatabase", 1);
+    log_command(s, ns, NULL, &o, NULL);
+    bson_destroy(&o);
+}
+
+void sbl_repl_log_create_index(sbl_session_t *s, const char *ns, const uint8_t *uuid,
+                               const bson_t *spec)
+{
+    bson_iter_t it;
+    if (!atomic_load(&active) || !replicated(ns))
+        return;
+    bson_t o = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&o, "createIndexes", coll_part(ns));
+    if (bson_iter_init(&it, spec))
+        while (bson_iter_next(&it))
+            bson_append_iter(&o, bson_iter_key(&it), -1, &it);
+    log_command(s, ns, uuid, &o, NULL);
+    bson_destroy(&o);
+}
+
+void sbl_repl_log_drop_index(sbl_session_t *s, const char *ns, const uint8_t *uuid,
+                             const char *name, const bson_t *spec)
+{
+    if (!atomic_load(&active) || !replicated(ns))
+        return;
+    bson_t o = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&o, "dropIndexes", coll_part(ns));
+    BSON_APPEND_UTF8(&o, "index", name);
+    log_command(s, ns, uuid, &o, spec);
+    bson_destroy(&o);
+}

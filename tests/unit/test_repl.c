@@ -1,0 +1,214 @@
+/*
+ * test_repl.c: replication's pure pieces (src/repl/repl_entry.c: timestamp
+ * allocation, the entry's shape, the election id, the default oplog size)
+ * and the oplog writer on a real WiredTiger in a temporary dbpath: an entry
+ * is written by the storage write observer in the write's transaction, so
+ * an aborted transaction leaves neither document nor entry; local.* is not
+ * logged; timestamps resume from the oplog after a reopen.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "repl/repl_int.h"
+
+static char dbpath[256];
+
+static void test_ts_next(void)
+{
+    CHECK(sbl_repl_ts_next(0, 100) == SBL_TS(100, 1));
+    CHECK(sbl_repl_ts_next(SBL_TS(100, 1), 100) == SBL_TS(100, 2));
+    CHECK(sbl_repl_ts_next(SBL_TS(100, 7), 101) == SBL_TS(101, 1));
+    /* the clock steps back: the increment goes on */
+    CHECK(sbl_repl_ts_next(SBL_TS(100, 7), 50) == SBL_TS(100, 8));
+    /* the increment is full: the next second */
+    CHECK(sbl_repl_ts_next(SBL_TS(100, UINT32_MAX), 100) == SBL_TS(101, 1));
+    uint64_t prev = 0;
+    bool increasing = true;
+    for (uint32_t i = 0; i < 100000; i++) {
+        uint64_t next = sbl_repl_ts_next(prev, 1000 + (i % 7 == 0 ? i / 1000 : 3));
+        increasing = increasing && next > prev;
+        prev = next;
+    }
+    CHECK(increasing);
+}
+
+static void test_entry_shape(void)
+{
+    static const uint8_t uuid[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    bson_t o = BSON_INITIALIZER, o2 = BSON_INITIALIZER, out = BSON_INITIALIZER;
+    BSON_APPEND_INT32(&o, "_id", 7);
+    BSON_APPEND_INT32(&o, "a", 1);
+    BSON_APPEND_INT32(&o2, "_id", 7);
+    sbl_oplog_entry_t e = {.op = 'u', .ns = "db.c", .uuid = uuid, .o = &o, .o2 = &o2,
+                           .ts = SBL_TS(1700000000, 3), .term = 1, .wall_ms = 1700000000123};
+    sbl_repl_entry_build(&e, &out);
+    static const char *const keys[] = {"op", "ns", "ui", "o", "o2", "ts", "t", "v", "wall"};
+    bson_iter_t it;
+    size_t i = 0;
+    bool order = bson_iter_init(&it, &out);
+    while (order && bson_iter_next(&it))
+        order = i < 9 && strcmp(bson_iter_key(&it), keys[i++]) == 0;
+    CHECK(order && i == 9);
+    CHECK(bson_iter_init_find(&it, &out, "op") && strcmp(bson_iter_utf8(&it, NULL), "u") == 0);
+    bson_subtype_t sub;
+    uint32_t len;
+    const uint8_t *data;
+    CHECK(bson_iter_init_find(&it, &out, "ui") && BSON_ITER_HOLDS_BINARY(&it));
+    bson_iter_binary(&it, &sub, &len, &data);
+    CHECK(sub == BSON_SUBTYPE_UUID && len == 16 && memcmp(data, uuid, 16) == 0);
+    uint32_t t, inc;
+    CHECK(bson_iter_init_find(&it, &out, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it));
+    bson_iter_timestamp(&it, &t, &inc);
+    CHECK(t == 1700000000 && inc == 3);
+    CHECK(bson_iter_init_find(&it, &out, "t") && BSON_ITER_HOLDS_INT64(&it) &&
+          bson_iter_int64(&it) == 1);
+    CHECK(bson_iter_init_find(&it, &out, "v") && bson_iter_as_int64(&it) == 2);
+    CHECK(bson_iter_init_find(&it, &out, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it) &&
+          bson_iter_date_time(&it) == 1700000000123);
+    bson_destroy(&out);
+
+    /* a no-op: no ui, no o2 */
+    bson_init(&out);
+    sbl_oplog_entry_t n = {.op = 'n', .ns = "", .o = &o, .ts = 1, .term = 1};
+    sbl_repl_entry_build(&n, &out);
+    CHECK(!bson_has_field(&out, "ui") && !bson_has_field(&out, "o2"));
+    bson_destroy(&out);
+    bson_destroy(&o);
+    bson_destroy(&o2);
+}
+
+static void test_election_id_and_size(void)
+{
+    bson_oid_t oid;
+    char hex[25];
+    sbl_repl_election_id(1, &oid);
+    bson_oid_to_string(&oid, hex);
+    CHECK(strcmp(hex, "7fffffff0000000000000001") == 0);
+    CHECK(sbl_repl_default_oplog_bytes(0) == 990LL * 1024 * 1024);
+    CHECK(sbl_repl_default_oplog_bytes(100ULL << 30) == (int64_t)((100ULL << 30) / 20));
+    CHECK(sbl_repl_default_oplog_bytes(10ULL << 40) == 50LL * 1024 * 1024 * 1024);
+}
+
+/* Entries in the oplog, and the last one's ts. */
+static int64_t oplog_count(uint64_t *last)
+{
+    sbl_session_t *s = sbl_session_get();
+    sbl_coll_t *c = NULL;
+    sbl_natural_t *scan;
+    sbl_err_t err;
+    bson_t doc;
+    bson_iter_t it;
+    uint64_t pos;
+    bool done = false;
+    int64_t n = 0;
+
+    *last = 0;
+    if (sbl_coll_open(s, SBL_OPLOG_NS, false, &c, NULL, &err) != 0 ||
+        sbl_natural_open(s, c, 0, false, &scan, &err) != 0)
+        return -1;
+    while (sbl_natural_next(scan, &doc, &pos, &done, &err) == 0 && !done) {
+        uint32_t t, i;
+        if (bson_iter_init_find(&it, &doc, "ts")) {
+            bson_iter_timestamp(&it, &t, &i);
+            if (SBL_TS(t, i) <= *last)
+                return -2; /* not increasing */
+            *last = SBL_TS(t, i);
+        }
+        n++;
+    }
+    sbl_natural_close(scan);
+    sbl_coll_release(c);
+    return n;
+}
+
+static int insert(sbl_coll_t *c, int id, bool commit, sbl_err_t *err)
+{
+    sbl_session_t *s = sbl_session_get();
+    bson_t doc = BSON_INITIALIZER;
+    int rc;
+    BSON_APPEND_INT32(&doc, "_id", id);
+    if ((rc = sbl_txn_begin(s, err)) == 0) {
+        rc = sbl_write(s, c, SBL_WRITE_INSERT, NULL, &doc, NULL, err);
+        if (rc == 0 && commit)
+            rc = sbl_txn_commit(s, err);
+        else
+            sbl_txn_abort(s);
+    }
+    bson_destroy(&doc);
+    return rc;
+}
+
+static void test_oplog_writer(void)
+{
+    sbl_storage_config_t cfg = {.dbpath = dbpath, .cache_size_gb = 0.25};
+    sbl_err_t err;
+    sbl_coll_t *c = NULL, *lc = NULL;
+    uint64_t last = 0, last2 = 0;
+    bool found;
+
+    CHECK(sbl_storage_open(&cfg, &err) == 0);
+    sbl_session_t *s = sbl_session_get();
+    CHECK(sbl_oplog_open(s, 1 << 20, true, &err) == 0);
+    sbl_oplog_set_active(true);
+    sbl_storage_set_write_observer(sbl_oplog_observe);
+    CHECK(sbl_coll_open(s, "db.c", true, &c, NULL, &err) == 0);
+    CHECK(sbl_coll_open(s, "local.x", true, &lc, NULL, &err) == 0);
+
+    CHECK(insert(c, 1, true, &err) == 0);
+    CHECK(oplog_count(&last) == 1);
+    /* aborted: neither the document nor its entry */
+    CHECK(insert(c, 2, false, &err) == 0);
+    CHECK(oplog_count(&last2) == 1 && last2 == last);
+    bson_value_t id = {.value_type = BSON_TYPE_INT32, .value.v_int32 = 2};
+    bson_t doc;
+    CHECK(sbl_coll_get(s, c, &id, &doc, &found, &err) == 0 && !found);
+    /* a failed write (duplicate _id) writes no entry */
+    CHECK(insert(c, 1, true, &err) == SBL_E_DuplicateKey);
+    CHECK(oplog_count(&last2) == 1);
+    /* local.* is not logged */
+    CHECK(insert(lc, 1, true, &err) == 0);
+    CHECK(oplog_count(&last2) == 1);
+    for (int i = 10; i < 110; i++)
+        insert(c, i, true, &err);
+    CHECK(oplog_count(&last2) == 101 && last2 > last);
+
+    /* reopen: timestamps resume past the newest entry */
+    sbl_coll_release(c);
+    sbl_coll_release(lc);
+    sbl_storage_set_write_observer(NULL);
+    sbl_oplog_close();
+    sbl_storage_close();
+    CHECK(sbl_storage_open(&cfg, &err) == 0);
+    s = sbl_session_get();
+    CHECK(sbl_oplog_open(s, 1 << 20, false, &err) == 0);
+    CHECK(sbl_oplog_last_ts() == last2);
+    sbl_oplog_set_active(true);
+    sbl_storage_set_write_observer(sbl_oplog_observe);
+    CHECK(sbl_coll_open(s, "db.c", false, &c, NULL, &err) == 0);
+    CHECK(insert(c, 500, true, &err) == 0);
+    CHECK(oplog_count(&last) == 102 && last > last2);
+    sbl_coll_release(c);
+    sbl_storage_set_write_observer(NULL);
+    sbl_oplog_close();
+    sbl_storage_close();
+}
+
+int main(void)
+{
+    test_ts_next();
+    test_entry_shape();
+    test_election_id_and_size();
+
+    strcpy(dbpath, "/tmp/sable-test-repl-XXXXXX");
+    if (mkdtemp(dbpath) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_oplog_writer();
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dbpath);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dbpath);
+    return CHECK_DONE("test_repl");
+}

@@ -16,8 +16,18 @@ What each outcome means here:
 - ok: must be linearized between its call and return;
 - fail: did not happen, dropped (as Knossos does);
 - info: a write or cas that may take effect at any time after its call, or
-  never: it has a call entry and no return entry, and need not be lifted;
-  an info read tells nothing and is dropped.
+  never: it is optional (need not be lifted); an info read tells nothing
+  and is dropped.
+
+Three things keep info ops from blowing the search up (each is exact, and
+the unit tests cross-check the verdicts against a brute-force search): an
+optional op whose new value nothing reads or expects is dropped (the next
+op to touch the register after it must be a write); one whose value is
+observed gets a deadline entry at its last observer's return, where it is
+skipped if not yet placed; and at each step required ops are tried before
+optional ones.  The memo stores the linearized set as (count of leading
+ops all done, the frontier bits, the bits of optional ops without a
+deadline), which keeps it small on long histories.
 
 Keys are checked independently (a register per key).  For a failure the
 report gives a small witness: the shortest failing prefix (cut after the
@@ -138,8 +148,16 @@ def search(entries, init=None, deadline=None):
     when they have one, a deadline entry; meeting the deadline of one not
     yet placed skips it (a choice undone like a placement).
     """
-    keep = _optional_deadlines(entries)
-    entries = [e for i, e in enumerate(entries) if not e.opt or i in keep]
+    while True:         # dropping an info cas may leave more unobserved
+        keep = _optional_deadlines(entries)
+        n_before = len(entries)
+        order = [i for i, e in enumerate(entries) if not e.opt or i in keep]
+        entries = [entries[i] for i in order]
+        if len(entries) == n_before:
+            break
+    # Ops that may stay unplaced to the end take the top bits (see cache).
+    order.sort(key=lambda i: (i in keep and keep[i] is None, entries[i].call))
+    entries = [entries[i] for i in order]
     optional = set(i for i, e in enumerate(entries) if e.opt)
     dl = _optional_deadlines(entries)
     n = len(entries)
@@ -189,10 +207,22 @@ def search(entries, init=None, deadline=None):
 
     state = init
     linearized = 0
-    stack = []          # (call node, state before, skipped?)
+    stack = []          # (call node, state before, skipped?, pass)
+    # Memo of (linearized set, state) tried.  The set is a bit per op (ops
+    # in call order, those without a deadline last), stored as (number of
+    # low bits all set, the rest up to the ops without a deadline, those):
+    # the rest is the short frontier, which keeps the memo small.
+    n_bounded = n - sum(1 for i in optional if dl.get(i) is None)
+    bounded = (1 << n_bounded) - 1
     cache = set()
     entry = nxt[0]
     steps = 0
+    # Candidates are the calls before the first return (or deadline) entry.
+    # Required ops are tried first (pass 1), optional ones after (pass 2),
+    # then skipping an optional op whose deadline this is: placing an info
+    # write only when a later op needs it avoids most backtracking.
+    second = False
+    two_passes = bool(optional)
     while True:
         steps += 1
         if deadline is not None and not steps & 4095 and time.monotonic() > deadline:
@@ -200,6 +230,9 @@ def search(entries, init=None, deadline=None):
             return None, stats
         if entry != -1 and is_call[entry]:
             i = op_of[entry]
+            if two_passes and (i in optional) != second:
+                entry = nxt[entry]
+                continue
             c = code[i]
             if c == READ:
                 if state is ANY:
@@ -213,10 +246,12 @@ def search(entries, init=None, deadline=None):
                 new = arg_b[i]
             if legal:
                 lin = linearized | (1 << i)
-                k = (lin, new)
+                main = lin & bounded
+                low = (~main & (main + 1)).bit_length() - 1
+                k = (low, main >> low, lin >> n_bounded, new)
                 if k not in cache:
                     cache.add(k)
-                    stack.append((entry, state, False))
+                    stack.append((entry, state, False, second))
                     state, linearized = new, lin
                     unlink(entry)
                     r = ret_node[i]
@@ -227,28 +262,36 @@ def search(entries, init=None, deadline=None):
                         if ok_left == 0:
                             stats.update(steps=steps, cache=len(cache))
                             return True, stats
+                    second = False
                     entry = nxt[0]
                     continue
             entry = nxt[entry]
+            continue
+        if two_passes and not second:
+            second = True
+            entry = nxt[0]
             continue
         if entry != -1 and op_of[entry] in optional:
             # The deadline of an optional op not placed: skip it, if not tried.
             i = op_of[entry]
             lin = linearized | (1 << i)
-            k = (lin, state)
+            main = lin & bounded
+            low = (~main & (main + 1)).bit_length() - 1
+            k = (low, main >> low, lin >> n_bounded, state)
             if k not in cache:
                 cache.add(k)
-                stack.append((call_node[i], state, True))
+                stack.append((call_node[i], state, True, second))
                 linearized = lin
                 unlink(call_node[i])
                 unlink(entry)
+                second = False
                 entry = nxt[0]
                 continue
         # A return entry (or a deadline already tried): undo the last choice.
         if not stack:
             stats.update(steps=steps, cache=len(cache))
             return False, stats
-        node, state, skipped = stack.pop()
+        node, state, skipped, second = stack.pop()
         i = op_of[node]
         linearized &= ~(1 << i)
         r = ret_node[i]

@@ -349,9 +349,10 @@ static void answer(http_conn_t *c)
         return;
     }
     if (!authorized(c)) {
+        static const char msg[] = "a user with the clusterMonitor role is needed\n";
         respond_n(c, "401 Unauthorized", "text/plain",
                   "WWW-Authenticate: Basic realm=\"sable monitoring\", charset=\"UTF-8\"\r\n",
-                  "a user with the clusterMonitor role is needed\n", 46);
+                  msg, sizeof(msg) - 1);
         return;
     }
     char *q = strchr(path, '?');

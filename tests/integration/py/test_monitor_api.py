@@ -223,3 +223,21 @@ def test_https_where_tls_is_configured():
             s.cleanup()
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_audit_events_are_counted(tmp_path):
+    s = start(["--auditDestination", "file", "--auditFormat", "JSON",
+               "--auditPath", str(tmp_path / "audit.json")])
+    try:
+        c = s.client()
+        for i in range(20):
+            c["a%d" % i].create_collection("c")  # createCollection is audited
+        c.close()
+        time.sleep(2.2)
+        j = series(s.metrics_port)
+        lines = sum(1 for _ in open(tmp_path / "audit.json"))
+        assert j["latest"]["audit_events"] >= 20
+        assert j["latest"]["audit_events"] <= lines
+        assert sum(v for v in j["values"]["audit_events"] if v) > 0
+    finally:
+        s.cleanup()

@@ -9,8 +9,9 @@ PKGS=(build-essential cmake pkg-config git
       python3 python3-pymongo python3-pytest python3-prometheus-client nodejs npm
       libhiredis-dev libpq-dev redis-server postgresql gnuplot-nox
       openjdk-17-jdk-headless libmongodb-java
-      clang libclang-rt-14-dev  # libFuzzer targets (scripts/fuzz.sh, run by scripts/test.sh)
-      iproute2 nftables)        # network namespaces and faults (tests/faults/netfaults.py)
+      clang libclang-rt-14-dev     # libFuzzer targets (scripts/fuzz.sh, run by scripts/test.sh)
+      iproute2 nftables            # network namespaces and faults (tests/faults/netfaults.py)
+      chromium python3-websocket)  # the monitoring page's browser test (tests/integration/browser)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -80,6 +80,14 @@ int sbl_audit_health(sbl_err_t *err)
 
 static bool lane_written(uint64_t n);
 
+/* Events recorded since start, for the monitoring page (relaxed: a count, not an order). */
+static atomic_ullong events_recorded;
+
+uint64_t sbl_audit_events_total(void)
+{
+    return atomic_load_explicit(&events_recorded, memory_order_relaxed);
+}
+
 bool sbl_audit_written(uint64_t seq)
 {
     if (seq & LANE_BIT)
@@ -367,6 +375,7 @@ static int event(const char *atype, const sbl_audit_client_t *c, const ev_param_
             goto done;
         }
         *seqp = LANE_BIT | ++l->seq;
+        atomic_fetch_add_explicit(&events_recorded, 1, memory_order_relaxed);
         goto done;
     }
     if (audit_g.fmt != SBL_AUDIT_BSON) {
@@ -398,6 +407,7 @@ static int event(const char *atype, const sbl_audit_client_t *c, const ev_param_
         goto done;
     }
     *seqp = seq_take_locked();
+    atomic_fetch_add_explicit(&events_recorded, 1, memory_order_relaxed);
     /* Written by the writer in WRITER_DELAY_MS unless a flush comes first.
      * The kick is left even when the writer is busy: it may already have
      * taken the buffer without this event, and looks at the kick again

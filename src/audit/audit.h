@@ -66,6 +66,8 @@ void sbl_audit_close(void);
 bool sbl_audit_needs_bson(void);
 /* Auditing is on (a destination is configured).  A plain load. */
 bool sbl_audit_enabled(void);
+/* Events recorded (passed the filter and went to the destination) since start. */
+uint64_t sbl_audit_events_total(void);
 /* auditAuthorizationSuccess, readable and settable at run time. */
 bool sbl_audit_auth_success(void);
 void sbl_audit_set_auth_success(bool on);

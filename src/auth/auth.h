@@ -54,6 +54,15 @@ int sbl_saslprep(const char *in, char **outp, sbl_err_t *err);
 int sbl_auth_make_credentials(const char *user, const char *password, bool sha1, bool sha256,
                               bson_t *out, sbl_err_t *err);
 
+/*
+ * Whether password is user@db's password, checked against the stored SCRAM
+ * credentials (SHA-256 when the user has them, else SHA-1), for logins that
+ * carry the password itself (the metrics port's HTTP basic auth).  *okp is
+ * false for an unknown user.  Returns 0 or an error (BadValue from SASLprep).
+ */
+int sbl_auth_check_password(sbl_session_t *ss, const char *db, const char *user,
+                            const char *password, bool *okp, sbl_err_t *err);
+
 /* ---- SCRAM conversations ---------------------------------------------- */
 
 typedef struct sbl_scram sbl_scram_t;

@@ -356,6 +356,33 @@ static bool load_credentials(sbl_session_t *ss, sbl_scram_t *s, int *iterations,
     return ok;
 }
 
+int sbl_auth_check_password(sbl_session_t *ss, const char *db, const char *user,
+                             const char *password, bool *okp, sbl_err_t *err)
+{
+    static const char *const order[] = {"SCRAM-SHA-256", "SCRAM-SHA-1"};
+    *okp = false;
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+        sbl_scram_t s;
+        int iterations = 0;
+        uint8_t salt[64], stored[MAX_HASH], server[MAX_HASH];
+        size_t salt_len = 0;
+        memset(&s, 0, sizeof(s));
+        s.m = mech_find(order[i]);
+        snprintf(s.user, sizeof(s.user), "%s", user);
+        snprintf(s.db, sizeof(s.db), "%s", db);
+        if (!load_credentials(ss, &s, &iterations, salt, &salt_len))
+            continue;
+        char *pw = NULL;
+        SBL_RET(mech_password(s.m, user, password, &pw, err));
+        derive_keys(s.m, pw, salt, salt_len, iterations, stored, server);
+        OPENSSL_cleanse(pw, strlen(pw));
+        bson_free(pw);
+        *okp = CRYPTO_memcmp(stored, s.stored, s.m->hlen) == 0;
+        return 0; /* the strongest mechanism the user has decides */
+    }
+    return 0;
+}
+
 static void fake_credentials(sbl_scram_t *s, int *iterations, uint8_t *salt, size_t *salt_len)
 {
     uint8_t d[32];

@@ -9,6 +9,10 @@
 #include "cmd/cmd_int.h"
 #include "exec/exec.h"
 #include "server/server.h"
+#include "audit/audit.h"
+#include "auth/auth.h"
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 
 #include <stdio.h>
 #include <string.h>
@@ -236,6 +240,46 @@ static const char *src_command_name(size_t row)
     return row < n ? t[row].name : NULL;
 }
 
+/* HTTP basic auth on the metrics port: a user on admin whose roles allow
+ * serverStatus (clusterMonitor, clusterAdmin, root).  The page asks every
+ * second, so the last accepted credentials are remembered (as a digest) until
+ * a user or role changes. */
+static bool src_authorize(const char *user, const char *password)
+{
+    static uint8_t ok_digest[32];
+    static uint64_t ok_gen;
+    static bool ok_valid;
+    uint8_t d[32];
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    bool allowed = false;
+    if (md == NULL)
+        return false;
+    EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+    EVP_DigestUpdate(md, user, strlen(user) + 1);
+    EVP_DigestUpdate(md, password, strlen(password));
+    EVP_DigestFinal_ex(md, d, NULL);
+    EVP_MD_CTX_free(md);
+    uint64_t gen = sbl_auth_generation();
+    if (ok_valid && ok_gen == gen && CRYPTO_memcmp(d, ok_digest, sizeof(d)) == 0)
+        return true;
+    sbl_session_t *ss = sbl_session_get();
+    sbl_authz_t *a = NULL;
+    sbl_err_t err;
+    bool ok = false;
+    if (ss == NULL || sbl_auth_check_password(ss, "admin", user, password, &ok, &err) != 0 || !ok)
+        return false;
+    if (sbl_authz_resolve(ss, "admin", user, &a, &err) == 0) {
+        allowed = sbl_authz_allows(a, sbl_auth_action_id("serverStatus"), NULL, NULL);
+        sbl_authz_free(a);
+    }
+    if (allowed) {
+        memcpy(ok_digest, d, sizeof(d));
+        ok_gen = gen;
+        ok_valid = true;
+    }
+    return allowed;
+}
+
 const struct sbl_metrics_sources *sbl_cmd_metrics_sources(void)
 {
     static const sbl_metrics_sources_t src = {
@@ -243,6 +287,9 @@ const struct sbl_metrics_sources *sbl_cmd_metrics_sources(void)
         .network = src_network,
         .cache = src_cache,
         .command_name = src_command_name,
+        .audit_events = sbl_audit_events_total,
+        .repl_members = NULL, /* src/repl fills this in when a replica set runs */
+        .authorize = src_authorize,
     };
     return &src;
 }

@@ -1,32 +1,54 @@
 /*
- * http.c: the --metricsPort endpoint.  A minimal HTTP/1.0-style server on
- * its own libuv loop and thread: read the request head (at most 8 KiB),
- * answer GET /metrics with the Prometheus text exposition format (0.0.4),
- * anything else with 404/405, and close the connection.
+ * http.c: the --metricsPort endpoint.  A minimal HTTP/1.1 server (one
+ * request per connection) on its own libuv loop and thread: read the request
+ * head (at most 8 KiB), answer, and close the connection.
+ *
+ *   GET /metrics      the Prometheus text exposition format (0.0.4)
+ *   GET /             the monitoring page (page/, embedded at build time)
+ *   GET /api/series   the page's one-hour series as JSON (series.c)
+ *   GET /api/latest   the newest sample's totals as JSON
+ *
+ * With --auth on and the port bound to an address that is not loopback,
+ * every request needs HTTP basic auth of a user sources.authorize accepts
+ * (clusterMonitor); with TLS configured the port speaks HTTPS only
+ * (OpenSSL over memory BIOs, so libuv still does all the I/O).
  *
  * What must stay true: the endpoint never touches a network loop of the
  * server; it only reads counters (atomics, sharded tables) and the sources
  * the server handed in.  A connection is freed only in its close callback.
  */
-#include "metrics/metrics.h"
+#include "metrics/metrics_int.h"
 #include "common/log.h"
 #include "storage/storage.h"
 
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <uv.h>
 
 #define HEAD_MAX 8192
+#define RAW_MAX 16384
 
 typedef struct http_conn {
     uv_tcp_t tcp;
     char head[HEAD_MAX];
     size_t len;
-    bool answered;
+    bool answered, head_only;
+    char raw[RAW_MAX]; /* what the socket gave, before TLS */
+    SSL *ssl;          /* NULL: plain HTTP */
     uv_write_t wr;
     char *out;
 } http_conn_t;
+
+/* A write that does not end the connection (TLS handshake records). */
+typedef struct tls_write {
+    uv_write_t req;
+    char data[];
+} tls_write_t;
 
 static struct {
     uv_loop_t loop;
@@ -34,6 +56,8 @@ static struct {
     uv_async_t stop;
     uv_thread_t thread;
     bool running;
+    bool need_auth;
+    SSL_CTX *tls;
     sbl_metrics_sources_t src;
 } H;
 
@@ -155,31 +179,161 @@ void sbl_metrics_render_prometheus(bson_string_t *o, const sbl_metrics_sources_t
 static void close_cb(uv_handle_t *h)
 {
     http_conn_t *c = h->data;
+    if (c->ssl != NULL)
+        SSL_free(c->ssl);
     free(c->out);
     free(c);
 }
 
+static void close_conn(http_conn_t *c)
+{
+    if (!uv_is_closing((uv_handle_t *)&c->tcp))
+        uv_close((uv_handle_t *)&c->tcp, close_cb);
+}
+
 static void write_cb(uv_write_t *w, int status)
 {
-    http_conn_t *c = w->data;
-    uv_close((uv_handle_t *)&c->tcp, close_cb);
+    close_conn(w->data);
+}
+
+static void tls_write_cb(uv_write_t *w, int status)
+{
+    free(w->data);
+}
+
+/* Send what OpenSSL has queued for the peer.  last: this is the response's
+ * end, close once it is written. */
+static void tls_flush(http_conn_t *c, bool last)
+{
+    BIO *wb = SSL_get_wbio(c->ssl);
+    size_t n = (size_t)BIO_ctrl_pending(wb);
+    if (last) {
+        free(c->out);
+        c->out = malloc(n > 0 ? n : 1);
+        int got = c->out != NULL && n > 0 ? BIO_read(wb, c->out, (int)n) : 0;
+        uv_buf_t buf = uv_buf_init(c->out, got > 0 ? (unsigned)got : 0);
+        c->wr.data = c;
+        if (c->out == NULL || uv_write(&c->wr, (uv_stream_t *)&c->tcp, &buf, 1, write_cb) != 0)
+            close_conn(c);
+        return;
+    }
+    if (n == 0)
+        return;
+    tls_write_t *w = malloc(sizeof(*w) + n);
+    if (w == NULL) {
+        close_conn(c);
+        return;
+    }
+    int got = BIO_read(wb, w->data, (int)n);
+    uv_buf_t buf = uv_buf_init(w->data, got > 0 ? (unsigned)got : 0);
+    w->req.data = w;
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &buf, 1, tls_write_cb) != 0) {
+        free(w);
+        close_conn(c);
+    }
+}
+
+/* Send data (c->out or a part of it) and close once written. */
+static void http_send(http_conn_t *c, const char *data, size_t len)
+{
+    if (c->ssl != NULL) {
+        size_t done = 0;
+        while (done < len) {
+            int n = SSL_write(c->ssl, data + done, (int)(len - done > 1 << 20 ? 1 << 20 : len - done));
+            if (n <= 0) {
+                close_conn(c);
+                return;
+            }
+            done += (size_t)n;
+        }
+        tls_flush(c, true);
+        return;
+    }
+    uv_buf_t buf = uv_buf_init((char *)data, (unsigned)len);
+    c->wr.data = c;
+    if (uv_write(&c->wr, (uv_stream_t *)&c->tcp, &buf, 1, write_cb) != 0)
+        close_conn(c);
+}
+
+/* Send status, headers and body (len bytes; not sent for HEAD) and close. */
+static void respond_n(http_conn_t *c, const char *status, const char *ctype, const char *extra,
+                      const void *body, size_t blen)
+{
+    bson_string_t *s = bson_string_new(NULL);
+    bson_string_append_printf(s, "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                              "Cache-Control: no-cache\r\nX-Content-Type-Options: nosniff\r\n"
+                              "%sConnection: close\r\n\r\n", status, ctype, blen,
+                              extra != NULL ? extra : "");
+    size_t hlen = s->len;
+    c->answered = true;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->out = bson_string_free(s, false);
+    if (!c->head_only && blen > 0) {
+        c->out = bson_realloc(c->out, hlen + blen);
+        memcpy(c->out + hlen, body, blen);
+        hlen += blen;
+    }
+    http_send(c, c->out, hlen);
 }
 
 static void respond(http_conn_t *c, const char *status, const char *ctype, const char *body)
 {
-    bson_string_t *s = bson_string_new(NULL);
-    size_t blen = strlen(body);
-    bson_string_append_printf(s, "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                              "Connection: close\r\n\r\n", status, ctype, blen);
-    bson_string_append(s, body);
-    c->answered = true;
-    uv_read_stop((uv_stream_t *)&c->tcp);
-    size_t len = s->len;
-    c->out = bson_string_free(s, false);
-    uv_buf_t buf = uv_buf_init(c->out, (unsigned)len);
-    c->wr.data = c;
-    if (uv_write(&c->wr, (uv_stream_t *)&c->tcp, &buf, 1, write_cb) != 0)
-        uv_close((uv_handle_t *)&c->tcp, close_cb);
+    respond_n(c, status, ctype, NULL, body, strlen(body));
+}
+
+static bool is_loopback(const char *ip)
+{
+    return strncmp(ip, "127.", 4) == 0 || strcmp(ip, "::1") == 0 || strcmp(ip, "localhost") == 0;
+}
+
+/* The value of header name in the request head, copied into out; false when absent. */
+static bool header_value(const char *head, const char *name, char *out, size_t cap)
+{
+    size_t nlen = strlen(name);
+    for (const char *l = strchr(head, '\n'); l != NULL; l = strchr(l, '\n')) {
+        l++;
+        if (strncasecmp(l, name, nlen) != 0 || l[nlen] != ':')
+            continue;
+        const char *v = l + nlen + 1;
+        while (*v == ' ' || *v == '\t')
+            v++;
+        size_t n = strcspn(v, "\r\n");
+        if (n >= cap)
+            return false;
+        memcpy(out, v, n);
+        out[n] = '\0';
+        return true;
+    }
+    return false;
+}
+
+/* Whether the request may read: always when no login is asked for, else
+ * when it carries HTTP basic credentials of a user sources.authorize accepts. */
+static bool authorized(http_conn_t *c)
+{
+    char value[1024];
+    unsigned char dec[800];
+    if (!H.need_auth)
+        return true;
+    if (H.src.authorize == NULL || !header_value(c->head, "Authorization", value, sizeof(value)) ||
+        strncasecmp(value, "Basic ", 6) != 0)
+        return false;
+    const char *b64 = value + 6;
+    size_t n = strlen(b64);
+    if (n == 0 || n % 4 != 0 || n / 4 * 3 >= sizeof(dec))
+        return false;
+    int len = EVP_DecodeBlock(dec, (const unsigned char *)b64, (int)n);
+    if (len < 0)
+        return false;
+    len -= (b64[n - 1] == '=') + (n > 1 && b64[n - 2] == '=');
+    dec[len] = '\0';
+    char *colon = strchr((char *)dec, ':');
+    if (colon == NULL || memchr(dec, '\0', (size_t)len) != NULL)
+        return false;
+    *colon = '\0';
+    bool ok = H.src.authorize((const char *)dec, colon + 1);
+    OPENSSL_cleanse(dec, sizeof(dec));
+    return ok;
 }
 
 static void answer(http_conn_t *c)
@@ -189,28 +343,63 @@ static void answer(http_conn_t *c)
         respond(c, "400 Bad Request", "text/plain", "bad request\n");
         return;
     }
-    char *q = strchr(path, '?');
-    if (q != NULL)
-        *q = '\0';
-    if (strcmp(path, "/metrics") != 0) {
-        respond(c, "404 Not Found", "text/plain", "not found; try /metrics\n");
-        return;
-    }
-    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+    c->head_only = strcmp(method, "HEAD") == 0;
+    if (strcmp(method, "GET") != 0 && !c->head_only) {
         respond(c, "405 Method Not Allowed", "text/plain", "method not allowed\n");
         return;
     }
-    bson_string_t *s = bson_string_new(NULL);
-    sbl_metrics_render_prometheus(s, &H.src);
-    respond(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", s->str);
+    if (!authorized(c)) {
+        static const char msg[] = "a user with the clusterMonitor role is needed\n";
+        respond_n(c, "401 Unauthorized", "text/plain",
+                  "WWW-Authenticate: Basic realm=\"sable monitoring\", charset=\"UTF-8\"\r\n",
+                  msg, sizeof(msg) - 1);
+        return;
+    }
+    char *q = strchr(path, '?');
+    if (q != NULL)
+        *q++ = '\0';
+    bson_string_t *s = NULL;
+    const char *ctype = "application/json";
+    if (strcmp(path, "/metrics") == 0) {
+        s = bson_string_new(NULL);
+        sbl_metrics_render_prometheus(s, &H.src);
+        ctype = "text/plain; version=0.0.4; charset=utf-8";
+    } else if (strcmp(path, "/api/series") == 0) {
+        unsigned long long since = 0;
+        const char *p = q != NULL ? strstr(q, "since=") : NULL;
+        if (p != NULL)
+            since = strtoull(p + 6, NULL, 10);
+        s = bson_string_new(NULL);
+        sbl_series_render_json(s, since);
+    } else if (strcmp(path, "/api/latest") == 0) {
+        s = bson_string_new(NULL);
+        sbl_series_render_latest(s);
+    } else {
+        const sbl_page_asset_t *a = sbl_page_asset(strcmp(path, "/index.html") == 0 ? "/" : path);
+        if (a == NULL)
+            respond(c, "404 Not Found", "text/plain", "not found; try / or /metrics\n");
+        else
+            respond_n(c, "200 OK", a->ctype, NULL, a->data, a->len);
+        return;
+    }
+    respond_n(c, "200 OK", ctype, NULL, s->str, s->len);
     bson_string_free(s, true);
 }
 
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
     http_conn_t *c = h->data;
+    *buf = uv_buf_init(c->raw, sizeof(c->raw));
+}
+
+static void take(http_conn_t *c, const char *p, size_t n)
+{
     size_t room = HEAD_MAX - 1 - c->len;
-    *buf = uv_buf_init(c->head + c->len, (unsigned)room);
+    if (n > room)
+        n = room;
+    memcpy(c->head + c->len, p, n);
+    c->len += n;
+    c->head[c->len] = '\0';
 }
 
 static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
@@ -219,11 +408,25 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     if (c->answered)
         return;
     if (n < 0) {
-        uv_close((uv_handle_t *)&c->tcp, close_cb);
+        close_conn(c);
         return;
     }
-    c->len += (size_t)n;
-    c->head[c->len] = '\0';
+    if (c->ssl == NULL) {
+        take(c, buf->base, (size_t)n);
+    } else {
+        BIO_write(SSL_get_rbio(c->ssl), buf->base, (int)n);
+        char plain[4096];
+        int got;
+        while ((got = SSL_read(c->ssl, plain, sizeof(plain))) > 0)
+            take(c, plain, (size_t)got);
+        int e = SSL_get_error(c->ssl, got);
+        if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
+            ERR_clear_error();
+            close_conn(c); /* a failed handshake, or the peer closed */
+            return;
+        }
+        tls_flush(c, false); /* handshake records */
+    }
     if (strstr(c->head, "\r\n\r\n") != NULL || strstr(c->head, "\n\n") != NULL)
         answer(c);
     else if (c->len >= HEAD_MAX - 1)
@@ -239,9 +442,24 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     uv_tcp_init(&H.loop, &c->tcp);
     c->tcp.data = c;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
-        uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb) != 0)
-        uv_close((uv_handle_t *)&c->tcp, close_cb);
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+        close_conn(c);
+        return;
+    }
+    if (H.tls != NULL) {
+        BIO *rb = BIO_new(BIO_s_mem()), *wb = BIO_new(BIO_s_mem());
+        c->ssl = SSL_new(H.tls);
+        if (c->ssl == NULL || rb == NULL || wb == NULL) {
+            BIO_free(rb);
+            BIO_free(wb);
+            close_conn(c);
+            return;
+        }
+        SSL_set_bio(c->ssl, rb, wb);
+        SSL_set_accept_state(c->ssl);
+    }
+    if (uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb) != 0)
+        close_conn(c);
 }
 
 static void close_any(uv_handle_t *h, void *arg)
@@ -252,6 +470,7 @@ static void close_any(uv_handle_t *h, void *arg)
 
 static void stop_cb(uv_async_t *a)
 {
+    sbl_series_stop();
     uv_walk(&H.loop, close_any, NULL);
 }
 
@@ -260,6 +479,47 @@ static void loop_main(void *arg)
     sbl_thread_name("metrics");
     uv_run(&H.loop, UV_RUN_DEFAULT);
     sbl_session_release_thread();
+}
+
+static int pem_password(char *buf, int size, int rwflag, void *u)
+{
+    const char *pw = u;
+    if (pw == NULL)
+        return 0;
+    snprintf(buf, (size_t)size, "%s", pw);
+    return (int)strlen(buf);
+}
+
+static int tls_setup(const sbl_metrics_http_config_t *cfg, sbl_err_t *err)
+{
+    H.tls = SSL_CTX_new(TLS_server_method());
+    if (H.tls == NULL)
+        return sbl_err_set(err, SBL_E_InternalError, "metrics endpoint: cannot create a TLS context");
+    SSL_CTX_set_min_proto_version(H.tls, TLS1_2_VERSION);
+    SSL_CTX_set_default_passwd_cb(H.tls, pem_password);
+    SSL_CTX_set_default_passwd_cb_userdata(H.tls, (void *)cfg->tls_cert_key_password);
+    if (SSL_CTX_use_certificate_chain_file(H.tls, cfg->tls_cert_key_file) != 1 ||
+        SSL_CTX_use_PrivateKey_file(H.tls, cfg->tls_cert_key_file, SSL_FILETYPE_PEM) != 1) {
+        ERR_clear_error();
+        SSL_CTX_free(H.tls);
+        H.tls = NULL;
+        return sbl_err_set(err, SBL_E_BadValue,
+                           "metrics endpoint: cannot read the certificate and key in %s",
+                           cfg->tls_cert_key_file);
+    }
+    return 0;
+}
+
+/* Undo a start that failed after the loop was set up. */
+static void unwind(void)
+{
+    sbl_series_stop();
+    uv_walk(&H.loop, close_any, NULL);
+    uv_run(&H.loop, UV_RUN_DEFAULT);
+    uv_loop_close(&H.loop);
+    if (H.tls != NULL)
+        SSL_CTX_free(H.tls);
+    H.tls = NULL;
 }
 
 int sbl_metrics_http_start(const sbl_metrics_http_config_t *cfg, const sbl_metrics_sources_t *src,
@@ -273,33 +533,37 @@ int sbl_metrics_http_start(const sbl_metrics_http_config_t *cfg, const sbl_metri
         return 0;
     if (src != NULL)
         H.src = *src;
+    H.need_auth = cfg->auth && !is_loopback(ip);
     if (uv_ip4_addr(ip, cfg->port, (struct sockaddr_in *)&addr) != 0 &&
         uv_ip6_addr(ip, cfg->port, (struct sockaddr_in6 *)&addr) != 0)
         return sbl_err_set(err, SBL_E_BadValue, "metricsBindIp: not an IP address: %s", ip);
+    if (cfg->tls_cert_key_file != NULL && cfg->tls_cert_key_file[0] != '\0')
+        SBL_RET(tls_setup(cfg, err));
     uv_loop_init(&H.loop);
     uv_tcp_init(&H.loop, &H.server);
     uv_async_init(&H.loop, &H.stop, stop_cb);
     if ((rc = uv_tcp_bind(&H.server, (const struct sockaddr *)&addr, 0)) != 0 ||
         (rc = uv_listen((uv_stream_t *)&H.server, 64, on_connection)) != 0) {
-        uv_close((uv_handle_t *)&H.server, NULL);
-        uv_close((uv_handle_t *)&H.stop, NULL);
-        uv_run(&H.loop, UV_RUN_DEFAULT);
-        uv_loop_close(&H.loop);
+        unwind();
         return sbl_err_set(err, SBL_E_InternalError, "metrics endpoint: cannot listen on %s:%d: %s",
                            ip, cfg->port, uv_strerror(rc));
     }
+    if (sbl_series_start(&H.loop, &H.src) != 0) {
+        unwind();
+        return sbl_err_set(err, SBL_E_InternalError, "metrics endpoint: out of memory for the series");
+    }
     if (uv_thread_create(&H.thread, loop_main, NULL) != 0) {
-        uv_close((uv_handle_t *)&H.server, NULL);
-        uv_close((uv_handle_t *)&H.stop, NULL);
-        uv_run(&H.loop, UV_RUN_DEFAULT);
-        uv_loop_close(&H.loop);
+        unwind();
         return sbl_err_set(err, SBL_E_InternalError, "cannot start the metrics thread");
     }
     H.running = true;
     bson_t a = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&a, "address", ip);
     BSON_APPEND_INT32(&a, "port", cfg->port);
-    sbl_log(SBL_LOG_INFO, "NETWORK", 23016, "Serving Prometheus metrics on /metrics", &a);
+    BSON_APPEND_BOOL(&a, "tls", H.tls != NULL);
+    BSON_APPEND_BOOL(&a, "login", H.need_auth);
+    sbl_log(SBL_LOG_INFO, "NETWORK", 23016,
+            "Serving Prometheus metrics on /metrics and the monitoring page on /", &a);
     bson_destroy(&a);
     return 0;
 }
@@ -311,5 +575,8 @@ void sbl_metrics_http_stop(void)
     uv_async_send(&H.stop);
     uv_thread_join(&H.thread);
     uv_loop_close(&H.loop);
+    if (H.tls != NULL)
+        SSL_CTX_free(H.tls);
+    H.tls = NULL;
     H.running = false;
 }

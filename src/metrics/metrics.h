@@ -198,12 +198,27 @@ typedef struct sbl_op_report {
  * system.profile entry.  Runs on the thread that finished the command. */
 void sbl_metrics_op_done(const sbl_op_report_t *r);
 
-/* ---- the Prometheus endpoint (http.c) -------------------------------------- */
+/* ---- the Prometheus endpoint and the monitoring page (http.c, series.c) ---- */
 
 typedef struct sbl_metrics_http_config {
     const char *bind_ip; /* default "127.0.0.1" */
     int port;            /* 0: off */
+    /* --auth: when on and bind_ip is not a loopback address, every request
+     * needs HTTP basic auth of a user that sources.authorize accepts. */
+    bool auth;
+    /* TLS (as the server's net.tls): when cert_key_file is set the port
+     * speaks HTTPS only, with that certificate. */
+    const char *tls_cert_key_file;
+    const char *tls_cert_key_password;
 } sbl_metrics_http_config_t;
+
+/* A replica-set member as the monitoring page charts it (src/repl fills it). */
+#define SBL_METRICS_MAX_MEMBERS 16
+typedef struct sbl_metrics_member {
+    char name[128]; /* "host:port" */
+    int state;      /* MongoDB's member state: 0 STARTUP, 1 PRIMARY, 2 SECONDARY, ... 8 DOWN, 10 REMOVED */
+    int64_t lag_ms; /* behind the primary's newest applied optime; -1 when unknown */
+} sbl_metrics_member_t;
 
 /* Extra figures the endpoint asks the rest of the server for (set before start). */
 typedef struct sbl_metrics_sources {
@@ -211,9 +226,21 @@ typedef struct sbl_metrics_sources {
     void (*network)(int64_t *bytes_in, int64_t *bytes_out, int64_t *requests);
     void (*cache)(int64_t *bytes_in_cache, int64_t *bytes_max, int64_t *bytes_dirty);
     const char *(*command_name)(size_t row); /* NULL past the last row */
+    /* Audit events written since start (NULL: no audit log). */
+    uint64_t (*audit_events)(void);
+    /* The replica set's members, at most cap into out; returns how many (0 or
+     * NULL: not a replica-set member, and the page shows no replication chart). */
+    size_t (*repl_members)(sbl_metrics_member_t *out, size_t cap);
+    /* Whether user (on admin) with password may read the monitoring data
+     * (the clusterMonitor role's serverStatus action).  Called on the metrics
+     * thread only. */
+    bool (*authorize)(const char *user, const char *password);
 } sbl_metrics_sources_t;
 
-/* Start serving GET /metrics on its own thread and loop.  Returns 0 or an error code. */
+/* Start serving GET /metrics (Prometheus), GET / (the monitoring page) and
+ * GET /api/series, /api/latest (its data as JSON) on its own thread and
+ * loop, and start sampling the page's series every second.  Returns 0 or an
+ * error code. */
 int sbl_metrics_http_start(const sbl_metrics_http_config_t *cfg, const sbl_metrics_sources_t *src,
                            sbl_err_t *err);
 void sbl_metrics_http_stop(void);

@@ -284,8 +284,13 @@ static int run(int notify_fd)
         return 48;
     }
     sbl_profile_set_defaults(options.profile, options.slowms, options.slow_sample_rate);
-    sbl_metrics_http_config_t mcfg = {.bind_ip = options.metrics_bind_ip,
-                                      .port = options.metrics_port};
+    sbl_metrics_http_config_t mcfg = {
+        .bind_ip = options.metrics_bind_ip,
+        .port = options.metrics_port,
+        .auth = options.auth,
+        .tls_cert_key_file = options.tls_mode != SBL_TLS_DISABLED ? options.tls_cert_key_file : NULL,
+        .tls_cert_key_password = options.tls_cert_key_password,
+    };
     if ((rc = sbl_metrics_http_start(&mcfg, sbl_cmd_metrics_sources(), &err)) != 0) {
         fprintf(stderr, "sabled: %s\n", err.msg);
         sbl_net_stop();

@@ -6,6 +6,7 @@
  * a stop flag that the threads poll between operations.
  */
 #include "client.h"
+#include "chart.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -127,16 +128,22 @@ typedef struct status_ctx {
     int64_t maxexec_s;
     client_shared_t *sh;
     bench_status_line_t sl;
+    bench_chart_t *chart; /* --chart: a point per interval, or NULL */
+    bool print;           /* -s: print the status line */
     pthread_mutex_t lock;
     pthread_cond_t cond;
 } status_ctx_t;
 
 static void status_print(status_ctx_t *sc)
 {
+    uint64_t elapsed = (bench_now_ns() - sc->start_ns) / 1000000ULL;
+    if (sc->chart != NULL)
+        bench_chart_sample(sc->chart, sc->stats, sc->n, elapsed);
+    if (!sc->print)
+        return;
     char *line = malloc(65536);
     if (line == NULL)
         return;
-    uint64_t elapsed = (bench_now_ns() - sc->start_ns) / 1000000ULL;
     if (bench_status_format(&sc->sl, line, 65536, sc->stats, sc->n, elapsed, sc->planned, sc->mode) == 0)
         fprintf(stderr, "%s%s\n", sc->label, line);
     free(line);
@@ -245,6 +252,8 @@ int bench_client_run(const bench_options_t *o, FILE *out)
     }
     fprintf(stderr, "Starting test.\n");
 
+    bench_chart_t chart;
+    memset(&chart, 0, sizeof(chart));
     client_shared_t sh = {.wl = &wl, .db = db, .dbshared = dbshared, .load = o->load};
     atomic_init(&sh.stop, false);
     atomic_init(&sh.failed_threads, 0);
@@ -266,7 +275,9 @@ int bench_client_run(const bench_options_t *o, FILE *out)
     }
 
     status_ctx_t sc = {.threads = ct, .stats = stats, .n = threads, .planned = (uint64_t)opcount,
-                       .interval_s = status ? status_interval : 0, .label = bench_props_str(p, "label", ""),
+                       .interval_s = status || o->chart[0] ? status_interval : 0,
+                       .label = bench_props_str(p, "label", ""), .print = status,
+                       .chart = o->chart[0] ? &chart : NULL,
                        .mode = wl.mode, .maxexec_s = maxexec, .sh = &sh};
     atomic_init(&sc.finished, false);
     pthread_mutex_init(&sc.lock, NULL);
@@ -293,7 +304,7 @@ int bench_client_run(const bench_options_t *o, FILE *out)
     }
     pthread_t stid;
     bool have_status = false;
-    if (status || maxexec > 0)
+    if (status || maxexec > 0 || o->chart[0])
         have_status = pthread_create(&stid, NULL, status_thread_main, &sc) == 0;
     for (int i = 0; i < threads; i++)
         if (ct[i].opcount >= 0)
@@ -307,8 +318,8 @@ int bench_client_run(const bench_options_t *o, FILE *out)
         pthread_mutex_unlock(&sc.lock);
         pthread_join(stid, NULL);
     }
-    if (status)
-        status_print(&sc); /* YCSB's final status line */
+    if (status || o->chart[0])
+        status_print(&sc); /* YCSB's final status line (and the chart's last point) */
     bench_status_line_free(&sc.sl);
     pthread_cond_destroy(&sc.cond);
     pthread_mutex_destroy(&sc.lock);
@@ -332,6 +343,15 @@ int bench_client_run(const bench_options_t *o, FILE *out)
         }
     }
     bench_report_print(dst, &rep, &info);
+    if (o->chart[0]) {
+        char title[512];
+        snprintf(title, sizeof(title), "sable-bench %s %s, %d thread%s", o->load ? "load" : "run", db->name,
+                 threads, threads == 1 ? "" : "s");
+        if (bench_chart_write(&chart, o->chart, title, err, sizeof(err)) == 0)
+            fprintf(stderr, "chart: %s (%zu points, one per %d s)\n", o->chart, chart.n, status_interval);
+        else
+            fprintf(stderr, "sable-bench: --chart %s: %s\n", o->chart, err);
+    }
     if (dst != out)
         fclose(dst);
     uint64_t errors = bench_report_errors(&rep);
@@ -359,6 +379,7 @@ done:
             bench_stats_free(stats[i]);
     free(stats);
     free(ct);
+    bench_chart_free(&chart);
     bench_workload_free(&wl);
     return rc;
 }

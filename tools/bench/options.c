@@ -21,6 +21,8 @@ const char *bench_usage(void)
            "  -target OPS   total target operations per second (property target)\n"
            "  -s            print a status line every status.interval seconds (default 10) to stderr\n"
            "  -l label      prefix status lines with label\n"
+           "  --chart FILE.png  after the run, draw throughput and latency over time with gnuplot,\n"
+           "                one point per status.interval seconds (default 10; -s not needed)\n"
            "  -load | -t    YCSB spellings of load / run;  -db NAME  the binding\n"
            "Common properties: recordcount operationcount fieldcount fieldlength readproportion\n"
            "  updateproportion insertproportion scanproportion readmodifywriteproportion\n"
@@ -78,6 +80,13 @@ int bench_options_parse(bench_options_t *o, int argc, char **argv, char *err, si
             if (next == NULL)
                 FAIL("-l needs a label");
             bench_props_set(&cmdprops, "label", next);
+            i++;
+        } else if (strcmp(a, "--chart") == 0 || strcmp(a, "-chart") == 0) {
+            if (next == NULL || next[0] == '\0')
+                FAIL("--chart needs a file name");
+            if (strlen(next) >= sizeof(o->chart))
+                FAIL("--chart: file name too long");
+            snprintf(o->chart, sizeof(o->chart), "%s", next);
             i++;
         } else if (strcmp(a, "-P") == 0) {
             if (next == NULL)

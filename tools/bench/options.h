@@ -2,7 +2,7 @@
  * options.h: sable-bench's command line, parsed with YCSB's meaning.
  *
  *   sable-bench load|run DB [-P file]... [-p name=value]... [-threads N]
- *               [-target OPS] [-s] [-l label]
+ *               [-target OPS] [-s] [-l label] [--chart FILE.png]
  *
  * YCSB's own spellings (-load, -t, -db CLASS) are accepted too.  As in YCSB,
  * -p, -threads, -target and -s override whatever the -P files say,
@@ -20,6 +20,7 @@ typedef struct bench_options {
     bool load;            /* load phase (doInsert) rather than run (doTransaction) */
     char dbname[128];     /* "mongodb", "redis", "postgres" or a YCSB class name */
     bench_props_t props;  /* the merged properties */
+    char chart[1024];     /* --chart: a PNG of throughput and latency over time, or "" */
     bool help;
 } bench_options_t;
 

@@ -1,0 +1,218 @@
+// monitor.js: the monitoring page's charts.  Fetches the server's one-hour
+// ring (GET api/series, src/metrics/series.c) once, then every second only
+// the samples after the newest it has (?since=), and draws each group of
+// series with uPlot.  Every chart shows the same time window and follows the
+// same cursor; a drag on one zooms all of them, a double-click goes back.
+// Polling pauses while the page is hidden, so an unwatched tab costs nothing.
+'use strict';
+
+const CHARTS = [
+  {id: 'cpu', title: 'CPU', unit: '% of one core', keys: ['cpu_user', 'cpu_system']},
+  {id: 'ops', title: 'Operations', unit: 'per second',
+   keys: ['ops_insert', 'ops_query', 'ops_update', 'ops_delete', 'ops_getmore', 'ops_command']},
+  {id: 'latency', title: 'Latency', unit: 'ms, mean and 99th percentile',
+   keys: ['read_avg_ms', 'read_p99_ms', 'write_avg_ms', 'write_p99_ms']},
+  {id: 'connections', title: 'Connections', unit: 'open', keys: ['connections']},
+  {id: 'cache', title: 'WiredTiger cache', unit: '% of the configured size',
+   keys: ['cache_fill_pct', 'cache_dirty_pct']},
+  {id: 'journal', title: 'Journal flushes', unit: 'per second', keys: ['journal_flushes']},
+  {id: 'audit', title: 'Audit events', unit: 'per second', keys: ['audit_events']},
+];
+const COLORS = ['#3b6fd8', '#e0663a', '#2f9e5b', '#b34bc4', '#c9a227', '#5a6b7d', '#1ba3b8', '#d04a7a'];
+// MongoDB's member states (replSetGetStatus.members[].state).
+const STATES = ['STARTUP', 'PRIMARY', 'SECONDARY', 'RECOVERING', '4', 'STARTUP2', 'UNKNOWN',
+                'ARBITER', 'DOWN', 'ROLLBACK', 'REMOVED'];
+
+const S = {
+  last: 0, capacity: 3600, t: [], values: {}, labels: {}, units: {},
+  members: [],          // [{name, state: [], lag_s: []}] aligned with t
+  charts: {},           // id -> {def, plot, el}
+  windowSecs: 300, zoom: null, draws: 0, latest: null, ready: false,
+};
+window.sableMonitor = S; // for scripts and tests
+
+function $(id) { return document.getElementById(id); }
+
+function chartWidth(el) { return Math.max(300, el.clientWidth - 16); }
+
+function makeChart(def) {
+  let el = $('chart-' + def.id);
+  if (!el) {
+    el = document.createElement('div');
+    el.className = 'chart';
+    el.id = 'chart-' + def.id;
+    el.dataset.points = '0';
+    const h = document.createElement('h2');
+    h.innerHTML = def.title + ' <small>' + def.unit + '</small>';
+    el.appendChild(h);
+    $('charts').appendChild(el);
+  }
+  const series = [{}].concat(def.keys.map((k, i) => ({
+    label: def.labels ? def.labels[i] : (S.labels[k] || k),
+    stroke: COLORS[i % COLORS.length],
+    width: 1.5,
+    spanGaps: false,
+    value: def.valueFmt || ((u, v) => v == null ? '–' : +v.toFixed(v < 10 ? 3 : 1)),
+  })));
+  const axisY = {size: 56};
+  if (def.states)
+    axisY.values = (u, vals) => vals.map(v => Number.isInteger(v) ? (STATES[v] || v) : '');
+  const opts = {
+    width: chartWidth(el), height: 190, series,
+    scales: {x: {time: true}, y: def.states ? {range: [0, 10]} : {}},
+    axes: [{}, axisY],
+    cursor: {sync: {key: 'sable'}, drag: {x: true, y: false, setScale: false}},
+    legend: {live: true},
+    hooks: {
+      setSelect: [u => {
+        if (u.select.width < 4) return;
+        S.zoom = {min: u.posToVal(u.select.left, 'x'),
+                  max: u.posToVal(u.select.left + u.select.width, 'x')};
+        u.setSelect({left: 0, width: 0}, false);
+        redraw();
+      }],
+      draw: [() => { S.draws++; }],
+    },
+  };
+  const plot = new uPlot(opts, dataFor(def), el);
+  el.addEventListener('dblclick', () => { S.zoom = null; redraw(); });
+  S.charts[def.id] = {def, plot, el};
+}
+
+function replCharts() {
+  if (S.members.length === 0) return [];
+  const labels = S.members.map(m => m.name);
+  return [
+    {id: 'repl_state', title: 'Replica set: member state', unit: '', labels, states: true,
+     member: 'state', keys: labels.map((_, i) => 'm' + i),
+     valueFmt: (u, v) => v == null ? '–' : (STATES[v] || v)},
+    {id: 'repl_lag', title: 'Replica set: replication lag', unit: 'seconds behind the primary',
+     labels, member: 'lag_s', keys: labels.map((_, i) => 'm' + i)},
+  ];
+}
+
+function dataFor(def) {
+  if (def.member)
+    return [S.t].concat(S.members.map(m => m[def.member]));
+  return [S.t].concat(def.keys.map(k => S.values[k] || []));
+}
+
+function countPoints(data) {
+  let n = 0;
+  for (let s = 1; s < data.length; s++)
+    for (const v of data[s]) if (v != null) n++;
+  return n;
+}
+
+function redraw() {
+  const last = S.t.length ? S.t[S.t.length - 1] : Date.now() / 1000;
+  const first = S.t.length ? S.t[0] : last - S.windowSecs;
+  // The chosen window, or less while the server has less data than that.
+  const range = S.zoom || {min: Math.max(first, last - S.windowSecs), max: last};
+  const defs = CHARTS.concat(replCharts());
+  for (const def of defs) {
+    let c = S.charts[def.id];
+    if (c && c.def.keys.length !== def.keys.length) { // a member joined: rebuild
+      c.plot.destroy();
+      delete S.charts[def.id];
+      c = null;
+    }
+    if (!c) { makeChart(def); c = S.charts[def.id]; }
+    const data = dataFor(c.def);
+    c.plot.batch(() => {
+      c.plot.setData(data, false);
+      c.plot.setScale('x', range);
+    });
+    c.el.dataset.points = String(countPoints(data));
+  }
+}
+
+function merge(j) {
+  const full = j.last < S.last || S.last === 0;
+  const n = j.t.length;
+  if (full) {
+    S.t = []; S.values = {}; S.members = [];
+    for (const s of j.series) { S.labels[s.key] = s.label; S.units[s.key] = s.unit; }
+  }
+  const before = S.t.length;
+  S.t = S.t.concat(j.t);
+  for (const s of j.series)
+    S.values[s.key] = (S.values[s.key] || []).concat(j.values[s.key] || []);
+  for (const m of j.members) {
+    let mine = S.members.find(x => x.name === m.name);
+    if (!mine) {
+      mine = {name: m.name, state: new Array(before).fill(null), lag_s: new Array(before).fill(null)};
+      S.members.push(mine);
+    }
+    mine.state = mine.state.concat(m.state);
+    mine.lag_s = mine.lag_s.concat(m.lag_s);
+  }
+  for (const mine of S.members) // a member missing from this answer
+    while (mine.state.length < S.t.length) { mine.state.push(null); mine.lag_s.push(null); }
+  const extra = S.t.length - j.capacity;
+  if (extra > 0) {
+    S.t = S.t.slice(extra);
+    for (const k in S.values) S.values[k] = S.values[k].slice(extra);
+    for (const m of S.members) { m.state = m.state.slice(extra); m.lag_s = m.lag_s.slice(extra); }
+  }
+  S.last = j.last;
+  S.capacity = j.capacity;
+  if (j.latest) S.latest = j.latest;
+  return n;
+}
+
+function showNumbers() {
+  const l = S.latest;
+  if (!l) return;
+  for (const k in l.opcounters) {
+    const e = $('num-' + k);
+    if (e) { e.textContent = String(l.opcounters[k]); e.dataset.value = String(l.opcounters[k]); }
+  }
+  $('num-connections').textContent = String(l.connections);
+  $('num-connections').dataset.value = String(l.connections);
+  $('num-cache').textContent = (l.cache_bytes / 1048576).toFixed(1) + ' MB of ' +
+                               (l.cache_max_bytes / 1048576).toFixed(0) + ' MB';
+  $('num-cache').dataset.value = String(l.cache_bytes);
+  $('num-time').textContent = new Date(l.t_ms).toLocaleTimeString();
+  $('num-time').dataset.value = String(l.t_ms);
+}
+
+let timer = null, inflight = false;
+async function poll() {
+  timer = null;
+  inflight = true;
+  try {
+    const r = await fetch('api/series?since=' + S.last, {cache: 'no-store'});
+    if (!r.ok) throw new Error('HTTP ' + r.status);
+    const j = await r.json();
+    merge(j);
+    showNumbers();
+    redraw();
+    S.ready = S.t.length > 0;
+    $('status').textContent = 'live · ' + S.t.length + ' s of data';
+  } catch (e) {
+    $('status').textContent = 'no answer from the server (' + e.message + '); retrying';
+  }
+  inflight = false;
+  if (!document.hidden) timer = setTimeout(poll, 1000);
+}
+
+document.addEventListener('visibilitychange', () => {
+  if (!document.hidden && timer === null && !inflight) poll();
+});
+window.addEventListener('resize', () => {
+  for (const id in S.charts) {
+    const c = S.charts[id];
+    c.plot.setSize({width: chartWidth(c.el), height: 190});
+  }
+});
+for (const b of document.querySelectorAll('button[data-window]')) {
+  b.addEventListener('click', () => {
+    S.windowSecs = +b.dataset.window;
+    S.zoom = null;
+    for (const o of document.querySelectorAll('button[data-window]')) o.classList.toggle('on', o === b);
+    redraw();
+  });
+}
+$('host').textContent = location.host;
+poll();

@@ -263,7 +263,7 @@ static void report(restore_t *r, bool failed)
         fprintf(stderr, "%s: the restore did not finish:\n", tool_prog);
         static const char *const what[] = {"not restored", "partly restored", "restored",
                                            "failed"};
-        for (int s = RS_DONE; s >= RS_PENDING; s--)
+        for (int s = RS_FAILED; s >= RS_PENDING; s--)
             for (int i = 0; i < r->n; i++) {
                 rintent_t *it = &r->in[i];
                 if (!it->selected || (int)it->state != s)
@@ -405,8 +405,8 @@ static int restore_archive(restore_t *r)
         if ((uint64_t)ev.crc != it->crc) {
             corrupt = true;
             if (it->selected && it->state == RS_PARTIAL) {
-                restore_finish(r, it);
-                it->state = RS_FAILED;
+                restore_finish(r, it); /* its documents are in, but it is not whole */
+                it->state = RS_PARTIAL;
             }
             tool_err("corrupt archive: the checksum of %s.%s does not match its documents",
                      ev.db, ev.coll);

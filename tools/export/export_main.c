@@ -106,6 +106,14 @@ static void cell(bson_iter_t *it, bson_string_t *out)
         bson_string_append_printf(out, "ObjectId(%s)", hex);
         return;
     }
+    case BSON_TYPE_DECIMAL128: {
+        bson_decimal128_t dec;
+        char str[BSON_DECIMAL128_STRING];
+        bson_iter_decimal128(it, &dec);
+        bson_decimal128_to_string(&dec, str);
+        bson_string_append(out, str);
+        return;
+    }
     case BSON_TYPE_DATE_TIME:
         fmt_date(bson_iter_date_time(it), buf, sizeof(buf));
         bson_string_append(out, buf);

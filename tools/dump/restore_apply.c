@@ -1,0 +1,302 @@
+/*
+ * restore_apply.c: what sable-restore does to the server for one namespace:
+ * drop (--drop), create with the dumped options (capped, validator,
+ * collation, a view's viewOn and pipeline), insert documents in batches,
+ * build the dumped indexes, and write users and roles.
+ *
+ * What must stay true: an insert that fails document by document (duplicate
+ * _id, validation) is counted and reported and the restore goes on, unless
+ * --stopOnError; a failure of the connection or the write concern stops the
+ * namespace.  Users and roles are written by _id (replace, upsert), so a
+ * restore never duplicates one; with --drop, those of the restored scope that
+ * are not in the dump are removed.
+ */
+#include "restore.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define BATCH_BYTES (16 * 1024 * 1024)
+#define MAX_REPORTED 5
+
+int restore_parse_meta(rintent_t *it, const char *json, const char *origin)
+{
+    bson_error_t e;
+    bson_destroy(it->meta);
+    it->meta = NULL;
+    if (json == NULL || json[0] == '\0') {
+        it->meta = bson_new();
+        return 0;
+    }
+    it->meta = bson_new_from_json((const uint8_t *)json, -1, &e);
+    if (it->meta == NULL) {
+        it->meta = bson_new();
+        return tool_err("invalid metadata for %s.%s in %s: %s", it->db, it->coll, origin,
+                        e.message);
+    }
+    return 0;
+}
+
+static bool meta_doc(const bson_t *meta, const char *key, bson_t *out)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, meta, key) ||
+        !(BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it)))
+        return false;
+    uint32_t len;
+    const uint8_t *data;
+    if (BSON_ITER_HOLDS_DOCUMENT(&it))
+        bson_iter_document(&it, &len, &data);
+    else
+        bson_iter_array(&it, &len, &data);
+    return bson_init_static(out, data, len);
+}
+
+static bool is_capped(const rintent_t *it)
+{
+    bson_t opts;
+    bson_iter_t i;
+    return meta_doc(it->meta, "options", &opts) && bson_iter_init_find(&i, &opts, "capped") &&
+           bson_iter_as_bool(&i);
+}
+
+int restore_create(restore_t *r, rintent_t *it)
+{
+    bson_error_t e;
+    bson_t reply;
+    if (it->kind == RK_USERS || it->kind == RK_ROLES) {
+        it->pending = bson_new();
+        it->state = RS_PARTIAL;
+        return 0;
+    }
+    if (r->o.drop) {
+        bson_t cmd = BSON_INITIALIZER;
+        BSON_APPEND_UTF8(&cmd, "drop", it->tcoll);
+        bool ok = mongoc_client_command_simple(r->c, it->tdb, &cmd, NULL, &reply, &e);
+        bson_destroy(&cmd);
+        bson_destroy(&reply);
+        if (!ok && e.code != 26) { /* NamespaceNotFound: nothing to drop */
+            it->state = RS_FAILED;
+            return tool_err("dropping %s.%s: %s", it->tdb, it->tcoll, e.message);
+        }
+    }
+    bson_t cmd = BSON_INITIALIZER, opts;
+    BSON_APPEND_UTF8(&cmd, "create", it->tcoll);
+    if (meta_doc(it->meta, "options", &opts)) {
+        bson_iter_t i;
+        bson_iter_init(&i, &opts);
+        while (bson_iter_next(&i)) {
+            const char *k = bson_iter_key(&i);
+            bool view_key = strcmp(k, "viewOn") == 0 || strcmp(k, "pipeline") == 0;
+            if (r->o.no_options && !view_key)
+                continue;
+            bson_append_iter(&cmd, k, -1, &i);
+        }
+    }
+    bool ok = mongoc_client_command_simple(r->c, it->tdb, &cmd, NULL, &reply, &e);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    if (!ok && e.code == 48 && it->kind == RK_COLLECTION) {
+        /* NamespaceExists: restore into the existing collection, as mongorestore does */
+    } else if (!ok) {
+        it->state = RS_FAILED;
+        return tool_err("creating %s %s.%s: %s", it->kind == RK_VIEW ? "view" : "collection",
+                        it->tdb, it->tcoll, e.message);
+    }
+    it->state = it->kind == RK_VIEW ? RS_DONE : RS_PARTIAL;
+    return 0;
+}
+
+static mongoc_bulk_operation_t *new_bulk(restore_t *r, rintent_t *it)
+{
+    mongoc_collection_t *coll = mongoc_client_get_collection(r->c, it->tdb, it->tcoll);
+    bson_t opts = BSON_INITIALIZER;
+    BSON_APPEND_BOOL(&opts, "ordered", r->o.keep_order || is_capped(it));
+    mongoc_bulk_operation_t *b = mongoc_collection_create_bulk_operation_with_opts(coll, &opts);
+    if (r->wc != NULL)
+        mongoc_bulk_operation_set_write_concern(b, r->wc);
+    if (r->o.bypass_validation)
+        mongoc_bulk_operation_set_bypass_document_validation(b, true);
+    bson_destroy(&opts);
+    mongoc_collection_destroy(coll);
+    return b;
+}
+
+/* Send the batch.  Per-document errors are counted (and, with --stopOnError, fatal);
+   anything else fails the namespace. */
+static int flush(restore_t *r, rintent_t *it)
+{
+    if (it->bulk == NULL || it->bulk_docs == 0)
+        return 0;
+    bson_t reply;
+    bson_error_t e;
+    uint32_t sent = it->bulk_docs;
+    bool ok = mongoc_bulk_operation_execute(it->bulk, &reply, &e) != 0;
+    mongoc_bulk_operation_destroy(it->bulk);
+    it->bulk = NULL;
+    it->bulk_docs = 0;
+    it->bulk_bytes = 0;
+    int rc = 0;
+    if (!ok) {
+        bson_iter_t i, arr, we;
+        int64_t nerr = 0;
+        if (bson_iter_init_find(&i, &reply, "writeErrors") && bson_iter_recurse(&i, &arr)) {
+            while (bson_iter_next(&arr)) {
+                if (it->failed + nerr < MAX_REPORTED && bson_iter_recurse(&arr, &we) &&
+                    bson_iter_find(&we, "errmsg"))
+                    tool_log("continuing through error inserting into %s.%s: %s", it->tdb,
+                             it->tcoll, bson_iter_utf8(&we, NULL));
+                nerr++;
+            }
+        }
+        bool wc_error = bson_iter_init_find(&i, &reply, "writeConcernErrors") &&
+                        bson_iter_recurse(&i, &arr) && bson_iter_next(&arr);
+        if (nerr == 0 || wc_error) {
+            it->state = RS_FAILED;
+            rc = tool_err("inserting into %s.%s: %s", it->tdb, it->tcoll, e.message);
+        } else {
+            it->failed += nerr;
+            if (r->o.stop_on_error) {
+                it->state = RS_FAILED;
+                rc = tool_err("stopping at the first failed insert into %s.%s (--stopOnError): "
+                              "%s",
+                              it->tdb, it->tcoll, e.message);
+            }
+        }
+        it->docs += sent - (nerr < sent ? nerr : sent);
+    } else {
+        it->docs += sent;
+    }
+    bson_destroy(&reply);
+    return rc;
+}
+
+int restore_doc(restore_t *r, rintent_t *it, const bson_t *doc)
+{
+    it->bytes += doc->len;
+    if (it->kind == RK_USERS || it->kind == RK_ROLES) {
+        char k[16];
+        const char *key;
+        bson_uint32_to_string(it->n_pending++, &key, k, sizeof(k));
+        BSON_APPEND_DOCUMENT(it->pending, key, doc);
+        return 0;
+    }
+    if (it->bulk == NULL)
+        it->bulk = new_bulk(r, it);
+    mongoc_bulk_operation_insert(it->bulk, doc);
+    it->bulk_docs++;
+    it->bulk_bytes += doc->len;
+    tool_progress_add(&it->progress, 1, doc->len);
+    long batch = r->o.batch > 0 ? r->o.batch : 1000;
+    if (it->bulk_docs >= (uint32_t)batch || it->bulk_bytes >= BATCH_BYTES)
+        return flush(r, it);
+    return 0;
+}
+
+static int build_indexes(restore_t *r, rintent_t *it)
+{
+    bson_t indexes, cmd = BSON_INITIALIZER, arr;
+    if (!meta_doc(it->meta, "indexes", &indexes))
+        return 0;
+    BSON_APPEND_UTF8(&cmd, "createIndexes", it->tcoll);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "indexes", &arr);
+    bson_iter_t i, f;
+    uint32_t n = 0;
+    bson_iter_init(&i, &indexes);
+    while (bson_iter_next(&i)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&i) || !bson_iter_recurse(&i, &f) ||
+            (bson_iter_find(&f, "name") && BSON_ITER_HOLDS_UTF8(&f) &&
+             strcmp(bson_iter_utf8(&f, NULL), "_id_") == 0))
+            continue; /* the server makes the _id index itself */
+        bson_t ix;
+        char k[16];
+        const char *key;
+        bson_uint32_to_string(n++, &key, k, sizeof(k));
+        bson_append_document_begin(&arr, key, -1, &ix);
+        bson_iter_recurse(&i, &f);
+        while (bson_iter_next(&f))
+            if (strcmp(bson_iter_key(&f), "ns") != 0)
+                bson_append_iter(&ix, bson_iter_key(&f), -1, &f);
+        bson_append_document_end(&arr, &ix);
+    }
+    bson_append_array_end(&cmd, &arr);
+    int rc = 0;
+    if (n > 0) {
+        bson_t reply;
+        bson_error_t e;
+        if (!mongoc_client_command_simple(r->c, it->tdb, &cmd, NULL, &reply, &e)) {
+            it->state = RS_FAILED;
+            rc = tool_err("building the indexes of %s.%s: %s", it->tdb, it->tcoll, e.message);
+        }
+        bson_destroy(&reply);
+    }
+    bson_destroy(&cmd);
+    return rc;
+}
+
+int restore_finish(restore_t *r, rintent_t *it)
+{
+    if (it->state == RS_FAILED)
+        return -1;
+    if (it->kind != RK_COLLECTION)
+        return 0;
+    if (flush(r, it) != 0)
+        return -1;
+    if (!r->o.no_index && build_indexes(r, it) != 0)
+        return -1;
+    it->state = RS_DONE;
+    return 0;
+}
+
+int restore_users(restore_t *r, rintent_t *it)
+{
+    const char *which = it->kind == RK_USERS ? "system.users" : "system.roles";
+    bool scoped = strcmp(it->coll, "system.users") != 0 && strcmp(it->coll, "system.roles") != 0;
+    mongoc_collection_t *coll = mongoc_client_get_collection(r->c, "admin", which);
+    bson_error_t e;
+    bson_iter_t i;
+    int rc = 0;
+    bson_t ids = BSON_INITIALIZER;
+    uint32_t n = 0;
+    bson_iter_init(&i, it->pending);
+    while (rc == 0 && bson_iter_next(&i)) {
+        bson_t doc, sel = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+        uint32_t len;
+        const uint8_t *data;
+        bson_iter_t id;
+        bson_iter_document(&i, &len, &data);
+        bson_init_static(&doc, data, len);
+        if (!bson_iter_init_find(&id, &doc, "_id")) {
+            rc = tool_err("a document in %s.%s has no _id", it->db, it->coll);
+            break;
+        }
+        char k[16];
+        const char *key;
+        bson_uint32_to_string(n++, &key, k, sizeof(k));
+        bson_append_iter(&ids, key, -1, &id);
+        bson_append_iter(&sel, "_id", -1, &id);
+        BSON_APPEND_BOOL(&opts, "upsert", true);
+        if (!mongoc_collection_replace_one(coll, &sel, &doc, &opts, NULL, &e))
+            rc = tool_err("restoring %s %s: %s", it->kind == RK_USERS ? "user" : "role",
+                          bson_iter_utf8(&id, NULL) ? bson_iter_utf8(&id, NULL) : "?",
+                          e.message);
+        bson_destroy(&sel);
+        bson_destroy(&opts);
+    }
+    if (rc == 0 && r->o.drop) { /* remove those of the scope that the dump does not hold */
+        bson_t filter = BSON_INITIALIZER, nin;
+        if (scoped)
+            BSON_APPEND_UTF8(&filter, "db", it->db);
+        BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &nin);
+        BSON_APPEND_ARRAY(&nin, "$nin", &ids);
+        bson_append_document_end(&filter, &nin);
+        if (!mongoc_collection_delete_many(coll, &filter, NULL, NULL, &e))
+            rc = tool_err("--drop: removing %s not in the dump: %s", which, e.message);
+        bson_destroy(&filter);
+    }
+    bson_destroy(&ids);
+    mongoc_collection_destroy(coll);
+    it->docs = rc == 0 ? n : 0;
+    it->state = rc == 0 ? RS_DONE : RS_FAILED;
+    return rc;
+}

@@ -191,6 +191,7 @@ int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err)
         o.skip = skip;
         o.limit = limit;
         o.collation = env.coll;
+        o.keep_text_score = true; /* {$meta: "textScore"} in later stages reads it */
         rc = sbl_qexec_new(ns, &o, &q, err);
         if (rc == 0) /* a leading $sort is held to the sort limit too */
             sbl_qexec_set_disk_use(q, (int8_t)(allow_disk < 0 ? 0 : allow_disk ? 1 : -1));
@@ -207,10 +208,18 @@ int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err)
         if (rc == 0)
             rc = sbl_expr_take_match_error(err);
     }
+    bson_iter_t ti;
+    bool text = has_filter && bson_iter_init_find(&ti, &filter, "$text");
     if (has_filter)
         bson_destroy(&filter);
     if (rc == 0)
         rc = sbl_agg_run(&env, ns, &pipeline, first, &dv, err);
+    for (size_t i = 0; rc == 0 && text && i < dv.n; i++) {
+        bson_t *stripped = bson_new(); /* the score field never leaves the server */
+        sbl_projection_strip_meta(dv.v[i], stripped);
+        bson_destroy(dv.v[i]);
+        dv.v[i] = stripped;
+    }
     bson_destroy(&let_vals);
     if (rc != 0) {
         sbl_docvec_clear(&dv);

@@ -246,4 +246,16 @@ int sbl_cmd_revoke_privileges_from_role(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_grant_roles_to_role(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_revoke_roles_from_role(sbl_opctx_t *ctx, sbl_err_t *err);
 
+/* ---- text indexes (index_text.c) ---- */
+/* A spec option only text indexes take (weights, default_language, ...). */
+bool sbl_cmd_text_option(const char *k);
+/* True when key names a field with "text" (or is stored as {_fts: "text", ...}). */
+bool sbl_cmd_key_is_text(const bson_t *key);
+/* Append the stored key, weights, default_language, language_override and
+ * textIndexVersion of a text index spec to out; CannotCreateIndex (67). */
+int sbl_cmd_text_spec(const bson_t *spec, const bson_t *key, bson_t *out, sbl_err_t *err);
+/* For two specs: 0 unless both are text indexes; 1 when they are the same
+ * index; else IndexOptionsConflict (85): one text index per collection. */
+int sbl_cmd_text_conflict(const bson_t *req, const bson_t *have, sbl_err_t *err);
+
 #endif

@@ -310,7 +310,9 @@ int sbl_cmd_find(sbl_opctx_t *ctx, sbl_err_t *err)
         rc = sbl_exec_collation(ctx, ns, has_coll ? &coll_it : NULL, "FindCommandRequest.collation",
                                 &coll, err);
     sbl_qexec_opts_t o = {has_filter ? (has_let ? &bound : &filter) : NULL,
-                          has_sort ? &sort : NULL, skip, limit, coll};
+                          has_sort ? &sort : NULL, skip, limit, coll, false};
+    /* a projection removes a $text query's score field (or shows it, $meta) */
+    o.keep_text_score = has_proj && !bson_empty(&projection) && !return_key;
     if (rc == 0)
         rc = sbl_qexec_new_hinted(ns, &o, has_hint ? &hint : NULL, &st->q, err);
     if (rc == 0 && has_sort) /* a blocking sort may spill: allowDiskUse (src/exec/spill.c) */
@@ -410,7 +412,7 @@ int sbl_cmd_count(sbl_opctx_t *ctx, sbl_err_t *err)
         }
     } else {
         sbl_qexec_t *q = NULL;
-        sbl_qexec_opts_t o = {has_query ? &query : NULL, NULL, skip, limit, coll};
+        sbl_qexec_opts_t o = {has_query ? &query : NULL, NULL, skip, limit, coll, false};
         SBL_RET(sbl_qexec_new_hinted(ns, &o, has_hint ? &hint : NULL, &q, err));
         for (;;) {
             bson_t doc;
@@ -547,7 +549,7 @@ int sbl_cmd_distinct(sbl_opctx_t *ctx, sbl_err_t *err)
 
     value_set_t set = {0};
     sbl_qexec_t *q = NULL;
-    sbl_qexec_opts_t o = {has_query ? &query : NULL, NULL, 0, 0, coll};
+    sbl_qexec_opts_t o = {has_query ? &query : NULL, NULL, 0, 0, coll, false};
     void *carg = (void *)coll; /* qsort_r's argument is not const */
     int rc = sbl_qexec_new_hinted(ns, &o, has_hint ? &hint : NULL, &q, err);
     while (rc == 0 && nparts > 0) {

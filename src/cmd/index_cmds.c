@@ -107,6 +107,9 @@ static int check_key(const bson_t *key, const bson_t *spec, sbl_err_t *err)
         last = last != NULL ? last + 1 : f;
         if (f[0] == '\0')
             why = "Index keys cannot contain an empty field.";
+        else if (strcmp(f, "$**") == 0 && BSON_ITER_HOLDS_UTF8(&it) &&
+                 strcmp(bson_iter_utf8(&it, NULL), "text") == 0)
+            continue; /* a wildcard text index */
         else if (strcmp(last, "$**") == 0) /* "$**" or "a.b.$**" */
             why = "wildcard indexes are not supported by Sable yet";
         else if (f[0] == '$' || strstr(f, ".$") != NULL)
@@ -121,7 +124,9 @@ static int check_key(const bson_t *key, const bson_t *spec, sbl_err_t *err)
             const char *t = bson_iter_utf8(&it, NULL);
             if (strcmp(t, "hashed") == 0)
                 nhashed++;
-            else if (strcmp(t, "text") == 0 || strcmp(t, "2d") == 0 ||
+            else if (strcmp(t, "text") == 0)
+                ;
+            else if (strcmp(t, "2d") == 0 ||
                      strcmp(t, "2dsphere") == 0 || strcmp(t, "geoHaystack") == 0) {
                 snprintf(buf, sizeof(buf), "%s indexes are not supported by Sable yet", t);
                 why = buf;
@@ -226,10 +231,12 @@ static int normalise_spec(const bson_t *spec, bson_t *out, bool *has_collationp,
     if (!have_key)
         return sbl_err_set(err, SBL_E_FailedToParse,
                            "The 'key' field is a required property of an index specification");
-    SBL_RET(check_key(&key, spec, err));
+    bool text = sbl_cmd_key_is_text(&key);
+    if (!text)
+        SBL_RET(check_key(&key, spec, err));
     bool hashed = false, compound = bson_count_keys(&key) > 1;
     bson_iter_init(&it, &key);
-    while (bson_iter_next(&it))
+    while (bson_iter_next(&it) && !text)
         hashed |= BSON_ITER_HOLDS_UTF8(&it);
     if (hashed && unique)
         return sbl_err_set(err, SBL_E_CannotCreateIndex,
@@ -248,14 +255,35 @@ static int normalise_spec(const bson_t *spec, bson_t *out, bool *has_collationp,
         name = gen->str;
     }
     BSON_APPEND_INT32(out, "v", 2);
-    BSON_APPEND_DOCUMENT(out, "key", &key);
-    BSON_APPEND_UTF8(out, "name", name);
+    if (text) {
+        bson_t extra = BSON_INITIALIZER;
+        bson_iter_t xi;
+        rc = sbl_cmd_text_spec(spec, &key, &extra, err);
+        if (rc == 0 && bson_iter_init_find(&xi, &extra, "key"))
+            bson_append_iter(out, "key", -1, &xi);
+        BSON_APPEND_UTF8(out, "name", name);
+        if (rc == 0 && bson_iter_init(&xi, &extra))
+            while (bson_iter_next(&xi))
+                if (strcmp(bson_iter_key(&xi), "key") != 0)
+                    bson_append_iter(out, bson_iter_key(&xi), -1, &xi);
+        bson_destroy(&extra);
+        if (rc != 0) {
+            if (gen != NULL)
+                bson_string_free(gen, true);
+            return rc;
+        }
+    } else {
+        BSON_APPEND_DOCUMENT(out, "key", &key);
+        BSON_APPEND_UTF8(out, "name", name);
+    }
     bson_iter_init(&it, spec);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "key") == 0 || strcmp(k, "name") == 0 || strcmp(k, "v") == 0 ||
             strcmp(k, "ns") == 0 || strcmp(k, "background") == 0 || strcmp(k, "collation") == 0)
             continue;
+        if (sbl_cmd_text_option(k))
+            continue; /* text indexes' are written above; other indexes ignore them */
         if ((strcmp(k, "unique") == 0 || strcmp(k, "sparse") == 0) && !bson_iter_as_bool(&it))
             continue;
         if (strcmp(k, "unique") == 0 || strcmp(k, "sparse") == 0)
@@ -434,7 +462,9 @@ int sbl_cmd_create_indexes(sbl_opctx_t *ctx, sbl_err_t *err)
             break;
         }
         for (k = 0; k < nhave && rc == 0; k++) {
-            rc = conflict(specs[i], sbl_index_spec(have[k]), err);
+            rc = sbl_cmd_text_conflict(specs[i], sbl_index_spec(have[k]), err);
+            if (rc == 0)
+                rc = conflict(specs[i], sbl_index_spec(have[k]), err);
             if (rc == 1) {
                 skip[i] = true;
                 rc = 0;
@@ -444,7 +474,9 @@ int sbl_cmd_create_indexes(sbl_opctx_t *ctx, sbl_err_t *err)
         for (k = 0; k < i && rc == 0; k++) {
             if (skip[k])
                 continue;
-            rc = conflict(specs[i], specs[k], err);
+            rc = sbl_cmd_text_conflict(specs[i], specs[k], err);
+            if (rc == 0)
+                rc = conflict(specs[i], specs[k], err);
             if (rc == 1) {
                 skip[i] = true;
                 rc = 0;

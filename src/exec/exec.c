@@ -30,6 +30,7 @@
  */
 #include "exec/exec.h"
 #include "exec/plan.h"
+#include "exec/text.h"
 #include "doc/doc.h"
 
 #include <stdlib.h>
@@ -65,6 +66,11 @@ struct sbl_qexec {
     bson_value_t last_id;
     size_t next_point;
     size_t chunk;
+
+    /* a $text query (text.c): its stage, the rest of its filter */
+    sbl_text_exec_t *text;
+    bson_t text_rest;
+    bool keep_score; /* leave the score field on the results ($meta reads it later) */
 
     /* the secondary-index plan (plan.c), when one won */
     sbl_ixplan_t *ixp;
@@ -157,8 +163,18 @@ int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_v
     if (q == NULL)
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory planning a query");
     sbl_strcpy_n(q->ns, sizeof(q->ns), ns);
+    if (sbl_text_parse(filter, &q->text_rest, &q->text, err) != 0) {
+        free(q);
+        return err->code;
+    }
+    if (q->text != NULL)
+        filter = &q->text_rest;
+    q->keep_score = o->keep_text_score;
     q->m = sbl_matcher_new(filter, err);
     if (q->m == NULL) {
+        sbl_text_free(q->text);
+        if (q->text != NULL)
+            bson_destroy(&q->text_rest);
         free(q);
         return err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "invalid filter");
     }
@@ -166,20 +182,41 @@ int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_v
         sbl_matcher_set_collation(q->m, o->collation);
     if (o->sort != NULL && !bson_empty(o->sort) && !sort_is_natural(o->sort, &q->desc)) {
         q->sort = sbl_sort_new(o->sort, err);
+        bool score_only = false;
+        if (q->sort != NULL && q->text == NULL && sbl_sort_text_score(q->sort, NULL)) {
+            sbl_sort_free(q->sort);
+            q->sort = NULL;
+            sbl_err_set(err, 40218, "query requires text score metadata, but it is not available");
+        }
         if (q->sort == NULL) {
             sbl_matcher_free(q->m);
+            sbl_text_free(q->text);
+            if (q->text != NULL)
+                bson_destroy(&q->text_rest);
             free(q);
             return err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "invalid sort");
         }
         sbl_sort_set_collation(q->sort, o->collation);
+        if (sbl_sort_text_score(q->sort, &score_only) && score_only) {
+            sbl_sort_free(q->sort); /* the text stage hands results out best first */
+            q->sort = NULL;
+        }
         /* the _id table is in binary order: under a collation string _ids sort in memory */
-        if (o->collation == NULL && sbl_sort_is_id(q->sort, &q->desc)) {
+        if (q->sort != NULL && o->collation == NULL && sbl_sort_is_id(q->sort, &q->desc)) {
             sbl_sort_free(q->sort);
             q->sort = NULL;
         }
     }
     bool natural_desc = false;
     q->natural_ok = o->sort == NULL || bson_empty(o->sort) || sort_is_natural(o->sort, &natural_desc);
+    if (q->text != NULL) {
+        /* the text index is the plan: no _id ranges, no other index, no hint */
+        q->range.kind = SBL_ID_ANY;
+        q->skip = o->skip > 0 ? o->skip : 0;
+        q->limit = o->limit > 0 ? o->limit : 0;
+        snprintf(q->summary, sizeof(q->summary), "TEXT_MATCH");
+        goto planned;
+    }
     sbl_id_range_from_filter(filter, &q->range);
     if (o->collation != NULL && (q->range.kind == SBL_ID_NONE || range_has_strings(&q->range))) {
         sbl_id_range_destroy(&q->range); /* _id keys are binary: scan, let the matcher decide */
@@ -216,6 +253,7 @@ int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_v
         }
     }
     sbl_qexec_summary(q, q->summary, sizeof(q->summary));
+planned:
     if (q->sort == NULL) {
         q->to_skip = q->skip;
         q->remaining = q->limit > 0 ? q->limit : -1;
@@ -249,6 +287,10 @@ void sbl_qexec_free(sbl_qexec_t *q)
     sbl_sorter_free(q->spill); /* before the sort it compares with */
     sbl_sort_free(q->sort);
     sbl_matcher_free(q->m);
+    if (q->text != NULL) {
+        sbl_text_free(q->text);
+        bson_destroy(&q->text_rest);
+    }
     free(q);
 }
 
@@ -622,6 +664,35 @@ void sbl_qexec_info(const sbl_qexec_t *q, sbl_qexec_info_t *out)
     out->summary = q->summary;
 }
 
+/* The next results of a $text query, best first (without the score field
+ * unless a $meta asks for it later). */
+static int refill_text(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_t max,
+                       sbl_err_t *err)
+{
+    for (size_t got = 0; got < max;) {
+        bson_t *d = NULL;
+        SBL_RET(sbl_text_next(q->text, ctx, c, q->m, &q->text_rest, &d, err));
+        if (d == NULL) {
+            q->exhausted = true;
+            return 0;
+        }
+        bool more;
+        if (q->keep_score || q->sort != NULL) {
+            more = take_match(q, d, -1);
+        } else {
+            bson_t stripped = BSON_INITIALIZER;
+            sbl_projection_strip_meta(d, &stripped);
+            more = take_match(q, &stripped, -1);
+            bson_destroy(&stripped);
+        }
+        bson_destroy(d);
+        got++;
+        if (!more)
+            return 0;
+    }
+    return 0;
+}
+
 /* Read the next chunk of the _id-ordered stream into buf. */
 static int refill(sbl_qexec_t *q, sbl_opctx_t *ctx, size_t max, sbl_err_t *err)
 {
@@ -646,7 +717,9 @@ static int refill(sbl_qexec_t *q, sbl_opctx_t *ctx, size_t max, sbl_err_t *err)
     int64_t keys0 = ctx->keys_examined, docs0 = ctx->docs_examined;
     sbl_strcpy_n(tls_summary, sizeof(tls_summary), q->summary);
     ctx->plan_summary = tls_summary;
-    if (q->ixp != NULL) {
+    if (q->text != NULL) {
+        rc = refill_text(q, ctx, c, max, err);
+    } else if (q->ixp != NULL) {
         rc = refill_ixscan(q, ctx, c, max, err);
     } else if (q->range.kind == SBL_ID_POINTS) {
         size_t before = q->next_point;
@@ -827,8 +900,25 @@ static int run_sort(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
+static int next_raw(sbl_qexec_t *q, sbl_opctx_t *ctx, bson_t *doc, int32_t *posp, bool *donep,
+                    sbl_err_t *err);
+
 int sbl_qexec_next(sbl_qexec_t *q, sbl_opctx_t *ctx, bson_t *doc, int32_t *posp, bool *donep,
                    sbl_err_t *err)
+{
+    SBL_RET(next_raw(q, ctx, doc, posp, donep, err));
+    if (q->text != NULL && !q->keep_score && q->sort != NULL && !*donep) {
+        /* sorted with the score: the caller does not want it */
+        bson_t stripped = BSON_INITIALIZER;
+        sbl_projection_strip_meta(doc, &stripped);
+        bson_destroy(doc);
+        bson_steal(doc, &stripped);
+    }
+    return 0;
+}
+
+static int next_raw(sbl_qexec_t *q, sbl_opctx_t *ctx, bson_t *doc, int32_t *posp, bool *donep,
+                    sbl_err_t *err)
 {
     *donep = false;
     if (q->sort != NULL && !q->sorted)

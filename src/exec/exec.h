@@ -57,6 +57,8 @@ typedef struct sbl_qexec_opts {
     int64_t skip;         /* documents to drop after sorting */
     int64_t limit;        /* 0: no limit */
     const sbl_collation_t *collation; /* how strings compare; NULL: binary */
+    bool keep_text_score; /* a $text query's results keep their score field
+                             (SBL_TEXT_SCORE_FIELD) for a later $meta */
 } sbl_qexec_opts_t;
 
 typedef struct sbl_qexec sbl_qexec_t;

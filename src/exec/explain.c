@@ -323,7 +323,7 @@ int sbl_exec_explain(sbl_opctx_t *ctx, sbl_err_t *err)
     SBL_RET(sbl_op_ns(&inner_ctx, ns, sizeof(ns), err));
 
     sbl_qexec_opts_t o = {r.has_filter ? &r.filter : NULL, r.has_sort ? &r.sort : NULL, r.skip,
-                          r.limit, NULL};
+                          r.limit, NULL, false};
     SBL_RET(sbl_exec_collation(ctx, ns, bson_iter_init_find(&it, &inner, "collation") ? &it : NULL,
                                "collation", &o.collation, err));
     SBL_RET(sbl_qexec_new_hinted(ns, &o, r.has_hint ? &r.hint : NULL, &q, err));

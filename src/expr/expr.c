@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "doc/doc.h"
+#include "query/query.h"
 
 /* ---- values ------------------------------------------------------------------ */
 
@@ -321,6 +322,7 @@ static const op_def_t op_table[] = {
     NM(map, a_map),
     P(max, 1, -1),
     P(mergeObjects, 0, -1),
+    {"$meta", op_meta, 0, 0, NULL, parse_meta},
     DP(millisecond),
     P(min, 1, -1),
     DP(minute),
@@ -613,6 +615,19 @@ int sbl_expr_eval(const sbl_expr_t *e, const sbl_expr_env_t *env, bson_value_t *
 int op_literal(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
 {
     v_copy(&e->kids[0]->cval, out);
+    return 0;
+}
+
+/* {$meta: "textScore"}: the score a leading $text match gave the document
+ * (the executor's hidden field, src/query's SBL_TEXT_SCORE_FIELD). */
+int op_meta(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
+{
+    bson_value_t v;
+    ex_resolve(&c->root, SBL_TEXT_SCORE_FIELD, &v);
+    if (v.value_type == BSON_TYPE_EOD)
+        return sbl_err_set(err, 40218, "query requires text score metadata, but it is not "
+                           "available");
+    v_copy(&v, out);
     return 0;
 }
 

@@ -107,7 +107,7 @@ void v_decimal(bson_value_t *v, long double x);
     X(dateFromParts) X(dateFromString) X(dateSubtract) X(dateToParts) X(dateToString)            \
     X(datepart) X(divide) X(eq) X(exp) X(filter) X(first) X(floor) X(getField) X(gt) X(gte)        \
     X(ifNull) X(in) X(indexOfArray) X(indexOfBytes) X(indexOfCP) X(isArray) X(isNumber) X(last)   \
-    X(let) X(literal) X(ln) X(log) X(log10) X(lt) X(lte) X(ltrim) X(map) X(max) X(mergeObjects)  \
+    X(let) X(literal) X(ln) X(log) X(log10) X(lt) X(lte) X(ltrim) X(map) X(max) X(mergeObjects) X(meta) \
     X(min) X(mod) X(multiply) X(ne) X(not) X(objectToArray) X(or) X(pow) X(range) X(reduce)       \
     X(regexFind) X(regexFindAll) X(regexMatch) X(replaceAll) X(replaceOne) X(reverseArray)       \
     X(round) X(rtrim) X(setDifference) X(setEquals) X(setField) X(setIntersection)               \
@@ -126,6 +126,7 @@ OPS(OP_DECL)
 int ex_check_var_name(const char *name, bool defining, sbl_err_t *err);
 /* Special parsers. */
 int parse_literal(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sbl_err_t *err);
+int parse_meta(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sbl_err_t *err);
 int parse_let(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sbl_err_t *err);
 int parse_switch(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sbl_err_t *err);
 

@@ -227,6 +227,16 @@ int parse_literal(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sb
     return 0;
 }
 
+int parse_meta(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sbl_err_t *err)
+{
+    if (arg->value_type != BSON_TYPE_UTF8)
+        return sbl_err_set(err, 17307, "$meta only supports string arguments");
+    if (strcmp(arg->value.v_utf8.str, "textScore") != 0)
+        return sbl_err_set(err, 17308, "Unsupported argument to $meta: %s",
+                           arg->value.v_utf8.str);
+    return 0;
+}
+
 int parse_let(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sbl_err_t *err)
 {
     bson_t d, vars;

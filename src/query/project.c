@@ -29,7 +29,7 @@
 #define E_SLICE_ARG 28667
 #define E_SLICE_LIMIT 28724
 
-enum { PA_NONE, PA_INCLUDE, PA_EXCLUDE, PA_SLICE, PA_ELEM, PA_POSITIONAL, PA_LITERAL };
+enum { PA_NONE, PA_INCLUDE, PA_EXCLUDE, PA_SLICE, PA_ELEM, PA_POSITIONAL, PA_LITERAL, PA_META };
 
 typedef struct pnode pnode_t;
 struct pnode {
@@ -50,6 +50,7 @@ struct sbl_projection {
     bool inclusion;
     bool id_excluded;
     bool empty;
+    bool has_meta; /* a {$meta: "textScore"} field */
 };
 
 static void pnode_free(pnode_t *n)
@@ -263,8 +264,20 @@ static int parse_entry(pparse_t *c, const char *path, const bson_value_t *v, sbl
         if (positional)
             SBL_ERR(sbl_err_set(err, SBL_E_BadValue,
                                 "positional projection cannot be used with an expression"));
-        if (strcmp(op, "$meta") == 0)
-            SBL_ERR(sbl_err_set(err, SBL_E_BadValue, "$meta is not supported"));
+        if (strcmp(op, "$meta") == 0) {
+            if (arg.value_type != BSON_TYPE_UTF8 || strcmp(arg.value.v_utf8.str, "textScore") != 0)
+                SBL_ERR(sbl_err_set(err, SBL_E_BadValue, "Unsupported argument to $meta: %s",
+                                    arg.value_type == BSON_TYPE_UTF8 ? arg.value.v_utf8.str
+                                                                     : "(not a string)"));
+            if (strchr(real, '.') != NULL)
+                SBL_ERR(sbl_err_set(err, SBL_E_BadValue,
+                                    "$meta is supported at the top level of a projection only "
+                                    "by Sable (%s)", real));
+            SBL_ERR(tree_add(c->p->root, real, &leaf, err));
+            leaf->action = PA_META; /* any mode: it adds the score, it does not choose fields */
+            c->p->has_meta = true;
+            goto done;
+        }
         if (strcmp(op, "$slice") == 0 || strcmp(op, "$elemMatch") == 0) {
             SBL_ERR(tree_add(c->p->root, real, &leaf, err));
             if (op[1] == 's') {
@@ -508,7 +521,8 @@ static int apply_field(papply_t *a, const pnode_t *n, bson_iter_t *it, bson_t *o
         return 0;
     case PA_EXCLUDE:
     case PA_LITERAL:
-        return 0; /* literals are appended after the document's fields */
+    case PA_META:
+        return 0; /* literals and scores are appended after the document's fields */
     case PA_SLICE:
         append_slice(n, key, &v, out);
         return 0;
@@ -610,6 +624,8 @@ static int apply_level(papply_t *a, const pnode_t *n, const uint8_t *data, uint3
         const pnode_t *k = pnode_child(n, key);
         if (top && strcmp(key, "_id") == 0 && a->p->id_excluded)
             continue;
+        if (top && strcmp(key, SBL_TEXT_SCORE_FIELD) == 0)
+            continue; /* the executor's: only $meta shows it */
         if (k == NULL) {
             if (!a->p->inclusion || (top && strcmp(key, "_id") == 0))
                 bson_append_iter(out, key, -1, &it);
@@ -631,6 +647,10 @@ static int apply_level(papply_t *a, const pnode_t *n, const uint8_t *data, uint3
             seen = seen_literal_parents[s] == k;
         if (k->action == PA_LITERAL) {
             bson_append_value(out, k->name, -1, &k->lit);
+        } else if (k->action == PA_META && top) {
+            bson_iter_t si;
+            if (bson_iter_init_find(&si, &d, SBL_TEXT_SCORE_FIELD))
+                bson_append_iter(out, k->name, -1, &si);
         } else if (k->action == PA_NONE && k->has_literal && !seen) {
             bson_t sub;
             bson_append_document_begin(out, k->name, -1, &sub);
@@ -639,6 +659,21 @@ static int apply_level(papply_t *a, const pnode_t *n, const uint8_t *data, uint3
         }
     }
     return 0;
+}
+
+void sbl_projection_strip_meta(const bson_t *doc, bson_t *out)
+{
+    bson_iter_t it;
+    if (!bson_iter_init(&it, doc))
+        return;
+    while (bson_iter_next(&it))
+        if (strcmp(bson_iter_key(&it), SBL_TEXT_SCORE_FIELD) != 0)
+            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+}
+
+bool sbl_projection_has_meta(const sbl_projection_t *p)
+{
+    return p != NULL && p->has_meta;
 }
 
 int sbl_projection_apply(const sbl_projection_t *p, const bson_t *doc, int32_t array_pos,

@@ -104,6 +104,10 @@ void sbl_projection_free(sbl_projection_t *p);
  * bson_init).  array_pos is what sbl_matcher_match reported (for "a.$").
  * Returns 0 or an error code.
  */
+/* Copy doc into out without the executor's text score field. */
+void sbl_projection_strip_meta(const bson_t *doc, bson_t *out);
+/* True when p has a {$meta: "textScore"} field. */
+bool sbl_projection_has_meta(const sbl_projection_t *p);
 int sbl_projection_apply(const sbl_projection_t *p, const bson_t *doc, int32_t array_pos,
                          bson_t *out, sbl_err_t *err);
 
@@ -121,6 +125,71 @@ int sbl_sort_compare(const sbl_sort_t *s, const bson_t *a, const bson_t *b);
 /* Order strings under coll (NULL: binary, the default); coll must outlive s. */
 void sbl_sort_set_collation(sbl_sort_t *s, const sbl_collation_t *coll);
 /* True when the sort is exactly {_id: 1} or {_id: -1}; *descending is set. */
+/* True when s has a {$meta: "textScore"} key (*onlyp: it is the only key). */
+bool sbl_sort_text_score(const sbl_sort_t *s, bool *onlyp);
 bool sbl_sort_is_id(const sbl_sort_t *s, bool *descending);
+
+
+/* ---- text search (fts.c, fts_stop.c) ------------------------------------ */
+
+/* The hidden field the executor appends to each document a $text query
+ * returns (its score, a double); {$meta: "textScore"} in projections, sorts
+ * and expressions reads it, and nothing else may return it to a client. */
+#define SBL_TEXT_SCORE_FIELD "\x7ftextScore"
+
+/* A language's index in the table of text search languages ("english" or
+ * "en"; "none": no stemming, no stop words), or -1 when unsupported. */
+int sbl_fts_lang(const char *name);
+const char *sbl_fts_lang_name(int lang);
+/* True when w (folded, NUL-terminated) is one of lang's stop words. */
+bool sbl_fts_stop_word(int lang, const char *w);
+/* s folded into out (not NUL-terminated): lower case unless case_sens,
+ * without diacritics unless diac_sens (text index version 3). */
+void sbl_fts_fold(const char *s, size_t len, bool case_sens, bool diac_sens, sbl_buf_t *out);
+
+/* A set of terms with a score each (the term strings are owned). */
+typedef struct sbl_fts_scores {
+    char **term;
+    double *score;
+    size_t n, cap;
+} sbl_fts_scores_t;
+void sbl_fts_scores_init(sbl_fts_scores_t *s);
+void sbl_fts_scores_destroy(sbl_fts_scores_t *s);
+/* Add the score of each distinct stemmed term of one string (weight: its field's). */
+void sbl_fts_score_string(const char *s, size_t len, int lang, double weight,
+                          sbl_fts_scores_t *out);
+
+/* A text index's spec: weighted fields ("$**": every string), languages. */
+typedef struct sbl_fts_spec {
+    char **fields;
+    double *weights;
+    size_t nweights;
+    bool wildcard;
+    double wildcard_weight;
+    int default_lang;
+    char *lang_override;
+} sbl_fts_spec_t;
+/* Parse the stored index spec (weights, default_language, language_override). */
+sbl_fts_spec_t *sbl_fts_spec_new(const bson_t *spec);
+void sbl_fts_spec_free(sbl_fts_spec_t *sp);
+/* The terms of doc with their scores (added to out).  Errors: 17261 a
+ * non-string language override, 17262 an unsupported language. */
+int sbl_fts_doc_scores(const sbl_fts_spec_t *sp, const bson_t *doc, sbl_fts_scores_t *out,
+                       sbl_err_t *err);
+
+/* A parsed $search: positive terms (index lookups), negated terms, phrases. */
+typedef struct sbl_fts_query {
+    int lang;
+    bool case_sens, diac_sens;
+    sbl_fts_scores_t terms, neg_terms, phrases, neg_phrases;
+    sbl_fts_scores_t sens_terms; /* the positive terms under the sensitivity asked */
+} sbl_fts_query_t;
+sbl_fts_query_t *sbl_fts_query_parse(const char *search, int lang, bool case_sens,
+                                     bool diac_sens);
+void sbl_fts_query_free(sbl_fts_query_t *q);
+/* True when a candidate must be read to check it (negations, phrases, sensitivity). */
+bool sbl_fts_query_needs_doc(const sbl_fts_query_t *q);
+/* The checks of a candidate doc the index cannot make. */
+bool sbl_fts_query_match(const sbl_fts_query_t *q, const sbl_fts_spec_t *sp, const bson_t *doc);
 
 #endif

@@ -26,6 +26,7 @@ struct sbl_sort {
     sort_key_t *keys;
     size_t nkeys;
     const sbl_collation_t *coll; /* NULL: binary */
+    bool text_score;             /* a {$meta: "textScore"} key */
 };
 
 void sbl_sort_free(sbl_sort_t *s)
@@ -80,8 +81,17 @@ sbl_sort_t *sbl_sort_new(const bson_t *spec, sbl_err_t *err)
         if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
             bson_iter_t sub;
             if (bson_iter_recurse(&it, &sub) && bson_iter_find(&sub, "$meta")) {
-                sbl_err_set(err, SBL_E_BadValue, "$meta sort is not supported");
-                goto err;
+                if (!BSON_ITER_HOLDS_UTF8(&sub) ||
+                    strcmp(bson_iter_utf8(&sub, NULL), "textScore") != 0) {
+                    sbl_err_set(err, 31138, "Illegal $meta sort: %s",
+                                BSON_ITER_HOLDS_UTF8(&sub) ? bson_iter_utf8(&sub, NULL) : "?");
+                    goto err;
+                }
+                /* the executor's score field, highest first (as mongod) */
+                if (add_key(s, SBL_TEXT_SCORE_FIELD, true, err) != 0)
+                    goto err;
+                s->text_score = true;
+                continue;
             }
             goto bad_order;
         }
@@ -231,6 +241,13 @@ int sbl_sort_compare(const sbl_sort_t *s, const bson_t *a, const bson_t *b)
 void sbl_sort_set_collation(sbl_sort_t *s, const sbl_collation_t *coll)
 {
     s->coll = coll;
+}
+
+bool sbl_sort_text_score(const sbl_sort_t *s, bool *onlyp)
+{
+    if (onlyp != NULL)
+        *onlyp = s != NULL && s->text_score && s->nkeys == 1;
+    return s != NULL && s->text_score;
 }
 
 bool sbl_sort_is_id(const sbl_sort_t *s, bool *descending)

@@ -297,6 +297,11 @@ const bson_t *sbl_index_spec(const sbl_index_t *ix); /* as created (listIndexes)
 size_t sbl_index_nfields(const sbl_index_t *ix);
 const char *sbl_index_field(const sbl_index_t *ix, size_t i);
 int sbl_index_dir(const sbl_index_t *ix, size_t i); /* 1, -1, or 0 for "hashed" */
+/* A text index's parsed spec (NULL for other indexes).  Its entries are the
+ * encoded prefix keys (sbl_index_nfields of them), a term (a string) and the
+ * document's score for it (a double), then the _id key; the planner never
+ * uses it for anything but $text. */
+const struct sbl_fts_spec *sbl_index_text(const sbl_index_t *ix);
 bool sbl_index_unique(const sbl_index_t *ix);
 bool sbl_index_sparse(const sbl_index_t *ix);
 bool sbl_index_multikey(const sbl_index_t *ix); /* some document gave several keys */

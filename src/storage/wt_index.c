@@ -36,6 +36,7 @@ static void index_unref(sbl_index_t *ix)
         bson_free(ix->fields[i]);
     bson_free(ix->fields);
     bson_free(ix->dirs);
+    sbl_fts_spec_free(ix->text);
     bson_free(ix->name);
     if (ix->spec != NULL)
         bson_destroy(ix->spec);
@@ -66,10 +67,18 @@ static int index_new(const bson_t *spec, const char *uri, sbl_index_t **ixp, sbl
     ix->nfields = bson_count_keys(&key);
     if (ix->nfields == 0)
         goto bad;
+    if (bson_iter_init_find(&kit, &key, "_fts")) {
+        /* a text index: the keys before _fts are its equality prefix */
+        ix->text = sbl_fts_spec_new(spec);
+        ix->nfields = 0;
+        bson_iter_init(&kit, &key);
+        while (bson_iter_next(&kit) && strcmp(bson_iter_key(&kit), "_fts") != 0)
+            ix->nfields++;
+    }
     ix->fields = bson_malloc0(ix->nfields * sizeof(char *));
     ix->dirs = bson_malloc0(ix->nfields);
     bson_iter_init(&kit, &key);
-    for (size_t i = 0; bson_iter_next(&kit); i++) {
+    for (size_t i = 0; i < ix->nfields && bson_iter_next(&kit); i++) {
         ix->fields[i] = bson_strdup(bson_iter_key(&kit));
         if (BSON_ITER_HOLDS_UTF8(&kit)) {
             ix->dirs[i] = 0;
@@ -148,6 +157,7 @@ const bson_t *sbl_index_spec(const sbl_index_t *ix) { return ix->spec; }
 size_t sbl_index_nfields(const sbl_index_t *ix) { return ix->nfields; }
 const char *sbl_index_field(const sbl_index_t *ix, size_t i) { return ix->fields[i]; }
 int sbl_index_dir(const sbl_index_t *ix, size_t i) { return ix->dirs[i]; }
+const struct sbl_fts_spec *sbl_index_text(const sbl_index_t *ix) { return ix->text; }
 bool sbl_index_unique(const sbl_index_t *ix) { return ix->unique; }
 bool sbl_index_sparse(const sbl_index_t *ix) { return ix->sparse; }
 bool sbl_index_multikey(const sbl_index_t *ix) { return atomic_load(&ix->multikey); }

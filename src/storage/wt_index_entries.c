@@ -185,6 +185,8 @@ int sbl_index_keys(const sbl_index_t *ix, const bson_t *doc, keyset_t *ks, bool 
     *multikeyp = false;
     if (ix->partial != NULL && !sbl_matcher_match(ix->partial, doc, NULL))
         return 0;
+    if (ix->text != NULL)
+        return sbl_index_text_keys(ix, doc, ks, err);
     memset(vs, 0, sizeof(vs));
     for (i = 0; i < nf; i++) {
         sbl_index_walk(bson_get_data(doc), doc->len, ix->fields[i], &vs[i]);
@@ -229,6 +231,52 @@ int sbl_index_keys(const sbl_index_t *ix, const bson_t *doc, keyset_t *ks, bool 
 done:
     for (i = 0; i < nf; i++)
         bson_free(vs[i].v);
+    return rc;
+}
+
+int sbl_index_text_keys(const sbl_index_t *ix, const bson_t *doc, keyset_t *ks, sbl_err_t *err)
+{
+    sbl_fts_scores_t sc;
+    sbl_buf_t prefix;
+    int rc;
+
+    sbl_fts_scores_init(&sc);
+    sbl_buf_init(&prefix);
+    for (size_t i = 0; i < ix->nfields; i++) {
+        vals_t vs;
+        memset(&vs, 0, sizeof(vs));
+        sbl_index_walk(bson_get_data(doc), doc->len, ix->fields[i], &vs);
+        if (vs.from_array) {
+            bson_free(vs.v);
+            rc = sbl_err_set(err, SBL_E_BadValue,
+                             "Field '%s' of text index contains an array in document: %s",
+                             ix->fields[i], "(document)");
+            goto done;
+        }
+        if (vs.n == 0)
+            push_null(&vs, BSON_TYPE_NULL);
+        sbl_key_append(&prefix, &vs.v[0], ix->dirs[i] < 0);
+        bson_free(vs.v);
+    }
+    SBL_ERR(sbl_fts_doc_scores(ix->text, doc, &sc, err));
+    for (size_t t = 0; t < sc.n; t++) {
+        size_t off = ks->arena.len;
+        bson_value_t v;
+        sbl_buf_append(&ks->arena, prefix.data, prefix.len);
+        v.value_type = BSON_TYPE_UTF8;
+        v.value.v_utf8.str = sc.term[t];
+        v.value.v_utf8.len = (uint32_t)strlen(sc.term[t]);
+        sbl_key_append(&ks->arena, &v, false);
+        v.value_type = BSON_TYPE_DOUBLE;
+        v.value.v_double = sc.score[t];
+        sbl_key_append(&ks->arena, &v, false);
+        ks_add(ks, off);
+    }
+    ks_finish(ks);
+err:
+done:
+    sbl_fts_scores_destroy(&sc);
+    sbl_buf_destroy(&prefix);
     return rc;
 }
 

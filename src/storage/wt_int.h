@@ -217,6 +217,7 @@ struct sbl_index {
     size_t nfields;
     char **fields;
     int8_t *dirs; /* 1, -1, 0 = hashed */
+    sbl_fts_spec_t *text; /* a text index: fields are its prefix keys (sbl_index_text_keys) */
     bool unique, sparse, hashed;
     bool prepare_unique;  /* collMod prepareUnique: refuse new duplicate keys */
     int64_t expire_after; /* -1: not a TTL index */
@@ -251,6 +252,9 @@ void sbl_keyset_destroy(keyset_t *ks);
  * hashed array. */
 int sbl_index_keys(const sbl_index_t *ix, const bson_t *doc, keyset_t *ks, bool *multikeyp,
                    sbl_err_t *err);
+/* A text index's keys of doc: for each distinct term, the prefix keys, the
+ * term and its score (a double).  Errors: 17261/17262 bad language override. */
+int sbl_index_text_keys(const sbl_index_t *ix, const bson_t *doc, keyset_t *ks, sbl_err_t *err);
 /* Insert ix's entry for key k of the document whose encoded _id is idk, on s's
  * cursor (its own entry again is no error; another document's key in a unique
  * or prepareUnique index is DuplicateKey, with err_info). */

@@ -1,0 +1,338 @@
+/*
+ * text.c: the $text stage (text.h): parse $text, read the text index's
+ * entries for each positive term (prefix keys, term, score; sorted by term
+ * so one range per term), add up each document's scores, then hand out the
+ * candidates best first, each read and checked before it is returned.
+ *
+ * What must stay true: a document is returned at most once, with the sum of
+ * its positive terms' scores; candidates are read lazily so a query with a
+ * limit reads only as many documents as it returns (plus those rejected).
+ */
+#include "exec/text.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "doc/doc.h"
+
+typedef struct cand {
+    uint8_t *idk;
+    uint32_t len;
+    double score;
+} cand_t;
+
+struct sbl_text_exec {
+    char *search, *language;
+    bool case_sens, diac_sens;
+    bool started;
+    sbl_fts_query_t *q;
+    sbl_fts_spec_t *spec; /* a copy of the index's */
+    cand_t *c;
+    size_t n, cap, next;
+    size_t *slots; /* open addressing over c: index + 1, 0 empty */
+    size_t nslots;
+};
+
+void sbl_text_free(sbl_text_exec_t *t)
+{
+    if (t == NULL)
+        return;
+    for (size_t i = 0; i < t->n; i++)
+        free(t->c[i].idk);
+    free(t->c);
+    free(t->slots);
+    free(t->search);
+    free(t->language);
+    sbl_fts_query_free(t->q);
+    sbl_fts_spec_free(t->spec);
+    free(t);
+}
+
+static bool has_text_below(const bson_t *d, int depth)
+{
+    bson_iter_t it;
+    if (depth > 50 || !bson_iter_init(&it, d))
+        return false;
+    while (bson_iter_next(&it)) {
+        if (strcmp(bson_iter_key(&it), "$text") == 0 && depth > 0)
+            return true;
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it)) {
+            bson_t sub;
+            if (sbl_iter_doc(&it, &sub) && has_text_below(&sub, depth + 1))
+                return true;
+        }
+    }
+    return false;
+}
+
+int sbl_text_parse(const bson_t *filter, bson_t *rest, sbl_text_exec_t **tp, sbl_err_t *err)
+{
+    bson_iter_t it, a;
+    int ntext = 0;
+
+    *tp = NULL;
+    if (filter == NULL || !bson_iter_init(&it, filter))
+        return 0;
+    while (bson_iter_next(&it))
+        if (strcmp(bson_iter_key(&it), "$text") == 0)
+            ntext++;
+    if (has_text_below(filter, 0))
+        return sbl_err_set(err, SBL_E_BadValue, "$text is not allowed in this context: it must "
+                           "be at the top level of the query");
+    if (ntext == 0)
+        return 0;
+    if (ntext > 1)
+        return sbl_err_set(err, SBL_E_BadValue, "Too many text expressions");
+    sbl_text_exec_t *t = calloc(1, sizeof(*t));
+    bson_init(rest);
+    bson_iter_init(&it, filter);
+    while (bson_iter_next(&it)) {
+        if (strcmp(bson_iter_key(&it), "$text") != 0) {
+            bson_append_iter(rest, bson_iter_key(&it), -1, &it);
+            continue;
+        }
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &a))
+            goto bad_arg;
+        while (bson_iter_next(&a)) {
+            const char *k = bson_iter_key(&a);
+            if (strcmp(k, "$search") == 0) {
+                if (!BSON_ITER_HOLDS_UTF8(&a))
+                    goto bad_search;
+                t->search = strdup(bson_iter_utf8(&a, NULL));
+            } else if (strcmp(k, "$language") == 0) {
+                if (!BSON_ITER_HOLDS_UTF8(&a)) {
+                    sbl_err_set(err, SBL_E_BadValue, "$language requires a string value");
+                    goto fail;
+                }
+                t->language = strdup(bson_iter_utf8(&a, NULL));
+                if (sbl_fts_lang(t->language) < 0) {
+                    sbl_err_set(err, SBL_E_BadValue,
+                                "unsupported language: \"%s\" for text index version 3",
+                                t->language);
+                    goto fail;
+                }
+            } else if (strcmp(k, "$caseSensitive") == 0 || strcmp(k, "$diacriticSensitive") == 0) {
+                if (!BSON_ITER_HOLDS_BOOL(&a)) {
+                    sbl_err_set(err, SBL_E_BadValue, "%s requires a boolean value", k);
+                    goto fail;
+                }
+                if (k[1] == 'c')
+                    t->case_sens = bson_iter_bool(&a);
+                else
+                    t->diac_sens = bson_iter_bool(&a);
+            } else {
+                sbl_err_set(err, SBL_E_BadValue, "extra fields in $text: %s", k);
+                goto fail;
+            }
+        }
+        if (t->search == NULL)
+            goto bad_search;
+    }
+    *tp = t;
+    return 0;
+bad_arg:
+    sbl_err_set(err, SBL_E_BadValue, "$text expects an object");
+    goto fail;
+bad_search:
+    sbl_err_set(err, SBL_E_BadValue, "$search required and must be a string");
+fail:
+    bson_destroy(rest);
+    sbl_text_free(t);
+    return err->code;
+}
+
+/* ---- candidates --------------------------------------------------------------- */
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+static void rehash(sbl_text_exec_t *t)
+{
+    size_t ns = t->nslots ? t->nslots * 2 : 1024;
+    free(t->slots);
+    t->slots = calloc(ns, sizeof(size_t));
+    t->nslots = ns;
+    for (size_t i = 0; i < t->n; i++) {
+        size_t h = hash_bytes(t->c[i].idk, t->c[i].len) & (ns - 1);
+        while (t->slots[h] != 0)
+            h = (h + 1) & (ns - 1);
+        t->slots[h] = i + 1;
+    }
+}
+
+static void add_score(sbl_text_exec_t *t, const uint8_t *idk, size_t len, double score)
+{
+    if (2 * (t->n + 1) > t->nslots)
+        rehash(t);
+    size_t h = hash_bytes(idk, len) & (t->nslots - 1);
+    while (t->slots[h] != 0) {
+        cand_t *c = &t->c[t->slots[h] - 1];
+        if (c->len == len && memcmp(c->idk, idk, len) == 0) {
+            c->score += score;
+            return;
+        }
+        h = (h + 1) & (t->nslots - 1);
+    }
+    if (t->n == t->cap) {
+        t->cap = t->cap ? t->cap * 2 : 256;
+        t->c = realloc(t->c, t->cap * sizeof(*t->c));
+    }
+    cand_t *c = &t->c[t->n];
+    c->idk = malloc(len);
+    memcpy(c->idk, idk, len);
+    c->len = (uint32_t)len;
+    c->score = score;
+    t->slots[h] = ++t->n;
+}
+
+static int cand_cmp(const void *x, const void *y)
+{
+    const cand_t *a = x, *b = y;
+    if (a->score != b->score)
+        return a->score > b->score ? -1 : 1;
+    int c = memcmp(a->idk, b->idk, a->len < b->len ? a->len : b->len);
+    return c != 0 ? c : (a->len > b->len) - (a->len < b->len);
+}
+
+/* The value the filter pins field f to ({f: v} or {f: {$eq: v}}), or false. */
+static bool prefix_value(const bson_t *rest, const char *f, bson_value_t *v)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, rest, f))
+        return false;
+    if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_t d;
+        bson_iter_t e;
+        if (!sbl_iter_doc(&it, &d) || !bson_iter_init(&e, &d) || !bson_iter_next(&e))
+            return false;
+        if (bson_iter_key(&e)[0] != '$') {
+            sbl_iter_value(&it, v);
+            return true;
+        }
+        if (strcmp(bson_iter_key(&e), "$eq") != 0 || bson_iter_next(&e))
+            return false;
+        it = e;
+        bson_iter_init(&e, &d);
+        bson_iter_next(&e);
+        sbl_iter_value(&e, v);
+        return v->value_type != BSON_TYPE_ARRAY && v->value_type != BSON_TYPE_REGEX;
+    }
+    if (BSON_ITER_HOLDS_ARRAY(&it) || BSON_ITER_HOLDS_REGEX(&it))
+        return false;
+    sbl_iter_value(&it, v);
+    return true;
+}
+
+/* Find the text index, read each term's entries into the candidates. */
+static int start(sbl_text_exec_t *t, sbl_opctx_t *ctx, sbl_coll_t *c, const bson_t *rest,
+                 sbl_err_t *err)
+{
+    sbl_index_t **ixs = NULL, *ix = NULL;
+    size_t nix = 0;
+    sbl_buf_t key;
+    int rc = 0;
+
+    sbl_index_list(c, false, &ixs, &nix);
+    for (size_t i = 0; i < nix && ix == NULL; i++)
+        if (sbl_index_text(ixs[i]) != NULL)
+            ix = ixs[i];
+    if (ix == NULL) {
+        sbl_index_list_free(ixs, nix);
+        return sbl_err_set(err, SBL_E_IndexNotFound, "text index required for $text query");
+    }
+    t->spec = sbl_fts_spec_new(sbl_index_spec(ix));
+    int lang = t->language != NULL ? sbl_fts_lang(t->language) : t->spec->default_lang;
+    t->q = sbl_fts_query_parse(t->search, lang, t->case_sens, t->diac_sens);
+    sbl_buf_init(&key);
+    for (size_t f = 0; f < sbl_index_nfields(ix); f++) {
+        bson_value_t v;
+        if (!prefix_value(rest, sbl_index_field(ix, f), &v)) {
+            rc = sbl_err_set(err, SBL_E_BadValue,
+                             "error processing query: planner returned error :: caused by :: "
+                             "failed to use text index to satisfy $text query (if text index is "
+                             "compound, are equality predicates given for all prefix fields?)");
+            goto done;
+        }
+        sbl_key_append(&key, &v, sbl_index_dir(ix, f) < 0);
+    }
+    size_t plen = key.len;
+    for (size_t ti = 0; ti < t->q->terms.n && rc == 0; ti++) {
+        bson_value_t tv;
+        sbl_iscan_t *sc = NULL;
+        key.len = plen;
+        tv.value_type = BSON_TYPE_UTF8;
+        tv.value.v_utf8.str = t->q->terms.term[ti];
+        tv.value.v_utf8.len = (uint32_t)strlen(tv.value.v_utf8.str);
+        sbl_key_append(&key, &tv, false);
+        size_t lo_len = key.len;
+        sbl_buf_append_byte(&key, 0xff);
+        sbl_buf_append_byte(&key, 0xff);
+        rc = sbl_iscan_open(ctx->ss, ix, key.data, lo_len, key.data, key.len, false, &sc, err);
+        for (size_t k = 0; rc == 0;) {
+            const uint8_t *ek, *idk;
+            size_t eklen, idlen;
+            bool done;
+            if ((rc = sbl_iscan_next(sc, &ek, &eklen, &idk, &idlen, &done, err)) != 0 || done)
+                break;
+            ctx->keys_examined++;
+            bson_t sd = BSON_INITIALIZER;
+            bson_iter_t si;
+            double score = 0;
+            if (eklen > lo_len && sbl_key_decode_dir(ek + lo_len, eklen - lo_len, &sd, "s",
+                                                     false) > 0 &&
+                bson_iter_init_find(&si, &sd, "s"))
+                score = bson_iter_as_double(&si);
+            bson_destroy(&sd);
+            add_score(t, idk, idlen, score);
+            if (++k % 4096 == 0)
+                rc = sbl_op_check_interrupt(ctx, err);
+        }
+        sbl_iscan_close(sc);
+    }
+    if (rc == 0 && t->n > 1)
+        qsort(t->c, t->n, sizeof(*t->c), cand_cmp);
+done:
+    sbl_buf_destroy(&key);
+    sbl_index_list_free(ixs, nix);
+    return rc;
+}
+
+int sbl_text_next(sbl_text_exec_t *t, sbl_opctx_t *ctx, sbl_coll_t *c, const sbl_matcher_t *m,
+                  const bson_t *rest, bson_t **docp, sbl_err_t *err)
+{
+    *docp = NULL;
+    if (!t->started) {
+        t->started = true;
+        SBL_RET(start(t, ctx, c, rest, err));
+    }
+    bool check = sbl_fts_query_needs_doc(t->q);
+    while (t->next < t->n) {
+        cand_t *cd = &t->c[t->next++];
+        bson_t doc;
+        bool found = false;
+        bson_init(&doc);
+        int rc = sbl_coll_get_by_key(ctx->ss, c, cd->idk, cd->len, &doc, &found, err);
+        if (rc != 0) {
+            bson_destroy(&doc);
+            return rc;
+        }
+        ctx->docs_examined++;
+        if (!found || (check && !sbl_fts_query_match(t->q, t->spec, &doc)) ||
+            !sbl_matcher_match(m, &doc, NULL)) {
+            bson_destroy(&doc);
+            continue;
+        }
+        bson_t *out = bson_sized_new(doc.len + 32);
+        bson_concat(out, &doc);
+        bson_destroy(&doc);
+        BSON_APPEND_DOUBLE(out, SBL_TEXT_SCORE_FIELD, cd->score);
+        *docp = out;
+        return 0;
+    }
+    return 0;
+}

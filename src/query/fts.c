@@ -40,6 +40,17 @@ const char *sbl_fts_lang_name(int lang)
     return lang >= 0 && (size_t)lang < sbl_fts_nlangs ? sbl_fts_langs[lang].name : "none";
 }
 
+size_t sbl_fts_stop_words(int lang, const char *const **wordsp)
+{
+    *wordsp = sbl_fts_langs[lang].stop;
+    return sbl_fts_langs[lang].nstop;
+}
+
+size_t sbl_fts_nlanguages(void)
+{
+    return sbl_fts_nlangs;
+}
+
 bool sbl_fts_stop_word(int lang, const char *w)
 {
     const sbl_fts_lang_t *l = &sbl_fts_langs[lang];

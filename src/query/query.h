@@ -141,6 +141,9 @@ bool sbl_sort_is_id(const sbl_sort_t *s, bool *descending);
  * "en"; "none": no stemming, no stop words), or -1 when unsupported. */
 int sbl_fts_lang(const char *name);
 const char *sbl_fts_lang_name(int lang);
+/* lang's stop words (sorted, folded) into *wordsp; returns how many. */
+size_t sbl_fts_stop_words(int lang, const char *const **wordsp);
+size_t sbl_fts_nlanguages(void);
 /* True when w (folded, NUL-terminated) is one of lang's stop words. */
 bool sbl_fts_stop_word(int lang, const char *w);
 /* s folded into out (not NUL-terminated): lower case unless case_sens,

@@ -662,6 +662,7 @@ void sbl_qexec_info(const sbl_qexec_t *q, sbl_qexec_info_t *out)
     out->keys_examined = q->keys_examined;
     out->docs_examined = q->docs_examined;
     out->summary = q->summary;
+    out->text = q->text != NULL;
 }
 
 /* The next results of a $text query, best first (without the score field

@@ -101,6 +101,7 @@ typedef struct sbl_qexec_info {
     int64_t skip, limit;
     int64_t keys_examined, docs_examined; /* so far */
     const char *summary;
+    bool text; /* a $text query: the text index's TEXT_MATCH stage */
 } sbl_qexec_info_t;
 void sbl_qexec_info(const sbl_qexec_t *q, sbl_qexec_info_t *out);
 

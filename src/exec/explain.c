@@ -169,6 +169,23 @@ static void append_access(bson_t *out, const sbl_qexec_info_t *qi, const sbl_ixp
     bson_t in;
     bool stats = rs != NULL && rs->on;
 
+    if (qi->text) { /* TEXT_MATCH > TEXT_OR > IXSCAN of the text index, as mongod shows it */
+        bson_t or, ix;
+        BSON_APPEND_UTF8(out, "stage", "TEXT_MATCH");
+        if (stats) {
+            BSON_APPEND_INT64(out, "nReturned", rs->nreturned);
+            BSON_APPEND_INT64(out, "docsExamined", rs->docs);
+        }
+        BSON_APPEND_DOCUMENT_BEGIN(out, "inputStage", &or);
+        BSON_APPEND_UTF8(&or, "stage", "TEXT_OR");
+        BSON_APPEND_DOCUMENT_BEGIN(&or, "inputStage", &ix);
+        BSON_APPEND_UTF8(&ix, "stage", "IXSCAN");
+        if (stats)
+            BSON_APPEND_INT64(&ix, "keysExamined", rs->keys);
+        bson_append_document_end(&or, &ix);
+        bson_append_document_end(out, &or);
+        return;
+    }
     if (p != NULL || qi->id_kind == SBL_ID_RANGE ||
         (qi->id_kind == SBL_ID_POINTS && qi->npoints > 1)) {
         BSON_APPEND_UTF8(out, "stage", "FETCH");

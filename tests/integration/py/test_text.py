@@ -269,3 +269,19 @@ def test_index_built_on_existing_and_dropped(db):
     with pytest.raises(OperationFailure) as e:
         search(c, "common")
     assert e.value.code == 27
+
+
+def test_explain_and_other_commands(articles, db):
+    e = db.command("explain", {"find": "articles", "filter": {"$text": {"$search": "coffee"}}},
+                   verbosity="executionStats")
+    assert e["queryPlanner"]["winningPlan"]["stage"] == "TEXT_MATCH"
+    assert e["executionStats"]["nReturned"] == 3
+    assert e["executionStats"]["totalKeysExamined"] == 3
+    assert articles.count_documents({"$text": {"$search": "coffee"}}) == 3
+    assert sorted(articles.distinct("_id", {"$text": {"$search": "bake"}})) == [3, 4]
+    assert articles.update_many({"$text": {"$search": "coffee"}},
+                                {"$set": {"hot": True}}).modified_count == 3
+    assert articles.count_documents({"hot": True}) == 3
+    # the score field never reaches a stored document
+    assert all(set(d) <= {"_id", "subject", "author", "views", "hot"} for d in articles.find())
+    assert articles.delete_many({"$text": {"$search": "cake"}}).deleted_count == 1

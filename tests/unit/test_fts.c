@@ -156,8 +156,42 @@ static void test_query(void)
     sbl_fts_spec_free(sp);
 }
 
+static void test_meta(void)
+{
+    sbl_err_t err;
+    sbl_err_clear(&err);
+    bson_t *doc = BCON_NEW("_id", BCON_INT32(1), "a", "x", SBL_TEXT_SCORE_FIELD, BCON_DOUBLE(1.5));
+    bson_t *spec = BCON_NEW("s", "{", "$meta", "textScore", "}");
+    sbl_projection_t *p = sbl_projection_new(spec, &err);
+    CHECK(p != NULL && sbl_projection_has_meta(p));
+    bson_t out = BSON_INITIALIZER;
+    bson_iter_t it;
+    CHECK(p != NULL && sbl_projection_apply(p, doc, -1, &out, &err) == 0);
+    CHECK(bson_iter_init_find(&it, &out, "s") && bson_iter_double(&it) == 1.5);
+    CHECK(bson_iter_init_find(&it, &out, "a"));
+    CHECK(!bson_iter_init_find(&it, &out, SBL_TEXT_SCORE_FIELD));
+    bson_destroy(&out);
+    sbl_projection_free(p);
+
+    bson_t stripped = BSON_INITIALIZER;
+    sbl_projection_strip_meta(doc, &stripped);
+    CHECK(bson_count_keys(&stripped) == 2);
+    bson_destroy(&stripped);
+
+    bool only = false;
+    sbl_sort_t *so = sbl_sort_new(spec, &err);
+    CHECK(so != NULL && sbl_sort_text_score(so, &only) && only);
+    bson_t *lo = BCON_NEW(SBL_TEXT_SCORE_FIELD, BCON_DOUBLE(0.5));
+    CHECK(so != NULL && sbl_sort_compare(so, doc, lo) < 0); /* highest first */
+    sbl_sort_free(so);
+    bson_destroy(lo);
+    bson_destroy(spec);
+    bson_destroy(doc);
+}
+
 int main(void)
 {
+    test_meta();
     test_languages();
     test_fold();
     test_scores();

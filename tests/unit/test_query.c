@@ -648,7 +648,7 @@ static const struct {
     {"{'a': 1, 'b': 0}", 31254},
     {"{'a': 0, 'b': 1}", 31253},
     {"{'a': 0, 'b': 'x'}", 31253},
-    {"{'a': {'@meta': 'textScore'}}", 2},
+    {"{'a': {'@meta': 'indexKey'}}", 2},
     {"{'a': {'@add': [1, 2]}}", 2},
     {"{'a': '$b'}", 2},
     {"{'a': {'@slice': 'x'}}", 28667},
@@ -786,7 +786,7 @@ static void test_sort(void)
         int code;
     } bad[] = {
         {"{'a': 2}", 15975}, {"{'a': 0}", 15975}, {"{'a': 'asc'}", 15975}, {"{'a': true}", 15975},
-        {"{'a': {'@meta': 'textScore'}}", 2}, {"{'': 1}", 2}, {"{'$natural': 5}", 15975},
+        {"{'a': {'@meta': 'indexKey'}}", 31138}, {"{'': 1}", 2}, {"{'$natural': 5}", 15975},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         bson_t *spec = J(bad[i].spec);

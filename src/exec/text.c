@@ -16,7 +16,8 @@
 #include "doc/doc.h"
 
 typedef struct cand {
-    uint8_t *idk;
+    uint64_t hash;
+    size_t off; /* of the encoded _id in the arena */
     uint32_t len;
     double score;
 } cand_t;
@@ -29,6 +30,7 @@ struct sbl_text_exec {
     sbl_fts_spec_t *spec; /* a copy of the index's */
     cand_t *c;
     size_t n, cap, next;
+    sbl_buf_t ids; /* the candidates' encoded _ids */
     size_t *slots; /* open addressing over c: index + 1, 0 empty */
     size_t nslots;
 };
@@ -37,8 +39,7 @@ void sbl_text_free(sbl_text_exec_t *t)
 {
     if (t == NULL)
         return;
-    for (size_t i = 0; i < t->n; i++)
-        free(t->c[i].idk);
+    sbl_buf_destroy(&t->ids);
     free(t->c);
     free(t->slots);
     free(t->search);
@@ -84,6 +85,7 @@ int sbl_text_parse(const bson_t *filter, bson_t *rest, sbl_text_exec_t **tp, sbl
     if (ntext > 1)
         return sbl_err_set(err, SBL_E_BadValue, "Too many text expressions");
     sbl_text_exec_t *t = calloc(1, sizeof(*t));
+    sbl_buf_init(&t->ids);
     bson_init(rest);
     bson_iter_init(&it, filter);
     while (bson_iter_next(&it)) {
@@ -158,7 +160,7 @@ static void rehash(sbl_text_exec_t *t)
     t->slots = calloc(ns, sizeof(size_t));
     t->nslots = ns;
     for (size_t i = 0; i < t->n; i++) {
-        size_t h = hash_bytes(t->c[i].idk, t->c[i].len) & (ns - 1);
+        size_t h = t->c[i].hash & (ns - 1);
         while (t->slots[h] != 0)
             h = (h + 1) & (ns - 1);
         t->slots[h] = i + 1;
@@ -169,10 +171,11 @@ static void add_score(sbl_text_exec_t *t, const uint8_t *idk, size_t len, double
 {
     if (2 * (t->n + 1) > t->nslots)
         rehash(t);
-    size_t h = hash_bytes(idk, len) & (t->nslots - 1);
+    uint64_t hv = hash_bytes(idk, len);
+    size_t h = hv & (t->nslots - 1);
     while (t->slots[h] != 0) {
         cand_t *c = &t->c[t->slots[h] - 1];
-        if (c->len == len && memcmp(c->idk, idk, len) == 0) {
+        if (c->hash == hv && c->len == len && memcmp(t->ids.data + c->off, idk, len) == 0) {
             c->score += score;
             return;
         }
@@ -183,19 +186,23 @@ static void add_score(sbl_text_exec_t *t, const uint8_t *idk, size_t len, double
         t->c = realloc(t->c, t->cap * sizeof(*t->c));
     }
     cand_t *c = &t->c[t->n];
-    c->idk = malloc(len);
-    memcpy(c->idk, idk, len);
+    c->hash = hv;
+    c->off = t->ids.len;
+    sbl_buf_append(&t->ids, idk, len);
     c->len = (uint32_t)len;
     c->score = score;
     t->slots[h] = ++t->n;
 }
 
+static _Thread_local const uint8_t *tls_ids;
+
+/* Best first; equal scores in _id order. */
 static int cand_cmp(const void *x, const void *y)
 {
     const cand_t *a = x, *b = y;
     if (a->score != b->score)
         return a->score > b->score ? -1 : 1;
-    int c = memcmp(a->idk, b->idk, a->len < b->len ? a->len : b->len);
+    int c = memcmp(tls_ids + a->off, tls_ids + b->off, a->len < b->len ? a->len : b->len);
     return c != 0 ? c : (a->len > b->len) - (a->len < b->len);
 }
 
@@ -280,22 +287,17 @@ static int start(sbl_text_exec_t *t, sbl_opctx_t *ctx, sbl_coll_t *c, const bson
             if ((rc = sbl_iscan_next(sc, &ek, &eklen, &idk, &idlen, &done, err)) != 0 || done)
                 break;
             ctx->keys_examined++;
-            bson_t sd = BSON_INITIALIZER;
-            bson_iter_t si;
-            double score = 0;
-            if (eklen > lo_len && sbl_key_decode_dir(ek + lo_len, eklen - lo_len, &sd, "s",
-                                                     false) > 0 &&
-                bson_iter_init_find(&si, &sd, "s"))
-                score = bson_iter_as_double(&si);
-            bson_destroy(&sd);
-            add_score(t, idk, idlen, score);
+            if (eklen >= lo_len + 8)
+                add_score(t, idk, idlen, sbl_index_text_score_get(ek + lo_len));
             if (++k % 4096 == 0)
                 rc = sbl_op_check_interrupt(ctx, err);
         }
         sbl_iscan_close(sc);
     }
-    if (rc == 0 && t->n > 1)
+    if (rc == 0 && t->n > 1) {
+        tls_ids = t->ids.data;
         qsort(t->c, t->n, sizeof(*t->c), cand_cmp);
+    }
 done:
     sbl_buf_destroy(&key);
     sbl_index_list_free(ixs, nix);
@@ -316,7 +318,8 @@ int sbl_text_next(sbl_text_exec_t *t, sbl_opctx_t *ctx, sbl_coll_t *c, const sbl
         bson_t doc;
         bool found = false;
         bson_init(&doc);
-        int rc = sbl_coll_get_by_key(ctx->ss, c, cd->idk, cd->len, &doc, &found, err);
+        int rc = sbl_coll_get_by_key(ctx->ss, c, t->ids.data + cd->off, cd->len, &doc, &found,
+                                     err);
         if (rc != 0) {
             bson_destroy(&doc);
             return rc;

@@ -298,10 +298,13 @@ size_t sbl_index_nfields(const sbl_index_t *ix);
 const char *sbl_index_field(const sbl_index_t *ix, size_t i);
 int sbl_index_dir(const sbl_index_t *ix, size_t i); /* 1, -1, or 0 for "hashed" */
 /* A text index's parsed spec (NULL for other indexes).  Its entries are the
- * encoded prefix keys (sbl_index_nfields of them), a term (a string) and the
- * document's score for it (a double), then the _id key; the planner never
- * uses it for anything but $text. */
+ * encoded prefix keys (sbl_index_nfields of them), a term (a string), the
+ * document's score for it (8 bytes, sbl_index_text_score_put: scores are
+ * positive, so the bytes sort as the scores do), then the _id key; the
+ * planner never uses it for anything but $text. */
 const struct sbl_fts_spec *sbl_index_text(const sbl_index_t *ix);
+void sbl_index_text_score_put(double score, uint8_t out[8]);
+double sbl_index_text_score_get(const uint8_t in[8]);
 bool sbl_index_unique(const sbl_index_t *ix);
 bool sbl_index_sparse(const sbl_index_t *ix);
 bool sbl_index_multikey(const sbl_index_t *ix); /* some document gave several keys */

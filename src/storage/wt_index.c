@@ -158,6 +158,24 @@ size_t sbl_index_nfields(const sbl_index_t *ix) { return ix->nfields; }
 const char *sbl_index_field(const sbl_index_t *ix, size_t i) { return ix->fields[i]; }
 int sbl_index_dir(const sbl_index_t *ix, size_t i) { return ix->dirs[i]; }
 const struct sbl_fts_spec *sbl_index_text(const sbl_index_t *ix) { return ix->text; }
+
+void sbl_index_text_score_put(double score, uint8_t out[8])
+{
+    uint64_t bits;
+    memcpy(&bits, &score, 8);
+    for (int i = 7; i >= 0; i--, bits >>= 8)
+        out[i] = (uint8_t)bits;
+}
+
+double sbl_index_text_score_get(const uint8_t in[8])
+{
+    uint64_t bits = 0;
+    double score;
+    for (int i = 0; i < 8; i++)
+        bits = bits << 8 | in[i];
+    memcpy(&score, &bits, 8);
+    return score;
+}
 bool sbl_index_unique(const sbl_index_t *ix) { return ix->unique; }
 bool sbl_index_sparse(const sbl_index_t *ix) { return ix->sparse; }
 bool sbl_index_multikey(const sbl_index_t *ix) { return atomic_load(&ix->multikey); }

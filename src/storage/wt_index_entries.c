@@ -267,9 +267,9 @@ int sbl_index_text_keys(const sbl_index_t *ix, const bson_t *doc, keyset_t *ks, 
         v.value.v_utf8.str = sc.term[t];
         v.value.v_utf8.len = (uint32_t)strlen(sc.term[t]);
         sbl_key_append(&ks->arena, &v, false);
-        v.value_type = BSON_TYPE_DOUBLE;
-        v.value.v_double = sc.score[t];
-        sbl_key_append(&ks->arena, &v, false);
+        uint8_t be[8];
+        sbl_index_text_score_put(sc.score[t], be);
+        sbl_buf_append(&ks->arena, be, 8);
         ks_add(ks, off);
     }
     ks_finish(ks);

@@ -194,16 +194,43 @@ static void add_score(sbl_text_exec_t *t, const uint8_t *idk, size_t len, double
     t->slots[h] = ++t->n;
 }
 
-static _Thread_local const uint8_t *tls_ids;
-
-/* Best first; equal scores in _id order. */
-static int cand_cmp(const void *x, const void *y)
+/* True when a comes before b: best first, equal scores in _id order. */
+static bool cand_before(const sbl_text_exec_t *t, const cand_t *a, const cand_t *b)
 {
-    const cand_t *a = x, *b = y;
     if (a->score != b->score)
-        return a->score > b->score ? -1 : 1;
-    int c = memcmp(tls_ids + a->off, tls_ids + b->off, a->len < b->len ? a->len : b->len);
-    return c != 0 ? c : (a->len > b->len) - (a->len < b->len);
+        return a->score > b->score;
+    int c = memcmp(t->ids.data + a->off, t->ids.data + b->off, a->len < b->len ? a->len : b->len);
+    return c != 0 ? c < 0 : a->len < b->len;
+}
+
+/* The candidates are a heap (best at 0): results are taken one by one, so a
+ * query with a limit orders only what it returns. */
+static void sift_down(sbl_text_exec_t *t, size_t i, size_t n)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, best = i;
+        if (l < n && cand_before(t, &t->c[l], &t->c[best]))
+            best = l;
+        if (l + 1 < n && cand_before(t, &t->c[l + 1], &t->c[best]))
+            best = l + 1;
+        if (best == i)
+            return;
+        cand_t tmp = t->c[i];
+        t->c[i] = t->c[best];
+        t->c[best] = tmp;
+        i = best;
+    }
+}
+
+/* Take the best candidate out of the heap of t->n - t->next into *out. */
+static void heap_pop(sbl_text_exec_t *t, cand_t *out)
+{
+    size_t n = t->n - t->next;
+    *out = t->c[0];
+    t->c[0] = t->c[n - 1];
+    t->next++;
+    if (n > 1)
+        sift_down(t, 0, n - 1);
 }
 
 /* The value the filter pins field f to ({f: v} or {f: {$eq: v}}), or false. */
@@ -294,10 +321,8 @@ static int start(sbl_text_exec_t *t, sbl_opctx_t *ctx, sbl_coll_t *c, const bson
         }
         sbl_iscan_close(sc);
     }
-    if (rc == 0 && t->n > 1) {
-        tls_ids = t->ids.data;
-        qsort(t->c, t->n, sizeof(*t->c), cand_cmp);
-    }
+    for (size_t i = t->n / 2; rc == 0 && i-- > 0;)
+        sift_down(t, i, t->n);
 done:
     sbl_buf_destroy(&key);
     sbl_index_list_free(ixs, nix);
@@ -314,7 +339,8 @@ int sbl_text_next(sbl_text_exec_t *t, sbl_opctx_t *ctx, sbl_coll_t *c, const sbl
     }
     bool check = sbl_fts_query_needs_doc(t->q);
     while (t->next < t->n) {
-        cand_t *cd = &t->c[t->next++];
+        cand_t best, *cd = &best;
+        heap_pop(t, &best);
         bson_t doc;
         bool found = false;
         bson_init(&doc);

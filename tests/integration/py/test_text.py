@@ -285,3 +285,21 @@ def test_explain_and_other_commands(articles, db):
     # the score field never reaches a stored document
     assert all(set(d) <= {"_id", "subject", "author", "views", "hot"} for d in articles.find())
     assert articles.delete_many({"$text": {"$search": "cake"}}).deleted_count == 1
+
+
+def test_index_survives_restart(fresh_server):
+    fresh_server.start()
+    c = fresh_server.client()
+    coll = c.db.t
+    coll.insert_many([{"_id": 1, "s": "running shoes"}, {"_id": 2, "s": "blue sky"}])
+    coll.create_index([("s", TEXT)], weights={"s": 3})
+    c.close()
+    fresh_server.restart()
+    c = fresh_server.client()
+    coll = c.db.t
+    assert search(coll, "run") == [1]
+    coll.insert_one({"_id": 3, "s": "runner runs"})
+    assert search(coll, "runs") == [1, 3]
+    spec = [ix for ix in coll.list_indexes() if ix["name"] == "s_text"][0]
+    assert spec["weights"] == {"s": 3}
+    c.close()

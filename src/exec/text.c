@@ -10,6 +10,7 @@
  */
 #include "exec/text.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,7 +67,77 @@ static bool has_text_below(const bson_t *d, int depth)
     return false;
 }
 
+/* {$and: [{$text: ...}, ...], ...} is a top-level $text too (as in mongod):
+ * copy filter into out with each $text of a top-level $and's elements moved to
+ * the top level.  Returns false (out untouched) when there is none. */
+static bool hoist_and_text(const bson_t *filter, bson_t *out)
+{
+    bson_iter_t it, arr, el;
+    bool found = false;
+
+    if (!bson_iter_init_find(&it, filter, "$and") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &arr))
+        return false;
+    while (!found && bson_iter_next(&arr))
+        if (BSON_ITER_HOLDS_DOCUMENT(&arr) && bson_iter_recurse(&arr, &el) &&
+            bson_iter_find(&el, "$text"))
+            found = true;
+    if (!found)
+        return false;
+    bson_init(out);
+    bson_iter_init(&it, filter);
+    while (bson_iter_next(&it)) {
+        if (strcmp(bson_iter_key(&it), "$and") != 0) {
+            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+            continue;
+        }
+        bson_t keep = BSON_INITIALIZER;
+        uint32_t n = 0;
+        char idx[16];
+        bson_iter_recurse(&it, &arr);
+        while (bson_iter_next(&arr)) {
+            bson_t sub, rest;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !sbl_iter_doc(&arr, &sub) ||
+                !bson_iter_init(&el, &sub)) {
+                snprintf(idx, sizeof(idx), "%u", n++);
+                bson_append_iter(&keep, idx, -1, &arr);
+                continue;
+            }
+            bson_init(&rest);
+            while (bson_iter_next(&el)) {
+                if (strcmp(bson_iter_key(&el), "$text") == 0)
+                    bson_append_iter(out, "$text", -1, &el); /* two are refused later */
+                else
+                    bson_append_iter(&rest, bson_iter_key(&el), -1, &el);
+            }
+            if (!bson_empty(&rest)) {
+                snprintf(idx, sizeof(idx), "%u", n++);
+                bson_append_document(&keep, idx, -1, &rest);
+            }
+            bson_destroy(&rest);
+        }
+        if (n > 0) /* an $and of only $text leaves nothing to check */
+            bson_append_array(out, "$and", -1, &keep);
+        bson_destroy(&keep);
+    }
+    return true;
+}
+
+static int parse_flat(const bson_t *filter, bson_t *rest, sbl_text_exec_t **tp, sbl_err_t *err);
+
 int sbl_text_parse(const bson_t *filter, bson_t *rest, sbl_text_exec_t **tp, sbl_err_t *err)
+{
+    bson_t hoisted;
+    *tp = NULL;
+    if (filter != NULL && hoist_and_text(filter, &hoisted)) {
+        int rc = parse_flat(&hoisted, rest, tp, err);
+        bson_destroy(&hoisted);
+        return rc;
+    }
+    return parse_flat(filter, rest, tp, err);
+}
+
+static int parse_flat(const bson_t *filter, bson_t *rest, sbl_text_exec_t **tp, sbl_err_t *err)
 {
     bson_iter_t it, a;
     int ntext = 0;

@@ -303,3 +303,13 @@ def test_index_survives_restart(fresh_server):
     spec = [ix for ix in coll.list_indexes() if ix["name"] == "s_text"][0]
     assert spec["weights"] == {"s": 3}
     c.close()
+
+
+def test_text_in_top_level_and(articles):
+    assert ids(articles.find({"$and": [{"$text": {"$search": "coffee"}},
+                                       {"views": {"$gt": 6}}]})) == [1, 7]
+    assert ids(articles.find({"$and": [{"$text": {"$search": "bake"}}]})) == [3, 4]
+    with pytest.raises(OperationFailure) as e:
+        list(articles.find({"$text": {"$search": "a"},
+                            "$and": [{"$text": {"$search": "b"}}]}))
+    assert e.value.code == 2

@@ -11,7 +11,9 @@ The source tree keeps the shape docs/ARCHITECTURE.md describes:
 - every module folder has a row in docs/ARCHITECTURE.md's module table and
   every row names a folder that exists;
 - no source file is over 1,200 lines;
-- every source path the docs name (`src/<m>/<file>.c|h`) exists.
+- every source path the docs name (`src/<m>/<file>.c|h`) exists;
+- the measurement references (docs/BENCHMARKS.md, docs/audit.md) stay under 400
+  lines: new figures replace old ones, the history lives in git.
 
 The test reads files only: no server, well under a second.  Includes are
 read from `#include "x/y.h"` lines, the project's only form.
@@ -142,3 +144,10 @@ def test_docs_name_only_existing_sources():
                     if not os.path.exists(os.path.join(ROOT, src)):
                         missing.append("%s:%d: %s" % (os.path.relpath(path, ROOT), n, src))
     assert not missing, "docs name source files that do not exist: %s" % missing
+
+
+def test_measurement_docs_stay_references():
+    for name in ("BENCHMARKS.md", "audit.md"):
+        with open(os.path.join(ROOT, "docs", name), encoding="utf-8") as f:
+            n = sum(1 for _ in f)
+        assert n < 400, "docs/%s has %d lines: replace old figures instead of adding" % (name, n)

@@ -22,6 +22,7 @@
  * What must stay true: at most one backup is open (WiredTiger's rule too);
  * bk_lock guards the open backup and the chain marker.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,7 +71,73 @@ static void chain_read(char *buf, size_t cap)
     buf[strcspn(buf, "\n")] = '\0';
 }
 
-static int chain_write(const char *name, sbl_err_t *err)
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The data files (*.wt but WiredTiger's own) in the dbpath, sorted, one per
+ * line (bson_malloc'd). */
+static char *data_files(void)
+{
+    DIR *d = opendir(sbl_eng.dbpath);
+    char **v = NULL;
+    size_t n = 0, cap = 0, len = 1;
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        size_t l = strlen(e->d_name);
+        if (l < 4 || strcmp(e->d_name + l - 3, ".wt") != 0 ||
+            strncmp(e->d_name, "WiredTiger", 10) == 0)
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            v = bson_realloc(v, cap * sizeof(*v));
+        }
+        v[n++] = bson_strdup(e->d_name);
+        len += l + 1;
+    }
+    if (d != NULL)
+        closedir(d);
+    if (n > 0)
+        qsort(v, n, sizeof(*v), cmp_str);
+    char *out = bson_malloc(len), *p = out;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(v[i]);
+        memcpy(p, v[i], l);
+        p[l] = '\n';
+        p += l + 1;
+        bson_free(v[i]);
+    }
+    *p = '\0';
+    bson_free(v);
+    return out;
+}
+
+/* The data files recorded with the chain (after its first line), or NULL. */
+static char *chain_files(void)
+{
+    char path[4096];
+    chain_path(path, sizeof(path));
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return NULL;
+    sbl_buf_t b;
+    sbl_buf_init(&b);
+    char chunk[4096];
+    size_t k;
+    while ((k = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        sbl_buf_append(&b, chunk, k);
+    fclose(f);
+    sbl_buf_append(&b, "", 1);
+    char *nl = strchr((char *)b.data, '\n');
+    char *out = bson_strdup(nl != NULL ? nl + 1 : "");
+    sbl_buf_destroy(&b);
+    return out;
+}
+
+/* Record name as the chain's last backup, with files (the data files its
+ * copy holds); name NULL ends the chain. */
+static int chain_write(const char *name, const char *files, sbl_err_t *err)
 {
     char path[4096], tmp[4112];
     chain_path(path, sizeof(path));
@@ -84,7 +151,7 @@ static int chain_write(const char *name, sbl_err_t *err)
     FILE *f = fopen(tmp, "w");
     if (f == NULL)
         return sbl_err_set(err, SBL_E_InternalError, "cannot write %s: %s", tmp, strerror(errno));
-    bool ok = fprintf(f, "%s\n", name) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    bool ok = fprintf(f, "%s\n%s", name, files) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
     if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
         unlink(tmp);
         return sbl_err_set(err, SBL_E_InternalError, "cannot write %s", path);
@@ -189,6 +256,23 @@ int sbl_backup_open(const sbl_backup_opts_t *o, sbl_backup_t **bp, sbl_err_t *er
                            "(%s): take a full backup",
                            o->src_name, last[0] ? last : "no chain is active");
     }
+    /* The copy holds the full backup's data files: a table created or dropped
+     * since (a collection, an index, $out's temporary one) cannot be brought
+     * there by the journal alone. */
+    char *files = data_files();
+    if (o->src_name != NULL) {
+        char *had = chain_files();
+        bool same = had != NULL && strcmp(had, files) == 0;
+        bson_free(had);
+        if (!same) {
+            bson_free(files);
+            pthread_mutex_unlock(&bk_lock);
+            return sbl_err_set(err, SBL_E_BadValue,
+                               "a collection or index was created or dropped since backup '%s': "
+                               "an incremental backup cannot follow it; take a full backup",
+                               o->src_name);
+        }
+    }
     b = bson_malloc0(sizeof(*b));
     b->epoch = sbl_eng.epoch;
     b->log_only = o->src_name != NULL;
@@ -224,17 +308,19 @@ int sbl_backup_open(const sbl_backup_opts_t *o, sbl_backup_t **bp, sbl_err_t *er
             add_file(b, "sable.journalCompressor");
     }
     if (o->disable_incremental)
-        rc = chain_write(NULL, err);
+        rc = chain_write(NULL, NULL, err);
     else if (o->incremental)
-        rc = chain_write(o->this_name, err);
+        rc = chain_write(o->this_name, files, err);
     if (rc != 0)
         goto err;
+    bson_free(files);
     b->truncate_logs = b->log_only;
     bk_open = b;
     pthread_mutex_unlock(&bk_lock);
     *bp = b;
     return 0;
 err:
+    bson_free(files);
     backup_end(b);
     pthread_mutex_unlock(&bk_lock);
     return rc;

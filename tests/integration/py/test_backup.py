@@ -275,3 +275,29 @@ def test_fsync_lock_files_copy_starts(fresh_server, tmp_path):
         assert t.client().t.command("validate", "c")["valid"]
     finally:
         t.cleanup()
+
+
+def test_incremental_refused_after_a_new_collection(fresh_server, tmp_path):
+    s = fresh_server
+    s.start()
+    c = s.client()
+    c.t.a.insert_one({"_id": 1})
+    out = str(tmp_path / "bk")
+    backup(s, out)
+    c.t.a.insert_one({"_id": 2})
+    backup(s, out, "--incremental")  # same files: fine
+    c.t.b.insert_one({"_id": 1})     # a new table the copy does not hold
+    p = run_tool("sable-backup", "--port", s.port, "--out", out, "--incremental")
+    assert p.returncode == 1
+    assert b"take a full backup" in p.stderr, p.stderr
+    # The copy so far is good and holds what the first incremental brought.
+    t, _ = start_copy(out)
+    try:
+        assert sorted(d["_id"] for d in t.client().t.a.find()) == [1, 2]
+    finally:
+        t.cleanup()
+    # Ending the chain lets the journal go; a new full backup starts again.
+    r = c.admin.command("aggregate", 1, pipeline=[{"$backupCursor": {
+        "disableIncrementalBackup": True}}], cursor={})
+    c.admin.command("killCursors", "$cmd.aggregate", cursors=[r["cursor"]["id"]])
+    assert not os.path.exists(os.path.join(s.dbpath, "sable.backupChain"))

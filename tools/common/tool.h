@@ -164,6 +164,10 @@ void tool_progress_done(tool_progress_t *p, const char *verb);
 /* doc as compact Extended JSON v2 (canonical or relaxed), malloc'd, NUL-terminated;
    *lenp its length.  Caller frees with bson_free. */
 char *tool_to_json(const bson_t *doc, bool canonical, size_t *lenp);
+/* Append doc (or the value at it) as compact Extended JSON v2 to out: the same bytes as
+   tool_to_json. */
+void tool_json_append(bson_string_t *out, const bson_t *doc, bool canonical);
+void tool_json_append_value(bson_string_t *out, const bson_iter_t *it, bool canonical);
 /* Remove whitespace outside strings, in place; returns the new length. */
 size_t tool_json_compact(char *s, size_t len);
 

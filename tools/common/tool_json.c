@@ -11,6 +11,7 @@
 #include "tool.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -229,6 +230,349 @@ char *tool_to_json(const bson_t *doc, bool canonical, size_t *lenp)
     return bson_string_free(o, false);
 }
 
+/* ---- a fast path for the reader ------------------------------------------------------
+ * Documents made of ASCII strings without \u escapes, numbers, booleans, null, arrays,
+ * sub-documents, {"$oid"}, {"$binary": {"base64", "subType"}}, {"$numberInt"} and
+ * {"$numberLong"} are parsed here straight into BSON (libbson's parser, its UTF-8
+ * validation and base64 decoder cost 3x more); a document with anything else makes
+ * fp_doc give up, and libbson parses it, so both read every input the same way. */
+
+typedef struct fp {
+    const char *p, *end;
+    char *tmp; /* scratch for unescaped strings and decoded binary */
+    size_t cap;
+} fp_t;
+
+static void fp_ws(fp_t *f)
+{
+    while (f->p < f->end && (*f->p == ' ' || *f->p == '\n' || *f->p == '\t' || *f->p == '\r'))
+        f->p++;
+}
+
+static bool fp_room(fp_t *f, size_t n)
+{
+    if (n <= f->cap)
+        return true;
+    f->cap = n * 2;
+    f->tmp = realloc(f->tmp, f->cap);
+    return f->tmp != NULL;
+}
+
+/* A string at f->p (after its '"'): into f->tmp, *lenp.  ASCII and simple escapes only. */
+static bool fp_str(fp_t *f, size_t *lenp)
+{
+    const char *q = f->p;
+    while (q < f->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20 &&
+           (unsigned char)*q < 0x80)
+        q++;
+    if (!fp_room(f, (size_t)(q - f->p) + 64))
+        return false;
+    size_t n = (size_t)(q - f->p);
+    memcpy(f->tmp, f->p, n);
+    f->p = q;
+    for (;;) {
+        if (f->p >= f->end)
+            return false;
+        unsigned char c = (unsigned char)*f->p++;
+        if (c == '"')
+            break;
+        if (c < 0x20 || c >= 0x80)
+            return false;
+        if (c == '\\') {
+            if (f->p >= f->end)
+                return false;
+            switch (*f->p++) {
+            case '"': c = '"'; break;
+            case '\\': c = '\\'; break;
+            case '/': c = '/'; break;
+            case 'b': c = '\b'; break;
+            case 'f': c = '\f'; break;
+            case 'n': c = '\n'; break;
+            case 'r': c = '\r'; break;
+            case 't': c = '\t'; break;
+            default: return false; /* \u: libbson's */
+            }
+        }
+        if (!fp_room(f, n + 2))
+            return false;
+        f->tmp[n++] = (char)c;
+    }
+    f->tmp[n] = '\0';
+    *lenp = n;
+    return true;
+}
+
+/* Decode base64 text s[0..n) into out; *outlenp.  False on anything unusual. */
+static bool fp_b64(const char *s, size_t n, uint8_t *out, size_t *outlenp)
+{
+    static int8_t tab[256];
+    static bool ready;
+    if (!ready) {
+        static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        memset(tab, -1, sizeof(tab));
+        for (int i = 0; i < 64; i++)
+            tab[(unsigned char)a[i]] = (int8_t)i;
+        ready = true;
+    }
+    size_t o = 0, pad = 0;
+    if (n % 4 != 0)
+        return false;
+    if (n >= 4 && s[n - 1] == '=')
+        pad = s[n - 2] == '=' ? 2 : 1;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n; i += 4) {
+        bool last = i + 4 == n;
+        int a = tab[u[i]], b = tab[u[i + 1]];
+        int c = last && pad == 2 ? 0 : tab[u[i + 2]];
+        int d = last && pad >= 1 ? 0 : tab[u[i + 3]];
+        if ((a | b | c | d) < 0)
+            return false;
+        uint32_t v = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 | (uint32_t)d;
+        out[o++] = (uint8_t)(v >> 16);
+        if (!last || pad < 2)
+            out[o++] = (uint8_t)(v >> 8);
+        if (!last || pad < 1)
+            out[o++] = (uint8_t)v;
+    }
+    *outlenp = o;
+    return true;
+}
+
+static bool fp_value(fp_t *f, bson_t *parent, const char *key, size_t klen, int depth);
+
+/* An object at f->p (after '{') whose first key starts with '$': the few wrappers. */
+static bool fp_wrapper(fp_t *f, bson_t *parent, const char *key, size_t klen)
+{
+    size_t n;
+    fp_ws(f);
+    if (f->p >= f->end || *f->p != '"')
+        return false;
+    f->p++;
+    if (!fp_str(f, &n))
+        return false;
+    char w[16];
+    if (n >= sizeof(w))
+        return false;
+    memcpy(w, f->tmp, n + 1);
+    fp_ws(f);
+    if (f->p >= f->end || *f->p++ != ':')
+        return false;
+    fp_ws(f);
+    if (strcmp(w, "$oid") == 0 || strcmp(w, "$numberInt") == 0 ||
+        strcmp(w, "$numberLong") == 0) {
+        if (f->p >= f->end || *f->p++ != '"' || !fp_str(f, &n))
+            return false;
+        if (w[1] == 'o') {
+            if (n != 24 || !bson_oid_is_valid(f->tmp, n))
+                return false;
+            bson_oid_t oid;
+            bson_oid_init_from_string(&oid, f->tmp);
+            bson_append_oid(parent, key, (int)klen, &oid);
+        } else {
+            char *e;
+            errno = 0;
+            long long v = strtoll(f->tmp, &e, 10);
+            if (n == 0 || *e != '\0' || errno != 0 || !(isdigit((unsigned char)f->tmp[0]) ||
+                                                         f->tmp[0] == '-'))
+                return false;
+            if (w[7] == 'I') {
+                if (v < INT32_MIN || v > INT32_MAX)
+                    return false;
+                bson_append_int32(parent, key, (int)klen, (int32_t)v);
+            } else {
+                bson_append_int64(parent, key, (int)klen, (int64_t)v);
+            }
+        }
+    } else if (strcmp(w, "$binary") == 0) {
+        /* {"base64": "...", "subType": "xx"} in this order */
+        const char *b64 = NULL;
+        size_t b64n = 0;
+        if (f->p >= f->end || *f->p++ != '{')
+            return false;
+        fp_ws(f);
+        if (f->end - f->p < 10 || memcmp(f->p, "\"base64\"", 8) != 0)
+            return false;
+        f->p += 8;
+        fp_ws(f);
+        if (f->p >= f->end || *f->p++ != ':')
+            return false;
+        fp_ws(f);
+        if (f->p >= f->end || *f->p++ != '"')
+            return false;
+        b64 = f->p;
+        while (f->p < f->end && *f->p != '"' && *f->p != '\\')
+            f->p++;
+        if (f->p >= f->end || *f->p != '"')
+            return false;
+        b64n = (size_t)(f->p - b64);
+        f->p++;
+        fp_ws(f);
+        if (f->p >= f->end || *f->p++ != ',')
+            return false;
+        fp_ws(f);
+        if (f->end - f->p < 16 || memcmp(f->p, "\"subType\"", 9) != 0)
+            return false;
+        f->p += 9;
+        fp_ws(f);
+        if (f->p >= f->end || *f->p++ != ':')
+            return false;
+        fp_ws(f);
+        if (f->end - f->p < 4 || f->p[0] != '"' || !isxdigit((unsigned char)f->p[1]) ||
+            !isxdigit((unsigned char)f->p[2]) || f->p[3] != '"')
+            return false;
+        char hex[3] = {f->p[1], f->p[2], '\0'};
+        unsigned st = (unsigned)strtoul(hex, NULL, 16);
+        f->p += 4;
+        fp_ws(f);
+        if (f->p >= f->end || *f->p++ != '}')
+            return false;
+        if (st == BSON_SUBTYPE_BINARY_DEPRECATED || !fp_room(f, b64n))
+            return false;
+        if (!fp_b64(b64, b64n, (uint8_t *)f->tmp, &n))
+            return false;
+        bson_append_binary(parent, key, (int)klen, (bson_subtype_t)st, (uint8_t *)f->tmp,
+                           (uint32_t)n);
+    } else {
+        return false;
+    }
+    fp_ws(f);
+    return f->p < f->end && *f->p++ == '}';
+}
+
+/* The members of an object or array at f->p (after its opening bracket) into d. */
+static bool fp_members(fp_t *f, bson_t *d, bool array, int depth)
+{
+    uint32_t i = 0;
+    char close = array ? ']' : '}';
+    fp_ws(f);
+    if (f->p < f->end && *f->p == close) {
+        f->p++;
+        return true;
+    }
+    for (;;) {
+        char kbuf[16];
+        const char *k;
+        size_t kn;
+        char *owned = NULL;
+        fp_ws(f);
+        if (array) {
+            kn = bson_uint32_to_string(i++, &k, kbuf, sizeof(kbuf));
+        } else {
+            if (f->p >= f->end || *f->p++ != '"' || !fp_str(f, &kn))
+                return false;
+            owned = malloc(kn + 1);
+            memcpy(owned, f->tmp, kn + 1);
+            k = owned;
+            fp_ws(f);
+            if (f->p >= f->end || *f->p++ != ':') {
+                free(owned);
+                return false;
+            }
+        }
+        bool ok = fp_value(f, d, k, kn, depth);
+        free(owned);
+        if (!ok)
+            return false;
+        fp_ws(f);
+        if (f->p >= f->end)
+            return false;
+        char c = *f->p++;
+        if (c == close)
+            return true;
+        if (c != ',')
+            return false;
+    }
+}
+
+static bool fp_value(fp_t *f, bson_t *parent, const char *key, size_t klen, int depth)
+{
+    if (f->p >= f->end || depth > 100)
+        return false;
+    char c = *f->p;
+    if (c == '"') {
+        size_t n;
+        f->p++;
+        return fp_str(f, &n) && bson_append_utf8(parent, key, (int)klen, f->tmp, (int)n);
+    }
+    if (c == '{' || c == '[') {
+        f->p++;
+        if (c == '{') {
+            const char *save = f->p;
+            fp_ws(f);
+            if (f->p + 1 < f->end && f->p[0] == '"' && f->p[1] == '$')
+                return fp_wrapper(f, parent, key, klen);
+            f->p = save;
+        }
+        bson_t child;
+        if (c == '{')
+            bson_append_document_begin(parent, key, (int)klen, &child);
+        else
+            bson_append_array_begin(parent, key, (int)klen, &child);
+        bool ok = fp_members(f, &child, c == '[', depth + 1);
+        if (c == '{')
+            bson_append_document_end(parent, &child);
+        else
+            bson_append_array_end(parent, &child);
+        return ok;
+    }
+    if (c == 't' && f->end - f->p >= 4 && memcmp(f->p, "true", 4) == 0) {
+        f->p += 4;
+        return bson_append_bool(parent, key, (int)klen, true);
+    }
+    if (c == 'f' && f->end - f->p >= 5 && memcmp(f->p, "false", 5) == 0) {
+        f->p += 5;
+        return bson_append_bool(parent, key, (int)klen, false);
+    }
+    if (c == 'n' && f->end - f->p >= 4 && memcmp(f->p, "null", 4) == 0) {
+        f->p += 4;
+        return bson_append_null(parent, key, (int)klen);
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        const char *q = f->p + (c == '-');
+        bool real = false;
+        while (q < f->end && ((*q >= '0' && *q <= '9') || *q == '.' || *q == 'e' ||
+                              *q == 'E' || *q == '+' || *q == '-')) {
+            real |= *q == '.' || *q == 'e' || *q == 'E';
+            q++;
+        }
+        size_t n = (size_t)(q - f->p);
+        char num[64];
+        if (n == 0 || n >= sizeof(num))
+            return false;
+        memcpy(num, f->p, n);
+        num[n] = '\0';
+        char *e;
+        errno = 0;
+        if (real)
+            return false; /* doubles: libbson's spelling rules */
+        long long v = strtoll(num, &e, 10);
+        if (*e != '\0' || errno != 0)
+            return false;
+        f->p = q;
+        if (v >= INT32_MIN && v <= INT32_MAX)
+            return bson_append_int32(parent, key, (int)klen, (int32_t)v);
+        return bson_append_int64(parent, key, (int)klen, (int64_t)v);
+    }
+    return false;
+}
+
+/* Parse the document that starts s[0..avail) (at its '{'); *usedp: its length.  False:
+   let libbson do it (or the document goes on past avail). */
+static bool fp_doc(const char *s, size_t avail, bson_t *doc, size_t *usedp)
+{
+    static char *tmp;
+    static size_t cap;
+    fp_t f = {.p = s + 1, .end = s + avail, .tmp = tmp, .cap = cap};
+    bson_init(doc);
+    bool ok = fp_members(&f, doc, false, 0);
+    tmp = f.tmp;
+    cap = f.cap;
+    if (!ok)
+        bson_destroy(doc);
+    *usedp = (size_t)(f.p - s);
+    return ok;
+}
+
 /* ---- the reader --------------------------------------------------------------------- */
 
 static int refill(tool_json_reader_t *r)
@@ -310,6 +654,15 @@ int tool_json_next(tool_json_reader_t *r, bson_t *doc)
         return tool_err("%s: line %lld: expected a document ('{'), found '%c'%s",
                         tool_stream_path(r->in), (long long)r->line, c,
                         c == '[' ? " (use --jsonArray for an array of documents)" : "");
+    size_t used;
+    if (fp_doc(r->buf + r->pos, r->len - r->pos, doc, &used)) { /* the common case */
+        for (const char *q = r->buf + r->pos, *e = q + used;
+             (q = memchr(q, '\n', (size_t)(e - q))) != NULL; q++)
+            r->line++;
+        r->offset += (int64_t)used;
+        r->pos += used;
+        return 1;
+    }
     /* find the matching '}' */
     for (;;) {
         int depth = 0;
@@ -341,7 +694,9 @@ int tool_json_next(tool_json_reader_t *r, bson_t *doc)
                 r->line += r->buf[k] == '\n';
             char save = r->buf[i + 1];
             r->buf[i + 1] = '\0';
-            bool ok = bson_init_from_json(doc, r->buf + r->pos, (ssize_t)len, &e);
+            size_t used;
+            bool ok = (fp_doc(r->buf + r->pos, len, doc, &used) && used == len) ||
+                      bson_init_from_json(doc, r->buf + r->pos, (ssize_t)len, &e);
             r->buf[i + 1] = save;
             r->offset += (int64_t)len;
             r->pos = i + 1;

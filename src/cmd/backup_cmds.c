@@ -78,6 +78,7 @@ int sbl_cmd_backup_cursor(sbl_opctx_t *ctx, const bson_t *spec, int64_t batch_si
         return sbl_err_set(err, SBL_E_InvalidNamespace,
                            "$backupCursor must be run against the 'admin' database with "
                            "{aggregate: 1}");
+    SBL_RET(sbl_cmd_auth_require(ctx, "fsync", NULL, NULL, err)); /* mongod's privilege */
     if (!bson_iter_init(&it, spec))
         return sbl_err_set(err, SBL_E_BadValue, "invalid $backupCursor specification");
     while (bson_iter_next(&it)) {

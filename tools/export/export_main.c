@@ -124,19 +124,44 @@ static void cell(bson_iter_t *it, bson_string_t *out)
     }
 }
 
-static void append_cell(bson_string_t *line, const char *s, bool tsv)
+/* Append n bytes at p to line. */
+static void put_n(bson_string_t *line, const char *p, size_t n)
+{
+    if (line->alloc - line->len <= n) {
+        size_t cap = line->alloc ? line->alloc : 64;
+        while (cap <= line->len + n)
+            cap *= 2;
+        line->str = bson_realloc(line->str, cap);
+        line->alloc = (uint32_t)cap;
+    }
+    memcpy(line->str + line->len, p, n);
+    line->len += (uint32_t)n;
+    line->str[line->len] = '\0';
+}
+
+static void append_cell_n(bson_string_t *line, const char *s, size_t n, bool tsv)
 {
     if (tsv || strpbrk(s, ",\"\r\n") == NULL) {
-        bson_string_append(line, s);
+        put_n(line, s, n);
         return;
     }
-    bson_string_append_c(line, '"');
-    for (const char *p = s; *p; p++) {
-        if (*p == '"')
-            bson_string_append_c(line, '"');
-        bson_string_append_c(line, *p);
+    put_n(line, "\"", 1);
+    for (const char *p = s, *end = s + n; p < end;) { /* runs up to each quote, doubled */
+        const char *q = memchr(p, '"', (size_t)(end - p));
+        if (q == NULL) {
+            put_n(line, p, (size_t)(end - p));
+            break;
+        }
+        put_n(line, p, (size_t)(q + 1 - p));
+        put_n(line, "\"", 1);
+        p = q + 1;
     }
-    bson_string_append_c(line, '"');
+    put_n(line, "\"", 1);
+}
+
+static void append_cell(bson_string_t *line, const char *s, bool tsv)
+{
+    append_cell_n(line, s, strlen(s), tsv);
 }
 
 /* One CSV/TSV line for doc appended to line. */
@@ -153,7 +178,7 @@ static void export_csv(bson_string_t *line, const bson_t *doc, const tool_strs_t
             c->len = 0;
             c->str[0] = '\0';
             cell(&f, c);
-            append_cell(line, c->str, tsv);
+            append_cell_n(line, c->str, c->len, tsv);
         }
     }
     bson_string_append_c(line, '\n');

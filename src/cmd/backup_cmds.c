@@ -17,6 +17,7 @@
  */
 #include "cmd/cmd_int.h"
 #include "exec/exec.h"
+#include "repl/repl.h"
 #include "storage/storage.h"
 
 #include <pthread.h>
@@ -66,6 +67,36 @@ static void bk_free(void *state)
 
 static const sbl_cursor_source_t bk_source = {.next = bk_next, .free = bk_free};
 
+/* The oplog's first (dir 1) or last (dir -1) entry's {ts, t} appended as key; false
+ * when there is none. */
+static bool oplog_edge(sbl_opctx_t *ctx, int dir, bson_t *meta, const char *key)
+{
+    bson_t sort = BSON_INITIALIZER, doc;
+    sbl_qexec_opts_t o = {0};
+    sbl_qexec_t *q = NULL;
+    sbl_err_t err;
+    bool done = true, found = false;
+    BSON_APPEND_INT32(&sort, "$natural", dir);
+    o.sort = &sort;
+    o.limit = 1;
+    if (sbl_qexec_new(SBL_OPLOG_NS, &o, &q, &err) == 0 &&
+        sbl_qexec_next(q, ctx, &doc, NULL, &done, &err) == 0 && !done) {
+        bson_iter_t it;
+        bson_t sub;
+        BSON_APPEND_DOCUMENT_BEGIN(meta, key, &sub);
+        if (bson_iter_init_find(&it, &doc, "ts"))
+            bson_append_iter(&sub, "ts", 2, &it);
+        if (bson_iter_init_find(&it, &doc, "t"))
+            bson_append_iter(&sub, "t", 1, &it);
+        bson_append_document_end(meta, &sub);
+        bson_destroy(&doc);
+        found = true;
+    }
+    sbl_qexec_free(q);
+    bson_destroy(&sort);
+    return found;
+}
+
 int sbl_cmd_backup_cursor(sbl_opctx_t *ctx, const bson_t *spec, int64_t batch_size,
                           sbl_err_t *err)
 {
@@ -110,8 +141,18 @@ int sbl_cmd_backup_cursor(sbl_opctx_t *ctx, const bson_t *spec, int64_t batch_si
                            "Cannot have both disableIncrementalBackup and incrementalBackup");
 
     bk_state_t *s = bson_malloc0(sizeof(*s));
+    bson_init(&s->meta);
+    /* A replica set member: the oplog's span the copy holds.  Its last entry is read
+     * before the backup opens and is in the journal by then (flushed here), so the
+     * copy replays at least to it. */
+    bson_t oplog = BSON_INITIALIZER;
+    if (sbl_repl_enabled() && oplog_edge(ctx, 1, &oplog, "oplogStart") &&
+        oplog_edge(ctx, -1, &oplog, "oplogEnd"))
+        sbl_storage_flush(NULL);
     int rc = sbl_backup_open(&o, &s->b, err);
     if (rc != 0) {
+        bson_destroy(&oplog);
+        bson_destroy(&s->meta);
         bson_free(s);
         return rc;
     }
@@ -120,9 +161,10 @@ int sbl_cmd_backup_cursor(sbl_opctx_t *ctx, const bson_t *spec, int64_t batch_si
         memset(id, 0, sizeof(id));
     id[6] = (uint8_t)((id[6] & 0x0f) | 0x40); /* a version 4 UUID */
     id[8] = (uint8_t)((id[8] & 0x3f) | 0x80);
-    bson_init(&s->meta);
     bson_append_binary(&s->meta, "backupId", -1, BSON_SUBTYPE_UUID, id, sizeof(id));
     BSON_APPEND_UTF8(&s->meta, "dbpath", sbl_storage_dbpath());
+    bson_concat(&s->meta, &oplog);
+    bson_destroy(&oplog);
     BSON_APPEND_BOOL(&s->meta, "incrementalBackup", o.incremental);
     BSON_APPEND_BOOL(&s->meta, "disableIncrementalBackup", o.disable_incremental);
     if (o.this_name != NULL)

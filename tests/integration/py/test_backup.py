@@ -301,3 +301,34 @@ def test_incremental_refused_after_a_new_collection(fresh_server, tmp_path):
         "disableIncrementalBackup": True}}], cursor={})
     c.admin.command("killCursors", "$cmd.aggregate", cursors=[r["cursor"]["id"]])
     assert not os.path.exists(os.path.join(s.dbpath, "sable.backupChain"))
+
+
+def test_backup_cursor_on_a_replica_set_member(fresh_server, tmp_path):
+    s = fresh_server
+    s.start(["--replSet", "rs0", "--oplogSizeMB", "16"])
+    c = s.client()
+    c.admin.command("replSetInitiate",
+                    {"_id": "rs0", "members": [{"_id": 0, "host": "127.0.0.1:%d" % s.port}]})
+    deadline = time.time() + 20
+    while not c.admin.command("hello").get("isWritablePrimary") and time.time() < deadline:
+        time.sleep(0.1)
+    c.t.c.insert_many([{"_id": i} for i in range(100)])
+    r = c.admin.command("aggregate", 1, pipeline=[{"$backupCursor": {}}], cursor={})
+    meta = r["cursor"]["firstBatch"][0]["metadata"]
+    c.admin.command("killCursors", "$cmd.aggregate", cursors=[r["cursor"]["id"]])
+    assert meta["oplogStart"]["ts"] <= meta["oplogEnd"]["ts"]
+    last = c.local.oplog.rs.find().sort("$natural", -1).limit(1)[0]
+    assert meta["oplogEnd"]["ts"] <= last["ts"]
+    # The copy holds the oplog up to oplogEnd.
+    out = str(tmp_path / "rs")
+    backup(s, out, "--noIncrementalBase")
+    t = Sabled()
+    shutil.rmtree(t.dbpath)
+    shutil.copytree(out, t.dbpath)
+    try:
+        t.start(["--replSet", "rs0", "--oplogSizeMB", "16"])
+        tc = t.client()
+        assert tc.local.oplog.rs.find_one({"ts": meta["oplogEnd"]["ts"]}) is not None
+        assert tc.t.c.count_documents({}) == 100
+    finally:
+        t.cleanup()

@@ -332,3 +332,53 @@ def test_backup_cursor_on_a_replica_set_member(fresh_server, tmp_path):
         assert tc.t.c.count_documents({}) == 100
     finally:
         t.cleanup()
+
+
+def test_old_journal_files_go_without_a_chain(fresh_server):
+    """WiredTiger's own log archival is off (an incremental chain must keep the journal);
+    the checkpointer removes the files no checkpoint needs instead."""
+    s = fresh_server
+    s.start(["--syncdelay", "1", "--wiredTigerEngineConfigString",
+             "log=(enabled=true,archive=false,path=journal,file_max=1MB)"])
+    c = s.client()
+    journal = os.path.join(s.dbpath, "journal")
+
+    def logs():
+        return [f for f in os.listdir(journal) if f.startswith("WiredTigerLog.")]
+
+    for i in range(40):  # about 8 MB of journal: several 1 MB files
+        c.t.c.insert_many([{"x": "y" * 1000} for _ in range(200)])
+    assert max(int(f.split(".")[1]) for f in logs()) >= 5
+    deadline = time.time() + 20
+    while len(logs()) > 3 and time.time() < deadline:
+        c.t.c.insert_one({"x": 1})
+        time.sleep(0.5)
+    assert len(logs()) <= 3, logs()
+
+
+def test_a_chain_keeps_the_journal_until_the_next_backup(fresh_server, tmp_path):
+    s = fresh_server
+    s.start(["--syncdelay", "1", "--wiredTigerEngineConfigString",
+             "log=(enabled=true,archive=false,path=journal,file_max=1MB)"])
+    c = s.client()
+    journal = os.path.join(s.dbpath, "journal")
+
+    def logs():
+        return sorted(int(f.split(".")[1]) for f in os.listdir(journal)
+                      if f.startswith("WiredTigerLog."))
+
+    c.t.c.insert_one({"_id": "first"})
+    out = str(tmp_path / "bk")
+    backup(s, out)
+    first = logs()[0]
+    for i in range(40):
+        c.t.c.insert_many([{"x": "y" * 1000} for _ in range(200)])
+    time.sleep(2.5)  # checkpoints happen; the chain keeps the files
+    assert logs()[0] == first, logs()
+    backup(s, out, "--incremental")
+    assert logs()[0] > first, logs()  # the copied files the checkpoint no longer needs went
+    t, _ = start_copy(out)
+    try:
+        assert t.client().t.c.count_documents({}) == 1 + 40 * 200
+    finally:
+        t.cleanup()

@@ -123,9 +123,20 @@ int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_FailedToParse,
                            "The 'cursor' option is required, except for aggregate with the "
                            "explain argument");
+    bson_iter_t st, f;
+    if (bson_iter_init(&st, &pipeline) && bson_iter_next(&st) &&
+        BSON_ITER_HOLDS_DOCUMENT(&st) && bson_iter_recurse(&st, &f) && bson_iter_next(&f) &&
+        strcmp(bson_iter_key(&f), "$backupCursor") == 0) {
+        bson_t spec;
+        if (!collectionless || bson_count_keys(&pipeline) != 1 || !BSON_ITER_HOLDS_DOCUMENT(&f))
+            return sbl_err_set(err, 40602,
+                               "$backupCursor is only valid as the first and only stage of "
+                               "{aggregate: 1} on admin, with a document argument");
+        sbl_iter_doc(&f, &spec);
+        return sbl_cmd_backup_cursor(ctx, &spec, batch_size, err);
+    }
     SBL_RET(sbl_agg_check_pipeline(&pipeline, &nstages, err));
 
-    bson_iter_t st, f;
     bson_t filter, sort, let_vals;
     bool has_filter = false, has_sort = false, source_needed = !collectionless;
     int64_t skip = 0, limit = 0;

@@ -158,7 +158,17 @@ int sbl_cmd_drop_indexes(sbl_opctx_t *ctx, sbl_err_t *err);
 /* coll_mod.c */
 int sbl_cmd_coll_mod(sbl_opctx_t *ctx, sbl_err_t *err);
 /* diag.c */
+/* backup_cmds.c: fsync (with lock: true, a lock count), fsyncUnlock, and the
+ * $backupCursor stage (aggregate.c calls it for a pipeline that starts with it). */
 int sbl_cmd_fsync(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_fsync_unlock(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_backup_cursor(sbl_opctx_t *ctx, const bson_t *spec, int64_t batch_size,
+                          sbl_err_t *err);
+/* True while an fsync lock is held: the dispatcher sends writes to a worker,
+ * where sbl_cmd_fsync_wait blocks them until fsyncUnlock (or killOp,
+ * maxTimeMS: the error). */
+bool sbl_cmd_fsync_locked(void);
+int sbl_cmd_fsync_wait(sbl_opctx_t *ctx, sbl_err_t *err);
 
 /* monitor_cmds.c */
 int sbl_cmd_top(sbl_opctx_t *ctx, sbl_err_t *err);

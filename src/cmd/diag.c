@@ -1,5 +1,5 @@
 /*
- * diag.c: serverStatus and fsync, and the figures the Prometheus endpoint
+ * diag.c: serverStatus, and the figures the Prometheus endpoint
  * asks the command layer for.  serverStatus reports the sections tools read
  * (host, version, uptime, connections, network, opcounters, opLatencies,
  * mem, extra_info, metrics.document/commands/cursor, wiredTiger) from
@@ -183,17 +183,6 @@ int sbl_cmd_server_status(sbl_opctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_DOCUMENT_BEGIN(r, "wiredTiger", &d);
     sbl_storage_append_stats(&d);
     bson_append_document_end(r, &d);
-    return 0;
-}
-
-int sbl_cmd_fsync(sbl_opctx_t *ctx, sbl_err_t *err)
-{
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, ctx->cmd, "lock") && bson_iter_as_bool(&it))
-        return sbl_err_set(err, SBL_E_CommandNotSupported, "fsync with lock is not supported");
-    SBL_RET(sbl_storage_flush(err));
-    SBL_RET(sbl_storage_checkpoint(err));
-    BSON_APPEND_INT32(ctx->reply, "numFiles", 1);
     return 0;
 }
 

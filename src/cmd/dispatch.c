@@ -296,6 +296,8 @@ static bool statements_are_points(const bson_t *cmd, const char *array, const ch
 static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t counted)
 {
     bson_t f;
+    if ((def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
+        return true; /* it waits for fsyncUnlock off the loop */
     if (!(def->flags & SBL_CMD_SLOW))
         return false;
     const char *n = def->name;
@@ -393,7 +395,10 @@ static void execute(pending_t *p)
         (p->rc = sbl_repl_check_write(write_db(ctx), &p->err)) != 0)
         return;
     op_begin(p);
-    p->rc = p->def->fn(ctx, &p->err);
+    if ((p->def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
+        p->rc = sbl_cmd_fsync_wait(ctx, &p->err);
+    if (p->rc == 0)
+        p->rc = p->def->fn(ctx, &p->err);
     op_end(p);
 }
 

@@ -162,6 +162,8 @@ int sbl_cmd_current_op(sbl_opctx_t *ctx, sbl_err_t *err)
         }
     }
     bson_append_array_end(ctx->reply, &arr);
+    if (sbl_cmd_fsync_locked())
+        BSON_APPEND_BOOL(ctx->reply, "fsyncLock", true);
 out:
     for (size_t i = 0; i < l.n; i++)
         bson_destroy(l.docs[i]);

@@ -64,6 +64,7 @@ static const sbl_cmd_def_t cmd_table[] = {
     {"findAndModify", sbl_cmd_find_and_modify, W | SLOW, "atomically modify one document", "find"},
     {"findandmodify", sbl_cmd_find_and_modify, W | SLOW, "atomically modify one document", "find"},
     {"fsync", sbl_cmd_fsync, ADM | SLOW, "flush the journal and take a checkpoint", "fsync"},
+    {"fsyncUnlock", sbl_cmd_fsync_unlock, ADM, "release an fsync lock", "unlock"},
     {"getAuditConfig", sbl_cmd_get_audit_config, ADM, "the audit log's filter and settings",
      NULL},
     {"getCmdLineOpts", sbl_cmd_get_cmd_line_opts, ADM,

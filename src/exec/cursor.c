@@ -24,6 +24,10 @@
 #include <string.h>
 #include <sys/random.h>
 
+/* The collection of {aggregate: 1}'s cursors ("<db>.$cmd.aggregate"), which
+ * getMore and killCursors name though it is not a valid collection name. */
+#define AGG_CMD_COLL "$cmd.aggregate"
+
 #define BATCH_MAX_BYTES (16 * 1024 * 1024)
 #define FIRST_BATCH_DEFAULT 101
 #define NBUCKETS 1024
@@ -481,7 +485,8 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
     char ns[SBL_NS_MAX];
     if (sbl_join_dot(ns, sizeof(ns), ctx->db, coll) >= sizeof(ns))
         return sbl_err_set(err, SBL_E_InvalidNamespace, "Fully qualified namespace is too long");
-    SBL_RET(sbl_validate_ns(ns, err));
+    if (strcmp(coll, AGG_CMD_COLL) != 0) /* {aggregate: 1}'s cursors live there */
+        SBL_RET(sbl_validate_ns(ns, err));
 
     pthread_mutex_lock(&reg_lock);
     sbl_cursor_t *cur = find_locked(id);
@@ -548,7 +553,13 @@ int sbl_cursor_kill(sbl_opctx_t *ctx, sbl_err_t *err)
     bson_iter_t it, ids;
 
     SBL_RET(sbl_check_fields(ctx->cmd, "KillCursorsCommandRequest", kill_fields, err));
-    SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
+    if (bson_iter_init(&it, ctx->cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it) &&
+        strcmp(bson_iter_utf8(&it, NULL), AGG_CMD_COLL) == 0) {
+        SBL_RET(sbl_validate_db_name(ctx->db, err));
+        sbl_join_dot(ns, sizeof(ns), ctx->db, AGG_CMD_COLL);
+    } else {
+        SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
+    }
     if (!bson_iter_init_find(&it, ctx->cmd, "cursors"))
         return sbl_err_set(err, SBL_E_FailedToParse,
                            "BSON field 'killCursors.cursors' is missing but a required field");

@@ -377,6 +377,49 @@ void sbl_storage_set_flush_hook(int (*fn)(void));
 /* Take a checkpoint now (fsync command). */
 int sbl_storage_checkpoint(sbl_err_t *err);
 
+/* ---- hot backup (wt_backup.c) ------------------------------------------ */
+
+/*
+ * A backup pins the files of a checkpoint so they can be copied while writes
+ * continue (WiredTiger's backup cursor).  At most one is open at a time.
+ * Incremental backups are journal-based: a backup with incremental and
+ * this_name (no src_name) is full and starts a chain; one with src_name
+ * equal to the chain's last this_name lists only the journal files, to be
+ * copied over the earlier copy (the data files stay those of the full
+ * backup; the copy replays the journal when it starts).  While a chain is
+ * active the journal files since its last backup are kept;
+ * disable_incremental ends the chain (and lists the full backup's files).
+ */
+typedef struct sbl_backup sbl_backup_t;
+typedef struct sbl_backup_opts {
+    bool incremental;         /* start or continue a chain (needs this_name) */
+    const char *this_name;    /* this backup's name in the chain, or NULL */
+    const char *src_name;     /* the chain's previous backup: an incremental one */
+    bool disable_incremental; /* end the chain */
+} sbl_backup_opts_t;
+
+/* Open a backup (a full one takes a checkpoint first).  *bp is the caller's,
+ * closed with sbl_backup_close from any thread.  Errors: 50886 when a backup
+ * (or an fsync lock) is open, BadValue for a src_name that is not the
+ * chain's last backup. */
+int sbl_backup_open(const sbl_backup_opts_t *o, sbl_backup_t **bp, sbl_err_t *err);
+/* The files to copy: paths relative to the dbpath (journal files under
+ * "journal/"), with their sizes when the backup opened (a file may grow
+ * while it is copied: copy it to its end).  Valid until the close. */
+size_t sbl_backup_nfiles(const sbl_backup_t *b);
+const char *sbl_backup_file(const sbl_backup_t *b, size_t i, int64_t *sizep);
+/* End the backup (NULL: nothing); an incremental one then lets the journal
+ * files it listed go. */
+void sbl_backup_close(sbl_backup_t *b);
+/* True when an incremental chain keeps the journal files. */
+bool sbl_backup_chain_active(void);
+/* The engine's dbpath (as given at open). */
+const char *sbl_storage_dbpath(void);
+/* fsync lock: hold the files still (a backup with no listing) until the
+ * matching release; nested holds count.  Error 50886 when a backup is open. */
+int sbl_backup_hold(sbl_err_t *err);
+void sbl_backup_release(void);
+
 /* Engine statistics for serverStatus.wiredTiger: appends "cache" and "log"
  * sub-documents with WiredTiger's own statistic names. */
 void sbl_storage_append_stats(bson_t *out);

@@ -156,6 +156,8 @@ static void *checkpoint_main(void *arg)
         if (sbl_eng.syncdelay_s > 0 && now_s() >= last + sbl_eng.syncdelay_s) {
             if (checkpoint_on(wt, &err) != 0)
                 sbl_log(SBL_LOG_WARNING, "STORAGE", 22430, err.msg, NULL);
+            else
+                sbl_backup_log_removal(wt);
             last = now_s();
         }
         pthread_mutex_lock(&sbl_eng.bg_lock);

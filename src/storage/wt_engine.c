@@ -115,7 +115,7 @@ static int build_config(char *config, size_t cap, uint64_t cache_mb, const char 
     bool compress = strcmp(jc, "none") != 0;
     int n = snprintf(config, cap,
                      "create,cache_size=%lluM,session_max=2000,statistics=(fast),"
-                     "log=(enabled=true,archive=true,path=journal%s%s),"
+                     "log=(enabled=true,archive=false,path=journal%s%s),"
                      "transaction_sync=(enabled=false),file_manager=(close_idle_time=600),"
                      "%s," SBL_EVICTION_CONFIG "%s%s",
                      (unsigned long long)cache_mb, compress ? ",compressor=" : "",

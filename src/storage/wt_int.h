@@ -201,6 +201,10 @@ int sbl_catalog_save_sizes(WT_SESSION *wt, bool clean, sbl_err_t *err);
 void sbl_drop_table(WT_SESSION *wt, const char *uri);
 /* Try every queued drop once on wt; returns how many remain queued. */
 size_t sbl_drop_retry(WT_SESSION *wt);
+/* Remove the journal files no checkpoint needs any more, unless a backup is
+ * open or an incremental backup chain keeps them (wt_backup.c; WiredTiger's
+ * own log archival is off).  wt belongs to the caller. */
+void sbl_backup_log_removal(WT_SESSION *wt);
 /* The creation config of collection tables. */
 const char *sbl_table_config(void);
 

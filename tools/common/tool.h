@@ -92,6 +92,30 @@ int tool_command(mongoc_client_t *c, const char *db, const bson_t *cmd, bson_t *
 /* The server's version string (buildInfo.version) into buf. */
 void tool_server_version(mongoc_client_t *c, char *buf, size_t len);
 
+/* ---- parallel inserts (tool_insert.c) ----------------------------------------------- */
+
+typedef struct tool_insert_opts {
+    int workers;        /* threads, each with its own connection (< 1: 1) */
+    long batch_docs;    /* documents per insert command (< 1: 1000; at most 8 MB each) */
+    bool ordered, bypass_validation, stop_on_error;
+    const mongoc_write_concern_t *wc; /* NULL: the server's default; the caller's */
+    int64_t max_reported;             /* per-document errors logged, then only counted */
+    const char *error_prefix;         /* "<prefix>: <errmsg>" for a document's error */
+    const char *stop_prefix;          /* "<prefix>: <errmsg>" when --stopOnError stops */
+    const char *fatal_prefix;         /* "<prefix>: <message>" when the server fails a batch */
+} tool_insert_opts_t;
+
+typedef struct tool_inserter tool_inserter_t;
+/* Start the workers for db.coll (connecting each as conn says).  NULL when no
+   connection could be made (message printed). */
+tool_inserter_t *tool_inserter_new(const tool_conn_t *conn, const char *db, const char *coll,
+                                   const tool_insert_opts_t *o);
+/* Queue a copy of doc (sent in batches).  -1 once a fatal error stopped the workers. */
+int tool_inserter_add(tool_inserter_t *in, const bson_t *doc);
+/* Send what is left, wait for the workers and free in: *okp documents inserted,
+   *failedp refused one by one.  Returns -1 when a fatal error stopped them, else 0. */
+int tool_inserter_finish(tool_inserter_t *in, int64_t *okp, int64_t *failedp);
+
 /* ---- namespaces ------------------------------------------------------------------- */
 
 /*
@@ -164,6 +188,10 @@ void tool_progress_done(tool_progress_t *p, const char *verb);
 /* doc as compact Extended JSON v2 (canonical or relaxed), malloc'd, NUL-terminated;
    *lenp its length.  Caller frees with bson_free. */
 char *tool_to_json(const bson_t *doc, bool canonical, size_t *lenp);
+/* Append doc (or the value at it) as compact Extended JSON v2 to out: the same bytes as
+   tool_to_json. */
+void tool_json_append(bson_string_t *out, const bson_t *doc, bool canonical);
+void tool_json_append_value(bson_string_t *out, const bson_iter_t *it, bool canonical);
 /* Remove whitespace outside strings, in place; returns the new length. */
 size_t tool_json_compact(char *s, size_t len);
 

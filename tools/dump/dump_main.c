@@ -12,6 +12,7 @@
 #include "dump.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -37,7 +38,11 @@ typedef struct intent {
 
 typedef struct dump {
     dopts_t o;
+    tool_conn_t conn;
     mongoc_client_t *c;
+    pthread_mutex_t mu; /* guards the totals and next while collections dump in parallel */
+    int next;           /* dump_dir's workers: the next intent to take */
+    bool failed;
     bson_t query;
     intent_t *in;
     int n;
@@ -261,9 +266,10 @@ static int mkdir_p(const char *path)
 
 /* Stream one namespace's documents to out; in an archive, wrapped in a segment and its
    end (crc).  Returns 0 or -1. */
-static int dump_data(dump_t *d, intent_t *it, tool_stream_t *out, bool archive)
+static int dump_data(dump_t *d, mongoc_client_t *c, intent_t *it, tool_stream_t *out,
+                     bool archive)
 {
-    mongoc_collection_t *coll = mongoc_client_get_collection(d->c, it->src_db, it->src);
+    mongoc_collection_t *coll = mongoc_client_get_collection(c, it->src_db, it->src);
     bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
     if (it->users_of_db)
         BSON_APPEND_UTF8(&filter, "db", it->db);
@@ -303,8 +309,10 @@ static int dump_data(dump_t *d, intent_t *it, tool_stream_t *out, bool archive)
     bson_destroy(&opts);
     if (rc == 0)
         tool_progress_done(&p, "done dumping ");
+    pthread_mutex_lock(&d->mu);
     d->total_docs += p.docs;
     d->total_bytes += p.bytes;
+    pthread_mutex_unlock(&d->mu);
     return rc;
 }
 
@@ -317,6 +325,48 @@ static int write_file(const char *path, bool gzip, const char *text)
     return tool_stream_close(s) != 0 ? -1 : rc;
 }
 
+/* Dump the data of intents taken one by one from d->next until none is left (or one
+   failed), on a connection of its own unless it is the only worker. */
+static void dump_worker(dump_t *d)
+{
+    const char *gz = d->o.gzip ? ".gz" : "";
+    mongoc_client_t *c = NULL;
+    for (;;) {
+        pthread_mutex_lock(&d->mu);
+        while (d->next < d->n && !d->in[d->next].data)
+            d->next++;
+        int i = d->failed || d->next >= d->n ? -1 : d->next++;
+        pthread_mutex_unlock(&d->mu);
+        if (i < 0)
+            break;
+        if (c == NULL && (c = tool_connect(&d->conn)) == NULL) {
+            pthread_mutex_lock(&d->mu);
+            d->failed = true;
+            pthread_mutex_unlock(&d->mu);
+            break;
+        }
+        intent_t *it = &d->in[i];
+        char name[600], path[4800];
+        dump_escape_name(it->coll, name, sizeof(name));
+        snprintf(path, sizeof(path), "%s/%s/%s.bson%s", d->o.out, it->db, name, gz);
+        tool_stream_t *s = tool_stream_open(path, true, d->o.gzip);
+        int rc = s == NULL ? -1 : dump_data(d, c, it, s, false);
+        if ((s != NULL && tool_stream_close(s) != 0) || rc != 0) {
+            pthread_mutex_lock(&d->mu);
+            d->failed = true;
+            pthread_mutex_unlock(&d->mu);
+        }
+    }
+    if (c != NULL)
+        mongoc_client_destroy(c);
+}
+
+static void *dump_worker_main(void *arg)
+{
+    dump_worker(arg);
+    return NULL;
+}
+
 static int dump_dir(dump_t *d)
 {
     const char *gz = d->o.gzip ? ".gz" : "";
@@ -327,9 +377,10 @@ static int dump_dir(dump_t *d)
         tool_stream_t *s = tool_stream_open("-", true, d->o.gzip);
         if (s == NULL)
             return -1;
-        int rc = dump_data(d, &d->in[0], s, false);
+        int rc = dump_data(d, d->c, &d->in[0], s, false);
         return tool_stream_close(s) != 0 ? -1 : rc;
     }
+    int ndata = 0;
     for (int i = 0; i < d->n; i++) {
         intent_t *it = &d->in[i];
         char dir[4096], name[600], path[4800];
@@ -342,17 +393,28 @@ static int dump_dir(dump_t *d)
             if (write_file(path, d->o.gzip, it->metadata) != 0)
                 return -1;
         }
-        if (!it->data)
-            continue;
-        snprintf(path, sizeof(path), "%s/%s.bson%s", dir, name, gz);
-        tool_stream_t *s = tool_stream_open(path, true, d->o.gzip);
-        if (s == NULL)
-            return -1;
-        int rc = dump_data(d, it, s, false);
-        if (tool_stream_close(s) != 0 || rc != 0)
-            return -1;
+        ndata += it->data;
     }
-    return 0;
+    /* The documents: --numParallelCollections collections at once (default 4), each
+       on a connection of its own. */
+    int nw = (int)(d->o.jobs > 0 ? d->o.jobs : 4);
+    if (nw > ndata)
+        nw = ndata;
+    if (nw <= 1) {
+        dump_worker(d);
+        return d->failed ? -1 : 0;
+    }
+    pthread_t *t = calloc((size_t)nw, sizeof(*t));
+    int started = 0;
+    for (; started < nw; started++)
+        if (pthread_create(&t[started], NULL, dump_worker_main, d) != 0)
+            break;
+    if (started == 0)
+        dump_worker(d);
+    for (int i = 0; i < started; i++)
+        pthread_join(t[i], NULL);
+    free(t);
+    return d->failed ? -1 : 0;
 }
 
 static int dump_archive(dump_t *d)
@@ -368,7 +430,7 @@ static int dump_archive(dump_t *d)
                                 d->n);
     for (int i = 0; i < d->n && rc == 0; i++)
         if (d->in[i].data)
-            rc = dump_data(d, &d->in[i], s, true);
+            rc = dump_data(d, d->c, &d->in[i], s, true);
     if (s != NULL && tool_stream_close(s) != 0)
         rc = -1;
     free(m);
@@ -434,7 +496,8 @@ int main(int argc, char **argv)
          "skip collections with this prefix"},
         {"dumpDbUsersAndRoles", 0, TO_FLAG, &o->users_roles, "with --db: its users and roles"},
         {"viewsAsCollections", 0, TO_FLAG, &o->views_as_colls, "dump views' documents"},
-        {"numParallelCollections", 'j', TO_INT, &o->jobs, "accepted; collections run one by one"},
+        {"numParallelCollections", 'j', TO_INT, &o->jobs,
+         "collections dumped at once (default 4; an archive: one at a time)"},
         {"oplog", 0, TO_FLAG, &o->oplog, "point-in-time dump (needs a replica set: refused)"},
         {"readPreference", 0, TO_STR, &o->read_pref, "accepted (a standalone serves all reads)"},
         {"forceTableScan", 0, TO_FLAG, &o->force_scan, NULL},
@@ -445,6 +508,8 @@ int main(int argc, char **argv)
         return rc > 0 ? 0 : 1;
     if (check_options(&d) != 0)
         return 1;
+    d.conn = conn;
+    pthread_mutex_init(&d.mu, NULL);
     d.c = tool_connect(&conn);
     if (d.c == NULL)
         return 1;

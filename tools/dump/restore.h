@@ -38,9 +38,8 @@ typedef struct rintent {
     uint64_t crc;
     bson_t *pending;           /* users and roles: collected, written at the end */
     uint32_t n_pending;
-    mongoc_bulk_operation_t *bulk;
-    uint32_t bulk_docs;
-    size_t bulk_bytes;
+    tool_inserter_t *bulk;     /* the insertion workers while documents arrive */
+    char msg[3][600];          /* their message prefixes (error, stop, fatal) */
     tool_progress_t progress;
 } rintent_t;
 

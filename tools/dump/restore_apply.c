@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BATCH_BYTES (16 * 1024 * 1024)
 #define MAX_REPORTED 5
 
 int restore_parse_meta(rintent_t *it, const char *json, const char *origin)
@@ -107,67 +106,43 @@ int restore_create(restore_t *r, rintent_t *it)
     return 0;
 }
 
-static mongoc_bulk_operation_t *new_bulk(restore_t *r, rintent_t *it)
+static tool_inserter_t *new_bulk(restore_t *r, rintent_t *it)
 {
-    mongoc_collection_t *coll = mongoc_client_get_collection(r->c, it->tdb, it->tcoll);
-    bson_t opts = BSON_INITIALIZER;
-    BSON_APPEND_BOOL(&opts, "ordered", r->o.keep_order || is_capped(it));
-    mongoc_bulk_operation_t *b = mongoc_collection_create_bulk_operation_with_opts(coll, &opts);
-    if (r->wc != NULL)
-        mongoc_bulk_operation_set_write_concern(b, r->wc);
-    if (r->o.bypass_validation)
-        mongoc_bulk_operation_set_bypass_document_validation(b, true);
-    bson_destroy(&opts);
-    mongoc_collection_destroy(coll);
-    return b;
+    bool ordered = r->o.keep_order || is_capped(it);
+    snprintf(it->msg[0], sizeof(it->msg[0]), "continuing through error inserting into %s.%s",
+             it->tdb, it->tcoll);
+    snprintf(it->msg[1], sizeof(it->msg[1]),
+             "stopping at the first failed insert into %s.%s (--stopOnError)", it->tdb, it->tcoll);
+    snprintf(it->msg[2], sizeof(it->msg[2]), "inserting into %s.%s", it->tdb, it->tcoll);
+    tool_insert_opts_t io = {
+        .workers = ordered ? 1 : (r->o.workers > 0 ? (int)r->o.workers : 2),
+        .batch_docs = r->o.batch,
+        .ordered = ordered || r->o.stop_on_error,
+        .bypass_validation = r->o.bypass_validation,
+        .stop_on_error = r->o.stop_on_error,
+        .wc = r->wc,
+        .max_reported = MAX_REPORTED,
+        .error_prefix = it->msg[0],
+        .stop_prefix = it->msg[1],
+        .fatal_prefix = it->msg[2],
+    };
+    return tool_inserter_new(&r->conn, it->tdb, it->tcoll, &io);
 }
 
-/* Send the batch.  Per-document errors are counted (and, with --stopOnError, fatal);
-   anything else fails the namespace. */
+/* Wait for what was sent.  Per-document errors are counted (and, with --stopOnError,
+   fatal); anything else fails the namespace. */
 static int flush(restore_t *r, rintent_t *it)
 {
-    if (it->bulk == NULL || it->bulk_docs == 0)
+    (void)r;
+    if (it->bulk == NULL)
         return 0;
-    bson_t reply;
-    bson_error_t e;
-    uint32_t sent = it->bulk_docs;
-    bool ok = mongoc_bulk_operation_execute(it->bulk, &reply, &e) != 0;
-    mongoc_bulk_operation_destroy(it->bulk);
+    int64_t ok = 0, failed = 0;
+    int rc = tool_inserter_finish(it->bulk, &ok, &failed);
     it->bulk = NULL;
-    it->bulk_docs = 0;
-    it->bulk_bytes = 0;
-    int rc = 0;
-    if (!ok) {
-        bson_iter_t i, arr, we;
-        int64_t nerr = 0;
-        if (bson_iter_init_find(&i, &reply, "writeErrors") && bson_iter_recurse(&i, &arr)) {
-            while (bson_iter_next(&arr)) {
-                if (it->failed + nerr < MAX_REPORTED && bson_iter_recurse(&arr, &we) &&
-                    bson_iter_find(&we, "errmsg"))
-                    tool_log("continuing through error inserting into %s.%s: %s", it->tdb,
-                             it->tcoll, bson_iter_utf8(&we, NULL));
-                nerr++;
-            }
-        }
-        bool wc_error = bson_iter_init_find(&i, &reply, "writeConcernErrors") &&
-                        bson_iter_recurse(&i, &arr) && bson_iter_next(&arr);
-        if (nerr == 0 || wc_error) {
-            it->state = RS_FAILED;
-            rc = tool_err("inserting into %s.%s: %s", it->tdb, it->tcoll, e.message);
-        } else {
-            it->failed += nerr;
-            if (r->o.stop_on_error) {
-                it->state = RS_FAILED;
-                rc = tool_err("stopping at the first failed insert into %s.%s (--stopOnError): "
-                              "%s",
-                              it->tdb, it->tcoll, e.message);
-            }
-        }
-        it->docs += sent - (nerr < sent ? nerr : sent);
-    } else {
-        it->docs += sent;
-    }
-    bson_destroy(&reply);
+    it->docs += ok;
+    it->failed += failed;
+    if (rc != 0)
+        it->state = RS_FAILED;
     return rc;
 }
 
@@ -181,15 +156,15 @@ int restore_doc(restore_t *r, rintent_t *it, const bson_t *doc)
         BSON_APPEND_DOCUMENT(it->pending, key, doc);
         return 0;
     }
-    if (it->bulk == NULL)
-        it->bulk = new_bulk(r, it);
-    mongoc_bulk_operation_insert(it->bulk, doc);
-    it->bulk_docs++;
-    it->bulk_bytes += doc->len;
+    if (it->bulk == NULL && (it->bulk = new_bulk(r, it)) == NULL) {
+        it->state = RS_FAILED;
+        return -1;
+    }
     tool_progress_add(&it->progress, 1, doc->len);
-    long batch = r->o.batch > 0 ? r->o.batch : 1000;
-    if (it->bulk_docs >= (uint32_t)batch || it->bulk_bytes >= BATCH_BYTES)
-        return flush(r, it);
+    if (tool_inserter_add(it->bulk, doc) != 0) {
+        it->state = RS_FAILED;
+        return -1;
+    }
     return 0;
 }
 

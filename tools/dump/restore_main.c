@@ -478,7 +478,9 @@ int main(int argc, char **argv)
         {"dryRun", 0, TO_FLAG, &o->dry_run, "say what would be restored, change nothing"},
         {"writeConcern", 0, TO_STR, &r.conn.write_concern, "e.g. majority, 1, '{w:1,j:true}'"},
         {"numParallelCollections", 'j', TO_INT, &o->jobs, "accepted; one collection at a time"},
-        {"numInsertionWorkersPerCollection", 0, TO_INT, &o->workers, "accepted; one"},
+        {"numInsertionWorkersPerCollection", 0, TO_INT, &o->workers,
+         "connections inserting into one collection at once (default 2; 1 with "
+         "--maintainInsertionOrder or a capped collection)"},
         {"batchSize", 0, TO_INT, &o->batch, "documents per insert (default 1000)"},
         {"preserveUUID", 0, TO_FLAG, &o->preserve_uuid, "keep UUIDs (refused: not supported)"},
         {"oplogReplay", 0, TO_FLAG, &o->oplog_replay, "replay oplog.bson (refused: no oplog)"},

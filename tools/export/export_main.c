@@ -118,54 +118,70 @@ static void cell(bson_iter_t *it, bson_string_t *out)
         fmt_date(bson_iter_date_time(it), buf, sizeof(buf));
         bson_string_append(out, buf);
         return;
-    default: {
-        bson_t tmp = BSON_INITIALIZER;
-        bson_append_iter(&tmp, "v", 1, it);
-        size_t len;
-        char *json = tool_to_json(&tmp, false, &len);
-        /* {"v":<value>} -> <value> */
-        if (json != NULL && len > 6)
-            bson_string_append_printf(out, "%.*s", (int)(len - 6), json + 5);
-        bson_free(json);
-        bson_destroy(&tmp);
+    default:
+        tool_json_append_value(out, it, false);
         return;
     }
+}
+
+/* Append n bytes at p to line. */
+static void put_n(bson_string_t *line, const char *p, size_t n)
+{
+    if (line->alloc - line->len <= n) {
+        size_t cap = line->alloc ? line->alloc : 64;
+        while (cap <= line->len + n)
+            cap *= 2;
+        line->str = bson_realloc(line->str, cap);
+        line->alloc = (uint32_t)cap;
     }
+    memcpy(line->str + line->len, p, n);
+    line->len += (uint32_t)n;
+    line->str[line->len] = '\0';
+}
+
+static void append_cell_n(bson_string_t *line, const char *s, size_t n, bool tsv)
+{
+    if (tsv || strpbrk(s, ",\"\r\n") == NULL) {
+        put_n(line, s, n);
+        return;
+    }
+    put_n(line, "\"", 1);
+    for (const char *p = s, *end = s + n; p < end;) { /* runs up to each quote, doubled */
+        const char *q = memchr(p, '"', (size_t)(end - p));
+        if (q == NULL) {
+            put_n(line, p, (size_t)(end - p));
+            break;
+        }
+        put_n(line, p, (size_t)(q + 1 - p));
+        put_n(line, "\"", 1);
+        p = q + 1;
+    }
+    put_n(line, "\"", 1);
 }
 
 static void append_cell(bson_string_t *line, const char *s, bool tsv)
 {
-    if (tsv || strpbrk(s, ",\"\r\n") == NULL) {
-        bson_string_append(line, s);
-        return;
-    }
-    bson_string_append_c(line, '"');
-    for (const char *p = s; *p; p++) {
-        if (*p == '"')
-            bson_string_append_c(line, '"');
-        bson_string_append_c(line, *p);
-    }
-    bson_string_append_c(line, '"');
+    append_cell_n(line, s, strlen(s), tsv);
 }
 
-static int export_csv(tool_stream_t *out, const bson_t *doc, const tool_strs_t *fields, bool tsv)
+/* One CSV/TSV line for doc appended to line. */
+static void export_csv(bson_string_t *line, const bson_t *doc, const tool_strs_t *fields, bool tsv)
 {
-    bson_string_t *line = bson_string_new(NULL);
+    static bson_string_t *c;
+    if (c == NULL)
+        c = bson_string_new(NULL);
     for (int i = 0; i < fields->n; i++) {
         if (i > 0)
             bson_string_append_c(line, tsv ? '\t' : ',');
         bson_iter_t it, f;
         if (bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, fields->v[i], &f)) {
-            bson_string_t *c = bson_string_new(NULL);
+            c->len = 0;
+            c->str[0] = '\0';
             cell(&f, c);
-            append_cell(line, c->str, tsv);
-            bson_string_free(c, true);
+            append_cell_n(line, c->str, c->len, tsv);
         }
     }
     bson_string_append_c(line, '\n');
-    int rc = tool_stream_write(out, line->str, line->len);
-    bson_string_free(line, true);
-    return rc;
 }
 
 int main(int argc, char **argv)
@@ -273,26 +289,28 @@ int main(int argc, char **argv)
     if (rc == 0 && !csv && !tsv && o.json_array)
         rc = tool_stream_write(out, "[", 1);
     const bson_t *doc;
+    /* Lines gather in buf and go out about a megabyte at a time. */
+    bson_string_t *buf = bson_string_new(NULL);
     while (rc == 0 && mongoc_cursor_next(cur, &doc)) {
         if (csv || tsv) {
-            rc = export_csv(out, doc, &fields, tsv);
+            export_csv(buf, doc, &fields, tsv);
         } else {
-            size_t len;
-            char *json = tool_to_json(doc, canonical, &len);
-            if (json == NULL) {
-                rc = tool_err("cannot represent a document of %s as JSON", what);
-                break;
-            }
             if (o.json_array && p.docs > 0)
-                rc = tool_stream_write(out, ",", 1);
-            if (rc == 0)
-                rc = tool_stream_write(out, json, len);
-            if (rc == 0 && !o.json_array)
-                rc = tool_stream_write(out, "\n", 1);
-            bson_free(json);
+                bson_string_append_c(buf, ',');
+            tool_json_append(buf, doc, canonical);
+            if (!o.json_array)
+                bson_string_append_c(buf, '\n');
+        }
+        if (buf->len >= (1u << 20)) {
+            rc = tool_stream_write(out, buf->str, buf->len);
+            buf->len = 0;
+            buf->str[0] = '\0';
         }
         tool_progress_add(&p, 1, doc->len);
     }
+    if (rc == 0 && buf->len > 0)
+        rc = tool_stream_write(out, buf->str, buf->len);
+    bson_string_free(buf, true);
     bson_error_t e;
     if (rc == 0 && mongoc_cursor_error(cur, &e))
         rc = tool_err("reading %s: %s", what, e.message);

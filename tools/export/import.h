@@ -27,6 +27,8 @@ typedef struct csv_reader {
     size_t len, pos, cap;
     bool eof;
     int64_t line;
+    char *cell; /* the cell being read */
+    size_t cell_cap;
 } csv_reader_t;
 
 /* Set the columns from a list of names ("a", "b.c", or typed "a.int32()"). */

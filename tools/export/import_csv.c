@@ -80,6 +80,18 @@ static int fill(csv_reader_t *r)
 
 /* Split the next record into cells (NUL-terminated copies in *cellsp, count returned);
    0 at the end, -1 on an error. */
+/* Append p[0..n) to the cell being read (r->cell, *lenp bytes so far), NUL-terminated. */
+static void cell_put(csv_reader_t *r, const char *p, size_t n, size_t *lenp)
+{
+    if (*lenp + n + 1 > r->cell_cap) {
+        r->cell_cap = (*lenp + n + 1) * 2;
+        r->cell = realloc(r->cell, r->cell_cap);
+    }
+    memcpy(r->cell + *lenp, p, n);
+    *lenp += n;
+    r->cell[*lenp] = '\0';
+}
+
 static int next_record(csv_reader_t *r, tool_strs_t *cells)
 {
     for (;;) {
@@ -107,29 +119,40 @@ static int next_record(csv_reader_t *r, tool_strs_t *cells)
         size_t end = i;
         if (end > r->pos && r->buf[end - 1] == '\r')
             end--;
-        /* cells */
-        bson_string_t *cell = bson_string_new(NULL);
+        /* cells: runs of plain characters are copied whole */
+        const char *b = r->buf;
+        char sep = r->tsv ? '\t' : ',';
+        size_t cl = 0;
         for (size_t k = r->pos; k <= end; k++) {
-            char c = k < end ? r->buf[k] : (r->tsv ? '\t' : ',');
-            if (!r->tsv && c == '"' && cell->len == 0) {
+            if (k == end || b[k] == sep) {
+                cell_put(r, "", 0, &cl);
+                tool_strs_push(cells, r->cell);
+                cl = 0;
+                continue;
+            }
+            if (!r->tsv && b[k] == '"' && cl == 0) {
                 for (k++; k < end; k++) {
-                    if (r->buf[k] == '"' && k + 1 < end && r->buf[k + 1] == '"')
-                        bson_string_append_c(cell, '"'), k++;
-                    else if (r->buf[k] == '"')
+                    if (b[k] == '"' && k + 1 < end && b[k + 1] == '"') {
+                        cell_put(r, "\"", 1, &cl);
+                        k++;
+                    } else if (b[k] == '"') {
                         break;
-                    else
-                        bson_string_append_c(cell, r->buf[k]);
+                    } else {
+                        size_t st = k;
+                        while (k < end && b[k] != '"')
+                            k++;
+                        cell_put(r, b + st, k - st, &cl);
+                        k--;
+                    }
                 }
                 continue;
             }
-            if (c == (r->tsv ? '\t' : ',')) {
-                tool_strs_push(cells, cell->str);
-                bson_string_truncate(cell, 0);
-                continue;
-            }
-            bson_string_append_c(cell, c);
+            size_t st = k;
+            while (k < end && b[k] != sep)
+                k++;
+            cell_put(r, b + st, k - st, &cl);
+            k--;
         }
-        bson_string_free(cell, true);
         for (size_t k = r->pos; k < i; k++)
             r->line += r->buf[k] == '\n';
         r->line++;
@@ -427,4 +450,5 @@ void csv_reader_free(csv_reader_t *r)
     }
     free(r->cols);
     free(r->buf);
+    free(r->cell);
 }

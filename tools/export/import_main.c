@@ -34,6 +34,7 @@ typedef struct imp {
     mongoc_write_concern_t *wc;
     mongoc_bulk_operation_t *bulk;
     uint32_t in_bulk;
+    tool_inserter_t *ins; /* --mode insert: the insertion workers */
     int64_t ok, failed, reported;
     tool_progress_t p;
 } imp_t;
@@ -102,6 +103,10 @@ static bool key_filter(imp_t *m, const bson_t *doc, bson_t *filter)
 
 static int add(imp_t *m, const bson_t *doc)
 {
+    if (m->ins != NULL) {
+        tool_progress_add(&m->p, 1, doc->len);
+        return tool_inserter_add(m->ins, doc);
+    }
     if (m->bulk == NULL) {
         bson_t opts = BSON_INITIALIZER;
         BSON_APPEND_BOOL(&opts, "ordered", m->o.keep_order || m->mode != M_INSERT);
@@ -251,7 +256,9 @@ int main(int argc, char **argv)
         {"maintainInsertionOrder", 0, TO_FLAG, &o->keep_order, "write in the input's order"},
         {"bypassDocumentValidation", 0, TO_FLAG, &o->bypass, "skip validators"},
         {"writeConcern", 0, TO_STR, &conn.write_concern, "e.g. majority, 1, '{w:1,j:true}'"},
-        {"numInsertionWorkers", 'j', TO_INT, &o->workers, "accepted; one"},
+        {"numInsertionWorkers", 'j', TO_INT, &o->workers,
+         "--mode insert: connections inserting at once (default 2; 1 with "
+         "--maintainInsertionOrder)"},
         {"batchSize", 0, TO_INT, &o->batch, "documents per batch (default 1000)"},
         {"legacy", 0, TO_FLAG, &o->legacy, NULL},
         {NULL, 0, 0, NULL, NULL},
@@ -311,6 +318,22 @@ int main(int argc, char **argv)
         }
         tool_log("dropping: %s", what);
     }
+    if (m.mode == M_INSERT) {
+        tool_insert_opts_t io = {
+            .workers = o->keep_order ? 1 : (o->workers > 0 ? (int)o->workers : 2),
+            .batch_docs = o->batch,
+            .ordered = o->keep_order || o->stop_on_error,
+            .bypass_validation = o->bypass,
+            .stop_on_error = o->stop_on_error,
+            .wc = m.wc,
+            .max_reported = 5,
+            .error_prefix = "continuing through error",
+            .stop_prefix = "stopping at the first failed document (--stopOnError)",
+            .fatal_prefix = "writing to the server",
+        };
+        if ((m.ins = tool_inserter_new(&conn, o->db, o->coll, &io)) == NULL)
+            return 1;
+    }
     tool_progress_start(&m.p, what, 0);
     rc = 0;
     int64_t skipped = 0;
@@ -334,6 +357,13 @@ int main(int argc, char **argv)
     }
     if (flush(&m) != 0)
         rc = -1;
+    if (m.ins != NULL) {
+        int64_t ok = 0, failed = 0;
+        if (tool_inserter_finish(m.ins, &ok, &failed) != 0)
+            rc = -1;
+        m.ok += ok;
+        m.failed += failed;
+    }
     tool_progress_done(&m.p, "done importing ");
     fprintf(stderr, "%s: %lld document(s) imported successfully. %lld document(s) failed to "
                     "import.\n",

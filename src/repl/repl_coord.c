@@ -419,10 +419,9 @@ int sbl_rs_adopt_config(const bson_t *doc, sbl_err_t *err)
     if ((rc = sbl_oplog_open(s, rs.oplog_bytes, true, err)) == 0 &&
         (rc = store_one(s, SBL_REPLSET_NS, doc, err)) == 0) {
         install_config_locked(doc, cfg);
-        if (first) {
-            set_state_locked(SBL_RS_STARTUP2);
+        if (first) { /* SECONDARY once caught up with a source (repl_sync.c) */
             sbl_oplog_set_active(true);
-            set_state_locked(SBL_RS_SECONDARY);
+            set_state_locked(SBL_RS_STARTUP2);
         }
         atomic_fetch_add(&rs.topology, 1);
         log_attr(SBL_LOG_INFO, 21392, "New replica set config in use", "set", rs.set_name,

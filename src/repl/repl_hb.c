@@ -505,7 +505,7 @@ static void *hb_main(void *arg)
             /* can we still see a majority? */
             int seen = 1;
             for (int i = 0; i < rs.cfg.n; i++)
-                if (i != rs.self && rs.cfg.m[i].votes > 0 && rs.peer[i].up &&
+                if (i != rs.self && rs.cfg.m[i].votes > 0 &&
                     now - rs.peer[i].last_ok_ms < rs.cfg.election_timeout_ms)
                     seen++;
             bool lost = seen < sbl_rs_majority(&rs.cfg);

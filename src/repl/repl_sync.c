@@ -124,7 +124,7 @@ static bool entry_command(const bson_t *e, char *db, size_t dbn, bson_t *cmd)
 static int apply_entry(const bson_t *e, sbl_err_t *err)
 {
     char db[128];
-    bson_t cmd = BSON_INITIALIZER, reply;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
     sbl_repl_applying = e;
     sbl_repl_applied_written = false;
     if (entry_command(e, db, sizeof(db), &cmd) && sbl_rs_runner != NULL) {
@@ -150,13 +150,51 @@ static int apply_entry(const bson_t *e, sbl_err_t *err)
 
 /* ---- the fetcher --------------------------------------------------------------- */
 
+/* The member to tail (lock held): the primary; a member in STARTUP2 (it
+ * has just received the config and holds nothing yet) takes any member that
+ * is PRIMARY or SECONDARY, as an initial sync would. */
+static bool choose_source_locked(char *host, size_t n)
+{
+    int st = atomic_load(&rs.state), src = -1;
+    if (rs.config == NULL || rs.self < 0)
+        return false;
+    if ((st == SBL_RS_SECONDARY || st == SBL_RS_STARTUP2) && rs.primary >= 0 &&
+        rs.primary != rs.self)
+        src = rs.primary;
+    for (int i = 0; st == SBL_RS_STARTUP2 && src < 0 && i < rs.cfg.n; i++)
+        if (i != rs.self && rs.peer[i].up &&
+            (rs.peer[i].state == SBL_RS_SECONDARY || rs.peer[i].state == SBL_RS_PRIMARY))
+            src = i;
+    if (src < 0)
+        return false;
+    snprintf(host, n, "%s", rs.cfg.m[src].host);
+    return true;
+}
+
 static bool still_syncing_from(const char *host)
 {
+    char now[256];
     pthread_mutex_lock(&rs.lock);
-    bool ok = !rs.stopping && atomic_load(&rs.state) == SBL_RS_SECONDARY && rs.primary >= 0 &&
-              strcmp(rs.cfg.m[rs.primary].host, host) == 0;
+    bool ok = !rs.stopping && choose_source_locked(now, sizeof(now)) && strcmp(now, host) == 0;
     pthread_mutex_unlock(&rs.lock);
     return ok;
+}
+
+/* STARTUP2 -> SECONDARY once caught up with the first source. */
+static void initial_sync_done(void)
+{
+    pthread_mutex_lock(&rs.lock);
+    if (atomic_load(&rs.state) == SBL_RS_STARTUP2) {
+        atomic_store(&rs.state, SBL_RS_SECONDARY);
+        atomic_fetch_add(&rs.topology, 1);
+        sbl_rs_reset_election_timer_locked(sbl_now_ms());
+        pthread_cond_broadcast(&rs.cond);
+        bson_t attr = BSON_INITIALIZER;
+        sbl_log(SBL_LOG_INFO, "REPL", 21392, "Caught up with the sync source: STARTUP2 -> "
+                "SECONDARY", &attr);
+        bson_destroy(&attr);
+    }
+    pthread_mutex_unlock(&rs.lock);
 }
 
 static void report_position(mongoc_client_t *c)
@@ -268,6 +306,8 @@ static void sync_from(const char *host)
             break;
         if (n > 0)
             report_position(c);
+        if (!first)
+            initial_sync_done(); /* the source had nothing more for now */
     }
 out:
     report_position(c);
@@ -287,10 +327,7 @@ static void *sync_main(void *arg)
     pthread_mutex_lock(&rs.lock);
     while (!rs.stopping) {
         char host[256] = "";
-        if (atomic_load(&rs.state) == SBL_RS_SECONDARY && rs.primary >= 0 &&
-            rs.primary != rs.self)
-            snprintf(host, sizeof(host), "%s", rs.cfg.m[rs.primary].host);
-        if (host[0] != '\0') {
+        if (choose_source_locked(host, sizeof(host))) {
             pthread_mutex_unlock(&rs.lock);
             sync_from(host);
             pthread_mutex_lock(&rs.lock);

@@ -15,6 +15,7 @@ from pymongo.errors import AutoReconnect, ConnectionFailure, DuplicateKeyError, 
     NotMasterError, OperationFailure, ServerSelectionTimeoutError, WriteConcernError
 from pymongo.write_concern import WriteConcern
 
+import wire
 from sabled import Sabled
 
 RETRYABLE = (AutoReconnect, ConnectionFailure, NotMasterError, ServerSelectionTimeoutError)
@@ -122,12 +123,22 @@ def test_initiate_hello_and_majority_writes(rs3):
         # writes on a secondary: NotWritablePrimary; reads need secondaryOk
         with pymongo.MongoClient("127.0.0.1", other.port, directConnection=True,
                                  readPreference="primary") as d:
-            with pytest.raises(OperationFailure) as ei:
+            with pytest.raises((NotMasterError, OperationFailure)) as ei:
                 d.t.c.insert_one({"_id": 100})
-            assert ei.value.code == 10107
-            with pytest.raises(OperationFailure) as ei:
-                d.t.c.find_one({"_id": 1})
-            assert ei.value.code == 13435
+            assert ei.value.details["code"] == 10107
+        # pymongo always allows secondaries on a direct connection: a raw
+        # OP_MSG find without $readPreference is refused, with one it runs
+        sock = wire.connect(other.port)
+        try:
+            r = wire.roundtrip(sock, wire.op_msg({"find": "c", "filter": {"_id": 1},
+                                                  "$db": "t"})).doc
+            assert r["ok"] == 0 and r["code"] == 13435, r
+            r = wire.roundtrip(sock, wire.op_msg({
+                "find": "c", "filter": {"_id": 1}, "$db": "t",
+                "$readPreference": {"mode": "secondaryPreferred"}})).doc
+            assert r["ok"] == 1 and r["cursor"]["firstBatch"] == [{"_id": 1, "x": 1}], r
+        finally:
+            sock.close()
     finally:
         c.close()
 
@@ -141,9 +152,12 @@ def test_majority_with_members_down(rs3):
         others[0].kill9()
         coll.insert_one({"_id": "one-down"})  # 2 of 3 still apply it
         others[1].kill9()
+        # within the election timeout (2 s) the primary has not stepped down yet
+        short = c.t.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=500))
         with pytest.raises(WriteConcernError) as ei:
-            coll.insert_one({"_id": "two-down"})
+            short.insert_one({"_id": "two-down"})
         assert ei.value.code == 64
+        assert ei.value.details["errInfo"]["wtimeout"] is True
     finally:
         c.close()
 
@@ -200,6 +214,7 @@ def test_step_down_moves_primary(rs3):
         newp = primary_of(rs3)
         assert newp is not p and newp is not rs3[2]
         assert state(p) == 2
-        c.t.get_collection("c", write_concern=WriteConcern(w="majority")).insert_one({"a": 2})
+        coll = c.t.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=10000))
+        wait_for(lambda: coll.insert_one({"a": 2}), timeout=30)
     finally:
         c.close()

@@ -374,7 +374,7 @@ void sbl_rs_update_commit_locked(void)
         rs.commit = cp;
         rs.commit_wall = sbl_now_ms();
     }
-    pthread_cond_broadcast(&rs.cond);
+    pthread_cond_broadcast(&rs.cond); /* positions moved: w:N waiters look again */
 }
 
 int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err)
@@ -430,6 +430,10 @@ void sbl_repl_await(uint64_t ts, int w, bool majority, int64_t wtimeout_ms, sbl_
      * writes there), woken by every change of positions or state. */
     pthread_mutex_lock(&rs.lock);
     for (;;) {
+        /* our own position moves too (a set of one commits on its own) */
+        if (atomic_load(&rs.state) == SBL_RS_PRIMARY && rs.config != NULL &&
+            sbl_rs_voters(&rs.cfg) == 1)
+            sbl_rs_update_commit_locked();
         if (rs.config == NULL || satisfied_locked(ts, w, majority))
             break;
         if (atomic_load(&rs.state) != SBL_RS_PRIMARY) {

@@ -31,7 +31,8 @@
 #define ELECTION_NS "local.replset.election"
 
 sbl_rs_t sbl_rs = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
-                   .self = -1, .primary = -1, .last_vote_term = -1};
+                   .self = -1, .primary = -1, .last_vote_term = -1,
+                   .state = SBL_RS_STANDALONE};
 #define rs sbl_rs
 
 const char *sbl_rs_state_str(int st)

@@ -211,7 +211,7 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         return 0;
     /* A write that passed the dispatcher's check while this member was
      * primary and reaches here after a step-down must not commit. */
-    if (!sbl_repl_is_primary())
+    if (sbl_repl_enabled() && !sbl_repl_is_primary())
         return sbl_err_set(err, SBL_E_InterruptedDueToReplStateChange,
                            "operation was interrupted because a replica set state change "
                            "(stepdown) occurred");
@@ -301,7 +301,7 @@ static void log_command(sbl_session_t *s, const char *ns, const uint8_t *uuid, c
             sbl_repl_append_alone_raw(s, sbl_repl_applying, &err);
         return;
     }
-    if (!sbl_repl_is_primary())
+    if (sbl_repl_enabled() && !sbl_repl_is_primary())
         return;
     snprintf(cmdns, sizeof(cmdns), "%.*s.$cmd", (int)dlen, ns);
     sbl_oplog_entry_t e = {.op = 'c', .ns = cmdns, .uuid = uuid, .o = o, .o2 = o2};

@@ -183,6 +183,9 @@ static int parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc,
     wc->w = 1;
     wc->j = false;
     wc->given = false;
+    wc->majority = false;
+    wc->wtimeout_ms = 0;
+    bool repl = sbl_repl_enabled();
     if (wcit == NULL)
         return 0;
     it = *wcit;
@@ -196,23 +199,35 @@ static int parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc,
         const char *k = bson_iter_key(&w);
         if (strcmp(k, "w") == 0) {
             if (BSON_ITER_HOLDS_UTF8(&w)) {
-                if (strcmp(bson_iter_utf8(&w, NULL), "majority") != 0)
+                if (strcmp(bson_iter_utf8(&w, NULL), "majority") != 0 || !repl) {
+                    if (strcmp(bson_iter_utf8(&w, NULL), "majority") == 0) {
+                        wc->w = 1;
+                        continue;
+                    }
                     return sbl_err_set(err, SBL_E_BadValue,
                                        "cannot use non-majority 'w' mode \"%s\" when a host is "
                                        "not a member of a replica set", bson_iter_utf8(&w, NULL));
+                }
                 wc->w = 1;
+                wc->majority = true;
             } else if (BSON_ITER_HOLDS_NUMBER(&w)) {
                 int64_t v = bson_iter_as_int64(&w);
                 if (v < 0 || v > 50)
                     return sbl_err_set(err, SBL_E_BadValue, "w has to be a number between 0 "
                                        "and 50 or a string, not %lld", (long long)v);
-                if (v > 1)
+                if (v > 1 && repl && v > sbl_repl_member_count())
+                    return sbl_err_set(err, 100 /* UnsatisfiableWriteConcern */,
+                                       "Not enough data-bearing nodes");
+                if (v > 1 && !repl)
                     return sbl_err_set(err, SBL_E_BadValue, "cannot use 'w' > 1 on a host that "
                                        "is not a member of a replica set");
                 wc->w = (int)v;
             } else {
                 return sbl_err_set(err, SBL_E_FailedToParse, "w has to be a number or string");
             }
+        } else if (strcmp(k, "wtimeout") == 0 || strcmp(k, "wtimeoutMS") == 0) {
+            if (BSON_ITER_HOLDS_NUMBER(&w))
+                wc->wtimeout_ms = bson_iter_as_int64(&w);
         } else if (strcmp(k, "j") == 0 || strcmp(k, "fsync") == 0) {
             if (!BSON_ITER_HOLDS_BOOL(&w) && !BSON_ITER_HOLDS_NUMBER(&w))
                 return sbl_err_set(err, SBL_E_FailedToParse, "%s must be a boolean", k);
@@ -340,6 +355,18 @@ static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t co
     return true;
 }
 
+/* Did the client allow reads on a secondary? */
+static bool secondary_ok(const sbl_opctx_t *ctx)
+{
+    bson_iter_t it, m;
+    if (ctx->req->opcode == SBL_OP_QUERY && (ctx->req->query_flags & 4))
+        return true;
+    if (bson_iter_init_find(&it, ctx->cmd, "$readPreference") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &m) && bson_iter_find(&m, "mode") && BSON_ITER_HOLDS_UTF8(&m))
+        return strcmp(bson_iter_utf8(&m, NULL), "primary") != 0;
+    return false;
+}
+
 /* Check the generic arguments and run the handler on this thread. */
 static void execute(pending_t *p)
 {
@@ -393,6 +420,12 @@ static void execute(pending_t *p)
      * (NotWritablePrimary), except to "local". */
     if ((p->def->flags & SBL_CMD_WRITE) &&
         (p->rc = sbl_repl_check_write(write_db(ctx), &p->err)) != 0)
+        return;
+    /* Reads on a secondary need secondaryOk (OP_QUERY's flag, or an OP_MSG
+     * read preference other than primary). */
+    if ((p->def->flags & SBL_CMD_READ) && !(p->def->flags & SBL_CMD_WRITE) && ctx->req != NULL &&
+        !sbl_repl_writable() &&
+        (p->rc = sbl_repl_check_read(ctx->db, secondary_ok(ctx), &p->err)) != 0)
         return;
     op_begin(p);
     if ((p->def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
@@ -511,6 +544,51 @@ static void audit_written_cb(void *arg, int rc)
     finish(p);
 }
 
+/* Write concern beyond this member: a worker waits (sbl_repl_await blocks). */
+static void repl_wait_done(void *arg, int code, const char *msg)
+{
+    pending_t *p = arg;
+    if (code != 0) {
+        bson_t wce, info;
+        BSON_APPEND_DOCUMENT_BEGIN(&p->reply, "writeConcernError", &wce);
+        BSON_APPEND_INT32(&wce, "code", code);
+        BSON_APPEND_UTF8(&wce, "codeName", sbl_err_name(code));
+        BSON_APPEND_UTF8(&wce, "errmsg", msg);
+        if (code == SBL_E_WriteConcernFailed) {
+            BSON_APPEND_DOCUMENT_BEGIN(&wce, "errInfo", &info);
+            BSON_APPEND_BOOL(&info, "wtimeout", true);
+            bson_append_document_end(&wce, &info);
+        }
+        bson_append_document_end(&p->reply, &wce);
+    }
+}
+
+static void repl_wait_work(uv_work_t *w)
+{
+    pending_t *p = w->data;
+    sbl_write_concern_t *wc = &p->ctx.wc;
+    sbl_repl_await(sbl_repl_last_op_ts(), wc->w, wc->majority, wc->wtimeout_ms, repl_wait_done,
+                   p);
+}
+
+static void repl_wait_after(uv_work_t *w, int status)
+{
+    pending_t *p = w->data;
+    (void)status;
+    if (p->ctx.wc.j) {
+        sbl_storage_on_durable(durable_cb, p);
+        return;
+    }
+    send_reply(p);
+}
+
+static bool needs_repl_wait(const pending_t *p)
+{
+    return p->rc == 0 && p->ctx.conn != NULL && p->def != NULL &&
+           (p->def->flags & SBL_CMD_WRITE) && sbl_repl_enabled() &&
+           (p->ctx.wc.majority || p->ctx.wc.w > 1);
+}
+
 static void finish(pending_t *p)
 {
     if (delay_auth_failure(p))
@@ -526,6 +604,12 @@ static void finish(pending_t *p)
      * an update that matched nothing, or a delete of an absent document, may
      * have seen the effect of a w:1 write that is not on disk yet, and its
      * acknowledgement must not report a state a crash could undo. */
+    if (needs_repl_wait(p)) {
+        p->work.data = p;
+        if (uv_queue_work(sbl_conn_loop(p->ctx.conn), &p->work, repl_wait_work,
+                          repl_wait_after) == 0)
+            return;
+    }
     if (p->rc == 0 && p->ctx.wc.j) {
         sbl_storage_on_durable(durable_cb, p);
         return;

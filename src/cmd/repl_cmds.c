@@ -35,6 +35,52 @@ int sbl_cmd_repl_set_get_config(sbl_opctx_t *ctx, sbl_err_t *err)
     return sbl_repl_get_config(ctx->reply, err);
 }
 
+int sbl_cmd_repl_set_heartbeat(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    return sbl_repl_heartbeat(ctx->cmd, ctx->reply, err);
+}
+
+int sbl_cmd_repl_set_request_votes(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    return sbl_repl_request_votes(ctx->cmd, ctx->reply, err);
+}
+
+int sbl_cmd_repl_set_update_position(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    return sbl_repl_update_position(ctx->cmd, ctx->reply, err);
+}
+
+static int64_t arg_num(const bson_t *cmd, const char *k, int64_t def)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, cmd, k) && BSON_ITER_HOLDS_NUMBER(&it)
+               ? bson_iter_as_int64(&it) : def;
+}
+
+int sbl_cmd_repl_set_step_down(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    int64_t secs = arg_num(ctx->cmd, "replSetStepDown", 60);
+    int64_t catchup = arg_num(ctx->cmd, "secondaryCatchUpPeriodSecs", 10);
+    bool force = bson_iter_init_find(&it, ctx->cmd, "force") && bson_iter_as_bool(&it);
+    if (secs <= 0)
+        secs = 60;
+    if (catchup > secs)
+        return sbl_err_set(err, SBL_E_BadValue, "stepdown period must be longer than "
+                           "secondaryCatchUpPeriodSecs");
+    return sbl_repl_step_down(secs, catchup, force, err);
+}
+
+int sbl_cmd_repl_set_step_up(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    return sbl_repl_step_up(err);
+}
+
+int sbl_cmd_repl_set_freeze(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    return sbl_repl_freeze(arg_num(ctx->cmd, "replSetFreeze", 0), ctx->reply, err);
+}
+
 void sbl_cmd_on_coll_created(sbl_opctx_t *ctx, const char *ns)
 {
     sbl_cmd_audit_coll_created(ctx, ns);

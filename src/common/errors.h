@@ -98,6 +98,13 @@
     X(InvalidReplicaSetConfig, 93)                                                                 \
     X(NotYetInitialized, 94)                                                                       \
     X(NotPrimaryOrSecondary, 13436)                                                                \
+    X(NotPrimaryNoSecondaryOk, 13435)                                                              \
+    X(InterruptedDueToReplStateChange, 11602)                                                      \
+    X(WriteConcernFailed, 64)                                                                      \
+    X(PrimarySteppedDown, 189)                                                                     \
+    X(NotSecondary, 135)                                                                           \
+    X(NodeNotElectable, 147)                                                                       \
+    X(CommandFailed, 125)                                                                          \
     X(Location16436, 16436)                                                                        \
     X(Location31254, 31254)                                                                        \
     X(Location40352, 40352)                                                                        \

@@ -41,6 +41,8 @@ typedef struct sbl_write_concern {
     int w;      /* 0, 1, ... ; "majority" counts as 1 on a single node */
     bool j;     /* wait for the journal */
     bool given; /* the command carried a writeConcern */
+    bool majority;      /* w: "majority" (on a replica set member) */
+    int64_t wtimeout_ms; /* 0: no limit */
 } sbl_write_concern_t;
 
 typedef struct sbl_opctx {

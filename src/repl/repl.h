@@ -78,6 +78,48 @@ int sbl_repl_initiate(sbl_session_t *s, const bson_t *config, sbl_err_t *err);
 int sbl_repl_get_status(bson_t *r, sbl_err_t *err);
 int sbl_repl_get_config(bson_t *r, sbl_err_t *err);
 
+/* ---- a set of several members (issue 24, second increment) -------------- */
+
+/* How the applier runs an entry's change: the command layer's internal
+ * runner (sbl_cmd_run), installed before sbl_repl_start_threads. */
+typedef void (*sbl_repl_run_fn)(const char *db, const bson_t *cmd, bson_t *reply);
+void sbl_repl_set_runner(sbl_repl_run_fn fn);
+/* Start the heartbeat/election thread and the applier (after the command
+ * layer is up); sbl_repl_stop joins them.  No-op when standalone. */
+int sbl_repl_start_threads(sbl_err_t *err);
+
+/* NotPrimaryNoSecondaryOk (13435) for a read of db on a member that is not
+ * primary when the client did not allow secondaries (secondaryOk, a read
+ * preference other than primary); NotPrimaryOrSecondary (13436) before the
+ * member is a secondary.  Reads of "local" always run. */
+int sbl_repl_check_read(const char *db, bool secondary_ok, sbl_err_t *err);
+
+/* The internal commands between members and the operator's ones; each
+ * appends its reply's fields to r. */
+int sbl_repl_heartbeat(const bson_t *cmd, bson_t *r, sbl_err_t *err);
+int sbl_repl_request_votes(const bson_t *cmd, bson_t *r, sbl_err_t *err);
+int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err);
+/* replSetStepDown: wait up to secondary_catchup_s for an electable
+ * secondary to catch up (unless force), step down and stay ineligible for
+ * step_down_s.  Blocks the calling thread. */
+int sbl_repl_step_down(int64_t step_down_s, int64_t secondary_catchup_s, bool force,
+                       sbl_err_t *err);
+int sbl_repl_freeze(int64_t secs, bson_t *r, sbl_err_t *err);
+int sbl_repl_step_up(sbl_err_t *err);
+
+/* Write concern beyond this member: wait until w members (w_majority: a
+ * majority of the voting members, through the commit point) have applied
+ * ts, for at most wtimeout_ms (0: forever).  cb runs once, on another
+ * thread or before this returns, with 0, WriteConcernFailed (64, timed
+ * out) or InterruptedDueToReplStateChange (stepped down while waiting). */
+typedef void (*sbl_repl_wait_cb)(void *arg, int code, const char *msg);
+void sbl_repl_await(uint64_t ts, int w, bool w_majority, int64_t wtimeout_ms,
+                    sbl_repl_wait_cb cb, void *arg);
+/* The newest oplog timestamp (what a write just acknowledged waits for). */
+uint64_t sbl_repl_last_op_ts(void);
+/* The number of members (w: N above it is refused as mongod does). */
+int sbl_repl_member_count(void);
+
 /* ---- "c" entries: catalog changes (called after the change succeeded) ------
  * Each writes its entry in a transaction of its own on s (which must have
  * none open) and logs, but does not return, a failure: the change is done.

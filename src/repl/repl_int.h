@@ -66,7 +66,195 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
 
 #define SBL_NS_BUF 300
 
-/* The member's term (1 in this increment). */
-#define SBL_REPL_TERM 1
+/* Append a primary's entry doc (with its own ts and t) as it is, inside
+ * s's open transaction, with its ts as the commit timestamp (a secondary
+ * applying it). */
+int sbl_oplog_append_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err);
+/* The term of the last entry (0 before the first). */
+int64_t sbl_oplog_last_term(void);
+/* The term new entries carry (the coordinator's current term). */
+void sbl_oplog_set_term(int64_t term);
+
+/* Append doc (a primary's entry) in a transaction of its own. */
+int sbl_repl_append_alone_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err);
+
+/* While a secondary's applier runs one entry through the command layer,
+ * the entry (its thread's), and whether it was written to the oplog. */
+extern _Thread_local const bson_t *sbl_repl_applying;
+extern _Thread_local bool sbl_repl_applied_written;
+/* True when this member is PRIMARY (repl_coord.c). */
+bool sbl_repl_is_primary(void);
+
+/* ---- the pure rules (repl_rules.c): config, votes, commit point ------- */
+
+#define SBL_RS_MAX_MEMBERS 50
+#define SBL_RS_MAX_VOTERS 7
+
+/* An optime: the entry's term and ts; ordered by term, then ts. */
+typedef struct sbl_optime {
+    int64_t t;
+    uint64_t ts;
+} sbl_optime_t;
+int sbl_optime_cmp(sbl_optime_t a, sbl_optime_t b);
+
+typedef struct sbl_rs_member {
+    int id;
+    char host[256];
+    double priority;
+    int votes;
+    bool hidden;
+    bool arbiter;
+} sbl_rs_member_t;
+
+typedef struct sbl_rs_config {
+    char set_name[128];
+    int64_t version;
+    int64_t term;
+    int n;
+    sbl_rs_member_t m[SBL_RS_MAX_MEMBERS];
+    int64_t heartbeat_ms;        /* settings.heartbeatIntervalMillis (2000) */
+    int64_t election_timeout_ms; /* settings.electionTimeoutMillis (10000) */
+} sbl_rs_config_t;
+
+/* Parse and check a config as mongod's replSetInitiate/heartbeats do
+ * (InvalidReplicaSetConfig 93 with mongod's messages), into cfg. */
+int sbl_rs_config_parse(const bson_t *doc, sbl_rs_config_t *cfg, sbl_err_t *err);
+/* The number of voting members and the majority of them. */
+int sbl_rs_voters(const sbl_rs_config_t *cfg);
+int sbl_rs_majority(const sbl_rs_config_t *cfg);
+/* May member i stand for election: priority > 0, votes, not an arbiter. */
+bool sbl_rs_electable(const sbl_rs_config_t *cfg, int i);
+
+/* What a voter knows when a replSetRequestVotes arrives, and the request. */
+typedef struct sbl_vote_state {
+    int64_t term;            /* current term */
+    int64_t last_vote_term;  /* lastVote (durable): the term voted in, -1 none */
+    int last_vote_candidate; /* and for whom (member index) */
+    sbl_optime_t last_applied;
+    int64_t cfg_version, cfg_term;
+    const char *set_name;
+} sbl_vote_state_t;
+typedef struct sbl_vote_req {
+    const char *set_name;
+    bool dry_run;
+    int64_t term;
+    int candidate; /* index in the config */
+    int64_t cfg_version, cfg_term;
+    sbl_optime_t last_applied;
+} sbl_vote_req_t;
+/* pv1's vote rule (TopologyCoordinator::processReplSetRequestVotes): grant
+ * when the set and config match, the candidate's term is not below ours,
+ * its last applied optime is at least ours and (a real election) we have
+ * not voted in that term.  A real vote updates st->last_vote_*; the caller
+ * makes it durable before answering.  A real request of a higher term
+ * moves st->term (the caller steps down first if primary).  Returns
+ * whether the vote is granted; reason says why not. */
+bool sbl_rs_vote(sbl_vote_state_t *st, const sbl_vote_req_t *req, char *reason, size_t n);
+
+/* The majority commit point: the newest optime a majority of the voting
+ * members have applied (applied[i] for member i), taken only when it is of
+ * the current term (Raft's rule: earlier terms' entries commit through a
+ * current-term entry), and never older than current. */
+sbl_optime_t sbl_rs_commit_point(const sbl_rs_config_t *cfg, const sbl_optime_t *applied,
+                                 int64_t term, sbl_optime_t current);
+/* How many data-bearing members have applied ts (w: N). */
+int sbl_rs_count_applied(const sbl_rs_config_t *cfg, const sbl_optime_t *applied, uint64_t ts);
+
+/* ---- the coordinator's state (repl_coord.c), shared by the heartbeat
+ * and election thread (repl_hb.c), the applier (repl_sync.c) and the
+ * status replies (repl_status.c).  Everything but state and topology is
+ * read and written under sbl_rs.lock. ------------------------------------ */
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* Member states, with mongod's numbers. */
+enum {
+    SBL_RS_STANDALONE = -1,
+    SBL_RS_STARTUP = 0,
+    SBL_RS_PRIMARY = 1,
+    SBL_RS_SECONDARY = 2,
+    SBL_RS_STARTUP2 = 5,
+    SBL_RS_DOWN = 8,
+};
+const char *sbl_rs_state_str(int state);
+
+typedef struct sbl_rs_peer {
+    int state;                     /* from its last heartbeat response; DOWN when unreachable */
+    bool up;                       /* the last heartbeat was answered */
+    int64_t last_ok_ms;            /* when a heartbeat was last answered (0: never) */
+    int64_t next_hb_ms;            /* when to send the next one */
+    int64_t ping_ms;
+    int64_t up_since_ms;
+    sbl_optime_t applied, durable; /* heartbeats and replSetUpdatePosition */
+    int64_t applied_wall;
+    int64_t cfg_version;
+    char sync_source[256];
+    char msg[160];                 /* lastHeartbeatMessage */
+} sbl_rs_peer_t;
+
+typedef struct sbl_rs {
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* state, applied positions or the commit point moved */
+    char *set_name;
+    int64_t oplog_bytes;
+    int port;
+    bson_t *config; /* the stored config document; NULL until initiated */
+    sbl_rs_config_t cfg;
+    int self; /* this member's index in cfg, -1 */
+    atomic_int state;
+    atomic_int_fast64_t topology;
+    int64_t term;
+    int64_t last_vote_term;
+    int last_vote_candidate;
+    int primary;                /* index of the primary we know of, -1 */
+    int64_t primary_seen_ms;    /* the election timer's start: primary heard, vote given */
+    int64_t election_offset_ms; /* the timer's random part */
+    int64_t freeze_until_ms;    /* replSetFreeze, replSetStepDown: no candidacy before */
+    bson_oid_t election_id;
+    uint64_t election_ts;
+    int64_t election_ms;
+    sbl_optime_t commit; /* the majority commit point */
+    int64_t commit_wall;
+    sbl_rs_peer_t peer[SBL_RS_MAX_MEMBERS];
+    char config_source[256]; /* a member that has a newer config than ours */
+    char sync_source[256];   /* the member our applier tails ("" none) */
+    bool stopping;
+} sbl_rs_t;
+extern sbl_rs_t sbl_rs;
+
+/* This member's last applied optime. */
+sbl_optime_t sbl_rs_my_applied(void);
+/* Move to term (higher than ours) and make it durable; a primary steps
+ * down.  Lock held. */
+void sbl_rs_update_term_locked(int64_t term);
+/* Step down to SECONDARY (lock held): topologyVersion moves, waiters wake. */
+void sbl_rs_step_down_locked(const char *why);
+/* Persist term and lastVote in local.replset.election (lock held). */
+int sbl_rs_persist_vote_locked(sbl_err_t *err);
+/* Win an election of term: write the "new primary" no-op and say PRIMARY
+ * (lock held).  Returns 0 or the error of the no-op's write. */
+int sbl_rs_become_primary_locked(int64_t term, sbl_err_t *err);
+/* Adopt a newer config received from a member (heartbeat response). */
+int sbl_rs_adopt_config(const bson_t *config, sbl_err_t *err);
+/* Recompute the commit point from the members' applied optimes (lock
+ * held; primary only); wakes waiters when it moved. */
+void sbl_rs_update_commit_locked(void);
+/* Restart the election timer with a new random offset (lock held). */
+void sbl_rs_reset_election_timer_locked(int64_t now);
+
+/* {ts, t} documents (repl_status.c, repl_hb.c). */
+void sbl_repl_append_optime(bson_t *r, const char *k, uint64_t ts, int64_t t);
+sbl_optime_t sbl_repl_optime_at(const bson_t *d, const char *k);
+/* The applier's runner (repl_sync.c). */
+extern sbl_repl_run_fn sbl_rs_runner;
+
+/* The threads (repl_hb.c, repl_sync.c). */
+int sbl_rs_hb_start(void);
+void sbl_rs_hb_stop(void);
+int sbl_rs_sync_start(void);
+void sbl_rs_sync_stop(void);
+/* Wake the heartbeat thread now (config adopted, state changed). */
+void sbl_rs_hb_kick(void);
 
 #endif

@@ -28,6 +28,21 @@ static sbl_coll_t *oplog;       /* referenced while open; set before active */
 static atomic_bool active;      /* entries are written */
 static _Atomic uint64_t last_ts; /* the last ts handed out (under the oplog lock) */
 static _Atomic int64_t last_wall;
+static _Atomic int64_t last_term;  /* t of the last entry */
+static _Atomic int64_t cur_term = 1; /* t of the entries this member writes */
+
+_Thread_local const bson_t *sbl_repl_applying;
+_Thread_local bool sbl_repl_applied_written;
+
+int64_t sbl_oplog_last_term(void)
+{
+    return atomic_load(&last_term);
+}
+
+void sbl_oplog_set_term(int64_t term)
+{
+    atomic_store(&cur_term, term);
+}
 
 bool sbl_oplog_is_open(void)
 {
@@ -68,6 +83,8 @@ static int load_last(sbl_session_t *s, sbl_err_t *err)
         }
         if (bson_iter_init_find(&it, &doc, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it))
             atomic_store(&last_wall, bson_iter_date_time(&it));
+        if (bson_iter_init_find(&it, &doc, "t") && BSON_ITER_HOLDS_NUMBER(&it))
+            atomic_store(&last_term, bson_iter_as_int64(&it));
     }
     sbl_natural_close(scan);
     return rc;
@@ -133,11 +150,41 @@ int sbl_oplog_append(sbl_session_t *s, sbl_oplog_entry_t *e, sbl_err_t *err)
     atomic_store(&last_wall, now);
     e->ts = ts;
     e->wall_ms = now;
+    e->term = atomic_load(&cur_term);
+    atomic_store(&last_term, e->term);
     SBL_RET(sbl_txn_set_commit_ts(s, ts, err));
     sbl_repl_entry_build(e, &doc);
     rc = sbl_write(s, oplog, SBL_WRITE_INSERT, NULL, &doc, NULL, err);
     bson_destroy(&doc);
     return rc;
+}
+
+int sbl_oplog_append_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
+{
+    bson_iter_t it;
+    uint32_t t = 0, i = 0;
+    int64_t term = 0, wall = 0;
+
+    if (oplog == NULL)
+        return sbl_err_set(err, SBL_E_InternalError, "the oplog is not open");
+    if (!bson_iter_init_find(&it, doc, "ts") || !BSON_ITER_HOLDS_TIMESTAMP(&it))
+        return sbl_err_set(err, SBL_E_InvalidBSON, "oplog entry without a ts");
+    bson_iter_timestamp(&it, &t, &i);
+    if (bson_iter_init_find(&it, doc, "t") && BSON_ITER_HOLDS_NUMBER(&it))
+        term = bson_iter_as_int64(&it);
+    if (bson_iter_init_find(&it, doc, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it))
+        wall = bson_iter_date_time(&it);
+    SBL_RET(sbl_capped_lock(s, oplog, err));
+    uint64_t ts = SBL_TS(t, i);
+    SBL_RET(sbl_txn_set_commit_ts(s, ts, err));
+    SBL_RET(sbl_write(s, oplog, SBL_WRITE_INSERT, NULL, doc, NULL, err));
+    if (ts > atomic_load(&last_ts)) {
+        atomic_store(&last_ts, ts);
+        atomic_store(&last_wall, wall);
+        atomic_store(&last_term, term);
+    }
+    sbl_repl_applied_written = true;
+    return 0;
 }
 
 /* True when writes to ns are logged. */
@@ -158,12 +205,19 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     bson_iter_t it;
     int rc;
 
+    if (sbl_repl_applying != NULL) /* a secondary applies the primary's entry as it is */
+        return replicated(sbl_coll_ns(c)) ? sbl_oplog_append_raw(s, sbl_repl_applying, err) : 0;
     if (!atomic_load_explicit(&active, memory_order_acquire) || !replicated(sbl_coll_ns(c)))
         return 0;
+    /* A write that passed the dispatcher's check while this member was
+     * primary and reaches here after a step-down must not commit. */
+    if (sbl_repl_enabled() && !sbl_repl_is_primary())
+        return sbl_err_set(err, SBL_E_InterruptedDueToReplStateChange,
+                           "operation was interrupted because a replica set state change "
+                           "(stepdown) occurred");
     if (bson_iter_init_find(&it, doc, "_id"))
         bson_append_iter(&key, "_id", 3, &it);
-    sbl_oplog_entry_t e = {.ns = sbl_coll_ns(c), .uuid = sbl_coll_uuid(c),
-                           .term = SBL_REPL_TERM};
+    sbl_oplog_entry_t e = {.ns = sbl_coll_ns(c), .uuid = sbl_coll_uuid(c)};
     switch (kind) {
     case SBL_WRITE_INSERT: /* o2: the document key, as mongod 6.0+ writes it */
         e.op = 'i';
@@ -205,11 +259,21 @@ static int append_alone(sbl_session_t *s, sbl_oplog_entry_t *e, sbl_err_t *err)
     }
 }
 
+int sbl_repl_append_alone_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
+{
+    int rc;
+    SBL_RET(sbl_txn_begin(s, err));
+    if ((rc = sbl_oplog_append_raw(s, doc, err)) == 0)
+        return sbl_txn_commit(s, err);
+    sbl_txn_abort(s);
+    return rc;
+}
+
 int sbl_oplog_noop(sbl_session_t *s, const char *msg, sbl_err_t *err)
 {
     bson_t o = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&o, "msg", msg);
-    sbl_oplog_entry_t e = {.op = 'n', .ns = "", .o = &o, .term = SBL_REPL_TERM};
+    sbl_oplog_entry_t e = {.op = 'n', .ns = "", .o = &o};
     int rc = append_alone(s, &e, err);
     bson_destroy(&o);
     return rc;
@@ -227,10 +291,20 @@ static void log_command(sbl_session_t *s, const char *ns, const uint8_t *uuid, c
 
     if (!atomic_load(&active) || (dlen == 5 && strncmp(ns, "local", 5) == 0))
         return;
-    snprintf(cmdns, sizeof(cmdns), "%.*s.$cmd", (int)dlen, ns);
-    sbl_oplog_entry_t e = {.op = 'c', .ns = cmdns, .uuid = uuid, .o = o, .o2 = o2,
-                           .term = SBL_REPL_TERM};
     sbl_err_clear(&err);
+    if (sbl_repl_applying != NULL) {
+        /* Applying a primary's "c" entry: write that entry, once; catalog
+         * changes made while applying another entry are not logged. */
+        bson_iter_t it;
+        if (!sbl_repl_applied_written && bson_iter_init_find(&it, sbl_repl_applying, "op") &&
+            BSON_ITER_HOLDS_UTF8(&it) && bson_iter_utf8(&it, NULL)[0] == 'c')
+            sbl_repl_append_alone_raw(s, sbl_repl_applying, &err);
+        return;
+    }
+    if (sbl_repl_enabled() && !sbl_repl_is_primary())
+        return;
+    snprintf(cmdns, sizeof(cmdns), "%.*s.$cmd", (int)dlen, ns);
+    sbl_oplog_entry_t e = {.op = 'c', .ns = cmdns, .uuid = uuid, .o = o, .o2 = o2};
     if (append_alone(s, &e, &err) != 0) {
         bson_t attr = BSON_INITIALIZER;
         BSON_APPEND_UTF8(&attr, "ns", ns);

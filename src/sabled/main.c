@@ -258,6 +258,16 @@ static int run(int notify_fd)
         audit_stop();
         return 100;
     }
+    /* The applier runs a primary's entries through the command layer. */
+    sbl_repl_set_runner(sbl_cmd_run);
+    if ((rc = sbl_repl_start_threads(&err)) != 0) {
+        fprintf(stderr, "sabled: %s\n", err.msg);
+        sbl_cmd_shutdown();
+        sbl_repl_stop();
+        sbl_storage_close();
+        audit_stop();
+        return 100;
+    }
 
     sbl_net_config_t ncfg = {
         .bind_ips = (const char *const *)options.bind_ips,

@@ -1,0 +1,652 @@
+/*
+ * repl_hb.c: heartbeats and elections (pv1).  One thread sends
+ * replSetHeartbeat to every other member each heartbeatIntervalMillis over
+ * its own outbound connections (libmongoc, loopback hosts from the config),
+ * learns members' states, optimes, terms and newer configs from the
+ * responses, runs elections when no primary has been heard of for
+ * electionTimeoutMillis plus a random offset (a dry run in the current
+ * term, then a real one in term + 1, voting for itself durably first),
+ * and steps a primary down when it has not heard from a majority for an
+ * election timeout.  The receiving side of heartbeats and vote requests,
+ * replSetStepDown, replSetFreeze and replSetStepUp are here too.
+ *
+ * What must stay true: network I/O never happens under sbl_rs.lock; an
+ * election's outcome is taken only if the term did not move meanwhile;
+ * elections never run concurrently (election_mu).
+ */
+#include "repl/repl_int.h"
+
+#include <mongoc/mongoc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+#define rs sbl_rs
+
+static pthread_t hb_thread;
+static bool hb_running;
+static pthread_mutex_t election_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t mongoc_once = PTHREAD_ONCE_INIT;
+
+static void init_mongoc(void)
+{
+    mongoc_init();
+}
+
+/* ---- outbound connections ----------------------------------------------------- */
+
+typedef struct peer_conn {
+    char host[256];
+    mongoc_client_t *client;
+} peer_conn_t;
+
+/* A client for host, made on first use (loopback hosts only). */
+static mongoc_client_t *conn_get(peer_conn_t *pc, const char *host, int timeout_ms)
+{
+    if (pc->client != NULL && strcmp(pc->host, host) == 0)
+        return pc->client;
+    if (pc->client != NULL)
+        mongoc_client_destroy(pc->client);
+    pc->client = NULL;
+    if (strncmp(host, "127.", 4) != 0 && strncmp(host, "localhost:", 10) != 0)
+        return NULL;
+    char uri[512];
+    snprintf(uri, sizeof(uri), "mongodb://%s/?directConnection=true&connectTimeoutMS=%d"
+             "&socketTimeoutMS=%d&serverSelectionTimeoutMS=%d&appname=sable-repl", host,
+             timeout_ms, timeout_ms, timeout_ms);
+    pc->client = mongoc_client_new(uri);
+    snprintf(pc->host, sizeof(pc->host), "%s", host);
+    return pc->client;
+}
+
+/* Drop the connection after a failure (a new client skips libmongoc's
+ * 5-second cool-down of a server it failed to reach). */
+static void conn_reset(peer_conn_t *pc)
+{
+    if (pc->client != NULL)
+        mongoc_client_destroy(pc->client);
+    pc->client = NULL;
+}
+
+/* Run cmd on host's admin database; reply is always initialised. */
+static bool run_on(peer_conn_t *pc, const char *host, const bson_t *cmd, bson_t *reply,
+                   int timeout_ms)
+{
+    bson_error_t error;
+    pthread_once(&mongoc_once, init_mongoc);
+    mongoc_client_t *c = conn_get(pc, host, timeout_ms);
+    if (c == NULL) {
+        bson_init(reply);
+        return false;
+    }
+    mongoc_read_prefs_t *rp = mongoc_read_prefs_new(MONGOC_READ_PRIMARY_PREFERRED);
+    bool ok = mongoc_client_command_simple(c, "admin", cmd, rp, reply, &error);
+    mongoc_read_prefs_destroy(rp);
+    if (!ok && error.domain != MONGOC_ERROR_SERVER && error.domain != MONGOC_ERROR_WRITE_CONCERN)
+        conn_reset(pc);
+    return ok;
+}
+
+static int64_t num(const bson_t *d, const char *k, int64_t def)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, d, k) && BSON_ITER_HOLDS_NUMBER(&it) ? bson_iter_as_int64(&it)
+                                                                         : def;
+}
+
+static const char *str(const bson_t *d, const char *k)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, d, k) && BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL)
+                                                                       : NULL;
+}
+
+/* {ts, t} at d.k, as an optime. */
+static sbl_optime_t optime_at(const bson_t *d, const char *k)
+{
+    sbl_optime_t o = {0, 0};
+    bson_iter_t it, sub;
+    if (bson_iter_init_find(&it, d, k) && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &sub)) {
+        while (bson_iter_next(&sub)) {
+            if (strcmp(bson_iter_key(&sub), "ts") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&sub)) {
+                uint32_t t, i;
+                bson_iter_timestamp(&sub, &t, &i);
+                o.ts = SBL_TS(t, i);
+            } else if (strcmp(bson_iter_key(&sub), "t") == 0 && BSON_ITER_HOLDS_NUMBER(&sub)) {
+                o.t = bson_iter_as_int64(&sub);
+            }
+        }
+    }
+    return o;
+}
+
+sbl_optime_t sbl_repl_optime_at(const bson_t *d, const char *k)
+{
+    return optime_at(d, k);
+}
+
+/* ---- the receiving side -------------------------------------------------------- */
+
+int sbl_repl_heartbeat(const bson_t *cmd, bson_t *r, sbl_err_t *err)
+{
+    bson_iter_t it;
+    const char *set = NULL, *from = str(cmd, "from");
+    if (!sbl_repl_enabled())
+        return sbl_err_set(err, SBL_E_NoReplicationEnabled, "not running with --replSet");
+    if (bson_iter_init_find(&it, cmd, "replSetHeartbeat") && BSON_ITER_HOLDS_UTF8(&it))
+        set = bson_iter_utf8(&it, NULL);
+    int64_t their_version = num(cmd, "configVersion", -2), their_term = num(cmd, "term", -1);
+
+    pthread_mutex_lock(&rs.lock);
+    if (set == NULL || strcmp(set, rs.set_name) != 0) {
+        pthread_mutex_unlock(&rs.lock);
+        return sbl_err_set(err, 185 /* InconsistentReplicaSetNames */,
+                           "Our set name of %s does not match name %s reported by remote node",
+                           rs.set_name, set != NULL ? set : "");
+    }
+    if (their_term > rs.term && rs.config != NULL)
+        sbl_rs_update_term_locked(their_term);
+    int st = atomic_load(&rs.state);
+    sbl_optime_t ap = sbl_rs_my_applied();
+    BSON_APPEND_UTF8(r, "set", rs.set_name);
+    BSON_APPEND_INT32(r, "state", rs.config != NULL ? st : SBL_RS_STARTUP);
+    BSON_APPEND_INT64(r, "term", rs.term);
+    BSON_APPEND_INT32(r, "v", rs.config != NULL ? (int32_t)rs.cfg.version : -2);
+    BSON_APPEND_INT64(r, "configTerm", rs.config != NULL ? rs.cfg.term : -1);
+    sbl_repl_append_optime(r, "opTime", ap.ts, ap.t);
+    BSON_APPEND_DATE_TIME(r, "wallTime", sbl_oplog_last_wall_ms());
+    sbl_repl_append_optime(r, "durableOpTime", ap.ts, ap.t);
+    BSON_APPEND_DATE_TIME(r, "durableWallTime", sbl_oplog_last_wall_ms());
+    BSON_APPEND_UTF8(r, "syncingTo", rs.sync_source);
+    if (st == SBL_RS_PRIMARY)
+        bson_append_timestamp(r, "electionTime", -1, SBL_TS_SECS(rs.election_ts),
+                              SBL_TS_INC(rs.election_ts));
+    if (rs.primary >= 0)
+        BSON_APPEND_INT32(r, "primaryId", rs.cfg.m[rs.primary].id);
+    sbl_repl_append_optime(r, "lastOpCommitted", rs.commit.ts, rs.commit.t);
+    if (rs.config != NULL && their_version < rs.cfg.version)
+        BSON_APPEND_DOCUMENT(r, "config", rs.config);
+    if (from != NULL && their_version > (rs.config != NULL ? rs.cfg.version : -2))
+        snprintf(rs.config_source, sizeof(rs.config_source), "%s", from);
+    pthread_mutex_unlock(&rs.lock);
+    if (rs.config_source[0] != '\0')
+        sbl_rs_hb_kick();
+    return 0;
+}
+
+int sbl_repl_request_votes(const bson_t *cmd, bson_t *r, sbl_err_t *err)
+{
+    bson_iter_t it;
+    char reason[512];
+    if (!sbl_repl_enabled())
+        return sbl_err_set(err, SBL_E_NoReplicationEnabled, "not running with --replSet");
+    sbl_vote_req_t req = {
+        .set_name = str(cmd, "setName"),
+        .dry_run = bson_iter_init_find(&it, cmd, "dryRun") && bson_iter_as_bool(&it),
+        .term = num(cmd, "term", -1),
+        .candidate = (int)num(cmd, "candidateIndex", -1),
+        .cfg_version = num(cmd, "configVersion", -1),
+        .cfg_term = num(cmd, "configTerm", -1),
+        .last_applied = optime_at(cmd, "lastAppliedOpTime"),
+    };
+    pthread_mutex_lock(&rs.lock);
+    if (rs.config == NULL) {
+        pthread_mutex_unlock(&rs.lock);
+        return sbl_err_set(err, SBL_E_NotYetInitialized, "no replset config has been received");
+    }
+    if (!req.dry_run && req.term > rs.term)
+        sbl_rs_update_term_locked(req.term);
+    sbl_vote_state_t st = {.term = rs.term, .last_vote_term = rs.last_vote_term,
+                           .last_vote_candidate = rs.last_vote_candidate,
+                           .last_applied = sbl_rs_my_applied(), .cfg_version = rs.cfg.version,
+                           .cfg_term = rs.cfg.term, .set_name = rs.set_name};
+    bool granted = sbl_rs_vote(&st, &req, reason, sizeof(reason));
+    if (granted && !req.dry_run) {
+        rs.last_vote_term = st.last_vote_term;
+        rs.last_vote_candidate = st.last_vote_candidate;
+        if (sbl_rs_persist_vote_locked(err) != 0) {
+            pthread_mutex_unlock(&rs.lock);
+            return -1;
+        }
+        sbl_rs_reset_election_timer_locked(sbl_now_ms());
+    }
+    BSON_APPEND_INT64(r, "term", rs.term);
+    BSON_APPEND_BOOL(r, "voteGranted", granted);
+    BSON_APPEND_UTF8(r, "reason", reason);
+    pthread_mutex_unlock(&rs.lock);
+    return 0;
+}
+
+/* ---- heartbeats out ------------------------------------------------------------ */
+
+static peer_conn_t conns[SBL_RS_MAX_MEMBERS];
+static peer_conn_t config_conn;
+
+static void on_heartbeat_reply(int i, bool ok, const bson_t *reply, int64_t sent_ms)
+{
+    int64_t now = sbl_now_ms();
+    bson_iter_t it;
+    bson_t cfgdoc;
+    bool newer_config = false;
+
+    pthread_mutex_lock(&rs.lock);
+    if (i >= rs.cfg.n) {
+        pthread_mutex_unlock(&rs.lock);
+        return;
+    }
+    sbl_rs_peer_t *p = &rs.peer[i];
+    if (!ok) {
+        if (p->up)
+            p->up_since_ms = 0;
+        p->up = false;
+        p->state = SBL_RS_DOWN;
+        const char *m = str(reply, "errmsg");
+        snprintf(p->msg, sizeof(p->msg), "%s", m != NULL ? m : "Couldn't get a connection");
+        if (rs.primary == i)
+            rs.primary = -1;
+        pthread_mutex_unlock(&rs.lock);
+        return;
+    }
+    if (!p->up)
+        p->up_since_ms = now;
+    p->up = true;
+    p->last_ok_ms = now;
+    p->ping_ms = now - sent_ms;
+    p->msg[0] = '\0';
+    p->state = (int)num(reply, "state", SBL_RS_STARTUP);
+    sbl_optime_t ap = optime_at(reply, "opTime");
+    if (sbl_optime_cmp(ap, p->applied) > 0)
+        p->applied = ap;
+    p->durable = optime_at(reply, "durableOpTime");
+    p->cfg_version = num(reply, "v", -2);
+    const char *ss = str(reply, "syncingTo");
+    snprintf(p->sync_source, sizeof(p->sync_source), "%s", ss != NULL ? ss : "");
+    int64_t term = num(reply, "term", -1);
+    if (term > rs.term)
+        sbl_rs_update_term_locked(term);
+    if (p->state == SBL_RS_PRIMARY && term >= rs.term) {
+        if (atomic_load(&rs.state) == SBL_RS_PRIMARY && i != rs.self) {
+            /* two primaries of one term cannot be; of different terms the
+             * higher one won above */
+        } else {
+            rs.primary = i;
+            sbl_rs_reset_election_timer_locked(now);
+            sbl_optime_t cp = optime_at(reply, "lastOpCommitted");
+            if (sbl_optime_cmp(cp, rs.commit) > 0)
+                rs.commit = cp;
+        }
+    } else if (rs.primary == i) {
+        rs.primary = -1;
+    }
+    if (bson_iter_init_find(&it, reply, "config") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        sbl_iter_doc(&it, &cfgdoc) && num(&cfgdoc, "version", 0) > rs.cfg.version)
+        newer_config = true;
+    if (atomic_load(&rs.state) == SBL_RS_PRIMARY)
+        sbl_rs_update_commit_locked();
+    pthread_mutex_unlock(&rs.lock);
+    if (newer_config) {
+        sbl_err_t err;
+        sbl_err_clear(&err);
+        sbl_rs_adopt_config(&cfgdoc, &err);
+    }
+}
+
+static void build_heartbeat(bson_t *cmd)
+{
+    BSON_APPEND_UTF8(cmd, "replSetHeartbeat", rs.set_name);
+    BSON_APPEND_INT64(cmd, "configVersion", rs.config != NULL ? rs.cfg.version : -2);
+    BSON_APPEND_INT64(cmd, "configTerm", rs.config != NULL ? rs.cfg.term : -1);
+    BSON_APPEND_INT32(cmd, "hbv", 1);
+    if (rs.self >= 0) {
+        BSON_APPEND_UTF8(cmd, "from", rs.cfg.m[rs.self].host);
+        BSON_APPEND_INT32(cmd, "fromId", rs.cfg.m[rs.self].id);
+    }
+    BSON_APPEND_INT64(cmd, "term", rs.term);
+}
+
+/* A member told us it has a newer config: ask it (our version -2 or ours,
+ * its response carries the config). */
+static void fetch_config(void)
+{
+    char host[256];
+    bson_t cmd = BSON_INITIALIZER, reply;
+    bson_iter_t it;
+    bson_t cfgdoc;
+
+    pthread_mutex_lock(&rs.lock);
+    snprintf(host, sizeof(host), "%s", rs.config_source);
+    rs.config_source[0] = '\0';
+    build_heartbeat(&cmd);
+    pthread_mutex_unlock(&rs.lock);
+    if (run_on(&config_conn, host, &cmd, &reply, 2000) &&
+        bson_iter_init_find(&it, &reply, "config") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        sbl_iter_doc(&it, &cfgdoc)) {
+        sbl_err_t err;
+        sbl_err_clear(&err);
+        if (sbl_rs_adopt_config(&cfgdoc, &err) != 0) {
+            bson_t attr = BSON_INITIALIZER;
+            BSON_APPEND_UTF8(&attr, "error", err.msg);
+            sbl_log(SBL_LOG_WARNING, "REPL", 7360102, "Could not adopt a received config",
+                    &attr);
+            bson_destroy(&attr);
+        }
+    }
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+}
+
+/* ---- elections ------------------------------------------------------------------- */
+
+/* Ask every other voter; returns the votes granted (with our own). */
+static int request_votes(bool dry_run, int64_t term, int64_t *higher_term)
+{
+    char hosts[SBL_RS_MAX_MEMBERS][256];
+    int nh = 0, votes = 1;
+    bson_t cmd = BSON_INITIALIZER;
+    static peer_conn_t vconns[SBL_RS_MAX_MEMBERS];
+
+    pthread_mutex_lock(&rs.lock);
+    sbl_optime_t ap = sbl_rs_my_applied();
+    BSON_APPEND_INT32(&cmd, "replSetRequestVotes", 1);
+    BSON_APPEND_UTF8(&cmd, "setName", rs.set_name);
+    BSON_APPEND_BOOL(&cmd, "dryRun", dry_run);
+    BSON_APPEND_INT64(&cmd, "term", term);
+    BSON_APPEND_INT64(&cmd, "candidateIndex", rs.self);
+    BSON_APPEND_INT64(&cmd, "configVersion", rs.cfg.version);
+    BSON_APPEND_INT64(&cmd, "configTerm", rs.cfg.term);
+    sbl_repl_append_optime(&cmd, "lastAppliedOpTime", ap.ts, ap.t);
+    int timeout = (int)(rs.cfg.election_timeout_ms < 2000 ? rs.cfg.election_timeout_ms : 2000);
+    for (int i = 0; i < rs.cfg.n; i++)
+        if (i != rs.self && rs.cfg.m[i].votes > 0)
+            snprintf(hosts[nh++], sizeof(hosts[0]), "%s", rs.cfg.m[i].host);
+    pthread_mutex_unlock(&rs.lock);
+    *higher_term = 0;
+    for (int i = 0; i < nh; i++) {
+        bson_t reply;
+        bson_iter_t it;
+        if (run_on(&vconns[i], hosts[i], &cmd, &reply, timeout)) {
+            if (bson_iter_init_find(&it, &reply, "voteGranted") && bson_iter_as_bool(&it))
+                votes++;
+            int64_t t = num(&reply, "term", -1);
+            if (t > term && t > *higher_term)
+                *higher_term = t;
+        }
+        bson_destroy(&reply);
+    }
+    bson_destroy(&cmd);
+    return votes;
+}
+
+static void log_election(const char *msg, int64_t term)
+{
+    bson_t attr = BSON_INITIALIZER;
+    BSON_APPEND_INT64(&attr, "term", term);
+    sbl_log(SBL_LOG_INFO, "ELECTION", 21438, msg, &attr);
+    bson_destroy(&attr);
+}
+
+/* Run for primary: dry run (unless skipped), then a real election.
+ * Returns 0 when this member won. */
+static int run_election(bool skip_dry_run, sbl_err_t *err)
+{
+    int64_t higher, term;
+    int rc = -1;
+
+    pthread_mutex_lock(&election_mu);
+    pthread_mutex_lock(&rs.lock);
+    int maj = sbl_rs_majority(&rs.cfg);
+    term = rs.term;
+    bool can = atomic_load(&rs.state) == SBL_RS_SECONDARY && sbl_rs_electable(&rs.cfg, rs.self);
+    pthread_mutex_unlock(&rs.lock);
+    if (!can) {
+        rc = sbl_err_set(err, SBL_E_NodeNotElectable, "this node is not electable");
+        goto out;
+    }
+    if (!skip_dry_run) {
+        log_election("Starting an election dry run", term + 1);
+        if (request_votes(true, term, &higher) < maj) {
+            pthread_mutex_lock(&rs.lock);
+            if (higher > 0)
+                sbl_rs_update_term_locked(higher);
+            sbl_rs_reset_election_timer_locked(sbl_now_ms());
+            pthread_mutex_unlock(&rs.lock);
+            rc = sbl_err_set(err, SBL_E_CommandFailed, "election dry run lost");
+            goto out;
+        }
+    }
+    pthread_mutex_lock(&rs.lock);
+    if (rs.term != term || atomic_load(&rs.state) != SBL_RS_SECONDARY) {
+        pthread_mutex_unlock(&rs.lock);
+        rc = sbl_err_set(err, SBL_E_CommandFailed, "term or state moved during the dry run");
+        goto out;
+    }
+    rs.term = ++term;
+    sbl_oplog_set_term(rs.term);
+    rs.last_vote_term = term;
+    rs.last_vote_candidate = rs.self;
+    if ((rc = sbl_rs_persist_vote_locked(err)) != 0) {
+        pthread_mutex_unlock(&rs.lock);
+        goto out;
+    }
+    sbl_rs_reset_election_timer_locked(sbl_now_ms());
+    pthread_mutex_unlock(&rs.lock);
+    log_election("Running for election", term);
+    int votes = request_votes(false, term, &higher);
+    pthread_mutex_lock(&rs.lock);
+    if (higher > 0)
+        sbl_rs_update_term_locked(higher);
+    if (votes >= maj && rs.term == term && atomic_load(&rs.state) == SBL_RS_SECONDARY) {
+        log_election("Election succeeded, assuming primary role", term);
+        rc = sbl_rs_become_primary_locked(term, err);
+    } else {
+        rc = sbl_err_set(err, SBL_E_CommandFailed, "election lost (%d votes of %d needed)",
+                         votes, maj);
+    }
+    pthread_mutex_unlock(&rs.lock);
+out:
+    pthread_mutex_unlock(&election_mu);
+    return rc;
+}
+
+/* ---- the thread ------------------------------------------------------------------- */
+
+static bool kicked;
+
+void sbl_rs_hb_kick(void)
+{
+    pthread_mutex_lock(&rs.lock);
+    kicked = true;
+    for (int i = 0; i < SBL_RS_MAX_MEMBERS; i++)
+        rs.peer[i].next_hb_ms = 0;
+    pthread_cond_broadcast(&rs.cond);
+    pthread_mutex_unlock(&rs.lock);
+}
+
+static void *hb_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&rs.lock);
+    while (!rs.stopping) {
+        int64_t now = sbl_now_ms();
+        if (rs.config_source[0] != '\0') {
+            pthread_mutex_unlock(&rs.lock);
+            fetch_config();
+            pthread_mutex_lock(&rs.lock);
+            continue;
+        }
+        /* one heartbeat due, at most, per pass (the lock is dropped for it) */
+        int due = -1;
+        for (int i = 0; rs.config != NULL && i < rs.cfg.n; i++)
+            if (i != rs.self && rs.peer[i].next_hb_ms <= now) {
+                due = i;
+                break;
+            }
+        if (due >= 0) {
+            char host[256];
+            bson_t cmd = BSON_INITIALIZER, reply;
+            rs.peer[due].next_hb_ms = now + rs.cfg.heartbeat_ms;
+            snprintf(host, sizeof(host), "%s", rs.cfg.m[due].host);
+            build_heartbeat(&cmd);
+            int timeout = (int)(rs.cfg.heartbeat_ms < 2000 ? 2000 : rs.cfg.heartbeat_ms);
+            pthread_mutex_unlock(&rs.lock);
+            bool ok = run_on(&conns[due], host, &cmd, &reply, timeout);
+            on_heartbeat_reply(due, ok, &reply, now);
+            bson_destroy(&cmd);
+            bson_destroy(&reply);
+            pthread_mutex_lock(&rs.lock);
+            continue;
+        }
+        int st = atomic_load(&rs.state);
+        if (rs.config != NULL && rs.self >= 0 && st == SBL_RS_PRIMARY) {
+            /* can we still see a majority? */
+            int seen = 1;
+            for (int i = 0; i < rs.cfg.n; i++)
+                if (i != rs.self && rs.cfg.m[i].votes > 0 &&
+                    now - rs.peer[i].last_ok_ms < rs.cfg.election_timeout_ms)
+                    seen++;
+            bool lost = seen < sbl_rs_majority(&rs.cfg);
+            for (int i = 0; lost && i < rs.cfg.n; i++)
+                if (i != rs.self && rs.cfg.m[i].votes > 0 &&
+                    (rs.peer[i].last_ok_ms == 0 && now - rs.election_ms < rs.cfg.election_timeout_ms))
+                    lost = false; /* just elected: give the others a timeout to answer */
+            if (lost && now - rs.election_ms >= rs.cfg.election_timeout_ms)
+                sbl_rs_step_down_locked("can't see a majority of the set");
+        } else if (rs.config != NULL && rs.self >= 0 && st == SBL_RS_SECONDARY &&
+                   sbl_rs_electable(&rs.cfg, rs.self) && now >= rs.freeze_until_ms &&
+                   now - rs.primary_seen_ms >= rs.cfg.election_timeout_ms +
+                                                      rs.election_offset_ms &&
+                   (rs.primary < 0 || !rs.peer[rs.primary].up)) {
+            pthread_mutex_unlock(&rs.lock);
+            sbl_err_t err;
+            sbl_err_clear(&err);
+            run_election(false, &err);
+            pthread_mutex_lock(&rs.lock);
+            continue;
+        }
+        if (!kicked) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&rs.cond, &rs.lock, &ts);
+        }
+        kicked = false;
+    }
+    pthread_mutex_unlock(&rs.lock);
+    for (int i = 0; i < SBL_RS_MAX_MEMBERS; i++)
+        conn_reset(&conns[i]);
+    conn_reset(&config_conn);
+    return NULL;
+}
+
+int sbl_rs_hb_start(void)
+{
+    pthread_once(&mongoc_once, init_mongoc);
+    if (pthread_create(&hb_thread, NULL, hb_main, NULL) != 0)
+        return -1;
+    hb_running = true;
+    return 0;
+}
+
+void sbl_rs_hb_stop(void)
+{
+    if (hb_running)
+        pthread_join(hb_thread, NULL);
+    hb_running = false;
+}
+
+/* ---- replSetStepDown, replSetFreeze, replSetStepUp ---------------------------------- */
+
+int sbl_repl_step_up(sbl_err_t *err)
+{
+    if (!sbl_repl_enabled())
+        return sbl_err_set(err, SBL_E_NoReplicationEnabled, "not running with --replSet");
+    if (atomic_load(&rs.state) == SBL_RS_PRIMARY)
+        return 0;
+    return run_election(true, err);
+}
+
+int sbl_repl_freeze(int64_t secs, bson_t *r, sbl_err_t *err)
+{
+    if (!sbl_repl_enabled())
+        return sbl_err_set(err, SBL_E_NoReplicationEnabled, "not running with --replSet");
+    pthread_mutex_lock(&rs.lock);
+    if (atomic_load(&rs.state) == SBL_RS_PRIMARY) {
+        pthread_mutex_unlock(&rs.lock);
+        return sbl_err_set(err, SBL_E_NotSecondary, "cannot freeze node when primary or "
+                           "running for election. state: Primary");
+    }
+    if (secs == 0) {
+        rs.freeze_until_ms = 0;
+        BSON_APPEND_UTF8(r, "info", "unfreezing");
+    } else {
+        rs.freeze_until_ms = sbl_now_ms() + secs * 1000;
+        if (secs == 1)
+            BSON_APPEND_UTF8(r, "warning", "you really want to freeze for only 1 second?");
+    }
+    pthread_mutex_unlock(&rs.lock);
+    return 0;
+}
+
+int sbl_repl_step_down(int64_t step_down_s, int64_t catchup_s, bool force, sbl_err_t *err)
+{
+    int64_t deadline = sbl_now_ms() + catchup_s * 1000;
+    int target = -1;
+
+    if (!sbl_repl_enabled())
+        return sbl_err_set(err, SBL_E_NoReplicationEnabled, "not running with --replSet");
+    pthread_mutex_lock(&rs.lock);
+    for (;;) {
+        if (atomic_load(&rs.state) != SBL_RS_PRIMARY) {
+            pthread_mutex_unlock(&rs.lock);
+            return sbl_err_set(err, SBL_E_NotWritablePrimary, "not primary so can't step down");
+        }
+        sbl_optime_t ap = sbl_rs_my_applied();
+        target = -1;
+        for (int i = 0; i < rs.cfg.n; i++)
+            if (i != rs.self && sbl_rs_electable(&rs.cfg, i) && rs.peer[i].up &&
+                sbl_optime_cmp(rs.peer[i].applied, ap) >= 0)
+                target = i;
+        if (target >= 0 || force)
+            break;
+        if (sbl_now_ms() >= deadline) {
+            pthread_mutex_unlock(&rs.lock);
+            return sbl_err_set(err, SBL_E_MaxTimeMSExpired, "No electable secondaries caught "
+                               "up as of %lld. Please use the replSetStepDown command with the "
+                               "argument {force: true} to force node to step down.",
+                               (long long)sbl_now_ms());
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&rs.cond, &rs.lock, &ts);
+    }
+    sbl_rs_step_down_locked("replSetStepDown command");
+    rs.freeze_until_ms = sbl_now_ms() + step_down_s * 1000;
+    char host[256] = "";
+    if (target >= 0)
+        snprintf(host, sizeof(host), "%s", rs.cfg.m[target].host);
+    pthread_mutex_unlock(&rs.lock);
+    if (host[0] != '\0') {
+        /* election hand-off, as mongod: ask the caught-up secondary to run now */
+        static peer_conn_t handoff;
+        bson_t cmd = BSON_INITIALIZER, reply;
+        BSON_APPEND_INT32(&cmd, "replSetStepUp", 1);
+        BSON_APPEND_BOOL(&cmd, "skipDryRun", true);
+        run_on(&handoff, host, &cmd, &reply, 5000);
+        bson_destroy(&cmd);
+        bson_destroy(&reply);
+    }
+    return 0;
+}

@@ -1,0 +1,277 @@
+/*
+ * repl_rules.c: the pure rules of protocol version 1, with no I/O and no
+ * clock, so unit tests drive them alone: the config's validation, who may
+ * stand for election, how a voter decides (one vote per term, never for a
+ * candidate whose log is behind ours), and the majority commit point.
+ *
+ * What must stay true: a voter grants at most one real vote per term (the
+ * caller persists last_vote before it answers); the commit point never
+ * moves back and only moves to an optime of the current term.
+ */
+#include "repl/repl_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int sbl_optime_cmp(sbl_optime_t a, sbl_optime_t b)
+{
+    if (a.t != b.t)
+        return a.t < b.t ? -1 : 1;
+    if (a.ts != b.ts)
+        return a.ts < b.ts ? -1 : 1;
+    return 0;
+}
+
+static int invalid(sbl_err_t *err, const char *fmt, const char *a, long long b)
+{
+    char msg[512];
+    if (a != NULL)
+        snprintf(msg, sizeof(msg), fmt, a, b);
+    else
+        snprintf(msg, sizeof(msg), fmt, b);
+    return sbl_err_set(err, SBL_E_InvalidReplicaSetConfig, "%s", msg);
+}
+
+static bool get_num(const bson_t *d, const char *k, double *v)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, d, k) || !BSON_ITER_HOLDS_NUMBER(&it))
+        return false;
+    *v = BSON_ITER_HOLDS_DOUBLE(&it) ? bson_iter_double(&it) : (double)bson_iter_as_int64(&it);
+    return true;
+}
+
+static int parse_member(const bson_t *d, sbl_rs_member_t *m, sbl_err_t *err)
+{
+    bson_iter_t it;
+    double v;
+
+    if (!bson_iter_init_find(&it, d, "_id"))
+        return invalid(err, "BSON field 'MemberConfig._id' is missing but a required field",
+                       NULL, 0);
+    if (!BSON_ITER_HOLDS_NUMBER(&it))
+        return invalid(err, "BSON field 'MemberConfig._id' is the wrong type, expected a number",
+                       NULL, 0);
+    long long id = bson_iter_as_int64(&it);
+    if (id < 0 || id > 255)
+        return invalid(err, "_id field value of %lld is out of range.", NULL, id);
+    m->id = (int)id;
+    if (!bson_iter_init_find(&it, d, "host"))
+        return invalid(err, "BSON field 'MemberConfig.host' is missing but a required field",
+                       NULL, 0);
+    if (!BSON_ITER_HOLDS_UTF8(&it))
+        return invalid(err, "BSON field 'MemberConfig.host' is the wrong type, expected type "
+                       "'string'", NULL, 0);
+    const char *host = bson_iter_utf8(&it, NULL);
+    if (strlen(host) == 0 || strlen(host) >= sizeof(m->host))
+        return invalid(err, "Empty or too long host name in member %lld", NULL, id);
+    strcpy(m->host, host);
+    m->priority = 1.0;
+    m->votes = 1;
+    m->hidden = false;
+    m->arbiter = false;
+    if (get_num(d, "priority", &v)) {
+        if (v < 0 || v > 1000)
+            return invalid(err, "priority field value of %lld is out of range", NULL, (long long)v);
+        m->priority = v;
+    }
+    if (get_num(d, "votes", &v)) {
+        if (v != 0 && v != 1)
+            return invalid(err, "votes field value is %lld but must be 0 or 1", NULL,
+                           (long long)v);
+        m->votes = (int)v;
+    }
+    if (bson_iter_init_find(&it, d, "hidden"))
+        m->hidden = bson_iter_as_bool(&it);
+    if (bson_iter_init_find(&it, d, "arbiterOnly"))
+        m->arbiter = bson_iter_as_bool(&it);
+    if (m->arbiter)
+        return sbl_err_set(err, SBL_E_CommandNotSupported,
+                           "arbiters are not supported yet (member %d)", m->id);
+    if (m->hidden && m->priority != 0)
+        return invalid(err, "priority must be 0 when hidden=true", NULL, 0);
+    if (m->votes == 0 && m->priority != 0)
+        return invalid(err, "priority must be 0 when non-voting (votes:0)", NULL, 0);
+    return 0;
+}
+
+int sbl_rs_config_parse(const bson_t *doc, sbl_rs_config_t *cfg, sbl_err_t *err)
+{
+    bson_iter_t it, ms;
+    double v;
+
+    memset(cfg, 0, sizeof(*cfg));
+    if (!bson_iter_init_find(&it, doc, "_id"))
+        return invalid(err, "BSON field 'ReplSetConfig._id' is missing but a required field",
+                       NULL, 0);
+    if (!BSON_ITER_HOLDS_UTF8(&it))
+        return invalid(err, "BSON field 'ReplSetConfig._id' is the wrong type, expected type "
+                       "'string'", NULL, 0);
+    const char *id = bson_iter_utf8(&it, NULL);
+    if (id[0] == '\0' || strlen(id) >= sizeof(cfg->set_name))
+        return invalid(err, "Replica set configuration must have non-empty _id field", NULL, 0);
+    strcpy(cfg->set_name, id);
+    cfg->version = get_num(doc, "version", &v) ? (int64_t)v : 1;
+    if (cfg->version < 1 || cfg->version > INT32_MAX)
+        return invalid(err, "version field value of %lld is out of range", NULL,
+                       (long long)cfg->version);
+    cfg->term = get_num(doc, "term", &v) ? (int64_t)v : -1;
+    if (!bson_iter_init_find(&it, doc, "members"))
+        return invalid(err, "BSON field 'ReplSetConfig.members' is missing but a required field",
+                       NULL, 0);
+    if (!BSON_ITER_HOLDS_ARRAY(&it))
+        return invalid(err, "BSON field 'ReplSetConfig.members' is the wrong type, expected "
+                       "type 'array'", NULL, 0);
+    bson_iter_recurse(&it, &ms);
+    while (bson_iter_next(&ms)) {
+        uint32_t len;
+        const uint8_t *data;
+        bson_t d;
+        if (cfg->n == SBL_RS_MAX_MEMBERS)
+            return invalid(err, "Replica set configuration contains %lld members, but must have "
+                           "at least 1 and no more than 50", NULL, SBL_RS_MAX_MEMBERS + 1);
+        if (!BSON_ITER_HOLDS_DOCUMENT(&ms))
+            return invalid(err, "Expected type object for members element", NULL, 0);
+        bson_iter_document(&ms, &len, &data);
+        if (!bson_init_static(&d, data, len))
+            return invalid(err, "Expected type object for members element", NULL, 0);
+        SBL_RET(parse_member(&d, &cfg->m[cfg->n], err));
+        for (int j = 0; j < cfg->n; j++) {
+            if (cfg->m[j].id == cfg->m[cfg->n].id)
+                return invalid(err, "Found two member configurations with same _id field, "
+                               "members.%s._id == %lld", bson_iter_key(&ms), cfg->m[j].id);
+            if (strcasecmp(cfg->m[j].host, cfg->m[cfg->n].host) == 0)
+                return invalid(err, "Found two member configurations with same host field, "
+                               "%s (member %lld)", cfg->m[j].host, cfg->m[cfg->n].id);
+        }
+        cfg->n++;
+    }
+    if (cfg->n == 0)
+        return invalid(err, "Replica set configuration contains %lld members, but must have at "
+                       "least 1 and no more than 50", NULL, 0);
+    int voters = sbl_rs_voters(cfg), electable = 0;
+    for (int i = 0; i < cfg->n; i++)
+        electable += sbl_rs_electable(cfg, i);
+    if (voters > SBL_RS_MAX_VOTERS)
+        return invalid(err, "Replica set configuration contains %lld voting members, but must "
+                       "be at least 1 and no more than 7", NULL, voters);
+    if (voters == 0 || electable == 0)
+        return invalid(err, "Replica set configuration must contain at least one non-arbiter "
+                       "member with priority > 0%s", " and one voting member", 0);
+    cfg->heartbeat_ms = 2000;
+    cfg->election_timeout_ms = 10000;
+    if (bson_iter_init_find(&it, doc, "settings") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        uint32_t len;
+        const uint8_t *data;
+        bson_t st;
+        bson_iter_document(&it, &len, &data);
+        if (bson_init_static(&st, data, len)) {
+            if (get_num(&st, "heartbeatIntervalMillis", &v)) {
+                if (v <= 0)
+                    return invalid(err, "settings.heartbeatIntervalMillis field value must be "
+                                   "positive, not %lld", NULL, (long long)v);
+                cfg->heartbeat_ms = (int64_t)v;
+            }
+            if (get_num(&st, "electionTimeoutMillis", &v)) {
+                if (v <= 0)
+                    return invalid(err, "settings.electionTimeoutMillis field value must be "
+                                   "positive, not %lld", NULL, (long long)v);
+                cfg->election_timeout_ms = (int64_t)v;
+            }
+        }
+    }
+    return 0;
+}
+
+int sbl_rs_voters(const sbl_rs_config_t *cfg)
+{
+    int n = 0;
+    for (int i = 0; i < cfg->n; i++)
+        n += cfg->m[i].votes > 0;
+    return n;
+}
+
+int sbl_rs_majority(const sbl_rs_config_t *cfg)
+{
+    return sbl_rs_voters(cfg) / 2 + 1;
+}
+
+bool sbl_rs_electable(const sbl_rs_config_t *cfg, int i)
+{
+    return i >= 0 && i < cfg->n && cfg->m[i].priority > 0 && cfg->m[i].votes > 0 &&
+           !cfg->m[i].hidden && !cfg->m[i].arbiter;
+}
+
+bool sbl_rs_vote(sbl_vote_state_t *st, const sbl_vote_req_t *req, char *reason, size_t n)
+{
+    reason[0] = '\0';
+    if (req->set_name == NULL || st->set_name == NULL || strcmp(req->set_name, st->set_name) != 0) {
+        snprintf(reason, n, "candidate's set name (%s) differs from mine (%s)",
+                 req->set_name ? req->set_name : "", st->set_name ? st->set_name : "");
+        return false;
+    }
+    if (req->term < st->term) {
+        snprintf(reason, n, "candidate's term (%lld) is lower than mine (%lld)",
+                 (long long)req->term, (long long)st->term);
+        return false;
+    }
+    if (!req->dry_run && req->term > st->term)
+        st->term = req->term;
+    if (req->cfg_version != st->cfg_version || (req->cfg_term != -1 && st->cfg_term != -1 &&
+                                                req->cfg_term != st->cfg_term)) {
+        snprintf(reason, n, "candidate's config with {version: %lld, term: %lld} differs from "
+                 "mine with {version: %lld, term: %lld}", (long long)req->cfg_version,
+                 (long long)req->cfg_term, (long long)st->cfg_version, (long long)st->cfg_term);
+        return false;
+    }
+    if (sbl_optime_cmp(req->last_applied, st->last_applied) < 0) {
+        snprintf(reason, n, "candidate's data is staler than mine. candidate's last applied "
+                 "OpTime: { ts: %u.%u, t: %lld }, my last applied OpTime: { ts: %u.%u, t: %lld }",
+                 SBL_TS_SECS(req->last_applied.ts), SBL_TS_INC(req->last_applied.ts),
+                 (long long)req->last_applied.t, SBL_TS_SECS(st->last_applied.ts),
+                 SBL_TS_INC(st->last_applied.ts), (long long)st->last_applied.t);
+        return false;
+    }
+    if (!req->dry_run && st->last_vote_term == req->term) {
+        snprintf(reason, n, "already voted for another candidate (member %d) this term (%lld)",
+                 st->last_vote_candidate, (long long)req->term);
+        return false;
+    }
+    if (!req->dry_run) {
+        st->last_vote_term = req->term;
+        st->last_vote_candidate = req->candidate;
+    }
+    return true;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    return -sbl_optime_cmp(*(const sbl_optime_t *)a, *(const sbl_optime_t *)b);
+}
+
+sbl_optime_t sbl_rs_commit_point(const sbl_rs_config_t *cfg, const sbl_optime_t *applied,
+                                 int64_t term, sbl_optime_t current)
+{
+    sbl_optime_t v[SBL_RS_MAX_MEMBERS];
+    int nv = 0;
+    for (int i = 0; i < cfg->n; i++)
+        if (cfg->m[i].votes > 0)
+            v[nv++] = applied[i];
+    int maj = nv / 2 + 1;
+    if (nv == 0)
+        return current;
+    qsort(v, (size_t)nv, sizeof(v[0]), cmp_desc);
+    sbl_optime_t cand = v[maj - 1];
+    if (cand.t == term && sbl_optime_cmp(cand, current) > 0)
+        return cand;
+    return current;
+}
+
+int sbl_rs_count_applied(const sbl_rs_config_t *cfg, const sbl_optime_t *applied, uint64_t ts)
+{
+    int n = 0;
+    for (int i = 0; i < cfg->n; i++)
+        n += !cfg->m[i].arbiter && applied[i].ts >= ts;
+    return n;
+}

@@ -1,0 +1,203 @@
+/*
+ * repl_status.c: what a member says about the set: hello's fields,
+ * $clusterTime and operationTime, replSetGetConfig and replSetGetStatus.
+ * Everything is read under sbl_rs.lock from the coordinator's state.
+ */
+#include "repl/repl_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "server/server.h"
+
+#define rs sbl_rs
+
+static void append_optime(bson_t *r, const char *k, sbl_optime_t o)
+{
+    bson_t ot;
+    BSON_APPEND_DOCUMENT_BEGIN(r, k, &ot);
+    bson_append_timestamp(&ot, "ts", 2, SBL_TS_SECS(o.ts), SBL_TS_INC(o.ts));
+    BSON_APPEND_INT64(&ot, "t", o.t);
+    bson_append_document_end(r, &ot);
+}
+
+void sbl_repl_append_optime(bson_t *r, const char *k, uint64_t ts, int64_t t)
+{
+    sbl_optime_t o = {.t = t, .ts = ts};
+    append_optime(r, k, o);
+}
+
+void sbl_repl_append_hello(bson_t *r)
+{
+    int st = atomic_load(&rs.state);
+
+    if (st == SBL_RS_STANDALONE)
+        return;
+    pthread_mutex_lock(&rs.lock);
+    if (rs.config == NULL || rs.self < 0) {
+        pthread_mutex_unlock(&rs.lock);
+        BSON_APPEND_BOOL(r, "secondary", false);
+        BSON_APPEND_UTF8(r, "info", "Does not have a valid replica set config");
+        BSON_APPEND_BOOL(r, "isreplicaset", true);
+        return;
+    }
+    sbl_optime_t ap = sbl_rs_my_applied();
+    int64_t wall = sbl_oplog_last_wall_ms();
+    bson_t hosts, passives, lw;
+    int nh = 0, np = 0;
+    char key[16];
+    BSON_APPEND_ARRAY_BEGIN(r, "hosts", &hosts);
+    for (int i = 0; i < rs.cfg.n; i++) {
+        if (rs.cfg.m[i].hidden || rs.cfg.m[i].priority == 0)
+            continue;
+        snprintf(key, sizeof(key), "%d", nh++);
+        BSON_APPEND_UTF8(&hosts, key, rs.cfg.m[i].host);
+    }
+    bson_append_array_end(r, &hosts);
+    for (int i = 0; i < rs.cfg.n; i++)
+        np += !rs.cfg.m[i].hidden && rs.cfg.m[i].priority == 0;
+    if (np > 0) {
+        np = 0;
+        BSON_APPEND_ARRAY_BEGIN(r, "passives", &passives);
+        for (int i = 0; i < rs.cfg.n; i++) {
+            if (rs.cfg.m[i].hidden || rs.cfg.m[i].priority != 0)
+                continue;
+            snprintf(key, sizeof(key), "%d", np++);
+            BSON_APPEND_UTF8(&passives, key, rs.cfg.m[i].host);
+        }
+        bson_append_array_end(r, &passives);
+    }
+    const sbl_rs_member_t *me = &rs.cfg.m[rs.self];
+    BSON_APPEND_UTF8(r, "setName", rs.set_name);
+    BSON_APPEND_INT32(r, "setVersion", (int32_t)rs.cfg.version);
+    BSON_APPEND_BOOL(r, "secondary", st == SBL_RS_SECONDARY);
+    if (rs.primary >= 0)
+        BSON_APPEND_UTF8(r, "primary", rs.cfg.m[rs.primary].host);
+    if (me->priority == 0 && !me->hidden)
+        BSON_APPEND_BOOL(r, "passive", true);
+    if (me->hidden)
+        BSON_APPEND_BOOL(r, "hidden", true);
+    BSON_APPEND_UTF8(r, "me", me->host);
+    if (st == SBL_RS_PRIMARY)
+        BSON_APPEND_OID(r, "electionId", &rs.election_id);
+    BSON_APPEND_DOCUMENT_BEGIN(r, "lastWrite", &lw);
+    append_optime(&lw, "opTime", ap);
+    BSON_APPEND_DATE_TIME(&lw, "lastWriteDate", (wall / 1000) * 1000);
+    append_optime(&lw, "majorityOpTime", rs.commit);
+    BSON_APPEND_DATE_TIME(&lw, "majorityWriteDate", (rs.commit_wall / 1000) * 1000);
+    bson_append_document_end(r, &lw);
+    pthread_mutex_unlock(&rs.lock);
+}
+
+void sbl_repl_append_cluster_time(bson_t *r)
+{
+    uint64_t ts;
+    int st = atomic_load_explicit(&rs.state, memory_order_relaxed);
+    if ((st != SBL_RS_PRIMARY && st != SBL_RS_SECONDARY) || (ts = sbl_oplog_last_ts()) == 0)
+        return;
+    static const uint8_t zero[20];
+    bson_t ct, sig;
+    BSON_APPEND_DOCUMENT_BEGIN(r, "$clusterTime", &ct);
+    bson_append_timestamp(&ct, "clusterTime", -1, SBL_TS_SECS(ts), SBL_TS_INC(ts));
+    BSON_APPEND_DOCUMENT_BEGIN(&ct, "signature", &sig);
+    bson_append_binary(&sig, "hash", 4, BSON_SUBTYPE_BINARY, zero, sizeof(zero));
+    BSON_APPEND_INT64(&sig, "keyId", 0);
+    bson_append_document_end(&ct, &sig);
+    bson_append_document_end(r, &ct);
+    bson_append_timestamp(r, "operationTime", -1, SBL_TS_SECS(ts), SBL_TS_INC(ts));
+}
+
+int sbl_repl_get_config(bson_t *r, sbl_err_t *err)
+{
+    if (!sbl_repl_enabled())
+        return sbl_err_set(err, SBL_E_NoReplicationEnabled, "not running with --replSet");
+    pthread_mutex_lock(&rs.lock);
+    if (rs.config == NULL) {
+        pthread_mutex_unlock(&rs.lock);
+        return sbl_err_set(err, SBL_E_NotYetInitialized, "Node not yet initialized");
+    }
+    BSON_APPEND_DOCUMENT(r, "config", rs.config);
+    pthread_mutex_unlock(&rs.lock);
+    return 0;
+}
+
+int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
+{
+    if (!sbl_repl_enabled())
+        return sbl_err_set(err, SBL_E_NoReplicationEnabled, "not running with --replSet");
+    pthread_mutex_lock(&rs.lock);
+    if (rs.config == NULL || rs.self < 0) {
+        pthread_mutex_unlock(&rs.lock);
+        return sbl_err_set(err, SBL_E_NotYetInitialized, "no replset config has been received");
+    }
+    int st = atomic_load(&rs.state);
+    sbl_optime_t ap = sbl_rs_my_applied();
+    int64_t wall = sbl_oplog_last_wall_ms(), now = sbl_now_ms();
+    int voters = sbl_rs_voters(&rs.cfg);
+    bson_t ot, members, m;
+    char key[16];
+    BSON_APPEND_UTF8(r, "set", rs.set_name);
+    BSON_APPEND_DATE_TIME(r, "date", now);
+    BSON_APPEND_INT32(r, "myState", st);
+    BSON_APPEND_INT64(r, "term", rs.term);
+    BSON_APPEND_UTF8(r, "syncSourceHost", rs.sync_source);
+    BSON_APPEND_INT32(r, "syncSourceId", -1);
+    BSON_APPEND_INT64(r, "heartbeatIntervalMillis", rs.cfg.heartbeat_ms);
+    BSON_APPEND_INT32(r, "majorityVoteCount", voters / 2 + 1);
+    BSON_APPEND_INT32(r, "writeMajorityCount", voters / 2 + 1);
+    BSON_APPEND_INT32(r, "votingMembersCount", voters);
+    BSON_APPEND_INT32(r, "writableVotingMembersCount", voters);
+    BSON_APPEND_DOCUMENT_BEGIN(r, "optimes", &ot);
+    append_optime(&ot, "lastCommittedOpTime", rs.commit);
+    BSON_APPEND_DATE_TIME(&ot, "lastCommittedWallTime", rs.commit_wall);
+    append_optime(&ot, "readConcernMajorityOpTime", rs.commit);
+    append_optime(&ot, "appliedOpTime", ap);
+    append_optime(&ot, "durableOpTime", ap);
+    BSON_APPEND_DATE_TIME(&ot, "lastAppliedWallTime", wall);
+    BSON_APPEND_DATE_TIME(&ot, "lastDurableWallTime", wall);
+    bson_append_document_end(r, &ot);
+    BSON_APPEND_ARRAY_BEGIN(r, "members", &members);
+    for (int i = 0; i < rs.cfg.n; i++) {
+        const sbl_rs_peer_t *p = &rs.peer[i];
+        bool self = i == rs.self;
+        int mst = self ? st : (p->up ? p->state : SBL_RS_DOWN);
+        sbl_optime_t o = self ? ap : p->applied;
+        snprintf(key, sizeof(key), "%d", i);
+        BSON_APPEND_DOCUMENT_BEGIN(&members, key, &m);
+        BSON_APPEND_INT32(&m, "_id", rs.cfg.m[i].id);
+        BSON_APPEND_UTF8(&m, "name", rs.cfg.m[i].host);
+        BSON_APPEND_DOUBLE(&m, "health", self || p->up ? 1.0 : 0.0);
+        BSON_APPEND_INT32(&m, "state", mst);
+        BSON_APPEND_UTF8(&m, "stateStr", sbl_rs_state_str(mst));
+        BSON_APPEND_INT64(&m, "uptime", self ? (now - sbl_server_start_ms()) / 1000
+                                             : (p->up ? (now - p->up_since_ms) / 1000 : 0));
+        append_optime(&m, "optime", o);
+        BSON_APPEND_DATE_TIME(&m, "optimeDate", (int64_t)SBL_TS_SECS(o.ts) * 1000);
+        BSON_APPEND_DATE_TIME(&m, "lastAppliedWallTime", self ? wall : p->applied_wall);
+        if (!self) {
+            BSON_APPEND_DATE_TIME(&m, "lastHeartbeat", p->last_ok_ms);
+            BSON_APPEND_INT64(&m, "pingMs", p->ping_ms);
+            /* lag behind this member, in seconds of oplog time */
+            int64_t lag = (int64_t)SBL_TS_SECS(ap.ts) - (int64_t)SBL_TS_SECS(o.ts);
+            BSON_APPEND_INT64(&m, "lagSecs", lag > 0 ? lag : 0);
+        }
+        BSON_APPEND_UTF8(&m, "syncSourceHost", self ? rs.sync_source : p->sync_source);
+        BSON_APPEND_INT32(&m, "syncSourceId", -1);
+        BSON_APPEND_UTF8(&m, "infoMessage", "");
+        if (mst == SBL_RS_PRIMARY && self) {
+            bson_append_timestamp(&m, "electionTime", -1, SBL_TS_SECS(rs.election_ts),
+                                  SBL_TS_INC(rs.election_ts));
+            BSON_APPEND_DATE_TIME(&m, "electionDate", rs.election_ms);
+        }
+        BSON_APPEND_INT32(&m, "configVersion", (int32_t)rs.cfg.version);
+        BSON_APPEND_INT64(&m, "configTerm", rs.cfg.term);
+        if (self)
+            BSON_APPEND_BOOL(&m, "self", true);
+        BSON_APPEND_UTF8(&m, "lastHeartbeatMessage", self ? "" : p->msg);
+        bson_append_document_end(&members, &m);
+    }
+    bson_append_array_end(r, &members);
+    pthread_mutex_unlock(&rs.lock);
+    return 0;
+}

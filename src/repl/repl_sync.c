@@ -1,0 +1,461 @@
+/*
+ * repl_sync.c: a secondary pulls.  The applier thread takes the primary as
+ * its sync source, tails its oplog (find on local.oplog.rs from our last
+ * applied ts, tailable, awaitData), checks that the first entry is our
+ * last one (else our history diverged: rollback, not built yet), applies
+ * each entry in order through the command layer's runner with the entry
+ * as the thread's "applying" entry (so the storage observer writes that
+ * very entry, with its ts as commit timestamp, in the change's own
+ * transaction), and reports its position with replSetUpdatePosition.
+ * The primary's side: replSetUpdatePosition, the commit point, and
+ * write-concern waiters.
+ *
+ * What must stay true: entries are applied one at a time in ts order; an
+ * entry that changed nothing (replayed) is still written to our oplog; the
+ * commit point never moves back; every waiter's callback runs exactly once.
+ */
+#include "repl/repl_int.h"
+
+#include <mongoc/mongoc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+#define rs sbl_rs
+
+sbl_repl_run_fn sbl_rs_runner;
+static pthread_t sync_thread;
+static bool sync_running;
+
+void sbl_repl_set_runner(sbl_repl_run_fn fn)
+{
+    sbl_rs_runner = fn;
+}
+
+/* ---- applying one entry ---------------------------------------------------------- */
+
+static const char *coll_of(const char *ns, char *db, size_t n)
+{
+    const char *dot = strchr(ns, '.');
+    size_t dl = dot != NULL ? (size_t)(dot - ns) : strlen(ns);
+    snprintf(db, n, "%.*s", (int)(dl < n ? dl : n - 1), ns);
+    return dot != NULL ? dot + 1 : "";
+}
+
+/* The command that makes entry e's change on this member. */
+static bool entry_command(const bson_t *e, char *db, size_t dbn, bson_t *cmd)
+{
+    bson_iter_t it;
+    bson_t o, o2, arr, u;
+    const char *op = NULL, *ns = NULL;
+    if (bson_iter_init_find(&it, e, "op") && BSON_ITER_HOLDS_UTF8(&it))
+        op = bson_iter_utf8(&it, NULL);
+    if (bson_iter_init_find(&it, e, "ns") && BSON_ITER_HOLDS_UTF8(&it))
+        ns = bson_iter_utf8(&it, NULL);
+    if (op == NULL || ns == NULL || !bson_iter_init_find(&it, e, "o") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&it) || !sbl_iter_doc(&it, &o))
+        return false;
+    const char *coll = coll_of(ns, db, dbn);
+    bson_iter_t id;
+    switch (op[0]) {
+    case 'i':
+    case 'u': /* both carry the whole document: an upserting replacement */
+        if (!bson_iter_init_find(&id, &o, "_id"))
+            return false;
+        BSON_APPEND_UTF8(cmd, "update", coll);
+        BSON_APPEND_ARRAY_BEGIN(cmd, "updates", &arr);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &u);
+        bson_t q;
+        BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &q);
+        bson_append_iter(&q, "_id", 3, &id);
+        bson_append_document_end(&u, &q);
+        BSON_APPEND_DOCUMENT(&u, "u", &o);
+        BSON_APPEND_BOOL(&u, "upsert", true);
+        bson_append_document_end(&arr, &u);
+        bson_append_array_end(cmd, &arr);
+        return true;
+    case 'd':
+        BSON_APPEND_UTF8(cmd, "delete", coll);
+        BSON_APPEND_ARRAY_BEGIN(cmd, "deletes", &arr);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &u);
+        BSON_APPEND_DOCUMENT(&u, "q", &o);
+        BSON_APPEND_INT32(&u, "limit", 1);
+        bson_append_document_end(&arr, &u);
+        bson_append_array_end(cmd, &arr);
+        return true;
+    case 'c': {
+        bson_iter_t f;
+        if (!bson_iter_init(&f, &o) || !bson_iter_next(&f))
+            return false;
+        const char *name = bson_iter_key(&f);
+        if (strcmp(name, "createIndexes") == 0) {
+            bson_t spec;
+            bson_append_iter(cmd, "createIndexes", -1, &f);
+            BSON_APPEND_ARRAY_BEGIN(cmd, "indexes", &arr);
+            BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &spec);
+            while (bson_iter_next(&f))
+                bson_append_iter(&spec, bson_iter_key(&f), -1, &f);
+            bson_append_document_end(&arr, &spec);
+            bson_append_array_end(cmd, &arr);
+        } else if (strcmp(name, "renameCollection") == 0) {
+            snprintf(db, dbn, "admin");
+            do
+                if (strcmp(bson_iter_key(&f), "stayTemp") != 0)
+                    bson_append_iter(cmd, bson_iter_key(&f), -1, &f);
+            while (bson_iter_next(&f));
+        } else {
+            do
+                if (strcmp(bson_iter_key(&f), "idIndex") != 0)
+                    bson_append_iter(cmd, bson_iter_key(&f), -1, &f);
+            while (bson_iter_next(&f));
+        }
+        (void)o2;
+        return true;
+    }
+    default: /* 'n': nothing to change */
+        return false;
+    }
+}
+
+/* Apply e: its change (idempotently) and the entry itself in our oplog. */
+static int apply_entry(const bson_t *e, sbl_err_t *err)
+{
+    char db[128];
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    sbl_repl_applying = e;
+    sbl_repl_applied_written = false;
+    if (entry_command(e, db, sizeof(db), &cmd) && sbl_rs_runner != NULL) {
+        sbl_rs_runner(db, &cmd, &reply);
+        bson_iter_t it;
+        if (bson_iter_init_find(&it, &reply, "ok") && bson_iter_as_double(&it) != 1.0) {
+            bson_t attr = BSON_INITIALIZER;
+            BSON_APPEND_DOCUMENT(&attr, "entry", e);
+            BSON_APPEND_DOCUMENT(&attr, "reply", &reply);
+            sbl_log(SBL_LOG_DEBUG, "REPL", 7360201, "Applying an entry failed (a replayed "
+                    "entry, or a catalog change already made)", &attr);
+            bson_destroy(&attr);
+        }
+        bson_destroy(&reply);
+    }
+    bson_destroy(&cmd);
+    int rc = 0;
+    if (!sbl_repl_applied_written) /* a no-op, or replayed: the entry alone */
+        rc = sbl_repl_append_alone_raw(sbl_session_get(), e, err);
+    sbl_repl_applying = NULL;
+    return rc;
+}
+
+/* ---- the fetcher --------------------------------------------------------------- */
+
+/* The member to tail (lock held): the primary; a member in STARTUP2 (it
+ * has just received the config and holds nothing yet) takes any member that
+ * is PRIMARY or SECONDARY, as an initial sync would. */
+static bool choose_source_locked(char *host, size_t n)
+{
+    int st = atomic_load(&rs.state), src = -1;
+    if (rs.config == NULL || rs.self < 0)
+        return false;
+    if ((st == SBL_RS_SECONDARY || st == SBL_RS_STARTUP2) && rs.primary >= 0 &&
+        rs.primary != rs.self)
+        src = rs.primary;
+    for (int i = 0; st == SBL_RS_STARTUP2 && src < 0 && i < rs.cfg.n; i++)
+        if (i != rs.self && rs.peer[i].up &&
+            (rs.peer[i].state == SBL_RS_SECONDARY || rs.peer[i].state == SBL_RS_PRIMARY))
+            src = i;
+    if (src < 0)
+        return false;
+    snprintf(host, n, "%s", rs.cfg.m[src].host);
+    return true;
+}
+
+static bool still_syncing_from(const char *host)
+{
+    char now[256];
+    pthread_mutex_lock(&rs.lock);
+    bool ok = !rs.stopping && choose_source_locked(now, sizeof(now)) && strcmp(now, host) == 0;
+    pthread_mutex_unlock(&rs.lock);
+    return ok;
+}
+
+/* STARTUP2 -> SECONDARY once caught up with the first source. */
+static void initial_sync_done(void)
+{
+    pthread_mutex_lock(&rs.lock);
+    if (atomic_load(&rs.state) == SBL_RS_STARTUP2) {
+        atomic_store(&rs.state, SBL_RS_SECONDARY);
+        atomic_fetch_add(&rs.topology, 1);
+        sbl_rs_reset_election_timer_locked(sbl_now_ms());
+        pthread_cond_broadcast(&rs.cond);
+        bson_t attr = BSON_INITIALIZER;
+        sbl_log(SBL_LOG_INFO, "REPL", 21392, "Caught up with the sync source: STARTUP2 -> "
+                "SECONDARY", &attr);
+        bson_destroy(&attr);
+    }
+    pthread_mutex_unlock(&rs.lock);
+}
+
+static void report_position(mongoc_client_t *c)
+{
+    bson_t cmd = BSON_INITIALIZER, arr, d, reply;
+    bson_error_t error;
+    pthread_mutex_lock(&rs.lock);
+    sbl_optime_t ap = sbl_rs_my_applied();
+    int64_t wall = sbl_oplog_last_wall_ms();
+    BSON_APPEND_INT32(&cmd, "replSetUpdatePosition", 1);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "optimes", &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &d);
+    sbl_repl_append_optime(&d, "durableOpTime", ap.ts, ap.t);
+    BSON_APPEND_DATE_TIME(&d, "durableWallTime", wall);
+    sbl_repl_append_optime(&d, "appliedOpTime", ap.ts, ap.t);
+    BSON_APPEND_DATE_TIME(&d, "appliedWallTime", wall);
+    BSON_APPEND_INT32(&d, "memberId", rs.self >= 0 ? rs.cfg.m[rs.self].id : -1);
+    BSON_APPEND_INT64(&d, "cfgver", rs.cfg.version);
+    bson_append_document_end(&arr, &d);
+    bson_append_array_end(&cmd, &arr);
+    pthread_mutex_unlock(&rs.lock);
+    mongoc_client_command_simple(c, "admin", &cmd, NULL, &reply, &error);
+    bson_iter_t it;
+    sbl_optime_t cp = sbl_repl_optime_at(&reply, "lastOpCommitted");
+    pthread_mutex_lock(&rs.lock);
+    if (sbl_optime_cmp(cp, rs.commit) > 0)
+        rs.commit = cp;
+    pthread_mutex_unlock(&rs.lock);
+    (void)it;
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+}
+
+static void log_host(int level, int id, const char *msg, const char *host)
+{
+    bson_t attr = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&attr, "syncSource", host);
+    sbl_log(level, "REPL", id, msg, &attr);
+    bson_destroy(&attr);
+}
+
+/* Tail host's oplog while it stays our sync source. */
+static void sync_from(const char *host)
+{
+    char uri[512];
+    snprintf(uri, sizeof(uri), "mongodb://%s/?directConnection=true&connectTimeoutMS=2000"
+             "&socketTimeoutMS=10000&serverSelectionTimeoutMS=2000&appname=sable-sync", host);
+    mongoc_client_t *c = mongoc_client_new(uri);
+    if (c == NULL)
+        return;
+    mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
+    sbl_optime_t last = sbl_rs_my_applied();
+    bson_t filter = BSON_INITIALIZER, gte, opts = BSON_INITIALIZER;
+    if (last.ts != 0) {
+        BSON_APPEND_DOCUMENT_BEGIN(&filter, "ts", &gte);
+        bson_append_timestamp(&gte, "$gte", 4, SBL_TS_SECS(last.ts), SBL_TS_INC(last.ts));
+        bson_append_document_end(&filter, &gte);
+    }
+    BSON_APPEND_BOOL(&opts, "tailable", true);
+    BSON_APPEND_BOOL(&opts, "awaitData", true);
+    BSON_APPEND_INT64(&opts, "maxAwaitTimeMS", 500);
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, &opts, NULL);
+    const bson_t *doc;
+    bson_error_t error;
+    bool first = true;
+    pthread_mutex_lock(&rs.lock);
+    snprintf(rs.sync_source, sizeof(rs.sync_source), "%s", host);
+    pthread_mutex_unlock(&rs.lock);
+    log_host(SBL_LOG_INFO, 21799, "Sync source candidate chosen", host);
+    while (still_syncing_from(host)) {
+        int n = 0;
+        while (mongoc_cursor_next(cur, &doc)) {
+            bson_iter_t it;
+            uint32_t t = 0, i = 0;
+            if (bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
+                bson_iter_timestamp(&it, &t, &i);
+            sbl_optime_t o = {.ts = SBL_TS(t, i)};
+            if (bson_iter_init_find(&it, doc, "t") && BSON_ITER_HOLDS_NUMBER(&it))
+                o.t = bson_iter_as_int64(&it);
+            if (first && last.ts != 0) {
+                first = false;
+                if (o.ts != last.ts || o.t != last.t) {
+                    log_host(SBL_LOG_ERROR, 21656, "Our last applied entry is not in the sync "
+                             "source's oplog: this member must roll back, which Sable does "
+                             "not do yet (issue 24)", host);
+                    goto out;
+                }
+                continue;
+            }
+            first = false;
+            if (o.ts <= sbl_oplog_last_ts())
+                continue;
+            sbl_err_t err;
+            sbl_err_clear(&err);
+            if (apply_entry(doc, &err) != 0) {
+                bson_t attr = BSON_INITIALIZER;
+                BSON_APPEND_UTF8(&attr, "error", err.msg);
+                sbl_log(SBL_LOG_ERROR, "REPL", 21238, "Could not apply an oplog entry", &attr);
+                bson_destroy(&attr);
+                goto out;
+            }
+            if (++n % 100 == 0) {
+                report_position(c);
+                if (!still_syncing_from(host))
+                    goto out;
+            }
+        }
+        if (mongoc_cursor_error(cur, &error) || !mongoc_cursor_more(cur))
+            break;
+        if (n > 0)
+            report_position(c);
+        if (!first)
+            initial_sync_done(); /* the source had nothing more for now */
+    }
+out:
+    report_position(c);
+    mongoc_cursor_destroy(cur);
+    mongoc_collection_destroy(oplog);
+    mongoc_client_destroy(c);
+    bson_destroy(&filter);
+    bson_destroy(&opts);
+    pthread_mutex_lock(&rs.lock);
+    rs.sync_source[0] = '\0';
+    pthread_mutex_unlock(&rs.lock);
+}
+
+static void *sync_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&rs.lock);
+    while (!rs.stopping) {
+        char host[256] = "";
+        if (choose_source_locked(host, sizeof(host))) {
+            pthread_mutex_unlock(&rs.lock);
+            sync_from(host);
+            pthread_mutex_lock(&rs.lock);
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&rs.cond, &rs.lock, &ts);
+    }
+    pthread_mutex_unlock(&rs.lock);
+    return NULL;
+}
+
+int sbl_rs_sync_start(void)
+{
+    if (pthread_create(&sync_thread, NULL, sync_main, NULL) != 0)
+        return -1;
+    sync_running = true;
+    return 0;
+}
+
+void sbl_rs_sync_stop(void)
+{
+    if (sync_running)
+        pthread_join(sync_thread, NULL);
+    sync_running = false;
+}
+
+/* ---- the primary's side: positions, the commit point, waiters -------------------- */
+
+void sbl_rs_update_commit_locked(void)
+{
+    sbl_optime_t applied[SBL_RS_MAX_MEMBERS];
+    if (rs.config == NULL || rs.self < 0)
+        return;
+    for (int i = 0; i < rs.cfg.n; i++)
+        applied[i] = i == rs.self ? sbl_rs_my_applied() : rs.peer[i].applied;
+    sbl_optime_t cp = sbl_rs_commit_point(&rs.cfg, applied, rs.term, rs.commit);
+    if (sbl_optime_cmp(cp, rs.commit) > 0) {
+        rs.commit = cp;
+        rs.commit_wall = sbl_now_ms();
+    }
+    pthread_cond_broadcast(&rs.cond); /* positions moved: w:N waiters look again */
+}
+
+int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err)
+{
+    bson_iter_t it, arr;
+    if (!sbl_repl_enabled())
+        return sbl_err_set(err, SBL_E_NoReplicationEnabled, "not running with --replSet");
+    if (!bson_iter_init_find(&it, cmd, "optimes") || !BSON_ITER_HOLDS_ARRAY(&it))
+        return sbl_err_set(err, SBL_E_BadValue, "replSetUpdatePosition needs optimes");
+    bson_iter_recurse(&it, &arr);
+    pthread_mutex_lock(&rs.lock);
+    while (bson_iter_next(&arr)) {
+        bson_t d;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !sbl_iter_doc(&arr, &d))
+            continue;
+        bson_iter_t f;
+        int id = bson_iter_init_find(&f, &d, "memberId") && BSON_ITER_HOLDS_NUMBER(&f)
+                     ? (int)bson_iter_as_int64(&f) : -1;
+        for (int i = 0; i < rs.cfg.n; i++) {
+            if (rs.cfg.m[i].id != id || i == rs.self)
+                continue;
+            sbl_optime_t ap = sbl_repl_optime_at(&d, "appliedOpTime");
+            if (sbl_optime_cmp(ap, rs.peer[i].applied) > 0)
+                rs.peer[i].applied = ap;
+            if (bson_iter_init_find(&f, &d, "appliedWallTime") && BSON_ITER_HOLDS_DATE_TIME(&f))
+                rs.peer[i].applied_wall = bson_iter_date_time(&f);
+        }
+    }
+    if (atomic_load(&rs.state) == SBL_RS_PRIMARY)
+        sbl_rs_update_commit_locked();
+    sbl_repl_append_optime(r, "lastOpCommitted", rs.commit.ts, rs.commit.t);
+    pthread_mutex_unlock(&rs.lock);
+    return 0;
+}
+
+static bool satisfied_locked(uint64_t ts, int w, bool majority)
+{
+    if (majority)
+        return rs.commit.ts >= ts;
+    sbl_optime_t applied[SBL_RS_MAX_MEMBERS];
+    for (int i = 0; i < rs.cfg.n; i++)
+        applied[i] = i == rs.self ? sbl_rs_my_applied() : rs.peer[i].applied;
+    return sbl_rs_count_applied(&rs.cfg, applied, ts) >= w;
+}
+
+void sbl_repl_await(uint64_t ts, int w, bool majority, int64_t wtimeout_ms, sbl_repl_wait_cb cb,
+                    void *arg)
+{
+    int64_t deadline = wtimeout_ms > 0 ? sbl_now_ms() + wtimeout_ms : INT64_MAX;
+    int code = 0;
+    const char *msg = NULL;
+    /* Waits on the calling thread (a worker: the dispatcher sends w > 1
+     * writes there), woken by every change of positions or state. */
+    pthread_mutex_lock(&rs.lock);
+    for (;;) {
+        /* our own position moves too (a set of one commits on its own) */
+        if (atomic_load(&rs.state) == SBL_RS_PRIMARY && rs.config != NULL &&
+            sbl_rs_voters(&rs.cfg) == 1)
+            sbl_rs_update_commit_locked();
+        if (rs.config == NULL || satisfied_locked(ts, w, majority))
+            break;
+        if (atomic_load(&rs.state) != SBL_RS_PRIMARY) {
+            code = SBL_E_InterruptedDueToReplStateChange;
+            msg = "operation was interrupted because a replica set state change (stepdown) "
+                  "occurred while waiting for replication";
+            break;
+        }
+        int64_t now = sbl_now_ms();
+        if (now >= deadline || rs.stopping) {
+            code = SBL_E_WriteConcernFailed;
+            msg = "waiting for replication timed out";
+            break;
+        }
+        int64_t until = deadline - now < 200 ? deadline - now : 200;
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += until * 1000000L;
+        t.tv_sec += t.tv_nsec / 1000000000L;
+        t.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&rs.cond, &rs.lock, &t);
+    }
+    pthread_mutex_unlock(&rs.lock);
+    cb(arg, code, msg);
+}

@@ -1,0 +1,149 @@
+/*
+ * test_repl_rules.c: pv1's pure rules, driven without sockets or clocks:
+ * config validation, who may stand, vote granting (set, term, config, log
+ * up to date, one vote per term, dry runs), the majority commit point
+ * (current term only, never back) and w:N counting.
+ */
+#include "check.h"
+#include "repl/repl_int.h"
+
+#include <string.h>
+
+static sbl_rs_config_t three(double p2, bool hidden2, int votes2)
+{
+    sbl_rs_config_t cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    snprintf(cfg.set_name, sizeof(cfg.set_name), "rs0");
+    cfg.version = 1;
+    cfg.n = 3;
+    for (int i = 0; i < 3; i++) {
+        cfg.m[i].id = i;
+        snprintf(cfg.m[i].host, sizeof(cfg.m[i].host), "127.0.0.1:%d", 27017 + i);
+        cfg.m[i].priority = 1;
+        cfg.m[i].votes = 1;
+    }
+    cfg.m[2].priority = p2;
+    cfg.m[2].hidden = hidden2;
+    cfg.m[2].votes = votes2;
+    return cfg;
+}
+
+static sbl_optime_t ot(int64_t t, uint32_t secs)
+{
+    sbl_optime_t o = {.t = t, .ts = SBL_TS(secs, 1)};
+    return o;
+}
+
+static void test_config(void)
+{
+    sbl_rs_config_t cfg;
+    sbl_err_t err;
+    bson_t *d = BCON_NEW("_id", "rs0", "members", "[",
+                         "{", "_id", BCON_INT32(0), "host", "127.0.0.1:1", "}",
+                         "{", "_id", BCON_INT32(1), "host", "127.0.0.1:2", "priority",
+                         BCON_DOUBLE(0), "hidden", BCON_BOOL(true), "}", "]",
+                         "settings", "{", "electionTimeoutMillis", BCON_INT32(2000), "}");
+    sbl_err_clear(&err);
+    CHECK(sbl_rs_config_parse(d, &cfg, &err) == 0);
+    CHECK(cfg.n == 2 && cfg.m[1].hidden && cfg.election_timeout_ms == 2000);
+    CHECK(sbl_rs_electable(&cfg, 0) && !sbl_rs_electable(&cfg, 1));
+    CHECK(sbl_rs_voters(&cfg) == 2 && sbl_rs_majority(&cfg) == 2);
+    bson_destroy(d);
+    /* hidden needs priority 0; same _id twice; votes 0 needs priority 0 */
+    const char *bad[] = {
+        "{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\",\"hidden\":true}]}",
+        "{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"},{\"_id\":0,\"host\":\"a:2\"}]}",
+        "{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\",\"votes\":0}]}",
+        "{\"_id\":\"rs0\",\"members\":[]}",
+        "{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\",\"priority\":0}]}",
+        "{\"members\":[{\"_id\":0,\"host\":\"a:1\"}]}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        bson_error_t je;
+        bson_t *b = bson_new_from_json((const uint8_t *)bad[i], -1, &je);
+        CHECK(b != NULL);
+        sbl_err_clear(&err);
+        CHECK(sbl_rs_config_parse(b, &cfg, &err) == SBL_E_InvalidReplicaSetConfig);
+        bson_destroy(b);
+    }
+}
+
+static void test_votes(void)
+{
+    char why[512];
+    sbl_vote_state_t st = {.term = 3, .last_vote_term = 2, .last_vote_candidate = 0,
+                           .last_applied = ot(3, 100), .cfg_version = 1, .cfg_term = 1,
+                           .set_name = "rs0"};
+    sbl_vote_req_t rq = {.set_name = "rs0", .term = 4, .candidate = 1, .cfg_version = 1,
+                         .cfg_term = 1, .last_applied = ot(3, 100)};
+    /* a dry run does not record a vote nor move the term */
+    rq.dry_run = true;
+    CHECK(sbl_rs_vote(&st, &rq, why, sizeof(why)));
+    CHECK(st.term == 3 && st.last_vote_term == 2);
+    /* the real vote: granted once per term */
+    rq.dry_run = false;
+    CHECK(sbl_rs_vote(&st, &rq, why, sizeof(why)));
+    CHECK(st.term == 4 && st.last_vote_term == 4 && st.last_vote_candidate == 1);
+    rq.candidate = 0;
+    CHECK(!sbl_rs_vote(&st, &rq, why, sizeof(why)));
+    CHECK(strstr(why, "already voted") != NULL);
+    /* a lower term */
+    rq.term = 3;
+    CHECK(!sbl_rs_vote(&st, &rq, why, sizeof(why)));
+    CHECK(strstr(why, "term") != NULL);
+    /* a staler log: older term wins over a newer ts */
+    rq.term = 5;
+    rq.last_applied = ot(2, 500);
+    CHECK(!sbl_rs_vote(&st, &rq, why, sizeof(why)));
+    CHECK(strstr(why, "staler") != NULL);
+    rq.last_applied = ot(3, 99);
+    CHECK(!sbl_rs_vote(&st, &rq, why, sizeof(why)));
+    rq.last_applied = ot(3, 101);
+    CHECK(sbl_rs_vote(&st, &rq, why, sizeof(why)));
+    /* another set or config */
+    rq.term = 6;
+    rq.set_name = "other";
+    CHECK(!sbl_rs_vote(&st, &rq, why, sizeof(why)));
+    rq.set_name = "rs0";
+    rq.cfg_version = 2;
+    CHECK(!sbl_rs_vote(&st, &rq, why, sizeof(why)));
+}
+
+static void test_commit_point(void)
+{
+    sbl_rs_config_t cfg = three(1, false, 1);
+    sbl_optime_t cur = {0, 0};
+    sbl_optime_t ap[3] = {ot(2, 10), ot(2, 5), ot(1, 3)};
+    /* the second newest of three voters */
+    cur = sbl_rs_commit_point(&cfg, ap, 2, cur);
+    CHECK(cur.t == 2 && cur.ts == SBL_TS(5, 1));
+    /* never back, even when positions are reported lower */
+    ap[1] = ot(2, 4);
+    cur = sbl_rs_commit_point(&cfg, ap, 2, cur);
+    CHECK(cur.ts == SBL_TS(5, 1));
+    /* only an entry of the current term commits */
+    sbl_optime_t none = {0, 0};
+    sbl_optime_t old[3] = {ot(3, 20), ot(2, 9), ot(2, 9)};
+    sbl_optime_t c2 = sbl_rs_commit_point(&cfg, old, 3, none);
+    CHECK(c2.ts == 0);
+    old[1] = ot(3, 20);
+    c2 = sbl_rs_commit_point(&cfg, old, 3, none);
+    CHECK(c2.t == 3 && c2.ts == SBL_TS(20, 1));
+    /* a member with votes 0 does not count for the majority, but counts for w:N */
+    sbl_rs_config_t nv = three(0, true, 0);
+    sbl_optime_t ap2[3] = {ot(1, 10), ot(1, 2), ot(1, 10)};
+    c2 = sbl_rs_commit_point(&nv, ap2, 1, none);
+    CHECK(c2.ts == SBL_TS(2, 1)); /* both voters needed */
+    CHECK(sbl_rs_count_applied(&nv, ap2, SBL_TS(10, 1)) == 2);
+    CHECK(sbl_rs_count_applied(&nv, ap2, SBL_TS(2, 1)) == 3);
+    /* electable: priority 0 or hidden never stands */
+    CHECK(!sbl_rs_electable(&nv, 2) && sbl_rs_electable(&nv, 0));
+}
+
+int main(void)
+{
+    test_config();
+    test_votes();
+    test_commit_point();
+    return CHECK_DONE("repl_rules");
+}

@@ -313,8 +313,12 @@ int main(int argc, char **argv)
             rc = tool_err("file %s is not under the dbpath %s", src, dbpath);
             break;
         }
-        snprintf(from, sizeof(from), "%s/%s", o.dbpath != NULL ? o.dbpath : dbpath, rel);
-        snprintf(to, sizeof(to), "%s/%s", o.out, rel);
+        int nf = snprintf(from, sizeof(from), "%s/%s", o.dbpath != NULL ? o.dbpath : dbpath, rel);
+        int nt = snprintf(to, sizeof(to), "%s/%s", o.out, rel);
+        if (nf < 0 || (size_t)nf >= sizeof(from) || nt < 0 || (size_t)nt >= sizeof(to)) {
+            rc = tool_err("path too long for %s", rel);
+            break;
+        }
         char *slash = strrchr(to, '/');
         *slash = '\0';
         if (mkdirs(to) != 0) {

@@ -203,7 +203,12 @@ static bool hand_over(tool_inserter_t *in)
 int tool_inserter_add(tool_inserter_t *in, const bson_t *doc)
 {
     if (in->cur == NULL) {
-        in->cur = calloc(1, sizeof(batch_t));
+        /* batch_t embeds a bson_t, which asks for 128-byte alignment (calloc gives 16). */
+        size_t size = (sizeof(batch_t) + 127) & ~(size_t)127;
+        in->cur = aligned_alloc(128, size);
+        if (in->cur == NULL)
+            return -1;
+        memset(in->cur, 0, sizeof(batch_t));
         bson_init(&in->cur->docs);
     }
     char key[16];

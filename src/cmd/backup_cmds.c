@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -62,7 +63,7 @@ static void bk_free(void *state)
     bk_state_t *s = state;
     sbl_backup_close(s->b);
     bson_destroy(&s->meta);
-    bson_free(s);
+    free(s);
 }
 
 static const sbl_cursor_source_t bk_source = {.next = bk_next, .free = bk_free};
@@ -140,7 +141,11 @@ int sbl_cmd_backup_cursor(sbl_opctx_t *ctx, const bson_t *spec, int64_t batch_si
         return sbl_err_set(err, SBL_E_BadValue,
                            "Cannot have both disableIncrementalBackup and incrementalBackup");
 
-    bk_state_t *s = bson_malloc0(sizeof(*s));
+    /* bk_state_t embeds a bson_t, which asks for 128-byte alignment (malloc gives 16). */
+    bk_state_t *s = aligned_alloc(128, (sizeof(*s) + 127) & ~(size_t)127);
+    if (s == NULL)
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory for a backup cursor");
+    memset(s, 0, sizeof(*s));
     bson_init(&s->meta);
     /* A replica set member: the oplog's span the copy holds.  Its last entry is read
      * before the backup opens and is in the journal by then (flushed here), so the
@@ -153,7 +158,7 @@ int sbl_cmd_backup_cursor(sbl_opctx_t *ctx, const bson_t *spec, int64_t batch_si
     if (rc != 0) {
         bson_destroy(&oplog);
         bson_destroy(&s->meta);
-        bson_free(s);
+        free(s);
         return rc;
     }
     uint8_t id[16];

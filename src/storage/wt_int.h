@@ -189,6 +189,25 @@ void sbl_session_add_delta(sbl_session_t *s, sbl_wt_table_t *t, int64_t dcount, 
 /* Close every session (engine close; threads must be quiet). */
 void sbl_sessions_close_all(void);
 
+/* A walk over the keys of one table between optional bounds, forward or
+ * backward (wt_range.c): collection and index scans are both one.  Bounds
+ * are set in lo/hi (has_*, *_inclusive) after sbl_range_open. */
+typedef struct sbl_range {
+    uint64_t epoch; /* the engine open its cursor belongs to */
+    sbl_wt_table_t *tbl; /* referenced */
+    WT_CURSOR *cursor;
+    bool backward, started, done;
+    bool has_lo, lo_inclusive, has_hi, hi_inclusive;
+    sbl_buf_t lo, hi;
+} sbl_range_t;
+
+int sbl_range_open(sbl_session_t *s, sbl_wt_table_t *t, bool backward, sbl_range_t *r,
+                   sbl_err_t *err);
+/* The next record in range into k and v: 0, WT_NOTFOUND past the end (the
+ * cursor is reset then and stays at the end), or a WiredTiger error. */
+int sbl_range_next(sbl_range_t *r, WT_ITEM *k, WT_ITEM *v);
+void sbl_range_close(sbl_range_t *r);
+
 /* Catalog life (wt_catalog.c). */
 int sbl_catalog_load(sbl_err_t *err);
 void sbl_catalog_unload(void);

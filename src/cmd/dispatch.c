@@ -11,6 +11,7 @@
  * a j:true write is acknowledged only from the journal flusher's callback,
  * i.e. after the commit is on disk.
  */
+#include "js/js.h"
 #include "audit/audit.h"
 #include "cmd/capped.h"
 #include "cmd/cmd_int.h"
@@ -430,8 +431,18 @@ static void execute(pending_t *p)
     op_begin(p);
     if ((p->def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
         p->rc = sbl_cmd_fsync_wait(ctx, &p->err);
-    if (p->rc == 0)
+    if (p->rc == 0) {
+        /* Server-side JavaScript stops at this operation's deadline; an error a
+         * $where could only leave pending becomes the command's. */
+        sbl_js_opstate_t js;
+        sbl_js_op_begin(&js, ctx->deadline_us);
         p->rc = p->def->fn(ctx, &p->err);
+        sbl_err_t jerr;
+        if (sbl_js_op_end(&js, &jerr) != 0 && p->rc == 0) {
+            p->rc = jerr.code;
+            p->err = jerr;
+        }
+    }
     op_end(p);
 }
 
@@ -781,7 +792,8 @@ int sbl_cmd_init(sbl_err_t *err)
 {
     /* libuv's worker pool runs the commands that may scan; size it before first use. */
     setenv("UV_THREADPOOL_SIZE", "16", 0);
-    sbl_expr_init(); /* $expr and $jsonSchema in filters */
+    sbl_expr_init(); /* $expr, $jsonSchema and $where in filters */
+    sbl_cmd_js_init(); /* javascriptEnabled, the JavaScript engines' limits */
     /* What the modules below hear back: collections created (for the audit
      * log) and awaitData getMores that wait for an insert (capped.c). */
     static const sbl_op_observer_t observer = {.coll_created = sbl_cmd_on_coll_created};

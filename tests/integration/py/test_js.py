@@ -217,3 +217,49 @@ def test_noscripting(fresh_server):
     assert opts["security"]["javascriptEnabled"] is False
     assert c.t.c.find_one({"a": 1}) == {"_id": 1, "a": 1}
     c.close()
+
+
+AVG = {"$accumulator": {
+    "init": "function(base) { return {count: 0, sum: base} }",
+    "initArgs": [0],
+    "accumulate": "function(state, a) { return {count: state.count + 1, sum: state.sum + a} }",
+    "accumulateArgs": ["$a"],
+    "merge": "function(x, y) { return {count: x.count + y.count, sum: x.sum + y.sum} }",
+    "finalize": "function(state) { return state.sum / state.count }",
+    "lang": "js"}}
+
+
+def test_accumulator(nums, db):
+    r = list(nums.aggregate([{"$group": {"_id": "$k", "avg": AVG}}, {"$sort": {"_id": 1}}]))
+    assert r == [{"_id": "even", "avg": 4.0}, {"_id": "odd", "avg": 5.0}]
+    # Without finalize the state is the result; initArgs see the group's document.
+    spec = {"init": "function(k) { return [k] }", "initArgs": ["$k"],
+            "accumulate": "function(s, a) { s.push(a); return s }", "accumulateArgs": ["$a"],
+            "merge": "function(x, y) { return x.concat(y.slice(1)) }", "lang": "js"}
+    r = list(nums.aggregate([{"$match": {"a": {"$lt": 4}}},
+                             {"$group": {"_id": "$k", "all": {"$accumulator": spec}}},
+                             {"$sort": {"_id": 1}}]))
+    assert r == [{"_id": "even", "all": ["even", 0.0, 2.0]}, {"_id": "odd", "all": ["odd", 1.0, 3.0]}]
+    for bad in [dict(spec, lang="py"), {k: v for k, v in spec.items() if k != "merge"},
+                dict(spec, accumulate=5)]:
+        with pytest.raises(OperationFailure) as e:
+            list(nums.aggregate([{"$group": {"_id": None, "x": {"$accumulator": bad}}}]))
+        assert e.value.code == 9
+    bad = dict(AVG["$accumulator"], finalize="function(s) { return s.nope.x }")
+    with pytest.raises(OperationFailure) as e:
+        list(nums.aggregate([{"$group": {"_id": "$k", "x": {"$accumulator": bad}}}]))
+    assert e.value.code == 139
+
+
+def test_accumulator_merges_after_a_spill(fresh_server):
+    fresh_server.start(["--setParameter", "internalDocumentSourceGroupMaxMemoryBytes=20000"])
+    c = fresh_server.client()
+    c.t.c.insert_many([{"_id": i, "g": i % 300, "a": i} for i in range(3000)])
+    with pytest.raises(OperationFailure) as e:  # the groups do not fit: they spill
+        list(c.t.c.aggregate([{"$group": {"_id": "$g", "avg": AVG}}], allowDiskUse=False))
+    assert e.value.code == 292
+    r = list(c.t.c.aggregate([{"$group": {"_id": "$g", "avg": AVG}}, {"$sort": {"_id": 1}}],
+                             allowDiskUse=True))
+    assert len(r) == 300
+    assert all(d["avg"] == d["_id"] + 1350 for d in r)
+    c.close()

@@ -268,6 +268,11 @@ static bool filter_is_point(const bson_t *filter)
             !bson_iter_next(&it))
             return true;
     }
+    /* A $where runs JavaScript for as long as its time limit allows: never on
+     * a loop (the bytes "$where\0" also match a string value: then it merely
+     * runs on a worker). */
+    if (memmem(bson_get_data(filter), filter->len, "$where", 7) != NULL)
+        return false;
     sbl_id_range_t r;
     sbl_id_range_from_filter(filter, &r);
     bool point = r.kind == SBL_ID_POINTS && r.npoints <= 16;

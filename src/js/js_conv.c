@@ -268,6 +268,7 @@ void js_push_doc(duk_context *ctx, const bson_t *doc, bool array, int depth)
     bson_iter_t it;
     duk_uarridx_t i = 0;
 
+    duk_require_stack(ctx, 8);
     if (array)
         duk_push_array(ctx);
     else
@@ -411,6 +412,7 @@ static bool append_object(duk_context *ctx, duk_idx_t idx, bson_t *b, const char
     }
     bson_t child;
     bool array = duk_is_array(ctx, idx);
+    duk_require_stack(ctx, 8); /* each level holds an enumerator, a key and a value */
     if (array) {
         duk_size_t len = duk_get_length(ctx, idx);
         char ibuf[16];

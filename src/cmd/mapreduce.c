@@ -493,6 +493,16 @@ int sbl_cmd_map_reduce(sbl_opctx_t *ctx, sbl_err_t *err)
     SBL_RET(sbl_js_check_compiles(a.reduce, a.reduce_len, err));
     if (a.finalize != NULL)
         SBL_RET(sbl_js_check_compiles(a.finalize, a.finalize_len, err));
+    if (a.out.mode > 0) {
+        /* The output is written by internal commands, which skip authorization:
+         * the user must be allowed to write it (replace also removes). */
+        const char *odb = a.out.db ? a.out.db : ctx->db;
+        SBL_RET(sbl_cmd_auth_require(ctx, "insert", odb, a.out.coll, err));
+        SBL_RET(sbl_cmd_auth_require(ctx, a.out.mode == 1 ? "remove" : "update", odb,
+                                     a.out.coll, err));
+        if (a.out.mode == 3)
+            SBL_RET(sbl_cmd_auth_require(ctx, "find", odb, a.out.coll, err));
+    }
     if (a.has_scope)
         SBL_RET(sbl_js_set_globals(&a.scope, err));
 

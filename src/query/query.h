@@ -60,6 +60,10 @@ typedef struct sbl_match_ext {
 } sbl_match_ext_t;
 /* op is "$expr", "$jsonSchema" or "$where"; ext must outlive every matcher. */
 void sbl_matcher_register_ext(const char *op, const sbl_match_ext_t *ext);
+/* Where mongod refuses JavaScript in a filter (an aggregation's $match, a
+ * validator, a partial index): 2 BadValue "$where is not allowed in this
+ * context" when filter has $where at its top level or under $and/$or/$nor. */
+int sbl_filter_refuse_where(const bson_t *filter, sbl_err_t *err);
 
 /* ---- _id ranges (how the clustered table is scanned) ------------------- */
 

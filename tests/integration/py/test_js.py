@@ -30,10 +30,30 @@ def test_where_forms(nums):
     assert ids(nums.find({"$where": "function() { return obj.a < 2 }"})) == [0, 1]
     assert ids(nums.find({"$where": Code("function() { return this.k == 'odd' && this.a > 4 }")})) == [5, 7, 9]
     assert ids(nums.find({"$where": "var x = 3; return this.a == x"})) == [3]
-    # Combined with ordinary conditions, in count and in an aggregation's $match.
+    # Combined with ordinary conditions, in count, update and delete.
     assert ids(nums.find({"a": {"$lt": 5}, "$where": "this.a % 2 == 0"})) == [0, 2, 4]
-    assert nums.count_documents({"$where": "this.a >= 5"}) == 5
-    assert [d["_id"] for d in nums.aggregate([{"$match": {"$where": "this.a == 4"}}])] == [4]
+    n = nums.database.command("count", "n", query={"$or": [{"$where": "this.a >= 5"}, {"a": 0}]})
+    assert n["n"] == 6
+    assert nums.update_many({"$where": "this.a < 2"}, {"$set": {"low": True}}).modified_count == 2
+    assert nums.delete_one({"_id": 1, "$where": "this.low"}).deleted_count == 1
+    assert ids(nums.find({"low": True})) == [0]
+
+
+def test_where_refused_where_mongod_refuses_it(nums, db):
+    # An aggregation's $match (first stage or later), a validator, a partial index.
+    for pipeline in ([{"$match": {"$where": "true"}}],
+                     [{"$project": {"a": 1}}, {"$match": {"$and": [{"$where": "true"}]}}]):
+        with pytest.raises(OperationFailure) as e:
+            list(nums.aggregate(pipeline))
+        assert e.value.code == 2 and "$where is not allowed in this context" in str(e.value)
+    with pytest.raises(OperationFailure) as e:
+        db.create_collection("validated", validator={"$where": "true"})
+    assert e.value.code == 2
+    with pytest.raises(OperationFailure) as e:
+        nums.create_index("a", partialFilterExpression={"$where": "true"})
+    assert e.value.code == 2
+    # A string that reads "$where" is just a string.
+    assert list(nums.aggregate([{"$match": {"k": "$where"}}])) == []
 
 
 def test_where_errors(nums):

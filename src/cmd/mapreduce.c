@@ -14,6 +14,7 @@
  * (ExceededMemoryLimit past it); writes go through the ordinary commands
  * (sbl_cmd_run), so they take the single write path and the oplog.
  */
+#include "agg/agg.h"
 #include "cmd/cmd_int.h"
 #include "doc/doc.h"
 #include "exec/exec.h"
@@ -487,6 +488,9 @@ int sbl_cmd_map_reduce(sbl_opctx_t *ctx, sbl_err_t *err)
     memset(&a, 0, sizeof(a));
     SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(parse_args(ctx, &a, err));
+    if (sbl_views_any() && sbl_view_is(ctx->ss, ns))
+        return sbl_err_set(err, SBL_E_CommandNotSupportedOnView,
+                           "Namespace %s is a view, not a collection", ns);
     SBL_RET(sbl_js_check_enabled(SBL_E_JSDisabledMapReduce, err));
     SBL_RET(sbl_exec_collation(ctx, ns, a.collation, "MapReduce.collation", &coll, err));
     SBL_RET(sbl_js_check_compiles(a.map, a.map_len, err));

@@ -186,6 +186,10 @@ def test_map_reduce_errors(nums, db):
     with pytest.raises(OperationFailure) as e:
         db.command("mapReduce", "n", map="function( {", reduce=SUM, out={"inline": 1})
     assert e.value.code == 139
+    db.command("create", "nview", viewOn="n", pipeline=[])
+    with pytest.raises(OperationFailure) as e:
+        db.command("mapReduce", "nview", map=MAP, reduce=SUM, out={"inline": 1})
+    assert e.value.code == 166
 
 
 def test_runaway_loop_stopped_by_max_time(nums):

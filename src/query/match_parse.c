@@ -441,6 +441,9 @@ static int elem_leaf(const char *path, const bson_value_t *v, int depth, mnode_t
     *outp = NULL;
     if (v->value_type != BSON_TYPE_DOCUMENT || !doc_from_value(v, &d))
         return sbl_err_set(err, SBL_E_BadValue, "$elemMatch needs an Object");
+    if (bson_has_field(&d, "$where"))
+        return sbl_err_set(err, SBL_E_BadValue,
+                           "$where can only be applied to the top-level document");
     if (elem_is_query_form(&d)) {
         n = leaf_new(path, mtest_elem_obj, false);
         n->sub = bson_malloc0(sizeof(*n->sub));

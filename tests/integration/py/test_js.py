@@ -69,6 +69,9 @@ def test_where_errors(nums):
     with pytest.raises(OperationFailure) as e:
         list(nums.find({"$where": {"a": 1}}))
     assert e.value.code == 2
+    with pytest.raises(OperationFailure) as e:
+        list(nums.find({"arr": {"$elemMatch": {"$where": "true"}}}))
+    assert e.value.code == 2 and "top-level document" in str(e.value)
     # The engine is still usable afterwards.
     assert ids(nums.find({"$where": "this.a == 9"})) == [9]
 

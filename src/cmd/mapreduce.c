@@ -537,6 +537,9 @@ int sbl_cmd_map_reduce(sbl_opctx_t *ctx, sbl_err_t *err)
     bson_iter_init_find(&rit, &results, "r");
     sbl_iter_array(&rit, &rarr);
     if (a.out.mode == 0) {
+        if (rarr.len > SBL_BSON_MAX_SIZE - 1024)
+            SBL_ERR(sbl_err_set(err, SBL_E_BSONObjectTooLarge, "mapReduce's inline results "
+                                "exceed the 16 MB limit of a reply; use out: a collection"));
         BSON_APPEND_ARRAY(ctx->reply, "results", &rarr);
         goto err;
     }

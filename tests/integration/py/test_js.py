@@ -189,6 +189,10 @@ def test_map_reduce_errors(nums, db):
     with pytest.raises(OperationFailure) as e:
         db.command("mapReduce", "n", map="function( {", reduce=SUM, out={"inline": 1})
     assert e.value.code == 139
+    with pytest.raises(OperationFailure) as e:  # 10 x 2 MB of inline results
+        db.command("mapReduce", "n", map="function() { var s = 'x'; for (var i = 0; i < 21; i++) s += s; emit(this._id, s) }",
+                   reduce=SUM, out={"inline": 1})
+    assert e.value.code == 10334
     db.command("create", "nview", viewOn="n", pipeline=[])
     with pytest.raises(OperationFailure) as e:
         db.command("mapReduce", "nview", map=MAP, reduce=SUM, out={"inline": 1})

@@ -19,6 +19,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define JS_CACHE_MAX 1000 /* compiled functions kept per engine */
 
@@ -168,6 +169,26 @@ static duk_ret_t js_emit_native(duk_context *ctx)
     return 0;
 }
 
+/* sleep(ms), as mongod's JavaScript has it (drivers' tests slow queries with
+ * it): sleeps in slices of at most 10 ms, stopping at the call's deadline
+ * as a running script would. */
+static duk_ret_t js_sleep_native(duk_context *ctx)
+{
+    js_tls_t *t = tls;
+    double ms = duk_to_number(ctx, 0);
+    int64_t end = sbl_now_us() + (ms > 0 && ms < 1e12 ? (int64_t)(ms * 1000) : 0);
+    for (int64_t now = sbl_now_us(); now < end; now = sbl_now_us()) {
+        if (t->call_deadline_us != 0 && now > t->call_deadline_us) {
+            t->timed_out = true;
+            return duk_error(ctx, DUK_ERR_RANGE_ERROR, "execution timeout");
+        }
+        int64_t step = end - now < 10000 ? end - now : 10000;
+        struct timespec ts = {0, (long)step * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
 static void engine_reset(js_tls_t *t)
 {
     if (t->ctx != NULL)
@@ -193,6 +214,8 @@ static js_tls_t *engine(sbl_err_t *err)
     duk_context *ctx = t->ctx;
     duk_push_c_function(ctx, js_emit_native, 2);
     duk_put_global_string(ctx, "emit");
+    duk_push_c_function(ctx, js_sleep_native, 1);
+    duk_put_global_string(ctx, "sleep");
     if (duk_peval_string(ctx, js_prelude) != 0) {
         sbl_err_set(err, SBL_E_JSInterpreterFailure, "cannot set up the JavaScript engine: %s",
                     duk_safe_to_string(ctx, -1));

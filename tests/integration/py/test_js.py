@@ -209,6 +209,12 @@ def test_runaway_loop_stopped_by_max_time(nums):
             "body": "function() { for (;;) {} }", "args": [], "lang": "js"}}}}], maxTimeMS=300))
     assert e.value.code == 50
     assert ids(nums.find({"$where": "this.a == 1"})) == [1]
+    # sleep(ms), as drivers' tests use it, returns undefined and keeps to the deadline.
+    t = time.monotonic()
+    assert ids(nums.find({"_id": {"$lt": 2}, "$where": "sleep(100) || true"})) == [0, 1]
+    assert 0.15 < time.monotonic() - t < 10
+    with pytest.raises(ExecutionTimeout):
+        list(nums.find({"$where": "sleep(100000) || true"}).max_time_ms(200))
 
 
 def test_limits_of_an_engine(fresh_server):

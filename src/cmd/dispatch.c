@@ -373,6 +373,12 @@ static bool secondary_ok(const sbl_opctx_t *ctx)
     return false;
 }
 
+/* killOp's flag, for JavaScript that runs long (src/js asks it as it runs). */
+static bool js_op_killed(const void *op)
+{
+    return op != NULL && sbl_op_is_killed(op);
+}
+
 /* Check the generic arguments and run the handler on this thread. */
 static void execute(pending_t *p)
 {
@@ -440,7 +446,7 @@ static void execute(pending_t *p)
         /* Server-side JavaScript stops at this operation's deadline; an error a
          * $where could only leave pending becomes the command's. */
         sbl_js_opstate_t js;
-        sbl_js_op_begin(&js, ctx->deadline_us);
+        sbl_js_op_begin(&js, ctx->deadline_us, js_op_killed, ctx->op);
         p->rc = p->def->fn(ctx, &p->err);
         sbl_err_t jerr;
         if (sbl_js_op_end(&js, &jerr) != 0 && p->rc == 0) {
@@ -451,6 +457,7 @@ static void execute(pending_t *p)
     op_end(p);
 }
 
+/* killOp's flag, for JavaScript that runs long (src/js asks it as it runs). */
 /* Wrap the handler's fields into the final reply document. */
 static void build_reply(pending_t *p, bson_t *out)
 {

@@ -131,6 +131,10 @@ static void js_fatal(void *ud, const char *msg)
 int sbl_js_timeout_check(void *udata)
 {
     js_tls_t *t = udata;
+    if (t->killed != NULL && t->killed(t->killed_arg)) {
+        t->timed_out = t->was_killed = true;
+        return 1;
+    }
     if (t->call_deadline_us != 0 && sbl_now_us() > t->call_deadline_us) {
         t->timed_out = true;
         return 1;
@@ -178,10 +182,8 @@ static duk_ret_t js_sleep_native(duk_context *ctx)
     double ms = duk_to_number(ctx, 0);
     int64_t end = sbl_now_us() + (ms > 0 && ms < 1e12 ? (int64_t)(ms * 1000) : 0);
     for (int64_t now = sbl_now_us(); now < end; now = sbl_now_us()) {
-        if (t->call_deadline_us != 0 && now > t->call_deadline_us) {
-            t->timed_out = true;
+        if (sbl_js_timeout_check(t))
             return duk_error(ctx, DUK_ERR_RANGE_ERROR, "execution timeout");
-        }
         int64_t step = end - now < 10000 ? end - now : 10000;
         struct timespec ts = {0, (long)step * 1000};
         nanosleep(&ts, NULL);
@@ -245,7 +247,7 @@ static js_tls_t *call_begin(int disabled_code, sbl_err_t *err)
             d = cap;
     }
     t->call_deadline_us = d;
-    t->timed_out = t->oom = false;
+    t->timed_out = t->oom = t->was_killed = false;
     return t;
 }
 
@@ -253,7 +255,9 @@ static js_tls_t *call_begin(int disabled_code, sbl_err_t *err)
 static int call_fail(js_tls_t *t, sbl_err_t *err)
 {
     int rc;
-    if (t->timed_out) {
+    if (t->was_killed) {
+        rc = sbl_err_set(err, SBL_E_Interrupted, "operation was interrupted");
+    } else if (t->timed_out) {
         if (t->op_deadline_us != 0 && sbl_now_us() >= t->op_deadline_us)
             rc = sbl_err_set(err, SBL_E_MaxTimeMSExpired, "operation exceeded time limit");
         else
@@ -452,10 +456,15 @@ void sbl_js_set_emit(sbl_js_emit_fn fn, void *arg)
 
 /* ---- the operation's state ------------------------------------------------ */
 
-void sbl_js_op_begin(sbl_js_opstate_t *saved, int64_t deadline_us)
+void sbl_js_op_begin(sbl_js_opstate_t *saved, int64_t deadline_us, sbl_js_killed_fn killed,
+                     const void *killed_arg)
 {
     js_tls_t *t = tls_get();
     saved->deadline_us = t->op_deadline_us;
+    saved->killed = t->killed;
+    saved->killed_arg = t->killed_arg;
+    t->killed = killed;
+    t->killed_arg = killed_arg;
     saved->code = t->pending_code;
     memcpy(saved->msg, t->pending_msg, sizeof(saved->msg));
     t->op_deadline_us = deadline_us;
@@ -469,6 +478,8 @@ int sbl_js_op_end(const sbl_js_opstate_t *saved, sbl_err_t *err)
     if (code != 0 && err != NULL)
         sbl_err_set(err, code, "%s", t->pending_msg);
     t->op_deadline_us = saved->deadline_us;
+    t->killed = saved->killed;
+    t->killed_arg = saved->killed_arg;
     t->pending_code = saved->code;
     memcpy(t->pending_msg, saved->msg, sizeof(saved->msg));
     return code;

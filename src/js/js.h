@@ -9,7 +9,8 @@
  *
  * Limits: each call stops at the earlier of the operation's deadline
  * (maxTimeMS, MaxTimeMSExpired 50) and the per-call cap (JSInterpreterFailure
- * 139); each engine's heap is held to a byte limit (139 "Out of memory").
+ * 139), or when killOp stops the operation (Interrupted 11601); each
+ * engine's heap is held to a byte limit (139 "Out of memory").
  *
  * Errors: a call returns 139 with the script's error text.  Callers that can
  * only answer yes/no (a filter's $where) leave the error pending on the
@@ -40,12 +41,18 @@ int sbl_js_check_enabled(int code, sbl_err_t *err);
 
 /* Per operation, on the thread that runs it.  Nesting-safe: begin saves the
  * outer operation's state into *saved, end restores it. */
+typedef bool (*sbl_js_killed_fn)(const void *arg);
 typedef struct sbl_js_opstate {
     int64_t deadline_us;
+    sbl_js_killed_fn killed;
+    const void *killed_arg;
     int code;
     char msg[SBL_ERRMSG_MAX];
 } sbl_js_opstate_t;
-void sbl_js_op_begin(sbl_js_opstate_t *saved, int64_t deadline_us);
+/* killed(arg) (may be NULL), asked as often as the deadline, says killOp
+ * asked the operation to stop: the running call fails with Interrupted. */
+void sbl_js_op_begin(sbl_js_opstate_t *saved, int64_t deadline_us, sbl_js_killed_fn killed,
+                     const void *killed_arg);
 /* Restore the outer operation; returns the pending error (0: none), in err. */
 int sbl_js_op_end(const sbl_js_opstate_t *saved, sbl_err_t *err);
 /* The pending error of this thread's operation, if any (copied into err). */

@@ -28,6 +28,9 @@ typedef struct js_tls {
     int64_t call_deadline_us; /* the running call's deadline (0: none) */
     bool timed_out, oom;  /* what stopped the running call */
     int64_t op_deadline_us;   /* the operation's maxTimeMS deadline (0: none) */
+    sbl_js_killed_fn killed;  /* the operation's killOp flag (NULL: none) */
+    const void *killed_arg;
+    bool was_killed;          /* what stopped the running call */
     int pending_code;         /* first error of this operation (0: none) */
     char pending_msg[SBL_ERRMSG_MAX];
     sbl_js_emit_fn emit;      /* mapReduce's emit() sink (NULL: emit throws) */

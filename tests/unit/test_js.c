@@ -138,12 +138,12 @@ int main(void)
     /* The operation's deadline comes first: MaxTimeMSExpired. */
     sbl_js_opstate_t outer, inner;
     sbl_err_t err;
-    sbl_js_op_begin(&outer, sbl_now_us() + 20 * 1000);
+    sbl_js_op_begin(&outer, sbl_now_us() + 20 * 1000, NULL, NULL);
     check_fails("function() { for (;;) {} }", SBL_E_MaxTimeMSExpired, "time limit");
     /* A pending error survives a nested operation and is the outer one's. */
     sbl_err_set(&err, SBL_E_JSInterpreterFailure, "first");
     sbl_js_set_pending(&err);
-    sbl_js_op_begin(&inner, 0);
+    sbl_js_op_begin(&inner, 0, NULL, NULL);
     CHECK(sbl_js_pending(&err) == 0);
     CHECK(sbl_js_op_end(&inner, &err) == 0);
     sbl_err_set(&err, SBL_E_JSInterpreterFailure, "second");

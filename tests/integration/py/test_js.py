@@ -8,6 +8,7 @@ JavaScript errors, and --noscripting.
 
 import datetime
 import re
+import threading
 import time
 
 import pytest
@@ -217,9 +218,34 @@ def test_runaway_loop_stopped_by_max_time(nums):
         list(nums.find({"$where": "sleep(100000) || true"}).max_time_ms(200))
 
 
+def test_kill_op_stops_a_script(nums, client):
+    errors = []
+
+    def run():
+        try:
+            list(nums.find({"$where": "while (true) {}"}))
+        except OperationFailure as e:
+            errors.append(e.code)
+
+    th = threading.Thread(target=run)
+    th.start()
+    opid = None
+    for _ in range(200):
+        ops = client.admin.command("currentOp", {"command.find": nums.name,
+                                                 "command.filter.$where": "while (true) {}"})
+        if ops["inprog"]:
+            opid = ops["inprog"][0]["opid"]
+            break
+        time.sleep(0.05)
+    assert opid is not None
+    client.admin.command("killOp", op=opid)
+    th.join(30)
+    assert not th.is_alive() and errors == [11601]
+
+
 def test_limits_of_an_engine(fresh_server):
     fresh_server.start(["--setParameter", "jsHeapLimitMB=16",
-                        "--setParameter", "sableJsCallTimeLimitMS=1000"])
+                        "--setParameter", "sableJsCallTimeLimitMS=2500"])
     c = fresh_server.client()
     c.t.c.insert_many([{"_id": i} for i in range(3)])
     # The per-call cap stops a loop without maxTimeMS.

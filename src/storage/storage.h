@@ -293,6 +293,8 @@ void sbl_index_release(sbl_index_t *ix);
 size_t sbl_index_count(const sbl_coll_t *c);
 
 const char *sbl_index_name(const sbl_index_t *ix);
+/* True once its build finished (queries may use it). */
+bool sbl_index_is_ready(const sbl_index_t *ix);
 const bson_t *sbl_index_spec(const sbl_index_t *ix); /* as created (listIndexes) */
 size_t sbl_index_nfields(const sbl_index_t *ix);
 const char *sbl_index_field(const sbl_index_t *ix, size_t i);

@@ -153,6 +153,7 @@ size_t sbl_index_count(const sbl_coll_t *c)
 }
 
 const char *sbl_index_name(const sbl_index_t *ix) { return ix->name; }
+bool sbl_index_is_ready(const sbl_index_t *ix) { return atomic_load(&ix->ready); }
 const bson_t *sbl_index_spec(const sbl_index_t *ix) { return ix->spec; }
 size_t sbl_index_nfields(const sbl_index_t *ix) { return ix->nfields; }
 const char *sbl_index_field(const sbl_index_t *ix, size_t i) { return ix->fields[i]; }

@@ -469,12 +469,52 @@ static void pending_free(pending_t *p)
     free(p);
 }
 
+/*
+ * Exhaust cursors: a getMore sent with OP_MSG's exhaustAllowed whose cursor
+ * stays open and whose batch is not empty is answered with moreToCome, and
+ * the server runs the same getMore again at once; the client sends nothing
+ * until a reply without moreToCome (the cursor exhausted, an error, an empty
+ * batch of a tailable cursor) ends the stream, as mongod streams them.
+ */
+static bool exhaust_continues(pending_t *p, int64_t *cursor_id)
+{
+    sbl_request_t *req = p->ctx.req;
+
+    if (p->rc != 0 || p->ctx.conn == NULL || req == NULL || p->def == NULL ||
+        sbl_conn_is_closing(p->ctx.conn))
+        return false;
+    if (req->opcode == SBL_OP_MSG) {
+        if (!(req->flags & SBL_MSG_EXHAUST_ALLOWED) || req->more_to_come ||
+            strcmp(p->def->name, "getMore") != 0)
+            return false;
+    } else if (!sbl_wire_legacy_exhaust(req)) {
+        return false; /* a legacy find streams from its first batch on */
+    }
+    return sbl_wire_batch_count(&p->reply, cursor_id) > 0 && *cursor_id != 0;
+}
+
+static void dispatch_pending(pending_t *p, bool force_worker);
+static pending_t *pending_start(sbl_conn_t *conn, sbl_request_t *req);
+
 static void send_reply(pending_t *p)
 {
     if (p->rc == 0) {
         /* Success: the handler's fields plus ok, without copying them. */
         BSON_APPEND_DOUBLE(&p->reply, "ok", 1.0);
         sbl_repl_append_cluster_time(&p->reply);
+        int64_t cursor_id;
+        if (exhaust_continues(p, &cursor_id)) {
+            sbl_conn_t *conn = p->ctx.conn;
+            sbl_request_t *req = p->ctx.req;
+            sbl_conn_reply_more(conn, req, &p->reply);
+            pending_free(p);
+            if (req->legacy_find)
+                sbl_wire_legacy_next(req, cursor_id);
+            /* The next batch on a worker: never a recursion per batch. */
+            if ((p = pending_start(conn, req)) != NULL)
+                dispatch_pending(p, true);
+            return;
+        }
         sbl_conn_reply(p->ctx.conn, p->ctx.req, &p->reply);
         pending_free(p);
         return;
@@ -659,7 +699,9 @@ static pending_t *pending_new(void)
     return p;
 }
 
-void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
+/* A pending request for req on conn, or NULL after answering it with an
+ * out-of-memory error. */
+static pending_t *pending_start(sbl_conn_t *conn, sbl_request_t *req)
 {
     pending_t *p = pending_new();
     if (p == NULL) {
@@ -670,7 +712,7 @@ void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
         BSON_APPEND_UTF8(&out, "codeName", sbl_err_name(SBL_E_ExceededMemoryLimit));
         sbl_conn_reply(conn, req, &out);
         bson_destroy(&out);
-        return;
+        return NULL;
     }
     bson_init(&p->reply);
     p->ctx.conn = conn;
@@ -682,7 +724,11 @@ void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
     p->ctx.db = req->db;
     p->ctx.reply = &p->reply;
     p->ctx.wc.w = 1;
+    return p;
+}
 
+static void dispatch_pending(pending_t *p, bool force_worker)
+{
     p->rc = prepare(p, &p->err);
     if ((p->rc = sbl_cmd_audit_check(&p->ctx, p->rc, &p->err)) != 0) {
         sbl_metrics_count_op(SBL_OPC_COMMAND, 1);
@@ -694,14 +740,21 @@ void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
         return;
     }
     int64_t counted = count_op(p->def, p->ctx.cmd);
-    if (needs_worker(p->def, p->ctx.cmd, counted)) {
+    if (force_worker || needs_worker(p->def, p->ctx.cmd, counted)) {
         p->work.data = p;
         sbl_audit_seal(); /* this loop's events so far go before the worker's */
-        if (uv_queue_work(sbl_conn_loop(conn), &p->work, work_cb, after_work_cb) == 0)
+        if (uv_queue_work(sbl_conn_loop(p->ctx.conn), &p->work, work_cb, after_work_cb) == 0)
             return;
     }
     execute(p);
     finish(p);
+}
+
+void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
+{
+    pending_t *p = pending_start(conn, req);
+    if (p != NULL)
+        dispatch_pending(p, false);
 }
 
 void sbl_cmd_run(const char *db, const bson_t *cmd, bson_t *reply)

@@ -175,13 +175,6 @@ static int normalize_config(const bson_t *in, bson_t *out, sbl_rs_config_t *cfg,
         return sbl_err_set(err, SBL_E_NodeNotFound, "No host described in new configuration "
                            "with {version: %lld, term: 0} for replica set %s maps to this node",
                            (long long)cfg->version, cfg->set_name);
-    for (int i = 0; i < cfg->n; i++) {
-        const char *h = cfg->m[i].host;
-        if (strncmp(h, "127.", 4) != 0 && strncmp(h, "localhost:", 10) != 0 && i != find_self(cfg))
-            return sbl_err_set(err, SBL_E_InvalidReplicaSetConfig, "member %s: Sable's members "
-                               "talk to each other over loopback addresses only so far "
-                               "(127.x.x.x or localhost)", h);
-    }
     cfg->term = 0;
     bson_t members, mem, tags, settings, modes, gle, in_settings;
     bson_oid_t set_id;

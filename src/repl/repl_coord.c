@@ -457,6 +457,7 @@ int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err)
     srandom((unsigned)(sbl_now_us() ^ (uint64_t)getpid() ^ (uint64_t)cfg->port));
     atomic_store(&rs.state, SBL_RS_STARTUP);
     sbl_storage_set_write_observer(sbl_oplog_observe);
+    sbl_storage_set_replicated(true);
 
     sbl_session_t *s = sbl_session_get();
     bson_t config = BSON_INITIALIZER, vote = BSON_INITIALIZER;
@@ -521,6 +522,8 @@ int sbl_repl_start_threads(sbl_err_t *err)
 {
     if (!sbl_repl_enabled())
         return 0;
+    /* Before anyone is served: the data catches up with our own oplog. */
+    SBL_RET(sbl_rs_replay_oplog(err));
     if (sbl_rs_hb_start() != 0 || sbl_rs_sync_start() != 0)
         return sbl_err_set(err, SBL_E_InternalError, "could not start the replication threads");
     return 0;

@@ -41,7 +41,9 @@ const char *sbl_rs_state_str(int st)
     case SBL_RS_STARTUP: return "STARTUP";
     case SBL_RS_PRIMARY: return "PRIMARY";
     case SBL_RS_SECONDARY: return "SECONDARY";
+    case SBL_RS_RECOVERING: return "RECOVERING";
     case SBL_RS_STARTUP2: return "STARTUP2";
+    case SBL_RS_ROLLBACK: return "ROLLBACK";
     case SBL_RS_DOWN: return "(not reachable/healthy)";
     default: return "UNKNOWN";
     }
@@ -117,6 +119,11 @@ static void set_state_locked(int st)
     atomic_store(&rs.state, st);
     atomic_fetch_add(&rs.topology, 1);
     pthread_cond_broadcast(&rs.cond);
+}
+
+void sbl_rs_set_state_locked(int st)
+{
+    set_state_locked(st);
 }
 
 /* ---- config ------------------------------------------------------------------ */
@@ -444,6 +451,7 @@ int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err)
         return 0;
     }
     rs.set_name = bson_strdup(cfg->set_name);
+    rs.dbpath = bson_strdup(cfg->dbpath != NULL ? cfg->dbpath : ".");
     rs.port = cfg->port;
     if (cfg->oplog_size_mb > 0) {
         rs.oplog_bytes = cfg->oplog_size_mb * 1024 * 1024;
@@ -515,6 +523,8 @@ void sbl_repl_stop(void)
     pthread_mutex_unlock(&rs.lock);
     bson_free(rs.set_name);
     rs.set_name = NULL;
+    bson_free(rs.dbpath);
+    rs.dbpath = NULL;
     atomic_store(&rs.state, SBL_RS_STANDALONE);
 }
 

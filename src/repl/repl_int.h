@@ -77,6 +77,8 @@ int64_t sbl_oplog_last_term(void);
 /* The term new entries carry (the coordinator's current term). */
 void sbl_oplog_set_term(int64_t term);
 
+/* Read the newest entry again (after the oplog was truncated). */
+int sbl_oplog_reload_last(sbl_session_t *s, sbl_err_t *err);
 /* Append doc (a primary's entry) in a transaction of its own. */
 int sbl_repl_append_alone_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err);
 
@@ -180,7 +182,9 @@ enum {
     SBL_RS_STARTUP = 0,
     SBL_RS_PRIMARY = 1,
     SBL_RS_SECONDARY = 2,
+    SBL_RS_RECOVERING = 3,
     SBL_RS_STARTUP2 = 5,
+    SBL_RS_ROLLBACK = 9,
     SBL_RS_DOWN = 8,
 };
 const char *sbl_rs_state_str(int state);
@@ -225,6 +229,9 @@ typedef struct sbl_rs {
     sbl_rs_peer_t peer[SBL_RS_MAX_MEMBERS];
     char config_source[256]; /* a member that has a newer config than ours */
     char sync_source[256];   /* the member our applier tails ("" none) */
+    char *dbpath;            /* for dbpath/rollback/ */
+    bool sync_halted;        /* stopped syncing (sync_msg says why): resync needed */
+    char sync_msg[256];      /* infoMessage / hbmsg: too stale, rollback refused */
     bool stopping;
 } sbl_rs_t;
 extern sbl_rs_t sbl_rs;
@@ -267,6 +274,18 @@ void sbl_rs_publish_stable_locked(void);
 /* After a restart: apply our own oplog's entries after the stable
  * checkpoint's timestamp (all of them when the checkpoint has none). */
 int sbl_rs_replay_oplog(sbl_err_t *err);
+
+/* Our history diverged from host's (our last entry is not in its oplog):
+ * find the common point, write what we undo to dbpath/rollback/, roll back
+ * to it (rollback_to_stable), truncate our oplog after it (repl_recover.c).
+ * c is a connection to host.  Returns 0 when done (syncing resumes), or an
+ * error after which this member stops syncing (sync_halted). */
+struct _mongoc_client_t;
+int sbl_rs_rollback(struct _mongoc_client_t *c, const char *host, sbl_err_t *err);
+/* Change state (lock held): topologyVersion moves, waiters wake. */
+void sbl_rs_set_state_locked(int st);
+/* Forget the stable timestamp published (a rollback moved it back to ts). */
+void sbl_rs_stable_reset(uint64_t ts);
 
 /* The threads (repl_hb.c, repl_sync.c). */
 int sbl_rs_hb_start(void);

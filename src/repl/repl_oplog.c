@@ -129,6 +129,14 @@ int sbl_oplog_open(sbl_session_t *s, int64_t size_bytes, bool create, sbl_err_t 
     return rc;
 }
 
+int sbl_oplog_reload_last(sbl_session_t *s, sbl_err_t *err)
+{
+    atomic_store(&last_ts, 0);
+    atomic_store(&last_wall, 0);
+    atomic_store(&last_term, 0);
+    return oplog != NULL ? load_last(s, err) : 0;
+}
+
 sbl_coll_t *sbl_oplog_coll(void)
 {
     return oplog;

@@ -186,7 +186,7 @@ int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
         }
         BSON_APPEND_UTF8(&m, "syncSourceHost", self ? rs.sync_source : p->sync_source);
         BSON_APPEND_INT32(&m, "syncSourceId", -1);
-        BSON_APPEND_UTF8(&m, "infoMessage", "");
+        BSON_APPEND_UTF8(&m, "infoMessage", self ? rs.sync_msg : "");
         if (mst == SBL_RS_PRIMARY && self) {
             bson_append_timestamp(&m, "electionTime", -1, SBL_TS_SECS(rs.election_ts),
                                   SBL_TS_INC(rs.election_ts));

@@ -155,7 +155,7 @@ int sbl_rs_apply_entry(const bson_t *e, sbl_err_t *err)
 static bool choose_source_locked(char *host, size_t n)
 {
     int st = atomic_load(&rs.state), src = -1;
-    if (rs.config == NULL || rs.self < 0)
+    if (rs.config == NULL || rs.self < 0 || rs.sync_halted)
         return false;
     if ((st == SBL_RS_SECONDARY || st == SBL_RS_STARTUP2) && rs.primary >= 0 &&
         rs.primary != rs.self)
@@ -276,9 +276,17 @@ static void sync_from(const char *host)
             if (first && last.ts != 0) {
                 first = false;
                 if (o.ts != last.ts || o.t != last.t) {
-                    log_host(SBL_LOG_ERROR, 21656, "Our last applied entry is not in the sync "
-                             "source's oplog: this member must roll back, which Sable does "
-                             "not do yet (issue 24)", host);
+                    log_host(SBL_LOG_INFO, 21098, "Our last applied entry is not in the sync "
+                             "source's oplog: starting rollback", host);
+                    sbl_err_t err;
+                    sbl_err_clear(&err);
+                    if (sbl_rs_rollback(c, host, &err) != 0) {
+                        bson_t attr = BSON_INITIALIZER;
+                        BSON_APPEND_UTF8(&attr, "error", err.msg);
+                        sbl_log(SBL_LOG_ERROR, "REPL", 21606, "Rollback failed: this member "
+                                "stops syncing (resync it: empty its dbpath)", &attr);
+                        bson_destroy(&attr);
+                    }
                     goto out;
                 }
                 continue;
@@ -384,6 +392,11 @@ void sbl_rs_update_commit_locked(void)
 
 /* The stable timestamp last given to WiredTiger. */
 static uint64_t published_stable;
+
+void sbl_rs_stable_reset(uint64_t ts)
+{
+    published_stable = ts;
+}
 
 void sbl_rs_publish_stable_locked(void)
 {

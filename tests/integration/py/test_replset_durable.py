@@ -120,3 +120,112 @@ def test_index_survives_kill9_after_build():
         c.close()
     finally:
         s.cleanup()
+
+
+# ---- rollback: a former primary's w:1 writes that the majority never had ----
+
+import glob
+import os
+import signal
+
+import bson
+
+
+def direct(m):
+    return pymongo.MongoClient("127.0.0.1", m.port, directConnection=True,
+                               serverSelectionTimeoutMS=3000, readPreference="secondaryPreferred")
+
+
+def my_state(m):
+    try:
+        with direct(m) as c:
+            return c.admin.command("replSetGetStatus")["myState"]
+    except Exception:
+        return None
+
+
+def start_set(n=3):
+    members = []
+    for _ in range(n):
+        s = Sabled()
+        s.start(["--replSet", "rs0", "--oplogSizeMB", "16"])
+        members.append(s)
+    cfg = {"_id": "rs0", "members": [
+        {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],
+        "settings": {"electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500}}
+    cfg["members"][0]["priority"] = 2  # the first primary, for a predictable test
+    cfg["members"][2].update({"priority": 0, "hidden": True})
+    with direct(members[0]) as c:
+        c.admin.command("replSetInitiate", cfg)
+    wait_for(lambda: my_state(members[0]) == 1, timeout=30, what="a primary")
+    wait_for(lambda: all(my_state(m) == 2 for m in members[1:]), timeout=30,
+             what="secondaries")
+    return members
+
+
+def test_rollback_of_a_former_primarys_w1_writes():
+    members = start_set()
+    a, b, h = members
+    try:
+        ca = direct(a)
+        maj = ca.t.c.with_options(write_concern=WriteConcern(w="majority", wtimeout=20000))
+        maj.insert_many([{"_id": i, "v": "common"} for i in range(20)])
+        # the secondaries stop; the primary takes w:1 writes nobody else gets
+        b.signal(signal.SIGSTOP)
+        h.signal(signal.SIGSTOP)
+        j = ca.t.c.with_options(write_concern=J)
+        # a getMore the secondaries sent before they stopped is still answered
+        # (into their sockets) with the next write: a bait, left out of the checks
+        j.insert_one({"_id": "bait"})
+        time.sleep(1)
+        j.insert_many([{"_id": 100 + i, "v": "lost"} for i in range(5)])
+        j.update_one({"_id": 3}, {"$set": {"v": "lost update"}})
+        j.delete_one({"_id": 4})
+        ca.t.newcoll.with_options(write_concern=J).insert_one({"_id": "only on a"})
+        ca.close()
+        a.kill9()
+        b.signal(signal.SIGCONT)
+        h.signal(signal.SIGCONT)
+        wait_for(lambda: my_state(b) == 1, timeout=40, what="b elected")
+        with direct(b) as cb:
+            cb.t.c.with_options(write_concern=WriteConcern(w="majority", wtimeout=20000)) \
+                .insert_one({"_id": "new", "v": "on b"})
+        a.restart()
+        wait_for(lambda: my_state(a) == 2 and glob.glob(
+            os.path.join(a.dbpath, "rollback", "t.c", "removed.*.bson")), timeout=60,
+            what="a rolled back")
+        assert "Rollback complete" in a.log_text()
+
+        def converged():
+            with direct(a) as c1, direct(b) as c2:
+                x = sorted(c1.t.c.find({"_id": {"$ne": "bait"}}), key=lambda d: str(d["_id"]))
+                y = sorted(c2.t.c.find({"_id": {"$ne": "bait"}}), key=lambda d: str(d["_id"]))
+                return x == y and len(x) == 21 and x
+        docs = wait_for(converged, timeout=30, what="a converged with b")
+        assert {d["_id"]: d["v"] for d in docs}[3] == "common"
+        assert any(d["_id"] == 4 for d in docs)  # the delete was undone too
+        with direct(a) as c1:
+            assert "newcoll" not in c1.t.list_collection_names()
+            assert c1.t.c.estimated_document_count() == c1.t.c.count_documents({})
+            assert c1.local["oplog.rs"].count_documents({"o.v": "lost"}) == 0
+        # the undone documents are in the rollback files, readable BSON
+        saved = []
+        for f in glob.glob(os.path.join(a.dbpath, "rollback", "*", "removed.*.bson")):
+            with open(f, "rb") as fh:
+                saved += bson.decode_all(fh.read())
+        got = {d["_id"]: d.get("v") for d in saved if d["_id"] != "bait"}
+        assert got == {100: "lost", 101: "lost", 102: "lost", 103: "lost", 104: "lost",
+                       3: "lost update", "only on a": None}
+        # a keeps replicating after the rollback
+        with direct(b) as cb:
+            cb.t.c.with_options(write_concern=WriteConcern(w=3, wtimeout=20000)) \
+                .insert_one({"_id": "after"})
+        with direct(a) as c1:
+            assert c1.t.c.find_one({"_id": "after"}) == {"_id": "after"}
+    finally:
+        for m in members:
+            try:
+                m.signal(signal.SIGCONT)
+            except Exception:
+                pass
+            m.cleanup()

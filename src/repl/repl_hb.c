@@ -525,6 +525,7 @@ static void *hb_main(void *arg)
             pthread_mutex_lock(&rs.lock);
             continue;
         }
+        sbl_rs_publish_stable_locked();
         if (!kicked) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);

@@ -40,6 +40,7 @@ typedef struct sbl_wt_table {
     atomic_size_t nidx_quick;
     struct sbl_capped *capped; /* capped collections only (wt_capped.c), else NULL */
     char *key_field; /* the top-level field documents are keyed by; NULL: "_id" */
+    bool unlogged;   /* created log=(enabled=false) in this run (wt_stable.c) */
 } sbl_wt_table_t;
 
 /* The field t's documents are keyed by. */
@@ -226,6 +227,15 @@ size_t sbl_drop_retry(WT_SESSION *wt);
 void sbl_backup_log_removal(WT_SESSION *wt);
 /* The creation config of collection tables. */
 const char *sbl_table_config(void);
+/* The table config, unlogged or not (wt_stable.c); whether ns's tables
+ * are created unlogged (a replica set member's replicated namespaces). */
+const char *sbl_table_config_for(bool unlogged);
+bool sbl_storage_ns_unlogged(const char *ns);
+/* Count every table's documents and bytes again (catalog write lock held,
+ * or at open). */
+int sbl_catalog_recount(sbl_err_t *err);
+/* Serializes checkpoints (wt_durable.c) and rollback_to_stable. */
+extern pthread_mutex_t sbl_ckpt_mutex;
 
 /* ---- secondary indexes (wt_index.c: handles, catalog rows, create, build,
  * drop; wt_index_entries.c: keys, entries, scans; wt_ttl.c: TTL monitor) ---- */

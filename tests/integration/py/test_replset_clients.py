@@ -10,6 +10,7 @@ step the primary down wait for a primary again before they return.
 import threading
 import time
 
+import bson.timestamp
 import pymongo
 import pytest
 from pymongo.errors import AutoReconnect, ConnectionFailure, NotMasterError, \
@@ -159,3 +160,93 @@ def test_awaitable_hello_waits_without_change(rs):
     awaitable_hello(rs[2], out, await_ms=700)
     assert 0.5 <= out["secs"] < 5
     assert out["reply"]["topologyVersion"] == out["sent"]
+
+
+def test_read_concern_levels(rs):
+    p = wait_for(lambda: settled(rs))
+    with direct(p) as c:
+        db = c.rc
+        db.c.replace_one({"_id": 1}, {"_id": 1}, upsert=True)
+        for level in ("local", "available", "majority", "linearizable"):
+            r = db.command("find", "c", filter={"_id": 1}, readConcern={"level": level})
+            assert r["cursor"]["firstBatch"] == [{"_id": 1}], level
+        with pytest.raises(OperationFailure) as ei:
+            db.command("find", "c", readConcern={"level": "nonsense"})
+        assert ei.value.code == 2
+        with pytest.raises(OperationFailure) as ei:
+            db.command("find", "c", readConcern={"level": 1})
+        assert ei.value.code == 14
+        # $out/$merge cannot run under linearizable
+        with pytest.raises(OperationFailure) as ei:
+            db.command("aggregate", "c", pipeline=[{"$out": "o"}], cursor={},
+                       readConcern={"level": "linearizable"})
+        assert ei.value.code == 72
+    # linearizable reads only on the primary
+    with direct(rs[2]) as c:
+        with pytest.raises((OperationFailure, NotMasterError)) as ei:
+            c.rc.command("find", "c", readConcern={"level": "linearizable"},
+                         read_preference=pymongo.ReadPreference.SECONDARY_PREFERRED)
+        assert ei.value.details["code"] == 10107
+
+
+def test_linearizable_read_fails_when_primary_cannot_reach_majority(rs):
+    """The no-op after the read needs a majority: with both other members
+    stopped (SIGSTOP) the read does not return its stale answer."""
+    import signal
+    p = wait_for(lambda: settled(rs))
+    others = [m for m in rs if m is not p]
+    with direct(p) as c:
+        c.rc.c.find_one({})
+        for m in others:
+            m.signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(OperationFailure) as ei:
+                c.rc.command("find", "c", readConcern={"level": "linearizable"}, maxTimeMS=800)
+            assert ei.value.code in (50, 11602)
+            # a local read still answers
+            c.rc.command("find", "c", readConcern={"level": "local"})
+        finally:
+            for m in others:
+                m.signal(signal.SIGCONT)
+    wait_for(lambda: settled(rs), timeout=30)
+
+
+def test_after_cluster_time(rs):
+    p = wait_for(lambda: settled(rs))
+    with direct(p) as c:
+        r = c.rc.command("insert", "act", documents=[{"_id": "x"}])
+        t = r["operationTime"]
+        # a time just past the primary's newest: the primary moves its clock on
+        ahead = bson.timestamp.Timestamp(t.time, t.inc + 5)
+        c.rc.command("find", "act", readConcern={"afterClusterTime": ahead})
+    with direct(rs[2]) as c:
+        # the hidden member waits until it has applied the insert, then sees it
+        r = c.rc.command("find", "act", filter={"_id": "x"},
+                         readConcern={"level": "local", "afterClusterTime": t},
+                         read_preference=pymongo.ReadPreference.SECONDARY_PREFERRED)
+        assert r["cursor"]["firstBatch"] == [{"_id": "x"}]
+        # a time far ahead that no member has: maxTimeMS ends the wait
+        far = bson.timestamp.Timestamp(t.time + 3600, 0)
+        t0 = time.time()
+        with pytest.raises(OperationFailure) as ei:
+            c.rc.command("find", "act", readConcern={"afterClusterTime": far}, maxTimeMS=300,
+                         read_preference=pymongo.ReadPreference.SECONDARY_PREFERRED)
+        assert ei.value.code == 50
+        assert time.time() - t0 < 5
+
+
+def test_read_concern_on_standalone():
+    s = Sabled()
+    try:
+        s.start()
+        with pymongo.MongoClient(s.uri()) as c:
+            with pytest.raises(OperationFailure) as ei:
+                c.t.command("find", "c", readConcern={"level": "linearizable"})
+            assert ei.value.code == 123
+            with pytest.raises(OperationFailure) as ei:
+                c.t.command("find", "c", readConcern={"afterClusterTime":
+                                                      bson.timestamp.Timestamp(1, 1)})
+            assert ei.value.code == 20
+            c.t.command("find", "c", readConcern={"level": "majority"})
+    finally:
+        s.cleanup()

@@ -307,10 +307,58 @@ static bool statements_are_points(const bson_t *cmd, const char *array, const ch
     return true;
 }
 
+/* readConcern's level is linearizable (*linp) and its afterClusterTime
+ * (*afterp, 0 when none): both make the read wait (repl_read.c). */
+static void read_concern_of(const bson_t *cmd, bool *linp, uint64_t *afterp)
+{
+    bson_iter_t it, rc;
+    *linp = false;
+    *afterp = 0;
+    if (!sbl_doc_find_top(cmd, "readConcern", &it) || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &rc))
+        return;
+    while (bson_iter_next(&rc)) {
+        const char *k = bson_iter_key(&rc);
+        if (strcmp(k, "level") == 0 && BSON_ITER_HOLDS_UTF8(&rc))
+            *linp = strcmp(bson_iter_utf8(&rc, NULL), "linearizable") == 0;
+        else if (strcmp(k, "afterClusterTime") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&rc)) {
+            uint32_t t, i;
+            bson_iter_timestamp(&rc, &t, &i);
+            *afterp = ((uint64_t)t << 32) | i;
+        }
+    }
+}
+
+/* A linearizable read: on a primary of a set, and not an aggregate that writes. */
+static int linearizable_allowed(const sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it, st, stage;
+    SBL_RET(sbl_repl_linearizable_check(err));
+    if (strcmp(ctx->name, "aggregate") != 0 || !sbl_doc_find_top(ctx->cmd, "pipeline", &it) ||
+        !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &st))
+        return 0;
+    while (bson_iter_next(&st))
+        if (BSON_ITER_HOLDS_DOCUMENT(&st) && bson_iter_recurse(&st, &stage) &&
+            bson_iter_next(&stage) &&
+            (strcmp(bson_iter_key(&stage), "$out") == 0 ||
+             strcmp(bson_iter_key(&stage), "$merge") == 0))
+            return sbl_err_set(err, SBL_E_InvalidOptions,
+                               "%s cannot be used with a 'linearizable' read concern level",
+                               bson_iter_key(&stage));
+    return 0;
+}
+
 /* counted: what count_op returned for the command (an insert's documents). */
 static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t counted)
 {
     bson_t f;
+    bool lin;
+    uint64_t after;
+    if (def->flags & SBL_CMD_READ) {
+        read_concern_of(cmd, &lin, &after);
+        if (lin || after != 0)
+            return true; /* it waits for replication (repl_read.c) off the loop */
+    }
     if ((def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
         return true; /* it waits for fsyncUnlock off the loop */
     if (!(def->flags & SBL_CMD_SLOW))
@@ -427,12 +475,25 @@ static void execute(pending_t *p)
         !sbl_repl_writable() &&
         (p->rc = sbl_repl_check_read(ctx->db, secondary_ok(ctx), &p->err)) != 0)
         return;
+    /* Read concerns that wait: afterClusterTime before the read, a
+     * linearizable read's majority-acknowledged no-op after it. */
+    bool lin = false;
+    uint64_t after = 0;
+    if ((p->def->flags & SBL_CMD_READ) && ctx->req != NULL) {
+        read_concern_of(ctx->cmd, &lin, &after);
+        if (lin && (p->rc = linearizable_allowed(ctx, &p->err)) != 0)
+            return;
+        if (after != 0 && (p->rc = sbl_repl_wait_applied(after, ctx->deadline_us, &p->err)) != 0)
+            return;
+    }
     op_begin(p);
     if ((p->def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
         p->rc = sbl_cmd_fsync_wait(ctx, &p->err);
     if (p->rc == 0)
         p->rc = p->def->fn(ctx, &p->err);
     op_end(p);
+    if (p->rc == 0 && lin)
+        p->rc = sbl_repl_linearizable_wait(ctx->deadline_us, &p->err);
 }
 
 /* Wrap the handler's fields into the final reply document. */

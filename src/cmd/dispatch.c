@@ -419,8 +419,8 @@ static bool secondary_ok(const sbl_opctx_t *ctx)
 static void execute(pending_t *p)
 {
     sbl_opctx_t *ctx = &p->ctx;
-    bson_iter_t it, mt, wcit, lsid;
-    bool has_mt = false, has_wc = false, has_lsid = false;
+    bson_iter_t it, mt, wcit, lsid, txnit, acit;
+    bool has_mt = false, has_wc = false, has_lsid = false, has_txn = false, has_ac = false;
 
     ctx->ss = sbl_session_get();
     ctx->start_us = sbl_now_us();
@@ -437,11 +437,17 @@ static void execute(pending_t *p)
             has_wc = sbl_doc_top_iter(ctx->cmd, at, k, &wcit);
         else if (!has_lsid && k[0] == 'l' && strcmp(k, "lsid") == 0)
             has_lsid = sbl_doc_top_iter(ctx->cmd, at, k, &lsid);
+        else if (!has_txn && k[0] == 't' && strcmp(k, "txnNumber") == 0)
+            has_txn = sbl_doc_top_iter(ctx->cmd, at, k, &txnit);
+        else if (!has_ac && k[0] == 'a' && strcmp(k, "autocommit") == 0)
+            has_ac = sbl_doc_top_iter(ctx->cmd, at, k, &acit);
     }
     if (bad) {
         has_mt = sbl_doc_find_top(ctx->cmd, "maxTimeMS", &mt);
         has_wc = sbl_doc_find_top(ctx->cmd, "writeConcern", &wcit);
         has_lsid = sbl_doc_find_top(ctx->cmd, "lsid", &lsid);
+        has_txn = sbl_doc_find_top(ctx->cmd, "txnNumber", &txnit);
+        has_ac = sbl_doc_find_top(ctx->cmd, "autocommit", &acit);
     }
     if ((p->rc = sbl_cmd_session_begin(ctx, has_lsid ? &lsid : NULL, &p->err)) != 0)
         return;
@@ -486,6 +492,12 @@ static void execute(pending_t *p)
         if (after != 0 && (p->rc = sbl_repl_wait_applied(after, ctx->deadline_us, &p->err)) != 0)
             return;
     }
+    /* A retryable write: check txnNumber, check the session out (and in
+     * again below, whatever happens). */
+    if (has_txn && (p->rc = sbl_cmd_txn_begin(ctx, &txnit, has_ac ? &acit : NULL, &p->err)) != 0) {
+        sbl_cmd_txn_end(ctx);
+        return;
+    }
     op_begin(p);
     if ((p->def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
         p->rc = sbl_cmd_fsync_wait(ctx, &p->err);
@@ -494,6 +506,7 @@ static void execute(pending_t *p)
     op_end(p);
     if (p->rc == 0 && lin)
         p->rc = sbl_repl_linearizable_wait(ctx->deadline_us, &p->err);
+    sbl_cmd_txn_end(ctx);
 }
 
 /* Wrap the handler's fields into the final reply document. */

@@ -80,6 +80,9 @@
     X(MechanismUnavailable, 334)                                                                   \
     X(InvalidUUID, 207)                                                                            \
     X(NoSuchTransaction, 251)                                                                      \
+    X(TransactionTooOld, 225)                                                                      \
+    X(IncompleteTransactionHistory, 217)                                                           \
+    X(Location50768, 50768)                                                                        \
     X(Interrupted, 11601)                                                                          \
     X(InterruptedAtShutdown, 11600)                                                                \
     X(DuplicateKey, 11000)                                                                         \

@@ -463,7 +463,9 @@ int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err)
     sbl_session_t *s = sbl_session_get();
     bson_t config = BSON_INITIALIZER, vote = BSON_INITIALIZER;
     bool found, vfound;
-    int rc = load_one(s, SBL_REPLSET_NS, &config, &found, err);
+    int rc = sbl_txn_table_open(s, err); /* retryable writes' records (repl_txn.c) */
+    if (rc == 0)
+        rc = load_one(s, SBL_REPLSET_NS, &config, &found, err);
     if (rc == 0)
         rc = load_one(s, ELECTION_NS, &vote, &vfound, err);
     if (rc == 0 && vfound) {
@@ -509,6 +511,7 @@ void sbl_repl_stop(void)
     sbl_rs_sync_stop();
     sbl_storage_set_write_observer(NULL);
     sbl_oplog_close();
+    sbl_txn_table_close();
     pthread_mutex_lock(&rs.lock);
     if (rs.config != NULL)
         bson_destroy(rs.config);

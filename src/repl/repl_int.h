@@ -34,6 +34,9 @@ typedef struct sbl_oplog_entry {
     uint64_t ts;
     int64_t term;
     int64_t wall_ms;
+    const sbl_repl_stmt_t *stmt; /* a retryable write's statement (lsid ... prevOpTime), or NULL */
+    uint64_t pre_ts;             /* preImageOpTime (0: none) */
+    int64_t pre_term;
 } sbl_oplog_entry_t;
 void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out);
 
@@ -67,6 +70,20 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
                       const bson_t *old_doc, const bson_t *new_doc, sbl_err_t *err);
 
 #define SBL_NS_BUF 300
+
+/* ---- config.transactions (repl_txn.c) ------------------------------------ */
+
+/* Open (creating) config.transactions; called at start-up outside a transaction. */
+int sbl_txn_table_open(sbl_session_t *s, sbl_err_t *err);
+void sbl_txn_table_close(void);
+/* The calling thread's retryable-write statement, or NULL. */
+sbl_repl_stmt_t *sbl_repl_cur_stmt(void);
+/* Upsert the session's record in s's open transaction: lsid is {id, uid}. */
+int sbl_txn_record_write(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
+                         int64_t term, int64_t wall_ms, sbl_err_t *err);
+/* After a secondary wrote the primary's entry doc: its record when doc
+ * carries lsid and txnNumber (i, u, d and c entries). */
+int sbl_txn_record_applied(sbl_session_t *s, const bson_t *doc, sbl_err_t *err);
 
 /* Append a primary's entry doc (with its own ts and t) as it is, inside
  * s's open transaction, with its ts as the commit timestamp (a secondary

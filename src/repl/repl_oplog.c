@@ -45,6 +45,11 @@ void sbl_oplog_set_term(int64_t term)
     atomic_store(&cur_term, term);
 }
 
+sbl_coll_t *sbl_oplog_coll(void)
+{
+    return oplog;
+}
+
 bool sbl_oplog_is_open(void)
 {
     return oplog != NULL;
@@ -137,10 +142,6 @@ int sbl_oplog_reload_last(sbl_session_t *s, sbl_err_t *err)
     return oplog != NULL ? load_last(s, err) : 0;
 }
 
-sbl_coll_t *sbl_oplog_coll(void)
-{
-    return oplog;
-}
 
 void sbl_oplog_close(void)
 {
@@ -192,6 +193,7 @@ int sbl_oplog_append_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
     uint64_t ts = SBL_TS(t, i);
     SBL_RET(sbl_txn_set_commit_ts(s, ts, err));
     SBL_RET(sbl_write(s, oplog, SBL_WRITE_INSERT, NULL, doc, NULL, err));
+    SBL_RET(sbl_txn_record_applied(s, doc, err));
     if (ts > atomic_load(&last_ts)) {
         atomic_store(&last_ts, ts);
         atomic_store(&last_wall, wall);
@@ -215,12 +217,15 @@ static int replay_ts(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
     return 0;
 }
 
-/* True when writes to ns are logged. */
+/* True when writes to ns are logged: not local.*, not the profiler's, not
+ * config.transactions (each member derives its records from the entries). */
 static bool replicated(const char *ns)
 {
     size_t n = strlen(ns);
     static const char profile[] = ".system.profile";
     if (strncmp(ns, "local.", 6) == 0)
+        return false;
+    if (ns[0] == 'c' && strcmp(ns, SBL_TXN_TABLE_NS) == 0)
         return false;
     return !(n >= sizeof(profile) - 1 && strcmp(ns + n - (sizeof(profile) - 1), profile) == 0);
 }
@@ -264,7 +269,37 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         e.o = &key;
         break;
     }
-    rc = sbl_oplog_append(s, &e, err);
+    sbl_repl_stmt_t *st = sbl_repl_cur_stmt();
+    if (st == NULL) {
+        rc = sbl_oplog_append(s, &e, err);
+        bson_destroy(&key);
+        return rc;
+    }
+    /* A retryable write's statement: the pre-image first when asked, then
+     * the entry with the session's fields, then the session's record. */
+    e.stmt = st;
+    rc = 0;
+    if (st->pre_image && kind != SBL_WRITE_INSERT && old_doc != NULL) {
+        sbl_oplog_entry_t pre = {.op = 'n', .ns = e.ns, .uuid = e.uuid, .o = old_doc,
+                                 .stmt = st};
+        if ((rc = sbl_oplog_append(s, &pre, err)) == 0) {
+            e.pre_ts = pre.ts;
+            e.pre_term = pre.term;
+        }
+    }
+    if (rc == 0)
+        rc = sbl_oplog_append(s, &e, err);
+    if (rc == 0) {
+        bson_t lsid = BSON_INITIALIZER;
+        BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
+        BSON_APPEND_BINARY(&lsid, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
+        rc = sbl_txn_record_write(s, &lsid, st->txn_number, e.ts, e.term, e.wall_ms, err);
+        bson_destroy(&lsid);
+    }
+    if (rc == 0) {
+        st->out_ts = e.ts;
+        st->out_term = e.term;
+    }
     bson_destroy(&key);
     return rc;
 }

@@ -56,7 +56,7 @@ typedef struct cs_state {
     size_t qn, qi, qcap;
     char *tok_last;    /* the last event produced */
     char *tok_prev;    /* the one before it */
-    char *tok_hwm;     /* high-water mark of what was read */
+    char *tok_hwm;     /* the start point, then the latest high-water mark sent */
 } cs_state_t;
 
 static char *token_str(const bson_t *tok)
@@ -427,6 +427,8 @@ static int emit_invalidate(cs_state_t *st, sbl_opctx_t *ctx, const cs_entry_t *e
 {
     sbl_cs_pos_t pos = {.ts = e->ts, .event = true, .op_index = op_index,
                         .from_invalidate = true};
+    if (st->has_skip && sbl_cs_pos_cmp(&pos, &st->skip) <= 0)
+        return 0; /* startAfter this invalidate: the stream goes on past it */
     bson_t *ev = bson_new();
     char *tok = event_begin(st, e, &pos, "invalidate", NULL, NULL, ev);
     st->invalidated = true;
@@ -702,12 +704,9 @@ static int refill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
         uint64_t ts = (uint64_t)t << 32 | i;
         if (ts > majority)
             break;
-        size_t before = st->qn - st->qi;
         rc = entry_events(st, ctx, &doc, err);
         st->scanned = ts;
         st->next_lo = ts + 1;
-        if (rc == 0 && st->qn - st->qi == before && st->qn == st->qi)
-            set_str(&st->tok_hwm, hwm_token(ts));
         if (st->qn - st->qi >= REFILL_ENTRIES)
             break;
     }
@@ -753,9 +752,20 @@ static void cs_annotate(void *state, bool has_pending, bson_t *cursor_doc)
         tok = st->tok_prev;
     else if (st->qi < st->qn)
         tok = st->tok_last;
-    else /* everything read was sent: the later of the last event and the mark */
+    else { /* everything read was sent: the latest of the last event, the start
+            * point and the high-water mark of the last entry read */
         tok = st->tok_last != NULL && strcmp(st->tok_last, st->tok_hwm) > 0 ? st->tok_last
                                                                             : st->tok_hwm;
+        if (st->scanned != 0) {
+            char *h = hwm_token(st->scanned);
+            if (strcmp(h, tok) > 0) {
+                set_str(&st->tok_hwm, h);
+                tok = st->tok_hwm;
+            } else {
+                bson_free(h);
+            }
+        }
+    }
     if (tok == NULL)
         tok = st->tok_hwm;
     bson_t t;

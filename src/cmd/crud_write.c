@@ -15,6 +15,7 @@
 #include "cmd/crud_int.h"
 #include "doc/doc.h"
 #include "expr/expr.h"
+#include "repl/repl.h"
 #include "update/update.h"
 
 #include <stdlib.h>
@@ -107,8 +108,11 @@ int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
                                  SBL_BSON_MAX_SIZE);
             if (rc == 0 && changed)
                 rc = sbl_crud_validate(c, &old, &upd, u->bypass_validation, err_info, err);
-            if (rc == 0 && changed)
+            if (rc == 0 && changed) { /* a replacement's oplog entry carries no diff */
+                sbl_repl_set_replacement(u->op != NULL && sbl_update_is_replacement(u->op));
                 rc = sbl_write(ctx->ss, c, SBL_WRITE_UPDATE, &old, &upd, err_info, err);
+                sbl_repl_set_replacement(false);
+            }
         } else {
             changed = true;
             rc = sbl_write(ctx->ss, c, SBL_WRITE_DELETE, &old, NULL, err_info, err);

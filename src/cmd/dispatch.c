@@ -904,6 +904,13 @@ static void reaper_main(void *arg)
     uv_mutex_unlock(&reaper_mu);
 }
 
+/* What parked getMores wait on: a capped insert (the oplog's too) or the
+ * majority commit point moving (a change stream's next events). */
+static uint64_t wake_generation(void)
+{
+    return sbl_capped_generation() + sbl_repl_commit_generation();
+}
+
 int sbl_cmd_init(sbl_err_t *err)
 {
     /* libuv's worker pool runs the commands that may scan; size it before first use. */
@@ -914,6 +921,7 @@ int sbl_cmd_init(sbl_err_t *err)
     static const sbl_op_observer_t observer = {.coll_created = sbl_cmd_on_coll_created};
     sbl_op_set_observer(&observer);
     sbl_op_set_park(sbl_capped_await_park);
+    sbl_op_set_generation(wake_generation);
     SBL_RET(sbl_spill_init(err)); /* memory parameters; empties <dbpath>/_tmp */
     SBL_RET(sbl_cmd_sessions_init(err)); /* session timeout and refresh parameters */
     uv_mutex_init(&reaper_mu);

@@ -93,6 +93,10 @@
     X(InvalidBSON, 22)                                                                             \
     X(BSONObjectTooLarge, 10334)                                                                   \
     X(TooManyFilesOpen, 264)                                                                       \
+    X(InvalidResumeToken, 260)                                                                     \
+    X(ChangeStreamFatalError, 280)                                                                 \
+    X(ChangeStreamHistoryLost, 286)                                                                \
+    X(NoMatchingDocument, 47)                                                                      \
     X(ShutdownInProgress, 91)                                                                      \
     X(NotWritablePrimary, 10107)                                                                   \
     X(AlreadyInitialized, 23)                                                                      \

@@ -172,6 +172,10 @@ typedef struct sbl_cursor_source {
     /* Optional (may be NULL): for a tailable cursor, true when the source's end is final
      * (its limit was reached), so the cursor closes instead of waiting for more. */
     bool (*finished)(void *state);
+    /* Optional: append fields to each reply's cursor document after the batch
+     * (a change stream's postBatchResumeToken); has_pending tells that the
+     * last document produced was held back for the next batch. */
+    void (*annotate)(void *state, bool has_pending, bson_t *cursor_doc);
 } sbl_cursor_source_t;
 
 /*

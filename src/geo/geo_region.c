@@ -248,6 +248,13 @@ int sbl_geo_near_parse(bool sphere, const bson_value_t *arg, const bson_t *ops,
             else if (strcmp(k, "$geometry") != 0)
                 return sbl_err_set(err, SBL_E_BadValue, "invalid argument in geo near query: %s", k);
         }
+    } else if (doc_of(arg, &d) && bson_iter_init_find(&it, &d, "type")) {
+        /* a bare GeoJSON point ($geoNear's near, or {$near: {type: "Point", ...}}) */
+        if (!BSON_ITER_HOLDS_UTF8(&it) || strcmp(bson_iter_utf8(&it, NULL), "Point") != 0 ||
+            !sbl_geo_as_point(arg, &n->x, &n->y))
+            return sbl_err_set(err, SBL_E_BadValue, "invalid point in geo near query: a GeoJSON "
+                                                     "Point in range is required");
+        n->geojson = n->sphere = true;
     } else if (sbl_geo_legacy_pair(arg, &n->x, &n->y)) {
         if (sphere && !(n->x >= -180 && n->x <= 180 && n->y >= -90 && n->y <= 90))
             return sbl_err_set(err, 17444, "Legacy point is out of bounds for spherical query");

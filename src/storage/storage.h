@@ -312,7 +312,7 @@ double sbl_index_text_score_get(const uint8_t in[8]);
 #define SBL_INDEX_2DSPHERE 1
 #define SBL_INDEX_2D 2
 int sbl_index_geo(const sbl_index_t *ix, size_t *fieldp);
-/* Append the key component of S2 cell id `cell` (an int64 ordered as the ids are). */
+/* Append the key component of S2 cell id `cell` (9 bytes, ordered as the ids are). */
 void sbl_index_geo_cell_append(sbl_buf_t *out, uint64_t cell);
 bool sbl_index_unique(const sbl_index_t *ix);
 bool sbl_index_sparse(const sbl_index_t *ix);

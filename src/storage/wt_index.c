@@ -191,8 +191,9 @@ int sbl_index_geo(const sbl_index_t *ix, size_t *fieldp)
 void sbl_index_geo_cell_append(sbl_buf_t *out, uint64_t cell)
 {
     bson_value_t v;
-    v.value_type = BSON_TYPE_INT64;
-    v.value.v_int64 = (int64_t)(cell ^ 0x8000000000000000ULL);
+    /* a date's key is its int64 with the sign bit flipped, big-endian: the id's own bytes */
+    v.value_type = BSON_TYPE_DATE_TIME;
+    v.value.v_datetime = (int64_t)(cell ^ 0x8000000000000000ULL);
     sbl_key_append(out, &v, false);
 }
 bool sbl_index_unique(const sbl_index_t *ix) { return ix->unique; }

@@ -34,6 +34,8 @@ struct sbl_geo_exec {
     bool near;
     sbl_geo_near_t nr;
     sbl_geo_region_t *region; /* a scan's */
+    bool has_bound, has_cap;  /* its bounding box or cap (cell_may_match) */
+    double bound[4], rcap[3];
     double rmin, rmax;        /* near bounds in radians (sphere) or units (flat) */
 
     /* the plan */
@@ -207,6 +209,8 @@ void sbl_geo_scan_extract(const bson_t *filter, sbl_geo_exec_t **gp)
             }
             sbl_geo_exec_t *g = exec_new(k);
             g->region = r;
+            g->has_bound = sbl_geo_region_bound(r, g->bound);
+            g->has_cap = sbl_geo_region_cap(r, &g->rcap[0], &g->rcap[1], &g->rcap[2]);
             *gp = g;
             return;
         }
@@ -500,10 +504,47 @@ static size_t intervals(const uint64_t *cells, size_t n, ival_t **outp)
     return j;
 }
 
+/* The cell id an entry of a 2dsphere index led by its geo field starts with
+ * (sbl_index_geo_cell_append: a date tag, then the id's 8 bytes). */
+static uint64_t entry_cell(const uint8_t *k, size_t len)
+{
+    uint64_t id = 0;
+    if (len < 9)
+        return 0;
+    for (int i = 1; i <= 8; i++)
+        id = id << 8 | k[i];
+    return id;
+}
+
+/* Could the entry's cell hold something the round is after?  A small cell
+ * (a point's, at most ~20 m across) whose centre is surely outside the cap
+ * (near) or the region's bounding box or cap (scan) is skipped without
+ * fetching; a document with another cell inside is met through that one.
+ * Larger cells are always fetched. */
+#define CELL_MARGIN_RAD 4e-6 /* > half the diagonal of a level-20 cell */
+static bool cell_may_match(const sbl_geo_exec_t *g, uint64_t cell, double r)
+{
+    double x, y;
+    if (cell == 0 || sbl_geo_cell_level(cell) < 20)
+        return true;
+    sbl_geo_cell_center(cell, &x, &y);
+    if (g->near)
+        return sbl_geo_point_distance(g->nr.x, g->nr.y, x, y) <= r + CELL_MARGIN_RAD;
+    if (g->has_bound) {
+        double m = CELL_MARGIN_RAD * 180 / M_PI, mx = m / fmax(cos(y * M_PI / 180), 0.01);
+        return x >= g->bound[0] - mx && x <= g->bound[2] + mx && y >= g->bound[1] - m &&
+               y <= g->bound[3] + m;
+    }
+    if (g->has_cap)
+        return sbl_geo_point_distance(g->rcap[0], g->rcap[1], x, y) <= g->rcap[2] + CELL_MARGIN_RAD;
+    return true;
+}
+
 /* Read the entries of cells, fetch every document not met before, and
  * consider it (a near) or keep it in arrival order (a scan). */
 static int read_cells(sbl_geo_exec_t *g, sbl_opctx_t *ctx, sbl_coll_t *c, sbl_index_t *ix,
-                      const uint64_t *cells, size_t ncells, const sbl_matcher_t *m, sbl_err_t *err)
+                      const uint64_t *cells, size_t ncells, double r, const sbl_matcher_t *m,
+                      sbl_err_t *err)
 {
     ival_t *iv = NULL;
     size_t niv = intervals(cells, ncells, &iv);
@@ -529,6 +570,8 @@ static int read_cells(sbl_geo_exec_t *g, sbl_opctx_t *ctx, sbl_coll_t *c, sbl_in
             ctx->keys_examined++;
             if (++k % 4096 == 0 && (rc = sbl_op_check_interrupt(ctx, err)) != 0)
                 break;
+            if (!cell_may_match(g, entry_cell(ek, eklen), r))
+                continue;
             if (!seen_add(g, hash_bytes(idk, idlen)))
                 continue;
             bson_t doc;
@@ -618,7 +661,7 @@ static int widen(sbl_geo_exec_t *g, sbl_opctx_t *ctx, sbl_coll_t *c, const sbl_m
     uint64_t *cells = NULL;
     size_t n = r >= M_PI ? sbl_geo_cover_cap(g->nr.x, g->nr.y, M_PI, 6, &cells)
                          : sbl_geo_cover_cap(g->nr.x, g->nr.y, r, NEAR_CELLS, &cells);
-    int rc = read_cells(g, ctx, c, ix, cells, n, m, err);
+    int rc = read_cells(g, ctx, c, ix, cells, n, r, m, err);
     bson_free(cells);
     sbl_index_release(ix);
     g->r = r;
@@ -652,7 +695,7 @@ int sbl_geo_exec_next(sbl_geo_exec_t *g, sbl_opctx_t *ctx, sbl_coll_t *c, const 
             if (ix == NULL)
                 return sbl_err_set(err, SBL_E_QueryPlanKilled, "index '%s' dropped", g->ixname);
             size_t n = sbl_geo_region_cover(g->region, SCAN_CELLS, &cells);
-            int rc = read_cells(g, ctx, c, ix, cells, n, m, err);
+            int rc = read_cells(g, ctx, c, ix, cells, n, 0, m, err);
             bson_free(cells);
             sbl_index_release(ix);
             SBL_RET(rc);

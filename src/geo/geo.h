@@ -99,6 +99,11 @@ size_t sbl_geo_index_cells(const sbl_geo_t *g, uint64_t **cellsp);
 size_t sbl_geo_cover(const sbl_geo_t *g, int max_cells, uint64_t **cellsp);
 /* A covering of the cap of angle r (radians) around (x, y). */
 size_t sbl_geo_cover_cap(double x, double y, double r, int max_cells, uint64_t **cellsp);
+/* The centre of a cell. */
+void sbl_geo_cell_center(uint64_t cell, double *x, double *y);
+/* g's latitude-longitude bounding box (x0, y0, x1, y1); false when it crosses
+ * the antimeridian or is empty. */
+bool sbl_geo_bound(const sbl_geo_t *g, double b[4]);
 /* The cell at level of point (x, y). */
 uint64_t sbl_geo_point_cell(double x, double y, int level);
 /* Cell id arithmetic (S2's Hilbert curve ids). */
@@ -123,6 +128,10 @@ bool sbl_geo_region_match(const sbl_geo_region_t *r, const bson_value_t *v);
  * max_cells cells, bson_malloc'd into *cellsp); 0 for the flat legacy
  * shapes, which a 2dsphere index cannot bound. */
 size_t sbl_geo_region_cover(const sbl_geo_region_t *r, int max_cells, uint64_t **cellsp);
+/* A $geometry region's bounding box (as sbl_geo_bound); false for others. */
+bool sbl_geo_region_bound(const sbl_geo_region_t *r, double b[4]);
+/* A $centerSphere region's cap; false for others. */
+bool sbl_geo_region_cap(const sbl_geo_region_t *r, double *x, double *y, double *rad);
 /* The flat shapes' bounding box (x0, y0, x1, y1); false for spherical ones. */
 bool sbl_geo_region_flat_box(const sbl_geo_region_t *r, double box[4]);
 

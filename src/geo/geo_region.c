@@ -198,6 +198,19 @@ size_t sbl_geo_region_cover(const sbl_geo_region_t *r, int max_cells, uint64_t *
     return 0;
 }
 
+bool sbl_geo_region_bound(const sbl_geo_region_t *r, double b[4])
+{
+    return r->kind == R_GEOMETRY && sbl_geo_bound(r->g, b);
+}
+
+bool sbl_geo_region_cap(const sbl_geo_region_t *r, double *x, double *y, double *rad)
+{
+    if (r->kind != R_CAP)
+        return false;
+    *x = r->cx, *y = r->cy, *rad = r->r;
+    return true;
+}
+
 bool sbl_geo_region_flat_box(const sbl_geo_region_t *r, double box[4])
 {
     if (r->kind != R_BOX && r->kind != R_CENTER && r->kind != R_POLYGON)

@@ -21,6 +21,7 @@
 #include <s2/mutable_s2shape_index.h>
 #include <s2/s2boolean_operation.h>
 #include <s2/s2cap.h>
+#include <s2/s2cell.h>
 #include <s2/s2cell_id.h>
 #include <s2/s2cell_union.h>
 #include <s2/s2closest_edge_query.h>
@@ -267,4 +268,29 @@ extern "C" uint64_t sbl_geo_point_cell(double x, double y, int level)
 {
     sbl_geo_ll_t ll = {x, y};
     return S2CellId(to_point(ll)).parent(level).id();
+}
+
+extern "C" void sbl_geo_cell_center(uint64_t id, double *x, double *y)
+{
+    S2LatLng ll = S2CellId(id).ToLatLng();
+    *x = ll.lng().degrees();
+    *y = ll.lat().degrees();
+}
+
+extern "C" bool sbl_geo_bound(const sbl_geo_t *g, double b[4])
+{
+    if (g->s2 == nullptr)
+        return false;
+    S2LatLngRect r = S2LatLngRect::Empty();
+    for (auto &p : g->s2->points)
+        r = r.Union(S2LatLngRect::FromPoint(S2LatLng(p)));
+    for (auto &l : g->s2->lines)
+        r = r.Union(l->GetRectBound());
+    for (auto &p : g->s2->polys)
+        r = r.Union(p->GetRectBound());
+    if (r.is_empty() || r.lng().is_inverted() || r.lng().is_full())
+        return false;
+    b[0] = r.lng_lo().degrees(), b[1] = r.lat_lo().degrees();
+    b[2] = r.lng_hi().degrees(), b[3] = r.lat_hi().degrees();
+    return true;
 }

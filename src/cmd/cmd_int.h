@@ -292,6 +292,9 @@ int sbl_cmd_revoke_roles_from_role(sbl_opctx_t *ctx, sbl_err_t *err);
 /* ---- text indexes (index_text.c) ---- */
 /* A spec option only text indexes take (weights, default_language, ...). */
 bool sbl_cmd_text_option(const char *k);
+/* index_geo.c: a 2dsphere (sphere) or 2d index spec's own options, as mongod
+ * checks them: CannotCreateIndex (67). */
+int sbl_cmd_geo_check(const bson_t *spec, bool sphere, sbl_err_t *err);
 /* True when key names a field with "text" (or is stored as {_fts: "text", ...}). */
 bool sbl_cmd_key_is_text(const bson_t *key);
 /* Append the stored key, weights, default_language, language_override and

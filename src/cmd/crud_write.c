@@ -520,7 +520,7 @@ static int run_update(sbl_opctx_t *ctx, const char *ns, const update_stmt_t *st,
                          "multi update is not supported for replacement-style update");
         goto done;
     }
-    sbl_qexec_opts_t o = {&qf, NULL, 0, 0, st->coll, false};
+    sbl_qexec_opts_t o = {&qf, NULL, 0, 0, st->coll, false, false};
     if (!st->has_coll)
         SBL_ERR(sbl_exec_default_collation(ctx, ns, &o.collation, err));
     if (u != NULL && o.collation != NULL)
@@ -796,7 +796,7 @@ static int run_delete(sbl_opctx_t *ctx, const char *ns, const delete_stmt_t *st,
         return rc;
     }
     bson_t qf = BSON_INITIALIZER;
-    sbl_qexec_opts_t o = {&qf, NULL, 0, 0, st->coll, false};
+    sbl_qexec_opts_t o = {&qf, NULL, 0, 0, st->coll, false, false};
     if (!st->has_coll && (rc = sbl_exec_default_collation(ctx, ns, &o.collation, err)) != 0)
         goto err;
     bson_destroy(&qf);

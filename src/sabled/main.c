@@ -260,6 +260,7 @@ static int run(int notify_fd)
     }
     /* The applier runs a primary's entries through the command layer. */
     sbl_repl_set_runner(sbl_cmd_run);
+    sbl_cmd_sharding_start(); /* a shard that was added before knows its cluster again */
     if ((rc = sbl_repl_start_threads(&err)) != 0) {
         fprintf(stderr, "sabled: %s\n", err.msg);
         sbl_cmd_shutdown();

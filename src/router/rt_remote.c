@@ -1,22 +1,46 @@
 /*
  * rt_remote.c: the router's connections to the shards and the config
- * servers: one libmongoc client pool per shard (a replica set URI, so the
- * pool follows its primary), commands sent with mongoc_client_command_simple.
- * Pools are created when a shard is first seen and live until shutdown; the
- * shard list only grows (a removed shard keeps its slot), so an index into
- * it stays valid for the process lifetime.
+ * servers.  Each shard has a libmongoc client pool on its replica set URI
+ * (it finds the primary) and, for the hot path, a stack of plain TCP
+ * connections to that primary on which the router writes OP_MSG commands
+ * and reads the replies itself: libmongoc's per-command client work (it
+ * copies and re-parses the server description on every command) was most
+ * of the router's own cost per routed read.  The config servers are only
+ * reached through libmongoc.
+ *
+ * Must stay true: a connection carries one request at a time and is
+ * dropped, never reused, after any I/O error; after an error or a
+ * NotWritablePrimary answer the shard's primary is looked up again.  Pools
+ * are created when a shard is first seen and live until shutdown; the shard
+ * list only grows (a removed shard keeps its slot), so an index into it
+ * stays valid for the process lifetime.
  */
 #include "router/router_int.h"
 
+#include <errno.h>
 #include <mongoc/mongoc.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define RT_IDLE_MAX 256   /* idle direct connections kept per shard */
+#define RT_IO_TIMEOUT_MS 60000
 
 typedef struct rt_shard {
     char id[128];
     char host[1024];
     mongoc_client_pool_t *pool;
+    pthread_mutex_t lock;     /* primary and idle */
+    char primary[256];        /* "host:port", "" until found */
+    int idle[RT_IDLE_MAX];
+    int nidle;
 } rt_shard_t;
 
 static pthread_mutex_t shards_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -65,9 +89,12 @@ int rt_remote_init(const char *cfg, sbl_err_t *err)
 
 void rt_remote_shutdown(void)
 {
-    for (int i = 0; i < nshards; i++)
+    for (int i = 0; i < nshards; i++) {
         if (shards[i].pool != NULL)
             mongoc_client_pool_destroy(shards[i].pool);
+        for (int k = 0; k < shards[i].nidle; k++)
+            close(shards[i].idle[k]);
+    }
     nshards = 0;
     if (config_pool != NULL)
         mongoc_client_pool_destroy(config_pool);
@@ -98,6 +125,9 @@ int rt_shard_add(const char *id, const char *host)
         snprintf(s->id, sizeof(s->id), "%s", id);
         snprintf(s->host, sizeof(s->host), "%s", host);
         s->pool = pool_for(host);
+        pthread_mutex_init(&s->lock, NULL);
+        s->primary[0] = '\0';
+        s->nidle = 0;
         if (s->pool != NULL) {
             i = nshards;
             __atomic_store_n(&nshards, nshards + 1, __ATOMIC_RELEASE);
@@ -133,25 +163,244 @@ int rt_reply_code(const bson_t *reply)
     return SBL_E_CommandFailed;
 }
 
-int rt_run(int shard, const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+/* Through libmongoc (the config servers; a shard's primary lookup). */
+static int run_mongoc(mongoc_client_pool_t *pool, const char *who, const char *db,
+                      const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
-    mongoc_client_pool_t *pool =
-        shard < 0 ? config_pool : (shard < rt_shard_count() ? shards[shard].pool : NULL);
-    if (pool == NULL) {
-        bson_init(reply);
-        return sbl_err_set(err, SBL_E_ShardNotFound, "no shard %d", shard);
-    }
     mongoc_client_t *cl = mongoc_client_pool_pop(pool);
     bson_error_t e;
     bool ok = mongoc_client_command_simple(cl, db, cmd, NULL, reply, &e);
     mongoc_client_pool_push(pool, cl);
     if (ok || e.domain == MONGOC_ERROR_SERVER || e.domain == MONGOC_ERROR_WRITE_CONCERN)
-        return 0; /* the shard answered (maybe ok: 0): its reply says so */
+        return 0; /* the server answered (maybe ok: 0): its reply says so */
     bson_destroy(reply);
     bson_init(reply);
-    return sbl_err_set(err, SBL_E_HostUnreachable, "%s %s: %s",
-                       shard < 0 ? "config servers" : "shard",
-                       shard < 0 ? configdb : shards[shard].id, e.message);
+    return sbl_err_set(err, SBL_E_HostUnreachable, "%s: %s", who, e.message);
+}
+
+/* The shard's primary, asked of its replica set through libmongoc. */
+static int find_primary(rt_shard_t *s, char *out, size_t n, sbl_err_t *err)
+{
+    pthread_mutex_lock(&s->lock);
+    snprintf(out, n, "%s", s->primary);
+    pthread_mutex_unlock(&s->lock);
+    if (out[0] != '\0')
+        return 0;
+    bson_t cmd = BSON_INITIALIZER, reply;
+    BSON_APPEND_INT32(&cmd, "hello", 1);
+    int rc = run_mongoc(s->pool, s->id, "admin", &cmd, &reply, err);
+    bson_destroy(&cmd);
+    if (rc != 0)
+        return rc;
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, &reply, "primary") && BSON_ITER_HOLDS_UTF8(&it))
+        snprintf(out, n, "%s", bson_iter_utf8(&it, NULL));
+    else if (bson_iter_init_find(&it, &reply, "me") && BSON_ITER_HOLDS_UTF8(&it))
+        snprintf(out, n, "%s", bson_iter_utf8(&it, NULL));
+    bson_destroy(&reply);
+    if (out[0] == '\0')
+        return sbl_err_set(err, SBL_E_HostUnreachable, "shard %s has no primary", s->id);
+    pthread_mutex_lock(&s->lock);
+    snprintf(s->primary, sizeof(s->primary), "%s", out);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+static void forget_primary(rt_shard_t *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->primary[0] = '\0';
+    while (s->nidle > 0)
+        close(s->idle[--s->nidle]);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static int dial(const char *hostport)
+{
+    char host[256];
+    snprintf(host, sizeof(host), "%s", hostport);
+    char *colon = strrchr(host, ':');
+    if (colon == NULL)
+        return -1;
+    *colon = '\0';
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0)
+        return -1;
+    int fd = -1;
+    for (struct addrinfo *a = ai; a != NULL && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(ai);
+    if (fd >= 0) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        struct timeval tv = {.tv_sec = RT_IO_TIMEOUT_MS / 1000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    }
+    return fd;
+}
+
+static bool write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+static bool read_all(int fd, uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t r = recv(fd, p, n, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
+        p += r;
+        n -= (size_t)r;
+    }
+    return true;
+}
+
+static int32_t next_request_id(void)
+{
+    static int32_t id;
+    return __atomic_add_fetch(&id, 1, __ATOMIC_RELAXED);
+}
+
+/* One OP_MSG round trip on fd: cmd plus $db.  0, or -1 on an I/O or
+ * framing error (the connection is then unusable). */
+static int round_trip(int fd, const char *db, const bson_t *cmd, bson_t *reply)
+{
+    /* header (16) + flags (4) + kind (1) + the body with $db appended */
+    size_t dblen = strlen(db);
+    uint32_t body_len = cmd->len + 1 + 4 + 4 + (uint32_t)dblen + 1; /* type, "$db", len, value */
+    uint32_t total = 16 + 4 + 1 + body_len;
+    uint8_t stackbuf[4096];
+    uint8_t *m = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
+    if (m == NULL)
+        return -1;
+    int32_t rid = next_request_id();
+    uint32_t hdr[4] = {total, (uint32_t)rid, 0, 2013};
+    memcpy(m, hdr, 16);
+    memset(m + 16, 0, 4);
+    m[20] = 0;
+    uint8_t *b = m + 21;
+    memcpy(b, &body_len, 4);
+    memcpy(b + 4, bson_get_data(cmd) + 4, cmd->len - 5); /* the fields, without the end */
+    uint8_t *q = b + 4 + cmd->len - 5;
+    *q++ = 0x02; /* string */
+    memcpy(q, "$db", 4);
+    q += 4;
+    uint32_t sl = (uint32_t)dblen + 1;
+    memcpy(q, &sl, 4);
+    q += 4;
+    memcpy(q, db, dblen + 1);
+    q += dblen + 1;
+    *q++ = 0; /* end of document */
+    bool ok = write_all(fd, m, total);
+    if (m != stackbuf)
+        free(m);
+    if (!ok)
+        return -1;
+    uint8_t h[16];
+    if (!read_all(fd, h, 16))
+        return -1;
+    uint32_t len, opcode;
+    int32_t resp_to;
+    memcpy(&len, h, 4);
+    memcpy(&resp_to, h + 8, 4);
+    memcpy(&opcode, h + 12, 4);
+    if (len < 16 + 5 + 5 || len > 48000000 || opcode != 2013 || resp_to != rid)
+        return -1;
+    uint8_t *r = malloc(len - 16);
+    if (r == NULL || !read_all(fd, r, len - 16)) {
+        free(r);
+        return -1;
+    }
+    uint32_t flags, dl;
+    memcpy(&flags, r, 4);
+    memcpy(&dl, r + 5, 4);
+    size_t avail = len - 16 - 5 - ((flags & 1) ? 4 : 0);
+    if (r[4] != 0 || dl < 5 || dl > avail || !bson_init_static(reply, r + 5, dl)) {
+        free(r);
+        return -1;
+    }
+    bson_t tmp;
+    bson_copy_to(reply, &tmp);
+    free(r);
+    bson_steal(reply, &tmp);
+    return 0;
+}
+
+static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *reply,
+                      sbl_err_t *err)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        char primary[256];
+        int rc = find_primary(s, primary, sizeof(primary), err);
+        if (rc != 0) {
+            bson_init(reply);
+            return rc;
+        }
+        int fd = -1;
+        bool pooled = false;
+        pthread_mutex_lock(&s->lock);
+        if (s->nidle > 0) {
+            fd = s->idle[--s->nidle];
+            pooled = true;
+        }
+        pthread_mutex_unlock(&s->lock);
+        if (fd < 0)
+            fd = dial(primary);
+        if (fd < 0) {
+            forget_primary(s);
+            continue;
+        }
+        if (round_trip(fd, db, cmd, reply) != 0) {
+            close(fd);
+            forget_primary(s);
+            if (pooled)
+                continue; /* an idle connection the shard closed: once more on a new one */
+            break;
+        }
+        int code = rt_reply_code(reply);
+        bool keep = code != SBL_E_NotWritablePrimary && code != SBL_E_PrimarySteppedDown &&
+                    code != SBL_E_InterruptedDueToReplStateChange;
+        pthread_mutex_lock(&s->lock);
+        if (keep && s->nidle < RT_IDLE_MAX)
+            s->idle[s->nidle++] = fd;
+        else
+            close(fd);
+        pthread_mutex_unlock(&s->lock);
+        if (!keep)
+            forget_primary(s);
+        return 0;
+    }
+    bson_init(reply);
+    return sbl_err_set(err, SBL_E_HostUnreachable, "shard %s: cannot reach its primary", s->id);
+}
+
+int rt_run(int shard, const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    if (shard < 0)
+        return run_mongoc(config_pool, configdb, db, cmd, reply, err);
+    if (shard >= rt_shard_count()) {
+        bson_init(reply);
+        return sbl_err_set(err, SBL_E_ShardNotFound, "no shard %d", shard);
+    }
+    return run_direct(&shards[shard], db, cmd, reply, err);
 }
 
 void rt_copy_cmd(const bson_t *in, bson_t *out, const char *const *skip_extra)

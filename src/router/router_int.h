@@ -65,6 +65,11 @@ const char *rt_shard_host(int i);
  * 0 when a reply came back (it may say ok: 0; *reply holds it, initialised
  * by the callee), or an error (HostUnreachable ...) with *reply empty. */
 int rt_run(int shard, const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* Send cmds[i] to shard[i] for every i first, then read every reply: the
+ * shards work in parallel.  replies[i] is always initialised; rcs[i] is 0
+ * or the transport error (errs[i]).  Returns how many failed. */
+int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cmds,
+                bson_t *replies, int *rcs, sbl_err_t *errs);
 /* The reply's ok and code (0 when ok). */
 int rt_reply_code(const bson_t *reply);
 /* Copy a command without the fields a router must not forward ($db, lsid,

@@ -553,6 +553,26 @@ int sbl_router_init(const char *configdb, sbl_err_t *err)
             bson_destroy(&r);
         bson_destroy(&ins);
     }
+    /* config.settings: there is no balancer and no auto-splitting yet, and
+     * the documents say so (sh.status() and sh.getBalancerState() read them).
+     * An existing document is left alone (duplicate key). */
+    bson_t ins = BSON_INITIALIZER, docs, sd;
+    BSON_APPEND_UTF8(&ins, "insert", "settings");
+    BSON_APPEND_BOOL(&ins, "ordered", false);
+    BSON_APPEND_ARRAY_BEGIN(&ins, "documents", &docs);
+    BSON_APPEND_DOCUMENT_BEGIN(&docs, "0", &sd);
+    BSON_APPEND_UTF8(&sd, "_id", "balancer");
+    BSON_APPEND_BOOL(&sd, "stopped", true);
+    BSON_APPEND_UTF8(&sd, "mode", "off");
+    bson_append_document_end(&docs, &sd);
+    BSON_APPEND_DOCUMENT_BEGIN(&docs, "1", &sd);
+    BSON_APPEND_UTF8(&sd, "_id", "autosplit");
+    BSON_APPEND_BOOL(&sd, "enabled", false);
+    bson_append_document_end(&docs, &sd);
+    bson_append_array_end(&ins, &docs);
+    if (rt_run(-1, "config", &ins, &r, err) == 0)
+        bson_destroy(&r);
+    bson_destroy(&ins);
     return rt_shards_reload(err);
 }
 

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define RT_BATCH_BYTES (8 * 1024 * 1024)
 
@@ -38,6 +39,7 @@ typedef struct rt_cursor {
     int64_t skip;      /* documents still to drop */
     int32_t batch_size; /* asked of the shards on getMore; 0: theirs */
     int n, next;
+    int64_t idle_since_ms; /* when it went back into the registry */
     rcur_t r[RT_MAX_SHARDS];
     struct rt_cursor *link;
 } rt_cursor_t;
@@ -45,12 +47,45 @@ typedef struct rt_cursor {
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static rt_cursor_t *reg;
 
+static void cursor_free(rt_cursor_t *c);
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Put c back; cursors idle for 10 minutes are killed (mongos's
+ * cursorTimeoutMillis), checked at most once a second. */
 static void reg_put(rt_cursor_t *c)
 {
+    static int64_t last_sweep;
+    int64_t now = now_ms();
+    rt_cursor_t *expired = NULL;
     pthread_mutex_lock(&reg_lock);
+    c->idle_since_ms = now;
     c->link = reg;
     reg = c;
+    if (now - last_sweep > 1000) {
+        last_sweep = now;
+        for (rt_cursor_t **pp = &reg; *pp;) {
+            if (now - (*pp)->idle_since_ms > 600000) {
+                rt_cursor_t *x = *pp;
+                *pp = x->link;
+                x->link = expired;
+                expired = x;
+            } else {
+                pp = &(*pp)->link;
+            }
+        }
+    }
     pthread_mutex_unlock(&reg_lock);
+    while (expired != NULL) {
+        rt_cursor_t *n = expired->link;
+        cursor_free(expired);
+        expired = n;
+    }
 }
 
 static rt_cursor_t *reg_take(int64_t id)
@@ -206,6 +241,7 @@ static int sort_cmp(const bson_t *sort, const bson_t *a, const bson_t *b)
 static int cursor_fill(rt_cursor_t *c, bson_t *arr, int64_t max, bool *done, sbl_err_t *err)
 {
     int64_t n = 0;
+    uint32_t base = bson_empty(arr) ? 0 : bson_count_keys(arr); /* arr's next index */
     size_t bytes = 0;
     *done = false;
     while (n < max && bytes < RT_BATCH_BYTES && c->limit != 0) {
@@ -260,7 +296,7 @@ static int cursor_fill(rt_cursor_t *c, bson_t *arr, int64_t max, bool *done, sbl
         }
         char key[16];
         const char *ks;
-        bson_uint32_to_string((uint32_t)bson_count_keys(arr), &ks, key, sizeof(key));
+        bson_uint32_to_string(base + (uint32_t)n, &ks, key, sizeof(key));
         BSON_APPEND_DOCUMENT(arr, ks, &d);
         bytes += d.len;
         n++;
@@ -344,13 +380,14 @@ int rt_wrap_cursor_reply(int shard, const char *db, bson_t *shard_reply, bson_t 
     bson_destroy(&copy);
     /* The first batch goes back as the shard sent it, under the router's id. */
     bson_t arr = BSON_INITIALIZER;
+    uint32_t n = 0;
     while (rcur_peek(c, &c->r[0], false, err) == 1) {
         bson_t d;
         char key[16];
         const char *ks;
         rcur_doc(&c->r[0], &d);
         c->r[0].have = false;
-        bson_uint32_to_string(bson_count_keys(&arr), &ks, key, sizeof(key));
+        bson_uint32_to_string(n++, &ks, key, sizeof(key));
         BSON_APPEND_DOCUMENT(&arr, ks, &d);
     }
     bson_t cd;
@@ -452,31 +489,43 @@ int rt_find(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         cur->batch_size = has_batch && batch > 0 ? (int32_t)batch : 0;
         int rc = 0;
         bool stale = false;
-        for (int s = 0; s < RT_MAX_SHARDS && rc == 0 && !stale; s++) {
+        /* every shard at once, then their answers in shard order */
+        int ns_ = 0, sh[RT_MAX_SHARDS], rcs[RT_MAX_SHARDS];
+        bson_t fwds[RT_MAX_SHARDS], rs[RT_MAX_SHARDS];
+        const bson_t *cmds[RT_MAX_SHARDS];
+        sbl_err_t errs[RT_MAX_SHARDS];
+        for (int s = 0; s < RT_MAX_SHARDS; s++) {
             if (!targets[s])
                 continue;
-            bson_t fwd = BSON_INITIALIZER, r;
-            rt_copy_cmd(cmd, &fwd, strip);
+            bson_init(&fwds[ns_]);
+            rt_copy_cmd(cmd, &fwds[ns_], strip);
             if (limit > 0)
-                BSON_APPEND_INT64(&fwd, "limit", limit + skip);
+                BSON_APPEND_INT64(&fwds[ns_], "limit", limit + skip);
             if (has_batch)
-                BSON_APPEND_INT64(&fwd, "batchSize", batch + skip);
-            rt_append_version(&fwd, c, s);
-            rc = rt_run(s, db, &fwd, &r, err);
-            bson_destroy(&fwd);
-            if (rc != 0)
-                break;
-            if (is_stale(&r)) {
+                BSON_APPEND_INT64(&fwds[ns_], "batchSize", batch + skip);
+            rt_append_version(&fwds[ns_], c, s);
+            cmds[ns_] = &fwds[ns_];
+            memset(&errs[ns_], 0, sizeof(errs[ns_]));
+            sh[ns_++] = s;
+        }
+        rt_run_many(ns_, sh, db, cmds, rs, rcs, errs);
+        for (int i = 0; i < ns_; i++) {
+            bson_destroy(&fwds[i]);
+            if (rc == 0 && rcs[i] != 0) {
+                rc = rcs[i];
+                *err = errs[i];
+            } else if (rc == 0 && !stale && is_stale(&rs[i])) {
                 stale = true;
-            } else if (rt_reply_code(&r) != 0) {
-                bson_copy_to_excluding_noinit(&r, reply, "$clusterTime", "operationTime", NULL);
+            } else if (rc == 0 && !stale && rt_reply_code(&rs[i]) != 0) {
+                bson_copy_to_excluding_noinit(&rs[i], reply, "$clusterTime", "operationTime",
+                                              NULL);
                 rc = -1;
-            } else {
+            } else if (rt_reply_code(&rs[i]) == 0) {
                 rcur_t *rc_ = &cur->r[cur->n++];
-                rc_->shard = s;
-                rcur_take(rc_, &r);
+                rc_->shard = sh[i];
+                rcur_take(rc_, &rs[i]); /* killed with the cursor when something failed */
             }
-            bson_destroy(&r);
+            bson_destroy(&rs[i]);
         }
         rt_coll_release(c);
         if (rc != 0 || (stale && attempt >= RT_RETRIES)) {

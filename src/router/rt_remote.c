@@ -279,9 +279,9 @@ static int32_t next_request_id(void)
     return __atomic_add_fetch(&id, 1, __ATOMIC_RELAXED);
 }
 
-/* One OP_MSG round trip on fd: cmd plus $db.  0, or -1 on an I/O or
- * framing error (the connection is then unusable). */
-static int round_trip(int fd, const char *db, const bson_t *cmd, bson_t *reply)
+/* Write cmd plus $db as one OP_MSG on fd; its request id into *ridp.
+ * false on an I/O error. */
+static bool send_msg(int fd, const char *db, const bson_t *cmd, int32_t *ridp)
 {
     /* header (16) + flags (4) + kind (1) + the body with $db appended */
     size_t dblen = strlen(db);
@@ -290,7 +290,7 @@ static int round_trip(int fd, const char *db, const bson_t *cmd, bson_t *reply)
     uint8_t stackbuf[4096];
     uint8_t *m = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
     if (m == NULL)
-        return -1;
+        return false;
     int32_t rid = next_request_id();
     uint32_t hdr[4] = {total, (uint32_t)rid, 0, 2013};
     memcpy(m, hdr, 16);
@@ -312,84 +312,160 @@ static int round_trip(int fd, const char *db, const bson_t *cmd, bson_t *reply)
     bool ok = write_all(fd, m, total);
     if (m != stackbuf)
         free(m);
-    if (!ok)
-        return -1;
+    *ridp = rid;
+    return ok;
+}
+
+/* Read the reply to request rid into *reply (initialised here on success).
+ * false on an I/O or framing error (the connection is then unusable). */
+static bool recv_msg(int fd, int32_t rid, bson_t *reply)
+{
     uint8_t h[16];
     if (!read_all(fd, h, 16))
-        return -1;
+        return false;
     uint32_t len, opcode;
     int32_t resp_to;
     memcpy(&len, h, 4);
     memcpy(&resp_to, h + 8, 4);
     memcpy(&opcode, h + 12, 4);
     if (len < 16 + 5 + 5 || len > 48000000 || opcode != 2013 || resp_to != rid)
-        return -1;
+        return false;
     uint8_t *r = malloc(len - 16);
     if (r == NULL || !read_all(fd, r, len - 16)) {
         free(r);
-        return -1;
+        return false;
     }
     uint32_t flags, dl;
     memcpy(&flags, r, 4);
     memcpy(&dl, r + 5, 4);
     size_t avail = len - 16 - 5 - ((flags & 1) ? 4 : 0);
-    if (r[4] != 0 || dl < 5 || dl > avail || !bson_init_static(reply, r + 5, dl)) {
+    bson_t view;
+    if (r[4] != 0 || dl < 5 || dl > avail || !bson_init_static(&view, r + 5, dl)) {
         free(r);
-        return -1;
+        return false;
     }
-    bson_t tmp;
-    bson_copy_to(reply, &tmp);
+    bson_copy_to(&view, reply);
     free(r);
-    bson_steal(reply, &tmp);
-    return 0;
+    return true;
+}
+
+/* A connection to s's primary: an idle one (*pooled) or a new one; -1 with err. */
+static int conn_get(rt_shard_t *s, bool *pooled, sbl_err_t *err)
+{
+    char primary[256];
+    if (find_primary(s, primary, sizeof(primary), err) != 0)
+        return -1;
+    int fd = -1;
+    pthread_mutex_lock(&s->lock);
+    if (s->nidle > 0)
+        fd = s->idle[--s->nidle];
+    pthread_mutex_unlock(&s->lock);
+    *pooled = fd >= 0;
+    if (fd < 0 && (fd = dial(primary)) < 0) {
+        forget_primary(s);
+        sbl_err_set(err, SBL_E_HostUnreachable, "shard %s: cannot connect to %s", s->id, primary);
+    }
+    return fd;
+}
+
+/* Give fd back after a reply (or drop it when the member is no primary now). */
+static void conn_put(rt_shard_t *s, int fd, const bson_t *reply)
+{
+    int code = rt_reply_code(reply);
+    bool keep = code != SBL_E_NotWritablePrimary && code != SBL_E_PrimarySteppedDown &&
+                code != SBL_E_InterruptedDueToReplStateChange;
+    pthread_mutex_lock(&s->lock);
+    if (keep && s->nidle < RT_IDLE_MAX)
+        s->idle[s->nidle++] = fd;
+    else
+        close(fd);
+    pthread_mutex_unlock(&s->lock);
+    if (!keep)
+        forget_primary(s);
+}
+
+/* Send on a connection of s, retrying once on a fresh one when an idle
+ * connection turns out closed.  Returns the fd or -1 with err. */
+static int conn_send(rt_shard_t *s, const char *db, const bson_t *cmd, int32_t *ridp,
+                     sbl_err_t *err)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        bool pooled;
+        int fd = conn_get(s, &pooled, err);
+        if (fd < 0)
+            return -1;
+        if (send_msg(fd, db, cmd, ridp))
+            return fd;
+        close(fd);
+        if (!pooled)
+            break;
+    }
+    forget_primary(s);
+    sbl_err_set(err, SBL_E_HostUnreachable, "shard %s: cannot send to its primary", s->id);
+    return -1;
 }
 
 static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *reply,
                       sbl_err_t *err)
 {
     for (int attempt = 0; attempt < 2; attempt++) {
-        char primary[256];
-        int rc = find_primary(s, primary, sizeof(primary), err);
-        if (rc != 0) {
-            bson_init(reply);
-            return rc;
-        }
-        int fd = -1;
-        bool pooled = false;
-        pthread_mutex_lock(&s->lock);
-        if (s->nidle > 0) {
-            fd = s->idle[--s->nidle];
-            pooled = true;
-        }
-        pthread_mutex_unlock(&s->lock);
+        int32_t rid;
+        int fd = conn_send(s, db, cmd, &rid, err);
         if (fd < 0)
-            fd = dial(primary);
-        if (fd < 0) {
-            forget_primary(s);
-            continue;
-        }
-        if (round_trip(fd, db, cmd, reply) != 0) {
-            close(fd);
-            forget_primary(s);
-            if (pooled)
-                continue; /* an idle connection the shard closed: once more on a new one */
             break;
+        if (recv_msg(fd, rid, reply)) {
+            conn_put(s, fd, reply);
+            return 0;
         }
-        int code = rt_reply_code(reply);
-        bool keep = code != SBL_E_NotWritablePrimary && code != SBL_E_PrimarySteppedDown &&
-                    code != SBL_E_InterruptedDueToReplStateChange;
-        pthread_mutex_lock(&s->lock);
-        if (keep && s->nidle < RT_IDLE_MAX)
-            s->idle[s->nidle++] = fd;
-        else
-            close(fd);
-        pthread_mutex_unlock(&s->lock);
-        if (!keep)
-            forget_primary(s);
-        return 0;
+        /* the request may have run: only a connection that died before any
+         * answer byte is retried, and then on a fresh primary lookup */
+        close(fd);
+        forget_primary(s);
+        sbl_err_set(err, SBL_E_HostUnreachable, "shard %s: connection lost", s->id);
+        break;
     }
     bson_init(reply);
-    return sbl_err_set(err, SBL_E_HostUnreachable, "shard %s: cannot reach its primary", s->id);
+    return err->code ? err->code : SBL_E_HostUnreachable;
+}
+
+int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cmds,
+                bson_t *replies, int *rcs, sbl_err_t *errs)
+{
+    int fds[RT_MAX_SHARDS];
+    int32_t rids[RT_MAX_SHARDS];
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        fds[i] = -1;
+        rcs[i] = 0;
+        if (shard[i] < 0 || shard[i] >= rt_shard_count()) {
+            rcs[i] = rt_run(shard[i], db, cmds[i], &replies[i], &errs[i]);
+            fds[i] = -2; /* answered already */
+            continue;
+        }
+        fds[i] = conn_send(&shards[shard[i]], db, cmds[i], &rids[i], &errs[i]);
+        if (fds[i] < 0) {
+            bson_init(&replies[i]);
+            rcs[i] = errs[i].code ? errs[i].code : SBL_E_HostUnreachable;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (fds[i] < 0) {
+            failed += fds[i] == -1 || rcs[i] != 0;
+            continue;
+        }
+        rt_shard_t *s = &shards[shard[i]];
+        if (recv_msg(fds[i], rids[i], &replies[i])) {
+            conn_put(s, fds[i], &replies[i]);
+        } else {
+            close(fds[i]);
+            forget_primary(s);
+            bson_init(&replies[i]);
+            rcs[i] = sbl_err_set(&errs[i], SBL_E_HostUnreachable, "shard %s: connection lost",
+                                 s->id);
+            failed++;
+        }
+    }
+    return failed;
 }
 
 int rt_run(int shard, const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)

@@ -22,7 +22,7 @@ from bson.min_key import MinKey
 from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
-from sabled import sabled_path  # noqa: E402
+from sabled import Sabled, run_sabled, sabled_path  # noqa: E402
 
 BUILD = os.path.dirname(sabled_path())
 LAUNCHER = os.path.join(BUILD, "sable-cluster")
@@ -232,5 +232,54 @@ def test_stale_router_refreshes_and_routes_right(mongos, shards, cluster):
         assert st["enabled"] and st["shardName"] == "shard0" and "st.c" in st["versions"]
     finally:
         other.close()
+        with open(log + ".pid") as f:
+            os.kill(int(f.read().strip()), 15)
+
+
+def test_cluster_role_options():
+    # --configsvr / --shardsvr are sharding.clusterRole, on the command line or in YAML
+    s = Sabled()
+    try:
+        s.start(["--configsvr"])
+        opts = s.client().admin.command("getCmdLineOpts")["parsed"]
+        assert opts["sharding"]["clusterRole"] == "configsvr"
+        s.stop()
+        cfg = os.path.join(s.root, "sabled.yaml")
+        with open(cfg, "w") as f:
+            f.write("sharding:\n  clusterRole: shardsvr\n")
+        s.start(["--config", cfg])
+        c = s.client()
+        assert c.admin.command("getCmdLineOpts")["parsed"]["sharding"]["clusterRole"] == "shardsvr"
+        assert c.admin.command("shardingState")["enabled"] is False  # not added yet
+        with pytest.raises(OperationFailure):  # the router's commands are not sabled's
+            c.admin.command("shardCollection", "a.b", key={"_id": 1})
+    finally:
+        s.cleanup()
+    with open(os.path.join(tempfile.gettempdir(), "sable-bad-role.yaml"), "w") as f:
+        f.write("sharding:\n  clusterRole: router\n")
+    r = run_sabled(["--config", f.name, "--dbpath", tempfile.gettempdir()])
+    assert r.returncode != 0 and "clusterRole" in (r.stdout + r.stderr)
+    os.unlink(f.name)
+    # the router needs its config servers
+    r = subprocess.run([ROUTER, "--port", "1"], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 2 and "configdb" in r.stderr
+
+
+def test_router_yaml_config(cluster):
+    port = _base_port(1)
+    cfg = os.path.join(cluster["dir"], "router3.yaml")
+    log = os.path.join(cluster["dir"], "router3.log")
+    with open(cfg, "w") as f:
+        f.write("sharding:\n  configDB: cfgRS/127.0.0.1:%d\nnet:\n  port: %d\n  bindIp: 127.0.0.1\n"
+                "systemLog:\n  path: %s\nprocessManagement:\n  fork: true\n  pidFilePath: %s\n"
+                % (cluster["config"], port, log, log + ".pid"))
+    subprocess.run([ROUTER, "--config", cfg], check=True, capture_output=True, timeout=60)
+    try:
+        with pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=10000) as c:
+            assert c.admin.command("hello")["msg"] == "isdbgrid"
+            assert len(c.admin.command("listShards")["shards"]) == 2
+            settings = {d["_id"]: d for d in c.config.settings.find()}
+            assert settings["balancer"]["stopped"] is True  # no balancer yet, and it says so
+    finally:
         with open(log + ".pid") as f:
             os.kill(int(f.read().strip()), 15)

@@ -46,6 +46,7 @@ typedef struct rt_coll {
     bool hashed;          /* the first (or only hashed) field is "hashed" */
     int hashed_pos;       /* its position in the key, -1 none */
     bool unique;
+    bool transient;       /* not cached: its database does not exist yet */
     rt_version_t version; /* collection version: the highest chunk version */
     rt_chunk_t *chunks;   /* sorted by min */
     size_t nchunks;

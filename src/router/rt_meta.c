@@ -355,6 +355,9 @@ static rt_coll_t *coll_load(const char *ns, sbl_err_t *err)
     c->refs = 1;
     snprintf(c->ns, sizeof(c->ns), "%s", ns);
     c->primary = primary;
+    /* a database nobody created yet: answer from any shard, but do not
+     * remember it (its first write chooses the real primary) */
+    c->transient = primary >= 0 && db_cached(db) < 0;
     c->hashed_pos = -1;
     if (primary == -1)
         return c; /* config and admin live on the config servers */
@@ -490,7 +493,7 @@ rt_coll_t *rt_coll_get(const char *ns, bool force, sbl_err_t *err)
     }
     pthread_mutex_lock(&refresh_lock); /* one refresh at a time: no stampede */
     c = coll_load(ns, err);
-    if (c != NULL) {
+    if (c != NULL && !c->transient) {
         __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* the cache's reference */
         rt_coll_t *old = NULL;
         pthread_rwlock_wrlock(&meta_lock);

@@ -353,6 +353,57 @@ static void stmt_info(const bson_iter_t *el, bool is_update, bson_t *q, bool *mu
     }
 }
 
+/* Whether update statement el would change a shard key field: an operator
+ * update touching a key field (or a path above or below one) other than
+ * $set to the value the filter pins it to, or a replacement whose key
+ * values differ from the filter's.  mongod moves such a document to its new
+ * shard inside a transaction; the router does not yet, so it refuses. */
+static bool changes_shard_key(const rt_coll_t *c, const bson_iter_t *el, const bson_t *q)
+{
+    bson_iter_t f, u, op, fld, k;
+    bson_t ud;
+    if (!c->sharded || !bson_iter_recurse(el, &f) || !bson_iter_find(&f, "u") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&f) || !bson_iter_recurse(&f, &u))
+        return false; /* pipelines: not checked (a documented limit) */
+    sbl_iter_doc(&f, &ud);
+    bool operators = bson_iter_next(&u) && bson_iter_key(&u)[0] == '$';
+    bson_iter_init(&k, c->key);
+    while (bson_iter_next(&k)) {
+        const char *kf = bson_iter_key(&k);
+        size_t kl = strlen(kf);
+        bson_iter_t qv;
+        bool pinned = bson_iter_init_find(&qv, q, kf) && !BSON_ITER_HOLDS_DOCUMENT(&qv);
+        if (!operators) {
+            bson_iter_t rv;
+            bool has = sbl_path_get(&ud, kf, &rv);
+            if (kl == 3 && strcmp(kf, "_id") == 0 && !has)
+                continue; /* a replacement keeps _id */
+            if (!has || !pinned || sbl_value_compare(bson_iter_value(&rv), bson_iter_value(&qv)))
+                return true;
+            continue;
+        }
+        bson_iter_init(&op, &ud);
+        while (bson_iter_next(&op)) {
+            if (!bson_iter_recurse(&op, &fld))
+                continue;
+            while (bson_iter_next(&fld)) {
+                const char *p = bson_iter_key(&fld);
+                size_t pl = strlen(p);
+                bool overlap = (pl == kl && strcmp(p, kf) == 0) ||
+                               (pl < kl && strncmp(p, kf, pl) == 0 && kf[pl] == '.') ||
+                               (pl > kl && strncmp(p, kf, kl) == 0 && p[kl] == '.');
+                if (!overlap)
+                    continue;
+                if (strcmp(bson_iter_key(&op), "$set") == 0 && pl == kl && pinned &&
+                    sbl_value_compare(bson_iter_value(&fld), bson_iter_value(&qv)) == 0)
+                    continue; /* set to the value it has */
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bool is_update,
                             sbl_err_t *err)
 {
@@ -397,6 +448,13 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
             }
             single = s;
         }
+        for (int i = 0; is_update && single >= 0 && c->sharded && i < n; i++) {
+            bson_t q;
+            bool multi, upsert;
+            stmt_info(elems[i], true, &q, &multi, &upsert);
+            if (changes_shard_key(c, elems[i], &q))
+                single = -3; /* statement by statement: that one is refused */
+        }
         if (single < -1 || n == 0)
             break;
         int w = whole_to(single, db, cmd, c, reply, err);
@@ -417,6 +475,14 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
         bool multi, upsert, t[RT_MAX_SHARDS];
         stmt_info(elems[i], is_update, &q, &multi, &upsert);
         int nt = rt_target_filter(c, &q, t);
+        if (is_update && changes_shard_key(c, elems[i], &q)) {
+            add_error(&m, i, SBL_E_IllegalOperation, "Must run update to shard key field in a "
+                      "multi-statement transaction or with retryWrites: true (sable-router "
+                      "cannot move a document to another shard yet)");
+            if (ordered)
+                break;
+            continue;
+        }
         if (nt != 1 && !multi && upsert) {
             add_error(&m, i, SBL_E_ShardKeyNotFound, "Failed to target upsert by query :: "
                       "could not extract exact shard key");

@@ -154,6 +154,15 @@ def test_writes_with_and_without_the_shard_key(mongos, shards):
     assert e.value.code == 61
     r = c.update_one({"k": 1000}, {"$set": {"x": 1}}, upsert=True)
     assert r.upserted_id is not None and c.find_one({"k": 1000})["x"] == 1
+    # the shard key's value cannot change yet (mongod moves the document in a transaction)
+    with pytest.raises(pymongo.errors.WriteError) as e:
+        c.update_one({"k": 5}, {"$set": {"k": 6}})
+    assert e.value.code == 20
+    with pytest.raises(pymongo.errors.WriteError):
+        c.replace_one({"k": 5}, {"k": 77})
+    assert c.update_one({"k": 5}, {"$set": {"k": 5, "z": 1}}).modified_count == 1
+    assert c.replace_one({"k": 5}, {"k": 5, "v": 9}).modified_count == 1
+    assert c.find_one({"k": 5}, {"_id": 0}) == {"k": 5, "v": 9}
     doc = c.find_one_and_update({"k": 7}, {"$set": {"fm": True}},
                                 return_document=pymongo.ReturnDocument.AFTER)
     assert doc["fm"] is True

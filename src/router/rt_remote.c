@@ -405,9 +405,26 @@ static int conn_send(rt_shard_t *s, const char *db, const bson_t *cmd, int32_t *
     return -1;
 }
 
+/* Commands that change nothing: safe to send again after a connection
+ * died without an answer (a shard restarted under an idle connection). */
+static bool idempotent(const bson_t *cmd)
+{
+    static const char *const reads[] = {"find", "count", "distinct", "listCollections",
+                                        "listIndexes", "listDatabases", "hello", "dbStats",
+                                        "collStats", "getCmdLineOpts", NULL};
+    bson_iter_t it;
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it))
+        return false;
+    for (int i = 0; reads[i]; i++)
+        if (strcmp(bson_iter_key(&it), reads[i]) == 0)
+            return true;
+    return false;
+}
+
 static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *reply,
                       sbl_err_t *err)
 {
+    bool retry = idempotent(cmd);
     for (int attempt = 0; attempt < 2; attempt++) {
         int32_t rid;
         int fd = conn_send(s, db, cmd, &rid, err);
@@ -417,12 +434,13 @@ static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *
             conn_put(s, fd, reply);
             return 0;
         }
-        /* the request may have run: only a connection that died before any
-         * answer byte is retried, and then on a fresh primary lookup */
+        /* a write may have run: only reads are sent again, once, after the
+         * primary is looked up again */
         close(fd);
         forget_primary(s);
         sbl_err_set(err, SBL_E_HostUnreachable, "shard %s: connection lost", s->id);
-        break;
+        if (!retry)
+            break;
     }
     bson_init(reply);
     return err->code ? err->code : SBL_E_HostUnreachable;

@@ -510,8 +510,9 @@ int sbl_cmd_map_reduce(sbl_opctx_t *ctx, sbl_err_t *err)
     if (a.has_scope)
         SBL_RET(sbl_js_set_globals(&a.scope, err));
 
-    sbl_qexec_opts_t o = {a.has_query ? &a.query : NULL, a.has_sort ? &a.sort : NULL, 0, a.limit,
-                          coll, false};
+    sbl_qexec_opts_t o = {.filter = a.has_query ? &a.query : NULL,
+                          .sort = a.has_sort ? &a.sort : NULL, .limit = a.limit,
+                          .collation = coll};
     SBL_ERR(sbl_qexec_new(ns, &o, &q, err));
     sbl_js_set_emit(on_emit, &e);
     for (;;) {

@@ -40,6 +40,7 @@ typedef struct sbl_repl_config {
     int64_t oplog_size_mb; /* --oplogSizeMB; <= 0: 5% of the dbpath's free disk, 990 MB..50 GB */
     const char *dbpath;    /* for the default oplog size */
     int port;              /* this member's port (which config member is "me") */
+    const char *cluster_key; /* security.keyFile's key: members authenticate as __system */
 } sbl_repl_config_t;
 
 /* Start replication after sbl_storage_open: with a set name, install the

@@ -239,7 +239,8 @@ static int run(int notify_fd)
     sbl_repl_config_t rcfg = {.set_name = options.repl_set_name,
                               .oplog_size_mb = options.oplog_size_mb,
                               .dbpath = options.dbpath,
-                              .port = options.port};
+                              .port = options.port,
+                              .cluster_key = options.cluster_key};
     if ((rc = sbl_repl_start(&rcfg, &err)) != 0) {
         bson_init(&attr);
         BSON_APPEND_UTF8(&attr, "error", err.msg);

@@ -200,9 +200,10 @@ def test_linearizable_read_fails_when_primary_cannot_reach_majority(rs):
         for m in others:
             m.signal(signal.SIGSTOP)
         try:
-            with pytest.raises(OperationFailure) as ei:
+            with pytest.raises((OperationFailure, NotMasterError)) as ei:
                 c.rc.command("find", "c", readConcern={"level": "linearizable"}, maxTimeMS=800)
-            assert ei.value.code in (50, 11602)
+            # time limit; or, on a loaded machine, the primary stepped down first
+            assert ei.value.details["code"] in (50, 11602, 10107)
             # a local read still answers
             c.rc.command("find", "c", readConcern={"level": "local"})
         finally:

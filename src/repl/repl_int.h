@@ -263,4 +263,8 @@ void sbl_rs_hb_kick(void);
  * joined by '&').  Returns false when it does not fit in n bytes. */
 bool sbl_rs_member_uri(char *buf, size_t n, const char *host, const char *opts);
 
+/* repl_monitor.c: count an applied entry (opcountersRepl), a batch applied. */
+void sbl_rs_count_applied_op(const bson_t *e);
+void sbl_rs_count_batch(void);
+
 #endif

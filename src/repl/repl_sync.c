@@ -389,10 +389,13 @@ static void sync_from(const char *host)
                 bson_destroy(&attr);
                 goto out;
             }
+            sbl_rs_count_applied_op(doc);
             reporter_poke(reporter);
             if (++n % 100 == 0 && !still_syncing_from(host))
                 goto out;
         }
+        if (n > 0)
+            sbl_rs_count_batch();
         if (mongoc_cursor_error(cur, &error) || !mongoc_cursor_more(cur))
             break;
         if (!first)

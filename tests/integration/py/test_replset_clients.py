@@ -290,3 +290,49 @@ def test_monitoring(rs):
     assert r.returncode == 0, r.stderr
     line = json.loads(r.stdout.strip().splitlines()[-1])
     assert line["repl"] == "HID" and line["repl_applied"] >= 0
+
+
+def test_default_rw_concern(rs):
+    import signal
+    p = wait_for(lambda: settled(rs))
+    with direct(p) as c:
+        d = c.admin.command("getDefaultRWConcern")
+        assert d["defaultWriteConcernSource"] == "implicit"
+        assert d["defaultReadConcern"] == {"level": "local"}
+        with pytest.raises(OperationFailure) as ei:
+            c.admin.command("setDefaultRWConcern")
+        assert ei.value.code == 2
+        with pytest.raises(OperationFailure) as ei:
+            c.admin.command("setDefaultRWConcern", defaultReadConcern={"level": "snapshot"})
+        assert ei.value.code == 2
+        with pytest.raises(OperationFailure) as ei:
+            c.admin.command("setDefaultRWConcern", defaultWriteConcern={"w": 0})
+        assert ei.value.code == 2
+        r = c.admin.command("setDefaultRWConcern",
+                            defaultWriteConcern={"w": "majority", "wtimeout": 600})
+        assert r["defaultWriteConcern"] == {"w": "majority", "wtimeout": 600}
+        assert r["defaultWriteConcernSource"] == "global"
+        try:
+            # the stored default reaches the other members through the oplog
+            wait_for(lambda: c.admin.command("getDefaultRWConcern")["defaultWriteConcernSource"]
+                     == "global")
+            # a write without writeConcern now waits for a majority: with both
+            # other members stopped it times out (wtimeout 600) as mongod reports it
+            others = [m for m in rs if m is not p]
+            for m in others:
+                m.signal(signal.SIGSTOP)
+            try:
+                r = c.dwc.command("insert", "c", documents=[{"_id": 1}])
+                assert r["writeConcernError"]["code"] == 64
+                # an explicit writeConcern still wins
+                r = c.dwc.command("insert", "c", documents=[{"_id": 2}], writeConcern={"w": 1})
+                assert "writeConcernError" not in r
+            finally:
+                for m in others:
+                    m.signal(signal.SIGCONT)
+        finally:
+            wait_for(lambda: settled(rs), timeout=30)
+            q = primary_of(rs)
+            with direct(q) as c2:
+                wait_for(lambda: c2.admin.command("setDefaultRWConcern",
+                                                  defaultWriteConcern={"w": 1}))

@@ -419,8 +419,8 @@ static bool secondary_ok(const sbl_opctx_t *ctx)
 static void execute(pending_t *p)
 {
     sbl_opctx_t *ctx = &p->ctx;
-    bson_iter_t it, mt, wcit, lsid;
-    bool has_mt = false, has_wc = false, has_lsid = false;
+    bson_iter_t it, mt, wcit, lsid, txnit, acit;
+    bool has_mt = false, has_wc = false, has_lsid = false, has_txn = false, has_ac = false;
 
     ctx->ss = sbl_session_get();
     ctx->start_us = sbl_now_us();
@@ -437,11 +437,17 @@ static void execute(pending_t *p)
             has_wc = sbl_doc_top_iter(ctx->cmd, at, k, &wcit);
         else if (!has_lsid && k[0] == 'l' && strcmp(k, "lsid") == 0)
             has_lsid = sbl_doc_top_iter(ctx->cmd, at, k, &lsid);
+        else if (!has_txn && k[0] == 't' && strcmp(k, "txnNumber") == 0)
+            has_txn = sbl_doc_top_iter(ctx->cmd, at, k, &txnit);
+        else if (!has_ac && k[0] == 'a' && strcmp(k, "autocommit") == 0)
+            has_ac = sbl_doc_top_iter(ctx->cmd, at, k, &acit);
     }
     if (bad) {
         has_mt = sbl_doc_find_top(ctx->cmd, "maxTimeMS", &mt);
         has_wc = sbl_doc_find_top(ctx->cmd, "writeConcern", &wcit);
         has_lsid = sbl_doc_find_top(ctx->cmd, "lsid", &lsid);
+        has_txn = sbl_doc_find_top(ctx->cmd, "txnNumber", &txnit);
+        has_ac = sbl_doc_find_top(ctx->cmd, "autocommit", &acit);
     }
     /* A write without writeConcern takes the cluster-wide default (read
      * through the internal runner: before this command's session begins). */
@@ -507,6 +513,12 @@ static void execute(pending_t *p)
         if (after != 0 && (p->rc = sbl_repl_wait_applied(after, ctx->deadline_us, &p->err)) != 0)
             return;
     }
+    /* A retryable write: check txnNumber, check the session out (and in
+     * again below, whatever happens). */
+    if (has_txn && (p->rc = sbl_cmd_txn_begin(ctx, &txnit, has_ac ? &acit : NULL, &p->err)) != 0) {
+        sbl_cmd_txn_end(ctx);
+        return;
+    }
     op_begin(p);
     if ((p->def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
         p->rc = sbl_cmd_fsync_wait(ctx, &p->err);
@@ -515,6 +527,7 @@ static void execute(pending_t *p)
     op_end(p);
     if (p->rc == 0 && lin)
         p->rc = sbl_repl_linearizable_wait(ctx->deadline_us, &p->err);
+    sbl_cmd_txn_end(ctx);
 }
 
 /* Wrap the handler's fields into the final reply document. */
@@ -551,12 +564,52 @@ static void pending_free(pending_t *p)
     free(p);
 }
 
+/*
+ * Exhaust cursors: a getMore sent with OP_MSG's exhaustAllowed whose cursor
+ * stays open and whose batch is not empty is answered with moreToCome, and
+ * the server runs the same getMore again at once; the client sends nothing
+ * until a reply without moreToCome (the cursor exhausted, an error, an empty
+ * batch of a tailable cursor) ends the stream, as mongod streams them.
+ */
+static bool exhaust_continues(pending_t *p, int64_t *cursor_id)
+{
+    sbl_request_t *req = p->ctx.req;
+
+    if (p->rc != 0 || p->ctx.conn == NULL || req == NULL || p->def == NULL ||
+        sbl_conn_is_closing(p->ctx.conn))
+        return false;
+    if (req->opcode == SBL_OP_MSG) {
+        if (!(req->flags & SBL_MSG_EXHAUST_ALLOWED) || req->more_to_come ||
+            strcmp(p->def->name, "getMore") != 0)
+            return false;
+    } else if (!sbl_wire_legacy_exhaust(req)) {
+        return false; /* a legacy find streams from its first batch on */
+    }
+    return sbl_wire_batch_count(&p->reply, cursor_id) > 0 && *cursor_id != 0;
+}
+
+static void dispatch_pending(pending_t *p, bool force_worker);
+static pending_t *pending_start(sbl_conn_t *conn, sbl_request_t *req);
+
 static void send_reply(pending_t *p)
 {
     if (p->rc == 0) {
         /* Success: the handler's fields plus ok, without copying them. */
         BSON_APPEND_DOUBLE(&p->reply, "ok", 1.0);
         sbl_repl_append_cluster_time(&p->reply);
+        int64_t cursor_id;
+        if (exhaust_continues(p, &cursor_id)) {
+            sbl_conn_t *conn = p->ctx.conn;
+            sbl_request_t *req = p->ctx.req;
+            sbl_conn_reply_more(conn, req, &p->reply);
+            pending_free(p);
+            if (req->legacy_find)
+                sbl_wire_legacy_next(req, cursor_id);
+            /* The next batch on a worker: never a recursion per batch. */
+            if ((p = pending_start(conn, req)) != NULL)
+                dispatch_pending(p, true);
+            return;
+        }
         sbl_conn_reply(p->ctx.conn, p->ctx.req, &p->reply);
         pending_free(p);
         return;
@@ -741,7 +794,9 @@ static pending_t *pending_new(void)
     return p;
 }
 
-void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
+/* A pending request for req on conn, or NULL after answering it with an
+ * out-of-memory error. */
+static pending_t *pending_start(sbl_conn_t *conn, sbl_request_t *req)
 {
     pending_t *p = pending_new();
     if (p == NULL) {
@@ -752,7 +807,7 @@ void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
         BSON_APPEND_UTF8(&out, "codeName", sbl_err_name(SBL_E_ExceededMemoryLimit));
         sbl_conn_reply(conn, req, &out);
         bson_destroy(&out);
-        return;
+        return NULL;
     }
     bson_init(&p->reply);
     p->ctx.conn = conn;
@@ -764,7 +819,11 @@ void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
     p->ctx.db = req->db;
     p->ctx.reply = &p->reply;
     p->ctx.wc.w = 1;
+    return p;
+}
 
+static void dispatch_pending(pending_t *p, bool force_worker)
+{
     p->rc = prepare(p, &p->err);
     if ((p->rc = sbl_cmd_audit_check(&p->ctx, p->rc, &p->err)) != 0) {
         sbl_metrics_count_op(SBL_OPC_COMMAND, 1);
@@ -776,14 +835,21 @@ void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
         return;
     }
     int64_t counted = count_op(p->def, p->ctx.cmd);
-    if (needs_worker(p->def, p->ctx.cmd, counted)) {
+    if (force_worker || needs_worker(p->def, p->ctx.cmd, counted)) {
         p->work.data = p;
         sbl_audit_seal(); /* this loop's events so far go before the worker's */
-        if (uv_queue_work(sbl_conn_loop(conn), &p->work, work_cb, after_work_cb) == 0)
+        if (uv_queue_work(sbl_conn_loop(p->ctx.conn), &p->work, work_cb, after_work_cb) == 0)
             return;
     }
     execute(p);
     finish(p);
+}
+
+void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
+{
+    pending_t *p = pending_start(conn, req);
+    if (p != NULL)
+        dispatch_pending(p, false);
 }
 
 void sbl_cmd_run(const char *db, const bson_t *cmd, bson_t *reply)
@@ -859,6 +925,13 @@ static void reaper_main(void *arg)
     uv_mutex_unlock(&reaper_mu);
 }
 
+/* What parked getMores wait on: a capped insert (the oplog's too) or the
+ * majority commit point moving (a change stream's next events). */
+static uint64_t wake_generation(void)
+{
+    return sbl_capped_generation() + sbl_repl_commit_generation();
+}
+
 int sbl_cmd_init(sbl_err_t *err)
 {
     /* libuv's worker pool runs the commands that may scan; size it before first use. */
@@ -869,6 +942,7 @@ int sbl_cmd_init(sbl_err_t *err)
     static const sbl_op_observer_t observer = {.coll_created = sbl_cmd_on_coll_created};
     sbl_op_set_observer(&observer);
     sbl_op_set_park(sbl_capped_await_park);
+    sbl_op_set_generation(wake_generation);
     SBL_RET(sbl_spill_init(err)); /* memory parameters; empties <dbpath>/_tmp */
     SBL_RET(sbl_cmd_sessions_init(err)); /* session timeout and refresh parameters */
     uv_mutex_init(&reaper_mu);

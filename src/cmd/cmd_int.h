@@ -122,6 +122,12 @@ void sbl_cmd_append_topology_version(bson_t *r);
 int sbl_cmd_build_info(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_ping(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_get_parameter(sbl_opctx_t *ctx, sbl_err_t *err);
+/* rwconcern.c: the cluster-wide default read/write concerns. */
+int sbl_cmd_get_default_rw_concern(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_set_default_rw_concern(sbl_opctx_t *ctx, sbl_err_t *err);
+/* The stored defaultWriteConcern into out (a copy the caller destroys), or
+ * false when none is set or this is not a replica set member. */
+bool sbl_cmd_default_write_concern(bson_t *out);
 int sbl_cmd_get_cmd_line_opts(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_host_info(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_whatsmyuri(sbl_opctx_t *ctx, sbl_err_t *err);

@@ -8,6 +8,7 @@
  */
 #include "cmd/cmd_int.h"
 #include "exec/exec.h"
+#include "repl/repl.h"
 #include "server/server.h"
 #include "audit/audit.h"
 #include "auth/auth.h"
@@ -140,6 +141,7 @@ int sbl_cmd_server_status(sbl_opctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_INT64(&d, "command", oc.command);
     bson_append_document_end(r, &d);
 
+    sbl_repl_append_server_status(r); /* repl, opcountersRepl */
     append_op_latencies(r, want_histograms(ctx->cmd));
     sbl_cmd_sessions_append_status(r);
     append_mem(r);
@@ -172,6 +174,7 @@ int sbl_cmd_server_status(sbl_opctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_INT64(&d, "updated", sbl_metrics_get_docs(SBL_DOC_UPDATED));
     bson_append_document_end(&m, &d);
     sbl_spill_append_metrics(&m); /* metrics.query: spills of $group and sorts */
+    sbl_repl_append_metrics(&m);
     bson_append_document_end(r, &m);
 
     BSON_APPEND_DOCUMENT_BEGIN(r, "storageEngine", &d);
@@ -220,6 +223,20 @@ static void src_cache(int64_t *used, int64_t *max, int64_t *dirty)
         bson_iter_find_descendant(&it, "cache.tracked dirty bytes in the cache", &f))
         *dirty = bson_iter_as_int64(&f);
     bson_destroy(&st);
+}
+
+static size_t src_repl_members(sbl_metrics_member_t *out, size_t cap)
+{
+    sbl_repl_member_info_t m[SBL_METRICS_MAX_MEMBERS];
+    int n = sbl_repl_members_info(m, cap < SBL_METRICS_MAX_MEMBERS ? (int)cap
+                                                                   : SBL_METRICS_MAX_MEMBERS);
+    for (int i = 0; i < n; i++) {
+        memcpy(out[i].name, m[i].name, sizeof(out[i].name));
+        out[i].name[sizeof(out[i].name) - 1] = '\0';
+        out[i].state = m[i].state;
+        out[i].lag_ms = m[i].lag_ms;
+    }
+    return (size_t)n;
 }
 
 static const char *src_command_name(size_t row)
@@ -277,7 +294,7 @@ const struct sbl_metrics_sources *sbl_cmd_metrics_sources(void)
         .cache = src_cache,
         .command_name = src_command_name,
         .audit_events = sbl_audit_events_total,
-        .repl_members = NULL, /* src/repl fills this in when a replica set runs */
+        .repl_members = src_repl_members,
         .authorize = src_authorize,
     };
     return &src;

@@ -499,16 +499,25 @@ static void execute(pending_t *p)
         has_txn = sbl_doc_find_top(ctx->cmd, "txnNumber", &txnit);
         has_ac = sbl_doc_find_top(ctx->cmd, "autocommit", &acit);
     }
-    if ((p->rc = sbl_cmd_session_begin(ctx, has_lsid ? &lsid : NULL, &p->err)) != 0)
+    /* A write without writeConcern takes the cluster-wide default (read
+     * through the internal runner: before this command's session begins). */
+    bson_t dwc;
+    bool has_dwc = (p->def->flags & SBL_CMD_WRITE) && !has_wc && ctx->req != NULL &&
+                   sbl_cmd_default_write_concern(&dwc);
+    if ((p->rc = sbl_cmd_session_begin(ctx, has_lsid ? &lsid : NULL, &p->err)) != 0) {
+        if (has_dwc)
+            bson_destroy(&dwc);
         return;
+    }
     if (has_mt) {
         it = mt;
-        int64_t ms;
-        if ((p->rc = sbl_get_int64(&it, &ms, &p->err)) != 0)
-            return;
-        if (ms < 0 || ms > INT32_MAX) {
+        int64_t ms = 0;
+        if ((p->rc = sbl_get_int64(&it, &ms, &p->err)) == 0 && (ms < 0 || ms > INT32_MAX))
             p->rc = sbl_err_set(&p->err, SBL_E_BadValue, "%lld value for maxTimeMS is out of range",
                                 (long long)ms);
+        if (p->rc != 0) {
+            if (has_dwc)
+                bson_destroy(&dwc);
             return;
         }
         if (ms > 0)
@@ -517,7 +526,19 @@ static void execute(pending_t *p)
     if ((p->def->flags & SBL_CMD_WRITE) && has_wc) {
         if ((p->rc = parse_write_concern(&wcit, &ctx->wc, &p->err)) != 0)
             return;
+    } else if (has_dwc) { /* no writeConcern: the cluster-wide default */
+        bson_t wrap = BSON_INITIALIZER;
+        bson_iter_t dit;
+        BSON_APPEND_DOCUMENT(&wrap, "writeConcern", &dwc);
+        if (bson_iter_init_find(&dit, &wrap, "writeConcern"))
+            p->rc = parse_write_concern(&dit, &ctx->wc, &p->err);
+        ctx->wc.given = false;
+        bson_destroy(&wrap);
     }
+    if (has_dwc)
+        bson_destroy(&dwc);
+    if (p->rc != 0)
+        return;
     if (ctx->req != NULL && ctx->req->more_to_come)
         ctx->wc.w = 0;
     /* Replication state: a member that is not primary takes no writes

@@ -163,6 +163,24 @@ void sbl_metrics_render_prometheus(bson_string_t *o, const sbl_metrics_sources_t
         bson_string_append_printf(o, "sable_wiredtiger_cache_dirty_bytes %lld\n", (long long)dirty);
     }
 
+    sbl_metrics_member_t mem[SBL_METRICS_MAX_MEMBERS];
+    size_t nm = src != NULL && src->repl_members != NULL
+                    ? src->repl_members(mem, SBL_METRICS_MAX_MEMBERS) : 0;
+    if (nm > 0) {
+        head(o, "sable_repl_member_state", "gauge",
+             "Replica set members' states as this member sees them (1 PRIMARY, 2 SECONDARY, "
+             "8 DOWN ...; replSetGetStatus).");
+        for (size_t i = 0; i < nm; i++)
+            bson_string_append_printf(o, "sable_repl_member_state{member=\"%s\"} %d\n",
+                                      mem[i].name, mem[i].state);
+        head(o, "sable_repl_lag_seconds", "gauge",
+             "How far each member's applied optime is behind the newest one this member knows.");
+        for (size_t i = 0; i < nm; i++)
+            if (mem[i].lag_ms >= 0)
+                bson_string_append_printf(o, "sable_repl_lag_seconds{member=\"%s\"} %.3f\n",
+                                          mem[i].name, mem[i].lag_ms / 1000.0);
+    }
+
     double cpu;
     int64_t rss, vsz;
     sbl_metrics_process(&cpu, &rss, &vsz);

@@ -41,6 +41,7 @@ typedef struct sbl_repl_config {
     int64_t oplog_size_mb; /* --oplogSizeMB; <= 0: 5% of the dbpath's free disk, 990 MB..50 GB */
     const char *dbpath;    /* for the default oplog size */
     int port;              /* this member's port (which config member is "me") */
+    const char *cluster_key; /* security.keyFile's key: members authenticate as __system */
 } sbl_repl_config_t;
 
 /* Start replication after sbl_storage_open: with a set name, install the
@@ -128,6 +129,20 @@ void sbl_repl_await(uint64_t ts, int w, bool w_majority, int64_t wtimeout_ms,
 int sbl_repl_wait_applied(uint64_t ts, int64_t deadline_us, sbl_err_t *err);
 int sbl_repl_linearizable_check(sbl_err_t *err);
 int sbl_repl_linearizable_wait(int64_t deadline_us, sbl_err_t *err);
+/* Monitoring (repl_monitor.c); no-ops / 0 on a standalone.
+ * sbl_repl_append_server_status: serverStatus's repl and opcountersRepl.
+ * sbl_repl_append_metrics: serverStatus.metrics.repl (into metrics).
+ * sbl_repl_members_info: each member's host, state (MongoDB's numbers) and
+ * lag behind the newest optime this member knows, in ms (-1 unknown), at
+ * most cap; returns how many. */
+typedef struct sbl_repl_member_info {
+    char name[128];
+    int state;
+    int64_t lag_ms;
+} sbl_repl_member_info_t;
+void sbl_repl_append_server_status(bson_t *r);
+void sbl_repl_append_metrics(bson_t *metrics);
+int sbl_repl_members_info(sbl_repl_member_info_t *out, int cap);
 /* The newest oplog timestamp (what a write just acknowledged waits for). */
 uint64_t sbl_repl_last_op_ts(void);
 /* The number of members (w: N above it is refused as mongod does). */

@@ -457,6 +457,26 @@ out:
 
 /* ---- start, stop, initiate -------------------------------------------------------- */
 
+bool sbl_rs_member_uri(char *buf, size_t n, const char *host, const char *opts)
+{
+    char key[3 * 1024 + 1];
+    size_t k = 0;
+    if (rs.cluster_key != NULL) { /* base64: '+', '/' and '=' need escaping in a URI */
+        for (const char *p = rs.cluster_key; *p != '\0' && k + 4 < sizeof(key); p++) {
+            if (*p == '+' || *p == '/' || *p == '=')
+                k += (size_t)snprintf(key + k, sizeof(key) - k, "%%%02X", (unsigned char)*p);
+            else
+                key[k++] = *p;
+        }
+    }
+    key[k] = '\0';
+    int w = rs.cluster_key != NULL
+                ? snprintf(buf, n, "mongodb://__system:%s@%s/?authSource=local&"
+                           "authMechanism=SCRAM-SHA-256&%s", key, host, opts)
+                : snprintf(buf, n, "mongodb://%s/?%s", host, opts);
+    return w > 0 && (size_t)w < n;
+}
+
 int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err)
 {
     if (cfg->set_name == NULL || cfg->set_name[0] == '\0') {
@@ -464,6 +484,7 @@ int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err)
         return 0;
     }
     rs.set_name = bson_strdup(cfg->set_name);
+    rs.cluster_key = cfg->cluster_key != NULL ? bson_strdup(cfg->cluster_key) : NULL;
     rs.dbpath = bson_strdup(cfg->dbpath != NULL ? cfg->dbpath : ".");
     rs.port = cfg->port;
     if (cfg->oplog_size_mb > 0) {

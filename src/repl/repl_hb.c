@@ -51,10 +51,12 @@ static mongoc_client_t *conn_get(peer_conn_t *pc, const char *host, int timeout_
     if (pc->client != NULL)
         mongoc_client_destroy(pc->client);
     pc->client = NULL;
-    char uri[512];
-    snprintf(uri, sizeof(uri), "mongodb://%s/?directConnection=true&connectTimeoutMS=%d"
-             "&socketTimeoutMS=%d&serverSelectionTimeoutMS=%d&appname=sable-repl", host,
+    char opts[256], uri[4096];
+    snprintf(opts, sizeof(opts), "directConnection=true&connectTimeoutMS=%d"
+             "&socketTimeoutMS=%d&serverSelectionTimeoutMS=%d&appname=sable-repl",
              timeout_ms, timeout_ms, timeout_ms);
+    if (!sbl_rs_member_uri(uri, sizeof(uri), host, opts))
+        return NULL;
     pc->client = mongoc_client_new(uri);
     snprintf(pc->host, sizeof(pc->host), "%s", host);
     return pc->client;

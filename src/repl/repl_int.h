@@ -230,6 +230,7 @@ typedef struct sbl_rs {
     pthread_mutex_t lock;
     pthread_cond_t cond; /* state, applied positions or the commit point moved */
     char *set_name;
+    char *cluster_key; /* keyFile's key, or NULL: connections to members authenticate */
     int64_t oplog_bytes;
     int port;
     bson_t *config; /* the stored config document; NULL until initiated */
@@ -317,5 +318,14 @@ int sbl_rs_sync_start(void);
 void sbl_rs_sync_stop(void);
 /* Wake the heartbeat thread now (config adopted, state changed). */
 void sbl_rs_hb_kick(void);
+
+/* The URI of a connection to member host: mongodb://[__system:KEY@]host/?
+ * with authSource=local when the set has a keyFile, then opts (URI options
+ * joined by '&').  Returns false when it does not fit in n bytes. */
+bool sbl_rs_member_uri(char *buf, size_t n, const char *host, const char *opts);
+
+/* repl_monitor.c: count an applied entry (opcountersRepl), a batch applied. */
+void sbl_rs_count_applied_op(const bson_t *e);
+void sbl_rs_count_batch(void);
 
 #endif

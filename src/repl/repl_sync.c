@@ -164,6 +164,19 @@ static bool choose_source_locked(char *host, size_t n)
         if (i != rs.self && rs.peer[i].up &&
             (rs.peer[i].state == SBL_RS_SECONDARY || rs.peer[i].state == SBL_RS_PRIMARY))
             src = i;
+    /* No primary: catch up from the secondary that is furthest ahead of us
+     * (chaining, as mongod may).  Without it a secondary behind a hidden or
+     * priority-0 member could never win an election: that member denies its
+     * vote to a candidate behind it, and cannot stand itself. */
+    if (st == SBL_RS_SECONDARY && src < 0) {
+        sbl_optime_t best = sbl_rs_my_applied();
+        for (int i = 0; i < rs.cfg.n; i++)
+            if (i != rs.self && rs.peer[i].up && rs.peer[i].state == SBL_RS_SECONDARY &&
+                sbl_optime_cmp(rs.peer[i].applied, best) > 0) {
+                best = rs.peer[i].applied;
+                src = i;
+            }
+    }
     if (src < 0)
         return false;
     snprintf(host, n, "%s", rs.cfg.m[src].host);
@@ -236,7 +249,7 @@ typedef struct reporter {
     pthread_t thread;
     pthread_cond_t cond; /* with rs.lock: the applied optime moved, or stop */
     bool stop;
-    char uri[512];
+    char uri[4096];
 } reporter_t;
 
 static void *reporter_main(void *arg)
@@ -316,9 +329,10 @@ static void log_host(int level, int id, const char *msg, const char *host)
 /* Tail host's oplog while it stays our sync source. */
 static void sync_from(const char *host)
 {
-    char uri[512];
-    snprintf(uri, sizeof(uri), "mongodb://%s/?directConnection=true&connectTimeoutMS=2000"
-             "&socketTimeoutMS=10000&serverSelectionTimeoutMS=2000&appname=sable-sync", host);
+    char uri[4096];
+    if (!sbl_rs_member_uri(uri, sizeof(uri), host, "directConnection=true&connectTimeoutMS=2000"
+                           "&socketTimeoutMS=10000&serverSelectionTimeoutMS=2000&appname=sable-sync"))
+        return;
     mongoc_client_t *c = mongoc_client_new(uri);
     if (c == NULL)
         return;
@@ -382,10 +396,13 @@ static void sync_from(const char *host)
                 bson_destroy(&attr);
                 goto out;
             }
+            sbl_rs_count_applied_op(doc);
             reporter_poke(reporter);
             if (++n % 100 == 0 && !still_syncing_from(host))
                 goto out;
         }
+        if (n > 0)
+            sbl_rs_count_batch();
         if (mongoc_cursor_error(cur, &error) || !mongoc_cursor_more(cur))
             break;
         if (!first)

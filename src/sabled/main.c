@@ -249,7 +249,8 @@ static int run(int notify_fd)
     sbl_repl_config_t rcfg = {.set_name = options.repl_set_name,
                               .oplog_size_mb = options.oplog_size_mb,
                               .dbpath = options.dbpath,
-                              .port = options.port};
+                              .port = options.port,
+                              .cluster_key = options.cluster_key};
     if (sbl_repl_start(&rcfg, &err) != 0) {
         startup_error(SBL_LOG_FATAL, "REPL", 40088, "Terminating: could not start replication",
                       &err);

@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ctype.h>
+#include <sys/stat.h>
 #include <yaml.h>
 
 typedef enum { OPT_INT, OPT_DOUBLE, OPT_STRING, OPT_FLAG, OPT_PARAM } opt_kind_t;
@@ -81,6 +83,9 @@ static const opt_def_t opt_table[] = {
      "profiling level: 0 (off), 1 (slow operations) or 2 (all) - 0 by default"},
     {"slowOpSampleRate", "operationProfiling.slowOpSampleRate", OPT_DOUBLE,
      "fraction of slow operations to log and profile - 1.0 by default"},
+    {"keyFile", "security.keyFile", OPT_STRING,
+     "private key for cluster authentication (members authenticate to each other; implies "
+     "--auth)"},
     {"replSet", "replication.replSetName", OPT_STRING,
      "arg is <setname>: run as a member of this replica set (sabled: one member so far)"},
     {"configsvr", "sharding.clusterRole", OPT_FLAG,
@@ -320,6 +325,49 @@ static void split_bind_ips(sbl_options_t *o, const char *list)
 }
 
 /* Apply one setting to o and record it (typed) in the flat parsed list. */
+
+/* security.keyFile, as mongod reads it: the file must not be readable by
+ * group or others; its key is the file without whitespace, 6 to 1024
+ * base64 characters.  The key is the password of __system@local, which
+ * members use to authenticate to each other; a keyFile turns on
+ * authorization. */
+static int read_key_file(sbl_options_t *o, const char *path, sbl_err_t *err)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return sbl_err_set(err, SBL_E_BadValue, "error getting file %s: %s", path, strerror(errno));
+    if (sb.st_mode & 077)
+        return sbl_err_set(err, SBL_E_BadValue, "permissions on %s are too open", path);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return sbl_err_set(err, SBL_E_BadValue, "error opening file: %s: %s", path, strerror(errno));
+    char buf[4096];
+    size_t n = 0;
+    int ch;
+    bool bad = false;
+    while ((ch = fgetc(f)) != EOF) {
+        if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v')
+            continue;
+        if (!(isalnum(ch) || ch == '+' || ch == '/' || ch == '='))
+            bad = true;
+        if (n < sizeof(buf) - 1)
+            buf[n] = (char)ch;
+        n++;
+    }
+    fclose(f);
+    if (bad)
+        return sbl_err_set(err, SBL_E_BadValue, "invalid char in key file %s: not a base64 "
+                           "character", path);
+    if (n < 6 || n > 1024)
+        return sbl_err_set(err, SBL_E_BadValue, "security key in %s has length %zu, must be "
+                           "between 6 and 1024 chars", path, n);
+    buf[n] = '\0';
+    set_str(&o->key_file, path);
+    set_str(&o->cluster_key, buf);
+    o->auth = true;
+    return 0;
+}
+
 static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sbl_err_t *err)
 {
     const char *k = st->key;
@@ -501,6 +549,8 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
                 return sbl_err_set(err, SBL_E_BadValue, "auditLog.format must be JSON or BSON, "
                                    "got %s", st->value);
             o->audit_format = strcmp(st->value, "BSON") == 0;
+        } else if (strcmp(k, "security.keyFile") == 0) {
+            SBL_RET(read_key_file(o, st->value, err));
         } else if (strcmp(k, "replication.replSetName") == 0) {
             if (st->value[0] == '\0' || strchr(st->value, '/') != NULL)
                 return sbl_err_set(err, SBL_E_BadValue, "replication.replSetName: a set name may "
@@ -713,6 +763,8 @@ void sbl_options_destroy(sbl_options_t *o)
     bson_free(o->audit_path);
     bson_free(o->audit_filter);
     bson_free(o->repl_set_name);
+    bson_free(o->key_file);
+    bson_free(o->cluster_key);
     bson_free(o->config_db);
     bson_destroy(&o->parsed);
     bson_destroy(&o->parameters);

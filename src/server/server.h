@@ -63,6 +63,8 @@ typedef struct sbl_options {
     char *audit_path;        /* auditLog.path */
     char *audit_filter;      /* auditLog.filter (JSON text, checked to parse) */
     char *repl_set_name;     /* --replSet / replication.replSetName; NULL: standalone */
+    char *key_file;          /* --keyFile / security.keyFile; NULL: none */
+    char *cluster_key;       /* its key (whitespace removed): __system@local's password */
     int cluster_role;        /* sharding.clusterRole (--configsvr, --shardsvr): SBL_ROLE_* */
     char *config_db;         /* sharding.configDB (sable-router's --configdb), or NULL */
     int oplog_size_mb;       /* --oplogSizeMB / replication.oplogSizeMB; 0: the default */

@@ -103,6 +103,39 @@ static double cpu_pct(const bson_t *a, const bson_t *b, double secs)
     return secs > 0 ? (cb - ca) / 1e6 / secs * 100.0 : 0;
 }
 
+/* A replica set member's role as mongostat's repl column shows it (PRI, SEC,
+ * HID for a hidden secondary, STA before it is one), or NULL when standalone. */
+static const char *repl_role(const bson_t *ss)
+{
+    bson_iter_t it, f;
+    if (!bson_iter_init_find(&it, ss, "repl") || !BSON_ITER_HOLDS_DOCUMENT(&it))
+        return NULL;
+    bson_iter_recurse(&it, &f);
+    bool pri = false, sec = false, hidden = false;
+    while (bson_iter_next(&f)) {
+        if (strcmp(bson_iter_key(&f), "isWritablePrimary") == 0)
+            pri = bson_iter_as_bool(&f);
+        else if (strcmp(bson_iter_key(&f), "secondary") == 0)
+            sec = bson_iter_as_bool(&f);
+        else if (strcmp(bson_iter_key(&f), "hidden") == 0)
+            hidden = bson_iter_as_bool(&f);
+    }
+    return pri ? "PRI" : sec ? (hidden ? "HID" : "SEC") : "STA";
+}
+
+/* Entries applied from the sync source per second (opcountersRepl). */
+static double repl_rate(const bson_t *a, const bson_t *b, double secs)
+{
+    static const char *const keys[] = {"insert", "update", "delete", "command"};
+    double r = 0;
+    for (int i = 0; i < 4; i++) {
+        char p[64];
+        snprintf(p, sizeof(p), "opcountersRepl.%s", keys[i]);
+        r += rate(a, b, p, secs);
+    }
+    return r;
+}
+
 static void stat_line(const opts_t *o, const bson_t *a, const bson_t *b, double secs, long n)
 {
     static const char *const keys[] = {"insert", "query", "update", "delete", "getmore",
@@ -127,20 +160,28 @@ static void stat_line(const opts_t *o, const bson_t *a, const bson_t *b, double 
     localtime_r(&t, &tm);
     strftime(tbuf, sizeof(tbuf), "%H:%M:%S", &tm);
 
+    const char *role = repl_role(b);
+    double applied = role != NULL ? repl_rate(a, b, secs) : 0;
     if (o->json) {
-        printf("{\"time\":\"%s\",\"insert\":%.1f,\"query\":%.1f,\"update\":%.1f,\"delete\":%.1f,"
+        if (role != NULL)
+            printf("{\"repl\":\"%s\",\"repl_applied\":%.1f,", role, applied);
+        printf("%s\"time\":\"%s\",\"insert\":%.1f,\"query\":%.1f,\"update\":%.1f,\"delete\":%.1f,"
                "\"getmore\":%.1f,\"command\":%.1f,\"read_ms\":%.3f,\"write_ms\":%.3f,"
                "\"cpu_pct\":%.1f,\"conn\":%lld,\"res_mb\":%lld,\"cache_used_pct\":%.1f,"
                "\"cache_dirty_pct\":%.1f,\"cache_bytes\":%lld,\"interval_s\":%.3f}\n",
-               tbuf, r[0], r[1], r[2], r[3], r[4], r[5], rd, wr, cpu, (long long)conn,
+               role != NULL ? "" : "{", tbuf, r[0], r[1], r[2], r[3], r[4], r[5], rd, wr, cpu, (long long)conn,
                (long long)res, used_pct, dirty_pct, (long long)used, secs);
     } else {
         if (!o->no_header && n % 20 == 0)
             printf("  insert   query  update  delete getmore command  read_ms write_ms   cpu%%"
-                   "  conn  res_mb cache_mb used%% dirty%%     time\n");
-        printf("%8.0f%8.0f%8.0f%8.0f%8.0f%8.0f %8.3f %8.3f %6.1f %5lld %7lld %8.1f %5.1f %6.1f %s\n",
+                   "  conn  res_mb cache_mb used%% dirty%%%s     time\n",
+                   role != NULL ? " repl applied" : "");
+        char rbuf[32] = "";
+        if (role != NULL)
+            snprintf(rbuf, sizeof(rbuf), " %4s %7.0f", role, applied);
+        printf("%8.0f%8.0f%8.0f%8.0f%8.0f%8.0f %8.3f %8.3f %6.1f %5lld %7lld %8.1f %5.1f %6.1f%s %s\n",
                r[0], r[1], r[2], r[3], r[4], r[5], rd, wr, cpu, (long long)conn, (long long)res,
-               used / 1048576.0, used_pct, dirty_pct, tbuf);
+               used / 1048576.0, used_pct, dirty_pct, rbuf, tbuf);
     }
     fflush(stdout);
 }

@@ -1,0 +1,233 @@
+/*
+ * rwconcern.c: getDefaultRWConcern / setDefaultRWConcern, the cluster-wide
+ * default read and write concerns.  As mongod, the defaults are one
+ * document {_id: "ReadWriteConcernDefaults", defaultReadConcern,
+ * defaultWriteConcern, updateOpTime, updateWallClockTime} in config.settings,
+ * written on the primary (so the oplog carries it to every member) and read
+ * back through a cache refreshed every second.  A write from a client that
+ * names no writeConcern takes defaultWriteConcern when one is set.
+ *
+ * What must stay true: the stored document is the only source; without one
+ * the implicit defaults are reported (Sable's implicit write concern is
+ * {w: 1}, see docs/replication.md).
+ */
+#include "cmd/cmd_int.h"
+#include "common/clock.h"
+#include "repl/repl.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#define DEFAULTS_ID "ReadWriteConcernDefaults"
+#define REFRESH_MS 1000
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static bson_t *cached;     /* the stored document, or NULL */
+static int64_t loaded_ms;  /* when cached was read; 0: never */
+
+/* Read the stored document (under lock) when the cache is older than REFRESH_MS. */
+static void refresh_locked(bool force)
+{
+    int64_t now = sbl_now_ms();
+    if (!force && loaded_ms != 0 && now - loaded_ms < REFRESH_MS)
+        return;
+    bson_t cmd = BSON_INITIALIZER, f, reply = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&cmd, "find", "settings");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &f);
+    BSON_APPEND_UTF8(&f, "_id", DEFAULTS_ID);
+    bson_append_document_end(&cmd, &f);
+    BSON_APPEND_INT32(&cmd, "limit", 1);
+    sbl_cmd_run("config", &cmd, &reply);
+    bson_iter_t it, d;
+    if (cached != NULL)
+        bson_destroy(cached);
+    cached = NULL;
+    if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.firstBatch.0", &d) &&
+        BSON_ITER_HOLDS_DOCUMENT(&d)) {
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_document(&d, &len, &data);
+        cached = bson_new_from_data(data, len);
+    }
+    loaded_ms = now;
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+}
+
+/* field of the stored defaults into out (a document), false when unset. */
+static bool stored_field(const char *field, bson_t *out)
+{
+    bool found = false;
+    pthread_mutex_lock(&lock);
+    refresh_locked(false);
+    bson_iter_t it;
+    if (cached != NULL && bson_iter_init_find(&it, cached, field) && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_document(&it, &len, &data);
+        found = bson_init_static(out, data, len);
+        if (found) {
+            bson_t *copy = bson_copy(out);
+            bson_copy_to(copy, out);
+            bson_destroy(copy);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
+bool sbl_cmd_default_write_concern(bson_t *out)
+{
+    if (!sbl_repl_enabled())
+        return false;
+    return stored_field("defaultWriteConcern", out);
+}
+
+static void append_defaults(bson_t *r)
+{
+    bson_t rc, wc, d;
+    bool has_rc = stored_field("defaultReadConcern", &rc);
+    bool has_wc = stored_field("defaultWriteConcern", &wc);
+    if (has_rc) {
+        BSON_APPEND_DOCUMENT(r, "defaultReadConcern", &rc);
+        bson_destroy(&rc);
+    } else {
+        BSON_APPEND_DOCUMENT_BEGIN(r, "defaultReadConcern", &d);
+        BSON_APPEND_UTF8(&d, "level", "local");
+        bson_append_document_end(r, &d);
+    }
+    if (has_wc) {
+        BSON_APPEND_DOCUMENT(r, "defaultWriteConcern", &wc);
+        bson_destroy(&wc);
+    } else {
+        BSON_APPEND_DOCUMENT_BEGIN(r, "defaultWriteConcern", &d);
+        BSON_APPEND_INT32(&d, "w", 1);
+        BSON_APPEND_INT32(&d, "wtimeout", 0);
+        bson_append_document_end(r, &d);
+    }
+    pthread_mutex_lock(&lock);
+    bson_iter_t it;
+    if (cached != NULL && bson_iter_init_find(&it, cached, "updateOpTime"))
+        bson_append_iter(r, "updateOpTime", -1, &it);
+    if (cached != NULL && bson_iter_init_find(&it, cached, "updateWallClockTime"))
+        bson_append_iter(r, "updateWallClockTime", -1, &it);
+    pthread_mutex_unlock(&lock);
+    BSON_APPEND_UTF8(r, "defaultWriteConcernSource", has_wc ? "global" : "implicit");
+    BSON_APPEND_UTF8(r, "defaultReadConcernSource", has_rc ? "global" : "implicit");
+    BSON_APPEND_DATE_TIME(r, "localUpdateWallClockTime", sbl_now_ms());
+}
+
+int sbl_cmd_get_default_rw_concern(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    (void)err;
+    append_defaults(ctx->reply);
+    return 0;
+}
+
+static int check_read_default(const bson_t *rc, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bson_iter_init(&it, rc);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "level") != 0)
+            return sbl_err_set(err, SBL_E_BadValue, "'%s' is not suitable for the default read "
+                               "concern", k);
+        const char *lv = BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : "";
+        if (strcmp(lv, "local") != 0 && strcmp(lv, "available") != 0 &&
+            strcmp(lv, "majority") != 0)
+            return sbl_err_set(err, SBL_E_BadValue, "level: '%s' is not permitted for the "
+                               "default read concern", lv);
+    }
+    return 0;
+}
+
+static int check_write_default(const bson_t *wc, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bool has_w = false;
+    bson_iter_init(&it, wc);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "w") == 0) {
+            has_w = true;
+            if (BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_int64(&it) == 0)
+                return sbl_err_set(err, SBL_E_BadValue, "Unacknowledged write concern is not "
+                                   "allowed in the default write concern");
+            if (!BSON_ITER_HOLDS_NUMBER(&it) &&
+                !(BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_utf8(&it, NULL), "majority") == 0))
+                return sbl_err_set(err, SBL_E_BadValue, "w must be a number or \"majority\"");
+        } else if (strcmp(k, "wtimeout") != 0 && strcmp(k, "j") != 0) {
+            return sbl_err_set(err, SBL_E_BadValue, "'%s' is not suitable for the default "
+                               "write concern", k);
+        }
+    }
+    if (!has_w && !bson_empty(wc))
+        return sbl_err_set(err, SBL_E_BadValue, "The default write concern must have a 'w' field");
+    return 0;
+}
+
+int sbl_cmd_set_default_rw_concern(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bson_t rc, wc;
+    bool has_rc = false, has_wc = false;
+    const uint8_t *data;
+    uint32_t len;
+    if (!sbl_repl_enabled())
+        return sbl_err_set(err, SBL_E_IllegalOperation, "setDefaultRWConcern is only supported on "
+                           "replica sets and sharded clusters here (Sable)");
+    if (bson_iter_init_find(&it, ctx->cmd, "defaultReadConcern") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_iter_document(&it, &len, &data);
+        has_rc = bson_init_static(&rc, data, len);
+        SBL_RET(check_read_default(&rc, err));
+    }
+    if (bson_iter_init_find(&it, ctx->cmd, "defaultWriteConcern") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_iter_document(&it, &len, &data);
+        has_wc = bson_init_static(&wc, data, len);
+        SBL_RET(check_write_default(&wc, err));
+    }
+    if (!has_rc && !has_wc)
+        return sbl_err_set(err, SBL_E_BadValue, "At least one of the \"defaultReadConcern\" or "
+                           "\"defaultWriteConcern\" fields must be present");
+    SBL_RET(sbl_repl_check_write("config", err));
+    bson_t cmd = BSON_INITIALIZER, ups, u, q, set, reply = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&cmd, "update", "settings");
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "updates", &ups);
+    BSON_APPEND_DOCUMENT_BEGIN(&ups, "0", &u);
+    BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &q);
+    BSON_APPEND_UTF8(&q, "_id", DEFAULTS_ID);
+    bson_append_document_end(&u, &q);
+    BSON_APPEND_DOCUMENT_BEGIN(&u, "u", &set);
+    bson_t s;
+    BSON_APPEND_DOCUMENT_BEGIN(&set, "$set", &s);
+    if (has_rc)
+        BSON_APPEND_DOCUMENT(&s, "defaultReadConcern", &rc);
+    if (has_wc)
+        BSON_APPEND_DOCUMENT(&s, "defaultWriteConcern", &wc);
+    uint64_t ts = sbl_repl_last_op_ts();
+    bson_t ot;
+    BSON_APPEND_DOCUMENT_BEGIN(&s, "updateOpTime", &ot);
+    bson_append_timestamp(&ot, "ts", 2, (uint32_t)(ts >> 32), (uint32_t)ts);
+    bson_append_document_end(&s, &ot);
+    BSON_APPEND_DATE_TIME(&s, "updateWallClockTime", sbl_now_ms());
+    bson_append_document_end(&set, &s);
+    bson_append_document_end(&u, &set);
+    BSON_APPEND_BOOL(&u, "upsert", true);
+    bson_append_document_end(&ups, &u);
+    bson_append_array_end(&cmd, &ups);
+    sbl_cmd_run("config", &cmd, &reply);
+    int rc_ = 0;
+    if (!bson_iter_init_find(&it, &reply, "ok") || bson_iter_as_double(&it) != 1.0 ||
+        bson_iter_init_find(&it, &reply, "writeErrors"))
+        rc_ = sbl_err_set(err, SBL_E_InternalError, "could not store the defaults");
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    if (rc_ != 0)
+        return rc_;
+    pthread_mutex_lock(&lock);
+    refresh_locked(true);
+    pthread_mutex_unlock(&lock);
+    append_defaults(ctx->reply);
+    return 0;
+}

@@ -1,0 +1,121 @@
+/*
+ * repl_monitor.c: what monitoring reads of replication: serverStatus's
+ * repl (the member's hello view), opcountersRepl (entries applied here, by
+ * type, as mongod counts them) and metrics.repl, and per-member state and
+ * lag for the Prometheus endpoint and the monitoring page.
+ *
+ * What must stay true: counters only grow; lag is measured against the
+ * newest optime this member knows (its own when primary).
+ */
+#include "repl/repl_int.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/clock.h"
+
+#define rs sbl_rs
+
+enum { OPR_INSERT, OPR_QUERY, OPR_UPDATE, OPR_DELETE, OPR_GETMORE, OPR_COMMAND, OPR_N };
+static _Atomic int64_t opr[OPR_N];
+static _Atomic int64_t applied_ops, applied_batches;
+
+void sbl_rs_count_applied_op(const bson_t *e)
+{
+    bson_iter_t it;
+    const char *op = bson_iter_init_find(&it, e, "op") && BSON_ITER_HOLDS_UTF8(&it)
+                         ? bson_iter_utf8(&it, NULL) : "";
+    int k = op[0] == 'i' ? OPR_INSERT : op[0] == 'u' ? OPR_UPDATE : op[0] == 'd' ? OPR_DELETE
+          : op[0] == 'c' ? OPR_COMMAND : -1;
+    if (k >= 0)
+        atomic_fetch_add(&opr[k], 1);
+    atomic_fetch_add(&applied_ops, 1);
+}
+
+void sbl_rs_count_batch(void)
+{
+    atomic_fetch_add(&applied_batches, 1);
+}
+
+void sbl_repl_append_server_status(bson_t *r)
+{
+    bson_t d;
+    if (atomic_load(&rs.state) == SBL_RS_STANDALONE)
+        return;
+    int st = atomic_load(&rs.state);
+    BSON_APPEND_DOCUMENT_BEGIN(r, "repl", &d);
+    sbl_repl_append_hello(&d);
+    BSON_APPEND_BOOL(&d, "isWritablePrimary", st == SBL_RS_PRIMARY);
+    BSON_APPEND_INT32(&d, "rbid", 1);
+    bson_append_document_end(r, &d);
+
+    BSON_APPEND_DOCUMENT_BEGIN(r, "opcountersRepl", &d);
+    static const char *const names[OPR_N] = {"insert", "query", "update", "delete", "getmore",
+                                             "command"};
+    for (int i = 0; i < OPR_N; i++)
+        BSON_APPEND_INT64(&d, names[i], atomic_load(&opr[i]));
+    bson_append_document_end(r, &d);
+}
+
+void sbl_repl_append_metrics(bson_t *metrics)
+{
+    bson_t d, a, b, s;
+    if (atomic_load(&rs.state) == SBL_RS_STANDALONE)
+        return;
+    BSON_APPEND_DOCUMENT_BEGIN(metrics, "repl", &d);
+    BSON_APPEND_DOCUMENT_BEGIN(&d, "apply", &a);
+    BSON_APPEND_DOCUMENT_BEGIN(&a, "batches", &b);
+    BSON_APPEND_INT64(&b, "num", atomic_load(&applied_batches));
+    BSON_APPEND_INT64(&b, "totalMillis", 0);
+    bson_append_document_end(&a, &b);
+    BSON_APPEND_INT64(&a, "ops", atomic_load(&applied_ops));
+    bson_append_document_end(&d, &a);
+    pthread_mutex_lock(&rs.lock);
+    BSON_APPEND_DOCUMENT_BEGIN(&d, "syncSource", &s);
+    BSON_APPEND_UTF8(&s, "host", rs.sync_source);
+    bson_append_document_end(&d, &s);
+    pthread_mutex_unlock(&rs.lock);
+    bson_append_document_end(metrics, &d);
+}
+
+int sbl_repl_members_info(sbl_repl_member_info_t *out, int cap)
+{
+    int n = 0;
+    if (atomic_load(&rs.state) == SBL_RS_STANDALONE)
+        return 0;
+    pthread_mutex_lock(&rs.lock);
+    if (rs.config == NULL || rs.self < 0) {
+        pthread_mutex_unlock(&rs.lock);
+        return 0;
+    }
+    /* the newest optime known: the primary's, else the furthest member's */
+    sbl_optime_t me = sbl_rs_my_applied(), top = me;
+    int64_t top_wall = sbl_oplog_last_wall_ms(), my_wall = top_wall;
+    for (int i = 0; i < rs.cfg.n; i++)
+        if (i != rs.self && rs.peer[i].up && sbl_optime_cmp(rs.peer[i].applied, top) > 0) {
+            top = rs.peer[i].applied;
+            top_wall = rs.peer[i].applied_wall;
+        }
+    for (int i = 0; i < rs.cfg.n && n < cap; i++, n++) {
+        const sbl_rs_peer_t *p = &rs.peer[i];
+        bool self = i == rs.self;
+        sbl_repl_member_info_t *m = &out[n];
+        snprintf(m->name, sizeof(m->name), "%s", rs.cfg.m[i].host);
+        m->state = self ? atomic_load(&rs.state) : (p->up ? p->state : SBL_RS_DOWN);
+        sbl_optime_t o = self ? me : p->applied;
+        int64_t wall = self ? my_wall : p->applied_wall;
+        if (!self && !p->up) {
+            m->lag_ms = -1;
+        } else if (sbl_optime_cmp(o, top) >= 0) {
+            m->lag_ms = 0;
+        } else if (wall > 0 && top_wall > 0) {
+            m->lag_ms = top_wall > wall ? top_wall - wall : 0;
+        } else {
+            int64_t s = (int64_t)SBL_TS_SECS(top.ts) - (int64_t)SBL_TS_SECS(o.ts);
+            m->lag_ms = s > 0 ? s * 1000 : 0;
+        }
+    }
+    pthread_mutex_unlock(&rs.lock);
+    return n;
+}

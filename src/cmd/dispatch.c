@@ -437,6 +437,7 @@ static void execute(pending_t *p)
      * again below, whatever happens). */
     if (has_txn && (p->rc = sbl_cmd_txn_begin(ctx, &txnit, has_ac ? &acit : NULL, &p->err)) != 0) {
         sbl_cmd_txn_end(ctx);
+        sbl_cmd_mtxn_end(ctx, &p->rc, &p->err);
         return;
     }
     op_begin(p);
@@ -444,8 +445,9 @@ static void execute(pending_t *p)
         p->rc = sbl_cmd_fsync_wait(ctx, &p->err);
     if (p->rc == 0)
         p->rc = p->def->fn(ctx, &p->err);
-    op_end(p);
     sbl_cmd_txn_end(ctx);
+    sbl_cmd_mtxn_end(ctx, &p->rc, &p->err);
+    op_end(p);
 }
 
 /* Wrap the handler's fields into the final reply document. */
@@ -784,6 +786,7 @@ static void reaper_main(void *arg)
             break;
         uv_mutex_unlock(&reaper_mu);
         sbl_cursors_reap(10 * 60 * 1000);
+        sbl_cmd_mtxn_reap(); /* transactions past transactionLifetimeLimitSeconds */
         sbl_cmd_sessions_tick(); /* expire idle sessions; write config.system.sessions */
         uv_mutex_lock(&reaper_mu);
     }

@@ -196,8 +196,7 @@ int sbl_cmd_txn_begin(sbl_opctx_t *ctx, const bson_iter_t *txnit, const bson_ite
         if (bson_iter_as_bool(&it))
             return sbl_err_set(err, SBL_E_InvalidOptions,
                                "Specifying autocommit=true is not allowed.");
-        return sbl_err_set(err, SBL_E_IllegalOperation,
-                           "Multi-document transactions are not supported by this server yet");
+        return sbl_cmd_mtxn_begin(ctx, txn, err);
     }
     if (!is_retryable_command(ctx->name))
         return sbl_err_set(err, SBL_E_Location50768,

@@ -21,6 +21,8 @@
 #define SLOW SBL_CMD_SLOW
 
 static const sbl_cmd_def_t cmd_table[] = {
+    {"abortTransaction", sbl_cmd_abort_transaction, W | ADM,
+     "abort a multi-document transaction", ""},
     {"aggregate", sbl_cmd_aggregate, R | SLOW, "run an aggregation pipeline", "find"},
     {"authenticate", sbl_cmd_authenticate, NA,
      "authenticate (MONGODB-CR / X509: not offered)", NULL},
@@ -31,6 +33,8 @@ static const sbl_cmd_def_t cmd_table[] = {
     {"collMod", sbl_cmd_coll_mod, W, "change a collection's validator or an index's options",
      "collMod"},
     {"collStats", sbl_cmd_coll_stats, R, "collection statistics", "collStats"},
+    {"commitTransaction", sbl_cmd_commit_transaction, W | ADM,
+     "commit a multi-document transaction", ""},
     {"compact", sbl_cmd_compact, SLOW,
      "give a collection's free file space back to the filesystem", "compact"},
     {"configureFailPoint", sbl_cmd_configure_fail_point, ADM,

@@ -214,8 +214,11 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     bson_iter_t it;
     int rc;
 
-    if (sbl_repl_applying != NULL) /* a secondary applies the primary's entry as it is */
-        return replicated(sbl_coll_ns(c)) ? sbl_oplog_append_raw(s, sbl_repl_applying, err) : 0;
+    if (sbl_repl_applying != NULL) { /* a secondary applies the primary's entry as it is */
+        if (!replicated(sbl_coll_ns(c)) || sbl_repl_applied_written)
+            return 0; /* once, however many writes an applyOps entry makes */
+        return sbl_oplog_append_raw(s, sbl_repl_applying, err);
+    }
     if (!atomic_load_explicit(&active, memory_order_acquire) || !replicated(sbl_coll_ns(c)))
         return 0;
     /* A write that passed the dispatcher's check while this member was
@@ -242,6 +245,12 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         e.op = 'd';
         e.o = &key;
         break;
+    }
+    sbl_repl_txn_ops_t *ops = sbl_repl_cur_txn_ops();
+    if (ops != NULL) { /* a multi-document transaction: one applyOps entry at commit */
+        rc = sbl_repl_txn_ops_add(ops, e.op, e.ns, e.uuid, e.o, e.o2, err);
+        bson_destroy(&key);
+        return rc;
     }
     sbl_repl_stmt_t *st = sbl_repl_cur_stmt();
     if (st == NULL) {

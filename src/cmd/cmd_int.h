@@ -203,6 +203,7 @@ int sbl_cmd_repl_set_step_up(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_repl_set_freeze(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_coll_stats(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_db_stats(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_db_hash(sbl_opctx_t *ctx, sbl_err_t *err); /* dbhash.c */
 int sbl_cmd_list_indexes(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_create_indexes(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_drop_indexes(sbl_opctx_t *ctx, sbl_err_t *err);

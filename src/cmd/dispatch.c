@@ -529,6 +529,8 @@ static void build_reply(pending_t *p, bson_t *out)
     /* Error details a failing handler left in its reply (121's errInfo, 11000's keys,
      * 359's violations). */
     bson_iter_t it;
+    if (p->ctx.cmd != NULL && !bson_has_field(&p->reply, "errorLabels"))
+        sbl_cmd_txn_error_labels(&p->ctx, p->err.code ? p->err.code : p->rc, out);
     if (bson_iter_init(&it, &p->reply))
         while (bson_iter_next(&it))
             if (strcmp(bson_iter_key(&it), "errInfo") == 0 ||
@@ -707,6 +709,12 @@ static bool needs_repl_wait(const pending_t *p)
 
 static void finish(pending_t *p)
 {
+    if (p->ctx.close_instead && p->ctx.conn != NULL) {
+        /* onPrimaryTransactionalWrite: the write ran; the client gets no reply. */
+        p->ctx.deferred = true;
+        p->rc = 0;
+        sbl_conn_close_request(p->ctx.conn, p->ctx.req);
+    }
     if (delay_auth_failure(p))
         return;
     if (p->rc == 0 && p->ctx.deferred) {

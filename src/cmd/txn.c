@@ -104,8 +104,7 @@ static void add_label(sbl_opctx_t *ctx, const char *label)
 
 static int no_such_txn(sbl_opctx_t *ctx, sbl_err_t *err, int64_t txn, const char *why)
 {
-    if (strcmp(ctx->name, "commitTransaction") != 0)
-        add_label(ctx, "TransientTransactionError");
+    add_label(ctx, "TransientTransactionError");
     return sbl_err_set(err, SBL_E_NoSuchTransaction, "Transaction with { txnNumber: %lld } %s",
                        (long long)txn, why);
 }
@@ -387,4 +386,32 @@ void sbl_cmd_mtxn_append_status(bson_t *d)
     BSON_APPEND_INT64(d, "totalAborted", atomic_load(&n_aborted));
     BSON_APPEND_INT64(d, "totalCommitted", atomic_load(&n_committed));
     BSON_APPEND_INT64(d, "totalStarted", atomic_load(&n_started));
+}
+
+void sbl_cmd_txn_error_labels(const sbl_opctx_t *ctx, int code, bson_t *out)
+{
+    bson_iter_t it;
+    if (ctx->name == NULL || !bson_iter_init_find(&it, ctx->cmd, "autocommit"))
+        return; /* labels are for transactions' commands */
+    bool commit = strcmp(ctx->name, "commitTransaction") == 0;
+    bool end = commit || strcmp(ctx->name, "abortTransaction") == 0;
+    bool not_primary = code == SBL_E_NotWritablePrimary || code == SBL_E_NotPrimaryNoSecondaryOk ||
+                       code == SBL_E_NotPrimaryOrSecondary || code == SBL_E_PrimarySteppedDown ||
+                       code == SBL_E_InterruptedDueToReplStateChange ||
+                       code == SBL_E_ShutdownInProgress || code == SBL_E_InterruptedAtShutdown ||
+                       code == 91 || code == 6 || code == 7 || code == 89 || code == 9001;
+    const char *label = NULL;
+    if (code == SBL_E_WriteConflict || code == 24 /* LockTimeout */ ||
+        code == 246 /* SnapshotUnavailable */ || code == 267 /* PreparedTransactionInProgress */ ||
+        (code == SBL_E_NoSuchTransaction) || (!end && not_primary))
+        label = "TransientTransactionError";
+    else if (commit && (not_primary || code == SBL_E_MaxTimeMSExpired ||
+                        code == SBL_E_WriteConcernFailed))
+        label = "UnknownTransactionCommitResult";
+    if (label == NULL)
+        return;
+    bson_t arr;
+    BSON_APPEND_ARRAY_BEGIN(out, "errorLabels", &arr);
+    BSON_APPEND_UTF8(&arr, "0", label);
+    bson_append_array_end(out, &arr);
 }

@@ -75,6 +75,7 @@ typedef struct sbl_opctx {
     sbl_retry_t *retry;   /* a retryable write (lsid + txnNumber), else NULL */
     struct sbl_mtxn *mtxn; /* the multi-document transaction it runs in (cmd/txn.c), or NULL */
     bool mtxn_checked_out; /* the transaction's session is checked out */
+    bool close_instead;    /* a test fail point: close the connection instead of replying */
 } sbl_opctx_t;
 
 /* ---- namespaces (op.c) ---------------------------------------------------- */

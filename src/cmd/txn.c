@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 enum { TXN_IN_PROGRESS = 1, TXN_COMMITTED, TXN_ABORTED };
 
@@ -125,6 +126,23 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
             return sbl_err_set(err, SBL_E_InvalidOptions,
                                "Specifying startTransaction=false is not allowed.");
         start = true;
+    }
+    /* Capped collections take no writes in a transaction (mongod's rule; here
+     * their insert lock would be held from one command to the next). */
+    if (strcmp(ctx->name, "insert") == 0 || strcmp(ctx->name, "update") == 0 ||
+        strcmp(ctx->name, "delete") == 0 || strcasecmp(ctx->name, "findAndModify") == 0) {
+        char ns[SBL_NS_MAX];
+        sbl_coll_t *c = NULL;
+        sbl_err_t e2 = {0};
+        if (sbl_op_ns(ctx, ns, sizeof(ns), &e2) == 0 &&
+            sbl_coll_open(ctx->ss, ns, false, &c, NULL, &e2) == 0) {
+            bool capped = sbl_coll_capped(c, NULL, NULL);
+            sbl_coll_release(c);
+            if (capped)
+                return sbl_err_set(err, SBL_E_OperationNotSupportedInTransaction,
+                                   "Collection '%s' is a capped collection. Writes in "
+                                   "transactions are not allowed on capped collections.", ns);
+        }
     }
     memcpy(l.id, ctx->lsid_id, 16);
     memcpy(l.uid, ctx->user_uid, 32);

@@ -213,7 +213,8 @@ static int replay_ts(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
     bson_iter_timestamp(&it, &t, &i);
     SBL_RET(sbl_txn_set_commit_ts(s, SBL_TS(t, i), err));
     sbl_repl_applied_written = true;
-    return 0;
+    /* the session's record went back with the data: write it again */
+    return sbl_txn_record_applied(s, doc, err);
 }
 
 /* True when writes to ns are logged: not local.*, not the profiler's, not

@@ -234,6 +234,7 @@ def test_retry_on_new_primary_after_kill9(rs3):
     p.kill9()
     newp = primary_of([m for m in rs3 if m is not p])
     raw = Raw(newp.port)
+    inc["writeConcern"] = {"w": "majority", "wtimeout": 5000}  # two members are left
     r = wait_for(lambda: raw(inc))
     assert r["n"] == 1 and r["nModified"] == 1 and r["retriedStmtIds"] == [0]
     with direct(newp) as d:

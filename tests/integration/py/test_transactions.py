@@ -116,6 +116,9 @@ def test_abort_conflict_and_no_such_transaction(primary):
     assert a(tcmd("find", "c", la, 1, start=True, filter={}), ok=False)["code"] == 225
     r = a(tcmd("count", "c", la, 8, start=True), ok=False)
     assert r["code"] == 263
+    c.t.create_collection("capped", capped=True, size=4096)
+    r = a(tcmd("insert", "capped", la, 8, start=True, documents=[{}]), ok=False)
+    assert r["code"] == 263 and "capped" in r["errmsg"]
     # a duplicate key inside a transaction aborts it
     a(tcmd("insert", "c", la, 9, start=True, documents=[{"_id": 5}]))
     r = a(tcmd("insert", "c", la, 9, documents=[{"_id": 1}]))

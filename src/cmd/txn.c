@@ -70,11 +70,8 @@ static void abort_txn(sbl_mtxn_t *t)
     if (t->state != TXN_IN_PROGRESS)
         return;
     sbl_cursors_kill_session(t->lsid.id);
-    if (t->ss != NULL) {
-        sbl_txn_abort_outer(t->ss);
-        sbl_session_close(t->ss);
-        t->ss = NULL;
-    }
+    if (t->ss != NULL)
+        sbl_txn_abort_outer(t->ss); /* the storage session stays for the next transaction */
     sbl_repl_txn_ops_free(t->ops);
     t->ops = NULL;
     t->state = TXN_ABORTED;
@@ -189,7 +186,8 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
                                "Cannot start a transaction with txnNumber %lld: it was already "
                                "used on this session", (long long)txn);
         abort_txn(t); /* an older one still open */
-        t->ss = sbl_session_open();
+        if (t->ss == NULL) /* kept from the session's last transaction when it had one */
+            t->ss = sbl_session_open();
         t->ops = sbl_repl_txn_ops_new();
         if (t->ss == NULL || t->ops == NULL || sbl_txn_begin_outer(t->ss, err) != 0) {
             sbl_session_close(t->ss);
@@ -305,8 +303,6 @@ int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
         return rc;
     }
     sbl_cursors_kill_session(t->lsid.id);
-    sbl_session_close(t->ss);
-    t->ss = NULL;
     sbl_repl_txn_ops_free(t->ops);
     t->ops = NULL;
     t->state = TXN_COMMITTED;
@@ -352,6 +348,7 @@ void sbl_cmd_mtxn_reap(void)
             abort_txn(t);
         if (!t->busy && t->state != TXN_IN_PROGRESS && now - t->start_ms > 30 * 60 * 1000) {
             *pp = t->next; /* forget finished transactions of idle sessions */
+            sbl_session_close(t->ss);
             free(t);
             continue;
         }

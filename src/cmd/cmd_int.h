@@ -106,6 +106,11 @@ int sbl_view_read(sbl_opctx_t *ctx, sbl_err_t *err);
 /* handshake.c: end an awaitable hello of a closing connection (sbl_cmd_conn_close). */
 void sbl_hello_wait_cancel(sbl_client_t *client);
 
+/* shard_cmds.c: a shard's side of a sharded cluster */
+int sbl_cmd_add_shard_identity(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_flush_routing_table(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_sharding_state(sbl_opctx_t *ctx, sbl_err_t *err);
+
 /* handshake.c, admin.c, diag.c */
 int sbl_cmd_hello(sbl_opctx_t *ctx, sbl_err_t *err);
 /* hello's topologyVersion {processId, counter}, also in state-change errors
@@ -314,6 +319,9 @@ int sbl_cmd_revoke_roles_from_role(sbl_opctx_t *ctx, sbl_err_t *err);
 /* ---- text indexes (index_text.c) ---- */
 /* A spec option only text indexes take (weights, default_language, ...). */
 bool sbl_cmd_text_option(const char *k);
+/* index_geo.c: a 2dsphere (sphere) or 2d index spec's own options, as mongod
+ * checks them: CannotCreateIndex (67). */
+int sbl_cmd_geo_check(const bson_t *spec, bool sphere, sbl_err_t *err);
 /* True when key names a field with "text" (or is stored as {_fts: "text", ...}). */
 bool sbl_cmd_key_is_text(const bson_t *key);
 /* Append the stored key, weights, default_language, language_override and

@@ -270,7 +270,7 @@ int sbl_cmd_find_and_modify(sbl_opctx_t *ctx, sbl_err_t *err)
         for (int attempt = 0; c != NULL && attempt < REPLAN_TRIES && !matched; attempt++) {
             sbl_qexec_t *q = NULL;
             sbl_qexec_opts_t o = {a.has_query ? &qf : NULL, a.has_sort ? &a.sort : NULL, 0, 1,
-                                  coll, false};
+                                  coll, false, false};
             bson_t cand;
             bool done = false;
             bson_iter_t idit;

@@ -89,7 +89,7 @@ static bool find_finished(void *state)
     return sbl_qexec_limit_reached(((find_state_t *)state)->q);
 }
 
-static const sbl_cursor_source_t find_source = {find_next, find_free, find_finished};
+static const sbl_cursor_source_t find_source = {find_next, find_free, find_finished, NULL};
 
 /* View the document held by the iterator as *out (read-only, no copy). */
 /* Read a non-negative integer option ("skip", "batchSize"...) as find does. */
@@ -320,7 +320,7 @@ int sbl_cmd_find(sbl_opctx_t *ctx, sbl_err_t *err)
         rc = sbl_exec_collation(ctx, ns, has_coll ? &coll_it : NULL, "FindCommandRequest.collation",
                                 &coll, err);
     sbl_qexec_opts_t o = {has_filter ? (has_let ? &bound : &filter) : NULL,
-                          has_sort ? &sort : NULL, skip, limit, coll, false};
+                          has_sort ? &sort : NULL, skip, limit, coll, false, false};
     /* a projection removes a $text query's score field (or shows it, $meta) */
     o.keep_text_score = has_proj && !bson_empty(&projection) && !return_key;
     if (rc == 0)
@@ -423,7 +423,7 @@ int sbl_cmd_count(sbl_opctx_t *ctx, sbl_err_t *err)
         }
     } else {
         sbl_qexec_t *q = NULL;
-        sbl_qexec_opts_t o = {has_query ? &query : NULL, NULL, skip, limit, coll, false};
+        sbl_qexec_opts_t o = {has_query ? &query : NULL, NULL, skip, limit, coll, false, false};
         SBL_RET(sbl_qexec_new_hinted(ns, &o, has_hint ? &hint : NULL, &q, err));
         for (;;) {
             bson_t doc;
@@ -560,7 +560,7 @@ int sbl_cmd_distinct(sbl_opctx_t *ctx, sbl_err_t *err)
 
     value_set_t set = {0};
     sbl_qexec_t *q = NULL;
-    sbl_qexec_opts_t o = {has_query ? &query : NULL, NULL, 0, 0, coll, false};
+    sbl_qexec_opts_t o = {has_query ? &query : NULL, NULL, 0, 0, coll, false, false};
     void *carg = (void *)coll; /* qsort_r's argument is not const */
     int rc = sbl_qexec_new_hinted(ns, &o, has_hint ? &hint : NULL, &q, err);
     while (rc == 0 && nparts > 0) {

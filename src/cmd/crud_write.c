@@ -15,6 +15,7 @@
 #include "cmd/crud_int.h"
 #include "doc/doc.h"
 #include "expr/expr.h"
+#include "repl/repl.h"
 #include "update/update.h"
 
 #include <stdlib.h>
@@ -107,8 +108,11 @@ int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
                                  SBL_BSON_MAX_SIZE);
             if (rc == 0 && changed)
                 rc = sbl_crud_validate(c, &old, &upd, u->bypass_validation, err_info, err);
-            if (rc == 0 && changed)
+            if (rc == 0 && changed) { /* a replacement's oplog entry carries no diff */
+                sbl_repl_set_replacement(u->op != NULL && sbl_update_is_replacement(u->op));
                 rc = sbl_write(ctx->ss, c, SBL_WRITE_UPDATE, &old, &upd, err_info, err);
+                sbl_repl_set_replacement(false);
+            }
         } else {
             changed = true;
             rc = sbl_write(ctx->ss, c, SBL_WRITE_DELETE, &old, NULL, err_info, err);
@@ -516,7 +520,7 @@ static int run_update(sbl_opctx_t *ctx, const char *ns, const update_stmt_t *st,
                          "multi update is not supported for replacement-style update");
         goto done;
     }
-    sbl_qexec_opts_t o = {&qf, NULL, 0, 0, st->coll, false};
+    sbl_qexec_opts_t o = {&qf, NULL, 0, 0, st->coll, false, false};
     if (!st->has_coll)
         SBL_ERR(sbl_exec_default_collation(ctx, ns, &o.collation, err));
     if (u != NULL && o.collation != NULL)
@@ -792,7 +796,7 @@ static int run_delete(sbl_opctx_t *ctx, const char *ns, const delete_stmt_t *st,
         return rc;
     }
     bson_t qf = BSON_INITIALIZER;
-    sbl_qexec_opts_t o = {&qf, NULL, 0, 0, st->coll, false};
+    sbl_qexec_opts_t o = {&qf, NULL, 0, 0, st->coll, false, false};
     if (!st->has_coll && (rc = sbl_exec_default_collation(ctx, ns, &o.collation, err)) != 0)
         goto err;
     bson_destroy(&qf);

@@ -20,6 +20,8 @@
 #include "expr/expr.h"
 #include "query/query.h"
 #include "repl/repl.h"
+#include "server/server.h"
+#include "shard/shard.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +40,7 @@ typedef struct pending {
     uv_work_t work;
     sbl_op_t op;  /* in the registry while the handler runs */
     bool on_coll; /* op.ns names a collection (top counts it) */
+    bson_t *shard_version; /* the router's shardVersion, taken out of the command (shards) */
 } pending_t;
 
 /* ---- counters (serverStatus.opcounters; kept by src/metrics) ------------- */
@@ -415,6 +418,41 @@ static bool secondary_ok(const sbl_opctx_t *ctx)
     return false;
 }
 
+/* The shardVersion a router sent, checked against ns = db + the command's
+ * collection (its first field's string value). */
+static int check_shard_version(pending_t *p)
+{
+    bson_iter_t it;
+    char ns[400];
+    const char *coll = bson_iter_init(&it, p->ctx.cmd) && bson_iter_next(&it) &&
+                               BSON_ITER_HOLDS_UTF8(&it)
+                           ? bson_iter_utf8(&it, NULL)
+                           : "";
+    snprintf(ns, sizeof(ns), "%s.%s", p->ctx.db, coll);
+    return sbl_shard_check_version(ns, p->shard_version, &p->reply, &p->err);
+}
+
+/* On a shard: take a router's shardVersion out of the command (handlers
+ * do not know the field) and keep it for check_shard_version. */
+static void take_shard_version(pending_t *p, sbl_request_t *req)
+{
+    static int role = -1;
+    if (role < 0)
+        role = sbl_server_options()->cluster_role;
+    bson_iter_t it;
+    if (role != SBL_ROLE_SHARDSVR || !sbl_doc_find_top(&req->cmd, "shardVersion", &it) ||
+        !BSON_ITER_HOLDS_DOCUMENT(&it))
+        return;
+    uint32_t len;
+    const uint8_t *data;
+    bson_iter_document(&it, &len, &data);
+    p->shard_version = bson_new_from_data(data, len);
+    bson_t stripped = BSON_INITIALIZER;
+    bson_copy_to_excluding_noinit(&req->cmd, &stripped, "shardVersion", NULL);
+    bson_destroy(&req->cmd);
+    bson_steal(&req->cmd, &stripped);
+}
+
 /* Check the generic arguments and run the handler on this thread. */
 static void execute(pending_t *p)
 {
@@ -481,6 +519,10 @@ static void execute(pending_t *p)
         !sbl_repl_writable() &&
         (p->rc = sbl_repl_check_read(ctx->db, secondary_ok(ctx), &p->err)) != 0)
         return;
+    /* A router's command on a shard: its routing version must be this
+     * shard's (src/shard), or StaleConfig sends the router to refresh. */
+    if (p->shard_version != NULL && (p->rc = check_shard_version(p)) != 0)
+        return;
     /* Read concerns that wait: afterClusterTime before the read, a
      * linearizable read's majority-acknowledged no-op after it. */
     bool lin = false;
@@ -537,12 +579,17 @@ static void build_reply(pending_t *p, bson_t *out)
                 strcmp(bson_iter_key(&it), "keyPattern") == 0 ||
                 strcmp(bson_iter_key(&it), "keyValue") == 0 ||
                 strcmp(bson_iter_key(&it), "errorLabels") == 0 ||
+                strcmp(bson_iter_key(&it), "vReceived") == 0 ||
+                strcmp(bson_iter_key(&it), "vWanted") == 0 ||
+                strcmp(bson_iter_key(&it), "shardId") == 0 ||
                 strcmp(bson_iter_key(&it), "violations") == 0)
                 bson_append_iter(out, bson_iter_key(&it), -1, &it);
 }
 
 static void pending_free(pending_t *p)
 {
+    if (p->shard_version != NULL)
+        bson_destroy(p->shard_version);
     bson_destroy(&p->reply);
     free(p);
 }
@@ -804,6 +851,7 @@ static pending_t *pending_start(sbl_conn_t *conn, sbl_request_t *req)
     p->ctx.client = sbl_conn_data(conn);
     if (p->ctx.client == NULL)
         p->ctx.client = &internal_client;
+    take_shard_version(p, req);
     p->ctx.cmd = &req->cmd;
     p->ctx.db = req->db;
     p->ctx.reply = &p->reply;
@@ -915,6 +963,13 @@ static void reaper_main(void *arg)
     uv_mutex_unlock(&reaper_mu);
 }
 
+/* What parked getMores wait on: a capped insert (the oplog's too) or the
+ * majority commit point moving (a change stream's next events). */
+static uint64_t wake_generation(void)
+{
+    return sbl_capped_generation() + sbl_repl_commit_generation();
+}
+
 int sbl_cmd_init(sbl_err_t *err)
 {
     /* libuv's worker pool runs the commands that may scan; size it before first use. */
@@ -925,6 +980,7 @@ int sbl_cmd_init(sbl_err_t *err)
     static const sbl_op_observer_t observer = {.coll_created = sbl_cmd_on_coll_created};
     sbl_op_set_observer(&observer);
     sbl_op_set_park(sbl_capped_await_park);
+    sbl_op_set_generation(wake_generation);
     SBL_RET(sbl_spill_init(err)); /* memory parameters; empties <dbpath>/_tmp */
     SBL_RET(sbl_cmd_sessions_init(err)); /* session timeout and refresh parameters */
     uv_mutex_init(&reaper_mu);

@@ -87,7 +87,7 @@ static void generate_name(const bson_t *key, bson_string_t *out)
 static int check_key(const bson_t *key, const bson_t *spec, sbl_err_t *err)
 {
     bson_iter_t it;
-    int nhashed = 0;
+    int nhashed = 0, ngeo = 0, nfield = -1;
     char *j;
     int rc = 0;
 
@@ -104,6 +104,7 @@ static int check_key(const bson_t *key, const bson_t *spec, sbl_err_t *err)
         const char *f = bson_iter_key(&it);
         const char *why = NULL;
         char buf[256];
+        nfield++;
         const char *last = strrchr(f, '.');
         last = last != NULL ? last + 1 : f;
         if (f[0] == '\0')
@@ -127,10 +128,15 @@ static int check_key(const bson_t *key, const bson_t *spec, sbl_err_t *err)
                 nhashed++;
             else if (strcmp(t, "text") == 0)
                 ;
-            else if (strcmp(t, "2d") == 0 ||
-                     strcmp(t, "2dsphere") == 0 || strcmp(t, "geoHaystack") == 0) {
-                snprintf(buf, sizeof(buf), "%s indexes are not supported by Sable yet", t);
-                why = buf;
+            else if (strcmp(t, "2dsphere") == 0) {
+                if (ngeo++ > 0)
+                    why = "Sable supports one 2dsphere field per index";
+            } else if (strcmp(t, "2d") == 0) {
+                if (nfield != 0)
+                    why = "2d has to be first in index";
+                ngeo++;
+            } else if (strcmp(t, "geoHaystack") == 0) {
+                why = "geoHaystack indexes were removed in MongoDB 5.0";
             } else {
                 snprintf(buf, sizeof(buf), "Unknown index plugin '%s'", t);
                 why = buf;
@@ -237,8 +243,14 @@ static int normalise_spec(const bson_t *spec, bson_t *out, bool *has_collationp,
         SBL_RET(check_key(&key, spec, err));
     bool hashed = false, compound = bson_count_keys(&key) > 1;
     bson_iter_init(&it, &key);
-    while (bson_iter_next(&it) && !text)
-        hashed |= BSON_ITER_HOLDS_UTF8(&it);
+    int geo = 0;
+    while (bson_iter_next(&it) && !text) {
+        const char *t = BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : "";
+        hashed |= strcmp(t, "hashed") == 0;
+        geo = strcmp(t, "2dsphere") == 0 ? 1 : strcmp(t, "2d") == 0 ? 2 : geo;
+    }
+    if (geo != 0)
+        SBL_RET(sbl_cmd_geo_check(spec, geo == 1, err));
     if (hashed && unique)
         return sbl_err_set(err, SBL_E_CannotCreateIndex,
                            "Currently hashed indexes cannot guarantee uniqueness. Use a regular "
@@ -276,6 +288,8 @@ static int normalise_spec(const bson_t *spec, bson_t *out, bool *has_collationp,
     } else {
         BSON_APPEND_DOCUMENT(out, "key", &key);
         BSON_APPEND_UTF8(out, "name", name);
+        if (geo == 1)
+            BSON_APPEND_INT32(out, "2dsphereIndexVersion", 3);
     }
     bson_iter_init(&it, spec);
     while (bson_iter_next(&it)) {
@@ -283,8 +297,8 @@ static int normalise_spec(const bson_t *spec, bson_t *out, bool *has_collationp,
         if (strcmp(k, "key") == 0 || strcmp(k, "name") == 0 || strcmp(k, "v") == 0 ||
             strcmp(k, "ns") == 0 || strcmp(k, "background") == 0 || strcmp(k, "collation") == 0)
             continue;
-        if (sbl_cmd_text_option(k))
-            continue; /* text indexes' are written above; other indexes ignore them */
+        if (sbl_cmd_text_option(k) || strcmp(k, "2dsphereIndexVersion") == 0)
+            continue; /* text and 2dsphere indexes' are written above; others ignore them */
         if ((strcmp(k, "unique") == 0 || strcmp(k, "sparse") == 0) && !bson_iter_as_bool(&it))
             continue;
         if (strcmp(k, "unique") == 0 || strcmp(k, "sparse") == 0)

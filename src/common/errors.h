@@ -96,6 +96,10 @@
     X(InvalidBSON, 22)                                                                             \
     X(BSONObjectTooLarge, 10334)                                                                   \
     X(TooManyFilesOpen, 264)                                                                       \
+    X(InvalidResumeToken, 260)                                                                     \
+    X(ChangeStreamFatalError, 280)                                                                 \
+    X(ChangeStreamHistoryLost, 286)                                                                \
+    X(NoMatchingDocument, 47)                                                                      \
     X(ShutdownInProgress, 91)                                                                      \
     X(NotWritablePrimary, 10107)                                                                   \
     X(AlreadyInitialized, 23)                                                                      \
@@ -110,6 +114,10 @@
     X(PrimarySteppedDown, 189)                                                                     \
     X(NotSecondary, 135)                                                                           \
     X(NodeNotElectable, 147)                                                                       \
+    X(ShardKeyNotFound, 61)                                                                        \
+    X(ShardNotFound, 70)                                                                           \
+    X(NamespaceNotSharded, 118)                                                                    \
+    X(StaleConfig, 13388)                                                                          \
     X(CommandFailed, 125)                                                                          \
     X(OplogStartMissing, 120)                                                                      \
     X(UnrecoverableRollbackError, 127)                                                             \

@@ -531,8 +531,8 @@ int sbl_plan_choose(const sbl_plan_input_t *in, sbl_hint_kind_t *hintp, sbl_ixpl
         bson_iter_t hid; /* collMod hidden: maintained, never planned (nor hinted) */
         if (bson_iter_init_find(&hid, sbl_index_spec(ixs[i]), "hidden") && bson_iter_as_bool(&hid))
             continue;
-        if (sbl_index_text(ixs[i]) != NULL)
-            continue; /* only $text reads a text index (text.c) */
+        if (sbl_index_text(ixs[i]) != NULL || sbl_index_geo(ixs[i], NULL) != 0)
+            continue; /* only $text reads a text index (text.c), geo operators a geo one (geo.c) */
         if (*hintp == SBL_HINT_INDEX) {
             hinted = hint_by_key ? key_equals(ixs[i], &hint_key)
                                  : strcmp(sbl_index_name(ixs[i]), hint_name) == 0;

@@ -34,6 +34,7 @@
 
 #define SBL_OPLOG_NS "local.oplog.rs"
 #define SBL_REPLSET_NS "local.system.replset"
+#define SBL_PREIMAGES_NS "config.system.preimages"
 
 typedef struct sbl_repl_config {
     const char *set_name;  /* --replSet / replication.replSetName; NULL or "": standalone */
@@ -131,6 +132,18 @@ int sbl_repl_linearizable_wait(int64_t deadline_us, sbl_err_t *err);
 uint64_t sbl_repl_last_op_ts(void);
 /* The number of members (w: N above it is refused as mongod does). */
 int sbl_repl_member_count(void);
+
+/* ---- for change streams (src/agg/changestream.c) ---------------------------- */
+
+/* The next update on this thread is a replacement (on) or an operator
+ * update (off, the default): an update's entry then carries its diff.  The
+ * command layer sets it around the write. */
+void sbl_repl_set_replacement(bool on);
+/* The newest timestamp a majority of the set has (the commit point; on a
+ * set of one voter, every committed entry), 0 before initiate. */
+uint64_t sbl_repl_majority_ts(void);
+/* A counter that moves whenever the commit point moves. */
+uint64_t sbl_repl_commit_generation(void);
 
 /* ---- "c" entries: catalog changes (called after the change succeeded) ------
  * Each writes its entry in a transaction of its own on s (which must have

@@ -59,6 +59,26 @@ bool sbl_repl_is_primary(void)
     return atomic_load(&rs.state) == SBL_RS_PRIMARY;
 }
 
+uint64_t sbl_repl_majority_ts(void)
+{
+    uint64_t ts;
+    pthread_mutex_lock(&rs.lock);
+    if (rs.config == NULL)
+        ts = 0;
+    else if (atomic_load(&rs.state) == SBL_RS_PRIMARY && sbl_rs_voters(&rs.cfg) == 1)
+        ts = UINT64_MAX; /* a set of one voter: whatever committed is majority-committed */
+    else
+        ts = rs.commit.ts;
+    pthread_mutex_unlock(&rs.lock);
+    return ts;
+}
+
+uint64_t sbl_repl_commit_generation(void)
+{
+    /* the commit point never goes back, so its ts serves as the counter */
+    return __atomic_load_n(&rs.commit.ts, __ATOMIC_RELAXED);
+}
+
 bool sbl_repl_writable(void)
 {
     int st = atomic_load(&rs.state);

@@ -31,6 +31,7 @@ typedef struct sbl_oplog_entry {
     const uint8_t *uuid;
     const bson_t *o;
     const bson_t *o2;
+    const bson_t *diff; /* an update's $v:2 diff (repl_diff.c); NULL: none */
     uint64_t ts;
     int64_t term;
     int64_t wall_ms;
@@ -40,6 +41,11 @@ typedef struct sbl_oplog_entry {
     int64_t pre_term;
 } sbl_oplog_entry_t;
 void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out);
+
+/* The difference from old_doc to new_doc in mongod's $v:2 diff form
+ * (repl_diff.c), appended to out (initialised by the caller; empty when the
+ * two are equal). */
+void sbl_repl_diff(const bson_t *old_doc, const bson_t *new_doc, bson_t *out);
 
 /* pv1's electionId: 0x7fffffff then the term as 8 big-endian bytes. */
 void sbl_repl_election_id(int64_t term, bson_oid_t *oid);

@@ -603,7 +603,9 @@ int sbl_cmd_set_parameter(sbl_opctx_t *ctx, sbl_err_t *err)
             known = true;
             continue;
         }
-        int prc = sbl_spill_set_parameter(k, &it, ctx->reply, err); /* memory limits (src/exec/spill.c) */
+        int prc = sbl_cmd_mtxn_set_parameter(k, &it, ctx->reply, err); /* txn.c */
+        if (prc < 0)
+            prc = sbl_spill_set_parameter(k, &it, ctx->reply, err); /* memory limits (src/exec/spill.c) */
         if (prc >= 0) {
             if (prc != 0)
                 return prc;

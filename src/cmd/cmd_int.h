@@ -152,11 +152,33 @@ int sbl_cmd_txn_begin(sbl_opctx_t *ctx, const bson_iter_t *txnit, const bson_ite
 void sbl_cmd_txn_end(sbl_opctx_t *ctx);
 int32_t sbl_retry_stmt_id(const sbl_retry_t *r, uint32_t i);
 int sbl_retry_executed(sbl_retry_t *r, int32_t stmt, const bson_t **entryp, sbl_err_t *err);
-void sbl_retry_stmt_begin(sbl_retry_t *r, int32_t stmt, bool pre_image);
+int sbl_retry_stmt_begin(sbl_retry_t *r, int32_t stmt, bool pre_image, sbl_err_t *err);
 void sbl_retry_stmt_end(sbl_retry_t *r, bool wrote);
 void sbl_retry_append_retried(const sbl_retry_t *r, bson_t *reply);
 int sbl_retry_image(sbl_opctx_t *ctx, const bson_t *entry, bson_t *out, bool *foundp,
                     sbl_err_t *err);
+/* txn.c: multi-document transactions (autocommit: false).  sbl_cmd_mtxn_begin
+ * checks the session out and puts the command inside its transaction
+ * (ctx->ss becomes the transaction's storage session); sbl_cmd_mtxn_end
+ * (always called after it) aborts the transaction when the command failed,
+ * labels write conflicts TransientTransactionError and checks the session
+ * in.  kill_session aborts a killed or ended session's transaction, reap
+ * those past transactionLifetimeLimitSeconds. */
+int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err);
+void sbl_cmd_mtxn_end(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err);
+int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_abort_transaction(sbl_opctx_t *ctx, sbl_err_t *err);
+void sbl_cmd_mtxn_kill_session(const uint8_t id[16]);
+void sbl_cmd_mtxn_reap(void);
+/* transactionLifetimeLimitSeconds, maxTransactionLockRequestTimeoutMillis:
+ * set (-1: not one of them; reply gets "was"), or append the value. */
+int sbl_cmd_mtxn_set_parameter(const char *k, const bson_iter_t *it, bson_t *reply,
+                               sbl_err_t *err);
+void sbl_cmd_mtxn_append_parameter(const char *k, bson_t *reply);
+void sbl_cmd_mtxn_append_status(bson_t *d);
+/* A transaction's failed command: mongod's label for code (TransientTransactionError,
+ * UnknownTransactionCommitResult for a commit whose outcome is unknown), appended to out. */
+void sbl_cmd_txn_error_labels(const sbl_opctx_t *ctx, int code, bson_t *out);
 /* serverStatus.transactions: retried commands and statements so far. */
 int64_t sbl_retry_retried_commands(void);
 int64_t sbl_retry_retried_statements(void);

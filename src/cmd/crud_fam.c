@@ -254,7 +254,8 @@ int sbl_cmd_find_and_modify(sbl_opctx_t *ctx, sbl_err_t *err)
             rc = retried_reply(ctx, &a, done, proj, sid, err);
             goto err;
         }
-        sbl_retry_stmt_begin(ctx->retry, sid, a.remove || !a.return_new);
+        if ((rc = sbl_retry_stmt_begin(ctx->retry, sid, a.remove || !a.return_new, err)) != 0)
+            goto err;
     }
     /* A lost race between two upserts of the same document shows as DuplicateKey:
      * plan again, and the document now matches. */

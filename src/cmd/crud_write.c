@@ -373,7 +373,7 @@ int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
         if (rc == 0 && done == NULL && (rc = sbl_doc_prepare_insert(&in, &doc, &e)) == 0) {
             rc = sbl_crud_validate(c, NULL, &doc, bypass, &info, &e);
             if (rc == 0 && ctx->retry != NULL)
-                sbl_retry_stmt_begin(ctx->retry, sid, false);
+                rc = sbl_retry_stmt_begin(ctx->retry, sid, false, &e);
             if (rc == 0)
                 rc = insert_one(ctx, c, &doc, &info, &e);
             if (ctx->retry != NULL)
@@ -688,7 +688,7 @@ int sbl_cmd_update(sbl_opctx_t *ctx, sbl_err_t *err)
         }
         int64_t before = tot.nmodified + tot.nupserted;
         if (rc == 0 && ctx->retry != NULL)
-            sbl_retry_stmt_begin(ctx->retry, sid, false);
+            rc = sbl_retry_stmt_begin(ctx->retry, sid, false, &e);
         /* A concurrent upsert of the same document loses with DuplicateKey: retry it,
          * and it now finds the document and updates it. */
         for (int attempt = 0; rc == 0 || (rc == SBL_E_DuplicateKey && parsed[i].upsert &&
@@ -903,7 +903,7 @@ int sbl_cmd_delete(sbl_opctx_t *ctx, sbl_err_t *err)
         }
         int64_t before = n;
         if (rc == 0 && ctx->retry != NULL)
-            sbl_retry_stmt_begin(ctx->retry, sid, false);
+            rc = sbl_retry_stmt_begin(ctx->retry, sid, false, &e);
         if (rc == 0)
             rc = run_delete(ctx, ns, &parsed[i], &let, &n, &e);
         if (ctx->retry != NULL)

@@ -571,6 +571,7 @@ static void execute(pending_t *p)
      * again below, whatever happens). */
     if (has_txn && (p->rc = sbl_cmd_txn_begin(ctx, &txnit, has_ac ? &acit : NULL, &p->err)) != 0) {
         sbl_cmd_txn_end(ctx);
+        sbl_cmd_mtxn_end(ctx, &p->rc, &p->err);
         return;
     }
     op_begin(p);
@@ -588,10 +589,11 @@ static void execute(pending_t *p)
             p->err = jerr;
         }
     }
+    sbl_cmd_txn_end(ctx);
+    sbl_cmd_mtxn_end(ctx, &p->rc, &p->err);
     op_end(p);
     if (p->rc == 0 && lin)
         p->rc = sbl_repl_linearizable_wait(ctx->deadline_us, &p->err);
-    sbl_cmd_txn_end(ctx);
 }
 
 /* Wrap the handler's fields into the final reply document. */
@@ -612,6 +614,8 @@ static void build_reply(pending_t *p, bson_t *out)
     /* Error details a failing handler left in its reply (121's errInfo, 11000's keys,
      * 359's violations). */
     bson_iter_t it;
+    if (p->ctx.cmd != NULL && !bson_has_field(&p->reply, "errorLabels"))
+        sbl_cmd_txn_error_labels(&p->ctx, p->err.code ? p->err.code : p->rc, out);
     if (bson_iter_init(&it, &p->reply))
         while (bson_iter_next(&it))
             if (strcmp(bson_iter_key(&it), "errInfo") == 0 ||
@@ -795,6 +799,12 @@ static bool needs_repl_wait(const pending_t *p)
 
 static void finish(pending_t *p)
 {
+    if (p->ctx.close_instead && p->ctx.conn != NULL) {
+        /* onPrimaryTransactionalWrite: the write ran; the client gets no reply. */
+        p->ctx.deferred = true;
+        p->rc = 0;
+        sbl_conn_close_request(p->ctx.conn, p->ctx.req);
+    }
     if (delay_auth_failure(p))
         return;
     if (p->rc == 0 && p->ctx.deferred) {
@@ -989,6 +999,7 @@ static void reaper_main(void *arg)
             break;
         uv_mutex_unlock(&reaper_mu);
         sbl_cursors_reap(10 * 60 * 1000);
+        sbl_cmd_mtxn_reap(); /* transactions past transactionLifetimeLimitSeconds */
         sbl_cmd_sessions_tick(); /* expire idle sessions; write config.system.sessions */
         uv_mutex_lock(&reaper_mu);
     }

@@ -10,6 +10,11 @@
  * successful reply.  mode {times: n} turns the fail point off after n
  * activations, {skip: n} lets n matching commands pass first.
  *
+ * onPrimaryTransactionalWrite acts on a retryable write's statements
+ * (retryable.c): failBeforeCommitExceptionCode fails the statement without
+ * writing, closeConnection (default true) lets the command run and closes
+ * the connection instead of replying, as mongod's fail point of that name.
+ *
  * What must stay true: the state is read and changed under one mutex;
  * sbl_failpoint_on is non-zero exactly while a mode other than off is set or
  * a blocked command has yet to resume (its resumption goes through the hook).
@@ -280,6 +285,39 @@ static int parse_mode(const bson_iter_t *mit, int *modep, int64_t *np, sbl_err_t
     return 0;
 }
 
+/* ---- onPrimaryTransactionalWrite: a retryable write's statement -------------------------- */
+
+static int tw_mode = MODE_OFF;
+static int64_t tw_n;
+static bson_t *tw_data;
+static atomic_int tw_on;
+
+bool sbl_failpoint_txn_write(bool *closep, int *codep)
+{
+    bson_iter_t it;
+    *closep = false;
+    *codep = 0;
+    if (!atomic_load_explicit(&tw_on, memory_order_relaxed))
+        return false;
+    pthread_mutex_lock(&fp_mu);
+    bool fire = tw_mode != MODE_OFF;
+    if (fire && tw_mode == MODE_SKIP && tw_n > 0) {
+        tw_n--;
+        fire = false;
+    } else if (fire && tw_mode == MODE_TIMES && --tw_n <= 0) {
+        tw_mode = MODE_OFF;
+        atomic_store(&tw_on, 0);
+    }
+    if (fire) {
+        *closep = !bson_iter_init_find(&it, tw_data, "closeConnection") || bson_iter_as_bool(&it);
+        if (bson_iter_init_find(&it, tw_data, "failBeforeCommitExceptionCode") &&
+            BSON_ITER_HOLDS_NUMBER(&it))
+            *codep = (int)bson_iter_as_int64(&it);
+    }
+    pthread_mutex_unlock(&fp_mu);
+    return fire;
+}
+
 int sbl_cmd_configure_fail_point(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
@@ -298,7 +336,8 @@ int sbl_cmd_configure_fail_point(sbl_opctx_t *ctx, sbl_err_t *err)
                            "wrong type '%s', expected type 'string'",
                            sbl_type_name(bson_iter_type(&it)));
     const char *name = bson_iter_utf8(&it, NULL);
-    if (strcmp(name, "failCommand") != 0)
+    bool tw = strcmp(name, "onPrimaryTransactionalWrite") == 0;
+    if (strcmp(name, "failCommand") != 0 && !tw)
         return sbl_err_set(err, SBL_E_FailPointSetFailed, "%s not found", name);
     if (!bson_iter_init_find(&it, ctx->cmd, "mode"))
         return sbl_err_set(err, SBL_E_BadValue, "When setting a failpoint, you must supply a 'mode'");
@@ -318,12 +357,21 @@ int sbl_cmd_configure_fail_point(sbl_opctx_t *ctx, sbl_err_t *err)
 
     pthread_mutex_lock(&fp_mu);
     int64_t before = fp_entered;
-    if (fp_data != NULL)
-        bson_destroy(fp_data);
-    fp_data = copy;
-    fp_mode = mode;
-    fp_n = n;
-    update_flag();
+    if (tw) {
+        if (tw_data != NULL)
+            bson_destroy(tw_data);
+        tw_data = copy;
+        tw_mode = mode;
+        tw_n = n;
+        atomic_store(&tw_on, mode != MODE_OFF);
+    } else {
+        if (fp_data != NULL)
+            bson_destroy(fp_data);
+        fp_data = copy;
+        fp_mode = mode;
+        fp_n = n;
+        update_flag();
+    }
     pthread_mutex_unlock(&fp_mu);
 
     bson_t attr;

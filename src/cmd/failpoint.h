@@ -34,6 +34,11 @@ static inline bool sbl_failpoint_armed(void)
  */
 bool sbl_failpoint_command(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err);
 
+/* onPrimaryTransactionalWrite, checked as a retryable write's statement
+ * starts: true when it fires, with whether to close the connection after
+ * the command and the error code to fail the statement with (0: none). */
+bool sbl_failpoint_txn_write(bool *closep, int *codep);
+
 /* Whether the server was started with --setParameter enableTestCommands=1. */
 bool sbl_test_commands_enabled(void);
 

@@ -346,8 +346,9 @@ static bool append_parameter(bson_t *r, const char *name)
         BSON_APPEND_INT64(r, name, 600000);
     } else if (strcmp(name, "maxBSONDepth") == 0) {
         BSON_APPEND_INT32(r, name, 200);
-    } else if (strcmp(name, "transactionLifetimeLimitSeconds") == 0) {
-        BSON_APPEND_INT32(r, name, 60);
+    } else if (strcmp(name, "transactionLifetimeLimitSeconds") == 0 ||
+               strcmp(name, "maxTransactionLockRequestTimeoutMillis") == 0) {
+        sbl_cmd_mtxn_append_parameter(name, r); /* changeable at run time (txn.c) */
     } else if (strcmp(name, "journalCommitInterval") == 0) {
         BSON_APPEND_INT32(r, name, o->commit_interval_ms);
     } else if (strcmp(name, "syncdelay") == 0) {

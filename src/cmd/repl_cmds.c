@@ -84,6 +84,8 @@ int sbl_cmd_repl_set_freeze(sbl_opctx_t *ctx, sbl_err_t *err)
 void sbl_cmd_on_coll_created(sbl_opctx_t *ctx, const char *ns)
 {
     sbl_cmd_audit_coll_created(ctx, ns);
+    /* Inside a transaction the entry is written at once on the thread's own
+     * session: the transaction's holds no oplog lock between its commands. */
     if (ctx->ss != NULL)
-        sbl_repl_log_create(ctx->ss, ns);
+        sbl_repl_log_create(ctx->mtxn != NULL ? sbl_session_get() : ctx->ss, ns);
 }

@@ -19,6 +19,7 @@
  * (sbl_cmd_txn_end).
  */
 #include "cmd/cmd_int.h"
+#include "cmd/failpoint.h"
 #include "common/log.h"
 #include "repl/repl.h"
 #include "sessions/sessions.h"
@@ -44,6 +45,7 @@ struct sbl_retry {
     size_t ndone;
     bool incomplete;         /* the chain ended before its start (oplog truncated) */
     sbl_repl_stmt_t st;      /* the running statement; prev_ts chains them */
+    bool close_after;        /* onPrimaryTransactionalWrite: close instead of replying */
     int32_t *retried;        /* executed statements the command skipped */
     size_t nretried, cap_retried;
 };
@@ -196,8 +198,7 @@ int sbl_cmd_txn_begin(sbl_opctx_t *ctx, const bson_iter_t *txnit, const bson_ite
         if (bson_iter_as_bool(&it))
             return sbl_err_set(err, SBL_E_InvalidOptions,
                                "Specifying autocommit=true is not allowed.");
-        return sbl_err_set(err, SBL_E_IllegalOperation,
-                           "Multi-document transactions are not supported by this server yet");
+        return sbl_cmd_mtxn_begin(ctx, txn, err);
     }
     if (!is_retryable_command(ctx->name))
         return sbl_err_set(err, SBL_E_Location50768,
@@ -250,6 +251,8 @@ void sbl_cmd_txn_end(sbl_opctx_t *ctx)
         return;
     sbl_repl_set_stmt(NULL);
     sbl_lsess_checkin(&r->lsid, r->txn);
+    if (r->close_after)
+        ctx->close_instead = true;
     if (r->nretried > 0) {
         retried_commands++;
         retried_statements += (int64_t)r->nretried;
@@ -289,12 +292,20 @@ int sbl_retry_executed(sbl_retry_t *r, int32_t stmt, const bson_t **entryp, sbl_
     return 0;
 }
 
-void sbl_retry_stmt_begin(sbl_retry_t *r, int32_t stmt, bool pre_image)
+int sbl_retry_stmt_begin(sbl_retry_t *r, int32_t stmt, bool pre_image, sbl_err_t *err)
 {
+    bool close;
+    int code;
+    if (sbl_failpoint_txn_write(&close, &code)) {
+        r->close_after |= close;
+        if (code != 0)
+            return sbl_err_set(err, code, "Failing write for test because failpoint is on");
+    }
     r->st.stmt_id = stmt;
     r->st.pre_image = pre_image;
     r->st.out_ts = 0;
     sbl_repl_set_stmt(&r->st);
+    return 0;
 }
 
 void sbl_retry_stmt_end(sbl_retry_t *r, bool wrote)

@@ -133,11 +133,13 @@ static void end_one(sbl_opctx_t *ctx, const sbl_lsid_t *l)
 {
     sbl_lsess_end(l);
     sbl_cursors_kill_session(l->id);
+    sbl_cmd_mtxn_kill_session(l->id);
 }
 
 static void kill_one(sbl_opctx_t *ctx, const sbl_lsid_t *l)
 {
     sbl_cursors_kill_session(l->id);
+    sbl_cmd_mtxn_kill_session(l->id);
 }
 
 int sbl_cmd_refresh_sessions(sbl_opctx_t *ctx, sbl_err_t *err)
@@ -505,17 +507,12 @@ void sbl_cmd_sessions_append_status(bson_t *r)
     BSON_APPEND_INT32(&d, "lastTransactionReaperJobEntriesCleanedUp", 0);
     bson_append_document_end(r, &d);
     pthread_mutex_unlock(&job_mu);
-    /* Retryable writes' counters; multi-document transactions are not built yet. */
+    /* Retryable writes' and transactions' counters (retryable.c, txn.c). */
     BSON_APPEND_DOCUMENT_BEGIN(r, "transactions", &d);
     BSON_APPEND_INT64(&d, "retriedCommandsCount", sbl_retry_retried_commands());
     BSON_APPEND_INT64(&d, "retriedStatementsCount", sbl_retry_retried_statements());
     BSON_APPEND_INT64(&d, "transactionsCollectionWriteCount", sbl_retry_record_writes());
-    BSON_APPEND_INT64(&d, "currentActive", 0);
-    BSON_APPEND_INT64(&d, "currentInactive", 0);
-    BSON_APPEND_INT64(&d, "currentOpen", 0);
-    BSON_APPEND_INT64(&d, "totalAborted", 0);
-    BSON_APPEND_INT64(&d, "totalCommitted", 0);
-    BSON_APPEND_INT64(&d, "totalStarted", 0);
+    sbl_cmd_mtxn_append_status(&d);
     bson_append_document_end(r, &d);
 }
 
@@ -542,6 +539,11 @@ int sbl_cmd_sessions_init(sbl_err_t *err)
                                s != NULL ? s : "?");
         atomic_store(params[i].v, v * params[i].scale);
     }
+    bson_iter_t pit;
+    if (o != NULL && bson_iter_init(&pit, &o->parameters))
+        while (bson_iter_next(&pit)) /* the transaction parameters (txn.c) */
+            if (sbl_cmd_mtxn_set_parameter(bson_iter_key(&pit), &pit, NULL, err) > 0)
+                return err->code;
     pthread_mutex_lock(&job_mu);
     last_persist_ms = 0;
     next_refresh_ms = sbl_now_ms() + atomic_load(&refresh_ms);

@@ -82,6 +82,9 @@
     X(InvalidUUID, 207)                                                                            \
     X(NoSuchTransaction, 251)                                                                      \
     X(TransactionTooOld, 225)                                                                      \
+    X(TransactionTooLarge, 257)                                                                    \
+    X(TransactionCommitted, 256)                                                                   \
+    X(ConflictingOperationInProgress, 117)                                                         \
     X(IncompleteTransactionHistory, 217)                                                           \
     X(Location50768, 50768)                                                                        \
     X(Interrupted, 11601)                                                                          \

@@ -73,6 +73,9 @@ typedef struct sbl_opctx {
     uint8_t lsid_id[16];  /* that session's id (src/sessions; cursors remember it) */
     uint8_t user_uid[32]; /* SHA-256 of the user running it ("user@db"; "" unauthenticated) */
     sbl_retry_t *retry;   /* a retryable write (lsid + txnNumber), else NULL */
+    struct sbl_mtxn *mtxn; /* the multi-document transaction it runs in (cmd/txn.c), or NULL */
+    bool mtxn_checked_out; /* the transaction's session is checked out */
+    bool close_instead;    /* a test fail point: close the connection instead of replying */
 } sbl_opctx_t;
 
 /* ---- namespaces (op.c) ---------------------------------------------------- */

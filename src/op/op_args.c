@@ -25,9 +25,11 @@ static bool in_list(const char *k, const char *const *list)
     return false;
 }
 
-/* A standalone has no snapshots to read at: readConcern {level: "snapshot"}
- * fails as on a standalone mongod (NotAReplicaSet 123). */
-static int check_read_concern(const bson_iter_t *rc, sbl_err_t *err)
+/* readConcern {level: "snapshot"} outside a transaction is not built yet
+ * and fails as on a standalone mongod (NotAReplicaSet 123); inside a
+ * multi-document transaction (the command carries autocommit) it is the
+ * transaction's own snapshot (cmd/txn.c). */
+static int check_read_concern(const bson_iter_t *rc, const bson_t *cmd, sbl_err_t *err)
 {
     static const char *const levels[] = {"local", "majority", "linearizable", "available",
                                          "snapshot", NULL};
@@ -42,7 +44,7 @@ static int check_read_concern(const bson_iter_t *rc, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_BadValue,
                            "Enumeration value '%s' for field 'readConcern.level' is not a valid "
                            "value.", level);
-    if (strcmp(level, "snapshot") == 0)
+    if (strcmp(level, "snapshot") == 0 && !bson_has_field(cmd, "autocommit"))
         return sbl_err_set(err, SBL_E_NotAReplicaSet,
                            "node needs to be a replica set member to use readConcern: snapshot");
     return 0;
@@ -61,7 +63,7 @@ int sbl_check_fields(const bson_t *cmd, const char *req, const char *const *know
         if (first || k[0] == '$' || in_list(k, known) || in_list(k, generic_fields)) {
             first = false;
             if (k[0] == 'r' && strcmp(k, "readConcern") == 0 && sbl_doc_top_iter(cmd, at, k, &it))
-                SBL_RET(check_read_concern(&it, err));
+                SBL_RET(check_read_concern(&it, cmd, err));
             continue;
         }
         return sbl_err_set(err, SBL_E_UnknownField, "BSON field '%s.%s' is an unknown field.", req,
@@ -77,7 +79,7 @@ int sbl_check_fields(const bson_t *cmd, const char *req, const char *const *know
         if (first || k[0] == '$' || in_list(k, known) || in_list(k, generic_fields)) {
             first = false;
             if (k[0] == 'r' && strcmp(k, "readConcern") == 0)
-                SBL_RET(check_read_concern(&it, err));
+                SBL_RET(check_read_concern(&it, cmd, err));
             continue;
         }
         return sbl_err_set(err, SBL_E_UnknownField, "BSON field '%s.%s' is an unknown field.", req,

@@ -213,6 +213,26 @@ void sbl_repl_set_stmt(sbl_repl_stmt_t *st);
 int sbl_repl_txn_record_get(sbl_session_t *s, const uint8_t id[16], const uint8_t uid[32],
                             int64_t *txnp, uint64_t *tsp, int64_t *termp, bool *foundp,
                             sbl_err_t *err);
+/*
+ * Multi-document transactions: while a thread runs a transaction's
+ * operation, its document writes are collected in the transaction's ops
+ * (sbl_repl_set_txn_ops) instead of each appending an entry; at commit,
+ * sbl_repl_txn_commit appends one entry in mongod 7.0's form ({lsid,
+ * txnNumber, op: "c", ns: "admin.$cmd", o: {applyOps: [{op, ns, ui, o,
+ * o2}...]}, prevOpTime ...}) and the session's record ({..., state:
+ * "committed"}) in s's transaction, which the caller then commits.  A
+ * secondary applies the entry's operations in one WiredTiger transaction.
+ */
+typedef struct sbl_repl_txn_ops sbl_repl_txn_ops_t;
+sbl_repl_txn_ops_t *sbl_repl_txn_ops_new(void);
+void sbl_repl_txn_ops_free(sbl_repl_txn_ops_t *ops);
+size_t sbl_repl_txn_ops_count(const sbl_repl_txn_ops_t *ops);
+void sbl_repl_set_txn_ops(sbl_repl_txn_ops_t *ops);
+/* st: lsid, txnNumber, prevOpTime (stmt_id unused); *tsp: the entry's ts
+ * (0 when there were no operations: nothing is written). */
+int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt_t *st,
+                        uint64_t *tsp, sbl_err_t *err);
+
 /* The oplog entry at ts (a copy in *out, initialised when *foundp). */
 int sbl_repl_oplog_get(sbl_session_t *s, uint64_t ts, bson_t *out, bool *foundp, sbl_err_t *err);
 

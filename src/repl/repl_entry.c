@@ -39,7 +39,7 @@ void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out)
     BSON_APPEND_DOCUMENT(out, "o", e->o);
     if (e->o2 != NULL)
         BSON_APPEND_DOCUMENT(out, "o2", e->o2);
-    if (st != NULL)
+    if (st != NULL && !e->no_stmt_id)
         BSON_APPEND_INT32(out, "stmtId", st->stmt_id);
     if (e->diff != NULL) /* Sable's: what an update changed (docs/replication.md) */
         BSON_APPEND_DOCUMENT(out, "diff", e->diff);

@@ -214,7 +214,8 @@ static int replay_ts(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
     bson_iter_timestamp(&it, &t, &i);
     SBL_RET(sbl_txn_set_commit_ts(s, SBL_TS(t, i), err));
     sbl_repl_applied_written = true;
-    return 0;
+    /* the session's record went back with the data: write it again */
+    return sbl_txn_record_applied(s, doc, err);
 }
 
 /* True when writes to ns are logged: not local.*, not the profiler's, not
@@ -279,10 +280,12 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     int rc;
 
     if (sbl_repl_applying != NULL && sbl_repl_replaying) /* already in our oplog */
-        return replicated(sbl_coll_ns(c)) ? replay_ts(s, sbl_repl_applying, err) : 0;
+        return replicated(sbl_coll_ns(c)) && !sbl_repl_applied_written
+                   ? replay_ts(s, sbl_repl_applying, err)
+                   : 0;
     if (sbl_repl_applying != NULL) { /* a secondary applies the primary's entry as it is */
-        if (!replicated(sbl_coll_ns(c)))
-            return 0;
+        if (!replicated(sbl_coll_ns(c)) || sbl_repl_applied_written)
+            return 0; /* once, however many writes an applyOps entry makes */
         SBL_RET(sbl_oplog_append_raw(s, sbl_repl_applying, err));
         if (kind != SBL_WRITE_INSERT && old_doc != NULL && wants_images(c) &&
             bson_iter_init_find(&it, sbl_repl_applying, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
@@ -325,6 +328,13 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         e.op = 'd';
         e.o = &key;
         break;
+    }
+    sbl_repl_txn_ops_t *ops = sbl_repl_cur_txn_ops();
+    if (ops != NULL) { /* a multi-document transaction: one applyOps entry at commit */
+        rc = sbl_repl_txn_ops_add(ops, e.op, e.ns, e.uuid, e.o, e.o2, err);
+        bson_destroy(&key);
+        bson_destroy(&diff);
+        return rc;
     }
     sbl_repl_stmt_t *st = sbl_repl_cur_stmt();
     if (st == NULL) {

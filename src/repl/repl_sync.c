@@ -120,10 +120,59 @@ static bool entry_command(const bson_t *e, char *db, size_t dbn, bson_t *cmd)
     }
 }
 
+/* A transaction's entry: its applyOps array (false when e is another entry). */
+static bool apply_ops_of(const bson_t *e, bson_iter_t *ops)
+{
+    bson_iter_t it, o;
+    if (!bson_iter_init_find(&it, e, "op") || !BSON_ITER_HOLDS_UTF8(&it) ||
+        bson_iter_utf8(&it, NULL)[0] != 'c')
+        return false;
+    return bson_iter_init_find(&it, e, "o") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+           bson_iter_recurse(&it, &o) && bson_iter_find(&o, "applyOps") &&
+           BSON_ITER_HOLDS_ARRAY(&o) && bson_iter_recurse(&o, ops);
+}
+
+/* Apply a transaction's operations in one WiredTiger transaction, with the
+ * entry written once (by the first write's observer) in the same one. */
+static int apply_txn_entry(const bson_t *e, bson_iter_t *ops, sbl_err_t *err)
+{
+    sbl_session_t *s = sbl_session_get();
+    int rc;
+    sbl_repl_applying = e;
+    sbl_repl_applied_written = false;
+    if ((rc = sbl_txn_begin_outer(s, err)) != 0) {
+        sbl_repl_applying = NULL;
+        return rc;
+    }
+    while (bson_iter_next(ops)) {
+        char db[128];
+        bson_t op, cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+        if (BSON_ITER_HOLDS_DOCUMENT(ops) && sbl_iter_doc(ops, &op) &&
+            entry_command(&op, db, sizeof(db), &cmd) && sbl_rs_runner != NULL)
+            sbl_rs_runner(db, &cmd, &reply);
+        bson_destroy(&cmd);
+        bson_destroy(&reply);
+    }
+    if (!sbl_repl_applied_written && !sbl_repl_replaying)
+        rc = sbl_oplog_append_raw(s, e, err);
+    if (rc == 0)
+        rc = sbl_txn_commit_outer(s, err);
+    else
+        sbl_txn_abort_outer(s);
+    sbl_repl_applying = NULL;
+    return rc;
+}
+
 int sbl_rs_apply_entry(const bson_t *e, sbl_err_t *err)
 {
     char db[128];
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    bson_iter_t ops;
+    if (apply_ops_of(e, &ops)) {
+        bson_destroy(&cmd);
+        bson_destroy(&reply);
+        return apply_txn_entry(e, &ops, err);
+    }
     sbl_repl_applying = e;
     sbl_repl_applied_written = false;
     if (entry_command(e, db, sizeof(db), &cmd) && sbl_rs_runner != NULL) {

@@ -14,6 +14,8 @@
  */
 #include "repl/repl_int.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -56,6 +58,12 @@ static void record_id(bson_t *key, const bson_t *lsid, bson_value_t *id)
 int sbl_txn_record_write(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
                          int64_t term, int64_t wall_ms, sbl_err_t *err)
 {
+    return sbl_txn_record_write_state(s, lsid, txn, ts, term, wall_ms, NULL, err);
+}
+
+int sbl_txn_record_write_state(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
+                               int64_t term, int64_t wall_ms, const char *state, sbl_err_t *err)
+{
     bson_t key = BSON_INITIALIZER, old, rec = BSON_INITIALIZER, ot;
     bson_value_t id;
     bson_iter_t it;
@@ -77,6 +85,8 @@ int sbl_txn_record_write(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint
     BSON_APPEND_INT64(&ot, "t", term);
     bson_append_document_end(&rec, &ot);
     BSON_APPEND_DATE_TIME(&rec, "lastWriteDate", wall_ms);
+    if (state != NULL)
+        BSON_APPEND_UTF8(&rec, "state", state);
     rc = sbl_write(s, txn_table, found ? SBL_WRITE_UPDATE : SBL_WRITE_INSERT,
                    found ? &old : NULL, &rec, NULL, err);
 done:
@@ -110,7 +120,103 @@ int sbl_txn_record_applied(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
         term = bson_iter_as_int64(&it);
     if (bson_iter_init_find(&it, doc, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it))
         wall = bson_iter_date_time(&it);
-    return sbl_txn_record_write(s, &lsid, txn, SBL_TS(t, i), term, wall, err);
+    bool applyops = op[0] == 'c' && bson_iter_init_find(&it, doc, "o") &&
+                    BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &it) &&
+                    bson_iter_find(&it, "applyOps");
+    return sbl_txn_record_write_state(s, &lsid, txn, SBL_TS(t, i), term, wall,
+                                      applyops ? "committed" : NULL, err);
+}
+
+/* ---- multi-document transactions' entries --------------------------------- */
+
+struct sbl_repl_txn_ops {
+    bson_t arr; /* the applyOps array being built */
+    size_t n;
+};
+
+static _Thread_local sbl_repl_txn_ops_t *cur_ops;
+
+sbl_repl_txn_ops_t *sbl_repl_txn_ops_new(void)
+{
+    size_t size = (sizeof(sbl_repl_txn_ops_t) + 127) & ~(size_t)127;
+    sbl_repl_txn_ops_t *ops = aligned_alloc(128, size); /* it embeds a bson_t */
+    if (ops == NULL)
+        return NULL;
+    memset(ops, 0, sizeof(*ops));
+    bson_init(&ops->arr);
+    return ops;
+}
+
+void sbl_repl_txn_ops_free(sbl_repl_txn_ops_t *ops)
+{
+    if (ops == NULL)
+        return;
+    bson_destroy(&ops->arr);
+    free(ops);
+}
+
+size_t sbl_repl_txn_ops_count(const sbl_repl_txn_ops_t *ops)
+{
+    return ops != NULL ? ops->n : 0;
+}
+
+void sbl_repl_set_txn_ops(sbl_repl_txn_ops_t *ops)
+{
+    cur_ops = ops;
+}
+
+sbl_repl_txn_ops_t *sbl_repl_cur_txn_ops(void)
+{
+    return cur_ops;
+}
+
+int sbl_repl_txn_ops_add(sbl_repl_txn_ops_t *ops, char op, const char *ns, const uint8_t *uuid,
+                         const bson_t *o, const bson_t *o2, sbl_err_t *err)
+{
+    char key[16], opstr[2] = {op, '\0'};
+    bson_t d;
+    if (ops->arr.len + o->len + (o2 != NULL ? o2->len : 0) > 16 * 1024 * 1024)
+        return sbl_err_set(err, SBL_E_TransactionTooLarge,
+                           "Total size of all transaction operations must be less than 16793600");
+    snprintf(key, sizeof(key), "%zu", ops->n++);
+    BSON_APPEND_DOCUMENT_BEGIN(&ops->arr, key, &d);
+    BSON_APPEND_UTF8(&d, "op", opstr);
+    BSON_APPEND_UTF8(&d, "ns", ns);
+    if (uuid != NULL)
+        bson_append_binary(&d, "ui", 2, BSON_SUBTYPE_UUID, uuid, 16);
+    BSON_APPEND_DOCUMENT(&d, "o", o);
+    if (o2 != NULL)
+        BSON_APPEND_DOCUMENT(&d, "o2", o2);
+    bson_append_document_end(&ops->arr, &d);
+    return 0;
+}
+
+int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt_t *st,
+                        uint64_t *tsp, sbl_err_t *err)
+{
+    bson_t o = BSON_INITIALIZER, lsid = BSON_INITIALIZER;
+    int rc;
+
+    *tsp = 0;
+    if (ops == NULL || ops->n == 0)
+        return 0;
+    BSON_APPEND_ARRAY(&o, "applyOps", &ops->arr);
+    sbl_oplog_entry_t e = {.op = 'c', .ns = "admin.$cmd", .o = &o, .stmt = st, .no_stmt_id = true};
+    rc = sbl_oplog_append(s, &e, err);
+    if (rc == 0) {
+        BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
+        BSON_APPEND_BINARY(&lsid, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
+        rc = sbl_txn_record_write_state(s, &lsid, st->txn_number, e.ts, e.term, e.wall_ms,
+                                        "committed", err);
+    }
+    if (rc == 0) {
+        *tsp = e.ts;
+        st->out_ts = e.ts;
+        st->out_term = e.term;
+    }
+    bson_destroy(&lsid);
+    bson_destroy(&o);
+    return rc;
 }
 
 int sbl_repl_txn_record_get(sbl_session_t *s, const uint8_t id[16], const uint8_t uid[32],

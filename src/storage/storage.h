@@ -84,6 +84,26 @@ int sbl_txn_begin(sbl_session_t *s, sbl_err_t *err);
 int sbl_txn_commit(sbl_session_t *s, sbl_err_t *err);
 void sbl_txn_abort(sbl_session_t *s);
 
+/*
+ * Multi-document transactions (and a secondary applying applyOps): one
+ * WiredTiger transaction held open across many operations.
+ * sbl_txn_begin_outer opens it; until sbl_txn_commit_outer or
+ * sbl_txn_abort_outer, sbl_txn_begin/sbl_txn_commit on s are nested no-ops
+ * (begin fails with WriteConflict once the transaction failed), and
+ * sbl_txn_abort after a nested write marks the whole transaction failed:
+ * it can then only roll back (commit_outer rolls back and says
+ * WriteConflict).  sbl_session_open gives a session that belongs to no
+ * thread (a transaction's, used by one thread at a time, whichever runs the
+ * transaction's next command); sbl_session_close rolls back what is open.
+ */
+sbl_session_t *sbl_session_open(void);
+void sbl_session_close(sbl_session_t *s);
+int sbl_txn_begin_outer(sbl_session_t *s, sbl_err_t *err);
+int sbl_txn_commit_outer(sbl_session_t *s, sbl_err_t *err);
+void sbl_txn_abort_outer(sbl_session_t *s);
+bool sbl_txn_outer_failed(const sbl_session_t *s);
+void sbl_txn_outer_fail(sbl_session_t *s);
+
 /* ---- catalog ---------------------------------------------------------- */
 
 typedef struct sbl_coll sbl_coll_t;

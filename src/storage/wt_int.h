@@ -89,6 +89,13 @@ struct sbl_session {
     uint64_t epoch;    /* engine epoch it belongs to (reopen in one process) */
     uint64_t drop_gen; /* last engine drop_gen this session reconciled */
     bool in_txn;
+    /* A multi-document transaction holds the WiredTiger transaction open
+     * across operations (sbl_txn_begin_outer): begin/commit inside it are
+     * nested no-ops, an abort after a nested write fails the whole one. */
+    bool outer;
+    bool outer_failed;  /* a nested write aborted: only rollback remains */
+    bool nested_wrote;  /* sbl_write ran since the last nested begin */
+    bool is_private;    /* opened by sbl_session_open, not a thread's own */
     atomic_uint_fast64_t txn_gen; /* engine txn_gen when its transaction began; 0: none */
     sbl_cached_cursor_t *cursors;
     size_t ncursors, cursors_cap;

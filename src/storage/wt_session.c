@@ -175,6 +175,13 @@ int sbl_txn_begin(sbl_session_t *s, sbl_err_t *err)
 {
     int ret;
 
+    if (s->outer) {
+        s->nested_wrote = false;
+        if (s->outer_failed)
+            return sbl_err_set(err, SBL_E_WriteConflict,
+                               "WriteConflict: the transaction was aborted by an earlier error");
+        return 0;
+    }
     if (s->in_txn)
         return sbl_err_set(err, SBL_E_IllegalOperation, "a transaction is already open");
     sbl_session_reconcile(s);
@@ -196,6 +203,10 @@ int sbl_txn_commit(sbl_session_t *s, sbl_err_t *err)
 {
     int ret;
 
+    if (s->outer)
+        return s->outer_failed ? sbl_err_set(err, SBL_E_WriteConflict, "WriteConflict: the "
+                                             "transaction was aborted by an earlier error")
+                               : 0;
     if (!s->in_txn)
         return sbl_err_set(err, SBL_E_NoSuchTransaction, "no transaction is open");
     reset_cursors(s);
@@ -230,6 +241,11 @@ int sbl_txn_set_commit_ts(sbl_session_t *s, uint64_t ts, sbl_err_t *err)
 
 void sbl_txn_abort(sbl_session_t *s)
 {
+    if (s->outer) {
+        if (s->nested_wrote)
+            s->outer_failed = true;
+        return;
+    }
     if (!s->in_txn)
         return;
     reset_cursors(s);
@@ -238,4 +254,90 @@ void sbl_txn_abort(sbl_session_t *s)
     s->wt->rollback_transaction(s->wt, NULL);
     drop_deltas(s);
     sbl_capped_unlock_all(s);
+}
+
+/* ---- multi-document transactions ------------------------------------------ */
+
+sbl_session_t *sbl_session_open(void)
+{
+    sbl_session_t *s;
+
+    if (!sbl_eng.open)
+        return NULL;
+    s = bson_malloc0(sizeof(*s));
+    if (sbl_eng.conn->open_session(sbl_eng.conn, NULL, "isolation=snapshot", &s->wt) != 0) {
+        bson_free(s);
+        return NULL;
+    }
+    s->epoch = sbl_eng.epoch;
+    s->drop_gen = atomic_load(&sbl_eng.drop_gen);
+    s->is_private = true;
+    sbl_buf_init(&s->key);
+    pthread_mutex_lock(&sbl_eng.sess_lock);
+    s->next_all = sbl_eng.sessions;
+    sbl_eng.sessions = s;
+    pthread_mutex_unlock(&sbl_eng.sess_lock);
+    return s;
+}
+
+void sbl_session_close(sbl_session_t *s)
+{
+    sbl_session_t **pp;
+    bool found = false;
+
+    if (s == NULL || !sbl_eng.open || s->epoch != sbl_eng.epoch)
+        return;
+    pthread_mutex_lock(&sbl_eng.sess_lock);
+    for (pp = &sbl_eng.sessions; *pp != NULL; pp = &(*pp)->next_all)
+        if (*pp == s) {
+            *pp = s->next_all;
+            found = true;
+            break;
+        }
+    pthread_mutex_unlock(&sbl_eng.sess_lock);
+    if (found)
+        session_free(s);
+}
+
+int sbl_txn_begin_outer(sbl_session_t *s, sbl_err_t *err)
+{
+    SBL_RET(sbl_txn_begin(s, err));
+    s->outer = true;
+    s->outer_failed = false;
+    s->nested_wrote = false;
+    return 0;
+}
+
+bool sbl_txn_outer_failed(const sbl_session_t *s)
+{
+    return s->outer && s->outer_failed;
+}
+
+void sbl_txn_outer_fail(sbl_session_t *s)
+{
+    if (s->outer)
+        s->outer_failed = true;
+}
+
+int sbl_txn_commit_outer(sbl_session_t *s, sbl_err_t *err)
+{
+    bool failed = s->outer_failed;
+    s->outer = false;
+    s->outer_failed = false;
+    if (failed) {
+        sbl_txn_abort(s);
+        return sbl_err_set(err, SBL_E_WriteConflict,
+                           "WriteConflict: the transaction was aborted by an earlier error");
+    }
+    int rc = sbl_txn_commit(s, err);
+    if (rc != 0)
+        sbl_txn_abort(s);
+    return rc;
+}
+
+void sbl_txn_abort_outer(sbl_session_t *s)
+{
+    s->outer = false;
+    s->outer_failed = false;
+    sbl_txn_abort(s);
 }

@@ -334,8 +334,10 @@ int sbl_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind, const bson
         return sbl_err_set(err, SBL_E_InternalError, "storage write: missing document");
     if (kind != SBL_WRITE_DELETE)
         SBL_RET(sbl_storage_space_check(new_doc->len, err));
-    if (s->in_txn)
+    if (s->in_txn) {
+        s->nested_wrote = true;
         return write_observed(s, c, kind, old_doc, new_doc, err_info, err);
+    }
     SBL_RET(sbl_txn_begin(s, err));
     if ((rc = write_observed(s, c, kind, old_doc, new_doc, err_info, err)) != 0) {
         sbl_txn_abort(s);

@@ -225,7 +225,7 @@ def test_retry_on_new_primary_after_kill9(rs3):
     p = primary_of(rs3)
     raw = Raw(p.port)
     lsid = new_lsid()
-    wc = {"w": "majority", "wtimeout": 10000}
+    wc = {"w": 3, "wtimeout": 20000}  # every member holds it: whichever wins has the history
     raw(cmd("insert", "c", lsid, 1, documents=[{"_id": 1, "n": 0}], writeConcern=wc))
     inc = cmd("update", "c", lsid, 2, updates=[{"q": {"_id": 1}, "u": {"$inc": {"n": 1}}}],
               writeConcern=wc)
@@ -234,6 +234,7 @@ def test_retry_on_new_primary_after_kill9(rs3):
     p.kill9()
     newp = primary_of([m for m in rs3 if m is not p])
     raw = Raw(newp.port)
+    inc["writeConcern"] = {"w": "majority", "wtimeout": 5000}  # two members are left
     r = wait_for(lambda: raw(inc))
     assert r["n"] == 1 and r["nModified"] == 1 and r["retriedStmtIds"] == [0]
     with direct(newp) as d:

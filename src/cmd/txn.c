@@ -1,0 +1,432 @@
+/*
+ * txn.c: multi-document transactions on a replica set member (issue 26).
+ * A transaction is the commands of one session with one txnNumber and
+ * autocommit: false; the first carries startTransaction: true, the last is
+ * commitTransaction or abortTransaction.  Its state lives here, keyed by
+ * the session: a storage session of its own (sbl_session_open) holding one
+ * WiredTiger snapshot transaction open across the commands, which may
+ * arrive on different connections and run on any thread (the session is
+ * checked out for each, so one runs at a time), and the operations its
+ * writes collected for the oplog (src/repl: one applyOps entry at commit).
+ *
+ * States: none -> in progress (startTransaction) -> committed
+ * (commitTransaction) or aborted (abortTransaction, an error in one of its
+ * commands, a newer txnNumber, the lifetime limit, a killed session).  A
+ * retried commitTransaction of a committed transaction succeeds again; any
+ * command of an aborted one gets NoSuchTransaction.
+ *
+ * What must stay true: a transaction's writes become visible together or
+ * not at all (one WiredTiger commit, its applyOps entry inside it); every
+ * failure inside a transaction aborts it; a WriteConflict is answered with
+ * the TransientTransactionError label.
+ */
+#include "cmd/cmd_int.h"
+#include "common/log.h"
+#include "exec/exec.h"
+#include "repl/repl.h"
+#include "sessions/sessions.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+enum { TXN_IN_PROGRESS = 1, TXN_COMMITTED, TXN_ABORTED };
+
+typedef struct sbl_mtxn {
+    sbl_lsid_t lsid;
+    int64_t txn_number;
+    int state;
+    bool busy;                /* a command runs in it (the reaper leaves it alone) */
+    sbl_session_t *ss;        /* holds the WiredTiger transaction while in progress */
+    sbl_repl_txn_ops_t *ops;  /* its writes, for the applyOps entry */
+    int64_t start_ms;
+    struct sbl_mtxn *next;
+} sbl_mtxn_t;
+
+static pthread_mutex_t txn_mu = PTHREAD_MUTEX_INITIALIZER;
+static sbl_mtxn_t *txns; /* one per session that ever ran a transaction (until it ends) */
+static atomic_llong n_started, n_committed, n_aborted, n_open;
+static atomic_llong lifetime_limit_s = 60;
+
+static bool same_lsid(const sbl_lsid_t *a, const sbl_lsid_t *b)
+{
+    return memcmp(a, b, sizeof(*a)) == 0;
+}
+
+static sbl_mtxn_t *find_locked(const sbl_lsid_t *l)
+{
+    for (sbl_mtxn_t *t = txns; t != NULL; t = t->next)
+        if (same_lsid(&t->lsid, l))
+            return t;
+    return NULL;
+}
+
+/* Roll back and release the storage session (t checked out or locked). */
+static void abort_txn(sbl_mtxn_t *t)
+{
+    if (t->state != TXN_IN_PROGRESS)
+        return;
+    sbl_cursors_kill_session(t->lsid.id);
+    if (t->ss != NULL)
+        sbl_txn_abort_outer(t->ss); /* the storage session stays for the next transaction */
+    sbl_repl_txn_ops_free(t->ops);
+    t->ops = NULL;
+    t->state = TXN_ABORTED;
+    n_aborted++;
+    n_open--;
+}
+
+/* Commands a transaction may run (mongod 7.0's list, as far as Sable has them). */
+static bool allowed_in_txn(const char *n)
+{
+    static const char *const ok[] = {"find", "getMore", "aggregate", "distinct", "insert",
+                                     "update", "delete", "findAndModify", "findandmodify",
+                                     "commitTransaction", "abortTransaction", "killCursors",
+                                     NULL};
+    for (int i = 0; ok[i] != NULL; i++)
+        if (strcmp(ok[i], n) == 0)
+            return true;
+    return false;
+}
+
+static void add_label(sbl_opctx_t *ctx, const char *label)
+{
+    bson_t arr;
+    BSON_APPEND_ARRAY_BEGIN(ctx->reply, "errorLabels", &arr);
+    BSON_APPEND_UTF8(&arr, "0", label);
+    bson_append_array_end(ctx->reply, &arr);
+}
+
+static int no_such_txn(sbl_opctx_t *ctx, sbl_err_t *err, int64_t txn, const char *why)
+{
+    add_label(ctx, "TransientTransactionError");
+    return sbl_err_set(err, SBL_E_NoSuchTransaction, "Transaction with { txnNumber: %lld } %s",
+                       (long long)txn, why);
+}
+
+int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bool start = false;
+    sbl_lsid_t l;
+
+    if (!allowed_in_txn(ctx->name))
+        return sbl_err_set(err, SBL_E_OperationNotSupportedInTransaction,
+                           "Cannot run '%s' in a multi-document transaction.", ctx->name);
+    if (bson_iter_init_find(&it, ctx->cmd, "startTransaction")) {
+        if (!BSON_ITER_HOLDS_BOOL(&it))
+            return sbl_type_error(err, "OperationSessionInfo.startTransaction", &it, "bool");
+        if (!bson_iter_as_bool(&it))
+            return sbl_err_set(err, SBL_E_InvalidOptions,
+                               "Specifying startTransaction=false is not allowed.");
+        start = true;
+    }
+    /* Capped collections take no writes in a transaction (mongod's rule; here
+     * their insert lock would be held from one command to the next). */
+    if (strcmp(ctx->name, "insert") == 0 || strcmp(ctx->name, "update") == 0 ||
+        strcmp(ctx->name, "delete") == 0 || strcasecmp(ctx->name, "findAndModify") == 0) {
+        char ns[SBL_NS_MAX];
+        sbl_coll_t *c = NULL;
+        sbl_err_t e2 = {0};
+        if (sbl_op_ns(ctx, ns, sizeof(ns), &e2) == 0 &&
+            sbl_coll_open(ctx->ss, ns, false, &c, NULL, &e2) == 0) {
+            bool capped = sbl_coll_capped(c, NULL, NULL);
+            sbl_coll_release(c);
+            if (capped)
+                return sbl_err_set(err, SBL_E_OperationNotSupportedInTransaction,
+                                   "Collection '%s' is a capped collection. Writes in "
+                                   "transactions are not allowed on capped collections.", ns);
+        }
+    }
+    memcpy(l.id, ctx->lsid_id, 16);
+    memcpy(l.uid, ctx->user_uid, 32);
+    int64_t seen = sbl_lsess_checkout(&l, ctx->client->uid_for, sbl_now_ms());
+    ctx->mtxn_checked_out = true;
+
+    pthread_mutex_lock(&txn_mu);
+    sbl_mtxn_t *t = find_locked(&l);
+    if (t == NULL && (t = calloc(1, sizeof(*t))) != NULL) {
+        t->lsid = l;
+        t->txn_number = -1;
+        t->next = txns;
+        txns = t;
+    }
+    if (t == NULL) {
+        pthread_mutex_unlock(&txn_mu);
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+    }
+    t->busy = true;
+    ctx->mtxn = t;
+    /* past its lifetime: aborted now, whoever asks */
+    if (t->state == TXN_IN_PROGRESS &&
+        sbl_now_ms() - t->start_ms > atomic_load(&lifetime_limit_s) * 1000)
+        abort_txn(t);
+    pthread_mutex_unlock(&txn_mu);
+
+    if (start) {
+        int64_t rec_txn;
+        uint64_t ts;
+        int64_t term;
+        bool found;
+        SBL_RET(sbl_repl_txn_record_get(ctx->ss, l.id, l.uid, &rec_txn, &ts, &term, &found,
+                                        err));
+        int64_t newest = seen > rec_txn ? seen : rec_txn;
+        if (t->txn_number > newest)
+            newest = t->txn_number;
+        if (txn < newest)
+            return sbl_err_set(err, SBL_E_TransactionTooOld,
+                               "Cannot start transaction %lld on session because a newer "
+                               "transaction %lld has already started", (long long)txn,
+                               (long long)newest);
+        if (txn == t->txn_number || (txn == newest && found && rec_txn == txn))
+            return sbl_err_set(err, SBL_E_ConflictingOperationInProgress,
+                               "Cannot start a transaction with txnNumber %lld: it was already "
+                               "used on this session", (long long)txn);
+        abort_txn(t); /* an older one still open */
+        if (t->ss == NULL) /* kept from the session's last transaction when it had one */
+            t->ss = sbl_session_open();
+        t->ops = sbl_repl_txn_ops_new();
+        if (t->ss == NULL || t->ops == NULL || sbl_txn_begin_outer(t->ss, err) != 0) {
+            sbl_session_close(t->ss);
+            sbl_repl_txn_ops_free(t->ops);
+            t->ss = NULL;
+            t->ops = NULL;
+            return err->code ? err->code
+                             : sbl_err_set(err, SBL_E_InternalError, "cannot open a session");
+        }
+        t->txn_number = txn;
+        t->state = TXN_IN_PROGRESS;
+        t->start_ms = sbl_now_ms();
+        n_started++;
+        n_open++;
+    } else if (txn != t->txn_number) {
+        return no_such_txn(ctx, err, txn, "does not match any in-progress transactions");
+    } else if (t->state == TXN_ABORTED) {
+        return no_such_txn(ctx, err, txn, "has been aborted.");
+    } else if (t->state == TXN_COMMITTED) {
+        if (strcmp(ctx->name, "commitTransaction") == 0)
+            return 0; /* a retried commit: the same outcome */
+        return sbl_err_set(err, SBL_E_TransactionCommitted,
+                           "Transaction with { txnNumber: %lld } has been committed.",
+                           (long long)txn);
+    }
+    /* Run the command inside the transaction. */
+    ctx->ss = t->ss;
+    sbl_repl_set_txn_ops(t->ops);
+    return 0;
+}
+
+void sbl_cmd_mtxn_end(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err)
+{
+    sbl_mtxn_t *t = ctx->mtxn;
+    sbl_lsid_t l;
+    if (!ctx->mtxn_checked_out)
+        return;
+    sbl_repl_set_txn_ops(NULL);
+    memcpy(l.id, ctx->lsid_id, 16);
+    memcpy(l.uid, ctx->user_uid, 32);
+    if (t != NULL) {
+        pthread_mutex_lock(&txn_mu);
+        if (t->state == TXN_IN_PROGRESS && t->ss != NULL && ctx->ss == t->ss &&
+            strcmp(ctx->name, "commitTransaction") != 0 &&
+            strcmp(ctx->name, "abortTransaction") != 0) {
+            /* Any failure aborts the transaction; a write conflict (also one a
+             * write reported as a writeError) is the whole command's error. */
+            bson_iter_t it, we, f;
+            bool failed = sbl_txn_outer_failed(t->ss);
+            bool conflict = *rcp == SBL_E_WriteConflict;
+            bool werr = false;
+            if (*rcp == 0 && bson_iter_init_find(&it, ctx->reply, "writeErrors") &&
+                bson_iter_recurse(&it, &we) && bson_iter_next(&we) &&
+                bson_iter_recurse(&we, &f)) {
+                werr = true;
+                if (bson_iter_find(&f, "code") && bson_iter_as_int64(&f) == SBL_E_WriteConflict)
+                    conflict = true;
+            }
+            if (failed && *rcp == 0 && !werr)
+                conflict = true; /* a failed write that reported nothing else */
+            if (*rcp != 0 || werr || conflict || failed)
+                abort_txn(t);
+            if (conflict) {
+                if (*rcp == 0)
+                    *rcp = sbl_err_set(err, SBL_E_WriteConflict,
+                                       "Write conflict during plan execution and yielding is "
+                                       "disabled. :: Please retry your operation or "
+                                       "multi-document transaction.");
+                add_label(ctx, "TransientTransactionError");
+            }
+        }
+        t->busy = false;
+        pthread_mutex_unlock(&txn_mu);
+    }
+    sbl_lsess_checkin(&l, t != NULL ? t->txn_number : -1);
+    ctx->mtxn = NULL;
+    ctx->mtxn_checked_out = false;
+}
+
+int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    sbl_mtxn_t *t = ctx->mtxn;
+    uint64_t ts = 0;
+    int rc;
+
+    if (t == NULL)
+        return sbl_err_set(err, SBL_E_InvalidOptions,
+                           "commitTransaction must be run within a transaction");
+    if (t->state == TXN_COMMITTED)
+        return 0;
+    sbl_repl_set_txn_ops(NULL);
+    sbl_repl_stmt_t st = {.txn_number = t->txn_number};
+    memcpy(st.lsid_id, t->lsid.id, 16);
+    memcpy(st.lsid_uid, t->lsid.uid, 32);
+    pthread_mutex_lock(&txn_mu);
+    if (sbl_txn_outer_failed(t->ss)) {
+        rc = sbl_err_set(err, SBL_E_WriteConflict, "WriteConflict: the transaction was aborted");
+        add_label(ctx, "TransientTransactionError");
+        abort_txn(t);
+        pthread_mutex_unlock(&txn_mu);
+        return rc;
+    }
+    rc = sbl_repl_txn_commit(t->ss, t->ops, &st, &ts, err);
+    if (rc == 0)
+        rc = sbl_txn_commit_outer(t->ss, err);
+    else
+        sbl_txn_outer_fail(t->ss);
+    if (rc != 0) {
+        if (rc == SBL_E_WriteConflict)
+            add_label(ctx, "TransientTransactionError");
+        abort_txn(t);
+        pthread_mutex_unlock(&txn_mu);
+        return rc;
+    }
+    sbl_cursors_kill_session(t->lsid.id);
+    sbl_repl_txn_ops_free(t->ops);
+    t->ops = NULL;
+    t->state = TXN_COMMITTED;
+    n_committed++;
+    n_open--;
+    pthread_mutex_unlock(&txn_mu);
+    ctx->ss = sbl_session_get();
+    if (ts != 0)
+        ctx->wrote = true;
+    return 0;
+}
+
+int sbl_cmd_abort_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    sbl_mtxn_t *t = ctx->mtxn;
+    if (t == NULL)
+        return sbl_err_set(err, SBL_E_InvalidOptions,
+                           "abortTransaction must be run within a transaction");
+    pthread_mutex_lock(&txn_mu);
+    abort_txn(t);
+    pthread_mutex_unlock(&txn_mu);
+    ctx->ss = sbl_session_get();
+    return 0;
+}
+
+void sbl_cmd_mtxn_kill_session(const uint8_t id[16])
+{
+    pthread_mutex_lock(&txn_mu);
+    for (sbl_mtxn_t *t = txns; t != NULL; t = t->next)
+        if (memcmp(t->lsid.id, id, 16) == 0 && !t->busy)
+            abort_txn(t);
+    pthread_mutex_unlock(&txn_mu);
+}
+
+void sbl_cmd_mtxn_reap(void)
+{
+    int64_t now = sbl_now_ms();
+    pthread_mutex_lock(&txn_mu);
+    for (sbl_mtxn_t **pp = &txns; *pp != NULL;) {
+        sbl_mtxn_t *t = *pp;
+        if (!t->busy && t->state == TXN_IN_PROGRESS &&
+            now - t->start_ms > atomic_load(&lifetime_limit_s) * 1000)
+            abort_txn(t);
+        if (!t->busy && t->state != TXN_IN_PROGRESS && now - t->start_ms > 30 * 60 * 1000) {
+            *pp = t->next; /* forget finished transactions of idle sessions */
+            sbl_session_close(t->ss);
+            free(t);
+            continue;
+        }
+        pp = &t->next;
+    }
+    pthread_mutex_unlock(&txn_mu);
+}
+
+static atomic_llong lock_timeout_ms = 5;
+
+int sbl_cmd_mtxn_set_parameter(const char *k, const bson_iter_t *it, bson_t *reply,
+                               sbl_err_t *err)
+{
+    atomic_llong *v;
+    long long min;
+    if (strcmp(k, "transactionLifetimeLimitSeconds") == 0) {
+        v = &lifetime_limit_s;
+        min = 1;
+    } else if (strcmp(k, "maxTransactionLockRequestTimeoutMillis") == 0) {
+        v = &lock_timeout_ms; /* accepted and reported: conflicts never wait for locks */
+        min = INT32_MIN;
+    } else {
+        return -1;
+    }
+    const char *s = BSON_ITER_HOLDS_UTF8(it) ? bson_iter_utf8(it, NULL) : NULL;
+    char *end = NULL;
+    long long n = s != NULL ? strtoll(s, &end, 10) : bson_iter_as_int64(it);
+    if ((s != NULL && (end == s || *end != '\0')) || (s == NULL && !BSON_ITER_HOLDS_NUMBER(it)) ||
+        n < min)
+        return sbl_err_set(err, SBL_E_BadValue, "Invalid value for %s", k);
+    if (reply != NULL)
+        BSON_APPEND_INT64(reply, "was", atomic_load(v));
+    atomic_store(v, n);
+    return 0;
+}
+
+void sbl_cmd_mtxn_append_parameter(const char *k, bson_t *reply)
+{
+    if (strcmp(k, "transactionLifetimeLimitSeconds") == 0)
+        BSON_APPEND_INT32(reply, k, (int32_t)atomic_load(&lifetime_limit_s));
+    else if (strcmp(k, "maxTransactionLockRequestTimeoutMillis") == 0)
+        BSON_APPEND_INT32(reply, k, (int32_t)atomic_load(&lock_timeout_ms));
+}
+
+void sbl_cmd_mtxn_append_status(bson_t *d)
+{
+    BSON_APPEND_INT64(d, "currentActive", 0);
+    BSON_APPEND_INT64(d, "currentInactive", atomic_load(&n_open));
+    BSON_APPEND_INT64(d, "currentOpen", atomic_load(&n_open));
+    BSON_APPEND_INT64(d, "totalAborted", atomic_load(&n_aborted));
+    BSON_APPEND_INT64(d, "totalCommitted", atomic_load(&n_committed));
+    BSON_APPEND_INT64(d, "totalStarted", atomic_load(&n_started));
+}
+
+void sbl_cmd_txn_error_labels(const sbl_opctx_t *ctx, int code, bson_t *out)
+{
+    bson_iter_t it;
+    if (ctx->name == NULL || !bson_iter_init_find(&it, ctx->cmd, "autocommit"))
+        return; /* labels are for transactions' commands */
+    bool commit = strcmp(ctx->name, "commitTransaction") == 0;
+    bool end = commit || strcmp(ctx->name, "abortTransaction") == 0;
+    bool not_primary = code == SBL_E_NotWritablePrimary || code == SBL_E_NotPrimaryNoSecondaryOk ||
+                       code == SBL_E_NotPrimaryOrSecondary || code == SBL_E_PrimarySteppedDown ||
+                       code == SBL_E_InterruptedDueToReplStateChange ||
+                       code == SBL_E_ShutdownInProgress || code == SBL_E_InterruptedAtShutdown ||
+                       code == 91 || code == 6 || code == 7 || code == 89 || code == 9001;
+    const char *label = NULL;
+    if (code == SBL_E_WriteConflict || code == 24 /* LockTimeout */ ||
+        code == 246 /* SnapshotUnavailable */ || code == 267 /* PreparedTransactionInProgress */ ||
+        (code == SBL_E_NoSuchTransaction) || (!end && not_primary))
+        label = "TransientTransactionError";
+    else if (commit && (not_primary || code == SBL_E_MaxTimeMSExpired ||
+                        code == SBL_E_WriteConcernFailed))
+        label = "UnknownTransactionCommitResult";
+    if (label == NULL)
+        return;
+    bson_t arr;
+    BSON_APPEND_ARRAY_BEGIN(out, "errorLabels", &arr);
+    BSON_APPEND_UTF8(&arr, "0", label);
+    bson_append_array_end(out, &arr);
+}

@@ -1,0 +1,192 @@
+"""
+Multi-document transactions (issue 26) on a replica set member: snapshot
+isolation across commands, commit as one applyOps oplog entry with the
+session's record, abort, write conflicts labelled TransientTransactionError,
+retried commits, NoSuchTransaction, the lifetime limit, pymongo's
+with_transaction, and a secondary applying the transaction at once.
+
+Raw-socket commands (wire.py) choose lsid and txnNumber; pymongo drives the
+convenient API.
+"""
+import time
+import uuid
+
+import pymongo
+import pytest
+from bson.binary import Binary, UUID_SUBTYPE
+from bson.int64 import Int64
+from bson.son import SON
+
+from sabled import Sabled
+from test_replset import initiate, member, primary, rs_client, start_member  # noqa: F401
+from test_replset3 import direct, primary_of, rs3, state, wait_for  # noqa: F401
+from test_retryable import Raw, new_lsid
+
+
+def tcmd(name, value, lsid, txn, start=False, **kw):
+    c = SON([(name, value)])
+    c.update(kw)
+    c["lsid"] = lsid
+    c["txnNumber"] = Int64(txn)
+    if start:
+        c["startTransaction"] = True
+    c["autocommit"] = False
+    return c
+
+
+def commit(raw, lsid, txn, **kw):
+    return raw(tcmd("commitTransaction", 1, lsid, txn, **kw), db="admin", ok=False)
+
+
+def test_standalone_refuses_transactions():
+    s = Sabled()
+    s.start()
+    try:
+        raw = Raw(s.port)
+        r = raw(tcmd("insert", "c", new_lsid(), 1, start=True, documents=[{}]), ok=False)
+        assert r["code"] == 20 and "replica set member" in r["errmsg"]
+        raw.close()
+    finally:
+        s.cleanup()
+
+
+def test_commit_isolation_and_oplog_entry(primary):
+    m, c = primary
+    c.t.c.insert_one({"_id": 0, "n": 0})
+    raw = Raw(m.port)
+    lsid = new_lsid()
+    raw(tcmd("insert", "c", lsid, 1, start=True, documents=[{"_id": 1}]))
+    raw(tcmd("update", "c", lsid, 1, updates=[{"q": {"_id": 0}, "u": {"$inc": {"n": 1}}}]))
+    # the transaction reads its own writes; nobody else sees them yet
+    r = raw(tcmd("find", "c", lsid, 1, filter={}))
+    assert sorted(d["_id"] for d in r["cursor"]["firstBatch"]) == [0, 1]
+    assert c.t.c.count_documents({}) == 1 and c.t.c.find_one({"_id": 0})["n"] == 0
+    # a write from outside after the transaction's snapshot stays invisible to it
+    c.t.c.insert_one({"_id": 9})
+    r = raw(tcmd("find", "c", lsid, 1, filter={"_id": 9}))
+    assert r["cursor"]["firstBatch"] == []
+    before = c.local["oplog.rs"].count_documents({})
+    r = commit(raw, lsid, 1)
+    assert r["ok"] == 1, r
+    assert sorted(d["_id"] for d in c.t.c.find()) == [0, 1, 9]
+    assert c.t.c.find_one({"_id": 0})["n"] == 1
+    ents = list(c.local["oplog.rs"].find({"lsid.id": lsid["id"]}))
+    assert len(ents) == 1 and c.local["oplog.rs"].count_documents({}) == before + 1
+    e = ents[0]
+    assert e["op"] == "c" and e["ns"] == "admin.$cmd" and e["txnNumber"] == 1
+    assert [(o["op"], o["ns"], o["o"]) for o in e["o"]["applyOps"]] == [
+        ("i", "t.c", {"_id": 1}), ("u", "t.c", {"_id": 0, "n": 1})]
+    assert "stmtId" not in e and e["prevOpTime"]["t"] == -1
+    rec = c.config.transactions.find_one({"_id.id": lsid["id"]})
+    assert rec["txnNum"] == 1 and rec["state"] == "committed"
+    assert rec["lastWriteOpTime"]["ts"] == e["ts"]
+    # a retried commit gives the same outcome; abort after commit is refused
+    assert commit(raw, lsid, 1)["ok"] == 1
+    r = raw(tcmd("abortTransaction", 1, lsid, 1), db="admin", ok=False)
+    assert r["code"] == 256
+    st = c.admin.command("serverStatus")["transactions"]
+    assert st["totalStarted"] >= 1 and st["totalCommitted"] >= 1 and st["currentOpen"] == 0
+    raw.close()
+
+
+def test_abort_conflict_and_no_such_transaction(primary):
+    m, c = primary
+    c.t.c.insert_one({"_id": 1, "n": 0})
+    a, b = Raw(m.port), Raw(m.port)
+    la, lb = new_lsid(), new_lsid()
+    a(tcmd("update", "c", la, 1, start=True, updates=[{"q": {"_id": 1},
+                                                        "u": {"$inc": {"n": 1}}}]))
+    r = b(tcmd("update", "c", lb, 1, start=True, updates=[{"q": {"_id": 1},
+                                                            "u": {"$inc": {"n": 10}}}]), ok=False)
+    assert r["ok"] == 0 and r["code"] == 112 and r["codeName"] == "WriteConflict"
+    assert r["errorLabels"] == ["TransientTransactionError"]
+    # the conflicting transaction is aborted
+    r = commit(b, lb, 1)
+    assert r["code"] == 251 and r["codeName"] == "NoSuchTransaction"
+    assert commit(a, la, 1)["ok"] == 1
+    assert c.t.c.find_one({"_id": 1})["n"] == 1
+    # abort: nothing of it remains
+    a(tcmd("insert", "c", la, 2, start=True, documents=[{"_id": 2}]))
+    assert a(tcmd("abortTransaction", 1, la, 2), db="admin")["ok"] == 1
+    assert c.t.c.count_documents({"_id": 2}) == 0
+    r = a(tcmd("insert", "c", la, 2, documents=[{"_id": 3}]), ok=False)
+    assert r["code"] == 251 and r["errorLabels"] == ["TransientTransactionError"]
+    # unknown txnNumber, an older one, a command not allowed
+    assert a(tcmd("find", "c", la, 7, filter={}), ok=False)["code"] == 251
+    assert a(tcmd("find", "c", la, 1, start=True, filter={}), ok=False)["code"] == 225
+    r = a(tcmd("count", "c", la, 8, start=True), ok=False)
+    assert r["code"] == 263
+    c.t.create_collection("capped", capped=True, size=4096)
+    r = a(tcmd("insert", "capped", la, 8, start=True, documents=[{}]), ok=False)
+    assert r["code"] == 263 and "capped" in r["errmsg"]
+    # a duplicate key inside a transaction aborts it
+    a(tcmd("insert", "c", la, 9, start=True, documents=[{"_id": 5}]))
+    r = a(tcmd("insert", "c", la, 9, documents=[{"_id": 1}]))
+    assert r["writeErrors"][0]["code"] == 11000
+    assert commit(a, la, 9)["code"] == 251
+    assert c.t.c.count_documents({"_id": 5}) == 0
+    a.close()
+    b.close()
+
+
+def test_lifetime_limit_and_end_sessions(primary):
+    m, c = primary
+    c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=1)
+    assert c.admin.command("getParameter", 1, transactionLifetimeLimitSeconds=1)[
+        "transactionLifetimeLimitSeconds"] == 1
+    raw = Raw(m.port)
+    lsid = new_lsid()
+    raw(tcmd("insert", "c", lsid, 1, start=True, documents=[{"_id": 1}]))
+    time.sleep(1.5)
+    assert commit(raw, lsid, 1)["code"] == 251
+    assert c.t.c.count_documents({}) == 0
+    c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
+    raw(tcmd("insert", "c", lsid, 2, start=True, documents=[{"_id": 2}]))
+    raw({"endSessions": [lsid]}, db="admin")
+    assert commit(raw, lsid, 2)["code"] == 251
+    assert c.t.c.count_documents({}) == 0
+    raw.close()
+
+
+def test_pymongo_with_transaction(primary):
+    m, c = primary
+    coll = c.t.acct
+    coll.insert_many([{"_id": "a", "bal": 100}, {"_id": "b", "bal": 0}])
+
+    def transfer(s):
+        coll.update_one({"_id": "a"}, {"$inc": {"bal": -30}}, session=s)
+        coll.update_one({"_id": "b"}, {"$inc": {"bal": 30}}, session=s)
+        assert coll.find_one({"_id": "b"}, session=s)["bal"] == 30
+
+    with c.start_session() as s:
+        s.with_transaction(transfer)
+    assert {d["_id"]: d["bal"] for d in coll.find()} == {"a": 70, "b": 30}
+    # a collection created inside a transaction
+    with c.start_session() as s:
+        s.with_transaction(lambda s: c.t.fresh.insert_one({"_id": 1}, session=s))
+    assert c.t.fresh.count_documents({}) == 1
+
+
+def test_secondary_applies_transaction(rs3):
+    p = primary_of(rs3)
+    seeds = ",".join("127.0.0.1:%d" % m.port for m in rs3)
+    c = pymongo.MongoClient("mongodb://%s/?replicaSet=rs0" % seeds,
+                            serverSelectionTimeoutMS=20000)
+    try:
+        c.t.c.insert_one({"_id": 0})
+        from pymongo.write_concern import WriteConcern
+        with c.start_session() as s:
+            s.with_transaction(
+                lambda s: [c.t.c.insert_one({"_id": i}, session=s) for i in range(1, 4)],
+                write_concern=WriteConcern(w=3, wtimeout=15000))
+        for m in rs3:
+            if m is p:
+                continue
+            with direct(m) as d:
+                assert sorted(x["_id"] for x in d.t.c.find()) == [0, 1, 2, 3]
+                e = d.local["oplog.rs"].find_one({"o.applyOps": {"$exists": True}})
+                assert len(e["o"]["applyOps"]) == 3
+                assert d.config.transactions.find_one({"txnNum": e["txnNumber"]})["state"] == \
+                    "committed"
+    finally:
+        c.close()

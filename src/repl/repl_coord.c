@@ -74,7 +74,7 @@ int sbl_repl_check_write(const char *db, sbl_err_t *err)
 {
     int st = atomic_load_explicit(&rs.state, memory_order_relaxed);
     if (st == SBL_RS_STANDALONE || st == SBL_RS_PRIMARY || sbl_repl_applying != NULL ||
-        strcmp(db, "local") == 0)
+        sbl_repl_cloning || strcmp(db, "local") == 0)
         return 0;
     return sbl_err_set(err, SBL_E_NotWritablePrimary, "not primary");
 }
@@ -492,9 +492,13 @@ int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err)
             install_config_locked(&config, pc);
             sbl_oplog_set_term(rs.term);
             sbl_oplog_set_active(true);
-            set_state_locked(SBL_RS_SECONDARY);
-            if (rs.self >= 0)
-                rc = maybe_elect_alone_locked(err);
+            if (sbl_oplog_last_ts() == 0 || sbl_rs_initial_sync_flagged()) {
+                set_state_locked(SBL_RS_STARTUP2); /* an initial sync to (re)do */
+            } else {
+                set_state_locked(SBL_RS_SECONDARY);
+                if (rs.self >= 0)
+                    rc = maybe_elect_alone_locked(err);
+            }
             pthread_mutex_unlock(&rs.lock);
         }
     }

@@ -287,6 +287,19 @@ void sbl_rs_set_state_locked(int st);
 /* Forget the stable timestamp published (a rollback moved it back to ts). */
 void sbl_rs_stable_reset(uint64_t ts);
 
+/* ---- initial sync (repl_initsync.c) ------------------------------------- */
+
+/* Set on the thread that clones: its writes are neither logged nor refused. */
+extern _Thread_local bool sbl_repl_cloning;
+/* Clone every database from host and write the source's newest entry (noted
+ * before cloning) as our first oplog entry; the tailer then catches up.
+ * Returns 0 or non-zero (logged; the caller tries again). */
+int sbl_rs_initial_sync(const char *host);
+/* True while an initial sync is unfinished (it survives restarts). */
+bool sbl_rs_initial_sync_flagged(void);
+/* replSetGetStatus's initialSyncStatus (lock held). */
+void sbl_rs_append_initial_sync_status(bson_t *r);
+
 /* The threads (repl_hb.c, repl_sync.c). */
 int sbl_rs_hb_start(void);
 void sbl_rs_hb_stop(void);

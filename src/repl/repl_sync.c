@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -335,8 +336,13 @@ static void *sync_main(void *arg)
     while (!rs.stopping) {
         char host[256] = "";
         if (choose_source_locked(host, sizeof(host))) {
+            bool clone = atomic_load(&rs.state) == SBL_RS_STARTUP2;
             pthread_mutex_unlock(&rs.lock);
-            sync_from(host);
+            if (clone && (sbl_oplog_last_ts() == 0 || sbl_rs_initial_sync_flagged()) &&
+                sbl_rs_initial_sync(host) != 0)
+                usleep(1000 * 1000); /* then try again, from scratch */
+            else
+                sync_from(host);
             pthread_mutex_lock(&rs.lock);
         }
         struct timespec ts;

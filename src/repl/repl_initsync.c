@@ -164,10 +164,10 @@ static int clone_docs(mongoc_client_t *c, const char *db, const char *coll, sbl_
         if ((rc = sbl_write(s, h, SBL_WRITE_INSERT, NULL, doc, NULL, err)) != 0)
             break;
         in_txn += doc->len;
-        pthread_mutex_lock(&rs.lock);
-        st.copied_bytes += doc->len;
-        pthread_mutex_unlock(&rs.lock);
         if (in_txn >= CLONE_TXN_BYTES) {
+            pthread_mutex_lock(&rs.lock);
+            st.copied_bytes += (int64_t)in_txn;
+            pthread_mutex_unlock(&rs.lock);
             if ((rc = sbl_txn_commit(s, err)) != 0 || (rc = sbl_txn_begin(s, err)) != 0)
                 break;
             in_txn = 0;
@@ -180,6 +180,9 @@ static int clone_docs(mongoc_client_t *c, const char *db, const char *coll, sbl_
         rc = sbl_txn_commit(s, err);
     else
         sbl_txn_abort(s);
+    pthread_mutex_lock(&rs.lock);
+    st.copied_bytes += (int64_t)in_txn;
+    pthread_mutex_unlock(&rs.lock);
 out:
     mongoc_cursor_destroy(cur);
     mongoc_collection_destroy(mc);

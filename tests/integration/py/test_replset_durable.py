@@ -8,6 +8,7 @@ after the last checkpoint survives a kill -9 only through that replay.
 import time
 
 import pymongo
+import pytest
 from bson.timestamp import Timestamp
 
 from pymongo.write_concern import WriteConcern
@@ -219,12 +220,15 @@ def test_rollback_of_a_former_primarys_w1_writes():
         got = {d["_id"]: d.get("v") for d in saved if d["_id"] != "bait"}
         assert got == {100: "lost", 101: "lost", 102: "lost", 103: "lost", 104: "lost",
                        3: "lost update", "only on a": None}
-        # a keeps replicating after the rollback
-        with direct(b) as cb:
-            cb.t.c.with_options(write_concern=WriteConcern(w=3, wtimeout=20000)) \
-                .insert_one({"_id": "after"})
+        # a (priority 2) caught up takes the primary back (priority takeover)
+        wait_for(lambda: my_state(a) == 1 and my_state(b) == 2, timeout=30,
+                 what="a priority takeover")
+        assert "priority takeover" in a.log_text()
         with direct(a) as c1:
-            assert c1.t.c.find_one({"_id": "after"}) == {"_id": "after"}
+            c1.t.c.with_options(write_concern=WriteConcern(w=3, wtimeout=20000)) \
+                .insert_one({"_id": "after"})
+        with direct(b) as cb:
+            assert cb.t.c.find_one({"_id": "after"}) == {"_id": "after"}
     finally:
         for m in members:
             try:
@@ -250,13 +254,32 @@ def test_initial_sync_then_too_stale_then_resync():
         cport = free_port()
         cfg = {"_id": "rs0", "members": [
             {"_id": 0, "host": "127.0.0.1:%d" % a.port, "priority": 2},
-            {"_id": 1, "host": "127.0.0.1:%d" % b.port},
-            {"_id": 2, "host": "127.0.0.1:%d" % cport, "priority": 0}],
+            {"_id": 1, "host": "127.0.0.1:%d" % b.port}],
             "settings": {"electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500}}
         with direct(a) as ca:
             ca.admin.command("replSetInitiate", cfg)
         wait_for(lambda: my_state(a) == 1, timeout=30, what="a primary")
         ca = direct(a)
+        # replSetReconfig adds c, as rs.add() does; mongod's checks first
+        conf = ca.admin.command("replSetGetConfig")["config"]
+        conf["members"].append({"_id": 2, "host": "127.0.0.1:%d" % cport, "priority": 0})
+        with pytest.raises(pymongo.errors.OperationFailure) as ei:
+            ca.admin.command("replSetReconfig", conf)  # same version
+        assert ei.value.code == 103
+        two = dict(conf, version=conf["version"] + 1, members=conf["members"] + [
+            {"_id": 3, "host": "127.0.0.1:%d" % free_port()}])
+        with pytest.raises(pymongo.errors.OperationFailure) as ei:
+            ca.admin.command("replSetReconfig", two)  # two voters at once
+        assert ei.value.code == 103
+        with direct(b) as cb, pytest.raises(pymongo.errors.NotMasterError) as ei:
+            cb.admin.command("replSetReconfig", dict(conf, version=conf["version"] + 1))
+        assert ei.value.details["code"] == 10107
+        conf["version"] += 1
+        ca.admin.command("replSetReconfig", conf)
+        wait_for(lambda: direct(b).admin.command("replSetGetConfig")["config"]["version"] ==
+                 conf["version"], what="b has the new config")
+        assert [m["name"] for m in ca.admin.command("replSetGetStatus")["members"]][2] == \
+            "127.0.0.1:%d" % cport
         maj = WriteConcern(w="majority", wtimeout=20000)
         ca.t.c.with_options(write_concern=maj).insert_many(
             [{"_id": i, "k": i % 7, "pad": "x" * 100} for i in range(500)])

@@ -141,6 +141,87 @@ static int drop_user_data(sbl_session_t *s, sbl_err_t *err)
     return rc;
 }
 
+/* The documents travel from a fetcher thread (the source's find and
+ * getMores) to the writer (this thread) in batches of about
+ * CLONE_TXN_BYTES, at most CLONE_QUEUE of them queued: the source produces
+ * the next batch while this member writes the last one. */
+#define CLONE_QUEUE 3
+
+typedef struct clone_batch {
+    bson_t **docs;
+    size_t n, cap, bytes;
+    struct clone_batch *next;
+} clone_batch_t;
+
+typedef struct clone_pipe {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    clone_batch_t *head, *tail;
+    int queued;
+    bool done, stop;
+    char error[512];
+    mongoc_cursor_t *cur;
+} clone_pipe_t;
+
+static void batch_free(clone_batch_t *b)
+{
+    for (size_t i = 0; b != NULL && i < b->n; i++)
+        bson_destroy(b->docs[i]);
+    if (b != NULL)
+        bson_free(b->docs);
+    bson_free(b);
+}
+
+static void *fetch_main(void *arg)
+{
+    clone_pipe_t *p = arg;
+    const bson_t *doc;
+    bson_error_t e;
+    clone_batch_t *b = NULL;
+    bool more = true;
+
+    while (more) {
+        more = mongoc_cursor_next(p->cur, &doc);
+        if (more) {
+            if (b == NULL)
+                b = bson_malloc0(sizeof(*b));
+            if (b->n == b->cap) {
+                b->cap = b->cap ? b->cap * 2 : 1024;
+                b->docs = bson_realloc(b->docs, b->cap * sizeof(*b->docs));
+            }
+            b->docs[b->n++] = bson_copy(doc);
+            b->bytes += doc->len;
+        }
+        if (b != NULL && (!more || b->bytes >= CLONE_TXN_BYTES)) {
+            pthread_mutex_lock(&p->mu);
+            while (p->queued >= CLONE_QUEUE && !p->stop)
+                pthread_cond_wait(&p->cv, &p->mu);
+            bool stop = p->stop;
+            if (!stop) {
+                if (p->tail != NULL)
+                    p->tail->next = b;
+                else
+                    p->head = b;
+                p->tail = b;
+                p->queued++;
+                b = NULL;
+                pthread_cond_broadcast(&p->cv);
+            }
+            pthread_mutex_unlock(&p->mu);
+            if (stop)
+                break;
+        }
+    }
+    batch_free(b);
+    pthread_mutex_lock(&p->mu);
+    if (mongoc_cursor_error(p->cur, &e))
+        snprintf(p->error, sizeof(p->error), "%s", e.message);
+    p->done = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
 /* Copy the documents of db.coll from the source into ns here. */
 static int clone_docs(mongoc_client_t *c, const char *db, const char *coll, sbl_err_t *err)
 {
@@ -148,43 +229,63 @@ static int clone_docs(mongoc_client_t *c, const char *db, const char *coll, sbl_
     char ns[SBL_NS_BUF];
     sbl_coll_t *h = NULL;
     bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
-    const bson_t *doc;
-    bson_error_t e;
-    size_t in_txn = 0;
-    int rc;
+    clone_pipe_t p = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    pthread_t fetcher;
+    int rc = 0;
 
     snprintf(ns, sizeof(ns), "%s.%s", db, coll);
     SBL_RET(sbl_coll_open(s, ns, false, &h, NULL, err));
     BSON_APPEND_INT32(&opts, "batchSize", 10000);
     mongoc_collection_t *mc = mongoc_client_get_collection(c, db, coll);
-    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(mc, &filter, &opts, NULL);
-    if ((rc = sbl_txn_begin(s, err)) != 0)
+    p.cur = mongoc_collection_find_with_opts(mc, &filter, &opts, NULL);
+    if (pthread_create(&fetcher, NULL, fetch_main, &p) != 0) {
+        rc = sbl_err_set(err, SBL_E_InternalError, "initial sync: cannot start a fetcher");
         goto out;
-    while (mongoc_cursor_next(cur, &doc)) {
-        if ((rc = sbl_write(s, h, SBL_WRITE_INSERT, NULL, doc, NULL, err)) != 0)
-            break;
-        in_txn += doc->len;
-        if (in_txn >= CLONE_TXN_BYTES) {
-            pthread_mutex_lock(&rs.lock);
-            st.copied_bytes += (int64_t)in_txn;
-            pthread_mutex_unlock(&rs.lock);
-            if ((rc = sbl_txn_commit(s, err)) != 0 || (rc = sbl_txn_begin(s, err)) != 0)
-                break;
-            in_txn = 0;
-        }
     }
-    if (rc == 0 && mongoc_cursor_error(cur, &e))
+    for (;;) {
+        pthread_mutex_lock(&p.mu);
+        while (p.head == NULL && !p.done)
+            pthread_cond_wait(&p.cv, &p.mu);
+        clone_batch_t *b = p.head;
+        if (b != NULL) {
+            p.head = b->next;
+            if (p.head == NULL)
+                p.tail = NULL;
+            p.queued--;
+            pthread_cond_broadcast(&p.cv);
+        }
+        pthread_mutex_unlock(&p.mu);
+        if (b == NULL)
+            break;
+        if ((rc = sbl_txn_begin(s, err)) == 0) {
+            for (size_t i = 0; rc == 0 && i < b->n; i++)
+                rc = sbl_write(s, h, SBL_WRITE_INSERT, NULL, b->docs[i], NULL, err);
+            if (rc == 0)
+                rc = sbl_txn_commit(s, err);
+            else
+                sbl_txn_abort(s);
+        }
+        pthread_mutex_lock(&rs.lock);
+        st.copied_bytes += (int64_t)b->bytes;
+        pthread_mutex_unlock(&rs.lock);
+        batch_free(b);
+        if (rc != 0)
+            break;
+    }
+    pthread_mutex_lock(&p.mu);
+    p.stop = true;
+    pthread_cond_broadcast(&p.cv);
+    pthread_mutex_unlock(&p.mu);
+    pthread_join(fetcher, NULL);
+    for (clone_batch_t *b = p.head, *n; b != NULL; b = n) {
+        n = b->next;
+        batch_free(b);
+    }
+    if (rc == 0 && p.error[0] != '\0')
         rc = sbl_err_set(err, SBL_E_HostUnreachable, "initial sync: reading %s: %s", ns,
-                         e.message);
-    if (rc == 0)
-        rc = sbl_txn_commit(s, err);
-    else
-        sbl_txn_abort(s);
-    pthread_mutex_lock(&rs.lock);
-    st.copied_bytes += (int64_t)in_txn;
-    pthread_mutex_unlock(&rs.lock);
+                         p.error);
 out:
-    mongoc_cursor_destroy(cur);
+    mongoc_cursor_destroy(p.cur);
     mongoc_collection_destroy(mc);
     bson_destroy(&filter);
     bson_destroy(&opts);

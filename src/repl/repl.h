@@ -1,7 +1,8 @@
 /*
- * repl.h: replication.  Today: the oplog (local.oplog.rs) and a replica set
- * of one member that is PRIMARY once initiated; secondaries, elections,
- * the commit point and rollback come next (issue 24).
+ * repl.h: replication (issue 24): the oplog (local.oplog.rs), pv1 elections
+ * and heartbeats, secondaries that pull, the commit point as WiredTiger's
+ * stable timestamp, recovery and rollback to a timestamp, initial sync,
+ * replSetReconfig (docs/replication.md).
  *
  * How it hangs together:
  *  - sabled calls sbl_repl_start() after the storage engine is open and

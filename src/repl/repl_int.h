@@ -165,6 +165,13 @@ bool sbl_rs_vote(sbl_vote_state_t *st, const sbl_vote_req_t *req, char *reason, 
  * current-term entry), and never older than current. */
 sbl_optime_t sbl_rs_commit_point(const sbl_rs_config_t *cfg, const sbl_optime_t *applied,
                                  int64_t term, sbl_optime_t current);
+/* The stable timestamp a member may give WiredTiger: a primary, the
+ * commit point; a secondary, the commit point when its own last entry is of
+ * that term or a later one (else its tail may have diverged: 0), never
+ * past its last entry; neither past all_durable (a commit in flight; 0:
+ * unknown).  Callers ignore values not above the last one set. */
+uint64_t sbl_rs_stable_for(bool primary, sbl_optime_t commit, sbl_optime_t applied,
+                           uint64_t all_durable);
 /* How many data-bearing members have applied ts (w: N). */
 int sbl_rs_count_applied(const sbl_rs_config_t *cfg, const sbl_optime_t *applied, uint64_t ts);
 

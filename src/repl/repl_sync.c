@@ -409,22 +409,16 @@ void sbl_rs_publish_stable_locked(void)
     int st = atomic_load(&rs.state);
     if (rs.config == NULL || rs.self < 0)
         return;
-    sbl_optime_t me = sbl_rs_my_applied();
-    uint64_t stable = 0;
-    if (st == SBL_RS_PRIMARY) {
-        if (sbl_rs_voters(&rs.cfg) == 1) /* a set of one: stable follows our own writes */
-            sbl_rs_update_commit_locked();
-        stable = rs.commit.ts;
-    } else if (st == SBL_RS_SECONDARY && rs.commit.t <= me.t) {
-        /* The commit point is in our history only when our last entry is of
-         * its term or a later one (a later term's primary holds every
-         * committed entry); else our tail may have diverged: wait. */
-        stable = rs.commit.ts < me.ts ? rs.commit.ts : me.ts;
-    }
-    /* never past a commit still in flight (our last ts is taken before it commits) */
-    uint64_t done = sbl_storage_all_durable_ts();
-    if (done != 0 && done < stable)
-        stable = done;
+    if (st != SBL_RS_PRIMARY && st != SBL_RS_SECONDARY)
+        return;
+    if (st == SBL_RS_PRIMARY && sbl_rs_voters(&rs.cfg) == 1)
+        sbl_rs_update_commit_locked(); /* a set of one: stable follows our own writes */
+    /* The commit point is in a secondary's history only when its last entry
+     * is of that term or a later one (a later term's primary holds every
+     * committed entry); and never past a commit still in flight (our last
+     * ts is taken before its transaction commits). */
+    uint64_t stable = sbl_rs_stable_for(st == SBL_RS_PRIMARY, rs.commit, sbl_rs_my_applied(),
+                                        sbl_storage_all_durable_ts());
     if (stable <= published_stable)
         return;
     uint64_t window = (uint64_t)SNAPSHOT_WINDOW_S << 32;

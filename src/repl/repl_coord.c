@@ -59,6 +59,26 @@ bool sbl_repl_is_primary(void)
     return atomic_load(&rs.state) == SBL_RS_PRIMARY;
 }
 
+uint64_t sbl_repl_majority_ts(void)
+{
+    uint64_t ts;
+    pthread_mutex_lock(&rs.lock);
+    if (rs.config == NULL)
+        ts = 0;
+    else if (atomic_load(&rs.state) == SBL_RS_PRIMARY && sbl_rs_voters(&rs.cfg) == 1)
+        ts = UINT64_MAX; /* a set of one voter: whatever committed is majority-committed */
+    else
+        ts = rs.commit.ts;
+    pthread_mutex_unlock(&rs.lock);
+    return ts;
+}
+
+uint64_t sbl_repl_commit_generation(void)
+{
+    /* the commit point never goes back, so its ts serves as the counter */
+    return __atomic_load_n(&rs.commit.ts, __ATOMIC_RELAXED);
+}
+
 bool sbl_repl_writable(void)
 {
     int st = atomic_load(&rs.state);
@@ -182,13 +202,6 @@ static int normalize_config(const bson_t *in, bson_t *out, sbl_rs_config_t *cfg,
         return sbl_err_set(err, SBL_E_NodeNotFound, "No host described in new configuration "
                            "with {version: %lld, term: 0} for replica set %s maps to this node",
                            (long long)cfg->version, cfg->set_name);
-    for (int i = 0; i < cfg->n; i++) {
-        const char *h = cfg->m[i].host;
-        if (strncmp(h, "127.", 4) != 0 && strncmp(h, "localhost:", 10) != 0 && i != find_self(cfg))
-            return sbl_err_set(err, SBL_E_InvalidReplicaSetConfig, "member %s: Sable's members "
-                               "talk to each other over loopback addresses only so far "
-                               "(127.x.x.x or localhost)", h);
-    }
     cfg->term = 0;
     bson_t members, mem, tags, settings, modes, gle, in_settings;
     bson_oid_t set_id;
@@ -470,7 +483,9 @@ int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err)
     sbl_session_t *s = sbl_session_get();
     bson_t config = BSON_INITIALIZER, vote = BSON_INITIALIZER;
     bool found, vfound;
-    int rc = load_one(s, SBL_REPLSET_NS, &config, &found, err);
+    int rc = sbl_txn_table_open(s, err); /* retryable writes' records (repl_txn.c) */
+    if (rc == 0)
+        rc = load_one(s, SBL_REPLSET_NS, &config, &found, err);
     if (rc == 0)
         rc = load_one(s, ELECTION_NS, &vote, &vfound, err);
     if (rc == 0 && vfound) {
@@ -520,6 +535,7 @@ void sbl_repl_stop(void)
     sbl_rs_sync_stop();
     sbl_storage_set_write_observer(NULL);
     sbl_oplog_close();
+    sbl_txn_table_close();
     pthread_mutex_lock(&rs.lock);
     if (rs.config != NULL)
         bson_destroy(rs.config);

@@ -123,7 +123,7 @@ static bool collect_db(const char *ns, const bson_t *options, const uint8_t *uui
     const char *dot = strchr(ns, '.');
     char db[128];
     snprintf(db, sizeof(db), "%.*s", (int)(dot != NULL ? dot - ns : (long)strlen(ns)), ns);
-    if (strcmp(db, "local") != 0 && !bson_has_field(names, db))
+    if (strcmp(db, "local") != 0 && strcmp(db, "config") != 0 && !bson_has_field(names, db))
         BSON_APPEND_BOOL(names, db, true);
     return true;
 }
@@ -434,6 +434,9 @@ static int initial_sync_once(mongoc_client_t *c, sbl_err_t *err)
     bson_iter_t it, dbs;
     int rc;
 
+    /* What an interrupted or failed attempt copied goes first (a new
+     * member has nothing to drop; handles others hold stay valid). */
+    bool again = sbl_rs_initial_sync_flagged() || st.attempts_failed > 0;
     if (!sbl_rs_initial_sync_flagged()) {
         sbl_err_t e2;
         sbl_err_clear(&e2);
@@ -441,7 +444,7 @@ static int initial_sync_once(mongoc_client_t *c, sbl_err_t *err)
         sbl_coll_create(s, FLAG_NS, &none, &e2);
         bson_destroy(&none);
     }
-    if ((rc = drop_user_data(s, err)) != 0 || (rc = last_entry(c, &start, err)) != 0)
+    if ((again && (rc = drop_user_data(s, err)) != 0) || (rc = last_entry(c, &start, err)) != 0)
         goto out;
     pthread_mutex_lock(&rs.lock);
     st.oplog_start = 0;
@@ -463,7 +466,8 @@ static int initial_sync_once(mongoc_client_t *c, sbl_err_t *err)
             bson_iter_t n;
             if (BSON_ITER_HOLDS_DOCUMENT(&dbs) && sbl_iter_doc(&dbs, &d) &&
                 bson_iter_init_find(&n, &d, "name") && BSON_ITER_HOLDS_UTF8(&n) &&
-                strcmp(bson_iter_utf8(&n, NULL), "local") != 0)
+                strcmp(bson_iter_utf8(&n, NULL), "local") != 0 &&
+                strcmp(bson_iter_utf8(&n, NULL), "config") != 0) /* sessions' own state */
                 BSON_APPEND_BOOL(&names, bson_iter_utf8(&n, NULL), true);
         }
     int64_t total = 0;

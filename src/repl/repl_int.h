@@ -31,11 +31,20 @@ typedef struct sbl_oplog_entry {
     const uint8_t *uuid;
     const bson_t *o;
     const bson_t *o2;
+    const bson_t *diff; /* an update's $v:2 diff (repl_diff.c); NULL: none */
     uint64_t ts;
     int64_t term;
     int64_t wall_ms;
+    const sbl_repl_stmt_t *stmt; /* a retryable write's statement (lsid ... prevOpTime), or NULL */
+    uint64_t pre_ts;             /* preImageOpTime (0: none) */
+    int64_t pre_term;
 } sbl_oplog_entry_t;
 void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out);
+
+/* The difference from old_doc to new_doc in mongod's $v:2 diff form
+ * (repl_diff.c), appended to out (initialised by the caller; empty when the
+ * two are equal). */
+void sbl_repl_diff(const bson_t *old_doc, const bson_t *new_doc, bson_t *out);
 
 /* pv1's electionId: 0x7fffffff then the term as 8 big-endian bytes. */
 void sbl_repl_election_id(int64_t term, bson_oid_t *oid);
@@ -67,6 +76,20 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
                       const bson_t *old_doc, const bson_t *new_doc, sbl_err_t *err);
 
 #define SBL_NS_BUF 300
+
+/* ---- config.transactions (repl_txn.c) ------------------------------------ */
+
+/* Open (creating) config.transactions; called at start-up outside a transaction. */
+int sbl_txn_table_open(sbl_session_t *s, sbl_err_t *err);
+void sbl_txn_table_close(void);
+/* The calling thread's retryable-write statement, or NULL. */
+sbl_repl_stmt_t *sbl_repl_cur_stmt(void);
+/* Upsert the session's record in s's open transaction: lsid is {id, uid}. */
+int sbl_txn_record_write(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
+                         int64_t term, int64_t wall_ms, sbl_err_t *err);
+/* After a secondary wrote the primary's entry doc: its record when doc
+ * carries lsid and txnNumber (i, u, d and c entries). */
+int sbl_txn_record_applied(sbl_session_t *s, const bson_t *doc, sbl_err_t *err);
 
 /* Append a primary's entry doc (with its own ts and t) as it is, inside
  * s's open transaction, with its ts as the commit timestamp (a secondary

@@ -228,6 +228,84 @@ static void report_position(mongoc_client_t *c)
     bson_destroy(&cmd);
 }
 
+/* The reporter (mongod's Reporter): a thread beside the applier, with its
+ * own connection to the sync source, sends replSetUpdatePosition as soon
+ * as the applied optime moves (and every second regardless), so a write
+ * waiting for w:"majority" is acknowledged when the entry is applied, not
+ * when the applier's next awaitData getMore comes back empty. */
+typedef struct reporter {
+    pthread_t thread;
+    pthread_cond_t cond; /* with rs.lock: the applied optime moved, or stop */
+    bool stop;
+    char uri[512];
+} reporter_t;
+
+static void *reporter_main(void *arg)
+{
+    reporter_t *r = arg;
+    mongoc_client_t *c = mongoc_client_new(r->uri);
+    uint64_t sent = 0;
+    pthread_mutex_lock(&rs.lock);
+    while (!r->stop) {
+        uint64_t now = sbl_oplog_last_ts();
+        if (now == sent) {
+            struct timespec t;
+            clock_gettime(CLOCK_REALTIME, &t);
+            t.tv_sec += 1;
+            pthread_cond_timedwait(&r->cond, &rs.lock, &t);
+            if (r->stop)
+                break;
+            now = sbl_oplog_last_ts();
+        }
+        pthread_mutex_unlock(&rs.lock);
+        if (c != NULL)
+            report_position(c);
+        sent = now;
+        pthread_mutex_lock(&rs.lock);
+    }
+    pthread_mutex_unlock(&rs.lock);
+    if (c != NULL)
+        mongoc_client_destroy(c);
+    return NULL;
+}
+
+static reporter_t *reporter_start(const char *uri)
+{
+    reporter_t *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return NULL;
+    snprintf(r->uri, sizeof(r->uri), "%s", uri);
+    pthread_cond_init(&r->cond, NULL);
+    if (pthread_create(&r->thread, NULL, reporter_main, r) != 0) {
+        pthread_cond_destroy(&r->cond);
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static void reporter_poke(reporter_t *r)
+{
+    if (r == NULL)
+        return;
+    pthread_mutex_lock(&rs.lock);
+    pthread_cond_signal(&r->cond);
+    pthread_mutex_unlock(&rs.lock);
+}
+
+static void reporter_stop(reporter_t *r)
+{
+    if (r == NULL)
+        return;
+    pthread_mutex_lock(&rs.lock);
+    r->stop = true;
+    pthread_cond_signal(&r->cond);
+    pthread_mutex_unlock(&rs.lock);
+    pthread_join(r->thread, NULL);
+    pthread_cond_destroy(&r->cond);
+    free(r);
+}
+
 static void log_host(int level, int id, const char *msg, const char *host)
 {
     bson_t attr = BSON_INITIALIZER;
@@ -246,6 +324,7 @@ static void sync_from(const char *host)
     if (c == NULL)
         return;
     mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
+    reporter_t *reporter = reporter_start(uri);
     sbl_optime_t last = sbl_rs_my_applied();
     bson_t filter = BSON_INITIALIZER, gte, opts = BSON_INITIALIZER;
     if (last.ts != 0) {
@@ -304,20 +383,17 @@ static void sync_from(const char *host)
                 bson_destroy(&attr);
                 goto out;
             }
-            if (++n % 100 == 0) {
-                report_position(c);
-                if (!still_syncing_from(host))
-                    goto out;
-            }
+            reporter_poke(reporter);
+            if (++n % 100 == 0 && !still_syncing_from(host))
+                goto out;
         }
         if (mongoc_cursor_error(cur, &error) || !mongoc_cursor_more(cur))
             break;
-        if (n > 0)
-            report_position(c);
         if (!first)
             initial_sync_done(); /* the source had nothing more for now */
     }
 out:
+    reporter_stop(reporter);
     report_position(c);
     mongoc_cursor_destroy(cur);
     mongoc_collection_destroy(oplog);

@@ -201,6 +201,12 @@ static void report_position(mongoc_client_t *c)
 {
     bson_t cmd = BSON_INITIALIZER, arr, d, reply;
     bson_error_t error;
+    /* What we report is in our journal first: the primary counts it for
+     * w:"majority" (writeConcernMajorityJournalDefault), and a kill -9 of
+     * every secondary must not lose an acknowledged majority write. */
+    sbl_err_t ferr;
+    sbl_err_clear(&ferr);
+    sbl_storage_flush(&ferr);
     pthread_mutex_lock(&rs.lock);
     sbl_optime_t ap = sbl_rs_my_applied();
     int64_t wall = sbl_oplog_last_wall_ms();

@@ -210,6 +210,7 @@ int sbl_cmd_list_collections(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_rename_collection(sbl_opctx_t *ctx, sbl_err_t *err);
 /* replica set (repl_cmds.c) */
 int sbl_cmd_repl_set_initiate(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_repl_set_reconfig(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_repl_set_get_status(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_repl_set_get_config(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_repl_set_heartbeat(sbl_opctx_t *ctx, sbl_err_t *err);

@@ -25,6 +25,20 @@ int sbl_cmd_repl_set_initiate(sbl_opctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
+int sbl_cmd_repl_set_reconfig(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bson_t config;
+
+    if (!bson_iter_init_find(&it, ctx->cmd, "replSetReconfig") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&it) || !sbl_iter_doc(&it, &config))
+        return sbl_err_set(err, SBL_E_TypeMismatch, "replSetReconfig takes a config document");
+    bool force = bson_iter_init_find(&it, ctx->cmd, "force") && bson_iter_as_bool(&it);
+    SBL_RET(sbl_repl_reconfig(ctx->ss, &config, force, err));
+    ctx->wrote = true;
+    return 0;
+}
+
 int sbl_cmd_repl_set_get_status(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     return sbl_repl_get_status(ctx->reply, err);

@@ -133,6 +133,8 @@ static const sbl_cmd_def_t cmd_table[] = {
      "internal: a member's heartbeat", "__system"},
     {"replSetInitiate", sbl_cmd_repl_set_initiate, ADM,
      "initiate a replica set", "replSetConfigure"},
+    {"replSetReconfig", sbl_cmd_repl_set_reconfig, ADM,
+     "install a new version of the replica set's configuration", "replSetConfigure"},
     {"replSetRequestVotes", sbl_cmd_repl_set_request_votes, ADM | NA,
      "internal: a candidate asks for a vote", "__system"},
     {"replSetStepDown", sbl_cmd_repl_set_step_down, ADM | SLOW, "make the primary a secondary",

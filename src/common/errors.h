@@ -122,6 +122,7 @@
     X(CommandFailed, 125)                                                                          \
     X(OplogStartMissing, 120)                                                                      \
     X(UnrecoverableRollbackError, 127)                                                             \
+    X(NewReplicaSetConfigurationIncompatible, 103)                                                 \
     X(Location16436, 16436)                                                                        \
     X(Location31254, 31254)                                                                        \
     X(Location40352, 40352)                                                                        \

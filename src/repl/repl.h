@@ -1,7 +1,8 @@
 /*
- * repl.h: replication.  Today: the oplog (local.oplog.rs) and a replica set
- * of one member that is PRIMARY once initiated; secondaries, elections,
- * the commit point and rollback come next (issue 24).
+ * repl.h: replication (issue 24): the oplog (local.oplog.rs), pv1 elections
+ * and heartbeats, secondaries that pull, the commit point as WiredTiger's
+ * stable timestamp, recovery and rollback to a timestamp, initial sync,
+ * replSetReconfig (docs/replication.md).
  *
  * How it hangs together:
  *  - sabled calls sbl_repl_start() after the storage engine is open and
@@ -76,6 +77,13 @@ void sbl_repl_append_cluster_time(bson_t *r);
  * stores the config in local.system.replset, writes the "initiating set"
  * no-op and becomes PRIMARY.  Must not be called inside a transaction. */
 int sbl_repl_initiate(sbl_session_t *s, const bson_t *config, sbl_err_t *err);
+/* replSetReconfig: a new version of the config (the primary only, unless
+ * force: any member, the version then raised well above ours), validated as
+ * mongod does (same set name, a higher version, at most one voter added or
+ * removed without force, this member electable); stored, used at once and
+ * spread to the members by heartbeats.  Must not be called inside a
+ * transaction. */
+int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, sbl_err_t *err);
 /* replSetGetStatus / replSetGetConfig: append the reply's fields to r. */
 int sbl_repl_get_status(bson_t *r, sbl_err_t *err);
 int sbl_repl_get_config(bson_t *r, sbl_err_t *err);

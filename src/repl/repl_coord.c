@@ -94,7 +94,7 @@ int sbl_repl_check_write(const char *db, sbl_err_t *err)
 {
     int st = atomic_load_explicit(&rs.state, memory_order_relaxed);
     if (st == SBL_RS_STANDALONE || st == SBL_RS_PRIMARY || sbl_repl_applying != NULL ||
-        strcmp(db, "local") == 0)
+        sbl_repl_cloning || strcmp(db, "local") == 0)
         return 0;
     return sbl_err_set(err, SBL_E_NotWritablePrimary, "not primary");
 }
@@ -528,9 +528,13 @@ int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err)
             install_config_locked(&config, pc);
             sbl_oplog_set_term(rs.term);
             sbl_oplog_set_active(true);
-            set_state_locked(SBL_RS_SECONDARY);
-            if (rs.self >= 0)
-                rc = maybe_elect_alone_locked(err);
+            if (sbl_oplog_last_ts() == 0 || sbl_rs_initial_sync_flagged()) {
+                set_state_locked(SBL_RS_STARTUP2); /* an initial sync to (re)do */
+            } else {
+                set_state_locked(SBL_RS_SECONDARY);
+                if (rs.self >= 0)
+                    rc = maybe_elect_alone_locked(err);
+            }
             pthread_mutex_unlock(&rs.lock);
         }
     }
@@ -574,6 +578,174 @@ int sbl_repl_start_threads(sbl_err_t *err)
     if (sbl_rs_hb_start() != 0 || sbl_rs_sync_start() != 0)
         return sbl_err_set(err, SBL_E_InternalError, "could not start the replication threads");
     return 0;
+}
+
+/* Take cfg (parsed from doc) as a new version of the config (lock held),
+ * keeping what we know of the members that stay (matched by host). */
+static void reinstall_config_locked(const bson_t *doc, const sbl_rs_config_t *cfg)
+{
+    sbl_rs_peer_t *old = malloc(sizeof(rs.peer));
+    char primary[256] = "";
+    if (rs.primary >= 0)
+        snprintf(primary, sizeof(primary), "%s", rs.cfg.m[rs.primary].host);
+    if (old != NULL)
+        memcpy(old, rs.peer, sizeof(rs.peer));
+    sbl_rs_config_t prev = rs.cfg;
+    if (rs.config != NULL)
+        bson_destroy(rs.config);
+    rs.config = bson_copy(doc);
+    rs.cfg = *cfg;
+    rs.self = find_self(cfg);
+    rs.primary = -1;
+    for (int i = 0; i < cfg->n; i++) {
+        memset(&rs.peer[i], 0, sizeof(rs.peer[i]));
+        rs.peer[i].state = SBL_RS_STARTUP;
+        for (int j = 0; old != NULL && j < prev.n; j++)
+            if (strcmp(prev.m[j].host, cfg->m[i].host) == 0) {
+                rs.peer[i] = old[j];
+                rs.peer[i].next_hb_ms = 0; /* tell it of the new config now */
+            }
+        if (strcmp(cfg->m[i].host, primary) == 0)
+            rs.primary = i;
+    }
+    free(old);
+}
+
+/* The replicaSetId of the stored config (kept by a reconfig). */
+static void keep_replica_set_id(const bson_t *from, bson_t *to_settings_doc)
+{
+    bson_iter_t it;
+    if (from != NULL && bson_iter_init(&it, from) &&
+        bson_iter_find_descendant(&it, "settings.replicaSetId", &it) && BSON_ITER_HOLDS_OID(&it))
+        BSON_APPEND_OID(to_settings_doc, "replicaSetId", bson_iter_oid(&it));
+}
+
+/* Count voters of cfg that are not voters (by host) in prev, and back. */
+static int voter_changes(const sbl_rs_config_t *prev, const sbl_rs_config_t *cfg)
+{
+    int changes = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const sbl_rs_config_t *a = pass == 0 ? prev : cfg, *b = pass == 0 ? cfg : prev;
+        for (int i = 0; i < a->n; i++) {
+            if (a->m[i].votes == 0)
+                continue;
+            bool still = false;
+            for (int j = 0; j < b->n; j++)
+                if (strcmp(a->m[i].host, b->m[j].host) == 0 && b->m[j].votes > 0)
+                    still = true;
+            if (!still)
+                changes++;
+        }
+    }
+    return changes;
+}
+
+int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, sbl_err_t *err)
+{
+    bson_t full = BSON_INITIALIZER, withid = BSON_INITIALIZER, in = BSON_INITIALIZER;
+    sbl_rs_config_t *cfg = malloc(sizeof(*cfg));
+    bson_iter_t it;
+    int rc;
+
+    if (!sbl_repl_enabled()) {
+        free(cfg);
+        return sbl_err_set(err, SBL_E_NoReplicationEnabled,
+                           "This node was not started with replication enabled.");
+    }
+    if (cfg == NULL)
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+    pthread_mutex_lock(&rs.lock);
+    if (rs.config == NULL) {
+        rc = sbl_err_set(err, SBL_E_NotYetInitialized, "no replset config has been received");
+        goto done;
+    }
+    if (!force && atomic_load(&rs.state) != SBL_RS_PRIMARY) {
+        rc = sbl_err_set(err, SBL_E_NotWritablePrimary, "replSetReconfig should only be run on "
+                         "a writable PRIMARY. Current state %s;",
+                         sbl_rs_state_str(atomic_load(&rs.state)));
+        goto done;
+    }
+    /* force: a version well above ours, as mongod (plus a random 10,000..100,000) */
+    int64_t version = rs.cfg.version + 1;
+    if (bson_iter_init_find(&it, config, "version") && BSON_ITER_HOLDS_NUMBER(&it))
+        version = bson_iter_as_int64(&it);
+    if (force)
+        version = rs.cfg.version + 10000 + random() % 90000;
+    if (bson_iter_init(&it, config))
+        while (bson_iter_next(&it))
+            if (strcmp(bson_iter_key(&it), "version") != 0 &&
+                strcmp(bson_iter_key(&it), "term") != 0)
+                bson_append_iter(&in, bson_iter_key(&it), -1, &it);
+    BSON_APPEND_INT64(&in, "version", version);
+    if ((rc = normalize_config(&in, &full, cfg, err)) != 0) {
+        if (rc == SBL_E_InvalidReplicaSetConfig && strstr(err->msg, "initiate") != NULL)
+            rc = sbl_err_set(err, SBL_E_NewReplicaSetConfigurationIncompatible, "New and old "
+                             "configurations differ in replica set name; old was %s, and new "
+                             "is %s", rs.set_name, cfg->set_name);
+        goto done;
+    }
+    if (!force && version <= rs.cfg.version) {
+        rc = sbl_err_set(err, SBL_E_NewReplicaSetConfigurationIncompatible, "New replica set "
+                         "configuration version must be greater than old, but %lld is not "
+                         "greater than %lld for replica set %s", (long long)version,
+                         (long long)rs.cfg.version, rs.set_name);
+        goto done;
+    }
+    if (!force && voter_changes(&rs.cfg, cfg) > 1) {
+        rc = sbl_err_set(err, SBL_E_NewReplicaSetConfigurationIncompatible, "Non force replica "
+                         "set reconfig can only add or remove at most 1 voting member.");
+        goto done;
+    }
+    if (!force && !sbl_rs_electable(cfg, find_self(cfg))) {
+        rc = sbl_err_set(err, SBL_E_NodeNotElectable, "This node, %s, with _id %d is not "
+                         "electable under the new configuration with {version: %lld} for "
+                         "replica set %s", cfg->m[find_self(cfg)].host,
+                         cfg->m[find_self(cfg)].id, (long long)version, rs.set_name);
+        goto done;
+    }
+    /* the stored document: as normalized, but keeping the set's replicaSetId */
+    if (bson_iter_init(&it, &full))
+        while (bson_iter_next(&it)) {
+            if (strcmp(bson_iter_key(&it), "settings") != 0 || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+                bson_append_iter(&withid, bson_iter_key(&it), -1, &it);
+                continue;
+            }
+            bson_t settings, sd;
+            bson_iter_t f;
+            sbl_iter_doc(&it, &settings);
+            BSON_APPEND_DOCUMENT_BEGIN(&withid, "settings", &sd);
+            if (bson_iter_init(&f, &settings))
+                while (bson_iter_next(&f))
+                    if (strcmp(bson_iter_key(&f), "replicaSetId") != 0)
+                        bson_append_iter(&sd, bson_iter_key(&f), -1, &f);
+            keep_replica_set_id(rs.config, &sd);
+            bson_append_document_end(&withid, &sd);
+        }
+    if ((rc = store_one(s, SBL_REPLSET_NS, &withid, err)) != 0)
+        goto done;
+    reinstall_config_locked(&withid, cfg);
+    atomic_fetch_add(&rs.topology, 1);
+    pthread_cond_broadcast(&rs.cond);
+    log_attr(SBL_LOG_INFO, 21392, force ? "New replica set config in use (forced)"
+                                        : "New replica set config in use",
+             "set", rs.set_name, "version", version);
+    if (atomic_load(&rs.state) == SBL_RS_PRIMARY) {
+        sbl_rs_update_commit_locked();
+        sbl_err_t e2;
+        sbl_err_clear(&e2);
+        pthread_mutex_unlock(&rs.lock);
+        sbl_oplog_noop(s, "Reconfig set", &e2);
+        pthread_mutex_lock(&rs.lock);
+    }
+done:
+    pthread_mutex_unlock(&rs.lock);
+    if (rc == 0)
+        sbl_rs_hb_kick();
+    free(cfg);
+    bson_destroy(&full);
+    bson_destroy(&withid);
+    bson_destroy(&in);
+    return rc;
 }
 
 int sbl_repl_initiate(sbl_session_t *s, const bson_t *config, sbl_err_t *err)

@@ -478,6 +478,35 @@ void sbl_rs_hb_kick(void)
     pthread_mutex_unlock(&rs.lock);
 }
 
+/* Priority takeover (as mongod): a SECONDARY of higher priority than the
+ * primary it sees, whose last entry is within 2 s of the primary's, calls an
+ * election after (1 + the number of members of higher priority than it)
+ * election timeouts plus the timer's random offset.  Lock held. */
+static int64_t takeover_since_ms;
+
+static bool takeover_due_locked(int64_t now)
+{
+    int p = rs.primary, me = rs.self;
+    bool ok = p >= 0 && p != me && rs.peer[p].up && sbl_rs_electable(&rs.cfg, me) &&
+              now >= rs.freeze_until_ms && rs.cfg.m[me].priority > rs.cfg.m[p].priority &&
+              (int64_t)SBL_TS_SECS(sbl_rs_my_applied().ts) + 2 >=
+                  (int64_t)SBL_TS_SECS(rs.peer[p].applied.ts);
+    if (!ok) {
+        takeover_since_ms = 0;
+        return false;
+    }
+    if (takeover_since_ms == 0)
+        takeover_since_ms = now;
+    int rank = 0;
+    for (int i = 0; i < rs.cfg.n; i++)
+        if (rs.cfg.m[i].priority > rs.cfg.m[me].priority)
+            rank++;
+    if (now - takeover_since_ms < (rank + 1) * rs.cfg.election_timeout_ms + rs.election_offset_ms)
+        return false;
+    takeover_since_ms = 0;
+    return true;
+}
+
 static void *hb_main(void *arg)
 {
     (void)arg;
@@ -533,6 +562,16 @@ static void *hb_main(void *arg)
                                                       rs.election_offset_ms &&
                    (rs.primary < 0 || !rs.peer[rs.primary].up)) {
             pthread_mutex_unlock(&rs.lock);
+            sbl_err_t err;
+            sbl_err_clear(&err);
+            run_election(false, &err);
+            pthread_mutex_lock(&rs.lock);
+            continue;
+        } else if (rs.config != NULL && rs.self >= 0 && st == SBL_RS_SECONDARY &&
+                   takeover_due_locked(now)) {
+            int64_t next = rs.term + 1;
+            pthread_mutex_unlock(&rs.lock);
+            log_election("Starting an election for a priority takeover", next);
             sbl_err_t err;
             sbl_err_clear(&err);
             run_election(false, &err);

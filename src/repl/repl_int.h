@@ -197,6 +197,13 @@ bool sbl_rs_vote(sbl_vote_state_t *st, const sbl_vote_req_t *req, char *reason, 
  * current-term entry), and never older than current. */
 sbl_optime_t sbl_rs_commit_point(const sbl_rs_config_t *cfg, const sbl_optime_t *applied,
                                  int64_t term, sbl_optime_t current);
+/* The stable timestamp a member may give WiredTiger: a primary, the
+ * commit point; a secondary, the commit point when its own last entry is of
+ * that term or a later one (else its tail may have diverged: 0), never
+ * past its last entry; neither past all_durable (a commit in flight; 0:
+ * unknown).  Callers ignore values not above the last one set. */
+uint64_t sbl_rs_stable_for(bool primary, sbl_optime_t commit, sbl_optime_t applied,
+                           uint64_t all_durable);
 /* How many data-bearing members have applied ts (w: N). */
 int sbl_rs_count_applied(const sbl_rs_config_t *cfg, const sbl_optime_t *applied, uint64_t ts);
 
@@ -319,6 +326,19 @@ int sbl_rs_rollback(struct _mongoc_client_t *c, const char *host, sbl_err_t *err
 void sbl_rs_set_state_locked(int st);
 /* Forget the stable timestamp published (a rollback moved it back to ts). */
 void sbl_rs_stable_reset(uint64_t ts);
+
+/* ---- initial sync (repl_initsync.c) ------------------------------------- */
+
+/* Set on the thread that clones: its writes are neither logged nor refused. */
+extern _Thread_local bool sbl_repl_cloning;
+/* Clone every database from host and write the source's newest entry (noted
+ * before cloning) as our first oplog entry; the tailer then catches up.
+ * Returns 0 or non-zero (logged; the caller tries again). */
+int sbl_rs_initial_sync(const char *host);
+/* True while an initial sync is unfinished (it survives restarts). */
+bool sbl_rs_initial_sync_flagged(void);
+/* replSetGetStatus's initialSyncStatus (lock held). */
+void sbl_rs_append_initial_sync_status(bson_t *r);
 
 /* The threads (repl_hb.c, repl_sync.c). */
 int sbl_rs_hb_start(void);

@@ -279,6 +279,8 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     bson_iter_t it;
     int rc;
 
+    if (sbl_repl_cloning) /* initial sync: the entries come from the source's oplog */
+        return 0;
     if (sbl_repl_applying != NULL && sbl_repl_replaying) /* already in our oplog */
         return replicated(sbl_coll_ns(c)) && !sbl_repl_applied_written
                    ? replay_ts(s, sbl_repl_applying, err)
@@ -430,8 +432,8 @@ static void log_command(sbl_session_t *s, const char *ns, const uint8_t *uuid, c
     if (!atomic_load(&active) || (dlen == 5 && strncmp(ns, "local", 5) == 0))
         return;
     sbl_err_clear(&err);
-    if (sbl_repl_applying != NULL && sbl_repl_replaying)
-        return; /* our own entry, already in the oplog */
+    if ((sbl_repl_applying != NULL && sbl_repl_replaying) || sbl_repl_cloning)
+        return; /* our own entry, already in the oplog; or an initial sync's clone */
     if (sbl_repl_applying != NULL) {
         /* Applying a primary's "c" entry: write that entry, once; catalog
          * changes made while applying another entry are not logged. */

@@ -275,3 +275,16 @@ int sbl_rs_count_applied(const sbl_rs_config_t *cfg, const sbl_optime_t *applied
         n += !cfg->m[i].arbiter && applied[i].ts >= ts;
     return n;
 }
+
+uint64_t sbl_rs_stable_for(bool primary, sbl_optime_t commit, sbl_optime_t applied,
+                           uint64_t all_durable)
+{
+    uint64_t stable = 0;
+    if (primary)
+        stable = commit.ts;
+    else if (commit.t <= applied.t)
+        stable = commit.ts < applied.ts ? commit.ts : applied.ts;
+    if (all_durable != 0 && all_durable < stable)
+        stable = all_durable;
+    return stable;
+}

@@ -157,6 +157,8 @@ int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
     BSON_APPEND_DATE_TIME(&ot, "lastAppliedWallTime", wall);
     BSON_APPEND_DATE_TIME(&ot, "lastDurableWallTime", wall);
     bson_append_document_end(r, &ot);
+    if (st == SBL_RS_STARTUP2)
+        sbl_rs_append_initial_sync_status(r);
     uint64_t ck = sbl_storage_last_checkpoint_ts(); /* what a restart recovers from */
     bson_append_timestamp(r, "lastStableRecoveryTimestamp", -1, SBL_TS_SECS(ck), SBL_TS_INC(ck));
     BSON_APPEND_ARRAY_BEGIN(r, "members", &members);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -262,6 +263,12 @@ static void report_position(mongoc_client_t *c)
 {
     bson_t cmd = BSON_INITIALIZER, arr, d, reply;
     bson_error_t error;
+    /* What we report is in our journal first: the primary counts it for
+     * w:"majority" (writeConcernMajorityJournalDefault), and a kill -9 of
+     * every secondary must not lose an acknowledged majority write. */
+    sbl_err_t ferr;
+    sbl_err_clear(&ferr);
+    sbl_storage_flush(&ferr);
     pthread_mutex_lock(&rs.lock);
     sbl_optime_t ap = sbl_rs_my_applied();
     int64_t wall = sbl_oplog_last_wall_ms();
@@ -477,8 +484,13 @@ static void *sync_main(void *arg)
     while (!rs.stopping) {
         char host[256] = "";
         if (choose_source_locked(host, sizeof(host))) {
+            bool clone = atomic_load(&rs.state) == SBL_RS_STARTUP2;
             pthread_mutex_unlock(&rs.lock);
-            sync_from(host);
+            if (clone && (sbl_oplog_last_ts() == 0 || sbl_rs_initial_sync_flagged()) &&
+                sbl_rs_initial_sync(host) != 0)
+                usleep(1000 * 1000); /* then try again, from scratch */
+            else
+                sync_from(host);
             pthread_mutex_lock(&rs.lock);
         }
         struct timespec ts;
@@ -545,22 +557,16 @@ void sbl_rs_publish_stable_locked(void)
     int st = atomic_load(&rs.state);
     if (rs.config == NULL || rs.self < 0)
         return;
-    sbl_optime_t me = sbl_rs_my_applied();
-    uint64_t stable = 0;
-    if (st == SBL_RS_PRIMARY) {
-        if (sbl_rs_voters(&rs.cfg) == 1) /* a set of one: stable follows our own writes */
-            sbl_rs_update_commit_locked();
-        stable = rs.commit.ts;
-    } else if (st == SBL_RS_SECONDARY && rs.commit.t <= me.t) {
-        /* The commit point is in our history only when our last entry is of
-         * its term or a later one (a later term's primary holds every
-         * committed entry); else our tail may have diverged: wait. */
-        stable = rs.commit.ts < me.ts ? rs.commit.ts : me.ts;
-    }
-    /* never past a commit still in flight (our last ts is taken before it commits) */
-    uint64_t done = sbl_storage_all_durable_ts();
-    if (done != 0 && done < stable)
-        stable = done;
+    if (st != SBL_RS_PRIMARY && st != SBL_RS_SECONDARY)
+        return;
+    if (st == SBL_RS_PRIMARY && sbl_rs_voters(&rs.cfg) == 1)
+        sbl_rs_update_commit_locked(); /* a set of one: stable follows our own writes */
+    /* The commit point is in a secondary's history only when its last entry
+     * is of that term or a later one (a later term's primary holds every
+     * committed entry); and never past a commit still in flight (our last
+     * ts is taken before its transaction commits). */
+    uint64_t stable = sbl_rs_stable_for(st == SBL_RS_PRIMARY, rs.commit, sbl_rs_my_applied(),
+                                        sbl_storage_all_durable_ts());
     if (stable <= published_stable)
         return;
     uint64_t window = (uint64_t)SNAPSHOT_WINDOW_S << 32;

@@ -140,10 +140,28 @@ static void test_commit_point(void)
     CHECK(!sbl_rs_electable(&nv, 2) && sbl_rs_electable(&nv, 0));
 }
 
+/* The stable timestamp follows the commit point, never past what this
+ * member holds of the committed history or a commit in flight. */
+static void test_stable(void)
+{
+    /* a primary: the commit point, clamped by all_durable */
+    CHECK(sbl_rs_stable_for(true, ot(2, 10), ot(2, 12), 0) == SBL_TS(10, 1));
+    CHECK(sbl_rs_stable_for(true, ot(2, 10), ot(2, 12), SBL_TS(9, 1)) == SBL_TS(9, 1));
+    /* a secondary behind the commit point: its own last entry */
+    CHECK(sbl_rs_stable_for(false, ot(2, 10), ot(2, 7), 0) == SBL_TS(7, 1));
+    /* a secondary of a later term than the commit point: the commit point */
+    CHECK(sbl_rs_stable_for(false, ot(2, 10), ot(3, 12), 0) == SBL_TS(10, 1));
+    /* a former primary whose tail is of an older term than the commit
+     * point: its tail may not be in the committed history: none */
+    CHECK(sbl_rs_stable_for(false, ot(3, 10), ot(2, 12), 0) == 0);
+    CHECK(sbl_rs_stable_for(false, ot(3, 10), ot(2, 5), 0) == 0);
+}
+
 int main(void)
 {
     test_config();
     test_votes();
     test_commit_point();
+    test_stable();
     return CHECK_DONE("repl_rules");
 }

@@ -8,6 +8,7 @@ after the last checkpoint survives a kill -9 only through that replay.
 import time
 
 import pymongo
+import pytest
 from bson.timestamp import Timestamp
 
 from pymongo.write_concern import WriteConcern
@@ -35,7 +36,10 @@ def rs_client(s):
 def wait_for(pred, timeout=15, what="condition"):
     deadline = time.time() + timeout
     while time.time() < deadline:
-        v = pred()
+        try:
+            v = pred()
+        except pymongo.errors.PyMongoError:
+            v = None
         if v:
             return v
         time.sleep(0.1)
@@ -216,16 +220,121 @@ def test_rollback_of_a_former_primarys_w1_writes():
         got = {d["_id"]: d.get("v") for d in saved if d["_id"] != "bait"}
         assert got == {100: "lost", 101: "lost", 102: "lost", 103: "lost", 104: "lost",
                        3: "lost update", "only on a": None}
-        # a keeps replicating after the rollback
-        with direct(b) as cb:
-            cb.t.c.with_options(write_concern=WriteConcern(w=3, wtimeout=20000)) \
-                .insert_one({"_id": "after"})
+        # a (priority 2) caught up takes the primary back (priority takeover)
+        wait_for(lambda: my_state(a) == 1 and my_state(b) == 2, timeout=30,
+                 what="a priority takeover")
+        assert "priority takeover" in a.log_text()
         with direct(a) as c1:
-            assert c1.t.c.find_one({"_id": "after"}) == {"_id": "after"}
+            c1.t.c.with_options(write_concern=WriteConcern(w=3, wtimeout=20000)) \
+                .insert_one({"_id": "after"})
+        with direct(b) as cb:
+            assert cb.t.c.find_one({"_id": "after"}) == {"_id": "after"}
     finally:
         for m in members:
             try:
                 m.signal(signal.SIGCONT)
             except Exception:
                 pass
+            m.cleanup()
+
+
+# ---- initial sync, too stale, resync ----
+
+import shutil
+
+from sabled import free_port
+
+
+def test_initial_sync_then_too_stale_then_resync():
+    a, b, c = Sabled(), Sabled(), Sabled()
+    members = [a, b, c]
+    try:
+        a.start(["--replSet", "rs0", "--oplogSizeMB", "1"])
+        b.start(["--replSet", "rs0", "--oplogSizeMB", "1"])
+        cport = free_port()
+        cfg = {"_id": "rs0", "members": [
+            {"_id": 0, "host": "127.0.0.1:%d" % a.port, "priority": 2},
+            {"_id": 1, "host": "127.0.0.1:%d" % b.port}],
+            "settings": {"electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500}}
+        with direct(a) as ca:
+            ca.admin.command("replSetInitiate", cfg)
+        wait_for(lambda: my_state(a) == 1, timeout=30, what="a primary")
+        ca = direct(a)
+        # replSetReconfig adds c, as rs.add() does; mongod's checks first
+        conf = ca.admin.command("replSetGetConfig")["config"]
+        conf["members"].append({"_id": 2, "host": "127.0.0.1:%d" % cport, "priority": 0})
+        with pytest.raises(pymongo.errors.OperationFailure) as ei:
+            ca.admin.command("replSetReconfig", conf)  # same version
+        assert ei.value.code == 103
+        two = dict(conf, version=conf["version"] + 1, members=conf["members"] + [
+            {"_id": 3, "host": "127.0.0.1:%d" % free_port()}])
+        with pytest.raises(pymongo.errors.OperationFailure) as ei:
+            ca.admin.command("replSetReconfig", two)  # two voters at once
+        assert ei.value.code == 103
+        with direct(b) as cb, pytest.raises(pymongo.errors.NotMasterError) as ei:
+            cb.admin.command("replSetReconfig", dict(conf, version=conf["version"] + 1))
+        assert ei.value.details["code"] == 10107
+        conf["version"] += 1
+        ca.admin.command("replSetReconfig", conf)
+        wait_for(lambda: direct(b).admin.command("replSetGetConfig")["config"]["version"] ==
+                 conf["version"], what="b has the new config")
+        assert [m["name"] for m in ca.admin.command("replSetGetStatus")["members"]][2] == \
+            "127.0.0.1:%d" % cport
+        maj = WriteConcern(w="majority", wtimeout=20000)
+        ca.t.c.with_options(write_concern=maj).insert_many(
+            [{"_id": i, "k": i % 7, "pad": "x" * 100} for i in range(500)])
+        ca.t.c.create_index([("k", 1)], name="k_1")
+        ca.t.create_collection("capped", capped=True, size=100000)
+        ca.t.capped.insert_many([{"_id": i} for i in range(10)])
+        ca.t.command("create", "v", viewOn="c", pipeline=[{"$match": {"k": 1}}])
+        ca.u.d.with_options(write_concern=maj).insert_one({"_id": "other db"})
+        first_ts = ca.local["oplog.rs"].find().sort("$natural", 1).limit(1)[0]["ts"]
+
+        def synced(m):
+            with direct(m) as cm:
+                return (cm.t.c.count_documents({}) == 500 and
+                        cm.u.d.count_documents({}) == 1 and
+                        cm.admin.command("replSetGetStatus")["myState"] == 2)
+
+        # c joins empty: it clones, then catches up from the oplog
+        c.start(["--replSet", "rs0", "--oplogSizeMB", "1"], port=cport)
+        wait_for(lambda: synced(c), timeout=60, what="c initial sync")
+        assert "Starting initial sync" in c.log_text()
+        with direct(c) as cc:
+            oplog_first = cc.local["oplog.rs"].find().sort("$natural", 1).limit(1)[0]["ts"]
+            assert oplog_first > first_ts  # cloned, not replayed from the first entry
+            names = {i["name"] for i in cc.t.c.list_indexes()}
+            assert names == {"_id_", "k_1"}
+            assert len(list(cc.t.c.find({"k": 3}).hint("k_1"))) == len(
+                [i for i in range(500) if i % 7 == 3])
+            assert cc.t.capped.options().get("capped") is True
+            assert cc.t.v.count_documents({}) == len([i for i in range(500) if i % 7 == 1])
+        # c goes down and a's 1 MB oplog moves past c's last entry
+        c.stop()
+        big = "y" * 2000
+        for r in range(4):
+            ca.t.c.with_options(write_concern=maj).insert_many(
+                [{"_id": "w%d-%d" % (r, i), "pad": big} for i in range(300)])
+        c.restart()
+
+        def stale():
+            with direct(c) as cc:
+                st = cc.admin.command("replSetGetStatus")
+                me = [m for m in st["members"] if m.get("self")][0]
+                return st["myState"] == 3 and "too stale" in me["infoMessage"]
+        wait_for(stale, timeout=30, what="c too stale")
+        # resync: an empty dbpath
+        c.stop()
+        shutil.rmtree(c.dbpath)
+        os.mkdir(c.dbpath)
+        c.start(["--replSet", "rs0", "--oplogSizeMB", "1"], port=cport)
+
+        def resynced():
+            with direct(c) as cc:
+                return (cc.admin.command("replSetGetStatus")["myState"] == 2 and
+                        cc.t.c.count_documents({}) == 1700)
+        wait_for(resynced, timeout=60, what="c resynced")
+        ca.close()
+    finally:
+        for m in members:
             m.cleanup()

@@ -5,7 +5,8 @@ namespace, or the root namespace on loopback) and drives by JSON lines on
 stdin, one reply line on stdout per command:
 
     {"cmd": "init"}    wait for every member, replSetInitiate, wait for a primary
-    {"cmd": "status"}  {"primary": name or null, "up": [names answering]}
+    {"cmd": "status"}  {"primary": name or null, "up": [names answering],
+                        "states": {name: replSetGetStatus.myState or null}}
     {"cmd": "start"}   start the workload's client threads
     {"cmd": "stop"}    stop them (in-flight operations finish or time out)
     {"cmd": "final"}   wait for convergence, final reads on every member,
@@ -163,7 +164,8 @@ class Agent:
 
     def cmd_status(self, _):
         st = self.statuses(1000)
-        return {"primary": self.primary(st), "up": [n for n, s in st.items() if s]}
+        return {"primary": self.primary(st), "up": [n for n, s in st.items() if s],
+                "states": {n: s.get("myState") if s else None for n, s in st.items()}}
 
     # ----------------------------------------------------------- workload
 

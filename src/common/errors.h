@@ -105,6 +105,8 @@
     X(NotSecondary, 135)                                                                           \
     X(NodeNotElectable, 147)                                                                       \
     X(CommandFailed, 125)                                                                          \
+    X(OplogStartMissing, 120)                                                                      \
+    X(UnrecoverableRollbackError, 127)                                                             \
     X(Location16436, 16436)                                                                        \
     X(Location31254, 31254)                                                                        \
     X(Location40352, 40352)                                                                        \

@@ -115,6 +115,18 @@ int sbl_repl_step_up(sbl_err_t *err);
 typedef void (*sbl_repl_wait_cb)(void *arg, int code, const char *msg);
 void sbl_repl_await(uint64_t ts, int w, bool w_majority, int64_t wtimeout_ms,
                     sbl_repl_wait_cb cb, void *arg);
+/* Read concerns (repl_read.c); each blocks the calling thread (a worker).
+ * sbl_repl_wait_applied: afterClusterTime, wait until this member applied
+ * ts (a primary writes a no-op to reach it); IllegalOperation (20) when not
+ * a replica set member, MaxTimeMSExpired (50) at deadline_us (0: none).
+ * sbl_repl_linearizable_check: NotAReplicaSet (123) on a standalone,
+ * NotWritablePrimary (10107) on a member that is not primary.
+ * sbl_repl_linearizable_wait: after a linearizable read, write a no-op and
+ * wait until a majority has it; the check's errors, 11602 when this member
+ * stepped down meanwhile, MaxTimeMSExpired at deadline_us. */
+int sbl_repl_wait_applied(uint64_t ts, int64_t deadline_us, sbl_err_t *err);
+int sbl_repl_linearizable_check(sbl_err_t *err);
+int sbl_repl_linearizable_wait(int64_t deadline_us, sbl_err_t *err);
 /* The newest oplog timestamp (what a write just acknowledged waits for). */
 uint64_t sbl_repl_last_op_ts(void);
 /* The number of members (w: N above it is refused as mongod does). */

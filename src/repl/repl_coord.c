@@ -41,7 +41,9 @@ const char *sbl_rs_state_str(int st)
     case SBL_RS_STARTUP: return "STARTUP";
     case SBL_RS_PRIMARY: return "PRIMARY";
     case SBL_RS_SECONDARY: return "SECONDARY";
+    case SBL_RS_RECOVERING: return "RECOVERING";
     case SBL_RS_STARTUP2: return "STARTUP2";
+    case SBL_RS_ROLLBACK: return "ROLLBACK";
     case SBL_RS_DOWN: return "(not reachable/healthy)";
     default: return "UNKNOWN";
     }
@@ -117,6 +119,11 @@ static void set_state_locked(int st)
     atomic_store(&rs.state, st);
     atomic_fetch_add(&rs.topology, 1);
     pthread_cond_broadcast(&rs.cond);
+}
+
+void sbl_rs_set_state_locked(int st)
+{
+    set_state_locked(st);
 }
 
 /* ---- config ------------------------------------------------------------------ */
@@ -437,6 +444,7 @@ int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err)
         return 0;
     }
     rs.set_name = bson_strdup(cfg->set_name);
+    rs.dbpath = bson_strdup(cfg->dbpath != NULL ? cfg->dbpath : ".");
     rs.port = cfg->port;
     if (cfg->oplog_size_mb > 0) {
         rs.oplog_bytes = cfg->oplog_size_mb * 1024 * 1024;
@@ -450,6 +458,7 @@ int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err)
     srandom((unsigned)(sbl_now_us() ^ (uint64_t)getpid() ^ (uint64_t)cfg->port));
     atomic_store(&rs.state, SBL_RS_STARTUP);
     sbl_storage_set_write_observer(sbl_oplog_observe);
+    sbl_storage_set_replicated(true);
 
     sbl_session_t *s = sbl_session_get();
     bson_t config = BSON_INITIALIZER, vote = BSON_INITIALIZER;
@@ -507,6 +516,8 @@ void sbl_repl_stop(void)
     pthread_mutex_unlock(&rs.lock);
     bson_free(rs.set_name);
     rs.set_name = NULL;
+    bson_free(rs.dbpath);
+    rs.dbpath = NULL;
     atomic_store(&rs.state, SBL_RS_STANDALONE);
 }
 
@@ -514,6 +525,8 @@ int sbl_repl_start_threads(sbl_err_t *err)
 {
     if (!sbl_repl_enabled())
         return 0;
+    /* Before anyone is served: the data catches up with our own oplog. */
+    SBL_RET(sbl_rs_replay_oplog(err));
     if (sbl_rs_hb_start() != 0 || sbl_rs_sync_start() != 0)
         return sbl_err_set(err, SBL_E_InternalError, "could not start the replication threads");
     return 0;

@@ -224,6 +224,18 @@ int sbl_repl_request_votes(const bson_t *cmd, bson_t *r, sbl_err_t *err)
 static peer_conn_t conns[SBL_RS_MAX_MEMBERS];
 static peer_conn_t config_conn;
 
+
+/* The primary this member knows of is part of its hello (`primary`): a
+ * change moves topologyVersion, which answers waiting awaitable hellos at
+ * once, so drivers monitoring a secondary learn of a new primary at once. */
+static void set_primary_locked(int i)
+{
+    if (rs.primary == i)
+        return;
+    rs.primary = i;
+    atomic_fetch_add(&rs.topology, 1);
+}
+
 static void on_heartbeat_reply(int i, bool ok, const bson_t *reply, int64_t sent_ms)
 {
     int64_t now = sbl_now_ms();
@@ -245,7 +257,7 @@ static void on_heartbeat_reply(int i, bool ok, const bson_t *reply, int64_t sent
         const char *m = str(reply, "errmsg");
         snprintf(p->msg, sizeof(p->msg), "%s", m != NULL ? m : "Couldn't get a connection");
         if (rs.primary == i)
-            rs.primary = -1;
+            set_primary_locked(-1);
         pthread_mutex_unlock(&rs.lock);
         return;
     }
@@ -271,14 +283,14 @@ static void on_heartbeat_reply(int i, bool ok, const bson_t *reply, int64_t sent
             /* two primaries of one term cannot be; of different terms the
              * higher one won above */
         } else {
-            rs.primary = i;
+            set_primary_locked(i);
             sbl_rs_reset_election_timer_locked(now);
             sbl_optime_t cp = optime_at(reply, "lastOpCommitted");
             if (sbl_optime_cmp(cp, rs.commit) > 0)
                 rs.commit = cp;
         }
     } else if (rs.primary == i) {
-        rs.primary = -1;
+        set_primary_locked(-1);
     }
     if (bson_iter_init_find(&it, reply, "config") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
         sbl_iter_doc(&it, &cfgdoc) && num(&cfgdoc, "version", 0) > rs.cfg.version)
@@ -535,6 +547,7 @@ static void *hb_main(void *arg)
             pthread_mutex_lock(&rs.lock);
             continue;
         }
+        sbl_rs_publish_stable_locked();
         if (!kicked && !sent) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);

@@ -33,6 +33,7 @@ static _Atomic int64_t cur_term = 1; /* t of the entries this member writes */
 
 _Thread_local const bson_t *sbl_repl_applying;
 _Thread_local bool sbl_repl_applied_written;
+_Thread_local bool sbl_repl_replaying;
 
 int64_t sbl_oplog_last_term(void)
 {
@@ -128,6 +129,19 @@ int sbl_oplog_open(sbl_session_t *s, int64_t size_bytes, bool create, sbl_err_t 
     return rc;
 }
 
+int sbl_oplog_reload_last(sbl_session_t *s, sbl_err_t *err)
+{
+    atomic_store(&last_ts, 0);
+    atomic_store(&last_wall, 0);
+    atomic_store(&last_term, 0);
+    return oplog != NULL ? load_last(s, err) : 0;
+}
+
+sbl_coll_t *sbl_oplog_coll(void)
+{
+    return oplog;
+}
+
 void sbl_oplog_close(void)
 {
     atomic_store(&active, false);
@@ -187,6 +201,20 @@ int sbl_oplog_append_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
     return 0;
 }
 
+/* Replaying our own entry doc: its change commits at the entry's ts, and
+ * the entry, already in the oplog, is not written again. */
+static int replay_ts(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
+{
+    bson_iter_t it;
+    uint32_t t = 0, i = 0;
+    if (!bson_iter_init_find(&it, doc, "ts") || !BSON_ITER_HOLDS_TIMESTAMP(&it))
+        return sbl_err_set(err, SBL_E_InvalidBSON, "oplog entry without a ts");
+    bson_iter_timestamp(&it, &t, &i);
+    SBL_RET(sbl_txn_set_commit_ts(s, SBL_TS(t, i), err));
+    sbl_repl_applied_written = true;
+    return 0;
+}
+
 /* True when writes to ns are logged. */
 static bool replicated(const char *ns)
 {
@@ -205,6 +233,8 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     bson_iter_t it;
     int rc;
 
+    if (sbl_repl_applying != NULL && sbl_repl_replaying) /* already in our oplog */
+        return replicated(sbl_coll_ns(c)) ? replay_ts(s, sbl_repl_applying, err) : 0;
     if (sbl_repl_applying != NULL) /* a secondary applies the primary's entry as it is */
         return replicated(sbl_coll_ns(c)) ? sbl_oplog_append_raw(s, sbl_repl_applying, err) : 0;
     if (!atomic_load_explicit(&active, memory_order_acquire) || !replicated(sbl_coll_ns(c)))
@@ -292,6 +322,8 @@ static void log_command(sbl_session_t *s, const char *ns, const uint8_t *uuid, c
     if (!atomic_load(&active) || (dlen == 5 && strncmp(ns, "local", 5) == 0))
         return;
     sbl_err_clear(&err);
+    if (sbl_repl_applying != NULL && sbl_repl_replaying)
+        return; /* our own entry, already in the oplog */
     if (sbl_repl_applying != NULL) {
         /* Applying a primary's "c" entry: write that entry, once; catalog
          * changes made while applying another entry are not logged. */

@@ -235,6 +235,11 @@ static int parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc,
                 wc->j = true;
         }
     }
+    /* w:"majority" is durable on the primary too: it waits for the journal, as
+     * mongod with writeConcernMajorityJournalDefault (secondaries report only
+     * journaled positions). */
+    if (wc->majority)
+        wc->j = true;
     return 0;
 }
 

@@ -23,6 +23,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "storage/storage.h"
 
 #define rs sbl_rs
 
@@ -200,9 +201,21 @@ static void report_position(mongoc_client_t *c)
 {
     bson_t cmd = BSON_INITIALIZER, arr, d, reply;
     bson_error_t error;
+    sbl_err_t ferr;
     pthread_mutex_lock(&rs.lock);
     sbl_optime_t ap = sbl_rs_my_applied();
     int64_t wall = sbl_oplog_last_wall_ms();
+    pthread_mutex_unlock(&rs.lock);
+    /* What is reported is in the journal first: w:"majority" counts these
+     * positions, and an entry a majority applied but had not journaled was
+     * lost when that majority was killed (mongod's
+     * writeConcernMajorityJournalDefault).  A failed flush reports nothing. */
+    sbl_err_clear(&ferr);
+    if (sbl_storage_flush(&ferr) != 0) {
+        bson_destroy(&cmd);
+        return;
+    }
+    pthread_mutex_lock(&rs.lock);
     BSON_APPEND_INT32(&cmd, "replSetUpdatePosition", 1);
     BSON_APPEND_ARRAY_BEGIN(&cmd, "optimes", &arr);
     BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &d);

@@ -216,7 +216,8 @@ class Agent:
         argv = [PY, os.path.join(HERE, "workload.py"), "--workload", workload, "--hosts", hosts,
                 "--seed", str(seed), "--threads", str(args.threads), "--out", history,
                 "--election-timeout-ms", str(args.election_timeout_ms),
-                "--read-concern", args.read_concern]
+                "--read-concern", args.read_concern or
+                ("linearizable" if workload == "register" else "majority")]
         self.log = open(os.path.join(os.path.dirname(history), "workload.log"), "w")
         self.p = backend.spawn_client(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=self.log, text=True, bufsize=1)
@@ -468,7 +469,9 @@ def main(argv=None):
     ap.add_argument("--hold-max", type=float, default=6.0)
     ap.add_argument("--threads", type=int, default=5)
     ap.add_argument("--election-timeout-ms", type=int, default=2000)
-    ap.add_argument("--read-concern", default="majority")
+    ap.add_argument("--read-concern", default=None,
+                    help="of the reads during the run (default: register linearizable, "
+                    "set and append majority)")
     ap.add_argument("--time-limit", type=float, default=30)
     ap.add_argument("--mode", choices=["auto", "netns", "loopback"], default="auto")
     ap.add_argument("--out", default=None)

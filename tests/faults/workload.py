@@ -16,11 +16,11 @@ stdin, one reply line on stdout per command:
 Workloads (pymongo, one MongoClient shared by `threads` client threads,
 each a history process; retryable writes and reads off, so a write is sent
 once):
-  register: read (find, readConcern majority), write (update upsert $set,
+  register: read (find, readConcern linearizable by default), write (update upsert $set,
             w:majority), cas (findAndModify {_id, v: expected} -> $set v,
             w:majority) on keys that rotate every 10 s;
   set:      unique inserts {_id: element, k: key} w:majority, reads of all
-            elements of the key;
+            elements of the key (readConcern majority by default);
   append:   $push of unique elements to {_id: key, l: [...]} (upsert,
             w:majority), reads of the list; keys rotate every 10 s.
 Outcomes as Jepsen's: ok; fail when the operation certainly did not take

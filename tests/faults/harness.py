@@ -479,7 +479,21 @@ def main(argv=None):
     ap.add_argument("--allow-rollback", action="store_true",
                     help="rounds whose only anomaly is a member that must roll back (not built "
                     "yet) do not fail the run; they are still counted and printed")
+    ap.add_argument("--summarize", metavar="DIR", default=None,
+                    help="print the summary of the rounds already in DIR (round-*/report.json)")
     a = ap.parse_args(argv)
+    if a.summarize:
+        reps = []
+        for d in sorted(os.listdir(a.summarize)):
+            f = os.path.join(a.summarize, d, "report.json")
+            if d.startswith("round-") and os.path.exists(f):
+                with open(f) as fh:
+                    reps.append(json.load(fh))
+        s = summarize(reps)
+        s["by_workload"] = {w: sum(1 for r in reps if r["workload"] == w)
+                            for w in sorted({r["workload"] for r in reps})}
+        print(json.dumps(s, indent=1, default=str))
+        return 0
     if a.seed is None:
         a.seed = int.from_bytes(os.urandom(4), "little")
     if a.mode == "auto":
@@ -534,6 +548,10 @@ def summarize(reports):
         for k, v in r.get("ops", {}).items():
             s["ops"][k] += v
         s["failover_s"] += [f["seconds"] for f in r.get("failovers", [])]
+    done = sorted(x for x in s["failover_s"] if x is not None)
+    s["failovers"] = {"count": len(s["failover_s"]), "no_write_after": len(s["failover_s"]) -
+                      len(done), "median_s": done[len(done) // 2] if done else None,
+                      "max_s": done[-1] if done else None}
     return s
 
 

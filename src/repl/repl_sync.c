@@ -337,7 +337,15 @@ static void sync_from(const char *host)
         return;
     mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
     reporter_t *reporter = reporter_start(uri);
+    /* Where we are: the newest entry the oplog holds, not the last ts handed
+     * out (a write that took a ts and aborted, in the new term when a step-down
+     * raced it, would hide a diverged tail from the check below). */
     sbl_optime_t last = sbl_rs_my_applied();
+    sbl_err_t lerr;
+    sbl_err_clear(&lerr);
+    sbl_session_t *ls = sbl_session_get();
+    if (ls != NULL)
+        sbl_oplog_last_committed(ls, &last.ts, &last.t, &lerr);
     bson_t filter = BSON_INITIALIZER, gte, opts = BSON_INITIALIZER;
     if (last.ts != 0) {
         BSON_APPEND_DOCUMENT_BEGIN(&filter, "ts", &gte);

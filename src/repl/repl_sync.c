@@ -180,6 +180,19 @@ static bool still_syncing_from(const char *host)
     return ok;
 }
 
+/* Whether the applier may go on with the next entry: still a secondary (or
+ * in STARTUP2) in the term it started syncing in.  A member elected meanwhile,
+ * even for a moment, writes entries of its own: the applier must stop and start
+ * again from its newest committed entry, whose check finds the divergence. */
+static bool same_term_secondary(int64_t term)
+{
+    pthread_mutex_lock(&rs.lock);
+    int st = atomic_load(&rs.state);
+    bool ok = rs.term == term && (st == SBL_RS_SECONDARY || st == SBL_RS_STARTUP2);
+    pthread_mutex_unlock(&rs.lock);
+    return ok;
+}
+
 /* STARTUP2 -> SECONDARY once caught up with the first source. */
 static void initial_sync_done(void)
 {
@@ -361,6 +374,7 @@ static void sync_from(const char *host)
     bool first = true;
     pthread_mutex_lock(&rs.lock);
     snprintf(rs.sync_source, sizeof(rs.sync_source), "%s", host);
+    int64_t sync_term = rs.term;
     pthread_mutex_unlock(&rs.lock);
     log_host(SBL_LOG_INFO, 21799, "Sync source candidate chosen", host);
     while (still_syncing_from(host)) {
@@ -392,6 +406,8 @@ static void sync_from(const char *host)
                 continue;
             }
             first = false;
+            if (!same_term_secondary(sync_term))
+                goto out;
             if (o.ts <= sbl_oplog_last_ts())
                 continue;
             sbl_err_t err;

@@ -440,6 +440,9 @@ def run_round(args, workload, seed, rdir):
     with open(os.path.join(rdir, "report.json"), "w") as f:
         json.dump(report, f, indent=1, default=str)
     print_round(report)
+    if report["valid"] and not args.keep:   # ~1 GB a round: keep only failed rounds' data
+        for m in MEMBERS:
+            shutil.rmtree(os.path.join(rdir, m, "db"), ignore_errors=True)
     return report
 
 
@@ -476,6 +479,8 @@ def main(argv=None):
     ap.add_argument("--mode", choices=["auto", "netns", "loopback"], default="auto")
     ap.add_argument("--out", default=None)
     ap.add_argument("--summary", default=None, help="write the run's summary (JSON) here")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the members' dbpaths of valid rounds too (about 1 GB a round)")
     ap.add_argument("--allow-rollback", action="store_true",
                     help="rounds whose only anomaly is a member that must roll back (not built "
                     "yet) do not fail the run; they are still counted and printed")

@@ -340,6 +340,34 @@ static void log_host(int level, int id, const char *msg, const char *host)
 }
 
 /* Tail host's oplog while it stays our sync source. */
+/* True when the source's newest oplog entry is of a term above last's while
+ * its ts is below last's (so our last entry cannot be in its oplog). */
+static bool source_newer_term(mongoc_collection_t *oplog, sbl_optime_t last)
+{
+    bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort;
+    const bson_t *doc;
+    bool newer = false;
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+    BSON_APPEND_INT32(&sort, "$natural", -1);
+    bson_append_document_end(&opts, &sort);
+    BSON_APPEND_INT64(&opts, "limit", 1);
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, &opts, NULL);
+    if (mongoc_cursor_next(cur, &doc)) {
+        bson_iter_t it;
+        uint32_t t = 0, i = 0;
+        int64_t term = -1;
+        if (bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
+            bson_iter_timestamp(&it, &t, &i);
+        if (bson_iter_init_find(&it, doc, "t") && BSON_ITER_HOLDS_NUMBER(&it))
+            term = bson_iter_as_int64(&it);
+        newer = term > last.t && SBL_TS(t, i) < last.ts;
+    }
+    mongoc_cursor_destroy(cur);
+    bson_destroy(&filter);
+    bson_destroy(&opts);
+    return newer;
+}
+
 static void sync_from(const char *host)
 {
     char uri[512];
@@ -372,6 +400,7 @@ static void sync_from(const char *host)
     const bson_t *doc;
     bson_error_t error;
     bool first = true;
+    uint64_t applied_ts = last.ts; /* the newest entry we hold (committed) */
     pthread_mutex_lock(&rs.lock);
     snprintf(rs.sync_source, sizeof(rs.sync_source), "%s", host);
     int64_t sync_term = rs.term;
@@ -408,7 +437,7 @@ static void sync_from(const char *host)
             first = false;
             if (!same_term_secondary(sync_term))
                 goto out;
-            if (o.ts <= sbl_oplog_last_ts())
+            if (o.ts <= applied_ts)
                 continue;
             sbl_err_t err;
             sbl_err_clear(&err);
@@ -419,9 +448,27 @@ static void sync_from(const char *host)
                 bson_destroy(&attr);
                 goto out;
             }
+            applied_ts = o.ts;
             reporter_poke(reporter);
             if (++n % 100 == 0 && !still_syncing_from(host))
                 goto out;
+        }
+        /* Nothing at or after our last entry, yet the source is in a newer term:
+         * our tail (written in an older term, with later timestamps than the
+         * source's newest entry) diverged, and no write may come to show it. */
+        if (first && last.ts != 0 && source_newer_term(oplog, last)) {
+            log_host(SBL_LOG_INFO, 21098, "Our last applied entry is not in the sync "
+                     "source's oplog: starting rollback", host);
+            sbl_err_t err;
+            sbl_err_clear(&err);
+            if (sbl_rs_rollback(c, host, &err) != 0) {
+                bson_t attr = BSON_INITIALIZER;
+                BSON_APPEND_UTF8(&attr, "error", err.msg);
+                sbl_log(SBL_LOG_ERROR, "REPL", 21606, "Rollback failed: this member "
+                        "stops syncing (resync it: empty its dbpath)", &attr);
+                bson_destroy(&attr);
+            }
+            goto out;
         }
         if (mongoc_cursor_error(cur, &error) || !mongoc_cursor_more(cur))
             break;

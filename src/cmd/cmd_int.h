@@ -63,6 +63,8 @@ typedef int (*sbl_cmd_fn)(sbl_opctx_t *ctx, sbl_err_t *err);
 #define SBL_CMD_NO_AUTH 0x04   /* allowed before authentication (hello, saslStart ...) */
 #define SBL_CMD_ADMIN_ONLY 0x08 /* must be run against the admin database */
 #define SBL_CMD_SLOW 0x10      /* may run long: executed on a worker thread, not a network loop */
+#define SBL_CMD_ANY_MEMBER 0x20 /* runs on a secondary without secondaryOk: getMore and
+                                  killCursors, whose cursor's own command was checked */
 
 typedef struct sbl_cmd_def {
     const char *name;

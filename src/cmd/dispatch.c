@@ -239,6 +239,11 @@ static int parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc,
                 wc->j = true;
         }
     }
+    /* w:"majority" is durable on the primary too: it waits for the journal, as
+     * mongod with writeConcernMajorityJournalDefault (secondaries report only
+     * journaled positions). */
+    if (wc->majority)
+        wc->j = true;
     return 0;
 }
 
@@ -547,8 +552,10 @@ static void execute(pending_t *p)
         (p->rc = sbl_repl_check_write(write_db(ctx), &p->err)) != 0)
         return;
     /* Reads on a secondary need secondaryOk (OP_QUERY's flag, or an OP_MSG
-     * read preference other than primary). */
-    if ((p->def->flags & SBL_CMD_READ) && !(p->def->flags & SBL_CMD_WRITE) && ctx->req != NULL &&
+     * read preference other than primary); getMore and killCursors do not
+     * (drivers send no read preference with them, as mongod expects). */
+    if ((p->def->flags & SBL_CMD_READ) && !(p->def->flags & (SBL_CMD_WRITE | SBL_CMD_ANY_MEMBER)) &&
+        ctx->req != NULL &&
         !sbl_repl_writable() &&
         (p->rc = sbl_repl_check_read(ctx->db, secondary_ok(ctx), &p->err)) != 0)
         return;

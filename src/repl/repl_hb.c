@@ -519,7 +519,11 @@ static void *hb_main(void *arg)
             pthread_mutex_lock(&rs.lock);
             continue;
         }
-        /* one heartbeat due, at most, per pass (the lock is dropped for it) */
+        /* one heartbeat due, at most, per pass (the lock is dropped for it);
+         * the step-down and election checks below run on every pass: a peer
+         * whose packets are dropped takes the whole timeout, longer than the
+         * heartbeat interval, so some heartbeat is nearly always due */
+        bool sent = false;
         int due = -1;
         for (int i = 0; rs.config != NULL && i < rs.cfg.n; i++)
             if (i != rs.self && rs.peer[i].next_hb_ms <= now) {
@@ -539,7 +543,13 @@ static void *hb_main(void *arg)
             bson_destroy(&cmd);
             bson_destroy(&reply);
             pthread_mutex_lock(&rs.lock);
-            continue;
+            if (rs.stopping || rs.config_source[0] != '\0')
+                continue;
+            now = sbl_now_ms();
+            /* the next one an interval after this one ended (unless kicked) */
+            if (due < rs.cfg.n && rs.peer[due].next_hb_ms > 0 && rs.peer[due].next_hb_ms < now)
+                rs.peer[due].next_hb_ms = now + rs.cfg.heartbeat_ms;
+            sent = true;
         }
         int st = atomic_load(&rs.state);
         if (rs.config != NULL && rs.self >= 0 && st == SBL_RS_PRIMARY) {
@@ -579,7 +589,7 @@ static void *hb_main(void *arg)
             continue;
         }
         sbl_rs_publish_stable_locked();
-        if (!kicked) {
+        if (!kicked && !sent) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 50 * 1000000L;

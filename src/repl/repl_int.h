@@ -106,6 +106,11 @@ int sbl_txn_record_write_state(sbl_session_t *s, const bson_t *lsid, int64_t txn
 int sbl_oplog_append_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err);
 /* The term of the last entry (0 before the first). */
 int64_t sbl_oplog_last_term(void);
+/* The ts and t of the newest entry the oplog holds, committed (read from the
+ * oplog in s, outside any transaction of s; {0, 0} when empty).  Unlike
+ * sbl_oplog_last_ts/term, not moved by a write that took a ts and then
+ * aborted (a step-down racing it gives that ts the new term). */
+int sbl_oplog_last_committed(sbl_session_t *s, uint64_t *tsp, int64_t *termp, sbl_err_t *err);
 /* The term new entries carry (the coordinator's current term). */
 void sbl_oplog_set_term(int64_t term);
 

@@ -96,6 +96,33 @@ static int load_last(sbl_session_t *s, sbl_err_t *err)
     return rc;
 }
 
+int sbl_oplog_last_committed(sbl_session_t *s, uint64_t *tsp, int64_t *termp, sbl_err_t *err)
+{
+    sbl_natural_t *scan;
+    bson_t doc;
+    bson_iter_t it;
+    uint64_t pos;
+    bool done;
+    int rc;
+
+    *tsp = 0;
+    *termp = 0;
+    if (oplog == NULL)
+        return sbl_err_set(err, SBL_E_InternalError, "the oplog is not open");
+    SBL_RET(sbl_natural_open(s, oplog, 0, true, &scan, err));
+    if ((rc = sbl_natural_next(scan, &doc, &pos, &done, err)) == 0 && !done) {
+        if (bson_iter_init_find(&it, &doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            uint32_t t, i;
+            bson_iter_timestamp(&it, &t, &i);
+            *tsp = SBL_TS(t, i);
+        }
+        if (bson_iter_init_find(&it, &doc, "t") && BSON_ITER_HOLDS_NUMBER(&it))
+            *termp = bson_iter_as_int64(&it);
+    }
+    sbl_natural_close(scan);
+    return rc;
+}
+
 int sbl_oplog_open(sbl_session_t *s, int64_t size_bytes, bool create, sbl_err_t *err)
 {
     sbl_coll_t *c = NULL;

@@ -24,6 +24,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "storage/storage.h"
 
 #define rs sbl_rs
 
@@ -242,6 +243,19 @@ static bool still_syncing_from(const char *host)
     return ok;
 }
 
+/* Whether the applier may go on with the next entry: still a secondary (or
+ * in STARTUP2) in the term it started syncing in.  A member elected meanwhile,
+ * even for a moment, writes entries of its own: the applier must stop and start
+ * again from its newest committed entry, whose check finds the divergence. */
+static bool same_term_secondary(int64_t term)
+{
+    pthread_mutex_lock(&rs.lock);
+    int st = atomic_load(&rs.state);
+    bool ok = rs.term == term && (st == SBL_RS_SECONDARY || st == SBL_RS_STARTUP2);
+    pthread_mutex_unlock(&rs.lock);
+    return ok;
+}
+
 /* STARTUP2 -> SECONDARY once caught up with the first source. */
 static void initial_sync_done(void)
 {
@@ -263,15 +277,21 @@ static void report_position(mongoc_client_t *c)
 {
     bson_t cmd = BSON_INITIALIZER, arr, d, reply;
     bson_error_t error;
-    /* What we report is in our journal first: the primary counts it for
-     * w:"majority" (writeConcernMajorityJournalDefault), and a kill -9 of
-     * every secondary must not lose an acknowledged majority write. */
     sbl_err_t ferr;
-    sbl_err_clear(&ferr);
-    sbl_storage_flush(&ferr);
     pthread_mutex_lock(&rs.lock);
     sbl_optime_t ap = sbl_rs_my_applied();
     int64_t wall = sbl_oplog_last_wall_ms();
+    pthread_mutex_unlock(&rs.lock);
+    /* What is reported is in the journal first: w:"majority" counts these
+     * positions, and an entry a majority applied but had not journaled was
+     * lost when that majority was killed (mongod's
+     * writeConcernMajorityJournalDefault).  A failed flush reports nothing. */
+    sbl_err_clear(&ferr);
+    if (sbl_storage_flush(&ferr) != 0) {
+        bson_destroy(&cmd);
+        return;
+    }
+    pthread_mutex_lock(&rs.lock);
     BSON_APPEND_INT32(&cmd, "replSetUpdatePosition", 1);
     BSON_APPEND_ARRAY_BEGIN(&cmd, "optimes", &arr);
     BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &d);
@@ -383,6 +403,34 @@ static void log_host(int level, int id, const char *msg, const char *host)
 }
 
 /* Tail host's oplog while it stays our sync source. */
+/* True when the source's newest oplog entry is of a term above last's while
+ * its ts is below last's (so our last entry cannot be in its oplog). */
+static bool source_newer_term(mongoc_collection_t *oplog, sbl_optime_t last)
+{
+    bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort;
+    const bson_t *doc;
+    bool newer = false;
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+    BSON_APPEND_INT32(&sort, "$natural", -1);
+    bson_append_document_end(&opts, &sort);
+    BSON_APPEND_INT64(&opts, "limit", 1);
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, &opts, NULL);
+    if (mongoc_cursor_next(cur, &doc)) {
+        bson_iter_t it;
+        uint32_t t = 0, i = 0;
+        int64_t term = -1;
+        if (bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
+            bson_iter_timestamp(&it, &t, &i);
+        if (bson_iter_init_find(&it, doc, "t") && BSON_ITER_HOLDS_NUMBER(&it))
+            term = bson_iter_as_int64(&it);
+        newer = term > last.t && SBL_TS(t, i) < last.ts;
+    }
+    mongoc_cursor_destroy(cur);
+    bson_destroy(&filter);
+    bson_destroy(&opts);
+    return newer;
+}
+
 static void sync_from(const char *host)
 {
     char uri[4096];
@@ -394,7 +442,15 @@ static void sync_from(const char *host)
         return;
     mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
     reporter_t *reporter = reporter_start(uri);
+    /* Where we are: the newest entry the oplog holds, not the last ts handed
+     * out (a write that took a ts and aborted, in the new term when a step-down
+     * raced it, would hide a diverged tail from the check below). */
     sbl_optime_t last = sbl_rs_my_applied();
+    sbl_err_t lerr;
+    sbl_err_clear(&lerr);
+    sbl_session_t *ls = sbl_session_get();
+    if (ls != NULL)
+        sbl_oplog_last_committed(ls, &last.ts, &last.t, &lerr);
     bson_t filter = BSON_INITIALIZER, gte, opts = BSON_INITIALIZER;
     if (last.ts != 0) {
         BSON_APPEND_DOCUMENT_BEGIN(&filter, "ts", &gte);
@@ -408,8 +464,10 @@ static void sync_from(const char *host)
     const bson_t *doc;
     bson_error_t error;
     bool first = true;
+    uint64_t applied_ts = last.ts; /* the newest entry we hold (committed) */
     pthread_mutex_lock(&rs.lock);
     snprintf(rs.sync_source, sizeof(rs.sync_source), "%s", host);
+    int64_t sync_term = rs.term;
     pthread_mutex_unlock(&rs.lock);
     log_host(SBL_LOG_INFO, 21799, "Sync source candidate chosen", host);
     while (still_syncing_from(host)) {
@@ -441,7 +499,9 @@ static void sync_from(const char *host)
                 continue;
             }
             first = false;
-            if (o.ts <= sbl_oplog_last_ts())
+            if (!same_term_secondary(sync_term))
+                goto out;
+            if (o.ts <= applied_ts)
                 continue;
             sbl_err_t err;
             sbl_err_clear(&err);
@@ -453,12 +513,30 @@ static void sync_from(const char *host)
                 goto out;
             }
             sbl_rs_count_applied_op(doc);
+            applied_ts = o.ts;
             reporter_poke(reporter);
             if (++n % 100 == 0 && !still_syncing_from(host))
                 goto out;
         }
         if (n > 0)
             sbl_rs_count_batch();
+        /* Nothing at or after our last entry, yet the source is in a newer term:
+         * our tail (written in an older term, with later timestamps than the
+         * source's newest entry) diverged, and no write may come to show it. */
+        if (first && last.ts != 0 && source_newer_term(oplog, last)) {
+            log_host(SBL_LOG_INFO, 21098, "Our last applied entry is not in the sync "
+                     "source's oplog: starting rollback", host);
+            sbl_err_t err;
+            sbl_err_clear(&err);
+            if (sbl_rs_rollback(c, host, &err) != 0) {
+                bson_t attr = BSON_INITIALIZER;
+                BSON_APPEND_UTF8(&attr, "error", err.msg);
+                sbl_log(SBL_LOG_ERROR, "REPL", 21606, "Rollback failed: this member "
+                        "stops syncing (resync it: empty its dbpath)", &attr);
+                bson_destroy(&attr);
+            }
+            goto out;
+        }
         if (mongoc_cursor_error(cur, &error) || !mongoc_cursor_more(cur))
             break;
         if (!first)

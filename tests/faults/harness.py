@@ -216,7 +216,8 @@ class Agent:
         argv = [PY, os.path.join(HERE, "workload.py"), "--workload", workload, "--hosts", hosts,
                 "--seed", str(seed), "--threads", str(args.threads), "--out", history,
                 "--election-timeout-ms", str(args.election_timeout_ms),
-                "--read-concern", args.read_concern]
+                "--read-concern", args.read_concern or
+                ("linearizable" if workload == "register" else "majority")]
         self.log = open(os.path.join(os.path.dirname(history), "workload.log"), "w")
         self.p = backend.spawn_client(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=self.log, text=True, bufsize=1)
@@ -439,6 +440,9 @@ def run_round(args, workload, seed, rdir):
     with open(os.path.join(rdir, "report.json"), "w") as f:
         json.dump(report, f, indent=1, default=str)
     print_round(report)
+    if report["valid"] and not args.keep:   # ~1 GB a round: keep only failed rounds' data
+        for m in MEMBERS:
+            shutil.rmtree(os.path.join(rdir, m, "db"), ignore_errors=True)
     return report
 
 
@@ -468,15 +472,33 @@ def main(argv=None):
     ap.add_argument("--hold-max", type=float, default=6.0)
     ap.add_argument("--threads", type=int, default=5)
     ap.add_argument("--election-timeout-ms", type=int, default=2000)
-    ap.add_argument("--read-concern", default="majority")
+    ap.add_argument("--read-concern", default=None,
+                    help="of the reads during the run (default: register linearizable, "
+                    "set and append majority)")
     ap.add_argument("--time-limit", type=float, default=30)
     ap.add_argument("--mode", choices=["auto", "netns", "loopback"], default="auto")
     ap.add_argument("--out", default=None)
     ap.add_argument("--summary", default=None, help="write the run's summary (JSON) here")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the members' dbpaths of valid rounds too (about 1 GB a round)")
     ap.add_argument("--allow-rollback", action="store_true",
                     help="rounds whose only anomaly is a member that must roll back (not built "
                     "yet) do not fail the run; they are still counted and printed")
+    ap.add_argument("--summarize", metavar="DIR", default=None,
+                    help="print the summary of the rounds already in DIR (round-*/report.json)")
     a = ap.parse_args(argv)
+    if a.summarize:
+        reps = []
+        for d in sorted(os.listdir(a.summarize)):
+            f = os.path.join(a.summarize, d, "report.json")
+            if d.startswith("round-") and os.path.exists(f):
+                with open(f) as fh:
+                    reps.append(json.load(fh))
+        s = summarize(reps)
+        s["by_workload"] = {w: sum(1 for r in reps if r["workload"] == w)
+                            for w in sorted({r["workload"] for r in reps})}
+        print(json.dumps(s, indent=1, default=str))
+        return 0
     if a.seed is None:
         a.seed = int.from_bytes(os.urandom(4), "little")
     if a.mode == "auto":
@@ -531,6 +553,10 @@ def summarize(reports):
         for k, v in r.get("ops", {}).items():
             s["ops"][k] += v
         s["failover_s"] += [f["seconds"] for f in r.get("failovers", [])]
+    done = sorted(x for x in s["failover_s"] if x is not None)
+    s["failovers"] = {"count": len(s["failover_s"]), "no_write_after": len(s["failover_s"]) -
+                      len(done), "median_s": done[len(done) // 2] if done else None,
+                      "max_s": done[-1] if done else None}
     return s
 
 

@@ -5,7 +5,8 @@ namespace, or the root namespace on loopback) and drives by JSON lines on
 stdin, one reply line on stdout per command:
 
     {"cmd": "init"}    wait for every member, replSetInitiate, wait for a primary
-    {"cmd": "status"}  {"primary": name or null, "up": [names answering]}
+    {"cmd": "status"}  {"primary": name or null, "up": [names answering],
+                        "states": {name: replSetGetStatus.myState or null}}
     {"cmd": "start"}   start the workload's client threads
     {"cmd": "stop"}    stop them (in-flight operations finish or time out)
     {"cmd": "final"}   wait for convergence, final reads on every member,
@@ -15,11 +16,11 @@ stdin, one reply line on stdout per command:
 Workloads (pymongo, one MongoClient shared by `threads` client threads,
 each a history process; retryable writes and reads off, so a write is sent
 once):
-  register: read (find, readConcern majority), write (update upsert $set,
+  register: read (find, readConcern linearizable by default), write (update upsert $set,
             w:majority), cas (findAndModify {_id, v: expected} -> $set v,
             w:majority) on keys that rotate every 10 s;
   set:      unique inserts {_id: element, k: key} w:majority, reads of all
-            elements of the key;
+            elements of the key (readConcern majority by default);
   append:   $push of unique elements to {_id: key, l: [...]} (upsert,
             w:majority), reads of the list; keys rotate every 10 s.
 Outcomes as Jepsen's: ok; fail when the operation certainly did not take
@@ -163,7 +164,8 @@ class Agent:
 
     def cmd_status(self, _):
         st = self.statuses(1000)
-        return {"primary": self.primary(st), "up": [n for n, s in st.items() if s]}
+        return {"primary": self.primary(st), "up": [n for n, s in st.items() if s],
+                "states": {n: s.get("myState") if s else None for n, s in st.items()}}
 
     # ----------------------------------------------------------- workload
 

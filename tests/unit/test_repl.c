@@ -160,6 +160,17 @@ static void test_oplog_writer(void)
     /* aborted: neither the document nor its entry */
     CHECK(insert(c, 2, false, &err) == 0);
     CHECK(oplog_count(&last2) == 1 && last2 == last);
+    /* the aborted write took a ts (and, after a step-down, the new term):
+     * the newest committed entry is still the first one */
+    uint64_t cts = 0;
+    int64_t cterm = -1;
+    CHECK(sbl_oplog_last_ts() > last);
+    CHECK(sbl_oplog_last_committed(s, &cts, &cterm, &err) == 0 && cts == last && cterm == 1);
+    sbl_oplog_set_term(5);
+    CHECK(insert(c, 3, false, &err) == 0);
+    CHECK(sbl_oplog_last_term() == 5);
+    CHECK(sbl_oplog_last_committed(s, &cts, &cterm, &err) == 0 && cts == last && cterm == 1);
+    sbl_oplog_set_term(1);
     bson_value_t id = {.value_type = BSON_TYPE_INT32, .value.v_int32 = 2};
     bson_t doc;
     CHECK(sbl_coll_get(s, c, &id, &doc, &found, &err) == 0 && !found);

@@ -79,7 +79,7 @@ def test_local_leaves_out_replication_state(rs1_primary):
     assert not any(n.startswith("replset.") for n in r["collections"])
 
 
-def test_equal_on_members_after_majority_writes():
+def test_equal_on_members_after_majority_writes_and_getmore_on_secondaries():
     import test_replset3 as rs3mod
     gen = rs3mod.rs3.__wrapped__()
     members = next(gen)
@@ -94,6 +94,9 @@ def test_equal_on_members_after_majority_writes():
         for m in members:
             with rs3mod.direct(m) as d:
                 hashes.append(d.t.command("dbHash"))
+                # final reads on a secondary take several batches: getMore
+                # carries no read preference and must still run there
+                assert len(list(d.t.c.find().batch_size(5))) == 29
         assert len({h["md5"] for h in hashes}) == 1
         assert hashes[0]["collections"]["c"] == expected_md5(c.t.c)
         c.close()

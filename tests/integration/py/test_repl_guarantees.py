@@ -9,10 +9,13 @@ members (electionTimeoutMillis 2000):
   they are down) is
   acknowledged, and readConcern "local" reads on that primary see it, but the
   new primary does not have it: it is lost.  The former primary then rolls
-  it back, or, while rollback is not built, stops syncing and says so
-  in its log (id 21656).
+  it back and saves it in dbpath/rollback/<db>.<coll>/ (or, in builds
+  without rollback, stops syncing and says so in its log, id 21656).
 """
+import os
 import signal
+
+import bson
 
 
 import pymongo
@@ -93,6 +96,11 @@ def test_w1_write_of_a_cut_off_primary_is_lost_majority_writes_are_not(rs3e):
             return None
         how = wait_for(settled, timeout=30)
         print("former primary:", how)
+        if how == "rolled back":   # the lost write is kept in a rollback file
+            d = os.path.join(p.dbpath, "rollback", "t.c")
+            saved = [doc for f in os.listdir(d)
+                     for doc in bson.decode_all(open(os.path.join(d, f), "rb").read())]
+            assert {"_id": "w1"} in saved
         for m in (s1, s2):
             with direct(m) as d:
                 wait_for(lambda d=d: d.t.c.find_one({"_id": "after"}) is not None, timeout=20)

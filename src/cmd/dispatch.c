@@ -422,8 +422,10 @@ static void execute(pending_t *p)
         (p->rc = sbl_repl_check_write(write_db(ctx), &p->err)) != 0)
         return;
     /* Reads on a secondary need secondaryOk (OP_QUERY's flag, or an OP_MSG
-     * read preference other than primary). */
+     * read preference other than primary); a getMore continues a cursor the
+     * member already agreed to serve (drivers send no read preference). */
     if ((p->def->flags & SBL_CMD_READ) && !(p->def->flags & SBL_CMD_WRITE) && ctx->req != NULL &&
+        strcmp(p->def->name, "getMore") != 0 &&
         !sbl_repl_writable() &&
         (p->rc = sbl_repl_check_read(ctx->db, secondary_ok(ctx), &p->err)) != 0)
         return;

@@ -165,6 +165,13 @@ static bool choose_source_locked(char *host, size_t n)
         if (i != rs.self && rs.peer[i].up &&
             (rs.peer[i].state == SBL_RS_SECONDARY || rs.peer[i].state == SBL_RS_PRIMARY))
             src = i;
+    /* No primary: catch up from a secondary that is ahead of us (an electable
+     * member behind a priority-0 one that holds the last majority write could
+     * otherwise never win the votes it needs; mongod chains the same way). */
+    for (int i = 0; st == SBL_RS_SECONDARY && src < 0 && i < rs.cfg.n; i++)
+        if (i != rs.self && rs.peer[i].up && rs.peer[i].state == SBL_RS_SECONDARY &&
+            sbl_optime_cmp(rs.peer[i].applied, sbl_rs_my_applied()) > 0)
+            src = i;
     if (src < 0)
         return false;
     snprintf(host, n, "%s", rs.cfg.m[src].host);
@@ -236,6 +243,46 @@ static void log_host(int level, int id, const char *msg, const char *host)
     bson_destroy(&attr);
 }
 
+/* The position reporter (as mongod's Reporter): a thread of its own sends
+ * replSetUpdatePosition whenever the applier moved, so the primary's commit
+ * point follows each applied entry at once instead of waiting for the
+ * tailing cursor's next empty batch (up to its maxAwaitTimeMS). */
+static pthread_mutex_t rep_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t rep_cond = PTHREAD_COND_INITIALIZER;
+static uint64_t rep_applied; /* entries applied (the applier adds) */
+static bool rep_stop;
+
+static void *reporter_main(void *arg)
+{
+    char *uri = arg;
+    mongoc_client_t *c = mongoc_client_new(uri);
+    uint64_t sent = 0;
+    pthread_mutex_lock(&rep_lock);
+    while (!rep_stop && c != NULL) {
+        if (rep_applied == sent) {
+            pthread_cond_wait(&rep_cond, &rep_lock);
+            continue;
+        }
+        sent = rep_applied;
+        pthread_mutex_unlock(&rep_lock);
+        report_position(c); /* entries applied meanwhile go in the next report */
+        pthread_mutex_lock(&rep_lock);
+    }
+    pthread_mutex_unlock(&rep_lock);
+    if (c != NULL)
+        mongoc_client_destroy(c);
+    free(uri);
+    return NULL;
+}
+
+static void reporter_kick(void)
+{
+    pthread_mutex_lock(&rep_lock);
+    rep_applied++;
+    pthread_cond_signal(&rep_cond);
+    pthread_mutex_unlock(&rep_lock);
+}
+
 /* Tail host's oplog while it stays our sync source. */
 static void sync_from(const char *host)
 {
@@ -246,6 +293,11 @@ static void sync_from(const char *host)
     if (c == NULL)
         return;
     mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
+    pthread_t reporter;
+    pthread_mutex_lock(&rep_lock);
+    rep_stop = false;
+    pthread_mutex_unlock(&rep_lock);
+    bool reporting = pthread_create(&reporter, NULL, reporter_main, strdup(uri)) == 0;
     sbl_optime_t last = sbl_rs_my_applied();
     bson_t filter = BSON_INITIALIZER, gte, opts = BSON_INITIALIZER;
     if (last.ts != 0) {
@@ -296,8 +348,11 @@ static void sync_from(const char *host)
                 bson_destroy(&attr);
                 goto out;
             }
+            if (reporting)
+                reporter_kick();
             if (++n % 100 == 0) {
-                report_position(c);
+                if (!reporting)
+                    report_position(c);
                 if (!still_syncing_from(host))
                     goto out;
             }
@@ -310,6 +365,13 @@ static void sync_from(const char *host)
             initial_sync_done(); /* the source had nothing more for now */
     }
 out:
+    if (reporting) {
+        pthread_mutex_lock(&rep_lock);
+        rep_stop = true;
+        pthread_cond_signal(&rep_cond);
+        pthread_mutex_unlock(&rep_lock);
+        pthread_join(reporter, NULL);
+    }
     report_position(c);
     mongoc_cursor_destroy(cur);
     mongoc_collection_destroy(oplog);

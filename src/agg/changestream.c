@@ -560,6 +560,9 @@ static int command_event(cs_state_t *st, sbl_opctx_t *ctx, const cs_entry_t *e,
         split_ns(arg, fdb, sizeof(fdb), &fcoll);
         bson_t desc = BSON_INITIALIZER;
         append_ns(&desc, "to", tdb, tcoll);
+        if (bson_iter_init_find(&t, &e->o, "dropTarget") &&
+            (BSON_ITER_HOLDS_BINARY(&t) || (BSON_ITER_HOLDS_BOOL(&t) && bson_iter_bool(&t))))
+            bson_append_iter(&desc, "dropTarget", -1, &t); /* mongod: the dropped one's UUID */
         bson_t *ev = bson_new();
         char *tok = event_begin(st, e, &pos, "rename", NULL, &desc, ev);
         append_ns(ev, "ns", fdb, fcoll);

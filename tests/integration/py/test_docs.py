@@ -92,6 +92,8 @@ def code_stages():
         start = text.rfind("\n{\n", 0, end)  # the opening brace of that function
         assert start >= 0, "stages: start of the stage dispatcher not found in " + fn
         names = set(re.findall(r'strcmp\(\w+,\s*"(\$\w+)"\)\s*==\s*0', text[start:end]))
+        if len(names) < 5:
+            continue  # another stage's own error (changestream.c), not the dispatcher
         return at_least(names, 20, "stages")
     pytest.fail("stages: no src/agg/*.c holds 'Unrecognized pipeline stage name'")
 

@@ -73,7 +73,7 @@ def write_load(uri, nwriters, seconds, rate, start_seq):
     Returns {seq: ack time} and the number written."""
     c = client(uri)
     coll = c.bench.get_collection("cs", write_concern=WriteConcern("majority", wtimeout=30000))
-    acks = {}
+    acks, errors = {}, []
     end = time.monotonic() + seconds
     nxt = [start_seq]
     lock = threading.Lock()
@@ -91,7 +91,11 @@ def write_load(uri, nwriters, seconds, rate, start_seq):
                     time.sleep(due - now)
             if time.monotonic() >= end:
                 return
-            coll.insert_one({"seq": seq})
+            try:
+                coll.insert_one({"seq": seq})
+            except pymongo.errors.PyMongoError as e:
+                errors.append(e)
+                continue
             acks[seq] = time.monotonic()
 
     ts = [threading.Thread(target=run) for _ in range(nwriters)]
@@ -100,6 +104,8 @@ def write_load(uri, nwriters, seconds, rate, start_seq):
     for t in ts:
         t.join()
     c.close()
+    if errors:
+        print("%d writes failed, e.g. %s" % (len(errors), errors[0]))
     return acks, len(acks)
 
 
@@ -129,7 +135,7 @@ def main():
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--streams", type=int, default=100)
-    ap.add_argument("--writers", type=int, default=16)
+    ap.add_argument("--writers", type=int, default=8)
     a = ap.parse_args()
     tmp = None
     uri = a.uri
@@ -139,7 +145,7 @@ def main():
         if not os.path.exists(launcher):
             launcher = os.path.join(HERE, "..", "build", "sable-cluster")
         subprocess.run([launcher, "start", "--replset", "rs0", "--members", "3", "--dir", tmp,
-                        "--port", "28517", "--oplog-mb", "1024"], check=True,
+                        "--port", "28517", "--oplog-mb", "256"], check=True,
                        stdout=subprocess.DEVNULL)
         uri = "mongodb://127.0.0.1:28517,127.0.0.1:28518,127.0.0.1:28519/?replicaSet=rs0"
     try:

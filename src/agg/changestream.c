@@ -695,6 +695,8 @@ static int entry_events(cs_state_t *st, sbl_opctx_t *ctx, const bson_t *doc, sbl
         }
         return 0;
     }
+    /* a retryable write's entry has lsid and txnNumber too: its event does not */
+    e.has_txn = false;
     if ((e.op == 'i' || e.op == 'u' || e.op == 'd') && watches_ns(st, e.ns))
         return crud_event(st, ctx, &e, 0, err);
     if (e.op == 'c')

@@ -35,6 +35,8 @@
 
 /* Per-connection state; defined by the command layer (cmd_int.h). */
 typedef struct sbl_client sbl_client_t;
+/* A retryable write's session state for one command (cmd/retryable.c). */
+typedef struct sbl_retry sbl_retry_t;
 
 /* Parsed writeConcern. */
 typedef struct sbl_write_concern {
@@ -70,6 +72,7 @@ typedef struct sbl_opctx {
     bool has_lsid;        /* the command ran in a logical session (its lsid) */
     uint8_t lsid_id[16];  /* that session's id (src/sessions; cursors remember it) */
     uint8_t user_uid[32]; /* SHA-256 of the user running it ("user@db"; "" unauthenticated) */
+    sbl_retry_t *retry;   /* a retryable write (lsid + txnNumber), else NULL */
 } sbl_opctx_t;
 
 /* ---- namespaces (op.c) ---------------------------------------------------- */

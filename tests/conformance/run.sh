@@ -45,7 +45,7 @@ node runner.mjs --root "$root" "${dirs[@]}" || fail $?
 # Then a 3-member replica set (started with scripts/sable-cluster on free ports, removed
 # afterwards) runs the tests of the same directories that do not run against a standalone
 # (runOnRequirements topologies: replicaset). retryable-writes joins this list with
-# retryable writes (txnNumber), change-streams and transactions with theirs.
+# retryable writes (txnNumber), transactions with theirs.
 rs_dirs=(crud collection-management run-command command-logging-and-monitoring/monitoring
-         sessions retryable-reads)
+         sessions retryable-reads change-streams)
 node runner.mjs --replset-only --root "$root" "${rs_dirs[@]}" || fail $?

@@ -5,6 +5,7 @@ set -euo pipefail
 PKGS=(build-essential cmake pkg-config git libs2-dev
       libbson-dev libmongoc-dev wiredtiger libwiredtiger-dev libuv1-dev libssl-dev
       libyaml-dev libpcre2-dev libsnappy-dev libzstd-dev zlib1g-dev libicu-dev libjemalloc-dev libstemmer-dev
+      duktape-dev                  # server-side JavaScript (src/js builds its duktape.c)
       liburing-dev
       python3 python3-pymongo python3-pytest python3-prometheus-client nodejs npm
       libhiredis-dev libpq-dev redis-server postgresql gnuplot-nox

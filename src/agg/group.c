@@ -1,7 +1,8 @@
 /*
  * group.c: the $group stage and its accumulators ($sum, $avg, $min,
  * $max, $first, $last, $push, $addToSet, $count, $mergeObjects, $stdDevPop,
- * $stdDevSamp, $firstN, $lastN, $minN, $maxN).  Expressions
+ * $stdDevSamp, $firstN, $lastN, $minN, $maxN, and $accumulator in
+ * JavaScript, whose state is the accumulator's one value).  Expressions
  * are parsed once per stage (src/expr) and evaluated per document.
  *
  * Groups are found through a hash of the group key's order-preserving
@@ -23,6 +24,7 @@
 #include "common/buf.h"
 #include "doc/doc.h"
 #include "expr/expr.h"
+#include "agg/group_int.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -49,14 +51,15 @@ enum acc_kind {
     A_FIRSTN,
     A_LASTN,
     A_MINN,
-    A_MAXN
+    A_MAXN,
+    A_ACCUMULATOR
 };
 
 static const struct {
     const char *name;
     enum acc_kind kind;
 } acc_table[] = {/* sorted by name */
-                 {"$addToSet", A_ADDTOSET}, {"$avg", A_AVG},   {"$count", A_COUNT},
+                 {"$accumulator", A_ACCUMULATOR}, {"$addToSet", A_ADDTOSET}, {"$avg", A_AVG},   {"$count", A_COUNT},
                  {"$first", A_FIRST},       {"$firstN", A_FIRSTN}, {"$last", A_LAST},
                  {"$lastN", A_LASTN},       {"$max", A_MAX},   {"$maxN", A_MAXN},
                  {"$mergeObjects", A_MERGE}, {"$min", A_MIN},  {"$minN", A_MINN},
@@ -66,6 +69,7 @@ static const struct {
 
 typedef struct acc_spec {
     const char *field;
+    sbl_js_acc_t *js;  /* $accumulator's functions */
     enum acc_kind kind;
     bson_value_t expr; /* a view into the stage spec */
     sbl_expr_t *e;     /* parsed expr ($firstN...: its input) */
@@ -254,6 +258,8 @@ static int accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *v
                       const sbl_collation_t *coll, sbl_err_t *err)
 {
     switch (s->kind) {
+    case A_ACCUMULATOR: /* run by the stage's loop (group_js.c) */
+        return 0;
     case A_SUM:
     case A_AVG:
         if (!missing)
@@ -367,6 +373,9 @@ static int accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *v
 static void append_result(bson_t *out, const acc_spec_t *s, const acc_state_t *a)
 {
     switch (s->kind) {
+    case A_ACCUMULATOR:
+        sbl_js_acc_result(out, s->field, s->js, &a->val, a->seen);
+        break;
     case A_SUM:
     case A_COUNT:
         if (a->has_double || a->overflow)
@@ -448,6 +457,7 @@ static void free_accs(acc_spec_t *accs, size_t n)
     for (size_t i = 0; i < n; i++) {
         sbl_expr_free(accs[i].e);
         sbl_expr_free(accs[i].n_e);
+        sbl_js_acc_free(accs[i].js);
     }
     free(accs);
 }
@@ -590,7 +600,8 @@ static int parse_spec(const bson_t *spec, bson_value_t *id_expr, acc_spec_t **ac
             free_accs(accs, n);
             return sbl_err_set(err, SBL_E_TypeMismatch, "$count takes no arguments, i.e. $count:{}");
         }
-        int rc = is_n_kind(accs[n].kind) ? parse_n_acc(bson_iter_key(&sub), &accs[n], err)
+        int rc = is_n_kind(accs[n].kind)     ? parse_n_acc(bson_iter_key(&sub), &accs[n], err)
+                 : kind == A_ACCUMULATOR ? sbl_js_acc_parse(&accs[n].expr, &accs[n].js, &accs[n].e, err)
                                          : sbl_expr_parse(&accs[n].expr, &accs[n].e, err);
         if (rc != 0) {
             n++; /* free what it parsed */
@@ -737,6 +748,11 @@ static int combine(const acc_spec_t *s, acc_state_t *a, const bson_iter_t *st,
             sbl_iter_value(&t, &v);
             SBL_RET(accumulate(s, a, &v, false, coll, err));
         }
+        return 0;
+    case A_ACCUMULATOR: /* merge(earlier, later) */
+        if ((flags & F_SEEN) != 0)
+            SBL_RET(sbl_js_acc_merge(s->js, &a->val, &a->seen, &val, err));
+        a->bytes = value_bytes(&a->val);
         return 0;
     default: /* $min $max $first $last $mergeObjects: fold the value it kept */
         if ((flags & F_SEEN) == 0)
@@ -989,6 +1005,13 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
             size_t before = g->accs[a].bytes;
             if (accs[a].kind == A_COUNT) {
                 rc = accumulate(&accs[a], &g->accs[a], NULL, false, env->coll, err);
+                continue;
+            }
+            if (accs[a].kind == A_ACCUMULATOR) {
+                acc_state_t *x = &g->accs[a];
+                rc = sbl_js_acc_step(env, accs[a].js, accs[a].e, &x->val, &x->seen, doc, err);
+                x->bytes = x->seen ? value_bytes(&x->val) : 0;
+                t.bytes += x->bytes - before;
                 continue;
             }
             if (accs[a].n_e != NULL && g->accs[a].nmax == 0 &&

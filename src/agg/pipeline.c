@@ -189,6 +189,7 @@ static int st_match(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *sp
     if (bson_iter_init_find(&ti, spec, "$text")) /* the first $match's went to the executor */
         return sbl_err_set(err, 17313,
                            "$match with $text is only allowed as the first pipeline stage");
+    SBL_RET(sbl_filter_refuse_where(spec, err)); /* $function is the pipeline's JavaScript */
     sbl_expr_bind_let(spec, env->let, &bound);
     sbl_matcher_t *m = sbl_matcher_new(&bound, err);
     bson_destroy(&bound);

@@ -183,6 +183,10 @@ int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err)
         } else if (strcmp(name, "$match") == 0 && first == 0 && BSON_ITER_HOLDS_DOCUMENT(&f)) {
             bson_t m;
             sbl_iter_doc(&f, &m);
+            if (sbl_filter_refuse_where(&m, err) != 0) {
+                bson_destroy(&let_vals);
+                return err->code;
+            }
             sbl_expr_bind_let(&m, &let_vals, &filter);
             has_filter = true;
         } else if (strcmp(name, "$sort") == 0 && !has_sort && skip == 0 && limit == 0 &&

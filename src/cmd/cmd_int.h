@@ -92,6 +92,9 @@ int sbl_cmd_find_and_modify(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_find(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_count(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_distinct(sbl_opctx_t *ctx, sbl_err_t *err);
+/* mapreduce.c: the mapReduce command; the JavaScript engine's settings (start-up). */
+int sbl_cmd_map_reduce(sbl_opctx_t *ctx, sbl_err_t *err);
+void sbl_cmd_js_init(void);
 int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err);
 
 /*

@@ -28,6 +28,7 @@ int sbl_crud_check_validator(const bson_t *options, sbl_err_t *err)
             return sbl_type_error(err, "create.validator", &it, "object");
         bson_iter_document(&it, &len, &data);
         bson_init_static(&v, data, len);
+        SBL_RET(sbl_filter_refuse_where(&v, err));
         sbl_matcher_t *m = sbl_matcher_new(&v, err);
         if (m == NULL)
             return err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "invalid validator");

@@ -11,6 +11,7 @@
  * a j:true write is acknowledged only from the journal flusher's callback,
  * i.e. after the commit is on disk.
  */
+#include "js/js.h"
 #include "audit/audit.h"
 #include "cmd/capped.h"
 #include "cmd/cmd_int.h"
@@ -270,6 +271,11 @@ static bool filter_is_point(const bson_t *filter)
             !bson_iter_next(&it))
             return true;
     }
+    /* A $where runs JavaScript for as long as its time limit allows: never on
+     * a loop (the bytes "$where\0" also match a string value: then it merely
+     * runs on a worker). */
+    if (memmem(bson_get_data(filter), filter->len, "$where", 7) != NULL)
+        return false;
     sbl_id_range_t r;
     sbl_id_range_from_filter(filter, &r);
     bool point = r.kind == SBL_ID_POINTS && r.npoints <= 16;
@@ -418,6 +424,12 @@ static bool secondary_ok(const sbl_opctx_t *ctx)
     return false;
 }
 
+/* killOp's flag, for JavaScript that runs long (src/js asks it as it runs). */
+static bool js_op_killed(const void *op)
+{
+    return op != NULL && sbl_op_is_killed(op);
+}
+
 /* The shardVersion a router sent, checked against ns = db + the command's
  * collection (its first field's string value). */
 static int check_shard_version(pending_t *p)
@@ -545,8 +557,18 @@ static void execute(pending_t *p)
     op_begin(p);
     if ((p->def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
         p->rc = sbl_cmd_fsync_wait(ctx, &p->err);
-    if (p->rc == 0)
+    if (p->rc == 0) {
+        /* Server-side JavaScript stops at this operation's deadline; an error a
+         * $where could only leave pending becomes the command's. */
+        sbl_js_opstate_t js;
+        sbl_js_op_begin(&js, ctx->deadline_us, js_op_killed, ctx->op);
         p->rc = p->def->fn(ctx, &p->err);
+        sbl_err_t jerr;
+        if (sbl_js_op_end(&js, &jerr) != 0 && p->rc == 0) {
+            p->rc = jerr.code;
+            p->err = jerr;
+        }
+    }
     op_end(p);
     if (p->rc == 0 && lin)
         p->rc = sbl_repl_linearizable_wait(ctx->deadline_us, &p->err);
@@ -972,7 +994,8 @@ int sbl_cmd_init(sbl_err_t *err)
 {
     /* libuv's worker pool runs the commands that may scan; size it before first use. */
     setenv("UV_THREADPOOL_SIZE", "16", 0);
-    sbl_expr_init(); /* $expr and $jsonSchema in filters */
+    sbl_expr_init(); /* $expr, $jsonSchema and $where in filters */
+    sbl_cmd_js_init(); /* javascriptEnabled, the JavaScript engines' limits */
     /* What the modules below hear back: collections created (for the audit
      * log) and awaitData getMores that wait for an insert (capped.c). */
     static const sbl_op_observer_t observer = {.coll_created = sbl_cmd_on_coll_created};

@@ -210,6 +210,7 @@ static int normalise_spec(const bson_t *spec, bson_t *out, bool *has_collationp,
             if (!sbl_iter_doc(&it, &pfe))
                 return sbl_err_set(err, SBL_E_TypeMismatch,
                                    "The field 'partialFilterExpression' must be an object");
+            SBL_RET(sbl_filter_refuse_where(&pfe, err));
             sbl_matcher_t *m = sbl_matcher_new(&pfe, err);
             if (m == NULL)
                 return err->code ? err->code : SBL_E_BadValue;

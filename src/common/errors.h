@@ -43,6 +43,7 @@
     X(ConflictingUpdateOperators, 40)                                                              \
     X(CursorNotFound, 43)                                                                          \
     X(NamespaceExists, 48)                                                                         \
+    X(JSInterpreterFailure, 139)                                                                   \
     X(MaxTimeMSExpired, 50)                                                                        \
     X(DollarPrefixedFieldName, 52)                                                                 \
     X(InvalidIdField, 53)                                                                          \

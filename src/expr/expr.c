@@ -249,6 +249,7 @@ static const char *const a_datepart[] = {"*date", "timezone", NULL};
 static const char *const a_dfs[] = {"*dateString", "format", "timezone", "onError", "onNull",
                                     NULL};
 static const char *const a_convert[] = {"*input", "*to", "onError", "onNull", NULL};
+static const char *const a_function[] = {"*body", "*args", "*lang", NULL};
 static const char *const a_getfield[] = {"*field", "input", NULL};
 static const char *const a_setfield[] = {"*field", "*input", "*value", NULL};
 static const char *const a_dateadd[] = {"*startDate", "*unit", "*amount", "timezone", NULL};
@@ -296,6 +297,7 @@ static const op_def_t op_table[] = {
     NM(filter, a_filter),
     P(first, 1, 1),
     P(floor, 1, 1),
+    NM(function, a_function),
     {"$getField", op_getField, 1, 1, a_getfield, NULL},
     P(gt, 2, 2),
     P(gte, 2, 2),

@@ -58,6 +58,10 @@ struct ectx {
 /* Deepest nesting of a parsed expression (an evaluation may go four times deeper). */
 #define EXPR_MAX_DEPTH 150
 
+/* expr_js.c: $function, and registering $where with the matcher. */
+int op_function(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err);
+void sbl_expr_js_init(void);
+
 /* expr.c */
 int ex_eval(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err);
 /* Evaluate the i-th kid (EOD when absent). */

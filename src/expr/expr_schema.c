@@ -663,4 +663,5 @@ void sbl_expr_init(void)
 {
     sbl_matcher_register_ext("$expr", &expr_ext);
     sbl_matcher_register_ext("$jsonSchema", &schema_ext);
+    sbl_expr_js_init(); /* $where */
 }

@@ -7,6 +7,7 @@
  * What must stay true: the hooks are set before the first operation runs
  * and never change afterwards, so reading them needs no lock.
  */
+#include "js/js.h"
 #include "op/op.h"
 
 #include <stdio.h>
@@ -91,6 +92,7 @@ int sbl_op_ns(const sbl_opctx_t *ctx, char *ns, size_t nslen, sbl_err_t *err)
 
 int sbl_op_check_deadline(const sbl_opctx_t *ctx, sbl_err_t *err)
 {
+    SBL_RET(sbl_js_pending(err)); /* a $where that failed stops the scan */
     if (ctx->deadline_us != 0 && sbl_now_us() > ctx->deadline_us)
         return sbl_err_set(err, SBL_E_MaxTimeMSExpired, "operation exceeded time limit");
     return 0;

@@ -531,3 +531,31 @@ void sbl_matcher_free(sbl_matcher_t *m)
     mnode_free(m->root);
     bson_free(m);
 }
+
+static bool has_where(const bson_t *filter, int depth)
+{
+    bson_iter_t it, arr;
+    if (depth > 100 || !bson_iter_init(&it, filter))
+        return false;
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "$where") == 0)
+            return true;
+        if ((strcmp(k, "$and") == 0 || strcmp(k, "$or") == 0 || strcmp(k, "$nor") == 0) &&
+            BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &arr)) {
+            while (bson_iter_next(&arr)) {
+                bson_t d;
+                if (sbl_iter_doc(&arr, &d) && has_where(&d, depth + 1))
+                    return true;
+            }
+        }
+    }
+    return false;
+}
+
+int sbl_filter_refuse_where(const bson_t *filter, sbl_err_t *err)
+{
+    if (filter != NULL && has_where(filter, 0))
+        return sbl_err_set(err, SBL_E_BadValue, "$where is not allowed in this context");
+    return 0;
+}

@@ -441,6 +441,9 @@ static int elem_leaf(const char *path, const bson_value_t *v, int depth, mnode_t
     *outp = NULL;
     if (v->value_type != BSON_TYPE_DOCUMENT || !doc_from_value(v, &d))
         return sbl_err_set(err, SBL_E_BadValue, "$elemMatch needs an Object");
+    if (bson_has_field(&d, "$where"))
+        return sbl_err_set(err, SBL_E_BadValue,
+                           "$where can only be applied to the top-level document");
     if (elem_is_query_form(&d)) {
         n = leaf_new(path, mtest_elem_obj, false);
         n->sub = bson_malloc0(sizeof(*n->sub));
@@ -731,7 +734,7 @@ static int t_always(const char *name, const bson_value_t *v, mnode_t *out, int d
     return 0;
 }
 
-static const sbl_match_ext_t *ext_expr, *ext_schema;
+static const sbl_match_ext_t *ext_expr, *ext_schema, *ext_where;
 
 void sbl_matcher_register_ext(const char *op, const sbl_match_ext_t *ext)
 {
@@ -739,13 +742,15 @@ void sbl_matcher_register_ext(const char *op, const sbl_match_ext_t *ext)
         ext_expr = ext;
     else if (strcmp(op, "$jsonSchema") == 0)
         ext_schema = ext;
+    else if (strcmp(op, "$where") == 0)
+        ext_where = ext;
 }
 
-/* $expr and $jsonSchema: handed to the registered extension. */
+/* $expr, $jsonSchema and $where: handed to the registered extension. */
 static int t_ext(const char *name, const bson_value_t *v, mnode_t *out, int depth,
                  sbl_err_t *err)
 {
-    const sbl_match_ext_t *ext = name[1] == 'e' ? ext_expr : ext_schema;
+    const sbl_match_ext_t *ext = name[1] == 'e' ? ext_expr : name[1] == 'w' ? ext_where : ext_schema;
     if (ext == NULL)
         return sbl_err_set(err, SBL_E_BadValue, "%s is not supported", name);
     if (name[1] == 'j' && v->value_type != BSON_TYPE_DOCUMENT)
@@ -781,7 +786,7 @@ static const struct {
     {"$or", t_logical},
     {"$sampleRate", t_unsupported},
     {"$text", t_unsupported},
-    {"$where", t_unsupported},
+    {"$where", t_ext},
 };
 
 static top_parse_fn top_op_find(const char *name)

@@ -46,8 +46,8 @@ void sbl_matcher_set_collation(sbl_matcher_t *m, const sbl_collation_t *coll);
 bool sbl_matcher_is_empty(const sbl_matcher_t *m);
 
 /*
- * Top-level operators evaluated outside this module ($expr and $jsonSchema,
- * implemented by src/expr), registered once at start-up so that src/query
+ * Top-level operators evaluated outside this module ($expr, $jsonSchema and
+ * $where, implemented by src/expr), registered once at start-up so that src/query
  * does not depend on src/expr.  Until registered, the operator is refused
  * with BadValue.  parse returns an owned plan or NULL with err filled; match
  * (given the matcher's collation, NULL: binary) must be safe to call from many
@@ -58,8 +58,12 @@ typedef struct sbl_match_ext {
     bool (*match)(const void *plan, const bson_t *doc, const sbl_collation_t *coll);
     void (*free)(void *plan);
 } sbl_match_ext_t;
-/* op is "$expr" or "$jsonSchema"; ext must outlive every matcher. */
+/* op is "$expr", "$jsonSchema" or "$where"; ext must outlive every matcher. */
 void sbl_matcher_register_ext(const char *op, const sbl_match_ext_t *ext);
+/* Where mongod refuses JavaScript in a filter (an aggregation's $match, a
+ * validator, a partial index): 2 BadValue "$where is not allowed in this
+ * context" when filter has $where at its top level or under $and/$or/$nor. */
+int sbl_filter_refuse_where(const bson_t *filter, sbl_err_t *err);
 
 /* ---- _id ranges (how the clustered table is scanned) ------------------- */
 

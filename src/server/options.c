@@ -60,6 +60,7 @@ static const opt_def_t opt_table[] = {
      "network event loop threads (sabled); default: one per core"},
     {"auth", "security.authorization", OPT_FLAG,
      "run with security (security.authorization: enabled|disabled)"},
+    {"noscripting", "security.javascriptEnabled", OPT_FLAG, "disable scripting engine"},
     {"tlsMode", "net.tls.mode", OPT_STRING,
      "set the TLS operation mode (disabled|allowTLS|preferTLS|requireTLS)"},
     {"tlsCertificateKeyFile", "net.tls.certificateKeyFile", OPT_STRING,
@@ -419,6 +420,8 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
             o->quiet = bv;
         else if (strcmp(k, "systemLog.logAppend") == 0)
             o->log_append = bv;
+        else if (strcmp(k, "security.javascriptEnabled") == 0)
+            o->js_disabled = !bv;
         else if (strcmp(k, "net.tls.allowConnectionsWithoutCertificates") == 0)
             o->tls_allow_no_cert = bv;
         else if (strcmp(k, "storage.journal.enabled") == 0 && !bv)
@@ -632,6 +635,9 @@ int sbl_options_parse(int argc, char **argv, sbl_options_t *o, sbl_err_t *err)
         }
         if (def->kind == OPT_FLAG) {
             value = eq ? eq + 1 : "true";
+            /* --noscripting sets security.javascriptEnabled to its opposite. */
+            if (strcmp(name, "noscripting") == 0)
+                value = strcmp(value, "false") == 0 || strcmp(value, "0") == 0 ? "true" : "false";
         } else if (eq) {
             value = eq + 1;
         } else if (i + 1 < argc) {

@@ -52,6 +52,7 @@ typedef struct sbl_options {
     int profile;             /* operationProfiling.mode as 0 off, 1 slowOp, 2 all */
     double slow_sample_rate; /* operationProfiling.slowOpSampleRate; default 1.0 */
     bool auth;               /* --auth / security.authorization: enabled */
+    bool js_disabled;        /* --noscripting / security.javascriptEnabled: false */
     int tls_mode;            /* SBL_TLS_DISABLED ... SBL_TLS_REQUIRE (net.tls.mode) */
     char *tls_cert_key_file; /* net.tls.certificateKeyFile (PEM: certificate + key) */
     char *tls_cert_key_password;

@@ -401,7 +401,7 @@ static const struct {
     {"{'@expr': {'@eq': ['$a', 1]}}", 2, "not supported"}, /* until src/expr registers it */
     {"{'@where': 'this.a == 1'}", 2, "not supported"},
     {"{'@text': {'@search': 'x'}}", 2, "not supported"},
-    {"{'a': {'@near': [0, 0]}}", 2, "not supported"},
+    {"{'a': {'@near': [0, 0]}}", 2, "not allowed in this context"},
     {"{'a': {'@geoWithin': {}}}", 2, "not supported"},
     {"{'@or': [{'a': {'@bad': 1}}]}", 2, "unknown operator: $bad"},
 };

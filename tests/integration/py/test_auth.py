@@ -379,6 +379,12 @@ def test_read_role(auth_server, root):
         assert code_of(lambda: c.rdb.c.drop()) == 13
         assert code_of(lambda: c.otherdb.c.find_one()) == 13
         assert code_of(lambda: c.admin.command("serverStatus")) == 13
+        # mapReduce reads with find; writing its output needs the write actions.
+        mr = dict(map="function() { emit(this._id, 1) }", reduce="function(k, v) { return 1 }")
+        assert c.rdb.command("mapReduce", "c", out={"inline": 1}, **mr)["results"] == [
+            {"_id": 1, "value": 1.0}]
+        assert code_of(lambda: c.rdb.command("mapReduce", "c", out="o", **mr)) == 13
+        assert code_of(lambda: c.rdb.command("mapReduce", "c", out={"merge": "o"}, **mr)) == 13
         with pytest.raises(OperationFailure) as ei:
             c.rdb.c.insert_one({"_id": 3})
         assert "not authorized on rdb to execute command" in str(ei.value)

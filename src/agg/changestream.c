@@ -208,9 +208,56 @@ static bool watches_ns(const cs_state_t *st, const char *ns)
     return false;
 }
 
-/* updateDescription from a $v:2 diff, paths under prefix. */
-static void diff_walk(const bson_t *diff, const char *prefix, bson_t *upd, bson_t *rem,
-                      bson_t *trunc, uint32_t *nrem, uint32_t *ntrunc)
+/* updateDescription being built from a $v:2 diff: its parts, and the path
+ * components above the sub-diff being read (array indices marked). */
+#define UD_DEPTH 100
+typedef struct ud {
+    bson_t upd, rem, trunc, dis;
+    uint32_t nrem, ntrunc;
+    int depth;
+    const char *comp[UD_DEPTH];
+    bool idx[UD_DEPTH];
+} ud_t;
+
+static bool numeric(const char *s)
+{
+    if (*s == '\0')
+        return false;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9')
+            return false;
+    return true;
+}
+
+/* A path whose field names include a number or a dot is ambiguous in dotted
+ * form: disambiguatedPaths gives its components (array indices as ints). */
+static void note_path(ud_t *u, const char *path, const char *leaf, bool leaf_idx)
+{
+    bool ambiguous = false;
+    for (int i = 0; i <= u->depth && !ambiguous; i++) {
+        const char *c = i < u->depth ? u->comp[i] : leaf;
+        bool ix = i < u->depth ? u->idx[i] : leaf_idx;
+        ambiguous = !ix && (numeric(c) || strchr(c, '.') != NULL);
+    }
+    if (!ambiguous)
+        return;
+    bson_t arr;
+    char key[16];
+    const char *k;
+    bson_append_array_begin(&u->dis, path, -1, &arr);
+    for (int i = 0; i <= u->depth; i++) {
+        const char *c = i < u->depth ? u->comp[i] : leaf;
+        bool ix = i < u->depth ? u->idx[i] : leaf_idx;
+        bson_uint32_to_string((uint32_t)i, &k, key, sizeof(key));
+        if (ix)
+            bson_append_int32(&arr, k, -1, atoi(c));
+        else
+            bson_append_utf8(&arr, k, -1, c, -1);
+    }
+    bson_append_array_end(&u->dis, &arr);
+}
+
+static void diff_walk(ud_t *u, const bson_t *diff, const char *prefix)
 {
     bson_iter_t it, f;
     char path[1024], key[16];
@@ -219,48 +266,44 @@ static void diff_walk(const bson_t *diff, const char *prefix, bson_t *upd, bson_
 #define PATH(name)                                                                       \
     (prefix[0] ? (snprintf(path, sizeof(path), "%s.%s", prefix, name), path)             \
                : (snprintf(path, sizeof(path), "%s", name), path))
-    if (!bson_iter_init(&it, diff))
+    if (!bson_iter_init(&it, diff) || u->depth >= UD_DEPTH - 1)
         return;
     while (bson_iter_next(&it)) {
         const char *name = bson_iter_key(&it);
-        if (is_array) {
-            if (strcmp(name, "a") == 0)
-                continue;
-            if (strcmp(name, "l") == 0 && BSON_ITER_HOLDS_NUMBER(&it)) {
-                bson_t t;
-                bson_uint32_to_string((*ntrunc)++, &k, key, sizeof(key));
-                bson_append_document_begin(trunc, k, -1, &t);
-                BSON_APPEND_UTF8(&t, "field", prefix);
-                BSON_APPEND_INT32(&t, "newSize", (int32_t)bson_iter_as_int64(&it));
-                bson_append_document_end(trunc, &t);
-            } else if (name[0] == 'u') {
-                bson_append_iter(upd, PATH(name + 1), -1, &it);
-            } else if (name[0] == 's' && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-                bson_t sub;
-                char sp[1024];
-                sbl_iter_doc(&it, &sub);
-                snprintf(sp, sizeof(sp), "%s", PATH(name + 1));
-                diff_walk(&sub, sp, upd, rem, trunc, nrem, ntrunc);
-            }
-            continue;
-        }
-        if ((strcmp(name, "u") == 0 || strcmp(name, "i") == 0) &&
-            BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            bson_iter_recurse(&it, &f);
-            while (bson_iter_next(&f))
-                bson_append_iter(upd, PATH(bson_iter_key(&f)), -1, &f);
-        } else if (strcmp(name, "d") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bool sub_diff = name[0] == 's' && BSON_ITER_HOLDS_DOCUMENT(&it);
+        if (is_array && strcmp(name, "l") == 0 && BSON_ITER_HOLDS_NUMBER(&it)) {
+            bson_t t;
+            bson_uint32_to_string(u->ntrunc++, &k, key, sizeof(key));
+            bson_append_document_begin(&u->trunc, k, -1, &t);
+            BSON_APPEND_UTF8(&t, "field", prefix);
+            BSON_APPEND_INT32(&t, "newSize", (int32_t)bson_iter_as_int64(&it));
+            bson_append_document_end(&u->trunc, &t);
+        } else if (is_array && name[0] == 'u') {
+            bson_append_iter(&u->upd, PATH(name + 1), -1, &it);
+            note_path(u, path, name + 1, true);
+        } else if (!is_array && (strcmp(name, "u") == 0 || strcmp(name, "i") == 0) &&
+                   BSON_ITER_HOLDS_DOCUMENT(&it)) {
             bson_iter_recurse(&it, &f);
             while (bson_iter_next(&f)) {
-                bson_uint32_to_string((*nrem)++, &k, key, sizeof(key));
-                bson_append_utf8(rem, k, -1, PATH(bson_iter_key(&f)), -1);
+                bson_append_iter(&u->upd, PATH(bson_iter_key(&f)), -1, &f);
+                note_path(u, path, bson_iter_key(&f), false);
             }
-        } else if (name[0] == 's' && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        } else if (!is_array && strcmp(name, "d") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            bson_iter_recurse(&it, &f);
+            while (bson_iter_next(&f)) {
+                bson_uint32_to_string(u->nrem++, &k, key, sizeof(key));
+                bson_append_utf8(&u->rem, k, -1, PATH(bson_iter_key(&f)), -1);
+                note_path(u, path, bson_iter_key(&f), false);
+            }
+        } else if (sub_diff) {
             bson_t sub;
             char sp[1024];
             sbl_iter_doc(&it, &sub);
             snprintf(sp, sizeof(sp), "%s", PATH(name + 1));
-            diff_walk(&sub, sp, upd, rem, trunc, nrem, ntrunc);
+            u->comp[u->depth] = name + 1;
+            u->idx[u->depth++] = is_array;
+            diff_walk(u, &sub, sp);
+            u->depth--;
         }
     }
 #undef PATH
@@ -268,23 +311,26 @@ static void diff_walk(const bson_t *diff, const char *prefix, bson_t *upd, bson_
 
 static void append_update_description(const cs_state_t *st, const cs_entry_t *e, bson_t *ev)
 {
-    bson_t ud, upd = BSON_INITIALIZER, rem = BSON_INITIALIZER, trunc = BSON_INITIALIZER;
-    uint32_t nrem = 0, ntrunc = 0;
+    bson_t ud;
+    ud_t *u = bson_aligned_alloc0(128, (sizeof(ud_t) + 127) / 128 * 128);
+    bson_init(&u->upd);
+    bson_init(&u->rem);
+    bson_init(&u->trunc);
+    bson_init(&u->dis);
     if (e->has_diff)
-        diff_walk(&e->diff, "", &upd, &rem, &trunc, &nrem, &ntrunc);
+        diff_walk(u, &e->diff, "");
     BSON_APPEND_DOCUMENT_BEGIN(ev, "updateDescription", &ud);
-    BSON_APPEND_DOCUMENT(&ud, "updatedFields", &upd);
-    BSON_APPEND_ARRAY(&ud, "removedFields", &rem);
-    BSON_APPEND_ARRAY(&ud, "truncatedArrays", &trunc);
-    if (st->expanded) {
-        bson_t dp = BSON_INITIALIZER;
-        BSON_APPEND_DOCUMENT(&ud, "disambiguatedPaths", &dp);
-        bson_destroy(&dp);
-    }
+    BSON_APPEND_DOCUMENT(&ud, "updatedFields", &u->upd);
+    BSON_APPEND_ARRAY(&ud, "removedFields", &u->rem);
+    BSON_APPEND_ARRAY(&ud, "truncatedArrays", &u->trunc);
+    if (st->expanded)
+        BSON_APPEND_DOCUMENT(&ud, "disambiguatedPaths", &u->dis);
     bson_append_document_end(ev, &ud);
-    bson_destroy(&upd);
-    bson_destroy(&rem);
-    bson_destroy(&trunc);
+    bson_destroy(&u->upd);
+    bson_destroy(&u->rem);
+    bson_destroy(&u->trunc);
+    bson_destroy(&u->dis);
+    bson_free(u);
 }
 
 /* The collection's changeStreamPreAndPostImages.enabled. */
@@ -560,6 +606,9 @@ static int command_event(cs_state_t *st, sbl_opctx_t *ctx, const cs_entry_t *e,
         split_ns(arg, fdb, sizeof(fdb), &fcoll);
         bson_t desc = BSON_INITIALIZER;
         append_ns(&desc, "to", tdb, tcoll);
+        if (bson_iter_init_find(&t, &e->o, "dropTarget") &&
+            (BSON_ITER_HOLDS_BINARY(&t) || (BSON_ITER_HOLDS_BOOL(&t) && bson_iter_bool(&t))))
+            bson_append_iter(&desc, "dropTarget", -1, &t); /* mongod: the dropped one's UUID */
         bson_t *ev = bson_new();
         char *tok = event_begin(st, e, &pos, "rename", NULL, &desc, ev);
         append_ns(ev, "ns", fdb, fcoll);
@@ -646,6 +695,8 @@ static int entry_events(cs_state_t *st, sbl_opctx_t *ctx, const bson_t *doc, sbl
         }
         return 0;
     }
+    /* a retryable write's entry has lsid and txnNumber too: its event does not */
+    e.has_txn = false;
     if ((e.op == 'i' || e.op == 'u' || e.op == 'd') && watches_ns(st, e.ns))
         return crud_event(st, ctx, &e, 0, err);
     if (e.op == 'c')

@@ -615,8 +615,15 @@ static void build_reply(pending_t *p, bson_t *out)
     BSON_APPEND_UTF8(out, "errmsg", p->err.msg);
     BSON_APPEND_INT32(out, "code", p->err.code ? p->err.code : p->rc);
     BSON_APPEND_UTF8(out, "codeName", sbl_err_name(p->err.code ? p->err.code : p->rc));
-    if ((p->err.code ? p->err.code : p->rc) == SBL_E_NotWritablePrimary)
+    int code = p->err.code ? p->err.code : p->rc;
+    if (code == SBL_E_NotWritablePrimary)
         sbl_cmd_append_topology_version(out);
+    if (code == SBL_E_ChangeStreamFatalError || code == SBL_E_ChangeStreamHistoryLost) {
+        bson_t labels; /* drivers must not resume after these (mongod labels them) */
+        BSON_APPEND_ARRAY_BEGIN(out, "errorLabels", &labels);
+        BSON_APPEND_UTF8(&labels, "0", "NonResumableChangeStreamError");
+        bson_append_array_end(out, &labels);
+    }
     sbl_repl_append_cluster_time(out);
     /* Error details a failing handler left in its reply (121's errInfo, 11000's keys,
      * 359's violations). */

@@ -2,7 +2,8 @@
  * failpoint.c: configureFailPoint and the failCommand fail point, as MongoDB
  * runs them for driver test suites (only with enableTestCommands=1).
  *
- * failCommand, when on, acts on the next commands of external clients whose
+ * failCommand, when on, acts on the next commands of external clients (not
+ * other members' connections, whose appName starts with "sable-") whose
  * name is in data.failCommands (and whose appName matches data.appName):
  * blockConnection delays the command by blockTimeMS (a loop timer, never a
  * sleep on the loop), then closeConnection closes the connection without a
@@ -95,13 +96,15 @@ static bool names_command(const bson_t *data, const sbl_opctx_t *ctx)
 static bool app_name_matches(const bson_t *data, const sbl_opctx_t *ctx)
 {
     bson_iter_t it, md;
-    if (!bson_iter_init_find(&it, data, "appName"))
-        return true;
-    const char *want = BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : "";
     const char *have = "";
     if (ctx->client->metadata != NULL && bson_iter_init(&md, ctx->client->metadata) &&
         bson_iter_find_descendant(&md, "application.name", &it) && BSON_ITER_HOLDS_UTF8(&it))
         have = bson_iter_utf8(&it, NULL);
+    if (strncmp(have, "sable-", 6) == 0)
+        return false; /* another member's connection (its applier, heartbeats): internal */
+    if (!bson_iter_init_find(&it, data, "appName"))
+        return true;
+    const char *want = BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : "";
     return strcmp(want, have) == 0;
 }
 
@@ -318,6 +321,28 @@ bool sbl_failpoint_txn_write(bool *closep, int *codep)
     return fire;
 }
 
+/* failGetMoreAfterCursorCheckout's data ({errorCode}) as failCommand's on
+ * getMore; a code a change stream may resume after gets the
+ * ResumableChangeStreamError label mongod adds to such getMore errors. */
+static void getmore_data(bson_t *data)
+{
+    static const int resumable[] = {6, 7, 63, 89, 91, 133, 150, 189, 234, 262, 9001, 10107,
+                                    11600, 11602, 13388, 13435, 13436};
+    bson_iter_t it;
+    bson_t arr;
+    int code = bson_iter_init_find(&it, data, "errorCode") && BSON_ITER_HOLDS_NUMBER(&it)
+                   ? (int)bson_iter_as_int64(&it) : 0;
+    BSON_APPEND_ARRAY_BEGIN(data, "failCommands", &arr);
+    BSON_APPEND_UTF8(&arr, "0", "getMore");
+    bson_append_array_end(data, &arr);
+    for (size_t i = 0; i < sizeof(resumable) / sizeof(resumable[0]); i++)
+        if (code == resumable[i] && !bson_iter_init_find(&it, data, "errorLabels")) {
+            BSON_APPEND_ARRAY_BEGIN(data, "errorLabels", &arr);
+            BSON_APPEND_UTF8(&arr, "0", "ResumableChangeStreamError");
+            bson_append_array_end(data, &arr);
+        }
+}
+
 int sbl_cmd_configure_fail_point(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
@@ -337,7 +362,8 @@ int sbl_cmd_configure_fail_point(sbl_opctx_t *ctx, sbl_err_t *err)
                            sbl_type_name(bson_iter_type(&it)));
     const char *name = bson_iter_utf8(&it, NULL);
     bool tw = strcmp(name, "onPrimaryTransactionalWrite") == 0;
-    if (strcmp(name, "failCommand") != 0 && !tw)
+    bool getmore_fp = strcmp(name, "failGetMoreAfterCursorCheckout") == 0;
+    if (strcmp(name, "failCommand") != 0 && !tw && !getmore_fp)
         return sbl_err_set(err, SBL_E_FailPointSetFailed, "%s not found", name);
     if (!bson_iter_init_find(&it, ctx->cmd, "mode"))
         return sbl_err_set(err, SBL_E_BadValue, "When setting a failpoint, you must supply a 'mode'");
@@ -354,6 +380,8 @@ int sbl_cmd_configure_fail_point(sbl_opctx_t *ctx, sbl_err_t *err)
         data_in = &data_view;
     }
     bson_t *copy = mode != MODE_OFF ? (data_in != NULL ? bson_copy(data_in) : bson_new()) : NULL;
+    if (copy != NULL && getmore_fp) /* shares failCommand's slot, for getMore only */
+        getmore_data(copy);
 
     pthread_mutex_lock(&fp_mu);
     int64_t before = fp_entered;

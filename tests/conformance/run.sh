@@ -44,8 +44,9 @@ dirs=(crud collection-management run-command command-logging-and-monitoring/moni
 node runner.mjs --root "$root" "${dirs[@]}" || fail $?
 # Then a 3-member replica set (started with scripts/sable-cluster on free ports, removed
 # afterwards) runs the tests of the same directories that do not run against a standalone
-# (runOnRequirements topologies: replicaset), retryable writes (txnNumber) and
-# transactions; change-streams joins with its increment.
+# (runOnRequirements topologies: replicaset), retryable writes (txnNumber),
+# transactions and change streams.
 rs_dirs=(crud collection-management run-command command-logging-and-monitoring/monitoring
-         sessions retryable-reads retryable-writes transactions transactions-convenient-api)
+         sessions retryable-reads retryable-writes transactions transactions-convenient-api
+         change-streams)
 node runner.mjs --replset-only --root "$root" "${rs_dirs[@]}" || fail $?

@@ -76,6 +76,13 @@ async function openCursor(cursor) {
   return cursor;
 }
 
+// A change stream's hasNext() waits for an event; opening one only sends the
+// aggregate (the driver exposes cursorInit() for unified test runners).
+async function openChangeStream(stream) {
+  await stream.cursor.cursorInit();
+  return stream;
+}
+
 async function readStream(stream) {
   const chunks = [];
   for await (const c of stream) chunks.push(c);
@@ -149,7 +156,7 @@ async function collectionOp(name, a, coll, ents) {
       return r ? undefined : r;
     }
     case 'drop': return coll.drop(options(a, [], ents));
-    case 'createChangeStream': return openCursor(coll.watch(a.pipeline ?? [], options(a, ['pipeline'], ents)));
+    case 'createChangeStream': return openChangeStream(coll.watch(a.pipeline ?? [], options(a, ['pipeline'], ents)));
     default: throw new UnsupportedError(`collection operation ${name}`);
   }
 }
@@ -185,7 +192,7 @@ async function databaseOp(name, a, db, ents) {
       const o = session ? { session: ents.get(session, 'session') } : {};
       return db.command({ collMod: collection, ...rest }, o);
     }
-    case 'createChangeStream': return openCursor(db.watch(a.pipeline ?? [], options(a, ['pipeline'], ents)));
+    case 'createChangeStream': return openChangeStream(db.watch(a.pipeline ?? [], options(a, ['pipeline'], ents)));
     default: throw new UnsupportedError(`database operation ${name}`);
   }
 }
@@ -200,7 +207,7 @@ async function clientOp(name, a, c, ents) {
       return (await client.db('admin').admin().listDatabases({ ...options(a, [], ents), nameOnly: true })).databases.map((d) => d.name);
     case 'clientBulkWrite':
       return plainClientBulkResult(await client.bulkWrite(toClientModels(a.models), options(a, ['models'], ents)));
-    case 'createChangeStream': return openCursor(client.watch(a.pipeline ?? [], options(a, ['pipeline'], ents)));
+    case 'createChangeStream': return openChangeStream(client.watch(a.pipeline ?? [], options(a, ['pipeline'], ents)));
     default: throw new UnsupportedError(`client operation ${name}`);
   }
 }

@@ -241,6 +241,12 @@ def test_expanded_events_and_pipeline(db):
                                                  "dropIndexes"]
     assert all("collectionUUID" in e for e in evs)
     assert evs[1]["operationDescription"]["indexes"][0]["key"] == {"a": 1}
+    db.c.insert_one({"_id": 2, "a": {"1": 0}, "arr": [{"1": 0}], "b": 0})
+    db.c.update_one({"_id": 2}, {"$set": {"a.1": 1, "arr.0.1": 1, "b": 1}})
+    st.next()
+    ud = st.next()["updateDescription"]
+    # only paths with a numeric field name (or a dot) are spelled out; indices as ints
+    assert ud["disambiguatedPaths"] == {"a.1": ["a", "1"], "arr.0.1": ["arr", 0, "1"]}
     pipe = [{"$match": {"operationType": "insert", "fullDocument.k": {"$gt": 1}}},
             {"$project": {"fullDocument.k": 1, "operationType": 1}},
             {"$addFields": {"extra": True}}]

@@ -1,0 +1,180 @@
+#!/usr/bin/python3
+"""changestream-bench.py: change streams' delay and cost on a replica set (issue 27).
+
+  scripts/changestream-bench.py [--uri URI | --sabled build/sabled] [--rate 1000]
+                                [--seconds 10] [--streams 100] [--writers 16]
+
+1. Delay: writer threads insert {seq} with w:"majority" at --rate per second
+   in total; one watch() in another process records when each event
+   arrives (CLOCK_MONOTONIC, shared by the processes).  Printed: the p50 /
+   p99 / max of arrival minus the insert's acknowledgement (negative: the
+   event came before the ack reached the writer).
+2. Cost: the writers insert as fast as they can (w:"majority") for
+   --seconds with no stream open, then with --streams streams open (threads
+   of another process, each reading every event); printed: both
+   throughputs and the drop in percent.
+
+Without --uri it starts a three-member set with build/sable-cluster in a
+temporary directory (ports 28517..28519) and stops it at the end.
+"""
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pymongo
+from pymongo.write_concern import WriteConcern
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def client(uri):
+    return pymongo.MongoClient(uri, serverSelectionTimeoutMS=30000)
+
+
+def reader_proc(uri, nstreams, ready, stop, out):
+    """nstreams watch() threads; the first records (seq, arrival) pairs."""
+    c = client(uri)
+    coll = c.bench.cs
+    arrivals = []
+    counts = [0] * nstreams
+    opened = [0]
+    lock = threading.Lock()
+
+    def run(i):
+        with coll.watch(max_await_time_ms=200) as st:
+            with lock:
+                opened[0] += 1
+                if opened[0] == nstreams:
+                    ready.set()
+            while not stop.is_set():
+                ev = st.try_next()
+                if ev is None:
+                    continue
+                counts[i] += 1
+                if i == 0:
+                    arrivals.append((ev["fullDocument"]["seq"], time.monotonic()))
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(nstreams)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    out.put((arrivals, counts))
+
+
+def write_load(uri, nwriters, seconds, rate, start_seq):
+    """Insert for seconds with nwriters threads (rate 0: as fast as they can).
+    Returns {seq: ack time} and the number written."""
+    c = client(uri)
+    coll = c.bench.get_collection("cs", write_concern=WriteConcern("majority", wtimeout=30000))
+    acks, errors = {}, []
+    end = time.monotonic() + seconds
+    nxt = [start_seq]
+    lock = threading.Lock()
+    t0 = time.monotonic()
+
+    def run():
+        while True:
+            with lock:
+                seq = nxt[0]
+                nxt[0] += 1
+            if rate:  # paced: seq n is due at t0 + n/rate
+                due = t0 + (seq - start_seq) / rate
+                now = time.monotonic()
+                if due > now:
+                    time.sleep(due - now)
+            if time.monotonic() >= end:
+                return
+            try:
+                coll.insert_one({"seq": seq})
+            except pymongo.errors.PyMongoError as e:
+                errors.append(e)
+                continue
+            acks[seq] = time.monotonic()
+
+    ts = [threading.Thread(target=run) for _ in range(nwriters)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    c.close()
+    if errors:
+        print("%d writes failed, e.g. %s" % (len(errors), errors[0]))
+    return acks, len(acks)
+
+
+def pct(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(len(v) * p))] if v else float("nan")
+
+
+def with_streams(uri, nstreams, fn):
+    ready, stop, out = mp.Event(), mp.Event(), mp.Queue()
+    p = mp.Process(target=reader_proc, args=(uri, nstreams, ready, stop, out))
+    p.start()
+    if not ready.wait(60):
+        sys.exit("streams did not open")
+    time.sleep(0.5)
+    r = fn()
+    time.sleep(1.0)  # the last events arrive
+    stop.set()
+    arrivals, counts = out.get(timeout=120)
+    p.join(30)
+    return r, arrivals, counts
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--uri")
+    ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--streams", type=int, default=100)
+    ap.add_argument("--writers", type=int, default=8)
+    a = ap.parse_args()
+    tmp = None
+    uri = a.uri
+    if uri is None:
+        tmp = tempfile.mkdtemp(prefix="csbench")
+        launcher = os.path.join(HERE, "sable-cluster")
+        if not os.path.exists(launcher):
+            launcher = os.path.join(HERE, "..", "build", "sable-cluster")
+        subprocess.run([launcher, "start", "--replset", "rs0", "--members", "3", "--dir", tmp,
+                        "--port", "28517", "--oplog-mb", "256"], check=True,
+                       stdout=subprocess.DEVNULL)
+        uri = "mongodb://127.0.0.1:28517,127.0.0.1:28518,127.0.0.1:28519/?replicaSet=rs0"
+    try:
+        c = client(uri)
+        c.bench.cs.drop()
+        c.bench.create_collection("cs")
+        # 1. delay at --rate
+        (acks, n), arrivals, _ = with_streams(
+            uri, 1, lambda: write_load(uri, a.writers, a.seconds, a.rate, 0))
+        d = [(t - acks[s]) * 1000 for s, t in arrivals if s in acks]
+        print("delay: %d writes in %.0f s (%.0f/s w:majority), %d events; ack -> event ms: "
+              "p50 %.2f p99 %.2f max %.2f" % (n, a.seconds, n / a.seconds, len(d), pct(d, .5),
+                                              pct(d, .99), max(d) if d else float("nan")))
+        # 2. throughput without and with streams
+        _, n0 = write_load(uri, a.writers, a.seconds, 0, 10 ** 7)
+        (acks1, n1), _, counts = with_streams(
+            uri, a.streams, lambda: write_load(uri, a.writers, a.seconds, 0, 2 * 10 ** 7))
+        print("cost: %.0f writes/s with no stream, %.0f with %d streams open (each read %d "
+              "events on average): %.1f%% fewer" % (
+                  n0 / a.seconds, n1 / a.seconds, a.streams, sum(counts) // max(1, len(counts)),
+                  100.0 * (n0 - n1) / n0))
+    finally:
+        if tmp is not None:
+            launcher = os.path.join(HERE, "sable-cluster")
+            if not os.path.exists(launcher):
+                launcher = os.path.join(HERE, "..", "build", "sable-cluster")
+            subprocess.run([launcher, "stop", "--dir", tmp], stdout=subprocess.DEVNULL)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

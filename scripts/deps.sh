@@ -2,7 +2,7 @@
 # Install the Debian 12 packages Sable builds and tests with.  Idempotent:
 # does nothing when everything is already installed.
 set -euo pipefail
-PKGS=(build-essential cmake pkg-config git
+PKGS=(build-essential cmake pkg-config git libs2-dev
       libbson-dev libmongoc-dev wiredtiger libwiredtiger-dev libuv1-dev libssl-dev
       libyaml-dev libpcre2-dev libsnappy-dev libzstd-dev zlib1g-dev libicu-dev libjemalloc-dev libstemmer-dev
       liburing-dev

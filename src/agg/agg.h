@@ -71,6 +71,25 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
  * (removed when v is NULL or EOD); missing intermediate documents are created. */
 void sbl_agg_set_path(const bson_t *in, const char *path, const bson_value_t *v, bson_t *out);
 
+/* $geoNear (geo_near.c), which must be a pipeline's first stage: the command
+ * layer runs `filter` (a near query) through the executor with
+ * keep_geo_distance, then hands each result to sbl_agg_geonear_finish, which
+ * sets distanceField (times distanceMultiplier) and includeLocs. */
+typedef struct sbl_agg_geonear {
+    bson_t filter;
+    char *dist_field, *locs_field;
+    double mult;
+} sbl_agg_geonear_t;
+/* Parse spec ({near, distanceField, spherical, query, key, minDistance,
+ * maxDistance, includeLocs, distanceMultiplier}); without key, ns's one geo
+ * index gives the field (IndexNotFound 27 with none or several).  On success
+ * the caller destroys g. */
+int sbl_agg_geonear_prepare(sbl_opctx_t *ctx, const char *ns, const bson_t *spec,
+                            sbl_agg_geonear_t *g, sbl_err_t *err);
+/* Replace *docp (a heap document with the hidden fields) by the stage's output. */
+void sbl_agg_geonear_finish(const sbl_agg_geonear_t *g, bson_t **docp);
+void sbl_agg_geonear_destroy(sbl_agg_geonear_t *g);
+
 /* QueryExceededMemoryLimitNoDiskUseAllowed (292) when bytes exceed the limit
  * of stage ("$sort": the sort limit, else the $group limit) and spilling is
  * not allowed. */
@@ -115,6 +134,19 @@ int sbl_agg_update_doc(sbl_opctx_t *ctx, const bson_t *pipeline, const bson_t *l
                        const bson_t *doc, bson_t *out, sbl_err_t *err);
 /* Validate an update pipeline's stages (14/40324 ... as MongoDB) without running it. */
 int sbl_agg_check_update_pipeline(const bson_t *pipeline, sbl_err_t *err);
+
+/* ---- change streams (changestream.c) ------------------------------------------ */
+
+/*
+ * aggregate whose first stage is $changeStream on ns (a collection, or
+ * "<db>.$cmd.aggregate" when collectionless: the database, or with
+ * allChangesForCluster on admin the deployment): parse the stage and the
+ * stages after it, and answer with the first batch of a tailable awaitData
+ * cursor over the oplog's majority-committed entries (docs/change-streams.md).
+ * 40573 on a standalone, as mongod.
+ */
+int sbl_agg_change_stream(sbl_opctx_t *ctx, const char *ns, bool collectionless,
+                          const bson_t *pipeline, int64_t batch_size, sbl_err_t *err);
 
 /* ---- views (views.c) ------------------------------------------------------- */
 

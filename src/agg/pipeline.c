@@ -849,13 +849,15 @@ static int run_stage(sbl_agg_env_t *env, const char *ns, size_t index, bool last
             return sbl_err_set(err, 51047, "%s is not allowed within a $lookup or $facet", name);
         return name[1] == 'o' ? sbl_agg_out(env, dv, st, err) : sbl_agg_merge(env, dv, st, err);
     }
+    if (strcmp(name, "$geoNear") == 0) /* a first one went to the executor (geo_near.c) */
+        return sbl_err_set(err, 40603, "$geoNear is only valid as the first stage in a pipeline.");
     if (strcmp(name, "$changeStream") == 0) /* as on a standalone mongod */
         return sbl_err_set(err, 40573, "The $changeStream stage is only supported on replica sets");
     if (strcmp(name, "$indexStats") == 0 || strcmp(name, "$currentOp") == 0 ||
         strcmp(name, "$graphLookup") == 0 ||
         strcmp(name, "$unionWith") == 0 || strcmp(name, "$densify") == 0 ||
         strcmp(name, "$fill") == 0 || strcmp(name, "$setWindowFields") == 0 ||
-        strcmp(name, "$redact") == 0 || strcmp(name, "$geoNear") == 0 ||
+        strcmp(name, "$redact") == 0 ||
         strcmp(name, "$listSessions") == 0)
         return sbl_err_set(err, SBL_E_NotImplemented, "%s is not supported by this server yet",
                            name);

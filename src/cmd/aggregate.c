@@ -136,9 +136,15 @@ int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err)
         return sbl_cmd_backup_cursor(ctx, &spec, batch_size, err);
     }
     SBL_RET(sbl_agg_check_pipeline(&pipeline, &nstages, err));
+    if (nstages > 0 && bson_iter_init(&st, &pipeline) && bson_iter_next(&st) &&
+        bson_iter_recurse(&st, &f) && bson_iter_next(&f) &&
+        strcmp(bson_iter_key(&f), "$changeStream") == 0)
+        return sbl_agg_change_stream(ctx, ns, collectionless, &pipeline, batch_size, err);
 
     bson_t filter, sort, let_vals;
     bool has_filter = false, has_sort = false, source_needed = !collectionless;
+    sbl_agg_geonear_t geonear;
+    bool has_geonear = false;
     int64_t skip = 0, limit = 0;
     size_t first = 0;
     SBL_RET(sbl_expr_eval_let(has_let ? &let_spec : NULL, &let_vals, err));
@@ -163,7 +169,18 @@ int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err)
             source_needed = false;
             break;
         }
-        if (strcmp(name, "$match") == 0 && first == 0 && BSON_ITER_HOLDS_DOCUMENT(&f)) {
+        if (strcmp(name, "$geoNear") == 0 && first == 0 && BSON_ITER_HOLDS_DOCUMENT(&f)) {
+            bson_t spec;
+            sbl_iter_doc(&f, &spec);
+            if (sbl_agg_geonear_prepare(ctx, ns, &spec, &geonear, err) != 0) {
+                bson_destroy(&geonear.filter);
+                bson_destroy(&let_vals);
+                return err->code;
+            }
+            has_geonear = true;
+            sbl_expr_bind_let(&geonear.filter, &let_vals, &filter);
+            has_filter = true;
+        } else if (strcmp(name, "$match") == 0 && first == 0 && BSON_ITER_HOLDS_DOCUMENT(&f)) {
             bson_t m;
             sbl_iter_doc(&f, &m);
             sbl_expr_bind_let(&m, &let_vals, &filter);
@@ -203,6 +220,7 @@ int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err)
         o.limit = limit;
         o.collation = env.coll;
         o.keep_text_score = true; /* {$meta: "textScore"} in later stages reads it */
+        o.keep_geo_distance = has_geonear;
         rc = sbl_qexec_new(ns, &o, &q, err);
         if (rc == 0) /* a leading $sort is held to the sort limit too */
             sbl_qexec_set_disk_use(q, (int8_t)(allow_disk < 0 ? 0 : allow_disk ? 1 : -1));
@@ -212,7 +230,10 @@ int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err)
             bool done = false;
             if ((rc = sbl_qexec_next(q, ctx, &doc, NULL, &done, err)) != 0 || done)
                 break;
-            sbl_docvec_push(&dv, bson_copy(&doc));
+            bson_t *copy = bson_copy(&doc);
+            if (has_geonear)
+                sbl_agg_geonear_finish(&geonear, &copy);
+            sbl_docvec_push(&dv, copy);
             bson_destroy(&doc);
         }
         sbl_qexec_free(q);
@@ -223,6 +244,8 @@ int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err)
     bool text = has_filter && bson_iter_init_find(&ti, &filter, "$text");
     if (has_filter)
         bson_destroy(&filter);
+    if (has_geonear)
+        sbl_agg_geonear_destroy(&geonear);
     if (rc == 0)
         rc = sbl_agg_run(&env, ns, &pipeline, first, &dv, err);
     for (size_t i = 0; rc == 0 && text && i < dv.n; i++) {

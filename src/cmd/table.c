@@ -49,6 +49,7 @@ static const sbl_cmd_def_t cmd_table[] = {
     {"createRole", sbl_cmd_create_role, W, "create a user-defined role", "createRole"},
     {"createUser", sbl_cmd_create_user, W, "create a user", "createUser"},
     {"currentOp", sbl_cmd_current_op, ADM, "operations running now", "inprog"},
+    {"dbHash", sbl_cmd_db_hash, R | SLOW, "MD5 digests of a database's collections", "dbHash"},
     {"dbStats", sbl_cmd_db_stats, R, "database statistics", "dbStats"},
     {"delete", sbl_cmd_delete, W | SLOW, "delete documents", "remove"},
     {"deleteIndexes", sbl_cmd_drop_indexes, W, "drop indexes", "dropIndex"},

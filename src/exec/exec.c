@@ -30,6 +30,7 @@
  */
 #include "exec/exec.h"
 #include "exec/plan.h"
+#include "exec/geonear.h"
 #include "exec/text.h"
 #include "doc/doc.h"
 
@@ -71,6 +72,12 @@ struct sbl_qexec {
     sbl_text_exec_t *text;
     bson_t text_rest;
     bool keep_score; /* leave the score field on the results ($meta reads it later) */
+
+    /* a geo stage (geonear.c): GEO_NEAR (the rest of its filter in geo_rest) or a
+     * 2dsphere scan of $geoWithin / $geoIntersects */
+    sbl_geo_exec_t *geo;
+    bson_t geo_rest;
+    bool geo_has_rest, keep_geo;
 
     /* the secondary-index plan (plan.c), when one won */
     sbl_ixplan_t *ixp;
@@ -147,13 +154,79 @@ static bool range_has_strings(const sbl_id_range_t *r)
     return (r->has_lo && may_hold_string(&r->lo)) || (r->has_hi && may_hold_string(&r->hi));
 }
 
+/* Free the $text and geo stages and their rest filters. */
+static void free_stages(sbl_qexec_t *q)
+{
+    if (q->text != NULL) {
+        sbl_text_free(q->text);
+        bson_destroy(&q->text_rest);
+        q->text = NULL;
+    }
+    sbl_geo_exec_free(q->geo);
+    q->geo = NULL;
+    if (q->geo_has_rest) {
+        bson_destroy(&q->geo_rest);
+        q->geo_has_rest = false;
+    }
+}
+
 int sbl_qexec_new(const char *ns, const sbl_qexec_opts_t *o, sbl_qexec_t **qp, sbl_err_t *err)
 {
     return sbl_qexec_new_hinted(ns, o, NULL, qp, err);
 }
 
+/*
+ * find's min/max: they need a hint (51173), which must be an index, not
+ * {$natural} (NoQueryExecutionPlans); on the _id index they become the _id
+ * range [min._id, max._id), on a secondary index its one interval.
+ */
+static int apply_min_max(sbl_qexec_t *q, const sbl_qexec_opts_t *o, const bson_value_t *hint,
+                         const bson_t *min, const bson_t *max, sbl_err_t *err)
+{
+    bson_iter_t it;
+
+    if (hint == NULL)
+        return sbl_err_set(err, 51173, "When using min()/max() a hint of which index to use "
+                                       "must be provided");
+    if (q->hint == SBL_HINT_NATURAL)
+        return sbl_err_set(err, SBL_E_NoQueryExecutionPlans,
+                           "No query solutions: min()/max() need an index, not a $natural hint");
+    if (q->ixp != NULL)
+        return sbl_ixplan_set_min_max(q->ixp, min, max, o->collation, err);
+    if (q->hint != SBL_HINT_ID || q->range.kind == SBL_ID_NONE)
+        return 0; /* no collection, or nothing can match */
+    const bson_t *b[2] = {min, max};
+    for (int k = 0; k < 2; k++)
+        if (b[k] != NULL && (!bson_iter_init(&it, b[k]) || !bson_iter_next(&it) ||
+                             strcmp(bson_iter_key(&it), "_id") != 0 || bson_iter_next(&it)))
+            return sbl_err_set(err, 51174, "The index chosen is not consistent with min/max");
+    if (q->range.kind == SBL_ID_POINTS)
+        return 0; /* the points are the tighter bound; the matcher keeps them */
+    sbl_id_range_destroy(&q->range);
+    memset(&q->range, 0, sizeof(q->range));
+    q->range.kind = SBL_ID_RANGE;
+    if (min != NULL && bson_iter_init_find(&it, min, "_id")) {
+        q->range.has_lo = q->range.lo_inclusive = true;
+        bson_value_copy(bson_iter_value(&it), &q->range.lo);
+    }
+    if (max != NULL && bson_iter_init_find(&it, max, "_id")) {
+        q->range.has_hi = true;
+        bson_value_copy(bson_iter_value(&it), &q->range.hi);
+    }
+    if (q->range.has_lo && q->range.has_hi &&
+        sbl_value_compare(&q->range.lo, &q->range.hi) >= 0)
+        return sbl_err_set(err, 51175, "max() must be greater than min()");
+    return 0;
+}
+
 int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_value_t *hint,
                          sbl_qexec_t **qp, sbl_err_t *err)
+{
+    return sbl_qexec_new_min_max(ns, o, hint, NULL, NULL, qp, err);
+}
+
+int sbl_qexec_new_min_max(const char *ns, const sbl_qexec_opts_t *o, const bson_value_t *hint,
+                          const bson_t *min, const bson_t *max, sbl_qexec_t **qp, sbl_err_t *err)
 {
     bson_t empty = BSON_INITIALIZER;
     const bson_t *filter = o->filter != NULL ? o->filter : &empty;
@@ -169,12 +242,18 @@ int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_v
     }
     if (q->text != NULL)
         filter = &q->text_rest;
+    else if (sbl_geo_near_extract(filter, &q->geo_rest, &q->geo, err) != 0) {
+        free(q);
+        return err->code;
+    } else if (q->geo != NULL) {
+        q->geo_has_rest = true;
+        filter = &q->geo_rest;
+    }
     q->keep_score = o->keep_text_score;
+    q->keep_geo = o->keep_geo_distance;
     q->m = sbl_matcher_new(filter, err);
     if (q->m == NULL) {
-        sbl_text_free(q->text);
-        if (q->text != NULL)
-            bson_destroy(&q->text_rest);
+        free_stages(q);
         free(q);
         return err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "invalid filter");
     }
@@ -190,9 +269,7 @@ int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_v
         }
         if (q->sort == NULL) {
             sbl_matcher_free(q->m);
-            sbl_text_free(q->text);
-            if (q->text != NULL)
-                bson_destroy(&q->text_rest);
+            free_stages(q);
             free(q);
             return err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "invalid sort");
         }
@@ -216,6 +293,26 @@ int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_v
         q->limit = o->limit > 0 ? o->limit : 0;
         snprintf(q->summary, sizeof(q->summary), "TEXT_MATCH");
         goto planned;
+    }
+    if (q->geo == NULL && hint == NULL)
+        sbl_geo_scan_extract(filter, &q->geo);
+    if (q->geo != NULL) {
+        /* a near's index is its plan; a scan's when a 2dsphere index leads with the field */
+        bool usable = false;
+        int rc = sbl_geo_exec_plan(q->geo, ns, &usable, err);
+        if (rc != 0) {
+            sbl_qexec_free(q);
+            return rc;
+        }
+        if (usable) {
+            q->range.kind = SBL_ID_ANY;
+            q->skip = o->skip > 0 ? o->skip : 0;
+            q->limit = o->limit > 0 ? o->limit : 0;
+            sbl_geo_exec_summary(q->geo, q->summary, sizeof(q->summary));
+            goto planned;
+        }
+        sbl_geo_exec_free(q->geo);
+        q->geo = NULL;
     }
     sbl_id_range_from_filter(filter, &q->range);
     if (o->collation != NULL && (q->range.kind == SBL_ID_NONE || range_has_strings(&q->range))) {
@@ -247,9 +344,21 @@ int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_v
                 bson_iter_init_find(&hit, &h, "$natural") && BSON_ITER_HOLDS_NUMBER(&hit))
                 q->desc = bson_iter_as_double(&hit) < 0;
         }
+        if (rc == 0 && (min != NULL || max != NULL))
+            rc = apply_min_max(q, o, hint, min, max, err);
+        if (rc != 0) {
+            sbl_qexec_free(q);
+            return rc;
+        }
         if (q->ixp != NULL && q->ixp->provides_sort) {
             sbl_sort_free(q->sort); /* the index order is the sort order */
             q->sort = NULL;
+        }
+    } else if (min != NULL || max != NULL) {
+        int rc = apply_min_max(q, o, hint, min, max, err); /* the errors still apply */
+        if (rc != 0) {
+            sbl_qexec_free(q);
+            return rc;
         }
     }
     sbl_qexec_summary(q, q->summary, sizeof(q->summary));
@@ -287,10 +396,7 @@ void sbl_qexec_free(sbl_qexec_t *q)
     sbl_sorter_free(q->spill); /* before the sort it compares with */
     sbl_sort_free(q->sort);
     sbl_matcher_free(q->m);
-    if (q->text != NULL) {
-        sbl_text_free(q->text);
-        bson_destroy(&q->text_rest);
-    }
+    free_stages(q);
     free(q);
 }
 
@@ -663,6 +769,27 @@ void sbl_qexec_info(const sbl_qexec_t *q, sbl_qexec_info_t *out)
     out->docs_examined = q->docs_examined;
     out->summary = q->summary;
     out->text = q->text != NULL;
+    out->geo_index = q->geo != NULL ? sbl_geo_exec_index_name(q->geo) : NULL;
+    out->geo_near = q->geo != NULL && sbl_geo_exec_is_near(q->geo);
+}
+
+/* The next results of a geo stage (a near's in distance order). */
+static int refill_geo(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_t max,
+                      sbl_err_t *err)
+{
+    for (size_t got = 0; got < max; got++) {
+        bson_t *d = NULL;
+        SBL_RET(sbl_geo_exec_next(q->geo, ctx, c, q->m, q->keep_geo, &d, err));
+        if (d == NULL) {
+            q->exhausted = true;
+            return 0;
+        }
+        bool more = take_match(q, d, -1);
+        bson_destroy(d);
+        if (!more)
+            return 0;
+    }
+    return 0;
 }
 
 /* The next results of a $text query, best first (without the score field
@@ -720,6 +847,8 @@ static int refill(sbl_qexec_t *q, sbl_opctx_t *ctx, size_t max, sbl_err_t *err)
     ctx->plan_summary = tls_summary;
     if (q->text != NULL) {
         rc = refill_text(q, ctx, c, max, err);
+    } else if (q->geo != NULL) {
+        rc = refill_geo(q, ctx, c, max, err);
     } else if (q->ixp != NULL) {
         rc = refill_ixscan(q, ctx, c, max, err);
     } else if (q->range.kind == SBL_ID_POINTS) {

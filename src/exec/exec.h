@@ -51,6 +51,13 @@ int sbl_exec_check_hint(const bson_iter_t *it, sbl_err_t *err);
 
 /* ---- the executor (exec.c) ---------------------------------------- */
 
+/* The hidden fields a near query's results carry when keep_geo_distance asks
+ * for them (the $geoNear stage turns them into distanceField / includeLocs):
+ * the distance (meters for a GeoJSON point, radians for a legacy one on a
+ * sphere, coordinate units in 2d) and the location it was measured from. */
+#define SBL_GEO_DIST_FIELD "\x7fgeoNearDistance"
+#define SBL_GEO_LOC_FIELD "\x7fgeoNearPoint"
+
 typedef struct sbl_qexec_opts {
     const bson_t *filter; /* NULL or {}: everything */
     const bson_t *sort;   /* NULL or {}: _id order ({$natural: -1} reverses it) */
@@ -59,6 +66,8 @@ typedef struct sbl_qexec_opts {
     const sbl_collation_t *collation; /* how strings compare; NULL: binary */
     bool keep_text_score; /* a $text query's results keep their score field
                              (SBL_TEXT_SCORE_FIELD) for a later $meta */
+    bool keep_geo_distance; /* a near query's results keep SBL_GEO_DIST_FIELD and
+                               SBL_GEO_LOC_FIELD ($geoNear) */
 } sbl_qexec_opts_t;
 
 typedef struct sbl_qexec sbl_qexec_t;
@@ -84,6 +93,12 @@ int sbl_qexec_next(sbl_qexec_t *q, sbl_opctx_t *ctx, bson_t *doc, int32_t *posp,
  * pattern, or {$natural: ±1}.  BadValue (2) when it names no index. */
 int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_value_t *hint,
                          sbl_qexec_t **qp, sbl_err_t *err);
+/* As sbl_qexec_new_hinted, with find's min/max: index keys from min
+ * (inclusive) to max (exclusive) of the hinted index, in its key pattern's
+ * fields (NULL: unbounded); mongod's errors 51173-51176 and 291. */
+int sbl_qexec_new_min_max(const char *ns, const sbl_qexec_opts_t *o, const bson_value_t *hint,
+                          const bson_t *min, const bson_t *max, sbl_qexec_t **qp,
+                          sbl_err_t *err);
 
 /* The plan in MongoDB's summary form ("IXSCAN { a: 1 }", "COLLSCAN", "IDHACK"). */
 void sbl_qexec_summary(const sbl_qexec_t *q, char *buf, size_t len);
@@ -102,6 +117,8 @@ typedef struct sbl_qexec_info {
     int64_t keys_examined, docs_examined; /* so far */
     const char *summary;
     bool text; /* a $text query: the text index's TEXT_MATCH stage */
+    const char *geo_index; /* a geo stage's index name (NULL: none) */
+    bool geo_near;         /* ... a GEO_NEAR stage (else a geo index scan) */
 } sbl_qexec_info_t;
 void sbl_qexec_info(const sbl_qexec_t *q, sbl_qexec_info_t *out);
 
@@ -166,6 +183,10 @@ typedef struct sbl_cursor_source {
     /* Optional (may be NULL): for a tailable cursor, true when the source's end is final
      * (its limit was reached), so the cursor closes instead of waiting for more. */
     bool (*finished)(void *state);
+    /* Optional: append fields to each reply's cursor document after the batch
+     * (a change stream's postBatchResumeToken); has_pending tells that the
+     * last document produced was held back for the next batch. */
+    void (*annotate)(void *state, bool has_pending, bson_t *cursor_doc);
 } sbl_cursor_source_t;
 
 /*

@@ -186,6 +186,36 @@ static void append_access(bson_t *out, const sbl_qexec_info_t *qi, const sbl_ixp
         bson_append_document_end(out, &or);
         return;
     }
+    if (qi->geo_index != NULL) { /* GEO_NEAR_2DSPHERE, or FETCH > IXSCAN of the 2dsphere index */
+        bson_t ix;
+        bson_t *at = out;
+        if (!qi->geo_near) {
+            BSON_APPEND_UTF8(out, "stage", "FETCH");
+            if (filter != NULL && !bson_empty(filter))
+                BSON_APPEND_DOCUMENT(out, "filter", filter);
+            if (stats) {
+                BSON_APPEND_INT64(out, "nReturned", rs->nreturned);
+                BSON_APPEND_INT64(out, "docsExamined", rs->docs);
+            }
+            BSON_APPEND_DOCUMENT_BEGIN(out, "inputStage", &ix);
+            at = &ix;
+            BSON_APPEND_UTF8(at, "stage", "IXSCAN");
+        } else {
+            BSON_APPEND_UTF8(at, "stage", strstr(qi->summary, "_2D ") != NULL ? "GEO_NEAR_2D"
+                                                                               : "GEO_NEAR_2DSPHERE");
+            if (stats) {
+                BSON_APPEND_INT64(at, "nReturned", rs->nreturned);
+                BSON_APPEND_INT64(at, "docsExamined", rs->docs);
+            }
+        }
+        if (stats)
+            BSON_APPEND_INT64(at, "keysExamined", rs->keys);
+        BSON_APPEND_UTF8(at, "indexName", qi->geo_index);
+        BSON_APPEND_UTF8(at, "planSummary", qi->summary);
+        if (!qi->geo_near)
+            bson_append_document_end(out, &ix);
+        return;
+    }
     if (p != NULL || qi->id_kind == SBL_ID_RANGE ||
         (qi->id_kind == SBL_ID_POINTS && qi->npoints > 1)) {
         BSON_APPEND_UTF8(out, "stage", "FETCH");
@@ -340,7 +370,7 @@ int sbl_exec_explain(sbl_opctx_t *ctx, sbl_err_t *err)
     SBL_RET(sbl_op_ns(&inner_ctx, ns, sizeof(ns), err));
 
     sbl_qexec_opts_t o = {r.has_filter ? &r.filter : NULL, r.has_sort ? &r.sort : NULL, r.skip,
-                          r.limit, NULL, false};
+                          r.limit, NULL, false, false};
     SBL_RET(sbl_exec_collation(ctx, ns, bson_iter_init_find(&it, &inner, "collation") ? &it : NULL,
                                "collation", &o.collation, err));
     SBL_RET(sbl_qexec_new_hinted(ns, &o, r.has_hint ? &r.hint : NULL, &q, err));

@@ -48,6 +48,7 @@ void mnode_free(mnode_t *n)
     bson_free(n->vals);
     bson_free(n->vres);
     sbl_matcher_free(n->sub);
+    sbl_geo_region_free(n->geo);
     bson_free(n);
 }
 
@@ -213,6 +214,12 @@ bool mtest_size(const mnode_t *n, const bson_value_t *v, int32_t *idxp)
     while (bson_iter_next(&it))
         count++;
     return count == n->mod_div; /* the parser keeps the wanted size in mod_div */
+}
+
+bool mtest_geo(const mnode_t *n, const bson_value_t *v, int32_t *idxp)
+{
+    (void)idxp;
+    return v != NULL && sbl_geo_region_match(n->geo, v);
 }
 
 bool mtest_mod(const mnode_t *n, const bson_value_t *v, int32_t *idxp)

@@ -568,6 +568,36 @@ static int p_mod(fctx_t *c, sbl_err_t *err)
     return 0;
 }
 
+static int p_geo(fctx_t *c, sbl_err_t *err)
+{
+    sbl_geo_region_t *r = NULL;
+    if (c->path == NULL)
+        return sbl_err_set(err, SBL_E_BadValue, "%s is not allowed inside $elemMatch's value "
+                                                 "form", c->name);
+    SBL_RET(sbl_geo_region_parse(strcmp(c->name, "$geoIntersects") == 0, c->v, &r, err));
+    mnode_t *n = leaf_new(c->path, mtest_geo, true);
+    n->geo = r;
+    mnode_add_kid(c->out, n);
+    return 0;
+}
+
+/* $near and $nearSphere order results: the executor takes them out of a
+ * filter's top level (exec/geo.c); anywhere else they are refused. */
+static int p_near(fctx_t *c, sbl_err_t *err)
+{
+    return sbl_err_set(err, SBL_E_BadValue, "$geoNear, $near, and $nearSphere are not allowed "
+                                             "in this context");
+}
+
+/* Siblings of a legacy $near, read by the executor with it. */
+static int p_near_arg(fctx_t *c, sbl_err_t *err)
+{
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, c->ops, "$near") || bson_iter_init_find(&it, c->ops, "$nearSphere"))
+        return p_near(c, err);
+    return sbl_err_set(err, SBL_E_BadValue, "%s must be used with $near or $nearSphere", c->name);
+}
+
 static int p_unsupported(fctx_t *c, sbl_err_t *err)
 {
     return sbl_err_set(err, SBL_E_BadValue, "%s is not supported", c->name);
@@ -586,17 +616,19 @@ static const struct {
     {"$elemMatch", p_elem_match},
     {"$eq", p_eq},
     {"$exists", p_exists},
-    {"$geoIntersects", p_unsupported},
-    {"$geoWithin", p_unsupported},
+    {"$geoIntersects", p_geo},
+    {"$geoWithin", p_geo},
     {"$gt", p_cmp},
     {"$gte", p_cmp},
     {"$in", p_in},
     {"$lt", p_cmp},
     {"$lte", p_cmp},
+    {"$maxDistance", p_near_arg},
+    {"$minDistance", p_near_arg},
     {"$mod", p_mod},
     {"$ne", p_ne},
-    {"$near", p_unsupported},
-    {"$nearSphere", p_unsupported},
+    {"$near", p_near},
+    {"$nearSphere", p_near},
     {"$nin", p_nin},
     {"$not", p_not},
     {"$options", p_options},

@@ -16,6 +16,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "geo/geo.h"
 #include "query/query.h"
 
 enum mnode_kind { N_AND, N_OR, N_NOR, N_NOT, N_LEAF, N_TRUE, N_FALSE, N_EXT };
@@ -47,6 +48,7 @@ struct mnode {
     sbl_matcher_t *sub; /* object-form $elemMatch */
     const sbl_collation_t *coll; /* how strings compare (NULL: binary) */
     const sbl_match_ext_t *ext; /* N_EXT: $expr / $jsonSchema, with its plan */
+    sbl_geo_region_t *geo;      /* $geoWithin / $geoIntersects */
     void *plan;
 };
 
@@ -60,6 +62,7 @@ mnode_t *mnode_new(enum mnode_kind kind);
 void mnode_free(mnode_t *n);
 void mnode_add_kid(mnode_t *parent, mnode_t *kid);
 bool mtest_eq(const mnode_t *n, const bson_value_t *v, int32_t *idxp);
+bool mtest_geo(const mnode_t *n, const bson_value_t *v, int32_t *idxp);
 bool mtest_cmp(const mnode_t *n, const bson_value_t *v, int32_t *idxp);
 bool mtest_in(const mnode_t *n, const bson_value_t *v, int32_t *idxp);
 bool mtest_exists(const mnode_t *n, const bson_value_t *v, int32_t *idxp);

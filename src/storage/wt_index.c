@@ -80,7 +80,12 @@ static int index_new(const bson_t *spec, const char *uri, sbl_index_t **ixp, sbl
     bson_iter_init(&kit, &key);
     for (size_t i = 0; i < ix->nfields && bson_iter_next(&kit); i++) {
         ix->fields[i] = bson_strdup(bson_iter_key(&kit));
-        if (BSON_ITER_HOLDS_UTF8(&kit)) {
+        const char *t = BSON_ITER_HOLDS_UTF8(&kit) ? bson_iter_utf8(&kit, NULL) : NULL;
+        if (t != NULL && (strcmp(t, "2dsphere") == 0 || strcmp(t, "2d") == 0)) {
+            ix->dirs[i] = 1;
+            ix->geo = t[2] == 's' ? SBL_INDEX_2DSPHERE : SBL_INDEX_2D;
+            ix->geo_field = i;
+        } else if (t != NULL) {
             ix->dirs[i] = 0;
             ix->hashed = true;
         } else
@@ -153,6 +158,7 @@ size_t sbl_index_count(const sbl_coll_t *c)
 }
 
 const char *sbl_index_name(const sbl_index_t *ix) { return ix->name; }
+bool sbl_index_is_ready(const sbl_index_t *ix) { return atomic_load(&ix->ready); }
 const bson_t *sbl_index_spec(const sbl_index_t *ix) { return ix->spec; }
 size_t sbl_index_nfields(const sbl_index_t *ix) { return ix->nfields; }
 const char *sbl_index_field(const sbl_index_t *ix, size_t i) { return ix->fields[i]; }
@@ -175,6 +181,21 @@ double sbl_index_text_score_get(const uint8_t in[8])
         bits = bits << 8 | in[i];
     memcpy(&score, &bits, 8);
     return score;
+}
+int sbl_index_geo(const sbl_index_t *ix, size_t *fieldp)
+{
+    if (fieldp != NULL)
+        *fieldp = ix->geo_field;
+    return ix->geo;
+}
+
+void sbl_index_geo_cell_append(sbl_buf_t *out, uint64_t cell)
+{
+    bson_value_t v;
+    /* a date's key is its int64 with the sign bit flipped, big-endian: the id's own bytes */
+    v.value_type = BSON_TYPE_DATE_TIME;
+    v.value.v_datetime = (int64_t)(cell ^ 0x8000000000000000ULL);
+    sbl_key_append(out, &v, false);
 }
 bool sbl_index_unique(const sbl_index_t *ix) { return ix->unique; }
 bool sbl_index_sparse(const sbl_index_t *ix) { return ix->sparse; }
@@ -479,7 +500,8 @@ int sbl_index_create(sbl_session_t *s, sbl_coll_t *c, const bson_t *spec, sbl_er
     pthread_rwlock_wrlock(&sbl_eng.cat_lock);
     snprintf(uri, sizeof(uri), "table:index-%" PRIu64 "-%" PRIu64, sbl_eng.next_ident++,
              sbl_eng.ident_rand);
-    ret = sbl_eng.cat_wt->create(sbl_eng.cat_wt, uri, sbl_table_config());
+    ret = sbl_eng.cat_wt->create(sbl_eng.cat_wt, uri,
+                                 sbl_table_config_for(sbl_storage_ns_unlogged(c->ns)));
     pthread_rwlock_unlock(&sbl_eng.cat_lock);
     if (ret != 0)
         return sbl_wt_err(err, ret, "create index table");
@@ -521,6 +543,12 @@ int sbl_index_create(sbl_session_t *s, sbl_coll_t *c, const bson_t *spec, sbl_er
     }
     sbl_buf_destroy(&resume);
     if (rc != 0)
+        goto fail;
+    /* An unlogged index (a replica set member's) built without timestamps
+     * is durable only from the next checkpoint: take it before the catalog
+     * calls the index ready, so a crash cannot leave a ready index with
+     * entries missing. */
+    if (sbl_storage_ns_unlogged(c->ns) && (rc = sbl_storage_checkpoint(err)) != 0)
         goto fail;
     atomic_store(&ix->ready, true);
     if ((rc = sbl_catalog_update_table(t, err)) != 0)

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "doc/doc.h"
+#include "geo/geo.h"
 #include "query/query.h"
 
 /* ---- key generation ------------------------------------------------------ */
@@ -187,6 +188,8 @@ int sbl_index_keys(const sbl_index_t *ix, const bson_t *doc, keyset_t *ks, bool 
         return 0;
     if (ix->text != NULL)
         return sbl_index_text_keys(ix, doc, ks, err);
+    if (ix->geo != 0)
+        return sbl_index_geo_keys(ix, doc, ks, multikeyp, err);
     memset(vs, 0, sizeof(vs));
     for (i = 0; i < nf; i++) {
         sbl_index_walk(bson_get_data(doc), doc->len, ix->fields[i], &vs[i]);
@@ -277,6 +280,133 @@ err:
 done:
     sbl_fts_scores_destroy(&sc);
     sbl_buf_destroy(&prefix);
+    return rc;
+}
+
+/* The geo field's cells of doc (all its geometries) into *cellsp; 0 cells
+ * when the field is missing or null. */
+static int geo_cells(const sbl_index_t *ix, const bson_t *doc, uint64_t **cellsp, size_t *np,
+                     sbl_err_t *err)
+{
+    bson_iter_t it;
+    int rc = 0;
+    *cellsp = NULL;
+    *np = 0;
+    if (!bson_iter_init(&it, doc))
+        return 0;
+    bson_iter_t f;
+    if (!bson_iter_find_descendant(&it, ix->fields[ix->geo_field], &f))
+        return 0;
+    bson_value_t v = *bson_iter_value(&f), *vals = &v;
+    size_t nv = 1;
+    bson_value_t *elems = NULL;
+    double x, y;
+    if (v.value_type == BSON_TYPE_NULL || v.value_type == BSON_TYPE_UNDEFINED)
+        return 0;
+    if (v.value_type == BSON_TYPE_ARRAY && !sbl_geo_legacy_pair(&v, &x, &y)) {
+        bson_iter_t ai;
+        nv = 0;
+        if (bson_iter_recurse(&f, &ai))
+            while (bson_iter_next(&ai)) {
+                elems = bson_realloc(elems, (nv + 1) * sizeof(*elems));
+                elems[nv++] = *bson_iter_value(&ai);
+            }
+        vals = elems;
+    }
+    for (size_t i = 0; i < nv && rc == 0; i++) {
+        sbl_err_t e = {0};
+        uint64_t *c = NULL;
+        size_t n = 0;
+        if (ix->geo == SBL_INDEX_2D) {
+            if (!sbl_geo_legacy_pair(&vals[i], &x, &y)) {
+                rc = sbl_err_set(err, 13026, "geo values must be 'legacy coordinate pairs' for "
+                                             "2d indexes");
+                break;
+            }
+            if (!(x >= -180 && x < 180 && y >= -180 && y < 180)) {
+                rc = sbl_err_set(err, 13027, "point not in interval of [ -180, 180 ) :: caused "
+                                             "by :: { 0: %g, 1: %g }", x, y);
+                break;
+            }
+            /* 2d keys: the S2 cell of the point read as (lng, lat), y folded into [-90, 90] */
+            c = bson_malloc(sizeof(uint64_t));
+            c[0] = sbl_geo_point_cell(x, y > 90 ? 180 - y : y < -90 ? -180 - y : y, SBL_GEO_FINEST);
+            n = 1;
+        } else {
+            sbl_geo_t *g = NULL;
+            if (sbl_geo_parse(&vals[i], SBL_GEO_ALLOW_LEGACY, &g, &e) != 0) {
+                char *j = bson_as_relaxed_extended_json(doc, NULL);
+                rc = sbl_err_set(err, 16755, "Can't extract geo keys: %s  %s", j != NULL ? j : "",
+                                 e.msg);
+                bson_free(j);
+                break;
+            }
+            n = sbl_geo_index_cells(g, &c);
+            sbl_geo_free(g);
+        }
+        *cellsp = bson_realloc(*cellsp, (*np + n + 1) * sizeof(uint64_t));
+        memcpy(*cellsp + *np, c, n * sizeof(uint64_t));
+        *np += n;
+        bson_free(c);
+    }
+    bson_free(elems);
+    if (rc != 0) {
+        bson_free(*cellsp);
+        *cellsp = NULL;
+        *np = 0;
+    }
+    return rc;
+}
+
+int sbl_index_geo_keys(const sbl_index_t *ix, const bson_t *doc, keyset_t *ks, bool *multikeyp,
+                       sbl_err_t *err)
+{
+    vals_t vs[32];
+    size_t nf = ix->nfields < 32 ? ix->nfields : 32, i, total = 1, arr_field = SIZE_MAX;
+    uint64_t *cells = NULL;
+    size_t ncells = 0;
+    int rc = 0;
+
+    SBL_RET(geo_cells(ix, doc, &cells, &ncells, err));
+    if (ncells == 0)
+        return 0; /* no geometry: no entry (2dsphere version 2 and later are sparse) */
+    *multikeyp = ncells > 1;
+    memset(vs, 0, sizeof(vs));
+    for (i = 0; i < nf; i++) {
+        if (i == ix->geo_field)
+            continue;
+        sbl_index_walk(bson_get_data(doc), doc->len, ix->fields[i], &vs[i]);
+        if (vs[i].n == 0)
+            push_null(&vs[i], BSON_TYPE_NULL);
+        if (vs[i].from_array) {
+            if (arr_field != SIZE_MAX) {
+                rc = sbl_err_set(err, SBL_E_CannotIndexParallelArrays,
+                                 "cannot index parallel arrays [%s] [%s]", ix->fields[i],
+                                 ix->fields[arr_field]);
+                goto done;
+            }
+            arr_field = i;
+            *multikeyp = true;
+        }
+        total *= vs[i].n;
+    }
+    for (size_t g = 0; g < ncells; g++)
+        for (size_t k = 0; k < total; k++) {
+            size_t off = ks->arena.len;
+            for (i = 0; i < nf; i++) {
+                if (i == ix->geo_field)
+                    sbl_index_geo_cell_append(&ks->arena, cells[g]);
+                else
+                    sbl_key_append_coll(&ks->arena, &vs[i].v[i == arr_field ? k : 0],
+                                        ix->dirs[i] < 0, ix->coll);
+            }
+            ks_add(ks, off);
+        }
+    ks_finish(ks);
+done:
+    for (i = 0; i < nf; i++)
+        bson_free(vs[i].v);
+    bson_free(cells);
     return rc;
 }
 
@@ -495,11 +625,7 @@ int sbl_index_on_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
 /* ---- index scans ------------------------------------------------------------- */
 
 struct sbl_iscan {
-    uint64_t epoch;
-    sbl_wt_table_t *tbl;
-    WT_CURSOR *cursor;
-    bool backward, started, done;
-    sbl_buf_t lo, hi; /* hi.len == 0: unbounded */
+    sbl_range_t r; /* over the index's table: [lo, hi), either bound empty for none */
 };
 
 int sbl_iscan_open(sbl_session_t *s, sbl_index_t *ix, const uint8_t *lo, size_t lo_len,
@@ -507,7 +633,6 @@ int sbl_iscan_open(sbl_session_t *s, sbl_index_t *ix, const uint8_t *lo, size_t 
                    sbl_err_t *err)
 {
     sbl_iscan_t *sc;
-    int ret;
 
     *scanp = NULL;
     sbl_session_reconcile(s);
@@ -515,80 +640,29 @@ int sbl_iscan_open(sbl_session_t *s, sbl_index_t *ix, const uint8_t *lo, size_t 
         return sbl_err_set(err, SBL_E_QueryPlanKilled, "query plan killed :: caused by :: "
                            "index '%s' dropped", ix->name);
     sc = bson_malloc0(sizeof(*sc));
-    sbl_buf_init(&sc->lo);
-    sbl_buf_init(&sc->hi);
-    if ((ret = s->wt->open_cursor(s->wt, ix->tbl->uri, NULL, NULL, &sc->cursor)) != 0) {
+    if (sbl_range_open(s, ix->tbl, backward, &sc->r, err) != 0) {
         bson_free(sc);
-        return sbl_wt_err(err, ret, "open index scan");
+        return err->code;
     }
-    sc->epoch = s->epoch;
-    sc->tbl = ix->tbl;
-    sbl_table_ref(ix->tbl);
-    sc->backward = backward;
-    sbl_buf_append(&sc->lo, lo, lo_len);
-    sbl_buf_append(&sc->hi, hi, hi_len);
+    sc->r.has_lo = lo_len > 0;
+    sc->r.lo_inclusive = true;
+    sc->r.has_hi = hi_len > 0;
+    sc->r.hi_inclusive = false;
+    sbl_buf_append(&sc->r.lo, lo, lo_len);
+    sbl_buf_append(&sc->r.hi, hi, hi_len);
     *scanp = sc;
     return 0;
-}
-
-static int buf_cmp(const WT_ITEM *k, const sbl_buf_t *b)
-{
-    return ks_cmp_raw(k->data, k->size, b->data, b->len);
 }
 
 int sbl_iscan_next(sbl_iscan_t *sc, const uint8_t **key, size_t *klen, const uint8_t **idk,
                    size_t *idlen, bool *donep, sbl_err_t *err)
 {
-    WT_CURSOR *cur = sc->cursor;
     WT_ITEM k, v;
-    int ret, exact;
+    int ret = sbl_range_next(&sc->r, &k, &v);
 
-    *donep = false;
-    if (sc->done) {
-        *donep = true;
+    *donep = ret == WT_NOTFOUND;
+    if (ret == WT_NOTFOUND)
         return 0;
-    }
-    if (!sc->started) {
-        sc->started = true;
-        if (!sc->backward) {
-            if (sc->lo.len == 0)
-                ret = cur->next(cur);
-            else {
-                k.data = sc->lo.data;
-                k.size = sc->lo.len;
-                cur->set_key(cur, &k);
-                ret = cur->search_near(cur, &exact);
-                if (ret == 0 && exact < 0)
-                    ret = cur->next(cur);
-            }
-        } else {
-            if (sc->hi.len == 0)
-                ret = cur->prev(cur);
-            else {
-                k.data = sc->hi.data;
-                k.size = sc->hi.len;
-                cur->set_key(cur, &k);
-                ret = cur->search_near(cur, &exact);
-                if (ret == 0 && exact >= 0)
-                    ret = cur->prev(cur);
-            }
-        }
-    } else
-        ret = sc->backward ? cur->prev(cur) : cur->next(cur);
-    if (ret == 0 && (ret = cur->get_key(cur, &k)) == 0) {
-        if (!sc->backward && sc->hi.len > 0 && buf_cmp(&k, &sc->hi) >= 0)
-            ret = WT_NOTFOUND;
-        else if (sc->backward && buf_cmp(&k, &sc->lo) < 0)
-            ret = WT_NOTFOUND;
-    }
-    if (ret == 0)
-        ret = cur->get_value(cur, &v);
-    if (ret == WT_NOTFOUND) {
-        sc->done = true;
-        *donep = true;
-        cur->reset(cur);
-        return 0;
-    }
     if (ret != 0)
         return sbl_wt_err(err, ret, "index scan");
     *key = k.data;
@@ -602,11 +676,7 @@ void sbl_iscan_close(sbl_iscan_t *sc)
 {
     if (sc == NULL)
         return;
-    if (sbl_eng.open && sc->epoch == sbl_eng.epoch)
-        sc->cursor->close(sc->cursor);
-    sbl_table_unref(sc->tbl);
-    sbl_buf_destroy(&sc->lo);
-    sbl_buf_destroy(&sc->hi);
+    sbl_range_close(&sc->r);
     bson_free(sc);
 }
 

@@ -40,6 +40,7 @@ typedef struct sbl_wt_table {
     atomic_size_t nidx_quick;
     struct sbl_capped *capped; /* capped collections only (wt_capped.c), else NULL */
     char *key_field; /* the top-level field documents are keyed by; NULL: "_id" */
+    bool unlogged;   /* created log=(enabled=false) in this run (wt_stable.c) */
 } sbl_wt_table_t;
 
 /* The field t's documents are keyed by. */
@@ -189,6 +190,25 @@ void sbl_session_add_delta(sbl_session_t *s, sbl_wt_table_t *t, int64_t dcount, 
 /* Close every session (engine close; threads must be quiet). */
 void sbl_sessions_close_all(void);
 
+/* A walk over the keys of one table between optional bounds, forward or
+ * backward (wt_range.c): collection and index scans are both one.  Bounds
+ * are set in lo/hi (has_*, *_inclusive) after sbl_range_open. */
+typedef struct sbl_range {
+    uint64_t epoch; /* the engine open its cursor belongs to */
+    sbl_wt_table_t *tbl; /* referenced */
+    WT_CURSOR *cursor;
+    bool backward, started, done;
+    bool has_lo, lo_inclusive, has_hi, hi_inclusive;
+    sbl_buf_t lo, hi;
+} sbl_range_t;
+
+int sbl_range_open(sbl_session_t *s, sbl_wt_table_t *t, bool backward, sbl_range_t *r,
+                   sbl_err_t *err);
+/* The next record in range into k and v: 0, WT_NOTFOUND past the end (the
+ * cursor is reset then and stays at the end), or a WiredTiger error. */
+int sbl_range_next(sbl_range_t *r, WT_ITEM *k, WT_ITEM *v);
+void sbl_range_close(sbl_range_t *r);
+
 /* Catalog life (wt_catalog.c). */
 int sbl_catalog_load(sbl_err_t *err);
 void sbl_catalog_unload(void);
@@ -207,6 +227,15 @@ size_t sbl_drop_retry(WT_SESSION *wt);
 void sbl_backup_log_removal(WT_SESSION *wt);
 /* The creation config of collection tables. */
 const char *sbl_table_config(void);
+/* The table config, unlogged or not (wt_stable.c); whether ns's tables
+ * are created unlogged (a replica set member's replicated namespaces). */
+const char *sbl_table_config_for(bool unlogged);
+bool sbl_storage_ns_unlogged(const char *ns);
+/* Count every table's documents and bytes again (catalog write lock held,
+ * or at open). */
+int sbl_catalog_recount(sbl_err_t *err);
+/* Serializes checkpoints (wt_durable.c) and rollback_to_stable. */
+extern pthread_mutex_t sbl_ckpt_mutex;
 
 /* ---- secondary indexes (wt_index.c: handles, catalog rows, create, build,
  * drop; wt_index_entries.c: keys, entries, scans; wt_ttl.c: TTL monitor) ---- */
@@ -223,6 +252,8 @@ struct sbl_index {
     int8_t *dirs; /* 1, -1, 0 = hashed */
     sbl_fts_spec_t *text; /* a text index: fields are its prefix keys (sbl_index_text_keys) */
     bool unique, sparse, hashed;
+    int geo;          /* SBL_INDEX_2DSPHERE / SBL_INDEX_2D, 0 for others */
+    size_t geo_field; /* the position of its geo field */
     bool prepare_unique;  /* collMod prepareUnique: refuse new duplicate keys */
     int64_t expire_after; /* -1: not a TTL index */
     const sbl_collation_t *coll; /* NULL: simple; string keys are its sort keys */
@@ -259,6 +290,13 @@ int sbl_index_keys(const sbl_index_t *ix, const bson_t *doc, keyset_t *ks, bool 
 /* A text index's keys of doc: for each distinct term, the prefix keys, the
  * term and its score (a double).  Errors: 17261/17262 bad language override. */
 int sbl_index_text_keys(const sbl_index_t *ix, const bson_t *doc, keyset_t *ks, sbl_err_t *err);
+/* A 2dsphere or 2d index's keys of doc: the geo field's cells (one per
+ * point, a covering for other shapes) in place of its value, the other
+ * fields as in any index.  A document without the geo field has no entry;
+ * one whose geo value is no valid geometry fails with 16755 (Can't extract
+ * geo keys), or 13026/13027 for a 2d index. */
+int sbl_index_geo_keys(const sbl_index_t *ix, const bson_t *doc, keyset_t *ks, bool *multikeyp,
+                       sbl_err_t *err);
 /* Insert ix's entry for key k of the document whose encoded _id is idk, on s's
  * cursor (its own entry again is no error; another document's key in a unique
  * or prepareUnique index is DuplicateKey, with err_info). */

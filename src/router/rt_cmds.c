@@ -407,6 +407,7 @@ static const rt_cmd_t table[] = {
     {"enableSharding", cmd_enable_sharding, false},
     {"enablesharding", cmd_enable_sharding, false},
     {"endSessions", cmd_end_sessions, true},
+    {"explain", rt_explain, false},
     {"find", rt_find, false},
     {"findAndModify", rt_find_and_modify, false},
     {"findandmodify", rt_find_and_modify, false},

@@ -129,6 +129,15 @@ def test_hashed_collection_spreads_and_reads_merge(mongos, shards):
     assert mongos.hs.t.estimated_document_count() == 600
     assert mongos.hs.t.count_documents({"g": 2}) == 200
     assert sorted(mongos.hs.t.distinct("g")) == [0, 1, 2]
+    # explain in mongos's shape: one shard for a point, both for a scatter
+    e = mongos.hs.t.find({"_id": 3}).explain()
+    assert e["queryPlanner"]["winningPlan"]["stage"] == "SINGLE_SHARD"
+    assert len(e["queryPlanner"]["winningPlan"]["shards"]) == 1
+    e = mongos.hs.command("explain", {"find": "t", "filter": {"g": 1}}, verbosity="executionStats")
+    shards_ = e["queryPlanner"]["winningPlan"]["shards"]
+    assert e["queryPlanner"]["winningPlan"]["stage"] == "SHARD_MERGE"
+    assert sorted(s["shardName"] for s in shards_) == ["shard0", "shard1"]
+    assert sum(s["executionStats"]["nReturned"] for s in shards_) == 200
     groups = {d["_id"]: d["n"] for d in mongos.hs.t.aggregate(
         [{"$match": {"f": {"$gte": 0}}}, {"$group": {"_id": "$g", "n": {"$sum": 1}}}])}
     assert groups == {0: 200, 1: 200, 2: 200}

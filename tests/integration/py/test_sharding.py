@@ -6,6 +6,7 @@ pymongo through the router, and checked against what each shard holds when
 asked directly.
 """
 
+import json
 import os
 import random
 import shutil
@@ -97,6 +98,16 @@ def test_router_identity_and_shards(mongos, cluster):
     # adding a shard again under its name is accepted (mongod's answer)
     r = mongos.admin.command("addShard", shards[1]["host"])
     assert r["shardAdded"] == "shard1"
+    # serverStatus has what sable-stat reads, and sable-stat watches the router
+    st = mongos.admin.command("serverStatus")
+    assert st["process"] == "mongos" and st["connections"]["current"] >= 1
+    assert st["opcounters"]["command"] >= 1 and st["mem"]["resident"] > 0
+    r = subprocess.run([os.path.join(BUILD, "sable-stat"), "--port", str(cluster["router"]),
+                        "--json", "-n", "2", "--interval", "1"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr
+    line = json.loads(r.stdout.strip().splitlines()[-1])
+    assert line["conn"] >= 1 and line["command"] >= 0
     # a server that is no --shardsvr is refused
     with pytest.raises(OperationFailure):
         mongos.admin.command("addShard", "127.0.0.1:%d" % cluster["config"])

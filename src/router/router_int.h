@@ -121,6 +121,7 @@ int rt_kill_cursors(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t 
 int rt_count(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_distinct(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_explain(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 /* A shard's cursor reply turned into a router cursor on that shard (for
  * commands passed through to one shard: listCollections, listIndexes ...). */
 int rt_wrap_cursor_reply(int shard, const char *db, bson_t *shard_reply, bson_t *reply,

@@ -15,7 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
 #include <uv.h>
 
 typedef int (*rt_fn)(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
@@ -27,6 +30,41 @@ typedef struct rt_cmd {
 } rt_cmd_t;
 
 static int64_t conn_counter;
+
+/* serverStatus's counters (what sable-stat and mongostat read): opcounters
+ * by command kind, and opLatencies for reads, writes and other commands. */
+enum { OPC_INSERT, OPC_QUERY, OPC_UPDATE, OPC_DELETE, OPC_GETMORE, OPC_COMMAND, OPC_N };
+static int64_t opcounters[OPC_N];
+enum { LAT_READS, LAT_WRITES, LAT_COMMANDS, LAT_N };
+static int64_t lat_us[LAT_N], lat_ops[LAT_N];
+
+static void count_op(const char *name, int64_t us)
+{
+    int k = OPC_COMMAND, l = LAT_COMMANDS;
+    if (strcmp(name, "insert") == 0)
+        k = OPC_INSERT, l = LAT_WRITES;
+    else if (strcmp(name, "find") == 0)
+        k = OPC_QUERY, l = LAT_READS;
+    else if (strcmp(name, "update") == 0 || strcmp(name, "findAndModify") == 0)
+        k = OPC_UPDATE, l = LAT_WRITES;
+    else if (strcmp(name, "delete") == 0)
+        k = OPC_DELETE, l = LAT_WRITES;
+    else if (strcmp(name, "getMore") == 0)
+        k = OPC_GETMORE, l = LAT_READS;
+    else if (strcmp(name, "count") == 0 || strcmp(name, "distinct") == 0 ||
+             strcmp(name, "aggregate") == 0)
+        l = LAT_READS;
+    __atomic_add_fetch(&opcounters[k], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&lat_us[l], us, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&lat_ops[l], 1, __ATOMIC_RELAXED);
+}
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 static int cmd_hello(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
@@ -377,12 +415,66 @@ static int cmd_get_cmd_line_opts(const char *db, const bson_t *cmd, bson_t *repl
 
 static int cmd_server_status(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    int64_t now_ms = (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+    int64_t up_ms = sbl_server_start_ms() > 0 ? now_ms - sbl_server_start_ms() : 0;
     BSON_APPEND_UTF8(reply, "host", sbl_server_host());
     BSON_APPEND_UTF8(reply, "version", SBL_VERSION);
     BSON_APPEND_UTF8(reply, "process", "mongos");
-    BSON_APPEND_INT64(reply, "uptime", (sbl_server_start_ms() > 0)
-                                           ? (int64_t)(time(NULL) - sbl_server_start_ms() / 1000)
-                                           : 0);
+    BSON_APPEND_INT64(reply, "pid", (int64_t)getpid());
+    BSON_APPEND_INT64(reply, "uptime", up_ms / 1000);
+    BSON_APPEND_INT64(reply, "uptimeMillis", up_ms);
+    BSON_APPEND_DATE_TIME(reply, "localTime", now_ms);
+    bson_t d, e;
+    sbl_net_stats_t ns;
+    sbl_net_get_stats(&ns);
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "connections", &d);
+    BSON_APPEND_INT32(&d, "current", (int32_t)ns.current);
+    BSON_APPEND_INT32(&d, "available", (int32_t)ns.available);
+    BSON_APPEND_INT64(&d, "totalCreated", ns.total_created);
+    bson_append_document_end(reply, &d);
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "network", &d);
+    BSON_APPEND_INT64(&d, "bytesIn", ns.bytes_in);
+    BSON_APPEND_INT64(&d, "bytesOut", ns.bytes_out);
+    BSON_APPEND_INT64(&d, "numRequests", ns.num_requests);
+    bson_append_document_end(reply, &d);
+    static const char *const opn[OPC_N] = {"insert", "query", "update", "delete", "getmore",
+                                           "command"};
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "opcounters", &d);
+    for (int i = 0; i < OPC_N; i++)
+        BSON_APPEND_INT64(&d, opn[i], __atomic_load_n(&opcounters[i], __ATOMIC_RELAXED));
+    bson_append_document_end(reply, &d);
+    static const char *const latn[LAT_N] = {"reads", "writes", "commands"};
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "opLatencies", &d);
+    for (int i = 0; i < LAT_N; i++) {
+        BSON_APPEND_DOCUMENT_BEGIN(&d, latn[i], &e);
+        BSON_APPEND_INT64(&e, "latency", __atomic_load_n(&lat_us[i], __ATOMIC_RELAXED));
+        BSON_APPEND_INT64(&e, "ops", __atomic_load_n(&lat_ops[i], __ATOMIC_RELAXED));
+        bson_append_document_end(&d, &e);
+    }
+    bson_append_document_end(reply, &d);
+    long pages = 0, rss = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
+            rss = 0;
+        fclose(f);
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "mem", &d);
+    BSON_APPEND_INT32(&d, "bits", 64);
+    BSON_APPEND_INT64(&d, "resident", rss * (sysconf(_SC_PAGESIZE) / 1024) / 1024);
+    BSON_APPEND_INT64(&d, "virtual", pages * (sysconf(_SC_PAGESIZE) / 1024) / 1024);
+    bson_append_document_end(reply, &d);
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) {
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "extra_info", &d);
+        BSON_APPEND_INT64(&d, "user_time_us",
+                          (int64_t)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec);
+        BSON_APPEND_INT64(&d, "system_time_us",
+                          (int64_t)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec);
+        bson_append_document_end(reply, &d);
+    }
     return 0;
 }
 
@@ -407,6 +499,7 @@ static const rt_cmd_t table[] = {
     {"enableSharding", cmd_enable_sharding, false},
     {"enablesharding", cmd_enable_sharding, false},
     {"endSessions", cmd_end_sessions, true},
+    {"explain", rt_explain, false},
     {"find", rt_find, false},
     {"findAndModify", rt_find_and_modify, false},
     {"findandmodify", rt_find_and_modify, false},
@@ -470,7 +563,9 @@ static void run_and_reply(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *
                                : "";
         rc = sbl_err_set(&err, SBL_E_CommandNotFound, "no such command: '%s'", name);
     } else {
+        int64_t t0 = mono_us();
         rc = def->fn(db, &req->cmd, &reply, &err);
+        count_op(def->name, mono_us() - t0);
     }
     if (rc != 0) {
         bson_reinit(&reply);

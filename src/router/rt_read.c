@@ -487,3 +487,108 @@ int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *er
     }
     return sbl_err_set(err, SBL_E_StaleConfig, "routing for %s kept changing", ns);
 }
+
+/* ---- explain ---- */
+
+/* explain of find, count, distinct, aggregate, update, delete: each
+ * targeted shard explains the inner command; the answer is mongos's shape,
+ * queryPlanner.winningPlan {stage: SINGLE_SHARD | SHARD_MERGE, shards: [...]},
+ * each shard's own queryPlanner (and executionStats) inside. */
+int rt_explain(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    bson_iter_t it, in;
+    bson_t inner;
+    if (!bson_iter_init_find(&it, cmd, "explain") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !sbl_iter_doc(&it, &inner) || !bson_iter_init(&in, &inner) || !bson_iter_next(&in))
+        return sbl_err_set(err, SBL_E_FailedToParse, "explain needs a command document");
+    const char *verb = bson_iter_key(&in);
+    if (!BSON_ITER_HOLDS_UTF8(&in))
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "explain: %s needs a collection name",
+                           verb);
+    char ns[400];
+    snprintf(ns, sizeof(ns), "%s.%s", db, bson_iter_utf8(&in, NULL));
+    /* the filter that targets: find/count/distinct/delete/update name it differently */
+    bson_t filter = BSON_INITIALIZER;
+    static const char *const fkeys[] = {"filter", "query", NULL};
+    for (int i = 0; fkeys[i]; i++)
+        if (bson_iter_init_find(&it, &inner, fkeys[i]) && BSON_ITER_HOLDS_DOCUMENT(&it))
+            sbl_iter_doc(&it, &filter);
+    if (strcmp(verb, "aggregate") == 0 && bson_iter_init(&it, &inner) &&
+        bson_iter_find_descendant(&it, "pipeline.0.$match", &in) && BSON_ITER_HOLDS_DOCUMENT(&in))
+        sbl_iter_doc(&in, &filter);
+    for (int attempt = 0; attempt <= RT_RETRIES; attempt++) {
+        rt_coll_t *c = rt_coll_get(ns, attempt > 0, err);
+        if (c == NULL)
+            return err->code;
+        bool t[RT_MAX_SHARDS];
+        int nt = rt_target_filter(c, &filter, t);
+        int sh[RT_MAX_SHARDS], n = 0, rcs[RT_MAX_SHARDS];
+        if (c->primary == -1) {
+            sh[n++] = -1;
+        } else {
+            for (int s = 0; s < RT_MAX_SHARDS; s++)
+                if (t[s])
+                    sh[n++] = s;
+        }
+        bson_t fwd[RT_MAX_SHARDS], rs[RT_MAX_SHARDS];
+        const bson_t *cmds[RT_MAX_SHARDS];
+        sbl_err_t errs[RT_MAX_SHARDS];
+        for (int i = 0; i < n; i++) {
+            bson_t e;
+            bson_init(&fwd[i]);
+            BSON_APPEND_DOCUMENT_BEGIN(&fwd[i], "explain", &e);
+            rt_copy_cmd(&inner, &e, NULL); /* unversioned: explain runs nothing for good */
+            bson_append_document_end(&fwd[i], &e);
+            bson_iter_init(&it, cmd);
+            while (bson_iter_next(&it))
+                if (strcmp(bson_iter_key(&it), "verbosity") == 0)
+                    bson_append_iter(&fwd[i], "verbosity", -1, &it);
+            cmds[i] = &fwd[i];
+            memset(&errs[i], 0, sizeof(errs[i]));
+        }
+        rt_run_many(n, sh, db, cmds, rs, rcs, errs);
+        int rc = 0;
+        bool stale = false, answered = false;
+        bson_t qp, wp, arr, ex;
+        bson_init(&arr);
+        for (int i = 0; i < n; i++) {
+            if (rc == 0 && rcs[i] != 0) {
+                rc = rcs[i];
+                *err = errs[i];
+            } else if (rc == 0 && !answered && rt_reply_code(&rs[i]) == SBL_E_StaleConfig) {
+                stale = true;
+            } else if (rc == 0 && !answered && rt_reply_code(&rs[i]) != 0) {
+                copy_reply(&rs[i], reply);
+                answered = true;
+            } else if (rc == 0) {
+                char key[16];
+                const char *ks;
+                bson_uint32_to_string((uint32_t)i, &ks, key, sizeof(key));
+                BSON_APPEND_DOCUMENT_BEGIN(&arr, ks, &ex);
+                BSON_APPEND_UTF8(&ex, "shardName", sh[i] >= 0 ? rt_shard_id(sh[i]) : "config");
+                BSON_APPEND_UTF8(&ex, "connectionString", sh[i] >= 0 ? rt_shard_host(sh[i])
+                                                                        : rt_configdb());
+                bson_copy_to_excluding_noinit(&rs[i], &ex, "ok", "$clusterTime", "operationTime",
+                                              "command", NULL);
+                bson_append_document_end(&arr, &ex);
+            }
+            bson_destroy(&fwd[i]);
+            bson_destroy(&rs[i]);
+        }
+        rt_coll_release(c);
+        if (rc == 0 && !stale && !answered) {
+            BSON_APPEND_DOCUMENT_BEGIN(reply, "queryPlanner", &qp);
+            BSON_APPEND_INT32(&qp, "mongosPlannerVersion", 1);
+            BSON_APPEND_DOCUMENT_BEGIN(&qp, "winningPlan", &wp);
+            BSON_APPEND_UTF8(&wp, "stage", n == 1 || nt == 1 ? "SINGLE_SHARD" : "SHARD_MERGE");
+            bson_append_array(&wp, "shards", -1, &arr);
+            bson_append_document_end(&qp, &wp);
+            bson_append_document_end(reply, &qp);
+            BSON_APPEND_DOCUMENT(reply, "command", &inner);
+        }
+        bson_destroy(&arr);
+        if (rc != 0 || answered || !stale)
+            return rc;
+    }
+    return sbl_err_set(err, SBL_E_StaleConfig, "routing for %s kept changing", ns);
+}

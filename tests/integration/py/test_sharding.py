@@ -6,6 +6,7 @@ pymongo through the router, and checked against what each shard holds when
 asked directly.
 """
 
+import json
 import os
 import random
 import shutil
@@ -97,6 +98,16 @@ def test_router_identity_and_shards(mongos, cluster):
     # adding a shard again under its name is accepted (mongod's answer)
     r = mongos.admin.command("addShard", shards[1]["host"])
     assert r["shardAdded"] == "shard1"
+    # serverStatus has what sable-stat reads, and sable-stat watches the router
+    st = mongos.admin.command("serverStatus")
+    assert st["process"] == "mongos" and st["connections"]["current"] >= 1
+    assert st["opcounters"]["command"] >= 1 and st["mem"]["resident"] > 0
+    r = subprocess.run([os.path.join(BUILD, "sable-stat"), "--port", str(cluster["router"]),
+                        "--json", "-n", "2", "--interval", "1"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr
+    line = json.loads(r.stdout.strip().splitlines()[-1])
+    assert line["conn"] >= 1 and line["command"] >= 0
     # a server that is no --shardsvr is refused
     with pytest.raises(OperationFailure):
         mongos.admin.command("addShard", "127.0.0.1:%d" % cluster["config"])
@@ -129,6 +140,15 @@ def test_hashed_collection_spreads_and_reads_merge(mongos, shards):
     assert mongos.hs.t.estimated_document_count() == 600
     assert mongos.hs.t.count_documents({"g": 2}) == 200
     assert sorted(mongos.hs.t.distinct("g")) == [0, 1, 2]
+    # explain in mongos's shape: one shard for a point, both for a scatter
+    e = mongos.hs.t.find({"_id": 3}).explain()
+    assert e["queryPlanner"]["winningPlan"]["stage"] == "SINGLE_SHARD"
+    assert len(e["queryPlanner"]["winningPlan"]["shards"]) == 1
+    e = mongos.hs.command("explain", {"find": "t", "filter": {"g": 1}}, verbosity="executionStats")
+    shards_ = e["queryPlanner"]["winningPlan"]["shards"]
+    assert e["queryPlanner"]["winningPlan"]["stage"] == "SHARD_MERGE"
+    assert sorted(s["shardName"] for s in shards_) == ["shard0", "shard1"]
+    assert sum(s["executionStats"]["nReturned"] for s in shards_) == 200
     groups = {d["_id"]: d["n"] for d in mongos.hs.t.aggregate(
         [{"$match": {"f": {"$gte": 0}}}, {"$group": {"_id": "$g", "n": {"$sum": 1}}}])}
     assert groups == {0: 200, 1: 200, 2: 200}

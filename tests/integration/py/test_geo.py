@@ -204,3 +204,23 @@ def test_2d_index(db):
     with pytest.raises(WriteError) as e:
         c.insert_one({"p": "nowhere"})
     assert e.value.code == 13026
+
+
+def test_index_survives_restart(fresh_server):
+    fresh_server.start()
+    c = fresh_server.client()
+    coll = c.db.g
+    coll.create_index([("loc", GEOSPHERE)])
+    coll.insert_many([{"_id": i, "loc": pt(i, 0)} for i in range(5)])
+    c.close()
+    fresh_server.restart()
+    c = fresh_server.client()
+    coll = c.db.g
+    assert [d["_id"] for d in coll.find({"loc": {"$near": {"$geometry": pt(2.2, 0)}}})] == [2, 3, 1, 4, 0]
+    with pytest.raises(WriteError) as e:
+        coll.insert_one({"loc": {"type": "Point", "coordinates": [0, 91]}})
+    assert e.value.code == 16755
+    # a missing collection: $geoNear and $near find nothing
+    assert list(c.db.missing.aggregate([{"$geoNear": {"near": pt(0, 0), "distanceField": "d"}}])) == []
+    assert list(c.db.missing.find({"loc": {"$near": {"$geometry": pt(0, 0)}}})) == []
+    c.close()

@@ -224,3 +224,28 @@ def test_index_survives_restart(fresh_server):
     assert list(c.db.missing.aggregate([{"$geoNear": {"near": pt(0, 0), "distanceField": "d"}}])) == []
     assert list(c.db.missing.find({"loc": {"$near": {"$geometry": pt(0, 0)}}})) == []
     c.close()
+
+
+def test_index_scan_agrees_with_collection_scan(db):
+    import random
+    rng = random.Random(7)
+    c = db.agree
+    c.create_index([("loc", GEOSPHERE)])
+    docs = [{"_id": i, "loc": pt(rng.uniform(-3, 3), rng.uniform(-3, 3))} for i in range(400)]
+    for i in range(400, 440):  # short lines, some across the region's edge
+        x, y = rng.uniform(-3, 3), rng.uniform(-3, 3)
+        docs.append({"_id": i, "loc": {"type": "LineString", "coordinates": [[x, y], [x + 0.3, y + 0.2]]}})
+    c.insert_many(docs)
+    regions = [
+        {"$geometry": {"type": "Polygon", "coordinates": [[[-1, -1], [2, -1], [2, 1.5], [-1, 1.5], [-1, -1]]]}},
+        {"$geometry": SQUARE_WITH_HOLE},
+        {"$centerSphere": [[0.5, 0.5], math.radians(1.2)]},
+    ]
+    for r in regions:
+        for op in ("$geoWithin", "$geoIntersects"):
+            if op == "$geoIntersects" and "$centerSphere" in r:
+                continue
+            q = {"loc": {op: r}}
+            got = ids(c.find(q))
+            assert got == ids(c.find(q).hint([("$natural", 1)]))
+            assert len(got) > 10

@@ -35,9 +35,6 @@ struct sbl_geo_exec {
     sbl_geo_near_t nr;
     sbl_geo_region_t *region; /* a scan's */
     bool has_bound, has_cap;  /* its bounding box or cap (cell_may_match) */
-    bool sole;                /* the filter is this one $geoWithin and nothing else */
-    uint64_t *inner;          /* cells inside the region (sorted; a scan's, when sole) */
-    size_t ninner;
     double bound[4], rcap[3];
     double rmin, rmax;        /* near bounds in radians (sphere) or units (flat) */
 
@@ -213,7 +210,6 @@ void sbl_geo_scan_extract(const bson_t *filter, sbl_geo_exec_t **gp)
             sbl_geo_exec_t *g = exec_new(k);
             g->region = r;
             g->has_bound = sbl_geo_region_bound(r, g->bound);
-            g->sole = !inter && bson_count_keys(filter) == 1 && bson_count_keys(&ops) == 1;
             g->has_cap = sbl_geo_region_cap(r, &g->rcap[0], &g->rcap[1], &g->rcap[2]);
             *gp = g;
             return;
@@ -233,7 +229,6 @@ void sbl_geo_exec_free(sbl_geo_exec_t *g)
     free(g->heap);
     free(g->seen);
     sbl_geo_region_free(g->region);
-    bson_free(g->inner);
     bson_free(g->path);
     free(g);
 }
@@ -545,33 +540,6 @@ static bool cell_may_match(const sbl_geo_exec_t *g, uint64_t cell, double r)
     return true;
 }
 
-/* Is a point's cell inside one of the region's inner cells?  Then the
- * document is within the region without testing its geometry. */
-#define INNER_CELLS 64
-static bool cell_inside(const sbl_geo_exec_t *g, uint64_t cell)
-{
-    size_t lo = 0, hi = g->ninner;
-    if (cell == 0 || sbl_geo_cell_level(cell) != SBL_GEO_FINEST)
-        return false;
-    while (lo < hi) { /* the last inner cell starting at or before cell */
-        size_t mid = (lo + hi) / 2;
-        if (sbl_geo_cell_range_min(g->inner[mid]) <= cell)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo > 0 && cell <= sbl_geo_cell_range_max(g->inner[lo - 1]);
-}
-
-/* The document's value at the path is one point (whose cell the entry is). */
-static bool doc_is_point(const sbl_geo_exec_t *g, const bson_t *doc)
-{
-    bson_iter_t it, f;
-    double x, y;
-    return bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, g->path, &f) &&
-           sbl_geo_as_point(bson_iter_value(&f), &x, &y);
-}
-
 /* Read the entries of cells, fetch every document not met before, and
  * consider it (a near) or keep it in arrival order (a scan). */
 static int read_cells(sbl_geo_exec_t *g, sbl_opctx_t *ctx, sbl_coll_t *c, sbl_index_t *ix,
@@ -602,8 +570,7 @@ static int read_cells(sbl_geo_exec_t *g, sbl_opctx_t *ctx, sbl_coll_t *c, sbl_in
             ctx->keys_examined++;
             if (++k % 4096 == 0 && (rc = sbl_op_check_interrupt(ctx, err)) != 0)
                 break;
-            uint64_t ecell = entry_cell(ek, eklen);
-            if (!cell_may_match(g, ecell, r))
+            if (!cell_may_match(g, entry_cell(ek, eklen), r))
                 continue;
             if (!seen_add(g, hash_bytes(idk, idlen)))
                 continue;
@@ -614,8 +581,7 @@ static int read_cells(sbl_geo_exec_t *g, sbl_opctx_t *ctx, sbl_coll_t *c, sbl_in
             if (rc == 0 && found) {
                 if (g->near)
                     consider(g, &doc, m);
-                else if ((g->sole && cell_inside(g, ecell) && doc_is_point(g, &doc)) ||
-                         sbl_matcher_match(m, &doc, NULL)) {
+                else if (sbl_matcher_match(m, &doc, NULL)) {
                     /* a scan's results in arrival order: appended, taken from qhead */
                     cand_t cd = {0, g->seq++, bson_copy(&doc), {0}};
                     if (g->n == g->cap) {
@@ -733,8 +699,6 @@ int sbl_geo_exec_next(sbl_geo_exec_t *g, sbl_opctx_t *ctx, sbl_coll_t *c, const 
             if (ix == NULL)
                 return sbl_err_set(err, SBL_E_QueryPlanKilled, "index '%s' dropped", g->ixname);
             size_t n = sbl_geo_region_cover(g->region, SCAN_CELLS, &cells);
-            if (g->sole)
-                g->ninner = sbl_geo_region_interior(g->region, INNER_CELLS, &g->inner);
             int rc = read_cells(g, ctx, c, ix, cells, n, 0, m, err);
             bson_free(cells);
             sbl_index_release(ix);

@@ -99,10 +99,6 @@ size_t sbl_geo_index_cells(const sbl_geo_t *g, uint64_t **cellsp);
 size_t sbl_geo_cover(const sbl_geo_t *g, int max_cells, uint64_t **cellsp);
 /* A covering of the cap of angle r (radians) around (x, y). */
 size_t sbl_geo_cover_cap(double x, double y, double r, int max_cells, uint64_t **cellsp);
-/* Cells entirely inside g's polygons (0 when g has points or lines), or
- * inside a cap: at most max_cells, sorted, bson_malloc'd into *cellsp. */
-size_t sbl_geo_interior(const sbl_geo_t *g, int max_cells, uint64_t **cellsp);
-size_t sbl_geo_interior_cap(double x, double y, double r, int max_cells, uint64_t **cellsp);
 /* The centre of a cell. */
 void sbl_geo_cell_center(uint64_t cell, double *x, double *y);
 /* g's latitude-longitude bounding box (x0, y0, x1, y1); false when it crosses
@@ -136,9 +132,6 @@ size_t sbl_geo_region_cover(const sbl_geo_region_t *r, int max_cells, uint64_t *
 bool sbl_geo_region_bound(const sbl_geo_region_t *r, double b[4]);
 /* A $centerSphere region's cap; false for others. */
 bool sbl_geo_region_cap(const sbl_geo_region_t *r, double *x, double *y, double *rad);
-/* Cells entirely inside a spherical $geoWithin region (as sbl_geo_interior); 0
- * for $geoIntersects and the flat shapes. */
-size_t sbl_geo_region_interior(const sbl_geo_region_t *r, int max_cells, uint64_t **cellsp);
 /* The flat shapes' bounding box (x0, y0, x1, y1); false for spherical ones. */
 bool sbl_geo_region_flat_box(const sbl_geo_region_t *r, double box[4]);
 

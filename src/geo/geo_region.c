@@ -211,18 +211,6 @@ bool sbl_geo_region_cap(const sbl_geo_region_t *r, double *x, double *y, double 
     return true;
 }
 
-size_t sbl_geo_region_interior(const sbl_geo_region_t *r, int max_cells, uint64_t **cellsp)
-{
-    *cellsp = NULL;
-    if (r->intersects)
-        return 0;
-    if (r->kind == R_GEOMETRY)
-        return sbl_geo_interior(r->g, max_cells, cellsp);
-    if (r->kind == R_CAP)
-        return sbl_geo_interior_cap(r->cx, r->cy, r->r, max_cells, cellsp);
-    return 0;
-}
-
 bool sbl_geo_region_flat_box(const sbl_geo_region_t *r, double box[4])
 {
     if (r->kind != R_BOX && r->kind != R_CENTER && r->kind != R_POLYGON)

@@ -135,6 +135,19 @@ int sbl_agg_update_doc(sbl_opctx_t *ctx, const bson_t *pipeline, const bson_t *l
 /* Validate an update pipeline's stages (14/40324 ... as MongoDB) without running it. */
 int sbl_agg_check_update_pipeline(const bson_t *pipeline, sbl_err_t *err);
 
+/* ---- change streams (changestream.c) ------------------------------------------ */
+
+/*
+ * aggregate whose first stage is $changeStream on ns (a collection, or
+ * "<db>.$cmd.aggregate" when collectionless: the database, or with
+ * allChangesForCluster on admin the deployment): parse the stage and the
+ * stages after it, and answer with the first batch of a tailable awaitData
+ * cursor over the oplog's majority-committed entries (docs/change-streams.md).
+ * 40573 on a standalone, as mongod.
+ */
+int sbl_agg_change_stream(sbl_opctx_t *ctx, const char *ns, bool collectionless,
+                          const bson_t *pipeline, int64_t batch_size, sbl_err_t *err);
+
 /* ---- views (views.c) ------------------------------------------------------- */
 
 /*

@@ -136,6 +136,10 @@ int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err)
         return sbl_cmd_backup_cursor(ctx, &spec, batch_size, err);
     }
     SBL_RET(sbl_agg_check_pipeline(&pipeline, &nstages, err));
+    if (nstages > 0 && bson_iter_init(&st, &pipeline) && bson_iter_next(&st) &&
+        bson_iter_recurse(&st, &f) && bson_iter_next(&f) &&
+        strcmp(bson_iter_key(&f), "$changeStream") == 0)
+        return sbl_agg_change_stream(ctx, ns, collectionless, &pipeline, batch_size, err);
 
     bson_t filter, sort, let_vals;
     bool has_filter = false, has_sort = false, source_needed = !collectionless;

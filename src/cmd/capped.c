@@ -255,7 +255,7 @@ static void parked_closed(uv_handle_t *h)
 static void parked_tick(uv_timer_t *t)
 {
     parked_t *p = t->data;
-    if (sbl_capped_generation() == p->gen && sbl_now_us() < p->until_us)
+    if (sbl_op_generation() == p->gen && sbl_now_us() < p->until_us)
         return;
     pthread_mutex_lock(&parked_lock);
     unlink_parked(&active_list, p);

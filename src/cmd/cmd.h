@@ -12,6 +12,8 @@
 /* Start background work of the command layer (cursor reaper). Returns 0 or an error code. */
 int sbl_cmd_init(sbl_err_t *err);
 void sbl_cmd_shutdown(void);
+/* A shard (--shardsvr) reads back its shardIdentity (after storage is open). */
+void sbl_cmd_sharding_start(void);
 
 /* The network layer's request function: runs the command (on this thread or
  * a worker) and eventually calls sbl_conn_reply(conn, req, reply). */

@@ -106,6 +106,11 @@ int sbl_view_read(sbl_opctx_t *ctx, sbl_err_t *err);
 /* handshake.c: end an awaitable hello of a closing connection (sbl_cmd_conn_close). */
 void sbl_hello_wait_cancel(sbl_client_t *client);
 
+/* shard_cmds.c: a shard's side of a sharded cluster */
+int sbl_cmd_add_shard_identity(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_flush_routing_table(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_sharding_state(sbl_opctx_t *ctx, sbl_err_t *err);
+
 /* handshake.c, admin.c, diag.c */
 int sbl_cmd_hello(sbl_opctx_t *ctx, sbl_err_t *err);
 /* hello's topologyVersion {processId, counter}, also in state-change errors
@@ -122,6 +127,32 @@ int sbl_cmd_connection_status(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_server_status(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_get_last_error(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_get_log(sbl_opctx_t *ctx, sbl_err_t *err);
+/* retryable.c: retryable writes (lsid + txnNumber).  sbl_cmd_txn_begin
+ * checks txnNumber (IllegalOperation on a standalone, TransactionTooOld,
+ * 50768 for a command that is not a retryable write), checks the session
+ * out and, for a retry, loads what the txnNumber already executed;
+ * sbl_cmd_txn_end (always called after it) checks the session in.  The
+ * write handlers, when ctx->retry is set: sbl_retry_stmt_id gives statement
+ * i's id, sbl_retry_executed the oplog entry of an executed statement
+ * (*entryp NULL: run it, between sbl_retry_stmt_begin and _end, wrote=true
+ * when its write committed), and sbl_retry_append_retried adds
+ * retriedStmtIds to the reply.  sbl_retry_image: the pre-image a retried
+ * findAndModify's entry points at (preImageOpTime). */
+int sbl_cmd_txn_begin(sbl_opctx_t *ctx, const bson_iter_t *txnit, const bson_iter_t *autocommit,
+                      sbl_err_t *err);
+void sbl_cmd_txn_end(sbl_opctx_t *ctx);
+int32_t sbl_retry_stmt_id(const sbl_retry_t *r, uint32_t i);
+int sbl_retry_executed(sbl_retry_t *r, int32_t stmt, const bson_t **entryp, sbl_err_t *err);
+void sbl_retry_stmt_begin(sbl_retry_t *r, int32_t stmt, bool pre_image);
+void sbl_retry_stmt_end(sbl_retry_t *r, bool wrote);
+void sbl_retry_append_retried(const sbl_retry_t *r, bson_t *reply);
+int sbl_retry_image(sbl_opctx_t *ctx, const bson_t *entry, bson_t *out, bool *foundp,
+                    sbl_err_t *err);
+/* serverStatus.transactions: retried commands and statements so far. */
+int64_t sbl_retry_retried_commands(void);
+int64_t sbl_retry_retried_statements(void);
+int64_t sbl_retry_record_writes(void); /* statements that wrote their session's record */
+
 /* sessions_cmds.c: logical sessions.  sbl_cmd_session_begin: the dispatcher's
  * call before every handler (lsid: the command's lsid, or NULL): sets
  * ctx->user_uid and, with an lsid, records the session's use and tags ctx
@@ -158,6 +189,7 @@ int sbl_cmd_repl_set_step_up(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_repl_set_freeze(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_coll_stats(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_db_stats(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_db_hash(sbl_opctx_t *ctx, sbl_err_t *err); /* dbhash.c */
 int sbl_cmd_list_indexes(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_create_indexes(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_drop_indexes(sbl_opctx_t *ctx, sbl_err_t *err);

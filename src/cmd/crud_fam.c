@@ -127,6 +127,57 @@ static int append_value(bson_t *reply, const bson_t *doc, const sbl_projection_t
     return rc;
 }
 
+/* The reply of a retried findAndModify, rebuilt from its oplog entry (and
+ * the pre-image no-op it points at), as the first execution gave it. */
+static int retried_reply(sbl_opctx_t *ctx, const fam_args_t *a, const bson_t *entry,
+                         const sbl_projection_t *proj, int32_t sid, sbl_err_t *err)
+{
+    bson_iter_t it, id;
+    bson_t o = BSON_INITIALIZER, pre = BSON_INITIALIZER, value_doc = BSON_INITIALIZER, leo;
+    bool has_o = false, has_pre = false;
+    char op = 'u';
+    int rc;
+
+    if (bson_iter_init_find(&it, entry, "op") && BSON_ITER_HOLDS_UTF8(&it))
+        op = bson_iter_utf8(&it, NULL)[0];
+    if (bson_iter_init_find(&it, entry, "o") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_t v;
+        sbl_iter_doc(&it, &v);
+        bson_destroy(&o);
+        bson_copy_to(&v, &o);
+        has_o = true;
+    }
+    bson_destroy(&pre);
+    if ((rc = sbl_retry_image(ctx, entry, &pre, &has_pre, err)) != 0) {
+        bson_destroy(&o);
+        return rc;
+    }
+    if (!has_pre)
+        bson_init(&pre);
+    const bson_t *value = NULL;
+    if (op == 'i')
+        value = a->return_new && has_o ? &o : NULL;
+    else if (op == 'u')
+        value = a->return_new ? (has_o ? &o : NULL) : (has_pre ? &pre : NULL);
+    else
+        value = has_pre ? &pre : NULL;
+    if ((rc = append_value(&value_doc, value, proj, err)) == 0) {
+        bson_append_document_begin(ctx->reply, "lastErrorObject", -1, &leo);
+        bson_append_int32(&leo, "n", -1, 1);
+        if (!a->remove)
+            bson_append_bool(&leo, "updatedExisting", -1, op == 'u');
+        if (op == 'i' && has_o && bson_iter_init_find(&id, &o, "_id"))
+            bson_append_iter(&leo, "upserted", -1, &id);
+        bson_append_document_end(ctx->reply, &leo);
+        bson_concat(ctx->reply, &value_doc);
+        bson_append_int32(ctx->reply, "retriedStmtId", -1, sid);
+    }
+    bson_destroy(&value_doc);
+    bson_destroy(&pre);
+    bson_destroy(&o);
+    return rc;
+}
+
 int sbl_cmd_find_and_modify(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
@@ -193,6 +244,18 @@ int sbl_cmd_find_and_modify(sbl_opctx_t *ctx, sbl_err_t *err)
         }
     }
 
+    /* A retryable write: an executed statement answers from its entries. */
+    int32_t sid = ctx->retry != NULL ? sbl_retry_stmt_id(ctx->retry, 0) : 0;
+    if (ctx->retry != NULL) {
+        const bson_t *done = NULL;
+        if ((rc = sbl_retry_executed(ctx->retry, sid, &done, err)) != 0)
+            goto err;
+        if (done != NULL) {
+            rc = retried_reply(ctx, &a, done, proj, sid, err);
+            goto err;
+        }
+        sbl_retry_stmt_begin(ctx->retry, sid, a.remove || !a.return_new);
+    }
     /* A lost race between two upserts of the same document shows as DuplicateKey:
      * plan again, and the document now matches. */
     for (int round = 0; round < 3 && !matched && !have_upserted; round++) {
@@ -247,6 +310,9 @@ int sbl_cmd_find_and_modify(sbl_opctx_t *ctx, sbl_err_t *err)
             goto err;
     }
 
+    if (ctx->retry != NULL)
+        sbl_retry_stmt_end(ctx->retry, (matched && changed) || have_upserted);
+
     /* Build the reply only once nothing can fail but the projection. */
     bson_t value_doc = BSON_INITIALIZER;
     const bson_t *value = NULL;
@@ -270,6 +336,8 @@ int sbl_cmd_find_and_modify(sbl_opctx_t *ctx, sbl_err_t *err)
     bson_destroy(&value_doc);
 
 err:
+    if (ctx->retry != NULL)
+        sbl_retry_stmt_end(ctx->retry, false); /* no-op when ended above */
     if (have_before)
         bson_destroy(&before);
     if (have_after)

@@ -89,7 +89,7 @@ static bool find_finished(void *state)
     return sbl_qexec_limit_reached(((find_state_t *)state)->q);
 }
 
-static const sbl_cursor_source_t find_source = {find_next, find_free, find_finished};
+static const sbl_cursor_source_t find_source = {find_next, find_free, find_finished, NULL};
 
 /* View the document held by the iterator as *out (read-only, no copy). */
 /* Read a non-negative integer option ("skip", "batchSize"...) as find does. */
@@ -184,8 +184,9 @@ int sbl_cmd_find(sbl_opctx_t *ctx, sbl_err_t *err)
     bson_iter_t it;
     bson_value_t hint;
     bool has_hint = false;
-    bson_t filter, projection, sort, let_spec;
+    bson_t filter, projection, sort, let_spec, min_doc, max_doc;
     bool has_filter = false, has_proj = false, has_sort = false, single_batch = false;
+    bool has_min = false, has_max = false;
     bool has_let = false, has_coll = false, return_key = false, plain = true;
     bool tailable = false, await_data = false; /* capped collections (capped.c) */
     unsigned cursor_flags = 0;
@@ -259,7 +260,16 @@ int sbl_cmd_find(sbl_opctx_t *ctx, sbl_err_t *err)
         case FA_HINT:
             SBL_RET(sbl_exec_get_hint(&it, &hint, &has_hint, err));
             break;
-        case FA_PLAN:
+        case FA_PLAN: {
+            bson_t *dst = k[1] == 'i' ? &min_doc : &max_doc;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+                return sbl_type_error(err, field, &it, "object");
+            if (!sbl_iter_doc(&it, dst))
+                return sbl_err_set(err, SBL_E_InvalidBSON, "invalid %s", k);
+            *(k[1] == 'i' ? &has_min : &has_max) = !bson_empty(dst);
+            plain = false;
+            break;
+        }
         case FA_OTHER:
             plain = false;
             break;
@@ -314,7 +324,8 @@ int sbl_cmd_find(sbl_opctx_t *ctx, sbl_err_t *err)
     /* a projection removes a $text query's score field (or shows it, $meta) */
     o.keep_text_score = has_proj && !bson_empty(&projection) && !return_key;
     if (rc == 0)
-        rc = sbl_qexec_new_hinted(ns, &o, has_hint ? &hint : NULL, &st->q, err);
+        rc = sbl_qexec_new_min_max(ns, &o, has_hint ? &hint : NULL, has_min ? &min_doc : NULL,
+                                   has_max ? &max_doc : NULL, &st->q, err);
     if (rc == 0 && has_sort) /* a blocking sort may spill: allowDiskUse (src/exec/spill.c) */
         sbl_qexec_set_disk_use(st->q, sbl_spill_disk_use(ctx->cmd));
     bson_destroy(&let_vals);

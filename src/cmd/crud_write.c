@@ -15,6 +15,7 @@
 #include "cmd/crud_int.h"
 #include "doc/doc.h"
 #include "expr/expr.h"
+#include "repl/repl.h"
 #include "update/update.h"
 
 #include <stdlib.h>
@@ -107,8 +108,11 @@ int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
                                  SBL_BSON_MAX_SIZE);
             if (rc == 0 && changed)
                 rc = sbl_crud_validate(c, &old, &upd, u->bypass_validation, err_info, err);
-            if (rc == 0 && changed)
+            if (rc == 0 && changed) { /* a replacement's oplog entry carries no diff */
+                sbl_repl_set_replacement(u->op != NULL && sbl_update_is_replacement(u->op));
                 rc = sbl_write(ctx->ss, c, SBL_WRITE_UPDATE, &old, &upd, err_info, err);
+                sbl_repl_set_replacement(false);
+            }
         } else {
             changed = true;
             rc = sbl_write(ctx->ss, c, SBL_WRITE_DELETE, &old, NULL, err_info, err);
@@ -361,16 +365,25 @@ int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
     for (int64_t i = 0; bson_iter_next(&it); i++) {
         bson_t in, doc, info = BSON_INITIALIZER;
         sbl_err_t e = {0};
+        const bson_t *done = NULL;
         int rc = sbl_iter_doc(&it, &in) ? 0 : sbl_err_set(&e, SBL_E_InvalidBSON, "invalid document");
-        if (rc == 0 && (rc = sbl_doc_prepare_insert(&in, &doc, &e)) == 0) {
+        int32_t sid = ctx->retry != NULL ? sbl_retry_stmt_id(ctx->retry, (uint32_t)i) : 0;
+        if (rc == 0 && ctx->retry != NULL)
+            rc = sbl_retry_executed(ctx->retry, sid, &done, &e);
+        if (rc == 0 && done == NULL && (rc = sbl_doc_prepare_insert(&in, &doc, &e)) == 0) {
             rc = sbl_crud_validate(c, NULL, &doc, bypass, &info, &e);
+            if (rc == 0 && ctx->retry != NULL)
+                sbl_retry_stmt_begin(ctx->retry, sid, false);
             if (rc == 0)
                 rc = insert_one(ctx, c, &doc, &info, &e);
+            if (ctx->retry != NULL)
+                sbl_retry_stmt_end(ctx->retry, rc == 0);
             bson_destroy(&doc);
         }
         if (rc == 0) {
             n++;
-            ctx->wrote = true;
+            if (done == NULL)
+                ctx->wrote = true;
         } else {
             sbl_crud_add_write_error(&errors, &nerrors, i, &e, &info);
         }
@@ -387,6 +400,7 @@ int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
     ctx->writes = (sbl_write_counts_t){.known = true, .n = n};
     if (nerrors > 0)
         bson_append_array(ctx->reply, "writeErrors", -1, &errors);
+    sbl_retry_append_retried(ctx->retry, ctx->reply);
     bson_destroy(&errors);
     return 0;
 }
@@ -595,6 +609,27 @@ done:
     return rc;
 }
 
+/* A retried statement's result from its oplog entry: an insert was an upsert. */
+static void retried_update_result(const bson_t *entry, uint32_t index, update_totals_t *tot)
+{
+    bson_iter_t it, id;
+    bson_t o;
+    tot->n++;
+    if (bson_iter_init_find(&it, entry, "op") && BSON_ITER_HOLDS_UTF8(&it) &&
+        bson_iter_utf8(&it, NULL)[0] == 'i' && bson_iter_init_find(&it, entry, "o") &&
+        BSON_ITER_HOLDS_DOCUMENT(&it) && sbl_iter_doc(&it, &o) &&
+        bson_iter_init_find(&id, &o, "_id")) {
+        char kb[16];
+        bson_t up;
+        bson_append_document_begin(&tot->upserted, sbl_array_key(tot->nupserted++, kb), -1, &up);
+        bson_append_int32(&up, "index", -1, (int32_t)index);
+        bson_append_iter(&up, "_id", 3, &id);
+        bson_append_document_end(&tot->upserted, &up);
+        return;
+    }
+    tot->nmodified++;
+}
+
 int sbl_cmd_update(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
@@ -640,6 +675,20 @@ int sbl_cmd_update(sbl_opctx_t *ctx, sbl_err_t *err)
         sbl_err_t e = {0};
         bson_t info = BSON_INITIALIZER;
         int rc = sbl_op_check_interrupt(ctx, &e);
+        if (rc == 0 && ctx->retry != NULL && parsed[i].multi)
+            rc = sbl_err_set(&e, SBL_E_InvalidOptions,
+                             "Cannot use (or request) retryable writes with multi=true");
+        int32_t sid = ctx->retry != NULL ? sbl_retry_stmt_id(ctx->retry, i) : 0;
+        const bson_t *done = NULL;
+        if (rc == 0 && ctx->retry != NULL &&
+            (rc = sbl_retry_executed(ctx->retry, sid, &done, &e)) == 0 && done != NULL) {
+            retried_update_result(done, i, &tot);
+            bson_destroy(&info);
+            continue;
+        }
+        int64_t before = tot.nmodified + tot.nupserted;
+        if (rc == 0 && ctx->retry != NULL)
+            sbl_retry_stmt_begin(ctx->retry, sid, false);
         /* A concurrent upsert of the same document loses with DuplicateKey: retry it,
          * and it now finds the document and updates it. */
         for (int attempt = 0; rc == 0 || (rc == SBL_E_DuplicateKey && parsed[i].upsert &&
@@ -651,6 +700,8 @@ int sbl_cmd_update(sbl_opctx_t *ctx, sbl_err_t *err)
                 SBL_E_DuplicateKey)
                 break;
         }
+        if (ctx->retry != NULL)
+            sbl_retry_stmt_end(ctx->retry, rc == 0 && tot.nmodified + tot.nupserted > before);
         if (rc != 0)
             sbl_crud_add_write_error(&errors, &nerrors, i, &e, &info);
         bson_destroy(&info);
@@ -667,6 +718,7 @@ int sbl_cmd_update(sbl_opctx_t *ctx, sbl_err_t *err)
         bson_append_array(ctx->reply, "upserted", -1, &tot.upserted);
     if (nerrors > 0)
         bson_append_array(ctx->reply, "writeErrors", -1, &errors);
+    sbl_retry_append_retried(ctx->retry, ctx->reply);
     bson_destroy(&tot.upserted);
     bson_destroy(&errors);
     return 0;
@@ -839,8 +891,23 @@ int sbl_cmd_delete(sbl_opctx_t *ctx, sbl_err_t *err)
     for (uint32_t i = 0; i < nstmts; i++) {
         sbl_err_t e = {0};
         int rc = sbl_op_check_interrupt(ctx, &e);
+        const bson_t *done = NULL;
+        int32_t sid = ctx->retry != NULL ? sbl_retry_stmt_id(ctx->retry, i) : 0;
+        if (rc == 0 && ctx->retry != NULL && parsed[i].limit != 1)
+            rc = sbl_err_set(&e, SBL_E_InvalidOptions,
+                             "Cannot use (or request) retryable writes with limit=0");
+        if (rc == 0 && ctx->retry != NULL &&
+            (rc = sbl_retry_executed(ctx->retry, sid, &done, &e)) == 0 && done != NULL) {
+            n++;
+            continue;
+        }
+        int64_t before = n;
+        if (rc == 0 && ctx->retry != NULL)
+            sbl_retry_stmt_begin(ctx->retry, sid, false);
         if (rc == 0)
             rc = run_delete(ctx, ns, &parsed[i], &let, &n, &e);
+        if (ctx->retry != NULL)
+            sbl_retry_stmt_end(ctx->retry, rc == 0 && n > before);
         if (rc != 0)
             sbl_crud_add_write_error(&errors, &nerrors, i, &e, NULL);
         if (rc != 0 && (ordered || rc == SBL_E_MaxTimeMSExpired))
@@ -852,6 +919,7 @@ int sbl_cmd_delete(sbl_opctx_t *ctx, sbl_err_t *err)
     ctx->writes = (sbl_write_counts_t){.known = true, .n = n};
     if (nerrors > 0)
         bson_append_array(ctx->reply, "writeErrors", -1, &errors);
+    sbl_retry_append_retried(ctx->retry, ctx->reply);
     bson_destroy(&errors);
     return 0;
 }

@@ -20,6 +20,8 @@
 #include "expr/expr.h"
 #include "query/query.h"
 #include "repl/repl.h"
+#include "server/server.h"
+#include "shard/shard.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +40,7 @@ typedef struct pending {
     uv_work_t work;
     sbl_op_t op;  /* in the registry while the handler runs */
     bool on_coll; /* op.ns names a collection (top counts it) */
+    bson_t *shard_version; /* the router's shardVersion, taken out of the command (shards) */
 } pending_t;
 
 /* ---- counters (serverStatus.opcounters; kept by src/metrics) ------------- */
@@ -307,10 +310,58 @@ static bool statements_are_points(const bson_t *cmd, const char *array, const ch
     return true;
 }
 
+/* readConcern's level is linearizable (*linp) and its afterClusterTime
+ * (*afterp, 0 when none): both make the read wait (repl_read.c). */
+static void read_concern_of(const bson_t *cmd, bool *linp, uint64_t *afterp)
+{
+    bson_iter_t it, rc;
+    *linp = false;
+    *afterp = 0;
+    if (!sbl_doc_find_top(cmd, "readConcern", &it) || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &rc))
+        return;
+    while (bson_iter_next(&rc)) {
+        const char *k = bson_iter_key(&rc);
+        if (strcmp(k, "level") == 0 && BSON_ITER_HOLDS_UTF8(&rc))
+            *linp = strcmp(bson_iter_utf8(&rc, NULL), "linearizable") == 0;
+        else if (strcmp(k, "afterClusterTime") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&rc)) {
+            uint32_t t, i;
+            bson_iter_timestamp(&rc, &t, &i);
+            *afterp = ((uint64_t)t << 32) | i;
+        }
+    }
+}
+
+/* A linearizable read: on a primary of a set, and not an aggregate that writes. */
+static int linearizable_allowed(const sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it, st, stage;
+    SBL_RET(sbl_repl_linearizable_check(err));
+    if (strcmp(ctx->name, "aggregate") != 0 || !sbl_doc_find_top(ctx->cmd, "pipeline", &it) ||
+        !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &st))
+        return 0;
+    while (bson_iter_next(&st))
+        if (BSON_ITER_HOLDS_DOCUMENT(&st) && bson_iter_recurse(&st, &stage) &&
+            bson_iter_next(&stage) &&
+            (strcmp(bson_iter_key(&stage), "$out") == 0 ||
+             strcmp(bson_iter_key(&stage), "$merge") == 0))
+            return sbl_err_set(err, SBL_E_InvalidOptions,
+                               "%s cannot be used with a 'linearizable' read concern level",
+                               bson_iter_key(&stage));
+    return 0;
+}
+
 /* counted: what count_op returned for the command (an insert's documents). */
 static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t counted)
 {
     bson_t f;
+    bool lin;
+    uint64_t after;
+    if (def->flags & SBL_CMD_READ) {
+        read_concern_of(cmd, &lin, &after);
+        if (lin || after != 0)
+            return true; /* it waits for replication (repl_read.c) off the loop */
+    }
     if ((def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
         return true; /* it waits for fsyncUnlock off the loop */
     if (!(def->flags & SBL_CMD_SLOW))
@@ -367,12 +418,47 @@ static bool secondary_ok(const sbl_opctx_t *ctx)
     return false;
 }
 
+/* The shardVersion a router sent, checked against ns = db + the command's
+ * collection (its first field's string value). */
+static int check_shard_version(pending_t *p)
+{
+    bson_iter_t it;
+    char ns[400];
+    const char *coll = bson_iter_init(&it, p->ctx.cmd) && bson_iter_next(&it) &&
+                               BSON_ITER_HOLDS_UTF8(&it)
+                           ? bson_iter_utf8(&it, NULL)
+                           : "";
+    snprintf(ns, sizeof(ns), "%s.%s", p->ctx.db, coll);
+    return sbl_shard_check_version(ns, p->shard_version, &p->reply, &p->err);
+}
+
+/* On a shard: take a router's shardVersion out of the command (handlers
+ * do not know the field) and keep it for check_shard_version. */
+static void take_shard_version(pending_t *p, sbl_request_t *req)
+{
+    static int role = -1;
+    if (role < 0)
+        role = sbl_server_options()->cluster_role;
+    bson_iter_t it;
+    if (role != SBL_ROLE_SHARDSVR || !sbl_doc_find_top(&req->cmd, "shardVersion", &it) ||
+        !BSON_ITER_HOLDS_DOCUMENT(&it))
+        return;
+    uint32_t len;
+    const uint8_t *data;
+    bson_iter_document(&it, &len, &data);
+    p->shard_version = bson_new_from_data(data, len);
+    bson_t stripped = BSON_INITIALIZER;
+    bson_copy_to_excluding_noinit(&req->cmd, &stripped, "shardVersion", NULL);
+    bson_destroy(&req->cmd);
+    bson_steal(&req->cmd, &stripped);
+}
+
 /* Check the generic arguments and run the handler on this thread. */
 static void execute(pending_t *p)
 {
     sbl_opctx_t *ctx = &p->ctx;
-    bson_iter_t it, mt, wcit, lsid;
-    bool has_mt = false, has_wc = false, has_lsid = false;
+    bson_iter_t it, mt, wcit, lsid, txnit, acit;
+    bool has_mt = false, has_wc = false, has_lsid = false, has_txn = false, has_ac = false;
 
     ctx->ss = sbl_session_get();
     ctx->start_us = sbl_now_us();
@@ -389,11 +475,17 @@ static void execute(pending_t *p)
             has_wc = sbl_doc_top_iter(ctx->cmd, at, k, &wcit);
         else if (!has_lsid && k[0] == 'l' && strcmp(k, "lsid") == 0)
             has_lsid = sbl_doc_top_iter(ctx->cmd, at, k, &lsid);
+        else if (!has_txn && k[0] == 't' && strcmp(k, "txnNumber") == 0)
+            has_txn = sbl_doc_top_iter(ctx->cmd, at, k, &txnit);
+        else if (!has_ac && k[0] == 'a' && strcmp(k, "autocommit") == 0)
+            has_ac = sbl_doc_top_iter(ctx->cmd, at, k, &acit);
     }
     if (bad) {
         has_mt = sbl_doc_find_top(ctx->cmd, "maxTimeMS", &mt);
         has_wc = sbl_doc_find_top(ctx->cmd, "writeConcern", &wcit);
         has_lsid = sbl_doc_find_top(ctx->cmd, "lsid", &lsid);
+        has_txn = sbl_doc_find_top(ctx->cmd, "txnNumber", &txnit);
+        has_ac = sbl_doc_find_top(ctx->cmd, "autocommit", &acit);
     }
     if ((p->rc = sbl_cmd_session_begin(ctx, has_lsid ? &lsid : NULL, &p->err)) != 0)
         return;
@@ -427,12 +519,36 @@ static void execute(pending_t *p)
         !sbl_repl_writable() &&
         (p->rc = sbl_repl_check_read(ctx->db, secondary_ok(ctx), &p->err)) != 0)
         return;
+    /* A router's command on a shard: its routing version must be this
+     * shard's (src/shard), or StaleConfig sends the router to refresh. */
+    if (p->shard_version != NULL && (p->rc = check_shard_version(p)) != 0)
+        return;
+    /* Read concerns that wait: afterClusterTime before the read, a
+     * linearizable read's majority-acknowledged no-op after it. */
+    bool lin = false;
+    uint64_t after = 0;
+    if ((p->def->flags & SBL_CMD_READ) && ctx->req != NULL) {
+        read_concern_of(ctx->cmd, &lin, &after);
+        if (lin && (p->rc = linearizable_allowed(ctx, &p->err)) != 0)
+            return;
+        if (after != 0 && (p->rc = sbl_repl_wait_applied(after, ctx->deadline_us, &p->err)) != 0)
+            return;
+    }
+    /* A retryable write: check txnNumber, check the session out (and in
+     * again below, whatever happens). */
+    if (has_txn && (p->rc = sbl_cmd_txn_begin(ctx, &txnit, has_ac ? &acit : NULL, &p->err)) != 0) {
+        sbl_cmd_txn_end(ctx);
+        return;
+    }
     op_begin(p);
     if ((p->def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
         p->rc = sbl_cmd_fsync_wait(ctx, &p->err);
     if (p->rc == 0)
         p->rc = p->def->fn(ctx, &p->err);
     op_end(p);
+    if (p->rc == 0 && lin)
+        p->rc = sbl_repl_linearizable_wait(ctx->deadline_us, &p->err);
+    sbl_cmd_txn_end(ctx);
 }
 
 /* Wrap the handler's fields into the final reply document. */
@@ -459,15 +575,47 @@ static void build_reply(pending_t *p, bson_t *out)
                 strcmp(bson_iter_key(&it), "keyPattern") == 0 ||
                 strcmp(bson_iter_key(&it), "keyValue") == 0 ||
                 strcmp(bson_iter_key(&it), "errorLabels") == 0 ||
+                strcmp(bson_iter_key(&it), "vReceived") == 0 ||
+                strcmp(bson_iter_key(&it), "vWanted") == 0 ||
+                strcmp(bson_iter_key(&it), "shardId") == 0 ||
                 strcmp(bson_iter_key(&it), "violations") == 0)
                 bson_append_iter(out, bson_iter_key(&it), -1, &it);
 }
 
 static void pending_free(pending_t *p)
 {
+    if (p->shard_version != NULL)
+        bson_destroy(p->shard_version);
     bson_destroy(&p->reply);
     free(p);
 }
+
+/*
+ * Exhaust cursors: a getMore sent with OP_MSG's exhaustAllowed whose cursor
+ * stays open and whose batch is not empty is answered with moreToCome, and
+ * the server runs the same getMore again at once; the client sends nothing
+ * until a reply without moreToCome (the cursor exhausted, an error, an empty
+ * batch of a tailable cursor) ends the stream, as mongod streams them.
+ */
+static bool exhaust_continues(pending_t *p, int64_t *cursor_id)
+{
+    sbl_request_t *req = p->ctx.req;
+
+    if (p->rc != 0 || p->ctx.conn == NULL || req == NULL || p->def == NULL ||
+        sbl_conn_is_closing(p->ctx.conn))
+        return false;
+    if (req->opcode == SBL_OP_MSG) {
+        if (!(req->flags & SBL_MSG_EXHAUST_ALLOWED) || req->more_to_come ||
+            strcmp(p->def->name, "getMore") != 0)
+            return false;
+    } else if (!sbl_wire_legacy_exhaust(req)) {
+        return false; /* a legacy find streams from its first batch on */
+    }
+    return sbl_wire_batch_count(&p->reply, cursor_id) > 0 && *cursor_id != 0;
+}
+
+static void dispatch_pending(pending_t *p, bool force_worker);
+static pending_t *pending_start(sbl_conn_t *conn, sbl_request_t *req);
 
 static void send_reply(pending_t *p)
 {
@@ -475,6 +623,19 @@ static void send_reply(pending_t *p)
         /* Success: the handler's fields plus ok, without copying them. */
         BSON_APPEND_DOUBLE(&p->reply, "ok", 1.0);
         sbl_repl_append_cluster_time(&p->reply);
+        int64_t cursor_id;
+        if (exhaust_continues(p, &cursor_id)) {
+            sbl_conn_t *conn = p->ctx.conn;
+            sbl_request_t *req = p->ctx.req;
+            sbl_conn_reply_more(conn, req, &p->reply);
+            pending_free(p);
+            if (req->legacy_find)
+                sbl_wire_legacy_next(req, cursor_id);
+            /* The next batch on a worker: never a recursion per batch. */
+            if ((p = pending_start(conn, req)) != NULL)
+                dispatch_pending(p, true);
+            return;
+        }
         sbl_conn_reply(p->ctx.conn, p->ctx.req, &p->reply);
         pending_free(p);
         return;
@@ -659,7 +820,9 @@ static pending_t *pending_new(void)
     return p;
 }
 
-void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
+/* A pending request for req on conn, or NULL after answering it with an
+ * out-of-memory error. */
+static pending_t *pending_start(sbl_conn_t *conn, sbl_request_t *req)
 {
     pending_t *p = pending_new();
     if (p == NULL) {
@@ -670,7 +833,7 @@ void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
         BSON_APPEND_UTF8(&out, "codeName", sbl_err_name(SBL_E_ExceededMemoryLimit));
         sbl_conn_reply(conn, req, &out);
         bson_destroy(&out);
-        return;
+        return NULL;
     }
     bson_init(&p->reply);
     p->ctx.conn = conn;
@@ -678,11 +841,16 @@ void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
     p->ctx.client = sbl_conn_data(conn);
     if (p->ctx.client == NULL)
         p->ctx.client = &internal_client;
+    take_shard_version(p, req);
     p->ctx.cmd = &req->cmd;
     p->ctx.db = req->db;
     p->ctx.reply = &p->reply;
     p->ctx.wc.w = 1;
+    return p;
+}
 
+static void dispatch_pending(pending_t *p, bool force_worker)
+{
     p->rc = prepare(p, &p->err);
     if ((p->rc = sbl_cmd_audit_check(&p->ctx, p->rc, &p->err)) != 0) {
         sbl_metrics_count_op(SBL_OPC_COMMAND, 1);
@@ -694,14 +862,21 @@ void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
         return;
     }
     int64_t counted = count_op(p->def, p->ctx.cmd);
-    if (needs_worker(p->def, p->ctx.cmd, counted)) {
+    if (force_worker || needs_worker(p->def, p->ctx.cmd, counted)) {
         p->work.data = p;
         sbl_audit_seal(); /* this loop's events so far go before the worker's */
-        if (uv_queue_work(sbl_conn_loop(conn), &p->work, work_cb, after_work_cb) == 0)
+        if (uv_queue_work(sbl_conn_loop(p->ctx.conn), &p->work, work_cb, after_work_cb) == 0)
             return;
     }
     execute(p);
     finish(p);
+}
+
+void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
+{
+    pending_t *p = pending_start(conn, req);
+    if (p != NULL)
+        dispatch_pending(p, false);
 }
 
 void sbl_cmd_run(const char *db, const bson_t *cmd, bson_t *reply)
@@ -777,6 +952,13 @@ static void reaper_main(void *arg)
     uv_mutex_unlock(&reaper_mu);
 }
 
+/* What parked getMores wait on: a capped insert (the oplog's too) or the
+ * majority commit point moving (a change stream's next events). */
+static uint64_t wake_generation(void)
+{
+    return sbl_capped_generation() + sbl_repl_commit_generation();
+}
+
 int sbl_cmd_init(sbl_err_t *err)
 {
     /* libuv's worker pool runs the commands that may scan; size it before first use. */
@@ -787,6 +969,7 @@ int sbl_cmd_init(sbl_err_t *err)
     static const sbl_op_observer_t observer = {.coll_created = sbl_cmd_on_coll_created};
     sbl_op_set_observer(&observer);
     sbl_op_set_park(sbl_capped_await_park);
+    sbl_op_set_generation(wake_generation);
     SBL_RET(sbl_spill_init(err)); /* memory parameters; empties <dbpath>/_tmp */
     SBL_RET(sbl_cmd_sessions_init(err)); /* session timeout and refresh parameters */
     uv_mutex_init(&reaper_mu);

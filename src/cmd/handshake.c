@@ -126,14 +126,19 @@ static void append_hello_fields(bson_t *r, const sbl_client_t *client, bool is_h
 
 /*
  * Awaitable hello (server monitoring).  A hello that carries our current
- * topologyVersion and maxAwaitTimeMS is answered when the topology changes
- * or maxAwaitTimeMS passes; a single server's topology never changes, so the
- * answer comes after maxAwaitTimeMS.  With exhaustAllowed the answers keep
- * coming every maxAwaitTimeMS with moreToCome set, until the connection
- * closes.  State machine: WAITING (timer armed) -> timer fires -> reply
- * (exhaust: reply_more and re-arm; else reply and free) ; a closing
- * connection -> cancel: close the timer, then release the request.
+ * topologyVersion and maxAwaitTimeMS is answered as soon as the topology
+ * changes (the replica set state's counter moves: a new primary, a
+ * step-down, a config) or when maxAwaitTimeMS passes, so a driver learns of
+ * a new primary at once.  A loop timer looks at the counter every
+ * HELLO_POLL_MS (the awaitData getMore waits the same way).  With
+ * exhaustAllowed the answers keep coming with moreToCome set, each one
+ * starting a new wait, until the connection closes.  State machine:
+ * WAITING (timer armed) -> counter moved or deadline -> reply (exhaust:
+ * reply_more and wait again; else reply and free); a closing connection ->
+ * cancel: close the timer, then release the request.
  */
+#define HELLO_POLL_MS 10
+
 typedef struct hello_wait {
     uv_timer_t timer;
     sbl_conn_t *conn;
@@ -141,6 +146,8 @@ typedef struct hello_wait {
     sbl_client_t *client;
     bool is_hello, hello_ok, exhaust;
     uint64_t await_ms;
+    int64_t counter;     /* the topologyVersion.counter the client holds */
+    int64_t deadline_ms; /* when maxAwaitTimeMS runs out */
 } hello_wait_t;
 
 static void hello_wait_closed(uv_handle_t *h)
@@ -150,20 +157,25 @@ static void hello_wait_closed(uv_handle_t *h)
     free(w);
 }
 
-static void hello_wait_fire(uv_timer_t *t)
+static void hello_wait_tick(uv_timer_t *t)
 {
     hello_wait_t *w = t->data;
+    int64_t counter = sbl_repl_topology_counter();
+    if (counter == w->counter && sbl_now_ms() < w->deadline_ms)
+        return;
     bson_t reply = BSON_INITIALIZER;
     append_hello_fields(&reply, w->client, w->is_hello, w->hello_ok);
     BSON_APPEND_DOUBLE(&reply, "ok", 1.0);
     if (w->exhaust) {
         sbl_conn_reply_more(w->conn, w->req, &reply);
-        uv_timer_start(&w->timer, hello_wait_fire, w->await_ms, 0);
+        w->counter = counter; /* the client now holds this one */
+        w->deadline_ms = sbl_now_ms() + (int64_t)w->await_ms;
     } else {
         w->client->hello_wait = NULL;
         sbl_conn_reply(w->conn, w->req, &reply);
         w->req = NULL;
         w->conn = NULL;
+        uv_timer_stop(&w->timer);
         uv_close((uv_handle_t *)&w->timer, (uv_close_cb)free);
     }
     bson_destroy(&reply);
@@ -180,7 +192,7 @@ void sbl_hello_wait_cancel(sbl_client_t *client)
 }
 
 /* True when the hello asks to wait: our topologyVersion and maxAwaitTimeMS. */
-static bool hello_is_awaitable(const bson_t *cmd, uint64_t *await_ms)
+static bool hello_is_awaitable(const bson_t *cmd, uint64_t *await_ms, int64_t *counterp)
 {
     bson_iter_t it, tv;
     const uint8_t *data;
@@ -197,8 +209,11 @@ static bool hello_is_awaitable(const bson_t *cmd, uint64_t *await_ms)
         !BSON_ITER_HOLDS_OID(&tv) || !bson_oid_equal(bson_iter_oid(&tv), &process_id))
         return false; /* another process (a restart): answer at once */
     /* A counter behind ours: the member's state changed since; answer at once. */
-    if (bson_iter_init_from_data(&tv, data, len) && bson_iter_find(&tv, "counter") &&
-        BSON_ITER_HOLDS_NUMBER(&tv) && bson_iter_as_int64(&tv) != sbl_repl_topology_counter())
+    if (!bson_iter_init_from_data(&tv, data, len) || !bson_iter_find(&tv, "counter") ||
+        !BSON_ITER_HOLDS_NUMBER(&tv))
+        return false;
+    *counterp = bson_iter_as_int64(&tv);
+    if (*counterp != sbl_repl_topology_counter())
         return false;
     return true;
 }
@@ -211,9 +226,10 @@ int sbl_cmd_hello(sbl_opctx_t *ctx, sbl_err_t *err)
     bool is_hello = strcmp(ctx->name, "hello") == 0;
     bool hello_ok = bson_iter_init_find(&it, ctx->cmd, "helloOk") && bson_iter_as_bool(&it);
     uint64_t await_ms;
+    int64_t counter;
 
     if (ctx->conn != NULL && ctx->req != NULL && ctx->client->hello_wait == NULL &&
-        hello_is_awaitable(ctx->cmd, &await_ms)) {
+        hello_is_awaitable(ctx->cmd, &await_ms, &counter)) {
         hello_wait_t *w = calloc(1, sizeof(*w));
         if (w != NULL) {
             w->conn = ctx->conn;
@@ -223,9 +239,12 @@ int sbl_cmd_hello(sbl_opctx_t *ctx, sbl_err_t *err)
             w->hello_ok = hello_ok;
             w->exhaust = (ctx->req->flags & SBL_MSG_EXHAUST_ALLOWED) != 0;
             w->await_ms = await_ms;
+            w->counter = counter;
+            w->deadline_ms = sbl_now_ms() + (int64_t)await_ms;
             uv_timer_init(sbl_conn_loop(ctx->conn), &w->timer);
             w->timer.data = w;
-            uv_timer_start(&w->timer, hello_wait_fire, await_ms, 0);
+            uv_timer_start(&w->timer, hello_wait_tick, await_ms < HELLO_POLL_MS ? await_ms : HELLO_POLL_MS,
+                           HELLO_POLL_MS);
             ctx->client->hello_wait = w;
             ctx->deferred = true;
             return 0;

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_INDEXES 64
 
@@ -407,13 +408,101 @@ static int conflict(const bson_t *req, const bson_t *have, sbl_err_t *err)
     return rc;
 }
 
+/* How often one createIndexes checks its specs again after losing a race
+ * for a name or after the build it waited for failed. */
+#define MAX_CREATE_ROUNDS 20
+
+/*
+ * Check the requested specs against the indexes the collection has (ready
+ * or building) and against each other: skip[i] when an identical index
+ * exists or an earlier spec asks for the same one, joined[i] when that
+ * identical index is still building; specs this request made already are
+ * left alone.  0, or the conflict's error.
+ */
+static int check_specs(bson_t **specs, size_t nspecs, const bool *made, sbl_index_t **have,
+                       size_t nhave, bool *skip, bool *joined, sbl_err_t *err)
+{
+    bson_t id_spec = BSON_INITIALIZER;
+    size_t i, k;
+    int rc = 0;
+
+    append_id_spec(&id_spec);
+    for (i = 0; i < nspecs && rc == 0; i++) {
+        skip[i] = false;
+        joined[i] = false;
+        if (made[i])
+            continue;
+        if (strcmp(spec_name(specs[i]), "_id_") == 0 || same_key(specs[i], &id_spec)) {
+            /* The _id index: only its exact spec is accepted. */
+            if (same_key(specs[i], &id_spec) && strcmp(spec_name(specs[i]), "_id_") == 0 &&
+                !opt_bool(specs[i], "sparse") && !opt_bool(specs[i], "unique")) {
+                skip[i] = true;
+                continue;
+            }
+            rc = conflict(specs[i], &id_spec, err);
+            if (rc == 0 || rc == 1)
+                rc = sbl_err_set(err, SBL_E_BadValue, "The _id index cannot be changed");
+            break;
+        }
+        for (k = 0; k < nhave && rc == 0; k++) {
+            rc = sbl_cmd_text_conflict(specs[i], sbl_index_spec(have[k]), err);
+            if (rc == 0)
+                rc = conflict(specs[i], sbl_index_spec(have[k]), err);
+            if (rc == 1) {
+                skip[i] = true;
+                joined[i] = !sbl_index_is_ready(have[k]);
+                rc = 0;
+                break;
+            }
+        }
+        for (k = 0; k < i && rc == 0; k++) {
+            if (skip[k] || made[k])
+                continue;
+            rc = sbl_cmd_text_conflict(specs[i], specs[k], err);
+            if (rc == 0)
+                rc = conflict(specs[i], specs[k], err);
+            if (rc == 1) {
+                skip[i] = true;
+                rc = 0;
+            }
+        }
+    }
+    bson_destroy(&id_spec);
+    return rc;
+}
+
+/* Wait until c's index `name` is ready (0), or *gone when it left the list
+ * (its build failed, or it was dropped); the operation's kill and deadline
+ * end the wait. */
+static int await_build(sbl_opctx_t *ctx, sbl_coll_t *c, const char *name, bool *gone,
+                       sbl_err_t *err)
+{
+    for (;;) {
+        sbl_index_t **ixs;
+        size_t n;
+        int state = 0; /* 0 gone, 1 building, 2 ready */
+        sbl_index_list(c, true, &ixs, &n);
+        for (size_t k = 0; k < n; k++)
+            if (strcmp(sbl_index_name(ixs[k]), name) == 0)
+                state = sbl_index_is_ready(ixs[k]) ? 2 : 1;
+        sbl_index_list_free(ixs, n);
+        if (state != 1) {
+            *gone = state == 0;
+            return 0;
+        }
+        SBL_RET(sbl_op_check_interrupt(ctx, err));
+        usleep(2000);
+    }
+}
+
 int sbl_cmd_create_indexes(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
     bson_iter_t it, list;
     bson_t *specs[MAX_INDEXES];
     bool skip[MAX_INDEXES], own_coll[MAX_INDEXES];
-    size_t nspecs = 0, before, after, i, k;
+    bool made[MAX_INDEXES] = {false}, joined[MAX_INDEXES] = {false};
+    size_t nspecs = 0, before = 0, after, nmade = 0, i;
     sbl_coll_t *c = NULL;
     sbl_index_t **have = NULL;
     size_t nhave = 0;
@@ -456,69 +545,56 @@ int sbl_cmd_create_indexes(sbl_opctx_t *ctx, sbl_err_t *err)
     for (i = 0; i < nspecs && bson_iter_init_find(&dc, sbl_coll_options(c), "collation"); i++)
         if (!own_coll[i])
             bson_append_iter(specs[i], "collation", -1, &dc);
-    sbl_index_list(c, true, &have, &nhave);
-    before = 1 + nhave;
-    bson_t id_spec = BSON_INITIALIZER;
-    append_id_spec(&id_spec);
-    for (i = 0; i < nspecs; i++) {
-        if (strcmp(spec_name(specs[i]), "_id_") == 0 || same_key(specs[i], &id_spec)) {
-            /* The _id index: only its exact spec is accepted. */
-            bson_t key;
-            get_doc_field(specs[i], "key", &key);
-            if (same_key(specs[i], &id_spec) && strcmp(spec_name(specs[i]), "_id_") == 0 &&
-                !opt_bool(specs[i], "sparse") && !opt_bool(specs[i], "unique")) {
-                skip[i] = true;
+    /* Several clients may ask for the same index at once: as mongod, each
+     * gets success. A request that finds an identical index building waits
+     * for it (joined); one that loses the race to publish the name checks
+     * its specs again against what won. */
+    for (int round = 0;; round++) {
+        bool again = false;
+        sbl_index_list(c, true, &have, &nhave);
+        if (round == 0)
+            before = 1 + nhave;
+        rc = check_specs(specs, nspecs, made, have, nhave, skip, joined, err);
+        sbl_index_list_free(have, nhave);
+        if (rc != 0)
+            goto err;
+        for (i = 0; i < nspecs && !again; i++) {
+            if (skip[i] || made[i])
                 continue;
+            if (before + nmade >= MAX_INDEXES) {
+                rc = sbl_err_set(err, SBL_E_CannotCreateIndex,
+                                 "add index fails, too many indexes for %s key:%s", ns,
+                                 spec_name(specs[i]));
+                goto err;
             }
-            rc = conflict(specs[i], &id_spec, err);
-            if (rc == 0 || rc == 1)
-                rc = sbl_err_set(err, SBL_E_BadValue, "The _id index cannot be changed");
-            break;
-        }
-        for (k = 0; k < nhave && rc == 0; k++) {
-            rc = sbl_cmd_text_conflict(specs[i], sbl_index_spec(have[k]), err);
-            if (rc == 0)
-                rc = conflict(specs[i], sbl_index_spec(have[k]), err);
-            if (rc == 1) {
-                skip[i] = true;
+            rc = sbl_index_create(ctx->ss, c, specs[i], err);
+            if (rc == SBL_E_IndexAlreadyExists && round < MAX_CREATE_ROUNDS) {
+                sbl_err_clear(err);
                 rc = 0;
+                again = true;
                 break;
             }
+            if (rc != 0)
+                goto err;
+            made[i] = true;
+            nmade++;
+            ctx->wrote = true;
+            sbl_repl_log_create_index(ctx->ss, ns, sbl_coll_uuid(c), specs[i]);
+            sbl_cmd_audit_index(ctx, "createIndex", ns, spec_name(specs[i]), specs[i]);
         }
-        for (k = 0; k < i && rc == 0; k++) {
-            if (skip[k])
+        for (i = 0; i < nspecs && !again; i++) {
+            bool gone = false;
+            if (!joined[i])
                 continue;
-            rc = sbl_cmd_text_conflict(specs[i], specs[k], err);
-            if (rc == 0)
-                rc = conflict(specs[i], specs[k], err);
-            if (rc == 1) {
-                skip[i] = true;
-                rc = 0;
-            }
+            SBL_ERR(await_build(ctx, c, spec_name(specs[i]), &gone, err));
+            again = gone && round < MAX_CREATE_ROUNDS; /* its build failed: try ours */
         }
-        if (rc != 0)
+        if (!again)
             break;
     }
-    bson_destroy(&id_spec);
-    sbl_index_list_free(have, nhave);
-    if (rc != 0)
-        goto err;
-    after = before;
-    for (i = 0; i < nspecs; i++) {
-        if (skip[i])
-            continue;
-        if (after >= MAX_INDEXES) {
-            rc = sbl_err_set(err, SBL_E_CannotCreateIndex,
-                             "add index fails, too many indexes for %s key:%s", ns,
-                             spec_name(specs[i]));
-            goto err;
-        }
-        SBL_ERR(sbl_index_create(ctx->ss, c, specs[i], err));
-        ctx->wrote = true;
-        sbl_repl_log_create_index(ctx->ss, ns, sbl_coll_uuid(c), specs[i]);
-        sbl_cmd_audit_index(ctx, "createIndex", ns, spec_name(specs[i]), specs[i]);
-        after++;
-    }
+    /* What the collection has now (a request that joined another's build
+     * counts it, as mongod's reply does). */
+    after = 1 + sbl_index_count(c);
     BSON_APPEND_INT32(ctx->reply, "numIndexesBefore", (int32_t)before);
     BSON_APPEND_INT32(ctx->reply, "numIndexesAfter", (int32_t)after);
     if (after == before)

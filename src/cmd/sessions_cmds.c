@@ -505,6 +505,18 @@ void sbl_cmd_sessions_append_status(bson_t *r)
     BSON_APPEND_INT32(&d, "lastTransactionReaperJobEntriesCleanedUp", 0);
     bson_append_document_end(r, &d);
     pthread_mutex_unlock(&job_mu);
+    /* Retryable writes' counters; multi-document transactions are not built yet. */
+    BSON_APPEND_DOCUMENT_BEGIN(r, "transactions", &d);
+    BSON_APPEND_INT64(&d, "retriedCommandsCount", sbl_retry_retried_commands());
+    BSON_APPEND_INT64(&d, "retriedStatementsCount", sbl_retry_retried_statements());
+    BSON_APPEND_INT64(&d, "transactionsCollectionWriteCount", sbl_retry_record_writes());
+    BSON_APPEND_INT64(&d, "currentActive", 0);
+    BSON_APPEND_INT64(&d, "currentInactive", 0);
+    BSON_APPEND_INT64(&d, "currentOpen", 0);
+    BSON_APPEND_INT64(&d, "totalAborted", 0);
+    BSON_APPEND_INT64(&d, "totalCommitted", 0);
+    BSON_APPEND_INT64(&d, "totalStarted", 0);
+    bson_append_document_end(r, &d);
 }
 
 /* Start-up parameters: localLogicalSessionTimeoutMinutes and

@@ -21,6 +21,10 @@
 #define SLOW SBL_CMD_SLOW
 
 static const sbl_cmd_def_t cmd_table[] = {
+    {"_addShard", sbl_cmd_add_shard_identity, ADM,
+     "internal: the router gives a shard its shardIdentity", NULL},
+    {"_flushRoutingTableCacheUpdates", sbl_cmd_flush_routing_table, ADM | SLOW,
+     "internal: re-read a collection's shard version from the config servers", NULL},
     {"aggregate", sbl_cmd_aggregate, R | SLOW, "run an aggregation pipeline", "find"},
     {"authenticate", sbl_cmd_authenticate, NA,
      "authenticate (MONGODB-CR / X509: not offered)", NULL},
@@ -45,6 +49,7 @@ static const sbl_cmd_def_t cmd_table[] = {
     {"createRole", sbl_cmd_create_role, W, "create a user-defined role", "createRole"},
     {"createUser", sbl_cmd_create_user, W, "create a user", "createUser"},
     {"currentOp", sbl_cmd_current_op, ADM, "operations running now", "inprog"},
+    {"dbHash", sbl_cmd_db_hash, R | SLOW, "MD5 digests of a database's collections", "dbHash"},
     {"dbStats", sbl_cmd_db_stats, R, "database statistics", "dbStats"},
     {"delete", sbl_cmd_delete, W | SLOW, "delete documents", "remove"},
     {"deleteIndexes", sbl_cmd_drop_indexes, W, "drop indexes", "dropIndex"},
@@ -140,6 +145,8 @@ static const sbl_cmd_def_t cmd_table[] = {
      "change the audit filter / auditAuthorizationSuccess at run time", NULL},
     {"setParameter", sbl_cmd_set_parameter, ADM, "set a server parameter at run time",
      "setParameter"},
+    {"shardingState", sbl_cmd_sharding_state, ADM,
+     "this shard's name, config servers and cached shard versions", "shardingState"},
     {"shutdown", sbl_cmd_shutdown_cmd, ADM, "shut the server down", "shutdown"},
     {"startSession", sbl_cmd_start_session, 0, "start a logical session", ""},
     {"top", sbl_cmd_top, ADM, "per-collection time and count of reads and writes", "top"},

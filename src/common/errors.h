@@ -80,6 +80,9 @@
     X(MechanismUnavailable, 334)                                                                   \
     X(InvalidUUID, 207)                                                                            \
     X(NoSuchTransaction, 251)                                                                      \
+    X(TransactionTooOld, 225)                                                                      \
+    X(IncompleteTransactionHistory, 217)                                                           \
+    X(Location50768, 50768)                                                                        \
     X(Interrupted, 11601)                                                                          \
     X(InterruptedAtShutdown, 11600)                                                                \
     X(DuplicateKey, 11000)                                                                         \
@@ -90,6 +93,10 @@
     X(InvalidBSON, 22)                                                                             \
     X(BSONObjectTooLarge, 10334)                                                                   \
     X(TooManyFilesOpen, 264)                                                                       \
+    X(InvalidResumeToken, 260)                                                                     \
+    X(ChangeStreamFatalError, 280)                                                                 \
+    X(ChangeStreamHistoryLost, 286)                                                                \
+    X(NoMatchingDocument, 47)                                                                      \
     X(ShutdownInProgress, 91)                                                                      \
     X(NotWritablePrimary, 10107)                                                                   \
     X(AlreadyInitialized, 23)                                                                      \
@@ -104,7 +111,13 @@
     X(PrimarySteppedDown, 189)                                                                     \
     X(NotSecondary, 135)                                                                           \
     X(NodeNotElectable, 147)                                                                       \
+    X(ShardKeyNotFound, 61)                                                                        \
+    X(ShardNotFound, 70)                                                                           \
+    X(NamespaceNotSharded, 118)                                                                    \
+    X(StaleConfig, 13388)                                                                          \
     X(CommandFailed, 125)                                                                          \
+    X(OplogStartMissing, 120)                                                                      \
+    X(UnrecoverableRollbackError, 127)                                                             \
     X(Location16436, 16436)                                                                        \
     X(Location31254, 31254)                                                                        \
     X(Location40352, 40352)                                                                        \

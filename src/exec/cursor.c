@@ -101,7 +101,7 @@ static void register_cursor(sbl_cursor_t *cur)
     size_t b = bucket_of(cur->id);
     cur->next = buckets[b];
     buckets[b] = cur;
-    cur->in_use = false;
+    cur->in_use = true;
     cur->last_use_us = sbl_now_us();
     nopen++;
     pthread_mutex_unlock(&reg_lock);
@@ -198,9 +198,20 @@ static void batch_begin(sbl_opctx_t *ctx, const char *batch_key, bson_t *c, bson
     ctx->nreturned = 0;
 }
 
+static void batch_end_cur(sbl_opctx_t *ctx, bson_t *c, bson_t *arr, int64_t id, const char *ns,
+                          sbl_cursor_t *cur);
+
 static void batch_end(sbl_opctx_t *ctx, bson_t *c, bson_t *arr, int64_t id, const char *ns)
 {
+    batch_end_cur(ctx, c, arr, id, ns, NULL);
+}
+
+static void batch_end_cur(sbl_opctx_t *ctx, bson_t *c, bson_t *arr, int64_t id, const char *ns,
+                          sbl_cursor_t *cur)
+{
     bson_append_array_end(c, arr);
+    if (cur != NULL && cur->src.annotate != NULL && cur->state != NULL)
+        cur->src.annotate(cur->state, cur->has_pending, c);
     bson_append_int64(c, "id", -1, id);
     bson_append_utf8(c, "ns", -1, ns, -1);
     bson_append_document_end(ctx->reply, c);
@@ -249,12 +260,22 @@ int sbl_cursor_first_batch_flags(sbl_opctx_t *ctx, const char *ns,
     int64_t id = 0;
     bool tail = (flags & SBL_CURSOR_TAILABLE) && !(src->finished != NULL && src->finished(state));
     if ((!done || tail) && !single_batch) {
-        register_cursor(cur);
+        register_cursor(cur); /* in use until its reply is built (annotate reads it) */
         id = cur->id;
-    } else {
-        cursor_free(cur);
     }
-    batch_end(ctx, &c, &arr, id, ns);
+    batch_end_cur(ctx, &c, &arr, id, ns, cur);
+    if (id == 0) {
+        cursor_free(cur);
+        return 0;
+    }
+    pthread_mutex_lock(&reg_lock);
+    bool killed = cur->killed;
+    if (killed)
+        unlink_locked(cur);
+    cur->in_use = false;
+    pthread_mutex_unlock(&reg_lock);
+    if (killed)
+        cursor_free(cur);
     return 0;
 }
 
@@ -370,7 +391,7 @@ static void docs_free(void *state)
     free(st);
 }
 
-const sbl_cursor_source_t sbl_cursor_docs_source = {docs_next, docs_free, NULL};
+const sbl_cursor_source_t sbl_cursor_docs_source = {docs_next, docs_free, NULL, NULL};
 
 /* ---- reaper -------------------------------------------------------------- */
 
@@ -452,7 +473,7 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
     bson_iter_t it;
     int64_t id = 0, batch_size = -1, await_ms = 1000;
     const char *coll = NULL;
-    uint64_t gen = sbl_capped_generation(); /* before reading: an insert after it wakes us */
+    uint64_t gen = sbl_op_generation(); /* before reading: a write after it wakes us */
 
     SBL_RET(sbl_check_fields(ctx->cmd, "GetMoreCommandRequest", getmore_fields, err));
     if (!bson_iter_init(&it, ctx->cmd))
@@ -537,7 +558,7 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
     }
     pthread_mutex_unlock(&reg_lock);
 
-    batch_end(ctx, &c, &arr, drop || rc != 0 ? 0 : id, ns);
+    batch_end_cur(ctx, &c, &arr, drop || rc != 0 ? 0 : id, ns, rc == 0 ? cur : NULL);
     if (drop)
         cursor_free(cur);
     return rc;

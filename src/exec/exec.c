@@ -175,8 +175,58 @@ int sbl_qexec_new(const char *ns, const sbl_qexec_opts_t *o, sbl_qexec_t **qp, s
     return sbl_qexec_new_hinted(ns, o, NULL, qp, err);
 }
 
+/*
+ * find's min/max: they need a hint (51173), which must be an index, not
+ * {$natural} (NoQueryExecutionPlans); on the _id index they become the _id
+ * range [min._id, max._id), on a secondary index its one interval.
+ */
+static int apply_min_max(sbl_qexec_t *q, const sbl_qexec_opts_t *o, const bson_value_t *hint,
+                         const bson_t *min, const bson_t *max, sbl_err_t *err)
+{
+    bson_iter_t it;
+
+    if (hint == NULL)
+        return sbl_err_set(err, 51173, "When using min()/max() a hint of which index to use "
+                                       "must be provided");
+    if (q->hint == SBL_HINT_NATURAL)
+        return sbl_err_set(err, SBL_E_NoQueryExecutionPlans,
+                           "No query solutions: min()/max() need an index, not a $natural hint");
+    if (q->ixp != NULL)
+        return sbl_ixplan_set_min_max(q->ixp, min, max, o->collation, err);
+    if (q->hint != SBL_HINT_ID || q->range.kind == SBL_ID_NONE)
+        return 0; /* no collection, or nothing can match */
+    const bson_t *b[2] = {min, max};
+    for (int k = 0; k < 2; k++)
+        if (b[k] != NULL && (!bson_iter_init(&it, b[k]) || !bson_iter_next(&it) ||
+                             strcmp(bson_iter_key(&it), "_id") != 0 || bson_iter_next(&it)))
+            return sbl_err_set(err, 51174, "The index chosen is not consistent with min/max");
+    if (q->range.kind == SBL_ID_POINTS)
+        return 0; /* the points are the tighter bound; the matcher keeps them */
+    sbl_id_range_destroy(&q->range);
+    memset(&q->range, 0, sizeof(q->range));
+    q->range.kind = SBL_ID_RANGE;
+    if (min != NULL && bson_iter_init_find(&it, min, "_id")) {
+        q->range.has_lo = q->range.lo_inclusive = true;
+        bson_value_copy(bson_iter_value(&it), &q->range.lo);
+    }
+    if (max != NULL && bson_iter_init_find(&it, max, "_id")) {
+        q->range.has_hi = true;
+        bson_value_copy(bson_iter_value(&it), &q->range.hi);
+    }
+    if (q->range.has_lo && q->range.has_hi &&
+        sbl_value_compare(&q->range.lo, &q->range.hi) >= 0)
+        return sbl_err_set(err, 51175, "max() must be greater than min()");
+    return 0;
+}
+
 int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_value_t *hint,
                          sbl_qexec_t **qp, sbl_err_t *err)
+{
+    return sbl_qexec_new_min_max(ns, o, hint, NULL, NULL, qp, err);
+}
+
+int sbl_qexec_new_min_max(const char *ns, const sbl_qexec_opts_t *o, const bson_value_t *hint,
+                          const bson_t *min, const bson_t *max, sbl_qexec_t **qp, sbl_err_t *err)
 {
     bson_t empty = BSON_INITIALIZER;
     const bson_t *filter = o->filter != NULL ? o->filter : &empty;
@@ -294,9 +344,21 @@ int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_v
                 bson_iter_init_find(&hit, &h, "$natural") && BSON_ITER_HOLDS_NUMBER(&hit))
                 q->desc = bson_iter_as_double(&hit) < 0;
         }
+        if (rc == 0 && (min != NULL || max != NULL))
+            rc = apply_min_max(q, o, hint, min, max, err);
+        if (rc != 0) {
+            sbl_qexec_free(q);
+            return rc;
+        }
         if (q->ixp != NULL && q->ixp->provides_sort) {
             sbl_sort_free(q->sort); /* the index order is the sort order */
             q->sort = NULL;
+        }
+    } else if (min != NULL || max != NULL) {
+        int rc = apply_min_max(q, o, hint, min, max, err); /* the errors still apply */
+        if (rc != 0) {
+            sbl_qexec_free(q);
+            return rc;
         }
     }
     sbl_qexec_summary(q, q->summary, sizeof(q->summary));

@@ -93,6 +93,12 @@ int sbl_qexec_next(sbl_qexec_t *q, sbl_opctx_t *ctx, bson_t *doc, int32_t *posp,
  * pattern, or {$natural: ±1}.  BadValue (2) when it names no index. */
 int sbl_qexec_new_hinted(const char *ns, const sbl_qexec_opts_t *o, const bson_value_t *hint,
                          sbl_qexec_t **qp, sbl_err_t *err);
+/* As sbl_qexec_new_hinted, with find's min/max: index keys from min
+ * (inclusive) to max (exclusive) of the hinted index, in its key pattern's
+ * fields (NULL: unbounded); mongod's errors 51173-51176 and 291. */
+int sbl_qexec_new_min_max(const char *ns, const sbl_qexec_opts_t *o, const bson_value_t *hint,
+                          const bson_t *min, const bson_t *max, sbl_qexec_t **qp,
+                          sbl_err_t *err);
 
 /* The plan in MongoDB's summary form ("IXSCAN { a: 1 }", "COLLSCAN", "IDHACK"). */
 void sbl_qexec_summary(const sbl_qexec_t *q, char *buf, size_t len);
@@ -177,6 +183,10 @@ typedef struct sbl_cursor_source {
     /* Optional (may be NULL): for a tailable cursor, true when the source's end is final
      * (its limit was reached), so the cursor closes instead of waiting for more. */
     bool (*finished)(void *state);
+    /* Optional: append fields to each reply's cursor document after the batch
+     * (a change stream's postBatchResumeToken); has_pending tells that the
+     * last document produced was held back for the next batch. */
+    void (*annotate)(void *state, bool has_pending, bson_t *cursor_doc);
 } sbl_cursor_source_t;
 
 /*

@@ -610,3 +610,78 @@ done:
     sbl_coll_release(c);
     return rc;
 }
+
+/* ---- min / max ------------------------------------------------------------ */
+
+/* Encode bound's values as p's index keys are: false when its field names are
+ * not the key pattern's, in order. */
+static bool enc_min_max(const sbl_ixplan_t *p, const bson_t *bound, const sbl_collation_t *coll,
+                        sbl_buf_t *out)
+{
+    bson_iter_t it;
+    size_t f = 0, n = sbl_index_nfields(p->ix);
+
+    if (!bson_iter_init(&it, bound))
+        return false;
+    while (bson_iter_next(&it)) {
+        if (f == n || strcmp(bson_iter_key(&it), sbl_index_field(p->ix, f)) != 0)
+            return false;
+        enc(out, bson_iter_value(&it), sbl_index_dir(p->ix, f), coll);
+        f++;
+    }
+    return f == n;
+}
+
+static bool same_field_names(const bson_t *a, const bson_t *b)
+{
+    bson_iter_t x, y;
+    bool mx, my;
+
+    if (!bson_iter_init(&x, a) || !bson_iter_init(&y, b))
+        return false;
+    for (;;) {
+        mx = bson_iter_next(&x);
+        my = bson_iter_next(&y);
+        if (!mx || !my)
+            return mx == my;
+        if (strcmp(bson_iter_key(&x), bson_iter_key(&y)) != 0)
+            return false;
+    }
+}
+
+int sbl_ixplan_set_min_max(sbl_ixplan_t *p, const bson_t *min, const bson_t *max,
+                           const sbl_collation_t *coll, sbl_err_t *err)
+{
+    sbl_buf_t lo, hi;
+    int rc = 0;
+
+    if (min != NULL && max != NULL && !same_field_names(min, max))
+        return sbl_err_set(err, 51176, "min() and max() must have the same field names");
+    sbl_buf_init(&lo);
+    sbl_buf_init(&hi);
+    if ((min != NULL && !enc_min_max(p, min, coll, &lo)) ||
+        (max != NULL && !enc_min_max(p, max, coll, &hi))) {
+        rc = sbl_err_set(err, 51174, "The index chosen is not consistent with min/max");
+        goto out;
+    }
+    if (min != NULL && max != NULL) {
+        size_t n = lo.len < hi.len ? lo.len : hi.len;
+        int c = memcmp(lo.data, hi.data, n);
+        if (c > 0 || (c == 0 && lo.len >= hi.len)) {
+            rc = sbl_err_set(err, 51175, "max() must be greater than min()");
+            goto out;
+        }
+    }
+    p->nivals = 0;
+    size_t lo_off = p->arena->len;
+    sbl_buf_append(p->arena, lo.data, lo.len);
+    size_t hi_off = p->arena->len;
+    sbl_buf_append(p->arena, hi.data, hi.len);
+    add_ival(p, lo_off, lo.len, hi_off, hi.len);
+    p->multi_points = false;
+    p->nbounded = sbl_index_nfields(p->ix);
+out:
+    sbl_buf_destroy(&lo);
+    sbl_buf_destroy(&hi);
+    return rc;
+}

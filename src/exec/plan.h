@@ -68,6 +68,13 @@ int sbl_plan_choose(const sbl_plan_input_t *in, sbl_hint_kind_t *hintp, sbl_ixpl
                     sbl_ixplan_t ***rejp, size_t *nrejp, sbl_err_t *err);
 void sbl_ixplan_free(sbl_ixplan_t *p);
 
+/* find's min/max on a hinted index: replace p's intervals with the one from
+ * min (inclusive) to max (exclusive; either NULL: open).  Each must name the
+ * index's key pattern fields in order (51174), both the same fields (51176),
+ * and min must sort before max (51175), as mongod requires. */
+int sbl_ixplan_set_min_max(sbl_ixplan_t *p, const bson_t *min, const bson_t *max,
+                           const sbl_collation_t *coll, sbl_err_t *err);
+
 /* The keyPattern of the plan's index as a document (into out, initialised by the caller). */
 void sbl_ixplan_key_pattern(const sbl_ixplan_t *p, bson_t *out);
 /* "IXSCAN { a: 1, b: -1 }" into buf. */

@@ -82,6 +82,9 @@ uint64_t sbl_conn_id(const sbl_conn_t *conn);        /* 1, 2, 3 ... as connectio
 const char *sbl_conn_remote(const sbl_conn_t *conn); /* "127.0.0.1:53422" */
 const char *sbl_conn_local(const sbl_conn_t *conn);  /* "127.0.0.1:27017" */
 bool sbl_conn_is_loopback(const sbl_conn_t *conn);
+/* True once the connection is closing (the peer left or it was killed): a
+ * stream of replies should stop.  Loop thread only. */
+bool sbl_conn_is_closing(const sbl_conn_t *conn);
 uv_loop_t *sbl_conn_loop(sbl_conn_t *conn);
 /* Keep conn's place among the replies its loop sends at the end of this
  * iteration, as if it held a reply now: a reply held later in the iteration

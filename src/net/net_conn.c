@@ -703,13 +703,19 @@ void sbl_conn_close_request(sbl_conn_t *conn, sbl_request_t *req)
 
 void sbl_conn_reply_more(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply)
 {
-    if (conn->closing || req->opcode != SBL_OP_MSG)
+    if (conn->closing || (req->opcode != SBL_OP_MSG && !req->legacy_find))
         return;
     sbl_buf_t out;
     int32_t id = next_reply_id();
+    int64_t cursor_id;
     sbl_buf_init(&out);
     req->reply_flags |= SBL_MSG_MORE_TO_COME;
     sbl_wire_build_reply(req, id, reply, &out);
+    req->reply_flags &= ~SBL_MSG_MORE_TO_COME; /* the stream's last reply goes without */
+    if (req->legacy_find) {
+        int32_t n = sbl_wire_batch_count(reply, &cursor_id);
+        req->legacy_from += n > 0 ? n : 0;
+    }
     hold_reply(conn, out.data, out.len, NULL);
     sbl_buf_destroy(&out);
     req->request_id = id;
@@ -757,6 +763,11 @@ const char *sbl_conn_local(const sbl_conn_t *conn)
 bool sbl_conn_is_loopback(const sbl_conn_t *conn)
 {
     return conn->loopback;
+}
+
+bool sbl_conn_is_closing(const sbl_conn_t *conn)
+{
+    return conn->closing;
 }
 
 uv_loop_t *sbl_conn_loop(sbl_conn_t *conn)

@@ -130,3 +130,15 @@ bool sbl_op_park(sbl_opctx_t *ctx, uint64_t gen, int64_t until_us)
 {
     return park_fn != NULL && park_fn(ctx, gen, until_us);
 }
+
+static sbl_op_gen_fn gen_fn;
+
+void sbl_op_set_generation(sbl_op_gen_fn fn)
+{
+    gen_fn = fn;
+}
+
+uint64_t sbl_op_generation(void)
+{
+    return gen_fn != NULL ? gen_fn() : sbl_capped_generation();
+}

@@ -35,6 +35,8 @@
 
 /* Per-connection state; defined by the command layer (cmd_int.h). */
 typedef struct sbl_client sbl_client_t;
+/* A retryable write's session state for one command (cmd/retryable.c). */
+typedef struct sbl_retry sbl_retry_t;
 
 /* Parsed writeConcern. */
 typedef struct sbl_write_concern {
@@ -70,6 +72,7 @@ typedef struct sbl_opctx {
     bool has_lsid;        /* the command ran in a logical session (its lsid) */
     uint8_t lsid_id[16];  /* that session's id (src/sessions; cursors remember it) */
     uint8_t user_uid[32]; /* SHA-256 of the user running it ("user@db"; "" unauthenticated) */
+    sbl_retry_t *retry;   /* a retryable write (lsid + txnNumber), else NULL */
 } sbl_opctx_t;
 
 /* ---- namespaces (op.c) ---------------------------------------------------- */
@@ -138,12 +141,18 @@ void sbl_op_coll_created(sbl_opctx_t *ctx, const char *ns);
 /*
  * Park the operation's request until something changes or until_us
  * (monotonic) passes: an awaitData getMore with nothing new.  gen is
- * sbl_capped_generation() read before the operation looked for data; the
+ * sbl_op_generation() read before the operation looked for data; the
  * request runs again once it moves.  Returns false when the operation cannot
  * be parked (an internal run, or no parking installed): the caller answers
  * at once.  On true, ctx->deferred is set and the caller answers nothing.
  */
 typedef bool (*sbl_op_park_fn)(sbl_opctx_t *ctx, uint64_t gen, int64_t until_us);
+/* The counter a parked request waits on: sbl_capped_generation() unless
+ * the layer above installs another (the command layer adds the majority
+ * commit point's moves, which change streams wait for). */
+typedef uint64_t (*sbl_op_gen_fn)(void);
+void sbl_op_set_generation(sbl_op_gen_fn fn);
+uint64_t sbl_op_generation(void);
 void sbl_op_set_park(sbl_op_park_fn fn);
 bool sbl_op_park(sbl_opctx_t *ctx, uint64_t gen, int64_t until_us);
 

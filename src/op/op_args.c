@@ -29,10 +29,20 @@ static bool in_list(const char *k, const char *const *list)
  * fails as on a standalone mongod (NotAReplicaSet 123). */
 static int check_read_concern(const bson_iter_t *rc, sbl_err_t *err)
 {
+    static const char *const levels[] = {"local", "majority", "linearizable", "available",
+                                         "snapshot", NULL};
     bson_iter_t it;
-    if (BSON_ITER_HOLDS_DOCUMENT(rc) && bson_iter_recurse(rc, &it) &&
-        bson_iter_find(&it, "level") && BSON_ITER_HOLDS_UTF8(&it) &&
-        strcmp(bson_iter_utf8(&it, NULL), "snapshot") == 0)
+    if (!BSON_ITER_HOLDS_DOCUMENT(rc) || !bson_iter_recurse(rc, &it) ||
+        !bson_iter_find(&it, "level"))
+        return 0;
+    if (!BSON_ITER_HOLDS_UTF8(&it))
+        return sbl_type_error(err, "readConcern.level", &it, "string");
+    const char *level = bson_iter_utf8(&it, NULL);
+    if (!in_list(level, levels))
+        return sbl_err_set(err, SBL_E_BadValue,
+                           "Enumeration value '%s' for field 'readConcern.level' is not a valid "
+                           "value.", level);
+    if (strcmp(level, "snapshot") == 0)
         return sbl_err_set(err, SBL_E_NotAReplicaSet,
                            "node needs to be a replica set member to use readConcern: snapshot");
     return 0;

@@ -34,6 +34,7 @@
 
 #define SBL_OPLOG_NS "local.oplog.rs"
 #define SBL_REPLSET_NS "local.system.replset"
+#define SBL_PREIMAGES_NS "config.system.preimages"
 
 typedef struct sbl_repl_config {
     const char *set_name;  /* --replSet / replication.replSetName; NULL or "": standalone */
@@ -115,10 +116,34 @@ int sbl_repl_step_up(sbl_err_t *err);
 typedef void (*sbl_repl_wait_cb)(void *arg, int code, const char *msg);
 void sbl_repl_await(uint64_t ts, int w, bool w_majority, int64_t wtimeout_ms,
                     sbl_repl_wait_cb cb, void *arg);
+/* Read concerns (repl_read.c); each blocks the calling thread (a worker).
+ * sbl_repl_wait_applied: afterClusterTime, wait until this member applied
+ * ts (a primary writes a no-op to reach it); IllegalOperation (20) when not
+ * a replica set member, MaxTimeMSExpired (50) at deadline_us (0: none).
+ * sbl_repl_linearizable_check: NotAReplicaSet (123) on a standalone,
+ * NotWritablePrimary (10107) on a member that is not primary.
+ * sbl_repl_linearizable_wait: after a linearizable read, write a no-op and
+ * wait until a majority has it; the check's errors, 11602 when this member
+ * stepped down meanwhile, MaxTimeMSExpired at deadline_us. */
+int sbl_repl_wait_applied(uint64_t ts, int64_t deadline_us, sbl_err_t *err);
+int sbl_repl_linearizable_check(sbl_err_t *err);
+int sbl_repl_linearizable_wait(int64_t deadline_us, sbl_err_t *err);
 /* The newest oplog timestamp (what a write just acknowledged waits for). */
 uint64_t sbl_repl_last_op_ts(void);
 /* The number of members (w: N above it is refused as mongod does). */
 int sbl_repl_member_count(void);
+
+/* ---- for change streams (src/agg/changestream.c) ---------------------------- */
+
+/* The next update on this thread is a replacement (on) or an operator
+ * update (off, the default): an update's entry then carries its diff.  The
+ * command layer sets it around the write. */
+void sbl_repl_set_replacement(bool on);
+/* The newest timestamp a majority of the set has (the commit point; on a
+ * set of one voter, every committed entry), 0 before initiate. */
+uint64_t sbl_repl_majority_ts(void);
+/* A counter that moves whenever the commit point moves. */
+uint64_t sbl_repl_commit_generation(void);
 
 /* ---- "c" entries: catalog changes (called after the change succeeded) ------
  * Each writes its entry in a transaction of its own on s (which must have
@@ -133,5 +158,47 @@ void sbl_repl_log_create_index(sbl_session_t *s, const char *ns, const uint8_t *
                                const bson_t *spec);
 void sbl_repl_log_drop_index(sbl_session_t *s, const char *ns, const uint8_t *uuid,
                              const char *name, const bson_t *spec);
+
+/* ---- retryable writes: oplog fields and config.transactions (repl_txn.c) ----
+ *
+ * A write command that carries lsid and txnNumber on a primary runs each of
+ * its statements with a statement set on its thread (sbl_repl_set_stmt):
+ * the oplog entry of the statement's document write then carries lsid,
+ * txnNumber, stmtId and prevOpTime (the session's previous entry in this
+ * txnNumber, or {ts: Timestamp(0, 0), t: -1}), and the session's record in
+ * config.transactions ({_id: lsid, txnNum, lastWriteOpTime, lastWriteDate})
+ * is written in the same WiredTiger transaction.  A findAndModify that must
+ * return the document as it was first logs that pre-image in a no-op entry
+ * and points at it with preImageOpTime (mongod 4.4's form).  Secondaries
+ * write the same record when they apply an entry with lsid and txnNumber,
+ * so whichever member becomes primary can rebuild what each statement did
+ * by walking the prevOpTime chain from lastWriteOpTime.
+ */
+#define SBL_TXN_TABLE_NS "config.transactions"
+
+typedef struct sbl_repl_stmt {
+    uint8_t lsid_id[16];  /* the session */
+    uint8_t lsid_uid[32];
+    int64_t txn_number;
+    int32_t stmt_id;
+    bool pre_image;       /* log the old document first (findAndModify) */
+    uint64_t prev_ts;     /* the session's previous entry in this txnNumber; 0: none */
+    int64_t prev_term;
+    /* Set by the observer when it wrote the statement's entry (the last
+     * attempt's: valid when the caller knows the statement's write committed). */
+    uint64_t out_ts;
+    int64_t out_term;
+} sbl_repl_stmt_t;
+
+/* Set (or clear, NULL) the statement the calling thread's writes belong to. */
+void sbl_repl_set_stmt(sbl_repl_stmt_t *st);
+
+/* The session's record in config.transactions: *foundp, and when found its
+ * txnNum and lastWriteOpTime. */
+int sbl_repl_txn_record_get(sbl_session_t *s, const uint8_t id[16], const uint8_t uid[32],
+                            int64_t *txnp, uint64_t *tsp, int64_t *termp, bool *foundp,
+                            sbl_err_t *err);
+/* The oplog entry at ts (a copy in *out, initialised when *foundp). */
+int sbl_repl_oplog_get(sbl_session_t *s, uint64_t ts, bson_t *out, bool *foundp, sbl_err_t *err);
 
 #endif

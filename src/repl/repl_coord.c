@@ -41,7 +41,9 @@ const char *sbl_rs_state_str(int st)
     case SBL_RS_STARTUP: return "STARTUP";
     case SBL_RS_PRIMARY: return "PRIMARY";
     case SBL_RS_SECONDARY: return "SECONDARY";
+    case SBL_RS_RECOVERING: return "RECOVERING";
     case SBL_RS_STARTUP2: return "STARTUP2";
+    case SBL_RS_ROLLBACK: return "ROLLBACK";
     case SBL_RS_DOWN: return "(not reachable/healthy)";
     default: return "UNKNOWN";
     }
@@ -55,6 +57,26 @@ bool sbl_repl_enabled(void)
 bool sbl_repl_is_primary(void)
 {
     return atomic_load(&rs.state) == SBL_RS_PRIMARY;
+}
+
+uint64_t sbl_repl_majority_ts(void)
+{
+    uint64_t ts;
+    pthread_mutex_lock(&rs.lock);
+    if (rs.config == NULL)
+        ts = 0;
+    else if (atomic_load(&rs.state) == SBL_RS_PRIMARY && sbl_rs_voters(&rs.cfg) == 1)
+        ts = UINT64_MAX; /* a set of one voter: whatever committed is majority-committed */
+    else
+        ts = rs.commit.ts;
+    pthread_mutex_unlock(&rs.lock);
+    return ts;
+}
+
+uint64_t sbl_repl_commit_generation(void)
+{
+    /* the commit point never goes back, so its ts serves as the counter */
+    return __atomic_load_n(&rs.commit.ts, __ATOMIC_RELAXED);
 }
 
 bool sbl_repl_writable(void)
@@ -119,6 +141,11 @@ static void set_state_locked(int st)
     pthread_cond_broadcast(&rs.cond);
 }
 
+void sbl_rs_set_state_locked(int st)
+{
+    set_state_locked(st);
+}
+
 /* ---- config ------------------------------------------------------------------ */
 
 static int64_t num_field(const bson_t *d, const char *k, int64_t def)
@@ -175,13 +202,6 @@ static int normalize_config(const bson_t *in, bson_t *out, sbl_rs_config_t *cfg,
         return sbl_err_set(err, SBL_E_NodeNotFound, "No host described in new configuration "
                            "with {version: %lld, term: 0} for replica set %s maps to this node",
                            (long long)cfg->version, cfg->set_name);
-    for (int i = 0; i < cfg->n; i++) {
-        const char *h = cfg->m[i].host;
-        if (strncmp(h, "127.", 4) != 0 && strncmp(h, "localhost:", 10) != 0 && i != find_self(cfg))
-            return sbl_err_set(err, SBL_E_InvalidReplicaSetConfig, "member %s: Sable's members "
-                               "talk to each other over loopback addresses only so far "
-                               "(127.x.x.x or localhost)", h);
-    }
     cfg->term = 0;
     bson_t members, mem, tags, settings, modes, gle, in_settings;
     bson_oid_t set_id;
@@ -444,6 +464,7 @@ int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err)
         return 0;
     }
     rs.set_name = bson_strdup(cfg->set_name);
+    rs.dbpath = bson_strdup(cfg->dbpath != NULL ? cfg->dbpath : ".");
     rs.port = cfg->port;
     if (cfg->oplog_size_mb > 0) {
         rs.oplog_bytes = cfg->oplog_size_mb * 1024 * 1024;
@@ -457,11 +478,14 @@ int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err)
     srandom((unsigned)(sbl_now_us() ^ (uint64_t)getpid() ^ (uint64_t)cfg->port));
     atomic_store(&rs.state, SBL_RS_STARTUP);
     sbl_storage_set_write_observer(sbl_oplog_observe);
+    sbl_storage_set_replicated(true);
 
     sbl_session_t *s = sbl_session_get();
     bson_t config = BSON_INITIALIZER, vote = BSON_INITIALIZER;
     bool found, vfound;
-    int rc = load_one(s, SBL_REPLSET_NS, &config, &found, err);
+    int rc = sbl_txn_table_open(s, err); /* retryable writes' records (repl_txn.c) */
+    if (rc == 0)
+        rc = load_one(s, SBL_REPLSET_NS, &config, &found, err);
     if (rc == 0)
         rc = load_one(s, ELECTION_NS, &vote, &vfound, err);
     if (rc == 0 && vfound) {
@@ -507,6 +531,7 @@ void sbl_repl_stop(void)
     sbl_rs_sync_stop();
     sbl_storage_set_write_observer(NULL);
     sbl_oplog_close();
+    sbl_txn_table_close();
     pthread_mutex_lock(&rs.lock);
     if (rs.config != NULL)
         bson_destroy(rs.config);
@@ -514,6 +539,8 @@ void sbl_repl_stop(void)
     pthread_mutex_unlock(&rs.lock);
     bson_free(rs.set_name);
     rs.set_name = NULL;
+    bson_free(rs.dbpath);
+    rs.dbpath = NULL;
     atomic_store(&rs.state, SBL_RS_STANDALONE);
 }
 
@@ -521,6 +548,8 @@ int sbl_repl_start_threads(sbl_err_t *err)
 {
     if (!sbl_repl_enabled())
         return 0;
+    /* Before anyone is served: the data catches up with our own oplog. */
+    SBL_RET(sbl_rs_replay_oplog(err));
     if (sbl_rs_hb_start() != 0 || sbl_rs_sync_start() != 0)
         return sbl_err_set(err, SBL_E_InternalError, "could not start the replication threads");
     return 0;

@@ -22,7 +22,16 @@ uint64_t sbl_repl_ts_next(uint64_t prev, uint32_t now_s)
 void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out)
 {
     char op[2] = {e->op, '\0'};
+    const sbl_repl_stmt_t *st = e->stmt;
 
+    if (st != NULL) { /* OperationSessionInfo first, as mongod writes it */
+        bson_t l;
+        BSON_APPEND_DOCUMENT_BEGIN(out, "lsid", &l);
+        BSON_APPEND_BINARY(&l, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
+        BSON_APPEND_BINARY(&l, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
+        bson_append_document_end(out, &l);
+        BSON_APPEND_INT64(out, "txnNumber", st->txn_number);
+    }
     BSON_APPEND_UTF8(out, "op", op);
     BSON_APPEND_UTF8(out, "ns", e->ns);
     if (e->uuid != NULL)
@@ -30,10 +39,27 @@ void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out)
     BSON_APPEND_DOCUMENT(out, "o", e->o);
     if (e->o2 != NULL)
         BSON_APPEND_DOCUMENT(out, "o2", e->o2);
+    if (st != NULL)
+        BSON_APPEND_INT32(out, "stmtId", st->stmt_id);
+    if (e->diff != NULL) /* Sable's: what an update changed (docs/replication.md) */
+        BSON_APPEND_DOCUMENT(out, "diff", e->diff);
     bson_append_timestamp(out, "ts", 2, SBL_TS_SECS(e->ts), SBL_TS_INC(e->ts));
     BSON_APPEND_INT64(out, "t", e->term);
     BSON_APPEND_INT64(out, "v", 2);
     BSON_APPEND_DATE_TIME(out, "wall", e->wall_ms);
+    if (st != NULL) {
+        bson_t pt;
+        if (e->pre_ts != 0) {
+            BSON_APPEND_DOCUMENT_BEGIN(out, "preImageOpTime", &pt);
+            bson_append_timestamp(&pt, "ts", 2, SBL_TS_SECS(e->pre_ts), SBL_TS_INC(e->pre_ts));
+            BSON_APPEND_INT64(&pt, "t", e->pre_term);
+            bson_append_document_end(out, &pt);
+        }
+        BSON_APPEND_DOCUMENT_BEGIN(out, "prevOpTime", &pt);
+        bson_append_timestamp(&pt, "ts", 2, SBL_TS_SECS(st->prev_ts), SBL_TS_INC(st->prev_ts));
+        BSON_APPEND_INT64(&pt, "t", st->prev_ts != 0 ? st->prev_term : -1);
+        bson_append_document_end(out, &pt);
+    }
 }
 
 void sbl_repl_election_id(int64_t term, bson_oid_t *oid)

@@ -1,7 +1,7 @@
 /*
  * repl_hb.c: heartbeats and elections (pv1).  One thread sends
  * replSetHeartbeat to every other member each heartbeatIntervalMillis over
- * its own outbound connections (libmongoc, loopback hosts from the config),
+ * its own outbound connections (libmongoc, to the hosts of the config),
  * learns members' states, optimes, terms and newer configs from the
  * responses, runs elections when no primary has been heard of for
  * electionTimeoutMillis plus a random offset (a dry run in the current
@@ -43,7 +43,7 @@ typedef struct peer_conn {
     mongoc_client_t *client;
 } peer_conn_t;
 
-/* A client for host, made on first use (loopback hosts only). */
+/* A client for host, made on first use. */
 static mongoc_client_t *conn_get(peer_conn_t *pc, const char *host, int timeout_ms)
 {
     if (pc->client != NULL && strcmp(pc->host, host) == 0)
@@ -51,8 +51,6 @@ static mongoc_client_t *conn_get(peer_conn_t *pc, const char *host, int timeout_
     if (pc->client != NULL)
         mongoc_client_destroy(pc->client);
     pc->client = NULL;
-    if (strncmp(host, "127.", 4) != 0 && strncmp(host, "localhost:", 10) != 0)
-        return NULL;
     char uri[512];
     snprintf(uri, sizeof(uri), "mongodb://%s/?directConnection=true&connectTimeoutMS=%d"
              "&socketTimeoutMS=%d&serverSelectionTimeoutMS=%d&appname=sable-repl", host,
@@ -226,6 +224,18 @@ int sbl_repl_request_votes(const bson_t *cmd, bson_t *r, sbl_err_t *err)
 static peer_conn_t conns[SBL_RS_MAX_MEMBERS];
 static peer_conn_t config_conn;
 
+
+/* The primary this member knows of is part of its hello (`primary`): a
+ * change moves topologyVersion, which answers waiting awaitable hellos at
+ * once, so drivers monitoring a secondary learn of a new primary at once. */
+static void set_primary_locked(int i)
+{
+    if (rs.primary == i)
+        return;
+    rs.primary = i;
+    atomic_fetch_add(&rs.topology, 1);
+}
+
 static void on_heartbeat_reply(int i, bool ok, const bson_t *reply, int64_t sent_ms)
 {
     int64_t now = sbl_now_ms();
@@ -247,7 +257,7 @@ static void on_heartbeat_reply(int i, bool ok, const bson_t *reply, int64_t sent
         const char *m = str(reply, "errmsg");
         snprintf(p->msg, sizeof(p->msg), "%s", m != NULL ? m : "Couldn't get a connection");
         if (rs.primary == i)
-            rs.primary = -1;
+            set_primary_locked(-1);
         pthread_mutex_unlock(&rs.lock);
         return;
     }
@@ -273,14 +283,14 @@ static void on_heartbeat_reply(int i, bool ok, const bson_t *reply, int64_t sent
             /* two primaries of one term cannot be; of different terms the
              * higher one won above */
         } else {
-            rs.primary = i;
+            set_primary_locked(i);
             sbl_rs_reset_election_timer_locked(now);
             sbl_optime_t cp = optime_at(reply, "lastOpCommitted");
             if (sbl_optime_cmp(cp, rs.commit) > 0)
                 rs.commit = cp;
         }
     } else if (rs.primary == i) {
-        rs.primary = -1;
+        set_primary_locked(-1);
     }
     if (bson_iter_init_find(&it, reply, "config") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
         sbl_iter_doc(&it, &cfgdoc) && num(&cfgdoc, "version", 0) > rs.cfg.version)
@@ -527,6 +537,7 @@ static void *hb_main(void *arg)
             pthread_mutex_lock(&rs.lock);
             continue;
         }
+        sbl_rs_publish_stable_locked();
         if (!kicked) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);

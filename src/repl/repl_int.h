@@ -31,11 +31,20 @@ typedef struct sbl_oplog_entry {
     const uint8_t *uuid;
     const bson_t *o;
     const bson_t *o2;
+    const bson_t *diff; /* an update's $v:2 diff (repl_diff.c); NULL: none */
     uint64_t ts;
     int64_t term;
     int64_t wall_ms;
+    const sbl_repl_stmt_t *stmt; /* a retryable write's statement (lsid ... prevOpTime), or NULL */
+    uint64_t pre_ts;             /* preImageOpTime (0: none) */
+    int64_t pre_term;
 } sbl_oplog_entry_t;
 void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out);
+
+/* The difference from old_doc to new_doc in mongod's $v:2 diff form
+ * (repl_diff.c), appended to out (initialised by the caller; empty when the
+ * two are equal). */
+void sbl_repl_diff(const bson_t *old_doc, const bson_t *new_doc, bson_t *out);
 
 /* pv1's electionId: 0x7fffffff then the term as 8 big-endian bytes. */
 void sbl_repl_election_id(int64_t term, bson_oid_t *oid);
@@ -60,11 +69,27 @@ int sbl_oplog_noop(sbl_session_t *s, const char *msg, sbl_err_t *err);
 /* The last timestamp handed out and its wall time (0 before the first). */
 uint64_t sbl_oplog_last_ts(void);
 int64_t sbl_oplog_last_wall_ms(void);
+/* The open oplog collection (NULL before sbl_oplog_open). */
+sbl_coll_t *sbl_oplog_coll(void);
 /* The storage write observer. */
 int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
                       const bson_t *old_doc, const bson_t *new_doc, sbl_err_t *err);
 
 #define SBL_NS_BUF 300
+
+/* ---- config.transactions (repl_txn.c) ------------------------------------ */
+
+/* Open (creating) config.transactions; called at start-up outside a transaction. */
+int sbl_txn_table_open(sbl_session_t *s, sbl_err_t *err);
+void sbl_txn_table_close(void);
+/* The calling thread's retryable-write statement, or NULL. */
+sbl_repl_stmt_t *sbl_repl_cur_stmt(void);
+/* Upsert the session's record in s's open transaction: lsid is {id, uid}. */
+int sbl_txn_record_write(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
+                         int64_t term, int64_t wall_ms, sbl_err_t *err);
+/* After a secondary wrote the primary's entry doc: its record when doc
+ * carries lsid and txnNumber (i, u, d and c entries). */
+int sbl_txn_record_applied(sbl_session_t *s, const bson_t *doc, sbl_err_t *err);
 
 /* Append a primary's entry doc (with its own ts and t) as it is, inside
  * s's open transaction, with its ts as the commit timestamp (a secondary
@@ -75,6 +100,8 @@ int64_t sbl_oplog_last_term(void);
 /* The term new entries carry (the coordinator's current term). */
 void sbl_oplog_set_term(int64_t term);
 
+/* Read the newest entry again (after the oplog was truncated). */
+int sbl_oplog_reload_last(sbl_session_t *s, sbl_err_t *err);
 /* Append doc (a primary's entry) in a transaction of its own. */
 int sbl_repl_append_alone_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err);
 
@@ -82,6 +109,10 @@ int sbl_repl_append_alone_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *er
  * the entry (its thread's), and whether it was written to the oplog. */
 extern _Thread_local const bson_t *sbl_repl_applying;
 extern _Thread_local bool sbl_repl_applied_written;
+/* Set while the entry is one of our own oplog's, replayed after a restart
+ * (repl_recover.c): the change commits at the entry's ts and the entry is
+ * not written again. */
+extern _Thread_local bool sbl_repl_replaying;
 /* True when this member is PRIMARY (repl_coord.c). */
 bool sbl_repl_is_primary(void);
 
@@ -174,7 +205,9 @@ enum {
     SBL_RS_STARTUP = 0,
     SBL_RS_PRIMARY = 1,
     SBL_RS_SECONDARY = 2,
+    SBL_RS_RECOVERING = 3,
     SBL_RS_STARTUP2 = 5,
+    SBL_RS_ROLLBACK = 9,
     SBL_RS_DOWN = 8,
 };
 const char *sbl_rs_state_str(int state);
@@ -219,6 +252,9 @@ typedef struct sbl_rs {
     sbl_rs_peer_t peer[SBL_RS_MAX_MEMBERS];
     char config_source[256]; /* a member that has a newer config than ours */
     char sync_source[256];   /* the member our applier tails ("" none) */
+    char *dbpath;            /* for dbpath/rollback/ */
+    bool sync_halted;        /* stopped syncing (sync_msg says why): resync needed */
+    char sync_msg[256];      /* infoMessage / hbmsg: too stale, rollback refused */
     bool stopping;
 } sbl_rs_t;
 extern sbl_rs_t sbl_rs;
@@ -248,6 +284,31 @@ void sbl_repl_append_optime(bson_t *r, const char *k, uint64_t ts, int64_t t);
 sbl_optime_t sbl_repl_optime_at(const bson_t *d, const char *k);
 /* The applier's runner (repl_sync.c). */
 extern sbl_repl_run_fn sbl_rs_runner;
+
+/* Apply entry e (repl_sync.c): its change through the runner,
+ * idempotently, and the entry itself in our oplog (not when replaying). */
+int sbl_rs_apply_entry(const bson_t *e, sbl_err_t *err);
+/* Move WiredTiger's stable timestamp (and oldest, a window behind) to what
+ * this member knows is majority committed and has applied (lock held). */
+void sbl_rs_publish_stable_locked(void);
+
+/* ---- recovery and rollback (repl_recover.c) ------------------------------ */
+
+/* After a restart: apply our own oplog's entries after the stable
+ * checkpoint's timestamp (all of them when the checkpoint has none). */
+int sbl_rs_replay_oplog(sbl_err_t *err);
+
+/* Our history diverged from host's (our last entry is not in its oplog):
+ * find the common point, write what we undo to dbpath/rollback/, roll back
+ * to it (rollback_to_stable), truncate our oplog after it (repl_recover.c).
+ * c is a connection to host.  Returns 0 when done (syncing resumes), or an
+ * error after which this member stops syncing (sync_halted). */
+struct _mongoc_client_t;
+int sbl_rs_rollback(struct _mongoc_client_t *c, const char *host, sbl_err_t *err);
+/* Change state (lock held): topologyVersion moves, waiters wake. */
+void sbl_rs_set_state_locked(int st);
+/* Forget the stable timestamp published (a rollback moved it back to ts). */
+void sbl_rs_stable_reset(uint64_t ts);
 
 /* The threads (repl_hb.c, repl_sync.c). */
 int sbl_rs_hb_start(void);

@@ -33,6 +33,7 @@ static _Atomic int64_t cur_term = 1; /* t of the entries this member writes */
 
 _Thread_local const bson_t *sbl_repl_applying;
 _Thread_local bool sbl_repl_applied_written;
+_Thread_local bool sbl_repl_replaying;
 
 int64_t sbl_oplog_last_term(void)
 {
@@ -42,6 +43,11 @@ int64_t sbl_oplog_last_term(void)
 void sbl_oplog_set_term(int64_t term)
 {
     atomic_store(&cur_term, term);
+}
+
+sbl_coll_t *sbl_oplog_coll(void)
+{
+    return oplog;
 }
 
 bool sbl_oplog_is_open(void)
@@ -128,6 +134,15 @@ int sbl_oplog_open(sbl_session_t *s, int64_t size_bytes, bool create, sbl_err_t 
     return rc;
 }
 
+int sbl_oplog_reload_last(sbl_session_t *s, sbl_err_t *err)
+{
+    atomic_store(&last_ts, 0);
+    atomic_store(&last_wall, 0);
+    atomic_store(&last_term, 0);
+    return oplog != NULL ? load_last(s, err) : 0;
+}
+
+
 void sbl_oplog_close(void)
 {
     atomic_store(&active, false);
@@ -178,6 +193,7 @@ int sbl_oplog_append_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
     uint64_t ts = SBL_TS(t, i);
     SBL_RET(sbl_txn_set_commit_ts(s, ts, err));
     SBL_RET(sbl_write(s, oplog, SBL_WRITE_INSERT, NULL, doc, NULL, err));
+    SBL_RET(sbl_txn_record_applied(s, doc, err));
     if (ts > atomic_load(&last_ts)) {
         atomic_store(&last_ts, ts);
         atomic_store(&last_wall, wall);
@@ -187,26 +203,98 @@ int sbl_oplog_append_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
     return 0;
 }
 
-/* True when writes to ns are logged. */
+/* Replaying our own entry doc: its change commits at the entry's ts, and
+ * the entry, already in the oplog, is not written again. */
+static int replay_ts(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
+{
+    bson_iter_t it;
+    uint32_t t = 0, i = 0;
+    if (!bson_iter_init_find(&it, doc, "ts") || !BSON_ITER_HOLDS_TIMESTAMP(&it))
+        return sbl_err_set(err, SBL_E_InvalidBSON, "oplog entry without a ts");
+    bson_iter_timestamp(&it, &t, &i);
+    SBL_RET(sbl_txn_set_commit_ts(s, SBL_TS(t, i), err));
+    sbl_repl_applied_written = true;
+    return 0;
+}
+
+/* True when writes to ns are logged: not local.*, not the profiler's, not
+ * config.transactions (each member derives its records from the entries). */
 static bool replicated(const char *ns)
 {
     size_t n = strlen(ns);
     static const char profile[] = ".system.profile";
-    if (strncmp(ns, "local.", 6) == 0)
+    if (strncmp(ns, "local.", 6) == 0 || strcmp(ns, SBL_PREIMAGES_NS) == 0)
+        return false; /* pre-images are written by each member for itself, as mongod */
+    if (ns[0] == 'c' && strcmp(ns, SBL_TXN_TABLE_NS) == 0)
         return false;
     return !(n >= sizeof(profile) - 1 && strcmp(ns + n - (sizeof(profile) - 1), profile) == 0);
+}
+
+static _Thread_local bool replacing;
+
+void sbl_repl_set_replacement(bool on)
+{
+    replacing = on;
+}
+
+/* True when c's options have changeStreamPreAndPostImages: {enabled: true}. */
+static bool wants_images(sbl_coll_t *c)
+{
+    bson_iter_t it, f;
+    const bson_t *o = sbl_coll_options(c);
+    return o != NULL && bson_iter_init_find(&it, o, "changeStreamPreAndPostImages") &&
+           BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &f) &&
+           bson_iter_find(&f, "enabled") && bson_iter_as_bool(&f);
+}
+
+/* The pre-image of the change logged at ts, in config.system.preimages as
+ * mongod stores it: {_id: {nsUUID, ts, applyOpsIndex}, operationTime, preImage}. */
+static int write_preimage(sbl_session_t *s, sbl_coll_t *c, uint64_t ts, int64_t wall_ms,
+                          const bson_t *old_doc, sbl_err_t *err)
+{
+    sbl_coll_t *pc = NULL;
+    bson_t doc = BSON_INITIALIZER, id;
+    int rc = sbl_coll_open(s, SBL_PREIMAGES_NS, true, &pc, NULL, err);
+    if (rc != 0)
+        return rc;
+    BSON_APPEND_DOCUMENT_BEGIN(&doc, "_id", &id);
+    bson_append_binary(&id, "nsUUID", -1, BSON_SUBTYPE_UUID, sbl_coll_uuid(c), 16);
+    bson_append_timestamp(&id, "ts", -1, SBL_TS_SECS(ts), SBL_TS_INC(ts));
+    BSON_APPEND_INT64(&id, "applyOpsIndex", 0);
+    bson_append_document_end(&doc, &id);
+    BSON_APPEND_DATE_TIME(&doc, "operationTime", wall_ms);
+    BSON_APPEND_DOCUMENT(&doc, "preImage", old_doc);
+    rc = sbl_write(s, pc, SBL_WRITE_INSERT, NULL, &doc, NULL, err);
+    bson_destroy(&doc);
+    sbl_coll_release(pc);
+    return rc;
 }
 
 int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
                       const bson_t *old_doc, const bson_t *new_doc, sbl_err_t *err)
 {
     const bson_t *doc = kind == SBL_WRITE_DELETE ? old_doc : new_doc;
-    bson_t key = BSON_INITIALIZER;
+    bson_t key = BSON_INITIALIZER, diff = BSON_INITIALIZER;
     bson_iter_t it;
     int rc;
 
-    if (sbl_repl_applying != NULL) /* a secondary applies the primary's entry as it is */
-        return replicated(sbl_coll_ns(c)) ? sbl_oplog_append_raw(s, sbl_repl_applying, err) : 0;
+    if (sbl_repl_applying != NULL && sbl_repl_replaying) /* already in our oplog */
+        return replicated(sbl_coll_ns(c)) ? replay_ts(s, sbl_repl_applying, err) : 0;
+    if (sbl_repl_applying != NULL) { /* a secondary applies the primary's entry as it is */
+        if (!replicated(sbl_coll_ns(c)))
+            return 0;
+        SBL_RET(sbl_oplog_append_raw(s, sbl_repl_applying, err));
+        if (kind != SBL_WRITE_INSERT && old_doc != NULL && wants_images(c) &&
+            bson_iter_init_find(&it, sbl_repl_applying, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            uint32_t t, i;
+            bson_iter_timestamp(&it, &t, &i);
+            int64_t wall = bson_iter_init_find(&it, sbl_repl_applying, "wall") &&
+                                   BSON_ITER_HOLDS_DATE_TIME(&it)
+                               ? bson_iter_date_time(&it) : 0;
+            return write_preimage(s, c, SBL_TS(t, i), wall, old_doc, err);
+        }
+        return 0;
+    }
     if (!atomic_load_explicit(&active, memory_order_acquire) || !replicated(sbl_coll_ns(c)))
         return 0;
     /* A write that passed the dispatcher's check while this member was
@@ -228,14 +316,54 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         e.op = 'u';
         e.o = new_doc;
         e.o2 = &key;
+        if (!replacing && old_doc != NULL) { /* an update: what it changed */
+            sbl_repl_diff(old_doc, new_doc, &diff);
+            e.diff = &diff;
+        }
         break;
     case SBL_WRITE_DELETE:
         e.op = 'd';
         e.o = &key;
         break;
     }
-    rc = sbl_oplog_append(s, &e, err);
+    sbl_repl_stmt_t *st = sbl_repl_cur_stmt();
+    if (st == NULL) {
+        rc = sbl_oplog_append(s, &e, err);
+        if (rc == 0 && kind != SBL_WRITE_INSERT && old_doc != NULL && wants_images(c))
+            rc = write_preimage(s, c, e.ts, e.wall_ms, old_doc, err);
+        bson_destroy(&key);
+        bson_destroy(&diff);
+        return rc;
+    }
+    /* A retryable write's statement: the pre-image first when asked, then
+     * the entry with the session's fields, then the session's record. */
+    e.stmt = st;
+    rc = 0;
+    if (st->pre_image && kind != SBL_WRITE_INSERT && old_doc != NULL) {
+        sbl_oplog_entry_t pre = {.op = 'n', .ns = e.ns, .uuid = e.uuid, .o = old_doc,
+                                 .stmt = st};
+        if ((rc = sbl_oplog_append(s, &pre, err)) == 0) {
+            e.pre_ts = pre.ts;
+            e.pre_term = pre.term;
+        }
+    }
+    if (rc == 0)
+        rc = sbl_oplog_append(s, &e, err);
+    if (rc == 0) {
+        bson_t lsid = BSON_INITIALIZER;
+        BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
+        BSON_APPEND_BINARY(&lsid, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
+        rc = sbl_txn_record_write(s, &lsid, st->txn_number, e.ts, e.term, e.wall_ms, err);
+        bson_destroy(&lsid);
+    }
+    if (rc == 0) {
+        st->out_ts = e.ts;
+        st->out_term = e.term;
+    }
+    if (rc == 0 && kind != SBL_WRITE_INSERT && old_doc != NULL && wants_images(c))
+        rc = write_preimage(s, c, e.ts, e.wall_ms, old_doc, err);
     bson_destroy(&key);
+    bson_destroy(&diff);
     return rc;
 }
 
@@ -292,6 +420,8 @@ static void log_command(sbl_session_t *s, const char *ns, const uint8_t *uuid, c
     if (!atomic_load(&active) || (dlen == 5 && strncmp(ns, "local", 5) == 0))
         return;
     sbl_err_clear(&err);
+    if (sbl_repl_applying != NULL && sbl_repl_replaying)
+        return; /* our own entry, already in the oplog */
     if (sbl_repl_applying != NULL) {
         /* Applying a primary's "c" entry: write that entry, once; catalog
          * changes made while applying another entry are not logged. */

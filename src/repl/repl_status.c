@@ -157,6 +157,8 @@ int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
     BSON_APPEND_DATE_TIME(&ot, "lastAppliedWallTime", wall);
     BSON_APPEND_DATE_TIME(&ot, "lastDurableWallTime", wall);
     bson_append_document_end(r, &ot);
+    uint64_t ck = sbl_storage_last_checkpoint_ts(); /* what a restart recovers from */
+    bson_append_timestamp(r, "lastStableRecoveryTimestamp", -1, SBL_TS_SECS(ck), SBL_TS_INC(ck));
     BSON_APPEND_ARRAY_BEGIN(r, "members", &members);
     for (int i = 0; i < rs.cfg.n; i++) {
         const sbl_rs_peer_t *p = &rs.peer[i];
@@ -184,7 +186,7 @@ int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
         }
         BSON_APPEND_UTF8(&m, "syncSourceHost", self ? rs.sync_source : p->sync_source);
         BSON_APPEND_INT32(&m, "syncSourceId", -1);
-        BSON_APPEND_UTF8(&m, "infoMessage", "");
+        BSON_APPEND_UTF8(&m, "infoMessage", self ? rs.sync_msg : "");
         if (mst == SBL_RS_PRIMARY && self) {
             bson_append_timestamp(&m, "electionTime", -1, SBL_TS_SECS(rs.election_ts),
                                   SBL_TS_INC(rs.election_ts));

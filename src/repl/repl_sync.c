@@ -120,8 +120,7 @@ static bool entry_command(const bson_t *e, char *db, size_t dbn, bson_t *cmd)
     }
 }
 
-/* Apply e: its change (idempotently) and the entry itself in our oplog. */
-static int apply_entry(const bson_t *e, sbl_err_t *err)
+int sbl_rs_apply_entry(const bson_t *e, sbl_err_t *err)
 {
     char db[128];
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
@@ -142,7 +141,7 @@ static int apply_entry(const bson_t *e, sbl_err_t *err)
     }
     bson_destroy(&cmd);
     int rc = 0;
-    if (!sbl_repl_applied_written) /* a no-op, or replayed: the entry alone */
+    if (!sbl_repl_applied_written && !sbl_repl_replaying) /* a no-op, or replayed: the entry alone */
         rc = sbl_repl_append_alone_raw(sbl_session_get(), e, err);
     sbl_repl_applying = NULL;
     return rc;
@@ -156,7 +155,7 @@ static int apply_entry(const bson_t *e, sbl_err_t *err)
 static bool choose_source_locked(char *host, size_t n)
 {
     int st = atomic_load(&rs.state), src = -1;
-    if (rs.config == NULL || rs.self < 0)
+    if (rs.config == NULL || rs.self < 0 || rs.sync_halted)
         return false;
     if ((st == SBL_RS_SECONDARY || st == SBL_RS_STARTUP2) && rs.primary >= 0 &&
         rs.primary != rs.self)
@@ -228,6 +227,84 @@ static void report_position(mongoc_client_t *c)
     bson_destroy(&cmd);
 }
 
+/* The reporter (mongod's Reporter): a thread beside the applier, with its
+ * own connection to the sync source, sends replSetUpdatePosition as soon
+ * as the applied optime moves (and every second regardless), so a write
+ * waiting for w:"majority" is acknowledged when the entry is applied, not
+ * when the applier's next awaitData getMore comes back empty. */
+typedef struct reporter {
+    pthread_t thread;
+    pthread_cond_t cond; /* with rs.lock: the applied optime moved, or stop */
+    bool stop;
+    char uri[512];
+} reporter_t;
+
+static void *reporter_main(void *arg)
+{
+    reporter_t *r = arg;
+    mongoc_client_t *c = mongoc_client_new(r->uri);
+    uint64_t sent = 0;
+    pthread_mutex_lock(&rs.lock);
+    while (!r->stop) {
+        uint64_t now = sbl_oplog_last_ts();
+        if (now == sent) {
+            struct timespec t;
+            clock_gettime(CLOCK_REALTIME, &t);
+            t.tv_sec += 1;
+            pthread_cond_timedwait(&r->cond, &rs.lock, &t);
+            if (r->stop)
+                break;
+            now = sbl_oplog_last_ts();
+        }
+        pthread_mutex_unlock(&rs.lock);
+        if (c != NULL)
+            report_position(c);
+        sent = now;
+        pthread_mutex_lock(&rs.lock);
+    }
+    pthread_mutex_unlock(&rs.lock);
+    if (c != NULL)
+        mongoc_client_destroy(c);
+    return NULL;
+}
+
+static reporter_t *reporter_start(const char *uri)
+{
+    reporter_t *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return NULL;
+    snprintf(r->uri, sizeof(r->uri), "%s", uri);
+    pthread_cond_init(&r->cond, NULL);
+    if (pthread_create(&r->thread, NULL, reporter_main, r) != 0) {
+        pthread_cond_destroy(&r->cond);
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static void reporter_poke(reporter_t *r)
+{
+    if (r == NULL)
+        return;
+    pthread_mutex_lock(&rs.lock);
+    pthread_cond_signal(&r->cond);
+    pthread_mutex_unlock(&rs.lock);
+}
+
+static void reporter_stop(reporter_t *r)
+{
+    if (r == NULL)
+        return;
+    pthread_mutex_lock(&rs.lock);
+    r->stop = true;
+    pthread_cond_signal(&r->cond);
+    pthread_mutex_unlock(&rs.lock);
+    pthread_join(r->thread, NULL);
+    pthread_cond_destroy(&r->cond);
+    free(r);
+}
+
 static void log_host(int level, int id, const char *msg, const char *host)
 {
     bson_t attr = BSON_INITIALIZER;
@@ -246,6 +323,7 @@ static void sync_from(const char *host)
     if (c == NULL)
         return;
     mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
+    reporter_t *reporter = reporter_start(uri);
     sbl_optime_t last = sbl_rs_my_applied();
     bson_t filter = BSON_INITIALIZER, gte, opts = BSON_INITIALIZER;
     if (last.ts != 0) {
@@ -277,9 +355,17 @@ static void sync_from(const char *host)
             if (first && last.ts != 0) {
                 first = false;
                 if (o.ts != last.ts || o.t != last.t) {
-                    log_host(SBL_LOG_ERROR, 21656, "Our last applied entry is not in the sync "
-                             "source's oplog: this member must roll back, which Sable does "
-                             "not do yet (issue 24)", host);
+                    log_host(SBL_LOG_INFO, 21098, "Our last applied entry is not in the sync "
+                             "source's oplog: starting rollback", host);
+                    sbl_err_t err;
+                    sbl_err_clear(&err);
+                    if (sbl_rs_rollback(c, host, &err) != 0) {
+                        bson_t attr = BSON_INITIALIZER;
+                        BSON_APPEND_UTF8(&attr, "error", err.msg);
+                        sbl_log(SBL_LOG_ERROR, "REPL", 21606, "Rollback failed: this member "
+                                "stops syncing (resync it: empty its dbpath)", &attr);
+                        bson_destroy(&attr);
+                    }
                     goto out;
                 }
                 continue;
@@ -289,27 +375,24 @@ static void sync_from(const char *host)
                 continue;
             sbl_err_t err;
             sbl_err_clear(&err);
-            if (apply_entry(doc, &err) != 0) {
+            if (sbl_rs_apply_entry(doc, &err) != 0) {
                 bson_t attr = BSON_INITIALIZER;
                 BSON_APPEND_UTF8(&attr, "error", err.msg);
                 sbl_log(SBL_LOG_ERROR, "REPL", 21238, "Could not apply an oplog entry", &attr);
                 bson_destroy(&attr);
                 goto out;
             }
-            if (++n % 100 == 0) {
-                report_position(c);
-                if (!still_syncing_from(host))
-                    goto out;
-            }
+            reporter_poke(reporter);
+            if (++n % 100 == 0 && !still_syncing_from(host))
+                goto out;
         }
         if (mongoc_cursor_error(cur, &error) || !mongoc_cursor_more(cur))
             break;
-        if (n > 0)
-            report_position(c);
         if (!first)
             initial_sync_done(); /* the source had nothing more for now */
     }
 out:
+    reporter_stop(reporter);
     report_position(c);
     mongoc_cursor_destroy(cur);
     mongoc_collection_destroy(oplog);
@@ -375,6 +458,50 @@ void sbl_rs_update_commit_locked(void)
         rs.commit_wall = sbl_now_ms();
     }
     pthread_cond_broadcast(&rs.cond); /* positions moved: w:N waiters look again */
+}
+
+/* How far the oldest timestamp trails stable: the history kept for reads
+ * at a timestamp (majority reads at the commit point).  mongod 4.2 on
+ * WiredTiger 3.2 keeps 5 s (maxTargetSnapshotHistoryWindowInSeconds);
+ * 7.0's 300 s needs WiredTiger's durable history, which 3.2 lacks. */
+#define SNAPSHOT_WINDOW_S 5
+
+/* The stable timestamp last given to WiredTiger. */
+static uint64_t published_stable;
+
+void sbl_rs_stable_reset(uint64_t ts)
+{
+    published_stable = ts;
+}
+
+void sbl_rs_publish_stable_locked(void)
+{
+    int st = atomic_load(&rs.state);
+    if (rs.config == NULL || rs.self < 0)
+        return;
+    sbl_optime_t me = sbl_rs_my_applied();
+    uint64_t stable = 0;
+    if (st == SBL_RS_PRIMARY) {
+        if (sbl_rs_voters(&rs.cfg) == 1) /* a set of one: stable follows our own writes */
+            sbl_rs_update_commit_locked();
+        stable = rs.commit.ts;
+    } else if (st == SBL_RS_SECONDARY && rs.commit.t <= me.t) {
+        /* The commit point is in our history only when our last entry is of
+         * its term or a later one (a later term's primary holds every
+         * committed entry); else our tail may have diverged: wait. */
+        stable = rs.commit.ts < me.ts ? rs.commit.ts : me.ts;
+    }
+    /* never past a commit still in flight (our last ts is taken before it commits) */
+    uint64_t done = sbl_storage_all_durable_ts();
+    if (done != 0 && done < stable)
+        stable = done;
+    if (stable <= published_stable)
+        return;
+    uint64_t window = (uint64_t)SNAPSHOT_WINDOW_S << 32;
+    sbl_err_t err;
+    sbl_err_clear(&err);
+    if (sbl_storage_set_stable(stable, stable > window ? stable - window : 0, &err) == 0)
+        published_stable = stable;
 }
 
 int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err)

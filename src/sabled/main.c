@@ -175,11 +175,25 @@ static int write_pidfile(void)
     return 0;
 }
 
+/* Log a failed start-up step (component, mongod's log id, message, and the
+ * error as its attribute) and say it on stderr, which the parent of --fork
+ * and the launcher show. */
+static void startup_error(char severity, const char *component, int id, const char *msg,
+                          const sbl_err_t *err)
+{
+    bson_t attr;
+    bson_init(&attr);
+    BSON_APPEND_UTF8(&attr, "error", err->msg);
+    sbl_log(severity, component, id, msg, &attr);
+    bson_destroy(&attr);
+    fprintf(stderr, "sabled: %s\n", err->msg);
+}
+
 static int run(int notify_fd)
 {
     sbl_err_t err;
     bson_t attr;
-    int rc;
+    int exit_code = 100; /* a failed start-up step's exit status (mongod's) */
 
     sbl_err_clear(&err);
     struct stat st;
@@ -220,16 +234,12 @@ static int run(int notify_fd)
         }
         sbl_storage_set_min_free_mb(mb);
     }
-    if ((rc = sbl_storage_open(&scfg, &err)) != 0) {
-        bson_init(&attr);
-        BSON_APPEND_UTF8(&attr, "error", err.msg);
-        sbl_log(SBL_LOG_FATAL, "STORAGE", 28595, "Terminating: could not open the storage engine",
-                &attr);
-        bson_destroy(&attr);
-        fprintf(stderr, "sabled: %s\n", err.msg);
+    if (sbl_storage_open(&scfg, &err) != 0) {
+        startup_error(SBL_LOG_FATAL, "STORAGE", 28595,
+                      "Terminating: could not open the storage engine", &err);
         return 100;
     }
-    if ((rc = audit_start(&err)) != 0) {
+    if (audit_start(&err) != 0) {
         fprintf(stderr, "sabled: %s\n", err.msg);
         sbl_storage_close();
         return 2;
@@ -240,33 +250,22 @@ static int run(int notify_fd)
                               .oplog_size_mb = options.oplog_size_mb,
                               .dbpath = options.dbpath,
                               .port = options.port};
-    if ((rc = sbl_repl_start(&rcfg, &err)) != 0) {
-        bson_init(&attr);
-        BSON_APPEND_UTF8(&attr, "error", err.msg);
-        sbl_log(SBL_LOG_FATAL, "REPL", 40088, "Terminating: could not start replication", &attr);
-        bson_destroy(&attr);
-        fprintf(stderr, "sabled: %s\n", err.msg);
-        sbl_repl_stop();
-        sbl_storage_close();
-        audit_stop();
-        return 100;
+    if (sbl_repl_start(&rcfg, &err) != 0) {
+        startup_error(SBL_LOG_FATAL, "REPL", 40088, "Terminating: could not start replication",
+                      &err);
+        goto stop_repl;
     }
-    if ((rc = sbl_cmd_init(&err)) != 0) {
-        fprintf(stderr, "sabled: %s\n", err.msg);
-        sbl_repl_stop();
-        sbl_storage_close();
-        audit_stop();
-        return 100;
+    if (sbl_cmd_init(&err) != 0) {
+        startup_error(SBL_LOG_FATAL, "CONTROL", 20574, "Error during global initialization", &err);
+        goto stop_repl;
     }
     /* The applier runs a primary's entries through the command layer. */
     sbl_repl_set_runner(sbl_cmd_run);
-    if ((rc = sbl_repl_start_threads(&err)) != 0) {
-        fprintf(stderr, "sabled: %s\n", err.msg);
-        sbl_cmd_shutdown();
-        sbl_repl_stop();
-        sbl_storage_close();
-        audit_stop();
-        return 100;
+    sbl_cmd_sharding_start(); /* a shard that was added before knows its cluster again */
+    if (sbl_repl_start_threads(&err) != 0) {
+        startup_error(SBL_LOG_FATAL, "REPL", 40088, "Terminating: could not start replication",
+                      &err);
+        goto stop_cmd;
     }
 
     sbl_net_config_t ncfg = {
@@ -281,17 +280,10 @@ static int run(int notify_fd)
         .tls_ca_file = options.tls_ca_file,
         .tls_allow_no_cert = options.tls_allow_no_cert,
     };
-    if ((rc = sbl_net_start(&ncfg, sbl_cmd_dispatch, sbl_cmd_conn_open, sbl_cmd_conn_close,
-                            &err)) != 0) {
-        bson_init(&attr);
-        BSON_APPEND_UTF8(&attr, "error", err.msg);
-        sbl_log(SBL_LOG_ERROR, "NETWORK", 23024, "Failed to set up listener", &attr);
-        bson_destroy(&attr);
-        fprintf(stderr, "sabled: %s\n", err.msg);
-        sbl_cmd_shutdown();
-        sbl_repl_stop();
-        sbl_storage_close();
-        return 48;
+    if (sbl_net_start(&ncfg, sbl_cmd_dispatch, sbl_cmd_conn_open, sbl_cmd_conn_close, &err) != 0) {
+        startup_error(SBL_LOG_ERROR, "NETWORK", 23024, "Failed to set up listener", &err);
+        exit_code = 48;
+        goto stop_cmd;
     }
     sbl_profile_set_defaults(options.profile, options.slowms, options.slow_sample_rate);
     sbl_metrics_http_config_t mcfg = {
@@ -301,13 +293,11 @@ static int run(int notify_fd)
         .tls_cert_key_file = options.tls_mode != SBL_TLS_DISABLED ? options.tls_cert_key_file : NULL,
         .tls_cert_key_password = options.tls_cert_key_password,
     };
-    if ((rc = sbl_metrics_http_start(&mcfg, sbl_cmd_metrics_sources(), &err)) != 0) {
-        fprintf(stderr, "sabled: %s\n", err.msg);
-        sbl_net_stop();
-        sbl_cmd_shutdown();
-        sbl_repl_stop();
-        sbl_storage_close();
-        return 48;
+    if (sbl_metrics_http_start(&mcfg, sbl_cmd_metrics_sources(), &err) != 0) {
+        startup_error(SBL_LOG_ERROR, "NETWORK", 23024, "Failed to set up the metrics listener",
+                      &err);
+        exit_code = 48;
+        goto stop_net;
     }
     if (write_pidfile() != 0)
         sbl_log(SBL_LOG_WARNING, "CONTROL", 20575, "Error writing the pid file", NULL);
@@ -362,6 +352,17 @@ static int run(int notify_fd)
     sbl_log(SBL_LOG_INFO, "CONTROL", 20565, "Now exiting", &attr);
     bson_destroy(&attr);
     return 0;
+
+    /* A start-up step failed: undo the steps before it, newest first. */
+stop_net:
+    sbl_net_stop();
+stop_cmd:
+    sbl_cmd_shutdown();
+stop_repl:
+    sbl_repl_stop();
+    sbl_storage_close();
+    audit_stop();
+    return exit_code;
 }
 
 int main(int argc, char **argv)

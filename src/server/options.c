@@ -82,6 +82,12 @@ static const opt_def_t opt_table[] = {
      "fraction of slow operations to log and profile - 1.0 by default"},
     {"replSet", "replication.replSetName", OPT_STRING,
      "arg is <setname>: run as a member of this replica set (sabled: one member so far)"},
+    {"configsvr", "sharding.clusterRole", OPT_FLAG,
+     "declare this is a config db of a cluster (sharding.clusterRole: configsvr)"},
+    {"shardsvr", "sharding.clusterRole", OPT_FLAG,
+     "declare this is a shard db of a cluster (sharding.clusterRole: shardsvr)"},
+    {"configdb", "sharding.configDB", OPT_STRING,
+     "sable-router: the config servers, as <configReplSetName>/host1:port,host2:port,..."},
     {"oplogSizeMB", "replication.oplogSizeMB", OPT_INT,
      "size to use (in MB) for the replication op log; default 5% of free disk, 990 MB..50 GB"},
     {"auditDestination", "auditLog.destination", OPT_STRING,
@@ -319,6 +325,18 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
     int iv;
     bool bv;
 
+    if (strcmp(k, "sharding.clusterRole") == 0) {
+        /* --configsvr / --shardsvr are flags; the YAML key holds the role's name */
+        if (strcmp(st->value, "configsvr") == 0)
+            o->cluster_role = SBL_ROLE_CONFIGSVR;
+        else if (strcmp(st->value, "shardsvr") == 0)
+            o->cluster_role = SBL_ROLE_SHARDSVR;
+        else
+            return sbl_err_set(err, SBL_E_BadValue, "sharding.clusterRole must be configsvr "
+                               "or shardsvr, got %s", st->value);
+        BSON_APPEND_UTF8(flat, k, st->value);
+        return 0;
+    }
     if (st->def->kind == OPT_PARAM) {
         const char *name = k + strlen("setParameter.");
         BSON_APPEND_UTF8(&o->parameters, name, st->value);
@@ -485,6 +503,12 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
                 return sbl_err_set(err, SBL_E_BadValue, "replication.replSetName: a set name may "
                                    "not be empty nor contain '/' (seed lists are not supported)");
             set_str(&o->repl_set_name, st->value);
+        } else if (strcmp(k, "sharding.configDB") == 0) {
+            if (strchr(st->value, '/') == NULL || strchr(st->value, '/') == st->value)
+                return sbl_err_set(err, SBL_E_BadValue, "sharding.configDB must be "
+                                   "<configReplSetName>/host:port[,host:port...], got %s",
+                                   st->value);
+            set_str(&o->config_db, st->value);
         } else if (strcmp(k, "auditLog.path") == 0) {
             set_str(&o->audit_path, st->value);
         } else if (strcmp(k, "auditLog.filter") == 0) {
@@ -623,6 +647,10 @@ int sbl_options_parse(int argc, char **argv, sbl_options_t *o, sbl_err_t *err)
             o->action = SBL_ACTION_VERSION;
         } else if (strcmp(name, "config") == 0) {
             config = value;
+        } else if (strcmp(name, "configsvr") == 0 || strcmp(name, "shardsvr") == 0) {
+            /* flags spelled as the YAML key's value, as mongod does */
+            if (strcmp(value, "true") == 0)
+                settings_add(&cli, def, def->key, name);
         } else if (def->kind == OPT_PARAM) {
             const char *peq = strchr(value, '=');
             if (peq == NULL || peq == value) {
@@ -679,6 +707,7 @@ void sbl_options_destroy(sbl_options_t *o)
     bson_free(o->audit_path);
     bson_free(o->audit_filter);
     bson_free(o->repl_set_name);
+    bson_free(o->config_db);
     bson_destroy(&o->parsed);
     bson_destroy(&o->parameters);
     memset(o, 0, sizeof(*o));

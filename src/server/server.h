@@ -21,6 +21,9 @@
 
 typedef enum { SBL_ACTION_RUN, SBL_ACTION_HELP, SBL_ACTION_VERSION } sbl_action_t;
 
+/* sharding.clusterRole */
+enum { SBL_ROLE_NONE, SBL_ROLE_CONFIGSVR, SBL_ROLE_SHARDSVR };
+
 /* net.tls.mode */
 enum { SBL_TLS_DISABLED, SBL_TLS_ALLOW, SBL_TLS_PREFER, SBL_TLS_REQUIRE };
 
@@ -59,6 +62,8 @@ typedef struct sbl_options {
     char *audit_path;        /* auditLog.path */
     char *audit_filter;      /* auditLog.filter (JSON text, checked to parse) */
     char *repl_set_name;     /* --replSet / replication.replSetName; NULL: standalone */
+    int cluster_role;        /* sharding.clusterRole (--configsvr, --shardsvr): SBL_ROLE_* */
+    char *config_db;         /* sharding.configDB (sable-router's --configdb), or NULL */
     int oplog_size_mb;       /* --oplogSizeMB / replication.oplogSizeMB; 0: the default */
     bson_t parsed;     /* nested options document as getCmdLineOpts shows it */
     bson_t parameters; /* --setParameter name=value pairs (values as given) */

@@ -27,6 +27,7 @@ typedef struct entry {
 
 typedef struct stripe {
     pthread_mutex_t mu;
+    pthread_cond_t cv; /* a session of this stripe was checked in */
     entry_t *buckets[NBUCKETS];
     size_t n;
 } stripe_t;
@@ -40,8 +41,10 @@ static size_t nended;
 
 static void init_stripes(void)
 {
-    for (int i = 0; i < NSTRIPES; i++)
+    for (int i = 0; i < NSTRIPES; i++) {
         pthread_mutex_init(&stripes[i].mu, NULL);
+        pthread_cond_init(&stripes[i].cv, NULL);
+    }
 }
 
 /* The id is a random UUID: its bytes are a good hash already. */
@@ -131,23 +134,70 @@ void sbl_lsid_append(bson_t *doc, const char *key, const sbl_lsid_t *l)
     bson_append_document_end(doc, &sub);
 }
 
-void sbl_lsess_touch(const sbl_lsid_t *l, const char *user, int64_t now_ms)
+/* The session's entry, added when new (stripe locked); NULL when out of memory. */
+static entry_t *find_or_add(stripe_t *s, entry_t **bucket, const sbl_lsid_t *l, const char *user)
 {
-    entry_t **bucket, *e;
-    stripe_t *s = stripe_of(l, &bucket);
-    pthread_mutex_lock(&s->mu);
+    entry_t *e;
     for (e = *bucket; e != NULL; e = e->next)
         if (same(&e->info.lsid, l))
-            break;
-    if (e == NULL && (e = calloc(1, sizeof(*e))) != NULL) {
+            return e;
+    if ((e = calloc(1, sizeof(*e))) != NULL) {
         e->info.lsid = *l;
+        e->info.txn_number = -1;
         snprintf(e->info.user, sizeof(e->info.user), "%s", user != NULL ? user : "");
         e->next = *bucket;
         *bucket = e;
         s->n++;
     }
+    return e;
+}
+
+void sbl_lsess_touch(const sbl_lsid_t *l, const char *user, int64_t now_ms)
+{
+    entry_t **bucket, *e;
+    stripe_t *s = stripe_of(l, &bucket);
+    pthread_mutex_lock(&s->mu);
+    e = find_or_add(s, bucket, l, user);
     if (e != NULL && now_ms > e->info.last_use_ms)
         e->info.last_use_ms = now_ms;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int64_t sbl_lsess_checkout(const sbl_lsid_t *l, const char *user, int64_t now_ms)
+{
+    entry_t **bucket, *e;
+    stripe_t *s = stripe_of(l, &bucket);
+    int64_t txn = -1;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        e = find_or_add(s, bucket, l, user);
+        if (e == NULL || !e->info.checked_out)
+            break;
+        pthread_cond_wait(&s->cv, &s->mu); /* the entry may be gone after: find it again */
+    }
+    if (e != NULL) {
+        e->info.checked_out = true;
+        if (now_ms > e->info.last_use_ms)
+            e->info.last_use_ms = now_ms;
+        txn = e->info.txn_number;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return txn;
+}
+
+void sbl_lsess_checkin(const sbl_lsid_t *l, int64_t txn_number)
+{
+    entry_t **bucket, *e;
+    stripe_t *s = stripe_of(l, &bucket);
+    pthread_mutex_lock(&s->mu);
+    for (e = *bucket; e != NULL; e = e->next)
+        if (same(&e->info.lsid, l)) {
+            e->info.checked_out = false;
+            if (txn_number > e->info.txn_number)
+                e->info.txn_number = txn_number;
+            break;
+        }
+    pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -231,7 +281,7 @@ size_t sbl_lsess_reap(int64_t now_ms, int64_t timeout_ms, sbl_lsess_visit_fn fn,
         for (int b = 0; b < NBUCKETS; b++)
             for (entry_t **pp = &s->buckets[b]; *pp != NULL;) {
                 entry_t *e = *pp;
-                if (e->info.last_use_ms < now_ms - timeout_ms) {
+                if (e->info.last_use_ms < now_ms - timeout_ms && !e->info.checked_out) {
                     *pp = e->next;
                     s->n--;
                     e->next = dead;

@@ -38,6 +38,8 @@ typedef struct sbl_lsess_info {
     sbl_lsid_t lsid;
     int64_t last_use_ms; /* wall clock */
     char user[160];      /* "user@db", or "" when unauthenticated */
+    int64_t txn_number;  /* the highest txnNumber an operation used (-1: none) */
+    bool checked_out;    /* an operation with a txnNumber runs in it now */
 } sbl_lsess_info_t;
 
 /* uid for a user (user and db NULL or "": unauthenticated). */
@@ -60,6 +62,16 @@ void sbl_lsid_append(bson_t *doc, const char *key, const sbl_lsid_t *l);
 
 /* Record a use of the session at now_ms, adding it to the catalog when new. */
 void sbl_lsess_touch(const sbl_lsid_t *l, const char *user, int64_t now_ms);
+
+/*
+ * Retryable writes and transactions run one operation at a time per session
+ * (mongod's session checkout): check the session out for an operation that
+ * carries a txnNumber, waiting while another operation holds it; returns the
+ * highest txnNumber used in it so far (-1: none).  Check it in when the
+ * operation ends, with the txnNumber it used (kept when higher).
+ */
+int64_t sbl_lsess_checkout(const sbl_lsid_t *l, const char *user, int64_t now_ms);
+void sbl_lsess_checkin(const sbl_lsid_t *l, int64_t txn_number);
 
 /* Remove the session from the catalog (endSessions); false when it was not there. */
 bool sbl_lsess_end(const sbl_lsid_t *l);

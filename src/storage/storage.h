@@ -293,6 +293,8 @@ void sbl_index_release(sbl_index_t *ix);
 size_t sbl_index_count(const sbl_coll_t *c);
 
 const char *sbl_index_name(const sbl_index_t *ix);
+/* True once its build finished (queries may use it). */
+bool sbl_index_is_ready(const sbl_index_t *ix);
 const bson_t *sbl_index_spec(const sbl_index_t *ix); /* as created (listIndexes) */
 size_t sbl_index_nfields(const sbl_index_t *ix);
 const char *sbl_index_field(const sbl_index_t *ix, size_t i);
@@ -385,6 +387,30 @@ int sbl_storage_flush(sbl_err_t *err);
 void sbl_storage_set_flush_hook(int (*fn)(void));
 /* Take a checkpoint now (fsync command). */
 int sbl_storage_checkpoint(sbl_err_t *err);
+
+/* ---- replication's timestamps (wt_stable.c) ------------------------------
+ * A replica set member's collections and indexes outside local.* are
+ * created unlogged, so checkpoints hold them as of the stable timestamp
+ * and rollback_to_stable can undo later commits; the oplog (logged) holds
+ * what came after.  A standalone uses none of these. */
+/* Create tables of replicated namespaces unlogged from now on (sbl_repl_start). */
+void sbl_storage_set_replicated(bool on);
+/* Move WiredTiger's stable timestamp to stable and the oldest to oldest
+ * (clamped to stable); values older than the current ones are ignored. */
+int sbl_storage_set_stable(uint64_t stable, uint64_t oldest, sbl_err_t *err);
+/* The stable timestamp of the checkpoint the engine opened from (0: none,
+ * or not a stable checkpoint), the current stable, and the newest
+ * timestamp below which every commit is done (0: none yet). */
+uint64_t sbl_storage_recovery_ts(void);
+uint64_t sbl_storage_stable_ts(void);
+/* The stable timestamp of the newest checkpoint (0: none yet). */
+uint64_t sbl_storage_last_checkpoint_ts(void);
+uint64_t sbl_storage_all_durable_ts(void);
+/* Set stable back to ts and undo every timestamped commit after it in the
+ * unlogged tables (WT_CONNECTION::rollback_to_stable), then recount the
+ * collections.  The caller must have stopped writes; it retries while
+ * other transactions or a checkpoint run. */
+int sbl_storage_rollback_to_stable(uint64_t ts, sbl_err_t *err);
 
 /* ---- hot backup (wt_backup.c) ------------------------------------------ */
 

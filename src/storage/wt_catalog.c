@@ -197,10 +197,12 @@ static int create_locked(const char *ns, const bson_t *options, const char *key_
         return sbl_err_set(err, SBL_E_NamespaceExists, "Collection %s already exists.", ns);
     snprintf(uri, sizeof(uri), "table:collection-%" PRIu64 "-%" PRIu64, sbl_eng.next_ident++,
              sbl_eng.ident_rand);
-    if ((ret = wt->create(wt, uri, sbl_table_config())) != 0)
+    bool unlogged = sbl_storage_ns_unlogged(ns);
+    if ((ret = wt->create(wt, uri, sbl_table_config_for(unlogged))) != 0)
         return sbl_wt_err(err, ret, "create collection table");
     new_uuid(uuid);
     tbl = sbl_table_new(uri);
+    tbl->unlogged = unlogged;
     if (key_field != NULL && strcmp(key_field, "_id") != 0)
         tbl->key_field = bson_strdup(key_field);
     c = coll_new(ns, uuid, options, tbl);
@@ -614,7 +616,7 @@ static int load_entry(const char *key, const WT_ITEM *v, sbl_err_t *err)
 }
 
 /* Count documents and bytes of every table by scanning it (after a crash). */
-static int recount_all(sbl_err_t *err)
+int sbl_catalog_recount(sbl_err_t *err)
 {
     WT_SESSION *wt = sbl_eng.cat_wt;
 
@@ -743,14 +745,18 @@ int sbl_catalog_load(sbl_err_t *err)
         return sbl_wt_err(err, ret, "read catalog");
     drop_orphans();
     SBL_RET(load_sizes(&clean, err));
-    if (!clean && sbl_eng.ncolls > 0) {
+    /* A stable checkpoint (a replica set member's) holds unlogged tables as
+     * of its stable timestamp, older than the counts saved at shutdown. */
+    bool stable_ckpt = sbl_storage_recovery_ts() != 0;
+    if ((!clean || stable_ckpt) && sbl_eng.ncolls > 0) {
         /* (A new, empty dbpath has nothing to recount and nothing to report.) */
         bson_t attr = BSON_INITIALIZER;
         BSON_APPEND_INT64(&attr, "collections", (int64_t)sbl_eng.ncolls);
         sbl_log(SBL_LOG_INFO, "STORAGE", 22262,
-                "Unclean shutdown detected: recounting collection sizes", &attr);
+                stable_ckpt ? "Recovered from a stable checkpoint: recounting collection sizes"
+                            : "Unclean shutdown detected: recounting collection sizes", &attr);
         bson_destroy(&attr);
-        SBL_RET(recount_all(err));
+        SBL_RET(sbl_catalog_recount(err));
     }
     /* From now on a crash must lead to a recount. */
     SBL_RET(sbl_catalog_save_sizes(wt, false, err));

@@ -21,13 +21,7 @@
 #include "doc/doc.h"
 
 struct sbl_scan {
-    uint64_t epoch; /* the engine open it belongs to */
-    sbl_wt_table_t *tbl;
-    WT_CURSOR *cursor;
-    bool descending;
-    bool started, done;
-    bool has_lo, lo_inclusive, has_hi, hi_inclusive;
-    sbl_buf_t lo, hi;
+    sbl_range_t r; /* over the collection's table, by record key */
 };
 
 int sbl_dup_seek(WT_CURSOR *cur, const uint8_t *p, size_t n, const bson_t *like)
@@ -119,121 +113,46 @@ int sbl_scan_open(sbl_session_t *s, sbl_coll_t *c, const sbl_scan_bounds_t *boun
                   bool descending, sbl_scan_t **scanp, sbl_err_t *err)
 {
     sbl_scan_t *scan;
-    int ret;
+    sbl_range_t *r;
 
     *scanp = NULL;
     sbl_session_reconcile(s);
     if (atomic_load(&c->tbl->dropped))
         return sbl_err_set(err, SBL_E_NamespaceNotFound, "collection %s was dropped", c->ns);
     scan = bson_malloc0(sizeof(*scan));
-    sbl_buf_init(&scan->lo);
-    sbl_buf_init(&scan->hi);
-    if ((ret = s->wt->open_cursor(s->wt, c->tbl->uri, NULL, NULL, &scan->cursor)) != 0) {
-        sbl_buf_destroy(&scan->lo);
-        sbl_buf_destroy(&scan->hi);
+    r = &scan->r;
+    if (sbl_range_open(s, c->tbl, descending, r, err) != 0) {
         bson_free(scan);
-        return sbl_wt_err(err, ret, "open scan");
+        return err->code;
     }
-    scan->epoch = s->epoch;
-    scan->tbl = c->tbl;
-    sbl_table_ref(c->tbl);
-    scan->descending = descending;
     if (bounds != NULL && bounds->lo != NULL) {
-        scan->has_lo = true;
-        scan->lo_inclusive = bounds->lo_inclusive;
-        sbl_key_append(&scan->lo, bounds->lo, false);
-        if (c->dup_ids && !scan->lo_inclusive)
+        r->has_lo = true;
+        r->lo_inclusive = bounds->lo_inclusive;
+        sbl_key_append(&r->lo, bounds->lo, false);
+        if (c->dup_ids && !r->lo_inclusive)
             for (int i = 0; i <= SBL_DUP_SEQ_LEN; i++)
-                sbl_buf_append_byte(&scan->lo, 0xff);
+                sbl_buf_append_byte(&r->lo, 0xff);
     }
     if (bounds != NULL && bounds->hi != NULL) {
-        scan->has_hi = true;
-        scan->hi_inclusive = bounds->hi_inclusive;
-        sbl_key_append(&scan->hi, bounds->hi, false);
-        if (c->dup_ids && scan->hi_inclusive)
+        r->has_hi = true;
+        r->hi_inclusive = bounds->hi_inclusive;
+        sbl_key_append(&r->hi, bounds->hi, false);
+        if (c->dup_ids && r->hi_inclusive)
             for (int i = 0; i <= SBL_DUP_SEQ_LEN; i++)
-                sbl_buf_append_byte(&scan->hi, 0xff);
+                sbl_buf_append_byte(&r->hi, 0xff);
     }
     *scanp = scan;
     return 0;
 }
 
-/* memcmp order, a shorter prefix first. */
-static int key_cmp(const WT_ITEM *k, const sbl_buf_t *b)
-{
-    size_t n = k->size < b->len ? k->size : b->len;
-    int c = memcmp(k->data, b->data, n);
-
-    if (c != 0)
-        return c;
-    return k->size < b->len ? -1 : k->size > b->len ? 1 : 0;
-}
-
-/* Position on the first record in scan order (at or past the start bound). */
-static int scan_start(sbl_scan_t *scan)
-{
-    WT_CURSOR *cur = scan->cursor;
-    const sbl_buf_t *b = scan->descending ? &scan->hi : &scan->lo;
-    bool has = scan->descending ? scan->has_hi : scan->has_lo;
-    bool inclusive = scan->descending ? scan->hi_inclusive : scan->lo_inclusive;
-    WT_ITEM k;
-    int exact, ret;
-
-    if (!has)
-        return scan->descending ? cur->prev(cur) : cur->next(cur);
-    k.data = b->data;
-    k.size = b->len;
-    cur->set_key(cur, &k);
-    if ((ret = cur->search_near(cur, &exact)) != 0)
-        return ret;
-    /* search_near lands on the bound, or on a neighbour on either side. */
-    if (scan->descending) {
-        if (exact > 0 || (exact == 0 && !inclusive))
-            return cur->prev(cur);
-    } else {
-        if (exact < 0 || (exact == 0 && !inclusive))
-            return cur->next(cur);
-    }
-    return 0;
-}
-
 int sbl_scan_next(sbl_scan_t *scan, bson_t *doc, bool *donep, sbl_err_t *err)
 {
-    WT_CURSOR *cur = scan->cursor;
     WT_ITEM k, v;
-    int ret;
+    int ret = sbl_range_next(&scan->r, &k, &v);
 
-    *donep = false;
-    if (scan->done) {
-        *donep = true;
+    *donep = ret == WT_NOTFOUND;
+    if (ret == WT_NOTFOUND)
         return 0;
-    }
-    if (!scan->started) {
-        scan->started = true;
-        ret = scan_start(scan);
-    } else
-        ret = scan->descending ? cur->prev(cur) : cur->next(cur);
-    if (ret == 0 && (ret = cur->get_key(cur, &k)) == 0) {
-        /* The end bound. */
-        int c;
-        if (scan->descending && scan->has_lo) {
-            c = key_cmp(&k, &scan->lo);
-            if (c < 0 || (c == 0 && !scan->lo_inclusive))
-                ret = WT_NOTFOUND;
-        } else if (!scan->descending && scan->has_hi) {
-            c = key_cmp(&k, &scan->hi);
-            if (c > 0 || (c == 0 && !scan->hi_inclusive))
-                ret = WT_NOTFOUND;
-        }
-    }
-    if (ret == 0)
-        ret = cur->get_value(cur, &v);
-    if (ret == WT_NOTFOUND) {
-        scan->done = true;
-        *donep = true;
-        cur->reset(cur);
-        return 0;
-    }
     if (ret != 0)
         return sbl_wt_err(err, ret, "scan");
     if (!bson_init_static(doc, v.data, v.size))
@@ -245,12 +164,7 @@ void sbl_scan_close(sbl_scan_t *scan)
 {
     if (scan == NULL)
         return;
-    /* A cursor of a session that engine close already closed is gone. */
-    if (sbl_eng.open && scan->epoch == sbl_eng.epoch)
-        scan->cursor->close(scan->cursor);
-    sbl_table_unref(scan->tbl);
-    sbl_buf_destroy(&scan->lo);
-    sbl_buf_destroy(&scan->hi);
+    sbl_range_close(&scan->r);
     bson_free(scan);
 }
 

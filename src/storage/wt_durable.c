@@ -88,8 +88,9 @@ size_t sbl_drop_retry(WT_SESSION *wt)
 /* ---- checkpoints ------------------------------------------------------ */
 
 /* Serializes checkpoints, so two savers of the sizes rows never conflict.
- * Lock order: ckpt_mutex, then the catalog lock. */
-static pthread_mutex_t ckpt_mutex = PTHREAD_MUTEX_INITIALIZER;
+ * (rollback_to_stable takes it too: WiredTiger refuses it during a
+ * checkpoint.)  Lock order: sbl_ckpt_mutex, then the catalog lock. */
+pthread_mutex_t sbl_ckpt_mutex = PTHREAD_MUTEX_INITIALIZER;
 /* When the last checkpoint ended (now_s()): the periodic one comes
  * syncdelay seconds after any checkpoint, an fsync command's included, so
  * a checkpoint just taken by hand is not followed by another at once. */
@@ -100,7 +101,7 @@ static int checkpoint_on(WT_SESSION *wt, sbl_err_t *err)
 {
     int ret, rc;
 
-    pthread_mutex_lock(&ckpt_mutex);
+    pthread_mutex_lock(&sbl_ckpt_mutex);
     pthread_rwlock_rdlock(&sbl_eng.cat_lock);
     rc = sbl_catalog_save_sizes(wt, false, err);
     pthread_rwlock_unlock(&sbl_eng.cat_lock);
@@ -108,7 +109,7 @@ static int checkpoint_on(WT_SESSION *wt, sbl_err_t *err)
         rc = sbl_wt_err(err, ret, "checkpoint");
     if (rc == 0)
         atomic_store(&ckpt_done_s, now_s());
-    pthread_mutex_unlock(&ckpt_mutex);
+    pthread_mutex_unlock(&sbl_ckpt_mutex);
     return rc;
 }
 

@@ -158,6 +158,7 @@ size_t sbl_index_count(const sbl_coll_t *c)
 }
 
 const char *sbl_index_name(const sbl_index_t *ix) { return ix->name; }
+bool sbl_index_is_ready(const sbl_index_t *ix) { return atomic_load(&ix->ready); }
 const bson_t *sbl_index_spec(const sbl_index_t *ix) { return ix->spec; }
 size_t sbl_index_nfields(const sbl_index_t *ix) { return ix->nfields; }
 const char *sbl_index_field(const sbl_index_t *ix, size_t i) { return ix->fields[i]; }
@@ -499,7 +500,8 @@ int sbl_index_create(sbl_session_t *s, sbl_coll_t *c, const bson_t *spec, sbl_er
     pthread_rwlock_wrlock(&sbl_eng.cat_lock);
     snprintf(uri, sizeof(uri), "table:index-%" PRIu64 "-%" PRIu64, sbl_eng.next_ident++,
              sbl_eng.ident_rand);
-    ret = sbl_eng.cat_wt->create(sbl_eng.cat_wt, uri, sbl_table_config());
+    ret = sbl_eng.cat_wt->create(sbl_eng.cat_wt, uri,
+                                 sbl_table_config_for(sbl_storage_ns_unlogged(c->ns)));
     pthread_rwlock_unlock(&sbl_eng.cat_lock);
     if (ret != 0)
         return sbl_wt_err(err, ret, "create index table");
@@ -541,6 +543,12 @@ int sbl_index_create(sbl_session_t *s, sbl_coll_t *c, const bson_t *spec, sbl_er
     }
     sbl_buf_destroy(&resume);
     if (rc != 0)
+        goto fail;
+    /* An unlogged index (a replica set member's) built without timestamps
+     * is durable only from the next checkpoint: take it before the catalog
+     * calls the index ready, so a crash cannot leave a ready index with
+     * entries missing. */
+    if (sbl_storage_ns_unlogged(c->ns) && (rc = sbl_storage_checkpoint(err)) != 0)
         goto fail;
     atomic_store(&ix->ready, true);
     if ((rc = sbl_catalog_update_table(t, err)) != 0)

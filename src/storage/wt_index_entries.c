@@ -630,11 +630,7 @@ int sbl_index_on_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
 /* ---- index scans ------------------------------------------------------------- */
 
 struct sbl_iscan {
-    uint64_t epoch;
-    sbl_wt_table_t *tbl;
-    WT_CURSOR *cursor;
-    bool backward, started, done;
-    sbl_buf_t lo, hi; /* hi.len == 0: unbounded */
+    sbl_range_t r; /* over the index's table: [lo, hi), either bound empty for none */
 };
 
 int sbl_iscan_open(sbl_session_t *s, sbl_index_t *ix, const uint8_t *lo, size_t lo_len,
@@ -642,7 +638,6 @@ int sbl_iscan_open(sbl_session_t *s, sbl_index_t *ix, const uint8_t *lo, size_t 
                    sbl_err_t *err)
 {
     sbl_iscan_t *sc;
-    int ret;
 
     *scanp = NULL;
     sbl_session_reconcile(s);
@@ -650,80 +645,29 @@ int sbl_iscan_open(sbl_session_t *s, sbl_index_t *ix, const uint8_t *lo, size_t 
         return sbl_err_set(err, SBL_E_QueryPlanKilled, "query plan killed :: caused by :: "
                            "index '%s' dropped", ix->name);
     sc = bson_malloc0(sizeof(*sc));
-    sbl_buf_init(&sc->lo);
-    sbl_buf_init(&sc->hi);
-    if ((ret = s->wt->open_cursor(s->wt, ix->tbl->uri, NULL, NULL, &sc->cursor)) != 0) {
+    if (sbl_range_open(s, ix->tbl, backward, &sc->r, err) != 0) {
         bson_free(sc);
-        return sbl_wt_err(err, ret, "open index scan");
+        return err->code;
     }
-    sc->epoch = s->epoch;
-    sc->tbl = ix->tbl;
-    sbl_table_ref(ix->tbl);
-    sc->backward = backward;
-    sbl_buf_append(&sc->lo, lo, lo_len);
-    sbl_buf_append(&sc->hi, hi, hi_len);
+    sc->r.has_lo = lo_len > 0;
+    sc->r.lo_inclusive = true;
+    sc->r.has_hi = hi_len > 0;
+    sc->r.hi_inclusive = false;
+    sbl_buf_append(&sc->r.lo, lo, lo_len);
+    sbl_buf_append(&sc->r.hi, hi, hi_len);
     *scanp = sc;
     return 0;
-}
-
-static int buf_cmp(const WT_ITEM *k, const sbl_buf_t *b)
-{
-    return ks_cmp_raw(k->data, k->size, b->data, b->len);
 }
 
 int sbl_iscan_next(sbl_iscan_t *sc, const uint8_t **key, size_t *klen, const uint8_t **idk,
                    size_t *idlen, bool *donep, sbl_err_t *err)
 {
-    WT_CURSOR *cur = sc->cursor;
     WT_ITEM k, v;
-    int ret, exact;
+    int ret = sbl_range_next(&sc->r, &k, &v);
 
-    *donep = false;
-    if (sc->done) {
-        *donep = true;
+    *donep = ret == WT_NOTFOUND;
+    if (ret == WT_NOTFOUND)
         return 0;
-    }
-    if (!sc->started) {
-        sc->started = true;
-        if (!sc->backward) {
-            if (sc->lo.len == 0)
-                ret = cur->next(cur);
-            else {
-                k.data = sc->lo.data;
-                k.size = sc->lo.len;
-                cur->set_key(cur, &k);
-                ret = cur->search_near(cur, &exact);
-                if (ret == 0 && exact < 0)
-                    ret = cur->next(cur);
-            }
-        } else {
-            if (sc->hi.len == 0)
-                ret = cur->prev(cur);
-            else {
-                k.data = sc->hi.data;
-                k.size = sc->hi.len;
-                cur->set_key(cur, &k);
-                ret = cur->search_near(cur, &exact);
-                if (ret == 0 && exact >= 0)
-                    ret = cur->prev(cur);
-            }
-        }
-    } else
-        ret = sc->backward ? cur->prev(cur) : cur->next(cur);
-    if (ret == 0 && (ret = cur->get_key(cur, &k)) == 0) {
-        if (!sc->backward && sc->hi.len > 0 && buf_cmp(&k, &sc->hi) >= 0)
-            ret = WT_NOTFOUND;
-        else if (sc->backward && buf_cmp(&k, &sc->lo) < 0)
-            ret = WT_NOTFOUND;
-    }
-    if (ret == 0)
-        ret = cur->get_value(cur, &v);
-    if (ret == WT_NOTFOUND) {
-        sc->done = true;
-        *donep = true;
-        cur->reset(cur);
-        return 0;
-    }
     if (ret != 0)
         return sbl_wt_err(err, ret, "index scan");
     *key = k.data;
@@ -737,11 +681,7 @@ void sbl_iscan_close(sbl_iscan_t *sc)
 {
     if (sc == NULL)
         return;
-    if (sbl_eng.open && sc->epoch == sbl_eng.epoch)
-        sc->cursor->close(sc->cursor);
-    sbl_table_unref(sc->tbl);
-    sbl_buf_destroy(&sc->lo);
-    sbl_buf_destroy(&sc->hi);
+    sbl_range_close(&sc->r);
     bson_free(sc);
 }
 

@@ -40,6 +40,7 @@ typedef struct sbl_wt_table {
     atomic_size_t nidx_quick;
     struct sbl_capped *capped; /* capped collections only (wt_capped.c), else NULL */
     char *key_field; /* the top-level field documents are keyed by; NULL: "_id" */
+    bool unlogged;   /* created log=(enabled=false) in this run (wt_stable.c) */
 } sbl_wt_table_t;
 
 /* The field t's documents are keyed by. */
@@ -189,6 +190,25 @@ void sbl_session_add_delta(sbl_session_t *s, sbl_wt_table_t *t, int64_t dcount, 
 /* Close every session (engine close; threads must be quiet). */
 void sbl_sessions_close_all(void);
 
+/* A walk over the keys of one table between optional bounds, forward or
+ * backward (wt_range.c): collection and index scans are both one.  Bounds
+ * are set in lo/hi (has_*, *_inclusive) after sbl_range_open. */
+typedef struct sbl_range {
+    uint64_t epoch; /* the engine open its cursor belongs to */
+    sbl_wt_table_t *tbl; /* referenced */
+    WT_CURSOR *cursor;
+    bool backward, started, done;
+    bool has_lo, lo_inclusive, has_hi, hi_inclusive;
+    sbl_buf_t lo, hi;
+} sbl_range_t;
+
+int sbl_range_open(sbl_session_t *s, sbl_wt_table_t *t, bool backward, sbl_range_t *r,
+                   sbl_err_t *err);
+/* The next record in range into k and v: 0, WT_NOTFOUND past the end (the
+ * cursor is reset then and stays at the end), or a WiredTiger error. */
+int sbl_range_next(sbl_range_t *r, WT_ITEM *k, WT_ITEM *v);
+void sbl_range_close(sbl_range_t *r);
+
 /* Catalog life (wt_catalog.c). */
 int sbl_catalog_load(sbl_err_t *err);
 void sbl_catalog_unload(void);
@@ -207,6 +227,15 @@ size_t sbl_drop_retry(WT_SESSION *wt);
 void sbl_backup_log_removal(WT_SESSION *wt);
 /* The creation config of collection tables. */
 const char *sbl_table_config(void);
+/* The table config, unlogged or not (wt_stable.c); whether ns's tables
+ * are created unlogged (a replica set member's replicated namespaces). */
+const char *sbl_table_config_for(bool unlogged);
+bool sbl_storage_ns_unlogged(const char *ns);
+/* Count every table's documents and bytes again (catalog write lock held,
+ * or at open). */
+int sbl_catalog_recount(sbl_err_t *err);
+/* Serializes checkpoints (wt_durable.c) and rollback_to_stable. */
+extern pthread_mutex_t sbl_ckpt_mutex;
 
 /* ---- secondary indexes (wt_index.c: handles, catalog rows, create, build,
  * drop; wt_index_entries.c: keys, entries, scans; wt_ttl.c: TTL monitor) ---- */

@@ -281,14 +281,19 @@ static int parse_query(const uint8_t *msg, size_t len, sbl_request_t *req, sbl_e
     req->number_to_return = rd_i32(msg + off + 4);
     off += 8;
     bson_t q, fields;
+    bool have_fields = false;
     SBL_RET(read_doc(msg, &off, len, &q, "OP_QUERY query", err));
-    if (off < len)
+    if (off < len) {
         SBL_RET(read_doc(msg, &off, len, &fields, "OP_QUERY returnFieldsSelector", err));
+        have_fields = true;
+    }
     if (off != len)
         return sbl_err_set(err, SBL_E_ProtocolError, "OP_QUERY: %zu trailing bytes", len - off);
     const char *dot = strchr((const char *)ns, '.');
     size_t dblen = dot ? (size_t)(dot - (const char *)ns) : strlen((const char *)ns);
     SBL_RET(set_db(req, (const char *)ns, dblen, err));
+    if (dot != NULL && strcmp(dot + 1, "$cmd") != 0 && dot[1] != '\0')
+        return sbl_wire_legacy_find(req, dot + 1, &q, have_fields ? &fields : NULL, err);
     return unwrap_query(&req->cmd, &q, err);
 }
 
@@ -411,7 +416,9 @@ static void build_plain(const sbl_request_t *req, int32_t request_id, const bson
     sbl_buf_append_i32le(out, req->request_id);
     sbl_buf_append_i32le(out, query ? SBL_OP_REPLY : SBL_OP_MSG);
     bool checksum = !query && (req->flags & SBL_MSG_CHECKSUM_PRESENT);
-    if (query) {
+    if (query && req->legacy_find) {
+        sbl_wire_legacy_body(req, reply, out);
+    } else if (query) {
         sbl_buf_append_i32le(out, 8); /* AwaitCapable */
         sbl_buf_append_i64le(out, 0); /* cursorId */
         sbl_buf_append_i32le(out, 0); /* startingFrom */
@@ -421,7 +428,8 @@ static void build_plain(const sbl_request_t *req, int32_t request_id, const bson
         sbl_buf_append_i32le(out, (int32_t)flags);
         sbl_buf_append_byte(out, 0);
     }
-    sbl_buf_append(out, bson_get_data(reply), reply->len);
+    if (!(query && req->legacy_find)) /* a legacy find's body holds the batch instead */
+        sbl_buf_append(out, bson_get_data(reply), reply->len);
     size_t total = out->len - start + (checksum ? 4 : 0);
     sbl_buf_put_i32le(out, start, (int32_t)total);
     if (checksum)

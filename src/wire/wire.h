@@ -59,6 +59,8 @@ typedef struct sbl_request {
     int32_t query_flags;
     int32_t number_to_skip;
     int32_t number_to_return;
+    bool legacy_find;    /* OP_QUERY on a collection: cmd is the find (then getMore) it stands for */
+    int32_t legacy_from; /* documents returned so far (OP_REPLY startingFrom) */
 } sbl_request_t;
 
 /*
@@ -80,6 +82,17 @@ void sbl_request_destroy(sbl_request_t *req);
  * Compressed with req->compressor when it is not NOOP.  Appends to out. */
 void sbl_wire_build_reply(const sbl_request_t *req, int32_t request_id, const bson_t *reply,
                           sbl_buf_t *out);
+
+/* ---- legacy find (wire_legacy.c) ------------------------------------------
+ * True when req is an OP_QUERY find with the Exhaust flag: its batches are
+ * streamed without further requests. */
+bool sbl_wire_legacy_exhaust(const sbl_request_t *req);
+/* Turn a legacy find's cmd into the getMore for cursor_id (the next batch of
+ * an exhaust stream). */
+void sbl_wire_legacy_next(sbl_request_t *req, int64_t cursor_id);
+/* The batch size of a cursor reply and its cursor id; -1 when reply is not
+ * a cursor reply. */
+int32_t sbl_wire_batch_count(const bson_t *reply, int64_t *cursor_id);
 
 /* CRC-32C (Castagnoli) of p[0..n), starting from crc (0 for a fresh sum). */
 uint32_t sbl_crc32c(uint32_t crc, const void *p, size_t n);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run.sh: the ctest entry point of the conformance runner. Usage: run.sh [path/to/sabled]
 # Installs the pinned Node driver (npm ci) when node_modules is missing, then replays the
-# unified spec tests of issue 5's target areas against a fresh sabled; exits non-zero when
-# a test that is not on skip.txt fails.
+# unified spec tests of issue 5's target areas against a fresh sabled, then those that need a
+# replica set against a fresh 3-member set; exits non-zero when a test that is not on
+# skip.txt fails.
 #
 # The spec test files are not in this repository (CC BY-NC-SA). They are read from
 # $CONFORMANCE_ROOT, or else from ../shared/conformance/unified next to the checkout.
@@ -38,6 +39,13 @@ if [ ! -d node_modules/mongodb ]; then
   npm ci --no-audit --no-fund --loglevel=error || fail $?
 fi
 node selftest.mjs || fail $?
-node runner.mjs --root "$root" \
-  crud collection-management run-command command-logging-and-monitoring/monitoring \
-  sessions retryable-reads retryable-writes || fail $?
+dirs=(crud collection-management run-command command-logging-and-monitoring/monitoring
+      sessions retryable-reads retryable-writes)
+node runner.mjs --root "$root" "${dirs[@]}" || fail $?
+# Then a 3-member replica set (started with scripts/sable-cluster on free ports, removed
+# afterwards) runs the tests of the same directories that do not run against a standalone
+# (runOnRequirements topologies: replicaset). retryable-writes joins this list with
+# retryable writes (txnNumber), change-streams and transactions with theirs.
+rs_dirs=(crud collection-management run-command command-logging-and-monitoring/monitoring
+         sessions retryable-reads)
+node runner.mjs --replset-only --root "$root" "${rs_dirs[@]}" || fail $?

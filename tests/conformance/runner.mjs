@@ -47,9 +47,13 @@ function parseArgs(argv) {
     else if (a === '--filter') o.filter = next();
     else if (a === '--verbose' || a === '-v') o.verbose = true;
     else if (a === '--run-skipped') o.runSkipped = true;
+    else if (a === '--replset') o.replset = true;
+    else if (a === '--replset-only') { o.replset = true; o.replsetOnly = true; }
     else if (a === '--help' || a === '-h') {
-      console.log('usage: node runner.mjs [--uri URI | --sabled PATH] [--root DIR] [--skip FILE]\n'
-        + '                      [--filter TEXT] [--run-skipped] [--verbose] <dir|file relative to root>...');
+      console.log('usage: node runner.mjs [--uri URI | --sabled PATH] [--replset | --replset-only] [--root DIR]\n'
+        + '                      [--skip FILE] [--filter TEXT] [--run-skipped] [--verbose] <dir|file relative to root>...\n'
+        + '  --replset       start a 3-member replica set (build/sable-cluster) instead of a standalone\n'
+        + '  --replset-only  the same, running only the tests that do not run against a standalone');
       process.exit(0);
     } else if (a.startsWith('-')) throw new Error(`unknown option ${a}`);
     else o.targets.push(a);
@@ -131,6 +135,77 @@ async function startSabled(bin) {
         await done;
         clearTimeout(t);
       }
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+// A 3-member replica set started with scripts/sable-cluster (the same launcher users and
+// the other tests use) on three consecutive free ports, data in a temporary directory.
+function portFree(port) {
+  return new Promise((resolve) => {
+    const srv = net.createServer();
+    srv.once('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
+  });
+}
+
+async function freePortRun(n) {
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const base = 20000 + Math.floor(Math.random() * 30000);
+    let ok = true;
+    for (let i = 0; i < n && ok; i++) ok = await portFree(base + i);
+    if (ok) return base;
+  }
+  throw new Error(`no ${n} consecutive free ports`);
+}
+
+function runCluster(args, env) {
+  return new Promise((resolve, reject) => {
+    const launcher = path.join(REPO, 'scripts', 'sable-cluster');
+    const p = spawn('/usr/bin/python3', [launcher, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.stderr.on('data', (d) => { out += d; });
+    p.on('error', reject);
+    p.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`sable-cluster ${args[0]} exited ${code}: ${out}`))));
+  });
+}
+
+async function startReplSet(bin, members = 3) {
+  if (!fs.existsSync(bin)) throw new Error(`sabled not found at ${bin} (build it, or set SABLED / --sabled)`);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sable-conformance-rs-'));
+  const env = { ...process.env, SABLED: bin };
+  const base = await freePortRun(members);
+  try {
+    await runCluster(['start', '--replset', 'rs0', '--members', String(members), '--dir', dir,
+      '--port', String(base), '--oplog-mb', '256', '--sabled-arg=--setParameter', '--sabled-arg=enableTestCommands=1'], env);
+  } catch (e) {
+    await runCluster(['stop', '--dir', dir], env).catch(() => {});
+    fs.rmSync(dir, { recursive: true, force: true });
+    throw e;
+  }
+  const hosts = Array.from({ length: members }, (_, i) => `127.0.0.1:${base + i}`);
+  const uri = `mongodb://${hosts.join(',')}/?replicaSet=rs0`;
+  // Wait until every member is PRIMARY or SECONDARY, so w:"majority" set-up writes do
+  // not wait for a member still catching up.
+  const deadline = Date.now() + 60000;
+  for (;;) {
+    const c = new MongoClient(uri, { serverSelectionTimeoutMS: 5000 });
+    let ready = false;
+    try {
+      const st = await c.db('admin').command({ replSetGetStatus: 1 });
+      ready = st.members.length === members && st.members.every((m) => m.state === 1 || m.state === 2);
+    } catch { /* not yet */ }
+    await c.close().catch(() => {});
+    if (ready) break;
+    if (Date.now() > deadline) throw new Error(`replica set in ${dir} not ready within 60 s`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return {
+    uri,
+    async stop() {
+      await runCluster(['stop', '--dir', dir], env).catch((e) => console.error(String(e)));
       fs.rmSync(dir, { recursive: true, force: true });
     },
   };
@@ -413,7 +488,7 @@ async function main() {
   const opts = parseArgs(process.argv.slice(2));
   if (opts.targets.length === 0) throw new Error('no test directories given (see --help)');
   const skips = loadSkipList(opts.skipFile);
-  const sabled = opts.uri ? null : await startSabled(opts.sabled);
+  const sabled = opts.uri ? null : opts.replset ? await startReplSet(opts.sabled) : await startSabled(opts.sabled);
   const uri = opts.uri || sabled.uri;
   const internal = new MongoClient(uri, { serverSelectionTimeoutMS: 10000 });
   const totals = { passed: 0, failed: 0, skipped: 0 };
@@ -426,6 +501,11 @@ async function main() {
     const server = { version: build.version, topology, internal, uri };
     console.log(`server ${build.version} (${topology}) at ${uri.replace(/\?.*$/, '')}; tests from ${opts.root}`);
     const runner = new Runner(server);
+    // --replset-only: what a standalone would run was run there; only the rest runs here.
+    const asSingle = { ...server, topology: 'single' };
+    const ranOnSingle = async (file, test) => opts.replsetOnly && schemaSupported(file.schemaVersion)
+      && !test.skipReason && await requirementsUnmet(file.runOnRequirements, asSingle) === null
+      && await requirementsUnmet(test.runOnRequirements, asSingle) === null;
     for (const target of opts.targets) {
       for (const rel of listFiles(opts.root, target)) {
         const dir = path.posix.dirname(rel);
@@ -442,13 +522,15 @@ async function main() {
           const fresh = EJSON.parse(text, { relaxed: true });
           const test = fresh.tests[i];
           if (opts.filter && !`${rel} ${test.description}`.includes(opts.filter)) continue;
-          let why = fileSkip || (test.skipReason ? `skipReason: ${test.skipReason}` : null) || await requirementsUnmet(test.runOnRequirements, server);
+          let why = fileSkip || (test.skipReason ? `skipReason: ${test.skipReason}` : null) || await requirementsUnmet(test.runOnRequirements, server)
+            || (await ranOnSingle(file, test) ? 'runs against the standalone' : null);
+          // An entry naming a test that exists is not stale, whatever runs it here.
+          const entry = skipEntry(skips, rel, test.description);
           if (why) {
             counts.skipped++; d.byRequirements++;
             if (opts.verbose) lines.push(`  skip  ${test.description}: ${why}`);
             continue;
           }
-          const entry = skipEntry(skips, rel, test.description);
           if (entry && !opts.runSkipped) {
             counts.skipped++; d.bySkipList++;
             if (opts.verbose) lines.push(`  skip  ${test.description}: skip.txt:${entry.line}: ${entry.reason}`);

@@ -9,7 +9,7 @@ the namespaces, and pause / resume / kill of the processes it started.
         c.pause(p); ...; c.resume(p)
 
 Layout: namespaces "<tag>-br" (holds bridge br0) and "<tag>-<member>" (eth0
-with 10.250.25.<i>/24, lo up), tag = "sblf<pid of this process>"; a veth
+with 10.250.25.<i>/24, lo up; br0 has 10.250.25.254 for clients), tag = "sblf<pid of this process>"; a veth
 pair per member, created inside the namespaces, so nothing is added to the
 root namespace and the addresses exist only inside these namespaces.
 A fault is a set of blocked (source, destination) member pairs; each
@@ -84,6 +84,7 @@ class Cluster:
         self.ns = {m: "%s-%s" % (self.tag, m) for m in self.members}
         self.bridge_ns = "%s-br" % self.tag
         self.addr = {m: "%s.%d" % (SUBNET, i + 1) for i, m in enumerate(self.members)}
+        self.client_addr = "%s.254" % SUBNET   # br0's, for clients run in the bridge namespace
         self.blocked = set()      # (source, destination) member pairs
         self.log = []             # (monotonic time, description) of every fault change
         self._created = []        # namespaces, in creation order
@@ -109,6 +110,7 @@ class Cluster:
         try:
             self._add_ns(self.bridge_ns)
             _ip("-n", self.bridge_ns, "link", "add", "br0", "type", "bridge")
+            _ip("-n", self.bridge_ns, "addr", "add", self.client_addr + "/24", "dev", "br0")
             _ip("-n", self.bridge_ns, "link", "set", "br0", "up")
             for i, m in enumerate(self.members):
                 ns, peer = self.ns[m], "v%d" % i
@@ -191,6 +193,14 @@ class Cluster:
         kw.setdefault("text", True)
         return subprocess.run(["ip", "netns", "exec", self.ns[member]] + list(argv),
                               timeout=timeout, **kw)
+
+    def spawn_client(self, argv, **kw):
+        """Start argv in the bridge namespace, where client_addr reaches every
+        member (faults never block it: clients see both sides, as Jepsen's
+        control node does).  Teardown kills it."""
+        p = subprocess.Popen(["ip", "netns", "exec", self.bridge_ns] + list(argv), **kw)
+        self._procs[p.pid] = p
+        return p
 
     def spawn(self, member, argv, **kw):
         """Start argv inside member's namespace (`ip netns exec` execs it, so

@@ -149,6 +149,16 @@ tool_stream_t *tool_stream_open(const char *path, bool write, bool gzip);
 int64_t tool_stream_read(tool_stream_t *s, void *buf, size_t n);
 /* Read up to n bytes: returns how many (0 at the end), -1 on an error. */
 int64_t tool_stream_read_some(tool_stream_t *s, void *buf, size_t n);
+/* A sliding window over a stream for text readers: buf[pos..len) is unread.
+   tool_window_fill moves the unread bytes to the front, grows buf (keeping one
+   byte past cap free for a terminator) and reads more: 1 when it read, 0 at
+   the end (eof set), -1 on an error. */
+typedef struct tool_window {
+    char *buf;
+    size_t len, pos, cap;
+    bool eof;
+} tool_window_t;
+int tool_window_fill(tool_stream_t *in, tool_window_t *w);
 int tool_stream_write(tool_stream_t *s, const void *buf, size_t n);
 /* Flush and close; returns -1 if anything failed to reach the file. */
 int tool_stream_close(tool_stream_t *s);
@@ -200,9 +210,8 @@ size_t tool_json_compact(char *s, size_t len);
 typedef struct tool_json_reader {
     tool_stream_t *in;
     bool array;
-    char *buf;
-    size_t len, pos, cap;
-    bool eof, seen_open, seen_close;
+    tool_window_t win;
+    bool seen_open, seen_close;
     int64_t line; /* 1-based line of the document's start, for messages */
     int64_t offset;
 } tool_json_reader_t;

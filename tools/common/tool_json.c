@@ -577,46 +577,29 @@ static bool fp_doc(const char *s, size_t avail, bson_t *doc, size_t *usedp)
 
 static int refill(tool_json_reader_t *r)
 {
-    if (r->eof)
-        return 0;
-    if (r->pos > 0) {
-        memmove(r->buf, r->buf + r->pos, r->len - r->pos);
-        r->len -= r->pos;
-        r->pos = 0;
-    }
-    if (r->cap - r->len < 65536) {
-        r->cap = r->cap ? r->cap * 2 : 1 << 20;
-        r->buf = realloc(r->buf, r->cap + 1);
-    }
-    int64_t n = tool_stream_read_some(r->in, r->buf + r->len, r->cap - r->len);
-    if (n < 0)
-        return -1;
-    if (n == 0)
-        r->eof = true;
-    r->len += (size_t)n;
-    return (int)(n > 0);
+    return tool_window_fill(r->in, &r->win);
 }
 
 /* Skip whitespace (and, in an array, the brackets and commas between documents). */
 static int skip_between(tool_json_reader_t *r)
 {
     for (;;) {
-        while (r->pos < r->len) {
-            char c = r->buf[r->pos];
+        while (r->win.pos < r->win.len) {
+            char c = r->win.buf[r->win.pos];
             if (c == '\n')
                 r->line++;
             if (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
-                r->pos++;
+                r->win.pos++;
                 continue;
             }
             if (r->array && c == '[' && !r->seen_open) {
                 r->seen_open = true;
-                r->pos++;
+                r->win.pos++;
                 continue;
             }
             if (r->array && r->seen_open && !r->seen_close && (c == ',' || c == ']')) {
                 r->seen_close = c == ']';
-                r->pos++;
+                r->win.pos++;
                 continue;
             }
             return 1;
@@ -624,7 +607,7 @@ static int skip_between(tool_json_reader_t *r)
         int rc = refill(r);
         if (rc < 0)
             return -1;
-        if (rc == 0 && r->pos >= r->len)
+        if (rc == 0 && r->win.pos >= r->win.len)
             return 0;
     }
 }
@@ -645,7 +628,7 @@ int tool_json_next(tool_json_reader_t *r, bson_t *doc)
                             tool_stream_path(r->in));
         return 0;
     }
-    char c = r->buf[r->pos];
+    char c = r->win.buf[r->win.pos];
     if (r->array && (!r->seen_open || r->seen_close))
         return tool_err("%s: line %lld: %s", tool_stream_path(r->in), (long long)r->line,
                         r->seen_close ? "text after the end of the JSON array"
@@ -655,12 +638,12 @@ int tool_json_next(tool_json_reader_t *r, bson_t *doc)
                         tool_stream_path(r->in), (long long)r->line, c,
                         c == '[' ? " (use --jsonArray for an array of documents)" : "");
     size_t used;
-    if (fp_doc(r->buf + r->pos, r->len - r->pos, doc, &used)) { /* the common case */
-        for (const char *q = r->buf + r->pos, *e = q + used;
+    if (fp_doc(r->win.buf + r->win.pos, r->win.len - r->win.pos, doc, &used)) { /* the common case */
+        for (const char *q = r->win.buf + r->win.pos, *e = q + used;
              (q = memchr(q, '\n', (size_t)(e - q))) != NULL; q++)
             r->line++;
         r->offset += (int64_t)used;
-        r->pos += used;
+        r->win.pos += used;
         return 1;
     }
     /* find the matching '}' */
@@ -668,8 +651,8 @@ int tool_json_next(tool_json_reader_t *r, bson_t *doc)
         int depth = 0;
         bool in_str = false, esc = false;
         size_t i;
-        for (i = r->pos; i < r->len; i++) {
-            char ch = r->buf[i];
+        for (i = r->win.pos; i < r->win.len; i++) {
+            char ch = r->win.buf[i];
             if (in_str) {
                 if (esc)
                     esc = false;
@@ -686,20 +669,20 @@ int tool_json_next(tool_json_reader_t *r, bson_t *doc)
                     break;
             }
         }
-        if (i < r->len) {
-            size_t len = i + 1 - r->pos;
+        if (i < r->win.len) {
+            size_t len = i + 1 - r->win.pos;
             bson_error_t e;
             int64_t start_line = r->line;
-            for (size_t k = r->pos; k <= i; k++)
-                r->line += r->buf[k] == '\n';
-            char save = r->buf[i + 1];
-            r->buf[i + 1] = '\0';
+            for (size_t k = r->win.pos; k <= i; k++)
+                r->line += r->win.buf[k] == '\n';
+            char save = r->win.buf[i + 1];
+            r->win.buf[i + 1] = '\0';
             size_t used;
-            bool ok = (fp_doc(r->buf + r->pos, len, doc, &used) && used == len) ||
-                      bson_init_from_json(doc, r->buf + r->pos, (ssize_t)len, &e);
-            r->buf[i + 1] = save;
+            bool ok = (fp_doc(r->win.buf + r->win.pos, len, doc, &used) && used == len) ||
+                      bson_init_from_json(doc, r->win.buf + r->win.pos, (ssize_t)len, &e);
+            r->win.buf[i + 1] = save;
             r->offset += (int64_t)len;
-            r->pos = i + 1;
+            r->win.pos = i + 1;
             if (!ok)
                 return tool_err("%s: line %lld: invalid JSON document: %s",
                                 tool_stream_path(r->in), (long long)start_line, e.message);
@@ -716,8 +699,8 @@ int tool_json_next(tool_json_reader_t *r, bson_t *doc)
 
 void tool_json_reader_free(tool_json_reader_t *r)
 {
-    free(r->buf);
-    r->buf = NULL;
+    free(r->win.buf);
+    r->win.buf = NULL;
 }
 
 /* ---- command-line values ------------------------------------------------------------ */

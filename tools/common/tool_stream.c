@@ -228,3 +228,25 @@ void tool_progress_done(tool_progress_t *p, const char *verb)
     if (!tool_quiet)
         progress_line(p, tool_now(), verb);
 }
+
+int tool_window_fill(tool_stream_t *in, tool_window_t *w)
+{
+    if (w->eof)
+        return 0;
+    if (w->pos > 0) {
+        memmove(w->buf, w->buf + w->pos, w->len - w->pos);
+        w->len -= w->pos;
+        w->pos = 0;
+    }
+    if (w->cap - w->len < 65536) {
+        w->cap = w->cap ? w->cap * 2 : 1 << 20;
+        w->buf = realloc(w->buf, w->cap + 1);
+    }
+    int64_t n = tool_stream_read_some(in, w->buf + w->len, w->cap - w->len);
+    if (n < 0)
+        return -1;
+    if (n == 0)
+        w->eof = true;
+    w->len += (size_t)n;
+    return n > 0;
+}

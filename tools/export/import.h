@@ -23,9 +23,7 @@ typedef struct csv_reader {
     grace_t grace;
     csv_col_t *cols;
     int ncols;
-    char *buf;
-    size_t len, pos, cap;
-    bool eof;
+    tool_window_t win;
     int64_t line;
     char *cell; /* the cell being read */
     size_t cell_cap;

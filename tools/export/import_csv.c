@@ -58,24 +58,7 @@ int csv_set_columns(csv_reader_t *r, char **names, int n)
 
 static int fill(csv_reader_t *r)
 {
-    if (r->eof)
-        return 0;
-    if (r->pos > 0) {
-        memmove(r->buf, r->buf + r->pos, r->len - r->pos);
-        r->len -= r->pos;
-        r->pos = 0;
-    }
-    if (r->cap - r->len < 65536) {
-        r->cap = r->cap ? r->cap * 2 : 1 << 20;
-        r->buf = realloc(r->buf, r->cap);
-    }
-    int64_t n = tool_stream_read_some(r->in, r->buf + r->len, r->cap - r->len);
-    if (n < 0)
-        return -1;
-    if (n == 0)
-        r->eof = true;
-    r->len += (size_t)n;
-    return n > 0;
+    return tool_window_fill(r->in, &r->win);
 }
 
 /* Split the next record into cells (NUL-terminated copies in *cellsp, count returned);
@@ -98,32 +81,32 @@ static int next_record(csv_reader_t *r, tool_strs_t *cells)
         /* find the record's end, respecting quotes */
         bool q = false;
         size_t i;
-        for (i = r->pos; i < r->len; i++) {
-            char c = r->buf[i];
+        for (i = r->win.pos; i < r->win.len; i++) {
+            char c = r->win.buf[i];
             if (!r->tsv && c == '"')
                 q = !q;
             else if (c == '\n' && !q)
                 break;
         }
-        if (i == r->len && !r->eof) {
+        if (i == r->win.len && !r->win.eof) {
             int f = fill(r);
             if (f < 0)
                 return -1;
             continue;
         }
-        if (r->pos >= r->len)
+        if (r->win.pos >= r->win.len)
             return 0;
-        if (q && i == r->len)
+        if (q && i == r->win.len)
             return tool_err("%s: line %lld: a quoted cell is not closed",
                             tool_stream_path(r->in), (long long)r->line + 1);
         size_t end = i;
-        if (end > r->pos && r->buf[end - 1] == '\r')
+        if (end > r->win.pos && r->win.buf[end - 1] == '\r')
             end--;
         /* cells: runs of plain characters are copied whole */
-        const char *b = r->buf;
+        const char *b = r->win.buf;
         char sep = r->tsv ? '\t' : ',';
         size_t cl = 0;
-        for (size_t k = r->pos; k <= end; k++) {
+        for (size_t k = r->win.pos; k <= end; k++) {
             if (k == end || b[k] == sep) {
                 cell_put(r, "", 0, &cl);
                 tool_strs_push(cells, r->cell);
@@ -153,10 +136,10 @@ static int next_record(csv_reader_t *r, tool_strs_t *cells)
             cell_put(r, b + st, k - st, &cl);
             k--;
         }
-        for (size_t k = r->pos; k < i; k++)
-            r->line += r->buf[k] == '\n';
+        for (size_t k = r->win.pos; k < i; k++)
+            r->line += r->win.buf[k] == '\n';
         r->line++;
-        r->pos = i < r->len ? i + 1 : i;
+        r->win.pos = i < r->win.len ? i + 1 : i;
         return 1;
     }
 }
@@ -449,6 +432,6 @@ void csv_reader_free(csv_reader_t *r)
         free(r->cols[i].arg);
     }
     free(r->cols);
-    free(r->buf);
+    free(r->win.buf);
     free(r->cell);
 }

@@ -60,15 +60,17 @@ export class ClientEntity {
     this.checkedOut = 0;
     const observe = new Set(spec.observeEvents || []);
     const ignore = new Set(spec.ignoreCommandMonitoringEvents || []);
-    const url = new URL(baseUri);
+    // Not WHATWG URL: a replica set's seed list (h1,h2,h3) is not a valid URL host.
+    const q = baseUri.indexOf('?');
+    const params = new URLSearchParams(q < 0 ? '' : baseUri.slice(q + 1));
     for (const [k, v] of Object.entries(spec.uriOptions || {})) {
       if (v !== null && typeof v === 'object') throw new UnsupportedError(`uriOptions.${k} as a document`);
-      url.searchParams.set(k, String(v));
+      params.set(k, String(v));
     }
-    if (!url.searchParams.has('serverSelectionTimeoutMS')) url.searchParams.set('serverSelectionTimeoutMS', '10000');
+    if (!params.has('serverSelectionTimeoutMS')) params.set('serverSelectionTimeoutMS', '10000');
     const options = { monitorCommands: true };
     if (spec.serverApi) options.serverApi = spec.serverApi;
-    this.client = new MongoClient(url.toString(), options);
+    this.client = new MongoClient(`${q < 0 ? baseUri : baseUri.slice(0, q)}?${params}`, options);
     for (const [name, type] of Object.entries(COMMAND_EVENTS)) {
       this.client.on(name, (ev) => {
         if (!this.recording) return;

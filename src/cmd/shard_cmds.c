@@ -1,0 +1,126 @@
+/*
+ * shard_cmds.c: the commands a shard (sabled --shardsvr) answers for the
+ * cluster: _addShard (the router hands the shard its shardIdentity: its
+ * name and the config servers' connection string; kept in
+ * admin.system.version as mongod keeps it, and read back at start-up),
+ * _flushRoutingTableCacheUpdates (re-read a collection's shard version
+ * now), and shardingState.  The version check itself is the dispatcher's
+ * (dispatch.c: a command carrying shardVersion is checked before its
+ * handler runs; src/shard has the rules).
+ */
+#include "cmd/cmd_int.h"
+
+#include "server/server.h"
+#include "shard/shard.h"
+
+#include <string.h>
+
+static bool is_shardsvr(void)
+{
+    return sbl_server_options()->cluster_role == SBL_ROLE_SHARDSVR;
+}
+
+static const char *utf8_of(const bson_t *d, const char *k)
+{
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, d, k) && BSON_ITER_HOLDS_UTF8(&it))
+        return bson_iter_utf8(&it, NULL);
+    return NULL;
+}
+
+int sbl_cmd_add_shard_identity(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    if (!is_shardsvr())
+        return sbl_err_set(err, SBL_E_IllegalOperation, "Cannot accept sharding commands if not "
+                           "started with --shardsvr");
+    bson_iter_t it;
+    bson_t si;
+    if (!bson_iter_init_find(&it, ctx->cmd, "shardIdentity") || !BSON_ITER_HOLDS_DOCUMENT(&it))
+        return sbl_err_set(err, SBL_E_BadValue, "_addShard needs a shardIdentity document");
+    {
+        uint32_t len;
+        const uint8_t *data;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&si, data, len);
+    }
+    const char *name = utf8_of(&si, "shardName");
+    const char *cfg = utf8_of(&si, "configsvrConnectionString");
+    if (name == NULL || cfg == NULL)
+        return sbl_err_set(err, SBL_E_BadValue, "shardIdentity needs shardName and "
+                           "configsvrConnectionString");
+    const char *have = sbl_shard_name();
+    if (have != NULL && strcmp(have, name) != 0)
+        return sbl_err_set(err, SBL_E_IllegalOperation, "this shard is already %s", have);
+    /* Persist it where mongod does, then take it in. */
+    bson_t up = BSON_INITIALIZER, ups, u, q, doc, reply = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&up, "update", "system.version");
+    BSON_APPEND_ARRAY_BEGIN(&up, "updates", &ups);
+    BSON_APPEND_DOCUMENT_BEGIN(&ups, "0", &u);
+    BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &q);
+    BSON_APPEND_UTF8(&q, "_id", "shardIdentity");
+    bson_append_document_end(&u, &q);
+    BSON_APPEND_DOCUMENT_BEGIN(&u, "u", &doc);
+    BSON_APPEND_UTF8(&doc, "_id", "shardIdentity");
+    BSON_APPEND_UTF8(&doc, "shardName", name);
+    BSON_APPEND_UTF8(&doc, "configsvrConnectionString", cfg);
+    bson_append_document_end(&u, &doc);
+    BSON_APPEND_BOOL(&u, "upsert", true);
+    bson_append_document_end(&ups, &u);
+    bson_append_array_end(&up, &ups);
+    sbl_cmd_run("admin", &up, &reply);
+    bson_destroy(&up);
+    int rc = 0;
+    if (!bson_iter_init_find(&it, &reply, "ok") || bson_iter_as_double(&it) != 1.0 ||
+        bson_iter_init_find(&it, &reply, "writeErrors"))
+        rc = sbl_err_set(err, SBL_E_InternalError, "could not store the shardIdentity document");
+    bson_destroy(&reply);
+    if (rc != 0)
+        return rc;
+    return sbl_shard_set_identity(name, cfg, err);
+}
+
+int sbl_cmd_flush_routing_table(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    if (!is_shardsvr())
+        return sbl_err_set(err, SBL_E_IllegalOperation, "Cannot accept sharding commands if not "
+                           "started with --shardsvr");
+    const char *ns = utf8_of(ctx->cmd, "_flushRoutingTableCacheUpdates");
+    if (ns == NULL)
+        return sbl_err_set(err, SBL_E_BadValue, "_flushRoutingTableCacheUpdates needs a "
+                           "namespace");
+    return sbl_shard_refresh(ns, err);
+}
+
+int sbl_cmd_sharding_state(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    sbl_shard_append_state(ctx->reply);
+    return 0;
+}
+
+void sbl_cmd_sharding_start(void)
+{
+    if (!is_shardsvr())
+        return;
+    bson_t find = BSON_INITIALIZER, f, reply = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&find, "find", "system.version");
+    BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &f);
+    BSON_APPEND_UTF8(&f, "_id", "shardIdentity");
+    bson_append_document_end(&find, &f);
+    sbl_cmd_run("admin", &find, &reply);
+    bson_iter_t it, d;
+    if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.firstBatch.0", &d) &&
+        BSON_ITER_HOLDS_DOCUMENT(&d)) {
+        uint32_t len;
+        const uint8_t *data;
+        bson_t si;
+        bson_iter_document(&d, &len, &data);
+        bson_init_static(&si, data, len);
+        const char *name = utf8_of(&si, "shardName");
+        const char *cfg = utf8_of(&si, "configsvrConnectionString");
+        sbl_err_t e = {0};
+        if (name != NULL && cfg != NULL)
+            sbl_shard_set_identity(name, cfg, &e);
+    }
+    bson_destroy(&find);
+    bson_destroy(&reply);
+}

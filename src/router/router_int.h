@@ -1,0 +1,145 @@
+/*
+ * router_int.h: what the router's files share.  rt_remote.c: connection
+ * pools and command round trips; rt_meta.c: the metadata cache and the
+ * sharding commands that change it; rt_target.c: shard keys and chunk
+ * lookup; rt_cursor.c: reads (find, getMore, count, distinct, aggregate);
+ * rt_write.c: writes; rt_cmds.c: the command table.
+ *
+ * A routing table (rt_coll_t) is immutable once built and reference
+ * counted: a refresh builds a new one and swaps it in, so a request keeps a
+ * consistent view for as long as it holds its reference.
+ */
+#ifndef SBL_ROUTER_INT_H
+#define SBL_ROUTER_INT_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/errors.h"
+
+#define RT_MAX_SHARDS 64
+#define RT_RETRIES 5 /* StaleConfig refresh-and-retry rounds */
+
+/* A chunk or shard version: epoch and timestamp name the collection's
+ * incarnation, major.minor order the changes within it. */
+typedef struct rt_version {
+    bson_oid_t epoch;
+    uint32_t ts_t, ts_i;
+    uint32_t major, minor;
+} rt_version_t;
+
+typedef struct rt_chunk {
+    bson_t *min, *max; /* shard key documents; [min, max) */
+    int shard;         /* index into the shard list */
+    uint32_t major, minor;
+} rt_chunk_t;
+
+/* One namespace's routing table. */
+typedef struct rt_coll {
+    int refs;
+    char ns[256];
+    bool sharded;
+    int primary;          /* the database's primary shard (unsharded: where it lives) */
+    bson_t *key;          /* shard key pattern */
+    int nkey;
+    bool hashed;          /* the first (or only hashed) field is "hashed" */
+    int hashed_pos;       /* its position in the key, -1 none */
+    bool unique;
+    bool transient;       /* not cached: its database does not exist yet */
+    rt_version_t version; /* collection version: the highest chunk version */
+    rt_chunk_t *chunks;   /* sorted by min */
+    size_t nchunks;
+    rt_version_t placement[RT_MAX_SHARDS]; /* per shard: its highest chunk version (0.0: none) */
+} rt_coll_t;
+
+/* ---- rt_remote.c ---- */
+int rt_remote_init(const char *configdb, sbl_err_t *err);
+void rt_remote_shutdown(void);
+/* Add a shard's pool (host "rs/h:p,..." or "h:p"); returns its index or -1. */
+int rt_shard_add(const char *id, const char *host);
+int rt_shard_find(const char *id);
+int rt_shard_count(void);
+const char *rt_shard_id(int i);
+const char *rt_shard_host(int i);
+/* Run cmd on shard i (i == -1: the config servers) in database db.  Returns
+ * 0 when a reply came back (it may say ok: 0; *reply holds it, initialised
+ * by the callee), or an error (HostUnreachable ...) with *reply empty. */
+int rt_run(int shard, const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* Send cmds[i] to shard[i] for every i first, then read every reply: the
+ * shards work in parallel.  replies[i] is always initialised; rcs[i] is 0
+ * or the transport error (errs[i]).  Returns how many failed. */
+int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cmds,
+                bson_t *replies, int *rcs, sbl_err_t *errs);
+/* The reply's ok and code (0 when ok). */
+int rt_reply_code(const bson_t *reply);
+/* Copy a command without the fields a router must not forward ($db, lsid,
+ * $clusterTime, $readPreference, txnNumber ...), keeping the others. */
+void rt_copy_cmd(const bson_t *in, bson_t *out, const char *const *skip_extra);
+/* The configdb set name and hosts. */
+const char *rt_configdb(void);
+
+/* ---- rt_meta.c ---- */
+/* The routing table of ns (refreshing from the config servers when absent
+ * or when force).  Returns a reference (rt_coll_release) or NULL with err. */
+rt_coll_t *rt_coll_get(const char *ns, bool force, sbl_err_t *err);
+void rt_coll_release(rt_coll_t *c);
+/* Forget every cached table and database (flushRouterConfig). */
+void rt_meta_flush(void);
+/* The primary shard of db; create_db: register the database (choosing a
+ * primary) when the config servers do not know it.  -1 with err. */
+int rt_db_primary(const char *db, bool create_db, sbl_err_t *err);
+/* Reload config.shards. */
+int rt_shards_reload(sbl_err_t *err);
+/* The sharding commands (reply receives the fields besides ok). */
+int rt_cmd_add_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_cmd_enable_sharding(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* Remove ns's (or db's, when coll is NULL) sharding metadata after a drop. */
+void rt_meta_drop(const char *db, const char *coll);
+/* Append shardVersion for shard i to cmd (UNSHARDED for an unsharded table). */
+void rt_append_version(bson_t *cmd, const rt_coll_t *c, int shard);
+
+/* ---- rt_target.c ---- */
+/* The chunk owning shard key values vals[nkey] (hashed field already hashed). */
+const rt_chunk_t *rt_chunk_for(const rt_coll_t *c, const bson_value_t *vals);
+/* The shard owning doc (missing key fields count as null).  */
+int rt_target_doc(const rt_coll_t *c, const bson_t *doc);
+/* Shards a filter can match: fills shards[] (a set flag per shard index)
+ * and returns how many; a filter with the full shard key's equality gives
+ * one; a range on the first field of a range key gives the overlapping
+ * chunks' shards; anything else gives every shard with a chunk. */
+int rt_target_filter(const rt_coll_t *c, const bson_t *filter, bool shards[RT_MAX_SHARDS]);
+/* Whether the filter names every shard key field by equality. */
+bool rt_filter_has_full_key(const rt_coll_t *c, const bson_t *filter);
+
+/* ---- rt_cursor.c ---- */
+int rt_find(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_get_more(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_kill_cursors(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_count(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_distinct(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* A shard's cursor reply turned into a router cursor on that shard (for
+ * commands passed through to one shard: listCollections, listIndexes ...). */
+int rt_wrap_cursor_reply(int shard, const char *db, bson_t *shard_reply, bson_t *reply,
+                         sbl_err_t *err);
+void rt_cursors_shutdown(void);
+/* A merging cursor over the shards' cursor replies (stolen) replies[i] from
+ * shard_of[i], sorted by sort (NULL: unsorted), with limit (-1: none) and
+ * skip applied after the merge; its first batch into reply. */
+int rt_merge_cursors(const char *db, const char *coll, bson_t *replies, const int *shard_of,
+                     int n, const bson_t *sort, int64_t limit, int64_t skip, bson_t *reply,
+                     sbl_err_t *err);
+/* Every document of a shard's cursor reply (getMore until exhausted) into arr. */
+int rt_drain_cursor(bson_t *shard_reply, const char *db, const char *coll, int shard,
+                    bson_t *arr, sbl_err_t *err);
+
+/* ---- rt_write.c ---- */
+int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_update(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_delete(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+
+#endif

@@ -1,0 +1,669 @@
+/*
+ * rt_admin.c: the sharding commands that change the cluster's metadata:
+ * addShard, enableSharding, shardCollection (range and hashed keys, initial
+ * chunks), split, and the metadata cleanup after drops.  Each writes the
+ * config servers' documents in mongod's shapes (rt_meta.c describes them)
+ * and then has every shard refresh (_flushRoutingTableCacheUpdates), so a
+ * shard refuses routers that have not seen the change yet.
+ */
+#include "router/router_int.h"
+
+#include "doc/doc.h"
+#include "storage/storage.h"
+
+#include <mongoc/mongoc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *utf8_field(const bson_t *d, const char *k)
+{
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, d, k) && BSON_ITER_HOLDS_UTF8(&it))
+        return bson_iter_utf8(&it, NULL);
+    return NULL;
+}
+
+static int reply_error(const bson_t *reply, const char *what, sbl_err_t *err)
+{
+    int code = rt_reply_code(reply);
+    if (code == 0)
+        return 0;
+    const char *m = utf8_field(reply, "errmsg");
+    return sbl_err_set(err, code, "%s :: caused by :: %s", what, m ? m : "error");
+}
+
+/* Run cmd on a shard (or the config servers) and fail on transport or ok: 0. */
+static int run_checked(int shard, const char *db, const bson_t *cmd, bson_t *reply_out,
+                       const char *what, sbl_err_t *err)
+{
+    bson_t reply;
+    int rc = rt_run(shard, db, cmd, &reply, err);
+    if (rc == 0)
+        rc = reply_error(&reply, what, err);
+    if (rc == 0 && reply_out != NULL)
+        bson_copy_to(&reply, reply_out);
+    bson_destroy(&reply);
+    return rc;
+}
+
+static int cfg_write1(const char *verb, const char *coll, const char *arr_name, const bson_t *item,
+                      sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER, a, wc, reply;
+    BSON_APPEND_UTF8(&cmd, verb, coll);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, arr_name, &a);
+    BSON_APPEND_DOCUMENT(&a, "0", item);
+    bson_append_array_end(&cmd, &a);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
+    BSON_APPEND_UTF8(&wc, "w", "majority");
+    bson_append_document_end(&cmd, &wc);
+    int rc = rt_run(-1, "config", &cmd, &reply, err);
+    bson_destroy(&cmd);
+    bson_iter_t it, e, f;
+    if (rc == 0)
+        rc = reply_error(&reply, "writing config metadata", err);
+    if (rc == 0 && bson_iter_init_find(&it, &reply, "writeErrors") && bson_iter_recurse(&it, &e) &&
+        bson_iter_next(&e) && bson_iter_recurse(&e, &f) && bson_iter_find(&f, "code"))
+        rc = sbl_err_set(err, (int)bson_iter_as_int64(&f), "writing config.%s failed", coll);
+    bson_destroy(&reply);
+    return rc;
+}
+
+static int cfg_insert(const char *coll, const bson_t *doc, sbl_err_t *err)
+{
+    return cfg_write1("insert", coll, "documents", doc, err);
+}
+
+static int cfg_delete_many(const char *coll, const bson_t *q, sbl_err_t *err)
+{
+    bson_t d = BSON_INITIALIZER;
+    BSON_APPEND_DOCUMENT(&d, "q", q);
+    BSON_APPEND_INT32(&d, "limit", 0);
+    int rc = cfg_write1("delete", coll, "deletes", &d, err);
+    bson_destroy(&d);
+    return rc;
+}
+
+static void ts_now(uint32_t *t, uint32_t *i)
+{
+    static uint32_t last_t, last_i;
+    static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&m);
+    uint32_t now = (uint32_t)time(NULL);
+    if (now > last_t) {
+        last_t = now;
+        last_i = 0;
+    }
+    *t = last_t;
+    *i = ++last_i;
+    pthread_mutex_unlock(&m);
+}
+
+/* Ask every shard to reload ns's (or db's) routing metadata; a shard that
+ * is down learns it when it next checks a version. */
+static void flush_shards(const char *ns)
+{
+    for (int i = 0; i < rt_shard_count(); i++) {
+        bson_t cmd = BSON_INITIALIZER, reply;
+        sbl_err_t e = {0};
+        BSON_APPEND_UTF8(&cmd, "_flushRoutingTableCacheUpdates", ns);
+        if (rt_run(i, "admin", &cmd, &reply, &e) == 0)
+            bson_destroy(&reply);
+        bson_destroy(&cmd);
+    }
+}
+
+/* ---- addShard ---- */
+
+int rt_cmd_add_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    const char *conn = utf8_field(cmd, "addShard");
+    const char *name = utf8_field(cmd, "name");
+    if (conn == NULL || *conn == '\0')
+        return sbl_err_set(err, SBL_E_BadValue, "addShard needs a connection string "
+                           "(<replSetName>/host:port,...)");
+    /* Ask the candidate what it is. */
+    const char *slash = strchr(conn, '/');
+    char uri_s[1400];
+    snprintf(uri_s, sizeof(uri_s), "mongodb://%s/?directConnection=%s&serverSelectionTimeoutMS=5000",
+             slash ? slash + 1 : conn, "false");
+    if (slash != NULL) {
+        /* the first host directly: the set's name is checked below */
+        char first[512];
+        snprintf(first, sizeof(first), "%s", slash + 1);
+        char *comma = strchr(first, ',');
+        if (comma)
+            *comma = '\0';
+        snprintf(uri_s, sizeof(uri_s),
+                 "mongodb://%s/?directConnection=true&serverSelectionTimeoutMS=5000", first);
+    }
+    mongoc_client_t *cl = mongoc_client_new(uri_s);
+    if (cl == NULL)
+        return sbl_err_set(err, SBL_E_FailedToParse, "bad shard connection string %s", conn);
+    bson_t hello = BSON_INITIALIZER, hr, oc = BSON_INITIALIZER, orr;
+    bson_error_t be;
+    BSON_APPEND_INT32(&hello, "hello", 1);
+    BSON_APPEND_INT32(&oc, "getCmdLineOpts", 1);
+    bool ok = mongoc_client_command_simple(cl, "admin", &hello, NULL, &hr, &be) &&
+              mongoc_client_command_simple(cl, "admin", &oc, NULL, &orr, &be);
+    bson_destroy(&hello);
+    bson_destroy(&oc);
+    mongoc_client_destroy(cl);
+    if (!ok) {
+        bson_destroy(&hr);
+        return sbl_err_set(err, SBL_E_OperationFailed, "failed to reach the shard %s: %s", conn,
+                           be.message);
+    }
+    char set[128] = "", hosts[1024] = "";
+    bson_iter_t it, h;
+    if (bson_iter_init_find(&it, &hr, "setName") && BSON_ITER_HOLDS_UTF8(&it))
+        snprintf(set, sizeof(set), "%s", bson_iter_utf8(&it, NULL));
+    if (bson_iter_init_find(&it, &hr, "hosts") && bson_iter_recurse(&it, &h))
+        while (bson_iter_next(&h))
+            if (BSON_ITER_HOLDS_UTF8(&h)) {
+                size_t l = strlen(hosts);
+                snprintf(hosts + l, sizeof(hosts) - l, "%s%s", l ? "," : "",
+                         bson_iter_utf8(&h, NULL));
+            }
+    bool shardsvr = bson_iter_init(&it, &orr) && bson_iter_find_descendant(
+                                                     &it, "parsed.sharding.clusterRole", &h) &&
+                    BSON_ITER_HOLDS_UTF8(&h) && strcmp(bson_iter_utf8(&h, NULL), "shardsvr") == 0;
+    bson_destroy(&hr);
+    bson_destroy(&orr);
+    if (!shardsvr)
+        return sbl_err_set(err, SBL_E_OperationFailed, "Cannot add %s as a shard since it was not "
+                           "started with --shardsvr", conn);
+    if (set[0] == '\0')
+        return sbl_err_set(err, SBL_E_OperationFailed, "Cannot add %s as a shard: shards are "
+                           "replica sets (start it with --replSet and initiate it)", conn);
+    if (slash != NULL && ((size_t)(slash - conn) != strlen(set) || strncmp(conn, set, strlen(set))))
+        return sbl_err_set(err, SBL_E_OperationFailed, "the host %s belongs to the replica set "
+                           "%s, not %.*s", conn, set, (int)(slash - conn), conn);
+    char host[1200];
+    snprintf(host, sizeof(host), "%s/%s", set, hosts[0] ? hosts : (slash ? slash + 1 : conn));
+    const char *id = name ? name : set;
+
+    /* Already a member under this name and host: nothing to do (mongod's answer). */
+    rt_shards_reload(err);
+    int existing = rt_shard_find(id);
+    if (existing >= 0) {
+        if (strcmp(rt_shard_host(existing), host) != 0)
+            return sbl_err_set(err, SBL_E_IllegalOperation, "A shard named %s already exists "
+                               "with host %s", id, rt_shard_host(existing));
+        BSON_APPEND_UTF8(reply, "shardAdded", id);
+        return 0;
+    }
+    bson_t doc = BSON_INITIALIZER;
+    uint32_t t, i;
+    ts_now(&t, &i);
+    BSON_APPEND_UTF8(&doc, "_id", id);
+    BSON_APPEND_UTF8(&doc, "host", host);
+    BSON_APPEND_INT32(&doc, "state", 1);
+    BSON_APPEND_TIMESTAMP(&doc, "topologyTime", t, i);
+    int rc = cfg_insert("shards", &doc, err);
+    bson_destroy(&doc);
+    if (rc != 0)
+        return rc;
+    int idx = rt_shard_add(id, host);
+    if (idx < 0)
+        return sbl_err_set(err, SBL_E_InternalError, "too many shards");
+    /* Tell the shard who it is and where the config servers are (mongod's
+     * shardIdentity document). */
+    bson_t sc = BSON_INITIALIZER, si;
+    BSON_APPEND_INT32(&sc, "_addShard", 1);
+    BSON_APPEND_DOCUMENT_BEGIN(&sc, "shardIdentity", &si);
+    BSON_APPEND_UTF8(&si, "shardName", id);
+    BSON_APPEND_UTF8(&si, "configsvrConnectionString", rt_configdb());
+    bson_append_document_end(&sc, &si);
+    rc = run_checked(idx, "admin", &sc, NULL, "setting the shard's identity", err);
+    bson_destroy(&sc);
+    if (rc != 0)
+        return rc;
+    /* Databases already on the shard get it as their primary. */
+    bson_t ld = BSON_INITIALIZER, lr = BSON_INITIALIZER;
+    BSON_APPEND_INT32(&ld, "listDatabases", 1);
+    BSON_APPEND_BOOL(&ld, "nameOnly", true);
+    if (run_checked(idx, "admin", &ld, &lr, "listDatabases", err) == 0 &&
+        bson_iter_init_find(&it, &lr, "databases") && bson_iter_recurse(&it, &h))
+        while (bson_iter_next(&h)) {
+            bson_iter_t f;
+            if (!bson_iter_recurse(&h, &f) || !bson_iter_find(&f, "name") ||
+                !BSON_ITER_HOLDS_UTF8(&f))
+                continue;
+            const char *db = bson_iter_utf8(&f, NULL);
+            if (strcmp(db, "admin") == 0 || strcmp(db, "config") == 0 ||
+                strcmp(db, "local") == 0)
+                continue;
+            bson_t dd = BSON_INITIALIZER, ver;
+            sbl_err_t e = {0};
+            ts_now(&t, &i);
+            BSON_APPEND_UTF8(&dd, "_id", db);
+            BSON_APPEND_UTF8(&dd, "primary", id);
+            BSON_APPEND_BOOL(&dd, "partitioned", false);
+            BSON_APPEND_DOCUMENT_BEGIN(&dd, "version", &ver);
+            BSON_APPEND_TIMESTAMP(&ver, "timestamp", t, i);
+            BSON_APPEND_INT32(&ver, "lastMod", 1);
+            bson_append_document_end(&dd, &ver);
+            cfg_insert("databases", &dd, &e); /* a database another shard owns stays there */
+            bson_destroy(&dd);
+        }
+    bson_destroy(&ld);
+    bson_destroy(&lr);
+    BSON_APPEND_UTF8(reply, "shardAdded", id);
+    return 0;
+}
+
+/* ---- enableSharding ---- */
+
+int rt_cmd_enable_sharding(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    const char *db = utf8_field(cmd, "enableSharding");
+    if (db == NULL)
+        db = utf8_field(cmd, "enablesharding");
+    if (db == NULL || *db == '\0' || strchr(db, '.') != NULL)
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "invalid db name specified: %s",
+                           db ? db : "");
+    if (strcmp(db, "admin") == 0 || strcmp(db, "local") == 0)
+        return sbl_err_set(err, SBL_E_InvalidOptions, "can't shard %s database", db);
+    if (strcmp(db, "config") == 0)
+        return 0;
+    int p = rt_db_primary(db, true, err);
+    return p < 0 ? err->code : 0;
+}
+
+/* ---- shardCollection ---- */
+
+static void index_name(const bson_t *key, char *out, size_t n)
+{
+    bson_iter_t it;
+    size_t l = 0;
+    out[0] = '\0';
+    bson_iter_init(&it, key);
+    while (bson_iter_next(&it) && l < n) {
+        if (BSON_ITER_HOLDS_UTF8(&it))
+            l += snprintf(out + l, n - l, "%s%s_%s", l ? "_" : "", bson_iter_key(&it),
+                          bson_iter_utf8(&it, NULL));
+        else
+            l += snprintf(out + l, n - l, "%s%s_%d", l ? "_" : "", bson_iter_key(&it),
+                          (int)bson_iter_as_int64(&it));
+    }
+}
+
+/* Create the collection and the shard key's index on shard s. */
+static int prepare_shard(int s, const char *db, const char *coll, const bson_t *key, bool unique,
+                         sbl_err_t *err)
+{
+    bson_t c = BSON_INITIALIZER, reply;
+    BSON_APPEND_UTF8(&c, "create", coll);
+    int rc = rt_run(s, db, &c, &reply, err);
+    bson_destroy(&c);
+    if (rc != 0)
+        return rc;
+    int code = rt_reply_code(&reply);
+    if (code != 0 && code != SBL_E_NamespaceExists) {
+        rc = reply_error(&reply, "creating the collection", err);
+        bson_destroy(&reply);
+        return rc;
+    }
+    bson_destroy(&reply);
+    bson_t ci = BSON_INITIALIZER, idx, ix;
+    char name[256];
+    index_name(key, name, sizeof(name));
+    BSON_APPEND_UTF8(&ci, "createIndexes", coll);
+    BSON_APPEND_ARRAY_BEGIN(&ci, "indexes", &idx);
+    BSON_APPEND_DOCUMENT_BEGIN(&idx, "0", &ix);
+    BSON_APPEND_DOCUMENT(&ix, "key", key);
+    BSON_APPEND_UTF8(&ix, "name", name);
+    if (unique)
+        BSON_APPEND_BOOL(&ix, "unique", true);
+    bson_append_document_end(&idx, &ix);
+    bson_append_array_end(&ci, &idx);
+    bool id_only = false;
+    bson_iter_t it;
+    if (bson_iter_init(&it, key) && bson_iter_next(&it) && strcmp(bson_iter_key(&it), "_id") == 0 &&
+        !BSON_ITER_HOLDS_UTF8(&it) && !bson_iter_next(&it))
+        id_only = true; /* {_id: 1}: the _id index serves */
+    rc = id_only ? 0 : run_checked(s, db, &ci, NULL, "creating the shard key index", err);
+    bson_destroy(&ci);
+    return rc;
+}
+
+static void append_chunk_bound(bson_t *d, const char *k, const bson_t *key, int hashed_pos,
+                               bool have_point, int64_t point, bool max)
+{
+    bson_t b;
+    bson_iter_t it;
+    int pos = 0;
+    BSON_APPEND_DOCUMENT_BEGIN(d, k, &b);
+    bson_iter_init(&it, key);
+    while (bson_iter_next(&it)) {
+        if (pos == hashed_pos && have_point)
+            BSON_APPEND_INT64(&b, bson_iter_key(&it), point);
+        else if (max && !(pos > hashed_pos && have_point))
+            BSON_APPEND_MAXKEY(&b, bson_iter_key(&it));
+        else
+            BSON_APPEND_MINKEY(&b, bson_iter_key(&it));
+        pos++;
+    }
+    bson_append_document_end(d, &b);
+}
+
+int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    const char *ns = utf8_field(cmd, "shardCollection");
+    if (ns == NULL)
+        ns = utf8_field(cmd, "shardcollection");
+    const char *dot = ns ? strchr(ns, '.') : NULL;
+    if (dot == NULL || dot == ns || dot[1] == '\0')
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid namespace %s", ns ? ns : "");
+    char db[128], coll[256];
+    snprintf(db, sizeof(db), "%.*s", (int)(dot - ns), ns);
+    snprintf(coll, sizeof(coll), "%s", dot + 1);
+    if (strcmp(db, "admin") == 0 || strcmp(db, "local") == 0 || strcmp(db, "config") == 0)
+        return sbl_err_set(err, SBL_E_IllegalOperation, "can't shard collections in the %s "
+                           "database", db);
+    bson_iter_t it;
+    bson_t key;
+    if (!bson_iter_init_find(&it, cmd, "key") || !sbl_iter_doc(&it, &key) || bson_empty(&key))
+        return sbl_err_set(err, SBL_E_BadValue, "The shard key pattern must be a non-empty "
+                           "document");
+    int hashed_pos = -1, pos = 0, nfields = 0;
+    bson_iter_init(&it, &key);
+    while (bson_iter_next(&it)) {
+        bool hashed = BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_utf8(&it, NULL), "hashed") == 0;
+        bool one = BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_double(&it) == 1.0;
+        if (!hashed && !one)
+            return sbl_err_set(err, SBL_E_BadValue, "Shard key fields can only be 1 or "
+                               "'hashed': %s", bson_iter_key(&it));
+        if (hashed) {
+            if (hashed_pos >= 0)
+                return sbl_err_set(err, SBL_E_BadValue, "A shard key may have only one hashed "
+                                   "field");
+            hashed_pos = pos;
+        }
+        pos++;
+        nfields++;
+    }
+    bool unique = bson_iter_init_find(&it, cmd, "unique") && bson_iter_as_bool(&it);
+    if (unique && hashed_pos >= 0)
+        return sbl_err_set(err, SBL_E_InvalidOptions, "hashed shard keys cannot be declared "
+                           "unique.");
+    int64_t nchunks = 0;
+    if (bson_iter_init_find(&it, cmd, "numInitialChunks") && BSON_ITER_HOLDS_NUMBER(&it))
+        nchunks = bson_iter_as_int64(&it);
+    if (nchunks < 0 || nchunks > 8192)
+        return sbl_err_set(err, SBL_E_InvalidOptions, "numInitialChunks cannot be more than "
+                           "8192");
+
+    int primary = rt_db_primary(db, true, err);
+    if (primary < 0)
+        return err->code ? err->code : SBL_E_InternalError;
+    rt_coll_t *cur = rt_coll_get(ns, true, err);
+    if (cur == NULL)
+        return err->code;
+    if (cur->sharded) {
+        bool same = bson_equal(cur->key, &key);
+        rt_coll_release(cur);
+        if (!same)
+            return sbl_err_set(err, SBL_E_AlreadyInitialized, "sharding already enabled for "
+                               "collection %s with options {key: ...}", ns);
+        BSON_APPEND_UTF8(reply, "collectionsharded", ns);
+        return 0;
+    }
+    rt_coll_release(cur);
+
+    int rc = prepare_shard(primary, db, coll, &key, unique, err);
+    if (rc != 0)
+        return rc;
+    /* Empty collection with a hashed prefix: spread initial chunks over the shards. */
+    bson_t cr = BSON_INITIALIZER, cnt = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&cnt, "count", coll);
+    rc = run_checked(primary, db, &cnt, &cr, "counting documents", err);
+    bson_destroy(&cnt);
+    int64_t ndocs = rc == 0 && bson_iter_init_find(&it, &cr, "n") ? bson_iter_as_int64(&it) : 1;
+    bson_destroy(&cr);
+    if (rc != 0)
+        return rc;
+    int nshards = rt_shard_count();
+    if (hashed_pos != 0 || ndocs > 0)
+        nchunks = 1;
+    else if (nchunks == 0)
+        nchunks = 2 * (int64_t)nshards;
+    if (nchunks > 1)
+        for (int s = 0; s < nshards; s++)
+            if (s != primary && (rc = prepare_shard(s, db, coll, &key, unique, err)) != 0)
+                return rc;
+
+    /* The collection's UUID on its primary shard. */
+    bson_t lc = BSON_INITIALIZER, lr = BSON_INITIALIZER, f;
+    BSON_APPEND_INT32(&lc, "listCollections", 1);
+    BSON_APPEND_DOCUMENT_BEGIN(&lc, "filter", &f);
+    BSON_APPEND_UTF8(&f, "name", coll);
+    bson_append_document_end(&lc, &f);
+    rc = run_checked(primary, db, &lc, &lr, "listCollections", err);
+    bson_destroy(&lc);
+    bson_value_t uuid = {0};
+    bson_iter_t ud;
+    if (rc == 0 && bson_iter_init(&it, &lr) &&
+        bson_iter_find_descendant(&it, "cursor.firstBatch.0.info.uuid", &ud))
+        bson_value_copy(bson_iter_value(&ud), &uuid);
+    bson_destroy(&lr);
+    if (rc != 0)
+        return rc;
+    if (uuid.value_type == BSON_TYPE_EOD)
+        return sbl_err_set(err, SBL_E_NamespaceNotFound, "%s has no UUID on its primary shard",
+                           ns);
+
+    bson_oid_t epoch;
+    bson_oid_init(&epoch, NULL);
+    uint32_t t, inc;
+    ts_now(&t, &inc);
+    /* Chunks first, then the collection entry (rt_meta.c's invariant). */
+    for (int64_t i = 0; i < nchunks && rc == 0; i++) {
+        bson_t ch = BSON_INITIALIZER, hist, h0;
+        bson_oid_t cid;
+        bson_oid_init(&cid, NULL);
+        int owner = nchunks > 1 ? (int)(i % nshards) : primary;
+        int64_t lo = (int64_t)((__int128)i * ((__int128)1 << 64) / nchunks - ((__int128)1 << 63));
+        int64_t hi =
+            (int64_t)((__int128)(i + 1) * ((__int128)1 << 64) / nchunks - ((__int128)1 << 63));
+        BSON_APPEND_OID(&ch, "_id", &cid);
+        bson_append_value(&ch, "uuid", -1, &uuid);
+        append_chunk_bound(&ch, "min", &key, hashed_pos, nchunks > 1 && i > 0, lo, false);
+        append_chunk_bound(&ch, "max", &key, hashed_pos, nchunks > 1 && i + 1 < nchunks, hi, true);
+        BSON_APPEND_UTF8(&ch, "shard", rt_shard_id(owner));
+        BSON_APPEND_TIMESTAMP(&ch, "lastmod", 1, (uint32_t)i);
+        BSON_APPEND_TIMESTAMP(&ch, "onCurrentShardSince", t, inc);
+        BSON_APPEND_ARRAY_BEGIN(&ch, "history", &hist);
+        BSON_APPEND_DOCUMENT_BEGIN(&hist, "0", &h0);
+        BSON_APPEND_TIMESTAMP(&h0, "validAfter", t, inc);
+        BSON_APPEND_UTF8(&h0, "shard", rt_shard_id(owner));
+        bson_append_document_end(&hist, &h0);
+        bson_append_array_end(&ch, &hist);
+        rc = cfg_insert("chunks", &ch, err);
+        bson_destroy(&ch);
+    }
+    if (rc == 0) {
+        bson_t cd = BSON_INITIALIZER;
+        BSON_APPEND_UTF8(&cd, "_id", ns);
+        BSON_APPEND_OID(&cd, "lastmodEpoch", &epoch);
+        BSON_APPEND_DATE_TIME(&cd, "lastmod", (int64_t)time(NULL) * 1000);
+        BSON_APPEND_TIMESTAMP(&cd, "timestamp", t, inc);
+        bson_append_value(&cd, "uuid", -1, &uuid);
+        BSON_APPEND_DOCUMENT(&cd, "key", &key);
+        BSON_APPEND_BOOL(&cd, "unique", unique);
+        BSON_APPEND_BOOL(&cd, "noBalance", false);
+        rc = cfg_insert("collections", &cd, err);
+        bson_destroy(&cd);
+    }
+    if (rc != 0) {
+        bson_t q = BSON_INITIALIZER;
+        sbl_err_t e = {0};
+        bson_append_value(&q, "uuid", -1, &uuid);
+        cfg_delete_many("chunks", &q, &e);
+        bson_destroy(&q);
+    }
+    bson_value_destroy(&uuid);
+    if (rc != 0)
+        return rc;
+    flush_shards(ns);
+    rt_coll_t *c = rt_coll_get(ns, true, err);
+    rt_coll_release(c);
+    BSON_APPEND_UTF8(reply, "collectionsharded", ns);
+    return 0;
+}
+
+/* ---- split ---- */
+
+int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    const char *ns = utf8_field(cmd, "split");
+    bson_iter_t it;
+    bson_t middle;
+    if (ns == NULL)
+        return sbl_err_set(err, SBL_E_BadValue, "split needs a namespace");
+    if (!bson_iter_init_find(&it, cmd, "middle") || !sbl_iter_doc(&it, &middle))
+        return sbl_err_set(err, SBL_E_BadValue, "split needs middle: a shard key value (find "
+                           "and bounds are not supported yet)");
+    rt_coll_t *c = rt_coll_get(ns, true, err);
+    if (c == NULL)
+        return err->code;
+    int rc = 0;
+    if (!c->sharded) {
+        rc = sbl_err_set(err, SBL_E_NamespaceNotSharded, "ns not sharded.");
+        goto out;
+    }
+    if (bson_count_keys(&middle) != (uint32_t)c->nkey) {
+        rc = sbl_err_set(err, SBL_E_BadValue, "middle must name every shard key field");
+        goto out;
+    }
+    bson_value_t vals[32];
+    int n = 0;
+    bson_iter_init(&it, &middle);
+    while (bson_iter_next(&it) && n < 32)
+        vals[n++] = *bson_iter_value(&it);
+    const rt_chunk_t *ch = rt_chunk_for(c, vals);
+    if (sbl_doc_compare(ch->min, &middle) == 0) {
+        rc = sbl_err_set(err, SBL_E_BadValue, "cannot split on initial or final chunk's key");
+        goto out;
+    }
+    /* The chunk keeps [min, middle) with the next minor version; a new chunk
+     * takes [middle, max) with the one after. */
+    uint32_t major = c->version.major, minor = c->version.minor;
+    bson_value_t uuid = {0};
+    {
+        bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, set, arr = BSON_INITIALIZER;
+        bson_t cmdc = BSON_INITIALIZER, reply2, ups, up;
+        BSON_APPEND_UTF8(&cmdc, "find", "collections");
+        BSON_APPEND_DOCUMENT_BEGIN(&cmdc, "filter", &q);
+        BSON_APPEND_UTF8(&q, "_id", ns);
+        bson_append_document_end(&cmdc, &q);
+        rc = run_checked(-1, "config", &cmdc, &reply2, "reading config.collections", err);
+        bson_destroy(&cmdc);
+        bson_iter_t u_it;
+        if (rc == 0 && bson_iter_init(&u_it, &reply2) &&
+            bson_iter_find_descendant(&u_it, "cursor.firstBatch.0.uuid", &it))
+            bson_value_copy(bson_iter_value(&it), &uuid);
+        if (rc == 0)
+            bson_destroy(&reply2);
+        if (rc != 0 || uuid.value_type == BSON_TYPE_EOD) {
+            if (rc == 0)
+                rc = sbl_err_set(err, SBL_E_NamespaceNotSharded, "ns not sharded.");
+            bson_destroy(&arr);
+            goto out;
+        }
+        bson_t ch2 = BSON_INITIALIZER;
+        bson_oid_t cid;
+        bson_oid_init(&cid, NULL);
+        BSON_APPEND_OID(&ch2, "_id", &cid);
+        bson_append_value(&ch2, "uuid", -1, &uuid);
+        BSON_APPEND_DOCUMENT(&ch2, "min", &middle);
+        BSON_APPEND_DOCUMENT(&ch2, "max", ch->max);
+        BSON_APPEND_UTF8(&ch2, "shard", rt_shard_id(ch->shard));
+        BSON_APPEND_TIMESTAMP(&ch2, "lastmod", major, minor + 2);
+        rc = cfg_insert("chunks", &ch2, err);
+        bson_destroy(&ch2);
+        bson_init(&cmdc);
+        bson_init(&q);
+        bson_append_value(&q, "uuid", -1, &uuid);
+        BSON_APPEND_DOCUMENT(&q, "min", ch->min);
+        BSON_APPEND_DOCUMENT_BEGIN(&u, "$set", &set);
+        BSON_APPEND_DOCUMENT(&set, "max", &middle);
+        BSON_APPEND_TIMESTAMP(&set, "lastmod", major, minor + 1);
+        bson_append_document_end(&u, &set);
+        BSON_APPEND_UTF8(&cmdc, "update", "chunks");
+        BSON_APPEND_ARRAY_BEGIN(&cmdc, "updates", &ups);
+        BSON_APPEND_DOCUMENT_BEGIN(&ups, "0", &up);
+        BSON_APPEND_DOCUMENT(&up, "q", &q);
+        BSON_APPEND_DOCUMENT(&up, "u", &u);
+        bson_append_document_end(&ups, &up);
+        bson_append_array_end(&cmdc, &ups);
+        if (rc == 0)
+            rc = run_checked(-1, "config", &cmdc, NULL, "updating the chunk", err);
+        bson_destroy(&cmdc);
+        bson_destroy(&q);
+        bson_destroy(&u);
+        bson_destroy(&arr);
+        bson_value_destroy(&uuid);
+    }
+    if (rc == 0)
+        flush_shards(ns);
+out:
+    rt_coll_release(c);
+    if (rc == 0)
+        rt_coll_release(rt_coll_get(ns, true, err));
+    return rc;
+}
+
+/* ---- drops ---- */
+
+void rt_meta_drop(const char *db, const char *coll)
+{
+    sbl_err_t e = {0};
+    bson_t q = BSON_INITIALIZER, arr = BSON_INITIALIZER, find = BSON_INITIALIZER, reply;
+    if (coll != NULL) {
+        char ns[400];
+        snprintf(ns, sizeof(ns), "%s.%s", db, coll);
+        BSON_APPEND_UTF8(&q, "_id", ns);
+    } else {
+        char re[200];
+        snprintf(re, sizeof(re), "^%s\\.", db);
+        BSON_APPEND_REGEX(&q, "_id", re, "");
+    }
+    BSON_APPEND_UTF8(&find, "find", "collections");
+    BSON_APPEND_DOCUMENT(&find, "filter", &q);
+    bson_iter_t it, b;
+    if (rt_run(-1, "config", &find, &reply, &e) == 0) {
+        if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.firstBatch", &b) &&
+            bson_iter_recurse(&b, &it))
+            while (bson_iter_next(&it)) {
+                bson_iter_t f;
+                if (bson_iter_recurse(&it, &f) && bson_iter_find(&f, "uuid")) {
+                    bson_t cq = BSON_INITIALIZER;
+                    bson_append_value(&cq, "uuid", -1, bson_iter_value(&f));
+                    cfg_delete_many("chunks", &cq, &e);
+                    bson_destroy(&cq);
+                }
+            }
+        bson_destroy(&reply);
+    }
+    cfg_delete_many("collections", &q, &e);
+    if (coll == NULL) {
+        bson_t dq = BSON_INITIALIZER;
+        BSON_APPEND_UTF8(&dq, "_id", db);
+        cfg_delete_many("databases", &dq, &e);
+        bson_destroy(&dq);
+    }
+    bson_destroy(&q);
+    bson_destroy(&arr);
+    bson_destroy(&find);
+    rt_meta_flush();
+    if (coll != NULL) {
+        char ns[400];
+        snprintf(ns, sizeof(ns), "%s.%s", db, coll);
+        flush_shards(ns);
+    }
+}

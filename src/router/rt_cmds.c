@@ -1,0 +1,584 @@
+/*
+ * rt_cmds.c: the router's command table and dispatcher.  hello and the
+ * other quick answers run on the connection's loop; everything that talks
+ * to a shard or the config servers runs on libuv's worker pool (those
+ * calls block), and the reply is handed back with sbl_conn_reply.
+ * Handlers return 0 with their reply fields (ok: 1 is added when they
+ * leave it out; a shard's own error reply is passed through with its ok: 0)
+ * or an error that becomes {ok: 0, errmsg, code, codeName}.
+ */
+#include "router/router.h"
+#include "router/router_int.h"
+
+#include "server/server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <uv.h>
+
+typedef int (*rt_fn)(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+
+typedef struct rt_cmd {
+    const char *name;
+    rt_fn fn;
+    bool quick; /* answered on the loop */
+} rt_cmd_t;
+
+static int64_t conn_counter;
+
+static int cmd_hello(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bool legacy = bson_iter_init(&it, cmd) && bson_iter_next(&it) &&
+                  strcmp(bson_iter_key(&it), "hello") != 0;
+    BSON_APPEND_BOOL(reply, legacy ? "ismaster" : "isWritablePrimary", true);
+    BSON_APPEND_UTF8(reply, "msg", "isdbgrid");
+    BSON_APPEND_INT32(reply, "maxBsonObjectSize", 16 * 1024 * 1024);
+    BSON_APPEND_INT32(reply, "maxMessageSizeBytes", 48000000);
+    BSON_APPEND_INT32(reply, "maxWriteBatchSize", 100000);
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    BSON_APPEND_DATE_TIME(reply, "localTime", (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000);
+    BSON_APPEND_INT64(reply, "connectionId", __atomic_add_fetch(&conn_counter, 1, __ATOMIC_RELAXED));
+    BSON_APPEND_INT32(reply, "minWireVersion", 0);
+    BSON_APPEND_INT32(reply, "maxWireVersion", 21);
+    BSON_APPEND_BOOL(reply, "readOnly", false);
+    return 0;
+}
+
+static int cmd_ping(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    return 0;
+}
+
+static int cmd_build_info(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    bson_t a;
+    BSON_APPEND_UTF8(reply, "version", SBL_VERSION);
+    BSON_APPEND_UTF8(reply, "gitVersion", SBL_GIT_VERSION);
+    BSON_APPEND_ARRAY_BEGIN(reply, "versionArray", &a);
+    int v[] = {SBL_VERSION_ARRAY};
+    for (int i = 0; i < 4; i++) {
+        char k[4];
+        snprintf(k, sizeof(k), "%d", i);
+        BSON_APPEND_INT32(&a, k, v[i]);
+    }
+    bson_append_array_end(reply, &a);
+    BSON_APPEND_INT32(reply, "bits", 64);
+    BSON_APPEND_INT32(reply, "maxBsonObjectSize", 16 * 1024 * 1024);
+    BSON_APPEND_UTF8(reply, "storageEngines", "wiredTiger");
+    return 0;
+}
+
+static int cmd_isdbgrid(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    BSON_APPEND_INT32(reply, "isdbgrid", 1);
+    BSON_APPEND_UTF8(reply, "hostname", sbl_server_host());
+    return 0;
+}
+
+static int cmd_flush(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    rt_meta_flush();
+    BSON_APPEND_BOOL(reply, "flushed", true);
+    return 0;
+}
+
+static int cmd_list_shards(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    bson_t f = BSON_INITIALIZER, r;
+    BSON_APPEND_UTF8(&f, "find", "shards");
+    int rc = rt_run(-1, "config", &f, &r, err);
+    bson_destroy(&f);
+    if (rc != 0)
+        return rc;
+    bson_iter_t it, fb;
+    if (bson_iter_init(&it, &r) && bson_iter_find_descendant(&it, "cursor.firstBatch", &fb) &&
+        BSON_ITER_HOLDS_ARRAY(&fb))
+        bson_append_iter(reply, "shards", -1, &fb);
+    rt_shards_reload(err);
+    bson_destroy(&r);
+    return 0;
+}
+
+static int cmd_balancer_status(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    /* There is no balancer yet: it is honestly off. */
+    BSON_APPEND_UTF8(reply, "mode", "off");
+    BSON_APPEND_BOOL(reply, "inBalancerRound", false);
+    BSON_APPEND_INT64(reply, "numBalancerRounds", 0);
+    return 0;
+}
+
+static int admin_only(const char *db, sbl_err_t *err)
+{
+    if (strcmp(db, "admin") != 0)
+        return sbl_err_set(err, SBL_E_Unauthorized, "this command may only be run against the "
+                           "admin database.");
+    return 0;
+}
+
+static int cmd_add_shard(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_add_shard(cmd, reply, err);
+}
+
+static int cmd_enable_sharding(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_enable_sharding(cmd, reply, err);
+}
+
+static int cmd_shard_collection(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_shard_collection(cmd, reply, err);
+}
+
+static int cmd_split(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_split(cmd, reply, err);
+}
+
+static int cmd_get_shard_version(const char *db, const bson_t *cmd, bson_t *reply,
+                                 sbl_err_t *err)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, cmd, "getShardVersion") || !BSON_ITER_HOLDS_UTF8(&it))
+        return sbl_err_set(err, SBL_E_BadValue, "getShardVersion needs a namespace");
+    rt_coll_t *c = rt_coll_get(bson_iter_utf8(&it, NULL), false, err);
+    if (c == NULL)
+        return err->code;
+    int rc = 0;
+    if (!c->sharded) {
+        rc = sbl_err_set(err, SBL_E_NamespaceNotSharded, "Collection %s is not sharded.", c->ns);
+    } else {
+        BSON_APPEND_TIMESTAMP(reply, "version", c->version.major, c->version.minor);
+        BSON_APPEND_OID(reply, "versionEpoch", &c->version.epoch);
+        BSON_APPEND_TIMESTAMP(reply, "versionTimestamp", c->version.ts_t, c->version.ts_i);
+    }
+    rt_coll_release(c);
+    return rc;
+}
+
+/* A command for the database's primary shard (listCollections, create ...),
+ * with cursor replies wrapped into router cursors. */
+static int to_primary(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    bool create = false;
+    bson_iter_t it;
+    if (bson_iter_init(&it, cmd) && bson_iter_next(&it))
+        create = strcmp(bson_iter_key(&it), "create") == 0 ||
+                 strcmp(bson_iter_key(&it), "createIndexes") == 0;
+    int s = rt_db_primary(db, create, err);
+    if (s < -1)
+        return err->code;
+    bson_t fwd = BSON_INITIALIZER, r;
+    rt_copy_cmd(cmd, &fwd, NULL);
+    int rc = rt_run(s, db, &fwd, &r, err);
+    bson_destroy(&fwd);
+    if (rc != 0)
+        return rc;
+    if (rt_reply_code(&r) == 0)
+        rc = rt_wrap_cursor_reply(s, db, &r, reply, err);
+    else
+        bson_copy_to_excluding_noinit(&r, reply, "$clusterTime", "operationTime", NULL);
+    bson_destroy(&r);
+    return rc;
+}
+
+/* A command every shard runs (index builds and drops on sharded
+ * collections, dropDatabase); the first error, or the primary's reply. */
+static int to_all(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    int primary = rt_db_primary(db, false, err);
+    if (primary < -1)
+        return err->code;
+    if (primary == -1)
+        return to_primary(db, cmd, reply, err);
+    bson_t fwd = BSON_INITIALIZER;
+    rt_copy_cmd(cmd, &fwd, NULL);
+    int rc = 0;
+    bool answered = false;
+    for (int s = 0; s < rt_shard_count() && rc == 0; s++) {
+        bson_t r;
+        if ((rc = rt_run(s, db, &fwd, &r, err)) != 0)
+            break;
+        int code = rt_reply_code(&r);
+        bool ignorable = code == SBL_E_NamespaceNotFound && s != primary;
+        if ((code != 0 && !ignorable && !answered) || (s == primary && !answered && code == 0)) {
+            bson_copy_to_excluding_noinit(&r, reply, "$clusterTime", "operationTime", NULL);
+            answered = true;
+        }
+        bson_destroy(&r);
+    }
+    bson_destroy(&fwd);
+    if (rc == 0 && !answered)
+        BSON_APPEND_INT32(reply, "ok", 1);
+    return rc;
+}
+
+static int cmd_create_indexes(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    bson_iter_t it;
+    char ns[400];
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it))
+        return to_primary(db, cmd, reply, err);
+    snprintf(ns, sizeof(ns), "%s.%s", db, bson_iter_utf8(&it, NULL));
+    sbl_err_t e = {0};
+    rt_db_primary(db, true, &e);
+    rt_coll_t *c = rt_coll_get(ns, false, err);
+    if (c == NULL)
+        return err->code;
+    bool sharded = c->sharded;
+    rt_coll_release(c);
+    return sharded ? to_all(db, cmd, reply, err) : to_primary(db, cmd, reply, err);
+}
+
+static int cmd_drop(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, cmd, "drop") || !BSON_ITER_HOLDS_UTF8(&it))
+        return sbl_err_set(err, SBL_E_BadValue, "drop needs a collection name");
+    const char *coll = bson_iter_utf8(&it, NULL);
+    char ns[400];
+    snprintf(ns, sizeof(ns), "%s.%s", db, coll);
+    rt_coll_t *c = rt_coll_get(ns, true, err);
+    if (c == NULL)
+        return err->code;
+    bool sharded = c->sharded;
+    rt_coll_release(c);
+    if (!sharded)
+        return to_primary(db, cmd, reply, err);
+    rt_meta_drop(db, coll);
+    int rc = to_all(db, cmd, reply, err);
+    return rc;
+}
+
+static int cmd_drop_database(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    if (strcmp(db, "admin") == 0 || strcmp(db, "config") == 0)
+        return sbl_err_set(err, SBL_E_IllegalOperation, "Cannot drop the %s database", db);
+    rt_meta_drop(db, NULL);
+    bson_t fwd = BSON_INITIALIZER;
+    rt_copy_cmd(cmd, &fwd, NULL);
+    int rc = 0;
+    for (int s = 0; s < rt_shard_count() && rc == 0; s++) {
+        bson_t r;
+        if ((rc = rt_run(s, db, &fwd, &r, err)) == 0)
+            bson_destroy(&r);
+    }
+    bson_destroy(&fwd);
+    BSON_APPEND_UTF8(reply, "dropped", db);
+    return rc;
+}
+
+static int cmd_list_databases(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    bool name_only = false;
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, cmd, "nameOnly"))
+        name_only = bson_iter_as_bool(&it);
+    char names[256][128];
+    int64_t sizes[256];
+    int n = 0;
+    int64_t total = 0;
+    for (int s = -1; s < rt_shard_count(); s++) {
+        bson_t c = BSON_INITIALIZER, r;
+        BSON_APPEND_INT32(&c, "listDatabases", 1);
+        int rc = rt_run(s, "admin", &c, &r, err);
+        bson_destroy(&c);
+        if (rc != 0)
+            return rc;
+        bson_iter_t a, f;
+        if (bson_iter_init_find(&it, &r, "databases") && bson_iter_recurse(&it, &a))
+            while (bson_iter_next(&a)) {
+                const char *name = NULL;
+                int64_t size = 0;
+                if (!bson_iter_recurse(&a, &f))
+                    continue;
+                while (bson_iter_next(&f)) {
+                    if (strcmp(bson_iter_key(&f), "name") == 0 && BSON_ITER_HOLDS_UTF8(&f))
+                        name = bson_iter_utf8(&f, NULL);
+                    else if (strcmp(bson_iter_key(&f), "sizeOnDisk") == 0)
+                        size = bson_iter_as_int64(&f);
+                }
+                if (name == NULL || strcmp(name, "local") == 0)
+                    continue;
+                bool cfg = strcmp(name, "config") == 0 || strcmp(name, "admin") == 0;
+                if ((s == -1) != cfg)
+                    continue; /* config and admin come from the config servers */
+                int k;
+                for (k = 0; k < n; k++)
+                    if (strcmp(names[k], name) == 0)
+                        break;
+                if (k == n && n < 256) {
+                    snprintf(names[n], sizeof(names[n]), "%s", name);
+                    sizes[n++] = 0;
+                }
+                if (k < 256)
+                    sizes[k] += size;
+                total += size;
+            }
+        bson_destroy(&r);
+    }
+    bson_t a;
+    BSON_APPEND_ARRAY_BEGIN(reply, "databases", &a);
+    for (int i = 0; i < n; i++) {
+        bson_t d;
+        char k[16];
+        const char *ks;
+        bson_uint32_to_string((uint32_t)i, &ks, k, sizeof(k));
+        BSON_APPEND_DOCUMENT_BEGIN(&a, ks, &d);
+        BSON_APPEND_UTF8(&d, "name", names[i]);
+        if (!name_only) {
+            BSON_APPEND_INT64(&d, "sizeOnDisk", sizes[i]);
+            BSON_APPEND_BOOL(&d, "empty", sizes[i] == 0);
+        }
+        bson_append_document_end(&a, &d);
+    }
+    bson_append_array_end(reply, &a);
+    if (!name_only)
+        BSON_APPEND_INT64(reply, "totalSize", total);
+    return 0;
+}
+
+static int cmd_end_sessions(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    return 0;
+}
+
+static int cmd_whatsmyuri(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    BSON_APPEND_UTF8(reply, "you", "");
+    return 0;
+}
+
+static int cmd_get_cmd_line_opts(const char *db, const bson_t *cmd, bson_t *reply,
+                                 sbl_err_t *err)
+{
+    const sbl_options_t *o = sbl_server_options();
+    bson_t a;
+    BSON_APPEND_ARRAY_BEGIN(reply, "argv", &a);
+    for (int i = 0; i < o->argc; i++) {
+        char k[16];
+        const char *ks;
+        bson_uint32_to_string((uint32_t)i, &ks, k, sizeof(k));
+        BSON_APPEND_UTF8(&a, ks, o->argv[i]);
+    }
+    bson_append_array_end(reply, &a);
+    BSON_APPEND_DOCUMENT(reply, "parsed", &o->parsed);
+    return 0;
+}
+
+static int cmd_server_status(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    BSON_APPEND_UTF8(reply, "host", sbl_server_host());
+    BSON_APPEND_UTF8(reply, "version", SBL_VERSION);
+    BSON_APPEND_UTF8(reply, "process", "mongos");
+    BSON_APPEND_INT64(reply, "uptime", (sbl_server_start_ms() > 0)
+                                           ? (int64_t)(time(NULL) - sbl_server_start_ms() / 1000)
+                                           : 0);
+    return 0;
+}
+
+/* Sorted by name (binary search). */
+static const rt_cmd_t table[] = {
+    {"addShard", cmd_add_shard, false},
+    {"addshard", cmd_add_shard, false},
+    {"aggregate", rt_aggregate, false},
+    {"balancerStatus", cmd_balancer_status, true},
+    {"buildInfo", cmd_build_info, true},
+    {"buildinfo", cmd_build_info, true},
+    {"collStats", to_primary, false},
+    {"count", rt_count, false},
+    {"create", to_primary, false},
+    {"createIndexes", cmd_create_indexes, false},
+    {"dbStats", to_primary, false},
+    {"delete", rt_delete, false},
+    {"distinct", rt_distinct, false},
+    {"drop", cmd_drop, false},
+    {"dropDatabase", cmd_drop_database, false},
+    {"dropIndexes", cmd_create_indexes, false},
+    {"enableSharding", cmd_enable_sharding, false},
+    {"enablesharding", cmd_enable_sharding, false},
+    {"endSessions", cmd_end_sessions, true},
+    {"find", rt_find, false},
+    {"findAndModify", rt_find_and_modify, false},
+    {"findandmodify", rt_find_and_modify, false},
+    {"flushRouterConfig", cmd_flush, true},
+    {"getCmdLineOpts", cmd_get_cmd_line_opts, true},
+    {"getMore", rt_get_more, false},
+    {"getShardVersion", cmd_get_shard_version, false},
+    {"hello", cmd_hello, true},
+    {"insert", rt_insert, false},
+    {"isMaster", cmd_hello, true},
+    {"isdbgrid", cmd_isdbgrid, true},
+    {"ismaster", cmd_hello, true},
+    {"killCursors", rt_kill_cursors, false},
+    {"listCollections", to_primary, false},
+    {"listDatabases", cmd_list_databases, false},
+    {"listIndexes", to_primary, false},
+    {"listShards", cmd_list_shards, false},
+    {"listshards", cmd_list_shards, false},
+    {"ping", cmd_ping, true},
+    {"serverStatus", cmd_server_status, true},
+    {"shardCollection", cmd_shard_collection, false},
+    {"shardcollection", cmd_shard_collection, false},
+    {"split", cmd_split, false},
+    {"update", rt_update, false},
+    {"whatsmyuri", cmd_whatsmyuri, true},
+};
+
+static const rt_cmd_t *lookup(const char *name)
+{
+    size_t lo = 0, hi = sizeof(table) / sizeof(table[0]);
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(name, table[mid].name);
+        if (c == 0)
+            return &table[mid];
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
+}
+
+typedef struct job {
+    uv_work_t work;
+    sbl_conn_t *conn;
+    sbl_request_t *req;
+    const rt_cmd_t *def;
+} job_t;
+
+static void run_and_reply(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *def)
+{
+    bson_t reply = BSON_INITIALIZER;
+    sbl_err_t err = {0};
+    const char *db = req->db[0] ? req->db : "admin";
+    int rc;
+    if (def == NULL) {
+        bson_iter_t it;
+        const char *name = bson_iter_init(&it, &req->cmd) && bson_iter_next(&it)
+                               ? bson_iter_key(&it)
+                               : "";
+        rc = sbl_err_set(&err, SBL_E_CommandNotFound, "no such command: '%s'", name);
+    } else {
+        rc = def->fn(db, &req->cmd, &reply, &err);
+    }
+    if (rc != 0) {
+        bson_reinit(&reply);
+        BSON_APPEND_DOUBLE(&reply, "ok", 0.0);
+        BSON_APPEND_UTF8(&reply, "errmsg", err.msg);
+        BSON_APPEND_INT32(&reply, "code", rc);
+        BSON_APPEND_UTF8(&reply, "codeName", sbl_err_name(rc));
+    } else {
+        bson_iter_t it;
+        if (!bson_iter_init_find(&it, &reply, "ok"))
+            BSON_APPEND_DOUBLE(&reply, "ok", 1.0);
+    }
+    sbl_conn_reply(conn, req, &reply);
+    bson_destroy(&reply);
+}
+
+static void work_cb(uv_work_t *w)
+{
+    job_t *j = w->data;
+    run_and_reply(j->conn, j->req, j->def);
+}
+
+static void after_cb(uv_work_t *w, int status)
+{
+    free(w->data);
+}
+
+void sbl_router_dispatch(sbl_conn_t *conn, sbl_request_t *req)
+{
+    bson_iter_t it;
+    const rt_cmd_t *def = NULL;
+    if (bson_iter_init(&it, &req->cmd) && bson_iter_next(&it))
+        def = lookup(bson_iter_key(&it));
+    if (def == NULL || def->quick) {
+        run_and_reply(conn, req, def);
+        return;
+    }
+    job_t *j = calloc(1, sizeof(*j));
+    j->conn = conn;
+    j->req = req;
+    j->def = def;
+    j->work.data = j;
+    if (uv_queue_work(sbl_conn_loop(conn), &j->work, work_cb, after_cb) != 0) {
+        free(j);
+        run_and_reply(conn, req, def);
+    }
+}
+
+int sbl_router_init(const char *configdb, sbl_err_t *err)
+{
+    int rc = rt_remote_init(configdb, err);
+    if (rc != 0)
+        return rc;
+    /* config.version: the cluster's identity, created by the first router. */
+    bson_t f = BSON_INITIALIZER, r;
+    BSON_APPEND_UTF8(&f, "find", "version");
+    rc = rt_run(-1, "config", &f, &r, err);
+    bson_destroy(&f);
+    if (rc != 0)
+        return rc;
+    bson_iter_t it, d;
+    bool have = bson_iter_init(&it, &r) &&
+                bson_iter_find_descendant(&it, "cursor.firstBatch.0", &d);
+    bson_destroy(&r);
+    if (!have) {
+        bson_t ins = BSON_INITIALIZER, docs, d, wc;
+        bson_oid_t cid;
+        bson_oid_init(&cid, NULL);
+        BSON_APPEND_UTF8(&ins, "insert", "version");
+        BSON_APPEND_ARRAY_BEGIN(&ins, "documents", &docs);
+        BSON_APPEND_DOCUMENT_BEGIN(&docs, "0", &d);
+        BSON_APPEND_INT32(&d, "_id", 1);
+        BSON_APPEND_OID(&d, "clusterId", &cid);
+        bson_append_document_end(&docs, &d);
+        bson_append_array_end(&ins, &docs);
+        BSON_APPEND_DOCUMENT_BEGIN(&ins, "writeConcern", &wc);
+        BSON_APPEND_UTF8(&wc, "w", "majority");
+        bson_append_document_end(&ins, &wc);
+        if (rt_run(-1, "config", &ins, &r, err) == 0)
+            bson_destroy(&r);
+        bson_destroy(&ins);
+    }
+    /* config.settings: there is no balancer and no auto-splitting yet, and
+     * the documents say so (sh.status() and sh.getBalancerState() read them).
+     * An existing document is left alone (duplicate key). */
+    bson_t ins = BSON_INITIALIZER, docs, sd;
+    BSON_APPEND_UTF8(&ins, "insert", "settings");
+    BSON_APPEND_BOOL(&ins, "ordered", false);
+    BSON_APPEND_ARRAY_BEGIN(&ins, "documents", &docs);
+    BSON_APPEND_DOCUMENT_BEGIN(&docs, "0", &sd);
+    BSON_APPEND_UTF8(&sd, "_id", "balancer");
+    BSON_APPEND_BOOL(&sd, "stopped", true);
+    BSON_APPEND_UTF8(&sd, "mode", "off");
+    bson_append_document_end(&docs, &sd);
+    BSON_APPEND_DOCUMENT_BEGIN(&docs, "1", &sd);
+    BSON_APPEND_UTF8(&sd, "_id", "autosplit");
+    BSON_APPEND_BOOL(&sd, "enabled", false);
+    bson_append_document_end(&docs, &sd);
+    bson_append_array_end(&ins, &docs);
+    if (rt_run(-1, "config", &ins, &r, err) == 0)
+        bson_destroy(&r);
+    bson_destroy(&ins);
+    return rt_shards_reload(err);
+}
+
+void sbl_router_shutdown(void)
+{
+    rt_cursors_shutdown();
+    rt_meta_flush();
+    rt_remote_shutdown();
+}

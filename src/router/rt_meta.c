@@ -1,0 +1,554 @@
+/*
+ * rt_meta.c: the router's metadata cache and the commands that change the
+ * metadata.  The config servers' `config` database holds the truth, in
+ * mongod's shapes: config.shards {_id, host, state, topologyTime},
+ * config.databases {_id, primary, partitioned, version}, config.collections
+ * {_id: ns, lastmodEpoch, lastmod, timestamp, uuid, key, unique, noBalance},
+ * config.chunks {_id, uuid, min, max, shard, lastmod, onCurrentShardSince,
+ * history}, config.version {_id: 1, clusterId}.  The router writes them with
+ * w: "majority" and reads them back into routing tables.
+ *
+ * Invariant: a collection's chunks are written before its config.collections
+ * document, so a reader that sees the collection sharded finds its chunks.
+ */
+#include "router/router_int.h"
+
+#include "doc/doc.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define RT_MAX_COLLS 4096
+
+typedef struct coll_slot {
+    char ns[256];
+    rt_coll_t *c;
+} coll_slot_t;
+
+typedef struct db_slot {
+    char name[128];
+    int primary;
+} db_slot_t;
+
+static pthread_rwlock_t meta_lock = PTHREAD_RWLOCK_INITIALIZER;
+static coll_slot_t *colls;
+static size_t ncolls;
+static db_slot_t *dbs;
+static size_t ndbs;
+static pthread_mutex_t refresh_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- config server reads and writes ---- */
+
+/* Every document of config.<coll> matching filter (sorted by sort, may be
+ * NULL) appended to arr as "0", "1", ... Returns 0 or an error. */
+static int cfg_find_all(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
+                        sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER, reply;
+    BSON_APPEND_UTF8(&cmd, "find", coll);
+    BSON_APPEND_DOCUMENT(&cmd, "filter", filter);
+    if (sort != NULL)
+        BSON_APPEND_DOCUMENT(&cmd, "sort", sort);
+    BSON_APPEND_INT32(&cmd, "batchSize", 100000);
+    int rc = rt_run(-1, "config", &cmd, &reply, err);
+    bson_destroy(&cmd);
+    uint32_t n = 0;
+    while (rc == 0) {
+        int code = rt_reply_code(&reply);
+        if (code != 0) {
+            bson_iter_t m;
+            rc = sbl_err_set(err, code, "reading config.%s: %s", coll,
+                             bson_iter_init_find(&m, &reply, "errmsg") && BSON_ITER_HOLDS_UTF8(&m)
+                                 ? bson_iter_utf8(&m, NULL)
+                                 : "error");
+            break;
+        }
+        bson_iter_t it, cur, b;
+        int64_t id = 0;
+        if (bson_iter_init_find(&it, &reply, "cursor") && bson_iter_recurse(&it, &cur)) {
+            while (bson_iter_next(&cur)) {
+                const char *k = bson_iter_key(&cur);
+                if (strcmp(k, "id") == 0)
+                    id = bson_iter_as_int64(&cur);
+                else if ((strcmp(k, "firstBatch") == 0 || strcmp(k, "nextBatch") == 0) &&
+                         bson_iter_recurse(&cur, &b))
+                    while (bson_iter_next(&b)) {
+                        char key[16];
+                        const char *ks;
+                        bson_uint32_to_string(n++, &ks, key, sizeof(key));
+                        bson_append_iter(arr, ks, -1, &b);
+                    }
+            }
+        }
+        bson_destroy(&reply);
+        if (id == 0)
+            return 0;
+        bson_init(&cmd);
+        BSON_APPEND_INT64(&cmd, "getMore", id);
+        BSON_APPEND_UTF8(&cmd, "collection", coll);
+        rc = rt_run(-1, "config", &cmd, &reply, err);
+        bson_destroy(&cmd);
+    }
+    bson_destroy(&reply);
+    return rc;
+}
+
+/* A write command on the config servers, w: majority; 0 or the error. */
+static int cfg_write(const bson_t *cmd_in, bson_t *reply_out, sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER, reply, wc;
+    bson_concat(&cmd, cmd_in);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
+    BSON_APPEND_UTF8(&wc, "w", "majority");
+    bson_append_document_end(&cmd, &wc);
+    int rc = rt_run(-1, "config", &cmd, &reply, err);
+    bson_destroy(&cmd);
+    if (rc == 0) {
+        bson_iter_t it, e, f;
+        int code = rt_reply_code(&reply);
+        if (code == 0 && bson_iter_init_find(&it, &reply, "writeErrors") &&
+            bson_iter_recurse(&it, &e) && bson_iter_next(&e) && bson_iter_recurse(&e, &f) &&
+            bson_iter_find(&f, "code"))
+            code = (int)bson_iter_as_int64(&f);
+        if (code != 0)
+            rc = sbl_err_set(err, code, "writing the config servers' metadata failed (code %d)",
+                             code);
+    }
+    if (reply_out != NULL && rc == 0)
+        bson_copy_to(&reply, reply_out);
+    bson_destroy(&reply);
+    return rc;
+}
+
+static int cfg_insert(const char *coll, const bson_t *doc, sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER, docs;
+    BSON_APPEND_UTF8(&cmd, "insert", coll);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &docs);
+    BSON_APPEND_DOCUMENT(&docs, "0", doc);
+    bson_append_array_end(&cmd, &docs);
+    int rc = cfg_write(&cmd, NULL, err);
+    bson_destroy(&cmd);
+    return rc;
+}
+
+/* ---- shards and databases ---- */
+
+int rt_shards_reload(sbl_err_t *err)
+{
+    bson_t arr = BSON_INITIALIZER, empty = BSON_INITIALIZER;
+    int rc = cfg_find_all("shards", &empty, NULL, &arr, err);
+    bson_iter_t it, f;
+    if (rc == 0 && bson_iter_init(&it, &arr))
+        while (bson_iter_next(&it)) {
+            const char *id = NULL, *host = NULL;
+            if (!bson_iter_recurse(&it, &f))
+                continue;
+            while (bson_iter_next(&f)) {
+                if (strcmp(bson_iter_key(&f), "_id") == 0 && BSON_ITER_HOLDS_UTF8(&f))
+                    id = bson_iter_utf8(&f, NULL);
+                else if (strcmp(bson_iter_key(&f), "host") == 0 && BSON_ITER_HOLDS_UTF8(&f))
+                    host = bson_iter_utf8(&f, NULL);
+            }
+            if (id != NULL && host != NULL)
+                rt_shard_add(id, host);
+        }
+    bson_destroy(&arr);
+    return rc;
+}
+
+static int shard_by_id_reload(const char *id)
+{
+    int i = rt_shard_find(id);
+    if (i < 0) {
+        sbl_err_t e = {0};
+        rt_shards_reload(&e);
+        i = rt_shard_find(id);
+    }
+    return i;
+}
+
+static int db_cached(const char *db)
+{
+    int p = -2;
+    pthread_rwlock_rdlock(&meta_lock);
+    for (size_t i = 0; i < ndbs; i++)
+        if (strcmp(dbs[i].name, db) == 0)
+            p = dbs[i].primary;
+    pthread_rwlock_unlock(&meta_lock);
+    return p;
+}
+
+static void db_cache_put(const char *db, int primary)
+{
+    pthread_rwlock_wrlock(&meta_lock);
+    size_t i;
+    for (i = 0; i < ndbs; i++)
+        if (strcmp(dbs[i].name, db) == 0)
+            break;
+    if (i == ndbs) {
+        dbs = realloc(dbs, (ndbs + 1) * sizeof(*dbs));
+        snprintf(dbs[ndbs].name, sizeof(dbs[ndbs].name), "%s", db);
+        ndbs++;
+    }
+    dbs[i].primary = primary;
+    pthread_rwlock_unlock(&meta_lock);
+}
+
+static void timestamp_now(uint32_t *t, uint32_t *i)
+{
+    static uint32_t last_t, last_i;
+    static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&m);
+    uint32_t now = (uint32_t)time(NULL);
+    if (now > last_t) {
+        last_t = now;
+        last_i = 0;
+    }
+    *t = last_t;
+    *i = ++last_i;
+    pthread_mutex_unlock(&m);
+}
+
+static void append_uuid(bson_t *d, const char *k)
+{
+    uint8_t u[16];
+    for (int i = 0; i < 16; i++)
+        u[i] = (uint8_t)(rand() & 0xff);
+    u[6] = (u[6] & 0x0f) | 0x40;
+    u[8] = (u[8] & 0x3f) | 0x80;
+    bson_append_binary(d, k, -1, BSON_SUBTYPE_UUID, u, 16);
+}
+
+/* Read config.databases' entry for db: its primary's index, -2 absent. */
+static int db_load(const char *db, sbl_err_t *err)
+{
+    bson_t arr = BSON_INITIALIZER, filter = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&filter, "_id", db);
+    int rc = cfg_find_all("databases", &filter, NULL, &arr, err);
+    bson_destroy(&filter);
+    int p = -2;
+    bson_iter_t it, f;
+    if (rc == 0 && bson_iter_init(&it, &arr) && bson_iter_next(&it) &&
+        bson_iter_recurse(&it, &f) && bson_iter_find(&f, "primary") && BSON_ITER_HOLDS_UTF8(&f)) {
+        p = shard_by_id_reload(bson_iter_utf8(&f, NULL));
+        if (p < 0)
+            p = -2;
+    }
+    bson_destroy(&arr);
+    if (rc != 0)
+        return -3;
+    return p;
+}
+
+int rt_db_primary(const char *db, bool create_db, sbl_err_t *err)
+{
+    if (strcmp(db, "config") == 0 || strcmp(db, "admin") == 0)
+        return -1;
+    int p = db_cached(db);
+    if (p >= 0)
+        return p;
+    p = db_load(db, err);
+    if (p == -3)
+        return -2;
+    if (p >= 0) {
+        db_cache_put(db, p);
+        return p;
+    }
+    int n = rt_shard_count();
+    if (n == 0) {
+        sbl_err_t e = {0};
+        rt_shards_reload(&e);
+        n = rt_shard_count();
+    }
+    if (n == 0) {
+        sbl_err_set(err, SBL_E_ShardNotFound, "Database %s could not be created :: caused by :: "
+                    "No shards found", db);
+        return -2;
+    }
+    if (!create_db)
+        return 0; /* nothing is stored anywhere for it: any shard answers "empty" */
+    /* The shard with the fewest databases becomes the primary. */
+    int counts[RT_MAX_SHARDS] = {0};
+    bson_t arr = BSON_INITIALIZER, empty = BSON_INITIALIZER;
+    bson_iter_t it, f;
+    if (cfg_find_all("databases", &empty, NULL, &arr, err) == 0 && bson_iter_init(&it, &arr))
+        while (bson_iter_next(&it))
+            if (bson_iter_recurse(&it, &f) && bson_iter_find(&f, "primary") &&
+                BSON_ITER_HOLDS_UTF8(&f)) {
+                int s = rt_shard_find(bson_iter_utf8(&f, NULL));
+                if (s >= 0)
+                    counts[s]++;
+            }
+    bson_destroy(&arr);
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (counts[i] < counts[best])
+            best = i;
+    bson_t doc = BSON_INITIALIZER, ver;
+    uint32_t t, inc;
+    timestamp_now(&t, &inc);
+    BSON_APPEND_UTF8(&doc, "_id", db);
+    BSON_APPEND_UTF8(&doc, "primary", rt_shard_id(best));
+    BSON_APPEND_BOOL(&doc, "partitioned", false);
+    BSON_APPEND_DOCUMENT_BEGIN(&doc, "version", &ver);
+    append_uuid(&ver, "uuid");
+    BSON_APPEND_TIMESTAMP(&ver, "timestamp", t, inc);
+    BSON_APPEND_INT32(&ver, "lastMod", 1);
+    bson_append_document_end(&doc, &ver);
+    sbl_err_t e = {0};
+    int rc = cfg_insert("databases", &doc, &e);
+    bson_destroy(&doc);
+    if (rc != 0 && rc != SBL_E_DuplicateKey) {
+        *err = e;
+        return -2;
+    }
+    p = db_load(db, err); /* another router may have won the insert */
+    if (p < 0) {
+        if (p == -2)
+            sbl_err_set(err, SBL_E_NamespaceNotFound, "database %s vanished", db);
+        return -2;
+    }
+    db_cache_put(db, p);
+    return p;
+}
+
+/* ---- routing tables ---- */
+
+void rt_coll_release(rt_coll_t *c)
+{
+    if (c == NULL || __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    for (size_t i = 0; i < c->nchunks; i++) {
+        bson_destroy(c->chunks[i].min);
+        bson_destroy(c->chunks[i].max);
+    }
+    free(c->chunks);
+    if (c->key != NULL)
+        bson_destroy(c->key);
+    free(c);
+}
+
+static int chunk_cmp(const void *a, const void *b)
+{
+    return sbl_doc_compare(((const rt_chunk_t *)a)->min, ((const rt_chunk_t *)b)->min);
+}
+
+static bool version_less(const rt_version_t *a, uint32_t major, uint32_t minor)
+{
+    return a->major < major || (a->major == major && a->minor < minor);
+}
+
+/* Build ns's routing table from the config servers. */
+static rt_coll_t *coll_load(const char *ns, sbl_err_t *err)
+{
+    char db[128];
+    const char *dot = strchr(ns, '.');
+    snprintf(db, sizeof(db), "%.*s", dot ? (int)(dot - ns) : (int)strlen(ns), ns);
+    int primary = rt_db_primary(db, false, err);
+    if (primary == -2)
+        return NULL;
+    rt_coll_t *c = calloc(1, sizeof(*c));
+    c->refs = 1;
+    snprintf(c->ns, sizeof(c->ns), "%s", ns);
+    c->primary = primary;
+    /* a database nobody created yet: answer from any shard, but do not
+     * remember it (its first write chooses the real primary) */
+    c->transient = primary >= 0 && db_cached(db) < 0;
+    c->hashed_pos = -1;
+    if (primary == -1)
+        return c; /* config and admin live on the config servers */
+
+    bson_t arr = BSON_INITIALIZER, filter = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&filter, "_id", ns);
+    int rc = cfg_find_all("collections", &filter, NULL, &arr, err);
+    bson_destroy(&filter);
+    bson_iter_t it, f;
+    bson_value_t uuid = {0};
+    if (rc == 0 && bson_iter_init(&it, &arr) && bson_iter_next(&it) &&
+        bson_iter_recurse(&it, &f)) {
+        bool dropped = false;
+        while (bson_iter_next(&f)) {
+            const char *k = bson_iter_key(&f);
+            if (strcmp(k, "key") == 0 && BSON_ITER_HOLDS_DOCUMENT(&f)) {
+                bson_t kd;
+                sbl_iter_doc(&f, &kd);
+                c->key = bson_copy(&kd);
+            } else if (strcmp(k, "unique") == 0) {
+                c->unique = bson_iter_as_bool(&f);
+            } else if (strcmp(k, "lastmodEpoch") == 0 && BSON_ITER_HOLDS_OID(&f)) {
+                bson_oid_copy(bson_iter_oid(&f), &c->version.epoch);
+            } else if (strcmp(k, "timestamp") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&f)) {
+                bson_iter_timestamp(&f, &c->version.ts_t, &c->version.ts_i);
+            } else if (strcmp(k, "uuid") == 0) {
+                bson_value_copy(bson_iter_value(&f), &uuid);
+            } else if (strcmp(k, "dropped") == 0) {
+                dropped = bson_iter_as_bool(&f);
+            }
+        }
+        c->sharded = !dropped && c->key != NULL && uuid.value_type != BSON_TYPE_EOD;
+    }
+    bson_destroy(&arr);
+    if (rc != 0 || !c->sharded) {
+        if (uuid.value_type != BSON_TYPE_EOD)
+            bson_value_destroy(&uuid);
+        if (rc != 0) {
+            rt_coll_release(c);
+            return NULL;
+        }
+        c->sharded = false;
+        return c;
+    }
+    int pos = 0;
+    bson_iter_init(&it, c->key);
+    while (bson_iter_next(&it)) {
+        if (BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_utf8(&it, NULL), "hashed") == 0) {
+            c->hashed = true;
+            c->hashed_pos = pos;
+        }
+        pos++;
+    }
+    c->nkey = pos;
+
+    bson_t chunks = BSON_INITIALIZER, cf = BSON_INITIALIZER;
+    bson_append_value(&cf, "uuid", -1, &uuid);
+    bson_value_destroy(&uuid);
+    rc = cfg_find_all("chunks", &cf, NULL, &chunks, err);
+    bson_destroy(&cf);
+    size_t cap = 0;
+    if (rc == 0 && bson_iter_init(&it, &chunks))
+        while (bson_iter_next(&it)) {
+            if (!bson_iter_recurse(&it, &f))
+                continue;
+            rt_chunk_t ch = {0};
+            ch.shard = -1;
+            while (bson_iter_next(&f)) {
+                const char *k = bson_iter_key(&f);
+                bson_t d;
+                if (strcmp(k, "min") == 0 && sbl_iter_doc(&f, &d))
+                    ch.min = bson_copy(&d);
+                else if (strcmp(k, "max") == 0 && sbl_iter_doc(&f, &d))
+                    ch.max = bson_copy(&d);
+                else if (strcmp(k, "shard") == 0 && BSON_ITER_HOLDS_UTF8(&f))
+                    ch.shard = shard_by_id_reload(bson_iter_utf8(&f, NULL));
+                else if (strcmp(k, "lastmod") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&f))
+                    bson_iter_timestamp(&f, &ch.major, &ch.minor);
+            }
+            if (ch.min == NULL || ch.max == NULL || ch.shard < 0) {
+                if (ch.min)
+                    bson_destroy(ch.min);
+                if (ch.max)
+                    bson_destroy(ch.max);
+                rc = sbl_err_set(err, SBL_E_InternalError, "bad chunk document for %s", ns);
+                break;
+            }
+            if (c->nchunks == cap) {
+                cap = cap ? cap * 2 : 8;
+                c->chunks = realloc(c->chunks, cap * sizeof(*c->chunks));
+            }
+            c->chunks[c->nchunks++] = ch;
+            if (version_less(&c->version, ch.major, ch.minor)) {
+                c->version.major = ch.major;
+                c->version.minor = ch.minor;
+            }
+            rt_version_t *pv = &c->placement[ch.shard];
+            if (version_less(pv, ch.major, ch.minor)) {
+                pv->major = ch.major;
+                pv->minor = ch.minor;
+            }
+        }
+    bson_destroy(&chunks);
+    if (rc == 0 && c->nchunks == 0)
+        rc = sbl_err_set(err, SBL_E_InternalError, "%s is sharded but has no chunks", ns);
+    if (rc != 0) {
+        rt_coll_release(c);
+        return NULL;
+    }
+    qsort(c->chunks, c->nchunks, sizeof(*c->chunks), chunk_cmp);
+    for (int i = 0; i < RT_MAX_SHARDS; i++) {
+        c->placement[i].epoch = c->version.epoch;
+        c->placement[i].ts_t = c->version.ts_t;
+        c->placement[i].ts_i = c->version.ts_i;
+    }
+    return c;
+}
+
+rt_coll_t *rt_coll_get(const char *ns, bool force, sbl_err_t *err)
+{
+    rt_coll_t *c = NULL;
+    if (!force) {
+        pthread_rwlock_rdlock(&meta_lock);
+        for (size_t i = 0; i < ncolls; i++)
+            if (strcmp(colls[i].ns, ns) == 0) {
+                c = colls[i].c;
+                __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+                break;
+            }
+        pthread_rwlock_unlock(&meta_lock);
+        if (c != NULL)
+            return c;
+    }
+    pthread_mutex_lock(&refresh_lock); /* one refresh at a time: no stampede */
+    c = coll_load(ns, err);
+    if (c != NULL && !c->transient) {
+        __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* the cache's reference */
+        rt_coll_t *old = NULL;
+        pthread_rwlock_wrlock(&meta_lock);
+        size_t i;
+        for (i = 0; i < ncolls; i++)
+            if (strcmp(colls[i].ns, ns) == 0)
+                break;
+        if (i == ncolls && ncolls < RT_MAX_COLLS) {
+            colls = realloc(colls, (ncolls + 1) * sizeof(*colls));
+            snprintf(colls[ncolls].ns, sizeof(colls[ncolls].ns), "%s", ns);
+            colls[ncolls].c = NULL;
+            ncolls++;
+        }
+        if (i < ncolls) {
+            old = colls[i].c;
+            colls[i].c = c;
+        } else {
+            rt_coll_release(c); /* cache full: this request's reference only */
+        }
+        pthread_rwlock_unlock(&meta_lock);
+        rt_coll_release(old);
+    }
+    pthread_mutex_unlock(&refresh_lock);
+    return c;
+}
+
+void rt_meta_flush(void)
+{
+    pthread_rwlock_wrlock(&meta_lock);
+    for (size_t i = 0; i < ncolls; i++)
+        rt_coll_release(colls[i].c);
+    free(colls);
+    colls = NULL;
+    ncolls = 0;
+    free(dbs);
+    dbs = NULL;
+    ndbs = 0;
+    pthread_rwlock_unlock(&meta_lock);
+}
+
+void rt_append_version(bson_t *cmd, const rt_coll_t *c, int shard)
+{
+    bson_t v;
+    BSON_APPEND_DOCUMENT_BEGIN(cmd, "shardVersion", &v);
+    if (c != NULL && c->sharded) {
+        const rt_version_t *p = &c->placement[shard];
+        BSON_APPEND_OID(&v, "e", &p->epoch);
+        BSON_APPEND_TIMESTAMP(&v, "t", p->ts_t, p->ts_i);
+        BSON_APPEND_TIMESTAMP(&v, "v", p->major, p->minor);
+    } else {
+        bson_oid_t zero;
+        memset(&zero, 0, sizeof(zero));
+        BSON_APPEND_OID(&v, "e", &zero);
+        BSON_APPEND_TIMESTAMP(&v, "t", 0, 0);
+        BSON_APPEND_TIMESTAMP(&v, "v", 0, 0);
+    }
+    bson_append_document_end(cmd, &v);
+}

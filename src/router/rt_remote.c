@@ -1,0 +1,518 @@
+/*
+ * rt_remote.c: the router's connections to the shards and the config
+ * servers.  Each shard has a libmongoc client pool on its replica set URI
+ * (it finds the primary) and, for the hot path, a stack of plain TCP
+ * connections to that primary on which the router writes OP_MSG commands
+ * and reads the replies itself: libmongoc's per-command client work (it
+ * copies and re-parses the server description on every command) was most
+ * of the router's own cost per routed read.  The config servers are only
+ * reached through libmongoc.
+ *
+ * Must stay true: a connection carries one request at a time and is
+ * dropped, never reused, after any I/O error; after an error or a
+ * NotWritablePrimary answer the shard's primary is looked up again.  Pools
+ * are created when a shard is first seen and live until shutdown; the shard
+ * list only grows (a removed shard keeps its slot), so an index into it
+ * stays valid for the process lifetime.
+ */
+#include "router/router_int.h"
+
+#include <errno.h>
+#include <mongoc/mongoc.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define RT_IDLE_MAX 256   /* idle direct connections kept per shard */
+#define RT_IO_TIMEOUT_MS 60000
+
+typedef struct rt_shard {
+    char id[128];
+    char host[1024];
+    mongoc_client_pool_t *pool;
+    pthread_mutex_t lock;     /* primary and idle */
+    char primary[256];        /* "host:port", "" until found */
+    int idle[RT_IDLE_MAX];
+    int nidle;
+} rt_shard_t;
+
+static pthread_mutex_t shards_lock = PTHREAD_MUTEX_INITIALIZER;
+static rt_shard_t shards[RT_MAX_SHARDS];
+static int nshards; /* read without the lock after the slot is filled (only grows) */
+static mongoc_client_pool_t *config_pool;
+static char configdb[1024];
+
+/* "rs/h1:p1,h2:p2" -> mongodb://h1:p1,h2:p2/?replicaSet=rs; "h:p" -> mongodb://h:p/ */
+static mongoc_client_pool_t *pool_for(const char *host)
+{
+    char uri_s[1400];
+    const char *slash = strchr(host, '/');
+    if (slash != NULL)
+        snprintf(uri_s, sizeof(uri_s),
+                 "mongodb://%s/?replicaSet=%.*s&serverSelectionTimeoutMS=15000"
+                 "&connectTimeoutMS=5000&maxPoolSize=200",
+                 slash + 1, (int)(slash - host), host);
+    else
+        snprintf(uri_s, sizeof(uri_s),
+                 "mongodb://%s/?directConnection=true&serverSelectionTimeoutMS=15000"
+                 "&connectTimeoutMS=5000&maxPoolSize=200",
+                 host);
+    bson_error_t e;
+    mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_s, &e);
+    if (uri == NULL)
+        return NULL;
+    mongoc_client_pool_t *p = mongoc_client_pool_new(uri);
+    mongoc_uri_destroy(uri);
+    if (p != NULL) {
+        mongoc_client_pool_set_error_api(p, MONGOC_ERROR_API_VERSION_2);
+        mongoc_client_pool_set_appname(p, "sable-router");
+    }
+    return p;
+}
+
+int rt_remote_init(const char *cfg, sbl_err_t *err)
+{
+    mongoc_init();
+    snprintf(configdb, sizeof(configdb), "%s", cfg);
+    config_pool = pool_for(cfg);
+    if (config_pool == NULL)
+        return sbl_err_set(err, SBL_E_BadValue, "bad --configdb: %s", cfg);
+    return 0;
+}
+
+void rt_remote_shutdown(void)
+{
+    for (int i = 0; i < nshards; i++) {
+        if (shards[i].pool != NULL)
+            mongoc_client_pool_destroy(shards[i].pool);
+        for (int k = 0; k < shards[i].nidle; k++)
+            close(shards[i].idle[k]);
+    }
+    nshards = 0;
+    if (config_pool != NULL)
+        mongoc_client_pool_destroy(config_pool);
+    config_pool = NULL;
+    mongoc_cleanup();
+}
+
+const char *rt_configdb(void)
+{
+    return configdb;
+}
+
+int rt_shard_find(const char *id)
+{
+    int n = __atomic_load_n(&nshards, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++)
+        if (strcmp(shards[i].id, id) == 0)
+            return i;
+    return -1;
+}
+
+int rt_shard_add(const char *id, const char *host)
+{
+    pthread_mutex_lock(&shards_lock);
+    int i = rt_shard_find(id);
+    if (i < 0 && nshards < RT_MAX_SHARDS) {
+        rt_shard_t *s = &shards[nshards];
+        snprintf(s->id, sizeof(s->id), "%s", id);
+        snprintf(s->host, sizeof(s->host), "%s", host);
+        s->pool = pool_for(host);
+        pthread_mutex_init(&s->lock, NULL);
+        s->primary[0] = '\0';
+        s->nidle = 0;
+        if (s->pool != NULL) {
+            i = nshards;
+            __atomic_store_n(&nshards, nshards + 1, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&shards_lock);
+    return i;
+}
+
+int rt_shard_count(void)
+{
+    return __atomic_load_n(&nshards, __ATOMIC_ACQUIRE);
+}
+
+const char *rt_shard_id(int i)
+{
+    return shards[i].id;
+}
+
+const char *rt_shard_host(int i)
+{
+    return shards[i].host;
+}
+
+int rt_reply_code(const bson_t *reply)
+{
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, reply, "ok") && bson_iter_as_double(&it) == 1.0)
+        return 0;
+    if (bson_iter_init_find(&it, reply, "code") && BSON_ITER_HOLDS_NUMBER(&it) &&
+        bson_iter_as_int64(&it) != 0)
+        return (int)bson_iter_as_int64(&it);
+    return SBL_E_CommandFailed;
+}
+
+/* Through libmongoc (the config servers; a shard's primary lookup). */
+static int run_mongoc(mongoc_client_pool_t *pool, const char *who, const char *db,
+                      const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    mongoc_client_t *cl = mongoc_client_pool_pop(pool);
+    bson_error_t e;
+    bool ok = mongoc_client_command_simple(cl, db, cmd, NULL, reply, &e);
+    mongoc_client_pool_push(pool, cl);
+    if (ok || e.domain == MONGOC_ERROR_SERVER || e.domain == MONGOC_ERROR_WRITE_CONCERN)
+        return 0; /* the server answered (maybe ok: 0): its reply says so */
+    bson_destroy(reply);
+    bson_init(reply);
+    return sbl_err_set(err, SBL_E_HostUnreachable, "%s: %s", who, e.message);
+}
+
+/* The shard's primary, asked of its replica set through libmongoc. */
+static int find_primary(rt_shard_t *s, char *out, size_t n, sbl_err_t *err)
+{
+    pthread_mutex_lock(&s->lock);
+    snprintf(out, n, "%s", s->primary);
+    pthread_mutex_unlock(&s->lock);
+    if (out[0] != '\0')
+        return 0;
+    bson_t cmd = BSON_INITIALIZER, reply;
+    BSON_APPEND_INT32(&cmd, "hello", 1);
+    int rc = run_mongoc(s->pool, s->id, "admin", &cmd, &reply, err);
+    bson_destroy(&cmd);
+    if (rc != 0)
+        return rc;
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, &reply, "primary") && BSON_ITER_HOLDS_UTF8(&it))
+        snprintf(out, n, "%s", bson_iter_utf8(&it, NULL));
+    else if (bson_iter_init_find(&it, &reply, "me") && BSON_ITER_HOLDS_UTF8(&it))
+        snprintf(out, n, "%s", bson_iter_utf8(&it, NULL));
+    bson_destroy(&reply);
+    if (out[0] == '\0')
+        return sbl_err_set(err, SBL_E_HostUnreachable, "shard %s has no primary", s->id);
+    pthread_mutex_lock(&s->lock);
+    snprintf(s->primary, sizeof(s->primary), "%s", out);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+static void forget_primary(rt_shard_t *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->primary[0] = '\0';
+    while (s->nidle > 0)
+        close(s->idle[--s->nidle]);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static int dial(const char *hostport)
+{
+    char host[256];
+    snprintf(host, sizeof(host), "%s", hostport);
+    char *colon = strrchr(host, ':');
+    if (colon == NULL)
+        return -1;
+    *colon = '\0';
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0)
+        return -1;
+    int fd = -1;
+    for (struct addrinfo *a = ai; a != NULL && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(ai);
+    if (fd >= 0) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        struct timeval tv = {.tv_sec = RT_IO_TIMEOUT_MS / 1000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    }
+    return fd;
+}
+
+static bool write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+static bool read_all(int fd, uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t r = recv(fd, p, n, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
+        p += r;
+        n -= (size_t)r;
+    }
+    return true;
+}
+
+static int32_t next_request_id(void)
+{
+    static int32_t id;
+    return __atomic_add_fetch(&id, 1, __ATOMIC_RELAXED);
+}
+
+/* Write cmd plus $db as one OP_MSG on fd; its request id into *ridp.
+ * false on an I/O error. */
+static bool send_msg(int fd, const char *db, const bson_t *cmd, int32_t *ridp)
+{
+    /* header (16) + flags (4) + kind (1) + the body with $db appended */
+    size_t dblen = strlen(db);
+    uint32_t body_len = cmd->len + 1 + 4 + 4 + (uint32_t)dblen + 1; /* type, "$db", len, value */
+    uint32_t total = 16 + 4 + 1 + body_len;
+    uint8_t stackbuf[4096];
+    uint8_t *m = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
+    if (m == NULL)
+        return false;
+    int32_t rid = next_request_id();
+    uint32_t hdr[4] = {total, (uint32_t)rid, 0, 2013};
+    memcpy(m, hdr, 16);
+    memset(m + 16, 0, 4);
+    m[20] = 0;
+    uint8_t *b = m + 21;
+    memcpy(b, &body_len, 4);
+    memcpy(b + 4, bson_get_data(cmd) + 4, cmd->len - 5); /* the fields, without the end */
+    uint8_t *q = b + 4 + cmd->len - 5;
+    *q++ = 0x02; /* string */
+    memcpy(q, "$db", 4);
+    q += 4;
+    uint32_t sl = (uint32_t)dblen + 1;
+    memcpy(q, &sl, 4);
+    q += 4;
+    memcpy(q, db, dblen + 1);
+    q += dblen + 1;
+    *q++ = 0; /* end of document */
+    bool ok = write_all(fd, m, total);
+    if (m != stackbuf)
+        free(m);
+    *ridp = rid;
+    return ok;
+}
+
+/* Read the reply to request rid into *reply (initialised here on success).
+ * false on an I/O or framing error (the connection is then unusable). */
+static bool recv_msg(int fd, int32_t rid, bson_t *reply)
+{
+    uint8_t h[16];
+    if (!read_all(fd, h, 16))
+        return false;
+    uint32_t len, opcode;
+    int32_t resp_to;
+    memcpy(&len, h, 4);
+    memcpy(&resp_to, h + 8, 4);
+    memcpy(&opcode, h + 12, 4);
+    if (len < 16 + 5 + 5 || len > 48000000 || opcode != 2013 || resp_to != rid)
+        return false;
+    uint8_t *r = malloc(len - 16);
+    if (r == NULL || !read_all(fd, r, len - 16)) {
+        free(r);
+        return false;
+    }
+    uint32_t flags, dl;
+    memcpy(&flags, r, 4);
+    memcpy(&dl, r + 5, 4);
+    size_t avail = len - 16 - 5 - ((flags & 1) ? 4 : 0);
+    bson_t view;
+    if (r[4] != 0 || dl < 5 || dl > avail || !bson_init_static(&view, r + 5, dl)) {
+        free(r);
+        return false;
+    }
+    bson_copy_to(&view, reply);
+    free(r);
+    return true;
+}
+
+/* A connection to s's primary: an idle one (*pooled) or a new one; -1 with err. */
+static int conn_get(rt_shard_t *s, bool *pooled, sbl_err_t *err)
+{
+    char primary[256];
+    if (find_primary(s, primary, sizeof(primary), err) != 0)
+        return -1;
+    int fd = -1;
+    pthread_mutex_lock(&s->lock);
+    if (s->nidle > 0)
+        fd = s->idle[--s->nidle];
+    pthread_mutex_unlock(&s->lock);
+    *pooled = fd >= 0;
+    if (fd < 0 && (fd = dial(primary)) < 0) {
+        forget_primary(s);
+        sbl_err_set(err, SBL_E_HostUnreachable, "shard %s: cannot connect to %s", s->id, primary);
+    }
+    return fd;
+}
+
+/* Give fd back after a reply (or drop it when the member is no primary now). */
+static void conn_put(rt_shard_t *s, int fd, const bson_t *reply)
+{
+    int code = rt_reply_code(reply);
+    bool keep = code != SBL_E_NotWritablePrimary && code != SBL_E_PrimarySteppedDown &&
+                code != SBL_E_InterruptedDueToReplStateChange;
+    pthread_mutex_lock(&s->lock);
+    if (keep && s->nidle < RT_IDLE_MAX)
+        s->idle[s->nidle++] = fd;
+    else
+        close(fd);
+    pthread_mutex_unlock(&s->lock);
+    if (!keep)
+        forget_primary(s);
+}
+
+/* Send on a connection of s, retrying once on a fresh one when an idle
+ * connection turns out closed.  Returns the fd or -1 with err. */
+static int conn_send(rt_shard_t *s, const char *db, const bson_t *cmd, int32_t *ridp,
+                     sbl_err_t *err)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        bool pooled;
+        int fd = conn_get(s, &pooled, err);
+        if (fd < 0)
+            return -1;
+        if (send_msg(fd, db, cmd, ridp))
+            return fd;
+        close(fd);
+        if (!pooled)
+            break;
+    }
+    forget_primary(s);
+    sbl_err_set(err, SBL_E_HostUnreachable, "shard %s: cannot send to its primary", s->id);
+    return -1;
+}
+
+/* Commands that change nothing: safe to send again after a connection
+ * died without an answer (a shard restarted under an idle connection). */
+static bool idempotent(const bson_t *cmd)
+{
+    static const char *const reads[] = {"find", "count", "distinct", "listCollections",
+                                        "listIndexes", "listDatabases", "hello", "dbStats",
+                                        "collStats", "getCmdLineOpts", NULL};
+    bson_iter_t it;
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it))
+        return false;
+    for (int i = 0; reads[i]; i++)
+        if (strcmp(bson_iter_key(&it), reads[i]) == 0)
+            return true;
+    return false;
+}
+
+static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *reply,
+                      sbl_err_t *err)
+{
+    bool retry = idempotent(cmd);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int32_t rid;
+        int fd = conn_send(s, db, cmd, &rid, err);
+        if (fd < 0)
+            break;
+        if (recv_msg(fd, rid, reply)) {
+            conn_put(s, fd, reply);
+            return 0;
+        }
+        /* a write may have run: only reads are sent again, once, after the
+         * primary is looked up again */
+        close(fd);
+        forget_primary(s);
+        sbl_err_set(err, SBL_E_HostUnreachable, "shard %s: connection lost", s->id);
+        if (!retry)
+            break;
+    }
+    bson_init(reply);
+    return err->code ? err->code : SBL_E_HostUnreachable;
+}
+
+int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cmds,
+                bson_t *replies, int *rcs, sbl_err_t *errs)
+{
+    int fds[RT_MAX_SHARDS];
+    int32_t rids[RT_MAX_SHARDS];
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        fds[i] = -1;
+        rcs[i] = 0;
+        if (shard[i] < 0 || shard[i] >= rt_shard_count()) {
+            rcs[i] = rt_run(shard[i], db, cmds[i], &replies[i], &errs[i]);
+            fds[i] = -2; /* answered already */
+            continue;
+        }
+        fds[i] = conn_send(&shards[shard[i]], db, cmds[i], &rids[i], &errs[i]);
+        if (fds[i] < 0) {
+            bson_init(&replies[i]);
+            rcs[i] = errs[i].code ? errs[i].code : SBL_E_HostUnreachable;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (fds[i] < 0) {
+            failed += fds[i] == -1 || rcs[i] != 0;
+            continue;
+        }
+        rt_shard_t *s = &shards[shard[i]];
+        if (recv_msg(fds[i], rids[i], &replies[i])) {
+            conn_put(s, fds[i], &replies[i]);
+        } else {
+            close(fds[i]);
+            forget_primary(s);
+            bson_init(&replies[i]);
+            rcs[i] = sbl_err_set(&errs[i], SBL_E_HostUnreachable, "shard %s: connection lost",
+                                 s->id);
+            failed++;
+        }
+    }
+    return failed;
+}
+
+int rt_run(int shard, const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    if (shard < 0)
+        return run_mongoc(config_pool, configdb, db, cmd, reply, err);
+    if (shard >= rt_shard_count()) {
+        bson_init(reply);
+        return sbl_err_set(err, SBL_E_ShardNotFound, "no shard %d", shard);
+    }
+    return run_direct(&shards[shard], db, cmd, reply, err);
+}
+
+void rt_copy_cmd(const bson_t *in, bson_t *out, const char *const *skip_extra)
+{
+    static const char *const skip[] = {"$db", "lsid", "txnNumber", "$clusterTime",
+                                       "$readPreference", "autocommit", "startTransaction",
+                                       "apiVersion", "apiStrict", "apiDeprecationErrors",
+                                       NULL};
+    bson_iter_t it;
+    bson_iter_init(&it, in);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        bool drop = false;
+        for (int i = 0; skip[i] && !drop; i++)
+            drop = strcmp(k, skip[i]) == 0;
+        for (int i = 0; skip_extra && skip_extra[i] && !drop; i++)
+            drop = strcmp(k, skip_extra[i]) == 0;
+        if (!drop)
+            bson_append_iter(out, k, -1, &it);
+    }
+}

@@ -1,0 +1,200 @@
+/*
+ * rt_target.c: from documents and filters to shards.  A shard key value is
+ * the key pattern's fields read from a document (a missing field is null;
+ * a hashed field is replaced by its hash, the same 64-bit value a hashed
+ * index stores); the owning chunk is the last one whose min is <= the
+ * value, by binary search over the chunks sorted by min.
+ *
+ * What must stay true: a filter's targets are a superset of the shards that
+ * hold a matching document; only an exact equality on every key field
+ * narrows to one shard.
+ */
+#include "router/router_int.h"
+
+#include "doc/doc.h"
+#include "storage/storage.h"
+
+#include <string.h>
+
+/* Compare shard key values against a bound document (same field order). */
+static int key_cmp(const bson_value_t *vals, int n, const bson_t *bound)
+{
+    bson_iter_t it;
+    int i = 0;
+    bson_iter_init(&it, bound);
+    while (i < n && bson_iter_next(&it)) {
+        int c = sbl_value_compare(&vals[i], bson_iter_value(&it));
+        if (c != 0)
+            return c;
+        i++;
+    }
+    return 0;
+}
+
+const rt_chunk_t *rt_chunk_for(const rt_coll_t *c, const bson_value_t *vals)
+{
+    size_t lo = 0, hi = c->nchunks; /* find the last chunk with min <= vals */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (key_cmp(vals, c->nkey, c->chunks[mid].min) >= 0)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return &c->chunks[lo];
+}
+
+static const bson_value_t null_value = {.value_type = BSON_TYPE_NULL};
+
+int rt_target_doc(const rt_coll_t *c, const bson_t *doc)
+{
+    if (!c->sharded)
+        return c->primary;
+    bson_value_t vals[32], hashed;
+    bson_iter_t it, v;
+    int i = 0;
+    bson_iter_init(&it, c->key);
+    while (bson_iter_next(&it) && i < 32) {
+        if (sbl_path_get(doc, bson_iter_key(&it), &v))
+            vals[i] = *bson_iter_value(&v);
+        else
+            vals[i] = null_value;
+        if (i == c->hashed_pos) {
+            sbl_index_hash(&vals[i], &hashed);
+            vals[i] = hashed;
+        }
+        i++;
+    }
+    return rt_chunk_for(c, vals)->shard;
+}
+
+/* The equality value a filter gives field f, if it gives one we can target by. */
+static bool filter_eq(const bson_t *filter, const char *f, bson_value_t *out)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, filter, f)) {
+        /* {a: {b: 1}} does not name a.b by equality of a.b alone; only
+         * top-level keys are used for targeting. */
+        return false;
+    }
+    if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_iter_t d;
+        if (!bson_iter_recurse(&it, &d) || !bson_iter_next(&d))
+            return false;
+        const char *k = bson_iter_key(&d);
+        if (k[0] != '$') /* an exact embedded document */
+            goto plain;
+        if (strcmp(k, "$eq") != 0)
+            return false;
+        bson_iter_t e = d;
+        if (bson_iter_next(&d)) /* {$eq: x, $lt: y}: not a plain equality */
+            return false;
+        if (BSON_ITER_HOLDS_ARRAY(&e) || BSON_ITER_HOLDS_REGEX(&e))
+            return false;
+        *out = *bson_iter_value(&e);
+        return true;
+    }
+    if (BSON_ITER_HOLDS_ARRAY(&it) || BSON_ITER_HOLDS_REGEX(&it))
+        return false;
+plain:
+    *out = *bson_iter_value(&it);
+    return true;
+}
+
+bool rt_filter_has_full_key(const rt_coll_t *c, const bson_t *filter)
+{
+    if (!c->sharded)
+        return true;
+    bson_iter_t it;
+    bson_value_t v;
+    bson_iter_init(&it, c->key);
+    while (bson_iter_next(&it))
+        if (!filter_eq(filter, bson_iter_key(&it), &v))
+            return false;
+    return true;
+}
+
+/* Bounds a filter puts on field f: lo/hi (NULL: unbounded).  False when the
+ * field is absent or holds something other than comparisons. */
+static bool filter_range(const bson_t *filter, const char *f, bson_value_t *lo, bool *has_lo,
+                         bson_value_t *hi, bool *has_hi)
+{
+    bson_iter_t it, d;
+    *has_lo = *has_hi = false;
+    if (!bson_iter_init_find(&it, filter, f) || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &d))
+        return false;
+    while (bson_iter_next(&d)) {
+        const char *k = bson_iter_key(&d);
+        if (BSON_ITER_HOLDS_ARRAY(&d) || BSON_ITER_HOLDS_REGEX(&d))
+            return false;
+        if (strcmp(k, "$gt") == 0 || strcmp(k, "$gte") == 0) {
+            if (!*has_lo || sbl_value_compare(bson_iter_value(&d), lo) > 0)
+                *lo = *bson_iter_value(&d);
+            *has_lo = true;
+        } else if (strcmp(k, "$lt") == 0 || strcmp(k, "$lte") == 0) {
+            if (!*has_hi || sbl_value_compare(bson_iter_value(&d), hi) < 0)
+                *hi = *bson_iter_value(&d);
+            *has_hi = true;
+        } else if (strcmp(k, "$eq") == 0) {
+            *lo = *hi = *bson_iter_value(&d);
+            *has_lo = *has_hi = true;
+        } else {
+            return false;
+        }
+    }
+    return *has_lo || *has_hi;
+}
+
+int rt_target_filter(const rt_coll_t *c, const bson_t *filter, bool shards[RT_MAX_SHARDS])
+{
+    memset(shards, 0, sizeof(bool) * RT_MAX_SHARDS);
+    if (!c->sharded) {
+        shards[c->primary] = true;
+        return 1;
+    }
+    bson_value_t vals[32], hashed;
+    bson_iter_t it;
+    int i = 0;
+    bool full = true;
+    bson_iter_init(&it, c->key);
+    while (bson_iter_next(&it) && i < 32 && full) {
+        full = filter_eq(filter, bson_iter_key(&it), &vals[i]);
+        if (full && i == c->hashed_pos) {
+            sbl_index_hash(&vals[i], &hashed);
+            vals[i] = hashed;
+        }
+        i++;
+    }
+    if (full) {
+        shards[rt_chunk_for(c, vals)->shard] = true;
+        return 1;
+    }
+    /* A range on the first field of a range key: the chunks it overlaps.  The
+     * bounds compare the first field only and are inclusive (a superset). */
+    bson_value_t lo, hi;
+    bool has_lo = false, has_hi = false;
+    bson_iter_init(&it, c->key);
+    bool ranged = c->hashed_pos != 0 && bson_iter_next(&it) &&
+                  filter_range(filter, bson_iter_key(&it), &lo, &has_lo, &hi, &has_hi);
+    int n = 0;
+    for (size_t k = 0; k < c->nchunks; k++) {
+        const rt_chunk_t *ch = &c->chunks[k];
+        if (ranged) {
+            bson_iter_t a, b;
+            bson_iter_init(&a, ch->min);
+            bson_iter_init(&b, ch->max);
+            bson_iter_next(&a);
+            bson_iter_next(&b);
+            if (has_hi && sbl_value_compare(bson_iter_value(&a), &hi) > 0)
+                continue;
+            if (has_lo && sbl_value_compare(bson_iter_value(&b), &lo) < 0)
+                continue;
+        }
+        if (!shards[ch->shard]) {
+            shards[ch->shard] = true;
+            n++;
+        }
+    }
+    return n;
+}

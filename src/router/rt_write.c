@@ -1,0 +1,627 @@
+/*
+ * rt_write.c: writes through the router.  insert splits its batch by the
+ * shard owning each document (ordered: runs of consecutive documents for
+ * one shard, in order, stopping at the first error; unordered: one batch
+ * per shard).  update and delete target each statement by its filter: the
+ * full shard key's equality goes to one shard, multi-document statements
+ * go to every shard the filter may touch, and a single-document statement
+ * without the shard key tries the candidate shards one after the other
+ * until one matches (so at most one document changes).  Replies are merged
+ * with every writeErrors/upserted index mapped back to the client's.
+ *
+ * A StaleConfig answer makes the router refresh the collection and resend
+ * what that shard did not apply; statements already acknowledged are not
+ * sent again.
+ */
+#include "router/router_int.h"
+
+#include "doc/doc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct merged {
+    int64_t n, n_modified;
+    bool has_modified;
+    bson_t write_errors; /* array, client indexes */
+    uint32_t nerr;
+    bson_t upserted;
+    uint32_t nups;
+    bson_t wce;
+    bool has_wce;
+} merged_t;
+
+static void merged_init(merged_t *m)
+{
+    memset(m, 0, sizeof(*m));
+    bson_init(&m->write_errors);
+    bson_init(&m->upserted);
+    bson_init(&m->wce);
+}
+
+static void merged_free(merged_t *m)
+{
+    bson_destroy(&m->write_errors);
+    bson_destroy(&m->upserted);
+    bson_destroy(&m->wce);
+}
+
+/* Fold one shard reply into m; map[i] is the client index of the batch's i.
+ * Returns the number of write errors the reply had. */
+static int merged_add(merged_t *m, const bson_t *r, const int *map, int nmap)
+{
+    bson_iter_t it, a, f;
+    int errs = 0;
+    if (bson_iter_init_find(&it, r, "n"))
+        m->n += bson_iter_as_int64(&it);
+    if (bson_iter_init_find(&it, r, "nModified")) {
+        m->n_modified += bson_iter_as_int64(&it);
+        m->has_modified = true;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        const char *field = pass == 0 ? "writeErrors" : "upserted";
+        if (!bson_iter_init_find(&it, r, field) || !bson_iter_recurse(&it, &a))
+            continue;
+        while (bson_iter_next(&a)) {
+            bson_t e = BSON_INITIALIZER;
+            if (!bson_iter_recurse(&a, &f))
+                continue;
+            while (bson_iter_next(&f)) {
+                if (strcmp(bson_iter_key(&f), "index") == 0) {
+                    int i = (int)bson_iter_as_int64(&f);
+                    BSON_APPEND_INT32(&e, "index", i >= 0 && i < nmap ? map[i] : i);
+                } else {
+                    bson_append_iter(&e, bson_iter_key(&f), -1, &f);
+                }
+            }
+            char key[16];
+            const char *ks;
+            if (pass == 0) {
+                bson_uint32_to_string(m->nerr++, &ks, key, sizeof(key));
+                BSON_APPEND_DOCUMENT(&m->write_errors, ks, &e);
+                errs++;
+            } else {
+                bson_uint32_to_string(m->nups++, &ks, key, sizeof(key));
+                BSON_APPEND_DOCUMENT(&m->upserted, ks, &e);
+            }
+            bson_destroy(&e);
+        }
+    }
+    if (!m->has_wce && bson_iter_init_find(&it, r, "writeConcernError") &&
+        BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_t d;
+        sbl_iter_doc(&it, &d);
+        bson_concat(&m->wce, &d);
+        m->has_wce = true;
+    }
+    return errs;
+}
+
+static void merged_reply(merged_t *m, bson_t *reply, bool with_modified)
+{
+    BSON_APPEND_INT32(reply, "n", (int32_t)m->n);
+    if (with_modified)
+        BSON_APPEND_INT32(reply, "nModified", (int32_t)m->n_modified);
+    if (m->nups)
+        bson_append_array(reply, "upserted", -1, &m->upserted);
+    if (m->nerr)
+        bson_append_array(reply, "writeErrors", -1, &m->write_errors);
+    if (m->has_wce)
+        BSON_APPEND_DOCUMENT(reply, "writeConcernError", &m->wce);
+}
+
+static void add_error(merged_t *m, int index, int code, const char *msg)
+{
+    bson_t e = BSON_INITIALIZER;
+    char key[16];
+    const char *ks;
+    BSON_APPEND_INT32(&e, "index", index);
+    BSON_APPEND_INT32(&e, "code", code);
+    BSON_APPEND_UTF8(&e, "codeName", sbl_err_name(code));
+    BSON_APPEND_UTF8(&e, "errmsg", msg);
+    bson_uint32_to_string(m->nerr++, &ks, key, sizeof(key));
+    BSON_APPEND_DOCUMENT(&m->write_errors, ks, &e);
+    bson_destroy(&e);
+}
+
+/* cmd's fields except arr_field and the router-only ones, then arr_field
+ * holding the elements idx[0..n) of the original array (as "0", "1" ...). */
+static void build_sub(const bson_t *cmd, const char *arr_field, bson_iter_t *const *elems,
+                      const int *idx, int n, const rt_coll_t *c, int shard, bson_t *out)
+{
+    const char *strip[] = {arr_field, NULL};
+    rt_copy_cmd(cmd, out, strip);
+    bson_t arr;
+    BSON_APPEND_ARRAY_BEGIN(out, arr_field, &arr);
+    for (int i = 0; i < n; i++) {
+        char key[16];
+        const char *ks;
+        bson_uint32_to_string((uint32_t)i, &ks, key, sizeof(key));
+        bson_append_iter(&arr, ks, -1, elems[idx[i]]);
+    }
+    bson_append_array_end(out, &arr);
+    if (shard >= 0)
+        rt_append_version(out, c, shard);
+}
+
+static bool ordered_of(const bson_t *cmd)
+{
+    bson_iter_t it;
+    return !bson_iter_init_find(&it, cmd, "ordered") || bson_iter_as_bool(&it);
+}
+
+/* The array's elements as iterators (caller frees *elemsp and its entries block). */
+static int collect(const bson_t *cmd, const char *field, bson_iter_t **storep, bson_iter_t ***elemsp,
+                   sbl_err_t *err)
+{
+    bson_iter_t it, a;
+    if (!bson_iter_init_find(&it, cmd, field) || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &a))
+        return -sbl_err_set(err, SBL_E_FailedToParse, "BSON field '%s' is missing or not an array",
+                            field);
+    int n = 0, cap = 16;
+    bson_iter_t *store = malloc(cap * sizeof(*store));
+    while (bson_iter_next(&a)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&a)) {
+            free(store);
+            return -sbl_err_set(err, SBL_E_TypeMismatch, "%s entries must be documents", field);
+        }
+        if (n == cap)
+            store = realloc(store, (cap *= 2) * sizeof(*store));
+        store[n++] = a;
+    }
+    bson_iter_t **elems = malloc((n ? n : 1) * sizeof(*elems));
+    for (int i = 0; i < n; i++)
+        elems[i] = &store[i];
+    *storep = store;
+    *elemsp = elems;
+    return n;
+}
+
+static const char *ns_of(const char *db, const bson_t *cmd, const char *verb, char *ns, size_t n)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, cmd, verb) || !BSON_ITER_HOLDS_UTF8(&it))
+        return NULL;
+    snprintf(ns, n, "%s.%s", db, bson_iter_utf8(&it, NULL));
+    return ns;
+}
+
+/* Pass the whole command to one shard, retrying on StaleConfig while the
+ * target stays single.  Returns 1 when the routing changed so the caller
+ * must split, 0 done (reply filled), or -code. */
+static int whole_to(int s, const char *db, const bson_t *cmd, const rt_coll_t *c, bson_t *reply,
+                    sbl_err_t *err)
+{
+    bson_t fwd = BSON_INITIALIZER, r;
+    rt_copy_cmd(cmd, &fwd, NULL);
+    if (s >= 0)
+        rt_append_version(&fwd, c, s);
+    int rc = rt_run(s, db, &fwd, &r, err);
+    bson_destroy(&fwd);
+    if (rc != 0)
+        return -rc;
+    if (rt_reply_code(&r) == SBL_E_StaleConfig) {
+        bson_destroy(&r);
+        return 1;
+    }
+    bson_copy_to_excluding_noinit(&r, reply, "$clusterTime", "operationTime", NULL);
+    bson_destroy(&r);
+    return 0;
+}
+
+/* ---- insert ---- */
+
+int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    char ns[400];
+    if (ns_of(db, cmd, "insert", ns, sizeof(ns)) == NULL)
+        return sbl_err_set(err, SBL_E_BadValue, "insert needs a collection name");
+    bson_iter_t *store = NULL, **elems = NULL;
+    int n = collect(cmd, "documents", &store, &elems, err);
+    if (n < 0)
+        return -n;
+    sbl_err_t e2 = {0};
+    rt_db_primary(db, true, &e2); /* a write creates the database */
+    bool ordered = ordered_of(cmd);
+    int *shard = malloc((n ? n : 1) * sizeof(int)), *batch = malloc((n ? n : 1) * sizeof(int));
+    bool *done = calloc(n ? n : 1, sizeof(bool));
+    merged_t m;
+    merged_init(&m);
+    int rc = 0, attempts = 0;
+    bool stop = false;
+    rt_coll_t *c = rt_coll_get(ns, false, err);
+    if (c == NULL) {
+        rc = err->code;
+        goto out;
+    }
+    if (!c->sharded) {
+        int w = whole_to(c->primary, db, cmd, c, reply, err);
+        if (w <= 0) {
+            rc = -w;
+            goto out;
+        }
+        rt_coll_release(c);
+        c = rt_coll_get(ns, true, err); /* it became sharded: split below */
+        if (c == NULL) {
+            rc = err->code;
+            goto out;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        bson_t d;
+        sbl_iter_doc(elems[i], &d);
+        shard[i] = rt_target_doc(c, &d);
+    }
+    while (!stop) {
+        int first = -1;
+        for (int i = 0; i < n && first < 0; i++)
+            if (!done[i])
+                first = i;
+        if (first < 0)
+            break;
+        int s = shard[first], nb = 0;
+        for (int i = first; i < n; i++) {
+            if (done[i])
+                continue;
+            if (shard[i] != s) {
+                if (ordered)
+                    break;
+                continue;
+            }
+            batch[nb++] = i;
+        }
+        bson_t sub = BSON_INITIALIZER, r;
+        build_sub(cmd, "documents", elems, batch, nb, c, s, &sub);
+        rc = rt_run(s, db, &sub, &r, err);
+        bson_destroy(&sub);
+        if (rc != 0)
+            break;
+        int code = rt_reply_code(&r);
+        if (code == SBL_E_StaleConfig && attempts++ < RT_RETRIES) {
+            bson_destroy(&r);
+            rt_coll_release(c);
+            c = rt_coll_get(ns, true, err);
+            if (c == NULL) {
+                rc = err->code;
+                goto out;
+            }
+            for (int i = 0; i < n; i++)
+                if (!done[i]) {
+                    bson_t d;
+                    sbl_iter_doc(elems[i], &d);
+                    shard[i] = rt_target_doc(c, &d);
+                }
+            continue;
+        }
+        if (code != 0) {
+            /* the whole batch failed: every document of it gets the error */
+            bson_iter_t mi;
+            const char *msg = bson_iter_init_find(&mi, &r, "errmsg") && BSON_ITER_HOLDS_UTF8(&mi)
+                                  ? bson_iter_utf8(&mi, NULL)
+                                  : "insert failed on a shard";
+            for (int i = 0; i < nb && (!ordered || i == 0); i++)
+                add_error(&m, batch[i], code, msg);
+            bson_destroy(&r);
+            if (ordered)
+                break;
+            for (int i = 0; i < nb; i++)
+                done[batch[i]] = true;
+            continue;
+        }
+        int errs = merged_add(&m, &r, batch, nb);
+        bson_destroy(&r);
+        for (int i = 0; i < nb; i++)
+            done[batch[i]] = true;
+        if (ordered && errs > 0)
+            stop = true;
+    }
+    if (rc == 0)
+        merged_reply(&m, reply, false);
+out:
+    rt_coll_release(c);
+    merged_free(&m);
+    free(shard);
+    free(batch);
+    free(done);
+    free(store);
+    free(elems);
+    return rc;
+}
+
+/* ---- update and delete ---- */
+
+/* One statement's filter ("q"), and whether it may touch several documents. */
+static void stmt_info(const bson_iter_t *el, bool is_update, bson_t *q, bool *multi, bool *upsert)
+{
+    bson_iter_t f;
+    bson_init(q);
+    *multi = false;
+    *upsert = false;
+    bson_iter_recurse(el, &f);
+    while (bson_iter_next(&f)) {
+        const char *k = bson_iter_key(&f);
+        if (strcmp(k, "q") == 0 && BSON_ITER_HOLDS_DOCUMENT(&f))
+            sbl_iter_doc(&f, q);
+        else if (is_update && strcmp(k, "multi") == 0)
+            *multi = bson_iter_as_bool(&f);
+        else if (is_update && strcmp(k, "upsert") == 0)
+            *upsert = bson_iter_as_bool(&f);
+        else if (!is_update && strcmp(k, "limit") == 0)
+            *multi = bson_iter_as_int64(&f) == 0;
+    }
+}
+
+/* Whether update statement el would change a shard key field: an operator
+ * update touching a key field (or a path above or below one) other than
+ * $set to the value the filter pins it to, or a replacement whose key
+ * values differ from the filter's.  mongod moves such a document to its new
+ * shard inside a transaction; the router does not yet, so it refuses. */
+static bool changes_shard_key(const rt_coll_t *c, const bson_iter_t *el, const bson_t *q)
+{
+    bson_iter_t f, u, op, fld, k;
+    bson_t ud;
+    if (!c->sharded || !bson_iter_recurse(el, &f) || !bson_iter_find(&f, "u") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&f) || !bson_iter_recurse(&f, &u))
+        return false; /* pipelines: not checked (a documented limit) */
+    sbl_iter_doc(&f, &ud);
+    bool operators = bson_iter_next(&u) && bson_iter_key(&u)[0] == '$';
+    bson_iter_init(&k, c->key);
+    while (bson_iter_next(&k)) {
+        const char *kf = bson_iter_key(&k);
+        size_t kl = strlen(kf);
+        bson_iter_t qv;
+        bool pinned = bson_iter_init_find(&qv, q, kf) && !BSON_ITER_HOLDS_DOCUMENT(&qv);
+        if (!operators) {
+            bson_iter_t rv;
+            bool has = sbl_path_get(&ud, kf, &rv);
+            if (kl == 3 && strcmp(kf, "_id") == 0 && !has)
+                continue; /* a replacement keeps _id */
+            if (!has || !pinned || sbl_value_compare(bson_iter_value(&rv), bson_iter_value(&qv)))
+                return true;
+            continue;
+        }
+        bson_iter_init(&op, &ud);
+        while (bson_iter_next(&op)) {
+            if (!bson_iter_recurse(&op, &fld))
+                continue;
+            while (bson_iter_next(&fld)) {
+                const char *p = bson_iter_key(&fld);
+                size_t pl = strlen(p);
+                bool overlap = (pl == kl && strcmp(p, kf) == 0) ||
+                               (pl < kl && strncmp(p, kf, pl) == 0 && kf[pl] == '.') ||
+                               (pl > kl && strncmp(p, kf, kl) == 0 && p[kl] == '.');
+                if (!overlap)
+                    continue;
+                if (strcmp(bson_iter_key(&op), "$set") == 0 && pl == kl && pinned &&
+                    sbl_value_compare(bson_iter_value(&fld), bson_iter_value(&qv)) == 0)
+                    continue; /* set to the value it has */
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bool is_update,
+                            sbl_err_t *err)
+{
+    const char *verb = is_update ? "update" : "delete";
+    const char *arr = is_update ? "updates" : "deletes";
+    char ns[400];
+    if (ns_of(db, cmd, verb, ns, sizeof(ns)) == NULL)
+        return sbl_err_set(err, SBL_E_BadValue, "%s needs a collection name", verb);
+    bson_iter_t *store = NULL, **elems = NULL;
+    int n = collect(cmd, arr, &store, &elems, err);
+    if (n < 0)
+        return -n;
+    if (is_update) {
+        sbl_err_t e2 = {0};
+        rt_db_primary(db, true, &e2);
+    }
+    bool ordered = ordered_of(cmd);
+    merged_t m;
+    merged_init(&m);
+    int rc = 0;
+    rt_coll_t *c = NULL;
+    for (int attempt = 0; attempt <= RT_RETRIES; attempt++) {
+        c = rt_coll_get(ns, attempt > 0, err);
+        if (c == NULL) {
+            rc = err->code;
+            goto out;
+        }
+        /* Everything for one shard: pass the command through whole. */
+        int single = c->sharded ? -2 : c->primary;
+        for (int i = 0; i < n && c->sharded; i++) {
+            bson_t q;
+            bool multi, upsert, t[RT_MAX_SHARDS];
+            stmt_info(elems[i], is_update, &q, &multi, &upsert);
+            int s = -1;
+            if (rt_target_filter(c, &q, t) == 1)
+                for (int k = 0; k < RT_MAX_SHARDS; k++)
+                    if (t[k])
+                        s = k;
+            if (s < 0 || (single != -2 && single != s)) {
+                single = -3;
+                break;
+            }
+            single = s;
+        }
+        for (int i = 0; is_update && single >= 0 && c->sharded && i < n; i++) {
+            bson_t q;
+            bool multi, upsert;
+            stmt_info(elems[i], true, &q, &multi, &upsert);
+            if (changes_shard_key(c, elems[i], &q))
+                single = -3; /* statement by statement: that one is refused */
+        }
+        if (single < -1 || n == 0)
+            break;
+        int w = whole_to(single, db, cmd, c, reply, err);
+        if (w <= 0) {
+            rc = -w;
+            goto out;
+        }
+        rt_coll_release(c);
+        c = NULL;
+    }
+    if (c == NULL) {
+        rc = sbl_err_set(err, SBL_E_StaleConfig, "routing for %s kept changing", ns);
+        goto out;
+    }
+    /* Statement by statement. */
+    for (int i = 0; i < n && rc == 0; i++) {
+        bson_t q;
+        bool multi, upsert, t[RT_MAX_SHARDS];
+        stmt_info(elems[i], is_update, &q, &multi, &upsert);
+        int nt = rt_target_filter(c, &q, t);
+        if (is_update && changes_shard_key(c, elems[i], &q)) {
+            add_error(&m, i, SBL_E_IllegalOperation, "Must run update to shard key field in a "
+                      "multi-statement transaction or with retryWrites: true (sable-router "
+                      "cannot move a document to another shard yet)");
+            if (ordered)
+                break;
+            continue;
+        }
+        if (nt != 1 && !multi && upsert) {
+            add_error(&m, i, SBL_E_ShardKeyNotFound, "Failed to target upsert by query :: "
+                      "could not extract exact shard key");
+            if (ordered)
+                break;
+            continue;
+        }
+        int errs = 0;
+        bool matched = false, stale = false;
+        for (int s = 0; s < RT_MAX_SHARDS && !matched && rc == 0; s++) {
+            if (!t[s])
+                continue;
+            bson_t sub = BSON_INITIALIZER, r;
+            int one = i;
+            build_sub(cmd, arr, elems, &one, 1, c, s, &sub);
+            rc = rt_run(s, db, &sub, &r, err);
+            bson_destroy(&sub);
+            if (rc != 0)
+                break;
+            int code = rt_reply_code(&r);
+            if (code == SBL_E_StaleConfig) {
+                stale = true;
+                bson_destroy(&r);
+                break;
+            }
+            if (code != 0) {
+                bson_iter_t mi;
+                add_error(&m, i, code, bson_iter_init_find(&mi, &r, "errmsg") &&
+                                               BSON_ITER_HOLDS_UTF8(&mi)
+                                           ? bson_iter_utf8(&mi, NULL)
+                                           : "write failed on a shard");
+                errs++;
+                bson_destroy(&r);
+                break;
+            }
+            bson_iter_t ni;
+            int64_t before = m.n;
+            errs += merged_add(&m, &r, &one, 1);
+            (void)ni;
+            /* a single-document statement stops at the first shard that matched */
+            matched = !multi && (m.n > before || errs > 0);
+            bson_destroy(&r);
+        }
+        if (stale) {
+            rt_coll_release(c);
+            c = rt_coll_get(ns, true, err);
+            if (c == NULL) {
+                rc = err->code;
+                break;
+            }
+            i--; /* this statement again, against the refreshed table */
+            continue;
+        }
+        if (ordered && errs > 0)
+            break;
+    }
+    if (rc == 0)
+        merged_reply(&m, reply, is_update);
+out:
+    rt_coll_release(c);
+    merged_free(&m);
+    free(store);
+    free(elems);
+    return rc;
+}
+
+int rt_update(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    return update_or_delete(db, cmd, reply, true, err);
+}
+
+int rt_delete(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    return update_or_delete(db, cmd, reply, false, err);
+}
+
+/* ---- findAndModify ---- */
+
+int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    char ns[400];
+    if (ns_of(db, cmd, "findAndModify", ns, sizeof(ns)) == NULL &&
+        ns_of(db, cmd, "findandmodify", ns, sizeof(ns)) == NULL)
+        return sbl_err_set(err, SBL_E_BadValue, "findAndModify needs a collection name");
+    bson_t q = BSON_INITIALIZER;
+    bson_iter_t it;
+    bool upsert = bson_iter_init_find(&it, cmd, "upsert") && bson_iter_as_bool(&it);
+    if (bson_iter_init_find(&it, cmd, "query") && BSON_ITER_HOLDS_DOCUMENT(&it))
+        sbl_iter_doc(&it, &q);
+    sbl_err_t e2 = {0};
+    rt_db_primary(db, true, &e2);
+    for (int attempt = 0; attempt <= RT_RETRIES; attempt++) {
+        rt_coll_t *c = rt_coll_get(ns, attempt > 0, err);
+        if (c == NULL)
+            return err->code;
+        bool t[RT_MAX_SHARDS];
+        int nt = rt_target_filter(c, &q, t);
+        if (nt != 1 && upsert) {
+            rt_coll_release(c);
+            return sbl_err_set(err, SBL_E_ShardKeyNotFound, "Query for sharded findAndModify "
+                               "must contain the shard key");
+        }
+        bool stale = false;
+        int last = -1;
+        for (int s = 0; s < RT_MAX_SHARDS; s++)
+            if (t[s])
+                last = s;
+        for (int s = 0; s < RT_MAX_SHARDS && !stale; s++) {
+            if (!t[s])
+                continue;
+            bson_t fwd = BSON_INITIALIZER, r;
+            rt_copy_cmd(cmd, &fwd, NULL);
+            rt_append_version(&fwd, c, s);
+            int rc = rt_run(s, db, &fwd, &r, err);
+            bson_destroy(&fwd);
+            if (rc != 0) {
+                rt_coll_release(c);
+                return rc;
+            }
+            if (rt_reply_code(&r) == SBL_E_StaleConfig) {
+                stale = true;
+                bson_destroy(&r);
+                break;
+            }
+            bson_iter_t v, nv;
+            bool found = bson_iter_init(&v, &r) &&
+                         bson_iter_find_descendant(&v, "lastErrorObject.n", &nv) &&
+                         bson_iter_as_int64(&nv) > 0;
+            if (found || rt_reply_code(&r) != 0 || s == last) {
+                bson_copy_to_excluding_noinit(&r, reply, "$clusterTime", "operationTime", NULL);
+                bson_destroy(&r);
+                rt_coll_release(c);
+                return 0;
+            }
+            bson_destroy(&r);
+        }
+        rt_coll_release(c);
+        if (!stale)
+            break;
+    }
+    return sbl_err_set(err, SBL_E_StaleConfig, "routing for %s kept changing", ns);
+}

@@ -1,0 +1,164 @@
+/*
+ * main.c: sable-router's process life (MongoDB's mongos).  Parse options
+ * (mongos's: --configdb cfgRS/host:port,..., --port, --bind_ip, --config
+ * YAML with sharding.configDB, --logpath, --fork), connect to the config
+ * servers, listen, and wait for SIGTERM/SIGINT; then close the listener,
+ * the cursors and the pools.  It keeps no data of its own.
+ */
+#include "common/log.h"
+#include "net/net.h"
+#include "router/router.h"
+#include "server/server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static sbl_options_t options;
+
+static int daemonize(int *notify_fd)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid > 0) {
+        char status = 1;
+        close(fds[1]);
+        if (read(fds[0], &status, 1) != 1)
+            status = 1;
+        if (status == 0) {
+            printf("forked process: %d\nchild process started successfully, parent exiting\n",
+                   (int)pid);
+            exit(0);
+        }
+        fprintf(stderr, "ERROR: child process failed, exited with error; see the log file\n");
+        exit(1);
+    }
+    close(fds[0]);
+    setsid();
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) {
+        dup2(devnull, STDIN_FILENO);
+        dup2(devnull, STDOUT_FILENO);
+        dup2(devnull, STDERR_FILENO);
+        if (devnull > 2)
+            close(devnull);
+    }
+    *notify_fd = fds[1];
+    return 0;
+}
+
+static void notify(int fd, char status)
+{
+    if (fd >= 0) {
+        if (write(fd, &status, 1) != 1) {
+            /* the parent is gone */
+        }
+        close(fd);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    sbl_err_t err;
+    sbl_err_clear(&err);
+    if (sbl_options_parse(argc, argv, &options, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 2;
+    }
+    if (options.action == SBL_ACTION_HELP) {
+        fputs(sbl_options_help(), stdout);
+        return 0;
+    }
+    if (options.action == SBL_ACTION_VERSION) {
+        printf("mongos version v%s (sable-router)\n", SBL_VERSION);
+        return 0;
+    }
+    if (options.config_db == NULL) {
+        fprintf(stderr, "BadValue: error: no args for --configdb\n");
+        return 2;
+    }
+    if (options.fork && options.logpath == NULL) {
+        fprintf(stderr, "BadValue: --fork has to be used with --logpath or --syslog\n");
+        return 2;
+    }
+    sbl_server_init(&options);
+    if (options.logpath != NULL) {
+        int e = sbl_log_open(options.logpath);
+        if (e != 0) {
+            fprintf(stderr, "sable-router: cannot open log file %s: %s\n", options.logpath,
+                    strerror(e));
+            return 1;
+        }
+    }
+    sbl_log_set_verbosity(options.verbosity);
+    int notify_fd = -1;
+    if (options.fork && daemonize(&notify_fd) != 0) {
+        fprintf(stderr, "sable-router: fork failed: %s\n", strerror(errno));
+        return 1;
+    }
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    /* Every routed command blocks a worker while shards answer: room for
+     * many clients at once (libuv reads this when its pool starts). */
+    if (getenv("UV_THREADPOOL_SIZE") == NULL)
+        setenv("UV_THREADPOOL_SIZE", "128", 1);
+    sbl_log_set_ctx("mongosMain");
+
+    if (sbl_router_init(options.config_db, &err) != 0) {
+        fprintf(stderr, "sable-router: cannot reach the config servers %s: %s\n",
+                options.config_db, err.msg);
+        notify(notify_fd, 1);
+        return 1;
+    }
+    sbl_net_config_t ncfg = {
+        .bind_ips = (const char *const *)options.bind_ips,
+        .nbind = options.nbind,
+        .port = options.port,
+        .max_conns = options.max_conns,
+        .nloops = options.nloops,
+    };
+    if (sbl_net_start(&ncfg, sbl_router_dispatch, NULL, NULL, &err) != 0) {
+        fprintf(stderr, "sable-router: %s\n", err.msg);
+        sbl_router_shutdown();
+        notify(notify_fd, 1);
+        return 48;
+    }
+    if (options.pidfile != NULL) {
+        FILE *f = fopen(options.pidfile, "w");
+        if (f != NULL) {
+            fprintf(f, "%d\n", (int)getpid());
+            fclose(f);
+        }
+    }
+    bson_t attr = BSON_INITIALIZER;
+    BSON_APPEND_INT32(&attr, "port", options.port);
+    BSON_APPEND_UTF8(&attr, "configdb", options.config_db);
+    sbl_log(SBL_LOG_INFO, "NETWORK", 23016, "Waiting for connections", &attr);
+    bson_destroy(&attr);
+    notify(notify_fd, 0);
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&set, &sig) == 0 && sig != SIGHUP)
+            break;
+    }
+    sbl_net_stop();
+    sbl_router_shutdown();
+    if (options.pidfile != NULL)
+        unlink(options.pidfile);
+    sbl_log_close();
+    sbl_options_destroy(&options);
+    return 0;
+}

@@ -1,0 +1,293 @@
+/*
+ * shard.c: the shard's identity and its cache of shard versions.  A
+ * version is read from the config servers: config.collections names the
+ * collection's epoch, timestamp and uuid; the highest lastmod among
+ * config.chunks owned by this shard is its placement version (0|0 when it
+ * owns none).  A namespace absent from config.collections is unsharded.
+ *
+ * What must stay true: a router's version is accepted only when it equals
+ * (epoch, timestamp, major) this shard's freshly read version, so after a
+ * metadata change every router that has not refreshed gets StaleConfig.
+ */
+#include "shard/shard.h"
+
+#include <mongoc/mongoc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct sv {
+    char ns[256];
+    bool sharded;
+    bson_oid_t epoch;
+    uint32_t ts_t, ts_i, major, minor;
+} sv_t;
+
+static pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
+static pthread_mutex_t refresh_lock = PTHREAD_MUTEX_INITIALIZER;
+static char shard_name[128];
+static char configsvr[1024];
+static mongoc_client_pool_t *pool;
+static sv_t *cache;
+static size_t ncache;
+
+int sbl_shard_set_identity(const char *name, const char *cfg, sbl_err_t *err)
+{
+    const char *slash = strchr(cfg, '/');
+    char uri_s[1400];
+    if (slash != NULL)
+        snprintf(uri_s, sizeof(uri_s), "mongodb://%s/?replicaSet=%.*s&serverSelectionTimeoutMS="
+                 "10000", slash + 1, (int)(slash - cfg), cfg);
+    else
+        snprintf(uri_s, sizeof(uri_s), "mongodb://%s/?serverSelectionTimeoutMS=10000", cfg);
+    bson_error_t e;
+    mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_s, &e);
+    if (uri == NULL)
+        return sbl_err_set(err, SBL_E_BadValue, "bad configsvrConnectionString %s: %s", cfg,
+                           e.message);
+    mongoc_init();
+    mongoc_client_pool_t *p = mongoc_client_pool_new(uri);
+    mongoc_uri_destroy(uri);
+    if (p == NULL)
+        return sbl_err_set(err, SBL_E_BadValue, "bad configsvrConnectionString %s", cfg);
+    mongoc_client_pool_set_error_api(p, MONGOC_ERROR_API_VERSION_2);
+    pthread_rwlock_wrlock(&lock);
+    mongoc_client_pool_t *old = pool;
+    pool = p;
+    snprintf(shard_name, sizeof(shard_name), "%s", name);
+    snprintf(configsvr, sizeof(configsvr), "%s", cfg);
+    free(cache);
+    cache = NULL;
+    ncache = 0;
+    pthread_rwlock_unlock(&lock);
+    if (old != NULL)
+        mongoc_client_pool_destroy(old);
+    return 0;
+}
+
+const char *sbl_shard_name(void)
+{
+    return shard_name[0] ? shard_name : NULL;
+}
+
+const char *sbl_shard_configsvr(void)
+{
+    return configsvr[0] ? configsvr : NULL;
+}
+
+void sbl_shard_shutdown(void)
+{
+    pthread_rwlock_wrlock(&lock);
+    if (pool != NULL)
+        mongoc_client_pool_destroy(pool);
+    pool = NULL;
+    free(cache);
+    cache = NULL;
+    ncache = 0;
+    pthread_rwlock_unlock(&lock);
+}
+
+/* find on the config servers' config.<coll>, first batch only (a shard's
+ * chunks of one collection fit: only lastmod is projected). */
+static int cfg_find(const char *coll, const bson_t *filter, const bson_t *proj, bson_t *reply,
+                    sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&cmd, "find", coll);
+    BSON_APPEND_DOCUMENT(&cmd, "filter", filter);
+    if (proj)
+        BSON_APPEND_DOCUMENT(&cmd, "projection", proj);
+    BSON_APPEND_INT32(&cmd, "batchSize", 1000000);
+    mongoc_client_t *cl = mongoc_client_pool_pop(pool);
+    bson_error_t e;
+    bool ok = mongoc_client_command_simple(cl, "config", &cmd, NULL, reply, &e);
+    mongoc_client_pool_push(pool, cl);
+    bson_destroy(&cmd);
+    if (!ok) {
+        bson_destroy(reply);
+        return sbl_err_set(err, SBL_E_HostUnreachable, "reading the config servers' config.%s: "
+                           "%s", coll, e.message);
+    }
+    return 0;
+}
+
+static int load(const char *ns, sv_t *out, sbl_err_t *err)
+{
+    memset(out, 0, sizeof(*out));
+    snprintf(out->ns, sizeof(out->ns), "%s", ns);
+    bson_t f = BSON_INITIALIZER, r;
+    BSON_APPEND_UTF8(&f, "_id", ns);
+    int rc = cfg_find("collections", &f, NULL, &r, err);
+    bson_destroy(&f);
+    if (rc != 0)
+        return rc;
+    bson_iter_t it, d;
+    bson_value_t uuid = {0};
+    if (bson_iter_init(&it, &r) && bson_iter_find_descendant(&it, "cursor.firstBatch.0", &d) &&
+        bson_iter_recurse(&d, &it)) {
+        bool dropped = false;
+        while (bson_iter_next(&it)) {
+            const char *k = bson_iter_key(&it);
+            if (strcmp(k, "lastmodEpoch") == 0 && BSON_ITER_HOLDS_OID(&it))
+                bson_oid_copy(bson_iter_oid(&it), &out->epoch);
+            else if (strcmp(k, "timestamp") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&it))
+                bson_iter_timestamp(&it, &out->ts_t, &out->ts_i);
+            else if (strcmp(k, "uuid") == 0)
+                bson_value_copy(bson_iter_value(&it), &uuid);
+            else if (strcmp(k, "dropped") == 0)
+                dropped = bson_iter_as_bool(&it);
+        }
+        out->sharded = !dropped && uuid.value_type != BSON_TYPE_EOD;
+    }
+    bson_destroy(&r);
+    if (!out->sharded) {
+        if (uuid.value_type != BSON_TYPE_EOD)
+            bson_value_destroy(&uuid);
+        return 0;
+    }
+    bson_t p = BSON_INITIALIZER;
+    bson_init(&f);
+    bson_append_value(&f, "uuid", -1, &uuid);
+    BSON_APPEND_UTF8(&f, "shard", shard_name);
+    BSON_APPEND_INT32(&p, "lastmod", 1);
+    bson_value_destroy(&uuid);
+    rc = cfg_find("chunks", &f, &p, &r, err);
+    bson_destroy(&f);
+    bson_destroy(&p);
+    if (rc != 0)
+        return rc;
+    if (bson_iter_init(&it, &r) && bson_iter_find_descendant(&it, "cursor.firstBatch", &d) &&
+        bson_iter_recurse(&d, &it))
+        while (bson_iter_next(&it)) {
+            bson_iter_t c;
+            uint32_t ma, mi;
+            if (bson_iter_recurse(&it, &c) && bson_iter_find(&c, "lastmod") &&
+                BSON_ITER_HOLDS_TIMESTAMP(&c)) {
+                bson_iter_timestamp(&c, &ma, &mi);
+                if (ma > out->major || (ma == out->major && mi > out->minor)) {
+                    out->major = ma;
+                    out->minor = mi;
+                }
+            }
+        }
+    bson_destroy(&r);
+    return 0;
+}
+
+static bool cached(const char *ns, sv_t *out)
+{
+    bool found = false;
+    pthread_rwlock_rdlock(&lock);
+    for (size_t i = 0; i < ncache && !found; i++)
+        if (strcmp(cache[i].ns, ns) == 0) {
+            *out = cache[i];
+            found = true;
+        }
+    pthread_rwlock_unlock(&lock);
+    return found;
+}
+
+int sbl_shard_refresh(const char *ns, sbl_err_t *err)
+{
+    if (pool == NULL)
+        return sbl_err_set(err, SBL_E_IllegalOperation, "this shard has not been added to a "
+                           "cluster (no shardIdentity)");
+    sv_t v;
+    pthread_mutex_lock(&refresh_lock);
+    int rc = load(ns, &v, err);
+    if (rc == 0) {
+        pthread_rwlock_wrlock(&lock);
+        size_t i;
+        for (i = 0; i < ncache; i++)
+            if (strcmp(cache[i].ns, ns) == 0)
+                break;
+        if (i == ncache) {
+            cache = realloc(cache, (ncache + 1) * sizeof(*cache));
+            ncache++;
+        }
+        cache[i] = v;
+        pthread_rwlock_unlock(&lock);
+    }
+    pthread_mutex_unlock(&refresh_lock);
+    return rc;
+}
+
+static void parse_received(const bson_t *svd, sv_t *r)
+{
+    bson_iter_t it;
+    memset(r, 0, sizeof(*r));
+    bson_iter_init(&it, svd);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "e") == 0 && BSON_ITER_HOLDS_OID(&it))
+            bson_oid_copy(bson_iter_oid(&it), &r->epoch);
+        else if (strcmp(k, "t") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&it))
+            bson_iter_timestamp(&it, &r->ts_t, &r->ts_i);
+        else if (strcmp(k, "v") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&it))
+            bson_iter_timestamp(&it, &r->major, &r->minor);
+    }
+    bson_oid_t zero;
+    memset(&zero, 0, sizeof(zero));
+    r->sharded = !bson_oid_equal(&r->epoch, &zero);
+}
+
+static bool compatible(const sv_t *r, const sv_t *w)
+{
+    if (!r->sharded || !w->sharded)
+        return r->sharded == w->sharded;
+    return bson_oid_equal(&r->epoch, &w->epoch) && r->ts_t == w->ts_t && r->ts_i == w->ts_i &&
+           r->major == w->major;
+}
+
+static void append_version(bson_t *d, const char *k, const sv_t *v)
+{
+    bson_t s;
+    bson_oid_t zero;
+    memset(&zero, 0, sizeof(zero));
+    BSON_APPEND_DOCUMENT_BEGIN(d, k, &s);
+    BSON_APPEND_OID(&s, "e", v->sharded ? &v->epoch : &zero);
+    BSON_APPEND_TIMESTAMP(&s, "t", v->ts_t, v->ts_i);
+    BSON_APPEND_TIMESTAMP(&s, "v", v->major, v->minor);
+    bson_append_document_end(d, &s);
+}
+
+int sbl_shard_check_version(const char *ns, const bson_t *svd, bson_t *info, sbl_err_t *err)
+{
+    if (pool == NULL)
+        return 0; /* not in a cluster yet: nothing to compare with */
+    sv_t r, w;
+    parse_received(svd, &r);
+    bool have = cached(ns, &w);
+    if (have && compatible(&r, &w))
+        return 0;
+    int rc = sbl_shard_refresh(ns, err);
+    if (rc != 0)
+        return rc;
+    if (cached(ns, &w) && compatible(&r, &w))
+        return 0;
+    BSON_APPEND_UTF8(info, "ns", ns);
+    append_version(info, "vReceived", &r);
+    append_version(info, "vWanted", &w);
+    BSON_APPEND_UTF8(info, "shardId", shard_name);
+    return sbl_err_set(err, SBL_E_StaleConfig, "sharding status of collection %s is not "
+                       "currently known and needs to be recovered (version %u|%u received, "
+                       "%u|%u wanted)", ns, r.major, r.minor, w.major, w.minor);
+}
+
+void sbl_shard_append_state(bson_t *reply)
+{
+    bson_t v;
+    pthread_rwlock_rdlock(&lock);
+    BSON_APPEND_BOOL(reply, "enabled", pool != NULL);
+    if (pool != NULL) {
+        BSON_APPEND_UTF8(reply, "configServer", configsvr);
+        BSON_APPEND_UTF8(reply, "shardName", shard_name);
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "versions", &v);
+    for (size_t i = 0; i < ncache; i++)
+        if (cache[i].sharded)
+            BSON_APPEND_TIMESTAMP(&v, cache[i].ns, cache[i].major, cache[i].minor);
+    bson_append_document_end(reply, &v);
+    pthread_rwlock_unlock(&lock);
+}

@@ -1,0 +1,131 @@
+/*
+ * wt_stable.c: replication's WiredTiger timestamps: which tables are
+ * unlogged (a replica set member's replicated collections and their
+ * indexes), the stable and oldest timestamps, the checkpoint's recovery
+ * timestamp, and rollback_to_stable (as mongod on WiredTiger 3.x).
+ *
+ * What must stay true: on a member, data tables of replicated namespaces
+ * (everything outside local.* and *.system.profile) are created with
+ * log=(enabled=false), so a checkpoint holds them only as of the stable
+ * timestamp and rollback_to_stable can undo what came after; local.*
+ * (the oplog, the config, the election state) and the catalog stay
+ * logged, so the oplog holds every entry after the stable point and
+ * replaying it rebuilds the rest.  A standalone never sets a timestamp.
+ */
+#include "storage/wt_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+
+static atomic_bool unlogged_replicated;
+
+void sbl_storage_set_replicated(bool on)
+{
+    atomic_store(&unlogged_replicated, on);
+}
+
+bool sbl_storage_ns_unlogged(const char *ns)
+{
+    static const char profile[] = ".system.profile";
+    size_t n = ns != NULL ? strlen(ns) : 0;
+    if (!atomic_load(&unlogged_replicated) || ns == NULL || strncmp(ns, "local.", 6) == 0)
+        return false;
+    return !(n >= sizeof(profile) - 1 && strcmp(ns + n - (sizeof(profile) - 1), profile) == 0);
+}
+
+const char *sbl_table_config_for(bool unlogged)
+{
+    if (!unlogged)
+        return sbl_table_config();
+    return sbl_eng.have_snappy ? "type=file,key_format=u,value_format=u,memory_page_max=10m,"
+                                 "split_pct=90,leaf_value_max=64MB,checksum=on,"
+                                 "block_compressor=snappy,log=(enabled=false)"
+                               : "type=file,key_format=u,value_format=u,memory_page_max=10m,"
+                                 "split_pct=90,leaf_value_max=64MB,checksum=on,"
+                                 "log=(enabled=false)";
+}
+
+int sbl_storage_set_stable(uint64_t stable, uint64_t oldest, sbl_err_t *err)
+{
+    char cfg[128];
+    int ret;
+
+    if (!sbl_eng.open || stable == 0)
+        return 0;
+    if (oldest > stable)
+        oldest = stable;
+    /* stable first: oldest may not pass it */
+    snprintf(cfg, sizeof(cfg), "stable_timestamp=%" PRIx64, stable);
+    if ((ret = sbl_eng.conn->set_timestamp(sbl_eng.conn, cfg)) != 0)
+        return sbl_wt_err(err, ret, "set stable timestamp");
+    if (oldest != 0) {
+        snprintf(cfg, sizeof(cfg), "oldest_timestamp=%" PRIx64, oldest);
+        if ((ret = sbl_eng.conn->set_timestamp(sbl_eng.conn, cfg)) != 0)
+            return sbl_wt_err(err, ret, "set oldest timestamp");
+    }
+    return 0;
+}
+
+static uint64_t query_ts(const char *what)
+{
+    char hex[32] = "", cfg[64];
+    snprintf(cfg, sizeof(cfg), "get=%s", what);
+    if (sbl_eng.conn == NULL || sbl_eng.conn->query_timestamp(sbl_eng.conn, hex, cfg) != 0)
+        return 0;
+    return strtoull(hex, NULL, 16);
+}
+
+uint64_t sbl_storage_recovery_ts(void)
+{
+    return query_ts("recovery");
+}
+
+uint64_t sbl_storage_last_checkpoint_ts(void)
+{
+    return query_ts("last_checkpoint");
+}
+
+uint64_t sbl_storage_stable_ts(void)
+{
+    return query_ts("stable");
+}
+
+uint64_t sbl_storage_all_durable_ts(void)
+{
+    return query_ts("all_durable");
+}
+
+int sbl_storage_rollback_to_stable(uint64_t ts, sbl_err_t *err)
+{
+    char cfg[128];
+    int ret = 0;
+
+    if (!sbl_eng.open)
+        return sbl_err_set(err, SBL_E_InternalError, "storage is not open");
+    /* Stable may have to move back to ts (never past the commit point). */
+    snprintf(cfg, sizeof(cfg), "stable_timestamp=%" PRIx64 ",force=true", ts);
+    if ((ret = sbl_eng.conn->set_timestamp(sbl_eng.conn, cfg)) != 0)
+        return sbl_wt_err(err, ret, "set stable timestamp for rollback");
+    /* WiredTiger refuses while a transaction or a checkpoint runs (the
+     * caller has stopped writes and refuses new reads): retry a while. */
+    for (int i = 0; i < 600; i++) {
+        pthread_mutex_lock(&sbl_ckpt_mutex); /* no checkpoint meanwhile */
+        ret = sbl_eng.conn->rollback_to_stable(sbl_eng.conn, NULL);
+        pthread_mutex_unlock(&sbl_ckpt_mutex);
+        if (ret != EBUSY && ret != EINVAL)
+            break;
+        usleep(50 * 1000);
+    }
+    if (ret != 0)
+        return sbl_wt_err(err, ret, "rollback_to_stable");
+    /* Counts kept in memory followed the undone commits: count again. */
+    pthread_rwlock_wrlock(&sbl_eng.cat_lock);
+    int rc = sbl_catalog_recount(err);
+    pthread_rwlock_unlock(&sbl_eng.cat_lock);
+    return rc;
+}

@@ -1,0 +1,538 @@
+"""
+Fault-test rounds against real replica sets (issue 25).
+
+    /usr/bin/python3 tests/faults/harness.py --workload register --rounds 3 \
+        [--seed S] [--duration 30] [--mode auto|netns|loopback] [--out DIR]
+
+A round: start three sabled members (fresh dbpaths), initiate a set,
+start a workload (workload.py: several pymongo client threads, w:majority),
+inject faults for --duration seconds, heal everything, wait for the members
+to converge, read the final state from every member, then check:
+  - the history with the workload's checker (check_register / check_set /
+    check_append);
+  - convergence: dbHash equal on every member; oplogs equal up to the
+    primary's commit point; exactly one primary and one applied optime.
+Output per round: seed, faults and when (seconds from the round's start),
+operations by outcome, failovers and how long writes were unavailable,
+verdicts, and for a failure the checker's minimal failing history.  Files
+(history.jsonl, report.json, member logs) stay in --out/round-N.
+
+Modes: netns (needs root, ip, nft: netfaults.py puts each member in its own
+network namespace; faults: partitions of every kind, kill -9, pauses) and
+loopback (members on 127.0.0.1; faults: kill -9 and pauses only, said so
+in the output).  auto takes netns when it works (nsprobe.py decides).
+
+The fault schedule comes only from the round's seed (round seed = seed +
+round number), so a failing round is replayed with --seed S --rounds 1
+(timings, and so histories, differ from run to run: the faults and their
+order do not).
+
+Must stay true: everything a round starts (processes, namespaces) is gone
+when the round ends, also on an exception or Ctrl-C (netfaults.Cluster
+teardown; the loopback members are killed by PID in a finally).
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import check_append  # noqa: E402
+import check_register  # noqa: E402
+import check_set  # noqa: E402
+from history import outcome_counts, pair, read_events  # noqa: E402
+
+MEMBERS = ["n1", "n2", "n3"]
+PY = "/usr/bin/python3"
+WRITES = {"write", "cas", "add", "append"}
+
+
+def sabled_path():
+    p = os.environ.get("SABLED") or os.path.join(HERE, "..", "..", "build", "sabled")
+    return os.path.abspath(p)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def netns_available():
+    """(True, "") when namespaces, veth and nft work here, else (False, why)."""
+    if os.geteuid() != 0:
+        return False, "not root"
+    for tool in ("ip", "nft"):
+        if shutil.which(tool) is None:
+            return False, "%s not installed" % tool
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10)
+    if r.returncode:
+        return False, "ip netns unavailable: %s" % r.stderr.strip()
+    return True, ""
+
+
+# ------------------------------------------------------------------ backends
+
+class Loopback:
+    """Members on 127.0.0.1, each on a free port; kill and pause faults only."""
+    partitions = False
+    name = "loopback"
+
+    def __init__(self, dirpath):
+        self.dir = dirpath
+        self.ports = {m: free_port() for m in MEMBERS}
+        self.hosts = {m: "127.0.0.1:%d" % self.ports[m] for m in MEMBERS}
+        self.procs = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.teardown()
+
+    def start(self, m):
+        db = os.path.join(self.dir, m, "db")
+        os.makedirs(db, exist_ok=True)
+        argv = [sabled_path(), "--dbpath", db, "--port", str(self.ports[m]), "--bind_ip",
+                "127.0.0.1", "--replSet", "rs0", "--oplogSizeMB", "64", "--logpath",
+                os.path.join(self.dir, m, "sabled.log"), "--logappend"]
+        self.procs[m] = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL)
+
+    def pid(self, m):
+        p = self.procs.get(m)
+        return p.pid if p is not None and p.poll() is None else None
+
+    def signal(self, m, sig):
+        pid = self.pid(m)
+        if pid is None:
+            return False
+        os.kill(pid, sig)
+        if sig == signal.SIGKILL:
+            self.procs[m].wait(timeout=20)
+        return True
+
+    def spawn_client(self, argv, **kw):
+        return subprocess.Popen(argv, **kw)
+
+    def partition(self, groups):
+        raise NotImplementedError
+
+    def heal(self):
+        pass
+
+    def teardown(self):
+        for m, p in self.procs.items():
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGCONT)
+                    os.kill(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(timeout=20)
+
+
+class Netns:
+    """Each member in its own network namespace (netfaults.Cluster)."""
+    partitions = True
+    name = "netns"
+
+    def __init__(self, dirpath):
+        import netfaults
+        self.dir = dirpath
+        self.cluster = netfaults.Cluster(MEMBERS)
+        self.hosts = {m: "%s:27017" % self.cluster.addr[m] for m in MEMBERS}
+        self.procs = {}
+
+    def __enter__(self):
+        self.cluster.setup()
+        return self
+
+    def __exit__(self, *exc):
+        self.teardown()
+
+    def start(self, m):
+        db = os.path.join(self.dir, m, "db")
+        os.makedirs(db, exist_ok=True)
+        argv = [sabled_path(), "--dbpath", db, "--port", "27017", "--bind_ip",
+                self.cluster.addr[m], "--replSet", "rs0", "--oplogSizeMB", "64", "--logpath",
+                os.path.join(self.dir, m, "sabled.log"), "--logappend"]
+        self.procs[m] = self.cluster.spawn(m, argv, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL)
+
+    def pid(self, m):
+        p = self.procs.get(m)
+        return p.pid if p is not None and p.poll() is None else None
+
+    def signal(self, m, sig):
+        if self.pid(m) is None:
+            return False
+        if sig == signal.SIGSTOP:
+            self.cluster.pause(self.procs[m])
+        elif sig == signal.SIGCONT:
+            self.cluster.resume(self.procs[m])
+        else:
+            self.cluster.kill(self.procs[m], sig, timeout=20)
+        return True
+
+    def spawn_client(self, argv, **kw):
+        return self.cluster.spawn_client(argv, **kw)
+
+    def partition(self, groups):
+        self.cluster.partition(groups)
+
+    def bridge(self, middle):
+        self.cluster.bridge(middle)
+
+    def drop(self, src, dst):
+        self.cluster.drop(src, dst)
+
+    def heal(self):
+        self.cluster.heal()
+
+    def net_faulty(self):
+        return bool(self.cluster.blocked)
+
+    def teardown(self):
+        self.cluster.teardown()
+
+
+# ------------------------------------------------------------------- a round
+
+class Agent:
+    """The workload process (workload.py), driven over its stdin/stdout."""
+
+    def __init__(self, backend, workload, seed, history, args):
+        hosts = ",".join("%s=%s" % (m, backend.hosts[m]) for m in MEMBERS)
+        argv = [PY, os.path.join(HERE, "workload.py"), "--workload", workload, "--hosts", hosts,
+                "--seed", str(seed), "--threads", str(args.threads), "--out", history,
+                "--election-timeout-ms", str(args.election_timeout_ms),
+                "--read-concern", args.read_concern]
+        self.log = open(os.path.join(os.path.dirname(history), "workload.log"), "w")
+        self.p = backend.spawn_client(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=self.log, text=True, bufsize=1)
+
+    def call(self, cmd):
+        self.p.stdin.write(json.dumps({"cmd": cmd}) + "\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line:
+            raise RuntimeError("workload process exited (%s)" % self.p.poll())
+        out = json.loads(line)
+        if "error" in out:
+            raise RuntimeError("workload %s: %s" % (cmd, out["error"]))
+        return out
+
+    def close(self):
+        try:
+            self.p.stdin.write('{"cmd": "exit"}\n')
+            self.p.stdin.flush()
+            self.p.wait(timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            if self.p.poll() is None:
+                self.p.kill()
+                self.p.wait()
+        self.log.close()
+
+
+class Nemesis:
+    """Chooses and applies faults from a seeded generator; every fault is
+    undone by heal_all().  events: nemesis history events."""
+
+    def __init__(self, backend, agent, rng, t0):
+        self.b, self.agent, self.rng, self.t0 = backend, agent, rng, t0
+        self.events, self.faults = [], []
+        self.paused, self.dead = set(), set()
+        kinds = ["kill", "kill-primary", "pause", "pause-primary"]
+        if backend.partitions:
+            kinds += ["partition-halves", "isolate-primary", "bridge", "one-way"] * 2
+        self.kinds = kinds
+
+    def note(self, f, value):
+        t = time.monotonic_ns()
+        self.events.append({"process": "nemesis", "type": "info", "f": f, "value": value,
+                            "time": t})
+        print("  %6.1fs %s %s" % (time.monotonic() - self.t0, f, value), flush=True)
+
+    def primary(self):
+        try:
+            return self.agent.call("status").get("primary")
+        except RuntimeError:
+            return None
+
+    def inject(self):
+        """Apply one fault; returns its kind."""
+        kind = self.rng.choice(self.kinds)
+        others = sorted(set(MEMBERS) - self.dead - self.paused)
+        target = self.rng.choice(MEMBERS)
+        if kind.endswith("-primary"):
+            target = self.primary() or target
+        if kind.startswith("kill"):
+            if self.b.signal(target, signal.SIGKILL):
+                self.dead.add(target)
+                self.note(kind, target)
+        elif kind.startswith("pause"):
+            if target not in self.dead and self.b.signal(target, signal.SIGSTOP):
+                self.paused.add(target)
+                self.note(kind, target)
+        elif kind == "partition-halves":
+            ms = MEMBERS[:]
+            self.rng.shuffle(ms)
+            groups = [ms[:1], ms[1:]]
+            self.b.partition(groups)
+            self.note(kind, groups)
+        elif kind == "isolate-primary":
+            self.b.partition([[target]])
+            self.note(kind, target)
+        elif kind == "bridge":
+            self.b.bridge(target)
+            self.note(kind, target)
+        elif kind == "one-way":
+            src = target
+            dst = self.rng.choice([m for m in MEMBERS if m != src])
+            self.b.drop(src, dst)
+            self.note(kind, "%s -> %s" % (src, dst))
+        del others
+        self.faults.append(kind)
+        return kind
+
+    def heal_all(self):
+        """Undo every fault: network healed, paused resumed, dead restarted."""
+        for m in sorted(self.paused):
+            self.b.signal(m, signal.SIGCONT)
+            self.note("resume", m)
+        self.paused = set()
+        for m in sorted(self.dead):
+            self.b.start(m)
+            self.note("restart", m)
+        self.dead = set()
+        if self.b.partitions and self.b.net_faulty():
+            self.b.heal()
+            self.note("heal", None)
+
+
+def failovers(ops, nemesis):
+    """For each fault aimed at the primary: seconds from the fault to the
+    first acknowledged write invoked after it (the writes' unavailability)."""
+    out = []
+    oks = sorted((op.call, op.ret) for op in ops if op.type == "ok" and op.f in WRITES)
+    for e in nemesis:
+        if e["f"] not in ("kill-primary", "pause-primary", "isolate-primary"):
+            continue
+        nxt = next((ret for call, ret in oks if call >= e["time"]), None)
+        out.append({"fault": e["f"], "seconds": None if nxt is None
+                    else round((nxt - e["time"]) / 1e9, 2)})
+    return out
+
+
+def check(workload, ops, final_nodes, time_limit):
+    """Run the workload's checker over ops (final reads of the converged
+    members only: a diverged member is reported by the convergence check)."""
+    ops = [op for op in ops if op.f != "final-read" or op.node in final_nodes]
+    if workload == "register":
+        res = check_register.check(ops, time_limit=time_limit)
+        return res, check_register.report(res)
+    if workload == "set":
+        res = check_set.check(ops)
+        return res, check_set.report(res)
+    res = check_append.check(ops)
+    return res, check_append.report(res)
+
+
+def needs_rollback(rdir, m):
+    """True when member m's log says its oplog diverged from its sync
+    source's (log id 21656: it must roll back)."""
+    try:
+        with open(os.path.join(rdir, m, "sabled.log"), errors="replace") as f:
+            return any('"id":21656' in line for line in f)
+    except OSError:
+        return False
+
+
+def run_round(args, workload, seed, rdir):
+    os.makedirs(rdir, exist_ok=True)
+    rng = random.Random(seed)
+    backend_cls = Netns if args.mode == "netns" else Loopback
+    history = os.path.join(rdir, "history.jsonl")
+    report = {"seed": seed, "workload": workload, "mode": backend_cls.name}
+    print("round seed=%s workload=%s mode=%s dir=%s" % (seed, workload, backend_cls.name, rdir),
+          flush=True)
+    with backend_cls(rdir) as b:
+        for m in MEMBERS:
+            b.start(m)
+        agent = Agent(b, workload, seed, history, args)
+        try:
+            t_init = time.monotonic()
+            agent.call("init")
+            report["init_s"] = round(time.monotonic() - t_init, 2)
+            t0 = time.monotonic()
+            nem = Nemesis(b, agent, rng, t0)
+            agent.call("start")
+            end = t0 + args.duration
+            while True:
+                quiet = rng.uniform(1.0, 3.0)
+                hold = rng.uniform(args.hold_min, args.hold_max)
+                if time.monotonic() + quiet + hold > end:
+                    break
+                time.sleep(quiet)
+                nem.inject()
+                time.sleep(hold)
+                # mostly one fault at a time; sometimes they pile up
+                if rng.random() < 0.7:
+                    nem.heal_all()
+            nem.heal_all()
+            time.sleep(max(0.0, end - time.monotonic()))
+            report["stop"] = agent.call("stop")
+            final = agent.call("final")
+        finally:
+            agent.close()
+    events = read_events(history) + (nem.events if "nem" in dir() else [])
+    events.sort(key=lambda e: e["time"])
+    with open(history, "w", encoding="utf-8") as f:
+        for e in events:
+            f.write(json.dumps(e, separators=(",", ":"), default=str) + "\n")
+    ops, nemesis = pair(events)
+    res, lines = check(workload, ops, final["final_nodes"], args.time_limit)
+    t0ns = int(t0 * 1e9)
+    report.update({
+        "faults": [{"at_s": round((e["time"] - t0ns) / 1e9, 1), "f": e["f"], "value": e["value"]}
+                   for e in nemesis],
+        "ops": outcome_counts([op for op in ops if op.f != "final-read"]),
+        "failovers": failovers(ops, nemesis),
+        "convergence": final,
+        "checker": {"valid": res["valid"], "report": lines},
+    })
+    conv_ok = (final["converged"] and not final["diverged"]
+               and final.get("oplog", {}).get("agree", False))
+    report["valid"] = res["valid"] is True and conv_ok
+    report["anomalies"] = []
+    if workload != "register":
+        read_on = {op.node for op in ops if op.f == "final-read" and op.type == "ok"}
+        missing = [m for m in final["final_nodes"] if m not in read_on]
+        if missing:
+            report["valid"] = False
+            report["anomalies"].append("no final read from %s" % missing)
+    if res["valid"] is not True:
+        report["anomalies"].append("checker: %s" % res["valid"])
+    report["needs_rollback"] = [m for m in MEMBERS if needs_rollback(rdir, m)]
+    if not conv_ok:
+        if report["needs_rollback"]:
+            report["anomalies"].append(
+                "rollback: %s must roll back (not built yet: rs-durable)" % report["needs_rollback"])
+        report["anomalies"].append(
+            "convergence: converged=%s diverged=%s oplogs agree=%s" %
+            (final["converged"], final["diverged"], final.get("oplog", {}).get("agree")))
+    # the checkers passed and the only convergence failure is a member that
+    # must roll back (the oplogs of the others agree)
+    report["only_rollback"] = bool(not report["valid"] and res["valid"] is True
+                                   and report["needs_rollback"]
+                                   and set(final["diverged"]) <= set(report["needs_rollback"]))
+    with open(os.path.join(rdir, "report.json"), "w") as f:
+        json.dump(report, f, indent=1, default=str)
+    print_round(report)
+    return report
+
+
+def print_round(r):
+    print("  ops %s; faults %d; failovers %s" % (
+        r["ops"], sum(f["f"] not in ("heal", "resume", "restart") for f in r["faults"]),
+        [f["seconds"] for f in r["failovers"]]))
+    c = r["convergence"]
+    print("  convergence: converged=%s in %ss, diverged=%s, dbHash %s, oplogs agree=%s" % (
+        c["converged"], c.get("converge_s"), c["diverged"],
+        "equal" if len(set(c["dbhash"].values())) == 1 else c["dbhash"],
+        c.get("oplog", {}).get("agree")))
+    for line in r["checker"]["report"]:
+        print("  " + line)
+    print("  verdict: %s %s" % ("VALID" if r["valid"] else "INVALID",
+                                "; ".join(r["anomalies"])), flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", default="register",
+                    help="register, set, append or a comma list (rounds cycle through it)")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--duration", type=float, default=30)
+    ap.add_argument("--hold-min", type=float, default=3.0)
+    ap.add_argument("--hold-max", type=float, default=6.0)
+    ap.add_argument("--threads", type=int, default=5)
+    ap.add_argument("--election-timeout-ms", type=int, default=2000)
+    ap.add_argument("--read-concern", default="majority")
+    ap.add_argument("--time-limit", type=float, default=30)
+    ap.add_argument("--mode", choices=["auto", "netns", "loopback"], default="auto")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--summary", default=None, help="write the run's summary (JSON) here")
+    ap.add_argument("--allow-rollback", action="store_true",
+                    help="rounds whose only anomaly is a member that must roll back (not built "
+                    "yet) do not fail the run; they are still counted and printed")
+    a = ap.parse_args(argv)
+    if a.seed is None:
+        a.seed = int.from_bytes(os.urandom(4), "little")
+    if a.mode == "auto":
+        ok, why = netns_available()
+        a.mode = "netns" if ok else "loopback"
+        if not ok:
+            print("network namespaces unavailable (%s): loopback mode, kill and pause faults "
+                  "only, no partitions" % why, flush=True)
+    elif a.mode == "netns":
+        ok, why = netns_available()
+        if not ok:
+            print("network namespaces unavailable: %s" % why, file=sys.stderr)
+            return 2
+    out = a.out or tempfile.mkdtemp(prefix="sable-faults-")
+    print("faults: seed %d, %d rounds, workload %s, mode %s, out %s" % (
+        a.seed, a.rounds, a.workload, a.mode, out), flush=True)
+    workloads = a.workload.split(",")
+    reports = []
+    for i in range(a.rounds):
+        w = workloads[i % len(workloads)]
+        rdir = os.path.join(out, "round-%d" % i)
+        try:
+            reports.append(run_round(a, w, a.seed + i, rdir))
+        except RuntimeError as e:
+            print("  round error: %s" % e, flush=True)
+            reports.append({"seed": a.seed + i, "workload": w, "valid": False,
+                            "anomalies": ["harness: %s" % e], "faults": [], "ops": {},
+                            "failovers": []})
+    summary = summarize(reports)
+    summary.update({"seed": a.seed, "mode": a.mode, "out": out})
+    print("summary: %s" % json.dumps(summary), flush=True)
+    if a.summary:
+        with open(a.summary, "w") as f:
+            json.dump({"summary": summary, "rounds": reports}, f, indent=1, default=str)
+    bad = summary["invalid"] - (summary["invalid_only_rollback"] if a.allow_rollback else 0)
+    return 0 if bad == 0 else 1
+
+
+def summarize(reports):
+    s = {"rounds": len(reports), "invalid": 0, "invalid_only_rollback": 0, "faults": {}, "ops": {"ok": 0, "fail": 0,
+                                                                        "info": 0},
+         "failover_s": [], "invalid_seeds": []}
+    for r in reports:
+        if not r.get("valid"):
+            s["invalid"] += 1
+            s["invalid_seeds"].append([r["seed"], r["workload"], r.get("anomalies")])
+            if r.get("only_rollback"):
+                s["invalid_only_rollback"] += 1
+        for f in r.get("faults", []):
+            if f["f"] not in ("heal", "resume", "restart"):
+                s["faults"][f["f"]] = s["faults"].get(f["f"], 0) + 1
+        for k, v in r.get("ops", {}).items():
+            s["ops"][k] += v
+        s["failover_s"] += [f["seconds"] for f in r.get("failovers", [])]
+    return s
+
+
+if __name__ == "__main__":
+    sys.exit(main())

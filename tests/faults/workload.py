@@ -1,0 +1,415 @@
+"""
+The client side of a fault-test round (issue 25): a process that the
+harness (harness.py) starts where the members are reachable (the bridge
+namespace, or the root namespace on loopback) and drives by JSON lines on
+stdin, one reply line on stdout per command:
+
+    {"cmd": "init"}    wait for every member, replSetInitiate, wait for a primary
+    {"cmd": "status"}  {"primary": name or null, "up": [names answering]}
+    {"cmd": "start"}   start the workload's client threads
+    {"cmd": "stop"}    stop them (in-flight operations finish or time out)
+    {"cmd": "final"}   wait for convergence, final reads on every member,
+                       dbHash and oplog comparison; writes the history file
+    {"cmd": "exit"}
+
+Workloads (pymongo, one MongoClient shared by `threads` client threads,
+each a history process; retryable writes and reads off, so a write is sent
+once):
+  register: read (find, readConcern majority), write (update upsert $set,
+            w:majority), cas (findAndModify {_id, v: expected} -> $set v,
+            w:majority) on keys that rotate every 10 s;
+  set:      unique inserts {_id: element, k: key} w:majority, reads of all
+            elements of the key;
+  append:   $push of unique elements to {_id: key, l: [...]} (upsert,
+            w:majority), reads of the list; keys rotate every 10 s.
+Outcomes as Jepsen's: ok; fail when the operation certainly did not take
+effect (duplicate key, a cas that matched nothing, no server selected,
+NotWritablePrimary before anything was done; every failed read); info for
+everything else (timeouts, network errors, write-concern errors): it may
+have taken effect.  After an info, the thread continues as a new process.
+"""
+import argparse
+import hashlib
+import json
+import random
+import sys
+import threading
+import time
+
+import bson
+import pymongo
+from pymongo.errors import (AutoReconnect, DuplicateKeyError, OperationFailure, PyMongoError,
+                            ServerSelectionTimeoutError, WriteConcernError)
+from pymongo.read_concern import ReadConcern
+from pymongo.write_concern import WriteConcern
+
+DB = "jepsen"
+NOT_WRITABLE = {10107, 13435}   # NotWritablePrimary: refused before anything was done
+
+
+def now():
+    return time.monotonic_ns()
+
+
+class Recorder:
+    """Thread-safe history writer (events kept in memory, written at the end)."""
+
+    def __init__(self):
+        self.events, self.lock = [], threading.Lock()
+
+    def add(self, **e):
+        e.setdefault("time", now())
+        with self.lock:
+            self.events.append(e)
+
+
+def classify(exc, is_read):
+    """fail or info for an exception (see the module doc)."""
+    if is_read:
+        return "fail"
+    if isinstance(exc, DuplicateKeyError):
+        return "fail"
+    if isinstance(exc, ServerSelectionTimeoutError):
+        return "fail"
+    if isinstance(exc, WriteConcernError):
+        return "info"
+    details = getattr(exc, "details", None)
+    code = getattr(exc, "code", None) or (details.get("code") if isinstance(details, dict)
+                                           else None)
+    if code in NOT_WRITABLE:
+        return "fail"
+    return "info"
+
+
+class Agent:
+    def __init__(self, a):
+        self.a = a
+        self.hosts = dict(h.split("=", 1) for h in a.hosts.split(","))   # name -> host:port
+        self.names = list(self.hosts)
+        self.rec = Recorder()
+        self.stop_ev = threading.Event()
+        self.threads = []
+        self.rng = random.Random(a.seed)
+        self.t0 = time.monotonic()
+        self.keys_seen = set()
+        self.keys_lock = threading.Lock()
+        self.next_pid = a.threads
+        self.pid_lock = threading.Lock()
+        self.client = None
+
+    # ------------------------------------------------------------- helpers
+
+    def direct(self, name, timeout_ms=1500):
+        return pymongo.MongoClient("mongodb://%s/?directConnection=true&readPreference="
+                                   "secondaryPreferred" % self.hosts[name],
+                                   serverSelectionTimeoutMS=timeout_ms,
+                                   connectTimeoutMS=timeout_ms, socketTimeoutMS=timeout_ms * 2,
+                                   retryWrites=False, retryReads=False)
+
+    def statuses(self, timeout_ms=1500):
+        """{name: replSetGetStatus or None}, members asked in parallel."""
+        out = {}
+
+        def ask(n):
+            try:
+                with self.direct(n, timeout_ms) as c:
+                    out[n] = c.admin.command("replSetGetStatus")
+            except PyMongoError:
+                out[n] = None
+
+        ts = [threading.Thread(target=ask, args=(n,)) for n in self.names]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        return out
+
+    def primary(self, st=None):
+        st = st or self.statuses()
+        ps = [n for n, s in st.items() if s and s.get("myState") == 1]
+        if len(ps) == 1:
+            return ps[0]
+        if len(ps) > 1:   # two believe they lead: the one in the highest term
+            return max(ps, key=lambda n: st[n].get("term", 0))
+        return None
+
+    # --------------------------------------------------------------- init
+
+    def cmd_init(self, _):
+        end = time.monotonic() + 60
+        for n in self.names:
+            while True:
+                try:
+                    with self.direct(n) as c:
+                        c.admin.command("ping")
+                    break
+                except PyMongoError:
+                    if time.monotonic() > end:
+                        return {"error": "member %s does not answer" % n}
+                    time.sleep(0.2)
+        cfg = {"_id": "rs0", "members": [{"_id": i, "host": self.hosts[n]}
+                                         for i, n in enumerate(self.names)],
+               "settings": {"electionTimeoutMillis": self.a.election_timeout_ms,
+                            "heartbeatIntervalMillis": 500}}
+        with self.direct(self.names[0], 10000) as c:
+            c.admin.command("replSetInitiate", cfg)
+        while time.monotonic() < end:
+            st = self.statuses()
+            p = self.primary(st)
+            if p and all(s and s.get("myState") in (1, 2) for s in st.values()):
+                return {"primary": p}
+            time.sleep(0.3)
+        return {"error": "no primary with all members up within 60 s"}
+
+    def cmd_status(self, _):
+        st = self.statuses(1000)
+        return {"primary": self.primary(st), "up": [n for n, s in st.items() if s]}
+
+    # ----------------------------------------------------------- workload
+
+    def new_pid(self):
+        with self.pid_lock:
+            self.next_pid += 1
+            return self.next_pid - 1
+
+    def key_window(self, rng, n):
+        """Keys rotate every 10 s so no key's history grows too long."""
+        w = int((time.monotonic() - self.t0) // 10)
+        k = "k%d" % (w * n + rng.randrange(n))
+        with self.keys_lock:
+            self.keys_seen.add(k)
+        return k
+
+    def cmd_start(self, _):
+        seeds = ",".join(self.hosts.values())
+        self.client = pymongo.MongoClient(
+            "mongodb://%s/?replicaSet=rs0" % seeds, serverSelectionTimeoutMS=2000,
+            connectTimeoutMS=2000, socketTimeoutMS=self.a.op_timeout_ms,
+            heartbeatFrequencyMS=500, retryWrites=False, retryReads=False,
+            maxPoolSize=self.a.threads * 2)
+        for i in range(self.a.threads):
+            t = threading.Thread(target=self.worker, args=(i,), daemon=True)
+            t.start()
+            self.threads.append(t)
+        return {"started": self.a.threads}
+
+    def worker(self, i):
+        rng = random.Random("%s-%d" % (self.a.seed, i))
+        wc = WriteConcern(w="majority", wtimeout=self.a.op_timeout_ms)
+        db = self.client.get_database(DB, write_concern=wc,
+                                      read_concern=ReadConcern(self.a.read_concern))
+        pid, n = i, 0
+        while not self.stop_ev.is_set():
+            n += 1
+            f, key, value, call = self.pick(rng, i, n)
+            self.rec.add(process=pid, type="invoke", f=f, key=key, value=value)
+            try:
+                out = self.run(db, f, key, value)
+                if out is FAIL_MARK:
+                    self.rec.add(process=pid, type="fail", f=f, key=key, value=value)
+                else:
+                    self.rec.add(process=pid, type="ok", f=f, key=key,
+                                 value=out if f == "read" else value)
+            except PyMongoError as e:
+                typ = classify(e, f == "read")
+                self.rec.add(process=pid, type=typ, f=f, key=key, value=value,
+                             error="%s: %s" % (type(e).__name__, str(e)[:120]))
+                if typ == "info":
+                    pid = self.new_pid()
+                time.sleep(0.1)   # no hot loop while there is no primary
+            time.sleep(rng.uniform(0, self.a.think_ms / 1000.0))
+
+    def pick(self, rng, i, n):
+        w = self.a.workload
+        if w == "register":
+            key = self.key_window(rng, 3)
+            r = rng.random()
+            if r < 0.4:
+                return "read", key, None, None
+            if r < 0.7:
+                return "write", key, rng.randrange(5), None
+            return "cas", key, [rng.randrange(5), rng.randrange(5)], None
+        elem = i * 1000000 + n
+        if w == "set":
+            return ("read", "s", None, None) if rng.random() < 0.1 else ("add", "s", elem, None)
+        key = self.key_window(rng, 3)
+        return ("read", key, None, None) if rng.random() < 0.3 else ("append", key, elem, None)
+
+    def run(self, db, f, key, value):
+        w = self.a.workload
+        if w == "register":
+            c = db.register
+            if f == "read":
+                d = c.find_one({"_id": key})
+                return None if d is None else d.get("v")
+            if f == "write":
+                c.update_one({"_id": key}, {"$set": {"v": value}}, upsert=True)
+                return value
+            d = c.find_one_and_update({"_id": key, "v": value[0]}, {"$set": {"v": value[1]}})
+            return FAIL_MARK if d is None else value
+        if w == "set":
+            c = db.set
+            if f == "read":
+                return sorted(d["_id"] for d in c.find({"k": key}, {"_id": 1}))
+            c.insert_one({"_id": value, "k": key})
+            return value
+        c = db.append
+        if f == "read":
+            d = c.find_one({"_id": key})
+            return [] if d is None else d.get("l", [])
+        c.update_one({"_id": key}, {"$push": {"l": value}}, upsert=True)
+        return value
+
+    def cmd_stop(self, _):
+        self.stop_ev.set()
+        for t in self.threads:
+            t.join(timeout=self.a.op_timeout_ms / 1000.0 + 10)
+        alive = sum(t.is_alive() for t in self.threads)
+        return {"stopped": True, "stuck_threads": alive}
+
+    # -------------------------------------------------------------- final
+
+    def applied(self, s):
+        o = (s or {}).get("optimes", {}).get("appliedOpTime") or {}
+        ts = o.get("ts")
+        return (o.get("t"), ts.time if ts else None, ts.inc if ts else None)
+
+    def cmd_final(self, _):
+        res = {"converged": False, "members": {}, "diverged": []}
+        end = time.monotonic() + self.a.converge_s
+        t0 = time.monotonic()
+        st = {}
+        while time.monotonic() < end:
+            st = self.statuses(2000)
+            p = self.primary(st)
+            if p and all(st.values()):
+                ops = {n: self.applied(s) for n, s in st.items()}
+                states = {n: s.get("myState") for n, s in st.items()}
+                if len(set(ops.values())) == 1 and sorted(states.values()) == [1] + [2] * (
+                        len(self.names) - 1):
+                    res["converged"] = True
+                    break
+            time.sleep(0.5)
+        res["converge_s"] = round(time.monotonic() - t0, 2)
+        p = self.primary(st)
+        res["primary"] = p
+        for n in self.names:
+            s = st.get(n)
+            res["members"][n] = {"state": s.get("myState") if s else None,
+                                 "applied": list(self.applied(s)) if s else None}
+        res["dbhash"] = self.dbhashes()
+        res["oplog"] = self.oplog_check(p)
+        good = [n for n in self.names if res["dbhash"].get(n) is not None]
+        if good:
+            ref = res["dbhash"].get(p) if p in good else None
+            if ref is None:   # most common digest
+                vals = [res["dbhash"][n] for n in good]
+                ref = max(set(vals), key=vals.count)
+            res["diverged"] = [n for n in self.names if res["dbhash"].get(n) != ref]
+        res["final_nodes"] = [n for n in self.names if n not in res["diverged"]]
+        self.final_reads()
+        self.rec.events.sort(key=lambda e: e["time"])   # stable: completions stay after invokes
+        with open(self.a.out, "w", encoding="utf-8") as f:
+            for e in self.rec.events:
+                f.write(json.dumps(e, separators=(",", ":"), default=str) + "\n")
+        return res
+
+    def dbhashes(self):
+        out = {}
+        for n in self.names:
+            try:
+                with self.direct(n, 5000) as c:
+                    out[n] = c[DB].command("dbHash")["md5"]
+            except PyMongoError:
+                out[n] = None
+        return out
+
+    def oplog_check(self, p):
+        """Oplogs agree up to the commit point: the entries (ts, t, op, ns, o)
+        with ts <= the primary's lastCommittedOpTime, digested per member."""
+        if p is None:
+            return {"error": "no primary"}
+        try:
+            with self.direct(p, 5000) as c:
+                cp = c.admin.command("replSetGetStatus")["optimes"]["lastCommittedOpTime"]["ts"]
+        except (PyMongoError, KeyError) as e:
+            return {"error": "commit point: %s" % e}
+        digests, counts = {}, {}
+        for n in self.names:
+            try:
+                with self.direct(n, 5000) as c:
+                    h, k = hashlib.md5(), 0
+                    for e in c.local["oplog.rs"].find({"ts": {"$lte": cp}}).sort("$natural", 1):
+                        h.update(bson.BSON.encode({"ts": e["ts"], "t": e.get("t"),
+                                                   "op": e["op"], "ns": e["ns"],
+                                                   "o": e.get("o")}))
+                        k += 1
+                    digests[n], counts[n] = h.hexdigest(), k
+            except PyMongoError:
+                digests[n] = None
+        return {"commit_point": [cp.time, cp.inc], "entries": counts, "digests": digests,
+                "agree": len(set(digests.values())) == 1}
+
+    def final_reads(self):
+        w = self.a.workload
+        if w == "register":
+            return
+        keys = ["s"] if w == "set" else sorted(self.keys_seen)
+        for n in self.names:
+            for k in keys:
+                self.rec.add(process="final-%s" % n, type="invoke", f="final-read", key=k,
+                             value=None, node=n)
+                try:
+                    with self.direct(n, 5000) as c:
+                        if w == "set":
+                            v = sorted(d["_id"] for d in c[DB].set.find({"k": k}, {"_id": 1}))
+                        else:
+                            d = c[DB].append.find_one({"_id": k})
+                            v = [] if d is None else d.get("l", [])
+                    self.rec.add(process="final-%s" % n, type="ok", f="final-read", key=k,
+                                 value=v, node=n)
+                except PyMongoError as e:
+                    self.rec.add(process="final-%s" % n, type="fail", f="final-read", key=k,
+                                 value=None, node=n, error=str(e)[:120])
+
+    # --------------------------------------------------------------- loop
+
+    def serve(self):
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            msg = json.loads(line)
+            cmd = msg.get("cmd")
+            if cmd == "exit":
+                break
+            try:
+                out = getattr(self, "cmd_" + cmd)(msg)
+            except Exception as e:   # reported, the harness decides
+                out = {"error": "%s: %s" % (type(e).__name__, e)}
+            sys.stdout.write(json.dumps(out, default=str) + "\n")
+            sys.stdout.flush()
+        self.stop_ev.set()
+        if self.client:
+            self.client.close()
+
+
+FAIL_MARK = object()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workload", choices=["register", "set", "append"], required=True)
+    ap.add_argument("--hosts", required=True, help="name=host:port,...")
+    ap.add_argument("--seed", default="1")
+    ap.add_argument("--threads", type=int, default=5)
+    ap.add_argument("--think-ms", type=int, default=40)
+    ap.add_argument("--op-timeout-ms", type=int, default=5000)
+    ap.add_argument("--read-concern", default="majority")
+    ap.add_argument("--election-timeout-ms", type=int, default=2000)
+    ap.add_argument("--converge-s", type=float, default=60)
+    ap.add_argument("--out", required=True)
+    Agent(ap.parse_args()).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,275 @@
+"""
+Change streams (issue 27) with pymongo 3.11's watch() on a one-member
+replica set: the events' shapes, resume tokens (mongod's KeyString hex, in
+event order), postBatchResumeToken, resumeAfter / startAfter /
+startAtOperationTime, ChangeStreamHistoryLost, fullDocument and
+fullDocumentBeforeChange, showExpandedEvents, the stages allowed after
+$changeStream, and a waiting getMore woken by a write.  The failover test
+(a three-member set, primary killed, every event seen exactly once) is in
+test_changestreams_rs3.py.
+"""
+import threading
+import time
+
+import pymongo
+import pytest
+from bson.timestamp import Timestamp
+from pymongo.errors import OperationFailure
+
+from sabled import Sabled
+
+
+def wait_primary(c):
+    end = time.time() + 20
+    while time.time() < end:
+        if c.admin.command("hello").get("isWritablePrimary"):
+            return
+        time.sleep(0.05)
+    raise AssertionError("no primary")
+
+
+@pytest.fixture(scope="module")
+def rs1():
+    s = Sabled()
+    try:
+        s.start(["--replSet", "rs0", "--oplogSizeMB", "1"])
+        c = pymongo.MongoClient("127.0.0.1", s.port, directConnection=True)
+        c.admin.command("replSetInitiate")
+        wait_primary(c)
+        yield s, c
+        c.close()
+    finally:
+        s.cleanup()
+
+
+@pytest.fixture
+def db(rs1, request):
+    _, c = rs1
+    name = "cs_" + request.node.name[5:40]
+    c.drop_database(name)
+    return c[name]
+
+
+class RawStream:
+    """A change stream through aggregate/getMore commands, for the options
+    pymongo 3.11's watch() does not know (fullDocumentBeforeChange,
+    showExpandedEvents)."""
+
+    def __init__(self, db, coll, spec, pipeline=()):
+        self.db, self.coll = db, coll
+        r = db.command("aggregate", coll if coll else 1,
+                       pipeline=[{"$changeStream": spec}] + list(pipeline), cursor={})
+        self.id, self.buf = r["cursor"]["id"], list(r["cursor"]["firstBatch"])
+
+    def next(self):
+        end = time.time() + 10
+        while not self.buf and time.time() < end:
+            g = self.db.command("getMore", self.id,
+                                collection=self.coll or "$cmd.aggregate", maxTimeMS=500)
+            self.buf = list(g["cursor"]["nextBatch"])
+        return self.buf.pop(0)
+
+
+def test_standalone_refuses():
+    with Sabled() as s:
+        s.start()
+        c = s.client()
+        with pytest.raises(OperationFailure) as e:
+            c.test.c.watch().try_next()
+        assert e.value.code == 40573
+
+
+def test_crud_events_and_shapes(db):
+    db.create_collection("c")
+    with db.c.watch() as st:
+        db.c.insert_one({"_id": 1, "a": 1, "arr": [1, 2, 3], "sub": {"x": 1}})
+        db.c.update_one({"_id": 1}, {"$set": {"a": 2, "sub.y": 2}, "$unset": {"sub.x": ""}})
+        db.c.update_one({"_id": 1}, {"$pop": {"arr": 1}})
+        db.c.replace_one({"_id": 1}, {"b": 1})
+        db.c.delete_one({"_id": 1})
+        evs = [st.next() for _ in range(5)]
+    assert [e["operationType"] for e in evs] == ["insert", "update", "update", "replace",
+                                                 "delete"]
+    ins, upd, pop, rep, dele = evs
+    assert list(ins) == ["_id", "operationType", "clusterTime", "wallTime", "fullDocument",
+                         "ns", "documentKey"]
+    assert ins["fullDocument"] == {"_id": 1, "a": 1, "arr": [1, 2, 3], "sub": {"x": 1}}
+    assert ins["ns"] == {"db": db.name, "coll": "c"} and ins["documentKey"] == {"_id": 1}
+    assert isinstance(ins["clusterTime"], Timestamp)
+    assert upd["updateDescription"] == {"updatedFields": {"a": 2, "sub.y": 2},
+                                        "removedFields": ["sub.x"], "truncatedArrays": []}
+    assert "fullDocument" not in upd
+    assert pop["updateDescription"]["truncatedArrays"] == [{"field": "arr", "newSize": 2}]
+    assert rep["fullDocument"] == {"_id": 1, "b": 1}
+    assert dele["documentKey"] == {"_id": 1} and "fullDocument" not in dele
+    # tokens: mongod's KeyString hex, in event order
+    toks = [e["_id"]["_data"] for e in evs]
+    assert all(t.startswith("82") for t in toks)
+    assert toks == sorted(toks) and len(set(toks)) == 5
+
+
+def test_drop_rename_invalidate_and_db_cluster_streams(rs1, db):
+    _, c = rs1
+    db.a.insert_one({"_id": 0})
+    dbst, cst = db.watch(), c.watch()
+    with db.a.watch() as st:
+        db.a.insert_one({"_id": 1})
+        db.a.rename("b")
+        ins, ren, inv = st.next(), st.next(), st.next()
+        assert ins["operationType"] == "insert"
+        assert ren["operationType"] == "rename" and ren["to"] == {"db": db.name, "coll": "b"}
+        assert inv["operationType"] == "invalidate" and set(inv) == {
+            "_id", "operationType", "clusterTime", "wallTime"}
+        assert not st.alive
+    db.b.drop()
+    db.x.insert_one({"_id": 2})
+    got = [dbst.next()["operationType"] for _ in range(4)]
+    assert got == ["insert", "rename", "drop", "insert"]
+    evs = [cst.next() for _ in range(4)]
+    assert [e["operationType"] for e in evs] == got
+    c.drop_database(db.name)
+    assert dbst.next()["operationType"] == "dropDatabase"
+    assert dbst.next()["operationType"] == "invalidate"
+    assert cst.next()["operationType"] == "dropDatabase"
+    assert cst.alive  # the deployment's stream goes on
+    dbst.close()
+    cst.close()
+
+
+def test_resume_after_start_after_and_operation_time(db):
+    db.c.insert_one({"_id": 0})
+    st = db.c.watch()
+    for i in range(1, 6):
+        db.c.insert_one({"_id": i})
+    evs = [st.next() for _ in range(5)]
+    st.close()
+    with db.c.watch(resume_after=evs[1]["_id"]) as r:
+        assert [r.next()["documentKey"]["_id"] for _ in range(3)] == [3, 4, 5]
+    with db.c.watch(start_after=evs[3]["_id"]) as r:
+        assert r.next()["documentKey"]["_id"] == 5
+    with db.c.watch(start_at_operation_time=evs[2]["clusterTime"]) as r:
+        assert [r.next()["documentKey"]["_id"] for _ in range(3)] == [3, 4, 5]
+    # after an invalidate only startAfter may resume
+    with db.c.watch() as st:
+        db.c.drop()
+        st.next()
+        inv = st.next()
+    with pytest.raises(OperationFailure) as e:
+        db.c.watch(resume_after=inv["_id"]).try_next()
+    assert e.value.code == 260
+    with db.c.watch(start_after=inv["_id"]) as r:
+        db.c.insert_one({"_id": "new"})
+        assert r.next()["documentKey"] == {"_id": "new"}
+
+
+def test_post_batch_resume_token(db):
+    db.create_collection("c")
+    r = db.command("aggregate", "c", pipeline=[{"$changeStream": {}}], cursor={})
+    pbrt0 = r["cursor"]["postBatchResumeToken"]["_data"]
+    db.c.insert_many([{"_id": i} for i in range(3)])
+    db.other.insert_one({"_id": 1})  # not ours: the token still moves past it
+    g = db.command("getMore", r["cursor"]["id"], collection="c", batchSize=2)
+    b = g["cursor"]["nextBatch"]
+    assert len(b) == 2
+    # a batch cut short: the token is the last event sent, not the one held back
+    assert g["cursor"]["postBatchResumeToken"] == b[-1]["_id"]
+    g = db.command("getMore", r["cursor"]["id"], collection="c", maxTimeMS=50)
+    assert len(g["cursor"]["nextBatch"]) == 1
+    last = g["cursor"]["nextBatch"][0]["_id"]["_data"]
+    pbrt = g["cursor"]["postBatchResumeToken"]["_data"]
+    assert pbrt0 < last <= pbrt
+    assert pbrt > last  # the other collection's insert moved the high-water mark
+    db.command("killCursors", "c", cursors=[r["cursor"]["id"]])
+
+
+def test_history_lost(db):
+    # a 1 MB oplog: far older than its oldest entry
+    with pytest.raises(OperationFailure) as e:
+        db.c.watch(start_at_operation_time=Timestamp(1, 1)).try_next()
+    assert e.value.code == 286
+    st = db.c.watch()
+    db.c.insert_one({"_id": "first"})
+    tok = st.next()["_id"]
+    st.close()
+    for i in range(25):  # wrap the oplog past the token
+        db.filler.insert_one({"pad": "x" * 60000, "i": i})
+    with pytest.raises(OperationFailure) as e:
+        db.c.watch(resume_after=tok).try_next()
+    assert e.value.code == 286
+
+
+def test_full_document_modes_and_pre_images(db):
+    db.create_collection("c", changeStreamPreAndPostImages={"enabled": True})
+    db.create_collection("plain")
+    db.c.insert_one({"_id": 1, "v": 0})
+    db.plain.insert_one({"_id": 1, "v": 0})
+    look = db.c.watch(full_document="updateLookup")
+    avail = RawStream(db, "c", {"fullDocument": "whenAvailable",
+                                "fullDocumentBeforeChange": "required"})
+    plain = RawStream(db, "plain", {"fullDocument": "whenAvailable",
+                                    "fullDocumentBeforeChange": "whenAvailable"})
+    req = db.plain.watch(full_document="required")
+    db.c.update_one({"_id": 1}, {"$inc": {"v": 1}})
+    db.c.update_one({"_id": 1}, {"$inc": {"v": 1}})
+    e1, e2 = look.next(), look.next()
+    # updateLookup reads the document as it is when the event is read
+    assert e1["fullDocument"] == {"_id": 1, "v": 2} == e2["fullDocument"]
+    db.c.delete_one({"_id": 1})
+    db.plain.update_one({"_id": 1}, {"$inc": {"v": 1}})
+    a1, a2, a3 = avail.next(), avail.next(), avail.next()
+    assert a1["fullDocument"] == {"_id": 1, "v": 1} and a2["fullDocument"] == {"_id": 1, "v": 2}
+    assert a1["fullDocumentBeforeChange"] == {"_id": 1, "v": 0}
+    assert a2["fullDocumentBeforeChange"] == {"_id": 1, "v": 1}
+    assert a3["operationType"] == "delete"
+    assert a3["fullDocumentBeforeChange"] == {"_id": 1, "v": 2}
+    p = plain.next()
+    assert p["fullDocument"] is None and p["fullDocumentBeforeChange"] is None
+    with pytest.raises(OperationFailure) as e:
+        req.next()
+    assert e.value.code == 47
+    look.close()
+
+
+def test_expanded_events_and_pipeline(db):
+    st = RawStream(db, None, {"showExpandedEvents": True})
+    db.create_collection("c")
+    db.c.create_index("a")
+    db.c.insert_one({"_id": 1, "a": 1})
+    db.c.drop_index("a_1")
+    evs = [st.next() for _ in range(4)]
+    assert [e["operationType"] for e in evs] == ["create", "createIndexes", "insert",
+                                                 "dropIndexes"]
+    assert all("collectionUUID" in e for e in evs)
+    assert evs[1]["operationDescription"]["indexes"][0]["key"] == {"a": 1}
+    pipe = [{"$match": {"operationType": "insert", "fullDocument.k": {"$gt": 1}}},
+            {"$project": {"fullDocument.k": 1, "operationType": 1}},
+            {"$addFields": {"extra": True}}]
+    with db.c.watch(pipe) as st:
+        db.c.insert_many([{"_id": 10, "k": 1}, {"_id": 11, "k": 5, "z": 1}])
+        e = st.next()
+        assert e["fullDocument"] == {"k": 5} and e["extra"] is True and "_id" in e
+    with pytest.raises(OperationFailure) as e:
+        db.c.watch([{"$group": {"_id": 1}}]).try_next()
+    assert e.value.code == 20
+    with pytest.raises(OperationFailure) as e:
+        db.c.watch([{"$unsupported": 1}]).try_next()
+    assert e.value.code == 40324
+    with db.c.watch([{"$project": {"_id": 0}}]) as st:
+        db.c.insert_one({"_id": 12})
+        with pytest.raises(OperationFailure) as e:
+            st.next()
+        assert e.value.code == 280
+
+
+def test_waiting_getmore_is_woken_by_a_write(db):
+    db.create_collection("c")
+    with db.c.watch(max_await_time_ms=5000) as st:
+        t = threading.Timer(0.3, lambda: db.c.insert_one({"_id": 1}))
+        t0 = time.time()
+        t.start()
+        ev = st.next()
+        waited = time.time() - t0
+        t.join()
+    assert ev["documentKey"] == {"_id": 1}
+    # woken by the write (0.3 s), not at the end of the 5 s wait
+    assert 0.25 < waited < 2.0

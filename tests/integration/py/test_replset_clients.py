@@ -1,0 +1,252 @@
+"""
+What clients of a replica set see (issue 24, rs-clients): the awaitable
+hello answered as soon as the member's topology changes, hello's set
+fields, read concern levels.
+
+One set of three members (the third hidden, priority 0) serves the whole
+module: electionTimeoutMillis 2000, heartbeats every 500 ms.  Tests that
+step the primary down wait for a primary again before they return.
+"""
+import threading
+import time
+
+import bson.timestamp
+import pymongo
+import pytest
+from pymongo.errors import AutoReconnect, ConnectionFailure, NotMasterError, \
+    OperationFailure, ServerSelectionTimeoutError
+
+from sabled import Sabled
+
+RETRYABLE = (AutoReconnect, ConnectionFailure, NotMasterError, ServerSelectionTimeoutError)
+
+
+def direct(m, **kw):
+    return pymongo.MongoClient("127.0.0.1", m.port, directConnection=True,
+                               serverSelectionTimeoutMS=3000,
+                               readPreference="secondaryPreferred", **kw)
+
+
+def wait_for(pred, timeout=30, step=0.2):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            v = pred()
+            if v:
+                return v
+        except RETRYABLE + (OperationFailure,):
+            pass
+        time.sleep(step)
+    raise AssertionError("timed out waiting")
+
+
+def hello(m):
+    with direct(m) as c:
+        return c.admin.command("hello")
+
+
+def primary_of(members):
+    for m in members:
+        try:
+            if hello(m).get("isWritablePrimary"):
+                return m
+        except RETRYABLE:
+            pass
+    return None
+
+
+def settled(members):
+    """A primary that every member names."""
+    p = primary_of(members)
+    if p is None:
+        return None
+    want = "127.0.0.1:%d" % p.port
+    return p if all(hello(m).get("primary") == want for m in members) else None
+
+
+@pytest.fixture(scope="module")
+def rs():
+    members = []
+    try:
+        for _ in range(3):
+            s = Sabled()
+            s.start(["--replSet", "rs0", "--oplogSizeMB", "16"])
+            members.append(s)
+        cfg = {"_id": "rs0", "members": [
+            {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],
+            "settings": {"electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500}}
+        cfg["members"][2].update({"priority": 0, "hidden": True})
+        with direct(members[0]) as c:
+            c.admin.command("replSetInitiate", cfg)
+        wait_for(lambda: settled(members), timeout=40)
+        yield members
+    finally:
+        for m in members:
+            m.cleanup()
+
+
+def test_hello_fields(rs):
+    p = wait_for(lambda: settled(rs))
+    hosts = ["127.0.0.1:%d" % m.port for m in rs]
+    for m in rs:
+        h = hello(m)
+        assert h["setName"] == "rs0"
+        assert h["setVersion"] >= 1
+        # the hidden member is in no list; the two electable ones are hosts
+        assert sorted(h["hosts"]) == sorted(hosts[:2])
+        assert "passives" not in h and h.get("arbiters", []) == []
+        assert h["me"] == "127.0.0.1:%d" % m.port
+        assert h["primary"] == "127.0.0.1:%d" % p.port
+        assert h["topologyVersion"]["counter"] >= 0
+        lw = h["lastWrite"]
+        assert set(lw) >= {"opTime", "lastWriteDate", "majorityOpTime", "majorityWriteDate"}
+        if m is p:
+            assert h["isWritablePrimary"] and not h["secondary"] and "electionId" in h
+        else:
+            assert h["secondary"] and not h["isWritablePrimary"]
+    assert hello(rs[2]).get("hidden") is True
+    assert "hidden" not in hello(rs[0]) and "hidden" not in hello(rs[1])
+
+
+def awaitable_hello(m, out, await_ms=20000):
+    """Send an awaitable hello with m's current topologyVersion; put the
+    reply and how long it took into out."""
+    with direct(m, socketTimeoutMS=await_ms + 10000) as c:
+        tv = c.admin.command("hello")["topologyVersion"]
+        t0 = time.time()
+        out["ready"].set()
+        r = c.admin.command("hello", topologyVersion=tv, maxAwaitTimeMS=await_ms)
+        out["secs"] = time.time() - t0
+        out["reply"] = r
+        out["sent"] = tv
+
+
+def test_awaitable_hello_answers_at_state_change(rs):
+    """A driver's monitor waiting in hello on the primary and on the hidden
+    member hears of the step-down and of the new primary at once, not after
+    maxAwaitTimeMS (20 s here)."""
+    p = wait_for(lambda: settled(rs))
+    waits = {}
+    threads = []
+    for m in (p, rs[2]):
+        out = {"ready": threading.Event()}
+        waits[m.port] = out
+        t = threading.Thread(target=awaitable_hello, args=(m, out), daemon=True)
+        t.start()
+        threads.append(t)
+        assert out["ready"].wait(10)
+    time.sleep(0.5)  # both hellos are waiting on the servers now
+    for out in waits.values():
+        assert "reply" not in out, "an awaitable hello was answered before any change"
+    with direct(p) as c:
+        try:
+            c.admin.command("replSetStepDown", 10, secondaryCatchUpPeriodSecs=5)
+        except RETRYABLE:
+            pass
+    for t in threads:
+        t.join(15)
+    for port, out in waits.items():
+        assert "reply" in out, "member %d: no answer" % port
+        assert out["secs"] < 8, "member %d answered after %.1f s" % (port, out["secs"])
+        assert out["reply"]["topologyVersion"]["counter"] != out["sent"]["counter"]
+    # the old primary's answer says it is no longer writable
+    assert waits[p.port]["reply"]["isWritablePrimary"] is False
+    wait_for(lambda: settled(rs), timeout=30)
+
+
+def test_awaitable_hello_waits_without_change(rs):
+    wait_for(lambda: settled(rs))
+    out = {"ready": threading.Event()}
+    awaitable_hello(rs[2], out, await_ms=700)
+    assert 0.5 <= out["secs"] < 5
+    assert out["reply"]["topologyVersion"] == out["sent"]
+
+
+def test_read_concern_levels(rs):
+    p = wait_for(lambda: settled(rs))
+    with direct(p) as c:
+        db = c.rc
+        db.c.replace_one({"_id": 1}, {"_id": 1}, upsert=True)
+        for level in ("local", "available", "majority", "linearizable"):
+            r = db.command("find", "c", filter={"_id": 1}, readConcern={"level": level})
+            assert r["cursor"]["firstBatch"] == [{"_id": 1}], level
+        with pytest.raises(OperationFailure) as ei:
+            db.command("find", "c", readConcern={"level": "nonsense"})
+        assert ei.value.code == 2
+        with pytest.raises(OperationFailure) as ei:
+            db.command("find", "c", readConcern={"level": 1})
+        assert ei.value.code == 14
+        # $out/$merge cannot run under linearizable
+        with pytest.raises(OperationFailure) as ei:
+            db.command("aggregate", "c", pipeline=[{"$out": "o"}], cursor={},
+                       readConcern={"level": "linearizable"})
+        assert ei.value.code == 72
+    # linearizable reads only on the primary
+    with direct(rs[2]) as c:
+        with pytest.raises((OperationFailure, NotMasterError)) as ei:
+            c.rc.command("find", "c", readConcern={"level": "linearizable"},
+                         read_preference=pymongo.ReadPreference.SECONDARY_PREFERRED)
+        assert ei.value.details["code"] == 10107
+
+
+def test_linearizable_read_fails_when_primary_cannot_reach_majority(rs):
+    """The no-op after the read needs a majority: with both other members
+    stopped (SIGSTOP) the read does not return its stale answer."""
+    import signal
+    p = wait_for(lambda: settled(rs))
+    others = [m for m in rs if m is not p]
+    with direct(p) as c:
+        c.rc.c.find_one({})
+        for m in others:
+            m.signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(OperationFailure) as ei:
+                c.rc.command("find", "c", readConcern={"level": "linearizable"}, maxTimeMS=800)
+            assert ei.value.code in (50, 11602)
+            # a local read still answers
+            c.rc.command("find", "c", readConcern={"level": "local"})
+        finally:
+            for m in others:
+                m.signal(signal.SIGCONT)
+    wait_for(lambda: settled(rs), timeout=30)
+
+
+def test_after_cluster_time(rs):
+    p = wait_for(lambda: settled(rs))
+    with direct(p) as c:
+        r = c.rc.command("insert", "act", documents=[{"_id": "x"}])
+        t = r["operationTime"]
+        # a time just past the primary's newest: the primary moves its clock on
+        ahead = bson.timestamp.Timestamp(t.time, t.inc + 5)
+        c.rc.command("find", "act", readConcern={"afterClusterTime": ahead})
+    with direct(rs[2]) as c:
+        # the hidden member waits until it has applied the insert, then sees it
+        r = c.rc.command("find", "act", filter={"_id": "x"},
+                         readConcern={"level": "local", "afterClusterTime": t},
+                         read_preference=pymongo.ReadPreference.SECONDARY_PREFERRED)
+        assert r["cursor"]["firstBatch"] == [{"_id": "x"}]
+        # a time far ahead that no member has: maxTimeMS ends the wait
+        far = bson.timestamp.Timestamp(t.time + 3600, 0)
+        t0 = time.time()
+        with pytest.raises(OperationFailure) as ei:
+            c.rc.command("find", "act", readConcern={"afterClusterTime": far}, maxTimeMS=300,
+                         read_preference=pymongo.ReadPreference.SECONDARY_PREFERRED)
+        assert ei.value.code == 50
+        assert time.time() - t0 < 5
+
+
+def test_read_concern_on_standalone():
+    s = Sabled()
+    try:
+        s.start()
+        with pymongo.MongoClient(s.uri()) as c:
+            with pytest.raises(OperationFailure) as ei:
+                c.t.command("find", "c", readConcern={"level": "linearizable"})
+            assert ei.value.code == 123
+            with pytest.raises(OperationFailure) as ei:
+                c.t.command("find", "c", readConcern={"afterClusterTime":
+                                                      bson.timestamp.Timestamp(1, 1)})
+            assert ei.value.code == 20
+            c.t.command("find", "c", readConcern={"level": "majority"})
+    finally:
+        s.cleanup()

@@ -1,0 +1,231 @@
+"""
+Durability of a replica set member (issue 24): the majority commit point is
+WiredTiger's stable timestamp, checkpoints are taken at it, and a restart
+recovers from the stable checkpoint and replays the oplog after it.  The
+member's replicated collections are unlogged tables, so a document written
+after the last checkpoint survives a kill -9 only through that replay.
+"""
+import time
+
+import pymongo
+from bson.timestamp import Timestamp
+
+from pymongo.write_concern import WriteConcern
+
+from sabled import Sabled
+
+J = WriteConcern(w=1, j=True)
+
+
+def start_one(extra=()):
+    s = Sabled()
+    s.start(["--replSet", "rs0", "--oplogSizeMB", "16"] + list(extra))
+    c = s.client()
+    c.admin.command("replSetInitiate",
+                    {"_id": "rs0", "members": [{"_id": 0, "host": "127.0.0.1:%d" % s.port}]})
+    c.close()
+    return s
+
+
+def rs_client(s):
+    return pymongo.MongoClient("127.0.0.1", s.port, replicaSet="rs0",
+                               serverSelectionTimeoutMS=10000)
+
+
+def wait_for(pred, timeout=15, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def test_kill9_before_any_checkpoint_replays_the_whole_oplog():
+    s = start_one()
+    try:
+        c = rs_client(s)
+        c.t.c.insert_many([{"_id": i, "v": i} for i in range(300)])
+        c.t.c.update_one({"_id": 7}, {"$set": {"v": "updated"}})
+        c.t.c.delete_one({"_id": 8})
+        c.t.d.with_options(write_concern=J).insert_one({"_id": "x"})  # journals all before it
+        c.close()
+        s.kill9()
+        s.restart()
+        c = rs_client(s)
+        assert c.t.c.count_documents({}) == 299
+        assert c.t.c.estimated_document_count() == 299  # counts recounted, not doubled
+        assert c.t.c.find_one({"_id": 7})["v"] == "updated"
+        assert c.t.c.find_one({"_id": 8}) is None
+        assert c.t.d.find_one({"_id": "x"}) == {"_id": "x"}
+        # each entry is in the oplog once: replay does not write them again
+        n = c.local["oplog.rs"].count_documents({"ns": "t.c", "op": "i"})
+        assert n == 300
+        assert "oplog" in s.log_text() and "replaying" in s.log_text()
+        c.close()
+    finally:
+        s.cleanup()
+
+
+def test_checkpoint_at_stable_then_replay_after_it():
+    s = start_one()
+    try:
+        c = rs_client(s)
+        c.t.c.insert_many([{"_id": i} for i in range(100)])
+        last = c.local["oplog.rs"].find().sort("$natural", -1).limit(1)[0]["ts"]
+        # a set of one: stable follows our own writes; fsync checkpoints at it
+        def stable_ckpt():
+            c.admin.command("fsync")
+            st = c.admin.command("replSetGetStatus")
+            return st["lastStableRecoveryTimestamp"] >= last and st
+        st = wait_for(stable_ckpt, what="a checkpoint at the stable timestamp")
+        assert st["lastStableRecoveryTimestamp"] <= st["optimes"]["appliedOpTime"]["ts"]
+        c.t.c.insert_many([{"_id": i} for i in range(100, 150)])
+        c.t.c.with_options(write_concern=J).delete_many({"_id": {"$lt": 10}})
+        c.close()
+        s.kill9()
+        s.restart()
+        c = rs_client(s)
+        assert c.t.c.count_documents({}) == 140
+        assert c.t.c.estimated_document_count() == 140
+        assert sorted(d["_id"] for d in c.t.c.find())[:1] == [10]
+        assert "Recovering from stable timestamp" in s.log_text()
+        # clean shutdown: the final checkpoint is at stable too, then a few entries replay
+        c.t.c.insert_one({"_id": "after"})
+        c.close()
+        s.restart()
+        c = rs_client(s)
+        assert c.t.c.count_documents({}) == 141
+        assert c.t.c.estimated_document_count() == 141
+        c.close()
+    finally:
+        s.cleanup()
+
+
+def test_index_survives_kill9_after_build():
+    s = start_one()
+    try:
+        c = rs_client(s)
+        c.t.c.insert_many([{"_id": i, "k": i % 10} for i in range(200)])
+        c.t.c.create_index("k")
+        c.t.c.with_options(write_concern=J).insert_many(
+            [{"_id": i, "k": i % 10} for i in range(200, 250)])
+        c.close()
+        s.kill9()
+        s.restart()
+        c = rs_client(s)
+        assert c.t.c.count_documents({"k": 3}) == 25
+        assert len(list(c.t.c.find({"k": 3}).hint("k_1"))) == 25
+        c.close()
+    finally:
+        s.cleanup()
+
+
+# ---- rollback: a former primary's w:1 writes that the majority never had ----
+
+import glob
+import os
+import signal
+
+import bson
+
+
+def direct(m):
+    return pymongo.MongoClient("127.0.0.1", m.port, directConnection=True,
+                               serverSelectionTimeoutMS=3000, readPreference="secondaryPreferred")
+
+
+def my_state(m):
+    try:
+        with direct(m) as c:
+            return c.admin.command("replSetGetStatus")["myState"]
+    except Exception:
+        return None
+
+
+def start_set(n=3):
+    members = []
+    for _ in range(n):
+        s = Sabled()
+        s.start(["--replSet", "rs0", "--oplogSizeMB", "16"])
+        members.append(s)
+    cfg = {"_id": "rs0", "members": [
+        {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],
+        "settings": {"electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500}}
+    cfg["members"][0]["priority"] = 2  # the first primary, for a predictable test
+    cfg["members"][2].update({"priority": 0, "hidden": True})
+    with direct(members[0]) as c:
+        c.admin.command("replSetInitiate", cfg)
+    wait_for(lambda: my_state(members[0]) == 1, timeout=30, what="a primary")
+    wait_for(lambda: all(my_state(m) == 2 for m in members[1:]), timeout=30,
+             what="secondaries")
+    return members
+
+
+def test_rollback_of_a_former_primarys_w1_writes():
+    members = start_set()
+    a, b, h = members
+    try:
+        ca = direct(a)
+        maj = ca.t.c.with_options(write_concern=WriteConcern(w="majority", wtimeout=20000))
+        maj.insert_many([{"_id": i, "v": "common"} for i in range(20)])
+        # the secondaries stop; the primary takes w:1 writes nobody else gets
+        b.signal(signal.SIGSTOP)
+        h.signal(signal.SIGSTOP)
+        j = ca.t.c.with_options(write_concern=J)
+        # a getMore the secondaries sent before they stopped is still answered
+        # (into their sockets) with the next write: a bait, left out of the checks
+        j.insert_one({"_id": "bait"})
+        time.sleep(1)
+        j.insert_many([{"_id": 100 + i, "v": "lost"} for i in range(5)])
+        j.update_one({"_id": 3}, {"$set": {"v": "lost update"}})
+        j.delete_one({"_id": 4})
+        ca.t.newcoll.with_options(write_concern=J).insert_one({"_id": "only on a"})
+        ca.close()
+        a.kill9()
+        b.signal(signal.SIGCONT)
+        h.signal(signal.SIGCONT)
+        wait_for(lambda: my_state(b) == 1, timeout=40, what="b elected")
+        with direct(b) as cb:
+            cb.t.c.with_options(write_concern=WriteConcern(w="majority", wtimeout=20000)) \
+                .insert_one({"_id": "new", "v": "on b"})
+        a.restart()
+        wait_for(lambda: my_state(a) == 2 and glob.glob(
+            os.path.join(a.dbpath, "rollback", "t.c", "removed.*.bson")), timeout=60,
+            what="a rolled back")
+        assert "Rollback complete" in a.log_text()
+
+        def converged():
+            with direct(a) as c1, direct(b) as c2:
+                x = sorted(c1.t.c.find({"_id": {"$ne": "bait"}}), key=lambda d: str(d["_id"]))
+                y = sorted(c2.t.c.find({"_id": {"$ne": "bait"}}), key=lambda d: str(d["_id"]))
+                return x == y and len(x) == 21 and x
+        docs = wait_for(converged, timeout=30, what="a converged with b")
+        assert {d["_id"]: d["v"] for d in docs}[3] == "common"
+        assert any(d["_id"] == 4 for d in docs)  # the delete was undone too
+        with direct(a) as c1:
+            assert "newcoll" not in c1.t.list_collection_names()
+            assert c1.t.c.estimated_document_count() == c1.t.c.count_documents({})
+            assert c1.local["oplog.rs"].count_documents({"o.v": "lost"}) == 0
+        # the undone documents are in the rollback files, readable BSON
+        saved = []
+        for f in glob.glob(os.path.join(a.dbpath, "rollback", "*", "removed.*.bson")):
+            with open(f, "rb") as fh:
+                saved += bson.decode_all(fh.read())
+        got = {d["_id"]: d.get("v") for d in saved if d["_id"] != "bait"}
+        assert got == {100: "lost", 101: "lost", 102: "lost", 103: "lost", 104: "lost",
+                       3: "lost update", "only on a": None}
+        # a keeps replicating after the rollback
+        with direct(b) as cb:
+            cb.t.c.with_options(write_concern=WriteConcern(w=3, wtimeout=20000)) \
+                .insert_one({"_id": "after"})
+        with direct(a) as c1:
+            assert c1.t.c.find_one({"_id": "after"}) == {"_id": "after"}
+    finally:
+        for m in members:
+            try:
+                m.signal(signal.SIGCONT)
+            except Exception:
+                pass
+            m.cleanup()

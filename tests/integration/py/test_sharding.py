@@ -1,0 +1,294 @@
+"""
+Sharded clusters through sable-router (docs/sharding.md): one cluster per
+module, started the way users start one (build/sable-cluster start --sharded:
+a config server set, two one-member shard sets, a router), driven with
+pymongo through the router, and checked against what each shard holds when
+asked directly.
+"""
+
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+
+import pymongo
+import pytest
+from bson import ObjectId, Timestamp
+from bson.max_key import MaxKey
+from bson.min_key import MinKey
+from pymongo.errors import OperationFailure
+
+sys.path.insert(0, os.path.dirname(__file__))
+from sabled import Sabled, run_sabled, sabled_path  # noqa: E402
+
+BUILD = os.path.dirname(sabled_path())
+LAUNCHER = os.path.join(BUILD, "sable-cluster")
+ROUTER = os.path.join(BUILD, "sable-router")
+
+
+def _ports_free(base, n):
+    for p in range(base, base + n):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                return False
+    return True
+
+
+def _base_port(n):
+    for _ in range(200):
+        base = random.randrange(20000, 60000)
+        if _ports_free(base, n):
+            return base
+    raise RuntimeError("no free port range")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if not os.path.exists(ROUTER):
+        pytest.skip("sable-router not built")
+    d = tempfile.mkdtemp(prefix="sable-shard-")
+    base = _base_port(5)
+    env = dict(os.environ, SABLED=sabled_path(), SABLE_ROUTER=ROUTER)
+    r = subprocess.run([sys.executable, LAUNCHER, "start", "--sharded", "--shards", "2",
+                        "--members", "1", "--port", str(base), "--router-port", str(base + 4),
+                        "--oplog-mb", "64", "--dir", d], capture_output=True, text=True, env=env,
+                       timeout=180)
+    info = {"dir": d, "router": base + 4, "config": base, "shards": [base + 1, base + 2],
+            "env": env}
+    try:
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.strip() == "mongodb://127.0.0.1:%d/" % (base + 4)
+        yield info
+    finally:
+        subprocess.run([sys.executable, LAUNCHER, "stop", "--dir", d], env=env, timeout=120,
+                       capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def mongos(cluster):
+    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000,
+                            uuidRepresentation="standard")
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def shards(cluster):
+    cs = [pymongo.MongoClient("127.0.0.1", p, directConnection=True) for p in cluster["shards"]]
+    yield cs
+    for c in cs:
+        c.close()
+
+
+def test_router_identity_and_shards(mongos, cluster):
+    h = mongos.admin.command("hello")
+    assert h["msg"] == "isdbgrid" and h["maxWireVersion"] == 21
+    assert mongos.admin.command("isdbgrid")["isdbgrid"] == 1
+    shards = mongos.admin.command("listShards")["shards"]
+    assert [s["_id"] for s in shards] == ["shard0", "shard1"]
+    assert shards[0]["host"] == "shard0/127.0.0.1:%d" % cluster["shards"][0]
+    assert shards[0]["state"] == 1
+    # adding a shard again under its name is accepted (mongod's answer)
+    r = mongos.admin.command("addShard", shards[1]["host"])
+    assert r["shardAdded"] == "shard1"
+    # a server that is no --shardsvr is refused
+    with pytest.raises(OperationFailure):
+        mongos.admin.command("addShard", "127.0.0.1:%d" % cluster["config"])
+
+
+def test_hashed_collection_spreads_and_reads_merge(mongos, shards):
+    mongos.admin.command("enableSharding", "hs")
+    r = mongos.admin.command("shardCollection", "hs.t", key={"_id": "hashed"})
+    assert r["collectionsharded"] == "hs.t"
+    docs = [{"_id": i, "f": (i * 7919) % 1000, "g": i % 3} for i in range(600)]
+    res = mongos.hs.t.insert_many(docs, ordered=False)
+    assert len(res.inserted_ids) == 600
+    held = [s.hs.t.count_documents({}) for s in shards]
+    assert sum(held) == 600 and min(held) > 100, held  # both shards got a share
+    # targeted point reads
+    for i in (0, 17, 599):
+        assert mongos.hs.t.find_one({"_id": i}) == docs[i]
+    # scatter-gather with a sort merged across shards, skip/limit after the merge
+    want = sorted(docs, key=lambda d: (-d["f"], d["_id"]))
+    got = list(mongos.hs.t.find({}, sort=[("f", -1), ("_id", 1)], skip=5, limit=40))
+    assert got == want[5:45]
+    # small batches: getMore across shards returns everything exactly once
+    ids = [d["_id"] for d in mongos.hs.t.find({"g": 1}, batch_size=7)]
+    assert sorted(ids) == [i for i in range(600) if i % 3 == 1]
+    # a cursor closed early is killed on the router (and its shards' cursors)
+    cur = mongos.hs.t.find({}, batch_size=5)
+    next(cur)
+    cur.close()
+    assert mongos.hs.t.count_documents({}) == 600
+    assert mongos.hs.t.estimated_document_count() == 600
+    assert mongos.hs.t.count_documents({"g": 2}) == 200
+    assert sorted(mongos.hs.t.distinct("g")) == [0, 1, 2]
+    groups = {d["_id"]: d["n"] for d in mongos.hs.t.aggregate(
+        [{"$match": {"f": {"$gte": 0}}}, {"$group": {"_id": "$g", "n": {"$sum": 1}}}])}
+    assert groups == {0: 200, 1: 200, 2: 200}
+
+
+def test_writes_with_and_without_the_shard_key(mongos, shards):
+    mongos.admin.command("shardCollection", "ws.t", key={"k": "hashed"})
+    c = mongos.ws.t
+    c.insert_many([{"_id": i, "k": i, "v": 0} for i in range(100)])
+    assert c.update_one({"k": 5}, {"$set": {"v": 1}}).modified_count == 1
+    # without the shard key: exactly one document changes (7.0 allows it)
+    assert c.update_one({"v": 0}, {"$set": {"v": 2}}).modified_count == 1
+    assert c.count_documents({"v": 2}) == 1
+    assert c.update_many({"_id": {"$lt": 50}}, {"$inc": {"w": 1}}).modified_count == 50
+    assert c.delete_one({"v": 0}).deleted_count == 1
+    assert c.count_documents({}) == 99
+    left = c.count_documents({"_id": {"$gte": 90}})
+    assert c.delete_many({"_id": {"$gte": 90}}).deleted_count == left
+    assert c.count_documents({}) == sum(s.ws.t.count_documents({}) for s in shards)
+    # an upsert must name the shard key
+    with pytest.raises(pymongo.errors.WriteError) as e:
+        c.update_one({"v": 42}, {"$set": {"x": 1}}, upsert=True)
+    assert e.value.code == 61
+    r = c.update_one({"k": 1000}, {"$set": {"x": 1}}, upsert=True)
+    assert r.upserted_id is not None and c.find_one({"k": 1000})["x"] == 1
+    # the shard key's value cannot change yet (mongod moves the document in a transaction)
+    with pytest.raises(pymongo.errors.WriteError) as e:
+        c.update_one({"k": 5}, {"$set": {"k": 6}})
+    assert e.value.code == 20
+    with pytest.raises(pymongo.errors.WriteError):
+        c.replace_one({"k": 5}, {"k": 77})
+    assert c.update_one({"k": 5}, {"$set": {"k": 5, "z": 1}}).modified_count == 1
+    assert c.replace_one({"k": 5}, {"k": 5, "v": 9}).modified_count == 1
+    assert c.find_one({"k": 5}, {"_id": 0}) == {"k": 5, "v": 9}
+    doc = c.find_one_and_update({"k": 7}, {"$set": {"fm": True}},
+                                return_document=pymongo.ReturnDocument.AFTER)
+    assert doc["fm"] is True
+    # ordered batches stop at the first error, with the client's index
+    with pytest.raises(pymongo.errors.BulkWriteError) as e:
+        c.insert_many([{"_id": 500, "k": 500}, {"_id": 1, "k": 1}, {"_id": 501, "k": 501}])
+    det = e.value.details
+    assert det["nInserted"] == 1 and det["writeErrors"][0]["index"] == 1
+    assert det["writeErrors"][0]["code"] == 11000
+
+
+def test_unsharded_collections_live_on_the_primary_shard(mongos, shards):
+    c = mongos.plain.t
+    c.insert_many([{"_id": i} for i in range(10)])
+    primary = mongos.config.databases.find_one({"_id": "plain"})["primary"]
+    idx = int(primary[-1])
+    assert shards[idx].plain.t.count_documents({}) == 10
+    assert shards[1 - idx].plain.t.count_documents({}) == 0
+    assert "t" in mongos.plain.list_collection_names()
+    assert "plain" in mongos.list_database_names()
+    assert [d["_id"] for d in c.find({}, batch_size=3).sort("_id", 1)] == list(range(10))
+    c.drop()
+    assert "t" not in mongos.plain.list_collection_names()
+
+
+def test_config_metadata_has_mongod_shapes(mongos):
+    mongos.admin.command("shardCollection", "meta.r", key={"a": 1, "b": 1})
+    coll = mongos.config.collections.find_one({"_id": "meta.r"})
+    for f in ("lastmodEpoch", "lastmod", "timestamp", "uuid", "key", "unique"):
+        assert f in coll, f
+    assert coll["key"] == {"a": 1, "b": 1}
+    chunks = list(mongos.config.chunks.find({"uuid": coll["uuid"]}))
+    assert len(chunks) == 1
+    ch = chunks[0]
+    assert ch["min"] == {"a": MinKey(), "b": MinKey()}
+    assert ch["max"] == {"a": MaxKey(), "b": MaxKey()}
+    assert set(ch) >= {"_id", "uuid", "min", "max", "shard", "lastmod", "history"}
+    assert mongos.config.version.find_one({"_id": 1})["clusterId"] is not None
+    # split at a point: two chunks, a higher collection version
+    v1 = mongos.admin.command("getShardVersion", "meta.r")["version"]
+    mongos.admin.command("split", "meta.r", middle={"a": 10, "b": 0})
+    assert mongos.config.chunks.count_documents({"uuid": coll["uuid"]}) == 2
+    v2 = mongos.admin.command("getShardVersion", "meta.r")["version"]
+    assert (v2.time, v2.inc) > (v1.time, v1.inc)
+    mongos.meta.r.insert_many([{"a": i, "b": i} for i in range(20)])
+    assert [d["a"] for d in mongos.meta.r.find({"a": {"$gte": 5}}).sort("a", 1).limit(8)] == \
+        list(range(5, 13))
+
+
+def test_stale_router_refreshes_and_routes_right(mongos, shards, cluster):
+    port = _base_port(1)
+    log = os.path.join(cluster["dir"], "router2.log")
+    subprocess.run([ROUTER, "--configdb", "cfgRS/127.0.0.1:%d" % cluster["config"],
+                    "--port", str(port), "--bind_ip", "127.0.0.1", "--logpath", log, "--fork",
+                    "--pidfilepath", log + ".pid"], check=True, capture_output=True, timeout=60)
+    other = pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=10000)
+    try:
+        other.st.c.insert_one({"_id": -1, "k": -1})  # caches st.c as unsharded
+        assert other.st.c.count_documents({}) == 1
+        mongos.st.c.drop()
+        mongos.admin.command("shardCollection", "st.c", key={"k": "hashed"})
+        # the stale router's writes go where the new chunks say
+        other.st.c.insert_many([{"_id": i, "k": i} for i in range(200)])
+        held = [s.st.c.count_documents({}) for s in shards]
+        assert sum(held) == 200 and min(held) > 0, held
+        assert other.st.c.count_documents({}) == 200
+        assert mongos.st.c.count_documents({}) == 200
+        # a shard refuses an old version outright
+        with pytest.raises(OperationFailure) as e:
+            shards[0].st.command({"find": "c", "shardVersion": {
+                "e": ObjectId("000000000000000000000000"),
+                "t": Timestamp(0, 0),
+                "v": Timestamp(0, 0)}})
+        assert e.value.code == 13388
+        st = shards[0].admin.command("shardingState")
+        assert st["enabled"] and st["shardName"] == "shard0" and "st.c" in st["versions"]
+    finally:
+        other.close()
+        with open(log + ".pid") as f:
+            os.kill(int(f.read().strip()), 15)
+
+
+def test_cluster_role_options():
+    # --configsvr / --shardsvr are sharding.clusterRole, on the command line or in YAML
+    s = Sabled()
+    try:
+        s.start(["--configsvr"])
+        opts = s.client().admin.command("getCmdLineOpts")["parsed"]
+        assert opts["sharding"]["clusterRole"] == "configsvr"
+        s.stop()
+        cfg = os.path.join(s.root, "sabled.yaml")
+        with open(cfg, "w") as f:
+            f.write("sharding:\n  clusterRole: shardsvr\n")
+        s.start(["--config", cfg])
+        c = s.client()
+        assert c.admin.command("getCmdLineOpts")["parsed"]["sharding"]["clusterRole"] == "shardsvr"
+        assert c.admin.command("shardingState")["enabled"] is False  # not added yet
+        with pytest.raises(OperationFailure):  # the router's commands are not sabled's
+            c.admin.command("shardCollection", "a.b", key={"_id": 1})
+    finally:
+        s.cleanup()
+    with open(os.path.join(tempfile.gettempdir(), "sable-bad-role.yaml"), "w") as f:
+        f.write("sharding:\n  clusterRole: router\n")
+    r = run_sabled(["--config", f.name, "--dbpath", tempfile.gettempdir()])
+    assert r.returncode != 0 and "clusterRole" in (r.stdout + r.stderr)
+    os.unlink(f.name)
+    # the router needs its config servers
+    r = subprocess.run([ROUTER, "--port", "1"], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 2 and "configdb" in r.stderr
+
+
+def test_router_yaml_config(cluster):
+    port = _base_port(1)
+    cfg = os.path.join(cluster["dir"], "router3.yaml")
+    log = os.path.join(cluster["dir"], "router3.log")
+    with open(cfg, "w") as f:
+        f.write("sharding:\n  configDB: cfgRS/127.0.0.1:%d\nnet:\n  port: %d\n  bindIp: 127.0.0.1\n"
+                "systemLog:\n  path: %s\nprocessManagement:\n  fork: true\n  pidFilePath: %s\n"
+                % (cluster["config"], port, log, log + ".pid"))
+    subprocess.run([ROUTER, "--config", cfg], check=True, capture_output=True, timeout=60)
+    try:
+        with pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=10000) as c:
+            assert c.admin.command("hello")["msg"] == "isdbgrid"
+            assert len(c.admin.command("listShards")["shards"]) == 2
+            settings = {d["_id"]: d for d in c.config.settings.find()}
+            assert settings["balancer"]["stopped"] is True  # no balancer yet, and it says so
+    finally:
+        with open(log + ".pid") as f:
+            os.kill(int(f.read().strip()), 15)

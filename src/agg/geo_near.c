@@ -20,19 +20,21 @@ static int default_key(sbl_opctx_t *ctx, const char *ns, char *out, size_t len, 
     size_t nix = 0, n2ds = 0, n2d = 0;
     char f2ds[256] = "", f2d[256] = "";
 
-    if (sbl_coll_open(ctx->ss, ns, false, &c, NULL, NULL) == 0) {
-        sbl_index_list(c, false, &ixs, &nix);
-        for (size_t i = 0; i < nix; i++) {
-            size_t f;
-            int kind = sbl_index_geo(ixs[i], &f);
-            if (kind == SBL_INDEX_2DSPHERE && n2ds++ == 0)
-                sbl_strcpy_n(f2ds, sizeof(f2ds), sbl_index_field(ixs[i], f));
-            if (kind == SBL_INDEX_2D && n2d++ == 0)
-                sbl_strcpy_n(f2d, sizeof(f2d), sbl_index_field(ixs[i], f));
-        }
-        sbl_index_list_free(ixs, nix);
-        sbl_coll_release(c);
+    if (sbl_coll_open(ctx->ss, ns, false, &c, NULL, NULL) != 0) {
+        sbl_strcpy_n(out, len, "_id"); /* no collection: the near query finds nothing */
+        return 0;
     }
+    sbl_index_list(c, false, &ixs, &nix);
+    for (size_t i = 0; i < nix; i++) {
+        size_t f;
+        int kind = sbl_index_geo(ixs[i], &f);
+        if (kind == SBL_INDEX_2DSPHERE && n2ds++ == 0)
+            sbl_strcpy_n(f2ds, sizeof(f2ds), sbl_index_field(ixs[i], f));
+        if (kind == SBL_INDEX_2D && n2d++ == 0)
+            sbl_strcpy_n(f2d, sizeof(f2d), sbl_index_field(ixs[i], f));
+    }
+    sbl_index_list_free(ixs, nix);
+    sbl_coll_release(c);
     if (n2d > 1 || (n2d == 0 && n2ds > 1))
         return sbl_err_set(err, SBL_E_IndexNotFound,
                            "There is more than one %s index on %s; unsure which to use for "

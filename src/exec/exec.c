@@ -784,8 +784,24 @@ static int refill_geo(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_t ma
             q->exhausted = true;
             return 0;
         }
-        bool more = take_match(q, d, -1);
-        bson_destroy(d);
+        bool more;
+        if (q->to_skip > 0 || q->n < q->cap) { /* take d itself: no second copy */
+            if (q->to_skip > 0) {
+                q->to_skip--;
+                bson_destroy(d);
+                continue;
+            }
+            q->buf[q->n].doc = d;
+            q->buf[q->n].pos = -1;
+            q->buf[q->n].seq = q->seq++;
+            q->n++;
+            more = !(q->remaining > 0 && --q->remaining == 0);
+            if (!more)
+                q->exhausted = true;
+        } else {
+            more = take_match(q, d, -1);
+            bson_destroy(d);
+        }
         if (!more)
             return 0;
     }

@@ -46,8 +46,8 @@ struct sbl_geo_exec {
     /* state */
     double r;          /* radius searched (near) */
     bool searched;     /* everything that can match has been read */
-    cand_t *heap;
-    size_t n, cap;
+    cand_t *heap; /* a near's candidates; a scan's results (a queue from qhead) */
+    size_t n, cap, qhead;
     uint64_t seq;
     uint64_t *seen;    /* open addressing, 0 = empty */
     size_t nseen, seen_cap;
@@ -221,7 +221,7 @@ void sbl_geo_exec_free(sbl_geo_exec_t *g)
 {
     if (g == NULL)
         return;
-    for (size_t i = 0; i < g->n; i++) {
+    for (size_t i = g->qhead; i < g->n; i++) {
         bson_destroy(g->heap[i].doc);
         if (g->heap[i].loc.value_type != BSON_TYPE_EOD)
             bson_value_destroy(&g->heap[i].loc);
@@ -582,10 +582,14 @@ static int read_cells(sbl_geo_exec_t *g, sbl_opctx_t *ctx, sbl_coll_t *c, sbl_in
                 if (g->near)
                     consider(g, &doc, m);
                 else if (sbl_matcher_match(m, &doc, NULL)) {
-                    cand_t cd = {(double)g->seq, g->seq, bson_copy(&doc), {0}};
-                    cd.loc.value_type = BSON_TYPE_EOD;
-                    g->seq++;
-                    heap_push(g, cd);
+                    /* a scan's results in arrival order: appended, taken from qhead */
+                    cand_t cd = {0, g->seq++, bson_copy(&doc), {0}};
+                    if (g->n == g->cap) {
+                        g->cap = g->cap ? g->cap * 2 : 64;
+                        if ((g->heap = realloc(g->heap, g->cap * sizeof(*g->heap))) == NULL)
+                            abort();
+                    }
+                    g->heap[g->n++] = cd;
                 }
             }
             bson_destroy(&doc);
@@ -700,10 +704,9 @@ int sbl_geo_exec_next(sbl_geo_exec_t *g, sbl_opctx_t *ctx, sbl_coll_t *c, const 
             sbl_index_release(ix);
             SBL_RET(rc);
         }
-        if (g->n == 0)
+        if (g->qhead == g->n)
             return 0;
-        cand_t cd = heap_pop(g); /* arrival order: the seq is the key */
-        *docp = result(g, &cd, false);
+        *docp = g->heap[g->qhead++].doc;
         return 0;
     }
     for (;;) {

@@ -109,8 +109,7 @@ extern "C" struct s2w_shape *s2w_build(const sbl_geo_t *g, char *why, size_t why
         if (pt->kind == SBL_GEO_PT) {
             s->points.push_back(to_point(pt->pts[0]));
         } else if (pt->kind == SBL_GEO_LINE) {
-            std::vector<S2Point> v = ring_points(pt, 0, pt->npts);
-            v.clear();
+            std::vector<S2Point> v;
             for (size_t k = 0; k < pt->npts; k++) {
                 S2Point p = to_point(pt->pts[k]);
                 if (v.empty() || v.back() != p)
@@ -223,7 +222,8 @@ static S2RegionCoverer coverer(int max_cells)
     return S2RegionCoverer(o);
 }
 
-static size_t cover(const sbl_geo_t *g, int max_cells, bool points_exact, uint64_t **cellsp)
+/* Points: their finest cell; lines and polygons: a covering of at most max_cells. */
+static size_t cover(const sbl_geo_t *g, int max_cells, uint64_t **cellsp)
 {
     std::vector<S2CellId> all;
     S2RegionCoverer rc = coverer(max_cells);
@@ -241,18 +241,17 @@ static size_t cover(const sbl_geo_t *g, int max_cells, bool points_exact, uint64
             all.insert(all.end(), c.begin(), c.end());
         }
     }
-    (void)points_exact;
     return out_cells(all, cellsp);
 }
 
 extern "C" size_t sbl_geo_index_cells(const sbl_geo_t *g, uint64_t **cellsp)
 {
-    return cover(g, SBL_GEO_DOC_CELLS, true, cellsp);
+    return cover(g, SBL_GEO_DOC_CELLS, cellsp);
 }
 
 extern "C" size_t sbl_geo_cover(const sbl_geo_t *g, int max_cells, uint64_t **cellsp)
 {
-    return cover(g, max_cells, false, cellsp);
+    return cover(g, max_cells, cellsp);
 }
 
 extern "C" size_t sbl_geo_cover_cap(double x, double y, double r, int max_cells, uint64_t **cellsp)

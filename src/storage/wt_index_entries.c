@@ -332,6 +332,11 @@ static int geo_cells(const sbl_index_t *ix, const bson_t *doc, uint64_t **cellsp
             c = bson_malloc(sizeof(uint64_t));
             c[0] = sbl_geo_point_cell(x, y > 90 ? 180 - y : y < -90 ? -180 - y : y, SBL_GEO_FINEST);
             n = 1;
+        } else if (sbl_geo_as_point(&vals[i], &x, &y)) {
+            /* a point (the common case): its cell, without building S2 shapes */
+            c = bson_malloc(sizeof(uint64_t));
+            c[0] = sbl_geo_point_cell(x, y, SBL_GEO_FINEST);
+            n = 1;
         } else {
             sbl_geo_t *g = NULL;
             if (sbl_geo_parse(&vals[i], SBL_GEO_ALLOW_LEGACY, &g, &e) != 0) {

@@ -204,3 +204,48 @@ def test_2d_index(db):
     with pytest.raises(WriteError) as e:
         c.insert_one({"p": "nowhere"})
     assert e.value.code == 13026
+
+
+def test_index_survives_restart(fresh_server):
+    fresh_server.start()
+    c = fresh_server.client()
+    coll = c.db.g
+    coll.create_index([("loc", GEOSPHERE)])
+    coll.insert_many([{"_id": i, "loc": pt(i, 0)} for i in range(5)])
+    c.close()
+    fresh_server.restart()
+    c = fresh_server.client()
+    coll = c.db.g
+    assert [d["_id"] for d in coll.find({"loc": {"$near": {"$geometry": pt(2.2, 0)}}})] == [2, 3, 1, 4, 0]
+    with pytest.raises(WriteError) as e:
+        coll.insert_one({"loc": {"type": "Point", "coordinates": [0, 91]}})
+    assert e.value.code == 16755
+    # a missing collection: $geoNear and $near find nothing
+    assert list(c.db.missing.aggregate([{"$geoNear": {"near": pt(0, 0), "distanceField": "d"}}])) == []
+    assert list(c.db.missing.find({"loc": {"$near": {"$geometry": pt(0, 0)}}})) == []
+    c.close()
+
+
+def test_index_scan_agrees_with_collection_scan(db):
+    import random
+    rng = random.Random(7)
+    c = db.agree
+    c.create_index([("loc", GEOSPHERE)])
+    docs = [{"_id": i, "loc": pt(rng.uniform(-3, 3), rng.uniform(-3, 3))} for i in range(400)]
+    for i in range(400, 440):  # short lines, some across the region's edge
+        x, y = rng.uniform(-3, 3), rng.uniform(-3, 3)
+        docs.append({"_id": i, "loc": {"type": "LineString", "coordinates": [[x, y], [x + 0.3, y + 0.2]]}})
+    c.insert_many(docs)
+    regions = [
+        {"$geometry": {"type": "Polygon", "coordinates": [[[-1, -1], [2, -1], [2, 1.5], [-1, 1.5], [-1, -1]]]}},
+        {"$geometry": SQUARE_WITH_HOLE},
+        {"$centerSphere": [[0.5, 0.5], math.radians(1.2)]},
+    ]
+    for r in regions:
+        for op in ("$geoWithin", "$geoIntersects"):
+            if op == "$geoIntersects" and "$centerSphere" in r:
+                continue
+            q = {"loc": {op: r}}
+            got = ids(c.find(q))
+            assert got == ids(c.find(q).hint([("$natural", 1)]))
+            assert len(got) > 10

@@ -273,8 +273,10 @@ static bool kill_visit(const sbl_lsess_info_t *s, void *arg)
     bool hit = w->npats == 0;
     for (size_t i = 0; i < w->npats && !hit; i++)
         hit = pattern_matches(&w->pats[i], s);
-    if (hit)
+    if (hit) { /* its cursors and its open transaction end, as mongod's */
         w->killed += sbl_cursors_kill_session(s->lsid.id);
+        sbl_cmd_mtxn_kill_session(s->lsid.id);
+    }
     return true;
 }
 

@@ -148,6 +148,23 @@ def test_lifetime_limit_and_end_sessions(primary):
     raw.close()
 
 
+def test_kill_all_sessions_aborts_open_transactions(primary):
+    # The unified test runner sends killAllSessions before each test; an open
+    # transaction left by an earlier one must end then, or it holds up index
+    # builds (which wait for older transactions) and commits later.
+    m, c = primary
+    raw = Raw(m.port)
+    lsid = new_lsid()
+    raw(tcmd("insert", "k", lsid, 1, start=True, documents=[{"_id": 1}]))
+    c.admin.command("killAllSessions", [])
+    t0 = time.time()
+    c.t.k.create_index("x")
+    assert time.time() - t0 < 5
+    assert commit(raw, lsid, 1)["code"] == 251
+    assert c.t.k.count_documents({}) == 0
+    raw.close()
+
+
 def test_pymongo_with_transaction(primary):
     m, c = primary
     coll = c.t.acct

@@ -101,7 +101,7 @@ int sbl_repl_members_info(sbl_repl_member_info_t *out, int cap)
         const sbl_rs_peer_t *p = &rs.peer[i];
         bool self = i == rs.self;
         sbl_repl_member_info_t *m = &out[n];
-        snprintf(m->name, sizeof(m->name), "%s", rs.cfg.m[i].host);
+        snprintf(m->name, sizeof(m->name), "%.*s", (int)sizeof(m->name) - 1, rs.cfg.m[i].host);
         m->state = self ? atomic_load(&rs.state) : (p->up ? p->state : SBL_RS_DOWN);
         sbl_optime_t o = self ? me : p->applied;
         int64_t wall = self ? my_wall : p->applied_wall;

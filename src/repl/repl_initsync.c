@@ -506,13 +506,15 @@ out:
 
 int sbl_rs_initial_sync(const char *host)
 {
-    char uri[512];
+    char uri[4096];
     sbl_err_t err;
     int rc;
 
-    snprintf(uri, sizeof(uri), "mongodb://%s/?directConnection=true&connectTimeoutMS=2000"
-             "&socketTimeoutMS=60000&serverSelectionTimeoutMS=5000&appname=sable-initsync",
-             host);
+    /* With a keyFile the clone authenticates as every member connection does. */
+    if (!sbl_rs_member_uri(uri, sizeof(uri), host, "directConnection=true&connectTimeoutMS=2000"
+                           "&socketTimeoutMS=60000&serverSelectionTimeoutMS=5000"
+                           "&appname=sable-initsync"))
+        return -1;
     mongoc_client_t *c = mongoc_client_new(uri);
     if (c == NULL)
         return -1;

@@ -448,6 +448,9 @@ class Runner {
     const ctx = { entities: ents };
     this.failPointsSet = [];
     try {
+      // As the unified format asks: end every session's open transaction left
+      // by an earlier test (an open one holds up index builds and later commits).
+      await this.internal.db('admin').command({ killAllSessions: [] }).catch(() => {});
       await this.setUpData(file.initialData);
       await ents.create(file.createEntities || []);
       for (const op of test.operations) await this.runOperation(op, ents);

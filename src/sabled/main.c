@@ -51,52 +51,6 @@ static sbl_options_t options;
 const char *malloc_conf = "thp:always,metadata_thp:always,dirty_decay_ms:-1,muzzy_decay_ms:-1";
 #endif
 
-/* --fork: the parent waits until the child reports start-up success (one
- * byte on a pipe) and exits with the matching status. */
-static int fork_server(int *notify_fd)
-{
-    int fds[2];
-    if (pipe(fds) != 0)
-        return -1;
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid > 0) {
-        char status = 1;
-        close(fds[1]);
-        if (read(fds[0], &status, 1) != 1)
-            status = 1;
-        if (status == 0) {
-            printf("forked process: %d\nchild process started successfully, parent exiting\n",
-                   (int)pid);
-            exit(0);
-        }
-        fprintf(stderr, "ERROR: child process failed, exited with error; see the log file\n");
-        exit(1);
-    }
-    close(fds[0]);
-    setsid();
-    int devnull = open("/dev/null", O_RDWR);
-    if (devnull >= 0) {
-        dup2(devnull, STDIN_FILENO);
-        dup2(devnull, STDOUT_FILENO);
-        dup2(devnull, STDERR_FILENO);
-        if (devnull > 2)
-            close(devnull);
-    }
-    *notify_fd = fds[1];
-    return 0;
-}
-
-static void notify_parent(int fd, char status)
-{
-    if (fd >= 0) {
-        if (write(fd, &status, 1) != 1) {
-            /* the parent is gone; nothing to tell */
-        }
-        close(fd);
-    }
-}
 
 static void log_startup(void)
 {
@@ -308,7 +262,7 @@ static int run(int notify_fd)
     BSON_APPEND_UTF8(&attr, "ssl", options.tls_mode != SBL_TLS_DISABLED ? "on" : "off");
     sbl_log(SBL_LOG_INFO, "NETWORK", 23016, "Waiting for connections", &attr);
     bson_destroy(&attr);
-    notify_parent(notify_fd, 0);
+    sbl_server_notify_parent(notify_fd, 0);
 
     sigset_t set;
     sigemptyset(&set);
@@ -402,7 +356,7 @@ int main(int argc, char **argv)
     sbl_log_set_verbosity(options.verbosity);
 
     int notify_fd = -1;
-    if (options.fork && fork_server(&notify_fd) != 0) {
+    if (options.fork && sbl_server_fork(&notify_fd) != 0) {
         fprintf(stderr, "sabled: fork failed: %s\n", strerror(errno));
         return 1;
     }
@@ -421,7 +375,7 @@ int main(int argc, char **argv)
     log_startup();
     int rc = run(notify_fd);
     if (rc != 0)
-        notify_parent(notify_fd, 1);
+        sbl_server_notify_parent(notify_fd, 1);
     sbl_log_close();
     sbl_options_destroy(&options);
     return rc;

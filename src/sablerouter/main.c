@@ -20,50 +20,6 @@
 
 static sbl_options_t options;
 
-static int daemonize(int *notify_fd)
-{
-    int fds[2];
-    if (pipe(fds) != 0)
-        return -1;
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid > 0) {
-        char status = 1;
-        close(fds[1]);
-        if (read(fds[0], &status, 1) != 1)
-            status = 1;
-        if (status == 0) {
-            printf("forked process: %d\nchild process started successfully, parent exiting\n",
-                   (int)pid);
-            exit(0);
-        }
-        fprintf(stderr, "ERROR: child process failed, exited with error; see the log file\n");
-        exit(1);
-    }
-    close(fds[0]);
-    setsid();
-    int devnull = open("/dev/null", O_RDWR);
-    if (devnull >= 0) {
-        dup2(devnull, STDIN_FILENO);
-        dup2(devnull, STDOUT_FILENO);
-        dup2(devnull, STDERR_FILENO);
-        if (devnull > 2)
-            close(devnull);
-    }
-    *notify_fd = fds[1];
-    return 0;
-}
-
-static void notify(int fd, char status)
-{
-    if (fd >= 0) {
-        if (write(fd, &status, 1) != 1) {
-            /* the parent is gone */
-        }
-        close(fd);
-    }
-}
 
 int main(int argc, char **argv)
 {
@@ -100,7 +56,7 @@ int main(int argc, char **argv)
     }
     sbl_log_set_verbosity(options.verbosity);
     int notify_fd = -1;
-    if (options.fork && daemonize(&notify_fd) != 0) {
+    if (options.fork && sbl_server_fork(&notify_fd) != 0) {
         fprintf(stderr, "sable-router: fork failed: %s\n", strerror(errno));
         return 1;
     }
@@ -120,7 +76,7 @@ int main(int argc, char **argv)
     if (sbl_router_init(options.config_db, &err) != 0) {
         fprintf(stderr, "sable-router: cannot reach the config servers %s: %s\n",
                 options.config_db, err.msg);
-        notify(notify_fd, 1);
+        sbl_server_notify_parent(notify_fd, 1);
         return 1;
     }
     sbl_net_config_t ncfg = {
@@ -133,7 +89,7 @@ int main(int argc, char **argv)
     if (sbl_net_start(&ncfg, sbl_router_dispatch, NULL, NULL, &err) != 0) {
         fprintf(stderr, "sable-router: %s\n", err.msg);
         sbl_router_shutdown();
-        notify(notify_fd, 1);
+        sbl_server_notify_parent(notify_fd, 1);
         return 48;
     }
     if (options.pidfile != NULL) {
@@ -148,7 +104,7 @@ int main(int argc, char **argv)
     BSON_APPEND_UTF8(&attr, "configdb", options.config_db);
     sbl_log(SBL_LOG_INFO, "NETWORK", 23016, "Waiting for connections", &attr);
     bson_destroy(&attr);
-    notify(notify_fd, 0);
+    sbl_server_notify_parent(notify_fd, 0);
     for (;;) {
         int sig = 0;
         if (sigwait(&set, &sig) == 0 && sig != SIGHUP)

@@ -5,8 +5,10 @@
  */
 #include "server/server.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,4 +45,49 @@ const char *sbl_server_host(void)
 void sbl_server_request_shutdown(void)
 {
     kill(getpid(), SIGTERM);
+}
+
+int sbl_server_fork(int *notify_fd)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid > 0) {
+        char status = 1;
+        close(fds[1]);
+        if (read(fds[0], &status, 1) != 1)
+            status = 1;
+        if (status == 0) {
+            printf("forked process: %d\nchild process started successfully, parent exiting\n",
+                   (int)pid);
+            exit(0);
+        }
+        fprintf(stderr, "ERROR: child process failed, exited with error; see the log file\n");
+        exit(1);
+    }
+    close(fds[0]);
+    setsid();
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) {
+        dup2(devnull, STDIN_FILENO);
+        dup2(devnull, STDOUT_FILENO);
+        dup2(devnull, STDERR_FILENO);
+        if (devnull > 2)
+            close(devnull);
+    }
+    *notify_fd = fds[1];
+    return 0;
+}
+
+void sbl_server_notify_parent(int fd, char status)
+{
+    if (fd >= 0) {
+        if (write(fd, &status, 1) != 1) {
+            /* the parent is gone; nothing to tell */
+        }
+        close(fd);
+    }
 }

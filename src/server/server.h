@@ -92,4 +92,13 @@ const char *sbl_server_host(void); /* "hostname:port" */
 /* Ask the server to shut down (any thread; async-signal-safe). */
 void sbl_server_request_shutdown(void);
 
+/* --fork: the parent waits until the child reports start-up success (one
+ * byte on notify_fd, sbl_server_notify_parent) and exits with the matching
+ * status; the child starts a session with stdin/out/err on /dev/null.
+ * Returns 0 in the child, -1 when pipe or fork failed. */
+int sbl_server_fork(int *notify_fd);
+/* Tell the waiting parent of --fork the start-up status (0: success) and
+ * close fd; a no-op when fd < 0. */
+void sbl_server_notify_parent(int fd, char status);
+
 #endif

@@ -150,7 +150,8 @@ int rt_target_filter(const rt_coll_t *c, const bson_t *filter, bool shards[RT_MA
 {
     memset(shards, 0, sizeof(bool) * RT_MAX_SHARDS);
     if (!c->sharded) {
-        shards[c->primary] = true;
+        if (c->primary >= 0) /* -1: config and admin, on the config servers */
+            shards[c->primary] = true;
         return 1;
     }
     bson_value_t vals[32], hashed;

@@ -152,7 +152,7 @@ static bool ordered_of(const bson_t *cmd)
 }
 
 /* The array's elements as iterators (caller frees *elemsp and its entries block). */
-static int collect(const bson_t *cmd, const char *field, bson_iter_t **storep, bson_iter_t ***elemsp,
+static int collect(const bson_t *cmd, const char *field, void **storep, bson_iter_t ***elemsp,
                    sbl_err_t *err)
 {
     bson_iter_t it, a;
@@ -160,20 +160,24 @@ static int collect(const bson_t *cmd, const char *field, bson_iter_t **storep, b
         !bson_iter_recurse(&it, &a))
         return -sbl_err_set(err, SBL_E_FailedToParse, "BSON field '%s' is missing or not an array",
                             field);
-    int n = 0, cap = 16;
-    bson_iter_t *store = malloc(cap * sizeof(*store));
-    while (bson_iter_next(&a)) {
-        if (!BSON_ITER_HOLDS_DOCUMENT(&a)) {
-            free(store);
+    /* bson_iter_t asks for 128-byte alignment but its size is not a multiple
+     * of it, so an array of them would be misaligned: each gets a padded slot
+     * in one aligned block. */
+    int n = 0;
+    bson_iter_t c = a;
+    while (bson_iter_next(&c)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&c))
             return -sbl_err_set(err, SBL_E_TypeMismatch, "%s entries must be documents", field);
-        }
-        if (n == cap)
-            store = realloc(store, (cap *= 2) * sizeof(*store));
-        store[n++] = a;
+        n++;
     }
+    size_t align = _Alignof(bson_iter_t);
+    size_t stride = (sizeof(bson_iter_t) + align - 1) / align * align;
+    char *store = aligned_alloc(align, (n ? n : 1) * stride);
     bson_iter_t **elems = malloc((n ? n : 1) * sizeof(*elems));
-    for (int i = 0; i < n; i++)
-        elems[i] = &store[i];
+    for (int i = 0; bson_iter_next(&a); i++) {
+        elems[i] = (bson_iter_t *)(store + i * stride);
+        *elems[i] = a;
+    }
     *storep = store;
     *elemsp = elems;
     return n;
@@ -218,7 +222,8 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     char ns[400];
     if (ns_of(db, cmd, "insert", ns, sizeof(ns)) == NULL)
         return sbl_err_set(err, SBL_E_BadValue, "insert needs a collection name");
-    bson_iter_t *store = NULL, **elems = NULL;
+    void *store = NULL;
+    bson_iter_t **elems = NULL;
     int n = collect(cmd, "documents", &store, &elems, err);
     if (n < 0)
         return -n;
@@ -412,7 +417,8 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
     char ns[400];
     if (ns_of(db, cmd, verb, ns, sizeof(ns)) == NULL)
         return sbl_err_set(err, SBL_E_BadValue, "%s needs a collection name", verb);
-    bson_iter_t *store = NULL, **elems = NULL;
+    void *store = NULL;
+    bson_iter_t **elems = NULL;
     int n = collect(cmd, arr, &store, &elems, err);
     if (n < 0)
         return -n;

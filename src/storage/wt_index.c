@@ -511,9 +511,9 @@ int sbl_index_create(sbl_session_t *s, sbl_coll_t *c, const bson_t *spec, sbl_er
     for (size_t i = 0; i < t->nidx; i++)
         if (strcmp(t->idx[i]->name, ix->name) == 0) {
             pthread_rwlock_unlock(&t->idx_lock);
-            index_unref(ix);
             rc = sbl_err_set(err, SBL_E_IndexAlreadyExists, "index with name %s already exists",
                              ix->name);
+            index_unref(ix);
             goto drop_table;
         }
     atomic_fetch_add(&ix->refs, 1); /* the list's */

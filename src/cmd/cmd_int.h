@@ -115,6 +115,24 @@ void sbl_hello_wait_cancel(sbl_client_t *client);
 int sbl_cmd_add_shard_identity(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_flush_routing_table(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_sharding_state(sbl_opctx_t *ctx, sbl_err_t *err);
+/* migrate.c: a migration's donor and recipient halves (shards) */
+int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_migrate_clone(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_transfer_mods(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_recv_chunk_start(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_recv_chunk_status(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_recv_chunk_commit(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_recv_chunk_release(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_recv_chunk_abort(sbl_opctx_t *ctx, sbl_err_t *err);
+/* balancer.c: the config server's side of migrations and the balancer */
+int sbl_cmd_configsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_configsvr_balancer_start(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_configsvr_balancer_stop(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_configsvr_balancer_status(sbl_opctx_t *ctx, sbl_err_t *err);
+/* The balancer thread (config servers only; start is a no-op elsewhere). */
+void sbl_cmd_balancer_start_thread(void);
+void sbl_cmd_balancer_stop_thread(void);
 
 /* handshake.c, admin.c, diag.c */
 int sbl_cmd_hello(sbl_opctx_t *ctx, sbl_err_t *err);

@@ -470,8 +470,31 @@ static void take_shard_version(pending_t *p, sbl_request_t *req)
     bson_steal(&req->cmd, &stripped);
 }
 
-/* Check the generic arguments and run the handler on this thread. */
+static void execute_inner(pending_t *p);
+
+/* Run the command on this thread: a router's command on a shard counts
+ * itself into its namespace's critical-section gate (src/shard) first, so
+ * a migration's critical section waits for it and holds back new ones. */
 static void execute(pending_t *p)
+{
+    if (p->shard_version == NULL) {
+        execute_inner(p);
+        return;
+    }
+    bson_iter_t it;
+    char ns[400];
+    const char *coll = bson_iter_init(&it, p->ctx.cmd) && bson_iter_next(&it) &&
+                               BSON_ITER_HOLDS_UTF8(&it)
+                           ? bson_iter_utf8(&it, NULL)
+                           : "";
+    snprintf(ns, sizeof(ns), "%s.%s", p->ctx.db, coll);
+    sbl_shard_op_enter(ns, 0);
+    execute_inner(p);
+    sbl_shard_op_exit(ns);
+}
+
+/* Check the generic arguments and run the handler on this thread. */
+static void execute_inner(pending_t *p)
 {
     sbl_opctx_t *ctx = &p->ctx;
     bson_iter_t it, mt, wcit, lsid, txnit, acit;
@@ -929,6 +952,10 @@ static void dispatch_pending(pending_t *p, bool force_worker)
         return;
     }
     int64_t counted = count_op(p->def, p->ctx.cmd);
+    /* During a migration a router's command may wait for the critical
+     * section: never on the loop thread. */
+    if (p->shard_version != NULL && sbl_shard_migration_active())
+        force_worker = true;
     if (force_worker || needs_worker(p->def, p->ctx.cmd, counted)) {
         p->work.data = p;
         sbl_audit_seal(); /* this loop's events so far go before the worker's */
@@ -1052,6 +1079,7 @@ int sbl_cmd_init(sbl_err_t *err)
 
 void sbl_cmd_shutdown(void)
 {
+    sbl_cmd_balancer_stop_thread();
     if (!reaper_running)
         return;
     uv_mutex_lock(&reaper_mu);

@@ -99,6 +99,7 @@ int sbl_cmd_sharding_state(sbl_opctx_t *ctx, sbl_err_t *err)
 
 void sbl_cmd_sharding_start(void)
 {
+    sbl_cmd_balancer_start_thread(); /* config servers only */
     if (!is_shardsvr())
         return;
     bson_t find = BSON_INITIALIZER, f, reply = BSON_INITIALIZER;

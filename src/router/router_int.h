@@ -3,7 +3,8 @@
  * pools and command round trips; rt_meta.c: the metadata cache and the
  * sharding commands that change it; rt_target.c: shard keys and chunk
  * lookup; rt_cursor.c: reads (find, getMore, count, distinct, aggregate);
- * rt_write.c: writes; rt_cmds.c: the command table.
+ * rt_write.c: writes; rt_migrate.c: moveChunk, moveRange and the balancer
+ * commands (run by the config server); rt_cmds.c: the command table.
  *
  * A routing table (rt_coll_t) is immutable once built and reference
  * counted: a refresh builds a new one and swaps it in, so a request keeps a
@@ -96,6 +97,13 @@ int rt_cmd_add_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_enable_sharding(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* ---- rt_migrate.c ---- */
+/* moveChunk, moveRange (through the config server's _configsvrMoveRange). */
+int rt_cmd_move_chunk(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_cmd_move_range(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* which: "Start", "Stop" or "Status": the config server's answer's fields. */
+int rt_cmd_balancer(const char *which, bson_t *reply, sbl_err_t *err);
+
 /* Remove ns's (or db's, when coll is NULL) sharding metadata after a drop. */
 void rt_meta_drop(const char *db, const char *coll);
 /* Append shardVersion for shard i to cmd (UNSHARDED for an unsharded table). */

@@ -141,13 +141,36 @@ static int cmd_list_shards(const char *db, const bson_t *cmd, bson_t *reply, sbl
     return 0;
 }
 
+static int admin_only(const char *db, sbl_err_t *err);
+
 static int cmd_balancer_status(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
-    /* There is no balancer yet: it is honestly off. */
-    BSON_APPEND_UTF8(reply, "mode", "off");
-    BSON_APPEND_BOOL(reply, "inBalancerRound", false);
-    BSON_APPEND_INT64(reply, "numBalancerRounds", 0);
-    return 0;
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_balancer("Status", reply, err);
+}
+
+static int cmd_balancer_start(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_balancer("Start", reply, err);
+}
+
+static int cmd_balancer_stop(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_balancer("Stop", reply, err);
+}
+
+static int cmd_move_chunk(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_move_chunk(cmd, reply, err);
+}
+
+static int cmd_move_range(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_move_range(cmd, reply, err);
 }
 
 static int admin_only(const char *db, sbl_err_t *err)
@@ -483,7 +506,9 @@ static const rt_cmd_t table[] = {
     {"addShard", cmd_add_shard, false},
     {"addshard", cmd_add_shard, false},
     {"aggregate", rt_aggregate, false},
-    {"balancerStatus", cmd_balancer_status, true},
+    {"balancerStart", cmd_balancer_start, false},
+    {"balancerStatus", cmd_balancer_status, false},
+    {"balancerStop", cmd_balancer_stop, false},
     {"buildInfo", cmd_build_info, true},
     {"buildinfo", cmd_build_info, true},
     {"collStats", to_primary, false},
@@ -518,6 +543,9 @@ static const rt_cmd_t table[] = {
     {"listIndexes", to_primary, false},
     {"listShards", cmd_list_shards, false},
     {"listshards", cmd_list_shards, false},
+    {"moveChunk", cmd_move_chunk, false},
+    {"moveRange", cmd_move_range, false},
+    {"movechunk", cmd_move_chunk, false},
     {"ping", cmd_ping, true},
     {"serverStatus", cmd_server_status, true},
     {"shardCollection", cmd_shard_collection, false},
@@ -648,17 +676,18 @@ int sbl_router_init(const char *configdb, sbl_err_t *err)
             bson_destroy(&r);
         bson_destroy(&ins);
     }
-    /* config.settings: there is no balancer and no auto-splitting yet, and
-     * the documents say so (sh.status() and sh.getBalancerState() read them).
-     * An existing document is left alone (duplicate key). */
+    /* config.settings: the balancer runs (mongod's default), auto-splitting
+     * does not exist yet; the documents say so (sh.status() and
+     * sh.getBalancerState() read them).  An existing document is left alone
+     * (duplicate key). */
     bson_t ins = BSON_INITIALIZER, docs, sd;
     BSON_APPEND_UTF8(&ins, "insert", "settings");
     BSON_APPEND_BOOL(&ins, "ordered", false);
     BSON_APPEND_ARRAY_BEGIN(&ins, "documents", &docs);
     BSON_APPEND_DOCUMENT_BEGIN(&docs, "0", &sd);
     BSON_APPEND_UTF8(&sd, "_id", "balancer");
-    BSON_APPEND_BOOL(&sd, "stopped", true);
-    BSON_APPEND_UTF8(&sd, "mode", "off");
+    BSON_APPEND_BOOL(&sd, "stopped", false);
+    BSON_APPEND_UTF8(&sd, "mode", "full");
     bson_append_document_end(&docs, &sd);
     BSON_APPEND_DOCUMENT_BEGIN(&docs, "1", &sd);
     BSON_APPEND_UTF8(&sd, "_id", "autosplit");

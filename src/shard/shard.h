@@ -39,4 +39,33 @@ int sbl_shard_refresh(const char *ns, sbl_err_t *err);
 void sbl_shard_append_state(bson_t *reply);
 void sbl_shard_shutdown(void);
 
+/* ---- the migration critical section (shard_crit.c) ---------------------------
+ * A router's command on ns (one carrying shardVersion) runs between
+ * sbl_shard_op_enter and sbl_shard_op_exit.  While a migration holds ns's
+ * critical section, op_enter waits (at most until deadline_us, monotonic;
+ * 0: 30 s) for it to end, so writes to the moving range neither reach the
+ * donor after the recipient's last catch-up nor read a half-moved range;
+ * the shard version the command then checks is the new one (StaleConfig).
+ * sbl_shard_crit_enter takes ns's critical section and returns once every
+ * command already inside has left.  One critical section at a time. */
+void sbl_shard_op_enter(const char *ns, int64_t deadline_us);
+void sbl_shard_op_exit(const char *ns);
+void sbl_shard_crit_enter(const char *ns);
+void sbl_shard_crit_exit(void);
+/* True while a migration runs on this shard (donor or recipient): routed
+ * commands then run on a worker thread, where waiting is allowed. */
+bool sbl_shard_migration_active(void);
+void sbl_shard_set_migration_active(bool on);
+
+/* ---- talking to other members of the cluster (shard_remote.c) ---------------
+ * Run cmd in db on the primary of connstr ("set/host:port,..." or
+ * "host:port"), over a pool kept per connection string.  Returns 0 with
+ * *reply initialised (it may say ok: 0), or HostUnreachable with *reply
+ * empty.  sbl_shard_remote_check also turns ok: 0 into its error. */
+int sbl_shard_remote_run(const char *connstr, const char *db, const bson_t *cmd, bson_t *reply,
+                         sbl_err_t *err);
+int sbl_shard_remote_check(const char *connstr, const char *db, const bson_t *cmd,
+                           bson_t *reply, sbl_err_t *err);
+void sbl_shard_remote_shutdown(void);
+
 #endif

@@ -308,7 +308,8 @@ def test_router_yaml_config(cluster):
             assert c.admin.command("hello")["msg"] == "isdbgrid"
             assert len(c.admin.command("listShards")["shards"]) == 2
             settings = {d["_id"]: d for d in c.config.settings.find()}
-            assert settings["balancer"]["stopped"] is True  # no balancer yet, and it says so
+            assert settings["balancer"]["stopped"] is False  # the balancer runs by default
+            assert c.admin.command("balancerStatus")["mode"] == "full"
     finally:
         with open(log + ".pid") as f:
             os.kill(int(f.read().strip()), 15)

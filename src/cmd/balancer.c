@@ -1,0 +1,829 @@
+/*
+ * balancer.c: what the config server primary (sabled --configsvr) does for
+ * migrations, after mongod 7.0:
+ *
+ *  _configsvrMoveRange   (from a router's moveChunk/moveRange, or from the
+ *                        balancer) checks the chunk against config.chunks,
+ *                        records config.migrations and config.changelog,
+ *                        and has the donor shard's primary run the
+ *                        migration (_shardsvrMoveRange, migrate.c).
+ *  _configsvrCommitChunkMigration  (from the donor, in its critical
+ *                        section) gives the chunk to the recipient with the
+ *                        next major version; one other chunk the donor keeps
+ *                        (the control chunk) gets major.1, so both shards'
+ *                        versions move and stale routers are refused.
+ *  _configsvrBalancerStart / Stop / Status, and the balancer thread: a round
+ *                        every few seconds while config.settings' balancer
+ *                        document does not say stopped; in each collection
+ *                        it moves one chunk from the shard with the most to
+ *                        the one with the fewest when they differ by the
+ *                        migration threshold (2 below 20 chunks, 4 below
+ *                        80, 8 above: mongod's chunk-count rule).
+ *
+ * What must stay true: one migration at a time (move_mu); a commit checks
+ * that the donor still owns exactly the chunk, so a migration that raced a
+ * split or another commit fails instead of giving away the wrong range.
+ */
+#include "cmd/cmd_int.h"
+
+#include "common/log.h"
+#include "doc/doc.h"
+#include "repl/repl.h"
+#include "server/server.h"
+#include "shard/shard.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ROUND_IDLE_MS 2000 /* between rounds that moved nothing */
+#define ROUND_BUSY_MS 100  /* after a round that moved a chunk */
+
+static pthread_mutex_t move_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t commit_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *utf8_of(const bson_t *d, const char *k)
+{
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, d, k) && BSON_ITER_HOLDS_UTF8(&it))
+        return bson_iter_utf8(&it, NULL);
+    return NULL;
+}
+
+static bool doc_of(const bson_t *d, const char *k, bson_t *out)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, d, k) && sbl_iter_doc(&it, out);
+}
+
+static void bal_log(char sev, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    sbl_log(sev, "SHARDING", 21000, msg, NULL);
+}
+
+static int is_config_primary(sbl_err_t *err)
+{
+    if (sbl_server_options()->cluster_role != SBL_ROLE_CONFIGSVR)
+        return sbl_err_set(err, SBL_E_IllegalOperation, "this command runs on the config "
+                           "servers (--configsvr) only");
+    if (!sbl_repl_writable())
+        return sbl_err_set(err, SBL_E_NotWritablePrimary, "not primary");
+    return 0;
+}
+
+/* Run cmd on this server; ok: 0 or a write error becomes the error. */
+static int local_run(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    bson_init(reply);
+    sbl_cmd_run(db, cmd, reply);
+    bson_iter_t it, e, f;
+    if (bson_iter_init_find(&it, reply, "ok") && bson_iter_as_double(&it) == 1.0) {
+        if (bson_iter_init_find(&it, reply, "writeErrors") && bson_iter_recurse(&it, &e) &&
+            bson_iter_next(&e) && bson_iter_recurse(&e, &f) && bson_iter_find(&f, "code"))
+            return sbl_err_set(err, (int)bson_iter_as_int64(&f), "config write failed");
+        return 0;
+    }
+    int code = bson_iter_init_find(&it, reply, "code") ? (int)bson_iter_as_int64(&it)
+                                                       : SBL_E_InternalError;
+    const char *m = utf8_of(reply, "errmsg");
+    return sbl_err_set(err, code, "%s", m ? m : "config command failed");
+}
+
+/* Every document of config.<coll> matching filter, into arr (an array). */
+static int cfg_find(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
+                    sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER, reply;
+    BSON_APPEND_UTF8(&cmd, "find", coll);
+    BSON_APPEND_DOCUMENT(&cmd, "filter", filter);
+    if (sort)
+        BSON_APPEND_DOCUMENT(&cmd, "sort", sort);
+    BSON_APPEND_INT32(&cmd, "batchSize", 1000000);
+    BSON_APPEND_BOOL(&cmd, "singleBatch", true);
+    int rc = local_run("config", &cmd, &reply, err);
+    bson_destroy(&cmd);
+    bool got = false;
+    bson_iter_t it, b;
+    if (rc == 0 && bson_iter_init(&it, &reply) &&
+        bson_iter_find_descendant(&it, "cursor.firstBatch", &b) && BSON_ITER_HOLDS_ARRAY(&b)) {
+        uint32_t len;
+        const uint8_t *data;
+        bson_t tmp;
+        bson_iter_array(&b, &len, &data);
+        if (bson_init_static(&tmp, data, len)) {
+            bson_copy_to(&tmp, arr);
+            got = true;
+        }
+    }
+    if (!got)
+        bson_init(arr);
+    bson_destroy(&reply);
+    return rc;
+}
+
+/* The first document of cfg_find, copied into out; false when none. */
+static bool cfg_find_one(const char *coll, const bson_t *filter, bson_t *out, sbl_err_t *err)
+{
+    bson_t arr;
+    bson_iter_t it;
+    bool found = false;
+    if (cfg_find(coll, filter, NULL, &arr, err) == 0 && bson_iter_init(&it, &arr) &&
+        bson_iter_next(&it)) {
+        bson_t d;
+        if (sbl_iter_doc(&it, &d)) {
+            bson_copy_to(&d, out);
+            found = true;
+        }
+    }
+    bson_destroy(&arr);
+    return found;
+}
+
+static int cfg_write(const bson_t *cmd, sbl_err_t *err)
+{
+    bson_t reply;
+    int rc = local_run("config", cmd, &reply, err);
+    bson_destroy(&reply);
+    return rc;
+}
+
+static void ts_now(uint32_t *t, uint32_t *i)
+{
+    static uint32_t last_t, last_i;
+    static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&m);
+    uint32_t now = (uint32_t)time(NULL);
+    if (now > last_t) {
+        last_t = now;
+        last_i = 0;
+    }
+    *t = last_t;
+    *i = ++last_i;
+    pthread_mutex_unlock(&m);
+}
+
+/* An entry of config.changelog (what, ns, details) in mongod's shape. */
+static void changelog(const char *what, const char *ns, const bson_t *details)
+{
+    char host[256] = "localhost", id[400];
+    gethostname(host, sizeof(host) - 1);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    bson_oid_t oid;
+    bson_oid_init(&oid, NULL);
+    char hex[25];
+    bson_oid_to_string(&oid, hex);
+    snprintf(id, sizeof(id), "%s:%d-%lld-%s", host, sbl_server_options()->port, (long long)ms,
+             hex);
+    bson_t cmd = BSON_INITIALIZER, docs, d;
+    BSON_APPEND_UTF8(&cmd, "insert", "changelog");
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &docs);
+    BSON_APPEND_DOCUMENT_BEGIN(&docs, "0", &d);
+    BSON_APPEND_UTF8(&d, "_id", id);
+    char server[300];
+    snprintf(server, sizeof(server), "%s:%d", host, sbl_server_options()->port);
+    BSON_APPEND_UTF8(&d, "server", server);
+    BSON_APPEND_UTF8(&d, "shard", "config");
+    BSON_APPEND_UTF8(&d, "clientAddr", "");
+    BSON_APPEND_DATE_TIME(&d, "time", ms);
+    BSON_APPEND_UTF8(&d, "what", what);
+    BSON_APPEND_UTF8(&d, "ns", ns);
+    BSON_APPEND_DOCUMENT(&d, "details", details);
+    bson_append_document_end(&docs, &d);
+    bson_append_array_end(&cmd, &docs);
+    sbl_err_t e = {0};
+    if (cfg_write(&cmd, &e) != 0)
+        bal_log(SBL_LOG_WARNING, "writing config.changelog (%s) failed: %s", what, e.msg);
+    bson_destroy(&cmd);
+}
+
+/* The connection string of shard id (config.shards' host) into out. */
+static int shard_host(const char *id, char *out, size_t n, sbl_err_t *err)
+{
+    bson_t f = BSON_INITIALIZER, d = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&f, "_id", id);
+    int rc = 0;
+    if (cfg_find_one("shards", &f, &d, err) && utf8_of(&d, "host") != NULL)
+        snprintf(out, n, "%s", utf8_of(&d, "host"));
+    else
+        rc = sbl_err_set(err, SBL_E_ShardNotFound, "Shard %s not found", id);
+    bson_destroy(&f);
+    bson_destroy(&d);
+    return rc;
+}
+
+/*
+ * Move the chunk of ns that starts at min to shard to (max, when given,
+ * must be its max).  Runs the whole migration; details receives what the
+ * donor reported.  One at a time.
+ */
+static int move_range_locked(const char *ns, const bson_t *min, const bson_t *max,
+                             const char *to, bson_t *details, sbl_err_t *err)
+{
+    bson_t coll = BSON_INITIALIZER, chunk = BSON_INITIALIZER, f = BSON_INITIALIZER, key, cmax;
+    int rc = 0;
+    bson_iter_t it;
+    BSON_APPEND_UTF8(&f, "_id", ns);
+    if (!cfg_find_one("collections", &f, &coll, err) ||
+        (bson_iter_init_find(&it, &coll, "dropped") && bson_iter_as_bool(&it)) ||
+        !bson_iter_init_find(&it, &coll, "uuid") || !doc_of(&coll, "key", &key)) {
+        rc = err->code ? err->code
+                       : sbl_err_set(err, SBL_E_NamespaceNotSharded, "ns %s not sharded.", ns);
+        goto out;
+    }
+    bson_reinit(&f);
+    bson_append_value(&f, "uuid", 4, bson_iter_value(&it));
+    BSON_APPEND_DOCUMENT(&f, "min", min);
+    if (!cfg_find_one("chunks", &f, &chunk, err) || !doc_of(&chunk, "max", &cmax)) {
+        rc = err->code ? err->code
+                       : sbl_err_set(err, SBL_E_BadValue, "no chunk of %s starts at the range's "
+                                     "min", ns);
+        goto out;
+    }
+    if (max != NULL && sbl_doc_compare(max, &cmax) != 0) {
+        rc = sbl_err_set(err, SBL_E_BadValue, "the range's max is not its chunk's max (split "
+                         "the chunk first)");
+        goto out;
+    }
+    const char *from = utf8_of(&chunk, "shard");
+    if (from == NULL) {
+        rc = sbl_err_set(err, SBL_E_InternalError, "config.chunks entry without a shard");
+        goto out;
+    }
+    if (strcmp(from, to) == 0)
+        goto out; /* already there: nothing to do */
+    char from_host[1024], to_host[1024];
+    if ((rc = shard_host(from, from_host, sizeof(from_host), err)) != 0 ||
+        (rc = shard_host(to, to_host, sizeof(to_host), err)) != 0)
+        goto out;
+    /* config.migrations: the migration in progress */
+    char mid[600];
+    {
+        char *mj = bson_as_relaxed_extended_json(min, NULL);
+        snprintf(mid, sizeof(mid), "%s-%s", ns, mj ? mj : "");
+        bson_free(mj);
+        bson_t cmd = BSON_INITIALIZER, docs, d;
+        BSON_APPEND_UTF8(&cmd, "insert", "migrations");
+        BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &docs);
+        BSON_APPEND_DOCUMENT_BEGIN(&docs, "0", &d);
+        BSON_APPEND_UTF8(&d, "_id", mid);
+        BSON_APPEND_UTF8(&d, "ns", ns);
+        bson_append_value(&d, "uuid", 4, bson_iter_value(&it));
+        BSON_APPEND_DOCUMENT(&d, "min", min);
+        BSON_APPEND_DOCUMENT(&d, "max", &cmax);
+        BSON_APPEND_UTF8(&d, "fromShard", from);
+        BSON_APPEND_UTF8(&d, "toShard", to);
+        bson_iter_t lm;
+        if (bson_iter_init_find(&lm, &chunk, "lastmod"))
+            bson_append_value(&d, "chunkVersion", -1, bson_iter_value(&lm));
+        BSON_APPEND_BOOL(&d, "waitForDelete", false);
+        BSON_APPEND_BOOL(&d, "forceJumbo", false);
+        bson_append_document_end(&docs, &d);
+        bson_append_array_end(&cmd, &docs);
+        rc = cfg_write(&cmd, err);
+        bson_destroy(&cmd);
+        if (rc != 0)
+            goto out;
+    }
+    bson_t det = BSON_INITIALIZER;
+    BSON_APPEND_DOCUMENT(&det, "min", min);
+    BSON_APPEND_DOCUMENT(&det, "max", &cmax);
+    BSON_APPEND_UTF8(&det, "from", from);
+    BSON_APPEND_UTF8(&det, "to", to);
+    changelog("moveChunk.start", ns, &det);
+    bson_t cmd = BSON_INITIALIZER, reply;
+    BSON_APPEND_UTF8(&cmd, "_shardsvrMoveRange", ns);
+    BSON_APPEND_DOCUMENT(&cmd, "min", min);
+    BSON_APPEND_DOCUMENT(&cmd, "max", &cmax);
+    BSON_APPEND_DOCUMENT(&cmd, "shardKeyPattern", &key);
+    BSON_APPEND_UTF8(&cmd, "fromShard", from);
+    BSON_APPEND_UTF8(&cmd, "toShard", to);
+    BSON_APPEND_UTF8(&cmd, "fromShardHost", from_host);
+    BSON_APPEND_UTF8(&cmd, "toShardHost", to_host);
+    bal_log(SBL_LOG_INFO, "moving a chunk of %s from %s to %s", ns, from, to);
+    rc = sbl_shard_remote_check(from_host, "admin", &cmd, &reply, err);
+    bson_destroy(&cmd);
+    if (rc == 0) {
+        bson_iter_t r;
+        bson_iter_init(&r, &reply);
+        while (bson_iter_next(&r))
+            if (strcmp(bson_iter_key(&r), "ok") != 0 && bson_iter_key(&r)[0] != '$' &&
+                strcmp(bson_iter_key(&r), "operationTime") != 0)
+                bson_append_value(&det, bson_iter_key(&r), -1, bson_iter_value(&r));
+        if (details != NULL)
+            bson_concat(details, &det);
+        changelog("moveChunk.from", ns, &det);
+    } else {
+        BSON_APPEND_UTF8(&det, "errmsg", err->msg);
+        changelog("moveChunk.error", ns, &det);
+        bal_log(SBL_LOG_WARNING, "moving a chunk of %s from %s to %s failed: %s", ns, from, to,
+                err->msg);
+    }
+    bson_destroy(&reply);
+    bson_destroy(&det);
+    {
+        bson_t del = BSON_INITIALIZER, dels, d, q;
+        BSON_APPEND_UTF8(&del, "delete", "migrations");
+        BSON_APPEND_ARRAY_BEGIN(&del, "deletes", &dels);
+        BSON_APPEND_DOCUMENT_BEGIN(&dels, "0", &d);
+        BSON_APPEND_DOCUMENT_BEGIN(&d, "q", &q);
+        BSON_APPEND_UTF8(&q, "_id", mid);
+        bson_append_document_end(&d, &q);
+        BSON_APPEND_INT32(&d, "limit", 1);
+        bson_append_document_end(&dels, &d);
+        bson_append_array_end(&del, &dels);
+        sbl_err_t e = {0};
+        cfg_write(&del, &e);
+        bson_destroy(&del);
+    }
+out:
+    bson_destroy(&coll);
+    bson_destroy(&chunk);
+    bson_destroy(&f);
+    return rc;
+}
+
+static int move_range(const char *ns, const bson_t *min, const bson_t *max, const char *to,
+                      bson_t *details, sbl_err_t *err)
+{
+    pthread_mutex_lock(&move_mu);
+    int rc = move_range_locked(ns, min, max, to, details, err);
+    pthread_mutex_unlock(&move_mu);
+    return rc;
+}
+
+int sbl_cmd_configsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    int rc = is_config_primary(err);
+    if (rc != 0)
+        return rc;
+    const char *ns = utf8_of(ctx->cmd, "_configsvrMoveRange");
+    const char *to = utf8_of(ctx->cmd, "toShard");
+    bson_t min, max;
+    if (ns == NULL || to == NULL || !doc_of(ctx->cmd, "min", &min))
+        return sbl_err_set(err, SBL_E_BadValue, "_configsvrMoveRange needs a namespace, min "
+                           "and toShard");
+    bool has_max = doc_of(ctx->cmd, "max", &max);
+    bson_t det = BSON_INITIALIZER;
+    rc = move_range(ns, &min, has_max ? &max : NULL, to, &det, err);
+    if (rc == 0)
+        BSON_APPEND_DOCUMENT(ctx->reply, "details", &det);
+    bson_destroy(&det);
+    return rc;
+}
+
+static bool ts_of(const bson_t *d, const char *k, uint32_t *t, uint32_t *i)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, d, k) || !BSON_ITER_HOLDS_TIMESTAMP(&it))
+        return false;
+    bson_iter_timestamp(&it, t, i);
+    return true;
+}
+
+/* $set fields on the chunk with _id id. */
+static int chunk_set(const bson_value_t *id, const bson_t *set, sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER, ups, u, q, s, wc;
+    BSON_APPEND_UTF8(&cmd, "update", "chunks");
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "updates", &ups);
+    BSON_APPEND_DOCUMENT_BEGIN(&ups, "0", &u);
+    BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &q);
+    bson_append_value(&q, "_id", 3, id);
+    bson_append_document_end(&u, &q);
+    BSON_APPEND_DOCUMENT_BEGIN(&u, "u", &s);
+    BSON_APPEND_DOCUMENT(&s, "$set", set);
+    bson_append_document_end(&u, &s);
+    bson_append_document_end(&ups, &u);
+    bson_append_array_end(&cmd, &ups);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
+    BSON_APPEND_UTF8(&wc, "w", "majority");
+    bson_append_document_end(&cmd, &wc);
+    int rc = cfg_write(&cmd, err);
+    bson_destroy(&cmd);
+    return rc;
+}
+
+int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    int rc = is_config_primary(err);
+    if (rc != 0)
+        return rc;
+    const char *ns = utf8_of(ctx->cmd, "_configsvrCommitChunkMigration");
+    const char *from = utf8_of(ctx->cmd, "fromShard"), *to = utf8_of(ctx->cmd, "toShard");
+    bson_t mc, min, max;
+    if (ns == NULL || from == NULL || to == NULL || !doc_of(ctx->cmd, "migratedChunk", &mc) ||
+        !doc_of(&mc, "min", &min) || !doc_of(&mc, "max", &max))
+        return sbl_err_set(err, SBL_E_BadValue, "_configsvrCommitChunkMigration needs a "
+                           "namespace, fromShard, toShard and migratedChunk {min, max}");
+    pthread_mutex_lock(&commit_mu);
+    bson_t f = BSON_INITIALIZER, coll = BSON_INITIALIZER, chunks;
+    bson_iter_t it, uuid;
+    BSON_APPEND_UTF8(&f, "_id", ns);
+    bool have = cfg_find_one("collections", &f, &coll, err);
+    bson_init(&chunks);
+    if (!have || !bson_iter_init_find(&uuid, &coll, "uuid")) {
+        rc = err->code ? err->code
+                       : sbl_err_set(err, SBL_E_NamespaceNotSharded, "ns %s not sharded.", ns);
+        goto out;
+    }
+    bson_reinit(&f);
+    bson_append_value(&f, "uuid", 4, bson_iter_value(&uuid));
+    bson_destroy(&chunks);
+    if ((rc = cfg_find("chunks", &f, NULL, &chunks, err)) != 0)
+        goto out;
+    uint32_t major = 0, minor = 0;
+    bson_value_t mig_id = {0}, ctl_id = {0};
+    bool mig_ok = false;
+    bson_iter_init(&it, &chunks);
+    while (bson_iter_next(&it)) {
+        bson_t c, cmin, cmax;
+        uint32_t ma, mi;
+        bson_iter_t id;
+        if (!sbl_iter_doc(&it, &c) || !bson_iter_init_find(&id, &c, "_id"))
+            continue;
+        if (ts_of(&c, "lastmod", &ma, &mi) && (ma > major || (ma == major && mi > minor))) {
+            major = ma;
+            minor = mi;
+        }
+        const char *sh = utf8_of(&c, "shard");
+        if (sh == NULL || strcmp(sh, from) != 0 || !doc_of(&c, "min", &cmin) ||
+            !doc_of(&c, "max", &cmax))
+            continue;
+        if (sbl_doc_compare(&cmin, &min) == 0) {
+            mig_ok = sbl_doc_compare(&cmax, &max) == 0;
+            mig_id = *bson_iter_value(&id);
+        } else if (ctl_id.value_type == BSON_TYPE_EOD) {
+            ctl_id = *bson_iter_value(&id);
+        }
+    }
+    if (!mig_ok) {
+        rc = sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "the chunk being migrated "
+                         "is no longer owned by %s with these bounds (a concurrent split or "
+                         "migration): the migration is aborted", from);
+        goto out;
+    }
+    uint32_t t, i;
+    ts_now(&t, &i);
+    bson_t set = BSON_INITIALIZER, hist, h;
+    BSON_APPEND_UTF8(&set, "shard", to);
+    BSON_APPEND_TIMESTAMP(&set, "lastmod", major + 1, 0);
+    BSON_APPEND_TIMESTAMP(&set, "onCurrentShardSince", t, i);
+    BSON_APPEND_ARRAY_BEGIN(&set, "history", &hist);
+    BSON_APPEND_DOCUMENT_BEGIN(&hist, "0", &h);
+    BSON_APPEND_TIMESTAMP(&h, "validAfter", t, i);
+    BSON_APPEND_UTF8(&h, "shard", to);
+    bson_append_document_end(&hist, &h);
+    bson_append_array_end(&set, &hist);
+    rc = chunk_set(&mig_id, &set, err);
+    bson_destroy(&set);
+    if (rc == 0 && ctl_id.value_type != BSON_TYPE_EOD) {
+        bson_init(&set);
+        BSON_APPEND_TIMESTAMP(&set, "lastmod", major + 1, 1);
+        rc = chunk_set(&ctl_id, &set, err);
+        bson_destroy(&set);
+    }
+    if (rc == 0) {
+        bson_t det = BSON_INITIALIZER, v;
+        BSON_APPEND_DOCUMENT(&det, "min", &min);
+        BSON_APPEND_DOCUMENT(&det, "max", &max);
+        BSON_APPEND_UTF8(&det, "from", from);
+        BSON_APPEND_UTF8(&det, "to", to);
+        BSON_APPEND_TIMESTAMP(&det, "migratedChunkVersion", major + 1, 0);
+        if (ctl_id.value_type != BSON_TYPE_EOD)
+            BSON_APPEND_TIMESTAMP(&det, "controlChunkVersion", major + 1, 1);
+        changelog("moveChunk.commit", ns, &det);
+        bson_destroy(&det);
+        BSON_APPEND_DOCUMENT_BEGIN(ctx->reply, "shardVersion", &v);
+        bson_iter_t e;
+        if (bson_iter_init_find(&e, &coll, "lastmodEpoch"))
+            bson_append_value(&v, "e", 1, bson_iter_value(&e));
+        if (bson_iter_init_find(&e, &coll, "timestamp"))
+            bson_append_value(&v, "t", 1, bson_iter_value(&e));
+        BSON_APPEND_TIMESTAMP(&v, "v", major + 1, ctl_id.value_type != BSON_TYPE_EOD ? 1 : 0);
+        bson_append_document_end(ctx->reply, &v);
+    }
+out:
+    pthread_mutex_unlock(&commit_mu);
+    bson_destroy(&f);
+    bson_destroy(&coll);
+    bson_destroy(&chunks);
+    return rc;
+}
+
+/* ---- the balancer ---- */
+
+static pthread_mutex_t bal_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t bal_cv = PTHREAD_COND_INITIALIZER;
+static pthread_t bal_thread;
+static bool bal_running, bal_stop, bal_in_round;
+static int64_t bal_rounds;
+
+/* config.settings' balancer document says it runs (mongod's default: yes). */
+static bool balancer_enabled(void)
+{
+    bson_t f = BSON_INITIALIZER, d = BSON_INITIALIZER;
+    sbl_err_t e = {0};
+    BSON_APPEND_UTF8(&f, "_id", "balancer");
+    bool on = true;
+    if (cfg_find_one("settings", &f, &d, &e)) {
+        bson_iter_t it;
+        const char *mode = utf8_of(&d, "mode");
+        if (bson_iter_init_find(&it, &d, "stopped") && bson_iter_as_bool(&it))
+            on = false;
+        if (mode != NULL && strcmp(mode, "off") == 0)
+            on = false;
+    }
+    bson_destroy(&f);
+    bson_destroy(&d);
+    return on;
+}
+
+static int threshold(int total)
+{
+    return total < 20 ? 2 : total < 80 ? 4 : 8;
+}
+
+/* One collection: move one chunk if it is out of balance.  Returns 1 when
+ * a chunk moved, 0 when balanced, -1 on a failed migration. */
+static int balance_collection(const bson_t *coll, char ids[][128], int nshards)
+{
+    bson_iter_t it;
+    const char *ns = utf8_of(coll, "_id");
+    if (ns == NULL || !bson_iter_init_find(&it, coll, "uuid"))
+        return 0;
+    bson_t f = BSON_INITIALIZER, sort = BSON_INITIALIZER, chunks;
+    bson_append_value(&f, "uuid", 4, bson_iter_value(&it));
+    BSON_APPEND_INT32(&sort, "min", 1);
+    sbl_err_t e = {0};
+    /* decide and move under the migration lock: a moveChunk that ran while
+     * this round waited has changed the counts */
+    pthread_mutex_lock(&move_mu);
+    int rc = cfg_find("chunks", &f, &sort, &chunks, &e);
+    bson_destroy(&f);
+    bson_destroy(&sort);
+    if (rc != 0) {
+        pthread_mutex_unlock(&move_mu);
+        bson_destroy(&chunks);
+        return 0;
+    }
+    int count[64] = {0}, total = 0;
+    bson_iter_init(&it, &chunks);
+    while (bson_iter_next(&it)) {
+        bson_t c;
+        const char *sh;
+        if (!sbl_iter_doc(&it, &c) || (sh = utf8_of(&c, "shard")) == NULL)
+            continue;
+        total++;
+        for (int s = 0; s < nshards; s++)
+            if (strcmp(ids[s], sh) == 0)
+                count[s]++;
+    }
+    int hi = 0, lo = 0;
+    for (int s = 1; s < nshards; s++) {
+        if (count[s] > count[hi])
+            hi = s;
+        if (count[s] < count[lo])
+            lo = s;
+    }
+    int moved = 0;
+    if (nshards >= 2 && count[hi] - count[lo] >= threshold(total)) {
+        /* the donor's first chunk by min */
+        bson_iter_init(&it, &chunks);
+        while (bson_iter_next(&it)) {
+            bson_t c, min, max;
+            const char *sh;
+            if (!sbl_iter_doc(&it, &c) || (sh = utf8_of(&c, "shard")) == NULL ||
+                strcmp(sh, ids[hi]) != 0 || !doc_of(&c, "min", &min) || !doc_of(&c, "max", &max))
+                continue;
+            moved = move_range_locked(ns, &min, &max, ids[lo], NULL, &e) == 0 ? 1 : -1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&move_mu);
+    bson_destroy(&chunks);
+    return moved;
+}
+
+/* One round over every sharded collection; how many chunks moved. */
+static int balance_round(bool *errorp)
+{
+    bson_t empty = BSON_INITIALIZER, shards, colls;
+    sbl_err_t e = {0};
+    char ids[64][128];
+    int nshards = 0, moved = 0;
+    *errorp = false;
+    if (cfg_find("shards", &empty, NULL, &shards, &e) == 0) {
+        bson_iter_t it;
+        bson_iter_init(&it, &shards);
+        while (bson_iter_next(&it) && nshards < 64) {
+            bson_t s;
+            bson_iter_t dr;
+            if (!sbl_iter_doc(&it, &s) || utf8_of(&s, "_id") == NULL ||
+                (bson_iter_init_find(&dr, &s, "draining") && bson_iter_as_bool(&dr)))
+                continue;
+            snprintf(ids[nshards++], sizeof(ids[0]), "%s", utf8_of(&s, "_id"));
+        }
+    }
+    bson_destroy(&shards);
+    if (nshards >= 2 && cfg_find("collections", &empty, NULL, &colls, &e) == 0) {
+        bson_iter_t it;
+        bson_iter_init(&it, &colls);
+        while (bson_iter_next(&it)) {
+            bson_t c;
+            bson_iter_t nb;
+            if (!sbl_iter_doc(&it, &c) ||
+                (bson_iter_init_find(&nb, &c, "noBalance") && bson_iter_as_bool(&nb)) ||
+                (bson_iter_init_find(&nb, &c, "dropped") && bson_iter_as_bool(&nb)))
+                continue;
+            int r = balance_collection(&c, ids, nshards);
+            if (r > 0)
+                moved++;
+            else if (r < 0)
+                *errorp = true;
+            pthread_mutex_lock(&bal_mu);
+            bool stop = bal_stop;
+            pthread_mutex_unlock(&bal_mu);
+            if (stop || !balancer_enabled())
+                break;
+        }
+        bson_destroy(&colls);
+    } else if (nshards >= 2) {
+        bson_destroy(&colls);
+    }
+    bson_destroy(&empty);
+    return moved;
+}
+
+/* config.actionlog's balancer.round entry, as mongod writes it. */
+static void actionlog_round(int64_t millis, int moved, bool error)
+{
+    char host[256] = "localhost", server[300];
+    gethostname(host, sizeof(host) - 1);
+    snprintf(server, sizeof(server), "%s:%d", host, sbl_server_options()->port);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    bson_t cmd = BSON_INITIALIZER, docs, d, det;
+    bson_oid_t oid;
+    bson_oid_init(&oid, NULL);
+    BSON_APPEND_UTF8(&cmd, "insert", "actionlog");
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &docs);
+    BSON_APPEND_DOCUMENT_BEGIN(&docs, "0", &d);
+    BSON_APPEND_OID(&d, "_id", &oid);
+    BSON_APPEND_UTF8(&d, "server", server);
+    BSON_APPEND_UTF8(&d, "what", "balancer.round");
+    BSON_APPEND_DATE_TIME(&d, "time", (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+    BSON_APPEND_DOCUMENT_BEGIN(&d, "details", &det);
+    BSON_APPEND_INT64(&det, "executionTimeMillis", millis);
+    BSON_APPEND_BOOL(&det, "errorOccured", error);
+    BSON_APPEND_INT32(&det, "chunksMoved", moved);
+    bson_append_document_end(&d, &det);
+    bson_append_document_end(&docs, &d);
+    bson_append_array_end(&cmd, &docs);
+    sbl_err_t e = {0};
+    cfg_write(&cmd, &e);
+    bson_destroy(&cmd);
+}
+
+static void *balancer_main(void *arg)
+{
+    (void)arg;
+    sbl_thread_name("Balancer");
+    int wait_ms = ROUND_IDLE_MS;
+    pthread_mutex_lock(&bal_mu);
+    while (!bal_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += wait_ms / 1000;
+        ts.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&bal_cv, &bal_mu, &ts);
+        if (bal_stop)
+            break;
+        wait_ms = ROUND_IDLE_MS;
+        pthread_mutex_unlock(&bal_mu);
+        bool run = sbl_repl_writable() && balancer_enabled();
+        pthread_mutex_lock(&bal_mu);
+        if (!run || bal_stop)
+            continue;
+        bal_in_round = true;
+        bal_rounds++;
+        pthread_mutex_unlock(&bal_mu);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        bool error = false;
+        int moved = balance_round(&error);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (moved > 0 || error)
+            actionlog_round((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000,
+                            moved, error);
+        pthread_mutex_lock(&bal_mu);
+        bal_in_round = false;
+        pthread_cond_broadcast(&bal_cv);
+        if (moved > 0)
+            wait_ms = ROUND_BUSY_MS;
+    }
+    pthread_mutex_unlock(&bal_mu);
+    sbl_session_release_thread();
+    return NULL;
+}
+
+void sbl_cmd_balancer_start_thread(void)
+{
+    if (sbl_server_options()->cluster_role != SBL_ROLE_CONFIGSVR || bal_running)
+        return;
+    bal_stop = false;
+    if (pthread_create(&bal_thread, NULL, balancer_main, NULL) == 0)
+        bal_running = true;
+}
+
+void sbl_cmd_balancer_stop_thread(void)
+{
+    if (!bal_running)
+        return;
+    pthread_mutex_lock(&bal_mu);
+    bal_stop = true;
+    pthread_cond_broadcast(&bal_cv);
+    pthread_mutex_unlock(&bal_mu);
+    pthread_join(bal_thread, NULL);
+    bal_running = false;
+}
+
+static int settings_set(bool on, sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER, ups, u, q, s, set;
+    BSON_APPEND_UTF8(&cmd, "update", "settings");
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "updates", &ups);
+    BSON_APPEND_DOCUMENT_BEGIN(&ups, "0", &u);
+    BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &q);
+    BSON_APPEND_UTF8(&q, "_id", "balancer");
+    bson_append_document_end(&u, &q);
+    BSON_APPEND_DOCUMENT_BEGIN(&u, "u", &s);
+    BSON_APPEND_DOCUMENT_BEGIN(&s, "$set", &set);
+    BSON_APPEND_UTF8(&set, "mode", on ? "full" : "off");
+    BSON_APPEND_BOOL(&set, "stopped", !on);
+    bson_append_document_end(&s, &set);
+    bson_append_document_end(&u, &s);
+    BSON_APPEND_BOOL(&u, "upsert", true);
+    bson_append_document_end(&ups, &u);
+    bson_append_array_end(&cmd, &ups);
+    int rc = cfg_write(&cmd, err);
+    bson_destroy(&cmd);
+    return rc;
+}
+
+int sbl_cmd_configsvr_balancer_start(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    int rc = is_config_primary(err);
+    if (rc == 0)
+        rc = settings_set(true, err);
+    if (rc == 0) {
+        pthread_mutex_lock(&bal_mu);
+        pthread_cond_broadcast(&bal_cv); /* a round now */
+        pthread_mutex_unlock(&bal_mu);
+    }
+    (void)ctx;
+    return rc;
+}
+
+int sbl_cmd_configsvr_balancer_stop(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    int rc = is_config_primary(err);
+    if (rc == 0)
+        rc = settings_set(false, err);
+    if (rc == 0) { /* as mongod: return once the round in progress is over */
+        pthread_mutex_lock(&bal_mu);
+        while (bal_in_round)
+            pthread_cond_wait(&bal_cv, &bal_mu);
+        pthread_mutex_unlock(&bal_mu);
+    }
+    (void)ctx;
+    return rc;
+}
+
+int sbl_cmd_configsvr_balancer_status(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    int rc = is_config_primary(err);
+    if (rc != 0)
+        return rc;
+    bool on = balancer_enabled();
+    pthread_mutex_lock(&bal_mu);
+    BSON_APPEND_UTF8(ctx->reply, "mode", on ? "full" : "off");
+    BSON_APPEND_BOOL(ctx->reply, "inBalancerRound", bal_in_round);
+    BSON_APPEND_INT64(ctx->reply, "numBalancerRounds", bal_rounds);
+    pthread_mutex_unlock(&bal_mu);
+    return 0;
+}

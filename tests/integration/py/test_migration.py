@@ -1,0 +1,256 @@
+"""
+Chunk migrations and the balancer (docs/sharding.md, "Migrations"): a
+cluster of a config server and two one-member shards started with
+build/sable-cluster start --sharded.  moveChunk moves a range back and forth
+while a writer inserts and updates documents in it through the router; the
+balancer evens out a collection whose chunks all start on one shard.
+"""
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pymongo
+import pytest
+from bson import json_util
+from pymongo.errors import OperationFailure
+
+sys.path.insert(0, os.path.dirname(__file__))
+from sabled import sabled_path  # noqa: E402
+
+BUILD = os.path.dirname(sabled_path())
+LAUNCHER = os.path.join(BUILD, "sable-cluster")
+ROUTER = os.path.join(BUILD, "sable-router")
+
+
+def _base_port(n):
+    for _ in range(200):
+        base = random.randrange(20000, 60000)
+        ok = True
+        for p in range(base, base + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free port range")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if not os.path.exists(ROUTER):
+        pytest.skip("sable-router not built")
+    d = tempfile.mkdtemp(prefix="sable-mig-")
+    base = _base_port(5)
+    env = dict(os.environ, SABLED=sabled_path(), SABLE_ROUTER=ROUTER)
+    r = subprocess.run([sys.executable, LAUNCHER, "start", "--sharded", "--shards", "2",
+                        "--members", "1", "--port", str(base), "--router-port", str(base + 4),
+                        "--oplog-mb", "64", "--dir", d], capture_output=True, text=True, env=env,
+                       timeout=180)
+    info = {"dir": d, "router": base + 4, "config": base, "shards": [base + 1, base + 2]}
+    try:
+        assert r.returncode == 0, r.stdout + r.stderr
+        yield info
+    finally:
+        subprocess.run([sys.executable, LAUNCHER, "stop", "--dir", d], env=env, timeout=120,
+                       capture_output=True)
+        if not os.environ.get("SABLE_KEEP_CLUSTER"):
+            shutil.rmtree(d, ignore_errors=True)
+        else:
+            print("cluster dir", d)
+
+
+@pytest.fixture(scope="module")
+def mongos(cluster):
+    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000,
+                            uuidRepresentation="standard")
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def shards(cluster):
+    cs = [pymongo.MongoClient("127.0.0.1", p, directConnection=True) for p in cluster["shards"]]
+    yield cs
+    for c in cs:
+        c.close()
+
+
+def _digest(docs):
+    h = hashlib.sha256()
+    for d in sorted(docs, key=lambda d: d["_id"]):
+        h.update(json_util.dumps(d, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def _owner(mongos, ns, min_doc):
+    uuid = mongos.config.collections.find_one({"_id": ns})["uuid"]
+    return mongos.config.chunks.find_one({"uuid": uuid, "min": min_doc})["shard"]
+
+
+def test_move_chunk_under_writes(mongos, shards):
+    mongos.admin.command("balancerStop")
+    assert mongos.admin.command("balancerStatus")["mode"] == "off"
+    mongos.admin.command("enableSharding", "mig")
+    mongos.admin.command("shardCollection", "mig.c", key={"k": 1})
+    mongos.mig.c.insert_many([{"_id": i, "k": i, "n": 0} for i in range(2000)])
+    mongos.admin.command("split", "mig.c", middle={"k": 1000})
+    expected = {i: {"_id": i, "k": i, "n": 0} for i in range(2000)}
+
+    stop = threading.Event()
+    errors, dups = [], []
+    lock = threading.Lock()
+
+    def writer():
+        c = pymongo.MongoClient("127.0.0.1", mongos.address[1])
+        rnd = random.Random(7)
+        next_id = 100000
+        try:
+            while not stop.is_set():
+                try:
+                    if rnd.random() < 0.3:  # an insert into the moving range
+                        d = {"_id": next_id, "k": 1000 + rnd.randrange(1000), "n": 0}
+                        c.mig.c.insert_one(d)
+                        with lock:
+                            expected[next_id] = d
+                        next_id += 1
+                    else:  # an update of a document in the moving range
+                        i = 1000 + rnd.randrange(1000)
+                        r = c.mig.c.update_one({"k": i, "_id": i}, {"$inc": {"n": 1}})
+                        assert r.matched_count == 1, i
+                        with lock:
+                            expected[i]["n"] += 1
+                except Exception as e:  # noqa: BLE001 - every failure is a finding
+                    errors.append(repr(e))
+                    return
+        finally:
+            c.close()
+
+    def reader():
+        c = pymongo.MongoClient("127.0.0.1", mongos.address[1])
+        try:
+            while not stop.is_set():
+                ids = [d["_id"] for d in c.mig.c.find({}, {"_id": 1}, batch_size=100000)]
+                if len(ids) != len(set(ids)):
+                    dups.append(len(ids) - len(set(ids)))
+        except Exception as e:  # noqa: BLE001
+            errors.append("reader: " + repr(e))
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.5)
+        names = ["shard0", "shard1"]
+        for _ in range(2):  # there and back again
+            owner = _owner(mongos, "mig.c", {"k": 1000})
+            to = names[1 - names.index(owner)]
+            r = mongos.admin.command("moveChunk", "mig.c", find={"k": 1500}, to=to)
+            assert r["ok"] == 1
+            assert _owner(mongos, "mig.c", {"k": 1000}) == to
+            time.sleep(0.3)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert not errors, errors[:3]
+    assert not dups, dups
+
+    docs = list(mongos.mig.c.find({}, batch_size=100000))
+    assert len(docs) == len({d["_id"] for d in docs})  # nothing seen twice
+    assert mongos.mig.c.count_documents({}) == len(expected)
+    assert _digest(docs) == _digest(list(expected.values()))
+    # orphans are gone: each shard holds exactly what it owns
+    owner = _owner(mongos, "mig.c", {"k": 1000})
+    other = "shard1" if owner == "shard0" else "shard0"
+    held = {n: shards[i].mig.c.count_documents({"k": {"$gte": 1000}})
+            for i, n in enumerate(["shard0", "shard1"])}
+    assert held[other] == 0, held
+    assert held[owner] == len([d for d in expected.values() if d["k"] >= 1000])
+    # the metadata says what happened, in mongod's shapes
+    assert mongos.config.migrations.count_documents({}) == 0
+    whats = [d["what"] for d in mongos.config.changelog.find({"ns": "mig.c"})]
+    assert whats.count("moveChunk.commit") == 2 and whats.count("moveChunk.from") == 2
+    commit = mongos.config.changelog.find_one({"ns": "mig.c", "what": "moveChunk.from"})
+    assert commit["details"]["cloned"] > 0
+    # a major version bump per migration
+    uuid = mongos.config.collections.find_one({"_id": "mig.c"})["uuid"]
+    majors = [c["lastmod"].time for c in mongos.config.chunks.find({"uuid": uuid})]
+    assert max(majors) == 3, majors
+
+
+def test_move_chunk_errors(mongos):
+    with pytest.raises(OperationFailure) as e:
+        mongos.admin.command("moveChunk", "mig.c", find={"k": 5}, to="nosuchshard")
+    assert e.value.code == 70  # ShardNotFound
+    with pytest.raises(OperationFailure) as e:
+        mongos.admin.command("moveChunk", "mig.nosharded", find={"k": 5}, to="shard0")
+    assert e.value.code in (118, 61)
+    with pytest.raises(OperationFailure):
+        mongos.admin.command("moveChunk", "mig.c", bounds=[{"k": 3}, {"k": 7}], to="shard0")
+
+
+def test_move_range_splits_and_moves(mongos, shards):
+    mongos.admin.command("shardCollection", "mig.r", key={"k": 1})
+    mongos.mig.r.insert_many([{"_id": i, "k": i} for i in range(100)])
+    uuid = mongos.config.collections.find_one({"_id": "mig.r"})["uuid"]
+    src = mongos.config.chunks.find_one({"uuid": uuid})["shard"]
+    to = "shard1" if src == "shard0" else "shard0"
+    mongos.admin.command("moveRange", "mig.r", min={"k": 40}, max={"k": 60}, toShard=to)
+    chunks = sorted(mongos.config.chunks.find({"uuid": uuid}), key=lambda c: str(c["min"]))
+    assert len(chunks) == 3
+    assert _owner(mongos, "mig.r", {"k": 40}) == to
+    i = ["shard0", "shard1"].index(to)
+    assert shards[i].mig.r.count_documents({}) == 20
+    assert shards[1 - i].mig.r.count_documents({}) == 80
+    assert mongos.mig.r.count_documents({}) == 100
+    assert sorted(d["k"] for d in mongos.mig.r.find({"k": {"$gte": 30, "$lt": 70}})) == \
+        list(range(30, 70))
+
+
+def test_balancer_evens_out_chunks(mongos):
+    mongos.admin.command("balancerStop")
+    mongos.admin.command("shardCollection", "mig.b", key={"k": 1})
+    mongos.mig.b.insert_many([{"_id": i, "k": i} for i in range(200)])
+    for m in range(20, 200, 20):
+        mongos.admin.command("split", "mig.b", middle={"k": m})
+    uuid = mongos.config.collections.find_one({"_id": "mig.b"})["uuid"]
+
+    def counts():
+        per = {"shard0": 0, "shard1": 0}
+        for c in mongos.config.chunks.find({"uuid": uuid}):
+            per[c["shard"]] += 1
+        return per
+
+    assert sorted(counts().values()) == [0, 10]
+    mongos.admin.command("balancerStart")
+    st = mongos.admin.command("balancerStatus")
+    assert st["mode"] == "full" and "inBalancerRound" in st
+    deadline = time.time() + 45
+    while time.time() < deadline:
+        per = counts()
+        if max(per.values()) - min(per.values()) < 2:
+            break
+        time.sleep(0.5)
+    per = counts()
+    assert max(per.values()) - min(per.values()) < 2, per
+    assert mongos.mig.b.count_documents({}) == 200
+    assert sorted(d["k"] for d in mongos.mig.b.find()) == list(range(200))
+    assert mongos.admin.command("balancerStatus")["numBalancerRounds"] > 0
+    assert mongos.config.actionlog.count_documents({"what": "balancer.round"}) > 0
+    mongos.admin.command("balancerStop")
+    settings = mongos.config.settings.find_one({"_id": "balancer"})
+    assert settings["stopped"] is True and settings["mode"] == "off"

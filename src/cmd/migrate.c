@@ -273,7 +273,7 @@ static int delete_ids(const char *db, const char *coll, bson_iter_t *arr, sbl_er
 static pthread_mutex_t donor_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     bool active;
-    char session[64];
+    char session[160];
     mig_spec_t spec;
     int64_t cursor;      /* the clone's local cursor (0: not opened or exhausted) */
     bool clone_started, clone_done;
@@ -641,11 +641,11 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     donor.mods_t = (uint32_t)(ts >> 32);
     donor.mods_i = (uint32_t)ts;
     update_active_flag();
-    char session[64];
+    char session[160];
     snprintf(session, sizeof(session), "%s", donor.session);
     pthread_mutex_unlock(&donor_mu);
 
-    int64_t t0 = now_ms(), t_steady = 0, t_cs = 0, t_commit = 0;
+    int64_t t0 = now_ms(), t_steady = 0, t_cs = 0, t_cs_end = 0, t_commit = 0;
     bool in_cs = false, committed = false, recip_started = false;
     bson_t reply;
     /* 1. the recipient starts pulling */
@@ -723,6 +723,9 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
             mig_log("migration %s: deleting the donor's copy of the range failed: %s",
                          session, e.msg);
         sbl_shard_refresh(spec.ns, &e);
+        sbl_shard_crit_exit(); /* this shard's version is the new one now */
+        t_cs_end = now_ms();
+        in_cs = false;
         rc = recip_call(to_host, "_recvChunkReleaseCritSec", session, &reply, &e);
         bson_destroy(&reply);
         if (rc != 0)
@@ -747,7 +750,7 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_INT64(ctx->reply, "catchup", mods);
     BSON_APPEND_INT64(ctx->reply, "deleted", deleted);
     BSON_APPEND_INT64(ctx->reply, "millisClone", t_steady - t0);
-    BSON_APPEND_INT64(ctx->reply, "millisCriticalSection", now_ms() - t_cs);
+    BSON_APPEND_INT64(ctx->reply, "millisCriticalSection", t_cs_end - t_cs);
     BSON_APPEND_INT64(ctx->reply, "millisCommit", t_commit - t_cs);
     BSON_APPEND_INT64(ctx->reply, "millis", now_ms() - t0);
     return 0;
@@ -758,7 +761,7 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
 static pthread_mutex_t recip_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     bool active;
-    char session[64];
+    char session[160];
     mig_spec_t spec;
     char from[1024];
     char staging[300]; /* collection name in config */
@@ -948,7 +951,7 @@ int sbl_cmd_recv_chunk_start(sbl_opctx_t *ctx, sbl_err_t *err)
     recip.spec = spec;
     snprintf(recip.session, sizeof(recip.session), "%s", session);
     snprintf(recip.from, sizeof(recip.from), "%s", from);
-    snprintf(recip.staging, sizeof(recip.staging), "migrationStaging.%s", spec.ns);
+    snprintf(recip.staging, sizeof(recip.staging), "migrationStaging.%s", session);
     recip.state = "clone";
     update_active_flag();
     if (pthread_create(&recip.th, NULL, recip_thread, NULL) != 0) {
@@ -1030,13 +1033,32 @@ static int recip_move_in(sbl_err_t *err)
     return rc;
 }
 
-static void recip_drop_staging(void)
+static void *drop_main(void *arg)
 {
+    char *name = arg;
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
-    BSON_APPEND_UTF8(&cmd, "drop", recip.staging);
+    BSON_APPEND_UTF8(&cmd, "drop", name);
     sbl_cmd_run("config", &cmd, &reply);
     bson_destroy(&cmd);
     bson_destroy(&reply);
+    free(name);
+    sbl_session_release_thread();
+    return NULL;
+}
+
+/* Drop the staging collection on a thread of its own: a WiredTiger drop
+ * can take a second, and nothing waits for it (each migration stages
+ * under its own name). */
+static void recip_drop_staging(void)
+{
+    char *name = strdup(recip.staging);
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (name != NULL && pthread_create(&th, &at, drop_main, name) != 0)
+        drop_main(name);
+    pthread_attr_destroy(&at);
 }
 
 static void recip_end(void)
@@ -1095,7 +1117,7 @@ int sbl_cmd_recv_chunk_release(sbl_opctx_t *ctx, sbl_err_t *err)
     if (recip.in_cs)
         sbl_shard_crit_exit();
     recip.in_cs = false;
-    recip_drop_staging(); /* a slow drop, after the critical section */
+    recip_drop_staging();
     recip_end();
     return 0;
 }

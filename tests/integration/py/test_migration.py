@@ -254,3 +254,14 @@ def test_balancer_evens_out_chunks(mongos):
     mongos.admin.command("balancerStop")
     settings = mongos.config.settings.find_one({"_id": "balancer"})
     assert settings["stopped"] is True and settings["mode"] == "off"
+
+
+def test_migrations_under_workload_a(cluster):
+    # the short run of tests/stress/migrate_load.py: workload A through the
+    # router while chunks of a hashed collection move back and forth
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "stress"))
+    import migrate_load
+    s = migrate_load.run(cluster["router"], cluster["shards"], seconds=4, threads=3,
+                         records=1500, chunks=6)
+    assert s["failures"] == [], s
+    assert s["errors"] == 0 and s["migrations"] >= 2 and s["operations"] > 0, s

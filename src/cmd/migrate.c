@@ -1,6 +1,7 @@
 /*
  * migrate.c: a chunk migration's two shard-side halves, after mongod's
- * design (docs/sharding.md, "Migrations"):
+ * design (docs/sharding.md, "Migrations"); this file has the donor's and
+ * the helpers both use, migrate_recv.c the recipient's:
  *
  *   donor  _shardsvrMoveRange: notes the oplog position, asks the recipient
  *          to start (_recvChunkStart), waits for it to report "steady",
@@ -26,7 +27,7 @@
  * each shard's version is the new one and old routers get StaleConfig.
  * One migration at a time per shard, as donor or recipient.
  */
-#include "cmd/cmd_int.h"
+#include "cmd/migrate_int.h"
 
 #include "common/log.h"
 #include "doc/doc.h"
@@ -45,16 +46,8 @@
 #define CLONE_BATCH 256
 #define MODS_ENTRIES 500
 
-/* The range being moved and how to tell whether a document is in it. */
-typedef struct mig_spec {
-    char ns[256];
-    bson_t *key, *min, *max; /* heap copies: a bson_t must not be copied by value */
-    int nkey;
-    int hashed_pos;
-} mig_spec_t;
-
 /* A warning line in the log (component SHARDING). */
-static void mig_log(const char *fmt, ...)
+void mig_log(const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -65,19 +58,19 @@ static void mig_log(const char *fmt, ...)
 }
 
 /* sbl_array_key may read its argument twice: give it a plain value. */
-static const char *akey(uint32_t i, char kb[16])
+const char *mig_akey(uint32_t i, char kb[16])
 {
     return sbl_array_key(i, kb);
 }
 
-static int64_t now_ms(void)
+int64_t mig_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static const char *utf8_of(const bson_t *d, const char *k)
+const char *mig_utf8_of(const bson_t *d, const char *k)
 {
     bson_iter_t it;
     if (bson_iter_init_find(&it, d, k) && BSON_ITER_HOLDS_UTF8(&it))
@@ -85,13 +78,13 @@ static const char *utf8_of(const bson_t *d, const char *k)
     return NULL;
 }
 
-static bool doc_of(const bson_t *d, const char *k, bson_t *out)
+bool mig_doc_of(const bson_t *d, const char *k, bson_t *out)
 {
     bson_iter_t it;
     return bson_iter_init_find(&it, d, k) && sbl_iter_doc(&it, out);
 }
 
-static void spec_free(mig_spec_t *s)
+void mig_spec_free(mig_spec_t *s)
 {
     if (s->key)
         bson_destroy(s->key);
@@ -103,7 +96,7 @@ static void spec_free(mig_spec_t *s)
 }
 
 /* ns (the command's first field), min, max and shardKeyPattern from cmd. */
-static int spec_parse(const bson_t *cmd, mig_spec_t *s, sbl_err_t *err)
+int mig_spec_parse(const bson_t *cmd, mig_spec_t *s, sbl_err_t *err)
 {
     memset(s, 0, sizeof(*s));
     bson_iter_t it;
@@ -111,7 +104,7 @@ static int spec_parse(const bson_t *cmd, mig_spec_t *s, sbl_err_t *err)
     if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it))
         return sbl_err_set(err, SBL_E_BadValue, "the command needs a namespace");
     snprintf(s->ns, sizeof(s->ns), "%s", bson_iter_utf8(&it, NULL));
-    if (!doc_of(cmd, "shardKeyPattern", &k) || !doc_of(cmd, "min", &mn) || !doc_of(cmd, "max", &mx))
+    if (!mig_doc_of(cmd, "shardKeyPattern", &k) || !mig_doc_of(cmd, "min", &mn) || !mig_doc_of(cmd, "max", &mx))
         return sbl_err_set(err, SBL_E_BadValue, "the command needs min, max and "
                            "shardKeyPattern");
     s->key = bson_copy(&k);
@@ -125,7 +118,7 @@ static int spec_parse(const bson_t *cmd, mig_spec_t *s, sbl_err_t *err)
         s->nkey++;
     }
     if (s->nkey == 0 || s->nkey > 32) {
-        spec_free(s);
+        mig_spec_free(s);
         return sbl_err_set(err, SBL_E_BadValue, "bad shardKeyPattern");
     }
     return 0;
@@ -147,7 +140,7 @@ static int key_cmp(const bson_value_t *vals, int n, const bson_t *bound)
 
 /* Is doc's shard key value in [min, max)?  (A missing field is null, a
  * hashed field its hash, as the router computes it.) */
-static bool in_range(const mig_spec_t *s, const bson_t *doc)
+bool mig_in_range(const mig_spec_t *s, const bson_t *doc)
 {
     static const bson_value_t null_value = {.value_type = BSON_TYPE_NULL};
     bson_value_t vals[32], hashed;
@@ -166,7 +159,7 @@ static bool in_range(const mig_spec_t *s, const bson_t *doc)
 }
 
 /* Run cmd here; an ok: 0 reply (or a write error) becomes the error. */
-static int local_run(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+int mig_local_run(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     bson_init(reply);
     sbl_cmd_run(db, cmd, reply);
@@ -179,11 +172,11 @@ static int local_run(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t
     }
     int code = bson_iter_init_find(&it, reply, "code") ? (int)bson_iter_as_int64(&it)
                                                        : SBL_E_InternalError;
-    const char *m = utf8_of(reply, "errmsg");
+    const char *m = mig_utf8_of(reply, "errmsg");
     return sbl_err_set(err, code, "%s", m ? m : "local command failed");
 }
 
-static void split_ns(const char *ns, char *db, size_t dbn, const char **coll)
+void mig_split_ns(const char *ns, char *db, size_t dbn, const char **coll)
 {
     const char *dot = strchr(ns, '.');
     size_t n = dot ? (size_t)(dot - ns) : strlen(ns);
@@ -203,7 +196,7 @@ static void append_wc_majority(bson_t *cmd)
 }
 
 /* Replace (upsert) each document of arr, by _id, into db.coll. */
-static int upsert_docs(const char *db, const char *coll, bson_iter_t *arr, int64_t *countp,
+int mig_upsert_docs(const char *db, const char *coll, bson_iter_t *arr, int64_t *countp,
                        sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER, ups, reply;
@@ -216,7 +209,7 @@ static int upsert_docs(const char *db, const char *coll, bson_iter_t *arr, int64
         bson_iter_t id;
         if (!sbl_iter_doc(arr, &d) || !bson_iter_init_find(&id, &d, "_id"))
             continue;
-        const char *k218 = akey((uint32_t)n++, kb);
+        const char *k218 = mig_akey((uint32_t)n++, kb);
         BSON_APPEND_DOCUMENT_BEGIN(&ups, k218, &u);
         BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &q);
         bson_append_value(&q, "_id", 3, bson_iter_value(&id));
@@ -228,7 +221,7 @@ static int upsert_docs(const char *db, const char *coll, bson_iter_t *arr, int64
     bson_append_array_end(&cmd, &ups);
     int rc = 0;
     if (n > 0) {
-        rc = local_run(db, &cmd, &reply, err);
+        rc = mig_local_run(db, &cmd, &reply, err);
         bson_destroy(&reply);
     }
     bson_destroy(&cmd);
@@ -238,7 +231,7 @@ static int upsert_docs(const char *db, const char *coll, bson_iter_t *arr, int64
 }
 
 /* Delete by _id each {_id} document of arr from db.coll. */
-static int delete_ids(const char *db, const char *coll, bson_iter_t *arr, sbl_err_t *err)
+int mig_delete_ids(const char *db, const char *coll, bson_iter_t *arr, sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER, dels, reply;
     BSON_APPEND_UTF8(&cmd, "delete", coll);
@@ -250,7 +243,7 @@ static int delete_ids(const char *db, const char *coll, bson_iter_t *arr, sbl_er
         bson_iter_t id;
         if (!sbl_iter_doc(arr, &d) || !bson_iter_init_find(&id, &d, "_id"))
             continue;
-        const char *k251 = akey((uint32_t)n++, kb);
+        const char *k251 = mig_akey((uint32_t)n++, kb);
         BSON_APPEND_DOCUMENT_BEGIN(&dels, k251, &del);
         BSON_APPEND_DOCUMENT_BEGIN(&del, "q", &q);
         bson_append_value(&q, "_id", 3, bson_iter_value(&id));
@@ -261,7 +254,7 @@ static int delete_ids(const char *db, const char *coll, bson_iter_t *arr, sbl_er
     bson_append_array_end(&cmd, &dels);
     int rc = 0;
     if (n > 0) {
-        rc = local_run(db, &cmd, &reply, err);
+        rc = mig_local_run(db, &cmd, &reply, err);
         bson_destroy(&reply);
     }
     bson_destroy(&cmd);
@@ -281,16 +274,15 @@ static struct {
     int64_t cloned, mods;
 } donor;
 
-static bool recip_is_active(void);
 
-static void update_active_flag(void)
+void mig_update_active_flag(void)
 {
-    sbl_shard_set_migration_active(donor.active || recip_is_active());
+    sbl_shard_set_migration_active(donor.active || mig_recip_active());
 }
 
-static int check_session(const bson_t *cmd, const char *have, sbl_err_t *err)
+int mig_check_session(const bson_t *cmd, const char *have, sbl_err_t *err)
 {
-    const char *s = utf8_of(cmd, "sessionId");
+    const char *s = mig_utf8_of(cmd, "sessionId");
     if (s == NULL || strcmp(s, have) != 0)
         return sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "no migration session %s "
                            "is active on this shard", s ? s : "(none)");
@@ -301,7 +293,7 @@ static int check_session(const bson_t *cmd, const char *have, sbl_err_t *err)
 int sbl_cmd_migrate_clone(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     pthread_mutex_lock(&donor_mu);
-    int rc = donor.active ? check_session(ctx->cmd, donor.session, err)
+    int rc = donor.active ? mig_check_session(ctx->cmd, donor.session, err)
                           : sbl_err_set(err, SBL_E_ConflictingOperationInProgress,
                                         "no migration is active on this shard");
     char db[256];
@@ -311,7 +303,7 @@ int sbl_cmd_migrate_clone(sbl_opctx_t *ctx, sbl_err_t *err)
     char kb[16];
     BSON_APPEND_ARRAY_BEGIN(ctx->reply, "objects", &objs);
     while (rc == 0 && !donor.clone_done && n < CLONE_BATCH) {
-        split_ns(donor.spec.ns, db, sizeof(db), &coll);
+        mig_split_ns(donor.spec.ns, db, sizeof(db), &coll);
         bson_t cmd = BSON_INITIALIZER, reply;
         if (!donor.clone_started) {
             BSON_APPEND_UTF8(&cmd, "find", coll);
@@ -322,7 +314,7 @@ int sbl_cmd_migrate_clone(sbl_opctx_t *ctx, sbl_err_t *err)
             BSON_APPEND_UTF8(&cmd, "collection", coll);
             BSON_APPEND_INT32(&cmd, "batchSize", CLONE_BATCH);
         }
-        rc = local_run(db, &cmd, &reply, err);
+        rc = mig_local_run(db, &cmd, &reply, err);
         bson_destroy(&cmd);
         bson_iter_t it, b;
         if (rc == 0 && bson_iter_init(&it, &reply) &&
@@ -337,8 +329,8 @@ int sbl_cmd_migrate_clone(sbl_opctx_t *ctx, sbl_err_t *err)
             bson_iter_recurse(&b, &it))
             while (bson_iter_next(&it)) {
                 bson_t d;
-                if (sbl_iter_doc(&it, &d) && in_range(&donor.spec, &d)) {
-                    const char *k338 = akey(n++, kb);
+                if (sbl_iter_doc(&it, &d) && mig_in_range(&donor.spec, &d)) {
+                    const char *k338 = mig_akey(n++, kb);
                     BSON_APPEND_DOCUMENT(&objs, k338, &d);
                     donor.cloned++;
                 }
@@ -377,7 +369,7 @@ static void ids_free(id_list_t *l)
 /* The _id an oplog entry (or applyOps sub-entry) changed, for ns. */
 static void entry_id(const bson_t *e, const char *ns, id_list_t *ids)
 {
-    const char *op = utf8_of(e, "op"), *ens = utf8_of(e, "ns");
+    const char *op = mig_utf8_of(e, "op"), *ens = mig_utf8_of(e, "ns");
     bson_iter_t it, sub;
     bson_t o;
     if (op == NULL)
@@ -401,7 +393,7 @@ static void entry_id(const bson_t *e, const char *ns, id_list_t *ids)
 int sbl_cmd_transfer_mods(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     pthread_mutex_lock(&donor_mu);
-    int rc = donor.active ? check_session(ctx->cmd, donor.session, err)
+    int rc = donor.active ? mig_check_session(ctx->cmd, donor.session, err)
                           : sbl_err_set(err, SBL_E_ConflictingOperationInProgress,
                                         "no migration is active on this shard");
     id_list_t ids = {0};
@@ -424,7 +416,7 @@ int sbl_cmd_transfer_mods(sbl_opctx_t *ctx, sbl_err_t *err)
         BSON_APPEND_INT32(&cmd, "limit", MODS_ENTRIES);
         BSON_APPEND_INT32(&cmd, "batchSize", MODS_ENTRIES);
         BSON_APPEND_BOOL(&cmd, "singleBatch", true);
-        rc = local_run("local", &cmd, &reply, err);
+        rc = mig_local_run("local", &cmd, &reply, err);
         bson_destroy(&cmd);
         bson_iter_t it, b;
         if (rc == 0 && bson_iter_init(&it, &reply) &&
@@ -444,7 +436,7 @@ int sbl_cmd_transfer_mods(sbl_opctx_t *ctx, sbl_err_t *err)
     uint32_t nr = 0, nd = 0;
     char kb[16], db[256];
     const char *coll;
-    split_ns(donor.spec.ns, db, sizeof(db), &coll);
+    mig_split_ns(donor.spec.ns, db, sizeof(db), &coll);
     bool *reloaded = calloc(ids.n + 1, sizeof(bool));
     BSON_APPEND_ARRAY_BEGIN(ctx->reply, "reload", &reload);
     for (size_t i = 0; rc == 0 && i < ids.n; i++) {
@@ -455,14 +447,14 @@ int sbl_cmd_transfer_mods(sbl_opctx_t *ctx, sbl_err_t *err)
         bson_append_document_end(&cmd, &f);
         BSON_APPEND_INT32(&cmd, "limit", 1);
         BSON_APPEND_BOOL(&cmd, "singleBatch", true);
-        rc = local_run(db, &cmd, &reply, err);
+        rc = mig_local_run(db, &cmd, &reply, err);
         bson_destroy(&cmd);
         bson_iter_t it;
         bson_t d;
         if (rc == 0 && bson_iter_init(&it, &reply) &&
             bson_iter_find_descendant(&it, "cursor.firstBatch.0", &it) && sbl_iter_doc(&it, &d) &&
-            in_range(&donor.spec, &d)) {
-            const char *k461 = akey(nr++, kb);
+            mig_in_range(&donor.spec, &d)) {
+            const char *k461 = mig_akey(nr++, kb);
             BSON_APPEND_DOCUMENT(&reload, k461, &d);
             reloaded[i] = true;
         }
@@ -474,7 +466,7 @@ int sbl_cmd_transfer_mods(sbl_opctx_t *ctx, sbl_err_t *err)
         if (reloaded[i])
             continue;
         bson_t d;
-        const char *k472 = akey(nd++, kb);
+        const char *k472 = mig_akey(nd++, kb);
         BSON_APPEND_DOCUMENT_BEGIN(&deleted, k472, &d);
         bson_append_value(&d, "_id", 3, &ids.v[i]);
         bson_append_document_end(&deleted, &d);
@@ -493,7 +485,7 @@ static int64_t delete_range(const mig_spec_t *s, sbl_err_t *err)
 {
     char db[256];
     const char *coll;
-    split_ns(s->ns, db, sizeof(db), &coll);
+    mig_split_ns(s->ns, db, sizeof(db), &coll);
     int64_t deleted = 0, cursor = 0;
     bool first = true;
     int rc = 0;
@@ -507,7 +499,7 @@ static int64_t delete_range(const mig_spec_t *s, sbl_err_t *err)
             BSON_APPEND_UTF8(&cmd, "collection", coll);
             BSON_APPEND_INT32(&cmd, "batchSize", 1000);
         }
-        rc = local_run(db, &cmd, &reply, err);
+        rc = mig_local_run(db, &cmd, &reply, err);
         bson_destroy(&cmd);
         bson_iter_t it, b;
         cursor = 0;
@@ -521,8 +513,8 @@ static int64_t delete_range(const mig_spec_t *s, sbl_err_t *err)
             while (bson_iter_next(&it)) {
                 bson_t d, x;
                 bson_iter_t id;
-                if (sbl_iter_doc(&it, &d) && in_range(s, &d) && bson_iter_init_find(&id, &d, "_id")) {
-                    const char *k519 = akey(n++, kb);
+                if (sbl_iter_doc(&it, &d) && mig_in_range(s, &d) && bson_iter_init_find(&id, &d, "_id")) {
+                    const char *k519 = mig_akey(n++, kb);
                     BSON_APPEND_DOCUMENT_BEGIN(&arr, k519, &x);
                     bson_append_value(&x, "_id", 3, bson_iter_value(&id));
                     bson_append_document_end(&arr, &x);
@@ -531,12 +523,17 @@ static int64_t delete_range(const mig_spec_t *s, sbl_err_t *err)
         first = false;
         bson_destroy(&reply);
         if (rc == 0 && n > 0 && bson_iter_init(&it, &arr)) {
-            rc = delete_ids(db, coll, &it, err);
+            rc = mig_delete_ids(db, coll, &it, err);
             deleted += n;
         }
         bson_destroy(&arr);
     }
     return rc == 0 ? deleted : -1;
+}
+
+bool mig_donor_active(void)
+{
+    return donor.active;
 }
 
 static void donor_end(void)
@@ -545,7 +542,7 @@ static void donor_end(void)
     if (donor.cursor != 0) {
         char db[256];
         const char *coll;
-        split_ns(donor.spec.ns, db, sizeof(db), &coll);
+        mig_split_ns(donor.spec.ns, db, sizeof(db), &coll);
         bson_t cmd = BSON_INITIALIZER, ids, reply = BSON_INITIALIZER;
         BSON_APPEND_UTF8(&cmd, "killCursors", coll);
         BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &ids);
@@ -555,13 +552,13 @@ static void donor_end(void)
         bson_destroy(&cmd);
         bson_destroy(&reply);
     }
-    spec_free(&donor.spec);
+    mig_spec_free(&donor.spec);
     memset(&donor, 0, sizeof(donor));
-    update_active_flag();
+    mig_update_active_flag();
     pthread_mutex_unlock(&donor_mu);
 }
 
-static int recip_call(const char *host, const char *name, const char *session, bson_t *reply,
+int mig_recip_call(const char *host, const char *name, const char *session, bson_t *reply,
                       sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER;
@@ -612,20 +609,20 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     if (sbl_server_options()->cluster_role != SBL_ROLE_SHARDSVR || sbl_shard_name() == NULL)
         return sbl_err_set(err, SBL_E_IllegalOperation, "_shardsvrMoveRange needs a shard "
                            "that belongs to a cluster");
-    const char *to = utf8_of(ctx->cmd, "toShard"), *to_host = utf8_of(ctx->cmd, "toShardHost");
-    const char *from_host = utf8_of(ctx->cmd, "fromShardHost");
+    const char *to = mig_utf8_of(ctx->cmd, "toShard"), *to_host = mig_utf8_of(ctx->cmd, "toShardHost");
+    const char *from_host = mig_utf8_of(ctx->cmd, "fromShardHost");
     const char *cfg = sbl_shard_configsvr();
     if (to == NULL || to_host == NULL || from_host == NULL)
         return sbl_err_set(err, SBL_E_BadValue, "_shardsvrMoveRange needs toShard, toShardHost "
                            "and fromShardHost");
     mig_spec_t spec;
-    int rc = spec_parse(ctx->cmd, &spec, err);
+    int rc = mig_spec_parse(ctx->cmd, &spec, err);
     if (rc != 0)
         return rc;
     pthread_mutex_lock(&donor_mu);
-    if (donor.active || recip_is_active()) {
+    if (donor.active || mig_recip_active()) {
         pthread_mutex_unlock(&donor_mu);
-        spec_free(&spec);
+        mig_spec_free(&spec);
         return sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "a migration is already "
                            "running on this shard");
     }
@@ -640,12 +637,12 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     uint64_t ts = sbl_repl_last_op_ts();
     donor.mods_t = (uint32_t)(ts >> 32);
     donor.mods_i = (uint32_t)ts;
-    update_active_flag();
+    mig_update_active_flag();
     char session[160];
     snprintf(session, sizeof(session), "%s", donor.session);
     pthread_mutex_unlock(&donor_mu);
 
-    int64_t t0 = now_ms(), t_steady = 0, t_cs = 0, t_cs_end = 0, t_commit = 0;
+    int64_t t0 = mig_now_ms(), t_steady = 0, t_cs = 0, t_cs_end = 0, t_commit = 0;
     bool in_cs = false, committed = false, recip_started = false;
     bson_t reply;
     /* 1. the recipient starts pulling */
@@ -664,29 +661,29 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     recip_started = rc == 0;
     /* 2. wait until it has cloned and caught up */
     while (rc == 0) {
-        rc = recip_call(to_host, "_recvChunkStatus", session, &reply, err);
-        const char *state = rc == 0 ? utf8_of(&reply, "state") : NULL;
+        rc = mig_recip_call(to_host, "_recvChunkStatus", session, &reply, err);
+        const char *state = rc == 0 ? mig_utf8_of(&reply, "state") : NULL;
         bool steady = state != NULL && strcmp(state, "steady") == 0;
         if (state != NULL && strcmp(state, "fail") == 0) {
-            const char *m = utf8_of(&reply, "errmsg");
+            const char *m = mig_utf8_of(&reply, "errmsg");
             rc = sbl_err_set(err, SBL_E_OperationFailed, "the recipient failed: %s",
                              m ? m : "error");
         }
         bson_destroy(&reply);
         if (steady)
             break;
-        if (rc == 0 && now_ms() - t0 > 15 * 60 * 1000)
+        if (rc == 0 && mig_now_ms() - t0 > 15 * 60 * 1000)
             rc = sbl_err_set(err, SBL_E_MaxTimeMSExpired, "the recipient did not catch up");
         if (rc == 0)
             usleep(20 * 1000);
     }
-    t_steady = now_ms();
+    t_steady = mig_now_ms();
     /* 3. critical section; the recipient takes the last changes */
     if (rc == 0) {
         sbl_shard_crit_enter(spec.ns);
         in_cs = true;
-        t_cs = now_ms();
-        rc = recip_call(to_host, "_recvChunkCommit", session, &reply, err);
+        t_cs = mig_now_ms();
+        rc = mig_recip_call(to_host, "_recvChunkCommit", session, &reply, err);
         bson_destroy(&reply);
     }
     /* 4. the config servers commit the new owner */
@@ -711,7 +708,7 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
                 rc = 0;
         }
         committed = rc == 0;
-        t_commit = now_ms();
+        t_commit = mig_now_ms();
     }
     /* 5. the range deleter: this shard's copy goes before anyone may read
      *    with the new version (both shards still hold the critical section) */
@@ -724,16 +721,16 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
                          session, e.msg);
         sbl_shard_refresh(spec.ns, &e);
         sbl_shard_crit_exit(); /* this shard's version is the new one now */
-        t_cs_end = now_ms();
+        t_cs_end = mig_now_ms();
         in_cs = false;
-        rc = recip_call(to_host, "_recvChunkReleaseCritSec", session, &reply, &e);
+        rc = mig_recip_call(to_host, "_recvChunkReleaseCritSec", session, &reply, &e);
         bson_destroy(&reply);
         if (rc != 0)
             mig_log("migration %s: releasing the recipient failed: %s", session, e.msg);
         rc = 0;
     } else if (recip_started) {
         sbl_err_t e = {0};
-        if (recip_call(to_host, "_recvChunkAbort", session, &reply, &e) == 0)
+        if (mig_recip_call(to_host, "_recvChunkAbort", session, &reply, &e) == 0)
             bson_destroy(&reply);
         else
             mig_log("migration %s: aborting the recipient failed: %s", session, e.msg);
@@ -752,407 +749,7 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_INT64(ctx->reply, "millisClone", t_steady - t0);
     BSON_APPEND_INT64(ctx->reply, "millisCriticalSection", t_cs_end - t_cs);
     BSON_APPEND_INT64(ctx->reply, "millisCommit", t_commit - t_cs);
-    BSON_APPEND_INT64(ctx->reply, "millis", now_ms() - t0);
+    BSON_APPEND_INT64(ctx->reply, "millis", mig_now_ms() - t0);
     return 0;
 }
 
-/* ======================= recipient ======================= */
-
-static pthread_mutex_t recip_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    bool active;
-    char session[160];
-    mig_spec_t spec;
-    char from[1024];
-    char staging[300]; /* collection name in config */
-    const char *state; /* clone, catchup, steady, commit, done, fail */
-    char errmsg[512];
-    int64_t cloned, mods;
-    bool stop, thread_running, in_cs, moved;
-    pthread_t th;
-} recip;
-
-static bool recip_is_active(void)
-{
-    return recip.active;
-}
-
-static void recip_fail(const sbl_err_t *e)
-{
-    pthread_mutex_lock(&recip_mu);
-    recip.state = "fail";
-    snprintf(recip.errmsg, sizeof(recip.errmsg), "%s", e->msg);
-    pthread_mutex_unlock(&recip_mu);
-}
-
-/* One _transferMods round applied to the staging collection; *emptyp when
- * there was nothing. */
-static int recip_apply_mods(bool *emptyp, sbl_err_t *err)
-{
-    bson_t reply;
-    int rc = recip_call(recip.from, "_transferMods", recip.session, &reply, err);
-    bson_iter_t it, a;
-    *emptyp = true;
-    if (rc == 0 && bson_iter_init_find(&it, &reply, "reload") && bson_iter_recurse(&it, &a)) {
-        int64_t n = 0;
-        rc = upsert_docs("config", recip.staging, &a, &n, err);
-        if (n > 0)
-            *emptyp = false;
-        recip.mods += n;
-    }
-    if (rc == 0 && bson_iter_init_find(&it, &reply, "deleted") && bson_iter_recurse(&it, &a)) {
-        bson_iter_t probe = a;
-        if (bson_iter_next(&probe)) {
-            *emptyp = false;
-            rc = delete_ids("config", recip.staging, &a, err);
-        }
-    }
-    bson_destroy(&reply);
-    return rc;
-}
-
-/* The recipient's copy of the donor's indexes on ns (the collection is
- * created when missing). */
-static int recip_copy_indexes(sbl_err_t *err)
-{
-    char db[256];
-    const char *coll;
-    split_ns(recip.spec.ns, db, sizeof(db), &coll);
-    bson_t cmd = BSON_INITIALIZER, reply;
-    BSON_APPEND_UTF8(&cmd, "listIndexes", coll);
-    int rc = sbl_shard_remote_check(recip.from, db, &cmd, &reply, err);
-    bson_destroy(&cmd);
-    if (rc != 0)
-        return rc;
-    bson_t ci = BSON_INITIALIZER, idx, r2;
-    BSON_APPEND_UTF8(&ci, "createIndexes", coll);
-    BSON_APPEND_ARRAY_BEGIN(&ci, "indexes", &idx);
-    uint32_t n = 0;
-    char kb[16];
-    bson_iter_t it, b;
-    if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.firstBatch", &b) &&
-        bson_iter_recurse(&b, &it))
-        while (bson_iter_next(&it)) {
-            bson_t d;
-            const char *name;
-            if (!sbl_iter_doc(&it, &d) || (name = utf8_of(&d, "name")) == NULL ||
-                strcmp(name, "_id_") == 0)
-                continue;
-            bson_t spec;
-            const char *k832 = akey(n++, kb);
-            BSON_APPEND_DOCUMENT_BEGIN(&idx, k832, &spec);
-            bson_copy_to_excluding_noinit(&d, &spec, "v", "ns", NULL);
-            bson_append_document_end(&idx, &spec);
-        }
-    bson_append_array_end(&ci, &idx);
-    bson_destroy(&reply);
-    if (n == 0) { /* just make sure the collection exists */
-        bson_t cr = BSON_INITIALIZER;
-        BSON_APPEND_UTF8(&cr, "create", coll);
-        sbl_err_t e = {0};
-        if (local_run(db, &cr, &r2, &e) != 0 && e.code != SBL_E_NamespaceExists)
-            rc = sbl_err_set(err, e.code, "%s", e.msg);
-        bson_destroy(&r2);
-        bson_destroy(&cr);
-    } else {
-        rc = local_run(db, &ci, &r2, err);
-        bson_destroy(&r2);
-    }
-    bson_destroy(&ci);
-    return rc;
-}
-
-static void *recip_thread(void *arg)
-{
-    (void)arg;
-    sbl_err_t e = {0};
-    int rc = recip_copy_indexes(&e);
-    bson_t cmd = BSON_INITIALIZER, reply;
-    BSON_APPEND_UTF8(&cmd, "drop", recip.staging);
-    bson_init(&reply);
-    sbl_cmd_run("config", &cmd, &reply);
-    bson_destroy(&reply);
-    bson_destroy(&cmd);
-    /* clone */
-    while (rc == 0 && !recip.stop) {
-        rc = recip_call(recip.from, "_migrateClone", recip.session, &reply, &e);
-        bson_iter_t it, a;
-        bool any = false;
-        if (rc == 0 && bson_iter_init_find(&it, &reply, "objects") && bson_iter_recurse(&it, &a)) {
-            bson_t ins = BSON_INITIALIZER, docs, r2;
-            BSON_APPEND_UTF8(&ins, "insert", recip.staging);
-            BSON_APPEND_ARRAY_BEGIN(&ins, "documents", &docs);
-            uint32_t n = 0;
-            char kb[16];
-            while (bson_iter_next(&a)) {
-                bson_t d;
-                if (sbl_iter_doc(&a, &d)) {
-                    const char *k879 = akey(n++, kb);
-                    BSON_APPEND_DOCUMENT(&docs, k879, &d);
-                }
-            }
-            bson_append_array_end(&ins, &docs);
-            if (n > 0) {
-                any = true;
-                rc = local_run("config", &ins, &r2, &e);
-                bson_destroy(&r2);
-                pthread_mutex_lock(&recip_mu);
-                recip.cloned += n;
-                pthread_mutex_unlock(&recip_mu);
-            }
-            bson_destroy(&ins);
-        }
-        bson_destroy(&reply);
-        if (!any)
-            break;
-    }
-    if (rc == 0) {
-        pthread_mutex_lock(&recip_mu);
-        recip.state = "catchup";
-        pthread_mutex_unlock(&recip_mu);
-    }
-    /* catch up until told to commit */
-    while (rc == 0 && !recip.stop) {
-        bool empty;
-        rc = recip_apply_mods(&empty, &e);
-        if (rc == 0 && empty) {
-            pthread_mutex_lock(&recip_mu);
-            recip.state = "steady";
-            pthread_mutex_unlock(&recip_mu);
-            usleep(20 * 1000);
-        }
-    }
-    if (rc != 0)
-        recip_fail(&e);
-    sbl_session_release_thread();
-    return NULL;
-}
-
-int sbl_cmd_recv_chunk_start(sbl_opctx_t *ctx, sbl_err_t *err)
-{
-    if (sbl_server_options()->cluster_role != SBL_ROLE_SHARDSVR)
-        return sbl_err_set(err, SBL_E_IllegalOperation, "not a shard");
-    const char *session = utf8_of(ctx->cmd, "sessionId"), *from = utf8_of(ctx->cmd, "from");
-    if (session == NULL || from == NULL)
-        return sbl_err_set(err, SBL_E_BadValue, "_recvChunkStart needs sessionId and from");
-    mig_spec_t spec;
-    int rc = spec_parse(ctx->cmd, &spec, err);
-    if (rc != 0)
-        return rc;
-    pthread_mutex_lock(&recip_mu);
-    if (recip.active || donor.active) {
-        pthread_mutex_unlock(&recip_mu);
-        spec_free(&spec);
-        return sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "a migration is already "
-                           "running on this shard");
-    }
-    memset(&recip, 0, sizeof(recip));
-    recip.active = true;
-    recip.spec = spec;
-    snprintf(recip.session, sizeof(recip.session), "%s", session);
-    snprintf(recip.from, sizeof(recip.from), "%s", from);
-    snprintf(recip.staging, sizeof(recip.staging), "migrationStaging.%s", session);
-    recip.state = "clone";
-    update_active_flag();
-    if (pthread_create(&recip.th, NULL, recip_thread, NULL) != 0) {
-        spec_free(&recip.spec);
-        recip.active = false;
-        update_active_flag();
-        pthread_mutex_unlock(&recip_mu);
-        return sbl_err_set(err, SBL_E_InternalError, "cannot start the migration thread");
-    }
-    recip.thread_running = true;
-    pthread_mutex_unlock(&recip_mu);
-    BSON_APPEND_BOOL(ctx->reply, "started", true);
-    return 0;
-}
-
-int sbl_cmd_recv_chunk_status(sbl_opctx_t *ctx, sbl_err_t *err)
-{
-    pthread_mutex_lock(&recip_mu);
-    BSON_APPEND_BOOL(ctx->reply, "active", recip.active);
-    if (recip.active) {
-        BSON_APPEND_UTF8(ctx->reply, "sessionId", recip.session);
-        BSON_APPEND_UTF8(ctx->reply, "ns", recip.spec.ns);
-        BSON_APPEND_UTF8(ctx->reply, "from", recip.from);
-        BSON_APPEND_UTF8(ctx->reply, "state", recip.state);
-        if (recip.errmsg[0])
-            BSON_APPEND_UTF8(ctx->reply, "errmsg", recip.errmsg);
-        bson_t c;
-        BSON_APPEND_DOCUMENT_BEGIN(ctx->reply, "counts", &c);
-        BSON_APPEND_INT64(&c, "cloned", recip.cloned);
-        BSON_APPEND_INT64(&c, "catchup", recip.mods);
-        bson_append_document_end(ctx->reply, &c);
-    }
-    pthread_mutex_unlock(&recip_mu);
-    (void)err;
-    return 0;
-}
-
-static void recip_join(void)
-{
-    if (recip.thread_running) {
-        recip.stop = true;
-        pthread_join(recip.th, NULL);
-        recip.thread_running = false;
-    }
-}
-
-/* Move the staged documents into the collection (in the critical section). */
-static int recip_move_in(sbl_err_t *err)
-{
-    char db[256];
-    const char *coll;
-    split_ns(recip.spec.ns, db, sizeof(db), &coll);
-    int64_t cursor = 0;
-    bool first = true;
-    int rc = 0;
-    while (rc == 0 && (first || cursor != 0)) {
-        bson_t cmd = BSON_INITIALIZER, reply;
-        if (first) {
-            BSON_APPEND_UTF8(&cmd, "find", recip.staging);
-            BSON_APPEND_INT32(&cmd, "batchSize", 500);
-        } else {
-            BSON_APPEND_INT64(&cmd, "getMore", cursor);
-            BSON_APPEND_UTF8(&cmd, "collection", recip.staging);
-            BSON_APPEND_INT32(&cmd, "batchSize", 500);
-        }
-        rc = local_run("config", &cmd, &reply, err);
-        bson_destroy(&cmd);
-        bson_iter_t it, b;
-        cursor = 0;
-        if (rc == 0 && bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.id", &b))
-            cursor = bson_iter_as_int64(&b);
-        if (rc == 0 && bson_iter_init(&it, &reply) &&
-            bson_iter_find_descendant(&it, first ? "cursor.firstBatch" : "cursor.nextBatch", &b) &&
-            bson_iter_recurse(&b, &it))
-            rc = upsert_docs(db, coll, &it, NULL, err);
-        first = false;
-        bson_destroy(&reply);
-    }
-    return rc;
-}
-
-static void *drop_main(void *arg)
-{
-    char *name = arg;
-    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
-    BSON_APPEND_UTF8(&cmd, "drop", name);
-    sbl_cmd_run("config", &cmd, &reply);
-    bson_destroy(&cmd);
-    bson_destroy(&reply);
-    free(name);
-    sbl_session_release_thread();
-    return NULL;
-}
-
-/* Drop the staging collection on a thread of its own: a WiredTiger drop
- * can take a second, and nothing waits for it (each migration stages
- * under its own name). */
-static void recip_drop_staging(void)
-{
-    char *name = strdup(recip.staging);
-    pthread_t th;
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    if (name != NULL && pthread_create(&th, &at, drop_main, name) != 0)
-        drop_main(name);
-    pthread_attr_destroy(&at);
-}
-
-static void recip_end(void)
-{
-    if (recip.in_cs)
-        sbl_shard_crit_exit();
-    pthread_mutex_lock(&recip_mu);
-    spec_free(&recip.spec);
-    memset(&recip, 0, sizeof(recip));
-    update_active_flag();
-    pthread_mutex_unlock(&recip_mu);
-}
-
-int sbl_cmd_recv_chunk_commit(sbl_opctx_t *ctx, sbl_err_t *err)
-{
-    if (!recip.active)
-        return sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "no migration to commit");
-    int rc = check_session(ctx->cmd, recip.session, err);
-    if (rc != 0)
-        return rc;
-    recip_join();
-    if (strcmp(recip.state, "fail") == 0)
-        return sbl_err_set(err, SBL_E_OperationFailed, "the migration failed: %s", recip.errmsg);
-    /* the donor is in its critical section: its last changes, until none */
-    for (int i = 0; rc == 0 && i < 1000; i++) {
-        bool empty;
-        rc = recip_apply_mods(&empty, err);
-        if (empty)
-            break;
-    }
-    if (rc == 0) {
-        recip.state = "commit";
-        sbl_shard_crit_enter(recip.spec.ns);
-        recip.in_cs = true;
-        recip.moved = true; /* from here an abort deletes what was moved in */
-        rc = recip_move_in(err);
-    }
-    if (rc != 0) {
-        recip_fail(err);
-        return rc;
-    }
-    BSON_APPEND_INT64(ctx->reply, "cloned", recip.cloned);
-    BSON_APPEND_INT64(ctx->reply, "catchup", recip.mods);
-    return 0;
-}
-
-int sbl_cmd_recv_chunk_release(sbl_opctx_t *ctx, sbl_err_t *err)
-{
-    if (!recip.active)
-        return 0;
-    int rc = check_session(ctx->cmd, recip.session, err);
-    if (rc != 0)
-        return rc;
-    sbl_err_t e = {0};
-    sbl_shard_refresh(recip.spec.ns, &e);
-    if (recip.in_cs)
-        sbl_shard_crit_exit();
-    recip.in_cs = false;
-    recip_drop_staging();
-    recip_end();
-    return 0;
-}
-
-int sbl_cmd_recv_chunk_abort(sbl_opctx_t *ctx, sbl_err_t *err)
-{
-    if (!recip.active)
-        return 0;
-    int rc = check_session(ctx->cmd, recip.session, err);
-    if (rc != 0)
-        return rc;
-    recip_join();
-    if (recip.moved) {
-        /* take back out what was moved in: the staged _ids */
-        char db[256];
-        const char *coll;
-        split_ns(recip.spec.ns, db, sizeof(db), &coll);
-        bson_t cmd = BSON_INITIALIZER, reply, proj;
-        BSON_APPEND_UTF8(&cmd, "find", recip.staging);
-        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "projection", &proj);
-        BSON_APPEND_INT32(&proj, "_id", 1);
-        bson_append_document_end(&cmd, &proj);
-        BSON_APPEND_INT32(&cmd, "batchSize", 1000000);
-        BSON_APPEND_BOOL(&cmd, "singleBatch", true);
-        sbl_err_t e = {0};
-        bson_iter_t it, b;
-        if (local_run("config", &cmd, &reply, &e) == 0 && bson_iter_init(&it, &reply) &&
-            bson_iter_find_descendant(&it, "cursor.firstBatch", &b) && bson_iter_recurse(&b, &it))
-            delete_ids(db, coll, &it, &e);
-        bson_destroy(&reply);
-        bson_destroy(&cmd);
-    }
-    recip_drop_staging();
-    sbl_err_t e = {0};
-    sbl_shard_refresh(recip.spec.ns, &e);
-    recip_end();
-    return 0;
-}

@@ -1,0 +1,47 @@
+/*
+ * migrate_int.h: what migrate.c (the donor's half of a chunk migration and
+ * the helpers) and migrate_recv.c (the recipient's half) share.  Private to
+ * src/cmd.
+ */
+#ifndef SBL_MIGRATE_INT_H
+#define SBL_MIGRATE_INT_H
+
+#include "cmd/cmd_int.h"
+
+/* The range being moved and how to tell whether a document is in it. */
+typedef struct mig_spec {
+    char ns[256];
+    bson_t *key, *min, *max; /* heap copies: a bson_t must not be copied by value */
+    int nkey;
+    int hashed_pos;
+} mig_spec_t;
+
+const char *mig_utf8_of(const bson_t *d, const char *k);
+bool mig_doc_of(const bson_t *d, const char *k, bson_t *out);
+/* ns (the command's first field), min, max and shardKeyPattern from cmd. */
+int mig_spec_parse(const bson_t *cmd, mig_spec_t *s, sbl_err_t *err);
+void mig_spec_free(mig_spec_t *s);
+/* Is doc's shard key value in [min, max)? */
+bool mig_in_range(const mig_spec_t *s, const bson_t *doc);
+/* Run cmd here; ok: 0 or a write error becomes the error. */
+int mig_local_run(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+void mig_split_ns(const char *ns, char *db, size_t dbn, const char **coll);
+/* Replace (upsert) by _id each document of arr into db.coll (*countp += n). */
+int mig_upsert_docs(const char *db, const char *coll, bson_iter_t *arr, int64_t *countp,
+                    sbl_err_t *err);
+/* Delete by _id each {_id} document of arr from db.coll. */
+int mig_delete_ids(const char *db, const char *coll, bson_iter_t *arr, sbl_err_t *err);
+const char *mig_akey(uint32_t i, char kb[16]);
+/* {name: session, sessionId: session} on host's primary, ok: 0 an error. */
+int mig_recip_call(const char *host, const char *name, const char *session, bson_t *reply,
+                   sbl_err_t *err);
+/* cmd's sessionId must be have (ConflictingOperationInProgress otherwise). */
+int mig_check_session(const bson_t *cmd, const char *have, sbl_err_t *err);
+/* Tell the dispatcher whether a migration runs here (either half). */
+void mig_update_active_flag(void);
+void mig_log(const char *fmt, ...);
+int64_t mig_now_ms(void);
+bool mig_donor_active(void);
+bool mig_recip_active(void);
+
+#endif

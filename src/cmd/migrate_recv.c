@@ -1,0 +1,422 @@
+/*
+ * migrate_recv.c: the recipient's half of a chunk migration (migrate.c
+ * describes the whole): _recvChunkStart starts a thread that pulls the
+ * range from the donor (_migrateClone) into a staging collection of its
+ * own (config.migrationStaging.<session>) and then the range's changes
+ * (_transferMods) until there are none ("steady"); _recvChunkCommit, sent
+ * by the donor from its critical section, takes the last changes, enters
+ * this shard's critical section for ns and moves the staged documents in;
+ * _recvChunkReleaseCritSec (after the config servers committed) refreshes
+ * the version and leaves it; _recvChunkAbort takes back out what was moved.
+ */
+#include "cmd/migrate_int.h"
+
+#include "server/server.h"
+#include "shard/shard.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ======================= recipient ======================= */
+
+static pthread_mutex_t recip_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    bool active;
+    char session[160];
+    mig_spec_t spec;
+    char from[1024];
+    char staging[300]; /* collection name in config */
+    const char *state; /* clone, catchup, steady, commit, done, fail */
+    char errmsg[512];
+    int64_t cloned, mods;
+    bool stop, thread_running, in_cs, moved;
+    pthread_t th;
+} recip;
+
+bool mig_recip_active(void)
+{
+    return recip.active;
+}
+
+static void recip_fail(const sbl_err_t *e)
+{
+    pthread_mutex_lock(&recip_mu);
+    recip.state = "fail";
+    snprintf(recip.errmsg, sizeof(recip.errmsg), "%s", e->msg);
+    pthread_mutex_unlock(&recip_mu);
+}
+
+/* One _transferMods round applied to the staging collection; *emptyp when
+ * there was nothing. */
+static int recip_apply_mods(bool *emptyp, sbl_err_t *err)
+{
+    bson_t reply;
+    int rc = mig_recip_call(recip.from, "_transferMods", recip.session, &reply, err);
+    bson_iter_t it, a;
+    *emptyp = true;
+    if (rc == 0 && bson_iter_init_find(&it, &reply, "reload") && bson_iter_recurse(&it, &a)) {
+        int64_t n = 0;
+        rc = mig_upsert_docs("config", recip.staging, &a, &n, err);
+        if (n > 0)
+            *emptyp = false;
+        recip.mods += n;
+    }
+    if (rc == 0 && bson_iter_init_find(&it, &reply, "deleted") && bson_iter_recurse(&it, &a)) {
+        bson_iter_t probe = a;
+        if (bson_iter_next(&probe)) {
+            *emptyp = false;
+            rc = mig_delete_ids("config", recip.staging, &a, err);
+        }
+    }
+    bson_destroy(&reply);
+    return rc;
+}
+
+/* The recipient's copy of the donor's indexes on ns (the collection is
+ * created when missing). */
+static int recip_copy_indexes(sbl_err_t *err)
+{
+    char db[256];
+    const char *coll;
+    mig_split_ns(recip.spec.ns, db, sizeof(db), &coll);
+    bson_t cmd = BSON_INITIALIZER, reply;
+    BSON_APPEND_UTF8(&cmd, "listIndexes", coll);
+    int rc = sbl_shard_remote_check(recip.from, db, &cmd, &reply, err);
+    bson_destroy(&cmd);
+    if (rc != 0)
+        return rc;
+    bson_t ci = BSON_INITIALIZER, idx, r2;
+    BSON_APPEND_UTF8(&ci, "createIndexes", coll);
+    BSON_APPEND_ARRAY_BEGIN(&ci, "indexes", &idx);
+    uint32_t n = 0;
+    char kb[16];
+    bson_iter_t it, b;
+    if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.firstBatch", &b) &&
+        bson_iter_recurse(&b, &it))
+        while (bson_iter_next(&it)) {
+            bson_t d;
+            const char *name;
+            if (!sbl_iter_doc(&it, &d) || (name = mig_utf8_of(&d, "name")) == NULL ||
+                strcmp(name, "_id_") == 0)
+                continue;
+            bson_t spec;
+            const char *k832 = mig_akey(n++, kb);
+            BSON_APPEND_DOCUMENT_BEGIN(&idx, k832, &spec);
+            bson_copy_to_excluding_noinit(&d, &spec, "v", "ns", NULL);
+            bson_append_document_end(&idx, &spec);
+        }
+    bson_append_array_end(&ci, &idx);
+    bson_destroy(&reply);
+    if (n == 0) { /* just make sure the collection exists */
+        bson_t cr = BSON_INITIALIZER;
+        BSON_APPEND_UTF8(&cr, "create", coll);
+        sbl_err_t e = {0};
+        if (mig_local_run(db, &cr, &r2, &e) != 0 && e.code != SBL_E_NamespaceExists)
+            rc = sbl_err_set(err, e.code, "%s", e.msg);
+        bson_destroy(&r2);
+        bson_destroy(&cr);
+    } else {
+        rc = mig_local_run(db, &ci, &r2, err);
+        bson_destroy(&r2);
+    }
+    bson_destroy(&ci);
+    return rc;
+}
+
+static void *recip_thread(void *arg)
+{
+    (void)arg;
+    sbl_err_t e = {0};
+    int rc = recip_copy_indexes(&e);
+    bson_t cmd = BSON_INITIALIZER, reply;
+    BSON_APPEND_UTF8(&cmd, "drop", recip.staging);
+    bson_init(&reply);
+    sbl_cmd_run("config", &cmd, &reply);
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    /* clone */
+    while (rc == 0 && !recip.stop) {
+        rc = mig_recip_call(recip.from, "_migrateClone", recip.session, &reply, &e);
+        bson_iter_t it, a;
+        bool any = false;
+        if (rc == 0 && bson_iter_init_find(&it, &reply, "objects") && bson_iter_recurse(&it, &a)) {
+            bson_t ins = BSON_INITIALIZER, docs, r2;
+            BSON_APPEND_UTF8(&ins, "insert", recip.staging);
+            BSON_APPEND_ARRAY_BEGIN(&ins, "documents", &docs);
+            uint32_t n = 0;
+            char kb[16];
+            while (bson_iter_next(&a)) {
+                bson_t d;
+                if (sbl_iter_doc(&a, &d)) {
+                    const char *k879 = mig_akey(n++, kb);
+                    BSON_APPEND_DOCUMENT(&docs, k879, &d);
+                }
+            }
+            bson_append_array_end(&ins, &docs);
+            if (n > 0) {
+                any = true;
+                rc = mig_local_run("config", &ins, &r2, &e);
+                bson_destroy(&r2);
+                pthread_mutex_lock(&recip_mu);
+                recip.cloned += n;
+                pthread_mutex_unlock(&recip_mu);
+            }
+            bson_destroy(&ins);
+        }
+        bson_destroy(&reply);
+        if (!any)
+            break;
+    }
+    if (rc == 0) {
+        pthread_mutex_lock(&recip_mu);
+        recip.state = "catchup";
+        pthread_mutex_unlock(&recip_mu);
+    }
+    /* catch up until told to commit */
+    while (rc == 0 && !recip.stop) {
+        bool empty;
+        rc = recip_apply_mods(&empty, &e);
+        if (rc == 0 && empty) {
+            pthread_mutex_lock(&recip_mu);
+            recip.state = "steady";
+            pthread_mutex_unlock(&recip_mu);
+            usleep(20 * 1000);
+        }
+    }
+    if (rc != 0)
+        recip_fail(&e);
+    sbl_session_release_thread();
+    return NULL;
+}
+
+int sbl_cmd_recv_chunk_start(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    if (sbl_server_options()->cluster_role != SBL_ROLE_SHARDSVR)
+        return sbl_err_set(err, SBL_E_IllegalOperation, "not a shard");
+    const char *session = mig_utf8_of(ctx->cmd, "sessionId"), *from = mig_utf8_of(ctx->cmd, "from");
+    if (session == NULL || from == NULL)
+        return sbl_err_set(err, SBL_E_BadValue, "_recvChunkStart needs sessionId and from");
+    mig_spec_t spec;
+    int rc = mig_spec_parse(ctx->cmd, &spec, err);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&recip_mu);
+    if (recip.active || mig_donor_active()) {
+        pthread_mutex_unlock(&recip_mu);
+        mig_spec_free(&spec);
+        return sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "a migration is already "
+                           "running on this shard");
+    }
+    memset(&recip, 0, sizeof(recip));
+    recip.active = true;
+    recip.spec = spec;
+    snprintf(recip.session, sizeof(recip.session), "%s", session);
+    snprintf(recip.from, sizeof(recip.from), "%s", from);
+    snprintf(recip.staging, sizeof(recip.staging), "migrationStaging.%s", session);
+    recip.state = "clone";
+    mig_update_active_flag();
+    if (pthread_create(&recip.th, NULL, recip_thread, NULL) != 0) {
+        mig_spec_free(&recip.spec);
+        recip.active = false;
+        mig_update_active_flag();
+        pthread_mutex_unlock(&recip_mu);
+        return sbl_err_set(err, SBL_E_InternalError, "cannot start the migration thread");
+    }
+    recip.thread_running = true;
+    pthread_mutex_unlock(&recip_mu);
+    BSON_APPEND_BOOL(ctx->reply, "started", true);
+    return 0;
+}
+
+int sbl_cmd_recv_chunk_status(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    pthread_mutex_lock(&recip_mu);
+    BSON_APPEND_BOOL(ctx->reply, "active", recip.active);
+    if (recip.active) {
+        BSON_APPEND_UTF8(ctx->reply, "sessionId", recip.session);
+        BSON_APPEND_UTF8(ctx->reply, "ns", recip.spec.ns);
+        BSON_APPEND_UTF8(ctx->reply, "from", recip.from);
+        BSON_APPEND_UTF8(ctx->reply, "state", recip.state);
+        if (recip.errmsg[0])
+            BSON_APPEND_UTF8(ctx->reply, "errmsg", recip.errmsg);
+        bson_t c;
+        BSON_APPEND_DOCUMENT_BEGIN(ctx->reply, "counts", &c);
+        BSON_APPEND_INT64(&c, "cloned", recip.cloned);
+        BSON_APPEND_INT64(&c, "catchup", recip.mods);
+        bson_append_document_end(ctx->reply, &c);
+    }
+    pthread_mutex_unlock(&recip_mu);
+    (void)err;
+    return 0;
+}
+
+static void recip_join(void)
+{
+    if (recip.thread_running) {
+        recip.stop = true;
+        pthread_join(recip.th, NULL);
+        recip.thread_running = false;
+    }
+}
+
+/* Move the staged documents into the collection (in the critical section). */
+static int recip_move_in(sbl_err_t *err)
+{
+    char db[256];
+    const char *coll;
+    mig_split_ns(recip.spec.ns, db, sizeof(db), &coll);
+    int64_t cursor = 0;
+    bool first = true;
+    int rc = 0;
+    while (rc == 0 && (first || cursor != 0)) {
+        bson_t cmd = BSON_INITIALIZER, reply;
+        if (first) {
+            BSON_APPEND_UTF8(&cmd, "find", recip.staging);
+            BSON_APPEND_INT32(&cmd, "batchSize", 500);
+        } else {
+            BSON_APPEND_INT64(&cmd, "getMore", cursor);
+            BSON_APPEND_UTF8(&cmd, "collection", recip.staging);
+            BSON_APPEND_INT32(&cmd, "batchSize", 500);
+        }
+        rc = mig_local_run("config", &cmd, &reply, err);
+        bson_destroy(&cmd);
+        bson_iter_t it, b;
+        cursor = 0;
+        if (rc == 0 && bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.id", &b))
+            cursor = bson_iter_as_int64(&b);
+        if (rc == 0 && bson_iter_init(&it, &reply) &&
+            bson_iter_find_descendant(&it, first ? "cursor.firstBatch" : "cursor.nextBatch", &b) &&
+            bson_iter_recurse(&b, &it))
+            rc = mig_upsert_docs(db, coll, &it, NULL, err);
+        first = false;
+        bson_destroy(&reply);
+    }
+    return rc;
+}
+
+static void *drop_main(void *arg)
+{
+    char *name = arg;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&cmd, "drop", name);
+    sbl_cmd_run("config", &cmd, &reply);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    free(name);
+    sbl_session_release_thread();
+    return NULL;
+}
+
+/* Drop the staging collection on a thread of its own: a WiredTiger drop
+ * can take a second, and nothing waits for it (each migration stages
+ * under its own name). */
+static void recip_drop_staging(void)
+{
+    char *name = strdup(recip.staging);
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (name != NULL && pthread_create(&th, &at, drop_main, name) != 0)
+        drop_main(name);
+    pthread_attr_destroy(&at);
+}
+
+static void recip_end(void)
+{
+    if (recip.in_cs)
+        sbl_shard_crit_exit();
+    pthread_mutex_lock(&recip_mu);
+    mig_spec_free(&recip.spec);
+    memset(&recip, 0, sizeof(recip));
+    mig_update_active_flag();
+    pthread_mutex_unlock(&recip_mu);
+}
+
+int sbl_cmd_recv_chunk_commit(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    if (!recip.active)
+        return sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "no migration to commit");
+    int rc = mig_check_session(ctx->cmd, recip.session, err);
+    if (rc != 0)
+        return rc;
+    recip_join();
+    if (strcmp(recip.state, "fail") == 0)
+        return sbl_err_set(err, SBL_E_OperationFailed, "the migration failed: %s", recip.errmsg);
+    /* the donor is in its critical section: its last changes, until none */
+    for (int i = 0; rc == 0 && i < 1000; i++) {
+        bool empty;
+        rc = recip_apply_mods(&empty, err);
+        if (empty)
+            break;
+    }
+    if (rc == 0) {
+        recip.state = "commit";
+        sbl_shard_crit_enter(recip.spec.ns);
+        recip.in_cs = true;
+        recip.moved = true; /* from here an abort deletes what was moved in */
+        rc = recip_move_in(err);
+    }
+    if (rc != 0) {
+        recip_fail(err);
+        return rc;
+    }
+    BSON_APPEND_INT64(ctx->reply, "cloned", recip.cloned);
+    BSON_APPEND_INT64(ctx->reply, "catchup", recip.mods);
+    return 0;
+}
+
+int sbl_cmd_recv_chunk_release(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    if (!recip.active)
+        return 0;
+    int rc = mig_check_session(ctx->cmd, recip.session, err);
+    if (rc != 0)
+        return rc;
+    sbl_err_t e = {0};
+    sbl_shard_refresh(recip.spec.ns, &e);
+    if (recip.in_cs)
+        sbl_shard_crit_exit();
+    recip.in_cs = false;
+    recip_drop_staging();
+    recip_end();
+    return 0;
+}
+
+int sbl_cmd_recv_chunk_abort(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    if (!recip.active)
+        return 0;
+    int rc = mig_check_session(ctx->cmd, recip.session, err);
+    if (rc != 0)
+        return rc;
+    recip_join();
+    if (recip.moved) {
+        /* take back out what was moved in: the staged _ids */
+        char db[256];
+        const char *coll;
+        mig_split_ns(recip.spec.ns, db, sizeof(db), &coll);
+        bson_t cmd = BSON_INITIALIZER, reply, proj;
+        BSON_APPEND_UTF8(&cmd, "find", recip.staging);
+        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "projection", &proj);
+        BSON_APPEND_INT32(&proj, "_id", 1);
+        bson_append_document_end(&cmd, &proj);
+        BSON_APPEND_INT32(&cmd, "batchSize", 1000000);
+        BSON_APPEND_BOOL(&cmd, "singleBatch", true);
+        sbl_err_t e = {0};
+        bson_iter_t it, b;
+        if (mig_local_run("config", &cmd, &reply, &e) == 0 && bson_iter_init(&it, &reply) &&
+            bson_iter_find_descendant(&it, "cursor.firstBatch", &b) && bson_iter_recurse(&b, &it))
+            mig_delete_ids(db, coll, &it, &e);
+        bson_destroy(&reply);
+        bson_destroy(&cmd);
+    }
+    recip_drop_staging();
+    sbl_err_t e = {0};
+    sbl_shard_refresh(recip.spec.ns, &e);
+    recip_end();
+    return 0;
+}

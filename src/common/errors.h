@@ -118,6 +118,7 @@
     X(ShardKeyNotFound, 61)                                                                        \
     X(ShardNotFound, 70)                                                                           \
     X(NamespaceNotSharded, 118)                                                                    \
+    X(CannotSplit, 106)                                                                            \
     X(StaleConfig, 13388)                                                                          \
     X(CommandFailed, 125)                                                                          \
     X(OplogStartMissing, 120)                                                                      \

@@ -101,6 +101,9 @@ int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 /* moveChunk, moveRange (through the config server's _configsvrMoveRange). */
 int rt_cmd_move_chunk(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_move_range(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* split's find / bounds: the median key value of the chunk they name into
+ * middle (one-field keys; hashed: the middle of the hashed range). */
+int rt_split_point(const rt_coll_t *c, const bson_t *cmd, bson_t *middle, sbl_err_t *err);
 /* which: "Start", "Stop" or "Status": the config server's answer's fields. */
 int rt_cmd_balancer(const char *which, bson_t *reply, sbl_err_t *err);
 

@@ -522,12 +522,13 @@ int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     const char *ns = utf8_field(cmd, "split");
     bson_iter_t it;
-    bson_t middle;
+    bson_t given, found = BSON_INITIALIZER;
+    const bson_t *mid = &given;
     if (ns == NULL)
         return sbl_err_set(err, SBL_E_BadValue, "split needs a namespace");
-    if (!bson_iter_init_find(&it, cmd, "middle") || !sbl_iter_doc(&it, &middle))
-        return sbl_err_set(err, SBL_E_BadValue, "split needs middle: a shard key value (find "
-                           "and bounds are not supported yet)");
+    bool has_middle = bson_iter_init_find(&it, cmd, "middle") && sbl_iter_doc(&it, &given);
+    if (!has_middle && !bson_has_field(cmd, "find") && !bson_has_field(cmd, "bounds"))
+        return sbl_err_set(err, SBL_E_BadValue, "split needs middle, find or bounds");
     rt_coll_t *c = rt_coll_get(ns, true, err);
     if (c == NULL)
         return err->code;
@@ -536,17 +537,22 @@ int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         rc = sbl_err_set(err, SBL_E_NamespaceNotSharded, "ns not sharded.");
         goto out;
     }
-    if (bson_count_keys(&middle) != (uint32_t)c->nkey) {
+    if (!has_middle) { /* find / bounds: the chunk's median (rt_migrate.c) */
+        if ((rc = rt_split_point(c, cmd, &found, err)) != 0)
+            goto out;
+        mid = &found;
+    }
+    if (bson_count_keys(mid) != (uint32_t)c->nkey) {
         rc = sbl_err_set(err, SBL_E_BadValue, "middle must name every shard key field");
         goto out;
     }
     bson_value_t vals[32];
     int n = 0;
-    bson_iter_init(&it, &middle);
+    bson_iter_init(&it, mid);
     while (bson_iter_next(&it) && n < 32)
         vals[n++] = *bson_iter_value(&it);
     const rt_chunk_t *ch = rt_chunk_for(c, vals);
-    if (sbl_doc_compare(ch->min, &middle) == 0) {
+    if (sbl_doc_compare(ch->min, mid) == 0) {
         rc = sbl_err_set(err, SBL_E_BadValue, "cannot split on initial or final chunk's key");
         goto out;
     }
@@ -580,7 +586,7 @@ int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         bson_oid_init(&cid, NULL);
         BSON_APPEND_OID(&ch2, "_id", &cid);
         bson_append_value(&ch2, "uuid", -1, &uuid);
-        BSON_APPEND_DOCUMENT(&ch2, "min", &middle);
+        BSON_APPEND_DOCUMENT(&ch2, "min", mid);
         BSON_APPEND_DOCUMENT(&ch2, "max", ch->max);
         BSON_APPEND_UTF8(&ch2, "shard", rt_shard_id(ch->shard));
         BSON_APPEND_TIMESTAMP(&ch2, "lastmod", major, minor + 2);
@@ -591,7 +597,7 @@ int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         bson_append_value(&q, "uuid", -1, &uuid);
         BSON_APPEND_DOCUMENT(&q, "min", ch->min);
         BSON_APPEND_DOCUMENT_BEGIN(&u, "$set", &set);
-        BSON_APPEND_DOCUMENT(&set, "max", &middle);
+        BSON_APPEND_DOCUMENT(&set, "max", mid);
         BSON_APPEND_TIMESTAMP(&set, "lastmod", major, minor + 1);
         bson_append_document_end(&u, &set);
         BSON_APPEND_UTF8(&cmdc, "update", "chunks");
@@ -612,6 +618,7 @@ int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     if (rc == 0)
         flush_shards(ns);
 out:
+    bson_destroy(&found);
     rt_coll_release(c);
     if (rc == 0)
         rt_coll_release(rt_coll_get(ns, true, err));

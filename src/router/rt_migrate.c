@@ -241,3 +241,102 @@ int rt_cmd_balancer(const char *which, bson_t *reply, sbl_err_t *err)
     bson_destroy(&r);
     return rc;
 }
+
+/* The median shard key value of the chunk a split's find or bounds names,
+ * as mongod's splitVector finds it: counted and skipped to on the owning
+ * shard (single-field range keys), or the middle of the hashed range. */
+int rt_split_point(const rt_coll_t *c, const bson_t *cmd, bson_t *middle, sbl_err_t *err)
+{
+    bson_iter_t it, b;
+    bson_t find, min, max;
+    bson_value_t vals[32];
+    const rt_chunk_t *ch = NULL;
+    if (bson_iter_init_find(&it, cmd, "find") && sbl_iter_doc(&it, &find)) {
+        if (!key_values(c, &find, vals, true))
+            return sbl_err_set(err, SBL_E_BadValue, "find must name every shard key field");
+        ch = rt_chunk_for(c, vals);
+    } else if (bson_iter_init_find(&it, cmd, "bounds") && BSON_ITER_HOLDS_ARRAY(&it) &&
+               bson_iter_recurse(&it, &b) && bson_iter_next(&b) && sbl_iter_doc(&b, &min) &&
+               bson_iter_next(&b) && sbl_iter_doc(&b, &max)) {
+        if (!key_values(c, &min, vals, false))
+            return sbl_err_set(err, SBL_E_BadValue, "bounds must name every shard key field");
+        ch = rt_chunk_for(c, vals);
+        if (sbl_doc_compare(ch->min, &min) != 0 || sbl_doc_compare(ch->max, &max) != 0)
+            return sbl_err_set(err, SBL_E_BadValue, "bounds do not match a chunk's bounds");
+    } else {
+        return sbl_err_set(err, SBL_E_BadValue, "split needs middle, find or bounds");
+    }
+    if (c->nkey != 1)
+        return sbl_err_set(err, SBL_E_BadValue, "split with find or bounds needs a one-field "
+                           "shard key here; give middle");
+    bson_iter_t k, lo, hi;
+    bson_iter_init(&k, c->key);
+    bson_iter_next(&k);
+    const char *field = bson_iter_key(&k);
+    bson_iter_init(&lo, ch->min);
+    bson_iter_next(&lo);
+    bson_iter_init(&hi, ch->max);
+    bson_iter_next(&hi);
+    if (c->hashed) {
+        int64_t l = BSON_ITER_HOLDS_INT64(&lo) ? bson_iter_int64(&lo) : INT64_MIN;
+        int64_t h = BSON_ITER_HOLDS_INT64(&hi) ? bson_iter_int64(&hi) : INT64_MAX;
+        int64_t m = (int64_t)(((__int128)l + (__int128)h) / 2);
+        if (m == l)
+            return sbl_err_set(err, SBL_E_CannotSplit, "the chunk's hashed range cannot be split");
+        BSON_APPEND_INT64(middle, field, m);
+        return 0;
+    }
+    /* count the chunk's documents on its shard, then read the middle one */
+    char db[256];
+    const char *dot = strchr(c->ns, '.');
+    snprintf(db, sizeof(db), "%.*s", (int)(dot - c->ns), c->ns);
+    bson_t cmdc = BSON_INITIALIZER, q, r, reply;
+    BSON_APPEND_UTF8(&cmdc, "count", dot + 1);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmdc, "query", &q);
+    BSON_APPEND_DOCUMENT_BEGIN(&q, field, &r);
+    bson_append_value(&r, "$gte", 4, bson_iter_value(&lo));
+    bson_append_value(&r, "$lt", 3, bson_iter_value(&hi));
+    bson_append_document_end(&q, &r);
+    bson_append_document_end(&cmdc, &q);
+    int rc = rt_run(ch->shard, db, &cmdc, &reply, err);
+    int64_t n = 0;
+    if (rc == 0) {
+        rc = reply_error(&reply, "counting the chunk", err);
+        if (rc == 0 && bson_iter_init_find(&it, &reply, "n"))
+            n = bson_iter_as_int64(&it);
+        bson_destroy(&reply);
+    }
+    if (rc == 0 && n < 2)
+        rc = sbl_err_set(err, SBL_E_CannotSplit, "the chunk has too few documents to split");
+    if (rc == 0) {
+        bson_t f = BSON_INITIALIZER, s, p;
+        BSON_APPEND_UTF8(&f, "find", dot + 1);
+        BSON_APPEND_DOCUMENT(&f, "filter", &q);
+        BSON_APPEND_DOCUMENT_BEGIN(&f, "sort", &s);
+        BSON_APPEND_INT32(&s, field, 1);
+        bson_append_document_end(&f, &s);
+        BSON_APPEND_DOCUMENT_BEGIN(&f, "projection", &p);
+        BSON_APPEND_INT32(&p, field, 1);
+        bson_append_document_end(&f, &p);
+        BSON_APPEND_INT64(&f, "skip", n / 2);
+        BSON_APPEND_INT32(&f, "limit", 1);
+        BSON_APPEND_BOOL(&f, "singleBatch", true);
+        rc = rt_run(ch->shard, db, &f, &reply, err);
+        if (rc == 0) {
+            rc = reply_error(&reply, "reading the chunk's median", err);
+            bson_iter_t v;
+            if (rc == 0 && bson_iter_init(&v, &reply) &&
+                bson_iter_find_descendant(&v, "cursor.firstBatch.0", &v) &&
+                bson_iter_recurse(&v, &it) && bson_iter_find(&it, field))
+                bson_append_value(middle, field, -1, bson_iter_value(&it));
+            else if (rc == 0)
+                rc = sbl_err_set(err, SBL_E_CannotSplit, "no median found in the chunk");
+            bson_destroy(&reply);
+        }
+        bson_destroy(&f);
+    }
+    bson_destroy(&cmdc);
+    if (rc == 0 && sbl_doc_compare(middle, ch->min) == 0)
+        rc = sbl_err_set(err, SBL_E_CannotSplit, "the chunk's median is its min: cannot split");
+    return rc;
+}

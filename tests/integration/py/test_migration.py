@@ -21,6 +21,7 @@ import time
 import pymongo
 import pytest
 from bson import json_util
+from bson.max_key import MaxKey
 from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -219,6 +220,30 @@ def test_move_range_splits_and_moves(mongos, shards):
     assert mongos.mig.r.count_documents({}) == 100
     assert sorted(d["k"] for d in mongos.mig.r.find({"k": {"$gte": 30, "$lt": 70}})) == \
         list(range(30, 70))
+
+
+def test_split_at_the_median(mongos, shards):
+    mongos.admin.command("shardCollection", "mig.s", key={"k": 1})
+    mongos.mig.s.insert_many([{"_id": i, "k": i} for i in range(100)])
+    uuid = mongos.config.collections.find_one({"_id": "mig.s"})["uuid"]
+    before = max(c["lastmod"] for c in mongos.config.chunks.find({"uuid": uuid}))
+    mongos.admin.command("split", "mig.s", find={"k": 7})
+    chunks = sorted(mongos.config.chunks.find({"uuid": uuid}), key=lambda c: c["lastmod"])
+    assert [c["max"] for c in chunks if c["max"] == {"k": 50}]  # the median
+    after = max(c["lastmod"] for c in chunks)
+    assert after.time == before.time and after.inc > before.inc  # a minor version bump
+    # bounds names the chunk exactly
+    mongos.admin.command("split", "mig.s", bounds=[{"k": 50}, {"k": MaxKey()}])
+    assert mongos.config.chunks.count_documents({"uuid": uuid, "min": {"k": 75}}) == 1
+    with pytest.raises(OperationFailure):
+        mongos.admin.command("split", "mig.s", bounds=[{"k": 51}, {"k": 60}])
+    # hashed: the middle of the chunk's hashed range
+    mongos.admin.command("shardCollection", "mig.h", key={"_id": "hashed"}, numInitialChunks=2)
+    hu = mongos.config.collections.find_one({"_id": "mig.h"})["uuid"]
+    n = mongos.config.chunks.count_documents({"uuid": hu})
+    mongos.admin.command("split", "mig.h", find={"_id": 12345})
+    assert mongos.config.chunks.count_documents({"uuid": hu}) == n + 1
+    assert mongos.mig.s.count_documents({}) == 100
 
 
 def test_balancer_evens_out_chunks(mongos):

@@ -320,11 +320,16 @@ static int move_range_locked(const char *ns, const bson_t *min, const bson_t *ma
             if (strcmp(bson_iter_key(&r), "ok") != 0 && bson_iter_key(&r)[0] != '$' &&
                 strcmp(bson_iter_key(&r), "operationTime") != 0)
                 bson_append_value(&det, bson_iter_key(&r), -1, bson_iter_value(&r));
+        BSON_APPEND_UTF8(&det, "note", "success");
         if (details != NULL)
             bson_concat(details, &det);
         changelog("moveChunk.from", ns, &det);
     } else {
+        /* as mongod: moveChunk.from says "aborted" (sh.status() counts
+         * these), moveChunk.error carries the error too */
+        BSON_APPEND_UTF8(&det, "note", "aborted");
         BSON_APPEND_UTF8(&det, "errmsg", err->msg);
+        changelog("moveChunk.from", ns, &det);
         changelog("moveChunk.error", ns, &det);
         bal_log(SBL_LOG_WARNING, "moving a chunk of %s from %s to %s failed: %s", ns, from, to,
                 err->msg);

@@ -643,7 +643,7 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     pthread_mutex_unlock(&donor_mu);
 
     int64_t t0 = mig_now_ms(), t_steady = 0, t_cs = 0, t_cs_end = 0, t_commit = 0;
-    bool in_cs = false, committed = false, recip_started = false;
+    bool in_cs = false, committed = false, recip_started = false, unknown = false;
     bson_t reply;
     /* 1. the recipient starts pulling */
     bson_t cmd = BSON_INITIALIZER;
@@ -701,11 +701,19 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
         bson_destroy(&reply);
         bson_destroy(&c2);
         if (rc == SBL_E_HostUnreachable) {
-            /* did it commit before the connection went?  The config servers know. */
-            char owner[128];
-            chunk_owner(cfg, spec.ns, spec.min, owner, sizeof(owner));
+            /* did it commit before the connection went?  The config servers
+             * know: ask them (for up to a minute, still in the critical
+             * section) before deciding. */
+            char owner[128] = "";
+            for (int i = 0; i < 60 && owner[0] == '\0'; i++) {
+                chunk_owner(cfg, spec.ns, spec.min, owner, sizeof(owner));
+                if (owner[0] == '\0')
+                    sleep(1);
+            }
             if (strcmp(owner, to) == 0)
                 rc = 0;
+            else if (owner[0] == '\0')
+                unknown = true;
         }
         committed = rc == 0;
         t_commit = mig_now_ms();
@@ -728,6 +736,14 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
         if (rc != 0)
             mig_log("migration %s: releasing the recipient failed: %s", session, e.msg);
         rc = 0;
+    } else if (unknown) {
+        /* the outcome is unknown: keep both copies (a duplicate is
+         * recoverable, a lost range is not) and say so */
+        sbl_err_t e = {0};
+        mig_log("migration %s: the config servers could not say whether the commit happened; "
+                "both shards keep the range's documents", session);
+        if (mig_recip_call(to_host, "_recvChunkReleaseCritSec", session, &reply, &e) == 0)
+            bson_destroy(&reply);
     } else if (recip_started) {
         sbl_err_t e = {0};
         if (mig_recip_call(to_host, "_recvChunkAbort", session, &reply, &e) == 0)

@@ -133,6 +133,8 @@ int sbl_cmd_configsvr_balancer_status(sbl_opctx_t *ctx, sbl_err_t *err);
 /* The balancer thread (config servers only; start is a no-op elsewhere). */
 void sbl_cmd_balancer_start_thread(void);
 void sbl_cmd_balancer_stop_thread(void);
+/* At shutdown: stop a receiving migration's thread (migrate_recv.c). */
+void sbl_cmd_migrations_shutdown(void);
 
 /* handshake.c, admin.c, diag.c */
 int sbl_cmd_hello(sbl_opctx_t *ctx, sbl_err_t *err);

@@ -1080,6 +1080,7 @@ int sbl_cmd_init(sbl_err_t *err)
 void sbl_cmd_shutdown(void)
 {
     sbl_cmd_balancer_stop_thread();
+    sbl_cmd_migrations_shutdown();
     if (!reaper_running)
         return;
     uv_mutex_lock(&reaper_mu);

@@ -15,6 +15,7 @@
 #include "shard/shard.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,8 @@ static struct {
     const char *state; /* clone, catchup, steady, commit, done, fail */
     char errmsg[512];
     int64_t cloned, mods;
-    bool stop, thread_running, in_cs, moved;
+    atomic_bool stop;
+    bool thread_running, in_cs, moved;
     pthread_t th;
 } recip;
 
@@ -192,6 +194,10 @@ static void *recip_thread(void *arg)
     return NULL;
 }
 
+static void recip_join(void);
+static void recip_drop_staging(void);
+static void recip_end(void);
+
 int sbl_cmd_recv_chunk_start(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     if (sbl_server_options()->cluster_role != SBL_ROLE_SHARDSVR)
@@ -203,6 +209,14 @@ int sbl_cmd_recv_chunk_start(sbl_opctx_t *ctx, sbl_err_t *err)
     int rc = mig_spec_parse(ctx->cmd, &spec, err);
     if (rc != 0)
         return rc;
+    /* a receive whose donor went away (failed, never aborted) is over */
+    if (recip.active && recip.state != NULL && strcmp(recip.state, "fail") == 0 &&
+        !recip.in_cs) {
+        mig_log("migration %s: dropping a failed receive (%s)", recip.session, recip.errmsg);
+        recip_join();
+        recip_drop_staging();
+        recip_end();
+    }
     pthread_mutex_lock(&recip_mu);
     if (recip.active || mig_donor_active()) {
         pthread_mutex_unlock(&recip_mu);
@@ -419,4 +433,11 @@ int sbl_cmd_recv_chunk_abort(sbl_opctx_t *ctx, sbl_err_t *err)
     sbl_shard_refresh(recip.spec.ns, &e);
     recip_end();
     return 0;
+}
+
+void sbl_cmd_migrations_shutdown(void)
+{
+    /* a receiving thread must not outlive the storage engine */
+    if (recip.active)
+        recip_join();
 }

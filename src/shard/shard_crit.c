@@ -22,9 +22,9 @@
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static int inflight[BUCKETS];
-static bool crit;
-static char crit_ns[256];
+static atomic_int inflight[BUCKETS];
+static atomic_bool crit;
+static char crit_ns[256]; /* under mu */
 static atomic_bool migrating;
 
 static unsigned bucket(const char *ns)
@@ -42,31 +42,57 @@ static int64_t mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+static void wait_ms(int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)ms * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&cv, &mu, &ts);
+}
+
+/* The fast path is two atomic operations: count in, see no critical
+ * section.  (Sequentially consistent: a critical section that starts after
+ * the count sees it; one that started before is seen here.) */
 void sbl_shard_op_enter(const char *ns, int64_t deadline_us)
 {
-    if (deadline_us <= 0)
-        deadline_us = mono_us() + 30 * 1000000LL;
-    pthread_mutex_lock(&mu);
-    while (crit && strcmp(crit_ns, ns) == 0 && mono_us() < deadline_us) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 20 * 1000000L; /* re-check the deadline every 20 ms */
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
+    unsigned b = bucket(ns);
+    for (;;) {
+        atomic_fetch_add(&inflight[b], 1);
+        if (!atomic_load(&crit))
+            return;
+        pthread_mutex_lock(&mu);
+        if (!atomic_load(&crit) || strcmp(crit_ns, ns) != 0) {
+            pthread_mutex_unlock(&mu);
+            return;
         }
-        pthread_cond_timedwait(&cv, &mu, &ts);
+        /* ours: step back out and wait for the critical section to end */
+        atomic_fetch_sub(&inflight[b], 1);
+        pthread_cond_broadcast(&cv);
+        if (deadline_us <= 0)
+            deadline_us = mono_us() + 30 * 1000000LL;
+        while (atomic_load(&crit) && strcmp(crit_ns, ns) == 0 && mono_us() < deadline_us)
+            wait_ms(20);
+        bool timed_out = atomic_load(&crit) && strcmp(crit_ns, ns) == 0;
+        pthread_mutex_unlock(&mu);
+        if (timed_out) { /* run on: the version check decides */
+            atomic_fetch_add(&inflight[b], 1);
+            return;
+        }
     }
-    inflight[bucket(ns)]++;
-    pthread_mutex_unlock(&mu);
 }
 
 void sbl_shard_op_exit(const char *ns)
 {
-    pthread_mutex_lock(&mu);
-    inflight[bucket(ns)]--;
-    pthread_cond_broadcast(&cv);
-    pthread_mutex_unlock(&mu);
+    unsigned b = bucket(ns);
+    if (atomic_fetch_sub(&inflight[b], 1) == 1 && atomic_load(&crit)) {
+        pthread_mutex_lock(&mu);
+        pthread_cond_broadcast(&cv);
+        pthread_mutex_unlock(&mu);
+    }
 }
 
 void sbl_shard_crit_enter(const char *ns)
@@ -74,16 +100,16 @@ void sbl_shard_crit_enter(const char *ns)
     unsigned b = bucket(ns);
     pthread_mutex_lock(&mu);
     snprintf(crit_ns, sizeof(crit_ns), "%s", ns);
-    crit = true;
-    while (inflight[b] > 0)
-        pthread_cond_wait(&cv, &mu);
+    atomic_store(&crit, true);
+    while (atomic_load(&inflight[b]) > 0)
+        wait_ms(10); /* op_exit signals without the lock: re-check often */
     pthread_mutex_unlock(&mu);
 }
 
 void sbl_shard_crit_exit(void)
 {
     pthread_mutex_lock(&mu);
-    crit = false;
+    atomic_store(&crit, false);
     crit_ns[0] = '\0';
     pthread_cond_broadcast(&cv);
     pthread_mutex_unlock(&mu);

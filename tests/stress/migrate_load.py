@@ -13,6 +13,8 @@ document once (the donors' copies deleted).
       --members 1) in a temporary directory and stops it afterwards
   tests/stress/migrate_load.py --router 30000 --shards 30101,30102 ...
       uses a running cluster (the collection ycsb.usertable is dropped)
+  --balancer: the load moves chunks onto shard0 and the balancer (started)
+      moves them back, so both move chunks under the load
 
 Prints one JSON line: operations, errors, migrations and their times.  Exits
 1 when a check fails.  tests/integration/py/test_migration.py runs a short
@@ -48,9 +50,12 @@ def _value(rnd, n=100):
     return "".join(rnd.choice(string.ascii_letters) for _ in range(n))
 
 
-def run(router_port, shard_ports, seconds=5.0, threads=4, records=2000, chunks=8, seed=1):
+def run(router_port, shard_ports, seconds=5.0, threads=4, records=2000, chunks=8, seed=1,
+        balancer=False):
     """Load, run workload A with migrations for `seconds`, check.  Returns a
-    summary dict; summary["failures"] lists what did not hold."""
+    summary dict; summary["failures"] lists what did not hold.  balancer:
+    the load piles chunks onto shard0 with moveChunk while the balancer
+    (on) moves them back, instead of moving random chunks itself."""
     rnd = random.Random(seed)
     mongos = pymongo.MongoClient("127.0.0.1", router_port, uuidRepresentation="standard")
     shards = [pymongo.MongoClient("127.0.0.1", p, directConnection=True) for p in shard_ports]
@@ -111,10 +116,21 @@ def run(router_port, shard_ports, seconds=5.0, threads=4, records=2000, chunks=8
             w.start()
         moves, move_ms = 0, []
         uuid = mongos.config.collections.find_one({"_id": "ycsb.usertable"})["uuid"]
+        before = mongos.config.changelog.count_documents({"what": "moveChunk.from",
+                                                         "details.note": "success"})
+        if balancer:
+            mongos.admin.command("balancerStart")
         try:
             while time.time() - t0 < seconds and not errors:
-                ch = rnd.choice(list(mongos.config.chunks.find({"uuid": uuid})))
-                to = "shard1" if ch["shard"] == "shard0" else "shard0"
+                if balancer:
+                    on1 = list(mongos.config.chunks.find({"uuid": uuid, "shard": "shard1"}))
+                    if not on1:
+                        time.sleep(0.2)
+                        continue
+                    ch, to = rnd.choice(on1), "shard0"
+                else:
+                    ch = rnd.choice(list(mongos.config.chunks.find({"uuid": uuid})))
+                    to = "shard1" if ch["shard"] == "shard0" else "shard0"
                 m0 = time.time()
                 mongos.admin.command("moveChunk", "ycsb.usertable",
                                      bounds=[ch["min"], ch["max"]], to=to)
@@ -124,7 +140,11 @@ def run(router_port, shard_ports, seconds=5.0, threads=4, records=2000, chunks=8
             stop.set()
             for w in workers:
                 w.join(120)
+            if balancer:
+                mongos.admin.command("balancerStop")
         elapsed = time.time() - t0
+        all_moves = mongos.config.changelog.count_documents(
+            {"what": "moveChunk.from", "details.note": "success"}) - before
 
         failures = list(errors[:5])
         docs = list(mongos.ycsb.usertable.find({}, batch_size=1000000))
@@ -142,6 +162,7 @@ def run(router_port, shard_ports, seconds=5.0, threads=4, records=2000, chunks=8
         return {"seconds": round(elapsed, 1), "threads": threads, "records": records,
                 "operations": sum(ops), "ops_per_sec": round(sum(ops) / elapsed),
                 "errors": len(errors), "migrations": moves,
+                "balancer_migrations": all_moves - moves,
                 "migration_ms_median": sorted(move_ms)[len(move_ms) // 2] if move_ms else None,
                 "migration_ms_max": max(move_ms) if move_ms else None, "failures": failures}
     finally:
@@ -171,6 +192,8 @@ def main():
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--records", type=int, default=20000)
     ap.add_argument("--chunks", type=int, default=8)
+    ap.add_argument("--balancer", action="store_true",
+                    help="pile chunks onto shard0 and let the balancer move them back")
     a = ap.parse_args()
     d = None
     if a.router is None:
@@ -188,7 +211,8 @@ def main():
     else:
         router, shard_ports = a.router, [int(p) for p in a.shards.split(",")]
     try:
-        s = run(router, shard_ports, a.seconds, a.threads, a.records, a.chunks)
+        s = run(router, shard_ports, a.seconds, a.threads, a.records, a.chunks,
+                balancer=a.balancer)
     finally:
         if d is not None:
             subprocess.run([sys.executable, os.path.join(build, "sable-cluster"), "stop",

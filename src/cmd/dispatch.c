@@ -488,7 +488,8 @@ static void execute(pending_t *p)
                            ? bson_iter_utf8(&it, NULL)
                            : "";
     snprintf(ns, sizeof(ns), "%s.%s", p->ctx.db, coll);
-    sbl_shard_op_enter(ns, 0);
+    if ((p->rc = sbl_shard_op_enter(ns, 0, &p->err)) != 0)
+        return; /* a critical section outlasted the wait: StaleConfig, not run */
     execute_inner(p);
     sbl_shard_op_exit(ns);
 }

@@ -42,13 +42,15 @@ void sbl_shard_shutdown(void);
 /* ---- the migration critical section (shard_crit.c) ---------------------------
  * A router's command on ns (one carrying shardVersion) runs between
  * sbl_shard_op_enter and sbl_shard_op_exit.  While a migration holds ns's
- * critical section, op_enter waits (at most until deadline_us, monotonic;
- * 0: 30 s) for it to end, so writes to the moving range neither reach the
- * donor after the recipient's last catch-up nor read a half-moved range;
- * the shard version the command then checks is the new one (StaleConfig).
+ * critical section, op_enter waits for it to end, at most 2 s (or until
+ * deadline_us, monotonic, when sooner; 0: none), so writes to the moving
+ * range neither reach the donor after the recipient's last catch-up nor read
+ * a half-moved range; the command then checks the new shard version
+ * (StaleConfig).  Returns 0 (counted in: call op_exit), or StaleConfig when
+ * the wait timed out (not counted in; the command must not run).
  * sbl_shard_crit_enter takes ns's critical section and returns once every
  * command already inside has left.  One critical section at a time. */
-void sbl_shard_op_enter(const char *ns, int64_t deadline_us);
+int sbl_shard_op_enter(const char *ns, int64_t deadline_us, sbl_err_t *err);
 void sbl_shard_op_exit(const char *ns);
 void sbl_shard_crit_enter(const char *ns);
 void sbl_shard_crit_exit(void);

@@ -5,10 +5,11 @@
  * and waits for the bucket to empty, so when it returns no routed command
  * on ns is running and none starts until sbl_shard_crit_exit.
  *
- * What must stay true: op_enter and op_exit pair up on the same ns (the
- * dispatcher calls both); a waiting command gives up at its deadline and
- * runs on (its version check then refuses it with StaleConfig once the
- * migration has committed).
+ * What must stay true: op_exit follows every op_enter that returned 0, on
+ * the same ns (the dispatcher calls both); a command that waited too long
+ * for a critical section does not run at all: it answers StaleConfig, so
+ * nothing changes the range between the recipient's last catch-up and the
+ * commit.
  */
 #include "shard/shard.h"
 
@@ -19,6 +20,10 @@
 #include <time.h>
 
 #define BUCKETS 64
+/* How long a routed command waits for a critical section: short, because it
+ * holds a worker thread meanwhile, and the migration's own commands need
+ * workers too.  The router retries StaleConfig (refreshing) a few times. */
+#define CRIT_WAIT_US (2 * 1000000LL)
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
@@ -57,31 +62,31 @@ static void wait_ms(int ms)
 /* The fast path is two atomic operations: count in, see no critical
  * section.  (Sequentially consistent: a critical section that starts after
  * the count sees it; one that started before is seen here.) */
-void sbl_shard_op_enter(const char *ns, int64_t deadline_us)
+int sbl_shard_op_enter(const char *ns, int64_t deadline_us, sbl_err_t *err)
 {
     unsigned b = bucket(ns);
     for (;;) {
         atomic_fetch_add(&inflight[b], 1);
         if (!atomic_load(&crit))
-            return;
+            return 0;
         pthread_mutex_lock(&mu);
         if (!atomic_load(&crit) || strcmp(crit_ns, ns) != 0) {
             pthread_mutex_unlock(&mu);
-            return;
+            return 0;
         }
         /* ours: step back out and wait for the critical section to end */
         atomic_fetch_sub(&inflight[b], 1);
         pthread_cond_broadcast(&cv);
-        if (deadline_us <= 0)
-            deadline_us = mono_us() + 30 * 1000000LL;
-        while (atomic_load(&crit) && strcmp(crit_ns, ns) == 0 && mono_us() < deadline_us)
+        int64_t until = mono_us() + CRIT_WAIT_US;
+        if (deadline_us > 0 && deadline_us < until)
+            until = deadline_us;
+        while (atomic_load(&crit) && strcmp(crit_ns, ns) == 0 && mono_us() < until)
             wait_ms(20);
         bool timed_out = atomic_load(&crit) && strcmp(crit_ns, ns) == 0;
         pthread_mutex_unlock(&mu);
-        if (timed_out) { /* run on: the version check decides */
-            atomic_fetch_add(&inflight[b], 1);
-            return;
-        }
+        if (timed_out) /* not counted in: the command does not run */
+            return sbl_err_set(err, SBL_E_StaleConfig, "migration critical section in "
+                               "progress for %s", ns);
     }
 }
 

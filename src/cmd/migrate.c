@@ -289,6 +289,41 @@ int mig_check_session(const bson_t *cmd, const char *have, sbl_err_t *err)
     return 0;
 }
 
+/* A find over the range only: the shard key index between min and max (in
+ * BSON order, as chunks are; a filter would bracket types).  Not for hashed
+ * keys; in_range stays the judge either way. */
+static void append_range_bounds(const mig_spec_t *s, bson_t *cmd)
+{
+    if (s->hashed_pos >= 0)
+        return;
+    BSON_APPEND_DOCUMENT(cmd, "hint", s->key);
+    BSON_APPEND_DOCUMENT(cmd, "min", s->min);
+    BSON_APPEND_DOCUMENT(cmd, "max", s->max);
+}
+
+/* Run a find over ns's range (by its key index, or the whole collection
+ * when that fails: no such index). */
+static int range_find(const mig_spec_t *s, const char *db, const char *coll, int batch,
+                      bson_t *reply, sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&cmd, "find", coll);
+    BSON_APPEND_INT32(&cmd, "batchSize", batch);
+    append_range_bounds(s, &cmd);
+    int rc = mig_local_run(db, &cmd, reply, err);
+    bson_destroy(&cmd);
+    if (rc != 0 && s->hashed_pos < 0) {
+        bson_destroy(reply);
+        bson_init(&cmd);
+        BSON_APPEND_UTF8(&cmd, "find", coll);
+        BSON_APPEND_INT32(&cmd, "batchSize", batch);
+        memset(err, 0, sizeof(*err));
+        rc = mig_local_run(db, &cmd, reply, err);
+        bson_destroy(&cmd);
+    }
+    return rc;
+}
+
 /* The next batch of the range's documents: {objects: [...]} (empty at the end). */
 int sbl_cmd_migrate_clone(sbl_opctx_t *ctx, sbl_err_t *err)
 {
@@ -306,15 +341,14 @@ int sbl_cmd_migrate_clone(sbl_opctx_t *ctx, sbl_err_t *err)
         mig_split_ns(donor.spec.ns, db, sizeof(db), &coll);
         bson_t cmd = BSON_INITIALIZER, reply;
         if (!donor.clone_started) {
-            BSON_APPEND_UTF8(&cmd, "find", coll);
-            BSON_APPEND_INT32(&cmd, "batchSize", CLONE_BATCH);
+            rc = range_find(&donor.spec, db, coll, CLONE_BATCH, &reply, err);
             donor.clone_started = true;
         } else {
             BSON_APPEND_INT64(&cmd, "getMore", donor.cursor);
             BSON_APPEND_UTF8(&cmd, "collection", coll);
             BSON_APPEND_INT32(&cmd, "batchSize", CLONE_BATCH);
+            rc = mig_local_run(db, &cmd, &reply, err);
         }
-        rc = mig_local_run(db, &cmd, &reply, err);
         bson_destroy(&cmd);
         bson_iter_t it, b;
         if (rc == 0 && bson_iter_init(&it, &reply) &&
@@ -492,14 +526,13 @@ static int64_t delete_range(const mig_spec_t *s, sbl_err_t *err)
     while (rc == 0 && (first || cursor != 0)) {
         bson_t cmd = BSON_INITIALIZER, reply, arr = BSON_INITIALIZER;
         if (first) {
-            BSON_APPEND_UTF8(&cmd, "find", coll);
-            BSON_APPEND_INT32(&cmd, "batchSize", 1000);
+            rc = range_find(s, db, coll, 1000, &reply, err);
         } else {
             BSON_APPEND_INT64(&cmd, "getMore", cursor);
             BSON_APPEND_UTF8(&cmd, "collection", coll);
             BSON_APPEND_INT32(&cmd, "batchSize", 1000);
+            rc = mig_local_run(db, &cmd, &reply, err);
         }
-        rc = mig_local_run(db, &cmd, &reply, err);
         bson_destroy(&cmd);
         bson_iter_t it, b;
         cursor = 0;

@@ -66,6 +66,15 @@ def cluster():
     finally:
         subprocess.run([sys.executable, LAUNCHER, "stop", "--dir", d], env=env, timeout=120,
                        capture_output=True)
+        # a start that failed half-way leaves members the launcher does not know
+        for root, _, files in os.walk(d):
+            for f in files:
+                if f.endswith(".pid"):
+                    try:
+                        with open(os.path.join(root, f)) as fh:
+                            os.kill(int(fh.read().strip()), 15)
+                    except (OSError, ValueError):
+                        pass
         if not os.environ.get("SABLE_KEEP_CLUSTER"):
             shutil.rmtree(d, ignore_errors=True)
         else:

@@ -60,7 +60,7 @@ def router_page(a):
                 "-p", "maxexecutiontime=%d" % secs], check=True,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(2)
-        browser = cdp.Browser(width=1400, height=2150)
+        browser = cdp.Browser(width=1400, height=1800)
         browser.open("http://127.0.0.1:%d/" % mport)
         browser.wait_for("window.sableMonitor && sableMonitor.ready && "
                          "document.querySelectorAll('section.shard .chart canvas').length >= 8")

@@ -7,9 +7,13 @@ journal or audit log, which a router does not have), one section per shard
 with its member's state (PRIMARY, from the router's poller) and the router's
 requests to it, and its totals match the router's serverStatus within a
 second.  The screenshot is saved as router_page.png next to monitor_page.png.
+Then one shard's only member is killed: the router's poller shows it DOWN
+within seconds while the other shard stays PRIMARY, and PRIMARY again once
+it is restarted.
 
 Run alone:  SABLED=$PWD/build/sabled /usr/bin/python3 -m pytest -q tests/integration/browser
 """
+import json
 import os
 import random
 import shutil
@@ -66,7 +70,7 @@ def cluster():
                         "--dir", d], capture_output=True, text=True, env=env, timeout=180)
     try:
         assert r.returncode == 0, r.stdout + r.stderr
-        yield {"router": base + 4, "metrics": mport,
+        yield {"router": base + 4, "metrics": mport, "dir": d, "env": env, "launcher": launcher,
                "shard_members": ["127.0.0.1:%d" % (base + 1), "127.0.0.1:%d" % (base + 2)]}
     finally:
         subprocess.run([sys.executable, launcher, "stop", "--dir", d], env=env, timeout=120,
@@ -209,3 +213,32 @@ def test_router_page_shows_shards_and_matches_server_status(cluster):
             cluster["shard_members"].index(m), m) in prom, prom[-2000:]
     assert 'sable_shard_requests_total{shard="shard0"}' in prom
     assert "sable_opcounters_total" in prom and "sable_wiredtiger_cache_bytes" not in prom
+
+
+def test_a_killed_shard_member_shows_down(cluster):
+    def states():
+        j = json.load(urllib.request.urlopen("http://127.0.0.1:%d/api/series?since=0"
+                                             % cluster["metrics"], timeout=10))
+        last = lambda a: [v for v in a if v is not None][-1]  # noqa: E731
+        return {(m["shard"], m["name"]): last(m["state"]) for m in j["members"]}
+    a, b = cluster["shard_members"]
+    assert states() == {("shard0", a): 1, ("shard1", b): 1}
+    r = subprocess.run([sys.executable, cluster["launcher"], "kill", "1", "--dir", cluster["dir"]],
+                       env=cluster["env"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    deadline = time.time() + 15
+    while time.time() < deadline and states().get(("shard0", a)) != 8:
+        time.sleep(0.5)
+    assert states() == {("shard0", a): 8, ("shard1", b): 1}
+    prom = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % cluster["metrics"],
+                                  timeout=10).read().decode()
+    assert 'sable_shard_member_state{shard="shard0",member="%s"} 8' % a in prom
+    # Back up: PRIMARY again (and the router stops in 2 s, not the 17 s its
+    # libmongoc pool takes to give up on a dead shard).
+    r = subprocess.run([sys.executable, cluster["launcher"], "restart", "1", "--dir", cluster["dir"]],
+                       env=cluster["env"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    deadline = time.time() + 15
+    while time.time() < deadline and states().get(("shard0", a)) != 1:
+        time.sleep(0.5)
+    assert states() == {("shard0", a): 1, ("shard1", b): 1}

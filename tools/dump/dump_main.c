@@ -106,7 +106,7 @@ static int build_metadata(dump_t *d, intent_t *it, const bson_t *options, const 
     if (options != NULL && !bson_empty(options))
         BSON_APPEND_DOCUMENT(&m, "options", options);
     BSON_APPEND_ARRAY_BEGIN(&m, "indexes", &arr);
-    if (strcmp(it->type, "collection") == 0) {
+    if (strcmp(it->type, "view") != 0) {
         mongoc_collection_t *coll = mongoc_client_get_collection(d->c, it->src_db, it->src);
         mongoc_cursor_t *cur = mongoc_collection_find_indexes_with_opts(coll, NULL);
         const bson_t *ix;
@@ -186,18 +186,17 @@ static int list_db(dump_t *d, const char *db, bool full)
         }
         if (name == NULL || skipped_system(db, name, full) || !coll_wanted(d, db, name))
             continue;
-        if (strcmp(type, "timeseries") == 0) {
-            tool_err("warning: skipping time-series collection %s.%s: sable-dump cannot dump "
-                     "time-series collections yet",
-                     db, name);
-            continue;
-        }
         if (strcmp(type, "view") == 0 && d->o.views_as_colls) {
             add_intent(d, db, name, "collection");
             rc = build_metadata(d, &d->in[d->n - 1], NULL, NULL);
             continue;
         }
-        add_intent(d, db, name, strcmp(type, "view") == 0 ? "view" : "collection");
+        /* A time-series collection: Sable keeps its measurements as documents (no
+           system.buckets), so they are dumped as they are read, with type "timeseries" */
+        add_intent(d, db, name,
+                   strcmp(type, "view") == 0         ? "view"
+                   : strcmp(type, "timeseries") == 0 ? "timeseries"
+                                                     : "collection");
         rc = build_metadata(d, &d->in[d->n - 1], &options, uuid);
         if (d->in[d->n - 1].data && d->o.archive != NULL)
             d->in[d->n - 1].size = coll_size(d, db, name);

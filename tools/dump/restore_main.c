@@ -322,8 +322,22 @@ static int finish(restore_t *r, rintent_t *it)
     return rc;
 }
 
+/* mongodump's time-series data is mongod's bucket documents; Sable stores measurements. */
+static int refuse_buckets(restore_t *r)
+{
+    for (int i = 0; i < r->n; i++)
+        if (r->in[i].selected && strncmp(r->in[i].coll, "system.buckets.", 15) == 0)
+            return tool_err("%s.%s holds mongod's time-series buckets, which Sable cannot "
+                            "restore (it stores measurements); export the collection with "
+                            "sable-export/mongoexport and import it instead",
+                            r->in[i].db, r->in[i].coll);
+    return 0;
+}
+
 static int restore_dir(restore_t *r)
 {
+    if (refuse_buckets(r) != 0)
+        return -1;
     int rc = create_all(r, RK_COLLECTION);
     if (rc != 0 && r->o.stop_on_error)
         return -1;
@@ -436,6 +450,8 @@ static int restore_archive(restore_t *r)
     }
     if (rc == 0)
         rc = select_intents(r, false);
+    if (rc == 0)
+        rc = refuse_buckets(r);
     if (rc == 0)
         rc = create_all(r, RK_COLLECTION);
     for (int i = 0; rc == 0 && i < r->n; i++)

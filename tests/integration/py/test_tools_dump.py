@@ -370,3 +370,42 @@ def test_missing_directory_and_bad_uri(dst, tmp_path):
     assert p.returncode != 0 and b"cannot connect" in p.stderr
     p = run_tool("sable-dump", *port(dst), "--bogus")
     assert p.returncode != 0 and b'unknown option "bogus"' in p.stderr
+
+
+def test_time_series_roundtrip_and_buckets_refused(dst, tmp_path):
+    s = Sabled()
+    try:
+        s.start()
+        c = s.client()
+        c.ts.create_collection("weather", timeseries={"timeField": "t", "metaField": "m",
+                                                       "granularity": "minutes"},
+                               expireAfterSeconds=86400 * 365 * 10)
+        base = datetime.datetime.utcnow().replace(microsecond=0)
+        docs = [{"t": base + datetime.timedelta(minutes=i), "m": {"site": i % 3},
+                 "temp": 20.0 + i / 10} for i in range(300)]
+        c.ts.weather.insert_many(docs)
+        c.ts.weather.create_index([("temp", 1)])
+        ok(run_tool("sable-dump", "--port", s.port, "-o", tmp_path / "d"))
+        ok(run_tool("sable-dump", "--port", s.port, "--archive=%s" % (tmp_path / "a")))
+        meta = bson.json_util.loads((tmp_path / "d" / "ts" / "weather.metadata.json").read_text())
+        assert meta["type"] == "timeseries"
+        assert meta["options"]["timeseries"]["timeField"] == "t"
+        want = sorted((d for d in c.ts.weather.find({}, {"_id": 0})), key=lambda d: d["t"])
+        info = c.ts.command("listCollections", filter={"name": "weather"})["cursor"]["firstBatch"]
+        want_ix = sorted((ix["name"], dict(ix["key"])) for ix in c.ts.weather.list_indexes())
+    finally:
+        s.cleanup()
+    d = dst.client()
+    for args in (["--drop", tmp_path / "d"], ["--drop", "--archive=%s" % (tmp_path / "a")]):
+        ok(run_tool("sable-restore", *port(dst), *args))
+        got = sorted((x for x in d.ts.weather.find({}, {"_id": 0})), key=lambda x: x["t"])
+        assert got == want
+        ginfo = d.ts.command("listCollections", filter={"name": "weather"})["cursor"]["firstBatch"]
+        assert ginfo[0]["type"] == "timeseries"
+        assert ginfo[0]["options"] == info[0]["options"]
+        assert sorted((ix["name"], dict(ix["key"])) for ix in d.ts.weather.list_indexes()) == want_ix
+    # mongodump's layout for mongod's time-series data (bucket documents) is refused, clearly
+    (tmp_path / "m" / "ts").mkdir(parents=True)
+    (tmp_path / "m" / "ts" / "system.buckets.w.bson").write_bytes(bson.encode({"_id": 1}))
+    p = run_tool("sable-restore", *port(dst), tmp_path / "m")
+    assert p.returncode != 0 and b"time-series buckets" in p.stderr

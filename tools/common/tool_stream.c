@@ -195,7 +195,14 @@ static void progress_line(tool_progress_t *p, double now, const char *verb)
     double secs = now - p->start;
     double mb = p->bytes / 1e6;
     double rate_mb = secs > 0 ? mb / secs : 0, rate_docs = secs > 0 ? p->docs / secs : 0;
-    if (verb == NULL && p->total_docs > 0) {
+    if (verb == NULL && p->total_docs <= 0 && p->total_bytes > 0) {
+        double left = rate_mb > 0 ? (p->total_bytes / 1e6 - mb) / rate_mb : 0;
+        fprintf(stderr,
+                "%s: [%s] %.1f/%.1f MB (%.1f%%)  %lld documents  %.1f MB/s  %.0f docs/s  "
+                "%.0fs left\n",
+                tool_prog, p->what, mb, p->total_bytes / 1e6, 100.0 * p->bytes / p->total_bytes,
+                (long long)p->docs, rate_mb, rate_docs, left < 0 ? 0 : left);
+    } else if (verb == NULL && p->total_docs > 0) {
         double left = rate_docs > 0 ? (p->total_docs - p->docs) / rate_docs : 0;
         fprintf(stderr,
                 "%s: [%s] %lld/%lld documents (%.1f%%)  %.1f MB  %.1f MB/s  %.0f docs/s  "
@@ -213,10 +220,15 @@ void tool_progress_add(tool_progress_t *p, int64_t docs, int64_t bytes)
 {
     p->docs += docs;
     p->bytes += bytes;
-    if ((p->docs & 1023) != 0 && docs == 1)
+    static double interval = -1;
+    if (interval < 0) {
+        const char *env = getenv("SABLE_TOOLS_PROGRESS_SECS");
+        interval = env != NULL && atof(env) > 0 ? atof(env) : 1.0;
+    }
+    if ((p->docs & 1023) != 0 && docs == 1 && interval >= 1.0)
         return; /* look at the clock once every 1024 documents */
     double now = tool_now();
-    if (now - p->last >= 1.0) {
+    if (now - p->last >= interval) {
         p->last = now;
         if (!tool_quiet)
             progress_line(p, now, NULL);

@@ -34,7 +34,7 @@ typedef struct intent {
     bool users_of_db;            /* $admin.system.users/roles: filter {db: <db>} */
     const bson_t *filter;        /* the oplog's {ts: {$gte, $lte}}; NULL: --query */
     char *metadata;              /* canonical Extended JSON, NULL for none */
-    int64_t size;
+    int64_t size, count;         /* collStats: for the archive's prelude and progress */
 } intent_t;
 
 typedef struct dump {
@@ -138,20 +138,22 @@ static int build_metadata(dump_t *d, intent_t *it, const bson_t *options, const 
     return 0;
 }
 
-/* The data size of a collection (collStats.size), for the archive's prelude. */
-static int64_t coll_size(dump_t *d, const char *db, const char *coll)
+/* The data size (for the archive's prelude) and count (for the progress line) of a
+   collection, from collStats; 0 when unknown. */
+static void coll_stats(dump_t *d, intent_t *in)
 {
     bson_t cmd = BSON_INITIALIZER, reply;
     bson_error_t e;
     bson_iter_t it;
-    int64_t size = 0;
-    BSON_APPEND_UTF8(&cmd, "collStats", coll);
-    if (mongoc_client_command_simple(d->c, db, &cmd, NULL, &reply, &e) &&
-        bson_iter_init_find(&it, &reply, "size") && BSON_ITER_HOLDS_NUMBER(&it))
-        size = bson_iter_as_int64(&it);
+    BSON_APPEND_UTF8(&cmd, "collStats", in->src);
+    if (mongoc_client_command_simple(d->c, in->src_db, &cmd, NULL, &reply, &e)) {
+        if (bson_iter_init_find(&it, &reply, "size") && BSON_ITER_HOLDS_NUMBER(&it))
+            in->size = bson_iter_as_int64(&it);
+        if (bson_iter_init_find(&it, &reply, "count") && BSON_ITER_HOLDS_NUMBER(&it))
+            in->count = bson_iter_as_int64(&it);
+    }
     bson_destroy(&cmd);
     bson_destroy(&reply);
-    return size;
 }
 
 static int list_db(dump_t *d, const char *db, bool full)
@@ -198,8 +200,8 @@ static int list_db(dump_t *d, const char *db, bool full)
                    : strcmp(type, "timeseries") == 0 ? "timeseries"
                                                      : "collection");
         rc = build_metadata(d, &d->in[d->n - 1], &options, uuid);
-        if (d->in[d->n - 1].data && d->o.archive != NULL)
-            d->in[d->n - 1].size = coll_size(d, db, name);
+        if (d->in[d->n - 1].data)
+            coll_stats(d, &d->in[d->n - 1]);
     }
     bson_error_t e;
     if (rc == 0 && mongoc_cursor_error(cur, &e))
@@ -274,6 +276,7 @@ static int dump_data(dump_t *d, mongoc_client_t *c, intent_t *it, tool_stream_t 
 {
     mongoc_collection_t *coll = mongoc_client_get_collection(c, it->src_db, it->src);
     bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+    bool filter_is_query = it->filter != NULL || it->users_of_db || !bson_empty(&d->query);
     if (it->filter != NULL)
         bson_concat(&filter, it->filter);
     else if (it->users_of_db)
@@ -287,7 +290,7 @@ static int dump_data(dump_t *d, mongoc_client_t *c, intent_t *it, tool_stream_t 
     char what[400];
     snprintf(what, sizeof(what), "%s.%s", it->db, it->coll);
     tool_progress_t p;
-    tool_progress_start(&p, what, 0);
+    tool_progress_start(&p, what, filter_is_query ? 0 : it->count);
     while (rc == 0 && mongoc_cursor_next(cur, &doc)) {
         if (archive && p.docs == 0)
             rc = arch_write_ns_header(out, it->db, it->coll, false, 0);

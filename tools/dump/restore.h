@@ -35,6 +35,7 @@ typedef struct rintent {
     bool gzip;
     rstate_t state;
     int64_t docs, failed, bytes;
+    int64_t expect_bytes;      /* the .bson file's size or the archive's size: progress */
     uint64_t crc;
     bson_t *pending;           /* users and roles: collected, written at the end */
     uint32_t n_pending;

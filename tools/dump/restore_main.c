@@ -130,6 +130,8 @@ static int add_file(restore_t *r, const char *db, const char *dir, const char *n
         free(it->bson_path);
         it->bson_path = strdup(path);
         it->gzip = gz;
+        struct stat st;
+        it->expect_bytes = !gz && stat(path, &st) == 0 ? (int64_t)st.st_size : 0;
         return 0;
     }
     char *text = read_text(path, gz);
@@ -312,6 +314,7 @@ static void start_progress(rintent_t *it)
     static char names[1][800];
     snprintf(names[0], sizeof(names[0]), "%s.%s", it->tdb, it->tcoll);
     tool_progress_start(&it->progress, strdup(names[0]), 0);
+    it->progress.total_bytes = it->expect_bytes;
 }
 
 static int finish(restore_t *r, rintent_t *it)
@@ -445,6 +448,7 @@ static int restore_archive(restore_t *r)
             continue;
         }
         rintent_t *it = find_intent(r, e->db, e->coll, true);
+        it->expect_bytes = e->size;
         if (e->metadata[0] && set_meta(it, e->metadata, "the archive") != 0)
             rc = -1;
     }

@@ -300,6 +300,11 @@ def test_drop_duplicates_and_stop_on_error(src, dst, tmp_path):
     b.other.things.insert_one({"_id": "extra"})
     ok(run_tool("sable-restore", *port(dst), "--drop", "--writeConcern", "{w: 1, j: true}", out))
     assert b.other.things.count_documents({}) == 10
+    # the write concern reaches the server: w: 3 cannot be met by a standalone
+    p = run_tool("sable-restore", *port(dst), "--drop", "--writeConcern", "{w: 3}", out)
+    assert p.returncode != 0 and b"'w' > 1" in p.stderr
+    p = run_tool("sable-restore", *port(dst), "--writeConcern", "{w: ", out)
+    assert p.returncode != 0 and b"writeConcern" in p.stderr
 
 
 def test_db_users_and_roles(src, dst, tmp_path):

@@ -105,5 +105,15 @@ def test_field_file_and_progress_lines(tmp_path):
         p = run_tool("sable-export", "--port", s.port, "-d", "p", "-c", "big", "--type", "csv",
                      "--fieldFile", tmp_path / "missing.txt")
         assert p.returncode != 0 and b"cannot open --fieldFile" in p.stderr
+        # a write that does not reach the file fails the run (files are written by a thread)
+        for args in (["sable-export", "-d", "p", "-c", "big", "-o", "/dev/full"],
+                     ["sable-dump", "-d", "p", "--archive=/dev/full"],
+                     ["sable-dump", "-d", "p", "--archive=/dev/full", "--gzip"]):
+            p = run_tool(args[0], "--port", s.port, *args[1:])
+            assert p.returncode != 0, args
+            if "--gzip" in args:  # small once compressed: zlib fails at the close
+                assert b"closing /dev/full" in p.stderr, p.stderr
+            else:
+                assert p.stderr.count(b"writing /dev/full: No space left on device") == 1, p.stderr
     finally:
         s.cleanup()

@@ -582,6 +582,8 @@ static int check_options(dump_t *d)
         return tool_err("--dumpDbUsersAndRoles needs --db naming a database other than admin");
     if (o->archive != NULL && o->out != NULL)
         return tool_err("--out and --archive cannot be used together");
+    if (o->oplog && o->out != NULL && strcmp(o->out, "-") == 0)
+        return tool_err("--oplog cannot write to standard output with --out -; use --archive");
     if (o->out == NULL)
         o->out = "dump";
     if (o->jobs < 0)

@@ -247,6 +247,8 @@ def test_oplog_errors(fresh, tmp_path):
     assert p.returncode != 0 and b"replica set" in p.stderr
     p = run_tool("sable-dump", "--port", standalone.port, "--oplog", "-d", "x", "-o", tmp_path)
     assert p.returncode != 0 and b"whole server" in p.stderr
+    p = run_tool("sable-dump", "--port", standalone.port, "--oplog", "--out", "-")
+    assert p.returncode != 0 and b"use --archive" in p.stderr
     (tmp_path / "dump" / "db").mkdir(parents=True)
     (tmp_path / "dump" / "db" / "c.bson").write_bytes(BSON.encode({"_id": 1}))
     p = run_tool("sable-restore", "--port", standalone.port, "--oplogReplay", tmp_path / "dump")

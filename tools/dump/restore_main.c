@@ -588,7 +588,8 @@ int main(int argc, char **argv)
          "connections inserting into one collection at once (default 2; 1 with "
          "--maintainInsertionOrder or a capped collection)"},
         {"batchSize", 0, TO_INT, &o->batch, "documents per insert (default 1000)"},
-        {"preserveUUID", 0, TO_FLAG, &o->preserve_uuid, "keep UUIDs (refused: not supported)"},
+        {"preserveUUID", 0, TO_FLAG, &o->preserve_uuid,
+         "with --drop: collections keep their dumped UUIDs"},
         {"oplogReplay", 0, TO_FLAG, &o->oplog_replay,
          "then replay the dump's oplog: the state at the dump's end"},
         {"oplogLimit", 0, TO_STR, &o->oplog_limit,
@@ -616,10 +617,8 @@ int main(int argc, char **argv)
         r.oplog_path = strdup(o->oplog_file);
         r.oplog_gzip = ends_with(o->oplog_file, ".gz");
     }
-    if (o->preserve_uuid)
-        {
-        tool_err("--preserveUUID is not supported: Sable's create does not take a "
-                        "collection UUID yet");
+    if (o->preserve_uuid && !o->drop) {
+        tool_err("--preserveUUID needs --drop (a collection that exists keeps its own UUID)");
         return 1;
     }
     if (pos.n > 1 || (pos.n == 1 && o->dir != NULL))

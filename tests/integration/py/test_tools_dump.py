@@ -414,3 +414,41 @@ def test_time_series_roundtrip_and_buckets_refused(dst, tmp_path):
     (tmp_path / "m" / "ts" / "system.buckets.w.bson").write_bytes(bson.encode({"_id": 1}))
     p = run_tool("sable-restore", *port(dst), tmp_path / "m")
     assert p.returncode != 0 and b"time-series buckets" in p.stderr
+
+
+def test_preserve_uuid_and_apply_ops(src, dst, tmp_path):
+    out = tmp_path / "o"
+    ok(run_tool("sable-dump", *port(src), "--db", "src", "-o", out))
+    p = run_tool("sable-restore", *port(dst), "--preserveUUID", out)
+    assert p.returncode != 0 and b"needs --drop" in p.stderr
+
+    def uuids(client):
+        return {i["name"]: i["info"].get("uuid") for i in client.src.list_collections()
+                if i.get("type", "collection") == "collection"}
+    ok(run_tool("sable-restore", *port(dst), "--drop", "--preserveUUID", out))
+    want = uuids(src.client())
+    assert want and all(want.values())
+    assert uuids(dst.client()) == want
+    assert_same_db(src.client(), dst.client(), "src")
+    # without it, new UUIDs
+    ok(run_tool("sable-restore", *port(dst), "--drop", out))
+    got = uuids(dst.client())
+    assert set(got) == set(want) and all(got[k] != want[k] for k in want)
+    # applyOps itself: a taken UUID, and the entries it does not take
+    d = dst.client()
+    def binary(u):  # pymongo 3 would send a uuid.UUID as subtype 3
+        return bson.Binary(u.bytes, 4)
+    ui = binary(want["people"])
+    with pytest.raises(Exception) as ei:
+        d.admin.command("applyOps", [{"op": "c", "ns": "x.$cmd", "ui": binary(got["people"]),
+                                      "o": {"create": "dup"}}])
+    assert "UUID is taken" in str(ei.value)
+    with pytest.raises(Exception) as ei:
+        d.admin.command("applyOps", [{"op": "i", "ns": "x.y", "o": {"_id": 1}}])
+    assert ei.value.code == 115
+    assert "y" not in d.x.list_collection_names()
+    r = d.admin.command("applyOps", [{"op": "c", "ns": "x.$cmd", "ui": ui,
+                                      "o": {"create": "fresh"}}])
+    assert r["applied"] == 1 and r["results"] == [True]
+    info = next(d.x.list_collections(filter={"name": "fresh"}))
+    assert info["info"]["uuid"] == want["people"]

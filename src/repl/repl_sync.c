@@ -662,6 +662,7 @@ int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err)
     if (!bson_iter_init_find(&it, cmd, "optimes") || !BSON_ITER_HOLDS_ARRAY(&it))
         return sbl_err_set(err, SBL_E_BadValue, "replSetUpdatePosition needs optimes");
     bson_iter_recurse(&it, &arr);
+    int64_t now = sbl_now_ms();
     pthread_mutex_lock(&rs.lock);
     while (bson_iter_next(&arr)) {
         bson_t d;
@@ -676,6 +677,11 @@ int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err)
             sbl_optime_t ap = sbl_repl_optime_at(&d, "appliedOpTime");
             if (sbl_optime_cmp(ap, rs.peer[i].applied) > 0)
                 rs.peer[i].applied = ap;
+            /* a position report is a sign of life, as a heartbeat reply is
+             * (mongod's liveness): the primary's "can I see a majority"
+             * check must not depend on heartbeats alone, which a loaded
+             * host delays past a short election timeout */
+            rs.peer[i].last_ok_ms = now;
             if (bson_iter_init_find(&f, &d, "appliedWallTime") && BSON_ITER_HOLDS_DATE_TIME(&f))
                 rs.peer[i].applied_wall = bson_iter_date_time(&f);
         }

@@ -36,7 +36,12 @@ DB = "pit"
 def make_ops(seed, n, first_id):
     """A deterministic list of operations on ids the model knows exist."""
     rnd = random.Random(seed)
-    live = set(range(first_id))
+    live = list(range(first_id))  # ids that exist; removal swaps with the last
+
+    def take():
+        j = rnd.randrange(len(live))
+        live[j], live[-1] = live[-1], live[j]
+        return live.pop()
     next_id = first_id
     ops = []
     for k in range(n):
@@ -48,20 +53,16 @@ def make_ops(seed, n, first_id):
             next_id += 1
         elif r < 0.45 or len(live) < 10:
             ops.append(("insert", "acct", {"_id": next_id, "v": k, "pad": "p" * 50}))
-            live.add(next_id)
+            live.append(next_id)
             next_id += 1
         elif r < 0.75:
-            i = rnd.choice(sorted(live))
+            i = live[rnd.randrange(len(live))]
             ops.append(("update", "acct", i, {"v": -k, "w%d" % (k % 3): k}))
         elif r < 0.92:
-            i = rnd.choice(sorted(live))
-            live.discard(i)
-            ops.append(("delete", "acct", i))
+            ops.append(("delete", "acct", take()))
         else:  # a transaction: one applyOps entry
-            i = rnd.choice(sorted(live))
-            live.discard(i)
-            ops.append(("txn", "acct", i, {"_id": next_id, "v": k, "t": True}))
-            live.add(next_id)
+            ops.append(("txn", "acct", take(), {"_id": next_id, "v": k, "t": True}))
+            live.append(next_id)
             next_id += 1
     return ops
 
@@ -160,7 +161,7 @@ def test_oplog_dump_replay_and_limit(rs, fresh, tmp_path):
     c[DB].acct.create_index("v")
     # wait until the set is writable with a primary known to the tools
     load_end = c.local["oplog.rs"].find().sort("$natural", -1).limit(1)[0]["ts"]
-    ops = make_ops(7, 4000, n0)
+    ops = make_ops(7, 30000, n0)  # more than a run needs: the writer stops when told
     done = [0]
     stop = threading.Event()
     errors = []
@@ -188,7 +189,8 @@ def test_oplog_dump_replay_and_limit(rs, fresh, tmp_path):
                     "--numParallelCollections", "2"))
         pa = ok(run_tool("sable-dump", "--uri", uri, "--oplog",
                          "--archive=%s" % (tmp_path / "a"), "--gzip"))
-        while done[0] < len(ops) // 2 and t.is_alive():
+        after_dumps = done[0]  # writes after both dumps: the --oplogLimit part needs some
+        while done[0] < after_dumps + 400 and t.is_alive():
             time.sleep(0.01)
         stop.set()
     finally:

@@ -132,6 +132,9 @@ def test_directory_roundtrip_every_type_index_view_capped_users(src, dst, tmp_pa
     a, b = src.client(), dst.client()
     assert_same_db(a, b, "src")
     assert_same_db(a, b, "other")
+    for name in ("src", "other"):  # the check: dbHash equal after the round trip
+        ha, hb = a[name].command("dbHash"), b[name].command("dbHash")
+        assert ha["collections"] == hb["collections"] and ha["md5"] == hb["md5"], name
     assert users_of(a, "src") == users_of(b, "src")
     assert roles_of(a, "src") == roles_of(b, "src")
     assert b.src.adults.count_documents({}) == a.src.adults.count_documents({})
@@ -151,6 +154,9 @@ def test_archive_gzip_roundtrip(src, dst, tmp_path):
     a, b = src.client(), dst.client()
     assert_same_db(a, b, "src")
     assert_same_db(a, b, "other")
+    for name in ("src", "other"):  # the check: dbHash equal after the round trip
+        ha, hb = a[name].command("dbHash"), b[name].command("dbHash")
+        assert ha["collections"] == hb["collections"] and ha["md5"] == hb["md5"], name
     assert users_of(a, "src") == users_of(b, "src")
 
 

@@ -189,6 +189,7 @@ def test_oplog_dump_replay_and_limit(rs, fresh, tmp_path):
                     "--numParallelCollections", "2"))
         pa = ok(run_tool("sable-dump", "--uri", uri, "--oplog",
                          "--archive=%s" % (tmp_path / "a"), "--gzip"))
+        pg = ok(run_tool("sable-dump", "--uri", uri, "--oplog", "--gzip", "-o", tmp_path / "g"))
         after_dumps = done[0]  # writes after both dumps: the --oplogLimit part needs some
         while done[0] < after_dumps + 400 and t.is_alive():
             time.sleep(0.01)
@@ -227,6 +228,15 @@ def test_oplog_dump_replay_and_limit(rs, fresh, tmp_path):
     assert arch_end > end_ts
     want = state_after(initial, ops, count_before(ts_list, arch_end, True))
     assert server_state(dst2.client()) == want
+
+    # 2b. a gzip directory: oplog.bson.gz
+    assert os.path.exists(tmp_path / "g" / "oplog.bson.gz")
+    mt = re.search(rb"to Timestamp\((\d+), (\d+)\)", pg.stderr)
+    gz_end = Timestamp(int(mt.group(1)), int(mt.group(2)))
+    dst4 = fresh()
+    ok(run_tool("sable-restore", "--port", dst4.port, "--oplogReplay", "--gzip", tmp_path / "g"))
+    assert server_state(dst4.client()) == state_after(initial, ops,
+                                                      count_before(ts_list, gz_end, True))
 
     # 3. --oplogLimit: the directory dump plus the source's oplog, to a chosen later time
     ok(run_tool("sable-dump", "--port", src.port, "-d", "local", "-c", "oplog.rs",

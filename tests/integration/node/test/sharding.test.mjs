@@ -89,10 +89,16 @@ test('mongosh: sh.enableSharding, sh.shardCollection, sh.status', {
     + 'sh.shardCollection("shelldb.c", {k: 1}); '
     + 'db.getSiblingDB("shelldb").c.insertMany([{k: 1}, {k: 2}]); '
     + 'const s = sh.status().value; '
+    + 'sh.stopBalancer(); '
+    + 'const s2 = sh.status().value; '
+    + 'sh.startBalancer(); '
     + 'print(JSON.stringify({shards: s.shards.map((x) => x._id), '
     + 'key: s.databases.find((d) => d.database._id === "shelldb").collections["shelldb.c"].shardKey, '
-    + 'balancer: s.balancer["Currently enabled"], n: db.getSiblingDB("shelldb").c.countDocuments()}))');
+    + 'balancer: s.balancer["Currently enabled"], stopped: s2.balancer["Currently enabled"], '
+    + 'n: db.getSiblingDB("shelldb").c.countDocuments()}))');
   assert.equal(r.code, 0, r.stderr + r.stdout);
   const out = JSON.parse(r.stdout.trim().split('\n').pop());
-  assert.deepEqual(out, { shards: ['shard0', 'shard1'], key: { k: 1 }, balancer: 'no', n: 2 });
+  // the balancer runs by default (mongod's default) and sh.stopBalancer() stops it
+  assert.deepEqual(out, { shards: ['shard0', 'shard1'], key: { k: 1 }, balancer: 'yes',
+    stopped: 'no', n: 2 });
 });

@@ -733,10 +733,11 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
         rc = sbl_shard_remote_check(cfg, "admin", &c2, &reply, err);
         bson_destroy(&reply);
         bson_destroy(&c2);
-        if (rc == SBL_E_HostUnreachable) {
-            /* did it commit before the connection went?  The config servers
-             * know: ask them (for up to a minute, still in the critical
-             * section) before deciding. */
+        if (rc != 0 && rc != SBL_E_ConflictingOperationInProgress &&
+            rc != SBL_E_NamespaceNotSharded && rc != SBL_E_BadValue) {
+            /* the connection went, or the commit was not confirmed by a
+             * majority: did it commit?  The config servers know: ask them
+             * (for up to a minute, still in the critical section). */
             char owner[128] = "";
             for (int i = 0; i < 60 && owner[0] == '\0'; i++) {
                 chunk_owner(cfg, spec.ns, spec.min, owner, sizeof(owner));

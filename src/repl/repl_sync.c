@@ -571,14 +571,7 @@ static void *sync_main(void *arg)
                 sync_from(host);
             pthread_mutex_lock(&rs.lock);
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&rs.cond, &rs.lock, &ts);
+        sbl_rs_wait_locked(200);
     }
     pthread_mutex_unlock(&rs.lock);
     return NULL;

@@ -322,19 +322,23 @@ static bool statements_are_points(const bson_t *cmd, const char *array, const ch
 }
 
 /* readConcern's level is linearizable (*linp) and its afterClusterTime
- * (*afterp, 0 when none): both make the read wait (repl_read.c). */
-static void read_concern_of(const bson_t *cmd, bool *linp, uint64_t *afterp)
+ * (*afterp, 0 when none): both make the read wait (repl_read.c); so may a
+ * snapshot read (*snapp, snapshot_read.c). */
+static void read_concern_of(const bson_t *cmd, bool *linp, uint64_t *afterp, bool *snapp)
 {
     bson_iter_t it, rc;
     *linp = false;
     *afterp = 0;
+    *snapp = false;
     if (!sbl_doc_find_top(cmd, "readConcern", &it) || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
         !bson_iter_recurse(&it, &rc))
         return;
     while (bson_iter_next(&rc)) {
         const char *k = bson_iter_key(&rc);
-        if (strcmp(k, "level") == 0 && BSON_ITER_HOLDS_UTF8(&rc))
+        if (strcmp(k, "level") == 0 && BSON_ITER_HOLDS_UTF8(&rc)) {
             *linp = strcmp(bson_iter_utf8(&rc, NULL), "linearizable") == 0;
+            *snapp = strcmp(bson_iter_utf8(&rc, NULL), "snapshot") == 0;
+        }
         else if (strcmp(k, "afterClusterTime") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&rc)) {
             uint32_t t, i;
             bson_iter_timestamp(&rc, &t, &i);
@@ -366,11 +370,11 @@ static int linearizable_allowed(const sbl_opctx_t *ctx, sbl_err_t *err)
 static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t counted)
 {
     bson_t f;
-    bool lin;
+    bool lin, snap;
     uint64_t after;
     if (def->flags & SBL_CMD_READ) {
-        read_concern_of(cmd, &lin, &after);
-        if (lin || after != 0)
+        read_concern_of(cmd, &lin, &after, &snap);
+        if (lin || after != 0 || snap)
             return true; /* it waits for replication (repl_read.c) off the loop */
     }
     if ((def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
@@ -565,10 +569,11 @@ static void execute(pending_t *p)
         return;
     /* Read concerns that wait: afterClusterTime before the read, a
      * linearizable read's majority-acknowledged no-op after it. */
-    bool lin = false;
+    bool lin = false, snap = false;
     uint64_t after = 0;
     if ((p->def->flags & SBL_CMD_READ) && ctx->req != NULL) {
-        read_concern_of(ctx->cmd, &lin, &after);
+        read_concern_of(ctx->cmd, &lin, &after, &snap);
+        (void)snap; /* snapshot_read.c reads it again */
         if (lin && (p->rc = linearizable_allowed(ctx, &p->err)) != 0)
             return;
         if (after != 0 && (p->rc = sbl_repl_wait_applied(after, ctx->deadline_us, &p->err)) != 0)
@@ -577,6 +582,13 @@ static void execute(pending_t *p)
     /* A retryable write: check txnNumber, check the session out (and in
      * again below, whatever happens). */
     if (has_txn && (p->rc = sbl_cmd_txn_begin(ctx, &txnit, has_ac ? &acit : NULL, &p->err)) != 0) {
+        sbl_cmd_txn_end(ctx);
+        sbl_cmd_mtxn_end(ctx, &p->rc, &p->err);
+        return;
+    }
+    /* readConcern snapshot outside a transaction: the handler reads one
+     * snapshot at a timestamp (snapshot_read.c). */
+    if ((p->rc = sbl_cmd_snapshot_begin(ctx, &p->err)) != 0) {
         sbl_cmd_txn_end(ctx);
         sbl_cmd_mtxn_end(ctx, &p->rc, &p->err);
         return;
@@ -596,6 +608,7 @@ static void execute(pending_t *p)
             p->err = jerr;
         }
     }
+    sbl_cmd_snapshot_end(ctx, p->rc);
     sbl_cmd_txn_end(ctx);
     sbl_cmd_mtxn_end(ctx, &p->rc, &p->err);
     op_end(p);

@@ -185,11 +185,13 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
             return sbl_err_set(err, SBL_E_ConflictingOperationInProgress,
                                "Cannot start a transaction with txnNumber %lld: it was already "
                                "used on this session", (long long)txn);
+        uint64_t at;
+        SBL_RET(sbl_cmd_snapshot_txn_ts(ctx, &at, err)); /* readConcern's atClusterTime */
         abort_txn(t); /* an older one still open */
         if (t->ss == NULL) /* kept from the session's last transaction when it had one */
             t->ss = sbl_session_open();
         t->ops = sbl_repl_txn_ops_new();
-        if (t->ss == NULL || t->ops == NULL || sbl_txn_begin_outer(t->ss, err) != 0) {
+        if (t->ss == NULL || t->ops == NULL || sbl_txn_begin_outer_at(t->ss, at, err) != 0) {
             sbl_session_close(t->ss);
             sbl_repl_txn_ops_free(t->ops);
             t->ss = NULL;
@@ -358,6 +360,7 @@ void sbl_cmd_mtxn_reap(void)
 }
 
 static atomic_llong lock_timeout_ms = 5;
+static atomic_llong snapshot_window_s = 300;
 
 int sbl_cmd_mtxn_set_parameter(const char *k, const bson_iter_t *it, bson_t *reply,
                                sbl_err_t *err)
@@ -370,6 +373,9 @@ int sbl_cmd_mtxn_set_parameter(const char *k, const bson_iter_t *it, bson_t *rep
     } else if (strcmp(k, "maxTransactionLockRequestTimeoutMillis") == 0) {
         v = &lock_timeout_ms; /* accepted and reported: conflicts never wait for locks */
         min = INT32_MIN;
+    } else if (strcmp(k, "minSnapshotHistoryWindowInSeconds") == 0) {
+        v = &snapshot_window_s; /* kept by repl (the oldest timestamp trails stable by it) */
+        min = 0;
     } else {
         return -1;
     }
@@ -382,6 +388,8 @@ int sbl_cmd_mtxn_set_parameter(const char *k, const bson_iter_t *it, bson_t *rep
     if (reply != NULL)
         BSON_APPEND_INT64(reply, "was", atomic_load(v));
     atomic_store(v, n);
+    if (v == &snapshot_window_s)
+        sbl_repl_set_snapshot_window_s(n);
     return 0;
 }
 
@@ -391,6 +399,8 @@ void sbl_cmd_mtxn_append_parameter(const char *k, bson_t *reply)
         BSON_APPEND_INT32(reply, k, (int32_t)atomic_load(&lifetime_limit_s));
     else if (strcmp(k, "maxTransactionLockRequestTimeoutMillis") == 0)
         BSON_APPEND_INT32(reply, k, (int32_t)atomic_load(&lock_timeout_ms));
+    else if (strcmp(k, "minSnapshotHistoryWindowInSeconds") == 0)
+        BSON_APPEND_INT32(reply, k, (int32_t)sbl_repl_snapshot_window_s());
 }
 
 void sbl_cmd_mtxn_append_status(bson_t *d)

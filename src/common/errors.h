@@ -100,6 +100,7 @@
     X(InvalidResumeToken, 260)                                                                     \
     X(ChangeStreamFatalError, 280)                                                                 \
     X(ChangeStreamHistoryLost, 286)                                                                \
+    X(SnapshotTooOld, 239)                                                                         \
     X(NoMatchingDocument, 47)                                                                      \
     X(ShutdownInProgress, 91)                                                                      \
     X(NotWritablePrimary, 10107)                                                                   \

@@ -617,10 +617,21 @@ void sbl_rs_update_commit_locked(void)
 }
 
 /* How far the oldest timestamp trails stable: the history kept for reads
- * at a timestamp (majority reads at the commit point).  mongod 4.2 on
- * WiredTiger 3.2 keeps 5 s (maxTargetSnapshotHistoryWindowInSeconds);
- * 7.0's 300 s needs WiredTiger's durable history, which 3.2 lacks. */
-#define SNAPSHOT_WINDOW_S 5
+ * at a timestamp (snapshot reads with atClusterTime, majority reads at the
+ * commit point), minSnapshotHistoryWindowInSeconds, 300 s as in mongod 7.0.
+ * WiredTiger 3.2 keeps that history in its cache and spills what does not
+ * fit to its lookaside table. */
+static atomic_llong snapshot_window_s = 300;
+
+void sbl_repl_set_snapshot_window_s(int64_t s)
+{
+    atomic_store(&snapshot_window_s, s);
+}
+
+int64_t sbl_repl_snapshot_window_s(void)
+{
+    return atomic_load(&snapshot_window_s);
+}
 
 /* The stable timestamp last given to WiredTiger. */
 static uint64_t published_stable;
@@ -647,7 +658,7 @@ void sbl_rs_publish_stable_locked(void)
                                         sbl_storage_all_durable_ts());
     if (stable <= published_stable)
         return;
-    uint64_t window = (uint64_t)SNAPSHOT_WINDOW_S << 32;
+    uint64_t window = (uint64_t)atomic_load(&snapshot_window_s) << 32;
     sbl_err_t err;
     sbl_err_clear(&err);
     if (sbl_storage_set_stable(stable, stable > window ? stable - window : 0, &err) == 0)

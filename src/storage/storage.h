@@ -99,6 +99,11 @@ void sbl_txn_abort(sbl_session_t *s);
 sbl_session_t *sbl_session_open(void);
 void sbl_session_close(sbl_session_t *s);
 int sbl_txn_begin_outer(sbl_session_t *s, sbl_err_t *err);
+/* sbl_txn_begin_outer reading as of read_ts (a commit timestamp; 0: the
+ * newest data): reads see exactly the commits at or before it.
+ * SnapshotTooOld (239) when read_ts is older than the oldest timestamp
+ * WiredTiger keeps history for. */
+int sbl_txn_begin_outer_at(sbl_session_t *s, uint64_t read_ts, sbl_err_t *err);
 int sbl_txn_commit_outer(sbl_session_t *s, sbl_err_t *err);
 void sbl_txn_abort_outer(sbl_session_t *s);
 bool sbl_txn_outer_failed(const sbl_session_t *s);
@@ -426,6 +431,8 @@ uint64_t sbl_storage_stable_ts(void);
 /* The stable timestamp of the newest checkpoint (0: none yet). */
 uint64_t sbl_storage_last_checkpoint_ts(void);
 uint64_t sbl_storage_all_durable_ts(void);
+/* The oldest timestamp a read may ask for (history before it is gone; 0: none set). */
+uint64_t sbl_storage_oldest_ts(void);
 /* Set stable back to ts and undo every timestamped commit after it in the
  * unlogged tables (WT_CONNECTION::rollback_to_stable), then recount the
  * collections.  The caller must have stopped writes; it retries while

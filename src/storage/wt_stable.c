@@ -95,6 +95,11 @@ uint64_t sbl_storage_stable_ts(void)
     return query_ts("stable");
 }
 
+uint64_t sbl_storage_oldest_ts(void)
+{
+    return query_ts("oldest");
+}
+
 uint64_t sbl_storage_all_durable_ts(void)
 {
     return query_ts("all_durable");

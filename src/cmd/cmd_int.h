@@ -170,6 +170,11 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err);
 void sbl_cmd_mtxn_end(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err);
 int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_abort_transaction(sbl_opctx_t *ctx, sbl_err_t *err);
+/* A collection (an index) the transaction ctx runs in created: hidden from
+ * others until its commit, then logged before its applyOps entry; dropped
+ * when it aborts. */
+void sbl_cmd_mtxn_note_created(sbl_opctx_t *ctx, const char *ns);
+void sbl_cmd_mtxn_note_index(sbl_opctx_t *ctx, const char *ns, const bson_t *spec);
 void sbl_cmd_mtxn_kill_session(const uint8_t id[16]);
 void sbl_cmd_mtxn_reap(void);
 /* snapshot_read.c: readConcern snapshot outside a transaction.  _begin,

@@ -42,6 +42,12 @@ typedef struct sbl_mtxn {
     bool busy;                /* a command runs in it (the reaper leaves it alone) */
     sbl_session_t *ss;        /* holds the WiredTiger transaction while in progress */
     sbl_repl_txn_ops_t *ops;  /* its writes, for the applyOps entry */
+    char **created;           /* collections it created (hidden from others until commit) */
+    size_t ncreated;
+    bool published;           /* ... shown to all and logged: undoing one logs its drop */
+    char **ix_ns;             /* indexes it created on them, logged at commit */
+    bson_t **ix_specs;
+    size_t nix;
     int64_t start_ms;
     struct sbl_mtxn *next;
 } sbl_mtxn_t;
@@ -64,6 +70,38 @@ static sbl_mtxn_t *find_locked(const sbl_lsid_t *l)
     return NULL;
 }
 
+/* Forget the collections and indexes t created; drop the collections
+ * first when drop is set (the transaction did not commit). */
+static void forget_created(sbl_mtxn_t *t, bool drop)
+{
+    for (size_t i = 0; i < t->ncreated; i++) {
+        if (drop && t->ss != NULL) {
+            sbl_err_t e;
+            sbl_err_clear(&e);
+            if (t->published) {
+                sbl_coll_t *c = NULL;
+                if (sbl_coll_open(t->ss, t->created[i], false, &c, NULL, &e) == 0) {
+                    sbl_repl_log_drop(sbl_session_get(), t->created[i], sbl_coll_uuid(c), 0);
+                    sbl_coll_release(c);
+                }
+            }
+            sbl_coll_drop(t->ss, t->created[i], &e);
+        }
+        free(t->created[i]);
+    }
+    for (size_t i = 0; i < t->nix; i++) {
+        free(t->ix_ns[i]);
+        bson_destroy(t->ix_specs[i]);
+    }
+    free(t->created);
+    free(t->ix_ns);
+    free(t->ix_specs);
+    t->created = t->ix_ns = NULL;
+    t->ix_specs = NULL;
+    t->ncreated = t->nix = 0;
+    t->published = false;
+}
+
 /* Roll back and release the storage session (t checked out or locked). */
 static void abort_txn(sbl_mtxn_t *t)
 {
@@ -72,6 +110,7 @@ static void abort_txn(sbl_mtxn_t *t)
     sbl_cursors_kill_session(t->lsid.id);
     if (t->ss != NULL)
         sbl_txn_abort_outer(t->ss); /* the storage session stays for the next transaction */
+    forget_created(t, true);
     sbl_repl_txn_ops_free(t->ops);
     t->ops = NULL;
     t->state = TXN_ABORTED;
@@ -85,7 +124,7 @@ static bool allowed_in_txn(const char *n)
     static const char *const ok[] = {"find", "getMore", "aggregate", "distinct", "insert",
                                      "update", "delete", "findAndModify", "findandmodify",
                                      "commitTransaction", "abortTransaction", "killCursors",
-                                     NULL};
+                                     "create", "createIndexes", NULL};
     for (int i = 0; ok[i] != NULL; i++)
         if (strcmp(ok[i], n) == 0)
             return true;
@@ -188,8 +227,11 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
         uint64_t at;
         SBL_RET(sbl_cmd_snapshot_txn_ts(ctx, &at, err)); /* readConcern's atClusterTime */
         abort_txn(t); /* an older one still open */
-        if (t->ss == NULL) /* kept from the session's last transaction when it had one */
+        if (t->ss == NULL) { /* kept from the session's last transaction when it had one */
             t->ss = sbl_session_open();
+            if (t->ss != NULL) /* what it creates stays its own until the commit */
+                sbl_session_hide_creates(t->ss, true);
+        }
         t->ops = sbl_repl_txn_ops_new();
         if (t->ss == NULL || t->ops == NULL || sbl_txn_begin_outer_at(t->ss, at, err) != 0) {
             sbl_session_close(t->ss);
@@ -292,11 +334,34 @@ int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
         pthread_mutex_unlock(&txn_mu);
         return rc;
     }
+    /* Collections and indexes it created: shown to all and logged before
+     * the applyOps entry that writes into them (a secondary creates them
+     * first); a commit that fails then drops them again. */
+    if (t->ncreated > 0) {
+        sbl_coll_publish_created(t->ss);
+        t->published = true;
+        for (size_t i = 0; i < t->ncreated; i++)
+            sbl_repl_log_create(sbl_session_get(), t->created[i]);
+        for (size_t i = 0; i < t->nix; i++) {
+            sbl_coll_t *c = NULL;
+            sbl_err_t e;
+            sbl_err_clear(&e);
+            if (sbl_coll_open(t->ss, t->ix_ns[i], false, &c, NULL, &e) == 0) {
+                sbl_repl_log_create_index(sbl_session_get(), t->ix_ns[i], sbl_coll_uuid(c),
+                                          t->ix_specs[i]);
+                sbl_coll_release(c);
+            }
+        }
+    }
+    sbl_session_hide_creates(t->ss, false); /* config.transactions is everyone's */
     rc = sbl_repl_txn_commit(t->ss, t->ops, &st, &ts, err);
     if (rc == 0)
         rc = sbl_txn_commit_outer(t->ss, err);
     else
         sbl_txn_outer_fail(t->ss);
+    sbl_session_hide_creates(t->ss, true);
+    if (rc == 0)
+        forget_created(t, false);
     if (rc != 0) {
         if (rc == SBL_E_WriteConflict)
             add_label(ctx, "TransientTransactionError");
@@ -328,6 +393,34 @@ int sbl_cmd_abort_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
     pthread_mutex_unlock(&txn_mu);
     ctx->ss = sbl_session_get();
     return 0;
+}
+
+static char **push_ns(char ***listp, size_t n, const char *ns)
+{
+    char **l = realloc(*listp, (n + 1) * sizeof(*l));
+    if (l == NULL)
+        return NULL;
+    *listp = l;
+    return (l[n] = strdup(ns)) != NULL ? l : NULL;
+}
+
+void sbl_cmd_mtxn_note_created(sbl_opctx_t *ctx, const char *ns)
+{
+    sbl_mtxn_t *t = ctx->mtxn;
+    if (t != NULL && push_ns(&t->created, t->ncreated, ns) != NULL)
+        t->ncreated++;
+}
+
+void sbl_cmd_mtxn_note_index(sbl_opctx_t *ctx, const char *ns, const bson_t *spec)
+{
+    sbl_mtxn_t *t = ctx->mtxn;
+    bson_t **l;
+    if (t == NULL || (l = realloc(t->ix_specs, (t->nix + 1) * sizeof(*l))) == NULL)
+        return;
+    t->ix_specs = l;
+    if (push_ns(&t->ix_ns, t->nix, ns) == NULL)
+        return;
+    t->ix_specs[t->nix++] = bson_copy(spec);
 }
 
 void sbl_cmd_mtxn_kill_session(const uint8_t id[16])

@@ -123,6 +123,16 @@ const char *sbl_coll_ns(const sbl_coll_t *c);
 const bson_t *sbl_coll_options(const sbl_coll_t *c);
 const uint8_t *sbl_coll_uuid(const sbl_coll_t *c); /* 16 bytes */
 
+/* Collections created inside a multi-document transaction: on a session
+ * with hide_creates, a new collection is seen by that session only (others
+ * find no such namespace, and creating it fails with WriteConflict;
+ * sbl_catalog_list leaves it out) until sbl_coll_publish_created(s) shows
+ * every collection s created; dropping it is the way to undo one.
+ * sbl_coll_created_by: c is still hidden, created by s. */
+void sbl_session_hide_creates(sbl_session_t *s, bool on);
+void sbl_coll_publish_created(const sbl_session_t *s);
+bool sbl_coll_created_by(const sbl_coll_t *c, const sbl_session_t *s);
+
 /* Create with options ({capped, size, validator, ...} stored as given);
  * NamespaceExists (48) when it exists. */
 int sbl_coll_create(sbl_session_t *s, const char *ns, const bson_t *options, sbl_err_t *err);

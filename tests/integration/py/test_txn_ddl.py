@@ -7,9 +7,15 @@ commit logs them before the transaction's applyOps entry (so a secondary
 has them), and createIndexes on an existing collection is refused with
 OperationNotSupportedInTransaction.
 """
+import time
+
+import pytest
 from bson.son import SON
 
+from sabled import Sabled
+
 from test_replset import initiate, member, primary, rs_client, start_member  # noqa: F401
+from test_replset3 import direct, primary_of, state, wait_for
 from test_retryable import Raw, new_lsid
 from test_transactions import commit, tcmd
 
@@ -67,3 +73,72 @@ def test_abort_drops_and_existing_collection_refuses_index(primary):
     assert r["code"] == 48, r
     assert "y_1" not in c.t.old.index_information()
     raw.close()
+
+
+@pytest.fixture
+def rs3_big_oplog():
+    """Three members whose oplogs hold a 20 MB transaction (rs3's 16 MB do not)."""
+    members = []
+    try:
+        for _ in range(3):
+            s = Sabled()
+            s.start(["--replSet", "rs0", "--oplogSizeMB", "100"])
+            members.append(s)
+        cfg = {"_id": "rs0", "members": [
+            {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],
+            "settings": {"electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500}}
+        cfg["members"][2].update({"priority": 0, "hidden": True})
+        with direct(members[0]) as c:
+            c.admin.command("replSetInitiate", cfg)
+        wait_for(lambda: any(state(m) == 1 for m in members[:2]), timeout=30)
+        yield members
+    finally:
+        for m in members:
+            m.cleanup()
+
+
+def test_large_transaction_split_across_entries(rs3_big_oplog):
+    """A transaction of ~20 MB: several applyOps entries chained by
+    prevOpTime (all but the last partialTxn, the last with count), applied
+    by the secondaries at the last one."""
+    import pymongo
+    from pymongo.write_concern import WriteConcern
+    rs3 = rs3_big_oplog
+    p = primary_of(rs3)
+    seeds = ",".join("127.0.0.1:%d" % m.port for m in rs3)
+    c = pymongo.MongoClient("mongodb://%s/?replicaSet=rs0" % seeds,
+                            serverSelectionTimeoutMS=20000)
+    try:
+        c.t.big.insert_one({"_id": "first"})
+        blob = "x" * (1024 * 1024)
+        with c.start_session() as s:
+            s.with_transaction(
+                lambda s: [c.t.big.insert_one({"_id": i, "b": blob}, session=s)
+                           for i in range(20)],
+                write_concern=WriteConcern(w=1))
+        with direct(p) as d:
+            ents = list(d.local["oplog.rs"].find(
+                {"o.applyOps": {"$exists": True}}).sort("$natural", 1))
+            assert len(ents) == 2, [e["o"].keys() for e in ents]
+            first, last = ents
+            assert first["o"]["partialTxn"] is True and "count" not in first["o"]
+            assert last["o"]["count"] == 20 and "partialTxn" not in last["o"]
+            assert first["prevOpTime"]["t"] == -1
+            assert last["prevOpTime"]["ts"] == first["ts"]
+            assert first["lsid"] == last["lsid"] and first["txnNumber"] == last["txnNumber"]
+            assert len(first["o"]["applyOps"]) + len(last["o"]["applyOps"]) == 20
+        for m in rs3:
+            if m is p:
+                continue
+            with direct(m) as d:
+                # applied at once: a reader never sees a part of the transaction
+                seen = set()
+                end = time.time() + 120
+                while time.time() < end and 21 not in seen:
+                    seen.add(d.t.big.count_documents({}))
+                    time.sleep(0.05)
+                assert seen <= {1, 21} and 21 in seen, seen
+                assert d.local["oplog.rs"].count_documents(
+                    {"o.applyOps": {"$exists": True}}) == 2
+    finally:
+        c.close()

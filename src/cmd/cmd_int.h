@@ -175,6 +175,13 @@ int sbl_cmd_abort_transaction(sbl_opctx_t *ctx, sbl_err_t *err);
  * when it aborts. */
 void sbl_cmd_mtxn_note_created(sbl_opctx_t *ctx, const char *ns);
 void sbl_cmd_mtxn_note_index(sbl_opctx_t *ctx, const char *ns, const bson_t *spec);
+/* currentOp: each open transaction no command is running in, as
+ * {lsid, transaction: {parameters: {txnNumber, autocommit}, readTimestamp,
+ * startWallClockTime, timeOpenMicros, timeActiveMicros, timeInactiveMicros,
+ * expiryTime}} (*docsp: the caller frees each and the array). */
+size_t sbl_cmd_mtxn_idle(bson_t ***docsp);
+/* serverStatus.transactions' counters, for the Prometheus endpoint. */
+void sbl_cmd_mtxn_counts(int64_t *started, int64_t *committed, int64_t *aborted, int64_t *open);
 void sbl_cmd_mtxn_kill_session(const uint8_t id[16]);
 void sbl_cmd_mtxn_reap(void);
 /* snapshot_read.c: readConcern snapshot outside a transaction.  _begin,

@@ -49,6 +49,9 @@ typedef struct sbl_mtxn {
     bson_t **ix_specs;
     size_t nix;
     int64_t start_ms;
+    uint64_t read_ts;         /* its atClusterTime (0: none) */
+    int64_t active_us;        /* time its commands ran, in total */
+    int64_t active_since_us;  /* when the running one began (busy) */
     struct sbl_mtxn *next;
 } sbl_mtxn_t;
 
@@ -198,6 +201,7 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
     }
     t->busy = true;
+    t->active_since_us = sbl_now_us();
     ctx->mtxn = t;
     /* past its lifetime: aborted now, whoever asks */
     if (t->state == TXN_IN_PROGRESS &&
@@ -244,6 +248,8 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
         t->txn_number = txn;
         t->state = TXN_IN_PROGRESS;
         t->start_ms = sbl_now_ms();
+        t->read_ts = at;
+        t->active_us = 0;
         n_started++;
         n_open++;
     } else if (txn != t->txn_number) {
@@ -304,6 +310,7 @@ void sbl_cmd_mtxn_end(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err)
             }
         }
         t->busy = false;
+        t->active_us += sbl_now_us() - t->active_since_us;
         pthread_mutex_unlock(&txn_mu);
     }
     sbl_lsess_checkin(&l, t != NULL ? t->txn_number : -1);
@@ -421,6 +428,57 @@ void sbl_cmd_mtxn_note_index(sbl_opctx_t *ctx, const char *ns, const bson_t *spe
     if (push_ns(&t->ix_ns, t->nix, ns) == NULL)
         return;
     t->ix_specs[t->nix++] = bson_copy(spec);
+}
+
+size_t sbl_cmd_mtxn_idle(bson_t ***docsp)
+{
+    bson_t **docs = NULL;
+    size_t n = 0, cap = 0;
+    int64_t now_ms = sbl_now_ms();
+    int64_t limit_ms = atomic_load(&lifetime_limit_s) * 1000;
+    pthread_mutex_lock(&txn_mu);
+    for (sbl_mtxn_t *t = txns; t != NULL; t = t->next) {
+        if (t->state != TXN_IN_PROGRESS || t->busy)
+            continue;
+        if (n == cap) {
+            bson_t **l = realloc(docs, (cap = cap ? 2 * cap : 8) * sizeof(*l));
+            if (l == NULL)
+                break;
+            docs = l;
+        }
+        bson_t *d = bson_new(), ls, tx, par;
+        BSON_APPEND_DOCUMENT_BEGIN(d, "lsid", &ls);
+        BSON_APPEND_BINARY(&ls, "id", BSON_SUBTYPE_UUID, t->lsid.id, 16);
+        BSON_APPEND_BINARY(&ls, "uid", BSON_SUBTYPE_BINARY, t->lsid.uid, 32);
+        bson_append_document_end(d, &ls);
+        BSON_APPEND_DOCUMENT_BEGIN(d, "transaction", &tx);
+        BSON_APPEND_DOCUMENT_BEGIN(&tx, "parameters", &par);
+        BSON_APPEND_INT64(&par, "txnNumber", t->txn_number);
+        BSON_APPEND_BOOL(&par, "autocommit", false);
+        bson_append_document_end(&tx, &par);
+        bson_append_timestamp(&tx, "readTimestamp", -1, (uint32_t)(t->read_ts >> 32),
+                              (uint32_t)t->read_ts);
+        BSON_APPEND_DATE_TIME(&tx, "startWallClockTime", t->start_ms);
+        int64_t open_us = (now_ms - t->start_ms) * 1000;
+        BSON_APPEND_INT64(&tx, "timeOpenMicros", open_us);
+        BSON_APPEND_INT64(&tx, "timeActiveMicros", t->active_us);
+        BSON_APPEND_INT64(&tx, "timeInactiveMicros",
+                          open_us > t->active_us ? open_us - t->active_us : 0);
+        BSON_APPEND_DATE_TIME(&tx, "expiryTime", t->start_ms + limit_ms);
+        bson_append_document_end(d, &tx);
+        docs[n++] = d;
+    }
+    pthread_mutex_unlock(&txn_mu);
+    *docsp = docs;
+    return n;
+}
+
+void sbl_cmd_mtxn_counts(int64_t *started, int64_t *committed, int64_t *aborted, int64_t *open)
+{
+    *started = atomic_load(&n_started);
+    *committed = atomic_load(&n_committed);
+    *aborted = atomic_load(&n_aborted);
+    *open = atomic_load(&n_open);
 }
 
 void sbl_cmd_mtxn_kill_session(const uint8_t id[16])

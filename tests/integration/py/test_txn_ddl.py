@@ -5,7 +5,9 @@ transaction creates (or on one that does not exist), implicit creation by
 insert; nobody else sees them until the commit, an abort removes them, the
 commit logs them before the transaction's applyOps entry (so a secondary
 has them), and createIndexes on an existing collection is refused with
-OperationNotSupportedInTransaction.
+OperationNotSupportedInTransaction.  Also (issue 26's other gaps): a
+transaction past 16 MB written as several chained applyOps entries, and
+open transactions in currentOp and on the Prometheus endpoint.
 """
 import time
 
@@ -142,3 +144,47 @@ def test_large_transaction_split_across_entries(rs3_big_oplog):
                     {"o.applyOps": {"$exists": True}}) == 2
     finally:
         c.close()
+
+
+def test_open_transaction_in_current_op_and_prometheus():
+    """An open transaction between its commands: a currentOp idleSession
+    entry with its transaction, and the Prometheus counters."""
+    import urllib.request
+    from sabled import free_port
+    s = Sabled()
+    s.metrics_port = free_port()
+    s.start(["--replSet", "rs0", "--oplogSizeMB", "16", "--metricsPort", str(s.metrics_port)])
+    try:
+        initiate(s).close()
+        c = rs_client(s)
+        c.t.m.insert_one({"_id": 0})
+        raw = Raw(s.port)
+        lsid = new_lsid()
+        raw(tcmd("insert", "m", lsid, 7, start=True, documents=[{"_id": 1}]))
+        time.sleep(0.05)
+        ops = c.admin.command(SON([("currentOp", 1), ("type", "idleSession")]))["inprog"]
+        mine = [o for o in ops if o["transaction"]["parameters"]["txnNumber"] == 7]
+        assert len(mine) == 1, ops
+        tx = mine[0]["transaction"]
+        assert mine[0]["active"] is False
+        assert tx["parameters"]["txnNumber"] == 7 and tx["parameters"]["autocommit"] is False
+        assert tx["timeOpenMicros"] >= 50000 and tx["timeOpenMicros"] >= tx["timeActiveMicros"]
+        assert tx["timeInactiveMicros"] > 0
+        assert tx["expiryTime"] > tx["startWallClockTime"]
+
+        def metric(text, line):
+            return [ln for ln in text.splitlines() if ln.startswith(line)]
+        url = "http://127.0.0.1:%d/metrics" % s.metrics_port
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert metric(text, "sable_transactions_open 1"), text
+        assert metric(text, 'sable_transactions_total{state="started"} 1')
+        assert commit(raw, lsid, 7)["ok"] == 1
+        assert not [o for o in c.admin.command("currentOp")["inprog"]
+                    if o.get("type") == "idleSession"]
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert metric(text, "sable_transactions_open 0")
+        assert metric(text, 'sable_transactions_total{state="committed"} 1')
+        raw.close()
+        c.close()
+    finally:
+        s.cleanup()

@@ -220,7 +220,7 @@ async function sessionOp(op, a, s, ents, runner) {
     case 'abortTransaction': await s.abortTransaction(); return undefined;
     case 'withTransaction':
       await s.withTransaction(async () => {
-        for (const sub of a.callback) await runner.runOperation(sub, ents);
+        for (const sub of a.callback) await runner.runOperation(sub, ents, true);
       }, options(a, ['callback'], ents));
       return undefined;
     case 'getSnapshotTime': return s.snapshotTime;

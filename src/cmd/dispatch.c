@@ -42,6 +42,8 @@ typedef struct pending {
     sbl_op_t op;  /* in the registry while the handler runs */
     bool on_coll; /* op.ns names a collection (top counts it) */
     bson_t *shard_version; /* the router's shardVersion, taken out of the command (shards) */
+    bool unsatisfiable_wc; /* a transaction's commit/abort asked w > members: it runs, then
+                            * gets writeConcernError UnsatisfiableWriteConcern (as mongod) */
 } pending_t;
 
 /* ---- counters (serverStatus.opcounters; kept by src/metrics) ------------- */
@@ -220,7 +222,7 @@ static int parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc,
                     return sbl_err_set(err, SBL_E_BadValue, "w has to be a number between 0 "
                                        "and 50 or a string, not %lld", (long long)v);
                 if (v > 1 && repl && v > sbl_repl_member_count())
-                    return sbl_err_set(err, 100 /* UnsatisfiableWriteConcern */,
+                    return sbl_err_set(err, SBL_E_UnsatisfiableWriteConcern,
                                        "Not enough data-bearing nodes");
                 if (v > 1 && !repl)
                     return sbl_err_set(err, SBL_E_BadValue, "cannot use 'w' > 1 on a host that "
@@ -533,7 +535,16 @@ static void execute(pending_t *p)
             ctx->deadline_us = ctx->start_us + ms * 1000;
     }
     if ((p->def->flags & SBL_CMD_WRITE) && has_wc) {
-        if ((p->rc = parse_write_concern(&wcit, &ctx->wc, &p->err)) != 0)
+        if ((p->rc = parse_write_concern(&wcit, &ctx->wc, &p->err)) ==
+                SBL_E_UnsatisfiableWriteConcern &&
+            (strcmp(ctx->name, "commitTransaction") == 0 ||
+             strcmp(ctx->name, "abortTransaction") == 0)) {
+            p->unsatisfiable_wc = true;
+            sbl_err_clear(&p->err);
+            p->rc = 0;
+            ctx->wc.w = 1;
+        }
+        if (p->rc != 0)
             return;
     } else if (has_dwc) { /* no writeConcern: the cluster-wide default */
         bson_t wrap = BSON_INITIALIZER;
@@ -826,6 +837,10 @@ static bool needs_repl_wait(const pending_t *p)
 
 static void finish(pending_t *p)
 {
+    if (p->rc == 0 && p->unsatisfiable_wc) {
+        p->unsatisfiable_wc = false;
+        repl_wait_done(p, SBL_E_UnsatisfiableWriteConcern, "Not enough data-bearing nodes");
+    }
     if (p->ctx.close_instead && p->ctx.conn != NULL) {
         /* onPrimaryTransactionalWrite: the write ran; the client gets no reply. */
         p->ctx.deferred = true;

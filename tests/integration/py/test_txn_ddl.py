@@ -188,3 +188,21 @@ def test_open_transaction_in_current_op_and_prometheus():
         c.close()
     finally:
         s.cleanup()
+
+
+def test_commit_with_unsatisfiable_write_concern_commits(primary):
+    """As mongod: the commit is made, then writeConcernError 100 (no label)."""
+    m, c = primary
+    raw = Raw(m.port)
+    lsid = new_lsid()
+    raw(tcmd("insert", "wc", lsid, 1, start=True, documents=[{"_id": 1}]))
+    r = commit(raw, lsid, 1, writeConcern={"w": 10})
+    assert r["ok"] == 1 and r["writeConcernError"]["code"] == 100, r
+    assert r["writeConcernError"]["codeName"] == "UnsatisfiableWriteConcern"
+    assert "errorLabels" not in r
+    assert c.t.wc.find_one() == {"_id": 1}
+    # an ordinary write with w > members is still refused before it runs
+    r = raw(SON([("insert", "wc"), ("documents", [{"_id": 2}]), ("writeConcern", {"w": 10})]),
+            ok=False)
+    assert r.get("code") == 100 or r.get("writeConcernError", {}).get("code") == 100, r
+    raw.close()

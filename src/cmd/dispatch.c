@@ -582,7 +582,9 @@ static void execute(pending_t *p)
      * linearizable read's majority-acknowledged no-op after it. */
     bool lin = false, snap = false;
     uint64_t after = 0;
-    if ((p->def->flags & SBL_CMD_READ) && ctx->req != NULL) {
+    /* A transaction's first command, a write too, waits for its afterClusterTime. */
+    bool txn_start = has_ac && sbl_doc_find_top(ctx->cmd, "startTransaction", &it);
+    if (((p->def->flags & SBL_CMD_READ) || txn_start) && ctx->req != NULL) {
         read_concern_of(ctx->cmd, &lin, &after, &snap);
         (void)snap; /* snapshot_read.c reads it again */
         if (lin && (p->rc = linearizable_allowed(ctx, &p->err)) != 0)

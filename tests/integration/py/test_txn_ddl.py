@@ -206,3 +206,19 @@ def test_commit_with_unsatisfiable_write_concern_commits(primary):
             ok=False)
     assert r.get("code") == 100 or r.get("writeConcernError", {}).get("code") == 100, r
     raw.close()
+
+
+def test_transaction_first_write_waits_for_after_cluster_time(primary):
+    """afterClusterTime on a transaction's first command (a write): the
+    primary moves its clock to that time before the write, as mongod."""
+    m, c = primary
+    raw = Raw(m.port)
+    last = c.local["oplog.rs"].find().sort("$natural", -1).limit(1)[0]["ts"]
+    from bson.timestamp import Timestamp
+    ahead = Timestamp(last.time + 2, 1)
+    lsid = new_lsid()
+    raw(tcmd("insert", "after", lsid, 1, start=True, documents=[{"_id": 1}],
+             readConcern={"afterClusterTime": ahead}))
+    r = commit(raw, lsid, 1)
+    assert r["ok"] == 1 and r["operationTime"] > ahead, r
+    raw.close()

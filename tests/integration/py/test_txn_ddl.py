@@ -74,6 +74,12 @@ def test_abort_drops_and_existing_collection_refuses_index(primary):
     r = raw(tcmd("create", "old", new_lsid(), 1, start=True), ok=False)
     assert r["code"] == 48, r
     assert "y_1" not in c.t.old.index_information()
+    # a capped collection or a view: not in a transaction
+    for i, extra in enumerate(({"capped": True, "size": 4096},
+                               {"viewOn": "old", "pipeline": []})):
+        r = raw(tcmd("create", "nope%d" % i, new_lsid(), 1, start=True, **extra), ok=False)
+        assert r["code"] == 263, r
+    assert not any(n.startswith("nope") for n in names(c))
     raw.close()
 
 

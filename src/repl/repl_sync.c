@@ -696,9 +696,26 @@ void sbl_rs_update_commit_locked(void)
 /* How far the oldest timestamp trails stable: the history kept for reads
  * at a timestamp (snapshot reads with atClusterTime, majority reads at the
  * commit point), minSnapshotHistoryWindowInSeconds, 300 s as in mongod 7.0.
- * WiredTiger 3.2 keeps that history in its cache and spills what does not
- * fit to its lookaside table. */
+ * WiredTiger 3.2 keeps that history in its cache (mongod 7.0's durable
+ * history is on disk): while the cache is more than PRESSURE_FILL full the
+ * window shrinks to PRESSURE_WINDOW_S, what mongod 4.2 kept on WiredTiger 3.2. */
 static atomic_llong snapshot_window_s = 300;
+#define PRESSURE_FILL 0.8
+#define PRESSURE_WINDOW_S 5
+
+static uint64_t window_ts(void)
+{
+    static int64_t checked_ms;
+    static bool pressure;
+    int64_t now = sbl_now_ms(), w = atomic_load(&snapshot_window_s);
+    if (now - checked_ms >= 1000) { /* the caller holds rs.lock: one caller at a time */
+        checked_ms = now;
+        pressure = sbl_storage_cache_fill() > PRESSURE_FILL;
+    }
+    if (pressure && w > PRESSURE_WINDOW_S)
+        w = PRESSURE_WINDOW_S;
+    return (uint64_t)w << 32;
+}
 
 void sbl_repl_set_snapshot_window_s(int64_t s)
 {
@@ -735,7 +752,7 @@ void sbl_rs_publish_stable_locked(void)
                                         sbl_storage_all_durable_ts());
     if (stable <= published_stable)
         return;
-    uint64_t window = (uint64_t)atomic_load(&snapshot_window_s) << 32;
+    uint64_t window = window_ts();
     sbl_err_t err;
     sbl_err_clear(&err);
     if (sbl_storage_set_stable(stable, stable > window ? stable - window : 0, &err) == 0)

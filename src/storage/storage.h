@@ -441,6 +441,8 @@ uint64_t sbl_storage_stable_ts(void);
 /* The stable timestamp of the newest checkpoint (0: none yet). */
 uint64_t sbl_storage_last_checkpoint_ts(void);
 uint64_t sbl_storage_all_durable_ts(void);
+/* How full WiredTiger's cache is, 0..1 (reads its statistics: not for hot paths). */
+double sbl_storage_cache_fill(void);
 /* The oldest timestamp a read may ask for (history before it is gone; 0: none set). */
 uint64_t sbl_storage_oldest_ts(void);
 /* Set stable back to ts and undo every timestamped commit after it in the

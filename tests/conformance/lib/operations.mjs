@@ -20,7 +20,8 @@ const COMMON = ['comment', 'collation', 'hint', 'let', 'bypassDocumentValidation
   'expireAfterSeconds', 'partialFilterExpression', 'bucketName', 'chunkSizeBytes', 'revision',
   'viewOn', 'pipeline', 'clusteredIndex', 'changeStreamPreAndPostImages', 'timeseries',
   'capped', 'size', 'max', 'validator', 'validationLevel', 'validationAction',
-  'encryptedFields', 'authorizedCollections', 'nameOnly', 'filter', 'cursorType'];
+  'encryptedFields', 'authorizedCollections', 'nameOnly', 'filter', 'cursorType',
+  'maxCommitTimeMS'];
 
 function options(args, positional, ents) {
   const o = {};

@@ -44,6 +44,18 @@ static void append_id_index(bson_t *out, const char *key)
     bson_append_document_end(out, &idx);
 }
 
+/* applyOps's create with "ui" (apply_ops.c): the UUID the next create on this thread
+   takes instead of a new one. */
+static _Thread_local const uint8_t *create_uuid;
+
+int sbl_cmd_create_with_uuid(sbl_opctx_t *ctx, const uint8_t *uuid, sbl_err_t *err)
+{
+    create_uuid = uuid;
+    int rc = sbl_cmd_create(ctx, err);
+    create_uuid = NULL;
+    return rc;
+}
+
 int sbl_cmd_create(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[256];
@@ -95,7 +107,10 @@ int sbl_cmd_create(sbl_opctx_t *ctx, sbl_err_t *err)
                                                 : "time-series collection");
         goto err;
     }
-    SBL_ERR(sbl_coll_create(ctx->ss, ns, &opts, err));
+    if (create_uuid != NULL && !is_view)
+        SBL_ERR(sbl_coll_create_uuid(ctx->ss, ns, &opts, create_uuid, err));
+    else
+        SBL_ERR(sbl_coll_create(ctx->ss, ns, &opts, err));
     ctx->wrote = true;
     sbl_op_coll_created(ctx, ns);
     SBL_ERR(sbl_ts_after_create(ctx->ss, ns, &opts, err));

@@ -229,6 +229,9 @@ int sbl_cmd_kill_all_sessions_by_pattern(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_refresh_logical_session_cache_now(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_shutdown_cmd(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_create(sbl_opctx_t *ctx, sbl_err_t *err);
+/* create (ctx->cmd on ctx->db) with the collection's UUID given (16 bytes). */
+int sbl_cmd_create_with_uuid(sbl_opctx_t *ctx, const uint8_t *uuid, sbl_err_t *err);
+int sbl_cmd_apply_ops(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_drop(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_drop_database(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_list_databases(sbl_opctx_t *ctx, sbl_err_t *err);

@@ -225,6 +225,18 @@ static void src_cache(int64_t *used, int64_t *max, int64_t *dirty)
     bson_destroy(&st);
 }
 
+static int64_t src_journal_flushes(void)
+{
+    bson_t st = BSON_INITIALIZER;
+    bson_iter_t it, f;
+    int64_t n = 0;
+    sbl_storage_append_stats(&st);
+    if (bson_iter_init(&it, &st) && bson_iter_find_descendant(&it, "log.log sync operations", &f))
+        n = bson_iter_as_int64(&f);
+    bson_destroy(&st);
+    return n;
+}
+
 static size_t src_repl_members(sbl_metrics_member_t *out, size_t cap)
 {
     sbl_repl_member_info_t m[SBL_METRICS_MAX_MEMBERS];
@@ -292,6 +304,7 @@ const struct sbl_metrics_sources *sbl_cmd_metrics_sources(void)
         .connections = src_connections,
         .network = src_network,
         .cache = src_cache,
+        .journal_flushes = src_journal_flushes,
         .command_name = src_command_name,
         .audit_events = sbl_audit_events_total,
         .repl_members = src_repl_members,

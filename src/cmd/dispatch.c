@@ -792,7 +792,9 @@ static void audit_written_cb(void *arg, int rc)
     finish(p);
 }
 
-/* Write concern beyond this member: a worker waits (sbl_repl_await blocks). */
+/* Write concern beyond this member: the reply waits in the replication
+ * layer's list (sbl_repl_await_async), holding no thread; it is sent from
+ * the waiter thread, as a j:true reply is from the journal flusher. */
 static void repl_wait_done(void *arg, int code, const char *msg)
 {
     pending_t *p = arg;
@@ -809,20 +811,6 @@ static void repl_wait_done(void *arg, int code, const char *msg)
         }
         bson_append_document_end(&p->reply, &wce);
     }
-}
-
-static void repl_wait_work(uv_work_t *w)
-{
-    pending_t *p = w->data;
-    sbl_write_concern_t *wc = &p->ctx.wc;
-    sbl_repl_await(sbl_repl_last_op_ts(), wc->w, wc->majority, wc->wtimeout_ms, repl_wait_done,
-                   p);
-}
-
-static void repl_wait_after(uv_work_t *w, int status)
-{
-    pending_t *p = w->data;
-    (void)status;
     if (p->ctx.wc.j) {
         sbl_storage_on_durable(durable_cb, p);
         return;
@@ -841,7 +829,12 @@ static void finish(pending_t *p)
 {
     if (p->rc == 0 && p->unsatisfiable_wc) {
         p->unsatisfiable_wc = false;
-        repl_wait_done(p, SBL_E_UnsatisfiableWriteConcern, "Not enough data-bearing nodes");
+        bson_t wce; /* the reply is sent below, as for any write */
+        BSON_APPEND_DOCUMENT_BEGIN(&p->reply, "writeConcernError", &wce);
+        BSON_APPEND_INT32(&wce, "code", SBL_E_UnsatisfiableWriteConcern);
+        BSON_APPEND_UTF8(&wce, "codeName", sbl_err_name(SBL_E_UnsatisfiableWriteConcern));
+        BSON_APPEND_UTF8(&wce, "errmsg", "Not enough data-bearing nodes");
+        bson_append_document_end(&p->reply, &wce);
     }
     if (p->ctx.close_instead && p->ctx.conn != NULL) {
         /* onPrimaryTransactionalWrite: the write ran; the client gets no reply. */
@@ -863,10 +856,10 @@ static void finish(pending_t *p)
      * have seen the effect of a w:1 write that is not on disk yet, and its
      * acknowledgement must not report a state a crash could undo. */
     if (needs_repl_wait(p)) {
-        p->work.data = p;
-        if (uv_queue_work(sbl_conn_loop(p->ctx.conn), &p->work, repl_wait_work,
-                          repl_wait_after) == 0)
-            return;
+        sbl_write_concern_t *wc = &p->ctx.wc;
+        sbl_repl_await_async(sbl_repl_last_op_ts(), wc->w, wc->majority, wc->wtimeout_ms,
+                             repl_wait_done, p);
+        return;
     }
     if (p->rc == 0 && p->ctx.wc.j) {
         sbl_storage_on_durable(durable_cb, p);

@@ -28,6 +28,10 @@ static const sbl_cmd_def_t cmd_table[] = {
     {"abortTransaction", sbl_cmd_abort_transaction, W | ADM,
      "abort a multi-document transaction", ""},
     {"aggregate", sbl_cmd_aggregate, R | SLOW, "run an aggregation pipeline", "find"},
+    {"applyOps", sbl_cmd_apply_ops, W | ADM,
+     "apply oplog-style entries (only a create with \"ui\", as mongorestore --preserveUUID "
+     "sends)",
+     NULL},
     {"authenticate", sbl_cmd_authenticate, NA,
      "authenticate (MONGODB-CR / X509: not offered)", NULL},
     {"buildInfo", sbl_cmd_build_info, NA, "build and version information", NULL},

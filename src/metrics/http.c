@@ -197,6 +197,39 @@ void sbl_metrics_render_prometheus(bson_string_t *o, const sbl_metrics_sources_t
                                           mem[i].name, mem[i].lag_ms / 1000.0);
     }
 
+    sbl_metrics_shard_t *sh = NULL;
+    size_t ns = 0;
+    if (src != NULL && src->shards != NULL &&
+        (sh = calloc(SBL_METRICS_MAX_SHARDS, sizeof(*sh))) != NULL)
+        ns = src->shards(sh, SBL_METRICS_MAX_SHARDS);
+    if (ns > 0) {
+        head(o, "sable_shard_member_state", "gauge",
+             "Shard members' states as the router's poller last saw them (1 PRIMARY, "
+             "2 SECONDARY, 8 DOWN ...; the shard's replSetGetStatus).");
+        for (size_t i = 0; i < ns; i++)
+            for (size_t k = 0; k < sh[i].nmembers && k < SBL_METRICS_MAX_SHARD_MEMBERS; k++)
+                bson_string_append_printf(o, "sable_shard_member_state{shard=\"%s\",member=\"%s\"} %d\n",
+                                          sh[i].name, sh[i].members[k].name, sh[i].members[k].state);
+        head(o, "sable_shard_repl_lag_seconds", "gauge",
+             "How far each shard member's applied optime is behind its shard's newest one.");
+        for (size_t i = 0; i < ns; i++)
+            for (size_t k = 0; k < sh[i].nmembers && k < SBL_METRICS_MAX_SHARD_MEMBERS; k++)
+                if (sh[i].members[k].lag_ms >= 0)
+                    bson_string_append_printf(o, "sable_shard_repl_lag_seconds{shard=\"%s\",member=\"%s\"} %.3f\n",
+                                              sh[i].name, sh[i].members[k].name,
+                                              sh[i].members[k].lag_ms / 1000.0);
+        head(o, "sable_shard_requests_total", "counter", "Commands the router sent to each shard.");
+        for (size_t i = 0; i < ns; i++)
+            bson_string_append_printf(o, "sable_shard_requests_total{shard=\"%s\"} %lld\n", sh[i].name,
+                                      (long long)sh[i].requests);
+        head(o, "sable_shard_request_seconds_total", "counter",
+             "Time the router waited for each shard's replies.");
+        for (size_t i = 0; i < ns; i++)
+            bson_string_append_printf(o, "sable_shard_request_seconds_total{shard=\"%s\"} %.6f\n",
+                                      sh[i].name, sh[i].latency_us / 1e6);
+    }
+    free(sh);
+
     double cpu;
     int64_t rss, vsz;
     sbl_metrics_process(&cpu, &rss, &vsz);

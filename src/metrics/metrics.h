@@ -220,17 +220,39 @@ typedef struct sbl_metrics_member {
     int64_t lag_ms; /* behind the primary's newest applied optime; -1 when unknown */
 } sbl_metrics_member_t;
 
-/* Extra figures the endpoint asks the rest of the server for (set before start). */
+/* A shard as a router's monitoring page charts it (src/router fills it):
+ * its members as the router's poller last saw them, and the router's own
+ * traffic to it. */
+#define SBL_METRICS_MAX_SHARDS 16
+#define SBL_METRICS_MAX_SHARD_MEMBERS 7
+typedef struct sbl_metrics_shard {
+    char name[64]; /* the shard's _id in config.shards */
+    size_t nmembers;
+    sbl_metrics_member_t members[SBL_METRICS_MAX_SHARD_MEMBERS];
+    int64_t requests;   /* commands the router sent it since start */
+    int64_t latency_us; /* their total round-trip time */
+} sbl_metrics_shard_t;
+
+/* Extra figures the endpoint asks the rest of the server for (set before
+ * start).  A NULL callback means the figure does not exist in this process
+ * (sable-router has no cache, journal, audit log or replica set of its own):
+ * its series and Prometheus lines are left out. */
 typedef struct sbl_metrics_sources {
     void (*connections)(int64_t *current, int64_t *total_created, int64_t *available);
     void (*network)(int64_t *bytes_in, int64_t *bytes_out, int64_t *requests);
     void (*cache)(int64_t *bytes_in_cache, int64_t *bytes_max, int64_t *bytes_dirty);
+    /* Journal (WiredTiger log) syncs since start. */
+    int64_t (*journal_flushes)(void);
     const char *(*command_name)(size_t row); /* NULL past the last row */
     /* Audit events written since start (NULL: no audit log). */
     uint64_t (*audit_events)(void);
     /* The replica set's members, at most cap into out; returns how many (0 or
      * NULL: not a replica-set member, and the page shows no replication chart). */
     size_t (*repl_members)(sbl_metrics_member_t *out, size_t cap);
+    /* A router's shards, at most cap into out; returns how many (NULL: not a
+     * router).  Must only copy what a poller thread gathered: it runs on the
+     * metrics thread, which never waits on the network. */
+    size_t (*shards)(sbl_metrics_shard_t *out, size_t cap);
     /* Whether user (on admin) with password may read the monitoring data
      * (the clusterMonitor role's serverStatus action).  Called on the metrics
      * thread only. */

@@ -119,12 +119,17 @@ int sbl_repl_step_up(sbl_err_t *err);
 
 /* Write concern beyond this member: wait until w members (w_majority: a
  * majority of the voting members, through the commit point) have applied
- * ts, for at most wtimeout_ms (0: forever).  cb runs once, on another
- * thread or before this returns, with 0, WriteConcernFailed (64, timed
+ * ts, for at most wtimeout_ms (0: forever), blocking the calling thread.
+ * cb runs once, before this returns, with 0, WriteConcernFailed (64, timed
  * out) or InterruptedDueToReplStateChange (stepped down while waiting). */
 typedef void (*sbl_repl_wait_cb)(void *arg, int code, const char *msg);
 void sbl_repl_await(uint64_t ts, int w, bool w_majority, int64_t wtimeout_ms,
                     sbl_repl_wait_cb cb, void *arg);
+/* The same without blocking: cb runs before this returns when the wait is
+ * already over, else later on the replication waiter thread (repl_wait.c);
+ * the caller's thread goes on meanwhile. */
+void sbl_repl_await_async(uint64_t ts, int w, bool w_majority, int64_t wtimeout_ms,
+                          sbl_repl_wait_cb cb, void *arg);
 /* Read concerns (repl_read.c); each blocks the calling thread (a worker).
  * sbl_repl_wait_applied: afterClusterTime, wait until this member applied
  * ts (a primary writes a no-op to reach it); IllegalOperation (20) when not

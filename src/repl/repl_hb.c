@@ -1,9 +1,10 @@
 /*
- * repl_hb.c: heartbeats and elections (pv1).  One thread sends
- * replSetHeartbeat to every other member each heartbeatIntervalMillis over
- * its own outbound connections (libmongoc, to the hosts of the config),
- * learns members' states, optimes, terms and newer configs from the
- * responses, runs elections when no primary has been heard of for
+ * repl_hb.c: heartbeats and elections (pv1).  A sender thread per member
+ * sends it replSetHeartbeat each heartbeatIntervalMillis over its own
+ * outbound connection (libmongoc, to the hosts of the config), so a member
+ * that does not answer delays no other's heartbeats.  The senders learn
+ * members' states, optimes, terms and newer configs from the responses;
+ * one more thread runs elections when no primary has been heard of for
  * electionTimeoutMillis plus a random offset (a dry run in the current
  * term, then a real one in term + 1, voting for itself durably first),
  * and steps a primary down when it has not heard from a majority for an
@@ -85,8 +86,11 @@ static bool run_on(peer_conn_t *pc, const char *host, const bson_t *cmd, bson_t 
     mongoc_read_prefs_t *rp = mongoc_read_prefs_new(MONGOC_READ_PRIMARY_PREFERRED);
     bool ok = mongoc_client_command_simple(c, "admin", cmd, rp, reply, &error);
     mongoc_read_prefs_destroy(rp);
-    if (!ok && error.domain != MONGOC_ERROR_SERVER && error.domain != MONGOC_ERROR_WRITE_CONCERN)
+    if (!ok && error.domain != MONGOC_ERROR_SERVER && error.domain != MONGOC_ERROR_WRITE_CONCERN) {
         conn_reset(pc);
+        bson_reinit(reply); /* a network error: say which */
+        BSON_APPEND_UTF8(reply, "errmsg", error.message);
+    }
     return ok;
 }
 
@@ -238,6 +242,24 @@ static void set_primary_locked(int i)
     atomic_fetch_add(&rs.topology, 1);
 }
 
+/* mongod's "Member is in new state" (21215): every change of a member's
+ * state as heartbeats see it, with how long the heartbeat took and why it
+ * failed, so a log shows when and why a member looked down.  Lock held. */
+static void log_member_state_locked(int i, int old_state, int new_state, int64_t took_ms,
+                                    const char *why)
+{
+    if (old_state == new_state)
+        return;
+    bson_t attr = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&attr, "hostAndPort", rs.cfg.m[i].host);
+    BSON_APPEND_UTF8(&attr, "newState", sbl_rs_state_str(new_state));
+    BSON_APPEND_INT64(&attr, "heartbeatMillis", took_ms);
+    if (why != NULL && why[0] != '\0')
+        BSON_APPEND_UTF8(&attr, "error", why);
+    sbl_log(SBL_LOG_INFO, "REPL", 21215, "Member is in new state", &attr);
+    bson_destroy(&attr);
+}
+
 static void on_heartbeat_reply(int i, bool ok, const bson_t *reply, int64_t sent_ms)
 {
     int64_t now = sbl_now_ms();
@@ -251,6 +273,7 @@ static void on_heartbeat_reply(int i, bool ok, const bson_t *reply, int64_t sent
         return;
     }
     sbl_rs_peer_t *p = &rs.peer[i];
+    int old_state = p->state;
     if (!ok) {
         if (p->up)
             p->up_since_ms = 0;
@@ -258,6 +281,7 @@ static void on_heartbeat_reply(int i, bool ok, const bson_t *reply, int64_t sent
         p->state = SBL_RS_DOWN;
         const char *m = str(reply, "errmsg");
         snprintf(p->msg, sizeof(p->msg), "%s", m != NULL ? m : "Couldn't get a connection");
+        log_member_state_locked(i, old_state, p->state, now - sent_ms, p->msg);
         if (rs.primary == i)
             set_primary_locked(-1);
         pthread_mutex_unlock(&rs.lock);
@@ -270,6 +294,7 @@ static void on_heartbeat_reply(int i, bool ok, const bson_t *reply, int64_t sent
     p->ping_ms = now - sent_ms;
     p->msg[0] = '\0';
     p->state = (int)num(reply, "state", SBL_RS_STARTUP);
+    log_member_state_locked(i, old_state, p->state, now - sent_ms, NULL);
     sbl_optime_t ap = optime_at(reply, "opTime");
     if (sbl_optime_cmp(ap, p->applied) > 0)
         p->applied = ap;
@@ -507,6 +532,65 @@ static bool takeover_due_locked(int64_t now)
     return true;
 }
 
+/* The heartbeat sender for member slot i (mongod sends heartbeats to each
+ * member on its own schedule): a heartbeat to a member that is paused or
+ * behind dropped packets takes its whole timeout, and must not delay the
+ * others', or a primary stops hearing from a live majority and steps down. */
+static pthread_t peer_thread[SBL_RS_MAX_MEMBERS];
+static int npeer_threads;
+
+static void wait_ms_locked(int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&rs.cond, &rs.lock, &ts);
+}
+
+static void *peer_main(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    pthread_mutex_lock(&rs.lock);
+    while (!rs.stopping) {
+        int64_t now = sbl_now_ms();
+        if (rs.config == NULL || i >= rs.cfg.n || i == rs.self || rs.config_source[0] != '\0' ||
+            rs.peer[i].next_hb_ms > now) {
+            int64_t wait = rs.config != NULL && i < rs.cfg.n ? rs.peer[i].next_hb_ms - now : 50;
+            wait_ms_locked(wait < 1 ? 1 : wait > 50 ? 50 : wait);
+            continue;
+        }
+        char host[256];
+        bson_t cmd = BSON_INITIALIZER, reply;
+        rs.peer[i].next_hb_ms = now + rs.cfg.heartbeat_ms;
+        snprintf(host, sizeof(host), "%s", rs.cfg.m[i].host);
+        build_heartbeat(&cmd);
+        int timeout = (int)(rs.cfg.heartbeat_ms < 2000 ? 2000 : rs.cfg.heartbeat_ms);
+        pthread_mutex_unlock(&rs.lock);
+        bool ok = run_on(&conns[i], host, &cmd, &reply, timeout);
+        pthread_mutex_lock(&rs.lock);
+        /* a reconfig may have given the slot to another member meanwhile */
+        bool same = rs.config != NULL && i < rs.cfg.n && strcmp(rs.cfg.m[i].host, host) == 0;
+        pthread_mutex_unlock(&rs.lock);
+        if (same)
+            on_heartbeat_reply(i, ok, &reply, now);
+        bson_destroy(&cmd);
+        bson_destroy(&reply);
+        pthread_mutex_lock(&rs.lock);
+        now = sbl_now_ms();
+        /* the next one an interval after this one ended (unless kicked) */
+        if (i < rs.cfg.n && rs.peer[i].next_hb_ms > 0 && rs.peer[i].next_hb_ms < now)
+            rs.peer[i].next_hb_ms = now + rs.cfg.heartbeat_ms;
+        pthread_cond_broadcast(&rs.cond); /* the checks below run on news */
+    }
+    pthread_mutex_unlock(&rs.lock);
+    conn_reset(&conns[i]);
+    return NULL;
+}
+
+/* The checks: step down without a majority, elections, takeovers.  The
+ * senders run beside it, one per member slot, started as the set grows. */
 static void *hb_main(void *arg)
 {
     (void)arg;
@@ -519,38 +603,10 @@ static void *hb_main(void *arg)
             pthread_mutex_lock(&rs.lock);
             continue;
         }
-        /* one heartbeat due, at most, per pass (the lock is dropped for it);
-         * the step-down and election checks below run on every pass: a peer
-         * whose packets are dropped takes the whole timeout, longer than the
-         * heartbeat interval, so some heartbeat is nearly always due */
-        bool sent = false;
-        int due = -1;
-        for (int i = 0; rs.config != NULL && i < rs.cfg.n; i++)
-            if (i != rs.self && rs.peer[i].next_hb_ms <= now) {
-                due = i;
-                break;
-            }
-        if (due >= 0) {
-            char host[256];
-            bson_t cmd = BSON_INITIALIZER, reply;
-            rs.peer[due].next_hb_ms = now + rs.cfg.heartbeat_ms;
-            snprintf(host, sizeof(host), "%s", rs.cfg.m[due].host);
-            build_heartbeat(&cmd);
-            int timeout = (int)(rs.cfg.heartbeat_ms < 2000 ? 2000 : rs.cfg.heartbeat_ms);
-            pthread_mutex_unlock(&rs.lock);
-            bool ok = run_on(&conns[due], host, &cmd, &reply, timeout);
-            on_heartbeat_reply(due, ok, &reply, now);
-            bson_destroy(&cmd);
-            bson_destroy(&reply);
-            pthread_mutex_lock(&rs.lock);
-            if (rs.stopping || rs.config_source[0] != '\0')
-                continue;
-            now = sbl_now_ms();
-            /* the next one an interval after this one ended (unless kicked) */
-            if (due < rs.cfg.n && rs.peer[due].next_hb_ms > 0 && rs.peer[due].next_hb_ms < now)
-                rs.peer[due].next_hb_ms = now + rs.cfg.heartbeat_ms;
-            sent = true;
-        }
+        while (rs.config != NULL && npeer_threads < rs.cfg.n &&
+               pthread_create(&peer_thread[npeer_threads], NULL, peer_main,
+                              (void *)(intptr_t)npeer_threads) == 0)
+            npeer_threads++;
         int st = atomic_load(&rs.state);
         if (rs.config != NULL && rs.self >= 0 && st == SBL_RS_PRIMARY) {
             /* can we still see a majority? */
@@ -589,21 +645,14 @@ static void *hb_main(void *arg)
             continue;
         }
         sbl_rs_publish_stable_locked();
-        if (!kicked && !sent) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 50 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&rs.cond, &rs.lock, &ts);
-        }
+        if (!kicked)
+            wait_ms_locked(50);
         kicked = false;
     }
     pthread_mutex_unlock(&rs.lock);
-    for (int i = 0; i < SBL_RS_MAX_MEMBERS; i++)
-        conn_reset(&conns[i]);
+    for (int i = 0; i < npeer_threads; i++)
+        pthread_join(peer_thread[i], NULL);
+    npeer_threads = 0;
     conn_reset(&config_conn);
     return NULL;
 }

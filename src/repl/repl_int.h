@@ -350,6 +350,9 @@ int sbl_rs_hb_start(void);
 void sbl_rs_hb_stop(void);
 int sbl_rs_sync_start(void);
 void sbl_rs_sync_stop(void);
+/* The write-concern waiter thread (repl_wait.c). */
+int sbl_rs_waiter_start(void);
+void sbl_rs_waiter_stop(void);
 /* Wake the heartbeat thread now (config adopted, state changed). */
 void sbl_rs_hb_kick(void);
 

@@ -767,6 +767,7 @@ int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err)
     if (!bson_iter_init_find(&it, cmd, "optimes") || !BSON_ITER_HOLDS_ARRAY(&it))
         return sbl_err_set(err, SBL_E_BadValue, "replSetUpdatePosition needs optimes");
     bson_iter_recurse(&it, &arr);
+    int64_t now = sbl_now_ms();
     pthread_mutex_lock(&rs.lock);
     while (bson_iter_next(&arr)) {
         bson_t d;
@@ -781,6 +782,11 @@ int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err)
             sbl_optime_t ap = sbl_repl_optime_at(&d, "appliedOpTime");
             if (sbl_optime_cmp(ap, rs.peer[i].applied) > 0)
                 rs.peer[i].applied = ap;
+            /* a position report is a sign of life, as a heartbeat reply is
+             * (mongod's liveness): the primary's "can I see a majority"
+             * check must not depend on heartbeats alone, which a loaded
+             * host delays past a short election timeout */
+            rs.peer[i].last_ok_ms = now;
             if (bson_iter_init_find(&f, &d, "appliedWallTime") && BSON_ITER_HOLDS_DATE_TIME(&f))
                 rs.peer[i].applied_wall = bson_iter_date_time(&f);
         }
@@ -790,54 +796,4 @@ int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err)
     sbl_repl_append_optime(r, "lastOpCommitted", rs.commit.ts, rs.commit.t);
     pthread_mutex_unlock(&rs.lock);
     return 0;
-}
-
-static bool satisfied_locked(uint64_t ts, int w, bool majority)
-{
-    if (majority)
-        return rs.commit.ts >= ts;
-    sbl_optime_t applied[SBL_RS_MAX_MEMBERS];
-    for (int i = 0; i < rs.cfg.n; i++)
-        applied[i] = i == rs.self ? sbl_rs_my_applied() : rs.peer[i].applied;
-    return sbl_rs_count_applied(&rs.cfg, applied, ts) >= w;
-}
-
-void sbl_repl_await(uint64_t ts, int w, bool majority, int64_t wtimeout_ms, sbl_repl_wait_cb cb,
-                    void *arg)
-{
-    int64_t deadline = wtimeout_ms > 0 ? sbl_now_ms() + wtimeout_ms : INT64_MAX;
-    int code = 0;
-    const char *msg = NULL;
-    /* Waits on the calling thread (a worker: the dispatcher sends w > 1
-     * writes there), woken by every change of positions or state. */
-    pthread_mutex_lock(&rs.lock);
-    for (;;) {
-        /* our own position moves too (a set of one commits on its own) */
-        if (atomic_load(&rs.state) == SBL_RS_PRIMARY && rs.config != NULL &&
-            sbl_rs_voters(&rs.cfg) == 1)
-            sbl_rs_update_commit_locked();
-        if (rs.config == NULL || satisfied_locked(ts, w, majority))
-            break;
-        if (atomic_load(&rs.state) != SBL_RS_PRIMARY) {
-            code = SBL_E_InterruptedDueToReplStateChange;
-            msg = "operation was interrupted because a replica set state change (stepdown) "
-                  "occurred while waiting for replication";
-            break;
-        }
-        int64_t now = sbl_now_ms();
-        if (now >= deadline || rs.stopping) {
-            code = SBL_E_WriteConcernFailed;
-            msg = "waiting for replication timed out";
-            break;
-        }
-        int64_t until = deadline - now < 200 ? deadline - now : 200;
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        t.tv_nsec += until * 1000000L;
-        t.tv_sec += t.tv_nsec / 1000000000L;
-        t.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&rs.cond, &rs.lock, &t);
-    }
-    pthread_mutex_unlock(&rs.lock);
-    cb(arg, code, msg);
 }

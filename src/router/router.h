@@ -25,4 +25,10 @@ void sbl_router_shutdown(void);
 /* The network layer's request function for the router. */
 void sbl_router_dispatch(sbl_conn_t *conn, sbl_request_t *req);
 
+/* For --metricsPort: start the thread that polls every shard's members once
+ * a second (sbl_router_shutdown stops it), and the figures the monitoring
+ * page reads (connections, network, shards; static, never freed). */
+int sbl_router_watch_start(sbl_err_t *err);
+const struct sbl_metrics_sources *sbl_router_metrics_sources(void);
+
 #endif

@@ -78,6 +78,15 @@ int rt_reply_code(const bson_t *reply);
 void rt_copy_cmd(const bson_t *in, bson_t *out, const char *const *skip_extra);
 /* The configdb set name and hosts. */
 const char *rt_configdb(void);
+/* Commands sent to shard i since start and the total time their replies took. */
+void rt_shard_traffic(int i, int64_t *requests, int64_t *wait_us);
+/* Run cmd on one member ("host:port") over the caller's own connection *fdp:
+ * dialed when *fdp is -1 (connect and each read or write bounded by
+ * timeout_ms), closed and set to -1 after an I/O error.  Returns 0 with the
+ * reply (which may say ok: 0) or an error with *reply empty; *reply is
+ * initialised either way. */
+int rt_host_run(const char *hostport, int *fdp, int timeout_ms, const char *db, const bson_t *cmd,
+                bson_t *reply, sbl_err_t *err);
 
 /* ---- rt_meta.c ---- */
 /* The routing table of ns (refreshing from the config servers when absent
@@ -136,6 +145,10 @@ int rt_merge_cursors(const char *db, const char *coll, bson_t *replies, const in
 /* Every document of a shard's cursor reply (getMore until exhausted) into arr. */
 int rt_drain_cursor(bson_t *shard_reply, const char *db, const char *coll, int shard,
                     bson_t *arr, sbl_err_t *err);
+
+/* ---- rt_watch.c ---- */
+/* Stop the shard poller (sbl_router_watch_start) before the pools go. */
+void rt_watch_stop(void);
 
 /* ---- rt_write.c ---- */
 int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);

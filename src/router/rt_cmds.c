@@ -10,6 +10,7 @@
 #include "router/router.h"
 #include "router/router_int.h"
 
+#include "metrics/metrics.h"
 #include "server/server.h"
 
 #include <stdio.h>
@@ -31,32 +32,28 @@ typedef struct rt_cmd {
 
 static int64_t conn_counter;
 
-/* serverStatus's counters (what sable-stat and mongostat read): opcounters
- * by command kind, and opLatencies for reads, writes and other commands. */
-enum { OPC_INSERT, OPC_QUERY, OPC_UPDATE, OPC_DELETE, OPC_GETMORE, OPC_COMMAND, OPC_N };
-static int64_t opcounters[OPC_N];
-enum { LAT_READS, LAT_WRITES, LAT_COMMANDS, LAT_N };
-static int64_t lat_us[LAT_N], lat_ops[LAT_N];
-
+/* serverStatus's counters (what sable-stat, mongostat and the monitoring
+ * page read): opcounters by command kind, and opLatencies for reads, writes
+ * and other commands, kept by src/metrics as sabled's are. */
 static void count_op(const char *name, int64_t us)
 {
-    int k = OPC_COMMAND, l = LAT_COMMANDS;
+    sbl_opc_t k = SBL_OPC_COMMAND;
+    sbl_lat_class_t l = SBL_LAT_COMMANDS;
     if (strcmp(name, "insert") == 0)
-        k = OPC_INSERT, l = LAT_WRITES;
+        k = SBL_OPC_INSERT, l = SBL_LAT_WRITES;
     else if (strcmp(name, "find") == 0)
-        k = OPC_QUERY, l = LAT_READS;
+        k = SBL_OPC_QUERY, l = SBL_LAT_READS;
     else if (strcmp(name, "update") == 0 || strcmp(name, "findAndModify") == 0)
-        k = OPC_UPDATE, l = LAT_WRITES;
+        k = SBL_OPC_UPDATE, l = SBL_LAT_WRITES;
     else if (strcmp(name, "delete") == 0)
-        k = OPC_DELETE, l = LAT_WRITES;
+        k = SBL_OPC_DELETE, l = SBL_LAT_WRITES;
     else if (strcmp(name, "getMore") == 0)
-        k = OPC_GETMORE, l = LAT_READS;
+        k = SBL_OPC_GETMORE, l = SBL_LAT_READS;
     else if (strcmp(name, "count") == 0 || strcmp(name, "distinct") == 0 ||
              strcmp(name, "aggregate") == 0)
-        l = LAT_READS;
-    __atomic_add_fetch(&opcounters[k], 1, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&lat_us[l], us, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&lat_ops[l], 1, __ATOMIC_RELAXED);
+        l = SBL_LAT_READS;
+    sbl_metrics_count_op(k, 1);
+    sbl_metrics_record_latency(l, us);
 }
 
 static int64_t mono_us(void)
@@ -439,18 +436,25 @@ static int cmd_server_status(const char *db, const bson_t *cmd, bson_t *reply, s
     BSON_APPEND_INT64(&d, "bytesOut", ns.bytes_out);
     BSON_APPEND_INT64(&d, "numRequests", ns.num_requests);
     bson_append_document_end(reply, &d);
-    static const char *const opn[OPC_N] = {"insert", "query", "update", "delete", "getmore",
-                                           "command"};
+    sbl_opcounters_t oc;
+    sbl_metrics_get_opcounters(&oc);
     BSON_APPEND_DOCUMENT_BEGIN(reply, "opcounters", &d);
-    for (int i = 0; i < OPC_N; i++)
-        BSON_APPEND_INT64(&d, opn[i], __atomic_load_n(&opcounters[i], __ATOMIC_RELAXED));
+    BSON_APPEND_INT64(&d, "insert", oc.insert);
+    BSON_APPEND_INT64(&d, "query", oc.query);
+    BSON_APPEND_INT64(&d, "update", oc.update);
+    BSON_APPEND_INT64(&d, "delete", oc.del);
+    BSON_APPEND_INT64(&d, "getmore", oc.getmore);
+    BSON_APPEND_INT64(&d, "command", oc.command);
     bson_append_document_end(reply, &d);
-    static const char *const latn[LAT_N] = {"reads", "writes", "commands"};
+    static const char *const latn[] = {"reads", "writes", "commands"};
+    static const sbl_lat_class_t latc[] = {SBL_LAT_READS, SBL_LAT_WRITES, SBL_LAT_COMMANDS};
     BSON_APPEND_DOCUMENT_BEGIN(reply, "opLatencies", &d);
-    for (int i = 0; i < LAT_N; i++) {
+    for (int i = 0; i < 3; i++) {
+        sbl_latency_t l;
+        sbl_metrics_get_latency(latc[i], &l);
         BSON_APPEND_DOCUMENT_BEGIN(&d, latn[i], &e);
-        BSON_APPEND_INT64(&e, "latency", __atomic_load_n(&lat_us[i], __ATOMIC_RELAXED));
-        BSON_APPEND_INT64(&e, "ops", __atomic_load_n(&lat_ops[i], __ATOMIC_RELAXED));
+        BSON_APPEND_INT64(&e, "latency", l.latency_us);
+        BSON_APPEND_INT64(&e, "ops", l.ops);
         bson_append_document_end(&d, &e);
     }
     bson_append_document_end(reply, &d);
@@ -673,6 +677,7 @@ int sbl_router_init(const char *configdb, sbl_err_t *err)
 
 void sbl_router_shutdown(void)
 {
+    rt_watch_stop();
     rt_cursors_shutdown();
     rt_meta_flush();
     rt_remote_shutdown();

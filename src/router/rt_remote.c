@@ -13,7 +13,10 @@
  * NotWritablePrimary answer the shard's primary is looked up again.  Pools
  * are created when a shard is first seen and live until shutdown; the shard
  * list only grows (a removed shard keeps its slot), so an index into it
- * stays valid for the process lifetime.
+ * stays valid for the process lifetime.  Each shard counts the commands sent
+ * to it and the time their replies took (relaxed atomics, for the
+ * monitoring page); rt_host_run gives the poller of rt_watch.c one command
+ * to one named member on a connection of its own.
  */
 #include "router/router_int.h"
 
@@ -28,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define RT_IDLE_MAX 256   /* idle direct connections kept per shard */
@@ -41,6 +45,7 @@ typedef struct rt_shard {
     char primary[256];        /* "host:port", "" until found */
     int idle[RT_IDLE_MAX];
     int nidle;
+    int64_t requests, wait_us; /* traffic (relaxed atomics) */
 } rt_shard_t;
 
 static pthread_mutex_t shards_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -215,7 +220,28 @@ static void forget_primary(rt_shard_t *s)
     pthread_mutex_unlock(&s->lock);
 }
 
-static int dial(const char *hostport)
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void count_traffic(rt_shard_t *s, int64_t t0)
+{
+    __atomic_add_fetch(&s->requests, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->wait_us, now_us() - t0, __ATOMIC_RELAXED);
+}
+
+void rt_shard_traffic(int i, int64_t *requests, int64_t *wait_us)
+{
+    *requests = __atomic_load_n(&shards[i].requests, __ATOMIC_RELAXED);
+    *wait_us = __atomic_load_n(&shards[i].wait_us, __ATOMIC_RELAXED);
+}
+
+/* A TCP connection to "host:port" with timeout_ms for the connect and for
+ * every read and write afterwards; -1 when it cannot be made. */
+static int dial_timeout(const char *hostport, int timeout_ms)
 {
     char host[256];
     snprintf(host, sizeof(host), "%s", hostport);
@@ -227,9 +253,15 @@ static int dial(const char *hostport)
     if (getaddrinfo(host, colon + 1, &hints, &ai) != 0)
         return -1;
     int fd = -1;
+    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
     for (struct addrinfo *a = ai; a != NULL && fd < 0; a = a->ai_next) {
         fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+        if (fd < 0)
+            continue;
+        /* Linux bounds connect() by the send timeout */
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
             close(fd);
             fd = -1;
         }
@@ -238,11 +270,13 @@ static int dial(const char *hostport)
     if (fd >= 0) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        struct timeval tv = {.tv_sec = RT_IO_TIMEOUT_MS / 1000};
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     }
     return fd;
+}
+
+static int dial(const char *hostport)
+{
+    return dial_timeout(hostport, RT_IO_TIMEOUT_MS);
 }
 
 static bool write_all(int fd, const uint8_t *p, size_t n)
@@ -425,12 +459,14 @@ static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *
                       sbl_err_t *err)
 {
     bool retry = idempotent(cmd);
+    int64_t t0 = now_us();
     for (int attempt = 0; attempt < 2; attempt++) {
         int32_t rid;
         int fd = conn_send(s, db, cmd, &rid, err);
         if (fd < 0)
             break;
         if (recv_msg(fd, rid, reply)) {
+            count_traffic(s, t0);
             conn_put(s, fd, reply);
             return 0;
         }
@@ -452,6 +488,7 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
     int fds[RT_MAX_SHARDS];
     int32_t rids[RT_MAX_SHARDS];
     int failed = 0;
+    int64_t t0 = now_us();
     for (int i = 0; i < n; i++) {
         fds[i] = -1;
         rcs[i] = 0;
@@ -473,6 +510,7 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
         }
         rt_shard_t *s = &shards[shard[i]];
         if (recv_msg(fds[i], rids[i], &replies[i])) {
+            count_traffic(s, t0);
             conn_put(s, fds[i], &replies[i]);
         } else {
             close(fds[i]);
@@ -495,6 +533,22 @@ int rt_run(int shard, const char *db, const bson_t *cmd, bson_t *reply, sbl_err_
         return sbl_err_set(err, SBL_E_ShardNotFound, "no shard %d", shard);
     }
     return run_direct(&shards[shard], db, cmd, reply, err);
+}
+
+int rt_host_run(const char *hostport, int *fdp, int timeout_ms, const char *db, const bson_t *cmd,
+                bson_t *reply, sbl_err_t *err)
+{
+    int32_t rid;
+    if (*fdp < 0 && (*fdp = dial_timeout(hostport, timeout_ms)) < 0) {
+        bson_init(reply);
+        return sbl_err_set(err, SBL_E_HostUnreachable, "cannot connect to %s", hostport);
+    }
+    if (send_msg(*fdp, db, cmd, &rid) && recv_msg(*fdp, rid, reply))
+        return 0;
+    close(*fdp);
+    *fdp = -1;
+    bson_init(reply);
+    return sbl_err_set(err, SBL_E_HostUnreachable, "%s: no answer", hostport);
 }
 
 void rt_copy_cmd(const bson_t *in, bson_t *out, const char *const *skip_extra)

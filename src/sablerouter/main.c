@@ -1,11 +1,13 @@
 /*
  * main.c: sable-router's process life (MongoDB's mongos).  Parse options
  * (mongos's: --configdb cfgRS/host:port,..., --port, --bind_ip, --config
- * YAML with sharding.configDB, --logpath, --fork), connect to the config
- * servers, listen, and wait for SIGTERM/SIGINT; then close the listener,
- * the cursors and the pools.  It keeps no data of its own.
+ * YAML with sharding.configDB, --logpath, --fork; sabled's --metricsPort
+ * and --metricsBindIp), connect to the config servers, listen, and wait for
+ * SIGTERM/SIGINT; then close the metrics endpoint, the listener, the
+ * cursors and the pools.  It keeps no data of its own.
  */
 #include "common/log.h"
+#include "metrics/metrics.h"
 #include "net/net.h"
 #include "router/router.h"
 #include "server/server.h"
@@ -92,6 +94,23 @@ int main(int argc, char **argv)
         sbl_server_notify_parent(notify_fd, 1);
         return 48;
     }
+    /* --metricsPort: the same endpoint and page as sabled's, with the shards'
+     * members (polled on a thread of their own) instead of a replica set. */
+    sbl_metrics_http_config_t mcfg = {
+        .bind_ip = options.metrics_bind_ip,
+        .port = options.metrics_port,
+        .tls_cert_key_file = options.tls_mode != SBL_TLS_DISABLED ? options.tls_cert_key_file : NULL,
+        .tls_cert_key_password = options.tls_cert_key_password,
+    };
+    if (options.metrics_port > 0 &&
+        (sbl_router_watch_start(&err) != 0 ||
+         sbl_metrics_http_start(&mcfg, sbl_router_metrics_sources(), &err) != 0)) {
+        fprintf(stderr, "sable-router: %s\n", err.msg);
+        sbl_net_stop();
+        sbl_router_shutdown();
+        sbl_server_notify_parent(notify_fd, 1);
+        return 48;
+    }
     if (options.pidfile != NULL) {
         FILE *f = fopen(options.pidfile, "w");
         if (f != NULL) {
@@ -110,6 +129,7 @@ int main(int argc, char **argv)
         if (sigwait(&set, &sig) == 0 && sig != SIGHUP)
             break;
     }
+    sbl_metrics_http_stop();
     sbl_net_stop();
     sbl_router_shutdown();
     if (options.pidfile != NULL)

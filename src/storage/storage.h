@@ -136,6 +136,11 @@ bool sbl_coll_created_by(const sbl_coll_t *c, const sbl_session_t *s);
 /* Create with options ({capped, size, validator, ...} stored as given);
  * NamespaceExists (48) when it exists. */
 int sbl_coll_create(sbl_session_t *s, const char *ns, const bson_t *options, sbl_err_t *err);
+/* As sbl_coll_create, with the collection's UUID given (16 bytes: applyOps's create
+ * with "ui", which mongorestore --preserveUUID sends); InvalidOptions when another
+ * collection has that UUID. */
+int sbl_coll_create_uuid(sbl_session_t *s, const char *ns, const bson_t *options,
+                         const uint8_t *uuid, sbl_err_t *err);
 /* Replace ns's options (collMod) with a copy of options: durable in the
  * catalog before handles opened afterwards see them (handles already open
  * keep the old ones).  NamespaceNotFound (26) when missing. */

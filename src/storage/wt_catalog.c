@@ -180,9 +180,11 @@ static void new_uuid(uint8_t *uuid)
     uuid[8] = (uint8_t)((uuid[8] & 0x3f) | 0x80); /* RFC 4122 variant */
 }
 
-/* Create ns under the write lock; *collp gets a reference for the caller. */
+/* Create ns under the write lock, with uuid (16 bytes) or a new one when NULL; *collp
+   gets a reference for the caller (hidden from other sessions when s hides its creates). */
 static int create_locked(sbl_session_t *s, const char *ns, const bson_t *options,
-                         const char *key_field, sbl_coll_t **collp, sbl_err_t *err)
+                         const char *key_field, const uint8_t *given_uuid, sbl_coll_t **collp,
+                         sbl_err_t *err)
 {
     WT_SESSION *wt = sbl_eng.cat_wt;
     char uri[128];
@@ -195,12 +197,20 @@ static int create_locked(sbl_session_t *s, const char *ns, const bson_t *options
     *collp = NULL;
     if (find_locked(ns, &idx))
         return sbl_err_set(err, SBL_E_NamespaceExists, "Collection %s already exists.", ns);
+    for (size_t i = 0; given_uuid != NULL && i < sbl_eng.ncolls; i++)
+        if (memcmp(sbl_eng.colls[i]->uuid, given_uuid, 16) == 0)
+            return sbl_err_set(err, SBL_E_InvalidOptions,
+                               "Cannot create collection %s with UUID of %s: the UUID is taken",
+                               ns, sbl_eng.colls[i]->ns);
     snprintf(uri, sizeof(uri), "table:collection-%" PRIu64 "-%" PRIu64, sbl_eng.next_ident++,
              sbl_eng.ident_rand);
     bool unlogged = sbl_storage_ns_unlogged(ns);
     if ((ret = wt->create(wt, uri, sbl_table_config_for(unlogged))) != 0)
         return sbl_wt_err(err, ret, "create collection table");
-    new_uuid(uuid);
+    if (given_uuid != NULL)
+        memcpy(uuid, given_uuid, 16);
+    else
+        new_uuid(uuid);
     tbl = sbl_table_new(uri);
     tbl->unlogged = unlogged;
     if (key_field != NULL && strcmp(key_field, "_id") != 0)
@@ -304,7 +314,8 @@ int sbl_coll_open(sbl_session_t *s, const char *ns, bool create, sbl_coll_t **co
             atomic_fetch_add(&(*collp)->refs, 1);
             rc = 0;
         }
-    } else if ((rc = create_locked(s, ns, NULL, NULL, collp, err)) == 0 && createdp != NULL)
+    } else if ((rc = create_locked(s, ns, NULL, NULL, NULL, collp, err)) == 0 &&
+               createdp != NULL)
         *createdp = true;
     pthread_rwlock_unlock(&sbl_eng.cat_lock);
     return rc;
@@ -322,7 +333,25 @@ int sbl_coll_create_keyed(sbl_session_t *s, const char *ns, const bson_t *option
     if (find_locked(ns, &idx) && !visible(sbl_eng.colls[idx], s))
         rc = hidden_conflict(ns, err);
     else
-        rc = create_locked(s, ns, options, key_field, &c, err);
+        rc = create_locked(s, ns, options, key_field, NULL, &c, err);
+    pthread_rwlock_unlock(&sbl_eng.cat_lock);
+    sbl_coll_release(c);
+    return rc;
+}
+
+int sbl_coll_create_uuid(sbl_session_t *s, const char *ns, const bson_t *options,
+                         const uint8_t *uuid, sbl_err_t *err)
+{
+    sbl_coll_t *c = NULL;
+    size_t idx;
+    int rc;
+
+    SBL_RET(check_ns(ns, err));
+    pthread_rwlock_wrlock(&sbl_eng.cat_lock);
+    if (find_locked(ns, &idx) && !visible(sbl_eng.colls[idx], s))
+        rc = hidden_conflict(ns, err);
+    else
+        rc = create_locked(s, ns, options, NULL, uuid, &c, err);
     pthread_rwlock_unlock(&sbl_eng.cat_lock);
     sbl_coll_release(c);
     return rc;

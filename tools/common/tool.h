@@ -183,12 +183,14 @@ typedef struct tool_progress {
     const char *what; /* e.g. "db.coll" */
     double start, last;
     int64_t docs, bytes;
-    int64_t total_docs; /* 0: unknown */
+    int64_t total_docs;  /* 0: unknown */
+    int64_t total_bytes; /* 0: unknown; used for the share and time left without total_docs */
 } tool_progress_t;
 
 double tool_now(void);
 void tool_progress_start(tool_progress_t *p, const char *what, int64_t total_docs);
-/* Count docs and bytes; prints a line to stderr at most once a second. */
+/* Count docs and bytes; prints a line to stderr at most once a second (every
+   $SABLE_TOOLS_PROGRESS_SECS seconds when set: tests use a short interval). */
 void tool_progress_add(tool_progress_t *p, int64_t docs, int64_t bytes);
 /* The closing line: documents, bytes, seconds, rates. */
 void tool_progress_done(tool_progress_t *p, const char *verb);

@@ -5,11 +5,15 @@
  *
  * What must stay true: a write error or a failed close is reported (a backup
  * that did not reach the disk must not look like a success), and a truncated
- * input is told apart from a clean end.
+ * input is told apart from a clean end.  A written stream's bytes reach the file
+ * in the order they were given, through one writer thread per stream (so gzip
+ * compression and file writes overlap the caller's work); its error is reported
+ * by the next write or by the close.
  */
 #include "tool.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -18,13 +22,122 @@
 
 #define STREAM_BUF (1 << 20)
 #define MAX_DOC (16 * 1024 * 1024 + 16 * 1024)
+#define WBUF (4 << 20) /* a written stream's buffers: filled by the caller, written by a thread */
+#define NWBUF 3
 
 struct tool_stream {
     FILE *f;
     gzFile gz;
     bool write;
     char *path;
+    /* Writing: the caller fills bufs[(head + queued) % NWBUF]; the writer thread writes
+       (and compresses) the queued ones in order, so the file work overlaps the caller's
+       reading from the server.  failed is set by the writer, with its message in werr. */
+    pthread_t writer;
+    bool started, stop, failed, reported;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char *bufs[NWBUF];
+    size_t lens[NWBUF];
+    int head, queued; /* under mu: the oldest queued buffer, how many are queued */
+    int cur;          /* the caller's: the buffer being filled ((head + queued) % NWBUF) */
+    size_t fill;
+    char werr[256];
 };
+
+/* Write len bytes to the file or the gzip stream: 0, or -1 with werr set. */
+static int write_out(tool_stream_t *s, const char *buf, size_t len)
+{
+    if (s->gz != NULL) {
+        if (gzwrite(s->gz, buf, (unsigned)len) != (int)len) {
+            int en;
+            snprintf(s->werr, sizeof(s->werr), "%s", gzerror(s->gz, &en));
+            return -1;
+        }
+        return 0;
+    }
+    if (fwrite(buf, 1, len, s->f) != len) {
+        snprintf(s->werr, sizeof(s->werr), "%s", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void *writer_main(void *arg)
+{
+    tool_stream_t *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (s->queued == 0 && !s->stop)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->queued == 0)
+            break;
+        int i = s->head;
+        bool skip = s->failed;
+        pthread_mutex_unlock(&s->mu);
+        int rc = skip ? 0 : write_out(s, s->bufs[i], s->lens[i]);
+        pthread_mutex_lock(&s->mu);
+        if (rc != 0)
+            s->failed = true;
+        s->head = (s->head + 1) % NWBUF;
+        s->queued--;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Hand the buffer being filled to the writer; wait for a free one.  0, or -1 once the
+   writer failed (message printed). */
+static int submit(tool_stream_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->lens[s->cur] = s->fill;
+    s->queued++;
+    s->cur = (s->cur + 1) % NWBUF;
+    s->fill = 0;
+    pthread_cond_broadcast(&s->cv);
+    while (s->queued == NWBUF && !s->failed)
+        pthread_cond_wait(&s->cv, &s->mu);
+    bool failed = s->failed, tell = failed && !s->reported;
+    s->reported = s->reported || failed;
+    pthread_mutex_unlock(&s->mu);
+    if (tell)
+        tool_err("writing %s: %s", s->path, s->werr);
+    return failed ? -1 : 0;
+}
+
+static void start_writer(tool_stream_t *s)
+{
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    for (int i = 0; i < NWBUF; i++)
+        s->bufs[i] = malloc(WBUF);
+    s->started = pthread_create(&s->writer, NULL, writer_main, s) == 0;
+}
+
+/* Write what is buffered and stop the writer: 0, or -1 (message printed). */
+static int stop_writer(tool_stream_t *s)
+{
+    int rc = 0;
+    if (s->fill > 0)
+        rc = submit(s);
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->writer, NULL);
+    if (s->failed && !s->reported)
+        tool_err("writing %s: %s", s->path, s->werr);
+    if (s->failed)
+        rc = -1;
+    for (int i = 0; i < NWBUF; i++)
+        free(s->bufs[i]);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    s->started = false;
+    return rc;
+}
 
 tool_stream_t *tool_stream_open(const char *path, bool write, bool gzip)
 {
@@ -42,6 +155,8 @@ tool_stream_t *tool_stream_open(const char *path, bool write, bool gzip)
             return NULL;
         }
         gzbuffer(s->gz, STREAM_BUF);
+        if (write)
+            start_writer(s);
         return s;
     }
     s->f = std ? (write ? stdout : stdin) : fopen(path, write ? "wb" : "rb");
@@ -52,6 +167,8 @@ tool_stream_t *tool_stream_open(const char *path, bool write, bool gzip)
         return NULL;
     }
     setvbuf(s->f, NULL, _IOFBF, STREAM_BUF);
+    if (write)
+        start_writer(s);
     return s;
 }
 
@@ -98,15 +215,18 @@ int tool_stream_write(tool_stream_t *s, const void *buf, size_t n)
 {
     if (n == 0)
         return 0;
-    if (s->gz != NULL) {
-        if (gzwrite(s->gz, buf, (unsigned)n) != (int)n) {
-            int en;
-            return tool_err("writing %s: %s", s->path, gzerror(s->gz, &en));
-        }
-        return 0;
+    if (!s->started) /* no thread could be started: write in place */
+        return write_out(s, buf, n) == 0 ? 0 : tool_err("writing %s: %s", s->path, s->werr);
+    const char *p = buf;
+    while (n > 0) {
+        size_t k = WBUF - s->fill < n ? WBUF - s->fill : n;
+        memcpy(s->bufs[s->cur] + s->fill, p, k);
+        s->fill += k;
+        p += k;
+        n -= k;
+        if (s->fill == WBUF && submit(s) != 0)
+            return -1;
     }
-    if (fwrite(buf, 1, n, s->f) != n)
-        return tool_err("writing %s: %s", s->path, strerror(errno));
     return 0;
 }
 
@@ -115,6 +235,8 @@ int tool_stream_close(tool_stream_t *s)
     int rc = 0;
     if (s == NULL)
         return 0;
+    if (s->started && stop_writer(s) != 0)
+        rc = -1;
     if (s->gz != NULL) {
         int r = gzclose(s->gz);
         if (r != Z_OK && (s->write || r != Z_BUF_ERROR))
@@ -195,7 +317,14 @@ static void progress_line(tool_progress_t *p, double now, const char *verb)
     double secs = now - p->start;
     double mb = p->bytes / 1e6;
     double rate_mb = secs > 0 ? mb / secs : 0, rate_docs = secs > 0 ? p->docs / secs : 0;
-    if (verb == NULL && p->total_docs > 0) {
+    if (verb == NULL && p->total_docs <= 0 && p->total_bytes > 0) {
+        double left = rate_mb > 0 ? (p->total_bytes / 1e6 - mb) / rate_mb : 0;
+        fprintf(stderr,
+                "%s: [%s] %.1f/%.1f MB (%.1f%%)  %lld documents  %.1f MB/s  %.0f docs/s  "
+                "%.0fs left\n",
+                tool_prog, p->what, mb, p->total_bytes / 1e6, 100.0 * p->bytes / p->total_bytes,
+                (long long)p->docs, rate_mb, rate_docs, left < 0 ? 0 : left);
+    } else if (verb == NULL && p->total_docs > 0) {
         double left = rate_docs > 0 ? (p->total_docs - p->docs) / rate_docs : 0;
         fprintf(stderr,
                 "%s: [%s] %lld/%lld documents (%.1f%%)  %.1f MB  %.1f MB/s  %.0f docs/s  "
@@ -213,10 +342,15 @@ void tool_progress_add(tool_progress_t *p, int64_t docs, int64_t bytes)
 {
     p->docs += docs;
     p->bytes += bytes;
-    if ((p->docs & 1023) != 0 && docs == 1)
+    static double interval = -1;
+    if (interval < 0) {
+        const char *env = getenv("SABLE_TOOLS_PROGRESS_SECS");
+        interval = env != NULL && atof(env) > 0 ? atof(env) : 1.0;
+    }
+    if ((p->docs & 1023) != 0 && docs == 1 && interval >= 1.0)
         return; /* look at the clock once every 1024 documents */
     double now = tool_now();
-    if (now - p->last >= 1.0) {
+    if (now - p->last >= interval) {
         p->last = now;
         if (!tool_quiet)
             progress_line(p, now, NULL);

@@ -32,8 +32,9 @@ typedef struct intent {
     char type[16];               /* collection, view */
     bool data;                   /* has documents (views have none) */
     bool users_of_db;            /* $admin.system.users/roles: filter {db: <db>} */
+    const bson_t *filter;        /* the oplog's {ts: {$gte, $lte}}; NULL: --query */
     char *metadata;              /* canonical Extended JSON, NULL for none */
-    int64_t size;
+    int64_t size, count;         /* collStats: for the archive's prelude and progress */
 } intent_t;
 
 typedef struct dump {
@@ -48,6 +49,9 @@ typedef struct dump {
     int n;
     char server_version[64];
     int64_t total_docs, total_bytes;
+    uint32_t oplog_start[2];    /* --oplog: the newest entry's ts before any data was read */
+    intent_t oplog;             /* --oplog: local.oplog.rs as ("", "oplog") */
+    bson_t oplog_filter;
 } dump_t;
 
 static const char usage[] =
@@ -102,7 +106,7 @@ static int build_metadata(dump_t *d, intent_t *it, const bson_t *options, const 
     if (options != NULL && !bson_empty(options))
         BSON_APPEND_DOCUMENT(&m, "options", options);
     BSON_APPEND_ARRAY_BEGIN(&m, "indexes", &arr);
-    if (strcmp(it->type, "collection") == 0) {
+    if (strcmp(it->type, "view") != 0) {
         mongoc_collection_t *coll = mongoc_client_get_collection(d->c, it->src_db, it->src);
         mongoc_cursor_t *cur = mongoc_collection_find_indexes_with_opts(coll, NULL);
         const bson_t *ix;
@@ -134,20 +138,22 @@ static int build_metadata(dump_t *d, intent_t *it, const bson_t *options, const 
     return 0;
 }
 
-/* The data size of a collection (collStats.size), for the archive's prelude. */
-static int64_t coll_size(dump_t *d, const char *db, const char *coll)
+/* The data size (for the archive's prelude) and count (for the progress line) of a
+   collection, from collStats; 0 when unknown. */
+static void coll_stats(dump_t *d, intent_t *in)
 {
     bson_t cmd = BSON_INITIALIZER, reply;
     bson_error_t e;
     bson_iter_t it;
-    int64_t size = 0;
-    BSON_APPEND_UTF8(&cmd, "collStats", coll);
-    if (mongoc_client_command_simple(d->c, db, &cmd, NULL, &reply, &e) &&
-        bson_iter_init_find(&it, &reply, "size") && BSON_ITER_HOLDS_NUMBER(&it))
-        size = bson_iter_as_int64(&it);
+    BSON_APPEND_UTF8(&cmd, "collStats", in->src);
+    if (mongoc_client_command_simple(d->c, in->src_db, &cmd, NULL, &reply, &e)) {
+        if (bson_iter_init_find(&it, &reply, "size") && BSON_ITER_HOLDS_NUMBER(&it))
+            in->size = bson_iter_as_int64(&it);
+        if (bson_iter_init_find(&it, &reply, "count") && BSON_ITER_HOLDS_NUMBER(&it))
+            in->count = bson_iter_as_int64(&it);
+    }
     bson_destroy(&cmd);
     bson_destroy(&reply);
-    return size;
 }
 
 static int list_db(dump_t *d, const char *db, bool full)
@@ -182,21 +188,20 @@ static int list_db(dump_t *d, const char *db, bool full)
         }
         if (name == NULL || skipped_system(db, name, full) || !coll_wanted(d, db, name))
             continue;
-        if (strcmp(type, "timeseries") == 0) {
-            tool_err("warning: skipping time-series collection %s.%s: sable-dump cannot dump "
-                     "time-series collections yet",
-                     db, name);
-            continue;
-        }
         if (strcmp(type, "view") == 0 && d->o.views_as_colls) {
             add_intent(d, db, name, "collection");
             rc = build_metadata(d, &d->in[d->n - 1], NULL, NULL);
             continue;
         }
-        add_intent(d, db, name, strcmp(type, "view") == 0 ? "view" : "collection");
+        /* A time-series collection: Sable keeps its measurements as documents (no
+           system.buckets), so they are dumped as they are read, with type "timeseries" */
+        add_intent(d, db, name,
+                   strcmp(type, "view") == 0         ? "view"
+                   : strcmp(type, "timeseries") == 0 ? "timeseries"
+                                                     : "collection");
         rc = build_metadata(d, &d->in[d->n - 1], &options, uuid);
-        if (d->in[d->n - 1].data && d->o.archive != NULL)
-            d->in[d->n - 1].size = coll_size(d, db, name);
+        if (d->in[d->n - 1].data)
+            coll_stats(d, &d->in[d->n - 1]);
     }
     bson_error_t e;
     if (rc == 0 && mongoc_cursor_error(cur, &e))
@@ -271,7 +276,10 @@ static int dump_data(dump_t *d, mongoc_client_t *c, intent_t *it, tool_stream_t 
 {
     mongoc_collection_t *coll = mongoc_client_get_collection(c, it->src_db, it->src);
     bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
-    if (it->users_of_db)
+    bool filter_is_query = it->filter != NULL || it->users_of_db || !bson_empty(&d->query);
+    if (it->filter != NULL)
+        bson_concat(&filter, it->filter);
+    else if (it->users_of_db)
         BSON_APPEND_UTF8(&filter, "db", it->db);
     else if (!bson_empty(&d->query))
         bson_concat(&filter, &d->query);
@@ -282,7 +290,7 @@ static int dump_data(dump_t *d, mongoc_client_t *c, intent_t *it, tool_stream_t 
     char what[400];
     snprintf(what, sizeof(what), "%s.%s", it->db, it->coll);
     tool_progress_t p;
-    tool_progress_start(&p, what, 0);
+    tool_progress_start(&p, what, filter_is_query ? 0 : it->count);
     while (rc == 0 && mongoc_cursor_next(cur, &doc)) {
         if (archive && p.docs == 0)
             rc = arch_write_ns_header(out, it->db, it->coll, false, 0);
@@ -367,6 +375,106 @@ static void *dump_worker_main(void *arg)
     return NULL;
 }
 
+/* The newest oplog entry's ts into t/i.  0, or -1 when the server has no oplog. */
+static int oplog_newest(dump_t *d, uint32_t *t, uint32_t *i)
+{
+    bson_t cmd = BSON_INITIALIZER, reply;
+    bson_iter_t it;
+    BSON_APPEND_INT32(&cmd, "hello", 1);
+    int rc = tool_command(d->c, "admin", &cmd, &reply, "hello");
+    bson_destroy(&cmd);
+    if (rc != 0)
+        return -1;
+    bool member = bson_iter_init_find(&it, &reply, "setName");
+    bson_destroy(&reply);
+    if (!member)
+        return tool_err("--oplog needs a replica set member (this server is a standalone or "
+                        "a router, which have no oplog); dump without --oplog");
+    mongoc_collection_t *coll = mongoc_client_get_collection(d->c, "local", "oplog.rs");
+    bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort;
+    BSON_APPEND_DOCUMENT_BEGIN(&opts, "sort", &sort);
+    BSON_APPEND_INT32(&sort, "$natural", -1);
+    bson_append_document_end(&opts, &sort);
+    BSON_APPEND_INT64(&opts, "limit", 1);
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, &filter, &opts, NULL);
+    const bson_t *doc;
+    bson_error_t e;
+    rc = -1;
+    if (mongoc_cursor_next(cur, &doc)) {
+        if (bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            bson_iter_timestamp(&it, t, i);
+            rc = 0;
+        } else {
+            tool_err("the newest entry of local.oplog.rs has no timestamp ts");
+        }
+    } else if (mongoc_cursor_error(cur, &e)) {
+        tool_err("reading local.oplog.rs: %s", e.message);
+    } else {
+        tool_err("local.oplog.rs is empty: is the replica set initiated?");
+    }
+    mongoc_cursor_destroy(cur);
+    mongoc_collection_destroy(coll);
+    bson_destroy(&filter);
+    bson_destroy(&opts);
+    return rc;
+}
+
+/* --oplog: note where the oplog stands before any document is read (mongodump's
+   oplog start); the entries from there to the dump's end make it consistent. */
+static int oplog_start(dump_t *d)
+{
+    if (oplog_newest(d, &d->oplog_start[0], &d->oplog_start[1]) != 0)
+        return -1;
+    intent_t *it = &d->oplog;
+    memset(it, 0, sizeof(*it));
+    snprintf(it->coll, sizeof(it->coll), "oplog");
+    snprintf(it->src_db, sizeof(it->src_db), "local");
+    snprintf(it->src, sizeof(it->src), "oplog.rs");
+    it->data = true;
+    bson_init(&d->oplog_filter);
+    it->filter = &d->oplog_filter;
+    return 0;
+}
+
+/* After the collections: the dump's end is the newest entry now; the oplog part of
+   the dump is {ts: {$gte: start, $lte: end}}. */
+static int set_oplog_end(dump_t *d)
+{
+    uint32_t t, i;
+    if (oplog_newest(d, &t, &i) != 0)
+        return -1;
+    bson_t ts;
+    bson_reinit(&d->oplog_filter);
+    BSON_APPEND_DOCUMENT_BEGIN(&d->oplog_filter, "ts", &ts);
+    BSON_APPEND_TIMESTAMP(&ts, "$gte", d->oplog_start[0], d->oplog_start[1]);
+    BSON_APPEND_TIMESTAMP(&ts, "$lte", t, i);
+    bson_append_document_end(&d->oplog_filter, &ts);
+    tool_log("oplog: entries from Timestamp(%u, %u) to Timestamp(%u, %u)", d->oplog_start[0],
+             d->oplog_start[1], t, i);
+    return 0;
+}
+
+/* The start entry must still be there after the oplog was read: the oplog is capped and
+   drops its oldest entries first, so if it survived, none of the dump's range was lost. */
+static int oplog_check_start(dump_t *d)
+{
+    mongoc_collection_t *coll = mongoc_client_get_collection(d->c, "local", "oplog.rs");
+    bson_t filter = BSON_INITIALIZER;
+    BSON_APPEND_TIMESTAMP(&filter, "ts", d->oplog_start[0], d->oplog_start[1]);
+    bson_error_t e;
+    int64_t n = mongoc_collection_count_documents(coll, &filter, NULL, NULL, NULL, &e);
+    bson_destroy(&filter);
+    mongoc_collection_destroy(coll);
+    if (n < 0)
+        return tool_err("checking the oplog's start: %s", e.message);
+    if (n == 0)
+        return tool_err("the oplog rolled over during the dump: its entries from Timestamp(%u, "
+                        "%u) on are no longer all there, so the dump is not consistent; dump "
+                        "again with a larger oplog (--oplogSizeMB) or a shorter dump",
+                        d->oplog_start[0], d->oplog_start[1]);
+    return 0;
+}
+
 static int dump_dir(dump_t *d)
 {
     const char *gz = d->o.gzip ? ".gz" : "";
@@ -402,19 +510,32 @@ static int dump_dir(dump_t *d)
         nw = ndata;
     if (nw <= 1) {
         dump_worker(d);
-        return d->failed ? -1 : 0;
+    } else {
+        pthread_t *t = calloc((size_t)nw, sizeof(*t));
+        int started = 0;
+        for (; started < nw; started++)
+            if (pthread_create(&t[started], NULL, dump_worker_main, d) != 0)
+                break;
+        if (started == 0)
+            dump_worker(d);
+        for (int i = 0; i < started; i++)
+            pthread_join(t[i], NULL);
+        free(t);
     }
-    pthread_t *t = calloc((size_t)nw, sizeof(*t));
-    int started = 0;
-    for (; started < nw; started++)
-        if (pthread_create(&t[started], NULL, dump_worker_main, d) != 0)
-            break;
-    if (started == 0)
-        dump_worker(d);
-    for (int i = 0; i < started; i++)
-        pthread_join(t[i], NULL);
-    free(t);
-    return d->failed ? -1 : 0;
+    if (d->failed)
+        return -1;
+    if (!d->o.oplog)
+        return 0;
+    /* The oplog from the start to now, at the dump's root, after every collection. */
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/oplog.bson%s", d->o.out, gz);
+    if (mkdir_p(d->o.out) != 0 || set_oplog_end(d) != 0)
+        return -1;
+    tool_stream_t *s = tool_stream_open(path, true, d->o.gzip);
+    int rc = s == NULL ? -1 : dump_data(d, d->c, &d->oplog, s, false);
+    if (s != NULL && tool_stream_close(s) != 0)
+        rc = -1;
+    return rc == 0 ? oplog_check_start(d) : -1;
 }
 
 static int dump_archive(dump_t *d)
@@ -423,14 +544,23 @@ static int dump_archive(dump_t *d)
     for (int i = 0; i < d->n; i++)
         m[i] = (arch_meta_t){d->in[i].db, d->in[i].coll, d->in[i].metadata, d->in[i].type,
                              d->in[i].size};
+    if (d->o.oplog) /* mongodump lists the oplog in the prelude as "".oplog, no metadata */
+        m[d->n] = (arch_meta_t){"", "oplog", NULL, NULL, 0};
     tool_stream_t *s = tool_stream_open(d->o.archive, true, d->o.gzip);
     int rc = s == NULL ? -1 : 0;
     if (rc == 0)
         rc = arch_write_prelude(s, (int)(d->o.jobs > 0 ? d->o.jobs : 4), d->server_version, m,
-                                d->n);
+                                d->n + (d->o.oplog ? 1 : 0));
     for (int i = 0; i < d->n && rc == 0; i++)
         if (d->in[i].data)
             rc = dump_data(d, d->c, &d->in[i], s, true);
+    if (rc == 0 && d->o.oplog) {
+        rc = set_oplog_end(d);
+        if (rc == 0)
+            rc = dump_data(d, d->c, &d->oplog, s, true);
+        if (rc == 0)
+            rc = oplog_check_start(d);
+    }
     if (s != NULL && tool_stream_close(s) != 0)
         rc = -1;
     free(m);
@@ -440,9 +570,10 @@ static int dump_archive(dump_t *d)
 static int check_options(dump_t *d)
 {
     dopts_t *o = &d->o;
-    if (o->oplog)
-        return tool_err("--oplog needs a replica set, and this server is a standalone (Sable's "
-                        "replication is not available yet); dump without --oplog");
+    if (o->oplog && (o->db != NULL || o->coll != NULL || o->query != NULL ||
+                     o->query_file != NULL))
+        return tool_err("--oplog is only for a dump of the whole server: not with --db, "
+                        "--collection or --query");
     if (o->coll != NULL && o->db == NULL)
         return tool_err("cannot dump a collection without a specified database (--db)");
     if ((o->query != NULL || o->query_file != NULL) && o->coll == NULL)
@@ -451,6 +582,8 @@ static int check_options(dump_t *d)
         return tool_err("--dumpDbUsersAndRoles needs --db naming a database other than admin");
     if (o->archive != NULL && o->out != NULL)
         return tool_err("--out and --archive cannot be used together");
+    if (o->oplog && o->out != NULL && strcmp(o->out, "-") == 0)
+        return tool_err("--oplog cannot write to standard output with --out -; use --archive");
     if (o->out == NULL)
         o->out = "dump";
     if (o->jobs < 0)
@@ -498,7 +631,8 @@ int main(int argc, char **argv)
         {"viewsAsCollections", 0, TO_FLAG, &o->views_as_colls, "dump views' documents"},
         {"numParallelCollections", 'j', TO_INT, &o->jobs,
          "collections dumped at once (default 4; an archive: one at a time)"},
-        {"oplog", 0, TO_FLAG, &o->oplog, "point-in-time dump (needs a replica set: refused)"},
+        {"oplog", 0, TO_FLAG, &o->oplog,
+         "point in time: add the oplog's entries written during the dump (replica sets)"},
         {"readPreference", 0, TO_STR, &o->read_pref, "accepted (a standalone serves all reads)"},
         {"forceTableScan", 0, TO_FLAG, &o->force_scan, NULL},
         {NULL, 0, 0, NULL, NULL},
@@ -515,7 +649,9 @@ int main(int argc, char **argv)
         return 1;
     tool_server_version(d.c, d.server_version, sizeof(d.server_version));
     double start = tool_now();
-    rc = list_intents(&d);
+    rc = o->oplog ? oplog_start(&d) : 0;
+    if (rc == 0)
+        rc = list_intents(&d);
     if (rc == 0 && o->db != NULL && o->coll != NULL && d.n == 0)
         tool_log("warning: %s.%s does not exist; nothing to dump", o->db, o->coll);
     if (rc == 0)
@@ -531,6 +667,8 @@ int main(int argc, char **argv)
         bson_free(d.in[i].metadata);
     free(d.in);
     bson_destroy(&d.query);
+    if (o->oplog)
+        bson_destroy(&d.oplog_filter);
     mongoc_client_destroy(d.c);
     return rc == 0 ? 0 : 1;
 }

@@ -35,6 +35,7 @@ typedef struct rintent {
     bool gzip;
     rstate_t state;
     int64_t docs, failed, bytes;
+    int64_t expect_bytes;      /* the .bson file's size or the archive's size: progress */
     uint64_t crc;
     bson_t *pending;           /* users and roles: collected, written at the end */
     uint32_t n_pending;
@@ -48,7 +49,7 @@ typedef struct ropts {
     bool gzip, drop, no_index, no_options, stop_on_error, dry_run, oplog_replay,
         keep_order, users_roles, preserve_uuid, bypass_validation;
     long jobs, workers, batch;
-    const char *oplog_limit;
+    const char *oplog_limit, *oplog_file;
     tool_ns_t ns;
 } ropts_t;
 
@@ -60,6 +61,8 @@ typedef struct restore {
     rintent_t *in;
     int n;
     int64_t total_docs, total_failed;
+    char *oplog_path;          /* --oplogReplay: the dump's oplog.bson[.gz] (or --oplogFile) */
+    bool oplog_gzip;
 } restore_t;
 
 /* Parse a metadata JSON text into it->meta; 0 or -1. */
@@ -73,5 +76,11 @@ int restore_doc(restore_t *r, rintent_t *it, const bson_t *doc);
 int restore_finish(restore_t *r, rintent_t *it);
 /* Write the collected users or roles into admin.system.*; 0 or -1. */
 int restore_users(restore_t *r, rintent_t *it);
+
+/* --oplogReplay (restore_oplog.c): apply the oplog entries read from in, in order, each
+   before --oplogLimit; what names the source in messages.  0 or -1. */
+int restore_oplog_replay(restore_t *r, tool_stream_t *in, const char *what);
+/* Parse "seconds[:ordinal]" (--oplogLimit); 0 or -1 (message printed). */
+int restore_parse_ts(const char *s, uint32_t *tp, uint32_t *ip);
 
 #endif

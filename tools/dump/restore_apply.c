@@ -13,6 +13,7 @@
  */
 #include "restore.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,7 +93,45 @@ int restore_create(restore_t *r, rintent_t *it)
             bson_append_iter(&cmd, k, -1, &i);
         }
     }
-    bool ok = mongoc_client_command_simple(r->c, it->tdb, &cmd, NULL, &reply, &e);
+    bool ok;
+    bson_iter_t u;
+    const char *hex = bson_iter_init_find(&u, it->meta, "uuid") && BSON_ITER_HOLDS_UTF8(&u)
+                          ? bson_iter_utf8(&u, NULL)
+                          : "";
+    bool timeseries = bson_iter_init_find(&u, it->meta, "type") && BSON_ITER_HOLDS_UTF8(&u) &&
+                      strcmp(bson_iter_utf8(&u, NULL), "timeseries") == 0;
+    if (r->o.preserve_uuid && it->kind == RK_COLLECTION && !timeseries) {
+        /* mongorestore's way: applyOps with the create and the dumped UUID (a time-series
+           collection has none, as on mongod, where it is a view) */
+        uint8_t uuid[16];
+        bool good = strlen(hex) == 32;
+        for (int i = 0; good && i < 16; i++) {
+            unsigned v;
+            good = sscanf(hex + 2 * i, "%2x", &v) == 1;
+            uuid[i] = (uint8_t)v;
+        }
+        if (!good) {
+            bson_destroy(&cmd);
+            it->state = RS_FAILED;
+            return tool_err("--preserveUUID: the metadata of %s.%s holds no UUID", it->db,
+                            it->coll);
+        }
+        bson_t ao = BSON_INITIALIZER, arr, entry;
+        char ns[400];
+        snprintf(ns, sizeof(ns), "%s.$cmd", it->tdb);
+        BSON_APPEND_ARRAY_BEGIN(&ao, "applyOps", &arr);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &entry);
+        BSON_APPEND_UTF8(&entry, "op", "c");
+        BSON_APPEND_UTF8(&entry, "ns", ns);
+        BSON_APPEND_BINARY(&entry, "ui", BSON_SUBTYPE_UUID, uuid, 16);
+        BSON_APPEND_DOCUMENT(&entry, "o", &cmd);
+        bson_append_document_end(&arr, &entry);
+        bson_append_array_end(&ao, &arr);
+        ok = mongoc_client_command_simple(r->c, "admin", &ao, NULL, &reply, &e);
+        bson_destroy(&ao);
+    } else {
+        ok = mongoc_client_command_simple(r->c, it->tdb, &cmd, NULL, &reply, &e);
+    }
     bson_destroy(&cmd);
     bson_destroy(&reply);
     if (!ok && e.code == 48 && it->kind == RK_COLLECTION) {

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const char usage[] =
     "usage: sable-restore [options] [DIR | FILE.bson]\n"
@@ -129,6 +130,8 @@ static int add_file(restore_t *r, const char *db, const char *dir, const char *n
         free(it->bson_path);
         it->bson_path = strdup(path);
         it->gzip = gz;
+        struct stat st;
+        it->expect_bytes = !gz && stat(path, &st) == 0 ? (int64_t)st.st_size : 0;
         return 0;
     }
     char *text = read_text(path, gz);
@@ -190,14 +193,22 @@ static int scan_source(restore_t *r, const char *src)
     if (list_dir(src, &names) != 0)
         return -1;
     bool files = false;
-    for (int i = 0; i < names.n; i++)
+    for (int i = 0; i < names.n; i++) {
+        if (strcmp(names.v[i], "oplog.bson") == 0 || strcmp(names.v[i], "oplog.bson.gz") == 0) {
+            if (r->oplog_path == NULL && r->o.oplog_replay) { /* a whole dump's oplog */
+                char path[4096];
+                snprintf(path, sizeof(path), "%s/%s", src, names.v[i]);
+                r->oplog_path = strdup(path);
+                r->oplog_gzip = ends_with(names.v[i], ".gz");
+            }
+            continue;
+        }
         files = files || ends_with(names.v[i], ".bson") || ends_with(names.v[i], ".bson.gz") ||
                 ends_with(names.v[i], ".metadata.json") ||
                 ends_with(names.v[i], ".metadata.json.gz");
+    }
     int rc = 0;
-    if (files && !(names.n > 0 && (strcmp(names.v[0], "oplog.bson") == 0 ||
-                                   strcmp(names.v[0], "oplog.bson.gz") == 0) &&
-                   names.n > 1)) {
+    if (files) {
         if (r->o.db == NULL)
             rc = tool_err("%s holds one database's files: name the database with --db", src);
         else
@@ -303,6 +314,7 @@ static void start_progress(rintent_t *it)
     static char names[1][800];
     snprintf(names[0], sizeof(names[0]), "%s.%s", it->tdb, it->tcoll);
     tool_progress_start(&it->progress, strdup(names[0]), 0);
+    it->progress.total_bytes = it->expect_bytes;
 }
 
 static int finish(restore_t *r, rintent_t *it)
@@ -313,8 +325,22 @@ static int finish(restore_t *r, rintent_t *it)
     return rc;
 }
 
+/* mongodump's time-series data is mongod's bucket documents; Sable stores measurements. */
+static int refuse_buckets(restore_t *r)
+{
+    for (int i = 0; i < r->n; i++)
+        if (r->in[i].selected && strncmp(r->in[i].coll, "system.buckets.", 15) == 0)
+            return tool_err("%s.%s holds mongod's time-series buckets, which Sable cannot "
+                            "restore (it stores measurements); export the collection with "
+                            "sable-export/mongoexport and import it instead",
+                            r->in[i].db, r->in[i].coll);
+    return 0;
+}
+
 static int restore_dir(restore_t *r)
 {
+    if (refuse_buckets(r) != 0)
+        return -1;
     int rc = create_all(r, RK_COLLECTION);
     if (rc != 0 && r->o.stop_on_error)
         return -1;
@@ -359,7 +385,50 @@ static int restore_dir(restore_t *r)
             }
         }
     }
+    if (rc != 0 || !r->o.oplog_replay || r->o.dry_run)
+        return rc;
+    tool_stream_t *in = tool_stream_open(r->oplog_path, false, r->oplog_gzip);
+    if (in == NULL)
+        return -1;
+    rc = restore_oplog_replay(r, in, r->oplog_path);
+    tool_stream_close(in);
     return rc;
+}
+
+static bool is_oplog_ns(const char *db, const char *coll)
+{
+    return db[0] == '\0' && strcmp(coll, "oplog") == 0;
+}
+
+/* An archive's oplog arrives after the collections but must be replayed after the
+   views, users and roles too: it waits in a temporary file. */
+typedef struct oplog_spool {
+    char path[4096];
+    tool_stream_t *s;
+} oplog_spool_t;
+
+static int spool_open(oplog_spool_t *sp)
+{
+    const char *dir = getenv("TMPDIR");
+    snprintf(sp->path, sizeof(sp->path), "%s/sable-restore-oplog-XXXXXX",
+             dir && dir[0] ? dir : "/tmp");
+    int fd = mkstemp(sp->path);
+    if (fd < 0)
+        return tool_err("cannot create a temporary file for the oplog in %s: %s",
+                        dir && dir[0] ? dir : "/tmp", strerror(errno));
+    close(fd);
+    sp->s = tool_stream_open(sp->path, true, false);
+    return sp->s == NULL ? -1 : 0;
+}
+
+static void spool_close(oplog_spool_t *sp)
+{
+    if (sp->s != NULL)
+        tool_stream_close(sp->s);
+    sp->s = NULL;
+    if (sp->path[0])
+        unlink(sp->path);
+    sp->path[0] = '\0';
 }
 
 static int restore_archive(restore_t *r)
@@ -368,15 +437,25 @@ static int restore_archive(restore_t *r)
     ar.in = tool_stream_open(r->o.archive, false, r->o.gzip);
     if (ar.in == NULL)
         return -1;
+    bool has_oplog = false;
+    oplog_spool_t spool = {0};
+    uint64_t oplog_crc = 0;
     int rc = arch_read_prelude(&ar);
     for (int i = 0; rc == 0 && i < ar.n_entries; i++) {
         arch_entry_t *e = &ar.entries[i];
+        if (is_oplog_ns(e->db, e->coll)) {
+            has_oplog = true;
+            continue;
+        }
         rintent_t *it = find_intent(r, e->db, e->coll, true);
+        it->expect_bytes = e->size;
         if (e->metadata[0] && set_meta(it, e->metadata, "the archive") != 0)
             rc = -1;
     }
     if (rc == 0)
         rc = select_intents(r, false);
+    if (rc == 0)
+        rc = refuse_buckets(r);
     if (rc == 0)
         rc = create_all(r, RK_COLLECTION);
     for (int i = 0; rc == 0 && i < r->n; i++)
@@ -387,7 +466,23 @@ static int restore_archive(restore_t *r)
     arch_event_t ev;
     int n = 0;
     bool corrupt = false;
+    if (rc == 0 && r->o.oplog_replay && !has_oplog)
+        rc = tool_err("--oplogReplay: the archive holds no oplog (dump it with --oplog)");
+    if (rc == 0 && r->o.oplog_replay && !r->o.dry_run && spool_open(&spool) != 0)
+        rc = -1;
     while ((rc == 0 || !r->o.stop_on_error) && !corrupt && (n = arch_next(&ar, &ev)) > 0) {
+        if (has_oplog && is_oplog_ns(ev.db, ev.coll)) { /* kept aside, replayed at the end */
+            if (ev.kind == ARCH_DOC) {
+                oplog_crc = arch_crc64(oplog_crc, bson_get_data(&ev.doc), ev.doc.len);
+                if (spool.s != NULL &&
+                    tool_stream_write(spool.s, bson_get_data(&ev.doc), ev.doc.len) != 0)
+                    rc = -1;
+            } else if ((uint64_t)ev.crc != oplog_crc) {
+                corrupt = true;
+                tool_err("corrupt archive: the checksum of the oplog does not match its entries");
+            }
+            continue;
+        }
         rintent_t *it = find_intent(r, ev.db, ev.coll, false);
         if (it == NULL) {
             corrupt = true;
@@ -428,6 +523,7 @@ static int restore_archive(restore_t *r)
             }
         tool_stream_close(ar.in);
         arch_reader_free(&ar);
+        spool_close(&spool);
         return -1;
     }
     for (int i = 0; i < r->n; i++) {
@@ -448,6 +544,16 @@ static int restore_archive(restore_t *r)
                 rc = -1;
     tool_stream_close(ar.in);
     arch_reader_free(&ar);
+    if (rc == 0 && spool.s != NULL) {
+        if (tool_stream_close(spool.s) != 0)
+            rc = -1;
+        spool.s = NULL;
+        tool_stream_t *in = rc == 0 ? tool_stream_open(spool.path, false, false) : NULL;
+        rc = in == NULL ? -1 : restore_oplog_replay(r, in, "the archive");
+        if (in != NULL)
+            tool_stream_close(in);
+    }
+    spool_close(&spool);
     return rc;
 }
 
@@ -482,22 +588,37 @@ int main(int argc, char **argv)
          "connections inserting into one collection at once (default 2; 1 with "
          "--maintainInsertionOrder or a capped collection)"},
         {"batchSize", 0, TO_INT, &o->batch, "documents per insert (default 1000)"},
-        {"preserveUUID", 0, TO_FLAG, &o->preserve_uuid, "keep UUIDs (refused: not supported)"},
-        {"oplogReplay", 0, TO_FLAG, &o->oplog_replay, "replay oplog.bson (refused: no oplog)"},
-        {"oplogLimit", 0, TO_STR, &o->oplog_limit, NULL},
+        {"preserveUUID", 0, TO_FLAG, &o->preserve_uuid,
+         "with --drop: collections keep their dumped UUIDs"},
+        {"oplogReplay", 0, TO_FLAG, &o->oplog_replay,
+         "then replay the dump's oplog: the state at the dump's end"},
+        {"oplogLimit", 0, TO_STR, &o->oplog_limit,
+         "with --oplogReplay: only entries before seconds[:ordinal]"},
+        {"oplogFile", 0, TO_STR, &o->oplog_file, "with --oplogReplay: the oplog to replay"},
         {"convertLegacyIndexes", 0, TO_FLAG, &convert_legacy, NULL},
         {NULL, 0, 0, NULL, NULL},
     };
     int rc = tool_opts_parse("sable-restore", usage, argc, argv, opts, &r.conn, &pos);
     if (rc != 0)
         return rc > 0 ? 0 : 1;
-    if (o->oplog_replay || o->oplog_limit != NULL)
-        return tool_err("--oplogReplay needs a replica set's oplog, which Sable does not have "
-                        "yet (replication is not available); restore without it") != 0; /* 1 */
-    if (o->preserve_uuid)
-        {
-        tool_err("--preserveUUID is not supported: Sable's create does not take a "
-                        "collection UUID yet");
+    if ((o->oplog_limit != NULL || o->oplog_file != NULL) && !o->oplog_replay) {
+        tool_err("--oplogLimit and --oplogFile need --oplogReplay");
+        return 1;
+    }
+    uint32_t lim_t, lim_i;
+    if (o->oplog_limit != NULL && restore_parse_ts(o->oplog_limit, &lim_t, &lim_i) != 0)
+        return 1;
+    if (o->oplog_replay && (o->db != NULL || o->coll != NULL || o->ns.from.n > 0)) {
+        tool_err("--oplogReplay restores a whole dump to one point in time: not with --db, "
+                 "--collection or --nsFrom/--nsTo (--nsInclude/--nsExclude select)");
+        return 1;
+    }
+    if (o->oplog_file != NULL) {
+        r.oplog_path = strdup(o->oplog_file);
+        r.oplog_gzip = ends_with(o->oplog_file, ".gz");
+    }
+    if (o->preserve_uuid && !o->drop) {
+        tool_err("--preserveUUID needs --drop (a collection that exists keeps its own UUID)");
         return 1;
     }
     if (pos.n > 1 || (pos.n == 1 && o->dir != NULL))
@@ -535,6 +656,12 @@ int main(int argc, char **argv)
         }
         if (select_intents(&r, S_ISREG(st.st_mode) || db_dir) != 0)
             return 1;
+        if (o->oplog_replay && r.oplog_path == NULL) {
+            tool_err("--oplogReplay: %s has no oplog.bson (dump with --oplog, or name one with "
+                     "--oplogFile)",
+                     src);
+            return 1;
+        }
     }
     r.c = tool_connect(&r.conn);
     if (r.c == NULL)
@@ -555,6 +682,7 @@ int main(int argc, char **argv)
         free(r.in[i].bson_path);
     }
     free(r.in);
+    free(r.oplog_path);
     if (r.wc)
         mongoc_write_concern_destroy(r.wc);
     mongoc_client_destroy(r.c);

@@ -273,7 +273,13 @@ int main(int argc, char **argv)
     char what[400];
     snprintf(what, sizeof(what), "%s.%s", o.db, o.coll);
     tool_progress_t p;
-    tool_progress_start(&p, what, 0);
+    int64_t total = 0; /* for the progress line: the count, when cheap and exact */
+    if (bson_empty(&filter) && o.skip <= 0 && o.limit <= 0) {
+        bson_error_t e;
+        total = mongoc_collection_estimated_document_count(coll, NULL, NULL, NULL, &e);
+        total = total < 0 ? 0 : total;
+    }
+    tool_progress_start(&p, what, total);
     rc = 0;
     if ((csv || tsv) && !o.no_header) {
         bson_string_t *h = bson_string_new(NULL);

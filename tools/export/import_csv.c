@@ -80,13 +80,25 @@ static int next_record(csv_reader_t *r, tool_strs_t *cells)
     for (;;) {
         /* find the record's end, respecting quotes */
         bool q = false;
-        size_t i;
-        for (i = r->win.pos; i < r->win.len; i++) {
-            char c = r->win.buf[i];
-            if (!r->tsv && c == '"')
+        size_t i = r->win.pos;
+        /* memchr from quote to quote and to the newline: the bytes between are plain */
+        while (i < r->win.len) {
+            const char *b = r->win.buf + i;
+            size_t left = r->win.len - i;
+            const char *nl = q ? NULL : memchr(b, '\n', left);
+            size_t span = nl ? (size_t)(nl - b) : left;
+            const char *quote = r->tsv ? NULL : memchr(b, '"', span);
+            if (quote != NULL) {
                 q = !q;
-            else if (c == '\n' && !q)
+                i += (size_t)(quote - b) + 1;
+            } else if (nl != NULL) {
+                i += span;
                 break;
+            } else if (q) { /* inside quotes: a newline there is the cell's */
+                i += span;
+            } else {
+                i = r->win.len;
+            }
         }
         if (i == r->win.len && !r->win.eof) {
             int f = fill(r);
@@ -121,9 +133,9 @@ static int next_record(csv_reader_t *r, tool_strs_t *cells)
                     } else if (b[k] == '"') {
                         break;
                     } else {
+                        const char *qq = memchr(b + k, '"', end - k);
                         size_t st = k;
-                        while (k < end && b[k] != '"')
-                            k++;
+                        k = qq ? (size_t)(qq - b) : end;
                         cell_put(r, b + st, k - st, &cl);
                         k--;
                     }
@@ -131,13 +143,14 @@ static int next_record(csv_reader_t *r, tool_strs_t *cells)
                 continue;
             }
             size_t st = k;
-            while (k < end && b[k] != sep)
-                k++;
+            const char *ss = memchr(b + k, sep, end - k);
+            k = ss ? (size_t)(ss - b) : end;
             cell_put(r, b + st, k - st, &cl);
             k--;
         }
-        for (size_t k = r->win.pos; k < i; k++)
-            r->line += r->win.buf[k] == '\n';
+        for (const char *nl = r->win.buf + r->win.pos;
+             (nl = memchr(nl, '\n', (size_t)(r->win.buf + i - nl))) != NULL; nl++)
+            r->line++; /* newlines inside quoted cells */
         r->line++;
         r->win.pos = i < r->win.len ? i + 1 : i;
         return 1;

@@ -4,6 +4,9 @@
 // series with uPlot.  Every chart shows the same time window and follows the
 // same cursor; a drag on one zooms all of them, a double-click goes back.
 // Polling pauses while the page is hidden, so an unwatched tab costs nothing.
+// Charts whose series the server does not have are left out (sable-router
+// has no cache, journal or audit log); on a router each shard gets a section
+// of its own: its members' states and lag, and the router's requests to it.
 'use strict';
 
 const CHARTS = [
@@ -24,8 +27,9 @@ const STATES = ['STARTUP', 'PRIMARY', 'SECONDARY', 'RECOVERING', '4', 'STARTUP2'
                 'ARBITER', 'DOWN', 'ROLLBACK', 'REMOVED'];
 
 const S = {
-  last: 0, capacity: 3600, t: [], values: {}, labels: {}, units: {},
-  members: [],          // [{name, state: [], lag_s: []}] aligned with t
+  last: 0, capacity: 3600, t: [], values: {}, labels: {}, units: {}, role: 'server',
+  members: [],          // [{name, shard, state: [], lag_s: []}] aligned with t
+  shards: [],           // [{name, requests: [], latency_ms: []}] aligned with t (a router's)
   charts: {},           // id -> {def, plot, el}
   windowSecs: 300, zoom: null, draws: 0, latest: null, ready: false,
 };
@@ -35,6 +39,30 @@ function $(id) { return document.getElementById(id); }
 
 function chartWidth(el) { return Math.max(300, el.clientWidth - 16); }
 
+function text(tag, cls, t) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  e.textContent = t;
+  return e;
+}
+
+// The section of a router's page that holds one shard's charts.
+function shardSection(name) {
+  const id = 'shard-' + name;
+  let sec = document.getElementById(id);
+  if (!sec) {
+    sec = document.createElement('section');
+    sec.className = 'shard';
+    sec.id = id;
+    sec.appendChild(text('h2', '', 'Shard ' + name));
+    const grid = document.createElement('div');
+    grid.className = 'grid';
+    sec.appendChild(grid);
+    $('shards').appendChild(sec);
+  }
+  return sec.querySelector('.grid');
+}
+
 function makeChart(def) {
   let el = $('chart-' + def.id);
   if (!el) {
@@ -42,10 +70,10 @@ function makeChart(def) {
     el.className = 'chart';
     el.id = 'chart-' + def.id;
     el.dataset.points = '0';
-    const h = document.createElement('h2');
-    h.innerHTML = def.title + ' <small>' + def.unit + '</small>';
+    const h = text('h2', '', def.title + ' ');
+    h.appendChild(text('small', '', def.unit));
     el.appendChild(h);
-    $('charts').appendChild(el);
+    (def.shard !== undefined ? shardSection(def.shard) : $('charts')).appendChild(el);
   }
   const series = [{}].concat(def.keys.map((k, i) => ({
     label: def.labels ? def.labels[i] : (S.labels[k] || k),
@@ -55,8 +83,11 @@ function makeChart(def) {
     value: def.valueFmt || ((u, v) => v == null ? '–' : +v.toFixed(v < 10 ? 3 : 1)),
   })));
   const axisY = {size: 56};
-  if (def.states)
+  if (def.states) { // one tick per state, named
+    axisY.size = 96;
+    axisY.splits = () => [0, 1, 2, 3, 5, 8, 9, 10];
     axisY.values = (u, vals) => vals.map(v => Number.isInteger(v) ? (STATES[v] || v) : '');
+  }
   const opts = {
     width: chartWidth(el), height: 190, series,
     scales: {x: {time: true}, y: def.states ? {range: [0, 10]} : {}},
@@ -79,21 +110,48 @@ function makeChart(def) {
   S.charts[def.id] = {def, plot, el};
 }
 
-function replCharts() {
-  if (S.members.length === 0) return [];
-  const labels = S.members.map(m => m.name);
+// Member state and lag charts for the members of one shard ('' : the
+// replica set this server belongs to).
+function memberCharts(shard, id, title) {
+  const ms = S.members.filter(m => (m.shard || '') === shard);
+  if (ms.length === 0) return [];
+  const labels = ms.map(m => m.name);
+  const keys = labels.map((_, i) => 'm' + i);
+  const where = shard === '' ? {} : {shard};
   return [
-    {id: 'repl_state', title: 'Replica set: member state', unit: '', labels, states: true,
-     member: 'state', keys: labels.map((_, i) => 'm' + i),
-     valueFmt: (u, v) => v == null ? '–' : (STATES[v] || v)},
-    {id: 'repl_lag', title: 'Replica set: replication lag', unit: 'seconds behind the primary',
-     labels, member: 'lag_s', keys: labels.map((_, i) => 'm' + i)},
+    Object.assign({id: id + '_state', title: title ? title + 'member state' : 'Member state',
+                   unit: '', labels, states: true,
+                   members: ms, member: 'state', keys,
+                   valueFmt: (u, v) => v == null ? '–' : (STATES[v] || v)}, where),
+    Object.assign({id: id + '_lag', title: title ? title + 'replication lag' : 'Replication lag',
+                   unit: 'seconds behind the primary', labels, members: ms, member: 'lag_s', keys},
+                  where),
   ];
+}
+
+function shardCharts() {
+  let defs = [];
+  S.shards.forEach((sh, i) => {
+    defs = defs.concat(memberCharts(sh.name, 'shard' + i, ''));
+    defs.push({id: 'shard' + i + '_requests', title: 'Requests from this router', unit: 'per second',
+               shard: sh.name, labels: ['requests'], keys: ['requests'], from: sh});
+    defs.push({id: 'shard' + i + '_latency', title: 'Round trip from this router',
+               unit: 'ms, mean', shard: sh.name, labels: ['round trip'], keys: ['latency_ms'],
+               from: sh});
+  });
+  return defs;
+}
+
+// The server's charts: those whose series it has.
+function mainCharts() {
+  return CHARTS.filter(c => c.keys.some(k => k in S.labels));
 }
 
 function dataFor(def) {
   if (def.member)
-    return [S.t].concat(S.members.map(m => m[def.member]));
+    return [S.t].concat(def.members.map(m => m[def.member]));
+  if (def.from)
+    return [S.t].concat(def.keys.map(k => def.from[k] || []));
   return [S.t].concat(def.keys.map(k => S.values[k] || []));
 }
 
@@ -109,7 +167,7 @@ function redraw() {
   const first = S.t.length ? S.t[0] : last - S.windowSecs;
   // The chosen window, or less while the server has less data than that.
   const range = S.zoom || {min: Math.max(first, last - S.windowSecs), max: last};
-  const defs = CHARTS.concat(replCharts());
+  const defs = mainCharts().concat(memberCharts('', 'repl', 'Replica set: '), shardCharts());
   for (const def of defs) {
     let c = S.charts[def.id];
     if (c && c.def.keys.length !== def.keys.length) { // a member joined: rebuild
@@ -118,7 +176,8 @@ function redraw() {
       c = null;
     }
     if (!c) { makeChart(def); c = S.charts[def.id]; }
-    const data = dataFor(c.def);
+    c.def = def; // the members' and shards' arrays are replaced as data arrives
+    const data = dataFor(def);
     c.plot.batch(() => {
       c.plot.setData(data, false);
       c.plot.setScale('x', range);
@@ -131,29 +190,41 @@ function merge(j) {
   const full = j.last < S.last || S.last === 0;
   const n = j.t.length;
   if (full) {
-    S.t = []; S.values = {}; S.members = [];
+    S.t = []; S.values = {}; S.members = []; S.shards = []; S.labels = {};
     for (const s of j.series) { S.labels[s.key] = s.label; S.units[s.key] = s.unit; }
+    S.role = j.role || 'server';
   }
   const before = S.t.length;
   S.t = S.t.concat(j.t);
   for (const s of j.series)
     S.values[s.key] = (S.values[s.key] || []).concat(j.values[s.key] || []);
-  for (const m of j.members) {
-    let mine = S.members.find(x => x.name === m.name);
-    if (!mine) {
-      mine = {name: m.name, state: new Array(before).fill(null), lag_s: new Array(before).fill(null)};
-      S.members.push(mine);
+  // Members (keyed by shard and name) and shards: appended, padded with
+  // nulls for the samples before they first appeared or that they missed.
+  const pad = (rows, keyOf, got, fields) => {
+    for (const g of got) {
+      let mine = rows.find(x => keyOf(x) === keyOf(g));
+      if (!mine) {
+        mine = {name: g.name, shard: g.shard};
+        for (const f of fields) mine[f] = new Array(before).fill(null);
+        rows.push(mine);
+      }
+      for (const f of fields) mine[f] = mine[f].concat(g[f]);
     }
-    mine.state = mine.state.concat(m.state);
-    mine.lag_s = mine.lag_s.concat(m.lag_s);
-  }
-  for (const mine of S.members) // a member missing from this answer
-    while (mine.state.length < S.t.length) { mine.state.push(null); mine.lag_s.push(null); }
+    for (const mine of rows)
+      for (const f of fields)
+        while (mine[f].length < S.t.length) mine[f].push(null);
+  };
+  pad(S.members, m => (m.shard || '') + '/' + m.name, j.members, ['state', 'lag_s']);
+  pad(S.shards, x => x.name, j.shards || [], ['requests', 'latency_ms']);
   const extra = S.t.length - j.capacity;
   if (extra > 0) {
     S.t = S.t.slice(extra);
     for (const k in S.values) S.values[k] = S.values[k].slice(extra);
     for (const m of S.members) { m.state = m.state.slice(extra); m.lag_s = m.lag_s.slice(extra); }
+    for (const x of S.shards) {
+      x.requests = x.requests.slice(extra);
+      x.latency_ms = x.latency_ms.slice(extra);
+    }
   }
   S.last = j.last;
   S.capacity = j.capacity;
@@ -170,9 +241,14 @@ function showNumbers() {
   }
   $('num-connections').textContent = String(l.connections);
   $('num-connections').dataset.value = String(l.connections);
-  $('num-cache').textContent = (l.cache_bytes / 1048576).toFixed(1) + ' MB of ' +
-                               (l.cache_max_bytes / 1048576).toFixed(0) + ' MB';
-  $('num-cache').dataset.value = String(l.cache_bytes);
+  const cache = 'cache_fill_pct' in S.labels;
+  $('num-cache').parentNode.hidden = !cache;
+  if (cache) {
+    $('num-cache').textContent = (l.cache_bytes / 1048576).toFixed(1) + ' MB of ' +
+                                 (l.cache_max_bytes / 1048576).toFixed(0) + ' MB';
+    $('num-cache').dataset.value = String(l.cache_bytes);
+  }
+  $('role').textContent = S.role === 'router' ? 'router' : '';
   $('num-time').textContent = new Date(l.t_ms).toLocaleTimeString();
   $('num-time').dataset.value = String(l.t_ms);
 }

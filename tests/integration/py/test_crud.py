@@ -305,3 +305,37 @@ def test_find_and_modify_raw_reply(db):
     assert r["value"] is None
     assert r["lastErrorObject"]["updatedExisting"] is False
     assert r["lastErrorObject"]["upserted"] == 5
+
+
+def test_grouped_inserts_report_each_error(db):
+    """A standalone inserts a batch in groups of documents per storage
+    transaction; a failing document rolls its group back and the group is
+    redone one at a time, so every result is what one-at-a-time gives:
+    the errors at their indexes, the rest inserted, ordered batches stopped
+    at the first error."""
+    c = db.grouped
+    c.insert_many([{"_id": 70}, {"_id": 150}])
+    with pytest.raises(BulkWriteError) as ei:
+        c.insert_many([{"_id": i, "v": i} for i in range(200)], ordered=False)
+    r = ei.value.details
+    assert r["nInserted"] == 198
+    assert [(e["index"], e["code"]) for e in r["writeErrors"]] == [(70, 11000), (150, 11000)]
+    assert c.count_documents({}) == 200
+    assert c.find_one({"_id": 71}) == {"_id": 71, "v": 71}
+
+    o = db.grouped_ordered
+    o.insert_one({"_id": 70})
+    with pytest.raises(BulkWriteError) as ei:
+        o.insert_many([{"_id": i} for i in range(200)], ordered=True)
+    assert ei.value.details["nInserted"] == 70
+    assert [e["index"] for e in ei.value.details["writeErrors"]] == [70]
+    assert o.count_documents({}) == 71 and o.find_one({"_id": 71}) is None
+
+    db.create_collection("grouped_valid", validator={"x": {"$gte": 0}})
+    v = db.grouped_valid
+    with pytest.raises(BulkWriteError) as ei:
+        v.insert_many([{"_id": i, "x": -1 if i == 30 else i} for i in range(100)],
+                      ordered=False)
+    assert ei.value.details["nInserted"] == 99
+    assert [(e["index"], e["code"]) for e in ei.value.details["writeErrors"]] == [(30, 121)]
+    assert v.count_documents({}) == 99

@@ -349,7 +349,9 @@ def test_periodic_checkpoint_counts_from_an_fsync(fresh_server):
         t0 = time.time()
         # Counting from the periodic one it would come within 4 s; from the fsync, at 6.
         waited = _wait_checkpoint(c, n + 1, 5.0)
-        assert waited is None, "a checkpoint %.1f s after the fsync" % waited
+        # (a poll on a loaded host can return past its limit: a checkpoint
+        # seen after 5 s is the fsync-timed one)
+        assert waited is None or waited >= 5.0, "a checkpoint %.1f s after the fsync" % waited
         assert _wait_checkpoint(c, n + 1, 5.0) is not None, "none %.0f s after the fsync" % (
             time.time() - t0)
     finally:

@@ -7,6 +7,7 @@ w:"majority", failover after kill -9, replSetStepDown.
 electionTimeoutMillis is 2000 to keep the file short.  Every server started
 here is stopped in the fixture's finally.
 """
+import threading
 import time
 
 import pymongo
@@ -218,3 +219,48 @@ def test_step_down_moves_primary(rs3):
         wait_for(lambda: coll.insert_one({"a": 2}), timeout=30)
     finally:
         c.close()
+
+
+def test_many_majority_writers_hold_no_threads(rs3):
+    """Writes waiting for w:"majority" wait in a list, not on the server's
+    worker threads (there are 16): 48 clients writing with w:"majority" at
+    once all get their acknowledgements, and a read and a ping from another
+    client are answered meanwhile.  (Each waiter held a worker before: the
+    writes timed out and the ping took minutes.)"""
+    primary_of(rs3)
+    c = rs_client(rs3)
+    c2 = rs_client(rs3)
+    try:
+        coll = c.t.get_collection("many", write_concern=WriteConcern(w="majority",
+                                                                    wtimeout=20000))
+        coll.insert_one({"_id": "warm"})
+        stop = time.time() + 4
+        done, errors = [0] * 48, []
+
+        def write(i):
+            k = 0
+            while time.time() < stop:
+                try:
+                    coll.insert_one({"_id": "%d-%d" % (i, k)})
+                except Exception as e:  # noqa: BLE001 - reported below
+                    errors.append(repr(e))
+                    return
+                done[i] += 1
+                k += 1
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(48)]
+        for t in threads:
+            t.start()
+        time.sleep(1.5)
+        t0 = time.time()
+        c2.admin.command("ping")
+        assert c2.t.many.find_one({"_id": "warm"}) is not None
+        answered = time.time() - t0
+        for t in threads:
+            t.join()
+        assert errors == [], errors[:3]
+        assert all(n > 0 for n in done), done
+        assert answered < 5, "a ping and a read took %.1f s beside 48 majority writers" % answered
+        assert c.t.many.count_documents({}) == sum(done) + 1
+    finally:
+        c.close()
+        c2.close()

@@ -109,7 +109,8 @@ def rs_auth():
         if os.path.exists(os.path.join(d, "c", "cluster.json")):
             subprocess.run(["/usr/bin/python3", LAUNCHER, "stop", "--dir", os.path.join(d, "c")],
                            capture_output=True, timeout=120)
-        shutil.rmtree(d, ignore_errors=True)
+        if os.environ.get("SABLE_TEST_KEEP") != "1":  # keep the logs to debug
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def carry_on(write, timeout=40):
@@ -207,10 +208,6 @@ const next = () => new Promise((r) => lines.once('line', r));
 """
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "open bug (issue 24/25): with pymongo, Node and sable-bench all writing on this 2-core "
-    "host, the set can go over 40 s without a stable primary after the kill (the new primary "
-    "steps down, w:majority waits end with 11602); without the load it fails over at once"))
 def test_drivers_carry_on_after_primary_killed(rs_auth, tmp_path):
     """pymongo, the Node driver and libmongoc (sable-bench: YCSB's core
     workload in C) on one set, all with replicaSet= and authSource=admin:

@@ -7,7 +7,7 @@ users with their credentials); the archive's bytes are checked against
 mongo-tools' format specification on a small example; namespace filters and
 renames, --drop, --noIndexRestore, --stopOnError; and the errors an operator
 meets: a corrupt or truncated archive, a missing directory, a bad connection
-string, --oplog on a standalone.
+string (--oplog: test_tools_oplog.py).
 """
 
 import datetime
@@ -70,6 +70,13 @@ def populate(c, name="src"):
     db.people.create_index([("at", 1)], expireAfterSeconds=3600 * 24 * 365 * 50)
     db.people.create_index([("name", 1), ("tags", 1)], name="fr",
                            collation={"locale": "fr", "strength": 2})
+    db.people.create_index([("name", "text"), ("email", "text")], weights={"name": 3},
+                           default_language="english", name="search")
+    if not os.environ.get("SABLE_TEST_SANITIZED"):  # geo is left out of sanitized runs
+        db.places.insert_many([{"_id": i, "loc": {"type": "Point", "coordinates": [i % 90, i % 45]},
+                                "xy": [i % 10, i % 7]} for i in range(50)])
+        db.places.create_index([("loc", "2dsphere")])
+        db.places.create_index([("xy", "2d")], min=-20, max=20, bits=20)
     db.create_collection("log", capped=True, size=65536, max=50)
     for i in range(80):  # past max: the oldest 30 are gone, order is insertion order
         db.log.insert_one({"_id": 1000 - i, "i": i})
@@ -128,10 +135,14 @@ def test_directory_roundtrip_every_type_index_view_capped_users(src, dst, tmp_pa
     view = bson.json_util.loads((out / "src" / "adults.metadata.json").read_text())
     assert view["type"] == "view" and view["options"]["viewOn"] == "people"
     p = ok(run_tool("sable-restore", *port(dst), out))
-    assert b"2570 document(s) restored successfully. 0 document(s) failed" in p.stderr
+    n = 2570 if os.environ.get("SABLE_TEST_SANITIZED") else 2620  # + places
+    assert b"%d document(s) restored successfully. 0 document(s) failed" % n in p.stderr
     a, b = src.client(), dst.client()
     assert_same_db(a, b, "src")
     assert_same_db(a, b, "other")
+    for name in ("src", "other"):  # the issue's check: dbHash equal after the round trip
+        ha, hb = a[name].command("dbHash"), b[name].command("dbHash")
+        assert ha["collections"] == hb["collections"] and ha["md5"] == hb["md5"], name
     assert users_of(a, "src") == users_of(b, "src")
     assert roles_of(a, "src") == roles_of(b, "src")
     assert b.src.adults.count_documents({}) == a.src.adults.count_documents({})
@@ -151,6 +162,9 @@ def test_archive_gzip_roundtrip(src, dst, tmp_path):
     a, b = src.client(), dst.client()
     assert_same_db(a, b, "src")
     assert_same_db(a, b, "other")
+    for name in ("src", "other"):  # the issue's check: dbHash equal after the round trip
+        ha, hb = a[name].command("dbHash"), b[name].command("dbHash")
+        assert ha["collections"] == hb["collections"] and ha["md5"] == hb["md5"], name
     assert users_of(a, "src") == users_of(b, "src")
 
 
@@ -300,6 +314,11 @@ def test_drop_duplicates_and_stop_on_error(src, dst, tmp_path):
     b.other.things.insert_one({"_id": "extra"})
     ok(run_tool("sable-restore", *port(dst), "--drop", "--writeConcern", "{w: 1, j: true}", out))
     assert b.other.things.count_documents({}) == 10
+    # the write concern reaches the server: w: 3 cannot be met by a standalone
+    p = run_tool("sable-restore", *port(dst), "--drop", "--writeConcern", "{w: 3}", out)
+    assert p.returncode != 0 and b"'w' > 1" in p.stderr
+    p = run_tool("sable-restore", *port(dst), "--writeConcern", "{w: ", out)
+    assert p.returncode != 0 and b"writeConcern" in p.stderr
 
 
 def test_db_users_and_roles(src, dst, tmp_path):
@@ -358,7 +377,7 @@ def test_flipped_byte_fails_the_checksum(src, dst, tmp_path):
     assert p.returncode != 0 and b"does not look like a mongodump archive" in p.stderr
 
 
-def test_missing_directory_bad_uri_and_oplog(dst, tmp_path):
+def test_missing_directory_and_bad_uri(dst, tmp_path):
     p = run_tool("sable-restore", *port(dst), tmp_path / "nope")
     assert p.returncode != 0 and b"No such file or directory" in p.stderr
     p = run_tool("sable-restore", *port(dst), "--archive=%s" % (tmp_path / "nope.archive"))
@@ -368,9 +387,82 @@ def test_missing_directory_bad_uri_and_oplog(dst, tmp_path):
     p = run_tool("sable-dump", "--uri", "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=500",
                  "-o", tmp_path / "x")
     assert p.returncode != 0 and b"cannot connect" in p.stderr
-    p = run_tool("sable-dump", *port(dst), "--oplog", "-o", tmp_path / "x")
-    assert p.returncode != 0 and b"replica set" in p.stderr
-    p = run_tool("sable-restore", *port(dst), "--oplogReplay", tmp_path)
-    assert p.returncode != 0 and b"replica set" in p.stderr
     p = run_tool("sable-dump", *port(dst), "--bogus")
     assert p.returncode != 0 and b'unknown option "bogus"' in p.stderr
+
+
+def test_time_series_roundtrip_and_buckets_refused(dst, tmp_path):
+    s = Sabled()
+    try:
+        s.start()
+        c = s.client()
+        c.ts.create_collection("weather", timeseries={"timeField": "t", "metaField": "m",
+                                                       "granularity": "minutes"},
+                               expireAfterSeconds=86400 * 365 * 10)
+        base = datetime.datetime.utcnow().replace(microsecond=0)
+        docs = [{"t": base + datetime.timedelta(minutes=i), "m": {"site": i % 3},
+                 "temp": 20.0 + i / 10} for i in range(300)]
+        c.ts.weather.insert_many(docs)
+        c.ts.weather.create_index([("temp", 1)])
+        ok(run_tool("sable-dump", "--port", s.port, "-o", tmp_path / "d"))
+        ok(run_tool("sable-dump", "--port", s.port, "--archive=%s" % (tmp_path / "a")))
+        meta = bson.json_util.loads((tmp_path / "d" / "ts" / "weather.metadata.json").read_text())
+        assert meta["type"] == "timeseries"
+        assert meta["options"]["timeseries"]["timeField"] == "t"
+        want = sorted((d for d in c.ts.weather.find({}, {"_id": 0})), key=lambda d: d["t"])
+        info = c.ts.command("listCollections", filter={"name": "weather"})["cursor"]["firstBatch"]
+        want_ix = sorted((ix["name"], dict(ix["key"])) for ix in c.ts.weather.list_indexes())
+    finally:
+        s.cleanup()
+    d = dst.client()
+    for args in (["--drop", tmp_path / "d"], ["--drop", "--archive=%s" % (tmp_path / "a")]):
+        ok(run_tool("sable-restore", *port(dst), *args))
+        got = sorted((x for x in d.ts.weather.find({}, {"_id": 0})), key=lambda x: x["t"])
+        assert got == want
+        ginfo = d.ts.command("listCollections", filter={"name": "weather"})["cursor"]["firstBatch"]
+        assert ginfo[0]["type"] == "timeseries"
+        assert ginfo[0]["options"] == info[0]["options"]
+        assert sorted((ix["name"], dict(ix["key"])) for ix in d.ts.weather.list_indexes()) == want_ix
+    # mongodump's layout for mongod's time-series data (bucket documents) is refused, clearly
+    (tmp_path / "m" / "ts").mkdir(parents=True)
+    (tmp_path / "m" / "ts" / "system.buckets.w.bson").write_bytes(bson.encode({"_id": 1}))
+    p = run_tool("sable-restore", *port(dst), tmp_path / "m")
+    assert p.returncode != 0 and b"time-series buckets" in p.stderr
+
+
+def test_preserve_uuid_and_apply_ops(src, dst, tmp_path):
+    out = tmp_path / "o"
+    ok(run_tool("sable-dump", *port(src), "--db", "src", "-o", out))
+    p = run_tool("sable-restore", *port(dst), "--preserveUUID", out)
+    assert p.returncode != 0 and b"needs --drop" in p.stderr
+
+    def uuids(client):
+        return {i["name"]: i["info"].get("uuid") for i in client.src.list_collections()
+                if i.get("type", "collection") == "collection"}
+    ok(run_tool("sable-restore", *port(dst), "--drop", "--preserveUUID", out))
+    want = uuids(src.client())
+    assert want and all(want.values())
+    assert uuids(dst.client()) == want
+    assert_same_db(src.client(), dst.client(), "src")
+    # without it, new UUIDs
+    ok(run_tool("sable-restore", *port(dst), "--drop", out))
+    got = uuids(dst.client())
+    assert set(got) == set(want) and all(got[k] != want[k] for k in want)
+    # applyOps itself: a taken UUID, and the entries it does not take
+    d = dst.client()
+    def binary(u):  # pymongo 3 would send a uuid.UUID as subtype 3
+        return bson.Binary(u.bytes, 4)
+    ui = binary(want["people"])
+    with pytest.raises(Exception) as ei:
+        d.admin.command("applyOps", [{"op": "c", "ns": "x.$cmd", "ui": binary(got["people"]),
+                                      "o": {"create": "dup"}}])
+    assert "UUID is taken" in str(ei.value)
+    with pytest.raises(Exception) as ei:
+        d.admin.command("applyOps", [{"op": "i", "ns": "x.y", "o": {"_id": 1}}])
+    assert ei.value.code == 115
+    assert "y" not in d.x.list_collection_names()
+    r = d.admin.command("applyOps", [{"op": "c", "ns": "x.$cmd", "ui": ui,
+                                      "o": {"create": "fresh"}}])
+    assert r["applied"] == 1 and r["results"] == [True]
+    info = next(d.x.list_collections(filter={"name": "fresh"}))
+    assert info["info"]["uuid"] == want["people"]

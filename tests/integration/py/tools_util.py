@@ -2,7 +2,7 @@
 tools_util.py: helpers for the tests of sable-dump, sable-restore,
 sable-export and sable-import: where the binaries are (beside sabled, or
 $SABLE_TOOLS_DIR), running one, and comparing two servers' databases exactly
-(Sable has no dbHash: documents as raw BSON bytes, collection options and
+(documents as raw BSON bytes, collection options and
 types, and indexes).
 """
 

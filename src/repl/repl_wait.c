@@ -1,0 +1,191 @@
+/*
+ * repl_wait.c: write concern beyond this member.  A write acknowledged with
+ * w: N or w: "majority" waits until enough members have applied it; the
+ * wait is a record in a list, not a blocked thread: one waiter thread,
+ * woken by every change of positions or state (sbl_rs.cond), calls back
+ * each write whose condition now holds, failed (stepped down) or timed out.
+ * A hundred clients writing with w:"majority" hold a hundred records, not
+ * a hundred of the server's sixteen worker threads.
+ *
+ * What must stay true: each callback runs exactly once, never under
+ * sbl_rs.lock; at stop every waiting write is answered (interrupted), none
+ * is forgotten; a wait registered while the thread is not running blocks
+ * its caller instead (start-up, shutdown).
+ */
+#include "repl/repl_int.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+#include "common/clock.h"
+
+#define rs sbl_rs
+#define WAIT_POLL_MS 200
+
+typedef struct waiter {
+    uint64_t ts;
+    int w;
+    bool majority;
+    int64_t deadline_ms; /* INT64_MAX: none */
+    sbl_repl_wait_cb cb;
+    void *arg;
+    int code;
+    const char *msg;
+    struct waiter *next;
+} waiter_t;
+
+static waiter_t *waiting;  /* under rs.lock */
+static bool waiter_running; /* under rs.lock: the thread takes waits */
+static bool waiter_started; /* it was started and is not joined yet */
+static pthread_t waiter_thread;
+
+static bool satisfied_locked(uint64_t ts, int w, bool majority)
+{
+    if (majority)
+        return rs.commit.ts >= ts;
+    sbl_optime_t applied[SBL_RS_MAX_MEMBERS];
+    for (int i = 0; i < rs.cfg.n; i++)
+        applied[i] = i == rs.self ? sbl_rs_my_applied() : rs.peer[i].applied;
+    return sbl_rs_count_applied(&rs.cfg, applied, ts) >= w;
+}
+
+/* Is the wait over (*codep, *msgp: how it ended)?  Lock held. */
+static bool wait_over_locked(const waiter_t *wt, int64_t now, int *codep, const char **msgp)
+{
+    *codep = 0;
+    *msgp = NULL;
+    /* our own position moves too (a set of one commits on its own) */
+    if (atomic_load(&rs.state) == SBL_RS_PRIMARY && rs.config != NULL &&
+        sbl_rs_voters(&rs.cfg) == 1)
+        sbl_rs_update_commit_locked();
+    if (rs.config == NULL || satisfied_locked(wt->ts, wt->w, wt->majority))
+        return true;
+    if (atomic_load(&rs.state) != SBL_RS_PRIMARY) {
+        *codep = SBL_E_InterruptedDueToReplStateChange;
+        *msgp = "operation was interrupted because a replica set state change (stepdown) "
+                "occurred while waiting for replication";
+        return true;
+    }
+    if (now >= wt->deadline_ms || rs.stopping) {
+        *codep = SBL_E_WriteConcernFailed;
+        *msgp = "waiting for replication timed out";
+        return true;
+    }
+    return false;
+}
+
+static void timed_wait_locked(int64_t ms)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_nsec += ms * 1000000L;
+    t.tv_sec += t.tv_nsec / 1000000000L;
+    t.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&rs.cond, &rs.lock, &t);
+}
+
+static void *waiter_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&rs.lock);
+    for (;;) {
+        int64_t now = sbl_now_ms(), next = now + WAIT_POLL_MS;
+        waiter_t *done = NULL, **pp = &waiting;
+        while (*pp != NULL) {
+            waiter_t *wt = *pp;
+            if (wait_over_locked(wt, now, &wt->code, &wt->msg)) {
+                *pp = wt->next;
+                wt->next = done;
+                done = wt;
+            } else {
+                if (wt->deadline_ms < next)
+                    next = wt->deadline_ms;
+                pp = &wt->next;
+            }
+        }
+        bool stop = rs.stopping && waiting == NULL;
+        if (done != NULL) {
+            pthread_mutex_unlock(&rs.lock);
+            while (done != NULL) {
+                waiter_t *wt = done;
+                done = wt->next;
+                wt->cb(wt->arg, wt->code, wt->msg);
+                free(wt);
+            }
+            pthread_mutex_lock(&rs.lock);
+            continue; /* positions may have moved meanwhile */
+        }
+        if (stop)
+            break;
+        timed_wait_locked(next - now < 1 ? 1 : next - now);
+    }
+    waiter_running = false;
+    pthread_mutex_unlock(&rs.lock);
+    return NULL;
+}
+
+int sbl_rs_waiter_start(void)
+{
+    pthread_mutex_lock(&rs.lock);
+    int rc = pthread_create(&waiter_thread, NULL, waiter_main, NULL);
+    waiter_running = waiter_started = rc == 0;
+    pthread_mutex_unlock(&rs.lock);
+    return rc == 0 ? 0 : -1;
+}
+
+/* After rs.stopping is set: the thread answers what waits, then ends. */
+void sbl_rs_waiter_stop(void)
+{
+    pthread_mutex_lock(&rs.lock);
+    pthread_cond_broadcast(&rs.cond);
+    pthread_mutex_unlock(&rs.lock);
+    if (waiter_started)
+        pthread_join(waiter_thread, NULL);
+    waiter_started = false;
+}
+
+void sbl_repl_await(uint64_t ts, int w, bool majority, int64_t wtimeout_ms, sbl_repl_wait_cb cb,
+                    void *arg)
+{
+    waiter_t wt = {.ts = ts, .w = w, .majority = majority,
+                   .deadline_ms = wtimeout_ms > 0 ? sbl_now_ms() + wtimeout_ms : INT64_MAX};
+    int code;
+    const char *msg;
+    pthread_mutex_lock(&rs.lock);
+    while (!wait_over_locked(&wt, sbl_now_ms(), &code, &msg)) {
+        int64_t left = wt.deadline_ms - sbl_now_ms();
+        timed_wait_locked(left < WAIT_POLL_MS ? (left < 1 ? 1 : left) : WAIT_POLL_MS);
+    }
+    pthread_mutex_unlock(&rs.lock);
+    cb(arg, code, msg);
+}
+
+void sbl_repl_await_async(uint64_t ts, int w, bool majority, int64_t wtimeout_ms,
+                          sbl_repl_wait_cb cb, void *arg)
+{
+    waiter_t *wt = malloc(sizeof(*wt));
+    int code;
+    const char *msg;
+    if (wt == NULL) {
+        sbl_repl_await(ts, w, majority, wtimeout_ms, cb, arg);
+        return;
+    }
+    *wt = (waiter_t){.ts = ts, .w = w, .majority = majority, .cb = cb, .arg = arg,
+                     .deadline_ms = wtimeout_ms > 0 ? sbl_now_ms() + wtimeout_ms : INT64_MAX};
+    pthread_mutex_lock(&rs.lock);
+    if (wait_over_locked(wt, sbl_now_ms(), &code, &msg)) {
+        pthread_mutex_unlock(&rs.lock);
+        free(wt);
+        cb(arg, code, msg);
+        return;
+    }
+    if (!waiter_running) {
+        pthread_mutex_unlock(&rs.lock);
+        free(wt);
+        sbl_repl_await(ts, w, majority, wtimeout_ms, cb, arg);
+        return;
+    }
+    wt->next = waiting;
+    waiting = wt;
+    pthread_mutex_unlock(&rs.lock);
+}

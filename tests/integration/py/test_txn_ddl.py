@@ -117,7 +117,8 @@ def test_large_transaction_split_across_entries(rs3_big_oplog):
     c = pymongo.MongoClient("mongodb://%s/?replicaSet=rs0" % seeds,
                             serverSelectionTimeoutMS=20000)
     try:
-        c.t.big.insert_one({"_id": "first"})
+        # on every member before the transaction: a secondary then counts 1 or 21
+        c.t.get_collection("big", write_concern=WriteConcern(w=3)).insert_one({"_id": "first"})
         blob = "x" * (1024 * 1024)
         with c.start_session() as s:
             s.with_transaction(

@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+from bson.son import SON
 from bson import Binary, Code, Decimal128, Int64, ObjectId, Regex, Timestamp
 from pymongo.errors import ExecutionTimeout, OperationFailure
 
@@ -231,8 +232,10 @@ def test_kill_op_stops_a_script(nums, client):
     th.start()
     opid = None
     for _ in range(200):
-        ops = client.admin.command("currentOp", {"command.find": nums.name,
-                                                 "command.filter.$where": "while (true) {}"})
+        # the filter's fields stand beside currentOp: 1 (a document as
+        # currentOp's value is ignored, as by mongod, and lists every op)
+        ops = client.admin.command(SON([("currentOp", 1), ("command.find", nums.name),
+                                        ("command.filter.$where", "while (true) {}")]))
         if ops["inprog"]:
             opid = ops["inprog"][0]["opid"]
             break

@@ -587,6 +587,9 @@ static void execute_inner(pending_t *p)
      * shard's (src/shard), or StaleConfig sends the router to refresh. */
     if (p->shard_version != NULL && (p->rc = check_shard_version(p)) != 0)
         return;
+    /* collectionUUID: the named collection must be the one the client means. */
+    if ((p->rc = sbl_cmd_check_coll_uuid(ctx, &p->reply, &p->err)) != 0)
+        return;
     /* Read concerns that wait: afterClusterTime before the read, a
      * linearizable read's majority-acknowledged no-op after it. */
     bool lin = false;
@@ -663,7 +666,12 @@ static void build_reply(pending_t *p, bson_t *out)
                 strcmp(bson_iter_key(&it), "vReceived") == 0 ||
                 strcmp(bson_iter_key(&it), "vWanted") == 0 ||
                 strcmp(bson_iter_key(&it), "shardId") == 0 ||
-                strcmp(bson_iter_key(&it), "violations") == 0)
+                strcmp(bson_iter_key(&it), "violations") == 0 ||
+                (code == SBL_E_CollectionUUIDMismatch &&
+                 (strcmp(bson_iter_key(&it), "db") == 0 ||
+                  strcmp(bson_iter_key(&it), "collectionUUID") == 0 ||
+                  strcmp(bson_iter_key(&it), "expectedCollection") == 0 ||
+                  strcmp(bson_iter_key(&it), "actualCollection") == 0)))
                 bson_append_iter(out, bson_iter_key(&it), -1, &it);
 }
 

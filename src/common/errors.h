@@ -99,6 +99,7 @@
     X(TooManyFilesOpen, 264)                                                                       \
     X(InvalidResumeToken, 260)                                                                     \
     X(ChangeStreamFatalError, 280)                                                                 \
+    X(CollectionUUIDMismatch, 361)                                                                 \
     X(ChangeStreamHistoryLost, 286)                                                                \
     X(NoMatchingDocument, 47)                                                                      \
     X(ShutdownInProgress, 91)                                                                      \

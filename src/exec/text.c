@@ -5,13 +5,16 @@
  * hand out the candidates best first, each read and checked before it is
  * returned.
  *
- * Each term's entries are read backward (highest score first) in growing
- * chunks, as Fagin's "no random access" threshold algorithm does: the score
- * of the last entry read of a term bounds what its unread entries can add.
- * The best candidate goes out once its score is exact (every term seen or
- * read to its end) and no other candidate, nor a document not seen yet, can
- * score more; otherwise the term with the highest bound reads its next chunk.
- * So a query that returns the top 10 stops reading frequent terms early.
+ * Each term's best EARLY_READ entries are read first, backward (highest
+ * score first), as Fagin's "no random access" threshold algorithm does: the
+ * score of the last entry read of a term bounds what its unread entries can
+ * add.  The best candidate goes out once its score is exact (every term seen
+ * or read to its end) and no other candidate, nor a document not seen yet,
+ * can score more; otherwise the term with the highest bound reads the rest of
+ * its entries, forward and at once (then the candidates are a heap).  So the
+ * top 10 of a frequent word reads 64 entries; where the summed scores are
+ * flat (two words, each mostly once per document) everything is read, at
+ * the cost of the old single forward read.
  *
  * What must stay true: a document is returned at most once, with the sum of
  * its positive terms' scores, never before a document that scores more;
@@ -43,6 +46,8 @@ typedef struct cand {
  * many), the terms are read to their end and the rest comes from a heap:
  * choosing each candidate by a scan of all of them would then cost more. */
 #define EARLY_MAX 128
+/* Entries of a term read best first before the rest is read at once. */
+#define EARLY_READ 64
 
 typedef struct term_scan {
     sbl_buf_t hi;  /* exclusive upper bound of the entries not read yet */
@@ -418,7 +423,9 @@ done:
     return rc;
 }
 
-/* Read up to max of term ti's unread entries, highest score first. */
+/* Read up to max of term ti's unread entries, highest score first; with max
+ * SIZE_MAX all of them, forward (a backward step in a page's in-memory insert
+ * list is a search: the whole rest of a term is cheaper read forward). */
 static int read_chunk(sbl_text_exec_t *t, sbl_opctx_t *ctx, sbl_coll_t *c, size_t ti, size_t max,
                       sbl_err_t *err)
 {
@@ -427,8 +434,8 @@ static int read_chunk(sbl_text_exec_t *t, sbl_opctx_t *ctx, sbl_coll_t *c, size_
     size_t nix = 0;
     sbl_iscan_t *sc = NULL;
     SBL_RET(text_index(c, &ixs, &nix, &ix, err));
-    int rc = sbl_iscan_open(ctx->ss, ix, ts->hi.data, ts->lo_len, ts->hi.data, ts->hi.len, true,
-                            &sc, err);
+    int rc = sbl_iscan_open(ctx->ss, ix, ts->hi.data, ts->lo_len, ts->hi.data, ts->hi.len,
+                            max != SIZE_MAX, &sc, err);
     for (size_t k = 0; rc == 0;) {
         const uint8_t *ek, *idk;
         size_t eklen, idlen;
@@ -444,12 +451,15 @@ static int read_chunk(sbl_text_exec_t *t, sbl_opctx_t *ctx, sbl_coll_t *c, size_
         }
         ctx->keys_examined++;
         ts->nread++;
-        sbl_buf_reset(&ts->hi);
-        sbl_buf_append(&ts->hi, ek, eklen);
+        if (max != SIZE_MAX) {
+            sbl_buf_reset(&ts->hi);
+            sbl_buf_append(&ts->hi, ek, eklen);
+        }
         if (eklen >= ts->lo_len + 8) {
             double sc_ = sbl_index_text_score_get(ek + ts->lo_len);
             add_score(t, idk, idlen, sc_, ti);
-            ts->bound = sc_;
+            if (max != SIZE_MAX)
+                ts->bound = sc_;
         }
         if (++k % 4096 == 0)
             rc = sbl_op_check_interrupt(ctx, err);
@@ -566,11 +576,15 @@ int sbl_text_next(sbl_text_exec_t *t, sbl_opctx_t *ctx, sbl_coll_t *c, const sbl
         size_t ti;
         bool all = false;
         cand_t *cd;
-        if (!t->heap && t->handed >= EARLY_MAX) {
-            for (size_t i = 0; i < t->nts; i++)
-                if (!t->ts[i].done)
+        if (!t->heap) {
+            bool read_all = true; /* every term read: a heap, no scans */
+            for (size_t i = 0; i < t->nts; i++) {
+                if (!t->ts[i].done && t->handed >= EARLY_MAX)
                     SBL_RET(read_chunk(t, ctx, c, i, SIZE_MAX, err));
-            heap_build(t);
+                read_all = read_all && t->ts[i].done;
+            }
+            if (read_all)
+                heap_build(t);
         }
         if (t->heap) {
             if ((cd = heap_pop(t)) == NULL)
@@ -580,8 +594,10 @@ int sbl_text_next(sbl_text_exec_t *t, sbl_opctx_t *ctx, sbl_coll_t *c, const sbl
         }
         if (cd == NULL) {
             term_scan_t *ts = &t->ts[ti];
-            /* chunks grow with what was read; past MAX_TERMS a term is read whole */
-            size_t max = t->nts > MAX_TERMS ? SIZE_MAX : ts->nread < 64 ? 64 : ts->nread;
+            /* the best EARLY_READ first, then the rest at once: where scores
+             * are flat the bound falls only near the end, and reading on
+             * backward would cost more than the early stop saves */
+            size_t max = t->nts > MAX_TERMS || ts->nread >= EARLY_READ ? SIZE_MAX : EARLY_READ;
             SBL_RET(read_chunk(t, ctx, c, ti, max, err));
             continue;
         }

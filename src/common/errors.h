@@ -101,6 +101,8 @@
     X(ChangeStreamFatalError, 280)                                                                 \
     X(CollectionUUIDMismatch, 361)                                                                 \
     X(ChangeStreamHistoryLost, 286)                                                                \
+    X(SnapshotTooOld, 239)                                                                         \
+    X(UnsatisfiableWriteConcern, 100)                                                              \
     X(NoMatchingDocument, 47)                                                                      \
     X(ShutdownInProgress, 91)                                                                      \
     X(NotWritablePrimary, 10107)                                                                   \

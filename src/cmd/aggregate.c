@@ -16,6 +16,7 @@ static const char *const agg_fields[] = {"aggregate", "pipeline", "cursor", "exp
                                          "allowDiskUse", "bypassDocumentValidation", "collation",
                                          "hint", "let", "fromMongos", "needsMerge",
                                          "isMapReduceCommand", "readConcern", "writeConcern",
+                                         "collectionUUID",
                                          NULL};
 
 /* aggregate with explain: true (the form before the explain command): the

@@ -390,4 +390,9 @@ int sbl_cmd_text_spec(const bson_t *spec, const bson_t *key, bson_t *out, sbl_er
  * index; else IndexOptionsConflict (85): one text index per collection. */
 int sbl_cmd_text_conflict(const bson_t *req, const bson_t *have, sbl_err_t *err);
 
+/* coll_uuid.c: a command's collectionUUID argument, checked before its handler runs:
+ * CollectionUUIDMismatch (361) with db, collectionUUID, expectedCollection and
+ * actualCollection appended to reply; TypeMismatch (14) when not a UUID. */
+int sbl_cmd_check_coll_uuid(sbl_opctx_t *ctx, bson_t *reply, sbl_err_t *err);
+
 #endif

@@ -23,7 +23,7 @@
 static const char *const coll_mod_fields[] = {
     "collMod", "validator", "validationLevel", "validationAction", "index",
     "changeStreamPreAndPostImages", "viewOn", "pipeline", "dryRun", "expireAfterSeconds",
-    "timeseries", "cappedSize", "cappedMax", NULL};
+    "timeseries", "cappedSize", "cappedMax", "collectionUUID", NULL};
 
 /* The index the `index` argument names (by name or key pattern), referenced. */
 static int find_index(sbl_coll_t *c, const bson_t *arg, const char *ns, sbl_index_t **ixp,

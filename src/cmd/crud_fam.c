@@ -20,6 +20,7 @@
 static const char *const fam_fields[] = {
     "findAndModify", "findandmodify", "query", "sort", "remove", "update", "new", "fields",
     "upsert", "arrayFilters", "bypassDocumentValidation", "hint", "collation", "let", "stmtId",
+    "collectionUUID",
     NULL};
 
 typedef struct fam_args {

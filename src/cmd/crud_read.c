@@ -22,12 +22,13 @@ static const char *const find_fields[] = {
     "find", "filter", "projection", "sort", "hint", "skip", "limit", "batchSize", "singleBatch",
     "allowDiskUse", "let", "collation", "returnKey", "showRecordId", "min", "max", "tailable",
     "awaitData", "noCursorTimeout", "allowPartialResults", "oplogReplay", "readOnce", "term",
-    "allowSpeculativeMajorityRead", "includeQueryStatsMetrics", NULL};
+    "allowSpeculativeMajorityRead", "includeQueryStatsMetrics", "collectionUUID", NULL};
 
 typedef struct find_state {
     sbl_qexec_t *q;
     sbl_projection_t *proj; /* NULL: whole documents */
     bson_t *key_pattern;    /* returnKey: the plan's index key ({} for a collection scan) */
+    bool show_record_id;    /* showRecordId: each result ends with $recordId */
 } find_state_t;
 
 /* returnKey: the document's values of the index key's fields (null when missing). */
@@ -54,6 +55,22 @@ static int find_next(void *state, sbl_opctx_t *ctx, bson_t *doc, bool *donep, sb
     SBL_RET(sbl_qexec_next(st->q, ctx, &raw, &pos, donep, err));
     if (*donep)
         return 0;
+    if (st->show_record_id && st->key_pattern == NULL) { /* returnKey shows the key alone */
+        int64_t rid = sbl_doc_record_id(&raw);
+        int rc = 0;
+        if (st->proj == NULL) {
+            bson_init(doc);
+            bson_concat(doc, &raw);
+        } else {
+            bson_init(doc);
+            if ((rc = sbl_projection_apply(st->proj, &raw, pos, doc, err)) != 0)
+                bson_destroy(doc);
+        }
+        bson_destroy(&raw);
+        if (rc == 0 && !bson_has_field(doc, "$recordId"))
+            bson_append_int64(doc, "$recordId", -1, rid);
+        return rc;
+    }
     if (st->key_pattern != NULL) {
         key_of(st->key_pattern, &raw, doc);
         bson_destroy(&raw);
@@ -189,6 +206,7 @@ int sbl_cmd_find(sbl_opctx_t *ctx, sbl_err_t *err)
     bool has_min = false, has_max = false;
     bool has_let = false, has_coll = false, return_key = false, plain = true;
     bool tailable = false, await_data = false; /* capped collections (capped.c) */
+    bool show_record_id = false;
     unsigned cursor_flags = 0;
     bson_iter_t coll_it;
     int64_t skip = 0, limit = 0, batch_size = -1;
@@ -252,6 +270,8 @@ int sbl_cmd_find(sbl_opctx_t *ctx, sbl_err_t *err)
                 return_key = true;
             if (a == FA_FLAG && bson_iter_bool(&it))
                 plain = false; /* tailable, showRecordId ...: the general path */
+            if (a == FA_FLAG && k[0] == 's')
+                show_record_id = bson_iter_bool(&it);
             if (a == FA_FLAG && k[0] == 't')
                 tailable = bson_iter_bool(&it);
             if (a == FA_FLAG && strcmp(k, "awaitData") == 0)
@@ -341,6 +361,7 @@ int sbl_cmd_find(sbl_opctx_t *ctx, sbl_err_t *err)
         find_free(st);
         return rc;
     }
+    st->show_record_id = show_record_id;
     if (cursor_flags & SBL_CURSOR_TAILABLE)
         sbl_qexec_set_tailable(st->q);
     return sbl_cursor_first_batch_flags(ctx, ns, &find_source, st, batch_size, single_batch,
@@ -350,7 +371,7 @@ int sbl_cmd_find(sbl_opctx_t *ctx, sbl_err_t *err)
 /* ---- count ------------------------------------------------------------------ */
 
 static const char *const count_fields[] = {"count", "query", "limit", "skip", "hint",
-                                           "collation", "fields", "let", NULL};
+                                           "collation", "fields", "let", "collectionUUID", NULL};
 
 static void append_number(bson_t *b, const char *k, int64_t n)
 {
@@ -447,7 +468,7 @@ int sbl_cmd_count(sbl_opctx_t *ctx, sbl_err_t *err)
 /* ---- distinct --------------------------------------------------------------- */
 
 static const char *const distinct_fields[] = {"distinct", "key", "query", "collation", "hint",
-                                              "let", NULL};
+                                              "let", "collectionUUID", NULL};
 
 typedef struct value_set {
     bson_value_t *v;

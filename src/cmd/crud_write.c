@@ -319,7 +319,7 @@ static void append_count(bson_t *b, const char *k, int64_t n)
 
 static const char *const insert_fields[] = {"insert", "documents", "ordered",
                                             "bypassDocumentValidation", "let", "stmtId",
-                                            "stmtIds", NULL};
+                                            "stmtIds", "collectionUUID", NULL};
 
 /* Insert one prepared document in its own transaction, retrying WriteConflict. */
 static int insert_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_t *doc, bson_t *err_info,
@@ -481,7 +481,7 @@ int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
 
 static const char *const update_fields[] = {"update", "updates", "ordered",
                                             "bypassDocumentValidation", "let", "stmtId",
-                                            "stmtIds", NULL};
+                                            "stmtIds", "collectionUUID", NULL};
 
 typedef struct update_totals {
     int64_t n, nmodified;
@@ -799,7 +799,8 @@ int sbl_cmd_update(sbl_opctx_t *ctx, sbl_err_t *err)
 /* ---- delete -------------------------------------------------------------------- */
 
 static const char *const delete_fields[] = {"delete", "deletes", "ordered", "let", "stmtId",
-                                            "stmtIds", "bypassDocumentValidation", NULL};
+                                            "stmtIds", "bypassDocumentValidation", "collectionUUID",
+                                            NULL};
 
 typedef struct delete_stmt {
     bson_t q;

@@ -478,6 +478,17 @@ static void take_shard_version(pending_t *p, sbl_request_t *req)
 
 static void execute_inner(pending_t *p);
 
+/* A router's command for a sharded collection (its shardVersion has an epoch). */
+static bool routed_sharded(const pending_t *p)
+{
+    bson_iter_t it;
+    if (p->shard_version == NULL || !bson_iter_init_find(&it, p->shard_version, "e") ||
+        !BSON_ITER_HOLDS_OID(&it))
+        return false;
+    static const bson_oid_t zero;
+    return !bson_oid_equal(bson_iter_oid(&it), &zero);
+}
+
 /* Run the command on this thread: a router's command on a shard counts
  * itself into its namespace's critical-section gate (src/shard) first, so
  * a migration's critical section waits for it and holds back new ones. */
@@ -602,6 +613,12 @@ static void execute_inner(pending_t *p)
      * shard's (src/shard), or StaleConfig sends the router to refresh. */
     if (p->shard_version != NULL && (p->rc = check_shard_version(p)) != 0)
         return;
+    /* collectionUUID: the named collection must be the one the client means.
+     * Not for a sharded collection's command from a router: each shard created
+     * its copy with a UUID of its own (listCollections through the router shows
+     * the primary shard's). */
+    if (!routed_sharded(p) && (p->rc = sbl_cmd_check_coll_uuid(ctx, &p->reply, &p->err)) != 0)
+        return;
     /* Read concerns that wait: afterClusterTime before the read, a
      * linearizable read's majority-acknowledged no-op after it. */
     bool lin = false, snap = false;
@@ -689,7 +706,12 @@ static void build_reply(pending_t *p, bson_t *out)
                 strcmp(bson_iter_key(&it), "vReceived") == 0 ||
                 strcmp(bson_iter_key(&it), "vWanted") == 0 ||
                 strcmp(bson_iter_key(&it), "shardId") == 0 ||
-                strcmp(bson_iter_key(&it), "violations") == 0)
+                strcmp(bson_iter_key(&it), "violations") == 0 ||
+                (code == SBL_E_CollectionUUIDMismatch &&
+                 (strcmp(bson_iter_key(&it), "db") == 0 ||
+                  strcmp(bson_iter_key(&it), "collectionUUID") == 0 ||
+                  strcmp(bson_iter_key(&it), "expectedCollection") == 0 ||
+                  strcmp(bson_iter_key(&it), "actualCollection") == 0)))
                 bson_append_iter(out, bson_iter_key(&it), -1, &it);
 }
 

@@ -23,7 +23,7 @@
 #define MAX_INDEXES 64
 
 static const char *const create_fields[] = {"createIndexes", "indexes", "commitQuorum",
-                                            "ignoreUnknownIndexOptions", NULL};
+                                            "ignoreUnknownIndexOptions", "collectionUUID", NULL};
 
 /* Options an index spec may carry (besides v, key, name). */
 static const char *const spec_options[] = {

@@ -99,6 +99,7 @@
     X(TooManyFilesOpen, 264)                                                                       \
     X(InvalidResumeToken, 260)                                                                     \
     X(ChangeStreamFatalError, 280)                                                                 \
+    X(CollectionUUIDMismatch, 361)                                                                 \
     X(ChangeStreamHistoryLost, 286)                                                                \
     X(SnapshotTooOld, 239)                                                                         \
     X(UnsatisfiableWriteConcern, 100)                                                              \

@@ -62,6 +62,15 @@ void sbl_iter_value(const bson_iter_t *it, bson_value_t *out);
 void sbl_key_append(sbl_buf_t *out, const bson_value_t *v, bool descending);
 
 /*
+ * The record id find's showRecordId and {$meta: "recordId"} report for doc: a
+ * collection's record key is the encoded _id (src/storage), not an integer, so
+ * this is a 64-bit hash (FNV-1a) of that key, in [1, 2^63).  Stable for the
+ * document's life, across restarts and on every member; two _ids may in
+ * principle share one (documented in docs/operators.md).  0 when doc has no _id.
+ */
+int64_t sbl_doc_record_id(const bson_t *doc);
+
+/*
  * Decode one value encoded by sbl_key_append (ascending) from p[0..len).
  * Appends it to doc under key "k" (bson_t owns the copy).  Returns the number
  * of bytes consumed, or 0 when the input is malformed (doc may then hold a

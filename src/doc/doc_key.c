@@ -450,3 +450,21 @@ size_t sbl_key_decode(const uint8_t *p, size_t len, bson_t *doc, const char *k)
 {
     return sbl_key_decode_dir(p, len, doc, k, false);
 }
+
+int64_t sbl_doc_record_id(const bson_t *doc)
+{
+    bson_iter_t it;
+    bson_value_t id;
+    if (!bson_iter_init_find(&it, doc, "_id"))
+        return 0;
+    sbl_iter_value(&it, &id);
+    sbl_buf_t key;
+    sbl_buf_init(&key);
+    sbl_key_append(&key, &id, false);
+    uint64_t h = 14695981039346656037ULL;
+    for (size_t i = 0; i < key.len; i++)
+        h = (h ^ key.data[i]) * 1099511628211ULL;
+    sbl_buf_destroy(&key);
+    h &= 0x7fffffffffffffffULL;
+    return h == 0 ? 1 : (int64_t)h;
+}

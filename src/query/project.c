@@ -37,6 +37,7 @@ struct pnode {
     int action;            /* PA_NONE for an interior part */
     bool has_positional;   /* an "a.$" below or here */
     bool has_literal;      /* a literal below or here */
+    bool meta_rid;         /* PA_META: {$meta: "recordId"} (else "textScore") */
     int64_t skip, limit;   /* PA_SLICE; has_skip when given as [skip, limit] */
     bool has_skip;
     bson_value_t lit;      /* PA_LITERAL, owned */
@@ -265,7 +266,10 @@ static int parse_entry(pparse_t *c, const char *path, const bson_value_t *v, sbl
             SBL_ERR(sbl_err_set(err, SBL_E_BadValue,
                                 "positional projection cannot be used with an expression"));
         if (strcmp(op, "$meta") == 0) {
-            if (arg.value_type != BSON_TYPE_UTF8 || strcmp(arg.value.v_utf8.str, "textScore") != 0)
+            bool rid = arg.value_type == BSON_TYPE_UTF8 &&
+                       strcmp(arg.value.v_utf8.str, "recordId") == 0;
+            if (!rid &&
+                (arg.value_type != BSON_TYPE_UTF8 || strcmp(arg.value.v_utf8.str, "textScore") != 0))
                 SBL_ERR(sbl_err_set(err, SBL_E_BadValue, "Unsupported argument to $meta: %s",
                                     arg.value_type == BSON_TYPE_UTF8 ? arg.value.v_utf8.str
                                                                      : "(not a string)"));
@@ -275,7 +279,9 @@ static int parse_entry(pparse_t *c, const char *path, const bson_value_t *v, sbl
                                     "by Sable (%s)", real));
             SBL_ERR(tree_add(c->p->root, real, &leaf, err));
             leaf->action = PA_META; /* any mode: it adds the score, it does not choose fields */
-            c->p->has_meta = true;
+            leaf->meta_rid = rid;
+            if (!rid)
+                c->p->has_meta = true;
             goto done;
         }
         if (strcmp(op, "$slice") == 0 || strcmp(op, "$elemMatch") == 0) {
@@ -647,6 +653,10 @@ static int apply_level(papply_t *a, const pnode_t *n, const uint8_t *data, uint3
             seen = seen_literal_parents[s] == k;
         if (k->action == PA_LITERAL) {
             bson_append_value(out, k->name, -1, &k->lit);
+        } else if (k->action == PA_META && top && k->meta_rid) {
+            int64_t rid = sbl_doc_record_id(&d);
+            if (rid != 0)
+                bson_append_int64(out, k->name, -1, rid);
         } else if (k->action == PA_META && top) {
             bson_iter_t si;
             if (bson_iter_init_find(&si, &d, SBL_TEXT_SCORE_FIELD))

@@ -15,6 +15,7 @@ import tempfile
 import pymongo
 import pytest
 from bson import ObjectId, Timestamp
+from bson.binary import Binary, UUID_SUBTYPE
 from bson.max_key import MaxKey
 from bson.min_key import MinKey
 from pymongo.errors import OperationFailure
@@ -116,6 +117,12 @@ def test_hashed_collection_spreads_and_reads_merge(mongos, shards):
     groups = {d["_id"]: d["n"] for d in mongos.hs.t.aggregate(
         [{"$match": {"f": {"$gte": 0}}}, {"$group": {"_id": "$g", "n": {"$sum": 1}}}])}
     assert groups == {0: 200, 1: 200, 2: 200}
+    # collectionUUID through the router: each shard's copy has a UUID of its own, so
+    # a sharded collection's command is not refused by the shard the UUID is not from
+    info = mongos.hs.command("listCollections", filter={"name": "t"})["cursor"]["firstBatch"]
+    uid = Binary(info[0]["info"]["uuid"].bytes, UUID_SUBTYPE)
+    r = mongos.hs.command("find", "t", filter={"g": 1}, collectionUUID=uid, batchSize=1000)
+    assert len(r["cursor"]["firstBatch"]) == 200
 
 
 def test_writes_with_and_without_the_shard_key(mongos, shards):
@@ -168,6 +175,13 @@ def test_unsharded_collections_live_on_the_primary_shard(mongos, shards):
     assert "t" in mongos.plain.list_collection_names()
     assert "plain" in mongos.list_database_names()
     assert [d["_id"] for d in c.find({}, batch_size=3).sort("_id", 1)] == list(range(10))
+    # an unsharded collection's UUID is checked on its primary shard
+    uid = Binary(mongos.plain.command("listCollections", filter={"name": "t"})[
+        "cursor"]["firstBatch"][0]["info"]["uuid"].bytes, UUID_SUBTYPE)
+    assert mongos.plain.command("count", "t", collectionUUID=uid)["n"] == 10
+    with pytest.raises(OperationFailure) as e:
+        mongos.plain.command("count", "t", collectionUUID=Binary(bytes(16), UUID_SUBTYPE))
+    assert e.value.code == 361
     c.drop()
     assert "t" not in mongos.plain.list_collection_names()
 

@@ -157,6 +157,21 @@ int rt_merge_cursors(const char *db, const char *coll, bson_t *replies, const in
 int rt_drain_cursor(bson_t *shard_reply, const char *db, const char *coll, int shard,
                     bson_t *arr, sbl_err_t *err);
 
+/* ---- rt_auth.c ---- */
+struct sbl_conn;
+/* With authorization on: read users and roles from the config servers. */
+void rt_auth_init(void);
+/* 0 when the connection's client may run the command, else Unauthorized. */
+int rt_auth_check(struct sbl_conn *conn, const char *name, const char *db, const bson_t *cmd,
+                  sbl_err_t *err);
+/* saslStart, saslContinue, logout, connectionStatus and the user and role
+ * commands (passed to the config servers) are answered by rt_auth_run. */
+bool rt_auth_handles(const char *name);
+int rt_auth_run(struct sbl_conn *conn, const char *name, const char *db, const bson_t *cmd,
+                bson_t *reply, sbl_err_t *err);
+/* hello's speculativeAuthenticate: the saslStart reply appended to reply. */
+void rt_auth_hello(struct sbl_conn *conn, const bson_t *cmd, bson_t *reply);
+
 /* ---- rt_watch.c ---- */
 /* Stop the shard poller (sbl_router_watch_start) before the pools go. */
 void rt_watch_stop(void);

@@ -20,6 +20,9 @@
  */
 #include "router/router_int.h"
 
+#include "auth/auth.h"
+#include "server/server.h"
+
 #include <errno.h>
 #include <mongoc/mongoc.h>
 #include <netdb.h>
@@ -54,21 +57,23 @@ static int nshards; /* read without the lock after the slot is filled (only grow
 static mongoc_client_pool_t *config_pool;
 static char configdb[1024];
 
-/* "rs/h1:p1,h2:p2" -> mongodb://h1:p1,h2:p2/?replicaSet=rs; "h:p" -> mongodb://h:p/ */
+/* "rs/h1:p1,h2:p2" -> mongodb://h1:p1,h2:p2/?replicaSet=rs; "h:p" -> mongodb://h:p/;
+ * with a keyFile as __system@local (sbl_auth_cluster_uri). */
 static mongoc_client_pool_t *pool_for(const char *host)
 {
-    char uri_s[1400];
+    char uri_s[4400], opts[600];
     const char *slash = strchr(host, '/');
+    const char *key = sbl_server_options()->cluster_key;
     if (slash != NULL)
-        snprintf(uri_s, sizeof(uri_s),
-                 "mongodb://%s/?replicaSet=%.*s&serverSelectionTimeoutMS=15000"
+        snprintf(opts, sizeof(opts),
+                 "replicaSet=%.*s&serverSelectionTimeoutMS=15000"
                  "&connectTimeoutMS=5000&maxPoolSize=200",
-                 slash + 1, (int)(slash - host), host);
+                 (int)(slash - host), host);
     else
-        snprintf(uri_s, sizeof(uri_s),
-                 "mongodb://%s/?directConnection=true&serverSelectionTimeoutMS=15000"
-                 "&connectTimeoutMS=5000&maxPoolSize=200",
-                 host);
+        snprintf(opts, sizeof(opts), "directConnection=true&serverSelectionTimeoutMS=15000"
+                 "&connectTimeoutMS=5000&maxPoolSize=200");
+    if (!sbl_auth_cluster_uri(uri_s, sizeof(uri_s), key, slash != NULL ? slash + 1 : host, opts))
+        return NULL;
     bson_error_t e;
     mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_s, &e);
     if (uri == NULL)
@@ -455,9 +460,22 @@ static bool idempotent(const bson_t *cmd)
     return false;
 }
 
+/* With a keyFile every connection must authenticate as __system: the
+ * plain connections do not speak SCRAM, so commands go through libmongoc. */
+static bool keyed(void)
+{
+    return sbl_server_options()->cluster_key != NULL;
+}
+
 static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *reply,
                       sbl_err_t *err)
 {
+    if (keyed()) {
+        int64_t t0 = now_us();
+        int rc = run_mongoc(s->pool, s->id, db, cmd, reply, err);
+        count_traffic(s, t0);
+        return rc;
+    }
     bool retry = idempotent(cmd);
     int64_t t0 = now_us();
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -492,7 +510,7 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
     for (int i = 0; i < n; i++) {
         fds[i] = -1;
         rcs[i] = 0;
-        if (shard[i] < 0 || shard[i] >= rt_shard_count()) {
+        if (shard[i] < 0 || shard[i] >= rt_shard_count() || keyed()) {
             rcs[i] = rt_run(shard[i], db, cmds[i], &replies[i], &errs[i]);
             fds[i] = -2; /* answered already */
             continue;

@@ -1,0 +1,171 @@
+"""
+Authentication through sable-router (docs/sharding.md, "Running with
+authentication"): a sharded cluster started with a keyFile by
+build/sable-cluster (the members and the router authenticate to each other as
+__system; the first user is created through the router's localhost
+exception and stored on the config servers), then clients that must
+authenticate at the router as they must at mongos.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pymongo
+import pytest
+from pymongo.errors import OperationFailure
+
+sys.path.insert(0, os.path.dirname(__file__))
+from sabled import sabled_path  # noqa: E402
+from test_sharding import _base_port  # noqa: E402
+
+BUILD = os.path.dirname(sabled_path())
+LAUNCHER = os.path.join(BUILD, "sable-cluster")
+ROUTER = os.path.join(BUILD, "sable-router")
+BENCH = os.path.join(BUILD, "sable-bench")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if not os.path.exists(ROUTER):
+        pytest.skip("sable-router not built")
+    d = tempfile.mkdtemp(prefix="sable-rauth-")
+    key = os.path.join(d, "key")
+    with open(key, "w") as f:
+        f.write("c2FibGUtcm91dGVyLWF1dGgta2V5\n")
+    os.chmod(key, 0o600)
+    base = _base_port(5)
+    env = dict(os.environ, SABLED=sabled_path(), SABLE_ROUTER=ROUTER)
+    r = subprocess.run([sys.executable, LAUNCHER, "start", "--sharded", "--shards", "2",
+                        "--members", "1", "--port", str(base), "--router-port", str(base + 4),
+                        "--oplog-mb", "64", "--dir", os.path.join(d, "c"), "--keyfile", key,
+                        "--user", "admin", "--password", "adminpw"],
+                       capture_output=True, text=True, env=env, timeout=180)
+    info = {"router": base + 4, "config": base, "shard": base + 1}
+    try:
+        assert r.returncode == 0, r.stdout + r.stderr
+        yield info
+    finally:
+        subprocess.run([sys.executable, LAUNCHER, "stop", "--dir", os.path.join(d, "c")],
+                       env=env, timeout=120, capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def url(cluster, user, pw, db="ycsb"):
+    return "mongodb://%s:%s@127.0.0.1:%d/%s?authSource=admin" % (user, pw, cluster["router"], db)
+
+
+@pytest.fixture(scope="module")
+def admin(cluster):
+    c = pymongo.MongoClient(url(cluster, "admin", "adminpw", "admin"),
+                            serverSelectionTimeoutMS=10000)
+    c.admin.command("createUser", "ycsb", pwd="123456",
+                    roles=[{"role": "readWrite", "db": "ycsb"}])
+    c.admin.command("createUser", "reader", pwd="r3ad", roles=[{"role": "read", "db": "ycsb"}])
+    c.admin.command("enableSharding", "ycsb")
+    c.admin.command("shardCollection", "ycsb.usertable", key={"_id": "hashed"})
+    yield c
+    c.close()
+
+
+def test_unauthenticated_refused(cluster, admin):
+    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000)
+    assert c.admin.command("ping")["ok"] == 1  # the handshake needs no user
+    with pytest.raises(OperationFailure) as e:
+        c.ycsb.usertable.find_one()
+    assert e.value.code == 13
+    assert e.value.details["codeName"] == "Unauthorized"
+    assert "requires authentication" in e.value.details["errmsg"]
+    with pytest.raises(OperationFailure) as e:
+        c.admin.command("createUser", "late", pwd="x", roles=[])  # users exist: no exception
+    assert e.value.code == 13
+    st = c.admin.command("connectionStatus")
+    assert st["authInfo"]["authenticatedUsers"] == []
+
+
+def test_users_live_on_config_servers(cluster, admin):
+    users = {u["user"] for u in admin.admin.command("usersInfo")["users"]}
+    assert {"admin", "ycsb", "reader"} <= users
+    # the config server holds them; a shard does not (it has no users at all)
+    key = admin.admin.command("usersInfo", "ycsb")["users"][0]
+    assert key["roles"] == [{"role": "readWrite", "db": "ycsb"}]
+
+
+def test_ycsb_url_crud(cluster, admin):
+    for mech in (None, "SCRAM-SHA-1", "SCRAM-SHA-256"):
+        kw = {"authMechanism": mech} if mech else {}
+        with pymongo.MongoClient(url(cluster, "ycsb", "123456"), serverSelectionTimeoutMS=10000,
+                                 **kw) as c:
+            coll = c.ycsb.usertable
+            tag = mech or "default"
+            coll.insert_many([{"_id": "%s%d" % (tag, i), "n": i} for i in range(50)])
+            assert coll.count_documents({"_id": {"$regex": "^" + tag}}) == 50
+            coll.update_one({"_id": tag + "3"}, {"$set": {"n": -3}})
+            assert coll.find_one({"_id": tag + "3"})["n"] == -3
+            coll.delete_one({"_id": tag + "4"})
+            assert coll.count_documents({"_id": {"$regex": "^" + tag}}) == 49
+            st = c.admin.command("connectionStatus")["authInfo"]
+            assert st["authenticatedUsers"] == [{"user": "ycsb", "db": "admin"}]
+            # readWrite on ycsb only
+            with pytest.raises(OperationFailure) as e:
+                c.other.coll.insert_one({})
+            assert e.value.code == 13
+
+
+def test_read_only_user_cannot_write(cluster, admin):
+    with pymongo.MongoClient(url(cluster, "reader", "r3ad"), serverSelectionTimeoutMS=10000) as c:
+        admin.ycsb.usertable.insert_one({"_id": "ro-probe"})
+        assert c.ycsb.usertable.find_one({"_id": "ro-probe"}) is not None
+        with pytest.raises(OperationFailure) as e:
+            c.ycsb.usertable.insert_one({"_id": "ro-write"})
+        assert e.value.code == 13
+        # a role granted through the router takes effect on the next command
+        admin.admin.command("grantRolesToUser", "reader", roles=[{"role": "readWrite",
+                                                                  "db": "ycsb"}])
+        c.ycsb.usertable.insert_one({"_id": "ro-write"})
+        admin.admin.command("revokeRolesFromUser", "reader", roles=[{"role": "readWrite",
+                                                                     "db": "ycsb"}])
+        with pytest.raises(OperationFailure) as e:
+            c.ycsb.usertable.delete_one({"_id": "ro-write"})
+        assert e.value.code == 13
+        c.admin.command("logout")
+
+
+def test_wrong_password(cluster, admin):
+    with pymongo.MongoClient(url(cluster, "ycsb", "wrong"), serverSelectionTimeoutMS=5000) as c:
+        with pytest.raises(OperationFailure) as e:
+            c.ycsb.command("ping")
+        assert e.value.code == 18
+    with pymongo.MongoClient(url(cluster, "nobody", "x"), serverSelectionTimeoutMS=5000) as c:
+        with pytest.raises(OperationFailure) as e:
+            c.ycsb.command("ping")
+        assert e.value.code == 18
+
+
+def test_shards_require_auth(cluster, admin):
+    # the members run with the keyFile too: a client going around the router
+    # is refused once it asks for data
+    with pymongo.MongoClient("127.0.0.1", cluster["config"], directConnection=True,
+                             serverSelectionTimeoutMS=5000) as c:
+        with pytest.raises(OperationFailure) as e:
+            c.admin.system.users.find_one()
+        assert e.value.code == 13
+
+
+def test_ycsb_bench_through_router(cluster, admin):
+    if not os.path.exists(BENCH):
+        pytest.skip("sable-bench not built")
+    u = url(cluster, "ycsb", "123456")
+    props = ["-p", "mongodb.url=" + u, "-p", "table=benchtable", "-p", "recordcount=300",
+             "-p", "operationcount=600", "-p", "readproportion=0.5",
+             "-p", "updateproportion=0.5"]
+    for phase in ("load", "run"):
+        r = subprocess.run([BENCH, phase, "mongodb"] + props, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "Return=ERROR" not in r.stdout, r.stdout
+        ok = "[INSERT], Return=OK, 300" if phase == "load" else "[READ], Return=OK"
+        assert ok in r.stdout, r.stdout
+    assert admin.ycsb.benchtable.count_documents({}) == 300

@@ -119,6 +119,21 @@ const char *sbl_scram_db(const sbl_scram_t *conv);
 const char *sbl_scram_mechanism(const sbl_scram_t *conv);
 void sbl_scram_free(sbl_scram_t *conv);
 
+/*
+ * The client side of SCRAM-SHA-256, for a cluster member's own connections
+ * (sable-router's direct shard connections as __system).  new: the
+ * client-first message (*firstp, bson_malloc'd); step: the server-first
+ * message in, the client-final out (*outp); verify: the server-final's
+ * signature.  Errors: AuthenticationFailed for a bad server message.
+ */
+typedef struct sbl_scram_client sbl_scram_client_t;
+int sbl_scram_client_new(const char *user, const char *password, sbl_scram_client_t **cp,
+                         char **firstp, sbl_err_t *err);
+int sbl_scram_client_step(sbl_scram_client_t *c, const uint8_t *in, size_t len, char **outp,
+                          sbl_err_t *err);
+int sbl_scram_client_verify(sbl_scram_client_t *c, const uint8_t *in, size_t len, sbl_err_t *err);
+void sbl_scram_client_free(sbl_scram_client_t *c);
+
 /* ---- users and roles in storage ---------------------------------------- */
 
 /* Look up user@db; *foundp tells; when found, doc (initialised here) is the

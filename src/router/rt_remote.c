@@ -279,11 +279,6 @@ static int dial_timeout(const char *hostport, int timeout_ms)
     return fd;
 }
 
-static int dial(const char *hostport)
-{
-    return dial_timeout(hostport, RT_IO_TIMEOUT_MS);
-}
-
 static bool write_all(int fd, const uint8_t *p, size_t n)
 {
     while (n > 0) {
@@ -389,6 +384,83 @@ static bool recv_msg(int fd, int32_t rid, bson_t *reply)
 }
 
 /* A connection to s's primary: an idle one (*pooled) or a new one; -1 with err. */
+/* One SASL round trip on fd: cmd out, payload of the reply in (*outp). */
+static bool sasl_round(int fd, const bson_t *cmd, char **outp, bool *donep)
+{
+    int32_t rid;
+    bson_t reply;
+    bson_iter_t it;
+    const uint8_t *data;
+    uint32_t len = 0;
+    bson_subtype_t st;
+    if (!send_msg(fd, "local", cmd, &rid) || !recv_msg(fd, rid, &reply))
+        return false;
+    bool ok = rt_reply_code(&reply) == 0 && bson_iter_init_find(&it, &reply, "payload") &&
+              BSON_ITER_HOLDS_BINARY(&it);
+    if (ok) {
+        bson_iter_binary(&it, &st, &len, &data);
+        *outp = bson_strndup((const char *)data, len);
+        *donep = bson_iter_init_find(&it, &reply, "done") && bson_iter_as_bool(&it);
+    }
+    bson_destroy(&reply);
+    return ok;
+}
+
+/* With a keyFile, a new connection authenticates as __system@local
+ * (SCRAM-SHA-256, the key as the password) before it carries commands. */
+static bool authenticate(int fd)
+{
+    const char *key = sbl_server_options()->cluster_key;
+    if (key == NULL)
+        return true;
+    sbl_err_t e = {0};
+    sbl_scram_client_t *c = NULL;
+    char *first = NULL, *sfirst = NULL, *final = NULL, *sfinal = NULL;
+    bool done = false, ok = false;
+    if (sbl_scram_client_new("__system", key, &c, &first, &e) != 0)
+        return false;
+    bson_t cmd = BSON_INITIALIZER, opts;
+    BSON_APPEND_INT32(&cmd, "saslStart", 1);
+    BSON_APPEND_UTF8(&cmd, "mechanism", "SCRAM-SHA-256");
+    bson_append_binary(&cmd, "payload", -1, BSON_SUBTYPE_BINARY, (const uint8_t *)first,
+                       (uint32_t)strlen(first));
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "options", &opts);
+    BSON_APPEND_BOOL(&opts, "skipEmptyExchange", true);
+    bson_append_document_end(&cmd, &opts);
+    if (sasl_round(fd, &cmd, &sfirst, &done) &&
+        sbl_scram_client_step(c, (const uint8_t *)sfirst, strlen(sfirst), &final, &e) == 0) {
+        bson_reinit(&cmd);
+        BSON_APPEND_INT32(&cmd, "saslContinue", 1);
+        BSON_APPEND_INT32(&cmd, "conversationId", 1);
+        bson_append_binary(&cmd, "payload", -1, BSON_SUBTYPE_BINARY, (const uint8_t *)final,
+                           (uint32_t)strlen(final));
+        ok = sasl_round(fd, &cmd, &sfinal, &done) && done &&
+             sbl_scram_client_verify(c, (const uint8_t *)sfinal, strlen(sfinal), &e) == 0;
+    }
+    bson_destroy(&cmd);
+    bson_free(first);
+    bson_free(sfirst);
+    bson_free(final);
+    bson_free(sfinal);
+    sbl_scram_client_free(c);
+    return ok;
+}
+
+static int dial_auth(const char *hostport, int timeout_ms)
+{
+    int fd = dial_timeout(hostport, timeout_ms);
+    if (fd >= 0 && !authenticate(fd)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+static int dial(const char *hostport)
+{
+    return dial_auth(hostport, RT_IO_TIMEOUT_MS);
+}
+
 static int conn_get(rt_shard_t *s, bool *pooled, sbl_err_t *err)
 {
     char primary[256];
@@ -460,22 +532,9 @@ static bool idempotent(const bson_t *cmd)
     return false;
 }
 
-/* With a keyFile every connection must authenticate as __system: the
- * plain connections do not speak SCRAM, so commands go through libmongoc. */
-static bool keyed(void)
-{
-    return sbl_server_options()->cluster_key != NULL;
-}
-
 static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *reply,
                       sbl_err_t *err)
 {
-    if (keyed()) {
-        int64_t t0 = now_us();
-        int rc = run_mongoc(s->pool, s->id, db, cmd, reply, err);
-        count_traffic(s, t0);
-        return rc;
-    }
     bool retry = idempotent(cmd);
     int64_t t0 = now_us();
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -510,7 +569,7 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
     for (int i = 0; i < n; i++) {
         fds[i] = -1;
         rcs[i] = 0;
-        if (shard[i] < 0 || shard[i] >= rt_shard_count() || keyed()) {
+        if (shard[i] < 0 || shard[i] >= rt_shard_count()) {
             rcs[i] = rt_run(shard[i], db, cmds[i], &replies[i], &errs[i]);
             fds[i] = -2; /* answered already */
             continue;
@@ -557,7 +616,7 @@ int rt_host_run(const char *hostport, int *fdp, int timeout_ms, const char *db, 
                 bson_t *reply, sbl_err_t *err)
 {
     int32_t rid;
-    if (*fdp < 0 && (*fdp = dial_timeout(hostport, timeout_ms)) < 0) {
+    if (*fdp < 0 && (*fdp = dial_auth(hostport, timeout_ms)) < 0) {
         bson_init(reply);
         return sbl_err_set(err, SBL_E_HostUnreachable, "cannot connect to %s", hostport);
     }

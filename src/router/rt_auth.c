@@ -295,6 +295,50 @@ static bool has_users(void)
     return any;
 }
 
+/* $out and $merge write where they name (the shards run them as __system):
+ * insert, update and remove on the target collection, as mongod asks. */
+static int check_output_stages(rt_client_t *c, const char *db, const bson_t *cmd, sbl_err_t *err)
+{
+    bson_iter_t it, st, f, t;
+    if (!bson_iter_init_find(&it, cmd, "pipeline") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &st))
+        return 0;
+    static const char *const acts[] = {"insert", "update", "remove", NULL};
+    while (bson_iter_next(&st)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&st) || !bson_iter_recurse(&st, &f) || !bson_iter_next(&f))
+            continue;
+        const char *stage = bson_iter_key(&f);
+        if (strcmp(stage, "$out") != 0 && strcmp(stage, "$merge") != 0)
+            continue;
+        const char *tdb = db, *tcoll = NULL;
+        if (BSON_ITER_HOLDS_UTF8(&f)) {
+            tcoll = bson_iter_utf8(&f, NULL);
+        } else if (BSON_ITER_HOLDS_DOCUMENT(&f) && bson_iter_recurse(&f, &t)) {
+            bson_iter_t into = t;
+            if (strcmp(stage, "$merge") == 0 && bson_iter_find(&into, "into")) {
+                if (BSON_ITER_HOLDS_UTF8(&into))
+                    tcoll = bson_iter_utf8(&into, NULL);
+                else if (BSON_ITER_HOLDS_DOCUMENT(&into))
+                    bson_iter_recurse(&into, &t);
+            }
+            if (tcoll == NULL) {
+                bson_iter_t k = t;
+                while (bson_iter_next(&k)) {
+                    if (strcmp(bson_iter_key(&k), "db") == 0 && BSON_ITER_HOLDS_UTF8(&k))
+                        tdb = bson_iter_utf8(&k, NULL);
+                    else if (strcmp(bson_iter_key(&k), "coll") == 0 && BSON_ITER_HOLDS_UTF8(&k))
+                        tcoll = bson_iter_utf8(&k, NULL);
+                }
+            }
+        }
+        for (int i = 0; acts[i] != NULL; i++)
+            if (!sbl_authz_allows(c->authz, sbl_auth_action_id(acts[i]), tdb, tcoll))
+                return sbl_err_set(err, SBL_E_Unauthorized, "not authorized on %s to execute "
+                                   "command { aggregate: ... }", tdb);
+    }
+    return 0;
+}
+
 int rt_auth_check(sbl_conn_t *conn, const char *name, const char *db, const bson_t *cmd,
                   sbl_err_t *err)
 {
@@ -345,12 +389,20 @@ int rt_auth_check(sbl_conn_t *conn, const char *name, const char *db, const bson
         adb = coll_of(cmd) != NULL ? coll_of(cmd) : db;
         coll = NULL;
     }
+    static const char *const fam_remove[] = {"find", "remove", NULL};
+    if ((strcmp(name, "findAndModify") == 0 || strcmp(name, "findandmodify") == 0)) {
+        bson_iter_t r;
+        if (bson_iter_init_find(&r, cmd, "remove") && bson_iter_as_bool(&r))
+            acts = fam_remove;
+    }
     for (int i = 0; i < 3 && acts[i] != NULL; i++) {
         int a = sbl_auth_action_id(acts[i]);
         if (a < 0 || !sbl_authz_allows(c->authz, a, adb, coll))
             return sbl_err_set(err, SBL_E_Unauthorized, "not authorized on %s to execute command "
                                "{ %s: ... }", adb, name);
     }
+    if (strcmp(name, "aggregate") == 0)
+        return check_output_stages(c, db, cmd, err);
     return 0;
 }
 

@@ -112,6 +112,9 @@ def test_ycsb_url_crud(cluster, admin):
             with pytest.raises(OperationFailure) as e:
                 c.other.coll.insert_one({})
             assert e.value.code == 13
+            with pytest.raises(OperationFailure) as e:
+                list(coll.aggregate([{"$merge": {"into": {"db": "other", "coll": "x"}}}]))
+            assert e.value.code == 13
 
 
 def test_read_only_user_cannot_write(cluster, admin):
@@ -121,6 +124,11 @@ def test_read_only_user_cannot_write(cluster, admin):
         with pytest.raises(OperationFailure) as e:
             c.ycsb.usertable.insert_one({"_id": "ro-write"})
         assert e.value.code == 13
+        # nor through an aggregation's output stage (the shard would run it)
+        for stage in ({"$out": "copied"}, {"$merge": {"into": "copied"}}):
+            with pytest.raises(OperationFailure) as e:
+                list(c.ycsb.usertable.aggregate([{"$match": {}}, stage]))
+            assert e.value.code == 13
         # a role granted through the router takes effect on the next command
         admin.admin.command("grantRolesToUser", "reader", roles=[{"role": "readWrite",
                                                                   "db": "ycsb"}])

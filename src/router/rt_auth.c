@@ -11,7 +11,8 @@
  * handshake and authentication ones runs for a client that is not
  * authenticated (Unauthorized, 13), except createUser through the
  * localhost exception while no user exists; a client's privileges are
- * resolved again after any user or role change made through this router.
+ * resolved again after any user or role change made through this router,
+ * and at least every 30 s (changes made through other routers).
  */
 #include "router/router_int.h"
 
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CONVERSATION_ID 1
 
@@ -32,7 +34,12 @@ typedef struct rt_client {
     char *user, *db;
     sbl_authz_t *authz;
     uint64_t gen;
+    time_t resolved; /* when authz was read from the config servers */
 } rt_client_t;
+
+/* As mongos's userCacheInvalidationIntervalSecs: a change made through
+ * another router reaches this one's clients within this long. */
+#define RESOLVE_EVERY_S 30
 
 static _Atomic uint64_t generation = 1; /* bumped by user / role changes through the router */
 
@@ -351,11 +358,13 @@ int rt_auth_check(sbl_conn_t *conn, const char *name, const char *db, const bson
         return sbl_err_set(err, SBL_E_Unauthorized, "Command %s requires authentication", name);
     }
     uint64_t g = atomic_load(&generation);
-    if (c->authz == NULL || c->gen != g) {
+    time_t now = time(NULL);
+    if (c->authz == NULL || c->gen != g || now - c->resolved >= RESOLVE_EVERY_S) {
         sbl_authz_free(c->authz);
         c->authz = NULL;
         SBL_RET(sbl_authz_resolve(NULL, c->db, c->user, &c->authz, err));
         c->gen = g;
+        c->resolved = now;
     }
     bool cluster = false;
     const char *const *acts = actions_of(name, &cluster);
@@ -436,7 +445,7 @@ static void append_status(rt_client_t *c, bool privs, bson_t *reply)
     sbl_err_t e = {0};
     if (c->user != NULL && c->authz == NULL &&
         sbl_authz_resolve(NULL, c->db, c->user, &c->authz, &e) == 0)
-        c->gen = atomic_load(&generation);
+        c->gen = atomic_load(&generation), c->resolved = time(NULL);
     BSON_APPEND_ARRAY_BEGIN(&info, "authenticatedUserRoles", &a);
     if (c->user != NULL && c->authz != NULL)
         sbl_authz_append_roles(c->authz, &a);

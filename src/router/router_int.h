@@ -169,6 +169,12 @@ int rt_auth_check(struct sbl_conn *conn, const char *name, const char *db, const
 bool rt_auth_handles(const char *name);
 int rt_auth_run(struct sbl_conn *conn, const char *name, const char *db, const bson_t *cmd,
                 bson_t *reply, sbl_err_t *err);
+/* The command a worker runs belongs to conn's client (enter ... leave);
+ * rt_auth_owner names its user ("db.user", "" when none or without
+ * authorization) so cursors can be tied to the user who opened them. */
+void rt_auth_enter(struct sbl_conn *conn);
+void rt_auth_leave(void);
+void rt_auth_owner(char *buf, size_t n);
 /* hello's speculativeAuthenticate: the saslStart reply appended to reply. */
 void rt_auth_hello(struct sbl_conn *conn, const bson_t *cmd, bson_t *reply);
 

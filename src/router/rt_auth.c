@@ -41,6 +41,8 @@ typedef struct rt_client {
  * another router reaches this one's clients within this long. */
 #define RESOLVE_EVERY_S 30
 
+static __thread const rt_client_t *current; /* the client of the command this thread runs */
+
 static _Atomic uint64_t generation = 1; /* bumped by user / role changes through the router */
 
 static int lookup(bool roles, const char *db, const char *name, bson_t *doc, bool *foundp,
@@ -548,4 +550,22 @@ void rt_auth_hello(sbl_conn_t *conn, const bson_t *cmd, bson_t *reply)
         sasl_start(client_of(conn), db, &sc, &r, &e) == 0)
         BSON_APPEND_DOCUMENT(reply, "speculativeAuthenticate", &r);
     bson_destroy(&r);
+}
+
+void rt_auth_enter(sbl_conn_t *conn)
+{
+    current = sbl_auth_enabled() ? client_of(conn) : NULL;
+}
+
+void rt_auth_leave(void)
+{
+    current = NULL;
+}
+
+void rt_auth_owner(char *buf, size_t n)
+{
+    if (current != NULL && current->user != NULL)
+        snprintf(buf, n, "%s.%s", current->db, current->user);
+    else
+        buf[0] = '\0';
 }

@@ -601,7 +601,9 @@ static void run_and_reply(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *
         rc = rt_auth_run(conn, name, db, &req->cmd, &reply, &err);
     } else {
         int64_t t0 = mono_us();
+        rt_auth_enter(conn);
         rc = def->fn(db, &req->cmd, &reply, &err);
+        rt_auth_leave();
         count_op(def->name, mono_us() - t0);
         if (rc == 0 && def->fn == cmd_hello)
             rt_auth_hello(conn, &req->cmd, &reply);

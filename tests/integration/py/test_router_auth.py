@@ -141,6 +141,29 @@ def test_read_only_user_cannot_write(cluster, admin):
         c.admin.command("logout")
 
 
+def test_cursor_belongs_to_its_user(cluster, admin):
+    from bson.int64 import Int64
+    admin.ycsb.usertable.insert_many([{"_id": "cur%d" % i} for i in range(10)])
+    with pymongo.MongoClient(url(cluster, "ycsb", "123456"), serverSelectionTimeoutMS=10000) as y, \
+            pymongo.MongoClient(url(cluster, "reader", "r3ad"),
+                                serverSelectionTimeoutMS=10000) as r:
+        res = y.ycsb.command("find", "usertable", filter={"_id": {"$regex": "^cur"}}, batchSize=2)
+        cid = res["cursor"]["id"]
+        assert cid != 0
+        with pytest.raises(OperationFailure) as e:
+            r.ycsb.command("getMore", Int64(cid), collection="usertable")
+        assert e.value.code == 13
+        with pytest.raises(OperationFailure) as e:
+            r.ycsb.command("killCursors", "usertable", cursors=[Int64(cid)])
+        assert e.value.code == 13
+        got = len(res["cursor"]["firstBatch"])
+        while cid != 0:  # its owner continues it to the end
+            more = y.ycsb.command("getMore", Int64(cid), collection="usertable")
+            got += len(more["cursor"]["nextBatch"])
+            cid = more["cursor"]["id"]
+        assert got == 10
+
+
 def test_wrong_password(cluster, admin):
     with pymongo.MongoClient(url(cluster, "ycsb", "wrong"), serverSelectionTimeoutMS=5000) as c:
         with pytest.raises(OperationFailure) as e:

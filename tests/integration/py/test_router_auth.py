@@ -43,7 +43,8 @@ def cluster():
                         "--oplog-mb", "64", "--dir", os.path.join(d, "c"), "--keyfile", key,
                         "--user", "admin", "--password", "adminpw"],
                        capture_output=True, text=True, env=env, timeout=180)
-    info = {"router": base + 4, "config": base, "shard": base + 1}
+    info = {"router": base + 4, "config": base, "shard": base + 1,
+            "key": "c2FibGUtcm91dGVyLWF1dGgta2V5"}
     try:
         assert r.returncode == 0, r.stdout + r.stderr
         yield info
@@ -88,9 +89,17 @@ def test_unauthenticated_refused(cluster, admin):
 def test_users_live_on_config_servers(cluster, admin):
     users = {u["user"] for u in admin.admin.command("usersInfo")["users"]}
     assert {"admin", "ycsb", "reader"} <= users
+    info = admin.admin.command("usersInfo", "ycsb")["users"][0]
+    assert info["roles"] == [{"role": "readWrite", "db": "ycsb"}]
     # the config server holds them; a shard does not (it has no users at all)
-    key = admin.admin.command("usersInfo", "ycsb")["users"][0]
-    assert key["roles"] == [{"role": "readWrite", "db": "ycsb"}]
+    def stored(port):
+        with pymongo.MongoClient("127.0.0.1", port, directConnection=True, username="__system",
+                                 password=cluster["key"], authSource="local",
+                                 authMechanism="SCRAM-SHA-256",
+                                 serverSelectionTimeoutMS=5000) as m:
+            return {d["_id"] for d in m.admin.system.users.find()}
+    assert {"admin.admin", "admin.ycsb", "admin.reader"} <= stored(cluster["config"])
+    assert stored(cluster["shard"]) == set()
 
 
 def test_ycsb_url_crud(cluster, admin):

@@ -96,6 +96,17 @@ int sbl_cmd_create(sbl_opctx_t *ctx, sbl_err_t *err)
         SBL_ERR(sbl_view_options(ctx->cmd, &opts, err));
         sbl_views_note_created(); /* before the view exists: readers then look */
     }
+    /* In a transaction: a plain collection only (capped ones take no
+     * transactional writes; views and time-series are not transactional). */
+    if (ctx->mtxn != NULL && (is_view || bson_has_field(&opts, "capped") ||
+                              bson_has_field(&opts, "timeseries"))) {
+        rc = sbl_err_set(err, SBL_E_OperationNotSupportedInTransaction,
+                         "Cannot create a %s in a multi-document transaction.",
+                         is_view ? "view" : bson_has_field(&opts, "capped")
+                                                ? "capped collection"
+                                                : "time-series collection");
+        goto err;
+    }
     if (create_uuid != NULL && !is_view)
         SBL_ERR(sbl_coll_create_uuid(ctx->ss, ns, &opts, create_uuid, err));
     else

@@ -25,8 +25,10 @@
  * split or another commit fails instead of giving away the wrong range.
  */
 #include "cmd/cmd_int.h"
+#include "cmd/migrate_int.h"
 
 #include "common/log.h"
+#include "common/clock.h"
 #include "doc/doc.h"
 #include "repl/repl.h"
 #include "server/server.h"
@@ -45,14 +47,6 @@
 
 static pthread_mutex_t move_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t commit_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static const char *utf8_of(const bson_t *d, const char *k)
-{
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, d, k) && BSON_ITER_HOLDS_UTF8(&it))
-        return bson_iter_utf8(&it, NULL);
-    return NULL;
-}
 
 static bool doc_of(const bson_t *d, const char *k, bson_t *out)
 {
@@ -80,24 +74,6 @@ static int is_config_primary(sbl_err_t *err)
     return 0;
 }
 
-/* Run cmd on this server; ok: 0 or a write error becomes the error. */
-static int local_run(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
-{
-    bson_init(reply);
-    sbl_cmd_run(db, cmd, reply);
-    bson_iter_t it, e, f;
-    if (bson_iter_init_find(&it, reply, "ok") && bson_iter_as_double(&it) == 1.0) {
-        if (bson_iter_init_find(&it, reply, "writeErrors") && bson_iter_recurse(&it, &e) &&
-            bson_iter_next(&e) && bson_iter_recurse(&e, &f) && bson_iter_find(&f, "code"))
-            return sbl_err_set(err, (int)bson_iter_as_int64(&f), "config write failed");
-        return 0;
-    }
-    int code = bson_iter_init_find(&it, reply, "code") ? (int)bson_iter_as_int64(&it)
-                                                       : SBL_E_InternalError;
-    const char *m = utf8_of(reply, "errmsg");
-    return sbl_err_set(err, code, "%s", m ? m : "config command failed");
-}
-
 /* Every document of config.<coll> matching filter, into arr (an array). */
 static int cfg_find(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
                     sbl_err_t *err)
@@ -109,7 +85,7 @@ static int cfg_find(const char *coll, const bson_t *filter, const bson_t *sort, 
         BSON_APPEND_DOCUMENT(&cmd, "sort", sort);
     BSON_APPEND_INT32(&cmd, "batchSize", 1000000);
     BSON_APPEND_BOOL(&cmd, "singleBatch", true);
-    int rc = local_run("config", &cmd, &reply, err);
+    int rc = mig_local_run("config", &cmd, &reply, err);
     bson_destroy(&cmd);
     bool got = false;
     bson_iter_t it, b;
@@ -151,24 +127,9 @@ static bool cfg_find_one(const char *coll, const bson_t *filter, bson_t *out, sb
 static int cfg_write(const bson_t *cmd, sbl_err_t *err)
 {
     bson_t reply;
-    int rc = local_run("config", cmd, &reply, err);
+    int rc = mig_local_run("config", cmd, &reply, err);
     bson_destroy(&reply);
     return rc;
-}
-
-static void ts_now(uint32_t *t, uint32_t *i)
-{
-    static uint32_t last_t, last_i;
-    static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&m);
-    uint32_t now = (uint32_t)time(NULL);
-    if (now > last_t) {
-        last_t = now;
-        last_i = 0;
-    }
-    *t = last_t;
-    *i = ++last_i;
-    pthread_mutex_unlock(&m);
 }
 
 /* An entry of config.changelog (what, ns, details) in mongod's shape. */
@@ -213,8 +174,8 @@ static int shard_host(const char *id, char *out, size_t n, sbl_err_t *err)
     bson_t f = BSON_INITIALIZER, d = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&f, "_id", id);
     int rc = 0;
-    if (cfg_find_one("shards", &f, &d, err) && utf8_of(&d, "host") != NULL)
-        snprintf(out, n, "%s", utf8_of(&d, "host"));
+    if (cfg_find_one("shards", &f, &d, err) && sbl_doc_utf8(&d, "host") != NULL)
+        snprintf(out, n, "%s", sbl_doc_utf8(&d, "host"));
     else
         rc = sbl_err_set(err, SBL_E_ShardNotFound, "Shard %s not found", id);
     bson_destroy(&f);
@@ -255,7 +216,7 @@ static int move_range_locked(const char *ns, const bson_t *min, const bson_t *ma
                          "the chunk first)");
         goto out;
     }
-    const char *from = utf8_of(&chunk, "shard");
+    const char *from = sbl_doc_utf8(&chunk, "shard");
     if (from == NULL) {
         rc = sbl_err_set(err, SBL_E_InternalError, "config.chunks entry without a shard");
         goto out;
@@ -372,8 +333,8 @@ int sbl_cmd_configsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     int rc = is_config_primary(err);
     if (rc != 0)
         return rc;
-    const char *ns = utf8_of(ctx->cmd, "_configsvrMoveRange");
-    const char *to = utf8_of(ctx->cmd, "toShard");
+    const char *ns = sbl_doc_utf8(ctx->cmd, "_configsvrMoveRange");
+    const char *to = sbl_doc_utf8(ctx->cmd, "toShard");
     bson_t min, max;
     if (ns == NULL || to == NULL || !doc_of(ctx->cmd, "min", &min))
         return sbl_err_set(err, SBL_E_BadValue, "_configsvrMoveRange needs a namespace, min "
@@ -436,8 +397,8 @@ int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
     int rc = is_config_primary(err);
     if (rc != 0)
         return rc;
-    const char *ns = utf8_of(ctx->cmd, "_configsvrCommitChunkMigration");
-    const char *from = utf8_of(ctx->cmd, "fromShard"), *to = utf8_of(ctx->cmd, "toShard");
+    const char *ns = sbl_doc_utf8(ctx->cmd, "_configsvrCommitChunkMigration");
+    const char *from = sbl_doc_utf8(ctx->cmd, "fromShard"), *to = sbl_doc_utf8(ctx->cmd, "toShard");
     bson_t mc, min, max;
     if (ns == NULL || from == NULL || to == NULL || !doc_of(ctx->cmd, "migratedChunk", &mc) ||
         !doc_of(&mc, "min", &min) || !doc_of(&mc, "max", &max))
@@ -473,7 +434,7 @@ int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
             major = ma;
             minor = mi;
         }
-        const char *sh = utf8_of(&c, "shard");
+        const char *sh = sbl_doc_utf8(&c, "shard");
         if (sh == NULL || strcmp(sh, from) != 0 || !doc_of(&c, "min", &cmin) ||
             !doc_of(&c, "max", &cmax))
             continue;
@@ -491,7 +452,7 @@ int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
         goto out;
     }
     uint32_t t, i;
-    ts_now(&t, &i);
+    sbl_clock_ts_next(&t, &i);
     bson_t set = BSON_INITIALIZER, hist, h;
     BSON_APPEND_UTF8(&set, "shard", to);
     BSON_APPEND_TIMESTAMP(&set, "lastmod", major + 1, 0);
@@ -565,7 +526,7 @@ static bool balancer_enabled(void)
     bool on = true;
     if (cfg_find_one("settings", &f, &d, &e)) {
         bson_iter_t it;
-        const char *mode = utf8_of(&d, "mode");
+        const char *mode = sbl_doc_utf8(&d, "mode");
         if (bson_iter_init_find(&it, &d, "stopped") && bson_iter_as_bool(&it))
             on = false;
         if (mode != NULL && strcmp(mode, "off") == 0)
@@ -586,7 +547,7 @@ static int threshold(int total)
 static int balance_collection(const bson_t *coll, char ids[][128], int nshards)
 {
     bson_iter_t it;
-    const char *ns = utf8_of(coll, "_id");
+    const char *ns = sbl_doc_utf8(coll, "_id");
     if (ns == NULL || !bson_iter_init_find(&it, coll, "uuid"))
         return 0;
     bson_t f = BSON_INITIALIZER, sort = BSON_INITIALIZER, chunks;
@@ -609,7 +570,7 @@ static int balance_collection(const bson_t *coll, char ids[][128], int nshards)
     while (bson_iter_next(&it)) {
         bson_t c;
         const char *sh;
-        if (!sbl_iter_doc(&it, &c) || (sh = utf8_of(&c, "shard")) == NULL)
+        if (!sbl_iter_doc(&it, &c) || (sh = sbl_doc_utf8(&c, "shard")) == NULL)
             continue;
         total++;
         for (int s = 0; s < nshards; s++)
@@ -630,7 +591,7 @@ static int balance_collection(const bson_t *coll, char ids[][128], int nshards)
         while (bson_iter_next(&it)) {
             bson_t c, min, max;
             const char *sh;
-            if (!sbl_iter_doc(&it, &c) || (sh = utf8_of(&c, "shard")) == NULL ||
+            if (!sbl_iter_doc(&it, &c) || (sh = sbl_doc_utf8(&c, "shard")) == NULL ||
                 strcmp(sh, ids[hi]) != 0 || !doc_of(&c, "min", &min) || !doc_of(&c, "max", &max))
                 continue;
             moved = move_range_locked(ns, &min, &max, ids[lo], NULL, &e) == 0 ? 1 : -1;
@@ -656,10 +617,10 @@ static int balance_round(bool *errorp)
         while (bson_iter_next(&it) && nshards < 64) {
             bson_t s;
             bson_iter_t dr;
-            if (!sbl_iter_doc(&it, &s) || utf8_of(&s, "_id") == NULL ||
+            if (!sbl_iter_doc(&it, &s) || sbl_doc_utf8(&s, "_id") == NULL ||
                 (bson_iter_init_find(&dr, &s, "draining") && bson_iter_as_bool(&dr)))
                 continue;
-            snprintf(ids[nshards++], sizeof(ids[0]), "%s", utf8_of(&s, "_id"));
+            snprintf(ids[nshards++], sizeof(ids[0]), "%s", sbl_doc_utf8(&s, "_id"));
         }
     }
     bson_destroy(&shards);

@@ -190,9 +190,33 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err);
 void sbl_cmd_mtxn_end(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err);
 int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_abort_transaction(sbl_opctx_t *ctx, sbl_err_t *err);
+/* A collection (an index) the transaction ctx runs in created: hidden from
+ * others until its commit, then logged before its applyOps entry; dropped
+ * when it aborts. */
+void sbl_cmd_mtxn_note_created(sbl_opctx_t *ctx, const char *ns);
+void sbl_cmd_mtxn_note_index(sbl_opctx_t *ctx, const char *ns, const bson_t *spec);
+/* currentOp: each open transaction no command is running in, as
+ * {lsid, transaction: {parameters: {txnNumber, autocommit}, readTimestamp,
+ * startWallClockTime, timeOpenMicros, timeActiveMicros, timeInactiveMicros,
+ * expiryTime}} (*docsp: the caller frees each and the array). */
+size_t sbl_cmd_mtxn_idle(bson_t ***docsp);
+/* serverStatus.transactions' counters, for the Prometheus endpoint. */
+void sbl_cmd_mtxn_counts(int64_t *started, int64_t *committed, int64_t *aborted, int64_t *open);
 void sbl_cmd_mtxn_kill_session(const uint8_t id[16]);
 void sbl_cmd_mtxn_reap(void);
-/* transactionLifetimeLimitSeconds, maxTransactionLockRequestTimeoutMillis:
+/* snapshot_read.c: readConcern snapshot outside a transaction.  _begin,
+ * before the handler, checks the read concern and opens the snapshot on
+ * ctx->ss (setting ctx->read_ts; a getMore of a snapshot cursor reads at its
+ * time); it may wait for the time to be majority-committed, so such reads
+ * run on a worker.  _end (always called after _begin) closes it and adds
+ * distinct's atClusterTime. */
+int sbl_cmd_snapshot_begin(sbl_opctx_t *ctx, sbl_err_t *err);
+/* A transaction's first command: its readConcern's atClusterTime (*tsp, 0:
+ * none), checked and waited for as for a snapshot read. */
+int sbl_cmd_snapshot_txn_ts(sbl_opctx_t *ctx, uint64_t *tsp, sbl_err_t *err);
+void sbl_cmd_snapshot_end(sbl_opctx_t *ctx, int rc);
+/* transactionLifetimeLimitSeconds, maxTransactionLockRequestTimeoutMillis,
+ * minSnapshotHistoryWindowInSeconds:
  * set (-1: not one of them; reply gets "was"), or append the value. */
 int sbl_cmd_mtxn_set_parameter(const char *k, const bson_iter_t *it, bson_t *reply,
                                sbl_err_t *err);

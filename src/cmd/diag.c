@@ -309,6 +309,7 @@ const struct sbl_metrics_sources *sbl_cmd_metrics_sources(void)
         .audit_events = sbl_audit_events_total,
         .repl_members = src_repl_members,
         .authorize = src_authorize,
+        .transactions = sbl_cmd_mtxn_counts,
     };
     return &src;
 }

@@ -42,6 +42,8 @@ typedef struct pending {
     sbl_op_t op;  /* in the registry while the handler runs */
     bool on_coll; /* op.ns names a collection (top counts it) */
     bson_t *shard_version; /* the router's shardVersion, taken out of the command (shards) */
+    bool unsatisfiable_wc; /* a transaction's commit/abort asked w > members: it runs, then
+                            * gets writeConcernError UnsatisfiableWriteConcern (as mongod) */
 } pending_t;
 
 /* ---- counters (serverStatus.opcounters; kept by src/metrics) ------------- */
@@ -220,7 +222,7 @@ static int parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc,
                     return sbl_err_set(err, SBL_E_BadValue, "w has to be a number between 0 "
                                        "and 50 or a string, not %lld", (long long)v);
                 if (v > 1 && repl && v > sbl_repl_member_count())
-                    return sbl_err_set(err, 100 /* UnsatisfiableWriteConcern */,
+                    return sbl_err_set(err, SBL_E_UnsatisfiableWriteConcern,
                                        "Not enough data-bearing nodes");
                 if (v > 1 && !repl)
                     return sbl_err_set(err, SBL_E_BadValue, "cannot use 'w' > 1 on a host that "
@@ -322,19 +324,23 @@ static bool statements_are_points(const bson_t *cmd, const char *array, const ch
 }
 
 /* readConcern's level is linearizable (*linp) and its afterClusterTime
- * (*afterp, 0 when none): both make the read wait (repl_read.c). */
-static void read_concern_of(const bson_t *cmd, bool *linp, uint64_t *afterp)
+ * (*afterp, 0 when none): both make the read wait (repl_read.c); so may a
+ * snapshot read (*snapp, snapshot_read.c). */
+static void read_concern_of(const bson_t *cmd, bool *linp, uint64_t *afterp, bool *snapp)
 {
     bson_iter_t it, rc;
     *linp = false;
     *afterp = 0;
+    *snapp = false;
     if (!sbl_doc_find_top(cmd, "readConcern", &it) || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
         !bson_iter_recurse(&it, &rc))
         return;
     while (bson_iter_next(&rc)) {
         const char *k = bson_iter_key(&rc);
-        if (strcmp(k, "level") == 0 && BSON_ITER_HOLDS_UTF8(&rc))
+        if (strcmp(k, "level") == 0 && BSON_ITER_HOLDS_UTF8(&rc)) {
             *linp = strcmp(bson_iter_utf8(&rc, NULL), "linearizable") == 0;
+            *snapp = strcmp(bson_iter_utf8(&rc, NULL), "snapshot") == 0;
+        }
         else if (strcmp(k, "afterClusterTime") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&rc)) {
             uint32_t t, i;
             bson_iter_timestamp(&rc, &t, &i);
@@ -366,11 +372,11 @@ static int linearizable_allowed(const sbl_opctx_t *ctx, sbl_err_t *err)
 static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t counted)
 {
     bson_t f;
-    bool lin;
+    bool lin, snap;
     uint64_t after;
     if (def->flags & SBL_CMD_READ) {
-        read_concern_of(cmd, &lin, &after);
-        if (lin || after != 0)
+        read_concern_of(cmd, &lin, &after, &snap);
+        if (lin || after != 0 || snap)
             return true; /* it waits for replication (repl_read.c) off the loop */
     }
     if ((def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
@@ -553,7 +559,16 @@ static void execute_inner(pending_t *p)
             ctx->deadline_us = ctx->start_us + ms * 1000;
     }
     if ((p->def->flags & SBL_CMD_WRITE) && has_wc) {
-        if ((p->rc = parse_write_concern(&wcit, &ctx->wc, &p->err)) != 0)
+        if ((p->rc = parse_write_concern(&wcit, &ctx->wc, &p->err)) ==
+                SBL_E_UnsatisfiableWriteConcern &&
+            (strcmp(ctx->name, "commitTransaction") == 0 ||
+             strcmp(ctx->name, "abortTransaction") == 0)) {
+            p->unsatisfiable_wc = true;
+            sbl_err_clear(&p->err);
+            p->rc = 0;
+            ctx->wc.w = 1;
+        }
+        if (p->rc != 0)
             return;
     } else if (has_dwc) { /* no writeConcern: the cluster-wide default */
         bson_t wrap = BSON_INITIALIZER;
@@ -589,10 +604,13 @@ static void execute_inner(pending_t *p)
         return;
     /* Read concerns that wait: afterClusterTime before the read, a
      * linearizable read's majority-acknowledged no-op after it. */
-    bool lin = false;
+    bool lin = false, snap = false;
     uint64_t after = 0;
-    if ((p->def->flags & SBL_CMD_READ) && ctx->req != NULL) {
-        read_concern_of(ctx->cmd, &lin, &after);
+    /* A transaction's first command, a write too, waits for its afterClusterTime. */
+    bool txn_start = has_ac && sbl_doc_find_top(ctx->cmd, "startTransaction", &it);
+    if (((p->def->flags & SBL_CMD_READ) || txn_start) && ctx->req != NULL) {
+        read_concern_of(ctx->cmd, &lin, &after, &snap);
+        (void)snap; /* snapshot_read.c reads it again */
         if (lin && (p->rc = linearizable_allowed(ctx, &p->err)) != 0)
             return;
         if (after != 0 && (p->rc = sbl_repl_wait_applied(after, ctx->deadline_us, &p->err)) != 0)
@@ -601,6 +619,13 @@ static void execute_inner(pending_t *p)
     /* A retryable write: check txnNumber, check the session out (and in
      * again below, whatever happens). */
     if (has_txn && (p->rc = sbl_cmd_txn_begin(ctx, &txnit, has_ac ? &acit : NULL, &p->err)) != 0) {
+        sbl_cmd_txn_end(ctx);
+        sbl_cmd_mtxn_end(ctx, &p->rc, &p->err);
+        return;
+    }
+    /* readConcern snapshot outside a transaction: the handler reads one
+     * snapshot at a timestamp (snapshot_read.c). */
+    if ((p->rc = sbl_cmd_snapshot_begin(ctx, &p->err)) != 0) {
         sbl_cmd_txn_end(ctx);
         sbl_cmd_mtxn_end(ctx, &p->rc, &p->err);
         return;
@@ -620,6 +645,7 @@ static void execute_inner(pending_t *p)
             p->err = jerr;
         }
     }
+    sbl_cmd_snapshot_end(ctx, p->rc);
     sbl_cmd_txn_end(ctx);
     sbl_cmd_mtxn_end(ctx, &p->rc, &p->err);
     op_end(p);
@@ -825,6 +851,15 @@ static bool needs_repl_wait(const pending_t *p)
 
 static void finish(pending_t *p)
 {
+    if (p->rc == 0 && p->unsatisfiable_wc) {
+        p->unsatisfiable_wc = false;
+        bson_t wce; /* the reply is sent below, as for any write */
+        BSON_APPEND_DOCUMENT_BEGIN(&p->reply, "writeConcernError", &wce);
+        BSON_APPEND_INT32(&wce, "code", SBL_E_UnsatisfiableWriteConcern);
+        BSON_APPEND_UTF8(&wce, "codeName", sbl_err_name(SBL_E_UnsatisfiableWriteConcern));
+        BSON_APPEND_UTF8(&wce, "errmsg", "Not enough data-bearing nodes");
+        bson_append_document_end(&p->reply, &wce);
+    }
     if (p->ctx.close_instead && p->ctx.conn != NULL) {
         /* onPrimaryTransactionalWrite: the write ran; the client gets no reply. */
         p->ctx.deferred = true;

@@ -542,6 +542,13 @@ int sbl_cmd_create_indexes(sbl_opctx_t *ctx, sbl_err_t *err)
         ctx->wrote = true;
         sbl_op_coll_created(ctx, ns);
     }
+    /* In a transaction (mongod 7.0): indexes only on a collection it creates. */
+    if (ctx->mtxn != NULL && !created && !sbl_coll_created_by(c, ctx->ss)) {
+        rc = sbl_err_set(err, SBL_E_OperationNotSupportedInTransaction,
+                         "Cannot create new indexes on existing collection %s in a "
+                         "multi-document transaction.", ns);
+        goto err;
+    }
     bson_iter_t dc; /* the collection's default collation for specs without their own */
     for (i = 0; i < nspecs && bson_iter_init_find(&dc, sbl_coll_options(c), "collation"); i++)
         if (!own_coll[i])
@@ -580,7 +587,10 @@ int sbl_cmd_create_indexes(sbl_opctx_t *ctx, sbl_err_t *err)
             made[i] = true;
             nmade++;
             ctx->wrote = true;
-            sbl_repl_log_create_index(ctx->ss, ns, sbl_coll_uuid(c), specs[i]);
+            if (ctx->mtxn != NULL) /* logged when the transaction commits */
+                sbl_cmd_mtxn_note_index(ctx, ns, specs[i]);
+            else
+                sbl_repl_log_create_index(ctx->ss, ns, sbl_coll_uuid(c), specs[i]);
             sbl_cmd_audit_index(ctx, "createIndex", ns, spec_name(specs[i]), specs[i]);
         }
         for (i = 0; i < nspecs && !again; i++) {

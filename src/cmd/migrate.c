@@ -70,14 +70,6 @@ int64_t mig_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-const char *mig_utf8_of(const bson_t *d, const char *k)
-{
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, d, k) && BSON_ITER_HOLDS_UTF8(&it))
-        return bson_iter_utf8(&it, NULL);
-    return NULL;
-}
-
 bool mig_doc_of(const bson_t *d, const char *k, bson_t *out)
 {
     bson_iter_t it;
@@ -172,7 +164,7 @@ int mig_local_run(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *e
     }
     int code = bson_iter_init_find(&it, reply, "code") ? (int)bson_iter_as_int64(&it)
                                                        : SBL_E_InternalError;
-    const char *m = mig_utf8_of(reply, "errmsg");
+    const char *m = sbl_doc_utf8(reply, "errmsg");
     return sbl_err_set(err, code, "%s", m ? m : "local command failed");
 }
 
@@ -282,7 +274,7 @@ void mig_update_active_flag(void)
 
 int mig_check_session(const bson_t *cmd, const char *have, sbl_err_t *err)
 {
-    const char *s = mig_utf8_of(cmd, "sessionId");
+    const char *s = sbl_doc_utf8(cmd, "sessionId");
     if (s == NULL || strcmp(s, have) != 0)
         return sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "no migration session %s "
                            "is active on this shard", s ? s : "(none)");
@@ -403,7 +395,7 @@ static void ids_free(id_list_t *l)
 /* The _id an oplog entry (or applyOps sub-entry) changed, for ns. */
 static void entry_id(const bson_t *e, const char *ns, id_list_t *ids)
 {
-    const char *op = mig_utf8_of(e, "op"), *ens = mig_utf8_of(e, "ns");
+    const char *op = sbl_doc_utf8(e, "op"), *ens = sbl_doc_utf8(e, "ns");
     bson_iter_t it, sub;
     bson_t o;
     if (op == NULL)
@@ -642,8 +634,8 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     if (sbl_server_options()->cluster_role != SBL_ROLE_SHARDSVR || sbl_shard_name() == NULL)
         return sbl_err_set(err, SBL_E_IllegalOperation, "_shardsvrMoveRange needs a shard "
                            "that belongs to a cluster");
-    const char *to = mig_utf8_of(ctx->cmd, "toShard"), *to_host = mig_utf8_of(ctx->cmd, "toShardHost");
-    const char *from_host = mig_utf8_of(ctx->cmd, "fromShardHost");
+    const char *to = sbl_doc_utf8(ctx->cmd, "toShard"), *to_host = sbl_doc_utf8(ctx->cmd, "toShardHost");
+    const char *from_host = sbl_doc_utf8(ctx->cmd, "fromShardHost");
     const char *cfg = sbl_shard_configsvr();
     if (to == NULL || to_host == NULL || from_host == NULL)
         return sbl_err_set(err, SBL_E_BadValue, "_shardsvrMoveRange needs toShard, toShardHost "
@@ -695,10 +687,10 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     /* 2. wait until it has cloned and caught up */
     while (rc == 0) {
         rc = mig_recip_call(to_host, "_recvChunkStatus", session, &reply, err);
-        const char *state = rc == 0 ? mig_utf8_of(&reply, "state") : NULL;
+        const char *state = rc == 0 ? sbl_doc_utf8(&reply, "state") : NULL;
         bool steady = state != NULL && strcmp(state, "steady") == 0;
         if (state != NULL && strcmp(state, "fail") == 0) {
-            const char *m = mig_utf8_of(&reply, "errmsg");
+            const char *m = sbl_doc_utf8(&reply, "errmsg");
             rc = sbl_err_set(err, SBL_E_OperationFailed, "the recipient failed: %s",
                              m ? m : "error");
         }

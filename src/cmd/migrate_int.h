@@ -16,7 +16,6 @@ typedef struct mig_spec {
     int hashed_pos;
 } mig_spec_t;
 
-const char *mig_utf8_of(const bson_t *d, const char *k);
 bool mig_doc_of(const bson_t *d, const char *k, bson_t *out);
 /* ns (the command's first field), min, max and shardKeyPattern from cmd. */
 int mig_spec_parse(const bson_t *cmd, mig_spec_t *s, sbl_err_t *err);

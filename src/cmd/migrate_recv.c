@@ -10,6 +10,7 @@
  * the version and leaves it; _recvChunkAbort takes back out what was moved.
  */
 #include "cmd/migrate_int.h"
+#include "doc/doc.h"
 
 #include "server/server.h"
 #include "shard/shard.h"
@@ -101,7 +102,7 @@ static int recip_copy_indexes(sbl_err_t *err)
         while (bson_iter_next(&it)) {
             bson_t d;
             const char *name;
-            if (!sbl_iter_doc(&it, &d) || (name = mig_utf8_of(&d, "name")) == NULL ||
+            if (!sbl_iter_doc(&it, &d) || (name = sbl_doc_utf8(&d, "name")) == NULL ||
                 strcmp(name, "_id_") == 0)
                 continue;
             bson_t spec;
@@ -202,7 +203,7 @@ int sbl_cmd_recv_chunk_start(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     if (sbl_server_options()->cluster_role != SBL_ROLE_SHARDSVR)
         return sbl_err_set(err, SBL_E_IllegalOperation, "not a shard");
-    const char *session = mig_utf8_of(ctx->cmd, "sessionId"), *from = mig_utf8_of(ctx->cmd, "from");
+    const char *session = sbl_doc_utf8(ctx->cmd, "sessionId"), *from = sbl_doc_utf8(ctx->cmd, "from");
     if (session == NULL || from == NULL)
         return sbl_err_set(err, SBL_E_BadValue, "_recvChunkStart needs sessionId and from");
     mig_spec_t spec;

@@ -108,6 +108,41 @@ static void collect_op(const sbl_op_t *op, void *arg)
     l->docs[l->n++] = d;
 }
 
+/* Open transactions between their commands, as mongod shows them: type
+ * "idleSession", not active, with the session and the transaction. */
+static void add_idle_sessions(op_list_t *l)
+{
+    bson_t **idle = NULL;
+    size_t n = sbl_cmd_mtxn_idle(&idle);
+    char buf[64];
+    for (size_t i = 0; i < n; i++) {
+        if (l->n == l->cap) {
+            size_t cap = l->cap ? l->cap * 2 : 16;
+            bson_t **docs = realloc(l->docs, cap * sizeof(*docs));
+            if (docs == NULL) {
+                bson_destroy(idle[i]);
+                continue;
+            }
+            l->docs = docs;
+            l->cap = cap;
+        }
+        bson_t *d = bson_new();
+        BSON_APPEND_UTF8(d, "type", "idleSession");
+        BSON_APPEND_UTF8(d, "host", sbl_server_host());
+        BSON_APPEND_BOOL(d, "active", false);
+        iso_time(l->now_ms, buf, sizeof(buf));
+        BSON_APPEND_UTF8(d, "currentOpTime", buf);
+        bson_concat(d, idle[i]);
+        BSON_APPEND_BOOL(d, "waitingForLock", false);
+        bson_t locks;
+        BSON_APPEND_DOCUMENT_BEGIN(d, "locks", &locks);
+        bson_append_document_end(d, &locks);
+        bson_destroy(idle[i]);
+        l->docs[l->n++] = d;
+    }
+    free(idle);
+}
+
 /* Fields of a currentOp command that are not part of its filter. */
 static bool is_option(const char *k)
 {
@@ -149,6 +184,7 @@ int sbl_cmd_current_op(sbl_opctx_t *ctx, sbl_err_t *err)
     l.now_us = (int64_t)mono.tv_sec * 1000000 + mono.tv_nsec / 1000;
     l.now_ms = sbl_now_ms();
     sbl_ops_foreach(collect_op, &l);
+    add_idle_sessions(&l);
 
     BSON_APPEND_ARRAY_BEGIN(ctx->reply, "inprog", &arr);
     uint32_t n = 0;

@@ -98,8 +98,10 @@ int sbl_cmd_repl_set_freeze(sbl_opctx_t *ctx, sbl_err_t *err)
 void sbl_cmd_on_coll_created(sbl_opctx_t *ctx, const char *ns)
 {
     sbl_cmd_audit_coll_created(ctx, ns);
-    /* Inside a transaction the entry is written at once on the thread's own
-     * session: the transaction's holds no oplog lock between its commands. */
-    if (ctx->ss != NULL)
-        sbl_repl_log_create(ctx->mtxn != NULL ? sbl_session_get() : ctx->ss, ns);
+    /* Inside a transaction the collection stays the transaction's until it
+     * commits, which logs the entry (txn.c). */
+    if (ctx->mtxn != NULL)
+        sbl_cmd_mtxn_note_created(ctx, ns);
+    else if (ctx->ss != NULL)
+        sbl_repl_log_create(ctx->ss, ns);
 }

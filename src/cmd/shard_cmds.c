@@ -9,6 +9,7 @@
  * handler runs; src/shard has the rules).
  */
 #include "cmd/cmd_int.h"
+#include "doc/doc.h"
 
 #include "server/server.h"
 #include "shard/shard.h"
@@ -18,14 +19,6 @@
 static bool is_shardsvr(void)
 {
     return sbl_server_options()->cluster_role == SBL_ROLE_SHARDSVR;
-}
-
-static const char *utf8_of(const bson_t *d, const char *k)
-{
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, d, k) && BSON_ITER_HOLDS_UTF8(&it))
-        return bson_iter_utf8(&it, NULL);
-    return NULL;
 }
 
 int sbl_cmd_add_shard_identity(sbl_opctx_t *ctx, sbl_err_t *err)
@@ -43,8 +36,8 @@ int sbl_cmd_add_shard_identity(sbl_opctx_t *ctx, sbl_err_t *err)
         bson_iter_document(&it, &len, &data);
         bson_init_static(&si, data, len);
     }
-    const char *name = utf8_of(&si, "shardName");
-    const char *cfg = utf8_of(&si, "configsvrConnectionString");
+    const char *name = sbl_doc_utf8(&si, "shardName");
+    const char *cfg = sbl_doc_utf8(&si, "configsvrConnectionString");
     if (name == NULL || cfg == NULL)
         return sbl_err_set(err, SBL_E_BadValue, "shardIdentity needs shardName and "
                            "configsvrConnectionString");
@@ -84,7 +77,7 @@ int sbl_cmd_flush_routing_table(sbl_opctx_t *ctx, sbl_err_t *err)
     if (!is_shardsvr())
         return sbl_err_set(err, SBL_E_IllegalOperation, "Cannot accept sharding commands if not "
                            "started with --shardsvr");
-    const char *ns = utf8_of(ctx->cmd, "_flushRoutingTableCacheUpdates");
+    const char *ns = sbl_doc_utf8(ctx->cmd, "_flushRoutingTableCacheUpdates");
     if (ns == NULL)
         return sbl_err_set(err, SBL_E_BadValue, "_flushRoutingTableCacheUpdates needs a "
                            "namespace");
@@ -116,8 +109,8 @@ void sbl_cmd_sharding_start(void)
         bson_t si;
         bson_iter_document(&d, &len, &data);
         bson_init_static(&si, data, len);
-        const char *name = utf8_of(&si, "shardName");
-        const char *cfg = utf8_of(&si, "configsvrConnectionString");
+        const char *name = sbl_doc_utf8(&si, "shardName");
+        const char *cfg = sbl_doc_utf8(&si, "configsvrConnectionString");
         sbl_err_t e = {0};
         if (name != NULL && cfg != NULL)
             sbl_shard_set_identity(name, cfg, &e);

@@ -42,7 +42,16 @@ typedef struct sbl_mtxn {
     bool busy;                /* a command runs in it (the reaper leaves it alone) */
     sbl_session_t *ss;        /* holds the WiredTiger transaction while in progress */
     sbl_repl_txn_ops_t *ops;  /* its writes, for the applyOps entry */
+    char **created;           /* collections it created (hidden from others until commit) */
+    size_t ncreated;
+    bool published;           /* ... shown to all and logged: undoing one logs its drop */
+    char **ix_ns;             /* indexes it created on them, logged at commit */
+    bson_t **ix_specs;
+    size_t nix;
     int64_t start_ms;
+    uint64_t read_ts;         /* its atClusterTime (0: none) */
+    int64_t active_us;        /* time its commands ran, in total */
+    int64_t active_since_us;  /* when the running one began (busy) */
     struct sbl_mtxn *next;
 } sbl_mtxn_t;
 
@@ -64,6 +73,38 @@ static sbl_mtxn_t *find_locked(const sbl_lsid_t *l)
     return NULL;
 }
 
+/* Forget the collections and indexes t created; drop the collections
+ * first when drop is set (the transaction did not commit). */
+static void forget_created(sbl_mtxn_t *t, bool drop)
+{
+    for (size_t i = 0; i < t->ncreated; i++) {
+        if (drop && t->ss != NULL) {
+            sbl_err_t e;
+            sbl_err_clear(&e);
+            if (t->published) {
+                sbl_coll_t *c = NULL;
+                if (sbl_coll_open(t->ss, t->created[i], false, &c, NULL, &e) == 0) {
+                    sbl_repl_log_drop(sbl_session_get(), t->created[i], sbl_coll_uuid(c), 0);
+                    sbl_coll_release(c);
+                }
+            }
+            sbl_coll_drop(t->ss, t->created[i], &e);
+        }
+        free(t->created[i]);
+    }
+    for (size_t i = 0; i < t->nix; i++) {
+        free(t->ix_ns[i]);
+        bson_destroy(t->ix_specs[i]);
+    }
+    free(t->created);
+    free(t->ix_ns);
+    free(t->ix_specs);
+    t->created = t->ix_ns = NULL;
+    t->ix_specs = NULL;
+    t->ncreated = t->nix = 0;
+    t->published = false;
+}
+
 /* Roll back and release the storage session (t checked out or locked). */
 static void abort_txn(sbl_mtxn_t *t)
 {
@@ -72,6 +113,7 @@ static void abort_txn(sbl_mtxn_t *t)
     sbl_cursors_kill_session(t->lsid.id);
     if (t->ss != NULL)
         sbl_txn_abort_outer(t->ss); /* the storage session stays for the next transaction */
+    forget_created(t, true);
     sbl_repl_txn_ops_free(t->ops);
     t->ops = NULL;
     t->state = TXN_ABORTED;
@@ -85,7 +127,7 @@ static bool allowed_in_txn(const char *n)
     static const char *const ok[] = {"find", "getMore", "aggregate", "distinct", "insert",
                                      "update", "delete", "findAndModify", "findandmodify",
                                      "commitTransaction", "abortTransaction", "killCursors",
-                                     NULL};
+                                     "create", "createIndexes", NULL};
     for (int i = 0; ok[i] != NULL; i++)
         if (strcmp(ok[i], n) == 0)
             return true;
@@ -159,6 +201,7 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
     }
     t->busy = true;
+    t->active_since_us = sbl_now_us();
     ctx->mtxn = t;
     /* past its lifetime: aborted now, whoever asks */
     if (t->state == TXN_IN_PROGRESS &&
@@ -185,11 +228,16 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
             return sbl_err_set(err, SBL_E_ConflictingOperationInProgress,
                                "Cannot start a transaction with txnNumber %lld: it was already "
                                "used on this session", (long long)txn);
+        uint64_t at;
+        SBL_RET(sbl_cmd_snapshot_txn_ts(ctx, &at, err)); /* readConcern's atClusterTime */
         abort_txn(t); /* an older one still open */
-        if (t->ss == NULL) /* kept from the session's last transaction when it had one */
+        if (t->ss == NULL) { /* kept from the session's last transaction when it had one */
             t->ss = sbl_session_open();
+            if (t->ss != NULL) /* what it creates stays its own until the commit */
+                sbl_session_hide_creates(t->ss, true);
+        }
         t->ops = sbl_repl_txn_ops_new();
-        if (t->ss == NULL || t->ops == NULL || sbl_txn_begin_outer(t->ss, err) != 0) {
+        if (t->ss == NULL || t->ops == NULL || sbl_txn_begin_outer_at(t->ss, at, err) != 0) {
             sbl_session_close(t->ss);
             sbl_repl_txn_ops_free(t->ops);
             t->ss = NULL;
@@ -200,6 +248,8 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
         t->txn_number = txn;
         t->state = TXN_IN_PROGRESS;
         t->start_ms = sbl_now_ms();
+        t->read_ts = at;
+        t->active_us = 0;
         n_started++;
         n_open++;
     } else if (txn != t->txn_number) {
@@ -260,6 +310,7 @@ void sbl_cmd_mtxn_end(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err)
             }
         }
         t->busy = false;
+        t->active_us += sbl_now_us() - t->active_since_us;
         pthread_mutex_unlock(&txn_mu);
     }
     sbl_lsess_checkin(&l, t != NULL ? t->txn_number : -1);
@@ -290,11 +341,34 @@ int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
         pthread_mutex_unlock(&txn_mu);
         return rc;
     }
+    /* Collections and indexes it created: shown to all and logged before
+     * the applyOps entry that writes into them (a secondary creates them
+     * first); a commit that fails then drops them again. */
+    if (t->ncreated > 0) {
+        sbl_coll_publish_created(t->ss);
+        t->published = true;
+        for (size_t i = 0; i < t->ncreated; i++)
+            sbl_repl_log_create(sbl_session_get(), t->created[i]);
+        for (size_t i = 0; i < t->nix; i++) {
+            sbl_coll_t *c = NULL;
+            sbl_err_t e;
+            sbl_err_clear(&e);
+            if (sbl_coll_open(t->ss, t->ix_ns[i], false, &c, NULL, &e) == 0) {
+                sbl_repl_log_create_index(sbl_session_get(), t->ix_ns[i], sbl_coll_uuid(c),
+                                          t->ix_specs[i]);
+                sbl_coll_release(c);
+            }
+        }
+    }
+    sbl_session_hide_creates(t->ss, false); /* config.transactions is everyone's */
     rc = sbl_repl_txn_commit(t->ss, t->ops, &st, &ts, err);
     if (rc == 0)
         rc = sbl_txn_commit_outer(t->ss, err);
     else
         sbl_txn_outer_fail(t->ss);
+    sbl_session_hide_creates(t->ss, true);
+    if (rc == 0)
+        forget_created(t, false);
     if (rc != 0) {
         if (rc == SBL_E_WriteConflict)
             add_label(ctx, "TransientTransactionError");
@@ -328,6 +402,85 @@ int sbl_cmd_abort_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
+static char **push_ns(char ***listp, size_t n, const char *ns)
+{
+    char **l = realloc(*listp, (n + 1) * sizeof(*l));
+    if (l == NULL)
+        return NULL;
+    *listp = l;
+    return (l[n] = strdup(ns)) != NULL ? l : NULL;
+}
+
+void sbl_cmd_mtxn_note_created(sbl_opctx_t *ctx, const char *ns)
+{
+    sbl_mtxn_t *t = ctx->mtxn;
+    if (t != NULL && push_ns(&t->created, t->ncreated, ns) != NULL)
+        t->ncreated++;
+}
+
+void sbl_cmd_mtxn_note_index(sbl_opctx_t *ctx, const char *ns, const bson_t *spec)
+{
+    sbl_mtxn_t *t = ctx->mtxn;
+    bson_t **l;
+    if (t == NULL || (l = realloc(t->ix_specs, (t->nix + 1) * sizeof(*l))) == NULL)
+        return;
+    t->ix_specs = l;
+    if (push_ns(&t->ix_ns, t->nix, ns) == NULL)
+        return;
+    t->ix_specs[t->nix++] = bson_copy(spec);
+}
+
+size_t sbl_cmd_mtxn_idle(bson_t ***docsp)
+{
+    bson_t **docs = NULL;
+    size_t n = 0, cap = 0;
+    int64_t now_ms = sbl_now_ms();
+    int64_t limit_ms = atomic_load(&lifetime_limit_s) * 1000;
+    pthread_mutex_lock(&txn_mu);
+    for (sbl_mtxn_t *t = txns; t != NULL; t = t->next) {
+        if (t->state != TXN_IN_PROGRESS || t->busy)
+            continue;
+        if (n == cap) {
+            bson_t **l = realloc(docs, (cap = cap ? 2 * cap : 8) * sizeof(*l));
+            if (l == NULL)
+                break;
+            docs = l;
+        }
+        bson_t *d = bson_new(), ls, tx, par;
+        BSON_APPEND_DOCUMENT_BEGIN(d, "lsid", &ls);
+        BSON_APPEND_BINARY(&ls, "id", BSON_SUBTYPE_UUID, t->lsid.id, 16);
+        BSON_APPEND_BINARY(&ls, "uid", BSON_SUBTYPE_BINARY, t->lsid.uid, 32);
+        bson_append_document_end(d, &ls);
+        BSON_APPEND_DOCUMENT_BEGIN(d, "transaction", &tx);
+        BSON_APPEND_DOCUMENT_BEGIN(&tx, "parameters", &par);
+        BSON_APPEND_INT64(&par, "txnNumber", t->txn_number);
+        BSON_APPEND_BOOL(&par, "autocommit", false);
+        bson_append_document_end(&tx, &par);
+        bson_append_timestamp(&tx, "readTimestamp", -1, (uint32_t)(t->read_ts >> 32),
+                              (uint32_t)t->read_ts);
+        BSON_APPEND_DATE_TIME(&tx, "startWallClockTime", t->start_ms);
+        int64_t open_us = (now_ms - t->start_ms) * 1000;
+        BSON_APPEND_INT64(&tx, "timeOpenMicros", open_us);
+        BSON_APPEND_INT64(&tx, "timeActiveMicros", t->active_us);
+        BSON_APPEND_INT64(&tx, "timeInactiveMicros",
+                          open_us > t->active_us ? open_us - t->active_us : 0);
+        BSON_APPEND_DATE_TIME(&tx, "expiryTime", t->start_ms + limit_ms);
+        bson_append_document_end(d, &tx);
+        docs[n++] = d;
+    }
+    pthread_mutex_unlock(&txn_mu);
+    *docsp = docs;
+    return n;
+}
+
+void sbl_cmd_mtxn_counts(int64_t *started, int64_t *committed, int64_t *aborted, int64_t *open)
+{
+    *started = atomic_load(&n_started);
+    *committed = atomic_load(&n_committed);
+    *aborted = atomic_load(&n_aborted);
+    *open = atomic_load(&n_open);
+}
+
 void sbl_cmd_mtxn_kill_session(const uint8_t id[16])
 {
     pthread_mutex_lock(&txn_mu);
@@ -358,6 +511,7 @@ void sbl_cmd_mtxn_reap(void)
 }
 
 static atomic_llong lock_timeout_ms = 5;
+static atomic_llong snapshot_window_s = 300;
 
 int sbl_cmd_mtxn_set_parameter(const char *k, const bson_iter_t *it, bson_t *reply,
                                sbl_err_t *err)
@@ -370,6 +524,9 @@ int sbl_cmd_mtxn_set_parameter(const char *k, const bson_iter_t *it, bson_t *rep
     } else if (strcmp(k, "maxTransactionLockRequestTimeoutMillis") == 0) {
         v = &lock_timeout_ms; /* accepted and reported: conflicts never wait for locks */
         min = INT32_MIN;
+    } else if (strcmp(k, "minSnapshotHistoryWindowInSeconds") == 0) {
+        v = &snapshot_window_s; /* kept by repl (the oldest timestamp trails stable by it) */
+        min = 0;
     } else {
         return -1;
     }
@@ -382,6 +539,8 @@ int sbl_cmd_mtxn_set_parameter(const char *k, const bson_iter_t *it, bson_t *rep
     if (reply != NULL)
         BSON_APPEND_INT64(reply, "was", atomic_load(v));
     atomic_store(v, n);
+    if (v == &snapshot_window_s)
+        sbl_repl_set_snapshot_window_s(n);
     return 0;
 }
 
@@ -391,6 +550,8 @@ void sbl_cmd_mtxn_append_parameter(const char *k, bson_t *reply)
         BSON_APPEND_INT32(reply, k, (int32_t)atomic_load(&lifetime_limit_s));
     else if (strcmp(k, "maxTransactionLockRequestTimeoutMillis") == 0)
         BSON_APPEND_INT32(reply, k, (int32_t)atomic_load(&lock_timeout_ms));
+    else if (strcmp(k, "minSnapshotHistoryWindowInSeconds") == 0)
+        BSON_APPEND_INT32(reply, k, (int32_t)sbl_repl_snapshot_window_s());
 }
 
 void sbl_cmd_mtxn_append_status(bson_t *d)

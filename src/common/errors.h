@@ -100,6 +100,8 @@
     X(InvalidResumeToken, 260)                                                                     \
     X(ChangeStreamFatalError, 280)                                                                 \
     X(ChangeStreamHistoryLost, 286)                                                                \
+    X(SnapshotTooOld, 239)                                                                         \
+    X(UnsatisfiableWriteConcern, 100)                                                              \
     X(NoMatchingDocument, 47)                                                                      \
     X(ShutdownInProgress, 91)                                                                      \
     X(NotWritablePrimary, 10107)                                                                   \

@@ -106,6 +106,10 @@ sbl_bson_verdict_t sbl_bson_check(const uint8_t *data, size_t len, int max_depth
  * it cannot walk is handed to bson_iter_init_find. */
 bool sbl_doc_find_top(const bson_t *doc, const char *key, bson_iter_t *it);
 
+/* doc's top-level field key when it is a string (a pointer into doc), else
+ * NULL. */
+const char *sbl_doc_utf8(const bson_t *doc, const char *key);
+
 /* The next top-level element of a document that passed sbl_bson_check, by
  * its key alone (no bson_iter_t: sbl_doc_top_iter makes one when the value
  * is wanted).  *off starts at 4 and is advanced past the element; *at gets

@@ -285,6 +285,14 @@ static inline __attribute__((always_inline)) bool elem_at(const uint8_t *p, cons
     return true;
 }
 
+const char *sbl_doc_utf8(const bson_t *doc, const char *key)
+{
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_UTF8(&it))
+        return bson_iter_utf8(&it, NULL);
+    return NULL;
+}
+
 bool sbl_doc_find_top(const bson_t *doc, const char *key, bson_iter_t *it)
 {
     const uint8_t *data = bson_get_data(doc);

@@ -46,6 +46,7 @@ typedef struct sbl_cursor {
     int64_t last_use_us;
     bool has_lsid;          /* opened in a logical session: killing it kills the cursor */
     uint8_t lsid_id[16];
+    uint64_t read_ts;        /* a snapshot read's timestamp: its getMores read there too */
     struct sbl_cursor *next; /* hash chain */
 } sbl_cursor_t;
 
@@ -212,6 +213,9 @@ static void batch_end_cur(sbl_opctx_t *ctx, bson_t *c, bson_t *arr, int64_t id, 
     bson_append_array_end(c, arr);
     if (cur != NULL && cur->src.annotate != NULL && cur->state != NULL)
         cur->src.annotate(cur->state, cur->has_pending, c);
+    if (ctx->read_ts != 0) /* a snapshot read says where it read */
+        bson_append_timestamp(c, "atClusterTime", -1, (uint32_t)(ctx->read_ts >> 32),
+                              (uint32_t)ctx->read_ts);
     bson_append_int64(c, "id", -1, id);
     bson_append_utf8(c, "ns", -1, ns, -1);
     bson_append_document_end(ctx->reply, c);
@@ -244,6 +248,7 @@ int sbl_cursor_first_batch_flags(sbl_opctx_t *ctx, const char *ns,
     cur->flags = flags;
     cur->has_lsid = ctx->has_lsid;
     memcpy(cur->lsid_id, ctx->lsid_id, sizeof(cur->lsid_id));
+    cur->read_ts = ctx->read_ts;
 
     bson_t c, arr;
     bool done = false;
@@ -331,7 +336,7 @@ static bool reply_one_bytes(sbl_opctx_t *ctx, const char *ns, const bson_t *doc)
 void sbl_cursor_reply_one(sbl_opctx_t *ctx, const char *ns, const bson_t *doc)
 {
     bson_t c, arr;
-    if (reply_one_bytes(ctx, ns, doc)) {
+    if (ctx->read_ts == 0 && reply_one_bytes(ctx, ns, doc)) {
         ctx->nreturned = doc != NULL;
         ctx->cursor_reply = true;
         ctx->cursor_id = 0;
@@ -467,6 +472,15 @@ int64_t sbl_cursors_open_count(void)
 
 static const char *const getmore_fields[] = {"getMore", "collection", "batchSize", "maxTimeMS",
                                              "term", "lastKnownCommittedOpTime", NULL};
+
+uint64_t sbl_cursor_read_ts(int64_t id)
+{
+    pthread_mutex_lock(&reg_lock);
+    sbl_cursor_t *c = find_locked(id);
+    uint64_t ts = c != NULL ? c->read_ts : 0;
+    pthread_mutex_unlock(&reg_lock);
+    return ts;
+}
 
 /*
  * A getMore without a batchSize fills up to 16 MiB.  A bson_t grows by doubling and

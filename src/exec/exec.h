@@ -228,6 +228,10 @@ int64_t sbl_cursors_open_count(void);
  * that getMore ends.  Returns how many. */
 size_t sbl_cursors_kill_session(const uint8_t lsid_id[16]);
 
+/* The read timestamp of cursor id (opened by a snapshot read), 0 when it has
+ * none or does not exist: its getMore reads at the same time. */
+uint64_t sbl_cursor_read_ts(int64_t id);
+
 /* getMore and killCursors, the commands over the registry. */
 int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cursor_kill(sbl_opctx_t *ctx, sbl_err_t *err);

@@ -110,6 +110,22 @@ void sbl_metrics_render_prometheus(bson_string_t *o, const sbl_metrics_sources_t
         bson_string_append_printf(o, "sable_documents_total{state=\"%s\"} %lld\n", doc_names[i],
                                   (long long)sbl_metrics_get_docs((sbl_doc_kind_t)i));
 
+    if (src != NULL && src->transactions != NULL) {
+        int64_t st, co, ab, op;
+        src->transactions(&st, &co, &ab, &op);
+        head(o, "sable_transactions_total", "counter",
+             "Multi-document transactions started, committed, aborted "
+             "(serverStatus.transactions).");
+        bson_string_append_printf(o, "sable_transactions_total{state=\"started\"} %lld\n",
+                                  (long long)st);
+        bson_string_append_printf(o, "sable_transactions_total{state=\"committed\"} %lld\n",
+                                  (long long)co);
+        bson_string_append_printf(o, "sable_transactions_total{state=\"aborted\"} %lld\n",
+                                  (long long)ab);
+        head(o, "sable_transactions_open", "gauge", "Multi-document transactions open now.");
+        bson_string_append_printf(o, "sable_transactions_open %lld\n", (long long)op);
+    }
+
     if (src != NULL && src->command_name != NULL) {
         head(o, "sable_commands_total", "counter", "Commands run, by name.");
         for (size_t r = 0; r < SBL_METRICS_MAX_COMMANDS && src->command_name(r) != NULL; r++) {

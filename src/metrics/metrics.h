@@ -257,6 +257,9 @@ typedef struct sbl_metrics_sources {
      * (the clusterMonitor role's serverStatus action).  Called on the metrics
      * thread only. */
     bool (*authorize)(const char *user, const char *password);
+    /* Multi-document transactions started, committed, aborted, open now
+     * (serverStatus.transactions; NULL: none). */
+    void (*transactions)(int64_t *started, int64_t *committed, int64_t *aborted, int64_t *open);
 } sbl_metrics_sources_t;
 
 /* Start serving GET /metrics (Prometheus), GET / (the monitoring page) and

@@ -76,6 +76,8 @@ typedef struct sbl_opctx {
     struct sbl_mtxn *mtxn; /* the multi-document transaction it runs in (cmd/txn.c), or NULL */
     bool mtxn_checked_out; /* the transaction's session is checked out */
     bool close_instead;    /* a test fail point: close the connection instead of replying */
+    uint64_t read_ts;      /* a snapshot read's timestamp (readConcern snapshot outside a
+                            * transaction; cursors keep it for getMore), 0: none */
 } sbl_opctx_t;
 
 /* ---- namespaces (op.c) ---------------------------------------------------- */

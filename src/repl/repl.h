@@ -170,6 +170,10 @@ void sbl_repl_set_replacement(bool on);
 /* The newest timestamp a majority of the set has (the commit point; on a
  * set of one voter, every committed entry), 0 before initiate. */
 uint64_t sbl_repl_majority_ts(void);
+/* minSnapshotHistoryWindowInSeconds: how long before the stable timestamp
+ * WiredTiger keeps history (reads at an older time get SnapshotTooOld). */
+void sbl_repl_set_snapshot_window_s(int64_t s);
+int64_t sbl_repl_snapshot_window_s(void);
 /* A counter that moves whenever the commit point moves. */
 uint64_t sbl_repl_commit_generation(void);
 

@@ -18,6 +18,8 @@
  */
 #include "repl/repl_int.h"
 
+#include <time.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,18 @@ const char *sbl_rs_state_str(int st)
     case SBL_RS_DOWN: return "(not reachable/healthy)";
     default: return "UNKNOWN";
     }
+}
+
+/* Wait on sbl_rs.cond, lock held, at most ms: until some change of
+ * positions, state or config is broadcast, or the time is up. */
+void sbl_rs_wait_locked(int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (ms < 1 ? 1 : ms) * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&rs.cond, &rs.lock, &ts);
 }
 
 bool sbl_repl_enabled(void)

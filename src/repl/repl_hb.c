@@ -539,16 +539,6 @@ static bool takeover_due_locked(int64_t now)
 static pthread_t peer_thread[SBL_RS_MAX_MEMBERS];
 static int npeer_threads;
 
-static void wait_ms_locked(int64_t ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += ms * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(&rs.cond, &rs.lock, &ts);
-}
-
 static void *peer_main(void *arg)
 {
     int i = (int)(intptr_t)arg;
@@ -558,7 +548,7 @@ static void *peer_main(void *arg)
         if (rs.config == NULL || i >= rs.cfg.n || i == rs.self || rs.config_source[0] != '\0' ||
             rs.peer[i].next_hb_ms > now) {
             int64_t wait = rs.config != NULL && i < rs.cfg.n ? rs.peer[i].next_hb_ms - now : 50;
-            wait_ms_locked(wait < 1 ? 1 : wait > 50 ? 50 : wait);
+            sbl_rs_wait_locked(wait > 50 ? 50 : wait);
             continue;
         }
         char host[256];
@@ -646,7 +636,7 @@ static void *hb_main(void *arg)
         }
         sbl_rs_publish_stable_locked();
         if (!kicked)
-            wait_ms_locked(50);
+            sbl_rs_wait_locked(50);
         kicked = false;
     }
     pthread_mutex_unlock(&rs.lock);
@@ -734,14 +724,7 @@ int sbl_repl_step_down(int64_t step_down_s, int64_t catchup_s, bool force, sbl_e
                                "argument {force: true} to force node to step down.",
                                (long long)sbl_now_ms());
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&rs.cond, &rs.lock, &ts);
+        sbl_rs_wait_locked(100);
     }
     sbl_rs_step_down_locked("replSetStepDown command");
     rs.freeze_until_ms = sbl_now_ms() + step_down_s * 1000;

@@ -232,6 +232,8 @@ enum {
     SBL_RS_DOWN = 8,
 };
 const char *sbl_rs_state_str(int state);
+/* Wait on sbl_rs.cond (lock held) for a broadcast, at most ms. */
+void sbl_rs_wait_locked(int64_t ms);
 
 typedef struct sbl_rs_peer {
     int state;                     /* from its last heartbeat response; DOWN when unreachable */

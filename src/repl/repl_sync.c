@@ -134,18 +134,30 @@ static bool apply_ops_of(const bson_t *e, bson_iter_t *ops)
            BSON_ITER_HOLDS_ARRAY(&o) && bson_iter_recurse(&o, ops);
 }
 
-/* Apply a transaction's operations in one WiredTiger transaction, with the
- * entry written once (by the first write's observer) in the same one. */
-static int apply_txn_entry(const bson_t *e, bson_iter_t *ops, sbl_err_t *err)
+/* The ts of an entry's prevOpTime (0: none). */
+static uint64_t prev_ts_of(const bson_t *e)
 {
-    sbl_session_t *s = sbl_session_get();
-    int rc;
-    sbl_repl_applying = e;
-    sbl_repl_applied_written = false;
-    if ((rc = sbl_txn_begin_outer(s, err)) != 0) {
-        sbl_repl_applying = NULL;
-        return rc;
-    }
+    bson_iter_t it, p;
+    uint32_t t, i;
+    if (!bson_iter_init_find(&it, e, "prevOpTime") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &p) || !bson_iter_find(&p, "ts") ||
+        !BSON_ITER_HOLDS_TIMESTAMP(&p))
+        return 0;
+    bson_iter_timestamp(&p, &t, &i);
+    return SBL_TS(t, i);
+}
+
+/* A large transaction's entry other than its last (o.partialTxn). */
+static bool is_partial(const bson_t *e)
+{
+    bson_iter_t it, o;
+    return bson_iter_init_find(&it, e, "o") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+           bson_iter_recurse(&it, &o) && bson_iter_find(&o, "partialTxn") &&
+           bson_iter_as_bool(&o);
+}
+
+static void run_ops(bson_iter_t *ops)
+{
     while (bson_iter_next(ops)) {
         char db[128];
         bson_t op, cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
@@ -155,6 +167,67 @@ static int apply_txn_entry(const bson_t *e, bson_iter_t *ops, sbl_err_t *err)
         bson_destroy(&cmd);
         bson_destroy(&reply);
     }
+}
+
+/* The partial entries before a large transaction's last entry e, oldest
+ * first (*chainp, *np; none for a transaction of one entry), read back
+ * from this member's oplog along the prevOpTime chain. */
+static int read_chain(sbl_session_t *s, const bson_t *e, bson_t ***chainp, size_t *np,
+                      sbl_err_t *err)
+{
+    bson_iter_t it, o;
+    *chainp = NULL;
+    *np = 0;
+    if (!bson_iter_init_find(&it, e, "o") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &o) || !bson_iter_find(&o, "count"))
+        return 0;
+    for (uint64_t ts = prev_ts_of(e); ts != 0;) {
+        bson_t doc;
+        bool found = false;
+        SBL_RET(sbl_repl_oplog_get(s, ts, &doc, &found, err));
+        if (!found)
+            return sbl_err_set(err, SBL_E_InternalError, "a large transaction's entry "
+                               "%u:%u is missing from the oplog", (unsigned)SBL_TS_SECS(ts),
+                               (unsigned)SBL_TS_INC(ts));
+        bson_t **l = realloc(*chainp, (*np + 1) * sizeof(*l));
+        if (l == NULL) {
+            bson_destroy(&doc);
+            return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+        }
+        *chainp = l;
+        l[(*np)++] = bson_copy(&doc);
+        bson_destroy(&doc);
+        ts = is_partial(l[*np - 1]) ? prev_ts_of(l[*np - 1]) : 0;
+    }
+    return 0;
+}
+
+/* Apply a transaction's operations in one WiredTiger transaction, with the
+ * entry written once (by the first write's observer) in the same one.  A
+ * large transaction's partial entries were written alone as they came;
+ * its last entry applies their operations and its own together. */
+static int apply_txn_entry(const bson_t *e, bson_iter_t *ops, sbl_err_t *err)
+{
+    sbl_session_t *s = sbl_session_get();
+    bson_t **chain = NULL;
+    size_t nchain = 0;
+    int rc;
+    if (is_partial(e))
+        return sbl_repl_replaying ? 0 : sbl_repl_append_alone_raw(s, e, err);
+    if ((rc = read_chain(s, e, &chain, &nchain, err)) != 0)
+        goto done;
+    sbl_repl_applying = e;
+    sbl_repl_applied_written = false;
+    if ((rc = sbl_txn_begin_outer(s, err)) != 0) {
+        sbl_repl_applying = NULL;
+        goto done;
+    }
+    for (size_t i = nchain; i-- > 0;) {
+        bson_iter_t pops;
+        if (apply_ops_of(chain[i], &pops))
+            run_ops(&pops);
+    }
+    run_ops(ops);
     if (!sbl_repl_applied_written && !sbl_repl_replaying)
         rc = sbl_oplog_append_raw(s, e, err);
     if (rc == 0)
@@ -162,6 +235,10 @@ static int apply_txn_entry(const bson_t *e, bson_iter_t *ops, sbl_err_t *err)
     else
         sbl_txn_abort_outer(s);
     sbl_repl_applying = NULL;
+done:
+    for (size_t i = 0; i < nchain; i++)
+        bson_destroy(chain[i]);
+    free(chain);
     return rc;
 }
 
@@ -571,14 +648,7 @@ static void *sync_main(void *arg)
                 sync_from(host);
             pthread_mutex_lock(&rs.lock);
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&rs.cond, &rs.lock, &ts);
+        sbl_rs_wait_locked(200);
     }
     pthread_mutex_unlock(&rs.lock);
     return NULL;
@@ -617,10 +687,38 @@ void sbl_rs_update_commit_locked(void)
 }
 
 /* How far the oldest timestamp trails stable: the history kept for reads
- * at a timestamp (majority reads at the commit point).  mongod 4.2 on
- * WiredTiger 3.2 keeps 5 s (maxTargetSnapshotHistoryWindowInSeconds);
- * 7.0's 300 s needs WiredTiger's durable history, which 3.2 lacks. */
-#define SNAPSHOT_WINDOW_S 5
+ * at a timestamp (snapshot reads with atClusterTime, majority reads at the
+ * commit point), minSnapshotHistoryWindowInSeconds, 300 s as in mongod 7.0.
+ * WiredTiger 3.2 keeps that history in its cache (mongod 7.0's durable
+ * history is on disk): while the cache is more than PRESSURE_FILL full the
+ * window shrinks to PRESSURE_WINDOW_S, what mongod 4.2 kept on WiredTiger 3.2. */
+static atomic_llong snapshot_window_s = 300;
+#define PRESSURE_FILL 0.8
+#define PRESSURE_WINDOW_S 5
+
+static uint64_t window_ts(void)
+{
+    static int64_t checked_ms;
+    static bool pressure;
+    int64_t now = sbl_now_ms(), w = atomic_load(&snapshot_window_s);
+    if (now - checked_ms >= 1000) { /* the caller holds rs.lock: one caller at a time */
+        checked_ms = now;
+        pressure = sbl_storage_cache_fill() > PRESSURE_FILL;
+    }
+    if (pressure && w > PRESSURE_WINDOW_S)
+        w = PRESSURE_WINDOW_S;
+    return (uint64_t)w << 32;
+}
+
+void sbl_repl_set_snapshot_window_s(int64_t s)
+{
+    atomic_store(&snapshot_window_s, s);
+}
+
+int64_t sbl_repl_snapshot_window_s(void)
+{
+    return atomic_load(&snapshot_window_s);
+}
 
 /* The stable timestamp last given to WiredTiger. */
 static uint64_t published_stable;
@@ -647,7 +745,7 @@ void sbl_rs_publish_stable_locked(void)
                                         sbl_storage_all_durable_ts());
     if (stable <= published_stable)
         return;
-    uint64_t window = (uint64_t)SNAPSHOT_WINDOW_S << 32;
+    uint64_t window = window_ts();
     sbl_err_t err;
     sbl_err_clear(&err);
     if (sbl_storage_set_stable(stable, stable > window ? stable - window : 0, &err) == 0)

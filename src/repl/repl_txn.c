@@ -129,9 +129,18 @@ int sbl_txn_record_applied(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
 
 /* ---- multi-document transactions' entries --------------------------------- */
 
+/* An applyOps array stays under this many bytes: a transaction whose
+ * operations need more is written as several entries (mongod's form: all
+ * but the last carry partialTxn: true; each points at the one before it
+ * with prevOpTime; the last carries count, the number of operations). */
+#define CHUNK_MAX_BYTES (16 * 1024 * 1024 - 64 * 1024)
+
 struct sbl_repl_txn_ops {
-    bson_t arr; /* the applyOps array being built */
-    size_t n;
+    bson_t arr;    /* the applyOps array being built */
+    size_t n;      /* operations in arr */
+    bson_t **full; /* earlier arrays, each of them full */
+    size_t nfull;
+    size_t total;  /* operations in all of them */
 };
 
 static _Thread_local sbl_repl_txn_ops_t *cur_ops;
@@ -152,12 +161,15 @@ void sbl_repl_txn_ops_free(sbl_repl_txn_ops_t *ops)
     if (ops == NULL)
         return;
     bson_destroy(&ops->arr);
+    for (size_t i = 0; i < ops->nfull; i++)
+        bson_destroy(ops->full[i]);
+    free(ops->full);
     free(ops);
 }
 
 size_t sbl_repl_txn_ops_count(const sbl_repl_txn_ops_t *ops)
 {
-    return ops != NULL ? ops->n : 0;
+    return ops != NULL ? ops->total : 0;
 }
 
 void sbl_repl_set_txn_ops(sbl_repl_txn_ops_t *ops)
@@ -175,9 +187,24 @@ int sbl_repl_txn_ops_add(sbl_repl_txn_ops_t *ops, char op, const char *ns, const
 {
     char key[16], opstr[2] = {op, '\0'};
     bson_t d;
-    if (ops->arr.len + o->len + (o2 != NULL ? o2->len : 0) > 16 * 1024 * 1024)
+    size_t add = o->len + (o2 != NULL ? o2->len : 0) + strlen(ns) + 64;
+    if (add > CHUNK_MAX_BYTES)
         return sbl_err_set(err, SBL_E_TransactionTooLarge,
                            "Total size of all transaction operations must be less than 16793600");
+    if (ops->n > 0 && ops->arr.len + add > CHUNK_MAX_BYTES) { /* start the next entry's */
+        bson_t **l = realloc(ops->full, (ops->nfull + 1) * sizeof(*l));
+        bson_t *copy = l != NULL ? bson_copy(&ops->arr) : NULL;
+        if (copy == NULL) {
+            if (l != NULL)
+                ops->full = l;
+            return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+        }
+        ops->full = l;
+        ops->full[ops->nfull++] = copy;
+        bson_reinit(&ops->arr);
+        ops->n = 0;
+    }
+    ops->total++;
     snprintf(key, sizeof(key), "%zu", ops->n++);
     BSON_APPEND_DOCUMENT_BEGIN(&ops->arr, key, &d);
     BSON_APPEND_UTF8(&d, "op", opstr);
@@ -198,9 +225,31 @@ int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt
     int rc;
 
     *tsp = 0;
-    if (ops == NULL || ops->n == 0)
+    if (ops == NULL || ops->total == 0)
         return 0;
+    /* A large transaction: its full arrays first, each entry chained to the
+     * one before it; all of them commit with the data, in this transaction. */
+    st->prev_ts = 0;
+    st->prev_term = -1;
+    for (size_t i = 0; i < ops->nfull; i++) {
+        bson_t po = BSON_INITIALIZER;
+        BSON_APPEND_ARRAY(&po, "applyOps", ops->full[i]);
+        BSON_APPEND_BOOL(&po, "partialTxn", true);
+        sbl_oplog_entry_t pe = {.op = 'c', .ns = "admin.$cmd", .o = &po, .stmt = st,
+                                .no_stmt_id = true};
+        rc = sbl_oplog_append(s, &pe, err);
+        bson_destroy(&po);
+        if (rc != 0) {
+            bson_destroy(&o);
+            bson_destroy(&lsid);
+            return rc;
+        }
+        st->prev_ts = pe.ts;
+        st->prev_term = pe.term;
+    }
     BSON_APPEND_ARRAY(&o, "applyOps", &ops->arr);
+    if (ops->nfull > 0)
+        BSON_APPEND_INT64(&o, "count", (int64_t)ops->total);
     sbl_oplog_entry_t e = {.op = 'c', .ns = "admin.$cmd", .o = &o, .stmt = st, .no_stmt_id = true};
     rc = sbl_oplog_append(s, &e, err);
     if (rc == 0) {

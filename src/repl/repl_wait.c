@@ -15,7 +15,6 @@
 #include "repl/repl_int.h"
 
 #include <stdlib.h>
-#include <time.h>
 
 #include "common/clock.h"
 
@@ -74,16 +73,6 @@ static bool wait_over_locked(const waiter_t *wt, int64_t now, int *codep, const 
     return false;
 }
 
-static void timed_wait_locked(int64_t ms)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    t.tv_nsec += ms * 1000000L;
-    t.tv_sec += t.tv_nsec / 1000000000L;
-    t.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(&rs.cond, &rs.lock, &t);
-}
-
 static void *waiter_main(void *arg)
 {
     (void)arg;
@@ -117,7 +106,7 @@ static void *waiter_main(void *arg)
         }
         if (stop)
             break;
-        timed_wait_locked(next - now < 1 ? 1 : next - now);
+        sbl_rs_wait_locked(next - now);
     }
     waiter_running = false;
     pthread_mutex_unlock(&rs.lock);
@@ -154,7 +143,7 @@ void sbl_repl_await(uint64_t ts, int w, bool majority, int64_t wtimeout_ms, sbl_
     pthread_mutex_lock(&rs.lock);
     while (!wait_over_locked(&wt, sbl_now_ms(), &code, &msg)) {
         int64_t left = wt.deadline_ms - sbl_now_ms();
-        timed_wait_locked(left < WAIT_POLL_MS ? (left < 1 ? 1 : left) : WAIT_POLL_MS);
+        sbl_rs_wait_locked(left < WAIT_POLL_MS ? left : WAIT_POLL_MS);
     }
     pthread_mutex_unlock(&rs.lock);
     cb(arg, code, msg);

@@ -74,6 +74,8 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
                 bson_t *replies, int *rcs, sbl_err_t *errs);
 /* The reply's ok and code (0 when ok). */
 int rt_reply_code(const bson_t *reply);
+/* 0 for an ok reply, else err set to "what :: caused by :: errmsg" with its code. */
+int rt_reply_error(const bson_t *reply, const char *what, sbl_err_t *err);
 /* Copy a command without the fields a router must not forward ($db, lsid,
  * $clusterTime, $readPreference, txnNumber ...), keeping the others. */
 void rt_copy_cmd(const bson_t *in, bson_t *out, const char *const *skip_extra);

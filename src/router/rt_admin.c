@@ -9,6 +9,7 @@
 #include "router/router_int.h"
 
 #include "auth/auth.h"
+#include "common/clock.h"
 #include "doc/doc.h"
 #include "server/server.h"
 #include "storage/storage.h"
@@ -20,23 +21,6 @@
 #include <string.h>
 #include <time.h>
 
-static const char *utf8_field(const bson_t *d, const char *k)
-{
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, d, k) && BSON_ITER_HOLDS_UTF8(&it))
-        return bson_iter_utf8(&it, NULL);
-    return NULL;
-}
-
-static int reply_error(const bson_t *reply, const char *what, sbl_err_t *err)
-{
-    int code = rt_reply_code(reply);
-    if (code == 0)
-        return 0;
-    const char *m = utf8_field(reply, "errmsg");
-    return sbl_err_set(err, code, "%s :: caused by :: %s", what, m ? m : "error");
-}
-
 /* Run cmd on a shard (or the config servers) and fail on transport or ok: 0. */
 static int run_checked(int shard, const char *db, const bson_t *cmd, bson_t *reply_out,
                        const char *what, sbl_err_t *err)
@@ -44,7 +28,7 @@ static int run_checked(int shard, const char *db, const bson_t *cmd, bson_t *rep
     bson_t reply;
     int rc = rt_run(shard, db, cmd, &reply, err);
     if (rc == 0)
-        rc = reply_error(&reply, what, err);
+        rc = rt_reply_error(&reply, what, err);
     if (rc == 0 && reply_out != NULL)
         bson_copy_to(&reply, reply_out);
     bson_destroy(&reply);
@@ -66,7 +50,7 @@ static int cfg_write1(const char *verb, const char *coll, const char *arr_name, 
     bson_destroy(&cmd);
     bson_iter_t it, e, f;
     if (rc == 0)
-        rc = reply_error(&reply, "writing config metadata", err);
+        rc = rt_reply_error(&reply, "writing config metadata", err);
     if (rc == 0 && bson_iter_init_find(&it, &reply, "writeErrors") && bson_iter_recurse(&it, &e) &&
         bson_iter_next(&e) && bson_iter_recurse(&e, &f) && bson_iter_find(&f, "code"))
         rc = sbl_err_set(err, (int)bson_iter_as_int64(&f), "writing config.%s failed", coll);
@@ -89,21 +73,6 @@ static int cfg_delete_many(const char *coll, const bson_t *q, sbl_err_t *err)
     return rc;
 }
 
-static void ts_now(uint32_t *t, uint32_t *i)
-{
-    static uint32_t last_t, last_i;
-    static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&m);
-    uint32_t now = (uint32_t)time(NULL);
-    if (now > last_t) {
-        last_t = now;
-        last_i = 0;
-    }
-    *t = last_t;
-    *i = ++last_i;
-    pthread_mutex_unlock(&m);
-}
-
 /* Ask every shard to reload ns's (or db's) routing metadata; a shard that
  * is down learns it when it next checks a version. */
 static void flush_shards(const char *ns)
@@ -122,8 +91,8 @@ static void flush_shards(const char *ns)
 
 int rt_cmd_add_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
-    const char *conn = utf8_field(cmd, "addShard");
-    const char *name = utf8_field(cmd, "name");
+    const char *conn = sbl_doc_utf8(cmd, "addShard");
+    const char *name = sbl_doc_utf8(cmd, "name");
     if (conn == NULL || *conn == '\0')
         return sbl_err_set(err, SBL_E_BadValue, "addShard needs a connection string "
                            "(<replSetName>/host:port,...)");
@@ -198,7 +167,7 @@ int rt_cmd_add_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     }
     bson_t doc = BSON_INITIALIZER;
     uint32_t t, i;
-    ts_now(&t, &i);
+    sbl_clock_ts_next(&t, &i);
     BSON_APPEND_UTF8(&doc, "_id", id);
     BSON_APPEND_UTF8(&doc, "host", host);
     BSON_APPEND_INT32(&doc, "state", 1);
@@ -239,7 +208,7 @@ int rt_cmd_add_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
                 continue;
             bson_t dd = BSON_INITIALIZER, ver;
             sbl_err_t e = {0};
-            ts_now(&t, &i);
+            sbl_clock_ts_next(&t, &i);
             BSON_APPEND_UTF8(&dd, "_id", db);
             BSON_APPEND_UTF8(&dd, "primary", id);
             BSON_APPEND_BOOL(&dd, "partitioned", false);
@@ -260,9 +229,9 @@ int rt_cmd_add_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 
 int rt_cmd_enable_sharding(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
-    const char *db = utf8_field(cmd, "enableSharding");
+    const char *db = sbl_doc_utf8(cmd, "enableSharding");
     if (db == NULL)
-        db = utf8_field(cmd, "enablesharding");
+        db = sbl_doc_utf8(cmd, "enablesharding");
     if (db == NULL || *db == '\0' || strchr(db, '.') != NULL)
         return sbl_err_set(err, SBL_E_InvalidNamespace, "invalid db name specified: %s",
                            db ? db : "");
@@ -304,7 +273,7 @@ static int prepare_shard(int s, const char *db, const char *coll, const bson_t *
         return rc;
     int code = rt_reply_code(&reply);
     if (code != 0 && code != SBL_E_NamespaceExists) {
-        rc = reply_error(&reply, "creating the collection", err);
+        rc = rt_reply_error(&reply, "creating the collection", err);
         bson_destroy(&reply);
         return rc;
     }
@@ -353,9 +322,9 @@ static void append_chunk_bound(bson_t *d, const char *k, const bson_t *key, int 
 
 int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
-    const char *ns = utf8_field(cmd, "shardCollection");
+    const char *ns = sbl_doc_utf8(cmd, "shardCollection");
     if (ns == NULL)
-        ns = utf8_field(cmd, "shardcollection");
+        ns = sbl_doc_utf8(cmd, "shardcollection");
     const char *dot = ns ? strchr(ns, '.') : NULL;
     if (dot == NULL || dot == ns || dot[1] == '\0')
         return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid namespace %s", ns ? ns : "");
@@ -460,7 +429,7 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     bson_oid_t epoch;
     bson_oid_init(&epoch, NULL);
     uint32_t t, inc;
-    ts_now(&t, &inc);
+    sbl_clock_ts_next(&t, &inc);
     /* Chunks first, then the collection entry (rt_meta.c's invariant). */
     for (int64_t i = 0; i < nchunks && rc == 0; i++) {
         bson_t ch = BSON_INITIALIZER, hist, h0;
@@ -520,7 +489,7 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 
 int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
-    const char *ns = utf8_field(cmd, "split");
+    const char *ns = sbl_doc_utf8(cmd, "split");
     bson_iter_t it;
     bson_t given, found = BSON_INITIALIZER;
     const bson_t *mid = &given;

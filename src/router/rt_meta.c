@@ -13,6 +13,7 @@
  */
 #include "router/router_int.h"
 
+#include "common/clock.h"
 #include "doc/doc.h"
 
 #include <pthread.h>
@@ -198,21 +199,6 @@ static void db_cache_put(const char *db, int primary)
     pthread_rwlock_unlock(&meta_lock);
 }
 
-static void timestamp_now(uint32_t *t, uint32_t *i)
-{
-    static uint32_t last_t, last_i;
-    static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&m);
-    uint32_t now = (uint32_t)time(NULL);
-    if (now > last_t) {
-        last_t = now;
-        last_i = 0;
-    }
-    *t = last_t;
-    *i = ++last_i;
-    pthread_mutex_unlock(&m);
-}
-
 static void append_uuid(bson_t *d, const char *k)
 {
     uint8_t u[16];
@@ -290,7 +276,7 @@ int rt_db_primary(const char *db, bool create_db, sbl_err_t *err)
             best = i;
     bson_t doc = BSON_INITIALIZER, ver;
     uint32_t t, inc;
-    timestamp_now(&t, &inc);
+    sbl_clock_ts_next(&t, &inc);
     BSON_APPEND_UTF8(&doc, "_id", db);
     BSON_APPEND_UTF8(&doc, "primary", rt_shard_id(best));
     BSON_APPEND_BOOL(&doc, "partitioned", false);

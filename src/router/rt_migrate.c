@@ -18,23 +18,6 @@
 #include <string.h>
 #include <time.h>
 
-static const char *utf8_field(const bson_t *d, const char *k)
-{
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, d, k) && BSON_ITER_HOLDS_UTF8(&it))
-        return bson_iter_utf8(&it, NULL);
-    return NULL;
-}
-
-static int reply_error(const bson_t *reply, const char *what, sbl_err_t *err)
-{
-    int code = rt_reply_code(reply);
-    if (code == 0)
-        return 0;
-    const char *m = utf8_field(reply, "errmsg");
-    return sbl_err_set(err, code, "%s :: caused by :: %s", what, m ? m : "error");
-}
-
 /* The shard key values of a document naming every key field (hashed field
  * hashed); false when a field is missing. */
 static bool key_values(const rt_coll_t *c, const bson_t *doc, bson_value_t *vals, bool hash)
@@ -83,7 +66,7 @@ static int move(const char *ns, const bson_t *min, const bson_t *max, const char
     int rc = rt_run(-1, "admin", &cmd, &reply, err);
     bson_destroy(&cmd);
     if (rc == 0) {
-        rc = reply_error(&reply, "moving the range", err);
+        rc = rt_reply_error(&reply, "moving the range", err);
         bson_destroy(&reply);
     }
     sbl_err_t e = {0};
@@ -127,7 +110,7 @@ static rt_coll_t *resolve(const char *ns, const char *to, sbl_err_t *err)
 
 int rt_cmd_move_chunk(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
-    const char *ns = utf8_field(cmd, "moveChunk"), *to = utf8_field(cmd, "to");
+    const char *ns = sbl_doc_utf8(cmd, "moveChunk"), *to = sbl_doc_utf8(cmd, "to");
     int64_t t0 = now_ms();
     rt_coll_t *c = resolve(ns, to, err);
     if (c == NULL)
@@ -170,7 +153,7 @@ int rt_cmd_move_chunk(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 
 int rt_cmd_move_range(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
-    const char *ns = utf8_field(cmd, "moveRange"), *to = utf8_field(cmd, "toShard");
+    const char *ns = sbl_doc_utf8(cmd, "moveRange"), *to = sbl_doc_utf8(cmd, "toShard");
     rt_coll_t *c = resolve(ns, to, err);
     if (c == NULL)
         return err->code;
@@ -227,7 +210,7 @@ int rt_cmd_balancer(const char *which, bson_t *reply, sbl_err_t *err)
     bson_destroy(&cmd);
     if (rc != 0)
         return rc;
-    rc = reply_error(&r, name, err);
+    rc = rt_reply_error(&r, name, err);
     if (rc == 0) {
         bson_iter_t it;
         bson_iter_init(&it, &r);
@@ -301,7 +284,7 @@ int rt_split_point(const rt_coll_t *c, const bson_t *cmd, bson_t *middle, sbl_er
     int rc = rt_run(ch->shard, db, &cmdc, &reply, err);
     int64_t n = 0;
     if (rc == 0) {
-        rc = reply_error(&reply, "counting the chunk", err);
+        rc = rt_reply_error(&reply, "counting the chunk", err);
         if (rc == 0 && bson_iter_init_find(&it, &reply, "n"))
             n = bson_iter_as_int64(&it);
         bson_destroy(&reply);
@@ -323,7 +306,7 @@ int rt_split_point(const rt_coll_t *c, const bson_t *cmd, bson_t *middle, sbl_er
         BSON_APPEND_BOOL(&f, "singleBatch", true);
         rc = rt_run(ch->shard, db, &f, &reply, err);
         if (rc == 0) {
-            rc = reply_error(&reply, "reading the chunk's median", err);
+            rc = rt_reply_error(&reply, "reading the chunk's median", err);
             bson_iter_t v;
             if (rc == 0 && bson_iter_init(&v, &reply) &&
                 bson_iter_find_descendant(&v, "cursor.firstBatch.0", &v) &&

@@ -19,6 +19,7 @@
  * to one named member on a connection of its own.
  */
 #include "router/router_int.h"
+#include "doc/doc.h"
 
 #include "auth/auth.h"
 #include "server/server.h"
@@ -171,6 +172,15 @@ int rt_reply_code(const bson_t *reply)
         bson_iter_as_int64(&it) != 0)
         return (int)bson_iter_as_int64(&it);
     return SBL_E_CommandFailed;
+}
+
+int rt_reply_error(const bson_t *reply, const char *what, sbl_err_t *err)
+{
+    int code = rt_reply_code(reply);
+    if (code == 0)
+        return 0;
+    const char *m = sbl_doc_utf8(reply, "errmsg");
+    return sbl_err_set(err, code, "%s :: caused by :: %s", what, m ? m : "error");
 }
 
 /* Through libmongoc (the config servers; a shard's primary lookup). */

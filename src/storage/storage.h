@@ -99,6 +99,11 @@ void sbl_txn_abort(sbl_session_t *s);
 sbl_session_t *sbl_session_open(void);
 void sbl_session_close(sbl_session_t *s);
 int sbl_txn_begin_outer(sbl_session_t *s, sbl_err_t *err);
+/* sbl_txn_begin_outer reading as of read_ts (a commit timestamp; 0: the
+ * newest data): reads see exactly the commits at or before it.
+ * SnapshotTooOld (239) when read_ts is older than the oldest timestamp
+ * WiredTiger keeps history for. */
+int sbl_txn_begin_outer_at(sbl_session_t *s, uint64_t read_ts, sbl_err_t *err);
 int sbl_txn_commit_outer(sbl_session_t *s, sbl_err_t *err);
 void sbl_txn_abort_outer(sbl_session_t *s);
 bool sbl_txn_outer_failed(const sbl_session_t *s);
@@ -117,6 +122,16 @@ void sbl_coll_release(sbl_coll_t *c);
 const char *sbl_coll_ns(const sbl_coll_t *c);
 const bson_t *sbl_coll_options(const sbl_coll_t *c);
 const uint8_t *sbl_coll_uuid(const sbl_coll_t *c); /* 16 bytes */
+
+/* Collections created inside a multi-document transaction: on a session
+ * with hide_creates, a new collection is seen by that session only (others
+ * find no such namespace, and creating it fails with WriteConflict;
+ * sbl_catalog_list leaves it out) until sbl_coll_publish_created(s) shows
+ * every collection s created; dropping it is the way to undo one.
+ * sbl_coll_created_by: c is still hidden, created by s. */
+void sbl_session_hide_creates(sbl_session_t *s, bool on);
+void sbl_coll_publish_created(const sbl_session_t *s);
+bool sbl_coll_created_by(const sbl_coll_t *c, const sbl_session_t *s);
 
 /* Create with options ({capped, size, validator, ...} stored as given);
  * NamespaceExists (48) when it exists. */
@@ -431,6 +446,10 @@ uint64_t sbl_storage_stable_ts(void);
 /* The stable timestamp of the newest checkpoint (0: none yet). */
 uint64_t sbl_storage_last_checkpoint_ts(void);
 uint64_t sbl_storage_all_durable_ts(void);
+/* How full WiredTiger's cache is, 0..1 (reads its statistics: not for hot paths). */
+double sbl_storage_cache_fill(void);
+/* The oldest timestamp a read may ask for (history before it is gone; 0: none set). */
+uint64_t sbl_storage_oldest_ts(void);
 /* Set stable back to ts and undo every timestamped commit after it in the
  * unlogged tables (WT_CONNECTION::rollback_to_stable), then recount the
  * collections.  The caller must have stopped writes; it retries while

@@ -181,9 +181,10 @@ static void new_uuid(uint8_t *uuid)
 }
 
 /* Create ns under the write lock, with uuid (16 bytes) or a new one when NULL; *collp
-   gets a reference for the caller. */
-static int create_locked(const char *ns, const bson_t *options, const char *key_field,
-                         const uint8_t *given_uuid, sbl_coll_t **collp, sbl_err_t *err)
+   gets a reference for the caller (hidden from other sessions when s hides its creates). */
+static int create_locked(sbl_session_t *s, const char *ns, const bson_t *options,
+                         const char *key_field, const uint8_t *given_uuid, sbl_coll_t **collp,
+                         sbl_err_t *err)
 {
     WT_SESSION *wt = sbl_eng.cat_wt;
     char uri[128];
@@ -231,6 +232,8 @@ static int create_locked(const char *ns, const bson_t *options, const char *key_
         goto err;
     }
     atomic_fetch_add(&sbl_eng.commits, 1);
+    if (s != NULL && s->hide_creates)
+        c->owner = s;
     insert_locked(idx, c);
     atomic_fetch_add(&c->refs, 1);
     *collp = c;
@@ -244,6 +247,37 @@ err:
     return rc;
 }
 
+/* A collection another session's open transaction created is not there yet. */
+static bool visible(const sbl_coll_t *c, const sbl_session_t *s)
+{
+    return c->owner == NULL || c->owner == s;
+}
+
+static int hidden_conflict(const char *ns, sbl_err_t *err)
+{
+    return sbl_err_set(err, SBL_E_WriteConflict, "Collection %s is being created by a "
+                       "transaction that has not committed yet: please retry", ns);
+}
+
+bool sbl_coll_created_by(const sbl_coll_t *c, const sbl_session_t *s)
+{
+    return c->owner != NULL && c->owner == s;
+}
+
+void sbl_session_hide_creates(sbl_session_t *s, bool on)
+{
+    s->hide_creates = on;
+}
+
+void sbl_coll_publish_created(const sbl_session_t *s)
+{
+    pthread_rwlock_wrlock(&sbl_eng.cat_lock);
+    for (size_t i = 0; i < sbl_eng.ncolls; i++)
+        if (sbl_eng.colls[i]->owner == s)
+            sbl_eng.colls[i]->owner = NULL;
+    pthread_rwlock_unlock(&sbl_eng.cat_lock);
+}
+
 int sbl_coll_open(sbl_session_t *s, const char *ns, bool create, sbl_coll_t **collp,
                   bool *createdp, sbl_err_t *err)
 {
@@ -253,25 +287,35 @@ int sbl_coll_open(sbl_session_t *s, const char *ns, bool create, sbl_coll_t **co
     *collp = NULL;
     if (createdp != NULL)
         *createdp = false;
+    bool hidden = false;
     pthread_rwlock_rdlock(&sbl_eng.cat_lock);
     if (find_locked(ns, &idx)) {
-        *collp = sbl_eng.colls[idx];
-        atomic_fetch_add(&(*collp)->refs, 1);
+        if (!(hidden = !visible(sbl_eng.colls[idx], s))) {
+            *collp = sbl_eng.colls[idx];
+            atomic_fetch_add(&(*collp)->refs, 1);
+        }
     }
     pthread_rwlock_unlock(&sbl_eng.cat_lock);
     if (*collp != NULL)
         return 0;
     if (!create)
         return sbl_err_set(err, SBL_E_NamespaceNotFound, "ns not found: %s", ns);
+    if (hidden)
+        return hidden_conflict(ns, err);
     SBL_RET(check_ns(ns, err));
 
     /* Two threads may race here: the second finds the first's collection. */
     pthread_rwlock_wrlock(&sbl_eng.cat_lock);
     if (find_locked(ns, &idx)) {
-        *collp = sbl_eng.colls[idx];
-        atomic_fetch_add(&(*collp)->refs, 1);
-        rc = 0;
-    } else if ((rc = create_locked(ns, NULL, NULL, NULL, collp, err)) == 0 && createdp != NULL)
+        if (!visible(sbl_eng.colls[idx], s)) {
+            rc = hidden_conflict(ns, err);
+        } else {
+            *collp = sbl_eng.colls[idx];
+            atomic_fetch_add(&(*collp)->refs, 1);
+            rc = 0;
+        }
+    } else if ((rc = create_locked(s, ns, NULL, NULL, NULL, collp, err)) == 0 &&
+               createdp != NULL)
         *createdp = true;
     pthread_rwlock_unlock(&sbl_eng.cat_lock);
     return rc;
@@ -281,11 +325,15 @@ int sbl_coll_create_keyed(sbl_session_t *s, const char *ns, const bson_t *option
                           const char *key_field, sbl_err_t *err)
 {
     sbl_coll_t *c = NULL;
+    size_t idx;
     int rc;
 
     SBL_RET(check_ns(ns, err));
     pthread_rwlock_wrlock(&sbl_eng.cat_lock);
-    rc = create_locked(ns, options, key_field, NULL, &c, err);
+    if (find_locked(ns, &idx) && !visible(sbl_eng.colls[idx], s))
+        rc = hidden_conflict(ns, err);
+    else
+        rc = create_locked(s, ns, options, key_field, NULL, &c, err);
     pthread_rwlock_unlock(&sbl_eng.cat_lock);
     sbl_coll_release(c);
     return rc;
@@ -295,12 +343,15 @@ int sbl_coll_create_uuid(sbl_session_t *s, const char *ns, const bson_t *options
                          const uint8_t *uuid, sbl_err_t *err)
 {
     sbl_coll_t *c = NULL;
+    size_t idx;
     int rc;
 
-    (void)s;
     SBL_RET(check_ns(ns, err));
     pthread_rwlock_wrlock(&sbl_eng.cat_lock);
-    rc = create_locked(ns, options, NULL, uuid, &c, err);
+    if (find_locked(ns, &idx) && !visible(sbl_eng.colls[idx], s))
+        rc = hidden_conflict(ns, err);
+    else
+        rc = create_locked(s, ns, options, NULL, uuid, &c, err);
     pthread_rwlock_unlock(&sbl_eng.cat_lock);
     sbl_coll_release(c);
     return rc;
@@ -547,7 +598,8 @@ void sbl_catalog_list(const char *db, sbl_catalog_visit_fn fn, void *arg)
     pthread_rwlock_rdlock(&sbl_eng.cat_lock);
     list = bson_malloc((sbl_eng.ncolls + 1) * sizeof(*list));
     for (i = 0; i < sbl_eng.ncolls; i++)
-        if (db == NULL || match_db(sbl_eng.colls[i]->ns, db)) {
+        if ((db == NULL || match_db(sbl_eng.colls[i]->ns, db)) &&
+            sbl_eng.colls[i]->owner == NULL) {
             list[n] = sbl_eng.colls[i];
             atomic_fetch_add(&list[n]->refs, 1);
             n++;

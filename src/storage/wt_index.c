@@ -492,9 +492,19 @@ int sbl_index_create(sbl_session_t *s, sbl_coll_t *c, const bson_t *spec, sbl_er
     bool resumed = false, done = false;
     int ret, rc = 0;
 
-    if (s->in_txn)
+    /* In a multi-document transaction: only on a collection it created
+     * (nobody else writes there) while still empty, so there is nothing to
+     * build and no older transaction to wait for. */
+    bool fresh = s->outer && c->owner == s;
+    if (s->in_txn && !fresh)
         return sbl_err_set(err, SBL_E_OperationNotSupportedInTransaction,
                            "Cannot create an index inside a transaction");
+    if (fresh)
+        for (size_t i = 0; i < s->ndeltas; i++)
+            if (s->deltas[i].tbl == t && s->deltas[i].count != 0)
+                return sbl_err_set(err, SBL_E_OperationNotSupportedInTransaction,
+                                   "Cannot create new indexes on non-empty collection %s in a "
+                                   "multi-document transaction.", c->ns);
     SBL_RET(sbl_storage_space_check(0, err));
     /* The table first (under the catalog lock: it owns the ident counter). */
     pthread_rwlock_wrlock(&sbl_eng.cat_lock);
@@ -522,7 +532,9 @@ int sbl_index_create(sbl_session_t *s, sbl_coll_t *c, const bson_t *spec, sbl_er
     if ((rc = sbl_catalog_update_table(t, err)) != 0)
         goto fail;
 
-    wait_old_txns(s);
+    if (!fresh)
+        wait_old_txns(s);
+    done = fresh;
     sbl_buf_init(&resume);
     for (int attempt = 0; !done;) {
         if (atomic_load(&ix->tbl->dropped) || atomic_load(&t->dropped)) {
@@ -548,7 +560,7 @@ int sbl_index_create(sbl_session_t *s, sbl_coll_t *c, const bson_t *spec, sbl_er
      * is durable only from the next checkpoint: take it before the catalog
      * calls the index ready, so a crash cannot leave a ready index with
      * entries missing. */
-    if (sbl_storage_ns_unlogged(c->ns) && (rc = sbl_storage_checkpoint(err)) != 0)
+    if (!fresh && sbl_storage_ns_unlogged(c->ns) && (rc = sbl_storage_checkpoint(err)) != 0)
         goto fail;
     atomic_store(&ix->ready, true);
     if ((rc = sbl_catalog_update_table(t, err)) != 0)

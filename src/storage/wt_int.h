@@ -56,6 +56,9 @@ struct sbl_coll {
     sbl_wt_table_t *tbl;
     atomic_int refs; /* the catalog holds one while the ns maps to this handle */
     bool dup_ids;    /* time-series: several documents may share an _id (see below) */
+    /* Created inside a multi-document transaction not yet committed: only
+     * that transaction's session sees it (sbl_coll_publish_created). */
+    const struct sbl_session *owner;
 };
 
 /*
@@ -96,6 +99,7 @@ struct sbl_session {
     bool outer_failed;  /* a nested write aborted: only rollback remains */
     bool nested_wrote;  /* sbl_write ran since the last nested begin */
     bool is_private;    /* opened by sbl_session_open, not a thread's own */
+    bool hide_creates;  /* collections it creates stay its own until published */
     atomic_uint_fast64_t txn_gen; /* engine txn_gen when its transaction began; 0: none */
     sbl_cached_cursor_t *cursors;
     size_t ncursors, cursors_cap;

@@ -11,6 +11,7 @@
  */
 #include "storage/wt_int.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -302,6 +303,30 @@ void sbl_session_close(sbl_session_t *s)
 int sbl_txn_begin_outer(sbl_session_t *s, sbl_err_t *err)
 {
     SBL_RET(sbl_txn_begin(s, err));
+    s->outer = true;
+    s->outer_failed = false;
+    s->nested_wrote = false;
+    return 0;
+}
+
+int sbl_txn_begin_outer_at(sbl_session_t *s, uint64_t read_ts, sbl_err_t *err)
+{
+    char cfg[64];
+    int ret;
+
+    if (read_ts == 0)
+        return sbl_txn_begin_outer(s, err);
+    if (s->in_txn || s->outer)
+        return sbl_err_set(err, SBL_E_IllegalOperation, "a transaction is already open");
+    sbl_session_reconcile(s);
+    snprintf(cfg, sizeof(cfg), "read_timestamp=%" PRIx64, read_ts);
+    if ((ret = s->wt->begin_transaction(s->wt, cfg)) != 0)
+        return ret == EINVAL ? sbl_err_set(err, SBL_E_SnapshotTooOld, "Read timestamp %u:%u is "
+                                           "older than the oldest available timestamp.",
+                                           (unsigned)(read_ts >> 32), (unsigned)read_ts)
+                             : sbl_wt_err(err, ret, "begin transaction at a read timestamp");
+    s->in_txn = true;
+    atomic_store(&s->txn_gen, atomic_load(&sbl_eng.txn_gen));
     s->outer = true;
     s->outer_failed = false;
     s->nested_wrote = false;

@@ -95,6 +95,26 @@ uint64_t sbl_storage_stable_ts(void)
     return query_ts("stable");
 }
 
+double sbl_storage_cache_fill(void)
+{
+    bson_t st = BSON_INITIALIZER;
+    bson_iter_t it, f;
+    int64_t used = 0, max = 0;
+    sbl_storage_append_stats(&st);
+    if (bson_iter_init(&it, &st) &&
+        bson_iter_find_descendant(&it, "cache.bytes currently in the cache", &f))
+        used = bson_iter_as_int64(&f);
+    if (bson_iter_init(&it, &st) && bson_iter_find_descendant(&it, "cache.maximum bytes configured", &f))
+        max = bson_iter_as_int64(&f);
+    bson_destroy(&st);
+    return max > 0 ? (double)used / (double)max : 0.0;
+}
+
+uint64_t sbl_storage_oldest_ts(void)
+{
+    return query_ts("oldest");
+}
+
 uint64_t sbl_storage_all_durable_ts(void)
 {
     return query_ts("all_durable");

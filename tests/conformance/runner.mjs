@@ -384,7 +384,9 @@ class Runner {
     this.eventMatches = eventMatches;
   }
 
-  async runOperation(op, ents) {
+  // rethrow: inside a withTransaction callback an expected error, once
+  // checked, propagates to the driver's withTransaction (unified format).
+  async runOperation(op, ents, rethrow = false) {
     const ctx = { entities: ents };
     let result, error;
     try {
@@ -399,6 +401,7 @@ class Runner {
       if (!error) throw new AssertionFailure(`${where}: expected an error, got result ${show(result)}`);
       const r = checkError(op.expectError, error, ctx);
       if (r) throw new AssertionFailure(`${where}: ${r}`);
+      if (rethrow) throw error;
       return;
     }
     if (error) {

@@ -156,7 +156,12 @@ export class EntityMap {
             const rp = o.defaultTransactionOptions.readPreference;
             if (rp) o.defaultTransactionOptions.readPreference = readPreferenceOf(rp);
           }
+          // snapshotTime names a saved entity (a Timestamp); the Node driver has no
+          // such option, but sends a snapshot session's snapshotTime as atClusterTime.
+          const snapshotTime = typeof o.snapshotTime === 'string' ? this.get(o.snapshotTime) : o.snapshotTime;
+          delete o.snapshotTime;
           const s = c.client.startSession(o);
+          if (snapshotTime != null) s.snapshotTime = snapshotTime;
           s.__clientEntity = c;
           this.set(spec.id, 'session', s);
           break;

@@ -20,7 +20,8 @@ const COMMON = ['comment', 'collation', 'hint', 'let', 'bypassDocumentValidation
   'expireAfterSeconds', 'partialFilterExpression', 'bucketName', 'chunkSizeBytes', 'revision',
   'viewOn', 'pipeline', 'clusteredIndex', 'changeStreamPreAndPostImages', 'timeseries',
   'capped', 'size', 'max', 'validator', 'validationLevel', 'validationAction',
-  'encryptedFields', 'authorizedCollections', 'nameOnly', 'filter', 'cursorType'];
+  'encryptedFields', 'authorizedCollections', 'nameOnly', 'filter', 'cursorType',
+  'maxCommitTimeMS'];
 
 function options(args, positional, ents) {
   const o = {};
@@ -220,7 +221,7 @@ async function sessionOp(op, a, s, ents, runner) {
     case 'abortTransaction': await s.abortTransaction(); return undefined;
     case 'withTransaction':
       await s.withTransaction(async () => {
-        for (const sub of a.callback) await runner.runOperation(sub, ents);
+        for (const sub of a.callback) await runner.runOperation(sub, ents, true);
       }, options(a, ['callback'], ents));
       return undefined;
     case 'getSnapshotTime': return s.snapshotTime;

@@ -16,8 +16,6 @@ Run alone:  SABLED=$PWD/build/sabled /usr/bin/python3 -m pytest -q tests/integra
 import json
 import os
 import random
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,7 +27,8 @@ import pymongo
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "py"))
-from sabled import free_port, sabled_path  # noqa: E402
+from sabled import free_port  # noqa: E402
+import sharded  # noqa: E402
 
 import cdp  # noqa: E402
 
@@ -38,44 +37,15 @@ ROUTER_CHARTS = ["cpu", "ops", "latency", "connections"]
 NOT_ON_A_ROUTER = ["cache", "journal", "audit"]
 
 
-def _base_port(n):
-    for _ in range(200):
-        base = random.randrange(20000, 32000)  # below Linux's ephemeral ports
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port range")
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    build = os.path.dirname(sabled_path())
-    launcher, router = os.path.join(build, "sable-cluster"), os.path.join(build, "sable-router")
-    if not os.path.exists(router):
+    if not os.path.exists(sharded.ROUTER):
         pytest.skip("sable-router not built")
-    d = tempfile.mkdtemp(prefix="sable-rpage-")
-    base = _base_port(5)
     mport = free_port()
-    env = dict(os.environ, SABLED=sabled_path(), SABLE_ROUTER=router)
-    r = subprocess.run([sys.executable, launcher, "start", "--sharded", "--shards", "2",
-                        "--members", "1", "--port", str(base), "--router-port", str(base + 4),
-                        "--router-arg=--metricsPort=%d" % mport, "--oplog-mb", "64",
-                        "--dir", d], capture_output=True, text=True, env=env, timeout=180)
-    try:
-        assert r.returncode == 0, r.stdout + r.stderr
-        yield {"router": base + 4, "metrics": mport, "dir": d, "env": env, "launcher": launcher,
-               "shard_members": ["127.0.0.1:%d" % (base + 1), "127.0.0.1:%d" % (base + 2)]}
-    finally:
-        subprocess.run([sys.executable, launcher, "stop", "--dir", d], env=env, timeout=120,
-                       capture_output=True)
-        shutil.rmtree(d, ignore_errors=True)
+    with sharded.cluster("sable-rpage-", router_args=["--metricsPort=%d" % mport]) as info:
+        info["metrics"] = mport
+        info["shard_members"] = ["127.0.0.1:%d" % p for p in info["shards"]]
+        yield info
 
 
 def client(port):

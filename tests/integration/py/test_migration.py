@@ -7,14 +7,9 @@ balancer evens out a collection whose chunks all start on one shard.
 """
 
 import hashlib
-import json
 import os
 import random
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -25,60 +20,16 @@ from bson.max_key import MaxKey
 from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
-from sabled import sabled_path  # noqa: E402
-
-BUILD = os.path.dirname(sabled_path())
-LAUNCHER = os.path.join(BUILD, "sable-cluster")
-ROUTER = os.path.join(BUILD, "sable-router")
-
-
-def _base_port(n):
-    for _ in range(200):
-        base = random.randrange(20000, 60000)
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port range")
+import sharded  # noqa: E402
+from sharded import ROUTER  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def cluster():
     if not os.path.exists(ROUTER):
         pytest.skip("sable-router not built")
-    d = tempfile.mkdtemp(prefix="sable-mig-")
-    base = _base_port(5)
-    env = dict(os.environ, SABLED=sabled_path(), SABLE_ROUTER=ROUTER)
-    r = subprocess.run([sys.executable, LAUNCHER, "start", "--sharded", "--shards", "2",
-                        "--members", "1", "--port", str(base), "--router-port", str(base + 4),
-                        "--oplog-mb", "64", "--dir", d], capture_output=True, text=True, env=env,
-                       timeout=180)
-    info = {"dir": d, "router": base + 4, "config": base, "shards": [base + 1, base + 2]}
-    try:
-        assert r.returncode == 0, r.stdout + r.stderr
+    with sharded.cluster("sable-mig-") as info:
         yield info
-    finally:
-        subprocess.run([sys.executable, LAUNCHER, "stop", "--dir", d], env=env, timeout=120,
-                       capture_output=True)
-        # a start that failed half-way leaves members the launcher does not know
-        for root, _, files in os.walk(d):
-            for f in files:
-                if f.endswith(".pid"):
-                    try:
-                        with open(os.path.join(root, f)) as fh:
-                            os.kill(int(fh.read().strip()), 15)
-                    except (OSError, ValueError):
-                        pass
-        if not os.environ.get("SABLE_KEEP_CLUSTER"):
-            shutil.rmtree(d, ignore_errors=True)
-        else:
-            print("cluster dir", d)
 
 
 @pytest.fixture(scope="module")

@@ -18,40 +18,30 @@ import pytest
 from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
-from sabled import sabled_path  # noqa: E402
-from test_sharding import _base_port  # noqa: E402
+import sharded  # noqa: E402
+from sharded import BUILD, ROUTER  # noqa: E402
 
-BUILD = os.path.dirname(sabled_path())
-LAUNCHER = os.path.join(BUILD, "sable-cluster")
-ROUTER = os.path.join(BUILD, "sable-router")
 BENCH = os.path.join(BUILD, "sable-bench")
+KEY = "c2FibGUtcm91dGVyLWF1dGgta2V5"
 
 
 @pytest.fixture(scope="module")
 def cluster():
     if not os.path.exists(ROUTER):
         pytest.skip("sable-router not built")
-    d = tempfile.mkdtemp(prefix="sable-rauth-")
-    key = os.path.join(d, "key")
+    kd = tempfile.mkdtemp(prefix="sable-rauth-key-")
+    key = os.path.join(kd, "key")
     with open(key, "w") as f:
-        f.write("c2FibGUtcm91dGVyLWF1dGgta2V5\n")
+        f.write(KEY + "\n")
     os.chmod(key, 0o600)
-    base = _base_port(5)
-    env = dict(os.environ, SABLED=sabled_path(), SABLE_ROUTER=ROUTER)
-    r = subprocess.run([sys.executable, LAUNCHER, "start", "--sharded", "--shards", "2",
-                        "--members", "1", "--port", str(base), "--router-port", str(base + 4),
-                        "--oplog-mb", "64", "--dir", os.path.join(d, "c"), "--keyfile", key,
-                        "--user", "admin", "--password", "adminpw"],
-                       capture_output=True, text=True, env=env, timeout=180)
-    info = {"router": base + 4, "config": base, "shard": base + 1,
-            "key": "c2FibGUtcm91dGVyLWF1dGgta2V5"}
     try:
-        assert r.returncode == 0, r.stdout + r.stderr
-        yield info
+        with sharded.cluster("sable-rauth-", shards=2,
+                             launcher_args=["--keyfile", key, "--user", "admin",
+                                            "--password", "adminpw"]) as c:
+            yield {"router": c["router"], "config": c["config"], "shard": c["shards"][0],
+                   "key": KEY}
     finally:
-        subprocess.run([sys.executable, LAUNCHER, "stop", "--dir", os.path.join(d, "c")],
-                       env=env, timeout=120, capture_output=True)
-        shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree(kd, ignore_errors=True)
 
 
 def url(cluster, user, pw, db="ycsb"):

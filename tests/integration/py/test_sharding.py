@@ -8,9 +8,6 @@ asked directly.
 
 import json
 import os
-import random
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,52 +20,19 @@ from bson.min_key import MinKey
 from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
-from sabled import Sabled, run_sabled, sabled_path  # noqa: E402
+from sabled import Sabled, run_sabled  # noqa: E402
 
-BUILD = os.path.dirname(sabled_path())
-LAUNCHER = os.path.join(BUILD, "sable-cluster")
-ROUTER = os.path.join(BUILD, "sable-router")
-
-
-def _ports_free(base, n):
-    for p in range(base, base + n):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                return False
-    return True
-
-
-def _base_port(n):
-    for _ in range(200):
-        base = random.randrange(20000, 60000)
-        if _ports_free(base, n):
-            return base
-    raise RuntimeError("no free port range")
+import sharded  # noqa: E402
+from sharded import BUILD, ROUTER  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def cluster():
     if not os.path.exists(ROUTER):
         pytest.skip("sable-router not built")
-    d = tempfile.mkdtemp(prefix="sable-shard-")
-    base = _base_port(5)
-    env = dict(os.environ, SABLED=sabled_path(), SABLE_ROUTER=ROUTER)
-    r = subprocess.run([sys.executable, LAUNCHER, "start", "--sharded", "--shards", "2",
-                        "--members", "1", "--port", str(base), "--router-port", str(base + 4),
-                        "--oplog-mb", "64", "--dir", d], capture_output=True, text=True, env=env,
-                       timeout=180)
-    info = {"dir": d, "router": base + 4, "config": base, "shards": [base + 1, base + 2],
-            "env": env}
-    try:
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert r.stdout.strip() == "mongodb://127.0.0.1:%d/" % (base + 4)
+    with sharded.cluster("sable-shard-") as info:
+        assert info["stdout"].strip() == "mongodb://127.0.0.1:%d/" % info["router"]
         yield info
-    finally:
-        subprocess.run([sys.executable, LAUNCHER, "stop", "--dir", d], env=env, timeout=120,
-                       capture_output=True)
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +197,7 @@ def test_config_metadata_has_mongod_shapes(mongos):
 
 
 def test_stale_router_refreshes_and_routes_right(mongos, shards, cluster):
-    port = _base_port(1)
+    port = sharded.base_port(1)
     log = os.path.join(cluster["dir"], "router2.log")
     subprocess.run([ROUTER, "--configdb", "cfgRS/127.0.0.1:%d" % cluster["config"],
                     "--port", str(port), "--bind_ip", "127.0.0.1", "--logpath", log, "--fork",
@@ -295,7 +259,7 @@ def test_cluster_role_options():
 
 
 def test_router_yaml_config(cluster):
-    port = _base_port(1)
+    port = sharded.base_port(1)
     cfg = os.path.join(cluster["dir"], "router3.yaml")
     log = os.path.join(cluster["dir"], "router3.log")
     with open(cfg, "w") as f:

@@ -1,0 +1,213 @@
+/*
+ * snapshot_read.c: readConcern {level: "snapshot"} outside a transaction
+ * (mongod 5.0+): find, aggregate and distinct read one WiredTiger snapshot
+ * at a timestamp, atClusterTime when the client names one, else the
+ * majority-committed point (WiredTiger's stable timestamp), which the reply
+ * returns as atClusterTime (in the cursor document; at the top level for
+ * distinct).  A cursor keeps that timestamp and each getMore reads there.
+ *
+ * What must stay true: the read runs inside one transaction on the
+ * command's storage session begun with read_timestamp (storage's outer
+ * mode), rolled back when the command ends, so nothing it does can write;
+ * a time newer than the cluster time is refused (InvalidOptions), one older
+ * than the history kept (minSnapshotHistoryWindowInSeconds) is
+ * SnapshotTooOld; a time not yet majority-committed is waited for.
+ */
+#include "cmd/cmd_int.h"
+#include "common/clock.h"
+#include "doc/doc.h"
+#include "exec/exec.h"
+#include "repl/repl.h"
+
+#include <string.h>
+#include <time.h>
+
+#define POLL_MS 2
+/* Without atClusterTime: how long to wait for the member's newest write to be
+ * majority-committed, so a client reads its own w:1 writes (mongod's writes
+ * default to w:"majority"); a set that cannot commit gets the older point. */
+#define OWN_WRITES_WAIT_MS 1000
+
+static bool is_snapshot_command(const char *n)
+{
+    return strcmp(n, "find") == 0 || strcmp(n, "aggregate") == 0 || strcmp(n, "distinct") == 0;
+}
+
+/* An aggregate whose pipeline writes ($out, $merge). */
+static bool pipeline_writes(const bson_t *cmd)
+{
+    bson_iter_t it, st, stage;
+    if (!bson_iter_init_find(&it, cmd, "pipeline") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &st))
+        return false;
+    while (bson_iter_next(&st))
+        if (BSON_ITER_HOLDS_DOCUMENT(&st) && bson_iter_recurse(&st, &stage) &&
+            bson_iter_next(&stage) &&
+            (strcmp(bson_iter_key(&stage), "$out") == 0 ||
+             strcmp(bson_iter_key(&stage), "$merge") == 0))
+            return true;
+    return false;
+}
+
+/* Wait until the stable timestamp reaches ts or until_us (0: the command's
+ * deadline, or for ever); true when it did. */
+static int wait_stable(sbl_opctx_t *ctx, uint64_t ts, int64_t until_us, bool *reachedp,
+                       sbl_err_t *err)
+{
+    *reachedp = false;
+    for (;;) {
+        if (sbl_storage_stable_ts() >= ts) {
+            *reachedp = true;
+            return 0;
+        }
+        SBL_RET(sbl_op_check_interrupt(ctx, err));
+        if (until_us > 0 && sbl_now_us() >= until_us)
+            return 0;
+        struct timespec t = {0, POLL_MS * 1000000L};
+        nanosleep(&t, NULL);
+    }
+}
+
+/* Open the snapshot at ts on the command's session. */
+static int open_at(sbl_opctx_t *ctx, uint64_t ts, sbl_err_t *err)
+{
+    uint64_t oldest = sbl_storage_oldest_ts();
+    if (oldest != 0 && ts < oldest)
+        return sbl_err_set(err, SBL_E_SnapshotTooOld,
+                           "Read timestamp Timestamp(%u, %u) is older than the oldest available "
+                           "timestamp.", (unsigned)(ts >> 32), (unsigned)ts);
+    SBL_RET(sbl_txn_begin_outer_at(ctx->ss, ts, err));
+    ctx->read_ts = ts;
+    return 0;
+}
+
+/* The command's readConcern: level snapshot (*snapp) and atClusterTime (*atp,
+ * 0: none), checked as mongod does. */
+static int parse_read_concern(const sbl_opctx_t *ctx, bool *snapp, uint64_t *atp, sbl_err_t *err)
+{
+    bson_iter_t it, rc;
+    const char *level = NULL;
+    bool has_at = false, has_after = false;
+
+    *snapp = false;
+    *atp = 0;
+    if (!sbl_doc_find_top(ctx->cmd, "readConcern", &it) || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &rc))
+        return 0;
+    while (bson_iter_next(&rc)) {
+        const char *k = bson_iter_key(&rc);
+        if (strcmp(k, "level") == 0 && BSON_ITER_HOLDS_UTF8(&rc)) {
+            level = bson_iter_utf8(&rc, NULL);
+        } else if (strcmp(k, "afterClusterTime") == 0) {
+            has_after = true;
+        } else if (strcmp(k, "atClusterTime") == 0) {
+            if (!BSON_ITER_HOLDS_TIMESTAMP(&rc))
+                return sbl_type_error(err, "readConcern.atClusterTime", &rc, "timestamp");
+            uint32_t t, i;
+            bson_iter_timestamp(&rc, &t, &i);
+            *atp = ((uint64_t)t << 32) | i;
+            has_at = true;
+        }
+    }
+    *snapp = level != NULL && strcmp(level, "snapshot") == 0;
+    if (has_at && !*snapp)
+        return sbl_err_set(err, SBL_E_InvalidOptions,
+                           "readConcern.atClusterTime can only be used with readConcern level "
+                           "snapshot");
+    if (has_at && has_after)
+        return sbl_err_set(err, SBL_E_InvalidOptions,
+                           "Can not specify both afterClusterTime and atClusterTime");
+    if (has_at && *atp == 0)
+        return sbl_err_set(err, SBL_E_InvalidOptions,
+                           "readConcern.atClusterTime cannot be a null timestamp");
+    if (*snapp && !sbl_repl_enabled())
+        return sbl_err_set(err, SBL_E_NotAReplicaSet,
+                           "node needs to be a replica set member to use readConcern: snapshot");
+    return 0;
+}
+
+/* atClusterTime at: refused after the cluster time, waited for until
+ * majority-committed (as mongod), refused before the history kept. */
+static int check_at(sbl_opctx_t *ctx, uint64_t at, sbl_err_t *err)
+{
+    uint64_t cluster = sbl_repl_last_op_ts();
+    bool reached;
+    if (at > cluster)
+        return sbl_err_set(err, SBL_E_InvalidOptions,
+                           "readConcern atClusterTime value must not be greater than the "
+                           "current clusterTime. Requested clusterTime: Timestamp(%u, %u); "
+                           "current clusterTime: Timestamp(%u, %u)",
+                           (unsigned)(at >> 32), (unsigned)at, (unsigned)(cluster >> 32),
+                           (unsigned)cluster);
+    SBL_RET(wait_stable(ctx, at, ctx->deadline_us, &reached, err));
+    uint64_t oldest = sbl_storage_oldest_ts();
+    if (oldest != 0 && at < oldest)
+        return sbl_err_set(err, SBL_E_SnapshotTooOld,
+                           "Read timestamp Timestamp(%u, %u) is older than the oldest available "
+                           "timestamp.", (unsigned)(at >> 32), (unsigned)at);
+    return 0;
+}
+
+int sbl_cmd_snapshot_txn_ts(sbl_opctx_t *ctx, uint64_t *tsp, sbl_err_t *err)
+{
+    bool snapshot;
+    *tsp = 0;
+    SBL_RET(parse_read_concern(ctx, &snapshot, tsp, err));
+    if (*tsp != 0)
+        SBL_RET(check_at(ctx, *tsp, err));
+    return 0;
+}
+
+int sbl_cmd_snapshot_begin(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    uint64_t at;
+    bool snapshot, reached;
+
+    ctx->read_ts = 0;
+    if (ctx->mtxn != NULL || sbl_doc_find_top(ctx->cmd, "autocommit", &it))
+        return 0; /* a transaction's command: the transaction's snapshot (txn.c) */
+    if (strcmp(ctx->name, "getMore") == 0) {
+        if (!sbl_doc_find_top(ctx->cmd, "getMore", &it) || !BSON_ITER_HOLDS_INT64(&it))
+            return 0;
+        uint64_t ts = sbl_cursor_read_ts(bson_iter_int64(&it));
+        return ts != 0 ? open_at(ctx, ts, err) : 0;
+    }
+    SBL_RET(parse_read_concern(ctx, &snapshot, &at, err));
+    if (!snapshot)
+        return 0;
+    if (!is_snapshot_command(ctx->name) ||
+        (strcmp(ctx->name, "aggregate") == 0 && pipeline_writes(ctx->cmd)))
+        return sbl_err_set(err, SBL_E_InvalidOptions,
+                           "Command %s does not support { readConcern: { level: \"snapshot\" } }"
+                           "%s", ctx->name,
+                           strcmp(ctx->name, "aggregate") == 0 ? " with $out or $merge" : "");
+    uint64_t cluster = sbl_repl_last_op_ts();
+    if (cluster == 0)
+        return sbl_err_set(err, SBL_E_NotPrimaryOrSecondary,
+                           "cannot read at a snapshot before the replica set is initiated");
+    if (at != 0) {
+        SBL_RET(check_at(ctx, at, err));
+        return open_at(ctx, at, err);
+    }
+    int64_t until = sbl_now_us() + OWN_WRITES_WAIT_MS * 1000;
+    if (ctx->deadline_us > 0 && ctx->deadline_us < until)
+        until = ctx->deadline_us;
+    SBL_RET(wait_stable(ctx, cluster, until, &reached, err));
+    uint64_t ts = sbl_storage_stable_ts();
+    if (ts == 0)
+        return sbl_err_set(err, SBL_E_NotPrimaryOrSecondary,
+                           "no majority-committed snapshot is available yet");
+    return open_at(ctx, ts, err);
+}
+
+void sbl_cmd_snapshot_end(sbl_opctx_t *ctx, int rc)
+{
+    if (ctx->read_ts == 0)
+        return;
+    sbl_txn_abort_outer(ctx->ss);
+    if (rc == 0 && strcmp(ctx->name, "distinct") == 0)
+        bson_append_timestamp(ctx->reply, "atClusterTime", -1, (uint32_t)(ctx->read_ts >> 32),
+                              (uint32_t)ctx->read_ts);
+    ctx->read_ts = 0;
+}

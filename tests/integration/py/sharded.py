@@ -1,0 +1,75 @@
+"""
+A sharded cluster for tests: a config server and one-member shards started
+with build/sable-cluster start --sharded on a free range of ports below
+Linux's ephemeral ones, stopped (and its directory removed) afterwards,
+even when the start failed half-way.  SABLE_KEEP_CLUSTER=1 keeps the
+directory and prints it.
+"""
+import contextlib
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+
+from sabled import sabled_path
+
+BUILD = os.path.dirname(sabled_path())
+LAUNCHER = os.path.join(BUILD, "sable-cluster")
+ROUTER = os.path.join(BUILD, "sable-router")
+
+
+def base_port(n):
+    """The first of n consecutive free ports (below 32768: Linux gives
+    outgoing connections ports from there up)."""
+    for _ in range(200):
+        base = random.randrange(20000, 32000)
+        ok = True
+        for p in range(base, base + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free port range")
+
+
+@contextlib.contextmanager
+def cluster(prefix, shards=2, router_args=(), launcher_args=()):
+    """Yields {dir, router, config, shards: [ports], env, launcher, stdout};
+    the caller checks the router is built (ROUTER) first.  launcher_args go
+    to sable-cluster start (e.g. --keyfile K --user U --password P)."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    base = base_port(shards + 3)
+    env = dict(os.environ, SABLED=sabled_path(), SABLE_ROUTER=ROUTER)
+    r = subprocess.run([sys.executable, LAUNCHER, "start", "--sharded", "--shards", str(shards),
+                        "--members", "1", "--port", str(base),
+                        "--router-port", str(base + shards + 2), "--oplog-mb", "64", "--dir", d]
+                       + ["--router-arg=" + a for a in router_args] + list(launcher_args),
+                       capture_output=True, text=True, env=env, timeout=180)
+    try:
+        assert r.returncode == 0, r.stdout + r.stderr
+        yield {"dir": d, "router": base + shards + 2, "config": base,
+               "shards": [base + 1 + i for i in range(shards)], "env": env,
+               "launcher": LAUNCHER, "stdout": r.stdout}
+    finally:
+        subprocess.run([sys.executable, LAUNCHER, "stop", "--dir", d], env=env, timeout=120,
+                       capture_output=True)
+        # a start that failed half-way leaves members the launcher does not know
+        for root, _, files in os.walk(d):
+            for f in files:
+                if f.endswith(".pid"):
+                    try:
+                        with open(os.path.join(root, f)) as fh:
+                            os.kill(int(fh.read().strip()), 15)
+                    except (OSError, ValueError):
+                        pass
+        if os.environ.get("SABLE_KEEP_CLUSTER"):
+            print("cluster dir", d)
+        else:
+            shutil.rmtree(d, ignore_errors=True)

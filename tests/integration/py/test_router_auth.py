@@ -116,6 +116,23 @@ def test_ycsb_url_crud(cluster, admin):
             assert e.value.code == 13
 
 
+def test_seed_url_user_in_its_database(cluster, admin):
+    # seed 003's URL has no authSource: the user lives in ycsb itself
+    admin.ycsb.command("createUser", "ycsb", pwd="123456", roles=["readWrite"])
+    with pymongo.MongoClient("mongodb://ycsb:123456@127.0.0.1:%d/ycsb" % cluster["router"],
+                             serverSelectionTimeoutMS=10000) as c:
+        c.ycsb.seedurl.insert_one({"_id": 1})
+        assert c.ycsb.seedurl.find_one() == {"_id": 1}
+        st = c.admin.command("connectionStatus")["authInfo"]
+        assert st["authenticatedUsers"] == [{"user": "ycsb", "db": "ycsb"}]
+    admin.ycsb.command("dropUser", "ycsb")
+    with pymongo.MongoClient("mongodb://ycsb:123456@127.0.0.1:%d/ycsb" % cluster["router"],
+                             serverSelectionTimeoutMS=5000) as c:
+        with pytest.raises(OperationFailure) as e:
+            c.ycsb.command("ping")
+        assert e.value.code == 18
+
+
 def test_read_only_user_cannot_write(cluster, admin):
     with pymongo.MongoClient(url(cluster, "reader", "r3ad"), serverSelectionTimeoutMS=10000) as c:
         admin.ycsb.usertable.insert_one({"_id": "ro-probe"})

@@ -177,6 +177,10 @@ int rt_auth_run(struct sbl_conn *conn, const char *name, const char *db, const b
 void rt_auth_enter(struct sbl_conn *conn);
 void rt_auth_leave(void);
 void rt_auth_owner(char *buf, size_t n);
+/* listDatabases: whether the current client sees db (mongod's
+ * authorizedDatabases: all with the listDatabases privilege, else those it
+ * holds a privilege on). */
+bool rt_auth_db_visible(const char *db);
 /* hello's speculativeAuthenticate: the saslStart reply appended to reply. */
 void rt_auth_hello(struct sbl_conn *conn, const bson_t *cmd, bson_t *reply);
 

@@ -569,3 +569,18 @@ void rt_auth_owner(char *buf, size_t n)
     else
         buf[0] = '\0';
 }
+
+bool rt_auth_db_visible(const char *db)
+{
+    if (current == NULL)
+        return true;
+    const sbl_authz_t *a = current->authz;
+    if (sbl_authz_allows(a, sbl_auth_action_id("listDatabases"), "", NULL))
+        return true;
+    static const char *const any[] = {"find", "insert", "update", "remove", "listCollections",
+                                      "createCollection", "dbStats", NULL};
+    for (int i = 0; any[i] != NULL; i++)
+        if (sbl_authz_allows(a, sbl_auth_action_id(any[i]), db, NULL))
+            return true;
+    return false;
+}

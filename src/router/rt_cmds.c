@@ -366,7 +366,7 @@ static int cmd_list_databases(const char *db, const bson_t *cmd, bson_t *reply, 
                     else if (strcmp(bson_iter_key(&f), "sizeOnDisk") == 0)
                         size = bson_iter_as_int64(&f);
                 }
-                if (name == NULL || strcmp(name, "local") == 0)
+                if (name == NULL || strcmp(name, "local") == 0 || !rt_auth_db_visible(name))
                     continue;
                 bool cfg = strcmp(name, "config") == 0 || strcmp(name, "admin") == 0;
                 if ((s == -1) != cfg)

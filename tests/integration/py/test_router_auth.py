@@ -136,7 +136,11 @@ def test_seed_url_user_in_its_database(cluster, admin):
 def test_read_only_user_cannot_write(cluster, admin):
     with pymongo.MongoClient(url(cluster, "reader", "r3ad"), serverSelectionTimeoutMS=10000) as c:
         admin.ycsb.usertable.insert_one({"_id": "ro-probe"})
+        admin.other.coll.insert_one({})
         assert c.ycsb.usertable.find_one({"_id": "ro-probe"}) is not None
+        # listDatabases shows what the user may read (authorizedDatabases)
+        assert c.list_database_names() == ["ycsb"]
+        assert {"admin", "config", "ycsb", "other"} <= set(admin.list_database_names())
         with pytest.raises(OperationFailure) as e:
             c.ycsb.usertable.insert_one({"_id": "ro-write"})
         assert e.value.code == 13

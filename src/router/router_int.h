@@ -181,6 +181,9 @@ void rt_auth_owner(char *buf, size_t n);
  * authorizedDatabases: all with the listDatabases privilege, else those it
  * holds a privilege on). */
 bool rt_auth_db_visible(const char *db);
+/* The monitoring port's HTTP basic auth: an admin-database user whose
+ * password matches and who may run serverStatus (as sabled's page asks). */
+bool rt_auth_metrics_authorize(const char *user, const char *password);
 /* hello's speculativeAuthenticate: the saslStart reply appended to reply. */
 void rt_auth_hello(struct sbl_conn *conn, const bson_t *cmd, bson_t *reply);
 

@@ -584,3 +584,17 @@ bool rt_auth_db_visible(const char *db)
             return true;
     return false;
 }
+
+bool rt_auth_metrics_authorize(const char *user, const char *password)
+{
+    bool ok = false, allowed = false;
+    sbl_err_t e = {0};
+    if (sbl_auth_check_password(NULL, "admin", user, password, &ok, &e) != 0 || !ok)
+        return false;
+    sbl_authz_t *a = NULL;
+    if (sbl_authz_resolve(NULL, "admin", user, &a, &e) == 0) {
+        allowed = sbl_authz_allows(a, sbl_auth_action_id("serverStatus"), NULL, NULL);
+        sbl_authz_free(a);
+    }
+    return allowed;
+}

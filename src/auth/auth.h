@@ -37,6 +37,26 @@ bool sbl_auth_enabled(void);
 uint64_t sbl_auth_generation(void);
 void sbl_auth_bump_generation(void);
 
+/*
+ * Where users and roles come from when they are not in this process's
+ * storage: sable-router reads them from the config servers.  Once fn is set
+ * every lookup of a user or a user-defined role (SCRAM, privilege
+ * resolution) calls it instead of storage, and the sbl_session_t arguments
+ * below may be NULL.  fn fills doc (initialised by fn when *foundp) with the
+ * stored document of admin.system.users (roles false) or admin.system.roles.
+ */
+typedef int (*sbl_auth_lookup_fn)(bool roles, const char *db, const char *name, bson_t *doc,
+                                  bool *foundp, sbl_err_t *err);
+void sbl_auth_set_lookup(sbl_auth_lookup_fn fn);
+
+/*
+ * The connection string a cluster member uses to reach hosts ("h:p,..."):
+ * with key (the keyFile's), as __system@local over SCRAM-SHA-256; without,
+ * plain; opts are appended as URI options.  False when buf is too small.
+ */
+bool sbl_auth_cluster_uri(char *buf, size_t n, const char *key, const char *hosts,
+                          const char *opts);
+
 /* ---- SASLprep and credentials ------------------------------------------ */
 
 /*
@@ -98,6 +118,21 @@ const char *sbl_scram_user(const sbl_scram_t *conv);
 const char *sbl_scram_db(const sbl_scram_t *conv);
 const char *sbl_scram_mechanism(const sbl_scram_t *conv);
 void sbl_scram_free(sbl_scram_t *conv);
+
+/*
+ * The client side of SCRAM-SHA-256, for a cluster member's own connections
+ * (sable-router's direct shard connections as __system).  new: the
+ * client-first message (*firstp, bson_malloc'd); step: the server-first
+ * message in, the client-final out (*outp); verify: the server-final's
+ * signature.  Errors: AuthenticationFailed for a bad server message.
+ */
+typedef struct sbl_scram_client sbl_scram_client_t;
+int sbl_scram_client_new(const char *user, const char *password, sbl_scram_client_t **cp,
+                         char **firstp, sbl_err_t *err);
+int sbl_scram_client_step(sbl_scram_client_t *c, const uint8_t *in, size_t len, char **outp,
+                          sbl_err_t *err);
+int sbl_scram_client_verify(sbl_scram_client_t *c, const uint8_t *in, size_t len, sbl_err_t *err);
+void sbl_scram_client_free(sbl_scram_client_t *c);
 
 /* ---- users and roles in storage ---------------------------------------- */
 

@@ -31,6 +31,7 @@ typedef struct action_def {
 
 /* Sorted by name (strcmp) for bsearch; the index is the action id. */
 static const action_def_t actions[] = {
+    {"addShard", true},
     {"anyAction", false},
     {"applicationMessage", true},
     {"authSchemaUpgrade", true},
@@ -59,6 +60,7 @@ static const action_def_t actions[] = {
     {"dropRole", false},
     {"dropUser", false},
     {"enableProfiler", false},
+    {"enableSharding", false},
     {"find", false},
     {"flushRouterConfig", true},
     {"fsync", true},
@@ -67,6 +69,7 @@ static const action_def_t actions[] = {
     {"getDefaultRWConcern", true},
     {"getLog", true},
     {"getParameter", true},
+    {"getShardVersion", false},
     {"grantRole", false},
     {"hostInfo", true},
     {"indexStats", false},
@@ -81,7 +84,9 @@ static const action_def_t actions[] = {
     {"listDatabases", true},
     {"listIndexes", false},
     {"listSessions", true},
+    {"listShards", true},
     {"logRotate", true},
+    {"moveChunk", false},
     {"netstat", true},
     {"planCacheRead", false},
     {"planCacheWrite", false},
@@ -97,6 +102,7 @@ static const action_def_t actions[] = {
     {"setFeatureCompatibilityVersion", true},
     {"setParameter", true},
     {"shutdown", true},
+    {"splitChunk", false},
     {"top", true},
     {"unlock", true},
     {"update", false},
@@ -248,8 +254,14 @@ static const char *const hostmgr_cluster[] = {
     "applicationMessage", "cpuProfiler", "dropConnections", "flushRouterConfig", "fsync",
     "invalidateUserCache", "killAnySession", "killop", "logRotate", "setParameter", "shutdown",
     "unlock", NULL};
-static const char *const clustermgr_cluster[] = {"setClusterParameter", "setDefaultRWConcern",
+static const char *const clustermgr_cluster[] = {"addShard", "listShards", "setClusterParameter",
+                                                 "setDefaultRWConcern",
                                                  "setFeatureCompatibilityVersion", NULL};
+/* the sharding actions on any namespace, and the config database's
+ * documents (balancer settings) */
+static const char *const clustermgr_any[] = {"enableSharding", "getShardVersion", "moveChunk",
+                                             "splitChunk", NULL};
+static const char *const clustermgr_config[] = {"find", "insert", "remove", "update", NULL};
 static const char *const list_dbs[] = {"listDatabases", NULL};
 static const char *const useradmin_any_cluster[] = {"authSchemaUpgrade", "invalidateUserCache",
                                                     "listDatabases", NULL};
@@ -338,6 +350,8 @@ static bool grant_builtin(sbl_authz_t *a, const char *role, const char *db)
     if (strcmp(role, "clusterManager") == 0 || cadmin) {
         grant(a, RES_CLUSTER, "", "", clustermgr_cluster);
         grant(a, RES_CLUSTER, "", "", list_dbs);
+        grant(a, RES_NS, "", "", clustermgr_any);
+        grant(a, RES_NS, "config", "", clustermgr_config);
     }
     if (cadmin) {
         static const char *const dd[] = {"dropDatabase", NULL};

@@ -608,3 +608,127 @@ void sbl_scram_free(sbl_scram_t *s)
     OPENSSL_cleanse(s, sizeof(*s));
     bson_free(s);
 }
+
+/* ---- the client side (SCRAM-SHA-256), for a cluster member's own connections ---- */
+
+struct sbl_scram_client {
+    char *pw;          /* SASLprep'd password */
+    char *first_bare;  /* n=user,r=cnonce */
+    char *cnonce;
+    uint8_t server_key[MAX_HASH];
+    char *auth_message;
+};
+
+void sbl_scram_client_free(sbl_scram_client_t *c)
+{
+    if (c == NULL)
+        return;
+    if (c->pw != NULL)
+        OPENSSL_cleanse(c->pw, strlen(c->pw));
+    bson_free(c->pw);
+    bson_free(c->first_bare);
+    bson_free(c->cnonce);
+    bson_free(c->auth_message);
+    OPENSSL_cleanse(c->server_key, sizeof(c->server_key));
+    bson_free(c);
+}
+
+int sbl_scram_client_new(const char *user, const char *password, sbl_scram_client_t **cp,
+                         char **firstp, sbl_err_t *err)
+{
+    *cp = NULL;
+    *firstp = NULL;
+    sbl_scram_client_t *c = bson_malloc0(sizeof(*c));
+    if (sbl_saslprep(password, &c->pw, err) != 0) {
+        bson_free(c);
+        return err->code;
+    }
+    uint8_t raw[NONCE_BYTES];
+    RAND_bytes(raw, sizeof(raw));
+    c->cnonce = sbl_auth_b64(raw, sizeof(raw));
+    /* saslname: ',' and '=' escaped as RFC 5802 says */
+    size_t n = strlen(user);
+    char *esc = bson_malloc(3 * n + 1), *o = esc;
+    for (const char *p = user; *p; p++) {
+        if (*p == ',')
+            memcpy(o, "=2C", 3), o += 3;
+        else if (*p == '=')
+            memcpy(o, "=3D", 3), o += 3;
+        else
+            *o++ = *p;
+    }
+    *o = '\0';
+    c->first_bare = bson_strdup_printf("n=%s,r=%s", esc, c->cnonce);
+    bson_free(esc);
+    *firstp = bson_strdup_printf("n,,%s", c->first_bare);
+    *cp = c;
+    return 0;
+}
+
+/* The value of attribute "k=" in a SCRAM message (up to the next ','), or NULL. */
+static char *attr_of(const char *msg, char k)
+{
+    for (const char *p = msg; p != NULL && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+        if (p[0] == k && p[1] == '=')
+            return bson_strndup(p + 2, strcspn(p + 2, ","));
+    }
+    return NULL;
+}
+
+int sbl_scram_client_step(sbl_scram_client_t *c, const uint8_t *in, size_t len, char **outp,
+                          sbl_err_t *err)
+{
+    const mech_t *m = mech_find("SCRAM-SHA-256");
+    *outp = NULL;
+    char *sf = bson_strndup((const char *)in, len);
+    char *r = attr_of(sf, 'r'), *s64 = attr_of(sf, 's'), *i = attr_of(sf, 'i');
+    int rc = 0;
+    uint8_t salt[128];
+    int salt_len = s64 != NULL ? sbl_auth_unb64(s64, strlen(s64), salt, sizeof(salt)) : -1;
+    int iterations = i != NULL ? atoi(i) : 0;
+    if (r == NULL || strncmp(r, c->cnonce, strlen(c->cnonce)) != 0 || salt_len <= 0 ||
+        iterations < 4096) {
+        rc = sbl_err_set(err, SBL_E_AuthenticationFailed, "bad SCRAM server-first message");
+        goto out;
+    }
+    uint8_t salted[MAX_HASH], ckey[MAX_HASH], stored[MAX_HASH], sig[MAX_HASH], proof[MAX_HASH];
+    PKCS5_PBKDF2_HMAC(c->pw, (int)strlen(c->pw), salt, salt_len, iterations, m->md(),
+                      (int)m->hlen, salted);
+    hmac(m, salted, m->hlen, "Client Key", 10, ckey);
+    hmac(m, salted, m->hlen, "Server Key", 10, c->server_key);
+    EVP_Digest(ckey, m->hlen, stored, NULL, m->md(), NULL);
+    char *without_proof = bson_strdup_printf("c=biws,r=%s", r);
+    c->auth_message = bson_strdup_printf("%s,%s,%s", c->first_bare, sf, without_proof);
+    hmac(m, stored, m->hlen, c->auth_message, strlen(c->auth_message), sig);
+    for (size_t k = 0; k < m->hlen; k++)
+        proof[k] = ckey[k] ^ sig[k];
+    char *p64 = sbl_auth_b64(proof, m->hlen);
+    *outp = bson_strdup_printf("%s,p=%s", without_proof, p64);
+    bson_free(p64);
+    bson_free(without_proof);
+    OPENSSL_cleanse(salted, sizeof(salted));
+    OPENSSL_cleanse(ckey, sizeof(ckey));
+out:
+    bson_free(sf);
+    bson_free(r);
+    bson_free(s64);
+    bson_free(i);
+    return rc;
+}
+
+int sbl_scram_client_verify(sbl_scram_client_t *c, const uint8_t *in, size_t len, sbl_err_t *err)
+{
+    const mech_t *m = mech_find("SCRAM-SHA-256");
+    char *msg = bson_strndup((const char *)in, len);
+    char *v = attr_of(msg, 'v');
+    uint8_t want[MAX_HASH], got[MAX_HASH];
+    int n = v != NULL ? sbl_auth_unb64(v, strlen(v), got, sizeof(got)) : -1;
+    bool ok = false;
+    if (c->auth_message != NULL && n == (int)m->hlen) {
+        hmac(m, c->server_key, m->hlen, c->auth_message, strlen(c->auth_message), want);
+        ok = CRYPTO_memcmp(want, got, m->hlen) == 0;
+    }
+    bson_free(msg);
+    bson_free(v);
+    return ok ? 0 : sbl_err_set(err, SBL_E_AuthenticationFailed, "bad SCRAM server signature");
+}

@@ -46,11 +46,40 @@ const char *sbl_auth_str(const bson_t *doc, const char *name)
     return NULL;
 }
 
+static sbl_auth_lookup_fn lookup_fn; /* set once at start (sable-router) */
+
+void sbl_auth_set_lookup(sbl_auth_lookup_fn fn)
+{
+    lookup_fn = fn;
+}
+
+bool sbl_auth_cluster_uri(char *buf, size_t n, const char *key, const char *hosts,
+                          const char *opts)
+{
+    char esc[3 * 1024 + 1];
+    size_t k = 0;
+    if (key != NULL) { /* base64: '+', '/' and '=' need escaping in a URI */
+        for (const char *p = key; *p != '\0' && k + 4 < sizeof(esc); p++) {
+            if (*p == '+' || *p == '/' || *p == '=')
+                k += (size_t)snprintf(esc + k, sizeof(esc) - k, "%%%02X", (unsigned char)*p);
+            else
+                esc[k++] = *p;
+        }
+    }
+    esc[k] = '\0';
+    int w = key != NULL ? snprintf(buf, n, "mongodb://__system:%s@%s/?authSource=local&"
+                                   "authMechanism=SCRAM-SHA-256&%s", esc, hosts, opts)
+                        : snprintf(buf, n, "mongodb://%s/?%s", hosts, opts);
+    return w > 0 && (size_t)w < n;
+}
+
 static int get_by_id(sbl_session_t *ss, const char *ns, const char *db, const char *name,
                      bson_t *doc, bool *foundp, sbl_err_t *err)
 {
     sbl_coll_t *c = NULL;
     *foundp = false;
+    if (lookup_fn != NULL)
+        return lookup_fn(strcmp(ns, SBL_AUTH_ROLES_NS) == 0, db, name, doc, foundp, err);
     sbl_err_t e2;
     if (sbl_coll_open(ss, ns, false, &c, NULL, &e2) != 0)
         return 0; /* no collection: nobody */

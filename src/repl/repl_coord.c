@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "auth/auth.h"
 #include "common/log.h"
 #include "server/server.h"
 
@@ -473,22 +474,7 @@ out:
 
 bool sbl_rs_member_uri(char *buf, size_t n, const char *host, const char *opts)
 {
-    char key[3 * 1024 + 1];
-    size_t k = 0;
-    if (rs.cluster_key != NULL) { /* base64: '+', '/' and '=' need escaping in a URI */
-        for (const char *p = rs.cluster_key; *p != '\0' && k + 4 < sizeof(key); p++) {
-            if (*p == '+' || *p == '/' || *p == '=')
-                k += (size_t)snprintf(key + k, sizeof(key) - k, "%%%02X", (unsigned char)*p);
-            else
-                key[k++] = *p;
-        }
-    }
-    key[k] = '\0';
-    int w = rs.cluster_key != NULL
-                ? snprintf(buf, n, "mongodb://__system:%s@%s/?authSource=local&"
-                           "authMechanism=SCRAM-SHA-256&%s", key, host, opts)
-                : snprintf(buf, n, "mongodb://%s/?%s", host, opts);
-    return w > 0 && (size_t)w < n;
+    return sbl_auth_cluster_uri(buf, n, rs.cluster_key, host, opts);
 }
 
 int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err)

@@ -159,6 +159,34 @@ int rt_merge_cursors(const char *db, const char *coll, bson_t *replies, const in
 int rt_drain_cursor(bson_t *shard_reply, const char *db, const char *coll, int shard,
                     bson_t *arr, sbl_err_t *err);
 
+/* ---- rt_auth.c ---- */
+struct sbl_conn;
+/* With authorization on: read users and roles from the config servers. */
+void rt_auth_init(void);
+/* 0 when the connection's client may run the command, else Unauthorized. */
+int rt_auth_check(struct sbl_conn *conn, const char *name, const char *db, const bson_t *cmd,
+                  sbl_err_t *err);
+/* saslStart, saslContinue, logout, connectionStatus and the user and role
+ * commands (passed to the config servers) are answered by rt_auth_run. */
+bool rt_auth_handles(const char *name);
+int rt_auth_run(struct sbl_conn *conn, const char *name, const char *db, const bson_t *cmd,
+                bson_t *reply, sbl_err_t *err);
+/* The command a worker runs belongs to conn's client (enter ... leave);
+ * rt_auth_owner names its user ("db.user", "" when none or without
+ * authorization) so cursors can be tied to the user who opened them. */
+void rt_auth_enter(struct sbl_conn *conn);
+void rt_auth_leave(void);
+void rt_auth_owner(char *buf, size_t n);
+/* listDatabases: whether the current client sees db (mongod's
+ * authorizedDatabases: all with the listDatabases privilege, else those it
+ * holds a privilege on). */
+bool rt_auth_db_visible(const char *db);
+/* The monitoring port's HTTP basic auth: an admin-database user whose
+ * password matches and who may run serverStatus (as sabled's page asks). */
+bool rt_auth_metrics_authorize(const char *user, const char *password);
+/* hello's speculativeAuthenticate: the saslStart reply appended to reply. */
+void rt_auth_hello(struct sbl_conn *conn, const bson_t *cmd, bson_t *reply);
+
 /* ---- rt_watch.c ---- */
 /* Stop the shard poller (sbl_router_watch_start) before the pools go. */
 void rt_watch_stop(void);

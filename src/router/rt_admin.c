@@ -8,8 +8,10 @@
  */
 #include "router/router_int.h"
 
+#include "auth/auth.h"
 #include "common/clock.h"
 #include "doc/doc.h"
+#include "server/server.h"
 #include "storage/storage.h"
 
 #include <mongoc/mongoc.h>
@@ -96,19 +98,17 @@ int rt_cmd_add_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
                            "(<replSetName>/host:port,...)");
     /* Ask the candidate what it is. */
     const char *slash = strchr(conn, '/');
-    char uri_s[1400];
-    snprintf(uri_s, sizeof(uri_s), "mongodb://%s/?directConnection=%s&serverSelectionTimeoutMS=5000",
-             slash ? slash + 1 : conn, "false");
-    if (slash != NULL) {
-        /* the first host directly: the set's name is checked below */
-        char first[512];
-        snprintf(first, sizeof(first), "%s", slash + 1);
-        char *comma = strchr(first, ',');
-        if (comma)
-            *comma = '\0';
-        snprintf(uri_s, sizeof(uri_s),
-                 "mongodb://%s/?directConnection=true&serverSelectionTimeoutMS=5000", first);
-    }
+    char uri_s[4400];
+    /* the first host directly (the set's name is checked below); with a
+     * keyFile as __system */
+    char first[512];
+    snprintf(first, sizeof(first), "%s", slash ? slash + 1 : conn);
+    char *comma = strchr(first, ',');
+    if (comma)
+        *comma = '\0';
+    if (!sbl_auth_cluster_uri(uri_s, sizeof(uri_s), sbl_server_options()->cluster_key, first,
+                              "directConnection=true&serverSelectionTimeoutMS=5000"))
+        return sbl_err_set(err, SBL_E_FailedToParse, "bad shard connection string %s", conn);
     mongoc_client_t *cl = mongoc_client_new(uri_s);
     if (cl == NULL)
         return sbl_err_set(err, SBL_E_FailedToParse, "bad shard connection string %s", conn);

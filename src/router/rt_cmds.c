@@ -10,6 +10,7 @@
 #include "router/router.h"
 #include "router/router_int.h"
 
+#include "auth/auth.h"
 #include "metrics/metrics.h"
 #include "server/server.h"
 
@@ -365,7 +366,7 @@ static int cmd_list_databases(const char *db, const bson_t *cmd, bson_t *reply, 
                     else if (strcmp(bson_iter_key(&f), "sizeOnDisk") == 0)
                         size = bson_iter_as_int64(&f);
                 }
-                if (name == NULL || strcmp(name, "local") == 0)
+                if (name == NULL || strcmp(name, "local") == 0 || !rt_auth_db_visible(name))
                     continue;
                 bool cfg = strcmp(name, "config") == 0 || strcmp(name, "admin") == 0;
                 if ((s == -1) != cfg)
@@ -587,17 +588,25 @@ static void run_and_reply(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *
     bson_t reply = BSON_INITIALIZER;
     sbl_err_t err = {0};
     const char *db = req->db[0] ? req->db : "admin";
+    bson_iter_t it;
+    const char *name = bson_iter_init(&it, &req->cmd) && bson_iter_next(&it)
+                           ? bson_iter_key(&it)
+                           : "";
     int rc;
-    if (def == NULL) {
-        bson_iter_t it;
-        const char *name = bson_iter_init(&it, &req->cmd) && bson_iter_next(&it)
-                               ? bson_iter_key(&it)
-                               : "";
+    if (def == NULL && !rt_auth_handles(name)) {
         rc = sbl_err_set(&err, SBL_E_CommandNotFound, "no such command: '%s'", name);
+    } else if ((rc = rt_auth_check(conn, name, db, &req->cmd, &err)) != 0) {
+        /* refused: Unauthorized */
+    } else if (def == NULL) {
+        rc = rt_auth_run(conn, name, db, &req->cmd, &reply, &err);
     } else {
         int64_t t0 = mono_us();
+        rt_auth_enter(conn);
         rc = def->fn(db, &req->cmd, &reply, &err);
+        rt_auth_leave();
         count_op(def->name, mono_us() - t0);
+        if (rc == 0 && def->fn == cmd_hello)
+            rt_auth_hello(conn, &req->cmd, &reply);
     }
     if (rc != 0) {
         bson_reinit(&reply);
@@ -606,7 +615,6 @@ static void run_and_reply(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *
         BSON_APPEND_INT32(&reply, "code", rc);
         BSON_APPEND_UTF8(&reply, "codeName", sbl_err_name(rc));
     } else {
-        bson_iter_t it;
         if (!bson_iter_init_find(&it, &reply, "ok"))
             BSON_APPEND_DOUBLE(&reply, "ok", 1.0);
     }
@@ -629,9 +637,13 @@ void sbl_router_dispatch(sbl_conn_t *conn, sbl_request_t *req)
 {
     bson_iter_t it;
     const rt_cmd_t *def = NULL;
+    const char *name = "";
     if (bson_iter_init(&it, &req->cmd) && bson_iter_next(&it))
-        def = lookup(bson_iter_key(&it));
-    if (def == NULL || def->quick) {
+        def = lookup(name = bson_iter_key(&it));
+    /* with authorization on, checking a client's privileges may read the
+     * config servers: everything runs on the worker pool */
+    if ((def == NULL && !rt_auth_handles(name)) ||
+        (def != NULL && def->quick && !sbl_auth_enabled())) {
         run_and_reply(conn, req, def);
         return;
     }
@@ -651,6 +663,7 @@ int sbl_router_init(const char *configdb, sbl_err_t *err)
     int rc = rt_remote_init(configdb, err);
     if (rc != 0)
         return rc;
+    rt_auth_init();
     /* config.version: the cluster's identity, created by the first router. */
     bson_t f = BSON_INITIALIZER, r;
     BSON_APPEND_UTF8(&f, "find", "version");

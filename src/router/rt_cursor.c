@@ -34,6 +34,7 @@ typedef struct rcur {
 typedef struct rt_cursor {
     int64_t id;
     char db[128], coll[256];
+    char owner[384];   /* "db.user" who opened it ("" without authorization) */
     bson_t *sort;      /* NULL: unsorted */
     int64_t limit;     /* documents still to return; -1: no limit */
     int64_t skip;      /* documents still to drop */
@@ -121,6 +122,7 @@ static rt_cursor_t *cursor_new(const char *db, const char *coll)
     c->id = new_cursor_id();
     snprintf(c->db, sizeof(c->db), "%s", db);
     snprintf(c->coll, sizeof(c->coll), "%s", coll);
+    rt_auth_owner(c->owner, sizeof(c->owner));
     c->limit = -1;
     return c;
 }
@@ -542,6 +544,15 @@ int rt_find(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     }
 }
 
+/* Whether the client running this command opened c (mongod ties a cursor to
+ * its user). */
+static bool owned(const rt_cursor_t *c)
+{
+    char me[384];
+    rt_auth_owner(me, sizeof(me));
+    return strcmp(me, c->owner) == 0;
+}
+
 int rt_get_more(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     bson_iter_t it;
@@ -555,6 +566,11 @@ int rt_get_more(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err
     rt_cursor_t *c = reg_take(id);
     if (c == NULL)
         return sbl_err_set(err, SBL_E_CursorNotFound, "cursor id %lld not found", (long long)id);
+    if (!owned(c)) {
+        reg_put(c);
+        return sbl_err_set(err, SBL_E_Unauthorized, "cursor id %lld was not created by the "
+                           "authenticated user", (long long)id);
+    }
     bson_t arr = BSON_INITIALIZER;
     bool done;
     int rc = cursor_fill(c, &arr, batch, &done, err);
@@ -579,6 +595,13 @@ int rt_kill_cursors(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t 
             rt_cursor_t *c = reg_take(id);
             char key[16];
             const char *ks;
+            if (c != NULL && !owned(c)) {
+                reg_put(c);
+                bson_destroy(&killed);
+                bson_destroy(&notfound);
+                return sbl_err_set(err, SBL_E_Unauthorized, "not authorized to kill cursor "
+                                   "%lld", (long long)id);
+            }
             if (c != NULL) {
                 cursor_free(c);
                 bson_uint32_to_string(nk++, &ks, key, sizeof(key));

@@ -21,6 +21,9 @@
 #include "router/router_int.h"
 #include "doc/doc.h"
 
+#include "auth/auth.h"
+#include "server/server.h"
+
 #include <errno.h>
 #include <mongoc/mongoc.h>
 #include <netdb.h>
@@ -55,21 +58,23 @@ static int nshards; /* read without the lock after the slot is filled (only grow
 static mongoc_client_pool_t *config_pool;
 static char configdb[1024];
 
-/* "rs/h1:p1,h2:p2" -> mongodb://h1:p1,h2:p2/?replicaSet=rs; "h:p" -> mongodb://h:p/ */
+/* "rs/h1:p1,h2:p2" -> mongodb://h1:p1,h2:p2/?replicaSet=rs; "h:p" -> mongodb://h:p/;
+ * with a keyFile as __system@local (sbl_auth_cluster_uri). */
 static mongoc_client_pool_t *pool_for(const char *host)
 {
-    char uri_s[1400];
+    char uri_s[4400], opts[600];
     const char *slash = strchr(host, '/');
+    const char *key = sbl_server_options()->cluster_key;
     if (slash != NULL)
-        snprintf(uri_s, sizeof(uri_s),
-                 "mongodb://%s/?replicaSet=%.*s&serverSelectionTimeoutMS=15000"
+        snprintf(opts, sizeof(opts),
+                 "replicaSet=%.*s&serverSelectionTimeoutMS=15000"
                  "&connectTimeoutMS=5000&maxPoolSize=200",
-                 slash + 1, (int)(slash - host), host);
+                 (int)(slash - host), host);
     else
-        snprintf(uri_s, sizeof(uri_s),
-                 "mongodb://%s/?directConnection=true&serverSelectionTimeoutMS=15000"
-                 "&connectTimeoutMS=5000&maxPoolSize=200",
-                 host);
+        snprintf(opts, sizeof(opts), "directConnection=true&serverSelectionTimeoutMS=15000"
+                 "&connectTimeoutMS=5000&maxPoolSize=200");
+    if (!sbl_auth_cluster_uri(uri_s, sizeof(uri_s), key, slash != NULL ? slash + 1 : host, opts))
+        return NULL;
     bson_error_t e;
     mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_s, &e);
     if (uri == NULL)
@@ -284,11 +289,6 @@ static int dial_timeout(const char *hostport, int timeout_ms)
     return fd;
 }
 
-static int dial(const char *hostport)
-{
-    return dial_timeout(hostport, RT_IO_TIMEOUT_MS);
-}
-
 static bool write_all(int fd, const uint8_t *p, size_t n)
 {
     while (n > 0) {
@@ -394,6 +394,83 @@ static bool recv_msg(int fd, int32_t rid, bson_t *reply)
 }
 
 /* A connection to s's primary: an idle one (*pooled) or a new one; -1 with err. */
+/* One SASL round trip on fd: cmd out, payload of the reply in (*outp). */
+static bool sasl_round(int fd, const bson_t *cmd, char **outp, bool *donep)
+{
+    int32_t rid;
+    bson_t reply;
+    bson_iter_t it;
+    const uint8_t *data;
+    uint32_t len = 0;
+    bson_subtype_t st;
+    if (!send_msg(fd, "local", cmd, &rid) || !recv_msg(fd, rid, &reply))
+        return false;
+    bool ok = rt_reply_code(&reply) == 0 && bson_iter_init_find(&it, &reply, "payload") &&
+              BSON_ITER_HOLDS_BINARY(&it);
+    if (ok) {
+        bson_iter_binary(&it, &st, &len, &data);
+        *outp = bson_strndup((const char *)data, len);
+        *donep = bson_iter_init_find(&it, &reply, "done") && bson_iter_as_bool(&it);
+    }
+    bson_destroy(&reply);
+    return ok;
+}
+
+/* With a keyFile, a new connection authenticates as __system@local
+ * (SCRAM-SHA-256, the key as the password) before it carries commands. */
+static bool authenticate(int fd)
+{
+    const char *key = sbl_server_options()->cluster_key;
+    if (key == NULL)
+        return true;
+    sbl_err_t e = {0};
+    sbl_scram_client_t *c = NULL;
+    char *first = NULL, *sfirst = NULL, *final = NULL, *sfinal = NULL;
+    bool done = false, ok = false;
+    if (sbl_scram_client_new("__system", key, &c, &first, &e) != 0)
+        return false;
+    bson_t cmd = BSON_INITIALIZER, opts;
+    BSON_APPEND_INT32(&cmd, "saslStart", 1);
+    BSON_APPEND_UTF8(&cmd, "mechanism", "SCRAM-SHA-256");
+    bson_append_binary(&cmd, "payload", -1, BSON_SUBTYPE_BINARY, (const uint8_t *)first,
+                       (uint32_t)strlen(first));
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "options", &opts);
+    BSON_APPEND_BOOL(&opts, "skipEmptyExchange", true);
+    bson_append_document_end(&cmd, &opts);
+    if (sasl_round(fd, &cmd, &sfirst, &done) &&
+        sbl_scram_client_step(c, (const uint8_t *)sfirst, strlen(sfirst), &final, &e) == 0) {
+        bson_reinit(&cmd);
+        BSON_APPEND_INT32(&cmd, "saslContinue", 1);
+        BSON_APPEND_INT32(&cmd, "conversationId", 1);
+        bson_append_binary(&cmd, "payload", -1, BSON_SUBTYPE_BINARY, (const uint8_t *)final,
+                           (uint32_t)strlen(final));
+        ok = sasl_round(fd, &cmd, &sfinal, &done) && done &&
+             sbl_scram_client_verify(c, (const uint8_t *)sfinal, strlen(sfinal), &e) == 0;
+    }
+    bson_destroy(&cmd);
+    bson_free(first);
+    bson_free(sfirst);
+    bson_free(final);
+    bson_free(sfinal);
+    sbl_scram_client_free(c);
+    return ok;
+}
+
+static int dial_auth(const char *hostport, int timeout_ms)
+{
+    int fd = dial_timeout(hostport, timeout_ms);
+    if (fd >= 0 && !authenticate(fd)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+static int dial(const char *hostport)
+{
+    return dial_auth(hostport, RT_IO_TIMEOUT_MS);
+}
+
 static int conn_get(rt_shard_t *s, bool *pooled, sbl_err_t *err)
 {
     char primary[256];
@@ -549,7 +626,7 @@ int rt_host_run(const char *hostport, int *fdp, int timeout_ms, const char *db, 
                 bson_t *reply, sbl_err_t *err)
 {
     int32_t rid;
-    if (*fdp < 0 && (*fdp = dial_timeout(hostport, timeout_ms)) < 0) {
+    if (*fdp < 0 && (*fdp = dial_auth(hostport, timeout_ms)) < 0) {
         bson_init(reply);
         return sbl_err_set(err, SBL_E_HostUnreachable, "cannot connect to %s", hostport);
     }

@@ -267,6 +267,7 @@ const struct sbl_metrics_sources *sbl_router_metrics_sources(void)
         .connections = src_connections,
         .network = src_network,
         .shards = src_shards,
+        .authorize = rt_auth_metrics_authorize,
     };
     return &src;
 }

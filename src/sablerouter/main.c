@@ -99,6 +99,7 @@ int main(int argc, char **argv)
     sbl_metrics_http_config_t mcfg = {
         .bind_ip = options.metrics_bind_ip,
         .port = options.metrics_port,
+        .auth = options.auth, /* --keyFile: logins off loopback, as sabled's page */
         .tls_cert_key_file = options.tls_mode != SBL_TLS_DISABLED ? options.tls_cert_key_file : NULL,
         .tls_cert_key_password = options.tls_cert_key_password,
     };

@@ -11,6 +11,9 @@
  */
 #include "shard/shard.h"
 
+#include "auth/auth.h"
+#include "server/server.h"
+
 #include <mongoc/mongoc.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -35,12 +38,16 @@ static size_t ncache;
 int sbl_shard_set_identity(const char *name, const char *cfg, sbl_err_t *err)
 {
     const char *slash = strchr(cfg, '/');
-    char uri_s[1400];
+    char uri_s[4400], opts[300];
     if (slash != NULL)
-        snprintf(uri_s, sizeof(uri_s), "mongodb://%s/?replicaSet=%.*s&serverSelectionTimeoutMS="
-                 "10000", slash + 1, (int)(slash - cfg), cfg);
+        snprintf(opts, sizeof(opts), "replicaSet=%.*s&serverSelectionTimeoutMS=10000",
+                 (int)(slash - cfg), cfg);
     else
-        snprintf(uri_s, sizeof(uri_s), "mongodb://%s/?serverSelectionTimeoutMS=10000", cfg);
+        snprintf(opts, sizeof(opts), "serverSelectionTimeoutMS=10000");
+    /* with a keyFile, as __system (the config servers require it) */
+    if (!sbl_auth_cluster_uri(uri_s, sizeof(uri_s), sbl_server_options()->cluster_key,
+                              slash != NULL ? slash + 1 : cfg, opts))
+        return sbl_err_set(err, SBL_E_BadValue, "bad configsvrConnectionString %s", cfg);
     bson_error_t e;
     mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_s, &e);
     if (uri == NULL)

@@ -6,6 +6,9 @@
  */
 #include "shard/shard.h"
 
+#include "auth/auth.h"
+#include "server/server.h"
+
 #include <mongoc/mongoc.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -30,17 +33,18 @@ static mongoc_client_pool_t *pool_for(const char *connstr, sbl_err_t *err)
             p = pools[i].pool;
     if (p == NULL && npools < MAX_POOLS) {
         const char *slash = strchr(connstr, '/');
-        char uri_s[1400];
+        char uri_s[4400], opts[300];
         if (slash != NULL)
-            snprintf(uri_s, sizeof(uri_s), "mongodb://%s/?replicaSet=%.*s&"
-                     "serverSelectionTimeoutMS=10000&socketTimeoutMS=600000", slash + 1,
-                     (int)(slash - connstr), connstr);
+            snprintf(opts, sizeof(opts), "replicaSet=%.*s&serverSelectionTimeoutMS=10000&"
+                     "socketTimeoutMS=600000", (int)(slash - connstr), connstr);
         else
-            snprintf(uri_s, sizeof(uri_s), "mongodb://%s/?serverSelectionTimeoutMS=10000&"
-                     "socketTimeoutMS=600000", connstr);
+            snprintf(opts, sizeof(opts), "serverSelectionTimeoutMS=10000&socketTimeoutMS=600000");
+        /* with a keyFile, as __system (every member requires it) */
+        bool fits = sbl_auth_cluster_uri(uri_s, sizeof(uri_s), sbl_server_options()->cluster_key,
+                                         slash != NULL ? slash + 1 : connstr, opts);
         bson_error_t e;
         mongoc_init();
-        mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_s, &e);
+        mongoc_uri_t *uri = fits ? mongoc_uri_new_with_error(uri_s, &e) : NULL;
         if (uri != NULL) {
             p = mongoc_client_pool_new(uri);
             mongoc_uri_destroy(uri);

@@ -40,16 +40,17 @@ def base_port(n):
 
 
 @contextlib.contextmanager
-def cluster(prefix, shards=2, router_args=()):
+def cluster(prefix, shards=2, router_args=(), launcher_args=()):
     """Yields {dir, router, config, shards: [ports], env, launcher, stdout};
-    the caller checks the router is built (ROUTER) first."""
+    the caller checks the router is built (ROUTER) first.  launcher_args go
+    to sable-cluster start (e.g. --keyfile K --user U --password P)."""
     d = tempfile.mkdtemp(prefix=prefix)
     base = base_port(shards + 3)
     env = dict(os.environ, SABLED=sabled_path(), SABLE_ROUTER=ROUTER)
     r = subprocess.run([sys.executable, LAUNCHER, "start", "--sharded", "--shards", str(shards),
                         "--members", "1", "--port", str(base),
                         "--router-port", str(base + shards + 2), "--oplog-mb", "64", "--dir", d]
-                       + ["--router-arg=" + a for a in router_args],
+                       + ["--router-arg=" + a for a in router_args] + list(launcher_args),
                        capture_output=True, text=True, env=env, timeout=180)
     try:
         assert r.returncode == 0, r.stdout + r.stderr

@@ -1,0 +1,222 @@
+"""
+Authentication through sable-router (docs/sharding.md, "Running with
+authentication"): a sharded cluster started with a keyFile by
+build/sable-cluster (the members and the router authenticate to each other as
+__system; the first user is created through the router's localhost
+exception and stored on the config servers), then clients that must
+authenticate at the router as they must at mongos.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pymongo
+import pytest
+from pymongo.errors import OperationFailure
+
+sys.path.insert(0, os.path.dirname(__file__))
+import sharded  # noqa: E402
+from sharded import BUILD, ROUTER  # noqa: E402
+
+BENCH = os.path.join(BUILD, "sable-bench")
+KEY = "c2FibGUtcm91dGVyLWF1dGgta2V5"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if not os.path.exists(ROUTER):
+        pytest.skip("sable-router not built")
+    kd = tempfile.mkdtemp(prefix="sable-rauth-key-")
+    key = os.path.join(kd, "key")
+    with open(key, "w") as f:
+        f.write(KEY + "\n")
+    os.chmod(key, 0o600)
+    try:
+        with sharded.cluster("sable-rauth-", shards=2,
+                             launcher_args=["--keyfile", key, "--user", "admin",
+                                            "--password", "adminpw"]) as c:
+            yield {"router": c["router"], "config": c["config"], "shard": c["shards"][0],
+                   "key": KEY}
+    finally:
+        shutil.rmtree(kd, ignore_errors=True)
+
+
+def url(cluster, user, pw, db="ycsb"):
+    return "mongodb://%s:%s@127.0.0.1:%d/%s?authSource=admin" % (user, pw, cluster["router"], db)
+
+
+@pytest.fixture(scope="module")
+def admin(cluster):
+    c = pymongo.MongoClient(url(cluster, "admin", "adminpw", "admin"),
+                            serverSelectionTimeoutMS=10000)
+    c.admin.command("createUser", "ycsb", pwd="123456",
+                    roles=[{"role": "readWrite", "db": "ycsb"}])
+    c.admin.command("createUser", "reader", pwd="r3ad", roles=[{"role": "read", "db": "ycsb"}])
+    c.admin.command("enableSharding", "ycsb")
+    c.admin.command("shardCollection", "ycsb.usertable", key={"_id": "hashed"})
+    yield c
+    c.close()
+
+
+def test_unauthenticated_refused(cluster, admin):
+    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000)
+    assert c.admin.command("ping")["ok"] == 1  # the handshake needs no user
+    with pytest.raises(OperationFailure) as e:
+        c.ycsb.usertable.find_one()
+    assert e.value.code == 13
+    assert e.value.details["codeName"] == "Unauthorized"
+    assert "requires authentication" in e.value.details["errmsg"]
+    with pytest.raises(OperationFailure) as e:
+        c.admin.command("createUser", "late", pwd="x", roles=[])  # users exist: no exception
+    assert e.value.code == 13
+    st = c.admin.command("connectionStatus")
+    assert st["authInfo"]["authenticatedUsers"] == []
+
+
+def test_users_live_on_config_servers(cluster, admin):
+    users = {u["user"] for u in admin.admin.command("usersInfo")["users"]}
+    assert {"admin", "ycsb", "reader"} <= users
+    info = admin.admin.command("usersInfo", "ycsb")["users"][0]
+    assert info["roles"] == [{"role": "readWrite", "db": "ycsb"}]
+    # the config server holds them; a shard does not (it has no users at all)
+    def stored(port):
+        with pymongo.MongoClient("127.0.0.1", port, directConnection=True, username="__system",
+                                 password=cluster["key"], authSource="local",
+                                 authMechanism="SCRAM-SHA-256",
+                                 serverSelectionTimeoutMS=5000) as m:
+            return {d["_id"] for d in m.admin.system.users.find()}
+    assert {"admin.admin", "admin.ycsb", "admin.reader"} <= stored(cluster["config"])
+    assert stored(cluster["shard"]) == set()
+
+
+def test_ycsb_url_crud(cluster, admin):
+    for mech in (None, "SCRAM-SHA-1", "SCRAM-SHA-256"):
+        kw = {"authMechanism": mech} if mech else {}
+        with pymongo.MongoClient(url(cluster, "ycsb", "123456"), serverSelectionTimeoutMS=10000,
+                                 **kw) as c:
+            coll = c.ycsb.usertable
+            tag = mech or "default"
+            coll.insert_many([{"_id": "%s%d" % (tag, i), "n": i} for i in range(50)])
+            assert coll.count_documents({"_id": {"$regex": "^" + tag}}) == 50
+            coll.update_one({"_id": tag + "3"}, {"$set": {"n": -3}})
+            assert coll.find_one({"_id": tag + "3"})["n"] == -3
+            coll.delete_one({"_id": tag + "4"})
+            assert coll.count_documents({"_id": {"$regex": "^" + tag}}) == 49
+            st = c.admin.command("connectionStatus")["authInfo"]
+            assert st["authenticatedUsers"] == [{"user": "ycsb", "db": "admin"}]
+            # readWrite on ycsb only
+            with pytest.raises(OperationFailure) as e:
+                c.other.coll.insert_one({})
+            assert e.value.code == 13
+            with pytest.raises(OperationFailure) as e:
+                list(coll.aggregate([{"$merge": {"into": {"db": "other", "coll": "x"}}}]))
+            assert e.value.code == 13
+
+
+def test_seed_url_user_in_its_database(cluster, admin):
+    # seed 003's URL has no authSource: the user lives in ycsb itself
+    admin.ycsb.command("createUser", "ycsb", pwd="123456", roles=["readWrite"])
+    with pymongo.MongoClient("mongodb://ycsb:123456@127.0.0.1:%d/ycsb" % cluster["router"],
+                             serverSelectionTimeoutMS=10000) as c:
+        c.ycsb.seedurl.insert_one({"_id": 1})
+        assert c.ycsb.seedurl.find_one() == {"_id": 1}
+        st = c.admin.command("connectionStatus")["authInfo"]
+        assert st["authenticatedUsers"] == [{"user": "ycsb", "db": "ycsb"}]
+    admin.ycsb.command("dropUser", "ycsb")
+    with pymongo.MongoClient("mongodb://ycsb:123456@127.0.0.1:%d/ycsb" % cluster["router"],
+                             serverSelectionTimeoutMS=5000) as c:
+        with pytest.raises(OperationFailure) as e:
+            c.ycsb.command("ping")
+        assert e.value.code == 18
+
+
+def test_read_only_user_cannot_write(cluster, admin):
+    with pymongo.MongoClient(url(cluster, "reader", "r3ad"), serverSelectionTimeoutMS=10000) as c:
+        admin.ycsb.usertable.insert_one({"_id": "ro-probe"})
+        admin.other.coll.insert_one({})
+        assert c.ycsb.usertable.find_one({"_id": "ro-probe"}) is not None
+        # listDatabases shows what the user may read (authorizedDatabases)
+        assert c.list_database_names() == ["ycsb"]
+        assert {"admin", "config", "ycsb", "other"} <= set(admin.list_database_names())
+        with pytest.raises(OperationFailure) as e:
+            c.ycsb.usertable.insert_one({"_id": "ro-write"})
+        assert e.value.code == 13
+        # nor through an aggregation's output stage (the shard would run it)
+        for stage in ({"$out": "copied"}, {"$merge": {"into": "copied"}}):
+            with pytest.raises(OperationFailure) as e:
+                list(c.ycsb.usertable.aggregate([{"$match": {}}, stage]))
+            assert e.value.code == 13
+        # a role granted through the router takes effect on the next command
+        admin.admin.command("grantRolesToUser", "reader", roles=[{"role": "readWrite",
+                                                                  "db": "ycsb"}])
+        c.ycsb.usertable.insert_one({"_id": "ro-write"})
+        admin.admin.command("revokeRolesFromUser", "reader", roles=[{"role": "readWrite",
+                                                                     "db": "ycsb"}])
+        with pytest.raises(OperationFailure) as e:
+            c.ycsb.usertable.delete_one({"_id": "ro-write"})
+        assert e.value.code == 13
+        c.admin.command("logout")
+
+
+def test_cursor_belongs_to_its_user(cluster, admin):
+    from bson.int64 import Int64
+    admin.ycsb.usertable.insert_many([{"_id": "cur%d" % i} for i in range(10)])
+    with pymongo.MongoClient(url(cluster, "ycsb", "123456"), serverSelectionTimeoutMS=10000) as y, \
+            pymongo.MongoClient(url(cluster, "reader", "r3ad"),
+                                serverSelectionTimeoutMS=10000) as r:
+        res = y.ycsb.command("find", "usertable", filter={"_id": {"$regex": "^cur"}}, batchSize=2)
+        cid = res["cursor"]["id"]
+        assert cid != 0
+        with pytest.raises(OperationFailure) as e:
+            r.ycsb.command("getMore", Int64(cid), collection="usertable")
+        assert e.value.code == 13
+        with pytest.raises(OperationFailure) as e:
+            r.ycsb.command("killCursors", "usertable", cursors=[Int64(cid)])
+        assert e.value.code == 13
+        got = len(res["cursor"]["firstBatch"])
+        while cid != 0:  # its owner continues it to the end
+            more = y.ycsb.command("getMore", Int64(cid), collection="usertable")
+            got += len(more["cursor"]["nextBatch"])
+            cid = more["cursor"]["id"]
+        assert got == 10
+
+
+def test_wrong_password(cluster, admin):
+    with pymongo.MongoClient(url(cluster, "ycsb", "wrong"), serverSelectionTimeoutMS=5000) as c:
+        with pytest.raises(OperationFailure) as e:
+            c.ycsb.command("ping")
+        assert e.value.code == 18
+    with pymongo.MongoClient(url(cluster, "nobody", "x"), serverSelectionTimeoutMS=5000) as c:
+        with pytest.raises(OperationFailure) as e:
+            c.ycsb.command("ping")
+        assert e.value.code == 18
+
+
+def test_shards_require_auth(cluster, admin):
+    # the members run with the keyFile too: a client going around the router
+    # is refused once it asks for data
+    with pymongo.MongoClient("127.0.0.1", cluster["config"], directConnection=True,
+                             serverSelectionTimeoutMS=5000) as c:
+        with pytest.raises(OperationFailure) as e:
+            c.admin.system.users.find_one()
+        assert e.value.code == 13
+
+
+def test_ycsb_bench_through_router(cluster, admin):
+    if not os.path.exists(BENCH):
+        pytest.skip("sable-bench not built")
+    u = url(cluster, "ycsb", "123456")
+    props = ["-p", "mongodb.url=" + u, "-p", "table=benchtable", "-p", "recordcount=300",
+             "-p", "operationcount=600", "-p", "readproportion=0.5",
+             "-p", "updateproportion=0.5"]
+    for phase in ("load", "run"):
+        r = subprocess.run([BENCH, phase, "mongodb"] + props, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "Return=ERROR" not in r.stdout, r.stdout
+        ok = "[INSERT], Return=OK, 300" if phase == "load" else "[READ], Return=OK"
+        assert ok in r.stdout, r.stdout
+    assert admin.ycsb.benchtable.count_documents({}) == 300

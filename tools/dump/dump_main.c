@@ -431,7 +431,7 @@ static int oplog_start(dump_t *d)
     snprintf(it->src_db, sizeof(it->src_db), "local");
     snprintf(it->src, sizeof(it->src), "oplog.rs");
     it->data = true;
-    bson_init(&d->oplog_filter);
+    bson_reinit(&d->oplog_filter);
     it->filter = &d->oplog_filter;
     return 0;
 }
@@ -612,6 +612,7 @@ int main(int argc, char **argv)
 {
     dump_t d;
     memset(&d, 0, sizeof(d));
+    bson_init(&d.oplog_filter); /* destroyed at the end whether or not --oplog set it */
     tool_conn_t conn = {0};
     dopts_t *o = &d.o;
     const tool_opt_t opts[] = {
@@ -667,8 +668,7 @@ int main(int argc, char **argv)
         bson_free(d.in[i].metadata);
     free(d.in);
     bson_destroy(&d.query);
-    if (o->oplog)
-        bson_destroy(&d.oplog_filter);
+    bson_destroy(&d.oplog_filter);
     mongoc_client_destroy(d.c);
     return rc == 0 ? 0 : 1;
 }

@@ -241,6 +241,10 @@ def test_balancer_evens_out_chunks(mongos):
     assert settings["stopped"] is True and settings["mode"] == "off"
 
 
+@pytest.mark.xfail(strict=False, reason=(
+    "open bug (issue 28): a migration under this load can hang until the router's "
+    "5-minute socket timeout (_configsvrMoveRange: 'Failed to read 4 bytes'); seen in "
+    "fresh-clone CI and under ASan, not in isolated runs"))
 def test_migrations_under_workload_a(cluster):
     # the short run of tests/stress/migrate_load.py: workload A through the
     # router while chunks of a hashed collection move back and forth

@@ -97,6 +97,15 @@ typedef struct sbl_scram sbl_scram_t;
  * bson_malloc'd) are set.  Errors: MechanismUnavailable (334) for
  * an unknown mechanism, BadValue for a malformed message.
  */
+/* The SASL commands' fields, as saslStart/saslContinue carry them for
+ * sabled and sable-router: the payload (binData, or a string), whether
+ * options.skipEmptyExchange is set, and a reply's conversationId (always
+ * SBL_SASL_CONVERSATION_ID), done and payload. */
+#define SBL_SASL_CONVERSATION_ID 1
+int sbl_sasl_payload(const bson_t *cmd, const uint8_t **datap, uint32_t *lenp, sbl_err_t *err);
+bool sbl_sasl_skip_empty(const bson_t *cmd);
+void sbl_sasl_append_reply(bson_t *r, bool done, const uint8_t *out, size_t len);
+
 int sbl_scram_start(sbl_session_t *ss, const char *db, const char *mechanism,
                     const uint8_t *payload, size_t len, sbl_scram_t **convp, uint8_t **outp,
                     size_t *outlenp, sbl_err_t *err);

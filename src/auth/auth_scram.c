@@ -732,3 +732,39 @@ int sbl_scram_client_verify(sbl_scram_client_t *c, const uint8_t *in, size_t len
     bson_free(v);
     return ok ? 0 : sbl_err_set(err, SBL_E_AuthenticationFailed, "bad SCRAM server signature");
 }
+
+/* ---- the SASL commands' fields (auth.h) ------------------------------------ */
+
+int sbl_sasl_payload(const bson_t *cmd, const uint8_t **datap, uint32_t *lenp, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bson_subtype_t st;
+    if (!bson_iter_init_find(&it, cmd, "payload"))
+        return sbl_err_set(err, SBL_E_BadValue, "Missing required field 'payload'");
+    if (BSON_ITER_HOLDS_BINARY(&it)) {
+        bson_iter_binary(&it, &st, lenp, datap);
+        return 0;
+    }
+    if (BSON_ITER_HOLDS_UTF8(&it)) {
+        *datap = (const uint8_t *)bson_iter_utf8(&it, lenp);
+        return 0;
+    }
+    return sbl_err_set(err, SBL_E_TypeMismatch,
+                       "BSON field 'payload' is the wrong type, expected type 'binData'");
+}
+
+bool sbl_sasl_skip_empty(const bson_t *cmd)
+{
+    bson_iter_t it, o;
+    if (bson_iter_init_find(&it, cmd, "options") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &o) && bson_iter_find(&o, "skipEmptyExchange"))
+        return bson_iter_as_bool(&o);
+    return false;
+}
+
+void sbl_sasl_append_reply(bson_t *r, bool done, const uint8_t *out, size_t len)
+{
+    BSON_APPEND_INT32(r, "conversationId", SBL_SASL_CONVERSATION_ID);
+    BSON_APPEND_BOOL(r, "done", done);
+    bson_append_binary(r, "payload", -1, BSON_SUBTYPE_BINARY, out, (uint32_t)len);
+}

@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CONVERSATION_ID 1
 #define FAIL_DELAY_MS 250
 #define FAIL_DELAY_MAX_MS 3000
 
@@ -97,38 +96,6 @@ static void become(sbl_opctx_t *ctx, const char *user, const char *db)
 
 /* ---- saslStart / saslContinue ---------------------------------------------------- */
 
-static int payload_of(const bson_t *cmd, const uint8_t **datap, uint32_t *lenp, sbl_err_t *err)
-{
-    bson_iter_t it;
-    bson_subtype_t st;
-    if (!bson_iter_init_find(&it, cmd, "payload"))
-        return sbl_err_set(err, SBL_E_BadValue, "Missing required field 'payload'");
-    if (BSON_ITER_HOLDS_BINARY(&it)) {
-        bson_iter_binary(&it, &st, lenp, datap);
-        return 0;
-    }
-    if (BSON_ITER_HOLDS_UTF8(&it)) {
-        *datap = (const uint8_t *)bson_iter_utf8(&it, lenp);
-        return 0;
-    }
-    return sbl_err_set(err, SBL_E_TypeMismatch,
-                       "BSON field 'payload' is the wrong type, expected type 'binData'");
-}
-
-static void append_payload(bson_t *r, const uint8_t *out, size_t len)
-{
-    bson_append_binary(r, "payload", -1, BSON_SUBTYPE_BINARY, out, (uint32_t)len);
-}
-
-static bool skip_empty_of(const bson_t *cmd)
-{
-    bson_iter_t it, o;
-    if (bson_iter_init_find(&it, cmd, "options") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
-        bson_iter_recurse(&it, &o) && bson_iter_find(&o, "skipEmptyExchange"))
-        return bson_iter_as_bool(&o);
-    return false;
-}
-
 /* saslStart's work, also run for hello's speculativeAuthenticate (db: its "db" field). */
 static int sasl_start(sbl_opctx_t *ctx, const bson_t *cmd, const char *db, bson_t *r,
                       sbl_err_t *err)
@@ -140,7 +107,7 @@ static int sasl_start(sbl_opctx_t *ctx, const bson_t *cmd, const char *db, bson_
     if (!bson_iter_init_find(&it, cmd, "mechanism") || !BSON_ITER_HOLDS_UTF8(&it))
         return sbl_err_set(err, SBL_E_BadValue, "Missing required field 'mechanism'");
     const char *mech = bson_iter_utf8(&it, NULL);
-    SBL_RET(payload_of(cmd, &payload, &len, err));
+    SBL_RET(sbl_sasl_payload(cmd, &payload, &len, err));
     if (strcmp(mech, "SCRAM-SHA-1") != 0 && strcmp(mech, "SCRAM-SHA-256") != 0)
         return sbl_err_set(err, SBL_E_MechanismUnavailable,
                            "Received authentication for mechanism %s which is not enabled", mech);
@@ -155,10 +122,8 @@ static int sasl_start(sbl_opctx_t *ctx, const bson_t *cmd, const char *db, bson_
         return rc;
     }
     c->scram = conv;
-    c->scram_skip_empty = skip_empty_of(cmd);
-    BSON_APPEND_INT32(r, "conversationId", CONVERSATION_ID);
-    BSON_APPEND_BOOL(r, "done", false);
-    append_payload(r, out, outlen);
+    c->scram_skip_empty = sbl_sasl_skip_empty(cmd);
+    sbl_sasl_append_reply(r, false, out, outlen);
     bson_free(out);
     return 0;
 }
@@ -176,11 +141,11 @@ int sbl_cmd_sasl_continue(sbl_opctx_t *ctx, sbl_err_t *err)
     uint32_t len;
     if (!bson_iter_init_find(&it, ctx->cmd, "conversationId") || !BSON_ITER_HOLDS_NUMBER(&it))
         return sbl_err_set(err, SBL_E_BadValue, "Missing required field 'conversationId'");
-    SBL_RET(payload_of(ctx->cmd, &payload, &len, err));
+    SBL_RET(sbl_sasl_payload(ctx->cmd, &payload, &len, err));
     if (c->scram == NULL)
         return sbl_err_set(err, SBL_E_ProtocolError,
                            "No SASL session state found");
-    if (bson_iter_as_int64(&it) != CONVERSATION_ID) {
+    if (bson_iter_as_int64(&it) != SBL_SASL_CONVERSATION_ID) {
         end_conversation(c);
         return sbl_err_set(err, SBL_E_ProtocolError, "Mismatched conversation id");
     }
@@ -192,7 +157,7 @@ int sbl_cmd_sasl_continue(sbl_opctx_t *ctx, sbl_err_t *err)
     uint8_t *out = NULL;
     size_t outlen = 0;
     bool done = false;
-    bool skip = c->scram_skip_empty || skip_empty_of(ctx->cmd);
+    bool skip = c->scram_skip_empty || sbl_sasl_skip_empty(ctx->cmd);
     int rc = sbl_scram_step(c->scram, payload, len, skip, &out, &outlen, &done, err);
     if (rc != 0) {
         if (rc == SBL_E_AuthenticationFailed)
@@ -202,9 +167,7 @@ int sbl_cmd_sasl_continue(sbl_opctx_t *ctx, sbl_err_t *err)
         end_conversation(c);
         return rc;
     }
-    BSON_APPEND_INT32(ctx->reply, "conversationId", CONVERSATION_ID);
-    BSON_APPEND_BOOL(ctx->reply, "done", done);
-    append_payload(ctx->reply, out, outlen);
+    sbl_sasl_append_reply(ctx->reply, done, out, outlen);
     bson_free(out);
     if (done) {
         become(ctx, sbl_scram_user(c->scram), sbl_scram_db(c->scram));

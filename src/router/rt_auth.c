@@ -26,7 +26,6 @@
 #include <string.h>
 #include <time.h>
 
-#define CONVERSATION_ID 1
 
 typedef struct rt_client {
     sbl_scram_t *scram;
@@ -114,37 +113,6 @@ static void clear_user(rt_client_t *c)
     c->authz = NULL;
 }
 
-static int payload_of(const bson_t *cmd, const uint8_t **datap, uint32_t *lenp, sbl_err_t *err)
-{
-    bson_iter_t it;
-    bson_subtype_t st;
-    if (!bson_iter_init_find(&it, cmd, "payload"))
-        return sbl_err_set(err, SBL_E_BadValue, "Missing required field 'payload'");
-    if (BSON_ITER_HOLDS_BINARY(&it)) {
-        bson_iter_binary(&it, &st, lenp, datap);
-        return 0;
-    }
-    if (BSON_ITER_HOLDS_UTF8(&it)) {
-        *datap = (const uint8_t *)bson_iter_utf8(&it, lenp);
-        return 0;
-    }
-    return sbl_err_set(err, SBL_E_TypeMismatch,
-                       "BSON field 'payload' is the wrong type, expected type 'binData'");
-}
-
-static bool skip_empty_of(const bson_t *cmd)
-{
-    bson_iter_t it, o;
-    return bson_iter_init(&it, cmd) && bson_iter_find_descendant(&it, "options.skipEmptyExchange",
-                                                                 &o) &&
-           bson_iter_as_bool(&o);
-}
-
-static void append_payload(bson_t *r, const uint8_t *out, size_t len)
-{
-    bson_append_binary(r, "payload", -1, BSON_SUBTYPE_BINARY, out, (uint32_t)len);
-}
-
 static int sasl_start(rt_client_t *c, const char *db, const bson_t *cmd, bson_t *r,
                       sbl_err_t *err)
 {
@@ -154,16 +122,14 @@ static int sasl_start(rt_client_t *c, const char *db, const bson_t *cmd, bson_t 
     if (!bson_iter_init_find(&it, cmd, "mechanism") || !BSON_ITER_HOLDS_UTF8(&it))
         return sbl_err_set(err, SBL_E_BadValue, "Missing required field 'mechanism'");
     const char *mech = bson_iter_utf8(&it, NULL);
-    SBL_RET(payload_of(cmd, &payload, &len, err));
+    SBL_RET(sbl_sasl_payload(cmd, &payload, &len, err));
     sbl_scram_free(c->scram);
     c->scram = NULL;
     uint8_t *out = NULL;
     size_t outlen = 0;
     SBL_RET(sbl_scram_start(NULL, db, mech, payload, len, &c->scram, &out, &outlen, err));
-    c->skip_empty = skip_empty_of(cmd);
-    BSON_APPEND_INT32(r, "conversationId", CONVERSATION_ID);
-    BSON_APPEND_BOOL(r, "done", false);
-    append_payload(r, out, outlen);
+    c->skip_empty = sbl_sasl_skip_empty(cmd);
+    sbl_sasl_append_reply(r, false, out, outlen);
     bson_free(out);
     return 0;
 }
@@ -176,10 +142,11 @@ static int sasl_continue(rt_client_t *c, const char *db, const bson_t *cmd, bson
     uint32_t len;
     if (!bson_iter_init_find(&it, cmd, "conversationId") || !BSON_ITER_HOLDS_NUMBER(&it))
         return sbl_err_set(err, SBL_E_BadValue, "Missing required field 'conversationId'");
-    SBL_RET(payload_of(cmd, &payload, &len, err));
+    SBL_RET(sbl_sasl_payload(cmd, &payload, &len, err));
     if (c->scram == NULL)
         return sbl_err_set(err, SBL_E_ProtocolError, "No SASL session state found");
-    if (bson_iter_as_int64(&it) != CONVERSATION_ID || strcmp(sbl_scram_db(c->scram), db) != 0) {
+    if (bson_iter_as_int64(&it) != SBL_SASL_CONVERSATION_ID ||
+        strcmp(sbl_scram_db(c->scram), db) != 0) {
         sbl_scram_free(c->scram);
         c->scram = NULL;
         return sbl_err_set(err, SBL_E_ProtocolError, "Mismatched conversation id or database");
@@ -187,12 +154,10 @@ static int sasl_continue(rt_client_t *c, const char *db, const bson_t *cmd, bson
     uint8_t *out = NULL;
     size_t outlen = 0;
     bool done = false;
-    int rc = sbl_scram_step(c->scram, payload, len, c->skip_empty || skip_empty_of(cmd), &out,
+    int rc = sbl_scram_step(c->scram, payload, len, c->skip_empty || sbl_sasl_skip_empty(cmd), &out,
                             &outlen, &done, err);
     if (rc == 0) {
-        BSON_APPEND_INT32(r, "conversationId", CONVERSATION_ID);
-        BSON_APPEND_BOOL(r, "done", done);
-        append_payload(r, out, outlen);
+        sbl_sasl_append_reply(r, done, out, outlen);
         bson_free(out);
     }
     if (rc == 0 && done) {

@@ -156,7 +156,7 @@ typedef struct sbl_repl_member_info {
 void sbl_repl_append_server_status(bson_t *r);
 void sbl_repl_append_metrics(bson_t *metrics);
 int sbl_repl_members_info(sbl_repl_member_info_t *out, int cap);
-/* The newest oplog timestamp (what a write just acknowledged waits for). */
+/* The newest committed oplog timestamp (what a write just acknowledged waits for). */
 uint64_t sbl_repl_last_op_ts(void);
 /* The number of members (w: N above it is refused as mongod does). */
 int sbl_repl_member_count(void);

@@ -134,9 +134,17 @@ sbl_optime_t sbl_rs_my_applied(void)
     return o;
 }
 
+/* The newest entry that committed: a write's acknowledgement waits for it.
+ * sbl_oplog_last_ts is the last ts handed out, and the transaction that took
+ * it may still roll back (a write conflict, a failed index insert): waiting
+ * for it would wait for an entry no member will ever have.  After a
+ * rollback the oplog's last ts is reloaded lower, and the entries above it
+ * are gone: the smaller of the two.  Before the first commit since
+ * start-up, the last ts is the newest entry read from disk. */
 uint64_t sbl_repl_last_op_ts(void)
 {
-    return sbl_oplog_last_ts();
+    uint64_t handed = sbl_oplog_last_ts(), committed = sbl_txn_last_commit_ts();
+    return committed != 0 && committed < handed ? committed : handed;
 }
 
 int sbl_repl_member_count(void)

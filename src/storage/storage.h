@@ -281,6 +281,10 @@ void sbl_storage_set_write_observer(sbl_write_observer_fn fn);
  * each call must pass a larger ts (WiredTiger's rule).  BadValue when no
  * transaction is open. */
 int sbl_txn_set_commit_ts(sbl_session_t *s, uint64_t ts, sbl_err_t *err);
+/* The largest commit timestamp of a transaction that committed since the
+ * engine opened (0: none): a ts handed to sbl_txn_set_commit_ts whose
+ * transaction then rolled back is never returned. */
+uint64_t sbl_txn_last_commit_ts(void);
 /* Take capped collection c's insert lock for the open transaction now (as
  * its first insert would), so what the caller computes next (an oplog
  * entry's timestamp) is ordered as the positions are; held until the

@@ -97,6 +97,7 @@ struct sbl_session {
      * nested no-ops, an abort after a nested write fails the whole one. */
     bool outer;
     bool outer_failed;  /* a nested write aborted: only rollback remains */
+    uint64_t commit_ts; /* the largest commit timestamp of the open transaction; 0: none */
     bool nested_wrote;  /* sbl_write ran since the last nested begin */
     bool is_private;    /* opened by sbl_session_open, not a thread's own */
     bool hide_creates;  /* collections it creates stay its own until published */
@@ -165,6 +166,7 @@ typedef struct sbl_engine {
     sbl_waiter_t *waiters, **waiters_tail;
     WT_SESSION *fl_wt;
     atomic_uint_fast64_t commits; /* transactions committed since open */
+    atomic_uint_fast64_t last_commit_ts; /* the largest commit timestamp committed */
 
     /* index builds wait for transactions older than a generation (wt_index.c) */
     atomic_uint_fast64_t txn_gen;

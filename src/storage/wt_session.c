@@ -217,14 +217,24 @@ int sbl_txn_commit(sbl_session_t *s, sbl_err_t *err)
     ret = s->wt->commit_transaction(s->wt, NULL);
     if (ret == 0) {
         atomic_fetch_add(&sbl_eng.commits, 1);
+        uint64_t seen = atomic_load(&sbl_eng.last_commit_ts);
+        while (s->commit_ts > seen &&
+               !atomic_compare_exchange_weak(&sbl_eng.last_commit_ts, &seen, s->commit_ts))
+            ;
         for (size_t i = 0; i < s->ndeltas; i++) {
             atomic_fetch_add(&s->deltas[i].tbl->count, s->deltas[i].count);
             atomic_fetch_add(&s->deltas[i].tbl->data_size, s->deltas[i].data_size);
         }
     }
+    s->commit_ts = 0;
     drop_deltas(s);
     sbl_capped_unlock_all(s); /* after the counts: the next capped insert sees them */
     return ret == 0 ? 0 : sbl_wt_err(err, ret, "commit transaction");
+}
+
+uint64_t sbl_txn_last_commit_ts(void)
+{
+    return atomic_load(&sbl_eng.last_commit_ts);
 }
 
 int sbl_txn_set_commit_ts(sbl_session_t *s, uint64_t ts, sbl_err_t *err)
@@ -237,6 +247,8 @@ int sbl_txn_set_commit_ts(sbl_session_t *s, uint64_t ts, sbl_err_t *err)
     snprintf(cfg, sizeof(cfg), "commit_timestamp=%" PRIx64, ts);
     if ((ret = s->wt->timestamp_transaction(s->wt, cfg)) != 0)
         return sbl_wt_err(err, ret, "set commit timestamp");
+    if (ts > s->commit_ts)
+        s->commit_ts = ts;
     return 0;
 }
 
@@ -253,6 +265,7 @@ void sbl_txn_abort(sbl_session_t *s)
     s->in_txn = false;
     atomic_store(&s->txn_gen, 0);
     s->wt->rollback_transaction(s->wt, NULL);
+    s->commit_ts = 0;
     drop_deltas(s);
     sbl_capped_unlock_all(s);
 }

@@ -496,6 +496,45 @@ static void test_write_conflict(void)
     sbl_coll_release(c);
 }
 
+/* sbl_txn_last_commit_ts names the newest commit timestamp of a transaction
+ * that committed: one that took a timestamp and rolled back does not count
+ * (a write acknowledged with w:"majority" waits for that ts: waiting for a
+ * rolled-back one never ends). */
+static void test_commit_ts(void)
+{
+    sbl_session_t *s = sbl_session_get();
+    sbl_coll_t *c = coll("test.commit_ts", true);
+    sbl_err_t err;
+    uint64_t base = (uint64_t)time(NULL) << 32;
+
+    CHECK(sbl_txn_begin(s, &err) == 0);
+    CHECK(sbl_txn_set_commit_ts(s, base + 1, &err) == 0);
+    CHECK(insert_json(c, "{\"_id\": 1}", NULL, &err) == 0);
+    CHECK(sbl_txn_commit(s, &err) == 0);
+    CHECK(sbl_txn_last_commit_ts() == base + 1);
+
+    CHECK(sbl_txn_begin(s, &err) == 0);
+    CHECK(sbl_txn_set_commit_ts(s, base + 2, &err) == 0);
+    CHECK(insert_json(c, "{\"_id\": 2}", NULL, &err) == 0);
+    sbl_txn_abort(s);
+    CHECK_MSG(sbl_txn_last_commit_ts() == base + 1, "a rolled-back ts counted: %llx",
+              (unsigned long long)sbl_txn_last_commit_ts());
+
+    CHECK(sbl_txn_begin(s, &err) == 0); /* no timestamp: leaves it alone */
+    CHECK(insert_json(c, "{\"_id\": 3}", NULL, &err) == 0);
+    CHECK(sbl_txn_commit(s, &err) == 0);
+    CHECK(sbl_txn_last_commit_ts() == base + 1);
+
+    CHECK(sbl_txn_begin(s, &err) == 0);
+    CHECK(sbl_txn_set_commit_ts(s, base + 3, &err) == 0);
+    CHECK(insert_json(c, "{\"_id\": 4}", NULL, &err) == 0);
+    CHECK(sbl_txn_set_commit_ts(s, base + 4, &err) == 0);
+    CHECK(insert_json(c, "{\"_id\": 5}", NULL, &err) == 0);
+    CHECK(sbl_txn_commit(s, &err) == 0);
+    CHECK(sbl_txn_last_commit_ts() == base + 4);
+    sbl_coll_release(c);
+}
+
 static atomic_int durable_calls;
 
 static atomic_int durable_failures;
@@ -794,6 +833,7 @@ int main(void)
     test_catalog();
     test_create_race();
     test_write_conflict();
+    test_commit_ts();
     test_durable();
     test_drop_with_cached_cursor();
     test_lock();

@@ -255,7 +255,7 @@ static int mongo_thread_init(void *shared, void **ctxp, char *err, size_t errlen
         bson_error_t e;
         c->wc = mongoc_write_concern_copy(mongoc_uri_get_write_concern(sh->uri));
         c->acked = mongoc_write_concern_is_acknowledged(c->wc);
-        c->wire = mongo_wire_open(sh->uri, "sable-bench", &e);
+        c->wire = mongo_wire_open(sh->uri, sh->pool, "sable-bench", &e);
         if (c->wire == NULL) {
             snprintf(err, errlen, "cannot connect: %s", e.message);
             mongoc_write_concern_destroy(c->wc);
@@ -298,6 +298,17 @@ static bool write_reply_ok(mongo_ctx_t *c, const char *what, const bson_t *reply
     return false;
 }
 
+/* A reply's code that says its server is no longer (or not yet) primary:
+ * the wire path then reconnects to the primary, as a driver reselects. */
+static bool not_primary(int64_t code)
+{
+    static const int64_t codes[] = {10107, 13435, 13436, 11600, 11602, 189, 91};
+    for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
+        if (code == codes[i])
+            return true;
+    return false;
+}
+
 /* The wire path: a broken connection is replaced before the next operation. */
 static bool wire_ready(mongo_ctx_t *c)
 {
@@ -309,7 +320,7 @@ static bool wire_ready(mongo_ctx_t *c)
     c->ss = NULL;
     bson_reinit(&c->sopts);
     mongo_wire_close(c->wire);
-    c->wire = mongo_wire_open(c->sh->uri, "sable-bench", &e);
+    c->wire = mongo_wire_open(c->sh->uri, c->sh->pool, "sable-bench", &e);
     if (c->wire == NULL) {
         report_error(c->sh, "reconnect", &e);
         return false;
@@ -343,9 +354,15 @@ static bool wire_call(mongo_ctx_t *c, const char *what, bool write, bson_t *repl
     }
     if (more_to_come)
         return true;
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, reply, "ok") && bson_iter_as_bool(&it))
+    bson_iter_t it, wce;
+    if (bson_iter_init_find(&it, reply, "ok") && bson_iter_as_bool(&it)) {
+        if (bson_iter_init_find(&it, reply, "writeConcernError") && bson_iter_recurse(&it, &wce) &&
+            bson_iter_find(&wce, "code") && not_primary(bson_iter_as_int64(&wce)))
+            mongo_wire_drop(c->wire);
         return true;
+    }
+    if (bson_iter_init_find(&it, reply, "code") && not_primary(bson_iter_as_int64(&it)))
+        mongo_wire_drop(c->wire);
     memset(&e, 0, sizeof(e));
     if (bson_iter_init_find(&it, reply, "errmsg") && BSON_ITER_HOLDS_UTF8(&it))
         snprintf(e.message, sizeof(e.message), "%s", bson_iter_utf8(&it, NULL));

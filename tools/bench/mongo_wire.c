@@ -320,15 +320,70 @@ static mongoc_stream_t *initiate(const mongoc_uri_t *uri, const mongoc_host_list
     return &s->vt;
 }
 
-mongo_wire_t *mongo_wire_open(const mongoc_uri_t *uri, const char *appname, bson_error_t *error)
+/*
+ * uri's text with its hosts replaced by host and directConnection=true, or
+ * NULL when uri names one host already or cannot be rewritten so (SRV, a
+ * directConnection of its own).  The caller frees it.
+ */
+static mongoc_uri_t *direct_uri(const mongoc_uri_t *uri, const char *host)
 {
+    const char *s = mongoc_uri_get_string(uri);
+    const mongoc_host_list_t *hosts = mongoc_uri_get_hosts(uri);
+    if (strncmp(s, "mongodb://", 10) != 0 || mongoc_uri_has_option(uri, MONGOC_URI_DIRECTCONNECTION) ||
+        (hosts != NULL && hosts->next == NULL && mongoc_uri_get_replica_set(uri) == NULL))
+        return NULL;
+    const char *start = s + 10, *end = start + strcspn(start, "/?");
+    const char *at = NULL;
+    for (const char *q = start; q < end; q++)
+        if (*q == '@')
+            at = q;
+    const char *h = at ? at + 1 : start;
+    const char *rest = end;
+    const char *sep = strchr(rest, '?') ? "&" : *rest == '/' ? "?" : "/?";
+    size_t n = strlen(s) + strlen(host) + 40;
+    char *text = malloc(n);
+    if (text == NULL)
+        return NULL;
+    snprintf(text, n, "%.*s%s%s%sdirectConnection=true", (int)(h - s), s, host, rest, sep);
+    mongoc_uri_t *d = mongoc_uri_new_with_error(text, NULL);
+    free(text);
+    return d;
+}
+
+mongo_wire_t *mongo_wire_open(const mongoc_uri_t *uri, mongoc_client_pool_t *pool, const char *appname,
+                              bson_error_t *error)
+{
+    /*
+     * With a pool, the pool's monitors name the primary and the connection
+     * is made to it alone (directConnection=true): a single-threaded client
+     * that discovers a set's members itself deadlocks in libmongoc 1.23
+     * when a member it learns of refuses the connection our initiator makes
+     * (CDRIVER-4666, fixed in 1.24: the scan's error callback takes the
+     * topology lock the scan holds), as after a failover.
+     */
+    mongoc_uri_t *direct = NULL;
+    if (pool != NULL) {
+        mongoc_client_t *pc = mongoc_client_pool_pop(pool);
+        mongoc_server_description_t *sd = mongoc_client_select_server(pc, true, NULL, error);
+        if (sd == NULL) {
+            mongoc_client_pool_push(pool, pc);
+            return NULL;
+        }
+        direct = direct_uri(uri, mongoc_server_description_host(sd)->host_and_port);
+        mongoc_server_description_destroy(sd);
+        mongoc_client_pool_push(pool, pc);
+        if (direct != NULL)
+            uri = direct;
+    }
     mongo_wire_t *w = calloc(1, sizeof(*w));
     if (w == NULL) {
         bson_set_error(error, MONGOC_ERROR_CLIENT, MONGOC_ERROR_CLIENT_NOT_READY, "out of memory");
+        mongoc_uri_destroy(direct);
         return NULL;
     }
     w->timeout_ms = mongoc_uri_get_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS, 300000);
     w->client = mongoc_client_new_from_uri(uri);
+    mongoc_uri_destroy(direct); /* the client keeps a copy */
     if (w->client == NULL) {
         bson_set_error(error, MONGOC_ERROR_CLIENT, MONGOC_ERROR_CLIENT_NOT_READY, "cannot make a client");
         free(w);
@@ -376,6 +431,11 @@ mongoc_client_t *mongo_wire_client(mongo_wire_t *w)
 bool mongo_wire_broken(const mongo_wire_t *w)
 {
     return w->stream == NULL;
+}
+
+void mongo_wire_drop(mongo_wire_t *w)
+{
+    w->stream = NULL; /* the client still owns it and closes it */
 }
 
 static bool fail(mongo_wire_t *w, bson_error_t *error, const char *what)

@@ -13,8 +13,13 @@ typedef struct mongo_wire mongo_wire_t;
 
 /* Whether uri can use a direct connection: plain TCP, reads from the primary. */
 bool mongo_wire_usable(const mongoc_uri_t *uri);
-/* Connect, authenticate and select the primary; NULL with error set on failure. */
-mongo_wire_t *mongo_wire_open(const mongoc_uri_t *uri, const char *appname, bson_error_t *error);
+/*
+ * Connect, authenticate and select the primary; NULL with error set on
+ * failure.  With pool (made from uri), the pool names the primary and the
+ * connection goes to it directly (see mongo_wire.c).
+ */
+mongo_wire_t *mongo_wire_open(const mongoc_uri_t *uri, mongoc_client_pool_t *pool, const char *appname,
+                              bson_error_t *error);
 /* The connection's libmongoc client (for sessions; never for commands). */
 mongoc_client_t *mongo_wire_client(mongo_wire_t *w);
 /*
@@ -26,6 +31,8 @@ mongoc_client_t *mongo_wire_client(mongo_wire_t *w);
 bool mongo_wire_command(mongo_wire_t *w, const bson_t *cmd, bool more_to_come, bson_t *reply,
                         bson_error_t *error);
 bool mongo_wire_broken(const mongo_wire_t *w);
+/* Stop using the connection (its server is no longer primary): broken from now on. */
+void mongo_wire_drop(mongo_wire_t *w);
 void mongo_wire_close(mongo_wire_t *w);
 
 #endif

@@ -1,0 +1,130 @@
+"""
+Change streams through sable-router (issue 28, docs/sharding.md): watch()
+on a collection sharded over two one-member shard sets opens $changeStream
+on both and merges their events in clusterTime order; the router's resume
+tokens resume every shard at the right place.  rs.cs is sharded on {k: 1}
+and split at k = 0: k < 0 lives on shard0, k >= 0 on shard1.
+"""
+import os
+import sys
+
+import pymongo
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import sharded  # noqa: E402
+from sharded import ROUTER  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if not os.path.exists(ROUTER):
+        pytest.skip("sable-router not built")
+    with sharded.cluster("sable-rcs-") as info:
+        yield info
+
+
+@pytest.fixture(scope="module")
+def mongos(cluster):
+    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000)
+    c.admin.command("enableSharding", "rs")
+    low = c.config.databases.find_one({"_id": "rs"})["primary"] == "shard0"
+    for name in ("cs", "resume"):
+        c.admin.command("shardCollection", "rs." + name, key={"k": 1})
+        c.admin.command("split", "rs." + name, middle={"k": 0})
+        if low:
+            c.admin.command("moveChunk", "rs." + name, find={"k": 0}, to="shard1")
+        else:
+            c.admin.command("moveChunk", "rs." + name, find={"k": -1}, to="shard0")
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def shards(cluster):
+    cs = [pymongo.MongoClient("127.0.0.1", p, directConnection=True) for p in cluster["shards"]]
+    yield cs
+    for c in cs:
+        c.close()
+
+
+def take(stream, n):
+    out = []
+    for _ in range(n * 20):
+        ev = stream.try_next()
+        if ev is not None:
+            out.append(ev)
+            if len(out) == n:
+                break
+    return out
+
+
+def brief(ev):
+    return (ev["operationType"], ev["documentKey"]["_id"])
+
+
+def test_collection_stream_merges_both_shards_in_order(mongos, shards):
+    c = mongos.rs.cs
+    with c.watch(max_await_time_ms=500) as stream:
+        # alternate shards; each write acknowledged before the next
+        c.insert_one({"_id": 1, "k": -1})
+        c.insert_one({"_id": 2, "k": 1})
+        c.update_one({"k": -1}, {"$set": {"v": 1}})
+        c.update_one({"k": 1}, {"$set": {"v": 2}})
+        c.insert_one({"_id": 3, "k": -3})
+        c.delete_one({"k": 1})
+        c.replace_one({"k": -3}, {"k": -3, "r": True})
+        c.delete_one({"k": -1})
+        evs = take(stream, 8)
+        assert [brief(e) for e in evs] == [
+            ("insert", 1), ("insert", 2), ("update", 1), ("update", 2), ("insert", 3),
+            ("delete", 2), ("replace", 3), ("delete", 1)]
+        # clusterTime and resume tokens ascend across the shards
+        times = [e["clusterTime"] for e in evs]
+        assert times == sorted(times) and len(set(times)) == len(times)
+        toks = [e["_id"]["_data"] for e in evs]
+        assert toks == sorted(toks)
+        assert evs[0]["fullDocument"] == {"_id": 1, "k": -1}
+        assert evs[2]["updateDescription"]["updatedFields"] == {"v": 1}
+        assert evs[0]["ns"] == {"db": "rs", "coll": "cs"}
+        # the events came from both shards
+        assert shards[0].rs.cs.count_documents({}) == 1
+        assert shards[1].rs.cs.count_documents({}) == 0
+        assert stream.resume_token["_data"] >= toks[-1]
+
+
+def test_idle_shard_does_not_hold_back_the_other(mongos):
+    c = mongos.rs.cs
+    with c.watch(max_await_time_ms=500) as stream:
+        for i in range(5):
+            c.insert_one({"_id": 100 + i, "k": 100 + i})  # all on shard1
+        evs = take(stream, 5)
+        assert [e["documentKey"]["_id"] for e in evs] == [100, 101, 102, 103, 104]
+
+
+def test_resume_after_a_router_token(mongos):
+    c = mongos.rs.resume
+    with c.watch(max_await_time_ms=500) as stream:
+        c.insert_one({"_id": "a", "k": -1})
+        c.insert_one({"_id": "b", "k": 1})
+        first = take(stream, 2)
+        assert [e["documentKey"]["_id"] for e in first] == ["a", "b"]
+    c.insert_one({"_id": "c", "k": -2})
+    c.insert_one({"_id": "d", "k": 2})
+    with c.watch(resume_after=first[0]["_id"], max_await_time_ms=500) as stream:
+        evs = take(stream, 3)
+        assert [e["documentKey"]["_id"] for e in evs] == ["b", "c", "d"]
+    with c.watch(start_after=first[1]["_id"], max_await_time_ms=500) as stream:
+        evs = take(stream, 2)
+        assert [e["documentKey"]["_id"] for e in evs] == ["c", "d"]
+
+
+def test_database_stream_and_pipeline_through_the_router(mongos):
+    db = mongos.rs
+    with db.watch([{"$match": {"operationType": "insert"}}], max_await_time_ms=500) as stream:
+        db.cs.insert_one({"_id": 200, "k": -200})
+        db.resume.delete_one({"k": -2})
+        db.resume.insert_one({"_id": 201, "k": 201})
+        evs = take(stream, 2)
+        assert [(e["ns"]["coll"], e["documentKey"]["_id"]) for e in evs] == [
+            ("cs", 200), ("resume", 201)]

@@ -8,44 +8,9 @@ and split at k = 0: k < 0 lives on shard0, k >= 0 on shard1.
 import os
 import sys
 
-import pymongo
-import pytest
-
 sys.path.insert(0, os.path.dirname(__file__))
-import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-rcs-") as info:
-        yield info
-
-
-@pytest.fixture(scope="module")
-def mongos(cluster):
-    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000)
-    c.admin.command("enableSharding", "rs")
-    low = c.config.databases.find_one({"_id": "rs"})["primary"] == "shard0"
-    for name in ("cs", "resume"):
-        c.admin.command("shardCollection", "rs." + name, key={"k": 1})
-        c.admin.command("split", "rs." + name, middle={"k": 0})
-        if low:
-            c.admin.command("moveChunk", "rs." + name, find={"k": 0}, to="shard1")
-        else:
-            c.admin.command("moveChunk", "rs." + name, find={"k": -1}, to="shard0")
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def shards(cluster):
-    cs = [pymongo.MongoClient("127.0.0.1", p, directConnection=True) for p in cluster["shards"]]
-    yield cs
-    for c in cs:
-        c.close()
+from test_router_sessions import cluster, mongos  # noqa: E402,F401  (rs.cs, rs.resume)
+from test_sharding import shards  # noqa: E402,F401
 
 
 def take(stream, n):

@@ -16,20 +16,20 @@ import uuid
 
 import pymongo
 import pytest
-from bson.binary import Binary, UUID_SUBTYPE
-from bson.int64 import Int64
-from bson.son import SON
+from bson.binary import Binary
 from pymongo.errors import OperationFailure
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-import wire  # noqa: E402
+import test_retryable as retryable  # noqa: E402
 from sharded import ROUTER  # noqa: E402
+from test_retryable import cmd, new_lsid  # noqa: E402
+from test_sharding import shards  # noqa: E402,F401
 
-
-COLLS = ["ins", "upd", "py", "es", "tx", "tx2", "tx3", "tx4"]
+# this module's collections and test_router_changestreams.py's (cs, resume)
+COLLS = ["ins", "upd", "py", "es", "tx", "tx2", "tx3", "tx4", "cs", "resume"]
 
 
 @pytest.fixture(scope="module")
@@ -57,28 +57,11 @@ def mongos(cluster):
     c.close()
 
 
-@pytest.fixture(scope="module")
-def shards(cluster):
-    cs = [pymongo.MongoClient("127.0.0.1", p, directConnection=True) for p in cluster["shards"]]
-    yield cs
-    for c in cs:
-        c.close()
-
-
-class Raw:
+class Raw(retryable.Raw):
     """Commands over a raw socket to the router; ok=False returns error replies."""
 
-    def __init__(self, port):
-        self.sock = wire.connect(port)
-
     def __call__(self, cmd, db="rs", ok=True):
-        reply = wire.command(self.sock, SON(cmd), db=db)
-        if ok and reply.get("ok") != 1:
-            raise OperationFailure(reply.get("errmsg"), reply.get("code"), reply)
-        return reply
-
-    def close(self):
-        self.sock.close()
+        return super().__call__(cmd, db=db, ok=ok)
 
 
 @pytest.fixture
@@ -86,18 +69,6 @@ def raw(cluster, mongos):
     r = Raw(cluster["router"])
     yield r
     r.close()
-
-
-def new_lsid():
-    return {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
-
-
-def cmd(name, coll, lsid, txn, **kw):
-    c = SON([(name, coll)])
-    c.update(kw)
-    c["lsid"] = lsid
-    c["txnNumber"] = Int64(txn)
-    return c
 
 
 def on_shards(shards, coll, flt):

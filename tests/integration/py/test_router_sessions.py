@@ -29,7 +29,7 @@ from test_retryable import cmd, new_lsid  # noqa: E402
 from test_sharding import shards  # noqa: E402,F401
 
 # this module's collections and test_router_changestreams.py's (cs, resume)
-COLLS = ["ins", "upd", "py", "es", "tx", "tx2", "tx3", "tx4", "cs", "resume"]
+COLLS = ["ins", "upd", "py", "es", "tx", "tx2", "tx3", "tx4", "tx5", "cs", "resume"]
 
 
 @pytest.fixture(scope="module")
@@ -229,3 +229,18 @@ def test_a_failed_statement_aborts_the_transaction_everywhere(mongos, shards):
         assert e.value.code == 251
     assert c.find_one({"_id": 2}) is None
     assert shards[0].admin.command("serverStatus")["transactions"]["currentOpen"] == 0
+
+
+def test_transaction_cursor_over_both_shards_with_get_more(mongos, shards):
+    c = mongos.rs.tx5
+    c.insert_many([{"_id": k, "k": k} for k in range(-5, 5)])
+    with mongos.start_session() as s:
+        with s.start_transaction():
+            c.insert_one({"_id": 100, "k": 100}, session=s)
+            # batches of 2 from two shards: getMores inside the transaction
+            ks = sorted(d["k"] for d in c.find({}, session=s, batch_size=2))
+            assert ks == list(range(-5, 5)) + [100]
+            cur = c.find({"k": {"$lt": 0}}, session=s, batch_size=1)
+            assert next(cur)["k"] < 0
+            cur.close()  # killCursors inside the transaction
+    assert c.count_documents({}) == 11 and on_shards(shards, "tx5", {}) == [5, 6]

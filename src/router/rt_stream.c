@@ -42,6 +42,7 @@ struct rt_stream {
     int n;
     cs_remote_t r[RT_MAX_SHARDS];
     char *pbrt; /* the postBatchResumeToken the client last got */
+    bool invalidated; /* an invalidate event was sent: the stream is over */
 };
 
 static int64_t now_ms(void)
@@ -264,7 +265,13 @@ static int stream_fill(rt_stream_t *s, bson_t *arr, int64_t max, int64_t await_m
             bson_uint32_to_string(n++, &ks, key, sizeof(key));
             BSON_APPEND_DOCUMENT(arr, ks, ev);
             set_str(&s->pbrt, token_of(ev, "_id._data"));
+            /* the first shard's invalidate ends the stream (mongos sends one
+             * drop and one invalidate, not one per shard) */
+            const char *op = sbl_doc_utf8(ev, "operationType");
+            s->invalidated = op != NULL && strcmp(op, "invalidate") == 0;
             bson_destroy(ev);
+            if (s->invalidated)
+                return 0;
         }
         int64_t left = deadline - now_ms();
         if (n > 0 || (int64_t)n >= max || left <= 0)
@@ -287,6 +294,8 @@ static int stream_fill(rt_stream_t *s, bson_t *arr, int64_t max, int64_t await_m
 
 static bool stream_open(const rt_stream_t *s)
 {
+    if (s->invalidated)
+        return false;
     for (int i = 0; i < s->n; i++)
         if (s->r[i].id != 0 || s->r[i].qi < s->r[i].qn)
             return true;
@@ -407,10 +416,12 @@ int rt_change_stream(const char *db, const char *coll, const bson_t *cmd, bson_t
         BSON_ITER_HOLDS_NUMBER(&b))
         max = bson_iter_as_int64(&b);
     rc = stream_fill(s, &arr, max, 0, reply, err);
-    if (rc == 0) {
+    if (rc == 0 && stream_open(s)) {
         int64_t id = rt_stream_register(s, db, coll != NULL ? coll : "$cmd.aggregate");
         append_batch(s, reply, id, &arr, true);
     } else {
+        if (rc == 0)
+            append_batch(s, reply, 0, &arr, true);
         rt_stream_free(s);
     }
     bson_destroy(&arr);

@@ -9,7 +9,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_router_sessions import cluster, mongos  # noqa: E402,F401  (rs.cs, rs.resume)
+from test_router_sessions import cluster, mongos  # noqa: E402,F401  (rs.cs, rs.resume, rs.gone)
 from test_sharding import shards  # noqa: E402,F401
 
 
@@ -93,3 +93,14 @@ def test_database_stream_and_pipeline_through_the_router(mongos):
         evs = take(stream, 2)
         assert [(e["ns"]["coll"], e["documentKey"]["_id"]) for e in evs] == [
             ("cs", 200), ("resume", 201)]
+
+
+def test_dropping_the_collection_gives_one_drop_and_invalidate(mongos):
+    c = mongos.rs.gone
+    c.insert_many([{"k": -1}, {"k": 1}])
+    with c.watch(max_await_time_ms=500) as stream:
+        c.insert_one({"_id": "x", "k": 5})
+        c.drop()  # on both shards
+        evs = take(stream, 3)
+        assert [e["operationType"] for e in evs] == ["insert", "drop", "invalidate"]
+        assert stream.try_next() is None and not stream.alive

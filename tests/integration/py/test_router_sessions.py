@@ -28,8 +28,8 @@ from sharded import ROUTER  # noqa: E402
 from test_retryable import cmd, new_lsid  # noqa: E402
 from test_sharding import shards  # noqa: E402,F401
 
-# this module's collections and test_router_changestreams.py's (cs, resume)
-COLLS = ["ins", "upd", "py", "es", "tx", "tx2", "tx3", "tx4", "tx5", "cs", "resume"]
+# this module's collections and test_router_changestreams.py's (cs, resume, gone)
+COLLS = ["ins", "upd", "py", "es", "tx", "tx2", "tx3", "tx4", "tx5", "cs", "resume", "gone"]
 
 
 @pytest.fixture(scope="module")

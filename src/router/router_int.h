@@ -231,6 +231,9 @@ void rt_sess_error_labels(int code, bson_t *reply);
  * (lsid, txnNumber, autocommit, startTransaction, readConcern) appended to
  * extra; false when there are none. */
 bool rt_sess_extra(int shard, const bson_t *cmd, bson_t *extra);
+/* What shard answered (NULL: no answer) to a command; started: it carried
+ * startTransaction (rt_sess_extra). */
+void rt_sess_reply(int shard, bool started, const bson_t *reply);
 /* Whether the current command is a retryable write or in a transaction
  * (its writes carry stmtIds). */
 bool rt_sess_retryable(void);

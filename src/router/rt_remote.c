@@ -608,6 +608,7 @@ static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *
             count_traffic(s, t0);
             conn_put(s, fd, reply);
             note_cluster_time(reply);
+            rt_sess_reply((int)(s - shards), bson_has_field(&extra, "startTransaction"), reply);
             bson_destroy(&extra);
             return 0;
         }
@@ -619,6 +620,7 @@ static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *
         if (!retry)
             break;
     }
+    rt_sess_reply((int)(s - shards), bson_has_field(&extra, "startTransaction"), NULL);
     bson_destroy(&extra);
     bson_init(reply);
     return err->code ? err->code : SBL_E_HostUnreachable;
@@ -629,6 +631,7 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
 {
     int fds[RT_MAX_SHARDS];
     int32_t rids[RT_MAX_SHARDS];
+    bool started[RT_MAX_SHARDS];
     int failed = 0;
     int64_t t0 = now_us();
     for (int i = 0; i < n; i++) {
@@ -643,10 +646,12 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
         bool has_extra = extra_for(shard[i], cmds[i], &extra);
         fds[i] = conn_send(&shards[shard[i]], db, cmds[i], has_extra ? &extra : NULL, &rids[i],
                            &errs[i]);
+        started[i] = bson_has_field(&extra, "startTransaction");
         bson_destroy(&extra);
         if (fds[i] < 0) {
             bson_init(&replies[i]);
             rcs[i] = errs[i].code ? errs[i].code : SBL_E_HostUnreachable;
+            rt_sess_reply(shard[i], started[i], NULL);
         }
     }
     for (int i = 0; i < n; i++) {
@@ -659,7 +664,9 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
             count_traffic(s, t0);
             conn_put(s, fds[i], &replies[i]);
             note_cluster_time(&replies[i]);
+            rt_sess_reply(shard[i], started[i], &replies[i]);
         } else {
+            rt_sess_reply(shard[i], started[i], NULL);
             close(fds[i]);
             forget_primary(s);
             bson_init(&replies[i]);

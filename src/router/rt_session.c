@@ -277,6 +277,24 @@ bool rt_sess_extra(int shard, const bson_t *cmd, bson_t *extra)
     return true;
 }
 
+void rt_sess_reply(int shard, bool started, const bson_t *reply)
+{
+    /* A shard refused the command before its transaction began
+     * (StaleConfig): the next statement there starts the transaction
+     * again, as mongos retries a first statement. */
+    if (!started || !cur.on || !cur.in_txn || shard < 0 || shard >= RT_MAX_SHARDS)
+        return;
+    if (reply == NULL || rt_reply_code(reply) != SBL_E_StaleConfig)
+        return; /* after a lost connection it may have begun: abort reaches it */
+    pthread_mutex_lock(&tx_lock);
+    rt_txn_t *t = find_locked(false);
+    if (t != NULL && t->txn == cur.txn) {
+        t->part[shard] = false;
+        t->wrote[shard] = false;
+    }
+    pthread_mutex_unlock(&tx_lock);
+}
+
 /* Send {verb: 1} (commitTransaction or abortTransaction) with the session's
  * fields and wc (NULL: none) to shard s. */
 static int end_on(int s, const char *verb, const bson_iter_t *wc, bson_t *reply, sbl_err_t *err)

@@ -11,6 +11,7 @@ txnNumber, as a driver does after a connection dropped: a retried
 statement must not run twice, however the router splits the batch.
 """
 import os
+import subprocess
 import sys
 import uuid
 
@@ -29,7 +30,7 @@ from test_retryable import cmd, new_lsid  # noqa: E402
 from test_sharding import shards  # noqa: E402,F401
 
 # this module's collections and test_router_changestreams.py's (cs, resume, gone)
-COLLS = ["ins", "upd", "py", "es", "tx", "tx2", "tx3", "tx4", "tx5", "cs", "resume", "gone"]
+COLLS = ["ins", "upd", "py", "es", "tx", "tx2", "tx3", "tx4", "tx5", "stale", "cs", "resume", "gone"]
 
 
 @pytest.fixture(scope="module")
@@ -244,3 +245,27 @@ def test_transaction_cursor_over_both_shards_with_get_more(mongos, shards):
             assert next(cur)["k"] < 0
             cur.close()  # killCursors inside the transaction
     assert c.count_documents({}) == 11 and on_shards(shards, "tx5", {}) == [5, 6]
+
+
+def test_stale_router_starts_the_transaction_where_the_chunk_went(mongos, shards, cluster):
+    port = sharded.base_port(1)
+    log = os.path.join(cluster["dir"], "router-stale.log")
+    subprocess.run([ROUTER, "--configdb", "cfgRS/127.0.0.1:%d" % cluster["config"],
+                    "--port", str(port), "--bind_ip", "127.0.0.1", "--logpath", log, "--fork",
+                    "--pidfilepath", log + ".pid"], check=True, capture_output=True, timeout=60)
+    other = pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=10000)
+    try:
+        c = other.rs.stale
+        c.insert_one({"_id": "lo", "k": -1})  # caches k < 0 on shard0
+        mongos.admin.command("moveChunk", "rs.stale", find={"k": -1}, to="shard1")
+        with other.start_session() as s:
+            with s.start_transaction():
+                # shard0 answers StaleConfig before its transaction begins; the
+                # router refreshes and starts the transaction on shard1 instead
+                c.insert_one({"_id": "in-txn", "k": -7}, session=s)
+                c.insert_one({"_id": "in-txn2", "k": 7}, session=s)
+        assert on_shards(shards, "stale", {}) == [0, 3]
+    finally:
+        other.close()
+        with open(log + ".pid") as f:
+            os.kill(int(f.read().strip()), 15)

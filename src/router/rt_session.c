@@ -366,7 +366,6 @@ int rt_cmd_commit_txn(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_
     }
     /* the shards that only read first, the one that wrote last */
     int rc = 0;
-    bool answered = false;
     for (int pass = 0; pass < 2 && rc == 0; pass++)
         for (int i = 0; i < n && rc == 0; i++) {
             if (wrote[i] != (pass == 1))
@@ -375,10 +374,9 @@ int rt_cmd_commit_txn(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_
             if ((rc = end_on(shards[i], "commitTransaction", has_wc ? &wcit : NULL, &r, err)))
                 break;
             if (rt_reply_code(&r) != 0 || pass == 1 || i == n - 1) {
-                bson_reinit(reply);
+                bson_reinit(reply); /* an error, or the last shard's answer */
                 bson_copy_to_excluding_noinit(&r, reply, "$clusterTime", "operationTime",
                                               NULL);
-                answered = true;
                 if (rt_reply_code(&r) != 0)
                     rc = -1;
             }
@@ -388,7 +386,6 @@ int rt_cmd_commit_txn(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_
         abort_everywhere();
         return rc < 0 ? 0 : rc; /* -1: a shard's error reply is the answer */
     }
-    (void)answered;
     participants(TX_COMMITTED, shards, wrote);
     return 0;
 }

@@ -13,6 +13,7 @@ statement must not run twice, however the router splits the batch.
 import os
 import subprocess
 import sys
+import threading
 import uuid
 
 import pymongo
@@ -30,7 +31,7 @@ from test_retryable import cmd, new_lsid  # noqa: E402
 from test_sharding import shards  # noqa: E402,F401
 
 # this module's collections and test_router_changestreams.py's (cs, resume, gone)
-COLLS = ["ins", "upd", "py", "es", "tx", "tx2", "tx3", "tx4", "tx5", "stale", "cs", "resume", "gone"]
+COLLS = ["ins", "upd", "py", "es", "tx", "tx2", "tx3", "tx4", "tx5", "stale", "hot", "cs", "resume", "gone"]
 
 
 @pytest.fixture(scope="module")
@@ -269,3 +270,36 @@ def test_stale_router_starts_the_transaction_where_the_chunk_went(mongos, shards
         other.close()
         with open(log + ".pid") as f:
             os.kill(int(f.read().strip()), 15)
+
+
+def test_concurrent_transactions_and_retryable_writes(cluster, mongos, shards):
+    # 4 threads: transactions that move 1 between two documents of one shard
+    # (conflicting, retried by with_transaction on TransientTransactionError)
+    # and retryable $inc's on the other shard; the totals must add up
+    c = mongos.rs.hot
+    c.insert_many([{"_id": "a", "k": 1, "v": 100}, {"_id": "b", "k": 2, "v": 100},
+                   {"_id": "n", "k": -1, "v": 0}])
+    errors = []
+
+    def work():
+        try:
+            with pymongo.MongoClient("127.0.0.1", cluster["router"]) as cl:
+                h = cl.rs.hot
+                for _ in range(10):
+                    with cl.start_session() as s:
+                        def move(ss):
+                            h.update_one({"k": 1}, {"$inc": {"v": -1}}, session=ss)
+                            h.update_one({"k": 2}, {"$inc": {"v": 1}}, session=ss)
+                        s.with_transaction(move)
+                    h.update_one({"k": -1}, {"$inc": {"v": 1}})
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert errors == []
+    v = {d["_id"]: d["v"] for d in c.find()}
+    assert v == {"a": 60, "b": 140, "n": 40}

@@ -104,3 +104,15 @@ def test_dropping_the_collection_gives_one_drop_and_invalidate(mongos):
         evs = take(stream, 3)
         assert [e["operationType"] for e in evs] == ["insert", "drop", "invalidate"]
         assert stream.try_next() is None and not stream.alive
+
+
+def test_cluster_time_gossip_orders_writes_across_shards(mongos, shards):
+    # many writes on shard0 push its oplog counter up; the next write routed
+    # to shard1 carries the router's $clusterTime and lands after them
+    c = mongos.rs.cs
+    for i in range(30):
+        c.insert_one({"_id": "g%d" % i, "k": -1000 - i})
+    c.insert_one({"_id": "g-hi", "k": 1000})
+    last0 = shards[0].local.oplog.rs.find_one({"ns": "rs.cs", "o._id": "g29"})["ts"]
+    hi1 = shards[1].local.oplog.rs.find_one({"ns": "rs.cs", "o._id": "g-hi"})["ts"]
+    assert hi1 > last0

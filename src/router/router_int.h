@@ -247,6 +247,7 @@ int rt_cmd_start_session(const char *db, const bson_t *cmd, bson_t *reply, sbl_e
 int rt_cmd_end_sessions(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_kill_sessions(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_refresh_sessions(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_cmd_kill_all_sessions(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 
 /* ---- rt_write.c ---- */
 int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);

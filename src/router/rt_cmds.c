@@ -540,6 +540,8 @@ static const rt_cmd_t table[] = {
     {"isMaster", cmd_hello, true},
     {"isdbgrid", cmd_isdbgrid, true},
     {"ismaster", cmd_hello, true},
+    {"killAllSessions", rt_cmd_kill_all_sessions, false},
+    {"killAllSessionsByPattern", rt_cmd_kill_all_sessions, false},
     {"killCursors", rt_kill_cursors, false},
     {"killSessions", rt_cmd_kill_sessions, false},
     {"listCollections", to_primary, false},

@@ -454,10 +454,31 @@ int rt_cmd_start_session(const char *db, const bson_t *cmd, bson_t *reply, sbl_e
     return 0;
 }
 
+/* cmd to every shard at once, without the current session's fields; the
+ * answers are not looked at (a shard that never saw a session has nothing
+ * to do). */
+static void to_every_shard(const bson_t *cmd)
+{
+    int ns = rt_shard_count();
+    int sh[RT_MAX_SHARDS], rcs[RT_MAX_SHARDS];
+    bson_t rs[RT_MAX_SHARDS];
+    const bson_t *cmds[RT_MAX_SHARDS];
+    sbl_err_t errs[RT_MAX_SHARDS];
+    memset(errs, 0, sizeof(errs));
+    for (int s = 0; s < ns; s++) {
+        sh[s] = s;
+        cmds[s] = cmd;
+    }
+    bool was = rt_sess_suspend(true);
+    rt_run_many(ns, sh, "admin", cmds, rs, rcs, errs);
+    rt_sess_suspend(!was);
+    for (int s = 0; s < ns; s++)
+        bson_destroy(&rs[s]);
+}
+
 /* endSessions, killSessions, refreshSessions: every lsid gets the client's
  * uid (unless it names one) and the command goes to every shard; the
- * router forgets the sessions' transactions.  Shards' answers are not
- * waited on for errors: a shard that never saw a session has nothing to do. */
+ * router forgets the sessions' transactions. */
 static int forward_sessions(const char *verb, const bson_t *cmd, sbl_err_t *err)
 {
     bson_iter_t it, el, f;
@@ -514,22 +535,8 @@ static int forward_sessions(const char *verb, const bson_t *cmd, sbl_err_t *err)
         pthread_mutex_unlock(&tx_lock);
     }
     bson_append_array_end(&fwd, &arr);
-    int ns = rt_shard_count();
-    int sh[RT_MAX_SHARDS], rcs[RT_MAX_SHARDS];
-    bson_t rs[RT_MAX_SHARDS];
-    const bson_t *cmds[RT_MAX_SHARDS];
-    sbl_err_t errs[RT_MAX_SHARDS];
-    memset(errs, 0, sizeof(errs));
-    for (int s = 0; s < ns; s++) {
-        sh[s] = s;
-        cmds[s] = &fwd;
-    }
-    bool was = rt_sess_suspend(true);
     if (n > 0)
-        rt_run_many(ns, sh, "admin", cmds, rs, rcs, errs);
-    rt_sess_suspend(!was);
-    for (int s = 0; n > 0 && s < ns; s++)
-        bson_destroy(&rs[s]);
+        to_every_shard(&fwd);
     bson_destroy(&fwd);
     return 0;
 }
@@ -547,4 +554,16 @@ int rt_cmd_kill_sessions(const char *db, const bson_t *cmd, bson_t *reply, sbl_e
 int rt_cmd_refresh_sessions(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     return forward_sessions("refreshSessions", cmd, err);
+}
+
+/* killAllSessions, killAllSessionsByPattern: to every shard as they are.
+ * The router's record of a killed transaction stays: its next statement or
+ * commit gets the shards' NoSuchTransaction. */
+int rt_cmd_kill_all_sessions(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    bson_t fwd = BSON_INITIALIZER;
+    rt_copy_cmd(cmd, &fwd, NULL);
+    to_every_shard(&fwd);
+    bson_destroy(&fwd);
+    return 0;
 }

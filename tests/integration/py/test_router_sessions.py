@@ -162,6 +162,15 @@ def test_end_and_kill_sessions_reach_the_shards(mongos, shards, raw):
     r = raw(cmd("commitTransaction", 1, lsid, 1, autocommit=False), db="admin", ok=False)
     assert r["code"] == 251  # NoSuchTransaction
     assert shards[1].rs.es.count_documents({"k": 7}) == 0
+    # killAllSessions reaches the shards too
+    lsid = new_lsid()
+    raw(cmd("insert", "es", lsid, 1, documents=[{"k": -8}], startTransaction=True,
+            autocommit=False))
+    assert shards[0].admin.command("serverStatus")["transactions"]["currentOpen"] == 1
+    raw({"killAllSessions": []}, db="admin")
+    assert shards[0].admin.command("serverStatus")["transactions"]["currentOpen"] == 0
+    r = raw(cmd("commitTransaction", 1, lsid, 1, autocommit=False), db="admin", ok=False)
+    assert r["code"] == 251
 
 
 # ---- transactions ----

@@ -11,7 +11,6 @@ txnNumber, as a driver does after a connection dropped: a retried
 statement must not run twice, however the router splits the batch.
 """
 import os
-import subprocess
 import sys
 import threading
 import uuid
@@ -258,13 +257,8 @@ def test_transaction_cursor_over_both_shards_with_get_more(mongos, shards):
 
 
 def test_stale_router_starts_the_transaction_where_the_chunk_went(mongos, shards, cluster):
-    port = sharded.base_port(1)
-    log = os.path.join(cluster["dir"], "router-stale.log")
-    subprocess.run([ROUTER, "--configdb", "cfgRS/127.0.0.1:%d" % cluster["config"],
-                    "--port", str(port), "--bind_ip", "127.0.0.1", "--logpath", log, "--fork",
-                    "--pidfilepath", log + ".pid"], check=True, capture_output=True, timeout=60)
-    other = pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=10000)
-    try:
+    with sharded.extra_router(cluster, "router-stale") as port, \
+            pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=10000) as other:
         c = other.rs.stale
         c.insert_one({"_id": "lo", "k": -1})  # caches k < 0 on shard0
         mongos.admin.command("moveChunk", "rs.stale", find={"k": -1}, to="shard1")
@@ -275,10 +269,6 @@ def test_stale_router_starts_the_transaction_where_the_chunk_went(mongos, shards
                 c.insert_one({"_id": "in-txn", "k": -7}, session=s)
                 c.insert_one({"_id": "in-txn2", "k": 7}, session=s)
         assert on_shards(shards, "stale", {}) == [0, 3]
-    finally:
-        other.close()
-        with open(log + ".pid") as f:
-            os.kill(int(f.read().strip()), 15)
 
 
 def test_concurrent_transactions_and_retryable_writes(cluster, mongos, shards):

@@ -7,6 +7,9 @@ and split at k = 0: k < 0 lives on shard0, k >= 0 on shard1.
 """
 import os
 import sys
+import threading
+
+import pymongo
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_router_sessions import cluster, mongos  # noqa: E402,F401  (rs.cs, rs.resume, rs.gone)
@@ -116,3 +119,22 @@ def test_cluster_time_gossip_orders_writes_across_shards(mongos, shards):
     last0 = shards[0].local.oplog.rs.find_one({"ns": "rs.cs", "o._id": "g29"})["ts"]
     hi1 = shards[1].local.oplog.rs.find_one({"ns": "rs.cs", "o._id": "g-hi"})["ts"]
     assert hi1 > last0
+
+
+def test_concurrent_writers_on_both_shards_arrive_complete_and_in_token_order(cluster, mongos):
+    c = mongos.rs.cs
+    with c.watch([{"$match": {"operationType": "insert"}}], max_await_time_ms=300) as stream:
+        def write(sign):
+            with pymongo.MongoClient("127.0.0.1", cluster["router"]) as cl:
+                for i in range(40):
+                    cl.rs.cs.insert_one({"_id": "w%d" % (sign * (i + 1)), "k": sign * (5000 + i)})
+        ts = [threading.Thread(target=write, args=(s,)) for s in (1, -1)]
+        for t in ts:
+            t.start()
+        evs = take(stream, 80)
+        for t in ts:
+            t.join()
+    toks = [e["_id"]["_data"] for e in evs]
+    assert len(evs) == 80 and toks == sorted(toks) and len(set(toks)) == 80
+    assert {e["documentKey"]["_id"] for e in evs} == {"w%d" % (s * i) for s in (1, -1)
+                                                     for i in range(1, 41)}

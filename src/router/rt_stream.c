@@ -247,14 +247,16 @@ static void update_pbrt(rt_stream_t *s)
         set_str(&s->pbrt, low);
 }
 
-/* Up to max events into arr, waiting up to await_ms for the first.
- * Returns 0, -1 with a shard's error reply in errreply, or an error. */
-static int stream_fill(rt_stream_t *s, bson_t *arr, int64_t max, int64_t await_ms,
+/* Up to max events into arr, waiting up to await_ms for the first; ask:
+ * ask the shards at least once (a getMore; not for the first batch, which
+ * takes only what the shards' first batches hold).  Returns 0, -1 with a
+ * shard's error reply in errreply, or an error. */
+static int stream_fill(rt_stream_t *s, bson_t *arr, int64_t max, int64_t await_ms, bool ask,
                        bson_t *errreply, sbl_err_t *err)
 {
     int64_t deadline = now_ms() + await_ms;
     uint32_t n = 0;
-    for (;;) {
+    for (int round = 0;; round++) {
         bool ready = false;
         int i = -1;
         while ((int64_t)n < max && (i = next_remote(s, &ready)) >= 0 && ready) {
@@ -274,7 +276,7 @@ static int stream_fill(rt_stream_t *s, bson_t *arr, int64_t max, int64_t await_m
                 return 0;
         }
         int64_t left = deadline - now_ms();
-        if (n > 0 || (int64_t)n >= max || left <= 0)
+        if (n > 0 || (int64_t)n >= max || (left <= 0 && (round > 0 || !ask)))
             break;
         if (i >= 0) /* an event waits for the other shards' promises */
             advance_lagging(s, s->r[i].q[s->r[i].qi], head_token(&s->r[i]));
@@ -359,7 +361,7 @@ int rt_stream_more(rt_stream_t *s, int64_t id, const bson_t *cmd, bson_t *reply,
         bson_iter_as_int64(&it) >= 0)
         await_ms = bson_iter_as_int64(&it);
     bson_t arr = BSON_INITIALIZER;
-    int rc = stream_fill(s, &arr, max, await_ms, reply, err);
+    int rc = stream_fill(s, &arr, max, await_ms, true, reply, err);
     *donep = rc != 0 || !stream_open(s);
     if (rc == 0)
         append_batch(s, reply, *donep ? 0 : id, &arr, false);
@@ -415,7 +417,7 @@ int rt_change_stream(const char *db, const char *coll, const bson_t *cmd, bson_t
     if (bson_iter_init(&it, cmd) && bson_iter_find_descendant(&it, "cursor.batchSize", &b) &&
         BSON_ITER_HOLDS_NUMBER(&b))
         max = bson_iter_as_int64(&b);
-    rc = stream_fill(s, &arr, max, 0, reply, err);
+    rc = stream_fill(s, &arr, max, 0, false, reply, err);
     if (rc == 0 && stream_open(s)) {
         int64_t id = rt_stream_register(s, db, coll != NULL ? coll : "$cmd.aggregate");
         append_batch(s, reply, id, &arr, true);

@@ -138,3 +138,18 @@ def test_concurrent_writers_on_both_shards_arrive_complete_and_in_token_order(cl
     assert len(evs) == 80 and toks == sorted(toks) and len(set(toks)) == 80
     assert {e["documentKey"]["_id"] for e in evs} == {"w%d" % (s * i) for s in (1, -1)
                                                      for i in range(1, 41)}
+
+
+def test_get_more_without_waiting_still_asks_the_shards(mongos):
+    db = mongos.rs
+    r = db.command("aggregate", "cs", pipeline=[{"$changeStream": {}}], cursor={})
+    cid = r["cursor"]["id"]
+    db.cs.insert_one({"_id": "nowait", "k": -77})
+    got = []
+    for _ in range(100):
+        b = db.command("getMore", cid, collection="cs", maxTimeMS=0)["cursor"]
+        got += b["nextBatch"]
+        if got:
+            break
+    db.command("killCursors", "cs", cursors=[cid])
+    assert [e["documentKey"]["_id"] for e in got] == ["nowait"]

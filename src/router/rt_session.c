@@ -60,7 +60,13 @@ typedef struct cur_sess {
 
 static __thread cur_sess_t cur;
 static pthread_mutex_t tx_lock = PTHREAD_MUTEX_INITIALIZER;
-static rt_txn_t *txns;
+#define TX_BUCKETS 1024 /* session records hashed by their lsid's first bytes */
+static rt_txn_t *txns[TX_BUCKETS];
+
+static rt_txn_t **bucket_of(const uint8_t id[16])
+{
+    return &txns[(id[0] | (unsigned)id[1] << 8) % TX_BUCKETS];
+}
 
 static int64_t wall_ms(void)
 {
@@ -80,12 +86,14 @@ static bool is_write(const char *name)
 }
 
 /* The entry of the current session (tx_lock held); create: make one.
- * Entries unused for the session timeout are dropped on the way. */
+ * Entries of its bucket unused for the session timeout are dropped on the
+ * way. */
 static rt_txn_t *find_locked(bool create)
 {
     int64_t now = wall_ms();
     rt_txn_t *found = NULL;
-    for (rt_txn_t **pp = &txns; *pp;) {
+    rt_txn_t **head = bucket_of(cur.id);
+    for (rt_txn_t **pp = head; *pp;) {
         rt_txn_t *t = *pp;
         if (memcmp(t->id, cur.id, 16) == 0 && memcmp(t->uid, cur.uid, 32) == 0) {
             found = t;
@@ -102,8 +110,8 @@ static rt_txn_t *find_locked(bool create)
         memcpy(found->id, cur.id, 16);
         memcpy(found->uid, cur.uid, 32);
         found->txn = -1;
-        found->next = txns;
-        txns = found;
+        found->next = *head;
+        *head = found;
     }
     if (found != NULL)
         found->used_ms = now;
@@ -523,7 +531,7 @@ static int forward_sessions(const char *verb, const bson_t *cmd, sbl_err_t *err)
         if (strcmp(verb, "refreshSessions") == 0)
             continue;
         pthread_mutex_lock(&tx_lock);
-        for (rt_txn_t **pp = &txns; *pp; pp = &(*pp)->next)
+        for (rt_txn_t **pp = bucket_of(id); *pp; pp = &(*pp)->next)
             if (memcmp((*pp)->id, id, 16) == 0 && memcmp((*pp)->uid, u, 32) == 0) {
                 rt_txn_t *t = *pp;
                 *pp = t->next;

@@ -225,7 +225,8 @@ int rt_sess_begin(const char *name, const bson_t *cmd, sbl_err_t *err)
                            "false'");
     if (!cur.has_lsid)
         return 0;
-    rt_auth_uid(cur.uid);
+    if (cur.has_txn) /* only then does a shard hear of the session */
+        rt_auth_uid(cur.uid);
     cur.on = true;
     cur.write = is_write(name);
     if (cur.in_txn)

@@ -81,6 +81,10 @@ int rt_reply_error(const bson_t *reply, const char *what, sbl_err_t *err);
 /* Copy a command without the fields a router must not forward ($db, lsid,
  * $clusterTime, $readPreference, txnNumber ...), keeping the others. */
 void rt_copy_cmd(const bson_t *in, bson_t *out, const char *const *skip_extra);
+/* $clusterTime (and with op_time operationTime): the newest cluster time
+ * the shards' replies showed, appended to out; false (nothing appended)
+ * before any. */
+bool rt_append_cluster_time(bson_t *out, bool op_time);
 /* The configdb set name and hosts. */
 const char *rt_configdb(void);
 /* Commands sent to shard i since start and the total time their replies took. */

@@ -625,6 +625,10 @@ static void run_and_reply(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *
         if (!bson_iter_init_find(&it, &reply, "ok"))
             BSON_APPEND_DOUBLE(&reply, "ok", 1.0);
     }
+    /* as mongos: the cluster time, which drivers send back and use for
+     * causally consistent reads (afterClusterTime) */
+    if (!bson_has_field(&reply, "$clusterTime"))
+        rt_append_cluster_time(&reply, !bson_has_field(&reply, "operationTime"));
     rt_sess_end();
     sbl_conn_reply(conn, req, &reply);
     bson_destroy(&reply);

@@ -568,24 +568,32 @@ static void note_cluster_time(const bson_t *reply)
         ;
 }
 
+bool rt_append_cluster_time(bson_t *out, bool op_time)
+{
+    uint64_t ts = __atomic_load_n(&cluster_time, __ATOMIC_RELAXED);
+    if (ts == 0)
+        return false;
+    static const uint8_t zero[20];
+    bson_t ct, sig;
+    BSON_APPEND_DOCUMENT_BEGIN(out, "$clusterTime", &ct);
+    BSON_APPEND_TIMESTAMP(&ct, "clusterTime", (uint32_t)(ts >> 32), (uint32_t)ts);
+    BSON_APPEND_DOCUMENT_BEGIN(&ct, "signature", &sig);
+    BSON_APPEND_BINARY(&sig, "hash", BSON_SUBTYPE_BINARY, zero, sizeof(zero));
+    BSON_APPEND_INT64(&sig, "keyId", 0);
+    bson_append_document_end(&ct, &sig);
+    bson_append_document_end(out, &ct);
+    if (op_time)
+        BSON_APPEND_TIMESTAMP(out, "operationTime", (uint32_t)(ts >> 32), (uint32_t)ts);
+    return true;
+}
+
 /* The fields the router adds to cmd for shard i into extra (session
  * fields, $clusterTime); false when none. */
 static bool extra_for(int shard, const bson_t *cmd, bson_t *extra)
 {
     bool any = rt_sess_extra(shard, cmd, extra);
-    uint64_t ts = __atomic_load_n(&cluster_time, __ATOMIC_RELAXED);
-    if (ts != 0 && !bson_has_field(cmd, "$clusterTime")) {
-        static const uint8_t zero[20];
-        bson_t ct, sig;
-        BSON_APPEND_DOCUMENT_BEGIN(extra, "$clusterTime", &ct);
-        BSON_APPEND_TIMESTAMP(&ct, "clusterTime", (uint32_t)(ts >> 32), (uint32_t)ts);
-        BSON_APPEND_DOCUMENT_BEGIN(&ct, "signature", &sig);
-        BSON_APPEND_BINARY(&sig, "hash", BSON_SUBTYPE_BINARY, zero, sizeof(zero));
-        BSON_APPEND_INT64(&sig, "keyId", 0);
-        bson_append_document_end(&ct, &sig);
-        bson_append_document_end(extra, &ct);
-        any = true;
-    }
+    if (!bson_has_field(cmd, "$clusterTime"))
+        any |= rt_append_cluster_time(extra, false);
     return any;
 }
 

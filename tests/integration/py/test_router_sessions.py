@@ -82,6 +82,22 @@ def test_router_advertises_logical_sessions(mongos, raw):
     assert r["timeoutMinutes"] == 30 and isinstance(r["id"]["id"], (uuid.UUID, Binary))
 
 
+def test_router_gossips_cluster_time_for_causal_reads(mongos, shards):
+    r = mongos.admin.command("ping")
+    assert r["$clusterTime"]["clusterTime"] == r["operationTime"]
+    c = mongos.rs.upd
+    with mongos.start_session(causal_consistency=True) as s:
+        c.insert_one({"_id": "causal", "k": -900}, session=s)
+        assert s.operation_time is not None
+        # the next reads carry readConcern {afterClusterTime}, on both shards
+        assert c.find_one({"k": -900}, session=s)["_id"] == "causal"
+        assert c.count_documents({"_id": "causal"}, session=s) == 1
+        c.delete_one({"k": -900}, session=s)
+    last0 = shards[0].local.oplog.rs.find_one(sort=[("$natural", -1)])["ts"]
+    assert r["operationTime"] <= last0 or r["operationTime"] <= \
+        shards[1].local.oplog.rs.find_one(sort=[("$natural", -1)])["ts"]
+
+
 def test_retried_insert_split_over_two_shards_is_not_applied_twice(mongos, shards, raw):
     lsid = new_lsid()
     docs = [{"_id": "a%d" % i, "k": k} for i, k in enumerate([-3, 4, -2, 5])]

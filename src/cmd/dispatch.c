@@ -511,6 +511,24 @@ static void execute(pending_t *p)
     sbl_shard_op_exit(ns);
 }
 
+/* $clusterTime gossip (mongod's logical clock): a primary's next oplog
+ * entry gets a later ts than any cluster time it has been shown, so a
+ * write routed after one on another shard sorts after it (change streams
+ * merged by a router rely on it).  The signature is not checked (Sable
+ * signs with zeros); a time over a year ahead is ignored, as mongod's
+ * maxAcceptableLogicalClockDriftSecs rejects it. */
+static void gossip_cluster_time(const bson_iter_t *ct)
+{
+    bson_iter_t f;
+    uint32_t t, i;
+    if (!BSON_ITER_HOLDS_DOCUMENT(ct) || !bson_iter_recurse(ct, &f) ||
+        !bson_iter_find(&f, "clusterTime") || !BSON_ITER_HOLDS_TIMESTAMP(&f))
+        return;
+    bson_iter_timestamp(&f, &t, &i);
+    if ((int64_t)t <= sbl_now_ms() / 1000 + 365LL * 24 * 3600)
+        sbl_repl_clock_advance(((uint64_t)t << 32) | i);
+}
+
 /* Check the generic arguments and run the handler on this thread. */
 static void execute_inner(pending_t *p)
 {
@@ -537,6 +555,9 @@ static void execute_inner(pending_t *p)
             has_txn = sbl_doc_top_iter(ctx->cmd, at, k, &txnit);
         else if (!has_ac && k[0] == 'a' && strcmp(k, "autocommit") == 0)
             has_ac = sbl_doc_top_iter(ctx->cmd, at, k, &acit);
+        else if (k[0] == '$' && strcmp(k, "$clusterTime") == 0 &&
+                 sbl_doc_top_iter(ctx->cmd, at, k, &it))
+            gossip_cluster_time(&it);
     }
     if (bad) {
         has_mt = sbl_doc_find_top(ctx->cmd, "maxTimeMS", &mt);

@@ -62,13 +62,26 @@ static void client_uid(sbl_client_t *c, uint8_t uid[32])
     memcpy(uid, c->uid, 32);
 }
 
+/* A cluster member (a router or another shard, authenticated as
+ * __system@local with the keyFile) may name another user's session: a
+ * router forwards its clients' lsids with their uid, as mongos does.
+ * Without authorization every uid is the same (no user). */
+static bool cluster_member(const sbl_client_t *c)
+{
+    return c->auth_user != NULL && strcmp(c->auth_user, "__system") == 0 &&
+           c->auth_db != NULL && strcmp(c->auth_db, "local") == 0;
+}
+
 int sbl_cmd_session_begin(sbl_opctx_t *ctx, const bson_iter_t *lsid, sbl_err_t *err)
 {
     sbl_lsid_t l;
     client_uid(ctx->client, ctx->user_uid);
     if (lsid == NULL)
         return 0;
-    SBL_RET(sbl_lsid_parse(lsid, "OperationSessionInfo.lsid", ctx->user_uid, false, &l, err));
+    bool member = cluster_member(ctx->client);
+    SBL_RET(sbl_lsid_parse(lsid, "OperationSessionInfo.lsid", ctx->user_uid, member, &l, err));
+    if (member) /* the session is the forwarded user's */
+        memcpy(ctx->user_uid, l.uid, sizeof(l.uid));
     sbl_lsess_touch(&l, ctx->client->uid_for, sbl_now_ms());
     ctx->has_lsid = true;
     memcpy(ctx->lsid_id, l.id, sizeof(l.id));
@@ -144,12 +157,12 @@ static void kill_one(sbl_opctx_t *ctx, const sbl_lsid_t *l)
 
 int sbl_cmd_refresh_sessions(sbl_opctx_t *ctx, sbl_err_t *err)
 {
-    return each_lsid(ctx, false, refresh_one, err);
+    return each_lsid(ctx, cluster_member(ctx->client), refresh_one, err);
 }
 
 int sbl_cmd_end_sessions(sbl_opctx_t *ctx, sbl_err_t *err)
 {
-    return each_lsid(ctx, false, end_one, err);
+    return each_lsid(ctx, cluster_member(ctx->client), end_one, err);
 }
 
 int sbl_cmd_kill_sessions(sbl_opctx_t *ctx, sbl_err_t *err)

@@ -71,6 +71,10 @@ void sbl_repl_append_hello(bson_t *r);
 /* operationTime and $clusterTime (signature: 20 zero bytes, keyId 0) on a
  * member with a clock (initiated); nothing otherwise. */
 void sbl_repl_append_cluster_time(bson_t *r);
+/* A cluster time a command carried ($clusterTime): the next oplog entry
+ * this member writes as primary gets a later ts.  The oplog's own last ts
+ * is not changed (it still names a real entry). */
+void sbl_repl_clock_advance(uint64_t ts);
 
 /* replSetInitiate with config (NULL: the default one-member config with
  * this host): validates as mongod does for one member, creates the oplog,

@@ -27,6 +27,7 @@
 static sbl_coll_t *oplog;       /* referenced while open; set before active */
 static atomic_bool active;      /* entries are written */
 static _Atomic uint64_t last_ts; /* the last ts handed out (under the oplog lock) */
+static _Atomic uint64_t clock_floor; /* cluster times gossiped to us: the next ts is later */
 static _Atomic int64_t last_wall;
 static _Atomic int64_t last_term;  /* t of the last entry */
 static _Atomic int64_t cur_term = 1; /* t of the entries this member writes */
@@ -187,7 +188,8 @@ int sbl_oplog_append(sbl_session_t *s, sbl_oplog_entry_t *e, sbl_err_t *err)
     /* The lock first: from here to the commit, nobody else takes a ts. */
     SBL_RET(sbl_capped_lock(s, oplog, err));
     int64_t now = sbl_now_ms();
-    uint64_t ts = sbl_repl_ts_next(atomic_load(&last_ts), (uint32_t)(now / 1000));
+    uint64_t prev = atomic_load(&last_ts), floor = atomic_load(&clock_floor);
+    uint64_t ts = sbl_repl_ts_next(prev > floor ? prev : floor, (uint32_t)(now / 1000));
     atomic_store(&last_ts, ts);
     atomic_store(&last_wall, now);
     e->ts = ts;
@@ -434,6 +436,13 @@ int sbl_repl_append_alone_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *er
         return sbl_txn_commit(s, err);
     sbl_txn_abort(s);
     return rc;
+}
+
+void sbl_repl_clock_advance(uint64_t ts)
+{
+    uint64_t cur = atomic_load(&clock_floor);
+    while (cur < ts && !atomic_compare_exchange_weak(&clock_floor, &cur, ts))
+        ;
 }
 
 int sbl_oplog_noop(sbl_session_t *s, const char *msg, sbl_err_t *err)

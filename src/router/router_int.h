@@ -4,7 +4,9 @@
  * sharding commands that change it; rt_target.c: shard keys and chunk
  * lookup; rt_cursor.c: reads (find, getMore, count, distinct, aggregate);
  * rt_write.c: writes; rt_migrate.c: moveChunk, moveRange and the balancer
- * commands (run by the config server); rt_cmds.c: the command table.
+ * commands (run by the config server); rt_session.c: sessions, retryable
+ * writes and transactions; rt_stream.c: change streams; rt_cmds.c: the
+ * command table.
  *
  * A routing table (rt_coll_t) is immutable once built and reference
  * counted: a refresh builds a new one and swaps it in, so a request keeps a
@@ -79,6 +81,10 @@ int rt_reply_error(const bson_t *reply, const char *what, sbl_err_t *err);
 /* Copy a command without the fields a router must not forward ($db, lsid,
  * $clusterTime, $readPreference, txnNumber ...), keeping the others. */
 void rt_copy_cmd(const bson_t *in, bson_t *out, const char *const *skip_extra);
+/* $clusterTime (and with op_time operationTime): the newest cluster time
+ * the shards' replies showed, appended to out; false (nothing appended)
+ * before any. */
+bool rt_append_cluster_time(bson_t *out, bool op_time);
 /* The configdb set name and hosts. */
 const char *rt_configdb(void);
 /* Commands sent to shard i since start and the total time their replies took. */
@@ -159,6 +165,25 @@ int rt_merge_cursors(const char *db, const char *coll, bson_t *replies, const in
 int rt_drain_cursor(bson_t *shard_reply, const char *db, const char *coll, int shard,
                     bson_t *arr, sbl_err_t *err);
 
+/* A change stream's merge across shards (rt_stream.c), owned by the
+ * router cursor it is registered with. */
+typedef struct rt_stream rt_stream_t;
+/* Register stream s as a router cursor (which then owns it); its id. */
+int64_t rt_stream_register(rt_stream_t *s, const char *db, const char *coll);
+
+/* ---- rt_stream.c ---- */
+/* aggregate whose pipeline starts with $changeStream (coll NULL: a
+ * database's or the deployment's stream): opened on every shard, merged. */
+int rt_change_stream(const char *db, const char *coll, const bson_t *cmd, bson_t *reply,
+                     sbl_err_t *err);
+/* getMore on a stream's router cursor id: the next events (waiting up to
+ * the command's maxTimeMS, 1 s by default); *donep when the cursor is
+ * over (every shard's closed).  A shard's error reply goes into reply. */
+int rt_stream_more(rt_stream_t *s, int64_t id, const bson_t *cmd, bson_t *reply, bool *donep,
+                   sbl_err_t *err);
+/* Kill the shards' cursors and free s. */
+void rt_stream_free(rt_stream_t *s);
+
 /* ---- rt_auth.c ---- */
 struct sbl_conn;
 /* With authorization on: read users and roles from the config servers. */
@@ -177,6 +202,9 @@ int rt_auth_run(struct sbl_conn *conn, const char *name, const char *db, const b
 void rt_auth_enter(struct sbl_conn *conn);
 void rt_auth_leave(void);
 void rt_auth_owner(char *buf, size_t n);
+/* The uid of the current client's user (SHA-256 of "user@db", of "" when
+ * none), as lsids carry it to the shards. */
+void rt_auth_uid(uint8_t uid[32]);
 /* listDatabases: whether the current client sees db (mongod's
  * authorizedDatabases: all with the listDatabases privilege, else those it
  * holds a privilege on). */
@@ -190,6 +218,40 @@ void rt_auth_hello(struct sbl_conn *conn, const bson_t *cmd, bson_t *reply);
 /* ---- rt_watch.c ---- */
 /* Stop the shard poller (sbl_router_watch_start) before the pools go. */
 void rt_watch_stop(void);
+
+/* ---- rt_session.c ---- */
+/* Note the client command's lsid, txnNumber, autocommit and
+ * startTransaction on this thread (a transaction's first statement starts
+ * it on the router); 0 or the error to answer.  rt_sess_end forgets them. */
+int rt_sess_begin(const char *name, const bson_t *cmd, sbl_err_t *err);
+void rt_sess_end(void);
+/* After the handler: a failed command in a transaction aborts it on every
+ * participant. */
+void rt_sess_after(int rc, const bson_t *reply);
+/* The errorLabels drivers act on (TransientTransactionError,
+ * RetryableWriteError) for an error the router itself answers. */
+void rt_sess_error_labels(int code, bson_t *reply);
+/* The fields a command to shard carries for the current client command
+ * (lsid, txnNumber, autocommit, startTransaction, readConcern) appended to
+ * extra; false when there are none. */
+bool rt_sess_extra(int shard, const bson_t *cmd, bson_t *extra);
+/* What shard answered (NULL: no answer) to a command; started: it carried
+ * startTransaction (rt_sess_extra). */
+void rt_sess_reply(int shard, bool started, const bson_t *reply);
+/* Whether the current command is a retryable write or in a transaction
+ * (its writes carry stmtIds). */
+bool rt_sess_retryable(void);
+/* off: commands sent from now on carry no session fields (cleanup such as
+ * killing an expired cursor); returns the previous state, which
+ * rt_sess_suspend(!previous) restores. */
+bool rt_sess_suspend(bool off);
+int rt_cmd_commit_txn(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_cmd_abort_txn(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_cmd_start_session(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_cmd_end_sessions(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_cmd_kill_sessions(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_cmd_refresh_sessions(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_cmd_kill_all_sessions(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 
 /* ---- rt_write.c ---- */
 int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);

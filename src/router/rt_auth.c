@@ -19,6 +19,7 @@
 #include "auth/auth.h"
 #include "net/net.h"
 #include "server/server.h"
+#include "sessions/sessions.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -533,6 +534,14 @@ void rt_auth_owner(char *buf, size_t n)
         snprintf(buf, n, "%s.%s", current->db, current->user);
     else
         buf[0] = '\0';
+}
+
+void rt_auth_uid(uint8_t uid[32])
+{
+    if (current != NULL && current->user != NULL)
+        sbl_lsid_uid(current->user, current->db, uid);
+    else
+        sbl_lsid_uid(NULL, NULL, uid);
 }
 
 bool rt_auth_db_visible(const char *db)

@@ -81,6 +81,7 @@ static int cmd_hello(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t
     BSON_APPEND_INT32(reply, "minWireVersion", 0);
     BSON_APPEND_INT32(reply, "maxWireVersion", 21);
     BSON_APPEND_BOOL(reply, "readOnly", false);
+    BSON_APPEND_INT32(reply, "logicalSessionTimeoutMinutes", 30);
     return 0;
 }
 
@@ -406,11 +407,6 @@ static int cmd_list_databases(const char *db, const bson_t *cmd, bson_t *reply, 
     return 0;
 }
 
-static int cmd_end_sessions(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
-{
-    return 0;
-}
-
 static int cmd_whatsmyuri(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     BSON_APPEND_UTF8(reply, "you", "");
@@ -508,6 +504,7 @@ static int cmd_server_status(const char *db, const bson_t *cmd, bson_t *reply, s
 
 /* Sorted by name (binary search). */
 static const rt_cmd_t table[] = {
+    {"abortTransaction", rt_cmd_abort_txn, false},
     {"addShard", cmd_add_shard, false},
     {"addshard", cmd_add_shard, false},
     {"aggregate", rt_aggregate, false},
@@ -517,6 +514,7 @@ static const rt_cmd_t table[] = {
     {"buildInfo", cmd_build_info, true},
     {"buildinfo", cmd_build_info, true},
     {"collStats", to_primary, false},
+    {"commitTransaction", rt_cmd_commit_txn, false},
     {"count", rt_count, false},
     {"create", to_primary, false},
     {"createIndexes", cmd_create_indexes, false},
@@ -528,7 +526,7 @@ static const rt_cmd_t table[] = {
     {"dropIndexes", cmd_create_indexes, false},
     {"enableSharding", cmd_enable_sharding, false},
     {"enablesharding", cmd_enable_sharding, false},
-    {"endSessions", cmd_end_sessions, true},
+    {"endSessions", rt_cmd_end_sessions, false},
     {"explain", rt_explain, false},
     {"find", rt_find, false},
     {"findAndModify", rt_find_and_modify, false},
@@ -542,7 +540,10 @@ static const rt_cmd_t table[] = {
     {"isMaster", cmd_hello, true},
     {"isdbgrid", cmd_isdbgrid, true},
     {"ismaster", cmd_hello, true},
+    {"killAllSessions", rt_cmd_kill_all_sessions, false},
+    {"killAllSessionsByPattern", rt_cmd_kill_all_sessions, false},
     {"killCursors", rt_kill_cursors, false},
+    {"killSessions", rt_cmd_kill_sessions, false},
     {"listCollections", to_primary, false},
     {"listDatabases", cmd_list_databases, false},
     {"listIndexes", to_primary, false},
@@ -552,10 +553,12 @@ static const rt_cmd_t table[] = {
     {"moveRange", cmd_move_range, false},
     {"movechunk", cmd_move_chunk, false},
     {"ping", cmd_ping, true},
+    {"refreshSessions", rt_cmd_refresh_sessions, false},
     {"serverStatus", cmd_server_status, true},
     {"shardCollection", cmd_shard_collection, false},
     {"shardcollection", cmd_shard_collection, false},
     {"split", cmd_split, false},
+    {"startSession", rt_cmd_start_session, false},
     {"update", rt_update, false},
     {"whatsmyuri", cmd_whatsmyuri, true},
 };
@@ -602,7 +605,10 @@ static void run_and_reply(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *
     } else {
         int64_t t0 = mono_us();
         rt_auth_enter(conn);
-        rc = def->fn(db, &req->cmd, &reply, &err);
+        if ((rc = rt_sess_begin(name, &req->cmd, &err)) == 0) {
+            rc = def->fn(db, &req->cmd, &reply, &err);
+            rt_sess_after(rc, &reply);
+        }
         rt_auth_leave();
         count_op(def->name, mono_us() - t0);
         if (rc == 0 && def->fn == cmd_hello)
@@ -614,10 +620,16 @@ static void run_and_reply(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *
         BSON_APPEND_UTF8(&reply, "errmsg", err.msg);
         BSON_APPEND_INT32(&reply, "code", rc);
         BSON_APPEND_UTF8(&reply, "codeName", sbl_err_name(rc));
+        rt_sess_error_labels(rc, &reply);
     } else {
         if (!bson_iter_init_find(&it, &reply, "ok"))
             BSON_APPEND_DOUBLE(&reply, "ok", 1.0);
     }
+    /* as mongos: the cluster time, which drivers send back and use for
+     * causally consistent reads (afterClusterTime) */
+    if (!bson_has_field(&reply, "$clusterTime"))
+        rt_append_cluster_time(&reply, !bson_has_field(&reply, "operationTime"));
+    rt_sess_end();
     sbl_conn_reply(conn, req, &reply);
     bson_destroy(&reply);
 }

@@ -42,6 +42,7 @@ typedef struct rt_cursor {
     int n, next;
     int64_t idle_since_ms; /* when it went back into the registry */
     rcur_t r[RT_MAX_SHARDS];
+    rt_stream_t *stream; /* a change stream's merge (r unused), or NULL */
     struct rt_cursor *link;
 } rt_cursor_t;
 
@@ -130,6 +131,10 @@ static rt_cursor_t *cursor_new(const char *db, const char *coll)
 /* Kill what the shards still hold and free the cursor. */
 static void cursor_free(rt_cursor_t *c)
 {
+    /* an expired cursor may be freed by another session's command: its
+     * killCursors carries no session fields (a transaction's cursors end
+     * with it on the shards anyway) */
+    bool was = rt_sess_suspend(true);
     for (int i = 0; i < c->n; i++) {
         rcur_t *r = &c->r[i];
         if (r->id != 0) {
@@ -146,6 +151,8 @@ static void cursor_free(rt_cursor_t *c)
         if (r->have_reply)
             bson_destroy(&r->reply);
     }
+    rt_sess_suspend(!was);
+    rt_stream_free(c->stream);
     if (c->sort)
         bson_destroy(c->sort);
     free(c);
@@ -573,9 +580,12 @@ int rt_get_more(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err
     }
     bson_t arr = BSON_INITIALIZER;
     bool done;
-    int rc = cursor_fill(c, &arr, batch, &done, err);
-    if (rc == 0)
+    int rc;
+    if (c->stream != NULL) {
+        rc = rt_stream_more(c->stream, c->id, cmd, reply, &done, err);
+    } else if ((rc = cursor_fill(c, &arr, batch, &done, err)) == 0) {
         append_cursor_reply(reply, c->db, c->coll, done ? 0 : c->id, &arr, false);
+    }
     bson_destroy(&arr);
     if (rc != 0 || done)
         cursor_free(c);
@@ -635,6 +645,15 @@ int rt_merge_cursors(const char *db, const char *coll, bson_t *replies, const in
         bson_destroy(&replies[i]);
     }
     return cursor_first_batch(c, 101, false, reply, err);
+}
+
+int64_t rt_stream_register(rt_stream_t *s, const char *db, const char *coll)
+{
+    rt_cursor_t *c = cursor_new(db, coll);
+    c->stream = s;
+    int64_t id = c->id;
+    reg_put(c);
+    return id;
 }
 
 int rt_drain_cursor(bson_t *shard_reply, const char *db, const char *coll, int shard,

@@ -246,10 +246,22 @@ static void group_merge(bson_t **groups, size_t *n, size_t *cap, const bson_t *s
     groups[(*n)++] = bson_copy(d);
 }
 
+/* Whether the pipeline's first stage is $changeStream. */
+static bool is_change_stream(const bson_t *cmd)
+{
+    bson_iter_t it, p, st;
+    return bson_iter_init_find(&it, cmd, "pipeline") && BSON_ITER_HOLDS_ARRAY(&it) &&
+           bson_iter_recurse(&it, &p) && bson_iter_next(&p) && BSON_ITER_HOLDS_DOCUMENT(&p) &&
+           bson_iter_recurse(&p, &st) && bson_iter_next(&st) &&
+           strcmp(bson_iter_key(&st), "$changeStream") == 0;
+}
+
 int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     const char *coll = coll_name(cmd, "aggregate");
     bson_iter_t it, p;
+    if (is_change_stream(cmd))
+        return rt_change_stream(db, coll, cmd, reply, err);
     if (coll == NULL) {
         /* aggregate: 1 (a database-level pipeline): the database's primary */
         sbl_err_t e = {0};

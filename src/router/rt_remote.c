@@ -323,13 +323,15 @@ static int32_t next_request_id(void)
     return __atomic_add_fetch(&id, 1, __ATOMIC_RELAXED);
 }
 
-/* Write cmd plus $db as one OP_MSG on fd; its request id into *ridp.
- * false on an I/O error. */
-static bool send_msg(int fd, const char *db, const bson_t *cmd, int32_t *ridp)
+/* Write cmd, then extra's fields (NULL: none), plus $db as one OP_MSG on
+ * fd; its request id into *ridp.  false on an I/O error. */
+static bool send_msg(int fd, const char *db, const bson_t *cmd, const bson_t *extra,
+                     int32_t *ridp)
 {
     /* header (16) + flags (4) + kind (1) + the body with $db appended */
     size_t dblen = strlen(db);
-    uint32_t body_len = cmd->len + 1 + 4 + 4 + (uint32_t)dblen + 1; /* type, "$db", len, value */
+    uint32_t xlen = extra != NULL ? extra->len - 5 : 0;
+    uint32_t body_len = cmd->len + xlen + 1 + 4 + 4 + (uint32_t)dblen + 1; /* type, "$db", len */
     uint32_t total = 16 + 4 + 1 + body_len;
     uint8_t stackbuf[4096];
     uint8_t *m = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
@@ -344,6 +346,10 @@ static bool send_msg(int fd, const char *db, const bson_t *cmd, int32_t *ridp)
     memcpy(b, &body_len, 4);
     memcpy(b + 4, bson_get_data(cmd) + 4, cmd->len - 5); /* the fields, without the end */
     uint8_t *q = b + 4 + cmd->len - 5;
+    if (xlen > 0) {
+        memcpy(q, bson_get_data(extra) + 4, xlen);
+        q += xlen;
+    }
     *q++ = 0x02; /* string */
     memcpy(q, "$db", 4);
     q += 4;
@@ -403,7 +409,7 @@ static bool sasl_round(int fd, const bson_t *cmd, char **outp, bool *donep)
     const uint8_t *data;
     uint32_t len = 0;
     bson_subtype_t st;
-    if (!send_msg(fd, "local", cmd, &rid) || !recv_msg(fd, rid, &reply))
+    if (!send_msg(fd, "local", cmd, NULL, &rid) || !recv_msg(fd, rid, &reply))
         return false;
     bool ok = rt_reply_code(&reply) == 0 && bson_iter_init_find(&it, &reply, "payload") &&
               BSON_ITER_HOLDS_BINARY(&it);
@@ -507,15 +513,15 @@ static void conn_put(rt_shard_t *s, int fd, const bson_t *reply)
 
 /* Send on a connection of s, retrying once on a fresh one when an idle
  * connection turns out closed.  Returns the fd or -1 with err. */
-static int conn_send(rt_shard_t *s, const char *db, const bson_t *cmd, int32_t *ridp,
-                     sbl_err_t *err)
+static int conn_send(rt_shard_t *s, const char *db, const bson_t *cmd, const bson_t *extra,
+                     int32_t *ridp, sbl_err_t *err)
 {
     for (int attempt = 0; attempt < 2; attempt++) {
         bool pooled;
         int fd = conn_get(s, &pooled, err);
         if (fd < 0)
             return -1;
-        if (send_msg(fd, db, cmd, ridp))
+        if (send_msg(fd, db, cmd, extra, ridp))
             return fd;
         close(fd);
         if (!pooled)
@@ -542,29 +548,88 @@ static bool idempotent(const bson_t *cmd)
     return false;
 }
 
+/* The newest cluster time a shard's reply showed; every command to a shard
+ * carries it ($clusterTime), so a write routed after another lands at a
+ * later oplog time on any shard (mongos's gossip). */
+static _Atomic uint64_t cluster_time;
+
+static void note_cluster_time(const bson_t *reply)
+{
+    bson_iter_t it, f;
+    uint32_t t, i;
+    if (!bson_iter_init_find(&it, reply, "$clusterTime") || !bson_iter_recurse(&it, &f) ||
+        !bson_iter_find(&f, "clusterTime") || !BSON_ITER_HOLDS_TIMESTAMP(&f))
+        return;
+    bson_iter_timestamp(&f, &t, &i);
+    uint64_t ts = ((uint64_t)t << 32) | i;
+    uint64_t cur = __atomic_load_n(&cluster_time, __ATOMIC_RELAXED);
+    while (cur < ts && !__atomic_compare_exchange_n(&cluster_time, &cur, ts, true,
+                                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
+bool rt_append_cluster_time(bson_t *out, bool op_time)
+{
+    uint64_t ts = __atomic_load_n(&cluster_time, __ATOMIC_RELAXED);
+    if (ts == 0)
+        return false;
+    static const uint8_t zero[20];
+    bson_t ct, sig;
+    BSON_APPEND_DOCUMENT_BEGIN(out, "$clusterTime", &ct);
+    BSON_APPEND_TIMESTAMP(&ct, "clusterTime", (uint32_t)(ts >> 32), (uint32_t)ts);
+    BSON_APPEND_DOCUMENT_BEGIN(&ct, "signature", &sig);
+    BSON_APPEND_BINARY(&sig, "hash", BSON_SUBTYPE_BINARY, zero, sizeof(zero));
+    BSON_APPEND_INT64(&sig, "keyId", 0);
+    bson_append_document_end(&ct, &sig);
+    bson_append_document_end(out, &ct);
+    if (op_time)
+        BSON_APPEND_TIMESTAMP(out, "operationTime", (uint32_t)(ts >> 32), (uint32_t)ts);
+    return true;
+}
+
+/* The fields the router adds to cmd for shard i into extra (session
+ * fields, $clusterTime); false when none. */
+static bool extra_for(int shard, const bson_t *cmd, bson_t *extra)
+{
+    bool any = rt_sess_extra(shard, cmd, extra);
+    if (!bson_has_field(cmd, "$clusterTime"))
+        any |= rt_append_cluster_time(extra, false);
+    return any;
+}
+
 static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *reply,
                       sbl_err_t *err)
 {
-    bool retry = idempotent(cmd);
     int64_t t0 = now_us();
+    bson_t extra = BSON_INITIALIZER;
+    bool has_extra = extra_for((int)(s - shards), cmd, &extra);
+    /* a retryable write (txnNumber, no transaction) may be sent again too:
+     * the shard knows which of its statements ran */
+    bool retry = idempotent(cmd) ||
+                 (bson_has_field(&extra, "txnNumber") && !bson_has_field(&extra, "autocommit"));
     for (int attempt = 0; attempt < 2; attempt++) {
         int32_t rid;
-        int fd = conn_send(s, db, cmd, &rid, err);
+        int fd = conn_send(s, db, cmd, has_extra ? &extra : NULL, &rid, err);
         if (fd < 0)
             break;
         if (recv_msg(fd, rid, reply)) {
             count_traffic(s, t0);
             conn_put(s, fd, reply);
+            note_cluster_time(reply);
+            rt_sess_reply((int)(s - shards), bson_has_field(&extra, "startTransaction"), reply);
+            bson_destroy(&extra);
             return 0;
         }
-        /* a write may have run: only reads are sent again, once, after the
-         * primary is looked up again */
+        /* a write may have run: only reads and retryable writes are sent
+         * again, once, after the primary is looked up again */
         close(fd);
         forget_primary(s);
         sbl_err_set(err, SBL_E_HostUnreachable, "shard %s: connection lost", s->id);
         if (!retry)
             break;
     }
+    rt_sess_reply((int)(s - shards), bson_has_field(&extra, "startTransaction"), NULL);
+    bson_destroy(&extra);
     bson_init(reply);
     return err->code ? err->code : SBL_E_HostUnreachable;
 }
@@ -574,6 +639,7 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
 {
     int fds[RT_MAX_SHARDS];
     int32_t rids[RT_MAX_SHARDS];
+    bool started[RT_MAX_SHARDS];
     int failed = 0;
     int64_t t0 = now_us();
     for (int i = 0; i < n; i++) {
@@ -584,10 +650,16 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
             fds[i] = -2; /* answered already */
             continue;
         }
-        fds[i] = conn_send(&shards[shard[i]], db, cmds[i], &rids[i], &errs[i]);
+        bson_t extra = BSON_INITIALIZER;
+        bool has_extra = extra_for(shard[i], cmds[i], &extra);
+        fds[i] = conn_send(&shards[shard[i]], db, cmds[i], has_extra ? &extra : NULL, &rids[i],
+                           &errs[i]);
+        started[i] = bson_has_field(&extra, "startTransaction");
+        bson_destroy(&extra);
         if (fds[i] < 0) {
             bson_init(&replies[i]);
             rcs[i] = errs[i].code ? errs[i].code : SBL_E_HostUnreachable;
+            rt_sess_reply(shard[i], started[i], NULL);
         }
     }
     for (int i = 0; i < n; i++) {
@@ -599,7 +671,10 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
         if (recv_msg(fds[i], rids[i], &replies[i])) {
             count_traffic(s, t0);
             conn_put(s, fds[i], &replies[i]);
+            note_cluster_time(&replies[i]);
+            rt_sess_reply(shard[i], started[i], &replies[i]);
         } else {
+            rt_sess_reply(shard[i], started[i], NULL);
             close(fds[i]);
             forget_primary(s);
             bson_init(&replies[i]);
@@ -630,7 +705,7 @@ int rt_host_run(const char *hostport, int *fdp, int timeout_ms, const char *db, 
         bson_init(reply);
         return sbl_err_set(err, SBL_E_HostUnreachable, "cannot connect to %s", hostport);
     }
-    if (send_msg(*fdp, db, cmd, &rid) && recv_msg(*fdp, rid, reply))
+    if (send_msg(*fdp, db, cmd, NULL, &rid) && recv_msg(*fdp, rid, reply))
         return 0;
     close(*fdp);
     *fdp = -1;
@@ -643,7 +718,7 @@ void rt_copy_cmd(const bson_t *in, bson_t *out, const char *const *skip_extra)
     static const char *const skip[] = {"$db", "lsid", "txnNumber", "$clusterTime",
                                        "$readPreference", "autocommit", "startTransaction",
                                        "apiVersion", "apiStrict", "apiDeprecationErrors",
-                                       NULL};
+                                       "recoveryToken", "stmtId", "stmtIds", NULL};
     bson_iter_t it;
     bson_iter_init(&it, in);
     while (bson_iter_next(&it)) {

@@ -141,6 +141,18 @@ static void build_sub(const bson_t *cmd, const char *arr_field, bson_iter_t *con
         bson_append_iter(&arr, ks, -1, elems[idx[i]]);
     }
     bson_append_array_end(out, &arr);
+    if (rt_sess_retryable()) {
+        /* each statement keeps its index in the client's batch as its
+         * stmtId, however the batch was split (mongos's rule) */
+        BSON_APPEND_ARRAY_BEGIN(out, "stmtIds", &arr);
+        for (int i = 0; i < n; i++) {
+            char key[16];
+            const char *ks;
+            bson_uint32_to_string((uint32_t)i, &ks, key, sizeof(key));
+            BSON_APPEND_INT32(&arr, ks, idx[i]);
+        }
+        bson_append_array_end(out, &arr);
+    }
     if (shard >= 0)
         rt_append_version(out, c, shard);
 }

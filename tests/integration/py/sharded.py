@@ -73,3 +73,19 @@ def cluster(prefix, shards=2, router_args=(), launcher_args=()):
             print("cluster dir", d)
         else:
             shutil.rmtree(d, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def extra_router(info, name="router2"):
+    """Another sable-router on the cluster's config servers (its log in the
+    cluster's directory); yields its port and stops it afterwards."""
+    port = base_port(1)
+    log = os.path.join(info["dir"], name + ".log")
+    subprocess.run([ROUTER, "--configdb", "cfgRS/127.0.0.1:%d" % info["config"],
+                    "--port", str(port), "--bind_ip", "127.0.0.1", "--logpath", log, "--fork",
+                    "--pidfilepath", log + ".pid"], check=True, capture_output=True, timeout=60)
+    try:
+        yield port
+    finally:
+        with open(log + ".pid") as f:
+            os.kill(int(f.read().strip()), 15)

@@ -7,6 +7,7 @@ exception and stored on the config servers), then clients that must
 authenticate at the router as they must at mongos.
 """
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -203,6 +204,26 @@ def test_shards_require_auth(cluster, admin):
         with pytest.raises(OperationFailure) as e:
             c.admin.system.users.find_one()
         assert e.value.code == 13
+
+
+def test_sessions_and_transactions_of_a_user(cluster, admin):
+    # the router forwards lsids with the user's uid; the shards (which see
+    # __system) keep the session as that user's
+    with pymongo.MongoClient(url(cluster, "ycsb", "123456"), retryWrites=True) as c:
+        coll = c.ycsb.usertable
+        for i in range(8):
+            coll.insert_one({"_id": "rw%d" % i, "f": i})
+        with c.start_session() as s:
+            with s.start_transaction():
+                coll.insert_one({"_id": "txn-user", "f": 1}, session=s)
+                coll.update_one({"_id": "rw0"}, {"$set": {"t": 1}}, session=s)
+        assert coll.find_one({"_id": "txn-user"})["f"] == 1
+        assert coll.find_one({"_id": "rw0"})["t"] == 1
+    with pymongo.MongoClient("127.0.0.1", cluster["shard"], directConnection=True,
+                             username="__system", password=KEY, authSource="local",
+                             authMechanism="SCRAM-SHA-256") as sh:
+        uids = {bytes(d["_id"]["uid"]) for d in sh.config.transactions.find()}
+    assert hashlib.sha256(b"ycsb@admin").digest() in uids
 
 
 def test_ycsb_bench_through_router(cluster, admin):

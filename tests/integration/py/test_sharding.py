@@ -211,13 +211,8 @@ def test_config_metadata_has_mongod_shapes(mongos):
 
 
 def test_stale_router_refreshes_and_routes_right(mongos, shards, cluster):
-    port = sharded.base_port(1)
-    log = os.path.join(cluster["dir"], "router2.log")
-    subprocess.run([ROUTER, "--configdb", "cfgRS/127.0.0.1:%d" % cluster["config"],
-                    "--port", str(port), "--bind_ip", "127.0.0.1", "--logpath", log, "--fork",
-                    "--pidfilepath", log + ".pid"], check=True, capture_output=True, timeout=60)
-    other = pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=10000)
-    try:
+    with sharded.extra_router(cluster) as port, \
+            pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=10000) as other:
         other.st.c.insert_one({"_id": -1, "k": -1})  # caches st.c as unsharded
         assert other.st.c.count_documents({}) == 1
         mongos.st.c.drop()
@@ -237,10 +232,6 @@ def test_stale_router_refreshes_and_routes_right(mongos, shards, cluster):
         assert e.value.code == 13388
         st = shards[0].admin.command("shardingState")
         assert st["enabled"] and st["shardName"] == "shard0" and "st.c" in st["versions"]
-    finally:
-        other.close()
-        with open(log + ".pid") as f:
-            os.kill(int(f.read().strip()), 15)
 
 
 def test_cluster_role_options():

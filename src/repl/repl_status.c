@@ -28,6 +28,35 @@ void sbl_repl_append_optime(bson_t *r, const char *k, uint64_t ts, int64_t t)
     append_optime(r, k, o);
 }
 
+enum { HOSTS, PASSIVES, ARBITERS };
+
+static int host_kind(const sbl_rs_member_t *m)
+{
+    return m->hidden ? -1 : m->arbiter ? ARBITERS : m->priority == 0 ? PASSIVES : HOSTS;
+}
+
+/* The array k of the members of that kind (hosts: always; the others when
+ * there are some), lock held. */
+static void append_hosts(bson_t *r, const char *k, int kind)
+{
+    bson_t arr;
+    char key[16];
+    int n = 0;
+    for (int i = 0; i < rs.cfg.n; i++)
+        n += host_kind(&rs.cfg.m[i]) == kind;
+    if (n == 0 && kind != HOSTS)
+        return;
+    n = 0;
+    BSON_APPEND_ARRAY_BEGIN(r, k, &arr);
+    for (int i = 0; i < rs.cfg.n; i++) {
+        if (host_kind(&rs.cfg.m[i]) != kind)
+            continue;
+        snprintf(key, sizeof(key), "%d", n++);
+        BSON_APPEND_UTF8(&arr, key, rs.cfg.m[i].host);
+    }
+    bson_append_array_end(r, &arr);
+}
+
 void sbl_repl_append_hello(bson_t *r)
 {
     int st = atomic_load(&rs.state);
@@ -44,37 +73,21 @@ void sbl_repl_append_hello(bson_t *r)
     }
     sbl_optime_t ap = sbl_rs_my_applied();
     int64_t wall = sbl_oplog_last_wall_ms();
-    bson_t hosts, passives, lw;
-    int nh = 0, np = 0;
-    char key[16];
-    BSON_APPEND_ARRAY_BEGIN(r, "hosts", &hosts);
-    for (int i = 0; i < rs.cfg.n; i++) {
-        if (rs.cfg.m[i].hidden || rs.cfg.m[i].priority == 0)
-            continue;
-        snprintf(key, sizeof(key), "%d", nh++);
-        BSON_APPEND_UTF8(&hosts, key, rs.cfg.m[i].host);
-    }
-    bson_append_array_end(r, &hosts);
-    for (int i = 0; i < rs.cfg.n; i++)
-        np += !rs.cfg.m[i].hidden && rs.cfg.m[i].priority == 0;
-    if (np > 0) {
-        np = 0;
-        BSON_APPEND_ARRAY_BEGIN(r, "passives", &passives);
-        for (int i = 0; i < rs.cfg.n; i++) {
-            if (rs.cfg.m[i].hidden || rs.cfg.m[i].priority != 0)
-                continue;
-            snprintf(key, sizeof(key), "%d", np++);
-            BSON_APPEND_UTF8(&passives, key, rs.cfg.m[i].host);
-        }
-        bson_append_array_end(r, &passives);
-    }
+    bson_t lw;
+    /* hosts: electable-looking members; passives: priority 0; arbiters;
+     * hidden members in none (mongod's isMaster) */
+    append_hosts(r, "hosts", HOSTS);
+    append_hosts(r, "passives", PASSIVES);
+    append_hosts(r, "arbiters", ARBITERS);
     const sbl_rs_member_t *me = &rs.cfg.m[rs.self];
     BSON_APPEND_UTF8(r, "setName", rs.set_name);
     BSON_APPEND_INT32(r, "setVersion", (int32_t)rs.cfg.version);
     BSON_APPEND_BOOL(r, "secondary", st == SBL_RS_SECONDARY);
     if (rs.primary >= 0)
         BSON_APPEND_UTF8(r, "primary", rs.cfg.m[rs.primary].host);
-    if (me->priority == 0 && !me->hidden)
+    if (me->arbiter)
+        BSON_APPEND_BOOL(r, "arbiterOnly", true);
+    else if (me->priority == 0 && !me->hidden)
         BSON_APPEND_BOOL(r, "passive", true);
     if (me->hidden)
         BSON_APPEND_BOOL(r, "hidden", true);
@@ -135,6 +148,7 @@ int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
     sbl_optime_t ap = sbl_rs_my_applied();
     int64_t wall = sbl_oplog_last_wall_ms(), now = sbl_now_ms();
     int voters = sbl_rs_voters(&rs.cfg);
+    int data_voters = sbl_rs_data_voters(&rs.cfg);
     bson_t ot, members, m;
     char key[16];
     BSON_APPEND_UTF8(r, "set", rs.set_name);
@@ -145,9 +159,9 @@ int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
     BSON_APPEND_INT32(r, "syncSourceId", -1);
     BSON_APPEND_INT64(r, "heartbeatIntervalMillis", rs.cfg.heartbeat_ms);
     BSON_APPEND_INT32(r, "majorityVoteCount", voters / 2 + 1);
-    BSON_APPEND_INT32(r, "writeMajorityCount", voters / 2 + 1);
+    BSON_APPEND_INT32(r, "writeMajorityCount", sbl_rs_write_majority(&rs.cfg));
     BSON_APPEND_INT32(r, "votingMembersCount", voters);
-    BSON_APPEND_INT32(r, "writableVotingMembersCount", voters);
+    BSON_APPEND_INT32(r, "writableVotingMembersCount", data_voters);
     BSON_APPEND_DOCUMENT_BEGIN(r, "optimes", &ot);
     append_optime(&ot, "lastCommittedOpTime", rs.commit);
     BSON_APPEND_DATE_TIME(&ot, "lastCommittedWallTime", rs.commit_wall);

@@ -389,6 +389,10 @@ void sbl_rs_append_initial_sync_status(bson_t *r);
 
 /* ---- an operator's overrides (repl_member.c) ---------------------------- */
 
+/* Take sbl_rs.lock on a member with a config (0), else NoReplicationEnabled
+ * or NotYetInitialized without the lock. */
+int sbl_rs_lock_initiated(sbl_err_t *err);
+
 /* Whether a member in state st applies the oplog: SECONDARY, STARTUP2, or
  * RECOVERING for maintenance (lock held). */
 bool sbl_rs_syncing_state_locked(int st);

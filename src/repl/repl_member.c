@@ -22,8 +22,7 @@
 #define rs sbl_rs
 #define BEHIND_WARN_S 10 /* mongod warns of a sync source this far behind us */
 
-/* The common checks: replication on, a config, lock taken (on success). */
-static int lock_member(sbl_err_t *err)
+int sbl_rs_lock_initiated(sbl_err_t *err)
 {
     if (!sbl_repl_enabled())
         return sbl_err_set(err, SBL_E_NoReplicationEnabled, "not running with --replSet");
@@ -83,7 +82,7 @@ static int check_sync_from_locked(const char *host, int *tp, sbl_err_t *err)
 int sbl_repl_sync_from(const char *host, bson_t *r, sbl_err_t *err)
 {
     int t = -1;
-    SBL_RET(lock_member(err));
+    SBL_RET(sbl_rs_lock_initiated(err));
     int rc = check_sync_from_locked(host, &t, err);
     if (rc == 0) {
         BSON_APPEND_UTF8(r, "syncFromRequested", rs.cfg.m[t].host);
@@ -106,7 +105,7 @@ int sbl_repl_sync_from(const char *host, bson_t *r, sbl_err_t *err)
 
 int sbl_repl_maintenance(bool on, sbl_err_t *err)
 {
-    SBL_RET(lock_member(err));
+    SBL_RET(sbl_rs_lock_initiated(err));
     int st = atomic_load(&rs.state), rc = 0;
     if (st == SBL_RS_PRIMARY)
         rc = sbl_err_set(err, SBL_E_NotSecondary, "primaries can't modify maintenance mode");

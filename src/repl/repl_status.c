@@ -137,13 +137,7 @@ int sbl_repl_get_config(bson_t *r, sbl_err_t *err)
 
 int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
 {
-    if (!sbl_repl_enabled())
-        return sbl_err_set(err, SBL_E_NoReplicationEnabled, "not running with --replSet");
-    pthread_mutex_lock(&rs.lock);
-    if (rs.config == NULL || rs.self < 0) {
-        pthread_mutex_unlock(&rs.lock);
-        return sbl_err_set(err, SBL_E_NotYetInitialized, "no replset config has been received");
-    }
+    SBL_RET(sbl_rs_lock_initiated(err));
     int st = atomic_load(&rs.state);
     sbl_optime_t ap = sbl_rs_my_applied();
     int64_t wall = sbl_oplog_last_wall_ms(), now = sbl_now_ms();

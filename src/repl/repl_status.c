@@ -91,6 +91,15 @@ void sbl_repl_append_hello(bson_t *r)
         BSON_APPEND_BOOL(r, "passive", true);
     if (me->hidden)
         BSON_APPEND_BOOL(r, "hidden", true);
+    if (me->delay_s > 0)
+        BSON_APPEND_INT64(r, "secondaryDelaySecs", me->delay_s);
+    if (me->ntags > 0) {
+        bson_t tags;
+        BSON_APPEND_DOCUMENT_BEGIN(r, "tags", &tags);
+        for (int t = 0; t < me->ntags; t++)
+            BSON_APPEND_UTF8(&tags, me->tags[t].k, me->tags[t].v);
+        bson_append_document_end(r, &tags);
+    }
     BSON_APPEND_UTF8(r, "me", me->host);
     if (st == SBL_RS_PRIMARY)
         BSON_APPEND_OID(r, "electionId", &rs.election_id);

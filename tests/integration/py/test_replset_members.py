@@ -166,6 +166,7 @@ def test_tags_modes_and_default_majority(three):
     with direct(p) as c:
         cfg = c.admin.command("replSetGetConfig")["config"]
         assert cfg["members"][0]["tags"] == {"dc": "east", "node": "a"}
+        assert c.admin.command("hello")["tags"] == cfg["members"][three.index(p)]["tags"]
         assert cfg["settings"]["getLastErrorModes"] == {"twoDCs": {"dc": 2},
                                                         "allThree": {"node": 3}}
         c.t.get_collection("c", write_concern=WriteConcern(w="twoDCs")).insert_one({"_id": 1})
@@ -212,6 +213,8 @@ def test_secondary_delay(three):
     with direct(delayed) as c:
         cfg = c.admin.command("replSetGetConfig")["config"]
         assert cfg["members"][2]["secondaryDelaySecs"] == delay
+        hello = c.admin.command("hello")
+        assert hello["secondaryDelaySecs"] == delay and hello["hidden"] is True
     with direct(p) as c:
         t0 = time.time()
         c.t.get_collection("c", write_concern=WriteConcern(w=2)).insert_one({"_id": 1})

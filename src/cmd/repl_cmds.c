@@ -34,7 +34,7 @@ int sbl_cmd_repl_set_reconfig(sbl_opctx_t *ctx, sbl_err_t *err)
         !BSON_ITER_HOLDS_DOCUMENT(&it) || !sbl_iter_doc(&it, &config))
         return sbl_err_set(err, SBL_E_TypeMismatch, "replSetReconfig takes a config document");
     bool force = bson_iter_init_find(&it, ctx->cmd, "force") && bson_iter_as_bool(&it);
-    SBL_RET(sbl_repl_reconfig(ctx->ss, &config, force, err));
+    SBL_RET(sbl_repl_reconfig(ctx->ss, &config, force, sbl_cmd_global_write_concern_set(), err));
     ctx->wrote = true;
     return 0;
 }

@@ -77,6 +77,15 @@ static bool stored_field(const char *field, bson_t *out)
     return found;
 }
 
+bool sbl_cmd_global_write_concern_set(void)
+{
+    bson_t wc;
+    if (!stored_field("defaultWriteConcern", &wc))
+        return false;
+    bson_destroy(&wc);
+    return true;
+}
+
 /* mongod's implicit default into out (a new document). */
 static void implicit_write_concern(bson_t *out)
 {

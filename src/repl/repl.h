@@ -80,10 +80,12 @@ int sbl_repl_initiate(sbl_session_t *s, const bson_t *config, sbl_err_t *err);
 /* replSetReconfig: a new version of the config (the primary only, unless
  * force: any member, the version then raised well above ours), validated as
  * mongod does (same set name, a higher version, at most one voter added or
- * removed without force, this member electable); stored, used at once and
- * spread to the members by heartbeats.  Must not be called inside a
+ * removed without force, this member electable; a config that changes the
+ * implicit default write concern only when a global default is set:
+ * global_wc); stored, used at once and spread to the members by heartbeats.  Must not be called inside a
  * transaction. */
-int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, sbl_err_t *err);
+int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, bool global_wc,
+                      sbl_err_t *err);
 /* replSetGetStatus / replSetGetConfig: append the reply's fields to r. */
 int sbl_repl_get_status(bson_t *r, sbl_err_t *err);
 int sbl_repl_get_config(bson_t *r, sbl_err_t *err);

@@ -664,7 +664,8 @@ static const char *arbiter_flipped(const sbl_rs_config_t *prev, const sbl_rs_con
     return NULL;
 }
 
-int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, sbl_err_t *err)
+int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, bool global_wc,
+                      sbl_err_t *err)
 {
     bson_t full = BSON_INITIALIZER, withid = BSON_INITIALIZER, in = BSON_INITIALIZER;
     sbl_rs_config_t *cfg = malloc(sizeof(*cfg));
@@ -713,6 +714,15 @@ int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, sbl_er
                          "configuration version must be greater than old, but %lld is not "
                          "greater than %lld for replica set %s", (long long)version,
                          (long long)rs.cfg.version, rs.set_name);
+        goto done;
+    }
+    /* mongod 5.0+: adding or removing arbiters must not change what writes
+     * without a writeConcern do, unless a cluster-wide default says it */
+    if (!global_wc && sbl_rs_implicit_majority(&rs.cfg) != sbl_rs_implicit_majority(cfg)) {
+        rc = sbl_err_set(err, SBL_E_NewReplicaSetConfigurationIncompatible, "Reconfig attempted "
+                         "to install a config that would change the implicit default write "
+                         "concern. Use the setDefaultRWConcern command to set a cluster-wide "
+                         "write concern and try the reconfig again.");
         goto done;
     }
     const char *flipped = arbiter_flipped(&rs.cfg, cfg);

@@ -104,10 +104,15 @@ def test_arbiter_added_by_reconfig(three):
         assert d["defaultWriteConcernSource"] == "implicit"
         assert d["defaultReadConcern"] == {"level": "local"}
         assert d["defaultReadConcernSource"] == "implicit"
-        # rs.addArb(): a member with arbiterOnly: true
+        # rs.addArb(): a member with arbiterOnly: true; it would make the
+        # implicit default {w: 1}, so mongod wants a global default first
         cfg = c.admin.command("replSetGetConfig")["config"]
         cfg["version"] += 1
         cfg["members"].append({"_id": 2, "host": host(arb), "arbiterOnly": True})
+        with pytest.raises(OperationFailure) as ei:
+            c.admin.command("replSetReconfig", cfg)
+        assert ei.value.code == 103 and "implicit default write concern" in str(ei.value)
+        c.admin.command("setDefaultRWConcern", defaultWriteConcern={"w": "majority"})
         c.admin.command("replSetReconfig", cfg)
         stored = c.admin.command("replSetGetConfig")["config"]["members"][2]
         assert stored["arbiterOnly"] is True and stored["priority"] == 0 and stored["votes"] == 1
@@ -126,8 +131,12 @@ def test_arbiter_added_by_reconfig(three):
         hello = c.admin.command("hello")
         assert hello["arbiters"] == [host(arb)]
         assert host(arb) not in hello["hosts"] and host(arb) not in hello.get("passives", [])
-        # 2 data-bearing voters <= the majority of 3 voters: mongod's {w: 1}
-        d = c.admin.command("getDefaultRWConcern")
+        # without the global default (taken away behind the command's back:
+        # mongod cannot unset it), 2 data-bearing voters <= the majority of
+        # 3 voters give mongod's implicit {w: 1}
+        c.config.settings.delete_one({"_id": "ReadWriteConcernDefaults"})
+        d = wait_for(lambda: c.admin.command("getDefaultRWConcern")["defaultWriteConcernSource"]
+                     == "implicit" and c.admin.command("getDefaultRWConcern"))
         assert d["defaultWriteConcern"] == {"w": 1, "wtimeout": 0}
         coll = c.t.get_collection("c", write_concern=WriteConcern(w=2, wtimeout=20000))
         coll.insert_many([{"_id": i} for i in range(10)])

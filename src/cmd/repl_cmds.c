@@ -1,8 +1,8 @@
 /*
  * repl_cmds.c: the replica set commands (replSetInitiate, replSetGetStatus,
- * replSetGetConfig, replSetSyncFrom, replSetMaintenance ...) and the catalog changes the command layer reports to
- * the oplog.  The replication logic is in src/repl; these parse arguments
- * and hand over.
+ * replSetGetConfig, replSetSyncFrom, replSetMaintenance ...) and the catalog
+ * changes the command layer reports to the oplog.  The replication logic is
+ * in src/repl; these parse arguments and hand over.
  */
 #include "cmd/cmd_int.h"
 #include "repl/repl.h"

@@ -144,6 +144,15 @@ int sbl_repl_get_config(bson_t *r, sbl_err_t *err)
     return 0;
 }
 
+/* The _id of the member named host ("" or unknown: -1), lock held. */
+static int member_id_of(const char *host)
+{
+    for (int i = 0; host[0] != '\0' && i < rs.cfg.n; i++)
+        if (strcmp(rs.cfg.m[i].host, host) == 0)
+            return rs.cfg.m[i].id;
+    return -1;
+}
+
 int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
 {
     SBL_RET(sbl_rs_lock_initiated(err));
@@ -159,7 +168,7 @@ int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
     BSON_APPEND_INT32(r, "myState", st);
     BSON_APPEND_INT64(r, "term", rs.term);
     BSON_APPEND_UTF8(r, "syncSourceHost", rs.sync_source);
-    BSON_APPEND_INT32(r, "syncSourceId", -1);
+    BSON_APPEND_INT32(r, "syncSourceId", member_id_of(rs.sync_source));
     BSON_APPEND_INT64(r, "heartbeatIntervalMillis", rs.cfg.heartbeat_ms);
     BSON_APPEND_INT32(r, "majorityVoteCount", voters / 2 + 1);
     BSON_APPEND_INT32(r, "writeMajorityCount", sbl_rs_write_majority(&rs.cfg));
@@ -204,7 +213,8 @@ int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
             BSON_APPEND_INT64(&m, "lagSecs", lag > 0 ? lag : 0);
         }
         BSON_APPEND_UTF8(&m, "syncSourceHost", self ? rs.sync_source : p->sync_source);
-        BSON_APPEND_INT32(&m, "syncSourceId", -1);
+        BSON_APPEND_INT32(&m, "syncSourceId",
+                          member_id_of(self ? rs.sync_source : p->sync_source));
         BSON_APPEND_UTF8(&m, "infoMessage", self ? rs.sync_msg : "");
         if (mst == SBL_RS_PRIMARY && self) {
             bson_append_timestamp(&m, "electionTime", -1, SBL_TS_SECS(rs.election_ts),

@@ -256,6 +256,7 @@ def test_sync_from_and_maintenance(three):
         assert r["syncFromRequested"] == host(s1)
         assert r.get("prevSyncTarget") in (host(p), None)
         wait_for(lambda: c.admin.command("replSetGetStatus")["syncSourceHost"] == host(s1))
+        assert c.admin.command("replSetGetStatus")["syncSourceId"] == three.index(s1)
     # s2 tails s1; its position reaches the primary through s1
     with direct(p) as c:
         c.t.get_collection("c", write_concern=WriteConcern(w=3, wtimeout=30000)) \

@@ -830,7 +830,7 @@ int sbl_repl_initiate(sbl_session_t *s, const bson_t *config, sbl_err_t *err)
     sbl_oplog_set_active(true);
     if ((rc = sbl_oplog_noop(s, "initiating set", err)) != 0)
         goto done;
-    set_state_locked(SBL_RS_SECONDARY);
+    set_state_locked(rs.cfg.m[rs.self].arbiter ? SBL_RS_ARBITER : SBL_RS_SECONDARY);
     rc = maybe_elect_alone_locked(err);
 done:
     pthread_mutex_unlock(&rs.lock);

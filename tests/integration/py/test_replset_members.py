@@ -96,7 +96,9 @@ def test_member_config_errors(three):
 
 def test_arbiter_added_by_reconfig(three):
     p0, s1, arb = three
-    initiate([p0, s1])
+    # two data members see a majority only together: a longer election
+    # timeout keeps a loaded machine's late heartbeats from a step-down
+    initiate([p0, s1], settings={"electionTimeoutMillis": 5000})
     p, (s,) = primary_and_others([p0, s1])
     with direct(p) as c:
         d = c.admin.command("getDefaultRWConcern")

@@ -35,6 +35,21 @@ static sbl_optime_t ot(int64_t t, uint32_t secs)
     return o;
 }
 
+/* sbl_rs_config_parse's result for a config written as JSON. */
+static int parse_json(const char *json, sbl_rs_config_t *cfg)
+{
+    bson_error_t je;
+    sbl_err_t err;
+    bson_t *b = bson_new_from_json((const uint8_t *)json, -1, &je);
+    CHECK(b != NULL);
+    if (b == NULL)
+        return -1;
+    sbl_err_clear(&err);
+    int rc = sbl_rs_config_parse(b, cfg, &err);
+    bson_destroy(b);
+    return rc;
+}
+
 static void test_config(void)
 {
     sbl_rs_config_t cfg;
@@ -59,14 +74,8 @@ static void test_config(void)
         "{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\",\"priority\":0}]}",
         "{\"members\":[{\"_id\":0,\"host\":\"a:1\"}]}",
     };
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        bson_error_t je;
-        bson_t *b = bson_new_from_json((const uint8_t *)bad[i], -1, &je);
-        CHECK(b != NULL);
-        sbl_err_clear(&err);
-        CHECK(sbl_rs_config_parse(b, &cfg, &err) == SBL_E_InvalidReplicaSetConfig);
-        bson_destroy(b);
-    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        CHECK(parse_json(bad[i], &cfg) == SBL_E_InvalidReplicaSetConfig);
 }
 
 static void test_votes(void)
@@ -189,15 +198,8 @@ static void test_arbiters(void)
         "{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"},"
         "{\"_id\":1,\"host\":\"a:2\",\"secondaryDelaySecs\":5}]}",
     };
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        bson_error_t je;
-        sbl_err_t err;
-        bson_t *b = bson_new_from_json((const uint8_t *)bad[i], -1, &je);
-        CHECK(b != NULL);
-        sbl_err_clear(&err);
-        CHECK(sbl_rs_config_parse(b, &psa, &err) == SBL_E_InvalidReplicaSetConfig);
-        bson_destroy(b);
-    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        CHECK(parse_json(bad[i], &psa) == SBL_E_InvalidReplicaSetConfig);
 }
 
 /* Tags and getLastErrorModes: distinct values of each tag among the
@@ -212,14 +214,8 @@ static void test_modes(void)
         "\"secondaryDelaySecs\":60}],"
         "\"settings\":{\"getLastErrorModes\":{\"twoDCs\":{\"dc\":2},"
         "\"twoRacks\":{\"rack\":2,\"dc\":1}}}}";
-    bson_error_t je;
-    sbl_err_t err;
     sbl_rs_config_t cfg;
-    bson_t *b = bson_new_from_json((const uint8_t *)json, -1, &je);
-    CHECK(b != NULL);
-    sbl_err_clear(&err);
-    CHECK(sbl_rs_config_parse(b, &cfg, &err) == 0);
-    bson_destroy(b);
+    CHECK(parse_json(json, &cfg) == 0);
     CHECK(cfg.nmodes == 2 && cfg.m[2].delay_s == 60 && cfg.m[0].ntags == 2);
     int two_dcs = sbl_rs_find_mode(&cfg, "twoDCs"), racks = sbl_rs_find_mode(&cfg, "twoRacks");
     CHECK(two_dcs == 0 && racks == 1 && sbl_rs_find_mode(&cfg, "nope") == -1);
@@ -230,13 +226,9 @@ static void test_modes(void)
     ap[1] = ot(2, 4);
     CHECK(!sbl_rs_mode_satisfied(&cfg, racks, ap, SBL_TS(10, 1)));
     /* a mode naming a tag no member has */
-    b = bson_new_from_json((const uint8_t *)"{\"_id\":\"rs0\",\"members\":[{\"_id\":0,"
-                           "\"host\":\"a:1\"}],\"settings\":{\"getLastErrorModes\":"
-                           "{\"m\":{\"dc\":1}}}}", -1, &je);
-    CHECK(b != NULL);
-    sbl_err_clear(&err);
-    CHECK(sbl_rs_config_parse(b, &cfg, &err) == SBL_E_NoSuchKey);
-    bson_destroy(b);
+    CHECK(parse_json("{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"}],"
+                     "\"settings\":{\"getLastErrorModes\":{\"m\":{\"dc\":1}}}}",
+                     &cfg) == SBL_E_NoSuchKey);
 }
 
 int main(void)

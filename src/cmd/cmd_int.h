@@ -147,9 +147,13 @@ int sbl_cmd_get_parameter(sbl_opctx_t *ctx, sbl_err_t *err);
 /* rwconcern.c: the cluster-wide default read/write concerns. */
 int sbl_cmd_get_default_rw_concern(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_set_default_rw_concern(sbl_opctx_t *ctx, sbl_err_t *err);
-/* The stored defaultWriteConcern into out (a copy the caller destroys), or
- * false when none is set or this is not a replica set member. */
+/* The default a write without writeConcern takes, into out (a copy the
+ * caller destroys): the stored defaultWriteConcern, else mongod's implicit
+ * {w: "majority"}; false when that is {w: 1} or this is not a set member. */
 bool sbl_cmd_default_write_concern(bson_t *out);
+/* Whether setDefaultRWConcern stored a defaultWriteConcern (replSetReconfig
+ * may then change the implicit default, as mongod). */
+bool sbl_cmd_global_write_concern_set(void);
 int sbl_cmd_get_cmd_line_opts(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_host_info(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_whatsmyuri(sbl_opctx_t *ctx, sbl_err_t *err);
@@ -268,6 +272,8 @@ int sbl_cmd_repl_set_update_position(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_repl_set_step_down(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_repl_set_step_up(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_repl_set_freeze(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_repl_set_sync_from(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_repl_set_maintenance(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_coll_stats(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_db_stats(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_db_hash(sbl_opctx_t *ctx, sbl_err_t *err); /* dbhash.c */

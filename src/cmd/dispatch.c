@@ -191,6 +191,7 @@ static int parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc,
     wc->given = false;
     wc->majority = false;
     wc->wtimeout_ms = 0;
+    wc->mode[0] = '\0';
     bool repl = sbl_repl_enabled();
     if (wcit == NULL)
         return 0;
@@ -205,19 +206,27 @@ static int parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc,
         const char *k = bson_iter_key(&w);
         if (strcmp(k, "w") == 0) {
             if (BSON_ITER_HOLDS_UTF8(&w)) {
-                if (strcmp(bson_iter_utf8(&w, NULL), "majority") != 0 || !repl) {
-                    if (strcmp(bson_iter_utf8(&w, NULL), "majority") == 0) {
-                        wc->w = 1;
-                        continue;
-                    }
+                const char *mode = bson_iter_utf8(&w, NULL);
+                wc->w = 1;
+                wc->mode[0] = '\0';
+                if (strcmp(mode, "majority") == 0) {
+                    wc->majority = repl; /* a standalone: as w: 1 */
+                    continue;
+                }
+                if (!repl)
                     return sbl_err_set(err, SBL_E_BadValue,
                                        "cannot use non-majority 'w' mode \"%s\" when a host is "
-                                       "not a member of a replica set", bson_iter_utf8(&w, NULL));
-                }
-                wc->w = 1;
-                wc->majority = true;
+                                       "not a member of a replica set", mode);
+                /* a getLastErrorModes name, looked up when the write waits */
+                if (strlen(mode) >= sizeof(wc->mode))
+                    return sbl_err_set(err, SBL_E_UnknownReplWriteConcern, "No write concern "
+                                       "mode named '%.64s...' found in replica set "
+                                       "configuration", mode);
+                strcpy(wc->mode, mode);
             } else if (BSON_ITER_HOLDS_NUMBER(&w)) {
                 int64_t v = bson_iter_as_int64(&w);
+                wc->majority = false;
+                wc->mode[0] = '\0';
                 if (v < 0 || v > 50)
                     return sbl_err_set(err, SBL_E_BadValue, "w has to be a number between 0 "
                                        "and 50 or a string, not %lld", (long long)v);
@@ -570,6 +579,8 @@ static void execute_inner(pending_t *p)
      * through the internal runner: before this command's session begins). */
     bson_t dwc;
     bool has_dwc = (p->def->flags & SBL_CMD_WRITE) && !has_wc && ctx->req != NULL &&
+                   (!has_ac || strcmp(ctx->name, "commitTransaction") == 0 ||
+                    strcmp(ctx->name, "abortTransaction") == 0) &&
                    sbl_cmd_default_write_concern(&dwc);
     if ((p->rc = sbl_cmd_session_begin(ctx, has_lsid ? &lsid : NULL, &p->err)) != 0) {
         if (has_dwc)
@@ -889,7 +900,7 @@ static bool needs_repl_wait(const pending_t *p)
 {
     return p->rc == 0 && p->ctx.conn != NULL && p->def != NULL &&
            (p->def->flags & SBL_CMD_WRITE) && sbl_repl_enabled() &&
-           (p->ctx.wc.majority || p->ctx.wc.w > 1);
+           (p->ctx.wc.majority || p->ctx.wc.w > 1 || p->ctx.wc.mode[0] != '\0');
 }
 
 static void finish(pending_t *p)
@@ -924,8 +935,8 @@ static void finish(pending_t *p)
      * acknowledgement must not report a state a crash could undo. */
     if (needs_repl_wait(p)) {
         sbl_write_concern_t *wc = &p->ctx.wc;
-        sbl_repl_await_async(sbl_repl_last_op_ts(), wc->w, wc->majority, wc->wtimeout_ms,
-                             repl_wait_done, p);
+        sbl_repl_await_async(sbl_repl_last_op_ts(), wc->w, wc->majority, wc->mode,
+                             wc->wtimeout_ms, repl_wait_done, p);
         return;
     }
     if (p->rc == 0 && p->ctx.wc.j) {

@@ -1,8 +1,8 @@
 /*
  * repl_cmds.c: the replica set commands (replSetInitiate, replSetGetStatus,
- * replSetGetConfig) and the catalog changes the command layer reports to
- * the oplog.  The replication logic is in src/repl; these parse arguments
- * and hand over.
+ * replSetGetConfig, replSetSyncFrom, replSetMaintenance ...) and the catalog
+ * changes the command layer reports to the oplog.  The replication logic is
+ * in src/repl; these parse arguments and hand over.
  */
 #include "cmd/cmd_int.h"
 #include "repl/repl.h"
@@ -34,7 +34,7 @@ int sbl_cmd_repl_set_reconfig(sbl_opctx_t *ctx, sbl_err_t *err)
         !BSON_ITER_HOLDS_DOCUMENT(&it) || !sbl_iter_doc(&it, &config))
         return sbl_err_set(err, SBL_E_TypeMismatch, "replSetReconfig takes a config document");
     bool force = bson_iter_init_find(&it, ctx->cmd, "force") && bson_iter_as_bool(&it);
-    SBL_RET(sbl_repl_reconfig(ctx->ss, &config, force, err));
+    SBL_RET(sbl_repl_reconfig(ctx->ss, &config, force, sbl_cmd_global_write_concern_set(), err));
     ctx->wrote = true;
     return 0;
 }
@@ -93,6 +93,23 @@ int sbl_cmd_repl_set_step_up(sbl_opctx_t *ctx, sbl_err_t *err)
 int sbl_cmd_repl_set_freeze(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     return sbl_repl_freeze(arg_num(ctx->cmd, "replSetFreeze", 0), ctx->reply, err);
+}
+
+int sbl_cmd_repl_set_sync_from(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, ctx->cmd, "replSetSyncFrom") || !BSON_ITER_HOLDS_UTF8(&it))
+        return sbl_err_set(err, SBL_E_TypeMismatch, "Expected a string for replSetSyncFrom "
+                           "(hostname:port)");
+    return sbl_repl_sync_from(bson_iter_utf8(&it, NULL), ctx->reply, err);
+}
+
+int sbl_cmd_repl_set_maintenance(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, ctx->cmd, "replSetMaintenance"))
+        return sbl_err_set(err, SBL_E_BadValue, "replSetMaintenance takes true or false");
+    return sbl_repl_maintenance(bson_iter_as_bool(&it), err);
 }
 
 void sbl_cmd_on_coll_created(sbl_opctx_t *ctx, const char *ns)

@@ -8,8 +8,9 @@
  * names no writeConcern takes defaultWriteConcern when one is set.
  *
  * What must stay true: the stored document is the only source; without one
- * the implicit defaults are reported (Sable's implicit write concern is
- * {w: 1}, see docs/replication.md).
+ * the implicit defaults apply and are reported: read concern local, and
+ * mongod's implicit write concern ({w: "majority"}, or {w: 1} for a set
+ * whose arbiters make a majority unreachable with one data member down).
  */
 #include "cmd/cmd_int.h"
 #include "common/clock.h"
@@ -76,11 +77,36 @@ static bool stored_field(const char *field, bson_t *out)
     return found;
 }
 
+bool sbl_cmd_global_write_concern_set(void)
+{
+    bson_t wc;
+    if (!stored_field("defaultWriteConcern", &wc))
+        return false;
+    bson_destroy(&wc);
+    return true;
+}
+
+/* mongod's implicit default into out (a new document). */
+static void implicit_write_concern(bson_t *out)
+{
+    bson_init(out);
+    if (sbl_repl_implicit_wc_majority())
+        BSON_APPEND_UTF8(out, "w", "majority");
+    else
+        BSON_APPEND_INT32(out, "w", 1);
+    BSON_APPEND_INT32(out, "wtimeout", 0);
+}
+
 bool sbl_cmd_default_write_concern(bson_t *out)
 {
     if (!sbl_repl_enabled())
         return false;
-    return stored_field("defaultWriteConcern", out);
+    if (stored_field("defaultWriteConcern", out))
+        return true;
+    if (!sbl_repl_implicit_wc_majority())
+        return false; /* {w: 1}: what a write without writeConcern does anyway */
+    implicit_write_concern(out);
+    return true;
 }
 
 static void append_defaults(bson_t *r)
@@ -96,15 +122,10 @@ static void append_defaults(bson_t *r)
         BSON_APPEND_UTF8(&d, "level", "local");
         bson_append_document_end(r, &d);
     }
-    if (has_wc) {
-        BSON_APPEND_DOCUMENT(r, "defaultWriteConcern", &wc);
-        bson_destroy(&wc);
-    } else {
-        BSON_APPEND_DOCUMENT_BEGIN(r, "defaultWriteConcern", &d);
-        BSON_APPEND_INT32(&d, "w", 1);
-        BSON_APPEND_INT32(&d, "wtimeout", 0);
-        bson_append_document_end(r, &d);
-    }
+    if (!has_wc)
+        implicit_write_concern(&wc);
+    BSON_APPEND_DOCUMENT(r, "defaultWriteConcern", &wc);
+    bson_destroy(&wc);
     pthread_mutex_lock(&lock);
     bson_iter_t it;
     if (cached != NULL && bson_iter_init_find(&it, cached, "updateOpTime"))

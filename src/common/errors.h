@@ -103,6 +103,7 @@
     X(ChangeStreamHistoryLost, 286)                                                                \
     X(SnapshotTooOld, 239)                                                                         \
     X(UnsatisfiableWriteConcern, 100)                                                              \
+    X(UnknownReplWriteConcern, 79)                                                                 \
     X(NoMatchingDocument, 47)                                                                      \
     X(ShutdownInProgress, 91)                                                                      \
     X(NotWritablePrimary, 10107)                                                                   \

@@ -45,6 +45,7 @@ typedef struct sbl_write_concern {
     bool given; /* the command carried a writeConcern */
     bool majority;      /* w: "majority" (on a replica set member) */
     int64_t wtimeout_ms; /* 0: no limit */
+    char mode[64];      /* w: "<getLastErrorModes name>" ("": none) */
 } sbl_write_concern_t;
 
 typedef struct sbl_opctx {

@@ -84,10 +84,12 @@ int sbl_repl_initiate(sbl_session_t *s, const bson_t *config, sbl_err_t *err);
 /* replSetReconfig: a new version of the config (the primary only, unless
  * force: any member, the version then raised well above ours), validated as
  * mongod does (same set name, a higher version, at most one voter added or
- * removed without force, this member electable); stored, used at once and
- * spread to the members by heartbeats.  Must not be called inside a
+ * removed without force, this member electable; a config that changes the
+ * implicit default write concern only when a global default is set:
+ * global_wc); stored, used at once and spread to the members by heartbeats.  Must not be called inside a
  * transaction. */
-int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, sbl_err_t *err);
+int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, bool global_wc,
+                      sbl_err_t *err);
 /* replSetGetStatus / replSetGetConfig: append the reply's fields to r. */
 int sbl_repl_get_status(bson_t *r, sbl_err_t *err);
 int sbl_repl_get_config(bson_t *r, sbl_err_t *err);
@@ -119,6 +121,12 @@ int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err);
 int sbl_repl_step_down(int64_t step_down_s, int64_t secondary_catchup_s, bool force,
                        sbl_err_t *err);
 int sbl_repl_freeze(int64_t secs, bson_t *r, sbl_err_t *err);
+/* replSetSyncFrom: tail host from now on (syncFromRequested, prevSyncTarget
+ * and maybe a warning appended to r), with mongod's checks and codes.
+ * replSetMaintenance: a secondary enters (on) or leaves one request of
+ * maintenance mode; RECOVERING while any is open (repl_member.c). */
+int sbl_repl_sync_from(const char *host, bson_t *r, sbl_err_t *err);
+int sbl_repl_maintenance(bool on, sbl_err_t *err);
 int sbl_repl_step_up(sbl_err_t *err);
 
 /* Write concern beyond this member: wait until w members (w_majority: a
@@ -131,9 +139,16 @@ void sbl_repl_await(uint64_t ts, int w, bool w_majority, int64_t wtimeout_ms,
                     sbl_repl_wait_cb cb, void *arg);
 /* The same without blocking: cb runs before this returns when the wait is
  * already over, else later on the replication waiter thread (repl_wait.c);
- * the caller's thread goes on meanwhile. */
-void sbl_repl_await_async(uint64_t ts, int w, bool w_majority, int64_t wtimeout_ms,
-                          sbl_repl_wait_cb cb, void *arg);
+ * the caller's thread goes on meanwhile.  mode (NULL or "": none) names a
+ * custom write concern of the config's settings.getLastErrorModes, waited
+ * for instead of w; one the config does not have ends the wait with
+ * UnknownReplWriteConcern (79). */
+void sbl_repl_await_async(uint64_t ts, int w, bool w_majority, const char *mode,
+                          int64_t wtimeout_ms, sbl_repl_wait_cb cb, void *arg);
+/* mongod's implicit default write concern on this member: true for
+ * {w: "majority"}, false for {w: 1} (a set with arbiters whose data-bearing
+ * voters are no more than the voters' majority; a standalone; no config). */
+bool sbl_repl_implicit_wc_majority(void);
 /* Read concerns (repl_read.c); each blocks the calling thread (a worker).
  * sbl_repl_wait_applied: afterClusterTime, wait until this member applied
  * ts (a primary writes a no-op to reach it); IllegalOperation (20) when not

@@ -47,6 +47,7 @@ const char *sbl_rs_state_str(int st)
     case SBL_RS_RECOVERING: return "RECOVERING";
     case SBL_RS_STARTUP2: return "STARTUP2";
     case SBL_RS_ROLLBACK: return "ROLLBACK";
+    case SBL_RS_ARBITER: return "ARBITER";
     case SBL_RS_DOWN: return "(not reachable/healthy)";
     default: return "UNKNOWN";
     }
@@ -150,7 +151,7 @@ uint64_t sbl_repl_last_op_ts(void)
 int sbl_repl_member_count(void)
 {
     pthread_mutex_lock(&rs.lock);
-    int n = rs.config != NULL ? rs.cfg.n : 1;
+    int n = rs.config != NULL ? rs.cfg.n - sbl_rs_arbiters(&rs.cfg) : 1;
     pthread_mutex_unlock(&rs.lock);
     return n;
 }
@@ -242,13 +243,15 @@ static int normalize_config(const bson_t *in, bson_t *out, sbl_rs_config_t *cfg,
         BSON_APPEND_DOCUMENT_BEGIN(&members, key, &mem);
         BSON_APPEND_INT32(&mem, "_id", m->id);
         BSON_APPEND_UTF8(&mem, "host", m->host);
-        BSON_APPEND_BOOL(&mem, "arbiterOnly", false);
+        BSON_APPEND_BOOL(&mem, "arbiterOnly", m->arbiter);
         BSON_APPEND_BOOL(&mem, "buildIndexes", true);
         BSON_APPEND_BOOL(&mem, "hidden", m->hidden);
         BSON_APPEND_DOUBLE(&mem, "priority", m->priority);
         BSON_APPEND_DOCUMENT_BEGIN(&mem, "tags", &tags);
+        for (int t = 0; t < m->ntags; t++)
+            BSON_APPEND_UTF8(&tags, m->tags[t].k, m->tags[t].v);
         bson_append_document_end(&mem, &tags);
-        BSON_APPEND_INT64(&mem, "secondaryDelaySecs", 0);
+        BSON_APPEND_INT64(&mem, "secondaryDelaySecs", m->delay_s);
         BSON_APPEND_INT32(&mem, "votes", m->votes);
         bson_append_document_end(&members, &mem);
     }
@@ -263,6 +266,13 @@ static int normalize_config(const bson_t *in, bson_t *out, sbl_rs_config_t *cfg,
     BSON_APPEND_INT32(&settings, "catchUpTimeoutMillis", -1);
     BSON_APPEND_INT32(&settings, "catchUpTakeoverDelayMillis", 30000);
     BSON_APPEND_DOCUMENT_BEGIN(&settings, "getLastErrorModes", &modes);
+    for (int i = 0; i < cfg->nmodes; i++) {
+        bson_t md;
+        BSON_APPEND_DOCUMENT_BEGIN(&modes, cfg->modes[i].name, &md);
+        for (int c = 0; c < cfg->modes[i].n; c++)
+            BSON_APPEND_INT32(&md, cfg->modes[i].tag[c], cfg->modes[i].count[c]);
+        bson_append_document_end(&modes, &md);
+    }
     bson_append_document_end(&settings, &modes);
     BSON_APPEND_DOCUMENT_BEGIN(&settings, "getLastErrorDefaults", &gle);
     BSON_APPEND_INT32(&gle, "w", 1);
@@ -465,7 +475,7 @@ int sbl_rs_adopt_config(const bson_t *doc, sbl_err_t *err)
         install_config_locked(doc, cfg);
         if (first) { /* SECONDARY once caught up with a source (repl_sync.c) */
             sbl_oplog_set_active(true);
-            set_state_locked(SBL_RS_STARTUP2);
+            set_state_locked(rs.cfg.m[rs.self].arbiter ? SBL_RS_ARBITER : SBL_RS_STARTUP2);
         }
         atomic_fetch_add(&rs.topology, 1);
         log_attr(SBL_LOG_INFO, 21392, "New replica set config in use", "set", rs.set_name,
@@ -536,7 +546,9 @@ int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err)
             install_config_locked(&config, pc);
             sbl_oplog_set_term(rs.term);
             sbl_oplog_set_active(true);
-            if (sbl_oplog_last_ts() == 0 || sbl_rs_initial_sync_flagged()) {
+            if (rs.self >= 0 && rs.cfg.m[rs.self].arbiter) {
+                set_state_locked(SBL_RS_ARBITER); /* votes, holds no data */
+            } else if (sbl_oplog_last_ts() == 0 || sbl_rs_initial_sync_flagged()) {
                 set_state_locked(SBL_RS_STARTUP2); /* an initial sync to (re)do */
             } else {
                 set_state_locked(SBL_RS_SECONDARY);
@@ -649,7 +661,19 @@ static int voter_changes(const sbl_rs_config_t *prev, const sbl_rs_config_t *cfg
     return changes;
 }
 
-int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, sbl_err_t *err)
+/* The host of a member of both configs whose arbiterOnly differs, or NULL. */
+static const char *arbiter_flipped(const sbl_rs_config_t *prev, const sbl_rs_config_t *cfg)
+{
+    for (int i = 0; i < cfg->n; i++)
+        for (int j = 0; j < prev->n; j++)
+            if (strcmp(cfg->m[i].host, prev->m[j].host) == 0 &&
+                cfg->m[i].arbiter != prev->m[j].arbiter)
+                return cfg->m[i].host;
+    return NULL;
+}
+
+int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, bool global_wc,
+                      sbl_err_t *err)
 {
     bson_t full = BSON_INITIALIZER, withid = BSON_INITIALIZER, in = BSON_INITIALIZER;
     sbl_rs_config_t *cfg = malloc(sizeof(*cfg));
@@ -698,6 +722,23 @@ int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, sbl_er
                          "configuration version must be greater than old, but %lld is not "
                          "greater than %lld for replica set %s", (long long)version,
                          (long long)rs.cfg.version, rs.set_name);
+        goto done;
+    }
+    /* mongod 5.0+: adding or removing arbiters must not change what writes
+     * without a writeConcern do, unless a cluster-wide default says it */
+    if (!global_wc && sbl_rs_implicit_majority(&rs.cfg) != sbl_rs_implicit_majority(cfg)) {
+        rc = sbl_err_set(err, SBL_E_NewReplicaSetConfigurationIncompatible, "Reconfig attempted "
+                         "to install a config that would change the implicit default write "
+                         "concern. Use the setDefaultRWConcern command to set a cluster-wide "
+                         "write concern and try the reconfig again.");
+        goto done;
+    }
+    const char *flipped = arbiter_flipped(&rs.cfg, cfg);
+    if (flipped != NULL) {
+        rc = sbl_err_set(err, SBL_E_NewReplicaSetConfigurationIncompatible, "New and old "
+                         "configurations differ in the setting of the arbiterOnly field for "
+                         "member %s; to make this change, remove then re-add the member",
+                         flipped);
         goto done;
     }
     if (!force && voter_changes(&rs.cfg, cfg) > 1) {
@@ -797,7 +838,7 @@ int sbl_repl_initiate(sbl_session_t *s, const bson_t *config, sbl_err_t *err)
     sbl_oplog_set_active(true);
     if ((rc = sbl_oplog_noop(s, "initiating set", err)) != 0)
         goto done;
-    set_state_locked(SBL_RS_SECONDARY);
+    set_state_locked(rs.cfg.m[rs.self].arbiter ? SBL_RS_ARBITER : SBL_RS_SECONDARY);
     rc = maybe_elect_alone_locked(err);
 done:
     pthread_mutex_unlock(&rs.lock);

@@ -142,14 +142,35 @@ typedef struct sbl_optime {
 } sbl_optime_t;
 int sbl_optime_cmp(sbl_optime_t a, sbl_optime_t b);
 
+#define SBL_RS_MAX_TAGS 8   /* tags per member, constraints per write concern mode */
+#define SBL_RS_MAX_MODES 8  /* settings.getLastErrorModes */
+#define SBL_RS_NAME_LEN 64  /* a tag's name or value, a mode's name */
+#define SBL_RS_MAX_DELAY_S (3600LL * 24 * 366)
+
+typedef struct sbl_rs_tag {
+    char k[SBL_RS_NAME_LEN], v[SBL_RS_NAME_LEN];
+} sbl_rs_tag_t;
+
 typedef struct sbl_rs_member {
     int id;
     char host[256];
     double priority;
     int votes;
     bool hidden;
-    bool arbiter;
+    bool arbiter;    /* arbiterOnly: votes, holds no data */
+    int64_t delay_s; /* secondaryDelaySecs */
+    int ntags;
+    sbl_rs_tag_t tags[SBL_RS_MAX_TAGS];
 } sbl_rs_member_t;
+
+/* A custom write concern (settings.getLastErrorModes): {tag: count ...}, met
+ * when the members holding a write carry count distinct values of each tag. */
+typedef struct sbl_rs_mode {
+    char name[SBL_RS_NAME_LEN];
+    int n;
+    char tag[SBL_RS_MAX_TAGS][SBL_RS_NAME_LEN];
+    int count[SBL_RS_MAX_TAGS];
+} sbl_rs_mode_t;
 
 typedef struct sbl_rs_config {
     char set_name[128];
@@ -159,6 +180,8 @@ typedef struct sbl_rs_config {
     sbl_rs_member_t m[SBL_RS_MAX_MEMBERS];
     int64_t heartbeat_ms;        /* settings.heartbeatIntervalMillis (2000) */
     int64_t election_timeout_ms; /* settings.electionTimeoutMillis (10000) */
+    int nmodes;
+    sbl_rs_mode_t modes[SBL_RS_MAX_MODES];
 } sbl_rs_config_t;
 
 /* Parse and check a config as mongod's replSetInitiate/heartbeats do
@@ -169,6 +192,20 @@ int sbl_rs_voters(const sbl_rs_config_t *cfg);
 int sbl_rs_majority(const sbl_rs_config_t *cfg);
 /* May member i stand for election: priority > 0, votes, not an arbiter. */
 bool sbl_rs_electable(const sbl_rs_config_t *cfg, int i);
+/* How many voting members hold data, and how many of them a majority write
+ * needs (mongod's writeMajorityCount: the voters' majority, at most them). */
+int sbl_rs_data_voters(const sbl_rs_config_t *cfg);
+int sbl_rs_write_majority(const sbl_rs_config_t *cfg);
+int sbl_rs_arbiters(const sbl_rs_config_t *cfg);
+/* mongod's implicit default write concern: {w: 1} when there are arbiters
+ * and the data-bearing voters are no more than the voters' majority, else
+ * {w: "majority"}. */
+bool sbl_rs_implicit_majority(const sbl_rs_config_t *cfg);
+/* The index of write concern mode name in cfg, -1 when there is none. */
+int sbl_rs_find_mode(const sbl_rs_config_t *cfg, const char *name);
+/* Whether the data-bearing members that applied ts meet mode m. */
+bool sbl_rs_mode_satisfied(const sbl_rs_config_t *cfg, int m, const sbl_optime_t *applied,
+                           uint64_t ts);
 
 /* What a voter knows when a replSetRequestVotes arrives, and the request. */
 typedef struct sbl_vote_state {
@@ -228,6 +265,7 @@ enum {
     SBL_RS_SECONDARY = 2,
     SBL_RS_RECOVERING = 3,
     SBL_RS_STARTUP2 = 5,
+    SBL_RS_ARBITER = 7,
     SBL_RS_ROLLBACK = 9,
     SBL_RS_DOWN = 8,
 };
@@ -280,6 +318,8 @@ typedef struct sbl_rs {
     bool sync_halted;        /* stopped syncing (sync_msg says why): resync needed */
     char sync_msg[256];      /* infoMessage / hbmsg: too stale, rollback refused */
     bool stopping;
+    int maintenance;       /* open replSetMaintenance requests: RECOVERING while > 0 */
+    char sync_from[256];   /* replSetSyncFrom's member ("" none) */
 } sbl_rs_t;
 extern sbl_rs_t sbl_rs;
 
@@ -346,6 +386,18 @@ int sbl_rs_initial_sync(const char *host);
 bool sbl_rs_initial_sync_flagged(void);
 /* replSetGetStatus's initialSyncStatus (lock held). */
 void sbl_rs_append_initial_sync_status(bson_t *r);
+
+/* ---- an operator's overrides (repl_member.c) ---------------------------- */
+
+/* Take sbl_rs.lock on a member with a config (0), else NoReplicationEnabled
+ * or NotYetInitialized without the lock. */
+int sbl_rs_lock_initiated(sbl_err_t *err);
+
+/* Whether a member in state st applies the oplog: SECONDARY, STARTUP2, or
+ * RECOVERING for maintenance (lock held). */
+bool sbl_rs_syncing_state_locked(int st);
+/* The member replSetSyncFrom asked for, when it can serve now; else -1. */
+int sbl_rs_requested_source_locked(void);
 
 /* The threads (repl_hb.c, repl_sync.c). */
 int sbl_rs_hb_start(void);

@@ -42,6 +42,32 @@ static bool get_num(const bson_t *d, const char *k, double *v)
     return true;
 }
 
+/* A member's tags: {name: "value" ...}, strings only, as mongod. */
+static int parse_tags(const bson_t *d, sbl_rs_member_t *m, sbl_err_t *err)
+{
+    bson_iter_t it, tags;
+    if (!bson_iter_init_find(&it, d, "tags"))
+        return 0;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+        return invalid(err, "BSON field 'MemberConfig.tags' is the wrong type, expected type "
+                       "'object'", NULL, 0);
+    bson_iter_recurse(&it, &tags);
+    while (bson_iter_next(&tags)) {
+        const char *k = bson_iter_key(&tags);
+        if (!BSON_ITER_HOLDS_UTF8(&tags))
+            return invalid(err, "tags.%s field has non-string value of type %lld", k,
+                           bson_iter_type(&tags));
+        const char *v = bson_iter_utf8(&tags, NULL);
+        if (m->ntags == SBL_RS_MAX_TAGS || strlen(k) >= SBL_RS_NAME_LEN ||
+            strlen(v) >= SBL_RS_NAME_LEN)
+            return invalid(err, "too many or too long tags (at most %lld of 63 bytes here)", NULL,
+                           SBL_RS_MAX_TAGS);
+        strcpy(m->tags[m->ntags].k, k);
+        strcpy(m->tags[m->ntags++].v, v);
+    }
+    return 0;
+}
+
 static int parse_member(const bson_t *d, sbl_rs_member_t *m, sbl_err_t *err)
 {
     bson_iter_t it;
@@ -71,6 +97,8 @@ static int parse_member(const bson_t *d, sbl_rs_member_t *m, sbl_err_t *err)
     m->votes = 1;
     m->hidden = false;
     m->arbiter = false;
+    m->delay_s = 0;
+    m->ntags = 0;
     if (get_num(d, "priority", &v)) {
         if (v < 0 || v > 1000)
             return invalid(err, "priority field value of %lld is out of range", NULL, (long long)v);
@@ -86,13 +114,74 @@ static int parse_member(const bson_t *d, sbl_rs_member_t *m, sbl_err_t *err)
         m->hidden = bson_iter_as_bool(&it);
     if (bson_iter_init_find(&it, d, "arbiterOnly"))
         m->arbiter = bson_iter_as_bool(&it);
-    if (m->arbiter)
-        return sbl_err_set(err, SBL_E_CommandNotSupported,
-                           "arbiters are not supported yet (member %d)", m->id);
-    if (m->hidden && m->priority != 0)
-        return invalid(err, "priority must be 0 when hidden=true", NULL, 0);
-    if (m->votes == 0 && m->priority != 0)
-        return invalid(err, "priority must be 0 when non-voting (votes:0)", NULL, 0);
+    if (get_num(d, "secondaryDelaySecs", &v)) {
+        if (v < 0 || v > SBL_RS_MAX_DELAY_S)
+            return invalid(err, "secondaryDelaySecs field value of %lld seconds is out of range",
+                           NULL, (long long)v);
+        m->delay_s = (int64_t)v;
+    }
+    SBL_RET(parse_tags(d, m, err));
+    if (m->arbiter) { /* mongod: an arbiter's default priority is 0 */
+        if (m->priority == 1.0)
+            m->priority = 0;
+        if (m->votes == 0)
+            return invalid(err, "Arbiter must vote (cannot have 0 votes)", NULL, 0);
+        if (m->ntags > 0)
+            return invalid(err, "Cannot set tags on arbiters.", NULL, 0);
+    }
+    if (m->priority != 0) {
+        if (m->votes == 0)
+            return invalid(err, "priority must be 0 when non-voting (votes:0)", NULL, 0);
+        if (m->delay_s > 0)
+            return invalid(err, "priority must be 0 when secondaryDelaySecs is used", NULL, 0);
+        if (m->hidden)
+            return invalid(err, "priority must be 0 when hidden=true", NULL, 0);
+    }
+    return 0;
+}
+
+/* settings.getLastErrorModes: {mode: {tag: count ...} ...}; every tag must
+ * be some member's, every count positive. */
+static int parse_modes(const bson_t *st, sbl_rs_config_t *cfg, sbl_err_t *err)
+{
+    bson_iter_t it, modes, cons;
+    if (!bson_iter_init_find(&it, st, "getLastErrorModes"))
+        return 0;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+        return invalid(err, "settings.getLastErrorModes must be an object", NULL, 0);
+    bson_iter_recurse(&it, &modes);
+    while (bson_iter_next(&modes)) {
+        const char *name = bson_iter_key(&modes);
+        if (cfg->nmodes == SBL_RS_MAX_MODES || strlen(name) >= SBL_RS_NAME_LEN)
+            return invalid(err, "too many or too long getLastErrorModes (at most %lld here)",
+                           NULL, SBL_RS_MAX_MODES);
+        if (!BSON_ITER_HOLDS_DOCUMENT(&modes))
+            return invalid(err, "Expected settings.getLastErrorModes.%s to be an Object", name,
+                           0);
+        sbl_rs_mode_t *md = &cfg->modes[cfg->nmodes];
+        memset(md, 0, sizeof(*md));
+        strcpy(md->name, name);
+        bson_iter_recurse(&modes, &cons);
+        while (bson_iter_next(&cons)) {
+            const char *tag = bson_iter_key(&cons);
+            if (md->n == SBL_RS_MAX_TAGS || strlen(tag) >= SBL_RS_NAME_LEN)
+                return invalid(err, "too many or too long tags in getLastErrorModes.%s", name, 0);
+            long long count = BSON_ITER_HOLDS_NUMBER(&cons) ? bson_iter_as_int64(&cons) : 0;
+            if (count <= 0)
+                return invalid(err, "Value of getLastErrorModes.%s must be positive, not %lld",
+                               name, count);
+            bool known = false;
+            for (int i = 0; i < cfg->n && !known; i++)
+                for (int t = 0; t < cfg->m[i].ntags; t++)
+                    known |= strcmp(cfg->m[i].tags[t].k, tag) == 0;
+            if (!known)
+                return sbl_err_set(err, SBL_E_NoSuchKey, "No replica set member has tag key "
+                                   "\"%s\" used in getLastErrorModes.%s", tag, name);
+            strcpy(md->tag[md->n], tag);
+            md->count[md->n++] = (int)count;
+        }
+        cfg->nmodes++;
+    }
     return 0;
 }
 
@@ -179,6 +268,7 @@ int sbl_rs_config_parse(const bson_t *doc, sbl_rs_config_t *cfg, sbl_err_t *err)
                                    "positive, not %lld", NULL, (long long)v);
                 cfg->election_timeout_ms = (int64_t)v;
             }
+            SBL_RET(parse_modes(&st, cfg, err));
         }
     }
     return 0;
@@ -256,16 +346,77 @@ sbl_optime_t sbl_rs_commit_point(const sbl_rs_config_t *cfg, const sbl_optime_t 
     sbl_optime_t v[SBL_RS_MAX_MEMBERS];
     int nv = 0;
     for (int i = 0; i < cfg->n; i++)
-        if (cfg->m[i].votes > 0)
+        if (cfg->m[i].votes > 0 && !cfg->m[i].arbiter)
             v[nv++] = applied[i];
-    int maj = nv / 2 + 1;
-    if (nv == 0)
+    int maj = sbl_rs_write_majority(cfg);
+    if (nv == 0 || maj < 1)
         return current;
     qsort(v, (size_t)nv, sizeof(v[0]), cmp_desc);
     sbl_optime_t cand = v[maj - 1];
     if (cand.t == term && sbl_optime_cmp(cand, current) > 0)
         return cand;
     return current;
+}
+
+int sbl_rs_data_voters(const sbl_rs_config_t *cfg)
+{
+    int n = 0;
+    for (int i = 0; i < cfg->n; i++)
+        n += cfg->m[i].votes > 0 && !cfg->m[i].arbiter;
+    return n;
+}
+
+int sbl_rs_arbiters(const sbl_rs_config_t *cfg)
+{
+    int n = 0;
+    for (int i = 0; i < cfg->n; i++)
+        n += cfg->m[i].arbiter;
+    return n;
+}
+
+int sbl_rs_write_majority(const sbl_rs_config_t *cfg)
+{
+    int maj = sbl_rs_majority(cfg), data = sbl_rs_data_voters(cfg);
+    return maj < data ? maj : data;
+}
+
+bool sbl_rs_implicit_majority(const sbl_rs_config_t *cfg)
+{
+    return !(sbl_rs_arbiters(cfg) > 0 && sbl_rs_data_voters(cfg) <= sbl_rs_majority(cfg));
+}
+
+int sbl_rs_find_mode(const sbl_rs_config_t *cfg, const char *name)
+{
+    for (int i = 0; i < cfg->nmodes; i++)
+        if (strcmp(cfg->modes[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+bool sbl_rs_mode_satisfied(const sbl_rs_config_t *cfg, int m, const sbl_optime_t *applied,
+                           uint64_t ts)
+{
+    const sbl_rs_mode_t *md = &cfg->modes[m];
+    for (int c = 0; c < md->n; c++) {
+        const char *seen[SBL_RS_MAX_MEMBERS];
+        int nseen = 0;
+        for (int i = 0; i < cfg->n; i++) {
+            if (cfg->m[i].arbiter || applied[i].ts < ts)
+                continue;
+            for (int t = 0; t < cfg->m[i].ntags; t++) {
+                if (strcmp(cfg->m[i].tags[t].k, md->tag[c]) != 0)
+                    continue;
+                bool dup = false;
+                for (int j = 0; j < nseen && !dup; j++)
+                    dup = strcmp(seen[j], cfg->m[i].tags[t].v) == 0;
+                if (!dup)
+                    seen[nseen++] = cfg->m[i].tags[t].v;
+            }
+        }
+        if (nseen < md->count[c])
+            return false;
+    }
+    return true;
 }
 
 int sbl_rs_count_applied(const sbl_rs_config_t *cfg, const sbl_optime_t *applied, uint64_t ts)

@@ -28,6 +28,35 @@ void sbl_repl_append_optime(bson_t *r, const char *k, uint64_t ts, int64_t t)
     append_optime(r, k, o);
 }
 
+enum { HOSTS, PASSIVES, ARBITERS };
+
+static int host_kind(const sbl_rs_member_t *m)
+{
+    return m->hidden ? -1 : m->arbiter ? ARBITERS : m->priority == 0 ? PASSIVES : HOSTS;
+}
+
+/* The array k of the members of that kind (hosts: always; the others when
+ * there are some), lock held. */
+static void append_hosts(bson_t *r, const char *k, int kind)
+{
+    bson_t arr;
+    char key[16];
+    int n = 0;
+    for (int i = 0; i < rs.cfg.n; i++)
+        n += host_kind(&rs.cfg.m[i]) == kind;
+    if (n == 0 && kind != HOSTS)
+        return;
+    n = 0;
+    BSON_APPEND_ARRAY_BEGIN(r, k, &arr);
+    for (int i = 0; i < rs.cfg.n; i++) {
+        if (host_kind(&rs.cfg.m[i]) != kind)
+            continue;
+        snprintf(key, sizeof(key), "%d", n++);
+        BSON_APPEND_UTF8(&arr, key, rs.cfg.m[i].host);
+    }
+    bson_append_array_end(r, &arr);
+}
+
 void sbl_repl_append_hello(bson_t *r)
 {
     int st = atomic_load(&rs.state);
@@ -44,40 +73,33 @@ void sbl_repl_append_hello(bson_t *r)
     }
     sbl_optime_t ap = sbl_rs_my_applied();
     int64_t wall = sbl_oplog_last_wall_ms();
-    bson_t hosts, passives, lw;
-    int nh = 0, np = 0;
-    char key[16];
-    BSON_APPEND_ARRAY_BEGIN(r, "hosts", &hosts);
-    for (int i = 0; i < rs.cfg.n; i++) {
-        if (rs.cfg.m[i].hidden || rs.cfg.m[i].priority == 0)
-            continue;
-        snprintf(key, sizeof(key), "%d", nh++);
-        BSON_APPEND_UTF8(&hosts, key, rs.cfg.m[i].host);
-    }
-    bson_append_array_end(r, &hosts);
-    for (int i = 0; i < rs.cfg.n; i++)
-        np += !rs.cfg.m[i].hidden && rs.cfg.m[i].priority == 0;
-    if (np > 0) {
-        np = 0;
-        BSON_APPEND_ARRAY_BEGIN(r, "passives", &passives);
-        for (int i = 0; i < rs.cfg.n; i++) {
-            if (rs.cfg.m[i].hidden || rs.cfg.m[i].priority != 0)
-                continue;
-            snprintf(key, sizeof(key), "%d", np++);
-            BSON_APPEND_UTF8(&passives, key, rs.cfg.m[i].host);
-        }
-        bson_append_array_end(r, &passives);
-    }
+    bson_t lw;
+    /* hosts: electable-looking members; passives: priority 0; arbiters;
+     * hidden members in none (mongod's isMaster) */
+    append_hosts(r, "hosts", HOSTS);
+    append_hosts(r, "passives", PASSIVES);
+    append_hosts(r, "arbiters", ARBITERS);
     const sbl_rs_member_t *me = &rs.cfg.m[rs.self];
     BSON_APPEND_UTF8(r, "setName", rs.set_name);
     BSON_APPEND_INT32(r, "setVersion", (int32_t)rs.cfg.version);
     BSON_APPEND_BOOL(r, "secondary", st == SBL_RS_SECONDARY);
     if (rs.primary >= 0)
         BSON_APPEND_UTF8(r, "primary", rs.cfg.m[rs.primary].host);
-    if (me->priority == 0 && !me->hidden)
+    if (me->arbiter)
+        BSON_APPEND_BOOL(r, "arbiterOnly", true);
+    else if (me->priority == 0 && !me->hidden)
         BSON_APPEND_BOOL(r, "passive", true);
     if (me->hidden)
         BSON_APPEND_BOOL(r, "hidden", true);
+    if (me->delay_s > 0)
+        BSON_APPEND_INT64(r, "secondaryDelaySecs", me->delay_s);
+    if (me->ntags > 0) {
+        bson_t tags;
+        BSON_APPEND_DOCUMENT_BEGIN(r, "tags", &tags);
+        for (int t = 0; t < me->ntags; t++)
+            BSON_APPEND_UTF8(&tags, me->tags[t].k, me->tags[t].v);
+        bson_append_document_end(r, &tags);
+    }
     BSON_APPEND_UTF8(r, "me", me->host);
     if (st == SBL_RS_PRIMARY)
         BSON_APPEND_OID(r, "electionId", &rs.election_id);
@@ -122,19 +144,23 @@ int sbl_repl_get_config(bson_t *r, sbl_err_t *err)
     return 0;
 }
 
+/* The _id of the member named host ("" or unknown: -1), lock held. */
+static int member_id_of(const char *host)
+{
+    for (int i = 0; host[0] != '\0' && i < rs.cfg.n; i++)
+        if (strcmp(rs.cfg.m[i].host, host) == 0)
+            return rs.cfg.m[i].id;
+    return -1;
+}
+
 int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
 {
-    if (!sbl_repl_enabled())
-        return sbl_err_set(err, SBL_E_NoReplicationEnabled, "not running with --replSet");
-    pthread_mutex_lock(&rs.lock);
-    if (rs.config == NULL || rs.self < 0) {
-        pthread_mutex_unlock(&rs.lock);
-        return sbl_err_set(err, SBL_E_NotYetInitialized, "no replset config has been received");
-    }
+    SBL_RET(sbl_rs_lock_initiated(err));
     int st = atomic_load(&rs.state);
     sbl_optime_t ap = sbl_rs_my_applied();
     int64_t wall = sbl_oplog_last_wall_ms(), now = sbl_now_ms();
     int voters = sbl_rs_voters(&rs.cfg);
+    int data_voters = sbl_rs_data_voters(&rs.cfg);
     bson_t ot, members, m;
     char key[16];
     BSON_APPEND_UTF8(r, "set", rs.set_name);
@@ -142,12 +168,12 @@ int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
     BSON_APPEND_INT32(r, "myState", st);
     BSON_APPEND_INT64(r, "term", rs.term);
     BSON_APPEND_UTF8(r, "syncSourceHost", rs.sync_source);
-    BSON_APPEND_INT32(r, "syncSourceId", -1);
+    BSON_APPEND_INT32(r, "syncSourceId", member_id_of(rs.sync_source));
     BSON_APPEND_INT64(r, "heartbeatIntervalMillis", rs.cfg.heartbeat_ms);
     BSON_APPEND_INT32(r, "majorityVoteCount", voters / 2 + 1);
-    BSON_APPEND_INT32(r, "writeMajorityCount", voters / 2 + 1);
+    BSON_APPEND_INT32(r, "writeMajorityCount", sbl_rs_write_majority(&rs.cfg));
     BSON_APPEND_INT32(r, "votingMembersCount", voters);
-    BSON_APPEND_INT32(r, "writableVotingMembersCount", voters);
+    BSON_APPEND_INT32(r, "writableVotingMembersCount", data_voters);
     BSON_APPEND_DOCUMENT_BEGIN(r, "optimes", &ot);
     append_optime(&ot, "lastCommittedOpTime", rs.commit);
     BSON_APPEND_DATE_TIME(&ot, "lastCommittedWallTime", rs.commit_wall);
@@ -187,7 +213,8 @@ int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
             BSON_APPEND_INT64(&m, "lagSecs", lag > 0 ? lag : 0);
         }
         BSON_APPEND_UTF8(&m, "syncSourceHost", self ? rs.sync_source : p->sync_source);
-        BSON_APPEND_INT32(&m, "syncSourceId", -1);
+        BSON_APPEND_INT32(&m, "syncSourceId",
+                          member_id_of(self ? rs.sync_source : p->sync_source));
         BSON_APPEND_UTF8(&m, "infoMessage", self ? rs.sync_msg : "");
         if (mst == SBL_RS_PRIMARY && self) {
             bson_append_timestamp(&m, "electionTime", -1, SBL_TS_SECS(rs.election_ts),

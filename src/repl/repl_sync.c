@@ -283,10 +283,12 @@ int sbl_rs_apply_entry(const bson_t *e, sbl_err_t *err)
 static bool choose_source_locked(char *host, size_t n)
 {
     int st = atomic_load(&rs.state), src = -1;
-    if (rs.config == NULL || rs.self < 0 || rs.sync_halted)
+    if (rs.config == NULL || rs.self < 0 || rs.sync_halted || !sbl_rs_syncing_state_locked(st))
         return false;
-    if ((st == SBL_RS_SECONDARY || st == SBL_RS_STARTUP2) && rs.primary >= 0 &&
-        rs.primary != rs.self)
+    if (st == SBL_RS_RECOVERING)
+        st = SBL_RS_SECONDARY; /* maintenance: it syncs as a secondary */
+    src = sbl_rs_requested_source_locked(); /* replSetSyncFrom */
+    if (src < 0 && rs.primary >= 0 && rs.primary != rs.self)
         src = rs.primary;
     for (int i = 0; st == SBL_RS_STARTUP2 && src < 0 && i < rs.cfg.n; i++)
         if (i != rs.self && rs.peer[i].up &&
@@ -327,10 +329,41 @@ static bool still_syncing_from(const char *host)
 static bool same_term_secondary(int64_t term)
 {
     pthread_mutex_lock(&rs.lock);
-    int st = atomic_load(&rs.state);
-    bool ok = rs.term == term && (st == SBL_RS_SECONDARY || st == SBL_RS_STARTUP2);
+    bool ok = rs.term == term && sbl_rs_syncing_state_locked(atomic_load(&rs.state));
     pthread_mutex_unlock(&rs.lock);
     return ok;
+}
+
+/* secondaryDelaySecs: hold entry e until it is that old (by its wall time,
+ * else its ts), as mongod's delayed members; false when the applier must
+ * stop meanwhile (its source or state changed).  Not in STARTUP2: a new
+ * member catches up first. */
+static bool wait_delay(const bson_t *e, const char *host, int64_t term)
+{
+    bson_iter_t it;
+    int64_t at_ms = -1;
+    for (;;) {
+        pthread_mutex_lock(&rs.lock);
+        int64_t delay_ms = rs.self >= 0 && atomic_load(&rs.state) != SBL_RS_STARTUP2
+                               ? rs.cfg.m[rs.self].delay_s * 1000 : 0;
+        pthread_mutex_unlock(&rs.lock);
+        if (delay_ms <= 0)
+            return true;
+        if (at_ms < 0 && bson_iter_init_find(&it, e, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it))
+            at_ms = bson_iter_date_time(&it);
+        if (at_ms < 0) {
+            uint32_t secs = 0, inc = 0;
+            if (bson_iter_init_find(&it, e, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
+                bson_iter_timestamp(&it, &secs, &inc);
+            at_ms = (int64_t)secs * 1000;
+        }
+        int64_t left = at_ms + delay_ms - sbl_now_ms();
+        if (left <= 0)
+            return true;
+        if (!still_syncing_from(host) || !same_term_secondary(term))
+            return false;
+        usleep((useconds_t)(left < 200 ? left : 200) * 1000);
+    }
 }
 
 /* STARTUP2 -> SECONDARY once caught up with the first source. */
@@ -379,6 +412,24 @@ static void report_position(mongoc_client_t *c)
     BSON_APPEND_INT32(&d, "memberId", rs.self >= 0 ? rs.cfg.m[rs.self].id : -1);
     BSON_APPEND_INT64(&d, "cfgver", rs.cfg.version);
     bson_append_document_end(&arr, &d);
+    /* Chaining: the positions of the members that tail us go up the chain
+     * too (mongod's secondaries forward them), so the primary counts a
+     * member that syncs from a secondary (replSetSyncFrom) at once. */
+    int n = 1;
+    for (int i = 0; rs.self >= 0 && i < rs.cfg.n; i++) {
+        const sbl_rs_peer_t *p = &rs.peer[i];
+        if (i == rs.self || !p->up || strcmp(p->sync_source, rs.cfg.m[rs.self].host) != 0)
+            continue;
+        char key[16];
+        snprintf(key, sizeof(key), "%d", n++);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, key, &d);
+        sbl_repl_append_optime(&d, "durableOpTime", p->applied.ts, p->applied.t);
+        sbl_repl_append_optime(&d, "appliedOpTime", p->applied.ts, p->applied.t);
+        BSON_APPEND_DATE_TIME(&d, "appliedWallTime", p->applied_wall);
+        BSON_APPEND_INT32(&d, "memberId", rs.cfg.m[i].id);
+        BSON_APPEND_INT64(&d, "cfgver", rs.cfg.version);
+        bson_append_document_end(&arr, &d);
+    }
     bson_append_array_end(&cmd, &arr);
     pthread_mutex_unlock(&rs.lock);
     mongoc_client_command_simple(c, "admin", &cmd, NULL, &reply, &error);
@@ -580,6 +631,8 @@ static void sync_from(const char *host)
                 goto out;
             if (o.ts <= applied_ts)
                 continue;
+            if (!wait_delay(doc, host, sync_term))
+                goto out;
             sbl_err_t err;
             sbl_err_clear(&err);
             if (sbl_rs_apply_entry(doc, &err) != 0) {
@@ -733,7 +786,7 @@ void sbl_rs_publish_stable_locked(void)
     int st = atomic_load(&rs.state);
     if (rs.config == NULL || rs.self < 0)
         return;
-    if (st != SBL_RS_PRIMARY && st != SBL_RS_SECONDARY)
+    if (st != SBL_RS_PRIMARY && (st == SBL_RS_STARTUP2 || !sbl_rs_syncing_state_locked(st)))
         return;
     if (st == SBL_RS_PRIMARY && sbl_rs_voters(&rs.cfg) == 1)
         sbl_rs_update_commit_locked(); /* a set of one: stable follows our own writes */

@@ -14,6 +14,7 @@
  */
 #include "repl/repl_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "common/clock.h"
@@ -25,6 +26,7 @@ typedef struct waiter {
     uint64_t ts;
     int w;
     bool majority;
+    char mode[64]; /* a getLastErrorModes name, "" none */
     int64_t deadline_ms; /* INT64_MAX: none */
     sbl_repl_wait_cb cb;
     void *arg;
@@ -38,14 +40,17 @@ static bool waiter_running; /* under rs.lock: the thread takes waits */
 static bool waiter_started; /* it was started and is not joined yet */
 static pthread_t waiter_thread;
 
-static bool satisfied_locked(uint64_t ts, int w, bool majority)
+static bool satisfied_locked(const waiter_t *wt)
 {
-    if (majority)
-        return rs.commit.ts >= ts;
+    if (wt->majority)
+        return rs.commit.ts >= wt->ts;
     sbl_optime_t applied[SBL_RS_MAX_MEMBERS];
     for (int i = 0; i < rs.cfg.n; i++)
         applied[i] = i == rs.self ? sbl_rs_my_applied() : rs.peer[i].applied;
-    return sbl_rs_count_applied(&rs.cfg, applied, ts) >= w;
+    if (wt->mode[0] != '\0')
+        return sbl_rs_mode_satisfied(&rs.cfg, sbl_rs_find_mode(&rs.cfg, wt->mode), applied,
+                                     wt->ts);
+    return sbl_rs_count_applied(&rs.cfg, applied, wt->ts) >= wt->w;
 }
 
 /* Is the wait over (*codep, *msgp: how it ended)?  Lock held. */
@@ -57,7 +62,13 @@ static bool wait_over_locked(const waiter_t *wt, int64_t now, int *codep, const 
     if (atomic_load(&rs.state) == SBL_RS_PRIMARY && rs.config != NULL &&
         sbl_rs_voters(&rs.cfg) == 1)
         sbl_rs_update_commit_locked();
-    if (rs.config == NULL || satisfied_locked(wt->ts, wt->w, wt->majority))
+    if (rs.config != NULL && wt->mode[0] != '\0' && sbl_rs_find_mode(&rs.cfg, wt->mode) < 0) {
+        *codep = SBL_E_UnknownReplWriteConcern;
+        *msgp = "No write concern mode with that name found in the replica set configuration "
+                "(settings.getLastErrorModes)";
+        return true;
+    }
+    if (rs.config == NULL || satisfied_locked(wt))
         return true;
     if (atomic_load(&rs.state) != SBL_RS_PRIMARY) {
         *codep = SBL_E_InterruptedDueToReplStateChange;
@@ -149,18 +160,20 @@ void sbl_repl_await(uint64_t ts, int w, bool majority, int64_t wtimeout_ms, sbl_
     cb(arg, code, msg);
 }
 
-void sbl_repl_await_async(uint64_t ts, int w, bool majority, int64_t wtimeout_ms,
-                          sbl_repl_wait_cb cb, void *arg)
+void sbl_repl_await_async(uint64_t ts, int w, bool majority, const char *mode,
+                          int64_t wtimeout_ms, sbl_repl_wait_cb cb, void *arg)
 {
     waiter_t *wt = malloc(sizeof(*wt));
     int code;
     const char *msg;
     if (wt == NULL) {
-        sbl_repl_await(ts, w, majority, wtimeout_ms, cb, arg);
+        cb(arg, SBL_E_ExceededMemoryLimit, "out of memory");
         return;
     }
     *wt = (waiter_t){.ts = ts, .w = w, .majority = majority, .cb = cb, .arg = arg,
                      .deadline_ms = wtimeout_ms > 0 ? sbl_now_ms() + wtimeout_ms : INT64_MAX};
+    if (mode != NULL)
+        snprintf(wt->mode, sizeof(wt->mode), "%s", mode);
     pthread_mutex_lock(&rs.lock);
     if (wait_over_locked(wt, sbl_now_ms(), &code, &msg)) {
         pthread_mutex_unlock(&rs.lock);
@@ -168,13 +181,25 @@ void sbl_repl_await_async(uint64_t ts, int w, bool majority, int64_t wtimeout_ms
         cb(arg, code, msg);
         return;
     }
-    if (!waiter_running) {
+    if (!waiter_running) { /* start-up or shutdown: wait here */
+        while (!wait_over_locked(wt, sbl_now_ms(), &code, &msg))
+            sbl_rs_wait_locked(WAIT_POLL_MS);
         pthread_mutex_unlock(&rs.lock);
         free(wt);
-        sbl_repl_await(ts, w, majority, wtimeout_ms, cb, arg);
+        cb(arg, code, msg);
         return;
     }
     wt->next = waiting;
     waiting = wt;
     pthread_mutex_unlock(&rs.lock);
+}
+
+bool sbl_repl_implicit_wc_majority(void)
+{
+    if (!sbl_repl_enabled())
+        return false;
+    pthread_mutex_lock(&rs.lock);
+    bool maj = rs.config != NULL && sbl_rs_implicit_majority(&rs.cfg);
+    pthread_mutex_unlock(&rs.lock);
+    return maj;
 }

@@ -2,7 +2,8 @@
  * test_repl_rules.c: pv1's pure rules, driven without sockets or clocks:
  * config validation, who may stand, vote granting (set, term, config, log
  * up to date, one vote per term, dry runs), the majority commit point
- * (current term only, never back) and w:N counting.
+ * (current term only, never back) and w:N counting; arbiters, the write
+ * majority and the implicit default write concern; tags and custom modes.
  */
 #include "check.h"
 #include "repl/repl_int.h"
@@ -34,6 +35,21 @@ static sbl_optime_t ot(int64_t t, uint32_t secs)
     return o;
 }
 
+/* sbl_rs_config_parse's result for a config written as JSON. */
+static int parse_json(const char *json, sbl_rs_config_t *cfg)
+{
+    bson_error_t je;
+    sbl_err_t err;
+    bson_t *b = bson_new_from_json((const uint8_t *)json, -1, &je);
+    CHECK(b != NULL);
+    if (b == NULL)
+        return -1;
+    sbl_err_clear(&err);
+    int rc = sbl_rs_config_parse(b, cfg, &err);
+    bson_destroy(b);
+    return rc;
+}
+
 static void test_config(void)
 {
     sbl_rs_config_t cfg;
@@ -58,14 +74,8 @@ static void test_config(void)
         "{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\",\"priority\":0}]}",
         "{\"members\":[{\"_id\":0,\"host\":\"a:1\"}]}",
     };
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        bson_error_t je;
-        bson_t *b = bson_new_from_json((const uint8_t *)bad[i], -1, &je);
-        CHECK(b != NULL);
-        sbl_err_clear(&err);
-        CHECK(sbl_rs_config_parse(b, &cfg, &err) == SBL_E_InvalidReplicaSetConfig);
-        bson_destroy(b);
-    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        CHECK(parse_json(bad[i], &cfg) == SBL_E_InvalidReplicaSetConfig);
 }
 
 static void test_votes(void)
@@ -157,9 +167,75 @@ static void test_stable(void)
     CHECK(sbl_rs_stable_for(false, ot(3, 10), ot(2, 5), 0) == 0);
 }
 
+/* Arbiters: they vote but hold nothing; the commit point needs the write
+ * majority of data-bearing voters; mongod's implicit default write concern. */
+static void test_arbiters(void)
+{
+    sbl_rs_config_t psa = three(0, false, 1);
+    psa.m[2].arbiter = true;
+    CHECK(sbl_rs_voters(&psa) == 3 && sbl_rs_data_voters(&psa) == 2);
+    CHECK(sbl_rs_write_majority(&psa) == 2 && !sbl_rs_electable(&psa, 2));
+    CHECK(!sbl_rs_implicit_majority(&psa)); /* 2 data voters <= majority 2: {w: 1} */
+    sbl_optime_t ap[3] = {ot(2, 10), ot(2, 8), ot(0, 0)};
+    sbl_optime_t c = sbl_rs_commit_point(&psa, ap, 2, ot(0, 0));
+    CHECK(c.ts == SBL_TS(8, 1)); /* the secondary's, not the arbiter's nothing */
+    CHECK(sbl_rs_count_applied(&psa, ap, SBL_TS(8, 1)) == 2);
+    sbl_rs_config_t pss = three(1, false, 1);
+    CHECK(sbl_rs_implicit_majority(&pss));
+    /* P-A-A (two arbiters of three voters): the write majority is the one
+     * data-bearing voter, as mongod's writeMajorityCount */
+    sbl_rs_config_t paa = three(0, false, 1);
+    paa.m[1].arbiter = paa.m[2].arbiter = true;
+    CHECK(sbl_rs_write_majority(&paa) == 1);
+    sbl_optime_t ap2[3] = {ot(2, 10), ot(0, 0), ot(0, 0)};
+    CHECK(sbl_rs_commit_point(&paa, ap2, 2, ot(0, 0)).ts == SBL_TS(10, 1));
+    /* arbiters: must vote, no tags; delayed needs priority 0 */
+    const char *bad[] = {
+        "{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"},"
+        "{\"_id\":1,\"host\":\"a:2\",\"arbiterOnly\":true,\"votes\":0}]}",
+        "{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"},"
+        "{\"_id\":1,\"host\":\"a:2\",\"arbiterOnly\":true,\"tags\":{\"a\":\"b\"}}]}",
+        "{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"},"
+        "{\"_id\":1,\"host\":\"a:2\",\"secondaryDelaySecs\":5}]}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        CHECK(parse_json(bad[i], &psa) == SBL_E_InvalidReplicaSetConfig);
+}
+
+/* Tags and getLastErrorModes: distinct values of each tag among the
+ * data-bearing members that applied the write. */
+static void test_modes(void)
+{
+    const char *json =
+        "{\"_id\":\"rs0\",\"members\":["
+        "{\"_id\":0,\"host\":\"a:1\",\"tags\":{\"dc\":\"east\",\"rack\":\"1\"}},"
+        "{\"_id\":1,\"host\":\"a:2\",\"tags\":{\"dc\":\"east\",\"rack\":\"2\"}},"
+        "{\"_id\":2,\"host\":\"a:3\",\"tags\":{\"dc\":\"west\"},\"priority\":0,"
+        "\"secondaryDelaySecs\":60}],"
+        "\"settings\":{\"getLastErrorModes\":{\"twoDCs\":{\"dc\":2},"
+        "\"twoRacks\":{\"rack\":2,\"dc\":1}}}}";
+    sbl_rs_config_t cfg;
+    CHECK(parse_json(json, &cfg) == 0);
+    CHECK(cfg.nmodes == 2 && cfg.m[2].delay_s == 60 && cfg.m[0].ntags == 2);
+    int two_dcs = sbl_rs_find_mode(&cfg, "twoDCs"), racks = sbl_rs_find_mode(&cfg, "twoRacks");
+    CHECK(two_dcs == 0 && racks == 1 && sbl_rs_find_mode(&cfg, "nope") == -1);
+    sbl_optime_t ap[3] = {ot(2, 10), ot(2, 10), ot(2, 5)};
+    CHECK(!sbl_rs_mode_satisfied(&cfg, two_dcs, ap, SBL_TS(10, 1))); /* east only */
+    CHECK(sbl_rs_mode_satisfied(&cfg, racks, ap, SBL_TS(10, 1)));
+    CHECK(sbl_rs_mode_satisfied(&cfg, two_dcs, ap, SBL_TS(5, 1)));
+    ap[1] = ot(2, 4);
+    CHECK(!sbl_rs_mode_satisfied(&cfg, racks, ap, SBL_TS(10, 1)));
+    /* a mode naming a tag no member has */
+    CHECK(parse_json("{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"}],"
+                     "\"settings\":{\"getLastErrorModes\":{\"m\":{\"dc\":1}}}}",
+                     &cfg) == SBL_E_NoSuchKey);
+}
+
 int main(void)
 {
     test_config();
+    test_arbiters();
+    test_modes();
     test_votes();
     test_commit_point();
     test_stable();

@@ -1,7 +1,8 @@
 /*
  * cs_int.h: private to src/agg: the pieces of change streams
- * (changestream.c: the stream over the oplog and its events; cs_token.c:
- * resume tokens in mongod's KeyString hex form).
+ * (changestream.c: the stream over the oplog, its options and the stages
+ * after it; cs_events.c: oplog entries shaped into mongod 7.0's events;
+ * cs_token.c: resume tokens in mongod's KeyString hex form).
  */
 #ifndef SBL_CS_INT_H
 #define SBL_CS_INT_H
@@ -31,5 +32,49 @@ void sbl_cs_token_make(const sbl_cs_pos_t *p, const uint8_t *uuid, const bson_t 
 int sbl_cs_token_parse(const bson_t *token, sbl_cs_pos_t *p, sbl_err_t *err);
 /* <0, 0, >0 as a is before, at, after b. */
 int sbl_cs_pos_cmp(const sbl_cs_pos_t *a, const sbl_cs_pos_t *b);
+
+/* The _data string of token tok (a copy; "" when it has none). */
+char *sbl_cs_token_str(const bson_t *tok);
+
+/* ---- a stream's state (changestream.c owns it) ---------------------------- */
+
+typedef enum { CS_COLL, CS_DB, CS_CLUSTER } cs_scope_t;
+typedef enum { FD_DEFAULT, FD_LOOKUP, FD_WHEN_AVAILABLE, FD_REQUIRED } cs_fd_t;
+typedef enum { PRE_OFF, PRE_WHEN_AVAILABLE, PRE_REQUIRED } cs_pre_t;
+
+typedef struct cs_item {
+    bson_t *doc;
+    char *token; /* the event's _data (PBRT) */
+} cs_item_t;
+
+typedef struct cs_state {
+    cs_scope_t scope;
+    char db[SBL_NS_MAX];
+    char coll[SBL_NS_MAX];
+    char cursor_ns[SBL_NS_MAX];
+    cs_fd_t full_doc;
+    cs_pre_t pre;
+    bool expanded; /* showExpandedEvents */
+    bson_t *rest;  /* the stages after $changeStream (an array), or NULL */
+    sbl_cs_pos_t skip; /* events at or before it are not returned */
+    bool has_skip;
+    uint64_t scanned;  /* the last oplog ts consumed (0: none yet) */
+    uint64_t next_lo;  /* the first ts to read */
+    bool invalidated;  /* an invalidate is queued: read no further */
+    cs_item_t *q;
+    size_t qn, qi, qcap;
+    char *tok_last;    /* the last event produced */
+    char *tok_prev;    /* the one before it */
+    char *tok_hwm;     /* the start point, then the latest high-water mark sent */
+} cs_state_t;
+
+/* Every event of one oplog entry (cs_events.c): none, one, an event and an
+ * invalidate, or an applyOps entry's operations with their txnOpIndex;
+ * each handed to sbl_cs_emit. */
+int sbl_cs_entry_events(cs_state_t *st, sbl_opctx_t *ctx, const bson_t *doc, sbl_err_t *err);
+/* Queue event ev (taken) at pos with its token's _data (taken) after the
+ * stages that follow $changeStream, unless the stream starts after pos. */
+int sbl_cs_emit(cs_state_t *st, sbl_opctx_t *ctx, const sbl_cs_pos_t *pos, bson_t *ev,
+                char *token, sbl_err_t *err);
 
 #endif

@@ -298,3 +298,10 @@ int sbl_cs_pos_cmp(const sbl_cs_pos_t *a, const sbl_cs_pos_t *b)
         return a->from_invalidate ? 1 : -1;
     return 0;
 }
+
+char *sbl_cs_token_str(const bson_t *tok)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, tok, "_data") && BSON_ITER_HOLDS_UTF8(&it)
+               ? bson_strdup(bson_iter_utf8(&it, NULL)) : bson_strdup("");
+}

@@ -36,6 +36,10 @@
 #define SBL_OPLOG_NS "local.oplog.rs"
 #define SBL_REPLSET_NS "local.system.replset"
 #define SBL_PREIMAGES_NS "config.system.preimages"
+/* Cluster parameters, one document each (src/cmd/cluster_params.c); the
+ * pre-image remover reads changeStreamOptions.preAndPostImages from it. */
+#define SBL_CLUSTER_PARAMS_COLL "clusterParameters"
+#define SBL_CLUSTER_PARAMS_NS "config.clusterParameters"
 
 typedef struct sbl_repl_config {
     const char *set_name;  /* --replSet / replication.replSetName; NULL or "": standalone */
@@ -190,6 +194,11 @@ void sbl_repl_log_create_index(sbl_session_t *s, const char *ns, const uint8_t *
                                const bson_t *spec);
 void sbl_repl_log_drop_index(sbl_session_t *s, const char *ns, const uint8_t *uuid,
                              const char *name, const bson_t *spec);
+/* collMod: o is {collMod: <coll>, <the changes>} (an index change as
+ * {name, <its new options>}), o2 {collectionOptions_old, indexOptions_old?}
+ * as mongod logs it (change streams' modify events read both). */
+void sbl_repl_log_coll_mod(sbl_session_t *s, const char *ns, const uint8_t *uuid,
+                           const bson_t *o, const bson_t *o2);
 
 /* ---- retryable writes: oplog fields and config.transactions (repl_txn.c) ----
  *

@@ -583,3 +583,11 @@ void sbl_repl_log_drop_index(sbl_session_t *s, const char *ns, const uint8_t *uu
     log_command(s, ns, uuid, &o, spec);
     bson_destroy(&o);
 }
+
+void sbl_repl_log_coll_mod(sbl_session_t *s, const char *ns, const uint8_t *uuid,
+                           const bson_t *o, const bson_t *o2)
+{
+    if (!atomic_load(&active) || !replicated(ns))
+        return;
+    log_command(s, ns, uuid, o, o2);
+}

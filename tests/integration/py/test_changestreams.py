@@ -279,3 +279,53 @@ def test_waiting_getmore_is_woken_by_a_write(db):
     assert ev["documentKey"] == {"_id": 1}
     # woken by the write (0.3 s), not at the end of the 5 s wait
     assert 0.25 < waited < 2.0
+
+
+def test_expanded_event_shapes_and_modify(db):
+    """create, createIndexes, dropIndexes and modify as 7.0 gives them:
+    collectionUUID after clusterTime, operationDescription, and for modify
+    (collMod) stateBeforeChange with the options before the change."""
+    st = RawStream(db, None, {"showExpandedEvents": True})
+    db.create_collection("c")
+    uuid = db.command("listCollections", filter={"name": "c"})["cursor"]["firstBatch"][0][
+        "info"]["uuid"]
+    db.c.create_index("a")
+    db.command("collMod", "c", index={"keyPattern": {"a": 1}, "hidden": True})
+    db.command("collMod", "c", validator={"a": {"$exists": True}}, validationLevel="moderate")
+    db.command("collMod", "c")
+    db.c.drop_index("a_1")
+    cre, cix, hid, val, empty, dix = [st.next() for _ in range(6)]
+    head = ["_id", "operationType", "clusterTime", "collectionUUID", "wallTime", "ns",
+            "operationDescription"]
+    assert list(cre) == head and cre["collectionUUID"] == uuid
+    assert cre["operationDescription"] == {"idIndex": {"v": 2, "key": {"_id": 1},
+                                                       "name": "_id_"}}
+    assert list(cix) == head and list(dix) == head
+    spec = {"v": 2, "key": {"a": 1}, "name": "a_1"}
+    assert cix["operationDescription"] == {"indexes": [spec]}
+    assert dix["operationDescription"] == {"indexes": [dict(spec, hidden=True)]}
+    assert [e["operationType"] for e in (hid, val, empty)] == ["modify"] * 3
+    assert list(hid) == head + ["stateBeforeChange"]
+    assert hid["ns"] == {"db": db.name, "coll": "c"} and hid["collectionUUID"] == uuid
+    # the index named as mongod logs it, whatever the command named it by
+    assert hid["operationDescription"] == {"index": {"name": "a_1", "hidden": True}}
+    assert hid["stateBeforeChange"] == {"collectionOptions": {"uuid": uuid},
+                                        "indexOptions": {"hidden": False}}
+    assert val["operationDescription"] == {"validator": {"a": {"$exists": True}},
+                                           "validationLevel": "moderate"}
+    assert val["stateBeforeChange"] == {"collectionOptions": {"uuid": uuid}}
+    assert empty["operationDescription"] == {}
+    before = empty["stateBeforeChange"]["collectionOptions"]
+    assert before["uuid"] == uuid and before["validator"] == {"a": {"$exists": True}}
+    assert before["validationLevel"] == "moderate"
+    # without showExpandedEvents there are no modify events
+    with db.c.watch() as plain:
+        db.command("collMod", "c", validationLevel="strict")
+        db.c.insert_one({"_id": 1, "a": 1})
+        assert plain.next()["operationType"] == "insert"
+    # a refused collMod logs nothing
+    with pytest.raises(OperationFailure):
+        db.command("collMod", "c", index={"name": "nope", "hidden": True})
+    db.c.insert_one({"_id": 2, "a": 1})
+    evs = [st.next() for _ in range(3)]
+    assert [e["operationType"] for e in evs] == ["modify", "insert", "insert"]

@@ -312,28 +312,6 @@ static int parse_rest(cs_state_t *st, const bson_t *pipeline, sbl_err_t *err)
     return 0;
 }
 
-static int oldest_ts(sbl_session_t *ss, uint64_t *tsp, sbl_err_t *err)
-{
-    sbl_coll_t *oplog = NULL;
-    sbl_scan_t *scan = NULL;
-    bson_t doc;
-    bool done = false;
-    bson_iter_t it;
-    *tsp = 0;
-    SBL_RET(sbl_coll_open(ss, SBL_OPLOG_NS, false, &oplog, NULL, err));
-    int rc = sbl_scan_open(ss, oplog, NULL, false, &scan, err);
-    if (rc == 0 && (rc = sbl_scan_next(scan, &doc, &done, err)) == 0 && !done &&
-        bson_iter_init_find(&it, &doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
-        uint32_t t, i;
-        bson_iter_timestamp(&it, &t, &i);
-        *tsp = (uint64_t)t << 32 | i;
-    }
-    if (scan != NULL)
-        sbl_scan_close(scan);
-    sbl_coll_release(oplog);
-    return rc;
-}
-
 static int parse_spec(cs_state_t *st, const bson_iter_t *specit, bool *all_cluster,
                       sbl_opctx_t *ctx, sbl_err_t *err)
 {
@@ -445,7 +423,7 @@ static int parse_spec(cs_state_t *st, const bson_iter_t *specit, bool *all_clust
     st->next_lo = from;
     if (has_resume || has_start_at) {
         uint64_t oldest = 0;
-        SBL_RET(oldest_ts(ctx->ss, &oldest, err));
+        SBL_RET(sbl_repl_oplog_oldest_ts(ctx->ss, &oldest, err));
         if (oldest == 0 || oldest > from)
             return history_lost(err);
     }

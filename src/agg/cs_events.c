@@ -238,24 +238,6 @@ static void append_update_description(const cs_state_t *st, const cs_entry_t *e,
     bson_free(u);
 }
 
-/* The collection's changeStreamPreAndPostImages.enabled. */
-static bool images_enabled(sbl_session_t *ss, const char *ns)
-{
-    sbl_coll_t *c = NULL;
-    sbl_err_t e;
-    bson_iter_t it, f;
-    bool on = false;
-    sbl_err_clear(&e);
-    if (sbl_coll_open(ss, ns, false, &c, NULL, &e) != 0)
-        return false;
-    const bson_t *o = sbl_coll_options(c);
-    on = o != NULL && bson_iter_init_find(&it, o, "changeStreamPreAndPostImages") &&
-         BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &f) &&
-         bson_iter_find(&f, "enabled") && bson_iter_as_bool(&f);
-    sbl_coll_release(c);
-    return on;
-}
-
 /* Look up the document with key's _id in ns (found: *doc initialised). */
 static bool lookup(sbl_session_t *ss, const char *ns, const bson_t *key, bson_t *doc)
 {
@@ -359,35 +341,37 @@ static int crud_event(cs_state_t *st, sbl_opctx_t *ctx, const cs_entry_t *e, int
     const char *coll;
     split_ns(e->ns, db, sizeof(db), &coll);
     int rc = 0;
-    if (e->op == 'u' && e->has_diff) {
-        if (st->full_doc == FD_LOOKUP) {
-            has_full = lookup(ctx->ss, e->ns, &key, &full);
-        } else if (st->full_doc == FD_WHEN_AVAILABLE || st->full_doc == FD_REQUIRED) {
-            if (images_enabled(ctx->ss, e->ns)) {
-                bson_copy_to(&e->o, &full); /* the entry holds the post-image */
-                has_full = true;
-            } else if (st->full_doc == FD_REQUIRED) {
-                rc = sbl_err_set(err, SBL_E_NoMatchingDocument,
-                                 "Change stream was configured to require a post-image for all "
-                                 "update, delete and replace events, but the post-image was not "
-                                 "found for event: {ns: \"%s\"}",
-                                 e->ns);
-            }
-        }
-    }
-    if (rc == 0 && st->pre != PRE_OFF && e->op != 'i') {
+    /* Images come from the stored pre-image as mongod's do: the post-image
+     * of an update is there exactly when its pre-image is (the entry holds
+     * it), so neither is once the remover took the pre-image away. */
+    bool want_post = e->op == 'u' && e->has_diff &&
+                     (st->full_doc == FD_WHEN_AVAILABLE || st->full_doc == FD_REQUIRED);
+    if (e->op != 'i' && (st->pre != PRE_OFF || want_post))
         has_pre = lookup_preimage(ctx->ss, e, &pre);
-        if (!has_pre && st->pre == PRE_REQUIRED)
-            rc = sbl_err_set(err, SBL_E_NoMatchingDocument,
-                             "Change stream was configured to require a pre-image for all "
-                             "update, delete and replace events, but the pre-image was not found "
-                             "for event: {ns: \"%s\"}",
-                             e->ns);
+    if (e->op == 'u' && e->has_diff && st->full_doc == FD_LOOKUP) {
+        has_full = lookup(ctx->ss, e->ns, &key, &full);
+    } else if (want_post && has_pre) {
+        bson_copy_to(&e->o, &full);
+        has_full = true;
+    } else if (want_post && st->full_doc == FD_REQUIRED) {
+        rc = sbl_err_set(err, SBL_E_NoMatchingDocument,
+                         "Change stream was configured to require a post-image for all update, "
+                         "delete and replace events, but the post-image was not found for "
+                         "event: {ns: \"%s\"}",
+                         e->ns);
     }
+    if (rc == 0 && !has_pre && st->pre == PRE_REQUIRED && e->op != 'i')
+        rc = sbl_err_set(err, SBL_E_NoMatchingDocument,
+                         "Change stream was configured to require a pre-image for all update, "
+                         "delete and replace events, but the pre-image was not found for event: "
+                         "{ns: \"%s\"}",
+                         e->ns);
     if (rc != 0) {
         bson_destroy(&key);
         if (has_full)
             bson_destroy(&full);
+        if (has_pre)
+            bson_destroy(&pre);
         return rc;
     }
     bson_t *ev = bson_new();

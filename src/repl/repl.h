@@ -261,5 +261,11 @@ int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt
 
 /* The oplog entry at ts (a copy in *out, initialised when *foundp). */
 int sbl_repl_oplog_get(sbl_session_t *s, uint64_t ts, bson_t *out, bool *foundp, sbl_err_t *err);
+/* The ts of the oldest entry in the oplog (0: none). */
+int sbl_repl_oplog_oldest_ts(sbl_session_t *s, uint64_t *tsp, sbl_err_t *err);
+/* How often the pre-image remover runs (--setParameter
+ * expiredChangeStreamPreImageRemovalJobSleepSecs; <= 0: 10 s).  Before
+ * sbl_repl_start_threads. */
+void sbl_repl_set_preimage_remover_sleep_s(int secs);
 
 #endif

@@ -355,6 +355,9 @@ void sbl_rs_sync_stop(void);
 /* The write-concern waiter thread (repl_wait.c). */
 int sbl_rs_waiter_start(void);
 void sbl_rs_waiter_stop(void);
+/* The pre-image remover's thread (repl_preimages.c). */
+int sbl_rs_preimages_start(void);
+void sbl_rs_preimages_stop(void);
 /* Wake the heartbeat thread now (config adopted, state changed). */
 void sbl_rs_hb_kick(void);
 

@@ -473,7 +473,8 @@ int sbl_rs_rollback(mongoc_client_t *c, const char *host, sbl_err_t *err)
         } else if (strcmp(name, "collMod") == 0) { /* back to the options before it */
             bson_t o2, prev, opts = BSON_INITIALIZER;
             bson_iter_t it;
-            if (doc_at(docs[i], "o2", &o2) && bson_iter_init_find(&it, &o2, "collectionOptions_old") &&
+            if (doc_at(docs[i], "o2", &o2) &&
+                bson_iter_init_find(&it, &o2, "collectionOptions_old") &&
                 sbl_iter_doc(&it, &prev)) {
                 bson_copy_to_excluding_noinit(&prev, &opts, "uuid", NULL);
                 sbl_coll_set_options(s, full, &opts, &e2);

@@ -13,6 +13,7 @@ import time
 
 import pymongo
 import pytest
+from bson.binary import Binary
 from bson.timestamp import Timestamp
 from pymongo.errors import OperationFailure
 
@@ -32,7 +33,8 @@ def wait_primary(c):
 def rs1():
     s = Sabled()
     try:
-        s.start(["--replSet", "rs0", "--oplogSizeMB", "1"])
+        s.start(["--replSet", "rs0", "--oplogSizeMB", "1", "--setParameter",
+                 "expiredChangeStreamPreImageRemovalJobSleepSecs=1"])
         c = pymongo.MongoClient("127.0.0.1", s.port, directConnection=True)
         c.admin.command("replSetInitiate")
         wait_primary(c)
@@ -77,6 +79,10 @@ def test_standalone_refuses():
         with pytest.raises(OperationFailure) as e:
             c.test.c.watch().try_next()
         assert e.value.code == 40573
+        with pytest.raises(OperationFailure) as e:
+            c.admin.command("setClusterParameter",
+                            {"changeStreamOptions": {"preAndPostImages": {"expireAfterSeconds": 9}}})
+        assert e.value.code == 20
 
 
 def test_crud_events_and_shapes(db):
@@ -329,3 +335,96 @@ def test_expanded_event_shapes_and_modify(db):
     db.c.insert_one({"_id": 2, "a": 1})
     evs = [st.next() for _ in range(3)]
     assert [e["operationType"] for e in evs] == ["modify", "insert", "insert"]
+
+
+def wait_until(pred, timeout=60):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+def first_event_or_error(db, coll, spec):
+    """The first update event of a stream opened with spec, or the OperationFailure."""
+    try:
+        return RawStream(db, coll, spec, [{"$match": {"operationType": "update"}}]).next()
+    except OperationFailure as e:
+        return e
+
+
+def test_cluster_parameter_and_pre_image_expiry(rs1, db):
+    _, c = rs1
+    admin = c.admin
+    default = {"_id": "changeStreamOptions", "clusterParameterTime": Timestamp(0, 0),
+               "preAndPostImages": {"expireAfterSeconds": "off"}}
+    for arg in ("changeStreamOptions", "*", ["changeStreamOptions"]):
+        assert admin.command("getClusterParameter", arg)["clusterParameters"] == [default]
+    bad = [({"changeStreamOptions": {"preAndPostImages": {"expireAfterSeconds": 0}}}, 2),
+           ({"changeStreamOptions": {"preAndPostImages": {"expireAfterSeconds": "on"}}}, 2),
+           ({"changeStreamOptions": {"preAndPostImages": {"other": 1}}}, 40415),
+           ({"changeStreamOptions": {"other": {}}}, 40415),
+           ({"noSuchParameter": {}}, 4)]
+    for arg, code in bad:
+        with pytest.raises(OperationFailure) as e:
+            admin.command("setClusterParameter", arg)
+        assert e.value.code == code, arg
+    with pytest.raises(OperationFailure) as e:
+        admin.command("getClusterParameter", "noSuchParameter")
+    assert e.value.code == 4
+    preimages = c.config["system.preimages"]
+    db.create_collection("c", changeStreamPreAndPostImages={"enabled": True})
+    db.c.insert_one({"_id": 1, "v": 0})
+    before = preimages.count_documents({})
+    t0 = db.command("ping")["operationTime"]
+    db.c.update_one({"_id": 1}, {"$set": {"v": 1}})
+    spec = {"startAtOperationTime": t0, "fullDocument": "whenAvailable",
+            "fullDocumentBeforeChange": "required"}
+    ev = first_event_or_error(db, "c", spec)
+    assert ev["fullDocumentBeforeChange"] == {"_id": 1, "v": 0}
+    assert ev["fullDocument"] == {"_id": 1, "v": 1}
+    assert preimages.count_documents({}) == before + 1
+    try:
+        admin.command("setClusterParameter",
+                      {"changeStreamOptions": {"preAndPostImages": {"expireAfterSeconds": 1}}})
+        got = admin.command("getClusterParameter", "changeStreamOptions")["clusterParameters"]
+        assert got[0]["preAndPostImages"] == {"expireAfterSeconds": 1}
+        assert isinstance(got[0]["preAndPostImages"]["expireAfterSeconds"], int)
+        assert got[0]["clusterParameterTime"] > Timestamp(0, 0)
+        # the remover (every second here) deletes the images older than a second
+        wait_until(lambda: preimages.count_documents({}) == 0)
+    finally:
+        admin.command("setClusterParameter",
+                      {"changeStreamOptions": {"preAndPostImages": {"expireAfterSeconds": "off"}}})
+    # "required" now fails as mongod's, "whenAvailable" gives null for both images
+    for req in ({"fullDocumentBeforeChange": "required"}, {"fullDocument": "required"}):
+        err = first_event_or_error(db, "c", dict(req, startAtOperationTime=t0))
+        assert isinstance(err, OperationFailure) and err.code == 47, err
+    ev = first_event_or_error(db, "c", {"startAtOperationTime": t0,
+                                        "fullDocument": "whenAvailable",
+                                        "fullDocumentBeforeChange": "whenAvailable"})
+    assert ev["fullDocument"] is None and ev["fullDocumentBeforeChange"] is None
+    # "off": images stay
+    db.c.update_one({"_id": 1}, {"$set": {"v": 2}})
+    assert preimages.count_documents({}) == 1
+    got = admin.command("getClusterParameter", "changeStreamOptions")["clusterParameters"]
+    assert got[0]["preAndPostImages"] == {"expireAfterSeconds": "off"}
+
+
+def test_pre_images_go_with_their_oplog_entries(rs1, db):
+    _, c = rs1
+    preimages = c.config["system.preimages"]
+    db.create_collection("c", changeStreamPreAndPostImages={"enabled": True})
+    db.c.insert_one({"_id": 1, "v": 0})
+    db.c.update_one({"_id": 1}, {"$set": {"v": 1}})
+    uuid = db.command("listCollections", filter={"name": "c"})["cursor"]["firstBatch"][0][
+        "info"]["uuid"]
+    mine = {"_id.nsUUID": Binary(uuid.bytes, 4)}
+    assert preimages.count_documents(mine) == 1
+    for i in range(25):  # wrap the 1 MB oplog past the update's entry
+        db.filler.insert_one({"pad": "x" * 60000, "i": i})
+    wait_until(lambda: preimages.count_documents(mine) == 0)
+    db.c.update_one({"_id": 1}, {"$set": {"v": 2}})  # a new one stays
+    time.sleep(2.5)
+    assert preimages.count_documents(mine) == 1

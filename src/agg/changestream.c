@@ -75,19 +75,114 @@ static void queue_push(cs_state_t *st, bson_t *doc, char *token)
     st->q[st->qn++].token = token;
 }
 
-/* Run the later stages on ev (taken) and queue what comes out. */
+/* Queue fragments of doc (over 16 MiB; taken) with their tokens, made from
+ * the event's token (taken), from fragment `from` (0-based) on: each holds
+ * _id, splitEvent {fragment, of} and as many of the event's next fields as
+ * fit in 16 MiB, as mongod's $changeStreamSplitLargeEvent. */
+static int split_event(cs_state_t *st, bson_t *doc, char *token, int64_t from, sbl_err_t *err)
+{
+    bson_t **frag = NULL;
+    char **toks = NULL;
+    size_t n = 0, cap = 0;
+    bson_iter_t it;
+    int rc = 0;
+    bool more = bson_iter_init(&it, doc) && bson_iter_next(&it);
+    while (more && rc == 0) {
+        if (n == cap) {
+            cap = cap ? 2 * cap : 4;
+            frag = bson_realloc(frag, cap * sizeof(*frag));
+            toks = bson_realloc(toks, cap * sizeof(*toks));
+        }
+        bson_t *f = bson_new(), t, se;
+        char *tok = sbl_cs_token_fragment(token, (int64_t)n);
+        BSON_APPEND_DOCUMENT_BEGIN(f, "_id", &t);
+        BSON_APPEND_UTF8(&t, "_data", tok);
+        bson_append_document_end(f, &t);
+        BSON_APPEND_DOCUMENT_BEGIN(f, "splitEvent", &se);
+        BSON_APPEND_INT32(&se, "fragment", (int32_t)n + 1);
+        BSON_APPEND_INT32(&se, "of", 0); /* set below, once the count is known */
+        bson_append_document_end(f, &se);
+        frag[n] = f;
+        toks[n++] = tok;
+        uint32_t added = 0;
+        for (; more; more = bson_iter_next(&it)) {
+            if (strcmp(bson_iter_key(&it), "_id") == 0)
+                continue;
+            if (f->len + (it.next_off - it.off) > SBL_CS_EVENT_MAX) {
+                if (added == 0)
+                    rc = sbl_err_set(err, SBL_E_BSONObjectTooLarge,
+                                     "Could not split a change event into fragments: its field "
+                                     "'%s' alone is over 16MB", bson_iter_key(&it));
+                break;
+            }
+            bson_append_iter(f, bson_iter_key(&it), -1, &it);
+            added++;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (rc == 0 && (int64_t)i >= from) {
+            bson_iter_t of;
+            if (bson_iter_init(&of, frag[i]) && bson_iter_find_descendant(&of, "splitEvent.of", &of))
+                bson_iter_overwrite_int32(&of, (int32_t)n);
+            queue_push(st, frag[i], toks[i]);
+        } else {
+            bson_destroy(frag[i]);
+            bson_free(toks[i]);
+        }
+    }
+    bson_free(frag);
+    bson_free(toks);
+    bson_destroy(doc);
+    bson_free(token);
+    return rc;
+}
+
+/* Queue event doc (taken) at pos with its token's _data (taken): whole, or
+ * in fragments when it is over 16 MiB and the pipeline ends with
+ * $changeStreamSplitLargeEvent; without that stage an event over mongod's
+ * internal limit fails with BSONObjectTooLarge as mongod's. */
+static int push_event(cs_state_t *st, const sbl_cs_pos_t *pos, bson_t *doc, char *token,
+                      sbl_err_t *err)
+{
+    sbl_cs_pos_t whole = st->skip;
+    whole.fragment = 0;
+    bool resume_inside = st->has_skip && st->skip.fragment > 0 && sbl_cs_pos_cmp(pos, &whole) == 0;
+    int rc = 0;
+    if (st->split && doc->len > SBL_CS_EVENT_MAX)
+        return split_event(st, doc, token, resume_inside ? st->skip.fragment : 0, err);
+    if (resume_inside)
+        rc = sbl_err_set(err, SBL_E_ChangeStreamFatalError,
+                         "Attempted to resume from a split event fragment, but the event in the "
+                         "resumed stream was not large enough to be split");
+    else if (doc->len > SBL_CS_EVENT_MAX + 16 * 1024)
+        rc = sbl_err_set(err, SBL_E_BSONObjectTooLarge,
+                         "BSONObj size: %u (0x%X) is invalid. Size must be between 0 and "
+                         "16793600(16MB) First element: _id: { _data: \"%.64s\" }",
+                         doc->len, doc->len, token);
+    if (rc != 0) {
+        bson_destroy(doc);
+        bson_free(token);
+        return rc;
+    }
+    queue_push(st, doc, token);
+    return 0;
+}
+
 int sbl_cs_emit(cs_state_t *st, sbl_opctx_t *ctx, const sbl_cs_pos_t *pos, bson_t *ev,
                 char *token, sbl_err_t *err)
 {
-    if (st->has_skip && sbl_cs_pos_cmp(pos, &st->skip) <= 0) {
+    /* Events before the start point are not returned; the one a fragment's
+     * token points into is, from its next fragment on (push_event). */
+    sbl_cs_pos_t whole = st->skip;
+    whole.fragment = 0;
+    int c = sbl_cs_pos_cmp(pos, &whole);
+    if (st->has_skip && (c < 0 || (c == 0 && st->skip.fragment == 0))) {
         bson_destroy(ev);
         bson_free(token);
         return 0;
     }
-    if (st->rest == NULL) {
-        queue_push(st, ev, token);
-        return 0;
-    }
+    if (st->rest == NULL)
+        return push_event(st, pos, ev, token, err);
     bson_t empty = BSON_INITIALIZER;
     sbl_agg_env_t env = {.ctx = ctx, .db = st->db, .let = &empty, .now_ms = sbl_now_ms(),
                          .allow_disk = -1};
@@ -108,7 +203,7 @@ int sbl_cs_emit(cs_state_t *st, sbl_opctx_t *ctx, const sbl_cs_pos_t *pos, bson_
                              "allowed.");
             break;
         }
-        queue_push(st, dv.v[i], bson_strdup(token));
+        rc = push_event(st, pos, dv.v[i], bson_strdup(token), err);
         dv.v[i] = NULL;
     }
     for (size_t i = 0; i < dv.n; i++)
@@ -297,8 +392,21 @@ static int parse_rest(cs_state_t *st, const bson_t *pipeline, sbl_err_t *err)
             return sbl_err_set(err, SBL_E_IllegalOperation,
                                "%s is not permitted in a $changeStream pipeline", name);
         }
-        if (strcmp(name, "$changeStreamSplitLargeEvent") == 0)
-            continue; /* events stay under 16 MiB here: nothing to split */
+        if (strcmp(name, "$changeStreamSplitLargeEvent") == 0) { /* push_event splits */
+            bson_iter_t in, next = s;
+            bool empty = BSON_ITER_HOLDS_DOCUMENT(&f) && bson_iter_recurse(&f, &in) &&
+                         !bson_iter_next(&in);
+            bool last = !bson_iter_next(&next);
+            if (!empty || !last) {
+                bson_destroy(rest);
+                return !empty ? sbl_err_set(err, 7182801, "$changeStreamSplitLargeEvent must "
+                                            "be specified as an empty object")
+                              : sbl_err_set(err, 40601, "$changeStreamSplitLarge"
+                                            "Event can only be the final stage in the pipeline");
+            }
+            st->split = true;
+            continue;
+        }
         char key[16];
         const char *k;
         bson_uint32_to_string(n++, &k, key, sizeof(key));
@@ -448,6 +556,10 @@ int sbl_agg_change_stream(sbl_opctx_t *ctx, const char *ns, bool collectionless,
     int rc = parse_spec(st, &f, &all_cluster, ctx, err);
     if (rc == 0)
         rc = parse_rest(st, pipeline, err);
+    if (rc == 0 && st->has_skip && st->skip.fragment > 0 && !st->split)
+        rc = sbl_err_set(err, SBL_E_ChangeStreamFatalError,
+                         "To resume from a split event, the $changeStream pipeline must end "
+                         "with a $changeStreamSplitLargeEvent stage");
     if (rc == 0) {
         sbl_strcpy_n(st->db, sizeof(st->db), ctx->db);
         sbl_strcpy_n(st->cursor_ns, sizeof(st->cursor_ns), ns);

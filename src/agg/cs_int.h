@@ -22,12 +22,21 @@ typedef struct sbl_cs_pos {
     bool event;           /* tokenType 128 (an event) or 0 (a high-water mark) */
     int64_t op_index;     /* txnOpIndex: the event's place in its applyOps entry */
     bool from_invalidate; /* the invalidate that follows a drop/rename/dropDatabase */
+    int64_t fragment;     /* 1 + fragmentNum of a $changeStreamSplitLargeEvent fragment;
+                           * 0: a whole event */
 } sbl_cs_pos_t;
+
+/* The largest event a stream returns whole with $changeStreamSplitLargeEvent
+ * (BSONObjMaxUserSize); without it mongod's internal limit, 16 KiB more. */
+#define SBL_CS_EVENT_MAX (16 * 1024 * 1024)
 
 /* Append {_data: hex} for p to out (initialised by the caller); uuid (16
  * bytes) and event_id may be NULL (high-water marks have neither). */
 void sbl_cs_token_make(const sbl_cs_pos_t *p, const uint8_t *uuid, const bson_t *event_id,
                        bson_t *out);
+/* The _data of fragment n (from 0) of the event whose _data is data (a
+ * copy): the event's KeyString with fragmentNum after it, as mongod's. */
+char *sbl_cs_token_fragment(const char *data, int64_t n);
 /* Read a token's position; FailedToParse (9) when it is not one of ours. */
 int sbl_cs_token_parse(const bson_t *token, sbl_cs_pos_t *p, sbl_err_t *err);
 /* <0, 0, >0 as a is before, at, after b. */
@@ -55,6 +64,7 @@ typedef struct cs_state {
     cs_fd_t full_doc;
     cs_pre_t pre;
     bool expanded; /* showExpandedEvents */
+    bool split;    /* $changeStreamSplitLargeEvent ends the pipeline */
     bson_t *rest;  /* the stages after $changeStream (an array), or NULL */
     sbl_cs_pos_t skip; /* events at or before it are not returned */
     bool has_skip;

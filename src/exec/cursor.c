@@ -558,6 +558,8 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
     }
     cur->in_use = true;
     pthread_mutex_unlock(&reg_lock);
+    if (!(cur->flags & SBL_CURSOR_AWAIT_DATA) && await_ms > 0) /* a plain time limit */
+        ctx->deadline_us = ctx->start_us + await_ms * 1000;
 
     bson_t c, arr;
     bool done = false;

@@ -428,3 +428,80 @@ def test_pre_images_go_with_their_oplog_entries(rs1, db):
     db.c.update_one({"_id": 1}, {"$set": {"v": 2}})  # a new one stays
     time.sleep(2.5)
     assert preimages.count_documents(mine) == 1
+
+
+def test_redact_stage_and_in_a_stream(db):
+    db.r.insert_many([
+        {"_id": 1, "level": 1, "sub": {"level": 2, "x": 1},
+         "arr": [{"level": 1, "y": 1}, {"level": 3, "y": 2}, 5, [{"level": 9}]]},
+        {"_id": 2, "level": 5, "sub": {"level": 1}}])
+    descend = {"$cond": {"if": {"$lte": ["$level", 2]}, "then": "$$DESCEND",
+                         "else": "$$PRUNE"}}
+    got = list(db.r.aggregate([{"$redact": descend}]))
+    assert got == [{"_id": 1, "level": 1, "sub": {"level": 2, "x": 1},
+                    "arr": [{"level": 1, "y": 1}, 5, []]}]
+    keep = {"$cond": [{"$eq": ["$level", 5]}, "$$KEEP", "$$PRUNE"]}
+    assert [d["_id"] for d in db.r.aggregate([{"$redact": keep}])] == [2]
+    # $$ROOT stays the whole document below the top
+    root = {"$cond": [{"$eq": ["$$ROOT._id", 1]}, "$$DESCEND", "$$PRUNE"]}
+    assert [d["_id"] for d in db.r.aggregate([{"$redact": root}])] == [1]
+    with pytest.raises(OperationFailure) as e:
+        list(db.r.aggregate([{"$redact": "keep?"}]))
+    assert e.value.code == 17053
+    # in a change stream: a pruned event is not returned, a pruned part is left out
+    secret = {"$cond": [{"$eq": ["$secret", True]}, "$$PRUNE", "$$DESCEND"]}
+    with db.c.watch([{"$redact": secret}]) as st:
+        db.c.insert_one({"_id": 1, "secret": True})
+        db.c.insert_one({"_id": 2, "inner": {"secret": True, "z": 1}, "k": 1})
+        e1, e2 = st.next(), st.next()
+    assert "fullDocument" not in e1 and e1["documentKey"] == {"_id": 1}
+    assert e2["fullDocument"] == {"_id": 2, "k": 1}
+    with db.c.watch([{"$redact": {"$cond": [{"$eq": ["$operationType", "delete"]},
+                                            "$$KEEP", "$$PRUNE"]}}]) as st:
+        db.c.insert_one({"_id": 3})
+        db.c.delete_one({"_id": 3})
+        assert st.next()["operationType"] == "delete"
+
+
+def test_split_large_event(db):
+    """Events over 16 MB: BSONObjectTooLarge (10334) without
+    $changeStreamSplitLargeEvent; with it, fragments of at most 16 MB with
+    splitEvent {fragment, of} and tokens that resume inside the event."""
+    db.create_collection("c")
+    # a 500 kB document (the oplog here is 1 MB), copied 36 times into the event by
+    # $addFields: about 18 MB
+    grow = {"$addFields": {"big%d" % i: "$fullDocument.a" for i in range(36)}}
+    split = {"$changeStreamSplitLargeEvent": {}}
+    whole = RawStream(db, "c", {}, [grow])
+    parts = RawStream(db, "c", {}, [grow, split])
+    db.c.insert_one({"_id": 1, "a": "x" * 500000})
+    db.c.insert_one({"_id": 2})
+    f1, f2 = parts.next(), parts.next()
+    assert list(f1)[:2] == ["_id", "splitEvent"] and list(f2)[:2] == ["_id", "splitEvent"]
+    assert f1["splitEvent"] == {"fragment": 1, "of": 2}
+    assert f2["splitEvent"] == {"fragment": 2, "of": 2}
+    assert f1["operationType"] == "insert" and f1["fullDocument"]["_id"] == 1
+    rest = set(f1) | set(f2)
+    assert {"big0", "big35", "ns", "documentKey", "clusterTime"} <= rest
+    assert not (set(f1) & set(f2)) - {"_id", "splitEvent"}
+    t1, t2 = f1["_id"]["_data"], f2["_id"]["_data"]
+    assert t1 < t2
+    small = parts.next()
+    assert "splitEvent" not in small and small["documentKey"] == {"_id": 2}
+    assert t2 < small["_id"]["_data"]
+    with pytest.raises(OperationFailure) as e:
+        whole.next()
+    assert e.value.code == 10334
+    # resuming from the first fragment gives the second, then what follows
+    r = RawStream(db, "c", {"resumeAfter": f1["_id"]}, [grow, split])
+    again = r.next()
+    assert again["_id"] == f2["_id"] and again["splitEvent"] == {"fragment": 2, "of": 2}
+    assert r.next()["documentKey"] == {"_id": 2}
+    with pytest.raises(OperationFailure) as e:
+        RawStream(db, "c", {"resumeAfter": f1["_id"]}, [grow])
+    assert e.value.code == 280
+    for pipe, code in (([split, {"$match": {}}], 40601),
+                       ([{"$changeStreamSplitLargeEvent": {"x": 1}}], 7182801)):
+        with pytest.raises(OperationFailure) as e:
+            RawStream(db, "c", {}, pipe)
+        assert e.value.code == code

@@ -26,8 +26,6 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-#define REMOVE_BATCH 1000 /* images collected per scan */
-
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static pthread_t thread;
@@ -83,20 +81,26 @@ static int64_t expire_after_s(sbl_session_t *s)
     return secs > 0 ? secs : 0;
 }
 
-/* Whether image doc is past both rules' limits: its entry before oldest_ts,
- * or (cutoff_ms > 0) its operationTime before cutoff_ms. */
-static bool expired(const bson_t *doc, uint64_t oldest_ts, int64_t cutoff_ms)
+typedef struct limits {
+    uint64_t oldest_ts; /* the oplog's first entry */
+    int64_t cutoff_ms;  /* now - expireAfterSeconds; 0: off */
+} limits_t;
+
+/* Whether image doc is past either limit: its entry before the oplog's
+ * first, or its operationTime before the cutoff. */
+static bool expired(const bson_t *doc, void *arg)
 {
+    const limits_t *l = arg;
     bson_iter_t it;
     if (bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, "_id.ts", &it) &&
         BSON_ITER_HOLDS_TIMESTAMP(&it)) {
         uint32_t t, i;
         bson_iter_timestamp(&it, &t, &i);
-        if (SBL_TS(t, i) < oldest_ts)
+        if (SBL_TS(t, i) < l->oldest_ts)
             return true;
     }
-    return cutoff_ms > 0 && bson_iter_init_find(&it, doc, "operationTime") &&
-           BSON_ITER_HOLDS_DATE_TIME(&it) && bson_iter_date_time(&it) < cutoff_ms;
+    return l->cutoff_ms > 0 && bson_iter_init_find(&it, doc, "operationTime") &&
+           BSON_ITER_HOLDS_DATE_TIME(&it) && bson_iter_date_time(&it) < l->cutoff_ms;
 }
 
 /* One pass; returns how many images went. */
@@ -104,59 +108,15 @@ static int64_t remove_pass(sbl_session_t *s)
 {
     sbl_coll_t *c = NULL;
     sbl_err_t e;
-    uint64_t oldest = 0;
-    int64_t deleted = 0, secs = expire_after_s(s);
-    int64_t cutoff = secs > 0 ? sbl_now_ms() - secs * 1000 : 0;
+    int64_t secs = expire_after_s(s);
+    limits_t l = {.cutoff_ms = secs > 0 ? sbl_now_ms() - secs * 1000 : 0};
     sbl_err_clear(&e);
-    if (!sbl_oplog_is_open() || sbl_repl_oplog_oldest_ts(s, &oldest, &e) != 0 || oldest == 0 ||
-        sbl_coll_open(s, SBL_PREIMAGES_NS, false, &c, NULL, &e) != 0)
+    if (!sbl_oplog_is_open() || sbl_repl_oplog_oldest_ts(s, &l.oldest_ts, &e) != 0 ||
+        l.oldest_ts == 0 || sbl_coll_open(s, SBL_PREIMAGES_NS, false, &c, NULL, &e) != 0)
         return 0;
-    bson_t **batch = bson_malloc(REMOVE_BATCH * sizeof(bson_t *));
-    bson_value_t last;
-    bool have_last = false, done = false;
-    while (!done && !stop) {
-        sbl_scan_bounds_t b = {.lo = have_last ? &last : NULL, .lo_inclusive = false};
-        sbl_scan_t *sc = NULL;
-        size_t n = 0;
-        bson_t doc;
-        bson_iter_t it;
-        if (sbl_scan_open(s, c, &b, false, &sc, &e) != 0)
-            break;
-        while (n < REMOVE_BATCH) {
-            if (sbl_scan_next(sc, &doc, &done, &e) != 0)
-                done = true;
-            if (done)
-                break;
-            if (!bson_iter_init_find(&it, &doc, "_id"))
-                continue;
-            if (have_last)
-                bson_value_destroy(&last);
-            bson_value_copy(bson_iter_value(&it), &last);
-            have_last = true;
-            if (expired(&doc, oldest, cutoff))
-                batch[n++] = bson_copy(&doc);
-        }
-        sbl_scan_close(sc);
-        for (size_t i = 0; i < n; i++) {
-            bool found = false;
-            if (sbl_txn_begin(s, &e) == 0) {
-                if (sbl_coll_get_same(s, c, batch[i], &doc, &found, &e) == 0 && found) {
-                    if (expired(&doc, oldest, cutoff) &&
-                        sbl_write(s, c, SBL_WRITE_DELETE, &doc, NULL, NULL, &e) == 0 &&
-                        sbl_txn_commit(s, &e) == 0)
-                        deleted++;
-                    bson_destroy(&doc);
-                }
-                sbl_txn_abort(s); /* no-op after a commit */
-            }
-            bson_destroy(batch[i]);
-        }
-    }
-    if (have_last)
-        bson_value_destroy(&last);
-    bson_free(batch);
+    int64_t n = sbl_coll_delete_matching(s, c, expired, &l);
     sbl_coll_release(c);
-    return deleted;
+    return n;
 }
 
 static void *remover_main(void *arg)

@@ -91,10 +91,11 @@ int sbl_txn_record_write(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint
 /* After a secondary wrote the primary's entry doc: its record when doc
  * carries lsid and txnNumber (i, u, d and c entries). */
 int sbl_txn_record_applied(sbl_session_t *s, const bson_t *doc, sbl_err_t *err);
-/* The thread's multi-document transaction ops, or NULL; add one op. */
+/* The thread's multi-document transaction ops, or NULL; add one op (diff:
+ * an update's $v:2 diff, kept beside o as in a lone entry; may be NULL). */
 sbl_repl_txn_ops_t *sbl_repl_cur_txn_ops(void);
 int sbl_repl_txn_ops_add(sbl_repl_txn_ops_t *ops, char op, const char *ns, const uint8_t *uuid,
-                         const bson_t *o, const bson_t *o2, sbl_err_t *err);
+                         const bson_t *o, const bson_t *o2, const bson_t *diff, sbl_err_t *err);
 /* The session's record with a state ("committed"; NULL: none). */
 int sbl_txn_record_write_state(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
                                int64_t term, int64_t wall_ms, const char *state, sbl_err_t *err);

@@ -360,7 +360,7 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     }
     sbl_repl_txn_ops_t *ops = sbl_repl_cur_txn_ops();
     if (ops != NULL) { /* a multi-document transaction: one applyOps entry at commit */
-        rc = sbl_repl_txn_ops_add(ops, e.op, e.ns, e.uuid, e.o, e.o2, err);
+        rc = sbl_repl_txn_ops_add(ops, e.op, e.ns, e.uuid, e.o, e.o2, e.diff, err);
         bson_destroy(&key);
         bson_destroy(&diff);
         return rc;

@@ -183,11 +183,12 @@ sbl_repl_txn_ops_t *sbl_repl_cur_txn_ops(void)
 }
 
 int sbl_repl_txn_ops_add(sbl_repl_txn_ops_t *ops, char op, const char *ns, const uint8_t *uuid,
-                         const bson_t *o, const bson_t *o2, sbl_err_t *err)
+                         const bson_t *o, const bson_t *o2, const bson_t *diff, sbl_err_t *err)
 {
     char key[16], opstr[2] = {op, '\0'};
     bson_t d;
-    size_t add = o->len + (o2 != NULL ? o2->len : 0) + strlen(ns) + 64;
+    size_t add = o->len + (o2 != NULL ? o2->len : 0) + (diff != NULL ? diff->len : 0) +
+                 strlen(ns) + 64;
     if (add > CHUNK_MAX_BYTES)
         return sbl_err_set(err, SBL_E_TransactionTooLarge,
                            "Total size of all transaction operations must be less than 16793600");
@@ -214,6 +215,8 @@ int sbl_repl_txn_ops_add(sbl_repl_txn_ops_t *ops, char op, const char *ns, const
     BSON_APPEND_DOCUMENT(&d, "o", o);
     if (o2 != NULL)
         BSON_APPEND_DOCUMENT(&d, "o2", o2);
+    if (diff != NULL) /* as a lone entry's: change streams' updateDescription */
+        BSON_APPEND_DOCUMENT(&d, "diff", diff);
     bson_append_document_end(&ops->arr, &d);
     return 0;
 }

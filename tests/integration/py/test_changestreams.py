@@ -505,3 +505,28 @@ def test_split_large_event(db):
         with pytest.raises(OperationFailure) as e:
             RawStream(db, "c", {}, pipe)
         assert e.value.code == code
+
+
+def test_transaction_events(rs1, db):
+    """A transaction's operations: one event each in order, with lsid and
+    txnNumber; an update inside it is an update (updateDescription), as
+    outside."""
+    _, c = rs1
+    db.create_collection("c")
+    db.c.insert_one({"_id": 1, "v": 0, "w": 1})
+    with db.c.watch() as st:
+        with c.start_session() as s:
+            with s.start_transaction():
+                db.c.insert_one({"_id": 2}, session=s)
+                db.c.update_one({"_id": 1}, {"$set": {"v": 1}, "$unset": {"w": ""}},
+                                session=s)
+                db.c.replace_one({"_id": 2}, {"r": 1}, session=s)
+                db.c.delete_one({"_id": 2}, session=s)
+        evs = [st.next() for _ in range(4)]
+    assert [e["operationType"] for e in evs] == ["insert", "update", "replace", "delete"]
+    assert evs[1]["updateDescription"] == {"updatedFields": {"v": 1}, "removedFields": ["w"],
+                                           "truncatedArrays": []}
+    assert all("lsid" in e and e["txnNumber"] == evs[0]["txnNumber"] for e in evs)
+    assert len({e["clusterTime"] for e in evs}) == 1
+    toks = [e["_id"]["_data"] for e in evs]
+    assert toks == sorted(toks) and len(set(toks)) == 4

@@ -255,8 +255,10 @@ static bool lookup(sbl_session_t *ss, const char *ns, const bson_t *key, bson_t 
     return found;
 }
 
-/* The pre-image of the change at ts (config.system.preimages). */
-static bool lookup_preimage(sbl_session_t *ss, const cs_entry_t *e, bson_t *doc)
+/* The pre-image of the change at ts, operation op_index of its entry
+ * (config.system.preimages). */
+static bool lookup_preimage(sbl_session_t *ss, const cs_entry_t *e, int64_t op_index,
+                            bson_t *doc)
 {
     bson_t key = BSON_INITIALIZER, id, stored;
     bool found = false;
@@ -265,7 +267,7 @@ static bool lookup_preimage(sbl_session_t *ss, const cs_entry_t *e, bson_t *doc)
     BSON_APPEND_DOCUMENT_BEGIN(&key, "_id", &id);
     bson_append_binary(&id, "nsUUID", -1, BSON_SUBTYPE_UUID, e->uuid, 16);
     bson_append_timestamp(&id, "ts", -1, (uint32_t)(e->ts >> 32), (uint32_t)e->ts);
-    BSON_APPEND_INT64(&id, "applyOpsIndex", 0);
+    BSON_APPEND_INT64(&id, "applyOpsIndex", op_index);
     bson_append_document_end(&key, &id);
     if (lookup(ss, SBL_PREIMAGES_NS, &key, &stored)) {
         bson_iter_t it;
@@ -347,7 +349,7 @@ static int crud_event(cs_state_t *st, sbl_opctx_t *ctx, const cs_entry_t *e, int
     bool want_post = e->op == 'u' && e->has_diff &&
                      (st->full_doc == FD_WHEN_AVAILABLE || st->full_doc == FD_REQUIRED);
     if (e->op != 'i' && (st->pre != PRE_OFF || want_post))
-        has_pre = lookup_preimage(ctx->ss, e, &pre);
+        has_pre = lookup_preimage(ctx->ss, e, op_index, &pre);
     if (e->op == 'u' && e->has_diff && st->full_doc == FD_LOOKUP) {
         has_full = lookup(ctx->ss, e->ns, &key, &full);
     } else if (want_post && has_pre) {

@@ -530,3 +530,20 @@ def test_transaction_events(rs1, db):
     assert len({e["clusterTime"] for e in evs}) == 1
     toks = [e["_id"]["_data"] for e in evs]
     assert toks == sorted(toks) and len(set(toks)) == 4
+    # pre- and post-images of a transaction's operations, each its own
+    db.create_collection("img", changeStreamPreAndPostImages={"enabled": True})
+    db.img.insert_many([{"_id": 1, "v": 1}, {"_id": 2, "v": 2}])
+    st = RawStream(db, "img", {"fullDocument": "required",
+                               "fullDocumentBeforeChange": "required"})
+    with c.start_session() as s:
+        with s.start_transaction():
+            db.img.update_one({"_id": 1}, {"$inc": {"v": 10}}, session=s)
+            db.img.update_one({"_id": 2}, {"$inc": {"v": 20}}, session=s)
+            db.img.delete_one({"_id": 1}, session=s)
+    u1, u2, d1 = st.next(), st.next(), st.next()
+    assert (u1["fullDocumentBeforeChange"], u1["fullDocument"]) == ({"_id": 1, "v": 1},
+                                                                     {"_id": 1, "v": 11})
+    assert (u2["fullDocumentBeforeChange"], u2["fullDocument"]) == ({"_id": 2, "v": 2},
+                                                                     {"_id": 2, "v": 22})
+    assert d1["operationType"] == "delete"
+    assert d1["fullDocumentBeforeChange"] == {"_id": 1, "v": 11}

@@ -56,6 +56,24 @@ def test_coll_mod_replicates_and_secondaries_see_modify(rs3):  # noqa: F811
         ix = {i["name"]: i for i in sc.csmod.m.list_indexes()}
         assert ix["a_1"].get("hidden") is True
         sc.csmod.command("killCursors", "m", cursors=[cid])
+        # a transaction's pre-images, stored by the secondary as it applies it
+        db.create_collection("img", changeStreamPreAndPostImages={"enabled": True})
+        db.img.insert_many([{"_id": 1, "v": 1}, {"_id": 2, "v": 2}])
+        with c.start_session() as s:
+            with s.start_transaction():
+                db.img.update_one({"_id": 1}, {"$inc": {"v": 10}}, session=s)
+                db.img.update_one({"_id": 2}, {"$inc": {"v": 20}}, session=s)
+        r = sc.csmod.command("aggregate", "img", cursor={}, pipeline=[
+            {"$changeStream": {"fullDocumentBeforeChange": "required",
+                               "startAtOperationTime": db.command("ping")["operationTime"]}},
+            {"$match": {"operationType": "update"}}])
+        got = list(r["cursor"]["firstBatch"])
+        end = time.time() + 20
+        while len(got) < 2 and time.time() < end:
+            b = sc.csmod.command("getMore", r["cursor"]["id"], collection="img", maxTimeMS=500)
+            got += b["cursor"]["nextBatch"]
+        assert [e["fullDocumentBeforeChange"] for e in got] == [{"_id": 1, "v": 1},
+                                                                {"_id": 2, "v": 2}]
     c.drop_database("csmod")
     c.close()
 

@@ -28,7 +28,8 @@ def set_client(members):
 
 def test_coll_mod_replicates_and_secondaries_see_modify(rs3):  # noqa: F811
     """collMod is an oplog entry: secondaries apply it and their streams
-    show the modify event (showExpandedEvents)."""
+    show the modify event (showExpandedEvents); a secondary stores a
+    transaction's pre-images as it applies it, under the primary's UUID."""
     c = set_client(rs3)
     wait_for(lambda: c.primary)
     secondary = [m for m in rs3 if m.port != c.primary[1]][0]

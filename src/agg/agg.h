@@ -106,6 +106,11 @@ int sbl_agg_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec,
 
 /* Stages of stages.c and bucket_auto.c, dispatched by pipeline.c; it is the stage's value. */
 int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err);
+/* $redact (redact.c): spec evaluated at each document level of each
+ * document, with $$DESCEND, $$PRUNE and $$KEEP; a pruned top level drops the
+ * document. */
+int sbl_agg_redact(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_value_t *spec,
+                   sbl_err_t *err);
 int sbl_agg_facet(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bson_t *spec,
                   sbl_err_t *err);
 int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err);

@@ -1,7 +1,8 @@
 /*
  * cs_int.h: private to src/agg: the pieces of change streams
- * (changestream.c: the stream over the oplog and its events; cs_token.c:
- * resume tokens in mongod's KeyString hex form).
+ * (changestream.c: the stream over the oplog, its options and the stages
+ * after it; cs_events.c: oplog entries shaped into mongod 7.0's events;
+ * cs_token.c: resume tokens in mongod's KeyString hex form).
  */
 #ifndef SBL_CS_INT_H
 #define SBL_CS_INT_H
@@ -21,15 +22,69 @@ typedef struct sbl_cs_pos {
     bool event;           /* tokenType 128 (an event) or 0 (a high-water mark) */
     int64_t op_index;     /* txnOpIndex: the event's place in its applyOps entry */
     bool from_invalidate; /* the invalidate that follows a drop/rename/dropDatabase */
+    int64_t fragment;     /* 1 + fragmentNum of a $changeStreamSplitLargeEvent fragment;
+                           * 0: a whole event */
 } sbl_cs_pos_t;
+
+/* The largest event a stream returns whole with $changeStreamSplitLargeEvent
+ * (BSONObjMaxUserSize); without it mongod's internal limit, 16 KiB more. */
+#define SBL_CS_EVENT_MAX (16 * 1024 * 1024)
 
 /* Append {_data: hex} for p to out (initialised by the caller); uuid (16
  * bytes) and event_id may be NULL (high-water marks have neither). */
 void sbl_cs_token_make(const sbl_cs_pos_t *p, const uint8_t *uuid, const bson_t *event_id,
                        bson_t *out);
+/* The _data of fragment n (from 0) of the event whose _data is data (a
+ * copy): the event's KeyString with fragmentNum after it, as mongod's. */
+char *sbl_cs_token_fragment(const char *data, int64_t n);
 /* Read a token's position; FailedToParse (9) when it is not one of ours. */
 int sbl_cs_token_parse(const bson_t *token, sbl_cs_pos_t *p, sbl_err_t *err);
 /* <0, 0, >0 as a is before, at, after b. */
 int sbl_cs_pos_cmp(const sbl_cs_pos_t *a, const sbl_cs_pos_t *b);
+
+/* The _data string of token tok (a copy; "" when it has none). */
+char *sbl_cs_token_str(const bson_t *tok);
+
+/* ---- a stream's state (changestream.c owns it) ---------------------------- */
+
+typedef enum { CS_COLL, CS_DB, CS_CLUSTER } cs_scope_t;
+typedef enum { FD_DEFAULT, FD_LOOKUP, FD_WHEN_AVAILABLE, FD_REQUIRED } cs_fd_t;
+typedef enum { PRE_OFF, PRE_WHEN_AVAILABLE, PRE_REQUIRED } cs_pre_t;
+
+typedef struct cs_item {
+    bson_t *doc;
+    char *token; /* the event's _data (PBRT) */
+} cs_item_t;
+
+typedef struct cs_state {
+    cs_scope_t scope;
+    char db[SBL_NS_MAX];
+    char coll[SBL_NS_MAX];
+    char cursor_ns[SBL_NS_MAX];
+    cs_fd_t full_doc;
+    cs_pre_t pre;
+    bool expanded; /* showExpandedEvents */
+    bool split;    /* $changeStreamSplitLargeEvent ends the pipeline */
+    bson_t *rest;  /* the stages after $changeStream (an array), or NULL */
+    sbl_cs_pos_t skip; /* events at or before it are not returned */
+    bool has_skip;
+    uint64_t scanned;  /* the last oplog ts consumed (0: none yet) */
+    uint64_t next_lo;  /* the first ts to read */
+    bool invalidated;  /* an invalidate is queued: read no further */
+    cs_item_t *q;
+    size_t qn, qi, qcap;
+    char *tok_last;    /* the last event produced */
+    char *tok_prev;    /* the one before it */
+    char *tok_hwm;     /* the start point, then the latest high-water mark sent */
+} cs_state_t;
+
+/* Every event of one oplog entry (cs_events.c): none, one, an event and an
+ * invalidate, or an applyOps entry's operations with their txnOpIndex;
+ * each handed to sbl_cs_emit. */
+int sbl_cs_entry_events(cs_state_t *st, sbl_opctx_t *ctx, const bson_t *doc, sbl_err_t *err);
+/* Queue event ev (taken) at pos with its token's _data (taken) after the
+ * stages that follow $changeStream, unless the stream starts after pos. */
+int sbl_cs_emit(cs_state_t *st, sbl_opctx_t *ctx, const sbl_cs_pos_t *pos, bson_t *ev,
+                char *token, sbl_err_t *err);
 
 #endif

@@ -5,12 +5,14 @@
  *   txnOpIndex, fromInvalidate, and for events the collection UUID and the
  *   event identifier ({operationType, documentKey} or
  *   {operationType, operationDescription}).
- * The KeyString form sorts as the events do (clusterTime first), so the hex
- * strings compare in event order with strcmp.
+ * A fragment of a split event ($changeStreamSplitLargeEvent) has its
+ * fragmentNum last.  The KeyString form sorts as the events do (clusterTime
+ * first), so the hex strings compare in event order with strcmp.
  *
  * What must stay true: encode then decode gives back the clusterTime,
- * tokenType, txnOpIndex and fromInvalidate (the resume point); everything
- * after them is opaque to Sable (drivers treat all of it as opaque).
+ * tokenType, txnOpIndex, fromInvalidate and fragmentNum (the resume point);
+ * the UUID and event identifier between them are skipped, not read (drivers
+ * treat all of it as opaque).
  */
 #include "agg/cs_int.h"
 
@@ -183,10 +185,25 @@ static void put_value(sbl_buf_t *b, const bson_iter_t *it)
     }
 }
 
+/* Upper-case hex of d[0..n) after the first strlen(prefix) - 2 characters
+ * of prefix (NULL: none); a new string. */
+static char *to_hex(const uint8_t *d, size_t n, const char *prefix)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t pl = prefix != NULL && strlen(prefix) >= 2 ? strlen(prefix) - 2 : 0;
+    char *s = bson_malloc(pl + 2 * n + 1);
+    memcpy(s, prefix != NULL ? prefix : "", pl);
+    for (size_t i = 0; i < n; i++) {
+        s[pl + 2 * i] = hex[d[i] >> 4];
+        s[pl + 2 * i + 1] = hex[d[i] & 15];
+    }
+    s[pl + 2 * n] = '\0';
+    return s;
+}
+
 void sbl_cs_token_make(const sbl_cs_pos_t *p, const uint8_t *uuid, const bson_t *event_id,
                        bson_t *out)
 {
-    static const char hex[] = "0123456789ABCDEF";
     sbl_buf_t b;
     sbl_buf_init(&b);
     sbl_buf_append_byte(&b, KS_TIMESTAMP);
@@ -207,16 +224,26 @@ void sbl_cs_token_make(const sbl_cs_pos_t *p, const uint8_t *uuid, const bson_t 
         bson_iter_init(&f, event_id);
         put_fields(&b, &f);
     }
+    if (p->fragment > 0)
+        put_int(&b, p->fragment - 1);
     sbl_buf_append_byte(&b, KS_END);
-    char *s = bson_malloc(2 * b.len + 1);
-    for (size_t i = 0; i < b.len; i++) {
-        s[2 * i] = hex[b.data[i] >> 4];
-        s[2 * i + 1] = hex[b.data[i] & 15];
-    }
-    s[2 * b.len] = '\0';
+    char *s = to_hex(b.data, b.len, NULL);
     BSON_APPEND_UTF8(out, "_data", s);
     bson_free(s);
     sbl_buf_destroy(&b);
+}
+
+char *sbl_cs_token_fragment(const char *data, int64_t n)
+{
+    size_t len = strlen(data);
+    sbl_buf_t b;
+    sbl_buf_init(&b);
+    put_int(&b, n);
+    sbl_buf_append_byte(&b, KS_END);
+    /* the event's bytes without its end mark (the last two hex digits) */
+    char *s = to_hex(b.data, b.len, len >= 2 ? data : "");
+    sbl_buf_destroy(&b);
+    return s;
 }
 
 /* Read an integer written by put_int (small non-negative ones only). */
@@ -247,6 +274,60 @@ static int hexval(char c)
                                           : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
+/* Step over a string written by put_cstr at d[*off] (NUL inside is 00 FF). */
+static bool skip_cstr(const uint8_t *d, size_t n, size_t *off)
+{
+    while (*off < n && !(d[*off] == 0 && (*off + 1 >= n || d[*off + 1] != 0xff)))
+        *off += d[*off] == 0 ? 2 : 1;
+    return (*off)++ < n;
+}
+
+/* Step over one value written by put_value at d[*off]; false when it runs
+ * past n or is not one of ours. */
+static bool skip_value(const uint8_t *d, size_t n, size_t *off, int depth)
+{
+    if (*off >= n || depth > 200)
+        return false;
+    uint8_t t = d[(*off)++];
+    size_t len = 0;
+    if (t == KS_MINKEY || t == KS_UNDEFINED || t == KS_NULL || t == KS_MAXKEY ||
+        t == KS_FALSE || t == KS_TRUE || t == KS_ZERO)
+        return true;
+    if (t == KS_STRING)
+        return skip_cstr(d, n, off);
+    if (t == KS_OBJECT || t == KS_ARRAY) { /* [type, name,] value ...; then 00 */
+        while (*off < n && d[*off] != 0)
+            if ((t == KS_OBJECT && !(++*off <= n && skip_cstr(d, n, off))) ||
+                !skip_value(d, n, off, depth + 1))
+                return false;
+        return (*off)++ < n;
+    }
+    if (t == KS_NEG_LARGE || t == KS_POS_LARGE || t == KS_DATE || t == KS_TIMESTAMP)
+        len = 8;
+    else if (t == KS_OID)
+        len = 12;
+    else if (t >= KS_NEG_8 && t <= KS_NEG_1)
+        len = (size_t)(KS_NEG_1 - t + 1);
+    else if (t >= KS_POS_1 && t <= KS_POS_8)
+        len = (size_t)(t - KS_POS_1 + 1);
+    else if (t == KS_BINDATA && *off < n) {
+        len = d[(*off)++];
+        if (len == 0xff) {
+            if (*off + 4 > n)
+                return false;
+            len = (size_t)d[*off] << 24 | (size_t)d[*off + 1] << 16 | (size_t)d[*off + 2] << 8 |
+                  d[*off + 3];
+            *off += 4;
+        }
+        len += 1; /* the subtype */
+    } else
+        return false;
+    if (*off + len > n)
+        return false;
+    *off += len;
+    return true;
+}
+
 int sbl_cs_token_parse(const bson_t *token, sbl_cs_pos_t *p, sbl_err_t *err)
 {
     bson_iter_t it;
@@ -258,32 +339,50 @@ int sbl_cs_token_parse(const bson_t *token, sbl_cs_pos_t *p, sbl_err_t *err)
                            "string, got %s",
                            bson_iter_init_find(&it, token, "_data") ? "another type" : "missing");
     const char *s = bson_iter_utf8(&it, &len);
-    uint8_t d[64];
-    size_t n = len / 2 < sizeof(d) ? len / 2 : sizeof(d);
     if (len % 2 != 0 || len < 18)
         return sbl_err_set(err, SBL_E_FailedToParse, "resume token string was not a valid hex "
                                                      "string");
+    size_t n = len / 2;
+    uint8_t *d = bson_malloc(n);
     for (size_t i = 0; i < n; i++) {
         int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
-        if (hi < 0 || lo < 0)
+        if (hi < 0 || lo < 0) {
+            bson_free(d);
             return sbl_err_set(err, SBL_E_FailedToParse,
                                "resume token string was not a valid hex string");
+        }
         d[i] = (uint8_t)(hi << 4 | lo);
     }
     size_t off = 0;
     int64_t version = 0, type = 128, idx = 0;
-    if (d[off++] != KS_TIMESTAMP || n < 9)
-        return sbl_err_set(err, SBL_E_FailedToParse, "Bad resume token: clusterTime of wrong type");
+    int rc = 0;
+    if (d[off++] != KS_TIMESTAMP || n < 9) {
+        rc = sbl_err_set(err, SBL_E_FailedToParse, "Bad resume token: clusterTime of wrong type");
+        goto out;
+    }
     for (int i = 0; i < 8; i++)
         p->ts = p->ts << 8 | d[off++];
     if (!get_int(d, n, &off, &version) || version > 2 ||
         (version >= 1 && !get_int(d, n, &off, &type)) || !get_int(d, n, &off, &idx) ||
-        off >= n || (d[off] != KS_TRUE && d[off] != KS_FALSE))
-        return sbl_err_set(err, SBL_E_FailedToParse, "Bad resume token: malformed _data");
+        off >= n || (d[off] != KS_TRUE && d[off] != KS_FALSE)) {
+        rc = sbl_err_set(err, SBL_E_FailedToParse, "Bad resume token: malformed _data");
+        goto out;
+    }
     p->event = type != 0;
     p->op_index = idx;
-    p->from_invalidate = d[off] == KS_TRUE;
-    return 0;
+    p->from_invalidate = d[off++] == KS_TRUE;
+    /* then the UUID and the event identifier (skipped), and a fragment's number */
+    bool ok = true;
+    int64_t frag = 0;
+    if (off < n && d[off] == KS_BINDATA)
+        ok = skip_value(d, n, &off, 0);
+    if (ok && off < n && d[off] == KS_OBJECT)
+        ok = skip_value(d, n, &off, 0);
+    if (ok && off < n && d[off] != KS_END && get_int(d, n, &off, &frag))
+        p->fragment = frag + 1;
+out:
+    bson_free(d);
+    return rc;
 }
 
 int sbl_cs_pos_cmp(const sbl_cs_pos_t *a, const sbl_cs_pos_t *b)
@@ -296,5 +395,14 @@ int sbl_cs_pos_cmp(const sbl_cs_pos_t *a, const sbl_cs_pos_t *b)
         return a->op_index < b->op_index ? -1 : 1;
     if (a->from_invalidate != b->from_invalidate)
         return a->from_invalidate ? 1 : -1;
+    if (a->fragment != b->fragment)
+        return a->fragment < b->fragment ? -1 : 1;
     return 0;
+}
+
+char *sbl_cs_token_str(const bson_t *tok)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, tok, "_data") && BSON_ITER_HOLDS_UTF8(&it)
+               ? bson_strdup(bson_iter_utf8(&it, NULL)) : bson_strdup("");
 }

@@ -789,6 +789,11 @@ static int run_stage(sbl_agg_env_t *env, const char *ns, size_t index, bool last
         sbl_iter_value(&nr, &e);
         return st_replace_root(env, dv, &e, err);
     }
+    if (strcmp(name, "$redact") == 0) {
+        bson_value_t e;
+        sbl_iter_value(st, &e);
+        return sbl_agg_redact(env, dv, &e, err);
+    }
     if (strcmp(name, "$replaceWith") == 0) {
         bson_value_t e;
         sbl_iter_value(st, &e);
@@ -858,7 +863,6 @@ static int run_stage(sbl_agg_env_t *env, const char *ns, size_t index, bool last
         strcmp(name, "$graphLookup") == 0 ||
         strcmp(name, "$unionWith") == 0 || strcmp(name, "$densify") == 0 ||
         strcmp(name, "$fill") == 0 || strcmp(name, "$setWindowFields") == 0 ||
-        strcmp(name, "$redact") == 0 ||
         strcmp(name, "$listSessions") == 0)
         return sbl_err_set(err, SBL_E_NotImplemented, "%s is not supported by this server yet",
                            name);

@@ -144,6 +144,9 @@ void sbl_cmd_append_topology_version(bson_t *r);
 int sbl_cmd_build_info(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_ping(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_get_parameter(sbl_opctx_t *ctx, sbl_err_t *err);
+/* cluster_params.c: config.clusterParameters (changeStreamOptions) */
+int sbl_cmd_set_cluster_parameter(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_get_cluster_parameter(sbl_opctx_t *ctx, sbl_err_t *err);
 /* rwconcern.c: the cluster-wide default read/write concerns. */
 int sbl_cmd_get_default_rw_concern(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_set_default_rw_concern(sbl_opctx_t *ctx, sbl_err_t *err);

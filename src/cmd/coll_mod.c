@@ -16,6 +16,7 @@
 #include "cmd/crud_int.h"
 #include "cmd/timeseries.h"
 #include "doc/doc.h"
+#include "repl/repl.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -170,9 +171,36 @@ static bool spec_bool(const bson_t *spec, const char *name)
     return bson_iter_init_find(&it, spec, name) && bson_iter_as_bool(&it);
 }
 
-/* collMod's index: {keyPattern | name, hidden?, expireAfterSeconds?, prepareUnique?, unique?} */
+/* What the oplog says of an index change (mongod's form): logged gets
+ * {name, expireAfterSeconds?, hidden?, unique?, prepareUnique?} (the new
+ * values), old the previous expireAfterSeconds, hidden and prepareUnique of
+ * those given (both initialised by the caller). */
+static void log_index_change(const bson_t *arg, const bson_t *old_spec, const char *name,
+                             bson_t *logged, bson_t *old)
+{
+    static const char *const order[] = {"expireAfterSeconds", "hidden", "unique",
+                                        "prepareUnique", NULL};
+    bson_iter_t it, o;
+    BSON_APPEND_UTF8(logged, "name", name);
+    for (size_t i = 0; order[i] != NULL; i++) {
+        if (!bson_iter_init_find(&it, arg, order[i]))
+            continue;
+        if (i == 0) {
+            BSON_APPEND_INT64(logged, order[i], bson_iter_as_int64(&it));
+            if (bson_iter_init_find(&o, old_spec, order[i]))
+                BSON_APPEND_INT64(old, order[i], bson_iter_as_int64(&o));
+        } else {
+            BSON_APPEND_BOOL(logged, order[i], bson_iter_as_bool(&it));
+            if (i != 2)
+                BSON_APPEND_BOOL(old, order[i], spec_bool(old_spec, order[i]));
+        }
+    }
+}
+
+/* collMod's index: {keyPattern | name, hidden?, expireAfterSeconds?, prepareUnique?, unique?};
+ * logged and old as log_index_change fills them. */
 static int modify_index(sbl_opctx_t *ctx, sbl_coll_t *c, const char *ns, const bson_t *arg,
-                        sbl_err_t *err)
+                        bson_t *logged, bson_t *old_opts, sbl_err_t *err)
 {
     static const char *const changed[] = {"hidden", "expireAfterSeconds", "prepareUnique",
                                           "unique", NULL};
@@ -211,6 +239,7 @@ static int modify_index(sbl_opctx_t *ctx, sbl_coll_t *c, const char *ns, const b
     SBL_RET(find_index(c, arg, ns, &ix, err));
     const bson_t *old = sbl_index_spec(ix);
     const char *name = sbl_index_name(ix);
+    log_index_change(arg, old, name, logged, old_opts);
     bool want_unique = bson_iter_init_find(&it, arg, "unique");
     if (bson_iter_init_find(&it, arg, "expireAfterSeconds") &&
         !bson_iter_init_find(&it, old, "expireAfterSeconds")) {
@@ -297,6 +326,40 @@ out:
     return rc;
 }
 
+/* The oplog entry of a collMod that succeeded: o is the command's own fields
+ * (the index one as logged_index), o2 the collection's options before it
+ * (with its uuid first) and, for an index change, the index's. */
+static void log_coll_mod(sbl_opctx_t *ctx, sbl_coll_t *c, const char *ns, const bson_t *old_opts,
+                         const bson_t *logged_index, const bson_t *old_index)
+{
+    bson_t o = BSON_INITIALIZER, o2 = BSON_INITIALIZER, prev;
+    bson_iter_t it;
+    bool first = true;
+    bson_iter_init(&it, ctx->cmd);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (first) {
+            BSON_APPEND_UTF8(&o, "collMod", strchr(ns, '.') + 1);
+            first = false;
+        } else if (strcmp(k, "index") == 0 && logged_index != NULL) {
+            BSON_APPEND_DOCUMENT(&o, k, logged_index);
+        } else if (strcmp(k, "collectionUUID") != 0 && strcmp(k, "dryRun") != 0) {
+            for (size_t i = 1; coll_mod_fields[i] != NULL; i++)
+                if (strcmp(k, coll_mod_fields[i]) == 0)
+                    bson_append_iter(&o, k, -1, &it);
+        }
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(&o2, "collectionOptions_old", &prev);
+    bson_append_binary(&prev, "uuid", -1, BSON_SUBTYPE_UUID, sbl_coll_uuid(c), 16);
+    bson_concat(&prev, old_opts);
+    bson_append_document_end(&o2, &prev);
+    if (logged_index != NULL)
+        BSON_APPEND_DOCUMENT(&o2, "indexOptions_old", old_index);
+    sbl_repl_log_coll_mod(ctx->ss, ns, sbl_coll_uuid(c), &o, &o2);
+    bson_destroy(&o);
+    bson_destroy(&o2);
+}
+
 int sbl_cmd_coll_mod(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[256];
@@ -305,6 +368,7 @@ int sbl_cmd_coll_mod(sbl_opctx_t *ctx, sbl_err_t *err)
     sbl_coll_t *c = NULL;
     bool has_index = false, options_changed = false;
     int rc = 0;
+    bson_t logged_index = BSON_INITIALIZER, old_index = BSON_INITIALIZER, *old_opts = NULL;
 
     SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_validate_user_write_ns(ns, err));
@@ -333,6 +397,7 @@ int sbl_cmd_coll_mod(sbl_opctx_t *ctx, sbl_err_t *err)
                                ns);
     }
     SBL_RET(sbl_coll_open(ctx->ss, ns, false, &c, NULL, err));
+    old_opts = bson_copy(sbl_coll_options(c));
 
     /* The new options: the old ones with the given fields replaced. */
     static const char *const opt_fields[] = {"validator", "validationLevel", "validationAction",
@@ -361,12 +426,17 @@ int sbl_cmd_coll_mod(sbl_opctx_t *ctx, sbl_err_t *err)
     if (options_changed)
         SBL_ERR(sbl_crud_check_validator(&opts, err));
     if (has_index)
-        SBL_ERR(modify_index(ctx, c, ns, &index_arg, err));
+        SBL_ERR(modify_index(ctx, c, ns, &index_arg, &logged_index, &old_index, err));
     if (options_changed)
         SBL_ERR(sbl_coll_set_options(ctx->ss, ns, &opts, err));
     ctx->wrote = true;
+    log_coll_mod(ctx, c, ns, old_opts, has_index ? &logged_index : NULL, &old_index);
 err:
     bson_destroy(&opts);
+    bson_destroy(&logged_index);
+    bson_destroy(&old_index);
+    if (old_opts != NULL)
+        bson_destroy(old_opts);
     sbl_coll_release(c);
     return rc;
 }

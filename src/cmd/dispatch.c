@@ -598,7 +598,10 @@ static void execute_inner(pending_t *p)
                 bson_destroy(&dwc);
             return;
         }
-        if (ms > 0)
+        /* getMore's maxTimeMS is an awaitData cursor's wait, not a limit on
+         * the work (a change stream's batch may take longer to build);
+         * sbl_cursor_get_more applies it to other cursors itself. */
+        if (ms > 0 && p->def->fn != sbl_cursor_get_more)
             ctx->deadline_us = ctx->start_us + ms * 1000;
     }
     if ((p->def->flags & SBL_CMD_WRITE) && has_wc) {

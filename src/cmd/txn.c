@@ -110,7 +110,7 @@ static void abort_txn(sbl_mtxn_t *t)
 {
     if (t->state != TXN_IN_PROGRESS)
         return;
-    sbl_cursors_kill_session(t->lsid.id);
+    sbl_cursors_kill_txn(t->lsid.id);
     if (t->ss != NULL)
         sbl_txn_abort_outer(t->ss); /* the storage session stays for the next transaction */
     forget_created(t, true);
@@ -376,7 +376,7 @@ int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
         pthread_mutex_unlock(&txn_mu);
         return rc;
     }
-    sbl_cursors_kill_session(t->lsid.id);
+    sbl_cursors_kill_txn(t->lsid.id);
     sbl_repl_txn_ops_free(t->ops);
     t->ops = NULL;
     t->state = TXN_COMMITTED;

@@ -45,6 +45,7 @@ typedef struct sbl_cursor {
     int64_t await_until_us; /* an awaitData getMore parked until then (sbl_op_park); 0: none */
     int64_t last_use_us;
     bool has_lsid;          /* opened in a logical session: killing it kills the cursor */
+    bool in_txn;            /* opened inside a multi-document transaction: it ends with it */
     uint8_t lsid_id[16];
     uint64_t read_ts;        /* a snapshot read's timestamp: its getMores read there too */
     struct sbl_cursor *next; /* hash chain */
@@ -247,6 +248,7 @@ int sbl_cursor_first_batch_flags(sbl_opctx_t *ctx, const char *ns,
     cur->state = state;
     cur->flags = flags;
     cur->has_lsid = ctx->has_lsid;
+    cur->in_txn = ctx->mtxn != NULL;
     memcpy(cur->lsid_id, ctx->lsid_id, sizeof(cur->lsid_id));
     cur->read_ts = ctx->read_ts;
 
@@ -460,6 +462,16 @@ size_t sbl_cursors_kill_session(const uint8_t lsid_id[16])
     return kill_matching(in_session, lsid_id, true);
 }
 
+static bool in_session_txn(const sbl_cursor_t *c, const void *arg)
+{
+    return c->in_txn && in_session(c, arg);
+}
+
+size_t sbl_cursors_kill_txn(const uint8_t lsid_id[16])
+{
+    return kill_matching(in_session_txn, lsid_id, true);
+}
+
 int64_t sbl_cursors_open_count(void)
 {
     pthread_mutex_lock(&reg_lock);
@@ -558,6 +570,8 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
     }
     cur->in_use = true;
     pthread_mutex_unlock(&reg_lock);
+    if (!(cur->flags & SBL_CURSOR_AWAIT_DATA) && await_ms > 0) /* a plain time limit */
+        ctx->deadline_us = ctx->start_us + await_ms * 1000;
 
     bson_t c, arr;
     bool done = false;

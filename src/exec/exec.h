@@ -227,6 +227,10 @@ int64_t sbl_cursors_open_count(void);
  * endSessions, an expired session); one serving a getMore right now goes when
  * that getMore ends.  Returns how many. */
 size_t sbl_cursors_kill_session(const uint8_t lsid_id[16]);
+/* As sbl_cursors_kill_session for the cursors opened inside a
+ * multi-document transaction only (its commit or abort, as mongod: the
+ * session's other cursors, a change stream's say, stay). */
+size_t sbl_cursors_kill_txn(const uint8_t lsid_id[16]);
 
 /* The read timestamp of cursor id (opened by a snapshot read), 0 when it has
  * none or does not exist: its getMore reads at the same time. */

@@ -609,6 +609,13 @@ int sbl_expr_eval(const sbl_expr_t *e, const sbl_expr_env_t *env, bson_value_t *
         c.root.value.v_doc.data = (uint8_t *)bson_get_data(env->root);
         c.root.value.v_doc.data_len = env->root->len;
     }
+    bson_value_t cur = {.value_type = BSON_TYPE_DOCUMENT};
+    scope_t cs = {.name = "CURRENT", .val = &cur};
+    if (env->current != NULL) { /* field paths and $$CURRENT read it (E_FIELD, ex_var) */
+        cur.value.v_doc.data = (uint8_t *)bson_get_data(env->current);
+        cur.value.v_doc.data_len = env->current->len;
+        c.scope = &cs;
+    }
     return ex_eval(e, &c, out, err);
 }
 

@@ -29,6 +29,7 @@ typedef struct sbl_expr_env {
     const bson_t *let;  /* user variables name -> value (constants), or NULL */
     int64_t now_ms;     /* $$NOW (milliseconds since the epoch); 0: the clock */
     const sbl_collation_t *coll; /* how comparisons and $in compare strings; NULL: binary */
+    const bson_t *current; /* $$CURRENT and field paths when not root ($redact); NULL: root */
 } sbl_expr_env_t;
 
 /*

@@ -36,6 +36,10 @@
 #define SBL_OPLOG_NS "local.oplog.rs"
 #define SBL_REPLSET_NS "local.system.replset"
 #define SBL_PREIMAGES_NS "config.system.preimages"
+/* Cluster parameters, one document each (src/cmd/cluster_params.c); the
+ * pre-image remover reads changeStreamOptions.preAndPostImages from it. */
+#define SBL_CLUSTER_PARAMS_COLL "clusterParameters"
+#define SBL_CLUSTER_PARAMS_NS "config.clusterParameters"
 
 typedef struct sbl_repl_config {
     const char *set_name;  /* --replSet / replication.replSetName; NULL or "": standalone */
@@ -209,6 +213,11 @@ void sbl_repl_log_create_index(sbl_session_t *s, const char *ns, const uint8_t *
                                const bson_t *spec);
 void sbl_repl_log_drop_index(sbl_session_t *s, const char *ns, const uint8_t *uuid,
                              const char *name, const bson_t *spec);
+/* collMod: o is {collMod: <coll>, <the changes>} (an index change as
+ * {name, <its new options>}), o2 {collectionOptions_old, indexOptions_old?}
+ * as mongod logs it (change streams' modify events read both). */
+void sbl_repl_log_coll_mod(sbl_session_t *s, const char *ns, const uint8_t *uuid,
+                           const bson_t *o, const bson_t *o2);
 
 /* ---- retryable writes: oplog fields and config.transactions (repl_txn.c) ----
  *
@@ -271,5 +280,11 @@ int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt
 
 /* The oplog entry at ts (a copy in *out, initialised when *foundp). */
 int sbl_repl_oplog_get(sbl_session_t *s, uint64_t ts, bson_t *out, bool *foundp, sbl_err_t *err);
+/* The ts of the oldest entry in the oplog (0: none). */
+int sbl_repl_oplog_oldest_ts(sbl_session_t *s, uint64_t *tsp, sbl_err_t *err);
+/* How often the pre-image remover runs (--setParameter
+ * expiredChangeStreamPreImageRemovalJobSleepSecs; <= 0: 10 s).  Before
+ * sbl_repl_start_threads. */
+void sbl_repl_set_preimage_remover_sleep_s(int secs);
 
 #endif

@@ -91,10 +91,14 @@ int sbl_txn_record_write(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint
 /* After a secondary wrote the primary's entry doc: its record when doc
  * carries lsid and txnNumber (i, u, d and c entries). */
 int sbl_txn_record_applied(sbl_session_t *s, const bson_t *doc, sbl_err_t *err);
-/* The thread's multi-document transaction ops, or NULL; add one op. */
+/* The thread's multi-document transaction ops, or NULL; add one op (diff:
+ * an update's $v:2 diff, kept beside o as in a lone entry; pre_image: the
+ * document before the op, stored at commit (sbl_repl_txn_commit) for a
+ * collection with changeStreamPreAndPostImages; both may be NULL). */
 sbl_repl_txn_ops_t *sbl_repl_cur_txn_ops(void);
 int sbl_repl_txn_ops_add(sbl_repl_txn_ops_t *ops, char op, const char *ns, const uint8_t *uuid,
-                         const bson_t *o, const bson_t *o2, sbl_err_t *err);
+                         const bson_t *o, const bson_t *o2, const bson_t *diff,
+                         const bson_t *pre_image, sbl_err_t *err);
 /* The session's record with a state ("committed"; NULL: none). */
 int sbl_txn_record_write_state(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
                                int64_t term, int64_t wall_ms, const char *state, sbl_err_t *err);
@@ -123,6 +127,16 @@ int sbl_repl_append_alone_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *er
  * the entry (its thread's), and whether it was written to the oplog. */
 extern _Thread_local const bson_t *sbl_repl_applying;
 extern _Thread_local bool sbl_repl_applied_written;
+/* While it applies a transaction's operation: the entry that holds it (a
+ * large transaction's partial one, or NULL: sbl_repl_applying) and its
+ * index there, which key the operation's pre-image. */
+extern _Thread_local const bson_t *sbl_repl_image_entry;
+extern _Thread_local int64_t sbl_repl_image_index;
+/* Store old_doc as the pre-image of the operation at index (applyOpsIndex;
+ * 0 outside a transaction) of the entry at ts, in config.system.preimages
+ * as mongod: {_id: {nsUUID, ts, applyOpsIndex}, operationTime, preImage}. */
+int sbl_repl_write_preimage(sbl_session_t *s, const uint8_t *uuid, uint64_t ts, int64_t index,
+                            int64_t wall_ms, const bson_t *old_doc, sbl_err_t *err);
 /* Set while the entry is one of our own oplog's, replayed after a restart
  * (repl_recover.c): the change commits at the entry's ts and the entry is
  * not written again. */
@@ -407,6 +421,9 @@ void sbl_rs_sync_stop(void);
 /* The write-concern waiter thread (repl_wait.c). */
 int sbl_rs_waiter_start(void);
 void sbl_rs_waiter_stop(void);
+/* The pre-image remover's thread (repl_preimages.c). */
+int sbl_rs_preimages_start(void);
+void sbl_rs_preimages_stop(void);
 /* Wake the heartbeat thread now (config adopted, state changed). */
 void sbl_rs_hb_kick(void);
 

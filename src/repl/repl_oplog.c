@@ -34,6 +34,8 @@ static _Atomic int64_t cur_term = 1; /* t of the entries this member writes */
 
 _Thread_local const bson_t *sbl_repl_applying;
 _Thread_local bool sbl_repl_applied_written;
+_Thread_local const bson_t *sbl_repl_image_entry;
+_Thread_local int64_t sbl_repl_image_index;
 _Thread_local bool sbl_repl_replaying;
 
 int64_t sbl_oplog_last_term(void)
@@ -277,10 +279,8 @@ static bool wants_images(sbl_coll_t *c)
            bson_iter_find(&f, "enabled") && bson_iter_as_bool(&f);
 }
 
-/* The pre-image of the change logged at ts, in config.system.preimages as
- * mongod stores it: {_id: {nsUUID, ts, applyOpsIndex}, operationTime, preImage}. */
-static int write_preimage(sbl_session_t *s, sbl_coll_t *c, uint64_t ts, int64_t wall_ms,
-                          const bson_t *old_doc, sbl_err_t *err)
+int sbl_repl_write_preimage(sbl_session_t *s, const uint8_t *uuid, uint64_t ts, int64_t index,
+                            int64_t wall_ms, const bson_t *old_doc, sbl_err_t *err)
 {
     sbl_coll_t *pc = NULL;
     bson_t doc = BSON_INITIALIZER, id;
@@ -288,9 +288,9 @@ static int write_preimage(sbl_session_t *s, sbl_coll_t *c, uint64_t ts, int64_t 
     if (rc != 0)
         return rc;
     BSON_APPEND_DOCUMENT_BEGIN(&doc, "_id", &id);
-    bson_append_binary(&id, "nsUUID", -1, BSON_SUBTYPE_UUID, sbl_coll_uuid(c), 16);
+    bson_append_binary(&id, "nsUUID", -1, BSON_SUBTYPE_UUID, uuid, 16);
     bson_append_timestamp(&id, "ts", -1, SBL_TS_SECS(ts), SBL_TS_INC(ts));
-    BSON_APPEND_INT64(&id, "applyOpsIndex", 0);
+    BSON_APPEND_INT64(&id, "applyOpsIndex", index);
     bson_append_document_end(&doc, &id);
     BSON_APPEND_DATE_TIME(&doc, "operationTime", wall_ms);
     BSON_APPEND_DOCUMENT(&doc, "preImage", old_doc);
@@ -298,6 +298,26 @@ static int write_preimage(sbl_session_t *s, sbl_coll_t *c, uint64_t ts, int64_t 
     bson_destroy(&doc);
     sbl_coll_release(pc);
     return rc;
+}
+
+/* The "ui" of the operation being applied: entry in's own, or (txn) that
+ * of its applyOps operation sbl_repl_image_index; NULL when it has none. */
+static const uint8_t *applied_uuid(const bson_t *in, bool txn)
+{
+    bson_iter_t it, op;
+    char path[64];
+    const uint8_t *data = NULL;
+    uint32_t len = 0;
+    bson_subtype_t st;
+    if (txn)
+        snprintf(path, sizeof(path), "o.applyOps.%lld.ui", (long long)sbl_repl_image_index);
+    else
+        snprintf(path, sizeof(path), "ui");
+    if (!bson_iter_init(&it, in) || !bson_iter_find_descendant(&it, path, &op) ||
+        !BSON_ITER_HOLDS_BINARY(&op))
+        return NULL;
+    bson_iter_binary(&op, &st, &len, &data);
+    return len == 16 ? data : NULL;
 }
 
 int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
@@ -315,17 +335,24 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
                    ? replay_ts(s, sbl_repl_applying, err)
                    : 0;
     if (sbl_repl_applying != NULL) { /* a secondary applies the primary's entry as it is */
-        if (!replicated(sbl_coll_ns(c)) || sbl_repl_applied_written)
-            return 0; /* once, however many writes an applyOps entry makes */
-        SBL_RET(sbl_oplog_append_raw(s, sbl_repl_applying, err));
+        if (!replicated(sbl_coll_ns(c)))
+            return 0;
+        if (!sbl_repl_applied_written) /* once, however many writes an applyOps entry makes */
+            SBL_RET(sbl_oplog_append_raw(s, sbl_repl_applying, err));
+        /* the image under the ts of the entry that holds the operation and
+         * the primary's UUID of the collection (the one streams look up) */
+        const bson_t *in = sbl_repl_image_entry != NULL ? sbl_repl_image_entry
+                                                        : sbl_repl_applying;
+        const uint8_t *uuid = applied_uuid(in, sbl_repl_image_entry != NULL);
         if (kind != SBL_WRITE_INSERT && old_doc != NULL && wants_images(c) &&
-            bson_iter_init_find(&it, sbl_repl_applying, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            bson_iter_init_find(&it, in, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
             uint32_t t, i;
             bson_iter_timestamp(&it, &t, &i);
-            int64_t wall = bson_iter_init_find(&it, sbl_repl_applying, "wall") &&
-                                   BSON_ITER_HOLDS_DATE_TIME(&it)
+            int64_t wall = bson_iter_init_find(&it, in, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it)
                                ? bson_iter_date_time(&it) : 0;
-            return write_preimage(s, c, SBL_TS(t, i), wall, old_doc, err);
+            return sbl_repl_write_preimage(s, uuid != NULL ? uuid : sbl_coll_uuid(c),
+                                           SBL_TS(t, i), sbl_repl_image_index, wall, old_doc,
+                                           err);
         }
         return 0;
     }
@@ -362,7 +389,9 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     }
     sbl_repl_txn_ops_t *ops = sbl_repl_cur_txn_ops();
     if (ops != NULL) { /* a multi-document transaction: one applyOps entry at commit */
-        rc = sbl_repl_txn_ops_add(ops, e.op, e.ns, e.uuid, e.o, e.o2, err);
+        rc = sbl_repl_txn_ops_add(ops, e.op, e.ns, e.uuid, e.o, e.o2, e.diff,
+                                  kind != SBL_WRITE_INSERT && wants_images(c) ? old_doc : NULL,
+                                  err);
         bson_destroy(&key);
         bson_destroy(&diff);
         return rc;
@@ -371,7 +400,7 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     if (st == NULL) {
         rc = sbl_oplog_append(s, &e, err);
         if (rc == 0 && kind != SBL_WRITE_INSERT && old_doc != NULL && wants_images(c))
-            rc = write_preimage(s, c, e.ts, e.wall_ms, old_doc, err);
+            rc = sbl_repl_write_preimage(s, sbl_coll_uuid(c), e.ts, 0, e.wall_ms, old_doc, err);
         bson_destroy(&key);
         bson_destroy(&diff);
         return rc;
@@ -402,7 +431,7 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         st->out_term = e.term;
     }
     if (rc == 0 && kind != SBL_WRITE_INSERT && old_doc != NULL && wants_images(c))
-        rc = write_preimage(s, c, e.ts, e.wall_ms, old_doc, err);
+        rc = sbl_repl_write_preimage(s, sbl_coll_uuid(c), e.ts, 0, e.wall_ms, old_doc, err);
     bson_destroy(&key);
     bson_destroy(&diff);
     return rc;
@@ -591,4 +620,12 @@ void sbl_repl_log_drop_index(sbl_session_t *s, const char *ns, const uint8_t *uu
     BSON_APPEND_UTF8(&o, "index", name);
     log_command(s, ns, uuid, &o, spec);
     bson_destroy(&o);
+}
+
+void sbl_repl_log_coll_mod(sbl_session_t *s, const char *ns, const uint8_t *uuid,
+                           const bson_t *o, const bson_t *o2)
+{
+    if (!atomic_load(&active) || !replicated(ns))
+        return;
+    log_command(s, ns, uuid, o, o2);
 }

@@ -416,7 +416,8 @@ int sbl_rs_rollback(mongoc_client_t *c, const char *host, sbl_err_t *err)
             continue;
         if (op[0] == 'c') {
             const char *name = c_name(docs[i], &o);
-            if (strcmp(name, "create") != 0 && strcmp(name, "createIndexes") != 0) {
+            if (strcmp(name, "create") != 0 && strcmp(name, "createIndexes") != 0 &&
+                !(strcmp(name, "collMod") == 0 && !bson_has_field(&o, "index"))) {
                 char msg[256];
                 snprintf(msg, sizeof(msg), "cannot roll back a %s (%s): resync this member",
                          name, ns);
@@ -469,6 +470,16 @@ int sbl_rs_rollback(mongoc_client_t *c, const char *host, sbl_err_t *err)
         snprintf(full, sizeof(full), "%s.%s", db, coll != NULL ? coll : "");
         if (strcmp(name, "create") == 0) {
             sbl_coll_drop(s, full, &e2);
+        } else if (strcmp(name, "collMod") == 0) { /* back to the options before it */
+            bson_t o2, prev, opts = BSON_INITIALIZER;
+            bson_iter_t it;
+            if (doc_at(docs[i], "o2", &o2) &&
+                bson_iter_init_find(&it, &o2, "collectionOptions_old") &&
+                sbl_iter_doc(&it, &prev)) {
+                bson_copy_to_excluding_noinit(&prev, &opts, "uuid", NULL);
+                sbl_coll_set_options(s, full, &opts, &e2);
+            }
+            bson_destroy(&opts);
         } else {
             const char *ix = str_at(&o, "name");
             sbl_coll_t *h;

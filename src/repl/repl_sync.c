@@ -156,9 +156,12 @@ static bool is_partial(const bson_t *e)
            bson_iter_as_bool(&o);
 }
 
-static void run_ops(bson_iter_t *ops)
+/* Apply the operations of applyOps array ops, the ones of entry in (whose
+ * ts keys their pre-images). */
+static void run_ops(bson_iter_t *ops, const bson_t *in)
 {
-    while (bson_iter_next(ops)) {
+    sbl_repl_image_entry = in;
+    for (sbl_repl_image_index = 0; bson_iter_next(ops); sbl_repl_image_index++) {
         char db[128];
         bson_t op, cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
         if (BSON_ITER_HOLDS_DOCUMENT(ops) && sbl_iter_doc(ops, &op) &&
@@ -167,6 +170,8 @@ static void run_ops(bson_iter_t *ops)
         bson_destroy(&cmd);
         bson_destroy(&reply);
     }
+    sbl_repl_image_entry = NULL;
+    sbl_repl_image_index = 0;
 }
 
 /* The partial entries before a large transaction's last entry e, oldest
@@ -225,9 +230,9 @@ static int apply_txn_entry(const bson_t *e, bson_iter_t *ops, sbl_err_t *err)
     for (size_t i = nchain; i-- > 0;) {
         bson_iter_t pops;
         if (apply_ops_of(chain[i], &pops))
-            run_ops(&pops);
+            run_ops(&pops, chain[i]);
     }
-    run_ops(ops);
+    run_ops(ops, e);
     if (!sbl_repl_applied_written && !sbl_repl_replaying)
         rc = sbl_oplog_append_raw(s, e, err);
     if (rc == 0)

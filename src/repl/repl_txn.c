@@ -135,12 +135,22 @@ int sbl_txn_record_applied(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
  * with prevOpTime; the last carries count, the number of operations). */
 #define CHUNK_MAX_BYTES (16 * 1024 * 1024 - 64 * 1024)
 
+/* An operation's pre-image, written at commit: entry (the index of its
+ * applyOps array: full ones first, then arr) and index there. */
+typedef struct txn_image {
+    bson_t *doc;
+    size_t entry, index;
+    uint8_t uuid[16];
+} txn_image_t;
+
 struct sbl_repl_txn_ops {
     bson_t arr;    /* the applyOps array being built */
     size_t n;      /* operations in arr */
     bson_t **full; /* earlier arrays, each of them full */
     size_t nfull;
     size_t total;  /* operations in all of them */
+    txn_image_t *img; /* pre-images of collections with changeStreamPreAndPostImages */
+    size_t nimg, imgcap;
 };
 
 static _Thread_local sbl_repl_txn_ops_t *cur_ops;
@@ -164,6 +174,9 @@ void sbl_repl_txn_ops_free(sbl_repl_txn_ops_t *ops)
     for (size_t i = 0; i < ops->nfull; i++)
         bson_destroy(ops->full[i]);
     free(ops->full);
+    for (size_t i = 0; i < ops->nimg; i++)
+        bson_destroy(ops->img[i].doc);
+    free(ops->img);
     free(ops);
 }
 
@@ -183,11 +196,13 @@ sbl_repl_txn_ops_t *sbl_repl_cur_txn_ops(void)
 }
 
 int sbl_repl_txn_ops_add(sbl_repl_txn_ops_t *ops, char op, const char *ns, const uint8_t *uuid,
-                         const bson_t *o, const bson_t *o2, sbl_err_t *err)
+                         const bson_t *o, const bson_t *o2, const bson_t *diff,
+                         const bson_t *pre_image, sbl_err_t *err)
 {
     char key[16], opstr[2] = {op, '\0'};
     bson_t d;
-    size_t add = o->len + (o2 != NULL ? o2->len : 0) + strlen(ns) + 64;
+    size_t add = o->len + (o2 != NULL ? o2->len : 0) + (diff != NULL ? diff->len : 0) +
+                 strlen(ns) + 64;
     if (add > CHUNK_MAX_BYTES)
         return sbl_err_set(err, SBL_E_TransactionTooLarge,
                            "Total size of all transaction operations must be less than 16793600");
@@ -214,7 +229,24 @@ int sbl_repl_txn_ops_add(sbl_repl_txn_ops_t *ops, char op, const char *ns, const
     BSON_APPEND_DOCUMENT(&d, "o", o);
     if (o2 != NULL)
         BSON_APPEND_DOCUMENT(&d, "o2", o2);
+    if (diff != NULL) /* as a lone entry's: change streams' updateDescription */
+        BSON_APPEND_DOCUMENT(&d, "diff", diff);
     bson_append_document_end(&ops->arr, &d);
+    if (pre_image != NULL && uuid != NULL) {
+        if (ops->nimg == ops->imgcap) {
+            size_t cap = ops->imgcap ? 2 * ops->imgcap : 8;
+            txn_image_t *l = realloc(ops->img, cap * sizeof(*l));
+            if (l == NULL)
+                return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+            ops->img = l;
+            ops->imgcap = cap;
+        }
+        txn_image_t *im = &ops->img[ops->nimg++];
+        im->doc = bson_copy(pre_image);
+        im->entry = ops->nfull;
+        im->index = ops->n - 1;
+        memcpy(im->uuid, uuid, 16);
+    }
     return 0;
 }
 
@@ -231,6 +263,15 @@ int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt
      * one before it; all of them commit with the data, in this transaction. */
     st->prev_ts = 0;
     st->prev_term = -1;
+    uint64_t *ts = malloc((ops->nfull + 1) * sizeof(*ts));   /* each entry's, for */
+    int64_t *wall = malloc((ops->nfull + 1) * sizeof(*wall)); /* the pre-images */
+    if (ts == NULL || wall == NULL) {
+        free(ts);
+        free(wall);
+        bson_destroy(&o);
+        bson_destroy(&lsid);
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+    }
     for (size_t i = 0; i < ops->nfull; i++) {
         bson_t po = BSON_INITIALIZER;
         BSON_APPEND_ARRAY(&po, "applyOps", ops->full[i]);
@@ -240,18 +281,30 @@ int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt
         rc = sbl_oplog_append(s, &pe, err);
         bson_destroy(&po);
         if (rc != 0) {
+            free(ts);
+            free(wall);
             bson_destroy(&o);
             bson_destroy(&lsid);
             return rc;
         }
-        st->prev_ts = pe.ts;
+        st->prev_ts = ts[i] = pe.ts;
         st->prev_term = pe.term;
+        wall[i] = pe.wall_ms;
     }
     BSON_APPEND_ARRAY(&o, "applyOps", &ops->arr);
     if (ops->nfull > 0)
         BSON_APPEND_INT64(&o, "count", (int64_t)ops->total);
     sbl_oplog_entry_t e = {.op = 'c', .ns = "admin.$cmd", .o = &o, .stmt = st, .no_stmt_id = true};
     rc = sbl_oplog_append(s, &e, err);
+    ts[ops->nfull] = e.ts;
+    wall[ops->nfull] = e.wall_ms;
+    for (size_t i = 0; rc == 0 && i < ops->nimg; i++) {
+        const txn_image_t *im = &ops->img[i];
+        rc = sbl_repl_write_preimage(s, im->uuid, ts[im->entry], (int64_t)im->index,
+                                     wall[im->entry], im->doc, err);
+    }
+    free(ts);
+    free(wall);
     if (rc == 0) {
         BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
         BSON_APPEND_BINARY(&lsid, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);

@@ -205,6 +205,10 @@ static int run(int notify_fd)
                               .dbpath = options.dbpath,
                               .port = options.port,
                               .cluster_key = options.cluster_key};
+    if (bson_iter_init_find(&ttl_it, &options.parameters,
+                            "expiredChangeStreamPreImageRemovalJobSleepSecs") &&
+        BSON_ITER_HOLDS_UTF8(&ttl_it))
+        sbl_repl_set_preimage_remover_sleep_s(atoi(bson_iter_utf8(&ttl_it, NULL)));
     if (sbl_repl_start(&rcfg, &err) != 0) {
         startup_error(SBL_LOG_FATAL, "REPL", 40088, "Terminating: could not start replication",
                       &err);

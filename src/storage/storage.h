@@ -184,6 +184,12 @@ bool sbl_coll_dup_ids(const sbl_coll_t *c);
  * like's _id whose bytes are like's (the one a reader saw), or none. */
 int sbl_coll_get_same(sbl_session_t *s, sbl_coll_t *c, const bson_t *like, bson_t *doc,
                       bool *foundp, sbl_err_t *err);
+/* Delete c's documents for which pred(doc, arg) holds, scanning by _id a
+ * batch at a time and deleting each in its own transaction after pred holds
+ * again there (the TTL monitor's way; the pre-image remover's).  Returns
+ * how many went; errors end the pass early. */
+int64_t sbl_coll_delete_matching(sbl_session_t *s, sbl_coll_t *c,
+                                 bool (*pred)(const bson_t *doc, void *arg), void *arg);
 
 typedef struct sbl_scan sbl_scan_t;
 typedef struct sbl_scan_bounds {

@@ -116,39 +116,23 @@ static bool date_before(const bson_t *doc, const char *field, int64_t cutoff)
            bson_iter_date_time(&it) < cutoff;
 }
 
-/* A time-series collection's expireAfterSeconds (stored options {timeseries:
- * {timeField}, expireAfterSeconds}): delete the measurements whose timeField is
- * older than now - expireAfterSeconds; for a clustered collection ({clusteredIndex,
- * expireAfterSeconds}) the documents whose _id is such a date.  The collection is
- * scanned in _id order, TTL_BATCH expired documents at a time, each deleted (after
- * a re-check) in its own transaction.  Returns how many went. */
-static int64_t ttl_pass_timeseries(sbl_session_t *s, sbl_coll_t *c, int64_t now_ms)
+int64_t sbl_coll_delete_matching(sbl_session_t *s, sbl_coll_t *c,
+                                 bool (*pred)(const bson_t *doc, void *arg), void *arg)
 {
-    const bson_t *o = sbl_coll_options(c);
-    bson_iter_t it, f;
-    if (o == NULL || !bson_iter_init_find(&it, o, "expireAfterSeconds") ||
-        !BSON_ITER_HOLDS_NUMBER(&it))
-        return 0;
-    int64_t cutoff = now_ms - bson_iter_as_int64(&it) * 1000, deleted = 0;
-    const char *tf = "_id"; /* a clustered collection's TTL reads its cluster key */
-    if (bson_iter_init_find(&it, o, "timeseries") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
-        bson_iter_recurse(&it, &f) && bson_iter_find(&f, "timeField") &&
-        BSON_ITER_HOLDS_UTF8(&f))
-        tf = bson_iter_utf8(&f, NULL);
-    else if (!bson_iter_init_find(&it, o, "clusteredIndex"))
-        return 0;
-    /* The expired documents themselves: a time-series collection may hold
-     * several under one _id, and the batch ends only past the last of them
+    /* The matching documents themselves: a time-series collection may hold
+     * several under one _id, and a batch ends only past the last of them
      * (the next scan resumes after that _id). */
     size_t cap = TTL_BATCH;
-    bson_t **expired = bson_malloc(cap * sizeof(bson_t *));
+    bson_t **hit = bson_malloc(cap * sizeof(bson_t *));
     bson_value_t last;
     bool have_last = false, done = false;
+    int64_t deleted = 0;
     sbl_err_t e;
     while (!done) {
         sbl_scan_bounds_t b = {.lo = have_last ? &last : NULL, .lo_inclusive = false};
         sbl_scan_t *sc = NULL;
         size_t n = 0;
+        bson_iter_t it;
         sbl_err_clear(&e);
         if (sbl_scan_open(s, c, &b, false, &sc, &e) != 0)
             break;
@@ -166,20 +150,20 @@ static int64_t ttl_pass_timeseries(sbl_session_t *s, sbl_coll_t *c, int64_t now_
                 bson_value_destroy(&last);
             bson_value_copy(bson_iter_value(&it), &last);
             have_last = true;
-            if (!date_before(&doc, tf, cutoff))
+            if (!pred(&doc, arg))
                 continue;
             if (n == cap) {
                 cap *= 2;
-                expired = bson_realloc(expired, cap * sizeof(bson_t *));
+                hit = bson_realloc(hit, cap * sizeof(bson_t *));
             }
-            expired[n++] = bson_copy(&doc);
+            hit[n++] = bson_copy(&doc);
         }
         sbl_scan_close(sc);
         for (size_t i = 0; i < n; i++) {
             bool found = false;
             if (sbl_txn_begin(s, &e) == 0) {
-                if (sbl_coll_get_same(s, c, expired[i], &doc, &found, &e) == 0 && found) {
-                    if (date_before(&doc, tf, cutoff) &&
+                if (sbl_coll_get_same(s, c, hit[i], &doc, &found, &e) == 0 && found) {
+                    if (pred(&doc, arg) &&
                         sbl_write(s, c, SBL_WRITE_DELETE, &doc, NULL, NULL, &e) == 0 &&
                         sbl_txn_commit(s, &e) == 0)
                         deleted++;
@@ -187,13 +171,47 @@ static int64_t ttl_pass_timeseries(sbl_session_t *s, sbl_coll_t *c, int64_t now_
                 }
                 sbl_txn_abort(s); /* no-op after a commit */
             }
-            bson_destroy(expired[i]);
+            bson_destroy(hit[i]);
         }
     }
     if (have_last)
         bson_value_destroy(&last);
-    bson_free(expired);
+    bson_free(hit);
     return deleted;
+}
+
+typedef struct ts_expiry {
+    const char *field;
+    int64_t cutoff;
+} ts_expiry_t;
+
+static bool ts_expired(const bson_t *doc, void *arg)
+{
+    const ts_expiry_t *x = arg;
+    return date_before(doc, x->field, x->cutoff);
+}
+
+/* A time-series collection's expireAfterSeconds (stored options {timeseries:
+ * {timeField}, expireAfterSeconds}): delete the measurements whose timeField is
+ * older than now - expireAfterSeconds; for a clustered collection ({clusteredIndex,
+ * expireAfterSeconds}) the documents whose _id is such a date.  Returns how many
+ * went. */
+static int64_t ttl_pass_timeseries(sbl_session_t *s, sbl_coll_t *c, int64_t now_ms)
+{
+    const bson_t *o = sbl_coll_options(c);
+    bson_iter_t it, f;
+    if (o == NULL || !bson_iter_init_find(&it, o, "expireAfterSeconds") ||
+        !BSON_ITER_HOLDS_NUMBER(&it))
+        return 0;
+    ts_expiry_t x = {.field = "_id", /* a clustered collection's TTL reads its cluster key */
+                     .cutoff = now_ms - bson_iter_as_int64(&it) * 1000};
+    if (bson_iter_init_find(&it, o, "timeseries") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &f) && bson_iter_find(&f, "timeField") &&
+        BSON_ITER_HOLDS_UTF8(&f))
+        x.field = bson_iter_utf8(&f, NULL);
+    else if (!bson_iter_init_find(&it, o, "clusteredIndex"))
+        return 0;
+    return sbl_coll_delete_matching(s, c, ts_expired, &x);
 }
 
 static void ttl_pass(sbl_session_t *s)

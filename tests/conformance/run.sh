@@ -40,7 +40,7 @@ if [ ! -d node_modules/mongodb ]; then
 fi
 node selftest.mjs || fail $?
 dirs=(crud collection-management run-command command-logging-and-monitoring/monitoring
-      sessions retryable-reads retryable-writes)
+      sessions retryable-reads retryable-writes change-streams)
 node runner.mjs --root "$root" "${dirs[@]}" || fail $?
 # Then a 3-member replica set (started with scripts/sable-cluster on free ports, removed
 # afterwards) runs the tests of the same directories that do not run against a standalone

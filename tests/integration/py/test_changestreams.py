@@ -13,6 +13,7 @@ import time
 
 import pymongo
 import pytest
+from bson.binary import Binary
 from bson.timestamp import Timestamp
 from pymongo.errors import OperationFailure
 
@@ -32,7 +33,8 @@ def wait_primary(c):
 def rs1():
     s = Sabled()
     try:
-        s.start(["--replSet", "rs0", "--oplogSizeMB", "1"])
+        s.start(["--replSet", "rs0", "--oplogSizeMB", "1", "--setParameter",
+                 "expiredChangeStreamPreImageRemovalJobSleepSecs=1"])
         c = pymongo.MongoClient("127.0.0.1", s.port, directConnection=True)
         c.admin.command("replSetInitiate")
         wait_primary(c)
@@ -77,6 +79,10 @@ def test_standalone_refuses():
         with pytest.raises(OperationFailure) as e:
             c.test.c.watch().try_next()
         assert e.value.code == 40573
+        with pytest.raises(OperationFailure) as e:
+            c.admin.command("setClusterParameter",
+                            {"changeStreamOptions": {"preAndPostImages": {"expireAfterSeconds": 9}}})
+        assert e.value.code == 20
 
 
 def test_crud_events_and_shapes(db):
@@ -279,3 +285,265 @@ def test_waiting_getmore_is_woken_by_a_write(db):
     assert ev["documentKey"] == {"_id": 1}
     # woken by the write (0.3 s), not at the end of the 5 s wait
     assert 0.25 < waited < 2.0
+
+
+def test_expanded_event_shapes_and_modify(db):
+    """create, createIndexes, dropIndexes and modify as 7.0 gives them:
+    collectionUUID after clusterTime, operationDescription, and for modify
+    (collMod) stateBeforeChange with the options before the change."""
+    st = RawStream(db, None, {"showExpandedEvents": True})
+    db.create_collection("c")
+    uuid = db.command("listCollections", filter={"name": "c"})["cursor"]["firstBatch"][0][
+        "info"]["uuid"]
+    db.c.create_index("a")
+    db.command("collMod", "c", index={"keyPattern": {"a": 1}, "hidden": True})
+    db.command("collMod", "c", validator={"a": {"$exists": True}}, validationLevel="moderate")
+    db.command("collMod", "c")
+    db.c.drop_index("a_1")
+    cre, cix, hid, val, empty, dix = [st.next() for _ in range(6)]
+    head = ["_id", "operationType", "clusterTime", "collectionUUID", "wallTime", "ns",
+            "operationDescription"]
+    assert list(cre) == head and cre["collectionUUID"] == uuid
+    assert cre["operationDescription"] == {"idIndex": {"v": 2, "key": {"_id": 1},
+                                                       "name": "_id_"}}
+    assert list(cix) == head and list(dix) == head
+    spec = {"v": 2, "key": {"a": 1}, "name": "a_1"}
+    assert cix["operationDescription"] == {"indexes": [spec]}
+    assert dix["operationDescription"] == {"indexes": [dict(spec, hidden=True)]}
+    assert [e["operationType"] for e in (hid, val, empty)] == ["modify"] * 3
+    assert list(hid) == head + ["stateBeforeChange"]
+    assert hid["ns"] == {"db": db.name, "coll": "c"} and hid["collectionUUID"] == uuid
+    # the index named as mongod logs it, whatever the command named it by
+    assert hid["operationDescription"] == {"index": {"name": "a_1", "hidden": True}}
+    assert hid["stateBeforeChange"] == {"collectionOptions": {"uuid": uuid},
+                                        "indexOptions": {"hidden": False}}
+    assert val["operationDescription"] == {"validator": {"a": {"$exists": True}},
+                                           "validationLevel": "moderate"}
+    assert val["stateBeforeChange"] == {"collectionOptions": {"uuid": uuid}}
+    assert empty["operationDescription"] == {}
+    before = empty["stateBeforeChange"]["collectionOptions"]
+    assert before["uuid"] == uuid and before["validator"] == {"a": {"$exists": True}}
+    assert before["validationLevel"] == "moderate"
+    # without showExpandedEvents there are no modify events
+    with db.c.watch() as plain:
+        db.command("collMod", "c", validationLevel="strict")
+        db.c.insert_one({"_id": 1, "a": 1})
+        assert plain.next()["operationType"] == "insert"
+    # a refused collMod logs nothing
+    with pytest.raises(OperationFailure):
+        db.command("collMod", "c", index={"name": "nope", "hidden": True})
+    db.c.insert_one({"_id": 2, "a": 1})
+    evs = [st.next() for _ in range(3)]
+    assert [e["operationType"] for e in evs] == ["modify", "insert", "insert"]
+
+
+def wait_until(pred, timeout=60):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+def first_event_or_error(db, coll, spec):
+    """The first update event of a stream opened with spec, or the OperationFailure."""
+    try:
+        return RawStream(db, coll, spec, [{"$match": {"operationType": "update"}}]).next()
+    except OperationFailure as e:
+        return e
+
+
+def test_cluster_parameter_and_pre_image_expiry(rs1, db):
+    _, c = rs1
+    admin = c.admin
+    default = {"_id": "changeStreamOptions", "clusterParameterTime": Timestamp(0, 0),
+               "preAndPostImages": {"expireAfterSeconds": "off"}}
+    for arg in ("changeStreamOptions", "*", ["changeStreamOptions"]):
+        assert admin.command("getClusterParameter", arg)["clusterParameters"] == [default]
+    bad = [({"changeStreamOptions": {"preAndPostImages": {"expireAfterSeconds": 0}}}, 2),
+           ({"changeStreamOptions": {"preAndPostImages": {"expireAfterSeconds": "on"}}}, 2),
+           ({"changeStreamOptions": {"preAndPostImages": {"other": 1}}}, 40415),
+           ({"changeStreamOptions": {"other": {}}}, 40415),
+           ({"noSuchParameter": {}}, 4)]
+    for arg, code in bad:
+        with pytest.raises(OperationFailure) as e:
+            admin.command("setClusterParameter", arg)
+        assert e.value.code == code, arg
+    with pytest.raises(OperationFailure) as e:
+        admin.command("getClusterParameter", "noSuchParameter")
+    assert e.value.code == 4
+    preimages = c.config["system.preimages"]
+    db.create_collection("c", changeStreamPreAndPostImages={"enabled": True})
+    db.c.insert_one({"_id": 1, "v": 0})
+    before = preimages.count_documents({})
+    t0 = db.command("ping")["operationTime"]
+    db.c.update_one({"_id": 1}, {"$set": {"v": 1}})
+    spec = {"startAtOperationTime": t0, "fullDocument": "whenAvailable",
+            "fullDocumentBeforeChange": "required"}
+    ev = first_event_or_error(db, "c", spec)
+    assert ev["fullDocumentBeforeChange"] == {"_id": 1, "v": 0}
+    assert ev["fullDocument"] == {"_id": 1, "v": 1}
+    assert preimages.count_documents({}) == before + 1
+    try:
+        admin.command("setClusterParameter",
+                      {"changeStreamOptions": {"preAndPostImages": {"expireAfterSeconds": 1}}})
+        got = admin.command("getClusterParameter", "changeStreamOptions")["clusterParameters"]
+        assert got[0]["preAndPostImages"] == {"expireAfterSeconds": 1}
+        assert isinstance(got[0]["preAndPostImages"]["expireAfterSeconds"], int)
+        assert got[0]["clusterParameterTime"] > Timestamp(0, 0)
+        # the remover (every second here) deletes the images older than a second
+        wait_until(lambda: preimages.count_documents({}) == 0)
+    finally:
+        admin.command("setClusterParameter",
+                      {"changeStreamOptions": {"preAndPostImages": {"expireAfterSeconds": "off"}}})
+    # "required" now fails as mongod's, "whenAvailable" gives null for both images
+    for req in ({"fullDocumentBeforeChange": "required"}, {"fullDocument": "required"}):
+        err = first_event_or_error(db, "c", dict(req, startAtOperationTime=t0))
+        assert isinstance(err, OperationFailure) and err.code == 47, err
+    ev = first_event_or_error(db, "c", {"startAtOperationTime": t0,
+                                        "fullDocument": "whenAvailable",
+                                        "fullDocumentBeforeChange": "whenAvailable"})
+    assert ev["fullDocument"] is None and ev["fullDocumentBeforeChange"] is None
+    # "off": images stay
+    db.c.update_one({"_id": 1}, {"$set": {"v": 2}})
+    assert preimages.count_documents({}) == 1
+    got = admin.command("getClusterParameter", "changeStreamOptions")["clusterParameters"]
+    assert got[0]["preAndPostImages"] == {"expireAfterSeconds": "off"}
+
+
+def test_pre_images_go_with_their_oplog_entries(rs1, db):
+    _, c = rs1
+    preimages = c.config["system.preimages"]
+    db.create_collection("c", changeStreamPreAndPostImages={"enabled": True})
+    db.c.insert_one({"_id": 1, "v": 0})
+    db.c.update_one({"_id": 1}, {"$set": {"v": 1}})
+    uuid = db.command("listCollections", filter={"name": "c"})["cursor"]["firstBatch"][0][
+        "info"]["uuid"]
+    mine = {"_id.nsUUID": Binary(uuid.bytes, 4)}
+    assert preimages.count_documents(mine) == 1
+    for i in range(25):  # wrap the 1 MB oplog past the update's entry
+        db.filler.insert_one({"pad": "x" * 60000, "i": i})
+    wait_until(lambda: preimages.count_documents(mine) == 0)
+    db.c.update_one({"_id": 1}, {"$set": {"v": 2}})  # a new one stays
+    time.sleep(2.5)
+    assert preimages.count_documents(mine) == 1
+
+
+def test_redact_stage_and_in_a_stream(db):
+    db.r.insert_many([
+        {"_id": 1, "level": 1, "sub": {"level": 2, "x": 1},
+         "arr": [{"level": 1, "y": 1}, {"level": 3, "y": 2}, 5, [{"level": 9}]]},
+        {"_id": 2, "level": 5, "sub": {"level": 1}}])
+    descend = {"$cond": {"if": {"$lte": ["$level", 2]}, "then": "$$DESCEND",
+                         "else": "$$PRUNE"}}
+    got = list(db.r.aggregate([{"$redact": descend}]))
+    assert got == [{"_id": 1, "level": 1, "sub": {"level": 2, "x": 1},
+                    "arr": [{"level": 1, "y": 1}, 5, []]}]
+    keep = {"$cond": [{"$eq": ["$level", 5]}, "$$KEEP", "$$PRUNE"]}
+    assert [d["_id"] for d in db.r.aggregate([{"$redact": keep}])] == [2]
+    # $$ROOT stays the whole document below the top
+    root = {"$cond": [{"$eq": ["$$ROOT._id", 1]}, "$$DESCEND", "$$PRUNE"]}
+    assert [d["_id"] for d in db.r.aggregate([{"$redact": root}])] == [1]
+    with pytest.raises(OperationFailure) as e:
+        list(db.r.aggregate([{"$redact": "keep?"}]))
+    assert e.value.code == 17053
+    # in a change stream: a pruned event is not returned, a pruned part is left out
+    secret = {"$cond": [{"$eq": ["$secret", True]}, "$$PRUNE", "$$DESCEND"]}
+    with db.c.watch([{"$redact": secret}]) as st:
+        db.c.insert_one({"_id": 1, "secret": True})
+        db.c.insert_one({"_id": 2, "inner": {"secret": True, "z": 1}, "k": 1})
+        e1, e2 = st.next(), st.next()
+    assert "fullDocument" not in e1 and e1["documentKey"] == {"_id": 1}
+    assert e2["fullDocument"] == {"_id": 2, "k": 1}
+    with db.c.watch([{"$redact": {"$cond": [{"$eq": ["$operationType", "delete"]},
+                                            "$$KEEP", "$$PRUNE"]}}]) as st:
+        db.c.insert_one({"_id": 3})
+        db.c.delete_one({"_id": 3})
+        assert st.next()["operationType"] == "delete"
+
+
+def test_split_large_event(db):
+    """Events over 16 MB: BSONObjectTooLarge (10334) without
+    $changeStreamSplitLargeEvent; with it, fragments of at most 16 MB with
+    splitEvent {fragment, of} and tokens that resume inside the event."""
+    db.create_collection("c")
+    # a 500 kB document (the oplog here is 1 MB), copied 36 times into the event by
+    # $addFields: about 18 MB
+    grow = {"$addFields": {"big%d" % i: "$fullDocument.a" for i in range(36)}}
+    split = {"$changeStreamSplitLargeEvent": {}}
+    whole = RawStream(db, "c", {}, [grow])
+    parts = RawStream(db, "c", {}, [grow, split])
+    db.c.insert_one({"_id": 1, "a": "x" * 500000})
+    db.c.insert_one({"_id": 2})
+    f1, f2 = parts.next(), parts.next()
+    assert list(f1)[:2] == ["_id", "splitEvent"] and list(f2)[:2] == ["_id", "splitEvent"]
+    assert f1["splitEvent"] == {"fragment": 1, "of": 2}
+    assert f2["splitEvent"] == {"fragment": 2, "of": 2}
+    assert f1["operationType"] == "insert" and f1["fullDocument"]["_id"] == 1
+    rest = set(f1) | set(f2)
+    assert {"big0", "big35", "ns", "documentKey", "clusterTime"} <= rest
+    assert not (set(f1) & set(f2)) - {"_id", "splitEvent"}
+    t1, t2 = f1["_id"]["_data"], f2["_id"]["_data"]
+    assert t1 < t2
+    small = parts.next()
+    assert "splitEvent" not in small and small["documentKey"] == {"_id": 2}
+    assert t2 < small["_id"]["_data"]
+    with pytest.raises(OperationFailure) as e:
+        whole.next()
+    assert e.value.code == 10334
+    # resuming from the first fragment gives the second, then what follows
+    r = RawStream(db, "c", {"resumeAfter": f1["_id"]}, [grow, split])
+    again = r.next()
+    assert again["_id"] == f2["_id"] and again["splitEvent"] == {"fragment": 2, "of": 2}
+    assert r.next()["documentKey"] == {"_id": 2}
+    with pytest.raises(OperationFailure) as e:
+        RawStream(db, "c", {"resumeAfter": f1["_id"]}, [grow])
+    assert e.value.code == 280
+    for pipe, code in (([split, {"$match": {}}], 40601),
+                       ([{"$changeStreamSplitLargeEvent": {"x": 1}}], 7182801)):
+        with pytest.raises(OperationFailure) as e:
+            RawStream(db, "c", {}, pipe)
+        assert e.value.code == code
+
+
+def test_transaction_events(rs1, db):
+    """A transaction's operations: one event each in order, with lsid and
+    txnNumber; an update inside it is an update (updateDescription), as
+    outside."""
+    _, c = rs1
+    db.create_collection("c")
+    db.c.insert_one({"_id": 1, "v": 0, "w": 1})
+    with db.c.watch() as st:
+        with c.start_session() as s:
+            with s.start_transaction():
+                db.c.insert_one({"_id": 2}, session=s)
+                db.c.update_one({"_id": 1}, {"$set": {"v": 1}, "$unset": {"w": ""}},
+                                session=s)
+                db.c.replace_one({"_id": 2}, {"r": 1}, session=s)
+                db.c.delete_one({"_id": 2}, session=s)
+        evs = [st.next() for _ in range(4)]
+    assert [e["operationType"] for e in evs] == ["insert", "update", "replace", "delete"]
+    assert evs[1]["updateDescription"] == {"updatedFields": {"v": 1}, "removedFields": ["w"],
+                                           "truncatedArrays": []}
+    assert all("lsid" in e and e["txnNumber"] == evs[0]["txnNumber"] for e in evs)
+    assert len({e["clusterTime"] for e in evs}) == 1
+    toks = [e["_id"]["_data"] for e in evs]
+    assert toks == sorted(toks) and len(set(toks)) == 4
+    # pre- and post-images of a transaction's operations, each its own
+    db.create_collection("img", changeStreamPreAndPostImages={"enabled": True})
+    db.img.insert_many([{"_id": 1, "v": 1}, {"_id": 2, "v": 2}])
+    st = RawStream(db, "img", {"fullDocument": "required",
+                               "fullDocumentBeforeChange": "required"})
+    with c.start_session() as s:
+        with s.start_transaction():
+            db.img.update_one({"_id": 1}, {"$inc": {"v": 10}}, session=s)
+            db.img.update_one({"_id": 2}, {"$inc": {"v": 20}}, session=s)
+            db.img.delete_one({"_id": 1}, session=s)
+    u1, u2, d1 = st.next(), st.next(), st.next()
+    assert (u1["fullDocumentBeforeChange"], u1["fullDocument"]) == ({"_id": 1, "v": 1},
+                                                                     {"_id": 1, "v": 11})
+    assert (u2["fullDocumentBeforeChange"], u2["fullDocument"]) == ({"_id": 2, "v": 2},
+                                                                     {"_id": 2, "v": 22})
+    assert d1["operationType"] == "delete"
+    assert d1["fullDocumentBeforeChange"] == {"_id": 1, "v": 11}

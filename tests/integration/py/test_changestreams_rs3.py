@@ -26,6 +26,59 @@ def set_client(members):
                                serverSelectionTimeoutMS=30000, retryWrites=False)
 
 
+def test_coll_mod_replicates_and_secondaries_see_modify(rs3):  # noqa: F811
+    """collMod is an oplog entry: secondaries apply it and their streams
+    show the modify event (showExpandedEvents); a secondary stores a
+    transaction's pre-images as it applies it, under the primary's UUID."""
+    c = set_client(rs3)
+    wait_for(lambda: c.primary)
+    secondary = [m for m in rs3 if m.port != c.primary[1]][0]
+    db = c.get_database("csmod", write_concern=WriteConcern("majority", wtimeout=20000))
+    db.create_collection("m")
+    db.m.create_index("a")
+    with direct(secondary) as sc:
+        wait_for(lambda: "m" in sc.csmod.list_collection_names())
+        r = sc.csmod.command("aggregate", "m", cursor={},
+                             pipeline=[{"$changeStream": {"showExpandedEvents": True}}])
+        cid = r["cursor"]["id"]
+        db.command("collMod", "m", validator={"a": {"$type": "int"}},
+                   index={"name": "a_1", "hidden": True})
+        ev = None
+        end = time.time() + 20
+        while ev is None and time.time() < end:
+            b = sc.csmod.command("getMore", cid, collection="m", maxTimeMS=500)
+            ev = (b["cursor"]["nextBatch"] or [None])[0]
+        assert ev is not None and ev["operationType"] == "modify"
+        assert ev["operationDescription"] == {"validator": {"a": {"$type": "int"}},
+                                              "index": {"name": "a_1", "hidden": True}}
+        info = sc.csmod.command("listCollections", filter={"name": "m"})
+        assert info["cursor"]["firstBatch"][0]["options"]["validator"] == {
+            "a": {"$type": "int"}}
+        ix = {i["name"]: i for i in sc.csmod.m.list_indexes()}
+        assert ix["a_1"].get("hidden") is True
+        sc.csmod.command("killCursors", "m", cursors=[cid])
+        # a transaction's pre-images, stored by the secondary as it applies it
+        db.create_collection("img", changeStreamPreAndPostImages={"enabled": True})
+        db.img.insert_many([{"_id": 1, "v": 1}, {"_id": 2, "v": 2}])
+        with c.start_session() as s:
+            with s.start_transaction():
+                db.img.update_one({"_id": 1}, {"$inc": {"v": 10}}, session=s)
+                db.img.update_one({"_id": 2}, {"$inc": {"v": 20}}, session=s)
+        r = sc.csmod.command("aggregate", "img", cursor={}, pipeline=[
+            {"$changeStream": {"fullDocumentBeforeChange": "required",
+                               "startAtOperationTime": db.command("ping")["operationTime"]}},
+            {"$match": {"operationType": "update"}}])
+        got = list(r["cursor"]["firstBatch"])
+        end = time.time() + 20
+        while len(got) < 2 and time.time() < end:
+            b = sc.csmod.command("getMore", r["cursor"]["id"], collection="img", maxTimeMS=500)
+            got += b["cursor"]["nextBatch"]
+        assert [e["fullDocumentBeforeChange"] for e in got] == [{"_id": 1, "v": 1},
+                                                                {"_id": 2, "v": 2}]
+    c.drop_database("csmod")
+    c.close()
+
+
 def test_failover_no_event_lost_or_repeated(rs3):  # noqa: F811
     c = set_client(rs3)
     coll = c.test.get_collection("cs", write_concern=WriteConcern("majority", wtimeout=20000))

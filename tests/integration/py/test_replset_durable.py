@@ -186,6 +186,8 @@ def test_rollback_of_a_former_primarys_w1_writes():
         j.update_one({"_id": 3}, {"$set": {"v": "lost update"}})
         j.delete_one({"_id": 4})
         ca.t.newcoll.with_options(write_concern=J).insert_one({"_id": "only on a"})
+        ca.t.command("collMod", "c", validator={"v": {"$type": "string"}},
+                     writeConcern={"w": 1, "j": True})  # undone: the options come back
         ca.close()
         a.kill9()
         b.signal(signal.SIGCONT)
@@ -210,6 +212,8 @@ def test_rollback_of_a_former_primarys_w1_writes():
         assert any(d["_id"] == 4 for d in docs)  # the delete was undone too
         with direct(a) as c1:
             assert "newcoll" not in c1.t.list_collection_names()
+            info = c1.t.command("listCollections", filter={"name": "c"})
+            assert "validator" not in info["cursor"]["firstBatch"][0]["options"]
             assert c1.t.c.estimated_document_count() == c1.t.c.count_documents({})
             assert c1.local["oplog.rs"].count_documents({"o.v": "lost"}) == 0
         # the undone documents are in the rollback files, readable BSON

@@ -513,6 +513,7 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     int64_t id = 0, batch_size = -1, await_ms = 1000;
+    bool max_time = false; /* maxTimeMS given */
     const char *coll = NULL;
     uint64_t gen = sbl_op_generation(); /* before reading: a write after it wakes us */
 
@@ -539,6 +540,7 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
                 batch_size = -1;
         } else if (strcmp(k, "maxTimeMS") == 0 && BSON_ITER_HOLDS_NUMBER(&it)) {
             await_ms = bson_iter_as_int64(&it); /* an awaitData cursor's wait */
+            max_time = true;
         }
     }
     if (coll == NULL)
@@ -570,7 +572,7 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
     }
     cur->in_use = true;
     pthread_mutex_unlock(&reg_lock);
-    if (!(cur->flags & SBL_CURSOR_AWAIT_DATA) && await_ms > 0) /* a plain time limit */
+    if (!(cur->flags & SBL_CURSOR_AWAIT_DATA) && max_time && await_ms > 0) /* a plain time limit */
         ctx->deadline_us = ctx->start_us + await_ms * 1000;
 
     bson_t c, arr;

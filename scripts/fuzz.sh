@@ -4,14 +4,15 @@
 # committed seed corpus.  New inputs go to build-fuzz/corpus/<target>/ (the
 # committed corpus is only read); crashes are written to build-fuzz/crashes/
 # and fail the run.
-#   scripts/fuzz.sh [--seconds N] [--jobs J] [--seed S] [--timeout T] [--no-build] [target ...]
+#   scripts/fuzz.sh [--seconds N] [--jobs J] [--seed S] [--timeout T] [--no-build|--build-only] [target ...]
 # (default: 60 s each, every target, a random seed; --seed makes the inputs
 # tried the same from run to run (CI); --timeout: seconds one input may take
-# before it counts as a hang, default 25; --no-build runs what build-fuzz/ holds)
+# before it counts as a hang, default 25; --no-build runs what build-fuzz/ holds,
+# --build-only builds and runs nothing)
 # Installs clang and libclang-rt-14-dev (Debian 12) when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=60 jobs=1 build=1 seed= timeout=25 targets=()
+seconds=60 jobs=1 build=1 run=1 seed= timeout=25 targets=()
 while (($#)); do
     case $1 in
         --seconds) seconds=$2; shift 2 ;;
@@ -19,7 +20,8 @@ while (($#)); do
         --seed) seed=$2; shift 2 ;;
         --timeout) timeout=$2; shift 2 ;;
         --no-build) build=0; shift ;;
-        -h|--help) sed -n 2,11p "$0"; exit 0 ;;
+        --build-only) run=0; shift ;;
+        -h|--help) sed -n 2,12p "$0"; exit 0 ;;
         *) targets+=("$1"); shift ;;
     esac
 done
@@ -42,6 +44,7 @@ if ((build)); then
     cmake -S . -B "$BUILD" -DCMAKE_C_COMPILER=clang -DSABLE_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
     cmake --build "$BUILD" -j"$(nproc)" --target "${targets[@]}"
 fi
+((run)) || exit 0
 mkdir -p "$BUILD/crashes"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"

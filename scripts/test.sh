@@ -15,6 +15,7 @@
 #      leaves the input in build-fuzz/crashes/).  It builds and runs at low
 #      priority alongside step 2, whose tests leave a core mostly idle; its
 #      output is printed when it ends (and kept in build/fuzz-step.log).
+#   Steps 2 and 3's trees are compiled at nice 19 while step 1 runs.
 #   scripts/test.sh [ctest args...]      (arguments go to step 1's ctest)
 # SABLE_TEST_SANITIZE=0 or SABLE_TEST_FUZZ=0 skips step 2 or 3.
 set -euo pipefail
@@ -34,7 +35,23 @@ step() {
     fi
 }
 run_ctest() { (cd build && ctest --output-on-failure --timeout 900 "$@"); }
+# Steps 2 and 3 compile two more trees (ASan+UBSan, clang for libFuzzer):
+# that is done now, at the lowest priority, on the CPU step 1 leaves idle
+# while its tests wait on elections, timeouts and fsyncs; the steps below
+# then find their trees built.
+prebuild_pid=
+if [[ ${SABLE_TEST_SANITIZE:-1} != 0 || ${SABLE_TEST_FUZZ:-1} != 0 ]]; then
+    (
+        [[ ${SABLE_TEST_SANITIZE:-1} == 0 ]] || nice -n 19 scripts/sanitize.sh --build-only
+        [[ ${SABLE_TEST_FUZZ:-1} == 0 ]] || nice -n 19 scripts/fuzz.sh --build-only
+    ) >build/prebuild.log 2>&1 &
+    prebuild_pid=$!
+fi
 step ctest run_ctest "$@"
+if [[ -n $prebuild_pid ]]; then
+    # a failed build is built again, and reported, by its step
+    wait "$prebuild_pid" || echo "== test.sh: the early build of steps 2-3 failed (build/prebuild.log)"
+fi
 
 fuzz_pid= fuzz_t0=$SECONDS
 if [[ ${SABLE_TEST_FUZZ:-1} != 0 ]]; then

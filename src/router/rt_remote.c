@@ -23,6 +23,7 @@
 
 #include "auth/auth.h"
 #include "server/server.h"
+#include "common/log.h"
 
 #include <errno.h>
 #include <mongoc/mongoc.h>
@@ -98,17 +99,60 @@ int rt_remote_init(const char *cfg, sbl_err_t *err)
     return 0;
 }
 
-void rt_remote_shutdown(void)
+/* Closing the pools: libmongoc ends the pooled sessions first, and with a
+ * server down its server selection waits serverSelectionTimeoutMS (15 s)
+ * per pool.  The closing runs on a thread of its own; shutdown waits for it
+ * at most CLOSE_WAIT_MS, then leaves what is left to the process's exit. */
+#define CLOSE_WAIT_MS 2000
+
+static pthread_mutex_t close_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t close_cv = PTHREAD_COND_INITIALIZER;
+static bool closed;
+
+static void *close_main(void *arg)
 {
-    for (int i = 0; i < nshards; i++) {
+    (void)arg;
+    for (int i = 0; i < nshards; i++)
         if (shards[i].pool != NULL)
             mongoc_client_pool_destroy(shards[i].pool);
-        for (int k = 0; k < shards[i].nidle; k++)
-            close(shards[i].idle[k]);
-    }
-    nshards = 0;
     if (config_pool != NULL)
         mongoc_client_pool_destroy(config_pool);
+    pthread_mutex_lock(&close_mu);
+    closed = true;
+    pthread_cond_signal(&close_cv);
+    pthread_mutex_unlock(&close_mu);
+    return NULL;
+}
+
+void rt_remote_shutdown(void)
+{
+    for (int i = 0; i < nshards; i++)
+        for (int k = 0; k < shards[i].nidle; k++)
+            close(shards[i].idle[k]);
+    pthread_t t;
+    bool done = pthread_create(&t, NULL, close_main, NULL) != 0;
+    if (done) {
+        close_main(NULL);
+    } else {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += CLOSE_WAIT_MS / 1000;
+        pthread_mutex_lock(&close_mu);
+        while (!closed && pthread_cond_timedwait(&close_cv, &close_mu, &until) == 0)
+            ;
+        done = closed;
+        pthread_mutex_unlock(&close_mu);
+        if (done)
+            pthread_join(t, NULL);
+        else
+            pthread_detach(t);
+    }
+    if (!done) {
+        sbl_log(SBL_LOG_INFO, "SHARDING", 0, "connections to an unreachable shard or config server "
+                "not closed within 2 s: left to the exit", NULL);
+        return; /* the thread is still in libmongoc: no cleanup under it */
+    }
+    nshards = 0;
     config_pool = NULL;
     mongoc_cleanup();
 }

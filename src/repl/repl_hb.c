@@ -171,7 +171,7 @@ int sbl_repl_heartbeat(const bson_t *cmd, bson_t *r, sbl_err_t *err)
                               SBL_TS_INC(rs.election_ts));
     if (rs.primary >= 0)
         BSON_APPEND_INT32(r, "primaryId", rs.cfg.m[rs.primary].id);
-    sbl_repl_append_optime(r, "lastOpCommitted", rs.commit.ts, rs.commit.t);
+    sbl_rs_append_commit_locked(r);
     if (rs.config != NULL && their_version < rs.cfg.version)
         BSON_APPEND_DOCUMENT(r, "config", rs.config);
     if (from != NULL && their_version > (rs.config != NULL ? rs.cfg.version : -2))
@@ -296,8 +296,11 @@ static void on_heartbeat_reply(int i, bool ok, const bson_t *reply, int64_t sent
     p->state = (int)num(reply, "state", SBL_RS_STARTUP);
     log_member_state_locked(i, old_state, p->state, now - sent_ms, NULL);
     sbl_optime_t ap = optime_at(reply, "opTime");
-    if (sbl_optime_cmp(ap, p->applied) > 0)
+    if (sbl_optime_cmp(ap, p->applied) > 0) {
         p->applied = ap;
+        if (bson_iter_init_find(&it, reply, "wallTime") && BSON_ITER_HOLDS_DATE_TIME(&it))
+            p->applied_wall = bson_iter_date_time(&it);
+    }
     p->durable = optime_at(reply, "durableOpTime");
     p->cfg_version = num(reply, "v", -2);
     const char *ss = str(reply, "syncingTo");
@@ -312,9 +315,7 @@ static void on_heartbeat_reply(int i, bool ok, const bson_t *reply, int64_t sent
         } else {
             set_primary_locked(i);
             sbl_rs_reset_election_timer_locked(now);
-            sbl_optime_t cp = optime_at(reply, "lastOpCommitted");
-            if (sbl_optime_cmp(cp, rs.commit) > 0)
-                rs.commit = cp;
+            sbl_rs_learn_commit_locked(reply);
         }
     } else if (rs.primary == i) {
         set_primary_locked(-1);

@@ -354,6 +354,13 @@ int sbl_rs_adopt_config(const bson_t *config, sbl_err_t *err);
 /* Recompute the commit point from the members' applied optimes (lock
  * held; primary only); wakes waiters when it moved. */
 void sbl_rs_update_commit_locked(void);
+/* The commit point and its entry's wall time as members send them
+ * (lastOpCommitted, lastCommittedWall: heartbeat and position replies),
+ * lock held. */
+void sbl_rs_append_commit_locked(bson_t *r);
+/* Adopt the commit point of a member's reply (the fields above) when it is
+ * newer than ours, with its wall time (lock held). */
+void sbl_rs_learn_commit_locked(const bson_t *reply);
 /* Restart the election timer with a new random offset (lock held). */
 void sbl_rs_reset_election_timer_locked(int64_t now);
 

@@ -438,13 +438,9 @@ static void report_position(mongoc_client_t *c)
     bson_append_array_end(&cmd, &arr);
     pthread_mutex_unlock(&rs.lock);
     mongoc_client_command_simple(c, "admin", &cmd, NULL, &reply, &error);
-    bson_iter_t it;
-    sbl_optime_t cp = sbl_repl_optime_at(&reply, "lastOpCommitted");
     pthread_mutex_lock(&rs.lock);
-    if (sbl_optime_cmp(cp, rs.commit) > 0)
-        rs.commit = cp;
+    sbl_rs_learn_commit_locked(&reply);
     pthread_mutex_unlock(&rs.lock);
-    (void)it;
     bson_destroy(&reply);
     bson_destroy(&cmd);
 }
@@ -738,10 +734,34 @@ void sbl_rs_update_commit_locked(void)
         applied[i] = i == rs.self ? sbl_rs_my_applied() : rs.peer[i].applied;
     sbl_optime_t cp = sbl_rs_commit_point(&rs.cfg, applied, rs.term, rs.commit);
     if (sbl_optime_cmp(cp, rs.commit) > 0) {
+        /* the wall time of the entry at the commit point: it is some
+         * member's applied optime, and members report their applied wall
+         * time with it */
+        int64_t wall = 0;
+        for (int i = 0; i < rs.cfg.n && wall == 0; i++)
+            if (sbl_optime_cmp(applied[i], cp) == 0)
+                wall = i == rs.self ? sbl_oplog_last_wall_ms() : rs.peer[i].applied_wall;
         rs.commit = cp;
-        rs.commit_wall = sbl_now_ms();
+        rs.commit_wall = wall != 0 ? wall : sbl_now_ms();
     }
     pthread_cond_broadcast(&rs.cond); /* positions moved: w:N waiters look again */
+}
+
+void sbl_rs_append_commit_locked(bson_t *r)
+{
+    sbl_repl_append_optime(r, "lastOpCommitted", rs.commit.ts, rs.commit.t);
+    BSON_APPEND_DATE_TIME(r, "lastCommittedWall", rs.commit_wall);
+}
+
+void sbl_rs_learn_commit_locked(const bson_t *reply)
+{
+    bson_iter_t it;
+    sbl_optime_t cp = sbl_repl_optime_at(reply, "lastOpCommitted");
+    if (sbl_optime_cmp(cp, rs.commit) <= 0)
+        return;
+    rs.commit = cp;
+    if (bson_iter_init_find(&it, reply, "lastCommittedWall") && BSON_ITER_HOLDS_DATE_TIME(&it))
+        rs.commit_wall = bson_iter_date_time(&it);
 }
 
 /* How far the oldest timestamp trails stable: the history kept for reads
@@ -831,20 +851,22 @@ int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err)
             if (rs.cfg.m[i].id != id || i == rs.self)
                 continue;
             sbl_optime_t ap = sbl_repl_optime_at(&d, "appliedOpTime");
-            if (sbl_optime_cmp(ap, rs.peer[i].applied) > 0)
+            int moved = sbl_optime_cmp(ap, rs.peer[i].applied);
+            if (moved > 0)
                 rs.peer[i].applied = ap;
             /* a position report is a sign of life, as a heartbeat reply is
              * (mongod's liveness): the primary's "can I see a majority"
              * check must not depend on heartbeats alone, which a loaded
              * host delays past a short election timeout */
             rs.peer[i].last_ok_ms = now;
-            if (bson_iter_init_find(&f, &d, "appliedWallTime") && BSON_ITER_HOLDS_DATE_TIME(&f))
+            if (moved >= 0 && bson_iter_init_find(&f, &d, "appliedWallTime") &&
+                BSON_ITER_HOLDS_DATE_TIME(&f)) /* the wall time of the applied optime */
                 rs.peer[i].applied_wall = bson_iter_date_time(&f);
         }
     }
     if (atomic_load(&rs.state) == SBL_RS_PRIMARY)
         sbl_rs_update_commit_locked();
-    sbl_repl_append_optime(r, "lastOpCommitted", rs.commit.ts, rs.commit.t);
+    sbl_rs_append_commit_locked(r);
     pthread_mutex_unlock(&rs.lock);
     return 0;
 }

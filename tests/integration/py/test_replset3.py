@@ -7,6 +7,7 @@ w:"majority", failover after kill -9, replSetStepDown.
 electionTimeoutMillis is 2000 to keep the file short.  Every server started
 here is stopped in the fixture's finally.
 """
+import datetime
 import threading
 import time
 
@@ -92,8 +93,32 @@ def rs_client(members):
                                serverSelectionTimeoutMS=20000, heartbeatFrequencyMS=500)
 
 
+def check_commit_point_wall_times(members, p, started):
+    """Every member knows the commit point with its entry's wall time
+    (replSetGetStatus.optimes, hello.lastWrite): the secondaries learn both
+    from the primary, as mongod's members do."""
+    with direct(p) as d:
+        last = d.local["oplog.rs"].find_one(sort=[("$natural", -1)])["ts"]
+
+    def known(m):
+        with direct(m) as d:
+            ot = d.admin.command("replSetGetStatus")["optimes"]
+            lw = d.admin.command("hello")["lastWrite"]
+            cp = ot["lastCommittedOpTime"]
+            if cp["ts"] < last or lw["majorityOpTime"]["ts"] < last:
+                return None
+            e = d.local["oplog.rs"].find_one({"ts": cp["ts"]})
+            return e is not None and (ot, lw, e)
+    for m in members:
+        ot, lw, e = wait_for(lambda m=m: known(m), timeout=30)
+        assert ot["lastCommittedWallTime"] == e["wall"], (ot, e)
+        assert ot["lastCommittedWallTime"] >= started
+        assert lw["majorityWriteDate"] >= started
+
+
 def test_initiate_hello_and_majority_writes(rs3):
     p = primary_of(rs3)
+    started = datetime.datetime.utcnow().replace(microsecond=0) - datetime.timedelta(seconds=5)
     c = rs_client(rs3)
     try:
         coll = c.t.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=10000))
@@ -107,6 +132,7 @@ def test_initiate_hello_and_majority_writes(rs3):
                     docs = list(d.t.c.find().sort("_id", 1))
                     return len(docs) == 19 and docs[3]["x"] == 33
             wait_for(has_all, timeout=20)
+        check_commit_point_wall_times(rs3, p, started)
         # hello on each member
         hp = direct(p).admin.command("hello")
         assert hp["isWritablePrimary"] is True and hp["setName"] == "rs0"

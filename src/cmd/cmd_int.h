@@ -21,6 +21,7 @@
 #include "common/errors.h"
 #include "metrics/metrics.h"
 #include "op/op.h"
+#include "sessions/sessions.h"
 #include "storage/storage.h"
 
 /* Per-connection state kept by the command layer. */
@@ -207,6 +208,12 @@ void sbl_cmd_mtxn_note_index(sbl_opctx_t *ctx, const char *ns, const bson_t *spe
  * startWallClockTime, timeOpenMicros, timeActiveMicros, timeInactiveMicros,
  * expiryTime}} (*docsp: the caller frees each and the array). */
 size_t sbl_cmd_mtxn_idle(bson_t ***docsp);
+/* The txnNumber of the transaction ctx runs in, or -1. */
+int64_t sbl_cmd_mtxn_number(const sbl_opctx_t *ctx);
+/* currentOp of a command running in a transaction: append the session's
+ * transaction {parameters: {txnNumber, autocommit, readConcern}, ...} as
+ * above to d when its transaction txn_number is in progress; false when not. */
+bool sbl_cmd_mtxn_describe(const sbl_lsid_t *l, int64_t txn_number, bson_t *d);
 /* serverStatus.transactions' counters, for the Prometheus endpoint. */
 void sbl_cmd_mtxn_counts(int64_t *started, int64_t *committed, int64_t *aborted, int64_t *open);
 void sbl_cmd_mtxn_kill_session(const uint8_t id[16]);

@@ -140,6 +140,9 @@ static void op_begin(pending_t *p)
     op->cmd_name = p->def->name;
     op->op_type = op_type(p->def->name);
     p->on_coll = op_ns(ctx, op->ns, sizeof(op->ns));
+    op->lsid_id = ctx->has_lsid ? ctx->lsid_id : NULL;
+    op->lsid_uid = ctx->has_lsid ? ctx->user_uid : NULL;
+    op->txn_number = sbl_cmd_mtxn_number(ctx);
     sbl_op_register(op);
     ctx->op = op;
 }

@@ -49,11 +49,37 @@ int sbl_cmd_top(sbl_opctx_t *ctx, sbl_err_t *err)
 
 /* ---- currentOp --------------------------------------------------------------- */
 
+/* An operation in a multi-document transaction: its session and txnNumber,
+ * so that its transaction is added after the registry's locks are dropped. */
+typedef struct op_txn {
+    sbl_lsid_t lsid;
+    int64_t txn_number; /* -1: not in a transaction */
+} op_txn_t;
+
 typedef struct op_list {
     bson_t **docs;
+    op_txn_t *txn; /* beside docs (NULL for the idle sessions' entries) */
     size_t n, cap;
     int64_t now_us, now_ms;
 } op_list_t;
+
+/* Room for one more entry; false when out of memory. */
+static bool reserve(op_list_t *l)
+{
+    if (l->n < l->cap)
+        return true;
+    size_t cap = l->cap ? l->cap * 2 : 16;
+    bson_t **docs = realloc(l->docs, cap * sizeof(*docs));
+    if (docs == NULL)
+        return false;
+    l->docs = docs;
+    op_txn_t *txn = realloc(l->txn, cap * sizeof(*txn));
+    if (txn == NULL)
+        return false;
+    l->txn = txn;
+    l->cap = cap;
+    return true;
+}
 
 static void iso_time(int64_t ms, char *buf, size_t len)
 {
@@ -69,15 +95,11 @@ static void collect_op(const sbl_op_t *op, void *arg)
 {
     op_list_t *l = arg;
     char buf[64];
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        bson_t **docs = realloc(l->docs, cap * sizeof(*docs));
-        if (docs == NULL)
-            return;
-        l->docs = docs;
-        l->cap = cap;
-    }
+    if (!reserve(l))
+        return;
     bson_t *d = bson_new();
+    op_txn_t *tx = &l->txn[l->n];
+    tx->txn_number = -1;
     int64_t us = l->now_us - op->start_us;
     BSON_APPEND_UTF8(d, "type", "op");
     BSON_APPEND_UTF8(d, "host", sbl_server_host());
@@ -105,7 +127,22 @@ static void collect_op(const sbl_op_t *op, void *arg)
     bson_t locks;
     BSON_APPEND_DOCUMENT_BEGIN(d, "locks", &locks);
     bson_append_document_end(d, &locks);
+    if (op->lsid_id != NULL) {
+        memcpy(tx->lsid.id, op->lsid_id, sizeof(tx->lsid.id));
+        memcpy(tx->lsid.uid, op->lsid_uid, sizeof(tx->lsid.uid));
+        sbl_lsid_append(d, "lsid", &tx->lsid);
+        tx->txn_number = op->txn_number;
+    }
     l->docs[l->n++] = d;
+}
+
+/* The transactions of the operations running in one (outside the registry's
+ * locks: the transactions have a lock of their own). */
+static void add_transactions(op_list_t *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->txn[i].txn_number >= 0)
+            sbl_cmd_mtxn_describe(&l->txn[i].lsid, l->txn[i].txn_number, l->docs[i]);
 }
 
 /* Open transactions between their commands, as mongod shows them: type
@@ -116,16 +153,11 @@ static void add_idle_sessions(op_list_t *l)
     size_t n = sbl_cmd_mtxn_idle(&idle);
     char buf[64];
     for (size_t i = 0; i < n; i++) {
-        if (l->n == l->cap) {
-            size_t cap = l->cap ? l->cap * 2 : 16;
-            bson_t **docs = realloc(l->docs, cap * sizeof(*docs));
-            if (docs == NULL) {
-                bson_destroy(idle[i]);
-                continue;
-            }
-            l->docs = docs;
-            l->cap = cap;
+        if (!reserve(l)) {
+            bson_destroy(idle[i]);
+            continue;
         }
+        l->txn[l->n].txn_number = -1;
         bson_t *d = bson_new();
         BSON_APPEND_UTF8(d, "type", "idleSession");
         BSON_APPEND_UTF8(d, "host", sbl_server_host());
@@ -184,6 +216,7 @@ int sbl_cmd_current_op(sbl_opctx_t *ctx, sbl_err_t *err)
     l.now_us = (int64_t)mono.tv_sec * 1000000 + mono.tv_nsec / 1000;
     l.now_ms = sbl_now_ms();
     sbl_ops_foreach(collect_op, &l);
+    add_transactions(&l);
     add_idle_sessions(&l);
 
     BSON_APPEND_ARRAY_BEGIN(ctx->reply, "inprog", &arr);
@@ -204,6 +237,7 @@ out:
     for (size_t i = 0; i < l.n; i++)
         bson_destroy(l.docs[i]);
     free(l.docs);
+    free(l.txn);
     if (m != NULL)
         sbl_matcher_free(m);
     bson_destroy(&filter);

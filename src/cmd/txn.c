@@ -50,6 +50,7 @@ typedef struct sbl_mtxn {
     size_t nix;
     int64_t start_ms;
     uint64_t read_ts;         /* its atClusterTime (0: none) */
+    bson_t *read_concern;     /* as currentOp shows it (parameters.readConcern), or NULL */
     int64_t active_us;        /* time its commands ran, in total */
     int64_t active_since_us;  /* when the running one began (busy) */
     struct sbl_mtxn *next;
@@ -149,6 +150,26 @@ static int no_such_txn(sbl_opctx_t *ctx, sbl_err_t *err, int64_t txn, const char
                        (long long)txn, why);
 }
 
+/* The readConcern a transaction runs under, as mongod reports it: the
+ * client's with provenance "clientSupplied", else the implicit default
+ * {level: "local"}.  NULL when out of memory. */
+static bson_t *txn_read_concern(const bson_t *cmd)
+{
+    bson_iter_t it;
+    bson_t *rc = bson_new();
+    if (sbl_doc_find_top(cmd, "readConcern", &it) && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_t given;
+        if (sbl_iter_doc(&it, &given))
+            bson_concat(rc, &given);
+        if (!bson_has_field(rc, "provenance"))
+            BSON_APPEND_UTF8(rc, "provenance", "clientSupplied");
+    } else {
+        BSON_APPEND_UTF8(rc, "level", "local");
+        BSON_APPEND_UTF8(rc, "provenance", "implicitDefault");
+    }
+    return rc;
+}
+
 int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
 {
     bson_iter_t it;
@@ -245,11 +266,17 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
             return err->code ? err->code
                              : sbl_err_set(err, SBL_E_InternalError, "cannot open a session");
         }
+        bson_t *rc = txn_read_concern(ctx->cmd);
+        pthread_mutex_lock(&txn_mu); /* currentOp reads these */
         t->txn_number = txn;
         t->state = TXN_IN_PROGRESS;
         t->start_ms = sbl_now_ms();
         t->read_ts = at;
         t->active_us = 0;
+        if (t->read_concern != NULL)
+            bson_destroy(t->read_concern);
+        t->read_concern = rc;
+        pthread_mutex_unlock(&txn_mu);
         n_started++;
         n_open++;
     } else if (txn != t->txn_number) {
@@ -430,12 +457,35 @@ void sbl_cmd_mtxn_note_index(sbl_opctx_t *ctx, const char *ns, const bson_t *spe
     t->ix_specs[t->nix++] = bson_copy(spec);
 }
 
+/* Append t's transaction as currentOp shows it (txn_mu held). */
+static void append_txn_locked(const sbl_mtxn_t *t, bson_t *d, int64_t now_ms)
+{
+    bson_t tx, par;
+    BSON_APPEND_DOCUMENT_BEGIN(d, "transaction", &tx);
+    BSON_APPEND_DOCUMENT_BEGIN(&tx, "parameters", &par);
+    BSON_APPEND_INT64(&par, "txnNumber", t->txn_number);
+    BSON_APPEND_BOOL(&par, "autocommit", false);
+    if (t->read_concern != NULL)
+        BSON_APPEND_DOCUMENT(&par, "readConcern", t->read_concern);
+    bson_append_document_end(&tx, &par);
+    bson_append_timestamp(&tx, "readTimestamp", -1, (uint32_t)(t->read_ts >> 32),
+                          (uint32_t)t->read_ts);
+    BSON_APPEND_DATE_TIME(&tx, "startWallClockTime", t->start_ms);
+    int64_t open_us = (now_ms - t->start_ms) * 1000;
+    int64_t active_us = t->active_us + (t->busy ? sbl_now_us() - t->active_since_us : 0);
+    BSON_APPEND_INT64(&tx, "timeOpenMicros", open_us);
+    BSON_APPEND_INT64(&tx, "timeActiveMicros", active_us);
+    BSON_APPEND_INT64(&tx, "timeInactiveMicros", open_us > active_us ? open_us - active_us : 0);
+    BSON_APPEND_DATE_TIME(&tx, "expiryTime",
+                          t->start_ms + atomic_load(&lifetime_limit_s) * 1000);
+    bson_append_document_end(d, &tx);
+}
+
 size_t sbl_cmd_mtxn_idle(bson_t ***docsp)
 {
     bson_t **docs = NULL;
     size_t n = 0, cap = 0;
     int64_t now_ms = sbl_now_ms();
-    int64_t limit_ms = atomic_load(&lifetime_limit_s) * 1000;
     pthread_mutex_lock(&txn_mu);
     for (sbl_mtxn_t *t = txns; t != NULL; t = t->next) {
         if (t->state != TXN_IN_PROGRESS || t->busy)
@@ -446,31 +496,38 @@ size_t sbl_cmd_mtxn_idle(bson_t ***docsp)
                 break;
             docs = l;
         }
-        bson_t *d = bson_new(), ls, tx, par;
-        BSON_APPEND_DOCUMENT_BEGIN(d, "lsid", &ls);
-        BSON_APPEND_BINARY(&ls, "id", BSON_SUBTYPE_UUID, t->lsid.id, 16);
-        BSON_APPEND_BINARY(&ls, "uid", BSON_SUBTYPE_BINARY, t->lsid.uid, 32);
-        bson_append_document_end(d, &ls);
-        BSON_APPEND_DOCUMENT_BEGIN(d, "transaction", &tx);
-        BSON_APPEND_DOCUMENT_BEGIN(&tx, "parameters", &par);
-        BSON_APPEND_INT64(&par, "txnNumber", t->txn_number);
-        BSON_APPEND_BOOL(&par, "autocommit", false);
-        bson_append_document_end(&tx, &par);
-        bson_append_timestamp(&tx, "readTimestamp", -1, (uint32_t)(t->read_ts >> 32),
-                              (uint32_t)t->read_ts);
-        BSON_APPEND_DATE_TIME(&tx, "startWallClockTime", t->start_ms);
-        int64_t open_us = (now_ms - t->start_ms) * 1000;
-        BSON_APPEND_INT64(&tx, "timeOpenMicros", open_us);
-        BSON_APPEND_INT64(&tx, "timeActiveMicros", t->active_us);
-        BSON_APPEND_INT64(&tx, "timeInactiveMicros",
-                          open_us > t->active_us ? open_us - t->active_us : 0);
-        BSON_APPEND_DATE_TIME(&tx, "expiryTime", t->start_ms + limit_ms);
-        bson_append_document_end(d, &tx);
+        bson_t *d = bson_new();
+        sbl_lsid_append(d, "lsid", &t->lsid);
+        append_txn_locked(t, d, now_ms);
         docs[n++] = d;
     }
     pthread_mutex_unlock(&txn_mu);
     *docsp = docs;
     return n;
+}
+
+int64_t sbl_cmd_mtxn_number(const sbl_opctx_t *ctx)
+{
+    int64_t n = -1;
+    if (ctx->mtxn != NULL) {
+        pthread_mutex_lock(&txn_mu);
+        n = ctx->mtxn->txn_number;
+        pthread_mutex_unlock(&txn_mu);
+    }
+    return n;
+}
+
+bool sbl_cmd_mtxn_describe(const sbl_lsid_t *l, int64_t txn_number, bson_t *d)
+{
+    bool found = false;
+    pthread_mutex_lock(&txn_mu);
+    const sbl_mtxn_t *t = find_locked(l);
+    if (t != NULL && t->state == TXN_IN_PROGRESS && t->txn_number == txn_number) {
+        append_txn_locked(t, d, sbl_now_ms());
+        found = true;
+    }
+    pthread_mutex_unlock(&txn_mu);
+    return found;
 }
 
 void sbl_cmd_mtxn_counts(int64_t *started, int64_t *committed, int64_t *aborted, int64_t *open)
@@ -502,6 +559,8 @@ void sbl_cmd_mtxn_reap(void)
         if (!t->busy && t->state != TXN_IN_PROGRESS && now - t->start_ms > 30 * 60 * 1000) {
             *pp = t->next; /* forget finished transactions of idle sessions */
             sbl_session_close(t->ss);
+            if (t->read_concern != NULL)
+                bson_destroy(t->read_concern);
             free(t);
             continue;
         }

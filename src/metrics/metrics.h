@@ -125,6 +125,9 @@ typedef struct sbl_op {
     const char *cmd_name;   /* the command's name */
     const char *op_type;    /* "query", "insert", "update", "remove", "getmore", "command" */
     char ns[SBL_TOP_NS_MAX]; /* "db.coll", or "db.$cmd" */
+    const uint8_t *lsid_id;  /* its logical session's id (16 bytes) and uid (32), or NULL; */
+    const uint8_t *lsid_uid; /* must outlive the registration */
+    int64_t txn_number;      /* the multi-document transaction it runs in, or -1 */
     int64_t start_us;       /* monotonic, set by sbl_op_register */
     int64_t start_ms;       /* wall clock, set by sbl_op_register */
     atomic_int killed;      /* set by sbl_op_kill; long loops poll it */

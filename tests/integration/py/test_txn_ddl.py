@@ -197,6 +197,49 @@ def test_open_transaction_in_current_op_and_prometheus():
         s.cleanup()
 
 
+def test_running_command_in_transaction_in_current_op(primary):
+    """A command running inside a transaction: its currentOp entry has the
+    session and the transaction (mongod's fields), seen from another client."""
+    import threading
+    m, c = primary
+    c.t.run.insert_one({"_id": 0})
+    raw = Raw(m.port)
+    lsid = new_lsid()
+    raw(tcmd("insert", "run", lsid, 5, start=True, documents=[{"_id": 1}],
+             readConcern={"level": "snapshot"}))
+    raw.sock.settimeout(120)
+    replies = []
+    # $where sleeps long; killOp ends it once currentOp has been looked at
+    blocked = threading.Thread(target=lambda: replies.append(raw(
+        tcmd("find", "run", lsid, 5, filter={"$where": "sleep(600000) || true"},
+             maxTimeMS=300000), ok=False)))
+    blocked.start()
+    try:
+        flt = SON([("currentOp", 1), ("active", True), ("transaction.parameters.txnNumber", 5)])
+        ops = wait_for(lambda: c.admin.command(flt)["inprog"], timeout=60)
+        assert len(ops) == 1, ops
+        op = ops[0]
+        assert op["command"]["find"] == "run" and op["lsid"]["id"].bytes == bytes(lsid["id"])
+        assert len(op["lsid"]["uid"]) == 32
+        tx = op["transaction"]
+        assert tx["parameters"]["autocommit"] is False
+        assert tx["parameters"]["readConcern"] == {"level": "snapshot",
+                                                   "provenance": "clientSupplied"}
+        for k in ("readTimestamp", "startWallClockTime", "timeOpenMicros",
+                  "timeActiveMicros", "timeInactiveMicros", "expiryTime"):
+            assert k in tx, (k, tx)
+        assert tx["timeOpenMicros"] >= tx["timeActiveMicros"] > 0
+        assert tx["expiryTime"] > tx["startWallClockTime"]
+        # not an idle session while it runs
+        idle = c.admin.command(SON([("currentOp", 1), ("type", "idleSession")]))["inprog"]
+        assert not [o for o in idle if o["lsid"]["id"].bytes == bytes(lsid["id"])], idle
+        c.admin.command("killOp", op=op["opid"])
+    finally:
+        blocked.join(120)
+    assert replies and replies[0]["ok"] == 0 and replies[0]["code"] == 11601, replies
+    raw.close()
+
+
 def test_commit_with_unsatisfiable_write_concern_commits(primary):
     """As mongod: the commit is made, then writeConcernError 100 (no label)."""
     m, c = primary

@@ -508,13 +508,9 @@ size_t sbl_cmd_mtxn_idle(bson_t ***docsp)
 
 int64_t sbl_cmd_mtxn_number(const sbl_opctx_t *ctx)
 {
-    int64_t n = -1;
-    if (ctx->mtxn != NULL) {
-        pthread_mutex_lock(&txn_mu);
-        n = ctx->mtxn->txn_number;
-        pthread_mutex_unlock(&txn_mu);
-    }
-    return n;
+    /* no lock: only the command that has the session checked out (ctx's,
+     * on this thread) changes txn_number */
+    return ctx->mtxn != NULL ? ctx->mtxn->txn_number : -1;
 }
 
 bool sbl_cmd_mtxn_describe(const sbl_lsid_t *l, int64_t txn_number, bson_t *d)

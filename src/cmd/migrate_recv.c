@@ -14,6 +14,7 @@
 
 #include "server/server.h"
 #include "shard/shard.h"
+#include "common/clock.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,6 +26,10 @@
 /* ======================= recipient ======================= */
 
 static pthread_mutex_t recip_mu = PTHREAD_MUTEX_INITIALIZER;
+/* One of _recvChunkStart / Commit / ReleaseCritSec / Abort at a time: an
+ * abort sent after a commit the donor gave up on waits for that commit (it
+ * ends by its own deadline) instead of racing it. */
+static pthread_mutex_t recip_cmd_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     bool active;
     char session[160];
@@ -52,28 +57,23 @@ static void recip_fail(const sbl_err_t *e)
     pthread_mutex_unlock(&recip_mu);
 }
 
-/* One _transferMods round applied to the staging collection; *emptyp when
- * there was nothing. */
-static int recip_apply_mods(bool *emptyp, sbl_err_t *err)
+/* One _transferMods round applied to the staging collection: *changedp
+ * documents changed (reloaded, or deleted that were staged: the donor may
+ * name _ids the range never had), *morep when the donor has more to read. */
+static int recip_apply_mods(int64_t *changedp, bool *morep, sbl_err_t *err)
 {
     bson_t reply;
     int rc = mig_recip_call(recip.from, "_transferMods", recip.session, &reply, err);
     bson_iter_t it, a;
-    *emptyp = true;
+    int64_t n = 0;
     if (rc == 0 && bson_iter_init_find(&it, &reply, "reload") && bson_iter_recurse(&it, &a)) {
-        int64_t n = 0;
         rc = mig_upsert_docs("config", recip.staging, &a, &n, err);
-        if (n > 0)
-            *emptyp = false;
         recip.mods += n;
     }
-    if (rc == 0 && bson_iter_init_find(&it, &reply, "deleted") && bson_iter_recurse(&it, &a)) {
-        bson_iter_t probe = a;
-        if (bson_iter_next(&probe)) {
-            *emptyp = false;
-            rc = mig_delete_ids("config", recip.staging, &a, err);
-        }
-    }
+    if (rc == 0 && bson_iter_init_find(&it, &reply, "deleted") && bson_iter_recurse(&it, &a))
+        rc = mig_delete_ids("config", recip.staging, &a, &n, err);
+    *changedp = n;
+    *morep = rc == 0 && bson_iter_init_find(&it, &reply, "more") && bson_iter_as_bool(&it);
     bson_destroy(&reply);
     return rc;
 }
@@ -87,7 +87,7 @@ static int recip_copy_indexes(sbl_err_t *err)
     mig_split_ns(recip.spec.ns, db, sizeof(db), &coll);
     bson_t cmd = BSON_INITIALIZER, reply;
     BSON_APPEND_UTF8(&cmd, "listIndexes", coll);
-    int rc = sbl_shard_remote_check(recip.from, db, &cmd, &reply, err);
+    int rc = sbl_shard_remote_check_within(recip.from, db, &cmd, MIG_CALL_MS, &reply, err);
     bson_destroy(&cmd);
     if (rc != 0)
         return rc;
@@ -178,16 +178,19 @@ static void *recip_thread(void *arg)
         recip.state = "catchup";
         pthread_mutex_unlock(&recip_mu);
     }
-    /* catch up until told to commit */
+    /* catch up until told to commit: "steady" once a round leaves little
+     * behind (the donor's critical section takes the rest) */
     while (rc == 0 && !recip.stop) {
-        bool empty;
-        rc = recip_apply_mods(&empty, &e);
-        if (rc == 0 && empty) {
+        int64_t changed;
+        bool more;
+        rc = recip_apply_mods(&changed, &more, &e);
+        if (rc == 0 && !more && changed < MIG_STEADY_DOCS) {
             pthread_mutex_lock(&recip_mu);
             recip.state = "steady";
             pthread_mutex_unlock(&recip_mu);
-            usleep(20 * 1000);
         }
+        if (rc == 0 && !more && changed == 0)
+            usleep(20 * 1000);
     }
     if (rc != 0)
         recip_fail(&e);
@@ -199,7 +202,16 @@ static void recip_join(void);
 static void recip_drop_staging(void);
 static void recip_end(void);
 
-int sbl_cmd_recv_chunk_start(sbl_opctx_t *ctx, sbl_err_t *err)
+/* Run one of the recipient's commands under recip_cmd_mu. */
+static int serialized(int (*fn)(sbl_opctx_t *, sbl_err_t *), sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    pthread_mutex_lock(&recip_cmd_mu);
+    int rc = fn(ctx, err);
+    pthread_mutex_unlock(&recip_cmd_mu);
+    return rc;
+}
+
+static int recv_start(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     if (sbl_server_options()->cluster_role != SBL_ROLE_SHARDSVR)
         return sbl_err_set(err, SBL_E_IllegalOperation, "not a shard");
@@ -246,6 +258,11 @@ int sbl_cmd_recv_chunk_start(sbl_opctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
+int sbl_cmd_recv_chunk_start(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    return serialized(recv_start, ctx, err);
+}
+
 int sbl_cmd_recv_chunk_status(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     pthread_mutex_lock(&recip_mu);
@@ -277,8 +294,9 @@ static void recip_join(void)
     }
 }
 
-/* Move the staged documents into the collection (in the critical section). */
-static int recip_move_in(sbl_err_t *err)
+/* Move the staged documents into the collection (in the critical section,
+ * which must end by deadline, sbl_now_us's clock). */
+static int recip_move_in(int64_t deadline, sbl_err_t *err)
 {
     char db[256];
     const char *coll;
@@ -295,6 +313,20 @@ static int recip_move_in(sbl_err_t *err)
             BSON_APPEND_INT64(&cmd, "getMore", cursor);
             BSON_APPEND_UTF8(&cmd, "collection", recip.staging);
             BSON_APPEND_INT32(&cmd, "batchSize", 500);
+        }
+        if (!first && sbl_now_us() > deadline) {
+            bson_reinit(&cmd);
+            bson_t ids;
+            BSON_APPEND_UTF8(&cmd, "killCursors", recip.staging);
+            BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &ids);
+            BSON_APPEND_INT64(&ids, "0", cursor);
+            bson_append_array_end(&cmd, &ids);
+            bson_init(&reply);
+            sbl_cmd_run("config", &cmd, &reply);
+            bson_destroy(&reply);
+            bson_destroy(&cmd);
+            return sbl_err_set(err, SBL_E_ExceededTimeLimit, "moving the range in did not "
+                               "finish within %d ms", MIG_CRIT_MS);
         }
         rc = mig_local_run("config", &cmd, &reply, err);
         bson_destroy(&cmd);
@@ -351,29 +383,37 @@ static void recip_end(void)
     pthread_mutex_unlock(&recip_mu);
 }
 
-int sbl_cmd_recv_chunk_commit(sbl_opctx_t *ctx, sbl_err_t *err)
+static int recv_commit(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     if (!recip.active)
         return sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "no migration to commit");
     int rc = mig_check_session(ctx->cmd, recip.session, err);
     if (rc != 0)
         return rc;
+    int64_t deadline = sbl_now_us() + (int64_t)MIG_CRIT_MS * 1000;
     recip_join();
     if (strcmp(recip.state, "fail") == 0)
         return sbl_err_set(err, SBL_E_OperationFailed, "the migration failed: %s", recip.errmsg);
     /* the donor is in its critical section: its last changes, until none */
-    for (int i = 0; rc == 0 && i < 1000; i++) {
-        bool empty;
-        rc = recip_apply_mods(&empty, err);
-        if (empty)
+    for (;;) {
+        int64_t changed;
+        bool more;
+        if ((rc = recip_apply_mods(&changed, &more, err)) != 0 || (!more && changed == 0))
             break;
+        if (sbl_now_us() > deadline) {
+            rc = sbl_err_set(err, SBL_E_ExceededTimeLimit, "the recipient did not take the "
+                             "range's last changes within %d ms", MIG_CRIT_MS);
+            break;
+        }
     }
     if (rc == 0) {
         recip.state = "commit";
-        sbl_shard_crit_enter(recip.spec.ns);
+        rc = sbl_shard_crit_enter(recip.spec.ns, deadline, err);
+    }
+    if (rc == 0) {
         recip.in_cs = true;
         recip.moved = true; /* from here an abort deletes what was moved in */
-        rc = recip_move_in(err);
+        rc = recip_move_in(deadline, err);
     }
     if (rc != 0) {
         recip_fail(err);
@@ -384,7 +424,12 @@ int sbl_cmd_recv_chunk_commit(sbl_opctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_recv_chunk_release(sbl_opctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_recv_chunk_commit(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    return serialized(recv_commit, ctx, err);
+}
+
+static int recv_release(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     if (!recip.active)
         return 0;
@@ -401,7 +446,12 @@ int sbl_cmd_recv_chunk_release(sbl_opctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-int sbl_cmd_recv_chunk_abort(sbl_opctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_recv_chunk_release(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    return serialized(recv_release, ctx, err);
+}
+
+static int recv_abort(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     if (!recip.active)
         return 0;
@@ -425,7 +475,7 @@ int sbl_cmd_recv_chunk_abort(sbl_opctx_t *ctx, sbl_err_t *err)
         bson_iter_t it, b;
         if (mig_local_run("config", &cmd, &reply, &e) == 0 && bson_iter_init(&it, &reply) &&
             bson_iter_find_descendant(&it, "cursor.firstBatch", &b) && bson_iter_recurse(&b, &it))
-            mig_delete_ids(db, coll, &it, &e);
+            mig_delete_ids(db, coll, &it, NULL, &e);
         bson_destroy(&reply);
         bson_destroy(&cmd);
     }
@@ -434,6 +484,11 @@ int sbl_cmd_recv_chunk_abort(sbl_opctx_t *ctx, sbl_err_t *err)
     sbl_shard_refresh(recip.spec.ns, &e);
     recip_end();
     return 0;
+}
+
+int sbl_cmd_recv_chunk_abort(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    return serialized(recv_abort, ctx, err);
 }
 
 void sbl_cmd_migrations_shutdown(void)

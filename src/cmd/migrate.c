@@ -612,6 +612,45 @@ bool mig_donor_active(void)
     return donor.active;
 }
 
+/* The last critical sections by namespace (a few: one migration at a time
+ * per shard; an older one has left the snapshot history anyway). */
+static pthread_mutex_t crit_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char ns[256];
+    uint64_t ts;
+} crits[16];
+static unsigned ncrits;
+
+void mig_crit_note(const char *ns)
+{
+    uint64_t ts = sbl_repl_last_op_ts();
+    pthread_mutex_lock(&crit_mu);
+    unsigned i = 0;
+    while (i < ncrits && i < 16 && strcmp(crits[i].ns, ns) != 0)
+        i++;
+    if (i == ncrits || i == 16)
+        i = ncrits++ % 16;
+    snprintf(crits[i].ns, sizeof(crits[i].ns), "%s", ns);
+    crits[i].ts = ts;
+    pthread_mutex_unlock(&crit_mu);
+}
+
+uint64_t mig_crit_ts(const char *db, const bson_t *getmore)
+{
+    const char *coll = sbl_doc_utf8(getmore, "collection");
+    char ns[256];
+    if (coll == NULL)
+        return 0;
+    snprintf(ns, sizeof(ns), "%s.%s", db, coll);
+    uint64_t ts = 0;
+    pthread_mutex_lock(&crit_mu);
+    for (unsigned i = 0; i < ncrits && i < 16; i++)
+        if (strcmp(crits[i].ns, ns) == 0)
+            ts = crits[i].ts;
+    pthread_mutex_unlock(&crit_mu);
+    return ts;
+}
+
 static void donor_end(void)
 {
     pthread_mutex_lock(&donor_mu);
@@ -793,6 +832,7 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     /* 3. critical section; the recipient takes the last changes */
     if (rc == 0) {
         int64_t deadline = sbl_now_us() + (int64_t)MIG_CRIT_MS * 1000;
+        mig_crit_note(spec.ns); /* before anything changes: snapshot_read.c */
         rc = sbl_shard_crit_enter(spec.ns, deadline, err);
         in_cs = rc == 0;
         t_cs = mig_now_ms();

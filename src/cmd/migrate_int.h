@@ -62,6 +62,11 @@ void mig_update_active_flag(void);
 void mig_log(const char *fmt, ...);
 int64_t mig_now_ms(void);
 bool mig_donor_active(void);
+/* Note that a migration of ns enters its critical section here now (before
+ * it changes the range); mig_crit_ts: when the last one did, for the
+ * collection a getMore (db, cmd) reads (0: never). */
+void mig_crit_note(const char *ns);
+uint64_t mig_crit_ts(const char *db, const bson_t *getmore);
 bool mig_recip_active(void);
 
 #endif

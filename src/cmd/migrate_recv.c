@@ -408,6 +408,7 @@ static int recv_commit(sbl_opctx_t *ctx, sbl_err_t *err)
     }
     if (rc == 0) {
         recip.state = "commit";
+        mig_crit_note(recip.spec.ns); /* before the range moves in: snapshot_read.c */
         rc = sbl_shard_crit_enter(recip.spec.ns, deadline, err);
     }
     if (rc == 0) {

@@ -17,6 +17,7 @@ import pymongo
 import pytest
 from bson import json_util
 from bson.max_key import MaxKey
+from bson.min_key import MinKey
 from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -28,7 +29,9 @@ from sharded import ROUTER  # noqa: E402
 def cluster():
     if not os.path.exists(ROUTER):
         pytest.skip("sable-router not built")
-    with sharded.cluster("sable-mig-") as info:
+    # test commands on: test_one_migration_per_shard holds a migration with failCommand
+    with sharded.cluster("sable-mig-", launcher_args=["--sabled-arg=--setParameter",
+                                                      "--sabled-arg=enableTestCommands=1"]) as info:
         yield info
 
 
@@ -272,3 +275,49 @@ def test_getmore_across_a_migration_commit(mongos):
         assert len(seen) == len(set(seen)), (sort, len(seen) - len(set(seen)))
         assert sorted(seen) == list(range(3000)), (sort, len(seen))
         owner, to = to, owner
+
+
+def test_one_migration_per_shard(mongos, shards):
+    # as mongod: a second migration involving a shard that is donating or
+    # receiving fails at once with ConflictingOperationInProgress
+    mongos.admin.command("balancerStop")
+    mongos.admin.command("shardCollection", "mig.x", key={"k": 1})
+    mongos.mig.x.insert_many([{"_id": i, "k": i} for i in range(6000)])
+    mongos.admin.command("split", "mig.x", middle={"k": 5000})
+    mongos.admin.command("split", "mig.x", middle={"k": 5500})
+    src = _owner(mongos, "mig.x", {"k": 5000})
+    dst = "shard1" if src == "shard0" else "shard0"
+    donor = shards[["shard0", "shard1"].index(src)]
+    # the donor hands out the clone slowly while the fail point is on: the
+    # first migration stays in progress until it is turned off
+    donor.admin.command("configureFailPoint", "failCommand", mode="alwaysOn",
+                        data={"failCommands": ["_migrateClone"], "blockConnection": True,
+                              "blockTimeMS": 1000})
+    result = {}
+
+    def first():
+        try:
+            result["ok"] = mongos.admin.command("moveChunk", "mig.x", find={"k": 1}, to=dst)
+        except OperationFailure as e:  # noqa: BLE001
+            result["error"] = e
+
+    t = threading.Thread(target=first)
+    t.start()
+    try:
+        for _ in range(600):  # the first migration is recorded, then runs
+            if mongos.config.migrations.count_documents({"ns": "mig.x"}) == 1:
+                break
+            time.sleep(0.1)
+        for find, to in (({"k": 5200}, dst), ({"k": 5700}, dst)):  # same donor, same recipient
+            with pytest.raises(OperationFailure) as e:
+                mongos.admin.command("moveChunk", "mig.x", find=find, to=to)
+            assert e.value.code == 117, e.value.details
+    finally:
+        donor.admin.command("configureFailPoint", "failCommand", mode="off")
+        t.join(120)
+    assert "ok" in result, result
+    assert _owner(mongos, "mig.x", {"k": MinKey()}) == dst
+    # the shards are free again
+    mongos.admin.command("moveChunk", "mig.x", find={"k": 5200}, to=dst)
+    assert _owner(mongos, "mig.x", {"k": 5000}) == dst
+    assert mongos.mig.x.count_documents({}) == 6000

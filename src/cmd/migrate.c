@@ -408,11 +408,37 @@ static bool key_may_change(const mig_spec_t *s)
              strcmp(bson_iter_key(&it), "_id") == 0);
 }
 
+/* Did the update whose entry is e change a shard key field?  Its diff
+ * ({d: {f}, u: {f}, i: {f}, s<f>: ...}, repl_diff.c) names the top-level
+ * fields it changed; a replacement (no diff) may have changed any. */
+static bool update_moves_key(const mig_spec_t *s, const bson_t *e)
+{
+    bson_t diff, part;
+    bson_iter_t k, it;
+    if (!mig_doc_of(e, "diff", &diff))
+        return true;
+    bson_iter_init(&k, s->key);
+    while (bson_iter_next(&k)) {
+        char top[256], sub[258];
+        const char *path = bson_iter_key(&k), *dot = strchr(path, '.');
+        snprintf(top, sizeof(top), "%.*s", (int)(dot ? dot - path : (long)strlen(path)), path);
+        snprintf(sub, sizeof(sub), "s%s", top);
+        if (bson_iter_init_find(&it, &diff, sub))
+            return true;
+        for (const char *w = "dui"; *w; w++) {
+            char wk[2] = {*w, '\0'};
+            if (mig_doc_of(&diff, wk, &part) && bson_iter_init_find(&it, &part, top))
+                return true;
+        }
+    }
+    return false;
+}
+
 /* The _id an oplog entry (or applyOps sub-entry) may have changed in the
  * range, into ids: an insert or update whose new document is in the range,
- * a delete of one that was (when the entry says; else every delete), and,
- * when the shard key may change, every update (the document may have left
- * the range).  Changes to the collection's other ranges are not the
+ * an update that changed the shard key (the document may have left the
+ * range), a delete of one that was (when the entry says; else every
+ * delete).  Changes to the collection's other ranges are not the
  * recipient's business: shipping them kept the catch-up from ever
  * looking finished under a write load elsewhere on the donor. */
 static void entry_id(const mig_spec_t *s, const bson_t *e, id_list_t *ids)
@@ -433,10 +459,10 @@ static void entry_id(const mig_spec_t *s, const bson_t *e, id_list_t *ids)
     if (ens == NULL || strcmp(ens, s->ns) != 0 || !mig_doc_of(e, "o", &o))
         return;
     bool mine;
-    if (strcmp(op, "i") == 0)
-        mine = mig_in_range(s, &o); /* o: the document */
+    if (strcmp(op, "i") == 0) /* o: the document; an update's, the post-image */
+        mine = mig_in_range(s, &o);
     else if (strcmp(op, "u") == 0)
-        mine = key_may_change(s) || mig_in_range(s, &o); /* o: the post-image */
+        mine = mig_in_range(s, &o) || (key_may_change(s) && update_moves_key(s, e));
     else if (strcmp(op, "d") == 0)
         mine = key_may_change(s) || mig_in_range(s, &o); /* o: {_id} */
     else

@@ -255,17 +255,61 @@ def test_migrations_under_workload_a(cluster):
     assert s["errors"] == 0 and s["migrations"] >= 2 and s["operations"] > 0, s
 
 
+def _three_chunks(mongos, coll, n, splits):
+    """coll sharded on {k: 1} with n documents, split at splits; returns the
+    owner of the chunk at splits[0] and the other shard."""
+    mongos.admin.command("balancerStop")
+    mongos.admin.command("shardCollection", "mig." + coll, key={"k": 1})
+    mongos.mig[coll].insert_many([{"_id": i, "k": i} for i in range(n)])
+    for m in splits:
+        mongos.admin.command("split", "mig." + coll, middle={"k": m})
+    owner = _owner(mongos, "mig." + coll, {"k": splits[0]})
+    return owner, "shard1" if owner == "shard0" else "shard0"
+
+
+def test_writes_elsewhere_do_not_hold_the_catch_up(mongos):
+    # issue 28's hang: updates to the chunk that stays on the donor were
+    # shipped to the recipient as catch-up, so under a write load its
+    # catch-up never came out empty and the migration never committed
+    owner, to = _three_chunks(mongos, "w", 2000, (1000,))
+    stop = threading.Event()
+    writes, errors = [0], []
+
+    def writer():
+        c = pymongo.MongoClient("127.0.0.1", mongos.address[1])
+        try:
+            while not stop.is_set():
+                c.mig.w.update_one({"k": writes[0] % 1000}, {"$inc": {"n": 1}})
+                writes[0] += 1
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+        finally:
+            c.close()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        while writes[0] < 50 and not errors:
+            time.sleep(0.05)
+        r = mongos.admin.command("moveChunk", "mig.w", find={"k": 1500}, to=to)
+        assert r["ok"] == 1
+    finally:
+        stop.set()
+        t.join(60)
+    assert not errors, errors
+    assert _owner(mongos, "mig.w", {"k": 1000}) == to
+    d = mongos.config.changelog.find_one({"ns": "mig.w", "what": "moveChunk.from"})
+    assert d["details"]["note"] == "success" and d["details"]["cloned"] == 1000, d
+    assert d["details"]["catchup"] == 0, d  # nothing of the moved range changed
+    assert mongos.mig.w.count_documents({}) == 2000
+    assert sum(x.get("n", 0) for x in mongos.mig.w.find({}, {"n": 1})) == writes[0]
+
+
 def test_getmore_across_a_migration_commit(mongos):
     # router cursors opened before a migration and drained after its commit
     # return every document exactly once: the donor's shard cursor still
     # sees the range it deleted, the recipient's does not see it arrive
-    mongos.admin.command("balancerStop")
-    mongos.admin.command("shardCollection", "mig.g", key={"k": 1})
-    mongos.mig.g.insert_many([{"_id": i, "k": i} for i in range(3000)])
-    mongos.admin.command("split", "mig.g", middle={"k": 1000})
-    mongos.admin.command("split", "mig.g", middle={"k": 2000})
-    owner = _owner(mongos, "mig.g", {"k": 1000})
-    to = "shard1" if owner == "shard0" else "shard0"
+    owner, to = _three_chunks(mongos, "g", 3000, (1000, 2000))
     mongos.admin.command("moveChunk", "mig.g", find={"k": 2500}, to=to)  # one on each
     for sort in (None, [("k", 1)], [("k", -1)]):
         cur = mongos.mig.g.find({}, batch_size=100, sort=sort)
@@ -280,13 +324,7 @@ def test_getmore_across_a_migration_commit(mongos):
 def test_one_migration_per_shard(mongos, shards):
     # as mongod: a second migration involving a shard that is donating or
     # receiving fails at once with ConflictingOperationInProgress
-    mongos.admin.command("balancerStop")
-    mongos.admin.command("shardCollection", "mig.x", key={"k": 1})
-    mongos.mig.x.insert_many([{"_id": i, "k": i} for i in range(6000)])
-    mongos.admin.command("split", "mig.x", middle={"k": 5000})
-    mongos.admin.command("split", "mig.x", middle={"k": 5500})
-    src = _owner(mongos, "mig.x", {"k": 5000})
-    dst = "shard1" if src == "shard0" else "shard0"
+    src, dst = _three_chunks(mongos, "x", 6000, (5000, 5500))
     donor = shards[["shard0", "shard1"].index(src)]
     # the donor hands out the clone slowly while the fail point is on: the
     # first migration stays in progress until it is turned off

@@ -484,27 +484,30 @@ static int read_mods(sbl_session_t *ss, id_list_t *ids, bool *morep, sbl_err_t *
     bson_value_t lo = {.value_type = BSON_TYPE_TIMESTAMP};
     lo.value.v_timestamp.timestamp = donor.mods_t;
     lo.value.v_timestamp.increment = donor.mods_i;
-    int rc = 0;
-    if (donor.mods_t != 0 || donor.mods_i != 0) {
-        /* the last entry read must still be there, or changes were lost
-         * to the capped oplog's truncation */
-        bson_t d;
-        bool found = false;
-        rc = sbl_coll_get(ss, oplog, &lo, &d, &found, err);
-        if (rc == 0 && found)
-            bson_destroy(&d);
-        else if (rc == 0)
+    /* the oplog's oldest entry must not be past the last one read (or the
+     * position noted at the start), or changes may have been lost to the
+     * capped oplog's truncation: an error, the migration aborts */
+    int rc = sbl_scan_open(ss, oplog, NULL, false, &scan, err);
+    bson_t e;
+    bson_iter_t ts;
+    bool done = false;
+    if (rc == 0 && (rc = sbl_scan_next(scan, &e, &done, err)) == 0 && !done &&
+        bson_iter_init_find(&ts, &e, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&ts)) {
+        uint32_t t, i;
+        bson_iter_timestamp(&ts, &t, &i);
+        if (t > donor.mods_t || (t == donor.mods_t && i > donor.mods_i))
             rc = sbl_err_set(err, SBL_E_OperationFailed, "the oplog rolled over during the "
                              "migration: the range's changes since %u:%u are gone",
                              (unsigned)donor.mods_t, (unsigned)donor.mods_i);
     }
+    if (scan != NULL)
+        sbl_scan_close(scan);
+    scan = NULL;
     sbl_scan_bounds_t b = {.lo = &lo, .lo_inclusive = false};
     if (rc == 0)
         rc = sbl_scan_open(ss, oplog, &b, false, &scan, err);
     for (int n = 0; rc == 0; n++) {
-        bson_t e;
-        bson_iter_t ts;
-        bool done = false;
+        done = false;
         if (n == MODS_SCAN || ids->n >= MODS_ENTRIES) {
             *morep = true;
             break;

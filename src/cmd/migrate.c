@@ -714,7 +714,7 @@ int mig_recip_call(const char *host, const char *name, const char *session, bson
 }
 
 /* Which shard config.chunks says owns the chunk starting at min (into out). */
-static void chunk_owner(const char *cfg, const char *ns, const bson_t *min, char *out, size_t n)
+void mig_chunk_owner(const char *cfg, const char *ns, const bson_t *min, char *out, size_t n)
 {
     out[0] = '\0';
     bson_t cmd = BSON_INITIALIZER, f, reply;
@@ -891,7 +891,7 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
              * (for up to a minute, still in the critical section). */
             char owner[128] = "";
             for (int i = 0; i < 60 && owner[0] == '\0'; i++) {
-                chunk_owner(cfg, spec.ns, spec.min, owner, sizeof(owner));
+                mig_chunk_owner(cfg, spec.ns, spec.min, owner, sizeof(owner));
                 if (owner[0] == '\0')
                     sleep(1);
             }

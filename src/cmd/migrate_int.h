@@ -17,6 +17,9 @@
  *                   commands inside drain, the recipient takes the last
  *                   changes and moves the range in
  *   MIG_CALL_MS     one command between the donor and the recipient
+ *   MIG_RELEASE_MS  a recipient in its critical section after its commit
+ *                   waits that long for the donor's release or abort, then
+ *                   settles it itself (migrate_recv.c)
  * A catch-up round that changed fewer than MIG_STEADY_DOCS documents, with
  * nothing left to read, is close enough for the critical section (mongod
  * enters it with a small backlog too); the rest moves inside it. */
@@ -25,6 +28,7 @@
 #define MIG_CRIT_MS 30000
 #define MIG_CALL_MS (2 * MIG_CRIT_MS + 10000)
 #define MIG_STEADY_DOCS 64
+#define MIG_RELEASE_MS (3 * MIG_CALL_MS)
 
 /* The range being moved and how to tell whether a document is in it. */
 typedef struct mig_spec {
@@ -62,6 +66,9 @@ void mig_update_active_flag(void);
 void mig_log(const char *fmt, ...);
 int64_t mig_now_ms(void);
 bool mig_donor_active(void);
+/* Which shard config.chunks (on the config servers cfg) says owns ns's
+ * chunk starting at min, into out ("" when they cannot say). */
+void mig_chunk_owner(const char *cfg, const char *ns, const bson_t *min, char *out, size_t n);
 /* Note that a migration of ns enters its critical section here now (before
  * it changes the range); mig_crit_ts: when the last one did, for the
  * collection a getMore (db, cmd) reads (0: never). */

@@ -8,6 +8,8 @@
  * this shard's critical section for ns and moves the staged documents in;
  * _recvChunkReleaseCritSec (after the config servers committed) refreshes
  * the version and leaves it; _recvChunkAbort takes back out what was moved.
+ * A donor that dies (or cannot reach us) after our commit sends neither: a
+ * watchdog then settles the critical section from the config servers.
  */
 #include "cmd/migrate_int.h"
 #include "doc/doc.h"
@@ -30,6 +32,7 @@ static pthread_mutex_t recip_mu = PTHREAD_MUTEX_INITIALIZER;
  * abort sent after a commit the donor gave up on waits for that commit (it
  * ends by its own deadline) instead of racing it. */
 static pthread_mutex_t recip_cmd_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool recip_shutting_down; /* under recip_cmd_mu: the watchdog stands down */
 static struct {
     bool active;
     char session[160];
@@ -199,6 +202,7 @@ static void *recip_thread(void *arg)
 }
 
 static void recip_join(void);
+static void crit_watch_start(void);
 static void recip_drop_staging(void);
 static void recip_end(void);
 
@@ -420,6 +424,7 @@ static int recv_commit(sbl_opctx_t *ctx, sbl_err_t *err)
         recip_fail(err);
         return rc;
     }
+    crit_watch_start();
     BSON_APPEND_INT64(ctx->reply, "cloned", recip.cloned);
     BSON_APPEND_INT64(ctx->reply, "catchup", recip.mods);
     return 0;
@@ -430,13 +435,9 @@ int sbl_cmd_recv_chunk_commit(sbl_opctx_t *ctx, sbl_err_t *err)
     return serialized(recv_commit, ctx, err);
 }
 
-static int recv_release(sbl_opctx_t *ctx, sbl_err_t *err)
+/* The commit happened: keep the range, re-read the version, leave. */
+static void recip_release(void)
 {
-    if (!recip.active)
-        return 0;
-    int rc = mig_check_session(ctx->cmd, recip.session, err);
-    if (rc != 0)
-        return rc;
     sbl_err_t e = {0};
     sbl_shard_refresh(recip.spec.ns, &e);
     if (recip.in_cs)
@@ -444,7 +445,16 @@ static int recv_release(sbl_opctx_t *ctx, sbl_err_t *err)
     recip.in_cs = false;
     recip_drop_staging();
     recip_end();
-    return 0;
+}
+
+static int recv_release(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    if (!recip.active)
+        return 0;
+    int rc = mig_check_session(ctx->cmd, recip.session, err);
+    if (rc == 0)
+        recip_release();
+    return rc;
 }
 
 int sbl_cmd_recv_chunk_release(sbl_opctx_t *ctx, sbl_err_t *err)
@@ -452,13 +462,9 @@ int sbl_cmd_recv_chunk_release(sbl_opctx_t *ctx, sbl_err_t *err)
     return serialized(recv_release, ctx, err);
 }
 
-static int recv_abort(sbl_opctx_t *ctx, sbl_err_t *err)
+/* No commit: take back out what was moved in, drop the staging, leave. */
+static void recip_abort(void)
 {
-    if (!recip.active)
-        return 0;
-    int rc = mig_check_session(ctx->cmd, recip.session, err);
-    if (rc != 0)
-        return rc;
     recip_join();
     if (recip.moved) {
         /* take back out what was moved in: the staged _ids */
@@ -484,7 +490,73 @@ static int recv_abort(sbl_opctx_t *ctx, sbl_err_t *err)
     sbl_err_t e = {0};
     sbl_shard_refresh(recip.spec.ns, &e);
     recip_end();
-    return 0;
+}
+
+static int recv_abort(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    if (!recip.active)
+        return 0;
+    int rc = mig_check_session(ctx->cmd, recip.session, err);
+    if (rc == 0)
+        recip_abort();
+    return rc;
+}
+
+/* Settle session's critical section when the donor has neither released
+ * nor aborted it MIG_RELEASE_MS after our commit and no longer runs the
+ * migration (its _transferMods refuses the session, or it is unreachable):
+ * the config servers' owner of the chunk decides (us: release; the donor:
+ * abort); when they cannot say, ask again later. */
+static void *crit_watch(void *arg)
+{
+    char *session = arg;
+    int64_t since = mig_now_ms();
+    for (;;) {
+        usleep(500 * 1000);
+        pthread_mutex_lock(&recip_cmd_mu);
+        bool mine = !recip_shutting_down && recip.active && recip.in_cs &&
+                    strcmp(recip.session, session) == 0;
+        if (mine && mig_now_ms() - since > MIG_RELEASE_MS) {
+            bson_t reply;
+            sbl_err_t e = {0};
+            int rc = mig_recip_call(recip.from, "_transferMods", session, &reply, &e);
+            bson_destroy(&reply);
+            char owner[128] = "";
+            if (rc != 0) /* the donor is done with it (or gone): ask the config servers */
+                mig_chunk_owner(sbl_shard_configsvr(), recip.spec.ns, recip.spec.min, owner,
+                                sizeof(owner));
+            if (owner[0] != '\0') {
+                mig_log("migration %s: no release or abort from the donor after the commit; "
+                        "the config servers say %s owns the range: %s", session, owner,
+                        strcmp(owner, sbl_shard_name()) == 0 ? "keeping it" : "giving it back");
+                if (strcmp(owner, sbl_shard_name()) == 0)
+                    recip_release();
+                else
+                    recip_abort();
+                sbl_session_release_thread(); /* before shutdown may close storage */
+                mine = false;
+            } else {
+                since = mig_now_ms() - MIG_RELEASE_MS + MIG_CALL_MS; /* again later */
+            }
+        }
+        pthread_mutex_unlock(&recip_cmd_mu);
+        if (!mine)
+            break;
+    }
+    free(session);
+    return NULL;
+}
+
+static void crit_watch_start(void)
+{
+    char *session = strdup(recip.session);
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (session != NULL && pthread_create(&th, &at, crit_watch, session) != 0)
+        free(session); /* then only the donor's release or abort ends it */
+    pthread_attr_destroy(&at);
 }
 
 int sbl_cmd_recv_chunk_abort(sbl_opctx_t *ctx, sbl_err_t *err)
@@ -494,6 +566,9 @@ int sbl_cmd_recv_chunk_abort(sbl_opctx_t *ctx, sbl_err_t *err)
 
 void sbl_cmd_migrations_shutdown(void)
 {
+    pthread_mutex_lock(&recip_cmd_mu); /* waits for a watchdog that is acting */
+    recip_shutting_down = true;
+    pthread_mutex_unlock(&recip_cmd_mu);
     /* a receiving thread must not outlive the storage engine */
     if (recip.active)
         recip_join();

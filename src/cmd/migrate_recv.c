@@ -11,6 +11,7 @@
  * A donor that dies (or cannot reach us) after our commit sends neither: a
  * watchdog then settles the critical section from the config servers.
  */
+#include "cmd/failpoint.h"
 #include "cmd/migrate_int.h"
 #include "doc/doc.h"
 
@@ -502,6 +503,19 @@ static int recv_abort(sbl_opctx_t *ctx, sbl_err_t *err)
     return rc;
 }
 
+/* MIG_RELEASE_MS, or with test commands on, setParameter
+ * sableMigrationReleaseWaitMS (tests/integration/py/test_migration.py). */
+static int64_t release_wait_ms(void)
+{
+    bson_iter_t it;
+    if (sbl_test_commands_enabled() &&
+        bson_iter_init_find(&it, &sbl_server_options()->parameters,
+                            "sableMigrationReleaseWaitMS") &&
+        BSON_ITER_HOLDS_UTF8(&it))
+        return atoll(bson_iter_utf8(&it, NULL));
+    return MIG_RELEASE_MS;
+}
+
 /* Settle session's critical section when the donor has neither released
  * nor aborted it MIG_RELEASE_MS after our commit and no longer runs the
  * migration (its _transferMods refuses the session, or it is unreachable):
@@ -510,13 +524,13 @@ static int recv_abort(sbl_opctx_t *ctx, sbl_err_t *err)
 static void *crit_watch(void *arg)
 {
     char *session = arg;
-    int64_t since = mig_now_ms();
+    int64_t since = mig_now_ms(), wait_ms = release_wait_ms();
     for (;;) {
         usleep(500 * 1000);
         pthread_mutex_lock(&recip_cmd_mu);
         bool mine = !recip_shutting_down && recip.active && recip.in_cs &&
                     strcmp(recip.session, session) == 0;
-        if (mine && mig_now_ms() - since > MIG_RELEASE_MS) {
+        if (mine && mig_now_ms() - since > wait_ms) {
             bson_t reply;
             sbl_err_t e = {0};
             int rc = mig_recip_call(recip.from, "_transferMods", session, &reply, &e);
@@ -536,7 +550,7 @@ static void *crit_watch(void *arg)
                 sbl_session_release_thread(); /* before shutdown may close storage */
                 mine = false;
             } else {
-                since = mig_now_ms() - MIG_RELEASE_MS + MIG_CALL_MS; /* again later */
+                since = mig_now_ms() - wait_ms + MIG_CALL_MS; /* again later */
             }
         }
         pthread_mutex_unlock(&recip_cmd_mu);

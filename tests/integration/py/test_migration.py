@@ -29,9 +29,11 @@ from sharded import ROUTER  # noqa: E402
 def cluster():
     if not os.path.exists(ROUTER):
         pytest.skip("sable-router not built")
-    # test commands on: test_one_migration_per_shard holds a migration with failCommand
-    with sharded.cluster("sable-mig-", launcher_args=["--sabled-arg=--setParameter",
-                                                      "--sabled-arg=enableTestCommands=1"]) as info:
+    # test commands on: test_one_migration_per_shard holds a migration with
+    # failCommand; a recipient left in its critical section settles it after 2 s
+    args = ["enableTestCommands=1", "sableMigrationReleaseWaitMS=2000"]
+    with sharded.cluster("sable-mig-", launcher_args=[
+            a for p in args for a in ("--sabled-arg=--setParameter", "--sabled-arg=" + p)]) as info:
         yield info
 
 
@@ -359,3 +361,24 @@ def test_one_migration_per_shard(mongos, shards):
     mongos.admin.command("moveChunk", "mig.x", find={"k": 5200}, to=dst)
     assert _owner(mongos, "mig.x", {"k": 5000}) == dst
     assert mongos.mig.x.count_documents({}) == 6000
+
+
+def test_recipient_settles_a_lost_release(mongos, shards):
+    # the donor's _recvChunkReleaseCritSec never arrives (as when the donor
+    # dies after the commit): the recipient does not hold its critical
+    # section for ever, it asks the config servers who owns the range
+    owner, to = _three_chunks(mongos, "l", 2000, (1000,))
+    rcv = shards[["shard0", "shard1"].index(to)]
+    rcv.admin.command("configureFailPoint", "failCommand", mode={"times": 1},
+                      data={"failCommands": ["_recvChunkReleaseCritSec"], "errorCode": 6})
+    mongos.admin.command("moveChunk", "mig.l", find={"k": 1500}, to=to)
+    assert _owner(mongos, "mig.l", {"k": 1000}) == to
+    for _ in range(1200):
+        if not rcv.admin.command("_recvChunkStatus")["active"]:
+            break
+        time.sleep(0.1)
+    assert not rcv.admin.command("_recvChunkStatus")["active"]
+    assert rcv.mig.l.count_documents({}) == 1000  # it kept the range
+    mongos.mig.l.update_one({"k": 1500}, {"$set": {"x": 1}})  # routed writes go on
+    assert mongos.mig.l.find_one({"k": 1500})["x"] == 1
+    assert mongos.mig.l.count_documents({}) == 2000

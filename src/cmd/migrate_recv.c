@@ -362,19 +362,26 @@ static void *drop_main(void *arg)
     return NULL;
 }
 
+/* Run fn(arg) on a detached thread; false when none could start. */
+static bool start_detached(void *(*fn)(void *), void *arg)
+{
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    bool ok = pthread_create(&th, &at, fn, arg) == 0;
+    pthread_attr_destroy(&at);
+    return ok;
+}
+
 /* Drop the staging collection on a thread of its own: a WiredTiger drop
  * can take a second, and nothing waits for it (each migration stages
  * under its own name). */
 static void recip_drop_staging(void)
 {
     char *name = strdup(recip.staging);
-    pthread_t th;
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    if (name != NULL && pthread_create(&th, &at, drop_main, name) != 0)
+    if (name != NULL && !start_detached(drop_main, name))
         drop_main(name);
-    pthread_attr_destroy(&at);
 }
 
 static void recip_end(void)
@@ -448,14 +455,20 @@ static void recip_release(void)
     recip_end();
 }
 
-static int recv_release(sbl_opctx_t *ctx, sbl_err_t *err)
+/* settle() the receive ctx's sessionId names (nothing when none runs). */
+static int settle_session(sbl_opctx_t *ctx, void (*settle)(void), sbl_err_t *err)
 {
     if (!recip.active)
         return 0;
     int rc = mig_check_session(ctx->cmd, recip.session, err);
     if (rc == 0)
-        recip_release();
+        settle();
     return rc;
+}
+
+static int recv_release(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    return settle_session(ctx, recip_release, err);
 }
 
 int sbl_cmd_recv_chunk_release(sbl_opctx_t *ctx, sbl_err_t *err)
@@ -495,12 +508,7 @@ static void recip_abort(void)
 
 static int recv_abort(sbl_opctx_t *ctx, sbl_err_t *err)
 {
-    if (!recip.active)
-        return 0;
-    int rc = mig_check_session(ctx->cmd, recip.session, err);
-    if (rc == 0)
-        recip_abort();
-    return rc;
+    return settle_session(ctx, recip_abort, err);
 }
 
 /* MIG_RELEASE_MS, or with test commands on, setParameter
@@ -564,13 +572,8 @@ static void *crit_watch(void *arg)
 static void crit_watch_start(void)
 {
     char *session = strdup(recip.session);
-    pthread_t th;
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    if (session != NULL && pthread_create(&th, &at, crit_watch, session) != 0)
+    if (session != NULL && !start_detached(crit_watch, session))
         free(session); /* then only the donor's release or abort ends it */
-    pthread_attr_destroy(&at);
 }
 
 int sbl_cmd_recv_chunk_abort(sbl_opctx_t *ctx, sbl_err_t *err)

@@ -237,8 +237,8 @@ static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const 
  * donor reported.  ConflictingOperationInProgress when the donor or the
  * recipient is in another migration.
  */
-static int move_range(const char *ns, const bson_t *min, const bson_t *max,
-                             const char *to, bson_t *details, sbl_err_t *err)
+static int move_range(const char *ns, const bson_t *min, const bson_t *max, const char *to,
+                      bson_t *details, sbl_err_t *err)
 {
     bson_t coll = BSON_INITIALIZER, chunk = BSON_INITIALIZER, f = BSON_INITIALIZER, key, cmax;
     int rc = 0;

@@ -20,9 +20,12 @@
  *                        migration threshold (2 below 20 chunks, 4 below
  *                        80, 8 above: mongod's chunk-count rule).
  *
- * What must stay true: one migration at a time (move_mu); a commit checks
- * that the donor still owns exactly the chunk, so a migration that raced a
- * split or another commit fails instead of giving away the wrong range.
+ * What must stay true: one migration at a time per shard, as donor or
+ * recipient (busy[]: a second one involving either shard fails at once with
+ * ConflictingOperationInProgress, as mongod's does, instead of waiting for
+ * the first to end); a commit checks that the donor still owns exactly the
+ * chunk, so a migration that raced a split or another commit fails instead
+ * of giving away the wrong range.
  */
 #include "cmd/cmd_int.h"
 #include "cmd/migrate_int.h"
@@ -45,8 +48,49 @@
 #define ROUND_IDLE_MS 2000 /* between rounds that moved nothing */
 #define ROUND_BUSY_MS 100  /* after a round that moved a chunk */
 
-static pthread_mutex_t move_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t commit_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The shards in a migration now (under busy_mu). */
+static pthread_mutex_t busy_mu = PTHREAD_MUTEX_INITIALIZER;
+static char busy[64][128];
+static int nbusy;
+
+static int busy_find(const char *id)
+{
+    for (int i = 0; i < nbusy; i++)
+        if (strcmp(busy[i], id) == 0)
+            return i;
+    return -1;
+}
+
+/* Mark from and to as migrating; ConflictingOperationInProgress (neither
+ * marked) when either already is. */
+static int busy_claim(const char *from, const char *to, sbl_err_t *err)
+{
+    pthread_mutex_lock(&busy_mu);
+    const char *taken = busy_find(from) >= 0 ? from : busy_find(to) >= 0 ? to : NULL;
+    if (taken == NULL && nbusy + 2 <= 64) {
+        snprintf(busy[nbusy++], sizeof(busy[0]), "%s", from);
+        snprintf(busy[nbusy++], sizeof(busy[0]), "%s", to);
+    }
+    pthread_mutex_unlock(&busy_mu);
+    if (taken != NULL)
+        return sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "Unable to start a new "
+                           "migration from %s to %s because shard %s is already in a migration "
+                           "(one at a time per shard)", from, to, taken);
+    return 0;
+}
+
+static void busy_release(const char *from, const char *to)
+{
+    pthread_mutex_lock(&busy_mu);
+    for (int k = 0; k < 2; k++) {
+        int i = busy_find(k == 0 ? from : to);
+        if (i >= 0)
+            memcpy(busy[i], busy[--nbusy], sizeof(busy[0]));
+    }
+    pthread_mutex_unlock(&busy_mu);
+}
 
 static bool doc_of(const bson_t *d, const char *k, bson_t *out)
 {
@@ -183,13 +227,18 @@ static int shard_host(const char *id, char *out, size_t n, sbl_err_t *err)
     return rc;
 }
 
+static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const bson_t *key,
+                   const bson_value_t *uuid, const bson_t *chunk, const char *from,
+                   const char *to, bson_t *details, sbl_err_t *err);
+
 /*
  * Move the chunk of ns that starts at min to shard to (max, when given,
  * must be its max).  Runs the whole migration; details receives what the
- * donor reported.  One at a time.
+ * donor reported.  ConflictingOperationInProgress when the donor or the
+ * recipient is in another migration.
  */
-static int move_range_locked(const char *ns, const bson_t *min, const bson_t *max,
-                             const char *to, bson_t *details, sbl_err_t *err)
+static int move_range(const char *ns, const bson_t *min, const bson_t *max, const char *to,
+                      bson_t *details, sbl_err_t *err)
 {
     bson_t coll = BSON_INITIALIZER, chunk = BSON_INITIALIZER, f = BSON_INITIALIZER, key, cmax;
     int rc = 0;
@@ -223,10 +272,28 @@ static int move_range_locked(const char *ns, const bson_t *min, const bson_t *ma
     }
     if (strcmp(from, to) == 0)
         goto out; /* already there: nothing to do */
+    if ((rc = busy_claim(from, to, err)) != 0)
+        goto out;
+    rc = migrate(ns, min, &cmax, &key, bson_iter_value(&it), &chunk, from, to, details, err);
+    busy_release(from, to);
+out:
+    bson_destroy(&coll);
+    bson_destroy(&chunk);
+    bson_destroy(&f);
+    return rc;
+}
+
+/* The migration itself, its shards claimed: config.migrations and the
+ * changelog around the donor's _shardsvrMoveRange. */
+static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const bson_t *key,
+                   const bson_value_t *uuid, const bson_t *chunk, const char *from,
+                   const char *to, bson_t *details, sbl_err_t *err)
+{
+    int rc;
     char from_host[1024], to_host[1024];
     if ((rc = shard_host(from, from_host, sizeof(from_host), err)) != 0 ||
         (rc = shard_host(to, to_host, sizeof(to_host), err)) != 0)
-        goto out;
+        return rc;
     /* config.migrations: the migration in progress */
     char mid[600];
     {
@@ -239,13 +306,13 @@ static int move_range_locked(const char *ns, const bson_t *min, const bson_t *ma
         BSON_APPEND_DOCUMENT_BEGIN(&docs, "0", &d);
         BSON_APPEND_UTF8(&d, "_id", mid);
         BSON_APPEND_UTF8(&d, "ns", ns);
-        bson_append_value(&d, "uuid", 4, bson_iter_value(&it));
+        bson_append_value(&d, "uuid", 4, uuid);
         BSON_APPEND_DOCUMENT(&d, "min", min);
-        BSON_APPEND_DOCUMENT(&d, "max", &cmax);
+        BSON_APPEND_DOCUMENT(&d, "max", cmax);
         BSON_APPEND_UTF8(&d, "fromShard", from);
         BSON_APPEND_UTF8(&d, "toShard", to);
         bson_iter_t lm;
-        if (bson_iter_init_find(&lm, &chunk, "lastmod"))
+        if (bson_iter_init_find(&lm, chunk, "lastmod"))
             bson_append_value(&d, "chunkVersion", -1, bson_iter_value(&lm));
         BSON_APPEND_BOOL(&d, "waitForDelete", false);
         BSON_APPEND_BOOL(&d, "forceJumbo", false);
@@ -254,19 +321,19 @@ static int move_range_locked(const char *ns, const bson_t *min, const bson_t *ma
         rc = cfg_write(&cmd, err);
         bson_destroy(&cmd);
         if (rc != 0)
-            goto out;
+            return rc;
     }
     bson_t det = BSON_INITIALIZER;
     BSON_APPEND_DOCUMENT(&det, "min", min);
-    BSON_APPEND_DOCUMENT(&det, "max", &cmax);
+    BSON_APPEND_DOCUMENT(&det, "max", cmax);
     BSON_APPEND_UTF8(&det, "from", from);
     BSON_APPEND_UTF8(&det, "to", to);
     changelog("moveChunk.start", ns, &det);
     bson_t cmd = BSON_INITIALIZER, reply;
     BSON_APPEND_UTF8(&cmd, "_shardsvrMoveRange", ns);
     BSON_APPEND_DOCUMENT(&cmd, "min", min);
-    BSON_APPEND_DOCUMENT(&cmd, "max", &cmax);
-    BSON_APPEND_DOCUMENT(&cmd, "shardKeyPattern", &key);
+    BSON_APPEND_DOCUMENT(&cmd, "max", cmax);
+    BSON_APPEND_DOCUMENT(&cmd, "shardKeyPattern", key);
     BSON_APPEND_UTF8(&cmd, "fromShard", from);
     BSON_APPEND_UTF8(&cmd, "toShard", to);
     BSON_APPEND_UTF8(&cmd, "fromShardHost", from_host);
@@ -312,21 +379,9 @@ static int move_range_locked(const char *ns, const bson_t *min, const bson_t *ma
         cfg_write(&del, &e);
         bson_destroy(&del);
     }
-out:
-    bson_destroy(&coll);
-    bson_destroy(&chunk);
-    bson_destroy(&f);
     return rc;
 }
 
-static int move_range(const char *ns, const bson_t *min, const bson_t *max, const char *to,
-                      bson_t *details, sbl_err_t *err)
-{
-    pthread_mutex_lock(&move_mu);
-    int rc = move_range_locked(ns, min, max, to, details, err);
-    pthread_mutex_unlock(&move_mu);
-    return rc;
-}
 
 int sbl_cmd_configsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
 {
@@ -554,14 +609,10 @@ static int balance_collection(const bson_t *coll, char ids[][128], int nshards)
     bson_append_value(&f, "uuid", 4, bson_iter_value(&it));
     BSON_APPEND_INT32(&sort, "min", 1);
     sbl_err_t e = {0};
-    /* decide and move under the migration lock: a moveChunk that ran while
-     * this round waited has changed the counts */
-    pthread_mutex_lock(&move_mu);
     int rc = cfg_find("chunks", &f, &sort, &chunks, &e);
     bson_destroy(&f);
     bson_destroy(&sort);
     if (rc != 0) {
-        pthread_mutex_unlock(&move_mu);
         bson_destroy(&chunks);
         return 0;
     }
@@ -594,11 +645,12 @@ static int balance_collection(const bson_t *coll, char ids[][128], int nshards)
             if (!sbl_iter_doc(&it, &c) || (sh = sbl_doc_utf8(&c, "shard")) == NULL ||
                 strcmp(sh, ids[hi]) != 0 || !doc_of(&c, "min", &min) || !doc_of(&c, "max", &max))
                 continue;
-            moved = move_range_locked(ns, &min, &max, ids[lo], NULL, &e) == 0 ? 1 : -1;
+            /* a shard busy with a moveChunk: the next round decides again */
+            rc = move_range(ns, &min, &max, ids[lo], NULL, &e);
+            moved = rc == 0 ? 1 : rc == SBL_E_ConflictingOperationInProgress ? 0 : -1;
             break;
         }
     }
-    pthread_mutex_unlock(&move_mu);
     bson_destroy(&chunks);
     return moved;
 }

@@ -519,6 +519,8 @@ static void execute(pending_t *p)
     snprintf(ns, sizeof(ns), "%s.%s", p->ctx.db, coll);
     if ((p->rc = sbl_shard_op_enter(ns, 0, &p->err)) != 0)
         return; /* a critical section outlasted the wait: StaleConfig, not run */
+    if (routed_sharded(p)) /* after the gate; a migration's getMores: snapshot_read.c */
+        p->ctx.open_ts = sbl_repl_last_op_ts();
     execute_inner(p);
     sbl_shard_op_exit(ns);
 }

@@ -29,11 +29,13 @@
  */
 #include "cmd/migrate_int.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "doc/doc.h"
 #include "repl/repl.h"
 #include "server/server.h"
 #include "shard/shard.h"
+#include "storage/storage.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -44,7 +46,8 @@
 #include <unistd.h>
 
 #define CLONE_BATCH 256
-#define MODS_ENTRIES 500
+#define MODS_ENTRIES 500 /* changed _ids per _transferMods */
+#define MODS_SCAN 5000   /* oplog entries read per _transferMods */
 
 /* A warning line in the log (component SHARDING). */
 void mig_log(const char *fmt, ...)
@@ -223,7 +226,8 @@ int mig_upsert_docs(const char *db, const char *coll, bson_iter_t *arr, int64_t 
 }
 
 /* Delete by _id each {_id} document of arr from db.coll. */
-int mig_delete_ids(const char *db, const char *coll, bson_iter_t *arr, sbl_err_t *err)
+int mig_delete_ids(const char *db, const char *coll, bson_iter_t *arr, int64_t *np,
+                   sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER, dels, reply;
     BSON_APPEND_UTF8(&cmd, "delete", coll);
@@ -247,6 +251,9 @@ int mig_delete_ids(const char *db, const char *coll, bson_iter_t *arr, sbl_err_t
     int rc = 0;
     if (n > 0) {
         rc = mig_local_run(db, &cmd, &reply, err);
+        bson_iter_t it;
+        if (rc == 0 && np != NULL && bson_iter_init_find(&it, &reply, "n"))
+            *np += bson_iter_as_int64(&it);
         bson_destroy(&reply);
     }
     bson_destroy(&cmd);
@@ -392,8 +399,49 @@ static void ids_free(id_list_t *l)
     free(l->v);
 }
 
-/* The _id an oplog entry (or applyOps sub-entry) changed, for ns. */
-static void entry_id(const bson_t *e, const char *ns, id_list_t *ids)
+/* Can a document of the range leave it without being deleted?  Not when
+ * the shard key is _id alone (_id never changes). */
+static bool key_may_change(const mig_spec_t *s)
+{
+    bson_iter_t it;
+    return !(s->nkey == 1 && bson_iter_init(&it, s->key) && bson_iter_next(&it) &&
+             strcmp(bson_iter_key(&it), "_id") == 0);
+}
+
+/* Did the update whose entry is e change a shard key field?  Its diff
+ * ({d: {f}, u: {f}, i: {f}, s<f>: ...}, repl_diff.c) names the top-level
+ * fields it changed; a replacement (no diff) may have changed any. */
+static bool update_moves_key(const mig_spec_t *s, const bson_t *e)
+{
+    bson_t diff, part;
+    bson_iter_t k, it;
+    if (!mig_doc_of(e, "diff", &diff))
+        return true;
+    bson_iter_init(&k, s->key);
+    while (bson_iter_next(&k)) {
+        char top[256], sub[258];
+        const char *path = bson_iter_key(&k), *dot = strchr(path, '.');
+        snprintf(top, sizeof(top), "%.*s", (int)(dot ? dot - path : (long)strlen(path)), path);
+        snprintf(sub, sizeof(sub), "s%s", top);
+        if (bson_iter_init_find(&it, &diff, sub))
+            return true;
+        for (const char *w = "dui"; *w; w++) {
+            char wk[2] = {*w, '\0'};
+            if (mig_doc_of(&diff, wk, &part) && bson_iter_init_find(&it, &part, top))
+                return true;
+        }
+    }
+    return false;
+}
+
+/* The _id an oplog entry (or applyOps sub-entry) may have changed in the
+ * range, into ids: an insert or update whose new document is in the range,
+ * an update that changed the shard key (the document may have left the
+ * range), a delete of one that was (when the entry says; else every
+ * delete).  Changes to the collection's other ranges are not the
+ * recipient's business: shipping them kept the catch-up from ever
+ * looking finished under a write load elsewhere on the donor. */
+static void entry_id(const mig_spec_t *s, const bson_t *e, id_list_t *ids)
 {
     const char *op = sbl_doc_utf8(e, "op"), *ens = sbl_doc_utf8(e, "ns");
     bson_iter_t it, sub;
@@ -405,17 +453,80 @@ static void entry_id(const bson_t *e, const char *ns, id_list_t *ids)
             bson_iter_recurse(&sub, &it))
             while (bson_iter_next(&it))
                 if (sbl_iter_doc(&it, &o))
-                    entry_id(&o, ns, ids);
+                    entry_id(s, &o, ids);
         return;
     }
-    if (ens == NULL || strcmp(ens, ns) != 0)
+    if (ens == NULL || strcmp(ens, s->ns) != 0 || !mig_doc_of(e, "o", &o))
+        return;
+    bool mine;
+    if (strcmp(op, "i") == 0) /* o: the document; an update's, the post-image */
+        mine = mig_in_range(s, &o);
+    else if (strcmp(op, "u") == 0)
+        mine = mig_in_range(s, &o) || (key_may_change(s) && update_moves_key(s, e));
+    else if (strcmp(op, "d") == 0)
+        mine = key_may_change(s) || mig_in_range(s, &o); /* o: {_id} */
+    else
         return;
     const char *path = strcmp(op, "u") == 0 ? "o2._id" : "o._id";
-    if (bson_iter_init(&it, e) && bson_iter_find_descendant(&it, path, &sub))
+    if (mine && bson_iter_init(&it, e) && bson_iter_find_descendant(&it, path, &sub))
         ids_add(ids, bson_iter_value(&sub));
 }
 
-/* The range's changes since the last call: {reload: [docs], deleted: [{_id}]}. */
+/* Read the oplog after the last entry read (through its ts key: a seek,
+ * not a scan of the whole oplog), collecting the range's changed _ids;
+ * *morep when a limit stopped the read before the oplog's end. */
+static int read_mods(sbl_session_t *ss, id_list_t *ids, bool *morep, sbl_err_t *err)
+{
+    sbl_coll_t *oplog = NULL;
+    sbl_scan_t *scan = NULL;
+    *morep = false;
+    SBL_RET(sbl_coll_open(ss, SBL_OPLOG_NS, false, &oplog, NULL, err));
+    bson_value_t lo = {.value_type = BSON_TYPE_TIMESTAMP};
+    lo.value.v_timestamp.timestamp = donor.mods_t;
+    lo.value.v_timestamp.increment = donor.mods_i;
+    /* the oplog's oldest entry must not be past the last one read (or the
+     * position noted at the start), or changes may have been lost to the
+     * capped oplog's truncation: an error, the migration aborts */
+    int rc = sbl_scan_open(ss, oplog, NULL, false, &scan, err);
+    bson_t e;
+    bson_iter_t ts;
+    bool done = false;
+    if (rc == 0 && (rc = sbl_scan_next(scan, &e, &done, err)) == 0 && !done &&
+        bson_iter_init_find(&ts, &e, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&ts)) {
+        uint32_t t, i;
+        bson_iter_timestamp(&ts, &t, &i);
+        if (t > donor.mods_t || (t == donor.mods_t && i > donor.mods_i))
+            rc = sbl_err_set(err, SBL_E_OperationFailed, "the oplog rolled over during the "
+                             "migration: the range's changes since %u:%u are gone",
+                             (unsigned)donor.mods_t, (unsigned)donor.mods_i);
+    }
+    if (scan != NULL)
+        sbl_scan_close(scan);
+    scan = NULL;
+    sbl_scan_bounds_t b = {.lo = &lo, .lo_inclusive = false};
+    if (rc == 0)
+        rc = sbl_scan_open(ss, oplog, &b, false, &scan, err);
+    for (int n = 0; rc == 0; n++) {
+        done = false;
+        if (n == MODS_SCAN || ids->n >= MODS_ENTRIES) {
+            *morep = true;
+            break;
+        }
+        if ((rc = sbl_scan_next(scan, &e, &done, err)) != 0 || done)
+            break;
+        if (bson_iter_init_find(&ts, &e, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&ts))
+            bson_iter_timestamp(&ts, &donor.mods_t, &donor.mods_i);
+        entry_id(&donor.spec, &e, ids);
+    }
+    if (scan != NULL)
+        sbl_scan_close(scan);
+    sbl_coll_release(oplog);
+    return rc;
+}
+
+/* The range's changes since the last call: {reload: [docs], deleted:
+ * [{_id}], more: bool} (more: call again at once, the oplog was not read
+ * to its end). */
 int sbl_cmd_transfer_mods(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     pthread_mutex_lock(&donor_mu);
@@ -423,41 +534,9 @@ int sbl_cmd_transfer_mods(sbl_opctx_t *ctx, sbl_err_t *err)
                           : sbl_err_set(err, SBL_E_ConflictingOperationInProgress,
                                         "no migration is active on this shard");
     id_list_t ids = {0};
-    if (rc == 0) {
-        bson_t cmd = BSON_INITIALIZER, f, g, or, a, reply;
-        BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
-        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &f);
-        BSON_APPEND_DOCUMENT_BEGIN(&f, "ts", &g);
-        BSON_APPEND_TIMESTAMP(&g, "$gt", donor.mods_t, donor.mods_i);
-        bson_append_document_end(&f, &g);
-        BSON_APPEND_ARRAY_BEGIN(&f, "$or", &or);
-        BSON_APPEND_DOCUMENT_BEGIN(&or, "0", &a);
-        BSON_APPEND_UTF8(&a, "ns", donor.spec.ns);
-        bson_append_document_end(&or, &a);
-        BSON_APPEND_DOCUMENT_BEGIN(&or, "1", &a);
-        BSON_APPEND_UTF8(&a, "o.applyOps.ns", donor.spec.ns);
-        bson_append_document_end(&or, &a);
-        bson_append_array_end(&f, &or);
-        bson_append_document_end(&cmd, &f);
-        BSON_APPEND_INT32(&cmd, "limit", MODS_ENTRIES);
-        BSON_APPEND_INT32(&cmd, "batchSize", MODS_ENTRIES);
-        BSON_APPEND_BOOL(&cmd, "singleBatch", true);
-        rc = mig_local_run("local", &cmd, &reply, err);
-        bson_destroy(&cmd);
-        bson_iter_t it, b;
-        if (rc == 0 && bson_iter_init(&it, &reply) &&
-            bson_iter_find_descendant(&it, "cursor.firstBatch", &b) && bson_iter_recurse(&b, &it))
-            while (bson_iter_next(&it)) {
-                bson_t e;
-                bson_iter_t ts;
-                if (!sbl_iter_doc(&it, &e))
-                    continue;
-                if (bson_iter_init_find(&ts, &e, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&ts))
-                    bson_iter_timestamp(&ts, &donor.mods_t, &donor.mods_i);
-                entry_id(&e, donor.spec.ns, &ids);
-            }
-        bson_destroy(&reply);
-    }
+    bool more = false;
+    if (rc == 0)
+        rc = read_mods(ctx->ss, &ids, &more, err);
     bson_t reload, deleted;
     uint32_t nr = 0, nd = 0;
     char kb[16], db[256];
@@ -498,6 +577,7 @@ int sbl_cmd_transfer_mods(sbl_opctx_t *ctx, sbl_err_t *err)
         bson_append_document_end(&deleted, &d);
     }
     bson_append_array_end(ctx->reply, &deleted);
+    BSON_APPEND_BOOL(ctx->reply, "more", more);
     donor.mods += nr + nd;
     pthread_mutex_unlock(&donor_mu);
     free(reloaded);
@@ -548,7 +628,7 @@ static int64_t delete_range(const mig_spec_t *s, sbl_err_t *err)
         first = false;
         bson_destroy(&reply);
         if (rc == 0 && n > 0 && bson_iter_init(&it, &arr)) {
-            rc = mig_delete_ids(db, coll, &it, err);
+            rc = mig_delete_ids(db, coll, &it, NULL, err);
             deleted += n;
         }
         bson_destroy(&arr);
@@ -559,6 +639,45 @@ static int64_t delete_range(const mig_spec_t *s, sbl_err_t *err)
 bool mig_donor_active(void)
 {
     return donor.active;
+}
+
+/* The last critical sections by namespace (a few: one migration at a time
+ * per shard; an older one has left the snapshot history anyway). */
+static pthread_mutex_t crit_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char ns[256];
+    uint64_t ts;
+} crits[16];
+static unsigned ncrits;
+
+void mig_crit_note(const char *ns)
+{
+    uint64_t ts = sbl_repl_last_op_ts();
+    pthread_mutex_lock(&crit_mu);
+    unsigned i = 0;
+    while (i < ncrits && i < 16 && strcmp(crits[i].ns, ns) != 0)
+        i++;
+    if (i == ncrits || i == 16)
+        i = ncrits++ % 16;
+    snprintf(crits[i].ns, sizeof(crits[i].ns), "%s", ns);
+    crits[i].ts = ts;
+    pthread_mutex_unlock(&crit_mu);
+}
+
+uint64_t mig_crit_ts(const char *db, const bson_t *getmore)
+{
+    const char *coll = sbl_doc_utf8(getmore, "collection");
+    char ns[256];
+    if (coll == NULL)
+        return 0;
+    snprintf(ns, sizeof(ns), "%s.%s", db, coll);
+    uint64_t ts = 0;
+    pthread_mutex_lock(&crit_mu);
+    for (unsigned i = 0; i < ncrits && i < 16; i++)
+        if (strcmp(crits[i].ns, ns) == 0)
+            ts = crits[i].ts;
+    pthread_mutex_unlock(&crit_mu);
+    return ts;
 }
 
 static void donor_end(void)
@@ -589,13 +708,13 @@ int mig_recip_call(const char *host, const char *name, const char *session, bson
     bson_t cmd = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&cmd, name, session);
     BSON_APPEND_UTF8(&cmd, "sessionId", session);
-    int rc = sbl_shard_remote_check(host, "admin", &cmd, reply, err);
+    int rc = sbl_shard_remote_check_within(host, "admin", &cmd, MIG_CALL_MS, reply, err);
     bson_destroy(&cmd);
     return rc;
 }
 
 /* Which shard config.chunks says owns the chunk starting at min (into out). */
-static void chunk_owner(const char *cfg, const char *ns, const bson_t *min, char *out, size_t n)
+void mig_chunk_owner(const char *cfg, const char *ns, const bson_t *min, char *out, size_t n)
 {
     out[0] = '\0';
     bson_t cmd = BSON_INITIALIZER, f, reply;
@@ -627,6 +746,57 @@ static void chunk_owner(const char *cfg, const char *ns, const bson_t *min, char
     bson_destroy(&reply);
     bson_destroy(&cmd);
     bson_value_destroy(&uuid);
+}
+
+/* Poll the recipient until it reports "steady".  An error when it fails,
+ * when its counts stop moving for MIG_STALL_MS, or when it has not caught
+ * up MIG_CATCHUP_MS after its clone: the migration then aborts rather than
+ * wait on (a write load it cannot overtake must not keep it forever). */
+static int await_steady(const char *to_host, const char *session, sbl_err_t *err)
+{
+    int64_t progress_at = mig_now_ms(), catchup_at = 0, last_count = -1;
+    for (;;) {
+        bson_t reply;
+        int rc = mig_recip_call(to_host, "_recvChunkStatus", session, &reply, err);
+        if (rc != 0) {
+            bson_destroy(&reply);
+            return rc;
+        }
+        const char *state = sbl_doc_utf8(&reply, "state");
+        const char *m = sbl_doc_utf8(&reply, "errmsg");
+        bson_iter_t it;
+        int64_t count = 0;
+        if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "counts.cloned", &it))
+            count += bson_iter_as_int64(&it);
+        if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "counts.catchup", &it))
+            count += bson_iter_as_int64(&it);
+        if (state == NULL)
+            rc = sbl_err_set(err, SBL_E_OperationFailed, "the recipient no longer runs the "
+                             "migration");
+        else if (strcmp(state, "fail") == 0)
+            rc = sbl_err_set(err, SBL_E_OperationFailed, "the recipient failed: %s",
+                             m ? m : "error");
+        bool steady = rc == 0 && strcmp(state, "steady") == 0;
+        if (rc == 0 && strcmp(state, "catchup") == 0 && catchup_at == 0)
+            catchup_at = mig_now_ms();
+        bson_destroy(&reply);
+        if (rc != 0 || steady)
+            return rc;
+        int64_t now = mig_now_ms();
+        if (count != last_count) {
+            last_count = count;
+            progress_at = now;
+        }
+        if (now - progress_at > MIG_STALL_MS)
+            return sbl_err_set(err, SBL_E_ExceededTimeLimit, "the recipient made no progress "
+                               "for %d s (state %s): migration aborted", MIG_STALL_MS / 1000,
+                               state);
+        if (catchup_at != 0 && now - catchup_at > MIG_CATCHUP_MS)
+            return sbl_err_set(err, SBL_E_ExceededTimeLimit, "the recipient did not catch up "
+                               "with the writes to the range within %d s of its clone: "
+                               "migration aborted", MIG_CATCHUP_MS / 1000);
+        usleep(20 * 1000);
+    }
 }
 
 int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
@@ -680,34 +850,23 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_DOCUMENT(&cmd, "min", spec.min);
     BSON_APPEND_DOCUMENT(&cmd, "max", spec.max);
     BSON_APPEND_DOCUMENT(&cmd, "shardKeyPattern", spec.key);
-    rc = sbl_shard_remote_check(to_host, "admin", &cmd, &reply, err);
+    rc = sbl_shard_remote_check_within(to_host, "admin", &cmd, MIG_CALL_MS, &reply, err);
     bson_destroy(&cmd);
     bson_destroy(&reply);
     recip_started = rc == 0;
-    /* 2. wait until it has cloned and caught up */
-    while (rc == 0) {
-        rc = mig_recip_call(to_host, "_recvChunkStatus", session, &reply, err);
-        const char *state = rc == 0 ? sbl_doc_utf8(&reply, "state") : NULL;
-        bool steady = state != NULL && strcmp(state, "steady") == 0;
-        if (state != NULL && strcmp(state, "fail") == 0) {
-            const char *m = sbl_doc_utf8(&reply, "errmsg");
-            rc = sbl_err_set(err, SBL_E_OperationFailed, "the recipient failed: %s",
-                             m ? m : "error");
-        }
-        bson_destroy(&reply);
-        if (steady)
-            break;
-        if (rc == 0 && mig_now_ms() - t0 > 15 * 60 * 1000)
-            rc = sbl_err_set(err, SBL_E_MaxTimeMSExpired, "the recipient did not catch up");
-        if (rc == 0)
-            usleep(20 * 1000);
-    }
+    /* 2. wait until it has cloned and caught up (bounded: see migrate_int.h) */
+    if (rc == 0)
+        rc = await_steady(to_host, session, err);
     t_steady = mig_now_ms();
     /* 3. critical section; the recipient takes the last changes */
     if (rc == 0) {
-        sbl_shard_crit_enter(spec.ns);
-        in_cs = true;
+        int64_t deadline = sbl_now_us() + (int64_t)MIG_CRIT_MS * 1000;
+        mig_crit_note(spec.ns); /* before anything changes: snapshot_read.c */
+        rc = sbl_shard_crit_enter(spec.ns, deadline, err);
+        in_cs = rc == 0;
         t_cs = mig_now_ms();
+    }
+    if (rc == 0) {
         rc = mig_recip_call(to_host, "_recvChunkCommit", session, &reply, err);
         bson_destroy(&reply);
     }
@@ -732,7 +891,7 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
              * (for up to a minute, still in the critical section). */
             char owner[128] = "";
             for (int i = 0; i < 60 && owner[0] == '\0'; i++) {
-                chunk_owner(cfg, spec.ns, spec.min, owner, sizeof(owner));
+                mig_chunk_owner(cfg, spec.ns, spec.min, owner, sizeof(owner));
                 if (owner[0] == '\0')
                     sleep(1);
             }

@@ -8,6 +8,28 @@
 
 #include "cmd/cmd_int.h"
 
+/* Every wait of a migration is bounded (a migration that cannot finish
+ * aborts with an error that says why, and the writers go on):
+ *   MIG_STALL_MS    the recipient's clone or catch-up made no progress
+ *   MIG_CATCHUP_MS  the recipient did not catch up with the writes to the
+ *                   range (reach "steady") after its clone
+ *   MIG_CRIT_MS     the critical section up to the commit: the routed
+ *                   commands inside drain, the recipient takes the last
+ *                   changes and moves the range in
+ *   MIG_CALL_MS     one command between the donor and the recipient
+ *   MIG_RELEASE_MS  a recipient in its critical section after its commit
+ *                   waits that long for the donor's release or abort, then
+ *                   settles it itself (migrate_recv.c)
+ * A catch-up round that changed fewer than MIG_STEADY_DOCS documents, with
+ * nothing left to read, is close enough for the critical section (mongod
+ * enters it with a small backlog too); the rest moves inside it. */
+#define MIG_STALL_MS 60000
+#define MIG_CATCHUP_MS 120000
+#define MIG_CRIT_MS 30000
+#define MIG_CALL_MS (2 * MIG_CRIT_MS + 10000)
+#define MIG_STEADY_DOCS 64
+#define MIG_RELEASE_MS (3 * MIG_CALL_MS)
+
 /* The range being moved and how to tell whether a document is in it. */
 typedef struct mig_spec {
     char ns[256];
@@ -28,10 +50,13 @@ void mig_split_ns(const char *ns, char *db, size_t dbn, const char **coll);
 /* Replace (upsert) by _id each document of arr into db.coll (*countp += n). */
 int mig_upsert_docs(const char *db, const char *coll, bson_iter_t *arr, int64_t *countp,
                     sbl_err_t *err);
-/* Delete by _id each {_id} document of arr from db.coll. */
-int mig_delete_ids(const char *db, const char *coll, bson_iter_t *arr, sbl_err_t *err);
+/* Delete by _id each {_id} document of arr from db.coll (*np += how many
+ * were there, when np is not NULL). */
+int mig_delete_ids(const char *db, const char *coll, bson_iter_t *arr, int64_t *np,
+                   sbl_err_t *err);
 const char *mig_akey(uint32_t i, char kb[16]);
-/* {name: session, sessionId: session} on host's primary, ok: 0 an error. */
+/* {name: session, sessionId: session} on host's primary (an answer within
+ * MIG_CALL_MS), ok: 0 an error. */
 int mig_recip_call(const char *host, const char *name, const char *session, bson_t *reply,
                    sbl_err_t *err);
 /* cmd's sessionId must be have (ConflictingOperationInProgress otherwise). */
@@ -41,6 +66,14 @@ void mig_update_active_flag(void);
 void mig_log(const char *fmt, ...);
 int64_t mig_now_ms(void);
 bool mig_donor_active(void);
+/* Which shard config.chunks (on the config servers cfg) says owns ns's
+ * chunk starting at min, into out ("" when they cannot say). */
+void mig_chunk_owner(const char *cfg, const char *ns, const bson_t *min, char *out, size_t n);
+/* Note that a migration of ns enters its critical section here now (before
+ * it changes the range); mig_crit_ts: when the last one did, for the
+ * collection a getMore (db, cmd) reads (0: never). */
+void mig_crit_note(const char *ns);
+uint64_t mig_crit_ts(const char *db, const bson_t *getmore);
 bool mig_recip_active(void);
 
 #endif

@@ -8,12 +8,16 @@
  * this shard's critical section for ns and moves the staged documents in;
  * _recvChunkReleaseCritSec (after the config servers committed) refreshes
  * the version and leaves it; _recvChunkAbort takes back out what was moved.
+ * A donor that dies (or cannot reach us) after our commit sends neither: a
+ * watchdog then settles the critical section from the config servers.
  */
+#include "cmd/failpoint.h"
 #include "cmd/migrate_int.h"
 #include "doc/doc.h"
 
 #include "server/server.h"
 #include "shard/shard.h"
+#include "common/clock.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,6 +29,11 @@
 /* ======================= recipient ======================= */
 
 static pthread_mutex_t recip_mu = PTHREAD_MUTEX_INITIALIZER;
+/* One of _recvChunkStart / Commit / ReleaseCritSec / Abort at a time: an
+ * abort sent after a commit the donor gave up on waits for that commit (it
+ * ends by its own deadline) instead of racing it. */
+static pthread_mutex_t recip_cmd_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool recip_shutting_down; /* under recip_cmd_mu: the watchdog stands down */
 static struct {
     bool active;
     char session[160];
@@ -52,28 +61,23 @@ static void recip_fail(const sbl_err_t *e)
     pthread_mutex_unlock(&recip_mu);
 }
 
-/* One _transferMods round applied to the staging collection; *emptyp when
- * there was nothing. */
-static int recip_apply_mods(bool *emptyp, sbl_err_t *err)
+/* One _transferMods round applied to the staging collection: *changedp
+ * documents changed (reloaded, or deleted that were staged: the donor may
+ * name _ids the range never had), *morep when the donor has more to read. */
+static int recip_apply_mods(int64_t *changedp, bool *morep, sbl_err_t *err)
 {
     bson_t reply;
     int rc = mig_recip_call(recip.from, "_transferMods", recip.session, &reply, err);
     bson_iter_t it, a;
-    *emptyp = true;
+    int64_t n = 0;
     if (rc == 0 && bson_iter_init_find(&it, &reply, "reload") && bson_iter_recurse(&it, &a)) {
-        int64_t n = 0;
         rc = mig_upsert_docs("config", recip.staging, &a, &n, err);
-        if (n > 0)
-            *emptyp = false;
         recip.mods += n;
     }
-    if (rc == 0 && bson_iter_init_find(&it, &reply, "deleted") && bson_iter_recurse(&it, &a)) {
-        bson_iter_t probe = a;
-        if (bson_iter_next(&probe)) {
-            *emptyp = false;
-            rc = mig_delete_ids("config", recip.staging, &a, err);
-        }
-    }
+    if (rc == 0 && bson_iter_init_find(&it, &reply, "deleted") && bson_iter_recurse(&it, &a))
+        rc = mig_delete_ids("config", recip.staging, &a, &n, err);
+    *changedp = n;
+    *morep = rc == 0 && bson_iter_init_find(&it, &reply, "more") && bson_iter_as_bool(&it);
     bson_destroy(&reply);
     return rc;
 }
@@ -87,7 +91,7 @@ static int recip_copy_indexes(sbl_err_t *err)
     mig_split_ns(recip.spec.ns, db, sizeof(db), &coll);
     bson_t cmd = BSON_INITIALIZER, reply;
     BSON_APPEND_UTF8(&cmd, "listIndexes", coll);
-    int rc = sbl_shard_remote_check(recip.from, db, &cmd, &reply, err);
+    int rc = sbl_shard_remote_check_within(recip.from, db, &cmd, MIG_CALL_MS, &reply, err);
     bson_destroy(&cmd);
     if (rc != 0)
         return rc;
@@ -178,16 +182,19 @@ static void *recip_thread(void *arg)
         recip.state = "catchup";
         pthread_mutex_unlock(&recip_mu);
     }
-    /* catch up until told to commit */
+    /* catch up until told to commit: "steady" once a round leaves little
+     * behind (the donor's critical section takes the rest) */
     while (rc == 0 && !recip.stop) {
-        bool empty;
-        rc = recip_apply_mods(&empty, &e);
-        if (rc == 0 && empty) {
+        int64_t changed;
+        bool more;
+        rc = recip_apply_mods(&changed, &more, &e);
+        if (rc == 0 && !more && changed < MIG_STEADY_DOCS) {
             pthread_mutex_lock(&recip_mu);
             recip.state = "steady";
             pthread_mutex_unlock(&recip_mu);
-            usleep(20 * 1000);
         }
+        if (rc == 0 && !more && changed == 0)
+            usleep(20 * 1000);
     }
     if (rc != 0)
         recip_fail(&e);
@@ -196,10 +203,20 @@ static void *recip_thread(void *arg)
 }
 
 static void recip_join(void);
+static void crit_watch_start(void);
 static void recip_drop_staging(void);
 static void recip_end(void);
 
-int sbl_cmd_recv_chunk_start(sbl_opctx_t *ctx, sbl_err_t *err)
+/* Run one of the recipient's commands under recip_cmd_mu. */
+static int serialized(int (*fn)(sbl_opctx_t *, sbl_err_t *), sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    pthread_mutex_lock(&recip_cmd_mu);
+    int rc = fn(ctx, err);
+    pthread_mutex_unlock(&recip_cmd_mu);
+    return rc;
+}
+
+static int recv_start(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     if (sbl_server_options()->cluster_role != SBL_ROLE_SHARDSVR)
         return sbl_err_set(err, SBL_E_IllegalOperation, "not a shard");
@@ -246,6 +263,11 @@ int sbl_cmd_recv_chunk_start(sbl_opctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
+int sbl_cmd_recv_chunk_start(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    return serialized(recv_start, ctx, err);
+}
+
 int sbl_cmd_recv_chunk_status(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     pthread_mutex_lock(&recip_mu);
@@ -277,8 +299,9 @@ static void recip_join(void)
     }
 }
 
-/* Move the staged documents into the collection (in the critical section). */
-static int recip_move_in(sbl_err_t *err)
+/* Move the staged documents into the collection (in the critical section,
+ * which must end by deadline, sbl_now_us's clock). */
+static int recip_move_in(int64_t deadline, sbl_err_t *err)
 {
     char db[256];
     const char *coll;
@@ -295,6 +318,20 @@ static int recip_move_in(sbl_err_t *err)
             BSON_APPEND_INT64(&cmd, "getMore", cursor);
             BSON_APPEND_UTF8(&cmd, "collection", recip.staging);
             BSON_APPEND_INT32(&cmd, "batchSize", 500);
+        }
+        if (!first && sbl_now_us() > deadline) {
+            bson_reinit(&cmd);
+            bson_t ids;
+            BSON_APPEND_UTF8(&cmd, "killCursors", recip.staging);
+            BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &ids);
+            BSON_APPEND_INT64(&ids, "0", cursor);
+            bson_append_array_end(&cmd, &ids);
+            bson_init(&reply);
+            sbl_cmd_run("config", &cmd, &reply);
+            bson_destroy(&reply);
+            bson_destroy(&cmd);
+            return sbl_err_set(err, SBL_E_ExceededTimeLimit, "moving the range in did not "
+                               "finish within %d ms", MIG_CRIT_MS);
         }
         rc = mig_local_run("config", &cmd, &reply, err);
         bson_destroy(&cmd);
@@ -325,19 +362,26 @@ static void *drop_main(void *arg)
     return NULL;
 }
 
+/* Run fn(arg) on a detached thread; false when none could start. */
+static bool start_detached(void *(*fn)(void *), void *arg)
+{
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    bool ok = pthread_create(&th, &at, fn, arg) == 0;
+    pthread_attr_destroy(&at);
+    return ok;
+}
+
 /* Drop the staging collection on a thread of its own: a WiredTiger drop
  * can take a second, and nothing waits for it (each migration stages
  * under its own name). */
 static void recip_drop_staging(void)
 {
     char *name = strdup(recip.staging);
-    pthread_t th;
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    if (name != NULL && pthread_create(&th, &at, drop_main, name) != 0)
+    if (name != NULL && !start_detached(drop_main, name))
         drop_main(name);
-    pthread_attr_destroy(&at);
 }
 
 static void recip_end(void)
@@ -351,46 +395,57 @@ static void recip_end(void)
     pthread_mutex_unlock(&recip_mu);
 }
 
-int sbl_cmd_recv_chunk_commit(sbl_opctx_t *ctx, sbl_err_t *err)
+static int recv_commit(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     if (!recip.active)
         return sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "no migration to commit");
     int rc = mig_check_session(ctx->cmd, recip.session, err);
     if (rc != 0)
         return rc;
+    int64_t deadline = sbl_now_us() + (int64_t)MIG_CRIT_MS * 1000;
     recip_join();
     if (strcmp(recip.state, "fail") == 0)
         return sbl_err_set(err, SBL_E_OperationFailed, "the migration failed: %s", recip.errmsg);
     /* the donor is in its critical section: its last changes, until none */
-    for (int i = 0; rc == 0 && i < 1000; i++) {
-        bool empty;
-        rc = recip_apply_mods(&empty, err);
-        if (empty)
+    for (;;) {
+        int64_t changed;
+        bool more;
+        if ((rc = recip_apply_mods(&changed, &more, err)) != 0 || (!more && changed == 0))
             break;
+        if (sbl_now_us() > deadline) {
+            rc = sbl_err_set(err, SBL_E_ExceededTimeLimit, "the recipient did not take the "
+                             "range's last changes within %d ms", MIG_CRIT_MS);
+            break;
+        }
     }
     if (rc == 0) {
         recip.state = "commit";
-        sbl_shard_crit_enter(recip.spec.ns);
+        mig_crit_note(recip.spec.ns); /* before the range moves in: snapshot_read.c */
+        rc = sbl_shard_crit_enter(recip.spec.ns, deadline, err);
+    }
+    if (rc == 0) {
         recip.in_cs = true;
         recip.moved = true; /* from here an abort deletes what was moved in */
-        rc = recip_move_in(err);
+        rc = recip_move_in(deadline, err);
     }
     if (rc != 0) {
         recip_fail(err);
         return rc;
     }
+    crit_watch_start();
     BSON_APPEND_INT64(ctx->reply, "cloned", recip.cloned);
     BSON_APPEND_INT64(ctx->reply, "catchup", recip.mods);
     return 0;
 }
 
-int sbl_cmd_recv_chunk_release(sbl_opctx_t *ctx, sbl_err_t *err)
+int sbl_cmd_recv_chunk_commit(sbl_opctx_t *ctx, sbl_err_t *err)
 {
-    if (!recip.active)
-        return 0;
-    int rc = mig_check_session(ctx->cmd, recip.session, err);
-    if (rc != 0)
-        return rc;
+    return serialized(recv_commit, ctx, err);
+}
+
+/* The commit happened: keep the range, re-read the version, leave. */
+static void recip_release(void)
+{
     sbl_err_t e = {0};
     sbl_shard_refresh(recip.spec.ns, &e);
     if (recip.in_cs)
@@ -398,16 +453,32 @@ int sbl_cmd_recv_chunk_release(sbl_opctx_t *ctx, sbl_err_t *err)
     recip.in_cs = false;
     recip_drop_staging();
     recip_end();
-    return 0;
 }
 
-int sbl_cmd_recv_chunk_abort(sbl_opctx_t *ctx, sbl_err_t *err)
+/* settle() the receive ctx's sessionId names (nothing when none runs). */
+static int settle_session(sbl_opctx_t *ctx, void (*settle)(void), sbl_err_t *err)
 {
     if (!recip.active)
         return 0;
     int rc = mig_check_session(ctx->cmd, recip.session, err);
-    if (rc != 0)
-        return rc;
+    if (rc == 0)
+        settle();
+    return rc;
+}
+
+static int recv_release(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    return settle_session(ctx, recip_release, err);
+}
+
+int sbl_cmd_recv_chunk_release(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    return serialized(recv_release, ctx, err);
+}
+
+/* No commit: take back out what was moved in, drop the staging, leave. */
+static void recip_abort(void)
+{
     recip_join();
     if (recip.moved) {
         /* take back out what was moved in: the staged _ids */
@@ -425,7 +496,7 @@ int sbl_cmd_recv_chunk_abort(sbl_opctx_t *ctx, sbl_err_t *err)
         bson_iter_t it, b;
         if (mig_local_run("config", &cmd, &reply, &e) == 0 && bson_iter_init(&it, &reply) &&
             bson_iter_find_descendant(&it, "cursor.firstBatch", &b) && bson_iter_recurse(&b, &it))
-            mig_delete_ids(db, coll, &it, &e);
+            mig_delete_ids(db, coll, &it, NULL, &e);
         bson_destroy(&reply);
         bson_destroy(&cmd);
     }
@@ -433,11 +504,88 @@ int sbl_cmd_recv_chunk_abort(sbl_opctx_t *ctx, sbl_err_t *err)
     sbl_err_t e = {0};
     sbl_shard_refresh(recip.spec.ns, &e);
     recip_end();
-    return 0;
+}
+
+static int recv_abort(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    return settle_session(ctx, recip_abort, err);
+}
+
+/* MIG_RELEASE_MS, or with test commands on, setParameter
+ * sableMigrationReleaseWaitMS (tests/integration/py/test_migration.py). */
+static int64_t release_wait_ms(void)
+{
+    bson_iter_t it;
+    if (sbl_test_commands_enabled() &&
+        bson_iter_init_find(&it, &sbl_server_options()->parameters,
+                            "sableMigrationReleaseWaitMS") &&
+        BSON_ITER_HOLDS_UTF8(&it))
+        return atoll(bson_iter_utf8(&it, NULL));
+    return MIG_RELEASE_MS;
+}
+
+/* Settle session's critical section when the donor has neither released
+ * nor aborted it MIG_RELEASE_MS after our commit and no longer runs the
+ * migration (its _transferMods refuses the session, or it is unreachable):
+ * the config servers' owner of the chunk decides (us: release; the donor:
+ * abort); when they cannot say, ask again later. */
+static void *crit_watch(void *arg)
+{
+    char *session = arg;
+    int64_t since = mig_now_ms(), wait_ms = release_wait_ms();
+    for (;;) {
+        usleep(500 * 1000);
+        pthread_mutex_lock(&recip_cmd_mu);
+        bool mine = !recip_shutting_down && recip.active && recip.in_cs &&
+                    strcmp(recip.session, session) == 0;
+        if (mine && mig_now_ms() - since > wait_ms) {
+            bson_t reply;
+            sbl_err_t e = {0};
+            int rc = mig_recip_call(recip.from, "_transferMods", session, &reply, &e);
+            bson_destroy(&reply);
+            char owner[128] = "";
+            if (rc != 0) /* the donor is done with it (or gone): ask the config servers */
+                mig_chunk_owner(sbl_shard_configsvr(), recip.spec.ns, recip.spec.min, owner,
+                                sizeof(owner));
+            if (owner[0] != '\0') {
+                mig_log("migration %s: no release or abort from the donor after the commit; "
+                        "the config servers say %s owns the range: %s", session, owner,
+                        strcmp(owner, sbl_shard_name()) == 0 ? "keeping it" : "giving it back");
+                if (strcmp(owner, sbl_shard_name()) == 0)
+                    recip_release();
+                else
+                    recip_abort();
+                sbl_session_release_thread(); /* before shutdown may close storage */
+                mine = false;
+            } else {
+                since = mig_now_ms() - wait_ms + MIG_CALL_MS; /* again later */
+            }
+        }
+        pthread_mutex_unlock(&recip_cmd_mu);
+        if (!mine)
+            break;
+    }
+    free(session);
+    return NULL;
+}
+
+static void crit_watch_start(void)
+{
+    char *session = strdup(recip.session);
+    if (session != NULL && !start_detached(crit_watch, session))
+        free(session); /* then only the donor's release or abort ends it */
+}
+
+int sbl_cmd_recv_chunk_abort(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    return serialized(recv_abort, ctx, err);
 }
 
 void sbl_cmd_migrations_shutdown(void)
 {
+    pthread_mutex_lock(&recip_cmd_mu); /* waits for a watchdog that is acting */
+    recip_shutting_down = true;
+    pthread_mutex_unlock(&recip_cmd_mu);
     /* a receiving thread must not outlive the storage engine */
     if (recip.active)
         recip_join();

@@ -12,8 +12,17 @@
  * a time newer than the cluster time is refused (InvalidOptions), one older
  * than the history kept (minSnapshotHistoryWindowInSeconds) is
  * SnapshotTooOld; a time not yet majority-committed is waited for.
+ *
+ * A router's cursor on a shard reads the newest data, as any cursor, until
+ * a migration of its collection enters a critical section on this shard
+ * after it opened: from then on its getMores read at the time it opened
+ * (its open_ts), before the donor deleted the range or the recipient moved
+ * it in, so a cursor across a migration returns each document once, as
+ * mongod's cursors (which keep their ownership filter) do.  SnapshotTooOld
+ * when that time has left the history kept.
  */
 #include "cmd/cmd_int.h"
+#include "cmd/migrate_int.h"
 #include "common/clock.h"
 #include "doc/doc.h"
 #include "exec/exec.h"
@@ -170,7 +179,10 @@ int sbl_cmd_snapshot_begin(sbl_opctx_t *ctx, sbl_err_t *err)
     if (strcmp(ctx->name, "getMore") == 0) {
         if (!sbl_doc_find_top(ctx->cmd, "getMore", &it) || !BSON_ITER_HOLDS_INT64(&it))
             return 0;
-        uint64_t ts = sbl_cursor_read_ts(bson_iter_int64(&it));
+        uint64_t ts, open;
+        sbl_cursor_times(bson_iter_int64(&it), &ts, &open);
+        if (ts == 0 && open != 0 && open <= mig_crit_ts(ctx->db, ctx->cmd))
+            ts = open; /* see the file's comment: a migration since it opened */
         return ts != 0 ? open_at(ctx, ts, err) : 0;
     }
     SBL_RET(parse_read_concern(ctx, &snapshot, &at, err));

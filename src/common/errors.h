@@ -45,6 +45,7 @@
     X(NamespaceExists, 48)                                                                         \
     X(JSInterpreterFailure, 139)                                                                   \
     X(MaxTimeMSExpired, 50)                                                                        \
+    X(ExceededTimeLimit, 262)                                                                      \
     X(DollarPrefixedFieldName, 52)                                                                 \
     X(InvalidIdField, 53)                                                                          \
     X(NotSingleValueField, 54)                                                                     \

@@ -48,6 +48,7 @@ typedef struct sbl_cursor {
     bool in_txn;            /* opened inside a multi-document transaction: it ends with it */
     uint8_t lsid_id[16];
     uint64_t read_ts;        /* a snapshot read's timestamp: its getMores read there too */
+    uint64_t open_ts;        /* a router's cursor: the opening command's open_ts */
     struct sbl_cursor *next; /* hash chain */
 } sbl_cursor_t;
 
@@ -251,6 +252,7 @@ int sbl_cursor_first_batch_flags(sbl_opctx_t *ctx, const char *ns,
     cur->in_txn = ctx->mtxn != NULL;
     memcpy(cur->lsid_id, ctx->lsid_id, sizeof(cur->lsid_id));
     cur->read_ts = ctx->read_ts;
+    cur->open_ts = ctx->open_ts;
 
     bson_t c, arr;
     bool done = false;
@@ -485,13 +487,13 @@ int64_t sbl_cursors_open_count(void)
 static const char *const getmore_fields[] = {"getMore", "collection", "batchSize", "maxTimeMS",
                                              "term", "lastKnownCommittedOpTime", NULL};
 
-uint64_t sbl_cursor_read_ts(int64_t id)
+void sbl_cursor_times(int64_t id, uint64_t *read_tsp, uint64_t *open_tsp)
 {
     pthread_mutex_lock(&reg_lock);
     sbl_cursor_t *c = find_locked(id);
-    uint64_t ts = c != NULL ? c->read_ts : 0;
+    *read_tsp = c != NULL ? c->read_ts : 0;
+    *open_tsp = c != NULL ? c->open_ts : 0;
     pthread_mutex_unlock(&reg_lock);
-    return ts;
 }
 
 /*

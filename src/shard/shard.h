@@ -48,11 +48,13 @@ void sbl_shard_shutdown(void);
  * a half-moved range; the command then checks the new shard version
  * (StaleConfig).  Returns 0 (counted in: call op_exit), or StaleConfig when
  * the wait timed out (not counted in; the command must not run).
- * sbl_shard_crit_enter takes ns's critical section and returns once every
- * command already inside has left.  One critical section at a time. */
+ * sbl_shard_crit_enter takes ns's critical section and returns 0 once every
+ * command already inside has left; when some are still inside at
+ * deadline_us (sbl_now_us's clock) it leaves the critical section
+ * again and returns ExceededTimeLimit.  One critical section at a time. */
 int sbl_shard_op_enter(const char *ns, int64_t deadline_us, sbl_err_t *err);
 void sbl_shard_op_exit(const char *ns);
-void sbl_shard_crit_enter(const char *ns);
+int sbl_shard_crit_enter(const char *ns, int64_t deadline_us, sbl_err_t *err);
 void sbl_shard_crit_exit(void);
 /* True while a migration runs on this shard (donor or recipient): routed
  * commands then run on a worker thread, where waiting is allowed. */
@@ -68,6 +70,10 @@ int sbl_shard_remote_run(const char *connstr, const char *db, const bson_t *cmd,
                          sbl_err_t *err);
 int sbl_shard_remote_check(const char *connstr, const char *db, const bson_t *cmd,
                            bson_t *reply, sbl_err_t *err);
+/* As sbl_shard_remote_check, giving up on an answer after timeout_ms (the
+ * plain calls wait 10 minutes): for calls the callee bounds itself. */
+int sbl_shard_remote_check_within(const char *connstr, const char *db, const bson_t *cmd,
+                                  int timeout_ms, bson_t *reply, sbl_err_t *err);
 void sbl_shard_remote_shutdown(void);
 
 #endif

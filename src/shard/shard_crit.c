@@ -13,6 +13,8 @@
  */
 #include "shard/shard.h"
 
+#include "common/clock.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -38,13 +40,6 @@ static unsigned bucket(const char *ns)
     for (const unsigned char *p = (const unsigned char *)ns; *p; p++)
         h = h * 33 + *p;
     return h % BUCKETS;
-}
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 static void wait_ms(int ms)
@@ -77,10 +72,10 @@ int sbl_shard_op_enter(const char *ns, int64_t deadline_us, sbl_err_t *err)
         /* ours: step back out and wait for the critical section to end */
         atomic_fetch_sub(&inflight[b], 1);
         pthread_cond_broadcast(&cv);
-        int64_t until = mono_us() + CRIT_WAIT_US;
+        int64_t until = sbl_now_us() + CRIT_WAIT_US;
         if (deadline_us > 0 && deadline_us < until)
             until = deadline_us;
-        while (atomic_load(&crit) && strcmp(crit_ns, ns) == 0 && mono_us() < until)
+        while (atomic_load(&crit) && strcmp(crit_ns, ns) == 0 && sbl_now_us() < until)
             wait_ms(20);
         bool timed_out = atomic_load(&crit) && strcmp(crit_ns, ns) == 0;
         pthread_mutex_unlock(&mu);
@@ -100,15 +95,25 @@ void sbl_shard_op_exit(const char *ns)
     }
 }
 
-void sbl_shard_crit_enter(const char *ns)
+int sbl_shard_crit_enter(const char *ns, int64_t deadline_us, sbl_err_t *err)
 {
     unsigned b = bucket(ns);
     pthread_mutex_lock(&mu);
     snprintf(crit_ns, sizeof(crit_ns), "%s", ns);
     atomic_store(&crit, true);
-    while (atomic_load(&inflight[b]) > 0)
+    while (atomic_load(&inflight[b]) > 0 && sbl_now_us() < deadline_us)
         wait_ms(10); /* op_exit signals without the lock: re-check often */
+    bool drained = atomic_load(&inflight[b]) == 0;
+    if (!drained) { /* give up: the commands held at the door go on */
+        atomic_store(&crit, false);
+        crit_ns[0] = '\0';
+        pthread_cond_broadcast(&cv);
+    }
     pthread_mutex_unlock(&mu);
+    if (!drained)
+        return sbl_err_set(err, SBL_E_ExceededTimeLimit, "the commands running on %s did not "
+                           "finish in time for the migration's critical section", ns);
+    return 0;
 }
 
 void sbl_shard_crit_exit(void)

@@ -1,8 +1,9 @@
 /*
  * shard_remote.c: commands to other members of the cluster (a donor to its
  * recipient and to the config servers, a recipient to its donor, the config
- * server to a donor).  One libmongoc pool per connection string, kept for
- * the life of the process; a pool finds its set's primary itself.
+ * server to a donor).  One libmongoc pool per connection string and socket
+ * timeout, kept for the life of the process; a pool finds its set's primary
+ * itself.
  */
 #include "shard/shard.h"
 
@@ -16,29 +17,32 @@
 #include <string.h>
 
 #define MAX_POOLS 64
+#define DEFAULT_TIMEOUT_MS 600000
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     char *connstr;
+    int timeout_ms;
     mongoc_client_pool_t *pool;
 } pools[MAX_POOLS];
 static int npools;
 
-static mongoc_client_pool_t *pool_for(const char *connstr, sbl_err_t *err)
+static mongoc_client_pool_t *pool_for(const char *connstr, int timeout_ms, sbl_err_t *err)
 {
     mongoc_client_pool_t *p = NULL;
     pthread_mutex_lock(&mu);
     for (int i = 0; i < npools && p == NULL; i++)
-        if (strcmp(pools[i].connstr, connstr) == 0)
+        if (strcmp(pools[i].connstr, connstr) == 0 && pools[i].timeout_ms == timeout_ms)
             p = pools[i].pool;
     if (p == NULL && npools < MAX_POOLS) {
         const char *slash = strchr(connstr, '/');
         char uri_s[4400], opts[300];
         if (slash != NULL)
             snprintf(opts, sizeof(opts), "replicaSet=%.*s&serverSelectionTimeoutMS=10000&"
-                     "socketTimeoutMS=600000", (int)(slash - connstr), connstr);
+                     "socketTimeoutMS=%d", (int)(slash - connstr), connstr, timeout_ms);
         else
-            snprintf(opts, sizeof(opts), "serverSelectionTimeoutMS=10000&socketTimeoutMS=600000");
+            snprintf(opts, sizeof(opts), "serverSelectionTimeoutMS=10000&socketTimeoutMS=%d",
+                     timeout_ms);
         /* with a keyFile, as __system (every member requires it) */
         bool fits = sbl_auth_cluster_uri(uri_s, sizeof(uri_s), sbl_server_options()->cluster_key,
                                          slash != NULL ? slash + 1 : connstr, opts);
@@ -52,6 +56,7 @@ static mongoc_client_pool_t *pool_for(const char *connstr, sbl_err_t *err)
         if (p != NULL) {
             mongoc_client_pool_set_error_api(p, MONGOC_ERROR_API_VERSION_2);
             pools[npools].connstr = strdup(connstr);
+            pools[npools].timeout_ms = timeout_ms;
             pools[npools].pool = p;
             npools++;
         }
@@ -62,10 +67,10 @@ static mongoc_client_pool_t *pool_for(const char *connstr, sbl_err_t *err)
     return p;
 }
 
-int sbl_shard_remote_run(const char *connstr, const char *db, const bson_t *cmd, bson_t *reply,
-                         sbl_err_t *err)
+static int remote_run(const char *connstr, const char *db, const bson_t *cmd, int timeout_ms,
+                      bson_t *reply, sbl_err_t *err)
 {
-    mongoc_client_pool_t *p = pool_for(connstr, err);
+    mongoc_client_pool_t *p = pool_for(connstr, timeout_ms, err);
     if (p == NULL) {
         bson_init(reply);
         return err->code;
@@ -82,10 +87,16 @@ int sbl_shard_remote_run(const char *connstr, const char *db, const bson_t *cmd,
     return 0;
 }
 
-int sbl_shard_remote_check(const char *connstr, const char *db, const bson_t *cmd,
-                           bson_t *reply, sbl_err_t *err)
+int sbl_shard_remote_run(const char *connstr, const char *db, const bson_t *cmd, bson_t *reply,
+                         sbl_err_t *err)
 {
-    int rc = sbl_shard_remote_run(connstr, db, cmd, reply, err);
+    return remote_run(connstr, db, cmd, DEFAULT_TIMEOUT_MS, reply, err);
+}
+
+int sbl_shard_remote_check_within(const char *connstr, const char *db, const bson_t *cmd,
+                                  int timeout_ms, bson_t *reply, sbl_err_t *err)
+{
+    int rc = remote_run(connstr, db, cmd, timeout_ms, reply, err);
     if (rc != 0)
         return rc;
     bson_iter_t it;
@@ -103,6 +114,12 @@ int sbl_shard_remote_check(const char *connstr, const char *db, const bson_t *cm
         first = bson_iter_key(&it);
     rc = sbl_err_set(err, code, "%s on %s :: caused by :: %s", first, connstr, msg);
     return rc;
+}
+
+int sbl_shard_remote_check(const char *connstr, const char *db, const bson_t *cmd,
+                           bson_t *reply, sbl_err_t *err)
+{
+    return sbl_shard_remote_check_within(connstr, db, cmd, DEFAULT_TIMEOUT_MS, reply, err);
 }
 
 void sbl_shard_remote_shutdown(void)

@@ -17,6 +17,7 @@ import pymongo
 import pytest
 from bson import json_util
 from bson.max_key import MaxKey
+from bson.min_key import MinKey
 from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -28,7 +29,11 @@ from sharded import ROUTER  # noqa: E402
 def cluster():
     if not os.path.exists(ROUTER):
         pytest.skip("sable-router not built")
-    with sharded.cluster("sable-mig-") as info:
+    # test commands on: test_one_migration_per_shard holds a migration with
+    # failCommand; a recipient left in its critical section settles it after 2 s
+    args = ["enableTestCommands=1", "sableMigrationReleaseWaitMS=2000"]
+    with sharded.cluster("sable-mig-", launcher_args=[
+            a for p in args for a in ("--sabled-arg=--setParameter", "--sabled-arg=" + p)]) as info:
         yield info
 
 
@@ -241,10 +246,6 @@ def test_balancer_evens_out_chunks(mongos):
     assert settings["stopped"] is True and settings["mode"] == "off"
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "open bug (issue 28): a migration under this load can hang until the router's "
-    "5-minute socket timeout (_configsvrMoveRange: 'Failed to read 4 bytes'); seen in "
-    "fresh-clone CI and under ASan, not in isolated runs"))
 def test_migrations_under_workload_a(cluster):
     # the short run of tests/stress/migrate_load.py: workload A through the
     # router while chunks of a hashed collection move back and forth
@@ -254,3 +255,130 @@ def test_migrations_under_workload_a(cluster):
                          records=1500, chunks=6)
     assert s["failures"] == [], s
     assert s["errors"] == 0 and s["migrations"] >= 2 and s["operations"] > 0, s
+
+
+def _three_chunks(mongos, coll, n, splits):
+    """coll sharded on {k: 1} with n documents, split at splits; returns the
+    owner of the chunk at splits[0] and the other shard."""
+    mongos.admin.command("balancerStop")
+    mongos.admin.command("shardCollection", "mig." + coll, key={"k": 1})
+    mongos.mig[coll].insert_many([{"_id": i, "k": i} for i in range(n)])
+    for m in splits:
+        mongos.admin.command("split", "mig." + coll, middle={"k": m})
+    owner = _owner(mongos, "mig." + coll, {"k": splits[0]})
+    return owner, "shard1" if owner == "shard0" else "shard0"
+
+
+def test_writes_elsewhere_do_not_hold_the_catch_up(mongos):
+    # issue 28's hang: updates to the chunk that stays on the donor were
+    # shipped to the recipient as catch-up, so under a write load its
+    # catch-up never came out empty and the migration never committed
+    owner, to = _three_chunks(mongos, "w", 2000, (1000,))
+    stop = threading.Event()
+    writes, errors = [0], []
+
+    def writer():
+        c = pymongo.MongoClient("127.0.0.1", mongos.address[1])
+        try:
+            while not stop.is_set():
+                c.mig.w.update_one({"k": writes[0] % 1000}, {"$inc": {"n": 1}})
+                writes[0] += 1
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+        finally:
+            c.close()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        while writes[0] < 50 and not errors:
+            time.sleep(0.05)
+        r = mongos.admin.command("moveChunk", "mig.w", find={"k": 1500}, to=to)
+        assert r["ok"] == 1
+    finally:
+        stop.set()
+        t.join(60)
+    assert not errors, errors
+    assert _owner(mongos, "mig.w", {"k": 1000}) == to
+    d = mongos.config.changelog.find_one({"ns": "mig.w", "what": "moveChunk.from"})
+    assert d["details"]["note"] == "success" and d["details"]["cloned"] == 1000, d
+    assert d["details"]["catchup"] == 0, d  # nothing of the moved range changed
+    assert mongos.mig.w.count_documents({}) == 2000
+    assert sum(x.get("n", 0) for x in mongos.mig.w.find({}, {"n": 1})) == writes[0]
+
+
+def test_getmore_across_a_migration_commit(mongos):
+    # router cursors opened before a migration and drained after its commit
+    # return every document exactly once: the donor's shard cursor still
+    # sees the range it deleted, the recipient's does not see it arrive
+    owner, to = _three_chunks(mongos, "g", 3000, (1000, 2000))
+    mongos.admin.command("moveChunk", "mig.g", find={"k": 2500}, to=to)  # one on each
+    for sort in (None, [("k", 1)], [("k", -1)]):
+        cur = mongos.mig.g.find({}, batch_size=100, sort=sort)
+        seen = [next(cur)["_id"] for _ in range(100)]  # the first batch
+        mongos.admin.command("moveChunk", "mig.g", find={"k": 1500}, to=to)
+        seen += [d["_id"] for d in cur]
+        assert len(seen) == len(set(seen)), (sort, len(seen) - len(set(seen)))
+        assert sorted(seen) == list(range(3000)), (sort, len(seen))
+        owner, to = to, owner
+
+
+def test_one_migration_per_shard(mongos, shards):
+    # as mongod: a second migration involving a shard that is donating or
+    # receiving fails at once with ConflictingOperationInProgress
+    src, dst = _three_chunks(mongos, "x", 6000, (5000, 5500))
+    donor = shards[["shard0", "shard1"].index(src)]
+    # the donor hands out the clone slowly while the fail point is on: the
+    # first migration stays in progress until it is turned off
+    donor.admin.command("configureFailPoint", "failCommand", mode="alwaysOn",
+                        data={"failCommands": ["_migrateClone"], "blockConnection": True,
+                              "blockTimeMS": 1000})
+    result = {}
+
+    def first():
+        try:
+            result["ok"] = mongos.admin.command("moveChunk", "mig.x", find={"k": 1}, to=dst)
+        except OperationFailure as e:  # noqa: BLE001
+            result["error"] = e
+
+    t = threading.Thread(target=first)
+    t.start()
+    try:
+        for _ in range(600):  # the first migration is recorded, then runs
+            if mongos.config.migrations.count_documents({"ns": "mig.x"}) == 1:
+                break
+            time.sleep(0.1)
+        for find, to in (({"k": 5200}, dst), ({"k": 5700}, dst)):  # same donor, same recipient
+            with pytest.raises(OperationFailure) as e:
+                mongos.admin.command("moveChunk", "mig.x", find=find, to=to)
+            assert e.value.code == 117, e.value.details
+    finally:
+        donor.admin.command("configureFailPoint", "failCommand", mode="off")
+        t.join(120)
+    assert "ok" in result, result
+    assert _owner(mongos, "mig.x", {"k": MinKey()}) == dst
+    # the shards are free again
+    mongos.admin.command("moveChunk", "mig.x", find={"k": 5200}, to=dst)
+    assert _owner(mongos, "mig.x", {"k": 5000}) == dst
+    assert mongos.mig.x.count_documents({}) == 6000
+
+
+def test_recipient_settles_a_lost_release(mongos, shards):
+    # the donor's _recvChunkReleaseCritSec never arrives (as when the donor
+    # dies after the commit): the recipient does not hold its critical
+    # section for ever, it asks the config servers who owns the range
+    owner, to = _three_chunks(mongos, "l", 2000, (1000,))
+    rcv = shards[["shard0", "shard1"].index(to)]
+    rcv.admin.command("configureFailPoint", "failCommand", mode={"times": 1},
+                      data={"failCommands": ["_recvChunkReleaseCritSec"], "errorCode": 6})
+    mongos.admin.command("moveChunk", "mig.l", find={"k": 1500}, to=to)
+    assert _owner(mongos, "mig.l", {"k": 1000}) == to
+    for _ in range(1200):
+        if not rcv.admin.command("_recvChunkStatus")["active"]:
+            break
+        time.sleep(0.1)
+    assert not rcv.admin.command("_recvChunkStatus")["active"]
+    assert rcv.mig.l.count_documents({}) == 1000  # it kept the range
+    mongos.mig.l.update_one({"k": 1500}, {"$set": {"x": 1}})  # routed writes go on
+    assert mongos.mig.l.find_one({"k": 1500})["x"] == 1
+    assert mongos.mig.l.count_documents({}) == 2000

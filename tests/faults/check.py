@@ -6,6 +6,7 @@ register search ran out of time) or a malformed history.
     /usr/bin/python3 tests/faults/check.py register history.jsonl [--time-limit S]
     /usr/bin/python3 tests/faults/check.py set history.jsonl [--realtime]
     /usr/bin/python3 tests/faults/check.py append history.jsonl [--realtime]
+    /usr/bin/python3 tests/faults/check.py bank history.jsonl
 
 --realtime makes stale reads anomalies (for linearizable reads).
 """
@@ -16,6 +17,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import check_append  # noqa: E402
+import check_bank  # noqa: E402
 import check_register  # noqa: E402
 import check_set  # noqa: E402
 from history import HistoryError, pair, read_events  # noqa: E402
@@ -23,7 +25,7 @@ from history import HistoryError, pair, read_events  # noqa: E402
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Check a fault-test history.")
-    ap.add_argument("model", choices=["register", "set", "append"])
+    ap.add_argument("model", choices=["register", "set", "append", "bank"])
     ap.add_argument("history", help="JSON-lines file, - for stdin")
     ap.add_argument("--time-limit", type=float, default=60.0,
                     help="register: seconds per key for the search (and again for the witness)")
@@ -41,6 +43,11 @@ def main(argv=None):
     elif a.model == "set":
         res = check_set.check(ops, a.realtime)
         lines = check_set.report(res)
+    elif a.model == "bank":
+        from workload import BANK_ACCOUNTS, BANK_BALANCE
+        res = check_bank.check(ops, ["a%d" % i for i in range(BANK_ACCOUNTS)],
+                               BANK_ACCOUNTS * BANK_BALANCE)
+        lines = check_bank.report(res)
     else:
         res = check_append.check(ops, a.realtime)
         lines = check_append.report(res)

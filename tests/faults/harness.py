@@ -47,13 +47,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import check_append  # noqa: E402
+import check_bank  # noqa: E402
 import check_register  # noqa: E402
 import check_set  # noqa: E402
+import workload as workload_mod  # noqa: E402
 from history import outcome_counts, pair, read_events  # noqa: E402
 
 MEMBERS = ["n1", "n2", "n3"]
 PY = "/usr/bin/python3"
-WRITES = {"write", "cas", "add", "append"}
+WRITES = {"write", "cas", "add", "append", "transfer"}
 
 
 def sabled_path():
@@ -345,6 +347,10 @@ def check(workload, ops, final_nodes, time_limit):
     if workload == "set":
         res = check_set.check(ops)
         return res, check_set.report(res)
+    if workload == "bank":
+        res = check_bank.check(ops, ["a%d" % i for i in range(workload_mod.BANK_ACCOUNTS)],
+                               workload_mod.BANK_ACCOUNTS * workload_mod.BANK_BALANCE)
+        return res, check_bank.report(res)
     res = check_append.check(ops)
     return res, check_append.report(res)
 
@@ -464,7 +470,7 @@ def print_round(r):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default="register",
-                    help="register, set, append or a comma list (rounds cycle through it)")
+                    help="register, set, append, bank or a comma list (rounds cycle through it)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--duration", type=float, default=30)

@@ -22,7 +22,16 @@ once):
   set:      unique inserts {_id: element, k: key} w:majority, reads of all
             elements of the key (readConcern majority by default);
   append:   $push of unique elements to {_id: key, l: [...]} (upsert,
-            w:majority), reads of the list; keys rotate every 10 s.
+            w:majority), reads of the list; keys rotate every 10 s;
+  bank:     BANK_ACCOUNTS accounts {_id: "a<i>", b: balance} created with
+            BANK_BALANCE each before the first transfer; a transfer moves an
+            amount from one account to another in a multi-document
+            transaction (readConcern snapshot, w:majority): a conditional
+            $inc of -amount ({b: {$gte: amount}}; no match: abort, fail),
+            then $inc of +amount, then commit (an error before the commit:
+            fail, the server aborts; an error in the commit: info); reads
+            of every account alternate between a transaction and a find with
+            readConcern snapshot, so every read is one snapshot.
 Outcomes as Jepsen's: ok; fail when the operation certainly did not take
 effect (duplicate key, a cas that matched nothing, no server selected,
 NotWritablePrimary before anything was done; every failed read); info for
@@ -45,6 +54,8 @@ from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 DB = "jepsen"
+BANK_ACCOUNTS = 5
+BANK_BALANCE = 100
 NOT_WRITABLE = {10107, 13435}   # NotWritablePrimary: refused before anything was done
 
 
@@ -189,6 +200,8 @@ class Agent:
             connectTimeoutMS=2000, socketTimeoutMS=self.a.op_timeout_ms,
             heartbeatFrequencyMS=500, retryWrites=False, retryReads=False,
             maxPoolSize=self.a.threads * 2)
+        if self.a.workload == "bank":
+            self.bank_setup()
         for i in range(self.a.threads):
             t = threading.Thread(target=self.worker, args=(i,), daemon=True)
             t.start()
@@ -214,6 +227,8 @@ class Agent:
                                  value=out if f == "read" else value)
             except PyMongoError as e:
                 typ = classify(e, f == "read")
+                if isinstance(e, BeforeCommit):   # the transaction never committed
+                    typ = "fail"
                 self.rec.add(process=pid, type=typ, f=f, key=key, value=value,
                              error="%s: %s" % (type(e).__name__, str(e)[:120]))
                 if typ == "info":
@@ -231,6 +246,11 @@ class Agent:
             if r < 0.7:
                 return "write", key, rng.randrange(5), None
             return "cas", key, [rng.randrange(5), rng.randrange(5)], None
+        if w == "bank":
+            if rng.random() < 0.3:
+                return "read", "bank", rng.choice(["txn", "snapshot"]), None
+            a, b = rng.sample(range(BANK_ACCOUNTS), 2)
+            return "transfer", "bank", ["a%d" % a, "a%d" % b, rng.randint(1, 30)], None
         elem = i * 1000000 + n
         if w == "set":
             return ("read", "s", None, None) if rng.random() < 0.1 else ("add", "s", elem, None)
@@ -239,6 +259,8 @@ class Agent:
 
     def run(self, db, f, key, value):
         w = self.a.workload
+        if w == "bank":
+            return self.run_bank(db, f, value)
         if w == "register":
             c = db.register
             if f == "read":
@@ -261,6 +283,55 @@ class Agent:
             return [] if d is None else d.get("l", [])
         c.update_one({"_id": key}, {"$push": {"l": value}}, upsert=True)
         return value
+
+    def run_bank(self, db, f, value):
+        """A transfer or a snapshot read (see the module doc).  A read's
+        mode ("txn" or "snapshot") is its invoke value."""
+        c = db.bank
+        txn = {"read_concern": ReadConcern("snapshot"),
+               "write_concern": WriteConcern(w="majority", wtimeout=self.a.op_timeout_ms)}
+        if f == "read" and value == "snapshot":
+            snap = db.get_collection("bank", read_concern=ReadConcern("snapshot"))
+            return {d["_id"]: d["b"] for d in snap.find({})}
+        with self.client.start_session() as s:
+            s.start_transaction(**txn)
+            try:
+                if f == "read":
+                    out = {d["_id"]: d["b"] for d in c.find({}, session=s)}
+                else:
+                    src, dst, amount = value
+                    r = c.update_one({"_id": src, "b": {"$gte": amount}},
+                                     {"$inc": {"b": -amount}}, session=s)
+                    if r.matched_count == 0:
+                        s.abort_transaction()
+                        return FAIL_MARK
+                    c.update_one({"_id": dst}, {"$inc": {"b": amount}}, session=s)
+                    out = value
+            except PyMongoError as e:
+                if s.in_transaction:
+                    try:
+                        s.abort_transaction()
+                    except PyMongoError:
+                        pass
+                raise BeforeCommit(e) from e
+            s.commit_transaction()
+            return out
+
+    def bank_setup(self):
+        """Create the accounts (w:majority) before the first transfer,
+        retrying through failovers for up to 60 s."""
+        c = self.client.get_database(DB, write_concern=WriteConcern(w="majority")).bank
+        docs = [{"_id": "a%d" % i, "b": BANK_BALANCE} for i in range(BANK_ACCOUNTS)]
+        end = time.monotonic() + 60
+        while True:
+            try:
+                for d in docs:
+                    c.replace_one({"_id": d["_id"]}, d, upsert=True)
+                return
+            except PyMongoError:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.5)
 
     def cmd_stop(self, _):
         self.stop_ev.set()
@@ -356,7 +427,7 @@ class Agent:
         w = self.a.workload
         if w == "register":
             return
-        keys = ["s"] if w == "set" else sorted(self.keys_seen)
+        keys = {"set": ["s"], "bank": ["bank"]}.get(w) or sorted(self.keys_seen)
         for n in self.names:
             for k in keys:
                 self.rec.add(process="final-%s" % n, type="invoke", f="final-read", key=k,
@@ -365,6 +436,8 @@ class Agent:
                     with self.direct(n, 5000) as c:
                         if w == "set":
                             v = sorted(d["_id"] for d in c[DB].set.find({"k": k}, {"_id": 1}))
+                        elif w == "bank":
+                            v = {d["_id"]: d["b"] for d in c[DB].bank.find({})}
                         else:
                             d = c[DB].append.find_one({"_id": k})
                             v = [] if d is None else d.get("l", [])
@@ -398,9 +471,13 @@ class Agent:
 FAIL_MARK = object()
 
 
+class BeforeCommit(PyMongoError):
+    """A transaction's error before its commit was sent: it did not commit."""
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--workload", choices=["register", "set", "append"], required=True)
+    ap.add_argument("--workload", choices=["register", "set", "append", "bank"], required=True)
     ap.add_argument("--hosts", required=True, help="name=host:port,...")
     ap.add_argument("--seed", default="1")
     ap.add_argument("--threads", type=int, default=5)

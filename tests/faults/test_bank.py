@@ -1,0 +1,91 @@
+"""
+Unit tests of the bank checker (check_bank.py): histories that must fail
+(a read that saw half a transfer, a negative balance, a missing account,
+members whose final balances differ, no final read) and that must pass
+(any mix of committed, failed and indeterminate transfers as long as every
+snapshot adds up).
+"""
+import check_bank as cb
+from history import pair
+
+ACCOUNTS = ["a0", "a1", "a2"]
+TOTAL = 300
+
+
+def build(*ops):
+    """ops as (process, f, value, call, ret, type, out, node)."""
+    events = []
+    for p, f, value, call, ret, typ, out, node in ops:
+        events.append({"process": p, "type": "invoke", "f": f, "key": "bank", "value": value,
+                       "time": call})
+        if ret is not None:
+            events.append({"process": p, "type": typ, "f": f, "key": "bank",
+                           "value": out if f in ("read", "final-read") else value,
+                           "time": ret, "node": node})
+    events.sort(key=lambda e: (e["time"], e["type"] != "invoke"))
+    return pair(events)[0]
+
+
+def transfer(p, src, dst, amount, call, ret, typ="ok"):
+    return (p, "transfer", [src, dst, amount], call, ret, typ, None, None)
+
+
+def read(p, bal, call, ret, f="read", node=None):
+    return (p, f, "txn", call, ret, "ok", bal, node)
+
+
+def finals(bal, t=1000):
+    return [read("final-%s" % n, bal, t, t + 5, "final-read", n) for n in ("n1", "n2", "n3")]
+
+
+def check(*ops):
+    return cb.check(build(*ops), ACCOUNTS, TOTAL)
+
+
+def test_conserved_totals_pass():
+    res = check(transfer(0, "a0", "a1", 10, 1, 5),
+                read(1, {"a0": 90, "a1": 110, "a2": 100}, 6, 8),
+                transfer(0, "a1", "a2", 50, 9, None, "info"),
+                transfer(2, "a2", "a0", 500, 9, 12, "fail"),
+                read(1, {"a0": 90, "a1": 60, "a2": 150}, 13, 14),
+                *finals({"a0": 90, "a1": 60, "a2": 150}))
+    assert res["valid"] is True, cb.report(res)
+    assert res["transfers_ok"] == 1 and res["reads"] == 2 and res["final_reads"] == 3
+
+
+def test_read_of_half_a_transfer_fails():
+    res = check(transfer(0, "a0", "a1", 10, 1, 5),
+                read(1, {"a0": 90, "a1": 100, "a2": 100}, 2, 4),
+                *finals({"a0": 90, "a1": 110, "a2": 100}))
+    assert res["valid"] is False
+    assert res["wrong_total"][0]["total"] == 290
+
+
+def test_final_total_changed_fails():
+    res = check(*finals({"a0": 100, "a1": 100, "a2": 130}))
+    assert res["valid"] is False and len(res["wrong_total"]) == 3
+
+
+def test_negative_balance_fails():
+    res = check(read(1, {"a0": -10, "a1": 210, "a2": 100}, 2, 4),
+                *finals({"a0": 100, "a1": 100, "a2": 100}))
+    assert res["valid"] is False and res["negative"]
+
+
+def test_missing_or_unexpected_account_fails():
+    res = check(read(1, {"a0": 200, "a1": 100}, 2, 4),
+                read(1, {"a0": 100, "a1": 100, "a2": 50, "zz": 50}, 5, 6),
+                *finals({"a0": 100, "a1": 100, "a2": 100}))
+    assert res["valid"] is False and res["missing"] and res["unexpected"]
+
+
+def test_divergent_final_reads_fail():
+    ops = finals({"a0": 100, "a1": 100, "a2": 100})
+    ops[2] = read("final-n3", {"a0": 50, "a1": 150, "a2": 100}, 1000, 1005, "final-read", "n3")
+    res = check(*ops)
+    assert res["valid"] is False and res["divergent"]
+
+
+def test_no_final_read_is_an_error():
+    res = check(read(1, {"a0": 100, "a1": 100, "a2": 100}, 2, 4))
+    assert res["valid"] is False and res["errors"] == ["no final read"]

@@ -32,6 +32,7 @@ when the round ends, also on an exception or Ctrl-C (netfaults.Cluster
 teardown; the loopback members are killed by PID in a finally).
 """
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -56,6 +57,10 @@ from history import outcome_counts, pair, read_events  # noqa: E402
 MEMBERS = ["n1", "n2", "n3"]
 PY = "/usr/bin/python3"
 WRITES = {"write", "cas", "add", "append", "transfer"}
+KINDS = ["kill", "kill-primary", "pause", "pause-primary", "partition-halves", "isolate-primary",
+         "bridge", "one-way", "disk-full", "disk-full-primary", "reconfig-remove",
+         "reconfig-priorities"]
+HEALS = {"heal", "resume", "restart", "disk-freed", "reconfig-restore", "fsync"}   # not faults
 
 
 def sabled_path():
@@ -82,6 +87,70 @@ def netns_available():
     return True, ""
 
 
+# With disk-full faults n3 runs without sabled's free-space guard, so a full
+# disk there meets WiredTiger's own ENOSPC (n1 and n2 refuse writes first).
+MEMBER_ARGS = {}
+DISK_FULL_ARGS = {"n3": ["--setParameter", "minFreeDiskSpaceMB=0"]}
+
+
+def dbpath(rdir, m):
+    """Member m's dbpath: on its own filesystem (disk-full faults) when
+    rdir/m/fs is a mount point, else rdir/m/db."""
+    fs = os.path.join(rdir, m, "fs")
+    return os.path.join(fs, "db") if os.path.ismount(fs) else os.path.join(rdir, m, "db")
+
+
+class Disks:
+    """A small tmpfs per member under rdir/m/fs for its dbpath (disk-full
+    faults; needs root).  fill() takes all but `leave` bytes of a member's
+    filesystem with one preallocated file, free() deletes it; unmounted on
+    exit, also after an exception."""
+
+    def __init__(self, rdir, mb):
+        self.rdir, self.mb, self.mounted = rdir, mb, []
+
+    def __enter__(self):
+        try:
+            for m in MEMBERS:
+                fs = os.path.join(self.rdir, m, "fs")
+                os.makedirs(fs, exist_ok=True)
+                subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%dm,mode=0755" % self.mb,
+                                "tmpfs", fs], check=True, capture_output=True, timeout=30)
+                self.mounted.append(fs)
+        except (OSError, subprocess.SubprocessError):
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for fs in self.mounted:
+            subprocess.run(["umount", "-l", fs], capture_output=True, timeout=30)
+        self.mounted = []
+
+    def filler(self, m):
+        return os.path.join(self.rdir, m, "fs", "filler")
+
+    def fill(self, m, leave):
+        """Leave `leave` bytes free on m's filesystem; returns the bytes taken."""
+        vfs = os.statvfs(os.path.join(self.rdir, m, "fs"))
+        n = max(0, vfs.f_bavail * vfs.f_frsize - leave)
+        fd = os.open(self.filler(m), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            if n:
+                os.posix_fallocate(fd, 0, n)
+        except OSError:
+            pass   # took what there was
+        finally:
+            os.close(fd)
+        return n
+
+    def free(self, m):
+        try:
+            os.unlink(self.filler(m))
+        except FileNotFoundError:
+            pass
+
+
 # ------------------------------------------------------------------ backends
 
 class Loopback:
@@ -102,11 +171,11 @@ class Loopback:
         self.teardown()
 
     def start(self, m):
-        db = os.path.join(self.dir, m, "db")
+        db = dbpath(self.dir, m)
         os.makedirs(db, exist_ok=True)
         argv = [sabled_path(), "--dbpath", db, "--port", str(self.ports[m]), "--bind_ip",
                 "127.0.0.1", "--replSet", "rs0", "--oplogSizeMB", "64", "--logpath",
-                os.path.join(self.dir, m, "sabled.log"), "--logappend"]
+                os.path.join(self.dir, m, "sabled.log"), "--logappend"] + MEMBER_ARGS.get(m, [])
         self.procs[m] = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL)
 
@@ -163,11 +232,11 @@ class Netns:
         self.teardown()
 
     def start(self, m):
-        db = os.path.join(self.dir, m, "db")
+        db = dbpath(self.dir, m)
         os.makedirs(db, exist_ok=True)
         argv = [sabled_path(), "--dbpath", db, "--port", "27017", "--bind_ip",
                 self.cluster.addr[m], "--replSet", "rs0", "--oplogSizeMB", "64", "--logpath",
-                os.path.join(self.dir, m, "sabled.log"), "--logappend"]
+                os.path.join(self.dir, m, "sabled.log"), "--logappend"] + MEMBER_ARGS.get(m, [])
         self.procs[m] = self.cluster.spawn(m, argv, stdout=subprocess.DEVNULL,
                                            stderr=subprocess.DEVNULL)
 
@@ -224,8 +293,8 @@ class Agent:
         self.p = backend.spawn_client(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=self.log, text=True, bufsize=1)
 
-    def call(self, cmd):
-        self.p.stdin.write(json.dumps({"cmd": cmd}) + "\n")
+    def call(self, cmd, **kw):
+        self.p.stdin.write(json.dumps(dict(kw, cmd=cmd)) + "\n")
         self.p.stdin.flush()
         line = self.p.stdout.readline()
         if not line:
@@ -251,13 +320,20 @@ class Nemesis:
     """Chooses and applies faults from a seeded generator; every fault is
     undone by heal_all().  events: nemesis history events."""
 
-    def __init__(self, backend, agent, rng, t0):
+    def __init__(self, backend, agent, rng, t0, disks=None, reconfig=False):
         self.b, self.agent, self.rng, self.t0 = backend, agent, rng, t0
         self.events, self.faults = [], []
-        self.paused, self.dead = set(), set()
+        self.paused, self.dead, self.full = set(), set(), set()
+        self.disks, self.reconfigured = disks, False
         kinds = ["kill", "kill-primary", "pause", "pause-primary"]
         if backend.partitions:
             kinds += ["partition-halves", "isolate-primary", "bridge", "one-way"] * 2
+        # opt-in kinds come last, so the schedules of rounds without them
+        # (and of every seed recorded before they existed) stay as they were
+        if disks is not None:
+            kinds += ["disk-full", "disk-full-primary"]
+        if reconfig:
+            kinds += ["reconfig-remove", "reconfig-priorities"] * 2
         self.kinds = kinds
 
     def note(self, f, value):
@@ -272,9 +348,11 @@ class Nemesis:
         except RuntimeError:
             return None
 
-    def inject(self):
-        """Apply one fault; returns its kind."""
-        kind = self.rng.choice(self.kinds)
+    def inject(self, kind=None):
+        """Apply one fault (kind, else one chosen from the seed); returns its kind."""
+        kind = kind or self.rng.choice(self.kinds)
+        if kind not in KINDS:
+            raise ValueError("unknown fault %r (known: %s)" % (kind, ", ".join(KINDS)))
         others = sorted(set(MEMBERS) - self.dead - self.paused)
         target = self.rng.choice(MEMBERS)
         if kind.endswith("-primary"):
@@ -304,16 +382,61 @@ class Nemesis:
             dst = self.rng.choice([m for m in MEMBERS if m != src])
             self.b.drop(src, dst)
             self.note(kind, "%s -> %s" % (src, dst))
+        elif kind.startswith("disk-full"):
+            # all but 0 bytes (WiredTiger's own writes fail) or 64 MB (below
+            # sabled's 200 MB minFreeDiskSpaceMB: its guard refuses writes)
+            leave = self.rng.choice([0, 64 << 20])
+            if self.disks is not None and target not in self.full:
+                self.disks.fill(target, leave)
+                self.full.add(target)
+                self.note(kind, "%s (%d MB left)" % (target, leave >> 20))
+                # a checkpoint now, not up to 60 s later: writes to the data
+                # files, not only to the preallocated journal
+                try:
+                    out = self.agent.call("fsync", member=target)
+                except RuntimeError as e:
+                    out = {"error": str(e)}
+                self.note("fsync", "%s: %s" % (target, out.get("error") or "ok"))
+        elif kind.startswith("reconfig"):
+            self.reconfig(kind, target)
         del others
         self.faults.append(kind)
         return kind
 
+    def reconfig(self, kind, target):
+        """replSetReconfig through whichever member is primary now: remove
+        target (one member at most is out at a time) or give every member a
+        priority from 0 to 3 (at least one above 0).  Refusals (no primary,
+        a member not electable, a reconfig already in progress) are noted."""
+        if kind == "reconfig-remove":
+            args = {"remove": target}
+        else:
+            prio = {m: self.rng.randint(0, 3) for m in MEMBERS}
+            if not any(prio.values()):
+                prio[target] = 1
+            args = {"priorities": prio}
+        try:
+            out = self.agent.call("reconfig", timeout_s=10, **args)
+        except RuntimeError as e:
+            out = {"error": str(e)}
+        self.reconfigured = True
+        self.note(kind, dict(args, result=out.get("error") or "ok v%s" % out.get("version")))
+
     def heal_all(self):
-        """Undo every fault: network healed, paused resumed, dead restarted."""
+        """Undo every fault: paused resumed, filled disks emptied and their
+        members restarted, dead restarted, network healed, every member back
+        in the configuration with priority 1."""
         for m in sorted(self.paused):
             self.b.signal(m, signal.SIGCONT)
             self.note("resume", m)
         self.paused = set()
+        for m in sorted(self.full):
+            self.disks.free(m)
+            self.note("disk-freed", m)
+            if m not in self.dead:   # a member is restarted after a full disk
+                self.b.signal(m, signal.SIGKILL)
+                self.dead.add(m)
+        self.full = set()
         for m in sorted(self.dead):
             self.b.start(m)
             self.note("restart", m)
@@ -321,6 +444,13 @@ class Nemesis:
         if self.b.partitions and self.b.net_faulty():
             self.b.heal()
             self.note("heal", None)
+        if self.reconfigured:
+            try:
+                out = self.agent.call("reconfig", timeout_s=60, restore=True)
+            except RuntimeError as e:
+                out = {"error": str(e)}
+            self.note("reconfig-restore", out.get("error") or "ok v%s" % out.get("version"))
+            self.reconfigured = bool(out.get("error"))
 
 
 def failovers(ops, nemesis):
@@ -373,7 +503,10 @@ def run_round(args, workload, seed, rdir):
     report = {"seed": seed, "workload": workload, "mode": backend_cls.name}
     print("round seed=%s workload=%s mode=%s dir=%s" % (seed, workload, backend_cls.name, rdir),
           flush=True)
-    with backend_cls(rdir) as b:
+    disks = Disks(rdir, args.disk_mb) if args.disk_full else contextlib.nullcontext()
+    MEMBER_ARGS.clear()
+    MEMBER_ARGS.update(DISK_FULL_ARGS if args.disk_full else {})
+    with disks, backend_cls(rdir) as b:
         for m in MEMBERS:
             b.start(m)
         agent = Agent(b, workload, seed, history, args)
@@ -382,19 +515,21 @@ def run_round(args, workload, seed, rdir):
             agent.call("init")
             report["init_s"] = round(time.monotonic() - t_init, 2)
             t0 = time.monotonic()
-            nem = Nemesis(b, agent, rng, t0)
+            nem = Nemesis(b, agent, rng, t0, disks if args.disk_full else None, args.reconfig)
             agent.call("start")
             end = t0 + args.duration
-            while True:
+            steps = [step.split("+") for step in args.faults.split(",")] if args.faults else None
+            while steps is None or steps:
                 quiet = rng.uniform(1.0, 3.0)
                 hold = rng.uniform(args.hold_min, args.hold_max)
-                if time.monotonic() + quiet + hold > end:
+                if steps is None and time.monotonic() + quiet + hold > end:
                     break
                 time.sleep(quiet)
-                nem.inject()
+                for kind in (steps.pop(0) if steps else [None]):
+                    nem.inject(kind)
                 time.sleep(hold)
                 # mostly one fault at a time; sometimes they pile up
-                if rng.random() < 0.7:
+                if rng.random() < 0.7 or steps is not None:
                     nem.heal_all()
             nem.heal_all()
             time.sleep(max(0.0, end - time.monotonic()))
@@ -448,13 +583,13 @@ def run_round(args, workload, seed, rdir):
     print_round(report)
     if report["valid"] and not args.keep:   # ~1 GB a round: keep only failed rounds' data
         for m in MEMBERS:
-            shutil.rmtree(os.path.join(rdir, m, "db"), ignore_errors=True)
+            shutil.rmtree(dbpath(rdir, m), ignore_errors=True)
     return report
 
 
 def print_round(r):
     print("  ops %s; faults %d; failovers %s" % (
-        r["ops"], sum(f["f"] not in ("heal", "resume", "restart") for f in r["faults"]),
+        r["ops"], sum(f["f"] not in HEALS for f in r["faults"]),
         [f["seconds"] for f in r["failovers"]]))
     c = r["convergence"]
     print("  convergence: converged=%s in %ss, diverged=%s, dbHash %s, oplogs agree=%s" % (
@@ -483,6 +618,19 @@ def main(argv=None):
                     "set and append majority)")
     ap.add_argument("--time-limit", type=float, default=30)
     ap.add_argument("--mode", choices=["auto", "netns", "loopback"], default="auto")
+    ap.add_argument("--faults", default=None, metavar="KIND[+KIND],...",
+                    help="a fixed fault sequence instead of random faults: steps in order, "
+                    "each healed before the next (+ joins faults held together); targets "
+                    "and holds still come from the seed; the round lasts at least --duration")
+    ap.add_argument("--disk-full", action="store_true",
+                    help="each member's dbpath on a tmpfs of --disk-mb (root), and disk-full "
+                    "faults: the filesystem filled to 0 or 64 MB free, then freed and the member "
+                    "restarted")
+    ap.add_argument("--disk-mb", type=int, default=600)
+    ap.add_argument("--reconfig", action="store_true",
+                    help="membership faults: replSetReconfig removing a member or changing "
+                    "priorities, through the primary of the moment; the heal restores the "
+                    "three members with priority 1")
     ap.add_argument("--out", default=None)
     ap.add_argument("--summary", default=None, help="write the run's summary (JSON) here")
     ap.add_argument("--keep", action="store_true",
@@ -507,6 +655,12 @@ def main(argv=None):
         return 0
     if a.seed is None:
         a.seed = int.from_bytes(os.urandom(4), "little")
+    if a.faults:
+        kinds = {k for step in a.faults.split(",") for k in step.split("+")}
+        if kinds - set(KINDS):
+            ap.error("--faults: unknown %s (known: %s)" % (sorted(kinds - set(KINDS)),
+                                                           ", ".join(KINDS)))
+        a.disk_full = a.disk_full or any(k.startswith("disk-full") for k in kinds)
     if a.mode == "auto":
         ok, why = netns_available()
         a.mode = "netns" if ok else "loopback"
@@ -554,7 +708,7 @@ def summarize(reports):
             if r.get("only_rollback"):
                 s["invalid_only_rollback"] += 1
         for f in r.get("faults", []):
-            if f["f"] not in ("heal", "resume", "restart"):
+            if f["f"] not in HEALS:
                 s["faults"][f["f"]] = s["faults"].get(f["f"], 0) + 1
         for k, v in r.get("ops", {}).items():
             s["ops"][k] += v

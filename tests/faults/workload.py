@@ -56,7 +56,9 @@ from pymongo.write_concern import WriteConcern
 DB = "jepsen"
 BANK_ACCOUNTS = 5
 BANK_BALANCE = 100
-NOT_WRITABLE = {10107, 13435}   # NotWritablePrimary: refused before anything was done
+# refused before anything was done: NotWritablePrimary, NotPrimaryNoSecondaryOk,
+# OutOfDiskSpace (sabled's free-space guard)
+NOT_WRITABLE = {10107, 13435, 14031}
 
 
 def now():
@@ -177,6 +179,64 @@ class Agent:
         st = self.statuses(1000)
         return {"primary": self.primary(st), "up": [n for n, s in st.items() if s],
                 "states": {n: s.get("myState") if s else None for n, s in st.items()}}
+
+    def cmd_reconfig(self, msg):
+        """replSetReconfig on the primary of the moment: {"remove": name}
+        (a primary is stepped down first), {"priorities": {name: p}} or {"restore": true} (every member, priority
+        1; nothing when the config already is so).  Retries until timeout_s
+        when there is no primary or the primary refuses; returns {"version"}
+        or {"error"}."""
+        end = time.monotonic() + msg.get("timeout_s", 5)
+        err = "no primary"
+        while True:
+            p = self.primary(self.statuses(1000))
+            if p is not None:
+                try:
+                    with self.direct(p, 3000) as c:
+                        cfg = c.admin.command("replSetGetConfig")["config"]
+                        new = self.reconfigured(cfg, msg)
+                        if new is None:
+                            return {"version": cfg["version"]}
+                        if msg.get("remove") == p:   # a primary cannot remove itself
+                            try:
+                                c.admin.command("replSetStepDown", 10)
+                            except PyMongoError:
+                                pass   # it closes connections as it steps down
+                            raise AutoReconnect("stepped %s down to remove it" % p)
+                        new["version"] = cfg["version"] + 1
+                        c.admin.command("replSetReconfig", new)
+                        return {"version": new["version"]}
+                except PyMongoError as e:
+                    err = "%s: %s" % (type(e).__name__, str(e)[:160])
+            if time.monotonic() > end:
+                return {"error": err}
+            time.sleep(0.5)
+
+    def cmd_fsync(self, msg):
+        """fsync (a checkpoint) on one member; {"ok"} or {"error"}."""
+        try:
+            with self.direct(msg["member"], 3000) as c:
+                c.admin.command("fsync")
+            return {"ok": 1}
+        except PyMongoError as e:
+            return {"error": "%s: %s" % (type(e).__name__, str(e)[:160])}
+
+    def reconfigured(self, cfg, msg):
+        """The config msg asks for, from cfg; None when cfg already is it."""
+        by_host = {h: n for n, h in self.hosts.items()}
+        ids = {by_host.get(m["host"]): m for m in cfg["members"]}
+        if msg.get("remove"):
+            if msg["remove"] not in ids or len(ids) < len(self.names):
+                return None   # one member out at a time
+            members = [m for n, m in ids.items() if n != msg["remove"]]
+        elif msg.get("priorities"):
+            members = [dict(m, priority=msg["priorities"].get(n, 1)) for n, m in ids.items()]
+        else:
+            members = [dict(ids.get(n) or {"_id": i, "host": self.hosts[n]}, priority=1)
+                       for i, n in enumerate(self.names)]
+            if all(n in ids and ids[n].get("priority", 1) == 1 for n in self.names):
+                return None
+        return dict(cfg, members=members)
 
     # ----------------------------------------------------------- workload
 
@@ -399,7 +459,10 @@ class Agent:
 
     def oplog_check(self, p):
         """Oplogs agree up to the commit point: the entries (ts, t, op, ns, o)
-        with ts <= the primary's lastCommittedOpTime, digested per member."""
+        with ts <= the primary's lastCommittedOpTime, digested per member,
+        from the newest of the members' first entries (a member's oplog
+        starts where its initial sync began: the source's newest entry then,
+        as on mongod)."""
         if p is None:
             return {"error": "no primary"}
         try:
@@ -407,12 +470,21 @@ class Agent:
                 cp = c.admin.command("replSetGetStatus")["optimes"]["lastCommittedOpTime"]["ts"]
         except (PyMongoError, KeyError) as e:
             return {"error": "commit point: %s" % e}
-        digests, counts = {}, {}
+        digests, counts, start = {}, {}, bson.Timestamp(0, 0)
+        for n in self.names:
+            try:
+                with self.direct(n, 5000) as c:
+                    first = c.local["oplog.rs"].find_one({}, sort=[("$natural", 1)])
+                    if first is not None and first["ts"] > start:
+                        start = first["ts"]
+            except PyMongoError:
+                pass
         for n in self.names:
             try:
                 with self.direct(n, 5000) as c:
                     h, k = hashlib.md5(), 0
-                    for e in c.local["oplog.rs"].find({"ts": {"$lte": cp}}).sort("$natural", 1):
+                    for e in c.local["oplog.rs"].find(
+                            {"ts": {"$gte": start, "$lte": cp}}).sort("$natural", 1):
                         h.update(bson.BSON.encode({"ts": e["ts"], "t": e.get("t"),
                                                    "op": e["op"], "ns": e["ns"],
                                                    "o": e.get("o")}))
@@ -420,7 +492,8 @@ class Agent:
                     digests[n], counts[n] = h.hexdigest(), k
             except PyMongoError:
                 digests[n] = None
-        return {"commit_point": [cp.time, cp.inc], "entries": counts, "digests": digests,
+        return {"commit_point": [cp.time, cp.inc], "from": [start.time, start.inc],
+                "entries": counts, "digests": digests,
                 "agree": len(set(digests.values())) == 1}
 
     def final_reads(self):

@@ -60,6 +60,8 @@ WRITES = {"write", "cas", "add", "append", "transfer"}
 KINDS = ["kill", "kill-primary", "pause", "pause-primary", "partition-halves", "isolate-primary",
          "bridge", "one-way", "disk-full", "disk-full-primary", "reconfig-remove",
          "reconfig-priorities"]
+NET_KINDS = {"partition-halves", "isolate-primary", "bridge", "one-way"}
+SKIP = 77   # exit status: this machine cannot run the faults asked for (ctest SKIP_RETURN_CODE)
 HEALS = {"heal", "resume", "restart", "disk-freed", "reconfig-restore", "fsync"}   # not faults
 
 
@@ -672,6 +674,13 @@ def main(argv=None):
         if not ok:
             print("network namespaces unavailable: %s" % why, file=sys.stderr)
             return 2
+    if a.disk_full and os.geteuid() != 0:
+        print("disk-full faults need root (a tmpfs per member): skipped", flush=True)
+        return SKIP
+    if a.faults and a.mode == "loopback" and kinds & NET_KINDS:
+        print("--faults %s needs network namespaces: skipped" % sorted(kinds & NET_KINDS),
+              flush=True)
+        return SKIP
     out = a.out or tempfile.mkdtemp(prefix="sable-faults-")
     print("faults: seed %d, %d rounds, workload %s, mode %s, out %s" % (
         a.seed, a.rounds, a.workload, a.mode, out), flush=True)

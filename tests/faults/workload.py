@@ -59,6 +59,10 @@ BANK_BALANCE = 100
 # refused before anything was done: NotWritablePrimary, NotPrimaryNoSecondaryOk,
 # OutOfDiskSpace (sabled's free-space guard)
 NOT_WRITABLE = {10107, 13435, 14031}
+# a reconfig worth retrying on the next primary: NotWritablePrimary,
+# InterruptedDueToReplStateChange, ConfigurationInProgress, the old config not
+# yet committed (CurrentConfigNotCommittedYet)
+RECONFIG_RETRY = (10107, 11602, 109, 308)
 
 
 def now():
@@ -208,6 +212,8 @@ class Agent:
                         return {"version": new["version"]}
                 except PyMongoError as e:
                     err = "%s: %s" % (type(e).__name__, str(e)[:160])
+                    if getattr(e, "code", None) not in (None,) + RECONFIG_RETRY:
+                        return {"error": err}   # refused: NodeNotElectable, ...
             if time.monotonic() > end:
                 return {"error": err}
             time.sleep(0.5)

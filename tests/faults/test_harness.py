@@ -1,7 +1,9 @@
 """
 Unit tests of the fault harness's own logic (no server): the fault schedule
 is a function of the seed alone (replayable), failover durations, the run
-summary, and how workload.py classifies driver errors (ok / fail / info).
+summary, how workload.py classifies driver errors (ok / fail / info), the opt-in
+disk-full and reconfig faults (each undone by the heal), scripted --faults, and
+the reconfig documents the agent builds.
 """
 import os
 import signal
@@ -133,3 +135,93 @@ def test_classify_driver_errors():
     assert classify(AutoReconnect("connection closed"), False) == "info"
     assert classify(OperationFailure("interrupted", 11601), False) == "info"
     assert classify(AutoReconnect("connection closed"), True) == "fail"
+
+
+def test_recorded_seeds_replay_the_same_faults():
+    """Opt-in kinds (disk-full, reconfig) come after the old ones, so a seed
+    recorded before they existed (4008 found 3d047ea) still picks the same
+    faults: this list is what the harness before them chose."""
+    assert schedule(4008, 12)[1] == [
+        "partition-halves", "isolate-primary", "kill", "one-way", "bridge", "kill-primary",
+        "pause", "one-way", "bridge", "bridge", "pause-primary", "bridge"]
+
+
+class FakeDisks:
+    def __init__(self):
+        self.calls = []
+
+    def fill(self, m, leave):
+        self.calls.append(("fill", m, leave))
+
+    def free(self, m):
+        self.calls.append(("free", m))
+
+
+class RecordingAgent(FakeAgent):
+    def __init__(self):
+        self.calls = []
+
+    def call(self, cmd, **kw):
+        self.calls.append((cmd, kw))
+        return {"primary": "n2"} if cmd == "status" else {"version": 2}
+
+
+def test_disk_full_and_reconfig_faults_are_undone():
+    import random
+    b, disks, agent = FakeBackend(), FakeDisks(), RecordingAgent()
+    nem = harness.Nemesis(b, agent, random.Random(5), 0.0, disks, reconfig=True)
+    nem.note = lambda f, v: None
+    for _ in range(200):
+        nem.inject()
+        nem.heal_all()
+    assert {"disk-full", "disk-full-primary", "reconfig-remove",
+            "reconfig-priorities"} <= set(nem.faults)
+    fills = [c for c in disks.calls if c[0] == "fill"]
+    assert len(fills) == sum(1 for c in disks.calls if c[0] == "free")
+    assert {c[2] for c in fills} == {0, 64 << 20}
+    # a filled member is checkpointed at once, and restarted after its disk is freed
+    assert sum(1 for c, kw in agent.calls if c == "fsync") == len(fills)
+    assert b.alive == set(harness.MEMBERS) and not nem.full and not nem.reconfigured
+    removes = [kw for c, kw in agent.calls if c == "reconfig" and "remove" in kw]
+    prios = [kw["priorities"] for c, kw in agent.calls if c == "reconfig" and "priorities" in kw]
+    restores = [kw for c, kw in agent.calls if c == "reconfig" and kw.get("restore")]
+    assert removes and prios and len(restores) == len(removes) + len(prios)
+    assert all(any(p.values()) for p in prios)
+
+
+def test_scripted_faults_and_unknown_kinds():
+    import random
+    b = FakeBackend()
+    nem = harness.Nemesis(b, FakeAgent(), random.Random(1), 0.0)
+    nem.note = lambda f, v: None
+    nem.inject("kill-primary")
+    assert b.calls == [("signal", "n2", signal.SIGKILL)]
+    try:
+        nem.inject("flood")
+    except ValueError as e:
+        assert "flood" in str(e)
+    else:
+        raise AssertionError("unknown fault accepted")
+    try:
+        harness.main(["--faults", "kill,pause+flood"])
+    except SystemExit as e:   # argparse's error: before anything starts
+        assert e.code == 2
+    else:
+        raise AssertionError("--faults with an unknown kind accepted")
+
+
+def test_reconfigured_configs():
+    import workload
+    a = type("A", (), {"hosts": "n1=h1:1,n2=h2:1,n3=h3:1", "seed": 1, "threads": 1})
+    ag = workload.Agent(a)
+    cfg = {"_id": "rs0", "version": 4, "members": [
+        {"_id": 0, "host": "h1:1"}, {"_id": 1, "host": "h2:1"}, {"_id": 2, "host": "h3:1"}]}
+    out = ag.reconfigured(cfg, {"remove": "n2"})
+    assert [m["host"] for m in out["members"]] == ["h1:1", "h3:1"]
+    assert ag.reconfigured(dict(cfg, members=out["members"]), {"remove": "n1"}) is None
+    back = ag.reconfigured(dict(cfg, members=out["members"]), {"restore": True})
+    assert [(m["_id"], m["host"], m["priority"]) for m in back["members"]] == [
+        (0, "h1:1", 1), (1, "h2:1", 1), (2, "h3:1", 1)]
+    assert ag.reconfigured(cfg, {"restore": True}) is None
+    p = ag.reconfigured(cfg, {"priorities": {"n1": 0, "n2": 3, "n3": 1}})
+    assert [m["priority"] for m in p["members"]] == [0, 3, 1]

@@ -6,24 +6,10 @@ members whose final balances differ, no final read) and that must pass
 snapshot adds up).
 """
 import check_bank as cb
-from history import pair
+from test_set_append import build   # (process, f, value, call, ret, type, out, node) -> ops
 
 ACCOUNTS = ["a0", "a1", "a2"]
 TOTAL = 300
-
-
-def build(*ops):
-    """ops as (process, f, value, call, ret, type, out, node)."""
-    events = []
-    for p, f, value, call, ret, typ, out, node in ops:
-        events.append({"process": p, "type": "invoke", "f": f, "key": "bank", "value": value,
-                       "time": call})
-        if ret is not None:
-            events.append({"process": p, "type": typ, "f": f, "key": "bank",
-                           "value": out if f in ("read", "final-read") else value,
-                           "time": ret, "node": node})
-    events.sort(key=lambda e: (e["time"], e["type"] != "invoke"))
-    return pair(events)[0]
 
 
 def transfer(p, src, dst, amount, call, ret, typ="ok"):

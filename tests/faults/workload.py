@@ -186,7 +186,8 @@ class Agent:
 
     def cmd_reconfig(self, msg):
         """replSetReconfig on the primary of the moment: {"remove": name}
-        (a primary is stepped down first), {"priorities": {name: p}} or {"restore": true} (every member, priority
+        or {"priorities": {name: p}} (a primary that would be removed or get
+        priority 0 is stepped down first), or {"restore": true} (every member, priority
         1; nothing when the config already is so).  Retries until timeout_s
         when there is no primary or the primary refuses; returns {"version"}
         or {"error"}."""
@@ -201,12 +202,13 @@ class Agent:
                         new = self.reconfigured(cfg, msg)
                         if new is None:
                             return {"version": cfg["version"]}
-                        if msg.get("remove") == p:   # a primary cannot remove itself
+                        if msg.get("remove") == p or msg.get("priorities", {}).get(p, 1) == 0:
+                            # a primary cannot remove itself nor make itself unelectable
                             try:
                                 c.admin.command("replSetStepDown", 10)
                             except PyMongoError:
                                 pass   # it closes connections as it steps down
-                            raise AutoReconnect("stepped %s down to remove it" % p)
+                            raise AutoReconnect("stepped %s down first" % p)
                         new["version"] = cfg["version"] + 1
                         c.admin.command("replSetReconfig", new)
                         return {"version": new["version"]}

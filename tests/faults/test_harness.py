@@ -225,3 +225,17 @@ def test_reconfigured_configs():
     assert ag.reconfigured(cfg, {"restore": True}) is None
     p = ag.reconfigured(cfg, {"priorities": {"n1": 0, "n2": 3, "n3": 1}})
     assert [m["priority"] for m in p["members"]] == [0, 3, 1]
+
+
+def test_regression_failover_before_heal():
+    import regressions
+    rep = {"faults": [{"at_s": 2.0, "f": "isolate-primary"}, {"at_s": 13.0, "f": "heal"},
+                      {"at_s": 15.0, "f": "kill-primary"}, {"at_s": 26.0, "f": "restart"}],
+           "failovers": [{"fault": "isolate-primary", "seconds": 6.5},
+                         {"fault": "kill-primary", "seconds": 11.5}]}
+    bad = regressions.failovers_before_heal(rep)
+    assert len(bad) == 1 and bad[0].startswith("kill-primary at 15.0s")
+    rep["failovers"][1]["seconds"] = None
+    assert len(regressions.failovers_before_heal(rep)) == 1
+    rep["failovers"][1]["seconds"] = 3.0
+    assert regressions.failovers_before_heal(rep) == []

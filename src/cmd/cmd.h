@@ -28,6 +28,10 @@ void sbl_cmd_conn_close(sbl_conn_t *conn);
  * caller and receives the full reply including ok / errmsg / code.
  */
 void sbl_cmd_run(const char *db, const bson_t *cmd, bson_t *reply);
+/* Abort every open multi-document transaction no command is running in (the
+ * applier's sbl_repl_set_txn_aborter: a secondary holds none; mongod aborts
+ * them at step-down). */
+void sbl_cmd_mtxn_abort_all(void);
 
 /* What the metrics endpoint reads from the server (connections, network,
  * cache, command names); see sbl_metrics_sources_t in metrics/metrics.h. */

@@ -543,6 +543,15 @@ void sbl_cmd_mtxn_kill_session(const uint8_t id[16])
     pthread_mutex_unlock(&txn_mu);
 }
 
+void sbl_cmd_mtxn_abort_all(void)
+{
+    pthread_mutex_lock(&txn_mu);
+    for (sbl_mtxn_t *t = txns; t != NULL; t = t->next)
+        if (!t->busy)
+            abort_txn(t);
+    pthread_mutex_unlock(&txn_mu);
+}
+
 void sbl_cmd_mtxn_reap(void)
 {
     int64_t now = sbl_now_ms();

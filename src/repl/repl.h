@@ -104,6 +104,14 @@ int sbl_repl_get_config(bson_t *r, sbl_err_t *err);
  * runner (sbl_cmd_run), installed before sbl_repl_start_threads. */
 typedef void (*sbl_repl_run_fn)(const char *db, const bson_t *cmd, bson_t *reply);
 void sbl_repl_set_runner(sbl_repl_run_fn fn);
+/* How the applier ends the multi-document transactions clients left open on
+ * this member (the command layer's sbl_cmd_mtxn_abort_all): called, with no
+ * lock held, each time a secondary starts tailing a source and after an entry
+ * failed to apply.  mongod aborts them at step-down; left open, their
+ * uncommitted writes conflict with the new primary's entries on the same
+ * documents, and the member stops applying until transactionLifetimeLimitSeconds. */
+typedef void (*sbl_repl_abort_txns_fn)(void);
+void sbl_repl_set_txn_aborter(sbl_repl_abort_txns_fn fn);
 /* Start the heartbeat/election thread and the applier (after the command
  * layer is up); sbl_repl_stop joins them.  No-op when standalone. */
 int sbl_repl_start_threads(sbl_err_t *err);

@@ -240,6 +240,29 @@ static bool doc_at(const bson_t *d, const char *k, bson_t *out)
 }
 
 /* Which catalog change a "c" entry is ({create: ...} -> "create"). */
+/* An insert's or update's document (ns + _id) for the rollback files;
+ * other entries note nothing.  Grows *keys as needed. */
+static void note_key(undo_key_t **keys, size_t *nk, size_t *cap, const bson_t *e)
+{
+    const char *op = str_at(e, "op"), *ns = str_at(e, "ns");
+    bson_t o, o2;
+    bson_iter_t it;
+    if (op == NULL || ns == NULL || (op[0] != 'i' && op[0] != 'u'))
+        return;
+    if (!((doc_at(e, "o2", &o2) && bson_iter_init_find(&it, &o2, "_id")) ||
+          (doc_at(e, "o", &o) && bson_iter_init_find(&it, &o, "_id"))))
+        return;
+    if (*nk + 1 >= *cap) {
+        *keys = bson_realloc(*keys, *cap * 2 * sizeof(**keys));
+        memset(*keys + *cap, 0, *cap * sizeof(**keys));
+        *cap *= 2;
+    }
+    (*keys)[*nk].ns = bson_strdup(ns);
+    (*keys)[*nk].id = bson_new();
+    bson_append_iter((*keys)[*nk].id, "_id", 3, &it);
+    (*nk)++;
+}
+
 static const char *c_name(const bson_t *e, bson_t *o)
 {
     bson_iter_t it;
@@ -407,15 +430,33 @@ int sbl_rs_rollback(mongoc_client_t *c, const char *host, sbl_err_t *err)
     }
     if (rc != 0)
         goto out;
-    /* Check every entry is undoable; collect the documents to save. */
-    keys = bson_malloc0((nd + 1) * sizeof(*keys));
+    /* Check every entry is undoable; collect the documents to save.  A
+     * committed transaction (applyOps) holds only data changes, undone by
+     * the recovery to the common point like the others. */
+    size_t kcap = nd + 1;
+    keys = bson_malloc0(kcap * sizeof(*keys));
     for (size_t i = 0; i < nd; i++) {
         const char *op = str_at(docs[i], "op"), *ns = str_at(docs[i], "ns");
-        bson_t o, o2;
+        bson_t o;
+        bson_iter_t ops;
         if (op == NULL || ns == NULL)
             continue;
         if (op[0] == 'c') {
             const char *name = c_name(docs[i], &o);
+            if (strcmp(name, "applyOps") == 0 && bson_iter_init_find(&ops, &o, "applyOps") &&
+                BSON_ITER_HOLDS_ARRAY(&ops) && bson_iter_recurse(&ops, &ops)) {
+                bool undoable = true;
+                while (undoable && bson_iter_next(&ops)) {
+                    bson_t inner;
+                    const char *iop;
+                    undoable = BSON_ITER_HOLDS_DOCUMENT(&ops) && sbl_iter_doc(&ops, &inner) &&
+                               (iop = str_at(&inner, "op")) != NULL && iop[0] != 'c';
+                    if (undoable)
+                        note_key(&keys, &nk, &kcap, &inner);
+                }
+                if (undoable)
+                    continue;
+            }
             if (strcmp(name, "create") != 0 && strcmp(name, "createIndexes") != 0 &&
                 !(strcmp(name, "collMod") == 0 && !bson_has_field(&o, "index"))) {
                 char msg[256];
@@ -427,15 +468,8 @@ int sbl_rs_rollback(mongoc_client_t *c, const char *host, sbl_err_t *err)
                 rc = sbl_err_set(err, SBL_E_UnrecoverableRollbackError, "%s", msg);
                 goto out;
             }
-        } else if (op[0] == 'i' || op[0] == 'u') {
-            bson_iter_t it;
-            if (!((doc_at(docs[i], "o2", &o2) && bson_iter_init_find(&it, &o2, "_id")) ||
-                  (doc_at(docs[i], "o", &o) && bson_iter_init_find(&it, &o, "_id"))))
-                continue;
-            keys[nk].ns = bson_strdup(ns);
-            keys[nk].id = bson_new();
-            bson_append_iter(keys[nk].id, "_id", 3, &it);
-            nk++;
+        } else {
+            note_key(&keys, &nk, &kcap, docs[i]);
         }
     }
     pthread_mutex_lock(&rs.lock);

@@ -29,12 +29,18 @@
 #define rs sbl_rs
 
 sbl_repl_run_fn sbl_rs_runner;
+static sbl_repl_abort_txns_fn abort_txns;
 static pthread_t sync_thread;
 static bool sync_running;
 
 void sbl_repl_set_runner(sbl_repl_run_fn fn)
 {
     sbl_rs_runner = fn;
+}
+
+void sbl_repl_set_txn_aborter(sbl_repl_abort_txns_fn fn)
+{
+    abort_txns = fn;
 }
 
 /* ---- applying one entry ---------------------------------------------------------- */
@@ -247,6 +253,35 @@ done:
     return rc;
 }
 
+/* A failure that says the change was not made and may be next time (a write
+ * conflict with a client's transaction, a full disk, an interruption), as
+ * opposed to one a replayed entry meets (a duplicate key, a collection that
+ * already exists): the entry must not be written without its change.  The
+ * code is the reply's, or its first write error's (ok: 1 with writeErrors). */
+static int transient_failure(const bson_t *reply)
+{
+    bson_iter_t it, we;
+    int code = 0;
+    if (bson_iter_init_find(&it, reply, "ok") && bson_iter_as_double(&it) != 1.0) {
+        if (bson_iter_init_find(&it, reply, "code"))
+            code = (int)bson_iter_as_int64(&it);
+    } else if (bson_iter_init_find(&it, reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
+               bson_iter_recurse(&it, &we) && bson_iter_find_descendant(&we, "0.code", &it)) {
+        code = (int)bson_iter_as_int64(&it);
+    }
+    switch (code) {
+    case SBL_E_WriteConflict:
+    case SBL_E_OutOfDiskSpace:
+    case SBL_E_IllegalOperation: /* a read-only filesystem */
+    case SBL_E_Interrupted:
+    case SBL_E_InterruptedDueToReplStateChange:
+    case SBL_E_MaxTimeMSExpired:
+        return code;
+    default:
+        return 0;
+    }
+}
+
 int sbl_rs_apply_entry(const bson_t *e, sbl_err_t *err)
 {
     char db[128];
@@ -259,10 +294,16 @@ int sbl_rs_apply_entry(const bson_t *e, sbl_err_t *err)
     }
     sbl_repl_applying = e;
     sbl_repl_applied_written = false;
+    int rc = 0;
     if (entry_command(e, db, sizeof(db), &cmd) && sbl_rs_runner != NULL) {
         sbl_rs_runner(db, &cmd, &reply);
         bson_iter_t it;
-        if (bson_iter_init_find(&it, &reply, "ok") && bson_iter_as_double(&it) != 1.0) {
+        int code = transient_failure(&reply);
+        if (code != 0) {
+            char *json = bson_as_relaxed_extended_json(&reply, NULL);
+            rc = sbl_err_set(err, code, "applying the entry failed: %s", json);
+            bson_free(json);
+        } else if (bson_iter_init_find(&it, &reply, "ok") && bson_iter_as_double(&it) != 1.0) {
             bson_t attr = BSON_INITIALIZER;
             BSON_APPEND_DOCUMENT(&attr, "entry", e);
             BSON_APPEND_DOCUMENT(&attr, "reply", &reply);
@@ -273,8 +314,8 @@ int sbl_rs_apply_entry(const bson_t *e, sbl_err_t *err)
         bson_destroy(&reply);
     }
     bson_destroy(&cmd);
-    int rc = 0;
-    if (!sbl_repl_applied_written && !sbl_repl_replaying) /* a no-op, or replayed: the entry alone */
+    if (rc == 0 && !sbl_repl_applied_written &&
+        !sbl_repl_replaying) /* a no-op, or replayed: the entry alone */
         rc = sbl_repl_append_alone_raw(sbl_session_get(), e, err);
     sbl_repl_applying = NULL;
     return rc;
@@ -599,6 +640,8 @@ static void sync_from(const char *host)
     int64_t sync_term = rs.term;
     pthread_mutex_unlock(&rs.lock);
     log_host(SBL_LOG_INFO, 21799, "Sync source candidate chosen", host);
+    if (abort_txns != NULL)
+        abort_txns(); /* none may commit here now; their writes would block ours */
     while (still_syncing_from(host)) {
         int n = 0;
         while (mongoc_cursor_next(cur, &doc)) {
@@ -641,6 +684,8 @@ static void sync_from(const char *host)
                 BSON_APPEND_UTF8(&attr, "error", err.msg);
                 sbl_log(SBL_LOG_ERROR, "REPL", 21238, "Could not apply an oplog entry", &attr);
                 bson_destroy(&attr);
+                if (abort_txns != NULL)
+                    abort_txns(); /* one busy at the start may hold the conflicting write */
                 goto out;
             }
             sbl_rs_count_applied_op(doc);

@@ -59,7 +59,7 @@ PY = "/usr/bin/python3"
 WRITES = {"write", "cas", "add", "append", "transfer"}
 KINDS = ["kill", "kill-primary", "pause", "pause-primary", "partition-halves", "isolate-primary",
          "bridge", "one-way", "disk-full", "disk-full-primary", "reconfig-remove",
-         "reconfig-priorities"]
+         "reconfig-priorities", "reconfig-remove-primary"]   # the last only in --faults
 NET_KINDS = {"partition-halves", "isolate-primary", "bridge", "one-way"}
 SKIP = 77   # exit status: this machine cannot run the faults asked for (ctest SKIP_RETURN_CODE)
 HEALS = {"heal", "resume", "restart", "disk-freed", "reconfig-restore", "fsync"}   # not faults
@@ -410,7 +410,7 @@ class Nemesis:
         target (one member at most is out at a time) or give every member a
         priority from 0 to 3 (at least one above 0).  Refusals (no primary,
         a member not electable, a reconfig already in progress) are noted."""
-        if kind == "reconfig-remove":
+        if kind.startswith("reconfig-remove"):
             args = {"remove": target}
         else:
             prio = {m: self.rng.randint(0, 3) for m in MEMBERS}

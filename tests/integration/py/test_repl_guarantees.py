@@ -108,3 +108,76 @@ def test_w1_write_of_a_cut_off_primary_is_lost_majority_writes_are_not(rs3e):
     finally:
         c.close()
 
+
+
+def test_step_down_aborts_open_transactions(rs3e):
+    """A transaction left open on a primary that steps down is aborted: its
+    uncommitted write no longer blocks the new primary's change to the same
+    document (found by scripts/faults.sh, bank seed 25007: the former primary
+    failed every entry with WriteConflict and stopped applying; here the
+    transaction would otherwise live an hour), and it cannot commit there."""
+    p = the_primary(rs3e)
+    with direct(p) as d:
+        d.bank.acc.with_options(write_concern=WriteConcern(w=3, wtimeout=30000)).insert_one(
+            {"_id": "a", "b": 100})
+        d.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=3600)
+        s = d.start_session()
+        s.start_transaction(write_concern=WriteConcern(w="majority"))
+        d.bank.acc.update_one({"_id": "a"}, {"$inc": {"b": -10}}, session=s)
+        try:
+            d.admin.command("replSetStepDown", 30)
+        except pymongo.errors.AutoReconnect:
+            pass
+        np = wait_for(lambda: next((m for m in rs3e if m is not p and state(m) == 1), None),
+                      timeout=60)
+        with direct(np) as c:   # w:3: the former primary must apply it too
+            c.bank.acc.with_options(write_concern=WriteConcern(w=3, wtimeout=30000)).update_one(
+                {"_id": "a"}, {"$inc": {"b": 5}})
+        with pytest.raises(pymongo.errors.PyMongoError):
+            s.commit_transaction()
+        assert d.bank.acc.find_one({"_id": "a"}) == {"_id": "a", "b": 105}
+        s.end_session()
+
+
+def test_transaction_of_a_cut_off_primary_rolls_back(rs3e):
+    """A transaction committed (w:1, j:true) on a primary cut off from the others is
+    lost, as a w:1 write is; when the former primary returns it rolls the
+    transaction back and follows the new primary.  It used to halt ('cannot
+    roll back a applyOps ... resync this member'; scripts/faults.sh, bank seed
+    25019: the member stayed RECOVERING)."""
+    p = the_primary(rs3e)
+    s1, s2 = [m for m in rs3e if m is not p]
+    with direct(p) as d:
+        d.t.c.with_options(write_concern=WriteConcern(w=3, wtimeout=30000)).insert_many(
+            [{"_id": "a", "b": 100}, {"_id": "b", "b": 100}])
+        s1.kill9()
+        s2.kill9()
+        with d.start_session() as s:
+            s.start_transaction(write_concern=WriteConcern(w=1, j=True))
+            d.t.c.update_one({"_id": "a"}, {"$inc": {"b": -10}}, session=s)
+            d.t.c.update_one({"_id": "b"}, {"$inc": {"b": 10}}, session=s)
+            d.t.c.insert_one({"_id": "t"}, session=s)
+            s.commit_transaction()
+        assert d.t.c.find_one({"_id": "a"})["b"] == 90
+    p.kill9()
+    s1.restart()
+    s2.restart()
+    newp = the_primary([s1, s2])
+    with direct(newp) as d:
+        d.t.c.with_options(write_concern=WriteConcern(w=2, wtimeout=30000)).insert_one(
+            {"_id": "after"})
+    p.restart()
+
+    def rolled_back():
+        with direct(p) as d:
+            return (state(p) == 2 and d.t.c.find_one({"_id": "after"}) is not None and
+                    d.t.c.find_one({"_id": "t"}) is None and
+                    d.t.c.find_one({"_id": "a"})["b"] == 100)
+    wait_for(rolled_back, timeout=60)
+    with open(p.logpath, errors="replace") as f:
+        failed = [line for line in f if 'Rollback failed' in line]
+    assert not failed, failed
+    saved = [doc for f in os.listdir(os.path.join(p.dbpath, "rollback", "t.c"))
+             for doc in bson.decode_all(open(os.path.join(p.dbpath, "rollback", "t.c", f),
+                                             "rb").read())]
+    assert {"_id": "t"} in saved

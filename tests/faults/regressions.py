@@ -57,11 +57,21 @@ REGRESSIONS = [
     ("kill-under-load", "2e72a99", (6013, "set"), "kill-primary,kill-primary",
      "after a primary kill under client load the new primary stepped down every 2 s (one "
      "heartbeat thread reached the dead member first)"),
+    ("txn-stepdown", "46b722c", (25007, "bank"), "reconfig-remove-primary,reconfig-remove-primary",
+     "a primary stepped down with client transactions open; their uncommitted writes made "
+     "every later transaction on those documents fail to apply there (WriteConflict)"),
+    ("txn-rollback", "46b722c", (25019, "bank"), "isolate-primary,isolate-primary",
+     "a primary cut off after committing transactions could not roll them back on its return "
+     "('cannot roll back a applyOps') and stayed RECOVERING"),
 ]
+# the faults.sh options the finding runs had (their seeds pick other faults without them)
+FLAGS = {"txn-stepdown": ["--disk-full", "--reconfig"], "txn-rollback": ["--disk-full", "--reconfig"]}
 
 # The scripted steps above in one set round (final reads on every member, lost
-# writes), each kind once: what ctest's faults/regressions runs.
+# writes), each kind once, and the transactions' in one bank round: what
+# ctest's faults/regressions runs.
 COMBINED = "kill-primary+kill,isolate-primary+pause,pause-primary,kill-primary"
+COMBINED_BANK = "reconfig-remove-primary,isolate-primary"
 
 
 # Regressions whose bug was a failover that never came: run alone (not in the
@@ -87,10 +97,13 @@ def failovers_before_heal(report):
 
 def harness_args(name, seed, workload, faults, out, duration, replay):
     a = ["--rounds", "1", "--seed", str(seed), "--workload", workload,
-         "--read-concern", "linearizable", "--out", os.path.join(out, name)]
+         "--read-concern", "linearizable", "--out", os.path.join(out, name)] + FLAGS.get(name, [])
     if replay:
         return a + ["--duration", "30"]
-    hold = {"combined": ["2", "3.5"]}.get(name, ["10", "12"] if name in FAILOVER else ["3", "5"])
+    hold = ["2", "3.5"] if name.startswith("combined") else (
+        ["10", "12"] if name in FAILOVER else ["3", "5"])
+    if name == "combined-bank":
+        a.append("--reconfig")
     return a + ["--faults", faults, "--duration", str(duration), "--hold-min", hold[0],
                 "--hold-max", hold[1]]
 
@@ -99,7 +112,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default=None, help="comma list of names")
     ap.add_argument("--combined", action="store_true",
-                    help="the scripted steps in one set round (COMBINED)")
+                    help="the scripted steps in one set round and one bank round (COMBINED, "
+                    "COMBINED_BANK)")
     ap.add_argument("--replay", action="store_true",
                     help="the original seeded rounds (30 s each) instead of the scripts")
     ap.add_argument("--duration", type=float, default=8)
@@ -115,7 +129,7 @@ def main(argv=None):
     out = a.out or tempfile.mkdtemp(prefix="sable-regress-")
     runs = []
     if a.combined:
-        runs = [("combined", 25, "set", COMBINED)]
+        runs = [("combined", 25, "set", COMBINED), ("combined-bank", 25, "bank", COMBINED_BANK)]
     else:
         runs = [(name, seed, w, faults) for name, _, (seed, w), faults, _ in regs]
     failed = []

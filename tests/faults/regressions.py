@@ -68,10 +68,10 @@ REGRESSIONS = [
 FLAGS = {"txn-stepdown": ["--disk-full", "--reconfig"], "txn-rollback": ["--disk-full", "--reconfig"]}
 
 # The scripted steps above in one set round (final reads on every member, lost
-# writes), each kind once, and the transactions' in one bank round: what
-# ctest's faults/regressions runs.
+# writes), each kind once: what ctest's faults/regressions runs (ctest's
+# faults/bank runs the transactions' steps: reconfig-remove-primary,
+# isolate-primary).
 COMBINED = "kill-primary+kill,isolate-primary+pause,pause-primary,kill-primary"
-COMBINED_BANK = "reconfig-remove-primary,isolate-primary"
 
 
 # Regressions whose bug was a failover that never came: run alone (not in the
@@ -102,8 +102,6 @@ def harness_args(name, seed, workload, faults, out, duration, replay):
         return a + ["--duration", "30"]
     hold = ["2", "3.5"] if name.startswith("combined") else (
         ["10", "12"] if name in FAILOVER else ["3", "5"])
-    if name == "combined-bank":
-        a.append("--reconfig")
     return a + ["--faults", faults, "--duration", str(duration), "--hold-min", hold[0],
                 "--hold-max", hold[1]]
 
@@ -112,8 +110,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default=None, help="comma list of names")
     ap.add_argument("--combined", action="store_true",
-                    help="the scripted steps in one set round and one bank round (COMBINED, "
-                    "COMBINED_BANK)")
+                    help="the scripted steps in one set round (COMBINED)")
     ap.add_argument("--replay", action="store_true",
                     help="the original seeded rounds (30 s each) instead of the scripts")
     ap.add_argument("--duration", type=float, default=8)
@@ -129,7 +126,7 @@ def main(argv=None):
     out = a.out or tempfile.mkdtemp(prefix="sable-regress-")
     runs = []
     if a.combined:
-        runs = [("combined", 25, "set", COMBINED), ("combined-bank", 25, "bank", COMBINED_BANK)]
+        runs = [("combined", 25, "set", COMBINED)]
     else:
         runs = [(name, seed, w, faults) for name, _, (seed, w), faults, _ in regs]
     failed = []

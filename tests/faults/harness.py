@@ -62,7 +62,7 @@ KINDS = ["kill", "kill-primary", "pause", "pause-primary", "partition-halves", "
          "reconfig-priorities", "reconfig-remove-primary"]   # the last only in --faults
 NET_KINDS = {"partition-halves", "isolate-primary", "bridge", "one-way"}
 SKIP = 77   # exit status: this machine cannot run the faults asked for (ctest SKIP_RETURN_CODE)
-HEALS = {"heal", "resume", "restart", "disk-freed", "reconfig-restore", "fsync"}   # not faults
+HEALS = {"heal", "resume", "restart", "disk-freed", "reconfig-restore", "fsync", "before-heal"}   # not faults
 
 
 def sabled_path():
@@ -427,7 +427,13 @@ class Nemesis:
     def heal_all(self):
         """Undo every fault: paused resumed, filled disks emptied and their
         members restarted, dead restarted, network healed, every member back
-        in the configuration with priority 1."""
+        in the configuration with priority 1.  First the members' states
+        as they stand under the faults are noted ("before-heal")."""
+        if self.paused or self.dead or self.full or (self.b.partitions and self.b.net_faulty()):
+            try:
+                self.note("before-heal", self.agent.call("status").get("states"))
+            except RuntimeError as e:
+                self.note("before-heal", {"error": str(e)})
         for m in sorted(self.paused):
             self.b.signal(m, signal.SIGCONT)
             self.note("resume", m)

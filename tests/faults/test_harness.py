@@ -229,13 +229,16 @@ def test_reconfigured_configs():
 
 def test_regression_failover_before_heal():
     import regressions
-    rep = {"faults": [{"at_s": 2.0, "f": "isolate-primary"}, {"at_s": 13.0, "f": "heal"},
-                      {"at_s": 15.0, "f": "kill-primary"}, {"at_s": 26.0, "f": "restart"}],
-           "failovers": [{"fault": "isolate-primary", "seconds": 6.5},
-                         {"fault": "kill-primary", "seconds": 11.5}]}
+    rep = {"faults": [{"at_s": 2.0, "f": "isolate-primary", "value": "n1"},
+                      {"at_s": 13.0, "f": "before-heal", "value": {"n1": 2, "n2": 1, "n3": 2}},
+                      {"at_s": 13.1, "f": "heal", "value": None},
+                      {"at_s": 15.0, "f": "kill-primary", "value": "n2"},
+                      {"at_s": 26.0, "f": "before-heal", "value": {"n1": 2, "n2": None,
+                                                                    "n3": 2}},
+                      {"at_s": 26.1, "f": "restart", "value": "n2"}]}
     bad = regressions.failovers_before_heal(rep)
-    assert len(bad) == 1 and bad[0].startswith("kill-primary at 15.0s")
-    rep["failovers"][1]["seconds"] = None
-    assert len(regressions.failovers_before_heal(rep)) == 1
-    rep["failovers"][1]["seconds"] = 3.0
+    assert len(bad) == 1 and bad[0].startswith("kill-primary of n2 at 15.0s")
+    rep["faults"][4]["value"]["n3"] = 1
     assert regressions.failovers_before_heal(rep) == []
+    rep["faults"][1]["value"] = {"n1": 1, "n2": 1, "n3": 2}   # the isolated one still leads
+    assert len(regressions.failovers_before_heal(rep)) == 1

@@ -8,7 +8,8 @@
 #   2. the same suite built with ASan + UBSan (scripts/sanitize.sh into
 #      build-asan/; any sanitizer report fails it), without the conformance,
 #      Java, replica-set/sharding pytest (integration/pymongo_sets) and
-#      faults/short suites, whose multi-process runs take too long under ASan;
+#      fault-round suites (faults/short, bank, disk_reconfig, regressions), whose
+#      multi-process runs take too long under ASan;
 #   3. each libFuzzer target for SABLE_TEST_FUZZ_SECONDS (default 20) from
 #      the committed corpus with a fixed seed (scripts/fuzz.sh into
 #      build-fuzz/; a crash, leak, hang or sanitizer report fails it and
@@ -62,7 +63,7 @@ if [[ ${SABLE_TEST_FUZZ:-1} != 0 ]]; then
     fuzz_pid=$!
 fi
 if [[ ${SABLE_TEST_SANITIZE:-1} != 0 ]]; then
-    step sanitizers scripts/sanitize.sh -E 'conformance|integration/java|integration/pymongo_sets|faults/short|unit/test_geo'
+    step sanitizers scripts/sanitize.sh -E 'conformance|integration/java|integration/pymongo_sets|faults/(short|bank|disk_reconfig|regressions)|unit/test_geo'
 fi
 if [[ -n $fuzz_pid ]]; then
     echo "== test.sh: fuzz (started with the sanitizer step)"

@@ -32,6 +32,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -606,15 +607,16 @@ static void note_cluster_time(const bson_t *reply)
         return;
     bson_iter_timestamp(&f, &t, &i);
     uint64_t ts = ((uint64_t)t << 32) | i;
-    uint64_t cur = __atomic_load_n(&cluster_time, __ATOMIC_RELAXED);
-    while (cur < ts && !__atomic_compare_exchange_n(&cluster_time, &cur, ts, true,
-                                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    uint64_t cur = atomic_load_explicit(&cluster_time, memory_order_relaxed);
+    while (cur < ts && !atomic_compare_exchange_weak_explicit(&cluster_time, &cur, ts,
+                                                              memory_order_relaxed,
+                                                              memory_order_relaxed))
         ;
 }
 
 bool rt_append_cluster_time(bson_t *out, bool op_time)
 {
-    uint64_t ts = __atomic_load_n(&cluster_time, __ATOMIC_RELAXED);
+    uint64_t ts = atomic_load_explicit(&cluster_time, memory_order_relaxed);
     if (ts == 0)
         return false;
     static const uint8_t zero[20];

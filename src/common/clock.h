@@ -1,11 +1,13 @@
 /*
  * clock.h: the two clocks every module reads: monotonic microseconds (for
  * deadlines and durations) and wall-clock milliseconds since the epoch (for
- * dates the user sees); and unique (seconds, increment) timestamps.
+ * dates the user sees); unique (seconds, increment) timestamps; and a
+ * shared timestamp that only moves forward.
  */
 #ifndef SBL_CLOCK_H
 #define SBL_CLOCK_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -27,5 +29,15 @@ static inline int64_t sbl_now_ms(void)
  * or goes back within this process: chunk and collection versions'
  * timestamps. */
 void sbl_clock_ts_next(uint32_t *secs, uint32_t *inc);
+
+/* *p = max(*p, ts), atomically: a timestamp shared by threads that only
+ * moves forward. */
+static inline void sbl_ts_advance(_Atomic uint64_t *p, uint64_t ts)
+{
+    uint64_t cur = atomic_load_explicit(p, memory_order_relaxed);
+    while (cur < ts && !atomic_compare_exchange_weak_explicit(p, &cur, ts, memory_order_relaxed,
+                                                              memory_order_relaxed))
+        ;
+}
 
 #endif

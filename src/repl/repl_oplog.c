@@ -469,9 +469,7 @@ int sbl_repl_append_alone_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *er
 
 void sbl_repl_clock_advance(uint64_t ts)
 {
-    uint64_t cur = atomic_load(&clock_floor);
-    while (cur < ts && !atomic_compare_exchange_weak(&clock_floor, &cur, ts))
-        ;
+    sbl_ts_advance(&clock_floor, ts);
 }
 
 int sbl_oplog_noop(sbl_session_t *s, const char *msg, sbl_err_t *err)

@@ -23,6 +23,7 @@
 
 #include "auth/auth.h"
 #include "server/server.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -131,8 +132,8 @@ void rt_remote_shutdown(void)
         for (int k = 0; k < shards[i].nidle; k++)
             close(shards[i].idle[k]);
     pthread_t t;
-    bool done = pthread_create(&t, NULL, close_main, NULL) != 0;
-    if (done) {
+    bool done = true;
+    if (pthread_create(&t, NULL, close_main, NULL) != 0) {
         close_main(NULL);
     } else {
         struct timespec until;
@@ -606,12 +607,7 @@ static void note_cluster_time(const bson_t *reply)
         !bson_iter_find(&f, "clusterTime") || !BSON_ITER_HOLDS_TIMESTAMP(&f))
         return;
     bson_iter_timestamp(&f, &t, &i);
-    uint64_t ts = ((uint64_t)t << 32) | i;
-    uint64_t cur = atomic_load_explicit(&cluster_time, memory_order_relaxed);
-    while (cur < ts && !atomic_compare_exchange_weak_explicit(&cluster_time, &cur, ts,
-                                                              memory_order_relaxed,
-                                                              memory_order_relaxed))
-        ;
+    sbl_ts_advance(&cluster_time, ((uint64_t)t << 32) | i);
 }
 
 bool rt_append_cluster_time(bson_t *out, bool op_time)

@@ -166,7 +166,7 @@ typedef struct sbl_engine {
     sbl_waiter_t *waiters, **waiters_tail;
     WT_SESSION *fl_wt;
     atomic_uint_fast64_t commits; /* transactions committed since open */
-    atomic_uint_fast64_t last_commit_ts; /* the largest commit timestamp committed */
+    _Atomic uint64_t last_commit_ts; /* the largest commit timestamp committed */
 
     /* index builds wait for transactions older than a generation (wt_index.c) */
     atomic_uint_fast64_t txn_gen;

@@ -11,6 +11,8 @@
  */
 #include "storage/wt_int.h"
 
+#include "common/clock.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -217,10 +219,7 @@ int sbl_txn_commit(sbl_session_t *s, sbl_err_t *err)
     ret = s->wt->commit_transaction(s->wt, NULL);
     if (ret == 0) {
         atomic_fetch_add(&sbl_eng.commits, 1);
-        uint64_t seen = atomic_load(&sbl_eng.last_commit_ts);
-        while (s->commit_ts > seen &&
-               !atomic_compare_exchange_weak(&sbl_eng.last_commit_ts, &seen, s->commit_ts))
-            ;
+        sbl_ts_advance(&sbl_eng.last_commit_ts, s->commit_ts);
         for (size_t i = 0; i < s->ndeltas; i++) {
             atomic_fetch_add(&s->deltas[i].tbl->count, s->deltas[i].count);
             atomic_fetch_add(&s->deltas[i].tbl->data_size, s->deltas[i].data_size);

@@ -442,7 +442,7 @@ static bool fail(mongo_wire_t *w, bson_error_t *error, const char *what)
 {
     bson_set_error(error, MONGOC_ERROR_STREAM, MONGOC_ERROR_STREAM_SOCKET, "%s: %s", what,
                    errno ? strerror(errno) : "connection closed");
-    w->stream = NULL; /* the client still owns it and closes it */
+    mongo_wire_drop(w);
     return false;
 }
 

@@ -8,6 +8,7 @@ PKGS=(build-essential cmake pkg-config git libs2-dev
       duktape-dev                  # server-side JavaScript (src/js builds its duktape.c)
       liburing-dev
       python3 python3-pymongo python3-pytest python3-prometheus-client nodejs npm
+      python3-pytest-xdist         # the standalone pytest suite runs its files on two workers
       libhiredis-dev libpq-dev redis-server postgresql gnuplot-nox
       openjdk-17-jdk-headless libmongodb-java
       clang libclang-rt-14-dev     # libFuzzer targets (scripts/fuzz.sh, run by scripts/test.sh)

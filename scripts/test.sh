@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite (what CI runs, through .ci/run): installs what is
 # missing, builds, then runs three steps and fails if any of them failed:
-#   1. every ctest case (unit tests, and integration tests that start their
-#      own sabled on free ports with temporary data directories); a case
-#      ctest reports as skipped is not a failure: `conformance` skips where
-#      its spec test files are absent (docs/testing.md, CONFORMANCE_ROOT);
+#   1. every ctest case, two at a time (unit tests, and integration tests
+#      that start their own sabled on free ports with temporary data
+#      directories); a case ctest reports as skipped is not a failure:
+#      `conformance` skips where its spec test files are absent
+#      (docs/testing.md, CONFORMANCE_ROOT);
 #   2. the same suite built with ASan + UBSan (scripts/sanitize.sh into
 #      build-asan/; any sanitizer report fails it), without the conformance,
 #      Java, replica-set/sharding pytest (integration/pymongo_sets) and
@@ -14,11 +15,12 @@
 #      the committed corpus with a fixed seed (scripts/fuzz.sh into
 #      build-fuzz/; a crash, leak, hang or sanitizer report fails it and
 #      leaves the input in build-fuzz/crashes/).  It builds and runs at low
-#      priority alongside step 2, whose tests leave a core mostly idle; its
+#      priority alongside step 2 (at nice 10, on what its tests leave idle); its
 #      output is printed when it ends (and kept in build/fuzz-step.log).
 #   Steps 2 and 3's trees are compiled at nice 19 while step 1 runs.
 #   scripts/test.sh [ctest args...]      (arguments go to step 1's ctest)
-# SABLE_TEST_SANITIZE=0 or SABLE_TEST_FUZZ=0 skips step 2 or 3.
+# SABLE_TEST_SANITIZE=0 or SABLE_TEST_FUZZ=0 skips step 2 or 3; SABLE_TEST_JOBS
+# (default 2) is how many cases steps 1 and 2 run at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -35,7 +37,10 @@ step() {
         failed+=("$name")
     fi
 }
-run_ctest() { (cd build && ctest --output-on-failure --timeout 900 "$@"); }
+# Two cases at a time (SABLE_TEST_JOBS): the cases that run replica sets on
+# timers hold one lock and run one at a time (tests/CMakeLists.txt).
+jobs=${SABLE_TEST_JOBS:-2}
+run_ctest() { (cd build && ctest --output-on-failure --timeout 900 -j"$jobs" "$@"); }
 # Steps 2 and 3 compile two more trees (ASan+UBSan, clang for libFuzzer):
 # that is done now, at the lowest priority, on the CPU step 1 leaves idle
 # while its tests wait on elections, timeouts and fsyncs; the steps below
@@ -63,7 +68,7 @@ if [[ ${SABLE_TEST_FUZZ:-1} != 0 ]]; then
     fuzz_pid=$!
 fi
 if [[ ${SABLE_TEST_SANITIZE:-1} != 0 ]]; then
-    step sanitizers scripts/sanitize.sh -E 'conformance|integration/java|integration/pymongo_sets|faults/(short|bank|disk_reconfig|regressions)|unit/test_geo'
+    step sanitizers scripts/sanitize.sh -j"$jobs" -E 'conformance|integration/java|integration/pymongo_sets|faults/(short|bank|disk_reconfig|regressions)|unit/test_geo'
 fi
 if [[ -n $fuzz_pid ]]; then
     echo "== test.sh: fuzz (started with the sanitizer step)"

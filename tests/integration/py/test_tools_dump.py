@@ -466,3 +466,33 @@ def test_preserve_uuid_and_apply_ops(src, dst, tmp_path):
     assert r["applied"] == 1 and r["results"] == [True]
     info = next(d.x.list_collections(filter={"name": "fresh"}))
     assert info["info"]["uuid"] == want["people"]
+
+
+def test_num_parallel_collections(src, dst, tmp_path):
+    """-j N: a directory dump reads N collections at once, each on a connection of its
+    own (one more for the listing); the files are the same whatever N; a restore with -j
+    restores that many collections at once."""
+    a = src.client()
+
+    def created():
+        return a.admin.command("serverStatus")["connections"]["totalCreated"]
+    outs = {}
+    for j in (1, 3):
+        before = created()
+        ok(run_tool("sable-dump", *port(src), "--db", "src", "-j", str(j), "-o", tmp_path / str(j)))
+        outs[j] = created() - before
+    assert outs[3] - outs[1] == 2, outs
+    for name in os.listdir(tmp_path / "1" / "src"):
+        assert (tmp_path / "1" / "src" / name).read_bytes() == \
+            (tmp_path / "3" / "src" / name).read_bytes(), name
+    p = run_tool("sable-dump", *port(src), "-j", "0", "-o", tmp_path / "0")
+    assert p.returncode != 0 and b"--numParallelCollections must be at least 1" in p.stderr
+    b = dst.client()
+    for j in (1, 4):
+        before = b.admin.command("serverStatus")["connections"]["totalCreated"]
+        p = ok(run_tool("sable-restore", *port(dst), "--drop", "-j", str(j), tmp_path / "3"))
+        grew = b.admin.command("serverStatus")["connections"]["totalCreated"] - before
+        assert_same_db(a, b, "src")
+        outs["restore%d" % j] = grew
+    # each parallel collection brings its own index-building connection
+    assert outs["restore4"] > outs["restore1"], outs

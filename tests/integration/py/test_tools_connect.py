@@ -108,6 +108,12 @@ def test_field_file_and_progress_lines(tmp_path):
         assert re.search(rb"\[p\.imp\] [\d.]+/[\d.]+ MB \(\d+\.\d%\)  \d+ documents .* docs/s .*s left",
                          p.stderr), p.stderr[-500:]
         assert c.p.imp.count_documents({}) == 20000
+        # sable-import --fieldFile names the columns of a file without a header line
+        (tmp_path / "nohead.csv").write_text("7,8\n9,10\n")
+        run("sable-import", "--port", s.port, "-d", "p", "-c", "ff", "--type", "csv",
+            "--fieldFile", ff, tmp_path / "nohead.csv")
+        assert list(c.p.ff.find({}, sort=[("_id", 1)])) == [{"_id": 7, "c": {"d": 8}},
+                                                             {"_id": 9, "c": {"d": 10}}]
         # sable-backup: the files' bytes, files copied, rate and time left
         p = run("sable-backup", "--port", s.port, "--out", tmp_path / "bk", "--noFsync")
         assert re.search(rb"\[full backup\] [\d.]+/[\d.]+ MB \(\d+\.\d%\)  \d+ files  "

@@ -108,7 +108,11 @@ def test_page_draws_live_charts_that_match_server_status(server):
                     ops: sableMonitor.values.ops_query.slice(-5),
                     samples: sableMonitor.t.length,
                     x: Object.values(sableMonitor.charts).map(c => [c.plot.scales.x.min,
-                                                                    c.plot.scales.x.max])};
+                                                                    c.plot.scales.x.max]),
+                    ticks: ['cache', 'ops'].map(id => sableMonitor.charts[id].plot.axes[1].values(
+                        sableMonitor.charts[id].plot, [0.0512, 0.0514, 0.0516], 1, 0.0002)),
+                    big: sableMonitor.charts.ops.plot.axes[1].values(
+                        sableMonitor.charts.ops.plot, [0, 5000, 10000], 1, 5000)};
         })()""" % (OPS,))
         shot = browser.screenshot(os.path.join(output_dir(), "monitor_page.png"))
         time.sleep(1.2)  # serverStatus samples a second past the page's
@@ -130,6 +134,9 @@ def test_page_draws_live_charts_that_match_server_status(server):
         assert page["charts"]["chart-" + c]["points"] >= page["samples"], (c, page["charts"])
     assert not any(k.startswith("chart-repl") for k in page["charts"])
     assert page["draws"] > len(CHARTS)
+    # y tick labels as precise as their spacing: small percentages are not all "0"
+    assert page["ticks"] == [["0.0512", "0.0514", "0.0516"]] * 2, page["ticks"]
+    assert page["big"] == ["0", "5000", "10000"], page["big"]
     # one time axis: every chart shows the same window
     assert len(page["x"]) >= len(CHARTS) and len({tuple(x) for x in page["x"]}) == 1, page["x"]
     assert any(v > 0 for v in page["ops"] if v is not None), page["ops"]

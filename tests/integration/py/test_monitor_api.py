@@ -11,6 +11,7 @@ All traffic is on 127.0.0.1 (a port bound to 0.0.0.0 is reached through it).
 import base64
 import json
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -172,6 +173,25 @@ def test_journal_flushes_follow_the_journal(mon):
     assert abs(total - (s1 - s0)) <= 2 + 0.02 * (s1 - s0), (total, s1 - s0, flushes)
     busy = [f for f, n in zip(flushes, ins) if n is not None and n > 50]
     assert len(busy) >= 2 and all(f > 0 for f in busy), (flushes, ins)
+
+
+def test_sable_bench_chart(mon, tmp_path):
+    """sable-bench run ... --chart FILE.png: a PNG with a point per status interval."""
+    from sabled import REPO, sabled_path
+    bench = os.path.join(os.path.dirname(sabled_path()), "sable-bench")
+    if not os.path.exists(bench) or shutil.which("gnuplot") is None:
+        pytest.skip("sable-bench or gnuplot missing")
+    common = ["mongodb", "-P", os.path.join(REPO, "workloads", "workloada"), "-p",
+              "recordcount=200", "-p", "mongodb.url=mongodb://127.0.0.1:%d/chart" % int(mon.port)]
+    subprocess.run([bench, "load"] + common, check=True, capture_output=True, timeout=120)
+    png = tmp_path / "run.png"
+    r = subprocess.run([bench, "run"] + common + ["-p", "operationcount=100000000", "-p",
+                       "maxexecutiontime=3", "-p", "status.interval=1", "--chart", str(png)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    m = re.search(r"chart: %s \((\d+) points, one per 1 s\)" % re.escape(str(png)), r.stderr)
+    assert m and int(m.group(1)) >= 2, r.stderr[-2000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
 
 
 def test_page_is_served_from_the_binary(mon):

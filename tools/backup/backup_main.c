@@ -54,8 +54,9 @@ static int mkdirs(const char *path)
     return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-/* Copy src to dst (replaced) up to src's end, which may move while copying. */
-static int copy_file(const char *src, const char *dst, bool do_fsync, int64_t *bytesp)
+/* Copy src to dst (replaced) up to src's end, which may move while copying; the
+   bytes go to the progress line. */
+static int copy_file(const char *src, const char *dst, bool do_fsync, tool_progress_t *prog)
 {
     int in = open(src, O_RDONLY), out = -1, rc = -1;
     if (in < 0)
@@ -80,7 +81,7 @@ static int copy_file(const char *src, const char *dst, bool do_fsync, int64_t *b
         }
         if (n == 0)
             break;
-        *bytesp += n;
+        tool_progress_add(prog, 0, n);
         if (do_fsync) /* start the write-back now; the fsync at the end then waits less */
             sync_file_range(out, 0, 0, SYNC_FILE_RANGE_WRITE);
     }
@@ -298,10 +299,22 @@ int main(int argc, char **argv)
         }
     }
 
-    /* Copy. */
-    int64_t bytes = 0;
-    double last_ping = tool_now();
+    /* Copy, with a progress line against the files' sizes now (they may grow). */
+    tool_progress_t prog;
+    tool_progress_start(&prog, o.incremental ? "incremental backup" : "full backup", 0);
+    prog.unit = "files";
     size_t dlen = strlen(dbpath);
+    bson_iter_init(&it, &files);
+    while (rc == 0 && bson_iter_next(&it)) {
+        const char *src = bson_iter_utf8(&it, NULL);
+        struct stat st;
+        if (dlen > 0 && strncmp(src, dbpath, dlen) == 0 && src[dlen] == '/' &&
+            snprintf(path, sizeof(path), "%s/%s", o.dbpath != NULL ? o.dbpath : dbpath,
+                     src + dlen + 1) < (int)sizeof(path) &&
+            stat(path, &st) == 0)
+            prog.total_bytes += st.st_size;
+    }
+    double last_ping = tool_now();
     bson_iter_init(&it, &files);
     while (rc == 0 && bson_iter_next(&it)) {
         const char *src = bson_iter_utf8(&it, NULL);
@@ -328,7 +341,8 @@ int main(int argc, char **argv)
         *slash = '/';
         if (strcmp(rel, "WiredTiger.ibackup") == 0)
             continue; /* WiredTiger's marker of a journal-only listing: not for the copy */
-        rc = copy_file(from, to, !o.no_fsync, &bytes);
+        rc = copy_file(from, to, !o.no_fsync, &prog);
+        tool_progress_add(&prog, 1, 0);
         if (rc == 0 && tool_now() - last_ping > 60) { /* keep the cursor from the reaper */
             rc = get_more(c, id, NULL);
             last_ping = tool_now();
@@ -347,6 +361,7 @@ int main(int argc, char **argv)
     if (id != 0)
         kill_cursor(c, id);
     double secs = tool_now() - start;
+    int64_t bytes = prog.bytes;
     if (rc == 0)
         tool_log("%s backup %s: %u files, %.1f MB in %.2fs (%.1f MB/s; the server's "
                  "checkpoint and listing %.2fs, copying and syncing %.2fs: %.1f MB/s) into %s",

@@ -149,6 +149,8 @@ tool_stream_t *tool_stream_open(const char *path, bool write, bool gzip);
 int64_t tool_stream_read(tool_stream_t *s, void *buf, size_t n);
 /* Read up to n bytes: returns how many (0 at the end), -1 on an error. */
 int64_t tool_stream_read_some(tool_stream_t *s, void *buf, size_t n);
+/* Bytes read so far (after decompression). */
+int64_t tool_stream_nread(const tool_stream_t *s);
 /* A sliding window over a stream for text readers: buf[pos..len) is unread.
    tool_window_fill moves the unread bytes to the front, grows buf (keeping one
    byte past cap free for a terminator) and reads more: 1 when it read, 0 at
@@ -185,6 +187,8 @@ typedef struct tool_progress {
     int64_t docs, bytes;
     int64_t total_docs;  /* 0: unknown */
     int64_t total_bytes; /* 0: unknown; used for the share and time left without total_docs */
+    double interval;     /* seconds between lines ($SABLE_TOOLS_PROGRESS_SECS, default 1) */
+    const char *unit;    /* what docs counts: NULL for "documents" */
 } tool_progress_t;
 
 double tool_now(void);

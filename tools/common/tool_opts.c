@@ -17,9 +17,11 @@ int tool_err(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
+    flockfile(stderr); /* one line, whole, when several threads report */
     fprintf(stderr, "%s: ", tool_prog);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+    funlockfile(stderr);
     va_end(ap);
     return -1;
 }
@@ -30,9 +32,11 @@ void tool_log(const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
+    flockfile(stderr); /* one line, whole, when several threads report */
     fprintf(stderr, "%s: ", tool_prog);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+    funlockfile(stderr);
     va_end(ap);
 }
 

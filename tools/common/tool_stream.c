@@ -30,6 +30,7 @@ struct tool_stream {
     gzFile gz;
     bool write;
     char *path;
+    int64_t nread; /* reading: bytes handed to the caller so far */
     /* Writing: the caller fills bufs[(head + queued) % NWBUF]; the writer thread writes
        (and compresses) the queued ones in order, so the file work overlaps the caller's
        reading from the server.  failed is set by the writer, with its message in werr. */
@@ -187,6 +188,7 @@ int64_t tool_stream_read_some(tool_stream_t *s, void *buf, size_t n)
             tool_err("reading %s: %s", s->path, m);
             return -1;
         }
+        s->nread += r;
         return r;
     }
     size_t r = fread(buf, 1, n, s->f);
@@ -194,7 +196,13 @@ int64_t tool_stream_read_some(tool_stream_t *s, void *buf, size_t n)
         tool_err("reading %s: %s", s->path, strerror(errno));
         return -1;
     }
+    s->nread += (int64_t)r;
     return (int64_t)r;
+}
+
+int64_t tool_stream_nread(const tool_stream_t *s)
+{
+    return s->nread;
 }
 
 int64_t tool_stream_read(tool_stream_t *s, void *buf, size_t n)
@@ -310,6 +318,8 @@ void tool_progress_start(tool_progress_t *p, const char *what, int64_t total_doc
     p->what = what;
     p->start = p->last = tool_now();
     p->total_docs = total_docs;
+    const char *env = getenv("SABLE_TOOLS_PROGRESS_SECS");
+    p->interval = env != NULL && atof(env) > 0 ? atof(env) : 1.0;
 }
 
 static void progress_line(tool_progress_t *p, double now, const char *verb)
@@ -319,11 +329,12 @@ static void progress_line(tool_progress_t *p, double now, const char *verb)
     double rate_mb = secs > 0 ? mb / secs : 0, rate_docs = secs > 0 ? p->docs / secs : 0;
     if (verb == NULL && p->total_docs <= 0 && p->total_bytes > 0) {
         double left = rate_mb > 0 ? (p->total_bytes / 1e6 - mb) / rate_mb : 0;
+        const char *unit = p->unit != NULL ? p->unit : "documents";
         fprintf(stderr,
-                "%s: [%s] %.1f/%.1f MB (%.1f%%)  %lld documents  %.1f MB/s  %.0f docs/s  "
-                "%.0fs left\n",
+                "%s: [%s] %.1f/%.1f MB (%.1f%%)  %lld %s  %.1f MB/s  %.0f %s/s  %.0fs left\n",
                 tool_prog, p->what, mb, p->total_bytes / 1e6, 100.0 * p->bytes / p->total_bytes,
-                (long long)p->docs, rate_mb, rate_docs, left < 0 ? 0 : left);
+                (long long)p->docs, unit, rate_mb, rate_docs,
+                p->unit != NULL ? p->unit : "docs", left < 0 ? 0 : left);
     } else if (verb == NULL && p->total_docs > 0) {
         double left = rate_docs > 0 ? (p->total_docs - p->docs) / rate_docs : 0;
         fprintf(stderr,
@@ -342,15 +353,10 @@ void tool_progress_add(tool_progress_t *p, int64_t docs, int64_t bytes)
 {
     p->docs += docs;
     p->bytes += bytes;
-    static double interval = -1;
-    if (interval < 0) {
-        const char *env = getenv("SABLE_TOOLS_PROGRESS_SECS");
-        interval = env != NULL && atof(env) > 0 ? atof(env) : 1.0;
-    }
-    if ((p->docs & 1023) != 0 && docs == 1 && interval >= 1.0)
+    if ((p->docs & 1023) != 0 && docs == 1 && p->interval >= 1.0)
         return; /* look at the clock once every 1024 documents */
     double now = tool_now();
-    if (now - p->last >= interval) {
+    if (now - p->last >= p->interval) {
         p->last = now;
         if (!tool_quiet)
             progress_line(p, now, NULL);

@@ -505,7 +505,7 @@ static int dump_dir(dump_t *d)
     }
     /* The documents: --numParallelCollections collections at once (default 4), each
        on a connection of its own. */
-    int nw = (int)(d->o.jobs > 0 ? d->o.jobs : 4);
+    int nw = (int)d->o.jobs;
     if (nw > ndata)
         nw = ndata;
     if (nw <= 1) {
@@ -549,7 +549,7 @@ static int dump_archive(dump_t *d)
     tool_stream_t *s = tool_stream_open(d->o.archive, true, d->o.gzip);
     int rc = s == NULL ? -1 : 0;
     if (rc == 0)
-        rc = arch_write_prelude(s, (int)(d->o.jobs > 0 ? d->o.jobs : 4), d->server_version, m,
+        rc = arch_write_prelude(s, (int)d->o.jobs, d->server_version, m,
                                 d->n + (d->o.oplog ? 1 : 0));
     for (int i = 0; i < d->n && rc == 0; i++)
         if (d->in[i].data)
@@ -586,7 +586,7 @@ static int check_options(dump_t *d)
         return tool_err("--oplog cannot write to standard output with --out -; use --archive");
     if (o->out == NULL)
         o->out = "dump";
-    if (o->jobs < 0)
+    if (o->jobs < 1)
         return tool_err("--numParallelCollections must be at least 1");
     bson_init(&d->query);
     if (o->query != NULL) {
@@ -615,6 +615,7 @@ int main(int argc, char **argv)
     bson_init(&d.oplog_filter); /* destroyed at the end whether or not --oplog set it */
     tool_conn_t conn = {0};
     dopts_t *o = &d.o;
+    o->jobs = 4; /* mongodump's default */
     const tool_opt_t opts[] = {
         {"db", 'd', TO_STR, &o->db, "database to dump"},
         {"collection", 'c', TO_STR, &o->coll, "collection to dump"},

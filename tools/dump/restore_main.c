@@ -14,6 +14,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -311,9 +312,9 @@ static int create_all(restore_t *r, rkind_t kind)
 
 static void start_progress(rintent_t *it)
 {
-    static char names[1][800];
-    snprintf(names[0], sizeof(names[0]), "%s.%s", it->tdb, it->tcoll);
-    tool_progress_start(&it->progress, strdup(names[0]), 0);
+    char name[800];
+    snprintf(name, sizeof(name), "%s.%s", it->tdb, it->tcoll);
+    tool_progress_start(&it->progress, strdup(name), 0);
     it->progress.total_bytes = it->expect_bytes;
 }
 
@@ -337,6 +338,93 @@ static int refuse_buckets(restore_t *r)
     return 0;
 }
 
+/* One namespace's file of a dump directory: its documents, then its indexes (a
+   collection) or the users or roles written.  0 or -1. */
+static int restore_file(restore_t *r, rintent_t *it)
+{
+    start_progress(it);
+    int frc = 0;
+    if (it->bson_path != NULL) {
+        tool_bson_reader_t br = {0};
+        br.in = tool_stream_open(it->bson_path, false, it->gzip);
+        if (br.in == NULL)
+            frc = -1;
+        bson_t doc;
+        int n;
+        while (frc == 0 && (n = tool_bson_next(&br, &doc)) != 0) {
+            if (n < 0)
+                frc = -1;
+            else
+                frc = restore_doc(r, it, &doc);
+        }
+        tool_bson_reader_free(&br);
+        tool_stream_close(br.in);
+    }
+    if (frc == 0)
+        frc = it->kind == RK_COLLECTION ? finish(r, it) : restore_users(r, it);
+    else if (it->state != RS_FAILED)
+        restore_finish(r, it), it->state = RS_FAILED;
+    return frc;
+}
+
+/* --numParallelCollections: workers take a dump directory's collections one by one,
+   each worker with a connection of its own for its commands (the inserts have their
+   own connections anyway).  An intent belongs to the one worker that took it. */
+typedef struct par {
+    restore_t *r;
+    pthread_mutex_t mu;
+    int next;
+    bool failed, stop;
+} par_t;
+
+static void *par_worker(void *arg)
+{
+    par_t *p = arg;
+    restore_t w = *p->r; /* the same options and intents; its own client */
+    w.c = tool_connect(&w.conn);
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        while (p->next < w.n && (w.in[p->next].kind != RK_COLLECTION ||
+                                 !w.in[p->next].selected || w.in[p->next].state != RS_PARTIAL))
+            p->next++;
+        int i = p->stop || p->next >= w.n ? -1 : p->next++;
+        if (i >= 0 && w.c == NULL) { /* tool_connect said why */
+            p->failed = p->stop = true;
+            i = -1;
+        }
+        pthread_mutex_unlock(&p->mu);
+        if (i < 0)
+            break;
+        if (restore_file(&w, &w.in[i]) != 0) {
+            pthread_mutex_lock(&p->mu);
+            p->failed = true;
+            p->stop = p->stop || w.o.stop_on_error;
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+    if (w.c != NULL)
+        mongoc_client_destroy(w.c);
+    return NULL;
+}
+
+/* Restore the collections jobs at a time; 0 or -1 (some failed). */
+static int restore_parallel(restore_t *r, int jobs)
+{
+    par_t p = {.r = r};
+    pthread_mutex_init(&p.mu, NULL);
+    pthread_t t[64];
+    int started = 0;
+    for (; started < jobs && started < 64; started++)
+        if (pthread_create(&t[started], NULL, par_worker, &p) != 0)
+            break;
+    if (started == 0)
+        par_worker(&p);
+    for (int i = 0; i < started; i++)
+        pthread_join(t[i], NULL);
+    pthread_mutex_destroy(&p.mu);
+    return p.failed ? -1 : 0;
+}
+
 static int restore_dir(restore_t *r)
 {
     if (refuse_buckets(r) != 0)
@@ -344,6 +432,17 @@ static int restore_dir(restore_t *r)
     int rc = create_all(r, RK_COLLECTION);
     if (rc != 0 && r->o.stop_on_error)
         return -1;
+    int jobs = 0; /* collections with documents to restore, at most -j */
+    for (int i = 0; i < r->n; i++)
+        jobs += r->in[i].selected && r->in[i].kind == RK_COLLECTION &&
+                r->in[i].state == RS_PARTIAL && !r->o.dry_run;
+    if (jobs > r->o.jobs)
+        jobs = (int)r->o.jobs;
+    if (jobs > 1 && restore_parallel(r, jobs) != 0) {
+        rc = -1;
+        if (r->o.stop_on_error)
+            return -1;
+    }
     rkind_t order[3] = {RK_COLLECTION, RK_ROLES, RK_USERS};
     for (int k = 0; k < 3; k++) {
         if (k == 1 && create_all(r, RK_VIEW) != 0)
@@ -356,29 +455,9 @@ static int restore_dir(restore_t *r)
                 return -1;
             if (it->state != RS_PARTIAL)
                 continue;
-            start_progress(it);
-            int frc = 0;
-            if (it->bson_path != NULL) {
-                tool_bson_reader_t br = {0};
-                br.in = tool_stream_open(it->bson_path, false, it->gzip);
-                if (br.in == NULL)
-                    frc = -1;
-                bson_t doc;
-                int n;
-                while (frc == 0 && (n = tool_bson_next(&br, &doc)) != 0) {
-                    if (n < 0)
-                        frc = -1;
-                    else
-                        frc = restore_doc(r, it, &doc);
-                }
-                tool_bson_reader_free(&br);
-                tool_stream_close(br.in);
-            }
-            if (frc == 0)
-                frc = it->kind == RK_COLLECTION ? finish(r, it) : restore_users(r, it);
-            else if (it->state != RS_FAILED)
-                restore_finish(r, it), it->state = RS_FAILED;
-            if (frc != 0) {
+            if (it->kind == RK_COLLECTION && jobs > 1)
+                continue; /* done above, in parallel */
+            if (restore_file(r, it) != 0) {
                 rc = -1;
                 if (r->o.stop_on_error)
                     return -1;
@@ -564,6 +643,7 @@ int main(int argc, char **argv)
     ropts_t *o = &r.o;
     tool_strs_t pos = {0};
     bool convert_legacy = false;
+    o->jobs = 4; /* mongorestore's default */
     const tool_opt_t opts[] = {
         {"db", 'd', TO_STR, &o->db, "database to restore into (or to select)"},
         {"collection", 'c', TO_STR, &o->coll, "collection to restore into (or to select)"},
@@ -583,7 +663,8 @@ int main(int argc, char **argv)
         {"bypassDocumentValidation", 0, TO_FLAG, &o->bypass_validation, "skip validators"},
         {"dryRun", 0, TO_FLAG, &o->dry_run, "say what would be restored, change nothing"},
         {"writeConcern", 0, TO_STR, &r.conn.write_concern, "e.g. majority, 1, '{w:1,j:true}'"},
-        {"numParallelCollections", 'j', TO_INT, &o->jobs, "accepted; one collection at a time"},
+        {"numParallelCollections", 'j', TO_INT, &o->jobs,
+         "collections of a dump directory restored at once (default 4)"},
         {"numInsertionWorkersPerCollection", 0, TO_INT, &o->workers,
          "connections inserting into one collection at once (default 2; 1 with "
          "--maintainInsertionOrder or a capped collection)"},
@@ -601,6 +682,10 @@ int main(int argc, char **argv)
     int rc = tool_opts_parse("sable-restore", usage, argc, argv, opts, &r.conn, &pos);
     if (rc != 0)
         return rc > 0 ? 0 : 1;
+    if (o->jobs < 1) {
+        tool_err("--numParallelCollections must be at least 1");
+        return 1;
+    }
     if ((o->oplog_limit != NULL || o->oplog_file != NULL) && !o->oplog_replay) {
         tool_err("--oplogLimit and --oplogFile need --oplogReplay");
         return 1;

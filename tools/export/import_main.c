@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct iopts {
     const char *db, *coll, *file, *type, *fields, *field_file, *mode, *upsert_fields,
@@ -36,7 +37,8 @@ typedef struct imp {
     uint32_t in_bulk;
     tool_inserter_t *ins; /* --mode insert: the insertion workers */
     int64_t ok, failed, reported;
-    tool_progress_t p;
+    tool_progress_t p; /* bytes: of the input read, against its size when it is a file */
+    tool_stream_t *in;
 } imp_t;
 
 static const char usage[] =
@@ -104,7 +106,7 @@ static bool key_filter(imp_t *m, const bson_t *doc, bson_t *filter)
 static int add(imp_t *m, const bson_t *doc)
 {
     if (m->ins != NULL) {
-        tool_progress_add(&m->p, 1, doc->len);
+        tool_progress_add(&m->p, 1, tool_stream_nread(m->in) - m->p.bytes);
         return tool_inserter_add(m->ins, doc);
     }
     if (m->bulk == NULL) {
@@ -157,7 +159,7 @@ static int add(imp_t *m, const bson_t *doc)
     if (!ok)
         return tool_err("cannot write a document: %s", e.message);
     m->in_bulk++;
-    tool_progress_add(&m->p, 1, doc->len);
+    tool_progress_add(&m->p, 1, tool_stream_nread(m->in) - m->p.bytes);
     long batch = m->o.batch > 0 ? m->o.batch : 1000;
     return m->in_bulk >= (uint32_t)batch ? flush(m) : 0;
 }
@@ -335,6 +337,11 @@ int main(int argc, char **argv)
             return 1;
     }
     tool_progress_start(&m.p, what, 0);
+    m.in = in;
+    struct stat st;
+    if (o->file != NULL && strcmp(o->file, "-") != 0 && stat(o->file, &st) == 0 &&
+        S_ISREG(st.st_mode))
+        m.p.total_bytes = st.st_size; /* the share done and the time left */
     rc = 0;
     int64_t skipped = 0;
     for (;;) {

@@ -82,7 +82,14 @@ function makeChart(def) {
     spanGaps: false,
     value: def.valueFmt || ((u, v) => v == null ? '–' : +v.toFixed(v < 10 ? 3 : 1)),
   })));
-  const axisY = {size: 56};
+  // Tick labels with as many decimals as their spacing needs (a cache 0.05% full
+  // would otherwise label every tick "0").
+  const axisY = {size: 56, values: (u, vals) => {
+    const step = vals.length > 1 ? Math.abs(vals[1] - vals[0]) : 1;
+    let d = 0;
+    while (d < 6 && Math.abs(Math.round(step * 10 ** d) - step * 10 ** d) > 1e-6) d++;
+    return vals.map(v => v == null ? '' : v.toFixed(d));
+  }};
   if (def.states) { // one tick per state, named
     axisY.size = 96;
     axisY.splits = () => [0, 1, 2, 3, 5, 8, 9, 10];

@@ -106,7 +106,13 @@ def test_page_draws_live_charts_that_match_server_status(server):
                     numbers: Object.fromEntries(%s.map(k => [k, num(k)])),
                     connections: num('connections'),
                     ops: sableMonitor.values.ops_query.slice(-5),
-                    samples: sableMonitor.t.length};
+                    samples: sableMonitor.t.length,
+                    x: Object.values(sableMonitor.charts).map(c => [c.plot.scales.x.min,
+                                                                    c.plot.scales.x.max]),
+                    ticks: ['cache', 'ops'].map(id => sableMonitor.charts[id].plot.axes[1].values(
+                        sableMonitor.charts[id].plot, [0.0512, 0.0514, 0.0516], 1, 0.0002)),
+                    big: sableMonitor.charts.ops.plot.axes[1].values(
+                        sableMonitor.charts.ops.plot, [0, 5000, 10000], 1, 5000)};
         })()""" % (OPS,))
         shot = browser.screenshot(os.path.join(output_dir(), "monitor_page.png"))
         time.sleep(1.2)  # serverStatus samples a second past the page's
@@ -128,6 +134,11 @@ def test_page_draws_live_charts_that_match_server_status(server):
         assert page["charts"]["chart-" + c]["points"] >= page["samples"], (c, page["charts"])
     assert not any(k.startswith("chart-repl") for k in page["charts"])
     assert page["draws"] > len(CHARTS)
+    # y tick labels as precise as their spacing: small percentages are not all "0"
+    assert page["ticks"] == [["0.0512", "0.0514", "0.0516"]] * 2, page["ticks"]
+    assert page["big"] == ["0", "5000", "10000"], page["big"]
+    # one time axis: every chart shows the same window
+    assert len(page["x"]) >= len(CHARTS) and len({tuple(x) for x in page["x"]}) == 1, page["x"]
     assert any(v > 0 for v in page["ops"] if v is not None), page["ops"]
 
     # The totals on the page lie between serverStatus readings taken within a
@@ -142,3 +153,38 @@ def test_page_draws_live_charts_that_match_server_status(server):
         assert before[0][1][k] <= shown <= after[-1][1][k], (k, shown, before[0][1][k], after[-1][1][k])
     shown_conn = int(page["connections"])
     assert shown_conn in {s[2] for s in near}, (shown_conn, [s[2] for s in near])
+
+
+def test_replica_set_member_charts():
+    """A replica-set member's page adds the members' state and lag charts, drawn with
+    points, the state PRIMARY."""
+    s = Sabled()
+    s.metrics_port = free_port()
+    browser = None
+    try:
+        s.start(["--replSet", "rs1", "--metricsPort", str(s.metrics_port)])
+        c = s.client()
+        c.admin.command("replSetInitiate", {"_id": "rs1", "members": [
+            {"_id": 0, "host": "127.0.0.1:%d" % int(s.port)}]})
+        deadline = time.time() + 30
+        while not c.admin.command("hello").get("isWritablePrimary"):
+            assert time.time() < deadline, "no primary"
+            time.sleep(0.2)
+        c.close()
+        browser = cdp.Browser()
+        browser.open("http://127.0.0.1:%d/" % s.metrics_port)
+        browser.wait_for("window.sableMonitor && sableMonitor.ready && "
+                         "document.getElementById('chart-repl_state') && "
+                         "+document.getElementById('chart-repl_lag').dataset.points >= 2",
+                         timeout=20)
+        got = browser.eval("""(() => ({
+            state: +document.getElementById('chart-repl_state').dataset.points,
+            lag: +document.getElementById('chart-repl_lag').dataset.points,
+            members: sableMonitor.members.map(m => [m.name, m.state[m.state.length - 1]])}))()""")
+        browser.screenshot(os.path.join(output_dir(), "monitor_page_replset.png"))
+    finally:
+        if browser is not None:
+            browser.close()
+        s.cleanup()
+    assert got["state"] >= 2 and got["lag"] >= 2, got
+    assert got["members"] == [["127.0.0.1:%d" % int(s.port), 1]], got

@@ -11,6 +11,7 @@ All traffic is on 127.0.0.1 (a port bound to 0.0.0.0 is reached through it).
 import base64
 import json
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -19,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 
+import pymongo
 import pytest
 
 from sabled import Sabled, free_port
@@ -127,6 +129,69 @@ def test_since_returns_only_newer(mon):
     assert len(k["t"]) == k["last"] - j["last"]
     assert k["t"][0] > j["t"][-1]
     assert series(mon.metrics_port, since=k["last"])["t"] == []
+
+
+def test_journal_flushes_follow_the_journal(mon):
+    """Under j:true writes from several threads every second of the load shows journal
+    flushes, and the series adds up to serverStatus' log sync operations over the
+    same time (every sync of the journal files but the one of a full file at the
+    switch to the next: docs/monitoring.md)."""
+    import threading
+
+    def syncs(c):
+        return c.admin.command("serverStatus")["wiredTiger"]["log"]["log sync operations"]
+    c = mon.client()
+    stop = threading.Event()
+
+    def load(k):
+        cl = mon.client()
+        coll = cl.get_database("jf").get_collection(
+            "c%d" % k, write_concern=pymongo.WriteConcern(j=True))
+        while not stop.is_set():
+            coll.insert_one({"x": "y" * 100})
+        cl.close()
+    try:
+        j0 = wait_samples(mon.metrics_port, 2)
+        s0 = syncs(c)
+        threads = [threading.Thread(target=load, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(3.5)
+        stop.set()
+        for t in threads:
+            t.join(30)
+        time.sleep(2.2)  # two more samples: every sync of the load is in the ring
+        s1 = syncs(c)
+        j1 = series(mon.metrics_port, since=j0["last"])
+    finally:
+        stop.set()
+        c.close()
+    t = [j0["t"][-1]] + j1["t"]
+    flushes, ins = j1["values"]["journal_flushes"], j1["values"]["ops_insert"]
+    total = sum(r * (b - a) for a, b, r in zip(t, t[1:], flushes))
+    assert s1 - s0 > 10
+    assert abs(total - (s1 - s0)) <= 2 + 0.02 * (s1 - s0), (total, s1 - s0, flushes)
+    busy = [f for f, n in zip(flushes, ins) if n is not None and n > 50]
+    assert len(busy) >= 2 and all(f > 0 for f in busy), (flushes, ins)
+
+
+def test_sable_bench_chart(mon, tmp_path):
+    """sable-bench run ... --chart FILE.png: a PNG with a point per status interval."""
+    from sabled import REPO, sabled_path
+    bench = os.path.join(os.path.dirname(sabled_path()), "sable-bench")
+    if not os.path.exists(bench) or shutil.which("gnuplot") is None:
+        pytest.skip("sable-bench or gnuplot missing")
+    common = ["mongodb", "-P", os.path.join(REPO, "workloads", "workloada"), "-p",
+              "recordcount=200", "-p", "mongodb.url=mongodb://127.0.0.1:%d/chart" % int(mon.port)]
+    subprocess.run([bench, "load"] + common, check=True, capture_output=True, timeout=120)
+    png = tmp_path / "run.png"
+    r = subprocess.run([bench, "run"] + common + ["-p", "operationcount=100000000", "-p",
+                       "maxexecutiontime=3", "-p", "status.interval=1", "--chart", str(png)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    m = re.search(r"chart: %s \((\d+) points, one per 1 s\)" % re.escape(str(png)), r.stderr)
+    assert m and int(m.group(1)) >= 2, r.stderr[-2000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
 
 
 def test_page_is_served_from_the_binary(mon):

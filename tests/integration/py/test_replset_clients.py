@@ -279,6 +279,21 @@ def test_monitoring(rs):
         want = 1 if m is p else 2
         assert 'sable_repl_member_state{member="%s"} %d' % (host, want) in text
         assert 'sable_repl_lag_seconds{member="%s"} ' % host in text
+    # the monitoring page's JSON: every member's state and lag, one value per sample
+    import json
+
+    def page_members():
+        j = json.loads(urllib.request.urlopen(
+            "http://127.0.0.1:%d/api/series" % p.metrics_port, timeout=10).read())
+        got = {m["name"]: m for m in j["members"]}
+        return (j, got) if len(got) == 3 and all(
+            m["state"] and m["state"][-1] is not None for m in got.values()) else None
+    j, got = wait_for(page_members, timeout=15)
+    for m in rs:
+        row = got["127.0.0.1:%d" % m.port]
+        assert len(row["state"]) == len(row["lag_s"]) == len(j["t"])
+        assert row["state"][-1] == (1 if m is p else 2), row
+        assert row["lag_s"][-1] is not None and 0 <= row["lag_s"][-1] < 30, row
     # sable-stat shows the member's role and the entries it applies
     import json
     import os

@@ -102,6 +102,22 @@ def test_field_file_and_progress_lines(tmp_path):
         assert re.search(rb"\[p\.big\] \d+/20000 documents", p.stderr), p.stderr[-500:]
         lines = (tmp_path / "out.csv").read_text().splitlines()
         assert lines[0] == "_id,c.d" and lines[1:3] == ["0,0", "1,1"] and len(lines) == 20001
+        # sable-import: the input file's bytes, its share and the time left
+        p = run("sable-import", "--port", s.port, "-d", "p", "-c", "imp", "--type", "csv",
+                "--headerline", tmp_path / "out.csv")
+        assert re.search(rb"\[p\.imp\] [\d.]+/[\d.]+ MB \(\d+\.\d%\)  \d+ documents .* docs/s .*s left",
+                         p.stderr), p.stderr[-500:]
+        assert c.p.imp.count_documents({}) == 20000
+        # sable-import --fieldFile names the columns of a file without a header line
+        (tmp_path / "nohead.csv").write_text("7,8\n9,10\n")
+        run("sable-import", "--port", s.port, "-d", "p", "-c", "ff", "--type", "csv",
+            "--fieldFile", ff, tmp_path / "nohead.csv")
+        assert list(c.p.ff.find({}, sort=[("_id", 1)])) == [{"_id": 7, "c": {"d": 8}},
+                                                             {"_id": 9, "c": {"d": 10}}]
+        # sable-backup: the files' bytes, files copied, rate and time left
+        p = run("sable-backup", "--port", s.port, "--out", tmp_path / "bk", "--noFsync")
+        assert re.search(rb"\[full backup\] [\d.]+/[\d.]+ MB \(\d+\.\d%\)  \d+ files  "
+                         rb"[\d.]+ MB/s  \d+ files/s  \d+s left", p.stderr), p.stderr[-500:]
         p = run_tool("sable-export", "--port", s.port, "-d", "p", "-c", "big", "--type", "csv",
                      "--fieldFile", tmp_path / "missing.txt")
         assert p.returncode != 0 and b"cannot open --fieldFile" in p.stderr

@@ -147,3 +147,22 @@ def test_import_errors(server, db, tmp_path):
     r = run_tool("sable-import", "--uri", "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=300",
                  "-d", "a", "-c", "b", bad)
     assert r.returncode != 0 and b"cannot connect" in r.stderr
+
+
+def test_import_duplicates_stop_on_error_and_write_concern(server, db, tmp_path):
+    f = tmp_path / "d.json"
+    f.write_text("".join('{"_id": %d}\n' % i for i in (1, 2, 2, 3, 4)))
+    r = run_tool("sable-import", *p(server), "-d", db.name, "-c", "dup", f)
+    assert r.returncode != 0 and b"4 document(s) imported successfully. 1 document(s) failed" \
+        in r.stderr and b"duplicate key" in r.stderr
+    assert db.dup.count_documents({}) == 4
+    # --stopOnError: inserts in order, nothing after the first failure
+    r = run_tool("sable-import", *p(server), "-d", db.name, "-c", "dup2", "--stopOnError", f)
+    assert r.returncode != 0 and b"--stopOnError" in r.stderr
+    assert sorted(d["_id"] for d in db.dup2.find()) == [1, 2]
+    # --writeConcern reaches the server: a standalone cannot give w: 3
+    ok(run_tool("sable-import", *p(server), "-d", db.name, "-c", "wc", "--writeConcern",
+                "{w: 1, j: true}", tmp_path / "d.json", "--mode", "upsert"))
+    assert db.wc.count_documents({}) == 4
+    r = run_tool("sable-import", *p(server), "-d", db.name, "-c", "wc3", "--writeConcern", "{w: 3}", f)
+    assert r.returncode != 0 and b"'w' > 1" in r.stderr, r.stderr[-500:]

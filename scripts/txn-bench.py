@@ -15,7 +15,8 @@ alternating, then 3's two halves alternating; the medians are compared); all
 use the same write concern (--w, default 1).  Without --uri it starts a one-member replica set of
 build/sabled on a free port in a temporary directory and removes it after.
 Prints the rates and the ratios (transactions / single updates, retryable /
-plain); asserts nothing.
+plain) and, when it started the server, the server's CPU time (/proc utime +
+stime) per operation in each phase; asserts nothing.
 
   /usr/bin/python3 scripts/txn-bench.py [--uri URI] [--threads 8] [--seconds 10]
       [--docs 10000] [--w 1] [--rounds 3]
@@ -65,8 +66,18 @@ def start_set(sabled):
     return proc, d, "mongodb://127.0.0.1:%d/?replicaSet=rs0" % port
 
 
-def run_phase(threads, seconds, body):
-    """Run body(rng) in a loop on each thread; returns (operations, elapsed)."""
+def cpu_seconds(pid):
+    """utime + stime of process pid (its threads included), in seconds; None without one."""
+    if pid is None:
+        return None
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_phase(threads, seconds, body, pid=None):
+    """Run body(rng) in a loop on each thread; returns (operations, elapsed,
+    the server's CPU seconds in that time or None)."""
     stop = threading.Event()
     counts = [0] * threads
     errors = []
@@ -84,15 +95,15 @@ def run_phase(threads, seconds, body):
     for t in ts:
         t.start()
     time.sleep(min(2.0, seconds / 4))  # warm-up
-    start_counts, t0 = sum(counts), time.time()
+    start_counts, t0, c0 = sum(counts), time.time(), cpu_seconds(pid)
     time.sleep(seconds)
-    done, elapsed = sum(counts) - start_counts, time.time() - t0
+    done, elapsed, c1 = sum(counts) - start_counts, time.time() - t0, cpu_seconds(pid)
     stop.set()
     for t in ts:
         t.join()
     if errors:
         raise RuntimeError("errors: %s" % errors[:3])
-    return done, elapsed
+    return done, elapsed, (c1 - c0 if pid is not None else None)
 
 
 def main():
@@ -152,7 +163,8 @@ def main():
                         raise
                     conflicts[0] += 1
 
-        res = {}
+        res, cpu = {}, {}
+        pid = proc.pid if proc is not None else None
         # Alternating rounds, medians: this shared machine's speed drifts between phases.
         phases = []
         for _ in range(a.rounds):
@@ -161,11 +173,16 @@ def main():
             phases += [("single updates, retryWrites off", single),
                        ("single updates, retryWrites on", single_retryable)]
         for name, body in phases:
-            n, el = run_phase(a.threads, a.seconds, body)
+            n, el, c = run_phase(a.threads, a.seconds, body, pid)
             res.setdefault(name, []).append(n / el)
-            print("%-34s %9.0f /s  (%d in %.1f s, %d threads, w: %s)" %
-                  (name, n / el, n, el, a.threads, a.w), flush=True)
+            per = ""
+            if c is not None and n > 0:
+                cpu.setdefault(name, []).append(1e6 * c / n)
+                per = ", sabled %.0f us CPU each" % (1e6 * c / n)
+            print("%-34s %9.0f /s  (%d in %.1f s, %d threads, w: %s%s)" %
+                  (name, n / el, n, el, a.threads, a.w, per), flush=True)
         res = {k: sorted(v)[len(v) // 2] for k, v in res.items()}
+        cpu = {k: sorted(v)[len(v) // 2] for k, v in cpu.items()}
         print("medians of %d rounds: %s" % (a.rounds, ", ".join(
             "%s %.0f/s" % (k, v) for k, v in res.items())))
         for s in sessions.values():
@@ -177,6 +194,13 @@ def main():
             res["single updates, retryWrites off"] / res["single updates, retryWrites on"],
             100 * (res["single updates, retryWrites off"] /
                    res["single updates, retryWrites on"] - 1)))
+        if cpu:  # the server's own cost, whatever the client and the machine's load do
+            print("sabled CPU per operation (medians): %s" % ", ".join(
+                "%s %.0f us" % (k, v) for k, v in cpu.items()))
+            print("sabled CPU, transaction / single update: %.2f; retryable / plain: %+.1f%%" % (
+                cpu["transactions of 2 updates"] / cpu["single updates"],
+                100 * (cpu["single updates, retryWrites on"] /
+                       cpu["single updates, retryWrites off"] - 1)))
         plain.close()
         retry.close()
     finally:

@@ -360,8 +360,11 @@ int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
     sbl_repl_stmt_t st = {.txn_number = t->txn_number};
     memcpy(st.lsid_id, t->lsid.id, 16);
     memcpy(st.lsid_uid, t->lsid.uid, 32);
-    pthread_mutex_lock(&txn_mu);
+    /* t is checked out (busy): no other thread changes it, so the commit
+     * itself runs without txn_mu (one lock for every session's
+     * transactions); only the state changes currentOp reads take it. */
     if (sbl_txn_outer_failed(t->ss)) {
+        pthread_mutex_lock(&txn_mu);
         rc = sbl_err_set(err, SBL_E_WriteConflict, "WriteConflict: the transaction was aborted");
         add_label(ctx, "TransientTransactionError");
         abort_txn(t);
@@ -399,6 +402,7 @@ int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
     if (rc != 0) {
         if (rc == SBL_E_WriteConflict)
             add_label(ctx, "TransientTransactionError");
+        pthread_mutex_lock(&txn_mu);
         abort_txn(t);
         pthread_mutex_unlock(&txn_mu);
         return rc;
@@ -406,6 +410,7 @@ int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
     sbl_cursors_kill_txn(t->lsid.id);
     sbl_repl_txn_ops_free(t->ops);
     t->ops = NULL;
+    pthread_mutex_lock(&txn_mu);
     t->state = TXN_COMMITTED;
     n_committed++;
     n_open--;

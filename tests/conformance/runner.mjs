@@ -17,7 +17,7 @@ import { fileURLToPath } from 'node:url';
 import mongodb from 'mongodb';
 import { EntityMap, UnsupportedError } from './lib/entities.mjs';
 import { execute, AssertionFailure, plainClientBulkResult } from './lib/operations.mjs';
-import { match, matchRootArray, matchExact, show } from './lib/match.mjs';
+import { match, matchRootArray, matchExact, show, withoutDriverWtimeout } from './lib/match.mjs';
 
 const { MongoClient, MongoServerError, MongoBulkWriteError } = mongodb;
 const { EJSON } = mongodb.BSON;
@@ -325,7 +325,7 @@ function eventMatches(exp, actual, ctx) {
   if (exp === null || typeof exp !== 'object') return null;
   for (const [k, v] of Object.entries(exp)) {
     switch (k) {
-      case 'command': { const r = match(v, ev.command, ctx, true, 'command'); if (r) return r; break; }
+      case 'command': { const r = match(v, withoutDriverWtimeout(v, ev.commandName, ev.command), ctx, true, 'command'); if (r) return r; break; }
       case 'reply': { const r = match(v, ev.reply, ctx, true, 'reply'); if (r) return r; break; }
       case 'commandName': if (ev.commandName !== v) return `commandName ${ev.commandName}, expected ${v}`; break;
       case 'databaseName': if (ev.databaseName !== v) return `databaseName ${ev.databaseName}, expected ${v}`; break;

@@ -2,7 +2,7 @@
 // that a runner change cannot silently make mismatching results pass. Run by run.sh.
 import assert from 'node:assert/strict';
 import mongodb from 'mongodb';
-import { match, matchRootArray, matchExact } from './lib/match.mjs';
+import { match, matchRootArray, matchExact, withoutDriverWtimeout } from './lib/match.mjs';
 
 const { Long, Int32, Double, ObjectId } = mongodb.BSON;
 const ctx = { entities: { get: () => ({ id: { id: 'x' } }) } };
@@ -40,4 +40,15 @@ ok({ a: { $$matchAsDocument: { x: 1 } } }, { a: '{"x": 1}' });
 bad({ a: { $$matchAsDocument: { x: 1 } } }, { a: '{"x": 1, "y": 2}' });
 assert.equal(matchExact({ _id: 1, a: { b: 1 } }, { a: { b: 1.0 }, _id: 1 }), null);
 assert.notEqual(matchExact({ _id: 1 }, { _id: 1, x: 1 }), null);
+// The Node driver's wtimeout: 10000 on commit/abort is left out only where the test names none.
+const wcOk = (name, e, a) => ok(e, withoutDriverWtimeout(e, name, a));
+const wcBad = (name, e, a) => bad(e, withoutDriverWtimeout(e, name, a));
+wcOk('commitTransaction', { writeConcern: { w: 'majority' } }, { writeConcern: { w: 'majority', wtimeout: 10000 } });
+wcOk('abortTransaction', { writeConcern: { w: 1 } }, { writeConcern: { w: 1, wtimeout: 10000 } });
+wcBad('commitTransaction', { writeConcern: { w: 'majority' } }, { writeConcern: { w: 'majority', wtimeout: 5000 } });
+wcBad('commitTransaction', { writeConcern: { w: 'majority' } }, { writeConcern: { w: 1, wtimeout: 10000 } });
+wcBad('insert', { writeConcern: { w: 'majority' } }, { writeConcern: { w: 'majority', wtimeout: 10000 } });
+wcBad('commitTransaction', { writeConcern: { w: 'majority', wtimeout: 5000 } }, { writeConcern: { w: 'majority', wtimeout: 10000 } });
+wcOk('commitTransaction', { writeConcern: { w: 'majority', wtimeout: 10000 } }, { writeConcern: { w: 'majority', wtimeout: 10000 } });
+wcBad('commitTransaction', { writeConcern: { $$exists: false } }, { writeConcern: { w: 1, wtimeout: 10000 } });
 console.log('selftest: matcher ok');

@@ -5,6 +5,7 @@
 // and closeAll() ends every session, closes every cursor and client it created.
 
 import mongodb from 'mongodb';
+import { isDocument } from './match.mjs';
 
 const { MongoClient, ReadPreference, GridFSBucket } = mongodb;
 
@@ -83,6 +84,10 @@ export class ClientEntity {
             if (body && Object.keys(body).length === 0) return;
           }
         }
+        // The command as it was sent: the driver may change an object it shares with
+        // later commands (7.9 assigns the client's readConcern to a transaction's first
+        // command and then adds the next transaction's afterClusterTime to that object).
+        if (name === 'commandStarted') ev.command = copyPlain(ev.command);
         if (type === 'commandStartedEvent') this.startedAll.push(ev);
         if (observe.has(type)) this.commandEvents.push({ type, ev });
       });
@@ -95,6 +100,16 @@ export class ClientEntity {
       });
     }
   }
+}
+
+// A copy of v's documents (plain objects or driver option objects such as ReadConcern) and
+// arrays; BSON values, buffers and Maps are shared.
+function copyPlain(v) {
+  if (Array.isArray(v)) return v.map(copyPlain);
+  if (!isDocument(v)) return v;
+  const out = {};
+  for (const [k, x] of Object.entries(v)) out[k] = copyPlain(x);
+  return out;
 }
 
 export class EntityMap {

@@ -2,7 +2,8 @@
 // Root-level documents may carry extra fields; nested documents may not; arrays must have
 // the same length; numbers (int32/int64/double, not decimal) compare by value; `$$`
 // operators ($$exists, $$type, $$unsetOrMatches, $$sessionLsid, $$matchesEntity,
-// $$matchesHexBytes, $$lte, $$matchAsDocument, $$matchAsRoot) are evaluated here.
+// $$matchesHexBytes, $$lte, $$matchAsDocument, $$matchAsRoot) are evaluated here, and
+// withoutDriverWtimeout names the one field of the Node driver's commands left out.
 // What must stay true: match() never throws for a mismatch; it returns a path-qualified
 // message (or null when the values match), so that reports name the exact field.
 
@@ -255,4 +256,22 @@ export function matchExact(expected, actual, path = '') {
     return null;
   }
   return scalarEqual(expected, actual) ? null : `${at}: expected ${show(expected)}, got ${show(actual)}`;
+}
+
+// The Node driver (7.x) adds wtimeout: 10000 to the write concern of every
+// commitTransaction and abortTransaction that has one (the transactions spec asks for it
+// only on a retried commit), and its own runner lets nested documents carry extra
+// fields. When the test's expected writeConcern names no wtimeout, that one added field
+// is left out of the comparison (the command returned without it); everything else the
+// driver sent is still compared.
+const DRIVER_WTIMEOUT_MS = 10000;
+export function withoutDriverWtimeout(expected, commandName, command) {
+  const wc = command?.writeConcern;
+  if (commandName !== 'commitTransaction' && commandName !== 'abortTransaction') return command;
+  if (wc === null || typeof wc !== 'object' || wc.wtimeout === undefined) return command;
+  if (Number(wc.wtimeout) !== DRIVER_WTIMEOUT_MS) return command;
+  const ewc = expected?.writeConcern;
+  if (!isDocument(ewc) || Object.keys(ewc).some((k) => k === 'wtimeout' || k.startsWith('$$'))) return command;
+  const { wtimeout, ...rest } = wc;
+  return { ...command, writeConcern: rest };
 }

@@ -10,6 +10,7 @@ Commands go over raw sockets (wire.py) so the tests choose lsid and
 txnNumber themselves; pymongo's own retryWrites is exercised too.
 """
 import hashlib
+import signal
 import threading
 import time
 import uuid
@@ -283,3 +284,50 @@ def test_pymongo_retry_writes_exactly_once_through_kill9(rs3):
             assert d.t.k.find_one({"_id": 1})["n"] == acked[0]
     finally:
         c.close()
+
+
+def test_write_in_flight_when_primary_killed_applies_once(rs3):
+    """A retryable update the primary applied and replicated but had not yet
+    acknowledged when it was kill -9'd (its w:3 wait blocked by a stopped
+    member): the client never got a reply, and its retry on the new primary
+    returns the original outcome without applying the update a second time."""
+    p = primary_of(rs3)
+    other = next(m for m in rs3[:2] if m is not p)  # the electable secondary
+    hidden = rs3[2]                                   # priority 0: never primary
+    raw = Raw(p.port)
+    lsid = new_lsid()
+    raw(cmd("insert", "c", lsid, 1, documents=[{"_id": 1, "n": 0}],
+            writeConcern={"w": 3, "wtimeout": 20000}))
+    inc = cmd("update", "c", lsid, 2, updates=[{"q": {"_id": 1}, "u": {"$inc": {"n": 1}}}],
+              writeConcern={"w": 3, "wtimeout": 60000})
+    outcome = {}
+
+    def send():
+        try:
+            outcome["reply"] = raw(inc, ok=False)
+        except Exception as e:  # the primary died under the open request
+            outcome["error"] = repr(e)
+
+    hidden.signal(signal.SIGSTOP)
+    try:
+        t = threading.Thread(target=send)
+        t.start()
+        with direct(other) as d:  # applied and replicated, not acknowledged
+            wait_for(lambda: (d.t.c.find_one({"_id": 1}) or {}).get("n") == 1, timeout=30)
+        assert t.is_alive() and not outcome
+        p.kill9()
+    finally:
+        hidden.signal(signal.SIGCONT)
+    t.join(30)
+    assert "reply" not in outcome, outcome  # the client does not know the outcome
+    newp = primary_of([other])
+    raw.close()
+    raw = Raw(newp.port)
+    inc["writeConcern"] = {"w": "majority", "wtimeout": 20000}
+    r = wait_for(lambda: raw(inc))
+    assert r["n"] == 1 and r["nModified"] == 1 and r["retriedStmtIds"] == [0], r
+    again = raw(inc)  # and once more: still answered from the history
+    assert again["nModified"] == 1 and again["retriedStmtIds"] == [0], again
+    with direct(newp) as d:
+        assert d.t.c.find_one({"_id": 1})["n"] == 1
+    raw.close()

@@ -337,6 +337,19 @@ typedef struct sbl_rs {
 } sbl_rs_t;
 extern sbl_rs_t sbl_rs;
 
+/* ---- signed $clusterTime (repl_keys.c) -------------------------------- */
+
+/* keyRotationIntervalSecs: 90 days, as mongod. */
+#define SBL_RS_KEY_ROTATION_S (90LL * 24 * 3600)
+/* True on a member with a keyFile: cluster times are signed and checked. */
+bool sbl_rs_keys_on(void);
+/* Sign ts: hash and keyId (zeros without a keyFile); false when this member
+ * holds no key valid at ts yet (the reply then carries no $clusterTime). */
+bool sbl_rs_sign_time(uint64_t ts, uint8_t hash[20], int64_t *key_id);
+/* The thread that reads the keys and, on the primary, writes new ones. */
+int sbl_rs_keys_start(void);
+void sbl_rs_keys_stop(void);
+
 /* This member's last applied optime. */
 sbl_optime_t sbl_rs_my_applied(void);
 /* Move to term (higher than ours) and make it durable; a primary steps

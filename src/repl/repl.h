@@ -88,6 +88,9 @@ void sbl_repl_clock_advance(uint64_t ts);
 int sbl_repl_check_cluster_time(const bson_iter_t *ct, bool may_advance, sbl_err_t *err);
 /* keyRotationIntervalSecs (tests shorten it). */
 void sbl_repl_set_key_rotation_s(int64_t s);
+/* The sableDelayHeartbeatPing fail point: ms added to every ping measured to
+ * member host (NULL: off), so the sync source rules see it as far. */
+void sbl_repl_set_ping_delay(const char *host, int64_t ms);
 
 /* replSetInitiate with config (NULL: the default one-member config with
  * this host): validates as mongod does for one member, creates the oplog,

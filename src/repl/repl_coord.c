@@ -259,7 +259,7 @@ static int normalize_config(const bson_t *in, bson_t *out, sbl_rs_config_t *cfg,
     BSON_APPEND_INT64(out, "protocolVersion", 1);
     BSON_APPEND_BOOL(out, "writeConcernMajorityJournalDefault", true);
     BSON_APPEND_DOCUMENT_BEGIN(out, "settings", &settings);
-    BSON_APPEND_BOOL(&settings, "chainingAllowed", true);
+    BSON_APPEND_BOOL(&settings, "chainingAllowed", cfg->chaining);
     BSON_APPEND_INT32(&settings, "heartbeatIntervalMillis", (int32_t)cfg->heartbeat_ms);
     BSON_APPEND_INT32(&settings, "heartbeatTimeoutSecs", 10);
     BSON_APPEND_INT32(&settings, "electionTimeoutMillis", (int32_t)cfg->election_timeout_ms);

@@ -48,12 +48,21 @@ def make_far(m, far, ms=200):
                             data={"host": host(far), "ms": ms})
 
 
-def reconfig(p, change):
+def reconfig(p, change, members):
+    """A new config on p, once every member has it."""
     with direct(p) as c:
         cfg = c.admin.command("replSetGetConfig")["config"]
         cfg["version"] += 1
         change(cfg)
         c.admin.command("replSetReconfig", cfg)
+
+    def everywhere():
+        for m in members:
+            with direct(m) as c:
+                if c.admin.command("replSetGetConfig")["config"]["version"] != cfg["version"]:
+                    return False
+        return True
+    wait_for(everywhere, timeout=30)
 
 
 def stays(m, want, secs=3):
@@ -95,20 +104,20 @@ def test_hidden_and_chaining_not_allowed(three):
         def change(cfg):
             cfg["members"][i2].update(hidden=on, priority=0 if on else 1)
         return change
-    reconfig(p, hide(True))
+    reconfig(p, hide(True), three)
     make_far(s1, p)
     stays(s1, host(p))  # a hidden member only when no other will do
-    reconfig(p, hide(False))
+    reconfig(p, hide(False), three)
 
     def chaining(on):
         def change(cfg):
             cfg["settings"]["chainingAllowed"] = on
         return change
-    reconfig(p, chaining(False))
+    reconfig(p, chaining(False), three)
     stays(s1, host(p))  # no chaining: the primary however far
     with direct(p) as c:
         assert c.admin.command("replSetGetConfig")["config"]["settings"]["chainingAllowed"] \
             is False
-    reconfig(p, chaining(True))
+    reconfig(p, chaining(True), three)
     # a nearer member appeared for s1: it moves
     wait_for(lambda: source_of(s1)[0] == host(s2), timeout=30)

@@ -62,8 +62,9 @@ static void keys_reload(void)
     bool done = false;
     if (sbl_scan_open(s, c, NULL, false, &scan, &err) == 0) {
         bson_t doc;
+        uint64_t now = sbl_oplog_last_ts(); /* expired keys check nothing: skipped */
         while (n < MAX_KEYS && sbl_scan_next(scan, &doc, &done, &err) == 0 && !done)
-            if (sbl_ctime_key_parse(&doc, &got[n]))
+            if (sbl_ctime_key_parse(&doc, &got[n]) && got[n].expires > now)
                 n++;
         sbl_scan_close(scan);
     }

@@ -649,6 +649,7 @@ static void reload_keys(void)
     sbl_ctime_key_t got[256];
     int n = 0;
     bson_t cmd = BSON_INITIALIZER;
+    uint64_t now = atomic_load(&cluster_time);
     BSON_APPEND_UTF8(&cmd, "find", "system.keys");
     for (int i = -1; i < rt_shard_count(); i++) {
         bson_t reply;
@@ -662,8 +663,8 @@ static void reload_keys(void)
             while (n < (int)(sizeof(got) / sizeof(got[0])) && bson_iter_next(&it)) {
                 bson_t d;
                 if (BSON_ITER_HOLDS_DOCUMENT(&it) && sbl_iter_doc(&it, &d) &&
-                    sbl_ctime_key_parse(&d, &got[n]))
-                    n++;
+                    sbl_ctime_key_parse(&d, &got[n]) && got[n].expires > now)
+                    n++; /* expired keys check nothing: skipped */
             }
         bson_destroy(&reply);
     }

@@ -125,7 +125,8 @@ int sbl_validate_user_write_ns(const char *ns, sbl_err_t *err)
     for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
         if (strcmp(coll + 1, allowed[i]) == 0)
             return 0;
-    if (strcmp(ns, "config.system.sessions") == 0) /* the logical session records */
+    if (strcmp(ns, "config.system.sessions") == 0 || /* the logical session records */
+        strcmp(ns, "admin.system.keys") == 0) /* the keys signing $clusterTime */
         return 0;
     return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid system namespace: %s", ns);
 }

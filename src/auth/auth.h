@@ -231,4 +231,47 @@ int sbl_auth_check_privileges(const bson_t *privs, sbl_err_t *err);
  * (for rolesInfo showPrivileges).  Unknown role: nothing appended. */
 void sbl_auth_builtin_privileges(const char *role, const char *db, bson_t *arr);
 
+
+/* ---- signed $clusterTime (auth_ctime.c) --------------------------------- */
+
+/*
+ * The keys that sign cluster times on a set with a keyFile, as mongod's
+ * admin.system.keys holds them ({_id: NumberLong, purpose: "HMAC", key:
+ * BinData 20 bytes, expiresAt: Timestamp}).  The process keeps one cache:
+ * a member's own keys, or on sable-router those of the config servers and
+ * every shard.  A signature is HMAC-SHA1(key, the time with the low 16 bits
+ * of its increment set, 8 bytes little-endian), as mongod's TimeProofService.
+ */
+#define SBL_CTIME_KEYS_NS "admin.system.keys"
+#define SBL_CTIME_KEY_LEN 20
+typedef struct sbl_ctime_key {
+    int64_t id;
+    uint8_t key[SBL_CTIME_KEY_LEN];
+    uint64_t expires; /* expiresAt (seconds << 32 | increment) */
+} sbl_ctime_key_t;
+
+/* A key document; false when doc is not an HMAC key. */
+bool sbl_ctime_key_parse(const bson_t *doc, sbl_ctime_key_t *k);
+/* Replace the cache with keys[0..n). */
+void sbl_ctime_keys_set(const sbl_ctime_key_t *keys, int n);
+/* Keys valid after ts held (count) and the latest expiresAt among them. */
+int sbl_ctime_keys_valid(uint64_t ts, uint64_t *newest);
+/* Sign ts with the cached key that expires first after it: false when none. */
+bool sbl_ctime_sign(uint64_t ts, uint8_t hash[SBL_CTIME_KEY_LEN], int64_t *key_id);
+/* Append $clusterTime {clusterTime: ts, signature: {hash, keyId}} to r. */
+void sbl_ctime_append(bson_t *r, uint64_t ts, const uint8_t hash[SBL_CTIME_KEY_LEN],
+                      int64_t key_id);
+/* A $clusterTime's time, hash and keyId (false: not one; hash NULL: unsigned). */
+bool sbl_ctime_parse(const bson_iter_t *ct, uint64_t *ts, const uint8_t **hash,
+                     int64_t *key_id);
+/*
+ * Check a client's $clusterTime as mongod's validator: a time at or before
+ * last_valid passes; else a cached key with its keyId valid at the time
+ * (reload, when not NULL, refreshes the cache at most every 500 ms on a
+ * miss; KeyNotFound 211) whose signature matches (TimeProofMismatch 293).
+ * A missing signature: NoSuchKey (4).
+ */
+int sbl_ctime_check(const bson_iter_t *ct, uint64_t last_valid, void (*reload)(void),
+                    sbl_err_t *err);
+
 #endif

@@ -32,6 +32,7 @@ typedef struct action_def {
 /* Sorted by name (strcmp) for bsearch; the index is the action id. */
 static const action_def_t actions[] = {
     {"addShard", true},
+    {"advanceClusterTime", true},
     {"anyAction", false},
     {"applicationMessage", true},
     {"authSchemaUpgrade", true},

@@ -345,6 +345,16 @@ int sbl_cmd_auth_require(sbl_opctx_t *ctx, const char *action, const char *db,
     return 0;
 }
 
+bool sbl_cmd_may_advance_cluster_time(sbl_opctx_t *ctx)
+{
+    if (ctx->conn == NULL || !sbl_auth_enabled())
+        return true;
+    if (ctx->client->auth_user == NULL)
+        return false;
+    refresh(ctx);
+    return allowed(ctx, "advanceClusterTime", NULL, NULL);
+}
+
 /* Does any statement of cmd's array field carry flag: true (update's upsert)? */
 static bool any_statement_flag(const bson_t *cmd, const char *array, const char *flag)
 {

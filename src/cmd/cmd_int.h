@@ -328,6 +328,9 @@ int sbl_cmd_auth_check(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, sbl_err_t *er
  * check for one more action inside a handler (e.g. updateUser's roles). */
 int sbl_cmd_auth_require(sbl_opctx_t *ctx, const char *action, const char *db,
                          const char *coll, sbl_err_t *err);
+/* Whether the client may send any $clusterTime (advanceClusterTime: root,
+ * members; everyone without auth). */
+bool sbl_cmd_may_advance_cluster_time(sbl_opctx_t *ctx);
 /* Milliseconds to hold back the reply to a failed authentication (grows with
  * the connection's failures). */
 int sbl_cmd_auth_fail_delay_ms(const sbl_client_t *c);

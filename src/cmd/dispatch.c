@@ -528,19 +528,28 @@ static void execute(pending_t *p)
 /* $clusterTime gossip (mongod's logical clock): a primary's next oplog
  * entry gets a later ts than any cluster time it has been shown, so a
  * write routed after one on another shard sorts after it (change streams
- * merged by a router rely on it).  The signature is not checked (Sable
- * signs with zeros); a time over a year ahead is ignored, as mongod's
+ * merged by a router rely on it).  With a keyFile the signature is checked
+ * first (repl_keys.c); a time over a year ahead is ignored, as mongod's
  * maxAcceptableLogicalClockDriftSecs rejects it. */
-static void gossip_cluster_time(const bson_iter_t *ct)
+static int gossip_cluster_time(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, const bson_iter_t *ct,
+                               sbl_err_t *err)
 {
     bson_iter_t f;
     uint32_t t, i;
     if (!BSON_ITER_HOLDS_DOCUMENT(ct) || !bson_iter_recurse(ct, &f) ||
         !bson_iter_find(&f, "clusterTime") || !BSON_ITER_HOLDS_TIMESTAMP(&f))
-        return;
+        return 0;
+    int rc = sbl_repl_check_cluster_time(ct, sbl_cmd_may_advance_cluster_time(ctx), err);
+    if (rc != 0 && (def->flags & SBL_CMD_NO_AUTH) && ctx->conn != NULL &&
+        ctx->client->auth_user == NULL) {
+        sbl_err_clear(err); /* hello, saslStart ... before authentication: ignored, as mongod */
+        return 0;
+    }
+    SBL_RET(rc);
     bson_iter_timestamp(&f, &t, &i);
     if ((int64_t)t <= sbl_now_ms() / 1000 + 365LL * 24 * 3600)
         sbl_repl_clock_advance(((uint64_t)t << 32) | i);
+    return 0;
 }
 
 /* Check the generic arguments and run the handler on this thread. */
@@ -570,8 +579,9 @@ static void execute_inner(pending_t *p)
         else if (!has_ac && k[0] == 'a' && strcmp(k, "autocommit") == 0)
             has_ac = sbl_doc_top_iter(ctx->cmd, at, k, &acit);
         else if (k[0] == '$' && strcmp(k, "$clusterTime") == 0 &&
-                 sbl_doc_top_iter(ctx->cmd, at, k, &it))
-            gossip_cluster_time(&it);
+                 sbl_doc_top_iter(ctx->cmd, at, k, &it) &&
+                 (p->rc = gossip_cluster_time(ctx, p->def, &it, &p->err)) != 0)
+            return;
     }
     if (bad) {
         has_mt = sbl_doc_find_top(ctx->cmd, "maxTimeMS", &mt);

@@ -23,6 +23,7 @@
 #include "cmd/failpoint.h"
 #include "common/log.h"
 #include "doc/doc.h"
+#include "repl/repl.h"
 #include "server/server.h"
 
 #include <pthread.h>
@@ -343,6 +344,36 @@ static void getmore_data(bson_t *data)
         }
 }
 
+/* sableDelayHeartbeatPing (Sable's): {mode: "alwaysOn", data: {host: "h:p",
+ * ms: N}} adds N ms to this member's pings to member h:p ("off" ends it). */
+static int ping_delay_fail_point(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it, d;
+    int mode;
+    int64_t n;
+    if (!bson_iter_init_find(&it, ctx->cmd, "mode"))
+        return sbl_err_set(err, SBL_E_BadValue, "When setting a failpoint, you must supply a 'mode'");
+    SBL_RET(parse_mode(&it, &mode, &n, err));
+    if (mode == MODE_OFF) {
+        sbl_repl_set_ping_delay(NULL, 0);
+        return 0;
+    }
+    const char *host = NULL;
+    int64_t ms = 0;
+    if (bson_iter_init_find(&it, ctx->cmd, "data") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &d))
+        while (bson_iter_next(&d)) {
+            if (strcmp(bson_iter_key(&d), "host") == 0 && BSON_ITER_HOLDS_UTF8(&d))
+                host = bson_iter_utf8(&d, NULL);
+            else if (strcmp(bson_iter_key(&d), "ms") == 0 && BSON_ITER_HOLDS_NUMBER(&d))
+                ms = bson_iter_as_int64(&d);
+        }
+    if (host == NULL || ms < 0)
+        return sbl_err_set(err, SBL_E_BadValue, "sableDelayHeartbeatPing needs data: {host, ms}");
+    sbl_repl_set_ping_delay(host, ms);
+    return 0;
+}
+
 int sbl_cmd_configure_fail_point(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
@@ -361,6 +392,8 @@ int sbl_cmd_configure_fail_point(sbl_opctx_t *ctx, sbl_err_t *err)
                            "wrong type '%s', expected type 'string'",
                            sbl_type_name(bson_iter_type(&it)));
     const char *name = bson_iter_utf8(&it, NULL);
+    if (strcmp(name, "sableDelayHeartbeatPing") == 0)
+        return ping_delay_fail_point(ctx, err);
     bool tw = strcmp(name, "onPrimaryTransactionalWrite") == 0;
     bool getmore_fp = strcmp(name, "failGetMoreAfterCursorCheckout") == 0;
     if (strcmp(name, "failCommand") != 0 && !tw && !getmore_fp)

@@ -348,7 +348,8 @@ static bool append_parameter(bson_t *r, const char *name)
         BSON_APPEND_INT32(r, name, 200);
     } else if (strcmp(name, "transactionLifetimeLimitSeconds") == 0 ||
                strcmp(name, "maxTransactionLockRequestTimeoutMillis") == 0 ||
-               strcmp(name, "minSnapshotHistoryWindowInSeconds") == 0) {
+               strcmp(name, "minSnapshotHistoryWindowInSeconds") == 0 ||
+               strcmp(name, "keyRotationIntervalSecs") == 0) {
         sbl_cmd_mtxn_append_parameter(name, r); /* changeable at run time (txn.c) */
     } else if (strcmp(name, "journalCommitInterval") == 0) {
         BSON_APPEND_INT32(r, name, o->commit_interval_ms);
@@ -367,7 +368,8 @@ static const char *const known_parameters[] = {
     "auditAuthorizationSuccess", "authenticationMechanisms", "cursorTimeoutMillis", "enableTestCommands",
     "featureCompatibilityVersion", "internalQueryMaxBlockingSortMemoryUsageBytes",
     "internalDocumentSourceGroupMaxMemoryBytes", "allowDiskUseByDefault",
-    "journalCommitInterval", "logLevel", "maxBSONDepth", "minSnapshotHistoryWindowInSeconds",
+    "journalCommitInterval", "keyRotationIntervalSecs", "logLevel", "maxBSONDepth",
+    "minSnapshotHistoryWindowInSeconds",
     "quiet", "syncdelay",
     "transactionLifetimeLimitSeconds", "wiredTigerConcurrentReadTransactions",
     "wiredTigerConcurrentWriteTransactions",

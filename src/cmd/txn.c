@@ -581,6 +581,7 @@ void sbl_cmd_mtxn_reap(void)
 
 static atomic_llong lock_timeout_ms = 5;
 static atomic_llong snapshot_window_s = 300;
+static atomic_llong key_rotation_s = 90LL * 24 * 3600;
 
 int sbl_cmd_mtxn_set_parameter(const char *k, const bson_iter_t *it, bson_t *reply,
                                sbl_err_t *err)
@@ -596,6 +597,9 @@ int sbl_cmd_mtxn_set_parameter(const char *k, const bson_iter_t *it, bson_t *rep
     } else if (strcmp(k, "minSnapshotHistoryWindowInSeconds") == 0) {
         v = &snapshot_window_s; /* kept by repl (the oldest timestamp trails stable by it) */
         min = 0;
+    } else if (strcmp(k, "keyRotationIntervalSecs") == 0) {
+        v = &key_rotation_s; /* kept by repl: the life of new $clusterTime keys */
+        min = 1;
     } else {
         return -1;
     }
@@ -610,6 +614,8 @@ int sbl_cmd_mtxn_set_parameter(const char *k, const bson_iter_t *it, bson_t *rep
     atomic_store(v, n);
     if (v == &snapshot_window_s)
         sbl_repl_set_snapshot_window_s(n);
+    if (v == &key_rotation_s)
+        sbl_repl_set_key_rotation_s(n);
     return 0;
 }
 
@@ -621,6 +627,8 @@ void sbl_cmd_mtxn_append_parameter(const char *k, bson_t *reply)
         BSON_APPEND_INT32(reply, k, (int32_t)atomic_load(&lock_timeout_ms));
     else if (strcmp(k, "minSnapshotHistoryWindowInSeconds") == 0)
         BSON_APPEND_INT32(reply, k, (int32_t)sbl_repl_snapshot_window_s());
+    else if (strcmp(k, "keyRotationIntervalSecs") == 0)
+        BSON_APPEND_INT64(reply, k, atomic_load(&key_rotation_s));
 }
 
 void sbl_cmd_mtxn_append_status(bson_t *d)

@@ -103,6 +103,8 @@
     X(CollectionUUIDMismatch, 361)                                                                 \
     X(ChangeStreamHistoryLost, 286)                                                                \
     X(SnapshotTooOld, 239)                                                                         \
+    X(KeyNotFound, 211)                                                                            \
+    X(TimeProofMismatch, 293)                                                                      \
     X(UnsatisfiableWriteConcern, 100)                                                              \
     X(UnknownReplWriteConcern, 79)                                                                 \
     X(NoMatchingDocument, 47)                                                                      \

@@ -72,13 +72,25 @@ int sbl_repl_check_write(const char *db, sbl_err_t *err);
  * ... or, before initiate, isreplicaset and info).  No-ops when standalone. */
 int64_t sbl_repl_topology_counter(void);
 void sbl_repl_append_hello(bson_t *r);
-/* operationTime and $clusterTime (signature: 20 zero bytes, keyId 0) on a
- * member with a clock (initiated); nothing otherwise. */
+/* operationTime and $clusterTime on a member with a clock (initiated);
+ * nothing otherwise.  The signature: HMAC-SHA1 with a key of
+ * admin.system.keys with a keyFile (no $clusterTime before a key exists),
+ * else 20 zero bytes and keyId 0. */
 void sbl_repl_append_cluster_time(bson_t *r);
 /* A cluster time a command carried ($clusterTime): the next oplog entry
  * this member writes as primary gets a later ts.  The oplog's own last ts
  * is not changed (it still names a real entry). */
 void sbl_repl_clock_advance(uint64_t ts);
+/* Check a client's $clusterTime (ct) as mongod does with a keyFile: one
+ * later than any this member signed needs a key it holds (KeyNotFound 211)
+ * and a matching hash (TimeProofMismatch 293); 0 without a keyFile or when
+ * the client may advanceClusterTime (may_advance). */
+int sbl_repl_check_cluster_time(const bson_iter_t *ct, bool may_advance, sbl_err_t *err);
+/* keyRotationIntervalSecs (tests shorten it). */
+void sbl_repl_set_key_rotation_s(int64_t s);
+/* The sableDelayHeartbeatPing fail point: ms added to every ping measured to
+ * member host (NULL: off), so the sync source rules see it as far. */
+void sbl_repl_set_ping_delay(const char *host, int64_t ms);
 
 /* replSetInitiate with config (NULL: the default one-member config with
  * this host): validates as mongod does for one member, creates the oplog,

@@ -259,7 +259,7 @@ static int normalize_config(const bson_t *in, bson_t *out, sbl_rs_config_t *cfg,
     BSON_APPEND_INT64(out, "protocolVersion", 1);
     BSON_APPEND_BOOL(out, "writeConcernMajorityJournalDefault", true);
     BSON_APPEND_DOCUMENT_BEGIN(out, "settings", &settings);
-    BSON_APPEND_BOOL(&settings, "chainingAllowed", true);
+    BSON_APPEND_BOOL(&settings, "chainingAllowed", cfg->chaining);
     BSON_APPEND_INT32(&settings, "heartbeatIntervalMillis", (int32_t)cfg->heartbeat_ms);
     BSON_APPEND_INT32(&settings, "heartbeatTimeoutSecs", 10);
     BSON_APPEND_INT32(&settings, "electionTimeoutMillis", (int32_t)cfg->election_timeout_ms);
@@ -574,6 +574,7 @@ void sbl_repl_stop(void)
     pthread_mutex_unlock(&rs.lock);
     sbl_rs_hb_stop();
     sbl_rs_sync_stop();
+    sbl_rs_keys_stop();
     sbl_rs_waiter_stop();
     sbl_rs_preimages_stop();
     sbl_storage_set_write_observer(NULL);
@@ -598,7 +599,7 @@ int sbl_repl_start_threads(sbl_err_t *err)
     /* Before anyone is served: the data catches up with our own oplog. */
     SBL_RET(sbl_rs_replay_oplog(err));
     if (sbl_rs_waiter_start() != 0 || sbl_rs_hb_start() != 0 || sbl_rs_sync_start() != 0 ||
-        sbl_rs_preimages_start() != 0)
+        sbl_rs_keys_start() != 0 || sbl_rs_preimages_start() != 0)
         return sbl_err_set(err, SBL_E_InternalError, "could not start the replication threads");
     return 0;
 }

@@ -27,6 +27,27 @@
 
 #define rs sbl_rs
 
+/* The sableDelayHeartbeatPing fail point: milliseconds added to the pings
+ * measured to one member (tests make a member "far"). */
+static char ping_delay_host[256];
+static int64_t ping_delay_ms;
+
+void sbl_repl_set_ping_delay(const char *host, int64_t ms)
+{
+    pthread_mutex_lock(&rs.lock);
+    snprintf(ping_delay_host, sizeof(ping_delay_host), "%s", host != NULL ? host : "");
+    ping_delay_ms = host != NULL ? ms : 0;
+    for (int i = 0; rs.config != NULL && i < rs.cfg.n; i++)
+        rs.peer[i].ping_avg_ms = 0; /* start the averages again */
+    pthread_mutex_unlock(&rs.lock);
+}
+
+static int64_t ping_delay_of_locked(int i)
+{
+    return ping_delay_host[0] != '\0' && strcmp(rs.cfg.m[i].host, ping_delay_host) == 0
+               ? ping_delay_ms : 0;
+}
+
 static pthread_t hb_thread;
 static bool hb_running;
 static pthread_mutex_t election_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -291,7 +312,10 @@ static void on_heartbeat_reply(int i, bool ok, const bson_t *reply, int64_t sent
         p->up_since_ms = now;
     p->up = true;
     p->last_ok_ms = now;
-    p->ping_ms = now - sent_ms;
+    p->ping_ms = now - sent_ms + ping_delay_of_locked(i);
+    /* the sync source rules compare averages: one slow heartbeat on a busy
+     * host must not move a secondary's source */
+    p->ping_avg_ms = p->ping_avg_ms == 0 ? p->ping_ms : (3 * p->ping_avg_ms + p->ping_ms) / 4;
     p->msg[0] = '\0';
     p->state = (int)num(reply, "state", SBL_RS_STARTUP);
     log_member_state_locked(i, old_state, p->state, now - sent_ms, NULL);

@@ -194,6 +194,7 @@ typedef struct sbl_rs_config {
     sbl_rs_member_t m[SBL_RS_MAX_MEMBERS];
     int64_t heartbeat_ms;        /* settings.heartbeatIntervalMillis (2000) */
     int64_t election_timeout_ms; /* settings.electionTimeoutMillis (10000) */
+    bool chaining;               /* settings.chainingAllowed (true) */
     int nmodes;
     sbl_rs_mode_t modes[SBL_RS_MAX_MODES];
 } sbl_rs_config_t;
@@ -204,6 +205,25 @@ int sbl_rs_config_parse(const bson_t *doc, sbl_rs_config_t *cfg, sbl_err_t *err)
 /* The number of voting members and the majority of them. */
 int sbl_rs_voters(const sbl_rs_config_t *cfg);
 int sbl_rs_majority(const sbl_rs_config_t *cfg);
+/* The sync source rules (mongod's chooseNewSyncSource, repl_rules.c): the
+ * member a secondary should tail, or -1.  ping[i] is the member's average
+ * heartbeat time; a member may serve when it is up, PRIMARY or SECONDARY,
+ * holds data and is not behind us (the primary always may); the first pass
+ * skips hidden and delayed members, non-voters when we vote and members more
+ * than SBL_RS_MAX_SYNC_LAG_S behind the primary; the nearest wins, and the
+ * primary unless another is SBL_RS_SYNC_PING_THRESHOLD_MS nearer.  Without
+ * chainingAllowed: the primary only. */
+#define SBL_RS_MAX_SYNC_LAG_S 30          /* maxSyncSourceLagSecs */
+#define SBL_RS_SYNC_PING_THRESHOLD_MS 5   /* changeSyncSourceThresholdMillis */
+#define SBL_RS_SYNC_CHANGES_PER_HOUR 3    /* maxNumSyncSourceChangesPerHour */
+typedef struct sbl_rs_candidate {
+    bool up;
+    int state;
+    sbl_optime_t applied;
+    int64_t ping_ms;
+} sbl_rs_candidate_t;
+int sbl_rs_pick_sync_source(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
+                            int primary, sbl_optime_t mine);
 /* May member i stand for election: priority > 0, votes, not an arbiter. */
 bool sbl_rs_electable(const sbl_rs_config_t *cfg, int i);
 /* How many voting members hold data, and how many of them a majority write
@@ -293,6 +313,7 @@ typedef struct sbl_rs_peer {
     int64_t last_ok_ms;            /* when a heartbeat was last answered (0: never) */
     int64_t next_hb_ms;            /* when to send the next one */
     int64_t ping_ms;
+    int64_t ping_avg_ms;           /* a moving average of ping_ms: sync source choice */
     int64_t up_since_ms;
     sbl_optime_t applied, durable; /* heartbeats and replSetUpdatePosition */
     int64_t applied_wall;
@@ -336,6 +357,19 @@ typedef struct sbl_rs {
     char sync_from[256];   /* replSetSyncFrom's member ("" none) */
 } sbl_rs_t;
 extern sbl_rs_t sbl_rs;
+
+/* ---- signed $clusterTime (repl_keys.c) -------------------------------- */
+
+/* keyRotationIntervalSecs: 90 days, as mongod. */
+#define SBL_RS_KEY_ROTATION_S (90LL * 24 * 3600)
+/* True on a member with a keyFile: cluster times are signed and checked. */
+bool sbl_rs_keys_on(void);
+/* Sign ts: hash and keyId (zeros without a keyFile); false when this member
+ * holds no key valid at ts yet (the reply then carries no $clusterTime). */
+bool sbl_rs_sign_time(uint64_t ts, uint8_t hash[20], int64_t *key_id);
+/* The thread that reads the keys and, on the primary, writes new ones. */
+int sbl_rs_keys_start(void);
+void sbl_rs_keys_stop(void);
 
 /* This member's last applied optime. */
 sbl_optime_t sbl_rs_my_applied(void);

@@ -250,6 +250,7 @@ int sbl_rs_config_parse(const bson_t *doc, sbl_rs_config_t *cfg, sbl_err_t *err)
                        "member with priority > 0%s", " and one voting member", 0);
     cfg->heartbeat_ms = 2000;
     cfg->election_timeout_ms = 10000;
+    cfg->chaining = true;
     if (bson_iter_init_find(&it, doc, "settings") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
         uint32_t len;
         const uint8_t *data;
@@ -267,6 +268,13 @@ int sbl_rs_config_parse(const bson_t *doc, sbl_rs_config_t *cfg, sbl_err_t *err)
                     return invalid(err, "settings.electionTimeoutMillis field value must be "
                                    "positive, not %lld", NULL, (long long)v);
                 cfg->election_timeout_ms = (int64_t)v;
+            }
+            bson_iter_t ch;
+            if (bson_iter_init_find(&ch, &st, "chainingAllowed")) {
+                if (!BSON_ITER_HOLDS_BOOL(&ch))
+                    return invalid(err, "settings.chainingAllowed field must be a boolean%s",
+                                   "", 0);
+                cfg->chaining = bson_iter_bool(&ch);
             }
             SBL_RET(parse_modes(&st, cfg, err));
         }
@@ -438,4 +446,49 @@ uint64_t sbl_rs_stable_for(bool primary, sbl_optime_t commit, sbl_optime_t appli
     if (all_durable != 0 && all_durable < stable)
         stable = all_durable;
     return stable;
+}
+
+/* Whether member i may serve as a sync source in pass first (0) or the
+ * second (1), by the rules above sbl_rs_pick_sync_source. */
+static bool may_serve(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
+                      int primary, sbl_optime_t mine, uint32_t oldest_s, int i, int pass)
+{
+    const sbl_rs_member_t *m = &cfg->m[i];
+    if (i == self || !c[i].up || m->arbiter ||
+        (c[i].state != SBL_RS_PRIMARY && c[i].state != SBL_RS_SECONDARY))
+        return false;
+    if (i == primary)
+        return true;
+    if (sbl_optime_cmp(c[i].applied, mine) < 0)
+        return false; /* behind us */
+    if (pass == 0 && (m->hidden || m->delay_s > 0 || (m->votes == 0 && cfg->m[self].votes > 0) ||
+                      (uint32_t)(c[i].applied.ts >> 32) < oldest_s))
+        return false;
+    return true;
+}
+
+int sbl_rs_pick_sync_source(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
+                            int primary, sbl_optime_t mine)
+{
+    if (!cfg->chaining)
+        return primary >= 0 && primary != self && c[primary].up ? primary : -1;
+    uint32_t newest_s = 0, oldest_s = 0;
+    if (primary >= 0)
+        newest_s = (uint32_t)(c[primary].applied.ts >> 32);
+    if (newest_s > SBL_RS_MAX_SYNC_LAG_S)
+        oldest_s = newest_s - SBL_RS_MAX_SYNC_LAG_S;
+    for (int pass = 0; pass < 2; pass++) {
+        int best = -1;
+        for (int i = 0; i < cfg->n; i++)
+            if (may_serve(cfg, c, self, primary, mine, oldest_s, i, pass) &&
+                (best < 0 || c[i].ping_ms < c[best].ping_ms))
+                best = i;
+        if (best >= 0 && primary >= 0 && best != primary &&
+            may_serve(cfg, c, self, primary, mine, oldest_s, primary, pass) &&
+            c[primary].ping_ms <= c[best].ping_ms + SBL_RS_SYNC_PING_THRESHOLD_MS)
+            best = primary; /* the primary unless another is clearly nearer */
+        if (best >= 0)
+            return best;
+    }
+    return -1;
 }

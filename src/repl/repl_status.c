@@ -5,6 +5,8 @@
  */
 #include "repl/repl_int.h"
 
+#include "auth/auth.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -118,15 +120,10 @@ void sbl_repl_append_cluster_time(bson_t *r)
     int st = atomic_load_explicit(&rs.state, memory_order_relaxed);
     if ((st != SBL_RS_PRIMARY && st != SBL_RS_SECONDARY) || (ts = sbl_oplog_last_ts()) == 0)
         return;
-    static const uint8_t zero[20];
-    bson_t ct, sig;
-    BSON_APPEND_DOCUMENT_BEGIN(r, "$clusterTime", &ct);
-    bson_append_timestamp(&ct, "clusterTime", -1, SBL_TS_SECS(ts), SBL_TS_INC(ts));
-    BSON_APPEND_DOCUMENT_BEGIN(&ct, "signature", &sig);
-    bson_append_binary(&sig, "hash", 4, BSON_SUBTYPE_BINARY, zero, sizeof(zero));
-    BSON_APPEND_INT64(&sig, "keyId", 0);
-    bson_append_document_end(&ct, &sig);
-    bson_append_document_end(r, &ct);
+    uint8_t hash[20];
+    int64_t key_id;
+    if (sbl_rs_sign_time(ts, hash, &key_id))
+        sbl_ctime_append(r, ts, hash, key_id);
     bson_append_timestamp(r, "operationTime", -1, SBL_TS_SECS(ts), SBL_TS_INC(ts));
 }
 

@@ -323,19 +323,39 @@ int sbl_rs_apply_entry(const bson_t *e, sbl_err_t *err)
 
 /* ---- the fetcher --------------------------------------------------------------- */
 
-/* The member to tail (lock held): the primary; a member in STARTUP2 (it
- * has just received the config and holds nothing yet) takes any member that
- * is PRIMARY or SECONDARY, as an initial sync would. */
-static bool choose_source_locked(char *host, size_t n)
+/* What the sync source rules see of each member (lock held). */
+static void candidates_locked(sbl_rs_candidate_t *c)
+{
+    for (int i = 0; i < rs.cfg.n; i++) {
+        c[i].up = rs.peer[i].up;
+        c[i].state = rs.peer[i].state;
+        c[i].applied = rs.peer[i].applied;
+        c[i].ping_ms = rs.peer[i].ping_avg_ms;
+    }
+}
+
+/* The member to tail (lock held), as mongod chooses: replSetSyncFrom's, else
+ * the nearest eligible member by heartbeat ping (sbl_rs_pick_sync_source:
+ * the primary unless another is clearly nearer); a member in STARTUP2 (it
+ * has just received the config and holds nothing yet) takes the primary or
+ * any member that is PRIMARY or SECONDARY, as an initial sync would. */
+static int choose_source_locked(void)
 {
     int st = atomic_load(&rs.state), src = -1;
     if (rs.config == NULL || rs.self < 0 || rs.sync_halted || !sbl_rs_syncing_state_locked(st))
-        return false;
+        return -1;
     if (st == SBL_RS_RECOVERING)
         st = SBL_RS_SECONDARY; /* maintenance: it syncs as a secondary */
     src = sbl_rs_requested_source_locked(); /* replSetSyncFrom */
-    if (src < 0 && rs.primary >= 0 && rs.primary != rs.self)
-        src = rs.primary;
+    if (src < 0 && rs.primary >= 0 && rs.primary != rs.self) {
+        if (st == SBL_RS_STARTUP2) {
+            src = rs.primary;
+        } else {
+            sbl_rs_candidate_t c[SBL_RS_MAX_MEMBERS];
+            candidates_locked(c);
+            src = sbl_rs_pick_sync_source(&rs.cfg, c, rs.self, rs.primary, sbl_rs_my_applied());
+        }
+    }
     for (int i = 0; st == SBL_RS_STARTUP2 && src < 0 && i < rs.cfg.n; i++)
         if (i != rs.self && rs.peer[i].up &&
             (rs.peer[i].state == SBL_RS_SECONDARY || rs.peer[i].state == SBL_RS_PRIMARY))
@@ -344,7 +364,7 @@ static bool choose_source_locked(char *host, size_t n)
      * (chaining, as mongod may).  Without it a secondary behind a hidden or
      * priority-0 member could never win an election: that member denies its
      * vote to a candidate behind it, and cannot stand itself. */
-    if (st == SBL_RS_SECONDARY && src < 0) {
+    if (st == SBL_RS_SECONDARY && src < 0 && rs.primary < 0) {
         sbl_optime_t best = sbl_rs_my_applied();
         for (int i = 0; i < rs.cfg.n; i++)
             if (i != rs.self && rs.peer[i].up && rs.peer[i].state == SBL_RS_SECONDARY &&
@@ -353,17 +373,58 @@ static bool choose_source_locked(char *host, size_t n)
                 src = i;
             }
     }
-    if (src < 0)
+    return src;
+}
+
+/* Changes of sync source for a nearer member in the last hour (their times):
+ * at most SBL_RS_SYNC_CHANGES_PER_HOUR, as mongod's maxNumSyncSourceChangesPerHour. */
+static int64_t ping_changes[SBL_RS_SYNC_CHANGES_PER_HOUR];
+
+/* Whether to stop tailing member cur (lock held), as mongod's
+ * shouldChangeSyncSource: it is no longer a valid choice (down, not
+ * PRIMARY/SECONDARY, another one requested, chaining off ...), or the rules
+ * now pick the primary, or another member is nearer by more than the
+ * threshold (limited per hour), or cur lags more than maxSyncSourceLagSecs
+ * behind the primary while the pick is fresher. */
+static bool should_change_locked(int cur)
+{
+    int pick = choose_source_locked();
+    if (pick < 0 || pick == cur)
+        return pick < 0;
+    int st = atomic_load(&rs.state);
+    if (rs.primary < 0 || st == SBL_RS_STARTUP2 || sbl_rs_requested_source_locked() >= 0 ||
+        !rs.cfg.chaining || pick == rs.primary || !rs.peer[cur].up ||
+        (rs.peer[cur].state != SBL_RS_PRIMARY && rs.peer[cur].state != SBL_RS_SECONDARY))
+        return true;
+    uint32_t cur_s = (uint32_t)(rs.peer[cur].applied.ts >> 32);
+    uint32_t prim_s = (uint32_t)(rs.peer[rs.primary].applied.ts >> 32);
+    if (cur_s + SBL_RS_MAX_SYNC_LAG_S < prim_s &&
+        sbl_optime_cmp(rs.peer[pick].applied, rs.peer[cur].applied) > 0)
+        return true;
+    if (rs.peer[pick].ping_avg_ms + SBL_RS_SYNC_PING_THRESHOLD_MS >= rs.peer[cur].ping_avg_ms)
         return false;
-    snprintf(host, n, "%s", rs.cfg.m[src].host);
-    return true;
+    int64_t now = sbl_now_ms();
+    for (int i = 0; i < SBL_RS_SYNC_CHANGES_PER_HOUR; i++)
+        if (ping_changes[i] == 0 || now - ping_changes[i] > 3600 * 1000) {
+            ping_changes[i] = now;
+            return true;
+        }
+    return false;
+}
+
+static int member_index_locked(const char *host)
+{
+    for (int i = 0; rs.config != NULL && i < rs.cfg.n; i++)
+        if (strcmp(rs.cfg.m[i].host, host) == 0)
+            return i;
+    return -1;
 }
 
 static bool still_syncing_from(const char *host)
 {
-    char now[256];
     pthread_mutex_lock(&rs.lock);
-    bool ok = !rs.stopping && choose_source_locked(now, sizeof(now)) && strcmp(now, host) == 0;
+    int cur = member_index_locked(host);
+    bool ok = !rs.stopping && cur >= 0 && cur != rs.self && !should_change_locked(cur);
     pthread_mutex_unlock(&rs.lock);
     return ok;
 }
@@ -737,7 +798,9 @@ static void *sync_main(void *arg)
     pthread_mutex_lock(&rs.lock);
     while (!rs.stopping) {
         char host[256] = "";
-        if (choose_source_locked(host, sizeof(host))) {
+        int src = choose_source_locked();
+        if (src >= 0) {
+            snprintf(host, sizeof(host), "%s", rs.cfg.m[src].host);
             bool clone = atomic_load(&rs.state) == SBL_RS_STARTUP2;
             pthread_mutex_unlock(&rs.lock);
             if (clone && (sbl_oplog_last_ts() == 0 || sbl_rs_initial_sync_flagged()) &&

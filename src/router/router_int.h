@@ -85,6 +85,10 @@ void rt_copy_cmd(const bson_t *in, bson_t *out, const char *const *skip_extra);
  * the shards' replies showed, appended to out; false (nothing appended)
  * before any. */
 bool rt_append_cluster_time(bson_t *out, bool op_time);
+/* A client's $clusterTime checked as mongos does with a keyFile (against
+ * the keys of the config servers and shards; sbl_ctime_check), unless the
+ * client may advanceClusterTime. */
+int rt_check_cluster_time(const bson_t *cmd, bool may_advance, sbl_err_t *err);
 /* The configdb set name and hosts. */
 const char *rt_configdb(void);
 /* Commands sent to shard i since start and the total time their replies took. */
@@ -194,6 +198,10 @@ int rt_auth_check(struct sbl_conn *conn, const char *name, const char *db, const
 /* saslStart, saslContinue, logout, connectionStatus and the user and role
  * commands (passed to the config servers) are answered by rt_auth_run. */
 bool rt_auth_handles(const char *name);
+/* Whether conn's client may send any $clusterTime with command name
+ * (advanceClusterTime; without authorization; name needs no authentication
+ * and the client has none: the router ignores the time then). */
+bool rt_auth_may_advance_cluster_time(struct sbl_conn *conn, const char *name);
 int rt_auth_run(struct sbl_conn *conn, const char *name, const char *db, const bson_t *cmd,
                 bson_t *reply, sbl_err_t *err);
 /* The command a worker runs belongs to conn's client (enter ... leave);

@@ -383,6 +383,17 @@ int rt_auth_check(sbl_conn_t *conn, const char *name, const char *db, const bson
     return 0;
 }
 
+bool rt_auth_may_advance_cluster_time(sbl_conn_t *conn, const char *name)
+{
+    if (!sbl_auth_enabled())
+        return true;
+    rt_client_t *c = client_of(conn);
+    if (c->user == NULL && no_auth_needed(name))
+        return true; /* hello, saslStart ...: the time is not used (mongod ignores it) */
+    int a = sbl_auth_action_id("advanceClusterTime");
+    return c->user != NULL && c->authz != NULL && sbl_authz_allows(c->authz, a, NULL, NULL);
+}
+
 /* Whether name is one of the commands rt_auth_run answers. */
 bool rt_auth_handles(const char *name)
 {

@@ -600,6 +600,9 @@ static void run_and_reply(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *
         rc = sbl_err_set(&err, SBL_E_CommandNotFound, "no such command: '%s'", name);
     } else if ((rc = rt_auth_check(conn, name, db, &req->cmd, &err)) != 0) {
         /* refused: Unauthorized */
+    } else if ((rc = rt_check_cluster_time(&req->cmd, rt_auth_may_advance_cluster_time(conn, name),
+                                           &err)) != 0) {
+        /* refused: a forged $clusterTime */
     } else if (def == NULL) {
         rc = rt_auth_run(conn, name, db, &req->cmd, &reply, &err);
     } else {

@@ -594,39 +594,91 @@ static bool idempotent(const bson_t *cmd)
     return false;
 }
 
-/* The newest cluster time a shard's reply showed; every command to a shard
- * carries it ($clusterTime), so a write routed after another lands at a
- * later oplog time on any shard (mongos's gossip). */
+/* The newest cluster time a shard's reply showed, with the shard's
+ * signature (the router does not sign: as mongos, it passes on what the
+ * shards signed); every command to a shard carries it ($clusterTime), so a
+ * write routed after another lands at a later oplog time on any shard
+ * (mongos's gossip). */
 static _Atomic uint64_t cluster_time;
+static pthread_mutex_t ct_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t ct_hash[SBL_CTIME_KEY_LEN]; /* cluster_time's signature (ct_lock) */
+static int64_t ct_key_id;
 
 static void note_cluster_time(const bson_t *reply)
 {
-    bson_iter_t it, f;
-    uint32_t t, i;
-    if (!bson_iter_init_find(&it, reply, "$clusterTime") || !bson_iter_recurse(&it, &f) ||
-        !bson_iter_find(&f, "clusterTime") || !BSON_ITER_HOLDS_TIMESTAMP(&f))
+    bson_iter_t it;
+    uint64_t ts;
+    const uint8_t *hash;
+    int64_t key_id;
+    if (!bson_iter_init_find(&it, reply, "$clusterTime") ||
+        !sbl_ctime_parse(&it, &ts, &hash, &key_id) ||
+        ts <= atomic_load_explicit(&cluster_time, memory_order_relaxed))
         return;
-    bson_iter_timestamp(&f, &t, &i);
-    sbl_ts_advance(&cluster_time, ((uint64_t)t << 32) | i);
+    pthread_mutex_lock(&ct_lock);
+    if (ts > atomic_load_explicit(&cluster_time, memory_order_relaxed)) {
+        if (hash != NULL)
+            memcpy(ct_hash, hash, sizeof(ct_hash));
+        else
+            memset(ct_hash, 0, sizeof(ct_hash));
+        ct_key_id = key_id;
+        atomic_store(&cluster_time, ts);
+    }
+    pthread_mutex_unlock(&ct_lock);
 }
 
 bool rt_append_cluster_time(bson_t *out, bool op_time)
 {
+    uint8_t hash[SBL_CTIME_KEY_LEN];
+    pthread_mutex_lock(&ct_lock);
     uint64_t ts = atomic_load_explicit(&cluster_time, memory_order_relaxed);
+    int64_t key_id = ct_key_id;
+    memcpy(hash, ct_hash, sizeof(hash));
+    pthread_mutex_unlock(&ct_lock);
     if (ts == 0)
         return false;
-    static const uint8_t zero[20];
-    bson_t ct, sig;
-    BSON_APPEND_DOCUMENT_BEGIN(out, "$clusterTime", &ct);
-    BSON_APPEND_TIMESTAMP(&ct, "clusterTime", (uint32_t)(ts >> 32), (uint32_t)ts);
-    BSON_APPEND_DOCUMENT_BEGIN(&ct, "signature", &sig);
-    BSON_APPEND_BINARY(&sig, "hash", BSON_SUBTYPE_BINARY, zero, sizeof(zero));
-    BSON_APPEND_INT64(&sig, "keyId", 0);
-    bson_append_document_end(&ct, &sig);
-    bson_append_document_end(out, &ct);
+    sbl_ctime_append(out, ts, hash, key_id);
     if (op_time)
         BSON_APPEND_TIMESTAMP(out, "operationTime", (uint32_t)(ts >> 32), (uint32_t)ts);
     return true;
+}
+
+/* Read admin.system.keys of the config servers and of every shard into the
+ * process's key cache: a client may show a time any of them signed. */
+static void reload_keys(void)
+{
+    sbl_ctime_key_t got[256];
+    int n = 0;
+    bson_t cmd = BSON_INITIALIZER;
+    uint64_t now = atomic_load(&cluster_time);
+    BSON_APPEND_UTF8(&cmd, "find", "system.keys");
+    for (int i = -1; i < rt_shard_count(); i++) {
+        bson_t reply;
+        bson_iter_t it, b;
+        sbl_err_t err;
+        sbl_err_clear(&err);
+        if (rt_run(i, "admin", &cmd, &reply, &err) == 0 &&
+            bson_iter_init(&it, &reply) &&
+            bson_iter_find_descendant(&it, "cursor.firstBatch", &b) &&
+            BSON_ITER_HOLDS_ARRAY(&b) && bson_iter_recurse(&b, &it))
+            while (n < (int)(sizeof(got) / sizeof(got[0])) && bson_iter_next(&it)) {
+                bson_t d;
+                if (BSON_ITER_HOLDS_DOCUMENT(&it) && sbl_iter_doc(&it, &d) &&
+                    sbl_ctime_key_parse(&d, &got[n]) && got[n].expires > now)
+                    n++; /* expired keys check nothing: skipped */
+            }
+        bson_destroy(&reply);
+    }
+    bson_destroy(&cmd);
+    sbl_ctime_keys_set(got, n);
+}
+
+int rt_check_cluster_time(const bson_t *cmd, bool may_advance, sbl_err_t *err)
+{
+    bson_iter_t it;
+    if (may_advance || !sbl_auth_enabled() || sbl_server_options()->cluster_key == NULL ||
+        !bson_iter_init_find(&it, cmd, "$clusterTime"))
+        return 0;
+    return sbl_ctime_check(&it, atomic_load(&cluster_time), reload_keys, err);
 }
 
 /* The fields the router adds to cmd for shard i into extra (session

@@ -231,8 +231,69 @@ static void test_modes(void)
                      &cfg) == SBL_E_NoSuchKey);
 }
 
+/* Sync source choice: member 0 is us (a secondary), 1 the primary, 2 and 3
+ * secondaries; pings and positions vary per case. */
+static void test_sync_source(void)
+{
+    sbl_rs_config_t cfg = three(1, false, 1);
+    cfg.n = 4;
+    cfg.m[3] = cfg.m[2];
+    cfg.m[3].id = 3;
+    cfg.chaining = true;
+    sbl_rs_candidate_t c[4];
+    memset(c, 0, sizeof(c));
+    for (int i = 1; i < 4; i++) {
+        c[i].up = true;
+        c[i].state = i == 1 ? SBL_RS_PRIMARY : SBL_RS_SECONDARY;
+        c[i].applied = ot(1, 1000);
+        c[i].ping_ms = 10;
+    }
+    sbl_optime_t mine = ot(1, 990);
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);  /* ties: the primary */
+    c[1].ping_ms = 14;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);  /* within 5 ms */
+    c[1].ping_ms = 100;
+    c[3].ping_ms = 4;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 3);  /* the nearest */
+    c[3].applied = ot(1, 980);
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 2);  /* not one behind us */
+    c[3].applied = ot(1, 1000);
+    cfg.m[3].hidden = true;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 2);  /* hidden: second pass only */
+    cfg.m[3].hidden = false;
+    cfg.m[3].delay_s = 60;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 2);  /* delayed: likewise */
+    cfg.m[3].delay_s = 0;
+    c[1].applied = c[2].applied = ot(1, 1100);                  /* 3 lags 100 s: skipped */
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 2);
+    c[2].up = false;                                            /* down */
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);
+    cfg.chaining = false;
+    c[2].up = true;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);  /* chainingAllowed: false */
+    c[1].up = false;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == -1);
+    cfg.chaining = true;
+    cfg.m[2].arbiter = true;
+    c[1].up = true;
+    c[1].ping_ms = 100;
+    c[2].ping_ms = 1;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);  /* arbiters hold no data */
+    /* chainingAllowed is read from the config and defaults to true */
+    sbl_rs_config_t parsed;
+    CHECK(parse_json("{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"}],"
+                     "\"settings\":{\"chainingAllowed\":false}}", &parsed) == 0);
+    CHECK(!parsed.chaining);
+    CHECK(parse_json("{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"}]}",
+                     &parsed) == 0 && parsed.chaining);
+    CHECK(parse_json("{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"}],"
+                     "\"settings\":{\"chainingAllowed\":1}}", &parsed) ==
+          SBL_E_InvalidReplicaSetConfig);
+}
+
 int main(void)
 {
+    test_sync_source();
     test_config();
     test_arbiters();
     test_modes();

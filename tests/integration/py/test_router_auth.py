@@ -241,3 +241,56 @@ def test_ycsb_bench_through_router(cluster, admin):
         ok = "[INSERT], Return=OK, 300" if phase == "load" else "[READ], Return=OK"
         assert ok in r.stdout, r.stdout
     assert admin.ycsb.benchtable.count_documents({}) == 300
+
+
+def test_cluster_time_signed_through_router(cluster, admin):
+    """As mongos: the router passes on the $clusterTime the shards signed
+    with their keys (admin.system.keys) and checks a client's: a later time
+    with a wrong hash fails with TimeProofMismatch (293), one of an unknown
+    key with KeyNotFound (211); root's (advanceClusterTime) is taken."""
+    import hmac
+    import struct
+    import time
+    from bson.binary import Binary
+    from bson.int64 import Int64
+    from bson.timestamp import Timestamp
+
+    def keys(port):
+        with pymongo.MongoClient("mongodb://__system:%s@127.0.0.1:%d/?authSource=local&"
+                                 "directConnection=true" % (cluster["key"], port)) as c:
+            return {k["_id"]: k for k in c.admin.system.keys.find()}
+
+    def with_time(c, ct):
+        with c.start_session() as s:
+            s.advance_cluster_time(ct)
+            return c.ycsb.command("find", "ct", session=s)
+
+    def forged(ts, key_id, h=b"\x01" * 20):
+        return {"clusterTime": ts, "signature": {"hash": Binary(h), "keyId": Int64(key_id)}}
+
+    end = time.time() + 30
+    while True:  # each shard's primary writes its keys once elected
+        admin.ycsb.ct.insert_one({})
+        ct = admin.admin.command("ping").get("$clusterTime")
+        if ct and ct["signature"]["keyId"] != 0:
+            break
+        assert time.time() < end, ct
+        time.sleep(0.3)
+    known = {}
+    for port in [cluster["config"], cluster["shard"], cluster["shard"] + 1]:
+        known.update(keys(port))
+    k = known[ct["signature"]["keyId"]]
+    t = ct["clusterTime"]
+    mine = hmac.new(bytes(k["key"]), struct.pack("<Q", (t.time << 32 | t.inc) | 0xFFFF),
+                    hashlib.sha1).digest()
+    assert ct["signature"]["hash"] == mine
+    later = Timestamp(t.time + 100, 1)
+    with pymongo.MongoClient(url(cluster, "ycsb", "123456")) as app:
+        with pytest.raises(OperationFailure) as ei:
+            with_time(app, forged(later, ct["signature"]["keyId"]))
+        assert ei.value.code == 293, ei.value.details
+        with pytest.raises(OperationFailure) as ei:
+            with_time(app, forged(later, 12345))
+        assert ei.value.code == 211, ei.value.details
+        assert with_time(app, forged(t, 12345))["ok"] == 1  # not later: not checked
+    assert with_time(admin, forged(later, 12345))["ok"] == 1

@@ -1,0 +1,123 @@
+"""
+Sync source choice by ping (issue 24), as mongod's: a secondary tails the
+nearest eligible member by heartbeat ping (the primary unless another is
+clearly nearer), skips hidden members while another will do, tails only the
+primary without settings.chainingAllowed, and moves when a nearer member
+appears or its choice stops being valid; replSetGetStatus says which
+(syncSourceHost, syncSourceId).  A member is made "far" with Sable's
+sableDelayHeartbeatPing fail point, which adds to the pings one member
+measures to another.
+"""
+import time
+
+import pytest
+from pymongo.write_concern import WriteConcern
+
+from sabled import Sabled
+from test_replset3 import direct, wait_for
+from test_replset_members import host, initiate, primary_and_others
+
+
+@pytest.fixture
+def three():
+    members = []
+    try:
+        for _ in range(3):
+            s = Sabled()
+            s.start(["--replSet", "rs0", "--oplogSizeMB", "16",
+                     "--setParameter", "enableTestCommands=1"])
+            members.append(s)
+        yield members
+    finally:
+        for m in members:
+            m.cleanup()
+
+
+def source_of(m):
+    with direct(m) as c:
+        st = c.admin.command("replSetGetStatus")
+        return st["syncSourceHost"], st["syncSourceId"]
+
+
+def make_far(m, far, ms=200):
+    with direct(m) as c:
+        if far is None:
+            c.admin.command("configureFailPoint", "sableDelayHeartbeatPing", mode="off")
+        else:
+            c.admin.command("configureFailPoint", "sableDelayHeartbeatPing", mode="alwaysOn",
+                            data={"host": host(far), "ms": ms})
+
+
+def reconfig(p, change, members):
+    """A new config on p, once every member has it."""
+    with direct(p) as c:
+        cfg = c.admin.command("replSetGetConfig")["config"]
+        cfg["version"] += 1
+        change(cfg)
+        c.admin.command("replSetReconfig", cfg)
+
+    def everywhere():
+        for m in members:
+            with direct(m) as c:
+                if c.admin.command("replSetGetConfig")["config"]["version"] != cfg["version"]:
+                    return False
+        return True
+    wait_for(everywhere, timeout=30)
+
+
+def stays(m, want, secs=3):
+    """m's sync source is want for secs (heartbeats every 500 ms: the
+    averages the rules compare settle within that)."""
+    end = time.time() + secs
+    while time.time() < end:
+        assert source_of(m)[0] == want
+        time.sleep(0.25)
+
+
+def test_nearest_member_and_back(three):
+    initiate(three)
+    p, (s1, s2) = primary_and_others(three)
+    wait_for(lambda: source_of(s1)[0] == host(p))
+    make_far(s1, p)
+    # the primary is far from s1: it tails s2, and says so
+    wait_for(lambda: source_of(s1)[0] == host(s2), timeout=30)
+    assert source_of(s1)[1] == three.index(s2)
+    with direct(p) as c:  # its writes reach s1 through s2
+        c.t.get_collection("c", write_concern=WriteConcern(w=3, wtimeout=30000)) \
+            .insert_one({"_id": 1})
+    with direct(s2) as c:
+        assert c.admin.command("replSetGetStatus")["syncSourceHost"] == host(p)
+    # the primary is near again: back to it
+    make_far(s1, None)
+    wait_for(lambda: source_of(s1)[0] == host(p), timeout=30)
+    with direct(p) as c:
+        c.t.get_collection("c", write_concern=WriteConcern(w=3, wtimeout=30000)) \
+            .insert_one({"_id": 2})
+
+
+def test_hidden_and_chaining_not_allowed(three):
+    initiate(three)
+    p, (s1, s2) = primary_and_others(three)
+    i2 = three.index(s2)
+
+    def hide(on):
+        def change(cfg):
+            cfg["members"][i2].update(hidden=on, priority=0 if on else 1)
+        return change
+    reconfig(p, hide(True), three)
+    make_far(s1, p)
+    stays(s1, host(p))  # a hidden member only when no other will do
+    reconfig(p, hide(False), three)
+
+    def chaining(on):
+        def change(cfg):
+            cfg["settings"]["chainingAllowed"] = on
+        return change
+    reconfig(p, chaining(False), three)
+    stays(s1, host(p))  # no chaining: the primary however far
+    with direct(p) as c:
+        assert c.admin.command("replSetGetConfig")["config"]["settings"]["chainingAllowed"] \
+            is False
+    reconfig(p, chaining(True), three)
+    # a nearer member appeared for s1: it moves
+    wait_for(lambda: source_of(s1)[0] == host(s2), timeout=30)

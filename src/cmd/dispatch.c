@@ -675,6 +675,8 @@ static void execute_inner(pending_t *p)
     }
     /* A retryable write: check txnNumber, check the session out (and in
      * again below, whatever happens). */
+    if (has_txn && p->def->fn == sbl_cmd_coordinate_commit)
+        has_txn = false; /* it names the transaction it coordinates; it runs in none */
     if (has_txn && (p->rc = sbl_cmd_txn_begin(ctx, &txnit, has_ac ? &acit : NULL, &p->err)) != 0) {
         sbl_cmd_txn_end(ctx);
         sbl_cmd_mtxn_end(ctx, &p->rc, &p->err);

@@ -227,7 +227,7 @@ def test_transaction_reading_two_shards_and_writing_one(mongos, shards):
     assert on_shards(shards, "tx2", {}) == [2, 2]
 
 
-def test_transaction_writing_two_shards_is_refused_at_commit(mongos, shards):
+def test_transaction_writing_two_shards_commits_with_two_phase_commit(mongos, shards):
     c = mongos.rs.tx3
     c.insert_one({"k": -1})
     c.insert_one({"k": 1})
@@ -235,11 +235,9 @@ def test_transaction_writing_two_shards_is_refused_at_commit(mongos, shards):
         s.start_transaction()
         c.insert_one({"_id": "lo", "k": -50}, session=s)
         c.insert_one({"_id": "hi", "k": 50}, session=s)
-        with pytest.raises(OperationFailure) as e:
-            s.commit_transaction()
-    assert e.value.code == 263 and "two-phase commit" in str(e.value)
-    assert c.count_documents({"_id": {"$in": ["lo", "hi"]}}) == 0
-    assert on_shards(shards, "tx3", {}) == [1, 1]
+        s.commit_transaction()
+    assert c.count_documents({"_id": {"$in": ["lo", "hi"]}}) == 2
+    assert on_shards(shards, "tx3", {}) == [2, 2]
 
 
 def test_a_failed_statement_aborts_the_transaction_everywhere(mongos, shards):

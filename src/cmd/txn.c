@@ -369,6 +369,18 @@ void sbl_cmd_mtxn_end(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err)
     ctx->mtxn_checked_out = false;
 }
 
+/* t committed (txn_mu held): its cursors and operations go. */
+static void mark_committed(sbl_mtxn_t *t)
+{
+    sbl_cursors_kill_txn(t->lsid.id);
+    sbl_repl_txn_ops_free(t->ops);
+    t->ops = NULL;
+    t->state = TXN_COMMITTED;
+    t->wt_prepared = false;
+    n_committed++;
+    n_open--;
+}
+
 /*
  * Commit prepared transaction t at commit_ts (the coordinator's decision,
  * at least its prepareTimestamp): its applyOps entry and session record are
@@ -412,13 +424,7 @@ static int commit_prepared(sbl_opctx_t *ctx, sbl_mtxn_t *t, uint64_t commit_ts, 
         pthread_mutex_unlock(&txn_mu);
         return rc;
     }
-    sbl_cursors_kill_txn(t->lsid.id);
-    sbl_repl_txn_ops_free(t->ops);
-    t->ops = NULL;
-    t->state = TXN_COMMITTED;
-    t->wt_prepared = false;
-    n_committed++;
-    n_open--;
+    mark_committed(t);
     pthread_mutex_unlock(&txn_mu);
     ctx->ss = side;
     if (durable_ts != 0)
@@ -499,12 +505,7 @@ int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
         pthread_mutex_unlock(&txn_mu);
         return rc;
     }
-    sbl_cursors_kill_txn(t->lsid.id);
-    sbl_repl_txn_ops_free(t->ops);
-    t->ops = NULL;
-    t->state = TXN_COMMITTED;
-    n_committed++;
-    n_open--;
+    mark_committed(t);
     pthread_mutex_unlock(&txn_mu);
     ctx->ss = sbl_session_get();
     if (ts != 0)

@@ -26,6 +26,7 @@
  * documents (docs/sharding.md says what is and is not recovered).
  */
 #include "cmd/cmd_int.h"
+#include "sessions/sessions.h"
 #include "shard/shard.h"
 
 #include <pthread.h>
@@ -272,32 +273,22 @@ int sbl_cmd_coordinate_commit(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it, el, f;
     uint8_t lsid[48];
-    bool has_id = false, has_uid = false;
+    bool has_id = false;
     int64_t txn = -1;
     part_t *p = calloc(MAX_PARTS, sizeof(*p));
     int n = 0;
 
     if (p == NULL)
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
-    if (sbl_doc_find_top(ctx->cmd, "lsid", &it) && BSON_ITER_HOLDS_DOCUMENT(&it) &&
-        bson_iter_recurse(&it, &f))
-        while (bson_iter_next(&f)) {
-            bson_subtype_t st;
-            uint32_t len = 0;
-            const uint8_t *data;
-            if (!BSON_ITER_HOLDS_BINARY(&f))
-                continue;
-            bson_iter_binary(&f, &st, &len, &data);
-            if (strcmp(bson_iter_key(&f), "id") == 0 && len == 16) {
-                memcpy(lsid, data, 16);
-                has_id = true;
-            } else if (strcmp(bson_iter_key(&f), "uid") == 0 && len == 32) {
-                memcpy(lsid + 16, data, 32);
-                has_uid = true;
-            }
-        }
-    if (!has_uid)
-        memcpy(lsid + 16, ctx->user_uid, 32);
+    sbl_lsid_t l;
+    sbl_err_t lerr = {0};
+    /* the router names the client's uid (as a cluster member may) */
+    if (sbl_doc_find_top(ctx->cmd, "lsid", &it) &&
+        sbl_lsid_parse(&it, "lsid", ctx->user_uid, true, &l, &lerr) == 0) {
+        memcpy(lsid, l.id, 16);
+        memcpy(lsid + 16, l.uid, 32);
+        has_id = true;
+    }
     if (sbl_doc_find_top(ctx->cmd, "txnNumber", &it) && BSON_ITER_HOLDS_NUMBER(&it))
         txn = bson_iter_as_int64(&it);
     int rc = 0;

@@ -45,15 +45,7 @@ def cluster():
 def mongos(cluster):
     c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000,
                             uuidRepresentation="standard")
-    c.admin.command("enableSharding", "rs")
-    low = c.config.databases.find_one({"_id": "rs"})["primary"] == "shard0"
-    for name in COLLS:
-        c.admin.command("shardCollection", "rs." + name, key={"k": 1})
-        c.admin.command("split", "rs." + name, middle={"k": 0})
-        if low:
-            c.admin.command("moveChunk", "rs." + name, find={"k": 0}, to="shard1")
-        else:
-            c.admin.command("moveChunk", "rs." + name, find={"k": -1}, to="shard0")
+    sharded.split_at_zero(c, "rs", COLLS)
     yield c
     c.close()
 

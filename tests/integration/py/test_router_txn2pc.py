@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
 from sharded import ROUTER  # noqa: E402
 from test_retryable import Raw, cmd, new_lsid  # noqa: E402
+from test_sharding import shards  # noqa: E402,F401
 
 COLLS = ["both", "aborted", "noprep", "bank", "retry"]
 TEST_CMDS = ["--sabled-arg=--setParameter", "--sabled-arg=enableTestCommands=1"]
@@ -38,26 +39,10 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def shards(cluster):
-    cs = [pymongo.MongoClient("127.0.0.1", p, directConnection=True) for p in cluster["shards"]]
-    yield cs
-    for c in cs:
-        c.close()
-
-
-@pytest.fixture(scope="module")
 def mongos(cluster):
     c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000,
                             uuidRepresentation="standard")
-    c.admin.command("enableSharding", "tp")
-    low = c.config.databases.find_one({"_id": "tp"})["primary"] == "shard0"
-    for name in COLLS:
-        c.admin.command("shardCollection", "tp." + name, key={"k": 1})
-        c.admin.command("split", "tp." + name, middle={"k": 0})
-        if low:
-            c.admin.command("moveChunk", "tp." + name, find={"k": 0}, to="shard1")
-        else:
-            c.admin.command("moveChunk", "tp." + name, find={"k": -1}, to="shard0")
+    sharded.split_at_zero(c, "tp", COLLS)
     yield c
     c.close()
 

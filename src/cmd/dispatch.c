@@ -1162,11 +1162,13 @@ int sbl_cmd_init(sbl_err_t *err)
     if (uv_thread_create(&reaper_thread, reaper_main, NULL) != 0)
         return sbl_err_set(err, SBL_E_InternalError, "cannot start the cursor reaper thread");
     reaper_running = true;
+    sbl_cmd_coord_start(); /* two-phase commit coordinations to resume */
     return 0;
 }
 
 void sbl_cmd_shutdown(void)
 {
+    sbl_cmd_coord_stop();
     sbl_cmd_balancer_stop_thread();
     sbl_cmd_migrations_shutdown();
     if (!reaper_running)

@@ -20,16 +20,25 @@
  * network error) waits for the first one and gets its outcome, kept in
  * memory for the last RECENT transactions.
  *
+ * Recovery: a thread of the shard's primary looks at the documents every
+ * second and resumes each whose coordination does not run in this process
+ * (after a restart or failover, or a participant that did not take the
+ * decision): it sends the decision again (no decision yet: abort) and
+ * deletes the document.
+ *
  * What must stay true: no participant hears commit before the decision is
  * majority-written; a participant that did not vote yes makes the decision
- * abort.  Not done: a coordinator that restarts does not resume from its
- * documents (docs/sharding.md says what is and is not recovered).
+ * abort.  Not done: a participant that restarts loses its prepared
+ * transaction (docs/sharding.md says what is and is not recovered).
  */
 #include "cmd/cmd_int.h"
+#include "common/log.h"
+#include "repl/repl.h"
 #include "sessions/sessions.h"
 #include "shard/shard.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -54,6 +63,7 @@ typedef struct recent {
     char errmsg[SBL_ERRMSG_MAX];
 } recent_t;
 
+static atomic_bool stopping;
 static pthread_mutex_t coord_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t coord_cv = PTHREAD_COND_INITIALIZER;
 static recent_t recent[RECENT];
@@ -65,6 +75,32 @@ static recent_t *recent_find(const uint8_t lsid[48], int64_t txn)
         if (recent[i].used && recent[i].txn == txn && memcmp(recent[i].lsid, lsid, 48) == 0)
             return &recent[i];
     return NULL;
+}
+
+/* A slot for a coordination that starts now (coord_mu held). */
+static recent_t *recent_claim_locked(const uint8_t lsid[48], int64_t txn)
+{
+    recent_t *r = &recent[recent_next++ % RECENT];
+    while (r->running) /* a slot of a running one stays (fewer than RECENT run at once) */
+        r = &recent[recent_next++ % RECENT];
+    memset(r, 0, sizeof(*r));
+    memcpy(r->lsid, lsid, 48);
+    r->txn = txn;
+    r->used = r->running = true;
+    return r;
+}
+
+/* The coordination of r ended with rc (0: committed; else err says why). */
+static void recent_done(recent_t *r, int rc, const sbl_err_t *err)
+{
+    pthread_mutex_lock(&coord_mu);
+    r->running = false;
+    r->code = rc;
+    if (rc != 0)
+        snprintf(r->errmsg, sizeof(r->errmsg), "Transaction %lld was aborted on commit :: "
+                 "caused by :: %.400s", (long long)r->txn, err->msg);
+    pthread_cond_broadcast(&coord_cv);
+    pthread_mutex_unlock(&coord_mu);
 }
 
 /* {lsid: {id, uid}, txnNumber} as the coordinator document's _id and the
@@ -117,24 +153,28 @@ static int reply_error(const bson_t *reply, const char *what, sbl_err_t *err)
     return code ? sbl_err_set(err, code, "%s: %s", what, msg) : 0;
 }
 
-/* Write (upsert) or delete (doc NULL) the coordinator document, w: majority. */
-static int coord_doc(const uint8_t lsid[48], int64_t txn, const bson_t *doc, sbl_err_t *err)
+/* Insert (first), replace or delete (doc NULL) the coordinator document,
+ * w: majority.  A first insert finding one there fails with DuplicateKey. */
+static int coord_doc_write(const uint8_t lsid[48], int64_t txn, const bson_t *doc, bool first,
+                           sbl_err_t *err)
 {
     bson_t c = BSON_INITIALIZER, arr, st, q, wc, reply = BSON_INITIALIZER;
     bool del = doc == NULL;
-    BSON_APPEND_UTF8(&c, del ? "delete" : "update", "transaction_coordinators");
-    BSON_APPEND_ARRAY_BEGIN(&c, del ? "deletes" : "updates", &arr);
-    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &st);
-    BSON_APPEND_DOCUMENT_BEGIN(&st, "q", &q);
-    append_session(&q, "_id", lsid, txn);
-    bson_append_document_end(&st, &q);
-    if (del) {
-        BSON_APPEND_INT32(&st, "limit", 1);
+    BSON_APPEND_UTF8(&c, first ? "insert" : del ? "delete" : "update", "transaction_coordinators");
+    BSON_APPEND_ARRAY_BEGIN(&c, first ? "documents" : del ? "deletes" : "updates", &arr);
+    if (first) {
+        BSON_APPEND_DOCUMENT(&arr, "0", doc);
     } else {
-        BSON_APPEND_DOCUMENT(&st, "u", doc);
-        BSON_APPEND_BOOL(&st, "upsert", true);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &st);
+        BSON_APPEND_DOCUMENT_BEGIN(&st, "q", &q);
+        append_session(&q, "_id", lsid, txn);
+        bson_append_document_end(&st, &q);
+        if (del)
+            BSON_APPEND_INT32(&st, "limit", 1);
+        else
+            BSON_APPEND_DOCUMENT(&st, "u", doc);
+        bson_append_document_end(&arr, &st);
     }
-    bson_append_document_end(&arr, &st);
     bson_append_array_end(&c, &arr);
     BSON_APPEND_DOCUMENT_BEGIN(&c, "writeConcern", &wc);
     BSON_APPEND_UTF8(&wc, "w", "majority");
@@ -145,6 +185,34 @@ static int coord_doc(const uint8_t lsid[48], int64_t txn, const bson_t *doc, sbl
     bson_destroy(&reply);
     bson_destroy(&c);
     return rc;
+}
+
+static int coord_doc(const uint8_t lsid[48], int64_t txn, const bson_t *doc, sbl_err_t *err)
+{
+    return coord_doc_write(lsid, txn, doc, false, err);
+}
+
+/* The coordinator document of (lsid, txn) into *out (initialised when found). */
+static bool coord_doc_find(const uint8_t lsid[48], int64_t txn, bson_t *out)
+{
+    bson_t c = BSON_INITIALIZER, f, reply = BSON_INITIALIZER;
+    bson_iter_t it;
+    BSON_APPEND_UTF8(&c, "find", "transaction_coordinators");
+    BSON_APPEND_DOCUMENT_BEGIN(&c, "filter", &f);
+    append_session(&f, "_id", lsid, txn);
+    bson_append_document_end(&c, &f);
+    sbl_cmd_run("config", &c, &reply);
+    bool found = bson_iter_init(&it, &reply) &&
+                 bson_iter_find_descendant(&it, "cursor.firstBatch.0", &it) &&
+                 BSON_ITER_HOLDS_DOCUMENT(&it);
+    if (found) {
+        bson_t d;
+        sbl_iter_doc(&it, &d);
+        bson_copy_to(&d, out);
+    }
+    bson_destroy(&reply);
+    bson_destroy(&c);
+    return found;
 }
 
 /* The coordinator document: _id, participants and, once decided, decision. */
@@ -198,14 +266,59 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+/* Every participant hears the decision (commit is retried until each has
+ * it, within a bound); then the coordinator's document goes.  A document
+ * left because a participant did not answer is resumed by recovery. */
+static void deliver(const uint8_t lsid[48], int64_t txn, const part_t *p, int n, bool commit,
+                    uint64_t commit_ts)
+{
+    bool all = true;
+    for (int i = 0; i < n; i++) {
+        for (int tries = 0;; tries++) {
+            bson_t r;
+            sbl_err_t e = {0};
+            int prc = to_participant(&p[i], commit ? "commitTransaction" : "abortTransaction",
+                                     lsid, txn, commit ? commit_ts : 0, DECISION_TIMEOUT_MS,
+                                     &r, &e);
+            bson_destroy(&r);
+            if (prc == 0 || !commit || e.code == SBL_E_NoSuchTransaction)
+                break; /* an abort needs no answer: an unprepared participant aborts anyway */
+            if (tries + 1 >= DECISION_TRIES || atomic_load(&stopping)) {
+                all = false;
+                break;
+            }
+            sleep_ms(50 * (tries + 1));
+        }
+    }
+    if (all) {
+        sbl_err_t e = {0};
+        coord_doc(lsid, txn, NULL, &e);
+    }
+}
+
+static bool resume_doc(const bson_t *d);
+
 /* Run the protocol; returns 0 when committed, else the abort's reason. */
 static int coordinate(const uint8_t lsid[48], int64_t txn, const part_t *p, int n,
                       sbl_err_t *err)
 {
     bson_t d = BSON_INITIALIZER;
     build_doc(&d, lsid, txn, p, n, NULL, 0);
-    int rc = coord_doc(lsid, txn, &d, err);
+    int rc = coord_doc_write(lsid, txn, &d, true, err);
     bson_destroy(&d);
+    if (rc == SBL_E_DuplicateKey) {
+        /* coordinated before (this member restarted, or another was primary):
+         * that coordination's decision stands, never a new one */
+        bson_t old;
+        sbl_err_clear(err);
+        if (!coord_doc_find(lsid, txn, &old))
+            return sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "the transaction's "
+                               "coordination document changed under it: retry");
+        bool commit = resume_doc(&old);
+        bson_destroy(&old);
+        return commit ? 0 : sbl_err_set(err, SBL_E_NoSuchTransaction, "its coordinator "
+                                        "restarted before deciding");
+    }
     if (rc != 0)
         return rc; /* nobody was asked to prepare: the router aborts everywhere */
     uint64_t commit_ts = 0;
@@ -240,29 +353,7 @@ static int coordinate(const uint8_t lsid[48], int64_t txn, const part_t *p, int 
         commit = false;
         vote = derr;
     }
-    /* every participant hears the decision; commit is retried until each has it */
-    bool all = true;
-    for (int i = 0; i < n; i++) {
-        for (int tries = 0;; tries++) {
-            bson_t r;
-            sbl_err_t e = {0};
-            int prc = to_participant(&p[i], commit ? "commitTransaction" : "abortTransaction",
-                                     lsid, txn, commit ? commit_ts : 0, DECISION_TIMEOUT_MS,
-                                     &r, &e);
-            bson_destroy(&r);
-            if (prc == 0 || !commit || e.code == SBL_E_NoSuchTransaction)
-                break; /* an abort needs no answer: an unprepared participant aborts anyway */
-            if (tries + 1 >= DECISION_TRIES) {
-                all = false;
-                break;
-            }
-            sleep_ms(50 * (tries + 1));
-        }
-    }
-    if (all) { /* a participant that did not take the commit keeps the document's decision */
-        sbl_err_t e = {0};
-        coord_doc(lsid, txn, NULL, &e);
-    }
+    deliver(lsid, txn, p, n, commit, commit_ts);
     if (commit)
         return 0;
     *err = vote;
@@ -342,25 +433,10 @@ int sbl_cmd_coordinate_commit(sbl_opctx_t *ctx, sbl_err_t *err)
         pthread_mutex_unlock(&coord_mu);
         goto done;
     }
-    r = &recent[recent_next++ % RECENT];
-    while (r->running) /* every slot busy: the oldest running one's stays */
-        r = &recent[recent_next++ % RECENT];
-    memset(r, 0, sizeof(*r));
-    memcpy(r->lsid, lsid, 48);
-    r->txn = txn;
-    r->used = r->running = true;
+    r = recent_claim_locked(lsid, txn);
     pthread_mutex_unlock(&coord_mu);
-
     rc = coordinate(lsid, txn, p, n, err);
-
-    pthread_mutex_lock(&coord_mu);
-    r->running = false;
-    r->code = rc;
-    if (rc != 0)
-        snprintf(r->errmsg, sizeof(r->errmsg), "Transaction %lld was aborted on commit :: "
-                 "caused by :: %.400s", (long long)txn, err->msg);
-    pthread_cond_broadcast(&coord_cv);
-    pthread_mutex_unlock(&coord_mu);
+    recent_done(r, rc, err);
     if (rc != 0) /* the client sees the abort as mongod reports it */
         rc = sbl_err_set(err, SBL_E_NoSuchTransaction, "%s", r->errmsg);
 done:
@@ -372,4 +448,182 @@ done:
         bson_append_array_end(ctx->reply, &arr);
     }
     return rc;
+}
+
+/* ---- recovery ------------------------------------------------------------ */
+
+/* A coordinator document's fields: false when it lacks one (p: MAX_PARTS). */
+static bool parse_doc(const bson_t *d, uint8_t lsid[48], int64_t *txnp, part_t *p, int *np,
+                      bool *commitp, uint64_t *commit_tsp)
+{
+    bson_iter_t it, f, el;
+    int64_t txn = -1;
+    int got = 0, n = 0;
+    if (bson_iter_init(&it, d) && bson_iter_find_descendant(&it, "_id.lsid", &f) &&
+        BSON_ITER_HOLDS_DOCUMENT(&f) && bson_iter_recurse(&f, &el))
+        while (bson_iter_next(&el)) {
+            bson_subtype_t st;
+            uint32_t len = 0;
+            const uint8_t *data;
+            if (!BSON_ITER_HOLDS_BINARY(&el))
+                continue;
+            bson_iter_binary(&el, &st, &len, &data);
+            if (strcmp(bson_iter_key(&el), "id") == 0 && len == 16) {
+                memcpy(lsid, data, 16);
+                got |= 1;
+            } else if (strcmp(bson_iter_key(&el), "uid") == 0 && len == 32) {
+                memcpy(lsid + 16, data, 32);
+                got |= 2;
+            }
+        }
+    if (bson_iter_init(&it, d) && bson_iter_find_descendant(&it, "_id.txnNumber", &f) &&
+        BSON_ITER_HOLDS_NUMBER(&f))
+        txn = bson_iter_as_int64(&f);
+    if (bson_iter_init_find(&it, d, "participants") && bson_iter_recurse(&it, &el))
+        while (n < MAX_PARTS && bson_iter_next(&el)) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&el) || !bson_iter_recurse(&el, &f))
+                continue;
+            while (bson_iter_next(&f))
+                if (BSON_ITER_HOLDS_UTF8(&f) && strcmp(bson_iter_key(&f), "shardId") == 0)
+                    snprintf(p[n].id, sizeof(p[n].id), "%s", bson_iter_utf8(&f, NULL));
+                else if (BSON_ITER_HOLDS_UTF8(&f) && strcmp(bson_iter_key(&f), "host") == 0)
+                    snprintf(p[n].host, sizeof(p[n].host), "%s", bson_iter_utf8(&f, NULL));
+            if (p[n].host[0] != '\0')
+                n++;
+        }
+    bool commit = false;
+    uint64_t commit_ts = 0;
+    if (bson_iter_init(&it, d) && bson_iter_find_descendant(&it, "decision.decision", &f) &&
+        BSON_ITER_HOLDS_UTF8(&f) && strcmp(bson_iter_utf8(&f, NULL), "commit") == 0 &&
+        bson_iter_init(&it, d) &&
+        bson_iter_find_descendant(&it, "decision.commitTimestamp", &f) &&
+        BSON_ITER_HOLDS_TIMESTAMP(&f)) {
+        uint32_t t, i;
+        bson_iter_timestamp(&f, &t, &i);
+        commit_ts = ((uint64_t)t << 32) | i;
+        commit = true;
+    }
+    *txnp = txn;
+    *np = n;
+    *commitp = commit;
+    *commit_tsp = commit_ts;
+    return got == 3 && txn >= 0 && n > 0;
+}
+
+/* Send document d's decision again (no decision: abort, as nobody can have
+ * heard commit) and delete it; true when the decision is commit. */
+static bool resume_doc(const bson_t *d)
+{
+    uint8_t lsid[48];
+    int64_t txn;
+    int n;
+    bool commit = false;
+    uint64_t commit_ts;
+    part_t *p = calloc(MAX_PARTS, sizeof(*p));
+    if (p != NULL && parse_doc(d, lsid, &txn, p, &n, &commit, &commit_ts)) {
+        bson_t attr = BSON_INITIALIZER;
+        BSON_APPEND_INT64(&attr, "txnNumber", txn);
+        BSON_APPEND_UTF8(&attr, "decision", commit ? "commit" : "abort");
+        sbl_log(SBL_LOG_INFO, "TXN", 22438, "Resuming a two-phase commit's coordination",
+                &attr);
+        bson_destroy(&attr);
+        deliver(lsid, txn, p, n, commit, commit_ts);
+    }
+    free(p);
+    return commit;
+}
+
+/* Resume the coordination of document d (one of config.transaction_coordinators)
+ * unless it runs here now. */
+static void resume_one(const bson_t *d)
+{
+    uint8_t lsid[48];
+    int64_t txn;
+    int n;
+    bool commit;
+    uint64_t commit_ts;
+    part_t *p = calloc(MAX_PARTS, sizeof(*p));
+    bool ok = p != NULL && parse_doc(d, lsid, &txn, p, &n, &commit, &commit_ts);
+    free(p);
+    if (!ok)
+        return;
+    pthread_mutex_lock(&coord_mu);
+    recent_t *r = recent_find(lsid, txn);
+    if (r != NULL && r->running) { /* this process coordinates it now */
+        pthread_mutex_unlock(&coord_mu);
+        return;
+    }
+    r = recent_claim_locked(lsid, txn);
+    pthread_mutex_unlock(&coord_mu);
+    commit = resume_doc(d);
+    sbl_err_t e = {0};
+    if (!commit)
+        sbl_err_set(&e, SBL_E_NoSuchTransaction, "its coordinator restarted before deciding");
+    recent_done(r, commit ? 0 : e.code, &e);
+}
+
+/* One pass over config.transaction_coordinators (a shard's primary only). */
+static void recover_pass(void)
+{
+    if (!sbl_repl_writable() || sbl_shard_name() == NULL)
+        return;
+    bson_t c = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    bson_iter_t it, el;
+    BSON_APPEND_UTF8(&c, "find", "transaction_coordinators");
+    BSON_APPEND_INT32(&c, "batchSize", 100);
+    sbl_cmd_run("config", &c, &reply);
+    if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.firstBatch", &el) &&
+        bson_iter_recurse(&el, &it))
+        while (!atomic_load(&stopping) && bson_iter_next(&it)) {
+            bson_t d;
+            if (sbl_iter_doc(&it, &d))
+                resume_one(&d);
+        }
+    bson_destroy(&reply);
+    bson_destroy(&c);
+}
+
+static pthread_t recover_thread;
+static bool recover_running;
+static pthread_mutex_t stop_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t stop_cv = PTHREAD_COND_INITIALIZER;
+
+static void *recover_main(void *arg)
+{
+    (void)arg;
+    sbl_thread_name("txncoordrecov");
+    pthread_mutex_lock(&stop_mu);
+    while (!atomic_load(&stopping)) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 1;
+        pthread_cond_timedwait(&stop_cv, &stop_mu, &until);
+        if (atomic_load(&stopping))
+            break;
+        pthread_mutex_unlock(&stop_mu);
+        recover_pass();
+        pthread_mutex_lock(&stop_mu);
+    }
+    pthread_mutex_unlock(&stop_mu);
+    sbl_session_release_thread();
+    return NULL;
+}
+
+void sbl_cmd_coord_start(void)
+{
+    atomic_store(&stopping, false);
+    if (!recover_running && pthread_create(&recover_thread, NULL, recover_main, NULL) == 0)
+        recover_running = true;
+}
+
+void sbl_cmd_coord_stop(void)
+{
+    if (!recover_running)
+        return;
+    pthread_mutex_lock(&stop_mu);
+    atomic_store(&stopping, true);
+    pthread_cond_signal(&stop_cv);
+    pthread_mutex_unlock(&stop_mu);
+    pthread_join(recover_thread, NULL);
+    recover_running = false;
 }

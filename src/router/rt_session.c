@@ -55,6 +55,7 @@ typedef struct rt_txn {
 /* The client command this thread runs. */
 typedef struct cur_sess {
     bool on, has_lsid, has_txn, in_txn, write;
+    bool decided; /* a coordinator has the commit: no implicit abort whatever happens */
     uint8_t id[16], uid[32];
     int64_t txn;
 } cur_sess_t;
@@ -384,6 +385,7 @@ static int commit_2pc(const int *shards, int n, const bson_iter_t *wc, bson_t *r
     if (wc != NULL)
         bson_append_iter(&c, "writeConcern", -1, wc);
     int rc = 0;
+    cur.decided = true; /* from here only the coordinator ends the transaction */
     for (int tries = 0; tries < 3; tries++) {
         sbl_err_clear(err);
         if ((rc = rt_run(shards[0], "admin", &c, &r, err)) == 0)
@@ -467,7 +469,7 @@ int rt_cmd_abort_txn(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t
 
 void rt_sess_after(int rc, const bson_t *reply)
 {
-    if (!cur.on || !cur.in_txn)
+    if (!cur.on || !cur.in_txn || cur.decided)
         return;
     bson_iter_t it;
     /* handlers leave ok out when it is 1; a shard's error reply has ok: 0 */
@@ -482,9 +484,11 @@ void rt_sess_error_labels(int code, bson_t *reply)
     const char *label = NULL;
     bool net = code == SBL_E_HostUnreachable || code == SBL_E_NotWritablePrimary ||
                code == SBL_E_PrimarySteppedDown || code == SBL_E_InterruptedDueToReplStateChange;
-    if (cur.on && cur.in_txn &&
-        (net || code == SBL_E_NoSuchTransaction || code == SBL_E_WriteConflict ||
-         code == SBL_E_StaleConfig))
+    if (cur.decided && net)
+        label = "UnknownTransactionCommitResult"; /* the coordinator may have committed */
+    else if (cur.on && cur.in_txn &&
+             (net || code == SBL_E_NoSuchTransaction || code == SBL_E_WriteConflict ||
+              code == SBL_E_StaleConfig))
         label = "TransientTransactionError";
     else if (cur.on && cur.has_txn && net)
         label = "RetryableWriteError";

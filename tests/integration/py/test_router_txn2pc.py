@@ -10,6 +10,7 @@ failCommand fail point) per module; each collection tp.<name> is sharded on
 """
 import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -26,7 +27,7 @@ from sharded import ROUTER  # noqa: E402
 from test_retryable import Raw, cmd, new_lsid  # noqa: E402
 from test_sharding import shards  # noqa: E402,F401
 
-COLLS = ["both", "aborted", "noprep", "bank", "retry"]
+COLLS = ["both", "aborted", "noprep", "bank", "retry", "killed"]
 TEST_CMDS = ["--sabled-arg=--setParameter", "--sabled-arg=enableTestCommands=1"]
 
 
@@ -250,3 +251,76 @@ def test_commit_and_coordinate_commit_are_idempotent(mongos, shards, cluster):
     assert mongos.tp.retry.count_documents({}) == 2
     for sh in shards:
         assert open_txns(sh) == 0
+
+
+def launcher(cluster, *args):
+    subprocess.run([sys.executable, cluster["launcher"]] + list(args) + ["--dir", cluster["dir"]],
+                   env=cluster["env"], check=True, capture_output=True, timeout=120)
+
+
+def wait_for(pred, secs=30):
+    end = time.monotonic() + secs
+    while time.monotonic() < end:
+        try:
+            if pred():
+                return True
+        except PyMongoError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def prepared_conflict(shard):
+    """A read of shard's tp.killed meets a prepared transaction's write."""
+    with pytest.raises(OperationFailure) as e:
+        shard.tp.killed.find_one({"_id": "hi"})
+    return e.value.code == 112
+
+
+def test_coordinator_killed_after_its_decision_resumes_it(mongos, shards, cluster):
+    """The coordinator (shard0) decides commit and commits its own part, but
+    shard1 drops every commitTransaction (failCommand closeConnection); shard0
+    is killed (SIGKILL) while it retries.  Restarted, it finds its document in
+    config.transaction_coordinators and sends the decision again: shard1,
+    still prepared, commits."""
+    c = mongos.tp.killed
+    shards[1].admin.command({"configureFailPoint": "failCommand", "mode": "alwaysOn",
+                             "data": {"failCommands": ["commitTransaction"],
+                                      "closeConnection": True}})
+    outcome = {}
+
+    def commit():
+        try:
+            with pymongo.MongoClient("127.0.0.1", cluster["router"]) as cl:
+                with cl.start_session() as s:
+                    s.start_transaction()
+                    cl.tp.killed.insert_one({"_id": "lo", "k": -1}, session=s)
+                    cl.tp.killed.insert_one({"_id": "hi", "k": 1}, session=s)
+                    s.commit_transaction()
+            outcome["ok"] = True
+        except PyMongoError as e:
+            outcome["error"] = e
+
+    t = threading.Thread(target=commit)
+    t.start()
+    try:
+        # the decision is taken and shard0's own part committed; shard1 stays prepared
+        assert wait_for(lambda: shards[0].tp.killed.count_documents({"_id": "lo"}) == 1, 20)
+        assert prepared_conflict(shards[1])
+        assert open_txns(shards[1]) == 1
+        launcher(cluster, "kill", "1")  # members: cfg, shard0, shard1
+    finally:
+        shards[1].admin.command({"configureFailPoint": "failCommand", "mode": "off"})
+    time.sleep(0.5)  # the router's commit fails meanwhile: it must not abort anything
+    assert prepared_conflict(shards[1])  # nobody else can commit or abort it
+    launcher(cluster, "restart", "1")
+    assert wait_for(lambda: shards[1].tp.killed.count_documents({"_id": "hi"}) == 1, 30)
+    assert wait_for(lambda: shards[0].config.transaction_coordinators.count_documents({}) == 0)
+    assert open_txns(shards[1]) == 0
+    assert c.count_documents({}) == 2
+    t.join(60)
+    # the client's commit either failed with UnknownTransactionCommitResult or,
+    # retried after the restart, got the resumed coordination's outcome
+    e = outcome.get("error")
+    assert outcome.get("ok") or (isinstance(e, OperationFailure) and
+                                 e.has_error_label("UnknownTransactionCommitResult")), e

@@ -20,10 +20,11 @@
  * network error) waits for the first one and gets its outcome, kept in
  * memory for the last RECENT transactions.
  *
- * Recovery: a thread of the shard's primary looks at the documents every
- * second and resumes each whose coordination does not run in this process
- * (after a restart or failover, or a participant that did not take the
- * decision): it sends the decision again (no decision yet: abort) and
+ * Recovery: a thread of the shard looks at the documents when the member
+ * becomes primary (or starts as one) and, within a second, after a
+ * coordination left its document behind (a participant that did not take
+ * the decision); it resumes each whose coordination does not run in this
+ * process: it sends the decision again (no decision yet: abort) and
  * deletes the document.
  *
  * What must stay true: no participant hears commit before the decision is
@@ -64,6 +65,7 @@ typedef struct recent {
 } recent_t;
 
 static atomic_bool stopping;
+static atomic_bool rescan; /* a document was left behind: recovery looks again */
 static pthread_mutex_t coord_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t coord_cv = PTHREAD_COND_INITIALIZER;
 static recent_t recent[RECENT];
@@ -293,6 +295,8 @@ static void deliver(const uint8_t lsid[48], int64_t txn, const part_t *p, int n,
     if (all) {
         sbl_err_t e = {0};
         coord_doc(lsid, txn, NULL, &e);
+    } else {
+        atomic_store(&rescan, true); /* the recovery thread tries again */
     }
 }
 
@@ -562,10 +566,16 @@ static void resume_one(const bson_t *d)
     recent_done(r, commit ? 0 : e.code, &e);
 }
 
-/* One pass over config.transaction_coordinators (a shard's primary only). */
+/* One pass over config.transaction_coordinators (a shard's primary only):
+ * when it has just become primary (or started) and after a coordination
+ * left its document behind. */
 static void recover_pass(void)
 {
-    if (!sbl_repl_writable() || sbl_shard_name() == NULL)
+    static bool was_primary;
+    bool primary = sbl_repl_writable() && sbl_shard_name() != NULL;
+    bool now = primary && (!was_primary || atomic_exchange(&rescan, false));
+    was_primary = primary;
+    if (!now)
         return;
     bson_t c = BSON_INITIALIZER, reply = BSON_INITIALIZER;
     bson_iter_t it, el;

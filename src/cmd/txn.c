@@ -682,9 +682,22 @@ void sbl_cmd_mtxn_kill_session(const uint8_t id[16])
 void sbl_cmd_mtxn_abort_all(void)
 {
     pthread_mutex_lock(&txn_mu);
-    for (sbl_mtxn_t *t = txns; t != NULL; t = t->next)
-        if (!t->busy)
-            abort_txn(t);
+    for (sbl_mtxn_t *t = txns; t != NULL; t = t->next) {
+        if (t->busy)
+            continue;
+        if (t->state == TXN_PREPARED) {
+            /* a secondary applies its primary's oplog, which a prepared
+             * transaction's writes would block: without a prepare entry to
+             * recover it from, the member lets it go (docs/sharding.md) */
+            bson_t attr = BSON_INITIALIZER;
+            BSON_APPEND_INT64(&attr, "txnNumber", t->txn_number);
+            sbl_log(SBL_LOG_WARNING, "TXN", 22439, "Aborting a prepared transaction: this "
+                    "member is no longer primary", &attr);
+            bson_destroy(&attr);
+            rollback_txn(t);
+        }
+        abort_txn(t);
+    }
     pthread_mutex_unlock(&txn_mu);
 }
 

@@ -462,24 +462,17 @@ static bool parse_doc(const bson_t *d, uint8_t lsid[48], int64_t *txnp, part_t *
 {
     bson_iter_t it, f, el;
     int64_t txn = -1;
-    int got = 0, n = 0;
+    int n = 0;
+    bool got = false;
+    static const uint8_t no_uid[32];
+    sbl_lsid_t l;
+    sbl_err_t e = {0};
     if (bson_iter_init(&it, d) && bson_iter_find_descendant(&it, "_id.lsid", &f) &&
-        BSON_ITER_HOLDS_DOCUMENT(&f) && bson_iter_recurse(&f, &el))
-        while (bson_iter_next(&el)) {
-            bson_subtype_t st;
-            uint32_t len = 0;
-            const uint8_t *data;
-            if (!BSON_ITER_HOLDS_BINARY(&el))
-                continue;
-            bson_iter_binary(&el, &st, &len, &data);
-            if (strcmp(bson_iter_key(&el), "id") == 0 && len == 16) {
-                memcpy(lsid, data, 16);
-                got |= 1;
-            } else if (strcmp(bson_iter_key(&el), "uid") == 0 && len == 32) {
-                memcpy(lsid + 16, data, 32);
-                got |= 2;
-            }
-        }
+        sbl_lsid_parse(&f, "lsid", no_uid, true, &l, &e) == 0) {
+        memcpy(lsid, l.id, 16);
+        memcpy(lsid + 16, l.uid, 32);
+        got = true;
+    }
     if (bson_iter_init(&it, d) && bson_iter_find_descendant(&it, "_id.txnNumber", &f) &&
         BSON_ITER_HOLDS_NUMBER(&f))
         txn = bson_iter_as_int64(&f);
@@ -511,7 +504,7 @@ static bool parse_doc(const bson_t *d, uint8_t lsid[48], int64_t *txnp, part_t *
     *np = n;
     *commitp = commit;
     *commit_tsp = commit_ts;
-    return got == 3 && txn >= 0 && n > 0;
+    return got && txn >= 0 && n > 0;
 }
 
 /* Send document d's decision again (no decision: abort, as nobody can have

@@ -520,6 +520,13 @@ int sbl_cmd_abort_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_InvalidOptions,
                            "abortTransaction must be run within a transaction");
     pthread_mutex_lock(&txn_mu);
+    if (t->state == TXN_PREPARED && t->wt_prepared) { /* the oplog says it ended */
+        sbl_repl_stmt_t st = {.txn_number = t->txn_number};
+        sbl_err_t e = {0};
+        memcpy(st.lsid_id, t->lsid.id, 16);
+        memcpy(st.lsid_uid, t->lsid.uid, 32);
+        sbl_repl_txn_log_prepared(NULL, &st, t->prepare_ts, true, &e);
+    }
     if (t->state == TXN_IN_PROGRESS || t->state == TXN_PREPARED)
         rollback_txn(t);
     pthread_mutex_unlock(&txn_mu);
@@ -549,7 +556,12 @@ int sbl_cmd_prepare_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
     } else if ((rc = sbl_repl_reserve_ts(&ts, err)) == 0) {
         /* a transaction that only read has nothing to prepare in storage */
         bool wrote = sbl_repl_txn_ops_count(t->ops) > 0;
-        if (!wrote || (rc = sbl_txn_prepare_outer(t->ss, ts, err)) == 0) {
+        sbl_repl_stmt_t st = {.txn_number = t->txn_number};
+        memcpy(st.lsid_id, t->lsid.id, 16);
+        memcpy(st.lsid_uid, t->lsid.uid, 32);
+        if (wrote && (rc = sbl_txn_prepare_outer(t->ss, ts, err)) == 0)
+            rc = sbl_repl_txn_log_prepared(t->ops, &st, ts, false, err);
+        if (rc == 0) {
             t->state = TXN_PREPARED;
             t->prepare_ts = ts;
             t->wt_prepared = wrote;

@@ -73,6 +73,15 @@ def test_transaction_writing_two_shards_commits_on_both(mongos, shards):
     assert [committed(s) for s in shards] == [b + 1 for b in before]
     assert shards[0].tp.both.find_one({"_id": "a"})["v"] == 1
     assert shards[1].tp.both.find_one({"_id": "b"})["v"] == 1
+    # each shard logged its prepare (a no-op with the operations) before the commit's entry
+    for sh, _id in zip(shards, ["a", "b"]):
+        prep = sh.local.oplog.rs.find_one({"op": "n", "o.msg": "prepareTransaction",
+                                           "o2.applyOps.o2._id": _id})
+        assert prep is not None and prep["o"]["txnNumber"] >= 1
+        commit = sh.local.oplog.rs.find_one({"op": "c", "o.applyOps.o2._id": _id,
+                                             "txnNumber": prep["o"]["txnNumber"]})
+        assert commit["lsid"] == prep["o"]["lsid"]
+        assert prep["o"]["prepareTimestamp"] < prep["ts"] < commit["ts"]
     # the coordinator removed its decision document; nothing stays open
     for sh in shards:
         assert sh.config.transaction_coordinators.count_documents({}) == 0
@@ -110,7 +119,12 @@ def test_participant_that_cannot_prepare_aborts_the_whole_transaction(mongos, sh
     assert "TransientTransactionError" in e.value.details.get("errorLabels", [])
     assert c.count_documents({}) == 0
     assert [sh.tp.noprep.count_documents({}) for sh in shards] == [0, 0]
-    # shard0 had prepared: the coordinator's abort reached it
+    # shard0 had prepared: the coordinator's abort reached it (and its oplog says so)
+    prep = shards[0].local.oplog.rs.find_one({"o.msg": "prepareTransaction",
+                                              "o2.applyOps.o._id": "lo"})
+    aborts = shards[0].local.oplog.rs.find({"o.msg": "abortPreparedTransaction",
+                                            "o.txnNumber": prep["o"]["txnNumber"]})
+    assert prep["o"]["lsid"] in [a["o"]["lsid"] for a in aborts]
     for sh in shards:
         assert open_txns(sh) == 0
         assert sh.config.transaction_coordinators.count_documents({}) == 0

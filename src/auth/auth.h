@@ -105,6 +105,10 @@ typedef struct sbl_scram sbl_scram_t;
 int sbl_sasl_payload(const bson_t *cmd, const uint8_t **datap, uint32_t *lenp, sbl_err_t *err);
 bool sbl_sasl_skip_empty(const bson_t *cmd);
 void sbl_sasl_append_reply(bson_t *r, bool done, const uint8_t *out, size_t len);
+/* How long the reply to a failed authentication waits (sabled and
+ * sable-router alike): 250 ms per failure on the connection so far
+ * (failures >= 1), at most 3 s, so guessing passwords is slow. */
+int sbl_auth_fail_delay_ms(int failures);
 
 int sbl_scram_start(sbl_session_t *ss, const char *db, const char *mechanism,
                     const uint8_t *payload, size_t len, sbl_scram_t **convp, uint8_t **outp,

@@ -31,6 +31,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#define AUTH_FAIL_DELAY_MS 250
+#define AUTH_FAIL_DELAY_MAX_MS 3000
 #include <string.h>
 
 #define SHA1_ITERATIONS 10000
@@ -760,6 +763,12 @@ bool sbl_sasl_skip_empty(const bson_t *cmd)
         bson_iter_recurse(&it, &o) && bson_iter_find(&o, "skipEmptyExchange"))
         return bson_iter_as_bool(&o);
     return false;
+}
+
+int sbl_auth_fail_delay_ms(int failures)
+{
+    int64_t ms = (int64_t)AUTH_FAIL_DELAY_MS * (failures > 0 ? failures : 1);
+    return ms > AUTH_FAIL_DELAY_MAX_MS ? AUTH_FAIL_DELAY_MAX_MS : (int)ms;
 }
 
 void sbl_sasl_append_reply(bson_t *r, bool done, const uint8_t *out, size_t len)

@@ -24,8 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAIL_DELAY_MS 250
-#define FAIL_DELAY_MAX_MS 3000
 
 /* ---- per-connection state -------------------------------------------------------- */
 
@@ -52,8 +50,7 @@ void sbl_cmd_auth_client_free(sbl_client_t *c)
 
 int sbl_cmd_auth_fail_delay_ms(const sbl_client_t *c)
 {
-    int64_t ms = (int64_t)FAIL_DELAY_MS * (c->auth_failures > 0 ? c->auth_failures : 1);
-    return ms > FAIL_DELAY_MAX_MS ? FAIL_DELAY_MAX_MS : (int)ms;
+    return sbl_auth_fail_delay_ms(c->auth_failures);
 }
 
 static void log_auth(sbl_opctx_t *ctx, bool ok, const char *mech, const char *user,

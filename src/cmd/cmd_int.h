@@ -198,6 +198,14 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err);
 void sbl_cmd_mtxn_end(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err);
 int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_abort_transaction(sbl_opctx_t *ctx, sbl_err_t *err);
+/* prepareTransaction (a participant of two-phase commit: txn.c) and
+ * coordinateCommitTransaction (its coordinator: txn_coord.c). */
+int sbl_cmd_prepare_transaction(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_coordinate_commit(sbl_opctx_t *ctx, sbl_err_t *err);
+/* The coordinator's recovery thread (txn_coord.c): started with the
+ * command layer, stopped before storage closes. */
+void sbl_cmd_coord_start(void);
+void sbl_cmd_coord_stop(void);
 /* A collection (an index) the transaction ctx runs in created: hidden from
  * others until its commit, then logged before its applyOps entry; dropped
  * when it aborts. */

@@ -685,6 +685,8 @@ static void execute_inner(pending_t *p)
     }
     /* A retryable write: check txnNumber, check the session out (and in
      * again below, whatever happens). */
+    if (has_txn && p->def->fn == sbl_cmd_coordinate_commit)
+        has_txn = false; /* it names the transaction it coordinates; it runs in none */
     if (has_txn && (p->rc = sbl_cmd_txn_begin(ctx, &txnit, has_ac ? &acit : NULL, &p->err)) != 0) {
         sbl_cmd_txn_end(ctx);
         sbl_cmd_mtxn_end(ctx, &p->rc, &p->err);
@@ -1170,11 +1172,13 @@ int sbl_cmd_init(sbl_err_t *err)
     if (uv_thread_create(&reaper_thread, reaper_main, NULL) != 0)
         return sbl_err_set(err, SBL_E_InternalError, "cannot start the cursor reaper thread");
     reaper_running = true;
+    sbl_cmd_coord_start(); /* two-phase commit coordinations to resume */
     return 0;
 }
 
 void sbl_cmd_shutdown(void)
 {
+    sbl_cmd_coord_stop();
     sbl_cmd_balancer_stop_thread();
     sbl_cmd_migrations_shutdown();
     if (!reaper_running)

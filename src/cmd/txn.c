@@ -13,7 +13,12 @@
  * (commitTransaction) or aborted (abortTransaction, an error in one of its
  * commands, a newer txnNumber, the lifetime limit, a killed session).  A
  * retried commitTransaction of a committed transaction succeeds again; any
- * command of an aborted one gets NoSuchTransaction.
+ * command of an aborted one gets NoSuchTransaction.  A transaction of a
+ * sharded cluster's two-phase commit (txn_coord.c) goes in progress ->
+ * prepared (prepareTransaction: WiredTiger's prepare at a fresh timestamp)
+ * -> committed (commitTransaction with the coordinator's commitTimestamp)
+ * or aborted (abortTransaction); nothing else ends a prepared transaction
+ * (not the lifetime limit, a newer txnNumber or a killed session).
  *
  * What must stay true: a transaction's writes become visible together or
  * not at all (one WiredTiger commit, its applyOps entry inside it); every
@@ -33,7 +38,7 @@
 #include <string.h>
 #include <strings.h>
 
-enum { TXN_IN_PROGRESS = 1, TXN_COMMITTED, TXN_ABORTED };
+enum { TXN_IN_PROGRESS = 1, TXN_PREPARED, TXN_COMMITTED, TXN_ABORTED };
 
 typedef struct sbl_mtxn {
     sbl_lsid_t lsid;
@@ -53,6 +58,8 @@ typedef struct sbl_mtxn {
     bson_t *read_concern;     /* as currentOp shows it (parameters.readConcern), or NULL */
     int64_t active_us;        /* time its commands ran, in total */
     int64_t active_since_us;  /* when the running one began (busy) */
+    uint64_t prepare_ts;      /* prepared: its prepareTimestamp */
+    bool wt_prepared;         /* ... and WiredTiger's transaction is prepared (it wrote) */
     struct sbl_mtxn *next;
 } sbl_mtxn_t;
 
@@ -106,11 +113,10 @@ static void forget_created(sbl_mtxn_t *t, bool drop)
     t->published = false;
 }
 
-/* Roll back and release the storage session (t checked out or locked). */
-static void abort_txn(sbl_mtxn_t *t)
+/* Roll back and release the storage session (t checked out or locked);
+ * a prepared transaction too (only its abortTransaction does that). */
+static void rollback_txn(sbl_mtxn_t *t)
 {
-    if (t->state != TXN_IN_PROGRESS)
-        return;
     sbl_cursors_kill_txn(t->lsid.id);
     if (t->ss != NULL)
         sbl_txn_abort_outer(t->ss); /* the storage session stays for the next transaction */
@@ -118,8 +124,16 @@ static void abort_txn(sbl_mtxn_t *t)
     sbl_repl_txn_ops_free(t->ops);
     t->ops = NULL;
     t->state = TXN_ABORTED;
+    t->wt_prepared = false;
     n_aborted++;
     n_open--;
+}
+
+/* Abort t when it is in progress (never a prepared one). */
+static void abort_txn(sbl_mtxn_t *t)
+{
+    if (t->state == TXN_IN_PROGRESS)
+        rollback_txn(t);
 }
 
 /* Commands a transaction may run (mongod 7.0's list, as far as Sable has them). */
@@ -128,7 +142,7 @@ static bool allowed_in_txn(const char *n)
     static const char *const ok[] = {"find", "getMore", "aggregate", "distinct", "insert",
                                      "update", "delete", "findAndModify", "findandmodify",
                                      "commitTransaction", "abortTransaction", "killCursors",
-                                     "create", "createIndexes", NULL};
+                                     "create", "createIndexes", "prepareTransaction", NULL};
     for (int i = 0; ok[i] != NULL; i++)
         if (strcmp(ok[i], n) == 0)
             return true;
@@ -240,6 +254,11 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
         int64_t newest = seen > rec_txn ? seen : rec_txn;
         if (t->txn_number > newest)
             newest = t->txn_number;
+        if (t->state == TXN_PREPARED)
+            return sbl_err_set(err, SBL_E_PreparedTransactionInProgress,
+                               "Cannot start transaction %lld on session: transaction %lld is "
+                               "prepared and waits for its coordinator's decision",
+                               (long long)txn, (long long)t->txn_number);
         if (txn < newest)
             return sbl_err_set(err, SBL_E_TransactionTooOld,
                                "Cannot start transaction %lld on session because a newer "
@@ -283,6 +302,11 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
         return no_such_txn(ctx, err, txn, "does not match any in-progress transactions");
     } else if (t->state == TXN_ABORTED) {
         return no_such_txn(ctx, err, txn, "has been aborted.");
+    } else if (t->state == TXN_PREPARED && strcmp(ctx->name, "commitTransaction") != 0 &&
+               strcmp(ctx->name, "abortTransaction") != 0 &&
+               strcmp(ctx->name, "prepareTransaction") != 0) {
+        return sbl_err_set(err, SBL_E_PreparedTransactionInProgress,
+                           "Cannot call %s on a prepared transaction", ctx->name);
     } else if (t->state == TXN_COMMITTED) {
         if (strcmp(ctx->name, "commitTransaction") == 0)
             return 0; /* a retried commit: the same outcome */
@@ -345,6 +369,69 @@ void sbl_cmd_mtxn_end(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err)
     ctx->mtxn_checked_out = false;
 }
 
+/* t committed (txn_mu held): its cursors and operations go. */
+static void mark_committed(sbl_mtxn_t *t)
+{
+    sbl_cursors_kill_txn(t->lsid.id);
+    sbl_repl_txn_ops_free(t->ops);
+    t->ops = NULL;
+    t->state = TXN_COMMITTED;
+    t->wt_prepared = false;
+    n_committed++;
+    n_open--;
+}
+
+/*
+ * Commit prepared transaction t at commit_ts (the coordinator's decision,
+ * at least its prepareTimestamp): its applyOps entry and session record are
+ * written in a transaction of this thread's session, which takes the next
+ * oplog ts (durable_ts) and holds the oplog's lock while t's storage
+ * transaction commits (visible at commit_ts, durable at durable_ts); then
+ * the entry's transaction commits.  A secondary applies the entry at its
+ * own ts, durable_ts.
+ */
+static int commit_prepared(sbl_opctx_t *ctx, sbl_mtxn_t *t, uint64_t commit_ts, sbl_err_t *err)
+{
+    sbl_session_t *side = sbl_session_get();
+    uint64_t durable_ts = 0;
+    int rc;
+
+    if (commit_ts < t->prepare_ts)
+        return sbl_err_set(err, SBL_E_InvalidOptions, "commitTimestamp %u:%u is before the "
+                           "transaction's prepareTimestamp %u:%u",
+                           (unsigned)(commit_ts >> 32), (unsigned)commit_ts,
+                           (unsigned)(t->prepare_ts >> 32), (unsigned)t->prepare_ts);
+    sbl_repl_set_txn_ops(NULL);
+    sbl_repl_clock_advance(commit_ts); /* the entry's ts comes after it */
+    sbl_repl_stmt_t st = {.txn_number = t->txn_number};
+    memcpy(st.lsid_id, t->lsid.id, 16);
+    memcpy(st.lsid_uid, t->lsid.uid, 32);
+    pthread_mutex_lock(&txn_mu);
+    if ((rc = sbl_txn_begin(side, err)) == 0) {
+        rc = sbl_repl_txn_commit(side, t->ops, &st, &durable_ts, err);
+        if (rc == 0 && t->wt_prepared)
+            rc = sbl_txn_commit_prepared_outer(t->ss, commit_ts,
+                                               durable_ts > commit_ts ? durable_ts : commit_ts,
+                                               err);
+        else if (rc == 0)
+            rc = sbl_txn_commit_outer(t->ss, err);
+        if (rc == 0)
+            rc = sbl_txn_commit(side, err);
+        else
+            sbl_txn_abort(side);
+    }
+    if (rc != 0) { /* the decision was commit: the coordinator sends it again */
+        pthread_mutex_unlock(&txn_mu);
+        return rc;
+    }
+    mark_committed(t);
+    pthread_mutex_unlock(&txn_mu);
+    ctx->ss = side;
+    if (durable_ts != 0)
+        ctx->wrote = true;
+    return 0;
+}
+
 int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     sbl_mtxn_t *t = ctx->mtxn;
@@ -356,6 +443,21 @@ int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
                            "commitTransaction must be run within a transaction");
     if (t->state == TXN_COMMITTED)
         return 0;
+    bson_iter_t it;
+    bool has_cts = sbl_doc_find_top(ctx->cmd, "commitTimestamp", &it);
+    if (has_cts && !BSON_ITER_HOLDS_TIMESTAMP(&it))
+        return sbl_type_error(err, "CommitTransaction.commitTimestamp", &it, "timestamp");
+    if (t->state == TXN_PREPARED) {
+        uint32_t secs = 0, inc = 0;
+        if (!has_cts)
+            return sbl_err_set(err, SBL_E_InvalidOptions, "commitTimestamp must be provided "
+                               "when committing a prepared transaction");
+        bson_iter_timestamp(&it, &secs, &inc);
+        return commit_prepared(ctx, t, ((uint64_t)secs << 32) | inc, err);
+    }
+    if (has_cts)
+        return sbl_err_set(err, SBL_E_InvalidOptions, "commitTimestamp cannot be provided for "
+                           "an unprepared transaction");
     sbl_repl_set_txn_ops(NULL);
     sbl_repl_stmt_t st = {.txn_number = t->txn_number};
     memcpy(st.lsid_id, t->lsid.id, 16);
@@ -407,13 +509,8 @@ int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
         pthread_mutex_unlock(&txn_mu);
         return rc;
     }
-    sbl_cursors_kill_txn(t->lsid.id);
-    sbl_repl_txn_ops_free(t->ops);
-    t->ops = NULL;
     pthread_mutex_lock(&txn_mu);
-    t->state = TXN_COMMITTED;
-    n_committed++;
-    n_open--;
+    mark_committed(t);
     pthread_mutex_unlock(&txn_mu);
     ctx->ss = sbl_session_get();
     if (ts != 0)
@@ -428,10 +525,61 @@ int sbl_cmd_abort_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_InvalidOptions,
                            "abortTransaction must be run within a transaction");
     pthread_mutex_lock(&txn_mu);
-    abort_txn(t);
+    if (t->state == TXN_PREPARED && t->wt_prepared) { /* the oplog says it ended */
+        sbl_repl_stmt_t st = {.txn_number = t->txn_number};
+        sbl_err_t e = {0};
+        memcpy(st.lsid_id, t->lsid.id, 16);
+        memcpy(st.lsid_uid, t->lsid.uid, 32);
+        sbl_repl_txn_log_prepared(NULL, &st, t->prepare_ts, true, &e);
+    }
+    if (t->state == TXN_IN_PROGRESS || t->state == TXN_PREPARED)
+        rollback_txn(t);
     pthread_mutex_unlock(&txn_mu);
     ctx->ss = sbl_session_get();
     return 0;
+}
+
+int sbl_cmd_prepare_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    sbl_mtxn_t *t = ctx->mtxn;
+    uint64_t ts = 0;
+    int rc = 0;
+
+    if (t == NULL)
+        return sbl_err_set(err, SBL_E_InvalidOptions,
+                           "prepareTransaction must be run within a transaction");
+    sbl_repl_set_txn_ops(NULL);
+    pthread_mutex_lock(&txn_mu);
+    if (t->state == TXN_PREPARED) { /* a retried prepare: the same answer */
+        ts = t->prepare_ts;
+    } else if (t->ncreated > 0) {
+        rc = sbl_err_set(err, SBL_E_OperationNotSupportedInTransaction,
+                         "Cannot create new collections inside distributed transactions");
+    } else if (sbl_txn_outer_failed(t->ss)) {
+        rc = sbl_err_set(err, SBL_E_WriteConflict, "WriteConflict: the transaction was aborted");
+        add_label(ctx, "TransientTransactionError");
+    } else if ((rc = sbl_repl_reserve_ts(&ts, err)) == 0) {
+        /* a transaction that only read has nothing to prepare in storage */
+        bool wrote = sbl_repl_txn_ops_count(t->ops) > 0;
+        sbl_repl_stmt_t st = {.txn_number = t->txn_number};
+        memcpy(st.lsid_id, t->lsid.id, 16);
+        memcpy(st.lsid_uid, t->lsid.uid, 32);
+        if (wrote && (rc = sbl_txn_prepare_outer(t->ss, ts, err)) == 0)
+            rc = sbl_repl_txn_log_prepared(t->ops, &st, ts, false, err);
+        if (rc == 0) {
+            t->state = TXN_PREPARED;
+            t->prepare_ts = ts;
+            t->wt_prepared = wrote;
+        }
+    }
+    if (rc != 0)
+        abort_txn(t);
+    pthread_mutex_unlock(&txn_mu);
+    if (rc == 0)
+        bson_append_timestamp(ctx->reply, "prepareTimestamp", -1, (uint32_t)(ts >> 32),
+                              (uint32_t)ts);
+    ctx->ss = sbl_session_get();
+    return rc;
 }
 
 static char **push_ns(char ***listp, size_t n, const char *ns)
@@ -551,9 +699,22 @@ void sbl_cmd_mtxn_kill_session(const uint8_t id[16])
 void sbl_cmd_mtxn_abort_all(void)
 {
     pthread_mutex_lock(&txn_mu);
-    for (sbl_mtxn_t *t = txns; t != NULL; t = t->next)
-        if (!t->busy)
-            abort_txn(t);
+    for (sbl_mtxn_t *t = txns; t != NULL; t = t->next) {
+        if (t->busy)
+            continue;
+        if (t->state == TXN_PREPARED) {
+            /* a secondary applies its primary's oplog, which a prepared
+             * transaction's writes would block: without a prepare entry to
+             * recover it from, the member lets it go (docs/sharding.md) */
+            bson_t attr = BSON_INITIALIZER;
+            BSON_APPEND_INT64(&attr, "txnNumber", t->txn_number);
+            sbl_log(SBL_LOG_WARNING, "TXN", 22439, "Aborting a prepared transaction: this "
+                    "member is no longer primary", &attr);
+            bson_destroy(&attr);
+            rollback_txn(t);
+        }
+        abort_txn(t);
+    }
     pthread_mutex_unlock(&txn_mu);
 }
 
@@ -566,7 +727,8 @@ void sbl_cmd_mtxn_reap(void)
         if (!t->busy && t->state == TXN_IN_PROGRESS &&
             now - t->start_ms > atomic_load(&lifetime_limit_s) * 1000)
             abort_txn(t);
-        if (!t->busy && t->state != TXN_IN_PROGRESS && now - t->start_ms > 30 * 60 * 1000) {
+        if (!t->busy && t->state != TXN_IN_PROGRESS && t->state != TXN_PREPARED &&
+            now - t->start_ms > 30 * 60 * 1000) {
             *pp = t->next; /* forget finished transactions of idle sessions */
             sbl_session_close(t->ss);
             if (t->read_concern != NULL)

@@ -66,6 +66,7 @@
     X(InvalidIndexSpecificationOption, 197)                                                    \
     X(OperationNotSupportedInTransaction, 263)                                                 \
     X(FailPointSetFailed, 266)                                                                 \
+    X(PreparedTransactionInProgress, 267)                                                      \
     X(CannotConvertIndexToUnique, 359)                                                         \
     X(ViewDepthLimitExceeded, 149)                                                             \
     X(CommandNotSupportedOnView, 166)                                                          \

@@ -298,6 +298,23 @@ void sbl_repl_set_txn_ops(sbl_repl_txn_ops_t *ops);
 int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt_t *st,
                         uint64_t *tsp, sbl_err_t *err);
 
+/* A fresh timestamp, later than every entry's so far and every cluster time
+ * gossiped to this member, that no entry will use (the next entry's ts is
+ * later): a prepared transaction's prepareTimestamp.  Uses the calling
+ * thread's session, which must have no transaction open. */
+int sbl_repl_reserve_ts(uint64_t *tsp, sbl_err_t *err);
+
+/* Two-phase commit's participant: after its transaction (st: lsid and
+ * txnNumber) was prepared at prepare_ts, a no-op entry {msg:
+ * "prepareTransaction", lsid, txnNumber, prepareTimestamp} whose o2 holds
+ * {applyOps: its operations} (what a recovery would prepare again; appliers
+ * and change streams pass no-ops by); abort: {msg:
+ * "abortPreparedTransaction", ...} when a prepared one is aborted.  In a
+ * transaction of the calling thread's session, which must have none open.
+ * TransactionTooLarge when the operations need more than one entry. */
+int sbl_repl_txn_log_prepared(const sbl_repl_txn_ops_t *ops, const sbl_repl_stmt_t *st,
+                              uint64_t prepare_ts, bool abort, sbl_err_t *err);
+
 /* The oplog entry at ts (a copy in *out, initialised when *foundp). */
 int sbl_repl_oplog_get(sbl_session_t *s, uint64_t ts, bson_t *out, bool *foundp, sbl_err_t *err);
 /* The ts of the oldest entry in the oplog (0: none). */

@@ -467,6 +467,26 @@ int sbl_repl_append_alone_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *er
     return rc;
 }
 
+int sbl_repl_reserve_ts(uint64_t *tsp, sbl_err_t *err)
+{
+    sbl_session_t *s = sbl_session_get();
+    int rc;
+
+    *tsp = 0;
+    if (oplog == NULL)
+        return sbl_err_set(err, SBL_E_InternalError, "the oplog is not open");
+    SBL_RET(sbl_txn_begin(s, err));
+    /* under the oplog's lock, as an append takes its ts; rolled back, so
+     * the ts is never used by an entry (as an aborted append's) */
+    if ((rc = sbl_capped_lock(s, oplog, err)) == 0) {
+        uint64_t prev = atomic_load(&last_ts), floor = atomic_load(&clock_floor);
+        *tsp = sbl_repl_ts_next(prev > floor ? prev : floor, (uint32_t)(sbl_now_ms() / 1000));
+        atomic_store(&last_ts, *tsp);
+    }
+    sbl_txn_abort(s);
+    return rc;
+}
+
 void sbl_repl_clock_advance(uint64_t ts)
 {
     sbl_ts_advance(&clock_floor, ts);

@@ -321,6 +321,39 @@ int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt
     return rc;
 }
 
+int sbl_repl_txn_log_prepared(const sbl_repl_txn_ops_t *ops, const sbl_repl_stmt_t *st,
+                              uint64_t prepare_ts, bool abort, sbl_err_t *err)
+{
+    sbl_session_t *s = sbl_session_get();
+    bson_t o = BSON_INITIALIZER, o2 = BSON_INITIALIZER, l, empty = BSON_INITIALIZER;
+    int rc;
+
+    if (!abort && ops != NULL && ops->nfull > 0)
+        return sbl_err_set(err, SBL_E_TransactionTooLarge, "a transaction prepared for "
+                           "two-phase commit must fit one 16 MB oplog entry");
+    BSON_APPEND_UTF8(&o, "msg", abort ? "abortPreparedTransaction" : "prepareTransaction");
+    BSON_APPEND_DOCUMENT_BEGIN(&o, "lsid", &l);
+    BSON_APPEND_BINARY(&l, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
+    BSON_APPEND_BINARY(&l, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
+    bson_append_document_end(&o, &l);
+    BSON_APPEND_INT64(&o, "txnNumber", st->txn_number);
+    bson_append_timestamp(&o, "prepareTimestamp", -1, SBL_TS_SECS(prepare_ts),
+                          SBL_TS_INC(prepare_ts));
+    if (!abort)
+        BSON_APPEND_ARRAY(&o2, "applyOps", ops != NULL ? &ops->arr : &empty);
+    sbl_oplog_entry_t e = {.op = 'n', .ns = "", .o = &o, .o2 = abort ? NULL : &o2};
+    if ((rc = sbl_txn_begin(s, err)) == 0) {
+        if ((rc = sbl_oplog_append(s, &e, err)) == 0)
+            rc = sbl_txn_commit(s, err);
+        else
+            sbl_txn_abort(s);
+    }
+    bson_destroy(&empty);
+    bson_destroy(&o2);
+    bson_destroy(&o);
+    return rc;
+}
+
 int sbl_repl_txn_record_get(sbl_session_t *s, const uint8_t id[16], const uint8_t uid[32],
                             int64_t *txnp, uint64_t *tsp, int64_t *termp, bool *foundp,
                             sbl_err_t *err)

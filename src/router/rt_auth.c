@@ -35,6 +35,7 @@ typedef struct rt_client {
     sbl_authz_t *authz;
     uint64_t gen;
     time_t resolved; /* when authz was read from the config servers */
+    int failures;    /* failed authentications on this connection (each reply waits) */
 } rt_client_t;
 
 /* As mongos's userCacheInvalidationIntervalSecs: a change made through
@@ -442,10 +443,19 @@ int rt_auth_run(sbl_conn_t *conn, const char *name, const char *db, const bson_t
                 bson_t *reply, sbl_err_t *err)
 {
     rt_client_t *c = client_of(conn);
-    if (strcmp(name, "saslStart") == 0)
-        return sasl_start(c, db, cmd, reply, err);
-    if (strcmp(name, "saslContinue") == 0)
-        return sasl_continue(c, db, cmd, reply, err);
+    if (strcmp(name, "saslStart") == 0 || strcmp(name, "saslContinue") == 0) {
+        int rc = name[4] == 'S' ? sasl_start(c, db, cmd, reply, err)
+                                : sasl_continue(c, db, cmd, reply, err);
+        if (rc == SBL_E_AuthenticationFailed) {
+            /* as sabled: the failure's reply waits (this is a worker thread) */
+            int ms = sbl_auth_fail_delay_ms(++c->failures);
+            struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        } else if (rc == 0 && c->user != NULL && c->scram == NULL) {
+            c->failures = 0; /* authenticated */
+        }
+        return rc;
+    }
     if (strcmp(name, "authenticate") == 0)
         return sbl_err_set(err, SBL_E_MechanismUnavailable,
                            "Received authentication for mechanism which is not enabled");

@@ -17,10 +17,10 @@
  *
  * Commit: no participant, nothing to do; one shard that wrote (and any
  * number that only read): the readers commit first, then the writer, so
- * the writer's commit decides.  Two or more shards that wrote would need
- * two-phase commit (prepareTransaction, a coordinator), which the shards do
- * not have yet: such a transaction is aborted everywhere and the commit
- * fails with 263 OperationNotSupportedInTransaction (docs/sharding.md).
+ * the writer's commit decides.  Two or more shards that wrote: two-phase
+ * commit, coordinated by the first shard the transaction contacted
+ * (coordinateCommitTransaction with every participant, retried after a
+ * network error: it is idempotent; src/cmd/txn_coord.c on the shard).
  *
  * What must stay true: one transaction's state is changed under tx_lock
  * only; a command failing inside a transaction aborts it on every
@@ -46,6 +46,7 @@ typedef struct rt_txn {
     int64_t txn;          /* the newest transaction's txnNumber */
     int state;
     bool part[RT_MAX_SHARDS], wrote[RT_MAX_SHARDS];
+    int first;            /* the first shard it contacted (its coordinator); -1: none */
     bson_t *read_concern; /* its first statement's readConcern, or NULL */
     int64_t used_ms;
     struct rt_txn *next;
@@ -54,6 +55,7 @@ typedef struct rt_txn {
 /* The client command this thread runs. */
 typedef struct cur_sess {
     bool on, has_lsid, has_txn, in_txn, write;
+    bool decided; /* a coordinator has the commit: no implicit abort whatever happens */
     uint8_t id[16], uid[32];
     int64_t txn;
 } cur_sess_t;
@@ -146,6 +148,7 @@ static int txn_enter(const char *name, const bson_t *cmd, bool start, sbl_err_t 
             t->state = TX_ACTIVE;
             memset(t->part, 0, sizeof(t->part));
             memset(t->wrote, 0, sizeof(t->wrote));
+            t->first = -1;
             if (t->read_concern)
                 bson_destroy(t->read_concern);
             t->read_concern = NULL;
@@ -275,6 +278,8 @@ bool rt_sess_extra(int shard, const bson_t *cmd, bson_t *extra)
         bson_iter_t it;
         if (!t->part[shard]) {
             t->part[shard] = true;
+            if (t->first < 0)
+                t->first = shard;
             BSON_APPEND_BOOL(extra, "startTransaction", true);
             if (t->read_concern != NULL && !bson_iter_init_find(&it, cmd, "readConcern"))
                 BSON_APPEND_DOCUMENT(extra, "readConcern", t->read_concern);
@@ -300,6 +305,8 @@ void rt_sess_reply(int shard, bool started, const bson_t *reply)
     if (t != NULL && t->txn == cur.txn) {
         t->part[shard] = false;
         t->wrote[shard] = false;
+        if (t->first == shard)
+            t->first = -1; /* the next shard contacted coordinates */
     }
     pthread_mutex_unlock(&tx_lock);
 }
@@ -317,16 +324,20 @@ static int end_on(int s, const char *verb, const bson_iter_t *wc, bson_t *reply,
     return rc;
 }
 
-/* The participants of the current transaction (writers into wrote) after
- * moving it to state; returns how many. */
+/* The participants of the current transaction (writers into wrote), the
+ * first one contacted first, after moving it to state; returns how many. */
 static int participants(int state, int *shards, bool *wrote)
 {
     int n = 0;
     pthread_mutex_lock(&tx_lock);
     rt_txn_t *t = find_locked(false);
     if (t != NULL && t->txn == cur.txn) {
+        if (t->first >= 0 && t->part[t->first]) {
+            wrote[n] = t->wrote[t->first];
+            shards[n++] = t->first;
+        }
         for (int s = 0; s < RT_MAX_SHARDS; s++)
-            if (t->part[s]) {
+            if (t->part[s] && s != t->first) {
                 wrote[n] = t->wrote[s];
                 shards[n++] = s;
             }
@@ -350,6 +361,53 @@ static void abort_everywhere(void)
     }
 }
 
+/* Two-phase commit: coordinateCommitTransaction {participants} to the
+ * first participant (shards[0]), again after a network error (the
+ * coordinator answers a repeat with the first one's outcome).  The
+ * coordinator's answer is the client's; after an abort (its error reply)
+ * the transaction is aborted everywhere already.  An outcome never heard
+ * leaves the router's record active: a retried commit asks again. */
+static int commit_2pc(const int *shards, int n, const bson_iter_t *wc, bson_t *reply,
+                      sbl_err_t *err)
+{
+    bson_t c = BSON_INITIALIZER, arr, el, r;
+    BSON_APPEND_INT32(&c, "coordinateCommitTransaction", 1);
+    BSON_APPEND_ARRAY_BEGIN(&c, "participants", &arr);
+    for (int i = 0; i < n; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "%d", i);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, k, &el);
+        BSON_APPEND_UTF8(&el, "shardId", rt_shard_id(shards[i]));
+        BSON_APPEND_UTF8(&el, "host", rt_shard_host(shards[i]));
+        bson_append_document_end(&arr, &el);
+    }
+    bson_append_array_end(&c, &arr);
+    if (wc != NULL)
+        bson_append_iter(&c, "writeConcern", -1, wc);
+    int rc = 0;
+    cur.decided = true; /* from here only the coordinator ends the transaction */
+    for (int tries = 0; tries < 3; tries++) {
+        sbl_err_clear(err);
+        if ((rc = rt_run(shards[0], "admin", &c, &r, err)) == 0)
+            break; /* rt_sess_extra added lsid, txnNumber, autocommit */
+        if (rc != SBL_E_HostUnreachable)
+            break;
+    }
+    bson_destroy(&c);
+    if (rc != 0)
+        return rc;
+    int code = rt_reply_code(&r);
+    if (code != 0) {
+        bson_reinit(reply);
+        bson_copy_to_excluding_noinit(&r, reply, "$clusterTime", "operationTime", NULL);
+    }
+    bson_destroy(&r);
+    int sh[RT_MAX_SHARDS];
+    bool wrote[RT_MAX_SHARDS];
+    participants(code == 0 ? TX_COMMITTED : TX_ABORTED, sh, wrote);
+    return 0;
+}
+
 int rt_cmd_commit_txn(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     if (!cur.in_txn)
@@ -365,14 +423,8 @@ int rt_cmd_commit_txn(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_
     int n = participants(TX_NONE, shards, wrote), writers = 0;
     for (int i = 0; i < n; i++)
         writers += wrote[i];
-    if (writers > 1) {
-        abort_everywhere();
-        return sbl_err_set(err, SBL_E_OperationNotSupportedInTransaction,
-                           "Transaction with { txnNumber: %lld } wrote on %d shards: committing "
-                           "it needs two-phase commit (prepareTransaction), which sable-router "
-                           "and its shards do not support yet; it has been aborted",
-                           (long long)cur.txn, writers);
-    }
+    if (writers > 1)
+        return commit_2pc(shards, n, has_wc ? &wcit : NULL, reply, err);
     /* the shards that only read first, the one that wrote last */
     int rc = 0;
     for (int pass = 0; pass < 2 && rc == 0; pass++)
@@ -417,7 +469,7 @@ int rt_cmd_abort_txn(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t
 
 void rt_sess_after(int rc, const bson_t *reply)
 {
-    if (!cur.on || !cur.in_txn)
+    if (!cur.on || !cur.in_txn || cur.decided)
         return;
     bson_iter_t it;
     /* handlers leave ok out when it is 1; a shard's error reply has ok: 0 */
@@ -432,9 +484,11 @@ void rt_sess_error_labels(int code, bson_t *reply)
     const char *label = NULL;
     bool net = code == SBL_E_HostUnreachable || code == SBL_E_NotWritablePrimary ||
                code == SBL_E_PrimarySteppedDown || code == SBL_E_InterruptedDueToReplStateChange;
-    if (cur.on && cur.in_txn &&
-        (net || code == SBL_E_NoSuchTransaction || code == SBL_E_WriteConflict ||
-         code == SBL_E_StaleConfig))
+    if (cur.decided && net)
+        label = "UnknownTransactionCommitResult"; /* the coordinator may have committed */
+    else if (cur.on && cur.in_txn &&
+             (net || code == SBL_E_NoSuchTransaction || code == SBL_E_WriteConflict ||
+              code == SBL_E_StaleConfig))
         label = "TransientTransactionError";
     else if (cur.on && cur.has_txn && net)
         label = "RetryableWriteError";

@@ -107,6 +107,15 @@ int sbl_txn_begin_outer_at(sbl_session_t *s, uint64_t read_ts, sbl_err_t *err);
 int sbl_txn_commit_outer(sbl_session_t *s, sbl_err_t *err);
 void sbl_txn_abort_outer(sbl_session_t *s);
 bool sbl_txn_outer_failed(const sbl_session_t *s);
+/* Two-phase commit's participant side: prepare the outer transaction at
+ * prepare_ts (WiredTiger's prepare_transaction; it takes no more writes,
+ * and readers or writers of what it wrote get WriteConflict until it ends),
+ * then either sbl_txn_abort_outer or sbl_txn_commit_prepared_outer: its
+ * writes become visible at commit_ts (>= prepare_ts) and durable at
+ * durable_ts (>= commit_ts, newer than the stable timestamp). */
+int sbl_txn_prepare_outer(sbl_session_t *s, uint64_t prepare_ts, sbl_err_t *err);
+int sbl_txn_commit_prepared_outer(sbl_session_t *s, uint64_t commit_ts, uint64_t durable_ts,
+                                  sbl_err_t *err);
 void sbl_txn_outer_fail(sbl_session_t *s);
 
 /* ---- catalog ---------------------------------------------------------- */

@@ -135,6 +135,11 @@ int sbl_wt_err(sbl_err_t *err, int ret, const char *what)
         return sbl_err_set(err, SBL_E_WriteConflict,
                            "WriteConflict error: this operation conflicted with another "
                            "operation. Please retry your operation or multi-document transaction.");
+    case WT_PREPARE_CONFLICT: /* a prepared transaction's write: wait for it, as for a writer */
+        return sbl_err_set(err, SBL_E_WriteConflict,
+                           "WriteConflict error: this operation conflicted with a prepared "
+                           "transaction. Please retry your operation or multi-document "
+                           "transaction.");
     case WT_CACHE_FULL:
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit,
                            "%s: the WiredTiger cache is full (cacheSizeGB too small)", what);

@@ -372,6 +372,52 @@ int sbl_txn_commit_outer(sbl_session_t *s, sbl_err_t *err)
     return rc;
 }
 
+int sbl_txn_prepare_outer(sbl_session_t *s, uint64_t prepare_ts, sbl_err_t *err)
+{
+    char cfg[64];
+    int ret;
+
+    if (!s->outer || !s->in_txn)
+        return sbl_err_set(err, SBL_E_NoSuchTransaction, "no transaction is open");
+    if (s->outer_failed)
+        return sbl_err_set(err, SBL_E_WriteConflict,
+                           "WriteConflict: the transaction was aborted by an earlier error");
+    reset_cursors(s);
+    snprintf(cfg, sizeof(cfg), "prepare_timestamp=%" PRIx64, prepare_ts);
+    if ((ret = s->wt->prepare_transaction(s->wt, cfg)) != 0)
+        return sbl_wt_err(err, ret, "prepare transaction");
+    return 0;
+}
+
+int sbl_txn_commit_prepared_outer(sbl_session_t *s, uint64_t commit_ts, uint64_t durable_ts,
+                                  sbl_err_t *err)
+{
+    char cfg[96];
+    int ret;
+
+    if (!s->outer || !s->in_txn)
+        return sbl_err_set(err, SBL_E_NoSuchTransaction, "no transaction is open");
+    s->outer = false;
+    s->outer_failed = false;
+    s->in_txn = false;
+    atomic_store(&s->txn_gen, 0);
+    snprintf(cfg, sizeof(cfg), "commit_timestamp=%" PRIx64 ",durable_timestamp=%" PRIx64,
+             commit_ts, durable_ts);
+    ret = s->wt->commit_transaction(s->wt, cfg);
+    if (ret == 0) {
+        atomic_fetch_add(&sbl_eng.commits, 1);
+        sbl_ts_advance(&sbl_eng.last_commit_ts, durable_ts);
+        for (size_t i = 0; i < s->ndeltas; i++) {
+            atomic_fetch_add(&s->deltas[i].tbl->count, s->deltas[i].count);
+            atomic_fetch_add(&s->deltas[i].tbl->data_size, s->deltas[i].data_size);
+        }
+    }
+    s->commit_ts = 0;
+    drop_deltas(s);
+    sbl_capped_unlock_all(s);
+    return ret == 0 ? 0 : sbl_wt_err(err, ret, "commit prepared transaction");
+}
+
 void sbl_txn_abort_outer(sbl_session_t *s)
 {
     s->outer = false;

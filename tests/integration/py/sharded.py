@@ -89,3 +89,26 @@ def extra_router(info, name="router2"):
     finally:
         with open(log + ".pid") as f:
             os.kill(int(f.read().strip()), 15)
+
+
+def split_at_zero(client, db, colls):
+    """Shard db.<each of colls> on {k: 1}, split at k = 0, with k < 0 on
+    shard0 and k >= 0 on shard1 (so a test knows where a document lives).
+    A moveChunk that meets a balancer round's migration is sent again."""
+    import time
+
+    from pymongo.errors import OperationFailure
+    client.admin.command("enableSharding", db)
+    low = client.config.databases.find_one({"_id": db})["primary"] == "shard0"
+    for name in colls:
+        client.admin.command("shardCollection", db + "." + name, key={"k": 1})
+        client.admin.command("split", db + "." + name, middle={"k": 0})
+        find, to = ({"k": 0}, "shard1") if low else ({"k": -1}, "shard0")
+        for attempt in range(100):
+            try:
+                client.admin.command("moveChunk", db + "." + name, find=find, to=to)
+                break
+            except OperationFailure as e:
+                if e.code != 117 or attempt == 99:  # ConflictingOperationInProgress
+                    raise
+                time.sleep(0.1)

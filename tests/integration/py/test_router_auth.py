@@ -294,3 +294,32 @@ def test_cluster_time_signed_through_router(cluster, admin):
         assert ei.value.code == 211, ei.value.details
         assert with_time(app, forged(t, 12345))["ok"] == 1  # not later: not checked
     assert with_time(admin, forged(later, 12345))["ok"] == 1
+
+
+def test_failed_authentication_is_delayed_as_by_sabled(cluster, admin):
+    """Each failed SASL attempt on a connection waits longer before its
+    reply (250 ms, 500 ms, 750 ms ... as sabled), so guessing is slow."""
+    import base64
+    import time
+
+    from bson.binary import Binary
+    from bson.son import SON
+
+    import wire
+
+    sock = wire.connect(cluster["router"])
+    try:
+        t0 = time.monotonic()
+        for _ in range(3):
+            r = wire.command(sock, SON([("saslStart", 1), ("mechanism", "SCRAM-SHA-256"),
+                                        ("payload", Binary(b"n,,n=ycsb,r=0123456789abcdef")),
+                                        ("autoAuthorize", 1)]), db="admin")
+            nonce = dict(kv.split(b"=", 1) for kv in bytes(r["payload"]).split(b","))[b"r"]
+            proof = base64.b64encode(b"\0" * 32)  # not the password's
+            r = wire.command(sock, SON([("saslContinue", 1), ("conversationId", 1),
+                                        ("payload", Binary(b"c=biws,r=" + nonce + b",p=" +
+                                                           proof))]), db="admin")
+            assert r["ok"] == 0 and r["code"] == 18, r
+        assert time.monotonic() - t0 >= 1.45  # 0.25 + 0.5 + 0.75 s
+    finally:
+        sock.close()

@@ -45,15 +45,7 @@ def cluster():
 def mongos(cluster):
     c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000,
                             uuidRepresentation="standard")
-    c.admin.command("enableSharding", "rs")
-    low = c.config.databases.find_one({"_id": "rs"})["primary"] == "shard0"
-    for name in COLLS:
-        c.admin.command("shardCollection", "rs." + name, key={"k": 1})
-        c.admin.command("split", "rs." + name, middle={"k": 0})
-        if low:
-            c.admin.command("moveChunk", "rs." + name, find={"k": 0}, to="shard1")
-        else:
-            c.admin.command("moveChunk", "rs." + name, find={"k": -1}, to="shard0")
+    sharded.split_at_zero(c, "rs", COLLS)
     yield c
     c.close()
 
@@ -227,7 +219,7 @@ def test_transaction_reading_two_shards_and_writing_one(mongos, shards):
     assert on_shards(shards, "tx2", {}) == [2, 2]
 
 
-def test_transaction_writing_two_shards_is_refused_at_commit(mongos, shards):
+def test_transaction_writing_two_shards_commits_with_two_phase_commit(mongos, shards):
     c = mongos.rs.tx3
     c.insert_one({"k": -1})
     c.insert_one({"k": 1})
@@ -235,11 +227,9 @@ def test_transaction_writing_two_shards_is_refused_at_commit(mongos, shards):
         s.start_transaction()
         c.insert_one({"_id": "lo", "k": -50}, session=s)
         c.insert_one({"_id": "hi", "k": 50}, session=s)
-        with pytest.raises(OperationFailure) as e:
-            s.commit_transaction()
-    assert e.value.code == 263 and "two-phase commit" in str(e.value)
-    assert c.count_documents({"_id": {"$in": ["lo", "hi"]}}) == 0
-    assert on_shards(shards, "tx3", {}) == [1, 1]
+        s.commit_transaction()
+    assert c.count_documents({"_id": {"$in": ["lo", "hi"]}}) == 2
+    assert on_shards(shards, "tx3", {}) == [2, 2]
 
 
 def test_a_failed_statement_aborts_the_transaction_everywhere(mongos, shards):

@@ -400,7 +400,7 @@ static void docs_free(void *state)
     free(st);
 }
 
-const sbl_cursor_source_t sbl_cursor_docs_source = {docs_next, docs_free, NULL, NULL};
+const sbl_cursor_source_t sbl_cursor_docs_source = {docs_next, docs_free, NULL, NULL, NULL};
 
 /* ---- reaper -------------------------------------------------------------- */
 
@@ -517,7 +517,6 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
     int64_t id = 0, batch_size = -1, await_ms = 1000;
     bool max_time = false; /* maxTimeMS given */
     const char *coll = NULL;
-    uint64_t gen = sbl_op_generation(); /* before reading: a write after it wakes us */
 
     SBL_RET(sbl_check_fields(ctx->cmd, "GetMoreCommandRequest", getmore_fields, err));
     if (!bson_iter_init(&it, ctx->cmd))
@@ -574,6 +573,9 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
     }
     cur->in_use = true;
     pthread_mutex_unlock(&reg_lock);
+    /* before reading: a change after it wakes a parked getMore */
+    sbl_op_gen_fn wake_gen = cur->src.wake_gen;
+    uint64_t gen = wake_gen != NULL ? wake_gen() : sbl_op_generation();
     if (!(cur->flags & SBL_CURSOR_AWAIT_DATA) && max_time && await_ms > 0) /* a plain time limit */
         ctx->deadline_us = ctx->start_us + await_ms * 1000;
 
@@ -592,7 +594,7 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
         int64_t now = sbl_now_us();
         if (cur->await_until_us == 0)
             cur->await_until_us = now + (await_ms > 0 ? await_ms : 0) * 1000;
-        parked = now < cur->await_until_us && sbl_op_park(ctx, gen, cur->await_until_us);
+        parked = now < cur->await_until_us && sbl_op_park(ctx, wake_gen, gen, cur->await_until_us);
     }
     if (!parked)
         cur->await_until_us = 0;

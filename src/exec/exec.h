@@ -187,6 +187,10 @@ typedef struct sbl_cursor_source {
      * (a change stream's postBatchResumeToken); has_pending tells that the
      * last document produced was held back for the next batch. */
     void (*annotate)(void *state, bool has_pending, bson_t *cursor_doc);
+    /* Optional: the counter an empty awaitData getMore of this source waits on
+     * (NULL: sbl_op_generation()); a change stream's moves only when there is
+     * more it may read, so a write it cannot read yet wakes none of them. */
+    uint64_t (*wake_gen)(void);
 } sbl_cursor_source_t;
 
 /*

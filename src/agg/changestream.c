@@ -341,20 +341,12 @@ static void cs_annotate(void *state, bool has_pending, bson_t *cursor_doc)
     bson_append_document_end(cursor_doc, &t);
 }
 
-/* What a waiting getMore waits on: the newest entry a stream may read (the
- * majority commit point, or the last entry when it is further back: a
- * secondary still applying, a set of one voter).  It moves once per advance
- * of the commit point, not per write, so a write wakes no stream before
- * its events can be read, and all the writes one advance commits wake each
- * stream once. */
-static uint64_t cs_wake_gen(void)
-{
-    uint64_t majority = sbl_repl_majority_ts(), last = sbl_repl_last_op_ts();
-    return majority < last ? majority : last;
-}
-
+/* A waiting getMore waits on the newest entry a stream may read
+ * (sbl_repl_readable_ts): it moves once per advance of the commit point, not
+ * per write, so a write wakes no stream before its events can be read, and
+ * all the writes one advance commits wake each stream once. */
 static const sbl_cursor_source_t cs_source = {cs_next, cs_free, cs_finished, cs_annotate,
-                                              cs_wake_gen};
+                                              sbl_repl_readable_ts, sbl_cs_feed_quick};
 
 /* ---- the stage's options ------------------------------------------------------- */
 

@@ -91,7 +91,7 @@ static void make_room(cs_feed_t *f, uint32_t len)
         uint64_t ts = slot(f, 0)->pos.ts;
         while (f->n > 0 && slot(f, 0)->pos.ts == ts)
             drop_front(f);
-        f->lo = ts;
+        __atomic_store_n(&f->lo, ts, __ATOMIC_RELAXED); /* sbl_cs_feed_quick reads it */
     }
 }
 
@@ -157,7 +157,8 @@ int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
         /* start the ring at this stream's point: nothing read yet, or every
          * event in it is behind this stream (the feed fell behind it) */
         feed_reset(f);
-        f->lo = f->hi = st->next_lo - 1;
+        __atomic_store_n(&f->lo, st->next_lo - 1, __ATOMIC_RELAXED);
+        f->hi = st->next_lo - 1;
         f->reader->scanned = st->scanned == st->next_lo - 1 ? st->scanned : 0;
         f->fresh = false;
     }
@@ -213,6 +214,13 @@ int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
         st->next_lo = end + 1;
     }
     return rc;
+}
+
+bool sbl_cs_feed_quick(void *state)
+{
+    const cs_state_t *st = state;
+    return st->feed != NULL && st->full_doc == FD_DEFAULT && !st->invalidated &&
+           st->next_lo > __atomic_load_n(&st->feed->lo, __ATOMIC_RELAXED);
 }
 
 void sbl_cs_feed_attach(cs_state_t *st)

@@ -110,6 +110,9 @@ void sbl_cs_feed_detach(cs_state_t *st);
  * it, else by reading the oplog itself (sbl_cs_refill); the same events
  * either way. */
 int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err);
+/* Whether st's next events come from its feed's ring (no oplog read of its
+ * own, no document lookups): its getMore may run on the network loop. */
+bool sbl_cs_feed_quick(void *state);
 /* Add the updateLookup fullDocument of an update event ev taken from a feed
  * (cs_events.c): the document now, or null once it is gone. */
 void sbl_cs_add_lookup(sbl_opctx_t *ctx, bson_t *ev);

@@ -400,7 +400,8 @@ static void docs_free(void *state)
     free(st);
 }
 
-const sbl_cursor_source_t sbl_cursor_docs_source = {docs_next, docs_free, NULL, NULL, NULL};
+const sbl_cursor_source_t sbl_cursor_docs_source = {docs_next, docs_free, NULL, NULL, NULL,
+                                                       NULL};
 
 /* ---- reaper -------------------------------------------------------------- */
 
@@ -509,6 +510,19 @@ static void reserve_reply(sbl_opctx_t *ctx)
 {
     if (ctx->reply->len == 5 && bson_reserve_buffer(ctx->reply, REPLY_RESERVE) != NULL)
         bson_reinit(ctx->reply); /* keeps the buffer, empties the document */
+}
+
+bool sbl_cursor_get_more_quick(const bson_t *cmd)
+{
+    bson_iter_t it;
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_INT64(&it))
+        return false;
+    pthread_mutex_lock(&reg_lock);
+    sbl_cursor_t *cur = find_locked(bson_iter_int64(&it));
+    bool quick = cur != NULL && !cur->in_use && cur->src.quick != NULL &&
+                 cur->src.quick(cur->state);
+    pthread_mutex_unlock(&reg_lock);
+    return quick;
 }
 
 int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)

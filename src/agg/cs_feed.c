@@ -216,11 +216,24 @@ int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
     return rc;
 }
 
+/* Whether the stages after $changeStream may run JavaScript ($where,
+ * $function, $accumulator): never on a loop (the names as a string value
+ * merely send the getMore to a worker). */
+static bool may_run_js(const bson_t *rest)
+{
+    static const char *const names[] = {"$where", "$function", "$accumulator"};
+    for (size_t i = 0; rest != NULL && i < sizeof(names) / sizeof(names[0]); i++)
+        if (memmem(bson_get_data(rest), rest->len, names[i], strlen(names[i])) != NULL)
+            return true;
+    return false;
+}
+
 bool sbl_cs_feed_quick(void *state)
 {
     const cs_state_t *st = state;
     return st->feed != NULL && st->full_doc == FD_DEFAULT && !st->invalidated &&
-           st->next_lo > __atomic_load_n(&st->feed->lo, __ATOMIC_RELAXED);
+           st->next_lo > __atomic_load_n(&st->feed->lo, __ATOMIC_RELAXED) &&
+           !may_run_js(st->rest);
 }
 
 void sbl_cs_feed_attach(cs_state_t *st)

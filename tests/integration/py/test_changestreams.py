@@ -673,3 +673,39 @@ def test_many_streams_share_a_scope(rs1, db):
                 rest.append(ev)
     assert [e["_id"] for e in rest] == own[len(on_c) // 2 + 1:]
     c.drop_database(db2.name)
+
+
+def test_stream_behind_the_shared_ring(rs1, db):
+    """A stream that falls more than the shared ring's 4,096 events behind
+    the streams of its scope reads the oplog itself and still sees every
+    event once, in order, with the tokens the others got (and a stream
+    whose entries the oplog has lost since fails with 286 as before)."""
+    db.create_collection("c")
+
+    def read(st, n):
+        got = []
+        end = time.time() + 60
+        while len(got) < n and time.time() < end:
+            got += st.buf
+            st.buf = []
+            if len(got) < n:
+                g = db.command("getMore", st.id, collection="c", maxTimeMS=200)
+                st.buf = list(g["cursor"]["nextBatch"])
+        st.buf = got[n:] + st.buf
+        return got[:n]
+
+    ahead, behind = RawStream(db, "c", {}), RawStream(db, "c", {})
+    db.c.insert_many([{"_id": i} for i in range(100)])
+    first = read(ahead, 100)
+    assert read(behind, 10) == first[:10]  # both begin on the ring
+    # the ring moves past behind's point; without retryable writes' lsid the
+    # entries are small enough for the 1 MB oplog to keep behind's
+    plain = pymongo.MongoClient("127.0.0.1", rs1[0].port, directConnection=True,
+                                retryWrites=False)
+    for b in range(4):
+        plain[db.name].c.insert_many([{"_id": 100 + b * 1050 + i} for i in range(1050)])
+        first += read(ahead, 1050)
+    plain.close()
+    rest = read(behind, 4290)
+    assert [e["_id"] for e in rest] == [e["_id"] for e in first[10:]]
+    assert [e["documentKey"]["_id"] for e in first] == list(range(4300))

@@ -122,8 +122,8 @@ static int feed_read(cs_feed_t *f, sbl_opctx_t *ctx, sbl_err_t *err)
 }
 
 /* Copies of the ring's events from next_lo on (whole entries, about
- * TAKE_EVENTS at most) into *outp / *np; *endp: the last entry they cover
- * (0: the ring covers nothing new).  Under f->mu. */
+ * TAKE_EVENTS at most) into *outp / *np (the caller frees them); *endp: the
+ * last entry ts they cover (hi when they reach the ring's end).  Under f->mu. */
 static void take(cs_feed_t *f, uint64_t next_lo, cs_item_t **outp, size_t *np, uint64_t *endp)
 {
     size_t i = 0, k = 0;

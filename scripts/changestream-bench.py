@@ -2,7 +2,8 @@
 """changestream-bench.py: change streams' delay and cost on a replica set (issue 27).
 
   scripts/changestream-bench.py [--uri URI | --sabled build/sabled] [--rate 1000]
-                                [--seconds 10] [--streams 100] [--writers 16]
+                                [--seconds 10] [--streams 100] [--writers 8]
+                                [--port 28517] [--no-delay]
 
 1. Delay: writer threads insert {seq} with w:"majority" at --rate per second
    in total; one watch() in another process records when each event
@@ -12,7 +13,10 @@
 2. Cost: the writers insert as fast as they can (w:"majority") for
    --seconds with no stream open, then with --streams streams open (threads
    of another process, each reading every event); printed: both
-   throughputs and the drop in percent.
+   throughputs and the drop in percent, and the primary's CPU time (user +
+   system from /proc/PID/stat, over the writes and the second after them)
+   per 1,000 writes: the figure that survives a loaded machine (printed when
+   the primary runs on this host).  --no-delay runs this part only.
 
 Without --uri it starts a three-member set with build/sable-cluster in a
 temporary directory (ports 28517..28519) and stops it at the end.
@@ -109,6 +113,26 @@ def write_load(uri, nwriters, seconds, rate, start_seq):
     return acks, len(acks)
 
 
+def proc_cpu_s(pid):
+    """User + system CPU seconds of process pid so far (None: not on this host)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(pid, fn):
+    """Run fn() (it returns (acks, n)), then wait a second (the last events
+    reach the streams); returns n and the primary's CPU seconds meanwhile."""
+    c0 = proc_cpu_s(pid)
+    _, n = fn()
+    time.sleep(1.0)
+    c1 = proc_cpu_s(pid)
+    return n, (c1 - c0 if c0 is not None and c1 is not None else None)
+
+
 def pct(v, p):
     v = sorted(v)
     return v[min(len(v) - 1, int(len(v) * p))] if v else float("nan")
@@ -132,11 +156,16 @@ def with_streams(uri, nstreams, fn):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--uri")
+    ap.add_argument("--sabled", help="the sabled the set runs (without --uri)")
+    ap.add_argument("--port", type=int, default=28517, help="the set's first port")
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--streams", type=int, default=100)
     ap.add_argument("--writers", type=int, default=8)
+    ap.add_argument("--no-delay", action="store_true", help="measure the cost only")
     a = ap.parse_args()
+    if a.sabled:
+        os.environ["SABLED"] = os.path.abspath(a.sabled)
     tmp = None
     uri = a.uri
     if uri is None:
@@ -145,28 +174,35 @@ def main():
         if not os.path.exists(launcher):
             launcher = os.path.join(HERE, "..", "build", "sable-cluster")
         subprocess.run([launcher, "start", "--replset", "rs0", "--members", "3", "--dir", tmp,
-                        "--port", "28517", "--oplog-mb", "256"], check=True,
+                        "--port", str(a.port), "--oplog-mb", "256"], check=True,
                        stdout=subprocess.DEVNULL)
-        uri = "mongodb://127.0.0.1:28517,127.0.0.1:28518,127.0.0.1:28519/?replicaSet=rs0"
+        uri = "mongodb://%s/?replicaSet=rs0" % ",".join(
+            "127.0.0.1:%d" % (a.port + i) for i in range(3))
     try:
         c = client(uri)
         c.bench.cs.drop()
         c.bench.create_collection("cs")
-        # 1. delay at --rate
-        (acks, n), arrivals, _ = with_streams(
-            uri, 1, lambda: write_load(uri, a.writers, a.seconds, a.rate, 0))
-        d = [(t - acks[s]) * 1000 for s, t in arrivals if s in acks]
-        print("delay: %d writes in %.0f s (%.0f/s w:majority), %d events; ack -> event ms: "
-              "p50 %.2f p99 %.2f max %.2f" % (n, a.seconds, n / a.seconds, len(d), pct(d, .5),
-                                              pct(d, .99), max(d) if d else float("nan")))
+        pid = c.admin.command("serverStatus").get("pid")  # the primary's
+        if not a.no_delay:  # 1. delay at --rate
+            (acks, n), arrivals, _ = with_streams(
+                uri, 1, lambda: write_load(uri, a.writers, a.seconds, a.rate, 0))
+            d = [(t - acks[s]) * 1000 for s, t in arrivals if s in acks]
+            print("delay: %d writes in %.0f s (%.0f/s w:majority), %d events; ack -> event ms: "
+                  "p50 %.2f p99 %.2f max %.2f" % (
+                      n, a.seconds, n / a.seconds, len(d), pct(d, .5), pct(d, .99),
+                      max(d) if d else float("nan")))
         # 2. throughput without and with streams
-        _, n0 = write_load(uri, a.writers, a.seconds, 0, 10 ** 7)
-        (acks1, n1), _, counts = with_streams(
-            uri, a.streams, lambda: write_load(uri, a.writers, a.seconds, 0, 2 * 10 ** 7))
+        n0, cpu0 = measured(pid, lambda: write_load(uri, a.writers, a.seconds, 0, 10 ** 7))
+        (n1, cpu1), _, counts = with_streams(
+            uri, a.streams, lambda: measured(pid, lambda: write_load(
+                uri, a.writers, a.seconds, 0, 2 * 10 ** 7)))
         print("cost: %.0f writes/s with no stream, %.0f with %d streams open (each read %d "
               "events on average): %.1f%% fewer" % (
                   n0 / a.seconds, n1 / a.seconds, a.streams, sum(counts) // max(1, len(counts)),
                   100.0 * (n0 - n1) / n0))
+        if cpu0 is not None and cpu1 is not None:
+            print("primary CPU per 1,000 writes: %.3f s with no stream, %.3f s with %d streams"
+                  % (1000 * cpu0 / max(1, n0), 1000 * cpu1 / max(1, n1), a.streams))
     finally:
         if tmp is not None:
             launcher = os.path.join(HERE, "sable-cluster")

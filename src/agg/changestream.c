@@ -60,6 +60,7 @@ static void cs_free(void *state)
     bson_free(st->tok_last);
     bson_free(st->tok_prev);
     bson_free(st->tok_hwm);
+    sbl_cs_feed_detach(st);
     free(st);
 }
 
@@ -176,6 +177,11 @@ int sbl_cs_emit(cs_state_t *st, sbl_opctx_t *ctx, const sbl_cs_pos_t *pos, bson_
     sbl_cs_pos_t whole = st->skip;
     whole.fragment = 0;
     int c = sbl_cs_pos_cmp(pos, &whole);
+    if (st->raw) { /* a feed's reader keeps every event as built */
+        queue_push(st, ev, token);
+        st->q[st->qn - 1].pos = *pos;
+        return 0;
+    }
     if (st->has_skip && (c < 0 || (c == 0 && st->skip.fragment == 0))) {
         bson_destroy(ev);
         bson_free(token);
@@ -222,8 +228,7 @@ static int history_lost(sbl_err_t *err)
                        "longer be in the oplog.");
 }
 
-/* Read the next entries (at most up to the commit point) into the queue. */
-static int refill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
+int sbl_cs_refill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
 {
     sbl_coll_t *oplog = NULL;
     sbl_scan_t *scan = NULL;
@@ -283,7 +288,7 @@ static int cs_next(void *state, sbl_opctx_t *ctx, bson_t *doc, bool *donep, sbl_
     cs_state_t *st = state;
     *donep = false;
     if (st->qi == st->qn && !st->invalidated)
-        SBL_RET(refill(st, ctx, err));
+        SBL_RET(sbl_cs_feed_fill(st, ctx, err));
     if (st->qi == st->qn) {
         *donep = true;
         return 0;
@@ -336,7 +341,12 @@ static void cs_annotate(void *state, bool has_pending, bson_t *cursor_doc)
     bson_append_document_end(cursor_doc, &t);
 }
 
-static const sbl_cursor_source_t cs_source = {cs_next, cs_free, cs_finished, cs_annotate};
+/* A waiting getMore waits on the newest entry a stream may read
+ * (sbl_repl_readable_ts): it moves once per advance of the commit point, not
+ * per write, so a write wakes no stream before its events can be read, and
+ * all the writes one advance commits wake each stream once. */
+static const sbl_cursor_source_t cs_source = {cs_next, cs_free, cs_finished, cs_annotate,
+                                              sbl_repl_readable_ts, sbl_cs_feed_quick};
 
 /* ---- the stage's options ------------------------------------------------------- */
 
@@ -594,6 +604,7 @@ int sbl_agg_change_stream(sbl_opctx_t *ctx, const char *ns, bool collectionless,
         cs_free(st);
         return rc;
     }
+    sbl_cs_feed_attach(st);
     return sbl_cursor_first_batch_flags(ctx, ns, &cs_source, st, batch_size, false,
                                         SBL_CURSOR_TAILABLE | SBL_CURSOR_AWAIT_DATA, err);
 }

@@ -321,7 +321,7 @@ static int emit_invalidate(cs_state_t *st, sbl_opctx_t *ctx, const cs_entry_t *e
         return 0; /* startAfter this invalidate: the stream goes on past it */
     bson_t *ev = bson_new();
     char *tok = event_begin(st, e, &pos, "invalidate", NULL, NULL, ev);
-    st->invalidated = true;
+    st->invalidated = !st->raw; /* a feed reads on: its streams stop at it */
     return sbl_cs_emit(st, ctx, &pos, ev, tok, err);
 }
 
@@ -556,4 +556,33 @@ int sbl_cs_entry_events(cs_state_t *st, sbl_opctx_t *ctx, const bson_t *doc, sbl
     if (e.op == 'c')
         return command_event(st, ctx, &e, 0, err);
     return 0;
+}
+
+void sbl_cs_add_lookup(sbl_opctx_t *ctx, bson_t *ev)
+{
+    bson_iter_t it, f;
+    bson_t ns, key, full;
+    const char *db = NULL, *coll = NULL;
+    char full_ns[SBL_NS_MAX * 2];
+    if (!bson_iter_init_find(&it, ev, "operationType") || !BSON_ITER_HOLDS_UTF8(&it) ||
+        strcmp(bson_iter_utf8(&it, NULL), "update") != 0)
+        return;
+    if (!bson_iter_init_find(&it, ev, "ns") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !sbl_iter_doc(&it, &ns) || !bson_iter_init_find(&it, ev, "documentKey") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&it) || !sbl_iter_doc(&it, &key))
+        return;
+    if (bson_iter_init_find(&f, &ns, "db") && BSON_ITER_HOLDS_UTF8(&f))
+        db = bson_iter_utf8(&f, NULL);
+    if (bson_iter_init_find(&f, &ns, "coll") && BSON_ITER_HOLDS_UTF8(&f))
+        coll = bson_iter_utf8(&f, NULL);
+    if (db == NULL || coll == NULL)
+        return;
+    snprintf(full_ns, sizeof(full_ns), "%s.%s", db, coll);
+    /* appended last, as crud_event places it after updateDescription */
+    if (lookup(ctx->ss, full_ns, &key, &full)) {
+        BSON_APPEND_DOCUMENT(ev, "fullDocument", &full);
+        bson_destroy(&full);
+    } else {
+        BSON_APPEND_NULL(ev, "fullDocument");
+    }
 }

@@ -53,8 +53,11 @@ typedef enum { PRE_OFF, PRE_WHEN_AVAILABLE, PRE_REQUIRED } cs_pre_t;
 
 typedef struct cs_item {
     bson_t *doc;
-    char *token; /* the event's _data (PBRT) */
+    char *token;      /* the event's _data (PBRT) */
+    sbl_cs_pos_t pos; /* set for a feed's events (raw) only */
 } cs_item_t;
+
+typedef struct cs_feed cs_feed_t;
 
 typedef struct cs_state {
     cs_scope_t scope;
@@ -76,6 +79,10 @@ typedef struct cs_state {
     char *tok_last;    /* the last event produced */
     char *tok_prev;    /* the one before it */
     char *tok_hwm;     /* the start point, then the latest high-water mark sent */
+    bool raw;          /* a feed's reader: events are queued as built, with their
+                        * positions (no start point, stages or size limit), and an
+                        * invalidate does not stop the reading */
+    cs_feed_t *feed;   /* the shared reader of the stream's scope, or NULL */
 } cs_state_t;
 
 /* Every event of one oplog entry (cs_events.c): none, one, an event and an
@@ -86,5 +93,28 @@ int sbl_cs_entry_events(cs_state_t *st, sbl_opctx_t *ctx, const bson_t *doc, sbl
  * stages that follow $changeStream, unless the stream starts after pos. */
 int sbl_cs_emit(cs_state_t *st, sbl_opctx_t *ctx, const sbl_cs_pos_t *pos, bson_t *ev,
                 char *token, sbl_err_t *err);
+
+/* Read the next oplog entries after st->next_lo, up to the majority commit
+ * point, into st's queue (changestream.c): the stream's own read. */
+int sbl_cs_refill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err);
+
+/* ---- the shared reader of one scope (cs_feed.c) ------------------------------ */
+
+/* Attach st (its scope, db, coll and showExpandedEvents set) to the shared
+ * reader of streams like it, when its options let it use one (fullDocument
+ * default or updateLookup, no fullDocumentBeforeChange). */
+void sbl_cs_feed_attach(cs_state_t *st);
+/* Drop st's hold on its feed (the last stream out frees it). */
+void sbl_cs_feed_detach(cs_state_t *st);
+/* Queue st's next events: from its feed's ring when st's resume point is in
+ * it, else by reading the oplog itself (sbl_cs_refill); the same events
+ * either way. */
+int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err);
+/* Whether st's next events come from its feed's ring (no oplog read of its
+ * own, no document lookups): its getMore may run on the network loop. */
+bool sbl_cs_feed_quick(void *state);
+/* Add the updateLookup fullDocument of an update event ev taken from a feed
+ * (cs_events.c): the document now, or null once it is gone. */
+void sbl_cs_add_lookup(sbl_opctx_t *ctx, bson_t *ev);
 
 #endif

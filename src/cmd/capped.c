@@ -13,8 +13,9 @@
  * transaction each into a new capped collection (a failed copy is dropped).
  *
  * An awaitData getMore that finds nothing parks its request here instead of
- * sleeping: a loop timer checks every few milliseconds whether a capped
- * insert committed (sbl_capped_generation) or the wait is over, and then
+ * sleeping: a loop timer checks every few milliseconds whether the counter
+ * it waits on moved (a capped insert committed, sbl_capped_generation; for a
+ * change stream, the newest entry it may read) or the wait is over, and then
  * dispatches the getMore again, which answers with what it finds then.
  * What must stay true: a parked request is in exactly one place (the parked
  * list until its loop takes it, then its timer), and is re-dispatched once.
@@ -209,6 +210,7 @@ typedef struct parked {
     uv_timer_t timer;
     sbl_conn_t *conn;
     sbl_request_t *req;
+    sbl_op_gen_fn genf; /* the counter it waits on */
     uint64_t gen;
     int64_t until_us;
     bool cancelled; /* its connection closed before its loop took it */
@@ -230,13 +232,15 @@ static bool unlink_parked(parked_t **list, parked_t *p)
     return false;
 }
 
-bool sbl_capped_await_park(sbl_opctx_t *ctx, uint64_t gen, int64_t until_us)
+bool sbl_capped_await_park(sbl_opctx_t *ctx, sbl_op_gen_fn genf, uint64_t gen,
+                           int64_t until_us)
 {
     parked_t *p;
     if (ctx->conn == NULL || ctx->req == NULL || (p = calloc(1, sizeof(*p))) == NULL)
         return false;
     p->conn = ctx->conn;
     p->req = ctx->req;
+    p->genf = genf != NULL ? genf : sbl_op_generation;
     p->gen = gen;
     p->until_us = until_us;
     pthread_mutex_lock(&parked_lock);
@@ -255,7 +259,7 @@ static void parked_closed(uv_handle_t *h)
 static void parked_tick(uv_timer_t *t)
 {
     parked_t *p = t->data;
-    if (sbl_op_generation() == p->gen && sbl_now_us() < p->until_us)
+    if (p->genf() == p->gen && sbl_now_us() < p->until_us)
         return;
     pthread_mutex_lock(&parked_lock);
     unlink_parked(&active_list, p);

@@ -106,7 +106,8 @@ static bool find_finished(void *state)
     return sbl_qexec_limit_reached(((find_state_t *)state)->q);
 }
 
-static const sbl_cursor_source_t find_source = {find_next, find_free, find_finished, NULL};
+static const sbl_cursor_source_t find_source = {.next = find_next, .free = find_free,
+                                                .finished = find_finished};
 
 /* View the document held by the iterator as *out (read-only, no copy). */
 /* Read a non-negative integer option ("skip", "batchSize"...) as find does. */

@@ -400,7 +400,8 @@ static void docs_free(void *state)
     free(st);
 }
 
-const sbl_cursor_source_t sbl_cursor_docs_source = {docs_next, docs_free, NULL, NULL};
+const sbl_cursor_source_t sbl_cursor_docs_source = {docs_next, docs_free, NULL, NULL, NULL,
+                                                       NULL};
 
 /* ---- reaper -------------------------------------------------------------- */
 
@@ -511,13 +512,25 @@ static void reserve_reply(sbl_opctx_t *ctx)
         bson_reinit(ctx->reply); /* keeps the buffer, empties the document */
 }
 
+bool sbl_cursor_get_more_quick(const bson_t *cmd)
+{
+    bson_iter_t it;
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_INT64(&it))
+        return false;
+    pthread_mutex_lock(&reg_lock);
+    sbl_cursor_t *cur = find_locked(bson_iter_int64(&it));
+    bool quick = cur != NULL && !cur->in_use && cur->src.quick != NULL &&
+                 cur->src.quick(cur->state);
+    pthread_mutex_unlock(&reg_lock);
+    return quick;
+}
+
 int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     int64_t id = 0, batch_size = -1, await_ms = 1000;
     bool max_time = false; /* maxTimeMS given */
     const char *coll = NULL;
-    uint64_t gen = sbl_op_generation(); /* before reading: a write after it wakes us */
 
     SBL_RET(sbl_check_fields(ctx->cmd, "GetMoreCommandRequest", getmore_fields, err));
     if (!bson_iter_init(&it, ctx->cmd))
@@ -574,6 +587,9 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
     }
     cur->in_use = true;
     pthread_mutex_unlock(&reg_lock);
+    /* before reading: a change after it wakes a parked getMore */
+    sbl_op_gen_fn wake_gen = cur->src.wake_gen;
+    uint64_t gen = wake_gen != NULL ? wake_gen() : sbl_op_generation();
     if (!(cur->flags & SBL_CURSOR_AWAIT_DATA) && max_time && await_ms > 0) /* a plain time limit */
         ctx->deadline_us = ctx->start_us + await_ms * 1000;
 
@@ -592,7 +608,7 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
         int64_t now = sbl_now_us();
         if (cur->await_until_us == 0)
             cur->await_until_us = now + (await_ms > 0 ? await_ms : 0) * 1000;
-        parked = now < cur->await_until_us && sbl_op_park(ctx, gen, cur->await_until_us);
+        parked = now < cur->await_until_us && sbl_op_park(ctx, wake_gen, gen, cur->await_until_us);
     }
     if (!parked)
         cur->await_until_us = 0;

@@ -187,6 +187,13 @@ typedef struct sbl_cursor_source {
      * (a change stream's postBatchResumeToken); has_pending tells that the
      * last document produced was held back for the next batch. */
     void (*annotate)(void *state, bool has_pending, bson_t *cursor_doc);
+    /* Optional: the counter an empty awaitData getMore of this source waits on
+     * (NULL: sbl_op_generation()); a change stream's moves only when there is
+     * more it may read, so a write it cannot read yet wakes none of them. */
+    uint64_t (*wake_gen)(void);
+    /* Optional: true when the next getMore is quick enough for the network
+     * loop (a change stream served from memory); called with the cursor idle. */
+    bool (*quick)(void *state);
 } sbl_cursor_source_t;
 
 /*
@@ -216,6 +223,9 @@ int sbl_cursor_first_batch_flags(sbl_opctx_t *ctx, const char *ns,
 
 /* A source over an owned array of documents (listCollections, listIndexes, sorted results). */
 void *sbl_cursor_docs_state(bson_t **docs, size_t n); /* takes ownership of docs and each doc */
+/* Whether getMore command cmd is for an idle cursor whose source says its
+ * next batch is quick (sbl_cursor_source_t.quick): it may run on the loop. */
+bool sbl_cursor_get_more_quick(const bson_t *cmd);
 extern const sbl_cursor_source_t sbl_cursor_docs_source;
 
 /* Kill cursors idle for more than idle_ms (the reaper calls this; cursors are

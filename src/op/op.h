@@ -149,19 +149,20 @@ void sbl_op_coll_created(sbl_opctx_t *ctx, const char *ns);
 /*
  * Park the operation's request until something changes or until_us
  * (monotonic) passes: an awaitData getMore with nothing new.  gen is
- * sbl_op_generation() read before the operation looked for data; the
- * request runs again once it moves.  Returns false when the operation cannot
+ * genf() (sbl_op_generation() when genf is NULL) read before the operation
+ * looked for data; the request runs again once it moves.  Returns false when the operation cannot
  * be parked (an internal run, or no parking installed): the caller answers
  * at once.  On true, ctx->deferred is set and the caller answers nothing.
  */
-typedef bool (*sbl_op_park_fn)(sbl_opctx_t *ctx, uint64_t gen, int64_t until_us);
-/* The counter a parked request waits on: sbl_capped_generation() unless
- * the layer above installs another (the command layer adds the majority
- * commit point's moves, which change streams wait for). */
 typedef uint64_t (*sbl_op_gen_fn)(void);
+typedef bool (*sbl_op_park_fn)(sbl_opctx_t *ctx, sbl_op_gen_fn genf, uint64_t gen,
+                               int64_t until_us);
+/* The counter a parked request waits on by default: sbl_capped_generation()
+ * unless the layer above installs another (the command layer adds the
+ * majority commit point's moves). */
 void sbl_op_set_generation(sbl_op_gen_fn fn);
 uint64_t sbl_op_generation(void);
 void sbl_op_set_park(sbl_op_park_fn fn);
-bool sbl_op_park(sbl_opctx_t *ctx, uint64_t gen, int64_t until_us);
+bool sbl_op_park(sbl_opctx_t *ctx, sbl_op_gen_fn genf, uint64_t gen, int64_t until_us);
 
 #endif

@@ -219,6 +219,11 @@ void sbl_repl_set_snapshot_window_s(int64_t s);
 int64_t sbl_repl_snapshot_window_s(void);
 /* A counter that moves whenever the commit point moves. */
 uint64_t sbl_repl_commit_generation(void);
+/* The newest oplog ts a majority read may see now, without taking a lock:
+ * the commit point, or the last entry when it is further back (a secondary
+ * still applying) or the set has one voter.  Change streams' waiting
+ * getMores poll it. */
+uint64_t sbl_repl_readable_ts(void);
 
 /* ---- "c" entries: catalog changes (called after the change succeeded) ------
  * Each writes its entry in a transaction of its own on s (which must have

@@ -89,6 +89,18 @@ uint64_t sbl_repl_majority_ts(void)
     return ts;
 }
 
+/* The config has one voter (set with rs.cfg, read without rs.lock). */
+static atomic_bool one_voter;
+
+uint64_t sbl_repl_readable_ts(void)
+{
+    uint64_t last = sbl_repl_last_op_ts();
+    if (atomic_load(&one_voter) && atomic_load(&rs.state) == SBL_RS_PRIMARY)
+        return last;
+    uint64_t commit = __atomic_load_n(&rs.commit.ts, __ATOMIC_RELAXED);
+    return commit < last ? commit : last;
+}
+
 uint64_t sbl_repl_commit_generation(void)
 {
     /* the commit point never goes back, so its ts serves as the counter */
@@ -441,6 +453,7 @@ static void install_config_locked(const bson_t *doc, const sbl_rs_config_t *cfg)
         bson_destroy(rs.config);
     rs.config = bson_copy(doc);
     rs.cfg = *cfg;
+    atomic_store(&one_voter, sbl_rs_voters(cfg) == 1);
     rs.self = find_self(cfg);
     for (int i = 0; i < SBL_RS_MAX_MEMBERS; i++) {
         memset(&rs.peer[i], 0, sizeof(rs.peer[i]));
@@ -584,6 +597,7 @@ void sbl_repl_stop(void)
     if (rs.config != NULL)
         bson_destroy(rs.config);
     rs.config = NULL;
+    atomic_store(&one_voter, false);
     pthread_mutex_unlock(&rs.lock);
     bson_free(rs.set_name);
     rs.set_name = NULL;
@@ -619,6 +633,7 @@ static void reinstall_config_locked(const bson_t *doc, const sbl_rs_config_t *cf
         bson_destroy(rs.config);
     rs.config = bson_copy(doc);
     rs.cfg = *cfg;
+    atomic_store(&one_voter, sbl_rs_voters(cfg) == 1);
     rs.self = find_self(cfg);
     rs.primary = -1;
     for (int i = 0; i < cfg->n; i++) {

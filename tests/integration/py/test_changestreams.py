@@ -547,3 +547,165 @@ def test_transaction_events(rs1, db):
                                                                      {"_id": 2, "v": 22})
     assert d1["operationType"] == "delete"
     assert d1["fullDocumentBeforeChange"] == {"_id": 1, "v": 11}
+
+
+def test_many_streams_share_a_scope(rs1, db):
+    """55 streams on one collection (they share one read of the oplog) and
+    streams of other scopes and options, all reading while writes run: each
+    sees exactly its events, in order, each once, with the same resume
+    tokens as a stream that reads the oplog itself (fullDocument
+    whenAvailable does); a stream resuming from before the shared read
+    began, and one resuming from the middle, see the rest exactly."""
+    _, c = rs1
+    db2 = c[db.name + "_2"]
+    c.drop_database(db2.name)
+    for coll in (db.c, db.other, db2.c):
+        coll.insert_one({"_id": "seed"})
+    with c.start_session() as s:
+        db.c.update_one({"_id": "seed"}, {"$set": {"s": 1}}, session=s)
+        seed_time = s.operation_time
+    # what the writer does, in order: (namespace, operationType, _id)
+    ops = []
+    for i in range(120):
+        ops.append(("c", "insert", i))
+        if i % 3 == 0:
+            ops.append(("other", "insert", i))
+        if i % 10 == 5:
+            ops.append(("c", "update", i - 5))
+        if i % 25 == 24:
+            ops.append(("c", "delete", i - 20))
+        if i % 7 == 0:
+            ops.append(("db2", "insert", i))
+    colls = {"c": db.c, "other": db.other, "db2": db2.c}
+
+    def want(pred):
+        return [(op, k) for ns, op, k in ops if pred(ns, op, k)]
+
+    streams = []  # (name, opener, expected [(operationType, _id)])
+    on_c = want(lambda ns, op, k: ns == "c")
+    for i in range(55):
+        streams.append(("c%d" % i, lambda: db.c.watch(max_await_time_ms=100), on_c))
+    streams += [
+        ("other", lambda: db.other.watch(max_await_time_ms=100),
+         want(lambda ns, op, k: ns == "other")),
+        ("other2", lambda: db.other.watch(max_await_time_ms=100),
+         want(lambda ns, op, k: ns == "other")),
+        ("db", lambda: db.watch(max_await_time_ms=100),
+         want(lambda ns, op, k: ns in ("c", "other"))),
+        ("cluster", lambda: c.watch(max_await_time_ms=100), list(want(lambda *a: True))),
+        ("even", lambda: db.c.watch([{"$match": {"operationType": "insert",
+                                                  "documentKey._id": {"$mod": [2, 0]}}}],
+                                    max_await_time_ms=100),
+         want(lambda ns, op, k: ns == "c" and op == "insert" and k % 2 == 0)),
+        ("lookup", lambda: db.c.watch(full_document="updateLookup", max_await_time_ms=100),
+         on_c),
+        ("own", lambda: db.c.watch(full_document="whenAvailable", max_await_time_ms=100),
+         on_c),
+        # from before the shared read began: the seed's update first
+        ("early", lambda: db.c.watch(start_at_operation_time=seed_time,
+                                     max_await_time_ms=100),
+         [("update", "seed")] + on_c),
+    ]
+    seen = {name: [] for name, _, _ in streams}
+    errors = []
+    opened = threading.Barrier(len(streams) + 1)
+    done = threading.Event()
+
+    def reader(name, opener, expected):
+        try:
+            with opener() as st:
+                opened.wait(30)
+                end = time.time() + 90
+                while len(seen[name]) < len(expected) and time.time() < end:
+                    ev = st.try_next()
+                    if ev is not None:
+                        seen[name].append(ev)
+                done.wait(90)
+                ev = st.try_next()  # nothing more comes
+                if ev is not None:
+                    seen[name].append(ev)
+        except Exception as e:  # reported below
+            errors.append((name, e))
+            opened.abort()
+
+    ts = [threading.Thread(target=reader, args=s) for s in streams]
+    for t in ts:
+        t.start()
+    opened.wait(60)
+    for ns, op, k in ops:
+        if op == "insert":
+            colls[ns].insert_one({"_id": k, "x": k})
+        elif op == "update":
+            colls[ns].update_one({"_id": k}, {"$set": {"y": 1}})
+        else:
+            colls[ns].delete_one({"_id": k})
+    time.sleep(0.5)
+    done.set()
+    for t in ts:
+        t.join(120)
+    assert not errors, errors
+    key = lambda e: (e["operationType"], e["documentKey"]["_id"])
+    for name, _, expected in streams:
+        assert [key(e) for e in seen[name]] == expected, name
+        toks = [e["_id"]["_data"] for e in seen[name]]
+        assert toks == sorted(toks) and len(set(toks)) == len(toks), name
+    own = [e["_id"] for e in seen["own"]]
+    for name in ["c%d" % i for i in range(55)] + ["lookup", "even"]:
+        mine = {e["_id"]["_data"] for e in seen[name]}
+        assert mine <= {t["_data"] for t in own}, name
+        if name != "even":
+            assert [e["_id"] for e in seen[name]] == own, name
+    assert [e["_id"] for e in seen["early"][1:]] == own
+    # the shared events are the stream's own: updateLookup added the document
+    for e in seen["lookup"]:
+        if e["operationType"] == "update" and e["fullDocument"] is not None:
+            assert e["fullDocument"]["_id"] == e["documentKey"]["_id"]
+            assert e["fullDocument"]["y"] == 1
+    assert all("fullDocument" not in e for e in seen["c0"] if e["operationType"] == "update")
+    # resuming in the middle: exactly the events after the token
+    mid = seen["c0"][len(on_c) // 2]
+    with db.c.watch(resume_after=mid["_id"], max_await_time_ms=100) as st:
+        rest = []
+        end = time.time() + 30
+        while len(rest) < len(on_c) // 2 - 1 + len(on_c) % 2 and time.time() < end:
+            ev = st.try_next()
+            if ev is not None:
+                rest.append(ev)
+    assert [e["_id"] for e in rest] == own[len(on_c) // 2 + 1:]
+    c.drop_database(db2.name)
+
+
+def test_stream_behind_the_shared_ring(rs1, db):
+    """A stream that falls more than the shared ring's 4,096 events behind
+    the streams of its scope reads the oplog itself and still sees every
+    event once, in order, with the tokens the others got (and a stream
+    whose entries the oplog has lost since fails with 286 as before)."""
+    db.create_collection("c")
+
+    def read(st, n):
+        got = []
+        end = time.time() + 60
+        while len(got) < n and time.time() < end:
+            got += st.buf
+            st.buf = []
+            if len(got) < n:
+                g = db.command("getMore", st.id, collection="c", maxTimeMS=200)
+                st.buf = list(g["cursor"]["nextBatch"])
+        st.buf = got[n:] + st.buf
+        return got[:n]
+
+    ahead, behind = RawStream(db, "c", {}), RawStream(db, "c", {})
+    db.c.insert_many([{"_id": i} for i in range(100)])
+    first = read(ahead, 100)
+    assert read(behind, 10) == first[:10]  # both begin on the ring
+    # the ring moves past behind's point; without retryable writes' lsid the
+    # entries are small enough for the 1 MB oplog to keep behind's
+    plain = pymongo.MongoClient("127.0.0.1", rs1[0].port, directConnection=True,
+                                retryWrites=False)
+    for b in range(4):
+        plain[db.name].c.insert_many([{"_id": 100 + b * 1050 + i} for i in range(1050)])
+        first += read(ahead, 1050)
+    plain.close()
+    rest = read(behind, 4290)
+    assert [e["_id"] for e in rest] == [e["_id"] for e in first[10:]]
+    assert [e["documentKey"]["_id"] for e in first] == list(range(4300))

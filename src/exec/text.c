@@ -10,14 +10,11 @@
  * score of the last entry read of a term bounds what its unread entries can
  * add.  The best candidate goes out once its score is exact (every term seen
  * or read to its end) and no other candidate, nor a document not seen yet,
- * can score more; otherwise the term with the highest bound reads its next
- * band of scores: every unread entry scoring at least bound * (1 - 2^-k)
- * (k = 7, 6, ... 1, then all), forward (a backward step in a page's
- * in-memory insert list is a search; forward reads are cheap).  So the top
- * 10 of a frequent word reads 64 entries, and where the summed scores are
- * flat (two words, each mostly once per document) only the bands of scores
- * that can still reach the top are read; at worst everything is, in at
- * most 8 forward reads per term.
+ * can score more; otherwise the term with the highest bound reads the rest of
+ * its entries, forward and at once (then the candidates are a heap).  So the
+ * top 10 of a frequent word reads 64 entries; where the summed scores are
+ * flat (two words, each mostly once per document) everything is read, at
+ * the cost of the old single forward read.
  *
  * What must stay true: a document is returned at most once, with the sum of
  * its positive terms' scores, never before a document that scores more;
@@ -52,17 +49,12 @@ typedef struct cand {
 /* Entries of a term read best first before the rest is read at once. */
 #define EARLY_READ 64
 
-/* Bands of scores read forward after the first EARLY_READ: band k reads what
- * scores at least bound * (1 - 2^(k - BANDS)), the last one everything. */
-#define BANDS 8
-
 typedef struct term_scan {
     sbl_buf_t hi;  /* exclusive upper bound of the entries not read yet */
     size_t lo_len; /* hi's first lo_len bytes: prefix keys + term (the range's low end) */
-    double bound;  /* no unread entry scores more */
+    double bound;  /* no unread entry scores more (the last one read) */
     bool done;
     size_t nread;
-    int bands;     /* bands read */
 } term_scan_t;
 
 struct sbl_text_exec {
@@ -431,29 +423,19 @@ done:
     return rc;
 }
 
-/* Read term ti's unread entries: with max < SIZE_MAX up to max of them,
- * highest score first (backward); otherwise, forward, every one scoring at
- * least floor (all of them with floor 0; a backward step in a page's
- * in-memory insert list is a search, so bands are read forward). */
+/* Read up to max of term ti's unread entries, highest score first; with max
+ * SIZE_MAX all of them, forward (a backward step in a page's in-memory insert
+ * list is a search: the whole rest of a term is cheaper read forward). */
 static int read_chunk(sbl_text_exec_t *t, sbl_opctx_t *ctx, sbl_coll_t *c, size_t ti, size_t max,
-                      double floor, sbl_err_t *err)
+                      sbl_err_t *err)
 {
     term_scan_t *ts = &t->ts[ti];
     sbl_index_t **ixs = NULL, *ix = NULL;
     size_t nix = 0;
     sbl_iscan_t *sc = NULL;
-    uint8_t lo[256], fb[8];
-    size_t lo_len = ts->lo_len;
-    bool band = max == SIZE_MAX && floor > 0 && ts->lo_len + 8 <= sizeof(lo);
     SBL_RET(text_index(c, &ixs, &nix, &ix, err));
-    memcpy(lo, ts->hi.data, ts->lo_len < sizeof(lo) ? ts->lo_len : sizeof(lo));
-    if (band) { /* from the floor's score up: entries are prefix, term, score, _id */
-        sbl_index_text_score_put(floor, fb);
-        memcpy(lo + ts->lo_len, fb, 8);
-        lo_len += 8;
-    }
-    int rc = sbl_iscan_open(ctx->ss, ix, band ? lo : ts->hi.data, lo_len, ts->hi.data,
-                            ts->hi.len, max != SIZE_MAX, &sc, err);
+    int rc = sbl_iscan_open(ctx->ss, ix, ts->hi.data, ts->lo_len, ts->hi.data, ts->hi.len,
+                            max != SIZE_MAX, &sc, err);
     for (size_t k = 0; rc == 0;) {
         const uint8_t *ek, *idk;
         size_t eklen, idlen;
@@ -463,14 +445,8 @@ static int read_chunk(sbl_text_exec_t *t, sbl_opctx_t *ctx, sbl_coll_t *c, size_
         if ((rc = sbl_iscan_next(sc, &ek, &eklen, &idk, &idlen, &done, err)) != 0)
             break;
         if (done) {
-            if (band) { /* what is left scores less than the floor */
-                ts->hi.len = ts->lo_len;
-                sbl_buf_append(&ts->hi, fb, 8);
-                ts->bound = floor;
-            } else {
-                ts->done = true;
-                ts->bound = 0;
-            }
+            ts->done = true;
+            ts->bound = 0;
             break;
         }
         ctx->keys_examined++;
@@ -604,7 +580,7 @@ int sbl_text_next(sbl_text_exec_t *t, sbl_opctx_t *ctx, sbl_coll_t *c, const sbl
             bool read_all = true; /* every term read: a heap, no scans */
             for (size_t i = 0; i < t->nts; i++) {
                 if (!t->ts[i].done && t->handed >= EARLY_MAX)
-                    SBL_RET(read_chunk(t, ctx, c, i, SIZE_MAX, 0, err));
+                    SBL_RET(read_chunk(t, ctx, c, i, SIZE_MAX, err));
                 read_all = read_all && t->ts[i].done;
             }
             if (read_all)
@@ -618,17 +594,11 @@ int sbl_text_next(sbl_text_exec_t *t, sbl_opctx_t *ctx, sbl_coll_t *c, const sbl
         }
         if (cd == NULL) {
             term_scan_t *ts = &t->ts[ti];
-            /* the best EARLY_READ first, then bands of scores, each twice as
-             * deep as the last: where scores are flat the bound falls slowly,
-             * and reading on backward would cost more than it saves */
-            if (t->nts <= MAX_TERMS && ts->nread < EARLY_READ) {
-                SBL_RET(read_chunk(t, ctx, c, ti, EARLY_READ, 0, err));
-                continue;
-            }
-            double floor = 0;
-            if (t->nts <= MAX_TERMS && ++ts->bands < BANDS && isfinite(ts->bound))
-                floor = ts->bound * (1 - ldexp(1, ts->bands - BANDS));
-            SBL_RET(read_chunk(t, ctx, c, ti, SIZE_MAX, floor, err));
+            /* the best EARLY_READ first, then the rest at once: where scores
+             * are flat the bound falls only near the end, and reading on
+             * backward would cost more than the early stop saves */
+            size_t max = t->nts > MAX_TERMS || ts->nread >= EARLY_READ ? SIZE_MAX : EARLY_READ;
+            SBL_RET(read_chunk(t, ctx, c, ti, max, err));
             continue;
         }
         cd->out = true;

@@ -48,6 +48,7 @@ struct sbl_geo_exec {
     bool searched;     /* everything that can match has been read */
     cand_t *heap; /* a near's candidates; a scan's results (a queue from qhead) */
     size_t n, cap, qhead;
+    size_t nout;       /* a near's results handed out */
     uint64_t seq;
     uint64_t *seen;    /* open addressing, 0 = empty */
     size_t nseen, seen_cap;
@@ -709,8 +710,9 @@ static int widen(sbl_geo_exec_t *g, sbl_opctx_t *ctx, sbl_coll_t *c, const sbl_m
     }
     double limit = fmin(g->rmax, M_PI);
     double r = g->r == 0 ? fmax(NEAR_R0, g->rmin) : g->r * 2;
-    /* few candidates so far: the points are sparse here, widen faster */
-    if (g->r > 0 && g->n < 8)
+    /* few found so far (handed out or waiting): the points are sparse here,
+     * widen faster; not when those waiting ran low because most went out */
+    if (g->r > 0 && g->n + g->nout < 8)
         r = g->r * 4;
     if (r >= limit) {
         r = limit;
@@ -769,6 +771,7 @@ int sbl_geo_exec_next(sbl_geo_exec_t *g, sbl_opctx_t *ctx, sbl_coll_t *c, const 
     for (;;) {
         if (g->n > 0 && (g->searched || g->heap[0].d <= g->r)) {
             cand_t cd = heap_pop(g);
+            g->nout++;
             *docp = result(g, &cd, keep);
             return 0;
         }

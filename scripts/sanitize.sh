@@ -23,8 +23,6 @@ rm -rf "$logdir" && mkdir -p "$logdir"
 # log_path: every sanitized process (unit tests, each sabled) writes its report to
 # its own file, so reports from servers the tests start are not lost.
 export ASAN_OPTIONS="detect_leaks=$leaks:abort_on_error=1:detect_stack_use_after_return=0:log_path=$logdir/asan"
-# Tests that cannot run under the sanitizers yet read this (see test_geo.py).
-export SABLE_TEST_SANITIZED=1
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$logdir/ubsan"
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
 rc=0

@@ -68,7 +68,7 @@ if [[ ${SABLE_TEST_FUZZ:-1} != 0 ]]; then
     fuzz_pid=$!
 fi
 if [[ ${SABLE_TEST_SANITIZE:-1} != 0 ]]; then
-    step sanitizers scripts/sanitize.sh -j"$jobs" -E 'conformance|integration/java|integration/pymongo_sets|faults/(short|bank|disk_reconfig|regressions)|unit/test_geo'
+    step sanitizers scripts/sanitize.sh -j"$jobs" -E 'conformance|integration/java|integration/pymongo_sets|faults/(short|bank|disk_reconfig|regressions)'
 fi
 if [[ -n $fuzz_pid ]]; then
     echo "== test.sh: fuzz (started with the sanitizer step)"

@@ -48,6 +48,7 @@ struct sbl_geo_exec {
     bool searched;     /* everything that can match has been read */
     cand_t *heap; /* a near's candidates; a scan's results (a queue from qhead) */
     size_t n, cap, qhead;
+    size_t nout;       /* a near's results handed out */
     uint64_t seq;
     uint64_t *seen;    /* open addressing, 0 = empty */
     size_t nseen, seen_cap;
@@ -540,8 +541,67 @@ static bool cell_may_match(const sbl_geo_exec_t *g, uint64_t cell, double r)
     return true;
 }
 
-/* Read the entries of cells, fetch every document not met before, and
- * consider it (a near) or keep it in arrival order (a scan). */
+/* A fetched document: bounds, the rest of the filter; keep it (a near's in
+ * the heap; a scan's appended, taken from qhead). */
+static void keep_doc(sbl_geo_exec_t *g, const bson_t *doc, const sbl_matcher_t *m)
+{
+    if (g->near) {
+        consider(g, doc, m);
+        return;
+    }
+    if (!sbl_matcher_match(m, doc, NULL))
+        return;
+    if (g->n == g->cap) {
+        g->cap = g->cap ? g->cap * 2 : 64;
+        if ((g->heap = realloc(g->heap, g->cap * sizeof(*g->heap))) == NULL)
+            abort();
+    }
+    g->heap[g->n++] = (cand_t){0, g->seq++, bson_copy(doc), {0}};
+}
+
+/* The encoded _ids to fetch: a length, then the bytes, each at an offset. */
+typedef struct idlist {
+    sbl_buf_t b;
+    size_t *off, n, cap;
+} idlist_t;
+
+static void idlist_add(idlist_t *l, const uint8_t *idk, size_t len)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 256;
+        if ((l->off = realloc(l->off, l->cap * sizeof(*l->off))) == NULL)
+            abort();
+    }
+    uint32_t n32 = (uint32_t)len;
+    l->off[l->n++] = l->b.len;
+    sbl_buf_append(&l->b, &n32, sizeof(n32));
+    sbl_buf_append(&l->b, idk, len);
+}
+
+static const uint8_t *idlist_get(const idlist_t *l, size_t off, uint32_t *lenp)
+{
+    memcpy(lenp, l->b.data + off, sizeof(*lenp));
+    return l->b.data + off + sizeof(*lenp);
+}
+
+/* qsort's context: the list being sorted (this thread's) */
+static _Thread_local const idlist_t *tls_ids;
+
+/* Key order (memcmp, a shorter prefix first): the collection's own order. */
+static int idoff_cmp(const void *a, const void *b)
+{
+    uint32_t la, lb;
+    const uint8_t *ka = idlist_get(tls_ids, *(const size_t *)a, &la);
+    const uint8_t *kb = idlist_get(tls_ids, *(const size_t *)b, &lb);
+    int c = memcmp(ka, kb, la < lb ? la : lb);
+    return c != 0 ? c : (la > lb) - (la < lb);
+}
+
+/* Read the entries of cells and collect every document not met before;
+ * then fetch them in _id order (neighbouring reads of the collection's
+ * B-tree then hit the same pages; in index order the _ids are random: a 1%
+ * $geoWithin over 1,000,000 points took 25% more CPU) and consider each (a
+ * near) or keep it (a scan). */
 static int read_cells(sbl_geo_exec_t *g, sbl_opctx_t *ctx, sbl_coll_t *c, sbl_index_t *ix,
                       const uint64_t *cells, size_t ncells, double r, const sbl_matcher_t *m,
                       sbl_err_t *err)
@@ -549,11 +609,13 @@ static int read_cells(sbl_geo_exec_t *g, sbl_opctx_t *ctx, sbl_coll_t *c, sbl_in
     ival_t *iv = NULL;
     size_t niv = intervals(cells, ncells, &iv);
     sbl_buf_t lo, hi;
+    idlist_t ids = {0};
     int rc = 0;
     size_t k = 0;
 
     sbl_buf_init(&lo);
     sbl_buf_init(&hi);
+    sbl_buf_init(&ids.b);
     for (size_t i = 0; i < niv && rc == 0; i++) {
         sbl_iscan_t *sc = NULL;
         lo.len = hi.len = 0;
@@ -564,40 +626,36 @@ static int read_cells(sbl_geo_exec_t *g, sbl_opctx_t *ctx, sbl_coll_t *c, sbl_in
         for (;;) {
             const uint8_t *ek, *idk;
             size_t eklen, idlen;
-            bool done, found = false;
+            bool done;
             if ((rc = sbl_iscan_next(sc, &ek, &eklen, &idk, &idlen, &done, err)) != 0 || done)
                 break;
             ctx->keys_examined++;
             if (++k % 4096 == 0 && (rc = sbl_op_check_interrupt(ctx, err)) != 0)
                 break;
-            if (!cell_may_match(g, entry_cell(ek, eklen), r))
-                continue;
-            if (!seen_add(g, hash_bytes(idk, idlen)))
-                continue;
-            bson_t doc;
-            bson_init(&doc);
-            rc = sbl_coll_get_by_key(ctx->ss, c, idk, idlen, &doc, &found, err);
-            ctx->docs_examined++;
-            if (rc == 0 && found) {
-                if (g->near)
-                    consider(g, &doc, m);
-                else if (sbl_matcher_match(m, &doc, NULL)) {
-                    /* a scan's results in arrival order: appended, taken from qhead */
-                    cand_t cd = {0, g->seq++, bson_copy(&doc), {0}};
-                    if (g->n == g->cap) {
-                        g->cap = g->cap ? g->cap * 2 : 64;
-                        if ((g->heap = realloc(g->heap, g->cap * sizeof(*g->heap))) == NULL)
-                            abort();
-                    }
-                    g->heap[g->n++] = cd;
-                }
-            }
-            bson_destroy(&doc);
-            if (rc != 0)
-                break;
+            if (cell_may_match(g, entry_cell(ek, eklen), r) && seen_add(g, hash_bytes(idk, idlen)))
+                idlist_add(&ids, idk, idlen);
         }
         sbl_iscan_close(sc);
     }
+    tls_ids = &ids;
+    if (rc == 0 && ids.n > 1)
+        qsort(ids.off, ids.n, sizeof(*ids.off), idoff_cmp);
+    for (size_t i = 0; i < ids.n && rc == 0; i++) {
+        uint32_t idlen;
+        const uint8_t *idk = idlist_get(&ids, ids.off[i], &idlen);
+        bson_t doc;
+        bool found = false;
+        if ((i + 1) % 4096 == 0 && (rc = sbl_op_check_interrupt(ctx, err)) != 0)
+            break;
+        bson_init(&doc);
+        rc = sbl_coll_get_by_key(ctx->ss, c, idk, idlen, &doc, &found, err);
+        ctx->docs_examined++;
+        if (rc == 0 && found)
+            keep_doc(g, &doc, m);
+        bson_destroy(&doc);
+    }
+    free(ids.off);
+    sbl_buf_destroy(&ids.b);
     free(iv);
     sbl_buf_destroy(&lo);
     sbl_buf_destroy(&hi);
@@ -652,8 +710,9 @@ static int widen(sbl_geo_exec_t *g, sbl_opctx_t *ctx, sbl_coll_t *c, const sbl_m
     }
     double limit = fmin(g->rmax, M_PI);
     double r = g->r == 0 ? fmax(NEAR_R0, g->rmin) : g->r * 2;
-    /* few candidates so far: the points are sparse here, widen faster */
-    if (g->r > 0 && g->n < 8)
+    /* few found so far (handed out or waiting): the points are sparse here,
+     * widen faster; not when those waiting ran low because most went out */
+    if (g->r > 0 && g->n + g->nout < 8)
         r = g->r * 4;
     if (r >= limit) {
         r = limit;
@@ -712,6 +771,7 @@ int sbl_geo_exec_next(sbl_geo_exec_t *g, sbl_opctx_t *ctx, sbl_coll_t *c, const 
     for (;;) {
         if (g->n > 0 && (g->searched || g->heap[0].d <= g->r)) {
             cand_t cd = heap_pop(g);
+            g->nout++;
             *docp = result(g, &cd, keep);
             return 0;
         }

@@ -7,15 +7,9 @@ errors (Can't extract geo keys, 16755; $near without a geo index).
 """
 
 import math
-import os
 
 import pytest
 from pymongo import GEO2D, GEOSPHERE
-
-# Open bug: the geo code spins under the Debug ASan+UBSan build (unit/test_geo
-# never finishes there); until it is found, the sanitizer step skips geo.
-pytestmark = pytest.mark.skipif(os.environ.get("SABLE_TEST_SANITIZED") == "1",
-                                reason="geo spins under the ASan+UBSan build (open bug)")
 from pymongo.errors import OperationFailure, WriteError
 
 EARTH_M = 6378100.0

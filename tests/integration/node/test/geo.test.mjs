@@ -32,7 +32,7 @@ function meters([x1, y1], [x2, y2]) {
 }
 const pt = (x, y) => ({ type: 'Point', coordinates: [x, y] });
 
-describe('geospatial', { skip: process.env.SABLE_TEST_SANITIZED === '1' && 'geo spins under the ASan+UBSan build (open bug)' }, () => {
+describe('geospatial', () => {
   test('$near returns the nearest first; $geoWithin honours a hole; $geoNear', async () => {
     const c = client.db('node_geo').collection('places');
     await c.createIndex({ loc: '2dsphere' });

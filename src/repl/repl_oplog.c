@@ -14,9 +14,15 @@
  *    simply never used again.
  *  - Nothing in local.* and no <db>.system.profile write is logged (mongod
  *    replicates neither); the oplog's own writes are in local.
+ *  - last_ts/last_term are the newest entry handed out, which may still abort;
+ *    `committed` is the newest entry whose transaction committed (published
+ *    by the storage's commit observer while the oplog lock is still held, and
+ *    reset when the oplog is read from disk).  Only `committed` is reported
+ *    to other members as this member's position.
  */
 #include "repl/repl_int.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,6 +37,8 @@ static _Atomic uint64_t clock_floor; /* cluster times gossiped to us: the next t
 static _Atomic int64_t last_wall;
 static _Atomic int64_t last_term;  /* t of the last entry */
 static _Atomic int64_t cur_term = 1; /* t of the entries this member writes */
+static pthread_mutex_t committed_mu = PTHREAD_MUTEX_INITIALIZER;
+static sbl_optime_t committed; /* the newest committed entry (under committed_mu) */
 
 _Thread_local const bson_t *sbl_repl_applying;
 _Thread_local bool sbl_repl_applied_written;
@@ -61,6 +69,32 @@ bool sbl_oplog_is_open(void)
 void sbl_oplog_set_active(bool on)
 {
     atomic_store(&active, on && oplog != NULL);
+}
+
+static void set_committed(uint64_t ts, int64_t term)
+{
+    pthread_mutex_lock(&committed_mu);
+    committed.ts = ts;
+    committed.t = term;
+    pthread_mutex_unlock(&committed_mu);
+}
+
+sbl_optime_t sbl_oplog_committed(void)
+{
+    pthread_mutex_lock(&committed_mu);
+    sbl_optime_t o = committed;
+    pthread_mutex_unlock(&committed_mu);
+    return o;
+}
+
+/* The storage's commit observer: a transaction that took the newest ts
+ * committed, and holds the oplog lock still, so last_term is its entry's.
+ * A commit at an older ts (recovery replaying an entry already in the
+ * oplog) publishes nothing new. */
+void sbl_oplog_on_commit(uint64_t commit_ts)
+{
+    if (commit_ts == atomic_load(&last_ts))
+        set_committed(commit_ts, atomic_load(&last_term));
 }
 
 uint64_t sbl_oplog_last_ts(void)
@@ -96,6 +130,7 @@ static int load_last(sbl_session_t *s, sbl_err_t *err)
             atomic_store(&last_term, bson_iter_as_int64(&it));
     }
     sbl_natural_close(scan);
+    set_committed(atomic_load(&last_ts), atomic_load(&last_term)); /* on disk: committed */
     return rc;
 }
 
@@ -169,6 +204,7 @@ int sbl_oplog_reload_last(sbl_session_t *s, sbl_err_t *err)
     atomic_store(&last_ts, 0);
     atomic_store(&last_wall, 0);
     atomic_store(&last_term, 0);
+    set_committed(0, 0);
     return oplog != NULL ? load_last(s, err) : 0;
 }
 
@@ -231,6 +267,7 @@ int sbl_oplog_append_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
         atomic_store(&last_term, term);
     }
     sbl_repl_applied_written = true;
+    sbl_repl_fp_wait(SBL_REPL_FP_APPLY_COMMIT, NULL, NULL); /* tests: held uncommitted */
     return 0;
 }
 

@@ -250,6 +250,8 @@ int sbl_rs_config_parse(const bson_t *doc, sbl_rs_config_t *cfg, sbl_err_t *err)
                        "member with priority > 0%s", " and one voting member", 0);
     cfg->heartbeat_ms = 2000;
     cfg->election_timeout_ms = 10000;
+    cfg->catchup_timeout_ms = -1;
+    cfg->catchup_takeover_ms = 30000;
     if (bson_iter_init_find(&it, doc, "settings") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
         uint32_t len;
         const uint8_t *data;
@@ -267,6 +269,18 @@ int sbl_rs_config_parse(const bson_t *doc, sbl_rs_config_t *cfg, sbl_err_t *err)
                     return invalid(err, "settings.electionTimeoutMillis field value must be "
                                    "positive, not %lld", NULL, (long long)v);
                 cfg->election_timeout_ms = (int64_t)v;
+            }
+            if (get_num(&st, "catchUpTimeoutMillis", &v)) {
+                if (v < -1)
+                    return invalid(err, "settings.catchUpTimeoutMillis field value must be -1 "
+                                   "or non-negative, not %lld", NULL, (long long)v);
+                cfg->catchup_timeout_ms = (int64_t)v;
+            }
+            if (get_num(&st, "catchUpTakeoverDelayMillis", &v)) {
+                if (v < -1)
+                    return invalid(err, "settings.catchUpTakeoverDelayMillis field value must "
+                                   "be -1 or non-negative, not %lld", NULL, (long long)v);
+                cfg->catchup_takeover_ms = (int64_t)v;
             }
             SBL_RET(parse_modes(&st, cfg, err));
         }

@@ -33,7 +33,8 @@ def rs3e():
     try:
         for _ in range(3):
             s = Sabled()
-            s.start(["--replSet", "rs0", "--oplogSizeMB", "16"])
+            s.start(["--replSet", "rs0", "--oplogSizeMB", "16",
+                     "--setParameter", "enableTestCommands=1"])
             members.append(s)
         cfg = {"_id": "rs0", "members": [
             {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],
@@ -108,6 +109,46 @@ def test_w1_write_of_a_cut_off_primary_is_lost_majority_writes_are_not(rs3e):
     finally:
         c.close()
 
+
+
+def optime_ts(st, port):
+    """The applied optime's ts a replSetGetStatus reply gives member port."""
+    m = next(m for m in st["members"] if m["name"].endswith(":%d" % port))
+    return m["optime"]["ts"]
+
+
+def test_commit_point_counts_only_committed_entries(rs3e):
+    """A member reports as applied (heartbeats, replSetUpdatePosition) only
+    entries whose transaction committed: a secondary held between writing an
+    entry and committing it (fail point hangBeforeApplyCommit) does not move
+    the primary's commit point past it, so a w:"majority" write that only it
+    could acknowledge times out.  It used to report the last ts handed out,
+    and the write was acknowledged while the secondary could still lose it."""
+    p = the_primary(rs3e)
+    s1, s2 = [m for m in rs3e if m is not p]
+    with direct(p) as d:
+        d.t.c.with_options(write_concern=WriteConcern(w=3, wtimeout=30000)).insert_one(
+            {"_id": "before"})
+    s2.kill9()
+    with direct(s1) as d1, direct(p) as d:
+        d1.admin.command("configureFailPoint", "hangBeforeApplyCommit", mode="alwaysOn",
+                         data={"maxMS": 30000})
+        try:
+            maj = d.t.c.with_options(write_concern=WriteConcern(w="majority", wtimeout=4000))
+            with pytest.raises(pymongo.errors.WTimeoutError):
+                maj.insert_one({"_id": "held"})
+            held = d.local.oplog.rs.find_one({"o._id": "held"})["ts"]
+            # s1 has the entry written (its applier waits to commit it) ...
+            wait_for(lambda: '"id":7360002' in s1.log_text(), timeout=10)
+            st = d.admin.command("replSetGetStatus")
+            assert optime_ts(st, s1.port) < held
+            assert st["optimes"]["lastCommittedOpTime"]["ts"] < held
+        finally:
+            d1.admin.command("configureFailPoint", "hangBeforeApplyCommit", mode="off")
+        # ... and once it commits, it counts
+        wait_for(lambda: d.admin.command("replSetGetStatus")["optimes"]
+                 ["lastCommittedOpTime"]["ts"] >= held, timeout=20)
+        assert d1.t.c.find_one({"_id": "held"}) == {"_id": "held"}
 
 
 def test_step_down_aborts_open_transactions(rs3e):

@@ -1,0 +1,55 @@
+/*
+ * repl_failpoint.c: replication's test fail points (configureFailPoint,
+ * only with enableTestCommands=1; src/cmd/failpoint.c routes them here).
+ *
+ *  - hangBeforeApplyCommit (Sable's): a secondary applying an entry waits
+ *    after writing it and before its transaction commits;
+ *  - rsSyncApplyStop (mongod's name): the applier waits before applying
+ *    the next entry.
+ *
+ * What must stay true: every wait is bounded (data.maxMS, default 60 s, each
+ * time), ends at shutdown, and costs one relaxed load while the fail point
+ * is off.
+ */
+#include "repl/repl_int.h"
+
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+static const char *const names[SBL_REPL_FP_COUNT] = {"hangBeforeApplyCommit",
+                                                     "rsSyncApplyStop"};
+static atomic_bool on[SBL_REPL_FP_COUNT];
+static _Atomic int64_t max_ms[SBL_REPL_FP_COUNT];
+
+bool sbl_repl_fail_point(const char *name, bool enable, int64_t ms)
+{
+    for (int i = 0; i < SBL_REPL_FP_COUNT; i++)
+        if (strcmp(name, names[i]) == 0) {
+            atomic_store(&max_ms[i], ms);
+            atomic_store(&on[i], enable);
+            return true;
+        }
+    return false;
+}
+
+bool sbl_repl_fp_wait(int fp, bool (*go_on)(void *), void *arg)
+{
+    if (!atomic_load_explicit(&on[fp], memory_order_relaxed))
+        return true;
+    int64_t until = sbl_now_ms() + atomic_load(&max_ms[fp]);
+    bson_t attr = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&attr, "failPoint", names[fp]);
+    sbl_log(SBL_LOG_WARNING, "REPL", 7360002, "Fail point enabled: waiting", &attr);
+    bson_destroy(&attr);
+    while (atomic_load(&on[fp]) && sbl_now_ms() < until && !sbl_rs.stopping) {
+        if (go_on != NULL && !go_on(arg))
+            return false;
+        struct timespec t = {0, 10 * 1000 * 1000};
+        nanosleep(&t, NULL);
+    }
+    return true;
+}

@@ -628,11 +628,18 @@ static int caught_up_target_locked(void)
 }
 
 /* Election hand-off, as mongod: after stepping down, ask the caught-up
- * secondary host to run for election now (skipping the dry run). */
-static void hand_off(const char *host)
+ * secondary target (-1: none) to run for election now (skipping the dry
+ * run).  Called with the lock held; releases it before the network call. */
+static void hand_off_unlock(int target)
 {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     static peer_conn_t handoff;
+    char host[256] = "";
+    if (target >= 0)
+        snprintf(host, sizeof(host), "%s", rs.cfg.m[target].host);
+    pthread_mutex_unlock(&rs.lock);
+    if (host[0] == '\0')
+        return;
     bson_t cmd = BSON_INITIALIZER, reply;
     BSON_APPEND_INT32(&cmd, "replSetStepUp", 1);
     BSON_APPEND_BOOL(&cmd, "skipDryRun", true);
@@ -762,12 +769,7 @@ static void *hb_main(void *arg)
             for (int64_t until = now + 2000; target < 0 && !rs.stopping &&
                                              sbl_now_ms() < until; target = caught_up_target_locked())
                 sbl_rs_wait_locked(100); /* heartbeats bring the others' positions */
-            char host[256] = "";
-            if (target >= 0)
-                snprintf(host, sizeof(host), "%s", rs.cfg.m[target].host);
-            pthread_mutex_unlock(&rs.lock);
-            if (host[0] != '\0')
-                hand_off(host);
+            hand_off_unlock(target);
             pthread_mutex_lock(&rs.lock);
             continue;
         } else if (rs.config != NULL && rs.self >= 0 && st == SBL_RS_PRIMARY) {
@@ -894,11 +896,6 @@ int sbl_repl_step_down(int64_t step_down_s, int64_t catchup_s, bool force, sbl_e
     }
     sbl_rs_step_down_locked("replSetStepDown command");
     rs.freeze_until_ms = sbl_now_ms() + step_down_s * 1000;
-    char host[256] = "";
-    if (target >= 0)
-        snprintf(host, sizeof(host), "%s", rs.cfg.m[target].host);
-    pthread_mutex_unlock(&rs.lock);
-    if (host[0] != '\0')
-        hand_off(host);
+    hand_off_unlock(target);
     return 0;
 }

@@ -365,8 +365,7 @@ void sbl_rs_update_term_locked(int64_t term)
     sbl_err_t err;
     if (term <= rs.term)
         return;
-    rs.term = term;
-    sbl_oplog_set_term(term);
+    rs.term = term; /* the oplog's term is set by the next election won */
     sbl_err_clear(&err);
     if (sbl_rs_persist_vote_locked(&err) != 0)
         log_attr(SBL_LOG_ERROR, 7360101, "Could not store the term", "error", err.msg, NULL, 0);
@@ -388,6 +387,7 @@ void sbl_rs_step_down_locked(const char *why)
     if (atomic_load(&rs.state) != SBL_RS_PRIMARY)
         return;
     set_state_locked(SBL_RS_SECONDARY);
+    sbl_oplog_set_term(-1); /* writes that passed the primary check fail (repl_oplog.c) */
     rs.primary = -1;
     sbl_rs_reset_election_timer_locked(sbl_now_ms());
     log_attr(SBL_LOG_INFO, 21358, "Replica set state transition: PRIMARY -> SECONDARY", "reason",
@@ -405,6 +405,7 @@ int sbl_rs_become_primary_locked(int64_t term, sbl_err_t *err)
     int rc = sbl_oplog_noop(sbl_session_get(), "new primary", err);
     if (rc != 0) {
         atomic_store(&rs.state, SBL_RS_SECONDARY);
+        sbl_oplog_set_term(-1);
         return rc;
     }
     sbl_repl_election_id(term, &rs.election_id);

@@ -5,7 +5,9 @@
  *  - hangBeforeApplyCommit (Sable's): a secondary applying an entry waits
  *    after writing it and before its transaction commits;
  *  - rsSyncApplyStop (mongod's name): the applier waits before applying
- *    the next entry.
+ *    the next entry;
+ *  - hangBeforePrimaryOplogAppend (Sable's): a primary's write waits after
+ *    its primary check and before its oplog entry takes a ts and a term.
  *
  * What must stay true: every wait is bounded (data.maxMS, default 60 s, each
  * time), ends at shutdown, and costs one relaxed load while the fail point
@@ -21,7 +23,8 @@
 #include "common/log.h"
 
 static const char *const names[SBL_REPL_FP_COUNT] = {"hangBeforeApplyCommit",
-                                                     "rsSyncApplyStop"};
+                                                     "rsSyncApplyStop",
+                                                     "hangBeforePrimaryOplogAppend"};
 static atomic_bool on[SBL_REPL_FP_COUNT];
 static _Atomic int64_t max_ms[SBL_REPL_FP_COUNT];
 

@@ -463,7 +463,9 @@ static void log_catchup(int id, const char *msg, const char *how, sbl_optime_t t
  * the member furthest ahead) until this member has the newest optime it
  * knows of.  Ends early on settings.catchUpTimeoutMillis (0: no catch-up),
  * replSetAbortPrimaryCatchUp, when no member that is up is ahead any more,
- * or when the term moves.  Lock held; waits release it.  Returns false when
+ * when the term moves, or after catchUpTakeoverDelayMillis (30 s; when -1,
+ * 30 s) without progress: where mongod's member ahead would take over, this
+ * member stops waiting for it (every wait bounded).  Lock held; waits release it.  Returns false when
  * this member may no longer become primary (term or state moved).
  */
 static bool catch_up_locked(int64_t term)
@@ -492,10 +494,17 @@ static bool catch_up_locked(int64_t term)
     sbl_optime_t target = newest_known_locked();
     if (limit != 0 && sbl_optime_cmp(target, sbl_rs_my_applied()) > 0) {
         const char *how = NULL;
+        int64_t stall_ms = rs.cfg.catchup_takeover_ms > 0 ? rs.cfg.catchup_takeover_ms : 30000;
+        int64_t moved_ms = start;
+        sbl_optime_t seen = sbl_rs_my_applied();
         rs.won.target = target;
         log_catchup(21359, "Entering primary catch-up mode", NULL, target, -1);
         while (how == NULL) {
             sbl_optime_t me = sbl_rs_my_applied(), newest = newest_known_locked();
+            if (sbl_optime_cmp(me, seen) > 0) {
+                seen = me;
+                moved_ms = sbl_now_ms();
+            }
             if (sbl_optime_cmp(newest, target) > 0)
                 rs.won.target = target = newest; /* heard of a newer one meanwhile */
             if (rs.stopping || rs.term != term || atomic_load(&rs.state) != SBL_RS_SECONDARY)
@@ -508,6 +517,8 @@ static bool catch_up_locked(int64_t term)
                 how = "catchUpTimeoutMillis elapsed";
             else if (sbl_optime_cmp(newest, me) <= 0)
                 how = "no member that is up is ahead";
+            else if (sbl_now_ms() - moved_ms >= stall_ms)
+                how = "no progress for catchUpTakeoverDelayMillis";
             else
                 sbl_rs_wait_locked(50);
         }
@@ -575,8 +586,7 @@ static int run_election(bool skip_dry_run, const char *reason, sbl_err_t *err)
         rc = sbl_err_set(err, SBL_E_CommandFailed, "term or state moved during the dry run");
         goto out;
     }
-    rs.term = ++term;
-    sbl_oplog_set_term(rs.term);
+    rs.term = ++term; /* the oplog's term: set when it wins (sbl_rs_become_primary_locked) */
     rs.last_vote_term = term;
     rs.last_vote_candidate = rs.self;
     if ((rc = sbl_rs_persist_vote_locked(err)) != 0) {

@@ -111,7 +111,8 @@ int sbl_oplog_append_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err);
 /* The term of the last entry handed out (0 before the first). */
 int64_t sbl_oplog_last_term(void);
 /* Replication's fail points (repl_failpoint.c). */
-enum { SBL_REPL_FP_APPLY_COMMIT, SBL_REPL_FP_APPLY_STOP, SBL_REPL_FP_COUNT };
+enum { SBL_REPL_FP_APPLY_COMMIT, SBL_REPL_FP_APPLY_STOP, SBL_REPL_FP_BEFORE_APPEND,
+       SBL_REPL_FP_COUNT };
 /* While fail point fp is on (at most its max_ms): wait, polling go_on(arg)
  * (when not NULL) every 10 ms.  False when go_on said to stop. */
 bool sbl_repl_fp_wait(int fp, bool (*go_on)(void *), void *arg);

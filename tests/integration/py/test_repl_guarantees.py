@@ -14,6 +14,7 @@ members (electionTimeoutMillis 2000):
 """
 import os
 import signal
+import threading
 
 import bson
 
@@ -149,6 +150,49 @@ def test_commit_point_counts_only_committed_entries(rs3e):
         wait_for(lambda: d.admin.command("replSetGetStatus")["optimes"]
                  ["lastCommittedOpTime"]["ts"] >= held, timeout=20)
         assert d1.t.c.find_one({"_id": "held"}) == {"_id": "held"}
+
+
+def test_write_racing_a_step_down_never_takes_the_new_term(rs3e):
+    """A write that passed the primary check and reaches the oplog after the
+    member learnt of a newer term and stepped down fails (11602) and leaves
+    no entry.  It used to take that newer term for its entry, an entry no
+    primary of that term wrote: on its return the member could find a false
+    common point (same ts and term as the new primary's entry) and keep a
+    diverged history (scripts/faults.sh seed 6009 replayed: dbHash differed)."""
+    p = the_primary(rs3e)
+    s1 = next(m for m in rs3e if m is not p)
+    with direct(p) as d:
+        d.t.c.with_options(write_concern=WriteConcern(w=3, wtimeout=30000)).insert_one(
+            {"_id": "before"})
+        term = d.admin.command("replSetGetStatus")["term"]
+        d.admin.command("configureFailPoint", "hangBeforePrimaryOplogAppend",
+                        mode="alwaysOn", data={"maxMS": 30000})
+    out = {}
+
+    def write():
+        try:
+            with direct(p) as dw:
+                dw.t.c.with_options(write_concern=WriteConcern(w=1)).insert_one(
+                    {"_id": "raced"})
+            out["ok"] = True
+        except pymongo.errors.PyMongoError as e:
+            out["error"] = e
+    th = threading.Thread(target=write)
+    th.start()
+    try:
+        wait_for(lambda: '"id":7360002' in p.log_text(), timeout=10)   # it waits
+        with direct(s1) as d1:   # (lost while it has yet to apply p's newest entry)
+            wait_for(lambda: d1.admin.command("replSetStepUp")["ok"], timeout=30)
+        wait_for(lambda: state(s1) == 1 and state(p) == 2, timeout=30)
+    finally:
+        with direct(p) as d:
+            d.admin.command("configureFailPoint", "hangBeforePrimaryOplogAppend", mode="off")
+        th.join(30)
+    assert "error" in out, out
+    with direct(p) as d:
+        mine = list(d.local.oplog.rs.find({"o._id": "raced"}))
+        assert mine == [] or all(e["t"] <= term for e in mine), mine
+        assert d.t.c.find_one({"_id": "raced"}) is None
 
 
 def test_step_down_aborts_open_transactions(rs3e):

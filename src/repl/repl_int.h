@@ -263,8 +263,9 @@ typedef struct sbl_vote_req {
 bool sbl_rs_vote(sbl_vote_state_t *st, const sbl_vote_req_t *req, char *reason, size_t n);
 
 /* The majority commit point: the newest optime a majority of the voting
- * members have applied (applied[i] for member i), taken only when it is of
- * the current term (Raft's rule: earlier terms' entries commit through a
+ * members have applied (applied[i] for member i; one of a later term than
+ * term counts as nothing: another branch of history), taken only when it is
+ * of the current term (Raft's rule: earlier terms' entries commit through a
  * current-term entry), and never older than current. */
 sbl_optime_t sbl_rs_commit_point(const sbl_rs_config_t *cfg, const sbl_optime_t *applied,
                                  int64_t term, sbl_optime_t current);

@@ -359,9 +359,12 @@ sbl_optime_t sbl_rs_commit_point(const sbl_rs_config_t *cfg, const sbl_optime_t 
 {
     sbl_optime_t v[SBL_RS_MAX_MEMBERS];
     int nv = 0;
+    /* A position of a later term than ours is on another branch of history:
+     * it says nothing of our entries (counting it as "at least ours" once
+     * moved a returning former primary's commit point onto its own entries). */
     for (int i = 0; i < cfg->n; i++)
         if (cfg->m[i].votes > 0 && !cfg->m[i].arbiter)
-            v[nv++] = applied[i];
+            v[nv++] = applied[i].t <= term ? applied[i] : (sbl_optime_t){0, 0};
     int maj = sbl_rs_write_majority(cfg);
     if (nv == 0 || maj < 1)
         return current;

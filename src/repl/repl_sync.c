@@ -902,6 +902,8 @@ int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err)
             if (rs.cfg.m[i].id != id || i == rs.self)
                 continue;
             sbl_optime_t ap = sbl_repl_optime_at(&d, "appliedOpTime");
+            if (ap.t > rs.term) /* a newer term exists (a primary steps down) */
+                sbl_rs_update_term_locked(ap.t);
             int moved = sbl_optime_cmp(ap, rs.peer[i].applied);
             if (moved > 0)
                 rs.peer[i].applied = ap;

@@ -493,7 +493,7 @@ def failovers(ops, nemesis):
     out = []
     oks = sorted((op.call, op.ret) for op in ops if op.type == "ok" and op.f in WRITES)
     for e in nemesis:
-        if e["f"] not in ("kill-primary", "pause-primary", "isolate-primary"):
+        if e["f"] not in FAILOVER_KINDS:
             continue
         nxt = next((ret for call, ret in oks if call >= e["time"]), None)
         out.append({"fault": e["f"], "seconds": None if nxt is None

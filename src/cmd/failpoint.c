@@ -398,7 +398,9 @@ int sbl_cmd_configure_fail_point(sbl_opctx_t *ctx, sbl_err_t *err)
         if (copy != NULL && bson_iter_init_find(&it, copy, "maxMS") &&
             BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_int64(&it) > 0)
             max_ms = bson_iter_as_int64(&it);
-        sbl_repl_fail_point(name, mode != MODE_OFF, max_ms);
+        const char *ns = copy != NULL && bson_iter_init_find(&it, copy, "ns") &&
+                                 BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : NULL;
+        sbl_repl_fail_point(name, mode != MODE_OFF, max_ms, ns);
         if (copy != NULL)
             bson_destroy(copy);
     } else if (tw) {

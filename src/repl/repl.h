@@ -196,8 +196,9 @@ uint64_t sbl_repl_last_op_ts(void);
 int sbl_repl_member_count(void);
 /* Replication's test fail points (configureFailPoint, test commands only;
  * repl_failpoint.c): turn fail point name on or off, each wait at most
- * max_ms.  False when name is not one of them. */
-bool sbl_repl_fail_point(const char *name, bool on, int64_t max_ms);
+ * max_ms, for writes to ns only when ns is not NULL (the fail point's
+ * data.ns).  False when name is not one of them. */
+bool sbl_repl_fail_point(const char *name, bool on, int64_t max_ms, const char *ns);
 
 /* ---- for change streams (src/agg/changestream.c) ---------------------------- */
 

@@ -116,6 +116,8 @@ enum { SBL_REPL_FP_APPLY_COMMIT, SBL_REPL_FP_APPLY_STOP, SBL_REPL_FP_BEFORE_APPE
 /* While fail point fp is on (at most its max_ms): wait, polling go_on(arg)
  * (when not NULL) every 10 ms.  False when go_on said to stop. */
 bool sbl_repl_fp_wait(int fp, bool (*go_on)(void *), void *arg);
+/* Whether fail point fp is on for a write to ns (its data.ns, if any). */
+bool sbl_repl_fp_applies(int fp, const char *ns);
 /* The storage's commit observer (sbl_storage_set_commit_observer). */
 void sbl_oplog_on_commit(uint64_t commit_ts);
 /* The ts and t of the newest entry the oplog holds, committed (read from the

@@ -411,7 +411,8 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         return sbl_err_set(err, SBL_E_InterruptedDueToReplStateChange,
                            "operation was interrupted because a replica set state change "
                            "(stepdown) occurred");
-    sbl_repl_fp_wait(SBL_REPL_FP_BEFORE_APPEND, NULL, NULL); /* tests: a step-down races it */
+    if (sbl_repl_fp_applies(SBL_REPL_FP_BEFORE_APPEND, sbl_coll_ns(c)))
+        sbl_repl_fp_wait(SBL_REPL_FP_BEFORE_APPEND, NULL, NULL); /* tests: a step-down races */
     if (bson_iter_init_find(&it, doc, "_id"))
         bson_append_iter(&key, "_id", 3, &it);
     sbl_oplog_entry_t e = {.ns = sbl_coll_ns(c), .uuid = sbl_coll_uuid(c)};

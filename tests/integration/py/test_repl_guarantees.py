@@ -166,7 +166,7 @@ def test_write_racing_a_step_down_never_takes_the_new_term(rs3e):
             {"_id": "before"})
         term = d.admin.command("replSetGetStatus")["term"]
         d.admin.command("configureFailPoint", "hangBeforePrimaryOplogAppend",
-                        mode="alwaysOn", data={"maxMS": 30000})
+                        mode="alwaysOn", data={"maxMS": 30000, "ns": "t.c"})
     out = {}
 
     def write():
@@ -183,7 +183,10 @@ def test_write_racing_a_step_down_never_takes_the_new_term(rs3e):
         wait_for(lambda: '"id":7360002' in p.log_text(), timeout=10)   # it waits
         with direct(s1) as d1:   # (lost while it has yet to apply p's newest entry)
             wait_for(lambda: d1.admin.command("replSetStepUp")["ok"], timeout=30)
-        wait_for(lambda: state(s1) == 1 and state(p) == 2, timeout=60)
+        wait_for(lambda: state(p) == 2, timeout=30)
+        with direct(p) as d:     # p must not lead again before the write goes on
+            d.admin.command("replSetFreeze", 120)
+        wait_for(lambda: any(state(m) == 1 for m in rs3e if m is not p), timeout=60)
     finally:
         with direct(p) as d:
             d.admin.command("configureFailPoint", "hangBeforePrimaryOplogAppend", mode="off")

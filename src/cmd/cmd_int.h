@@ -289,6 +289,7 @@ int sbl_cmd_repl_set_request_votes(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_repl_set_update_position(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_repl_set_step_down(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_repl_set_step_up(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_repl_set_abort_primary_catch_up(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_repl_set_freeze(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_repl_set_sync_from(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_repl_set_maintenance(sbl_opctx_t *ctx, sbl_err_t *err);

@@ -16,6 +16,10 @@
  * writing, closeConnection (default true) lets the command run and closes
  * the connection instead of replying, as mongod's fail point of that name.
  *
+ * hangBeforeApplyCommit, rsSyncApplyStop and hangBeforePrimaryOplogAppend
+ * hold replication's writers (src/repl/repl_failpoint.c) while on, at most data.maxMS (default 60000)
+ * each time.
+ *
  * What must stay true: the state is read and changed under one mutex;
  * sbl_failpoint_on is non-zero exactly while a mode other than off is set or
  * a blocked command has yet to resume (its resumption goes through the hook).
@@ -396,7 +400,10 @@ int sbl_cmd_configure_fail_point(sbl_opctx_t *ctx, sbl_err_t *err)
         return ping_delay_fail_point(ctx, err);
     bool tw = strcmp(name, "onPrimaryTransactionalWrite") == 0;
     bool getmore_fp = strcmp(name, "failGetMoreAfterCursorCheckout") == 0;
-    if (strcmp(name, "failCommand") != 0 && !tw && !getmore_fp)
+    bool repl_fp = strcmp(name, "hangBeforeApplyCommit") == 0 ||
+                   strcmp(name, "rsSyncApplyStop") == 0 ||
+                   strcmp(name, "hangBeforePrimaryOplogAppend") == 0;
+    if (strcmp(name, "failCommand") != 0 && !tw && !getmore_fp && !repl_fp)
         return sbl_err_set(err, SBL_E_FailPointSetFailed, "%s not found", name);
     if (!bson_iter_init_find(&it, ctx->cmd, "mode"))
         return sbl_err_set(err, SBL_E_BadValue, "When setting a failpoint, you must supply a 'mode'");
@@ -418,7 +425,17 @@ int sbl_cmd_configure_fail_point(sbl_opctx_t *ctx, sbl_err_t *err)
 
     pthread_mutex_lock(&fp_mu);
     int64_t before = fp_entered;
-    if (tw) {
+    if (repl_fp) {
+        int64_t max_ms = 60000;
+        if (copy != NULL && bson_iter_init_find(&it, copy, "maxMS") &&
+            BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_int64(&it) > 0)
+            max_ms = bson_iter_as_int64(&it);
+        const char *ns = copy != NULL && bson_iter_init_find(&it, copy, "ns") &&
+                                 BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : NULL;
+        sbl_repl_fail_point(name, mode != MODE_OFF, max_ms, ns);
+        if (copy != NULL)
+            bson_destroy(copy);
+    } else if (tw) {
         if (tw_data != NULL)
             bson_destroy(tw_data);
         tw_data = copy;

@@ -90,6 +90,11 @@ int sbl_cmd_repl_set_step_up(sbl_opctx_t *ctx, sbl_err_t *err)
     return sbl_repl_step_up(err);
 }
 
+int sbl_cmd_repl_set_abort_primary_catch_up(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    return sbl_repl_abort_catchup(err);
+}
+
 int sbl_cmd_repl_set_freeze(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     return sbl_repl_freeze(arg_num(ctx->cmd, "replSetFreeze", 0), ctx->reply, err);

@@ -159,6 +159,8 @@ static const sbl_cmd_def_t cmd_table[] = {
     {"refreshSessions", sbl_cmd_refresh_sessions, 0, "refresh logical sessions", ""},
     {"renameCollection", sbl_cmd_rename_collection, W | ADM,
      "rename a collection", "renameCollectionSameDB"},
+    {"replSetAbortPrimaryCatchUp", sbl_cmd_repl_set_abort_primary_catch_up, ADM,
+     "end a newly elected primary's catch-up: take writes now", "replSetStateChange"},
     {"replSetFreeze", sbl_cmd_repl_set_freeze, ADM, "keep a secondary from standing for election",
      "replSetStateChange"},
     {"replSetGetConfig", sbl_cmd_repl_set_get_config, ADM,

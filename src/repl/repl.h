@@ -145,6 +145,9 @@ int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err);
 int sbl_repl_step_down(int64_t step_down_s, int64_t secondary_catchup_s, bool force,
                        sbl_err_t *err);
 int sbl_repl_freeze(int64_t secs, bson_t *r, sbl_err_t *err);
+/* replSetAbortPrimaryCatchUp: a member elected and still catching up stops
+ * and becomes primary now; IllegalOperation when it is not catching up. */
+int sbl_repl_abort_catchup(sbl_err_t *err);
 /* replSetSyncFrom: tail host from now on (syncFromRequested, prevSyncTarget
  * and maybe a warning appended to r), with mongod's checks and codes.
  * replSetMaintenance: a secondary enters (on) or leaves one request of
@@ -203,6 +206,11 @@ int sbl_repl_members_info(sbl_repl_member_info_t *out, int cap);
 uint64_t sbl_repl_last_op_ts(void);
 /* The number of members (w: N above it is refused as mongod does). */
 int sbl_repl_member_count(void);
+/* Replication's test fail points (configureFailPoint, test commands only;
+ * repl_failpoint.c): turn fail point name on or off, each wait at most
+ * max_ms, for writes to ns only when ns is not NULL (the fail point's
+ * data.ns).  False when name is not one of them. */
+bool sbl_repl_fail_point(const char *name, bool on, int64_t max_ms, const char *ns);
 
 /* ---- for change streams (src/agg/changestream.c) ---------------------------- */
 

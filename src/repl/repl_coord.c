@@ -141,23 +141,21 @@ int sbl_repl_check_read(const char *db, bool secondary_ok, sbl_err_t *err)
                        "state");
 }
 
+/* The newest committed entry, never one whose transaction is still open
+ * or aborted: what heartbeats, replSetUpdatePosition and hello's lastWrite
+ * report, so no member counts towards the commit point an entry it may
+ * still lose. */
 sbl_optime_t sbl_rs_my_applied(void)
 {
-    sbl_optime_t o = {.t = sbl_oplog_last_term(), .ts = sbl_oplog_last_ts()};
-    return o;
+    return sbl_oplog_committed();
 }
 
-/* The newest entry that committed: a write's acknowledgement waits for it.
- * sbl_oplog_last_ts is the last ts handed out, and the transaction that took
- * it may still roll back (a write conflict, a failed index insert): waiting
- * for it would wait for an entry no member will ever have.  After a
- * rollback the oplog's last ts is reloaded lower, and the entries above it
- * are gone: the smaller of the two.  Before the first commit since
- * start-up, the last ts is the newest entry read from disk. */
+/* The newest entry that committed: a write's acknowledgement waits for it
+ * (not the last ts handed out, whose transaction may still roll back: no
+ * member would ever have it). */
 uint64_t sbl_repl_last_op_ts(void)
 {
-    uint64_t handed = sbl_oplog_last_ts(), committed = sbl_txn_last_commit_ts();
-    return committed != 0 && committed < handed ? committed : handed;
+    return sbl_oplog_committed().ts;
 }
 
 int sbl_repl_member_count(void)
@@ -275,8 +273,9 @@ static int normalize_config(const bson_t *in, bson_t *out, sbl_rs_config_t *cfg,
     BSON_APPEND_INT32(&settings, "heartbeatIntervalMillis", (int32_t)cfg->heartbeat_ms);
     BSON_APPEND_INT32(&settings, "heartbeatTimeoutSecs", 10);
     BSON_APPEND_INT32(&settings, "electionTimeoutMillis", (int32_t)cfg->election_timeout_ms);
-    BSON_APPEND_INT32(&settings, "catchUpTimeoutMillis", -1);
-    BSON_APPEND_INT32(&settings, "catchUpTakeoverDelayMillis", 30000);
+    BSON_APPEND_INT32(&settings, "catchUpTimeoutMillis", (int32_t)cfg->catchup_timeout_ms);
+    BSON_APPEND_INT32(&settings, "catchUpTakeoverDelayMillis",
+                      (int32_t)cfg->catchup_takeover_ms);
     BSON_APPEND_DOCUMENT_BEGIN(&settings, "getLastErrorModes", &modes);
     for (int i = 0; i < cfg->nmodes; i++) {
         bson_t md;
@@ -378,8 +377,7 @@ void sbl_rs_update_term_locked(int64_t term)
     sbl_err_t err;
     if (term <= rs.term)
         return;
-    rs.term = term;
-    sbl_oplog_set_term(term);
+    rs.term = term; /* the oplog's term is set by the next election won */
     sbl_err_clear(&err);
     if (sbl_rs_persist_vote_locked(&err) != 0)
         log_attr(SBL_LOG_ERROR, 7360101, "Could not store the term", "error", err.msg, NULL, 0);
@@ -401,6 +399,7 @@ void sbl_rs_step_down_locked(const char *why)
     if (atomic_load(&rs.state) != SBL_RS_PRIMARY)
         return;
     set_state_locked(SBL_RS_SECONDARY);
+    sbl_oplog_set_term(-1); /* writes that passed the primary check fail (repl_oplog.c) */
     rs.primary = -1;
     sbl_rs_reset_election_timer_locked(sbl_now_ms());
     log_attr(SBL_LOG_INFO, 21358, "Replica set state transition: PRIMARY -> SECONDARY", "reason",
@@ -418,6 +417,7 @@ int sbl_rs_become_primary_locked(int64_t term, sbl_err_t *err)
     int rc = sbl_oplog_noop(sbl_session_get(), "new primary", err);
     if (rc != 0) {
         atomic_store(&rs.state, SBL_RS_SECONDARY);
+        sbl_oplog_set_term(-1);
         return rc;
     }
     sbl_repl_election_id(term, &rs.election_id);
@@ -530,6 +530,7 @@ int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err)
     srandom((unsigned)(sbl_now_us() ^ (uint64_t)getpid() ^ (uint64_t)cfg->port));
     atomic_store(&rs.state, SBL_RS_STARTUP);
     sbl_storage_set_write_observer(sbl_oplog_observe);
+    sbl_storage_set_commit_observer(sbl_oplog_on_commit);
     sbl_storage_set_replicated(true);
 
     sbl_session_t *s = sbl_session_get();
@@ -591,6 +592,7 @@ void sbl_repl_stop(void)
     sbl_rs_waiter_stop();
     sbl_rs_preimages_stop();
     sbl_storage_set_write_observer(NULL);
+    sbl_storage_set_commit_observer(NULL);
     sbl_oplog_close();
     sbl_txn_table_close();
     pthread_mutex_lock(&rs.lock);

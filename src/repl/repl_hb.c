@@ -8,7 +8,9 @@
  * electionTimeoutMillis plus a random offset (a dry run in the current
  * term, then a real one in term + 1, voting for itself durably first),
  * and steps a primary down when it has not heard from a majority for an
- * election timeout.  The receiving side of heartbeats and vote requests,
+ * election timeout, or when its dbpath cannot take writes (a full disk:
+ * it hands off to a caught-up secondary and stands for no election until
+ * the disk takes writes again).  The receiving side of heartbeats and vote requests,
  * replSetStepDown, replSetFreeze and replSetStepUp are here too.
  *
  * What must stay true: network I/O never happens under sbl_rs.lock; an
@@ -451,10 +453,127 @@ static void log_election(const char *msg, int64_t term)
     bson_destroy(&attr);
 }
 
-/* Run for primary: dry run (unless skipped), then a real election.
- * Returns 0 when this member won. */
-static int run_election(bool skip_dry_run, sbl_err_t *err)
+/* The newest applied optime this member knows of: its own, or that of a
+ * member that is up (heartbeats).  Lock held. */
+static sbl_optime_t newest_known_locked(void)
 {
+    sbl_optime_t best = sbl_rs_my_applied();
+    for (int i = 0; i < rs.cfg.n; i++)
+        if (i != rs.self && rs.peer[i].up && sbl_optime_cmp(rs.peer[i].applied, best) > 0)
+            best = rs.peer[i].applied;
+    return best;
+}
+
+static void log_catchup(int id, const char *msg, const char *how, sbl_optime_t target,
+                        int64_t ops)
+{
+    bson_t attr = BSON_INITIALIZER, t;
+    if (how != NULL)
+        BSON_APPEND_UTF8(&attr, "reason", how);
+    BSON_APPEND_DOCUMENT_BEGIN(&attr, "targetOpTime", &t);
+    bson_append_timestamp(&t, "ts", 2, SBL_TS_SECS(target.ts), SBL_TS_INC(target.ts));
+    BSON_APPEND_INT64(&t, "t", target.t);
+    bson_append_document_end(&attr, &t);
+    if (ops >= 0)
+        BSON_APPEND_INT64(&attr, "numCatchUpOps", ops);
+    sbl_log(SBL_LOG_INFO, "REPL", id, msg, &attr);
+    bson_destroy(&attr);
+}
+
+/*
+ * Primary catch-up (pv1), between winning the election of term and taking
+ * writes: hear from every member once (fresh heartbeats), and while one that
+ * is up has a newer applied optime, go on applying (the applier syncs from
+ * the member furthest ahead) until this member has the newest optime it
+ * knows of.  Ends early on settings.catchUpTimeoutMillis (0: no catch-up),
+ * replSetAbortPrimaryCatchUp, when no member that is up is ahead any more,
+ * when the term moves, or after catchUpTakeoverDelayMillis (30 s; when -1,
+ * 30 s) without progress: where mongod's member ahead would take over, this
+ * member stops waiting for it (every wait bounded).  Lock held; waits release it.  Returns false when
+ * this member may no longer become primary (term or state moved).
+ */
+static bool catch_up_locked(int64_t term)
+{
+    int64_t start = sbl_now_ms(), limit = rs.cfg.catchup_timeout_ms;
+    int64_t ops0 = sbl_rs_applied_ops();
+    int64_t hb_until = start + (rs.cfg.heartbeat_ms < 2000 ? 2000 : rs.cfg.heartbeat_ms);
+    rs.won.target = (sbl_optime_t){0, 0};
+    rs.won.catchup_ops = 0;
+    if (limit != 0) {
+        rs.catching_up = true;
+        rs.catchup_abort = false;
+        for (int i = 0; i < rs.cfg.n; i++)
+            rs.peer[i].next_hb_ms = 0;
+        pthread_cond_broadcast(&rs.cond);
+        for (bool heard = false; !heard && sbl_now_ms() < hb_until && rs.term == term &&
+                                 !rs.stopping;) {
+            heard = true;
+            for (int i = 0; i < rs.cfg.n; i++)
+                if (i != rs.self && rs.peer[i].up && rs.peer[i].last_ok_ms < start)
+                    heard = false;
+            if (!heard)
+                sbl_rs_wait_locked(20);
+        }
+    }
+    sbl_optime_t target = newest_known_locked();
+    if (limit != 0 && sbl_optime_cmp(target, sbl_rs_my_applied()) > 0) {
+        const char *how = NULL;
+        int64_t stall_ms = rs.cfg.catchup_takeover_ms > 0 ? rs.cfg.catchup_takeover_ms : 30000;
+        int64_t moved_ms = start;
+        sbl_optime_t seen = sbl_rs_my_applied();
+        rs.won.target = target;
+        log_catchup(21359, "Entering primary catch-up mode", NULL, target, -1);
+        while (how == NULL) {
+            sbl_optime_t me = sbl_rs_my_applied(), newest = newest_known_locked();
+            if (sbl_optime_cmp(me, seen) > 0) {
+                seen = me;
+                moved_ms = sbl_now_ms();
+            }
+            if (sbl_optime_cmp(newest, target) > 0)
+                rs.won.target = target = newest; /* heard of a newer one meanwhile */
+            if (rs.stopping || rs.term != term || atomic_load(&rs.state) != SBL_RS_SECONDARY)
+                how = "the term or state changed";
+            else if (sbl_optime_cmp(me, target) >= 0)
+                how = "caught up to the target optime";
+            else if (rs.catchup_abort)
+                how = "replSetAbortPrimaryCatchUp";
+            else if (limit > 0 && sbl_now_ms() - start >= limit)
+                how = "catchUpTimeoutMillis elapsed";
+            else if (sbl_optime_cmp(newest, me) <= 0)
+                how = "no member that is up is ahead";
+            else if (sbl_now_ms() - moved_ms >= stall_ms)
+                how = "no progress for catchUpTakeoverDelayMillis";
+            else
+                sbl_rs_wait_locked(50);
+        }
+        rs.won.catchup_ops = sbl_rs_applied_ops() - ops0;
+        log_catchup(21363, "Exited primary catch-up mode", how, target, rs.won.catchup_ops);
+    }
+    rs.catching_up = false;
+    return rs.term == term && atomic_load(&rs.state) == SBL_RS_SECONDARY && !rs.stopping;
+}
+
+int sbl_repl_abort_catchup(sbl_err_t *err)
+{
+    if (!sbl_repl_enabled())
+        return sbl_err_set(err, SBL_E_NoReplicationEnabled, "not running with --replSet");
+    pthread_mutex_lock(&rs.lock);
+    bool on = rs.catching_up;
+    if (on) {
+        rs.catchup_abort = true;
+        pthread_cond_broadcast(&rs.cond);
+    }
+    pthread_mutex_unlock(&rs.lock);
+    return on ? 0 : sbl_err_set(err, SBL_E_IllegalOperation,
+                                "The node is not in catch-up mode.");
+}
+
+/* Run for primary: dry run (unless skipped), then a real election, then
+ * catch-up.  reason is mongod's lastElectionReason.  Returns 0 when this
+ * member won. */
+static int run_election(bool skip_dry_run, const char *reason, sbl_err_t *err)
+{
+    int64_t started = sbl_now_ms();
     int64_t higher, term;
     int rc = -1;
 
@@ -466,6 +585,11 @@ static int run_election(bool skip_dry_run, sbl_err_t *err)
     pthread_mutex_unlock(&rs.lock);
     if (!can) {
         rc = sbl_err_set(err, SBL_E_NodeNotElectable, "this node is not electable");
+        goto out;
+    }
+    if (!sbl_storage_can_write()) { /* it could not write as primary (disk full) */
+        rc = sbl_err_set(err, SBL_E_NodeNotElectable, "this node is not electable: its dbpath "
+                         "cannot take writes (out of disk space)");
         goto out;
     }
     if (!skip_dry_run) {
@@ -486,8 +610,7 @@ static int run_election(bool skip_dry_run, sbl_err_t *err)
         rc = sbl_err_set(err, SBL_E_CommandFailed, "term or state moved during the dry run");
         goto out;
     }
-    rs.term = ++term;
-    sbl_oplog_set_term(rs.term);
+    rs.term = ++term; /* the oplog's term: set when it wins (sbl_rs_become_primary_locked) */
     rs.last_vote_term = term;
     rs.last_vote_candidate = rs.self;
     if ((rc = sbl_rs_persist_vote_locked(err)) != 0) {
@@ -503,7 +626,18 @@ static int run_election(bool skip_dry_run, sbl_err_t *err)
         sbl_rs_update_term_locked(higher);
     if (votes >= maj && rs.term == term && atomic_load(&rs.state) == SBL_RS_SECONDARY) {
         log_election("Election succeeded, assuming primary role", term);
-        rc = sbl_rs_become_primary_locked(term, err);
+        rs.won.reason = reason;
+        rs.won.date_ms = started;
+        rs.won.term = term;
+        rs.won.votes_needed = maj;
+        rs.won.priority = rs.cfg.m[rs.self].priority;
+        rs.won.timeout_ms = rs.cfg.election_timeout_ms;
+        rs.won.commit = rs.commit;
+        rs.won.seen = sbl_rs_my_applied();
+        if (!catch_up_locked(term))
+            rc = sbl_err_set(err, SBL_E_CommandFailed, "term or state moved during catch-up");
+        else if ((rc = sbl_rs_become_primary_locked(term, err)) == 0)
+            rs.won.new_term_ms = sbl_now_ms();
     } else {
         rc = sbl_err_set(err, SBL_E_CommandFailed, "election lost (%d votes of %d needed)",
                          votes, maj);
@@ -512,6 +646,42 @@ static int run_election(bool skip_dry_run, sbl_err_t *err)
 out:
     pthread_mutex_unlock(&election_mu);
     return rc;
+}
+
+/* The member an election hand-off goes to: electable, up, and with our
+ * applied optime or newer (-1: none).  Lock held. */
+static int caught_up_target_locked(void)
+{
+    sbl_optime_t ap = sbl_rs_my_applied();
+    int target = -1;
+    for (int i = 0; i < rs.cfg.n; i++)
+        if (i != rs.self && sbl_rs_electable(&rs.cfg, i) && rs.peer[i].up &&
+            sbl_optime_cmp(rs.peer[i].applied, ap) >= 0)
+            target = i;
+    return target;
+}
+
+/* Election hand-off, as mongod: after stepping down, ask the caught-up
+ * secondary target (-1: none) to run for election now (skipping the dry
+ * run).  Called with the lock held; releases it before the network call. */
+static void hand_off_unlock(int target)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static peer_conn_t handoff;
+    char host[256] = "";
+    if (target >= 0)
+        snprintf(host, sizeof(host), "%s", rs.cfg.m[target].host);
+    pthread_mutex_unlock(&rs.lock);
+    if (host[0] == '\0')
+        return;
+    bson_t cmd = BSON_INITIALIZER, reply;
+    BSON_APPEND_INT32(&cmd, "replSetStepUp", 1);
+    BSON_APPEND_BOOL(&cmd, "skipDryRun", true);
+    pthread_mutex_lock(&mu);
+    run_on(&handoff, host, &cmd, &reply, 5000);
+    pthread_mutex_unlock(&mu);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
 }
 
 /* ---- the thread ------------------------------------------------------------------- */
@@ -540,7 +710,7 @@ static bool takeover_due_locked(int64_t now)
     bool ok = p >= 0 && p != me && rs.peer[p].up && sbl_rs_electable(&rs.cfg, me) &&
               now >= rs.freeze_until_ms && rs.cfg.m[me].priority > rs.cfg.m[p].priority &&
               (int64_t)SBL_TS_SECS(sbl_rs_my_applied().ts) + 2 >=
-                  (int64_t)SBL_TS_SECS(rs.peer[p].applied.ts);
+                  (int64_t)SBL_TS_SECS(rs.peer[p].applied.ts) && sbl_storage_can_write();
     if (!ok) {
         takeover_since_ms = 0;
         return false;
@@ -623,7 +793,20 @@ static void *hb_main(void *arg)
                               (void *)(intptr_t)npeer_threads) == 0)
             npeer_threads++;
         int st = atomic_load(&rs.state);
-        if (rs.config != NULL && rs.self >= 0 && st == SBL_RS_PRIMARY) {
+        if (rs.config != NULL && rs.self >= 0 && st == SBL_RS_PRIMARY &&
+            !sbl_storage_can_write()) {
+            /* mongod stops (fassert) when it cannot journal a write, and the
+             * set fails over; Sable steps down, hands off, and stays out of
+             * elections until the disk takes writes again */
+            sbl_rs_step_down_locked("the dbpath cannot take writes (disk full)");
+            int target = caught_up_target_locked();
+            for (int64_t until = now + 2000; target < 0 && !rs.stopping &&
+                                             sbl_now_ms() < until; target = caught_up_target_locked())
+                sbl_rs_wait_locked(100); /* heartbeats bring the others' positions */
+            hand_off_unlock(target);
+            pthread_mutex_lock(&rs.lock);
+            continue;
+        } else if (rs.config != NULL && rs.self >= 0 && st == SBL_RS_PRIMARY) {
             /* can we still see a majority? */
             int seen = 1;
             for (int i = 0; i < rs.cfg.n; i++)
@@ -641,11 +824,11 @@ static void *hb_main(void *arg)
                    sbl_rs_electable(&rs.cfg, rs.self) && now >= rs.freeze_until_ms &&
                    now - rs.primary_seen_ms >= rs.cfg.election_timeout_ms +
                                                       rs.election_offset_ms &&
-                   (rs.primary < 0 || !rs.peer[rs.primary].up)) {
+                   (rs.primary < 0 || !rs.peer[rs.primary].up) && sbl_storage_can_write()) {
             pthread_mutex_unlock(&rs.lock);
             sbl_err_t err;
             sbl_err_clear(&err);
-            run_election(false, &err);
+            run_election(false, "electionTimeout", &err);
             pthread_mutex_lock(&rs.lock);
             continue;
         } else if (rs.config != NULL && rs.self >= 0 && st == SBL_RS_SECONDARY &&
@@ -655,7 +838,7 @@ static void *hb_main(void *arg)
             log_election("Starting an election for a priority takeover", next);
             sbl_err_t err;
             sbl_err_clear(&err);
-            run_election(false, &err);
+            run_election(false, "priorityTakeOver", &err);
             pthread_mutex_lock(&rs.lock);
             continue;
         }
@@ -696,7 +879,7 @@ int sbl_repl_step_up(sbl_err_t *err)
         return sbl_err_set(err, SBL_E_NoReplicationEnabled, "not running with --replSet");
     if (atomic_load(&rs.state) == SBL_RS_PRIMARY)
         return 0;
-    return run_election(true, err);
+    return run_election(true, "stepUpRequestSkipDryRun", err);
 }
 
 int sbl_repl_freeze(int64_t secs, bson_t *r, sbl_err_t *err)
@@ -734,13 +917,7 @@ int sbl_repl_step_down(int64_t step_down_s, int64_t catchup_s, bool force, sbl_e
             pthread_mutex_unlock(&rs.lock);
             return sbl_err_set(err, SBL_E_NotWritablePrimary, "not primary so can't step down");
         }
-        sbl_optime_t ap = sbl_rs_my_applied();
-        target = -1;
-        for (int i = 0; i < rs.cfg.n; i++)
-            if (i != rs.self && sbl_rs_electable(&rs.cfg, i) && rs.peer[i].up &&
-                sbl_optime_cmp(rs.peer[i].applied, ap) >= 0)
-                target = i;
-        if (target >= 0 || force)
+        if ((target = caught_up_target_locked()) >= 0 || force)
             break;
         if (sbl_now_ms() >= deadline) {
             pthread_mutex_unlock(&rs.lock);
@@ -753,19 +930,6 @@ int sbl_repl_step_down(int64_t step_down_s, int64_t catchup_s, bool force, sbl_e
     }
     sbl_rs_step_down_locked("replSetStepDown command");
     rs.freeze_until_ms = sbl_now_ms() + step_down_s * 1000;
-    char host[256] = "";
-    if (target >= 0)
-        snprintf(host, sizeof(host), "%s", rs.cfg.m[target].host);
-    pthread_mutex_unlock(&rs.lock);
-    if (host[0] != '\0') {
-        /* election hand-off, as mongod: ask the caught-up secondary to run now */
-        static peer_conn_t handoff;
-        bson_t cmd = BSON_INITIALIZER, reply;
-        BSON_APPEND_INT32(&cmd, "replSetStepUp", 1);
-        BSON_APPEND_BOOL(&cmd, "skipDryRun", true);
-        run_on(&handoff, host, &cmd, &reply, 5000);
-        bson_destroy(&cmd);
-        bson_destroy(&reply);
-    }
+    hand_off_unlock(target);
     return 0;
 }

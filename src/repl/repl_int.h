@@ -108,8 +108,18 @@ int sbl_txn_record_write_state(sbl_session_t *s, const bson_t *lsid, int64_t txn
  * s's open transaction, with its ts as the commit timestamp (a secondary
  * applying it). */
 int sbl_oplog_append_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err);
-/* The term of the last entry (0 before the first). */
+/* The term of the last entry handed out (0 before the first). */
 int64_t sbl_oplog_last_term(void);
+/* Replication's fail points (repl_failpoint.c). */
+enum { SBL_REPL_FP_APPLY_COMMIT, SBL_REPL_FP_APPLY_STOP, SBL_REPL_FP_BEFORE_APPEND,
+       SBL_REPL_FP_COUNT };
+/* While fail point fp is on (at most its max_ms): wait, polling go_on(arg)
+ * (when not NULL) every 10 ms.  False when go_on said to stop. */
+bool sbl_repl_fp_wait(int fp, bool (*go_on)(void *), void *arg);
+/* Whether fail point fp is on for a write to ns (its data.ns, if any). */
+bool sbl_repl_fp_applies(int fp, const char *ns);
+/* The storage's commit observer (sbl_storage_set_commit_observer). */
+void sbl_oplog_on_commit(uint64_t commit_ts);
 /* The ts and t of the newest entry the oplog holds, committed (read from the
  * oplog in s, outside any transaction of s; {0, 0} when empty).  Unlike
  * sbl_oplog_last_ts/term, not moved by a write that took a ts and then
@@ -155,6 +165,11 @@ typedef struct sbl_optime {
     uint64_t ts;
 } sbl_optime_t;
 int sbl_optime_cmp(sbl_optime_t a, sbl_optime_t b);
+/* The ts and t of the newest entry whose transaction committed ({0, 0}
+ * before the first): this member's applied and durable position, the one
+ * it reports to others.  sbl_oplog_last_ts/term may be newer (an entry
+ * written, not yet committed, or aborted). */
+sbl_optime_t sbl_oplog_committed(void);
 
 #define SBL_RS_MAX_TAGS 8   /* tags per member, constraints per write concern mode */
 #define SBL_RS_MAX_MODES 8  /* settings.getLastErrorModes */
@@ -195,6 +210,8 @@ typedef struct sbl_rs_config {
     int64_t heartbeat_ms;        /* settings.heartbeatIntervalMillis (2000) */
     int64_t election_timeout_ms; /* settings.electionTimeoutMillis (10000) */
     bool chaining;               /* settings.chainingAllowed (true) */
+    int64_t catchup_timeout_ms;  /* settings.catchUpTimeoutMillis (-1: no limit) */
+    int64_t catchup_takeover_ms; /* settings.catchUpTakeoverDelayMillis (30000; kept only) */
     int nmodes;
     sbl_rs_mode_t modes[SBL_RS_MAX_MODES];
 } sbl_rs_config_t;
@@ -268,8 +285,9 @@ typedef struct sbl_vote_req {
 bool sbl_rs_vote(sbl_vote_state_t *st, const sbl_vote_req_t *req, char *reason, size_t n);
 
 /* The majority commit point: the newest optime a majority of the voting
- * members have applied (applied[i] for member i), taken only when it is of
- * the current term (Raft's rule: earlier terms' entries commit through a
+ * members have applied (applied[i] for member i; one of a later term than
+ * term counts as nothing: another branch of history), taken only when it is
+ * of the current term (Raft's rule: earlier terms' entries commit through a
  * current-term entry), and never older than current. */
 sbl_optime_t sbl_rs_commit_point(const sbl_rs_config_t *cfg, const sbl_optime_t *applied,
                                  int64_t term, sbl_optime_t current);
@@ -355,6 +373,18 @@ typedef struct sbl_rs {
     bool stopping;
     int maintenance;       /* open replSetMaintenance requests: RECOVERING while > 0 */
     char sync_from[256];   /* replSetSyncFrom's member ("" none) */
+    /* primary catch-up: elected, not yet taking writes (repl_hb.c) */
+    bool catching_up;
+    bool catchup_abort;    /* replSetAbortPrimaryCatchUp */
+    /* electionCandidateMetrics of the last election this member won */
+    struct {
+        const char *reason;          /* NULL: none since start-up */
+        int64_t date_ms, term, timeout_ms, new_term_ms;
+        int votes_needed;
+        double priority;
+        sbl_optime_t commit, seen, target; /* target {0, 0}: nobody was ahead */
+        int64_t catchup_ops;
+    } won;
 } sbl_rs_t;
 extern sbl_rs_t sbl_rs;
 
@@ -476,5 +506,7 @@ bool sbl_rs_member_uri(char *buf, size_t n, const char *host, const char *opts);
 /* repl_monitor.c: count an applied entry (opcountersRepl), a batch applied. */
 void sbl_rs_count_applied_op(const bson_t *e);
 void sbl_rs_count_batch(void);
+/* Entries applied by this member's applier since start-up. */
+int64_t sbl_rs_applied_ops(void);
 
 #endif

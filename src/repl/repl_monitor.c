@@ -33,6 +33,11 @@ void sbl_rs_count_applied_op(const bson_t *e)
     atomic_fetch_add(&applied_ops, 1);
 }
 
+int64_t sbl_rs_applied_ops(void)
+{
+    return atomic_load(&applied_ops);
+}
+
 void sbl_rs_count_batch(void)
 {
     atomic_fetch_add(&applied_batches, 1);

@@ -14,9 +14,20 @@
  *    simply never used again.
  *  - Nothing in local.* and no <db>.system.profile write is logged (mongod
  *    replicates neither); the oplog's own writes are in local.
+ *  - An entry this member writes carries the term it is primary of (or, at
+ *    initiate, the set's first term), read once under the oplog lock; from
+ *    a step-down to the next election won it is -1 and such writes fail
+ *    (InterruptedDueToReplStateChange), so a write that passed the primary
+ *    check before a step-down never carries the newer term it learnt of.
+ *  - last_ts/last_term are the newest entry handed out, which may still abort;
+ *    `committed` is the newest entry whose transaction committed (published
+ *    by the storage's commit observer while the oplog lock is still held, and
+ *    reset when the oplog is read from disk).  Only `committed` is reported
+ *    to other members as this member's position.
  */
 #include "repl/repl_int.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,7 +41,9 @@ static _Atomic uint64_t last_ts; /* the last ts handed out (under the oplog lock
 static _Atomic uint64_t clock_floor; /* cluster times gossiped to us: the next ts is later */
 static _Atomic int64_t last_wall;
 static _Atomic int64_t last_term;  /* t of the last entry */
-static _Atomic int64_t cur_term = 1; /* t of the entries this member writes */
+static _Atomic int64_t cur_term = 1; /* t of the entries this member writes; -1: none */
+static pthread_mutex_t committed_mu = PTHREAD_MUTEX_INITIALIZER;
+static sbl_optime_t committed; /* the newest committed entry (under committed_mu) */
 
 _Thread_local const bson_t *sbl_repl_applying;
 _Thread_local bool sbl_repl_applied_written;
@@ -61,6 +74,32 @@ bool sbl_oplog_is_open(void)
 void sbl_oplog_set_active(bool on)
 {
     atomic_store(&active, on && oplog != NULL);
+}
+
+static void set_committed(uint64_t ts, int64_t term)
+{
+    pthread_mutex_lock(&committed_mu);
+    committed.ts = ts;
+    committed.t = term;
+    pthread_mutex_unlock(&committed_mu);
+}
+
+sbl_optime_t sbl_oplog_committed(void)
+{
+    pthread_mutex_lock(&committed_mu);
+    sbl_optime_t o = committed;
+    pthread_mutex_unlock(&committed_mu);
+    return o;
+}
+
+/* The storage's commit observer: a transaction that took the newest ts
+ * committed, and holds the oplog lock still, so last_term is its entry's.
+ * A commit at an older ts (recovery replaying an entry already in the
+ * oplog) publishes nothing new. */
+void sbl_oplog_on_commit(uint64_t commit_ts)
+{
+    if (commit_ts == atomic_load(&last_ts))
+        set_committed(commit_ts, atomic_load(&last_term));
 }
 
 uint64_t sbl_oplog_last_ts(void)
@@ -96,6 +135,7 @@ static int load_last(sbl_session_t *s, sbl_err_t *err)
             atomic_store(&last_term, bson_iter_as_int64(&it));
     }
     sbl_natural_close(scan);
+    set_committed(atomic_load(&last_ts), atomic_load(&last_term)); /* on disk: committed */
     return rc;
 }
 
@@ -169,6 +209,7 @@ int sbl_oplog_reload_last(sbl_session_t *s, sbl_err_t *err)
     atomic_store(&last_ts, 0);
     atomic_store(&last_wall, 0);
     atomic_store(&last_term, 0);
+    set_committed(0, 0);
     return oplog != NULL ? load_last(s, err) : 0;
 }
 
@@ -189,6 +230,11 @@ int sbl_oplog_append(sbl_session_t *s, sbl_oplog_entry_t *e, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_InternalError, "the oplog is not open");
     /* The lock first: from here to the commit, nobody else takes a ts. */
     SBL_RET(sbl_capped_lock(s, oplog, err));
+    int64_t term = atomic_load(&cur_term);
+    if (term < 0) /* stepped down since the write's check: not a term this member leads */
+        return sbl_err_set(err, SBL_E_InterruptedDueToReplStateChange,
+                           "operation was interrupted because a replica set state change "
+                           "(stepdown) occurred");
     int64_t now = sbl_now_ms();
     uint64_t prev = atomic_load(&last_ts), floor = atomic_load(&clock_floor);
     uint64_t ts = sbl_repl_ts_next(prev > floor ? prev : floor, (uint32_t)(now / 1000));
@@ -196,7 +242,7 @@ int sbl_oplog_append(sbl_session_t *s, sbl_oplog_entry_t *e, sbl_err_t *err)
     atomic_store(&last_wall, now);
     e->ts = ts;
     e->wall_ms = now;
-    e->term = atomic_load(&cur_term);
+    e->term = term;
     atomic_store(&last_term, e->term);
     SBL_RET(sbl_txn_set_commit_ts(s, ts, err));
     sbl_repl_entry_build(e, &doc);
@@ -231,6 +277,7 @@ int sbl_oplog_append_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
         atomic_store(&last_term, term);
     }
     sbl_repl_applied_written = true;
+    sbl_repl_fp_wait(SBL_REPL_FP_APPLY_COMMIT, NULL, NULL); /* tests: held uncommitted */
     return 0;
 }
 
@@ -364,6 +411,8 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         return sbl_err_set(err, SBL_E_InterruptedDueToReplStateChange,
                            "operation was interrupted because a replica set state change "
                            "(stepdown) occurred");
+    if (sbl_repl_fp_applies(SBL_REPL_FP_BEFORE_APPEND, sbl_coll_ns(c)))
+        sbl_repl_fp_wait(SBL_REPL_FP_BEFORE_APPEND, NULL, NULL); /* tests: a step-down races */
     if (bson_iter_init_find(&it, doc, "_id"))
         bson_append_iter(&key, "_id", 3, &it);
     sbl_oplog_entry_t e = {.ns = sbl_coll_ns(c), .uuid = sbl_coll_uuid(c)};

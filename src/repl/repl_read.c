@@ -25,13 +25,13 @@ int sbl_repl_wait_applied(uint64_t ts, int64_t deadline_us, sbl_err_t *err)
     if (!sbl_repl_enabled())
         return sbl_err_set(err, SBL_E_IllegalOperation,
                            "Cannot specify afterClusterTime readConcern without replication enabled");
-    while (sbl_oplog_last_ts() < ts) {
+    while (sbl_oplog_committed().ts < ts) { /* its data visible, not only written */
         if (atomic_load(&rs.state) == SBL_RS_PRIMARY) {
             /* mongod's primary moves its clock forward with a no-op */
             sbl_err_t e;
             sbl_err_clear(&e);
             if (sbl_oplog_noop(sbl_session_get(), "advancing clusterTime", &e) != 0 ||
-                sbl_oplog_last_ts() >= ts)
+                sbl_oplog_committed().ts >= ts)
                 continue;
         }
         if (rs.stopping)
@@ -78,7 +78,7 @@ int sbl_repl_linearizable_wait(int64_t deadline_us, sbl_err_t *err)
             wtimeout_ms = 1;
     }
     lin_wait_t w = {0, NULL};
-    sbl_repl_await(sbl_oplog_last_ts(), 0, true, wtimeout_ms, lin_done, &w);
+    sbl_repl_await(sbl_oplog_committed().ts, 0, true, wtimeout_ms, lin_done, &w);
     if (w.code == SBL_E_WriteConcernFailed)
         return sbl_err_set(err, SBL_E_MaxTimeMSExpired, "operation exceeded time limit");
     if (w.code != 0)

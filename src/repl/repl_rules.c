@@ -251,6 +251,8 @@ int sbl_rs_config_parse(const bson_t *doc, sbl_rs_config_t *cfg, sbl_err_t *err)
     cfg->heartbeat_ms = 2000;
     cfg->election_timeout_ms = 10000;
     cfg->chaining = true;
+    cfg->catchup_timeout_ms = -1;
+    cfg->catchup_takeover_ms = 30000;
     if (bson_iter_init_find(&it, doc, "settings") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
         uint32_t len;
         const uint8_t *data;
@@ -275,6 +277,18 @@ int sbl_rs_config_parse(const bson_t *doc, sbl_rs_config_t *cfg, sbl_err_t *err)
                     return invalid(err, "settings.chainingAllowed field must be a boolean%s",
                                    "", 0);
                 cfg->chaining = bson_iter_bool(&ch);
+            }
+            if (get_num(&st, "catchUpTimeoutMillis", &v)) {
+                if (v < -1)
+                    return invalid(err, "settings.catchUpTimeoutMillis field value must be -1 "
+                                   "or non-negative, not %lld", NULL, (long long)v);
+                cfg->catchup_timeout_ms = (int64_t)v;
+            }
+            if (get_num(&st, "catchUpTakeoverDelayMillis", &v)) {
+                if (v < -1)
+                    return invalid(err, "settings.catchUpTakeoverDelayMillis field value must "
+                                   "be -1 or non-negative, not %lld", NULL, (long long)v);
+                cfg->catchup_takeover_ms = (int64_t)v;
             }
             SBL_RET(parse_modes(&st, cfg, err));
         }
@@ -353,9 +367,12 @@ sbl_optime_t sbl_rs_commit_point(const sbl_rs_config_t *cfg, const sbl_optime_t 
 {
     sbl_optime_t v[SBL_RS_MAX_MEMBERS];
     int nv = 0;
+    /* A position of a later term than ours is on another branch of history:
+     * it says nothing of our entries (counting it as "at least ours" once
+     * moved a returning former primary's commit point onto its own entries). */
     for (int i = 0; i < cfg->n; i++)
         if (cfg->m[i].votes > 0 && !cfg->m[i].arbiter)
-            v[nv++] = applied[i];
+            v[nv++] = applied[i].t <= term ? applied[i] : (sbl_optime_t){0, 0};
     int maj = sbl_rs_write_majority(cfg);
     if (nv == 0 || maj < 1)
         return current;

@@ -150,6 +150,27 @@ static int member_id_of(const char *host)
     return -1;
 }
 
+/* electionCandidateMetrics: the election this primary won and its
+ * catch-up (targetCatchupOpTime only when a member was ahead).  Lock held. */
+static void append_candidate_metrics(bson_t *r)
+{
+    bson_t m;
+    BSON_APPEND_DOCUMENT_BEGIN(r, "electionCandidateMetrics", &m);
+    BSON_APPEND_UTF8(&m, "lastElectionReason", rs.won.reason);
+    BSON_APPEND_DATE_TIME(&m, "lastElectionDate", rs.won.date_ms);
+    BSON_APPEND_INT64(&m, "electionTerm", rs.won.term);
+    append_optime(&m, "lastCommittedOpTimeAtElection", rs.won.commit);
+    append_optime(&m, "lastSeenOpTimeAtElection", rs.won.seen);
+    BSON_APPEND_INT32(&m, "numVotesNeeded", rs.won.votes_needed);
+    BSON_APPEND_DOUBLE(&m, "priorityAtElection", rs.won.priority);
+    BSON_APPEND_INT64(&m, "electionTimeoutMillis", rs.won.timeout_ms);
+    if (rs.won.target.ts != 0)
+        append_optime(&m, "targetCatchupOpTime", rs.won.target);
+    BSON_APPEND_INT64(&m, "numCatchUpOps", rs.won.catchup_ops);
+    BSON_APPEND_DATE_TIME(&m, "newTermStartDate", rs.won.new_term_ms);
+    bson_append_document_end(r, &m);
+}
+
 int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
 {
     SBL_RET(sbl_rs_lock_initiated(err));
@@ -226,6 +247,8 @@ int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
         bson_append_document_end(&members, &m);
     }
     bson_append_array_end(r, &members);
+    if (st == SBL_RS_PRIMARY && rs.won.reason != NULL)
+        append_candidate_metrics(r);
     pthread_mutex_unlock(&rs.lock);
     return 0;
 }

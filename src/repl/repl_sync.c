@@ -441,6 +441,11 @@ static bool same_term_secondary(int64_t term)
     return ok;
 }
 
+static bool still_in_term(void *term)
+{
+    return same_term_secondary(*(const int64_t *)term);
+}
+
 /* secondaryDelaySecs: hold entry e until it is that old (by its wall time,
  * else its ts), as mongod's delayed members; false when the applier must
  * stop meanwhile (its source or state changed).  Not in STARTUP2: a new
@@ -566,7 +571,7 @@ static void *reporter_main(void *arg)
     uint64_t sent = 0;
     pthread_mutex_lock(&rs.lock);
     while (!r->stop) {
-        uint64_t now = sbl_oplog_last_ts();
+        uint64_t now = sbl_oplog_committed().ts;
         if (now == sent) {
             struct timespec t;
             clock_gettime(CLOCK_REALTIME, &t);
@@ -574,7 +579,7 @@ static void *reporter_main(void *arg)
             pthread_cond_timedwait(&r->cond, &rs.lock, &t);
             if (r->stop)
                 break;
-            now = sbl_oplog_last_ts();
+            now = sbl_oplog_committed().ts;
         }
         pthread_mutex_unlock(&rs.lock);
         if (c != NULL)
@@ -736,7 +741,8 @@ static void sync_from(const char *host)
                 goto out;
             if (o.ts <= applied_ts)
                 continue;
-            if (!wait_delay(doc, host, sync_term))
+            if (!wait_delay(doc, host, sync_term) ||
+                !sbl_repl_fp_wait(SBL_REPL_FP_APPLY_STOP, still_in_term, &sync_term))
                 goto out;
             sbl_err_t err;
             sbl_err_clear(&err);
@@ -959,6 +965,8 @@ int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err)
             if (rs.cfg.m[i].id != id || i == rs.self)
                 continue;
             sbl_optime_t ap = sbl_repl_optime_at(&d, "appliedOpTime");
+            if (ap.t > rs.term) /* a newer term exists (a primary steps down) */
+                sbl_rs_update_term_locked(ap.t);
             int moved = sbl_optime_cmp(ap, rs.peer[i].applied);
             if (moved > 0)
                 rs.peer[i].applied = ap;

@@ -67,6 +67,11 @@ int64_t sbl_storage_min_free_mb(void);
  * the minimum free, IllegalOperation (20) while it is read-only, else 0.
  * Cheap: statvfs at most every 100 ms or 4 MB written; recovers by itself. */
 int sbl_storage_space_check(size_t bytes, sbl_err_t *err);
+/* Whether this member could take writes now: false while the guard above
+ * refuses them (checked afresh when the cached state is older than 100 ms),
+ * for 5 s after WiredTiger's own ENOSPC, and after a WiredTiger panic
+ * (until restart).  Replication steps a primary down on false. */
+bool sbl_storage_can_write(void);
 
 /* ---- sessions and transactions --------------------------------------- */
 
@@ -288,6 +293,17 @@ typedef int (*sbl_write_observer_fn)(sbl_session_t *s, sbl_coll_t *c, sbl_write_
                                      const bson_t *old_doc, const bson_t *new_doc,
                                      sbl_err_t *err);
 void sbl_storage_set_write_observer(sbl_write_observer_fn fn);
+
+/*
+ * The commit observer: installed like the write observer (replication's
+ * oplog, which publishes its newest committed entry).  sbl_txn_commit calls
+ * it with the transaction's largest commit timestamp after WiredTiger
+ * committed a transaction that had one, while that transaction still holds
+ * its capped insert locks (so no other transaction has taken a newer oplog
+ * ts yet).  It must not fail or block.  NULL (the default) removes it.
+ */
+typedef void (*sbl_commit_observer_fn)(uint64_t commit_ts);
+void sbl_storage_set_commit_observer(sbl_commit_observer_fn fn);
 
 /* ---- timestamps and keyed collections ------------------------------------ */
 

@@ -144,11 +144,13 @@ int sbl_wt_err(sbl_err_t *err, int ret, const char *what)
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit,
                            "%s: the WiredTiger cache is full (cacheSizeGB too small)", what);
     case ENOSPC:
+        sbl_space_note_error(ret);
         return sbl_err_set(err, SBL_E_OutOfDiskSpace, "%s: no space left on device", what);
     case EMFILE:
     case ENFILE:
         return sbl_err_set(err, SBL_E_TooManyFilesOpen, "%s: too many open files", what);
     case WT_PANIC:
+        sbl_space_note_error(ret);
         sbl_log(SBL_LOG_FATAL, "STORAGE", 22435, "WiredTiger panic", NULL);
         return sbl_err_set(err, SBL_E_InternalError, "%s: WiredTiger panic", what);
     default:

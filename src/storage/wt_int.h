@@ -181,6 +181,9 @@ typedef struct sbl_engine {
 
 extern sbl_engine_t sbl_eng;
 
+/* Note a WiredTiger error for sbl_storage_can_write (ENOSPC, WT_PANIC). */
+void sbl_space_note_error(int ret);
+
 #define SBL_CATALOG_URI "table:_sbl_catalog"
 #define SBL_SIZES_URI "table:_sbl_sizes"
 #define SBL_CLEAN_KEY "_sbl_clean_shutdown"

@@ -202,6 +202,13 @@ static void reset_cursors(sbl_session_t *s)
         s->cursors[i].cursor->reset(s->cursors[i].cursor);
 }
 
+static _Atomic(sbl_commit_observer_fn) commit_observer;
+
+void sbl_storage_set_commit_observer(sbl_commit_observer_fn fn)
+{
+    atomic_store(&commit_observer, fn);
+}
+
 int sbl_txn_commit(sbl_session_t *s, sbl_err_t *err)
 {
     int ret;
@@ -220,6 +227,10 @@ int sbl_txn_commit(sbl_session_t *s, sbl_err_t *err)
     if (ret == 0) {
         atomic_fetch_add(&sbl_eng.commits, 1);
         sbl_ts_advance(&sbl_eng.last_commit_ts, s->commit_ts);
+        sbl_commit_observer_fn obs = atomic_load_explicit(&commit_observer,
+                                                          memory_order_relaxed);
+        if (obs != NULL && s->commit_ts != 0)
+            obs(s->commit_ts); /* before the capped locks go (storage.h) */
         for (size_t i = 0; i < s->ndeltas; i++) {
             atomic_fetch_add(&s->deltas[i].tbl->count, s->deltas[i].count);
             atomic_fetch_add(&s->deltas[i].tbl->data_size, s->deltas[i].data_size);

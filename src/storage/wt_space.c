@@ -8,12 +8,19 @@
  * with IllegalOperation (20) while it is mounted read-only); reads, deletes
  * and drops go on, and writes resume by themselves once space returns.
  *
+ * sbl_storage_can_write answers replication's question "could this member
+ * take writes?" (a primary that cannot steps down, a secondary that cannot
+ * does not stand for election): not while the guard refuses writes, for
+ * 5 s after WiredTiger's own ENOSPC (the guard may be off), nor ever after a
+ * WiredTiger panic.
+ *
  * What must stay true: the check on the write path is a few atomic
  * operations; statvfs runs at most once per SPACE_RECHECK_NS or after
  * SPACE_RECHECK_BYTES of accepted writes, by one thread at a time.
  */
 #include "storage/wt_int.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -22,6 +29,7 @@
 
 #define SPACE_RECHECK_NS (100 * 1000 * 1000LL)
 #define SPACE_RECHECK_BYTES (4LL << 20)
+#define SPACE_ENOSPC_HOLD_NS (5 * 1000 * 1000 * 1000LL) /* an ENOSPC counts this long */
 
 enum { SPACE_OK, SPACE_LOW, SPACE_READ_ONLY };
 
@@ -32,6 +40,8 @@ static _Atomic uint64_t checked_epoch; /* engine open the cached state belongs t
 static _Atomic int state = SPACE_OK;
 static _Atomic int64_t free_seen; /* bytes free at the last statvfs */
 static atomic_flag checking = ATOMIC_FLAG_INIT;
+static _Atomic int64_t enospc_ns; /* when WiredTiger last failed with ENOSPC (0: never) */
+static atomic_bool panicked;      /* WiredTiger panicked: nothing is written until restart */
 
 void sbl_storage_set_min_free_mb(int64_t mb)
 {
@@ -94,6 +104,26 @@ static void refresh(int64_t now, int64_t min_b)
     atomic_flag_clear(&checking);
     if (old != st)
         log_change(old, st, free_b, min_b);
+}
+
+void sbl_space_note_error(int ret)
+{
+    if (ret == ENOSPC)
+        atomic_store(&enospc_ns, now_ns());
+    else if (ret == WT_PANIC)
+        atomic_store(&panicked, true);
+}
+
+bool sbl_storage_can_write(void)
+{
+    int64_t min_b = atomic_load(&min_free_bytes), now = now_ns(), seen = atomic_load(&enospc_ns);
+    if (atomic_load(&panicked) || (seen != 0 && now - seen < SPACE_ENOSPC_HOLD_NS))
+        return false;
+    if (min_b == 0)
+        return true;
+    if (now >= atomic_load(&next_check_ns) || atomic_load(&checked_epoch) != sbl_eng.epoch)
+        refresh(now, min_b);
+    return atomic_load(&state) == SPACE_OK;
 }
 
 int sbl_storage_space_check(size_t bytes, sbl_err_t *err)

@@ -461,13 +461,39 @@ class Nemesis:
             self.reconfigured = bool(out.get("error"))
 
 
+# Faults after which another member must be primary before the heal (--check-failover).
+FAILOVER_KINDS = ("kill-primary", "pause-primary", "isolate-primary", "disk-full-primary")
+
+
+def failovers_before_heal(report):
+    """[] when at every "before-heal" note after a fault aimed at the primary
+    X a member other than X was primary (and X was not); else what went wrong.
+    A full disk counts when X cannot write: any member at 0 MB left, n1 and
+    n2 (whose free-space guard refuses writes) at 64 MB; n3 (guard off) with
+    64 MB left can still write and may stay primary."""
+    faults, bad = report["faults"], []
+    for i, f in enumerate(faults):
+        if f["f"] not in FAILOVER_KINDS:
+            continue
+        target = str(f["value"]).split()[0]
+        if f["f"] == "disk-full-primary" and target == "n3" and "(0 MB" not in str(f["value"]):
+            continue
+        note = next((h for h in faults[i:] if h["f"] == "before-heal"), None)
+        states = (note or {}).get("value") or {}
+        primaries = [m for m, st in states.items() if st == 1]
+        if note is None or not primaries or target in primaries:
+            bad.append("%s of %s at %.1fs: primary before the heal: %s (states %s)" % (
+                f["f"], target, f["at_s"], primaries or None, states))
+    return bad
+
+
 def failovers(ops, nemesis):
     """For each fault aimed at the primary: seconds from the fault to the
     first acknowledged write invoked after it (the writes' unavailability)."""
     out = []
     oks = sorted((op.call, op.ret) for op in ops if op.type == "ok" and op.f in WRITES)
     for e in nemesis:
-        if e["f"] not in ("kill-primary", "pause-primary", "isolate-primary"):
+        if e["f"] not in FAILOVER_KINDS:
             continue
         nxt = next((ret for call, ret in oks if call >= e["time"]), None)
         out.append({"fault": e["f"], "seconds": None if nxt is None
@@ -573,6 +599,10 @@ def run_round(args, workload, seed, rdir):
             report["anomalies"].append("no final read from %s" % missing)
     if res["valid"] is not True:
         report["anomalies"].append("checker: %s" % res["valid"])
+    if args.check_failover:
+        for line in failovers_before_heal(report):
+            report["valid"] = False
+            report["anomalies"].append("no failover: %s" % line)
     report["needs_rollback"] = [m for m in MEMBERS if needs_rollback(rdir, m)]
     if not conv_ok:
         if report["needs_rollback"]:
@@ -639,6 +669,10 @@ def main(argv=None):
                     help="membership faults: replSetReconfig removing a member or changing "
                     "priorities, through the primary of the moment; the heal restores the "
                     "three members with priority 1")
+    ap.add_argument("--check-failover", action="store_true",
+                    help="a round is invalid unless, after each fault aimed at the primary "
+                    "(killed, paused, isolated, or its disk full), another member is primary "
+                    "when the fault is undone (hold it longer than the election timeout)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--summary", default=None, help="write the run's summary (JSON) here")
     ap.add_argument("--keep", action="store_true",

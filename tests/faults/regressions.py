@@ -81,22 +81,6 @@ COMBINED = "kill-primary+kill,isolate-primary+pause,pause-primary,kill-primary"
 FAILOVER = {"peers-dropped", "kill-under-load"}
 
 
-def failovers_before_heal(report):
-    """[] when at every "before-heal" note after a fault aimed at the primary
-    X a member other than X was primary (and X was not); else what went wrong."""
-    faults, bad = report["faults"], []
-    for i, f in enumerate(faults):
-        if f["f"] not in ("kill-primary", "pause-primary", "isolate-primary"):
-            continue
-        note = next((h for h in faults[i:] if h["f"] == "before-heal"), None)
-        states = (note or {}).get("value") or {}
-        primaries = [m for m, st in states.items() if st == 1]
-        if note is None or not primaries or f["value"] in primaries:
-            bad.append("%s of %s at %.1fs: primary before the heal: %s (states %s)" % (
-                f["f"], f["value"], f["at_s"], primaries or None, states))
-    return bad
-
-
 def harness_args(name, seed, workload, faults, out, duration, replay):
     a = ["--rounds", "1", "--seed", str(seed), "--workload", workload,
          "--read-concern", "linearizable", "--out", os.path.join(out, name)] + FLAGS.get(name, [])
@@ -140,7 +124,7 @@ def main(argv=None):
             return rc
         if rc == 0 and name in FAILOVER and not a.replay:
             with open(os.path.join(out, name, "round-0", "report.json")) as f:
-                bad = failovers_before_heal(json.load(f))
+                bad = harness.failovers_before_heal(json.load(f))
             for line in bad:
                 print("  failover: %s" % line, flush=True)
             rc = 1 if bad else 0

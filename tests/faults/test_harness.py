@@ -227,8 +227,7 @@ def test_reconfigured_configs():
     assert [m["priority"] for m in p["members"]] == [0, 3, 1]
 
 
-def test_regression_failover_before_heal():
-    import regressions
+def test_failover_before_heal():
     rep = {"faults": [{"at_s": 2.0, "f": "isolate-primary", "value": "n1"},
                       {"at_s": 13.0, "f": "before-heal", "value": {"n1": 2, "n2": 1, "n3": 2}},
                       {"at_s": 13.1, "f": "heal", "value": None},
@@ -236,9 +235,22 @@ def test_regression_failover_before_heal():
                       {"at_s": 26.0, "f": "before-heal", "value": {"n1": 2, "n2": None,
                                                                     "n3": 2}},
                       {"at_s": 26.1, "f": "restart", "value": "n2"}]}
-    bad = regressions.failovers_before_heal(rep)
+    bad = harness.failovers_before_heal(rep)
     assert len(bad) == 1 and bad[0].startswith("kill-primary of n2 at 15.0s")
     rep["faults"][4]["value"]["n3"] = 1
-    assert regressions.failovers_before_heal(rep) == []
+    assert harness.failovers_before_heal(rep) == []
     rep["faults"][1]["value"] = {"n1": 1, "n2": 1, "n3": 2}   # the isolated one still leads
-    assert len(regressions.failovers_before_heal(rep)) == 1
+    assert len(harness.failovers_before_heal(rep)) == 1
+
+
+def test_failover_before_heal_full_disk():
+    def rep(value, states):
+        return {"faults": [{"at_s": 2.0, "f": "disk-full-primary", "value": value},
+                           {"at_s": 5.0, "f": "before-heal", "value": states}]}
+    stuck, moved = {"n1": 1, "n2": 2, "n3": 2}, {"n1": 2, "n2": 1, "n3": 2}
+    assert len(harness.failovers_before_heal(rep("n1 (64 MB left)", stuck))) == 1
+    assert harness.failovers_before_heal(rep("n1 (64 MB left)", moved)) == []
+    # n3 runs without the free-space guard: with 64 MB left it can still write
+    n3 = {"n1": 2, "n2": 2, "n3": 1}
+    assert harness.failovers_before_heal(rep("n3 (64 MB left)", n3)) == []
+    assert len(harness.failovers_before_heal(rep("n3 (0 MB left)", n3))) == 1

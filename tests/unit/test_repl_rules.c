@@ -139,6 +139,11 @@ static void test_commit_point(void)
     old[1] = ot(3, 20);
     c2 = sbl_rs_commit_point(&cfg, old, 3, none);
     CHECK(c2.t == 3 && c2.ts == SBL_TS(20, 1));
+    /* a position of a later term (a new primary's, reported to a former
+     * primary) is not in our history: it does not carry our entry */
+    sbl_optime_t later[3] = {ot(1, 30), ot(2, 25), ot(1, 20)};
+    c2 = sbl_rs_commit_point(&cfg, later, 1, none);
+    CHECK(c2.t == 1 && c2.ts == SBL_TS(20, 1));
     /* a member with votes 0 does not count for the majority, but counts for w:N */
     sbl_rs_config_t nv = three(0, true, 0);
     sbl_optime_t ap2[3] = {ot(1, 10), ot(1, 2), ot(1, 10)};

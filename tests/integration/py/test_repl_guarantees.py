@@ -14,6 +14,7 @@ members (electionTimeoutMillis 2000):
 """
 import os
 import signal
+import threading
 
 import bson
 
@@ -33,7 +34,8 @@ def rs3e():
     try:
         for _ in range(3):
             s = Sabled()
-            s.start(["--replSet", "rs0", "--oplogSizeMB", "16"])
+            s.start(["--replSet", "rs0", "--oplogSizeMB", "16",
+                     "--setParameter", "enableTestCommands=1"])
             members.append(s)
         cfg = {"_id": "rs0", "members": [
             {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],
@@ -108,6 +110,92 @@ def test_w1_write_of_a_cut_off_primary_is_lost_majority_writes_are_not(rs3e):
     finally:
         c.close()
 
+
+
+def optime_ts(st, port):
+    """The applied optime's ts a replSetGetStatus reply gives member port."""
+    m = next(m for m in st["members"] if m["name"].endswith(":%d" % port))
+    return m["optime"]["ts"]
+
+
+def test_commit_point_counts_only_committed_entries(rs3e):
+    """A member reports as applied (heartbeats, replSetUpdatePosition) only
+    entries whose transaction committed: a secondary held between writing an
+    entry and committing it (fail point hangBeforeApplyCommit) does not move
+    the primary's commit point past it, so a w:"majority" write that only it
+    could acknowledge times out.  It used to report the last ts handed out,
+    and the write was acknowledged while the secondary could still lose it."""
+    p = the_primary(rs3e)
+    s1, s2 = [m for m in rs3e if m is not p]
+    with direct(p) as d:
+        d.t.c.with_options(write_concern=WriteConcern(w=3, wtimeout=30000)).insert_one(
+            {"_id": "before"})
+    s2.kill9()
+    with direct(s1) as d1, direct(p) as d:
+        d1.admin.command("configureFailPoint", "hangBeforeApplyCommit", mode="alwaysOn",
+                         data={"maxMS": 30000})
+        try:
+            maj = d.t.c.with_options(write_concern=WriteConcern(w="majority", wtimeout=4000))
+            with pytest.raises(pymongo.errors.WTimeoutError):
+                maj.insert_one({"_id": "held"})
+            held = d.local.oplog.rs.find_one({"o._id": "held"})["ts"]
+            # s1 has the entry written (its applier waits to commit it) ...
+            wait_for(lambda: '"id":7360002' in s1.log_text(), timeout=10)
+            st = d.admin.command("replSetGetStatus")
+            assert optime_ts(st, s1.port) < held
+            assert st["optimes"]["lastCommittedOpTime"]["ts"] < held
+        finally:
+            d1.admin.command("configureFailPoint", "hangBeforeApplyCommit", mode="off")
+        # ... and once it commits, it counts
+        wait_for(lambda: d.admin.command("replSetGetStatus")["optimes"]
+                 ["lastCommittedOpTime"]["ts"] >= held, timeout=20)
+        assert d1.t.c.find_one({"_id": "held"}) == {"_id": "held"}
+
+
+def test_write_racing_a_step_down_never_takes_the_new_term(rs3e):
+    """A write that passed the primary check and reaches the oplog after the
+    member learnt of a newer term and stepped down fails (11602) and leaves
+    no entry.  It used to take that newer term for its entry, an entry no
+    primary of that term wrote: on its return the member could find a false
+    common point (same ts and term as the new primary's entry) and keep a
+    diverged history (scripts/faults.sh seed 6009 replayed: dbHash differed)."""
+    p = the_primary(rs3e)
+    s1 = next(m for m in rs3e if m is not p)
+    with direct(p) as d:
+        d.t.c.with_options(write_concern=WriteConcern(w=3, wtimeout=30000)).insert_one(
+            {"_id": "before"})
+        term = d.admin.command("replSetGetStatus")["term"]
+        d.admin.command("configureFailPoint", "hangBeforePrimaryOplogAppend",
+                        mode="alwaysOn", data={"maxMS": 30000, "ns": "t.c"})
+    out = {}
+
+    def write():
+        try:
+            with direct(p) as dw:
+                dw.t.c.with_options(write_concern=WriteConcern(w=1)).insert_one(
+                    {"_id": "raced"})
+            out["ok"] = True
+        except pymongo.errors.PyMongoError as e:
+            out["error"] = e
+    th = threading.Thread(target=write)
+    th.start()
+    try:
+        wait_for(lambda: '"id":7360002' in p.log_text(), timeout=10)   # it waits
+        with direct(s1) as d1:   # (lost while it has yet to apply p's newest entry)
+            wait_for(lambda: d1.admin.command("replSetStepUp")["ok"], timeout=30)
+        wait_for(lambda: state(p) == 2, timeout=30)
+        with direct(p) as d:     # p must not lead again before the write goes on
+            d.admin.command("replSetFreeze", 120)
+        wait_for(lambda: any(state(m) == 1 for m in rs3e if m is not p), timeout=60)
+    finally:
+        with direct(p) as d:
+            d.admin.command("configureFailPoint", "hangBeforePrimaryOplogAppend", mode="off")
+        th.join(30)
+    assert "error" in out, out
+    with direct(p) as d:
+        mine = list(d.local.oplog.rs.find({"o._id": "raced"}))
+        assert mine == [] or all(e["t"] <= term for e in mine), mine
+        assert d.t.c.find_one({"_id": "raced"}) is None
 
 
 def test_step_down_aborts_open_transactions(rs3e):

@@ -338,7 +338,15 @@ static int write_file(const char *path, bool gzip, const char *text)
 static void dump_worker(dump_t *d)
 {
     const char *gz = d->o.gzip ? ".gz" : "";
-    mongoc_client_t *c = NULL;
+    /* Connected before taking a collection, so -j N means N connections
+     * even when one worker could have dumped every collection alone. */
+    mongoc_client_t *c = tool_connect(&d->conn);
+    if (c == NULL) {
+        pthread_mutex_lock(&d->mu);
+        d->failed = true;
+        pthread_mutex_unlock(&d->mu);
+        return;
+    }
     for (;;) {
         pthread_mutex_lock(&d->mu);
         while (d->next < d->n && !d->in[d->next].data)
@@ -347,12 +355,6 @@ static void dump_worker(dump_t *d)
         pthread_mutex_unlock(&d->mu);
         if (i < 0)
             break;
-        if (c == NULL && (c = tool_connect(&d->conn)) == NULL) {
-            pthread_mutex_lock(&d->mu);
-            d->failed = true;
-            pthread_mutex_unlock(&d->mu);
-            break;
-        }
         intent_t *it = &d->in[i];
         char name[600], path[4800];
         dump_escape_name(it->coll, name, sizeof(name));
@@ -365,8 +367,7 @@ static void dump_worker(dump_t *d)
             pthread_mutex_unlock(&d->mu);
         }
     }
-    if (c != NULL)
-        mongoc_client_destroy(c);
+    mongoc_client_destroy(c);
 }
 
 static void *dump_worker_main(void *arg)

@@ -14,6 +14,7 @@ import datetime
 import os
 import re
 import struct
+import time
 import uuid
 
 import bson
@@ -470,10 +471,22 @@ def test_num_parallel_collections(src, dst, tmp_path):
     """-j N: a directory dump reads N collections at once, each on a connection of its
     own (one more for the listing); the files are the same whatever N; a restore with -j
     restores that many collections at once."""
-    a = src.client()
+    def settled(c):
+        # pymongo's monitor connects beside the first command: wait until it
+        # has, or a tool's count would include it
+        def created():
+            return c.admin.command("serverStatus")["connections"]["totalCreated"]
+        prev = created()
+        for _ in range(50):
+            time.sleep(0.1)
+            now = created()
+            if now == prev:
+                break
+            prev = now
+        return created
 
-    def created():
-        return a.admin.command("serverStatus")["connections"]["totalCreated"]
+    a = src.client()
+    created = settled(a)
     outs = {}
     for j in (1, 3):
         before = created()
@@ -486,10 +499,11 @@ def test_num_parallel_collections(src, dst, tmp_path):
     p = run_tool("sable-dump", *port(src), "-j", "0", "-o", tmp_path / "0")
     assert p.returncode != 0 and b"--numParallelCollections must be at least 1" in p.stderr
     b = dst.client()
+    b_created = settled(b)
     for j in (1, 4):
-        before = b.admin.command("serverStatus")["connections"]["totalCreated"]
+        before = b_created()
         p = ok(run_tool("sable-restore", *port(dst), "--drop", "-j", str(j), tmp_path / "3"))
-        grew = b.admin.command("serverStatus")["connections"]["totalCreated"] - before
+        grew = b_created() - before
         assert_same_db(a, b, "src")
         outs["restore%d" % j] = grew
     # each parallel collection brings its own index-building connection

@@ -152,7 +152,8 @@ function portFree(port) {
 
 async function freePortRun(n) {
   for (let attempt = 0; attempt < 200; attempt++) {
-    const base = 20000 + Math.floor(Math.random() * 30000);
+    // below 32768, where Linux starts giving outgoing connections their ports
+    const base = 20000 + Math.floor(Math.random() * (12000 - n));
     let ok = true;
     for (let i = 0; i < n && ok; i++) ok = await portFree(base + i);
     if (ok) return base;

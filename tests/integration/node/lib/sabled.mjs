@@ -29,6 +29,27 @@ export function freePort() {
   });
 }
 
+function portIsFree(port) {
+  return new Promise((resolve) => {
+    const srv = net.createServer();
+    srv.once('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
+  });
+}
+
+// The first of n consecutive free ports, below 32768: Linux gives outgoing
+// connections (other tests' clients, under ctest -j) ports from there up, so a
+// range taken from freePort() may be half used by the time a launcher binds it.
+export async function freePortRange(n) {
+  for (let tries = 0; tries < 200; tries++) {
+    const base = 20000 + Math.floor(Math.random() * (12000 - n));
+    let ok = true;
+    for (let p = base; p < base + n && ok; p++) ok = await portIsFree(p);
+    if (ok) return base;
+  }
+  throw new Error('no free port range');
+}
+
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 export class Sabled {

@@ -11,7 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { MongoClient } from 'mongodb';
-import { REPO, sabledPath, freePort } from '../lib/sabled.mjs';
+import { REPO, sabledPath, freePortRange } from '../lib/sabled.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const mongosh = path.join(here, '..', 'node_modules', '.bin', 'mongosh');
@@ -29,9 +29,8 @@ before(async () => {
   if (skip) return;
   dir = mkdtempSync(path.join(os.tmpdir(), 'sable-node-shard-'));
   home = mkdtempSync(path.join(os.tmpdir(), 'mongosh-home-'));
-  routerPort = await freePort();
-  let base = await freePort();
-  if (base > 60000) base -= 5000;
+  const base = await freePortRange(5); // config server, two shards, spare, router
+  routerPort = base + 4;
   execFileSync('/usr/bin/python3', [launcher, 'start', '--sharded', '--shards', '2', '--members', '1',
     '--port', String(base), '--router-port', String(routerPort), '--oplog-mb', '64', '--dir', dir],
   { env: { ...process.env, SABLED: sabledPath(), SABLE_ROUTER: router }, timeout: 180000 });

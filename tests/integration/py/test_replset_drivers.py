@@ -15,7 +15,6 @@ import glob
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,6 +25,7 @@ from bson.son import SON
 from pymongo.errors import DuplicateKeyError, AutoReconnect, ConnectionFailure, NotMasterError, \
     OperationFailure, ServerSelectionTimeoutError, WriteConcernError
 
+import sharded  # noqa: E402
 from sabled import REPO, Sabled, run_sabled, sabled_path
 
 RETRYABLE = (AutoReconnect, ConnectionFailure, NotMasterError, ServerSelectionTimeoutError,
@@ -37,23 +37,8 @@ NODE_MODULES = [os.path.join(REPO, "tests", "integration", "node", "node_modules
 
 
 def port_run(n):
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n >= 65535:
-            continue
-        ok = True
-        for i in range(n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", base + i))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free ports")
+    """n consecutive free ports below the range of outgoing connections."""
+    return sharded.base_port(n)
 
 
 def cluster(*args):

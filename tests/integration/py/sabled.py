@@ -9,6 +9,7 @@ process running and no directory behind (the fixtures call cleanup() in a
 finally).  The binary is $SABLED, or build/sabled relative to the repo root.
 """
 
+import contextlib
 import json
 import os
 import resource
@@ -255,3 +256,24 @@ class Sabled:
 
     def __exit__(self, *exc):
         self.cleanup()
+
+
+@contextlib.contextmanager
+def set_members(n, args=()):
+    """n sableds started with --replSet rs0 and test commands, not yet
+    initiated; afterwards each is continued (if a test paused it) and
+    cleaned up."""
+    members = []
+    try:
+        for _ in range(n):
+            s = Sabled()
+            s.start(["--replSet", "rs0", "--oplogSizeMB", "16",
+                     "--setParameter", "enableTestCommands=1", *args])
+            members.append(s)
+        yield members
+    finally:
+        for m in members:
+            if m.is_running():
+                m.signal(signal.SIGCONT)
+        for m in members:
+            m.cleanup()

@@ -13,19 +13,13 @@ import pymongo
 import pytest
 from pymongo.write_concern import WriteConcern
 
-from sabled import Sabled
+from sabled import set_members
 from test_replset3 import direct, state, wait_for
 
 
 @pytest.fixture
 def rs4():
-    members = []
-    try:
-        for _ in range(4):
-            s = Sabled()
-            s.start(["--replSet", "rs0", "--oplogSizeMB", "16",
-                     "--setParameter", "enableTestCommands=1"])
-            members.append(s)
+    with set_members(4) as members:
         cfg = {"_id": "rs0", "members": [
             {"_id": 0, "host": "127.0.0.1:%d" % members[0].port},
             {"_id": 1, "host": "127.0.0.1:%d" % members[1].port},
@@ -37,9 +31,6 @@ def rs4():
         wait_for(lambda: any(state(m) == 1 for m in members[:2]) and
                  all(state(m) in (1, 2) for m in members), timeout=30)
         yield members
-    finally:
-        for m in members:
-            m.cleanup()
 
 
 def fail_point(m, name, on):

@@ -13,7 +13,6 @@ members (electionTimeoutMillis 2000):
   without rollback, stops syncing and says so in its log, id 21656).
 """
 import os
-import signal
 import threading
 
 import bson
@@ -24,19 +23,13 @@ import pytest
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
-from sabled import Sabled
+from sabled import set_members
 from test_replset3 import direct, state, wait_for
 
 
 @pytest.fixture
 def rs3e():
-    members = []
-    try:
-        for _ in range(3):
-            s = Sabled()
-            s.start(["--replSet", "rs0", "--oplogSizeMB", "16",
-                     "--setParameter", "enableTestCommands=1"])
-            members.append(s)
+    with set_members(3) as members:
         cfg = {"_id": "rs0", "members": [
             {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],
             "settings": {"electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500}}
@@ -45,12 +38,6 @@ def rs3e():
         wait_for(lambda: any(state(m) == 1 for m in members) and
                  all(state(m) in (1, 2) for m in members), timeout=30)
         yield members
-    finally:
-        for m in members:
-            if m.is_running():
-                m.signal(signal.SIGCONT)
-        for m in members:
-            m.cleanup()
 
 
 def the_primary(members):

@@ -13,24 +13,15 @@ import time
 import pytest
 from pymongo.write_concern import WriteConcern
 
-from sabled import Sabled
+from sabled import set_members
 from test_replset3 import direct, wait_for
 from test_replset_members import host, initiate, primary_and_others
 
 
 @pytest.fixture
 def three():
-    members = []
-    try:
-        for _ in range(3):
-            s = Sabled()
-            s.start(["--replSet", "rs0", "--oplogSizeMB", "16",
-                     "--setParameter", "enableTestCommands=1"])
-            members.append(s)
+    with set_members(3) as members:
         yield members
-    finally:
-        for m in members:
-            m.cleanup()
 
 
 def source_of(m):

@@ -129,7 +129,7 @@ static int cfg_find(const char *coll, const bson_t *filter, const bson_t *sort, 
         BSON_APPEND_DOCUMENT(&cmd, "sort", sort);
     BSON_APPEND_INT32(&cmd, "batchSize", 1000000);
     BSON_APPEND_BOOL(&cmd, "singleBatch", true);
-    int rc = mig_local_run("config", &cmd, &reply, err);
+    int rc = sbl_cmd_run_checked("config", &cmd, &reply, err);
     bson_destroy(&cmd);
     bool got = false;
     bson_iter_t it, b;
@@ -171,7 +171,7 @@ static bool cfg_find_one(const char *coll, const bson_t *filter, bson_t *out, sb
 static int cfg_write(const bson_t *cmd, sbl_err_t *err)
 {
     bson_t reply;
-    int rc = mig_local_run("config", cmd, &reply, err);
+    int rc = sbl_cmd_run_checked("config", cmd, &reply, err);
     bson_destroy(&reply);
     return rc;
 }

@@ -422,5 +422,8 @@ int sbl_cmd_text_conflict(const bson_t *req, const bson_t *have, sbl_err_t *err)
  * CollectionUUIDMismatch (361) with db, collectionUUID, expectedCollection and
  * actualCollection appended to reply; TypeMismatch (14) when not a UUID. */
 int sbl_cmd_check_coll_uuid(sbl_opctx_t *ctx, bson_t *reply, sbl_err_t *err);
+/* Run cmd here (sbl_cmd_run; reply initialised by it): an ok: 0 reply, or
+ * its first write error, becomes the error; a writeConcernError does not. */
+int sbl_cmd_run_checked(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 
 #endif

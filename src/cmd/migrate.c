@@ -153,24 +153,6 @@ bool mig_in_range(const mig_spec_t *s, const bson_t *doc)
     return key_cmp(vals, s->nkey, s->min) >= 0 && key_cmp(vals, s->nkey, s->max) < 0;
 }
 
-/* Run cmd here; an ok: 0 reply (or a write error) becomes the error. */
-int mig_local_run(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
-{
-    bson_init(reply);
-    sbl_cmd_run(db, cmd, reply);
-    bson_iter_t it, e, f;
-    if (bson_iter_init_find(&it, reply, "ok") && bson_iter_as_double(&it) == 1.0) {
-        if (bson_iter_init_find(&it, reply, "writeErrors") && bson_iter_recurse(&it, &e) &&
-            bson_iter_next(&e) && bson_iter_recurse(&e, &f) && bson_iter_find(&f, "code"))
-            return sbl_err_set(err, (int)bson_iter_as_int64(&f), "local write failed");
-        return 0;
-    }
-    int code = bson_iter_init_find(&it, reply, "code") ? (int)bson_iter_as_int64(&it)
-                                                       : SBL_E_InternalError;
-    const char *m = sbl_doc_utf8(reply, "errmsg");
-    return sbl_err_set(err, code, "%s", m ? m : "local command failed");
-}
-
 void mig_split_ns(const char *ns, char *db, size_t dbn, const char **coll)
 {
     const char *dot = strchr(ns, '.');
@@ -216,7 +198,7 @@ int mig_upsert_docs(const char *db, const char *coll, bson_iter_t *arr, int64_t 
     bson_append_array_end(&cmd, &ups);
     int rc = 0;
     if (n > 0) {
-        rc = mig_local_run(db, &cmd, &reply, err);
+        rc = sbl_cmd_run_checked(db, &cmd, &reply, err);
         bson_destroy(&reply);
     }
     bson_destroy(&cmd);
@@ -250,7 +232,7 @@ int mig_delete_ids(const char *db, const char *coll, bson_iter_t *arr, int64_t *
     bson_append_array_end(&cmd, &dels);
     int rc = 0;
     if (n > 0) {
-        rc = mig_local_run(db, &cmd, &reply, err);
+        rc = sbl_cmd_run_checked(db, &cmd, &reply, err);
         bson_iter_t it;
         if (rc == 0 && np != NULL && bson_iter_init_find(&it, &reply, "n"))
             *np += bson_iter_as_int64(&it);
@@ -309,7 +291,7 @@ static int range_find(const mig_spec_t *s, const char *db, const char *coll, int
     BSON_APPEND_UTF8(&cmd, "find", coll);
     BSON_APPEND_INT32(&cmd, "batchSize", batch);
     append_range_bounds(s, &cmd);
-    int rc = mig_local_run(db, &cmd, reply, err);
+    int rc = sbl_cmd_run_checked(db, &cmd, reply, err);
     bson_destroy(&cmd);
     if (rc != 0 && s->hashed_pos < 0) {
         bson_destroy(reply);
@@ -317,7 +299,7 @@ static int range_find(const mig_spec_t *s, const char *db, const char *coll, int
         BSON_APPEND_UTF8(&cmd, "find", coll);
         BSON_APPEND_INT32(&cmd, "batchSize", batch);
         memset(err, 0, sizeof(*err));
-        rc = mig_local_run(db, &cmd, reply, err);
+        rc = sbl_cmd_run_checked(db, &cmd, reply, err);
         bson_destroy(&cmd);
     }
     return rc;
@@ -346,7 +328,7 @@ int sbl_cmd_migrate_clone(sbl_opctx_t *ctx, sbl_err_t *err)
             BSON_APPEND_INT64(&cmd, "getMore", donor.cursor);
             BSON_APPEND_UTF8(&cmd, "collection", coll);
             BSON_APPEND_INT32(&cmd, "batchSize", CLONE_BATCH);
-            rc = mig_local_run(db, &cmd, &reply, err);
+            rc = sbl_cmd_run_checked(db, &cmd, &reply, err);
         }
         bson_destroy(&cmd);
         bson_iter_t it, b;
@@ -552,7 +534,7 @@ int sbl_cmd_transfer_mods(sbl_opctx_t *ctx, sbl_err_t *err)
         bson_append_document_end(&cmd, &f);
         BSON_APPEND_INT32(&cmd, "limit", 1);
         BSON_APPEND_BOOL(&cmd, "singleBatch", true);
-        rc = mig_local_run(db, &cmd, &reply, err);
+        rc = sbl_cmd_run_checked(db, &cmd, &reply, err);
         bson_destroy(&cmd);
         bson_iter_t it;
         bson_t d;
@@ -603,7 +585,7 @@ static int64_t delete_range(const mig_spec_t *s, sbl_err_t *err)
             BSON_APPEND_INT64(&cmd, "getMore", cursor);
             BSON_APPEND_UTF8(&cmd, "collection", coll);
             BSON_APPEND_INT32(&cmd, "batchSize", 1000);
-            rc = mig_local_run(db, &cmd, &reply, err);
+            rc = sbl_cmd_run_checked(db, &cmd, &reply, err);
         }
         bson_destroy(&cmd);
         bson_iter_t it, b;

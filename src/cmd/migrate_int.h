@@ -44,8 +44,6 @@ int mig_spec_parse(const bson_t *cmd, mig_spec_t *s, sbl_err_t *err);
 void mig_spec_free(mig_spec_t *s);
 /* Is doc's shard key value in [min, max)? */
 bool mig_in_range(const mig_spec_t *s, const bson_t *doc);
-/* Run cmd here; ok: 0 or a write error becomes the error. */
-int mig_local_run(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 void mig_split_ns(const char *ns, char *db, size_t dbn, const char **coll);
 /* Replace (upsert) by _id each document of arr into db.coll (*countp += n). */
 int mig_upsert_docs(const char *db, const char *coll, bson_iter_t *arr, int64_t *countp,

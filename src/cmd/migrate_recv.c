@@ -121,12 +121,12 @@ static int recip_copy_indexes(sbl_err_t *err)
         bson_t cr = BSON_INITIALIZER;
         BSON_APPEND_UTF8(&cr, "create", coll);
         sbl_err_t e = {0};
-        if (mig_local_run(db, &cr, &r2, &e) != 0 && e.code != SBL_E_NamespaceExists)
+        if (sbl_cmd_run_checked(db, &cr, &r2, &e) != 0 && e.code != SBL_E_NamespaceExists)
             rc = sbl_err_set(err, e.code, "%s", e.msg);
         bson_destroy(&r2);
         bson_destroy(&cr);
     } else {
-        rc = mig_local_run(db, &ci, &r2, err);
+        rc = sbl_cmd_run_checked(db, &ci, &r2, err);
         bson_destroy(&r2);
     }
     bson_destroy(&ci);
@@ -165,7 +165,7 @@ static void *recip_thread(void *arg)
             bson_append_array_end(&ins, &docs);
             if (n > 0) {
                 any = true;
-                rc = mig_local_run("config", &ins, &r2, &e);
+                rc = sbl_cmd_run_checked("config", &ins, &r2, &e);
                 bson_destroy(&r2);
                 pthread_mutex_lock(&recip_mu);
                 recip.cloned += n;
@@ -333,7 +333,7 @@ static int recip_move_in(int64_t deadline, sbl_err_t *err)
             return sbl_err_set(err, SBL_E_ExceededTimeLimit, "moving the range in did not "
                                "finish within %d ms", MIG_CRIT_MS);
         }
-        rc = mig_local_run("config", &cmd, &reply, err);
+        rc = sbl_cmd_run_checked("config", &cmd, &reply, err);
         bson_destroy(&cmd);
         bson_iter_t it, b;
         cursor = 0;
@@ -494,7 +494,7 @@ static void recip_abort(void)
         BSON_APPEND_BOOL(&cmd, "singleBatch", true);
         sbl_err_t e = {0};
         bson_iter_t it, b;
-        if (mig_local_run("config", &cmd, &reply, &e) == 0 && bson_iter_init(&it, &reply) &&
+        if (sbl_cmd_run_checked("config", &cmd, &reply, &e) == 0 && bson_iter_init(&it, &reply) &&
             bson_iter_find_descendant(&it, "cursor.firstBatch", &b) && bson_iter_recurse(&b, &it))
             mig_delete_ids(db, coll, &it, NULL, &e);
         bson_destroy(&reply);

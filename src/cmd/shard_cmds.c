@@ -6,7 +6,9 @@
  * _flushRoutingTableCacheUpdates (re-read a collection's shard version
  * now), and shardingState.  The version check itself is the dispatcher's
  * (dispatch.c: a command carrying shardVersion is checked before its
- * handler runs; src/shard has the rules).
+ * handler runs; src/shard has the rules).  Also sbl_cmd_run_checked, how
+ * the sharding code (migrations, the balancer, the transaction coordinator)
+ * runs a command on this member and takes its error.
  */
 #include "cmd/cmd_int.h"
 #include "doc/doc.h"
@@ -117,4 +119,21 @@ void sbl_cmd_sharding_start(void)
     }
     bson_destroy(&find);
     bson_destroy(&reply);
+}
+
+int sbl_cmd_run_checked(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    bson_init(reply);
+    sbl_cmd_run(db, cmd, reply);
+    bson_iter_t it, e, f;
+    if (bson_iter_init_find(&it, reply, "ok") && bson_iter_as_double(&it) == 1.0) {
+        if (bson_iter_init_find(&it, reply, "writeErrors") && bson_iter_recurse(&it, &e) &&
+            bson_iter_next(&e) && bson_iter_recurse(&e, &f) && bson_iter_find(&f, "code"))
+            return sbl_err_set(err, (int)bson_iter_as_int64(&f), "local write failed");
+        return 0;
+    }
+    int code = bson_iter_init_find(&it, reply, "code") ? (int)bson_iter_as_int64(&it)
+                                                       : SBL_E_InternalError;
+    const char *m = sbl_doc_utf8(reply, "errmsg");
+    return sbl_err_set(err, code, "%s", m ? m : "local command failed");
 }

@@ -129,30 +129,21 @@ static void append_session(bson_t *out, const char *key, const uint8_t lsid[48],
     BSON_APPEND_BOOL(out, "autocommit", false);
 }
 
-/* The reply's error (ok: 0, a writeError or a writeConcernError), or 0. */
-static int reply_error(const bson_t *reply, const char *what, sbl_err_t *err)
+/* The reply's writeConcernError as the error, or 0 (sbl_cmd_run_checked
+ * takes ok: 0 and write errors). */
+static int wc_error(const bson_t *reply, sbl_err_t *err)
 {
-    bson_iter_t it, el, f;
-    int code = 0;
+    bson_iter_t it, f;
+    if (!bson_iter_init_find(&it, reply, "writeConcernError") || !bson_iter_recurse(&it, &f))
+        return 0;
+    int code = SBL_E_OperationFailed;
     const char *msg = "failed";
-    if (bson_iter_init_find(&it, reply, "ok") && bson_iter_as_double(&it) != 1.0) {
-        code = SBL_E_OperationFailed;
-        if (bson_iter_init_find(&it, reply, "code"))
-            code = (int)bson_iter_as_int64(&it);
-        if (bson_iter_init_find(&it, reply, "errmsg") && BSON_ITER_HOLDS_UTF8(&it))
-            msg = bson_iter_utf8(&it, NULL);
-    } else if ((bson_iter_init_find(&it, reply, "writeErrors") && bson_iter_recurse(&it, &el) &&
-                bson_iter_next(&el) && bson_iter_recurse(&el, &f)) ||
-               (bson_iter_init_find(&it, reply, "writeConcernError") &&
-                bson_iter_recurse(&it, &f))) {
-        code = SBL_E_OperationFailed;
-        while (bson_iter_next(&f))
-            if (strcmp(bson_iter_key(&f), "code") == 0)
-                code = (int)bson_iter_as_int64(&f);
-            else if (strcmp(bson_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f))
-                msg = bson_iter_utf8(&f, NULL);
-    }
-    return code ? sbl_err_set(err, code, "%s: %s", what, msg) : 0;
+    while (bson_iter_next(&f))
+        if (strcmp(bson_iter_key(&f), "code") == 0)
+            code = (int)bson_iter_as_int64(&f);
+        else if (strcmp(bson_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f))
+            msg = bson_iter_utf8(&f, NULL);
+    return sbl_err_set(err, code, "config.transaction_coordinators: %s", msg);
 }
 
 /* Insert (first), replace or delete (doc NULL) the coordinator document,
@@ -160,7 +151,7 @@ static int reply_error(const bson_t *reply, const char *what, sbl_err_t *err)
 static int coord_doc_write(const uint8_t lsid[48], int64_t txn, const bson_t *doc, bool first,
                            sbl_err_t *err)
 {
-    bson_t c = BSON_INITIALIZER, arr, st, q, wc, reply = BSON_INITIALIZER;
+    bson_t c = BSON_INITIALIZER, arr, st, q, wc, reply;
     bool del = doc == NULL;
     BSON_APPEND_UTF8(&c, first ? "insert" : del ? "delete" : "update", "transaction_coordinators");
     BSON_APPEND_ARRAY_BEGIN(&c, first ? "documents" : del ? "deletes" : "updates", &arr);
@@ -182,8 +173,9 @@ static int coord_doc_write(const uint8_t lsid[48], int64_t txn, const bson_t *do
     BSON_APPEND_UTF8(&wc, "w", "majority");
     BSON_APPEND_INT32(&wc, "wtimeout", DECISION_TIMEOUT_MS);
     bson_append_document_end(&c, &wc);
-    sbl_cmd_run("config", &c, &reply);
-    int rc = reply_error(&reply, "config.transaction_coordinators", err);
+    int rc = sbl_cmd_run_checked("config", &c, &reply, err);
+    if (rc == 0)
+        rc = wc_error(&reply, err);
     bson_destroy(&reply);
     bson_destroy(&c);
     return rc;

@@ -859,8 +859,10 @@ static int run_stage(sbl_agg_env_t *env, const char *ns, size_t index, bool last
         return sbl_err_set(err, 40603, "$geoNear is only valid as the first stage in a pipeline.");
     if (strcmp(name, "$changeStream") == 0) /* as on a standalone mongod */
         return sbl_err_set(err, 40573, "The $changeStream stage is only supported on replica sets");
-    if (strcmp(name, "$indexStats") == 0 || strcmp(name, "$currentOp") == 0 ||
-        strcmp(name, "$graphLookup") == 0 ||
+    if (strcmp(name, "$currentOp") == 0) /* a first one ran in aggregate.c */
+        return sbl_err_set(err, 40602, "$currentOp is only valid as the first stage in a "
+                                       "pipeline");
+    if (strcmp(name, "$indexStats") == 0 || strcmp(name, "$graphLookup") == 0 ||
         strcmp(name, "$unionWith") == 0 || strcmp(name, "$densify") == 0 ||
         strcmp(name, "$fill") == 0 || strcmp(name, "$setWindowFields") == 0 ||
         strcmp(name, "$listSessions") == 0)

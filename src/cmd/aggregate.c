@@ -149,7 +149,16 @@ int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err)
     int64_t skip = 0, limit = 0;
     size_t first = 0;
     SBL_RET(sbl_expr_eval_let(has_let ? &let_spec : NULL, &let_vals, err));
-    if (collectionless) {
+    bson_iter_t cop; /* $currentOp: first, of {aggregate: 1}, on admin */
+    bool current_op = bson_iter_init(&st, &pipeline) && bson_iter_next(&st) &&
+                      bson_iter_recurse(&st, &cop) && bson_iter_next(&cop) &&
+                      strcmp(bson_iter_key(&cop), "$currentOp") == 0;
+    if (current_op && (!collectionless || strcmp(ctx->db, "admin") != 0)) {
+        bson_destroy(&let_vals);
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "$currentOp must be run against the "
+                                                        "'admin' database with {aggregate: 1}");
+    }
+    if (collectionless && !current_op) {
         bson_iter_init(&st, &pipeline);
         if (!bson_iter_next(&st) || (bson_iter_recurse(&st, &f) && bson_iter_next(&f) &&
                                      strcmp(bson_iter_key(&f), "$documents") != 0 &&
@@ -216,6 +225,10 @@ int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err)
     bson_iter_t ci;
     int rc = sbl_exec_collation(ctx, ns, bson_iter_init_find(&ci, ctx->cmd, "collation") ? &ci : NULL,
                                 "aggregate.collation", &env.coll, err);
+    if (rc == 0 && current_op) {
+        rc = sbl_cmd_current_op_stage(ctx, &cop, &dv, err);
+        first = 1;
+    }
     if (rc == 0 && source_needed) {
         sbl_qexec_t *q = NULL;
         sbl_qexec_opts_t o = {0};

@@ -317,6 +317,10 @@ int sbl_cmd_fsync_wait(sbl_opctx_t *ctx, sbl_err_t *err);
 /* monitor_cmds.c */
 int sbl_cmd_top(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_current_op(sbl_opctx_t *ctx, sbl_err_t *err);
+struct sbl_docvec;
+/* The $currentOp stage's documents into dv (monitor_cmds.c). */
+int sbl_cmd_current_op_stage(sbl_opctx_t *ctx, const bson_iter_t *spec, struct sbl_docvec *dv,
+                             sbl_err_t *err);
 int sbl_cmd_kill_op(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_profile(sbl_opctx_t *ctx, sbl_err_t *err);
 /* validate.c */

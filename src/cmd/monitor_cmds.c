@@ -6,6 +6,9 @@
  * and filters the copies afterwards; killOp only raises the operation's flag.
  */
 #include "cmd/cmd_int.h"
+#include "agg/agg.h"
+#include "auth/auth.h"
+#include "exec/exec.h"
 #include "query/query.h"
 #include "server/server.h"
 
@@ -175,6 +178,68 @@ static void add_idle_sessions(op_list_t *l)
     free(idle);
 }
 
+/* Idle cursors ($currentOp's idleCursors), copied under the cursor registry's lock. */
+static void collect_cursor(const sbl_cursor_info_t *c, void *arg)
+{
+    op_list_t *l = arg;
+    char buf[64];
+    if (!reserve(l))
+        return;
+    l->txn[l->n].txn_number = -1;
+    bson_t *d = bson_new(), cur, lsid;
+    BSON_APPEND_UTF8(d, "type", "idleCursor");
+    BSON_APPEND_UTF8(d, "host", sbl_server_host());
+    BSON_APPEND_BOOL(d, "active", false);
+    iso_time(l->now_ms, buf, sizeof(buf));
+    BSON_APPEND_UTF8(d, "currentOpTime", buf);
+    BSON_APPEND_UTF8(d, "ns", c->ns);
+    if (c->has_lsid) {
+        BSON_APPEND_DOCUMENT_BEGIN(d, "lsid", &lsid);
+        bson_append_binary(&lsid, "id", 2, BSON_SUBTYPE_UUID, c->lsid_id, 16);
+        bson_append_document_end(d, &lsid);
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(d, "cursor", &cur);
+    BSON_APPEND_INT64(&cur, "cursorId", c->id);
+    BSON_APPEND_DATE_TIME(&cur, "createdDate", c->created_ms);
+    BSON_APPEND_DATE_TIME(&cur, "lastAccessDate", c->last_use_ms);
+    BSON_APPEND_INT64(&cur, "nDocsReturned", c->n_docs);
+    BSON_APPEND_INT64(&cur, "nBatchesReturned", c->n_batches);
+    BSON_APPEND_BOOL(&cur, "noCursorTimeout", false);
+    BSON_APPEND_BOOL(&cur, "tailable", (c->flags & SBL_CURSOR_TAILABLE) != 0);
+    BSON_APPEND_BOOL(&cur, "awaitData", (c->flags & SBL_CURSOR_AWAIT_DATA) != 0);
+    bson_append_document_end(d, &cur);
+    l->docs[l->n++] = d;
+}
+
+/* What currentOp and $currentOp list besides the running operations. */
+typedef struct curop_opts {
+    bool idle_sessions, idle_cursors;
+} curop_opts_t;
+
+/* Every entry, unfiltered, into l (the caller frees l's documents). */
+static void collect_all(op_list_t *l, const curop_opts_t *o)
+{
+    struct timespec mono;
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    l->now_us = (int64_t)mono.tv_sec * 1000000 + mono.tv_nsec / 1000;
+    l->now_ms = sbl_now_ms();
+    sbl_ops_foreach(collect_op, l);
+    add_transactions(l);
+    if (o->idle_sessions)
+        add_idle_sessions(l);
+    if (o->idle_cursors)
+        sbl_cursors_foreach_idle(collect_cursor, l);
+}
+
+static void free_list(op_list_t *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->docs[i] != NULL)
+            bson_destroy(l->docs[i]);
+    free(l->docs);
+    free(l->txn);
+}
+
 /* Fields of a currentOp command that are not part of its filter. */
 static bool is_option(const char *k)
 {
@@ -211,14 +276,7 @@ int sbl_cmd_current_op(sbl_opctx_t *ctx, sbl_err_t *err)
         goto out;
     }
 
-    struct timespec mono;
-    clock_gettime(CLOCK_MONOTONIC, &mono);
-    l.now_us = (int64_t)mono.tv_sec * 1000000 + mono.tv_nsec / 1000;
-    l.now_ms = sbl_now_ms();
-    sbl_ops_foreach(collect_op, &l);
-    add_transactions(&l);
-    add_idle_sessions(&l);
-
+    collect_all(&l, &(curop_opts_t){.idle_sessions = true});
     BSON_APPEND_ARRAY_BEGIN(ctx->reply, "inprog", &arr);
     uint32_t n = 0;
     for (size_t i = 0; i < l.n; i++) {
@@ -234,14 +292,79 @@ int sbl_cmd_current_op(sbl_opctx_t *ctx, sbl_err_t *err)
     if (sbl_cmd_fsync_locked())
         BSON_APPEND_BOOL(ctx->reply, "fsyncLock", true);
 out:
-    for (size_t i = 0; i < l.n; i++)
-        bson_destroy(l.docs[i]);
-    free(l.docs);
-    free(l.txn);
+    free_list(&l);
     if (m != NULL)
         sbl_matcher_free(m);
     bson_destroy(&filter);
     return rc;
+}
+
+/* Is the entry the caller's own: its session's uid is the caller's? */
+static bool own_entry(const sbl_opctx_t *ctx, const bson_t *d)
+{
+    bson_iter_t it, uid;
+    const uint8_t *data;
+    uint32_t len;
+    bson_subtype_t st;
+    if (!bson_iter_init_find(&it, d, "lsid") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &uid) || !bson_iter_find(&uid, "uid") ||
+        !BSON_ITER_HOLDS_BINARY(&uid))
+        return false;
+    bson_iter_binary(&uid, &st, &len, &data);
+    return len == 32 && memcmp(data, ctx->user_uid, 32) == 0;
+}
+
+/*
+ * The $currentOp stage, first of {aggregate: 1} on admin (aggregate.c): its
+ * entries become the pipeline's input documents.  Options as in mongod 7.0;
+ * idleConnections is accepted but lists nothing (connections between
+ * commands are not registered).  With authentication on, allUsers: true needs
+ * the inprog action, and allUsers: false shows the entries of the caller's
+ * sessions only.
+ */
+int sbl_cmd_current_op_stage(sbl_opctx_t *ctx, const bson_iter_t *spec, sbl_docvec_t *dv,
+                             sbl_err_t *err)
+{
+    static const char *const bools[] = {"allUsers", "idleConnections", "idleCursors",
+                                        "idleSessions", "localOps", "truncateOps", "backtrace",
+                                        "targetAllNodes", NULL};
+    bool val[8] = {false, false, false, true, false, true, false, false};
+    bson_iter_t o;
+    if (!BSON_ITER_HOLDS_DOCUMENT(spec))
+        return sbl_err_set(err, SBL_E_FailedToParse, "$currentOp options must be specified "
+                                                     "in an object, but found: %s",
+                           sbl_type_name(bson_iter_type(spec)));
+    bson_iter_recurse(spec, &o);
+    while (bson_iter_next(&o)) {
+        const char *k = bson_iter_key(&o);
+        size_t i = 0;
+        while (bools[i] != NULL && strcmp(bools[i], k) != 0)
+            i++;
+        if (bools[i] == NULL)
+            return sbl_err_set(err, SBL_E_FailedToParse,
+                               "Unrecognized option '%s' in $currentOp stage.", k);
+        if (!BSON_ITER_HOLDS_BOOL(&o))
+            return sbl_err_set(err, SBL_E_FailedToParse,
+                               "The '%s' parameter of the $currentOp stage must be a boolean "
+                               "value, but found: %s", k, sbl_type_name(bson_iter_type(&o)));
+        val[i] = bson_iter_bool(&o);
+    }
+    bool all_users = val[0];
+    if (all_users)
+        SBL_RET(sbl_cmd_auth_require(ctx, "inprog", NULL, NULL, err));
+    bool own_only = !all_users && ctx->conn != NULL && sbl_auth_enabled() &&
+                    ctx->client->auth_user != NULL;
+    op_list_t l = {0};
+    collect_all(&l, &(curop_opts_t){.idle_sessions = val[3], .idle_cursors = val[2]});
+    sbl_docvec_clear(dv);
+    for (size_t i = 0; i < l.n; i++) {
+        if (own_only && !own_entry(ctx, l.docs[i]))
+            continue;
+        sbl_docvec_push(dv, l.docs[i]);
+        l.docs[i] = NULL;
+    }
+    free_list(&l);
+    return 0;
 }
 
 /* ---- killOp ------------------------------------------------------------------ */

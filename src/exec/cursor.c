@@ -44,6 +44,8 @@ typedef struct sbl_cursor {
     unsigned flags;         /* SBL_CURSOR_TAILABLE, SBL_CURSOR_AWAIT_DATA */
     int64_t await_until_us; /* an awaitData getMore parked until then (sbl_op_park); 0: none */
     int64_t last_use_us;
+    int64_t created_ms, last_use_ms; /* wall clock, for $currentOp's idle cursors */
+    int64_t n_docs, n_batches;       /* returned so far */
     bool has_lsid;          /* opened in a logical session: killing it kills the cursor */
     bool in_txn;            /* opened inside a multi-document transaction: it ends with it */
     uint8_t lsid_id[16];
@@ -106,6 +108,7 @@ static void register_cursor(sbl_cursor_t *cur)
     buckets[b] = cur;
     cur->in_use = true;
     cur->last_use_us = sbl_now_us();
+    cur->last_use_ms = cur->created_ms;
     nopen++;
     pthread_mutex_unlock(&reg_lock);
 }
@@ -253,6 +256,7 @@ int sbl_cursor_first_batch_flags(sbl_opctx_t *ctx, const char *ns,
     memcpy(cur->lsid_id, ctx->lsid_id, sizeof(cur->lsid_id));
     cur->read_ts = ctx->read_ts;
     cur->open_ts = ctx->open_ts;
+    cur->created_ms = sbl_now_ms();
 
     bson_t c, arr;
     bool done = false;
@@ -261,6 +265,8 @@ int sbl_cursor_first_batch_flags(sbl_opctx_t *ctx, const char *ns,
     if (batch_size != 0)
         rc = fill_batch(cur, ctx, batch_size < 0 ? FIRST_BATCH_DEFAULT : batch_size, &arr,
                         &done, err);
+    cur->n_docs = ctx->nreturned;
+    cur->n_batches = 1;
     if (rc != 0) {
         batch_end(ctx, &c, &arr, 0, ns);
         cursor_free(cur);
@@ -475,6 +481,22 @@ size_t sbl_cursors_kill_txn(const uint8_t lsid_id[16])
     return kill_matching(in_session_txn, lsid_id, true);
 }
 
+void sbl_cursors_foreach_idle(sbl_cursor_visit_fn fn, void *arg)
+{
+    pthread_mutex_lock(&reg_lock);
+    for (size_t b = 0; b < NBUCKETS; b++)
+        for (const sbl_cursor_t *c = buckets[b]; c != NULL; c = c->next) {
+            if (c->in_use)
+                continue;
+            sbl_cursor_info_t info = {
+                .id = c->id, .ns = c->ns, .flags = c->flags, .has_lsid = c->has_lsid,
+                .lsid_id = c->lsid_id, .in_txn = c->in_txn, .created_ms = c->created_ms,
+                .last_use_ms = c->last_use_ms, .n_docs = c->n_docs, .n_batches = c->n_batches};
+            fn(&info, arg);
+        }
+    pthread_mutex_unlock(&reg_lock);
+}
+
 int64_t sbl_cursors_open_count(void)
 {
     pthread_mutex_lock(&reg_lock);
@@ -620,6 +642,11 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
     else {
         cur->in_use = false;
         cur->last_use_us = sbl_now_us();
+        cur->last_use_ms = sbl_now_ms();
+        if (!parked) {
+            cur->n_docs += ctx->nreturned;
+            cur->n_batches++;
+        }
     }
     pthread_mutex_unlock(&reg_lock);
 

@@ -233,6 +233,20 @@ extern const sbl_cursor_source_t sbl_cursor_docs_source;
  * idle_ms < 0 kills every cursor (shutdown). */
 void sbl_cursors_reap(int64_t idle_ms);
 int64_t sbl_cursors_open_count(void);
+
+/* What $currentOp shows of a cursor between its commands (idleCursors). */
+typedef struct sbl_cursor_info {
+    int64_t id;
+    const char *ns;
+    unsigned flags; /* SBL_CURSOR_* */
+    bool has_lsid, in_txn;
+    const uint8_t *lsid_id; /* 16 bytes, when has_lsid */
+    int64_t created_ms, last_use_ms, n_docs, n_batches;
+} sbl_cursor_info_t;
+/* Call fn for every registered cursor no command is using, under the
+ * registry's lock: fn must be quick and must not call into the registry. */
+typedef void (*sbl_cursor_visit_fn)(const sbl_cursor_info_t *c, void *arg);
+void sbl_cursors_foreach_idle(sbl_cursor_visit_fn fn, void *arg);
 /* Kill the cursors opened in the logical session with this id (killSessions,
  * endSessions, an expired session); one serving a getMore right now goes when
  * that getMore ends.  Returns how many. */

@@ -278,6 +278,80 @@ def test_current_op_and_kill_op(mon, big, kind):
         other.close()
 
 
+def test_current_op_stage(mon, big):
+    """The $currentOp aggregation stage (what mongosh's db.currentOp() sends):
+    a running operation, idle cursors with idleCursors: true, later stages on
+    its output, and mongod's errors."""
+    other = mon.client()
+    comment = "stage-slow"
+
+    def slow():
+        for _ in range(200):
+            list(other.monbig.c.find({"s": {"$regex": "q$"}}, comment=comment))
+        return "finished"
+    t, box = _run_in_thread(slow)
+    admin = mon.client()
+    try:
+        op = None
+        deadline = time.time() + 30
+        while op is None and time.time() < deadline:
+            got = list(admin.admin.aggregate([
+                {"$currentOp": {"allUsers": True, "idleConnections": False,
+                                "truncateOps": False}},
+                {"$match": {"command.comment": comment}}]))
+            op = got[0] if got else None
+        assert op is not None, "the scan never showed up in $currentOp"
+        assert op["type"] == "op" and op["active"] is True
+        assert op["ns"] == "monbig.c" and op["op"] == "query"
+        admin.admin.command("killOp", op=op["opid"])
+        t.join(60)
+        assert isinstance(box.get("error"), OperationFailure), box
+    finally:
+        t.join(120)
+
+    # An idle cursor: shown with idleCursors: true, with its counts; not without.
+    cur = other.monbig.c.find({}, batch_size=3, comment="idle-cursor")
+    next(cur)
+    idle = list(admin.admin.aggregate([{"$currentOp": {"allUsers": True, "idleCursors": True}},
+                                       {"$match": {"type": "idleCursor", "ns": "monbig.c"}}]))
+    assert len(idle) == 1, idle
+    c = idle[0]["cursor"]
+    assert c["cursorId"] == cur.cursor_id
+    assert c["nDocsReturned"] == 3 and c["nBatchesReturned"] == 1
+    assert c["tailable"] is False and c["awaitData"] is False
+    assert c["lastAccessDate"] >= c["createdDate"]
+    assert idle[0]["active"] is False
+    assert not [d for d in admin.admin.aggregate([{"$currentOp": {"allUsers": True}}])
+                if d["type"] == "idleCursor"]
+    cur.close()
+    # Later stages run on its output ($currentOp itself shows up as running).
+    n = list(admin.admin.aggregate([{"$currentOp": {}}, {"$match": {"type": "op"}},
+                                    {"$count": "n"}]))
+    assert n and n[0]["n"] >= 1
+
+    # mongod's errors
+    with pytest.raises(OperationFailure) as ei:
+        list(admin.monbig.aggregate([{"$currentOp": {}}]))
+    assert ei.value.code == 73
+    with pytest.raises(OperationFailure) as ei:
+        list(other.monbig.c.aggregate([{"$currentOp": {}}]))
+    assert ei.value.code == 73
+    with pytest.raises(OperationFailure) as ei:
+        list(admin.admin.aggregate([{"$currentOp": {"bogus": True}}]))
+    assert ei.value.code == 9
+    with pytest.raises(OperationFailure) as ei:
+        list(admin.admin.aggregate([{"$currentOp": {"idleCursors": 1}}]))
+    assert ei.value.code == 9
+    with pytest.raises(OperationFailure) as ei:
+        list(admin.admin.aggregate([{"$currentOp": 5}]))
+    assert ei.value.code == 9
+    with pytest.raises(OperationFailure) as ei:
+        list(admin.admin.aggregate([{"$documents": [{"a": 1}]}, {"$currentOp": {}}]))
+    assert ei.value.code == 40602
+    admin.close()
+    other.close()
+
+
 def test_max_time_ms(big):
     with pytest.raises(ExecutionTimeout) as ei:
         list(big.find({"s": {"$regex": "q$"}}).max_time_ms(1))

@@ -51,3 +51,14 @@ test('mongosh insertOne + findOne', { skip: !existsSync(mongosh) && 'mongosh not
   assert.match(lines[1], /^7\.0\./);
   assert.equal(lines[2], '{"ok":1}');
 });
+
+// db.currentOp() in mongosh runs the $currentOp aggregation stage on admin.
+test('mongosh db.currentOp()', { skip: !existsSync(mongosh) && 'mongosh not installed' }, async () => {
+  const uri = `mongodb://127.0.0.1:${server.port}/shelltest?directConnection=true`;
+  const r = await shell(uri, 'const c = db.currentOp(); print(c.ok); '
+    + 'print(c.inprog.some((o) => o.type === "op" && o.command && o.command.aggregate === 1)); '
+    + 'print(db.currentOp({ "command.comment": "no-such-op" }).inprog.length); '
+    + 'print(db.currentOp(true).ok)');
+  assert.equal(r.code, 0, r.stderr + r.stdout);
+  assert.deepEqual(r.stdout.trim().split('\n'), ['1', 'true', '0', '1']);
+});

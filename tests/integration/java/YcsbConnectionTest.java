@@ -99,7 +99,8 @@ final class YcsbConnectionTest extends YcsbSupport {
         return v != null && v.isNumber() ? v.asNumber().doubleValue() : -1;
     }
 
-    static void phaseRawHandshake(String host, int port) {
+    /* setName: null for a standalone, else the set the (primary) member must name. */
+    static void phaseRawHandshake(String host, int port, String setName) {
         startPhase("handshake over legacy OP_QUERY");
         try (Socket s = new Socket()) {
             s.connect(new InetSocketAddress(host, port), 5000);
@@ -132,8 +133,14 @@ final class YcsbConnectionTest extends YcsbSupport {
                     check(d.containsKey(f) && d.get(f).isNumber() && d.get(f).asNumber().intValue() > 0,
                             "ismaster." + f + " = " + d.get(f));
                 }
-                check(!d.containsKey("setName") && !d.containsKey("msg"),
-                        "standalone: no setName/msg (else not a standalone to the driver): " + d.toJson());
+                if (setName == null) {
+                    check(!d.containsKey("setName") && !d.containsKey("msg"),
+                            "standalone: no setName/msg (else not a standalone to the driver): " + d.toJson());
+                } else {
+                    check(d.containsKey("setName") && new org.bson.BsonString(setName).equals(d.get("setName"))
+                            && d.containsKey("hosts") && d.get("hosts").isArray(),
+                            "replica-set primary: setName " + setName + " and hosts: " + d.toJson());
+                }
                 check(!d.containsKey("connectionId") || d.get("connectionId").isNumber(),
                         "connectionId numeric: " + d.get("connectionId"));
                 System.out.println("   ismaster: connectionId=" + d.get("connectionId") + " wire=" + minW + ".." + maxW);

@@ -4,6 +4,15 @@
 #
 #   tests/integration/java/run.sh            # uses $SABLED or <repo>/build/sabled
 #   SABLED=/path/to/sabled tests/integration/java/run.sh
+#   tests/integration/java/run.sh --replset  # seed 002's deployment, below
+#
+# --replset runs the same test against a three-member replica set as seed 002
+# deploys it (a primary, a secondary and a hidden priority-0 member, a keyFile
+# between members, a root user "ycsb" and mongodb.url options
+# replicaSet=rs0&authSource=admin), started with scripts/sable-cluster on
+# three free consecutive ports below 32768; afterwards every member must hold
+# the same ycsb database (dbHash) and the hidden member must be absent from
+# the primary's hosts.
 #
 # Compiles the test (YcsbBindingTest.java and the phase classes beside it,
 # every *.java here) into a temporary directory, starts sabled on a free
@@ -17,12 +26,18 @@ set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../../.." && pwd)"
 SABLED="${SABLED:-$REPO/build/sabled}"
+REPLSET=0
+[ "${1:-}" = --replset ] && REPLSET=1
+PY=/usr/bin/python3
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/sable-java-it.XXXXXX")"
 PID=""
 
 cleanup() {
     local rc=$?
+    if [ "$REPLSET" = 1 ] && [ -f "$TMP/cluster/cluster.json" ]; then
+        "$PY" "$REPO/scripts/sable-cluster" stop --dir "$TMP/cluster" >/dev/null 2>&1
+    fi
     if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then
         kill -KILL "$PID" 2>/dev/null
         wait "$PID" 2>/dev/null
@@ -74,6 +89,72 @@ command -v java >/dev/null || die "java not found"
 # --- compile -----------------------------------------------------------------
 mkdir -p "$TMP/classes" "$TMP/db"
 javac -J-XX:TieredStopAtLevel=1 -J-XX:+UseSerialGC -nowarn -cp "$CP" -d "$TMP/classes" "$HERE"/*.java || die "javac failed"
+
+# --- --replset: seed 002's three members -----------------------------------
+if [ "$REPLSET" = 1 ]; then
+    export SABLED
+    export YCSB_TEST_BUDGET_MS="${YCSB_TEST_BUDGET_MS:-150000}"   # three servers on two cores
+    BASEPORT="$("$PY" - <<'PYEOF'
+import random, socket
+for _ in range(200):                     # below 32768: outgoing connections take ports above it
+    p = random.randrange(20000, 32000)
+    try:
+        socks = []
+        for q in range(p, p + 3):
+            s = socket.socket(); s.bind(("127.0.0.1", q)); socks.append(s)
+        print(p)
+        break
+    except OSError:
+        pass
+    finally:
+        for s in socks:
+            s.close()
+PYEOF
+)"
+    head -c 756 /dev/urandom | base64 -w0 > "$TMP/keyfile"
+    chmod 600 "$TMP/keyfile"
+    "$PY" "$REPO/scripts/sable-cluster" start --replset rs0 --members 3 --hidden 1 \
+        --dir "$TMP/cluster" --port "$BASEPORT" --keyfile "$TMP/keyfile" \
+        --user ycsb --password ycsb-pw >"$TMP/cluster.out" 2>&1 \
+        || { cat "$TMP/cluster.out" >&2; die "sable-cluster start failed"; }
+    echo "run.sh: replica set rs0 on 127.0.0.1:$BASEPORT-$((BASEPORT + 2)) (member 2 hidden)"
+    java -cp "$CP:$TMP/classes" YcsbBindingTest \
+        "mongodb://ycsb:ycsb-pw@127.0.0.1:$BASEPORT,127.0.0.1:$((BASEPORT + 1))" \
+        "replicaSet=rs0&authSource=admin"
+    RC=$?
+    "$PY" - "$BASEPORT" <<'PYEOF' || RC=1
+import sys, time
+import pymongo
+base = int(sys.argv[1])
+members = [pymongo.MongoClient("127.0.0.1", base + i, directConnection=True, username="ycsb",
+                               password="ycsb-pw", authSource="admin", serverSelectionTimeoutMS=10000)
+           for i in range(3)]
+hello = members[0].admin.command("hello")
+hidden = "127.0.0.1:%d" % (base + 2)
+assert hello.get("isWritablePrimary"), "member 0 is not the primary: %r" % hello
+assert hidden not in hello["hosts"] + hello.get("passives", []), "hidden member listed: %r" % hello
+assert members[2].admin.command("hello").get("hidden") is True, "member 2 does not say hidden"
+deadline = time.time() + 60
+while True:
+    hashes = [m.ycsb.command("dbHash")["md5"] for m in members]
+    counts = [m.ycsb.usertable.estimated_document_count() for m in members]
+    if len(set(hashes)) == 1:
+        print("run.sh: all three members hold the same ycsb (dbHash %s, %d documents)" % (hashes[0], counts[0]))
+        break
+    if time.time() > deadline:
+        sys.exit("run.sh: FAIL members differ after 60 s: dbHash %r, counts %r" % (hashes, counts))
+    time.sleep(0.5)
+PYEOF
+    if ! "$PY" "$REPO/scripts/sable-cluster" status --dir "$TMP/cluster" | grep -q 'DOWN'; then
+        :
+    else
+        echo "run.sh: FAIL a member died during the test:" >&2
+        "$PY" "$REPO/scripts/sable-cluster" status --dir "$TMP/cluster" >&2
+        tail -n 20 "$TMP"/cluster/member*/sabled.log >&2
+        RC=1
+    fi
+    exit "$RC"
+fi
 
 # --- start sabled on a free loopback port ------------------------------------
 free_port() {

@@ -146,11 +146,16 @@ static int feed_read(cs_feed_t *f, sbl_opctx_t *ctx, sbl_err_t *err)
  * f->mu: a reference each, no copy. */
 static void take(cs_feed_t *f, uint64_t next_lo, cs_ev_t ***outp, size_t *np, uint64_t *endp)
 {
-    size_t i = 0, k = 0;
+    size_t i = 0, k = 0, top = f->n;
     cs_ev_t **out = NULL;
     *endp = f->hi;
-    while (i < f->n && slot(f, i)->pos.ts < next_lo)
-        i++;
+    while (i < top) { /* the first event at or after next_lo: the ring is in ts order */
+        size_t mid = i + (top - i) / 2;
+        if (slot(f, mid)->pos.ts < next_lo)
+            i = mid + 1;
+        else
+            top = mid;
+    }
     if (f->n - i > 0)
         out = bson_malloc((f->n - i) * sizeof(*out));
     for (; i < f->n; i++) {

@@ -12,9 +12,10 @@
    event came before the ack reached the writer).
 2. Cost: the writers insert as fast as they can (w:"majority") for
    --seconds with no stream open, then with --streams streams open, each
-   reading every event: by default build/sable-cs-readers (libmongoc's
-   watch(), a thread and a connection per stream: little client CPU), with
-   --reader python threads of another Python process.  Printed: both
+   reading every event: by default build/sable-cs-readers (one thread
+   driving a connection per stream with aggregate/getMore, as watch() sends
+   them: the client takes little CPU and no scheduler share from the
+   server), with --reader python threads of another Python process.  Printed: both
    throughputs and the drop in percent, the primary's CPU time (user +
    system from /proc/PID/stat, over the writes and the second after them)
    per 1,000 writes: the figure that survives a loaded machine (printed when
@@ -150,9 +151,11 @@ def readers_binary():
 
 
 def with_c_streams(uri, nstreams, fn):
-    """fn() while sable-cs-readers keeps nstreams streams open; returns fn's
-    result, each stream's event count (min, max) and the readers' CPU s."""
-    p = subprocess.Popen([readers_binary(), uri, "bench", "cs", str(nstreams), "200"],
+    """fn() while sable-cs-readers keeps nstreams streams open on the primary;
+    returns fn's result, each stream's event count (min, max), the readers'
+    CPU s and their getMores."""
+    primary = client(uri).admin.command("hello")["primary"]
+    p = subprocess.Popen([readers_binary(), primary, "bench", "cs", str(nstreams), "200"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     if p.stdout.readline().strip() != "ready":
         sys.exit("streams did not open")
@@ -161,9 +164,9 @@ def with_c_streams(uri, nstreams, fn):
     time.sleep(1.0)  # the last events arrive
     out, _ = p.communicate(timeout=120)  # closing stdin stops the readers
     f = out.split()
-    if p.returncode != 0 or len(f) < 8:
+    if p.returncode != 0 or len(f) < 10:
         sys.exit("sable-cs-readers failed: %r" % out)
-    return r, (int(f[3]), int(f[5])), float(f[7])
+    return r, (int(f[3]), int(f[5])), float(f[7]), int(f[9])
 
 
 def with_streams(uri, nstreams, fn):
@@ -227,7 +230,7 @@ def main():
         writes = lambda: measured(pid, lambda: write_load(uri, a.writers, a.seconds, 0,
                                                           2 * 10 ** 7))
         if a.reader == "c":
-            (n1, cpu1), (lo, hi), ccpu = with_c_streams(uri, a.streams, writes)
+            (n1, cpu1), (lo, hi), ccpu, gets = with_c_streams(uri, a.streams, writes)
         else:
             (n1, cpu1), _, counts = with_streams(uri, a.streams, writes)
             lo, hi, ccpu = min(counts), max(counts), None
@@ -239,8 +242,9 @@ def main():
             print("primary CPU per 1,000 writes: %.3f s with no stream, %.3f s with %d streams"
                   % (1000 * cpu0 / max(1, n0), 1000 * cpu1 / max(1, n1), a.streams))
         if ccpu is not None:
-            print("readers' CPU: %.2f s, %.1f us per event delivered" % (
-                ccpu, 1e6 * ccpu / max(1, a.streams * n1)))
+            print("readers (one thread): CPU %.2f s, %.1f us per event delivered; %.1f events "
+                  "per getMore" % (ccpu, 1e6 * ccpu / max(1, a.streams * n1),
+                                   a.streams * n1 / max(1, gets)))
     finally:
         if tmp is not None:
             launcher = os.path.join(HERE, "sable-cluster")

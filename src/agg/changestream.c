@@ -447,11 +447,27 @@ static void cs_annotate(void *state, bool has_pending, bson_t *cursor_doc)
 }
 
 /* A waiting getMore waits on the newest entry a stream may read
- * (sbl_repl_readable_ts): it moves once per advance of the commit point, not
- * per write, so a write wakes no stream before its events can be read, and
- * all the writes one advance commits wake each stream once. */
+ * (sbl_repl_readable_ts), as sampled at most every WAKE_US: it moves at most
+ * once per advance of the commit point, so a write wakes no stream before its
+ * events can be read, and at a high write rate each stream's reply carries
+ * the writes of several advances (at 1,000 writes/s about ten) instead of
+ * one, for at most WAKE_US more delay: most of a stream's cost is its
+ * getMore's round trip, not its events.  A stale sample only wakes a stream
+ * early: the ts it read up to is at or after the sample it waits on. */
+#define WAKE_US 10000
+static uint64_t cs_wake_gen(void)
+{
+    static _Atomic uint64_t sample, sampled_us;
+    uint64_t now = (uint64_t)sbl_now_us();
+    if (now - atomic_load_explicit(&sampled_us, memory_order_relaxed) >= WAKE_US) {
+        atomic_store_explicit(&sample, sbl_repl_readable_ts(), memory_order_relaxed);
+        atomic_store_explicit(&sampled_us, now, memory_order_relaxed);
+    }
+    return atomic_load_explicit(&sample, memory_order_relaxed);
+}
+
 static const sbl_cursor_source_t cs_source = {cs_next, cs_free, cs_finished, cs_annotate,
-                                              sbl_repl_readable_ts, sbl_cs_feed_quick};
+                                              cs_wake_gen, sbl_cs_feed_quick};
 
 /* ---- the stage's options ------------------------------------------------------- */
 

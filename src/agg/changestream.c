@@ -83,25 +83,20 @@ void sbl_cs_ev_release(cs_ev_t *ev)
         return;
     bson_destroy(ev->doc);
     bson_free(ev->token);
-    if (ev->pre != NULL)
-        bson_destroy(ev->pre);
-    if (ev->post != NULL)
-        bson_destroy(ev->post);
+    bson_destroy(ev->pre); /* NULL: none */
+    bson_destroy(ev->post);
     free(ev);
 }
 
 void sbl_cs_queue_clear(cs_state_t *st)
 {
     for (size_t i = st->qi; i < st->qn; i++) {
-        cs_item_t *it = &st->q[i];
-        if (it->doc != NULL)
-            bson_destroy(it->doc);
+        cs_item_t *it = &st->q[i]; /* bson_destroy(NULL) does nothing */
+        bson_destroy(it->doc);
         bson_free(it->token);
         sbl_cs_ev_release(it->ev);
-        if (it->pre != NULL)
-            bson_destroy(it->pre);
-        if (it->post != NULL)
-            bson_destroy(it->post);
+        bson_destroy(it->pre);
+        bson_destroy(it->post);
     }
     st->qi = st->qn = 0;
 }

@@ -3,7 +3,7 @@
 
   scripts/changestream-bench.py [--uri URI | --sabled build/sabled] [--rate 1000]
                                 [--seconds 10] [--streams 100] [--writers 8]
-                                [--port 28517] [--no-delay]
+                                [--port 28517] [--no-delay] [--reader c|python]
 
 1. Delay: writer threads insert {seq} with w:"majority" at --rate per second
    in total; one watch() in another process records when each event
@@ -11,12 +11,16 @@
    p99 / max of arrival minus the insert's acknowledgement (negative: the
    event came before the ack reached the writer).
 2. Cost: the writers insert as fast as they can (w:"majority") for
-   --seconds with no stream open, then with --streams streams open (threads
-   of another process, each reading every event); printed: both
-   throughputs and the drop in percent, and the primary's CPU time (user +
+   --seconds with no stream open, then with --streams streams open, each
+   reading every event: by default build/sable-cs-readers (one thread
+   driving a connection per stream with aggregate/getMore, as watch() sends
+   them: the client takes little CPU and no scheduler share from the
+   server), with --reader python threads of another Python process.  Printed: both
+   throughputs and the drop in percent, the primary's CPU time (user +
    system from /proc/PID/stat, over the writes and the second after them)
    per 1,000 writes: the figure that survives a loaded machine (printed when
-   the primary runs on this host).  --no-delay runs this part only.
+   the primary runs on this host), the readers' CPU and the load average.
+   --no-delay runs this part only.
 
 Without --uri it starts a three-member set with build/sable-cluster in a
 temporary directory (ports 28517..28519) and stops it at the end.
@@ -138,6 +142,33 @@ def pct(v, p):
     return v[min(len(v) - 1, int(len(v) * p))] if v else float("nan")
 
 
+def readers_binary():
+    for d in (HERE, os.path.join(HERE, "..", "build")):
+        p = os.path.join(d, "sable-cs-readers")
+        if os.path.exists(p):
+            return p
+    sys.exit("sable-cs-readers not built (cmake --build build --target sable-cs-readers)")
+
+
+def with_c_streams(uri, nstreams, fn):
+    """fn() while sable-cs-readers keeps nstreams streams open on the primary;
+    returns fn's result, each stream's event count (min, max), the readers'
+    CPU s and their getMores."""
+    primary = client(uri).admin.command("hello")["primary"]
+    p = subprocess.Popen([readers_binary(), primary, "bench", "cs", str(nstreams), "200"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    if p.stdout.readline().strip() != "ready":
+        sys.exit("streams did not open")
+    time.sleep(0.5)
+    r = fn()
+    time.sleep(1.0)  # the last events arrive
+    out, _ = p.communicate(timeout=120)  # closing stdin stops the readers
+    f = out.split()
+    if p.returncode != 0 or len(f) < 10:
+        sys.exit("sable-cs-readers failed: %r" % out)
+    return r, (int(f[3]), int(f[5])), float(f[7]), int(f[9])
+
+
 def with_streams(uri, nstreams, fn):
     ready, stop, out = mp.Event(), mp.Event(), mp.Queue()
     p = mp.Process(target=reader_proc, args=(uri, nstreams, ready, stop, out))
@@ -163,6 +194,8 @@ def main():
     ap.add_argument("--streams", type=int, default=100)
     ap.add_argument("--writers", type=int, default=8)
     ap.add_argument("--no-delay", action="store_true", help="measure the cost only")
+    ap.add_argument("--reader", choices=("c", "python"), default="c",
+                    help="the 100 streams' client: sable-cs-readers or Python threads")
     a = ap.parse_args()
     if a.sabled:
         os.environ["SABLED"] = os.path.abspath(a.sabled)
@@ -193,16 +226,25 @@ def main():
                       max(d) if d else float("nan")))
         # 2. throughput without and with streams
         n0, cpu0 = measured(pid, lambda: write_load(uri, a.writers, a.seconds, 0, 10 ** 7))
-        (n1, cpu1), _, counts = with_streams(
-            uri, a.streams, lambda: measured(pid, lambda: write_load(
-                uri, a.writers, a.seconds, 0, 2 * 10 ** 7)))
-        print("cost: %.0f writes/s with no stream, %.0f with %d streams open (each read %d "
-              "events on average): %.1f%% fewer" % (
-                  n0 / a.seconds, n1 / a.seconds, a.streams, sum(counts) // max(1, len(counts)),
-                  100.0 * (n0 - n1) / n0))
+        load = os.getloadavg()[0]
+        writes = lambda: measured(pid, lambda: write_load(uri, a.writers, a.seconds, 0,
+                                                          2 * 10 ** 7))
+        if a.reader == "c":
+            (n1, cpu1), (lo, hi), ccpu, gets = with_c_streams(uri, a.streams, writes)
+        else:
+            (n1, cpu1), _, counts = with_streams(uri, a.streams, writes)
+            lo, hi, ccpu = min(counts), max(counts), None
+        print("cost: %.0f writes/s with no stream, %.0f with %d streams open (each read %d..%d "
+              "events of %d written): %.1f%% fewer (load %.1f, %.1f)" % (
+                  n0 / a.seconds, n1 / a.seconds, a.streams, lo, hi, n1,
+                  100.0 * (n0 - n1) / n0, load, os.getloadavg()[0]))
         if cpu0 is not None and cpu1 is not None:
             print("primary CPU per 1,000 writes: %.3f s with no stream, %.3f s with %d streams"
                   % (1000 * cpu0 / max(1, n0), 1000 * cpu1 / max(1, n1), a.streams))
+        if ccpu is not None:
+            print("readers (one thread): CPU %.2f s, %.1f us per event delivered; %.1f events "
+                  "per getMore" % (ccpu, 1e6 * ccpu / max(1, a.streams * n1),
+                                   a.streams * n1 / max(1, gets)))
     finally:
         if tmp is not None:
             launcher = os.path.join(HERE, "sable-cluster")

@@ -1,14 +1,16 @@
 #!/usr/bin/python3
 """changestream-cpu.py: the server's CPU per change event delivered to one stream.
   scripts/changestream-cpu.py [--sabled build/sabled] [--streams 100] [--batch 20]
-                              [--events 1200]
+                              [--events 1200] [--images]
 A one-member replica set (a fresh sabled in a temporary directory) with --streams
 change streams on one collection.  Each round inserts --batch documents (one
 insert command), then every stream reads exactly that many events by getMore, so
 the batches are the same whatever the binary and the load: the figure is the
 sabled process's user + system CPU (/proc/PID/stat) over all rounds, per event
 delivered to one stream and per getMore.  Run it for two binaries in turn to
-compare them on a loaded machine.
+compare them on a loaded machine.  --images: the collection keeps pre- and
+post-images and the streams ask for them (fullDocument whenAvailable,
+fullDocumentBeforeChange whenAvailable).
 """
 import argparse
 import os
@@ -31,6 +33,7 @@ def main():
     ap.add_argument("--streams", type=int, default=100)
     ap.add_argument("--batch", type=int, default=20)
     ap.add_argument("--events", type=int, default=1200, help="inserts in all")
+    ap.add_argument("--images", action="store_true", help="streams that ask for images")
     a = ap.parse_args()
     os.environ["SABLED"] = os.path.abspath(a.sabled)
     import pymongo
@@ -46,9 +49,14 @@ def main():
                 sys.exit("no primary")
             time.sleep(0.05)
         db = c.bench
-        db.create_collection("cs")
+        spec = {}
+        if a.images:
+            db.create_collection("cs", changeStreamPreAndPostImages={"enabled": True})
+            spec = {"fullDocument": "whenAvailable", "fullDocumentBeforeChange": "whenAvailable"}
+        else:
+            db.create_collection("cs")
         pid = c.admin.command("serverStatus")["pid"]
-        ids = [db.command("aggregate", "cs", pipeline=[{"$changeStream": {}}],
+        ids = [db.command("aggregate", "cs", pipeline=[{"$changeStream": spec}],
                           cursor={})["cursor"]["id"] for _ in range(a.streams)]
         seq = gets = events = 0
         c0 = cpu_s(pid)

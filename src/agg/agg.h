@@ -152,6 +152,9 @@ int sbl_agg_check_update_pipeline(const bson_t *pipeline, sbl_err_t *err);
  */
 int sbl_agg_change_stream(sbl_opctx_t *ctx, const char *ns, bool collectionless,
                           const bson_t *pipeline, int64_t batch_size, sbl_err_t *err);
+/* serverStatus metrics.changeStreams: the oplog entries change streams have
+ * read, by the shared reads of their scopes and by streams reading alone. */
+void sbl_agg_change_stream_metrics(bson_t *metrics);
 
 /* ---- views (views.c) ------------------------------------------------------- */
 

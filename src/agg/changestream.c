@@ -21,6 +21,7 @@
  */
 #include "agg/cs_int.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,20 @@
 #include "repl/repl.h"
 
 #define REFILL_ENTRIES 1000 /* oplog entries read per refill */
+
+/* oplog entries read by feeds (shared) and by streams alone (own) */
+static _Atomic uint64_t entries_shared, entries_own;
+
+void sbl_agg_change_stream_metrics(bson_t *metrics)
+{
+    bson_t d, r;
+    BSON_APPEND_DOCUMENT_BEGIN(metrics, "changeStreams", &d);
+    BSON_APPEND_DOCUMENT_BEGIN(&d, "oplogEntriesRead", &r);
+    BSON_APPEND_INT64(&r, "shared", (int64_t)entries_shared);
+    BSON_APPEND_INT64(&r, "own", (int64_t)entries_own);
+    bson_append_document_end(&d, &r);
+    bson_append_document_end(metrics, &d);
+}
 
 static void set_str(char **dst, char *src)
 {
@@ -50,11 +65,9 @@ static void cs_free(void *state)
     cs_state_t *st = state;
     if (st == NULL)
         return;
-    for (size_t i = st->qi; i < st->qn; i++) {
-        bson_destroy(st->q[i].doc);
-        bson_free(st->q[i].token);
-    }
+    sbl_cs_queue_clear(st);
     bson_free(st->q);
+    sbl_cs_ev_release(st->lent);
     if (st->rest != NULL)
         bson_destroy(st->rest);
     bson_free(st->tok_last);
@@ -64,7 +77,31 @@ static void cs_free(void *state)
     free(st);
 }
 
-static void queue_push(cs_state_t *st, bson_t *doc, char *token)
+void sbl_cs_ev_release(cs_ev_t *ev)
+{
+    if (ev == NULL || __atomic_sub_fetch(&ev->refs, 1, __ATOMIC_ACQ_REL) > 0)
+        return;
+    bson_destroy(ev->doc);
+    bson_free(ev->token);
+    bson_destroy(ev->pre); /* NULL: none */
+    bson_destroy(ev->post);
+    free(ev);
+}
+
+void sbl_cs_queue_clear(cs_state_t *st)
+{
+    for (size_t i = st->qi; i < st->qn; i++) {
+        cs_item_t *it = &st->q[i]; /* bson_destroy(NULL) does nothing */
+        bson_destroy(it->doc);
+        bson_free(it->token);
+        sbl_cs_ev_release(it->ev);
+        bson_destroy(it->pre);
+        bson_destroy(it->post);
+    }
+    st->qi = st->qn = 0;
+}
+
+static cs_item_t *queue_add(cs_state_t *st)
 {
     if (st->qi > 0 && st->qi == st->qn)
         st->qi = st->qn = 0;
@@ -72,8 +109,25 @@ static void queue_push(cs_state_t *st, bson_t *doc, char *token)
         st->qcap = st->qcap ? 2 * st->qcap : 16;
         st->q = bson_realloc(st->q, st->qcap * sizeof(*st->q));
     }
-    st->q[st->qn].doc = doc;
-    st->q[st->qn++].token = token;
+    cs_item_t *it = &st->q[st->qn++];
+    memset(it, 0, sizeof(*it));
+    return it;
+}
+
+static void queue_push(cs_state_t *st, bson_t *doc, char *token)
+{
+    cs_item_t *it = queue_add(st);
+    it->doc = doc;
+    it->token = token;
+}
+
+/* Whether st's event at pos (a whole event) is before its start point. */
+static bool before_start(const cs_state_t *st, const sbl_cs_pos_t *pos)
+{
+    sbl_cs_pos_t whole = st->skip;
+    whole.fragment = 0;
+    int c = sbl_cs_pos_cmp(pos, &whole);
+    return st->has_skip && (c < 0 || (c == 0 && st->skip.fragment == 0));
 }
 
 /* Queue fragments of doc (over 16 MiB; taken) with their tokens, made from
@@ -174,15 +228,12 @@ int sbl_cs_emit(cs_state_t *st, sbl_opctx_t *ctx, const sbl_cs_pos_t *pos, bson_
 {
     /* Events before the start point are not returned; the one a fragment's
      * token points into is, from its next fragment on (push_event). */
-    sbl_cs_pos_t whole = st->skip;
-    whole.fragment = 0;
-    int c = sbl_cs_pos_cmp(pos, &whole);
     if (st->raw) { /* a feed's reader keeps every event as built */
         queue_push(st, ev, token);
         st->q[st->qn - 1].pos = *pos;
         return 0;
     }
-    if (st->has_skip && (c < 0 || (c == 0 && st->skip.fragment == 0))) {
+    if (before_start(st, pos)) {
         bson_destroy(ev);
         bson_free(token);
         return 0;
@@ -221,7 +272,36 @@ int sbl_cs_emit(cs_state_t *st, sbl_opctx_t *ctx, const sbl_cs_pos_t *pos, bson_
     return rc;
 }
 
-static int history_lost(sbl_err_t *err)
+int sbl_cs_emit_shared(cs_state_t *st, sbl_opctx_t *ctx, cs_ev_t *ev, sbl_err_t *err)
+{
+    if (st->rest != NULL || st->split || st->full_doc != FD_DEFAULT || st->pre != PRE_OFF) {
+        /* st adds to it: its own copy */
+        bson_t *doc = bson_copy(ev->doc);
+        int rc = sbl_cs_add_images(st, ctx, ev, doc, err);
+        char *tok = bson_strdup(ev->token);
+        sbl_cs_pos_t pos = ev->pos;
+        sbl_cs_ev_release(ev);
+        if (rc != 0) {
+            bson_destroy(doc);
+            bson_free(tok);
+            return rc;
+        }
+        return sbl_cs_emit(st, ctx, &pos, doc, tok, err);
+    }
+    if (before_start(st, &ev->pos)) {
+        sbl_cs_ev_release(ev);
+        return 0;
+    }
+    if (ev->doc->len > SBL_CS_EVENT_MAX + 16 * 1024) { /* push_event fails it */
+        int rc = sbl_cs_emit(st, ctx, &ev->pos, bson_copy(ev->doc), bson_strdup(ev->token), err);
+        sbl_cs_ev_release(ev);
+        return rc;
+    }
+    queue_add(st)->ev = ev;
+    return 0;
+}
+
+int sbl_cs_history_lost(sbl_err_t *err)
 {
     return sbl_err_set(err, SBL_E_ChangeStreamHistoryLost,
                        "Resume of change stream was not possible, as the resume point may no "
@@ -247,7 +327,16 @@ int sbl_cs_refill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
         if (rc == 0 && found)
             bson_destroy(&d);
         if (rc == 0 && !found)
-            rc = history_lost(err);
+            rc = sbl_cs_history_lost(err);
+        if (rc != 0) {
+            sbl_coll_release(oplog);
+            return rc;
+        }
+    } else { /* nothing consumed yet: every entry from next_lo on must be there */
+        uint64_t oldest = 0;
+        rc = sbl_repl_oplog_oldest_ts(ctx->ss, &oldest, err);
+        if (rc == 0 && oldest > st->next_lo)
+            rc = sbl_cs_history_lost(err);
         if (rc != 0) {
             sbl_coll_release(oplog);
             return rc;
@@ -272,6 +361,8 @@ int sbl_cs_refill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
         if (ts > majority)
             break;
         rc = sbl_cs_entry_events(st, ctx, &doc, err);
+        atomic_fetch_add_explicit(st->raw ? &entries_shared : &entries_own, 1,
+                                  memory_order_relaxed);
         st->scanned = ts;
         st->next_lo = ts + 1;
         if (st->qn - st->qi >= REFILL_ENTRIES)
@@ -294,11 +385,20 @@ static int cs_next(void *state, sbl_opctx_t *ctx, bson_t *doc, bool *donep, sbl_
         return 0;
     }
     cs_item_t *it = &st->q[st->qi++];
+    set_str(&st->tok_prev, st->tok_last);
+    sbl_cs_ev_release(st->lent); /* the cursor is done with the last one's bytes */
+    st->lent = NULL;
+    if (it->ev != NULL) { /* a shared event: a view of its bytes, kept until the next call */
+        bson_init_static(doc, bson_get_data(it->ev->doc), it->ev->doc->len);
+        st->tok_last = bson_strdup(it->ev->token);
+        st->lent = it->ev;
+        it->ev = NULL;
+        return 0;
+    }
     if (!bson_steal(doc, it->doc)) {
         bson_copy_to(it->doc, doc);
         bson_destroy(it->doc);
     }
-    set_str(&st->tok_prev, st->tok_last);
     st->tok_last = it->token;
     it->doc = NULL;
     it->token = NULL;
@@ -342,11 +442,27 @@ static void cs_annotate(void *state, bool has_pending, bson_t *cursor_doc)
 }
 
 /* A waiting getMore waits on the newest entry a stream may read
- * (sbl_repl_readable_ts): it moves once per advance of the commit point, not
- * per write, so a write wakes no stream before its events can be read, and
- * all the writes one advance commits wake each stream once. */
+ * (sbl_repl_readable_ts), as sampled at most every WAKE_US: it moves at most
+ * once per advance of the commit point, so a write wakes no stream before its
+ * events can be read, and at a high write rate each stream's reply carries
+ * the writes of several advances (at 1,000 writes/s about ten) instead of
+ * one, for at most WAKE_US more delay: most of a stream's cost is its
+ * getMore's round trip, not its events.  A stale sample only wakes a stream
+ * early: the ts it read up to is at or after the sample it waits on. */
+#define WAKE_US 10000
+static uint64_t cs_wake_gen(void)
+{
+    static _Atomic uint64_t sample, sampled_us;
+    uint64_t now = (uint64_t)sbl_now_us();
+    if (now - atomic_load_explicit(&sampled_us, memory_order_relaxed) >= WAKE_US) {
+        atomic_store_explicit(&sample, sbl_repl_readable_ts(), memory_order_relaxed);
+        atomic_store_explicit(&sampled_us, now, memory_order_relaxed);
+    }
+    return atomic_load_explicit(&sample, memory_order_relaxed);
+}
+
 static const sbl_cursor_source_t cs_source = {cs_next, cs_free, cs_finished, cs_annotate,
-                                              sbl_repl_readable_ts, sbl_cs_feed_quick};
+                                              cs_wake_gen, sbl_cs_feed_quick};
 
 /* ---- the stage's options ------------------------------------------------------- */
 
@@ -543,7 +659,7 @@ static int parse_spec(cs_state_t *st, const bson_iter_t *specit, bool *all_clust
         uint64_t oldest = 0;
         SBL_RET(sbl_repl_oplog_oldest_ts(ctx->ss, &oldest, err));
         if (oldest == 0 || oldest > from)
-            return history_lost(err);
+            return sbl_cs_history_lost(err);
     }
     return 0;
 }

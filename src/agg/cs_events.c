@@ -348,7 +348,8 @@ static int crud_event(cs_state_t *st, sbl_opctx_t *ctx, const cs_entry_t *e, int
      * it), so neither is once the remover took the pre-image away. */
     bool want_post = e->op == 'u' && e->has_diff &&
                      (st->full_doc == FD_WHEN_AVAILABLE || st->full_doc == FD_REQUIRED);
-    if (e->op != 'i' && (st->pre != PRE_OFF || want_post))
+    bool raw_images = st->raw && st->images; /* a feed's, for the streams that want them */
+    if (e->op != 'i' && (st->pre != PRE_OFF || want_post || raw_images))
         has_pre = lookup_preimage(ctx->ss, e, op_index, &pre);
     if (e->op == 'u' && e->has_diff && st->full_doc == FD_LOOKUP) {
         has_full = lookup(ctx->ss, e->ns, &key, &full);
@@ -397,10 +398,21 @@ static int crud_event(cs_state_t *st, sbl_opctx_t *ctx, const cs_entry_t *e, int
     }
     if (has_full)
         bson_destroy(&full);
+    bson_destroy(&key);
+    rc = sbl_cs_emit(st, ctx, &pos, ev, tok, err);
+    if (rc == 0 && st->raw) { /* what sbl_cs_add_images needs for this event */
+        cs_item_t *it = &st->q[st->qn - 1];
+        it->kind = e->op == 'i' ? 'i' : e->op == 'd' ? 'd' : e->has_diff ? 'u' : 'r';
+        it->images = raw_images;
+        if (raw_images && has_pre) {
+            it->pre = bson_copy(&pre);
+            if (it->kind == 'u')
+                it->post = bson_copy(&e->o);
+        }
+    }
     if (has_pre)
         bson_destroy(&pre);
-    bson_destroy(&key);
-    return sbl_cs_emit(st, ctx, &pos, ev, tok, err);
+    return rc;
 }
 
 /* A catalog change ("c" entry other than applyOps). */
@@ -558,31 +570,69 @@ int sbl_cs_entry_events(cs_state_t *st, sbl_opctx_t *ctx, const bson_t *doc, sbl
     return 0;
 }
 
-void sbl_cs_add_lookup(sbl_opctx_t *ctx, bson_t *ev)
+/* The "db.coll" of event doc's ns into buf ("" when it has none); *db and
+ * *coll point into doc. */
+static void event_ns(const bson_t *doc, char *buf, size_t n, const char **db,
+                     const char **coll)
 {
     bson_iter_t it, f;
-    bson_t ns, key, full;
-    const char *db = NULL, *coll = NULL;
-    char full_ns[SBL_NS_MAX * 2];
-    if (!bson_iter_init_find(&it, ev, "operationType") || !BSON_ITER_HOLDS_UTF8(&it) ||
-        strcmp(bson_iter_utf8(&it, NULL), "update") != 0)
-        return;
-    if (!bson_iter_init_find(&it, ev, "ns") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
-        !sbl_iter_doc(&it, &ns) || !bson_iter_init_find(&it, ev, "documentKey") ||
-        !BSON_ITER_HOLDS_DOCUMENT(&it) || !sbl_iter_doc(&it, &key))
-        return;
-    if (bson_iter_init_find(&f, &ns, "db") && BSON_ITER_HOLDS_UTF8(&f))
-        db = bson_iter_utf8(&f, NULL);
-    if (bson_iter_init_find(&f, &ns, "coll") && BSON_ITER_HOLDS_UTF8(&f))
-        coll = bson_iter_utf8(&f, NULL);
-    if (db == NULL || coll == NULL)
-        return;
-    snprintf(full_ns, sizeof(full_ns), "%s.%s", db, coll);
-    /* appended last, as crud_event places it after updateDescription */
-    if (lookup(ctx->ss, full_ns, &key, &full)) {
-        BSON_APPEND_DOCUMENT(ev, "fullDocument", &full);
-        bson_destroy(&full);
-    } else {
-        BSON_APPEND_NULL(ev, "fullDocument");
+    bson_t ns;
+    *db = *coll = NULL;
+    if (bson_iter_init_find(&it, doc, "ns") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        sbl_iter_doc(&it, &ns)) {
+        if (bson_iter_init_find(&f, &ns, "db") && BSON_ITER_HOLDS_UTF8(&f))
+            *db = bson_iter_utf8(&f, NULL);
+        if (bson_iter_init_find(&f, &ns, "coll") && BSON_ITER_HOLDS_UTF8(&f))
+            *coll = bson_iter_utf8(&f, NULL);
     }
+    snprintf(buf, n, "%s.%s", *db != NULL ? *db : "", *coll != NULL ? *coll : "");
+}
+
+int sbl_cs_add_images(const cs_state_t *st, sbl_opctx_t *ctx, const cs_ev_t *ev, bson_t *doc,
+                      sbl_err_t *err)
+{
+    char ns[SBL_NS_MAX * 2];
+    const char *db, *coll;
+    if (ev->kind == 0 || ev->kind == 'i')
+        return 0;
+    event_ns(doc, ns, sizeof(ns), &db, &coll);
+    /* the checks and the fields in crud_event's order */
+    bool want_post = ev->kind == 'u' &&
+                     (st->full_doc == FD_WHEN_AVAILABLE || st->full_doc == FD_REQUIRED);
+    if (want_post && ev->post == NULL && st->full_doc == FD_REQUIRED)
+        return sbl_err_set(err, SBL_E_NoMatchingDocument,
+                           "Change stream was configured to require a post-image for all "
+                           "update, delete and replace events, but the post-image was not "
+                           "found for event: {ns: \"%s\"}",
+                           ns);
+    if (st->pre == PRE_REQUIRED && ev->pre == NULL)
+        return sbl_err_set(err, SBL_E_NoMatchingDocument,
+                           "Change stream was configured to require a pre-image for all "
+                           "update, delete and replace events, but the pre-image was not found "
+                           "for event: {ns: \"%s\"}",
+                           ns);
+    if (ev->kind == 'u' && st->full_doc == FD_LOOKUP) {
+        bson_iter_t it;
+        bson_t key, full;
+        if (db != NULL && coll != NULL && bson_iter_init_find(&it, doc, "documentKey") &&
+            BSON_ITER_HOLDS_DOCUMENT(&it) && sbl_iter_doc(&it, &key) &&
+            lookup(ctx->ss, ns, &key, &full)) {
+            BSON_APPEND_DOCUMENT(doc, "fullDocument", &full);
+            bson_destroy(&full);
+        } else {
+            BSON_APPEND_NULL(doc, "fullDocument");
+        }
+    } else if (want_post) {
+        if (ev->post != NULL)
+            BSON_APPEND_DOCUMENT(doc, "fullDocument", ev->post);
+        else
+            BSON_APPEND_NULL(doc, "fullDocument");
+    }
+    if (st->pre != PRE_OFF) {
+        if (ev->pre != NULL)
+            BSON_APPEND_DOCUMENT(doc, "fullDocumentBeforeChange", ev->pre);
+        else
+            BSON_APPEND_NULL(doc, "fullDocumentBeforeChange");
+    }
+    return 0;
 }

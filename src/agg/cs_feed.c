@@ -3,23 +3,29 @@
  * that watch the same collection, database or deployment with the same
  * showExpandedEvents share a feed: it reads each majority-committed oplog
  * entry once and builds its events once (as a stream with fullDocument
- * default and no stages would), keeping them in a bounded ring.  A stream's
- * getMore copies the events after its resume point out of the ring and runs
- * only its own part on them (updateLookup, its start point, the stages after
- * $changeStream, the size limit); a stream whose resume point is not in the
- * ring (it fell behind, or resumed from before it) reads the oplog itself
- * (sbl_cs_refill), so a stream sees the same events either way.
+ * default and no stages would; with each change's pre- and post-image once
+ * a stream asked for images), keeping them in a bounded ring of immutable,
+ * reference-counted events.  A stream's getMore takes references to the
+ * events after its resume point; one that adds nothing to them (no images,
+ * no lookup, no stages) sends their bytes as they are, the others copy each
+ * event and run their own part (their images or updateLookup, their start
+ * point, their stages, the size limit).  A stream whose resume point is not
+ * in the ring (it fell behind, resumed from before it, or wants images from
+ * before the feed kept them) reads the oplog itself (sbl_cs_refill), so a
+ * stream sees the same events either way.
  *
  * What must stay true:
  *  - The ring holds every event of every entry with ts in (lo, hi] and
  *    nothing else, in stream order; a stream uses it only when its next
- *    entry (next_lo) is after lo.  Trimming drops whole entries from the
- *    front and moves lo up to them.
+ *    entry (next_lo) is after lo (and after images_after when it wants
+ *    images).  Trimming drops whole entries from the front and moves lo up.
  *  - hi is the last entry the feed read (scanned; a real entry once the
  *    feed has read one), so a stream's scanned stays a real entry and its
  *    own read can check that entry is still there.
- *  - The feed's lock is held while reading and copying, never while a
- *    stream runs its stages or looks documents up.
+ *  - A stream behind hi whose position the oplog has lost fails with 286,
+ *    as its own read would, though the ring still holds its events.
+ *  - The feed's lock is held while reading and taking references, never
+ *    while a stream copies, runs its stages or looks documents up.
  */
 #include "agg/cs_int.h"
 
@@ -32,6 +38,7 @@
 #define RING_EVENTS 4096              /* events a feed keeps */
 #define RING_BYTES (32 * 1024 * 1024) /* and their bytes at most */
 #define TAKE_EVENTS 1000              /* events a getMore takes from the ring at once */
+#define NO_IMAGES UINT64_MAX          /* images_after while no stream wanted images */
 
 struct cs_feed {
     /* the key: streams with the same scope, names and showExpandedEvents */
@@ -44,7 +51,10 @@ struct cs_feed {
     cs_state_t *reader; /* builds the events: raw, fullDocument default */
     bool fresh;         /* nothing read yet: lo/hi start at the next caller's point */
     uint64_t lo, hi;    /* the ring holds the events of the entries in (lo, hi] */
-    cs_item_t *ring;    /* RING_EVENTS slots; head is the oldest */
+    uint64_t images_after; /* the events of entries after it carry images */
+    uint64_t images_gen;   /* sbl_repl_preimage_removals() when they were looked up */
+    uint64_t oldest, oldest_hi; /* the oplog's oldest entry, as read when hi was oldest_hi */
+    cs_ev_t **ring;     /* RING_EVENTS slots; head is the oldest */
     size_t head, n, bytes;
     struct cs_feed *next;
 };
@@ -52,19 +62,23 @@ struct cs_feed {
 static pthread_mutex_t feeds_lock = PTHREAD_MUTEX_INITIALIZER;
 static cs_feed_t *feeds;
 
-static cs_item_t *slot(cs_feed_t *f, size_t i)
+static cs_ev_t *slot(cs_feed_t *f, size_t i)
 {
-    return &f->ring[(f->head + i) % RING_EVENTS];
+    return f->ring[(f->head + i) % RING_EVENTS];
+}
+
+static size_t ev_bytes(const cs_ev_t *ev)
+{
+    return ev->doc->len + (ev->pre != NULL ? ev->pre->len : 0) +
+           (ev->post != NULL ? ev->post->len : 0);
 }
 
 static void drop_front(cs_feed_t *f)
 {
-    cs_item_t *it = slot(f, 0);
-    f->bytes -= it->doc->len;
-    bson_destroy(it->doc);
-    bson_free(it->token);
-    it->doc = NULL;
-    it->token = NULL;
+    cs_ev_t *ev = slot(f, 0);
+    f->bytes -= ev_bytes(ev);
+    sbl_cs_ev_release(ev);
+    f->ring[f->head] = NULL;
     f->head = (f->head + 1) % RING_EVENTS;
     f->n--;
 }
@@ -76,16 +90,14 @@ static void feed_reset(cs_feed_t *f)
         drop_front(f);
     f->head = 0;
     f->fresh = true;
-    cs_state_t *r = f->reader;
-    for (size_t i = r->qi; i < r->qn; i++) {
-        bson_destroy(r->q[i].doc);
-        bson_free(r->q[i].token);
-    }
-    r->qi = r->qn = 0;
+    f->oldest_hi = UINT64_MAX;
+    if (f->reader->images) /* everything read from now on has them */
+        __atomic_store_n(&f->images_after, 0, __ATOMIC_RELAXED);
+    sbl_cs_queue_clear(f->reader);
 }
 
 /* Trim whole entries from the front until one more event fits. */
-static void make_room(cs_feed_t *f, uint32_t len)
+static void make_room(cs_feed_t *f, size_t len)
 {
     while (f->n > 0 && (f->n == RING_EVENTS || f->bytes + len > RING_BYTES)) {
         uint64_t ts = slot(f, 0)->pos.ts;
@@ -108,43 +120,87 @@ static int feed_read(cs_feed_t *f, sbl_opctx_t *ctx, sbl_err_t *err)
     }
     for (size_t i = r->qi; i < r->qn; i++) {
         cs_item_t *it = &r->q[i];
-        make_room(f, it->doc->len);
-        *slot(f, f->n) = *it;
+        cs_ev_t *ev = malloc(sizeof(*ev));
+        if (ev == NULL) {
+            feed_reset(f);
+            return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+        }
+        *ev = (cs_ev_t){.refs = 1, .doc = it->doc, .token = it->token, .pos = it->pos,
+                        .kind = it->kind, .images = it->images, .pre = it->pre,
+                        .post = it->post};
+        memset(it, 0, sizeof(*it));
+        make_room(f, ev_bytes(ev));
+        f->ring[(f->head + f->n) % RING_EVENTS] = ev;
         f->n++;
-        f->bytes += it->doc->len;
-        it->doc = NULL;
-        it->token = NULL;
+        f->bytes += ev_bytes(ev);
     }
     r->qi = r->qn = 0;
     if (r->next_lo - 1 > f->hi)
-        f->hi = r->next_lo - 1;
+        __atomic_store_n(&f->hi, r->next_lo - 1, __ATOMIC_RELAXED);
     return 0;
 }
 
-/* Copies of the ring's events from next_lo on (whole entries, about
- * TAKE_EVENTS at most) into *outp / *np (the caller frees them); *endp: the
- * last entry ts they cover (hi when they reach the ring's end).  Under f->mu. */
-static void take(cs_feed_t *f, uint64_t next_lo, cs_item_t **outp, size_t *np, uint64_t *endp)
+/* References to the ring's events from next_lo on (whole entries, about
+ * TAKE_EVENTS at most) into *outp / *np (the caller frees the array); *endp:
+ * the last entry ts they cover (hi when they reach the ring's end).  Under
+ * f->mu: a reference each, no copy. */
+static void take(cs_feed_t *f, uint64_t next_lo, cs_ev_t ***outp, size_t *np, uint64_t *endp)
 {
-    size_t i = 0, k = 0;
-    cs_item_t *out = NULL;
+    size_t i = 0, k = 0, top = f->n;
+    cs_ev_t **out = NULL;
     *endp = f->hi;
-    while (i < f->n && slot(f, i)->pos.ts < next_lo)
-        i++;
+    while (i < top) { /* the first event at or after next_lo: the ring is in ts order */
+        size_t mid = i + (top - i) / 2;
+        if (slot(f, mid)->pos.ts < next_lo)
+            i = mid + 1;
+        else
+            top = mid;
+    }
     if (f->n - i > 0)
         out = bson_malloc((f->n - i) * sizeof(*out));
     for (; i < f->n; i++) {
-        const cs_item_t *it = slot(f, i);
-        if (k >= TAKE_EVENTS && it->pos.ts != out[k - 1].pos.ts) {
-            *endp = out[k - 1].pos.ts;
+        cs_ev_t *ev = slot(f, i);
+        if (k >= TAKE_EVENTS && ev->pos.ts != out[k - 1]->pos.ts) {
+            *endp = out[k - 1]->pos.ts;
             break;
         }
-        out[k].doc = bson_copy(it->doc);
-        out[k].token = bson_strdup(it->token);
-        out[k++].pos = it->pos;
+        __atomic_add_fetch(&ev->refs, 1, __ATOMIC_RELAXED);
+        out[k++] = ev;
     }
     *outp = out;
     *np = k;
+}
+
+/* Whether st asks for images (the feed then looks them up for it). */
+static bool wants_images(const cs_state_t *st)
+{
+    return st->pre != PRE_OFF || st->full_doc == FD_WHEN_AVAILABLE ||
+           st->full_doc == FD_REQUIRED;
+}
+
+/* The entries after which the ring serves st: lo, or for a stream that wants
+ * images the point from which the events carry them. */
+static uint64_t ring_from(const cs_feed_t *f, const cs_state_t *st)
+{
+    uint64_t lo = __atomic_load_n(&f->lo, __ATOMIC_RELAXED);
+    uint64_t img = __atomic_load_n(&f->images_after, __ATOMIC_RELAXED);
+    return wants_images(st) && img > lo ? img : lo;
+}
+
+/* A stream behind the feed's end gets events the oplog may have lost since:
+ * as its own read would, it fails with 286 once the oplog's oldest entry is
+ * after its position (the oldest entry is read once per feed read).  Under
+ * f->mu. */
+static int check_position(cs_feed_t *f, const cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    if (st->next_lo > f->hi) /* the feed's read checks its own point, this one's */
+        return 0;
+    if (f->oldest_hi != f->hi) {
+        SBL_RET(sbl_repl_oplog_oldest_ts(ctx->ss, &f->oldest, err));
+        f->oldest_hi = f->hi;
+    }
+    uint64_t pos = st->scanned != 0 ? st->scanned : st->next_lo;
+    return f->oldest > pos ? sbl_cs_history_lost(err) : 0;
 }
 
 int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
@@ -158,11 +214,19 @@ int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
          * event in it is behind this stream (the feed fell behind it) */
         feed_reset(f);
         __atomic_store_n(&f->lo, st->next_lo - 1, __ATOMIC_RELAXED);
-        f->hi = st->next_lo - 1;
+        __atomic_store_n(&f->hi, st->next_lo - 1, __ATOMIC_RELAXED);
         f->reader->scanned = st->scanned == st->next_lo - 1 ? st->scanned : 0;
         f->fresh = false;
     }
-    if (st->next_lo <= f->lo) { /* behind the ring, or from before it */
+    uint64_t gen = sbl_repl_preimage_removals();
+    if (f->reader->images && gen != f->images_gen) {
+        /* the remover deleted images since the ring's were looked up: a
+         * stream wanting images looks up those of the ring's events itself */
+        f->images_gen = gen;
+        if (f->images_after < f->hi)
+            __atomic_store_n(&f->images_after, f->hi, __ATOMIC_RELAXED);
+    }
+    if (st->next_lo <= ring_from(f, st)) { /* behind the ring, or from before it */
         pthread_mutex_unlock(&f->mu);
         return sbl_cs_refill(st, ctx, err);
     }
@@ -173,41 +237,41 @@ int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
             pthread_mutex_unlock(&f->mu);
             return sbl_cs_refill(st, ctx, err);
         }
+    } else {
+        int rc = check_position(f, st, ctx, err);
+        if (rc != 0) {
+            pthread_mutex_unlock(&f->mu);
+            return rc;
+        }
     }
-    cs_item_t *items;
+    cs_ev_t **evs;
     size_t n;
     uint64_t end;
     bool real_end = f->reader->scanned != 0; /* hi is an entry the feed read */
-    take(f, st->next_lo, &items, &n, &end);
+    take(f, st->next_lo, &evs, &n, &end);
     pthread_mutex_unlock(&f->mu);
 
     int rc = 0;
     size_t i = 0;
     for (; i < n && rc == 0; i++) {
-        cs_item_t *it = &items[i];
+        cs_ev_t *ev = evs[i];
         if (st->invalidated) /* the invalidate ends its entry and the stream */
             break;
-        if (it->pos.from_invalidate && st->has_skip && sbl_cs_pos_cmp(&it->pos, &st->skip) <= 0) {
+        if (ev->pos.from_invalidate && st->has_skip && sbl_cs_pos_cmp(&ev->pos, &st->skip) <= 0) {
             /* startAfter this invalidate: the stream goes on past it */
-            bson_destroy(it->doc);
-            bson_free(it->token);
-        } else {
-            if (it->pos.from_invalidate) { /* read no further than its entry */
-                st->invalidated = true;
-                end = it->pos.ts;
-                real_end = true;
-            } else if (st->full_doc == FD_LOOKUP)
-                sbl_cs_add_lookup(ctx, it->doc);
-            rc = sbl_cs_emit(st, ctx, &it->pos, it->doc, it->token, err);
+            sbl_cs_ev_release(ev);
+            continue;
         }
-        it->doc = NULL;
-        it->token = NULL;
+        if (ev->pos.from_invalidate) { /* read no further than its entry */
+            st->invalidated = true;
+            end = ev->pos.ts;
+            real_end = true;
+        }
+        rc = sbl_cs_emit_shared(st, ctx, ev, err);
     }
-    for (size_t j = i; j < n; j++) {
-        bson_destroy(items[j].doc);
-        bson_free(items[j].token);
-    }
-    bson_free(items);
+    for (size_t j = i; j < n; j++)
+        sbl_cs_ev_release(evs[j]);
+    bson_free(evs);
     if (rc == 0 && end >= st->next_lo) {
         if (real_end)
             st->scanned = end;
@@ -231,18 +295,13 @@ static bool may_run_js(const bson_t *rest)
 bool sbl_cs_feed_quick(void *state)
 {
     const cs_state_t *st = state;
-    return st->feed != NULL && st->full_doc == FD_DEFAULT && !st->invalidated &&
-           st->next_lo > __atomic_load_n(&st->feed->lo, __ATOMIC_RELAXED) &&
-           !may_run_js(st->rest);
+    return st->feed != NULL && st->full_doc != FD_LOOKUP && !st->invalidated &&
+           st->next_lo > ring_from(st->feed, st) && !may_run_js(st->rest);
 }
 
 void sbl_cs_feed_attach(cs_state_t *st)
 {
     cs_feed_t *f;
-    if (st->full_doc != FD_DEFAULT && st->full_doc != FD_LOOKUP)
-        return; /* post-images come from the stream's own read */
-    if (st->pre != PRE_OFF)
-        return;
     pthread_mutex_lock(&feeds_lock);
     for (f = feeds; f != NULL; f = f->next)
         if (f->scope == st->scope && f->expanded == st->expanded &&
@@ -268,6 +327,8 @@ void sbl_cs_feed_attach(cs_state_t *st)
             sbl_strcpy_n(f->reader->coll, sizeof(f->reader->coll), st->coll);
             sbl_strcpy_n(f->reader->cursor_ns, sizeof(f->reader->cursor_ns), st->cursor_ns);
             f->fresh = true;
+            f->images_after = NO_IMAGES;
+            f->oldest_hi = UINT64_MAX;
             pthread_mutex_init(&f->mu, NULL);
             f->next = feeds;
             feeds = f;
@@ -277,6 +338,15 @@ void sbl_cs_feed_attach(cs_state_t *st)
         f->refs++;
     st->feed = f;
     pthread_mutex_unlock(&feeds_lock);
+    if (f != NULL && wants_images(st)) {
+        pthread_mutex_lock(&f->mu);
+        if (!f->reader->images) { /* from the entries the feed reads next on */
+            f->reader->images = true;
+            f->images_gen = sbl_repl_preimage_removals();
+            __atomic_store_n(&f->images_after, f->fresh ? 0 : f->hi, __ATOMIC_RELAXED);
+        }
+        pthread_mutex_unlock(&f->mu);
+    }
 }
 
 void sbl_cs_feed_detach(cs_state_t *st)

@@ -51,10 +51,27 @@ typedef enum { CS_COLL, CS_DB, CS_CLUSTER } cs_scope_t;
 typedef enum { FD_DEFAULT, FD_LOOKUP, FD_WHEN_AVAILABLE, FD_REQUIRED } cs_fd_t;
 typedef enum { PRE_OFF, PRE_WHEN_AVAILABLE, PRE_REQUIRED } cs_pre_t;
 
+/* An event a feed built once for all its streams (cs_feed.c): immutable
+ * once in the ring, freed with its last reference. */
+typedef struct cs_ev {
+    int refs;         /* atomic */
+    bson_t *doc;      /* as a stream with fullDocument default and no stages gets it */
+    char *token;      /* its _data */
+    sbl_cs_pos_t pos;
+    char kind;        /* 'i' insert, 'u' update (a diff), 'r' replace, 'd' delete, 0 other */
+    bool images;      /* pre and post were looked up (a stream wanted images) */
+    bson_t *pre;      /* the stored pre-image, or NULL */
+    bson_t *post;     /* an update's post-image (there when its pre-image is), or NULL */
+} cs_ev_t;
+
 typedef struct cs_item {
     bson_t *doc;
     char *token;      /* the event's _data (PBRT) */
+    cs_ev_t *ev;      /* a feed's event, shared (doc and token NULL: the event's) */
     sbl_cs_pos_t pos; /* set for a feed's events (raw) only */
+    char kind;        /* a feed's events (raw): as cs_ev_t's, with pre and post */
+    bool images;
+    bson_t *pre, *post;
 } cs_item_t;
 
 typedef struct cs_feed cs_feed_t;
@@ -82,7 +99,9 @@ typedef struct cs_state {
     bool raw;          /* a feed's reader: events are queued as built, with their
                         * positions (no start point, stages or size limit), and an
                         * invalidate does not stop the reading */
+    bool images;       /* a feed's reader: look up each change's pre- and post-image */
     cs_feed_t *feed;   /* the shared reader of the stream's scope, or NULL */
+    cs_ev_t *lent;     /* the shared event whose bytes cs_next handed out last */
 } cs_state_t;
 
 /* Every event of one oplog entry (cs_events.c): none, one, an event and an
@@ -94,15 +113,24 @@ int sbl_cs_entry_events(cs_state_t *st, sbl_opctx_t *ctx, const bson_t *doc, sbl
 int sbl_cs_emit(cs_state_t *st, sbl_opctx_t *ctx, const sbl_cs_pos_t *pos, bson_t *ev,
                 char *token, sbl_err_t *err);
 
+/* ChangeStreamHistoryLost (286): the stream's position is no longer in the oplog. */
+int sbl_cs_history_lost(sbl_err_t *err);
+/* Queue a feed's event ev (a reference taken) for st: shared as it is when
+ * st adds nothing to it (fullDocument default, no fullDocumentBeforeChange,
+ * no stages), else a copy with st's images or lookup and stages. */
+int sbl_cs_emit_shared(cs_state_t *st, sbl_opctx_t *ctx, cs_ev_t *ev, sbl_err_t *err);
+/* Drop a reference to ev (the last one frees it). */
+void sbl_cs_ev_release(cs_ev_t *ev);
+/* Free the queue items from st->qi on. */
+void sbl_cs_queue_clear(cs_state_t *st);
 /* Read the next oplog entries after st->next_lo, up to the majority commit
  * point, into st's queue (changestream.c): the stream's own read. */
 int sbl_cs_refill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err);
 
 /* ---- the shared reader of one scope (cs_feed.c) ------------------------------ */
 
-/* Attach st (its scope, db, coll and showExpandedEvents set) to the shared
- * reader of streams like it, when its options let it use one (fullDocument
- * default or updateLookup, no fullDocumentBeforeChange). */
+/* Attach st (its scope, db, coll, showExpandedEvents and image options set)
+ * to the shared reader of streams like it. */
 void sbl_cs_feed_attach(cs_state_t *st);
 /* Drop st's hold on its feed (the last stream out frees it). */
 void sbl_cs_feed_detach(cs_state_t *st);
@@ -113,8 +141,12 @@ int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err);
 /* Whether st's next events come from its feed's ring (no oplog read of its
  * own, no document lookups): its getMore may run on the network loop. */
 bool sbl_cs_feed_quick(void *state);
-/* Add the updateLookup fullDocument of an update event ev taken from a feed
- * (cs_events.c): the document now, or null once it is gone. */
-void sbl_cs_add_lookup(sbl_opctx_t *ctx, bson_t *ev);
+/* Add what st asks for to doc, a copy of a feed's event ev (cs_events.c), as
+ * its own read would have built it: an update's fullDocument (updateLookup:
+ * the document now, or null once it is gone; whenAvailable / required: the
+ * post-image) and fullDocumentBeforeChange; NoMatchingDocument (47) when a
+ * required image is missing. */
+int sbl_cs_add_images(const cs_state_t *st, sbl_opctx_t *ctx, const cs_ev_t *ev, bson_t *doc,
+                      sbl_err_t *err);
 
 #endif

@@ -6,6 +6,7 @@
  * counters kept in src/metrics and elsewhere; it never takes a lock on the
  * request path.
  */
+#include "agg/agg.h"
 #include "cmd/cmd_int.h"
 #include "exec/exec.h"
 #include "repl/repl.h"
@@ -174,6 +175,7 @@ int sbl_cmd_server_status(sbl_opctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_INT64(&d, "updated", sbl_metrics_get_docs(SBL_DOC_UPDATED));
     bson_append_document_end(&m, &d);
     sbl_spill_append_metrics(&m); /* metrics.query: spills of $group and sorts */
+    sbl_agg_change_stream_metrics(&m);
     sbl_repl_append_metrics(&m);
     bson_append_document_end(r, &m);
 

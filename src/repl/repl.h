@@ -332,6 +332,9 @@ int sbl_repl_txn_log_prepared(const sbl_repl_txn_ops_t *ops, const sbl_repl_stmt
 int sbl_repl_oplog_get(sbl_session_t *s, uint64_t ts, bson_t *out, bool *foundp, sbl_err_t *err);
 /* The ts of the oldest entry in the oplog (0: none). */
 int sbl_repl_oplog_oldest_ts(sbl_session_t *s, uint64_t *tsp, sbl_err_t *err);
+/* How many passes of the pre-image remover have deleted images so far (a
+ * change-stream reader that keeps images looks them up again after one). */
+uint64_t sbl_repl_preimage_removals(void);
 /* How often the pre-image remover runs (--setParameter
  * expiredChangeStreamPreImageRemovalJobSleepSecs; <= 0: 10 s).  Before
  * sbl_repl_start_threads. */

@@ -32,6 +32,12 @@ static pthread_t thread;
 static bool started;
 static atomic_bool stop;
 static int sleep_s = 10;
+static _Atomic uint64_t removals; /* passes that deleted images */
+
+uint64_t sbl_repl_preimage_removals(void)
+{
+    return atomic_load_explicit(&removals, memory_order_acquire);
+}
 
 int sbl_repl_oplog_oldest_ts(sbl_session_t *s, uint64_t *tsp, sbl_err_t *err)
 {
@@ -116,6 +122,8 @@ static int64_t remove_pass(sbl_session_t *s)
         return 0;
     int64_t n = sbl_coll_delete_matching(s, c, expired, &l);
     sbl_coll_release(c);
+    if (n > 0)
+        atomic_fetch_add_explicit(&removals, 1, memory_order_release);
     return n;
 }
 

@@ -709,3 +709,96 @@ def test_stream_behind_the_shared_ring(rs1, db):
     rest = read(behind, 4290)
     assert [e["_id"] for e in rest] == [e["_id"] for e in first[10:]]
     assert [e["documentKey"]["_id"] for e in first] == list(range(4300))
+
+
+def test_ring_served_stream_that_fell_off_the_oplog(rs1, db):
+    """Streams served from the shared ring whose position the 1 MB oplog has
+    since overwritten fail with 286 as a stream reading the oplog itself
+    does, though the ring still holds their events: one that read an event
+    and stopped, and one that never read any; the stream that kept up goes
+    on."""
+    db.create_collection("c")
+
+    def drain(st, n):
+        got = list(st.buf)
+        st.buf = []
+        end = time.time() + 30
+        while len(got) < n and time.time() < end:
+            g = db.command("getMore", st.id, collection="c", maxTimeMS=200)
+            got += g["cursor"]["nextBatch"]
+        return got
+
+    reader, stopped, idle = (RawStream(db, "c", {}) for _ in range(3))
+    db.c.insert_one({"_id": "first"})
+    assert [e["documentKey"]["_id"] for e in drain(reader, 1)] == ["first"]
+    assert [e["documentKey"]["_id"] for e in drain(stopped, 1)] == ["first"]
+    for i in range(25):  # 1.5 MB of events: the oplog wraps, the ring keeps them
+        db.c.insert_one({"_id": i, "pad": "x" * 60000})
+        assert len(drain(reader, 1)) == 1
+    for st in (stopped, idle):
+        with pytest.raises(OperationFailure) as e:
+            db.command("getMore", st.id, collection="c", maxTimeMS=200)
+        assert e.value.code == 286, st
+    db.c.insert_one({"_id": "last"})
+    assert [e["documentKey"]["_id"] for e in drain(reader, 1)] == ["last"]
+
+
+def test_image_streams_use_the_shared_read(rs1, db):
+    """Streams with fullDocument whenAvailable / required and
+    fullDocumentBeforeChange are served from their scope's shared read (the
+    oplog entries read alone do not move) and get the same events as a stream
+    with those options that reads the oplog itself (it starts before the
+    shared read began)."""
+    _, c = rs1
+    db.create_collection("c", changeStreamPreAndPostImages={"enabled": True})
+    db.c.insert_one({"_id": 0, "v": 0})
+    with c.start_session() as s:
+        db.c.update_one({"_id": 0}, {"$set": {"v": 1}}, session=s)
+        start = s.operation_time
+
+    def read(st, n):
+        got = []
+        end = time.time() + 30
+        while len(got) < n and time.time() < end:
+            got.append(st.next())
+        return got
+
+    def own():
+        return c.admin.command("serverStatus")["metrics"]["changeStreams"][
+            "oplogEntriesRead"]["own"]
+
+    specs = [{}, {"fullDocument": "whenAvailable", "fullDocumentBeforeChange": "whenAvailable"},
+             {"fullDocument": "required", "fullDocumentBeforeChange": "required"},
+             {"fullDocument": "updateLookup", "fullDocumentBeforeChange": "required"},
+             {"fullDocumentBeforeChange": "whenAvailable"}]
+    streams = [RawStream(db, "c", spec) for spec in specs]
+    before = own()
+    db.c.insert_one({"_id": 1, "v": 0})
+    db.c.update_one({"_id": 1}, {"$inc": {"v": 1}})
+    db.c.replace_one({"_id": 1}, {"w": 5})
+    db.c.update_one({"_id": 0}, {"$unset": {"v": 1}})
+    db.c.delete_one({"_id": 1})
+    got = [read(st, 5) for st in streams]
+    assert own() == before  # no stream read the oplog alone
+    dflt, avail, req, look, pre = got
+    assert [e["operationType"] for e in avail] == ["insert", "update", "replace", "update",
+                                                   "delete"]
+    assert avail == req
+    assert avail[1]["fullDocument"] == {"_id": 1, "v": 1}
+    assert avail[1]["fullDocumentBeforeChange"] == {"_id": 1, "v": 0}
+    assert avail[2]["fullDocumentBeforeChange"] == {"_id": 1, "v": 1}
+    assert avail[3]["fullDocument"] == {"_id": 0}
+    assert avail[3]["fullDocumentBeforeChange"] == {"_id": 0, "v": 1}
+    assert avail[4]["fullDocumentBeforeChange"] == {"_id": 1, "w": 5}
+    assert "fullDocumentBeforeChange" not in avail[0]
+    assert look[1]["fullDocument"] is None and look[3]["fullDocument"] == {"_id": 0}
+    assert [list(e) for e in look] == [list(e) for e in avail]
+    assert all("fullDocument" not in e for e in (dflt[1], dflt[3], pre[1]))
+    assert [e["fullDocumentBeforeChange"] for e in pre[1:]] == \
+        [e["fullDocumentBeforeChange"] for e in avail[1:]]
+    # a stream that reads the oplog itself, from before the shared read began
+    alone = RawStream(db, "c", dict(specs[2], startAtOperationTime=start))
+    first = read(alone, 6)
+    assert own() > before
+    assert first[0]["fullDocumentBeforeChange"] == {"_id": 0, "v": 0}
+    assert first[1:] == req

@@ -214,6 +214,22 @@ def test_step_down_aborts_open_transactions(rs3e):
         s.end_session()
 
 
+def rejoin(p, newp, settled=lambda d: True):
+    """Write {_id: "after"} on the new primary newp (w:2), restart the former
+    primary p and wait until it is a secondary holding that write and
+    settled(a client of it) holds (what it rolled back is gone)."""
+    with direct(newp) as d:
+        d.t.c.with_options(write_concern=WriteConcern(w=2, wtimeout=30000)).insert_one(
+            {"_id": "after"})
+    p.restart()
+
+    def done():
+        with direct(p) as d:
+            return (state(p) == 2 and d.t.c.find_one({"_id": "after"}) is not None and
+                    settled(d))
+    wait_for(done, timeout=60)
+
+
 def test_transaction_of_a_cut_off_primary_rolls_back(rs3e):
     """A transaction committed (w:1, j:true) on a primary cut off from the others is
     lost, as a w:1 write is; when the former primary returns it rolls the
@@ -238,17 +254,8 @@ def test_transaction_of_a_cut_off_primary_rolls_back(rs3e):
     s1.restart()
     s2.restart()
     newp = the_primary([s1, s2])
-    with direct(newp) as d:
-        d.t.c.with_options(write_concern=WriteConcern(w=2, wtimeout=30000)).insert_one(
-            {"_id": "after"})
-    p.restart()
-
-    def rolled_back():
-        with direct(p) as d:
-            return (state(p) == 2 and d.t.c.find_one({"_id": "after"}) is not None and
-                    d.t.c.find_one({"_id": "t"}) is None and
-                    d.t.c.find_one({"_id": "a"})["b"] == 100)
-    wait_for(rolled_back, timeout=60)
+    rejoin(p, newp, lambda d: d.t.c.find_one({"_id": "t"}) is None and
+           d.t.c.find_one({"_id": "a"})["b"] == 100)
     with open(p.logpath, errors="replace") as f:
         failed = [line for line in f if 'Rollback failed' in line]
     assert not failed, failed
@@ -308,15 +315,7 @@ def test_session_record_follows_rollback_restart_and_failover(rs3e):
     assert r["n"] == 1 and r["nModified"] == 1 and r["retriedStmtIds"] == [0]
     assert raw(inc(29, 1, {"w": 1}), ok=False)["code"] == 225
     raw.close()
-    with direct(newp) as d:
-        d.t.c.with_options(write_concern=WriteConcern(w=2, wtimeout=30000)).insert_one(
-            {"_id": "after"})
-    p.restart()
-
-    def rolled_back():
-        with direct(p) as d:
-            return state(p) == 2 and d.t.c.find_one({"_id": "after"}) is not None
-    wait_for(rolled_back, timeout=60)
+    rejoin(p, newp)
     for m in rs3e:  # the lost write's record went with it: 30 everywhere, once
         recs = records(m)
         assert len(recs) == 1 and recs[0]["txnNum"] == 30, (m.port, recs)

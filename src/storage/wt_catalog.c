@@ -82,8 +82,9 @@ static sbl_coll_t *coll_new(const char *ns, const uint8_t *uuid, const bson_t *o
     c->tbl = tbl;
     atomic_init(&c->refs, 1);
     bson_iter_t it;
-    c->dup_ids = bson_iter_init_find(&it, c->options, "timeseries") &&
-                 BSON_ITER_HOLDS_DOCUMENT(&it);
+    c->versioned = strcmp(ns, SBL_VERSIONED_NS) == 0;
+    c->dup_ids = c->versioned || (bson_iter_init_find(&it, c->options, "timeseries") &&
+                                  BSON_ITER_HOLDS_DOCUMENT(&it));
     return c;
 }
 

@@ -56,6 +56,7 @@ struct sbl_coll {
     sbl_wt_table_t *tbl;
     atomic_int refs; /* the catalog holds one while the ns maps to this handle */
     bool dup_ids;    /* time-series: several documents may share an _id (see below) */
+    bool versioned;  /* each write of a document takes a fresh record key (see below) */
     /* Created inside a multi-document transaction not yet committed: only
      * that transaction's session sees it (sbl_coll_publish_created). */
     const struct sbl_session *owner;
@@ -71,6 +72,19 @@ struct sbl_coll {
  * one _id are exactly the keys that start with its encoding.
  */
 #define SBL_DUP_SEQ_LEN 8
+/*
+ * A versioned collection (SBL_VERSIONED_NS, the session transaction table)
+ * has one document per _id, as any other, but its record keys are dup_ids
+ * ones with a descending sequence number (UINT64_MAX first): an update
+ * removes the document's record and inserts the new version one below it,
+ * in the same transaction.  A document rewritten at every retryable write
+ * so leaves one short-lived tombstone per version instead of a WiredTiger
+ * update chain as long as the snapshot history window, which WiredTiger
+ * 3.2's obsolete-update check walks on every further update of the key.
+ * The newest version sorts first under its _id, so reads (dup_ids) reach it
+ * without stepping over the tombstones.
+ */
+#define SBL_VERSIONED_NS "config.transactions"
 /* Position cur on the first record of a dup_ids table whose key starts with
  * p[0..n) and, when like is not NULL, whose value is like's bytes: 0, or
  * WT_NOTFOUND when there is none, or a WiredTiger error. */

@@ -18,6 +18,9 @@
  *    plus a sequence number (wt_int.h): an insert takes one past the largest
  *    under its _id, and an update or delete finds its record by the old
  *    document's bytes; the secondary index entries point at that record key.
+ *  - In a versioned collection (config.transactions, wt_int.h) an update
+ *    removes the document's record and inserts the new version under a new
+ *    record key, in the same transaction; one document per _id as elsewhere.
  */
 #include "storage/wt_int.h"
 
@@ -187,6 +190,79 @@ static int dup_record_key(sbl_session_t *s, WT_CURSOR *cur, sbl_write_kind_t kin
     return 0;
 }
 
+/* Append seq to s->key as a dup_ids record key's sequence number. */
+static void key_append_seq(sbl_session_t *s, uint64_t seq)
+{
+    for (int i = SBL_DUP_SEQ_LEN - 1; i >= 0; i--)
+        sbl_buf_append_byte(&s->key, (uint8_t)(seq >> (8 * i)));
+}
+
+/* The version of a versioned collection's document (wt_int.h) found by a
+ * write: its record's sequence number, or none (bare: a record keyed by the
+ * bare _id, written before versioning), and its BSON length. */
+typedef struct version {
+    uint64_t seq;
+    bool bare;
+    size_t len;
+} version_t;
+
+/* A versioned collection's write, s->key holding the encoded _id: the
+ * current version's record (*oldp) is removed (update, delete) and the new
+ * document inserted one sequence number below it (insert, update); s->key
+ * ends as the record key written, or removed for a delete.  When copy is not
+ * NULL an update copies the removed document there (*copiedp).  WiredTiger's
+ * return: WT_DUPLICATE_KEY for an insert under a live _id, WT_NOTFOUND for an
+ * update or delete of none. */
+static int versioned_write(sbl_session_t *s, WT_CURSOR *cur, sbl_write_kind_t kind,
+                           const bson_t *new_doc, version_t *oldp, bson_t *copy,
+                           bool *copiedp)
+{
+    size_t n = s->key.len;
+    uint64_t seq = UINT64_MAX;
+    WT_ITEM k, v;
+    bson_t view;
+    int ret = sbl_dup_seek(cur, s->key.data, n, NULL);
+
+    if (ret == WT_NOTFOUND && kind == SBL_WRITE_INSERT)
+        ret = 0;
+    else if (ret != 0)
+        return ret;
+    else if (kind == SBL_WRITE_INSERT)
+        return WT_DUPLICATE_KEY;
+    else {
+        if ((ret = cur->get_key(cur, &k)) != 0 || (ret = cur->get_value(cur, &v)) != 0)
+            return ret;
+        oldp->len = v.size;
+        oldp->bare = k.size != n + SBL_DUP_SEQ_LEN;
+        oldp->seq = 0;
+        for (int i = 0; !oldp->bare && i < SBL_DUP_SEQ_LEN; i++)
+            oldp->seq = (oldp->seq << 8) | ((const uint8_t *)k.data)[n + i];
+        if (copy != NULL && bson_init_static(&view, v.data, v.size)) {
+            bson_copy_to(&view, copy);
+            *copiedp = true;
+        }
+        if (!oldp->bare && oldp->seq == 0)
+            return WT_ERROR; /* 2^64 versions of one document: cannot happen */
+        if (!oldp->bare)
+            seq = oldp->seq - 1;
+        if ((ret = cur->remove(cur)) != 0)
+            return ret;
+        if (kind == SBL_WRITE_DELETE) {
+            if (!oldp->bare)
+                key_append_seq(s, oldp->seq);
+            return 0;
+        }
+    }
+    key_append_seq(s, seq);
+    k.data = s->key.data;
+    k.size = s->key.len;
+    cur->set_key(cur, &k);
+    v.data = bson_get_data(new_doc);
+    v.size = new_doc->len;
+    cur->set_value(cur, &v);
+    return cur->insert(cur);
+}
+
 /* The value doc is keyed by: its _id, or c's key field (a keyed collection). */
 static bool doc_id(const sbl_coll_t *c, const bson_t *doc, bson_value_t *id)
 {
@@ -225,6 +301,42 @@ static int write_in_txn(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
                                "Performing an update on the path '_id' would modify the "
                                "immutable field '_id'");
         s->key.len = n;
+    }
+    if (c->versioned) {
+        size_t idlen = s->key.len;
+        version_t ov = {0, false, 0};
+        bool idx = sbl_index_count(c) > 0;
+        ret = versioned_write(s, cur, kind, new_doc, &ov,
+                              idx && old_doc == NULL ? &old_copy : NULL, &have_copy);
+        cur->reset(cur);
+        if (ret == WT_DUPLICATE_KEY)
+            return dup_key_error(c, &id, err_info, err);
+        if (ret != 0)
+            return sbl_wt_err(err, ret == WT_NOTFOUND ? WT_ROLLBACK : ret, "write");
+        dcount = kind == SBL_WRITE_INSERT ? 1 : kind == SBL_WRITE_DELETE ? -1 : 0;
+        dsize = (kind != SBL_WRITE_DELETE ? (int64_t)new_doc->len : 0) - (int64_t)ov.len;
+        if (idx && kind == SBL_WRITE_UPDATE) { /* the two versions' keys differ */
+            const bson_t *od = have_copy ? &old_copy : old_doc;
+            size_t newlen = s->key.len;
+            uint8_t *newkey = bson_malloc(newlen);
+            memcpy(newkey, s->key.data, newlen);
+            s->key.len = idlen;
+            if (!ov.bare)
+                key_append_seq(s, ov.seq);
+            rc = sbl_index_on_write(s, c, SBL_WRITE_DELETE, od, NULL, s->key.data, s->key.len,
+                                    err_info, err);
+            if (rc == 0)
+                rc = sbl_index_on_write(s, c, SBL_WRITE_INSERT, NULL, new_doc, newkey, newlen,
+                                        err_info, err);
+            bson_free(newkey);
+        } else if (idx)
+            rc = sbl_index_on_write(s, c, kind, have_copy ? &old_copy : old_doc, new_doc,
+                                    s->key.data, s->key.len, err_info, err);
+        if (have_copy)
+            bson_destroy(&old_copy);
+        if (rc == 0)
+            sbl_session_add_delta(s, c->tbl, dcount, dsize);
+        return rc;
     }
     if (c->dup_ids && (ret = dup_record_key(s, cur, kind, old_doc)) != 0) {
         cur->reset(cur);

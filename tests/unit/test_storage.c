@@ -3,7 +3,8 @@
  * temporary dbpath: persistence across close/reopen (clean and unclean),
  * the write path and its errors, ordered scans, the catalog, counts,
  * write conflicts, group commit, the dbpath lock, and drops that race with
- * other threads' cached cursors; a time-series collection's repeated _ids.
+ * other threads' cached cursors; a time-series collection's repeated _ids;
+ * the versioned session transaction table.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -298,6 +299,88 @@ static void check_dup_ids_persisted(void)
     insert_ok(c, "{\"_id\": 1, \"v\": 6}");
     scan_vs(c, &one, true, &one, true, false, got, sizeof(got));
     CHECK_MSG(strcmp(got, "146") == 0, "after reopen: %s", got);
+    sbl_coll_release(c);
+}
+
+/* config.transactions (SBL_VERSIONED_NS): each update stores a new version
+ * under a new record key and removes the old one; reads see one document
+ * per _id, inserts under a live _id are DuplicateKey. */
+static void test_versioned(void)
+{
+    bson_value_t one = {.value_type = BSON_TYPE_INT32, .value.v_int32 = 1};
+    sbl_session_t *s = sbl_session_get();
+    sbl_err_t err;
+    char got[64];
+    sbl_coll_t *c = coll(SBL_VERSIONED_NS, true);
+
+    CHECK(sbl_coll_dup_ids(c));
+    insert_ok(c, "{\"_id\": 1, \"v\": 0}");
+    insert_ok(c, "{\"_id\": 2, \"v\": 7}");
+    for (int i = 1; i <= 50; i++) {
+        bson_t *old = BCON_NEW("_id", BCON_INT32(1), "v", BCON_INT32(i - 1));
+        bson_t *new = BCON_NEW("_id", BCON_INT32(1), "v", BCON_INT32(i));
+        CHECK(sbl_txn_begin(s, &err) == 0);
+        int rc = sbl_write(s, c, SBL_WRITE_UPDATE, old, new, NULL, &err);
+        CHECK_MSG(rc == 0, "update %d: %s", i, err.msg);
+        if (i % 2 == 0) /* twice in one transaction too */
+            CHECK(sbl_write(s, c, SBL_WRITE_UPDATE, new, new, NULL, &err) == 0);
+        CHECK(sbl_txn_commit(s, &err) == 0);
+        bson_destroy(old);
+        bson_destroy(new);
+    }
+    CHECK(get_v(c, 1) == 50);
+    scan_vs(c, &one, true, &one, true, false, got, sizeof(got)); /* scan_vs: '0' + v */
+    CHECK_MSG(strcmp(got, "b") == 0, "[1, 1]: %s", got);
+    scan_vs(c, NULL, false, NULL, false, false, got, sizeof(got));
+    CHECK_MSG(strcmp(got, "b7") == 0, "all: %s", got);
+    CHECK(count_of(c) == 2);
+    /* the stored layout: _id 1's record key is its encoded _id and a
+     * sequence number counting down from UINT64_MAX, one per version */
+    WT_CURSOR *cur;
+    WT_ITEM k;
+    sbl_buf_t idk;
+    sbl_buf_init(&idk);
+    sbl_key_append(&idk, &one, false);
+    CHECK(sbl_session_cursor(s, c->tbl, &cur, &err) == 0);
+    CHECK(cur->next(cur) == 0 && cur->get_key(cur, &k) == 0);
+    CHECK(k.size == idk.len + SBL_DUP_SEQ_LEN && memcmp(k.data, idk.data, idk.len) == 0);
+    uint64_t seq = 0;
+    for (size_t i = idk.len; i < k.size; i++)
+        seq = (seq << 8) | ((const uint8_t *)k.data)[i];
+    CHECK_MSG(seq == UINT64_MAX - 75, "sequence %llu", (unsigned long long)(UINT64_MAX - seq));
+    cur->reset(cur);
+    sbl_buf_destroy(&idk);
+    bson_t info = BSON_INITIALIZER;
+    CHECK(insert_json(c, "{\"_id\": 1, \"v\": 9}", &info, &err) == SBL_E_DuplicateKey);
+    bson_destroy(&info);
+    /* an aborted update leaves the version before it */
+    bson_t *old = BCON_NEW("_id", BCON_INT32(1), "v", BCON_INT32(50));
+    bson_t *new = BCON_NEW("_id", BCON_INT32(1), "v", BCON_INT32(99));
+    CHECK(sbl_txn_begin(s, &err) == 0);
+    CHECK(sbl_write(s, c, SBL_WRITE_UPDATE, old, new, NULL, &err) == 0);
+    sbl_txn_abort(s);
+    CHECK(get_v(c, 1) == 50);
+    bson_destroy(new);
+    CHECK(sbl_write(s, c, SBL_WRITE_DELETE, old, NULL, NULL, &err) == 0);
+    bson_destroy(old);
+    CHECK(get_v(c, 1) == -1 && get_v(c, 2) == 7 && count_of(c) == 1);
+    insert_ok(c, "{\"_id\": 1, \"v\": 3}");
+    CHECK(get_v(c, 1) == 3);
+    sbl_coll_release(c);
+}
+
+/* After a reopen the versions go on from where they were. */
+static void check_versioned_persisted(void)
+{
+    sbl_err_t err;
+    sbl_coll_t *c = coll(SBL_VERSIONED_NS, false);
+    CHECK(sbl_coll_dup_ids(c) && get_v(c, 1) == 3 && get_v(c, 2) == 7 && count_of(c) == 2);
+    bson_t *old = BCON_NEW("_id", BCON_INT32(2), "v", BCON_INT32(7));
+    bson_t *new = BCON_NEW("_id", BCON_INT32(2), "v", BCON_INT32(8));
+    CHECK(sbl_write(sbl_session_get(), c, SBL_WRITE_UPDATE, old, new, NULL, &err) == 0);
+    CHECK(get_v(c, 2) == 8 && count_of(c) == 2);
+    bson_destroy(old);
+    bson_destroy(new);
     sbl_coll_release(c);
 }
 
@@ -838,12 +921,14 @@ int main(void)
     test_drop_with_cached_cursor();
     test_lock();
     test_dup_ids();
+    test_versioned();
     sbl_storage_close();
     CHECK(sbl_session_get() == NULL);
 
     open_engine(); /* clean reopen: counts come from the sizes table */
     check_persisted();
     check_dup_ids_persisted();
+    check_versioned_persisted();
     sbl_storage_close();
     open_engine();
     check_persisted();

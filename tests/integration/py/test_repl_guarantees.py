@@ -214,6 +214,22 @@ def test_step_down_aborts_open_transactions(rs3e):
         s.end_session()
 
 
+def rejoin(p, newp, settled=lambda d: True):
+    """Write {_id: "after"} on the new primary newp (w:2), restart the former
+    primary p and wait until it is a secondary holding that write and
+    settled(a client of it) holds (what it rolled back is gone)."""
+    with direct(newp) as d:
+        d.t.c.with_options(write_concern=WriteConcern(w=2, wtimeout=30000)).insert_one(
+            {"_id": "after"})
+    p.restart()
+
+    def done():
+        with direct(p) as d:
+            return (state(p) == 2 and d.t.c.find_one({"_id": "after"}) is not None and
+                    settled(d))
+    wait_for(done, timeout=60)
+
+
 def test_transaction_of_a_cut_off_primary_rolls_back(rs3e):
     """A transaction committed (w:1, j:true) on a primary cut off from the others is
     lost, as a w:1 write is; when the former primary returns it rolls the
@@ -238,17 +254,8 @@ def test_transaction_of_a_cut_off_primary_rolls_back(rs3e):
     s1.restart()
     s2.restart()
     newp = the_primary([s1, s2])
-    with direct(newp) as d:
-        d.t.c.with_options(write_concern=WriteConcern(w=2, wtimeout=30000)).insert_one(
-            {"_id": "after"})
-    p.restart()
-
-    def rolled_back():
-        with direct(p) as d:
-            return (state(p) == 2 and d.t.c.find_one({"_id": "after"}) is not None and
-                    d.t.c.find_one({"_id": "t"}) is None and
-                    d.t.c.find_one({"_id": "a"})["b"] == 100)
-    wait_for(rolled_back, timeout=60)
+    rejoin(p, newp, lambda d: d.t.c.find_one({"_id": "t"}) is None and
+           d.t.c.find_one({"_id": "a"})["b"] == 100)
     with open(p.logpath, errors="replace") as f:
         failed = [line for line in f if 'Rollback failed' in line]
     assert not failed, failed
@@ -256,3 +263,71 @@ def test_transaction_of_a_cut_off_primary_rolls_back(rs3e):
              for doc in bson.decode_all(open(os.path.join(p.dbpath, "rollback", "t.c", f),
                                              "rb").read())]
     assert {"_id": "t"} in saved
+
+
+def test_session_record_follows_rollback_restart_and_failover(rs3e):
+    """A session whose record in config.transactions was rewritten by many
+    retryable writes (one stored version of it each, replaced in the
+    write's transaction) shows one record on every member; when its newest
+    write (w:1, on a primary cut off from the others) is lost, the former
+    primary rolls the record back with the write after its restart, and a
+    retry of the newest surviving txnNumber returns the original result on
+    every primary after that, older ones being refused (225)."""
+    from bson.binary import Binary
+    from bson.son import SON
+    from test_retryable import EMPTY_UID, Raw, cmd, new_lsid
+    p = the_primary(rs3e)
+    s1, s2 = [m for m in rs3e if m is not p]
+    lsid = new_lsid()
+    w3 = {"w": 3, "wtimeout": 30000}
+
+    def inc(txn, by, wc):
+        return cmd("update", "c", lsid, txn, writeConcern=wc,
+                   updates=[{"q": {"_id": 1}, "u": {"$inc": {"n": by}}, "upsert": True}])
+
+    def records(m):
+        with direct(m) as d:
+            return list(d.config.transactions.find({"_id.id": lsid["id"]}))
+
+    raw = Raw(p.port)
+    for txn in range(1, 31):
+        assert raw(inc(txn, 1, w3))["n"] == 1
+    with direct(p) as d:
+        last = d.local["oplog.rs"].find_one({"lsid.id": lsid["id"], "txnNumber": 30})
+    for m in rs3e:
+        recs = records(m)
+        assert len(recs) == 1 and recs[0]["txnNum"] == 30, (m.port, recs)
+        assert recs[0]["lastWriteOpTime"] == {"ts": last["ts"], "t": last["t"]}
+        with direct(m) as d:  # the record by its whole _id, as mongod's tools read it
+            rid = SON([("id", lsid["id"]), ("uid", Binary(EMPTY_UID))])
+            assert d.config.transactions.find_one({"_id": rid}) == recs[0]
+    s1.kill9()
+    s2.kill9()
+    assert raw(inc(31, 100, {"w": 1, "j": True}))["n"] == 1
+    assert records(p)[0]["txnNum"] == 31
+    raw.close()
+    p.kill9()
+    s1.restart()
+    s2.restart()
+    newp = the_primary([s1, s2])
+    raw = Raw(newp.port)
+    r = wait_for(lambda: raw(inc(30, 1, {"w": 2, "wtimeout": 30000})))
+    assert r["n"] == 1 and r["nModified"] == 1 and r["retriedStmtIds"] == [0]
+    assert raw(inc(29, 1, {"w": 1}), ok=False)["code"] == 225
+    raw.close()
+    rejoin(p, newp)
+    for m in rs3e:  # the lost write's record went with it: 30 everywhere, once
+        recs = records(m)
+        assert len(recs) == 1 and recs[0]["txnNum"] == 30, (m.port, recs)
+        assert recs[0]["lastWriteOpTime"] == {"ts": last["ts"], "t": last["t"]}
+        with direct(m) as d:
+            assert d.t.c.find_one({"_id": 1})["n"] == 30
+    newp.kill9()  # a failover to either of the others, the rolled-back one included
+    again = the_primary([m for m in rs3e if m is not newp])
+    raw = Raw(again.port)
+    r = wait_for(lambda: raw(inc(30, 1, {"w": 2, "wtimeout": 30000})))
+    assert r["n"] == 1 and r["retriedStmtIds"] == [0]
+    assert raw(inc(29, 1, {"w": 1}), ok=False)["code"] == 225
+    assert raw(inc(31, 1, {"w": 2, "wtimeout": 30000}))["n"] == 1
+    assert records(again)[0]["txnNum"] == 31 and len(records(again)) == 1
+    raw.close()

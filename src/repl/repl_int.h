@@ -104,6 +104,13 @@ int sbl_txn_record_write_state(sbl_session_t *s, const bson_t *lsid, int64_t txn
                                int64_t term, int64_t wall_ms, const char *state, sbl_err_t *err);
 
 
+/* Prepared transactions (repl_prepare.c): hold the stable timestamp below
+ * prepare_ts; the stable timestamp allowed given the pins; apply a
+ * prepare, commit or abort entry e (kind: sbl_repl_prepared_kind, o its o). */
+void sbl_repl_prepared_pin(uint64_t prepare_ts);
+uint64_t sbl_repl_prepared_clamp(uint64_t stable);
+int sbl_repl_apply_prepared(const bson_t *e, int kind, const bson_t *o, sbl_err_t *err);
+
 /* Append a primary's entry doc (with its own ts and t) as it is, inside
  * s's open transaction, with its ts as the commit timestamp (a secondary
  * applying it). */

@@ -15,10 +15,13 @@
  * retried commitTransaction of a committed transaction succeeds again; any
  * command of an aborted one gets NoSuchTransaction.  A transaction of a
  * sharded cluster's two-phase commit (txn_coord.c) goes in progress ->
- * prepared (prepareTransaction: WiredTiger's prepare at a fresh timestamp)
- * -> committed (commitTransaction with the coordinator's commitTimestamp)
- * or aborted (abortTransaction); nothing else ends a prepared transaction
- * (not the lifetime limit, a newer txnNumber or a killed session).
+ * prepared (prepareTransaction: its prepare entry, and WiredTiger's prepare
+ * at that entry's ts) -> committed (commitTransaction with the coordinator's
+ * commitTimestamp) or aborted (abortTransaction); nothing else ends a
+ * prepared transaction (not the lifetime limit, a newer txnNumber, a killed
+ * session or a step-down).  Secondaries and a restart's replay hold the
+ * same prepared transactions, made from the prepare entries
+ * (sbl_cmd_mtxn_apply_prepared), so the member elected next can end them.
  *
  * What must stay true: a transaction's writes become visible together or
  * not at all (one WiredTiger commit, its applyOps entry inside it); every
@@ -694,6 +697,8 @@ static int apply_prepare_locked(const bson_t *e, uint64_t prepare_ts, sbl_err_t 
     }
     if (t == NULL)
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+    if (t->busy) /* a command of the session still runs (this member was primary) */
+        return sbl_err_set(err, SBL_E_WriteConflict, "the session's transaction is busy");
     abort_txn(t);
     if (t->ss == NULL && (t->ss = sbl_session_open()) == NULL)
         return sbl_err_set(err, SBL_E_InternalError, "cannot open a session");

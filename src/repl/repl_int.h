@@ -104,6 +104,14 @@ int sbl_txn_record_write_state(sbl_session_t *s, const bson_t *lsid, int64_t txn
                                int64_t term, int64_t wall_ms, const char *state, sbl_err_t *err);
 
 
+/* After a transaction's entry e: the session's record (st's lsid and
+ * txnNumber) with state, and *tsp, st->out_ts/out_term: e's ts and term. */
+int sbl_repl_txn_record_outcome(sbl_session_t *s, const sbl_oplog_entry_t *e,
+                                sbl_repl_stmt_t *st, const char *state, uint64_t *tsp,
+                                sbl_err_t *err);
+/* An entry's ts (0: none). */
+uint64_t sbl_repl_entry_ts(const bson_t *doc);
+
 /* Prepared transactions (repl_prepare.c): hold the stable timestamp below
  * prepare_ts; the stable timestamp allowed given the pins; apply a
  * prepare, commit or abort entry e (kind: sbl_repl_prepared_kind, o its o). */

@@ -150,16 +150,10 @@ int sbl_repl_prepare_entry_of(sbl_session_t *s, const bson_t *e, bson_t *out, bo
     return 0;
 }
 
-static void append_lsid(bson_t *lsid, const sbl_repl_stmt_t *st)
-{
-    BSON_APPEND_BINARY(lsid, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
-    BSON_APPEND_BINARY(lsid, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
-}
-
 int sbl_repl_txn_log_prepare(sbl_session_t *s, const sbl_repl_txn_ops_t *ops,
                              sbl_repl_stmt_t *st, uint64_t *tsp, int64_t *termp, sbl_err_t *err)
 {
-    bson_t o = BSON_INITIALIZER, lsid = BSON_INITIALIZER, empty = BSON_INITIALIZER;
+    bson_t o = BSON_INITIALIZER, empty = BSON_INITIALIZER;
     int rc;
 
     *tsp = 0;
@@ -174,18 +168,15 @@ int sbl_repl_txn_log_prepare(sbl_session_t *s, const sbl_repl_txn_ops_t *ops,
     sbl_oplog_entry_t e = {.op = 'c', .ns = "admin.$cmd", .o = &o, .stmt = st, .no_stmt_id = true};
     if ((rc = sbl_oplog_append(s, &e, err)) == 0) {
         sbl_repl_prepared_pin(e.ts); /* before it commits: stable stays below it */
-        append_lsid(&lsid, st);
-        rc = sbl_txn_record_write_state(s, &lsid, st->txn_number, e.ts, e.term, e.wall_ms,
-                                        "prepared", err);
+        rc = sbl_repl_txn_record_outcome(s, &e, st, "prepared", tsp, err);
         if (rc != 0)
             sbl_repl_prepared_unpin(e.ts, 0);
     }
-    if (rc == 0) {
-        *tsp = e.ts;
+    if (rc == 0)
         *termp = e.term;
-    }
+    else
+        *tsp = 0;
     bson_destroy(&empty);
-    bson_destroy(&lsid);
     bson_destroy(&o);
     return rc;
 }
@@ -193,7 +184,7 @@ int sbl_repl_txn_log_prepare(sbl_session_t *s, const sbl_repl_txn_ops_t *ops,
 int sbl_repl_txn_log_decision(sbl_session_t *s, sbl_repl_stmt_t *st, bool commit,
                               uint64_t commit_ts, uint64_t *tsp, sbl_err_t *err)
 {
-    bson_t o = BSON_INITIALIZER, lsid = BSON_INITIALIZER;
+    bson_t o = BSON_INITIALIZER;
     int rc;
 
     *tsp = 0;
@@ -205,36 +196,18 @@ int sbl_repl_txn_log_decision(sbl_session_t *s, sbl_repl_stmt_t *st, bool commit
         BSON_APPEND_INT32(&o, "abortTransaction", 1);
     }
     sbl_oplog_entry_t e = {.op = 'c', .ns = "admin.$cmd", .o = &o, .stmt = st, .no_stmt_id = true};
-    if ((rc = sbl_oplog_append(s, &e, err)) == 0) {
-        append_lsid(&lsid, st);
-        rc = sbl_txn_record_write_state(s, &lsid, st->txn_number, e.ts, e.term, e.wall_ms,
-                                        commit ? "committed" : "aborted", err);
-    }
-    if (rc == 0) {
-        *tsp = e.ts;
-        st->out_ts = e.ts;
-        st->out_term = e.term;
-    }
-    bson_destroy(&lsid);
+    if ((rc = sbl_oplog_append(s, &e, err)) == 0)
+        rc = sbl_repl_txn_record_outcome(s, &e, st, commit ? "committed" : "aborted", tsp, err);
     bson_destroy(&o);
     return rc;
 }
 
 /* ---- applying them (a secondary, or a restart's replay) ------------------- */
 
-static uint64_t entry_ts(const bson_t *e)
-{
-    bson_iter_t it;
-    uint32_t t = 0, i = 0;
-    if (bson_iter_init_find(&it, e, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
-        bson_iter_timestamp(&it, &t, &i);
-    return SBL_TS(t, i);
-}
-
 int sbl_repl_apply_prepared(const bson_t *e, int kind, const bson_t *o, sbl_err_t *err)
 {
     sbl_session_t *s = sbl_session_get();
-    uint64_t ts = entry_ts(e), prepare_ts = 0;
+    uint64_t ts = sbl_repl_entry_ts(e), prepare_ts = 0;
     int rc;
 
     if (prepared_hook == NULL)

@@ -266,7 +266,7 @@ int sbl_repl_txn_ops_add(sbl_repl_txn_ops_t *ops, char op, const char *ns, const
 int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt_t *st,
                         uint64_t *tsp, sbl_err_t *err)
 {
-    bson_t o = BSON_INITIALIZER, lsid = BSON_INITIALIZER;
+    bson_t o = BSON_INITIALIZER;
     int rc;
 
     *tsp = 0;
@@ -282,7 +282,6 @@ int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt
         free(ts);
         free(wall);
         bson_destroy(&o);
-        bson_destroy(&lsid);
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
     }
     for (size_t i = 0; i < ops->nfull; i++) {
@@ -297,8 +296,7 @@ int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt
             free(ts);
             free(wall);
             bson_destroy(&o);
-            bson_destroy(&lsid);
-            return rc;
+                return rc;
         }
         st->prev_ts = ts[i] = pe.ts;
         st->prev_term = pe.term;
@@ -318,19 +316,27 @@ int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt
     }
     free(ts);
     free(wall);
-    if (rc == 0) {
-        BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
-        BSON_APPEND_BINARY(&lsid, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
-        rc = sbl_txn_record_write_state(s, &lsid, st->txn_number, e.ts, e.term, e.wall_ms,
-                                        "committed", err);
-    }
-    if (rc == 0) {
-        *tsp = e.ts;
-        st->out_ts = e.ts;
-        st->out_term = e.term;
-    }
-    bson_destroy(&lsid);
+    if (rc == 0)
+        rc = sbl_repl_txn_record_outcome(s, &e, st, "committed", tsp, err);
     bson_destroy(&o);
+    return rc;
+}
+
+int sbl_repl_txn_record_outcome(sbl_session_t *s, const sbl_oplog_entry_t *e,
+                                sbl_repl_stmt_t *st, const char *state, uint64_t *tsp,
+                                sbl_err_t *err)
+{
+    bson_t lsid = BSON_INITIALIZER;
+    BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
+    BSON_APPEND_BINARY(&lsid, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
+    int rc = sbl_txn_record_write_state(s, &lsid, st->txn_number, e->ts, e->term, e->wall_ms,
+                                        state, err);
+    bson_destroy(&lsid);
+    if (rc == 0) {
+        *tsp = e->ts;
+        st->out_ts = e->ts;
+        st->out_term = e->term;
+    }
     return rc;
 }
 

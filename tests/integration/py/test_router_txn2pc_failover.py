@@ -12,7 +12,6 @@ k = 0, k < 0 on shard0 and k >= 0 on shard1.  Each transaction writes on
 shard1 first, so shard1 coordinates.
 """
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -25,6 +24,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
 from sharded import ROUTER  # noqa: E402
+from test_router_txn2pc import launcher, wait_for  # noqa: E402
 
 MEMBERS = 3
 COLLS = ["failover", "restart", "coord", "visible"]
@@ -47,11 +47,6 @@ def mongos(cluster):
     c.close()
 
 
-def launcher(cluster, *args):
-    subprocess.run([sys.executable, cluster["launcher"]] + list(args) + ["--dir", cluster["dir"]],
-                   env=cluster["env"], check=True, capture_output=True, timeout=120)
-
-
 def member_no(shard, j):
     """The launcher's number of shard's member j (0 is the config server)."""
     return 1 + shard * MEMBERS + j
@@ -60,18 +55,6 @@ def member_no(shard, j):
 def direct(port):
     return pymongo.MongoClient("127.0.0.1", port, directConnection=True,
                                serverSelectionTimeoutMS=5000)
-
-
-def wait_for(pred, secs=60):
-    end = time.monotonic() + secs
-    while time.monotonic() < end:
-        try:
-            if pred():
-                return True
-        except PyMongoError:
-            pass
-        time.sleep(0.2)
-    return False
 
 
 def primary_of(cluster, shard):
@@ -157,6 +140,17 @@ def setup_accounts(mongos, coll):
     return accounts
 
 
+def held_transfer(mongos, cluster, coll, amount):
+    """Accounts a (shard0) and b (shard1) of 100 each, and a transfer of amount
+    from b to a that both shards prepared, its coordinator (shard1) held at
+    hangBeforeWritingDecision (which the caller turned on)."""
+    a, b = setup_accounts(mongos, coll)
+    out = start_transfer(cluster, coll, b, a, amount)
+    assert wait_for(lambda: prepared_on(cluster, 0, "a") and prepared_on(cluster, 1, "b"), 60)
+    time.sleep(1)  # the coordinator has both votes and waits at the fail point
+    return out
+
+
 def no_coordination_left(cluster):
     with primary(cluster, 1) as c:
         return c.config.transaction_coordinators.count_documents({}) == 0
@@ -166,12 +160,9 @@ def test_participant_failover_keeps_the_prepared_transaction(mongos, cluster):
     """shard0 prepared; its primary is killed (SIGKILL) while the coordinator
     is held before its decision; the member elected instead holds the
     prepared transaction and commits it when the coordinator goes on."""
-    a, b = setup_accounts(mongos, "failover")
     fail_point(cluster, 1, "hangBeforeWritingDecision", True)
     try:
-        out = start_transfer(cluster, "failover", b, a, 10)
-        assert wait_for(lambda: prepared_on(cluster, 0, "a") and prepared_on(cluster, 1, "b"))
-        time.sleep(1)  # the coordinator has both votes and waits at the fail point
+        out = held_transfer(mongos, cluster, "failover", 10)
         old = primary_of(cluster, 0)
         launcher(cluster, "kill", str(member_no(0, old)))
         new = primary_of(cluster, 0)
@@ -185,9 +176,9 @@ def test_participant_failover_keeps_the_prepared_transaction(mongos, cluster):
         fail_point(cluster, 1, "hangBeforeWritingDecision", False)
     ok, err = outcome_ok(out)
     assert ok, err
-    assert wait_for(lambda: balances(cluster, "failover") == (110, 90)), \
+    assert wait_for(lambda: balances(cluster, "failover") == (110, 90), 60), \
         balances(cluster, "failover")
-    assert wait_for(lambda: no_coordination_left(cluster))
+    assert wait_for(lambda: no_coordination_left(cluster), 60)
     # the killed member comes back: it prepares the transaction again from its
     # oplog and commits it from the new primary's commit entry
     launcher(cluster, "restart", str(member_no(0, old)))
@@ -200,12 +191,9 @@ def test_participant_restarted_while_prepared_recovers_it(mongos, cluster):
     """Every member of shard0 is killed while it is prepared, then restarted:
     replaying the oplog past the stable checkpoint prepares the transaction
     again, and the coordinator's decision commits it."""
-    a, b = setup_accounts(mongos, "restart")
     fail_point(cluster, 1, "hangBeforeWritingDecision", True)
     try:
-        out = start_transfer(cluster, "restart", b, a, 25)
-        assert wait_for(lambda: prepared_on(cluster, 0, "a") and prepared_on(cluster, 1, "b"))
-        time.sleep(1)
+        out = held_transfer(mongos, cluster, "restart", 25)
         for j in range(MEMBERS):
             launcher(cluster, "kill", str(member_no(0, j)))
         for j in range(MEMBERS):
@@ -219,9 +207,9 @@ def test_participant_restarted_while_prepared_recovers_it(mongos, cluster):
         fail_point(cluster, 1, "hangBeforeWritingDecision", False)
     ok, err = outcome_ok(out)
     assert ok, err
-    assert wait_for(lambda: balances(cluster, "restart") == (125, 75)), \
+    assert wait_for(lambda: balances(cluster, "restart") == (125, 75), 60), \
         balances(cluster, "restart")
-    assert wait_for(lambda: no_coordination_left(cluster))
+    assert wait_for(lambda: no_coordination_left(cluster), 60)
     assert sum(d["bal"] for d in mongos.tf.restart.find()) == 200
 
 
@@ -239,7 +227,7 @@ def test_coordinator_killed_after_its_decision_commits_its_own_part(mongos, clus
                 d = c.config.transaction_coordinators.find_one({"decision": {"$exists": True}})
                 return d is not None and d["decision"]["decision"] == "commit"
 
-        assert wait_for(decided)
+        assert wait_for(decided, 60)
         for j in range(MEMBERS):
             launcher(cluster, "kill", str(member_no(1, j)))
     finally:
@@ -251,7 +239,7 @@ def test_coordinator_killed_after_its_decision_commits_its_own_part(mongos, clus
         launcher(cluster, "restart", str(member_no(1, j)))
     assert wait_for(lambda: balances(cluster, "coord") == (107, 93), 90), \
         balances(cluster, "coord")
-    assert wait_for(lambda: no_coordination_left(cluster))
+    assert wait_for(lambda: no_coordination_left(cluster), 60)
     ok, err = outcome_ok(out)
     assert ok, err
     assert sum(d["bal"] for d in mongos.tf.coord.find()) == 200
@@ -280,7 +268,7 @@ def test_secondaries_show_the_commit_at_commit_timestamp(mongos, cluster):
     assert cts < commit["ts"]
     for j, port in enumerate(cluster["members"][0]):
         with direct(port) as m:
-            assert wait_for(lambda: m.local.oplog.rs.find_one({"ts": commit["ts"]}) is not None)
+            assert wait_for(lambda: m.local.oplog.rs.find_one({"ts": commit["ts"]}) is not None, 60)
             for at, want in ((cts, 1), (before(cts), 0)):
                 r = m.tf.command("find", "visible", filter={"_id": "y"},
                                  readConcern={"level": "snapshot", "atClusterTime": at})

@@ -214,7 +214,10 @@ int sbl_repl_apply_prepared(const bson_t *e, int kind, const bson_t *o, sbl_err_
         return sbl_err_set(err, SBL_E_InternalError, "no prepared-transaction applier");
     if (kind == SBL_PREP_PREPARE) {
         sbl_repl_prepared_pin(ts);
-        SBL_RET(prepared_hook(e, kind, ts, 0, &prepare_ts, err));
+        if ((rc = prepared_hook(e, kind, ts, 0, &prepare_ts, err)) != 0) {
+            sbl_repl_prepared_unpin(ts, 0); /* not prepared: the applier tries again */
+            return rc;
+        }
         return sbl_repl_replaying ? 0 : sbl_repl_append_alone_raw(s, e, err);
     }
     uint64_t commit_ts = 0;

@@ -345,3 +345,38 @@ def test_coordinator_killed_after_its_decision_resumes_it(mongos, shards, cluste
     e = outcome.get("error")
     assert outcome.get("ok") or (isinstance(e, OperationFailure) and
                                  e.has_error_label("UnknownTransactionCommitResult")), e
+
+
+def test_change_streams_see_a_prepared_transaction_at_its_commit(mongos, shards):
+    """A shard's change stream shows a two-shard transaction's writes once,
+    at its commit entry's time (from the prepare entry's operations), and
+    nothing of one that aborted after it prepared."""
+    c = mongos.tp.both
+    with shards[0].tp.both.watch() as stream:
+        with mongos.start_session() as s:
+            with s.start_transaction():
+                c.insert_one({"_id": "cs-lo", "k": -9}, session=s)
+                c.insert_one({"_id": "cs-hi", "k": 9}, session=s)
+        shards[1].admin.command({"configureFailPoint": "failCommand", "mode": {"times": 1},
+                                 "data": {"failCommands": ["prepareTransaction"],
+                                          "errorCode": 112}})
+        try:
+            with mongos.start_session() as s:
+                s.start_transaction()
+                c.insert_one({"_id": "cs-no", "k": -8}, session=s)
+                c.insert_one({"_id": "cs-no2", "k": 8}, session=s)
+                with pytest.raises(OperationFailure):
+                    s.commit_transaction()
+        finally:
+            shards[1].admin.command({"configureFailPoint": "failCommand", "mode": "off"})
+        c.insert_one({"_id": "cs-after", "k": -7})
+        events = []
+        while len(events) < 2:
+            ev = stream.try_next()
+            if ev is not None:
+                events.append(ev)
+    assert [e["documentKey"]["_id"] for e in events] == ["cs-lo", "cs-after"]
+    commit = shards[0].local.oplog.rs.find_one({"o.commitTransaction": 1},
+                                               sort=[("$natural", -1)])
+    assert events[0]["operationType"] == "insert" and "lsid" in events[0]
+    assert events[0]["clusterTime"] == commit["ts"] != commit["o"]["commitTimestamp"]

@@ -538,11 +538,27 @@ int sbl_cs_entry_events(cs_state_t *st, sbl_opctx_t *ctx, const bson_t *doc, sbl
         return 0;
     if (bson_iter_init_find(&lsid, doc, "lsid") && BSON_ITER_HOLDS_DOCUMENT(&lsid))
         e.lsid = &lsid;
-    if (e.op == 'c' && bson_iter_init_find(&it, &e.o, "applyOps") &&
+    /* A prepared transaction's events come at its commit, with the commit
+     * entry's time, from the operations of the prepare entry it names. */
+    bson_t po, prep;
+    const bson_t *ops_in = &e.o;
+    bool found = false;
+    int kind = sbl_repl_prepared_kind(doc, &po);
+    if (kind == SBL_PREP_PREPARE || kind == SBL_PREP_ABORT)
+        return 0;
+    if (kind == SBL_PREP_COMMIT) {
+        SBL_RET(sbl_repl_prepare_entry_of(ctx->ss, doc, &prep, &found, err));
+        if (!found)
+            return 0;
+        sbl_repl_prepared_kind(&prep, &po);
+        ops_in = &po;
+    }
+    if (e.op == 'c' && bson_iter_init_find(&it, ops_in, "applyOps") &&
         BSON_ITER_HOLDS_ARRAY(&it)) {
         int64_t idx = 0;
+        int rc = 0;
         bson_iter_recurse(&it, &ops);
-        while (bson_iter_next(&ops)) {
+        while (rc == 0 && bson_iter_next(&ops)) {
             bson_t inner;
             cs_entry_t ie;
             if (!BSON_ITER_HOLDS_DOCUMENT(&ops) || !sbl_iter_doc(&ops, &inner) ||
@@ -556,10 +572,12 @@ int sbl_cs_entry_events(cs_state_t *st, sbl_opctx_t *ctx, const bson_t *doc, sbl
             ie.txn_number = e.txn_number;
             ie.has_txn = e.has_txn;
             if ((ie.op == 'i' || ie.op == 'u' || ie.op == 'd') && watches_ns(st, ie.ns))
-                SBL_RET(crud_event(st, ctx, &ie, idx, err));
+                rc = crud_event(st, ctx, &ie, idx, err);
             idx++;
         }
-        return 0;
+        if (found)
+            bson_destroy(&prep);
+        return rc;
     }
     /* a retryable write's entry has lsid and txnNumber too: its event does not */
     e.has_txn = false;

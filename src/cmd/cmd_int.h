@@ -201,6 +201,8 @@ int sbl_cmd_abort_transaction(sbl_opctx_t *ctx, sbl_err_t *err);
 /* prepareTransaction (a participant of two-phase commit: txn.c) and
  * coordinateCommitTransaction (its coordinator: txn_coord.c). */
 int sbl_cmd_prepare_transaction(sbl_opctx_t *ctx, sbl_err_t *err);
+/* The coordinator's fail points (txn_coord.c): -1 when name is not one. */
+int sbl_cmd_coord_fail_point(const char *name, bool on);
 int sbl_cmd_coordinate_commit(sbl_opctx_t *ctx, sbl_err_t *err);
 /* The coordinator's recovery thread (txn_coord.c): started with the
  * command layer, stopped before storage closes. */

@@ -498,7 +498,21 @@ static int read_mods(sbl_session_t *ss, id_list_t *ids, bool *morep, sbl_err_t *
             break;
         if (bson_iter_init_find(&ts, &e, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&ts))
             bson_iter_timestamp(&ts, &donor.mods_t, &donor.mods_i);
-        entry_id(&donor.spec, &e, ids);
+        /* a prepared transaction's changes count at its commit (the
+         * prepare entry holds them), never at its prepare or abort */
+        bson_t po, prep;
+        bool found = false;
+        sbl_err_t perr = {0};
+        int kind = sbl_repl_prepared_kind(&e, &po);
+        if (kind == SBL_PREP_NONE)
+            entry_id(&donor.spec, &e, ids);
+        else if (kind == SBL_PREP_COMMIT &&
+                 (rc = sbl_repl_prepare_entry_of(ss, &e, &prep, &found, &perr)) == 0 && found) {
+            entry_id(&donor.spec, &prep, ids);
+            bson_destroy(&prep);
+        } else if (rc != 0) {
+            *err = perr;
+        }
     }
     if (scan != NULL)
         sbl_scan_close(scan);

@@ -15,10 +15,13 @@
  * retried commitTransaction of a committed transaction succeeds again; any
  * command of an aborted one gets NoSuchTransaction.  A transaction of a
  * sharded cluster's two-phase commit (txn_coord.c) goes in progress ->
- * prepared (prepareTransaction: WiredTiger's prepare at a fresh timestamp)
- * -> committed (commitTransaction with the coordinator's commitTimestamp)
- * or aborted (abortTransaction); nothing else ends a prepared transaction
- * (not the lifetime limit, a newer txnNumber or a killed session).
+ * prepared (prepareTransaction: its prepare entry, and WiredTiger's prepare
+ * at that entry's ts) -> committed (commitTransaction with the coordinator's
+ * commitTimestamp) or aborted (abortTransaction); nothing else ends a
+ * prepared transaction (not the lifetime limit, a newer txnNumber, a killed
+ * session or a step-down).  Secondaries and a restart's replay hold the
+ * same prepared transactions, made from the prepare entries
+ * (sbl_cmd_mtxn_apply_prepared), so the member elected next can end them.
  *
  * What must stay true: a transaction's writes become visible together or
  * not at all (one WiredTiger commit, its applyOps entry inside it); every
@@ -58,7 +61,8 @@ typedef struct sbl_mtxn {
     bson_t *read_concern;     /* as currentOp shows it (parameters.readConcern), or NULL */
     int64_t active_us;        /* time its commands ran, in total */
     int64_t active_since_us;  /* when the running one began (busy) */
-    uint64_t prepare_ts;      /* prepared: its prepareTimestamp */
+    uint64_t prepare_ts;      /* prepared: its prepareTimestamp (its prepare entry's ts) */
+    int64_t prepare_term;     /* ... and that entry's term */
     bool wt_prepared;         /* ... and WiredTiger's transaction is prepared (it wrote) */
     struct sbl_mtxn *next;
 } sbl_mtxn_t;
@@ -383,12 +387,12 @@ static void mark_committed(sbl_mtxn_t *t)
 
 /*
  * Commit prepared transaction t at commit_ts (the coordinator's decision,
- * at least its prepareTimestamp): its applyOps entry and session record are
- * written in a transaction of this thread's session, which takes the next
- * oplog ts (durable_ts) and holds the oplog's lock while t's storage
- * transaction commits (visible at commit_ts, durable at durable_ts); then
- * the entry's transaction commits.  A secondary applies the entry at its
- * own ts, durable_ts.
+ * at least its prepareTimestamp): its commit entry ({commitTransaction: 1,
+ * commitTimestamp}) and session record are written in a transaction of
+ * this thread's session, which takes the next oplog ts (durable_ts) and
+ * holds the oplog's lock while t's storage transaction commits (visible at
+ * commit_ts, durable at durable_ts); then the entry's transaction commits.
+ * A secondary commits its own prepared copy the same way (repl_prepare.c).
  */
 static int commit_prepared(sbl_opctx_t *ctx, sbl_mtxn_t *t, uint64_t commit_ts, sbl_err_t *err)
 {
@@ -403,12 +407,13 @@ static int commit_prepared(sbl_opctx_t *ctx, sbl_mtxn_t *t, uint64_t commit_ts, 
                            (unsigned)(t->prepare_ts >> 32), (unsigned)t->prepare_ts);
     sbl_repl_set_txn_ops(NULL);
     sbl_repl_clock_advance(commit_ts); /* the entry's ts comes after it */
-    sbl_repl_stmt_t st = {.txn_number = t->txn_number};
+    sbl_repl_stmt_t st = {.txn_number = t->txn_number, .prev_ts = t->prepare_ts,
+                          .prev_term = t->prepare_term};
     memcpy(st.lsid_id, t->lsid.id, 16);
     memcpy(st.lsid_uid, t->lsid.uid, 32);
     pthread_mutex_lock(&txn_mu);
     if ((rc = sbl_txn_begin(side, err)) == 0) {
-        rc = sbl_repl_txn_commit(side, t->ops, &st, &durable_ts, err);
+        rc = sbl_repl_txn_log_decision(side, &st, true, commit_ts, &durable_ts, err);
         if (rc == 0 && t->wt_prepared)
             rc = sbl_txn_commit_prepared_outer(t->ss, commit_ts,
                                                durable_ts > commit_ts ? durable_ts : commit_ts,
@@ -424,11 +429,11 @@ static int commit_prepared(sbl_opctx_t *ctx, sbl_mtxn_t *t, uint64_t commit_ts, 
         pthread_mutex_unlock(&txn_mu);
         return rc;
     }
+    sbl_repl_prepared_unpin(t->prepare_ts, durable_ts);
     mark_committed(t);
     pthread_mutex_unlock(&txn_mu);
     ctx->ss = side;
-    if (durable_ts != 0)
-        ctx->wrote = true;
+    ctx->wrote = true;
     return 0;
 }
 
@@ -524,24 +529,37 @@ int sbl_cmd_abort_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
     if (t == NULL)
         return sbl_err_set(err, SBL_E_InvalidOptions,
                            "abortTransaction must be run within a transaction");
+    int rc = 0;
     pthread_mutex_lock(&txn_mu);
-    if (t->state == TXN_PREPARED && t->wt_prepared) { /* the oplog says it ended */
-        sbl_repl_stmt_t st = {.txn_number = t->txn_number};
-        sbl_err_t e = {0};
+    if (t->state == TXN_PREPARED) { /* the oplog says it ended, then it ends */
+        sbl_session_t *side = sbl_session_get();
+        sbl_repl_stmt_t st = {.txn_number = t->txn_number, .prev_ts = t->prepare_ts,
+                              .prev_term = t->prepare_term};
+        uint64_t end_ts = 0;
         memcpy(st.lsid_id, t->lsid.id, 16);
         memcpy(st.lsid_uid, t->lsid.uid, 32);
-        sbl_repl_txn_log_prepared(NULL, &st, t->prepare_ts, true, &e);
+        if ((rc = sbl_txn_begin(side, err)) == 0) {
+            if ((rc = sbl_repl_txn_log_decision(side, &st, false, 0, &end_ts, err)) == 0)
+                rc = sbl_txn_commit(side, err);
+            else
+                sbl_txn_abort(side);
+        }
+        if (rc == 0) {
+            sbl_repl_prepared_unpin(t->prepare_ts, end_ts);
+            ctx->wrote = true;
+        }
     }
-    if (t->state == TXN_IN_PROGRESS || t->state == TXN_PREPARED)
+    if (rc == 0 && (t->state == TXN_IN_PROGRESS || t->state == TXN_PREPARED))
         rollback_txn(t);
     pthread_mutex_unlock(&txn_mu);
     ctx->ss = sbl_session_get();
-    return 0;
+    return rc;
 }
 
 int sbl_cmd_prepare_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     sbl_mtxn_t *t = ctx->mtxn;
+    sbl_session_t *side = sbl_session_get();
     uint64_t ts = 0;
     int rc = 0;
 
@@ -558,18 +576,31 @@ int sbl_cmd_prepare_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
     } else if (sbl_txn_outer_failed(t->ss)) {
         rc = sbl_err_set(err, SBL_E_WriteConflict, "WriteConflict: the transaction was aborted");
         add_label(ctx, "TransientTransactionError");
-    } else if ((rc = sbl_repl_reserve_ts(&ts, err)) == 0) {
-        /* a transaction that only read has nothing to prepare in storage */
+    } else if ((rc = sbl_txn_begin(side, err)) == 0) {
+        /* The prepare entry takes the oplog's next ts, which is the
+         * prepareTimestamp: the transaction is prepared at it before the
+         * entry commits (a transaction that only read has nothing to
+         * prepare in storage, but its entry says it is prepared). */
         bool wrote = sbl_repl_txn_ops_count(t->ops) > 0;
         sbl_repl_stmt_t st = {.txn_number = t->txn_number};
+        int64_t term = 0;
         memcpy(st.lsid_id, t->lsid.id, 16);
         memcpy(st.lsid_uid, t->lsid.uid, 32);
-        if (wrote && (rc = sbl_txn_prepare_outer(t->ss, ts, err)) == 0)
-            rc = sbl_repl_txn_log_prepared(t->ops, &st, ts, false, err);
+        rc = sbl_repl_txn_log_prepare(side, t->ops, &st, &ts, &term, err);
+        if (rc == 0 && wrote)
+            rc = sbl_txn_prepare_outer(t->ss, ts, err);
+        if (rc == 0)
+            rc = sbl_txn_commit(side, err);
+        else
+            sbl_txn_abort(side);
+        if (rc != 0 && ts != 0)
+            sbl_repl_prepared_unpin(ts, 0);
         if (rc == 0) {
             t->state = TXN_PREPARED;
             t->prepare_ts = ts;
+            t->prepare_term = term;
             t->wt_prepared = wrote;
+            ctx->wrote = true;
         }
     }
     if (rc != 0)
@@ -579,6 +610,187 @@ int sbl_cmd_prepare_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
         bson_append_timestamp(ctx->reply, "prepareTimestamp", -1, (uint32_t)(ts >> 32),
                               (uint32_t)ts);
     ctx->ss = sbl_session_get();
+    return rc;
+}
+
+/* ---- prepared transactions applied from the oplog ----------------------- */
+
+/* The session and txnNumber an entry names: false when it lacks them. */
+static bool entry_session(const bson_t *e, sbl_lsid_t *l, int64_t *txnp)
+{
+    bson_iter_t it, f;
+    bool id = false;
+    memset(l, 0, sizeof(*l));
+    if (!bson_iter_init_find(&it, e, "txnNumber") || !BSON_ITER_HOLDS_NUMBER(&it))
+        return false;
+    *txnp = bson_iter_as_int64(&it);
+    if (!bson_iter_init_find(&it, e, "lsid") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &f))
+        return false;
+    while (bson_iter_next(&f)) {
+        const uint8_t *d;
+        uint32_t len;
+        bson_subtype_t st;
+        if (!BSON_ITER_HOLDS_BINARY(&f))
+            continue;
+        bson_iter_binary(&f, &st, &len, &d);
+        if (strcmp(bson_iter_key(&f), "id") == 0 && len == 16) {
+            memcpy(l->id, d, 16);
+            id = true;
+        } else if (strcmp(bson_iter_key(&f), "uid") == 0 && len == 32) {
+            memcpy(l->uid, d, 32);
+        }
+    }
+    return id;
+}
+
+/* One operation of a prepare entry's applyOps, in ss's open transaction:
+ * an insert or update ('u' carries the whole post-image) as an upserting
+ * replacement by _id, a delete by _id. */
+static int apply_prepared_op(sbl_session_t *ss, const bson_t *op, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bson_t o, old;
+    const char *kind = sbl_doc_utf8(op, "op"), *ns = sbl_doc_utf8(op, "ns");
+    if (kind == NULL || ns == NULL || !bson_iter_init_find(&it, op, "o") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&it) || !sbl_iter_doc(&it, &o) ||
+        !bson_iter_init_find(&it, &o, "_id"))
+        return sbl_err_set(err, SBL_E_InvalidBSON, "a prepared transaction's operation "
+                           "without op, ns or o._id");
+    if (kind[0] != 'i' && kind[0] != 'u' && kind[0] != 'd')
+        return sbl_err_set(err, SBL_E_InvalidBSON, "a prepared transaction's operation "
+                           "'%s' is not an insert, update or delete", kind);
+    sbl_coll_t *c = NULL;
+    bool found = false;
+    SBL_RET(sbl_coll_open(ss, ns, false, &c, NULL, err));
+    int rc = sbl_coll_get(ss, c, bson_iter_value(&it), &old, &found, err);
+    if (rc == 0 && kind[0] == 'd')
+        rc = found ? sbl_write(ss, c, SBL_WRITE_DELETE, &old, NULL, NULL, err) : 0;
+    else if (rc == 0)
+        rc = sbl_write(ss, c, found ? SBL_WRITE_UPDATE : SBL_WRITE_INSERT, found ? &old : NULL,
+                       &o, NULL, err);
+    if (found)
+        bson_destroy(&old);
+    sbl_coll_release(c);
+    return rc;
+}
+
+/* Prepare entry e's transaction at prepare_ts (txn_mu held). */
+static int apply_prepare_locked(const bson_t *e, uint64_t prepare_ts, sbl_err_t *err)
+{
+    sbl_lsid_t l;
+    int64_t txn;
+    bson_iter_t it, ops;
+    bson_t op;
+    if (!entry_session(e, &l, &txn) || !bson_iter_init(&it, e) ||
+        !bson_iter_find_descendant(&it, "o.applyOps", &ops) || !BSON_ITER_HOLDS_ARRAY(&ops) ||
+        !bson_iter_recurse(&ops, &ops))
+        return sbl_err_set(err, SBL_E_InvalidBSON, "a prepare entry without lsid, txnNumber "
+                           "or applyOps");
+    sbl_mtxn_t *t = find_locked(&l);
+    if (t != NULL && t->state == TXN_PREPARED && t->txn_number == txn)
+        return 0; /* prepared already (a replay of an entry applied before) */
+    if (t == NULL && (t = calloc(1, sizeof(*t))) != NULL) {
+        t->lsid = l;
+        t->next = txns;
+        txns = t;
+    }
+    if (t == NULL)
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+    if (t->busy) /* a command of the session still runs (this member was primary) */
+        return sbl_err_set(err, SBL_E_WriteConflict, "the session's transaction is busy");
+    abort_txn(t);
+    if (t->ss == NULL && (t->ss = sbl_session_open()) == NULL)
+        return sbl_err_set(err, SBL_E_InternalError, "cannot open a session");
+    SBL_RET(sbl_txn_begin_outer(t->ss, err));
+    int rc = 0;
+    size_t n = 0;
+    sbl_repl_set_unlogged_writes(true);
+    while (rc == 0 && bson_iter_next(&ops))
+        if (BSON_ITER_HOLDS_DOCUMENT(&ops) && sbl_iter_doc(&ops, &op) && ++n)
+            rc = apply_prepared_op(t->ss, &op, err);
+    sbl_repl_set_unlogged_writes(false);
+    if (rc == 0 && n > 0)
+        rc = sbl_txn_prepare_outer(t->ss, prepare_ts, err);
+    if (rc != 0) {
+        sbl_txn_abort_outer(t->ss);
+        return rc;
+    }
+    t->txn_number = txn;
+    t->state = TXN_PREPARED;
+    t->prepare_ts = prepare_ts;
+    t->prepare_term = bson_iter_init_find(&it, e, "t") ? bson_iter_as_int64(&it) : 0;
+    t->wt_prepared = n > 0;
+    t->start_ms = sbl_now_ms();
+    t->read_ts = 0;
+    n_open++;
+    return 0;
+}
+
+/* The prepared transaction commit or abort entry e ends (txn_mu held):
+ * prepared again from its prepare entry when this member does not hold it
+ * (its prepare was applied before a restart and is not replayed). */
+static sbl_mtxn_t *prepared_of_locked(const bson_t *e, sbl_err_t *err)
+{
+    sbl_lsid_t l;
+    int64_t txn;
+    if (!entry_session(e, &l, &txn)) {
+        sbl_err_set(err, SBL_E_InvalidBSON, "a commit or abort entry without lsid or txnNumber");
+        return NULL;
+    }
+    sbl_mtxn_t *t = find_locked(&l);
+    if (t != NULL && t->state == TXN_PREPARED && t->txn_number == txn)
+        return t;
+    bson_t prep;
+    bool found = false;
+    if (sbl_repl_prepare_entry_of(sbl_session_get(), e, &prep, &found, err) != 0)
+        return NULL;
+    if (!found) {
+        sbl_err_set(err, SBL_E_NoSuchTransaction, "the prepare entry of transaction %lld is "
+                    "not in the oplog", (long long)txn);
+        return NULL;
+    }
+    bson_iter_t it;
+    uint32_t ts = 0, inc = 0;
+    if (bson_iter_init_find(&it, &prep, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
+        bson_iter_timestamp(&it, &ts, &inc);
+    int rc = apply_prepare_locked(&prep, ((uint64_t)ts << 32) | inc, err);
+    bson_destroy(&prep);
+    return rc == 0 ? find_locked(&l) : NULL;
+}
+
+int sbl_cmd_mtxn_apply_prepared(const bson_t *e, int kind, uint64_t ts, uint64_t durable_ts,
+                                uint64_t *prepare_tsp, sbl_err_t *err)
+{
+    int rc = 0;
+    *prepare_tsp = 0;
+    pthread_mutex_lock(&txn_mu);
+    if (kind == SBL_PREP_PREPARE) {
+        rc = apply_prepare_locked(e, ts, err);
+        *prepare_tsp = ts;
+    } else {
+        sbl_mtxn_t *t = prepared_of_locked(e, err);
+        if (t == NULL) {
+            rc = err->code ? err->code : SBL_E_NoSuchTransaction;
+        } else if (t->busy) { /* a command of this member's own (it was primary) */
+            rc = sbl_err_set(err, SBL_E_WriteConflict, "the prepared transaction is busy");
+        } else if (kind == SBL_PREP_ABORT) {
+            *prepare_tsp = t->prepare_ts;
+            rollback_txn(t);
+        } else if (ts < t->prepare_ts) {
+            rc = sbl_err_set(err, SBL_E_InvalidOptions, "commitTimestamp is before the "
+                             "transaction's prepareTimestamp");
+        } else {
+            *prepare_tsp = t->prepare_ts;
+            rc = t->wt_prepared
+                     ? sbl_txn_commit_prepared_outer(t->ss, ts, durable_ts > ts ? durable_ts : ts,
+                                                     err)
+                     : sbl_txn_commit_outer(t->ss, err);
+            if (rc == 0)
+                mark_committed(t);
+        }
+    }
+    pthread_mutex_unlock(&txn_mu);
     return rc;
 }
 
@@ -702,18 +914,7 @@ void sbl_cmd_mtxn_abort_all(void)
     for (sbl_mtxn_t *t = txns; t != NULL; t = t->next) {
         if (t->busy)
             continue;
-        if (t->state == TXN_PREPARED) {
-            /* a secondary applies its primary's oplog, which a prepared
-             * transaction's writes would block: without a prepare entry to
-             * recover it from, the member lets it go (docs/sharding.md) */
-            bson_t attr = BSON_INITIALIZER;
-            BSON_APPEND_INT64(&attr, "txnNumber", t->txn_number);
-            sbl_log(SBL_LOG_WARNING, "TXN", 22439, "Aborting a prepared transaction: this "
-                    "member is no longer primary", &attr);
-            bson_destroy(&attr);
-            rollback_txn(t);
-        }
-        abort_txn(t);
+        abort_txn(t); /* a prepared one stays: its outcome will come through the oplog */
     }
     pthread_mutex_unlock(&txn_mu);
 }

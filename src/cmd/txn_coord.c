@@ -29,8 +29,8 @@
  *
  * What must stay true: no participant hears commit before the decision is
  * majority-written; a participant that did not vote yes makes the decision
- * abort.  Not done: a participant that restarts loses its prepared
- * transaction (docs/sharding.md says what is and is not recovered).
+ * abort.  A participant keeps a prepared transaction through a restart or
+ * a failover (its prepare entry: src/repl/repl_prepare.c).
  */
 #include "cmd/cmd_int.h"
 #include "common/log.h"
@@ -260,6 +260,36 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+/* Tests' fail points (mongod's names): hold a coordination after every
+ * participant voted, before the decision is written; or after the decision
+ * is written (majority-acknowledged here), before any participant hears it. */
+enum { FP_BEFORE_DECISION, FP_AFTER_DECISION, FP_N };
+static const char *const fp_names[FP_N] = {"hangBeforeWritingDecision",
+                                           "hangBeforeWaitingForDecisionWriteConcern"};
+static atomic_bool fp_on[FP_N];
+
+int sbl_cmd_coord_fail_point(const char *name, bool on)
+{
+    for (int i = 0; i < FP_N; i++)
+        if (strcmp(name, fp_names[i]) == 0) {
+            atomic_store(&fp_on[i], on);
+            return 0;
+        }
+    return -1;
+}
+
+static void fp_hold(int fp)
+{
+    if (!atomic_load(&fp_on[fp]))
+        return;
+    bson_t attr = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&attr, "failPoint", fp_names[fp]);
+    sbl_log(SBL_LOG_INFO, "TXN", 7360301, "Coordinator held by a fail point", &attr);
+    bson_destroy(&attr);
+    while (atomic_load(&fp_on[fp]) && !atomic_load(&stopping))
+        sleep_ms(20);
+}
+
 /* Every participant hears the decision (commit is retried until each has
  * it, within a bound); then the coordinator's document goes.  A document
  * left because a participant did not answer is resumed by recovery. */
@@ -339,6 +369,7 @@ static int coordinate(const uint8_t lsid[48], int64_t txn, const part_t *p, int 
         bson_destroy(&r);
     }
     bool commit = vote.code == 0;
+    fp_hold(FP_BEFORE_DECISION);
     d = (bson_t)BSON_INITIALIZER;
     build_doc(&d, lsid, txn, p, n, commit ? "commit" : "abort", commit ? commit_ts : 0);
     sbl_err_t derr = {0};
@@ -349,6 +380,7 @@ static int coordinate(const uint8_t lsid[48], int64_t txn, const part_t *p, int 
         commit = false;
         vote = derr;
     }
+    fp_hold(FP_AFTER_DECISION);
     deliver(lsid, txn, p, n, commit, commit_ts);
     if (commit)
         return 0;

@@ -311,22 +311,53 @@ void sbl_repl_set_txn_ops(sbl_repl_txn_ops_t *ops);
 int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt_t *st,
                         uint64_t *tsp, sbl_err_t *err);
 
-/* A fresh timestamp, later than every entry's so far and every cluster time
- * gossiped to this member, that no entry will use (the next entry's ts is
- * later): a prepared transaction's prepareTimestamp.  Uses the calling
- * thread's session, which must have no transaction open. */
-int sbl_repl_reserve_ts(uint64_t *tsp, sbl_err_t *err);
 
-/* Two-phase commit's participant: after its transaction (st: lsid and
- * txnNumber) was prepared at prepare_ts, a no-op entry {msg:
- * "prepareTransaction", lsid, txnNumber, prepareTimestamp} whose o2 holds
- * {applyOps: its operations} (what a recovery would prepare again; appliers
- * and change streams pass no-ops by); abort: {msg:
- * "abortPreparedTransaction", ...} when a prepared one is aborted.  In a
- * transaction of the calling thread's session, which must have none open.
- * TransactionTooLarge when the operations need more than one entry. */
-int sbl_repl_txn_log_prepared(const sbl_repl_txn_ops_t *ops, const sbl_repl_stmt_t *st,
-                              uint64_t prepare_ts, bool abort, sbl_err_t *err);
+/* The operations' applyOps array when they fit one entry (NULL: none, or
+ * more than one entry's worth). */
+const bson_t *sbl_repl_txn_ops_array(const sbl_repl_txn_ops_t *ops);
+
+/*
+ * Prepared transactions (two-phase commit's participants; repl_prepare.c
+ * says how they reach the oplog and the secondaries).  In s's open
+ * transaction, which the caller commits:
+ *  - the prepare entry {o: {applyOps, prepare: true}} (lsid, txnNumber of
+ *    st) and the session's record "prepared"; *tsp: its ts, which the
+ *    caller prepares the transaction at before committing s (the stable
+ *    timestamp stays below it until the outcome is stable);
+ *  - the decision entry {commitTransaction: 1, commitTimestamp} or
+ *    {abortTransaction: 1}, st->prev_ts/prev_term naming the prepare entry;
+ *    *tsp: its ts (the commit's durable timestamp).
+ * TransactionTooLarge when the operations need more than one entry.
+ */
+int sbl_repl_txn_log_prepare(sbl_session_t *s, const sbl_repl_txn_ops_t *ops,
+                             sbl_repl_stmt_t *st, uint64_t *tsp, int64_t *termp, sbl_err_t *err);
+int sbl_repl_txn_log_decision(sbl_session_t *s, sbl_repl_stmt_t *st, bool commit,
+                              uint64_t commit_ts, uint64_t *tsp, sbl_err_t *err);
+/* The outcome of the transaction prepared at prepare_ts is in the entry at
+ * end_ts (0: it was never prepared): the stable timestamp may pass
+ * prepare_ts once it reaches end_ts. */
+void sbl_repl_prepared_unpin(uint64_t prepare_ts, uint64_t end_ts);
+/* What an oplog entry is (o: a view of its o): */
+enum { SBL_PREP_NONE, SBL_PREP_PREPARE, SBL_PREP_COMMIT, SBL_PREP_ABORT };
+int sbl_repl_prepared_kind(const bson_t *e, bson_t *o);
+/* The prepare entry a commit or abort entry e names (prevOpTime), read from
+ * the oplog in s: *out initialised when *foundp. */
+int sbl_repl_prepare_entry_of(sbl_session_t *s, const bson_t *e, bson_t *out, bool *foundp,
+                              sbl_err_t *err);
+/* The command layer's side of applying them (a secondary, a restart's
+ * replay), called on the applier's thread:
+ *  - SBL_PREP_PREPARE: prepare e's transaction at ts (in a storage session
+ *    of its own; a repeat of one already prepared does nothing);
+ *  - SBL_PREP_COMMIT: commit it at ts (commitTimestamp), durable at
+ *    durable_ts (e's ts); SBL_PREP_ABORT: roll it back.  *prepare_tsp: the
+ *    transaction's prepare timestamp (0: it was not prepared here).
+ * e's writes must not be logged: the applier writes e itself. */
+typedef int (*sbl_repl_prepared_fn)(const bson_t *e, int kind, uint64_t ts, uint64_t durable_ts,
+                                    uint64_t *prepare_tsp, sbl_err_t *err);
+void sbl_repl_set_prepared_hook(sbl_repl_prepared_fn fn);
+/* While set on the calling thread, writes are not logged (a prepare being
+ * applied: its entry is written by the applier). */
+void sbl_repl_set_unlogged_writes(bool on);
 
 /* The oplog entry at ts (a copy in *out, initialised when *foundp). */
 int sbl_repl_oplog_get(sbl_session_t *s, uint64_t ts, bson_t *out, bool *foundp, sbl_err_t *err);

@@ -104,6 +104,21 @@ int sbl_txn_record_write_state(sbl_session_t *s, const bson_t *lsid, int64_t txn
                                int64_t term, int64_t wall_ms, const char *state, sbl_err_t *err);
 
 
+/* After a transaction's entry e: the session's record (st's lsid and
+ * txnNumber) with state, and *tsp, st->out_ts/out_term: e's ts and term. */
+int sbl_repl_txn_record_outcome(sbl_session_t *s, const sbl_oplog_entry_t *e,
+                                sbl_repl_stmt_t *st, const char *state, uint64_t *tsp,
+                                sbl_err_t *err);
+/* An entry's ts (0: none). */
+uint64_t sbl_repl_entry_ts(const bson_t *doc);
+
+/* Prepared transactions (repl_prepare.c): hold the stable timestamp below
+ * prepare_ts; the stable timestamp allowed given the pins; apply a
+ * prepare, commit or abort entry e (kind: sbl_repl_prepared_kind, o its o). */
+void sbl_repl_prepared_pin(uint64_t prepare_ts);
+uint64_t sbl_repl_prepared_clamp(uint64_t stable);
+int sbl_repl_apply_prepared(const bson_t *e, int kind, const bson_t *o, sbl_err_t *err);
+
 /* Append a primary's entry doc (with its own ts and t) as it is, inside
  * s's open transaction, with its ts as the commit timestamp (a secondary
  * applying it). */

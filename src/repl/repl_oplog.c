@@ -367,6 +367,13 @@ static const uint8_t *applied_uuid(const bson_t *in, bool txn)
     return len == 16 ? data : NULL;
 }
 
+static _Thread_local bool unlogged_writes;
+
+void sbl_repl_set_unlogged_writes(bool on)
+{
+    unlogged_writes = on;
+}
+
 int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
                       const bson_t *old_doc, const bson_t *new_doc, sbl_err_t *err)
 {
@@ -375,7 +382,8 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     bson_iter_t it;
     int rc;
 
-    if (sbl_repl_cloning) /* initial sync: the entries come from the source's oplog */
+    if (sbl_repl_cloning || unlogged_writes) /* initial sync: the entries come from the
+                                                 * source's oplog; a prepare applied: its own */
         return 0;
     if (sbl_repl_applying != NULL && sbl_repl_replaying) /* already in our oplog */
         return replicated(sbl_coll_ns(c)) && !sbl_repl_applied_written
@@ -512,26 +520,6 @@ int sbl_repl_append_alone_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *er
     SBL_RET(sbl_txn_begin(s, err));
     if ((rc = sbl_oplog_append_raw(s, doc, err)) == 0)
         return sbl_txn_commit(s, err);
-    sbl_txn_abort(s);
-    return rc;
-}
-
-int sbl_repl_reserve_ts(uint64_t *tsp, sbl_err_t *err)
-{
-    sbl_session_t *s = sbl_session_get();
-    int rc;
-
-    *tsp = 0;
-    if (oplog == NULL)
-        return sbl_err_set(err, SBL_E_InternalError, "the oplog is not open");
-    SBL_RET(sbl_txn_begin(s, err));
-    /* under the oplog's lock, as an append takes its ts; rolled back, so
-     * the ts is never used by an entry (as an aborted append's) */
-    if ((rc = sbl_capped_lock(s, oplog, err)) == 0) {
-        uint64_t prev = atomic_load(&last_ts), floor = atomic_load(&clock_floor);
-        *tsp = sbl_repl_ts_next(prev > floor ? prev : floor, (uint32_t)(sbl_now_ms() / 1000));
-        atomic_store(&last_ts, *tsp);
-    }
     sbl_txn_abort(s);
     return rc;
 }

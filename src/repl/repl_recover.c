@@ -56,7 +56,7 @@ static int read_after(sbl_session_t *s, uint64_t after, bson_t **docs, int max, 
     return rc;
 }
 
-static uint64_t ts_of(const bson_t *doc)
+uint64_t sbl_repl_entry_ts(const bson_t *doc)
 {
     bson_iter_t it;
     uint32_t t = 0, i = 0;
@@ -88,7 +88,7 @@ int sbl_rs_replay_oplog(sbl_err_t *err)
         for (int i = 0; i < nd; i++) {
             if (rc == 0)
                 rc = sbl_rs_apply_entry(docs[i], err);
-            pos = ts_of(docs[i]);
+            pos = sbl_repl_entry_ts(docs[i]);
             bson_destroy(docs[i]);
         }
         n += nd;
@@ -426,7 +426,7 @@ int sbl_rs_rollback(mongoc_client_t *c, const char *host, sbl_err_t *err)
         }
         for (int i = 0; i < nb; i++)
             docs[nd++] = batch[i];
-        pos = ts_of(batch[nb - 1]);
+        pos = sbl_repl_entry_ts(batch[nb - 1]);
     }
     if (rc != 0)
         goto out;

@@ -287,6 +287,13 @@ int sbl_rs_apply_entry(const bson_t *e, sbl_err_t *err)
     char db[128];
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
     bson_iter_t ops;
+    bson_t po;
+    int kind = sbl_repl_prepared_kind(e, &po);
+    if (kind != SBL_PREP_NONE) {
+        bson_destroy(&cmd);
+        bson_destroy(&reply);
+        return sbl_repl_apply_prepared(e, kind, &po, err);
+    }
     if (apply_ops_of(e, &ops)) {
         bson_destroy(&cmd);
         bson_destroy(&reply);
@@ -935,6 +942,7 @@ void sbl_rs_publish_stable_locked(void)
      * ts is taken before its transaction commits). */
     uint64_t stable = sbl_rs_stable_for(st == SBL_RS_PRIMARY, rs.commit, sbl_rs_my_applied(),
                                         sbl_storage_all_durable_ts());
+    stable = sbl_repl_prepared_clamp(stable); /* prepared transactions are replayed */
     if (stable <= published_stable)
         return;
     uint64_t window = window_ts();

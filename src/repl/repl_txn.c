@@ -120,11 +120,24 @@ int sbl_txn_record_applied(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
         term = bson_iter_as_int64(&it);
     if (bson_iter_init_find(&it, doc, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it))
         wall = bson_iter_date_time(&it);
-    bool applyops = op[0] == 'c' && bson_iter_init_find(&it, doc, "o") &&
-                    BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &it) &&
-                    bson_iter_find(&it, "applyOps");
-    return sbl_txn_record_write_state(s, &lsid, txn, SBL_TS(t, i), term, wall,
-                                      applyops ? "committed" : NULL, err);
+    bson_t o;
+    const char *state = NULL;
+    switch (sbl_repl_prepared_kind(doc, &o)) {
+    case SBL_PREP_PREPARE:
+        state = "prepared";
+        break;
+    case SBL_PREP_COMMIT:
+        state = "committed";
+        break;
+    case SBL_PREP_ABORT:
+        state = "aborted";
+        break;
+    default:
+        if (op[0] == 'c' && bson_iter_init_find(&it, doc, "o") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+            bson_iter_recurse(&it, &it) && bson_iter_find(&it, "applyOps"))
+            state = "committed";
+    }
+    return sbl_txn_record_write_state(s, &lsid, txn, SBL_TS(t, i), term, wall, state, err);
 }
 
 /* ---- multi-document transactions' entries --------------------------------- */
@@ -253,7 +266,7 @@ int sbl_repl_txn_ops_add(sbl_repl_txn_ops_t *ops, char op, const char *ns, const
 int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt_t *st,
                         uint64_t *tsp, sbl_err_t *err)
 {
-    bson_t o = BSON_INITIALIZER, lsid = BSON_INITIALIZER;
+    bson_t o = BSON_INITIALIZER;
     int rc;
 
     *tsp = 0;
@@ -269,7 +282,6 @@ int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt
         free(ts);
         free(wall);
         bson_destroy(&o);
-        bson_destroy(&lsid);
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
     }
     for (size_t i = 0; i < ops->nfull; i++) {
@@ -284,8 +296,7 @@ int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt
             free(ts);
             free(wall);
             bson_destroy(&o);
-            bson_destroy(&lsid);
-            return rc;
+                return rc;
         }
         st->prev_ts = ts[i] = pe.ts;
         st->prev_term = pe.term;
@@ -305,53 +316,33 @@ int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt
     }
     free(ts);
     free(wall);
-    if (rc == 0) {
-        BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
-        BSON_APPEND_BINARY(&lsid, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
-        rc = sbl_txn_record_write_state(s, &lsid, st->txn_number, e.ts, e.term, e.wall_ms,
-                                        "committed", err);
-    }
-    if (rc == 0) {
-        *tsp = e.ts;
-        st->out_ts = e.ts;
-        st->out_term = e.term;
-    }
-    bson_destroy(&lsid);
+    if (rc == 0)
+        rc = sbl_repl_txn_record_outcome(s, &e, st, "committed", tsp, err);
     bson_destroy(&o);
     return rc;
 }
 
-int sbl_repl_txn_log_prepared(const sbl_repl_txn_ops_t *ops, const sbl_repl_stmt_t *st,
-                              uint64_t prepare_ts, bool abort, sbl_err_t *err)
+int sbl_repl_txn_record_outcome(sbl_session_t *s, const sbl_oplog_entry_t *e,
+                                sbl_repl_stmt_t *st, const char *state, uint64_t *tsp,
+                                sbl_err_t *err)
 {
-    sbl_session_t *s = sbl_session_get();
-    bson_t o = BSON_INITIALIZER, o2 = BSON_INITIALIZER, l, empty = BSON_INITIALIZER;
-    int rc;
-
-    if (!abort && ops != NULL && ops->nfull > 0)
-        return sbl_err_set(err, SBL_E_TransactionTooLarge, "a transaction prepared for "
-                           "two-phase commit must fit one 16 MB oplog entry");
-    BSON_APPEND_UTF8(&o, "msg", abort ? "abortPreparedTransaction" : "prepareTransaction");
-    BSON_APPEND_DOCUMENT_BEGIN(&o, "lsid", &l);
-    BSON_APPEND_BINARY(&l, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
-    BSON_APPEND_BINARY(&l, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
-    bson_append_document_end(&o, &l);
-    BSON_APPEND_INT64(&o, "txnNumber", st->txn_number);
-    bson_append_timestamp(&o, "prepareTimestamp", -1, SBL_TS_SECS(prepare_ts),
-                          SBL_TS_INC(prepare_ts));
-    if (!abort)
-        BSON_APPEND_ARRAY(&o2, "applyOps", ops != NULL ? &ops->arr : &empty);
-    sbl_oplog_entry_t e = {.op = 'n', .ns = "", .o = &o, .o2 = abort ? NULL : &o2};
-    if ((rc = sbl_txn_begin(s, err)) == 0) {
-        if ((rc = sbl_oplog_append(s, &e, err)) == 0)
-            rc = sbl_txn_commit(s, err);
-        else
-            sbl_txn_abort(s);
+    bson_t lsid = BSON_INITIALIZER;
+    BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
+    BSON_APPEND_BINARY(&lsid, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
+    int rc = sbl_txn_record_write_state(s, &lsid, st->txn_number, e->ts, e->term, e->wall_ms,
+                                        state, err);
+    bson_destroy(&lsid);
+    if (rc == 0) {
+        *tsp = e->ts;
+        st->out_ts = e->ts;
+        st->out_term = e->term;
     }
-    bson_destroy(&empty);
-    bson_destroy(&o2);
-    bson_destroy(&o);
     return rc;
+}
+
+const bson_t *sbl_repl_txn_ops_array(const sbl_repl_txn_ops_t *ops)
+{
+    return ops != NULL && ops->nfull == 0 ? &ops->arr : NULL;
 }
 
 int sbl_repl_txn_record_get(sbl_session_t *s, const uint8_t id[16], const uint8_t uid[32],

@@ -221,6 +221,7 @@ static int run(int notify_fd)
     /* The applier runs a primary's entries through the command layer. */
     sbl_repl_set_runner(sbl_cmd_run);
     sbl_repl_set_txn_aborter(sbl_cmd_mtxn_abort_all);
+    sbl_repl_set_prepared_hook(sbl_cmd_mtxn_apply_prepared);
     sbl_cmd_sharding_start(); /* a shard that was added before knows its cluster again */
     if (sbl_repl_start_threads(&err) != 0) {
         startup_error(SBL_LOG_FATAL, "REPL", 40088, "Terminating: could not start replication",

@@ -40,22 +40,27 @@ def base_port(n):
 
 
 @contextlib.contextmanager
-def cluster(prefix, shards=2, router_args=(), launcher_args=()):
+def cluster(prefix, shards=2, router_args=(), launcher_args=(), members=1):
     """Yields {dir, router, config, shards: [ports], env, launcher, stdout};
     the caller checks the router is built (ROUTER) first.  launcher_args go
-    to sable-cluster start (e.g. --keyfile K --user U --password P)."""
+    to sable-cluster start (e.g. --keyfile K --user U --password P).  With
+    members > 1 each shard is a set of that many members: shards lists each
+    shard's first member; members: every shard's member ports."""
     d = tempfile.mkdtemp(prefix=prefix)
-    base = base_port(shards + 3)
+    base = base_port(shards * members + 3)
+    router = base + shards * members + 2
     env = dict(os.environ, SABLED=sabled_path(), SABLE_ROUTER=ROUTER)
     r = subprocess.run([sys.executable, LAUNCHER, "start", "--sharded", "--shards", str(shards),
-                        "--members", "1", "--port", str(base),
-                        "--router-port", str(base + shards + 2), "--oplog-mb", "64", "--dir", d]
+                        "--members", str(members), "--port", str(base),
+                        "--router-port", str(router), "--oplog-mb", "64", "--dir", d]
                        + ["--router-arg=" + a for a in router_args] + list(launcher_args),
                        capture_output=True, text=True, env=env, timeout=180)
     try:
         assert r.returncode == 0, r.stdout + r.stderr
-        yield {"dir": d, "router": base + shards + 2, "config": base,
-               "shards": [base + 1 + i for i in range(shards)], "env": env,
+        yield {"dir": d, "router": router, "config": base,
+               "shards": [base + 1 + i * members for i in range(shards)],
+               "members": [[base + 1 + i * members + j for j in range(members)]
+                           for i in range(shards)], "env": env,
                "launcher": LAUNCHER, "stdout": r.stdout}
     finally:
         subprocess.run([sys.executable, LAUNCHER, "stop", "--dir", d], env=env, timeout=120,

@@ -73,15 +73,22 @@ def test_transaction_writing_two_shards_commits_on_both(mongos, shards):
     assert [committed(s) for s in shards] == [b + 1 for b in before]
     assert shards[0].tp.both.find_one({"_id": "a"})["v"] == 1
     assert shards[1].tp.both.find_one({"_id": "b"})["v"] == 1
-    # each shard logged its prepare (a no-op with the operations) before the commit's entry
+    # each shard logged its prepare (applyOps with prepare: true, at the prepareTimestamp)
+    # and then {commitTransaction: 1, commitTimestamp} naming it, as mongod
+    ts = []
     for sh, _id in zip(shards, ["a", "b"]):
-        prep = sh.local.oplog.rs.find_one({"op": "n", "o.msg": "prepareTransaction",
-                                           "o2.applyOps.o2._id": _id})
-        assert prep is not None and prep["o"]["txnNumber"] >= 1
-        commit = sh.local.oplog.rs.find_one({"op": "c", "o.applyOps.o2._id": _id,
-                                             "txnNumber": prep["o"]["txnNumber"]})
-        assert commit["lsid"] == prep["o"]["lsid"]
-        assert prep["o"]["prepareTimestamp"] < prep["ts"] < commit["ts"]
+        prep = sh.local.oplog.rs.find_one({"op": "c", "o.prepare": True,
+                                           "o.applyOps.o2._id": _id})
+        assert prep is not None and prep["txnNumber"] >= 1
+        commit = sh.local.oplog.rs.find_one({"op": "c", "o.commitTransaction": 1,
+                                             "txnNumber": prep["txnNumber"],
+                                             "prevOpTime.ts": prep["ts"]})
+        assert commit["lsid"] == prep["lsid"] and commit["ns"] == "admin.$cmd"
+        assert prep["ts"] <= commit["o"]["commitTimestamp"] < commit["ts"]
+        ts.append(commit["o"]["commitTimestamp"])
+        recs = [r for r in sh.config.transactions.find() if r["_id"] == prep["lsid"]]
+        assert [(r["state"], r["txnNum"]) for r in recs] == [("committed", prep["txnNumber"])]
+    assert ts[0] == ts[1]  # one commitTimestamp: the larger prepare's
     # the coordinator removed its decision document; nothing stays open
     for sh in shards:
         assert sh.config.transaction_coordinators.count_documents({}) == 0
@@ -120,11 +127,11 @@ def test_participant_that_cannot_prepare_aborts_the_whole_transaction(mongos, sh
     assert c.count_documents({}) == 0
     assert [sh.tp.noprep.count_documents({}) for sh in shards] == [0, 0]
     # shard0 had prepared: the coordinator's abort reached it (and its oplog says so)
-    prep = shards[0].local.oplog.rs.find_one({"o.msg": "prepareTransaction",
-                                              "o2.applyOps.o._id": "lo"})
-    aborts = shards[0].local.oplog.rs.find({"o.msg": "abortPreparedTransaction",
-                                            "o.txnNumber": prep["o"]["txnNumber"]})
-    assert prep["o"]["lsid"] in [a["o"]["lsid"] for a in aborts]
+    prep = shards[0].local.oplog.rs.find_one({"o.prepare": True, "o.applyOps.o._id": "lo"})
+    aborts = shards[0].local.oplog.rs.find({"o.abortTransaction": 1,
+                                            "txnNumber": prep["txnNumber"],
+                                            "prevOpTime.ts": prep["ts"]})
+    assert prep["lsid"] in [a["lsid"] for a in aborts]
     for sh in shards:
         assert open_txns(sh) == 0
         assert sh.config.transaction_coordinators.count_documents({}) == 0
@@ -338,3 +345,38 @@ def test_coordinator_killed_after_its_decision_resumes_it(mongos, shards, cluste
     e = outcome.get("error")
     assert outcome.get("ok") or (isinstance(e, OperationFailure) and
                                  e.has_error_label("UnknownTransactionCommitResult")), e
+
+
+def test_change_streams_see_a_prepared_transaction_at_its_commit(mongos, shards):
+    """A shard's change stream shows a two-shard transaction's writes once,
+    at its commit entry's time (from the prepare entry's operations), and
+    nothing of one that aborted after it prepared."""
+    c = mongos.tp.both
+    with shards[0].tp.both.watch() as stream:
+        with mongos.start_session() as s:
+            with s.start_transaction():
+                c.insert_one({"_id": "cs-lo", "k": -9}, session=s)
+                c.insert_one({"_id": "cs-hi", "k": 9}, session=s)
+        shards[1].admin.command({"configureFailPoint": "failCommand", "mode": {"times": 1},
+                                 "data": {"failCommands": ["prepareTransaction"],
+                                          "errorCode": 112}})
+        try:
+            with mongos.start_session() as s:
+                s.start_transaction()
+                c.insert_one({"_id": "cs-no", "k": -8}, session=s)
+                c.insert_one({"_id": "cs-no2", "k": 8}, session=s)
+                with pytest.raises(OperationFailure):
+                    s.commit_transaction()
+        finally:
+            shards[1].admin.command({"configureFailPoint": "failCommand", "mode": "off"})
+        c.insert_one({"_id": "cs-after", "k": -7})
+        events = []
+        while len(events) < 2:
+            ev = stream.try_next()
+            if ev is not None:
+                events.append(ev)
+    assert [e["documentKey"]["_id"] for e in events] == ["cs-lo", "cs-after"]
+    commit = shards[0].local.oplog.rs.find_one({"o.commitTransaction": 1},
+                                               sort=[("$natural", -1)])
+    assert events[0]["operationType"] == "insert" and "lsid" in events[0]
+    assert events[0]["clusterTime"] == commit["ts"] != commit["o"]["commitTimestamp"]

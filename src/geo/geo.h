@@ -97,6 +97,10 @@ double sbl_geo_point_distance(double x1, double y1, double x2, double y2);
 size_t sbl_geo_index_cells(const sbl_geo_t *g, uint64_t **cellsp);
 /* A covering of g (a query region) with at most max_cells cells. */
 size_t sbl_geo_cover(const sbl_geo_t *g, int max_cells, uint64_t **cellsp);
+/* Cells inside polygons g (S2's interior covering, at most max_cells per
+ * polygon; every point of such a cell is within g); 0 when g has other
+ * parts. */
+size_t sbl_geo_interior(const sbl_geo_t *g, int max_cells, uint64_t **cellsp);
 /* A covering of the cap of angle r (radians) around (x, y). */
 size_t sbl_geo_cover_cap(double x, double y, double r, int max_cells, uint64_t **cellsp);
 /* The centre of a cell. */
@@ -128,6 +132,9 @@ bool sbl_geo_region_match(const sbl_geo_region_t *r, const bson_value_t *v);
  * max_cells cells, bson_malloc'd into *cellsp); 0 for the flat legacy
  * shapes, which a 2dsphere index cannot bound. */
 size_t sbl_geo_region_cover(const sbl_geo_region_t *r, int max_cells, uint64_t **cellsp);
+/* A $geoWithin $geometry region's interior cells (sbl_geo_interior); 0 for
+ * others. */
+size_t sbl_geo_region_interior(const sbl_geo_region_t *r, int max_cells, uint64_t **cellsp);
 /* A $geometry region's bounding box (as sbl_geo_bound); false for others. */
 bool sbl_geo_region_bound(const sbl_geo_region_t *r, double b[4]);
 /* A $centerSphere region's cap; false for others. */

@@ -71,20 +71,99 @@ static bool in_range(double x, double y)
     return x >= -180 && x <= 180 && y >= -90 && y <= 90;
 }
 
+/* A number element of type t at p (enough bytes checked by the caller). */
+static bool raw_num(uint8_t t, const uint8_t *p, double *d)
+{
+    int32_t i32;
+    int64_t i64;
+    switch (t) {
+    case BSON_TYPE_DOUBLE: memcpy(d, p, 8); *d = BSON_DOUBLE_FROM_LE(*d); return true;
+    case BSON_TYPE_INT32: memcpy(&i32, p, 4); *d = (int32_t)BSON_UINT32_FROM_LE((uint32_t)i32); return true;
+    case BSON_TYPE_INT64: memcpy(&i64, p, 8); *d = (double)(int64_t)BSON_UINT64_FROM_LE((uint64_t)i64); return true;
+    default: return false;
+    }
+}
+
+/* The usual shape, read from the bytes: exactly {type: "Point", coordinates:
+ * [n, n, ...]} (what drivers write); anything else is left to the general
+ * reader below.  -1: not this shape; else 0/1 as sbl_geo_as_point. */
+static int as_point_raw(const bson_value_t *v, double *x, double *y)
+{
+    static const uint8_t head[] = {BSON_TYPE_UTF8, 't', 'y', 'p', 'e', 0, 6, 0, 0, 0,
+                                   'P', 'o', 'i', 'n', 't', 0, BSON_TYPE_ARRAY,
+                                   'c', 'o', 'o', 'r', 'd', 'i', 'n', 'a', 't', 'e', 's', 0};
+    const uint8_t *d = v->value.v_doc.data;
+    uint32_t len = v->value.v_doc.data_len, alen;
+    double c[2];
+    if (v->value_type != BSON_TYPE_DOCUMENT || len < 4 + sizeof(head) + 4 + 1 ||
+        memcmp(d + 4, head, sizeof(head)) != 0)
+        return -1;
+    const uint8_t *a = d + 4 + sizeof(head);
+    memcpy(&alen, a, 4);
+    alen = BSON_UINT32_FROM_LE(alen);
+    if (alen < 5 || 4 + sizeof(head) + alen + 1 != len || d[len - 1] != 0)
+        return -1;
+    const uint8_t *p = a + 4, *end = a + alen - 1;
+    for (int i = 0; i < 2; i++) { /* elements "0" and "1" */
+        size_t w = p < end && p[0] == BSON_TYPE_INT32 ? 4 : 8;
+        if (end - p < (ptrdiff_t)(3 + w) || p[1] != '0' + i || p[2] != 0)
+            return -1;
+        if (!raw_num(p[0], p + 3, &c[i]))
+            return -1;
+        p += 3 + w;
+    }
+    *x = c[0], *y = c[1];
+    return in_range(c[0], c[1]);
+}
+
+/* One pass over v's elements (the first "type" and "coordinates" decide a
+ * GeoJSON point, as sbl_geo_legacy_pair and bson_iter_find would see them;
+ * without "type", the first two elements a legacy pair): this runs once per
+ * document a geo query examines. */
 bool sbl_geo_as_point(const bson_value_t *v, double *x, double *y)
 {
     bson_t d;
-    bson_iter_t it, c;
-    if (sbl_geo_legacy_pair(v, x, y))
-        return in_range(*x, *y);
-    if (!is_geojson_doc(v) ||
+    bson_iter_t it;
+    bool is_doc = v->value_type == BSON_TYPE_DOCUMENT, have_type = false, point = false;
+    bool have_coords = false, lead = true;
+    bson_value_t coords = {0}, e;
+    double lx = 0, ly = 0;
+    int i = 0;
+
+    int raw = as_point_raw(v, x, y);
+    if (raw >= 0)
+        return raw == 1;
+    if ((v->value_type != BSON_TYPE_ARRAY && !is_doc) ||
         !bson_init_static(&d, v->value.v_doc.data, v->value.v_doc.data_len) ||
-        !bson_iter_init_find(&it, &d, "type") || !BSON_ITER_HOLDS_UTF8(&it) ||
-        strcmp(bson_iter_utf8(&it, NULL), "Point") != 0 ||
-        !bson_iter_init_find(&c, &d, "coordinates") || !BSON_ITER_HOLDS_ARRAY(&c))
+        !bson_iter_init(&it, &d))
         return false;
-    bson_value_t cv;
-    return iter_value(&c, &cv) && first_two(&cv, x, y) && in_range(*x, *y);
+    while (bson_iter_next(&it)) {
+        if (i < 2 && lead)
+            lead = iter_value(&it, &e) && num(&e, i == 0 ? &lx : &ly);
+        i++;
+        if (!is_doc) {
+            if (i >= 2)
+                break;
+            continue;
+        }
+        const char *k = bson_iter_key(&it);
+        if (!have_type && strcmp(k, "type") == 0) {
+            have_type = true;
+            point = BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_utf8(&it, NULL), "Point") == 0;
+        } else if (!have_coords && strcmp(k, "coordinates") == 0) {
+            have_coords = true;
+            if (BSON_ITER_HOLDS_ARRAY(&it))
+                iter_value(&it, &coords);
+        }
+    }
+    if (!have_type) { /* a legacy pair */
+        if (!lead || i < 2 || isnan(lx) || isnan(ly))
+            return false;
+        *x = lx, *y = ly;
+        return in_range(lx, ly);
+    }
+    return point && coords.value_type == BSON_TYPE_ARRAY && first_two(&coords, x, y) &&
+           in_range(*x, *y);
 }
 
 /* ---- building parts ------------------------------------------------------- */

@@ -198,6 +198,14 @@ size_t sbl_geo_region_cover(const sbl_geo_region_t *r, int max_cells, uint64_t *
     return 0;
 }
 
+size_t sbl_geo_region_interior(const sbl_geo_region_t *r, int max_cells, uint64_t **cellsp)
+{
+    *cellsp = NULL;
+    if (r->kind != R_GEOMETRY || r->intersects)
+        return 0;
+    return sbl_geo_interior(r->g, max_cells, cellsp);
+}
+
 bool sbl_geo_region_bound(const sbl_geo_region_t *r, double b[4])
 {
     return r->kind == R_GEOMETRY && sbl_geo_bound(r->g, b);

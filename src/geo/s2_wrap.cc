@@ -293,3 +293,18 @@ extern "C" bool sbl_geo_bound(const sbl_geo_t *g, double b[4])
     b[2] = r.lng_hi().degrees(), b[3] = r.lat_hi().degrees();
     return true;
 }
+
+extern "C" size_t sbl_geo_interior(const sbl_geo_t *g, int max_cells, uint64_t **cellsp)
+{
+    std::vector<S2CellId> all;
+    S2RegionCoverer rc = coverer(max_cells);
+    *cellsp = nullptr;
+    if (g->s2 == nullptr || !g->s2->lines.empty() || !g->s2->points.empty())
+        return 0;
+    for (auto &p : g->s2->polys) {
+        std::vector<S2CellId> c;
+        rc.GetInteriorCovering(*p, &c);
+        all.insert(all.end(), c.begin(), c.end());
+    }
+    return out_cells(all, cellsp);
+}

@@ -419,6 +419,14 @@ void sbl_iscan_close(sbl_iscan_t *scan);
 /* Point lookup by encoded _id (as an index entry gives it); as sbl_coll_get. */
 int sbl_coll_get_by_key(sbl_session_t *s, sbl_coll_t *c, const uint8_t *idk, size_t idlen,
                         bson_t *doc, bool *foundp, sbl_err_t *err);
+/* Point lookups of n encoded _ids (keys[i], lens[i]) with one cursor that
+ * stays on its leaf page between them, so ids in key order mostly skip the
+ * descent from the root.  fn sees each document found as a view valid only
+ * during the call (nothing is copied) and may stop the walk by returning
+ * nonzero (its error in err). */
+typedef int (*sbl_fetch_fn)(void *arg, const bson_t *doc, sbl_err_t *err);
+int sbl_coll_get_by_keys(sbl_session_t *s, sbl_coll_t *c, size_t n, const uint8_t *const *keys,
+                         const uint32_t *lens, sbl_fetch_fn fn, void *arg, sbl_err_t *err);
 
 /* ---- compaction (wt_compact.c) ------------------------------------------ */
 

@@ -711,3 +711,30 @@ int sbl_coll_get_by_key(sbl_session_t *s, sbl_coll_t *c, const uint8_t *idk, siz
     cur->reset(cur);
     return rc;
 }
+
+int sbl_coll_get_by_keys(sbl_session_t *s, sbl_coll_t *c, size_t n, const uint8_t *const *keys,
+                         const uint32_t *lens, sbl_fetch_fn fn, void *arg, sbl_err_t *err)
+{
+    WT_CURSOR *cur;
+    WT_ITEM k, v;
+    bson_t view;
+    int ret = 0, rc = 0;
+
+    SBL_RET(sbl_session_cursor(s, c->tbl, &cur, err));
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        k.data = keys[i];
+        k.size = lens[i];
+        cur->set_key(cur, &k);
+        /* no reset in between: a search starts on the leaf page it stays on */
+        if ((ret = cur->search(cur)) == WT_NOTFOUND)
+            continue;
+        if (ret != 0 || (ret = cur->get_value(cur, &v)) != 0)
+            rc = sbl_wt_err(err, ret, "point read");
+        else if (!bson_init_static(&view, v.data, v.size))
+            rc = sbl_err_set(err, SBL_E_InternalError, "corrupt document in %s", c->ns);
+        else
+            rc = fn(arg, &view, err);
+    }
+    cur->reset(cur);
+    return rc;
+}

@@ -140,3 +140,64 @@ def test_near_is_brute_force_order(db):
         # the same distances as brute force's k nearest (ties may swap ids)
         for a, (b, _) in zip(dist, want):
             assert abs(a - b) < 0.01, (q, a, b)
+
+
+def test_within_on_cell_and_edge_boundaries_matches_a_scan(db):
+    """A sole $geoWithin takes points in the polygon's interior cells without the
+    exact test: points exactly on S2 cell boundaries (the equator and the meridian
+    0 bound cells of every level around (0, 0); the face edge at longitude 45),
+    on polygon edges and vertices (meridian edges are geodesics), in holes, and
+    stored in every shape a point can take must come out as a collection scan
+    gives them."""
+    from pymongo.errors import BulkWriteError
+    from bson.int64 import Int64
+    c = db.grid
+    c.create_index([("loc", GEOSPHERE)])
+    docs, i = [], 0
+    for cx in (0, 45):
+        for a in range(-40, 41):
+            for b in range(-40, 41):
+                x, y = cx + a / 32, b / 32
+                k = i % 8
+                if k == 0:
+                    loc = [x, y]
+                elif k == 1:
+                    loc = {"type": "Point", "coordinates": [x, y, 12.5]}  # an altitude
+                elif k == 2:
+                    loc = {"coordinates": [x, y], "type": "Point"}  # fields reordered
+                elif k == 3 and x == int(x) and y == int(y):
+                    loc = {"type": "Point", "coordinates": [int(x), Int64(int(y))]}
+                elif k == 4:
+                    loc = {"x": x, "y": y}  # a legacy document
+                elif k == 5:
+                    loc = [{"type": "Point", "coordinates": [x, y]},
+                           {"type": "Point", "coordinates": [x + 0.6, y]}]
+                else:
+                    loc = {"type": "Point", "coordinates": [x, y]}
+                docs.append({"_id": i, "loc": loc})
+                i += 1
+    random.Random(3).shuffle(docs)
+    try:
+        c.insert_many(docs, ordered=False)
+    except BulkWriteError:
+        pass
+    polys = []
+    for cx in (0, 45):
+        polys += [
+            [rect(cx - 1, -1, cx + 1, 1)],
+            [rect(cx, -1, cx + 1, 0.5)],  # an edge along the meridian (cell boundaries)
+            [rect(cx - 0.75, 0, cx + 0.5, 0.75)],  # an edge along the equator
+            [rect(cx - 1, -1, cx + 1, 1), rect(cx, 0, cx + 0.5, 0.5)],  # a hole on boundaries
+            [rect(cx - 0.25, -0.25, cx + 0.25, 0.25), rect(cx - 0.125, -0.125, cx, 0)],
+            [[[cx - 1, -1], [cx + 1, -0.5], [cx, 1], [cx - 1, -1]]],  # a triangle
+        ]
+    total = 0
+    for rings in polys:
+        q = {"loc": {"$geoWithin": {"$geometry": {"type": "Polygon", "coordinates": rings}}}}
+        plan = c.find(q).explain()["queryPlanner"]["winningPlan"]
+        assert "2dsphere" in str(plan), plan
+        total += len(same(c, q))
+    mp = {"type": "MultiPolygon", "coordinates": [[rect(-0.5, -0.5, 0, 0)],
+                                                  [rect(0, 0, 0.5, 0.5)]]}
+    total += len(same(c, {"loc": {"$geoWithin": {"$geometry": mp}}}))
+    assert total > 5000

@@ -104,6 +104,18 @@ int sbl_agg_check_mem(const sbl_agg_env_t *env, size_t bytes, const char *stage,
 int sbl_agg_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, int64_t limit,
                  sbl_err_t *err);
 
+/* Read ns into out (appended): a collection through the executor (filter
+ * may be NULL; it is planned, so indexes serve it), or a view, whose source
+ * is read and whose pipeline runs (then filter as a $match). */
+int sbl_agg_read_ns(sbl_agg_env_t *env, const char *ns, const bson_t *filter,
+                    sbl_docvec_t *out, sbl_err_t *err);
+
+/* $unionWith and $graphLookup (union_graph.c); it is the stage's value. */
+int sbl_agg_union_with(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
+                       sbl_err_t *err);
+int sbl_agg_graph_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
+                         sbl_err_t *err);
+
 /* Stages of stages.c and bucket_auto.c, dispatched by pipeline.c; it is the stage's value. */
 int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err);
 /* $redact (redact.c): spec evaluated at each document level of each

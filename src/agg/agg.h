@@ -116,6 +116,11 @@ int sbl_agg_union_with(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *
 int sbl_agg_graph_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
                          sbl_err_t *err);
 
+/* $setWindowFields (window.c, window_fn.c): the documents come out ordered by
+ * partition, then sortBy, each with its output fields. */
+int sbl_agg_set_window_fields(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
+                              sbl_err_t *err);
+
 /* Stages of stages.c and bucket_auto.c, dispatched by pipeline.c; it is the stage's value. */
 int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err);
 /* $redact (redact.c): spec evaluated at each document level of each

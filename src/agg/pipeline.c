@@ -866,8 +866,10 @@ static int run_stage(sbl_agg_env_t *env, const char *ns, size_t index, bool last
         return sbl_agg_union_with(env, dv, st, err);
     if (strcmp(name, "$graphLookup") == 0)
         return sbl_agg_graph_lookup(env, dv, st, err);
+    if (strcmp(name, "$setWindowFields") == 0)
+        return sbl_agg_set_window_fields(env, dv, st, err);
     if (strcmp(name, "$indexStats") == 0 || strcmp(name, "$densify") == 0 ||
-        strcmp(name, "$fill") == 0 || strcmp(name, "$setWindowFields") == 0 ||
+        strcmp(name, "$fill") == 0 ||
         strcmp(name, "$listSessions") == 0)
         return sbl_err_set(err, SBL_E_NotImplemented, "%s is not supported by this server yet",
                            name);

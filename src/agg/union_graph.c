@@ -10,7 +10,7 @@
  * of found documents and frontier values per input document, and fails with
  * 40099 beyond it whatever allowDiskUse says (mongod 7.0 does not spill it).
  */
-#include "agg/agg.h"
+#include "agg/agg_int.h"
 #include "common/buf.h"
 #include "doc/doc.h"
 #include "expr/expr.h"
@@ -121,15 +121,11 @@ int sbl_agg_union_with(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *
     return rc;
 }
 
-/* ---- $graphLookup ----------------------------------------------------------------------- */
+/* ---- value sets (agg_int.h) ------------------------------------------------------------ */
 
-/* A set of encoded values (open addressing over FNV-1a hashes). */
-typedef struct keyset {
-    sbl_buf_t *keys; /* one per slot; len 0: empty (an encoding is never empty) */
-    size_t cap, n;
-} keyset_t;
+static bool keyset_add_raw(sbl_keyset_t *s, const uint8_t *k, size_t len);
 
-static void keyset_free(keyset_t *s)
+void sbl_keyset_free(sbl_keyset_t *s)
 {
     for (size_t i = 0; i < s->cap; i++)
         sbl_buf_destroy(&s->keys[i]);
@@ -137,23 +133,23 @@ static void keyset_free(keyset_t *s)
     memset(s, 0, sizeof(*s));
 }
 
-static bool keyset_add_raw(keyset_t *s, const uint8_t *k, size_t len);
-
-static void keyset_grow(keyset_t *s)
+static void keyset_grow(sbl_keyset_t *s)
 {
-    keyset_t bigger = {.cap = s->cap ? s->cap * 2 : 64};
+    sbl_keyset_t bigger = {.cap = s->cap ? s->cap * 2 : 64};
     bigger.keys = calloc(bigger.cap, sizeof(*bigger.keys));
+    if (bigger.keys == NULL)
+        abort();
     for (size_t i = 0; i < bigger.cap; i++)
         sbl_buf_init(&bigger.keys[i]);
     for (size_t i = 0; i < s->cap; i++)
         if (s->keys[i].len > 0)
             keyset_add_raw(&bigger, s->keys[i].data, s->keys[i].len);
-    keyset_free(s);
+    sbl_keyset_free(s);
     *s = bigger;
 }
 
 /* Add k; false when it was there already. */
-static bool keyset_add_raw(keyset_t *s, const uint8_t *k, size_t len)
+static bool keyset_add_raw(sbl_keyset_t *s, const uint8_t *k, size_t len)
 {
     if ((s->n + 1) * 2 > s->cap)
         keyset_grow(s);
@@ -168,7 +164,7 @@ static bool keyset_add_raw(keyset_t *s, const uint8_t *k, size_t len)
     return true;
 }
 
-static bool keyset_add(keyset_t *s, const bson_value_t *v, const sbl_collation_t *coll)
+bool sbl_keyset_add(sbl_keyset_t *s, const bson_value_t *v, const sbl_collation_t *coll)
 {
     sbl_buf_t b;
     sbl_buf_init(&b);
@@ -177,6 +173,8 @@ static bool keyset_add(keyset_t *s, const bson_value_t *v, const sbl_collation_t
     sbl_buf_destroy(&b);
     return added;
 }
+
+/* ---- $graphLookup ----------------------------------------------------------------------- */
 
 typedef struct graph {
     const char *from_ns, *from_field, *to_field, *as, *depth_field;
@@ -240,7 +238,7 @@ static void visit_doc(const bson_t *doc, const char *path, visit_fn fn, void *ar
 typedef struct frontier {
     bson_t in;
     uint32_t n;
-    keyset_t seen; /* every value queried for this input document */
+    sbl_keyset_t seen; /* every value queried for this input document */
     size_t bytes;
     bool has_null;
     const sbl_collation_t *coll;
@@ -250,7 +248,7 @@ static void frontier_add(const bson_value_t *v, void *arg)
 {
     frontier_t *f = arg;
     char kb[16];
-    if (v->value_type == BSON_TYPE_EOD || !keyset_add(&f->seen, v, f->coll))
+    if (v->value_type == BSON_TYPE_EOD || !sbl_keyset_add(&f->seen, v, f->coll))
         return;
     if (v->value_type == BSON_TYPE_NULL || v->value_type == BSON_TYPE_UNDEFINED)
         f->has_null = true;
@@ -306,7 +304,7 @@ static int graph_search(sbl_agg_env_t *env, const graph_t *g, const bson_t *doc,
                         sbl_err_t *err)
 {
     frontier_t f = {.coll = env->coll};
-    keyset_t visited = {0};
+    sbl_keyset_t visited = {0};
     size_t visited_bytes = 0;
     uint32_t nout = 0;
     bson_value_t start;
@@ -351,7 +349,7 @@ static int graph_search(sbl_agg_env_t *env, const graph_t *g, const bson_t *doc,
                 break;
             }
             sbl_iter_value(&id, &idv);
-            if (!keyset_add(&visited, &idv, NULL))
+            if (!sbl_keyset_add(&visited, &idv, NULL))
                 continue;
             bson_t *d = found.v[i];
             if (g->depth_field != NULL) {
@@ -373,8 +371,8 @@ static int graph_search(sbl_agg_env_t *env, const graph_t *g, const bson_t *doc,
             rc = sbl_op_check_interrupt(env->ctx, err);
     }
     bson_destroy(&f.in);
-    keyset_free(&f.seen);
-    keyset_free(&visited);
+    sbl_keyset_free(&f.seen);
+    sbl_keyset_free(&visited);
     return rc;
 }
 

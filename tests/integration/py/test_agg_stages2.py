@@ -310,3 +310,213 @@ def test_foreign_reads_need_find(auth_server):
         u.close()
     finally:
         root.close()
+
+
+# ---- $setWindowFields ----------------------------------------------------------------------
+
+def D(s):
+    return datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S")
+
+
+@pytest.fixture
+def cakes(db):
+    db.cakeSales.insert_many([
+        {"_id": 0, "type": "chocolate", "orderDate": D("2020-05-18T14:10:30"), "state": "CA",
+         "price": 13, "quantity": 120},
+        {"_id": 1, "type": "chocolate", "orderDate": D("2021-03-20T11:30:05"), "state": "WA",
+         "price": 14, "quantity": 140},
+        {"_id": 2, "type": "vanilla", "orderDate": D("2021-01-11T06:31:15"), "state": "CA",
+         "price": 12, "quantity": 145},
+        {"_id": 3, "type": "vanilla", "orderDate": D("2020-02-08T13:13:23"), "state": "WA",
+         "price": 13, "quantity": 104},
+        {"_id": 4, "type": "strawberry", "orderDate": D("2019-05-18T16:09:01"), "state": "CA",
+         "price": 41, "quantity": 162},
+        {"_id": 5, "type": "strawberry", "orderDate": D("2019-01-08T06:12:03"), "state": "WA",
+         "price": 43, "quantity": 134}])
+    return db.cakeSales
+
+
+def swf(coll, spec, field, **kw):
+    return [(d["_id"], d[field]) for d in agg(coll, [{"$setWindowFields": spec}], **kw)]
+
+
+def test_window_running_sum_and_moving_avg(cakes):
+    assert swf(cakes, {"partitionBy": "$state", "sortBy": {"orderDate": 1}, "output": {
+        "q": {"$sum": "$quantity", "window": {"documents": ["unbounded", "current"]}}}}, "q") == [
+        (4, 162), (0, 282), (2, 427), (5, 134), (3, 238), (1, 378)]
+    assert swf(cakes, {"partitionBy": {"$year": "$orderDate"}, "sortBy": {"orderDate": 1},
+                       "output": {"q": {"$sum": "$quantity",
+                                        "window": {"documents": ["unbounded", "current"]}}}},
+               "q") == [(5, 134), (4, 296), (3, 104), (0, 224), (2, 145), (1, 285)]
+    assert swf(cakes, {"partitionBy": {"$year": "$orderDate"}, "sortBy": {"orderDate": 1},
+                       "output": {"a": {"$avg": "$quantity", "window": {"documents": [-1, 0]}}}},
+               "a") == [(5, 134), (4, 148), (3, 104), (0, 112), (2, 145), (1, 142.5)]
+    # no window: the whole partition; no sortBy: input order kept
+    r = agg(cakes, [{"$setWindowFields": {"partitionBy": "$state", "output": {
+        "t": {"$sum": "$quantity"}, "n": {"$count": {}}, "mx": {"$max": "$price"},
+        "mn": {"$min": "$price"}, "f": {"$first": "$type"}, "l": {"$last": "$type"},
+        "s": {"$addToSet": "$type"}, "p": {"$push": "$price"}}}}])
+    ca = [d for d in r if d["state"] == "CA"]
+    assert [d["_id"] for d in ca] == [0, 2, 4]
+    assert {(d["t"], d["n"], d["mx"], d["mn"], d["f"], d["l"]) for d in ca} == {
+        (427, 3, 41, 12, "chocolate", "strawberry")}
+    assert sorted(ca[0]["s"]) == ["chocolate", "strawberry", "vanilla"] and ca[0]["p"] == [13, 12, 41]
+
+
+def test_window_range_with_units(cakes):
+    spec = {"partitionBy": "$state", "sortBy": {"orderDate": 1}, "output": {
+        "recent": {"$push": "$orderDate", "window": {"range": ["unbounded", 10], "unit": "month"}}}}
+    r = dict(swf(cakes, spec, "recent"))
+    assert r[4] == [D("2019-05-18T16:09:01")]
+    assert len(r[0]) == 3 and len(r[2]) == 3 and len(r[1]) == 3
+    assert r[3] == [D("2019-01-08T06:12:03"), D("2020-02-08T13:13:23")]
+    spec["output"]["recent"]["window"]["range"] = ["unbounded", -10]
+    r = dict(swf(cakes, spec, "recent"))
+    assert r[4] == [] and r[5] == []
+    assert r[0] == [D("2019-05-18T16:09:01")] and r[2] == [D("2019-05-18T16:09:01")]
+    assert r[1] == [D("2019-01-08T06:12:03"), D("2020-02-08T13:13:23")]
+    # numeric range: prices within 1 of this one
+    r = dict(swf(cakes, {"sortBy": {"price": 1}, "output": {"c": {
+        "$count": {}, "window": {"range": [-1, 1]}}}}, "c"))
+    assert r == {2: 3, 0: 4, 3: 4, 1: 3, 4: 1, 5: 1}
+    r = dict(swf(cakes, {"sortBy": {"price": 1}, "output": {"c": {
+        "$sum": "$quantity", "window": {"range": ["current", "unbounded"]}}}}, "c"))
+    assert r[1] == 140 + 162 + 134 and r[5] == 134
+
+
+def test_window_rank_shift_document_number(cakes):
+    spec = {"partitionBy": "$state", "sortBy": {"quantity": -1}, "output": {
+        "rank": {"$rank": {}}, "num": {"$documentNumber": {}},
+        "next": {"$shift": {"output": "$quantity", "by": 1, "default": "Not available"}},
+        "prev": {"$shift": {"output": "$quantity", "by": -1}}}}
+    r = agg(cakes, [{"$setWindowFields": spec}])
+    assert [(d["_id"], d["rank"], d["num"], d["next"], d["prev"]) for d in r] == [
+        (4, 1, 1, 145, None), (2, 2, 2, 120, 162), (0, 3, 3, "Not available", 145),
+        (1, 1, 1, 134, None), (5, 2, 2, 104, 140), (3, 3, 3, "Not available", 134)]
+    cakes.insert_many([{"_id": 6, "state": "CA", "quantity": 145},
+                       {"_id": 7, "state": "CA", "quantity": 120}])
+    r = agg(cakes, [{"$match": {"state": "CA"}}, {"$setWindowFields": {
+        "sortBy": {"quantity": -1}, "output": {"r": {"$rank": {}}, "d": {"$denseRank": {}}}}}])
+    assert [(d["quantity"], d["r"], d["d"]) for d in r] == [
+        (162, 1, 1), (145, 2, 2), (145, 2, 2), (120, 4, 3), (120, 4, 3)]
+
+
+def test_window_std_dev_and_covariance(cakes):
+    r = dict(swf(cakes, {"partitionBy": "$state", "sortBy": {"orderDate": 1}, "output": {
+        "sd": {"$stdDevPop": "$quantity", "window": {"documents": ["unbounded", "current"]}}}},
+        "sd"))
+    assert r[4] == 0 and r[0] == 21 and r[2] == pytest.approx(17.249798710580816)
+    assert r[5] == 0 and r[3] == 15 and r[1] == pytest.approx(15.748015748023622)
+    r = dict(swf(cakes, {"partitionBy": "$state", "sortBy": {"orderDate": 1}, "output": {
+        "c": {"$covariancePop": [{"$year": "$orderDate"}, "$quantity"],
+              "window": {"documents": ["unbounded", "current"]}},
+        "s": {"$stdDevSamp": "$quantity"}}}, "c"))
+    assert r[4] == 0 and r[0] == -10.5 and r[2] == pytest.approx(-5.666666666666671)
+
+
+@pytest.fixture
+def stocks(db):
+    rows = [("ABC", "2020-05-18T20:00:00", 13), ("ABC", "2020-05-19T20:00:00", 15.4),
+            ("ABC", "2020-05-20T20:00:00", 12), ("ABC", "2020-05-21T20:00:00", 11.7),
+            ("DEF", "2020-05-18T20:00:00", 82), ("DEF", "2020-05-19T20:00:00", 94),
+            ("DEF", "2020-05-20T20:00:00", 112), ("DEF", "2020-05-21T20:00:00", 97.3)]
+    db.stockPrices.insert_many([{"_id": i, "stock": s, "date": D(t), "price": p}
+                                for i, (s, t, p) in enumerate(rows)])
+    return db.stockPrices
+
+
+def test_window_exp_moving_avg(stocks):
+    spec = {"partitionBy": "$stock", "sortBy": {"date": 1}, "output": {
+        "e": {"$expMovingAvg": {"input": "$price", "N": 2}}}}
+    assert [v for _, v in swf(stocks, spec, "e")] == pytest.approx(
+        [13, 14.6, 12.866666666666667, 12.088888888888889,
+         82, 90, 104.66666666666667, 99.75555555555556])
+    spec["output"]["e"]["$expMovingAvg"] = {"input": "$price", "alpha": 0.75}
+    assert [v for _, v in swf(stocks, spec, "e")] == pytest.approx(
+        [13, 14.8, 12.7, 11.95, 82, 91, 106.75, 99.6625])
+
+
+def test_window_derivative_and_integral(db):
+    t = ["2020-05-18T14:10:30", "2020-05-18T14:11:00", "2020-05-18T14:11:30", "2020-05-18T14:12:00"]
+    miles = {"1": [1295.1, 1295.63, 1296.25, 1296.76], "2": [10234.1, 10234.33, 10234.73, 10235.13]}
+    kw = {"1": [2.95, 2.7, 2.6, 2.98], "2": [2.5, 2.25, 2.75, 2.82]}
+    db.fleet.insert_many([{"truckID": k, "timeStamp": D(t[i]), "miles": v[i]}
+                          for k, v in miles.items() for i in range(4)])
+    db.power.insert_many([{"powerMeterID": k, "timeStamp": D(t[i]), "kilowatts": v[i]}
+                          for k, v in kw.items() for i in range(4)])
+    r = agg(db.fleet, [{"$setWindowFields": {"partitionBy": "$truckID", "sortBy": {"timeStamp": 1},
+                                             "output": {"speed": {
+                                                 "$derivative": {"input": "$miles", "unit": "hour"},
+                                                 "window": {"range": [-30, 0], "unit": "second"}}}}},
+                       {"$match": {"speed": {"$gt": 50}}}])
+    assert [(d["truckID"], d["speed"]) for d in r] == [
+        ("1", pytest.approx(63.6)), ("1", pytest.approx(74.4)), ("1", pytest.approx(61.2))]
+    r = agg(db.power, [{"$setWindowFields": {"partitionBy": "$powerMeterID",
+                                             "sortBy": {"timeStamp": 1}, "output": {"kwh": {
+                                                 "$integral": {"input": "$kilowatts", "unit": "hour"},
+                                                 "window": {"range": ["unbounded", "current"],
+                                                            "unit": "hour"}}}}}])
+    want = []  # the trapezoidal rule, 30 s = 1/120 h between readings
+    for k in ("1", "2"):
+        acc = 0.0
+        for i in range(4):
+            if i:
+                acc += (kw[k][i - 1] + kw[k][i]) / 2 / 120
+            want.append(acc)
+    assert [d["kwh"] for d in r] == pytest.approx(want)
+    assert want[1] == pytest.approx(0.02354166666666667)
+
+
+def test_window_locf_and_linear_fill(db):
+    prices = [500, None, 515, None, None, 530]
+    db.stock.insert_many([{"_id": i, "time": D("2021-03-08T09:%02d:00" % (5 * i)), "price": p}
+                          for i, p in enumerate(prices)])
+    db.stock.update_one({"_id": 4}, {"$unset": {"price": 1}})
+    r = agg(db.stock, [{"$setWindowFields": {"sortBy": {"time": 1}, "output": {
+        "lin": {"$linearFill": "$price"}, "locf": {"$locf": "$price"}}}}])
+    assert [d["lin"] for d in r] == [500, 507.5, 515, 520, 525, 530]
+    assert [d["locf"] for d in r] == [500, 500, 515, 515, 515, 530]
+
+
+@pytest.mark.parametrize("stage,code", [
+    (1, 9),
+    ({"output": {}, "foo": 1}, 40415),
+    ({"partitionBy": "$a"}, 40414),
+    ({"output": {"x": {"$add": [1, 2]}}}, 9),
+    ({"output": {"x": 1}}, 9),
+    ({"output": {"x": {"$sum": 1, "window": {"documents": [-1, 1]}}}}, 5339901),
+    ({"sortBy": {"a": 1}, "output": {"x": {"$sum": 1, "window": {"documents": [1, -1]}}}}, 5339900),
+    ({"sortBy": {"a": 1}, "output": {"x": {"$sum": 1, "window": {"documents": ["x", 1]}}}}, 9),
+    ({"sortBy": {"a": 1, "b": 1}, "output": {"x": {"$sum": 1, "window": {"range": [-1, 1]}}}},
+     5339902),
+    ({"sortBy": {"a": 1}, "output": {"x": {"$sum": 1, "window": {"range": [-1, 1],
+                                                                  "unit": "fortnight"}}}}, 9),
+    ({"sortBy": {"a": -1}, "output": {"x": {"$sum": 1, "window": {"range": [-1, 1]}}}}, 8947401),
+    ({"output": {"x": {"$rank": {}}}}, 5371602),
+    ({"sortBy": {"a": 1}, "output": {"x": {"$rank": 1}}}, 5371603),
+    ({"sortBy": {"a": 1}, "output": {"x": {"$rank": {}, "window": {"documents": [0, 0]}}}},
+     5371601),
+    ({"output": {"x": {"$shift": {"output": "$a", "by": 1}}}}, 9),
+    ({"sortBy": {"a": 1}, "output": {"x": {"$shift": {"output": "$a", "by": 1.5}}}}, 9),
+    ({"sortBy": {"a": 1}, "output": {"x": {"$expMovingAvg": {"input": "$a", "alpha": 2}}}}, 9),
+    ({"sortBy": {"a": 1}, "output": {"x": {"$derivative": {"input": "$a"}}}}, 9),
+    ({"output": {"x": {"$linearFill": "$a"}}}, 605001),
+    ({"partitionBy": "$arr", "output": {"x": {"$sum": 1}}}, 5340201),
+    ({"sortBy": {"s": 1}, "output": {"x": {"$sum": 1, "window": {"range": [-1, 1]}}}}, 5429513),
+])
+def test_window_errors(db, stage, code):
+    db.a.insert_one({"a": 1, "arr": [1], "s": "str"})
+    assert code_of(lambda: agg(db.a, [{"$setWindowFields": stage}])) == code
+
+
+def test_window_memory_limit(db):
+    db.w.insert_many([{"_id": i, "g": i % 2, "pad": "x" * 1000} for i in range(100)])
+    was = set_param(db, "internalDocumentSourceSetWindowFieldsMaxMemoryBytes", 20000)
+    try:
+        pipe = [{"$setWindowFields": {"partitionBy": "$g", "sortBy": {"_id": 1},
+                                      "output": {"s": {"$push": "$_id"}}}}]
+        assert code_of(lambda: agg(db.w, pipe, allowDiskUse=False)) == 5643011
+        r = agg(db.w, pipe, allowDiskUse=True)
+        assert len(r) == 100 and r[0]["s"] == list(range(0, 100, 2))
+    finally:
+        set_param(db, "internalDocumentSourceSetWindowFieldsMaxMemoryBytes", was)

@@ -121,6 +121,12 @@ int sbl_agg_graph_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t
 int sbl_agg_set_window_fields(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
                               sbl_err_t *err);
 
+/* $densify and $fill (densify.c); $fill runs as $setWindowFields ($locf,
+ * $linearFill) then $addFields ($ifNull), as mongod rewrites it. */
+int sbl_agg_densify(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err);
+int sbl_agg_fill(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bson_iter_t *it,
+                 sbl_err_t *err);
+
 /* Stages of stages.c and bucket_auto.c, dispatched by pipeline.c; it is the stage's value. */
 int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err);
 /* $redact (redact.c): spec evaluated at each document level of each

@@ -868,9 +868,11 @@ static int run_stage(sbl_agg_env_t *env, const char *ns, size_t index, bool last
         return sbl_agg_graph_lookup(env, dv, st, err);
     if (strcmp(name, "$setWindowFields") == 0)
         return sbl_agg_set_window_fields(env, dv, st, err);
-    if (strcmp(name, "$indexStats") == 0 || strcmp(name, "$densify") == 0 ||
-        strcmp(name, "$fill") == 0 ||
-        strcmp(name, "$listSessions") == 0)
+    if (strcmp(name, "$densify") == 0)
+        return sbl_agg_densify(env, dv, st, err);
+    if (strcmp(name, "$fill") == 0)
+        return sbl_agg_fill(env, ns, dv, st, err);
+    if (strcmp(name, "$indexStats") == 0)
         return sbl_err_set(err, SBL_E_NotImplemented, "%s is not supported by this server yet",
                            name);
 #undef NEED_DOC

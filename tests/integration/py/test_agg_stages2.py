@@ -520,3 +520,136 @@ def test_window_memory_limit(db):
         assert len(r) == 100 and r[0]["s"] == list(range(0, 100, 2))
     finally:
         set_param(db, "internalDocumentSourceSetWindowFieldsMaxMemoryBytes", was)
+
+
+# ---- $densify and $fill -------------------------------------------------------------------
+
+def test_densify_time_series_explicit_bounds(db):
+    db.weather.insert_many([
+        {"metadata": {"sensorId": 5578, "type": "temperature"}, "timestamp": D(t), "temp": v}
+        for t, v in [("2021-05-18T00:00:00", 12), ("2021-05-18T04:00:00", 11),
+                     ("2021-05-18T08:00:00", 11), ("2021-05-18T12:00:00", 12)]])
+    r = agg(db.weather, [{"$densify": {"field": "timestamp", "range": {
+        "step": 1, "unit": "hour", "bounds": [D("2021-05-18T00:00:00"), D("2021-05-18T08:00:00")]}}},
+        {"$project": {"_id": 0}}])
+    assert [d["timestamp"].hour for d in r] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 12]
+    assert r[1] == {"timestamp": D("2021-05-18T01:00:00")}
+    assert r[0]["temp"] == 12 and "temp" not in r[5]
+    # calendar units step from the previous value; nothing below the range is added
+    db.m.insert_many([{"t": D("2021-01-31T00:00:00")}, {"t": D("2021-05-31T00:00:00")}])
+    r = agg(db.m, [{"$densify": {"field": "t", "range": {"step": 1, "unit": "month",
+                                                           "bounds": "full"}}}])
+    assert [d["t"] for d in r] == [D("2021-01-31T00:00:00"), D("2021-02-28T00:00:00"),
+                                   D("2021-03-28T00:00:00"), D("2021-04-28T00:00:00"),
+                                   D("2021-05-28T00:00:00"), D("2021-05-31T00:00:00")]
+
+
+@pytest.fixture
+def coffee(db):
+    db.coffee.insert_many([
+        {"altitude": 600, "variety": "Arabica Typica", "score": 68.3},
+        {"altitude": 750, "variety": "Arabica Typica", "score": 69.5},
+        {"altitude": 950, "variety": "Arabica Typica", "score": 70.5},
+        {"altitude": 1250, "variety": "Gesha", "score": 88.15},
+        {"altitude": 1700, "variety": "Gesha", "score": 85.5},
+        {"altitude": 1600, "variety": "SL28", "score": 87.0},
+        {"altitude": 1400, "variety": "SL28", "score": 86.0},
+        {"altitude": 1350, "variety": "SL28", "score": 84.0},
+        {"variety": "SL28", "score": 1.0}])
+    return db.coffee
+
+
+def by_variety(r):
+    out = {}
+    for d in r:
+        if "altitude" in d:
+            out.setdefault(d["variety"], []).append(d["altitude"])
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def test_densify_partitions_full_and_partition(coffee):
+    r = agg(coffee, [{"$densify": {"field": "altitude", "partitionByFields": ["variety"],
+                                   "range": {"bounds": "full", "step": 200}}}])
+    assert by_variety(r) == {
+        "Arabica Typica": [600, 750, 800, 950, 1000, 1200, 1400, 1600],
+        "Gesha": [600, 800, 1000, 1200, 1250, 1400, 1600, 1700],
+        "SL28": [600, 800, 1000, 1200, 1350, 1400, 1600]}
+    assert [d["altitude"] for d in r if "altitude" in d] == sorted(
+        d["altitude"] for d in r if "altitude" in d)
+    assert len([d for d in r if "altitude" not in d]) == 1  # missing: passed through
+    gen = [d for d in r if "_id" not in d]
+    assert gen[0] == {"variety": gen[0]["variety"], "altitude": gen[0]["altitude"]}
+    r = agg(coffee, [{"$densify": {"field": "altitude", "partitionByFields": ["variety"],
+                                   "range": {"bounds": "partition", "step": 200}}}])
+    assert by_variety(r) == {"Arabica Typica": [600, 750, 800, 950],
+                             "Gesha": [1250, 1450, 1650, 1700],
+                             "SL28": [1350, 1400, 1550, 1600]}
+    r = agg(coffee, [{"$densify": {"field": "altitude", "partitionByFields": ["variety"],
+                                   "range": {"bounds": [1000, 1500], "step": 100}}}])
+    assert by_variety(r)["Gesha"] == [1000, 1100, 1200, 1250, 1300, 1400, 1700]
+    assert by_variety(r)["Arabica Typica"] == [600, 750, 950, 1000, 1100, 1200, 1300, 1400]
+
+
+@pytest.mark.parametrize("spec,code", [
+    (1, 9),
+    ({"field": "a", "range": {"step": 0, "bounds": "full"}}, 5733401),
+    ({"field": "a", "range": {"step": 1, "bounds": "foo"}}, 5946802),
+    ({"field": "a", "range": {"step": 1, "bounds": [1]}}, 5733403),
+    ({"field": "a", "range": {"step": 1, "bounds": [5, 1]}}, 5733402),
+    ({"field": "a", "range": {"step": 1, "unit": "hour", "bounds": [1, 5]}}, 5733409),
+    ({"field": "a", "range": {"step": 1, "bounds": [1, 5.5]}}, 5876900),
+    ({"field": "a", "range": {"step": 1, "bounds": [D("2021-01-01T00:00:00"),
+                                                    D("2021-01-02T00:00:00")]}}, 5733410),
+    ({"field": "a", "range": {"step": 1, "bounds": 5}}, 5733404),
+    ({"field": "a", "range": {"step": 1, "bounds": "partition"}}, 5733408),
+    ({"field": "a", "range": {"step": 1, "bounds": "full"}, "x": 1}, 40415),
+    ({"range": {"step": 1, "bounds": "full"}}, 40414),
+    ({"field": "s", "range": {"step": 1, "bounds": "full"}}, 5733201),
+    ({"field": "a", "range": {"step": 1, "unit": "day", "bounds": "full"}}, 5733201),
+])
+def test_densify_errors(db, spec, code):
+    db.a.insert_one({"a": 1, "s": "x"})
+    assert code_of(lambda: agg(db.a, [{"$densify": spec}])) == code
+
+
+def test_fill_value_linear_locf(db):
+    db.dailySales.insert_many([
+        {"_id": 1, "date": D("2022-02-02T00:00:00"), "bootsSold": 10, "sandalsSold": 20,
+         "sneakersSold": 12},
+        {"_id": 2, "date": D("2022-02-03T00:00:00"), "bootsSold": 7, "sneakersSold": 18},
+        {"_id": 3, "date": D("2022-02-04T00:00:00"), "sneakersSold": 5}])
+    r = agg(db.dailySales, [{"$fill": {"output": {"bootsSold": {"value": 0},
+                                                  "sandalsSold": {"value": 0},
+                                                  "sneakersSold": {"value": 0}}}}])
+    assert [(d["bootsSold"], d["sandalsSold"], d["sneakersSold"]) for d in r] == [
+        (10, 20, 12), (7, 0, 18), (0, 0, 5)]
+    db.stock.insert_many([{"_id": i, "time": D("2021-03-08T09:%02d:00" % (5 * i)), "price": p}
+                          for i, p in enumerate([500, None, 515, None, None, 530])])
+    r = agg(db.stock, [{"$fill": {"sortBy": {"time": 1}, "output": {"price": {"method": "linear"}}}}])
+    assert [d["price"] for d in r] == [500, 507.5, 515, 520, 525, 530]
+    db.reviews.insert_many([
+        {"_id": i, "restaurant": rest, "date": D("2021-03-%02dT00:00:00" % (8 + i % 5)), "score": s}
+        for i, (rest, s) in enumerate([("Joe's Pizza", 90), ("Joe's Pizza", 92), ("Joe's Pizza", None),
+                                       ("Joe's Pizza", None), ("Joe's Pizza", 99),
+                                       ("Sally's Deli", None), ("Sally's Deli", 80),
+                                       ("Sally's Deli", None)])])
+    r = agg(db.reviews, [{"$fill": {"sortBy": {"date": 1}, "partitionByFields": ["restaurant"],
+                                    "output": {"score": {"method": "locf"}}}}])
+    assert [(d["restaurant"][0], d["score"]) for d in r] == [
+        ("J", 90), ("J", 92), ("J", 92), ("J", 92), ("J", 99), ("S", None), ("S", 80), ("S", 80)]
+
+
+@pytest.mark.parametrize("spec,code", [
+    ("x", 9),
+    ({"partitionBy": "$a", "partitionByFields": ["a"], "output": {"a": {"value": 1}}}, 6050204),
+    ({"output": {}}, 6050203),
+    ({"output": {"a": {"method": "cubic"}}}, 6050202),
+    ({"output": {"a": {"method": "locf", "value": 1}}}, 6050201),
+    ({"output": {"a": 1}}, 6050200),
+    ({"output": {"a": {"method": "linear"}}}, 605001),
+    ({"output": {"a": {"value": 1}}, "foo": 1}, 40415),
+    ({"sortBy": {"a": 1}}, 40414),
+])
+def test_fill_errors(db, spec, code):
+    db.a.insert_one({"a": 1})
+    assert code_of(lambda: agg(db.a, [{"$fill": spec}])) == code

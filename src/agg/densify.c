@@ -243,20 +243,8 @@ static void step_value(const densify_t *d, const bson_value_t *v, bson_value_t *
             out->value.v_datetime = v->value.v_datetime + n * d->unit_ms;
             return;
         }
-        int64_t ms = v->value.v_datetime, t = ms >= 0 ? ms / 1000 : -((999 - ms) / 1000);
-        time_t tt = (time_t)t;
-        struct tm tm;
-        gmtime_r(&tt, &tm);
-        int64_t months = (int64_t)tm.tm_year * 12 + tm.tm_mon + n * d->unit_months;
-        int year = (int)(months >= 0 ? months / 12 : (months - 11) / 12);
-        int mon = (int)(months - (int64_t)year * 12), y = year + 1900;
-        static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-        int last = mdays[mon] + (mon == 1 && ((y % 4 == 0 && y % 100 != 0) || y % 400 == 0));
-        tm.tm_year = year;
-        tm.tm_mon = mon;
-        if (tm.tm_mday > last)
-            tm.tm_mday = last;
-        out->value.v_datetime = (int64_t)timegm(&tm) * 1000 + (ms - t * 1000);
+        out->value.v_datetime = (int64_t)sbl_window_add_months(
+            (double)v->value.v_datetime, (double)(n * d->unit_months));
         return;
     }
     bson_type_t a = v->value_type, b = d->step.value_type;

@@ -203,8 +203,7 @@ static bool axis_value(const bson_value_t *v, bool dates, double *out)
     return true;
 }
 
-/* ms + n calendar months (the day of month clamped to the month's last, as $dateAdd). */
-static double add_months(double ms, double n)
+double sbl_window_add_months(double ms, double n)
 {
     int64_t t = (int64_t)floor(ms / 1000.0);
     double frac = ms - (double)t * 1000.0;
@@ -228,7 +227,7 @@ static double range_edge(const wout_t *o, double x, const wbound_t *b)
 {
     double n = b->kind == WB_NUMBER ? b->num : 0;
     if (o->unit_months != 0)
-        return add_months(x, n * o->unit_months);
+        return sbl_window_add_months(x, n * o->unit_months);
     return x + n * (double)(o->has_unit ? o->unit_ms : 1);
 }
 
@@ -403,7 +402,8 @@ int sbl_window_compute(const sbl_agg_env_t *env, const wout_t *o, const wpart_t 
                       o->fn == W_LINFILL;
     if (rc == 0 && needs_axis) {
         ax = calloc(n + 1, sizeof(*ax));
-        bool dates = o->has_unit || ((o->fn == W_DERIV || o->fn == W_INTEGRAL) && o->fn_unit_ms > 0);
+        bool dates = o->has_unit ||
+                     ((o->fn == W_DERIV || o->fn == W_INTEGRAL) && o->fn_unit_ms > 0);
         if (o->fn == W_LINFILL)
             dates = n > 0 && p->sv[0].value_type == BSON_TYPE_DATE_TIME;
         rc = axis_of(o, p, dates, ax, err);

@@ -63,4 +63,8 @@ int sbl_window_compute(const sbl_agg_env_t *env, const wout_t *o, const wpart_t 
  * -1 for a name that is no unit. */
 int sbl_window_unit_ms(const char *u, int64_t *msp, int *monthsp);
 
+/* ms (a date) plus n calendar months, the day of month clamped to the month's
+ * last, as $dateAdd does. */
+double sbl_window_add_months(double ms, double n);
+
 #endif

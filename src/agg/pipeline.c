@@ -872,9 +872,12 @@ static int run_stage(sbl_agg_env_t *env, const char *ns, size_t index, bool last
         return sbl_agg_densify(env, dv, st, err);
     if (strcmp(name, "$fill") == 0)
         return sbl_agg_fill(env, ns, dv, st, err);
-    if (strcmp(name, "$indexStats") == 0)
-        return sbl_err_set(err, SBL_E_NotImplemented, "%s is not supported by this server yet",
-                           name);
+    if (strcmp(name, "$indexStats") == 0) {
+        if (index != 0)
+            return sbl_err_set(err, 40602, "$indexStats is only valid as the first stage in a "
+                                           "pipeline");
+        return sbl_agg_index_stats(env, ns, dv, st, err);
+    }
 #undef NEED_DOC
     return sbl_err_set(err, SBL_E_UnrecognizedStage, "Unrecognized pipeline stage name: '%s'",
                        name);

@@ -473,9 +473,15 @@ int sbl_cmd_auth_check(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, sbl_err_t *er
         if (!ok)
             return not_authorized(ctx, ctx->db, err);
     }
-    if (strcmp(n, "aggregate") == 0 && bson_iter_init_find(&it, ctx->cmd, "pipeline") &&
-        !pipeline_reads_allowed(ctx, ctx->db, &it, 0))
-        return not_authorized(ctx, ctx->db, err);
+    if (strcmp(n, "aggregate") == 0 && bson_iter_init_find(&it, ctx->cmd, "pipeline")) {
+        bson_iter_t st, f;
+        if (!pipeline_reads_allowed(ctx, ctx->db, &it, 0))
+            return not_authorized(ctx, ctx->db, err);
+        if (BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &st) && bson_iter_next(&st) &&
+            BSON_ITER_HOLDS_DOCUMENT(&st) && bson_iter_recurse(&st, &f) && bson_iter_next(&f) &&
+            strcmp(bson_iter_key(&f), "$indexStats") == 0 && !allowed(ctx, "indexStats", db, coll))
+            return not_authorized(ctx, ctx->db, err);
+    }
     if (strcmp(n, "renameCollection") == 0 && bson_iter_init_find(&it, ctx->cmd, "to") &&
         BSON_ITER_HOLDS_UTF8(&it)) {
         const char *to = bson_iter_utf8(&it, NULL), *dot = strchr(to, '.');

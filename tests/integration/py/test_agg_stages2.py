@@ -653,3 +653,59 @@ def test_fill_value_linear_locf(db):
 def test_fill_errors(db, spec, code):
     db.a.insert_one({"a": 1})
     assert code_of(lambda: agg(db.a, [{"$fill": spec}])) == code
+
+
+# ---- $indexStats ----------------------------------------------------------------------------
+
+def ops_of(coll):
+    return {d["name"]: d["accesses"]["ops"] for d in agg(coll, [{"$indexStats": {}}])}
+
+
+def test_index_stats_counts_planner_use(db):
+    db.s.insert_many([{"_id": i, "a": i, "b": i} for i in range(20)])
+    db.s.create_index("a", name="a_1")
+    r = agg(db.s, [{"$indexStats": {}}])
+    assert [d["name"] for d in r] == ["_id_", "a_1"]
+    a = r[1]
+    assert a["key"] == {"a": 1} and a["spec"]["key"] == {"a": 1} and a["spec"]["name"] == "a_1"
+    assert a["accesses"]["ops"] == 0 and isinstance(a["accesses"]["since"], datetime.datetime)
+    assert ":" in a["host"] and "building" not in a
+    assert r[0]["key"] == {"_id": 1} and r[0]["spec"] == {"v": 2, "key": {"_id": 1}, "name": "_id_"}
+    before = ops_of(db.s)
+    assert len(list(db.s.find({"a": {"$gte": 5}}))) == 15
+    list(db.s.find({"a": 3}))
+    list(db.s.find({"b": 3}))  # a collection scan: no index used
+    db.s.find_one({"_id": 4})
+    agg(db.s, [{"$match": {"a": 7}}, {"$project": {"a": 1}}])
+    after = ops_of(db.s)
+    assert after["a_1"] - before["a_1"] == 3
+    assert after["_id_"] - before["_id_"] >= 1
+    # after $match
+    assert agg(db.s, [{"$indexStats": {}}, {"$match": {"name": "a_1"}},
+                      {"$project": {"_id": 0, "name": 1}}]) == [{"name": "a_1"}]
+
+
+def test_graph_lookup_uses_connect_to_index(employees):
+    employees.create_index("name")
+    before = ops_of(employees)["name_1"]
+    r = agg(employees, [{"$match": {"name": "Dan"}},
+                        {"$graphLookup": {"from": "employees", "startWith": "$reportsTo",
+                                          "connectFromField": "reportsTo",
+                                          "connectToField": "name", "as": "chain"}}])
+    assert sorted(x["name"] for x in r[0]["chain"]) == ["Andrew", "Dev", "Eliot"]
+    assert ops_of(employees)["name_1"] - before == 4  # one query per level (3 found + 1 empty)
+
+
+@pytest.mark.parametrize("pipeline,code", [
+    ([{"$indexStats": {"a": 1}}], 28803),
+    ([{"$indexStats": 1}], 28803),
+    ([{"$match": {}}, {"$indexStats": {}}], 40602),
+    ([{"$facet": {"f": [{"$indexStats": {}}]}}], 40600),
+])
+def test_index_stats_errors(db, pipeline, code):
+    db.a.insert_one({})
+    assert code_of(lambda: agg(db.a, pipeline)) == code
+
+
+def test_index_stats_missing_collection(db):
+    assert agg(db.nothere, [{"$indexStats": {}}]) == []

@@ -90,7 +90,7 @@ static int parse_range(const bson_iter_t *it, densify_t *d, sbl_err_t *err)
                                          "strictly positive numeric value");
     if (unit != NULL) {
         double s = sbl_number_double(&d->step);
-        if (s != floor(s))
+        if (s != floor(s) || s > 9007199254740992.0)
             return sbl_err_set(err, 6586400, "The step parameter in a range statement must be a "
                                              "whole number when densifying a date range");
         if (sbl_window_unit_ms(unit, &d->unit_ms, &d->unit_months) != 0)
@@ -237,10 +237,12 @@ static int axis(const densify_t *d, const bson_value_t *v, double *out, sbl_err_
 static void step_value(const densify_t *d, const bson_value_t *v, bson_value_t *out)
 {
     if (v->value_type == BSON_TYPE_DATE_TIME) {
-        int64_t n = (int64_t)sbl_number_double(&d->step);
+        int64_t n = (int64_t)sbl_number_double(&d->step), delta; /* |step| < 2^53: parsed so */
         out->value_type = BSON_TYPE_DATE_TIME;
         if (d->unit_months == 0) {
-            out->value.v_datetime = v->value.v_datetime + n * d->unit_ms;
+            if (__builtin_mul_overflow(n, d->unit_ms, &delta) ||
+                __builtin_add_overflow(v->value.v_datetime, delta, &out->value.v_datetime))
+                out->value.v_datetime = INT64_MAX; /* past every bound: the grid ends */
             return;
         }
         out->value.v_datetime = (int64_t)sbl_window_add_months(
@@ -256,7 +258,12 @@ static void step_value(const densify_t *d, const bson_value_t *v, bson_value_t *
     }
     int64_t x = a == BSON_TYPE_INT32 ? v->value.v_int32 : v->value.v_int64;
     int64_t s = b == BSON_TYPE_INT32 ? d->step.value.v_int32 : d->step.value.v_int64;
-    int64_t r = x + s;
+    int64_t r;
+    if (__builtin_add_overflow(x, s, &r)) { /* past a long: a double, as $add */
+        out->value_type = BSON_TYPE_DOUBLE;
+        out->value.v_double = (double)x + (double)s;
+        return;
+    }
     if (a == BSON_TYPE_INT32 && b == BSON_TYPE_INT32 && r >= INT32_MIN && r <= INT32_MAX) {
         out->value_type = BSON_TYPE_INT32;
         out->value.v_int32 = (int32_t)r;
@@ -326,6 +333,10 @@ static int generate(const densify_t *d, const bson_t *key, const bson_value_t *s
             push_out(o, no, cap, doc, x, true);
         }
         step_value(d, &g, &next);
+        double nx2 = next.value_type == BSON_TYPE_DATE_TIME ? (double)next.value.v_datetime
+                                                             : sbl_number_double(&next);
+        if (!(nx2 > x)) /* a step too small to move the value: the grid ends */
+            break;
         g = next;
     }
     return 0;
@@ -404,6 +415,11 @@ int sbl_agg_densify(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
         pidx[i] = p;
         bson_destroy(&key);
         bytes += 16;
+    }
+    if (rc == 0 && np == 0 && d.bounds == DB_EXPLICIT && d.nparts == 0) {
+        parts = calloc(1, sizeof(*parts)); /* no document: the range alone, as mongod */
+        bson_init(&parts[0].key);
+        np = 1;
     }
     if (rc == 0 && bytes > sbl_mem_limit(SBL_LIM_DENSIFY) && !sbl_mem_disk_ok(env->allow_disk))
         rc = sbl_err_set(err, 6007200, "$densify exceeded memory limit of %zu bytes",

@@ -110,10 +110,13 @@ static int parse_bound(const bson_iter_t *it, bool documents, bool unit, wbound_
     sbl_iter_value(it, &v);
     b->kind = WB_NUMBER;
     b->num = sbl_number_double(&v);
-    if ((documents || unit) && b->num != floor(b->num))
+    if ((documents || unit) && (b->num != floor(b->num) || fabs(b->num) > 2147483647.0))
         return sbl_err_set(err, SBL_E_FailedToParse,
                            documents ? "Numeric document-based bounds must be an integer"
                                      : "With 'unit', range-based bounds must be an integer");
+    if (isnan(b->num))
+        return sbl_err_set(err, SBL_E_FailedToParse, "Range-based bounds expression must be a "
+                                                     "number");
     return 0;
 }
 

@@ -205,6 +205,8 @@ static bool axis_value(const bson_value_t *v, bool dates, double *out)
 
 double sbl_window_add_months(double ms, double n)
 {
+    if (!(fabs(n) < 12.0 * 1000000) || !(fabs(ms) < 1e17)) /* past any date: no calendar */
+        return ms + n * 2629746000.0;
     int64_t t = (int64_t)floor(ms / 1000.0);
     double frac = ms - (double)t * 1000.0;
     time_t tt = (time_t)t;

@@ -9,6 +9,7 @@ small at run time with setParameter.
 import datetime
 
 import pymongo
+from bson.int64 import Int64
 import pytest
 from pymongo.errors import OperationFailure
 
@@ -709,3 +710,30 @@ def test_index_stats_errors(db, pipeline, code):
 
 def test_index_stats_missing_collection(db):
     assert agg(db.nothere, [{"$indexStats": {}}]) == []
+
+
+def test_edges_do_not_hang_or_overflow(db):
+    db.e.insert_many([{"_id": 1, "a": 1.0, "d": D("2021-01-01T00:00:00"), "n": 0},
+                      {"_id": 2, "a": 2.0, "d": D("2021-01-03T00:00:00"), "n": 2 ** 62}])
+    # a step too small to move the value ends the grid
+    r = agg(db.e, [{"$densify": {"field": "a", "range": {"step": 1e-300, "bounds": "full"}}}])
+    assert [d["a"] for d in r] == [1.0, 2.0]
+    # the limit on generated documents
+    assert code_of(lambda: agg(db.e, [{"$densify": {"field": "n", "range": {
+        "step": 1, "bounds": "full"}}}])) == 5897900
+    # a long grid that would pass the largest long ends there (no overflow)
+    top = 2 ** 63 - 1
+    agg(db.e, [{"$densify": {"field": "n", "range": {
+        "step": Int64(2 ** 62), "bounds": [Int64(0), Int64(top)]}}}])
+    # explicit bounds and no document: the whole range, as mongod
+    r = agg(db.e, [{"$match": {"_id": 0}}, {"$densify": {"field": "n", "range": {
+        "step": 2, "bounds": [0, 5]}}}])
+    assert r == [{"n": 0}, {"n": 2}, {"n": 4}]
+    r = agg(db.e, [{"$densify": {"field": "d", "range": {"step": 2 ** 52, "unit": "day",
+                                                           "bounds": "full"}}}])
+    assert len(r) == 2
+    assert code_of(lambda: agg(db.e, [{"$setWindowFields": {"sortBy": {"a": 1}, "output": {
+        "x": {"$sum": 1, "window": {"documents": [-1e300, 0]}}}}}])) == 9
+    r = agg(db.e, [{"$setWindowFields": {"sortBy": {"d": 1}, "output": {
+        "x": {"$count": {}, "window": {"range": [-2 ** 31 + 1, 0], "unit": "year"}}}}}])
+    assert [d["x"] for d in r] == [1, 2]

@@ -275,7 +275,8 @@ static void step_value(const densify_t *d, const bson_value_t *v, bson_value_t *
 
 /* A partition: its include document (the partition fields) and its documents. */
 typedef struct dpart {
-    bson_t key;       /* {partition fields} (missing ones left out) */
+    bson_t *key;      /* {partition fields} (missing ones left out); a pointer: a bson_t
+                         in a heap array would want 128-byte alignment */
     size_t first, n;  /* its documents: positions in the sorted input */
 } dpart_t;
 
@@ -398,14 +399,14 @@ int sbl_agg_densify(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
         }
         size_t p = np;
         for (size_t q = np; q-- > 0;) /* sorted by partition: usually the last one */
-            if (parts[q].key.len == key.len &&
-                memcmp(bson_get_data(&parts[q].key), bson_get_data(&key), key.len) == 0) {
+            if (parts[q].key->len == key.len &&
+                memcmp(bson_get_data(parts[q].key), bson_get_data(&key), key.len) == 0) {
                 p = q;
                 break;
             }
         if (p == np) {
             parts = realloc(parts, (np + 1) * sizeof(*parts));
-            bson_copy_to(&key, &parts[np].key);
+            parts[np].key = bson_copy(&key);
             parts[np].n = 0;
             parts[np].first = i;
             np++;
@@ -418,7 +419,7 @@ int sbl_agg_densify(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
     }
     if (rc == 0 && np == 0 && d.bounds == DB_EXPLICIT && d.nparts == 0) {
         parts = calloc(1, sizeof(*parts)); /* no document: the range alone, as mongod */
-        bson_init(&parts[0].key);
+        parts[0].key = bson_new();
         np = 1;
     }
     if (rc == 0 && bytes > sbl_mem_limit(SBL_LIM_DENSIFY) && !sbl_mem_disk_ok(env->allow_disk))
@@ -449,13 +450,13 @@ int sbl_agg_densify(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
         if (d.bounds == DB_EXPLICIT) {
             double hi = d.hi.value_type == BSON_TYPE_DATE_TIME ? (double)d.hi.value.v_datetime
                                                                : sbl_number_double(&d.hi);
-            rc = generate(&d, &parts[p].key, &d.lo, hi, false, px, nx, &out, &no, &cap, &made,
+            rc = generate(&d, parts[p].key, &d.lo, hi, false, px, nx, &out, &no, &cap, &made,
                           err);
         } else if (d.bounds == DB_FULL) {
-            rc = generate(&d, &parts[p].key, &vmin, gmax, true, px, nx, &out, &no, &cap, &made,
+            rc = generate(&d, parts[p].key, &vmin, gmax, true, px, nx, &out, &no, &cap, &made,
                           err);
         } else {
-            rc = generate(&d, &parts[p].key, &first, px[nx - 1], true, px, nx, &out, &no, &cap,
+            rc = generate(&d, parts[p].key, &first, px[nx - 1], true, px, nx, &out, &no, &cap,
                           &made, err);
         }
         if (rc == 0 && d.bounds != DB_FULL) /* this partition's run, in value order */
@@ -477,7 +478,7 @@ int sbl_agg_densify(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
                 bson_destroy(out[i].doc);
     }
     for (size_t p = 0; p < np; p++)
-        bson_destroy(&parts[p].key);
+        bson_destroy(parts[p].key);
     free(parts);
     free(out);
     free(px);

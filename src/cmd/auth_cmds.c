@@ -387,7 +387,7 @@ static bool pipeline_reads_allowed(sbl_opctx_t *ctx, const char *db, const bson_
             !bson_iter_next(&stage))
             continue;
         const char *name = bson_iter_key(&stage);
-        const char *coll = NULL;
+        const char *coll = NULL, *cdb = db;
         bool lookup = strcmp(name, "$lookup") == 0 || strcmp(name, "$graphLookup") == 0;
         if (strcmp(name, "$unionWith") == 0 && BSON_ITER_HOLDS_UTF8(&stage))
             coll = bson_iter_utf8(&stage, NULL);
@@ -399,15 +399,23 @@ static bool pipeline_reads_allowed(sbl_opctx_t *ctx, const char *db, const bson_
         bson_iter_recurse(&stage, &f);
         while (bson_iter_next(&f)) {
             const char *k = bson_iter_key(&f);
+            bson_iter_t ns;
             if (((lookup && strcmp(k, "from") == 0) ||
                  (name[1] == 'u' && strcmp(k, "coll") == 0)) && BSON_ITER_HOLDS_UTF8(&f))
                 coll = bson_iter_utf8(&f, NULL);
-            else if ((strcmp(name, "$facet") == 0 || strcmp(k, "pipeline") == 0) &&
+            else if (lookup && strcmp(k, "from") == 0 && BSON_ITER_HOLDS_DOCUMENT(&f) &&
+                     bson_iter_recurse(&f, &ns)) { /* {db, coll}: another database's */
+                while (bson_iter_next(&ns))
+                    if (BSON_ITER_HOLDS_UTF8(&ns) && strcmp(bson_iter_key(&ns), "db") == 0)
+                        cdb = bson_iter_utf8(&ns, NULL);
+                    else if (BSON_ITER_HOLDS_UTF8(&ns) && strcmp(bson_iter_key(&ns), "coll") == 0)
+                        coll = bson_iter_utf8(&ns, NULL);
+            } else if ((strcmp(name, "$facet") == 0 || strcmp(k, "pipeline") == 0) &&
                      !pipeline_reads_allowed(ctx, db, &f, depth + 1))
                 return false;
         }
         if (coll != NULL && (lookup || strcmp(name, "$unionWith") == 0) &&
-            !allowed(ctx, "find", db, coll))
+            !allowed(ctx, "find", cdb, coll))
             return false;
     }
     return true;

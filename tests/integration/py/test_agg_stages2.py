@@ -303,6 +303,8 @@ def test_foreign_reads_need_find(auth_server):
                       {"$graphLookup": {"from": "b", "startWith": "$x", "connectFromField": "y",
                                         "connectToField": "y", "as": "o"}},
                       {"$facet": {"f": [{"$unionWith": "b"}]}},
+                      {"$lookup": {"from": {"db": "privs", "coll": "b"}, "localField": "x",
+                                   "foreignField": "y", "as": "o"}},
                       {"$unionWith": {"coll": "a", "pipeline": [{"$unionWith": "b"}]}}):
             assert code_of(lambda: agg(ua, [stage])) == 13, stage
         d.command("grantPrivilegesToRole", "onlyA", privileges=[

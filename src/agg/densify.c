@@ -365,6 +365,7 @@ int sbl_agg_densify(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
     dpart_t *parts = NULL;
     size_t np = 0, bytes = 0, made = 0;
     double *xs = calloc(dv->n + 1, sizeof(*xs));
+    bool *nullish = calloc(dv->n + 1, sizeof(*nullish));
     size_t *pidx = calloc(dv->n + 1, sizeof(*pidx));
     bool any = false;
     double gmin = 0, gmax = 0;
@@ -373,19 +374,24 @@ int sbl_agg_densify(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
         bson_iter_t at;
         bson_value_t v;
         pidx[i] = SIZE_MAX;
-        if (!sbl_path_get(dv->v[i], d.field, &at) || BSON_ITER_HOLDS_NULL(&at) ||
-            BSON_ITER_HOLDS_UNDEFINED(&at))
-            continue; /* nullish: passes unchanged */
-        sbl_iter_value(&at, &v);
-        if ((rc = axis(&d, &v, &xs[i], err)) != 0)
-            break;
-        if (!any || xs[i] < gmin) {
-            gmin = xs[i];
-            vmin = v;
+        nullish[i] = !sbl_path_get(dv->v[i], d.field, &at) || BSON_ITER_HOLDS_NULL(&at) ||
+                     BSON_ITER_HOLDS_UNDEFINED(&at);
+        /* A nullish document passes unchanged: first, or where the sort by the
+         * partition fields put it (its partition's run). */
+        if (nullish[i] && (d.bounds == DB_FULL || d.nparts == 0))
+            continue;
+        if (!nullish[i]) {
+            sbl_iter_value(&at, &v);
+            if ((rc = axis(&d, &v, &xs[i], err)) != 0)
+                break;
+            if (!any || xs[i] < gmin) {
+                gmin = xs[i];
+                vmin = v;
+            }
+            if (!any || xs[i] > gmax)
+                gmax = xs[i];
+            any = true;
         }
-        if (!any || xs[i] > gmax)
-            gmax = xs[i];
-        any = true;
         bson_t key = BSON_INITIALIZER;
         for (size_t k = 0; k < d.nparts; k++) {
             bson_value_t pv;
@@ -436,9 +442,15 @@ int sbl_agg_densify(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
     for (size_t p = 0; rc == 0 && p < np; p++) {
         size_t nx = 0, from = no;
         bson_value_t first = {0};
-        for (size_t i = parts[p].first; i < dv->n && nx < parts[p].n; i++) {
+        size_t seen = 0;
+        for (size_t i = parts[p].first; i < dv->n && seen < parts[p].n; i++) {
             if (pidx[i] != p)
                 continue;
+            seen++;
+            if (nullish[i]) {
+                push_out(&out, &no, &cap, dv->v[i], -INFINITY, false);
+                continue;
+            }
             if (nx == 0) {
                 bson_iter_t at;
                 sbl_path_get(dv->v[i], d.field, &at);
@@ -447,7 +459,10 @@ int sbl_agg_densify(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
             px[nx++] = xs[i];
             push_out(&out, &no, &cap, dv->v[i], xs[i], false);
         }
-        if (d.bounds == DB_EXPLICIT) {
+        if (nx == 0 && !(d.bounds == DB_EXPLICIT && d.nparts == 0)) {
+            /* only nullish documents: nothing to densify (mongod's partition table
+             * holds the partitions of values) */
+        } else if (d.bounds == DB_EXPLICIT) {
             double hi = d.hi.value_type == BSON_TYPE_DATE_TIME ? (double)d.hi.value.v_datetime
                                                                : sbl_number_double(&d.hi);
             rc = generate(&d, parts[p].key, &d.lo, hi, false, px, nx, &out, &no, &cap, &made,
@@ -483,6 +498,7 @@ int sbl_agg_densify(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
     free(out);
     free(px);
     free(xs);
+    free(nullish);
     free(pidx);
     free(d.parts);
     return rc;

@@ -587,6 +587,9 @@ def test_densify_partitions_full_and_partition(coffee):
     assert by_variety(r) == {"Arabica Typica": [600, 750, 800, 950],
                              "Gesha": [1250, 1450, 1650, 1700],
                              "SL28": [1350, 1400, 1550, 1600]}
+    # sorted by variety, then altitude: the SL28 without one opens SL28's run
+    assert [(d["variety"][0], d.get("altitude")) for d in r][-5:] == [
+        ("S", None), ("S", 1350), ("S", 1400), ("S", 1550), ("S", 1600)]
     r = agg(coffee, [{"$densify": {"field": "altitude", "partitionByFields": ["variety"],
                                    "range": {"bounds": [1000, 1500], "step": 100}}}])
     assert by_variety(r)["Gesha"] == [1000, 1100, 1200, 1250, 1300, 1400, 1700]

@@ -274,7 +274,11 @@ typedef enum sbl_mem_limit {
     SBL_LIM_GROUP,    /* internalDocumentSourceGroupMaxMemoryBytes: $group, $bucket ... */
     SBL_LIM_PUSH,     /* internalQueryMaxPushBytes: one $push array */
     SBL_LIM_ADDTOSET, /* internalQueryMaxAddToSetBytes: one $addToSet array */
-    SBL_LIM_FACET     /* internalQueryFacetMaxOutputDocSizeBytes: $facet's document */
+    SBL_LIM_FACET,    /* internalQueryFacetMaxOutputDocSizeBytes: $facet's document */
+    SBL_LIM_GRAPH,    /* internalDocumentSourceGraphLookupMaxMemoryBytes: $graphLookup */
+    SBL_LIM_WINDOW,   /* internalDocumentSourceSetWindowFieldsMaxMemoryBytes */
+    SBL_LIM_DENSIFY,  /* internalDocumentSourceDensifyMaxMemoryBytes: $densify */
+    SBL_LIM_COUNT
 } sbl_mem_limit_t;
 size_t sbl_mem_limit(sbl_mem_limit_t which);
 size_t sbl_mem_sort_limit(void); /* sbl_mem_limit(SBL_LIM_SORT) */

@@ -335,12 +335,12 @@ static bool statements_are_points(const bson_t *cmd, const char *array, const ch
     return true;
 }
 
-/* readConcern's level is linearizable (*linp) and its afterClusterTime
+/* readConcern's level is linearizable (*linp), its afterClusterTime or afterOpTime
  * (*afterp, 0 when none): both make the read wait (repl_read.c); so may a
  * snapshot read (*snapp, snapshot_read.c). */
 static void read_concern_of(const bson_t *cmd, bool *linp, uint64_t *afterp, bool *snapp)
 {
-    bson_iter_t it, rc;
+    bson_iter_t it, rc, ts;
     *linp = false;
     *afterp = 0;
     *snapp = false;
@@ -356,6 +356,11 @@ static void read_concern_of(const bson_t *cmd, bool *linp, uint64_t *afterp, boo
         else if (strcmp(k, "afterClusterTime") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&rc)) {
             uint32_t t, i;
             bson_iter_timestamp(&rc, &t, &i);
+            *afterp = ((uint64_t)t << 32) | i;
+        } else if (strcmp(k, "afterOpTime") == 0 && bson_iter_recurse(&rc, &ts) &&
+                   bson_iter_find(&ts, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&ts)) {
+            uint32_t t, i; /* {ts, t}: mongod's internal form */
+            bson_iter_timestamp(&ts, &t, &i);
             *afterp = ((uint64_t)t << 32) | i;
         }
     }

@@ -927,6 +927,11 @@ void sbl_rs_stable_reset(uint64_t ts)
     published_stable = ts;
 }
 
+uint64_t sbl_rs_stable_locked(void)
+{
+    return published_stable;
+}
+
 void sbl_rs_publish_stable_locked(void)
 {
     int st = atomic_load(&rs.state);

@@ -19,7 +19,8 @@
  * w:1 write is invisible to it until the commit point passes it, and a
  * cursor's getMores read at the point it opened at (as mongod).  With
  * afterClusterTime (or afterOpTime) it first waits for the commit point to
- * reach that time, within maxTimeMS.  Not at the commit point: a standalone
+ * reach that time, within maxTimeMS; a member without a commit point yet
+ * waits for one (as mongod).  Not at the commit point: a standalone
  * or a member with no config (all it has), an aggregate that writes or
  * opens a change stream (change streams read committed entries anyway),
  * a tailable find, and count without a query (the collection's count, as
@@ -124,11 +125,47 @@ static uint64_t rc_ts(const bson_iter_t *rc)
     return ((uint64_t)t << 32) | i;
 }
 
+/* The readConcern's level (NULL: none) and the time it waits for (*afterp:
+ * afterClusterTime or afterOpTime's ts; 0: none). */
+static const char *level_and_after(const bson_t *cmd, uint64_t *afterp)
+{
+    bson_iter_t it, rc;
+    const char *level = NULL;
+    *afterp = 0;
+    if (!sbl_doc_find_top(cmd, "readConcern", &it) || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &rc))
+        return NULL;
+    while (bson_iter_next(&rc)) {
+        const char *k = bson_iter_key(&rc);
+        if (strcmp(k, "level") == 0 && BSON_ITER_HOLDS_UTF8(&rc))
+            level = bson_iter_utf8(&rc, NULL);
+        else if (strcmp(k, "afterClusterTime") == 0 || strcmp(k, "afterOpTime") == 0)
+            *afterp = rc_ts(&rc);
+    }
+    return level;
+}
+
+void sbl_cmd_read_concern_of(const bson_t *cmd, bool *linp, uint64_t *afterp)
+{
+    const char *level = level_and_after(cmd, afterp);
+    *linp = level != NULL && strcmp(level, "linearizable") == 0;
+}
+
+bool sbl_cmd_read_concern_waits(const bson_t *cmd)
+{
+    uint64_t after;
+    const char *level = level_and_after(cmd, &after);
+    if (after != 0 || (level != NULL && (strcmp(level, "linearizable") == 0 ||
+                                         strcmp(level, "snapshot") == 0)))
+        return true;
+    /* majority before this member has a commit point: it waits for one */
+    return level != NULL && strcmp(level, "majority") == 0 && sbl_repl_enabled() &&
+           sbl_storage_stable_ts() == 0;
+}
+
 /* The command's readConcern: level snapshot (*snapp) and atClusterTime (*atp,
- * 0: none), checked as mongod does; level majority (*majp, may be NULL) and
- * the time it must wait for (*afterp: afterClusterTime or afterOpTime.ts). */
-static int parse_read_concern_full(const sbl_opctx_t *ctx, bool *snapp, uint64_t *atp, bool *majp,
-                                   uint64_t *afterp, sbl_err_t *err)
+ * 0: none), checked as mongod does. */
+static int parse_read_concern(const sbl_opctx_t *ctx, bool *snapp, uint64_t *atp, sbl_err_t *err)
 {
     bson_iter_t it, rc;
     const char *level = NULL;
@@ -136,8 +173,6 @@ static int parse_read_concern_full(const sbl_opctx_t *ctx, bool *snapp, uint64_t
 
     *snapp = false;
     *atp = 0;
-    *majp = false;
-    *afterp = 0;
     if (!sbl_doc_find_top(ctx->cmd, "readConcern", &it) || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
         !bson_iter_recurse(&it, &rc))
         return 0;
@@ -147,9 +182,6 @@ static int parse_read_concern_full(const sbl_opctx_t *ctx, bool *snapp, uint64_t
             level = bson_iter_utf8(&rc, NULL);
         } else if (strcmp(k, "afterClusterTime") == 0 || strcmp(k, "afterOpTime") == 0) {
             has_after = true;
-            uint64_t after = rc_ts(&rc);
-            if (after > *afterp)
-                *afterp = after;
         } else if (strcmp(k, "atClusterTime") == 0) {
             if (!BSON_ITER_HOLDS_TIMESTAMP(&rc))
                 return sbl_type_error(err, "readConcern.atClusterTime", &rc, "timestamp");
@@ -160,7 +192,6 @@ static int parse_read_concern_full(const sbl_opctx_t *ctx, bool *snapp, uint64_t
         }
     }
     *snapp = level != NULL && strcmp(level, "snapshot") == 0;
-    *majp = level != NULL && strcmp(level, "majority") == 0;
     if (has_at && !*snapp)
         return sbl_err_set(err, SBL_E_InvalidOptions,
                            "readConcern.atClusterTime can only be used with readConcern level "
@@ -175,13 +206,6 @@ static int parse_read_concern_full(const sbl_opctx_t *ctx, bool *snapp, uint64_t
         return sbl_err_set(err, SBL_E_NotAReplicaSet,
                            "node needs to be a replica set member to use readConcern: snapshot");
     return 0;
-}
-
-static int parse_read_concern(const sbl_opctx_t *ctx, bool *snapp, uint64_t *atp, sbl_err_t *err)
-{
-    bool maj;
-    uint64_t after;
-    return parse_read_concern_full(ctx, snapp, atp, &maj, &after, err);
 }
 
 /* atClusterTime at: refused after the cluster time, waited for until
@@ -234,14 +258,10 @@ static int majority_begin(sbl_opctx_t *ctx, uint64_t after, sbl_err_t *err)
     } else if (strcmp(n, "count") != 0 && strcmp(n, "distinct") != 0) {
         return 0;
     }
-    /* after: the dispatcher sent the read to a worker, which may wait */
-    if (after != 0)
-        SBL_RET(wait_stable(ctx, after, ctx->deadline_us, &reached, err));
-    uint64_t ts = sbl_storage_stable_ts();
-    if (ts == 0)
-        return sbl_err_set(err, SBL_E_ReadConcernMajorityNotAvailableYet,
-                           "Read concern majority reads are currently not possible.");
-    SBL_RET(open_at(ctx, ts, err));
+    /* the commit point reaches after, or exists (on a worker: the dispatcher
+     * sent such reads there, sbl_cmd_read_concern_waits) */
+    SBL_RET(wait_stable(ctx, after != 0 ? after : 1, ctx->deadline_us, &reached, err));
+    SBL_RET(open_at(ctx, sbl_storage_stable_ts(), err));
     ctx->read_majority = true;
     return 0;
 }
@@ -250,7 +270,7 @@ int sbl_cmd_snapshot_begin(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
     uint64_t at, after;
-    bool snapshot, majority, reached;
+    bool snapshot, reached;
 
     ctx->read_ts = 0;
     ctx->read_majority = false;
@@ -265,8 +285,9 @@ int sbl_cmd_snapshot_begin(sbl_opctx_t *ctx, sbl_err_t *err)
             ts = open; /* see the file's comment: a migration since it opened */
         return ts != 0 ? open_at(ctx, ts, err) : 0;
     }
-    SBL_RET(parse_read_concern_full(ctx, &snapshot, &at, &majority, &after, err));
-    if (majority)
+    SBL_RET(parse_read_concern(ctx, &snapshot, &at, err));
+    const char *level = level_and_after(ctx->cmd, &after);
+    if (level != NULL && strcmp(level, "majority") == 0)
         return majority_begin(ctx, after, err);
     if (!snapshot)
         return 0;

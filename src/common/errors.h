@@ -121,7 +121,6 @@
     X(InterruptedDueToReplStateChange, 11602)                                                      \
     X(WriteConcernFailed, 64)                                                                      \
     X(PrimarySteppedDown, 189)                                                                     \
-    X(ReadConcernMajorityNotAvailableYet, 134)                                                     \
     X(NotSecondary, 135)                                                                           \
     X(NodeNotElectable, 147)                                                                       \
     X(ShardKeyNotFound, 61)                                                                        \

@@ -80,6 +80,8 @@ def test_w1_write_is_invisible_to_majority_reads_until_committed(rs3):
             fail_point(s1, "rsSyncApplyStop", False)
             fail_point(s2, "rsSyncApplyStop", False)
         wait_for(lambda: maj_c.find_one({"_id": "new"}) is not None, timeout=20)
+        # the $lookup's inner read sees the second write once it is committed too
+        wait_for(lambda: list(maj_a.aggregate(lookup))[0]["bs"] != [], timeout=20)
         got = d.command("find", "c", filter={"_id": "new"},
                         readConcern={"level": "majority", "afterClusterTime": at},
                         maxTimeMS=20000)["cursor"]["firstBatch"]

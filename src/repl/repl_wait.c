@@ -9,7 +9,8 @@
  *
  * w:"majority" is over once the commit point reached the write and the
  * stable timestamp too (published here if the heartbeat thread has not yet),
- * so a readConcern majority read right after the acknowledgement sees it.
+ * so a readConcern majority read right after the acknowledgement sees it
+ * (not while a prepared transaction holds the stable timestamp back).
  *
  * What must stay true: each callback runs exactly once, never under
  * sbl_rs.lock; at stop every waiting write is answered (interrupted), none
@@ -47,12 +48,14 @@ static pthread_t waiter_thread;
 static bool satisfied_locked(const waiter_t *wt)
 {
     if (wt->majority) {
-        /* committed, and a majority read (at the stable timestamp) sees it */
+        /* committed, and a majority read (at the stable timestamp) sees it;
+         * but a prepared transaction that holds stable back must not hold
+         * back the writes that resolve it (its own prepare, the decision) */
         if (rs.commit.ts < wt->ts)
             return false;
-        if (sbl_rs_stable_locked() < wt->ts)
+        if (sbl_rs_stable_unclamped_locked() < wt->ts)
             sbl_rs_publish_stable_locked();
-        return sbl_rs_stable_locked() >= wt->ts;
+        return sbl_rs_stable_unclamped_locked() >= wt->ts;
     }
     sbl_optime_t applied[SBL_RS_MAX_MEMBERS];
     for (int i = 0; i < rs.cfg.n; i++)

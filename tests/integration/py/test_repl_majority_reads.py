@@ -108,7 +108,7 @@ def test_majority_cursor_keeps_its_snapshot_and_sees_own_writes(rs3):
                 cur = r.find({}, session=s, batch_size=2)
                 first = [next(cur)["_id"], next(cur)["_id"]]
                 # later majority-committed changes are not in the cursor's snapshot
-                # (its first batch read the first 102 documents)
+                # (past the 102 documents the executor read ahead for the first batch)
                 w.insert_many([{"_id": 2000 + i} for i in range(5)])
                 w.delete_one({"_id": 299})
                 rest = [doc["_id"] for doc in cur]

@@ -217,6 +217,8 @@ static int parse_object_arg(const char *name, const bson_iter_t *it, wout_t *o, 
         sbl_iter_value(&f, &v);
         if ((strcmp(k, "input") == 0 && o->fn != W_SHIFT) ||
             (strcmp(k, "output") == 0 && o->fn == W_SHIFT)) {
+            sbl_expr_free(o->e); /* a repeated field: the last one counts */
+            o->e = NULL;
             SBL_RET(sbl_expr_parse(&v, &o->e, err));
         } else if (strcmp(k, "unit") == 0 && (o->fn == W_DERIV || o->fn == W_INTEGRAL)) {
             int months;

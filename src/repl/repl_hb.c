@@ -522,6 +522,7 @@ static bool catch_up_locked(int64_t term)
         int64_t moved_ms = start;
         sbl_optime_t seen = sbl_rs_my_applied();
         rs.won.target = target;
+        atomic_fetch_add(&rs.topology, 1); /* hello names this member primary meanwhile */
         log_catchup(21359, "Entering primary catch-up mode", NULL, target, -1);
         while (how == NULL) {
             sbl_optime_t me = sbl_rs_my_applied(), newest = newest_known_locked();
@@ -547,6 +548,7 @@ static bool catch_up_locked(int64_t term)
                 sbl_rs_wait_locked(50);
         }
         rs.won.catchup_ops = sbl_rs_applied_ops() - ops0;
+        atomic_fetch_add(&rs.topology, 1);
         log_catchup(21363, "Exited primary catch-up mode", how, target, rs.won.catchup_ops);
     }
     rs.catching_up = false;

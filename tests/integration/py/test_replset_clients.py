@@ -286,8 +286,12 @@ def test_monitoring(rs):
         j = json.loads(urllib.request.urlopen(
             "http://127.0.0.1:%d/api/series" % p.metrics_port, timeout=10).read())
         got = {m["name"]: m for m in j["members"]}
+        # a sample is taken once a second: wait for one taken after the
+        # election settled (an earlier one may still show the primary as 2)
+        want = {"127.0.0.1:%d" % m.port: 1 if m is p else 2 for m in rs}
         return (j, got) if len(got) == 3 and all(
-            m["state"] and m["state"][-1] is not None for m in got.values()) else None
+            m["state"] and m["state"][-1] == want.get(m["name"])
+            for m in got.values()) else None
     j, got = wait_for(page_members, timeout=15)
     for m in rs:
         row = got["127.0.0.1:%d" % m.port]

@@ -283,6 +283,24 @@ out:
     return rc;
 }
 
+/* Remove config.migrations' document mid. */
+static void migrations_delete(const char *mid)
+{
+    bson_t del = BSON_INITIALIZER, dels, d, q;
+    BSON_APPEND_UTF8(&del, "delete", "migrations");
+    BSON_APPEND_ARRAY_BEGIN(&del, "deletes", &dels);
+    BSON_APPEND_DOCUMENT_BEGIN(&dels, "0", &d);
+    BSON_APPEND_DOCUMENT_BEGIN(&d, "q", &q);
+    BSON_APPEND_UTF8(&q, "_id", mid);
+    bson_append_document_end(&d, &q);
+    BSON_APPEND_INT32(&d, "limit", 1);
+    bson_append_document_end(&dels, &d);
+    bson_append_array_end(&del, &dels);
+    sbl_err_t e = {0};
+    cfg_write(&del, &e);
+    bson_destroy(&del);
+}
+
 /* The migration itself, its shards claimed: config.migrations and the
  * changelog around the donor's _shardsvrMoveRange. */
 static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const bson_t *key,
@@ -319,6 +337,13 @@ static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const 
         bson_append_document_end(&docs, &d);
         bson_append_array_end(&cmd, &docs);
         rc = cfg_write(&cmd, err);
+        if (rc == SBL_E_DuplicateKey) {
+            /* left by a config server primary that died during a migration
+             * (the shards settle that one themselves): replaced */
+            sbl_err_clear(err);
+            migrations_delete(mid);
+            rc = cfg_write(&cmd, err);
+        }
         bson_destroy(&cmd);
         if (rc != 0)
             return rc;
@@ -364,21 +389,7 @@ static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const 
     }
     bson_destroy(&reply);
     bson_destroy(&det);
-    {
-        bson_t del = BSON_INITIALIZER, dels, d, q;
-        BSON_APPEND_UTF8(&del, "delete", "migrations");
-        BSON_APPEND_ARRAY_BEGIN(&del, "deletes", &dels);
-        BSON_APPEND_DOCUMENT_BEGIN(&dels, "0", &d);
-        BSON_APPEND_DOCUMENT_BEGIN(&d, "q", &q);
-        BSON_APPEND_UTF8(&q, "_id", mid);
-        bson_append_document_end(&d, &q);
-        BSON_APPEND_INT32(&d, "limit", 1);
-        bson_append_document_end(&dels, &d);
-        bson_append_array_end(&del, &dels);
-        sbl_err_t e = {0};
-        cfg_write(&del, &e);
-        bson_destroy(&del);
-    }
+    migrations_delete(mid);
     return rc;
 }
 

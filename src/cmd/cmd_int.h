@@ -208,6 +208,11 @@ int sbl_cmd_coordinate_commit(sbl_opctx_t *ctx, sbl_err_t *err);
  * command layer, stopped before storage closes. */
 void sbl_cmd_coord_start(void);
 void sbl_cmd_coord_stop(void);
+/* Chunk migrations' fail points (migrate_recover.c): -1 when name is not
+ * one.  Migration recovery (sbl_cmd_mig_recovery_start, cmd.h) stops
+ * before storage closes. */
+int sbl_cmd_mig_fail_point(const char *name, bool on);
+void sbl_cmd_mig_recovery_stop(void);
 /* A collection (an index) the transaction ctx runs in created: hidden from
  * others until its commit, then logged before its applyOps entry; dropped
  * when it aborts. */

@@ -49,6 +49,11 @@ typedef struct sbl_repl_config {
     const char *cluster_key; /* security.keyFile's key: members authenticate as __system */
 } sbl_repl_config_t;
 
+/* Set by a chunk migration's thread around its writes (the recipient's
+ * copy moving in, a range deletion): their oplog entries carry fromMigrate:
+ * true, which change streams hide unless showMigrationEvents. */
+extern _Thread_local bool sbl_repl_from_migrate;
+
 /* Start replication after sbl_storage_open: with a set name, install the
  * write observer and, when local.system.replset holds a config for the set,
  * open the oplog, resume its timestamps and become PRIMARY again.  Returns

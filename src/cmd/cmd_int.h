@@ -120,6 +120,8 @@ int sbl_cmd_sharding_state(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_migrate_clone(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_transfer_mods(sbl_opctx_t *ctx, sbl_err_t *err);
+/* The donor's retryable-write history of the migrating range (migrate_sess.c). */
+int sbl_cmd_get_next_session_mods(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_recv_chunk_start(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_recv_chunk_status(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_recv_chunk_commit(sbl_opctx_t *ctx, sbl_err_t *err);

@@ -650,6 +650,23 @@ bool mig_donor_active(void)
     return donor.active;
 }
 
+int mig_donor_spec(const bson_t *cmd, mig_spec_t *out, sbl_err_t *err)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&donor_mu);
+    int rc = donor.active ? mig_check_session(cmd, donor.session, err)
+                          : sbl_err_set(err, SBL_E_ConflictingOperationInProgress,
+                                        "no migration is active on this shard");
+    if (rc == 0) {
+        *out = donor.spec;
+        out->key = bson_copy(donor.spec.key);
+        out->min = bson_copy(donor.spec.min);
+        out->max = bson_copy(donor.spec.max);
+    }
+    pthread_mutex_unlock(&donor_mu);
+    return rc;
+}
+
 /* The last critical sections by namespace (a few: one migration at a time
  * per shard; an older one has left the snapshot history anyway). */
 static pthread_mutex_t crit_mu = PTHREAD_MUTEX_INITIALIZER;

@@ -73,6 +73,12 @@ void mig_chunk_owner(const char *cfg, const char *ns, const bson_t *min, char *o
 void mig_crit_note(const char *ns);
 uint64_t mig_crit_ts(const char *db, const bson_t *getmore);
 bool mig_recip_active(void);
+/* A copy of the donated range when cmd's sessionId names the migration this
+ * shard donates now (ConflictingOperationInProgress otherwise). */
+int mig_donor_spec(const bson_t *cmd, mig_spec_t *out, sbl_err_t *err);
+/* The recipient, in its critical section: the donor's retryable-write
+ * history of the range into this shard's sessions (migrate_sess.c). */
+int mig_recip_sessions(sbl_session_t *ss, const char *from, const char *session, sbl_err_t *err);
 
 /* ---- what survives a restart (migrate_recover.c) --------------------------
  * The donor writes its config.migrationCoordinators document ({_id:

@@ -448,6 +448,10 @@ static int recv_commit(sbl_opctx_t *ctx, sbl_err_t *err)
             break;
         }
     }
+    /* the range's retryable-write history, complete now that the donor's
+     * routed writes have stopped */
+    if (rc == 0)
+        rc = mig_recip_sessions(ctx->ss, recip.from, recip.session, err);
     if (rc == 0) {
         recip.state = "commit";
         mig_crit_note(recip.spec.ns); /* before the range moves in: snapshot_read.c */

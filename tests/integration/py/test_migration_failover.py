@@ -218,7 +218,9 @@ def test_config_server_killed_mid_migration(mongos, cluster):
     donor, recip = make_coll(mongos, "cfg")
     fail_point(cluster, donor, "moveChunkHangAtStep3", True)  # steady, before the commit
     out = start_move(cluster, "cfg", recip)
-    assert wait_for(lambda: recv_status(cluster, recip).get("state") == "steady")
+    assert wait_for(lambda: recv_status(cluster, recip).get("state") == "steady"
+                    or not out["thread"].is_alive(), 60), out
+    assert out["thread"].is_alive(), out
     launcher(cluster, "kill", "0")
     launcher(cluster, "restart", "0")
     fail_point(cluster, donor, "moveChunkHangAtStep3", False)
@@ -265,3 +267,34 @@ def test_migration_events_are_hidden_from_change_streams(mongos, cluster):
         assert events(d, "cs", None, dplain, secs=1) == []
         evs = events(d, "cs", None, dshown, secs=1)
         assert {e["operationType"] for e in evs} == {"delete"} and len(evs) == N - N // 2
+
+
+def test_retried_write_after_migration_is_not_applied_twice(mongos, cluster):
+    # the range's retryable-write history moves with it: a retry of an
+    # update (and of an insert) that ran on the donor, sent after the chunk
+    # moved, is answered from the recipient's history instead of running again
+    donor, recip = make_coll(mongos, "rw")
+    with client(cluster["router"]) as fresh, fresh.start_session() as s:  # a new lsid
+        upd = {"updates": [{"q": {"k": N - 2}, "u": {"$inc": {"n": 1}}}], "txnNumber": Int64(7)}
+        ins = {"documents": [{"_id": "r", "k": N + 5}], "txnNumber": Int64(8)}
+        assert fresh.mf.command("update", "rw", session=s, **upd)["nModified"] == 1
+        assert fresh.mf.command("insert", "rw", session=s, **ins)["n"] == 1
+        fresh.admin.command("moveChunk", "mf.rw", find={"k": N // 2}, to="shard%d" % recip)
+        with direct(cluster, recip) as r:
+            assert r.mf.rw.count_documents({}) == N - N // 2 + 1
+            assert r.local.oplog.rs.count_documents(
+                {"op": "n", "o.$sessionMigrateInfo": 1, "fromMigrate": True}) >= 1
+        # txnNumber 7 is older than the session's newest (8): refused, as mongod
+        with pytest.raises(OperationFailure) as e:
+            fresh.mf.command("update", "rw", session=s, **upd)
+        assert e.value.code == 225  # TransactionTooOld
+        r = fresh.mf.command("insert", "rw", session=s, **ins)
+        assert r["n"] == 1 and "writeErrors" not in r, r  # not a DuplicateKey
+        # and back: the history that came in goes out again with the range
+        upd = {"updates": [{"q": {"k": N - 3}, "u": {"$inc": {"n": 1}}}], "txnNumber": Int64(9)}
+        assert fresh.mf.command("update", "rw", session=s, **upd)["nModified"] == 1
+        fresh.admin.command("moveChunk", "mf.rw", find={"k": N // 2}, to="shard%d" % donor)
+        r = fresh.mf.command("update", "rw", session=s, **upd)  # back on the first shard
+        assert r["n"] == 1, r
+    assert mongos.mf.rw.find_one({"k": N - 2})["n"] == 1
+    assert mongos.mf.rw.find_one({"k": N - 3})["n"] == 1

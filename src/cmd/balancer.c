@@ -446,18 +446,6 @@ static int chunk_set(const bson_value_t *id, const bson_t *set, sbl_err_t *err)
     return rc;
 }
 
-typedef struct wc_wait {
-    int code;
-    char msg[256];
-} wc_wait_t;
-
-static void wc_done(void *arg, int code, const char *msg)
-{
-    wc_wait_t *w = arg;
-    w->code = code;
-    snprintf(w->msg, sizeof(w->msg), "%s", msg ? msg : "");
-}
-
 int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     int rc = is_config_primary(err);
@@ -541,11 +529,8 @@ int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
         /* the commit is the migration's point of no return: a majority of
          * the config servers must have it before the donor deletes its copy
          * (an internal write does not wait for its write concern itself) */
-        wc_wait_t w = {0};
-        sbl_repl_await(sbl_repl_last_op_ts(), 1, true, 60000, wc_done, &w);
-        if (w.code != 0)
-            rc = sbl_err_set(err, w.code, "waiting for the commit to reach a majority of the "
-                             "config servers: %s", w.msg);
+        rc = mig_await_majority(60000, "waiting for the commit to reach a majority of the "
+                                "config servers", err);
     }
     if (rc == 0) {
         bson_t det = BSON_INITIALIZER, v;

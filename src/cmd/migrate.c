@@ -645,6 +645,27 @@ int64_t mig_delete_range(const mig_spec_t *s, sbl_err_t *err)
     return rc == 0 ? deleted : -1;
 }
 
+typedef struct wc_wait {
+    int code;
+    char msg[256];
+} wc_wait_t;
+
+static void wc_done(void *arg, int code, const char *msg)
+{
+    wc_wait_t *w = arg;
+    w->code = code;
+    snprintf(w->msg, sizeof(w->msg), "%s", msg ? msg : "");
+}
+
+int mig_await_majority(int64_t timeout_ms, const char *what, sbl_err_t *err)
+{
+    wc_wait_t w = {0};
+    sbl_repl_await(sbl_repl_last_op_ts(), 1, true, timeout_ms, wc_done, &w);
+    if (w.code != 0)
+        return sbl_err_set(err, w.code, "%s: %s", what, w.msg);
+    return 0;
+}
+
 bool mig_donor_active(void)
 {
     return donor.active;

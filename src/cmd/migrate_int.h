@@ -73,6 +73,9 @@ void mig_chunk_owner(const char *cfg, const char *ns, const bson_t *min, char *o
 void mig_crit_note(const char *ns);
 uint64_t mig_crit_ts(const char *db, const bson_t *getmore);
 bool mig_recip_active(void);
+/* Wait (at most timeout_ms) until a majority of this set has everything
+ * this member wrote so far; else the error, prefixed with what. */
+int mig_await_majority(int64_t timeout_ms, const char *what, sbl_err_t *err);
 /* A copy of the donated range when cmd's sessionId names the migration this
  * shard donates now (ConflictingOperationInProgress otherwise). */
 int mig_donor_spec(const bson_t *cmd, mig_spec_t *out, sbl_err_t *err);

@@ -379,6 +379,17 @@ static int recip_move_in(int64_t deadline, sbl_err_t *err)
     return rc;
 }
 
+/* The range moved in (and the sessions' history) is in the journal and on
+ * a majority before the donor may commit and delete its copy: a recipient
+ * that dies after answering must still have it when it comes back. */
+static int recip_durable(int64_t deadline, sbl_err_t *err)
+{
+    SBL_RET(sbl_storage_flush(err));
+    int64_t left_ms = (deadline - sbl_now_us()) / 1000;
+    return mig_await_majority(left_ms > 0 ? left_ms : 1, "the range moved in did not reach a "
+                              "majority of the recipient's members in time", err);
+}
+
 static void *drop_main(void *arg)
 {
     char *name = arg;
@@ -462,6 +473,8 @@ static int recv_commit(sbl_opctx_t *ctx, sbl_err_t *err)
         recip.moved = true; /* from here an abort deletes what was moved in */
         rc = recip_move_in(deadline, err);
     }
+    if (rc == 0)
+        rc = recip_durable(deadline, err);
     if (rc != 0) {
         recip_fail(err);
         return rc;

@@ -543,15 +543,29 @@ static void *recover_main(void *arg)
 {
     (void)arg;
     sbl_thread_name("migrecovery");
-    bool was_primary = false;
-    while (!atomic_load(&stopping)) {
+    bool was_primary = false, was_writable = false;
+    for (unsigned tick = 0; !atomic_load(&stopping); tick++) {
         usleep(250 * 1000);
+        /* a member elected after addShard (which only its primary then
+         * heard) reads the shardIdentity document it replicated */
+        bool writable = sbl_repl_writable();
+        if (sbl_shard_name() == NULL && writable && (!was_writable || tick % 8 == 0))
+            sbl_cmd_sharding_start();
+        was_writable = writable;
         bool primary = sbl_repl_writable() && sbl_shard_name() != NULL;
         if (primary && (!was_primary || atomic_load(&pending))) {
             pthread_mutex_lock(&rec_mu);
             bool left = recover_pass() || in_crit;
             pthread_mutex_unlock(&rec_mu);
             set_pending(left);
+        } else if (!primary && atomic_load(&pending) && !mig_donor_active() &&
+                   !mig_recip_active()) {
+            /* stepped down: the new primary recovers; a critical section
+             * held here would only stop this member's routed reads */
+            pthread_mutex_lock(&rec_mu);
+            crit_release();
+            pthread_mutex_unlock(&rec_mu);
+            set_pending(false);
         }
         was_primary = primary;
     }

@@ -33,12 +33,18 @@ N = 1200
 ARGS = ["enableTestCommands=1", "sableMigrationReleaseWaitMS=1000"]
 
 
-@pytest.fixture(scope="module")
-def cluster():
+def migration_cluster(prefix, members=1):
+    """A cluster for these tests (test commands on: the fail points; a
+    recipient left in its critical section settles it after 1 s)."""
     if not os.path.exists(ROUTER):
         pytest.skip("sable-router not built")
-    with sharded.cluster("sable-migf-", launcher_args=[
-            a for p in ARGS for a in ("--sabled-arg=--setParameter", "--sabled-arg=" + p)]) as info:
+    return sharded.cluster(prefix, members=members, launcher_args=[
+        a for p in ARGS for a in ("--sabled-arg=--setParameter", "--sabled-arg=" + p)])
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with migration_cluster("sable-migf-") as info:
         yield info
 
 

@@ -15,21 +15,16 @@ import pytest
 from pymongo.errors import PyMongoError
 
 sys.path.insert(0, os.path.dirname(__file__))
-import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
+from test_migration_failover import migration_cluster  # noqa: E402
 from test_router_txn2pc import wait_for  # noqa: E402
 
 MEMBERS = 3
 N = 600
-ARGS = ["enableTestCommands=1", "sableMigrationReleaseWaitMS=1000"]
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-migsd-", members=MEMBERS, launcher_args=[
-            a for p in ARGS for a in ("--sabled-arg=--setParameter", "--sabled-arg=" + p)]) as info:
+    with migration_cluster("sable-migsd-", members=MEMBERS) as info:
         yield info
 
 

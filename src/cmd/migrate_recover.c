@@ -253,14 +253,12 @@ static void free_docs(bson_t *docs, int n)
         bson_destroy(&docs[i]);
 }
 
+static bool leftover_ns(char *ns, size_t n);
+
 bool mig_leftovers(void)
 {
-    bson_t docs[1];
-    int n = load_docs("migrationCoordinators", docs, 1);
-    if (n == 0)
-        n = load_docs("rangeDeletions", docs, 1);
-    free_docs(docs, n);
-    return n > 0;
+    char ns[256];
+    return leftover_ns(ns, sizeof(ns));
 }
 
 /* The range a document names, as a mig_spec_t (freed by the caller). */
@@ -536,6 +534,22 @@ static bool recover_pass(void)
     return left;
 }
 
+/* The collection of the first document a migration left here, into ns;
+ * false when there is none. */
+static bool leftover_ns(char *ns, size_t n)
+{
+    bson_t docs[1];
+    int nd = load_docs("migrationCoordinators", docs, 1);
+    if (nd == 0)
+        nd = load_docs("rangeDeletions", docs, 1);
+    const char *s = nd > 0 ? sbl_doc_utf8(&docs[0], "nss") : NULL;
+    bool found = s != NULL;
+    if (found)
+        snprintf(ns, n, "%s", s);
+    free_docs(docs, nd);
+    return found;
+}
+
 static pthread_t rec_thread;
 static bool rec_running;
 
@@ -558,14 +572,20 @@ static void *recover_main(void *arg)
             bool left = recover_pass() || in_crit;
             pthread_mutex_unlock(&rec_mu);
             set_pending(left);
-        } else if (!primary && atomic_load(&pending) && !mig_donor_active() &&
-                   !mig_recip_active()) {
-            /* stepped down: the new primary recovers; a critical section
-             * held here would only stop this member's routed reads */
+        } else if (!primary && tick % 4 == 0 && !mig_donor_active() && !mig_recip_active()) {
+            /* a secondary mirrors what migrations left (routed commands go
+             * to primaries only, so this costs nothing): with documents it
+             * holds their collection's critical section, so once elected it
+             * serves no routed command before its recovery ran */
+            char ns[256];
             pthread_mutex_lock(&rec_mu);
-            crit_release();
+            if (leftover_ns(ns, sizeof(ns)))
+                crit_take(ns);
+            else
+                crit_release();
+            bool held = in_crit;
             pthread_mutex_unlock(&rec_mu);
-            set_pending(false);
+            set_pending(held);
         }
         was_primary = primary;
     }
@@ -579,20 +599,15 @@ void sbl_cmd_mig_recovery_start(void)
         return;
     /* before any routed command can come in: documents left by a
      * migration hold their collection's critical section from the start */
-    bson_t docs[1];
-    int n = sbl_shard_name() != NULL ? load_docs("migrationCoordinators", docs, 1) : 0;
-    if (n == 0 && sbl_shard_name() != NULL)
-        n = load_docs("rangeDeletions", docs, 1);
-    if (n > 0) {
-        const char *ns = sbl_doc_utf8(&docs[0], "nss");
+    char ns[256];
+    if (leftover_ns(ns, sizeof(ns))) {
         pthread_mutex_lock(&rec_mu);
-        if (ns != NULL && crit_take(ns))
+        if (crit_take(ns))
             mig_log("migration recovery: %s's critical section is held until an unfinished "
                     "migration is settled", ns);
         pthread_mutex_unlock(&rec_mu);
         set_pending(true);
     }
-    free_docs(docs, n);
     atomic_store(&stopping, false);
     if (pthread_create(&rec_thread, NULL, recover_main, NULL) == 0)
         rec_running = true;

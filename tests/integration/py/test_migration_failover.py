@@ -146,12 +146,12 @@ def settle(mongos, cluster, name, out, secs=45):
     return owner(mongos, name)
 
 
-def first_read(mongos, name):
+def first_read(mongos, name, db="mf"):
     """The _ids of the first routed read that succeeds (shards may be
     restarting)."""
     for _ in range(150):
         try:
-            return sorted(d["_id"] for d in mongos.mf[name].find({}, {"_id": 1}))
+            return sorted(d["_id"] for d in mongos[db][name].find({}, {"_id": 1}))
         except PyMongoError:
             time.sleep(0.2)
     raise AssertionError("no routed read succeeded")

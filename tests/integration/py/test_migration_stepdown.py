@@ -15,7 +15,7 @@ import pytest
 from pymongo.errors import PyMongoError
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_migration_failover import migration_cluster  # noqa: E402
+from test_migration_failover import first_read, migration_cluster  # noqa: E402
 from test_router_txn2pc import wait_for  # noqa: E402
 
 MEMBERS = 3
@@ -84,6 +84,9 @@ def test_donor_stepdown_after_the_commit(cluster):
         except PyMongoError:
             pass  # the connection may close
     assert wait_for(lambda: primary_port(cluster, donor) != old, 60)
+    # the elected member held the collection's critical section as a
+    # secondary already: its first routed read comes after its recovery
+    assert first_read(mongos, "c", db="sd") == list(range(N))
     with direct(old) as d:
         d.admin.command("configureFailPoint", "moveChunkHangAtStep5", mode="off")
     t.join(90)

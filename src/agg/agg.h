@@ -104,6 +104,34 @@ int sbl_agg_check_mem(const sbl_agg_env_t *env, size_t bytes, const char *stage,
 int sbl_agg_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, int64_t limit,
                  sbl_err_t *err);
 
+/* Read ns into out (appended): a collection through the executor (filter
+ * may be NULL; it is planned, so indexes serve it), or a view, whose source
+ * is read and whose pipeline runs (then filter as a $match). */
+int sbl_agg_read_ns(sbl_agg_env_t *env, const char *ns, const bson_t *filter,
+                    sbl_docvec_t *out, sbl_err_t *err);
+
+/* $unionWith and $graphLookup (union_graph.c); it is the stage's value. */
+int sbl_agg_union_with(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
+                       sbl_err_t *err);
+int sbl_agg_graph_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
+                         sbl_err_t *err);
+
+/* $setWindowFields (window.c, window_fn.c): the documents come out ordered by
+ * partition, then sortBy, each with its output fields. */
+int sbl_agg_set_window_fields(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it,
+                              sbl_err_t *err);
+
+/* $densify and $fill (densify.c); $fill runs as $setWindowFields ($locf,
+ * $linearFill) then $addFields ($ifNull), as mongod rewrites it. */
+int sbl_agg_densify(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err);
+int sbl_agg_fill(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bson_iter_t *it,
+                 sbl_err_t *err);
+
+/* $indexStats (index_stats.c), a first stage: one document per index of ns
+ * with its access count (none when ns does not exist). */
+int sbl_agg_index_stats(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv,
+                        const bson_iter_t *it, sbl_err_t *err);
+
 /* Stages of stages.c and bucket_auto.c, dispatched by pipeline.c; it is the stage's value. */
 int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err);
 /* $redact (redact.c): spec evaluated at each document level of each

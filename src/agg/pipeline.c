@@ -862,12 +862,22 @@ static int run_stage(sbl_agg_env_t *env, const char *ns, size_t index, bool last
     if (strcmp(name, "$currentOp") == 0) /* a first one ran in aggregate.c */
         return sbl_err_set(err, 40602, "$currentOp is only valid as the first stage in a "
                                        "pipeline");
-    if (strcmp(name, "$indexStats") == 0 || strcmp(name, "$graphLookup") == 0 ||
-        strcmp(name, "$unionWith") == 0 || strcmp(name, "$densify") == 0 ||
-        strcmp(name, "$fill") == 0 || strcmp(name, "$setWindowFields") == 0 ||
-        strcmp(name, "$listSessions") == 0)
-        return sbl_err_set(err, SBL_E_NotImplemented, "%s is not supported by this server yet",
-                           name);
+    if (strcmp(name, "$unionWith") == 0)
+        return sbl_agg_union_with(env, dv, st, err);
+    if (strcmp(name, "$graphLookup") == 0)
+        return sbl_agg_graph_lookup(env, dv, st, err);
+    if (strcmp(name, "$setWindowFields") == 0)
+        return sbl_agg_set_window_fields(env, dv, st, err);
+    if (strcmp(name, "$densify") == 0)
+        return sbl_agg_densify(env, dv, st, err);
+    if (strcmp(name, "$fill") == 0)
+        return sbl_agg_fill(env, ns, dv, st, err);
+    if (strcmp(name, "$indexStats") == 0) {
+        if (index != 0)
+            return sbl_err_set(err, 40602, "$indexStats is only valid as the first stage in a "
+                                           "pipeline");
+        return sbl_agg_index_stats(env, ns, dv, st, err);
+    }
 #undef NEED_DOC
     return sbl_err_set(err, SBL_E_UnrecognizedStage, "Unrecognized pipeline stage name: '%s'",
                        name);

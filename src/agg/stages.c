@@ -62,25 +62,6 @@ static int target_ns(const sbl_agg_env_t *env, const bson_iter_t *it, const char
     return sbl_validate_ns(ns, err);
 }
 
-/* Read every document of ns (none when it does not exist). */
-static int read_all(sbl_opctx_t *ctx, const char *ns, sbl_docvec_t *out, sbl_err_t *err)
-{
-    sbl_qexec_t *q = NULL;
-    sbl_qexec_opts_t o = {0};
-    SBL_RET(sbl_qexec_new(ns, &o, &q, err));
-    int rc = 0;
-    for (;;) {
-        bson_t doc;
-        bool done = false;
-        if ((rc = sbl_qexec_next(q, ctx, &doc, NULL, &done, err)) != 0 || done)
-            break;
-        sbl_docvec_push(out, bson_copy(&doc));
-        bson_destroy(&doc);
-    }
-    sbl_qexec_free(q);
-    return rc;
-}
-
 static void copy_docs(const sbl_docvec_t *in, sbl_docvec_t *out)
 {
     for (size_t i = 0; i < in->n; i++)
@@ -285,7 +266,7 @@ int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
     fkey_t *fkeys = NULL;
     size_t nfk = 0;
     if (rc == 0)
-        rc = read_all(env->ctx, fns, &foreign_docs, err);
+        rc = sbl_agg_read_ns(env, fns, NULL, &foreign_docs, err);
     if (rc == 0 && foreign != NULL) {
         for (size_t i = 0; i < foreign_docs.n; i++)
             values_at(foreign_docs.v[i], foreign, &fkeys, &nfk, i, env->coll);

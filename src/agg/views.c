@@ -130,3 +130,43 @@ int sbl_validate_user_write_ns(const char *ns, sbl_err_t *err)
         return 0;
     return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid system namespace: %s", ns);
 }
+
+/* ---- reading a collection or a view from a stage ---------------------------------------- */
+
+int sbl_agg_read_ns(sbl_agg_env_t *env, const char *ns, const bson_t *filter,
+                    sbl_docvec_t *out, sbl_err_t *err)
+{
+    char src[SBL_NS_MAX];
+    bson_t pipe;
+    if (sbl_views_any() && sbl_view_get(env->ctx->ss, ns, src, sizeof(src), &pipe)) {
+        sbl_agg_env_t sub = *env;
+        sub.depth++;
+        int rc = sbl_agg_read_ns(&sub, src, NULL, out, err);
+        if (rc == 0)
+            rc = sbl_agg_run(&sub, src, &pipe, 0, out, err);
+        bson_destroy(&pipe);
+        if (rc == 0 && filter != NULL && !bson_empty(filter)) {
+            bson_t m = BSON_INITIALIZER, st;
+            BSON_APPEND_DOCUMENT_BEGIN(&m, "0", &st);
+            BSON_APPEND_DOCUMENT(&st, "$match", filter);
+            bson_append_document_end(&m, &st);
+            rc = sbl_agg_run(&sub, src, &m, 0, out, err);
+            bson_destroy(&m);
+        }
+        return rc;
+    }
+    sbl_qexec_t *q = NULL;
+    sbl_qexec_opts_t o = {.filter = filter, .collation = env->coll};
+    SBL_RET(sbl_qexec_new(ns, &o, &q, err));
+    int rc = 0;
+    for (;;) {
+        bson_t doc;
+        bool done = false;
+        if ((rc = sbl_qexec_next(q, env->ctx, &doc, NULL, &done, err)) != 0 || done)
+            break;
+        sbl_docvec_push(out, bson_copy(&doc));
+        bson_destroy(&doc);
+    }
+    sbl_qexec_free(q);
+    return rc;
+}

@@ -175,7 +175,8 @@ int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err)
         bson_iter_recurse(&st, &f);
         bson_iter_next(&f);
         const char *name = bson_iter_key(&f);
-        if (first == 0 && (strcmp(name, "$collStats") == 0 || strcmp(name, "$documents") == 0)) {
+        if (first == 0 && (strcmp(name, "$collStats") == 0 || strcmp(name, "$documents") == 0 ||
+                           strcmp(name, "$indexStats") == 0)) {
             source_needed = false;
             break;
         }

@@ -372,6 +372,55 @@ static bool flag_of(const bson_t *cmd, const char *flag)
     return bson_iter_init_find(&it, cmd, flag) && bson_iter_as_bool(&it);
 }
 
+/* Whether the user may read (find) every other collection the pipeline's
+ * stages name: $lookup's and $graphLookup's from, $unionWith's coll, and
+ * those of their sub-pipelines and of $facet's (mongod's privileges of a
+ * pipeline).  A sub-pipeline starting with $documents reads no collection. */
+static bool pipeline_reads_allowed(sbl_opctx_t *ctx, const char *db, const bson_iter_t *pipe,
+                                   int depth)
+{
+    bson_iter_t st, stage, f;
+    if (depth > 20 || !BSON_ITER_HOLDS_ARRAY(pipe) || !bson_iter_recurse(pipe, &st))
+        return true; /* the stage itself reports what is wrong */
+    while (bson_iter_next(&st)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&st) || !bson_iter_recurse(&st, &stage) ||
+            !bson_iter_next(&stage))
+            continue;
+        const char *name = bson_iter_key(&stage);
+        const char *coll = NULL, *cdb = db;
+        bool lookup = strcmp(name, "$lookup") == 0 || strcmp(name, "$graphLookup") == 0;
+        if (strcmp(name, "$unionWith") == 0 && BSON_ITER_HOLDS_UTF8(&stage))
+            coll = bson_iter_utf8(&stage, NULL);
+        if (!BSON_ITER_HOLDS_DOCUMENT(&stage)) {
+            if (coll != NULL && !allowed(ctx, "find", db, coll))
+                return false;
+            continue;
+        }
+        bson_iter_recurse(&stage, &f);
+        while (bson_iter_next(&f)) {
+            const char *k = bson_iter_key(&f);
+            bson_iter_t ns;
+            if (((lookup && strcmp(k, "from") == 0) ||
+                 (name[1] == 'u' && strcmp(k, "coll") == 0)) && BSON_ITER_HOLDS_UTF8(&f))
+                coll = bson_iter_utf8(&f, NULL);
+            else if (lookup && strcmp(k, "from") == 0 && BSON_ITER_HOLDS_DOCUMENT(&f) &&
+                     bson_iter_recurse(&f, &ns)) { /* {db, coll}: another database's */
+                while (bson_iter_next(&ns))
+                    if (BSON_ITER_HOLDS_UTF8(&ns) && strcmp(bson_iter_key(&ns), "db") == 0)
+                        cdb = bson_iter_utf8(&ns, NULL);
+                    else if (BSON_ITER_HOLDS_UTF8(&ns) && strcmp(bson_iter_key(&ns), "coll") == 0)
+                        coll = bson_iter_utf8(&ns, NULL);
+            } else if ((strcmp(name, "$facet") == 0 || strcmp(k, "pipeline") == 0) &&
+                     !pipeline_reads_allowed(ctx, db, &f, depth + 1))
+                return false;
+        }
+        if (coll != NULL && (lookup || strcmp(name, "$unionWith") == 0) &&
+            !allowed(ctx, "find", cdb, coll))
+            return false;
+    }
+    return true;
+}
+
 int sbl_cmd_auth_check(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, sbl_err_t *err)
 {
     sbl_client_t *c = ctx->client;
@@ -430,6 +479,15 @@ int sbl_cmd_auth_check(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, sbl_err_t *er
         if (ok && flag_of(ctx->cmd, "upsert"))
             ok = allowed(ctx, "insert", db, coll);
         if (!ok)
+            return not_authorized(ctx, ctx->db, err);
+    }
+    if (strcmp(n, "aggregate") == 0 && bson_iter_init_find(&it, ctx->cmd, "pipeline")) {
+        bson_iter_t st, f;
+        if (!pipeline_reads_allowed(ctx, ctx->db, &it, 0))
+            return not_authorized(ctx, ctx->db, err);
+        if (BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &st) && bson_iter_next(&st) &&
+            BSON_ITER_HOLDS_DOCUMENT(&st) && bson_iter_recurse(&st, &f) && bson_iter_next(&f) &&
+            strcmp(bson_iter_key(&f), "$indexStats") == 0 && !allowed(ctx, "indexStats", db, coll))
             return not_authorized(ctx, ctx->db, err);
     }
     if (strcmp(n, "renameCollection") == 0 && bson_iter_init_find(&it, ctx->cmd, "to") &&

@@ -235,6 +235,14 @@ bool sbl_cmd_mtxn_describe(const sbl_lsid_t *l, int64_t txn_number, bson_t *d);
 void sbl_cmd_mtxn_counts(int64_t *started, int64_t *committed, int64_t *aborted, int64_t *open);
 void sbl_cmd_mtxn_kill_session(const uint8_t id[16]);
 void sbl_cmd_mtxn_reap(void);
+/* snapshot_read.c: the command's readConcern level is linearizable (*linp),
+ * and the time it waits for (*afterp: afterClusterTime or afterOpTime's ts,
+ * 0: none), for the dispatcher's waits (repl_read.c). */
+void sbl_cmd_read_concern_of(const bson_t *cmd, bool *linp, uint64_t *afterp);
+/* The command's readConcern may make it wait (linearizable, afterClusterTime,
+ * snapshot, majority before this member has a commit point): it runs on a
+ * worker, not on a network loop. */
+bool sbl_cmd_read_concern_waits(const bson_t *cmd);
 /* snapshot_read.c: readConcern snapshot outside a transaction.  _begin,
  * before the handler, checks the read concern and opens the snapshot on
  * ctx->ss (setting ctx->read_ts; a getMore of a snapshot cursor reads at its

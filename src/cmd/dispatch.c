@@ -335,32 +335,6 @@ static bool statements_are_points(const bson_t *cmd, const char *array, const ch
     return true;
 }
 
-/* readConcern's level is linearizable (*linp) and its afterClusterTime
- * (*afterp, 0 when none): both make the read wait (repl_read.c); so may a
- * snapshot read (*snapp, snapshot_read.c). */
-static void read_concern_of(const bson_t *cmd, bool *linp, uint64_t *afterp, bool *snapp)
-{
-    bson_iter_t it, rc;
-    *linp = false;
-    *afterp = 0;
-    *snapp = false;
-    if (!sbl_doc_find_top(cmd, "readConcern", &it) || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
-        !bson_iter_recurse(&it, &rc))
-        return;
-    while (bson_iter_next(&rc)) {
-        const char *k = bson_iter_key(&rc);
-        if (strcmp(k, "level") == 0 && BSON_ITER_HOLDS_UTF8(&rc)) {
-            *linp = strcmp(bson_iter_utf8(&rc, NULL), "linearizable") == 0;
-            *snapp = strcmp(bson_iter_utf8(&rc, NULL), "snapshot") == 0;
-        }
-        else if (strcmp(k, "afterClusterTime") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&rc)) {
-            uint32_t t, i;
-            bson_iter_timestamp(&rc, &t, &i);
-            *afterp = ((uint64_t)t << 32) | i;
-        }
-    }
-}
-
 /* A linearizable read: on a primary of a set, and not an aggregate that writes. */
 static int linearizable_allowed(const sbl_opctx_t *ctx, sbl_err_t *err)
 {
@@ -384,13 +358,8 @@ static int linearizable_allowed(const sbl_opctx_t *ctx, sbl_err_t *err)
 static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t counted)
 {
     bson_t f;
-    bool lin, snap;
-    uint64_t after;
-    if (def->flags & SBL_CMD_READ) {
-        read_concern_of(cmd, &lin, &after, &snap);
-        if (lin || after != 0 || snap)
-            return true; /* it waits for replication (repl_read.c) off the loop */
-    }
+    if ((def->flags & SBL_CMD_READ) && sbl_cmd_read_concern_waits(cmd))
+        return true; /* it waits for replication (repl_read.c) off the loop */
     if ((def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
         return true; /* it waits for fsyncUnlock off the loop */
     if (!(def->flags & SBL_CMD_SLOW))
@@ -673,13 +642,12 @@ static void execute_inner(pending_t *p)
         return;
     /* Read concerns that wait: afterClusterTime before the read, a
      * linearizable read's majority-acknowledged no-op after it. */
-    bool lin = false, snap = false;
+    bool lin = false;
     uint64_t after = 0;
     /* A transaction's first command, a write too, waits for its afterClusterTime. */
     bool txn_start = has_ac && sbl_doc_find_top(ctx->cmd, "startTransaction", &it);
     if (((p->def->flags & SBL_CMD_READ) || txn_start) && ctx->req != NULL) {
-        read_concern_of(ctx->cmd, &lin, &after, &snap);
-        (void)snap; /* snapshot_read.c reads it again */
+        sbl_cmd_read_concern_of(ctx->cmd, &lin, &after);
         if (lin && (p->rc = linearizable_allowed(ctx, &p->err)) != 0)
             return;
         if (after != 0 && (p->rc = sbl_repl_wait_applied(after, ctx->deadline_us, &p->err)) != 0)

@@ -13,6 +13,19 @@
  * than the history kept (minSnapshotHistoryWindowInSeconds) is
  * SnapshotTooOld; a time not yet majority-committed is waited for.
  *
+ * readConcern {level: "majority"} (find, aggregate, count, distinct) reads
+ * the same way at the member's majority commit point (its stable
+ * timestamp), on primaries and secondaries, without naming atClusterTime: a
+ * w:1 write is invisible to it until the commit point passes it, and a
+ * cursor's getMores read at the point it opened at (as mongod).  With
+ * afterClusterTime (or afterOpTime) it first waits for the commit point to
+ * reach that time, within maxTimeMS; a member without a commit point yet
+ * waits for one (as mongod).  Not at the commit point: a standalone
+ * or a member with no config (all it has), an aggregate that writes or
+ * opens a change stream (change streams read committed entries anyway),
+ * a tailable find, and count without a query (the collection's count, as
+ * mongod's fast count).
+ *
  * A router's cursor on a shard reads the newest data, as any cursor, until
  * a migration of its collection enters a critical section on this shard
  * after it opened: from then on its getMores read at the time it opened
@@ -58,6 +71,16 @@ static bool pipeline_writes(const bson_t *cmd)
     return false;
 }
 
+/* An aggregate that opens a change stream (its first stage). */
+static bool pipeline_streams(const bson_t *cmd)
+{
+    bson_iter_t it, st, stage;
+    return bson_iter_init_find(&it, cmd, "pipeline") && BSON_ITER_HOLDS_ARRAY(&it) &&
+           bson_iter_recurse(&it, &st) && bson_iter_next(&st) && BSON_ITER_HOLDS_DOCUMENT(&st) &&
+           bson_iter_recurse(&st, &stage) && bson_iter_next(&stage) &&
+           strcmp(bson_iter_key(&stage), "$changeStream") == 0;
+}
+
 /* Wait until the stable timestamp reaches ts or until_us (0: the command's
  * deadline, or for ever); true when it did. */
 static int wait_stable(sbl_opctx_t *ctx, uint64_t ts, int64_t until_us, bool *reachedp,
@@ -90,6 +113,56 @@ static int open_at(sbl_opctx_t *ctx, uint64_t ts, sbl_err_t *err)
     return 0;
 }
 
+/* A readConcern's timestamp field (afterClusterTime, or afterOpTime's ts). */
+static uint64_t rc_ts(const bson_iter_t *rc)
+{
+    bson_iter_t ts = *rc;
+    uint32_t t = 0, i = 0;
+    if (BSON_ITER_HOLDS_DOCUMENT(rc) && (!bson_iter_recurse(rc, &ts) || !bson_iter_find(&ts, "ts")))
+        return 0;
+    if (BSON_ITER_HOLDS_TIMESTAMP(&ts))
+        bson_iter_timestamp(&ts, &t, &i);
+    return ((uint64_t)t << 32) | i;
+}
+
+/* The readConcern's level (NULL: none) and the time it waits for (*afterp:
+ * afterClusterTime or afterOpTime's ts; 0: none). */
+static const char *level_and_after(const bson_t *cmd, uint64_t *afterp)
+{
+    bson_iter_t it, rc;
+    const char *level = NULL;
+    *afterp = 0;
+    if (!sbl_doc_find_top(cmd, "readConcern", &it) || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &rc))
+        return NULL;
+    while (bson_iter_next(&rc)) {
+        const char *k = bson_iter_key(&rc);
+        if (strcmp(k, "level") == 0 && BSON_ITER_HOLDS_UTF8(&rc))
+            level = bson_iter_utf8(&rc, NULL);
+        else if (strcmp(k, "afterClusterTime") == 0 || strcmp(k, "afterOpTime") == 0)
+            *afterp = rc_ts(&rc);
+    }
+    return level;
+}
+
+void sbl_cmd_read_concern_of(const bson_t *cmd, bool *linp, uint64_t *afterp)
+{
+    const char *level = level_and_after(cmd, afterp);
+    *linp = level != NULL && strcmp(level, "linearizable") == 0;
+}
+
+bool sbl_cmd_read_concern_waits(const bson_t *cmd)
+{
+    uint64_t after;
+    const char *level = level_and_after(cmd, &after);
+    if (after != 0 || (level != NULL && (strcmp(level, "linearizable") == 0 ||
+                                         strcmp(level, "snapshot") == 0)))
+        return true;
+    /* majority before this member has a commit point: it waits for one */
+    return level != NULL && strcmp(level, "majority") == 0 && sbl_repl_enabled() &&
+           sbl_storage_stable_ts() == 0;
+}
+
 /* The command's readConcern: level snapshot (*snapp) and atClusterTime (*atp,
  * 0: none), checked as mongod does. */
 static int parse_read_concern(const sbl_opctx_t *ctx, bool *snapp, uint64_t *atp, sbl_err_t *err)
@@ -107,7 +180,7 @@ static int parse_read_concern(const sbl_opctx_t *ctx, bool *snapp, uint64_t *atp
         const char *k = bson_iter_key(&rc);
         if (strcmp(k, "level") == 0 && BSON_ITER_HOLDS_UTF8(&rc)) {
             level = bson_iter_utf8(&rc, NULL);
-        } else if (strcmp(k, "afterClusterTime") == 0) {
+        } else if (strcmp(k, "afterClusterTime") == 0 || strcmp(k, "afterOpTime") == 0) {
             has_after = true;
         } else if (strcmp(k, "atClusterTime") == 0) {
             if (!BSON_ITER_HOLDS_TIMESTAMP(&rc))
@@ -167,25 +240,55 @@ int sbl_cmd_snapshot_txn_ts(sbl_opctx_t *ctx, uint64_t *tsp, sbl_err_t *err)
     return 0;
 }
 
+/* readConcern majority: read at the commit point, once it reached after
+ * (afterClusterTime; 0: none).  See the file's comment for what does not. */
+static int majority_begin(sbl_opctx_t *ctx, uint64_t after, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bool reached;
+    const char *n = ctx->name;
+    if (!sbl_repl_enabled() || sbl_repl_last_op_ts() == 0)
+        return 0;
+    if (strcmp(n, "find") == 0) {
+        if (sbl_doc_find_top(ctx->cmd, "tailable", &it) && bson_iter_as_bool(&it))
+            return 0;
+    } else if (strcmp(n, "aggregate") == 0) {
+        if (pipeline_writes(ctx->cmd) || pipeline_streams(ctx->cmd))
+            return 0;
+    } else if (strcmp(n, "count") != 0 && strcmp(n, "distinct") != 0) {
+        return 0;
+    }
+    /* the commit point reaches after, or exists (on a worker: the dispatcher
+     * sent such reads there, sbl_cmd_read_concern_waits) */
+    SBL_RET(wait_stable(ctx, after != 0 ? after : 1, ctx->deadline_us, &reached, err));
+    SBL_RET(open_at(ctx, sbl_storage_stable_ts(), err));
+    ctx->read_majority = true;
+    return 0;
+}
+
 int sbl_cmd_snapshot_begin(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
-    uint64_t at;
+    uint64_t at, after;
     bool snapshot, reached;
 
     ctx->read_ts = 0;
+    ctx->read_majority = false;
     if (ctx->mtxn != NULL || sbl_doc_find_top(ctx->cmd, "autocommit", &it))
         return 0; /* a transaction's command: the transaction's snapshot (txn.c) */
     if (strcmp(ctx->name, "getMore") == 0) {
         if (!sbl_doc_find_top(ctx->cmd, "getMore", &it) || !BSON_ITER_HOLDS_INT64(&it))
             return 0;
         uint64_t ts, open;
-        sbl_cursor_times(bson_iter_int64(&it), &ts, &open);
+        sbl_cursor_times(bson_iter_int64(&it), &ts, &ctx->read_majority, &open);
         if (ts == 0 && open != 0 && open <= mig_crit_ts(ctx->db, ctx->cmd))
             ts = open; /* see the file's comment: a migration since it opened */
         return ts != 0 ? open_at(ctx, ts, err) : 0;
     }
     SBL_RET(parse_read_concern(ctx, &snapshot, &at, err));
+    const char *level = level_and_after(ctx->cmd, &after);
+    if (level != NULL && strcmp(level, "majority") == 0)
+        return majority_begin(ctx, after, err);
     if (!snapshot)
         return 0;
     if (!is_snapshot_command(ctx->name) ||
@@ -218,8 +321,9 @@ void sbl_cmd_snapshot_end(sbl_opctx_t *ctx, int rc)
     if (ctx->read_ts == 0)
         return;
     sbl_txn_abort_outer(ctx->ss);
-    if (rc == 0 && strcmp(ctx->name, "distinct") == 0)
+    if (rc == 0 && !ctx->read_majority && strcmp(ctx->name, "distinct") == 0)
         bson_append_timestamp(ctx->reply, "atClusterTime", -1, (uint32_t)(ctx->read_ts >> 32),
                               (uint32_t)ctx->read_ts);
     ctx->read_ts = 0;
+    ctx->read_majority = false;
 }

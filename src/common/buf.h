@@ -73,4 +73,13 @@ static inline size_t sbl_join_dot(char *dst, size_t cap, const char *a, const ch
     return n;
 }
 
+/* FNV-1a over n bytes (hash tables keyed by encoded values). */
+static inline uint64_t sbl_fnv1a(const uint8_t *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
 #endif

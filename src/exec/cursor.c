@@ -50,6 +50,7 @@ typedef struct sbl_cursor {
     bool in_txn;            /* opened inside a multi-document transaction: it ends with it */
     uint8_t lsid_id[16];
     uint64_t read_ts;        /* a snapshot read's timestamp: its getMores read there too */
+    bool read_majority;      /* read_ts is a majority read's commit point (no atClusterTime) */
     uint64_t open_ts;        /* a router's cursor: the opening command's open_ts */
     struct sbl_cursor *next; /* hash chain */
 } sbl_cursor_t;
@@ -218,7 +219,7 @@ static void batch_end_cur(sbl_opctx_t *ctx, bson_t *c, bson_t *arr, int64_t id, 
     bson_append_array_end(c, arr);
     if (cur != NULL && cur->src.annotate != NULL && cur->state != NULL)
         cur->src.annotate(cur->state, cur->has_pending, c);
-    if (ctx->read_ts != 0) /* a snapshot read says where it read */
+    if (ctx->read_ts != 0 && !ctx->read_majority) /* a snapshot read says where it read */
         bson_append_timestamp(c, "atClusterTime", -1, (uint32_t)(ctx->read_ts >> 32),
                               (uint32_t)ctx->read_ts);
     bson_append_int64(c, "id", -1, id);
@@ -255,6 +256,7 @@ int sbl_cursor_first_batch_flags(sbl_opctx_t *ctx, const char *ns,
     cur->in_txn = ctx->mtxn != NULL;
     memcpy(cur->lsid_id, ctx->lsid_id, sizeof(cur->lsid_id));
     cur->read_ts = ctx->read_ts;
+    cur->read_majority = ctx->read_majority;
     cur->open_ts = ctx->open_ts;
     cur->created_ms = sbl_now_ms();
 
@@ -346,7 +348,7 @@ static bool reply_one_bytes(sbl_opctx_t *ctx, const char *ns, const bson_t *doc)
 void sbl_cursor_reply_one(sbl_opctx_t *ctx, const char *ns, const bson_t *doc)
 {
     bson_t c, arr;
-    if (ctx->read_ts == 0 && reply_one_bytes(ctx, ns, doc)) {
+    if ((ctx->read_ts == 0 || ctx->read_majority) && reply_one_bytes(ctx, ns, doc)) {
         ctx->nreturned = doc != NULL;
         ctx->cursor_reply = true;
         ctx->cursor_id = 0;
@@ -510,11 +512,12 @@ int64_t sbl_cursors_open_count(void)
 static const char *const getmore_fields[] = {"getMore", "collection", "batchSize", "maxTimeMS",
                                              "term", "lastKnownCommittedOpTime", NULL};
 
-void sbl_cursor_times(int64_t id, uint64_t *read_tsp, uint64_t *open_tsp)
+void sbl_cursor_times(int64_t id, uint64_t *read_tsp, bool *majorityp, uint64_t *open_tsp)
 {
     pthread_mutex_lock(&reg_lock);
     sbl_cursor_t *c = find_locked(id);
     *read_tsp = c != NULL ? c->read_ts : 0;
+    *majorityp = c != NULL && c->read_majority;
     *open_tsp = c != NULL ? c->open_ts : 0;
     pthread_mutex_unlock(&reg_lock);
 }

@@ -90,6 +90,7 @@ struct sbl_qexec {
     uint64_t *seen; /* hashes of the _ids produced (a multikey scan meets a document again) */
     size_t nseen, seen_cap;
     int64_t keys_examined, docs_examined;
+    bool counted; /* the index used was counted ($indexStats) */
     char summary[200];
 
     /* documents read ahead (a chunk, or every sorted result) */
@@ -859,6 +860,14 @@ static int refill(sbl_qexec_t *q, sbl_opctx_t *ctx, size_t max, sbl_err_t *err)
         return rc;
     }
     int64_t keys0 = ctx->keys_examined, docs0 = ctx->docs_examined;
+    if (!q->counted) { /* one access per operation, as mongod's $indexStats counts */
+        q->counted = true;
+        if (q->ixp != NULL)
+            sbl_index_note_access(q->ixp->ix);
+        else if (q->text == NULL && q->geo == NULL &&
+                 (q->range.kind == SBL_ID_POINTS || q->range.kind == SBL_ID_RANGE))
+            sbl_coll_note_id_access(c);
+    }
     sbl_strcpy_n(tls_summary, sizeof(tls_summary), q->summary);
     ctx->plan_summary = tls_summary;
     if (q->text != NULL) {
@@ -902,6 +911,7 @@ int sbl_qexec_get_id(sbl_opctx_t *ctx, const char *ns, const bson_value_t *id, b
         return 0;
     }
     ctx->plan_summary = "IDHACK";
+    sbl_coll_note_id_access(c);
     rc = sbl_coll_get(ctx->ss, c, id, doc, foundp, err);
     ctx->keys_examined++;
     ctx->docs_examined++;

@@ -256,10 +256,11 @@ size_t sbl_cursors_kill_session(const uint8_t lsid_id[16]);
  * session's other cursors, a change stream's say, stay). */
 size_t sbl_cursors_kill_txn(const uint8_t lsid_id[16]);
 
-/* Cursor id's read timestamp (opened by a snapshot read: its getMore reads
- * at the same time) and open timestamp (its opening command's open_ts); 0
- * when it has none or does not exist. */
-void sbl_cursor_times(int64_t id, uint64_t *read_tsp, uint64_t *open_tsp);
+/* Cursor id's read timestamp (opened by a snapshot or majority read: its
+ * getMore reads at the same time; *majorityp: a majority read's), and open
+ * timestamp (its opening command's open_ts); 0 when it has none or does not
+ * exist. */
+void sbl_cursor_times(int64_t id, uint64_t *read_tsp, bool *majorityp, uint64_t *open_tsp);
 
 /* getMore and killCursors, the commands over the registry. */
 int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err);
@@ -274,7 +275,11 @@ typedef enum sbl_mem_limit {
     SBL_LIM_GROUP,    /* internalDocumentSourceGroupMaxMemoryBytes: $group, $bucket ... */
     SBL_LIM_PUSH,     /* internalQueryMaxPushBytes: one $push array */
     SBL_LIM_ADDTOSET, /* internalQueryMaxAddToSetBytes: one $addToSet array */
-    SBL_LIM_FACET     /* internalQueryFacetMaxOutputDocSizeBytes: $facet's document */
+    SBL_LIM_FACET,    /* internalQueryFacetMaxOutputDocSizeBytes: $facet's document */
+    SBL_LIM_GRAPH,    /* internalDocumentSourceGraphLookupMaxMemoryBytes: $graphLookup */
+    SBL_LIM_WINDOW,   /* internalDocumentSourceSetWindowFieldsMaxMemoryBytes */
+    SBL_LIM_DENSIFY,  /* internalDocumentSourceDensifyMaxMemoryBytes: $densify */
+    SBL_LIM_COUNT
 } sbl_mem_limit_t;
 size_t sbl_mem_limit(sbl_mem_limit_t which);
 size_t sbl_mem_sort_limit(void); /* sbl_mem_limit(SBL_LIM_SORT) */

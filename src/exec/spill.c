@@ -42,10 +42,13 @@ static param_t params[] = {
     [SBL_LIM_PUSH] = {"internalQueryMaxPushBytes", false, DEFAULT_LIMIT, DEFAULT_LIMIT},
     [SBL_LIM_ADDTOSET] = {"internalQueryMaxAddToSetBytes", false, DEFAULT_LIMIT, DEFAULT_LIMIT},
     [SBL_LIM_FACET] = {"internalQueryFacetMaxOutputDocSizeBytes", false, DEFAULT_LIMIT, DEFAULT_LIMIT},
-    [SBL_LIM_FACET + 1] = {"allowDiskUseByDefault", true, 1, 1},
+    [SBL_LIM_GRAPH] = {"internalDocumentSourceGraphLookupMaxMemoryBytes", false, DEFAULT_LIMIT, DEFAULT_LIMIT},
+    [SBL_LIM_WINDOW] = {"internalDocumentSourceSetWindowFieldsMaxMemoryBytes", false, DEFAULT_LIMIT, DEFAULT_LIMIT},
+    [SBL_LIM_DENSIFY] = {"internalDocumentSourceDensifyMaxMemoryBytes", false, DEFAULT_LIMIT, DEFAULT_LIMIT},
+    [SBL_LIM_COUNT] = {"allowDiskUseByDefault", true, 1, 1},
 };
 #define NPARAMS (sizeof(params) / sizeof(params[0]))
-#define P_DISK_DEFAULT (SBL_LIM_FACET + 1)
+#define P_DISK_DEFAULT SBL_LIM_COUNT
 
 static _Atomic long long n_sort_spills, n_sort_bytes, n_sort_keys;
 static _Atomic long long n_group_spills, n_group_records, n_group_storage;

@@ -79,6 +79,8 @@ typedef struct sbl_opctx {
     bool close_instead;    /* a test fail point: close the connection instead of replying */
     uint64_t read_ts;      /* a snapshot read's timestamp (readConcern snapshot outside a
                             * transaction; cursors keep it for getMore), 0: none */
+    bool read_majority;    /* read_ts is the majority commit point a readConcern majority
+                            * read took: replies name no atClusterTime */
     uint64_t open_ts;      /* a router's command on a shard: the newest write's timestamp
                             * when it began (cursors keep it, cmd/snapshot_read.c), 0: none */
 } sbl_opctx_t;

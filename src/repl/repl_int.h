@@ -456,6 +456,10 @@ int sbl_rs_apply_entry(const bson_t *e, sbl_err_t *err);
 /* Move WiredTiger's stable timestamp (and oldest, a window behind) to what
  * this member knows is majority committed and has applied (lock held). */
 void sbl_rs_publish_stable_locked(void);
+/* The stable timestamp last published (lock held; majority reads read
+ * there), or past it what it would be but for a prepared transaction that
+ * holds it back (its commit or abort lets it move on). */
+uint64_t sbl_rs_stable_unclamped_locked(void);
 
 /* ---- recovery and rollback (repl_recover.c) ------------------------------ */
 

@@ -2,6 +2,12 @@
  * repl_status.c: what a member says about the set: hello's fields,
  * $clusterTime and operationTime, replSetGetConfig and replSetGetStatus.
  * Everything is read under sbl_rs.lock from the coordinator's state.
+ *
+ * A member in primary catch-up (elected, applying what a member ahead of it
+ * has: repl_hb.c) says PRIMARY in replSetGetStatus and names itself hello's
+ * primary, while hello says isWritablePrimary: false, secondary: true until
+ * catch-up ends, as mongod does.  Its heartbeats still say SECONDARY: the
+ * member ahead must not take it as its sync source meanwhile.
  */
 #include "repl/repl_int.h"
 
@@ -14,6 +20,12 @@
 #include "server/server.h"
 
 #define rs sbl_rs
+
+/* In primary catch-up with a member ahead (see above).  Lock held. */
+static bool catching_up_locked(void)
+{
+    return rs.catching_up && rs.won.target.ts != 0;
+}
 
 static void append_optime(bson_t *r, const char *k, sbl_optime_t o)
 {
@@ -85,8 +97,9 @@ void sbl_repl_append_hello(bson_t *r)
     BSON_APPEND_UTF8(r, "setName", rs.set_name);
     BSON_APPEND_INT32(r, "setVersion", (int32_t)rs.cfg.version);
     BSON_APPEND_BOOL(r, "secondary", st == SBL_RS_SECONDARY);
-    if (rs.primary >= 0)
-        BSON_APPEND_UTF8(r, "primary", rs.cfg.m[rs.primary].host);
+    bool up = catching_up_locked();
+    if (up || rs.primary >= 0)
+        BSON_APPEND_UTF8(r, "primary", rs.cfg.m[up ? rs.self : rs.primary].host);
     if (me->arbiter)
         BSON_APPEND_BOOL(r, "arbiterOnly", true);
     else if (me->priority == 0 && !me->hidden)
@@ -174,7 +187,7 @@ static void append_candidate_metrics(bson_t *r)
 int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
 {
     SBL_RET(sbl_rs_lock_initiated(err));
-    int st = atomic_load(&rs.state);
+    int st = catching_up_locked() ? SBL_RS_PRIMARY : atomic_load(&rs.state);
     sbl_optime_t ap = sbl_rs_my_applied();
     int64_t wall = sbl_oplog_last_wall_ms(), now = sbl_now_ms();
     int voters = sbl_rs_voters(&rs.cfg);

@@ -919,12 +919,18 @@ int64_t sbl_repl_snapshot_window_s(void)
     return atomic_load(&snapshot_window_s);
 }
 
-/* The stable timestamp last given to WiredTiger. */
-static uint64_t published_stable;
+/* The stable timestamp last given to WiredTiger, and what it would have
+ * been without the prepared transactions' clamp. */
+static uint64_t published_stable, unclamped_stable;
 
 void sbl_rs_stable_reset(uint64_t ts)
 {
-    published_stable = ts;
+    published_stable = unclamped_stable = ts;
+}
+
+uint64_t sbl_rs_stable_unclamped_locked(void)
+{
+    return published_stable > unclamped_stable ? published_stable : unclamped_stable;
 }
 
 void sbl_rs_publish_stable_locked(void)
@@ -942,6 +948,8 @@ void sbl_rs_publish_stable_locked(void)
      * ts is taken before its transaction commits). */
     uint64_t stable = sbl_rs_stable_for(st == SBL_RS_PRIMARY, rs.commit, sbl_rs_my_applied(),
                                         sbl_storage_all_durable_ts());
+    if (stable > unclamped_stable)
+        unclamped_stable = stable;
     stable = sbl_repl_prepared_clamp(stable); /* prepared transactions are replayed */
     if (stable <= published_stable)
         return;

@@ -7,6 +7,11 @@
  * A hundred clients writing with w:"majority" hold a hundred records, not
  * a hundred of the server's sixteen worker threads.
  *
+ * w:"majority" is over once the commit point reached the write and the
+ * stable timestamp too (published here if the heartbeat thread has not yet),
+ * so a readConcern majority read right after the acknowledgement sees it
+ * (not while a prepared transaction holds the stable timestamp back).
+ *
  * What must stay true: each callback runs exactly once, never under
  * sbl_rs.lock; at stop every waiting write is answered (interrupted), none
  * is forgotten; a wait registered while the thread is not running blocks
@@ -42,8 +47,16 @@ static pthread_t waiter_thread;
 
 static bool satisfied_locked(const waiter_t *wt)
 {
-    if (wt->majority)
-        return rs.commit.ts >= wt->ts;
+    if (wt->majority) {
+        /* committed, and a majority read (at the stable timestamp) sees it;
+         * but a prepared transaction that holds stable back must not hold
+         * back the writes that resolve it (its own prepare, the decision) */
+        if (rs.commit.ts < wt->ts)
+            return false;
+        if (sbl_rs_stable_unclamped_locked() < wt->ts)
+            sbl_rs_publish_stable_locked();
+        return sbl_rs_stable_unclamped_locked() >= wt->ts;
+    }
     sbl_optime_t applied[SBL_RS_MAX_MEMBERS];
     for (int i = 0; i < rs.cfg.n; i++)
         applied[i] = i == rs.self ? sbl_rs_my_applied() : rs.peer[i].applied;

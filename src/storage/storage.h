@@ -368,6 +368,14 @@ void sbl_index_release(sbl_index_t *ix);
 size_t sbl_index_count(const sbl_coll_t *c);
 
 const char *sbl_index_name(const sbl_index_t *ix);
+/* $indexStats' counters: an operation the planner ran through ix (or, for the
+ * _id index, through c's _id order) counts one; the count starts when the
+ * handle is made (start-up, the index's creation).  The getters return the
+ * count and put the start (ms since the epoch) in *sincep. */
+void sbl_index_note_access(sbl_index_t *ix);
+int64_t sbl_index_accesses(const sbl_index_t *ix, int64_t *sincep);
+void sbl_coll_note_id_access(sbl_coll_t *c);
+int64_t sbl_coll_id_accesses(const sbl_coll_t *c, int64_t *sincep);
 /* True once its build finished (queries may use it). */
 bool sbl_index_is_ready(const sbl_index_t *ix);
 const bson_t *sbl_index_spec(const sbl_index_t *ix); /* as created (listIndexes) */

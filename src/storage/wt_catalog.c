@@ -12,6 +12,7 @@
  *    set; it is cleared (durably) at open, so after a crash we recount.
  */
 #include "storage/wt_int.h"
+#include "common/clock.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -81,6 +82,7 @@ static sbl_coll_t *coll_new(const char *ns, const uint8_t *uuid, const bson_t *o
     sbl_table_ref(tbl);
     c->tbl = tbl;
     atomic_init(&c->refs, 1);
+    c->id_since_ms = sbl_now_ms();
     bson_iter_t it;
     c->versioned = strcmp(ns, SBL_VERSIONED_NS) == 0;
     c->dup_ids = c->versioned || (bson_iter_init_find(&it, c->options, "timeseries") &&

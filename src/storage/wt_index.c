@@ -14,6 +14,7 @@
  *  - Lock order: catalog lock, then a table's idx_lock.
  */
 #include "storage/wt_int.h"
+#include "common/clock.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -56,6 +57,7 @@ static int index_new(const bson_t *spec, const char *uri, sbl_index_t **ixp, sbl
 
     *ixp = NULL;
     atomic_init(&ix->refs, 1);
+    ix->since_ms = sbl_now_ms();
     ix->spec = bson_copy(spec);
     ix->expire_after = -1;
     ix->tbl = sbl_table_new(uri);
@@ -634,4 +636,28 @@ int sbl_index_set_spec(sbl_session_t *s, sbl_coll_t *c, const char *name, const 
     pthread_rwlock_unlock(&t->idx_lock);
     index_unref(old); /* the list's reference; scans holding one keep it alive */
     return sbl_catalog_update_table(t, err);
+}
+
+/* ---- access counters ($indexStats) ------------------------------------------------------ */
+
+void sbl_index_note_access(sbl_index_t *ix)
+{
+    atomic_fetch_add_explicit(&ix->accesses, 1, memory_order_relaxed);
+}
+
+int64_t sbl_index_accesses(const sbl_index_t *ix, int64_t *sincep)
+{
+    *sincep = ix->since_ms;
+    return atomic_load_explicit(&((sbl_index_t *)ix)->accesses, memory_order_relaxed);
+}
+
+void sbl_coll_note_id_access(sbl_coll_t *c)
+{
+    atomic_fetch_add_explicit(&c->id_accesses, 1, memory_order_relaxed);
+}
+
+int64_t sbl_coll_id_accesses(const sbl_coll_t *c, int64_t *sincep)
+{
+    *sincep = c->id_since_ms;
+    return atomic_load_explicit(&((sbl_coll_t *)c)->id_accesses, memory_order_relaxed);
 }

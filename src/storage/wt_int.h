@@ -60,6 +60,8 @@ struct sbl_coll {
     /* Created inside a multi-document transaction not yet committed: only
      * that transaction's session sees it (sbl_coll_publish_created). */
     const struct sbl_session *owner;
+    _Atomic int64_t id_accesses; /* operations that read by _id ($indexStats' _id_) */
+    int64_t id_since_ms;
 };
 
 /*
@@ -290,6 +292,8 @@ struct sbl_index {
     sbl_wt_table_t *tbl;
     atomic_bool ready, multikey;
     atomic_int refs;
+    _Atomic int64_t accesses; /* operations the planner ran through it ($indexStats) */
+    int64_t since_ms;         /* when the count started: the handle's making */
 };
 
 /* The values at an index path in a document (sbl_index_walk). */

@@ -128,6 +128,29 @@ PIPELINES = [
     [{"$bucket": {"groupBy": "$a", "boundaries": [0, 2, 10], "default": "o"}}],
     [{"$replaceRoot": {"newRoot": "$s"}}],
     [{"$set": {"y": {"$cond": [{"$eq": ["$a", 1]}, "one", "other"]}}}, {"$unset": "t"}],
+    [{"$unionWith": {"coll": "c", "pipeline": [{"$match": {"a": 1}}]}}, {"$unionWith": "c"}],
+    [{"$unionWith": {"pipeline": [{"$documents": [{"a": 1}]}]}}],
+    [{"$graphLookup": {"from": "c", "startWith": "$a", "connectFromField": "t",
+                       "connectToField": "a", "as": "g", "maxDepth": 2, "depthField": "d",
+                       "restrictSearchWithMatch": {"b": "x"}}}],
+    [{"$setWindowFields": {"partitionBy": "$b", "sortBy": {"a": 1}, "output": {
+        "s": {"$sum": "$a", "window": {"documents": ["unbounded", "current"]}},
+        "r": {"$rank": {}}, "e": {"$expMovingAvg": {"input": "$a", "N": 2}},
+        "l": {"$linearFill": "$a"}, "f": {"$locf": "$b"},
+        "x": {"$shift": {"output": "$a", "by": -1, "default": 0}},
+        "w": {"$push": "$_id", "window": {"range": [-1, 1]}},
+        "d": {"$derivative": {"input": "$a"}, "window": {"documents": [-1, 0]}},
+        "i": {"$integral": {"input": "$a"}}, "c": {"$covarianceSamp": ["$a", "$a"]}}}}],
+    [{"$setWindowFields": {"sortBy": {"d": 1}, "output": {"n": {
+        "$count": {}, "window": {"range": [-1, "current"], "unit": "month"}}}}}],
+    [{"$densify": {"field": "a", "partitionByFields": ["b"],
+                   "range": {"step": 1, "bounds": "full"}}}],
+    [{"$densify": {"field": "d", "range": {"step": 1, "unit": "day",
+                                           "bounds": [datetime.datetime(1970, 1, 1),
+                                                      datetime.datetime(1970, 1, 5)]}}}],
+    [{"$fill": {"sortBy": {"a": 1}, "partitionByFields": ["b"],
+                "output": {"a": {"method": "linear"}, "s": {"value": 0}, "b": {"method": "locf"}}}}],
+    [{"$indexStats": {}}, {"$project": {"name": 1, "accesses.ops": 1}}],
 ]
 
 

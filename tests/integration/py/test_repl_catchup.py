@@ -33,6 +33,11 @@ def rs4():
         yield members
 
 
+def writable(m):
+    with direct(m) as d:
+        return d.admin.command("hello")["isWritablePrimary"]
+
+
 def fail_point(m, name, on):
     with direct(m) as d:
         d.admin.command("configureFailPoint", name, mode="alwaysOn" if on else "off",
@@ -54,14 +59,18 @@ def test_new_primary_catches_up_from_a_member_ahead(rs4):
     with direct(n) as dn:
         assert dn.t.c.find_one({"_id": "ahead"}) == {"_id": "ahead"}
     a.kill9()
-    # b is elected (c votes for it) and waits for n's entry before taking writes
+    # b is elected (c votes for it) and waits for n's entry before taking writes;
+    # meanwhile it says PRIMARY but not writable, as mongod
     wait_for(lambda: '"id":21359' in b.log_text(), timeout=40)
     with direct(b) as db:
-        assert db.admin.command("replSetGetStatus")["myState"] != 1
+        assert db.admin.command("replSetGetStatus")["myState"] == 1
+        h = db.admin.command("hello")
+        assert (h["isWritablePrimary"], h["secondary"], h["primary"]) == (
+            False, True, "127.0.0.1:%d" % b.port)
         with pytest.raises(pymongo.errors.PyMongoError):
             db.t.c.with_options(write_concern=WriteConcern(w=1)).insert_one({"_id": "early"})
     fail_point(b, "rsSyncApplyStop", False)
-    wait_for(lambda: state(b) == 1, timeout=30)
+    wait_for(lambda: writable(b), timeout=30)
     with direct(b) as db:
         assert db.t.c.find_one({"_id": "ahead"}) == {"_id": "ahead"}
         m = db.admin.command("replSetGetStatus")["electionCandidateMetrics"]

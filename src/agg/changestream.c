@@ -616,7 +616,11 @@ static int parse_spec(cs_state_t *st, const bson_iter_t *specit, bool *all_clust
             if (!BSON_ITER_HOLDS_BOOL(&it))
                 return sbl_type_error(err, "$changeStream.showExpandedEvents", &it, "bool");
             st->expanded = bson_iter_bool(&it);
-        } else if (strcmp(k, "showSystemEvents") == 0 || strcmp(k, "showMigrationEvents") == 0 ||
+        } else if (strcmp(k, "showMigrationEvents") == 0) {
+            if (!BSON_ITER_HOLDS_BOOL(&it))
+                return sbl_type_error(err, "$changeStream.showMigrationEvents", &it, "bool");
+            st->migrations = bson_iter_bool(&it);
+        } else if (strcmp(k, "showSystemEvents") == 0 ||
                    strcmp(k, "showRawUpdateDescription") == 0 ||
                    strcmp(k, "allowToRunOnConfigDB") == 0 ||
                    strcmp(k, "allowToRunOnSystemNS") == 0) {

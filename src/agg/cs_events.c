@@ -536,6 +536,10 @@ int sbl_cs_entry_events(cs_state_t *st, sbl_opctx_t *ctx, const bson_t *doc, sbl
     bson_iter_t it, ops, lsid;
     if (!entry_read(doc, &e))
         return 0;
+    /* a chunk migration's copy or range deletion: not a change to the data */
+    if (!st->migrations && bson_iter_init_find(&it, doc, "fromMigrate") &&
+        bson_iter_as_bool(&it))
+        return 0;
     if (bson_iter_init_find(&lsid, doc, "lsid") && BSON_ITER_HOLDS_DOCUMENT(&lsid))
         e.lsid = &lsid;
     /* A prepared transaction's events come at its commit, with the commit

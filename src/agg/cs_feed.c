@@ -41,11 +41,13 @@
 #define NO_IMAGES UINT64_MAX          /* images_after while no stream wanted images */
 
 struct cs_feed {
-    /* the key: streams with the same scope, names and showExpandedEvents */
+    /* the key: streams with the same scope, names, showExpandedEvents and
+     * showMigrationEvents */
     cs_scope_t scope;
     char db[SBL_NS_MAX];
     char coll[SBL_NS_MAX];
     bool expanded;
+    bool migrations;
     int refs; /* streams attached (under feeds_lock) */
     pthread_mutex_t mu;
     cs_state_t *reader; /* builds the events: raw, fullDocument default */
@@ -305,7 +307,7 @@ void sbl_cs_feed_attach(cs_state_t *st)
     pthread_mutex_lock(&feeds_lock);
     for (f = feeds; f != NULL; f = f->next)
         if (f->scope == st->scope && f->expanded == st->expanded &&
-            strcmp(f->db, st->db) == 0 && strcmp(f->coll, st->coll) == 0)
+            f->migrations == st->migrations && strcmp(f->db, st->db) == 0 && strcmp(f->coll, st->coll) == 0)
             break;
     if (f == NULL && (f = calloc(1, sizeof(*f))) != NULL) {
         f->ring = calloc(RING_EVENTS, sizeof(*f->ring));
@@ -318,10 +320,12 @@ void sbl_cs_feed_attach(cs_state_t *st)
         } else {
             f->scope = st->scope;
             f->expanded = st->expanded;
+            f->migrations = st->migrations;
             sbl_strcpy_n(f->db, sizeof(f->db), st->db);
             sbl_strcpy_n(f->coll, sizeof(f->coll), st->coll);
             f->reader->scope = st->scope;
             f->reader->expanded = st->expanded;
+            f->reader->migrations = st->migrations;
             f->reader->raw = true;
             sbl_strcpy_n(f->reader->db, sizeof(f->reader->db), st->db);
             sbl_strcpy_n(f->reader->coll, sizeof(f->reader->coll), st->coll);

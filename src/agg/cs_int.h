@@ -84,6 +84,7 @@ typedef struct cs_state {
     cs_fd_t full_doc;
     cs_pre_t pre;
     bool expanded; /* showExpandedEvents */
+    bool migrations; /* showMigrationEvents: a chunk migration's writes too (fromMigrate) */
     bool split;    /* $changeStreamSplitLargeEvent ends the pipeline */
     bson_t *rest;  /* the stages after $changeStream (an array), or NULL */
     sbl_cs_pos_t skip; /* events at or before it are not returned */

@@ -283,6 +283,24 @@ out:
     return rc;
 }
 
+/* Remove config.migrations' document mid. */
+static void migrations_delete(const char *mid)
+{
+    bson_t del = BSON_INITIALIZER, dels, d, q;
+    BSON_APPEND_UTF8(&del, "delete", "migrations");
+    BSON_APPEND_ARRAY_BEGIN(&del, "deletes", &dels);
+    BSON_APPEND_DOCUMENT_BEGIN(&dels, "0", &d);
+    BSON_APPEND_DOCUMENT_BEGIN(&d, "q", &q);
+    BSON_APPEND_UTF8(&q, "_id", mid);
+    bson_append_document_end(&d, &q);
+    BSON_APPEND_INT32(&d, "limit", 1);
+    bson_append_document_end(&dels, &d);
+    bson_append_array_end(&del, &dels);
+    sbl_err_t e = {0};
+    cfg_write(&del, &e);
+    bson_destroy(&del);
+}
+
 /* The migration itself, its shards claimed: config.migrations and the
  * changelog around the donor's _shardsvrMoveRange. */
 static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const bson_t *key,
@@ -319,6 +337,13 @@ static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const 
         bson_append_document_end(&docs, &d);
         bson_append_array_end(&cmd, &docs);
         rc = cfg_write(&cmd, err);
+        if (rc == SBL_E_DuplicateKey) {
+            /* left by a config server primary that died during a migration
+             * (the shards settle that one themselves): replaced */
+            sbl_err_clear(err);
+            migrations_delete(mid);
+            rc = cfg_write(&cmd, err);
+        }
         bson_destroy(&cmd);
         if (rc != 0)
             return rc;
@@ -364,21 +389,7 @@ static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const 
     }
     bson_destroy(&reply);
     bson_destroy(&det);
-    {
-        bson_t del = BSON_INITIALIZER, dels, d, q;
-        BSON_APPEND_UTF8(&del, "delete", "migrations");
-        BSON_APPEND_ARRAY_BEGIN(&del, "deletes", &dels);
-        BSON_APPEND_DOCUMENT_BEGIN(&dels, "0", &d);
-        BSON_APPEND_DOCUMENT_BEGIN(&d, "q", &q);
-        BSON_APPEND_UTF8(&q, "_id", mid);
-        bson_append_document_end(&d, &q);
-        BSON_APPEND_INT32(&d, "limit", 1);
-        bson_append_document_end(&dels, &d);
-        bson_append_array_end(&del, &dels);
-        sbl_err_t e = {0};
-        cfg_write(&del, &e);
-        bson_destroy(&del);
-    }
+    migrations_delete(mid);
     return rc;
 }
 
@@ -433,18 +444,6 @@ static int chunk_set(const bson_value_t *id, const bson_t *set, sbl_err_t *err)
     int rc = cfg_write(&cmd, err);
     bson_destroy(&cmd);
     return rc;
-}
-
-typedef struct wc_wait {
-    int code;
-    char msg[256];
-} wc_wait_t;
-
-static void wc_done(void *arg, int code, const char *msg)
-{
-    wc_wait_t *w = arg;
-    w->code = code;
-    snprintf(w->msg, sizeof(w->msg), "%s", msg ? msg : "");
 }
 
 int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
@@ -530,11 +529,8 @@ int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
         /* the commit is the migration's point of no return: a majority of
          * the config servers must have it before the donor deletes its copy
          * (an internal write does not wait for its write concern itself) */
-        wc_wait_t w = {0};
-        sbl_repl_await(sbl_repl_last_op_ts(), 1, true, 60000, wc_done, &w);
-        if (w.code != 0)
-            rc = sbl_err_set(err, w.code, "waiting for the commit to reach a majority of the "
-                             "config servers: %s", w.msg);
+        rc = mig_await_majority(60000, "waiting for the commit to reach a majority of the "
+                                "config servers", err);
     }
     if (rc == 0) {
         bson_t det = BSON_INITIALIZER, v;

@@ -14,6 +14,10 @@ int sbl_cmd_init(sbl_err_t *err);
 void sbl_cmd_shutdown(void);
 /* A shard (--shardsvr) reads back its shardIdentity (after storage is open). */
 void sbl_cmd_sharding_start(void);
+/* A shard recovers what chunk migrations left (config.migrationCoordinators,
+ * config.rangeDeletions): after the oplog replay, before the network; the
+ * collections concerned stay in their critical section until settled. */
+void sbl_cmd_mig_recovery_start(void);
 
 /* The network layer's request function: runs the command (on this thread or
  * a worker) and eventually calls sbl_conn_reply(conn, req, reply). */

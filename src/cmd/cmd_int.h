@@ -120,6 +120,8 @@ int sbl_cmd_sharding_state(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_migrate_clone(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_transfer_mods(sbl_opctx_t *ctx, sbl_err_t *err);
+/* The donor's retryable-write history of the migrating range (migrate_sess.c). */
+int sbl_cmd_get_next_session_mods(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_recv_chunk_start(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_recv_chunk_status(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_recv_chunk_commit(sbl_opctx_t *ctx, sbl_err_t *err);
@@ -208,6 +210,11 @@ int sbl_cmd_coordinate_commit(sbl_opctx_t *ctx, sbl_err_t *err);
  * command layer, stopped before storage closes. */
 void sbl_cmd_coord_start(void);
 void sbl_cmd_coord_stop(void);
+/* Chunk migrations' fail points (migrate_recover.c): -1 when name is not
+ * one.  Migration recovery (sbl_cmd_mig_recovery_start, cmd.h) stops
+ * before storage closes. */
+int sbl_cmd_mig_fail_point(const char *name, bool on);
+void sbl_cmd_mig_recovery_stop(void);
 /* A collection (an index) the transaction ctx runs in created: hidden from
  * others until its commit, then logged before its applyOps entry; dropped
  * when it aborts. */

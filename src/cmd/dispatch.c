@@ -1149,6 +1149,7 @@ int sbl_cmd_init(sbl_err_t *err)
 void sbl_cmd_shutdown(void)
 {
     sbl_cmd_coord_stop();
+    sbl_cmd_mig_recovery_stop();
     sbl_cmd_balancer_stop_thread();
     sbl_cmd_migrations_shutdown();
     if (!reaper_running)

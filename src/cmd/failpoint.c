@@ -399,7 +399,8 @@ int sbl_cmd_configure_fail_point(sbl_opctx_t *ctx, sbl_err_t *err)
     if (strcmp(name, "sableDelayHeartbeatPing") == 0)
         return ping_delay_fail_point(ctx, err);
     if (bson_iter_init_find(&it, ctx->cmd, "mode") && BSON_ITER_HOLDS_UTF8(&it) &&
-        sbl_cmd_coord_fail_point(name, strcmp(bson_iter_utf8(&it, NULL), "off") != 0) == 0)
+        (sbl_cmd_coord_fail_point(name, strcmp(bson_iter_utf8(&it, NULL), "off") != 0) == 0 ||
+         sbl_cmd_mig_fail_point(name, strcmp(bson_iter_utf8(&it, NULL), "off") != 0) == 0))
         return 0;
     bool tw = strcmp(name, "onPrimaryTransactionalWrite") == 0;
     bool getmore_fp = strcmp(name, "failGetMoreAfterCursorCheckout") == 0;

@@ -3,8 +3,10 @@
  * design (docs/sharding.md, "Migrations"); this file has the donor's and
  * the helpers both use, migrate_recv.c the recipient's:
  *
- *   donor  _shardsvrMoveRange: notes the oplog position, asks the recipient
- *          to start (_recvChunkStart), waits for it to report "steady",
+ *   donor  _shardsvrMoveRange: notes the oplog position, writes its
+ *          migrationCoordinators document and range deletion task
+ *          (migrate_recover.c, which also settles them after a restart),
+ *          asks the recipient to start (_recvChunkStart), waits for it to report "steady",
  *          enters the critical section, has the recipient take its final
  *          changes (_recvChunkCommit), commits the new owner on the config
  *          servers (_configsvrCommitChunkMigration), deletes its copy of the
@@ -258,7 +260,15 @@ static struct {
 
 void mig_update_active_flag(void)
 {
-    sbl_shard_set_migration_active(donor.active || mig_recip_active());
+    sbl_shard_set_migration_active(donor.active || mig_recip_active() ||
+                                   mig_recovery_pending());
+}
+
+void mig_donor_session(char *out, size_t n)
+{
+    pthread_mutex_lock(&donor_mu);
+    snprintf(out, n, "%s", donor.active ? donor.session : "");
+    pthread_mutex_unlock(&donor_mu);
 }
 
 int mig_check_session(const bson_t *cmd, const char *have, sbl_err_t *err)
@@ -582,8 +592,9 @@ int sbl_cmd_transfer_mods(sbl_opctx_t *ctx, sbl_err_t *err)
 }
 
 /* Delete this shard's documents in the range (the range deleter, run in
- * the critical section after the commit).  Returns how many went. */
-static int64_t delete_range(const mig_spec_t *s, sbl_err_t *err)
+ * the critical section after the commit, or by recovery; its oplog entries
+ * say fromMigrate).  Returns how many went. */
+int64_t mig_delete_range(const mig_spec_t *s, sbl_err_t *err)
 {
     char db[256];
     const char *coll;
@@ -624,7 +635,9 @@ static int64_t delete_range(const mig_spec_t *s, sbl_err_t *err)
         first = false;
         bson_destroy(&reply);
         if (rc == 0 && n > 0 && bson_iter_init(&it, &arr)) {
+            sbl_repl_from_migrate = true;
             rc = mig_delete_ids(db, coll, &it, NULL, err);
+            sbl_repl_from_migrate = false;
             deleted += n;
         }
         bson_destroy(&arr);
@@ -632,9 +645,47 @@ static int64_t delete_range(const mig_spec_t *s, sbl_err_t *err)
     return rc == 0 ? deleted : -1;
 }
 
+typedef struct wc_wait {
+    int code;
+    char msg[256];
+} wc_wait_t;
+
+static void wc_done(void *arg, int code, const char *msg)
+{
+    wc_wait_t *w = arg;
+    w->code = code;
+    snprintf(w->msg, sizeof(w->msg), "%s", msg ? msg : "");
+}
+
+int mig_await_majority(int64_t timeout_ms, const char *what, sbl_err_t *err)
+{
+    wc_wait_t w = {0};
+    sbl_repl_await(sbl_repl_last_op_ts(), 1, true, timeout_ms, wc_done, &w);
+    if (w.code != 0)
+        return sbl_err_set(err, w.code, "%s: %s", what, w.msg);
+    return 0;
+}
+
 bool mig_donor_active(void)
 {
     return donor.active;
+}
+
+int mig_donor_spec(const bson_t *cmd, mig_spec_t *out, sbl_err_t *err)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&donor_mu);
+    int rc = donor.active ? mig_check_session(cmd, donor.session, err)
+                          : sbl_err_set(err, SBL_E_ConflictingOperationInProgress,
+                                        "no migration is active on this shard");
+    if (rc == 0) {
+        *out = donor.spec;
+        out->key = bson_copy(donor.spec.key);
+        out->min = bson_copy(donor.spec.min);
+        out->max = bson_copy(donor.spec.max);
+    }
+    pthread_mutex_unlock(&donor_mu);
+    return rc;
 }
 
 /* The last critical sections by namespace (a few: one migration at a time
@@ -795,6 +846,69 @@ static int await_steady(const char *to_host, const char *session, sbl_err_t *err
     }
 }
 
+/* The config servers' commit of the new owner; on a lost answer (or one
+ * a majority did not confirm) they are asked who owns the chunk, for up to
+ * a minute.  0: committed; *unknownp when nobody could say. */
+static int config_commit(const mig_spec_t *spec, const char *to, bool *unknownp, sbl_err_t *err)
+{
+    const char *cfg = sbl_shard_configsvr();
+    bson_t c2 = BSON_INITIALIZER, mc, reply;
+    BSON_APPEND_UTF8(&c2, "_configsvrCommitChunkMigration", spec->ns);
+    BSON_APPEND_UTF8(&c2, "fromShard", sbl_shard_name());
+    BSON_APPEND_UTF8(&c2, "toShard", to);
+    BSON_APPEND_DOCUMENT_BEGIN(&c2, "migratedChunk", &mc);
+    BSON_APPEND_DOCUMENT(&mc, "min", spec->min);
+    BSON_APPEND_DOCUMENT(&mc, "max", spec->max);
+    bson_append_document_end(&c2, &mc);
+    append_wc_majority(&c2);
+    /* a donor that stepped down leaves the decision to its new primary's
+     * recovery: it must not commit behind its back */
+    int rc;
+    if (sbl_repl_writable()) {
+        rc = sbl_shard_remote_check(cfg, "admin", &c2, &reply, err);
+        bson_destroy(&reply);
+    } else {
+        rc = sbl_err_set(err, SBL_E_NotWritablePrimary, "this donor is no longer primary: "
+                         "the migration is aborted");
+    }
+    bson_destroy(&c2);
+    if (rc != 0 && rc != SBL_E_ConflictingOperationInProgress && rc != SBL_E_NotWritablePrimary &&
+        rc != SBL_E_NamespaceNotSharded && rc != SBL_E_BadValue) {
+        /* the connection went, or the commit was not confirmed by a
+         * majority: did it commit?  The config servers know: ask them
+         * (for up to a minute, still in the critical section). */
+        char owner[128] = "";
+        for (int i = 0; i < 60 && owner[0] == '\0'; i++) {
+            mig_chunk_owner(cfg, spec->ns, spec->min, owner, sizeof(owner));
+            if (owner[0] == '\0')
+                sleep(1);
+        }
+        if (strcmp(owner, to) == 0)
+            rc = 0;
+        else if (owner[0] == '\0')
+            *unknownp = true;
+    }
+    return rc;
+}
+
+/* Tell the recipient the decision; then the coordinator document goes
+ * (else recovery sends it again). */
+static void announce(const char *to_host, const char *session, bool committed)
+{
+    bson_t reply;
+    sbl_err_t e = {0};
+    int rc = mig_recip_call(to_host, committed ? "_recvChunkReleaseCritSec" : "_recvChunkAbort",
+                            session, &reply, &e);
+    bson_destroy(&reply);
+    if (rc == 0)
+        rc = mig_coord_delete(session, &e);
+    if (rc != 0) {
+        mig_log("migration %s: the recipient did not hear the decision (%s): recovery tells "
+                "it again", session, e.msg);
+        mig_recovery_kick();
+    }
+}
+
 int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     if (sbl_server_options()->cluster_role != SBL_ROLE_SHARDSVR || sbl_shard_name() == NULL)
@@ -802,7 +916,6 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
                            "that belongs to a cluster");
     const char *to = sbl_doc_utf8(ctx->cmd, "toShard"), *to_host = sbl_doc_utf8(ctx->cmd, "toShardHost");
     const char *from_host = sbl_doc_utf8(ctx->cmd, "fromShardHost");
-    const char *cfg = sbl_shard_configsvr();
     if (to == NULL || to_host == NULL || from_host == NULL)
         return sbl_err_set(err, SBL_E_BadValue, "_shardsvrMoveRange needs toShard, toShardHost "
                            "and fromShardHost");
@@ -811,11 +924,11 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     if (rc != 0)
         return rc;
     pthread_mutex_lock(&donor_mu);
-    if (donor.active || mig_recip_active()) {
+    if (donor.active || mig_recip_active() || mig_recovery_pending() || mig_leftovers()) {
         pthread_mutex_unlock(&donor_mu);
         mig_spec_free(&spec);
         return sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "a migration is already "
-                           "running on this shard");
+                           "running on this shard, or an earlier one is being recovered");
     }
     memset(&donor, 0, sizeof(donor));
     donor.active = true;
@@ -836,26 +949,40 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     int64_t t0 = mig_now_ms(), t_steady = 0, t_cs = 0, t_cs_end = 0, t_commit = 0;
     bool in_cs = false, committed = false, recip_started = false, unknown = false;
     bson_t reply;
+    /* 0. the decision document and this shard's pending range deletion
+     *    task, durable before the recipient hears of the migration */
+    uint8_t mig_id[16];
+    rc = mig_persist_start(&spec, session, to, to_host, mig_id, err);
+    bool persisted = rc == 0;
+    if (!persisted)
+        mig_recovery_kick(); /* whatever was written: recovery aborts it */
+    mig_fp_hold(MIG_FP_STEP1);
     /* 1. the recipient starts pulling */
     bson_t cmd = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&cmd, "_recvChunkStart", spec.ns);
     BSON_APPEND_UTF8(&cmd, "sessionId", session);
+    bson_append_binary(&cmd, "migrationId", -1, BSON_SUBTYPE_UUID, mig_id, 16);
     BSON_APPEND_UTF8(&cmd, "from", from_host);
     BSON_APPEND_UTF8(&cmd, "fromShardName", sbl_shard_name());
     BSON_APPEND_UTF8(&cmd, "toShardName", to);
     BSON_APPEND_DOCUMENT(&cmd, "min", spec.min);
     BSON_APPEND_DOCUMENT(&cmd, "max", spec.max);
     BSON_APPEND_DOCUMENT(&cmd, "shardKeyPattern", spec.key);
-    rc = sbl_shard_remote_check_within(to_host, "admin", &cmd, MIG_CALL_MS, &reply, err);
+    if (rc == 0) {
+        rc = sbl_shard_remote_check_within(to_host, "admin", &cmd, MIG_CALL_MS, &reply, err);
+        bson_destroy(&reply);
+        recip_started = rc == 0;
+    }
     bson_destroy(&cmd);
-    bson_destroy(&reply);
-    recip_started = rc == 0;
     /* 2. wait until it has cloned and caught up (bounded: see migrate_int.h) */
-    if (rc == 0)
+    if (rc == 0) {
+        mig_fp_hold(MIG_FP_STEP2);
         rc = await_steady(to_host, session, err);
+    }
     t_steady = mig_now_ms();
     /* 3. critical section; the recipient takes the last changes */
     if (rc == 0) {
+        mig_fp_hold(MIG_FP_STEP3);
         int64_t deadline = sbl_now_us() + (int64_t)MIG_CRIT_MS * 1000;
         mig_crit_note(spec.ns); /* before anything changes: snapshot_read.c */
         rc = sbl_shard_crit_enter(spec.ns, deadline, err);
@@ -868,69 +995,54 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     }
     /* 4. the config servers commit the new owner */
     if (rc == 0) {
-        bson_t c2 = BSON_INITIALIZER, mc;
-        BSON_APPEND_UTF8(&c2, "_configsvrCommitChunkMigration", spec.ns);
-        BSON_APPEND_UTF8(&c2, "fromShard", sbl_shard_name());
-        BSON_APPEND_UTF8(&c2, "toShard", to);
-        BSON_APPEND_DOCUMENT_BEGIN(&c2, "migratedChunk", &mc);
-        BSON_APPEND_DOCUMENT(&mc, "min", spec.min);
-        BSON_APPEND_DOCUMENT(&mc, "max", spec.max);
-        bson_append_document_end(&c2, &mc);
-        append_wc_majority(&c2);
-        rc = sbl_shard_remote_check(cfg, "admin", &c2, &reply, err);
-        bson_destroy(&reply);
-        bson_destroy(&c2);
-        if (rc != 0 && rc != SBL_E_ConflictingOperationInProgress &&
-            rc != SBL_E_NamespaceNotSharded && rc != SBL_E_BadValue) {
-            /* the connection went, or the commit was not confirmed by a
-             * majority: did it commit?  The config servers know: ask them
-             * (for up to a minute, still in the critical section). */
-            char owner[128] = "";
-            for (int i = 0; i < 60 && owner[0] == '\0'; i++) {
-                mig_chunk_owner(cfg, spec.ns, spec.min, owner, sizeof(owner));
-                if (owner[0] == '\0')
-                    sleep(1);
-            }
-            if (strcmp(owner, to) == 0)
-                rc = 0;
-            else if (owner[0] == '\0')
-                unknown = true;
-        }
+        mig_fp_hold(MIG_FP_STEP4);
+        rc = config_commit(&spec, to, &unknown, err);
         committed = rc == 0;
         t_commit = mig_now_ms();
     }
-    /* 5. the range deleter: this shard's copy goes before anyone may read
-     *    with the new version (both shards still hold the critical section) */
+    /* 5. the decision is recorded; the range deleter: this shard's copy goes
+     *    before anyone may read with the new version (both shards still
+     *    hold the critical section) */
     int64_t deleted = 0;
     if (committed) {
+        mig_fp_hold(MIG_FP_STEP5);
         sbl_err_t e = {0};
-        deleted = delete_range(&spec, &e);
+        if (mig_persist_decision(session, true, &e) != 0 || mig_task_ready(session, &e) != 0)
+            mig_log("migration %s: recording the commit failed: %s", session, e.msg);
+        deleted = mig_delete_range(&spec, &e);
         if (deleted < 0)
             mig_log("migration %s: deleting the donor's copy of the range failed: %s",
                          session, e.msg);
+        else if (mig_task_delete(session, &e) != 0)
+            mig_log("migration %s: removing the range deletion task failed: %s", session, e.msg);
         sbl_shard_refresh(spec.ns, &e);
-        sbl_shard_crit_exit(); /* this shard's version is the new one now */
+        if (deleted < 0) {
+            mig_recovery_take_crit(spec.ns); /* recovery deletes the rest first */
+        } else {
+            sbl_shard_crit_exit(); /* this shard's version is the new one now */
+            mig_fp_hold(MIG_FP_STEP6);
+        }
         t_cs_end = mig_now_ms();
         in_cs = false;
-        rc = mig_recip_call(to_host, "_recvChunkReleaseCritSec", session, &reply, &e);
-        bson_destroy(&reply);
-        if (rc != 0)
-            mig_log("migration %s: releasing the recipient failed: %s", session, e.msg);
+        announce(to_host, session, true);
         rc = 0;
     } else if (unknown) {
-        /* the outcome is unknown: keep both copies (a duplicate is
-         * recoverable, a lost range is not) and say so */
-        sbl_err_t e = {0};
+        /* the outcome is unknown: recovery asks the config servers again
+         * and settles both shards' copies; until then this shard holds the
+         * critical section (the recipient holds its own) */
         mig_log("migration %s: the config servers could not say whether the commit happened; "
-                "both shards keep the range's documents", session);
-        if (mig_recip_call(to_host, "_recvChunkReleaseCritSec", session, &reply, &e) == 0)
-            bson_destroy(&reply);
-    } else if (recip_started) {
+                "recovery settles it when they can", session);
+        mig_recovery_take_crit(spec.ns);
+        in_cs = false;
+    } else if (persisted) {
         sbl_err_t e = {0};
-        if (mig_recip_call(to_host, "_recvChunkAbort", session, &reply, &e) == 0)
-            bson_destroy(&reply);
-        else
-            mig_log("migration %s: aborting the recipient failed: %s", session, e.msg);
+        if (mig_persist_decision(session, false, &e) != 0 || mig_task_delete(session, &e) != 0)
+            mig_log("migration %s: recording the abort failed: %s", session, e.msg);
+        if (recip_started) {
+            announce(to_host, session, false);
+        } else if (mig_coord_delete(session, &e) != 0) {
+            mig_recovery_kick();
+        }
     }
     if (in_cs)
         sbl_shard_crit_exit();
@@ -949,4 +1061,3 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_INT64(ctx->reply, "millis", mig_now_ms() - t0);
     return 0;
 }
-

@@ -73,5 +73,70 @@ void mig_chunk_owner(const char *cfg, const char *ns, const bson_t *min, char *o
 void mig_crit_note(const char *ns);
 uint64_t mig_crit_ts(const char *db, const bson_t *getmore);
 bool mig_recip_active(void);
+/* Wait (at most timeout_ms) until a majority of this set has everything
+ * this member wrote so far; else the error, prefixed with what. */
+int mig_await_majority(int64_t timeout_ms, const char *what, sbl_err_t *err);
+/* A copy of the donated range when cmd's sessionId names the migration this
+ * shard donates now (ConflictingOperationInProgress otherwise). */
+int mig_donor_spec(const bson_t *cmd, mig_spec_t *out, sbl_err_t *err);
+/* The recipient, in its critical section: the donor's retryable-write
+ * history of the range into this shard's sessions (migrate_sess.c). */
+int mig_recip_sessions(sbl_session_t *ss, const char *from, const char *session, sbl_err_t *err);
+
+/* ---- what survives a restart (migrate_recover.c) --------------------------
+ * The donor writes its config.migrationCoordinators document ({_id:
+ * migrationId, migrationSessionId, nss, donorShardId, recipientShardId,
+ * recipientHost, range: {min, max}, keyPattern}, later decision:
+ * "committed" | "aborted") and its config.rangeDeletions task for the range
+ * ({_id: migrationId, nss, migrationSessionId, donorShardId, range,
+ * keyPattern, whenToClean, pending: true}), w: majority, before the
+ * recipient hears of the migration; the recipient writes its own task
+ * (with donorHost) before it starts cloning.  A task loses pending (ready)
+ * when the decision says its shard's copy of the range is an orphan, and
+ * goes once the range is deleted (or the copy kept); the coordinator
+ * document goes once the recipient has heard the decision.  Every write is
+ * w: majority. */
+int mig_persist_start(const mig_spec_t *s, const char *session, const char *to,
+                      const char *to_host, uint8_t id[16], sbl_err_t *err);
+int mig_persist_decision(const char *session, bool committed, sbl_err_t *err);
+int mig_coord_delete(const char *session, sbl_err_t *err);
+int mig_task_insert(const mig_spec_t *s, const char *session, const uint8_t *id,
+                    const char *donor, const char *donor_host, sbl_err_t *err);
+int mig_task_ready(const char *session, sbl_err_t *err);
+int mig_task_delete(const char *session, sbl_err_t *err);
+/* Does this shard hold a coordinator document or a range deletion task
+ * (an unfinished migration: no new one starts until recovery ends it)? */
+bool mig_leftovers(void);
+/* Delete this shard's documents in s's range (fromMigrate); how many went,
+ * -1 on an error (err). */
+int64_t mig_delete_range(const mig_spec_t *s, sbl_err_t *err);
+/* The recipient's settling of a task whose receive no longer runs here
+ * (this member restarted): commit keeps the range, abort deletes it; then
+ * the staging collection and the task go.  0 when there was none. */
+int mig_recip_settle_task(const char *session, bool commit, sbl_err_t *err);
+/* The live migration gives its critical section on ns to recovery (the
+ * outcome is unknown: recovery settles it from the config servers). */
+void mig_recovery_take_crit(const char *ns);
+/* True while recovery holds a critical section or has work left;
+ * mig_recovery_kick: a live migration left documents for it. */
+bool mig_recovery_pending(void);
+void mig_recovery_kick(void);
+/* The session of the migration this process runs as donor or recipient
+ * into out ("" when none). */
+void mig_donor_session(char *out, size_t n);
+void mig_recip_session(char *out, size_t n);
+
+/* Tests' fail points (enableTestCommands), mongod's names: the donor holds
+ * at moveChunkHangAtStep1..6 (1: its documents written, before the
+ * recipient starts; 2: the recipient started; 3: the recipient steady,
+ * before the critical section; 4: in the critical section, the recipient
+ * moved the range in, before the commit; 5: after the commit, before the
+ * range deletion; 6: after it, before the recipient's release), the
+ * recipient at migrateThreadHangAtStep1 (before the clone) and
+ * migrateThreadHangAtStep2 (after the first cloned batch), while on (at
+ * most 120 s each time). */
+enum { MIG_FP_STEP1, MIG_FP_STEP2, MIG_FP_STEP3, MIG_FP_STEP4, MIG_FP_STEP5, MIG_FP_STEP6,
+       MIG_FP_RECV1, MIG_FP_RECV2, MIG_FP_N };
+void mig_fp_hold(int fp);
 
 #endif

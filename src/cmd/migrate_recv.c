@@ -14,6 +14,7 @@
 #include "cmd/failpoint.h"
 #include "cmd/migrate_int.h"
 #include "doc/doc.h"
+#include "repl/repl.h"
 
 #include "server/server.h"
 #include "shard/shard.h"
@@ -51,6 +52,13 @@ static struct {
 bool mig_recip_active(void)
 {
     return recip.active;
+}
+
+void mig_recip_session(char *out, size_t n)
+{
+    pthread_mutex_lock(&recip_mu);
+    snprintf(out, n, "%s", recip.active ? recip.session : "");
+    pthread_mutex_unlock(&recip_mu);
 }
 
 static void recip_fail(const sbl_err_t *e)
@@ -145,6 +153,9 @@ static void *recip_thread(void *arg)
     bson_destroy(&reply);
     bson_destroy(&cmd);
     /* clone */
+    if (rc == 0)
+        mig_fp_hold(MIG_FP_RECV1);
+    bool first_batch = true;
     while (rc == 0 && !recip.stop) {
         rc = mig_recip_call(recip.from, "_migrateClone", recip.session, &reply, &e);
         bson_iter_t it, a;
@@ -174,6 +185,9 @@ static void *recip_thread(void *arg)
             bson_destroy(&ins);
         }
         bson_destroy(&reply);
+        if (rc == 0 && any && first_batch)
+            mig_fp_hold(MIG_FP_RECV2);
+        first_batch = false;
         if (!any)
             break;
     }
@@ -233,15 +247,28 @@ static int recv_start(sbl_opctx_t *ctx, sbl_err_t *err)
         mig_log("migration %s: dropping a failed receive (%s)", recip.session, recip.errmsg);
         recip_join();
         recip_drop_staging();
+        sbl_err_t e = {0};
+        mig_task_delete(recip.session, &e); /* nothing of it reached the collection */
         recip_end();
     }
-    pthread_mutex_lock(&recip_mu);
-    if (recip.active || mig_donor_active()) {
-        pthread_mutex_unlock(&recip_mu);
+    if (recip.active || mig_donor_active() || mig_recovery_pending() || mig_leftovers()) {
         mig_spec_free(&spec);
         return sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "a migration is already "
-                           "running on this shard");
+                           "running on this shard, or an earlier one is being recovered");
     }
+    /* the range deletion task first: a restart finds what to clean up */
+    bson_iter_t idit;
+    uint32_t idlen = 0;
+    const uint8_t *id = NULL;
+    if (bson_iter_init_find(&idit, ctx->cmd, "migrationId") && BSON_ITER_HOLDS_BINARY(&idit))
+        bson_iter_binary(&idit, NULL, &idlen, &id);
+    const char *donor = sbl_doc_utf8(ctx->cmd, "fromShardName");
+    rc = mig_task_insert(&spec, session, idlen == 16 ? id : NULL, donor ? donor : "", from, err);
+    if (rc != 0) {
+        mig_spec_free(&spec);
+        return rc;
+    }
+    pthread_mutex_lock(&recip_mu);
     memset(&recip, 0, sizeof(recip));
     recip.active = true;
     recip.spec = spec;
@@ -341,12 +368,26 @@ static int recip_move_in(int64_t deadline, sbl_err_t *err)
             cursor = bson_iter_as_int64(&b);
         if (rc == 0 && bson_iter_init(&it, &reply) &&
             bson_iter_find_descendant(&it, first ? "cursor.firstBatch" : "cursor.nextBatch", &b) &&
-            bson_iter_recurse(&b, &it))
+            bson_iter_recurse(&b, &it)) {
+            sbl_repl_from_migrate = true;
             rc = mig_upsert_docs(db, coll, &it, NULL, err);
+            sbl_repl_from_migrate = false;
+        }
         first = false;
         bson_destroy(&reply);
     }
     return rc;
+}
+
+/* The range moved in (and the sessions' history) is in the journal and on
+ * a majority before the donor may commit and delete its copy: a recipient
+ * that dies after answering must still have it when it comes back. */
+static int recip_durable(int64_t deadline, sbl_err_t *err)
+{
+    SBL_RET(sbl_storage_flush(err));
+    int64_t left_ms = (deadline - sbl_now_us()) / 1000;
+    return mig_await_majority(left_ms > 0 ? left_ms : 1, "the range moved in did not reach a "
+                              "majority of the recipient's members in time", err);
 }
 
 static void *drop_main(void *arg)
@@ -418,6 +459,10 @@ static int recv_commit(sbl_opctx_t *ctx, sbl_err_t *err)
             break;
         }
     }
+    /* the range's retryable-write history, complete now that the donor's
+     * routed writes have stopped */
+    if (rc == 0)
+        rc = mig_recip_sessions(ctx->ss, recip.from, recip.session, err);
     if (rc == 0) {
         recip.state = "commit";
         mig_crit_note(recip.spec.ns); /* before the range moves in: snapshot_read.c */
@@ -428,6 +473,8 @@ static int recv_commit(sbl_opctx_t *ctx, sbl_err_t *err)
         recip.moved = true; /* from here an abort deletes what was moved in */
         rc = recip_move_in(deadline, err);
     }
+    if (rc == 0)
+        rc = recip_durable(deadline, err);
     if (rc != 0) {
         recip_fail(err);
         return rc;
@@ -452,14 +499,19 @@ static void recip_release(void)
         sbl_shard_crit_exit();
     recip.in_cs = false;
     recip_drop_staging();
+    if (mig_task_delete(recip.session, &e) != 0)
+        mig_log("migration %s: removing the range deletion task failed: %s", recip.session,
+                e.msg);
     recip_end();
 }
 
-/* settle() the receive ctx's sessionId names (nothing when none runs). */
-static int settle_session(sbl_opctx_t *ctx, void (*settle)(void), sbl_err_t *err)
+/* settle() the receive ctx's sessionId names; when none runs (this member
+ * restarted), its range deletion task: commit keeps the range, else it goes. */
+static int settle_session(sbl_opctx_t *ctx, void (*settle)(void), bool commit, sbl_err_t *err)
 {
+    const char *session = sbl_doc_utf8(ctx->cmd, "sessionId");
     if (!recip.active)
-        return 0;
+        return session != NULL ? mig_recip_settle_task(session, commit, err) : 0;
     int rc = mig_check_session(ctx->cmd, recip.session, err);
     if (rc == 0)
         settle();
@@ -468,7 +520,7 @@ static int settle_session(sbl_opctx_t *ctx, void (*settle)(void), sbl_err_t *err
 
 static int recv_release(sbl_opctx_t *ctx, sbl_err_t *err)
 {
-    return settle_session(ctx, recip_release, err);
+    return settle_session(ctx, recip_release, true, err);
 }
 
 int sbl_cmd_recv_chunk_release(sbl_opctx_t *ctx, sbl_err_t *err)
@@ -494,21 +546,27 @@ static void recip_abort(void)
         BSON_APPEND_BOOL(&cmd, "singleBatch", true);
         sbl_err_t e = {0};
         bson_iter_t it, b;
+        mig_task_ready(recip.session, &e);
+        sbl_repl_from_migrate = true;
         if (sbl_cmd_run_checked("config", &cmd, &reply, &e) == 0 && bson_iter_init(&it, &reply) &&
             bson_iter_find_descendant(&it, "cursor.firstBatch", &b) && bson_iter_recurse(&b, &it))
             mig_delete_ids(db, coll, &it, NULL, &e);
+        sbl_repl_from_migrate = false;
         bson_destroy(&reply);
         bson_destroy(&cmd);
     }
     recip_drop_staging();
     sbl_err_t e = {0};
     sbl_shard_refresh(recip.spec.ns, &e);
+    if (mig_task_delete(recip.session, &e) != 0)
+        mig_log("migration %s: removing the range deletion task failed: %s", recip.session,
+                e.msg);
     recip_end();
 }
 
 static int recv_abort(sbl_opctx_t *ctx, sbl_err_t *err)
 {
-    return settle_session(ctx, recip_abort, err);
+    return settle_session(ctx, recip_abort, false, err);
 }
 
 /* MIG_RELEASE_MS, or with test commands on, setParameter

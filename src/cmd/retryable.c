@@ -163,7 +163,10 @@ static int load_history(sbl_opctx_t *ctx, sbl_retry_t *r, uint64_t ts, int64_t t
             }
             r->done = nd;
             r->done[r->ndone].stmt = (int32_t)bson_iter_as_int64(&it);
-            r->done[r->ndone].entry = bson_copy_aligned(&e);
+            /* a statement whose chunk migrated here: its donor's entry */
+            bson_t orig;
+            r->done[r->ndone].entry =
+                bson_copy_aligned(sbl_repl_session_migrated(&e, &orig) ? &orig : &e);
             r->ndone++;
         }
         entry_optime(&e, "prevOpTime", &ts, &term);

@@ -35,6 +35,8 @@ static const sbl_cmd_def_t cmd_table[] = {
      "internal: run a chunk migration (config servers)", NULL},
     {"_flushRoutingTableCacheUpdates", sbl_cmd_flush_routing_table, ADM | SLOW,
      "internal: re-read a collection's shard version from the config servers", NULL},
+    {"_getNextSessionMods", sbl_cmd_get_next_session_mods, ADM | SLOW,
+     "internal: a recipient pulls the migrating range's retryable-write history", NULL},
     {"_migrateClone", sbl_cmd_migrate_clone, ADM | SLOW,
      "internal: a recipient pulls the next batch of a migrating range", NULL},
     {"_recvChunkAbort", sbl_cmd_recv_chunk_abort, ADM | SLOW,

@@ -49,6 +49,11 @@ typedef struct sbl_repl_config {
     const char *cluster_key; /* security.keyFile's key: members authenticate as __system */
 } sbl_repl_config_t;
 
+/* Set by a chunk migration's thread around its writes (the recipient's
+ * copy moving in, a range deletion): their oplog entries carry fromMigrate:
+ * true, which change streams hide unless showMigrationEvents. */
+extern _Thread_local bool sbl_repl_from_migrate;
+
 /* Start replication after sbl_storage_open: with a set name, install the
  * write observer and, when local.system.replset holds a config for the set,
  * open the oplog, resume its timestamps and become PRIMARY again.  Returns
@@ -361,6 +366,17 @@ void sbl_repl_set_unlogged_writes(bool on);
 
 /* The oplog entry at ts (a copy in *out, initialised when *foundp). */
 int sbl_repl_oplog_get(sbl_session_t *s, uint64_t ts, bson_t *out, bool *foundp, sbl_err_t *err);
+
+/* A chunk migration's copy of a retryable write's history (mongod's session
+ * migration): entry is the donor's entry of one executed statement (lsid,
+ * txnNumber, stmtId); this member appends {op: "n", o: {$sessionMigrateInfo:
+ * 1}, o2: entry, fromMigrate: true} to the session's chain with the same
+ * lsid, txnNumber and stmtId, and updates the session's record, so a retry
+ * here finds the statement executed.  Nothing when this member's record of
+ * the session is at a newer txnNumber.  sbl_repl_session_migrated: true
+ * when e is such a no-op, with *original the donor's entry (a view into e). */
+int sbl_repl_session_migrate(sbl_session_t *s, const bson_t *entry, sbl_err_t *err);
+bool sbl_repl_session_migrated(const bson_t *e, bson_t *original);
 /* The ts of the oldest entry in the oplog (0: none). */
 int sbl_repl_oplog_oldest_ts(sbl_session_t *s, uint64_t *tsp, sbl_err_t *err);
 /* How many passes of the pre-image remover have deleted images so far (a

@@ -43,6 +43,8 @@ void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out)
         BSON_APPEND_INT32(out, "stmtId", st->stmt_id);
     if (e->diff != NULL) /* Sable's: what an update changed (docs/replication.md) */
         BSON_APPEND_DOCUMENT(out, "diff", e->diff);
+    if (e->from_migrate)
+        BSON_APPEND_BOOL(out, "fromMigrate", true);
     bson_append_timestamp(out, "ts", 2, SBL_TS_SECS(e->ts), SBL_TS_INC(e->ts));
     BSON_APPEND_INT64(out, "t", e->term);
     BSON_APPEND_INT64(out, "v", 2);

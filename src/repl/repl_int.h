@@ -39,6 +39,7 @@ typedef struct sbl_oplog_entry {
     bool no_stmt_id;             /* a transaction's applyOps entry: no stmtId */
     uint64_t pre_ts;             /* preImageOpTime (0: none) */
     int64_t pre_term;
+    bool from_migrate;           /* fromMigrate: true (a chunk migration's write) */
 } sbl_oplog_entry_t;
 void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out);
 

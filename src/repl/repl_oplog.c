@@ -46,6 +46,7 @@ static pthread_mutex_t committed_mu = PTHREAD_MUTEX_INITIALIZER;
 static sbl_optime_t committed; /* the newest committed entry (under committed_mu) */
 
 _Thread_local const bson_t *sbl_repl_applying;
+_Thread_local bool sbl_repl_from_migrate;
 _Thread_local bool sbl_repl_applied_written;
 _Thread_local const bson_t *sbl_repl_image_entry;
 _Thread_local int64_t sbl_repl_image_index;
@@ -423,7 +424,8 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         sbl_repl_fp_wait(SBL_REPL_FP_BEFORE_APPEND, NULL, NULL); /* tests: a step-down races */
     if (bson_iter_init_find(&it, doc, "_id"))
         bson_append_iter(&key, "_id", 3, &it);
-    sbl_oplog_entry_t e = {.ns = sbl_coll_ns(c), .uuid = sbl_coll_uuid(c)};
+    sbl_oplog_entry_t e = {.ns = sbl_coll_ns(c), .uuid = sbl_coll_uuid(c),
+                           .from_migrate = sbl_repl_from_migrate};
     switch (kind) {
     case SBL_WRITE_INSERT: /* o2: the document key, as mongod 6.0+ writes it */
         e.op = 'i';

@@ -111,7 +111,9 @@ int sbl_txn_record_applied(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
     if (!bson_iter_init_find(&it, doc, "op") || !BSON_ITER_HOLDS_UTF8(&it))
         return 0;
     op = bson_iter_utf8(&it, NULL);
-    if (op[0] == 'n' || !bson_iter_init_find(&it, doc, "lsid") ||
+    bson_t orig;
+    if ((op[0] == 'n' && !sbl_repl_session_migrated(doc, &orig)) ||
+        !bson_iter_init_find(&it, doc, "lsid") ||
         !BSON_ITER_HOLDS_DOCUMENT(&it) || !sbl_iter_doc(&it, &lsid))
         return 0; /* a pre-image no-op: the write's own entry names the statement */
     if (bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
@@ -398,4 +400,78 @@ int sbl_repl_oplog_get(sbl_session_t *s, uint64_t ts, bson_t *out, bool *foundp,
     v.value.v_timestamp.timestamp = SBL_TS_SECS(ts);
     v.value.v_timestamp.increment = SBL_TS_INC(ts);
     return sbl_coll_get(s, c, &v, out, foundp, err);
+}
+
+bool sbl_repl_session_migrated(const bson_t *e, bson_t *original)
+{
+    bson_iter_t it, f;
+    return bson_iter_init_find(&it, e, "o") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+           bson_iter_recurse(&it, &f) && bson_iter_find(&f, "$sessionMigrateInfo") &&
+           bson_iter_init_find(&it, e, "o2") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+           sbl_iter_doc(&it, original);
+}
+
+int sbl_repl_session_migrate(sbl_session_t *s, const bson_t *entry, sbl_err_t *err)
+{
+    bson_iter_t it, f;
+    bson_t lsid;
+    const uint8_t *id = NULL, *uid = NULL;
+    uint32_t idn = 0, uidn = 0;
+    if (!bson_iter_init_find(&it, entry, "lsid") || !sbl_iter_doc(&it, &lsid) ||
+        !bson_iter_recurse(&it, &f))
+        return 0;
+    while (bson_iter_next(&f))
+        if (strcmp(bson_iter_key(&f), "id") == 0 && BSON_ITER_HOLDS_BINARY(&f))
+            bson_iter_binary(&f, NULL, &idn, &id);
+        else if (strcmp(bson_iter_key(&f), "uid") == 0 && BSON_ITER_HOLDS_BINARY(&f))
+            bson_iter_binary(&f, NULL, &uidn, &uid);
+    const char *ns = NULL;
+    int64_t txn = -1;
+    int32_t stmt = -1;
+    if (bson_iter_init_find(&it, entry, "txnNumber") && BSON_ITER_HOLDS_NUMBER(&it))
+        txn = bson_iter_as_int64(&it);
+    if (bson_iter_init_find(&it, entry, "stmtId") && BSON_ITER_HOLDS_NUMBER(&it))
+        stmt = (int32_t)bson_iter_as_int64(&it);
+    if (bson_iter_init_find(&it, entry, "ns") && BSON_ITER_HOLDS_UTF8(&it))
+        ns = bson_iter_utf8(&it, NULL);
+    if (idn != 16 || uidn != 32 || txn < 0 || stmt < 0 || ns == NULL)
+        return 0;
+    sbl_repl_stmt_t st = {.txn_number = txn, .stmt_id = stmt};
+    memcpy(st.lsid_id, id, 16);
+    memcpy(st.lsid_uid, uid, 32);
+    /* the donor's image optimes mean nothing here */
+    bson_t o = BSON_INITIALIZER, o2 = BSON_INITIALIZER;
+    BSON_APPEND_INT32(&o, "$sessionMigrateInfo", 1);
+    bson_copy_to_excluding_noinit(entry, &o2, "preImageOpTime", "postImageOpTime", NULL);
+    int rc;
+    for (int attempt = 0;; attempt++) {
+        int64_t rec_txn, rec_term;
+        uint64_t rec_ts;
+        bool found;
+        SBL_RET(sbl_txn_begin(s, err));
+        rc = sbl_repl_txn_record_get(s, id, uid, &rec_txn, &rec_ts, &rec_term, &found, err);
+        if (rc == 0 && found && rec_txn > txn) {
+            sbl_txn_abort(s);
+            break;
+        }
+        st.prev_ts = found && rec_txn == txn ? rec_ts : 0;
+        st.prev_term = found && rec_txn == txn ? rec_term : -1;
+        sbl_oplog_entry_t e = {.op = 'n', .ns = ns, .o = &o, .o2 = &o2, .stmt = &st,
+                               .from_migrate = true};
+        if (rc == 0)
+            rc = sbl_oplog_append(s, &e, err);
+        if (rc == 0)
+            rc = sbl_txn_record_write(s, &lsid, txn, e.ts, e.term, e.wall_ms, err);
+        if (rc == 0) {
+            rc = sbl_txn_commit(s, err);
+            break;
+        }
+        sbl_txn_abort(s);
+        if (rc != SBL_E_WriteConflict || attempt >= 100)
+            break;
+        sbl_err_clear(err);
+    }
+    bson_destroy(&o);
+    bson_destroy(&o2);
+    return rc;
 }

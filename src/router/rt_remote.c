@@ -10,7 +10,8 @@
  *
  * Must stay true: a connection carries one request at a time and is
  * dropped, never reused, after any I/O error; after an error or a
- * NotWritablePrimary answer the shard's primary is looked up again.  Pools
+ * not-primary answer (NotWritablePrimary, NotPrimaryNoSecondaryOk ...) the
+ * shard's primary is looked up again.  Pools
  * are created when a shard is first seen and live until shutdown; the shard
  * list only grows (a removed shard keeps its slot), so an index into it
  * stays valid for the process lifetime.  Each shard counts the commands sent
@@ -545,8 +546,10 @@ static int conn_get(rt_shard_t *s, bool *pooled, sbl_err_t *err)
 static void conn_put(rt_shard_t *s, int fd, const bson_t *reply)
 {
     int code = rt_reply_code(reply);
+    /* a read refused by a member that stepped down says NotPrimaryNoSecondaryOk */
     bool keep = code != SBL_E_NotWritablePrimary && code != SBL_E_PrimarySteppedDown &&
-                code != SBL_E_InterruptedDueToReplStateChange;
+                code != SBL_E_InterruptedDueToReplStateChange &&
+                code != SBL_E_NotPrimaryNoSecondaryOk && code != SBL_E_NotPrimaryOrSecondary;
     pthread_mutex_lock(&s->lock);
     if (keep && s->nidle < RT_IDLE_MAX)
         s->idle[s->nidle++] = fd;

@@ -228,6 +228,9 @@ static int run(int notify_fd)
                       &err);
         goto stop_cmd;
     }
+    /* after the oplog replay, before the network: what a chunk migration
+     * left before a restart holds its collection's critical section */
+    sbl_cmd_mig_recovery_start();
 
     sbl_net_config_t ncfg = {
         .bind_ips = (const char *const *)options.bind_ips,

@@ -1,0 +1,306 @@
+"""
+A chunk migration survives a failover (issue 28, docs/sharding.md,
+"Migrations and the balancer"): the donor, the recipient or the config
+server is killed (SIGKILL) at each phase of a migration, held there by
+mongod's fail points (moveChunkHangAtStepN on the donor,
+migrateThreadHangAtStepN on the recipient), and restarted.  Each time the
+migration ends committed or aborted: every document is there once through
+the router, each shard holds exactly the documents of the chunks
+config.chunks gives it (orphans deleted, by the shards' recovery of
+config.migrationCoordinators and config.rangeDeletions), and no migration
+document is left.
+
+One cluster: a config server and two one-member shards.  Each test shards
+mf.<name> on {k: 1}, k = 0..N-1, split at N/2 with both chunks on the
+database's primary shard, then moves the upper chunk to the other shard.
+"""
+import os
+import sys
+import threading
+import time
+
+import pymongo
+import pytest
+from bson.int64 import Int64
+from pymongo.errors import OperationFailure, PyMongoError
+
+sys.path.insert(0, os.path.dirname(__file__))
+import sharded  # noqa: E402
+from sharded import ROUTER  # noqa: E402
+from test_router_txn2pc import launcher, wait_for  # noqa: E402
+
+N = 1200
+ARGS = ["enableTestCommands=1", "sableMigrationReleaseWaitMS=1000"]
+
+
+def migration_cluster(prefix, members=1):
+    """A cluster for these tests (test commands on: the fail points; a
+    recipient left in its critical section settles it after 1 s)."""
+    if not os.path.exists(ROUTER):
+        pytest.skip("sable-router not built")
+    return sharded.cluster(prefix, members=members, launcher_args=[
+        a for p in ARGS for a in ("--sabled-arg=--setParameter", "--sabled-arg=" + p)])
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with migration_cluster("sable-migf-") as info:
+        yield info
+
+
+def client(port, **kw):
+    return pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=20000,
+                               uuidRepresentation="standard", **kw)
+
+
+@pytest.fixture(scope="module")
+def mongos(cluster):
+    c = client(cluster["router"])
+    c.admin.command("balancerStop")
+    c.admin.command("enableSharding", "mf")
+    yield c
+    c.close()
+
+
+def direct(cluster, i):
+    return client(cluster["shards"][i], directConnection=True)
+
+
+def fail_point(cluster, i, name, on):
+    with direct(cluster, i) as c:
+        c.admin.command("configureFailPoint", name, mode="alwaysOn" if on else "off")
+
+
+def make_coll(mongos, name):
+    """mf.<name> with N documents in two chunks on the primary shard;
+    returns (donor index, recipient index)."""
+    ns = "mf." + name
+    mongos.admin.command("shardCollection", ns, key={"k": 1})
+    mongos.mf[name].insert_many([{"_id": i, "k": i, "pad": "x" * 64} for i in range(N)])
+    mongos.admin.command("split", ns, middle={"k": N // 2})
+    donor = int(mongos.config.databases.find_one({"_id": "mf"})["primary"][-1])
+    return donor, 1 - donor
+
+
+def start_move(cluster, name, to):
+    """moveChunk of the upper chunk to shard `to` on a thread; its outcome
+    lands in the dict returned."""
+    out = {}
+
+    def run():
+        try:
+            with client(cluster["router"]) as c:
+                out["ok"] = c.admin.command("moveChunk", "mf." + name, find={"k": N // 2},
+                                            to="shard%d" % to)
+        except PyMongoError as e:  # noqa: BLE001
+            out["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    out["thread"] = t
+    return out
+
+
+def owner(mongos, name):
+    uuid = mongos.config.collections.find_one({"_id": "mf." + name})["uuid"]
+    return mongos.config.chunks.find_one({"uuid": uuid, "min": {"k": N // 2}})["shard"]
+
+
+def leftovers(cluster):
+    n = 0
+    for i in range(2):
+        with direct(cluster, i) as c:
+            n += c.config.migrationCoordinators.count_documents({})
+            n += c.config.rangeDeletions.count_documents({})
+    return n
+
+
+def consistent(mongos, cluster, name):
+    """Every document once through the router; each shard holds exactly the
+    documents of its chunks (the lower one stays on the primary shard); no
+    migration document left."""
+    ids = sorted(d["_id"] for d in mongos.mf[name].find({}, {"_id": 1}))
+    if ids != list(range(N)):
+        return False
+    upper = int(owner(mongos, name)[-1])
+    primary = int(mongos.config.databases.find_one({"_id": "mf"})["primary"][-1])
+    for i in range(2):
+        with direct(cluster, i) as c:
+            lo = c.mf[name].count_documents({"k": {"$lt": N // 2}})
+            hi = c.mf[name].count_documents({"k": {"$gte": N // 2}})
+            if lo != (N // 2 if i == primary else 0) or hi != (N - N // 2 if i == upper else 0):
+                return False
+    return leftovers(cluster) == 0
+
+
+def settle(mongos, cluster, name, out, secs=45):
+    """The migration's thread ended and the cluster is consistent; returns
+    the shard that owns the moved chunk."""
+    out["thread"].join(60)
+    assert not out["thread"].is_alive()
+    assert wait_for(lambda: consistent(mongos, cluster, name), secs), (
+        owner(mongos, name), leftovers(cluster), out)
+    # a routed write to the range and a new migration both work again
+    mongos.mf[name].update_one({"k": N - 1}, {"$set": {"after": 1}})
+    assert mongos.mf[name].find_one({"k": N - 1})["after"] == 1
+    return owner(mongos, name)
+
+
+def first_read(mongos, name, db="mf"):
+    """The _ids of the first routed read that succeeds (shards may be
+    restarting)."""
+    for _ in range(150):
+        try:
+            return sorted(d["_id"] for d in mongos[db][name].find({}, {"_id": 1}))
+        except PyMongoError:
+            time.sleep(0.2)
+    raise AssertionError("no routed read succeeded")
+
+
+def recv_status(cluster, i):
+    with direct(cluster, i) as c:
+        return c.admin.command("_recvChunkStatus")
+
+
+def kill(cluster, i):
+    launcher(cluster, "kill", str(1 + i))  # members: cfg 0, shard0 1, shard1 2
+
+
+def restart(cluster, i):
+    launcher(cluster, "restart", str(1 + i))
+
+
+def test_donor_killed_during_clone(mongos, cluster):
+    donor, recip = make_coll(mongos, "clone")
+    fail_point(cluster, recip, "migrateThreadHangAtStep2", True)  # after the first batch
+    out = start_move(cluster, "clone", recip)
+    assert wait_for(lambda: recv_status(cluster, recip).get("counts", {}).get("cloned", 0) > 0)
+    kill(cluster, donor)
+    fail_point(cluster, recip, "migrateThreadHangAtStep2", False)
+    restart(cluster, donor)
+    assert settle(mongos, cluster, "clone", out) == "shard%d" % donor  # aborted
+    assert "error" in out
+
+
+def test_donor_killed_in_critical_section(mongos, cluster):
+    donor, recip = make_coll(mongos, "crit")
+    fail_point(cluster, donor, "moveChunkHangAtStep4", True)  # the range moved in, no commit
+    out = start_move(cluster, "crit", recip)
+    with direct(cluster, recip) as r:
+        assert wait_for(lambda: r.mf.crit.count_documents({}) == N - N // 2)
+    kill(cluster, donor)
+    restart(cluster, donor)
+    assert settle(mongos, cluster, "crit", out) == "shard%d" % donor  # aborted
+
+
+def test_donor_killed_after_the_commit(mongos, cluster):
+    donor, recip = make_coll(mongos, "commit")
+    fail_point(cluster, donor, "moveChunkHangAtStep5", True)  # committed, nothing deleted
+    out = start_move(cluster, "commit", recip)
+    assert wait_for(lambda: owner(mongos, "commit") == "shard%d" % recip)
+    kill(cluster, donor)
+    restart(cluster, donor)
+    # the restarted donor deletes its orphans before a routed read sees them
+    assert first_read(mongos, "commit") == list(range(N))
+    assert settle(mongos, cluster, "commit", out) == "shard%d" % recip  # committed
+    with direct(cluster, donor) as d:
+        # the range deleter's entries say fromMigrate
+        assert d.local.oplog.rs.count_documents({"ns": "mf.commit", "op": "d",
+                                                 "fromMigrate": True}) == N - N // 2
+
+
+def test_recipient_killed_mid_clone(mongos, cluster):
+    donor, recip = make_coll(mongos, "recv")
+    fail_point(cluster, recip, "migrateThreadHangAtStep2", True)
+    out = start_move(cluster, "recv", recip)
+    assert wait_for(lambda: recv_status(cluster, recip).get("counts", {}).get("cloned", 0) > 0)
+    kill(cluster, recip)
+    restart(cluster, recip)
+    assert settle(mongos, cluster, "recv", out) == "shard%d" % donor  # aborted
+    assert "error" in out
+
+
+def test_config_server_killed_mid_migration(mongos, cluster):
+    donor, recip = make_coll(mongos, "cfg")
+    fail_point(cluster, donor, "moveChunkHangAtStep3", True)  # steady, before the commit
+    out = start_move(cluster, "cfg", recip)
+    assert wait_for(lambda: recv_status(cluster, recip).get("state") == "steady"
+                    or not out["thread"].is_alive(), 60), out
+    assert out["thread"].is_alive(), out
+    launcher(cluster, "kill", "0")
+    launcher(cluster, "restart", "0")
+    fail_point(cluster, donor, "moveChunkHangAtStep3", False)
+    settle(mongos, cluster, "cfg", out, secs=80)  # committed or aborted: both consistent
+    # the config server's record of the interrupted migration does not block the next one
+    for _ in range(100):
+        try:
+            mongos.admin.command("moveChunk", "mf.cfg", find={"k": N // 2},
+                                 to="shard%d" % (1 - int(owner(mongos, "cfg")[-1])))
+            break
+        except OperationFailure as e:
+            assert e.code == 117, e.details  # the shards may still be settling
+            time.sleep(0.2)
+    assert wait_for(lambda: consistent(mongos, cluster, "cfg"), 30)
+
+
+def events(c, coll, pipeline_opts, cursor_id=None, secs=3):
+    """Open (cursor_id None) a $changeStream on c.mf.<coll> with
+    pipeline_opts, or read what the open one has within secs."""
+    if cursor_id is None:
+        r = c.mf.command("aggregate", coll, pipeline=[{"$changeStream": pipeline_opts}],
+                         cursor={})
+        return r["cursor"]["id"]
+    got, end = [], time.monotonic() + secs
+    while time.monotonic() < end:
+        r = c.mf.command("getMore", Int64(cursor_id), collection=coll, maxTimeMS=300)
+        got += r["cursor"]["nextBatch"]
+    return got
+
+
+def test_migration_events_are_hidden_from_change_streams(mongos, cluster):
+    donor, recip = make_coll(mongos, "cs")
+    with direct(cluster, recip) as r, direct(cluster, donor) as d:
+        plain = events(r, "cs", {})
+        shown = events(r, "cs", {"showMigrationEvents": True})
+        dplain = events(d, "cs", {})
+        dshown = events(d, "cs", {"showMigrationEvents": True})
+        mongos.admin.command("moveChunk", "mf.cs", find={"k": N // 2}, to="shard%d" % recip)
+        mongos.mf.cs.insert_one({"_id": "new", "k": N})
+        evs = events(r, "cs", None, plain)
+        assert [(e["operationType"], e["documentKey"]["_id"]) for e in evs] == [("insert", "new")]
+        evs = events(r, "cs", None, shown, secs=1)
+        assert len(evs) == N - N // 2 + 1, len(evs)  # the copy's writes, then the insert
+        assert events(d, "cs", None, dplain, secs=1) == []
+        evs = events(d, "cs", None, dshown, secs=1)
+        assert {e["operationType"] for e in evs} == {"delete"} and len(evs) == N - N // 2
+
+
+def test_retried_write_after_migration_is_not_applied_twice(mongos, cluster):
+    # the range's retryable-write history moves with it: a retry of an
+    # update (and of an insert) that ran on the donor, sent after the chunk
+    # moved, is answered from the recipient's history instead of running again
+    donor, recip = make_coll(mongos, "rw")
+    with client(cluster["router"]) as fresh, fresh.start_session() as s:  # a new lsid
+        upd = {"updates": [{"q": {"k": N - 2}, "u": {"$inc": {"n": 1}}}], "txnNumber": Int64(7)}
+        ins = {"documents": [{"_id": "r", "k": N + 5}], "txnNumber": Int64(8)}
+        assert fresh.mf.command("update", "rw", session=s, **upd)["nModified"] == 1
+        assert fresh.mf.command("insert", "rw", session=s, **ins)["n"] == 1
+        fresh.admin.command("moveChunk", "mf.rw", find={"k": N // 2}, to="shard%d" % recip)
+        with direct(cluster, recip) as r:
+            assert r.mf.rw.count_documents({}) == N - N // 2 + 1
+            assert r.local.oplog.rs.count_documents(
+                {"op": "n", "o.$sessionMigrateInfo": 1, "fromMigrate": True}) >= 1
+        # txnNumber 7 is older than the session's newest (8): refused, as mongod
+        with pytest.raises(OperationFailure) as e:
+            fresh.mf.command("update", "rw", session=s, **upd)
+        assert e.value.code == 225  # TransactionTooOld
+        r = fresh.mf.command("insert", "rw", session=s, **ins)
+        assert r["n"] == 1 and "writeErrors" not in r, r  # not a DuplicateKey
+        # and back: the history that came in goes out again with the range
+        upd = {"updates": [{"q": {"k": N - 3}, "u": {"$inc": {"n": 1}}}], "txnNumber": Int64(9)}
+        assert fresh.mf.command("update", "rw", session=s, **upd)["nModified"] == 1
+        fresh.admin.command("moveChunk", "mf.rw", find={"k": N // 2}, to="shard%d" % donor)
+        r = fresh.mf.command("update", "rw", session=s, **upd)  # back on the first shard
+        assert r["n"] == 1, r
+    assert mongos.mf.rw.find_one({"k": N - 2})["n"] == 1
+    assert mongos.mf.rw.find_one({"k": N - 3})["n"] == 1

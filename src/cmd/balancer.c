@@ -531,7 +531,7 @@ int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
          * the config servers must have it before the donor deletes its copy
          * (an internal write does not wait for its write concern itself) */
         wc_wait_t w = {0};
-        uint64_t ts = sbl_repl_last_op_ts(), mine = sbl_repl_thread_op_ts();
+        uint64_t ts = sbl_repl_last_op_ts(), mine = sbl_repl_take_thread_op_ts();
         sbl_repl_await(mine > ts ? mine : ts, 1, true, 60000, wc_done, &w);
         if (w.code != 0)
             rc = sbl_err_set(err, w.code, "waiting for the commit to reach a majority of the "

@@ -507,12 +507,12 @@ static bool routed_sharded(const pending_t *p)
 /* Run the command on this thread: a router's command on a shard counts
  * itself into its namespace's critical-section gate (src/shard) first, so
  * a migration's critical section waits for it and holds back new ones.
- * p->op_ts: the newest oplog ts this thread's writes committed at. */
+ * p->op_ts: the newest oplog ts its writes committed at (0: none). */
 static void execute(pending_t *p)
 {
     if (p->shard_version == NULL) {
         execute_inner(p);
-        p->op_ts = sbl_repl_thread_op_ts();
+        p->op_ts = sbl_repl_take_thread_op_ts();
         return;
     }
     bson_iter_t it;
@@ -528,7 +528,7 @@ static void execute(pending_t *p)
         p->ctx.open_ts = sbl_repl_last_op_ts();
     execute_inner(p);
     sbl_shard_op_exit(ns);
-    p->op_ts = sbl_repl_thread_op_ts();
+    p->op_ts = sbl_repl_take_thread_op_ts();
 }
 
 /* $clusterTime gossip (mongod's logical clock): a primary's next oplog

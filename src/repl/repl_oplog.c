@@ -78,11 +78,11 @@ void sbl_oplog_set_active(bool on)
     atomic_store(&active, on && oplog != NULL);
 }
 
+static _Thread_local uint64_t thread_op_ts; /* sbl_repl_take_thread_op_ts */
+
 /* The storage's end-of-transaction observer: the entries s's transaction
  * reserved committed or rolled back.  A transaction that reserved none (a
  * recovery replaying an entry already in the oplog) changes nothing. */
-static _Thread_local uint64_t thread_op_ts;
-
 void sbl_oplog_on_commit(sbl_session_t *s, uint64_t commit_ts, bool committed)
 {
     if (committed && commit_ts > thread_op_ts)
@@ -90,9 +90,11 @@ void sbl_oplog_on_commit(sbl_session_t *s, uint64_t commit_ts, bool committed)
     sbl_oplog_vis_end(s, committed);
 }
 
-uint64_t sbl_repl_thread_op_ts(void)
+uint64_t sbl_repl_take_thread_op_ts(void)
 {
-    return thread_op_ts;
+    uint64_t ts = thread_op_ts;
+    thread_op_ts = 0;
+    return ts;
 }
 
 void sbl_oplog_release(sbl_session_t *s)

@@ -71,7 +71,7 @@ int sbl_repl_linearizable_wait(int64_t deadline_us, sbl_err_t *err)
 {
     SBL_RET(sbl_repl_linearizable_check(err));
     SBL_RET(sbl_oplog_noop(sbl_session_get(), "linearizable read", err));
-    uint64_t mine = sbl_repl_thread_op_ts(), ts = sbl_oplog_committed().ts; /* the no-op's */
+    uint64_t mine = sbl_repl_take_thread_op_ts(), ts = sbl_oplog_committed().ts; /* the no-op's */
     int64_t wtimeout_ms = 0;
     if (deadline_us > 0) {
         wtimeout_ms = (deadline_us - sbl_now_us()) / 1000;

@@ -6,7 +6,8 @@ entry is still in flight.  Shown on three members:
 
 - a write held after its entry took a ts (hangBeforePrimaryOplogCommit) does
   not stop later writes from committing on the primary, but no secondary
-  (nor a tailing reader of the primary's oplog) gets them before it commits;
+  (nor a reader of the primary's oplog, nor a change stream) gets them
+  before it commits, and then they come in ts order;
 - a write that fails there (failBeforePrimaryOplogCommit) leaves a ts that is
   never used, and does not hold the others back once it has rolled back;
 - many concurrent writers leave every member with the same data (dbHash) and
@@ -78,6 +79,8 @@ def ids(m, coll):
 
 def test_later_writes_wait_for_an_earlier_one_in_flight(rs):
     p, secs = rs
+    cs_client = direct(p)
+    stream = cs_client.t.watch(max_await_time_ms=200)
     out = {}
     th = held_write(p, "held", out)
     try:
@@ -95,6 +98,7 @@ def test_later_writes_wait_for_an_earlier_one_in_flight(rs):
             with pytest.raises(pymongo.errors.WTimeoutError):
                 d.t.c.with_options(write_concern=WriteConcern(w="majority", wtimeout=1500)) \
                     .insert_one({"_id": "maj"})
+        assert stream.try_next() is None   # a change stream waits too
         for s in secs:   # no secondary got the later writes
             assert ids(s, "c") == ["start"]
             with direct(s) as ds:
@@ -113,6 +117,12 @@ def test_later_writes_wait_for_an_earlier_one_in_flight(rs):
             assert d.t.held.find_one({"_id": "h"})["v"] == "held"
             held = d.local.oplog.rs.find_one({"ns": "t.held", "op": "u"})["ts"]
             assert held < d.local.oplog.rs.find_one({"ns": "t.c", "o._id": 0})["ts"]
+    events = []   # the stream gives them in ts order: the held update first
+    wait_for(lambda: events.extend(e for e in iter(stream.try_next, None)) or len(events) >= 7,
+             timeout=20)
+    assert [e["documentKey"]["_id"] for e in events] == ["h", 0, 1, 2, 3, 4, "maj"]
+    stream.close()
+    cs_client.close()
 
 
 def test_aborted_write_does_not_block_visibility(rs):

@@ -44,6 +44,7 @@ typedef struct pending {
     bson_t *shard_version; /* the router's shardVersion, taken out of the command (shards) */
     bool unsatisfiable_wc; /* a transaction's commit/abort asked w > members: it runs, then
                             * gets writeConcernError UnsatisfiableWriteConcern (as mongod) */
+    uint64_t op_ts; /* its write concern waits for it too: writes commit in parallel */
 } pending_t;
 
 /* ---- counters (serverStatus.opcounters; kept by src/metrics) ------------- */
@@ -474,11 +475,13 @@ static bool routed_sharded(const pending_t *p)
 
 /* Run the command on this thread: a router's command on a shard counts
  * itself into its namespace's critical-section gate (src/shard) first, so
- * a migration's critical section waits for it and holds back new ones. */
+ * a migration's critical section waits for it and holds back new ones.
+ * p->op_ts: the newest oplog ts its writes committed at (0: none). */
 static void execute(pending_t *p)
 {
     if (p->shard_version == NULL) {
         execute_inner(p);
+        p->op_ts = sbl_repl_take_thread_op_ts();
         return;
     }
     bson_iter_t it;
@@ -494,6 +497,7 @@ static void execute(pending_t *p)
         p->ctx.open_ts = sbl_repl_last_op_ts();
     execute_inner(p);
     sbl_shard_op_exit(ns);
+    p->op_ts = sbl_repl_take_thread_op_ts();
 }
 
 /* $clusterTime gossip (mongod's logical clock): a primary's next oplog
@@ -925,7 +929,8 @@ static void finish(pending_t *p)
      * acknowledgement must not report a state a crash could undo. */
     if (needs_repl_wait(p)) {
         sbl_write_concern_t *wc = &p->ctx.wc;
-        sbl_repl_await_async(sbl_repl_last_op_ts(), wc->w, wc->majority, wc->mode,
+        uint64_t ts = sbl_repl_last_op_ts();
+        sbl_repl_await_async(p->op_ts > ts ? p->op_ts : ts, wc->w, wc->majority, wc->mode,
                              wc->wtimeout_ms, repl_wait_done, p);
         return;
     }

@@ -16,9 +16,10 @@
  * writing, closeConnection (default true) lets the command run and closes
  * the connection instead of replying, as mongod's fail point of that name.
  *
- * hangBeforeApplyCommit, rsSyncApplyStop and hangBeforePrimaryOplogAppend
- * hold replication's writers (src/repl/repl_failpoint.c) while on, at most data.maxMS (default 60000)
- * each time.
+ * hangBeforeApplyCommit, rsSyncApplyStop, hangBeforePrimaryOplogAppend and
+ * hangBeforePrimaryOplogCommit hold replication's writers, failBeforePrimaryOplogCommit
+ * fails a primary's write after its entry took a ts (src/repl/repl_failpoint.c), while
+ * on, at most data.maxMS (default 60000) each time.
  *
  * What must stay true: the state is read and changed under one mutex;
  * sbl_failpoint_on is non-zero exactly while a mode other than off is set or
@@ -406,7 +407,9 @@ int sbl_cmd_configure_fail_point(sbl_opctx_t *ctx, sbl_err_t *err)
     bool getmore_fp = strcmp(name, "failGetMoreAfterCursorCheckout") == 0;
     bool repl_fp = strcmp(name, "hangBeforeApplyCommit") == 0 ||
                    strcmp(name, "rsSyncApplyStop") == 0 ||
-                   strcmp(name, "hangBeforePrimaryOplogAppend") == 0;
+                   strcmp(name, "hangBeforePrimaryOplogAppend") == 0 ||
+                   strcmp(name, "hangBeforePrimaryOplogCommit") == 0 ||
+                   strcmp(name, "failBeforePrimaryOplogCommit") == 0;
     if (strcmp(name, "failCommand") != 0 && !tw && !getmore_fp && !repl_fp)
         return sbl_err_set(err, SBL_E_FailPointSetFailed, "%s not found", name);
     if (!bson_iter_init_find(&it, ctx->cmd, "mode"))

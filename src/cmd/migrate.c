@@ -659,8 +659,11 @@ static void wc_done(void *arg, int code, const char *msg)
 
 int mig_await_majority(int64_t timeout_ms, const char *what, sbl_err_t *err)
 {
+    /* the newest entry this thread wrote, or the newest committed one if
+     * later: with parallel commits the latter may be below the former */
     wc_wait_t w = {0};
-    sbl_repl_await(sbl_repl_last_op_ts(), 1, true, timeout_ms, wc_done, &w);
+    uint64_t ts = sbl_repl_last_op_ts(), mine = sbl_repl_take_thread_op_ts();
+    sbl_repl_await(mine > ts ? mine : ts, 1, true, timeout_ms, wc_done, &w);
     if (w.code != 0)
         return sbl_err_set(err, w.code, "%s: %s", what, w.msg);
     return 0;

@@ -207,8 +207,14 @@ typedef struct sbl_repl_member_info {
 void sbl_repl_append_server_status(bson_t *r);
 void sbl_repl_append_metrics(bson_t *metrics);
 int sbl_repl_members_info(sbl_repl_member_info_t *out, int cap);
-/* The newest committed oplog timestamp (what a write just acknowledged waits for). */
+/* The newest committed oplog timestamp with none in flight below it (the
+ * oplog's visibility point). */
 uint64_t sbl_repl_last_op_ts(void);
+/* The newest oplog timestamp a transaction committed at on the calling
+ * thread since the last call (0: none), and forget it: a write's own, which
+ * its write concern waits for (writes commit in parallel:
+ * sbl_repl_last_op_ts may still be below it). */
+uint64_t sbl_repl_take_thread_op_ts(void);
 /* The number of members (w: N above it is refused as mongod does). */
 int sbl_repl_member_count(void);
 /* Replication's test fail points (configureFailPoint, test commands only;

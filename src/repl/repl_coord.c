@@ -82,7 +82,7 @@ uint64_t sbl_repl_majority_ts(void)
     if (rs.config == NULL)
         ts = 0;
     else if (atomic_load(&rs.state) == SBL_RS_PRIMARY && sbl_rs_voters(&rs.cfg) == 1)
-        ts = UINT64_MAX; /* a set of one voter: whatever committed is majority-committed */
+        ts = sbl_oplog_committed().ts; /* a set of one voter: whatever is visible */
     else
         ts = rs.commit.ts;
     pthread_mutex_unlock(&rs.lock);

@@ -7,9 +7,16 @@
  *  - rsSyncApplyStop (mongod's name): the applier waits before applying
  *    the next entry;
  *  - hangBeforePrimaryOplogAppend (Sable's): a primary's write waits after
- *    its primary check and before its oplog entry takes a ts and a term.
+ *    its primary check and before its oplog entry takes a ts and a term;
+ *  - hangBeforePrimaryOplogCommit (Sable's): a primary's write waits after
+ *    its entry took its ts (and let go of the oplog's lock), before its
+ *    transaction commits: later writes commit meanwhile, and readers of the
+ *    oplog must not see them before it (repl_visible.c);
+ *  - failBeforePrimaryOplogCommit (Sable's): at the same point (after
+ *    hangBeforePrimaryOplogCommit let it go), the write fails and its
+ *    transaction rolls back, leaving a ts that was reserved and never used.
  *
- * data.ns limits hangBeforePrimaryOplogAppend to writes to that namespace.
+ * data.ns limits the primary's fail points to writes to that namespace.
  *
  * What must stay true: every wait is bounded (data.maxMS, default 60 s, each
  * time), ends at shutdown, and costs one relaxed load while the fail point
@@ -27,7 +34,9 @@
 
 static const char *const names[SBL_REPL_FP_COUNT] = {"hangBeforeApplyCommit",
                                                      "rsSyncApplyStop",
-                                                     "hangBeforePrimaryOplogAppend"};
+                                                     "hangBeforePrimaryOplogAppend",
+                                                     "hangBeforePrimaryOplogCommit",
+                                                     "failBeforePrimaryOplogCommit"};
 static atomic_bool on[SBL_REPL_FP_COUNT];
 static _Atomic int64_t max_ms[SBL_REPL_FP_COUNT];
 static char fp_ns[SBL_REPL_FP_COUNT][128]; /* data.ns: only writes to it ("" any); set while off */

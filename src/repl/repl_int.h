@@ -64,8 +64,13 @@ bool sbl_oplog_is_open(void);
 /* Start / stop writing entries for document writes and catalog changes. */
 void sbl_oplog_set_active(bool on);
 /* Append an entry (e->ts and e->wall_ms are filled here) inside s's open
- * transaction, with its ts as the commit timestamp. */
+ * transaction, with its ts as the commit timestamp.  s then holds the
+ * oplog's insert lock (no other write takes a ts) until sbl_oplog_release or
+ * the end of its transaction. */
 int sbl_oplog_append(sbl_session_t *s, sbl_oplog_entry_t *e, sbl_err_t *err);
+/* Let other writes take their ts while s's transaction, whose entries took
+ * theirs, goes on to commit (repl_visible.c keeps readers behind it). */
+void sbl_oplog_release(sbl_session_t *s);
 /* Append a no-op {msg} in a transaction of its own. */
 int sbl_oplog_noop(sbl_session_t *s, const char *msg, sbl_err_t *err);
 /* The last timestamp handed out and its wall time (0 before the first). */
@@ -128,14 +133,30 @@ int sbl_oplog_append_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err);
 int64_t sbl_oplog_last_term(void);
 /* Replication's fail points (repl_failpoint.c). */
 enum { SBL_REPL_FP_APPLY_COMMIT, SBL_REPL_FP_APPLY_STOP, SBL_REPL_FP_BEFORE_APPEND,
-       SBL_REPL_FP_COUNT };
+       SBL_REPL_FP_BEFORE_COMMIT, SBL_REPL_FP_FAIL_COMMIT, SBL_REPL_FP_COUNT };
 /* While fail point fp is on (at most its max_ms): wait, polling go_on(arg)
  * (when not NULL) every 10 ms.  False when go_on said to stop. */
 bool sbl_repl_fp_wait(int fp, bool (*go_on)(void *), void *arg);
 /* Whether fail point fp is on for a write to ns (its data.ns, if any). */
 bool sbl_repl_fp_applies(int fp, const char *ns);
-/* The storage's commit observer (sbl_storage_set_commit_observer). */
-void sbl_oplog_on_commit(uint64_t commit_ts);
+/* The storage's end-of-transaction observer (sbl_storage_set_commit_observer). */
+void sbl_oplog_on_commit(sbl_session_t *s, uint64_t commit_ts, bool committed);
+
+/* ---- the oplog's visibility point (repl_visible.c) ----------------------- */
+
+/* Forget every reservation: everything up to ts ended, and ts (term) is the
+ * newest committed entry; before is_ready, scans are not limited (the oplog
+ * is being read at its open). */
+void sbl_oplog_vis_reset(bool is_ready, uint64_t ts, int64_t term);
+/* ts became the commit timestamp of owner's transaction (a storage session),
+ * which writes an entry at it (term: the entry's); under the insert lock.
+ * False when out of memory: the entry must not be written. */
+bool sbl_oplog_vis_reserve(uint64_t ts, int64_t term, const void *owner);
+/* owner's transaction ended: its reservations committed or rolled back. */
+void sbl_oplog_vis_end(const void *owner, bool committed);
+/* The newest ts natural scans of the oplog may return (UINT64_MAX: any):
+ * below every reservation in flight and every one made later. */
+uint64_t sbl_oplog_vis_limit(void);
 /* The ts and t of the newest entry the oplog holds, committed (read from the
  * oplog in s, outside any transaction of s; {0, 0} when empty).  Unlike
  * sbl_oplog_last_ts/term, not moved by a write that took a ts and then
@@ -181,10 +202,11 @@ typedef struct sbl_optime {
     uint64_t ts;
 } sbl_optime_t;
 int sbl_optime_cmp(sbl_optime_t a, sbl_optime_t b);
-/* The ts and t of the newest entry whose transaction committed ({0, 0}
- * before the first): this member's applied and durable position, the one
- * it reports to others.  sbl_oplog_last_ts/term may be newer (an entry
- * written, not yet committed, or aborted). */
+/* The ts and t of the newest entry whose transaction committed with no
+ * entry still in flight below it (the visibility point, repl_visible.c;
+ * {0, 0} before the first): this member's applied and durable position,
+ * the one it reports to others.  sbl_oplog_last_ts/term may be newer (an
+ * entry written, not yet committed, or aborted). */
 sbl_optime_t sbl_oplog_committed(void);
 
 #define SBL_RS_MAX_TAGS 8   /* tags per member, constraints per write concern mode */

@@ -8,10 +8,15 @@
  *    (the storage write observer runs in sbl_write's transaction), and its ts
  *    becomes that transaction's WiredTiger commit timestamp.
  *  - ts is taken while the transaction holds the oplog's capped insert lock,
- *    which it keeps until it commits or aborts: so ts order, natural
- *    (position) order and commit order are one order, and a reader that saw
- *    ts never later finds a smaller one.  An aborted transaction's ts is
- *    simply never used again.
+ *    with the entry's natural position, so ts order and natural order are
+ *    one order.  A primary's write releases the lock once its entries are
+ *    written (sbl_oplog_release) and commits in parallel with later ones;
+ *    every ts is reserved in repl_visible.c, whose visibility point keeps
+ *    natural scans of the oplog (tailing secondaries, tools) and the
+ *    position this member reports below any entry still in flight, so a
+ *    reader that saw ts never later finds a smaller one.  An aborted
+ *    transaction's ts is simply never used again.  A secondary's applier
+ *    and prepared transactions keep the lock to the commit.
  *  - Nothing in local.* and no <db>.system.profile write is logged (mongod
  *    replicates neither); the oplog's own writes are in local.
  *  - An entry this member writes carries the term it is primary of (or, at
@@ -20,10 +25,9 @@
  *    (InterruptedDueToReplStateChange), so a write that passed the primary
  *    check before a step-down never carries the newer term it learnt of.
  *  - last_ts/last_term are the newest entry handed out, which may still abort;
- *    `committed` is the newest entry whose transaction committed (published
- *    by the storage's commit observer while the oplog lock is still held, and
- *    reset when the oplog is read from disk).  Only `committed` is reported
- *    to other members as this member's position.
+ *    sbl_oplog_committed is the visibility point (reset when the oplog is
+ *    read from disk).  Only that is reported to other members as this
+ *    member's position.
  */
 #include "repl/repl_int.h"
 
@@ -42,8 +46,6 @@ static _Atomic uint64_t clock_floor; /* cluster times gossiped to us: the next t
 static _Atomic int64_t last_wall;
 static _Atomic int64_t last_term;  /* t of the last entry */
 static _Atomic int64_t cur_term = 1; /* t of the entries this member writes; -1: none */
-static pthread_mutex_t committed_mu = PTHREAD_MUTEX_INITIALIZER;
-static sbl_optime_t committed; /* the newest committed entry (under committed_mu) */
 
 _Thread_local const bson_t *sbl_repl_applying;
 _Thread_local bool sbl_repl_from_migrate;
@@ -77,30 +79,29 @@ void sbl_oplog_set_active(bool on)
     atomic_store(&active, on && oplog != NULL);
 }
 
-static void set_committed(uint64_t ts, int64_t term)
+static _Thread_local uint64_t thread_op_ts; /* sbl_repl_take_thread_op_ts */
+
+/* The storage's end-of-transaction observer: the entries s's transaction
+ * reserved committed or rolled back.  A transaction that reserved none (a
+ * recovery replaying an entry already in the oplog) changes nothing. */
+void sbl_oplog_on_commit(sbl_session_t *s, uint64_t commit_ts, bool committed)
 {
-    pthread_mutex_lock(&committed_mu);
-    committed.ts = ts;
-    committed.t = term;
-    pthread_mutex_unlock(&committed_mu);
+    if (committed && commit_ts > thread_op_ts)
+        thread_op_ts = commit_ts;
+    sbl_oplog_vis_end(s, committed);
 }
 
-sbl_optime_t sbl_oplog_committed(void)
+uint64_t sbl_repl_take_thread_op_ts(void)
 {
-    pthread_mutex_lock(&committed_mu);
-    sbl_optime_t o = committed;
-    pthread_mutex_unlock(&committed_mu);
-    return o;
+    uint64_t ts = thread_op_ts;
+    thread_op_ts = 0;
+    return ts;
 }
 
-/* The storage's commit observer: a transaction that took the newest ts
- * committed, and holds the oplog lock still, so last_term is its entry's.
- * A commit at an older ts (recovery replaying an entry already in the
- * oplog) publishes nothing new. */
-void sbl_oplog_on_commit(uint64_t commit_ts)
+void sbl_oplog_release(sbl_session_t *s)
 {
-    if (commit_ts == atomic_load(&last_ts))
-        set_committed(commit_ts, atomic_load(&last_term));
+    if (oplog != NULL)
+        sbl_capped_release(s, oplog);
 }
 
 uint64_t sbl_oplog_last_ts(void)
@@ -136,7 +137,8 @@ static int load_last(sbl_session_t *s, sbl_err_t *err)
             atomic_store(&last_term, bson_iter_as_int64(&it));
     }
     sbl_natural_close(scan);
-    set_committed(atomic_load(&last_ts), atomic_load(&last_term)); /* on disk: committed */
+    /* on disk: committed */
+    sbl_oplog_vis_reset(rc == 0, atomic_load(&last_ts), atomic_load(&last_term));
     return rc;
 }
 
@@ -197,6 +199,8 @@ int sbl_oplog_open(sbl_session_t *s, int64_t size_bytes, bool create, sbl_err_t 
         return sbl_err_set(err, SBL_E_InternalError,
                            "%s exists but is not a capped collection keyed by ts", SBL_OPLOG_NS);
     }
+    sbl_oplog_vis_reset(false, 0, 0);
+    sbl_capped_set_visibility(c, sbl_oplog_vis_limit);
     oplog = c;
     if ((rc = load_last(s, err)) != 0) {
         oplog = NULL;
@@ -210,7 +214,7 @@ int sbl_oplog_reload_last(sbl_session_t *s, sbl_err_t *err)
     atomic_store(&last_ts, 0);
     atomic_store(&last_wall, 0);
     atomic_store(&last_term, 0);
-    set_committed(0, 0);
+    sbl_oplog_vis_reset(oplog == NULL, 0, 0);
     return oplog != NULL ? load_last(s, err) : 0;
 }
 
@@ -246,6 +250,8 @@ int sbl_oplog_append(sbl_session_t *s, sbl_oplog_entry_t *e, sbl_err_t *err)
     e->term = term;
     atomic_store(&last_term, e->term);
     SBL_RET(sbl_txn_set_commit_ts(s, ts, err));
+    if (!sbl_oplog_vis_reserve(ts, term, s))
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory for an oplog entry");
     sbl_repl_entry_build(e, &doc);
     rc = sbl_write(s, oplog, SBL_WRITE_INSERT, NULL, &doc, NULL, err);
     bson_destroy(&doc);
@@ -270,6 +276,8 @@ int sbl_oplog_append_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
     SBL_RET(sbl_capped_lock(s, oplog, err));
     uint64_t ts = SBL_TS(t, i);
     SBL_RET(sbl_txn_set_commit_ts(s, ts, err));
+    if (!sbl_oplog_vis_reserve(ts, term, s)) /* the lock is kept: the applier commits in order */
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory for an oplog entry");
     SBL_RET(sbl_write(s, oplog, SBL_WRITE_INSERT, NULL, doc, NULL, err));
     SBL_RET(sbl_txn_record_applied(s, doc, err));
     if (ts > atomic_load(&last_ts)) {
@@ -370,6 +378,21 @@ static const uint8_t *applied_uuid(const bson_t *in, bool txn)
 
 static _Thread_local bool unlogged_writes;
 
+/* A primary's write whose entries took their ts: the oplog's lock goes, so
+ * later writes take theirs and may commit first; then the test fail points
+ * may hold it (hangBeforePrimaryOplogCommit) or abort it
+ * (failBeforePrimaryOplogCommit) before its transaction commits. */
+static int release_entries(sbl_session_t *s, const char *ns, sbl_err_t *err)
+{
+    sbl_capped_release(s, oplog);
+    if (sbl_repl_fp_applies(SBL_REPL_FP_BEFORE_COMMIT, ns))
+        sbl_repl_fp_wait(SBL_REPL_FP_BEFORE_COMMIT, NULL, NULL);
+    if (sbl_repl_fp_applies(SBL_REPL_FP_FAIL_COMMIT, ns))
+        return sbl_err_set(err, SBL_E_InternalError, "failBeforePrimaryOplogCommit: the write "
+                           "is aborted after its oplog entry took a timestamp");
+    return 0;
+}
+
 void sbl_repl_set_unlogged_writes(bool on)
 {
     unlogged_writes = on;
@@ -458,6 +481,8 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     sbl_repl_stmt_t *st = sbl_repl_cur_stmt();
     if (st == NULL) {
         rc = sbl_oplog_append(s, &e, err);
+        if (rc == 0)
+            rc = release_entries(s, e.ns, err);
         if (rc == 0 && kind != SBL_WRITE_INSERT && old_doc != NULL && wants_images(c))
             rc = sbl_repl_write_preimage(s, sbl_coll_uuid(c), e.ts, 0, e.wall_ms, old_doc, err);
         bson_destroy(&key);
@@ -478,6 +503,8 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     }
     if (rc == 0)
         rc = sbl_oplog_append(s, &e, err);
+    if (rc == 0)
+        rc = release_entries(s, e.ns, err);
     if (rc == 0) {
         bson_t lsid = BSON_INITIALIZER;
         BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
@@ -506,8 +533,10 @@ static int append_alone(sbl_session_t *s, sbl_oplog_entry_t *e, sbl_err_t *err)
     if (sbl_txn_begin(s, &e2) != 0) /* inside the caller's: it commits */
         return sbl_oplog_append(s, e, err);
     for (int attempt = 0;; attempt++) {
-        if ((rc = sbl_oplog_append(s, e, err)) == 0)
+        if ((rc = sbl_oplog_append(s, e, err)) == 0) {
+            sbl_oplog_release(s);
             return sbl_txn_commit(s, err);
+        }
         sbl_txn_abort(s);
         if (rc != SBL_E_WriteConflict || attempt >= 100)
             return rc;

@@ -71,6 +71,7 @@ int sbl_repl_linearizable_wait(int64_t deadline_us, sbl_err_t *err)
 {
     SBL_RET(sbl_repl_linearizable_check(err));
     SBL_RET(sbl_oplog_noop(sbl_session_get(), "linearizable read", err));
+    uint64_t mine = sbl_repl_take_thread_op_ts(), ts = sbl_oplog_committed().ts; /* the no-op's */
     int64_t wtimeout_ms = 0;
     if (deadline_us > 0) {
         wtimeout_ms = (deadline_us - sbl_now_us()) / 1000;
@@ -78,7 +79,7 @@ int sbl_repl_linearizable_wait(int64_t deadline_us, sbl_err_t *err)
             wtimeout_ms = 1;
     }
     lin_wait_t w = {0, NULL};
-    sbl_repl_await(sbl_oplog_committed().ts, 0, true, wtimeout_ms, lin_done, &w);
+    sbl_repl_await(mine > ts ? mine : ts, 0, true, wtimeout_ms, lin_done, &w);
     if (w.code == SBL_E_WriteConcernFailed)
         return sbl_err_set(err, SBL_E_MaxTimeMSExpired, "operation exceeded time limit");
     if (w.code != 0)

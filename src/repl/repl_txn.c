@@ -309,6 +309,7 @@ int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt
         BSON_APPEND_INT64(&o, "count", (int64_t)ops->total);
     sbl_oplog_entry_t e = {.op = 'c', .ns = "admin.$cmd", .o = &o, .stmt = st, .no_stmt_id = true};
     rc = sbl_oplog_append(s, &e, err);
+    sbl_oplog_release(s); /* its entries took consecutive ts; the commit runs in parallel */
     ts[ops->nfull] = e.ts;
     wall[ops->nfull] = e.wall_ms;
     for (size_t i = 0; rc == 0 && i < ops->nimg; i++) {

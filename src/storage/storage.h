@@ -232,7 +232,8 @@ void sbl_scan_close(sbl_scan_t *scan);
  * transaction as the documents.  Inserts into one capped collection are
  * serialized (as in mongod) so positions commit in order, and the oldest
  * documents are deleted by the insert that takes the collection over its
- * size or count.
+ * size or count; a collection of ordered visibility (the oplog:
+ * sbl_capped_set_visibility) lets its inserts commit in any order instead.
  */
 /* True when c is capped; *max_sizep / *max_docsp (may be NULL) get its limits
  * (bytes, and documents with 0 meaning none). */
@@ -295,14 +296,16 @@ typedef int (*sbl_write_observer_fn)(sbl_session_t *s, sbl_coll_t *c, sbl_write_
 void sbl_storage_set_write_observer(sbl_write_observer_fn fn);
 
 /*
- * The commit observer: installed like the write observer (replication's
- * oplog, which publishes its newest committed entry).  sbl_txn_commit calls
- * it with the transaction's largest commit timestamp after WiredTiger
- * committed a transaction that had one, while that transaction still holds
- * its capped insert locks (so no other transaction has taken a newer oplog
- * ts yet).  It must not fail or block.  NULL (the default) removes it.
+ * The end-of-transaction observer: installed like the write observer
+ * (replication's oplog, which tracks the entries still in flight and
+ * publishes its visibility point).  Called once for every transaction of s
+ * that set a commit timestamp, when it ends: committed (true after
+ * WiredTiger committed it, with its largest commit timestamp) or rolled back
+ * (aborted, a failed commit, the session closed), before the capped insert
+ * locks it still holds go.  It must not fail or block.  NULL (the default)
+ * removes it.
  */
-typedef void (*sbl_commit_observer_fn)(uint64_t commit_ts);
+typedef void (*sbl_commit_observer_fn)(sbl_session_t *s, uint64_t commit_ts, bool committed);
 void sbl_storage_set_commit_observer(sbl_commit_observer_fn fn);
 
 /* ---- timestamps and keyed collections ------------------------------------ */
@@ -322,6 +325,23 @@ uint64_t sbl_txn_last_commit_ts(void);
  * transaction ends.  WriteConflict as for an insert; InternalError when c is
  * not capped. */
 int sbl_capped_lock(sbl_session_t *s, sbl_coll_t *c, sbl_err_t *err);
+/* Release capped collection c's insert lock now, before the open transaction
+ * ends (its inserts stay uncommitted): positions may then commit out of
+ * order, so only a collection of ordered visibility (below) may do this. */
+void sbl_capped_release(sbl_session_t *s, sbl_coll_t *c);
+/*
+ * Ordered visibility for capped collection c, keyed by a timestamp field
+ * (the oplog): visible() returns the newest key below which every insert
+ * has committed or rolled back (UINT64_MAX: no limit).  Natural-order scans
+ * opened afterwards never return a document keyed above the value visible()
+ * gave at their open (forward scans end there, backward scans skip past), so
+ * a reader resuming past a position never misses one that commits later.
+ * Its oldest documents are then deleted after the inserting transaction
+ * commits, in one of their own (sbl_capped_after_txn), so concurrent inserts
+ * do not delete the same documents.  Set once, when the collection opens.
+ */
+typedef uint64_t (*sbl_visible_fn)(void);
+void sbl_capped_set_visibility(sbl_coll_t *c, sbl_visible_fn visible);
 /* Create ns (as sbl_coll_create) with its documents keyed by the top-level
  * field key_field instead of _id (the oplog is keyed by ts): documents need
  * no _id, and the key field takes _id's place for writes, point reads and

@@ -19,6 +19,13 @@
  *    (indexes and counts stay right) until size and count are within limits.
  *    The limits follow the catalog options (collMod may lower them; the next
  *    insert then evicts down to the new ones).
+ *  - A collection of ordered visibility (the oplog: sbl_capped_set_visibility)
+ *    may release its insert lock before the transaction ends
+ *    (sbl_capped_release), so its positions commit in any order; natural
+ *    scans then stop at its owner's visibility point, below which nothing is
+ *    still in flight, and its eviction runs after the commit in a
+ *    transaction of its own, one session at a time (two writers' snapshots
+ *    would otherwise delete the same oldest documents and conflict).
  */
 #include "storage/wt_int.h"
 
@@ -35,6 +42,8 @@ struct sbl_capped {
     pthread_mutex_t lock; /* held by the inserting transaction until it ends */
     bool seq_loaded;      /* next_seq read from the table (under lock) */
     uint64_t next_seq;    /* under lock */
+    _Atomic(sbl_visible_fn) visible; /* ordered visibility: the owner's point */
+    pthread_mutex_t evict_mu; /* ordered visibility: one evicting session at a time */
 };
 
 #define POS_KEY_LEN 9
@@ -97,6 +106,7 @@ int sbl_capped_attach(WT_SESSION *wt, sbl_wt_table_t *t, const bson_t *options, 
     atomic_init(&cp->max_size, size);
     atomic_init(&cp->max_docs, max);
     pthread_mutex_init(&cp->lock, NULL);
+    pthread_mutex_init(&cp->evict_mu, NULL);
     t->capped = cp;
     return 0;
 }
@@ -120,6 +130,7 @@ void sbl_capped_free(sbl_wt_table_t *t)
         return;
     sbl_table_unref(t->capped->nat);
     pthread_mutex_destroy(&t->capped->lock);
+    pthread_mutex_destroy(&t->capped->evict_mu);
     bson_free(t->capped);
     t->capped = NULL;
 }
@@ -167,13 +178,32 @@ uint64_t sbl_capped_generation(void)
 
 void sbl_capped_unlock_all(sbl_session_t *s)
 {
-    if (s->ncapped_held > 0)
+    if (s->ncapped_held > 0 || s->capped_released)
         atomic_fetch_add(&insert_gen, 1);
+    s->capped_released = false;
     for (size_t i = 0; i < s->ncapped_held; i++) {
         pthread_mutex_unlock(&s->capped_held[i]->capped->lock);
         sbl_table_unref(s->capped_held[i]);
     }
     s->ncapped_held = 0;
+}
+
+void sbl_capped_release(sbl_session_t *s, sbl_coll_t *c)
+{
+    for (size_t i = 0; i < s->ncapped_held; i++)
+        if (s->capped_held[i] == c->tbl) {
+            pthread_mutex_unlock(&c->tbl->capped->lock);
+            sbl_table_unref(c->tbl);
+            s->capped_held[i] = s->capped_held[--s->ncapped_held];
+            s->capped_released = true;
+            return;
+        }
+}
+
+void sbl_capped_set_visibility(sbl_coll_t *c, sbl_visible_fn visible)
+{
+    if (c->tbl->capped != NULL)
+        atomic_store(&c->tbl->capped->visible, visible);
 }
 
 int sbl_capped_lock(sbl_session_t *s, sbl_coll_t *c, sbl_err_t *err)
@@ -364,14 +394,45 @@ int sbl_capped_on_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         pos_key(pk, pos);
         memcpy(pv, pk + 1, 8);
         if ((ret = put_row(cur, pk, sizeof(pk), ikey.data + 1, ikey.len - 1)) == 0 &&
-            (ret = put_row(cur, ikey.data, ikey.len, pv, sizeof(pv))) == 0)
-            rc = evict(s, c, pos, err);
+            (ret = put_row(cur, ikey.data, ikey.len, pv, sizeof(pv))) == 0) {
+            if (atomic_load(&cp->visible) == NULL) {
+                rc = evict(s, c, pos, err);
+            } else if (s->evict_after == NULL) { /* after the commit */
+                atomic_fetch_add(&c->refs, 1);
+                s->evict_after = c;
+            }
+        }
     }
     if (ret != 0)
         rc = sbl_wt_err(err, ret == WT_DUPLICATE_KEY ? WT_ROLLBACK : ret, "natural order");
 done:
     sbl_buf_destroy(&ikey);
     return rc;
+}
+
+void sbl_capped_after_txn(sbl_session_t *s, bool committed)
+{
+    sbl_coll_t *c = s->evict_after;
+    if (c == NULL)
+        return;
+    s->evict_after = NULL;
+    struct sbl_capped *cp = c->tbl->capped;
+    int64_t count, bytes;
+    current_size(s, c->tbl, &count, &bytes);
+    int64_t max_docs = atomic_load(&cp->max_docs);
+    bool over = bytes > atomic_load(&cp->max_size) || (max_docs > 0 && count > max_docs);
+    if (committed && over && !s->in_txn && pthread_mutex_trylock(&cp->evict_mu) == 0) {
+        sbl_err_t err;
+        sbl_err_clear(&err);
+        if (sbl_txn_begin(s, &err) == 0) { /* a failure leaves it to the next insert */
+            if (evict(s, c, 0, &err) == 0)
+                sbl_txn_commit(s, &err);
+            else
+                sbl_txn_abort(s);
+        }
+        pthread_mutex_unlock(&cp->evict_mu);
+    }
+    sbl_coll_release(c);
 }
 
 /* ---- natural-order scans ---------------------------------------------------- */
@@ -382,7 +443,16 @@ struct sbl_natural {
     WT_CURSOR *ncur, *dcur;
     uint64_t after;
     bool descending, started, done;
+    bool limited;   /* ordered visibility: nothing keyed above limit */
+    sbl_buf_t limit; /* the encoded key of the visibility point at the open */
 };
+
+/* Encoded keys compare as their bytes, then their lengths. */
+static int key_cmp(const void *a, size_t alen, const void *b, size_t blen)
+{
+    int c = memcmp(a, b, alen < blen ? alen : blen);
+    return c != 0 ? c : (alen > blen) - (alen < blen);
+}
 
 int sbl_natural_open(sbl_session_t *s, sbl_coll_t *c, uint64_t after, bool descending,
                      sbl_natural_t **scanp, sbl_err_t *err)
@@ -412,6 +482,16 @@ int sbl_natural_open(sbl_session_t *s, sbl_coll_t *c, uint64_t after, bool desce
     sbl_table_ref(scan->nat);
     scan->after = after;
     scan->descending = descending;
+    sbl_buf_init(&scan->limit);
+    sbl_visible_fn visible = atomic_load(&cp->visible);
+    uint64_t lim = visible != NULL ? visible() : UINT64_MAX;
+    if (lim != UINT64_MAX) {
+        bson_value_t v = {.value_type = BSON_TYPE_TIMESTAMP};
+        v.value.v_timestamp.timestamp = (uint32_t)(lim >> 32);
+        v.value.v_timestamp.increment = (uint32_t)lim;
+        sbl_key_append(&scan->limit, &v, false);
+        scan->limited = true;
+    }
     *scanp = scan;
     return 0;
 }
@@ -467,6 +547,11 @@ int sbl_natural_next(sbl_natural_t *scan, bson_t *doc, uint64_t *posp, bool *don
         if (ret != 0)
             return sbl_wt_err(err, ret, "natural scan");
         uint64_t pos = pos_of((const uint8_t *)k.data + 1);
+        if (scan->limited && key_cmp(v.data, v.size, scan->limit.data, scan->limit.len) > 0) {
+            if (!scan->descending) /* past the visibility point: the end for now */
+                scan->done = true;
+            continue;
+        }
         WT_ITEM dk = v, dv;
         scan->dcur->set_key(scan->dcur, &dk);
         ret = scan->dcur->search(scan->dcur);
@@ -493,6 +578,7 @@ void sbl_natural_close(sbl_natural_t *scan)
     }
     sbl_table_unref(scan->tbl);
     sbl_table_unref(scan->nat);
+    sbl_buf_destroy(&scan->limit);
     bson_free(scan);
 }
 

@@ -126,6 +126,13 @@ struct sbl_session {
     /* capped tables whose insert lock the open transaction holds (wt_capped.c) */
     struct sbl_wt_table **capped_held;
     size_t ncapped_held, capped_held_cap;
+    /* a table whose insert lock the open transaction released early
+     * (sbl_capped_release): its tailers are woken when the transaction ends */
+    bool capped_released;
+    /* a collection of ordered visibility it inserted into (referenced): its
+     * oldest documents are deleted in a transaction of their own after the
+     * commit (sbl_capped_after_txn) */
+    struct sbl_coll *evict_after;
     struct sbl_session *next_all; /* engine's list of every session */
 };
 
@@ -394,6 +401,11 @@ int sbl_capped_on_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
                         const bson_t *old_doc, const bson_t *new_doc, sbl_err_t *err);
 /* Release the capped insert locks s holds (its transaction ended). */
 void sbl_capped_unlock_all(sbl_session_t *s);
+/* After s's transaction ended (committed: true when it committed): the
+ * deletions of the oldest documents of a collection of ordered visibility it
+ * inserted into, in a short transaction of their own on s, by one session at
+ * a time (another that finds one running leaves them to it). */
+void sbl_capped_after_txn(sbl_session_t *s, bool committed);
 /* The document write of sbl_write inside the open transaction (wt_write.c). */
 int sbl_wt_write_in_txn(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
                         const bson_t *old_doc, const bson_t *new_doc, bson_t *err_info,

@@ -48,6 +48,16 @@ sbl_session_t *sbl_session_get(void)
     return s;
 }
 
+static _Atomic(sbl_commit_observer_fn) commit_observer;
+
+/* s's transaction ended (storage.h, the end-of-transaction observer). */
+static void notify_end(sbl_session_t *s, bool committed)
+{
+    sbl_commit_observer_fn obs = atomic_load_explicit(&commit_observer, memory_order_relaxed);
+    if (obs != NULL && s->commit_ts != 0)
+        obs(s, s->commit_ts, committed);
+}
+
 static void drop_deltas(sbl_session_t *s)
 {
     for (size_t i = 0; i < s->ndeltas; i++)
@@ -65,7 +75,10 @@ static void session_free(sbl_session_t *s)
     drop_deltas(s);
     if (s->wt != NULL)
         s->wt->close(s->wt, NULL); /* rolls back an open transaction */
+    if (s->in_txn)
+        notify_end(s, false);
     sbl_capped_unlock_all(s);
+    sbl_capped_after_txn(s, false);
     bson_free(s->capped_held);
     sbl_buf_destroy(&s->key);
     bson_free(s->cursors);
@@ -202,8 +215,6 @@ static void reset_cursors(sbl_session_t *s)
         s->cursors[i].cursor->reset(s->cursors[i].cursor);
 }
 
-static _Atomic(sbl_commit_observer_fn) commit_observer;
-
 void sbl_storage_set_commit_observer(sbl_commit_observer_fn fn)
 {
     atomic_store(&commit_observer, fn);
@@ -224,13 +235,10 @@ int sbl_txn_commit(sbl_session_t *s, sbl_err_t *err)
     atomic_store(&s->txn_gen, 0);
     /* No sync: durability comes from the journal flusher (wt_durable.c). */
     ret = s->wt->commit_transaction(s->wt, NULL);
+    notify_end(s, ret == 0); /* before the capped locks go (storage.h) */
     if (ret == 0) {
         atomic_fetch_add(&sbl_eng.commits, 1);
         sbl_ts_advance(&sbl_eng.last_commit_ts, s->commit_ts);
-        sbl_commit_observer_fn obs = atomic_load_explicit(&commit_observer,
-                                                          memory_order_relaxed);
-        if (obs != NULL && s->commit_ts != 0)
-            obs(s->commit_ts); /* before the capped locks go (storage.h) */
         for (size_t i = 0; i < s->ndeltas; i++) {
             atomic_fetch_add(&s->deltas[i].tbl->count, s->deltas[i].count);
             atomic_fetch_add(&s->deltas[i].tbl->data_size, s->deltas[i].data_size);
@@ -239,6 +247,7 @@ int sbl_txn_commit(sbl_session_t *s, sbl_err_t *err)
     s->commit_ts = 0;
     drop_deltas(s);
     sbl_capped_unlock_all(s); /* after the counts: the next capped insert sees them */
+    sbl_capped_after_txn(s, ret == 0);
     return ret == 0 ? 0 : sbl_wt_err(err, ret, "commit transaction");
 }
 
@@ -275,9 +284,11 @@ void sbl_txn_abort(sbl_session_t *s)
     s->in_txn = false;
     atomic_store(&s->txn_gen, 0);
     s->wt->rollback_transaction(s->wt, NULL);
+    notify_end(s, false);
     s->commit_ts = 0;
     drop_deltas(s);
     sbl_capped_unlock_all(s);
+    sbl_capped_after_txn(s, false);
 }
 
 /* ---- multi-document transactions ------------------------------------------ */
@@ -415,6 +426,7 @@ int sbl_txn_commit_prepared_outer(sbl_session_t *s, uint64_t commit_ts, uint64_t
     snprintf(cfg, sizeof(cfg), "commit_timestamp=%" PRIx64 ",durable_timestamp=%" PRIx64,
              commit_ts, durable_ts);
     ret = s->wt->commit_transaction(s->wt, cfg);
+    notify_end(s, ret == 0);
     if (ret == 0) {
         atomic_fetch_add(&sbl_eng.commits, 1);
         sbl_ts_advance(&sbl_eng.last_commit_ts, durable_ts);
@@ -426,6 +438,7 @@ int sbl_txn_commit_prepared_outer(sbl_session_t *s, uint64_t commit_ts, uint64_t
     s->commit_ts = 0;
     drop_deltas(s);
     sbl_capped_unlock_all(s);
+    sbl_capped_after_txn(s, ret == 0);
     return ret == 0 ? 0 : sbl_wt_err(err, ret, "commit prepared transaction");
 }
 

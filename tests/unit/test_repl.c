@@ -152,6 +152,7 @@ static void test_oplog_writer(void)
     CHECK(sbl_oplog_open(s, 1 << 20, true, &err) == 0);
     sbl_oplog_set_active(true);
     sbl_storage_set_write_observer(sbl_oplog_observe);
+    sbl_storage_set_commit_observer(sbl_oplog_on_commit); /* ends reservations */
     CHECK(sbl_coll_open(s, "db.c", true, &c, NULL, &err) == 0);
     CHECK(sbl_coll_open(s, "local.x", true, &lc, NULL, &err) == 0);
 
@@ -188,6 +189,7 @@ static void test_oplog_writer(void)
     sbl_coll_release(c);
     sbl_coll_release(lc);
     sbl_storage_set_write_observer(NULL);
+    sbl_storage_set_commit_observer(NULL);
     sbl_oplog_close();
     sbl_storage_close();
     CHECK(sbl_storage_open(&cfg, &err) == 0);
@@ -196,11 +198,88 @@ static void test_oplog_writer(void)
     CHECK(sbl_oplog_last_ts() == last2);
     sbl_oplog_set_active(true);
     sbl_storage_set_write_observer(sbl_oplog_observe);
+    sbl_storage_set_commit_observer(sbl_oplog_on_commit); /* ends reservations */
     CHECK(sbl_coll_open(s, "db.c", false, &c, NULL, &err) == 0);
     CHECK(insert(c, 500, true, &err) == 0);
     CHECK(oplog_count(&last) == 102 && last > last2);
     sbl_coll_release(c);
     sbl_storage_set_write_observer(NULL);
+    sbl_storage_set_commit_observer(NULL);
+    sbl_oplog_close();
+    sbl_storage_close();
+}
+
+/* The visibility point on its own: reservations end in any order. */
+static void test_visibility_point(void)
+{
+    int a, b, c;
+    sbl_oplog_vis_reset(true, 10, 1);
+    CHECK(sbl_oplog_vis_limit() == 10 && sbl_oplog_committed().ts == 10);
+    sbl_oplog_vis_reserve(11, 1, &a);
+    sbl_oplog_vis_reserve(12, 1, &b);
+    sbl_oplog_vis_reserve(13, 2, &c);
+    CHECK(sbl_oplog_vis_limit() == 10);
+    sbl_oplog_vis_end(&c, true); /* 13 before 11 and 12: nothing moves */
+    CHECK(sbl_oplog_vis_limit() == 10 && sbl_oplog_committed().ts == 10);
+    sbl_oplog_vis_end(&a, false); /* 11 rolled back: not reported, not waited for */
+    CHECK(sbl_oplog_vis_limit() == 11 && sbl_oplog_committed().ts == 10);
+    sbl_oplog_vis_end(&b, true);
+    CHECK(sbl_oplog_vis_limit() == 13);
+    CHECK(sbl_oplog_committed().ts == 13 && sbl_oplog_committed().t == 2);
+    sbl_oplog_vis_reserve(14, 2, &a); /* the limit never covers a later reservation */
+    CHECK(sbl_oplog_vis_limit() == 13);
+    sbl_oplog_vis_end(&a, true);
+    CHECK(sbl_oplog_vis_limit() == 14 && sbl_oplog_committed().ts == 14);
+    sbl_oplog_vis_end(&b, true); /* nothing of its left: no change */
+    CHECK(sbl_oplog_committed().ts == 14);
+    sbl_oplog_vis_reset(false, 0, 0); /* not ready: scans are not limited */
+    CHECK(sbl_oplog_vis_limit() == UINT64_MAX);
+}
+
+/* Two writers on the oplog: the later one commits first, and natural scans
+ * and the reported position wait for the earlier one, committed or not. */
+static void test_parallel_commits(void)
+{
+    sbl_storage_config_t cfg = {.dbpath = dbpath, .cache_size_gb = 0.25};
+    sbl_err_t err;
+    sbl_coll_t *c = NULL;
+    uint64_t last = 0, last2 = 0;
+    bson_t doc = BSON_INITIALIZER;
+
+    CHECK(sbl_storage_open(&cfg, &err) == 0);
+    sbl_session_t *s = sbl_session_get(), *held = sbl_session_open();
+    CHECK(held != NULL);
+    CHECK(sbl_oplog_open(s, 1 << 20, true, &err) == 0);
+    sbl_oplog_set_active(true);
+    sbl_storage_set_write_observer(sbl_oplog_observe);
+    sbl_storage_set_commit_observer(sbl_oplog_on_commit);
+    CHECK(sbl_coll_open(s, "db.par", true, &c, NULL, &err) == 0);
+    int64_t before = oplog_count(&last);
+    uint64_t seen = sbl_oplog_committed().ts;
+    for (int round = 0; round < 2; round++) {
+        bool commit = round == 0;
+        bson_reinit(&doc);
+        BSON_APPEND_INT32(&doc, "_id", 1000 + round);
+        CHECK(sbl_txn_begin(held, &err) == 0);
+        CHECK(sbl_write(held, c, SBL_WRITE_INSERT, NULL, &doc, NULL, &err) == 0);
+        /* the held write released the lock: a later one takes its ts and commits */
+        CHECK(insert(c, 2000 + round, true, &err) == 0);
+        CHECK(oplog_count(&last2) == before && last2 == last);
+        CHECK(sbl_oplog_committed().ts == seen);
+        if (commit)
+            CHECK(sbl_txn_commit(held, &err) == 0);
+        else
+            sbl_txn_abort(held);
+        before += commit ? 2 : 1;
+        CHECK(oplog_count(&last) == before && last > last2);
+        CHECK(sbl_oplog_committed().ts == last);
+        seen = last;
+    }
+    bson_destroy(&doc);
+    sbl_coll_release(c);
+    sbl_session_close(held);
+    sbl_storage_set_write_observer(NULL);
+    sbl_storage_set_commit_observer(NULL);
     sbl_oplog_close();
     sbl_storage_close();
 }
@@ -217,6 +296,8 @@ int main(void)
         return 1;
     }
     test_oplog_writer();
+    test_visibility_point();
+    test_parallel_commits();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dbpath);
     if (system(cmd) != 0)

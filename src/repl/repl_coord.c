@@ -254,7 +254,7 @@ static int normalize_config(const bson_t *in, bson_t *out, sbl_rs_config_t *cfg,
         BSON_APPEND_INT32(&mem, "_id", m->id);
         BSON_APPEND_UTF8(&mem, "host", m->host);
         BSON_APPEND_BOOL(&mem, "arbiterOnly", m->arbiter);
-        BSON_APPEND_BOOL(&mem, "buildIndexes", true);
+        BSON_APPEND_BOOL(&mem, "buildIndexes", m->build_indexes);
         BSON_APPEND_BOOL(&mem, "hidden", m->hidden);
         BSON_APPEND_DOUBLE(&mem, "priority", m->priority);
         BSON_APPEND_DOCUMENT_BEGIN(&mem, "tags", &tags);
@@ -460,6 +460,14 @@ static void install_config_locked(const bson_t *doc, const sbl_rs_config_t *cfg)
         rs.peer[i].state = SBL_RS_STARTUP;
     }
     sbl_rs_reset_election_timer_locked(sbl_now_ms());
+}
+
+bool sbl_rs_self_builds_indexes(void)
+{
+    pthread_mutex_lock(&rs.lock);
+    bool build = rs.self < 0 || rs.cfg.m[rs.self].build_indexes;
+    pthread_mutex_unlock(&rs.lock);
+    return build;
 }
 
 int sbl_rs_adopt_config(const bson_t *doc, sbl_err_t *err)
@@ -681,14 +689,23 @@ static int voter_changes(const sbl_rs_config_t *prev, const sbl_rs_config_t *cfg
     return changes;
 }
 
-/* The host of a member of both configs whose arbiterOnly differs, or NULL. */
-static const char *arbiter_flipped(const sbl_rs_config_t *prev, const sbl_rs_config_t *cfg)
+/* The host of a member of both configs whose arbiterOnly or buildIndexes
+ * differs (*fieldp: which), or NULL: mongod wants it removed and re-added. */
+static const char *member_flipped(const sbl_rs_config_t *prev, const sbl_rs_config_t *cfg,
+                                  const char **fieldp)
 {
+    *fieldp = NULL;
     for (int i = 0; i < cfg->n; i++)
-        for (int j = 0; j < prev->n; j++)
-            if (strcmp(cfg->m[i].host, prev->m[j].host) == 0 &&
-                cfg->m[i].arbiter != prev->m[j].arbiter)
+        for (int j = 0; j < prev->n; j++) {
+            if (strcmp(cfg->m[i].host, prev->m[j].host) != 0)
+                continue;
+            if (cfg->m[i].arbiter != prev->m[j].arbiter)
+                *fieldp = "arbiterOnly";
+            else if (cfg->m[i].build_indexes != prev->m[j].build_indexes)
+                *fieldp = "buildIndexes";
+            if (*fieldp != NULL)
                 return cfg->m[i].host;
+        }
     return NULL;
 }
 
@@ -753,12 +770,13 @@ int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, bool g
                          "write concern and try the reconfig again.");
         goto done;
     }
-    const char *flipped = arbiter_flipped(&rs.cfg, cfg);
+    const char *field;
+    const char *flipped = member_flipped(&rs.cfg, cfg, &field);
     if (flipped != NULL) {
         rc = sbl_err_set(err, SBL_E_NewReplicaSetConfigurationIncompatible, "New and old "
-                         "configurations differ in the setting of the arbiterOnly field for "
+                         "configurations differ in the setting of the %s field for "
                          "member %s; to make this change, remove then re-add the member",
-                         flipped);
+                         field, flipped);
         goto done;
     }
     if (!force && voter_changes(&rs.cfg, cfg) > 1) {

@@ -7,7 +7,8 @@
  * until it ends; a restart that finds it starts over), drop whatever
  * replicated data is here, note the source's newest oplog entry (the point
  * from which entries are applied), clone each collection (options,
- * documents in large unlogged, untimestamped transactions, then indexes),
+ * documents in large unlogged, untimestamped transactions, then indexes:
+ * none but _id on a member whose config says buildIndexes: false),
  * checkpoint, write the noted entry as our first oplog entry, clear the
  * mark.  The ordinary tailer (repl_sync.c) then applies the source's
  * entries after that point, idempotently (documents copied after it was
@@ -320,6 +321,8 @@ static int clone_collection(mongoc_client_t *c, const char *db, const bson_t *in
     if (rc != 0 || strcmp(type, "view") == 0)
         return rc;
     SBL_RET(clone_docs(c, db, name, err));
+    if (!sbl_rs_self_builds_indexes()) /* buildIndexes: false: the _id index only */
+        return 0;
     /* indexes after the documents: one pass over them each */
     bson_t cmd = BSON_INITIALIZER, reply, ci = BSON_INITIALIZER, arr;
     BSON_APPEND_UTF8(&cmd, "listIndexes", name);

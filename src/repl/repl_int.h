@@ -225,6 +225,7 @@ typedef struct sbl_rs_member {
     int votes;
     bool hidden;
     bool arbiter;    /* arbiterOnly: votes, holds no data */
+    bool build_indexes; /* buildIndexes (true): false keeps the _id index only */
     int64_t delay_s; /* secondaryDelaySecs */
     int ntags;
     sbl_rs_tag_t tags[SBL_RS_MAX_TAGS];
@@ -254,6 +255,10 @@ typedef struct sbl_rs_config {
     sbl_rs_mode_t modes[SBL_RS_MAX_MODES];
 } sbl_rs_config_t;
 
+/* Whether this member builds secondary indexes: false when its own config
+ * says buildIndexes: false (it applies no createIndexes entry and initial
+ * sync clones the _id index only); true before it has a config. */
+bool sbl_rs_self_builds_indexes(void);
 /* Parse and check a config as mongod's replSetInitiate/heartbeats do
  * (InvalidReplicaSetConfig 93 with mongod's messages), into cfg. */
 int sbl_rs_config_parse(const bson_t *doc, sbl_rs_config_t *cfg, sbl_err_t *err);

@@ -97,6 +97,7 @@ static int parse_member(const bson_t *d, sbl_rs_member_t *m, sbl_err_t *err)
     m->votes = 1;
     m->hidden = false;
     m->arbiter = false;
+    m->build_indexes = true;
     m->delay_s = 0;
     m->ntags = 0;
     if (get_num(d, "priority", &v)) {
@@ -114,6 +115,8 @@ static int parse_member(const bson_t *d, sbl_rs_member_t *m, sbl_err_t *err)
         m->hidden = bson_iter_as_bool(&it);
     if (bson_iter_init_find(&it, d, "arbiterOnly"))
         m->arbiter = bson_iter_as_bool(&it);
+    if (bson_iter_init_find(&it, d, "buildIndexes"))
+        m->build_indexes = bson_iter_as_bool(&it);
     if (get_num(d, "secondaryDelaySecs", &v)) {
         if (v < 0 || v > SBL_RS_MAX_DELAY_S)
             return invalid(err, "secondaryDelaySecs field value of %lld seconds is out of range",
@@ -136,6 +139,8 @@ static int parse_member(const bson_t *d, sbl_rs_member_t *m, sbl_err_t *err)
             return invalid(err, "priority must be 0 when secondaryDelaySecs is used", NULL, 0);
         if (m->hidden)
             return invalid(err, "priority must be 0 when hidden=true", NULL, 0);
+        if (!m->build_indexes)
+            return invalid(err, "priority must be 0 when buildIndexes=false", NULL, 0);
     }
     return 0;
 }

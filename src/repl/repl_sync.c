@@ -101,6 +101,8 @@ static bool entry_command(const bson_t *e, char *db, size_t dbn, bson_t *cmd)
         const char *name = bson_iter_key(&f);
         if (strcmp(name, "createIndexes") == 0) {
             bson_t spec;
+            if (!sbl_rs_self_builds_indexes()) /* buildIndexes: false: the entry alone */
+                return false;
             bson_append_iter(cmd, "createIndexes", -1, &f);
             BSON_APPEND_ARRAY_BEGIN(cmd, "indexes", &arr);
             BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &spec);

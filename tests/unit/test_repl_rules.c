@@ -64,9 +64,16 @@ static void test_config(void)
     CHECK(cfg.n == 2 && cfg.m[1].hidden && cfg.election_timeout_ms == 2000);
     CHECK(sbl_rs_electable(&cfg, 0) && !sbl_rs_electable(&cfg, 1));
     CHECK(sbl_rs_voters(&cfg) == 2 && sbl_rs_majority(&cfg) == 2);
+    CHECK(cfg.m[0].build_indexes && cfg.m[1].build_indexes);
     bson_destroy(d);
-    /* hidden needs priority 0; same _id twice; votes 0 needs priority 0 */
+    CHECK(parse_json("{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"},{\"_id\":1,"
+                     "\"host\":\"a:2\",\"priority\":0,\"buildIndexes\":false}]}", &cfg) == 0);
+    CHECK(cfg.m[0].build_indexes && !cfg.m[1].build_indexes);
+    /* hidden needs priority 0; same _id twice; votes 0 needs priority 0;
+     * so does buildIndexes: false */
     const char *bad[] = {
+        "{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"},"
+        "{\"_id\":1,\"host\":\"a:2\",\"buildIndexes\":false}]}",
         "{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\",\"hidden\":true}]}",
         "{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"},{\"_id\":0,\"host\":\"a:2\"}]}",
         "{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\",\"votes\":0}]}",

@@ -93,6 +93,10 @@ int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
             rc = sbl_coll_get_same(ctx->ss, c, cand, &old, &found, err);
         else
             rc = sbl_coll_get(ctx->ss, c, id, &old, &found, err);
+        if (rc == SBL_E_WriteConflict && ctx->mtxn == NULL && attempt < SBL_WRITE_RETRIES) {
+            sbl_txn_abort(ctx->ss); /* a prepared transaction's document: wait, read again */
+            continue;
+        }
         if (rc != 0 || !found)
             goto abort;
         if (m != NULL && !sbl_matcher_match(m, &old, &pos)) {

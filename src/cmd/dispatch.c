@@ -527,6 +527,30 @@ static int gossip_cluster_time(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, const
     return 0;
 }
 
+/* A read outside a transaction that met a prepared transaction's write
+ * waits until it commits or aborts (as mongod's reads do): true to run the
+ * handler again, reply, error and snapshot reset; false with p->rc set
+ * otherwise (50 past maxTimeMS, 11601 after killOp).  Not getMore: its
+ * batch so far is gone. */
+static bool prepare_retry(pending_t *p)
+{
+    sbl_opctx_t *ctx = &p->ctx;
+    uint64_t gen;
+
+    if (!sbl_prepare_conflict_take(&gen) || ctx->mtxn != NULL ||
+        (p->def->flags & (SBL_CMD_READ | SBL_CMD_WRITE)) != SBL_CMD_READ ||
+        p->def->fn == sbl_cursor_get_more)
+        return false;
+    sbl_prepare_wait(gen, ctx->deadline_us);
+    sbl_cmd_snapshot_end(ctx, p->rc);
+    sbl_err_clear(&p->err);
+    bson_reinit(&p->reply);
+    if ((p->rc = sbl_op_check_interrupt(ctx, &p->err)) != 0 ||
+        (p->rc = sbl_cmd_snapshot_begin(ctx, &p->err)) != 0)
+        return false;
+    return true;
+}
+
 /* Check the generic arguments and run the handler on this thread. */
 static void execute_inner(pending_t *p)
 {
@@ -681,7 +705,10 @@ static void execute_inner(pending_t *p)
          * $where could only leave pending becomes the command's. */
         sbl_js_opstate_t js;
         sbl_js_op_begin(&js, ctx->deadline_us, js_op_killed, ctx->op);
+        sbl_prepare_conflict_take(NULL);
         p->rc = p->def->fn(ctx, &p->err);
+        while (p->rc == SBL_E_WriteConflict && prepare_retry(p))
+            p->rc = p->def->fn(ctx, &p->err);
         sbl_err_t jerr;
         if (sbl_js_op_end(&js, &jerr) != 0 && p->rc == 0) {
             p->rc = jerr.code;
@@ -1029,13 +1056,20 @@ static void dispatch_pending(pending_t *p, bool force_worker)
      * section: never on the loop thread. */
     if (p->shard_version != NULL && sbl_shard_migration_active())
         force_worker = true;
+    /* While a transaction is prepared, reads and writes may wait for it: on
+     * a worker; commands that end transactions are never queued behind them. */
+    if (sbl_prepare_outstanding() > 0 && (p->def->flags & (SBL_CMD_READ | SBL_CMD_WRITE)) &&
+        !(p->def->flags & SBL_CMD_ADMIN_ONLY))
+        force_worker = true;
     if (force_worker || needs_worker(p->def, p->ctx.cmd, counted)) {
         p->work.data = p;
         sbl_audit_seal(); /* this loop's events so far go before the worker's */
         if (uv_queue_work(sbl_conn_loop(p->ctx.conn), &p->work, work_cb, after_work_cb) == 0)
             return;
     }
+    sbl_prepare_no_wait(true);
     execute(p);
+    sbl_prepare_no_wait(false);
     finish(p);
 }
 

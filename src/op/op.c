@@ -100,8 +100,14 @@ int sbl_op_check_deadline(const sbl_opctx_t *ctx, sbl_err_t *err)
 
 void sbl_op_backoff(int attempt)
 {
+    uint64_t gen;
+    bool prepared = sbl_prepare_conflict_take(&gen);
     if (attempt == 0)
         return;
+    if (prepared) { /* wait for the prepared transaction rather than spin */
+        sbl_prepare_wait(gen, 0);
+        return;
+    }
     long us = attempt < 10 ? 100L * attempt : attempt < 50 ? 1000L : 10000L;
     struct timespec ts = {0, us * 1000};
     nanosleep(&ts, NULL);

@@ -108,7 +108,9 @@ static inline int sbl_op_check_interrupt(const sbl_opctx_t *ctx, sbl_err_t *err)
     return sbl_op_check_deadline(ctx, err);
 }
 
-/* Sleep a little before retrying after WriteConflict (attempt counts from 0). */
+/* Sleep a little before retrying after WriteConflict (attempt counts from 0);
+ * after one with a prepared transaction, until it commits or aborts (at most
+ * SBL_PREPARE_WAIT_SLICE_MS). */
 void sbl_op_backoff(int attempt);
 #define SBL_WRITE_RETRIES 500
 

@@ -114,7 +114,8 @@ void sbl_txn_abort_outer(sbl_session_t *s);
 bool sbl_txn_outer_failed(const sbl_session_t *s);
 /* Two-phase commit's participant side: prepare the outer transaction at
  * prepare_ts (WiredTiger's prepare_transaction; it takes no more writes,
- * and readers or writers of what it wrote get WriteConflict until it ends),
+ * and readers or writers of what it wrote get WriteConflict until it ends,
+ * which they may wait out: sbl_prepare_wait below),
  * then either sbl_txn_abort_outer or sbl_txn_commit_prepared_outer: its
  * writes become visible at commit_ts (>= prepare_ts) and durable at
  * durable_ts (>= commit_ts, newer than the stable timestamp). */
@@ -122,6 +123,27 @@ int sbl_txn_prepare_outer(sbl_session_t *s, uint64_t prepare_ts, sbl_err_t *err)
 int sbl_txn_commit_prepared_outer(sbl_session_t *s, uint64_t commit_ts, uint64_t durable_ts,
                                   sbl_err_t *err);
 void sbl_txn_outer_fail(sbl_session_t *s);
+/*
+ * Prepare conflicts (wt_prepare.c): an operation that reads or writes what a
+ * prepared transaction wrote gets WriteConflict, and its thread remembers
+ * that it met a prepared transaction.  sbl_prepare_conflict_take says
+ * whether the last WriteConflict on this thread came from one (and
+ * forgets it), giving in *genp (may be NULL) the count of prepared
+ * transactions resolved when it did.  sbl_prepare_wait waits until that
+ * count moves past gen (a prepared transaction committed or aborted), at
+ * most SBL_PREPARE_WAIT_SLICE_MS and never past deadline_us (monotonic
+ * microseconds; 0: none); the caller then retries its operation from a new
+ * snapshot, and waits again if it meets the prepared transaction again.
+ */
+#define SBL_PREPARE_WAIT_SLICE_MS 100
+/* How many transactions are prepared now (the dispatcher then runs reads
+ * and writes on worker threads, which may wait).  sbl_prepare_no_wait(true)
+ * on a libuv loop thread: its conflicts are plain WriteConflicts, never
+ * waited on (the loop must not stop). */
+int64_t sbl_prepare_outstanding(void);
+void sbl_prepare_no_wait(bool on);
+bool sbl_prepare_conflict_take(uint64_t *genp);
+void sbl_prepare_wait(uint64_t gen, int64_t deadline_us);
 
 /* ---- catalog ---------------------------------------------------------- */
 

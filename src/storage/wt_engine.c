@@ -132,10 +132,12 @@ int sbl_wt_err(sbl_err_t *err, int ret, const char *what)
     case 0:
         return 0;
     case WT_ROLLBACK:
+        sbl_prepare_conflict_take(NULL); /* this WriteConflict is an ordinary one */
         return sbl_err_set(err, SBL_E_WriteConflict,
                            "WriteConflict error: this operation conflicted with another "
                            "operation. Please retry your operation or multi-document transaction.");
-    case WT_PREPARE_CONFLICT: /* a prepared transaction's write: wait for it, as for a writer */
+    case WT_PREPARE_CONFLICT: /* a prepared transaction's write: callers wait and retry */
+        sbl_prepare_note_conflict();
         return sbl_err_set(err, SBL_E_WriteConflict,
                            "WriteConflict error: this operation conflicted with a prepared "
                            "transaction. Please retry your operation or multi-document "

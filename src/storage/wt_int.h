@@ -113,6 +113,7 @@ struct sbl_session {
      * nested no-ops, an abort after a nested write fails the whole one. */
     bool outer;
     bool outer_failed;  /* a nested write aborted: only rollback remains */
+    bool prepared;      /* its transaction is prepared (two-phase commit) */
     uint64_t commit_ts; /* the largest commit timestamp of the open transaction; 0: none */
     bool nested_wrote;  /* sbl_write ran since the last nested begin */
     bool is_private;    /* opened by sbl_session_open, not a thread's own */
@@ -214,6 +215,12 @@ void sbl_space_note_error(int ret);
 /* Map a WiredTiger return code to a MongoDB error in *err; returns the code.
  * `what` names the operation for the message. */
 int sbl_wt_err(sbl_err_t *err, int ret, const char *what);
+/* wt_prepare.c: sbl_wt_err met WT_PREPARE_CONFLICT (this thread notes the
+ * resolution count); a prepared transaction committed or rolled back (the
+ * count moves and waiters wake). */
+void sbl_prepare_note_conflict(void);
+void sbl_prepare_began(void);
+void sbl_prepare_resolved(void);
 
 /* Table references. */
 sbl_wt_table_t *sbl_table_new(const char *uri);

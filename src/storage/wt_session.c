@@ -276,6 +276,9 @@ void sbl_txn_abort(sbl_session_t *s)
     if (s->outer) {
         if (s->nested_wrote)
             s->outer_failed = true;
+        /* a multi-document transaction does not wait out a prepared one:
+         * its WriteConflict goes to the client (TransientTransactionError) */
+        sbl_prepare_conflict_take(NULL);
         return;
     }
     if (!s->in_txn)
@@ -285,6 +288,10 @@ void sbl_txn_abort(sbl_session_t *s)
     atomic_store(&s->txn_gen, 0);
     s->wt->rollback_transaction(s->wt, NULL);
     notify_end(s, false);
+    if (s->prepared) {
+        s->prepared = false;
+        sbl_prepare_resolved();
+    }
     s->commit_ts = 0;
     drop_deltas(s);
     sbl_capped_unlock_all(s);
@@ -408,6 +415,8 @@ int sbl_txn_prepare_outer(sbl_session_t *s, uint64_t prepare_ts, sbl_err_t *err)
     snprintf(cfg, sizeof(cfg), "prepare_timestamp=%" PRIx64, prepare_ts);
     if ((ret = s->wt->prepare_transaction(s->wt, cfg)) != 0)
         return sbl_wt_err(err, ret, "prepare transaction");
+    s->prepared = true;
+    sbl_prepare_began();
     return 0;
 }
 
@@ -427,6 +436,10 @@ int sbl_txn_commit_prepared_outer(sbl_session_t *s, uint64_t commit_ts, uint64_t
              commit_ts, durable_ts);
     ret = s->wt->commit_transaction(s->wt, cfg);
     notify_end(s, ret == 0);
+    if (s->prepared) {
+        s->prepared = false;
+        sbl_prepare_resolved();
+    }
     if (ret == 0) {
         atomic_fetch_add(&sbl_eng.commits, 1);
         sbl_ts_advance(&sbl_eng.last_commit_ts, durable_ts);

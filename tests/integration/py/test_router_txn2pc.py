@@ -292,10 +292,11 @@ def wait_for(pred, secs=30):
 
 
 def prepared_conflict(shard):
-    """A read of shard's tp.killed meets a prepared transaction's write."""
+    """A read of shard's tp.killed meets a prepared transaction's write: it
+    waits for the outcome (test_prepare_conflicts.py), here until maxTimeMS."""
     with pytest.raises(OperationFailure) as e:
-        shard.tp.killed.find_one({"_id": "hi"})
-    return e.value.code == 112
+        shard.tp.killed.find_one({"_id": "hi"}, max_time_ms=300)
+    return e.value.code == 50
 
 
 def test_coordinator_killed_after_its_decision_resumes_it(mongos, shards, cluster):

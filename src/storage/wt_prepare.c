@@ -1,0 +1,91 @@
+/*
+ * wt_prepare.c: waiting out prepared transactions, as mongod does with its
+ * prepare conflicts.  WiredTiger answers WT_PREPARE_CONFLICT to a reader or
+ * writer of a prepared transaction's update; sbl_wt_err turns it into
+ * WriteConflict and notes on the thread the count of prepared transactions
+ * resolved so far.  Every commit or rollback of a prepared transaction moves
+ * the count and wakes the waiters, who retry from a new snapshot.
+ *
+ * What must stay true: a waiter never sleeps longer than one slice, so a
+ * resolution it missed (the count moved between WiredTiger's answer and the
+ * note) costs at most one slice, never a hang.
+ */
+#include "storage/wt_int.h"
+
+#include "common/clock.h"
+
+#include <pthread.h>
+#include <time.h>
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static _Atomic uint64_t resolved;
+static _Atomic int64_t outstanding; /* transactions prepared and not resolved */
+
+static _Thread_local bool tls_no_wait; /* a libuv loop thread: never wait */
+
+static _Thread_local bool tls_conflicted;
+static _Thread_local uint64_t tls_gen;
+
+void sbl_prepare_note_conflict(void)
+{
+    if (tls_no_wait)
+        return;
+    tls_conflicted = true;
+    tls_gen = atomic_load(&resolved);
+}
+
+void sbl_prepare_began(void)
+{
+    atomic_fetch_add(&outstanding, 1);
+}
+
+void sbl_prepare_resolved(void)
+{
+    pthread_mutex_lock(&mu);
+    atomic_fetch_sub(&outstanding, 1);
+    atomic_fetch_add(&resolved, 1);
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+
+int64_t sbl_prepare_outstanding(void)
+{
+    return atomic_load(&outstanding);
+}
+
+void sbl_prepare_no_wait(bool on)
+{
+    tls_no_wait = on;
+    tls_conflicted = false;
+}
+
+bool sbl_prepare_conflict_take(uint64_t *genp)
+{
+    bool was = tls_conflicted;
+    tls_conflicted = false;
+    if (genp != NULL)
+        *genp = tls_gen;
+    return was;
+}
+
+void sbl_prepare_wait(uint64_t gen, int64_t deadline_us)
+{
+    int64_t now = sbl_now_us();
+    int64_t until = now + SBL_PREPARE_WAIT_SLICE_MS * 1000;
+    if (deadline_us != 0 && deadline_us < until)
+        until = deadline_us;
+    if (until <= now)
+        return;
+    /* the condition variable runs on the wall clock: wait as long from now */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ns = ts.tv_nsec + (until - now) * 1000;
+    ts.tv_sec += ns / 1000000000;
+    ts.tv_nsec = ns % 1000000000;
+    pthread_mutex_lock(&mu);
+    while (atomic_load(&resolved) == gen)
+        if (pthread_cond_timedwait(&cv, &mu, &ts) != 0)
+            break;
+    pthread_mutex_unlock(&mu);
+}

@@ -1,0 +1,146 @@
+"""
+Reads and writes of a prepared transaction's documents wait for it, as in
+mongod (issues 26/28, docs/transactions.md): a find, count or single-document
+update outside a transaction that meets a prepared transaction's write waits
+until it commits or aborts, then runs again and sees the outcome; maxTimeMS
+bounds the wait (MaxTimeMSExpired, 50).  A multi-document transaction's write
+that meets it gets WriteConflict (112) with TransientTransactionError at once.
+
+The cluster of test_router_txn2pc.py; the prepared transaction is a shard's
+own (prepareTransaction sent to shard1 directly, then commitTransaction at a
+commitTimestamp or abortTransaction), on pc.<name>, which lives on shard1 only.
+"""
+import os
+import sys
+import threading
+import time
+
+import pytest
+from bson.timestamp import Timestamp
+from pymongo.errors import OperationFailure
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_router_txn2pc import cluster  # noqa: E402,F401
+from test_sharding import shards  # noqa: E402,F401
+
+
+class Prepared:
+    """A transaction on shard that set {_id: 1}'s v to new and is prepared."""
+
+    def __init__(self, shard, coll, new):
+        self.shard = shard
+        self.s = shard.start_session()
+        self.s.start_transaction()
+        shard.pc[coll].update_one({"_id": 1}, {"$set": {"v": new}}, session=self.s)
+        r = shard.admin.command("prepareTransaction", session=self.s)
+        self.prepare_ts = r["prepareTimestamp"]
+
+    def commit(self):
+        ts = self.prepare_ts
+        self.shard.admin.command({"commitTransaction": 1,
+                                  "commitTimestamp": Timestamp(ts.time, ts.inc + 1)},
+                                 session=self.s)
+        self.s.end_session()
+
+    def abort(self):
+        self.shard.admin.command("abortTransaction", session=self.s)
+        self.s.end_session()
+
+
+def in_thread(fn):
+    """Run fn in a thread; the returned dict gets "value" or "error"."""
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except Exception as e:  # noqa: BLE001
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    out["thread"] = t
+    return out
+
+
+@pytest.fixture
+def sh(shards, request):
+    """shard1's client with pc.<test name> holding {_id: 1, v: 1}."""
+    s = shards[1]
+    name = request.node.name[5:30]
+    s.pc[name].drop()
+    s.pc[name].insert_one({"_id": 1, "v": 1})
+    return s, name
+
+
+def test_find_waits_for_the_commit_and_sees_its_value(sh):
+    s, name = sh
+    p = Prepared(s, name, 2)
+    r = in_thread(lambda: s.pc[name].find_one({"_id": 1}))
+    time.sleep(0.5)
+    assert r["thread"].is_alive()  # waiting, not WriteConflict
+    p.commit()
+    r["thread"].join(10)
+    assert r.get("value") == {"_id": 1, "v": 2}, r.get("error")
+    assert s.pc[name].count_documents({"v": 2}) == 1
+
+
+def test_find_with_max_time_ms_expires_while_prepared(sh):
+    s, name = sh
+    p = Prepared(s, name, 2)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(OperationFailure) as e:
+            s.pc[name].find_one({"_id": 1}, max_time_ms=300)
+        assert e.value.code == 50
+        assert 0.25 < time.monotonic() - t0 < 5
+        with pytest.raises(OperationFailure) as e:
+            s.pc[name].count_documents({}, maxTimeMS=200)
+        assert e.value.code == 50
+    finally:
+        p.commit()
+
+
+def test_update_outside_a_transaction_applies_on_the_committed_value(sh):
+    s, name = sh
+    p = Prepared(s, name, 2)
+    r = in_thread(lambda: s.pc[name].update_one({"_id": 1}, {"$inc": {"v": 10}}).modified_count)
+    time.sleep(0.5)
+    assert r["thread"].is_alive()
+    p.commit()
+    r["thread"].join(10)
+    assert r.get("value") == 1, r.get("error")
+    assert s.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 12}
+
+
+def test_transaction_write_gets_transient_write_conflict(sh):
+    s, name = sh
+    p = Prepared(s, name, 2)
+    try:
+        with s.start_session() as ses:
+            ses.start_transaction()
+            t0 = time.monotonic()
+            with pytest.raises(OperationFailure) as e:
+                s.pc[name].update_one({"_id": 1}, {"$set": {"v": 3}}, session=ses)
+            assert time.monotonic() - t0 < 2
+            assert e.value.code == 112
+            assert e.value.has_error_label("TransientTransactionError")
+            ses.abort_transaction()
+    finally:
+        p.commit()
+    assert s.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 2}
+
+
+def test_abort_after_prepare_releases_waiters_with_the_old_value(sh):
+    s, name = sh
+    p = Prepared(s, name, 2)
+    rf = in_thread(lambda: s.pc[name].find_one({"_id": 1}))
+    ru = in_thread(lambda: s.pc[name].update_one({"_id": 1}, {"$inc": {"v": 5}}).modified_count)
+    time.sleep(0.5)
+    assert rf["thread"].is_alive() and ru["thread"].is_alive()
+    p.abort()
+    rf["thread"].join(10)
+    ru["thread"].join(10)
+    assert rf.get("value") in ({"_id": 1, "v": 1}, {"_id": 1, "v": 6}), rf.get("error")
+    assert ru.get("value") == 1, ru.get("error")
+    assert s.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 6}

@@ -1,15 +1,13 @@
 /*
- * dispatch.c: the one place every command goes through.  In order:
- * lookup in the command table, admin-database check, generic arguments
- * (maxTimeMS, writeConcern), choice of thread (network loop for quick
- * commands, libuv's worker pool for ones that may scan), the handler, the
- * reply ({ok: 1} or {ok: 0, errmsg, code, codeName}), metrics (counters,
- * latency, top, the operation registry, slow log, profiler), and for
- * j:true writes the wait for the journal (group commit) before replying.
+ * dispatch.c: the one place every command goes through.  In order: lookup in the command
+ * table, admin-database check, generic arguments (maxTimeMS, writeConcern), choice of thread
+ * (network loop for quick commands, libuv's worker pool for ones that may scan), the handler,
+ * the reply ({ok: 1} or {ok: 0, errmsg, code, codeName}), metrics (counters, latency, top, the
+ * operation registry, slow log, profiler), and for j:true writes the wait for the journal
+ * (group commit) before replying.
  *
- * What must stay true: every request gets exactly one sbl_conn_reply, and
- * a j:true write is acknowledged only from the journal flusher's callback,
- * i.e. after the commit is on disk.
+ * What must stay true: every request gets exactly one sbl_conn_reply, and a j:true write is
+ * acknowledged only from the journal flusher's callback, i.e. after the commit is on disk.
  */
 #include "js/js.h"
 #include "audit/audit.h"
@@ -60,8 +58,7 @@ static int64_t array_len(const bson_t *cmd, const char *field)
     return n;
 }
 
-/* Counts the command in opcounters; returns how many it counted (an
- * insert's documents: needs_worker reads it instead of counting again). */
+/* Counts the command in opcounters; returns how many it counted (an insert's documents). */
 static int64_t count_op(const sbl_cmd_def_t *def, const bson_t *cmd)
 {
     const char *n = def->name, *stmts = NULL; /* stmts: counted one by one */
@@ -473,10 +470,9 @@ static bool routed_sharded(const pending_t *p)
     return !bson_oid_equal(bson_iter_oid(&it), &zero);
 }
 
-/* Run the command on this thread: a router's command on a shard counts
- * itself into its namespace's critical-section gate (src/shard) first, so
- * a migration's critical section waits for it and holds back new ones.
- * p->op_ts: the newest oplog ts its writes committed at (0: none). */
+/* Run the command on this thread: a router's command on a shard counts itself into its
+ * namespace's critical-section gate (src/shard) first, so a migration's critical section
+ * waits for it and holds back new ones.  p->op_ts: the newest oplog ts its writes took. */
 static void execute(pending_t *p)
 {
     if (p->shard_version == NULL) {
@@ -527,11 +523,9 @@ static int gossip_cluster_time(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, const
     return 0;
 }
 
-/* A read outside a transaction that met a prepared transaction's write
- * waits until it commits or aborts (as mongod's reads do): true to run the
- * handler again, reply, error and snapshot reset; false with p->rc set
- * otherwise (50 past maxTimeMS, 11601 after killOp).  Not getMore: its
- * batch so far is gone. */
+/* A read outside a transaction that met a prepared write waits until it commits or aborts
+ * (as mongod's): true to run the handler again, reply, error and snapshot reset; else false
+ * with p->rc set (50 past maxTimeMS, 11601 after killOp, 11600 at shutdown).  Not getMore. */
 static bool prepare_retry(pending_t *p)
 {
     sbl_opctx_t *ctx = &p->ctx;
@@ -541,7 +535,10 @@ static bool prepare_retry(pending_t *p)
         (p->def->flags & (SBL_CMD_READ | SBL_CMD_WRITE)) != SBL_CMD_READ ||
         p->def->fn == sbl_cursor_get_more)
         return false;
-    sbl_prepare_wait(gen, ctx->deadline_us);
+    if (!sbl_prepare_wait(gen, ctx->deadline_us)) {
+        p->rc = sbl_err_set(&p->err, SBL_E_InterruptedAtShutdown, "interrupted at shutdown");
+        return false;
+    }
     sbl_cmd_snapshot_end(ctx, p->rc);
     sbl_err_clear(&p->err);
     bson_reinit(&p->reply);

@@ -301,6 +301,7 @@ static int run(int notify_fd)
 
     sbl_log(SBL_LOG_INFO, "CONTROL", 4784900, "Stepping down... shutting down the network", NULL);
     sbl_metrics_http_stop();
+    sbl_prepare_shutdown(); /* reads waiting on a prepared transaction end */
     sbl_net_stop();
     sbl_cmd_shutdown();
     uint64_t seq;

@@ -143,7 +143,12 @@ void sbl_txn_outer_fail(sbl_session_t *s);
 int64_t sbl_prepare_outstanding(void);
 void sbl_prepare_no_wait(bool on);
 bool sbl_prepare_conflict_take(uint64_t *genp);
-void sbl_prepare_wait(uint64_t gen, int64_t deadline_us);
+bool sbl_prepare_wait(uint64_t gen, int64_t deadline_us); /* false: shutting down */
+/* At shutdown: wake every waiter and wait no more; an operation that met a
+ * prepared transaction then ends with InterruptedAtShutdown (reads) or the
+ * WriteConflict its retries run out on (writes), so the server's threads
+ * finish instead of waiting for a coordinator that may never answer. */
+void sbl_prepare_shutdown(void);
 
 /* ---- catalog ---------------------------------------------------------- */
 

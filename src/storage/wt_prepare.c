@@ -21,6 +21,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static _Atomic uint64_t resolved;
 static _Atomic int64_t outstanding; /* transactions prepared and not resolved */
+static _Atomic bool stopping;         /* sbl_prepare_shutdown: nobody waits any more */
 
 static _Thread_local bool tls_no_wait; /* a libuv loop thread: never wait */
 
@@ -49,6 +50,14 @@ void sbl_prepare_resolved(void)
     pthread_mutex_unlock(&mu);
 }
 
+void sbl_prepare_shutdown(void)
+{
+    pthread_mutex_lock(&mu);
+    atomic_store(&stopping, true);
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+
 int64_t sbl_prepare_outstanding(void)
 {
     return atomic_load(&outstanding);
@@ -69,14 +78,14 @@ bool sbl_prepare_conflict_take(uint64_t *genp)
     return was;
 }
 
-void sbl_prepare_wait(uint64_t gen, int64_t deadline_us)
+bool sbl_prepare_wait(uint64_t gen, int64_t deadline_us)
 {
     int64_t now = sbl_now_us();
     int64_t until = now + SBL_PREPARE_WAIT_SLICE_MS * 1000;
     if (deadline_us != 0 && deadline_us < until)
         until = deadline_us;
-    if (until <= now)
-        return;
+    if (until <= now || atomic_load(&stopping))
+        return !atomic_load(&stopping);
     /* the condition variable runs on the wall clock: wait as long from now */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -84,8 +93,9 @@ void sbl_prepare_wait(uint64_t gen, int64_t deadline_us)
     ts.tv_sec += ns / 1000000000;
     ts.tv_nsec = ns % 1000000000;
     pthread_mutex_lock(&mu);
-    while (atomic_load(&resolved) == gen)
+    while (atomic_load(&resolved) == gen && !atomic_load(&stopping))
         if (pthread_cond_timedwait(&cv, &mu, &ts) != 0)
             break;
     pthread_mutex_unlock(&mu);
+    return !atomic_load(&stopping);
 }

@@ -144,3 +144,32 @@ def test_abort_after_prepare_releases_waiters_with_the_old_value(sh):
     assert rf.get("value") in ({"_id": 1, "v": 1}, {"_id": 1, "v": 6}), rf.get("error")
     assert ru.get("value") == 1, ru.get("error")
     assert s.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 6}
+
+
+def test_shutdown_ends_a_read_waiting_on_a_prepared_transaction():
+    """SIGTERM while a find without maxTimeMS waits on a prepared transaction
+    nobody will resolve: the server still exits (the read ends with
+    InterruptedAtShutdown or its connection closes), as mongod interrupts its
+    operations at shutdown."""
+    import signal
+
+    import pymongo
+    from sabled import set_members
+    from test_replset3 import wait_for
+    with set_members(1) as (m,):
+        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
+            c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
+                {"_id": 0, "host": "127.0.0.1:%d" % m.port}]})
+            wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), timeout=30)
+            c.pc.c.insert_one({"_id": 1, "v": 1})
+            Prepared(c, "c", 2)  # left prepared
+            reader = pymongo.MongoClient("127.0.0.1", m.port, directConnection=True,
+                                         retryReads=False, serverSelectionTimeoutMS=2000)
+            r = in_thread(lambda: reader.pc.c.find_one({"_id": 1}))
+            time.sleep(1.0)
+            assert r["thread"].is_alive()  # waiting on the prepared write
+            m.signal(signal.SIGTERM)
+            m.proc.wait(timeout=30)  # raises TimeoutExpired on the old hang
+            r["thread"].join(timeout=30)
+            assert isinstance(r.get("error"), pymongo.errors.PyMongoError), r
+            reader.close()

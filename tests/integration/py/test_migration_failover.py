@@ -223,6 +223,15 @@ def test_recipient_killed_mid_clone(mongos, cluster):
 def test_config_server_killed_mid_migration(mongos, cluster):
     donor, recip = make_coll(mongos, "cfg")
     fail_point(cluster, donor, "moveChunkHangAtStep3", True)  # steady, before the commit
+
+    def settled():  # no shard starts a migration while it holds either kind
+        for i in (0, 1):
+            with direct(cluster, i) as c:
+                if (c.config.migrationCoordinators.count_documents({}) or
+                        c.config.rangeDeletions.count_documents({})):
+                    return False
+        return True
+    assert wait_for(settled, 60)  # the previous test's recovery has finished
     for _ in range(100):
         out = start_move(cluster, "cfg", recip)
         assert wait_for(lambda: recv_status(cluster, recip).get("state") == "steady"

@@ -222,12 +222,14 @@ static int run(int notify_fd)
     sbl_repl_set_runner(sbl_cmd_run);
     sbl_repl_set_txn_aborter(sbl_cmd_mtxn_abort_all);
     sbl_repl_set_prepared_hook(sbl_cmd_mtxn_apply_prepared);
-    sbl_cmd_sharding_start(); /* a shard that was added before knows its cluster again */
     if (sbl_repl_start_threads(&err) != 0) {
         startup_error(SBL_LOG_FATAL, "REPL", 40088, "Terminating: could not start replication",
                       &err);
         goto stop_cmd;
     }
+    /* after the oplog replay (shardIdentity may have been written after the
+     * last checkpoint): a shard that was added before knows its cluster again */
+    sbl_cmd_sharding_start();
     /* after the oplog replay, before the network: what a chunk migration
      * left before a restart holds its collection's critical section */
     sbl_cmd_mig_recovery_start();

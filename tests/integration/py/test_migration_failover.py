@@ -318,3 +318,40 @@ def test_retried_write_after_migration_is_not_applied_twice(mongos, cluster):
         assert r["n"] == 1, r
     assert mongos.mf.rw.find_one({"k": N - 2})["n"] == 1
     assert mongos.mf.rw.find_one({"k": N - 3})["n"] == 1
+
+
+def test_retried_find_and_modify_after_migration_answers_the_same(mongos, cluster):
+    # a findAndModify's image moves with its chunk: retried on the recipient
+    # (and after the chunk came back), each answers with the value and
+    # lastErrorObject of its first execution and changes nothing again
+    donor, recip = make_coll(mongos, "fam")
+    mongos.mf.fam.update_one({"k": N - 5}, {"$set": {"n": 10}})
+    bodies = [
+        {"query": {"k": N - 2}, "update": {"$inc": {"n": 1}}},                # pre-image
+        {"query": {"k": N - 3}, "update": {"$inc": {"n": 1}}, "new": True},   # post-image
+        {"query": {"k": N - 4}, "remove": True},
+        {"query": {"k": N - 5}, "update": {"$inc": {"n": 1}},
+         "fields": {"n": 1, "_id": 0}},
+        {"query": {"k": N + 9}, "update": {"$set": {"n": 1}}, "upsert": True, "new": True},
+    ]
+    with client(cluster["router"]) as fresh:
+        sessions = [fresh.start_session() for _ in bodies]  # one lsid per statement
+
+        def run(i):
+            r = fresh.mf.command("findAndModify", "fam", session=sessions[i],
+                                 txnNumber=Int64(3), **bodies[i])
+            return r.get("value"), r["lastErrorObject"]
+        first = [run(i) for i in range(len(bodies))]
+        assert first[0][0]["_id"] == N - 2 and "n" not in first[0][0]
+        assert first[1][0]["n"] == 1 and first[2][0]["_id"] == N - 4
+        assert first[3][0] == {"n": 10}
+        for to in (recip, donor):  # there, and back
+            fresh.admin.command("moveChunk", "mf.fam", find={"k": N // 2}, to="shard%d" % to)
+            assert [run(i) for i in range(len(bodies))] == first, to
+        for s in sessions:
+            s.end_session()
+    assert mongos.mf.fam.find_one({"k": N - 2})["n"] == 1
+    assert mongos.mf.fam.find_one({"k": N - 3})["n"] == 1
+    assert mongos.mf.fam.find_one({"k": N - 4}) is None
+    assert mongos.mf.fam.find_one({"k": N - 5})["n"] == 11
+    assert mongos.mf.fam.count_documents({"k": N + 9}) == 1

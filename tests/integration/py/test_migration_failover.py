@@ -355,3 +355,41 @@ def test_retried_find_and_modify_after_migration_answers_the_same(mongos, cluste
     assert mongos.mf.fam.find_one({"k": N - 4}) is None
     assert mongos.mf.fam.find_one({"k": N - 5})["n"] == 11
     assert mongos.mf.fam.count_documents({"k": N + 9}) == 1
+
+
+def test_commit_arriving_after_a_recovered_abort_is_refused(mongos, cluster):
+    # the donor dies while its commit is on its way (held on the config
+    # server); its recovery finds it still owns the chunk and aborts, and the
+    # recipient deletes its copy.  The commit that then arrives must not give
+    # the chunk away (recovery had the config servers bump the chunk's
+    # version, which the commit no longer matches): a router that reloads
+    # its routing table finds every document, on the donor
+    donor, recip = make_coll(mongos, "late")
+    fp = "hangBeforeCommitChunkMigration"
+
+    def version():
+        uuid = mongos.config.collections.find_one({"_id": "mf.late"})["uuid"]
+        return mongos.config.chunks.find_one({"uuid": uuid, "min": {"k": N // 2}})["lastmod"]
+    before = version()
+    with client(cluster["config"], directConnection=True) as cfg:
+        cfg.admin.command("configureFailPoint", fp, mode="alwaysOn")
+        try:
+            out = start_move(cluster, "late", recip)
+            with direct(cluster, recip) as r:
+                assert wait_for(lambda: r.mf.late.count_documents({}) == N - N // 2)
+                time.sleep(1)  # the donor's commit reaches the config server
+                kill(cluster, donor)
+                restart(cluster, donor)
+                out["thread"].join(60)
+                assert wait_for(lambda: leftovers(cluster) == 0 and
+                                r.mf.late.count_documents({}) == 0, 45)
+        finally:
+            cfg.admin.command("configureFailPoint", fp, mode="off")
+    time.sleep(1)  # the late commit runs now
+    assert "error" in out
+    assert first_read(mongos, "late") == list(range(N))
+    mongos.admin.command("flushRouterConfig")
+    assert first_read(mongos, "late") == list(range(N))
+    assert owner(mongos, "late") == "shard%d" % donor
+    assert version().time > before.time  # a new major version: the late commit refused
+    assert settle(mongos, cluster, "late", out) == "shard%d" % donor

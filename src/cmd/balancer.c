@@ -281,7 +281,19 @@ static int move_range(const char *ns, const bson_t *min, const bson_t *max, cons
         goto out; /* already there: nothing to do */
     if ((rc = busy_claim(from, to, err)) != 0)
         goto out;
-    rc = migrate(ns, min, &cmax, &key, bson_iter_value(&it), &chunk, from, to, details, err);
+    /* read again now that no other migration can change it: the donor's
+     * commit must name the version the chunk has from here on */
+    bson_t fresh = BSON_INITIALIZER;
+    const char *owner;
+    if (!cfg_find_one("chunks", &f, &fresh, err) ||
+        (owner = sbl_doc_utf8(&fresh, "shard")) == NULL || strcmp(owner, from) != 0)
+        rc = err->code ? err->code
+                       : sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "the chunk "
+                                     "moved while its migration was being set up");
+    if (rc == 0)
+        rc = migrate(ns, min, &cmax, &key, bson_iter_value(&it), &fresh, from, to, details,
+                     err);
+    bson_destroy(&fresh);
     busy_release(from, to);
 out:
     bson_destroy(&coll);

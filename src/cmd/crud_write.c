@@ -9,8 +9,10 @@
  *  - A multi update or delete visits each document at most once: the
  *    executor resumes strictly after the last _id it produced.
  *  - Per-statement failures become writeErrors (the command still returns
- *    0); ordered batches stop at the first one.  ctx->wrote is set whenever
- *    something committed.
+ *    0); ordered batches stop at the first one.  A write cut off by a
+ *    replica-set state change (11602) fails the whole command instead, as
+ *    mongod's interruptions do, so drivers retry it.  ctx->wrote is set
+ *    whenever something committed.
  */
 #include "cmd/crud_int.h"
 #include "doc/doc.h"
@@ -25,6 +27,16 @@
 #define UPSERT_RETRIES 3
 
 /* ---- shared helpers ---------------------------------------------------------- */
+
+/* True when statement error e fails the whole command: a step-down cut
+ * the write off (mongod fails the batch on interruptions); *err takes it. */
+static bool fails_batch(const sbl_err_t *e, sbl_err_t *err)
+{
+    if (e->code != SBL_E_InterruptedDueToReplStateChange)
+        return false;
+    *err = *e;
+    return true;
+}
 
 /* Commit, or abort on failure; WriteConflict tells the caller to retry. */
 static int commit_or_abort(sbl_session_t *ss, sbl_err_t *err)
@@ -460,6 +472,9 @@ int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
             n++;
             if (done == NULL)
                 ctx->wrote = true;
+        } else if (fails_batch(&e, err)) {
+            bson_destroy(&info);
+            break;
         } else {
             sbl_crud_add_write_error(&errors, &nerrors, i, &e, &info);
         }
@@ -472,6 +487,10 @@ int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
         }
     }
     sbl_coll_release(c);
+    if (err->code != 0) {
+        bson_destroy(&errors);
+        return err->code;
+    }
     append_count(ctx->reply, "n", n);
     ctx->writes = (sbl_write_counts_t){.known = true, .n = n};
     if (nerrors > 0)
@@ -778,14 +797,20 @@ int sbl_cmd_update(sbl_opctx_t *ctx, sbl_err_t *err)
         }
         if (ctx->retry != NULL)
             sbl_retry_stmt_end(ctx->retry, rc == 0 && tot.nmodified + tot.nupserted > before);
-        if (rc != 0)
+        bool whole = rc != 0 && fails_batch(&e, err);
+        if (rc != 0 && !whole)
             sbl_crud_add_write_error(&errors, &nerrors, i, &e, &info);
         bson_destroy(&info);
-        if (rc != 0 && (ordered || rc == SBL_E_MaxTimeMSExpired))
+        if (rc != 0 && (ordered || whole || rc == SBL_E_MaxTimeMSExpired))
             break;
     }
     free(parsed);
     bson_destroy(&let);
+    if (err->code != 0) {
+        bson_destroy(&tot.upserted);
+        bson_destroy(&errors);
+        return err->code;
+    }
     append_count(ctx->reply, "n", tot.n);
     append_count(ctx->reply, "nModified", tot.nmodified);
     ctx->writes = (sbl_write_counts_t){
@@ -985,13 +1010,18 @@ int sbl_cmd_delete(sbl_opctx_t *ctx, sbl_err_t *err)
             rc = run_delete(ctx, ns, &parsed[i], &let, &n, &e);
         if (ctx->retry != NULL)
             sbl_retry_stmt_end(ctx->retry, rc == 0 && n > before);
-        if (rc != 0)
+        bool whole = rc != 0 && fails_batch(&e, err);
+        if (rc != 0 && !whole)
             sbl_crud_add_write_error(&errors, &nerrors, i, &e, NULL);
-        if (rc != 0 && (ordered || rc == SBL_E_MaxTimeMSExpired))
+        if (rc != 0 && (ordered || whole || rc == SBL_E_MaxTimeMSExpired))
             break;
     }
     free(parsed);
     bson_destroy(&let);
+    if (err->code != 0) {
+        bson_destroy(&errors);
+        return err->code;
+    }
     append_count(ctx->reply, "n", n);
     ctx->writes = (sbl_write_counts_t){.known = true, .n = n};
     if (nerrors > 0)

@@ -10,9 +10,12 @@ The write is held by hangBeforePrimaryOplogCommit after its entry took its
 ts and term, before its transaction commits; then the member stops being
 primary (a forced replSetStepDown; or it is paused, the others elect a new
 primary and take new writes, and it comes back and learns of the new term),
-and the write is let go.  Checked on three members: what the client got;
+and the write is let go.  Checked on three members: what the client got
+(the whole command fails with 11602, as mongod's interruptions do);
 every member ends with the new primary's data (dbHash) and oplog; nothing
-the client was told succeeded vanishes without a rollback file.
+the client was told succeeded vanishes without a rollback file.  The same
+for a retryable write: the driver retries it on the new primary (the error
+carries RetryableWriteError) and it is applied once.
 """
 import os
 import signal
@@ -135,8 +138,9 @@ def settle_and_check(old, newp, members, key, out, old_term):
         problems.append("the held write committed after the member left PRIMARY (mongod: "
                         "11602); entries of term %d for t.held: %r" % (old_term, late))
     else:
-        code = getattr(out.get("error"), "code", None)
-        if code != 11602:
+        err = out.get("error")   # the whole command fails (NotMasterError), as mongod
+        code = (getattr(err, "details", None) or {}).get("code")
+        if code != 11602 or not isinstance(err, pymongo.errors.AutoReconnect):
             problems.append("the held write failed with %r, not 11602" % (out.get("error"),))
         if doc.get("v") == "held" or files:
             problems.append("the failed write committed somewhere: %r, rollback files %r"
@@ -186,3 +190,48 @@ def test_write_held_while_paused_and_replaced(rs):
     problems = settle_and_check(p, newp, rs, "pause", out, old_term)
     assert problems == [], "\n".join(problems)
 
+
+
+def test_retryable_write_held_across_step_down_runs_once(rs):
+    """The same hole on a retryable write's path (its entry and the
+    session's record): the held attempt fails with 11602, the driver
+    retries it on the new primary, and every member ends with it applied
+    once and the same oplog."""
+    p = the_primary(rs)
+    others = [m for m in rs if m is not p]
+    hold(p, True)
+    before = p.log_text().count('"id":7360002')
+    seeds = ",".join("127.0.0.1:%d" % m.port for m in rs)
+    out = {}
+
+    def run():
+        with pymongo.MongoClient("mongodb://%s/?replicaSet=rs0" % seeds, retryWrites=True,
+                                 serverSelectionTimeoutMS=20000,
+                                 heartbeatFrequencyMS=500) as c:
+            try:
+                c.t.held.with_options(write_concern=WriteConcern(w="majority")).update_one(
+                    {"k": "retry"}, {"$inc": {"n": 1}}, upsert=True)
+                out["ok"] = True
+            except pymongo.errors.PyMongoError as e:
+                out["error"] = e
+    th = threading.Thread(target=run)
+    th.start()
+    try:
+        wait_for(lambda: p.log_text().count('"id":7360002') > before, timeout=20)
+        with direct(p) as d:
+            try:
+                d.admin.command("replSetStepDown", 30, force=True)
+            except pymongo.errors.AutoReconnect:
+                pass
+        newp = the_primary(others)
+    finally:
+        hold(p, False)
+        th.join(40)
+    assert out.get("ok"), out   # the retry on the new primary succeeded
+    problems = converge(newp, rs, "settled-retry")
+    for m in rs:
+        with direct(m) as d:
+            got = d.t.held.find_one({"k": "retry"})
+            if got is None or got.get("n") != 1:
+                problems.append("port %d: the retried write: %r" % (m.port, got))
+    assert problems == [], "\n".join(problems)

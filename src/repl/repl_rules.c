@@ -479,10 +479,10 @@ static bool may_serve(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, i
     if (i == self || !c[i].up || m->arbiter ||
         (c[i].state != SBL_RS_PRIMARY && c[i].state != SBL_RS_SECONDARY))
         return false;
+    if (sbl_optime_cmp(c[i].applied, mine) < 0)
+        return false; /* behind us: a primary too (one in catch-up lacks our entries) */
     if (i == primary)
         return true;
-    if (sbl_optime_cmp(c[i].applied, mine) < 0)
-        return false; /* behind us */
     if (pass == 0 && (m->hidden || m->delay_s > 0 || (m->votes == 0 && cfg->m[self].votes > 0) ||
                       (uint32_t)(c[i].applied.ts >> 32) < oldest_s))
         return false;
@@ -493,7 +493,8 @@ int sbl_rs_pick_sync_source(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t
                             int primary, sbl_optime_t mine)
 {
     if (!cfg->chaining)
-        return primary >= 0 && primary != self && c[primary].up ? primary : -1;
+        return primary >= 0 && primary != self && c[primary].up &&
+                       sbl_optime_cmp(c[primary].applied, mine) >= 0 ? primary : -1;
     uint32_t newest_s = 0, oldest_s = 0;
     if (primary >= 0)
         newest_s = (uint32_t)(c[primary].applied.ts >> 32);

@@ -291,6 +291,20 @@ static void test_sync_source(void)
     c[1].ping_ms = 100;
     c[2].ping_ms = 1;
     CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);  /* arbiters hold no data */
+    /* a primary behind us (one in catch-up) lacks our entries: as mongod,
+     * not a source, with or without chaining; one level with us may be */
+    cfg.m[2].arbiter = false;
+    c[1].ping_ms = 1;
+    c[1].applied = ot(1, 980);
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 2);
+    c[2].applied = c[3].applied = ot(1, 980);
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == -1);
+    cfg.chaining = false;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == -1);
+    c[1].applied = mine;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);
+    cfg.chaining = true;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);
     /* chainingAllowed is read from the config and defaults to true */
     sbl_rs_config_t parsed;
     CHECK(parse_json("{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"}],"

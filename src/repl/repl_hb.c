@@ -736,54 +736,71 @@ void sbl_rs_hb_kick(void)
     pthread_mutex_unlock(&rs.lock);
 }
 
+/* How many members have a higher priority than this one (0: the highest). */
+static int priority_rank_locked(void)
+{
+    int rank = 0;
+    for (int i = 0; i < rs.cfg.n; i++)
+        rank += rs.cfg.m[i].priority > rs.cfg.m[rs.self].priority;
+    return rank;
+}
+
 /* Priority takeover (as mongod): a SECONDARY of higher priority than the
- * primary it sees, whose last entry is within 2 s of the primary's, calls an
- * election after (1 + the number of members of higher priority than it)
- * election timeouts plus the timer's random offset.  Lock held. */
-static int64_t takeover_since_ms;
+ * primary it sees, whose last entry is within 2 s of the primary's.  Lock held. */
+static bool priority_takeover_applies_locked(int64_t now)
+{
+    int p = rs.primary, me = rs.self;
+    return p >= 0 && p != me && rs.peer[p].up && !rs.catching_up &&
+           sbl_rs_electable(&rs.cfg, me) && now >= rs.freeze_until_ms &&
+           rs.cfg.m[me].priority > rs.cfg.m[p].priority &&
+           (int64_t)SBL_TS_SECS(sbl_rs_my_applied().ts) + 2 >=
+               (int64_t)SBL_TS_SECS(rs.peer[p].applied.ts) && sbl_storage_can_write();
+}
+
+/* Catch-up takeover (as mongod): a SECONDARY not frozen, not in an election
+ * of its own, whose disk takes writes, and to which the rules apply
+ * (sbl_rs_catchup_takeover_applies: a primary of our term in catch-up behind
+ * us, nobody ahead of us).  Lock held. */
+static bool catchup_takeover_applies_locked(int64_t now)
+{
+    sbl_rs_candidate_t c[SBL_RS_MAX_MEMBERS];
+    for (int i = 0; i < rs.cfg.n; i++)
+        c[i] = (sbl_rs_candidate_t){.up = rs.peer[i].up, .state = rs.peer[i].state,
+                                    .applied = rs.peer[i].applied, .term = rs.peer[i].term};
+    return !rs.catching_up && now >= rs.freeze_until_ms &&
+           sbl_rs_catchup_takeover_applies(&rs.cfg, c, rs.self, rs.primary, rs.term,
+                                           sbl_rs_my_applied()) &&
+           sbl_storage_can_write();
+}
+
+/* When both apply, mongod runs the priority takeover for the member of the
+ * highest priority and the catch-up one for the others.  The priority one
+ * calls an election after (1 + rank) election timeouts plus the timer's
+ * random offset, the catch-up one after catchUpTakeoverDelayMillis (the
+ * primary steps down on the higher term), each once its conditions have held
+ * that long.  Lock held. */
+static int64_t takeover_since_ms, catchup_since_ms;
 
 static bool takeover_due_locked(int64_t now)
 {
-    int p = rs.primary, me = rs.self;
-    bool ok = p >= 0 && p != me && rs.peer[p].up && sbl_rs_electable(&rs.cfg, me) &&
-              now >= rs.freeze_until_ms && rs.cfg.m[me].priority > rs.cfg.m[p].priority &&
-              (int64_t)SBL_TS_SECS(sbl_rs_my_applied().ts) + 2 >=
-                  (int64_t)SBL_TS_SECS(rs.peer[p].applied.ts) && sbl_storage_can_write();
-    if (!ok) {
+    int rank = priority_rank_locked();
+    if (!priority_takeover_applies_locked(now) ||
+        (rank > 0 && catchup_takeover_applies_locked(now))) {
         takeover_since_ms = 0;
         return false;
     }
     if (takeover_since_ms == 0)
         takeover_since_ms = now;
-    int rank = 0;
-    for (int i = 0; i < rs.cfg.n; i++)
-        if (rs.cfg.m[i].priority > rs.cfg.m[me].priority)
-            rank++;
     if (now - takeover_since_ms < (rank + 1) * rs.cfg.election_timeout_ms + rs.election_offset_ms)
         return false;
     takeover_since_ms = 0;
     return true;
 }
 
-/* Catch-up takeover (as mongod): a SECONDARY that is electable and not
- * frozen, sees a primary of the current term that is behind it while its own
- * newest entry is of an earlier term (that primary has written nothing yet:
- * it is in catch-up), and has the newest optime of the members up, calls an
- * election once that has held for catchUpTakeoverDelayMillis (-1, or
- * catchUpTimeoutMillis 0: never), so its entries need not be rolled back.
- * The primary steps down on the higher term.  Lock held. */
-static int64_t catchup_since_ms;
-
 static bool catchup_takeover_due_locked(int64_t now)
 {
-    int p = rs.primary, me = rs.self;
-    sbl_optime_t mine = sbl_rs_my_applied();
-    bool ok = rs.cfg.catchup_takeover_ms >= 0 && rs.cfg.catchup_timeout_ms != 0 && p >= 0 &&
-              p != me && rs.peer[p].up && rs.peer[p].term == rs.term &&
-              !rs.catching_up && sbl_rs_electable(&rs.cfg, me) &&
-              now >= rs.freeze_until_ms && mine.t < rs.term &&
-              sbl_optime_cmp(rs.peer[p].applied, mine) < 0 &&
-              sbl_optime_cmp(newest_known_locked(), mine) <= 0 && sbl_storage_can_write();
+    bool ok = catchup_takeover_applies_locked(now) &&
+              !(priority_rank_locked() == 0 && priority_takeover_applies_locked(now));
     if (!ok) {
         catchup_since_ms = 0;
         return false;
@@ -919,7 +936,7 @@ static void *hb_main(void *arg)
                                   "catchupTakeover");
             continue;
         } else if (rs.config != NULL && rs.self >= 0 && st == SBL_RS_SECONDARY &&
-                   !rs.catching_up && takeover_due_locked(now)) {
+                   takeover_due_locked(now)) {
             timer_election_locked("Starting an election for a priority takeover",
                                   "priorityTakeover");
             continue;

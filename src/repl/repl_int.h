@@ -282,9 +282,19 @@ typedef struct sbl_rs_candidate {
     int state;
     sbl_optime_t applied;
     int64_t ping_ms;
+    int64_t term; /* the term its last heartbeat gave */
 } sbl_rs_candidate_t;
 int sbl_rs_pick_sync_source(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
                             int primary, sbl_optime_t mine);
+/* Whether a catch-up takeover applies to member self (mongod's rules, the
+ * settings' part and the view of the others; the caller adds not frozen, not
+ * in an election of its own, a disk that takes writes): catchUpTakeoverDelayMillis
+ * is not -1 nor catchUpTimeoutMillis 0, self is electable, primary (c[primary])
+ * is up, of our term and behind us while our newest entry mine is of an
+ * earlier term (it has written nothing: it is in catch-up), and no member up
+ * is ahead of us. */
+bool sbl_rs_catchup_takeover_applies(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c,
+                                     int self, int primary, int64_t term, sbl_optime_t mine);
 /* May member i stand for election: priority > 0, votes, not an arbiter. */
 bool sbl_rs_electable(const sbl_rs_config_t *cfg, int i);
 /* How many voting members hold data, and how many of them a majority write

@@ -2,7 +2,8 @@
  * repl_rules.c: the pure rules of protocol version 1, with no I/O and no
  * clock, so unit tests drive them alone: the config's validation, who may
  * stand for election, how a voter decides (one vote per term, never for a
- * candidate whose log is behind ours), and the majority commit point.
+ * candidate whose log is behind ours), when a catch-up takeover applies, the
+ * sync source, and the majority commit point.
  *
  * What must stay true: a voter grants at most one real vote per term (the
  * caller persists last_vote before it answers); the commit point never
@@ -468,6 +469,20 @@ uint64_t sbl_rs_stable_for(bool primary, sbl_optime_t commit, sbl_optime_t appli
     if (all_durable != 0 && all_durable < stable)
         stable = all_durable;
     return stable;
+}
+
+bool sbl_rs_catchup_takeover_applies(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c,
+                                     int self, int primary, int64_t term, sbl_optime_t mine)
+{
+    if (cfg->catchup_takeover_ms < 0 || cfg->catchup_timeout_ms == 0 || primary < 0 ||
+        primary == self || !c[primary].up || c[primary].term != term ||
+        !sbl_rs_electable(cfg, self) || mine.t >= term ||
+        sbl_optime_cmp(c[primary].applied, mine) >= 0)
+        return false;
+    for (int i = 0; i < cfg->n; i++)
+        if (i != self && c[i].up && sbl_optime_cmp(c[i].applied, mine) > 0)
+            return false; /* another would take over from us at once */
+    return true;
 }
 
 /* Whether member i may serve as a sync source in pass first (0) or the

@@ -485,6 +485,16 @@ static void log_catchup(int id, const char *msg, const char *how, sbl_optime_t t
     bson_destroy(&attr);
 }
 
+/* How long catch-up waits without progress: 30 s when no catch-up takeover
+ * runs; else past the takeover's delay by two heartbeat intervals (the member
+ * ahead hears of this primary) and two election timeouts (its election). */
+static int64_t stall_ms_locked(void)
+{
+    if (rs.cfg.catchup_takeover_ms < 0)
+        return 30000;
+    return rs.cfg.catchup_takeover_ms + 2 * rs.cfg.heartbeat_ms + 2 * rs.cfg.election_timeout_ms;
+}
+
 /*
  * Primary catch-up (pv1), between winning the election of term and taking
  * writes: hear from every member once (fresh heartbeats), and while one that
@@ -500,16 +510,6 @@ static void log_catchup(int id, const char *msg, const char *how, sbl_optime_t t
  * Lock held; waits release it.  Returns false when this member may no
  * longer become primary (term or state moved).
  */
-/* How long catch-up waits without progress: 30 s when no catch-up takeover
- * runs; else past the takeover's delay by two heartbeat intervals (the member
- * ahead hears of this primary) and two election timeouts (its election). */
-static int64_t stall_ms_locked(void)
-{
-    if (rs.cfg.catchup_takeover_ms < 0)
-        return 30000;
-    return rs.cfg.catchup_takeover_ms + 2 * rs.cfg.heartbeat_ms + 2 * rs.cfg.election_timeout_ms;
-}
-
 static bool catch_up_locked(int64_t term)
 {
     int64_t start = sbl_now_ms(), limit = rs.cfg.catchup_timeout_ms;

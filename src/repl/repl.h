@@ -194,7 +194,8 @@ int sbl_repl_wait_applied(uint64_t ts, int64_t deadline_us, sbl_err_t *err);
 int sbl_repl_linearizable_check(sbl_err_t *err);
 int sbl_repl_linearizable_wait(int64_t deadline_us, sbl_err_t *err);
 /* Monitoring (repl_monitor.c); no-ops / 0 on a standalone.
- * sbl_repl_append_server_status: serverStatus's repl and opcountersRepl.
+ * sbl_repl_append_server_status: serverStatus's repl, opcountersRepl and
+ * electionMetrics.
  * sbl_repl_append_metrics: serverStatus.metrics.repl (into metrics).
  * sbl_repl_members_info: each member's host, state (MongoDB's numbers) and
  * lag behind the newest optime this member knows, in ms (-1 unknown), at

@@ -43,6 +43,7 @@ typedef struct pending {
     bool unsatisfiable_wc; /* a transaction's commit/abort asked w > members: it runs, then
                             * gets writeConcernError UnsatisfiableWriteConcern (as mongod) */
     uint64_t op_ts; /* its write concern waits for it too: writes commit in parallel */
+    char gate_ns[400]; /* a router's command inside this namespace's gate, else "" */
 } pending_t;
 
 /* ---- counters (serverStatus.opcounters; kept by src/metrics) ------------- */
@@ -422,18 +423,15 @@ static bool js_op_killed(const void *op)
     return op != NULL && sbl_op_is_killed(op);
 }
 
-/* The shardVersion a router sent, checked against ns = db + the command's
- * collection (its first field's string value). */
-static int check_shard_version(pending_t *p)
+/* The namespace a router's command names: db + its first field's string value. */
+static void routed_ns(const pending_t *p, char *ns, size_t size)
 {
     bson_iter_t it;
-    char ns[400];
     const char *coll = bson_iter_init(&it, p->ctx.cmd) && bson_iter_next(&it) &&
                                BSON_ITER_HOLDS_UTF8(&it)
                            ? bson_iter_utf8(&it, NULL)
                            : "";
-    snprintf(ns, sizeof(ns), "%s.%s", p->ctx.db, coll);
-    return sbl_shard_check_version(ns, p->shard_version, &p->reply, &p->err);
+    snprintf(ns, size, "%s.%s", p->ctx.db, coll);
 }
 
 /* On a shard: take a router's shardVersion out of the command (handlers
@@ -470,29 +468,30 @@ static bool routed_sharded(const pending_t *p)
     return !bson_oid_equal(bson_iter_oid(&it), &zero);
 }
 
-/* Run the command on this thread: a router's command on a shard counts itself into its
- * namespace's critical-section gate (src/shard) first, so a migration's critical section
- * waits for it and holds back new ones.  p->op_ts: the newest oplog ts its writes took. */
-static void execute(pending_t *p)
+/* A router's command on a shard that this member may run (mongod's order: a member that is
+ * not primary refused it already, NotWritablePrimary or NotPrimaryNoSecondaryOk, so the
+ * router looks for the new primary instead of retrying here).  It counts itself into its
+ * namespace's critical-section gate (src/shard), so a migration's critical section waits
+ * for it and holds back new ones; a critical section that outlasts the wait answers
+ * StaleConfig.  Then its routing version must be this shard's, or StaleConfig sends the
+ * router to refresh.  execute() leaves the gate (p->gate_ns) after the handler. */
+static int enter_routed(pending_t *p)
 {
-    if (p->shard_version == NULL) {
-        execute_inner(p);
-        p->op_ts = sbl_repl_take_thread_op_ts();
-        return;
-    }
-    bson_iter_t it;
-    char ns[400];
-    const char *coll = bson_iter_init(&it, p->ctx.cmd) && bson_iter_next(&it) &&
-                               BSON_ITER_HOLDS_UTF8(&it)
-                           ? bson_iter_utf8(&it, NULL)
-                           : "";
-    snprintf(ns, sizeof(ns), "%s.%s", p->ctx.db, coll);
-    if ((p->rc = sbl_shard_op_enter(ns, 0, &p->err)) != 0)
-        return; /* a critical section outlasted the wait: StaleConfig, not run */
+    char ns[sizeof(p->gate_ns)];
+    routed_ns(p, ns, sizeof(ns));
+    SBL_RET(sbl_shard_op_enter(ns, 0, &p->err));
+    memcpy(p->gate_ns, ns, sizeof(ns));
     if (routed_sharded(p)) /* after the gate; a migration's getMores: snapshot_read.c */
         p->ctx.open_ts = sbl_repl_last_op_ts();
+    return sbl_shard_check_version(ns, p->shard_version, &p->reply, &p->err);
+}
+
+/* Run the command on this thread.  p->op_ts: the newest oplog ts its writes took. */
+static void execute(pending_t *p)
+{
     execute_inner(p);
-    sbl_shard_op_exit(ns);
+    if (p->gate_ns[0] != '\0')
+        sbl_shard_op_exit(p->gate_ns);
     p->op_ts = sbl_repl_take_thread_op_ts();
 }
 
@@ -655,9 +654,8 @@ static void execute_inner(pending_t *p)
         !sbl_repl_writable() &&
         (p->rc = sbl_repl_check_read(ctx->db, secondary_ok(ctx), &p->err)) != 0)
         return;
-    /* A router's command on a shard: its routing version must be this
-     * shard's (src/shard), or StaleConfig sends the router to refresh. */
-    if (p->shard_version != NULL && (p->rc = check_shard_version(p)) != 0)
+    /* A router's command on a shard: its critical-section gate and routing version. */
+    if (p->shard_version != NULL && (p->rc = enter_routed(p)) != 0)
         return;
     /* collectionUUID: the named collection must be the one the client means.
      * Not for a sharded collection's command from a router: each shard created

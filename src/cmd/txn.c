@@ -414,6 +414,8 @@ static int commit_prepared(sbl_opctx_t *ctx, sbl_mtxn_t *t, uint64_t commit_ts, 
     pthread_mutex_lock(&txn_mu);
     if ((rc = sbl_txn_begin(side, err)) == 0) {
         rc = sbl_repl_txn_log_decision(side, &st, true, commit_ts, &durable_ts, err);
+        if (rc == 0) /* the entry's term still led here, or neither commits */
+            rc = sbl_txn_gate_enter(side, err);
         if (rc == 0 && t->wt_prepared)
             rc = sbl_txn_commit_prepared_outer(t->ss, commit_ts,
                                                durable_ts > commit_ts ? durable_ts : commit_ts,
@@ -587,6 +589,8 @@ int sbl_cmd_prepare_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
         memcpy(st.lsid_id, t->lsid.id, 16);
         memcpy(st.lsid_uid, t->lsid.uid, 32);
         rc = sbl_repl_txn_log_prepare(side, t->ops, &st, &ts, &term, err);
+        if (rc == 0) /* not prepared in storage unless the entry commits too */
+            rc = sbl_txn_gate_enter(side, err);
         if (rc == 0 && wrote)
             rc = sbl_txn_prepare_outer(t->ss, ts, err);
         if (rc == 0)

@@ -400,8 +400,11 @@ void sbl_rs_step_down_locked(const char *why)
 {
     if (atomic_load(&rs.state) != SBL_RS_PRIMARY)
         return;
+    /* First no write of the term commits any more (those the primary check
+     * let through fail with 11602; commits under way finish), then the
+     * member says it is no longer primary (repl_oplog.c). */
+    sbl_oplog_set_term(-1);
     set_state_locked(SBL_RS_SECONDARY);
-    sbl_oplog_set_term(-1); /* writes that passed the primary check fail (repl_oplog.c) */
     rs.primary = -1;
     sbl_rs_reset_election_timer_locked(sbl_now_ms());
     log_attr(SBL_LOG_INFO, 21358, "Replica set state transition: PRIMARY -> SECONDARY", "reason",
@@ -541,6 +544,7 @@ int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err)
     atomic_store(&rs.state, SBL_RS_STARTUP);
     sbl_storage_set_write_observer(sbl_oplog_observe);
     sbl_storage_set_commit_observer(sbl_oplog_on_commit);
+    sbl_storage_set_commit_gate(sbl_oplog_gate_enter, sbl_oplog_gate_leave);
     sbl_storage_set_replicated(true);
 
     sbl_session_t *s = sbl_session_get();
@@ -603,6 +607,7 @@ void sbl_repl_stop(void)
     sbl_rs_preimages_stop();
     sbl_storage_set_write_observer(NULL);
     sbl_storage_set_commit_observer(NULL);
+    sbl_storage_set_commit_gate(NULL, NULL);
     sbl_oplog_close();
     sbl_txn_table_close();
     pthread_mutex_lock(&rs.lock);

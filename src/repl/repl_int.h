@@ -162,8 +162,14 @@ uint64_t sbl_oplog_vis_limit(void);
  * sbl_oplog_last_ts/term, not moved by a write that took a ts and then
  * aborted (a step-down racing it gives that ts the new term). */
 int sbl_oplog_last_committed(sbl_session_t *s, uint64_t *tsp, int64_t *termp, sbl_err_t *err);
-/* The term new entries carry (the coordinator's current term). */
+/* The term new entries carry (the coordinator's current term; -1: none).
+ * A change waits for the primary commits the gate let in (below). */
 void sbl_oplog_set_term(int64_t term);
+/* The storage's commit gate (storage.h) for transactions holding entries
+ * this member wrote as primary of term: 0 while it still is, else
+ * InterruptedDueToReplStateChange; leave ends a commit let in. */
+int sbl_oplog_gate_enter(int64_t term, sbl_err_t *err);
+void sbl_oplog_gate_leave(void);
 
 /* Read the newest entry again (after the oplog was truncated). */
 int sbl_oplog_reload_last(sbl_session_t *s, sbl_err_t *err);

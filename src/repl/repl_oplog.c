@@ -24,6 +24,12 @@
  *    a step-down to the next election won it is -1 and such writes fail
  *    (InterruptedDueToReplStateChange), so a write that passed the primary
  *    check before a step-down never carries the newer term it learnt of.
+ *  - Nothing written in term T commits once the member stopped leading T:
+ *    a transaction holding entries of T commits through the storage's
+ *    commit gate (sbl_oplog_gate_enter), which refuses it (11602) unless
+ *    the current term is still T, and the term's change waits for the
+ *    commits the gate already let in, so each either committed before the
+ *    member left PRIMARY or rolls back.
  *  - last_ts/last_term are the newest entry handed out, which may still abort;
  *    sbl_oplog_committed is the visibility point (reset when the oplog is
  *    read from disk).  Only that is reported to other members as this
@@ -35,6 +41,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -59,9 +66,44 @@ int64_t sbl_oplog_last_term(void)
     return atomic_load(&last_term);
 }
 
+/* Primary commits the gate let in and that have not returned yet. */
+static _Atomic int64_t committing;
+
+int sbl_oplog_gate_enter(int64_t term, sbl_err_t *err)
+{
+    /* seq_cst, as sbl_oplog_set_term's store and load: either this load
+     * sees the step-down's -1, or the step-down sees this commit counted
+     * and waits for it. */
+    atomic_fetch_add(&committing, 1);
+    if (atomic_load(&cur_term) == term)
+        return 0;
+    atomic_fetch_sub(&committing, 1);
+    return sbl_err_set(err, SBL_E_InterruptedDueToReplStateChange,
+                       "operation was interrupted because a replica set state change "
+                       "(stepdown) occurred");
+}
+
+void sbl_oplog_gate_leave(void)
+{
+    atomic_fetch_sub(&committing, 1);
+}
+
 void sbl_oplog_set_term(int64_t term)
 {
-    atomic_store(&cur_term, term);
+    int64_t before = atomic_exchange(&cur_term, term);
+    if (before == term)
+        return;
+    /* No entry of the term that ends commits from now on: wait for those
+     * the gate let in (each is a WiredTiger commit, short).  Bounded, so a
+     * commit stuck in the engine cannot hold a step-down for ever. */
+    int64_t until = sbl_now_ms() + 10000;
+    while (atomic_load(&committing) > 0 && sbl_now_ms() < until) {
+        struct timespec t = {0, 200 * 1000};
+        nanosleep(&t, NULL);
+    }
+    if (atomic_load(&committing) > 0)
+        sbl_log(SBL_LOG_WARNING, "REPL", 7360003, "Term changed while primary writes of "
+                "the term before are still committing", NULL);
 }
 
 sbl_coll_t *sbl_oplog_coll(void)
@@ -252,6 +294,7 @@ int sbl_oplog_append(sbl_session_t *s, sbl_oplog_entry_t *e, sbl_err_t *err)
     SBL_RET(sbl_txn_set_commit_ts(s, ts, err));
     if (!sbl_oplog_vis_reserve(ts, term, s))
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory for an oplog entry");
+    sbl_txn_set_gate(s, term); /* it commits only while this member leads term */
     sbl_repl_entry_build(e, &doc);
     rc = sbl_write(s, oplog, SBL_WRITE_INSERT, NULL, &doc, NULL, err);
     bson_destroy(&doc);

@@ -335,6 +335,25 @@ void sbl_storage_set_write_observer(sbl_write_observer_fn fn);
 typedef void (*sbl_commit_observer_fn)(sbl_session_t *s, uint64_t commit_ts, bool committed);
 void sbl_storage_set_commit_observer(sbl_commit_observer_fn fn);
 
+/*
+ * The commit gate (replication's: a primary's entry written in term T
+ * commits only while the member is still primary in T).  sbl_txn_set_gate
+ * tags s's open transaction with a non-zero tag; before WiredTiger commits a
+ * tagged transaction, sbl_txn_commit calls enter(tag): non-zero (err
+ * filled) refuses it, and the transaction rolls back with that error; once
+ * let in, leave() is called when the engine's commit returned.  A caller
+ * that must commit another transaction first (a prepared one, beside the
+ * entry's) takes the gate earlier with sbl_txn_gate_enter(s); s's commit or
+ * abort then leaves it.  enter and leave must not block for long.  Both NULL
+ * (the default) remove the gate; tags are then ignored.
+ */
+typedef int (*sbl_commit_gate_fn)(int64_t tag, sbl_err_t *err);
+void sbl_storage_set_commit_gate(sbl_commit_gate_fn enter, void (*leave)(void));
+void sbl_txn_set_gate(sbl_session_t *s, int64_t tag);
+/* Take the gate now for s's tagged transaction (0 when untagged or let in;
+ * else the gate's error, and s's transaction is still open: abort it). */
+int sbl_txn_gate_enter(sbl_session_t *s, sbl_err_t *err);
+
 /* ---- timestamps and keyed collections ------------------------------------ */
 
 /* Give the open transaction's changes the WiredTiger commit timestamp ts

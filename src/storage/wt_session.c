@@ -58,6 +58,45 @@ static void notify_end(sbl_session_t *s, bool committed)
         obs(s, s->commit_ts, committed);
 }
 
+static _Atomic(sbl_commit_gate_fn) gate_enter;
+static void (*_Atomic gate_leave)(void);
+
+void sbl_storage_set_commit_gate(sbl_commit_gate_fn enter, void (*leave)(void))
+{
+    atomic_store(&gate_leave, leave);
+    atomic_store(&gate_enter, enter);
+}
+
+void sbl_txn_set_gate(sbl_session_t *s, int64_t tag)
+{
+    if (s->in_txn)
+        s->gate_tag = tag;
+}
+
+int sbl_txn_gate_enter(sbl_session_t *s, sbl_err_t *err)
+{
+    sbl_commit_gate_fn enter = atomic_load_explicit(&gate_enter, memory_order_relaxed);
+    int64_t tag = s->gate_tag;
+    if (tag == 0 || s->gate_held || enter == NULL)
+        return 0;
+    SBL_RET(enter(tag, err));
+    s->gate_tag = 0;
+    s->gate_held = true;
+    return 0;
+}
+
+/* s's transaction ended: the gate it held is left. */
+static void gate_end(sbl_session_t *s)
+{
+    s->gate_tag = 0;
+    if (s->gate_held) {
+        s->gate_held = false;
+        void (*leave)(void) = atomic_load(&gate_leave);
+        if (leave != NULL)
+            leave();
+    }
+}
+
 static void drop_deltas(sbl_session_t *s)
 {
     for (size_t i = 0; i < s->ndeltas; i++)
@@ -75,6 +114,7 @@ static void session_free(sbl_session_t *s)
     drop_deltas(s);
     if (s->wt != NULL)
         s->wt->close(s->wt, NULL); /* rolls back an open transaction */
+    gate_end(s);
     if (s->in_txn)
         notify_end(s, false);
     sbl_capped_unlock_all(s);
@@ -220,6 +260,7 @@ void sbl_storage_set_commit_observer(sbl_commit_observer_fn fn)
     atomic_store(&commit_observer, fn);
 }
 
+
 int sbl_txn_commit(sbl_session_t *s, sbl_err_t *err)
 {
     int ret;
@@ -230,11 +271,16 @@ int sbl_txn_commit(sbl_session_t *s, sbl_err_t *err)
                                : 0;
     if (!s->in_txn)
         return sbl_err_set(err, SBL_E_NoSuchTransaction, "no transaction is open");
+    if ((ret = sbl_txn_gate_enter(s, err)) != 0) {
+        sbl_txn_abort(s);
+        return ret;
+    }
     reset_cursors(s);
     s->in_txn = false;
     atomic_store(&s->txn_gen, 0);
     /* No sync: durability comes from the journal flusher (wt_durable.c). */
     ret = s->wt->commit_transaction(s->wt, NULL);
+    gate_end(s);
     notify_end(s, ret == 0); /* before the capped locks go (storage.h) */
     if (ret == 0) {
         atomic_fetch_add(&sbl_eng.commits, 1);
@@ -287,6 +333,7 @@ void sbl_txn_abort(sbl_session_t *s)
     s->in_txn = false;
     atomic_store(&s->txn_gen, 0);
     s->wt->rollback_transaction(s->wt, NULL);
+    gate_end(s);
     notify_end(s, false);
     if (s->prepared) {
         s->prepared = false;

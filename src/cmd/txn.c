@@ -878,6 +878,15 @@ int64_t sbl_cmd_mtxn_number(const sbl_opctx_t *ctx)
     return ctx->mtxn != NULL ? ctx->mtxn->txn_number : -1;
 }
 
+int64_t sbl_cmd_mtxn_expiry_us(const sbl_opctx_t *ctx)
+{
+    if (ctx->mtxn == NULL)
+        return 0;
+    /* start_ms changes only under the checkout ctx holds */
+    int64_t left_ms = ctx->mtxn->start_ms + atomic_load(&lifetime_limit_s) * 1000 - sbl_now_ms();
+    return sbl_now_us() + left_ms * 1000;
+}
+
 bool sbl_cmd_mtxn_describe(const sbl_lsid_t *l, int64_t txn_number, bson_t *d)
 {
     bool found = false;

@@ -240,6 +240,23 @@ def test_find_in_a_transaction_with_max_time_ms_expires(rs):
     assert c.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 1}
 
 
+def test_find_in_a_transaction_waits_no_longer_than_its_lifetime(rs):
+    c, name = rs
+    p = Prepared(c, name, 2)
+    c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=1)
+    try:
+        with c.start_session() as s:
+            s.start_transaction()
+            t0 = time.monotonic()
+            with pytest.raises(OperationFailure) as e:
+                c.pc[name].find_one({"_id": 1}, session=s)
+            assert e.value.code == 290  # TransactionExceededLifetimeLimitSeconds
+            assert 0.8 < time.monotonic() - t0 < 5
+    finally:
+        c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
+        p.commit()
+
+
 def test_get_more_waits_for_the_commit(rs):
     c, name = rs
     c.pc[name].insert_many([{"_id": i, "v": 1} for i in range(10, 300)])
@@ -271,3 +288,27 @@ def test_update_with_max_time_ms_expires_while_prepared(rs):
     finally:
         p.commit()
     assert c.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 2}
+
+
+def test_session_refresh_behind_a_prepared_transaction_holds_no_loop(rs):
+    """refreshLogicalSessionCacheNow's first run builds config.system.sessions'
+    TTL index, which waits for older transactions, a prepared one too: it
+    waits on a worker, and every network loop still serves its connections."""
+    import pymongo
+    c, name = rs
+    p = Prepared(c, name, 2)
+    clients = []
+    try:
+        r = in_thread(lambda: c.admin.command("refreshLogicalSessionCacheNow"))
+        time.sleep(0.5)
+        for _ in range(6):  # new connections, spread over the loops
+            clients.append(pymongo.MongoClient("127.0.0.1", c.address[1], directConnection=True,
+                                               serverSelectionTimeoutMS=3000,
+                                               socketTimeoutMS=3000))
+            assert clients[-1].admin.command("ping")["ok"] == 1
+    finally:
+        p.commit()
+        for cl in clients:
+            cl.close()
+    r["thread"].join(30)
+    assert r.get("value", {}).get("ok") == 1, r.get("error")

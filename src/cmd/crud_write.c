@@ -647,7 +647,7 @@ static int run_update(sbl_opctx_t *ctx, const char *ns, const update_stmt_t *st,
             id = points[k];
         } else {
             bool done = false;
-            SBL_ERR(sbl_qexec_next(q, ctx, &cand, NULL, &done, err));
+            SBL_ERR(sbl_crud_read_candidate(ctx, q, &cand, &done, err));
             if (done)
                 break;
             have_cand = true;
@@ -921,7 +921,7 @@ static int run_delete(sbl_opctx_t *ctx, const char *ns, const delete_stmt_t *st,
             id = points[k];
         } else {
             bool done = false;
-            SBL_ERR(sbl_qexec_next(q, ctx, &cand, NULL, &done, err));
+            SBL_ERR(sbl_crud_read_candidate(ctx, q, &cand, &done, err));
             if (done)
                 break;
             have_cand = true;

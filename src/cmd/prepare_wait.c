@@ -10,6 +10,9 @@
  *    transaction's.  Nor can a getMore: the batch it has read is gone once
  *    it fails.  Both wait in place (storage's scope): the cursor call that
  *    met the prepared write waits and is made again, and sees the outcome.
+ *  - update, delete and findAndModify outside a transaction read their
+ *    candidates in place too; each document's change (sbl_crud_modify_one)
+ *    waits in its retry loop (sbl_op_backoff), out of its transaction.
  *
  * What must stay true: a waiter holds nothing the prepared transaction's
  * commit or abort takes.  A read holds its own session's checkout, a
@@ -18,8 +21,7 @@
  * place; a network loop thread never waits (the dispatcher runs reads and
  * writes on workers while a transaction is prepared).
  */
-#include "cmd/cmd_int.h"
-#include "exec/exec.h"
+#include "cmd/crud_int.h"
 
 /* storage's question before each wait: go on until when, or the error that
  * ends it (killOp, maxTimeMS, the transaction's lifetime). */
@@ -88,5 +90,21 @@ bool sbl_cmd_prepare_wait_again(sbl_cmd_prepare_wait_t *w, int *rcp, sbl_err_t *
 void sbl_cmd_prepare_wait_end(sbl_cmd_prepare_wait_t *w)
 {
     if (w->in_place)
-        sbl_prepare_scope_leave();
+        sbl_prepare_scope_leave(&w->scope);
+}
+
+int sbl_crud_read_candidate(sbl_opctx_t *ctx, sbl_qexec_t *q, bson_t *doc, bool *donep,
+                            sbl_err_t *err)
+{
+    if (ctx->mtxn != NULL) /* a transaction's write meets WriteConflict at once */
+        return sbl_qexec_next(q, ctx, doc, NULL, donep, err);
+    sbl_prepare_scope_t sc = {.check = wait_check, .arg = ctx};
+    sbl_prepare_scope_enter(&sc);
+    int rc = sbl_qexec_next(q, ctx, doc, NULL, donep, err);
+    sbl_prepare_scope_leave(&sc);
+    if (rc == SBL_E_WriteConflict && sc.rc != 0) {
+        *err = sc.err;
+        rc = sc.rc;
+    }
+    return rc;
 }

@@ -168,9 +168,11 @@ typedef struct sbl_prepare_scope {
     void *arg;
     int rc; /* set when a wait gave up, with err */
     sbl_err_t err;
+    struct sbl_prepare_scope *prev; /* the thread's scope before this one */
 } sbl_prepare_scope_t;
-void sbl_prepare_scope_enter(sbl_prepare_scope_t *sc); /* sc outlives the scope */
-void sbl_prepare_scope_leave(void);
+/* sc outlives the scope; leave(sc) restores the scope enter found. */
+void sbl_prepare_scope_enter(sbl_prepare_scope_t *sc);
+void sbl_prepare_scope_leave(sbl_prepare_scope_t *sc);
 
 /* ---- catalog ---------------------------------------------------------- */
 

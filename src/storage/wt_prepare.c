@@ -108,12 +108,13 @@ void sbl_prepare_scope_enter(sbl_prepare_scope_t *sc)
 {
     sc->rc = 0;
     sbl_err_clear(&sc->err);
+    sc->prev = tls_scope;
     tls_scope = sc;
 }
 
-void sbl_prepare_scope_leave(void)
+void sbl_prepare_scope_leave(sbl_prepare_scope_t *sc)
 {
-    tls_scope = NULL;
+    tls_scope = sc->prev;
 }
 
 bool sbl_prepare_wait_here(void)

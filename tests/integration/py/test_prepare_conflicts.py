@@ -274,6 +274,27 @@ def test_get_more_waits_for_the_commit(rs):
     assert [d["v"] for d in docs if d["_id"] == 250] == [2]
 
 
+WRITES = {  # writes that find their documents with a plan, then change each
+    "findAndModify": (lambda c, n: c.pc[n].find_one_and_update(
+        {"_id": 1}, {"$inc": {"v": 10}}, return_document=True), {"_id": 1, "v": 12}),
+    "update_many": (lambda c, n: c.pc[n].update_many({}, {"$inc": {"v": 10}}).modified_count, 10),
+    "delete_by_filter": (lambda c, n: c.pc[n].delete_many({"v": 2}).deleted_count, 1),
+}
+
+
+@pytest.mark.parametrize("write", sorted(WRITES))
+def test_write_with_a_plan_waits_for_the_commit(rs, write):
+    c, name = rs
+    fn, want = WRITES[write]
+    p = Prepared(c, name, 2)
+    r = in_thread(lambda: fn(c, name))
+    time.sleep(0.5)
+    assert r["thread"].is_alive()  # waiting, not WriteConflict
+    p.commit()
+    r["thread"].join(10)
+    assert r.get("value") == want, r.get("error")
+
+
 def test_update_with_max_time_ms_expires_while_prepared(rs):
     c, name = rs
     p = Prepared(c, name, 2)

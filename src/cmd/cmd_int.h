@@ -230,6 +230,9 @@ int64_t sbl_cmd_mtxn_number(const sbl_opctx_t *ctx);
 /* When the transaction ctx runs in passes transactionLifetimeLimitSeconds
  * (monotonic us; 0: ctx runs in none). */
 int64_t sbl_cmd_mtxn_expiry_us(const sbl_opctx_t *ctx);
+/* killSessions (killAllSessions...) named the session of the transaction ctx
+ * runs in while ctx ran: a wait of ctx ends (Interrupted). */
+bool sbl_cmd_mtxn_kill_asked(const sbl_opctx_t *ctx);
 /*
  * prepare_wait.c: a command that meets a prepared transaction's write waits
  * for its outcome (storage.h, "Prepare conflicts").  A read outside a

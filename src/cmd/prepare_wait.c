@@ -24,13 +24,15 @@
 #include "cmd/crud_int.h"
 
 /* storage's question before each wait: go on until when, or the error that
- * ends it (killOp, maxTimeMS, the transaction's lifetime). */
+ * ends it (killOp, maxTimeMS, killSessions, the transaction's lifetime). */
 static int wait_check(void *arg, int64_t *deadline_us, sbl_err_t *err)
 {
     const sbl_opctx_t *ctx = arg;
     int64_t expiry = sbl_cmd_mtxn_expiry_us(ctx);
 
     SBL_RET(sbl_op_check_interrupt(ctx, err));
+    if (sbl_cmd_mtxn_kill_asked(ctx))
+        return sbl_err_set(err, SBL_E_Interrupted, "operation was interrupted");
     if (expiry != 0 && sbl_now_us() >= expiry)
         return sbl_err_set(err, SBL_E_TransactionExceededLifetimeLimitSeconds,
                            "operation was interrupted because the transaction exceeded the "

@@ -257,6 +257,22 @@ def test_find_in_a_transaction_waits_no_longer_than_its_lifetime(rs):
         p.commit()
 
 
+def test_kill_sessions_ends_a_transaction_read_waiting_on_a_prepared_one(rs):
+    c, name = rs
+    p = Prepared(c, name, 2)
+    try:
+        with c.start_session() as s:
+            s.start_transaction()
+            r = in_thread(lambda: c.pc[name].find_one({"_id": 1}, session=s))
+            time.sleep(0.5)
+            assert r["thread"].is_alive()
+            c.admin.command("killSessions", [s.session_id])
+            r["thread"].join(5)
+            assert getattr(r.get("error"), "code", None) == 11601, r
+    finally:
+        p.commit()
+
+
 def test_get_more_waits_for_the_commit(rs):
     c, name = rs
     c.pc[name].insert_many([{"_id": i, "v": 1} for i in range(10, 300)])

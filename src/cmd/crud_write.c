@@ -87,7 +87,7 @@ int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
         bool found = false, changed = false, have_upd = false;
         int32_t pos = -1;
 
-        SBL_RET(sbl_op_backoff(ctx, attempt, err));
+        SBL_RET(sbl_op_backoff(ctx, &attempt, err));
         SBL_RET(sbl_txn_begin(ctx->ss, err));
         if (cand != NULL && sbl_coll_dup_ids(c))
             rc = sbl_coll_get_same(ctx->ss, c, cand, &old, &found, err);
@@ -189,7 +189,7 @@ int sbl_crud_upsert(sbl_opctx_t *ctx, const char *ns, const bson_t *filter,
         return rc;
     }
     for (int attempt = 0;; attempt++) {
-        if ((rc = sbl_op_backoff(ctx, attempt, err)) != 0 ||
+        if ((rc = sbl_op_backoff(ctx, &attempt, err)) != 0 ||
             (rc = sbl_txn_begin(ctx->ss, err)) != 0)
             break;
         rc = sbl_write(ctx->ss, c, SBL_WRITE_INSERT, NULL, &doc, err_info, err);
@@ -331,7 +331,7 @@ static int insert_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_t *doc, bson_t
 {
     int rc;
     for (int attempt = 0;; attempt++) {
-        SBL_RET(sbl_op_backoff(ctx, attempt, err));
+        SBL_RET(sbl_op_backoff(ctx, &attempt, err));
         SBL_RET(sbl_txn_begin(ctx->ss, err));
         rc = sbl_write(ctx->ss, c, SBL_WRITE_INSERT, NULL, doc, err_info, err);
         if (rc == 0)

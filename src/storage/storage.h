@@ -145,9 +145,8 @@ void sbl_prepare_no_wait(bool on);
 bool sbl_prepare_conflict_take(uint64_t *genp);
 bool sbl_prepare_wait(uint64_t gen, int64_t deadline_us); /* false: shutting down */
 /* At shutdown: wake every waiter and wait no more; an operation that met a
- * prepared transaction then ends with InterruptedAtShutdown (reads) or the
- * WriteConflict its retries run out on (writes), so the server's threads
- * finish instead of waiting for a coordinator that may never answer. */
+ * prepared transaction then ends with InterruptedAtShutdown, so the server's
+ * threads finish instead of waiting for a coordinator that may never answer. */
 void sbl_prepare_shutdown(void);
 /*
  * Waiting in place, as mongod retries a prepare conflict inside its storage

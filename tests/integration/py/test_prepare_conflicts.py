@@ -169,12 +169,16 @@ def test_shutdown_ends_a_read_waiting_on_a_prepared_transaction():
             reader = pymongo.MongoClient("127.0.0.1", m.port, directConnection=True,
                                          retryReads=False, serverSelectionTimeoutMS=2000)
             r = in_thread(lambda: reader.pc.c.find_one({"_id": 1}))
+            w = in_thread(lambda: reader.pc.c.update_one({"_id": 1}, {"$inc": {"v": 1}}))
             time.sleep(1.0)
             assert r["thread"].is_alive()  # waiting on the prepared write
+            assert w["thread"].is_alive()
             m.signal(signal.SIGTERM)
             m.proc.wait(timeout=30)  # raises TimeoutExpired on the old hang
             r["thread"].join(timeout=30)
+            w["thread"].join(timeout=30)
             assert isinstance(r.get("error"), pymongo.errors.PyMongoError), r
+            assert isinstance(w.get("error"), pymongo.errors.PyMongoError), w
             reader.close()
 
 

@@ -225,6 +225,8 @@ void sbl_prepare_resolved(void);
  * (sbl_prepare_scope_enter) waited and the same call should be made again;
  * false when there is no scope or it gave up (the caller fails as before). */
 bool sbl_prepare_wait_here(void);
+/* sbl_prepare_shutdown ran: nothing waits for transactions any more. */
+bool sbl_prepare_stopping(void);
 
 /* Table references. */
 sbl_wt_table_t *sbl_table_new(const char *uri);

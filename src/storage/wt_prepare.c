@@ -62,6 +62,11 @@ void sbl_prepare_shutdown(void)
     pthread_mutex_unlock(&mu);
 }
 
+bool sbl_prepare_stopping(void)
+{
+    return atomic_load(&stopping);
+}
+
 int64_t sbl_prepare_outstanding(void)
 {
     return atomic_load(&outstanding);

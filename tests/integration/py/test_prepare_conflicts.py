@@ -353,3 +353,30 @@ def test_session_refresh_behind_a_prepared_transaction_holds_no_loop(rs):
             cl.close()
     r["thread"].join(30)
     assert r.get("value", {}).get("ok") == 1, r.get("error")
+
+
+def test_shutdown_ends_an_index_build_waiting_on_a_prepared_transaction():
+    """The first session refresh's TTL index build waits for older
+    transactions; a prepared one nobody resolves must not hold up SIGTERM
+    (the build ends with InterruptedAtShutdown)."""
+    import signal
+
+    import pymongo
+    from sabled import set_members
+    from test_replset3 import wait_for
+    with set_members(1) as (m,):
+        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
+            c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
+                {"_id": 0, "host": "127.0.0.1:%d" % m.port}]})
+            wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), timeout=30)
+        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True,
+                                 serverSelectionTimeoutMS=2000) as c:
+            c.pc.c.insert_one({"_id": 1, "v": 1})
+            Prepared(c, "c", 2)  # left prepared
+            r = in_thread(lambda: c.admin.command("refreshLogicalSessionCacheNow"))
+            time.sleep(1.0)
+            assert r["thread"].is_alive()  # the index build waits
+            m.signal(signal.SIGTERM)
+            m.proc.wait(timeout=30)  # raises TimeoutExpired on the old hang
+            r["thread"].join(timeout=30)
+            assert not r["thread"].is_alive()

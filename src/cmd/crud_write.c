@@ -87,7 +87,7 @@ int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
         bool found = false, changed = false, have_upd = false;
         int32_t pos = -1;
 
-        sbl_op_backoff(attempt);
+        SBL_RET(sbl_op_backoff(ctx, &attempt, err));
         SBL_RET(sbl_txn_begin(ctx->ss, err));
         if (cand != NULL && sbl_coll_dup_ids(c))
             rc = sbl_coll_get_same(ctx->ss, c, cand, &old, &found, err);
@@ -189,8 +189,8 @@ int sbl_crud_upsert(sbl_opctx_t *ctx, const char *ns, const bson_t *filter,
         return rc;
     }
     for (int attempt = 0;; attempt++) {
-        sbl_op_backoff(attempt);
-        if ((rc = sbl_txn_begin(ctx->ss, err)) != 0)
+        if ((rc = sbl_op_backoff(ctx, &attempt, err)) != 0 ||
+            (rc = sbl_txn_begin(ctx->ss, err)) != 0)
             break;
         rc = sbl_write(ctx->ss, c, SBL_WRITE_INSERT, NULL, &doc, err_info, err);
         if (rc == 0)
@@ -331,7 +331,7 @@ static int insert_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_t *doc, bson_t
 {
     int rc;
     for (int attempt = 0;; attempt++) {
-        sbl_op_backoff(attempt);
+        SBL_RET(sbl_op_backoff(ctx, &attempt, err));
         SBL_RET(sbl_txn_begin(ctx->ss, err));
         rc = sbl_write(ctx->ss, c, SBL_WRITE_INSERT, NULL, doc, err_info, err);
         if (rc == 0)
@@ -393,6 +393,14 @@ static bool insert_group(sbl_opctx_t *ctx, sbl_coll_t *c, bson_iter_t *it, bool 
     return false;
 }
 
+/* killOp, maxTimeMS and shutdown fail the whole batch, not one statement, as
+ * in mongod: the command answers that error (statements before it stay applied). */
+static bool interrupted(int rc)
+{
+    return rc == SBL_E_MaxTimeMSExpired || rc == SBL_E_Interrupted ||
+           rc == SBL_E_InterruptedAtShutdown;
+}
+
 int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
@@ -402,6 +410,7 @@ int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
     int64_t n = 0;
     sbl_coll_t *c = NULL;
     bson_iter_t it;
+    sbl_err_t stop = {0}; /* the interruption that ended the batch */
 
     SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_validate_user_write_ns(ns, err));
@@ -422,14 +431,11 @@ int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
         if (groups && singles == 0 && i < (int64_t)ndocs - 1) {
             bson_iter_t before = it;
             if (insert_group(ctx, c, &it, bypass, &k)) {
-                sbl_err_t e = {0};
                 n += k;
                 ctx->wrote = true;
                 i += k - 1;
-                if (sbl_op_check_interrupt(ctx, &e) != 0) {
-                    sbl_crud_add_write_error(&errors, &nerrors, i + 1, &e, NULL);
+                if (sbl_op_check_interrupt(ctx, &stop) != 0)
                     break;
-                }
                 continue;
             }
             it = before;
@@ -460,18 +466,23 @@ int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
             n++;
             if (done == NULL)
                 ctx->wrote = true;
+        } else if (interrupted(rc)) {
+            stop = e;
         } else {
             sbl_crud_add_write_error(&errors, &nerrors, i, &e, &info);
         }
         bson_destroy(&info);
-        if (rc != 0 && ordered)
+        if (rc != 0 && (ordered || stop.code != 0))
             break;
-        if ((i & 63) == 63 && sbl_op_check_interrupt(ctx, &e) != 0) {
-            sbl_crud_add_write_error(&errors, &nerrors, i + 1, &e, NULL);
+        if ((i & 63) == 63 && sbl_op_check_interrupt(ctx, &stop) != 0)
             break;
-        }
     }
     sbl_coll_release(c);
+    if (stop.code != 0) {
+        bson_destroy(&errors);
+        *err = stop;
+        return stop.code;
+    }
     append_count(ctx->reply, "n", n);
     ctx->writes = (sbl_write_counts_t){.known = true, .n = n};
     if (nerrors > 0)
@@ -636,7 +647,7 @@ static int run_update(sbl_opctx_t *ctx, const char *ns, const update_stmt_t *st,
             id = points[k];
         } else {
             bool done = false;
-            SBL_ERR(sbl_qexec_next(q, ctx, &cand, NULL, &done, err));
+            SBL_ERR(sbl_crud_read_candidate(ctx, q, &cand, &done, err));
             if (done)
                 break;
             have_cand = true;
@@ -710,6 +721,7 @@ int sbl_cmd_update(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
     bson_t stmts, errors = BSON_INITIALIZER;
+    sbl_err_t stop = {0}; /* the interruption that ended the batch */
     uint32_t nstmts = 0, nerrors = 0;
     bool ordered;
     bson_iter_t it;
@@ -778,14 +790,22 @@ int sbl_cmd_update(sbl_opctx_t *ctx, sbl_err_t *err)
         }
         if (ctx->retry != NULL)
             sbl_retry_stmt_end(ctx->retry, rc == 0 && tot.nmodified + tot.nupserted > before);
-        if (rc != 0)
+        if (interrupted(rc))
+            stop = e;
+        else if (rc != 0)
             sbl_crud_add_write_error(&errors, &nerrors, i, &e, &info);
         bson_destroy(&info);
-        if (rc != 0 && (ordered || rc == SBL_E_MaxTimeMSExpired))
+        if (rc != 0 && (ordered || stop.code != 0))
             break;
     }
     free(parsed);
     bson_destroy(&let);
+    if (stop.code != 0) {
+        bson_destroy(&tot.upserted);
+        bson_destroy(&errors);
+        *err = stop;
+        return stop.code;
+    }
     append_count(ctx->reply, "n", tot.n);
     append_count(ctx->reply, "nModified", tot.nmodified);
     ctx->writes = (sbl_write_counts_t){
@@ -901,7 +921,7 @@ static int run_delete(sbl_opctx_t *ctx, const char *ns, const delete_stmt_t *st,
             id = points[k];
         } else {
             bool done = false;
-            SBL_ERR(sbl_qexec_next(q, ctx, &cand, NULL, &done, err));
+            SBL_ERR(sbl_crud_read_candidate(ctx, q, &cand, &done, err));
             if (done)
                 break;
             have_cand = true;
@@ -933,6 +953,7 @@ int sbl_cmd_delete(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
     bson_t stmts, errors = BSON_INITIALIZER;
+    sbl_err_t stop = {0}; /* the interruption that ended the batch */
     uint32_t nstmts = 0, nerrors = 0;
     bool ordered;
     bson_iter_t it;
@@ -985,13 +1006,20 @@ int sbl_cmd_delete(sbl_opctx_t *ctx, sbl_err_t *err)
             rc = run_delete(ctx, ns, &parsed[i], &let, &n, &e);
         if (ctx->retry != NULL)
             sbl_retry_stmt_end(ctx->retry, rc == 0 && n > before);
-        if (rc != 0)
+        if (interrupted(rc))
+            stop = e;
+        else if (rc != 0)
             sbl_crud_add_write_error(&errors, &nerrors, i, &e, NULL);
-        if (rc != 0 && (ordered || rc == SBL_E_MaxTimeMSExpired))
+        if (rc != 0 && (ordered || stop.code != 0))
             break;
     }
     free(parsed);
     bson_destroy(&let);
+    if (stop.code != 0) {
+        bson_destroy(&errors);
+        *err = stop;
+        return stop.code;
+    }
     append_count(ctx->reply, "n", n);
     ctx->writes = (sbl_write_counts_t){.known = true, .n = n};
     if (nerrors > 0)

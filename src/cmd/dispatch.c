@@ -522,31 +522,6 @@ static int gossip_cluster_time(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, const
     return 0;
 }
 
-/* A read outside a transaction that met a prepared write waits until it commits or aborts
- * (as mongod's): true to run the handler again, reply, error and snapshot reset; else false
- * with p->rc set (50 past maxTimeMS, 11601 after killOp, 11600 at shutdown).  Not getMore. */
-static bool prepare_retry(pending_t *p)
-{
-    sbl_opctx_t *ctx = &p->ctx;
-    uint64_t gen;
-
-    if (!sbl_prepare_conflict_take(&gen) || ctx->mtxn != NULL ||
-        (p->def->flags & (SBL_CMD_READ | SBL_CMD_WRITE)) != SBL_CMD_READ ||
-        p->def->fn == sbl_cursor_get_more)
-        return false;
-    if (!sbl_prepare_wait(gen, ctx->deadline_us)) {
-        p->rc = sbl_err_set(&p->err, SBL_E_InterruptedAtShutdown, "interrupted at shutdown");
-        return false;
-    }
-    sbl_cmd_snapshot_end(ctx, p->rc);
-    sbl_err_clear(&p->err);
-    bson_reinit(&p->reply);
-    if ((p->rc = sbl_op_check_interrupt(ctx, &p->err)) != 0 ||
-        (p->rc = sbl_cmd_snapshot_begin(ctx, &p->err)) != 0)
-        return false;
-    return true;
-}
-
 /* Check the generic arguments and run the handler on this thread. */
 static void execute_inner(pending_t *p)
 {
@@ -700,10 +675,12 @@ static void execute_inner(pending_t *p)
          * $where could only leave pending becomes the command's. */
         sbl_js_opstate_t js;
         sbl_js_op_begin(&js, ctx->deadline_us, js_op_killed, ctx->op);
-        sbl_prepare_conflict_take(NULL);
+        sbl_cmd_prepare_wait_t pw; /* a prepared transaction's write: wait (prepare_wait.c) */
+        sbl_cmd_prepare_wait_begin(&pw, ctx, p->def);
         p->rc = p->def->fn(ctx, &p->err);
-        while (p->rc == SBL_E_WriteConflict && prepare_retry(p))
+        while (sbl_cmd_prepare_wait_again(&pw, &p->rc, &p->err, &p->reply))
             p->rc = p->def->fn(ctx, &p->err);
+        sbl_cmd_prepare_wait_end(&pw);
         sbl_err_t jerr;
         if (sbl_js_op_end(&js, &jerr) != 0 && p->rc == 0) {
             p->rc = jerr.code;

@@ -51,6 +51,7 @@
 #define MAX_WRITERS 256
 #define NONE UINT64_MAX
 #define INFLIGHT_PER_WRITER 64 /* entries handed out and not finished, per writer */
+#define RING (MAX_WRITERS * INFLIGHT_PER_WRITER)
 #define STALL_MS 300 /* a turn that long unmoved: the entries waiting for theirs step back */
 
 typedef struct job {
@@ -61,12 +62,18 @@ typedef struct job {
 
 static struct {
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* turn moved, job queued or finished, failure, stop */
+    /* Each writer waits on its own condition (a job for it, its turn), the
+     * fetching thread on main_cv (room to hand out, the drain): a turn that
+     * moves wakes the one writer whose entry is next, not all of them. */
+    pthread_cond_t cv[MAX_WRITERS];
+    pthread_cond_t main_cv;
+    bool main_waiting;
+    int owner[RING];   /* the writer of entry seq, at seq % RING */
     int n;             /* writers running */
     pthread_t th[MAX_WRITERS];
     job_t *head[MAX_WRITERS], *tail[MAX_WRITERS];
     uint64_t next_seq; /* the next entry handed out */
-    uint64_t turn;     /* the entry that may take the oplog's lock now */
+    _Atomic uint64_t turn; /* the entry that may take the oplog's lock now (set under mu) */
     uint64_t done;     /* entries finished (applied, failed or dropped) */
     uint64_t failed_at; /* the first entry that failed (NONE) */
     sbl_err_t fail_err;
@@ -76,13 +83,14 @@ static struct {
     void *go_on_arg;
     void (*applied)(void *);
     void *applied_arg;
-} pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
+} pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .main_cv = PTHREAD_COND_INITIALIZER,
           .failed_at = NONE};
 
 static atomic_int writer_threads;
 
 /* The entry this writer thread is applying, whether it holds its turn, and
  * its second session (session records). */
+static _Thread_local int cur_writer;
 static _Thread_local job_t *cur_job;
 static _Thread_local bool cur_has_turn;
 static _Thread_local sbl_session_t *record_session;
@@ -108,6 +116,14 @@ int sbl_repl_writer_threads(void)
 
 /* ---- a writer ------------------------------------------------------------------ */
 
+/* A failure or the stop: every writer and the fetching thread look again. */
+static void wake_all_locked(void)
+{
+    for (int i = 0; i < pool.n; i++)
+        pthread_cond_broadcast(&pool.cv[i]);
+    pthread_cond_signal(&pool.main_cv);
+}
+
 /* Wait for job j's turn (lock held).  False when an earlier entry failed or
  * the pool stops: j must not commit. */
 static bool wait_turn_locked(const job_t *j)
@@ -115,7 +131,7 @@ static bool wait_turn_locked(const job_t *j)
     while (pool.turn != j->seq) {
         if (pool.failed_at < j->seq || pool.stop)
             return false;
-        pthread_cond_wait(&pool.cv, &pool.mu);
+        pthread_cond_wait(&pool.cv[cur_writer], &pool.mu);
     }
     return true;
 }
@@ -145,7 +161,7 @@ int sbl_rs_apply_turn(sbl_err_t *err)
             t.tv_sec++;
             t.tv_nsec -= 1000000000;
         }
-        pthread_cond_timedwait(&pool.cv, &pool.mu, &t);
+        pthread_cond_timedwait(&pool.cv[cur_writer], &pool.mu, &t);
     }
     pthread_mutex_unlock(&pool.mu);
     cur_has_turn = true;
@@ -154,7 +170,7 @@ int sbl_rs_apply_turn(sbl_err_t *err)
 
 int sbl_rs_apply_record(sbl_session_t *s, const bson_t *doc, uint64_t ts, sbl_err_t *err)
 {
-    if (cur_job == NULL)
+    if (cur_job == NULL || !bson_has_field(doc, "txnNumber")) /* no record to write */
         return sbl_txn_record_applied(s, doc, err);
     if (record_session == NULL && (record_session = sbl_session_open()) == NULL)
         return sbl_err_set(err, SBL_E_InternalError, "cannot open a storage session");
@@ -210,10 +226,11 @@ static int run_job(job_t *j, sbl_err_t *err)
 static void *writer_main(void *arg)
 {
     int w = (int)(intptr_t)arg;
+    cur_writer = w;
     pthread_mutex_lock(&pool.mu);
     for (;;) {
         while (pool.head[w] == NULL && !pool.stop)
-            pthread_cond_wait(&pool.cv, &pool.mu);
+            pthread_cond_wait(&pool.cv[w], &pool.mu);
         job_t *j = pool.head[w];
         if (j == NULL)
             break;
@@ -241,7 +258,12 @@ static void *writer_main(void *arg)
             pool.fail_err = err;
         }
         pool.done++;
-        pthread_cond_broadcast(&pool.cv);
+        if (rc != 0)
+            wake_all_locked();
+        else if (pool.turn < pool.next_seq)
+            pthread_cond_signal(&pool.cv[pool.owner[pool.turn % RING]]);
+        if (pool.main_waiting)
+            pthread_cond_signal(&pool.main_cv);
         pthread_mutex_unlock(&pool.mu);
         bson_destroy(&j->e);
         free(j);
@@ -258,11 +280,17 @@ static void *writer_main(void *arg)
 int sbl_rs_apply_pool_start(void)
 {
     int n = sbl_repl_writer_threads();
+    if (n == 1) { /* one writer: the fetching thread applies, as before, with no hand-off */
+        pool.n = 0;
+        return 0;
+    }
     pthread_mutex_lock(&pool.mu);
     pool.stop = false;
     pool.next_seq = pool.turn = pool.done = 0;
     pool.failed_at = NONE;
     pthread_mutex_unlock(&pool.mu);
+    for (int i = 0; i < n; i++)
+        pthread_cond_init(&pool.cv[i], NULL);
     for (pool.n = 0; pool.n < n; pool.n++)
         if (pthread_create(&pool.th[pool.n], NULL, writer_main, (void *)(intptr_t)pool.n) != 0)
             break;
@@ -273,7 +301,7 @@ void sbl_rs_apply_pool_stop(void)
 {
     pthread_mutex_lock(&pool.mu);
     pool.stop = true;
-    pthread_cond_broadcast(&pool.cv);
+    wake_all_locked();
     pthread_mutex_unlock(&pool.mu);
     for (int i = 0; i < pool.n; i++)
         pthread_join(pool.th[i], NULL);
@@ -404,8 +432,11 @@ int sbl_rs_apply_dispatch(const bson_t *e, sbl_err_t *err)
     int w = writer_of(e);
     pthread_mutex_lock(&pool.mu);
     while (pool.next_seq - pool.done >= (uint64_t)pool.n * INFLIGHT_PER_WRITER &&
-           pool.failed_at == NONE)
-        pthread_cond_wait(&pool.cv, &pool.mu);
+           pool.failed_at == NONE) {
+        pool.main_waiting = true;
+        pthread_cond_wait(&pool.main_cv, &pool.mu);
+        pool.main_waiting = false;
+    }
     int rc = failure_locked(err);
     if (rc != 0) {
         pthread_mutex_unlock(&pool.mu);
@@ -414,6 +445,7 @@ int sbl_rs_apply_dispatch(const bson_t *e, sbl_err_t *err)
         return rc;
     }
     j->seq = pool.next_seq++;
+    pool.owner[j->seq % RING] = w;
     if (pool.done == j->seq) /* nothing in flight: the turn starts moving now */
         pool.turn_ms = sbl_now_ms();
     if (pool.tail[w] != NULL)
@@ -421,7 +453,7 @@ int sbl_rs_apply_dispatch(const bson_t *e, sbl_err_t *err)
     else
         pool.head[w] = j;
     pool.tail[w] = j;
-    pthread_cond_broadcast(&pool.cv);
+    pthread_cond_signal(&pool.cv[w]);
     pthread_mutex_unlock(&pool.mu);
     return 0;
 }
@@ -429,8 +461,11 @@ int sbl_rs_apply_dispatch(const bson_t *e, sbl_err_t *err)
 int sbl_rs_apply_drain(sbl_err_t *err)
 {
     pthread_mutex_lock(&pool.mu);
-    while (pool.done != pool.next_seq)
-        pthread_cond_wait(&pool.cv, &pool.mu);
+    while (pool.done != pool.next_seq) {
+        pool.main_waiting = true;
+        pthread_cond_wait(&pool.main_cv, &pool.mu);
+        pool.main_waiting = false;
+    }
     int rc = failure_locked(err);
     pool.failed_at = NONE; /* what failed stays unapplied: the stream starts again */
     pool.turn = pool.next_seq;

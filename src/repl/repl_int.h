@@ -489,7 +489,8 @@ int sbl_rs_apply_entry_ahead(const bson_t *e, sbl_err_t *err);
  * entries to one writer, commits in ts order; 'c' entries are barriers the
  * caller applies alone after sbl_rs_apply_drain. */
 int sbl_rs_default_writer_threads(void);
-/* Start the writers (with the applier thread) / stop them (pending entries
+/* Start the writers (with the applier thread; none for one writer: the
+ * applier thread applies every entry itself) / stop them (pending entries
  * are dropped: drain first). */
 int sbl_rs_apply_pool_start(void);
 void sbl_rs_apply_pool_stop(void);

@@ -37,7 +37,7 @@ def rs():
             "settings": {"electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500}}
         with direct(p) as c:
             c.admin.command("replSetInitiate", cfg)
-        wait_for(lambda: state(p) == 1 and state(s) == 2, timeout=30)
+        wait_for(lambda: state(p) == 1 and state(s) == 2, timeout=60)
         yield p, s
 
 

@@ -12,6 +12,12 @@
  *                        next major version; one other chunk the donor keeps
  *                        (the control chunk) gets major.1, so both shards'
  *                        versions move and stale routers are refused.
+ *  _configsvrEnsureChunkVersionIsGreaterThan  (from whoever decides a
+ *                        migration aborted from config.chunks) gives the
+ *                        chunk a new major version if it is still at the
+ *                        version given, so a late commit of that migration
+ *                        (which names the version the chunk had at its
+ *                        start) is refused.
  *  _configsvrBalancerStart / Stop / Status, and the balancer thread: a round
  *                        every few seconds while config.settings' balancer
  *                        document does not say stopped; in each collection
@@ -24,8 +30,9 @@
  * recipient (busy[]: a second one involving either shard fails at once with
  * ConflictingOperationInProgress, as mongod's does, instead of waiting for
  * the first to end); a commit checks that the donor still owns exactly the
- * chunk, so a migration that raced a split or another commit fails instead
- * of giving away the wrong range.
+ * chunk at the version it had when the migration began, so a migration that
+ * raced a split or another commit, or was decided aborted, fails instead of
+ * giving away the wrong range (commits and bumps hold commit_mu).
  */
 #include "cmd/cmd_int.h"
 #include "cmd/migrate_int.h"
@@ -274,7 +281,19 @@ static int move_range(const char *ns, const bson_t *min, const bson_t *max, cons
         goto out; /* already there: nothing to do */
     if ((rc = busy_claim(from, to, err)) != 0)
         goto out;
-    rc = migrate(ns, min, &cmax, &key, bson_iter_value(&it), &chunk, from, to, details, err);
+    /* read again now that no other migration can change it: the donor's
+     * commit must name the version the chunk has from here on */
+    bson_t fresh = BSON_INITIALIZER;
+    const char *owner;
+    if (!cfg_find_one("chunks", &f, &fresh, err) ||
+        (owner = sbl_doc_utf8(&fresh, "shard")) == NULL || strcmp(owner, from) != 0)
+        rc = err->code ? err->code
+                       : sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "the chunk "
+                                     "moved while its migration was being set up");
+    if (rc == 0)
+        rc = migrate(ns, min, &cmax, &key, bson_iter_value(&it), &fresh, from, to, details,
+                     err);
+    bson_destroy(&fresh);
     busy_release(from, to);
 out:
     bson_destroy(&coll);
@@ -363,6 +382,9 @@ static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const 
     BSON_APPEND_UTF8(&cmd, "toShard", to);
     BSON_APPEND_UTF8(&cmd, "fromShardHost", from_host);
     BSON_APPEND_UTF8(&cmd, "toShardHost", to_host);
+    bson_iter_t lmv; /* the commit must find the chunk at this version still */
+    if (bson_iter_init_find(&lmv, chunk, "lastmod"))
+        bson_append_value(&cmd, "chunkVersion", -1, bson_iter_value(&lmv));
     bal_log(SBL_LOG_INFO, "moving a chunk of %s from %s to %s", ns, from, to);
     rc = sbl_shard_remote_check(from_host, "admin", &cmd, &reply, err);
     bson_destroy(&cmd);
@@ -446,6 +468,76 @@ static int chunk_set(const bson_value_t *id, const bson_t *set, sbl_err_t *err)
     return rc;
 }
 
+/* What a commit or a version bump reads of a collection's chunks. */
+typedef struct chunk_scan {
+    bson_t coll;           /* its config.collections document */
+    bson_t chunks;         /* its chunks (an array) */
+    uint32_t major, minor; /* the collection's highest chunk version */
+    bson_value_t id;       /* the chunk starting at min (EOD: none; a view into chunks) */
+    bson_t max;            /* its max */
+    const char *shard;     /* its owner */
+    uint32_t ma, mi;       /* its version */
+    bson_value_t ctl_id;   /* another chunk of ctl_shard's (EOD: none) */
+} chunk_scan_t;
+
+/* Read ns's collection and chunks into sc (free with scan_free) and find
+ * the chunk starting at min, and another chunk of ctl_shard (NULL: none).
+ * NamespaceNotSharded when ns has no collection document. */
+static int scan_chunks(const char *ns, const bson_t *min, const char *ctl_shard,
+                       chunk_scan_t *sc, sbl_err_t *err)
+{
+    bson_t f = BSON_INITIALIZER;
+    bson_iter_t it, uuid;
+    memset(sc, 0, sizeof(*sc));
+    bson_init(&sc->coll);
+    bson_init(&sc->chunks);
+    bson_init(&sc->max);
+    BSON_APPEND_UTF8(&f, "_id", ns);
+    bool have = cfg_find_one("collections", &f, &sc->coll, err);
+    bson_destroy(&f);
+    if (!have || !bson_iter_init_find(&uuid, &sc->coll, "uuid"))
+        return err->code ? err->code
+                         : sbl_err_set(err, SBL_E_NamespaceNotSharded, "ns %s not sharded.", ns);
+    bson_init(&f);
+    bson_append_value(&f, "uuid", 4, bson_iter_value(&uuid));
+    bson_destroy(&sc->chunks);
+    int rc = cfg_find("chunks", &f, NULL, &sc->chunks, err);
+    bson_destroy(&f);
+    if (rc != 0)
+        return rc;
+    bson_iter_init(&it, &sc->chunks);
+    while (bson_iter_next(&it)) {
+        bson_t c, cmin;
+        uint32_t ma = 0, mi = 0;
+        bson_iter_t id;
+        if (!sbl_iter_doc(&it, &c) || !bson_iter_init_find(&id, &c, "_id"))
+            continue;
+        if (ts_of(&c, "lastmod", &ma, &mi) &&
+            (ma > sc->major || (ma == sc->major && mi > sc->minor))) {
+            sc->major = ma;
+            sc->minor = mi;
+        }
+        const char *sh = sbl_doc_utf8(&c, "shard");
+        if (sh != NULL && doc_of(&c, "min", &cmin) && sbl_doc_compare(&cmin, min) == 0) {
+            sc->id = *bson_iter_value(&id);
+            sc->shard = sh;
+            sc->ma = ma;
+            sc->mi = mi;
+            doc_of(&c, "max", &sc->max);
+        } else if (sh != NULL && ctl_shard != NULL && strcmp(sh, ctl_shard) == 0 &&
+                   sc->ctl_id.value_type == BSON_TYPE_EOD) {
+            sc->ctl_id = *bson_iter_value(&id);
+        }
+    }
+    return 0;
+}
+
+static void scan_free(chunk_scan_t *sc)
+{
+    bson_destroy(&sc->coll);
+    bson_destroy(&sc->chunks);
+}
+
 int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     int rc = is_config_primary(err);
@@ -458,51 +550,26 @@ int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
         !doc_of(&mc, "min", &min) || !doc_of(&mc, "max", &max))
         return sbl_err_set(err, SBL_E_BadValue, "_configsvrCommitChunkMigration needs a "
                            "namespace, fromShard, toShard and migratedChunk {min, max}");
+    mig_fp_hold(MIG_FP_CFG_COMMIT); /* tests: a commit that arrives late */
+    uint32_t want_ma, want_mi; /* the chunk's version when the migration began */
+    bool want_v = ts_of(&mc, "lastmod", &want_ma, &want_mi);
     pthread_mutex_lock(&commit_mu);
-    bson_t f = BSON_INITIALIZER, coll = BSON_INITIALIZER, chunks;
-    bson_iter_t it, uuid;
-    BSON_APPEND_UTF8(&f, "_id", ns);
-    bool have = cfg_find_one("collections", &f, &coll, err);
-    bson_init(&chunks);
-    if (!have || !bson_iter_init_find(&uuid, &coll, "uuid")) {
-        rc = err->code ? err->code
-                       : sbl_err_set(err, SBL_E_NamespaceNotSharded, "ns %s not sharded.", ns);
+    chunk_scan_t sc;
+    if ((rc = scan_chunks(ns, &min, from, &sc, err)) != 0)
         goto out;
-    }
-    bson_reinit(&f);
-    bson_append_value(&f, "uuid", 4, bson_iter_value(&uuid));
-    bson_destroy(&chunks);
-    if ((rc = cfg_find("chunks", &f, NULL, &chunks, err)) != 0)
-        goto out;
-    uint32_t major = 0, minor = 0;
-    bson_value_t mig_id = {0}, ctl_id = {0};
-    bool mig_ok = false;
-    bson_iter_init(&it, &chunks);
-    while (bson_iter_next(&it)) {
-        bson_t c, cmin, cmax;
-        uint32_t ma, mi;
-        bson_iter_t id;
-        if (!sbl_iter_doc(&it, &c) || !bson_iter_init_find(&id, &c, "_id"))
-            continue;
-        if (ts_of(&c, "lastmod", &ma, &mi) && (ma > major || (ma == major && mi > minor))) {
-            major = ma;
-            minor = mi;
-        }
-        const char *sh = sbl_doc_utf8(&c, "shard");
-        if (sh == NULL || strcmp(sh, from) != 0 || !doc_of(&c, "min", &cmin) ||
-            !doc_of(&c, "max", &cmax))
-            continue;
-        if (sbl_doc_compare(&cmin, &min) == 0) {
-            mig_ok = sbl_doc_compare(&cmax, &max) == 0;
-            mig_id = *bson_iter_value(&id);
-        } else if (ctl_id.value_type == BSON_TYPE_EOD) {
-            ctl_id = *bson_iter_value(&id);
-        }
-    }
-    if (!mig_ok) {
+    uint32_t major = sc.major;
+    bson_value_t mig_id = sc.id, ctl_id = sc.ctl_id;
+    if (mig_id.value_type == BSON_TYPE_EOD || strcmp(sc.shard, from) != 0 ||
+        sbl_doc_compare(&sc.max, &max) != 0) {
         rc = sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "the chunk being migrated "
                          "is no longer owned by %s with these bounds (a concurrent split or "
                          "migration): the migration is aborted", from);
+        goto out;
+    }
+    if (want_v && (sc.ma != want_ma || sc.mi != want_mi)) {
+        rc = sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "the chunk being migrated "
+                         "is at version %u|%u, no longer %u|%u (the migration was aborted by "
+                         "its recovery): the commit is refused", sc.ma, sc.mi, want_ma, want_mi);
         goto out;
     }
     uint32_t t, i;
@@ -545,18 +612,51 @@ int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
         bson_destroy(&det);
         BSON_APPEND_DOCUMENT_BEGIN(ctx->reply, "shardVersion", &v);
         bson_iter_t e;
-        if (bson_iter_init_find(&e, &coll, "lastmodEpoch"))
+        if (bson_iter_init_find(&e, &sc.coll, "lastmodEpoch"))
             bson_append_value(&v, "e", 1, bson_iter_value(&e));
-        if (bson_iter_init_find(&e, &coll, "timestamp"))
+        if (bson_iter_init_find(&e, &sc.coll, "timestamp"))
             bson_append_value(&v, "t", 1, bson_iter_value(&e));
         BSON_APPEND_TIMESTAMP(&v, "v", major + 1, ctl_id.value_type != BSON_TYPE_EOD ? 1 : 0);
         bson_append_document_end(ctx->reply, &v);
     }
 out:
     pthread_mutex_unlock(&commit_mu);
-    bson_destroy(&f);
-    bson_destroy(&coll);
-    bson_destroy(&chunks);
+    scan_free(&sc);
+    return rc;
+}
+
+int sbl_cmd_configsvr_ensure_chunk_version(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    int rc = is_config_primary(err);
+    if (rc != 0)
+        return rc;
+    const char *ns = sbl_doc_utf8(ctx->cmd, "nss");
+    bson_t min, max;
+    uint32_t vma, vmi;
+    if (ns == NULL || !doc_of(ctx->cmd, "minKey", &min) || !doc_of(ctx->cmd, "maxKey", &max) ||
+        !ts_of(ctx->cmd, "version", &vma, &vmi))
+        return sbl_err_set(err, SBL_E_BadValue, "_configsvrEnsureChunkVersionIsGreaterThan "
+                           "needs nss, minKey, maxKey and version (a Timestamp)");
+    pthread_mutex_lock(&commit_mu);
+    chunk_scan_t sc;
+    if ((rc = scan_chunks(ns, &min, NULL, &sc, err)) == 0 &&
+        sc.id.value_type != BSON_TYPE_EOD && sbl_doc_compare(&sc.max, &max) == 0 &&
+        (sc.ma < vma || (sc.ma == vma && sc.mi <= vmi))) {
+        /* the chunk is as the caller saw it: a new major version, so no
+         * commit of a migration that began before can match it any more */
+        bson_t set = BSON_INITIALIZER;
+        BSON_APPEND_TIMESTAMP(&set, "lastmod", sc.major + 1, 0);
+        rc = chunk_set(&sc.id, &set, err);
+        bson_destroy(&set);
+        if (rc == 0)
+            rc = mig_await_majority(60000, "waiting for the chunk's new version to reach a "
+                                    "majority of the config servers", err);
+        if (rc == 0)
+            bal_log(SBL_LOG_INFO, "a chunk of %s is at version %u|0 after a migration's "
+                    "recovered abort", ns, sc.major + 1);
+    }
+    pthread_mutex_unlock(&commit_mu);
+    scan_free(&sc);
     return rc;
 }
 

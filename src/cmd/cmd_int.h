@@ -130,6 +130,7 @@ int sbl_cmd_recv_chunk_abort(sbl_opctx_t *ctx, sbl_err_t *err);
 /* balancer.c: the config server's side of migrations and the balancer */
 int sbl_cmd_configsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_configsvr_ensure_chunk_version(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_configsvr_balancer_start(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_configsvr_balancer_stop(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_configsvr_balancer_status(sbl_opctx_t *ctx, sbl_err_t *err);

@@ -764,9 +764,10 @@ int mig_recip_call(const char *host, const char *name, const char *session, bson
 }
 
 /* Which shard config.chunks says owns the chunk starting at min (into out). */
-void mig_chunk_owner(const char *cfg, const char *ns, const bson_t *min, char *out, size_t n)
+/* The config servers' chunk of ns starting at min, into *chunk (initialised
+ * when true). */
+static bool chunk_doc(const char *cfg, const char *ns, const bson_t *min, bson_t *chunk)
 {
-    out[0] = '\0';
     bson_t cmd = BSON_INITIALIZER, f, reply;
     sbl_err_t e = {0};
     BSON_APPEND_UTF8(&cmd, "find", "collections");
@@ -781,21 +782,75 @@ void mig_chunk_owner(const char *cfg, const char *ns, const bson_t *min, char *o
     bson_destroy(&reply);
     bson_destroy(&cmd);
     if (uuid.value_type == BSON_TYPE_EOD)
-        return;
+        return false;
     bson_init(&cmd);
     BSON_APPEND_UTF8(&cmd, "find", "chunks");
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &f);
     bson_append_value(&f, "uuid", 4, &uuid);
     BSON_APPEND_DOCUMENT(&f, "min", min);
     bson_append_document_end(&cmd, &f);
-    if (sbl_shard_remote_check(cfg, "config", &cmd, &reply, &e) == 0 &&
-        bson_iter_init(&it, &reply) &&
-        bson_iter_find_descendant(&it, "cursor.firstBatch.0.shard", &it) &&
-        BSON_ITER_HOLDS_UTF8(&it))
-        snprintf(out, n, "%s", bson_iter_utf8(&it, NULL));
+    bson_t d;
+    bool found = sbl_shard_remote_check(cfg, "config", &cmd, &reply, &e) == 0 &&
+                 bson_iter_init(&it, &reply) &&
+                 bson_iter_find_descendant(&it, "cursor.firstBatch.0", &it) &&
+                 sbl_iter_doc(&it, &d);
+    if (found)
+        bson_copy_to(&d, chunk);
     bson_destroy(&reply);
     bson_destroy(&cmd);
     bson_value_destroy(&uuid);
+    return found;
+}
+
+/* Have the config servers give ns's chunk (its document: chunk) a new
+ * major version unless it changed since (w: majority). */
+static int chunk_bump(const char *cfg, const char *ns, const bson_t *chunk, sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER, mn, mx, reply;
+    bson_iter_t lm;
+    if (!mig_doc_of(chunk, "min", &mn) || !mig_doc_of(chunk, "max", &mx) ||
+        !bson_iter_init_find(&lm, chunk, "lastmod")) {
+        bson_destroy(&cmd);
+        return sbl_err_set(err, SBL_E_BadValue, "a config.chunks document without min, max "
+                           "or lastmod");
+    }
+    BSON_APPEND_INT32(&cmd, "_configsvrEnsureChunkVersionIsGreaterThan", 1);
+    BSON_APPEND_UTF8(&cmd, "nss", ns);
+    BSON_APPEND_DOCUMENT(&cmd, "minKey", &mn);
+    BSON_APPEND_DOCUMENT(&cmd, "maxKey", &mx);
+    bson_append_value(&cmd, "version", -1, bson_iter_value(&lm));
+    append_wc_majority(&cmd);
+    int rc = sbl_shard_remote_check(cfg, "admin", &cmd, &reply, err);
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    return rc;
+}
+
+void mig_chunk_owner(const char *cfg, const char *ns, const bson_t *min, const char *to,
+                     char *out, size_t n)
+{
+    bson_t chunk;
+    sbl_err_t e = {0};
+    out[0] = '\0';
+    if (!chunk_doc(cfg, ns, min, &chunk))
+        return;
+    const char *owner = sbl_doc_utf8(&chunk, "shard");
+    if (owner != NULL && to != NULL && strcmp(owner, to) != 0) {
+        /* an abort: first no commit of the migration may land any more */
+        owner = NULL;
+        if (chunk_bump(cfg, ns, &chunk, &e) != 0) {
+            mig_log("migration of %s: the config servers did not bump the chunk's version "
+                    "(%s): its outcome is decided later", ns, e.msg);
+        } else {
+            bson_destroy(&chunk);
+            if (!chunk_doc(cfg, ns, min, &chunk))
+                return;
+            owner = sbl_doc_utf8(&chunk, "shard");
+        }
+    }
+    if (owner != NULL)
+        snprintf(out, n, "%s", owner);
+    bson_destroy(&chunk);
 }
 
 /* Poll the recipient until it reports "steady".  An error when it fails,
@@ -852,7 +907,8 @@ static int await_steady(const char *to_host, const char *session, sbl_err_t *err
 /* The config servers' commit of the new owner; on a lost answer (or one
  * a majority did not confirm) they are asked who owns the chunk, for up to
  * a minute.  0: committed; *unknownp when nobody could say. */
-static int config_commit(const mig_spec_t *spec, const char *to, bool *unknownp, sbl_err_t *err)
+static int config_commit(const mig_spec_t *spec, const char *to, const bson_value_t *version,
+                         bool *unknownp, sbl_err_t *err)
 {
     const char *cfg = sbl_shard_configsvr();
     bson_t c2 = BSON_INITIALIZER, mc, reply;
@@ -862,6 +918,8 @@ static int config_commit(const mig_spec_t *spec, const char *to, bool *unknownp,
     BSON_APPEND_DOCUMENT_BEGIN(&c2, "migratedChunk", &mc);
     BSON_APPEND_DOCUMENT(&mc, "min", spec->min);
     BSON_APPEND_DOCUMENT(&mc, "max", spec->max);
+    if (version->value_type == BSON_TYPE_TIMESTAMP)
+        bson_append_value(&mc, "lastmod", -1, version);
     bson_append_document_end(&c2, &mc);
     append_wc_majority(&c2);
     /* a donor that stepped down leaves the decision to its new primary's
@@ -882,7 +940,7 @@ static int config_commit(const mig_spec_t *spec, const char *to, bool *unknownp,
          * (for up to a minute, still in the critical section). */
         char owner[128] = "";
         for (int i = 0; i < 60 && owner[0] == '\0'; i++) {
-            mig_chunk_owner(cfg, spec->ns, spec->min, owner, sizeof(owner));
+            mig_chunk_owner(cfg, spec->ns, spec->min, to, owner, sizeof(owner));
             if (owner[0] == '\0')
                 sleep(1);
         }
@@ -926,6 +984,12 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     int rc = mig_spec_parse(ctx->cmd, &spec, err);
     if (rc != 0)
         return rc;
+    /* the chunk's version as the migration begins: the commit names it, so
+     * one that arrives after a recovered abort (which bumps it) is refused */
+    bson_value_t version = {0};
+    bson_iter_t vit;
+    if (bson_iter_init_find(&vit, ctx->cmd, "chunkVersion"))
+        version = *bson_iter_value(&vit);
     pthread_mutex_lock(&donor_mu);
     if (donor.active || mig_recip_active() || mig_recovery_pending() || mig_leftovers()) {
         pthread_mutex_unlock(&donor_mu);
@@ -999,7 +1063,7 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     /* 4. the config servers commit the new owner */
     if (rc == 0) {
         mig_fp_hold(MIG_FP_STEP4);
-        rc = config_commit(&spec, to, &unknown, err);
+        rc = config_commit(&spec, to, &version, &unknown, err);
         committed = rc == 0;
         t_commit = mig_now_ms();
     }

@@ -65,8 +65,15 @@ void mig_log(const char *fmt, ...);
 int64_t mig_now_ms(void);
 bool mig_donor_active(void);
 /* Which shard config.chunks (on the config servers cfg) says owns ns's
- * chunk starting at min, into out ("" when they cannot say). */
-void mig_chunk_owner(const char *cfg, const char *ns, const bson_t *min, char *out, size_t n);
+ * chunk starting at min, into out ("" when they cannot say), to decide a
+ * migration to shard to.  When that says abort (the owner is not to), the
+ * config servers first give the chunk a new major version
+ * (_configsvrEnsureChunkVersionIsGreaterThan, mongod's): a commit of the
+ * migration still on its way names the old one and is refused, so the
+ * answer cannot change afterwards ("" when the bump failed).  to NULL: the
+ * owner as it is (the decision was taken before). */
+void mig_chunk_owner(const char *cfg, const char *ns, const bson_t *min, const char *to,
+                     char *out, size_t n);
 /* Note that a migration of ns enters its critical section here now (before
  * it changes the range); mig_crit_ts: when the last one did, for the
  * collection a getMore (db, cmd) reads (0: never). */
@@ -133,10 +140,11 @@ void mig_recip_session(char *out, size_t n);
  * moved the range in, before the commit; 5: after the commit, before the
  * range deletion; 6: after it, before the recipient's release), the
  * recipient at migrateThreadHangAtStep1 (before the clone) and
- * migrateThreadHangAtStep2 (after the first cloned batch), while on (at
- * most 120 s each time). */
+ * migrateThreadHangAtStep2 (after the first cloned batch), the config
+ * server at hangBeforeCommitChunkMigration (Sable's: a commit that arrived,
+ * before it is looked at), while on (at most 120 s each time). */
 enum { MIG_FP_STEP1, MIG_FP_STEP2, MIG_FP_STEP3, MIG_FP_STEP4, MIG_FP_STEP5, MIG_FP_STEP6,
-       MIG_FP_RECV1, MIG_FP_RECV2, MIG_FP_N };
+       MIG_FP_RECV1, MIG_FP_RECV2, MIG_FP_CFG_COMMIT, MIG_FP_N };
 void mig_fp_hold(int fp);
 
 #endif

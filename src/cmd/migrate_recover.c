@@ -6,7 +6,9 @@
  * migration left:
  *
  *   coordinator document (donor)  no decision yet: the config servers'
- *        owner of the chunk decides (the donor: aborted; else committed);
+ *        owner of the chunk decides (the donor: aborted, after the config
+ *        servers bumped the chunk's version so a late commit cannot land;
+ *        else committed: mig_chunk_owner);
  *        the decision is written, the donor's copy of the range deleted
  *        when committed, its task removed; then the recipient hears it
  *        (_recvChunkReleaseCritSec or _recvChunkAbort, again until it
@@ -54,7 +56,7 @@
 static const char *const fp_names[MIG_FP_N] = {
     "moveChunkHangAtStep1", "moveChunkHangAtStep2", "moveChunkHangAtStep3",
     "moveChunkHangAtStep4", "moveChunkHangAtStep5", "moveChunkHangAtStep6",
-    "migrateThreadHangAtStep1", "migrateThreadHangAtStep2"};
+    "migrateThreadHangAtStep1", "migrateThreadHangAtStep2", "hangBeforeCommitChunkMigration"};
 static atomic_bool fp_on[MIG_FP_N];
 static atomic_bool stopping;
 
@@ -352,7 +354,7 @@ static bool settle_coord(const bson_t *d, bool *localp)
         committed = strcmp(decision, "committed") == 0;
     } else {
         char owner[128];
-        mig_chunk_owner(sbl_shard_configsvr(), s.ns, s.min, owner, sizeof(owner));
+        mig_chunk_owner(sbl_shard_configsvr(), s.ns, s.min, to, owner, sizeof(owner));
         if (owner[0] == '\0') { /* the config servers cannot say yet */
             mig_spec_free(&s);
             return false;
@@ -401,7 +403,8 @@ static int recip_decision(const bson_t *d, const mig_spec_t *s, bool *commitp)
     }
     bson_destroy(&reply);
     char owner[128];
-    mig_chunk_owner(sbl_shard_configsvr(), s->ns, s->min, owner, sizeof(owner));
+    mig_chunk_owner(sbl_shard_configsvr(), s->ns, s->min, sbl_shard_name(), owner,
+                    sizeof(owner));
     if (owner[0] == '\0')
         return -1;
     *commitp = strcmp(owner, sbl_shard_name()) == 0;
@@ -468,7 +471,8 @@ static bool settle_task(const bson_t *d)
     int rc = 0;
     if (strcmp(donor, sbl_shard_name()) == 0) { /* the donor's, its coordinator gone */
         char owner[128];
-        mig_chunk_owner(sbl_shard_configsvr(), s.ns, s.min, owner, sizeof(owner));
+        /* decided before its coordinator document went: as it stands */
+        mig_chunk_owner(sbl_shard_configsvr(), s.ns, s.min, NULL, owner, sizeof(owner));
         if (owner[0] == '\0')
             rc = -1;
         keep = strcmp(owner, sbl_shard_name()) == 0;

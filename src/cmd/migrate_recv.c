@@ -603,8 +603,8 @@ static void *crit_watch(void *arg)
             bson_destroy(&reply);
             char owner[128] = "";
             if (rc != 0) /* the donor is done with it (or gone): ask the config servers */
-                mig_chunk_owner(sbl_shard_configsvr(), recip.spec.ns, recip.spec.min, owner,
-                                sizeof(owner));
+                mig_chunk_owner(sbl_shard_configsvr(), recip.spec.ns, recip.spec.min,
+                                sbl_shard_name(), owner, sizeof(owner));
             if (owner[0] != '\0') {
                 mig_log("migration %s: no release or abort from the donor after the commit; "
                         "the config servers say %s owns the range: %s", session, owner,

@@ -10,14 +10,20 @@
  *          document is in it, every delete of the collection (a delete's
  *          entry holds only the _id; a statement the recipient never sees
  *          a retry of costs nothing).
+ *          A findAndModify's entry that points at an image (preImageOpTime:
+ *          the document it returned from before its change) goes right
+ *          after that image's no-op entry (mongod sends its image entries
+ *          in the same stream); a delete whose image is outside the range
+ *          is left out.
  *   recipient  in its critical section, after the last changes (no routed
  *          write runs on the donor any more): each entry becomes a no-op in
- *          this shard's chain of that session (sbl_repl_session_migrate).
+ *          this shard's chain of that session (sbl_repl_session_migrate),
+ *          after its image's own no-op, which it points at.
  *
  * What must stay true: the history is taken once the donor's writes to
- * the range have stopped, so no executed statement is missed.  A
- * findAndModify retried after a migration answers without its image (the
- * donor's image entries are not carried).
+ * the range have stopped, so no executed statement is missed; a retried
+ * findAndModify answers on the recipient as it did on the donor (a
+ * post-image is the update entry's own o, carried with it).
  */
 #include "cmd/migrate_int.h"
 
@@ -30,40 +36,83 @@
 #define CHAIN_STEPS 1000              /* entries walked per session */
 #define HISTORY_BYTES (8 * 1024 * 1024) /* the reply's entries at most */
 
+/* The ts of e's optime field ({ts, t}); 0 when absent. */
+static uint64_t optime_ts(const bson_t *e, const char *field)
+{
+    bson_iter_t it, f;
+    uint32_t t, i;
+    if (!bson_iter_init_find(&it, e, field) || !bson_iter_recurse(&it, &f) ||
+        !bson_iter_find(&f, "ts") || !BSON_ITER_HOLDS_TIMESTAMP(&f))
+        return 0;
+    bson_iter_timestamp(&f, &t, &i);
+    return ((uint64_t)t << 32) | i;
+}
+
+/* The ts of entry e; 0 when absent. */
+static uint64_t entry_ts(const bson_t *e)
+{
+    bson_iter_t it;
+    uint32_t t, i;
+    if (!bson_iter_init_find(&it, e, "ts") || !BSON_ITER_HOLDS_TIMESTAMP(&it))
+        return 0;
+    bson_iter_timestamp(&it, &t, &i);
+    return ((uint64_t)t << 32) | i;
+}
+
+/* Append d to arr (counting *np, *bytesp). */
+static void append_entry(bson_t *arr, const bson_t *d, uint32_t *np, size_t *bytesp)
+{
+    char kb[16];
+    const char *key = mig_akey(*np, kb);
+    BSON_APPEND_DOCUMENT(arr, key, d);
+    (*np)++;
+    *bytesp += d->len;
+}
+
 /* Append to arr (counting *np, *bytesp) the entries of the chain ending at
- * ts that changed s's range. */
+ * ts that changed s's range, each after its image's entry when it has one
+ * (preImageOpTime; for a statement that migrated here, the image this
+ * shard wrote with it). */
 static int walk_chain(sbl_session_t *ss, const mig_spec_t *s, uint64_t ts, bson_t *arr,
                       uint32_t *np, size_t *bytesp, sbl_err_t *err)
 {
     for (int steps = 0; ts != 0 && steps < CHAIN_STEPS; steps++) {
-        bson_t e, orig, o;
-        bool found = false;
-        bson_iter_t it, f;
+        bson_t e, o, img = BSON_INITIALIZER;
+        bool found = false, has_img = false;
+        bson_iter_t it;
         SBL_RET(sbl_repl_oplog_get(ss, ts, &e, &found, err));
-        if (!found)
+        if (!found) {
+            bson_destroy(&img);
             return 0; /* the oplog no longer holds the rest */
-        const bson_t *src = sbl_repl_session_migrated(&e, &orig) ? &orig : &e;
+        }
+        bson_t *src = sbl_repl_stmt_entry(&e);
         const char *op = sbl_doc_utf8(src, "op"), *ns = sbl_doc_utf8(src, "ns");
         bool mine = op != NULL && ns != NULL && strcmp(ns, s->ns) == 0 &&
                     bson_iter_init_find(&it, src, "stmtId") &&
                     (strcmp(op, "d") == 0 ||
                      ((strcmp(op, "i") == 0 || strcmp(op, "u") == 0) && mig_doc_of(src, "o", &o) &&
                       mig_in_range(s, &o)));
-        if (mine && *bytesp + src->len < HISTORY_BYTES) {
-            char kb[16];
-            const char *key = mig_akey(*np, kb);
-            BSON_APPEND_DOCUMENT(arr, key, src);
-            (*np)++;
-            *bytesp += src->len;
+        uint64_t img_ts = mine ? optime_ts(src, "preImageOpTime") : 0;
+        int rc = 0;
+        if (img_ts != 0) {
+            bson_destroy(&img);
+            rc = sbl_repl_oplog_get(ss, img_ts, &img, &has_img, err);
+            if (!has_img) /* gone from the oplog: a retry there answers without it */
+                bson_init(&img);
         }
-        ts = 0;
-        if (bson_iter_init_find(&it, &e, "prevOpTime") && bson_iter_recurse(&it, &f) &&
-            bson_iter_find(&f, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&f)) {
-            uint32_t t, i;
-            bson_iter_timestamp(&f, &t, &i);
-            ts = ((uint64_t)t << 32) | i;
+        if (rc == 0 && has_img && strcmp(op, "d") == 0 &&
+            !(mig_doc_of(&img, "o", &o) && mig_in_range(s, &o)))
+            mine = false; /* a findAndModify's remove of another range */
+        if (rc == 0 && mine && *bytesp + src->len + img.len < HISTORY_BYTES) {
+            if (has_img)
+                append_entry(arr, &img, np, bytesp);
+            append_entry(arr, src, np, bytesp);
         }
+        ts = optime_ts(&e, "prevOpTime");
+        bson_destroy(src);
+        bson_destroy(&img);
         bson_destroy(&e);
+        SBL_RET(rc);
     }
     return 0;
 }
@@ -131,12 +180,27 @@ int mig_recip_sessions(sbl_session_t *ss, const char *from, const char *session,
 {
     bson_t reply;
     bson_iter_t it, a;
+    bson_iter_t img_it;
+    bson_t img, o;
+    bool has_img = false;
     int rc = mig_recip_call(from, "_getNextSessionMods", session, &reply, err);
     if (rc == 0 && bson_iter_init_find(&it, &reply, "oplog") && bson_iter_recurse(&it, &a))
         while (rc == 0 && bson_iter_next(&a)) {
             bson_t e;
-            if (sbl_iter_doc(&a, &e))
-                rc = sbl_repl_session_migrate(ss, &e, err);
+            if (!sbl_iter_doc(&a, &e))
+                continue;
+            const char *op = sbl_doc_utf8(&e, "op");
+            if (op != NULL && strcmp(op, "n") == 0) { /* the next statement's image */
+                img_it = a;
+                has_img = true;
+                continue;
+            }
+            /* the image is the one this statement names (the donor's ts) */
+            uint64_t pre = optime_ts(&e, "preImageOpTime");
+            bool mine = has_img && pre != 0 && sbl_iter_doc(&img_it, &img) &&
+                        entry_ts(&img) == pre && mig_doc_of(&img, "o", &o);
+            rc = sbl_repl_session_migrate(ss, &e, mine ? &o : NULL, err);
+            has_img = false;
         }
     bson_destroy(&reply);
     return rc;

@@ -115,11 +115,6 @@ static int parse_stmt_ids(sbl_opctx_t *ctx, sbl_retry_t *r, sbl_err_t *err)
     return 0;
 }
 
-static bson_t *bson_copy_aligned(const bson_t *src)
-{
-    return bson_new_from_data(bson_get_data(src), src->len);
-}
-
 /* A {ts, t} optime field of an entry (ts 0 when absent). */
 static void entry_optime(const bson_t *e, const char *field, uint64_t *tsp, int64_t *termp)
 {
@@ -164,9 +159,7 @@ static int load_history(sbl_opctx_t *ctx, sbl_retry_t *r, uint64_t ts, int64_t t
             r->done = nd;
             r->done[r->ndone].stmt = (int32_t)bson_iter_as_int64(&it);
             /* a statement whose chunk migrated here: its donor's entry */
-            bson_t orig;
-            r->done[r->ndone].entry =
-                bson_copy_aligned(sbl_repl_session_migrated(&e, &orig) ? &orig : &e);
+            r->done[r->ndone].entry = sbl_repl_stmt_entry(&e);
             r->ndone++;
         }
         entry_optime(&e, "prevOpTime", &ts, &term);

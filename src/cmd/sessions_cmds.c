@@ -38,13 +38,19 @@
 static atomic_llong timeout_ms = (long long)SBL_LSESS_TIMEOUT_MINUTES * 60 * 1000;
 static atomic_llong refresh_ms = 5 * 60 * 1000;
 
-/* The last refresh job's figures (serverStatus), under job_mu. */
+/* job_mu: one refresh at a time; it is held while the job writes (which can
+ * wait, e.g. the TTL index build on transactions older than it).  The last
+ * job's figures are copied under stat_mu, which serverStatus takes: a loop
+ * thread answering it never waits on the job. */
 static pthread_mutex_t job_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t stat_mu = PTHREAD_MUTEX_INITIALIZER;
 static int64_t last_persist_ms; /* sessions used at or after it are written next time */
 static int64_t next_refresh_ms;
-static struct {
+typedef struct {
     int64_t jobs, duration_ms, at_ms, refreshed, ended, cursors_closed;
-} job;
+} job_stats_t;
+static job_stats_t job;       /* under job_mu */
+static job_stats_t job_shown; /* under stat_mu: job as of the last refresh */
 
 /* ---- the uid and the dispatcher's call -------------------------------------- */
 
@@ -481,6 +487,9 @@ static void refresh(bool force)
     job.refreshed = p.total;
     job.ended = ended;
     job.cursors_closed = cursors;
+    pthread_mutex_lock(&stat_mu);
+    job_shown = job;
+    pthread_mutex_unlock(&stat_mu);
     pthread_mutex_unlock(&job_mu);
 }
 
@@ -507,7 +516,9 @@ int sbl_cmd_refresh_logical_session_cache_now(sbl_opctx_t *ctx, sbl_err_t *err)
 void sbl_cmd_sessions_append_status(bson_t *r)
 {
     bson_t d;
-    pthread_mutex_lock(&job_mu);
+    pthread_mutex_lock(&stat_mu);
+    job_stats_t job = job_shown;
+    pthread_mutex_unlock(&stat_mu);
     BSON_APPEND_DOCUMENT_BEGIN(r, "logicalSessionRecordCache", &d);
     BSON_APPEND_INT32(&d, "activeSessionsCount", (int32_t)sbl_lsess_count());
     BSON_APPEND_INT32(&d, "sessionsCollectionJobCount", (int32_t)job.jobs);
@@ -521,7 +532,6 @@ void sbl_cmd_sessions_append_status(bson_t *r)
     BSON_APPEND_DATE_TIME(&d, "lastTransactionReaperJobTimestamp", job.at_ms);
     BSON_APPEND_INT32(&d, "lastTransactionReaperJobEntriesCleanedUp", 0);
     bson_append_document_end(r, &d);
-    pthread_mutex_unlock(&job_mu);
     /* Retryable writes' and transactions' counters (retryable.c, txn.c). */
     BSON_APPEND_DOCUMENT_BEGIN(r, "transactions", &d);
     BSON_APPEND_INT64(&d, "retriedCommandsCount", sbl_retry_retried_commands());

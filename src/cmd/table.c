@@ -31,6 +31,9 @@ static const sbl_cmd_def_t cmd_table[] = {
      "internal: turn the balancer off (config servers)", NULL},
     {"_configsvrCommitChunkMigration", sbl_cmd_configsvr_commit_migration, ADM | SLOW,
      "internal: a donor commits a migrated chunk's new owner (config servers)", NULL},
+    {"_configsvrEnsureChunkVersionIsGreaterThan", sbl_cmd_configsvr_ensure_chunk_version,
+     ADM | SLOW, "internal: a migration's recovery bumps an aborted chunk's version (config "
+     "servers)", NULL},
     {"_configsvrMoveRange", sbl_cmd_configsvr_move_range, ADM | SLOW,
      "internal: run a chunk migration (config servers)", NULL},
     {"_flushRoutingTableCacheUpdates", sbl_cmd_flush_routing_table, ADM | SLOW,

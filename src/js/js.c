@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -50,12 +51,35 @@ int sbl_js_check_enabled(int code, sbl_err_t *err)
                        "Cannot run server-side javascript without the javascript engine enabled");
 }
 
+static void engine_reset(js_tls_t *t);
+
+/* A thread's engine is destroyed when the thread exits (worker threads
+ * come and go): the key's destructor gets the thread's js_tls_t. */
+static pthread_key_t tls_key;
+static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+
+static void tls_free(void *arg)
+{
+    js_tls_t *t = arg;
+    engine_reset(t);
+    free(t);
+    tls = NULL;
+}
+
+static void tls_key_make(void)
+{
+    if (pthread_key_create(&tls_key, tls_free) != 0)
+        abort();
+}
+
 static js_tls_t *tls_get(void)
 {
     if (tls == NULL) {
+        pthread_once(&tls_once, tls_key_make);
         tls = calloc(1, sizeof(*tls));
         if (tls == NULL)
             abort(); /* a few hundred bytes once per thread */
+        pthread_setspecific(tls_key, tls);
     }
     return tls;
 }

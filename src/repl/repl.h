@@ -200,7 +200,8 @@ int sbl_repl_wait_applied(uint64_t ts, int64_t deadline_us, sbl_err_t *err);
 int sbl_repl_linearizable_check(sbl_err_t *err);
 int sbl_repl_linearizable_wait(int64_t deadline_us, sbl_err_t *err);
 /* Monitoring (repl_monitor.c); no-ops / 0 on a standalone.
- * sbl_repl_append_server_status: serverStatus's repl and opcountersRepl.
+ * sbl_repl_append_server_status: serverStatus's repl, opcountersRepl and
+ * electionMetrics.
  * sbl_repl_append_metrics: serverStatus.metrics.repl (into metrics).
  * sbl_repl_members_info: each member's host, state (MongoDB's numbers) and
  * lag behind the newest optime this member knows, in ms (-1 unknown), at
@@ -384,11 +385,20 @@ int sbl_repl_oplog_get(sbl_session_t *s, uint64_t ts, bson_t *out, bool *foundp,
  * txnNumber, stmtId); this member appends {op: "n", o: {$sessionMigrateInfo:
  * 1}, o2: entry, fromMigrate: true} to the session's chain with the same
  * lsid, txnNumber and stmtId, and updates the session's record, so a retry
- * here finds the statement executed.  Nothing when this member's record of
- * the session is at a newer txnNumber.  sbl_repl_session_migrated: true
- * when e is such a no-op, with *original the donor's entry (a view into e). */
-int sbl_repl_session_migrate(sbl_session_t *s, const bson_t *entry, sbl_err_t *err);
+ * here finds the statement executed.  image (NULL: none) is the document a
+ * findAndModify returned from before its change: it is written first as a
+ * no-op ({op: "n", o: image}, the session's fields) and the statement's
+ * no-op points at it with preImageOpTime, as the donor's entry did.
+ * Nothing when this member's record of the session is at a newer
+ * txnNumber.  sbl_repl_session_migrated: true when e is such a no-op, with
+ * *original the donor's entry (a view into e). */
+int sbl_repl_session_migrate(sbl_session_t *s, const bson_t *entry, const bson_t *image,
+                             sbl_err_t *err);
 bool sbl_repl_session_migrated(const bson_t *e, bson_t *original);
+/* The statement entry e stands for, as a new bson_t (bson_destroy it): e
+ * itself, or for a migrated statement's no-op the donor's entry pointing
+ * (preImageOpTime) at the image this member wrote for it. */
+bson_t *sbl_repl_stmt_entry(const bson_t *e);
 /* The ts of the oldest entry in the oplog (0: none). */
 int sbl_repl_oplog_oldest_ts(sbl_session_t *s, uint64_t *tsp, sbl_err_t *err);
 /* How many passes of the pre-image remover have deleted images so far (a

@@ -250,7 +250,7 @@ typedef struct sbl_rs_config {
     int64_t election_timeout_ms; /* settings.electionTimeoutMillis (10000) */
     bool chaining;               /* settings.chainingAllowed (true) */
     int64_t catchup_timeout_ms;  /* settings.catchUpTimeoutMillis (-1: no limit) */
-    int64_t catchup_takeover_ms; /* settings.catchUpTakeoverDelayMillis (30000; kept only) */
+    int64_t catchup_takeover_ms; /* settings.catchUpTakeoverDelayMillis (30000; -1: none) */
     int nmodes;
     sbl_rs_mode_t modes[SBL_RS_MAX_MODES];
 } sbl_rs_config_t;
@@ -268,7 +268,8 @@ int sbl_rs_majority(const sbl_rs_config_t *cfg);
 /* The sync source rules (mongod's chooseNewSyncSource, repl_rules.c): the
  * member a secondary should tail, or -1.  ping[i] is the member's average
  * heartbeat time; a member may serve when it is up, PRIMARY or SECONDARY,
- * holds data and is not behind us (the primary always may); the first pass
+ * holds data and is not behind us (the primary too, as mongod: one in
+ * catch-up lacks the entries of the member ahead of it); the first pass
  * skips hidden and delayed members, non-voters when we vote and members more
  * than SBL_RS_MAX_SYNC_LAG_S behind the primary; the nearest wins, and the
  * primary unless another is SBL_RS_SYNC_PING_THRESHOLD_MS nearer.  Without
@@ -281,9 +282,19 @@ typedef struct sbl_rs_candidate {
     int state;
     sbl_optime_t applied;
     int64_t ping_ms;
+    int64_t term; /* the term its last heartbeat gave */
 } sbl_rs_candidate_t;
 int sbl_rs_pick_sync_source(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
                             int primary, sbl_optime_t mine);
+/* Whether a catch-up takeover applies to member self (mongod's rules, the
+ * settings' part and the view of the others; the caller adds not frozen, not
+ * in an election of its own, a disk that takes writes): catchUpTakeoverDelayMillis
+ * is not -1 nor catchUpTimeoutMillis 0, self is electable, primary (c[primary])
+ * is up, of our term and behind us while our newest entry mine is of an
+ * earlier term (it has written nothing: it is in catch-up), and no member up
+ * is ahead of us. */
+bool sbl_rs_catchup_takeover_applies(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c,
+                                     int self, int primary, int64_t term, sbl_optime_t mine);
 /* May member i stand for election: priority > 0, votes, not an arbiter. */
 bool sbl_rs_electable(const sbl_rs_config_t *cfg, int i);
 /* How many voting members hold data, and how many of them a majority write
@@ -370,6 +381,7 @@ void sbl_rs_wait_locked(int64_t ms);
 
 typedef struct sbl_rs_peer {
     int state;                     /* from its last heartbeat response; DOWN when unreachable */
+    int64_t term;                  /* and the term it gave (0: none yet) */
     bool up;                       /* the last heartbeat was answered */
     int64_t last_ok_ms;            /* when a heartbeat was last answered (0: never) */
     int64_t next_hb_ms;            /* when to send the next one */
@@ -524,6 +536,21 @@ void sbl_rs_publish_stable_locked(void);
  * there), or past it what it would be but for a prepared transaction that
  * holds it back (its commit or abort lets it move on). */
 uint64_t sbl_rs_stable_unclamped_locked(void);
+
+/* In primary catch-up with a member ahead (elected, applying before it
+ * takes writes): replSetGetStatus, hello and heartbeats name this member
+ * PRIMARY meanwhile (repl_status.c).  Lock held. */
+bool sbl_rs_catching_up_locked(void);
+
+/* serverStatus.electionMetrics (repl_monitor.c), as mongod counts them: a
+ * real election run for reason (lastElectionReason's words), then won; how a
+ * catch-up ended and the entries it applied; a primary (or one in catch-up)
+ * that stepped down on seeing a higher term. */
+enum { SBL_CATCHUP_SUCCEEDED, SBL_CATCHUP_ALREADY, SBL_CATCHUP_SKIPPED, SBL_CATCHUP_TIMED_OUT,
+       SBL_CATCHUP_ERROR, SBL_CATCHUP_NEW_TERM, SBL_CATCHUP_ABORTED, SBL_CATCHUP_N };
+void sbl_rs_count_election(const char *reason, bool won);
+void sbl_rs_count_catchup(int outcome, int64_t ops);
+void sbl_rs_count_higher_term_step_down(void);
 
 /* ---- recovery and rollback (repl_recover.c) ------------------------------ */
 

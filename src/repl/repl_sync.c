@@ -365,6 +365,7 @@ static void candidates_locked(sbl_rs_candidate_t *c)
         c[i].state = rs.peer[i].state;
         c[i].applied = rs.peer[i].applied;
         c[i].ping_ms = rs.peer[i].ping_avg_ms;
+        c[i].term = rs.peer[i].term;
     }
 }
 

@@ -412,7 +412,21 @@ bool sbl_repl_session_migrated(const bson_t *e, bson_t *original)
            sbl_iter_doc(&it, original);
 }
 
-int sbl_repl_session_migrate(sbl_session_t *s, const bson_t *entry, sbl_err_t *err)
+bson_t *sbl_repl_stmt_entry(const bson_t *e)
+{
+    bson_t orig;
+    bson_iter_t it;
+    if (!sbl_repl_session_migrated(e, &orig))
+        return bson_new_from_data(bson_get_data(e), e->len);
+    bson_t *out = bson_new();
+    bson_copy_to_excluding_noinit(&orig, out, "preImageOpTime", NULL);
+    if (bson_iter_init_find(&it, e, "preImageOpTime"))
+        bson_append_iter(out, "preImageOpTime", -1, &it);
+    return out;
+}
+
+int sbl_repl_session_migrate(sbl_session_t *s, const bson_t *entry, const bson_t *image,
+                             sbl_err_t *err)
 {
     bson_iter_t it, f;
     bson_t lsid;
@@ -440,7 +454,8 @@ int sbl_repl_session_migrate(sbl_session_t *s, const bson_t *entry, sbl_err_t *e
     sbl_repl_stmt_t st = {.txn_number = txn, .stmt_id = stmt};
     memcpy(st.lsid_id, id, 16);
     memcpy(st.lsid_uid, uid, 32);
-    /* the donor's image optimes mean nothing here */
+    /* the donor's image optimes mean nothing here: the image, when the
+     * statement has one, is written again below and pointed at */
     bson_t o = BSON_INITIALIZER, o2 = BSON_INITIALIZER;
     BSON_APPEND_INT32(&o, "$sessionMigrateInfo", 1);
     bson_copy_to_excluding_noinit(entry, &o2, "preImageOpTime", "postImageOpTime", NULL);
@@ -459,6 +474,14 @@ int sbl_repl_session_migrate(sbl_session_t *s, const bson_t *entry, sbl_err_t *e
         st.prev_term = found && rec_txn == txn ? rec_term : -1;
         sbl_oplog_entry_t e = {.op = 'n', .ns = ns, .o = &o, .o2 = &o2, .stmt = &st,
                                .from_migrate = true};
+        if (rc == 0 && image != NULL) { /* first the image, as the donor wrote it */
+            sbl_oplog_entry_t pre = {.op = 'n', .ns = ns, .o = image, .stmt = &st,
+                                     .from_migrate = true};
+            if ((rc = sbl_oplog_append(s, &pre, err)) == 0) {
+                e.pre_ts = pre.ts;
+                e.pre_term = pre.term;
+            }
+        }
         if (rc == 0)
             rc = sbl_oplog_append(s, &e, err);
         if (rc == 0)

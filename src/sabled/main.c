@@ -234,12 +234,14 @@ static int run(int notify_fd)
     sbl_repl_set_runner(sbl_cmd_run);
     sbl_repl_set_txn_aborter(sbl_cmd_mtxn_abort_all);
     sbl_repl_set_prepared_hook(sbl_cmd_mtxn_apply_prepared);
-    sbl_cmd_sharding_start(); /* a shard that was added before knows its cluster again */
     if (sbl_repl_start_threads(&err) != 0) {
         startup_error(SBL_LOG_FATAL, "REPL", 40088, "Terminating: could not start replication",
                       &err);
         goto stop_cmd;
     }
+    /* after the oplog replay (shardIdentity may have been written after the
+     * last checkpoint): a shard that was added before knows its cluster again */
+    sbl_cmd_sharding_start();
     /* after the oplog replay, before the network: what a chunk migration
      * left before a restart holds its collection's critical section */
     sbl_cmd_mig_recovery_start();
@@ -378,7 +380,7 @@ int main(int argc, char **argv)
     sbl_log_set_verbosity(options.verbosity);
 
     int notify_fd = -1;
-    if (options.fork && sbl_server_fork(&notify_fd) != 0) {
+    if (options.fork && sbl_server_fork(&notify_fd, options.logpath) != 0) {
         fprintf(stderr, "sabled: fork failed: %s\n", strerror(errno));
         return 1;
     }

@@ -58,7 +58,7 @@ int main(int argc, char **argv)
     }
     sbl_log_set_verbosity(options.verbosity);
     int notify_fd = -1;
-    if (options.fork && sbl_server_fork(&notify_fd) != 0) {
+    if (options.fork && sbl_server_fork(&notify_fd, options.logpath) != 0) {
         fprintf(stderr, "sable-router: fork failed: %s\n", strerror(errno));
         return 1;
     }

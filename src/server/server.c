@@ -47,7 +47,7 @@ void sbl_server_request_shutdown(void)
     kill(getpid(), SIGTERM);
 }
 
-int sbl_server_fork(int *notify_fd)
+int sbl_server_fork(int *notify_fd, const char *stderr_path)
 {
     int fds[2];
     if (pipe(fds) != 0)
@@ -74,7 +74,11 @@ int sbl_server_fork(int *notify_fd)
     if (devnull >= 0) {
         dup2(devnull, STDIN_FILENO);
         dup2(devnull, STDOUT_FILENO);
-        dup2(devnull, STDERR_FILENO);
+        int errfd = stderr_path != NULL ? open(stderr_path, O_WRONLY | O_APPEND | O_CREAT, 0644)
+                                        : -1;
+        dup2(errfd >= 0 ? errfd : devnull, STDERR_FILENO);
+        if (errfd > 2)
+            close(errfd);
         if (devnull > 2)
             close(devnull);
     }

@@ -94,9 +94,12 @@ void sbl_server_request_shutdown(void);
 
 /* --fork: the parent waits until the child reports start-up success (one
  * byte on notify_fd, sbl_server_notify_parent) and exits with the matching
- * status; the child starts a session with stdin/out/err on /dev/null.
+ * status; the child starts a session with stdin/out on /dev/null and stderr
+ * appended to stderr_path (the log file: what a library or the C runtime
+ * prints as the process dies, e.g. a sanitizer's or glibc's abort message,
+ * is kept there) or /dev/null when it is NULL or cannot be opened.
  * Returns 0 in the child, -1 when pipe or fork failed. */
-int sbl_server_fork(int *notify_fd);
+int sbl_server_fork(int *notify_fd, const char *stderr_path);
 /* Tell the waiting parent of --fork the start-up status (0: success) and
  * close fd; a no-op when fd < 0. */
 void sbl_server_notify_parent(int fd, char status);

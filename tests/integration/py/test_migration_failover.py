@@ -318,3 +318,78 @@ def test_retried_write_after_migration_is_not_applied_twice(mongos, cluster):
         assert r["n"] == 1, r
     assert mongos.mf.rw.find_one({"k": N - 2})["n"] == 1
     assert mongos.mf.rw.find_one({"k": N - 3})["n"] == 1
+
+
+def test_retried_find_and_modify_after_migration_answers_the_same(mongos, cluster):
+    # a findAndModify's image moves with its chunk: retried on the recipient
+    # (and after the chunk came back), each answers with the value and
+    # lastErrorObject of its first execution and changes nothing again
+    donor, recip = make_coll(mongos, "fam")
+    mongos.mf.fam.update_one({"k": N - 5}, {"$set": {"n": 10}})
+    bodies = [
+        {"query": {"k": N - 2}, "update": {"$inc": {"n": 1}}},                # pre-image
+        {"query": {"k": N - 3}, "update": {"$inc": {"n": 1}}, "new": True},   # post-image
+        {"query": {"k": N - 4}, "remove": True},
+        {"query": {"k": N - 5}, "update": {"$inc": {"n": 1}},
+         "fields": {"n": 1, "_id": 0}},
+        {"query": {"k": N + 9}, "update": {"$set": {"n": 1}}, "upsert": True, "new": True},
+    ]
+    with client(cluster["router"]) as fresh:
+        sessions = [fresh.start_session() for _ in bodies]  # one lsid per statement
+
+        def run(i):
+            r = fresh.mf.command("findAndModify", "fam", session=sessions[i],
+                                 txnNumber=Int64(3), **bodies[i])
+            return r.get("value"), r["lastErrorObject"]
+        first = [run(i) for i in range(len(bodies))]
+        assert first[0][0]["_id"] == N - 2 and "n" not in first[0][0]
+        assert first[1][0]["n"] == 1 and first[2][0]["_id"] == N - 4
+        assert first[3][0] == {"n": 10}
+        for to in (recip, donor):  # there, and back
+            fresh.admin.command("moveChunk", "mf.fam", find={"k": N // 2}, to="shard%d" % to)
+            assert [run(i) for i in range(len(bodies))] == first, to
+        for s in sessions:
+            s.end_session()
+    assert mongos.mf.fam.find_one({"k": N - 2})["n"] == 1
+    assert mongos.mf.fam.find_one({"k": N - 3})["n"] == 1
+    assert mongos.mf.fam.find_one({"k": N - 4}) is None
+    assert mongos.mf.fam.find_one({"k": N - 5})["n"] == 11
+    assert mongos.mf.fam.count_documents({"k": N + 9}) == 1
+
+
+def test_commit_arriving_after_a_recovered_abort_is_refused(mongos, cluster):
+    # the donor dies while its commit is on its way (held on the config
+    # server); its recovery finds it still owns the chunk and aborts, and the
+    # recipient deletes its copy.  The commit that then arrives must not give
+    # the chunk away (recovery had the config servers bump the chunk's
+    # version, which the commit no longer matches): a router that reloads
+    # its routing table finds every document, on the donor
+    donor, recip = make_coll(mongos, "late")
+    fp = "hangBeforeCommitChunkMigration"
+
+    def version():
+        uuid = mongos.config.collections.find_one({"_id": "mf.late"})["uuid"]
+        return mongos.config.chunks.find_one({"uuid": uuid, "min": {"k": N // 2}})["lastmod"]
+    before = version()
+    with client(cluster["config"], directConnection=True) as cfg:
+        cfg.admin.command("configureFailPoint", fp, mode="alwaysOn")
+        try:
+            out = start_move(cluster, "late", recip)
+            with direct(cluster, recip) as r:
+                assert wait_for(lambda: r.mf.late.count_documents({}) == N - N // 2)
+                time.sleep(1)  # the donor's commit reaches the config server
+                kill(cluster, donor)
+                restart(cluster, donor)
+                out["thread"].join(60)
+                assert wait_for(lambda: leftovers(cluster) == 0 and
+                                r.mf.late.count_documents({}) == 0, 45)
+        finally:
+            cfg.admin.command("configureFailPoint", fp, mode="off")
+    time.sleep(1)  # the late commit runs now
+    assert "error" in out
+    assert first_read(mongos, "late") == list(range(N))
+    mongos.admin.command("flushRouterConfig")
+    assert first_read(mongos, "late") == list(range(N))
+    assert owner(mongos, "late") == "shard%d" % donor
+    assert version().time > before.time  # a new major version: the late commit refused
+    assert settle(mongos, cluster, "late", out) == "shard%d" % donor

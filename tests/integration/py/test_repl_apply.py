@@ -11,7 +11,8 @@ takes a mixed concurrent load, so that it then applies long batches:
   creation and drops in between: afterwards the secondary's documents, dbHash
   and session records are the primary's, and metrics.repl.apply counted each
   entry once;
-- the parameter is a start-up one, 1..256 (BadValue otherwise), as mongod's.
+- the parameter is a start-up one, 1..256 (BadValue otherwise; setParameter at
+  run time: IllegalOperation), as mongod's.
 """
 import os
 import signal
@@ -19,6 +20,7 @@ import tempfile
 import threading
 
 import pytest
+from pymongo.errors import OperationFailure
 from pymongo.write_concern import WriteConcern
 
 from sabled import Sabled, run_sabled, set_members
@@ -181,6 +183,9 @@ def test_writer_thread_count_is_a_start_up_parameter_of_1_to_256():
             with m.client() as c:
                 assert c.admin.command("getParameter", 1, replWriterThreadCount=1)[
                     "replWriterThreadCount"] == good
+                with pytest.raises(OperationFailure) as e:   # IllegalOperation, as mongod
+                    c.admin.command("setParameter", 1, replWriterThreadCount=2)
+                assert e.value.code == 20 and "at runtime" in str(e.value)
     with Sabled() as m:   # the default: min(16, 2 x cores)
         m.start(["--replSet", "rs0"])
         with m.client() as c:

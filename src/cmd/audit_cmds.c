@@ -614,6 +614,9 @@ int sbl_cmd_set_parameter(sbl_opctx_t *ctx, sbl_err_t *err)
             known = true;
             continue;
         }
+        if (strcmp(k, "replWriterThreadCount") == 0) /* start-up only, as mongod's */
+            return sbl_err_set(err, SBL_E_IllegalOperation, "not allowed to change [%s] at "
+                               "runtime", k);
         int prc = sbl_cmd_mtxn_set_parameter(k, &it, ctx->reply, err); /* txn.c */
         if (prc < 0)
             prc = sbl_spill_set_parameter(k, &it, ctx->reply, err); /* memory limits (src/exec/spill.c) */

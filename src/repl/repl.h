@@ -54,6 +54,12 @@ typedef struct sbl_repl_config {
  * true, which change streams hide unless showMigrationEvents. */
 extern _Thread_local bool sbl_repl_from_migrate;
 
+/* replWriterThreadCount (a start-up parameter, 1..256): the threads a
+ * secondary applies the oplog with; min(16, 2 x cores) unless set. */
+#define SBL_REPL_MAX_WRITER_THREADS 256
+void sbl_repl_set_writer_threads(int n);
+int sbl_repl_writer_threads(void);
+
 /* Start replication after sbl_storage_open: with a set name, install the
  * write observer and, when local.system.replset holds a config for the set,
  * open the oplog, resume its timestamps and become PRIMARY again.  Returns

@@ -498,6 +498,43 @@ extern sbl_repl_run_fn sbl_rs_runner;
 /* Apply entry e (repl_sync.c): its change through the runner,
  * idempotently, and the entry itself in our oplog (not when replaying). */
 int sbl_rs_apply_entry(const bson_t *e, sbl_err_t *err);
+/* The same on a writer ahead of its turn: any failure changes nothing and
+ * returns WriteConflict (the writer runs it again at its turn). */
+int sbl_rs_apply_entry_ahead(const bson_t *e, sbl_err_t *err);
+
+/* ---- parallel application (repl_apply.c) -------------------------------------
+ * The applier hands entries to a pool of writer threads, one document's
+ * entries to one writer, commits in ts order; 'c' entries are barriers the
+ * caller applies alone after sbl_rs_apply_drain. */
+int sbl_rs_default_writer_threads(void);
+/* Start the writers (with the applier thread; none for one writer: the
+ * applier thread applies every entry itself) / stop them (pending entries
+ * are dropped: drain first). */
+int sbl_rs_apply_pool_start(void);
+void sbl_rs_apply_pool_stop(void);
+/* A new stream of entries: a writer checks go_on(go_on_arg) before each
+ * entry (false: the entry fails, the stream stops) and calls
+ * applied(applied_arg) after each one it committed.  Both until the next
+ * call (NULLs after the last drain). */
+void sbl_rs_apply_stream(bool (*go_on)(void *), void *go_on_arg, void (*applied)(void *),
+                         void *applied_arg);
+/* Whether entry e must be applied alone (a command, a transaction, a
+ * prepared transaction's entry; every entry when there are no writers). */
+bool sbl_rs_apply_is_barrier(const bson_t *e);
+/* Hand e (copied) to its writer; waits while too many are in flight.  An
+ * error when an entry handed out before failed (the stream must stop). */
+int sbl_rs_apply_dispatch(const bson_t *e, sbl_err_t *err);
+/* Wait until every entry handed out is applied or dropped; the first failure
+ * (then nothing after it committed), else 0. */
+int sbl_rs_apply_drain(sbl_err_t *err);
+/* From sbl_oplog_append_raw on a writer: wait for the entry's turn before
+ * it takes the oplog's lock (0 at once elsewhere); WriteConflict when an
+ * earlier entry needs this writer's transaction out of its way, another
+ * error when an earlier entry failed. */
+int sbl_rs_apply_turn(sbl_err_t *err);
+/* The session record of applied entry doc (ts): in s's transaction, or on a
+ * writer, in a transaction of its own at ts (see repl_apply.c). */
+int sbl_rs_apply_record(sbl_session_t *s, const bson_t *doc, uint64_t ts, sbl_err_t *err);
 /* Move WiredTiger's stable timestamp (and oldest, a window behind) to what
  * this member knows is majority committed and has applied (lock held). */
 void sbl_rs_publish_stable_locked(void);

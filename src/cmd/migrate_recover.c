@@ -436,6 +436,9 @@ static int settle_recip_doc(const bson_t *d, const mig_spec_t *s, bool commit, s
 
 int mig_recip_settle_task(const char *session, bool commit, sbl_err_t *err)
 {
+    if (sbl_shard_name() == NULL) /* a new primary before it read its shardIdentity */
+        return sbl_err_set(err, SBL_E_NotYetInitialized, "this member does not know its "
+                           "shard's name yet; ask again");
     bson_t docs[MAX_DOCS];
     int n = load_docs("rangeDeletions", docs, MAX_DOCS), rc = 0;
     pthread_mutex_lock(&rec_mu);

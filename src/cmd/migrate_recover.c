@@ -530,8 +530,14 @@ static bool recover_pass(void)
     } else if (ns != NULL) {
         left = local_left = true;
     }
-    if (!local_left && in_crit && !mig_donor_active() && !mig_recip_active())
-        crit_release(); /* this shard's copies are settled: routed commands go on */
+    if (!local_left && in_crit && !mig_donor_active() && !mig_recip_active()) {
+        /* this shard's copies are settled: routed commands go on, once what
+         * was deleted is gone for majority reads too (migrate.c) */
+        sbl_err_t e = {0};
+        if (mig_await_majority(MIG_CRIT_MS, "settling a migration's range", &e) != 0)
+            mig_log("migration recovery: %s (majority reads may still see it)", e.msg);
+        crit_release();
+    }
     free_docs(coords, nc);
     free_docs(tasks, nt);
     return left;

@@ -1101,16 +1101,20 @@ void sbl_cmd_conn_close(sbl_conn_t *conn)
 }
 
 /* The cursor reaper: once a minute (or every logicalSessionRefreshMillis when
- * shorter), kill cursors idle for 10 minutes and run the sessions' job. */
-static uv_thread_t reaper_thread;
+ * shorter), kill cursors idle for 10 minutes and abort transactions past
+ * their lifetime; and on a thread of its own, the sessions' job, whose first
+ * run builds an index that waits for every older transaction (one the reaper
+ * would abort, a prepared one): the reaper must not wait behind it. */
+static uv_thread_t reaper_thread, refresh_thread;
 static uv_mutex_t reaper_mu;
 static uv_cond_t reaper_cv;
 static bool reaper_stop;
 static bool reaper_running;
 
-static void reaper_main(void *arg)
+/* arg NULL: the reaper; else the sessions' job.  Each period until sbl_cmd_shutdown. */
+static void periodic_main(void *arg)
 {
-    sbl_thread_name("clientcursormon");
+    sbl_thread_name(arg == NULL ? "clientcursormon" : "LogicalSessCache");
     uv_mutex_lock(&reaper_mu);
     while (!reaper_stop) {
         uv_cond_timedwait(&reaper_cv, &reaper_mu,
@@ -1118,9 +1122,12 @@ static void reaper_main(void *arg)
         if (reaper_stop)
             break;
         uv_mutex_unlock(&reaper_mu);
-        sbl_cursors_reap(10 * 60 * 1000);
-        sbl_cmd_mtxn_reap(); /* transactions past transactionLifetimeLimitSeconds */
-        sbl_cmd_sessions_tick(); /* expire idle sessions; write config.system.sessions */
+        if (arg != NULL) {
+            sbl_cmd_sessions_tick(); /* expire idle sessions; write config.system.sessions */
+        } else {
+            sbl_cursors_reap(10 * 60 * 1000);
+            sbl_cmd_mtxn_reap(); /* transactions past transactionLifetimeLimitSeconds */
+        }
         uv_mutex_lock(&reaper_mu);
     }
     uv_mutex_unlock(&reaper_mu);
@@ -1131,6 +1138,19 @@ static void reaper_main(void *arg)
 static uint64_t wake_generation(void)
 {
     return sbl_capped_generation() + sbl_repl_commit_generation();
+}
+
+/* Stop the periodic threads (the session cache's too when both run). */
+static void stop_periodic(bool both)
+{
+    uv_mutex_lock(&reaper_mu);
+    reaper_stop = true;
+    uv_cond_broadcast(&reaper_cv);
+    uv_mutex_unlock(&reaper_mu);
+    uv_thread_join(&reaper_thread);
+    if (both)
+        uv_thread_join(&refresh_thread);
+    reaper_running = false;
 }
 
 int sbl_cmd_init(sbl_err_t *err)
@@ -1150,9 +1170,13 @@ int sbl_cmd_init(sbl_err_t *err)
     uv_mutex_init(&reaper_mu);
     uv_cond_init(&reaper_cv);
     reaper_stop = false;
-    if (uv_thread_create(&reaper_thread, reaper_main, NULL) != 0)
+    if (uv_thread_create(&reaper_thread, periodic_main, NULL) != 0)
         return sbl_err_set(err, SBL_E_InternalError, "cannot start the cursor reaper thread");
     reaper_running = true;
+    if (uv_thread_create(&refresh_thread, periodic_main, &refresh_thread) != 0) {
+        stop_periodic(false);
+        return sbl_err_set(err, SBL_E_InternalError, "cannot start the session cache thread");
+    }
     sbl_cmd_coord_start(); /* two-phase commit coordinations to resume */
     return 0;
 }
@@ -1165,11 +1189,6 @@ void sbl_cmd_shutdown(void)
     sbl_cmd_migrations_shutdown();
     if (!reaper_running)
         return;
-    uv_mutex_lock(&reaper_mu);
-    reaper_stop = true;
-    uv_cond_signal(&reaper_cv);
-    uv_mutex_unlock(&reaper_mu);
-    uv_thread_join(&reaper_thread);
-    reaper_running = false;
+    stop_periodic(true);
     sbl_cursors_reap(-1);
 }

@@ -380,3 +380,31 @@ def test_shutdown_ends_an_index_build_waiting_on_a_prepared_transaction():
             m.proc.wait(timeout=30)  # raises TimeoutExpired on the old hang
             r["thread"].join(timeout=30)
             assert not r["thread"].is_alive()
+
+
+def test_reaper_runs_while_the_session_refresh_waits_on_a_prepared_transaction():
+    """The session job's TTL index build waits for older transactions (a
+    prepared one); transactions past their lifetime are still aborted (the
+    reaper has its own thread), else one idle transaction could hold the
+    build, and with it the reaper, for good."""
+    import pymongo
+    from sabled import set_members
+    from test_replset3 import wait_for
+    with set_members(1, ("--setParameter", "logicalSessionRefreshMillis=1000")) as (m,):
+        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
+            c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
+                {"_id": 0, "host": "127.0.0.1:%d" % m.port}]})
+            wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), timeout=30)
+        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
+            c.pc.c.insert_one({"_id": 1, "v": 1})
+            p = Prepared(c, "c", 2)
+            c.config.system.sessions.drop()  # the next refresh builds its index again
+            time.sleep(1.5)
+            c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=1)
+            aborted = c.admin.command("serverStatus")["transactions"]["totalAborted"]
+            with c.start_session() as s:
+                s.start_transaction()
+                c.pc.d.insert_one({"_id": 1}, session=s)  # then idle
+                wait_for(lambda: c.admin.command("serverStatus")["transactions"][
+                    "totalAborted"] > aborted, timeout=10)
+            p.commit()

@@ -10,7 +10,7 @@
 #      build-asan/; any sanitizer report fails it), without the conformance,
 #      Java, replica-set and sharded-cluster pytest (integration/pymongo_sets,
 #      integration/pymongo_sharded) and
-#      fault-round suites (faults/short, bank, disk_reconfig, regressions), whose
+#      fault-round suites (faults/short, bank, disk_reconfig, regressions, sharded), whose
 #      multi-process runs take too long under ASan;
 #   3. each libFuzzer target for SABLE_TEST_FUZZ_SECONDS (default 20) from
 #      the committed corpus with a fixed seed (scripts/fuzz.sh into
@@ -69,7 +69,7 @@ if [[ ${SABLE_TEST_FUZZ:-1} != 0 ]]; then
     fuzz_pid=$!
 fi
 if [[ ${SABLE_TEST_SANITIZE:-1} != 0 ]]; then
-    step sanitizers scripts/sanitize.sh -j"$jobs" -E 'conformance|integration/java|integration/pymongo_sets|integration/pymongo_sharded|faults/(short|bank|disk_reconfig|regressions)'
+    step sanitizers scripts/sanitize.sh -j"$jobs" -E 'conformance|integration/java|integration/pymongo_sets|integration/pymongo_sharded|faults/(short|bank|disk_reconfig|regressions|sharded)'
 fi
 if [[ -n $fuzz_pid ]]; then
     echo "== test.sh: fuzz (started with the sanitizer step)"

@@ -811,7 +811,7 @@ static int write_one(sbl_opctx_t *ctx, sbl_coll_t *c, sbl_write_kind_t kind, con
                      const bson_t *doc, sbl_err_t *err)
 {
     for (int attempt = 0;; attempt++) {
-        sbl_op_backoff(attempt);
+        SBL_RET(sbl_op_backoff(ctx, &attempt, err));
         SBL_RET(sbl_txn_begin(ctx->ss, err));
         int rc = sbl_write(ctx->ss, c, kind, old, doc, NULL, err);
         if (rc == 0)

@@ -603,6 +603,20 @@ int sbl_cmd_set_parameter(sbl_opctx_t *ctx, sbl_err_t *err)
             known = true;
             continue;
         }
+        if (strcmp(k, "logLevel") == 0) { /* what sabled -v..-vvvvv set at start-up */
+            if (!BSON_ITER_HOLDS_NUMBER(&it) || bson_iter_as_double(&it) < 0 ||
+                bson_iter_as_double(&it) > 5 ||
+                bson_iter_as_double(&it) != (double)bson_iter_as_int64(&it))
+                return sbl_err_set(err, SBL_E_BadValue,
+                                   "logLevel must be an integer from 0 to 5");
+            BSON_APPEND_INT32(ctx->reply, "was", sbl_log_verbosity());
+            sbl_log_set_verbosity((int)bson_iter_as_int64(&it));
+            known = true;
+            continue;
+        }
+        if (strcmp(k, "replWriterThreadCount") == 0) /* start-up only, as mongod's */
+            return sbl_err_set(err, SBL_E_IllegalOperation, "not allowed to change [%s] at "
+                               "runtime", k);
         int prc = sbl_cmd_mtxn_set_parameter(k, &it, ctx->reply, err); /* txn.c */
         if (prc < 0)
             prc = sbl_spill_set_parameter(k, &it, ctx->reply, err); /* memory limits (src/exec/spill.c) */

@@ -387,8 +387,8 @@ static int clone_as_capped(sbl_opctx_t *ctx, const char *from, const char *to, i
         if ((rc = sbl_qexec_next(q, ctx, &doc, NULL, &end, err)) != 0 || end)
             break;
         for (int attempt = 0;; attempt++) {
-            sbl_op_backoff(attempt);
-            if ((rc = sbl_txn_begin(ctx->ss, err)) != 0)
+            if ((rc = sbl_op_backoff(ctx, &attempt, err)) != 0 ||
+                (rc = sbl_txn_begin(ctx->ss, err)) != 0)
                 break;
             rc = sbl_write(ctx->ss, dst, SBL_WRITE_INSERT, NULL, &doc, NULL, err);
             if (rc == 0 && (rc = sbl_txn_commit(ctx->ss, err)) != 0)

@@ -228,6 +228,33 @@ void sbl_cmd_mtxn_note_index(sbl_opctx_t *ctx, const char *ns, const bson_t *spe
 size_t sbl_cmd_mtxn_idle(bson_t ***docsp);
 /* The txnNumber of the transaction ctx runs in, or -1. */
 int64_t sbl_cmd_mtxn_number(const sbl_opctx_t *ctx);
+/* When the transaction ctx runs in passes transactionLifetimeLimitSeconds
+ * (monotonic us; 0: ctx runs in none). */
+int64_t sbl_cmd_mtxn_expiry_us(const sbl_opctx_t *ctx);
+/* killSessions (killAllSessions...) named the session of the transaction ctx
+ * runs in while ctx ran: a wait of ctx ends (Interrupted). */
+bool sbl_cmd_mtxn_kill_asked(const sbl_opctx_t *ctx);
+/*
+ * prepare_wait.c: a command that meets a prepared transaction's write waits
+ * for its outcome (storage.h, "Prepare conflicts").  A read outside a
+ * transaction runs again from a new snapshot; a read inside one and a
+ * getMore keep their snapshot and wait in place (storage's scope), bounded by
+ * maxTimeMS (50), killOp (11601), the transaction's lifetime (290) and
+ * shutdown (11600).  _begin before the handler; _again after each run: true
+ * to run the handler again (its reply and error emptied), else *rcp and err
+ * hold the command's outcome; _end (always) after the last.
+ */
+typedef struct sbl_cmd_prepare_wait {
+    sbl_prepare_scope_t scope;
+    sbl_opctx_t *ctx;
+    const sbl_cmd_def_t *def;
+    bool in_place;
+} sbl_cmd_prepare_wait_t;
+void sbl_cmd_prepare_wait_begin(sbl_cmd_prepare_wait_t *w, sbl_opctx_t *ctx,
+                                const sbl_cmd_def_t *def);
+bool sbl_cmd_prepare_wait_again(sbl_cmd_prepare_wait_t *w, int *rcp, sbl_err_t *err,
+                                bson_t *reply);
+void sbl_cmd_prepare_wait_end(sbl_cmd_prepare_wait_t *w);
 /* currentOp of a command running in a transaction: append the session's
  * transaction {parameters: {txnNumber, autocommit, readConcern}, ...} as
  * above to d when its transaction txn_number is in progress; false when not. */

@@ -277,7 +277,7 @@ int sbl_cmd_find_and_modify(sbl_opctx_t *ctx, sbl_err_t *err)
             bson_iter_t idit;
 
             SBL_ERR(sbl_qexec_new_hinted(ns, &o, a.has_hint ? &a.hint : NULL, &q, err));
-            rc = sbl_qexec_next(q, ctx, &cand, NULL, &done, err);
+            rc = sbl_crud_read_candidate(ctx, q, &cand, &done, err);
             if (rc != 0 || done) {
                 sbl_qexec_free(q);
                 if (rc != 0)

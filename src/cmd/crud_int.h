@@ -66,6 +66,11 @@ int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
                         const bson_t *cand, const sbl_matcher_t *m, const sbl_crud_update_t *u,
                         bool *matchedp, bool *changedp, bson_t *old_out, bson_t *new_out,
                         bson_t *err_info, sbl_err_t *err);
+/* The next candidate of a write's plan (sbl_qexec_next): outside a
+ * transaction it waits for a prepared transaction's write it meets, with no
+ * write of the command open (prepare_wait.c). */
+int sbl_crud_read_candidate(sbl_opctx_t *ctx, sbl_qexec_t *q, bson_t *doc, bool *donep,
+                            sbl_err_t *err);
 
 /*
  * Insert the document an upsert produces: seed from filter's equalities,

@@ -9,10 +9,8 @@
  *  - A multi update or delete visits each document at most once: the
  *    executor resumes strictly after the last _id it produced.
  *  - Per-statement failures become writeErrors (the command still returns
- *    0); ordered batches stop at the first one.  A write cut off by a
- *    replica-set state change (11602) fails the whole command instead, as
- *    mongod's interruptions do, so drivers retry it.  ctx->wrote is set
- *    whenever something committed.
+ *    0); ordered batches stop at the first one.  ctx->wrote is set whenever
+ *    something committed.
  */
 #include "cmd/crud_int.h"
 #include "doc/doc.h"
@@ -27,16 +25,6 @@
 #define UPSERT_RETRIES 3
 
 /* ---- shared helpers ---------------------------------------------------------- */
-
-/* True when statement error e fails the whole command: a step-down cut
- * the write off (mongod fails the batch on interruptions); *err takes it. */
-static bool fails_batch(const sbl_err_t *e, sbl_err_t *err)
-{
-    if (e->code != SBL_E_InterruptedDueToReplStateChange)
-        return false;
-    *err = *e;
-    return true;
-}
 
 /* Commit, or abort on failure; WriteConflict tells the caller to retry. */
 static int commit_or_abort(sbl_session_t *ss, sbl_err_t *err)
@@ -99,7 +87,7 @@ int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
         bool found = false, changed = false, have_upd = false;
         int32_t pos = -1;
 
-        sbl_op_backoff(attempt);
+        SBL_RET(sbl_op_backoff(ctx, &attempt, err));
         SBL_RET(sbl_txn_begin(ctx->ss, err));
         if (cand != NULL && sbl_coll_dup_ids(c))
             rc = sbl_coll_get_same(ctx->ss, c, cand, &old, &found, err);
@@ -201,8 +189,8 @@ int sbl_crud_upsert(sbl_opctx_t *ctx, const char *ns, const bson_t *filter,
         return rc;
     }
     for (int attempt = 0;; attempt++) {
-        sbl_op_backoff(attempt);
-        if ((rc = sbl_txn_begin(ctx->ss, err)) != 0)
+        if ((rc = sbl_op_backoff(ctx, &attempt, err)) != 0 ||
+            (rc = sbl_txn_begin(ctx->ss, err)) != 0)
             break;
         rc = sbl_write(ctx->ss, c, SBL_WRITE_INSERT, NULL, &doc, err_info, err);
         if (rc == 0)
@@ -343,7 +331,7 @@ static int insert_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_t *doc, bson_t
 {
     int rc;
     for (int attempt = 0;; attempt++) {
-        sbl_op_backoff(attempt);
+        SBL_RET(sbl_op_backoff(ctx, &attempt, err));
         SBL_RET(sbl_txn_begin(ctx->ss, err));
         rc = sbl_write(ctx->ss, c, SBL_WRITE_INSERT, NULL, doc, err_info, err);
         if (rc == 0)
@@ -405,6 +393,15 @@ static bool insert_group(sbl_opctx_t *ctx, sbl_coll_t *c, bson_iter_t *it, bool 
     return false;
 }
 
+/* killOp, maxTimeMS, shutdown and a step-down fail the whole batch, not one
+ * statement, as in mongod: the command answers that error (statements before
+ * it stay applied), so drivers retry a write a step-down cut off. */
+static bool interrupted(int rc)
+{
+    return rc == SBL_E_MaxTimeMSExpired || rc == SBL_E_Interrupted ||
+           rc == SBL_E_InterruptedAtShutdown || rc == SBL_E_InterruptedDueToReplStateChange;
+}
+
 int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
@@ -414,6 +411,7 @@ int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
     int64_t n = 0;
     sbl_coll_t *c = NULL;
     bson_iter_t it;
+    sbl_err_t stop = {0}; /* the interruption that ended the batch */
 
     SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_validate_user_write_ns(ns, err));
@@ -434,14 +432,11 @@ int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
         if (groups && singles == 0 && i < (int64_t)ndocs - 1) {
             bson_iter_t before = it;
             if (insert_group(ctx, c, &it, bypass, &k)) {
-                sbl_err_t e = {0};
                 n += k;
                 ctx->wrote = true;
                 i += k - 1;
-                if (sbl_op_check_interrupt(ctx, &e) != 0) {
-                    sbl_crud_add_write_error(&errors, &nerrors, i + 1, &e, NULL);
+                if (sbl_op_check_interrupt(ctx, &stop) != 0)
                     break;
-                }
                 continue;
             }
             it = before;
@@ -472,24 +467,22 @@ int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
             n++;
             if (done == NULL)
                 ctx->wrote = true;
-        } else if (fails_batch(&e, err)) {
-            bson_destroy(&info);
-            break;
+        } else if (interrupted(rc)) {
+            stop = e;
         } else {
             sbl_crud_add_write_error(&errors, &nerrors, i, &e, &info);
         }
         bson_destroy(&info);
-        if (rc != 0 && ordered)
+        if (rc != 0 && (ordered || stop.code != 0))
             break;
-        if ((i & 63) == 63 && sbl_op_check_interrupt(ctx, &e) != 0) {
-            sbl_crud_add_write_error(&errors, &nerrors, i + 1, &e, NULL);
+        if ((i & 63) == 63 && sbl_op_check_interrupt(ctx, &stop) != 0)
             break;
-        }
     }
     sbl_coll_release(c);
-    if (err->code != 0) {
+    if (stop.code != 0) {
         bson_destroy(&errors);
-        return err->code;
+        *err = stop;
+        return stop.code;
     }
     append_count(ctx->reply, "n", n);
     ctx->writes = (sbl_write_counts_t){.known = true, .n = n};
@@ -655,7 +648,7 @@ static int run_update(sbl_opctx_t *ctx, const char *ns, const update_stmt_t *st,
             id = points[k];
         } else {
             bool done = false;
-            SBL_ERR(sbl_qexec_next(q, ctx, &cand, NULL, &done, err));
+            SBL_ERR(sbl_crud_read_candidate(ctx, q, &cand, &done, err));
             if (done)
                 break;
             have_cand = true;
@@ -729,6 +722,7 @@ int sbl_cmd_update(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
     bson_t stmts, errors = BSON_INITIALIZER;
+    sbl_err_t stop = {0}; /* the interruption that ended the batch */
     uint32_t nstmts = 0, nerrors = 0;
     bool ordered;
     bson_iter_t it;
@@ -797,19 +791,21 @@ int sbl_cmd_update(sbl_opctx_t *ctx, sbl_err_t *err)
         }
         if (ctx->retry != NULL)
             sbl_retry_stmt_end(ctx->retry, rc == 0 && tot.nmodified + tot.nupserted > before);
-        bool whole = rc != 0 && fails_batch(&e, err);
-        if (rc != 0 && !whole)
+        if (interrupted(rc))
+            stop = e;
+        else if (rc != 0)
             sbl_crud_add_write_error(&errors, &nerrors, i, &e, &info);
         bson_destroy(&info);
-        if (rc != 0 && (ordered || whole || rc == SBL_E_MaxTimeMSExpired))
+        if (rc != 0 && (ordered || stop.code != 0))
             break;
     }
     free(parsed);
     bson_destroy(&let);
-    if (err->code != 0) {
+    if (stop.code != 0) {
         bson_destroy(&tot.upserted);
         bson_destroy(&errors);
-        return err->code;
+        *err = stop;
+        return stop.code;
     }
     append_count(ctx->reply, "n", tot.n);
     append_count(ctx->reply, "nModified", tot.nmodified);
@@ -926,7 +922,7 @@ static int run_delete(sbl_opctx_t *ctx, const char *ns, const delete_stmt_t *st,
             id = points[k];
         } else {
             bool done = false;
-            SBL_ERR(sbl_qexec_next(q, ctx, &cand, NULL, &done, err));
+            SBL_ERR(sbl_crud_read_candidate(ctx, q, &cand, &done, err));
             if (done)
                 break;
             have_cand = true;
@@ -958,6 +954,7 @@ int sbl_cmd_delete(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     char ns[SBL_NS_MAX];
     bson_t stmts, errors = BSON_INITIALIZER;
+    sbl_err_t stop = {0}; /* the interruption that ended the batch */
     uint32_t nstmts = 0, nerrors = 0;
     bool ordered;
     bson_iter_t it;
@@ -1010,17 +1007,19 @@ int sbl_cmd_delete(sbl_opctx_t *ctx, sbl_err_t *err)
             rc = run_delete(ctx, ns, &parsed[i], &let, &n, &e);
         if (ctx->retry != NULL)
             sbl_retry_stmt_end(ctx->retry, rc == 0 && n > before);
-        bool whole = rc != 0 && fails_batch(&e, err);
-        if (rc != 0 && !whole)
+        if (interrupted(rc))
+            stop = e;
+        else if (rc != 0)
             sbl_crud_add_write_error(&errors, &nerrors, i, &e, NULL);
-        if (rc != 0 && (ordered || whole || rc == SBL_E_MaxTimeMSExpired))
+        if (rc != 0 && (ordered || stop.code != 0))
             break;
     }
     free(parsed);
     bson_destroy(&let);
-    if (err->code != 0) {
+    if (stop.code != 0) {
         bson_destroy(&errors);
-        return err->code;
+        *err = stop;
+        return stop.code;
     }
     append_count(ctx->reply, "n", n);
     ctx->writes = (sbl_write_counts_t){.known = true, .n = n};

@@ -142,7 +142,7 @@ int sbl_cmd_server_status(sbl_opctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_INT64(&d, "command", oc.command);
     bson_append_document_end(r, &d);
 
-    sbl_repl_append_server_status(r); /* repl, opcountersRepl */
+    sbl_repl_append_server_status(r); /* repl, opcountersRepl, electionMetrics */
     append_op_latencies(r, want_histograms(ctx->cmd));
     sbl_cmd_sessions_append_status(r);
     append_mem(r);

@@ -43,6 +43,7 @@ typedef struct pending {
     bool unsatisfiable_wc; /* a transaction's commit/abort asked w > members: it runs, then
                             * gets writeConcernError UnsatisfiableWriteConcern (as mongod) */
     uint64_t op_ts; /* its write concern waits for it too: writes commit in parallel */
+    char gate_ns[400]; /* a router's command inside this namespace's gate, else "" */
 } pending_t;
 
 /* ---- counters (serverStatus.opcounters; kept by src/metrics) ------------- */
@@ -422,18 +423,15 @@ static bool js_op_killed(const void *op)
     return op != NULL && sbl_op_is_killed(op);
 }
 
-/* The shardVersion a router sent, checked against ns = db + the command's
- * collection (its first field's string value). */
-static int check_shard_version(pending_t *p)
+/* The namespace a router's command names: db + its first field's string value. */
+static void routed_ns(const pending_t *p, char *ns, size_t size)
 {
     bson_iter_t it;
-    char ns[400];
     const char *coll = bson_iter_init(&it, p->ctx.cmd) && bson_iter_next(&it) &&
                                BSON_ITER_HOLDS_UTF8(&it)
                            ? bson_iter_utf8(&it, NULL)
                            : "";
-    snprintf(ns, sizeof(ns), "%s.%s", p->ctx.db, coll);
-    return sbl_shard_check_version(ns, p->shard_version, &p->reply, &p->err);
+    snprintf(ns, size, "%s.%s", p->ctx.db, coll);
 }
 
 /* On a shard: take a router's shardVersion out of the command (handlers
@@ -470,29 +468,30 @@ static bool routed_sharded(const pending_t *p)
     return !bson_oid_equal(bson_iter_oid(&it), &zero);
 }
 
-/* Run the command on this thread: a router's command on a shard counts itself into its
- * namespace's critical-section gate (src/shard) first, so a migration's critical section
- * waits for it and holds back new ones.  p->op_ts: the newest oplog ts its writes took. */
-static void execute(pending_t *p)
+/* A router's command on a shard that this member may run (mongod's order: a member that is
+ * not primary refused it already, NotWritablePrimary or NotPrimaryNoSecondaryOk, so the
+ * router looks for the new primary instead of retrying here).  It counts itself into its
+ * namespace's critical-section gate (src/shard), so a migration's critical section waits
+ * for it and holds back new ones; a critical section that outlasts the wait answers
+ * StaleConfig.  Then its routing version must be this shard's, or StaleConfig sends the
+ * router to refresh.  execute() leaves the gate (p->gate_ns) after the handler. */
+static int enter_routed(pending_t *p)
 {
-    if (p->shard_version == NULL) {
-        execute_inner(p);
-        p->op_ts = sbl_repl_take_thread_op_ts();
-        return;
-    }
-    bson_iter_t it;
-    char ns[400];
-    const char *coll = bson_iter_init(&it, p->ctx.cmd) && bson_iter_next(&it) &&
-                               BSON_ITER_HOLDS_UTF8(&it)
-                           ? bson_iter_utf8(&it, NULL)
-                           : "";
-    snprintf(ns, sizeof(ns), "%s.%s", p->ctx.db, coll);
-    if ((p->rc = sbl_shard_op_enter(ns, 0, &p->err)) != 0)
-        return; /* a critical section outlasted the wait: StaleConfig, not run */
+    char ns[sizeof(p->gate_ns)];
+    routed_ns(p, ns, sizeof(ns));
+    SBL_RET(sbl_shard_op_enter(ns, 0, &p->err));
+    memcpy(p->gate_ns, ns, sizeof(ns));
     if (routed_sharded(p)) /* after the gate; a migration's getMores: snapshot_read.c */
         p->ctx.open_ts = sbl_repl_last_op_ts();
+    return sbl_shard_check_version(ns, p->shard_version, &p->reply, &p->err);
+}
+
+/* Run the command on this thread.  p->op_ts: the newest oplog ts its writes took. */
+static void execute(pending_t *p)
+{
     execute_inner(p);
-    sbl_shard_op_exit(ns);
+    if (p->gate_ns[0] != '\0')
+        sbl_shard_op_exit(p->gate_ns);
     p->op_ts = sbl_repl_take_thread_op_ts();
 }
 
@@ -521,31 +520,6 @@ static int gossip_cluster_time(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, const
     if ((int64_t)t <= sbl_now_ms() / 1000 + 365LL * 24 * 3600)
         sbl_repl_clock_advance(((uint64_t)t << 32) | i);
     return 0;
-}
-
-/* A read outside a transaction that met a prepared write waits until it commits or aborts
- * (as mongod's): true to run the handler again, reply, error and snapshot reset; else false
- * with p->rc set (50 past maxTimeMS, 11601 after killOp, 11600 at shutdown).  Not getMore. */
-static bool prepare_retry(pending_t *p)
-{
-    sbl_opctx_t *ctx = &p->ctx;
-    uint64_t gen;
-
-    if (!sbl_prepare_conflict_take(&gen) || ctx->mtxn != NULL ||
-        (p->def->flags & (SBL_CMD_READ | SBL_CMD_WRITE)) != SBL_CMD_READ ||
-        p->def->fn == sbl_cursor_get_more)
-        return false;
-    if (!sbl_prepare_wait(gen, ctx->deadline_us)) {
-        p->rc = sbl_err_set(&p->err, SBL_E_InterruptedAtShutdown, "interrupted at shutdown");
-        return false;
-    }
-    sbl_cmd_snapshot_end(ctx, p->rc);
-    sbl_err_clear(&p->err);
-    bson_reinit(&p->reply);
-    if ((p->rc = sbl_op_check_interrupt(ctx, &p->err)) != 0 ||
-        (p->rc = sbl_cmd_snapshot_begin(ctx, &p->err)) != 0)
-        return false;
-    return true;
 }
 
 /* Check the generic arguments and run the handler on this thread. */
@@ -655,9 +629,8 @@ static void execute_inner(pending_t *p)
         !sbl_repl_writable() &&
         (p->rc = sbl_repl_check_read(ctx->db, secondary_ok(ctx), &p->err)) != 0)
         return;
-    /* A router's command on a shard: its routing version must be this
-     * shard's (src/shard), or StaleConfig sends the router to refresh. */
-    if (p->shard_version != NULL && (p->rc = check_shard_version(p)) != 0)
+    /* A router's command on a shard: its critical-section gate and routing version. */
+    if (p->shard_version != NULL && (p->rc = enter_routed(p)) != 0)
         return;
     /* collectionUUID: the named collection must be the one the client means.
      * Not for a sharded collection's command from a router: each shard created
@@ -702,10 +675,12 @@ static void execute_inner(pending_t *p)
          * $where could only leave pending becomes the command's. */
         sbl_js_opstate_t js;
         sbl_js_op_begin(&js, ctx->deadline_us, js_op_killed, ctx->op);
-        sbl_prepare_conflict_take(NULL);
+        sbl_cmd_prepare_wait_t pw; /* a prepared transaction's write: wait (prepare_wait.c) */
+        sbl_cmd_prepare_wait_begin(&pw, ctx, p->def);
         p->rc = p->def->fn(ctx, &p->err);
-        while (p->rc == SBL_E_WriteConflict && prepare_retry(p))
+        while (sbl_cmd_prepare_wait_again(&pw, &p->rc, &p->err, &p->reply))
             p->rc = p->def->fn(ctx, &p->err);
+        sbl_cmd_prepare_wait_end(&pw);
         sbl_err_t jerr;
         if (sbl_js_op_end(&js, &jerr) != 0 && p->rc == 0) {
             p->rc = jerr.code;
@@ -1126,16 +1101,20 @@ void sbl_cmd_conn_close(sbl_conn_t *conn)
 }
 
 /* The cursor reaper: once a minute (or every logicalSessionRefreshMillis when
- * shorter), kill cursors idle for 10 minutes and run the sessions' job. */
-static uv_thread_t reaper_thread;
+ * shorter), kill cursors idle for 10 minutes and abort transactions past
+ * their lifetime; and on a thread of its own, the sessions' job, whose first
+ * run builds an index that waits for every older transaction (one the reaper
+ * would abort, a prepared one): the reaper must not wait behind it. */
+static uv_thread_t reaper_thread, refresh_thread;
 static uv_mutex_t reaper_mu;
 static uv_cond_t reaper_cv;
 static bool reaper_stop;
 static bool reaper_running;
 
-static void reaper_main(void *arg)
+/* arg NULL: the reaper; else the sessions' job.  Each period until sbl_cmd_shutdown. */
+static void periodic_main(void *arg)
 {
-    sbl_thread_name("clientcursormon");
+    sbl_thread_name(arg == NULL ? "clientcursormon" : "LogicalSessCache");
     uv_mutex_lock(&reaper_mu);
     while (!reaper_stop) {
         uv_cond_timedwait(&reaper_cv, &reaper_mu,
@@ -1143,9 +1122,12 @@ static void reaper_main(void *arg)
         if (reaper_stop)
             break;
         uv_mutex_unlock(&reaper_mu);
-        sbl_cursors_reap(10 * 60 * 1000);
-        sbl_cmd_mtxn_reap(); /* transactions past transactionLifetimeLimitSeconds */
-        sbl_cmd_sessions_tick(); /* expire idle sessions; write config.system.sessions */
+        if (arg != NULL) {
+            sbl_cmd_sessions_tick(); /* expire idle sessions; write config.system.sessions */
+        } else {
+            sbl_cursors_reap(10 * 60 * 1000);
+            sbl_cmd_mtxn_reap(); /* transactions past transactionLifetimeLimitSeconds */
+        }
         uv_mutex_lock(&reaper_mu);
     }
     uv_mutex_unlock(&reaper_mu);
@@ -1156,6 +1138,19 @@ static void reaper_main(void *arg)
 static uint64_t wake_generation(void)
 {
     return sbl_capped_generation() + sbl_repl_commit_generation();
+}
+
+/* Stop the periodic threads (the session cache's too when both run). */
+static void stop_periodic(bool both)
+{
+    uv_mutex_lock(&reaper_mu);
+    reaper_stop = true;
+    uv_cond_broadcast(&reaper_cv);
+    uv_mutex_unlock(&reaper_mu);
+    uv_thread_join(&reaper_thread);
+    if (both)
+        uv_thread_join(&refresh_thread);
+    reaper_running = false;
 }
 
 int sbl_cmd_init(sbl_err_t *err)
@@ -1175,9 +1170,13 @@ int sbl_cmd_init(sbl_err_t *err)
     uv_mutex_init(&reaper_mu);
     uv_cond_init(&reaper_cv);
     reaper_stop = false;
-    if (uv_thread_create(&reaper_thread, reaper_main, NULL) != 0)
+    if (uv_thread_create(&reaper_thread, periodic_main, NULL) != 0)
         return sbl_err_set(err, SBL_E_InternalError, "cannot start the cursor reaper thread");
     reaper_running = true;
+    if (uv_thread_create(&refresh_thread, periodic_main, &refresh_thread) != 0) {
+        stop_periodic(false);
+        return sbl_err_set(err, SBL_E_InternalError, "cannot start the session cache thread");
+    }
     sbl_cmd_coord_start(); /* two-phase commit coordinations to resume */
     return 0;
 }
@@ -1190,11 +1189,6 @@ void sbl_cmd_shutdown(void)
     sbl_cmd_migrations_shutdown();
     if (!reaper_running)
         return;
-    uv_mutex_lock(&reaper_mu);
-    reaper_stop = true;
-    uv_cond_signal(&reaper_cv);
-    uv_mutex_unlock(&reaper_mu);
-    uv_thread_join(&reaper_thread);
-    reaper_running = false;
+    stop_periodic(true);
     sbl_cursors_reap(-1);
 }

@@ -321,6 +321,10 @@ static bool append_parameter(bson_t *r, const char *name)
     }
     if (sbl_spill_append_parameter(r, name)) /* memory limits, changeable at run time */
         return true;
+    if (strcmp(name, "replWriterThreadCount") == 0) { /* start-up only */
+        BSON_APPEND_INT32(r, name, sbl_repl_writer_threads());
+        return true;
+    }
     if (bson_iter_init_find(&it, &o->parameters, name)) {
         bson_append_value(r, name, -1, bson_iter_value(&it));
         return true;
@@ -370,7 +374,7 @@ static const char *const known_parameters[] = {
     "internalDocumentSourceGroupMaxMemoryBytes", "allowDiskUseByDefault",
     "journalCommitInterval", "keyRotationIntervalSecs", "logLevel", "maxBSONDepth",
     "minSnapshotHistoryWindowInSeconds",
-    "quiet", "syncdelay",
+    "quiet", "replWriterThreadCount", "syncdelay",
     "transactionLifetimeLimitSeconds", "wiredTigerConcurrentReadTransactions",
     "wiredTigerConcurrentWriteTransactions",
 };

@@ -27,6 +27,10 @@
  * between moving it in and deleting the donor's copy both shards hold ns's
  * critical section, so no routed command on ns runs on either; after it
  * each shard's version is the new one and old routers get StaleConfig.
+ * Neither leaves its critical section before its change (the move-in, the
+ * deletion) is majority-committed and in its stable timestamp: a
+ * readConcern majority read reads there, and would otherwise still see the
+ * donor's copy beside the recipient's.
  * One migration at a time per shard, as donor or recipient.
  */
 #include "cmd/migrate_int.h"
@@ -663,9 +667,16 @@ int mig_await_majority(int64_t timeout_ms, const char *what, sbl_err_t *err)
      * later: with parallel commits the latter may be below the former */
     wc_wait_t w = {0};
     uint64_t ts = sbl_repl_last_op_ts(), mine = sbl_repl_take_thread_op_ts();
-    sbl_repl_await(mine > ts ? mine : ts, 1, true, timeout_ms, wc_done, &w);
+    if (mine > ts)
+        ts = mine;
+    sbl_repl_await(ts, 1, true, timeout_ms, wc_done, &w);
     if (w.code != 0)
         return sbl_err_set(err, w.code, "%s: %s", what, w.msg);
+    /* and in the stable timestamp, where majority reads read: it trails the
+     * commit point a little (sbl_rs_publish_stable_locked), or more while a
+     * prepared transaction holds it back; then no more than a second */
+    for (int i = 0; i < 500 && sbl_repl_enabled() && sbl_storage_stable_ts() < ts; i++)
+        usleep(2000);
     return 0;
 }
 
@@ -1082,6 +1093,9 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
                          session, e.msg);
         else if (mig_task_delete(session, &e) != 0)
             mig_log("migration %s: removing the range deletion task failed: %s", session, e.msg);
+        else if (mig_await_majority(MIG_CRIT_MS, "the deletion of the donor's copy", &e) != 0)
+            mig_log("migration %s: %s (majority reads may see the range twice)", session,
+                    e.msg);
         sbl_shard_refresh(spec.ns, &e);
         if (deleted < 0) {
             mig_recovery_take_crit(spec.ns); /* recovery deletes the rest first */

@@ -119,7 +119,8 @@ bool mig_leftovers(void);
 int64_t mig_delete_range(const mig_spec_t *s, sbl_err_t *err);
 /* The recipient's settling of a task whose receive no longer runs here
  * (this member restarted): commit keeps the range, abort deletes it; then
- * the staging collection and the task go.  0 when there was none. */
+ * the staging collection and the task go.  0 when there was none;
+ * NotYetInitialized on a member that does not know its shard's name yet. */
 int mig_recip_settle_task(const char *session, bool commit, sbl_err_t *err);
 /* The live migration gives its critical section on ns to recovery (the
  * outcome is unknown: recovery settles it from the config servers). */

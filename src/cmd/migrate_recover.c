@@ -439,6 +439,9 @@ static int settle_recip_doc(const bson_t *d, const mig_spec_t *s, bool commit, s
 
 int mig_recip_settle_task(const char *session, bool commit, sbl_err_t *err)
 {
+    if (sbl_shard_name() == NULL) /* a new primary before it read its shardIdentity */
+        return sbl_err_set(err, SBL_E_NotYetInitialized, "this member does not know its "
+                           "shard's name yet; ask again");
     bson_t docs[MAX_DOCS];
     int n = load_docs("rangeDeletions", docs, MAX_DOCS), rc = 0;
     pthread_mutex_lock(&rec_mu);
@@ -531,8 +534,14 @@ static bool recover_pass(void)
     } else if (ns != NULL) {
         left = local_left = true;
     }
-    if (!local_left && in_crit && !mig_donor_active() && !mig_recip_active())
-        crit_release(); /* this shard's copies are settled: routed commands go on */
+    if (!local_left && in_crit && !mig_donor_active() && !mig_recip_active()) {
+        /* this shard's copies are settled: routed commands go on, once what
+         * was deleted is gone for majority reads too (migrate.c) */
+        sbl_err_t e = {0};
+        if (mig_await_majority(MIG_CRIT_MS, "settling a migration's range", &e) != 0)
+            mig_log("migration recovery: %s (majority reads may still see it)", e.msg);
+        crit_release();
+    }
     free_docs(coords, nc);
     free_docs(tasks, nt);
     return left;

@@ -554,6 +554,9 @@ static void recip_abort(void)
         sbl_repl_from_migrate = false;
         bson_destroy(&reply);
         bson_destroy(&cmd);
+        /* gone for majority reads too before the critical section ends (migrate.c) */
+        if (mig_await_majority(MIG_CRIT_MS, "taking the range back out", &e) != 0)
+            mig_log("migration %s: %s (majority reads may still see it)", recip.session, e.msg);
     }
     recip_drop_staging();
     sbl_err_t e = {0};

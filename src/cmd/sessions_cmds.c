@@ -6,9 +6,10 @@
  * cursors it opens die with the session.  Here too: startSession,
  * refreshSessions, endSessions, killSessions, killAllSessions,
  * killAllSessionsByPattern, refreshLogicalSessionCacheNow (a test command),
- * serverStatus' logicalSessionRecordCache, and the job the cursor reaper's
- * thread runs: expire sessions unused for localLogicalSessionTimeoutMinutes
- * (their cursors killed) and, every logicalSessionRefreshMillis, write the
+ * serverStatus' logicalSessionRecordCache, and the job its own thread runs
+ * (dispatch.c; not the cursor reaper's, which must not wait behind it):
+ * expire sessions unused for localLogicalSessionTimeoutMinutes (their
+ * cursors killed) and, every logicalSessionRefreshMillis, write the
  * sessions used since the last run to config.system.sessions (TTL index
  * lsidTTLIndex on lastUse) and remove the ended ones, as mongod's logical
  * session cache does.  The records are written with internal commands, so

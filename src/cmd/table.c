@@ -159,7 +159,8 @@ static const sbl_cmd_def_t cmd_table[] = {
      "internal: a two-phase commit's coordinator prepares this shard's transaction", NULL},
     {"profile", sbl_cmd_profile, 0,
      "database profiler level, slowms and sampleRate", "enableProfiler"},
-    {"refreshLogicalSessionCacheNow", sbl_cmd_refresh_logical_session_cache_now, 0,
+    /* SLOW: on a worker; its TTL index build waits for older (prepared) transactions */
+    {"refreshLogicalSessionCacheNow", sbl_cmd_refresh_logical_session_cache_now, SLOW,
      "test command: write the session cache to config.system.sessions now", ""},
     {"refreshSessions", sbl_cmd_refresh_sessions, 0, "refresh logical sessions", ""},
     {"renameCollection", sbl_cmd_rename_collection, W | ADM,

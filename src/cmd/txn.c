@@ -48,6 +48,7 @@ typedef struct sbl_mtxn {
     int64_t txn_number;
     int state;
     bool busy;                /* a command runs in it (the reaper leaves it alone) */
+    atomic_bool kill_asked;   /* killSessions while busy: a wait of that command ends */
     sbl_session_t *ss;        /* holds the WiredTiger transaction while in progress */
     sbl_repl_txn_ops_t *ops;  /* its writes, for the applyOps entry */
     char **created;           /* collections it created (hidden from others until commit) */
@@ -240,6 +241,7 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
     }
     t->busy = true;
+    atomic_store(&t->kill_asked, false);
     t->active_since_us = sbl_now_us();
     ctx->mtxn = t;
     /* past its lifetime: aborted now, whoever asks */
@@ -882,6 +884,20 @@ int64_t sbl_cmd_mtxn_number(const sbl_opctx_t *ctx)
     return ctx->mtxn != NULL ? ctx->mtxn->txn_number : -1;
 }
 
+bool sbl_cmd_mtxn_kill_asked(const sbl_opctx_t *ctx)
+{
+    return ctx->mtxn != NULL && atomic_load(&ctx->mtxn->kill_asked);
+}
+
+int64_t sbl_cmd_mtxn_expiry_us(const sbl_opctx_t *ctx)
+{
+    if (ctx->mtxn == NULL)
+        return 0;
+    /* start_ms changes only under the checkout ctx holds */
+    int64_t left_ms = ctx->mtxn->start_ms + atomic_load(&lifetime_limit_s) * 1000 - sbl_now_ms();
+    return sbl_now_us() + left_ms * 1000;
+}
+
 bool sbl_cmd_mtxn_describe(const sbl_lsid_t *l, int64_t txn_number, bson_t *d)
 {
     bool found = false;
@@ -907,8 +923,12 @@ void sbl_cmd_mtxn_kill_session(const uint8_t id[16])
 {
     pthread_mutex_lock(&txn_mu);
     for (sbl_mtxn_t *t = txns; t != NULL; t = t->next)
-        if (memcmp(t->lsid.id, id, 16) == 0 && !t->busy)
-            abort_txn(t);
+        if (memcmp(t->lsid.id, id, 16) == 0) {
+            if (!t->busy)
+                abort_txn(t);
+            else /* its command stops waiting on a prepared transaction; its error aborts it */
+                atomic_store(&t->kill_asked, true);
+        }
     pthread_mutex_unlock(&txn_mu);
 }
 

@@ -74,6 +74,7 @@
     X(NotAReplicaSet, 123)                                                                     \
     X(IndexBuildAborted, 276)                                                                  \
     X(NoQueryExecutionPlans, 291)                                                              \
+    X(TransactionExceededLifetimeLimitSeconds, 290)                                            \
     X(NetworkTimeout, 89)                                                                          \
     X(OperationFailed, 96)                                                                         \
     X(WriteConflict, 112)                                                                          \

@@ -98,19 +98,22 @@ int sbl_op_check_deadline(const sbl_opctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-void sbl_op_backoff(int attempt)
+int sbl_op_backoff(const sbl_opctx_t *ctx, int *attempt, sbl_err_t *err)
 {
     uint64_t gen;
     bool prepared = sbl_prepare_conflict_take(&gen);
-    if (attempt == 0)
-        return;
+    if (*attempt == 0)
+        return 0;
     if (prepared) { /* wait for the prepared transaction rather than spin */
-        sbl_prepare_wait(gen, 0);
-        return;
+        if (!sbl_prepare_wait(gen, ctx->deadline_us))
+            return sbl_err_set(err, SBL_E_InterruptedAtShutdown, "interrupted at shutdown");
+        (*attempt)--; /* as long as it stays prepared, as reads wait */
+        return sbl_op_check_interrupt(ctx, err);
     }
-    long us = attempt < 10 ? 100L * attempt : attempt < 50 ? 1000L : 10000L;
+    long us = *attempt < 10 ? 100L * *attempt : *attempt < 50 ? 1000L : 10000L;
     struct timespec ts = {0, us * 1000};
     nanosleep(&ts, NULL);
+    return 0;
 }
 
 /* ---- hooks ------------------------------------------------------------------ */

@@ -108,10 +108,13 @@ static inline int sbl_op_check_interrupt(const sbl_opctx_t *ctx, sbl_err_t *err)
     return sbl_op_check_deadline(ctx, err);
 }
 
-/* Sleep a little before retrying after WriteConflict (attempt counts from 0);
- * after one with a prepared transaction, until it commits or aborts (at most
- * SBL_PREPARE_WAIT_SLICE_MS). */
-void sbl_op_backoff(int attempt);
+/* Sleep a little before retrying after WriteConflict (*attempt counts from
+ * 0); after one with a prepared transaction, until it commits or aborts (at
+ * most SBL_PREPARE_WAIT_SLICE_MS, never past ctx's deadline), and that wait
+ * does not count (*attempt goes back one): such a write waits as long as a
+ * read does.  Returns 0 to retry, or the error that ends the operation (50
+ * past maxTimeMS, 11601 after killOp, 11600 at shutdown). */
+int sbl_op_backoff(const sbl_opctx_t *ctx, int *attempt, sbl_err_t *err);
 #define SBL_WRITE_RETRIES 500
 
 /* ---- arguments in MongoDB's words (op_args.c) ----------------------------- */

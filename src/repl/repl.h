@@ -54,6 +54,12 @@ typedef struct sbl_repl_config {
  * true, which change streams hide unless showMigrationEvents. */
 extern _Thread_local bool sbl_repl_from_migrate;
 
+/* replWriterThreadCount (a start-up parameter, 1..256): the threads a
+ * secondary applies the oplog with; min(16, 2 x cores) unless set. */
+#define SBL_REPL_MAX_WRITER_THREADS 256
+void sbl_repl_set_writer_threads(int n);
+int sbl_repl_writer_threads(void);
+
 /* Start replication after sbl_storage_open: with a set name, install the
  * write observer and, when local.system.replset holds a config for the set,
  * open the oplog, resume its timestamps and become PRIMARY again.  Returns
@@ -194,7 +200,8 @@ int sbl_repl_wait_applied(uint64_t ts, int64_t deadline_us, sbl_err_t *err);
 int sbl_repl_linearizable_check(sbl_err_t *err);
 int sbl_repl_linearizable_wait(int64_t deadline_us, sbl_err_t *err);
 /* Monitoring (repl_monitor.c); no-ops / 0 on a standalone.
- * sbl_repl_append_server_status: serverStatus's repl and opcountersRepl.
+ * sbl_repl_append_server_status: serverStatus's repl, opcountersRepl and
+ * electionMetrics.
  * sbl_repl_append_metrics: serverStatus.metrics.repl (into metrics).
  * sbl_repl_members_info: each member's host, state (MongoDB's numbers) and
  * lag behind the newest optime this member knows, in ms (-1 unknown), at

@@ -381,6 +381,8 @@ void sbl_rs_update_term_locked(int64_t term)
     sbl_err_clear(&err);
     if (sbl_rs_persist_vote_locked(&err) != 0)
         log_attr(SBL_LOG_ERROR, 7360101, "Could not store the term", "error", err.msg, NULL, 0);
+    if (atomic_load(&rs.state) == SBL_RS_PRIMARY || rs.catching_up)
+        sbl_rs_count_higher_term_step_down();
     if (atomic_load(&rs.state) == SBL_RS_PRIMARY)
         sbl_rs_step_down_locked("a higher term was seen");
     rs.primary = -1;

@@ -180,7 +180,11 @@ int sbl_repl_heartbeat(const bson_t *cmd, bson_t *r, sbl_err_t *err)
     int st = atomic_load(&rs.state);
     sbl_optime_t ap = sbl_rs_my_applied();
     BSON_APPEND_UTF8(r, "set", rs.set_name);
-    BSON_APPEND_INT32(r, "state", rs.config != NULL ? st : SBL_RS_STARTUP);
+    /* in catch-up with a member ahead: PRIMARY, as mongod (the member ahead
+     * then schedules a catch-up takeover; it takes no primary behind it as
+     * its sync source, sbl_rs_pick_sync_source) */
+    BSON_APPEND_INT32(r, "state", rs.config == NULL ? SBL_RS_STARTUP
+                                  : sbl_rs_catching_up_locked() ? SBL_RS_PRIMARY : st);
     BSON_APPEND_INT64(r, "term", rs.term);
     BSON_APPEND_INT32(r, "v", rs.config != NULL ? (int32_t)rs.cfg.version : -2);
     BSON_APPEND_INT64(r, "configTerm", rs.config != NULL ? rs.cfg.term : -1);
@@ -332,6 +336,7 @@ static void on_heartbeat_reply(int i, bool ok, const bson_t *reply, int64_t sent
     const char *ss = str(reply, "syncingTo");
     snprintf(p->sync_source, sizeof(p->sync_source), "%s", ss != NULL ? ss : "");
     int64_t term = num(reply, "term", -1);
+    p->term = term;
     if (term > rs.term)
         sbl_rs_update_term_locked(term);
     if (p->state == SBL_RS_PRIMARY && term >= rs.term) {
@@ -480,17 +485,30 @@ static void log_catchup(int id, const char *msg, const char *how, sbl_optime_t t
     bson_destroy(&attr);
 }
 
+/* How long catch-up waits without progress: 30 s when no catch-up takeover
+ * runs; else past the takeover's delay by two heartbeat intervals (the member
+ * ahead hears of this primary) and two election timeouts (its election). */
+static int64_t stall_ms_locked(void)
+{
+    if (rs.cfg.catchup_takeover_ms < 0)
+        return 30000;
+    return rs.cfg.catchup_takeover_ms + 2 * rs.cfg.heartbeat_ms + 2 * rs.cfg.election_timeout_ms;
+}
+
 /*
  * Primary catch-up (pv1), between winning the election of term and taking
  * writes: hear from every member once (fresh heartbeats), and while one that
  * is up has a newer applied optime, go on applying (the applier syncs from
  * the member furthest ahead) until this member has the newest optime it
- * knows of.  Ends early on settings.catchUpTimeoutMillis (0: no catch-up),
+ * knows of.  Meanwhile its heartbeats say PRIMARY, so the member ahead may
+ * run a catch-up takeover (catchup_takeover_due_locked), whose higher term
+ * ends this.  Ends early on settings.catchUpTimeoutMillis (0: no catch-up),
  * replSetAbortPrimaryCatchUp, when no member that is up is ahead any more,
- * when the term moves, or after catchUpTakeoverDelayMillis (30 s; when -1,
- * 30 s) without progress: where mongod's member ahead would take over, this
- * member stops waiting for it (every wait bounded).  Lock held; waits release it.  Returns false when
- * this member may no longer become primary (term or state moved).
+ * when the term moves, or without progress for stall_ms_locked(): mongod
+ * would wait on, Sable bounds every wait (a member ahead that cannot take
+ * over, being priority 0 or frozen, would hold the set without a primary).
+ * Lock held; waits release it.  Returns false when this member may no
+ * longer become primary (term or state moved).
  */
 static bool catch_up_locked(int64_t term)
 {
@@ -516,9 +534,14 @@ static bool catch_up_locked(int64_t term)
         }
     }
     sbl_optime_t target = newest_known_locked();
+    if (limit == 0)
+        sbl_rs_count_catchup(SBL_CATCHUP_SKIPPED, 0);
+    else if (sbl_optime_cmp(target, sbl_rs_my_applied()) <= 0)
+        sbl_rs_count_catchup(SBL_CATCHUP_ALREADY, 0);
     if (limit != 0 && sbl_optime_cmp(target, sbl_rs_my_applied()) > 0) {
         const char *how = NULL;
-        int64_t stall_ms = rs.cfg.catchup_takeover_ms > 0 ? rs.cfg.catchup_takeover_ms : 30000;
+        int outcome = SBL_CATCHUP_SUCCEEDED;
+        int64_t stall_ms = stall_ms_locked();
         int64_t moved_ms = start;
         sbl_optime_t seen = sbl_rs_my_applied();
         rs.won.target = target;
@@ -532,22 +555,28 @@ static bool catch_up_locked(int64_t term)
             }
             if (sbl_optime_cmp(newest, target) > 0)
                 rs.won.target = target = newest; /* heard of a newer one meanwhile */
-            if (rs.stopping || rs.term != term || atomic_load(&rs.state) != SBL_RS_SECONDARY)
+            if (rs.stopping || rs.term != term || atomic_load(&rs.state) != SBL_RS_SECONDARY) {
                 how = "the term or state changed";
-            else if (sbl_optime_cmp(me, target) >= 0)
+                outcome = rs.term != term ? SBL_CATCHUP_NEW_TERM : SBL_CATCHUP_ERROR;
+            } else if (sbl_optime_cmp(me, target) >= 0) {
                 how = "caught up to the target optime";
-            else if (rs.catchup_abort)
+            } else if (rs.catchup_abort) {
                 how = "replSetAbortPrimaryCatchUp";
-            else if (limit > 0 && sbl_now_ms() - start >= limit)
+                outcome = SBL_CATCHUP_ABORTED;
+            } else if (limit > 0 && sbl_now_ms() - start >= limit) {
                 how = "catchUpTimeoutMillis elapsed";
-            else if (sbl_optime_cmp(newest, me) <= 0)
+                outcome = SBL_CATCHUP_TIMED_OUT;
+            } else if (sbl_optime_cmp(newest, me) <= 0) {
                 how = "no member that is up is ahead";
-            else if (sbl_now_ms() - moved_ms >= stall_ms)
-                how = "no progress for catchUpTakeoverDelayMillis";
-            else
+            } else if (sbl_now_ms() - moved_ms >= stall_ms) {
+                how = "no progress, and no catch-up takeover came";
+                outcome = SBL_CATCHUP_TIMED_OUT;
+            } else {
                 sbl_rs_wait_locked(50);
+            }
         }
         rs.won.catchup_ops = sbl_rs_applied_ops() - ops0;
+        sbl_rs_count_catchup(outcome, rs.won.catchup_ops);
         atomic_fetch_add(&rs.topology, 1);
         log_catchup(21363, "Exited primary catch-up mode", how, target, rs.won.catchup_ops);
     }
@@ -579,7 +608,12 @@ static int run_election(bool skip_dry_run, const char *reason, sbl_err_t *err)
     int64_t higher, term;
     int rc = -1;
 
-    pthread_mutex_lock(&election_mu);
+    /* an election (with its catch-up) is running: one the timers called
+     * would run after it on what they saw before it, so it does not wait */
+    if (skip_dry_run)
+        pthread_mutex_lock(&election_mu);
+    else if (pthread_mutex_trylock(&election_mu) != 0)
+        return sbl_err_set(err, SBL_E_CommandFailed, "an election is already running");
     pthread_mutex_lock(&rs.lock);
     int maj = sbl_rs_majority(&rs.cfg);
     term = rs.term;
@@ -622,12 +656,14 @@ static int run_election(bool skip_dry_run, const char *reason, sbl_err_t *err)
     sbl_rs_reset_election_timer_locked(sbl_now_ms());
     pthread_mutex_unlock(&rs.lock);
     log_election("Running for election", term);
+    sbl_rs_count_election(reason, false);
     int votes = request_votes(false, term, &higher);
     pthread_mutex_lock(&rs.lock);
     if (higher > 0)
         sbl_rs_update_term_locked(higher);
     if (votes >= maj && rs.term == term && atomic_load(&rs.state) == SBL_RS_SECONDARY) {
         log_election("Election succeeded, assuming primary role", term);
+        sbl_rs_count_election(reason, true);
         rs.won.reason = reason;
         rs.won.date_ms = started;
         rs.won.term = term;
@@ -700,32 +736,82 @@ void sbl_rs_hb_kick(void)
     pthread_mutex_unlock(&rs.lock);
 }
 
+/* How many members have a higher priority than this one (0: the highest). */
+static int priority_rank_locked(void)
+{
+    int rank = 0;
+    for (int i = 0; i < rs.cfg.n; i++)
+        rank += rs.cfg.m[i].priority > rs.cfg.m[rs.self].priority;
+    return rank;
+}
+
 /* Priority takeover (as mongod): a SECONDARY of higher priority than the
- * primary it sees, whose last entry is within 2 s of the primary's, calls an
- * election after (1 + the number of members of higher priority than it)
- * election timeouts plus the timer's random offset.  Lock held. */
-static int64_t takeover_since_ms;
+ * primary it sees, whose last entry is within 2 s of the primary's.  Lock held. */
+static bool priority_takeover_applies_locked(int64_t now)
+{
+    int p = rs.primary, me = rs.self;
+    return p >= 0 && p != me && rs.peer[p].up && !rs.catching_up &&
+           sbl_rs_electable(&rs.cfg, me) && now >= rs.freeze_until_ms &&
+           rs.cfg.m[me].priority > rs.cfg.m[p].priority &&
+           (int64_t)SBL_TS_SECS(sbl_rs_my_applied().ts) + 2 >=
+               (int64_t)SBL_TS_SECS(rs.peer[p].applied.ts) && sbl_storage_can_write();
+}
+
+/* Catch-up takeover (as mongod): a SECONDARY not frozen, not in an election
+ * of its own, whose disk takes writes, and to which the rules apply
+ * (sbl_rs_catchup_takeover_applies: a primary of our term in catch-up behind
+ * us, nobody ahead of us).  Lock held. */
+static bool catchup_takeover_applies_locked(int64_t now)
+{
+    sbl_rs_candidate_t c[SBL_RS_MAX_MEMBERS];
+    for (int i = 0; i < rs.cfg.n; i++)
+        c[i] = (sbl_rs_candidate_t){.up = rs.peer[i].up, .state = rs.peer[i].state,
+                                    .applied = rs.peer[i].applied, .term = rs.peer[i].term};
+    return !rs.catching_up && now >= rs.freeze_until_ms &&
+           sbl_rs_catchup_takeover_applies(&rs.cfg, c, rs.self, rs.primary, rs.term,
+                                           sbl_rs_my_applied()) &&
+           sbl_storage_can_write();
+}
+
+/* When both apply, mongod runs the priority takeover for the member of the
+ * highest priority and the catch-up one for the others.  The priority one
+ * calls an election after (1 + rank) election timeouts plus the timer's
+ * random offset, the catch-up one after catchUpTakeoverDelayMillis (the
+ * primary steps down on the higher term), each once its conditions have held
+ * that long.  Lock held. */
+static int64_t takeover_since_ms, catchup_since_ms;
 
 static bool takeover_due_locked(int64_t now)
 {
-    int p = rs.primary, me = rs.self;
-    bool ok = p >= 0 && p != me && rs.peer[p].up && sbl_rs_electable(&rs.cfg, me) &&
-              now >= rs.freeze_until_ms && rs.cfg.m[me].priority > rs.cfg.m[p].priority &&
-              (int64_t)SBL_TS_SECS(sbl_rs_my_applied().ts) + 2 >=
-                  (int64_t)SBL_TS_SECS(rs.peer[p].applied.ts) && sbl_storage_can_write();
-    if (!ok) {
+    int rank = priority_rank_locked();
+    if (!priority_takeover_applies_locked(now) ||
+        (rank > 0 && catchup_takeover_applies_locked(now))) {
         takeover_since_ms = 0;
         return false;
     }
     if (takeover_since_ms == 0)
         takeover_since_ms = now;
-    int rank = 0;
-    for (int i = 0; i < rs.cfg.n; i++)
-        if (rs.cfg.m[i].priority > rs.cfg.m[me].priority)
-            rank++;
     if (now - takeover_since_ms < (rank + 1) * rs.cfg.election_timeout_ms + rs.election_offset_ms)
         return false;
     takeover_since_ms = 0;
+    return true;
+}
+
+static bool catchup_takeover_due_locked(int64_t now)
+{
+    bool ok = catchup_takeover_applies_locked(now) &&
+              !(priority_rank_locked() == 0 && priority_takeover_applies_locked(now));
+    if (!ok) {
+        catchup_since_ms = 0;
+        return false;
+    }
+    if (catchup_since_ms == 0) {
+        catchup_since_ms = now;
+        log_election("Scheduling a catchup takeover", rs.term + 1);
+    }
+    if (now - catchup_since_ms < rs.cfg.catchup_takeover_ms)
+        return false;
+    catchup_since_ms = 0;
     return true;
 }
 
@@ -776,6 +862,20 @@ static void *peer_main(void *arg)
     return NULL;
 }
 
+/* An election the timers called for reason (hb_main: lock held, released
+ * while it runs); msg, when not NULL, is logged first. */
+static void timer_election_locked(const char *msg, const char *reason)
+{
+    int64_t next = rs.term + 1;
+    sbl_err_t err;
+    pthread_mutex_unlock(&rs.lock);
+    if (msg != NULL)
+        log_election(msg, next);
+    sbl_err_clear(&err);
+    run_election(false, reason, &err);
+    pthread_mutex_lock(&rs.lock);
+}
+
 /* The checks: step down without a majority, elections, takeovers.  The
  * senders run beside it, one per member slot, started as the set grows. */
 static void *hb_main(void *arg)
@@ -823,25 +923,22 @@ static void *hb_main(void *arg)
             if (lost && now - rs.election_ms >= rs.cfg.election_timeout_ms)
                 sbl_rs_step_down_locked("can't see a majority of the set");
         } else if (rs.config != NULL && rs.self >= 0 && st == SBL_RS_SECONDARY &&
-                   sbl_rs_electable(&rs.cfg, rs.self) && now >= rs.freeze_until_ms &&
+                   !rs.catching_up && sbl_rs_electable(&rs.cfg, rs.self) &&
+                   now >= rs.freeze_until_ms &&
                    now - rs.primary_seen_ms >= rs.cfg.election_timeout_ms +
                                                       rs.election_offset_ms &&
                    (rs.primary < 0 || !rs.peer[rs.primary].up) && sbl_storage_can_write()) {
-            pthread_mutex_unlock(&rs.lock);
-            sbl_err_t err;
-            sbl_err_clear(&err);
-            run_election(false, "electionTimeout", &err);
-            pthread_mutex_lock(&rs.lock);
+            timer_election_locked(NULL, "electionTimeout");
+            continue;
+        } else if (rs.config != NULL && rs.self >= 0 && st == SBL_RS_SECONDARY &&
+                   catchup_takeover_due_locked(now)) {
+            timer_election_locked("Starting an election for a catchup takeover",
+                                  "catchupTakeover");
             continue;
         } else if (rs.config != NULL && rs.self >= 0 && st == SBL_RS_SECONDARY &&
                    takeover_due_locked(now)) {
-            int64_t next = rs.term + 1;
-            pthread_mutex_unlock(&rs.lock);
-            log_election("Starting an election for a priority takeover", next);
-            sbl_err_t err;
-            sbl_err_clear(&err);
-            run_election(false, "priorityTakeOver", &err);
-            pthread_mutex_lock(&rs.lock);
+            timer_election_locked("Starting an election for a priority takeover",
+                                  "priorityTakeover");
             continue;
         }
         sbl_rs_publish_stable_locked();

@@ -256,7 +256,7 @@ typedef struct sbl_rs_config {
     int64_t election_timeout_ms; /* settings.electionTimeoutMillis (10000) */
     bool chaining;               /* settings.chainingAllowed (true) */
     int64_t catchup_timeout_ms;  /* settings.catchUpTimeoutMillis (-1: no limit) */
-    int64_t catchup_takeover_ms; /* settings.catchUpTakeoverDelayMillis (30000; kept only) */
+    int64_t catchup_takeover_ms; /* settings.catchUpTakeoverDelayMillis (30000; -1: none) */
     int nmodes;
     sbl_rs_mode_t modes[SBL_RS_MAX_MODES];
 } sbl_rs_config_t;
@@ -274,7 +274,8 @@ int sbl_rs_majority(const sbl_rs_config_t *cfg);
 /* The sync source rules (mongod's chooseNewSyncSource, repl_rules.c): the
  * member a secondary should tail, or -1.  ping[i] is the member's average
  * heartbeat time; a member may serve when it is up, PRIMARY or SECONDARY,
- * holds data and is not behind us (the primary always may); the first pass
+ * holds data and is not behind us (the primary too, as mongod: one in
+ * catch-up lacks the entries of the member ahead of it); the first pass
  * skips hidden and delayed members, non-voters when we vote and members more
  * than SBL_RS_MAX_SYNC_LAG_S behind the primary; the nearest wins, and the
  * primary unless another is SBL_RS_SYNC_PING_THRESHOLD_MS nearer.  Without
@@ -287,9 +288,19 @@ typedef struct sbl_rs_candidate {
     int state;
     sbl_optime_t applied;
     int64_t ping_ms;
+    int64_t term; /* the term its last heartbeat gave */
 } sbl_rs_candidate_t;
 int sbl_rs_pick_sync_source(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
                             int primary, sbl_optime_t mine);
+/* Whether a catch-up takeover applies to member self (mongod's rules, the
+ * settings' part and the view of the others; the caller adds not frozen, not
+ * in an election of its own, a disk that takes writes): catchUpTakeoverDelayMillis
+ * is not -1 nor catchUpTimeoutMillis 0, self is electable, primary (c[primary])
+ * is up, of our term and behind us while our newest entry mine is of an
+ * earlier term (it has written nothing: it is in catch-up), and no member up
+ * is ahead of us. */
+bool sbl_rs_catchup_takeover_applies(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c,
+                                     int self, int primary, int64_t term, sbl_optime_t mine);
 /* May member i stand for election: priority > 0, votes, not an arbiter. */
 bool sbl_rs_electable(const sbl_rs_config_t *cfg, int i);
 /* How many voting members hold data, and how many of them a majority write
@@ -376,6 +387,7 @@ void sbl_rs_wait_locked(int64_t ms);
 
 typedef struct sbl_rs_peer {
     int state;                     /* from its last heartbeat response; DOWN when unreachable */
+    int64_t term;                  /* and the term it gave (0: none yet) */
     bool up;                       /* the last heartbeat was answered */
     int64_t last_ok_ms;            /* when a heartbeat was last answered (0: never) */
     int64_t next_hb_ms;            /* when to send the next one */
@@ -486,6 +498,43 @@ extern sbl_repl_run_fn sbl_rs_runner;
 /* Apply entry e (repl_sync.c): its change through the runner,
  * idempotently, and the entry itself in our oplog (not when replaying). */
 int sbl_rs_apply_entry(const bson_t *e, sbl_err_t *err);
+/* The same on a writer ahead of its turn: any failure changes nothing and
+ * returns WriteConflict (the writer runs it again at its turn). */
+int sbl_rs_apply_entry_ahead(const bson_t *e, sbl_err_t *err);
+
+/* ---- parallel application (repl_apply.c) -------------------------------------
+ * The applier hands entries to a pool of writer threads, one document's
+ * entries to one writer, commits in ts order; 'c' entries are barriers the
+ * caller applies alone after sbl_rs_apply_drain. */
+int sbl_rs_default_writer_threads(void);
+/* Start the writers (with the applier thread; none for one writer: the
+ * applier thread applies every entry itself) / stop them (pending entries
+ * are dropped: drain first). */
+int sbl_rs_apply_pool_start(void);
+void sbl_rs_apply_pool_stop(void);
+/* A new stream of entries: a writer checks go_on(go_on_arg) before each
+ * entry (false: the entry fails, the stream stops) and calls
+ * applied(applied_arg) after each one it committed.  Both until the next
+ * call (NULLs after the last drain). */
+void sbl_rs_apply_stream(bool (*go_on)(void *), void *go_on_arg, void (*applied)(void *),
+                         void *applied_arg);
+/* Whether entry e must be applied alone (a command, a transaction, a
+ * prepared transaction's entry; every entry when there are no writers). */
+bool sbl_rs_apply_is_barrier(const bson_t *e);
+/* Hand e (copied) to its writer; waits while too many are in flight.  An
+ * error when an entry handed out before failed (the stream must stop). */
+int sbl_rs_apply_dispatch(const bson_t *e, sbl_err_t *err);
+/* Wait until every entry handed out is applied or dropped; the first failure
+ * (then nothing after it committed), else 0. */
+int sbl_rs_apply_drain(sbl_err_t *err);
+/* From sbl_oplog_append_raw on a writer: wait for the entry's turn before
+ * it takes the oplog's lock (0 at once elsewhere); WriteConflict when an
+ * earlier entry needs this writer's transaction out of its way, another
+ * error when an earlier entry failed. */
+int sbl_rs_apply_turn(sbl_err_t *err);
+/* The session record of applied entry doc (ts): in s's transaction, or on a
+ * writer, in a transaction of its own at ts (see repl_apply.c). */
+int sbl_rs_apply_record(sbl_session_t *s, const bson_t *doc, uint64_t ts, sbl_err_t *err);
 /* Move WiredTiger's stable timestamp (and oldest, a window behind) to what
  * this member knows is majority committed and has applied (lock held). */
 void sbl_rs_publish_stable_locked(void);
@@ -493,6 +542,21 @@ void sbl_rs_publish_stable_locked(void);
  * there), or past it what it would be but for a prepared transaction that
  * holds it back (its commit or abort lets it move on). */
 uint64_t sbl_rs_stable_unclamped_locked(void);
+
+/* In primary catch-up with a member ahead (elected, applying before it
+ * takes writes): replSetGetStatus, hello and heartbeats name this member
+ * PRIMARY meanwhile (repl_status.c).  Lock held. */
+bool sbl_rs_catching_up_locked(void);
+
+/* serverStatus.electionMetrics (repl_monitor.c), as mongod counts them: a
+ * real election run for reason (lastElectionReason's words), then won; how a
+ * catch-up ended and the entries it applied; a primary (or one in catch-up)
+ * that stepped down on seeing a higher term. */
+enum { SBL_CATCHUP_SUCCEEDED, SBL_CATCHUP_ALREADY, SBL_CATCHUP_SKIPPED, SBL_CATCHUP_TIMED_OUT,
+       SBL_CATCHUP_ERROR, SBL_CATCHUP_NEW_TERM, SBL_CATCHUP_ABORTED, SBL_CATCHUP_N };
+void sbl_rs_count_election(const char *reason, bool won);
+void sbl_rs_count_catchup(int outcome, int64_t ops);
+void sbl_rs_count_higher_term_step_down(void);
 
 /* ---- recovery and rollback (repl_recover.c) ------------------------------ */
 

@@ -1,7 +1,7 @@
 /*
  * repl_monitor.c: what monitoring reads of replication: serverStatus's
  * repl (the member's hello view), opcountersRepl (entries applied here, by
- * type, as mongod counts them) and metrics.repl, and per-member state and
+ * type, as mongod counts them), electionMetrics and metrics.repl, and per-member state and
  * lag for the Prometheus endpoint and the monitoring page.
  *
  * What must stay true: counters only grow; lag is measured against the
@@ -43,6 +43,64 @@ void sbl_rs_count_batch(void)
     atomic_fetch_add(&applied_batches, 1);
 }
 
+/* electionMetrics: elections called and won per reason (mongod's counters;
+ * both step-up reasons count as stepUpCmd), catch-ups by outcome. */
+enum { EL_STEP_UP, EL_PRIORITY, EL_CATCHUP, EL_TIMEOUT, EL_FREEZE, EL_N };
+static const char *const el_names[EL_N] = {"stepUpCmd", "priorityTakeover", "catchUpTakeover",
+                                           "electionTimeout", "freezeTimeout"};
+static _Atomic int64_t el_called[EL_N], el_won[EL_N];
+static _Atomic int64_t catchups, catchup_by[SBL_CATCHUP_N], catchup_ops, higher_term_downs;
+
+void sbl_rs_count_election(const char *reason, bool won)
+{
+    int k = strncmp(reason, "stepUpRequest", 13) == 0 ? EL_STEP_UP
+          : strcmp(reason, "priorityTakeover") == 0 ? EL_PRIORITY
+          : strcmp(reason, "catchupTakeover") == 0 ? EL_CATCHUP
+          : strcmp(reason, "electionTimeout") == 0 ? EL_TIMEOUT
+          : strcmp(reason, "singleNodePromptElection") == 0 ? EL_FREEZE : -1;
+    if (k >= 0)
+        atomic_fetch_add(won ? &el_won[k] : &el_called[k], 1);
+}
+
+void sbl_rs_count_catchup(int outcome, int64_t ops)
+{
+    if (outcome < 0 || outcome >= SBL_CATCHUP_N)
+        return;
+    atomic_fetch_add(&catchup_by[outcome], 1);
+    if (outcome != SBL_CATCHUP_ALREADY && outcome != SBL_CATCHUP_SKIPPED) {
+        atomic_fetch_add(&catchups, 1);
+        atomic_fetch_add(&catchup_ops, ops);
+    }
+}
+
+void sbl_rs_count_higher_term_step_down(void)
+{
+    atomic_fetch_add(&higher_term_downs, 1);
+}
+
+static void append_election_metrics(bson_t *r)
+{
+    static const char *const outcome[SBL_CATCHUP_N] = {
+        "numCatchUpsSucceeded", "numCatchUpsAlreadyCaughtUp", "numCatchUpsSkipped",
+        "numCatchUpsTimedOut", "numCatchUpsFailedWithError", "numCatchUpsFailedWithNewTerm",
+        "numCatchUpsFailedWithReplSetAbortPrimaryCatchUpCmd"};
+    bson_t d, c;
+    BSON_APPEND_DOCUMENT_BEGIN(r, "electionMetrics", &d);
+    for (int i = 0; i < EL_N; i++) {
+        BSON_APPEND_DOCUMENT_BEGIN(&d, el_names[i], &c);
+        BSON_APPEND_INT64(&c, "called", atomic_load(&el_called[i]));
+        BSON_APPEND_INT64(&c, "successful", atomic_load(&el_won[i]));
+        bson_append_document_end(&d, &c);
+    }
+    BSON_APPEND_INT64(&d, "numStepDownsCausedByHigherTerm", atomic_load(&higher_term_downs));
+    int64_t n = atomic_load(&catchups);
+    BSON_APPEND_INT64(&d, "numCatchUps", n);
+    for (int i = 0; i < SBL_CATCHUP_N; i++)
+        BSON_APPEND_INT64(&d, outcome[i], atomic_load(&catchup_by[i]));
+    BSON_APPEND_DOUBLE(&d, "averageCatchUpOps", n > 0 ? (double)atomic_load(&catchup_ops) / n : 0);
+    bson_append_document_end(r, &d);
+}
+
 void sbl_repl_append_server_status(bson_t *r)
 {
     bson_t d;
@@ -61,6 +119,7 @@ void sbl_repl_append_server_status(bson_t *r)
     for (int i = 0; i < OPR_N; i++)
         BSON_APPEND_INT64(&d, names[i], atomic_load(&opr[i]));
     bson_append_document_end(r, &d);
+    append_election_metrics(r);
 }
 
 void sbl_repl_append_metrics(bson_t *metrics)

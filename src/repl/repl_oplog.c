@@ -316,13 +316,14 @@ int sbl_oplog_append_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
         term = bson_iter_as_int64(&it);
     if (bson_iter_init_find(&it, doc, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it))
         wall = bson_iter_date_time(&it);
+    SBL_RET(sbl_rs_apply_turn(err)); /* a writer: entries take the lock in ts order */
     SBL_RET(sbl_capped_lock(s, oplog, err));
     uint64_t ts = SBL_TS(t, i);
     SBL_RET(sbl_txn_set_commit_ts(s, ts, err));
     if (!sbl_oplog_vis_reserve(ts, term, s)) /* the lock is kept: the applier commits in order */
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory for an oplog entry");
     SBL_RET(sbl_write(s, oplog, SBL_WRITE_INSERT, NULL, doc, NULL, err));
-    SBL_RET(sbl_txn_record_applied(s, doc, err));
+    SBL_RET(sbl_rs_apply_record(s, doc, ts, err));
     if (ts > atomic_load(&last_ts)) {
         atomic_store(&last_ts, ts);
         atomic_store(&last_wall, wall);

@@ -2,7 +2,8 @@
  * repl_rules.c: the pure rules of protocol version 1, with no I/O and no
  * clock, so unit tests drive them alone: the config's validation, who may
  * stand for election, how a voter decides (one vote per term, never for a
- * candidate whose log is behind ours), and the majority commit point.
+ * candidate whose log is behind ours), when a catch-up takeover applies, the
+ * sync source, and the majority commit point.
  *
  * What must stay true: a voter grants at most one real vote per term (the
  * caller persists last_vote before it answers); the commit point never
@@ -470,6 +471,20 @@ uint64_t sbl_rs_stable_for(bool primary, sbl_optime_t commit, sbl_optime_t appli
     return stable;
 }
 
+bool sbl_rs_catchup_takeover_applies(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c,
+                                     int self, int primary, int64_t term, sbl_optime_t mine)
+{
+    if (cfg->catchup_takeover_ms < 0 || cfg->catchup_timeout_ms == 0 || primary < 0 ||
+        primary == self || !c[primary].up || c[primary].term != term ||
+        !sbl_rs_electable(cfg, self) || mine.t >= term ||
+        sbl_optime_cmp(c[primary].applied, mine) >= 0)
+        return false;
+    for (int i = 0; i < cfg->n; i++)
+        if (i != self && c[i].up && sbl_optime_cmp(c[i].applied, mine) > 0)
+            return false; /* another would take over from us at once */
+    return true;
+}
+
 /* Whether member i may serve as a sync source in pass first (0) or the
  * second (1), by the rules above sbl_rs_pick_sync_source. */
 static bool may_serve(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
@@ -479,10 +494,10 @@ static bool may_serve(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, i
     if (i == self || !c[i].up || m->arbiter ||
         (c[i].state != SBL_RS_PRIMARY && c[i].state != SBL_RS_SECONDARY))
         return false;
+    if (sbl_optime_cmp(c[i].applied, mine) < 0)
+        return false; /* behind us: a primary too (one in catch-up lacks our entries) */
     if (i == primary)
         return true;
-    if (sbl_optime_cmp(c[i].applied, mine) < 0)
-        return false; /* behind us */
     if (pass == 0 && (m->hidden || m->delay_s > 0 || (m->votes == 0 && cfg->m[self].votes > 0) ||
                       (uint32_t)(c[i].applied.ts >> 32) < oldest_s))
         return false;
@@ -493,7 +508,8 @@ int sbl_rs_pick_sync_source(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t
                             int primary, sbl_optime_t mine)
 {
     if (!cfg->chaining)
-        return primary >= 0 && primary != self && c[primary].up ? primary : -1;
+        return primary >= 0 && primary != self && c[primary].up &&
+                       sbl_optime_cmp(c[primary].applied, mine) >= 0 ? primary : -1;
     uint32_t newest_s = 0, oldest_s = 0;
     if (primary >= 0)
         newest_s = (uint32_t)(c[primary].applied.ts >> 32);

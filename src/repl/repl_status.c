@@ -6,8 +6,7 @@
  * A member in primary catch-up (elected, applying what a member ahead of it
  * has: repl_hb.c) says PRIMARY in replSetGetStatus and names itself hello's
  * primary, while hello says isWritablePrimary: false, secondary: true until
- * catch-up ends, as mongod does.  Its heartbeats still say SECONDARY: the
- * member ahead must not take it as its sync source meanwhile.
+ * catch-up ends, as mongod does; its heartbeats say PRIMARY too (repl_hb.c).
  */
 #include "repl/repl_int.h"
 
@@ -21,8 +20,7 @@
 
 #define rs sbl_rs
 
-/* In primary catch-up with a member ahead (see above).  Lock held. */
-static bool catching_up_locked(void)
+bool sbl_rs_catching_up_locked(void)
 {
     return rs.catching_up && rs.won.target.ts != 0;
 }
@@ -97,7 +95,7 @@ void sbl_repl_append_hello(bson_t *r)
     BSON_APPEND_UTF8(r, "setName", rs.set_name);
     BSON_APPEND_INT32(r, "setVersion", (int32_t)rs.cfg.version);
     BSON_APPEND_BOOL(r, "secondary", st == SBL_RS_SECONDARY);
-    bool up = catching_up_locked();
+    bool up = sbl_rs_catching_up_locked();
     if (up || rs.primary >= 0)
         BSON_APPEND_UTF8(r, "primary", rs.cfg.m[up ? rs.self : rs.primary].host);
     if (me->arbiter)
@@ -187,7 +185,7 @@ static void append_candidate_metrics(bson_t *r)
 int sbl_repl_get_status(bson_t *r, sbl_err_t *err)
 {
     SBL_RET(sbl_rs_lock_initiated(err));
-    int st = catching_up_locked() ? SBL_RS_PRIMARY : atomic_load(&rs.state);
+    int st = sbl_rs_catching_up_locked() ? SBL_RS_PRIMARY : atomic_load(&rs.state);
     sbl_optime_t ap = sbl_rs_my_applied();
     int64_t wall = sbl_oplog_last_wall_ms(), now = sbl_now_ms();
     int voters = sbl_rs_voters(&rs.cfg);

@@ -2,17 +2,18 @@
  * repl_sync.c: a secondary pulls.  The applier thread takes the primary as
  * its sync source, tails its oplog (find on local.oplog.rs from our last
  * applied ts, tailable, awaitData), checks that the first entry is our
- * last one (else our history diverged: rollback, not built yet), applies
- * each entry in order through the command layer's runner with the entry
- * as the thread's "applying" entry (so the storage observer writes that
- * very entry, with its ts as commit timestamp, in the change's own
- * transaction), and reports its position with replSetUpdatePosition.
- * The primary's side: replSetUpdatePosition, the commit point, and
- * write-concern waiters.
+ * last one (else our history diverged: rollback), and hands each entry to
+ * the writer threads (repl_apply.c) or, a command, applies it alone once
+ * they are idle.  An entry is applied through the command layer's runner
+ * with the entry as the thread's "applying" entry (so the storage observer
+ * writes that very entry, with its ts as commit timestamp, in the change's
+ * own transaction); a reporter sends replSetUpdatePosition.  The primary's
+ * side: replSetUpdatePosition, the commit point, and write-concern waiters.
  *
- * What must stay true: entries are applied one at a time in ts order; an
- * entry that changed nothing (replayed) is still written to our oplog; the
- * commit point never moves back; every waiter's callback runs exactly once.
+ * What must stay true: entries commit in ts order (one document's are
+ * applied in order; repl_apply.c); an entry that changed nothing (replayed)
+ * is still written to our oplog; the commit point never moves back; every
+ * waiter's callback runs exactly once.
  */
 #include "repl/repl_int.h"
 
@@ -284,7 +285,18 @@ static int transient_failure(const bson_t *reply)
     }
 }
 
-int sbl_rs_apply_entry(const bson_t *e, sbl_err_t *err)
+/* Whether the command's reply says it failed: not ok, or a write error. */
+static bool reply_failed(const bson_t *reply)
+{
+    bson_iter_t it;
+    return (bson_iter_init_find(&it, reply, "ok") && bson_iter_as_double(&it) != 1.0) ||
+           bson_iter_init_find(&it, reply, "writeErrors");
+}
+
+/* Apply entry e; ahead: on a writer ahead of its turn (repl_apply.c), where
+ * any failure is left to the entry's turn, when every earlier entry has
+ * committed and the serial rules below apply. */
+static int apply_one(const bson_t *e, bool ahead, sbl_err_t *err)
 {
     char db[128];
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
@@ -308,7 +320,10 @@ int sbl_rs_apply_entry(const bson_t *e, sbl_err_t *err)
         sbl_rs_runner(db, &cmd, &reply);
         bson_iter_t it;
         int code = transient_failure(&reply);
-        if (code != 0) {
+        if (ahead && (code != 0 || reply_failed(&reply))) {
+            rc = sbl_err_set(err, SBL_E_WriteConflict, "applying the entry ahead of its turn "
+                             "failed: again at its turn");
+        } else if (code != 0) {
             char *json = bson_as_relaxed_extended_json(&reply, NULL);
             rc = sbl_err_set(err, code, "applying the entry failed: %s", json);
             bson_free(json);
@@ -330,6 +345,16 @@ int sbl_rs_apply_entry(const bson_t *e, sbl_err_t *err)
     return rc;
 }
 
+int sbl_rs_apply_entry(const bson_t *e, sbl_err_t *err)
+{
+    return apply_one(e, false, err);
+}
+
+int sbl_rs_apply_entry_ahead(const bson_t *e, sbl_err_t *err)
+{
+    return apply_one(e, true, err);
+}
+
 /* ---- the fetcher --------------------------------------------------------------- */
 
 /* What the sync source rules see of each member (lock held). */
@@ -340,6 +365,7 @@ static void candidates_locked(sbl_rs_candidate_t *c)
         c[i].state = rs.peer[i].state;
         c[i].applied = rs.peer[i].applied;
         c[i].ping_ms = rs.peer[i].ping_avg_ms;
+        c[i].term = rs.peer[i].term;
     }
 }
 
@@ -639,6 +665,23 @@ static void reporter_stop(reporter_t *r)
     free(r);
 }
 
+static void poke_reporter(void *r)
+{
+    reporter_poke(r);
+}
+
+/* An entry could not be applied: nothing after it committed; the applier
+ * stops and starts again from our newest entry. */
+static void apply_failed(const sbl_err_t *err)
+{
+    bson_t attr = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&attr, "error", err->msg);
+    sbl_log(SBL_LOG_ERROR, "REPL", 21238, "Could not apply an oplog entry", &attr);
+    bson_destroy(&attr);
+    if (abort_txns != NULL)
+        abort_txns(); /* one busy at the start may hold the conflicting write */
+}
+
 static void log_host(int level, int id, const char *msg, const char *host)
 {
     bson_t attr = BSON_INITIALIZER;
@@ -715,6 +758,7 @@ static void sync_from(const char *host)
     int64_t sync_term = rs.term;
     pthread_mutex_unlock(&rs.lock);
     log_host(SBL_LOG_INFO, 21799, "Sync source candidate chosen", host);
+    sbl_rs_apply_stream(still_in_term, &sync_term, poke_reporter, reporter);
     if (abort_txns != NULL)
         abort_txns(); /* none may commit here now; their writes would block ours */
     while (still_syncing_from(host)) {
@@ -753,25 +797,35 @@ static void sync_from(const char *host)
             if (!wait_delay(doc, host, sync_term) ||
                 !sbl_repl_fp_wait(SBL_REPL_FP_APPLY_STOP, still_in_term, &sync_term))
                 goto out;
+            /* A document's entry goes to its writer; a command waits until the
+             * writers applied everything before it, then runs alone. */
             sbl_err_t err;
             sbl_err_clear(&err);
-            if (sbl_rs_apply_entry(doc, &err) != 0) {
-                bson_t attr = BSON_INITIALIZER;
-                BSON_APPEND_UTF8(&attr, "error", err.msg);
-                sbl_log(SBL_LOG_ERROR, "REPL", 21238, "Could not apply an oplog entry", &attr);
-                bson_destroy(&attr);
-                if (abort_txns != NULL)
-                    abort_txns(); /* one busy at the start may hold the conflicting write */
+            bool barrier = sbl_rs_apply_is_barrier(doc);
+            int arc = barrier ? sbl_rs_apply_drain(&err) : sbl_rs_apply_dispatch(doc, &err);
+            if (arc == 0 && barrier)
+                arc = sbl_rs_apply_entry(doc, &err);
+            if (arc != 0) {
+                apply_failed(&err);
                 goto out;
             }
-            sbl_rs_count_applied_op(doc);
+            if (barrier) {
+                sbl_rs_count_applied_op(doc);
+                reporter_poke(reporter);
+            }
             applied_ts = o.ts;
-            reporter_poke(reporter);
             if (++n % 100 == 0 && !still_syncing_from(host))
                 goto out;
         }
-        if (n > 0)
+        if (n > 0) {
+            sbl_err_t err;
+            sbl_err_clear(&err);
+            if (sbl_rs_apply_drain(&err) != 0) { /* caught up: all applied */
+                apply_failed(&err);
+                goto out;
+            }
             sbl_rs_count_batch();
+        }
         /* Nothing at or after our last entry, yet the source is in a newer term:
          * our tail (written in an older term, with later timestamps than the
          * source's newest entry) diverged, and no write may come to show it. */
@@ -795,6 +849,10 @@ static void sync_from(const char *host)
             initial_sync_done(); /* the source had nothing more for now */
     }
 out:
+    sbl_err_clear(&lerr);
+    if (sbl_rs_apply_drain(&lerr) != 0)
+        apply_failed(&lerr);
+    sbl_rs_apply_stream(NULL, NULL, NULL, NULL);
     reporter_stop(reporter);
     report_position(c);
     mongoc_cursor_destroy(cur);
@@ -833,16 +891,22 @@ static void *sync_main(void *arg)
 
 int sbl_rs_sync_start(void)
 {
-    if (pthread_create(&sync_thread, NULL, sync_main, NULL) != 0)
+    if (sbl_rs_apply_pool_start() != 0)
         return -1;
+    if (pthread_create(&sync_thread, NULL, sync_main, NULL) != 0) {
+        sbl_rs_apply_pool_stop();
+        return -1;
+    }
     sync_running = true;
     return 0;
 }
 
 void sbl_rs_sync_stop(void)
 {
-    if (sync_running)
+    if (sync_running) {
         pthread_join(sync_thread, NULL);
+        sbl_rs_apply_pool_stop();
+    }
     sync_running = false;
 }
 

@@ -188,6 +188,18 @@ static int run(int notify_fd)
         }
         sbl_storage_set_min_free_mb(mb);
     }
+    if (bson_iter_init_find(&ttl_it, &options.parameters, "replWriterThreadCount") &&
+        BSON_ITER_HOLDS_UTF8(&ttl_it)) {
+        const char *v = bson_iter_utf8(&ttl_it, NULL);
+        char *end;
+        long long n = strtoll(v, &end, 10);
+        if (*end != '\0' || end == v || n < 1 || n > SBL_REPL_MAX_WRITER_THREADS) {
+            fprintf(stderr, "sabled: BadValue: Bad value for parameter \"replWriterThreadCount\": "
+                    "%s is not in [1, %d]\n", v, SBL_REPL_MAX_WRITER_THREADS);
+            return 2;
+        }
+        sbl_repl_set_writer_threads((int)n);
+    }
     if (sbl_storage_open(&scfg, &err) != 0) {
         startup_error(SBL_LOG_FATAL, "STORAGE", 28595,
                       "Terminating: could not open the storage engine", &err);

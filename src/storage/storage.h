@@ -145,10 +145,33 @@ void sbl_prepare_no_wait(bool on);
 bool sbl_prepare_conflict_take(uint64_t *genp);
 bool sbl_prepare_wait(uint64_t gen, int64_t deadline_us); /* false: shutting down */
 /* At shutdown: wake every waiter and wait no more; an operation that met a
- * prepared transaction then ends with InterruptedAtShutdown (reads) or the
- * WriteConflict its retries run out on (writes), so the server's threads
- * finish instead of waiting for a coordinator that may never answer. */
+ * prepared transaction then ends with InterruptedAtShutdown, so the server's
+ * threads finish instead of waiting for a coordinator that may never answer. */
 void sbl_prepare_shutdown(void);
+/*
+ * Waiting in place, as mongod retries a prepare conflict inside its storage
+ * layer: an operation that must keep its snapshot (a read in a
+ * multi-document transaction, a getMore) enters a scope on its thread; a
+ * cursor call of its reads that meets a prepared transaction's write then
+ * waits (slices as above) and is made again on the same cursor, which sees
+ * the outcome.  Before each slice check says whether to go on: 0 and the
+ * deadline not to wait past (monotonic us, 0: none), or the operation's
+ * error in *err (past maxTimeMS, killed), which the scope keeps in rc and
+ * err (11600 at shutdown); the read then fails with WriteConflict and the
+ * caller answers rc instead.  The waiter must hold no lock that committing
+ * or aborting a prepared transaction takes (the storage layer holds none
+ * across a cursor call); a libuv loop thread (sbl_prepare_no_wait) never waits.
+ */
+typedef struct sbl_prepare_scope {
+    int (*check)(void *arg, int64_t *deadline_us, sbl_err_t *err);
+    void *arg;
+    int rc; /* set when a wait gave up, with err */
+    sbl_err_t err;
+    struct sbl_prepare_scope *prev; /* the thread's scope before this one */
+} sbl_prepare_scope_t;
+/* sc outlives the scope; leave(sc) restores the scope enter found. */
+void sbl_prepare_scope_enter(sbl_prepare_scope_t *sc);
+void sbl_prepare_scope_leave(sbl_prepare_scope_t *sc);
 
 /* ---- catalog ---------------------------------------------------------- */
 

@@ -67,14 +67,16 @@ static int get_one(sbl_session_t *s, sbl_coll_t *c, const bson_value_t *id, cons
     SBL_RET(sbl_session_cursor(s, c->tbl, &cur, err));
     sbl_buf_reset(&s->key);
     sbl_key_append(&s->key, id, false);
-    if (c->dup_ids) {
-        ret = sbl_dup_seek(cur, s->key.data, s->key.len, like);
-    } else {
-        k.data = s->key.data;
-        k.size = s->key.len;
-        cur->set_key(cur, &k);
-        ret = cur->search(cur);
-    }
+    do { /* again after a prepared transaction resolved (sbl_prepare_wait_here) */
+        if (c->dup_ids) {
+            ret = sbl_dup_seek(cur, s->key.data, s->key.len, like);
+        } else {
+            k.data = s->key.data;
+            k.size = s->key.len;
+            cur->set_key(cur, &k);
+            ret = cur->search(cur);
+        }
+    } while (ret == WT_PREPARE_CONFLICT && sbl_prepare_wait_here());
     if (ret == 0) {
         if ((ret = cur->get_value(cur, &v)) == 0) {
             if (bson_init_static(&view, v.data, v.size)) {

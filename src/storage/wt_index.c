@@ -375,13 +375,17 @@ bool sbl_index_uri_known(const char *uri)
 
 /* ---- create, build, drop -------------------------------------------------------- */
 
-/* Wait until no transaction that began before now is still open. */
-static void wait_old_txns(sbl_session_t *self)
+/* Wait until no transaction that began before now is still open; at
+ * shutdown InterruptedAtShutdown instead (a prepared one may never end). */
+static int wait_old_txns(sbl_session_t *self, sbl_err_t *err)
 {
     uint64_t gen = atomic_fetch_add(&sbl_eng.txn_gen, 1) + 1;
 
     for (;;) {
         bool busy = false;
+        if (sbl_prepare_stopping())
+            return sbl_err_set(err, SBL_E_InterruptedAtShutdown,
+                               "index build interrupted at shutdown");
         pthread_mutex_lock(&sbl_eng.sess_lock);
         for (sbl_session_t *s = sbl_eng.sessions; s != NULL && !busy; s = s->next_all) {
             uint64_t g = atomic_load(&s->txn_gen);
@@ -389,7 +393,7 @@ static void wait_old_txns(sbl_session_t *self)
         }
         pthread_mutex_unlock(&sbl_eng.sess_lock);
         if (!busy)
-            return;
+            return 0;
         usleep(1000);
     }
 }
@@ -534,8 +538,8 @@ int sbl_index_create(sbl_session_t *s, sbl_coll_t *c, const bson_t *spec, sbl_er
     if ((rc = sbl_catalog_update_table(t, err)) != 0)
         goto fail;
 
-    if (!fresh)
-        wait_old_txns(s);
+    if (!fresh && (rc = wait_old_txns(s, err)) != 0)
+        goto fail;
     done = fresh;
     sbl_buf_init(&resume);
     for (int attempt = 0; !done;) {

@@ -223,6 +223,12 @@ int sbl_wt_err(sbl_err_t *err, int ret, const char *what);
 void sbl_prepare_note_conflict(void);
 void sbl_prepare_began(void);
 void sbl_prepare_resolved(void);
+/* A cursor call answered WT_PREPARE_CONFLICT: true once this thread's scope
+ * (sbl_prepare_scope_enter) waited and the same call should be made again;
+ * false when there is no scope or it gave up (the caller fails as before). */
+bool sbl_prepare_wait_here(void);
+/* sbl_prepare_shutdown ran: nothing waits for transactions any more. */
+bool sbl_prepare_stopping(void);
 
 /* Table references. */
 sbl_wt_table_t *sbl_table_new(const char *uri);

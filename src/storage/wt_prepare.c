@@ -4,7 +4,10 @@
  * writer of a prepared transaction's update; sbl_wt_err turns it into
  * WriteConflict and notes on the thread the count of prepared transactions
  * resolved so far.  Every commit or rollback of a prepared transaction moves
- * the count and wakes the waiters, who retry from a new snapshot.
+ * the count and wakes the waiters, who retry from a new snapshot.  An
+ * operation that keeps its snapshot (a transaction's read, a getMore) waits
+ * in place instead: inside its scope the cursor call that met the prepared
+ * write waits and is made again (sbl_prepare_wait_here).
  *
  * What must stay true: a waiter never sleeps longer than one slice, so a
  * resolution it missed (the count moved between WiredTiger's answer and the
@@ -27,6 +30,7 @@ static _Thread_local bool tls_no_wait; /* a libuv loop thread: never wait */
 
 static _Thread_local bool tls_conflicted;
 static _Thread_local uint64_t tls_gen;
+static _Thread_local sbl_prepare_scope_t *tls_scope; /* waits in place */
 
 void sbl_prepare_note_conflict(void)
 {
@@ -56,6 +60,11 @@ void sbl_prepare_shutdown(void)
     atomic_store(&stopping, true);
     pthread_cond_broadcast(&cv);
     pthread_mutex_unlock(&mu);
+}
+
+bool sbl_prepare_stopping(void)
+{
+    return atomic_load(&stopping);
 }
 
 int64_t sbl_prepare_outstanding(void)
@@ -98,4 +107,35 @@ bool sbl_prepare_wait(uint64_t gen, int64_t deadline_us)
             break;
     pthread_mutex_unlock(&mu);
     return !atomic_load(&stopping);
+}
+
+void sbl_prepare_scope_enter(sbl_prepare_scope_t *sc)
+{
+    sc->rc = 0;
+    sbl_err_clear(&sc->err);
+    sc->prev = tls_scope;
+    tls_scope = sc;
+}
+
+void sbl_prepare_scope_leave(sbl_prepare_scope_t *sc)
+{
+    tls_scope = sc->prev;
+}
+
+bool sbl_prepare_wait_here(void)
+{
+    sbl_prepare_scope_t *sc = tls_scope;
+    int64_t deadline = 0;
+
+    if (sc == NULL || tls_no_wait || sc->rc != 0)
+        return false;
+    /* Taken after WiredTiger's answer: a resolution in between costs a slice. */
+    uint64_t gen = atomic_load(&resolved);
+    if ((sc->rc = sc->check(sc->arg, &deadline, &sc->err)) != 0)
+        return false;
+    if (!sbl_prepare_wait(gen, deadline)) {
+        sc->rc = sbl_err_set(&sc->err, SBL_E_InterruptedAtShutdown, "interrupted at shutdown");
+        return false;
+    }
+    return true;
 }

@@ -79,11 +79,18 @@ int sbl_range_next(sbl_range_t *r, WT_ITEM *k, WT_ITEM *v)
 
     if (r->done)
         return WT_NOTFOUND;
+    /* A prepared transaction's write: the same call again once it resolved
+     * (WiredTiger keeps the position), when the operation waits in place. */
     if (!r->started) {
         r->started = true;
-        ret = range_start(r);
-    } else
-        ret = r->backward ? cur->prev(cur) : cur->next(cur);
+        do
+            ret = range_start(r);
+        while (ret == WT_PREPARE_CONFLICT && sbl_prepare_wait_here());
+    } else {
+        do
+            ret = r->backward ? cur->prev(cur) : cur->next(cur);
+        while (ret == WT_PREPARE_CONFLICT && sbl_prepare_wait_here());
+    }
     if (ret == 0 && (ret = cur->get_key(cur, k)) == 0) {
         /* The end bound. */
         int c;

@@ -487,13 +487,14 @@ def failovers_before_heal(report):
     return bad
 
 
-def failovers(ops, nemesis):
-    """For each fault aimed at the primary: seconds from the fault to the
-    first acknowledged write invoked after it (the writes' unavailability)."""
+def failovers(ops, nemesis, kinds=FAILOVER_KINDS):
+    """For each fault of kinds (those aimed at the primary): seconds from
+    the fault to the first acknowledged write invoked after it (the writes'
+    unavailability)."""
     out = []
     oks = sorted((op.call, op.ret) for op in ops if op.type == "ok" and op.f in WRITES)
     for e in nemesis:
-        if e["f"] not in FAILOVER_KINDS:
+        if e["f"] not in kinds:
             continue
         nxt = next((ret for call, ret in oks if call >= e["time"]), None)
         out.append({"fault": e["f"], "seconds": None if nxt is None
@@ -640,10 +641,9 @@ def print_round(r):
                                 "; ".join(r["anomalies"])), flush=True)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workload", default="register",
-                    help="register, set, append, bank or a comma list (rounds cycle through it)")
+def add_round_args(ap):
+    """The options of a round that every fault-round runner takes
+    (harness_sharded.py too)."""
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--duration", type=float, default=30)
@@ -651,6 +651,13 @@ def main(argv=None):
     ap.add_argument("--hold-max", type=float, default=6.0)
     ap.add_argument("--threads", type=int, default=5)
     ap.add_argument("--election-timeout-ms", type=int, default=2000)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", default="register",
+                    help="register, set, append, bank or a comma list (rounds cycle through it)")
+    add_round_args(ap)
     ap.add_argument("--read-concern", default=None,
                     help="of the reads during the run (default: register linearizable, "
                     "set and append majority)")

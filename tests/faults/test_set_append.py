@@ -105,6 +105,48 @@ def test_set_without_final_read_is_an_error():
     assert not ok and r["errors"]
 
 
+def shard_final(p, out, t, node, owns):
+    """A final read of one shard's member, held to the ranges it owns."""
+    return ("final-" + node, "final-read", {"shard": node.split("/")[0], "owns": owns}, t,
+            t + 5, "ok", out, node)
+
+
+def test_set_sharded_owned_parts_and_orphans_pass():
+    # shard0 owns [min, 10), shard1 [10, max); 12 is an orphan left on shard0
+    ok, r = set_result(add(1, 1, 0, 10), add(2, 12, 0, 10), add(3, 13, 0, None, "info"),
+                       final("r0", [1, 12], 100, "router0"),
+                       shard_final(9, [1, 12], 100, "shard0/n1", [[None, 10]]),
+                       shard_final(9, [1], 100, "shard0/n2", [[None, 10]]),
+                       shard_final(9, [12], 100, "shard1/n1", [[10, None]]))
+    assert ok, r
+    assert r["orphans"] == [{"node": "shard0/n1", "count": 1, "first": [12]}]
+
+
+def test_set_sharded_lost_on_the_owner_fails():
+    # 12 acknowledged, on the router's read only as shard0's orphan, absent on its owner
+    ok, r = set_result(add(1, 1, 0, 10), add(2, 12, 0, 10),
+                       final("r0", [1, 12], 100, "router0"),
+                       shard_final(9, [1, 12], 100, "shard0/n1", [[None, 10]]),
+                       shard_final(9, [], 100, "shard1/n1", [[10, None]]))
+    assert not ok
+    assert r["lost"] == [{"element": 12, "node": "shard1/n1", "acked": 10}]
+    assert not r["divergent"]
+
+
+def test_set_sharded_members_of_one_shard_differ_fails():
+    ok, r = set_result(add(1, 12, 0, 10), add(2, 14, 0, None, "info"),
+                       final("r0", [12, 14], 100, "router0"),
+                       shard_final(9, [12, 14], 100, "shard1/n1", [[10, None]]),
+                       shard_final(9, [12], 100, "shard1/n2", [[10, None]]))
+    assert not ok and r["divergent"] and r["vanished"] == [{"element": 14, "node": "shard1/n2"}]
+
+
+def test_set_sharded_duplicate_through_the_router_fails():
+    ok, r = set_result(add(1, 12, 0, 10), final("r0", [12, 12], 100, "router0"),
+                       shard_final(9, [12], 100, "shard1/n1", [[10, None]]))
+    assert not ok and r["errors"]
+
+
 # ---------------------------------------------------------------- append
 
 def test_append_prefix_compatible_reads_pass():

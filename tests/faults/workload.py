@@ -261,10 +261,13 @@ class Agent:
             self.keys_seen.add(k)
         return k
 
+    def client_uri(self):
+        """The workload's connection string (a subclass: through routers)."""
+        return "mongodb://%s/?replicaSet=rs0" % ",".join(self.hosts.values())
+
     def cmd_start(self, _):
-        seeds = ",".join(self.hosts.values())
         self.client = pymongo.MongoClient(
-            "mongodb://%s/?replicaSet=rs0" % seeds, serverSelectionTimeoutMS=2000,
+            self.client_uri(), serverSelectionTimeoutMS=2000,
             connectTimeoutMS=2000, socketTimeoutMS=self.a.op_timeout_ms,
             heartbeatFrequencyMS=500, retryWrites=False, retryReads=False,
             maxPoolSize=self.a.threads * 2)
@@ -416,6 +419,16 @@ class Agent:
         return (o.get("t"), ts.time if ts else None, ts.inc if ts else None)
 
     def cmd_final(self, _):
+        res = self.convergence()
+        self.final_reads()
+        self.write_history()
+        return res
+
+    def convergence(self):
+        """Wait (up to --converge-s) for one primary and every member on the
+        same applied optime; then the members' dbHash and oplogs compared.
+        {converged, converge_s, primary, members, dbhash, oplog, diverged,
+        final_nodes}."""
         res = {"converged": False, "members": {}, "diverged": []}
         end = time.monotonic() + self.a.converge_s
         t0 = time.monotonic()
@@ -448,12 +461,13 @@ class Agent:
                 ref = max(set(vals), key=vals.count)
             res["diverged"] = [n for n in self.names if res["dbhash"].get(n) != ref]
         res["final_nodes"] = [n for n in self.names if n not in res["diverged"]]
-        self.final_reads()
+        return res
+
+    def write_history(self):
         self.rec.events.sort(key=lambda e: e["time"])   # stable: completions stay after invokes
         with open(self.a.out, "w", encoding="utf-8") as f:
             for e in self.rec.events:
                 f.write(json.dumps(e, separators=(",", ":"), default=str) + "\n")
-        return res
 
     def dbhashes(self):
         out = {}

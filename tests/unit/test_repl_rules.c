@@ -291,6 +291,20 @@ static void test_sync_source(void)
     c[1].ping_ms = 100;
     c[2].ping_ms = 1;
     CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);  /* arbiters hold no data */
+    /* a primary behind us (one in catch-up) lacks our entries: as mongod,
+     * not a source, with or without chaining; one level with us may be */
+    cfg.m[2].arbiter = false;
+    c[1].ping_ms = 1;
+    c[1].applied = ot(1, 980);
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 2);
+    c[2].applied = c[3].applied = ot(1, 980);
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == -1);
+    cfg.chaining = false;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == -1);
+    c[1].applied = mine;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);
+    cfg.chaining = true;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);
     /* chainingAllowed is read from the config and defaults to true */
     sbl_rs_config_t parsed;
     CHECK(parse_json("{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"}],"
@@ -303,9 +317,61 @@ static void test_sync_source(void)
           SBL_E_InvalidReplicaSetConfig);
 }
 
+/* Catch-up takeover: member 0 is us, ahead; 1 the primary of term 3, in
+ * catch-up (behind us); 2 a secondary. */
+static void test_catchup_takeover(void)
+{
+    sbl_rs_config_t cfg = three(1, false, 1);
+    cfg.catchup_timeout_ms = -1;
+    cfg.catchup_takeover_ms = 30000;
+    sbl_rs_candidate_t c[3];
+    memset(c, 0, sizeof(c));
+    for (int i = 1; i < 3; i++) {
+        c[i].up = true;
+        c[i].state = i == 1 ? SBL_RS_PRIMARY : SBL_RS_SECONDARY;
+        c[i].applied = ot(2, 1000);
+        c[i].term = 3;
+    }
+    sbl_optime_t mine = ot(2, 1005);
+    CHECK(sbl_rs_catchup_takeover_applies(&cfg, c, 0, 1, 3, mine));
+    CHECK(!sbl_rs_catchup_takeover_applies(&cfg, c, 0, -1, 3, mine));  /* no primary */
+    CHECK(!sbl_rs_catchup_takeover_applies(&cfg, c, 0, 1, 4, mine));   /* primary of an older term */
+    c[1].applied = mine;                                                /* caught up */
+    CHECK(!sbl_rs_catchup_takeover_applies(&cfg, c, 0, 1, 3, mine));
+    c[1].applied = ot(2, 1000);
+    CHECK(!sbl_rs_catchup_takeover_applies(&cfg, c, 0, 1, 3, ot(3, 1))); /* it wrote in its term */
+    c[2].applied = ot(2, 1010);                                         /* another is ahead of us */
+    CHECK(!sbl_rs_catchup_takeover_applies(&cfg, c, 0, 1, 3, mine));
+    c[2].up = false;                                                    /* ... but down */
+    CHECK(sbl_rs_catchup_takeover_applies(&cfg, c, 0, 1, 3, mine));
+    c[1].up = false;
+    CHECK(!sbl_rs_catchup_takeover_applies(&cfg, c, 0, 1, 3, mine));
+    c[1].up = true;
+    cfg.catchup_takeover_ms = -1;                                       /* off */
+    CHECK(!sbl_rs_catchup_takeover_applies(&cfg, c, 0, 1, 3, mine));
+    cfg.catchup_takeover_ms = 0;
+    CHECK(sbl_rs_catchup_takeover_applies(&cfg, c, 0, 1, 3, mine));
+    cfg.catchup_timeout_ms = 0;                                         /* no catch-up at all */
+    CHECK(!sbl_rs_catchup_takeover_applies(&cfg, c, 0, 1, 3, mine));
+    cfg.catchup_timeout_ms = -1;
+    cfg.m[0].priority = 0;                                              /* not electable */
+    CHECK(!sbl_rs_catchup_takeover_applies(&cfg, c, 0, 1, 3, mine));
+    /* the settings: -1 or non-negative, default 30000 */
+    sbl_rs_config_t parsed;
+    CHECK(parse_json("{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"}]}",
+                     &parsed) == 0 && parsed.catchup_takeover_ms == 30000);
+    CHECK(parse_json("{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"}],"
+                     "\"settings\":{\"catchUpTakeoverDelayMillis\":-1}}", &parsed) == 0 &&
+          parsed.catchup_takeover_ms == -1);
+    CHECK(parse_json("{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"}],"
+                     "\"settings\":{\"catchUpTakeoverDelayMillis\":-2}}", &parsed) ==
+          SBL_E_InvalidReplicaSetConfig);
+}
+
 int main(void)
 {
     test_sync_source();
+    test_catchup_takeover();
     test_config();
     test_arbiters();
     test_modes();

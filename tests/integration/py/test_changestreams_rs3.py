@@ -38,6 +38,9 @@ def test_coll_mod_replicates_and_secondaries_see_modify(rs3):  # noqa: F811
     db.m.create_index("a")
     with direct(secondary) as sc:
         wait_for(lambda: "m" in sc.csmod.list_collection_names())
+        # w: "majority" of three need not include this secondary: the stream
+        # must open after it applied createIndexes, or that is its first event
+        wait_for(lambda: "a_1" in [i["name"] for i in sc.csmod.m.list_indexes()])
         r = sc.csmod.command("aggregate", "m", cursor={},
                              pipeline=[{"$changeStream": {"showExpandedEvents": True}}])
         cid = r["cursor"]["id"]

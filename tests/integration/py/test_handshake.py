@@ -157,6 +157,21 @@ def test_get_parameter_specific(client):
         client.otherdb.command({"getParameter": 1, "logLevel": 1})
 
 
+def test_set_parameter_log_level(client):
+    """logLevel changes at run time (setParameter answers the old value);
+    out of 0-5 or not an integer: BadValue, the level unchanged."""
+    try:
+        assert client.admin.command("setParameter", 1, logLevel=2)["was"] == 0
+        assert client.admin.command({"getParameter": 1, "logLevel": 1})["logLevel"] == 2
+        for bad in (6, -1, 1.5, "1"):
+            with pytest.raises(OperationFailure) as e:
+                client.admin.command("setParameter", 1, logLevel=bad)
+            assert e.value.code == 2, bad  # BadValue
+        assert client.admin.command({"getParameter": 1, "logLevel": 1})["logLevel"] == 2
+    finally:
+        client.admin.command("setParameter", 1, logLevel=0)
+
+
 def test_get_cmd_line_opts(server, client):
     r = client.admin.command("getCmdLineOpts")
     assert r["ok"] == 1

@@ -1,14 +1,17 @@
 """
 Reads and writes of a prepared transaction's documents wait for it, as in
-mongod (issues 26/28, docs/transactions.md): a find, count or single-document
+mongod (issues 26/28, docs/sharding.md): a find, count or single-document
 update outside a transaction that meets a prepared transaction's write waits
-until it commits or aborts, then runs again and sees the outcome; maxTimeMS
-bounds the wait (MaxTimeMSExpired, 50).  A multi-document transaction's write
-that meets it gets WriteConflict (112) with TransientTransactionError at once.
+until it commits or aborts, then runs again and sees the outcome; a read in
+another transaction and a getMore wait too, keeping their snapshot and
+cursor; maxTimeMS bounds every wait (MaxTimeMSExpired, 50).  A
+multi-document transaction's write that meets it gets WriteConflict (112)
+with TransientTransactionError at once.
 
-The cluster of test_router_txn2pc.py; the prepared transaction is a shard's
-own (prepareTransaction sent to shard1 directly, then commitTransaction at a
-commitTimestamp or abortTransaction), on pc.<name>, which lives on shard1 only.
+The first tests use the cluster of test_router_txn2pc.py; the prepared
+transaction is a shard's own (prepareTransaction sent to shard1 directly,
+then commitTransaction at a commitTimestamp or abortTransaction), on
+pc.<name>, which lives on shard1 only.  The later ones use a one-member set.
 """
 import os
 import sys
@@ -25,13 +28,13 @@ from test_sharding import shards  # noqa: E402,F401
 
 
 class Prepared:
-    """A transaction on shard that set {_id: 1}'s v to new and is prepared."""
+    """A transaction on shard that set {_id: id}'s v to new and is prepared."""
 
-    def __init__(self, shard, coll, new):
+    def __init__(self, shard, coll, new, id=1):
         self.shard = shard
         self.s = shard.start_session()
         self.s.start_transaction()
-        shard.pc[coll].update_one({"_id": 1}, {"$set": {"v": new}}, session=self.s)
+        shard.pc[coll].update_one({"_id": id}, {"$set": {"v": new}}, session=self.s)
         r = shard.admin.command("prepareTransaction", session=self.s)
         self.prepare_ts = r["prepareTimestamp"]
 
@@ -166,10 +169,242 @@ def test_shutdown_ends_a_read_waiting_on_a_prepared_transaction():
             reader = pymongo.MongoClient("127.0.0.1", m.port, directConnection=True,
                                          retryReads=False, serverSelectionTimeoutMS=2000)
             r = in_thread(lambda: reader.pc.c.find_one({"_id": 1}))
+            w = in_thread(lambda: reader.pc.c.update_one({"_id": 1}, {"$inc": {"v": 1}}))
             time.sleep(1.0)
             assert r["thread"].is_alive()  # waiting on the prepared write
+            assert w["thread"].is_alive()
             m.signal(signal.SIGTERM)
             m.proc.wait(timeout=30)  # raises TimeoutExpired on the old hang
             r["thread"].join(timeout=30)
+            w["thread"].join(timeout=30)
             assert isinstance(r.get("error"), pymongo.errors.PyMongoError), r
+            assert isinstance(w.get("error"), pymongo.errors.PyMongoError), w
             reader.close()
+
+
+@pytest.fixture(scope="module")
+def rs1():
+    """A one-member set's client (prepareTransaction needs a set member)."""
+    import pymongo
+    from sabled import set_members
+    from test_replset3 import wait_for
+    with set_members(1) as (m,):
+        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
+            c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
+                {"_id": 0, "host": "127.0.0.1:%d" % m.port}]})
+            wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), timeout=30)
+        # a new client: the first one's monitor may still see the member uninitiated
+        # (no sessions, so no transactions)
+        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
+            yield c
+
+
+@pytest.fixture
+def rs(rs1, request):
+    """rs1 with pc.<test name> holding {_id: 0..9, v: 1}."""
+    name = request.node.name[5:30]
+    rs1.pc[name].drop()
+    rs1.pc[name].insert_many([{"_id": i, "v": 1} for i in range(10)])
+    return rs1, name
+
+
+def test_find_in_a_transaction_waits_for_the_commit(rs):
+    c, name = rs
+    p = Prepared(c, name, 2)
+
+    def read():
+        with c.start_session() as s:
+            s.start_transaction()
+            doc = c.pc[name].find_one({"_id": 1}, session=s)
+            n = c.pc[name].count_documents({"v": 2}, session=s)
+            s.commit_transaction()
+            return doc, n
+    r = in_thread(read)
+    time.sleep(0.5)
+    assert r["thread"].is_alive()  # waiting, not WriteConflict
+    p.commit()
+    r["thread"].join(10)
+    assert r.get("value") == ({"_id": 1, "v": 2}, 1), r.get("error")
+
+
+def test_find_in_a_transaction_with_max_time_ms_expires(rs):
+    c, name = rs
+    p = Prepared(c, name, 2)
+    try:
+        with c.start_session() as s:
+            s.start_transaction()
+            t0 = time.monotonic()
+            with pytest.raises(OperationFailure) as e:
+                c.pc[name].find_one({"_id": 1}, session=s, max_time_ms=300)
+            assert e.value.code == 50
+            assert 0.25 < time.monotonic() - t0 < 5
+            s.abort_transaction()
+    finally:
+        p.abort()
+    assert c.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 1}
+
+
+def test_find_in_a_transaction_waits_no_longer_than_its_lifetime(rs):
+    c, name = rs
+    p = Prepared(c, name, 2)
+    c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=1)
+    try:
+        with c.start_session() as s:
+            s.start_transaction()
+            t0 = time.monotonic()
+            with pytest.raises(OperationFailure) as e:
+                c.pc[name].find_one({"_id": 1}, session=s)
+            assert e.value.code == 290  # TransactionExceededLifetimeLimitSeconds
+            assert 0.8 < time.monotonic() - t0 < 5
+    finally:
+        c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
+        p.commit()
+
+
+def test_kill_sessions_ends_a_transaction_read_waiting_on_a_prepared_one(rs):
+    c, name = rs
+    p = Prepared(c, name, 2)
+    try:
+        with c.start_session() as s:
+            s.start_transaction()
+            r = in_thread(lambda: c.pc[name].find_one({"_id": 1}, session=s))
+            time.sleep(0.5)
+            assert r["thread"].is_alive()
+            c.admin.command("killSessions", [s.session_id])
+            r["thread"].join(5)
+            assert getattr(r.get("error"), "code", None) == 11601, r
+    finally:
+        p.commit()
+
+
+def test_get_more_waits_for_the_commit(rs):
+    c, name = rs
+    c.pc[name].insert_many([{"_id": i, "v": 1} for i in range(10, 300)])
+    # the first batch reads ahead 102 documents; getMores read the rest
+    cur = c.pc[name].find({}, batch_size=100).sort("_id", 1)
+    first = [next(cur)]
+    p = Prepared(c, name, 2, id=250)
+    r = in_thread(lambda: list(cur))
+    time.sleep(0.5)
+    assert r["thread"].is_alive()  # its getMore waits at _id 250
+    p.commit()
+    r["thread"].join(10)
+    docs = first + r.get("value", [])
+    assert [d["_id"] for d in docs] == list(range(300)), r.get("error")
+    assert [d["v"] for d in docs if d["_id"] == 250] == [2]
+
+
+WRITES = {  # writes that find their documents with a plan, then change each
+    "findAndModify": (lambda c, n: c.pc[n].find_one_and_update(
+        {"_id": 1}, {"$inc": {"v": 10}}, return_document=True), {"_id": 1, "v": 12}),
+    "update_many": (lambda c, n: c.pc[n].update_many({}, {"$inc": {"v": 10}}).modified_count, 10),
+    "delete_by_filter": (lambda c, n: c.pc[n].delete_many({"v": 2}).deleted_count, 1),
+}
+
+
+@pytest.mark.parametrize("write", sorted(WRITES))
+def test_write_with_a_plan_waits_for_the_commit(rs, write):
+    c, name = rs
+    fn, want = WRITES[write]
+    p = Prepared(c, name, 2)
+    r = in_thread(lambda: fn(c, name))
+    time.sleep(0.5)
+    assert r["thread"].is_alive()  # waiting, not WriteConflict
+    p.commit()
+    r["thread"].join(10)
+    assert r.get("value") == want, r.get("error")
+
+
+def test_update_with_max_time_ms_expires_while_prepared(rs):
+    c, name = rs
+    p = Prepared(c, name, 2)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(OperationFailure) as e:
+            c.pc.command({"update": name, "updates": [{"q": {"_id": 1}, "u": {"$inc": {"v": 10}}}],
+                          "maxTimeMS": 500})
+        took = time.monotonic() - t0
+        assert e.value.code == 50, e.value.details
+        assert 0.45 < took < 3, took
+    finally:
+        p.commit()
+    assert c.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 2}
+
+
+def test_session_refresh_behind_a_prepared_transaction_holds_no_loop(rs):
+    """refreshLogicalSessionCacheNow's first run builds config.system.sessions'
+    TTL index, which waits for older transactions, a prepared one too: it
+    waits on a worker, and every network loop still serves its connections."""
+    import pymongo
+    c, name = rs
+    p = Prepared(c, name, 2)
+    clients = []
+    try:
+        r = in_thread(lambda: c.admin.command("refreshLogicalSessionCacheNow"))
+        time.sleep(0.5)
+        for _ in range(6):  # new connections, spread over the loops
+            clients.append(pymongo.MongoClient("127.0.0.1", c.address[1], directConnection=True,
+                                               serverSelectionTimeoutMS=3000,
+                                               socketTimeoutMS=3000))
+            assert clients[-1].admin.command("ping")["ok"] == 1
+    finally:
+        p.commit()
+        for cl in clients:
+            cl.close()
+    r["thread"].join(30)
+    assert r.get("value", {}).get("ok") == 1, r.get("error")
+
+
+def test_shutdown_ends_an_index_build_waiting_on_a_prepared_transaction():
+    """The first session refresh's TTL index build waits for older
+    transactions; a prepared one nobody resolves must not hold up SIGTERM
+    (the build ends with InterruptedAtShutdown)."""
+    import signal
+
+    import pymongo
+    from sabled import set_members
+    from test_replset3 import wait_for
+    with set_members(1) as (m,):
+        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
+            c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
+                {"_id": 0, "host": "127.0.0.1:%d" % m.port}]})
+            wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), timeout=30)
+        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True,
+                                 serverSelectionTimeoutMS=2000) as c:
+            c.pc.c.insert_one({"_id": 1, "v": 1})
+            Prepared(c, "c", 2)  # left prepared
+            r = in_thread(lambda: c.admin.command("refreshLogicalSessionCacheNow"))
+            time.sleep(1.0)
+            assert r["thread"].is_alive()  # the index build waits
+            m.signal(signal.SIGTERM)
+            m.proc.wait(timeout=30)  # raises TimeoutExpired on the old hang
+            r["thread"].join(timeout=30)
+            assert not r["thread"].is_alive()
+
+
+def test_reaper_runs_while_the_session_refresh_waits_on_a_prepared_transaction():
+    """The session job's TTL index build waits for older transactions (a
+    prepared one); transactions past their lifetime are still aborted (the
+    reaper has its own thread), else one idle transaction could hold the
+    build, and with it the reaper, for good."""
+    import pymongo
+    from sabled import set_members
+    from test_replset3 import wait_for
+    with set_members(1, ("--setParameter", "logicalSessionRefreshMillis=1000")) as (m,):
+        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
+            c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
+                {"_id": 0, "host": "127.0.0.1:%d" % m.port}]})
+            wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), timeout=30)
+        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
+            c.pc.c.insert_one({"_id": 1, "v": 1})
+            p = Prepared(c, "c", 2)
+            c.config.system.sessions.drop()  # the next refresh builds its index again
+            time.sleep(1.5)
+            c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=1)
+            aborted = c.admin.command("serverStatus")["transactions"]["totalAborted"]
+            with c.start_session() as s:
+                s.start_transaction()
+                c.pc.d.insert_one({"_id": 1}, session=s)  # then idle
+                wait_for(lambda: c.admin.command("serverStatus")["transactions"][
+                    "totalAborted"] > aborted, timeout=10)
+            p.commit()

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import pymongo
 import pytest
@@ -282,3 +283,30 @@ def test_router_yaml_config(cluster):
     finally:
         with open(log + ".pid") as f:
             os.kill(int(f.read().strip()), 15)
+
+
+def test_recv_chunk_abort_before_the_shard_knows_its_name():
+    # A shard member that has not read its shardIdentity (a primary just
+    # elected, or never added) answers a donor's _recvChunkAbort for a range
+    # deletion task it holds with NotYetInitialized; it used to crash
+    # (strcmp of a NULL shard name; found by scripts/faults.sh --sharded --seed 28)
+    s = Sabled()
+    try:
+        s.start(["--shardsvr", "--replSet", "rs0", "--setParameter", "enableTestCommands=1"])
+        c = s.client()
+        c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
+            {"_id": 0, "host": "127.0.0.1:%d" % s.port}]})
+        for _ in range(100):
+            if c.admin.command("hello").get("isWritablePrimary"):
+                break
+            time.sleep(0.1)
+        c.config.rangeDeletions.insert_one({
+            "_id": 1, "nss": "a.b", "migrationSessionId": "shard0_shard1_x",
+            "donorShardId": "shard0", "range": {"min": {"k": 0}, "max": {"k": 10}},
+            "keyPattern": {"k": 1}, "pending": True})
+        with pytest.raises(OperationFailure) as e:
+            c.admin.command("_recvChunkAbort", "a.b", sessionId="shard0_shard1_x")
+        assert e.value.code == 94  # NotYetInitialized
+        assert c.admin.command("ping")["ok"] == 1
+    finally:
+        s.cleanup()

@@ -1,0 +1,480 @@
+/*
+ * repl_apply.c: a secondary applies the entries it fetches on a fixed pool
+ * of writer threads (replWriterThreadCount), as mongod's oplog applier: an
+ * entry goes to the writer chosen by a hash of its namespace and document
+ * _id (of its namespace alone for a capped collection, whose insertion order
+ * is the oplog's), so one document's entries run in order on one writer;
+ * commands, transactions and prepared transactions are barriers, applied
+ * alone by the fetching thread once every writer is idle (repl_sync.c).
+ * (mongod relaxes unique indexes on secondaries instead; Sable serialises
+ * such a namespace.)
+ *
+ * Each writer has its own storage session.  It runs its entry's change ahead
+ * of its turn (the entry's place in the stream, "seq"), then waits for its
+ * turn before it takes the oplog's insert lock (sbl_rs_apply_turn, from
+ * sbl_oplog_append_raw), writes the entry and commits, at the entry's ts as
+ * ever.  So the writers' work runs in parallel and their commits in ts
+ * order.
+ *
+ * What must stay true:
+ *  - Oplog positions, commits and the visibility point follow ts order: an
+ *    entry takes the lock only at its turn, and the turn moves on only once
+ *    its transaction ended committed.  The applied optime (the visibility
+ *    point) therefore never covers an entry that is not applied, and there
+ *    are never holes below it.
+ *  - An entry whose change failed ahead of its turn (a duplicate key another
+ *    document's earlier entry would have freed, a write conflict) is run
+ *    again at its turn, when every earlier entry has committed: exactly what
+ *    the serial applier did.  Writers rarely touch the same keys (a
+ *    namespace with a unique secondary index or capped has one writer);
+ *    should the entry holding the turn need a key a later one wrote, the
+ *    later ones waiting for their turn give way after STALL_MS (their
+ *    transactions roll back; they run again at their turn).
+ *  - A failed entry stops the stream: no later entry commits; the fetching
+ *    thread sees it at its next dispatch or drain and stops syncing.
+ *  - A retryable write's session record (config.transactions) is written at
+ *    the entry's turn in a transaction of the writer's second session (at
+ *    the entry's ts), so a session's consecutive entries on different
+ *    writers do not conflict on it; it commits just before the entry does.
+ */
+#include "repl/repl_int.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+#define MAX_WRITERS 256
+#define NONE UINT64_MAX
+#define INFLIGHT_PER_WRITER 64 /* entries handed out and not finished, per writer */
+#define RING (MAX_WRITERS * INFLIGHT_PER_WRITER)
+#define STALL_MS 300 /* a turn that long unmoved: the entries waiting for theirs step back */
+
+typedef struct job {
+    struct job *next;
+    uint64_t seq;
+    bson_t e;
+} job_t;
+
+static struct {
+    pthread_mutex_t mu;
+    /* Each writer waits on its own condition (a job for it, its turn), the
+     * fetching thread on main_cv (room to hand out, the drain): a turn that
+     * moves wakes the one writer whose entry is next, not all of them. */
+    pthread_cond_t cv[MAX_WRITERS];
+    pthread_cond_t main_cv;
+    bool main_waiting;
+    int owner[RING];   /* the writer of entry seq, at seq % RING */
+    int n;             /* writers running */
+    pthread_t th[MAX_WRITERS];
+    job_t *head[MAX_WRITERS], *tail[MAX_WRITERS];
+    uint64_t next_seq; /* the next entry handed out */
+    _Atomic uint64_t turn; /* the entry that may take the oplog's lock now (set under mu) */
+    uint64_t done;     /* entries finished (applied, failed or dropped) */
+    uint64_t failed_at; /* the first entry that failed (NONE) */
+    sbl_err_t fail_err;
+    int64_t turn_ms;   /* when the turn last moved */
+    bool stop;
+    bool (*go_on)(void *);
+    void *go_on_arg;
+    void (*applied)(void *);
+    void *applied_arg;
+} pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .main_cv = PTHREAD_COND_INITIALIZER,
+          .failed_at = NONE};
+
+static atomic_int writer_threads;
+
+/* The entry this writer thread is applying, whether it holds its turn, and
+ * its second session (session records). */
+static _Thread_local int cur_writer;
+static _Thread_local job_t *cur_job;
+static _Thread_local bool cur_has_turn;
+static _Thread_local sbl_session_t *record_session;
+
+/* mongod's min(16, 2 x cores), except on one or two cores: there each
+ * entry's hand-off to a writer costs more than the writers overlap
+ * (apply-rate.py: 4 writers 10,400-16,100 entries/s against 18,600-24,100
+ * serial, docs/replication.md), so the applier applies alone. */
+int sbl_rs_default_writer_threads(void)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores <= 2)
+        return 1;
+    return cores * 2 < 16 ? (int)cores * 2 : 16;
+}
+
+void sbl_repl_set_writer_threads(int n)
+{
+    atomic_store(&writer_threads, n);
+}
+
+int sbl_repl_writer_threads(void)
+{
+    int n = atomic_load(&writer_threads);
+    return n > 0 ? n : sbl_rs_default_writer_threads();
+}
+
+/* ---- a writer ------------------------------------------------------------------ */
+
+/* A failure or the stop: every writer and the fetching thread look again. */
+static void wake_all_locked(void)
+{
+    for (int i = 0; i < pool.n; i++)
+        pthread_cond_broadcast(&pool.cv[i]);
+    pthread_cond_signal(&pool.main_cv);
+}
+
+/* Wait for job j's turn (lock held).  False when an earlier entry failed or
+ * the pool stops: j must not commit. */
+static bool wait_turn_locked(const job_t *j)
+{
+    while (pool.turn != j->seq) {
+        if (pool.failed_at < j->seq || pool.stop)
+            return false;
+        pthread_cond_wait(&pool.cv[cur_writer], &pool.mu);
+    }
+    return true;
+}
+
+int sbl_rs_apply_turn(sbl_err_t *err)
+{
+    job_t *j = cur_job;
+    if (j == NULL || cur_has_turn)
+        return 0;
+    pthread_mutex_lock(&pool.mu);
+    while (pool.turn != j->seq) {
+        if (pool.failed_at < j->seq || pool.stop) {
+            pthread_mutex_unlock(&pool.mu);
+            return sbl_err_set(err, SBL_E_Interrupted, "an earlier oplog entry failed to apply");
+        }
+        /* The turn stalls: the entry holding it may need a write of ours
+         * (not WriteConflict: the command layer would retry it in place). */
+        if (sbl_now_ms() - pool.turn_ms > STALL_MS) {
+            pthread_mutex_unlock(&pool.mu);
+            return sbl_err_set(err, SBL_E_Interrupted, "the oplog entry before this one "
+                               "waits: this one is applied again at its turn");
+        }
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += 50 * 1000 * 1000;
+        if (t.tv_nsec >= 1000000000) {
+            t.tv_sec++;
+            t.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&pool.cv[cur_writer], &pool.mu, &t);
+    }
+    pthread_mutex_unlock(&pool.mu);
+    cur_has_turn = true;
+    return 0;
+}
+
+int sbl_rs_apply_record(sbl_session_t *s, const bson_t *doc, uint64_t ts, sbl_err_t *err)
+{
+    if (cur_job == NULL || !bson_has_field(doc, "txnNumber")) /* no record to write */
+        return sbl_txn_record_applied(s, doc, err);
+    if (record_session == NULL && (record_session = sbl_session_open()) == NULL)
+        return sbl_err_set(err, SBL_E_InternalError, "cannot open a storage session");
+    int rc;
+    SBL_RET(sbl_txn_begin(record_session, err));
+    if ((rc = sbl_txn_set_commit_ts(record_session, ts, err)) == 0 &&
+        (rc = sbl_txn_record_applied(record_session, doc, err)) == 0)
+        return sbl_txn_commit(record_session, err);
+    sbl_txn_abort(record_session);
+    return rc;
+}
+
+/* Apply j: ahead of its turn, then, if that failed, again at its turn as
+ * the serial applier would (retrying write conflicts).  Returns 0 once the
+ * entry committed with its turn held. */
+static int run_job(job_t *j, sbl_err_t *err)
+{
+    pthread_mutex_lock(&pool.mu);
+    bool dropped = pool.failed_at < j->seq || pool.stop;
+    bool (*go_on)(void *) = pool.go_on;
+    void *go_on_arg = pool.go_on_arg;
+    pthread_mutex_unlock(&pool.mu);
+    if (dropped)
+        return sbl_err_set(err, SBL_E_Interrupted, "an earlier oplog entry failed to apply");
+    if (go_on != NULL && !go_on(go_on_arg))
+        return sbl_err_set(err, SBL_E_InterruptedDueToReplStateChange, "the member's state or "
+                           "term changed while applying");
+    cur_job = j;
+    cur_has_turn = false;
+    int rc = sbl_rs_apply_entry_ahead(&j->e, err);
+    for (int attempt = 0; rc != 0; attempt++) {
+        pthread_mutex_lock(&pool.mu);
+        bool turn = wait_turn_locked(j);
+        pthread_mutex_unlock(&pool.mu);
+        if (!turn || (attempt > 0 && rc != SBL_E_WriteConflict) || attempt >= 100)
+            break;
+        if (attempt > 0)
+            usleep((useconds_t)(attempt < 10 ? attempt : 10) * 1000);
+        cur_has_turn = true;
+        sbl_err_clear(err);
+        rc = sbl_rs_apply_entry(&j->e, err);
+    }
+    if (rc == 0 && !cur_has_turn) { /* committed without taking the lock: none the less in order */
+        pthread_mutex_lock(&pool.mu);
+        if (!wait_turn_locked(j))
+            rc = sbl_err_set(err, SBL_E_Interrupted, "an earlier oplog entry failed to apply");
+        pthread_mutex_unlock(&pool.mu);
+    }
+    cur_job = NULL;
+    return rc;
+}
+
+static void *writer_main(void *arg)
+{
+    int w = (int)(intptr_t)arg;
+    cur_writer = w;
+    pthread_mutex_lock(&pool.mu);
+    for (;;) {
+        while (pool.head[w] == NULL && !pool.stop)
+            pthread_cond_wait(&pool.cv[w], &pool.mu);
+        job_t *j = pool.head[w];
+        if (j == NULL)
+            break;
+        pool.head[w] = j->next;
+        if (pool.head[w] == NULL)
+            pool.tail[w] = NULL;
+        pthread_mutex_unlock(&pool.mu);
+        sbl_err_t err;
+        sbl_err_clear(&err);
+        int rc = run_job(j, &err);
+        if (rc == 0)
+            sbl_rs_count_applied_op(&j->e);
+        pthread_mutex_lock(&pool.mu);
+        void (*applied)(void *) = pool.applied;
+        void *applied_arg = pool.applied_arg;
+        pthread_mutex_unlock(&pool.mu);
+        if (rc == 0 && applied != NULL) /* before done: a drain may then end the stream */
+            applied(applied_arg);
+        pthread_mutex_lock(&pool.mu);
+        if (rc == 0) {
+            pool.turn = j->seq + 1;
+            pool.turn_ms = sbl_now_ms();
+        } else if (j->seq < pool.failed_at) {
+            pool.failed_at = j->seq;
+            pool.fail_err = err;
+        }
+        pool.done++;
+        if (rc != 0)
+            wake_all_locked();
+        else if (pool.turn < pool.next_seq)
+            pthread_cond_signal(&pool.cv[pool.owner[pool.turn % RING]]);
+        if (pool.main_waiting)
+            pthread_cond_signal(&pool.main_cv);
+        pthread_mutex_unlock(&pool.mu);
+        bson_destroy(&j->e);
+        free(j);
+        pthread_mutex_lock(&pool.mu);
+    }
+    pthread_mutex_unlock(&pool.mu);
+    if (record_session != NULL)
+        sbl_session_close(record_session);
+    record_session = NULL;
+    sbl_session_release_thread();
+    return NULL;
+}
+
+int sbl_rs_apply_pool_start(void)
+{
+    int n = sbl_repl_writer_threads();
+    if (n == 1) { /* one writer: the fetching thread applies, as before, with no hand-off */
+        pool.n = 0;
+        return 0;
+    }
+    pthread_mutex_lock(&pool.mu);
+    pool.stop = false;
+    pool.next_seq = pool.turn = pool.done = 0;
+    pool.failed_at = NONE;
+    pthread_mutex_unlock(&pool.mu);
+    for (int i = 0; i < n; i++)
+        pthread_cond_init(&pool.cv[i], NULL);
+    for (pool.n = 0; pool.n < n; pool.n++)
+        if (pthread_create(&pool.th[pool.n], NULL, writer_main, (void *)(intptr_t)pool.n) != 0)
+            break;
+    return pool.n > 0 ? 0 : -1;
+}
+
+void sbl_rs_apply_pool_stop(void)
+{
+    pthread_mutex_lock(&pool.mu);
+    pool.stop = true;
+    wake_all_locked();
+    pthread_mutex_unlock(&pool.mu);
+    for (int i = 0; i < pool.n; i++)
+        pthread_join(pool.th[i], NULL);
+    pool.n = 0;
+}
+
+/* ---- handing entries out ---------------------------------------------------------- */
+
+/* The element bytes of doc's _id (NULL: none). */
+static const uint8_t *id_bytes(const bson_t *doc, size_t *lenp)
+{
+    bson_iter_t it;
+    if (doc == NULL || !bson_iter_init_find(&it, doc, "_id"))
+        return NULL;
+    const uint8_t *raw = bson_get_data(doc);
+    *lenp = it.next_off - it.off;
+    return raw + it.off;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* Whether a namespace's entries keep their order across documents (one
+ * writer for the namespace): a capped collection (its insertion order is the
+ * oplog's) or one with a unique secondary index (a value moving from one
+ * document to another: two writers would conflict on its key).  Cached
+ * since the last barrier; only the fetching thread uses it. */
+#define NS_CACHE 32
+static struct {
+    char ns[SBL_NS_BUF];
+    bool serial;
+} ns_cache[NS_CACHE];
+static int ns_cached;
+
+static bool ns_serial(const char *ns)
+{
+    for (int i = 0; i < ns_cached; i++)
+        if (strcmp(ns_cache[i].ns, ns) == 0)
+            return ns_cache[i].serial;
+    sbl_coll_t *c = NULL;
+    sbl_err_t err;
+    sbl_err_clear(&err);
+    bool serial = false;
+    if (sbl_coll_open(sbl_session_get(), ns, false, &c, NULL, &err) == 0) {
+        serial = sbl_coll_capped(c, NULL, NULL);
+        sbl_index_t **ix = NULL;
+        size_t n = 0;
+        if (!serial && sbl_index_count(c) > 0) {
+            sbl_index_list(c, true, &ix, &n);
+            for (size_t i = 0; i < n && !serial; i++)
+                serial = sbl_index_unique(ix[i]);
+            sbl_index_list_free(ix, n);
+        }
+        sbl_coll_release(c);
+    }
+    int i = ns_cached < NS_CACHE ? ns_cached++ : (int)(fnv(0, ns, strlen(ns)) % NS_CACHE);
+    snprintf(ns_cache[i].ns, sizeof(ns_cache[i].ns), "%s", ns);
+    ns_cache[i].serial = serial;
+    return serial;
+}
+
+/* The writer for entry e: by namespace and _id (namespace alone: ns_serial). */
+static int writer_of(const bson_t *e)
+{
+    bson_iter_t it;
+    bson_t o = BSON_INITIALIZER, o2 = BSON_INITIALIZER;
+    const char *ns = "";
+    uint64_t h = 0xcbf29ce484222325ULL;
+    if (bson_iter_init_find(&it, e, "ns") && BSON_ITER_HOLDS_UTF8(&it))
+        ns = bson_iter_utf8(&it, NULL);
+    h = fnv(h, ns, strlen(ns) + 1);
+    if (ns[0] != '\0' && !ns_serial(ns)) {
+        bool has_o2 = bson_iter_init_find(&it, e, "o2") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+                      sbl_iter_doc(&it, &o2);
+        bool has_o = bson_iter_init_find(&it, e, "o") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+                     sbl_iter_doc(&it, &o);
+        size_t n = 0;
+        const uint8_t *id = has_o2 ? id_bytes(&o2, &n) : NULL;
+        if (id == NULL && has_o)
+            id = id_bytes(&o, &n);
+        if (id != NULL)
+            h = fnv(h, id, n);
+    }
+    return (int)((h ^ (h >> 29)) % (uint64_t)pool.n);
+}
+
+bool sbl_rs_apply_is_barrier(const bson_t *e)
+{
+    bson_iter_t it;
+    const char *op = bson_iter_init_find(&it, e, "op") && BSON_ITER_HOLDS_UTF8(&it)
+                         ? bson_iter_utf8(&it, NULL) : "c";
+    return op[0] == 'c' || pool.n == 0;
+}
+
+void sbl_rs_apply_stream(bool (*go_on)(void *), void *go_on_arg, void (*applied)(void *),
+                         void *applied_arg)
+{
+    pthread_mutex_lock(&pool.mu);
+    pool.go_on = go_on;
+    pool.go_on_arg = go_on_arg;
+    pool.applied = applied;
+    pool.applied_arg = applied_arg;
+    pthread_mutex_unlock(&pool.mu);
+    ns_cached = 0;
+}
+
+/* The first failure since the last drain into err (lock held). */
+static int failure_locked(sbl_err_t *err)
+{
+    if (pool.failed_at == NONE)
+        return 0;
+    *err = pool.fail_err;
+    return err->code != 0 ? err->code : SBL_E_InternalError;
+}
+
+int sbl_rs_apply_dispatch(const bson_t *e, sbl_err_t *err)
+{
+    job_t *j = malloc(sizeof(*j));
+    if (j == NULL)
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+    bson_copy_to(e, &j->e);
+    j->next = NULL;
+    int w = writer_of(e);
+    pthread_mutex_lock(&pool.mu);
+    while (pool.next_seq - pool.done >= (uint64_t)pool.n * INFLIGHT_PER_WRITER &&
+           pool.failed_at == NONE) {
+        pool.main_waiting = true;
+        pthread_cond_wait(&pool.main_cv, &pool.mu);
+        pool.main_waiting = false;
+    }
+    int rc = failure_locked(err);
+    if (rc != 0) {
+        pthread_mutex_unlock(&pool.mu);
+        bson_destroy(&j->e);
+        free(j);
+        return rc;
+    }
+    j->seq = pool.next_seq++;
+    pool.owner[j->seq % RING] = w;
+    if (pool.done == j->seq) /* nothing in flight: the turn starts moving now */
+        pool.turn_ms = sbl_now_ms();
+    if (pool.tail[w] != NULL)
+        pool.tail[w]->next = j;
+    else
+        pool.head[w] = j;
+    pool.tail[w] = j;
+    pthread_cond_signal(&pool.cv[w]);
+    pthread_mutex_unlock(&pool.mu);
+    return 0;
+}
+
+int sbl_rs_apply_drain(sbl_err_t *err)
+{
+    pthread_mutex_lock(&pool.mu);
+    while (pool.done != pool.next_seq) {
+        pool.main_waiting = true;
+        pthread_cond_wait(&pool.main_cv, &pool.mu);
+        pool.main_waiting = false;
+    }
+    int rc = failure_locked(err);
+    pool.failed_at = NONE; /* what failed stays unapplied: the stream starts again */
+    pool.turn = pool.next_seq;
+    pool.turn_ms = sbl_now_ms();
+    pthread_mutex_unlock(&pool.mu);
+    ns_cached = 0; /* a barrier may create, drop or convert a collection */
+    return rc;
+}

@@ -1,0 +1,196 @@
+"""
+A secondary applies the oplog on a pool of writer threads (replWriterThreadCount,
+src/repl/repl_apply.c): one document's entries on one writer, in order; commands
+alone; commits in ts order.  Shown with a secondary paused while the primary
+takes a mixed concurrent load, so that it then applies long batches:
+
+- many concurrent $push updates on a few documents (the arrays' order is the
+  order the entries were applied in), inserts, updates and deletes across many
+  documents, a unique index whose values move from one document to another,
+  an insert_many of one session (its retryable-write record), and collection
+  creation and drops in between: afterwards the secondary's documents, dbHash
+  and session records are the primary's, and metrics.repl.apply counted each
+  entry once;
+- the parameter is a start-up one, 1..256 (BadValue otherwise; setParameter at
+  run time: IllegalOperation), as mongod's.
+"""
+import os
+import signal
+import tempfile
+import threading
+
+import pytest
+from pymongo.errors import OperationFailure
+from pymongo.write_concern import WriteConcern
+
+from sabled import Sabled, run_sabled, set_members
+from test_replset3 import direct, state, wait_for
+
+WRITERS = 8
+
+
+@pytest.fixture(scope="module")
+def rs():
+    with set_members(2, ["--setParameter", "replWriterThreadCount=%d" % WRITERS]) as members:
+        p, s = members
+        cfg = {"_id": "rs0", "members": [
+            {"_id": 0, "host": "127.0.0.1:%d" % p.port},
+            {"_id": 1, "host": "127.0.0.1:%d" % s.port, "priority": 0, "votes": 0}],
+            "settings": {"electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500}}
+        with direct(p) as c:
+            c.admin.command("replSetInitiate", cfg)
+        wait_for(lambda: state(p) == 1 and state(s) == 2, timeout=60)
+        yield p, s
+
+
+def apply_metrics(m):
+    with direct(m) as d:
+        return d.admin.command("serverStatus")["metrics"]["repl"]["apply"]
+
+
+def oplog_count(m):
+    with direct(m) as d:
+        return d.local.oplog.rs.count_documents({})
+
+
+def load(p):
+    """The mixed concurrent load, w: 1."""
+    errors = []
+    w1 = WriteConcern(w=1)
+
+    def pusher(k):
+        try:
+            with direct(p) as d:
+                c = d.t.lists.with_options(write_concern=w1)
+                for i in range(150):
+                    c.update_one({"_id": i % 4}, {"$push": {"a": "%d-%d" % (k, i)}},
+                                 upsert=True)
+        except Exception as e:   # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    def churner(k):
+        try:
+            with direct(p) as d:
+                c = d.t.docs.with_options(write_concern=w1)
+                for i in range(120):
+                    c.insert_one({"_id": "%d-%d" % (k, i), "k": k, "n": 0})
+                    if i % 2 == 0:
+                        c.update_one({"_id": "%d-%d" % (k, i // 2)}, {"$inc": {"n": 1}})
+                    if i % 7 == 6:
+                        c.delete_one({"_id": "%d-%d" % (k, i - 3)})
+        except Exception as e:   # noqa: BLE001
+            errors.append(e)
+
+    def mover(k):
+        """A unique value moves from document to document: each move deletes
+        the holder and inserts a new one with the value (different _ids, so
+        different writers on the secondary)."""
+        try:
+            with direct(p) as d:
+                c = d.t.uniq.with_options(write_concern=w1)
+                for i in range(60):
+                    c.delete_one({"email": "user%d" % k})
+                    c.insert_one({"_id": "%d-%d" % (k, i), "email": "user%d" % k})
+                    c.update_one({"_id": "%d-%d" % (k, i)}, {"$set": {"email": "moved%d" % k}})
+                    c.update_one({"_id": "%d-%d" % (k, i)}, {"$set": {"email": "user%d" % k}})
+                    c.delete_one({"email": "moved%d" % k})
+        except Exception as e:   # noqa: BLE001
+            errors.append(e)
+
+    threads = ([threading.Thread(target=pusher, args=(k,)) for k in range(4)] +
+               [threading.Thread(target=churner, args=(k,)) for k in range(3)] +
+               [threading.Thread(target=mover, args=(k,)) for k in range(3)])
+    for t in threads:
+        t.start()
+    with direct(p) as d:   # one session's statements, and catalog changes in between
+        d.t.many.with_options(write_concern=w1).insert_many(
+            [{"_id": i, "v": i} for i in range(2000)])
+        d.t.create_collection("made")
+        d.t.made.insert_many([{"_id": i} for i in range(50)])
+        d.t.drop_collection("made")
+        d.t.many.update_many({"v": {"$lt": 500}}, {"$set": {"w": 1}})
+    for t in threads:
+        t.join(180)
+    assert errors == []
+
+
+def contents(m):
+    with direct(m) as d:
+        out = {}
+        for name in ("lists", "docs", "uniq", "many"):
+            out[name] = list(d.t[name].find().sort("_id", 1))
+        out["hash"] = d.t.command("dbHash", collections=["lists", "docs", "uniq", "many"])[
+            "collections"]
+        out["made"] = "made" in d.t.list_collection_names()
+        return out
+
+
+def test_parallel_application_keeps_each_documents_order(rs):
+    p, s = rs
+    with direct(p) as d:
+        w2 = WriteConcern(w=2, wtimeout=30000)
+        d.t.create_collection("uniq")
+        d.t.uniq.create_index("email", unique=True)
+        d.t.docs.with_options(write_concern=w2).insert_one({"_id": "first"})
+    with direct(s) as d:
+        assert d.admin.command("getParameter", 1, replWriterThreadCount=1)[
+            "replWriterThreadCount"] == WRITERS
+    before = apply_metrics(s)
+    entries_before = oplog_count(s)
+    s.signal(signal.SIGSTOP)   # the secondary then applies what piled up in long batches
+    try:
+        load(p)
+    finally:
+        s.signal(signal.SIGCONT)
+    with direct(p) as d:
+        d.t.docs.with_options(write_concern=WriteConcern(w=2, wtimeout=60000)).insert_one(
+            {"_id": "last"})
+        span = {"ts": {"$gte": d.local.oplog.rs.find_one({"o._id": "first"})["ts"],
+                       "$lte": d.local.oplog.rs.find_one({"o._id": "last"})["ts"]}}
+        total = [(e["ts"], e["op"], e["ns"]) for e in d.local.oplog.rs.find(span)]
+        records = sorted(d.config.transactions.find({}, {"_id": 1, "txnNum": 1,
+                                                         "lastWriteOpTime": 1}),
+                         key=lambda r: str(r["_id"]))
+    want = contents(p)
+    got = contents(s)
+    for name in ("lists", "docs", "uniq", "many"):
+        assert got[name] == want[name], name
+    assert got["hash"] == want["hash"]
+    assert not got["made"]
+    assert len(want["lists"]) == 4 and sum(len(x["a"]) for x in want["lists"]) == 600
+    with direct(s) as d:
+        assert [(e["ts"], e["op"], e["ns"]) for e in d.local.oplog.rs.find(span)] == total
+        assert sorted(d.config.transactions.find({}, {"_id": 1, "txnNum": 1,
+                                                      "lastWriteOpTime": 1}),
+                      key=lambda r: str(r["_id"])) == records
+    # a batch is counted once the sync source has nothing more (an empty getMore)
+    wait_for(lambda: apply_metrics(s)["batches"]["num"] > before["batches"]["num"], timeout=10)
+    after = apply_metrics(s)
+    applied = oplog_count(s) - entries_before
+    assert after["ops"] - before["ops"] == applied
+
+
+def test_writer_thread_count_is_a_start_up_parameter_of_1_to_256():
+    with tempfile.TemporaryDirectory() as tmp:
+        for bad in ("0", "257", "-1", "many"):
+            r = run_sabled(["--dbpath", tmp, "--port", "0", "--replSet", "rs0",
+                            "--setParameter", "replWriterThreadCount=" + bad])
+            assert r.returncode == 2, (bad, r.stdout, r.stderr)
+            assert "BadValue" in r.stderr and "replWriterThreadCount" in r.stderr, r.stderr
+    for good in (1, 256):
+        with Sabled() as m:
+            m.start(["--replSet", "rs0", "--setParameter", "replWriterThreadCount=%d" % good])
+            with m.client() as c:
+                assert c.admin.command("getParameter", 1, replWriterThreadCount=1)[
+                    "replWriterThreadCount"] == good
+                with pytest.raises(OperationFailure) as e:   # IllegalOperation, as mongod
+                    c.admin.command("setParameter", 1, replWriterThreadCount=2)
+                assert e.value.code == 20 and "at runtime" in str(e.value)
+    default = 1 if os.cpu_count() <= 2 else min(16, 2 * os.cpu_count())
+    with Sabled() as m:   # the default: min(16, 2 x cores), 1 on one or two cores
+        m.start(["--replSet", "rs0"])
+        with m.client() as c:
+            assert c.admin.command("getParameter", 1, replWriterThreadCount=1)[
+                "replWriterThreadCount"] == default
+            r = c.admin.command("getParameter", "*")
+            assert r["replWriterThreadCount"] == default

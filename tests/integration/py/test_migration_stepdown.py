@@ -9,6 +9,7 @@ side after 1 s: sableMigrationReleaseWaitMS).
 """
 import os
 import sys
+import time
 
 import pymongo
 import pytest
@@ -85,8 +86,15 @@ def test_donor_stepdown_after_the_commit(cluster):
             pass  # the connection may close
     assert wait_for(lambda: primary_port(cluster, donor) != old, 60)
     # the elected member held the collection's critical section as a
-    # secondary already: its first routed read comes after its recovery
+    # secondary already: its first routed read comes after its recovery.
+    # The old primary, still in its critical section, refuses routed reads as
+    # a secondary (NotPrimaryNoSecondaryOk) instead of making them wait and
+    # answer StaleConfig, so the router finds the new primary at once (it
+    # took ~120 s, until the fail point below was turned off, when the wait
+    # came first)
+    started = time.monotonic()
     assert first_read(mongos, "c", db="sd") == list(range(N))
+    assert time.monotonic() - started < 60
     with direct(old) as d:
         d.admin.command("configureFailPoint", "moveChunkHangAtStep5", mode="off")
     t.join(90)

@@ -609,7 +609,14 @@ static void run_and_reply(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *
         int64_t t0 = mono_us();
         rt_auth_enter(conn);
         if ((rc = rt_sess_begin(name, &req->cmd, &err)) == 0) {
-            rc = def->fn(db, &req->cmd, &reply, &err);
+            bson_t pinned;
+            bool rewrote;
+            uint64_t at = rt_snapshot_pin(def->name, &req->cmd, &pinned, &rewrote);
+            rc = def->fn(db, rewrote ? &pinned : &req->cmd, &reply, &err);
+            if (rewrote)
+                bson_destroy(&pinned);
+            if (rc == 0 && at != 0)
+                rt_snapshot_reply(def->name, at, &reply);
             rt_sess_after(rc, &reply);
         }
         rt_auth_leave();

@@ -50,6 +50,10 @@
  * majority-committed, so a client reads its own w:1 writes (mongod's writes
  * default to w:"majority"); a set that cannot commit gets the older point. */
 #define OWN_WRITES_WAIT_MS 1000
+/* With an atClusterTime gossiped here but past this member's oplog: how long
+ * to wait for the oplog to reach it (a primary writes a no-op at once; a
+ * secondary waits for its primary) before refusing it. */
+#define GOSSIPED_WAIT_MS 5000
 
 static bool is_snapshot_command(const char *n)
 {
@@ -219,7 +223,12 @@ static int check_at(sbl_opctx_t *ctx, uint64_t at, sbl_err_t *err)
      * past this member's oplog: reached first, a primary with a no-op (as
      * afterClusterTime; mongod's makeNoopWriteIfNeeded). */
     if (at > cluster && at <= sbl_repl_clock_now()) {
-        SBL_RET(sbl_repl_wait_applied(at, ctx->deadline_us, err));
+        int64_t until = sbl_now_us() + GOSSIPED_WAIT_MS * 1000;
+        if (ctx->deadline_us > 0 && ctx->deadline_us < until)
+            until = ctx->deadline_us;
+        sbl_err_t e;
+        sbl_err_clear(&e);
+        (void)sbl_repl_wait_applied(at, until, &e); /* not reached in time: refused below */
         cluster = sbl_repl_last_op_ts();
     }
     if (at > cluster)

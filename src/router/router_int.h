@@ -159,7 +159,10 @@ int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *er
  * {level: "snapshot"} outside a transaction.  Returns the time it reads at
  * (0: not such a read): the client's atClusterTime, or the router's newest
  * cluster time, then with *rewrotep set and *pinned (initialized here, the
- * caller destroys it) the command carrying it as atClusterTime.
+ * caller destroys it) the command carrying it as atClusterTime.  A
+ * transaction's first statement with readConcern snapshot and no
+ * atClusterTime is rewritten the same way, and 0 returned (replies in a
+ * transaction name no time).
  * rt_snapshot_reply: that time into command name's ok reply, where mongos
  * puts it (cursor.atClusterTime; distinct: atClusterTime). */
 uint64_t rt_snapshot_pin(const char *name, const bson_t *cmd, bson_t *pinned, bool *rewrotep);

@@ -4,7 +4,9 @@
  * atClusterTime on every shard they target: the client's, or else the
  * router's newest cluster time, which the command then carries to each
  * shard; the reply names it (cursor.atClusterTime, distinct's top-level
- * atClusterTime) so the driver reads there again.
+ * atClusterTime) so the driver reads there again.  A transaction with
+ * readConcern snapshot gets its time the same way at its first statement,
+ * so every shard it reaches later reads at that time too.
  *
  * What must stay true: the time chosen is never older than a time the router
  * showed a client (its newest), so a snapshot read sees the writes the
@@ -49,12 +51,15 @@ uint64_t rt_snapshot_pin(const char *name, const bson_t *cmd, bson_t *pinned, bo
     uint64_t at, after = 0;
 
     *rewrotep = false;
-    if (!is_snapshot_read(name) || sbl_doc_find_top(cmd, "autocommit", &it) ||
+    /* a transaction's first statement pins the transaction's time (mongos
+     * too); its later statements carry no readConcern */
+    bool txn = sbl_doc_find_top(cmd, "startTransaction", &it) && bson_iter_as_bool(&it);
+    if ((!txn && (!is_snapshot_read(name) || sbl_doc_find_top(cmd, "autocommit", &it))) ||
         !rc_field(cmd, "level", &it) || !BSON_ITER_HOLDS_UTF8(&it) ||
         strcmp(bson_iter_utf8(&it, NULL), "snapshot") != 0)
         return 0;
     if (rc_field(cmd, "atClusterTime", &it))
-        return ts_of(&it); /* the client's time, passed on (a bad one: the shards refuse it) */
+        return txn ? 0 : ts_of(&it); /* the client's, passed on (a bad one: shards refuse it) */
     if (rc_field(cmd, "afterClusterTime", &it))
         after = ts_of(&it);
     at = rt_cluster_time();
@@ -74,7 +79,7 @@ uint64_t rt_snapshot_pin(const char *name, const bson_t *cmd, bson_t *pinned, bo
     bson_append_timestamp(&rcd, "atClusterTime", -1, (uint32_t)(at >> 32), (uint32_t)at);
     bson_append_document_end(pinned, &rcd);
     *rewrotep = true;
-    return at;
+    return txn ? 0 : at;
 }
 
 void rt_snapshot_reply(const char *name, uint64_t at, bson_t *reply)

@@ -20,6 +20,7 @@ from bson.binary import Binary, UUID_SUBTYPE
 from bson.max_key import MaxKey
 from bson.min_key import MinKey
 from pymongo.errors import OperationFailure
+from pymongo.read_concern import ReadConcern
 
 sys.path.insert(0, os.path.dirname(__file__))
 from sabled import Sabled, run_sabled  # noqa: E402
@@ -228,6 +229,20 @@ def test_snapshot_reads_at_one_cluster_time_on_every_shard(mongos, shards):
     with pytest.raises(OperationFailure) as e:
         db.command("count", "t", readConcern=snap)
     assert e.value.code == 72  # InvalidOptions
+
+
+def test_snapshot_transaction_reads_every_shard_at_its_first_statement(mongos):
+    # a transaction with readConcern snapshot reads at one time the router chose at its
+    # first statement: a shard it reaches later does not see a write made after that
+    sharded.split_at_zero(mongos, "snaptx", ["t"])
+    c = mongos.snaptx.t
+    c.insert_many([{"_id": -1, "k": -1, "v": 0}, {"_id": 1, "k": 1, "v": 0}])
+    with mongos.start_session() as s:
+        with s.start_transaction(read_concern=ReadConcern("snapshot")):
+            assert c.find_one({"k": -1}, session=s)["v"] == 0  # shard0 only
+            c.update_one({"k": 1}, {"$set": {"v": 1}})  # outside it, on shard1
+            assert c.find_one({"k": 1}, session=s)["v"] == 0  # shard1 reached now
+    assert c.find_one({"k": 1})["v"] == 1
 
 
 def test_config_metadata_has_mongod_shapes(mongos):

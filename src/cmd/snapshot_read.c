@@ -9,7 +9,8 @@
  * What must stay true: the read runs inside one transaction on the
  * command's storage session begun with read_timestamp (storage's outer
  * mode), rolled back when the command ends, so nothing it does can write;
- * a time newer than the cluster time is refused (InvalidOptions), one older
+ * a time newer than the member's cluster time (its oplog's, or a newer one
+ * gossiped to it, which it reaches first) is refused (InvalidOptions), one older
  * than the history kept (minSnapshotHistoryWindowInSeconds) is
  * SnapshotTooOld; a time not yet majority-committed is waited for.
  *
@@ -49,6 +50,10 @@
  * majority-committed, so a client reads its own w:1 writes (mongod's writes
  * default to w:"majority"); a set that cannot commit gets the older point. */
 #define OWN_WRITES_WAIT_MS 1000
+/* With an atClusterTime gossiped here but past this member's oplog: how long
+ * to wait for the oplog to reach it (a primary writes a no-op at once; a
+ * secondary waits for its primary) before refusing it. */
+#define GOSSIPED_WAIT_MS 5000
 
 static bool is_snapshot_command(const char *n)
 {
@@ -214,6 +219,18 @@ static int check_at(sbl_opctx_t *ctx, uint64_t at, sbl_err_t *err)
 {
     uint64_t cluster = sbl_repl_last_op_ts();
     bool reached;
+    /* A time a router chose from another shard's clock, gossiped here but
+     * past this member's oplog: reached first, a primary with a no-op (as
+     * afterClusterTime; mongod's makeNoopWriteIfNeeded). */
+    if (at > cluster && at <= sbl_repl_clock_now()) {
+        int64_t until = sbl_now_us() + GOSSIPED_WAIT_MS * 1000;
+        if (ctx->deadline_us > 0 && ctx->deadline_us < until)
+            until = ctx->deadline_us;
+        sbl_err_t e;
+        sbl_err_clear(&e);
+        (void)sbl_repl_wait_applied(at, until, &e); /* not reached in time: refused below */
+        cluster = sbl_repl_last_op_ts();
+    }
     if (at > cluster)
         return sbl_err_set(err, SBL_E_InvalidOptions,
                            "readConcern atClusterTime value must not be greater than the "

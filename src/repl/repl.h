@@ -92,6 +92,9 @@ void sbl_repl_append_cluster_time(bson_t *r);
  * this member writes as primary gets a later ts.  The oplog's own last ts
  * is not changed (it still names a real entry). */
 void sbl_repl_clock_advance(uint64_t ts);
+/* This member's cluster time: the newest of its oplog's last ts and the
+ * cluster times commands carried to it (mongod's logical clock). */
+uint64_t sbl_repl_clock_now(void);
 /* Check a client's $clusterTime (ct) as mongod does with a keyFile: one
  * later than any this member signed needs a key it holds (KeyNotFound 211)
  * and a matching hash (TimeProofMismatch 293); 0 without a keyFile or when

@@ -604,6 +604,12 @@ void sbl_repl_clock_advance(uint64_t ts)
     sbl_ts_advance(&clock_floor, ts);
 }
 
+uint64_t sbl_repl_clock_now(void)
+{
+    uint64_t last = atomic_load(&last_ts), floor = atomic_load(&clock_floor);
+    return last > floor ? last : floor;
+}
+
 int sbl_oplog_noop(sbl_session_t *s, const char *msg, sbl_err_t *err)
 {
     bson_t o = BSON_INITIALIZER;

@@ -85,6 +85,8 @@ void rt_copy_cmd(const bson_t *in, bson_t *out, const char *const *skip_extra);
  * the shards' replies showed, appended to out; false (nothing appended)
  * before any. */
 bool rt_append_cluster_time(bson_t *out, bool op_time);
+/* The newest cluster time the shards' replies showed (0: none yet). */
+uint64_t rt_cluster_time(void);
 /* A client's $clusterTime checked as mongos does with a keyFile (against
  * the keys of the config servers and shards; sbl_ctime_check), unless the
  * client may advanceClusterTime. */
@@ -153,6 +155,18 @@ int rt_kill_cursors(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t 
 int rt_count(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_distinct(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* rt_snapshot.c: a find, aggregate or distinct with readConcern
+ * {level: "snapshot"} outside a transaction.  Returns the time it reads at
+ * (0: not such a read): the client's atClusterTime, or the router's newest
+ * cluster time, then with *rewrotep set and *pinned (initialized here, the
+ * caller destroys it) the command carrying it as atClusterTime.  A
+ * transaction's first statement with readConcern snapshot and no
+ * atClusterTime is rewritten the same way, and 0 returned (replies in a
+ * transaction name no time).
+ * rt_snapshot_reply: that time into command name's ok reply, where mongos
+ * puts it (cursor.atClusterTime; distinct: atClusterTime). */
+uint64_t rt_snapshot_pin(const char *name, const bson_t *cmd, bson_t *pinned, bool *rewrotep);
+void rt_snapshot_reply(const char *name, uint64_t at, bson_t *reply);
 int rt_explain(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 /* A shard's cursor reply turned into a router cursor on that shard (for
  * commands passed through to one shard: listCollections, listIndexes ...). */

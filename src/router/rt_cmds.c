@@ -596,6 +596,8 @@ static void run_and_reply(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *
                            ? bson_iter_key(&it)
                            : "";
     int rc;
+    bson_t pinned; /* the command with the snapshot time the router chose */
+    bool rewrote = false;
     if (def == NULL && !rt_auth_handles(name)) {
         rc = sbl_err_set(&err, SBL_E_CommandNotFound, "no such command: '%s'", name);
     } else if ((rc = rt_auth_check(conn, name, db, &req->cmd, &err)) != 0) {
@@ -608,8 +610,12 @@ static void run_and_reply(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *
     } else {
         int64_t t0 = mono_us();
         rt_auth_enter(conn);
-        if ((rc = rt_sess_begin(name, &req->cmd, &err)) == 0) {
-            rc = def->fn(db, &req->cmd, &reply, &err);
+        uint64_t at = rt_snapshot_pin(def->name, &req->cmd, &pinned, &rewrote);
+        const bson_t *cmd = rewrote ? &pinned : &req->cmd;
+        if ((rc = rt_sess_begin(name, cmd, &err)) == 0) {
+            rc = def->fn(db, cmd, &reply, &err);
+            if (rc == 0 && at != 0)
+                rt_snapshot_reply(def->name, at, &reply);
             rt_sess_after(rc, &reply);
         }
         rt_auth_leave();
@@ -633,6 +639,8 @@ static void run_and_reply(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *
     if (!bson_has_field(&reply, "$clusterTime"))
         rt_append_cluster_time(&reply, !bson_has_field(&reply, "operationTime"));
     rt_sess_end();
+    if (rewrote)
+        bson_destroy(&pinned);
     sbl_conn_reply(conn, req, &reply);
     bson_destroy(&reply);
 }

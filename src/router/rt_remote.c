@@ -645,6 +645,11 @@ bool rt_append_cluster_time(bson_t *out, bool op_time)
     return true;
 }
 
+uint64_t rt_cluster_time(void)
+{
+    return atomic_load(&cluster_time);
+}
+
 /* Read admin.system.keys of the config servers and of every shard into the
  * process's key cache: a client may show a time any of them signed. */
 static void reload_keys(void)

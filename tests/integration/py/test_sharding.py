@@ -20,6 +20,7 @@ from bson.binary import Binary, UUID_SUBTYPE
 from bson.max_key import MaxKey
 from bson.min_key import MinKey
 from pymongo.errors import OperationFailure
+from pymongo.read_concern import ReadConcern
 
 sys.path.insert(0, os.path.dirname(__file__))
 from sabled import Sabled, run_sabled  # noqa: E402
@@ -185,6 +186,63 @@ def test_unsharded_collections_live_on_the_primary_shard(mongos, shards):
     assert e.value.code == 361
     c.drop()
     assert "t" not in mongos.plain.list_collection_names()
+
+
+def test_snapshot_reads_at_one_cluster_time_on_every_shard(mongos, shards):
+    # Issue 28: readConcern snapshot through the router without atClusterTime
+    # reads at one time the router chooses (its newest cluster time) on every
+    # shard, and the reply names it, as mongos 5.0+ does
+    sharded.split_at_zero(mongos, "snap", ["t"])
+    db = mongos.snap
+    ins = db.command("insert", "t", documents=[{"_id": k, "k": k} for k in (-3, -2, -1, 1, 2, 3)])
+    snap = {"level": "snapshot"}
+    r = db.command("find", "t", filter={}, batchSize=2, readConcern=snap)
+    at = r["cursor"]["atClusterTime"]
+    assert isinstance(at, Timestamp) and at >= ins["operationTime"]  # sees its own writes
+    ids = [d["_id"] for d in r["cursor"]["firstBatch"]]
+    while r["cursor"]["id"]:
+        r = db.command("getMore", r["cursor"]["id"], collection="t", batchSize=2)
+        ids += [d["_id"] for d in r["cursor"]["nextBatch"]]
+    assert sorted(ids) == [-3, -2, -1, 1, 2, 3]
+    # written on both shards after that time: not seen at it, seen by a new snapshot
+    db.t.insert_many([{"_id": -10, "k": -10}, {"_id": 10, "k": 10}])
+    assert [s.snap.t.count_documents({"k": {"$in": [-10, 10]}}) for s in shards] == [1, 1]
+    then = dict(snap, atClusterTime=at)
+    r = db.command("find", "t", filter={}, batchSize=100, readConcern=then)
+    assert len(r["cursor"]["firstBatch"]) == 6 and r["cursor"]["atClusterTime"] == at
+    r = db.command("aggregate", "t", pipeline=[{"$match": {}}], cursor={}, readConcern=then)
+    assert len(r["cursor"]["firstBatch"]) == 6 and r["cursor"]["atClusterTime"] == at
+    r = db.command("distinct", "t", key="k", readConcern=then)
+    assert len(r["values"]) == 6 and r["atClusterTime"] == at
+    r = db.command("aggregate", "t", pipeline=[{"$group": {"_id": None, "n": {"$sum": 1}}}],
+                   cursor={}, readConcern=snap)
+    assert r["cursor"]["firstBatch"][0]["n"] == 8 and r["cursor"]["atClusterTime"] > at
+    r = db.command("distinct", "t", key="k", readConcern=snap)
+    assert len(r["values"]) == 8 and r["atClusterTime"] > at
+    # a time only shard1's oplog has reached: shard0 catches up to it (a no-op), not refused
+    for i in range(20):
+        w = db.command("insert", "t", documents=[{"_id": 100 + i, "k": 100 + i}])
+    r = db.command("find", "t", filter={}, batchSize=100,
+                   readConcern=dict(snap, atClusterTime=w["operationTime"]))
+    assert len(r["cursor"]["firstBatch"]) == 28
+    # count has no snapshot reads outside transactions (mongod refuses it too)
+    with pytest.raises(OperationFailure) as e:
+        db.command("count", "t", readConcern=snap)
+    assert e.value.code == 72  # InvalidOptions
+
+
+def test_snapshot_transaction_reads_every_shard_at_its_first_statement(mongos):
+    # a transaction with readConcern snapshot reads at one time the router chose at its
+    # first statement: a shard it reaches later does not see a write made after that
+    sharded.split_at_zero(mongos, "snaptx", ["t"])
+    c = mongos.snaptx.t
+    c.insert_many([{"_id": -1, "k": -1, "v": 0}, {"_id": 1, "k": 1, "v": 0}])
+    with mongos.start_session() as s:
+        with s.start_transaction(read_concern=ReadConcern("snapshot")):
+            assert c.find_one({"k": -1}, session=s)["v"] == 0  # shard0 only
+            c.update_one({"k": 1}, {"$set": {"v": 1}})  # outside it, on shard1
+            assert c.find_one({"k": 1}, session=s)["v"] == 0  # shard1 reached now
+    assert c.find_one({"k": 1})["v"] == 1
 
 
 def test_config_metadata_has_mongod_shapes(mongos):

@@ -1033,6 +1033,8 @@ static void dispatch_pending(pending_t *p, bool force_worker)
     if (sbl_prepare_outstanding() > 0 && (p->def->flags & (SBL_CMD_READ | SBL_CMD_WRITE)) &&
         !(p->def->flags & SBL_CMD_ADMIN_ONLY))
         force_worker = true;
+    if ((p->def->flags & SBL_CMD_WRITE) && sbl_repl_fp_holds_writes())
+        force_worker = true; /* tests hold a write: not on a loop (repl_failpoint.c) */
     if (force_worker || needs_worker(p->def, p->ctx.cmd, counted)) {
         p->work.data = p;
         sbl_audit_seal(); /* this loop's events so far go before the worker's */

@@ -232,6 +232,10 @@ int sbl_repl_member_count(void);
  * max_ms, for writes to ns only when ns is not NULL (the fail point's
  * data.ns).  False when name is not one of them. */
 bool sbl_repl_fail_point(const char *name, bool on, int64_t max_ms, const char *ns);
+/* Is a fail point on that holds a primary's write (hangBeforePrimaryOplogAppend
+ * or ...Commit)?  The dispatcher then runs writes on workers, so a held
+ * write never holds a network loop and the connections it serves. */
+bool sbl_repl_fp_holds_writes(void);
 
 /* ---- for change streams (src/agg/changestream.c) ---------------------------- */
 

@@ -54,6 +54,12 @@ bool sbl_repl_fail_point(const char *name, bool enable, int64_t ms, const char *
     return false;
 }
 
+bool sbl_repl_fp_holds_writes(void)
+{
+    return atomic_load_explicit(&on[SBL_REPL_FP_BEFORE_APPEND], memory_order_relaxed) ||
+           atomic_load_explicit(&on[SBL_REPL_FP_BEFORE_COMMIT], memory_order_relaxed);
+}
+
 bool sbl_repl_fp_applies(int fp, const char *ns)
 {
     return atomic_load_explicit(&on[fp], memory_order_relaxed) &&

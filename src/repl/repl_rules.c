@@ -485,6 +485,15 @@ bool sbl_rs_catchup_takeover_applies(const sbl_rs_config_t *cfg, const sbl_rs_ca
     return true;
 }
 
+/* A primary that has written nothing in its term yet (its first entry, the
+ * election's no-op, comes when catch-up ends) may lack entries we hold; one
+ * that has is never behind us for long: the applied optime heartbeats report
+ * lags what we just pulled from it, so that alone must not drop it. */
+static bool catching_up(const sbl_rs_candidate_t *p)
+{
+    return p->applied.t < p->term;
+}
+
 /* Whether member i may serve as a sync source in pass first (0) or the
  * second (1), by the rules above sbl_rs_pick_sync_source. */
 static bool may_serve(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
@@ -494,8 +503,8 @@ static bool may_serve(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, i
     if (i == self || !c[i].up || m->arbiter ||
         (c[i].state != SBL_RS_PRIMARY && c[i].state != SBL_RS_SECONDARY))
         return false;
-    if (sbl_optime_cmp(c[i].applied, mine) < 0)
-        return false; /* behind us: a primary too (one in catch-up lacks our entries) */
+    if (sbl_optime_cmp(c[i].applied, mine) < 0 && (i != primary || catching_up(&c[i])))
+        return false; /* behind us: a primary too while in catch-up (it lacks our entries) */
     if (i == primary)
         return true;
     if (pass == 0 && (m->hidden || m->delay_s > 0 || (m->votes == 0 && cfg->m[self].votes > 0) ||
@@ -509,7 +518,8 @@ int sbl_rs_pick_sync_source(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t
 {
     if (!cfg->chaining)
         return primary >= 0 && primary != self && c[primary].up &&
-                       sbl_optime_cmp(c[primary].applied, mine) >= 0 ? primary : -1;
+                       (sbl_optime_cmp(c[primary].applied, mine) >= 0 ||
+                        !catching_up(&c[primary])) ? primary : -1;
     uint32_t newest_s = 0, oldest_s = 0;
     if (primary >= 0)
         newest_s = (uint32_t)(c[primary].applied.ts >> 32);

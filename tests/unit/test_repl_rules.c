@@ -291,11 +291,16 @@ static void test_sync_source(void)
     c[1].ping_ms = 100;
     c[2].ping_ms = 1;
     CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);  /* arbiters hold no data */
-    /* a primary behind us (one in catch-up) lacks our entries: as mongod,
-     * not a source, with or without chaining; one level with us may be */
+    /* a primary behind us in catch-up (nothing written in its term yet)
+     * lacks our entries: not a source, with or without chaining; one level
+     * with us may be.  A primary that has written in its term and only looks
+     * behind (its heartbeat lags what we pulled from it) stays one. */
     cfg.m[2].arbiter = false;
     c[1].ping_ms = 1;
     c[1].applied = ot(1, 980);
+    c[1].term = 1;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);
+    c[1].term = 2;
     CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 2);
     c[2].applied = c[3].applied = ot(1, 980);
     CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == -1);

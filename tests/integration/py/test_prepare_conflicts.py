@@ -4,9 +4,13 @@ mongod (issues 26/28, docs/sharding.md): a find, count or single-document
 update outside a transaction that meets a prepared transaction's write waits
 until it commits or aborts, then runs again and sees the outcome; a read in
 another transaction and a getMore wait too, keeping their snapshot and
-cursor; maxTimeMS bounds every wait (MaxTimeMSExpired, 50).  A
-multi-document transaction's write that meets it gets WriteConflict (112)
-with TransientTransactionError at once.
+cursor; maxTimeMS bounds every wait (MaxTimeMSExpired, 50).  A write in
+another multi-document transaction waits too, then applies to what its
+snapshot sees: the old document after an abort, the committed one after a
+commit (its snapshot, untimestamped as mongod's for readConcern local, began
+after the prepare); one whose snapshot began before the prepare does not
+see the commit, and gets WriteConflict (112, TransientTransactionError) at
+once.
 
 The first tests use the cluster of test_router_txn2pc.py; the prepared
 transaction is a shard's own (prepareTransaction sent to shard1 directly,
@@ -66,6 +70,27 @@ def in_thread(fn):
     return out
 
 
+def in_txn_behind(client, fn, resolve):
+    """fn(session) in a transaction of client's, on a thread: still waiting
+    0.5 s later, then resolve() (the prepared transaction's commit or
+    abort); the transaction then commits.  fn's value and how long fn took."""
+    def run():
+        with client.start_session() as s:
+            s.start_transaction()
+            t0 = time.monotonic()
+            out = fn(s)
+            took = time.monotonic() - t0
+            s.commit_transaction()
+            return out, took
+    r = in_thread(run)
+    time.sleep(0.5)
+    assert r["thread"].is_alive()  # waiting, not WriteConflict at once
+    resolve()
+    r["thread"].join(10)
+    assert "value" in r, r.get("error")
+    return r["value"]
+
+
 @pytest.fixture
 def sh(shards, request):
     """shard1's client with pc.<test name> holding {_id: 1, v: 1}."""
@@ -116,22 +141,13 @@ def test_update_outside_a_transaction_applies_on_the_committed_value(sh):
     assert s.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 12}
 
 
-def test_transaction_write_gets_transient_write_conflict(sh):
+def test_transaction_write_waits_for_the_commit_and_applies_on_its_value(sh):
     s, name = sh
     p = Prepared(s, name, 2)
-    try:
-        with s.start_session() as ses:
-            ses.start_transaction()
-            t0 = time.monotonic()
-            with pytest.raises(OperationFailure) as e:
-                s.pc[name].update_one({"_id": 1}, {"$set": {"v": 3}}, session=ses)
-            assert time.monotonic() - t0 < 2
-            assert e.value.code == 112
-            assert e.value.has_error_label("TransientTransactionError")
-            ses.abort_transaction()
-    finally:
-        p.commit()
-    assert s.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 2}
+    n, took = in_txn_behind(s, lambda ses: s.pc[name].update_one(
+        {"_id": 1}, {"$inc": {"v": 10}}, session=ses).modified_count, p.commit)
+    assert n == 1 and took >= 0.45
+    assert s.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 12}
 
 
 def test_abort_after_prepare_releases_waiters_with_the_old_value(sh):
@@ -227,38 +243,26 @@ def test_find_in_a_transaction_waits_for_the_commit(rs):
     assert r.get("value") == ({"_id": 1, "v": 2}, 1), r.get("error")
 
 
-def test_find_in_a_transaction_with_max_time_ms_expires(rs):
+def test_transaction_write_with_an_older_snapshot_gets_transient_write_conflict(rs):
+    """Its snapshot began before the prepare: the commit is not in it, so
+    the write conflicts, at once (WiredTiger reports no prepare conflict to
+    a snapshot the prepared transaction was running in)."""
     c, name = rs
-    p = Prepared(c, name, 2)
-    try:
-        with c.start_session() as s:
-            s.start_transaction()
+    with c.start_session() as s:
+        s.start_transaction()
+        assert c.pc[name].find_one({"_id": 0}, session=s) == {"_id": 0, "v": 1}
+        p = Prepared(c, name, 2)
+        try:
             t0 = time.monotonic()
             with pytest.raises(OperationFailure) as e:
-                c.pc[name].find_one({"_id": 1}, session=s, max_time_ms=300)
-            assert e.value.code == 50
-            assert 0.25 < time.monotonic() - t0 < 5
+                c.pc[name].update_one({"_id": 1}, {"$inc": {"v": 10}}, session=s)
+            assert time.monotonic() - t0 < 0.4
+            assert e.value.code == 112, e.value.details
+            assert e.value.has_error_label("TransientTransactionError")
             s.abort_transaction()
-    finally:
-        p.abort()
-    assert c.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 1}
-
-
-def test_find_in_a_transaction_waits_no_longer_than_its_lifetime(rs):
-    c, name = rs
-    p = Prepared(c, name, 2)
-    c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=1)
-    try:
-        with c.start_session() as s:
-            s.start_transaction()
-            t0 = time.monotonic()
-            with pytest.raises(OperationFailure) as e:
-                c.pc[name].find_one({"_id": 1}, session=s)
-            assert e.value.code == 290  # TransactionExceededLifetimeLimitSeconds
-            assert 0.8 < time.monotonic() - t0 < 5
-    finally:
-        c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
-        p.commit()
+        finally:
+            p.commit()
+    assert c.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 2}
 
 
 def test_kill_sessions_ends_a_transaction_read_waiting_on_a_prepared_one(rs):
@@ -408,3 +412,76 @@ def test_reaper_runs_while_the_session_refresh_waits_on_a_prepared_transaction()
                 wait_for(lambda: c.admin.command("serverStatus")["transactions"][
                     "totalAborted"] > aborted, timeout=10)
             p.commit()
+
+
+TXN_WRITES = {  # a transaction's writes of {_id: 1}: by _id, and with a plan
+    "update_by_id": (lambda c, n, s: c.pc[n].update_one(
+        {"_id": 1}, {"$inc": {"v": 10}}, session=s).modified_count, 1, 11),
+    "update_many": (lambda c, n, s: c.pc[n].update_many(
+        {"_id": {"$lte": 1}}, {"$inc": {"v": 10}}, session=s).modified_count, 2, 11),
+    "findAndModify": (lambda c, n, s: c.pc[n].find_one_and_update(
+        {"v": 1, "_id": {"$gte": 1}}, {"$inc": {"v": 10}}, sort=[("_id", 1)],
+        return_document=True, session=s), {"_id": 1, "v": 11}, 11),
+    "delete": (lambda c, n, s: c.pc[n].delete_many(
+        {"_id": {"$in": [1, 2]}}, session=s).deleted_count, 2, None),
+}
+
+
+@pytest.mark.parametrize("write", sorted(TXN_WRITES))
+def test_transaction_write_waits_for_the_abort_then_applies(rs, write):
+    c, name = rs
+    fn, want, v = TXN_WRITES[write]
+    p = Prepared(c, name, 2)
+    out, took = in_txn_behind(c, lambda s: fn(c, name, s), p.abort)
+    assert out == want and took >= 0.45
+    doc = c.pc[name].find_one({"_id": 1})
+    assert (doc and doc["v"]) == v
+
+
+IN_TXN = {  # a transaction's read and write of {_id: 1}, which a prepared one wrote
+    "find": lambda c, n, s, maxTimeMS=None: c.pc[n].find_one({"_id": 1}, session=s,
+                                                             max_time_ms=maxTimeMS),
+    "update": lambda c, n, s, **kw: c.pc.command(
+        {"update": n, "updates": [{"q": {}, "u": {"$inc": {"v": 10}}, "multi": True}], **kw},
+        session=s),
+}
+
+
+@pytest.mark.parametrize("op", sorted(IN_TXN))
+def test_in_a_transaction_max_time_ms_expires_while_prepared(rs, op):
+    """50 fails the whole write command (an interruption, as in mongod)."""
+    c, name = rs
+    p = Prepared(c, name, 2)
+    try:
+        with c.start_session() as s:
+            s.start_transaction()
+            t0 = time.monotonic()
+            with pytest.raises(OperationFailure) as e:
+                IN_TXN[op](c, name, s, maxTimeMS=500)
+            took = time.monotonic() - t0
+            assert e.value.code == 50, e.value.details
+            assert 0.45 < took < 3, took
+            s.abort_transaction()
+    finally:
+        p.abort()
+    assert c.pc[name].count_documents({"v": 1}) == 10
+
+
+@pytest.mark.parametrize("op", sorted(IN_TXN))
+def test_in_a_transaction_waits_no_longer_than_its_lifetime(rs, op):
+    """290 too fails the whole write command, not one statement."""
+    c, name = rs
+    p = Prepared(c, name, 2)
+    c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=1)
+    try:
+        with c.start_session() as s:
+            s.start_transaction()
+            t0 = time.monotonic()
+            with pytest.raises(OperationFailure) as e:
+                IN_TXN[op](c, name, s)
+            assert e.value.code == 290, e.value.details  # TransactionExceededLifetimeLimitSeconds
+            assert 0.8 < time.monotonic() - t0 < 5
+    finally:
+        c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
+        p.commit()
+    assert c.pc[name].count_documents({"v": {"$gt": 2}}) == 0

@@ -14,11 +14,16 @@
  *    outside a transaction each document's change (sbl_crud_modify_one)
  *    waits in its retry loop (sbl_op_backoff), out of its transaction.
  *  - Inside a multi-document transaction the change's read of the document
- *    waits in place as well (sbl_crud_read_current), as mongod's write
- *    waits out the prepare conflict: after an abort the write goes on;
- *    after a commit the document it read (its snapshot's) is not the newest
- *    and the write gets WriteConflict, which the transaction answers with
- *    TransientTransactionError (txn.c).
+ *    waits in place as well (sbl_crud_read_current), and so do an insert's
+ *    _id and unique keys (storage's sbl_prepare_wait_key, in the command's
+ *    scope), as mongod's write waits out the prepare conflict.  The write
+ *    then changes what the transaction's snapshot sees: the old document
+ *    after an abort; after a commit the committed one, which a snapshot
+ *    without a read timestamp taken after the prepare sees (WiredTiger took
+ *    the prepared transaction out of the running ones at its prepare; such a
+ *    snapshot is mongod's for readConcern local too).  A change the snapshot
+ *    does not see gets WriteConflict from the write, which the transaction
+ *    answers with TransientTransactionError (txn.c).
  *
  * What must stay true: a waiter holds nothing the prepared transaction's
  * commit or abort takes.  A read holds its own session's checkout, a
@@ -60,7 +65,9 @@ void sbl_cmd_prepare_wait_begin(sbl_cmd_prepare_wait_t *w, sbl_opctx_t *ctx,
 
     w->ctx = ctx;
     w->def = def;
-    w->in_place = read_only && (ctx->mtxn != NULL || def->fn == sbl_cursor_get_more);
+    /* a transaction's write too: its storage writes (an insert's) wait here */
+    w->in_place = ctx->mtxn != NULL ? (def->flags & (SBL_CMD_READ | SBL_CMD_WRITE)) != 0
+                                    : read_only && def->fn == sbl_cursor_get_more;
     w->scope.check = wait_check;
     w->scope.arg = ctx;
     sbl_prepare_conflict_take(NULL); /* only this command's conflicts count */
@@ -74,15 +81,15 @@ bool sbl_cmd_prepare_wait_again(sbl_cmd_prepare_wait_t *w, int *rcp, sbl_err_t *
     sbl_opctx_t *ctx = w->ctx;
     uint64_t gen;
 
-    if (*rcp != SBL_E_WriteConflict)
-        return false;
-    if (w->in_place) { /* a wait in place gave up: its reason is the answer */
-        if (w->scope.rc != 0) {
-            *rcp = w->scope.rc;
-            *err = w->scope.err;
-        }
+    if (w->in_place && w->scope.rc != 0) {
+        /* a wait in place gave up: its reason is the answer (a write's too,
+         * which may have reported the WriteConflict it left as a writeError) */
+        *rcp = w->scope.rc;
+        *err = w->scope.err;
         return false;
     }
+    if (*rcp != SBL_E_WriteConflict || w->in_place)
+        return false;
     if (!sbl_prepare_conflict_take(&gen) || ctx->mtxn != NULL ||
         (w->def->flags & (SBL_CMD_READ | SBL_CMD_WRITE)) != SBL_CMD_READ)
         return false;

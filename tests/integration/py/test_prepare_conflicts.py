@@ -32,13 +32,17 @@ from test_sharding import shards  # noqa: E402,F401
 
 
 class Prepared:
-    """A transaction on shard that set {_id: id}'s v to new and is prepared."""
+    """A transaction on shard that set {_id: id}'s v to new (or inserted
+    insert) and is prepared."""
 
-    def __init__(self, shard, coll, new, id=1):
+    def __init__(self, shard, coll, new, id=1, insert=None):
         self.shard = shard
         self.s = shard.start_session()
         self.s.start_transaction()
-        shard.pc[coll].update_one({"_id": id}, {"$set": {"v": new}}, session=self.s)
+        if insert is not None:
+            shard.pc[coll].insert_one(insert, session=self.s)
+        else:
+            shard.pc[coll].update_one({"_id": id}, {"$set": {"v": new}}, session=self.s)
         r = shard.admin.command("prepareTransaction", session=self.s)
         self.prepare_ts = r["prepareTimestamp"]
 
@@ -87,7 +91,8 @@ def in_txn_behind(client, fn, resolve):
     assert r["thread"].is_alive()  # waiting, not WriteConflict at once
     resolve()
     r["thread"].join(10)
-    assert "value" in r, r.get("error")
+    if "error" in r:
+        raise r["error"]
     return r["value"]
 
 
@@ -436,6 +441,31 @@ def test_transaction_write_waits_for_the_abort_then_applies(rs, write):
     assert out == want and took >= 0.45
     doc = c.pc[name].find_one({"_id": 1})
     assert (doc and doc["v"]) == v
+
+
+INSERTS = {  # a transaction's insert behind a prepared one's {_id: 20, u: 7}
+    "same_id": {"_id": 20, "u": 1},
+    "same_unique_key": {"_id": 21, "u": 7},
+}
+
+
+@pytest.mark.parametrize("doc", sorted(INSERTS))
+def test_transaction_insert_waits_for_the_abort_then_inserts(rs, doc):
+    c, name = rs
+    c.pc[name].create_index("u", unique=True, sparse=True)
+    p = Prepared(c, name, 0, insert={"_id": 20, "u": 7})
+    _, took = in_txn_behind(c, lambda s: c.pc[name].insert_one(INSERTS[doc], session=s), p.abort)
+    assert took >= 0.45
+    assert list(c.pc[name].find({"u": {"$exists": True}})) == [INSERTS[doc]]
+
+
+def test_transaction_insert_behind_a_committed_insert_gets_duplicate_key(rs):
+    c, name = rs
+    p = Prepared(c, name, 0, insert={"_id": 20, "u": 7})
+    with pytest.raises(OperationFailure) as e:
+        in_txn_behind(c, lambda s: c.pc[name].insert_one({"_id": 20}, session=s), p.commit)
+    assert e.value.code == 11000
+    assert c.pc[name].find_one({"_id": 20}) == {"_id": 20, "u": 7}
 
 
 IN_TXN = {  # a transaction's read and write of {_id: 1}, which a prepared one wrote

@@ -17,18 +17,23 @@ transaction is a shard's own (prepareTransaction sent to shard1 directly,
 then commitTransaction at a commitTimestamp or abortTransaction), on
 pc.<name>, which lives on shard1 only.  The later ones use a one-member set.
 """
+import contextlib
 import os
+import signal
 import sys
 import threading
 import time
 
 import pytest
+import pymongo
 from bson.timestamp import Timestamp
 from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_router_txn2pc import cluster  # noqa: E402,F401
 from test_sharding import shards  # noqa: E402,F401
+from sabled import set_members  # noqa: E402
+from test_replset3 import wait_for  # noqa: E402
 
 
 class Prepared:
@@ -94,6 +99,20 @@ def in_txn_behind(client, fn, resolve):
     if "error" in r:
         raise r["error"]
     return r["value"]
+
+
+@contextlib.contextmanager
+def one_member_set(*member_args, **client_kw):
+    """A one-member set (prepareTransaction needs a set member), initiated:
+    its member and a client made after the initiation (a client from before
+    may still see the member uninitiated: no sessions, so no transactions)."""
+    with set_members(1, *member_args) as (m,):
+        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
+            c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
+                {"_id": 0, "host": "127.0.0.1:%d" % m.port}]})
+            wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), timeout=30)
+        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True, **client_kw) as c:
+            yield m, c
 
 
 @pytest.fixture
@@ -175,49 +194,30 @@ def test_shutdown_ends_a_read_waiting_on_a_prepared_transaction():
     nobody will resolve: the server still exits (the read ends with
     InterruptedAtShutdown or its connection closes), as mongod interrupts its
     operations at shutdown."""
-    import signal
-
-    import pymongo
-    from sabled import set_members
-    from test_replset3 import wait_for
-    with set_members(1) as (m,):
-        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
-            c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
-                {"_id": 0, "host": "127.0.0.1:%d" % m.port}]})
-            wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), timeout=30)
-            c.pc.c.insert_one({"_id": 1, "v": 1})
-            Prepared(c, "c", 2)  # left prepared
-            reader = pymongo.MongoClient("127.0.0.1", m.port, directConnection=True,
-                                         retryReads=False, serverSelectionTimeoutMS=2000)
-            r = in_thread(lambda: reader.pc.c.find_one({"_id": 1}))
-            w = in_thread(lambda: reader.pc.c.update_one({"_id": 1}, {"$inc": {"v": 1}}))
-            time.sleep(1.0)
-            assert r["thread"].is_alive()  # waiting on the prepared write
-            assert w["thread"].is_alive()
-            m.signal(signal.SIGTERM)
-            m.proc.wait(timeout=30)  # raises TimeoutExpired on the old hang
-            r["thread"].join(timeout=30)
-            w["thread"].join(timeout=30)
-            assert isinstance(r.get("error"), pymongo.errors.PyMongoError), r
-            assert isinstance(w.get("error"), pymongo.errors.PyMongoError), w
-            reader.close()
+    with one_member_set() as (m, c):
+        c.pc.c.insert_one({"_id": 1, "v": 1})
+        Prepared(c, "c", 2)  # left prepared
+        reader = pymongo.MongoClient("127.0.0.1", m.port, directConnection=True,
+                                     retryReads=False, serverSelectionTimeoutMS=2000)
+        r = in_thread(lambda: reader.pc.c.find_one({"_id": 1}))
+        w = in_thread(lambda: reader.pc.c.update_one({"_id": 1}, {"$inc": {"v": 1}}))
+        time.sleep(1.0)
+        assert r["thread"].is_alive()  # waiting on the prepared write
+        assert w["thread"].is_alive()
+        m.signal(signal.SIGTERM)
+        m.proc.wait(timeout=30)  # raises TimeoutExpired on the old hang
+        r["thread"].join(timeout=30)
+        w["thread"].join(timeout=30)
+        assert isinstance(r.get("error"), pymongo.errors.PyMongoError), r
+        assert isinstance(w.get("error"), pymongo.errors.PyMongoError), w
+        reader.close()
 
 
 @pytest.fixture(scope="module")
 def rs1():
-    """A one-member set's client (prepareTransaction needs a set member)."""
-    import pymongo
-    from sabled import set_members
-    from test_replset3 import wait_for
-    with set_members(1) as (m,):
-        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
-            c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
-                {"_id": 0, "host": "127.0.0.1:%d" % m.port}]})
-            wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), timeout=30)
-        # a new client: the first one's monitor may still see the member uninitiated
-        # (no sessions, so no transactions)
-        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
-            yield c
+    """A one-member set's client."""
+    with one_member_set() as (_, c):
+        yield c
 
 
 @pytest.fixture
@@ -344,7 +344,6 @@ def test_session_refresh_behind_a_prepared_transaction_holds_no_loop(rs):
     """refreshLogicalSessionCacheNow's first run builds config.system.sessions'
     TTL index, which waits for older transactions, a prepared one too: it
     waits on a worker, and every network loop still serves its connections."""
-    import pymongo
     c, name = rs
     p = Prepared(c, name, 2)
     clients = []
@@ -368,27 +367,16 @@ def test_shutdown_ends_an_index_build_waiting_on_a_prepared_transaction():
     """The first session refresh's TTL index build waits for older
     transactions; a prepared one nobody resolves must not hold up SIGTERM
     (the build ends with InterruptedAtShutdown)."""
-    import signal
-
-    import pymongo
-    from sabled import set_members
-    from test_replset3 import wait_for
-    with set_members(1) as (m,):
-        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
-            c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
-                {"_id": 0, "host": "127.0.0.1:%d" % m.port}]})
-            wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), timeout=30)
-        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True,
-                                 serverSelectionTimeoutMS=2000) as c:
-            c.pc.c.insert_one({"_id": 1, "v": 1})
-            Prepared(c, "c", 2)  # left prepared
-            r = in_thread(lambda: c.admin.command("refreshLogicalSessionCacheNow"))
-            time.sleep(1.0)
-            assert r["thread"].is_alive()  # the index build waits
-            m.signal(signal.SIGTERM)
-            m.proc.wait(timeout=30)  # raises TimeoutExpired on the old hang
-            r["thread"].join(timeout=30)
-            assert not r["thread"].is_alive()
+    with one_member_set(serverSelectionTimeoutMS=2000) as (m, c):
+        c.pc.c.insert_one({"_id": 1, "v": 1})
+        Prepared(c, "c", 2)  # left prepared
+        r = in_thread(lambda: c.admin.command("refreshLogicalSessionCacheNow"))
+        time.sleep(1.0)
+        assert r["thread"].is_alive()  # the index build waits
+        m.signal(signal.SIGTERM)
+        m.proc.wait(timeout=30)  # raises TimeoutExpired on the old hang
+        r["thread"].join(timeout=30)
+        assert not r["thread"].is_alive()
 
 
 def test_reaper_runs_while_the_session_refresh_waits_on_a_prepared_transaction():
@@ -396,27 +384,19 @@ def test_reaper_runs_while_the_session_refresh_waits_on_a_prepared_transaction()
     prepared one); transactions past their lifetime are still aborted (the
     reaper has its own thread), else one idle transaction could hold the
     build, and with it the reaper, for good."""
-    import pymongo
-    from sabled import set_members
-    from test_replset3 import wait_for
-    with set_members(1, ("--setParameter", "logicalSessionRefreshMillis=1000")) as (m,):
-        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
-            c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
-                {"_id": 0, "host": "127.0.0.1:%d" % m.port}]})
-            wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), timeout=30)
-        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
-            c.pc.c.insert_one({"_id": 1, "v": 1})
-            p = Prepared(c, "c", 2)
-            c.config.system.sessions.drop()  # the next refresh builds its index again
-            time.sleep(1.5)
-            c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=1)
-            aborted = c.admin.command("serverStatus")["transactions"]["totalAborted"]
-            with c.start_session() as s:
-                s.start_transaction()
-                c.pc.d.insert_one({"_id": 1}, session=s)  # then idle
-                wait_for(lambda: c.admin.command("serverStatus")["transactions"][
-                    "totalAborted"] > aborted, timeout=10)
-            p.commit()
+    with one_member_set(("--setParameter", "logicalSessionRefreshMillis=1000")) as (_, c):
+        c.pc.c.insert_one({"_id": 1, "v": 1})
+        p = Prepared(c, "c", 2)
+        c.config.system.sessions.drop()  # the next refresh builds its index again
+        time.sleep(1.5)
+        c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=1)
+        aborted = c.admin.command("serverStatus")["transactions"]["totalAborted"]
+        with c.start_session() as s:
+            s.start_transaction()
+            c.pc.d.insert_one({"_id": 1}, session=s)  # then idle
+            wait_for(lambda: c.admin.command("serverStatus")["transactions"][
+                "totalAborted"] > aborted, timeout=10)
+        p.commit()
 
 
 TXN_WRITES = {  # a transaction's writes of {_id: 1}: by _id, and with a plan

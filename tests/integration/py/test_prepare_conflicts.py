@@ -270,22 +270,6 @@ def test_transaction_write_with_an_older_snapshot_gets_transient_write_conflict(
     assert c.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 2}
 
 
-def test_kill_sessions_ends_a_transaction_read_waiting_on_a_prepared_one(rs):
-    c, name = rs
-    p = Prepared(c, name, 2)
-    try:
-        with c.start_session() as s:
-            s.start_transaction()
-            r = in_thread(lambda: c.pc[name].find_one({"_id": 1}, session=s))
-            time.sleep(0.5)
-            assert r["thread"].is_alive()
-            c.admin.command("killSessions", [s.session_id])
-            r["thread"].join(5)
-            assert getattr(r.get("error"), "code", None) == 11601, r
-    finally:
-        p.commit()
-
-
 def test_get_more_waits_for_the_commit(rs):
     c, name = rs
     c.pc[name].insert_many([{"_id": i, "v": 1} for i in range(10, 300)])
@@ -458,40 +442,42 @@ IN_TXN = {  # a transaction's read and write of {_id: 1}, which a prepared one w
 
 
 @pytest.mark.parametrize("op", sorted(IN_TXN))
-def test_in_a_transaction_max_time_ms_expires_while_prepared(rs, op):
-    """50 fails the whole write command (an interruption, as in mongod)."""
+@pytest.mark.parametrize("limit", ["maxTimeMS", "lifetime"])
+def test_in_a_transaction_a_wait_ends_at_its_limit(rs, op, limit):
+    """maxTimeMS 500 ends it with 50, transactionLifetimeLimitSeconds 1 with
+    290; either fails a write command as a whole (mongod's interruptions)."""
     c, name = rs
     p = Prepared(c, name, 2)
+    kw, code, least = ({"maxTimeMS": 500}, 50, 0.45) if limit == "maxTimeMS" else ({}, 290, 0.8)
+    if limit == "lifetime":
+        c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=1)
     try:
         with c.start_session() as s:
             s.start_transaction()
             t0 = time.monotonic()
             with pytest.raises(OperationFailure) as e:
-                IN_TXN[op](c, name, s, maxTimeMS=500)
+                IN_TXN[op](c, name, s, **kw)
             took = time.monotonic() - t0
-            assert e.value.code == 50, e.value.details
-            assert 0.45 < took < 3, took
-            s.abort_transaction()
+            assert e.value.code == code, e.value.details
+            assert least < took < 3, took
     finally:
+        c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
         p.abort()
     assert c.pc[name].count_documents({"v": 1}) == 10
 
 
 @pytest.mark.parametrize("op", sorted(IN_TXN))
-def test_in_a_transaction_waits_no_longer_than_its_lifetime(rs, op):
-    """290 too fails the whole write command, not one statement."""
+def test_kill_sessions_ends_a_transaction_op_waiting_on_a_prepared_one(rs, op):
     c, name = rs
     p = Prepared(c, name, 2)
-    c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=1)
     try:
         with c.start_session() as s:
             s.start_transaction()
-            t0 = time.monotonic()
-            with pytest.raises(OperationFailure) as e:
-                IN_TXN[op](c, name, s)
-            assert e.value.code == 290, e.value.details  # TransactionExceededLifetimeLimitSeconds
-            assert 0.8 < time.monotonic() - t0 < 5
+            r = in_thread(lambda: IN_TXN[op](c, name, s))
+            time.sleep(0.5)
+            assert r["thread"].is_alive()
+            c.admin.command("killSessions", [s.session_id])
+            r["thread"].join(5)
+            assert getattr(r.get("error"), "code", None) == 11601, r
     finally:
-        c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
         p.commit()
-    assert c.pc[name].count_documents({"v": {"$gt": 2}}) == 0

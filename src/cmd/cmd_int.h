@@ -263,6 +263,12 @@ bool sbl_cmd_mtxn_describe(const sbl_lsid_t *l, int64_t txn_number, bson_t *d);
 void sbl_cmd_mtxn_counts(int64_t *started, int64_t *committed, int64_t *aborted, int64_t *open);
 void sbl_cmd_mtxn_kill_session(const uint8_t id[16]);
 void sbl_cmd_mtxn_reap(void);
+/* The transactions of this member that may have written ns and have not
+ * ended, for a migration's donor in its critical section (migrate.c): each
+ * idle one in progress is aborted (its next statement would meet the
+ * critical section, then StaleConfig); returns how many are left: prepared
+ * ones, which only their coordinator ends, and ones running a command. */
+int sbl_cmd_mtxn_end_writers(const char *ns);
 /* snapshot_read.c: the command's readConcern level is linearizable (*linp),
  * and the time it waits for (*afterp: afterClusterTime or afterOpTime's ts,
  * 0: none), for the dispatcher's waits (repl_read.c). */

@@ -30,7 +30,10 @@
  * Neither leaves its critical section before its change (the move-in, the
  * deletion) is majority-committed and in its stable timestamp: a
  * readConcern majority read reads there, and would otherwise still see the
- * donor's copy beside the recipient's.
+ * donor's copy beside the recipient's.  No transaction that wrote the
+ * collection on the donor is open when the recipient takes the last
+ * changes (await_txns): one ending later would leave its writes to the
+ * range on the donor, to be deleted with it.
  * One migration at a time per shard, as donor or recipient.
  */
 #include "cmd/migrate_int.h"
@@ -213,41 +216,6 @@ int mig_upsert_docs(const char *db, const char *coll, bson_iter_t *arr, int64_t 
     return rc;
 }
 
-/* Delete by _id each {_id} document of arr from db.coll. */
-int mig_delete_ids(const char *db, const char *coll, bson_iter_t *arr, int64_t *np,
-                   sbl_err_t *err)
-{
-    bson_t cmd = BSON_INITIALIZER, dels, reply;
-    BSON_APPEND_UTF8(&cmd, "delete", coll);
-    BSON_APPEND_ARRAY_BEGIN(&cmd, "deletes", &dels);
-    int n = 0;
-    char kb[16];
-    while (bson_iter_next(arr)) {
-        bson_t d, del, q;
-        bson_iter_t id;
-        if (!sbl_iter_doc(arr, &d) || !bson_iter_init_find(&id, &d, "_id"))
-            continue;
-        const char *k251 = mig_akey((uint32_t)n++, kb);
-        BSON_APPEND_DOCUMENT_BEGIN(&dels, k251, &del);
-        BSON_APPEND_DOCUMENT_BEGIN(&del, "q", &q);
-        bson_append_value(&q, "_id", 3, bson_iter_value(&id));
-        bson_append_document_end(&del, &q);
-        BSON_APPEND_INT32(&del, "limit", 1);
-        bson_append_document_end(&dels, &del);
-    }
-    bson_append_array_end(&cmd, &dels);
-    int rc = 0;
-    if (n > 0) {
-        rc = sbl_cmd_run_checked(db, &cmd, &reply, err);
-        bson_iter_t it;
-        if (rc == 0 && np != NULL && bson_iter_init_find(&it, &reply, "n"))
-            *np += bson_iter_as_int64(&it);
-        bson_destroy(&reply);
-    }
-    bson_destroy(&cmd);
-    return rc;
-}
-
 /* ======================= donor ======================= */
 
 static pthread_mutex_t donor_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -296,10 +264,10 @@ static void append_range_bounds(const mig_spec_t *s, bson_t *cmd)
     BSON_APPEND_DOCUMENT(cmd, "max", s->max);
 }
 
-/* Run a find over ns's range (by its key index, or the whole collection
+/* Run a find over s's range (by its key index, or the whole collection
  * when that fails: no such index). */
-static int range_find(const mig_spec_t *s, const char *db, const char *coll, int batch,
-                      bson_t *reply, sbl_err_t *err)
+int mig_range_find(const mig_spec_t *s, const char *db, const char *coll, int batch,
+                   bson_t *reply, sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&cmd, "find", coll);
@@ -336,7 +304,7 @@ int sbl_cmd_migrate_clone(sbl_opctx_t *ctx, sbl_err_t *err)
         mig_split_ns(donor.spec.ns, db, sizeof(db), &coll);
         bson_t cmd = BSON_INITIALIZER, reply;
         if (!donor.clone_started) {
-            rc = range_find(&donor.spec, db, coll, CLONE_BATCH, &reply, err);
+            rc = mig_range_find(&donor.spec, db, coll, CLONE_BATCH, &reply, err);
             donor.clone_started = true;
         } else {
             BSON_APPEND_INT64(&cmd, "getMore", donor.cursor);
@@ -593,60 +561,6 @@ int sbl_cmd_transfer_mods(sbl_opctx_t *ctx, sbl_err_t *err)
     free(reloaded);
     ids_free(&ids);
     return rc;
-}
-
-/* Delete this shard's documents in the range (the range deleter, run in
- * the critical section after the commit, or by recovery; its oplog entries
- * say fromMigrate).  Returns how many went. */
-int64_t mig_delete_range(const mig_spec_t *s, sbl_err_t *err)
-{
-    char db[256];
-    const char *coll;
-    mig_split_ns(s->ns, db, sizeof(db), &coll);
-    int64_t deleted = 0, cursor = 0;
-    bool first = true;
-    int rc = 0;
-    while (rc == 0 && (first || cursor != 0)) {
-        bson_t cmd = BSON_INITIALIZER, reply, arr = BSON_INITIALIZER;
-        if (first) {
-            rc = range_find(s, db, coll, 1000, &reply, err);
-        } else {
-            BSON_APPEND_INT64(&cmd, "getMore", cursor);
-            BSON_APPEND_UTF8(&cmd, "collection", coll);
-            BSON_APPEND_INT32(&cmd, "batchSize", 1000);
-            rc = sbl_cmd_run_checked(db, &cmd, &reply, err);
-        }
-        bson_destroy(&cmd);
-        bson_iter_t it, b;
-        cursor = 0;
-        if (rc == 0 && bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.id", &b))
-            cursor = bson_iter_as_int64(&b);
-        uint32_t n = 0;
-        char kb[16];
-        if (rc == 0 && bson_iter_init(&it, &reply) &&
-            bson_iter_find_descendant(&it, first ? "cursor.firstBatch" : "cursor.nextBatch", &b) &&
-            bson_iter_recurse(&b, &it))
-            while (bson_iter_next(&it)) {
-                bson_t d, x;
-                bson_iter_t id;
-                if (sbl_iter_doc(&it, &d) && mig_in_range(s, &d) && bson_iter_init_find(&id, &d, "_id")) {
-                    const char *k519 = mig_akey(n++, kb);
-                    BSON_APPEND_DOCUMENT_BEGIN(&arr, k519, &x);
-                    bson_append_value(&x, "_id", 3, bson_iter_value(&id));
-                    bson_append_document_end(&arr, &x);
-                }
-            }
-        first = false;
-        bson_destroy(&reply);
-        if (rc == 0 && n > 0 && bson_iter_init(&it, &arr)) {
-            sbl_repl_from_migrate = true;
-            rc = mig_delete_ids(db, coll, &it, NULL, err);
-            sbl_repl_from_migrate = false;
-            deleted += n;
-        }
-        bson_destroy(&arr);
-    }
-    return rc == 0 ? deleted : -1;
 }
 
 typedef struct wc_wait {
@@ -963,6 +877,27 @@ static int config_commit(const mig_spec_t *spec, const char *to, const bson_valu
     return rc;
 }
 
+/* No transaction that wrote ns on this shard may end after the recipient
+ * took the range's last changes: its writes to the range would stay here
+ * and go with the range deletion (a transfer lost).  mongod's critical
+ * section waits for the collection's transactions (its exclusive lock);
+ * here idle ones in progress are aborted (their next statement would meet
+ * the critical section, then StaleConfig) and prepared ones, which only
+ * their coordinator ends, are waited for at most MIG_TXN_WAIT_MS; then the
+ * migration aborts and leaves the critical section. */
+static int await_txns(const char *ns, sbl_err_t *err)
+{
+    int64_t until = mig_now_ms() + MIG_TXN_WAIT_MS;
+    int left;
+    while ((left = sbl_cmd_mtxn_end_writers(ns)) > 0 && mig_now_ms() < until)
+        usleep(5 * 1000);
+    if (left == 0)
+        return 0;
+    return sbl_err_set(err, SBL_E_ExceededTimeLimit, "%d transaction(s) that wrote %s on the "
+                       "donor did not end within %d ms of its critical section (prepared: "
+                       "waiting for their coordinator's decision)", left, ns, MIG_TXN_WAIT_MS);
+}
+
 /* Tell the recipient the decision; then the coordinator document goes
  * (else recovery sends it again). */
 static void announce(const char *to_host, const char *session, bool committed)
@@ -1067,6 +1002,8 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
         in_cs = rc == 0;
         t_cs = mig_now_ms();
     }
+    if (rc == 0)
+        rc = await_txns(spec.ns, err);
     if (rc == 0) {
         rc = mig_recip_call(to_host, "_recvChunkCommit", session, &reply, err);
         bson_destroy(&reply);

@@ -20,6 +20,10 @@
  *   MIG_RELEASE_MS  a recipient in its critical section after its commit
  *                   waits that long for the donor's release or abort, then
  *                   settles it itself (migrate_recv.c)
+ *   MIG_TXN_WAIT_MS the donor, in its critical section, waits that long for
+ *                   the collection's prepared transactions to end
+ *   MIG_DELETE_MS   one delete of the range deleter (a prepared document
+ *                   ends its wait; the deleter tries again)
  * A catch-up round that changed fewer than MIG_STEADY_DOCS documents, with
  * nothing left to read, is close enough for the critical section (mongod
  * enters it with a small backlog too); the rest moves inside it. */
@@ -29,6 +33,8 @@
 #define MIG_CALL_MS (2 * MIG_CRIT_MS + 10000)
 #define MIG_STEADY_DOCS 64
 #define MIG_RELEASE_MS (3 * MIG_CALL_MS)
+#define MIG_TXN_WAIT_MS 5000
+#define MIG_DELETE_MS 5000
 
 /* The range being moved and how to tell whether a document is in it. */
 typedef struct mig_spec {
@@ -114,9 +120,14 @@ int mig_task_delete(const char *session, sbl_err_t *err);
 /* Does this shard hold a coordinator document or a range deletion task
  * (an unfinished migration: no new one starts until recovery ends it)? */
 bool mig_leftovers(void);
-/* Delete this shard's documents in s's range (fromMigrate); how many went,
- * -1 on an error (err). */
+/* Delete this shard's documents in s's range (fromMigrate; migrate_del.c),
+ * waiting out conflicts for up to MIG_CRIT_MS; how many went, -1 on an
+ * error (err). */
 int64_t mig_delete_range(const mig_spec_t *s, sbl_err_t *err);
+/* A find over s's range in db.coll, batch documents a batch (reply
+ * initialised either way; its cursor is the caller's). */
+int mig_range_find(const mig_spec_t *s, const char *db, const char *coll, int batch,
+                   bson_t *reply, sbl_err_t *err);
 /* The recipient's settling of a task whose receive no longer runs here
  * (this member restarted): commit keeps the range, abort deletes it; then
  * the staging collection and the task go.  0 when there was none;

@@ -943,6 +943,30 @@ void sbl_cmd_mtxn_abort_all(void)
     pthread_mutex_unlock(&txn_mu);
 }
 
+int sbl_cmd_mtxn_end_writers(const char *ns)
+{
+    int left = 0;
+    pthread_mutex_lock(&txn_mu);
+    for (sbl_mtxn_t *t = txns; t != NULL; t = t->next) {
+        if (t->state != TXN_IN_PROGRESS && t->state != TXN_PREPARED)
+            continue;
+        if (t->busy) { /* its writes are being made: wait for the command */
+            left++;
+            continue;
+        }
+        /* a prepared transaction replayed from the oplog keeps no ops */
+        bool wrote = t->ops != NULL ? sbl_repl_txn_ops_touch(t->ops, ns) : t->wt_prepared;
+        if (!wrote)
+            continue;
+        if (t->state == TXN_PREPARED)
+            left++;
+        else
+            abort_txn(t);
+    }
+    pthread_mutex_unlock(&txn_mu);
+    return left;
+}
+
 void sbl_cmd_mtxn_reap(void)
 {
     int64_t now = sbl_now_ms();

@@ -331,6 +331,8 @@ sbl_repl_txn_ops_t *sbl_repl_txn_ops_new(void);
 void sbl_repl_txn_ops_free(sbl_repl_txn_ops_t *ops);
 size_t sbl_repl_txn_ops_count(const sbl_repl_txn_ops_t *ops);
 void sbl_repl_set_txn_ops(sbl_repl_txn_ops_t *ops);
+/* Has one of ops' operations written ns? */
+bool sbl_repl_txn_ops_touch(const sbl_repl_txn_ops_t *ops, const char *ns);
 /* st: lsid, txnNumber, prevOpTime (stmt_id unused); *tsp: the entry's ts
  * (0 when there were no operations: nothing is written). */
 int sbl_repl_txn_commit(sbl_session_t *s, sbl_repl_txn_ops_t *ops, sbl_repl_stmt_t *st,

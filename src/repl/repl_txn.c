@@ -200,6 +200,31 @@ size_t sbl_repl_txn_ops_count(const sbl_repl_txn_ops_t *ops)
     return ops != NULL ? ops->total : 0;
 }
 
+/* Does arr (an applyOps array) hold an operation on ns? */
+static bool array_touches(const bson_t *arr, const char *ns)
+{
+    bson_iter_t it, f;
+    bson_iter_init(&it, arr);
+    while (bson_iter_next(&it)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &f) ||
+            !bson_iter_find(&f, "ns") || !BSON_ITER_HOLDS_UTF8(&f))
+            continue;
+        if (strcmp(bson_iter_utf8(&f, NULL), ns) == 0)
+            return true;
+    }
+    return false;
+}
+
+bool sbl_repl_txn_ops_touch(const sbl_repl_txn_ops_t *ops, const char *ns)
+{
+    if (ops == NULL)
+        return false;
+    for (size_t i = 0; i < ops->nfull; i++)
+        if (array_touches(ops->full[i], ns))
+            return true;
+    return array_touches(&ops->arr, ns);
+}
+
 void sbl_repl_set_txn_ops(sbl_repl_txn_ops_t *ops)
 {
     cur_ops = ops;

@@ -1,0 +1,160 @@
+/*
+ * migrate_del.c: the range deleter, after mongod's (docs/sharding.md,
+ * "Migrations and the balancer"): deletes the shard's documents of a range
+ * it no longer owns, with fromMigrate oplog entries; the donor runs it
+ * after a migration's commit, recovery (migrate_recover.c) for what a
+ * migration left.
+ *
+ * What must stay true: a conflict is waited out, never an error by itself
+ * (a transaction holding one of the range's documents, a prepared one
+ * included): each pass is made again after a growing pause, for up to
+ * MIG_CRIT_MS, as mongod's range deleter retries its task; a pass leaves
+ * no cursor open.
+ */
+#include "cmd/migrate_int.h"
+
+#include "doc/doc.h"
+#include "repl/repl.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Delete by _id each {_id} document of arr from db.coll, in at most
+ * max_ms (0: no limit). */
+static int delete_ids(const char *db, const char *coll, bson_iter_t *arr, int64_t *np,
+                      int max_ms, sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER, dels, reply;
+    BSON_APPEND_UTF8(&cmd, "delete", coll);
+    if (max_ms > 0)
+        BSON_APPEND_INT32(&cmd, "maxTimeMS", max_ms);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "deletes", &dels);
+    int n = 0;
+    char kb[16];
+    while (bson_iter_next(arr)) {
+        bson_t d, del, q;
+        bson_iter_t id;
+        if (!sbl_iter_doc(arr, &d) || !bson_iter_init_find(&id, &d, "_id"))
+            continue;
+        const char *k251 = mig_akey((uint32_t)n++, kb);
+        BSON_APPEND_DOCUMENT_BEGIN(&dels, k251, &del);
+        BSON_APPEND_DOCUMENT_BEGIN(&del, "q", &q);
+        bson_append_value(&q, "_id", 3, bson_iter_value(&id));
+        bson_append_document_end(&del, &q);
+        BSON_APPEND_INT32(&del, "limit", 1);
+        bson_append_document_end(&dels, &del);
+    }
+    bson_append_array_end(&cmd, &dels);
+    int rc = 0;
+    if (n > 0) {
+        rc = sbl_cmd_run_checked(db, &cmd, &reply, err);
+        bson_iter_t it;
+        if (rc == 0 && np != NULL && bson_iter_init_find(&it, &reply, "n"))
+            *np += bson_iter_as_int64(&it);
+        bson_destroy(&reply);
+    }
+    bson_destroy(&cmd);
+    return rc;
+}
+
+int mig_delete_ids(const char *db, const char *coll, bson_iter_t *arr, int64_t *np,
+                   sbl_err_t *err)
+{
+    return delete_ids(db, coll, arr, np, 0, err);
+}
+
+/* One pass of the range deleter: *deletedp counts what it deleted. */
+static int delete_range_once(const mig_spec_t *s, int64_t *deletedp, sbl_err_t *err)
+{
+    char db[256];
+    const char *coll;
+    mig_split_ns(s->ns, db, sizeof(db), &coll);
+    int64_t deleted = 0, cursor = 0;
+    bool first = true;
+    int rc = 0;
+    while (rc == 0 && (first || cursor != 0)) {
+        bson_t cmd = BSON_INITIALIZER, reply, arr = BSON_INITIALIZER;
+        if (first) {
+            rc = mig_range_find(s, db, coll, 1000, &reply, err);
+        } else {
+            BSON_APPEND_INT64(&cmd, "getMore", cursor);
+            BSON_APPEND_UTF8(&cmd, "collection", coll);
+            BSON_APPEND_INT32(&cmd, "batchSize", 1000);
+            rc = sbl_cmd_run_checked(db, &cmd, &reply, err);
+        }
+        bson_destroy(&cmd);
+        bson_iter_t it, b;
+        cursor = 0;
+        if (rc == 0 && bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.id", &b))
+            cursor = bson_iter_as_int64(&b);
+        uint32_t n = 0;
+        char kb[16];
+        if (rc == 0 && bson_iter_init(&it, &reply) &&
+            bson_iter_find_descendant(&it, first ? "cursor.firstBatch" : "cursor.nextBatch", &b) &&
+            bson_iter_recurse(&b, &it))
+            while (bson_iter_next(&it)) {
+                bson_t d, x;
+                bson_iter_t id;
+                if (sbl_iter_doc(&it, &d) && mig_in_range(s, &d) && bson_iter_init_find(&id, &d, "_id")) {
+                    const char *k519 = mig_akey(n++, kb);
+                    BSON_APPEND_DOCUMENT_BEGIN(&arr, k519, &x);
+                    bson_append_value(&x, "_id", 3, bson_iter_value(&id));
+                    bson_append_document_end(&arr, &x);
+                }
+            }
+        first = false;
+        bson_destroy(&reply);
+        if (rc == 0 && n > 0 && bson_iter_init(&it, &arr)) {
+            sbl_repl_from_migrate = true;
+            rc = delete_ids(db, coll, &it, &deleted, MIG_DELETE_MS, err);
+            sbl_repl_from_migrate = false;
+        }
+        bson_destroy(&arr);
+    }
+    if (cursor != 0) { /* a pass that failed leaves no cursor behind */
+        bson_t kill = BSON_INITIALIZER, cursors, reply;
+        BSON_APPEND_UTF8(&kill, "killCursors", coll);
+        BSON_APPEND_ARRAY_BEGIN(&kill, "cursors", &cursors);
+        BSON_APPEND_INT64(&cursors, "0", cursor);
+        bson_append_array_end(&kill, &cursors);
+        bson_init(&reply);
+        sbl_cmd_run(db, &kill, &reply);
+        bson_destroy(&reply);
+        bson_destroy(&kill);
+    }
+    *deletedp += deleted;
+    return rc;
+}
+
+/* Errors the range deleter waits out: a write conflict (a transaction
+ * holding a document of the range), a prepared transaction's document
+ * (the delete's maxTimeMS ends its wait). */
+static bool deletion_retries(int code)
+{
+    return code == SBL_E_WriteConflict || code == SBL_E_MaxTimeMSExpired;
+}
+
+/* Delete this shard's documents in the range (the range deleter, run in
+ * the critical section after the commit, or by recovery; its oplog entries
+ * say fromMigrate).  A pass that meets a conflict is made again after a
+ * pause (10 ms, doubling up to 1 s) for up to MIG_CRIT_MS, as mongod's
+ * range deleter retries its task.  Returns how many went, or -1. */
+int64_t mig_delete_range(const mig_spec_t *s, sbl_err_t *err)
+{
+    int64_t deleted = 0, until = mig_now_ms() + MIG_CRIT_MS;
+    int pause_ms = 10;
+    for (int pass = 0;; pass++) {
+        int rc = delete_range_once(s, &deleted, err);
+        if (rc == 0)
+            return deleted;
+        if (!deletion_retries(rc) || mig_now_ms() + pause_ms > until || !sbl_repl_writable())
+            return -1;
+        if (pass == 0)
+            mig_log("deleting the range of %s met a conflict (%s): trying again until it "
+                    "goes", s->ns, err->msg);
+        usleep((useconds_t)pause_ms * 1000);
+        pause_ms = pause_ms < 500 ? pause_ms * 2 : 1000;
+        sbl_err_clear(err);
+    }
+}

@@ -1027,9 +1027,10 @@ static void dispatch_pending(pending_t *p, bool force_worker)
         return;
     }
     int64_t counted = count_op(p->def, p->ctx.cmd);
-    /* During a migration a router's command may wait for the critical
-     * section: never on the loop thread. */
-    if (p->shard_version != NULL && sbl_shard_migration_active())
+    /* During a migration, or on a new primary before its migration
+     * recovery, a router's command may wait: never on the loop thread. */
+    if (p->shard_version != NULL &&
+        (sbl_shard_migration_active() || !sbl_shard_metadata_known()))
         force_worker = true;
     /* While a transaction is prepared, reads and writes may wait for it: on
      * a worker; commands that end transactions are never queued behind them. */

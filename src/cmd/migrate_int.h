@@ -156,7 +156,7 @@ void mig_recip_session(char *out, size_t n);
  * server at hangBeforeCommitChunkMigration (Sable's: a commit that arrived,
  * before it is looked at), while on (at most 120 s each time). */
 enum { MIG_FP_STEP1, MIG_FP_STEP2, MIG_FP_STEP3, MIG_FP_STEP4, MIG_FP_STEP5, MIG_FP_STEP6,
-       MIG_FP_RECV1, MIG_FP_RECV2, MIG_FP_CFG_COMMIT, MIG_FP_N };
+       MIG_FP_RECV1, MIG_FP_RECV2, MIG_FP_CFG_COMMIT, MIG_FP_RECOVERY, MIG_FP_N };
 void mig_fp_hold(int fp);
 
 #endif

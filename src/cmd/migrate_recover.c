@@ -56,7 +56,8 @@
 static const char *const fp_names[MIG_FP_N] = {
     "moveChunkHangAtStep1", "moveChunkHangAtStep2", "moveChunkHangAtStep3",
     "moveChunkHangAtStep4", "moveChunkHangAtStep5", "moveChunkHangAtStep6",
-    "migrateThreadHangAtStep1", "migrateThreadHangAtStep2", "hangBeforeCommitChunkMigration"};
+    "migrateThreadHangAtStep1", "migrateThreadHangAtStep2", "hangBeforeCommitChunkMigration",
+    "hangMigrationRecovery"};
 static atomic_bool fp_on[MIG_FP_N];
 static atomic_bool stopping;
 
@@ -563,6 +564,34 @@ static bool leftover_ns(char *ns, size_t n)
     return found;
 }
 
+/* A new primaryship: before any routed command runs here (the door of
+ * sbl_shard_stepped_up), hold the critical section of the collection an
+ * unfinished migration left, so no routed write lands in a range whose
+ * owner recovery has yet to decide, and forget the versions cached in an
+ * earlier primaryship (a migration this member donated may have committed
+ * since: mongod's filtering metadata is UNKNOWN after a step-up). */
+static void open_after_step_up(void)
+{
+    int64_t term = sbl_repl_write_term();
+    if (term < 0 || sbl_shard_name() == NULL || sbl_shard_metadata_known())
+        return;
+    char ns[256];
+    pthread_mutex_lock(&rec_mu);
+    /* a migration still running here (from before a step-down) keeps its
+     * own critical section and hands it to recovery when it ends */
+    bool left = !mig_donor_active() && !mig_recip_active() && leftover_ns(ns, sizeof(ns));
+    bool held = !left || crit_take(ns);
+    pthread_mutex_unlock(&rec_mu);
+    if (!held) /* routed commands of an earlier primaryship still inside: next tick */
+        return;
+    if (left)
+        set_pending(true);
+    sbl_shard_stepped_up(term);
+    mig_log("migration recovery: primary in term %lld: routed commands refresh their "
+            "collection's version first%s%s", (long long)term, left ? "; held until recovery "
+            "settles " : "", left ? ns : "");
+}
+
 static pthread_t rec_thread;
 static bool rec_running;
 
@@ -571,8 +600,15 @@ static void *recover_main(void *arg)
     (void)arg;
     sbl_thread_name("migrecovery");
     bool was_primary = false, was_writable = false;
-    for (unsigned tick = 0; !atomic_load(&stopping); tick++) {
-        usleep(250 * 1000);
+    for (unsigned step = 0, tick = 0; !atomic_load(&stopping); step++) {
+        usleep(50 * 1000);
+        /* tests: this member's recovery (and a secondary's mirroring) waits */
+        if (atomic_load(&fp_on[MIG_FP_RECOVERY]))
+            continue;
+        open_after_step_up(); /* a step-up is looked at every 50 ms */
+        if (step % 5 != 0)
+            continue;
+        tick++; /* the rest every 250 ms */
         /* a member elected after addShard (which only its primary then
          * heard) reads the shardIdentity document it replicated */
         bool writable = sbl_repl_writable();

@@ -72,6 +72,10 @@ void sbl_repl_stop(void);
 bool sbl_repl_enabled(void);
 /* True when this member may take writes (a standalone always may). */
 bool sbl_repl_writable(void);
+/* The term this member writes in as primary (a standalone's: 1), or -1 while
+ * it is not primary: a new value means a new primaryship (src/shard's
+ * filtering metadata is unknown until the shard recovered in it). */
+int64_t sbl_repl_write_term(void);
 
 /* NotWritablePrimary (10107, "not primary") when a write to database db may
  * not run here: a member that is not primary takes writes to "local" only. */

@@ -61,6 +61,13 @@ _Thread_local const bson_t *sbl_repl_image_entry;
 _Thread_local int64_t sbl_repl_image_index;
 _Thread_local bool sbl_repl_replaying;
 
+int64_t sbl_repl_write_term(void)
+{
+    /* cur_term is set before a member says PRIMARY and cleared before it
+     * stops (repl_coord.c); a secondary's holds its last term */
+    return sbl_repl_writable() ? atomic_load(&cur_term) : -1;
+}
+
 int64_t sbl_oplog_last_term(void)
 {
     return atomic_load(&last_term);

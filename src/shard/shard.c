@@ -12,10 +12,12 @@
 #include "shard/shard.h"
 
 #include "auth/auth.h"
+#include "repl/repl.h"
 #include "server/server.h"
 
 #include <mongoc/mongoc.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,7 @@ static char configsvr[1024];
 static mongoc_client_pool_t *pool;
 static sv_t *cache;
 static size_t ncache;
+static _Atomic int64_t known_term = -2; /* the primaryship whose metadata is known */
 
 int sbl_shard_set_identity(const char *name, const char *cfg, sbl_err_t *err)
 {
@@ -180,6 +183,26 @@ static int load(const char *ns, sv_t *out, sbl_err_t *err)
         }
     bson_destroy(&r);
     return 0;
+}
+
+void sbl_shard_stepped_up(int64_t term)
+{
+    pthread_mutex_lock(&refresh_lock); /* no refresh under way puts an old version back */
+    pthread_rwlock_wrlock(&lock);
+    free(cache);
+    cache = NULL;
+    ncache = 0;
+    pthread_rwlock_unlock(&lock);
+    atomic_store(&known_term, term);
+    pthread_mutex_unlock(&refresh_lock);
+}
+
+bool sbl_shard_metadata_known(void)
+{
+    if (pool == NULL)
+        return true;
+    int64_t t = sbl_repl_write_term();
+    return t < 0 || t == atomic_load(&known_term);
 }
 
 static bool cached(const char *ns, sv_t *out)

@@ -35,6 +35,21 @@ const char *sbl_shard_configsvr(void);
 int sbl_shard_check_version(const char *ns, const bson_t *sv, bson_t *info, sbl_err_t *err);
 /* Forget ns's cached version and read it again from the config servers. */
 int sbl_shard_refresh(const char *ns, sbl_err_t *err);
+/*
+ * Filtering metadata after a step-up (mongod: UNKNOWN until recovered).  A
+ * member that becomes primary may hold versions cached in an earlier
+ * primaryship, and a migration it donated may have committed since, so it
+ * serves no routed command until its migration recovery (migrate_recover.c)
+ * has taken the critical section of any collection an unfinished migration
+ * left and called sbl_shard_stepped_up(term): that forgets every cached
+ * version (the next routed command on each namespace refreshes from the
+ * config servers) and opens the door for the primaryship of term
+ * (sbl_repl_write_term).  sbl_shard_metadata_known: true once that
+ * happened for the current primaryship (and on a member that is not primary
+ * or not in a cluster, which has nothing to wait for).
+ */
+void sbl_shard_stepped_up(int64_t term);
+bool sbl_shard_metadata_known(void);
 /* shardingState's fields: enabled, configServer, shardName, versions. */
 void sbl_shard_append_state(bson_t *reply);
 void sbl_shard_shutdown(void);
@@ -47,7 +62,9 @@ void sbl_shard_shutdown(void);
  * range neither reach the donor after the recipient's last catch-up nor read
  * a half-moved range; the command then checks the new shard version
  * (StaleConfig).  Returns 0 (counted in: call op_exit), or StaleConfig when
- * the wait timed out (not counted in; the command must not run).
+ * the wait timed out (not counted in; the command must not run).  Before
+ * that it waits the same way for sbl_shard_metadata_known (StaleConfig:
+ * "sharding status ... needs to be recovered"; the router retries).
  * sbl_shard_crit_enter takes ns's critical section and returns 0 once every
  * command already inside has left; when some are still inside at
  * deadline_us (sbl_now_us's clock) it leaves the critical section

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define BUCKETS 64
 /* How long a routed command waits for a critical section: short, because it
@@ -60,6 +61,17 @@ static void wait_ms(int ms)
 int sbl_shard_op_enter(const char *ns, int64_t deadline_us, sbl_err_t *err)
 {
     unsigned b = bucket(ns);
+    if (!sbl_shard_metadata_known()) { /* a new primary: recovery goes first */
+        int64_t until = sbl_now_us() + CRIT_WAIT_US;
+        if (deadline_us > 0 && deadline_us < until)
+            until = deadline_us;
+        while (!sbl_shard_metadata_known() && sbl_now_us() < until)
+            usleep(10 * 1000);
+        if (!sbl_shard_metadata_known())
+            return sbl_err_set(err, SBL_E_StaleConfig, "sharding status of collection %s is "
+                               "not currently known and needs to be recovered (this member "
+                               "has just become primary)", ns);
+    }
     for (;;) {
         atomic_fetch_add(&inflight[b], 1);
         if (!atomic_load(&crit))

@@ -393,3 +393,127 @@ def test_commit_arriving_after_a_recovered_abort_is_refused(mongos, cluster):
     assert owner(mongos, "late") == "shard%d" % donor
     assert version().time > before.time  # a new major version: the late commit refused
     assert settle(mongos, cluster, "late", out) == "shard%d" % donor
+
+
+# ---- a donor primary killed right after the commit, before a secondary mirrored it -------
+# (docs/reliability.md, finding (5)): shards of three members.  The member
+# elected in the killed donor's place had cached the collection's version in
+# an earlier primaryship of its own.  Its migration recovery is held
+# (hangMigrationRecovery, on it before the migration, so it never mirrored
+# the coordinator document as a secondary either: the window of a step-down
+# within a second of a migration's start).  A routed insert into the moving
+# range, by a router that still has the old routing table, must not land on
+# it: before the fix it did (the old version matched the cached one) and
+# recovery then deleted the range, the acknowledged insert with it.
+
+@pytest.fixture(scope="module")
+def sets():
+    with migration_cluster("sable-migfs-", members=3) as info:
+        yield info
+
+
+def member(port):
+    return client(port, directConnection=True)
+
+
+def is_primary(port):
+    try:
+        with member(port) as c:
+            return bool(c.admin.command("hello").get("isWritablePrimary"))
+    except PyMongoError:
+        return False
+
+
+def step_up(port):
+    def up():
+        with member(port) as c:
+            try:
+                c.admin.command("replSetStepUp")
+            except OperationFailure:
+                pass
+        return wait_for(lambda: is_primary(port), 5)
+    assert wait_for(up, 60), "member %d not elected" % port
+
+
+def test_routed_insert_on_a_new_primary_before_its_recovery_is_kept(sets):
+    # the insert goes through a second router: the one that ran moveChunk
+    # reloads its routing table when moveChunk fails
+    with sharded.extra_router(sets) as port:
+        routed_insert_before_recovery(sets, client(sets["router"]), client(port, retryWrites=True))
+
+
+def routed_insert_before_recovery(sets, mongos, other):
+    mongos.admin.command("balancerStop")
+    mongos.admin.command("enableSharding", "ml")
+    mongos.admin.command("shardCollection", "ml.c", key={"k": 1})
+    coll = mongos.ml.get_collection("c", write_concern=pymongo.WriteConcern(w="majority"))
+    coll.insert_many([{"_id": i, "k": i} for i in range(100)])
+    mongos.admin.command("split", "ml.c", middle={"k": 50})
+    donor = int(mongos.config.databases.find_one({"_id": "ml"})["primary"][-1])
+    a, b, c = sets["members"][donor]
+    # b primary first: routed commands make it cache the collection's version
+    step_up(b)
+    assert len(list(coll.find({}, {"_id": 1}))) == 100
+    coll.update_one({"k": 60}, {"$set": {"seen_by_b": 1}})
+    step_up(a)  # then a: the donor
+    assert len(list(coll.find({}, {"_id": 1}))) == 100
+    coll2 = other.ml.get_collection("c", write_concern=pymongo.WriteConcern(w="majority"))
+    assert len(list(coll2.find({}, {"_id": 1}))) == 100  # its table: before the migration
+    for p in (b, c):
+        with member(p) as m:
+            m.admin.command("configureFailPoint", "hangMigrationRecovery", mode="alwaysOn")
+    with member(c) as m:
+        m.admin.command("replSetFreeze", 120)  # b, not c, takes a's place
+    with member(a) as m:
+        m.admin.command("configureFailPoint", "moveChunkHangAtStep5", mode="alwaysOn")
+    out = {}
+
+    def move():
+        try:
+            with client(sets["router"]) as r:
+                out["ok"] = r.admin.command("moveChunk", "ml.c", find={"k": 50},
+                                            to="shard%d" % (1 - donor))
+        except PyMongoError as e:  # noqa: BLE001
+            out["error"] = e
+    t = threading.Thread(target=move)
+    t.start()
+
+    def owner_now():
+        uuid = mongos.config.collections.find_one({"_id": "ml.c"})["uuid"]
+        return mongos.config.chunks.find_one({"uuid": uuid, "min": {"k": 50}})["shard"]
+    assert wait_for(lambda: owner_now() == "shard%d" % (1 - donor), 60)
+    launcher(sets, "kill", str(a - sets["config"]))  # committed, nothing deleted yet
+    step_up(b)
+    # the second router still routes [50, MaxKey) to the donor set, by the old version
+    res = {}
+
+    def insert():
+        try:
+            res["ok"] = coll2.insert_one({"_id": 1000, "k": 1000}).acknowledged
+        except PyMongoError as e:  # noqa: BLE001
+            res["error"] = e
+    w = threading.Thread(target=insert)
+    w.start()
+    time.sleep(1.5)  # the insert is waiting (fixed) or has landed on b (before the fix)
+    for p in (b, c):
+        with member(p) as m:
+            m.admin.command("configureFailPoint", "hangMigrationRecovery", mode="off")
+    w.join(60)
+    assert res.get("ok") is True, res
+    t.join(60)
+
+    def settled():
+        with member(b) as m:
+            return (m.config.migrationCoordinators.count_documents({}) == 0 and
+                    m.config.rangeDeletions.count_documents({}) == 0 and
+                    m.ml.c.count_documents({"k": {"$gte": 50}}) == 0)
+    if not wait_for(settled, 60):
+        with member(b) as m:
+            raise AssertionError((is_primary(b), list(m.config.migrationCoordinators.find()),
+                                  list(m.config.rangeDeletions.find()),
+                                  list(m.ml.c.find({"k": {"$gte": 50}}))))
+    ids = sorted(d["_id"] for d in coll.find({}, {"_id": 1}))
+    assert ids == list(range(100)) + [1000]
+    with member(c) as m:
+        m.admin.command("replSetFreeze", 0)
+    launcher(sets, "restart", str(a - sets["config"]))

@@ -13,7 +13,8 @@
  * client made through this router; every shard gets the same time, and the
  * router's $clusterTime sent with it lets a shard whose oplog is behind
  * reach it (snapshot_read.c's check_at).  The shards are targeted by the
- * newest routing table, not the one as of that time (see docs/sharding.md).
+ * placement at that time (rt_target_read: config.chunks' history), so a
+ * chunk that moved after it is read on the shard that owned it then.
  */
 #include "router/router_int.h"
 
@@ -21,6 +22,18 @@
 
 #include <stdio.h>
 #include <string.h>
+
+static __thread uint64_t read_at; /* this thread's client command's (0: none) */
+
+void rt_snapshot_set_read_at(uint64_t at)
+{
+    read_at = at;
+}
+
+uint64_t rt_read_at(void)
+{
+    return read_at != 0 ? read_at : rt_sess_read_at();
+}
 
 static bool is_snapshot_read(const char *name)
 {

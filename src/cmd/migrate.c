@@ -820,6 +820,16 @@ void mig_chunk_owner(const char *cfg, const char *ns, const bson_t *min, const c
             owner = sbl_doc_utf8(&chunk, "shard");
         }
     }
+    bson_iter_t it;
+    if (owner != NULL && bson_iter_init(&it, &chunk) &&
+        bson_iter_find_descendant(&it, "history.0.validAfter", &it) &&
+        BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        /* a window of the migration that closes after this (recovery, the
+         * recipient's watchdog) closes after its commit: mig_crit_done */
+        uint32_t t, i;
+        bson_iter_timestamp(&it, &t, &i);
+        sbl_repl_clock_advance(((uint64_t)t << 32) | i);
+    }
     if (owner != NULL)
         snprintf(out, n, "%s", owner);
     bson_destroy(&chunk);

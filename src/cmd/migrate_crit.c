@@ -11,7 +11,8 @@
  * What must stay true: outside every window this shard's data of ns at a
  * time matches the chunks config.chunks' history says it owned then, so a
  * routed snapshot read there needs no filtering; inside one it is refused
- * (SnapshotUnavailable).  Kept in memory: a few windows (one migration at a
+ * (SnapshotUnavailable), and so is a snapshot transaction's write at a time
+ * before one (its snapshot lacks what moved in since).  Kept in memory: a few windows (one migration at a
  * time per shard; an older one has left the snapshot history anyway).
  */
 #include "cmd/migrate_int.h"
@@ -20,6 +21,7 @@
 #include "repl/repl.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -56,25 +58,27 @@ void mig_crit_done(const char *ns)
     pthread_mutex_unlock(&crit_mu);
 }
 
-int mig_crit_check_at(const char *ns, uint64_t at, sbl_err_t *err)
+int mig_crit_check_at(const char *ns, uint64_t at, bool writes, sbl_err_t *err)
 {
-    bool inside = false;
+    bool hit = false;
     uint64_t from = 0;
     pthread_mutex_lock(&crit_mu);
     for (unsigned i = 0; i < ncrits && i < 16; i++)
-        if (strcmp(crits[i].ns, ns) == 0 && crits[i].ts <= at &&
-            (crits[i].end == 0 || at <= crits[i].end)) {
-            inside = true;
+        if (strcmp(crits[i].ns, ns) == 0 &&
+            ((crits[i].ts <= at && (crits[i].end == 0 || at <= crits[i].end)) ||
+             (writes && crits[i].ts > at))) {
+            hit = true;
             from = crits[i].ts;
         }
     pthread_mutex_unlock(&crit_mu);
-    if (!inside)
+    if (!hit)
         return 0;
-    return sbl_err_set(err, SBL_E_SnapshotUnavailable, "Unable to read %s at Timestamp(%u, %u): "
+    return sbl_err_set(err, SBL_E_SnapshotUnavailable, "Unable to %s %s at Timestamp(%u, %u): "
                        "a chunk migration that began at Timestamp(%u, %u) changed this shard's "
-                       "data of the collection around that time; please retry the operation",
-                       ns, (unsigned)(at >> 32), (unsigned)at, (unsigned)(from >> 32),
-                       (unsigned)from);
+                       "data of the collection %s; please retry the operation",
+                       writes ? "write" : "read", ns, (unsigned)(at >> 32), (unsigned)at,
+                       (unsigned)(from >> 32), (unsigned)from,
+                       writes && from > at ? "since then" : "around that time");
 }
 
 uint64_t mig_crit_ts(const char *db, const bson_t *getmore)

@@ -287,16 +287,22 @@ static int majority_begin(sbl_opctx_t *ctx, uint64_t after, sbl_err_t *err)
 /* A router's command on a sharded collection (ctx->open_ts set: dispatch.c)
  * reading at atClusterTime at: refused inside a migration's window on this
  * shard, where its data of the collection need not match the chunks it
- * owned at that time (migrate_crit.c). */
+ * owned at that time, and a transaction's write also after one began since
+ * at (migrate_crit.c). */
 static int check_routed_at(const sbl_opctx_t *ctx, uint64_t at, sbl_err_t *err)
 {
+    static const char *const writes[] = {"insert", "update", "delete", "findAndModify",
+                                         "findandmodify", NULL};
     bson_iter_t it;
     char ns[400];
+    bool write = false;
     if (at == 0 || ctx->open_ts == 0 || !bson_iter_init(&it, ctx->cmd) || !bson_iter_next(&it) ||
         !BSON_ITER_HOLDS_UTF8(&it))
         return 0;
+    for (int i = 0; writes[i] != NULL; i++)
+        write = write || strcmp(ctx->name, writes[i]) == 0;
     snprintf(ns, sizeof(ns), "%s.%s", ctx->db, bson_iter_utf8(&it, NULL));
-    return mig_crit_check_at(ns, at, err);
+    return mig_crit_check_at(ns, at, write, err);
 }
 
 int sbl_cmd_snapshot_begin(sbl_opctx_t *ctx, sbl_err_t *err)

@@ -281,6 +281,13 @@ def test_snapshot_reads_follow_the_chunk_history(mongos, shards):
         r = c.hist.command("find", "t", filter={}, batchSize=100, readConcern=then, session=s,
                            startTransaction=True, **txn)
         assert len(r["cursor"]["firstBatch"]) == 6
+        # its write to a chunk that moved to shard0 after T: shard0's snapshot at T
+        # lacks it, so shard0 refuses (mongos's routing at T meets StaleConfig instead)
+        with pytest.raises(OperationFailure) as e:
+            c.hist.command("update", "t", updates=[{"q": {"k": 2}, "u": {"$set": {"v": 1}}}],
+                           session=s, **txn)
+        assert e.value.code == 246
+        assert "TransientTransactionError" in e.value.details.get("errorLabels", [])
         c.admin.command("abortTransaction", session=s, **txn)
     # config.chunks: the move prepended {validAfter, shard} to the chunk's history
     uuid = mongos.config.collections.find_one({"_id": "hist.t"})["uuid"]

@@ -324,6 +324,20 @@ def test_snapshot_reads_follow_the_chunk_history(mongos, shards):
     assert sorted(d["_id"] for d in r["cursor"]["firstBatch"]) == [-3, -2, -1]
 
 
+def test_snapshot_read_sees_a_write_made_through_another_router(mongos, cluster):
+    # the time a router chooses is not older than the client's $clusterTime (mongos's
+    # clock takes it): a write the client saw through another router is read
+    mongos.admin.command("enableSharding", "snap2")
+    mongos.snap2.t.insert_one({"_id": 0})
+    with sharded.extra_router(cluster) as port, \
+            pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=10000) as other:
+        w = other.snap2.command("insert", "t", documents=[{"_id": 1}])
+        with mongos.start_session(causal_consistency=False) as s:
+            s.advance_cluster_time(w["$clusterTime"])
+            r = mongos.snap2.command("find", "t", readConcern={"level": "snapshot"}, session=s)
+            assert sorted(d["_id"] for d in r["cursor"]["firstBatch"]) == [0, 1]
+
+
 def test_config_metadata_has_mongod_shapes(mongos):
     mongos.admin.command("shardCollection", "meta.r", key={"a": 1, "b": 1})
     coll = mongos.config.collections.find_one({"_id": "meta.r"})

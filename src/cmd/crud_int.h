@@ -66,11 +66,18 @@ int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
                         const bson_t *cand, const sbl_matcher_t *m, const sbl_crud_update_t *u,
                         bool *matchedp, bool *changedp, bson_t *old_out, bson_t *new_out,
                         bson_t *err_info, sbl_err_t *err);
-/* The next candidate of a write's plan (sbl_qexec_next): outside a
- * transaction it waits for a prepared transaction's write it meets, with no
- * write of the command open (prepare_wait.c). */
+/* The next candidate of a write's plan (sbl_qexec_next): it waits in place
+ * for a prepared transaction's write it meets (prepare_wait.c); a wait that
+ * gave up answers its reason (50 maxTimeMS, 11601, 290, 11600). */
 int sbl_crud_read_candidate(sbl_opctx_t *ctx, sbl_qexec_t *q, bson_t *doc, bool *donep,
                             sbl_err_t *err);
+/* The current version of the document a change reads (by id, or like cand
+ * where _ids repeat): sbl_coll_get's answer.  Inside a multi-document
+ * transaction a prepared transaction's write of it is waited out in place,
+ * with the outcomes of sbl_crud_read_candidate; outside one WriteConflict
+ * comes back and the caller's retry loop waits (prepare_wait.c). */
+int sbl_crud_read_current(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
+                          const bson_t *cand, bson_t *doc, bool *foundp, sbl_err_t *err);
 
 /*
  * Insert the document an upsert produces: seed from filter's equalities,

@@ -89,10 +89,7 @@ int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
 
         SBL_RET(sbl_op_backoff(ctx, &attempt, err));
         SBL_RET(sbl_txn_begin(ctx->ss, err));
-        if (cand != NULL && sbl_coll_dup_ids(c))
-            rc = sbl_coll_get_same(ctx->ss, c, cand, &old, &found, err);
-        else
-            rc = sbl_coll_get(ctx->ss, c, id, &old, &found, err);
+        rc = sbl_crud_read_current(ctx, c, id, cand, &old, &found, err);
         if (rc == SBL_E_WriteConflict && ctx->mtxn == NULL && attempt < SBL_WRITE_RETRIES) {
             sbl_txn_abort(ctx->ss); /* a prepared transaction's document: wait, read again */
             continue;
@@ -393,13 +390,15 @@ static bool insert_group(sbl_opctx_t *ctx, sbl_coll_t *c, bson_iter_t *it, bool 
     return false;
 }
 
-/* killOp, maxTimeMS, shutdown and a step-down fail the whole batch, not one
- * statement, as in mongod: the command answers that error (statements before
- * it stay applied), so drivers retry a write a step-down cut off. */
+/* killOp, maxTimeMS, shutdown, a step-down and a transaction's lifetime
+ * fail the whole batch, not one statement, as in mongod (its Interruption
+ * codes): the command answers that error (statements before it stay
+ * applied), so drivers retry a write a step-down cut off. */
 static bool interrupted(int rc)
 {
     return rc == SBL_E_MaxTimeMSExpired || rc == SBL_E_Interrupted ||
-           rc == SBL_E_InterruptedAtShutdown || rc == SBL_E_InterruptedDueToReplStateChange;
+           rc == SBL_E_InterruptedAtShutdown || rc == SBL_E_InterruptedDueToReplStateChange ||
+           rc == SBL_E_TransactionExceededLifetimeLimitSeconds;
 }
 
 int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)

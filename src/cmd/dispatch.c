@@ -182,7 +182,10 @@ static void op_end(pending_t *p)
     ctx->op = NULL;
 }
 
-static sbl_client_t internal_client;
+/* The client of commands the server runs itself (sbl_cmd_run: the applier,
+ * the sessions job, migration recovery, the balancer...): one per thread, as
+ * its lazily made fields (uid, audit identity) are written as it runs. */
+static _Thread_local sbl_client_t internal_client;
 
 /* Parse the command's writeConcern field, at *wcit (NULL: none given). */
 static int parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc, sbl_err_t *err)

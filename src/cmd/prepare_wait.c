@@ -10,16 +10,31 @@
  *    transaction's.  Nor can a getMore: the batch it has read is gone once
  *    it fails.  Both wait in place (storage's scope): the cursor call that
  *    met the prepared write waits and is made again, and sees the outcome.
- *  - update, delete and findAndModify outside a transaction read their
- *    candidates in place too; each document's change (sbl_crud_modify_one)
+ *  - update, delete and findAndModify read their candidates in place too;
+ *    outside a transaction each document's change (sbl_crud_modify_one)
  *    waits in its retry loop (sbl_op_backoff), out of its transaction.
+ *  - Inside a multi-document transaction the change's read of the document
+ *    waits in place as well (sbl_crud_read_current), and so do an insert's
+ *    _id and unique keys (storage's sbl_prepare_wait_key, in the command's
+ *    scope), as mongod's write waits out the prepare conflict.  The write
+ *    then changes what the transaction's snapshot sees: the old document
+ *    after an abort; after a commit the committed one, which a snapshot
+ *    without a read timestamp taken after the prepare sees (WiredTiger took
+ *    the prepared transaction out of the running ones at its prepare; such a
+ *    snapshot is mongod's for readConcern local too).  A change the snapshot
+ *    does not see gets WriteConflict from the write, which the transaction
+ *    answers with TransientTransactionError (txn.c).
  *
  * What must stay true: a waiter holds nothing the prepared transaction's
  * commit or abort takes.  A read holds its own session's checkout, a
- * cursor's in_use and its snapshot, none of which a commit needs; writes
- * (which may hold a reserved oplog timestamp or capped locks) never wait in
- * place; a network loop thread never waits (the dispatcher runs reads and
- * writes on workers while a transaction is prepared).
+ * cursor's in_use and its snapshot, none of which a commit needs; a
+ * transaction's write holds that and its own uncommitted changes, which the
+ * prepared transaction does not touch (it would have met them first), and
+ * no oplog timestamp (the applyOps entry takes one at commit) nor capped
+ * lock (no capped writes in transactions); other writes (which may hold a
+ * reserved oplog timestamp or capped locks) never wait in place; a network
+ * loop thread never waits (the dispatcher runs reads and writes on workers
+ * while a transaction is prepared).
  */
 #include "cmd/crud_int.h"
 
@@ -50,7 +65,9 @@ void sbl_cmd_prepare_wait_begin(sbl_cmd_prepare_wait_t *w, sbl_opctx_t *ctx,
 
     w->ctx = ctx;
     w->def = def;
-    w->in_place = read_only && (ctx->mtxn != NULL || def->fn == sbl_cursor_get_more);
+    /* a transaction's write too: its storage writes (an insert's) wait here */
+    w->in_place = ctx->mtxn != NULL ? (def->flags & (SBL_CMD_READ | SBL_CMD_WRITE)) != 0
+                                    : read_only && def->fn == sbl_cursor_get_more;
     w->scope.check = wait_check;
     w->scope.arg = ctx;
     sbl_prepare_conflict_take(NULL); /* only this command's conflicts count */
@@ -64,15 +81,15 @@ bool sbl_cmd_prepare_wait_again(sbl_cmd_prepare_wait_t *w, int *rcp, sbl_err_t *
     sbl_opctx_t *ctx = w->ctx;
     uint64_t gen;
 
-    if (*rcp != SBL_E_WriteConflict)
-        return false;
-    if (w->in_place) { /* a wait in place gave up: its reason is the answer */
-        if (w->scope.rc != 0) {
-            *rcp = w->scope.rc;
-            *err = w->scope.err;
-        }
+    if (w->in_place && w->scope.rc != 0) {
+        /* a wait in place gave up: its reason is the answer (a write's too,
+         * which may have reported the WriteConflict it left as a writeError) */
+        *rcp = w->scope.rc;
+        *err = w->scope.err;
         return false;
     }
+    if (*rcp != SBL_E_WriteConflict || w->in_place)
+        return false;
     if (!sbl_prepare_conflict_take(&gen) || ctx->mtxn != NULL ||
         (w->def->flags & (SBL_CMD_READ | SBL_CMD_WRITE)) != SBL_CMD_READ)
         return false;
@@ -95,18 +112,47 @@ void sbl_cmd_prepare_wait_end(sbl_cmd_prepare_wait_t *w)
         sbl_prepare_scope_leave(&w->scope);
 }
 
+/* A write's read that waits in place in a scope of its own; _leave gives
+ * the read's outcome, the reason a wait gave up (maxTimeMS, killOp, ...)
+ * instead of the WriteConflict it left. */
+static void write_scope_enter(sbl_prepare_scope_t *sc, sbl_opctx_t *ctx)
+{
+    sc->check = wait_check;
+    sc->arg = ctx;
+    sbl_prepare_scope_enter(sc);
+}
+
+static int write_scope_leave(sbl_prepare_scope_t *sc, int rc, sbl_err_t *err)
+{
+    sbl_prepare_scope_leave(sc);
+    if (rc == SBL_E_WriteConflict && sc->rc != 0) {
+        *err = sc->err;
+        rc = sc->rc;
+    }
+    return rc;
+}
+
 int sbl_crud_read_candidate(sbl_opctx_t *ctx, sbl_qexec_t *q, bson_t *doc, bool *donep,
                             sbl_err_t *err)
 {
-    if (ctx->mtxn != NULL) /* a transaction's write meets WriteConflict at once */
-        return sbl_qexec_next(q, ctx, doc, NULL, donep, err);
-    sbl_prepare_scope_t sc = {.check = wait_check, .arg = ctx};
-    sbl_prepare_scope_enter(&sc);
+    sbl_prepare_scope_t sc;
+    write_scope_enter(&sc, ctx);
     int rc = sbl_qexec_next(q, ctx, doc, NULL, donep, err);
-    sbl_prepare_scope_leave(&sc);
-    if (rc == SBL_E_WriteConflict && sc.rc != 0) {
-        *err = sc.err;
-        rc = sc.rc;
-    }
-    return rc;
+    return write_scope_leave(&sc, rc, err);
+}
+
+int sbl_crud_read_current(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
+                          const bson_t *cand, bson_t *doc, bool *foundp, sbl_err_t *err)
+{
+    sbl_prepare_scope_t sc;
+    bool in_place = ctx->mtxn != NULL;
+    int rc;
+
+    if (in_place)
+        write_scope_enter(&sc, ctx);
+    if (cand != NULL && sbl_coll_dup_ids(c))
+        rc = sbl_coll_get_same(ctx->ss, c, cand, doc, foundp, err);
+    else
+        rc = sbl_coll_get(ctx->ss, c, id, doc, foundp, err);
+    return in_place ? write_scope_leave(&sc, rc, err) : rc;
 }

@@ -290,7 +290,9 @@ int sbl_rs_apply_pool_start(void)
     }
     pthread_mutex_lock(&pool.mu);
     pool.stop = false;
-    pool.next_seq = pool.turn = pool.done = 0;
+    pool.next_seq = 0;
+    atomic_store(&pool.turn, 0);
+    pool.done = 0;
     pool.failed_at = NONE;
     pthread_mutex_unlock(&pool.mu);
     for (int i = 0; i < n; i++)

@@ -150,8 +150,8 @@ bool sbl_prepare_wait(uint64_t gen, int64_t deadline_us); /* false: shutting dow
 void sbl_prepare_shutdown(void);
 /*
  * Waiting in place, as mongod retries a prepare conflict inside its storage
- * layer: an operation that must keep its snapshot (a read in a
- * multi-document transaction, a getMore) enters a scope on its thread; a
+ * layer: an operation that must keep its snapshot (a read or a write's read
+ * in a multi-document transaction, a getMore) enters a scope on its thread; a
  * cursor call of its reads that meets a prepared transaction's write then
  * waits (slices as above) and is made again on the same cursor, which sees
  * the outcome.  Before each slice check says whether to go on: 0 and the

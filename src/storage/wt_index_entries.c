@@ -495,8 +495,10 @@ int sbl_index_entry_insert(sbl_session_t *s, const char *ns, sbl_index_t *ix, co
     val.data = idk;
     val.size = idlen;
     cur->set_key(cur, &key);
+    ret = ix->unique ? sbl_prepare_wait_key(cur) : 0;
     cur->set_value(cur, &val);
-    ret = cur->insert(cur);
+    if (ret == 0)
+        ret = cur->insert(cur);
     if (ret == WT_DUPLICATE_KEY) {
         /* The same entry (a build racing a write), or another document's key. */
         WT_ITEM old;

@@ -227,6 +227,13 @@ void sbl_prepare_resolved(void);
  * (sbl_prepare_scope_enter) waited and the same call should be made again;
  * false when there is no scope or it gave up (the caller fails as before). */
 bool sbl_prepare_wait_here(void);
+/* Before an insert of cur's key (set): when this thread waits in place and
+ * a transaction is prepared, a search of the key waits out a prepared
+ * transaction's write of it, as mongod's duplicate-key search does
+ * (WiredTiger's insert would answer WT_ROLLBACK, which ends the
+ * transaction).  0 (cur's key still set, its value not), or the search's
+ * error (WT_PREPARE_CONFLICT when the wait gave up). */
+int sbl_prepare_wait_key(WT_CURSOR *cur);
 /* sbl_prepare_shutdown ran: nothing waits for transactions any more. */
 bool sbl_prepare_stopping(void);
 

@@ -7,7 +7,9 @@
  * the count and wakes the waiters, who retry from a new snapshot.  An
  * operation that keeps its snapshot (a transaction's read, a getMore) waits
  * in place instead: inside its scope the cursor call that met the prepared
- * write waits and is made again (sbl_prepare_wait_here).
+ * write waits and is made again (sbl_prepare_wait_here); an insert, which
+ * WiredTiger answers WT_ROLLBACK rather than a prepare conflict, searches
+ * its key first (sbl_prepare_wait_key).
  *
  * What must stay true: a waiter never sleeps longer than one slice, so a
  * resolution it missed (the count moved between WiredTiger's answer and the
@@ -138,4 +140,23 @@ bool sbl_prepare_wait_here(void)
         return false;
     }
     return true;
+}
+
+int sbl_prepare_wait_key(WT_CURSOR *cur)
+{
+    WT_ITEM k;
+    int ret;
+
+    if (tls_scope == NULL || tls_no_wait || atomic_load(&outstanding) == 0)
+        return 0;
+    if ((ret = cur->get_key(cur, &k)) != 0)
+        return ret;
+    do
+        ret = cur->search(cur);
+    while (ret == WT_PREPARE_CONFLICT && sbl_prepare_wait_here());
+    if (ret != 0 && ret != WT_NOTFOUND)
+        return ret;
+    /* found: the insert answers WT_DUPLICATE_KEY */
+    cur->set_key(cur, &k);
+    return 0;
 }

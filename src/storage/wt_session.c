@@ -322,8 +322,9 @@ void sbl_txn_abort(sbl_session_t *s)
     if (s->outer) {
         if (s->nested_wrote)
             s->outer_failed = true;
-        /* a multi-document transaction does not wait out a prepared one:
-         * its WriteConflict goes to the client (TransientTransactionError) */
+        /* a multi-document transaction's read waited in place already
+         * (prepare_wait.c): no retry waits here, its WriteConflict goes to
+         * the client (TransientTransactionError) */
         sbl_prepare_conflict_take(NULL);
         return;
     }

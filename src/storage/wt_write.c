@@ -351,8 +351,10 @@ static int write_in_txn(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     case SBL_WRITE_INSERT:
         v.data = bson_get_data(new_doc);
         v.size = new_doc->len;
+        ret = sbl_prepare_wait_key(cur);
         cur->set_value(cur, &v);
-        ret = cur->insert(cur);
+        if (ret == 0)
+            ret = cur->insert(cur);
         dcount = 1;
         dsize = new_doc->len;
         break;

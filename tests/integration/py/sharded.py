@@ -99,21 +99,30 @@ def extra_router(info, name="router2"):
 def split_at_zero(client, db, colls):
     """Shard db.<each of colls> on {k: 1}, split at k = 0, with k < 0 on
     shard0 and k >= 0 on shard1 (so a test knows where a document lives).
-    A moveChunk that meets a balancer round's migration is sent again."""
+    The balancer runs meanwhile: with both chunks on the database's primary
+    shard it may move either of them first (it takes the donor's lowest), so
+    each chunk is moved until config.chunks shows the wanted layout, and a
+    moveChunk that meets a balancer round's migration is sent again."""
     import time
 
     from pymongo.errors import OperationFailure
     client.admin.command("enableSharding", db)
-    low = client.config.databases.find_one({"_id": db})["primary"] == "shard0"
+    want = {"shard0": {"k": -1}, "shard1": {"k": 0}}
     for name in colls:
         client.admin.command("shardCollection", db + "." + name, key={"k": 1})
         client.admin.command("split", db + "." + name, middle={"k": 0})
-        find, to = ({"k": 0}, "shard1") if low else ({"k": -1}, "shard0")
-        for attempt in range(100):
-            try:
-                client.admin.command("moveChunk", db + "." + name, find=find, to=to)
+        uuid = client.config.collections.find_one({"_id": db + "." + name})["uuid"]
+        for attempt in range(200):
+            chunks = list(client.config.chunks.find({"uuid": uuid}).sort("min", 1))
+            owner = {"shard0": chunks[0]["shard"], "shard1": chunks[-1]["shard"]}
+            wrong = [to for to in ("shard0", "shard1") if owner[to] != to]
+            if len(chunks) == 2 and not wrong:
                 break
+            assert attempt < 199, chunks
+            try:
+                client.admin.command("moveChunk", db + "." + name, find=want[wrong[0]],
+                                     to=wrong[0])
             except OperationFailure as e:
-                if e.code != 117 or attempt == 99:  # ConflictingOperationInProgress
+                if e.code != 117:  # ConflictingOperationInProgress
                     raise
                 time.sleep(0.1)

@@ -4,37 +4,50 @@ mongod (issues 26/28, docs/sharding.md): a find, count or single-document
 update outside a transaction that meets a prepared transaction's write waits
 until it commits or aborts, then runs again and sees the outcome; a read in
 another transaction and a getMore wait too, keeping their snapshot and
-cursor; maxTimeMS bounds every wait (MaxTimeMSExpired, 50).  A
-multi-document transaction's write that meets it gets WriteConflict (112)
-with TransientTransactionError at once.
+cursor; maxTimeMS bounds every wait (MaxTimeMSExpired, 50).  A write in
+another multi-document transaction waits too, then applies to what its
+snapshot sees: the old document after an abort, the committed one after a
+commit (its snapshot, untimestamped as mongod's for readConcern local, began
+after the prepare); one whose snapshot began before the prepare does not
+see the commit, and gets WriteConflict (112, TransientTransactionError) at
+once.
 
 The first tests use the cluster of test_router_txn2pc.py; the prepared
 transaction is a shard's own (prepareTransaction sent to shard1 directly,
 then commitTransaction at a commitTimestamp or abortTransaction), on
 pc.<name>, which lives on shard1 only.  The later ones use a one-member set.
 """
+import contextlib
 import os
+import signal
 import sys
 import threading
 import time
 
 import pytest
+import pymongo
 from bson.timestamp import Timestamp
 from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_router_txn2pc import cluster  # noqa: E402,F401
 from test_sharding import shards  # noqa: E402,F401
+from sabled import set_members  # noqa: E402
+from test_replset3 import wait_for  # noqa: E402
 
 
 class Prepared:
-    """A transaction on shard that set {_id: id}'s v to new and is prepared."""
+    """A transaction on shard that set {_id: id}'s v to new (or inserted
+    insert) and is prepared."""
 
-    def __init__(self, shard, coll, new, id=1):
+    def __init__(self, shard, coll, new, id=1, insert=None):
         self.shard = shard
         self.s = shard.start_session()
         self.s.start_transaction()
-        shard.pc[coll].update_one({"_id": id}, {"$set": {"v": new}}, session=self.s)
+        if insert is not None:
+            shard.pc[coll].insert_one(insert, session=self.s)
+        else:
+            shard.pc[coll].update_one({"_id": id}, {"$set": {"v": new}}, session=self.s)
         r = shard.admin.command("prepareTransaction", session=self.s)
         self.prepare_ts = r["prepareTimestamp"]
 
@@ -64,6 +77,42 @@ def in_thread(fn):
     t.start()
     out["thread"] = t
     return out
+
+
+def in_txn_behind(client, fn, resolve):
+    """fn(session) in a transaction of client's, on a thread: still waiting
+    0.5 s later, then resolve() (the prepared transaction's commit or
+    abort); the transaction then commits.  fn's value and how long fn took."""
+    def run():
+        with client.start_session() as s:
+            s.start_transaction()
+            t0 = time.monotonic()
+            out = fn(s)
+            took = time.monotonic() - t0
+            s.commit_transaction()
+            return out, took
+    r = in_thread(run)
+    time.sleep(0.5)
+    assert r["thread"].is_alive()  # waiting, not WriteConflict at once
+    resolve()
+    r["thread"].join(10)
+    if "error" in r:
+        raise r["error"]
+    return r["value"]
+
+
+@contextlib.contextmanager
+def one_member_set(*member_args, **client_kw):
+    """A one-member set (prepareTransaction needs a set member), initiated:
+    its member and a client made after the initiation (a client from before
+    may still see the member uninitiated: no sessions, so no transactions)."""
+    with set_members(1, *member_args) as (m,):
+        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
+            c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
+                {"_id": 0, "host": "127.0.0.1:%d" % m.port}]})
+            wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), timeout=30)
+        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True, **client_kw) as c:
+            yield m, c
 
 
 @pytest.fixture
@@ -116,22 +165,13 @@ def test_update_outside_a_transaction_applies_on_the_committed_value(sh):
     assert s.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 12}
 
 
-def test_transaction_write_gets_transient_write_conflict(sh):
+def test_transaction_write_waits_for_the_commit_and_applies_on_its_value(sh):
     s, name = sh
     p = Prepared(s, name, 2)
-    try:
-        with s.start_session() as ses:
-            ses.start_transaction()
-            t0 = time.monotonic()
-            with pytest.raises(OperationFailure) as e:
-                s.pc[name].update_one({"_id": 1}, {"$set": {"v": 3}}, session=ses)
-            assert time.monotonic() - t0 < 2
-            assert e.value.code == 112
-            assert e.value.has_error_label("TransientTransactionError")
-            ses.abort_transaction()
-    finally:
-        p.commit()
-    assert s.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 2}
+    n, took = in_txn_behind(s, lambda ses: s.pc[name].update_one(
+        {"_id": 1}, {"$inc": {"v": 10}}, session=ses).modified_count, p.commit)
+    assert n == 1 and took >= 0.45
+    assert s.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 12}
 
 
 def test_abort_after_prepare_releases_waiters_with_the_old_value(sh):
@@ -154,49 +194,30 @@ def test_shutdown_ends_a_read_waiting_on_a_prepared_transaction():
     nobody will resolve: the server still exits (the read ends with
     InterruptedAtShutdown or its connection closes), as mongod interrupts its
     operations at shutdown."""
-    import signal
-
-    import pymongo
-    from sabled import set_members
-    from test_replset3 import wait_for
-    with set_members(1) as (m,):
-        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
-            c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
-                {"_id": 0, "host": "127.0.0.1:%d" % m.port}]})
-            wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), timeout=30)
-            c.pc.c.insert_one({"_id": 1, "v": 1})
-            Prepared(c, "c", 2)  # left prepared
-            reader = pymongo.MongoClient("127.0.0.1", m.port, directConnection=True,
-                                         retryReads=False, serverSelectionTimeoutMS=2000)
-            r = in_thread(lambda: reader.pc.c.find_one({"_id": 1}))
-            w = in_thread(lambda: reader.pc.c.update_one({"_id": 1}, {"$inc": {"v": 1}}))
-            time.sleep(1.0)
-            assert r["thread"].is_alive()  # waiting on the prepared write
-            assert w["thread"].is_alive()
-            m.signal(signal.SIGTERM)
-            m.proc.wait(timeout=30)  # raises TimeoutExpired on the old hang
-            r["thread"].join(timeout=30)
-            w["thread"].join(timeout=30)
-            assert isinstance(r.get("error"), pymongo.errors.PyMongoError), r
-            assert isinstance(w.get("error"), pymongo.errors.PyMongoError), w
-            reader.close()
+    with one_member_set() as (m, c):
+        c.pc.c.insert_one({"_id": 1, "v": 1})
+        Prepared(c, "c", 2)  # left prepared
+        reader = pymongo.MongoClient("127.0.0.1", m.port, directConnection=True,
+                                     retryReads=False, serverSelectionTimeoutMS=2000)
+        r = in_thread(lambda: reader.pc.c.find_one({"_id": 1}))
+        w = in_thread(lambda: reader.pc.c.update_one({"_id": 1}, {"$inc": {"v": 1}}))
+        time.sleep(1.0)
+        assert r["thread"].is_alive()  # waiting on the prepared write
+        assert w["thread"].is_alive()
+        m.signal(signal.SIGTERM)
+        m.proc.wait(timeout=30)  # raises TimeoutExpired on the old hang
+        r["thread"].join(timeout=30)
+        w["thread"].join(timeout=30)
+        assert isinstance(r.get("error"), pymongo.errors.PyMongoError), r
+        assert isinstance(w.get("error"), pymongo.errors.PyMongoError), w
+        reader.close()
 
 
 @pytest.fixture(scope="module")
 def rs1():
-    """A one-member set's client (prepareTransaction needs a set member)."""
-    import pymongo
-    from sabled import set_members
-    from test_replset3 import wait_for
-    with set_members(1) as (m,):
-        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
-            c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
-                {"_id": 0, "host": "127.0.0.1:%d" % m.port}]})
-            wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), timeout=30)
-        # a new client: the first one's monitor may still see the member uninitiated
-        # (no sessions, so no transactions)
-        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
-            yield c
+    """A one-member set's client."""
+    with one_member_set() as (_, c):
+        yield c
 
 
 @pytest.fixture
@@ -227,54 +248,26 @@ def test_find_in_a_transaction_waits_for_the_commit(rs):
     assert r.get("value") == ({"_id": 1, "v": 2}, 1), r.get("error")
 
 
-def test_find_in_a_transaction_with_max_time_ms_expires(rs):
+def test_transaction_write_with_an_older_snapshot_gets_transient_write_conflict(rs):
+    """Its snapshot began before the prepare: the commit is not in it, so
+    the write conflicts, at once (WiredTiger reports no prepare conflict to
+    a snapshot the prepared transaction was running in)."""
     c, name = rs
-    p = Prepared(c, name, 2)
-    try:
-        with c.start_session() as s:
-            s.start_transaction()
+    with c.start_session() as s:
+        s.start_transaction()
+        assert c.pc[name].find_one({"_id": 0}, session=s) == {"_id": 0, "v": 1}
+        p = Prepared(c, name, 2)
+        try:
             t0 = time.monotonic()
             with pytest.raises(OperationFailure) as e:
-                c.pc[name].find_one({"_id": 1}, session=s, max_time_ms=300)
-            assert e.value.code == 50
-            assert 0.25 < time.monotonic() - t0 < 5
+                c.pc[name].update_one({"_id": 1}, {"$inc": {"v": 10}}, session=s)
+            assert time.monotonic() - t0 < 0.4
+            assert e.value.code == 112, e.value.details
+            assert e.value.has_error_label("TransientTransactionError")
             s.abort_transaction()
-    finally:
-        p.abort()
-    assert c.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 1}
-
-
-def test_find_in_a_transaction_waits_no_longer_than_its_lifetime(rs):
-    c, name = rs
-    p = Prepared(c, name, 2)
-    c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=1)
-    try:
-        with c.start_session() as s:
-            s.start_transaction()
-            t0 = time.monotonic()
-            with pytest.raises(OperationFailure) as e:
-                c.pc[name].find_one({"_id": 1}, session=s)
-            assert e.value.code == 290  # TransactionExceededLifetimeLimitSeconds
-            assert 0.8 < time.monotonic() - t0 < 5
-    finally:
-        c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
-        p.commit()
-
-
-def test_kill_sessions_ends_a_transaction_read_waiting_on_a_prepared_one(rs):
-    c, name = rs
-    p = Prepared(c, name, 2)
-    try:
-        with c.start_session() as s:
-            s.start_transaction()
-            r = in_thread(lambda: c.pc[name].find_one({"_id": 1}, session=s))
-            time.sleep(0.5)
-            assert r["thread"].is_alive()
-            c.admin.command("killSessions", [s.session_id])
-            r["thread"].join(5)
-            assert getattr(r.get("error"), "code", None) == 11601, r
-    finally:
-        p.commit()
+        finally:
+            p.commit()
+    assert c.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 2}
 
 
 def test_get_more_waits_for_the_commit(rs):
@@ -335,7 +328,6 @@ def test_session_refresh_behind_a_prepared_transaction_holds_no_loop(rs):
     """refreshLogicalSessionCacheNow's first run builds config.system.sessions'
     TTL index, which waits for older transactions, a prepared one too: it
     waits on a worker, and every network loop still serves its connections."""
-    import pymongo
     c, name = rs
     p = Prepared(c, name, 2)
     clients = []
@@ -359,27 +351,16 @@ def test_shutdown_ends_an_index_build_waiting_on_a_prepared_transaction():
     """The first session refresh's TTL index build waits for older
     transactions; a prepared one nobody resolves must not hold up SIGTERM
     (the build ends with InterruptedAtShutdown)."""
-    import signal
-
-    import pymongo
-    from sabled import set_members
-    from test_replset3 import wait_for
-    with set_members(1) as (m,):
-        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
-            c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
-                {"_id": 0, "host": "127.0.0.1:%d" % m.port}]})
-            wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), timeout=30)
-        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True,
-                                 serverSelectionTimeoutMS=2000) as c:
-            c.pc.c.insert_one({"_id": 1, "v": 1})
-            Prepared(c, "c", 2)  # left prepared
-            r = in_thread(lambda: c.admin.command("refreshLogicalSessionCacheNow"))
-            time.sleep(1.0)
-            assert r["thread"].is_alive()  # the index build waits
-            m.signal(signal.SIGTERM)
-            m.proc.wait(timeout=30)  # raises TimeoutExpired on the old hang
-            r["thread"].join(timeout=30)
-            assert not r["thread"].is_alive()
+    with one_member_set(serverSelectionTimeoutMS=2000) as (m, c):
+        c.pc.c.insert_one({"_id": 1, "v": 1})
+        Prepared(c, "c", 2)  # left prepared
+        r = in_thread(lambda: c.admin.command("refreshLogicalSessionCacheNow"))
+        time.sleep(1.0)
+        assert r["thread"].is_alive()  # the index build waits
+        m.signal(signal.SIGTERM)
+        m.proc.wait(timeout=30)  # raises TimeoutExpired on the old hang
+        r["thread"].join(timeout=30)
+        assert not r["thread"].is_alive()
 
 
 def test_reaper_runs_while_the_session_refresh_waits_on_a_prepared_transaction():
@@ -387,24 +368,116 @@ def test_reaper_runs_while_the_session_refresh_waits_on_a_prepared_transaction()
     prepared one); transactions past their lifetime are still aborted (the
     reaper has its own thread), else one idle transaction could hold the
     build, and with it the reaper, for good."""
-    import pymongo
-    from sabled import set_members
-    from test_replset3 import wait_for
-    with set_members(1, ("--setParameter", "logicalSessionRefreshMillis=1000")) as (m,):
-        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
-            c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
-                {"_id": 0, "host": "127.0.0.1:%d" % m.port}]})
-            wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), timeout=30)
-        with pymongo.MongoClient("127.0.0.1", m.port, directConnection=True) as c:
-            c.pc.c.insert_one({"_id": 1, "v": 1})
-            p = Prepared(c, "c", 2)
-            c.config.system.sessions.drop()  # the next refresh builds its index again
-            time.sleep(1.5)
-            c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=1)
-            aborted = c.admin.command("serverStatus")["transactions"]["totalAborted"]
-            with c.start_session() as s:
-                s.start_transaction()
-                c.pc.d.insert_one({"_id": 1}, session=s)  # then idle
-                wait_for(lambda: c.admin.command("serverStatus")["transactions"][
-                    "totalAborted"] > aborted, timeout=10)
-            p.commit()
+    with one_member_set(("--setParameter", "logicalSessionRefreshMillis=1000")) as (_, c):
+        c.pc.c.insert_one({"_id": 1, "v": 1})
+        p = Prepared(c, "c", 2)
+        c.config.system.sessions.drop()  # the next refresh builds its index again
+        time.sleep(1.5)
+        c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=1)
+        aborted = c.admin.command("serverStatus")["transactions"]["totalAborted"]
+        with c.start_session() as s:
+            s.start_transaction()
+            c.pc.d.insert_one({"_id": 1}, session=s)  # then idle
+            wait_for(lambda: c.admin.command("serverStatus")["transactions"][
+                "totalAborted"] > aborted, timeout=10)
+        p.commit()
+
+
+TXN_WRITES = {  # a transaction's writes of {_id: 1}: by _id, and with a plan
+    "update_by_id": (lambda c, n, s: c.pc[n].update_one(
+        {"_id": 1}, {"$inc": {"v": 10}}, session=s).modified_count, 1, 11),
+    "update_many": (lambda c, n, s: c.pc[n].update_many(
+        {"_id": {"$lte": 1}}, {"$inc": {"v": 10}}, session=s).modified_count, 2, 11),
+    "findAndModify": (lambda c, n, s: c.pc[n].find_one_and_update(
+        {"v": 1, "_id": {"$gte": 1}}, {"$inc": {"v": 10}}, sort=[("_id", 1)],
+        return_document=True, session=s), {"_id": 1, "v": 11}, 11),
+    "delete": (lambda c, n, s: c.pc[n].delete_many(
+        {"_id": {"$in": [1, 2]}}, session=s).deleted_count, 2, None),
+}
+
+
+@pytest.mark.parametrize("write", sorted(TXN_WRITES))
+def test_transaction_write_waits_for_the_abort_then_applies(rs, write):
+    c, name = rs
+    fn, want, v = TXN_WRITES[write]
+    p = Prepared(c, name, 2)
+    out, took = in_txn_behind(c, lambda s: fn(c, name, s), p.abort)
+    assert out == want and took >= 0.45
+    doc = c.pc[name].find_one({"_id": 1})
+    assert (doc and doc["v"]) == v
+
+
+INSERTS = {  # a transaction's insert behind a prepared one's {_id: 20, u: 7}
+    "same_id": {"_id": 20, "u": 1},
+    "same_unique_key": {"_id": 21, "u": 7},
+}
+
+
+@pytest.mark.parametrize("doc", sorted(INSERTS))
+def test_transaction_insert_waits_for_the_abort_then_inserts(rs, doc):
+    c, name = rs
+    c.pc[name].create_index("u", unique=True, sparse=True)
+    p = Prepared(c, name, 0, insert={"_id": 20, "u": 7})
+    _, took = in_txn_behind(c, lambda s: c.pc[name].insert_one(INSERTS[doc], session=s), p.abort)
+    assert took >= 0.45
+    assert list(c.pc[name].find({"u": {"$exists": True}})) == [INSERTS[doc]]
+
+
+def test_transaction_insert_behind_a_committed_insert_gets_duplicate_key(rs):
+    c, name = rs
+    p = Prepared(c, name, 0, insert={"_id": 20, "u": 7})
+    with pytest.raises(OperationFailure) as e:
+        in_txn_behind(c, lambda s: c.pc[name].insert_one({"_id": 20}, session=s), p.commit)
+    assert e.value.code == 11000
+    assert c.pc[name].find_one({"_id": 20}) == {"_id": 20, "u": 7}
+
+
+IN_TXN = {  # a transaction's read and write of {_id: 1}, which a prepared one wrote
+    "find": lambda c, n, s, maxTimeMS=None: c.pc[n].find_one({"_id": 1}, session=s,
+                                                             max_time_ms=maxTimeMS),
+    "update": lambda c, n, s, **kw: c.pc.command(
+        {"update": n, "updates": [{"q": {}, "u": {"$inc": {"v": 10}}, "multi": True}], **kw},
+        session=s),
+}
+
+
+@pytest.mark.parametrize("op", sorted(IN_TXN))
+@pytest.mark.parametrize("limit", ["maxTimeMS", "lifetime"])
+def test_in_a_transaction_a_wait_ends_at_its_limit(rs, op, limit):
+    """maxTimeMS 500 ends it with 50, transactionLifetimeLimitSeconds 1 with
+    290; either fails a write command as a whole (mongod's interruptions)."""
+    c, name = rs
+    p = Prepared(c, name, 2)
+    kw, code, least = ({"maxTimeMS": 500}, 50, 0.45) if limit == "maxTimeMS" else ({}, 290, 0.8)
+    if limit == "lifetime":
+        c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=1)
+    try:
+        with c.start_session() as s:
+            s.start_transaction()
+            t0 = time.monotonic()
+            with pytest.raises(OperationFailure) as e:
+                IN_TXN[op](c, name, s, **kw)
+            took = time.monotonic() - t0
+            assert e.value.code == code, e.value.details
+            assert least < took < 3, took
+    finally:
+        c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
+        p.abort()
+    assert c.pc[name].count_documents({"v": 1}) == 10
+
+
+@pytest.mark.parametrize("op", sorted(IN_TXN))
+def test_kill_sessions_ends_a_transaction_op_waiting_on_a_prepared_one(rs, op):
+    c, name = rs
+    p = Prepared(c, name, 2)
+    try:
+        with c.start_session() as s:
+            s.start_transaction()
+            r = in_thread(lambda: IN_TXN[op](c, name, s))
+            time.sleep(0.5)
+            assert r["thread"].is_alive()
+            c.admin.command("killSessions", [s.session_id])
+            r["thread"].join(5)
+            assert getattr(r.get("error"), "code", None) == 11601, r
+    finally:
+        p.commit()

@@ -477,6 +477,7 @@ typedef struct chunk_scan {
     bson_t max;            /* its max */
     const char *shard;     /* its owner */
     uint32_t ma, mi;       /* its version */
+    bson_t history;        /* its history (an array, newest first; empty: none) */
     bson_value_t ctl_id;   /* another chunk of ctl_shard's (EOD: none) */
 } chunk_scan_t;
 
@@ -492,6 +493,7 @@ static int scan_chunks(const char *ns, const bson_t *min, const char *ctl_shard,
     bson_init(&sc->coll);
     bson_init(&sc->chunks);
     bson_init(&sc->max);
+    bson_init(&sc->history);
     BSON_APPEND_UTF8(&f, "_id", ns);
     bool have = cfg_find_one("collections", &f, &sc->coll, err);
     bson_destroy(&f);
@@ -524,6 +526,9 @@ static int scan_chunks(const char *ns, const bson_t *min, const char *ctl_shard,
             sc->ma = ma;
             sc->mi = mi;
             doc_of(&c, "max", &sc->max);
+            bson_iter_t h;
+            if (bson_iter_init_find(&h, &c, "history"))
+                sbl_iter_array(&h, &sc->history);
         } else if (sh != NULL && ctl_shard != NULL && strcmp(sh, ctl_shard) == 0 &&
                    sc->ctl_id.value_type == BSON_TYPE_EOD) {
             sc->ctl_id = *bson_iter_value(&id);
@@ -536,6 +541,66 @@ static void scan_free(chunk_scan_t *sc)
 {
     bson_destroy(&sc->coll);
     bson_destroy(&sc->chunks);
+}
+
+static uint64_t hist_valid_after(const bson_iter_t *entry)
+{
+    bson_iter_t f;
+    uint32_t t = 0, i = 0;
+    if (bson_iter_recurse(entry, &f) && bson_iter_find(&f, "validAfter") &&
+        BSON_ITER_HOLDS_TIMESTAMP(&f))
+        bson_iter_timestamp(&f, &t, &i);
+    return ((uint64_t)t << 32) | i;
+}
+
+/* A migration's commit time (its history entry's validAfter): later than
+ * the time the donor asks for (cmd's validAfter: after every change the
+ * migration made on either shard), than this member's cluster time and than
+ * the chunk's newest history entry. */
+static uint64_t commit_time(const bson_t *cmd, const bson_t *history)
+{
+    uint32_t t, i;
+    sbl_clock_ts_next(&t, &i);
+    uint64_t at = ((uint64_t)t << 32) | i, now = sbl_repl_clock_now() + 1;
+    bson_iter_t it;
+    if (at < now)
+        at = now;
+    if (bson_iter_init_find(&it, cmd, "validAfter") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        bson_iter_timestamp(&it, &t, &i);
+        if (at < (((uint64_t)t << 32) | i))
+            at = ((uint64_t)t << 32) | i;
+    }
+    if (bson_iter_init(&it, history) && bson_iter_next(&it) && hist_valid_after(&it) >= at)
+        at = hist_valid_after(&it) + 1;
+    return at;
+}
+
+/* history: {validAfter, shard: to} before the entries of old (newest
+ * first), as mongod: those older than minSnapshotHistoryWindowInSeconds
+ * before valid go, except the newest of them (a read within the window may
+ * still need it). */
+static void append_history(bson_t *set, uint64_t valid, const char *to, const bson_t *old)
+{
+    bson_t hist, h;
+    char key[16];
+    uint32_t n = 0;
+    uint64_t cutoff_s = (valid >> 32) - (uint64_t)sbl_repl_snapshot_window_s();
+    BSON_APPEND_ARRAY_BEGIN(set, "history", &hist);
+    BSON_APPEND_DOCUMENT_BEGIN(&hist, "0", &h);
+    BSON_APPEND_TIMESTAMP(&h, "validAfter", (uint32_t)(valid >> 32), (uint32_t)valid);
+    BSON_APPEND_UTF8(&h, "shard", to);
+    bson_append_document_end(&hist, &h);
+    uint64_t newer = valid; /* the entry before this one's validAfter */
+    bson_iter_t it;
+    if (bson_iter_init(&it, old))
+        while (bson_iter_next(&it) && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            if ((newer >> 32) < cutoff_s)
+                break; /* reads at or after the cutoff resolve before this one */
+            snprintf(key, sizeof(key), "%u", ++n);
+            bson_append_value(&hist, key, -1, bson_iter_value(&it));
+            newer = hist_valid_after(&it);
+        }
+    bson_append_array_end(set, &hist);
 }
 
 int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
@@ -573,17 +638,14 @@ int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
         goto out;
     }
     uint32_t t, i;
-    sbl_clock_ts_next(&t, &i);
-    bson_t set = BSON_INITIALIZER, hist, h;
+    uint64_t valid = commit_time(ctx->cmd, &sc.history);
+    t = (uint32_t)(valid >> 32);
+    i = (uint32_t)valid;
+    bson_t set = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&set, "shard", to);
     BSON_APPEND_TIMESTAMP(&set, "lastmod", major + 1, 0);
     BSON_APPEND_TIMESTAMP(&set, "onCurrentShardSince", t, i);
-    BSON_APPEND_ARRAY_BEGIN(&set, "history", &hist);
-    BSON_APPEND_DOCUMENT_BEGIN(&hist, "0", &h);
-    BSON_APPEND_TIMESTAMP(&h, "validAfter", t, i);
-    BSON_APPEND_UTF8(&h, "shard", to);
-    bson_append_document_end(&hist, &h);
-    bson_append_array_end(&set, &hist);
+    append_history(&set, valid, to, &sc.history);
     rc = chunk_set(&mig_id, &set, err);
     bson_destroy(&set);
     if (rc == 0 && ctl_id.value_type != BSON_TYPE_EOD) {
@@ -610,6 +672,7 @@ int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
             BSON_APPEND_TIMESTAMP(&det, "controlChunkVersion", major + 1, 1);
         changelog("moveChunk.commit", ns, &det);
         bson_destroy(&det);
+        BSON_APPEND_TIMESTAMP(ctx->reply, "validAfter", t, i);
         BSON_APPEND_DOCUMENT_BEGIN(ctx->reply, "shardVersion", &v);
         bson_iter_t e;
         if (bson_iter_init_find(&e, &sc.coll, "lastmodEpoch"))

@@ -199,6 +199,9 @@ int sbl_retry_image(sbl_opctx_t *ctx, const bson_t *entry, bson_t *out, bool *fo
  * those past transactionLifetimeLimitSeconds. */
 int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err);
 void sbl_cmd_mtxn_end(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err);
+/* The atClusterTime the multi-document transaction ctx runs in reads at
+ * (readConcern snapshot; 0: none, or not in a transaction). */
+uint64_t sbl_cmd_txn_read_ts(const sbl_opctx_t *ctx);
 int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_abort_transaction(sbl_opctx_t *ctx, sbl_err_t *err);
 /* prepareTransaction (a participant of two-phase commit: txn.c) and

@@ -616,45 +616,6 @@ int mig_donor_spec(const bson_t *cmd, mig_spec_t *out, sbl_err_t *err)
     return rc;
 }
 
-/* The last critical sections by namespace (a few: one migration at a time
- * per shard; an older one has left the snapshot history anyway). */
-static pthread_mutex_t crit_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    char ns[256];
-    uint64_t ts;
-} crits[16];
-static unsigned ncrits;
-
-void mig_crit_note(const char *ns)
-{
-    uint64_t ts = sbl_repl_last_op_ts();
-    pthread_mutex_lock(&crit_mu);
-    unsigned i = 0;
-    while (i < ncrits && i < 16 && strcmp(crits[i].ns, ns) != 0)
-        i++;
-    if (i == ncrits || i == 16)
-        i = ncrits++ % 16;
-    snprintf(crits[i].ns, sizeof(crits[i].ns), "%s", ns);
-    crits[i].ts = ts;
-    pthread_mutex_unlock(&crit_mu);
-}
-
-uint64_t mig_crit_ts(const char *db, const bson_t *getmore)
-{
-    const char *coll = sbl_doc_utf8(getmore, "collection");
-    char ns[256];
-    if (coll == NULL)
-        return 0;
-    snprintf(ns, sizeof(ns), "%s.%s", db, coll);
-    uint64_t ts = 0;
-    pthread_mutex_lock(&crit_mu);
-    for (unsigned i = 0; i < ncrits && i < 16; i++)
-        if (strcmp(crits[i].ns, ns) == 0)
-            ts = crits[i].ts;
-    pthread_mutex_unlock(&crit_mu);
-    return ts;
-}
-
 static void donor_end(void)
 {
     pthread_mutex_lock(&donor_mu);
@@ -773,6 +734,16 @@ void mig_chunk_owner(const char *cfg, const char *ns, const bson_t *min, const c
             owner = sbl_doc_utf8(&chunk, "shard");
         }
     }
+    bson_iter_t it;
+    if (owner != NULL && bson_iter_init(&it, &chunk) &&
+        bson_iter_find_descendant(&it, "history.0.validAfter", &it) &&
+        BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        /* a window of the migration that closes after this (recovery, the
+         * recipient's watchdog) closes after its commit: mig_crit_done */
+        uint32_t t, i;
+        bson_iter_timestamp(&it, &t, &i);
+        sbl_repl_clock_advance(((uint64_t)t << 32) | i);
+    }
     if (owner != NULL)
         snprintf(out, n, "%s", owner);
     bson_destroy(&chunk);
@@ -832,8 +803,12 @@ static int await_steady(const char *to_host, const char *session, sbl_err_t *err
 /* The config servers' commit of the new owner; on a lost answer (or one
  * a majority did not confirm) they are asked who owns the chunk, for up to
  * a minute.  0: committed; *unknownp when nobody could say. */
+/* The config servers give the chunk to shard to.  *validp: the commit's
+ * validAfter, which the donor asks for (later than every change the
+ * migration made so far on either shard: the recipient's move-in) and the
+ * config servers answer with (they may take a later one). */
 static int config_commit(const mig_spec_t *spec, const char *to, const bson_value_t *version,
-                         bool *unknownp, sbl_err_t *err)
+                         uint64_t *validp, bool *unknownp, sbl_err_t *err)
 {
     const char *cfg = sbl_shard_configsvr();
     bson_t c2 = BSON_INITIALIZER, mc, reply;
@@ -846,12 +821,20 @@ static int config_commit(const mig_spec_t *spec, const char *to, const bson_valu
     if (version->value_type == BSON_TYPE_TIMESTAMP)
         bson_append_value(&mc, "lastmod", -1, version);
     bson_append_document_end(&c2, &mc);
+    bson_append_timestamp(&c2, "validAfter", -1, (uint32_t)(*validp >> 32), (uint32_t)*validp);
     append_wc_majority(&c2);
     /* a donor that stepped down leaves the decision to its new primary's
      * recovery: it must not commit behind its back */
     int rc;
     if (sbl_repl_writable()) {
         rc = sbl_shard_remote_check(cfg, "admin", &c2, &reply, err);
+        bson_iter_t it;
+        if (rc == 0 && bson_iter_init_find(&it, &reply, "validAfter") &&
+            BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            uint32_t t, i;
+            bson_iter_timestamp(&it, &t, &i);
+            *validp = ((uint64_t)t << 32) | i;
+        }
         bson_destroy(&reply);
     } else {
         rc = sbl_err_set(err, SBL_E_NotWritablePrimary, "this donor is no longer primary: "
@@ -898,14 +881,31 @@ static int await_txns(const char *ns, sbl_err_t *err)
                        "waiting for their coordinator's decision)", left, ns, MIG_TXN_WAIT_MS);
 }
 
+/* A reply's $clusterTime (0: none). */
+static uint64_t reply_cluster_time(const bson_t *reply)
+{
+    bson_iter_t it;
+    uint32_t t = 0, i = 0;
+    if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "$clusterTime.clusterTime", &it) &&
+        BSON_ITER_HOLDS_TIMESTAMP(&it))
+        bson_iter_timestamp(&it, &t, &i);
+    return ((uint64_t)t << 32) | i;
+}
+
 /* Tell the recipient the decision; then the coordinator document goes
  * (else recovery sends it again). */
-static void announce(const char *to_host, const char *session, bool committed)
+static void announce(const char *to_host, const char *session, bool committed,
+                     uint64_t valid_after)
 {
-    bson_t reply;
+    bson_t cmd = BSON_INITIALIZER, reply;
     sbl_err_t e = {0};
-    int rc = mig_recip_call(to_host, committed ? "_recvChunkReleaseCritSec" : "_recvChunkAbort",
-                            session, &reply, &e);
+    BSON_APPEND_UTF8(&cmd, committed ? "_recvChunkReleaseCritSec" : "_recvChunkAbort", session);
+    BSON_APPEND_UTF8(&cmd, "sessionId", session);
+    if (committed) /* its window of the migration closes after the commit (mig_crit_done) */
+        bson_append_timestamp(&cmd, "validAfter", -1, (uint32_t)(valid_after >> 32),
+                              (uint32_t)valid_after);
+    int rc = sbl_shard_remote_check_within(to_host, "admin", &cmd, MIG_CALL_MS, &reply, &e);
+    bson_destroy(&cmd);
     bson_destroy(&reply);
     if (rc == 0)
         rc = mig_coord_delete(session, &e);
@@ -1004,16 +1004,23 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     }
     if (rc == 0)
         rc = await_txns(spec.ns, err);
+    uint64_t valid_after = 0; /* the commit's time: after every change made so far */
     if (rc == 0) {
         rc = mig_recip_call(to_host, "_recvChunkCommit", session, &reply, err);
+        valid_after = reply_cluster_time(&reply);
         bson_destroy(&reply);
     }
     /* 4. the config servers commit the new owner */
     if (rc == 0) {
         mig_fp_hold(MIG_FP_STEP4);
-        rc = config_commit(&spec, to, &version, &unknown, err);
+        if (valid_after < sbl_repl_clock_now())
+            valid_after = sbl_repl_clock_now();
+        valid_after++;
+        rc = config_commit(&spec, to, &version, &valid_after, &unknown, err);
         committed = rc == 0;
         t_commit = mig_now_ms();
+        if (committed) /* the deletion below comes after it */
+            sbl_repl_clock_advance(valid_after);
     }
     /* 5. the decision is recorded; the range deleter: this shard's copy goes
      *    before anyone may read with the new version (both shards still
@@ -1038,11 +1045,12 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
             mig_recovery_take_crit(spec.ns); /* recovery deletes the rest first */
         } else {
             sbl_shard_crit_exit(); /* this shard's version is the new one now */
+            mig_crit_done(spec.ns);
             mig_fp_hold(MIG_FP_STEP6);
         }
         t_cs_end = mig_now_ms();
         in_cs = false;
-        announce(to_host, session, true);
+        announce(to_host, session, true, valid_after);
         rc = 0;
     } else if (unknown) {
         /* the outcome is unknown: recovery asks the config servers again
@@ -1057,13 +1065,15 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
         if (mig_persist_decision(session, false, &e) != 0 || mig_task_delete(session, &e) != 0)
             mig_log("migration %s: recording the abort failed: %s", session, e.msg);
         if (recip_started) {
-            announce(to_host, session, false);
+            announce(to_host, session, false, 0);
         } else if (mig_coord_delete(session, &e) != 0) {
             mig_recovery_kick();
         }
     }
-    if (in_cs)
+    if (in_cs) {
         sbl_shard_crit_exit();
+        mig_crit_done(spec.ns);
+    }
     pthread_mutex_lock(&donor_mu);
     int64_t cloned = donor.cloned, mods = donor.mods;
     pthread_mutex_unlock(&donor_mu);

@@ -327,8 +327,10 @@ static bool crit_take(const char *ns)
 
 static void crit_release(void)
 {
-    if (in_crit)
+    if (in_crit) {
         sbl_shard_crit_exit();
+        mig_crit_done(NULL);
+    }
     in_crit = false;
 }
 

@@ -427,8 +427,10 @@ static void recip_drop_staging(void)
 
 static void recip_end(void)
 {
-    if (recip.in_cs)
+    if (recip.in_cs) {
         sbl_shard_crit_exit();
+        mig_crit_done(recip.spec.ns);
+    }
     pthread_mutex_lock(&recip_mu);
     mig_spec_free(&recip.spec);
     memset(&recip, 0, sizeof(recip));
@@ -495,8 +497,10 @@ static void recip_release(void)
 {
     sbl_err_t e = {0};
     sbl_shard_refresh(recip.spec.ns, &e);
-    if (recip.in_cs)
+    if (recip.in_cs) {
         sbl_shard_crit_exit();
+        mig_crit_done(recip.spec.ns);
+    }
     recip.in_cs = false;
     recip_drop_staging();
     if (mig_task_delete(recip.session, &e) != 0)
@@ -520,6 +524,14 @@ static int settle_session(sbl_opctx_t *ctx, void (*settle)(void), bool commit, s
 
 static int recv_release(sbl_opctx_t *ctx, sbl_err_t *err)
 {
+    /* the commit's validAfter (the donor passes it on): this shard's window
+     * of the migration closes after it (mig_crit_done) */
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, ctx->cmd, "validAfter") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        uint32_t t, i;
+        bson_iter_timestamp(&it, &t, &i);
+        sbl_repl_clock_advance(((uint64_t)t << 32) | i);
+    }
     return settle_session(ctx, recip_release, true, err);
 }
 

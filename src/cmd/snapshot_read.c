@@ -42,6 +42,7 @@
 #include "exec/exec.h"
 #include "repl/repl.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -283,6 +284,27 @@ static int majority_begin(sbl_opctx_t *ctx, uint64_t after, sbl_err_t *err)
     return 0;
 }
 
+/* A router's command on a sharded collection (ctx->open_ts set: dispatch.c)
+ * reading at atClusterTime at: refused inside a migration's window on this
+ * shard, where its data of the collection need not match the chunks it
+ * owned at that time, and a transaction's write also after one began since
+ * at (migrate_crit.c). */
+static int check_routed_at(const sbl_opctx_t *ctx, uint64_t at, sbl_err_t *err)
+{
+    static const char *const writes[] = {"insert", "update", "delete", "findAndModify",
+                                         "findandmodify", NULL};
+    bson_iter_t it;
+    char ns[400];
+    bool write = false;
+    if (at == 0 || ctx->open_ts == 0 || !bson_iter_init(&it, ctx->cmd) || !bson_iter_next(&it) ||
+        !BSON_ITER_HOLDS_UTF8(&it))
+        return 0;
+    for (int i = 0; writes[i] != NULL; i++)
+        write = write || strcmp(ctx->name, writes[i]) == 0;
+    snprintf(ns, sizeof(ns), "%s.%s", ctx->db, bson_iter_utf8(&it, NULL));
+    return mig_crit_check_at(ns, at, write, err);
+}
+
 int sbl_cmd_snapshot_begin(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
@@ -292,7 +314,7 @@ int sbl_cmd_snapshot_begin(sbl_opctx_t *ctx, sbl_err_t *err)
     ctx->read_ts = 0;
     ctx->read_majority = false;
     if (ctx->mtxn != NULL || sbl_doc_find_top(ctx->cmd, "autocommit", &it))
-        return 0; /* a transaction's command: the transaction's snapshot (txn.c) */
+        return check_routed_at(ctx, sbl_cmd_txn_read_ts(ctx), err); /* its snapshot: txn.c */
     if (strcmp(ctx->name, "getMore") == 0) {
         if (!sbl_doc_find_top(ctx->cmd, "getMore", &it) || !BSON_ITER_HOLDS_INT64(&it))
             return 0;
@@ -320,6 +342,7 @@ int sbl_cmd_snapshot_begin(sbl_opctx_t *ctx, sbl_err_t *err)
                            "cannot read at a snapshot before the replica set is initiated");
     if (at != 0) {
         SBL_RET(check_at(ctx, at, err));
+        SBL_RET(check_routed_at(ctx, at, err));
         return open_at(ctx, at, err);
     }
     int64_t until = sbl_now_us() + OWN_WRITES_WAIT_MS * 1000;

@@ -326,6 +326,11 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
     return 0;
 }
 
+uint64_t sbl_cmd_txn_read_ts(const sbl_opctx_t *ctx)
+{
+    return ctx->mtxn != NULL ? ctx->mtxn->read_ts : 0;
+}
+
 void sbl_cmd_mtxn_end(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err)
 {
     sbl_mtxn_t *t = ctx->mtxn;

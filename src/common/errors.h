@@ -105,6 +105,8 @@
     X(CollectionUUIDMismatch, 361)                                                                 \
     X(ChangeStreamHistoryLost, 286)                                                                \
     X(SnapshotTooOld, 239)                                                                         \
+    X(SnapshotUnavailable, 246)                                                                    \
+    X(StaleChunkHistory, 250)                                                                      \
     X(KeyNotFound, 211)                                                                            \
     X(TimeProofMismatch, 293)                                                                      \
     X(UnsatisfiableWriteConcern, 100)                                                              \

@@ -32,10 +32,19 @@ typedef struct rt_version {
     uint32_t major, minor;
 } rt_version_t;
 
+/* One entry of a chunk's history (config.chunks' history: newest first):
+ * from valid_after on, shard owned it. */
+typedef struct rt_hist {
+    uint64_t valid_after;
+    int shard;
+} rt_hist_t;
+
 typedef struct rt_chunk {
     bson_t *min, *max; /* shard key documents; [min, max) */
     int shard;         /* index into the shard list */
     uint32_t major, minor;
+    rt_hist_t *hist;   /* its owners over time, newest first (nhist 0: none recorded) */
+    size_t nhist;
 } rt_chunk_t;
 
 /* One namespace's routing table. */
@@ -147,6 +156,19 @@ int rt_target_doc(const rt_coll_t *c, const bson_t *doc);
 int rt_target_filter(const rt_coll_t *c, const bson_t *filter, bool shards[RT_MAX_SHARDS]);
 /* Whether the filter names every shard key field by equality. */
 bool rt_filter_has_full_key(const rt_coll_t *c, const bson_t *filter);
+/* The shard that owned ch at cluster time at (0: now): its history's first
+ * entry with valid_after <= at; -1 when at is older than the history kept. */
+int rt_chunk_owner_at(const rt_chunk_t *ch, uint64_t at);
+/* rt_target_filter for a read: by the placement at the time the current
+ * command reads at (rt_read_at), else as rt_target_filter.  -1 with err
+ * StaleChunkHistory when that time is older than a chunk's history. */
+int rt_target_read(const rt_coll_t *c, const bson_t *filter, bool shards[RT_MAX_SHARDS],
+                   sbl_err_t *err);
+/* The cluster time the current client command reads at: a snapshot read's
+ * atClusterTime (rt_snapshot.c) or its snapshot transaction's; 0: none. */
+uint64_t rt_read_at(void);
+/* rt_cmds.c: the snapshot read's time for this thread's command (0: none). */
+void rt_snapshot_set_read_at(uint64_t at);
 
 /* ---- rt_cursor.c ---- */
 int rt_find(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
@@ -246,6 +268,9 @@ void rt_watch_stop(void);
  * startTransaction on this thread (a transaction's first statement starts
  * it on the router); 0 or the error to answer.  rt_sess_end forgets them. */
 int rt_sess_begin(const char *name, const bson_t *cmd, sbl_err_t *err);
+/* The snapshot transaction's atClusterTime the current statement runs in
+ * (0: not in one). */
+uint64_t rt_sess_read_at(void);
 void rt_sess_end(void);
 /* After the handler: a failed command in a transaction aborts it on every
  * participant. */

@@ -430,6 +430,11 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     bson_oid_init(&epoch, NULL);
     uint32_t t, inc;
     sbl_clock_ts_next(&t, &inc);
+    uint64_t newest = rt_cluster_time(); /* the first history entry is a cluster time */
+    if (newest >= (((uint64_t)t << 32) | inc)) {
+        t = (uint32_t)((newest + 1) >> 32);
+        inc = (uint32_t)(newest + 1);
+    }
     /* Chunks first, then the collection entry (rt_meta.c's invariant). */
     for (int64_t i = 0; i < nchunks && rc == 0; i++) {
         bson_t ch = BSON_INITIALIZER, hist, h0;
@@ -486,6 +491,28 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 }
 
 /* ---- split ---- */
+
+/* A chunk split off ch keeps ch's history (mongod's splits copy it), so a
+ * read at a time before the split finds its owner then. */
+static void append_split_history(bson_t *doc, const rt_chunk_t *ch)
+{
+    bson_t hist, h;
+    char key[16];
+    if (ch->nhist == 0)
+        return;
+    BSON_APPEND_TIMESTAMP(doc, "onCurrentShardSince", (uint32_t)(ch->hist[0].valid_after >> 32),
+                          (uint32_t)ch->hist[0].valid_after);
+    BSON_APPEND_ARRAY_BEGIN(doc, "history", &hist);
+    for (size_t i = 0; i < ch->nhist; i++) {
+        snprintf(key, sizeof(key), "%u", (unsigned)i);
+        BSON_APPEND_DOCUMENT_BEGIN(&hist, key, &h);
+        BSON_APPEND_TIMESTAMP(&h, "validAfter", (uint32_t)(ch->hist[i].valid_after >> 32),
+                              (uint32_t)ch->hist[i].valid_after);
+        BSON_APPEND_UTF8(&h, "shard", rt_shard_id(ch->hist[i].shard));
+        bson_append_document_end(&hist, &h);
+    }
+    bson_append_array_end(doc, &hist);
+}
 
 int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
@@ -559,6 +586,7 @@ int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         BSON_APPEND_DOCUMENT(&ch2, "max", ch->max);
         BSON_APPEND_UTF8(&ch2, "shard", rt_shard_id(ch->shard));
         BSON_APPEND_TIMESTAMP(&ch2, "lastmod", major, minor + 2);
+        append_split_history(&ch2, ch);
         rc = cfg_insert("chunks", &ch2, err);
         bson_destroy(&ch2);
         bson_init(&cmdc);

@@ -612,12 +612,14 @@ static void run_and_reply(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *
         rt_auth_enter(conn);
         uint64_t at = rt_snapshot_pin(def->name, &req->cmd, &pinned, &rewrote);
         const bson_t *cmd = rewrote ? &pinned : &req->cmd;
+        rt_snapshot_set_read_at(at);
         if ((rc = rt_sess_begin(name, cmd, &err)) == 0) {
             rc = def->fn(db, cmd, &reply, &err);
             if (rc == 0 && at != 0)
                 rt_snapshot_reply(def->name, at, &reply);
             rt_sess_after(rc, &reply);
         }
+        rt_snapshot_set_read_at(0);
         rt_auth_leave();
         count_op(def->name, mono_us() - t0);
         if (rc == 0 && def->fn == cmd_hello)

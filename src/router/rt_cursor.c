@@ -461,7 +461,11 @@ int rt_find(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         if (c == NULL)
             return err->code;
         bool targets[RT_MAX_SHARDS];
-        int nt = rt_target_filter(c, &filter, targets);
+        int nt = rt_target_read(c, &filter, targets, err);
+        if (nt < 0) {
+            rt_coll_release(c);
+            return err->code;
+        }
         if (c->primary == -1 || nt == 1) {
             int s = c->primary;
             for (int i = 0; c->primary != -1 && i < RT_MAX_SHARDS; i++)

@@ -311,6 +311,7 @@ void rt_coll_release(rt_coll_t *c)
     for (size_t i = 0; i < c->nchunks; i++) {
         bson_destroy(c->chunks[i].min);
         bson_destroy(c->chunks[i].max);
+        free(c->chunks[i].hist);
     }
     free(c->chunks);
     if (c->key != NULL)
@@ -326,6 +327,40 @@ static int chunk_cmp(const void *a, const void *b)
 static bool version_less(const rt_version_t *a, uint32_t major, uint32_t minor)
 {
     return a->major < major || (a->major == major && a->minor < minor);
+}
+
+/* A chunk document's history array (it) into ch->hist; entries naming a
+ * shard this router does not know are left out. */
+static void hist_load(rt_chunk_t *ch, const bson_iter_t *it)
+{
+    bson_iter_t a, e;
+    size_t cap = 0;
+    if (!BSON_ITER_HOLDS_ARRAY(it) || !bson_iter_recurse(it, &a))
+        return;
+    while (bson_iter_next(&a)) {
+        rt_hist_t h = {0, -1};
+        if (!BSON_ITER_HOLDS_DOCUMENT(&a) || !bson_iter_recurse(&a, &e))
+            continue;
+        while (bson_iter_next(&e)) {
+            if (strcmp(bson_iter_key(&e), "validAfter") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&e)) {
+                uint32_t t, i;
+                bson_iter_timestamp(&e, &t, &i);
+                h.valid_after = ((uint64_t)t << 32) | i;
+            } else if (strcmp(bson_iter_key(&e), "shard") == 0 && BSON_ITER_HOLDS_UTF8(&e)) {
+                h.shard = shard_by_id_reload(bson_iter_utf8(&e, NULL));
+            }
+        }
+        if (h.shard < 0)
+            continue;
+        if (ch->nhist == cap) {
+            cap = cap ? cap * 2 : 4;
+            rt_hist_t *n = realloc(ch->hist, cap * sizeof(*n));
+            if (n == NULL)
+                return;
+            ch->hist = n;
+        }
+        ch->hist[ch->nhist++] = h;
+    }
 }
 
 /* Build ns's routing table from the config servers. */
@@ -422,12 +457,15 @@ static rt_coll_t *coll_load(const char *ns, sbl_err_t *err)
                     ch.shard = shard_by_id_reload(bson_iter_utf8(&f, NULL));
                 else if (strcmp(k, "lastmod") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&f))
                     bson_iter_timestamp(&f, &ch.major, &ch.minor);
+                else if (strcmp(k, "history") == 0)
+                    hist_load(&ch, &f);
             }
             if (ch.min == NULL || ch.max == NULL || ch.shard < 0) {
                 if (ch.min)
                     bson_destroy(ch.min);
                 if (ch.max)
                     bson_destroy(ch.max);
+                free(ch.hist);
                 rc = sbl_err_set(err, SBL_E_InternalError, "bad chunk document for %s", ns);
                 break;
             }

@@ -64,7 +64,11 @@ int rt_count(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         if (c == NULL)
             return err->code;
         bool t[RT_MAX_SHARDS];
-        int nt = rt_target_filter(c, &query, t);
+        int nt = rt_target_read(c, &query, t, err);
+        if (nt < 0) {
+            rt_coll_release(c);
+            return err->code;
+        }
         static const char *const strip[] = {"limit", "skip", NULL};
         int64_t sum = 0;
         bool stale = false;
@@ -125,7 +129,11 @@ int rt_distinct(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err
         if (c == NULL)
             return err->code;
         bool t[RT_MAX_SHARDS];
-        int nt = rt_target_filter(c, &query, t);
+        int nt = rt_target_read(c, &query, t, err);
+        if (nt < 0) {
+            rt_coll_release(c);
+            return err->code;
+        }
         bson_t replies[RT_MAX_SHARDS];
         int nr = 0, rc = 0;
         bool stale = false, answered = false;
@@ -347,7 +355,11 @@ int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *er
         if (c == NULL)
             return err->code;
         bool t[RT_MAX_SHARDS];
-        int nt = rt_target_filter(c, &first_match, t);
+        int nt = rt_target_read(c, &first_match, t, err);
+        if (nt < 0) {
+            rt_coll_release(c);
+            return err->code;
+        }
         if (c->primary == -1 || nt == 1) {
             int s = c->primary;
             for (int i = 0; c->primary != -1 && i < RT_MAX_SHARDS; i++)
@@ -533,7 +545,11 @@ int rt_explain(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         if (c == NULL)
             return err->code;
         bool t[RT_MAX_SHARDS];
-        int nt = rt_target_filter(c, &filter, t);
+        int nt = rt_target_read(c, &filter, t, err);
+        if (nt < 0) {
+            rt_coll_release(c);
+            return err->code;
+        }
         int sh[RT_MAX_SHARDS], n = 0, rcs[RT_MAX_SHARDS];
         if (c->primary == -1) {
             sh[n++] = -1;

@@ -58,6 +58,7 @@ typedef struct cur_sess {
     bool decided; /* a coordinator has the commit: no implicit abort whatever happens */
     uint8_t id[16], uid[32];
     int64_t txn;
+    uint64_t read_at; /* its transaction's readConcern snapshot atClusterTime (0: none) */
 } cur_sess_t;
 
 static __thread cur_sess_t cur;
@@ -126,6 +127,19 @@ static int no_such(int64_t txn, const char *why, sbl_err_t *err)
                        (long long)txn, why);
 }
 
+/* A readConcern's atClusterTime when its level is snapshot (0: none). */
+static uint64_t snapshot_at(const bson_t *rc)
+{
+    bson_iter_t it;
+    uint32_t t = 0, i = 0;
+    if (rc == NULL || !bson_iter_init_find(&it, rc, "level") || !BSON_ITER_HOLDS_UTF8(&it) ||
+        strcmp(bson_iter_utf8(&it, NULL), "snapshot") != 0 ||
+        !bson_iter_init_find(&it, rc, "atClusterTime") || !BSON_ITER_HOLDS_TIMESTAMP(&it))
+        return 0;
+    bson_iter_timestamp(&it, &t, &i);
+    return ((uint64_t)t << 32) | i;
+}
+
 /* A new transaction (startTransaction) or a statement of the current one. */
 static int txn_enter(const char *name, const bson_t *cmd, bool start, sbl_err_t *err)
 {
@@ -169,8 +183,15 @@ static int txn_enter(const char *name, const bson_t *cmd, bool start, sbl_err_t 
                          "Transaction with { txnNumber: %lld } has been committed.",
                          (long long)cur.txn);
     }
+    if (rc == 0 && t != NULL)
+        cur.read_at = snapshot_at(t->read_concern);
     pthread_mutex_unlock(&tx_lock);
     return rc;
+}
+
+uint64_t rt_sess_read_at(void)
+{
+    return cur.read_at;
 }
 
 int rt_sess_begin(const char *name, const bson_t *cmd, sbl_err_t *err)

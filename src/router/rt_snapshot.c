@@ -9,11 +9,13 @@
  * so every shard it reaches later reads at that time too.
  *
  * What must stay true: the time chosen is never older than a time the router
- * showed a client (its newest), so a snapshot read sees the writes the
- * client made through this router; every shard gets the same time, and the
- * router's $clusterTime sent with it lets a shard whose oplog is behind
+ * showed a client (its newest) nor the client's own $clusterTime, so a
+ * snapshot read sees the writes the client made through any router; every
+ * shard gets the same time, and the $clusterTime sent with it lets a shard
+ * whose oplog is behind
  * reach it (snapshot_read.c's check_at).  The shards are targeted by the
- * newest routing table, not the one as of that time (see docs/sharding.md).
+ * placement at that time (rt_target_read: config.chunks' history), so a
+ * chunk that moved after it is read on the shard that owned it then.
  */
 #include "router/router_int.h"
 
@@ -21,6 +23,18 @@
 
 #include <stdio.h>
 #include <string.h>
+
+static __thread uint64_t read_at; /* this thread's client command's (0: none) */
+
+void rt_snapshot_set_read_at(uint64_t at)
+{
+    read_at = at;
+}
+
+uint64_t rt_read_at(void)
+{
+    return read_at != 0 ? read_at : rt_sess_read_at();
+}
 
 static bool is_snapshot_read(const char *name)
 {
@@ -63,6 +77,12 @@ uint64_t rt_snapshot_pin(const char *name, const bson_t *cmd, bson_t *pinned, bo
     if (rc_field(cmd, "afterClusterTime", &it))
         after = ts_of(&it);
     at = rt_cluster_time();
+    /* the client's $clusterTime (checked by the dispatcher), as mongos's
+     * clock takes it: a write it saw through another router is seen */
+    bson_iter_t ct;
+    if (bson_iter_init(&ct, cmd) && bson_iter_find_descendant(&ct, "$clusterTime.clusterTime", &ct) &&
+        ts_of(&ct) > at)
+        at = ts_of(&ct);
     if (after > at)
         at = after;
     if (at == 0)

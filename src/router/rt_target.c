@@ -5,9 +5,13 @@
  * index stores); the owning chunk is the last one whose min is <= the
  * value, by binary search over the chunks sorted by min.
  *
+ * A read at a cluster time (a snapshot read's atClusterTime) is targeted
+ * by the placement at that time: each chunk's owner is the first entry of
+ * its history (config.chunks' history, newest first) valid at or before it.
+ *
  * What must stay true: a filter's targets are a superset of the shards that
- * hold a matching document; only an exact equality on every key field
- * narrows to one shard.
+ * hold a matching document (at the time read); only an exact equality on
+ * every key field narrows to one shard.
  */
 #include "router/router_int.h"
 
@@ -146,7 +150,28 @@ static bool filter_range(const bson_t *filter, const char *f, bson_value_t *lo, 
     return *has_lo || *has_hi;
 }
 
-int rt_target_filter(const rt_coll_t *c, const bson_t *filter, bool shards[RT_MAX_SHARDS])
+int rt_chunk_owner_at(const rt_chunk_t *ch, uint64_t at)
+{
+    if (at == 0 || ch->nhist == 0)
+        return ch->shard; /* now, or a chunk written without history */
+    for (size_t i = 0; i < ch->nhist; i++)
+        if (ch->hist[i].valid_after <= at)
+            return ch->hist[i].shard;
+    return -1;
+}
+
+static int stale_history(const rt_coll_t *c, uint64_t at, sbl_err_t *err)
+{
+    sbl_err_set(err, SBL_E_StaleChunkHistory, "Cannot find shardId the chunk belonged to at "
+                "cluster time Timestamp(%u, %u) in %s: the chunk's history does not reach back "
+                "that far", (unsigned)(at >> 32), (unsigned)at, c->ns);
+    return -1;
+}
+
+/* The shards a filter can match at cluster time at (0: now); -1 with err
+ * when at is older than a candidate chunk's history. */
+static int target_at(const rt_coll_t *c, const bson_t *filter, uint64_t at,
+                     bool shards[RT_MAX_SHARDS], sbl_err_t *err)
 {
     memset(shards, 0, sizeof(bool) * RT_MAX_SHARDS);
     if (!c->sharded) {
@@ -168,7 +193,10 @@ int rt_target_filter(const rt_coll_t *c, const bson_t *filter, bool shards[RT_MA
         i++;
     }
     if (full) {
-        shards[rt_chunk_for(c, vals)->shard] = true;
+        int owner = rt_chunk_owner_at(rt_chunk_for(c, vals), at);
+        if (owner < 0)
+            return stale_history(c, at, err);
+        shards[owner] = true;
         return 1;
     }
     /* A range on the first field of a range key: the chunks it overlaps.  The
@@ -192,10 +220,24 @@ int rt_target_filter(const rt_coll_t *c, const bson_t *filter, bool shards[RT_MA
             if (has_lo && sbl_value_compare(bson_iter_value(&b), &lo) < 0)
                 continue;
         }
-        if (!shards[ch->shard]) {
-            shards[ch->shard] = true;
+        int owner = rt_chunk_owner_at(ch, at);
+        if (owner < 0)
+            return stale_history(c, at, err);
+        if (!shards[owner]) {
+            shards[owner] = true;
             n++;
         }
     }
     return n;
+}
+
+int rt_target_filter(const rt_coll_t *c, const bson_t *filter, bool shards[RT_MAX_SHARDS])
+{
+    return target_at(c, filter, 0, shards, NULL);
+}
+
+int rt_target_read(const rt_coll_t *c, const bson_t *filter, bool shards[RT_MAX_SHARDS],
+                   sbl_err_t *err)
+{
+    return target_at(c, filter, rt_read_at(), shards, err);
 }

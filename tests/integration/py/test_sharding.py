@@ -15,7 +15,7 @@ import time
 
 import pymongo
 import pytest
-from bson import ObjectId, Timestamp
+from bson import Int64, ObjectId, Timestamp
 from bson.binary import Binary, UUID_SUBTYPE
 from bson.max_key import MaxKey
 from bson.min_key import MinKey
@@ -243,6 +243,99 @@ def test_snapshot_transaction_reads_every_shard_at_its_first_statement(mongos):
             c.update_one({"k": 1}, {"$set": {"v": 1}})  # outside it, on shard1
             assert c.find_one({"k": 1}, session=s)["v"] == 0  # shard1 reached now
     assert c.find_one({"k": 1})["v"] == 1
+
+
+def _move(mongos, ns, find, to):
+    for attempt in range(100):  # a balancer round's migration may hold a shard
+        try:
+            return mongos.admin.command("moveChunk", ns, find=find, to=to)
+        except OperationFailure as e:
+            if e.code != 117 or attempt == 99:
+                raise
+            time.sleep(0.1)
+
+
+def test_snapshot_reads_follow_the_chunk_history(mongos, shards):
+    # mongos routes a read at atClusterTime T by the placement at T (config.chunks'
+    # history): a chunk moved after T is read on the shard that owned it then
+    sharded.split_at_zero(mongos, "hist", ["t"])  # k < 0 on shard0, k >= 0 on shard1
+    db = mongos.hist
+    w = db.command("insert", "t", documents=[{"_id": k, "k": k} for k in (-3, -2, -1, 1, 2, 3)])
+    at = w["operationTime"]
+    _move(mongos, "hist.t", {"k": 0}, "shard0")  # shard0 owns everything now
+    assert [s.hist.t.count_documents({}) for s in shards] == [6, 0]
+    then = {"level": "snapshot", "atClusterTime": at}
+    r = db.command("find", "t", filter={}, batchSize=100, readConcern=then)
+    assert sorted(d["_id"] for d in r["cursor"]["firstBatch"]) == [-3, -2, -1, 1, 2, 3]
+    r = db.command("aggregate", "t", pipeline=[{"$group": {"_id": None, "n": {"$sum": 1}}}],
+                   cursor={}, readConcern=then)
+    assert r["cursor"]["firstBatch"][0]["n"] == 6
+    r = db.command("distinct", "t", key="k", readConcern=then)
+    assert sorted(r["values"]) == [-3, -2, -1, 1, 2, 3]
+    r = db.command("find", "t", filter={"k": 2}, readConcern=then)  # one shard: shard1 then
+    assert [d["_id"] for d in r["cursor"]["firstBatch"]] == [2]
+    # a snapshot transaction at T (raw commands: pymongo cannot name T; a client of its
+    # own, so its session's txnNumber goes with it)
+    with pymongo.MongoClient(*mongos.address) as c, c.start_session() as s:
+        txn = {"txnNumber": Int64(1), "autocommit": False}
+        r = c.hist.command("find", "t", filter={}, batchSize=100, readConcern=then, session=s,
+                           startTransaction=True, **txn)
+        assert len(r["cursor"]["firstBatch"]) == 6
+        # its write to a chunk that moved to shard0 after T: shard0's snapshot at T
+        # lacks it, so shard0 refuses (mongos's routing at T meets StaleConfig instead)
+        with pytest.raises(OperationFailure) as e:
+            c.hist.command("update", "t", updates=[{"q": {"k": 2}, "u": {"$set": {"v": 1}}}],
+                           session=s, **txn)
+        assert e.value.code == 246
+        assert "TransientTransactionError" in e.value.details.get("errorLabels", [])
+        c.admin.command("abortTransaction", session=s, **txn)
+    # config.chunks: the move prepended {validAfter, shard} to the chunk's history
+    uuid = mongos.config.collections.find_one({"_id": "hist.t"})["uuid"]
+    low, high = sorted(mongos.config.chunks.find({"uuid": uuid}), key=lambda c: c["max"]["k"]
+                       if not isinstance(c["max"]["k"], MaxKey) else 1 << 62)
+    hist = high["history"]
+    assert hist[0]["shard"] == "shard0" and hist[0]["validAfter"] > at
+    assert hist[0]["validAfter"] == high["onCurrentShardSince"]
+    assert hist[1]["shard"] == "shard1" and hist[1]["validAfter"] < at
+    assert [h["validAfter"] for h in hist] == sorted((h["validAfter"] for h in hist),
+                                                      reverse=True)
+    assert hist[-1] == low["history"][-1]  # the split copied the history
+    # before the history (here: before shardCollection): StaleChunkHistory, as mongos
+    old = Timestamp(hist[-1]["validAfter"].time - 1, 0)
+    with pytest.raises(OperationFailure) as e:
+        db.command("find", "t", filter={}, readConcern={"level": "snapshot",
+                                                        "atClusterTime": old})
+    assert e.value.code == 250
+    # the recipient, read at a time inside the migration (its move-in entries),
+    # where its data does not match what it owned then: SnapshotUnavailable
+    moved = list(shards[0].local.oplog.rs.find({"ns": "hist.t", "op": "i", "o.k": {"$gte": 0}}))
+    assert len(moved) == 3
+    mid = max(m["ts"] for m in moved)
+    assert at < mid < hist[0]["validAfter"]
+    coll = mongos.config.collections.find_one({"_id": "hist.t"})
+    sv = {"e": coll["lastmodEpoch"], "t": coll["timestamp"], "v": high["lastmod"]}
+    with pytest.raises(OperationFailure) as e:
+        shards[0].hist.command({"find": "t", "shardVersion": sv,
+                                "readConcern": {"level": "snapshot", "atClusterTime": mid}})
+    assert e.value.code == 246
+    # before the migration the recipient's data matches what it owned: read
+    r = shards[0].hist.command({"find": "t", "shardVersion": sv,
+                                "readConcern": {"level": "snapshot", "atClusterTime": at}})
+    assert sorted(d["_id"] for d in r["cursor"]["firstBatch"]) == [-3, -2, -1]
+
+
+def test_snapshot_read_sees_a_write_made_through_another_router(mongos, cluster):
+    # the time a router chooses is not older than the client's $clusterTime (mongos's
+    # clock takes it): a write the client saw through another router is read
+    mongos.admin.command("enableSharding", "snap2")
+    mongos.snap2.t.insert_one({"_id": 0})
+    with sharded.extra_router(cluster) as port, \
+            pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=10000) as other:
+        w = other.snap2.command("insert", "t", documents=[{"_id": 1}])
+        with mongos.start_session(causal_consistency=False) as s:
+            s.advance_cluster_time(w["$clusterTime"])
+            r = mongos.snap2.command("find", "t", readConcern={"level": "snapshot"}, session=s)
+            assert sorted(d["_id"] for d in r["cursor"]["firstBatch"]) == [0, 1]
 
 
 def test_config_metadata_has_mongod_shapes(mongos):

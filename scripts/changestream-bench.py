@@ -9,7 +9,9 @@
    in total; one watch() in another process records when each event
    arrives (CLOCK_MONOTONIC, shared by the processes).  Printed: the p50 /
    p99 / max of arrival minus the insert's acknowledgement (negative: the
-   event came before the ack reached the writer).
+   event came before the ack reached the writer), with that stream alone
+   and again with --streams more open (sable-cs-readers; not with
+   --reader python).
 2. Cost: the writers insert as fast as they can (w:"majority") for
    --seconds with no stream open, then with --streams streams open, each
    reading every event: by default build/sable-cs-readers (one thread
@@ -184,6 +186,14 @@ def with_streams(uri, nstreams, fn):
     return r, arrivals, counts
 
 
+def print_delay(r, seconds, how):
+    (acks, n), arrivals, _ = r
+    d = [(t - acks[s]) * 1000 for s, t in arrivals if s in acks]
+    print("delay (%s): %d writes in %.0f s (%.0f/s w:majority), %d events; ack -> event ms: "
+          "p50 %.2f p99 %.2f max %.2f" % (how, n, seconds, n / seconds, len(d), pct(d, .5),
+                                          pct(d, .99), max(d) if d else float("nan")))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--uri")
@@ -216,14 +226,13 @@ def main():
         c.bench.cs.drop()
         c.bench.create_collection("cs")
         pid = c.admin.command("serverStatus").get("pid")  # the primary's
-        if not a.no_delay:  # 1. delay at --rate
-            (acks, n), arrivals, _ = with_streams(
-                uri, 1, lambda: write_load(uri, a.writers, a.seconds, a.rate, 0))
-            d = [(t - acks[s]) * 1000 for s, t in arrivals if s in acks]
-            print("delay: %d writes in %.0f s (%.0f/s w:majority), %d events; ack -> event ms: "
-                  "p50 %.2f p99 %.2f max %.2f" % (
-                      n, a.seconds, n / a.seconds, len(d), pct(d, .5), pct(d, .99),
-                      max(d) if d else float("nan")))
+        if not a.no_delay:  # 1. delay at --rate, alone and with the streams open
+            paced = lambda s0: lambda: with_streams(
+                uri, 1, lambda: write_load(uri, a.writers, a.seconds, a.rate, s0))
+            print_delay(paced(0)(), a.seconds, "alone")
+            if a.reader == "c":
+                r = with_c_streams(uri, a.streams, paced(3 * 10 ** 7))[0]
+                print_delay(r, a.seconds, "with %d streams open" % a.streams)
         # 2. throughput without and with streams
         n0, cpu0 = measured(pid, lambda: write_load(uri, a.writers, a.seconds, 0, 10 ** 7))
         load = os.getloadavg()[0]

@@ -9,7 +9,9 @@
    in total; one watch() in another process records when each event
    arrives (CLOCK_MONOTONIC, shared by the processes).  Printed: the p50 /
    p99 / max of arrival minus the insert's acknowledgement (negative: the
-   event came before the ack reached the writer).
+   event came before the ack reached the writer), with that stream alone
+   and again with --streams more open (sable-cs-readers; not with
+   --reader python).
 2. Cost: the writers insert as fast as they can (w:"majority") for
    --seconds with no stream open, then with --streams streams open, each
    reading every event: by default build/sable-cs-readers (one thread
@@ -18,8 +20,12 @@
    server), with --reader python threads of another Python process.  Printed: both
    throughputs and the drop in percent, the primary's CPU time (user +
    system from /proc/PID/stat, over the writes and the second after them)
-   per 1,000 writes: the figure that survives a loaded machine (printed when
-   the primary runs on this host), the readers' CPU and the load average.
+   per 1,000 writes (printed when the primary runs on this host), the
+   readers' CPU and the load average.  The throughput drop swings by tens
+   of percent when other work shares the machine; part 1 also prints the
+   CPU per 1,000 writes of the three members, the writers and the readers
+   together at --rate, with one stream and with --streams more: the drop
+   in writes it implies where these processes alone saturate the cores.
    --no-delay runs this part only.
 
 Without --uri it starts a three-member set with build/sable-cluster in a
@@ -127,13 +133,36 @@ def proc_cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measured(pid, fn):
+def member_pids(c):
+    """The set's members' pids, the primary's first (None where unknown)."""
+    hello = c.admin.command("hello")
+    pids = []
+    for h in [hello["primary"]] + [h for h in hello["hosts"] if h != hello["primary"]]:
+        host, port = h.rsplit(":", 1)
+        with pymongo.MongoClient(host, int(port), directConnection=True) as m:
+            pids.append(m.admin.command("serverStatus").get("pid"))
+    return pids
+
+
+def own_cpu_s():
+    t = os.times()
+    return t.user + t.system
+
+
+def cpu_now(pids):
+    """CPU seconds so far of the members and this process (the writers)
+    together; None when a member is not on this host."""
+    c = [proc_cpu_s(p) for p in pids]
+    return None if None in c else sum(c) + own_cpu_s()
+
+
+def measured(pids, fn):
     """Run fn() (it returns (acks, n)), then wait a second (the last events
     reach the streams); returns n and the primary's CPU seconds meanwhile."""
-    c0 = proc_cpu_s(pid)
+    c0 = proc_cpu_s(pids[0])
     _, n = fn()
     time.sleep(1.0)
-    c1 = proc_cpu_s(pid)
+    c1 = proc_cpu_s(pids[0])
     return n, (c1 - c0 if c0 is not None and c1 is not None else None)
 
 
@@ -184,6 +213,14 @@ def with_streams(uri, nstreams, fn):
     return r, arrivals, counts
 
 
+def print_delay(r, seconds, how):
+    ((acks, n), _), arrivals, _ = r
+    d = [(t - acks[s]) * 1000 for s, t in arrivals if s in acks]
+    print("delay (%s): %d writes in %.0f s (%.0f/s w:majority), %d events; ack -> event ms: "
+          "p50 %.2f p99 %.2f max %.2f" % (how, n, seconds, n / seconds, len(d), pct(d, .5),
+                                          pct(d, .99), max(d) if d else float("nan")))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--uri")
@@ -215,20 +252,33 @@ def main():
         c = client(uri)
         c.bench.cs.drop()
         c.bench.create_collection("cs")
-        pid = c.admin.command("serverStatus").get("pid")  # the primary's
-        if not a.no_delay:  # 1. delay at --rate
-            (acks, n), arrivals, _ = with_streams(
-                uri, 1, lambda: write_load(uri, a.writers, a.seconds, a.rate, 0))
-            d = [(t - acks[s]) * 1000 for s, t in arrivals if s in acks]
-            print("delay: %d writes in %.0f s (%.0f/s w:majority), %d events; ack -> event ms: "
-                  "p50 %.2f p99 %.2f max %.2f" % (
-                      n, a.seconds, n / a.seconds, len(d), pct(d, .5), pct(d, .99),
-                      max(d) if d else float("nan")))
+        pids = member_pids(c)
+        if not a.no_delay:  # 1. delay at --rate, alone and with the streams open
+            def paced(s0):
+                def run():  # (acks, n) and the members' and writers' CPU s meanwhile
+                    c0 = cpu_now(pids)
+                    r = write_load(uri, a.writers, a.seconds, a.rate, s0)
+                    c1 = cpu_now(pids)
+                    return r, (c1 - c0 if c0 is not None and c1 is not None else None)
+                return lambda: with_streams(uri, 1, run)
+            r0 = paced(0)()
+            print_delay(r0, a.seconds, "alone")
+            if a.reader == "c":
+                r1, _, ccpu, _ = with_c_streams(uri, a.streams, paced(3 * 10 ** 7))
+                print_delay(r1, a.seconds, "with %d streams open" % a.streams)
+                (_, n0), cpu0 = r0[0]
+                (_, n1), cpu1 = r1[0]
+                if cpu0 is not None and cpu1 is not None:
+                    w0, w1 = 1000 * cpu0 / max(1, n0), 1000 * (cpu1 + ccpu) / max(1, n1)
+                    print("CPU per 1,000 writes at %d/s, the 3 members + the writers (+ the "
+                          "readers): %.3f s with one stream, %.3f s with %d more: where these "
+                          "processes saturate the cores, %.1f%% fewer writes" % (
+                              a.rate, w0, w1, a.streams, 100.0 * (1 - w0 / w1)))
         # 2. throughput without and with streams
-        n0, cpu0 = measured(pid, lambda: write_load(uri, a.writers, a.seconds, 0, 10 ** 7))
+        n0, cpu0 = measured(pids, lambda: write_load(uri, a.writers, a.seconds, 0, 10 ** 7))
         load = os.getloadavg()[0]
-        writes = lambda: measured(pid, lambda: write_load(uri, a.writers, a.seconds, 0,
-                                                          2 * 10 ** 7))
+        writes = lambda: measured(pids, lambda: write_load(uri, a.writers, a.seconds, 0,
+                                                           2 * 10 ** 7))
         if a.reader == "c":
             (n1, cpu1), (lo, hi), ccpu, gets = with_c_streams(uri, a.streams, writes)
         else:

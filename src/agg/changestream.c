@@ -442,19 +442,34 @@ static void cs_annotate(void *state, bool has_pending, bson_t *cursor_doc)
 }
 
 /* A waiting getMore waits on the newest entry a stream may read
- * (sbl_repl_readable_ts), as sampled at most every WAKE_US: it moves at most
- * once per advance of the commit point, so a write wakes no stream before its
- * events can be read, and at a high write rate each stream's reply carries
- * the writes of several advances (at 1,000 writes/s about ten) instead of
- * one, for at most WAKE_US more delay: most of a stream's cost is its
- * getMore's round trip, not its events.  A stale sample only wakes a stream
- * early: the ts it read up to is at or after the sample it waits on. */
-#define WAKE_US 10000
-static uint64_t cs_wake_gen(void)
+ * (sbl_repl_readable_ts), as sampled at most every wake_us(), and a stream
+ * served by its feed reads no further than that sample (sbl_cs_feed_fill):
+ * the sample moves at most once per advance of the commit point, so a write
+ * wakes no stream before its events can be read, and at a high write rate
+ * each stream gets one reply per interval with the writes of several
+ * advances, not one per advance (nor a second right after it, for the
+ * writes committed while the first was on its way).  A stream's cost is
+ * mostly its getMore's round trip (about 30 us of the server's CPU and 12 us
+ * of its client's), not its events, and a moving sample wakes every waiting
+ * stream: so the interval grows with the streams open, 10 ms and 0.2 ms more
+ * a stream up to 30 ms (100 streams under steady writes: 3,300 getMores a
+ * second, not 10,000), for at most that much more delay.  A stale sample
+ * only wakes a stream early: the ts it read up to is at or after the sample
+ * it waits on. */
+#define WAKE_US_MIN 10000
+#define WAKE_US_PER_STREAM 200
+#define WAKE_US_MAX 30000
+static uint64_t wake_us(void)
+{
+    uint64_t us = WAKE_US_MIN + (uint64_t)sbl_cs_feed_streams() * WAKE_US_PER_STREAM;
+    return us < WAKE_US_MAX ? us : WAKE_US_MAX;
+}
+
+uint64_t sbl_cs_wake_point(void)
 {
     static _Atomic uint64_t sample, sampled_us;
     uint64_t now = (uint64_t)sbl_now_us();
-    if (now - atomic_load_explicit(&sampled_us, memory_order_relaxed) >= WAKE_US) {
+    if (now - atomic_load_explicit(&sampled_us, memory_order_relaxed) >= wake_us()) {
         atomic_store_explicit(&sample, sbl_repl_readable_ts(), memory_order_relaxed);
         atomic_store_explicit(&sampled_us, now, memory_order_relaxed);
     }
@@ -462,7 +477,7 @@ static uint64_t cs_wake_gen(void)
 }
 
 static const sbl_cursor_source_t cs_source = {cs_next, cs_free, cs_finished, cs_annotate,
-                                              cs_wake_gen, sbl_cs_feed_quick};
+                                              sbl_cs_wake_point, sbl_cs_feed_quick};
 
 /* ---- the stage's options ------------------------------------------------------- */
 

@@ -63,6 +63,7 @@ struct cs_feed {
 
 static pthread_mutex_t feeds_lock = PTHREAD_MUTEX_INITIALIZER;
 static cs_feed_t *feeds;
+static int streams_open; /* attached streams, all feeds (changed under feeds_lock) */
 
 static cs_ev_t *slot(cs_feed_t *f, size_t i)
 {
@@ -142,15 +143,17 @@ static int feed_read(cs_feed_t *f, sbl_opctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-/* References to the ring's events from next_lo on (whole entries, about
- * TAKE_EVENTS at most) into *outp / *np (the caller frees the array); *endp:
- * the last entry ts they cover (hi when they reach the ring's end).  Under
- * f->mu: a reference each, no copy. */
-static void take(cs_feed_t *f, uint64_t next_lo, cs_ev_t ***outp, size_t *np, uint64_t *endp)
+/* References to the ring's events from next_lo on, of entries up to upto
+ * (whole entries, about TAKE_EVENTS at most) into *outp / *np (the caller
+ * frees the array); *endp: the last entry ts they cover (hi, or upto when it
+ * is before hi, when they reach that end).  Under f->mu: a reference each,
+ * no copy. */
+static void take(cs_feed_t *f, uint64_t next_lo, uint64_t upto, cs_ev_t ***outp, size_t *np,
+                 uint64_t *endp)
 {
     size_t i = 0, k = 0, top = f->n;
     cs_ev_t **out = NULL;
-    *endp = f->hi;
+    *endp = upto < f->hi ? upto : f->hi;
     while (i < top) { /* the first event at or after next_lo: the ring is in ts order */
         size_t mid = i + (top - i) / 2;
         if (slot(f, mid)->pos.ts < next_lo)
@@ -162,6 +165,8 @@ static void take(cs_feed_t *f, uint64_t next_lo, cs_ev_t ***outp, size_t *np, ui
         out = bson_malloc((f->n - i) * sizeof(*out));
     for (; i < f->n; i++) {
         cs_ev_t *ev = slot(f, i);
+        if (ev->pos.ts > upto)
+            break;
         if (k >= TAKE_EVENTS && ev->pos.ts != out[k - 1]->pos.ts) {
             *endp = out[k - 1]->pos.ts;
             break;
@@ -210,6 +215,11 @@ int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
     cs_feed_t *f = st->feed;
     if (f == NULL || sbl_repl_majority_ts() < st->next_lo)
         return sbl_cs_refill(st, ctx, err);
+    /* the sample waiting streams wake for, a real entry at or below the
+     * commit point: streams read to it, so one wake is one reply each */
+    uint64_t upto = sbl_cs_wake_point();
+    if (upto < st->next_lo)
+        return 0;
     pthread_mutex_lock(&f->mu);
     if (f->fresh || st->next_lo > f->hi + 1) {
         /* start the ring at this stream's point: nothing read yet, or every
@@ -250,7 +260,7 @@ int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
     size_t n;
     uint64_t end;
     bool real_end = f->reader->scanned != 0; /* hi is an entry the feed read */
-    take(f, st->next_lo, &evs, &n, &end);
+    take(f, st->next_lo, upto, &evs, &n, &end);
     pthread_mutex_unlock(&f->mu);
 
     int rc = 0;
@@ -292,6 +302,11 @@ static bool may_run_js(const bson_t *rest)
         if (memmem(bson_get_data(rest), rest->len, names[i], strlen(names[i])) != NULL)
             return true;
     return false;
+}
+
+int sbl_cs_feed_streams(void)
+{
+    return __atomic_load_n(&streams_open, __ATOMIC_RELAXED);
 }
 
 bool sbl_cs_feed_quick(void *state)
@@ -338,8 +353,10 @@ void sbl_cs_feed_attach(cs_state_t *st)
             feeds = f;
         }
     }
-    if (f != NULL)
+    if (f != NULL) {
         f->refs++;
+        __atomic_add_fetch(&streams_open, 1, __ATOMIC_RELAXED);
+    }
     st->feed = f;
     pthread_mutex_unlock(&feeds_lock);
     if (f != NULL && wants_images(st)) {
@@ -360,6 +377,7 @@ void sbl_cs_feed_detach(cs_state_t *st)
         return;
     st->feed = NULL;
     pthread_mutex_lock(&feeds_lock);
+    __atomic_sub_fetch(&streams_open, 1, __ATOMIC_RELAXED);
     if (--f->refs > 0) {
         pthread_mutex_unlock(&feeds_lock);
         return;

@@ -135,6 +135,11 @@ int sbl_cs_refill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err);
 void sbl_cs_feed_attach(cs_state_t *st);
 /* Drop st's hold on its feed (the last stream out frees it). */
 void sbl_cs_feed_detach(cs_state_t *st);
+/* The newest entry a waiting stream wakes for, as sampled at most every few
+ * ms (changestream.c): a stream served by its feed reads up to it. */
+uint64_t sbl_cs_wake_point(void);
+/* The streams attached to any feed now (no lock). */
+int sbl_cs_feed_streams(void);
 /* Queue st's next events: from its feed's ring when st's resume point is in
  * it, else by reading the oplog itself (sbl_cs_refill); the same events
  * either way. */

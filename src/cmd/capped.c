@@ -295,8 +295,13 @@ void sbl_capped_await_start(sbl_conn_t *conn, sbl_request_t *req)
         return;
     }
     p->timer.data = p;
-    uv_timer_init(sbl_conn_loop(conn), &p->timer);
-    uv_timer_start(&p->timer, parked_tick, AWAIT_POLL_MS, AWAIT_POLL_MS);
+    uv_loop_t *loop = sbl_conn_loop(conn);
+    uv_timer_init(loop, &p->timer);
+    /* every parked request of a loop ticks on the same 5 ms grid: one change
+     * wakes them in one pass of the loop (their replies go out together),
+     * not each up to 5 ms later on a phase of its own */
+    uv_timer_start(&p->timer, parked_tick, AWAIT_POLL_MS - uv_now(loop) % AWAIT_POLL_MS,
+                   AWAIT_POLL_MS);
 }
 
 

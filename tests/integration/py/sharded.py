@@ -105,15 +105,21 @@ def split_at_zero(client, db, colls):
     moveChunk that meets a balancer round's migration is sent again."""
     import time
 
+    from bson.binary import UuidRepresentation
+    from bson.codec_options import CodecOptions
     from pymongo.errors import OperationFailure
     client.admin.command("enableSharding", db)
+    # read and send uuids as stored (subtype 4), whatever the client's setting
+    std = CodecOptions(uuid_representation=UuidRepresentation.STANDARD)
     want = {"shard0": {"k": -1}, "shard1": {"k": 0}}
     for name in colls:
         client.admin.command("shardCollection", db + "." + name, key={"k": 1})
         client.admin.command("split", db + "." + name, middle={"k": 0})
-        uuid = client.config.collections.find_one({"_id": db + "." + name})["uuid"]
+        colls_ = client.config.get_collection("collections", codec_options=std)
+        uuid = colls_.find_one({"_id": db + "." + name})["uuid"]
         for attempt in range(200):
-            chunks = list(client.config.chunks.find({"uuid": uuid}).sort("min", 1))
+            chunks = list(client.config.get_collection("chunks", codec_options=std)
+                          .find({"uuid": uuid}).sort("min", 1))
             owner = {"shard0": chunks[0]["shard"], "shard1": chunks[-1]["shard"]}
             wrong = [to for to in ("shard0", "shard1") if owner[to] != to]
             if len(chunks) == 2 and not wrong:

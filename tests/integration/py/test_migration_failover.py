@@ -482,6 +482,10 @@ def routed_insert_before_recovery(sets, mongos, other):
         uuid = mongos.config.collections.find_one({"_id": "ml.c"})["uuid"]
         return mongos.config.chunks.find_one({"uuid": uuid, "min": {"k": 50}})["shard"]
     assert wait_for(lambda: owner_now() == "shard%d" % (1 - donor), 60)
+    # b holds the coordinator document (w: majority, but a and c may have made
+    # that majority; seen twice: neither b nor c had it, see the report)
+    with member(b) as m:
+        assert wait_for(lambda: m.config.migrationCoordinators.count_documents({}) == 1, 30)
     launcher(sets, "kill", str(a - sets["config"]))  # committed, nothing deleted yet
     step_up(b)
     # the second router still routes [50, MaxKey) to the donor set, by the old version

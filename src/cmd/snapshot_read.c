@@ -41,6 +41,7 @@
 #include "doc/doc.h"
 #include "exec/exec.h"
 #include "repl/repl.h"
+#include "shard/shard.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -302,6 +303,15 @@ static int check_routed_at(const sbl_opctx_t *ctx, uint64_t at, sbl_err_t *err)
     for (int i = 0; writes[i] != NULL; i++)
         write = write || strcmp(ctx->name, writes[i]) == 0;
     snprintf(ns, sizeof(ns), "%s.%s", ctx->db, bson_iter_utf8(&it, NULL));
+    /* a write also before a chunk came here (config.chunks' onCurrentShardSince:
+     * this holds after a restart, which forgets the windows) */
+    uint64_t since = write ? sbl_shard_owned_since(ns) : 0;
+    if (since > at)
+        return sbl_err_set(err, SBL_E_SnapshotUnavailable, "Unable to write %s at "
+                           "Timestamp(%u, %u): this shard took one of its chunks at "
+                           "Timestamp(%u, %u), after it; please retry the operation", ns,
+                           (unsigned)(at >> 32), (unsigned)at, (unsigned)(since >> 32),
+                           (unsigned)since);
     return mig_crit_check_at(ns, at, write, err);
 }
 

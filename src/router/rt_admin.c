@@ -430,11 +430,12 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     bson_oid_init(&epoch, NULL);
     uint32_t t, inc;
     sbl_clock_ts_next(&t, &inc);
-    uint64_t newest = rt_cluster_time(); /* the first history entry is a cluster time */
-    if (newest >= (((uint64_t)t << 32) | inc)) {
-        t = (uint32_t)((newest + 1) >> 32);
-        inc = (uint32_t)(newest + 1);
-    }
+    /* the first history entry: a cluster time the shards have shown (so a
+     * snapshot read the router times after this is not before it), or,
+     * before any, this clock's */
+    uint64_t valid = rt_cluster_time();
+    if (valid == 0)
+        valid = ((uint64_t)t << 32) | inc;
     /* Chunks first, then the collection entry (rt_meta.c's invariant). */
     for (int64_t i = 0; i < nchunks && rc == 0; i++) {
         bson_t ch = BSON_INITIALIZER, hist, h0;
@@ -450,10 +451,10 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         append_chunk_bound(&ch, "max", &key, hashed_pos, nchunks > 1 && i + 1 < nchunks, hi, true);
         BSON_APPEND_UTF8(&ch, "shard", rt_shard_id(owner));
         BSON_APPEND_TIMESTAMP(&ch, "lastmod", 1, (uint32_t)i);
-        BSON_APPEND_TIMESTAMP(&ch, "onCurrentShardSince", t, inc);
+        BSON_APPEND_TIMESTAMP(&ch, "onCurrentShardSince", (uint32_t)(valid >> 32), (uint32_t)valid);
         BSON_APPEND_ARRAY_BEGIN(&ch, "history", &hist);
         BSON_APPEND_DOCUMENT_BEGIN(&hist, "0", &h0);
-        BSON_APPEND_TIMESTAMP(&h0, "validAfter", t, inc);
+        BSON_APPEND_TIMESTAMP(&h0, "validAfter", (uint32_t)(valid >> 32), (uint32_t)valid);
         BSON_APPEND_UTF8(&h0, "shard", rt_shard_id(owner));
         bson_append_document_end(&hist, &h0);
         bson_append_array_end(&ch, &hist);

@@ -3,7 +3,9 @@
  * version is read from the config servers: config.collections names the
  * collection's epoch, timestamp and uuid; the highest lastmod among
  * config.chunks owned by this shard is its placement version (0|0 when it
- * owns none).  A namespace absent from config.collections is unsharded.
+ * owns none), and the newest onCurrentShardSince among them when this shard
+ * took its latest chunk.  A namespace absent from config.collections is
+ * unsharded.
  *
  * What must stay true: a router's version is accepted only when it equals
  * (epoch, timestamp, major) this shard's freshly read version, so after a
@@ -27,6 +29,7 @@ typedef struct sv {
     bool sharded;
     bson_oid_t epoch;
     uint32_t ts_t, ts_i, major, minor;
+    uint64_t since; /* the newest onCurrentShardSince of its chunks here (0: none) */
 } sv_t;
 
 static pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
@@ -161,6 +164,7 @@ static int load(const char *ns, sv_t *out, sbl_err_t *err)
     bson_append_value(&f, "uuid", -1, &uuid);
     BSON_APPEND_UTF8(&f, "shard", shard_name);
     BSON_APPEND_INT32(&p, "lastmod", 1);
+    BSON_APPEND_INT32(&p, "onCurrentShardSince", 1);
     bson_value_destroy(&uuid);
     rc = cfg_find("chunks", &f, &p, &r, err);
     bson_destroy(&f);
@@ -172,6 +176,12 @@ static int load(const char *ns, sv_t *out, sbl_err_t *err)
         while (bson_iter_next(&it)) {
             bson_iter_t c;
             uint32_t ma, mi;
+            if (bson_iter_recurse(&it, &c) && bson_iter_find(&c, "onCurrentShardSince") &&
+                BSON_ITER_HOLDS_TIMESTAMP(&c)) {
+                bson_iter_timestamp(&c, &ma, &mi);
+                if ((((uint64_t)ma << 32) | mi) > out->since)
+                    out->since = ((uint64_t)ma << 32) | mi;
+            }
             if (bson_iter_recurse(&it, &c) && bson_iter_find(&c, "lastmod") &&
                 BSON_ITER_HOLDS_TIMESTAMP(&c)) {
                 bson_iter_timestamp(&c, &ma, &mi);
@@ -303,6 +313,12 @@ int sbl_shard_check_version(const char *ns, const bson_t *svd, bson_t *info, sbl
     return sbl_err_set(err, SBL_E_StaleConfig, "sharding status of collection %s is not "
                        "currently known and needs to be recovered (version %u|%u received, "
                        "%u|%u wanted)", ns, r.major, r.minor, w.major, w.minor);
+}
+
+uint64_t sbl_shard_owned_since(const char *ns)
+{
+    sv_t v;
+    return cached(ns, &v) ? v.since : 0;
 }
 
 void sbl_shard_append_state(bson_t *reply)

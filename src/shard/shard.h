@@ -33,6 +33,9 @@ const char *sbl_shard_configsvr(void);
  * vWanted and shardId.
  */
 int sbl_shard_check_version(const char *ns, const bson_t *sv, bson_t *info, sbl_err_t *err);
+/* When this shard took the newest of the chunks of ns it owns (their
+ * newest onCurrentShardSince, as last read with its version; 0: unknown). */
+uint64_t sbl_shard_owned_since(const char *ns);
 /* Forget ns's cached version and read it again from the config servers. */
 int sbl_shard_refresh(const char *ns, sbl_err_t *err);
 /*

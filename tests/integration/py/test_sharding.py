@@ -322,6 +322,11 @@ def test_snapshot_reads_follow_the_chunk_history(mongos, shards):
     r = shards[0].hist.command({"find": "t", "shardVersion": sv,
                                 "readConcern": {"level": "snapshot", "atClusterTime": at}})
     assert sorted(d["_id"] for d in r["cursor"]["firstBatch"]) == [-3, -2, -1]
+    # a snapshot read right after shardCollection is not before the chunk's history
+    mongos.hist.u.insert_one({"_id": 1, "k": 1})
+    mongos.admin.command("shardCollection", "hist.u", key={"k": 1})
+    r = db.command("find", "u", filter={}, readConcern={"level": "snapshot"})
+    assert [d["_id"] for d in r["cursor"]["firstBatch"]] == [1]
 
 
 def test_snapshot_read_sees_a_write_made_through_another_router(mongos, cluster):

@@ -465,9 +465,10 @@ static uint64_t wake_us(void)
     return us < WAKE_US_MAX ? us : WAKE_US_MAX;
 }
 
+static _Atomic uint64_t sample, sampled_us;
+
 uint64_t sbl_cs_wake_point(void)
 {
-    static _Atomic uint64_t sample, sampled_us;
     uint64_t now = (uint64_t)sbl_now_us();
     if (now - atomic_load_explicit(&sampled_us, memory_order_relaxed) >= wake_us()) {
         atomic_store_explicit(&sample, sbl_repl_readable_ts(), memory_order_relaxed);
@@ -476,8 +477,16 @@ uint64_t sbl_cs_wake_point(void)
     return atomic_load_explicit(&sample, memory_order_relaxed);
 }
 
-static const sbl_cursor_source_t cs_source = {cs_next, cs_free, cs_finished, cs_annotate,
-                                              sbl_cs_wake_point, sbl_cs_feed_quick};
+/* When the sample is next taken: a parked getMore checks then (and every
+ * one parked on a stream checks in the same loop pass). */
+static int64_t cs_wake_due_us(void)
+{
+    return (int64_t)(atomic_load_explicit(&sampled_us, memory_order_relaxed) + wake_us());
+}
+
+static const sbl_cursor_source_t cs_source = {
+    .next = cs_next, .free = cs_free, .finished = cs_finished, .annotate = cs_annotate,
+    .wake_gen = sbl_cs_wake_point, .wake_due_us = cs_wake_due_us, .quick = sbl_cs_feed_quick};
 
 /* ---- the stage's options ------------------------------------------------------- */
 

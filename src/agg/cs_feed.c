@@ -213,13 +213,16 @@ static int check_position(cs_feed_t *f, const cs_state_t *st, sbl_opctx_t *ctx, 
 int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
 {
     cs_feed_t *f = st->feed;
-    if (f == NULL || sbl_repl_majority_ts() < st->next_lo)
+    if (f == NULL)
         return sbl_cs_refill(st, ctx, err);
     /* the sample waiting streams wake for, a real entry at or below the
-     * commit point: streams read to it, so one wake is one reply each */
+     * commit point: streams read to it, so one wake is one reply each (and
+     * a getMore with nothing new takes no lock, not even the set's) */
     uint64_t upto = sbl_cs_wake_point();
     if (upto < st->next_lo)
         return 0;
+    if (sbl_repl_majority_ts() < st->next_lo)
+        return sbl_cs_refill(st, ctx, err);
     pthread_mutex_lock(&f->mu);
     if (f->fresh || st->next_lo > f->hi + 1) {
         /* start the ring at this stream's point: nothing read yet, or every

@@ -13,8 +13,8 @@
  * transaction each into a new capped collection (a failed copy is dropped).
  *
  * An awaitData getMore that finds nothing parks its request here instead of
- * sleeping: a loop timer checks every few milliseconds whether the counter
- * it waits on moved (a capped insert committed, sbl_capped_generation; for a
+ * sleeping: a loop timer checks every few milliseconds (or when the source
+ * says its counter may next move) whether the counter it waits on moved (a capped insert committed, sbl_capped_generation; for a
  * change stream, the newest entry it may read) or the wait is over, and then
  * dispatches the getMore again, which answers with what it finds then.
  * What must stay true: a parked request is in exactly one place (the parked
@@ -211,6 +211,7 @@ typedef struct parked {
     sbl_conn_t *conn;
     sbl_request_t *req;
     sbl_op_gen_fn genf; /* the counter it waits on */
+    sbl_op_due_fn duef; /* when it may next move (NULL: check every AWAIT_POLL_MS) */
     uint64_t gen;
     int64_t until_us;
     bool cancelled; /* its connection closed before its loop took it */
@@ -232,8 +233,8 @@ static bool unlink_parked(parked_t **list, parked_t *p)
     return false;
 }
 
-bool sbl_capped_await_park(sbl_opctx_t *ctx, sbl_op_gen_fn genf, uint64_t gen,
-                           int64_t until_us)
+bool sbl_capped_await_park(sbl_opctx_t *ctx, sbl_op_gen_fn genf, sbl_op_due_fn duef,
+                           uint64_t gen, int64_t until_us)
 {
     parked_t *p;
     if (ctx->conn == NULL || ctx->req == NULL || (p = calloc(1, sizeof(*p))) == NULL)
@@ -241,6 +242,7 @@ bool sbl_capped_await_park(sbl_opctx_t *ctx, sbl_op_gen_fn genf, uint64_t gen,
     p->conn = ctx->conn;
     p->req = ctx->req;
     p->genf = genf != NULL ? genf : sbl_op_generation;
+    p->duef = genf != NULL ? duef : NULL;
     p->gen = gen;
     p->until_us = until_us;
     pthread_mutex_lock(&parked_lock);
@@ -256,11 +258,32 @@ static void parked_closed(uv_handle_t *h)
     free(h->data);
 }
 
+static void parked_tick(uv_timer_t *t);
+
+/* Arm p's timer for its next check: when its counter may next move (every
+ * request waiting on that counter then checks in the same loop pass), else
+ * on a 5 ms grid shared by the loop's parked requests (one change wakes them
+ * in one pass, not each up to 5 ms later on a phase of its own); never after
+ * its wait ends. */
+static void parked_arm(parked_t *p)
+{
+    uv_loop_t *loop = p->timer.loop;
+    uint64_t ms = AWAIT_POLL_MS - uv_now(loop) % AWAIT_POLL_MS;
+    int64_t now = sbl_now_us(), at = p->duef != NULL ? p->duef() : INT64_MAX;
+    if (at > p->until_us)
+        at = p->until_us;
+    if (p->duef != NULL || at < now + (int64_t)ms * 1000)
+        ms = at > now ? (uint64_t)(at - now + 999) / 1000 : 1;
+    uv_timer_start(&p->timer, parked_tick, ms, 0);
+}
+
 static void parked_tick(uv_timer_t *t)
 {
     parked_t *p = t->data;
-    if (p->genf() == p->gen && sbl_now_us() < p->until_us)
+    if (p->genf() == p->gen && sbl_now_us() < p->until_us) {
+        parked_arm(p);
         return;
+    }
     pthread_mutex_lock(&parked_lock);
     unlink_parked(&active_list, p);
     pthread_mutex_unlock(&parked_lock);
@@ -295,13 +318,8 @@ void sbl_capped_await_start(sbl_conn_t *conn, sbl_request_t *req)
         return;
     }
     p->timer.data = p;
-    uv_loop_t *loop = sbl_conn_loop(conn);
-    uv_timer_init(loop, &p->timer);
-    /* every parked request of a loop ticks on the same 5 ms grid: one change
-     * wakes them in one pass of the loop (their replies go out together),
-     * not each up to 5 ms later on a phase of its own */
-    uv_timer_start(&p->timer, parked_tick, AWAIT_POLL_MS - uv_now(loop) % AWAIT_POLL_MS,
-                   AWAIT_POLL_MS);
+    uv_timer_init(sbl_conn_loop(conn), &p->timer);
+    parked_arm(p);
 }
 
 

@@ -408,8 +408,7 @@ static void docs_free(void *state)
     free(st);
 }
 
-const sbl_cursor_source_t sbl_cursor_docs_source = {docs_next, docs_free, NULL, NULL, NULL,
-                                                       NULL};
+const sbl_cursor_source_t sbl_cursor_docs_source = {.next = docs_next, .free = docs_free};
 
 /* ---- reaper -------------------------------------------------------------- */
 
@@ -638,7 +637,8 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
         int64_t now = sbl_now_us();
         if (cur->await_until_us == 0)
             cur->await_until_us = now + (await_ms > 0 ? await_ms : 0) * 1000;
-        parked = now < cur->await_until_us && sbl_op_park(ctx, wake_gen, gen, cur->await_until_us);
+        parked = now < cur->await_until_us &&
+                 sbl_op_park(ctx, wake_gen, cur->src.wake_due_us, gen, cur->await_until_us);
     }
     if (!parked)
         cur->await_until_us = 0;

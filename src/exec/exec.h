@@ -191,6 +191,9 @@ typedef struct sbl_cursor_source {
      * (NULL: sbl_op_generation()); a change stream's moves only when there is
      * more it may read, so a write it cannot read yet wakes none of them. */
     uint64_t (*wake_gen)(void);
+    /* Optional with wake_gen: the monotonic us before which wake_gen cannot
+     * move (a change stream's next sample): a parked getMore checks then. */
+    int64_t (*wake_due_us)(void);
     /* Optional: true when the next getMore is quick enough for the network
      * loop (a change stream served from memory); called with the cursor idle. */
     bool (*quick)(void *state);

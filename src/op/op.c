@@ -137,9 +137,10 @@ void sbl_op_set_park(sbl_op_park_fn fn)
     park_fn = fn;
 }
 
-bool sbl_op_park(sbl_opctx_t *ctx, sbl_op_gen_fn genf, uint64_t gen, int64_t until_us)
+bool sbl_op_park(sbl_opctx_t *ctx, sbl_op_gen_fn genf, sbl_op_due_fn duef, uint64_t gen,
+                 int64_t until_us)
 {
-    return park_fn != NULL && park_fn(ctx, genf, gen, until_us);
+    return park_fn != NULL && park_fn(ctx, genf, duef, gen, until_us);
 }
 
 static sbl_op_gen_fn gen_fn;

@@ -162,14 +162,18 @@ void sbl_op_coll_created(sbl_opctx_t *ctx, const char *ns);
  * at once.  On true, ctx->deferred is set and the caller answers nothing.
  */
 typedef uint64_t (*sbl_op_gen_fn)(void);
-typedef bool (*sbl_op_park_fn)(sbl_opctx_t *ctx, sbl_op_gen_fn genf, uint64_t gen,
-                               int64_t until_us);
+/* Optional with a genf: the monotonic us before which genf() cannot move
+ * (the parked request checks it then, not every few ms). */
+typedef int64_t (*sbl_op_due_fn)(void);
+typedef bool (*sbl_op_park_fn)(sbl_opctx_t *ctx, sbl_op_gen_fn genf, sbl_op_due_fn duef,
+                               uint64_t gen, int64_t until_us);
 /* The counter a parked request waits on by default: sbl_capped_generation()
  * unless the layer above installs another (the command layer adds the
  * majority commit point's moves). */
 void sbl_op_set_generation(sbl_op_gen_fn fn);
 uint64_t sbl_op_generation(void);
 void sbl_op_set_park(sbl_op_park_fn fn);
-bool sbl_op_park(sbl_opctx_t *ctx, sbl_op_gen_fn genf, uint64_t gen, int64_t until_us);
+bool sbl_op_park(sbl_opctx_t *ctx, sbl_op_gen_fn genf, sbl_op_due_fn duef, uint64_t gen,
+                 int64_t until_us);
 
 #endif

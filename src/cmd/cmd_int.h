@@ -151,13 +151,15 @@ int sbl_cmd_get_parameter(sbl_opctx_t *ctx, sbl_err_t *err);
 /* cluster_params.c: config.clusterParameters (changeStreamOptions) */
 int sbl_cmd_set_cluster_parameter(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_get_cluster_parameter(sbl_opctx_t *ctx, sbl_err_t *err);
-/* rwconcern.c: the cluster-wide default read/write concerns. */
+/* rwconcern.c: the cluster-wide default read/write concerns, and parsing one. */
 int sbl_cmd_get_default_rw_concern(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_set_default_rw_concern(sbl_opctx_t *ctx, sbl_err_t *err);
 /* The default a write without writeConcern takes, into out (a copy the
  * caller destroys): the stored defaultWriteConcern, else mongod's implicit
  * {w: "majority"}; false when that is {w: 1} or this is not a set member. */
 bool sbl_cmd_default_write_concern(bson_t *out);
+/* Parse a command's writeConcern field, at *wcit (NULL: none given: w 1). */
+int sbl_cmd_parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc, sbl_err_t *err);
 /* Whether setDefaultRWConcern stored a defaultWriteConcern (replSetReconfig
  * may then change the implicit default, as mongod). */
 bool sbl_cmd_global_write_concern_set(void);

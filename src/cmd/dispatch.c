@@ -187,82 +187,6 @@ static void op_end(pending_t *p)
  * its lazily made fields (uid, audit identity) are written as it runs. */
 static _Thread_local sbl_client_t internal_client;
 
-/* Parse the command's writeConcern field, at *wcit (NULL: none given). */
-static int parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc, sbl_err_t *err)
-{
-    bson_iter_t it, w;
-    wc->w = 1;
-    wc->j = false;
-    wc->given = false;
-    wc->majority = false;
-    wc->wtimeout_ms = 0;
-    wc->mode[0] = '\0';
-    bool repl = sbl_repl_enabled();
-    if (wcit == NULL)
-        return 0;
-    it = *wcit;
-    if (!BSON_ITER_HOLDS_DOCUMENT(&it))
-        return sbl_err_set(err, SBL_E_TypeMismatch,
-                           "BSON field 'writeConcern' is the wrong type '%s', expected type 'object'",
-                           BSON_ITER_HOLDS_UTF8(&it) ? "string" : "other");
-    wc->given = true;
-    bson_iter_recurse(&it, &w);
-    while (bson_iter_next(&w)) {
-        const char *k = bson_iter_key(&w);
-        if (strcmp(k, "w") == 0) {
-            if (BSON_ITER_HOLDS_UTF8(&w)) {
-                const char *mode = bson_iter_utf8(&w, NULL);
-                wc->w = 1;
-                wc->mode[0] = '\0';
-                if (strcmp(mode, "majority") == 0) {
-                    wc->majority = repl; /* a standalone: as w: 1 */
-                    continue;
-                }
-                if (!repl)
-                    return sbl_err_set(err, SBL_E_BadValue,
-                                       "cannot use non-majority 'w' mode \"%s\" when a host is "
-                                       "not a member of a replica set", mode);
-                /* a getLastErrorModes name, looked up when the write waits */
-                if (strlen(mode) >= sizeof(wc->mode))
-                    return sbl_err_set(err, SBL_E_UnknownReplWriteConcern, "No write concern "
-                                       "mode named '%.64s...' found in replica set "
-                                       "configuration", mode);
-                strcpy(wc->mode, mode);
-            } else if (BSON_ITER_HOLDS_NUMBER(&w)) {
-                int64_t v = bson_iter_as_int64(&w);
-                wc->majority = false;
-                wc->mode[0] = '\0';
-                if (v < 0 || v > 50)
-                    return sbl_err_set(err, SBL_E_BadValue, "w has to be a number between 0 "
-                                       "and 50 or a string, not %lld", (long long)v);
-                if (v > 1 && repl && v > sbl_repl_member_count())
-                    return sbl_err_set(err, SBL_E_UnsatisfiableWriteConcern,
-                                       "Not enough data-bearing nodes");
-                if (v > 1 && !repl)
-                    return sbl_err_set(err, SBL_E_BadValue, "cannot use 'w' > 1 on a host that "
-                                       "is not a member of a replica set");
-                wc->w = (int)v;
-            } else {
-                return sbl_err_set(err, SBL_E_FailedToParse, "w has to be a number or string");
-            }
-        } else if (strcmp(k, "wtimeout") == 0 || strcmp(k, "wtimeoutMS") == 0) {
-            if (BSON_ITER_HOLDS_NUMBER(&w))
-                wc->wtimeout_ms = bson_iter_as_int64(&w);
-        } else if (strcmp(k, "j") == 0 || strcmp(k, "fsync") == 0) {
-            if (!BSON_ITER_HOLDS_BOOL(&w) && !BSON_ITER_HOLDS_NUMBER(&w))
-                return sbl_err_set(err, SBL_E_FailedToParse, "%s must be a boolean", k);
-            if (bson_iter_as_bool(&w))
-                wc->j = true;
-        }
-    }
-    /* w:"majority" is durable on the primary too: it waits for the journal, as
-     * mongod with writeConcernMajorityJournalDefault (secondaries report only
-     * journaled positions). */
-    if (wc->majority)
-        wc->j = true;
-    return 0;
-}
-
 /* The database a write command changes: renameCollection runs on admin and
  * names its source namespace; the others change their own database. */
 static const char *write_db(const sbl_opctx_t *ctx)
@@ -593,7 +517,7 @@ static void execute_inner(pending_t *p)
             ctx->deadline_us = ctx->start_us + ms * 1000;
     }
     if ((p->def->flags & SBL_CMD_WRITE) && has_wc) {
-        if ((p->rc = parse_write_concern(&wcit, &ctx->wc, &p->err)) ==
+        if ((p->rc = sbl_cmd_parse_write_concern(&wcit, &ctx->wc, &p->err)) ==
                 SBL_E_UnsatisfiableWriteConcern &&
             (strcmp(ctx->name, "commitTransaction") == 0 ||
              strcmp(ctx->name, "abortTransaction") == 0)) {
@@ -609,7 +533,7 @@ static void execute_inner(pending_t *p)
         bson_iter_t dit;
         BSON_APPEND_DOCUMENT(&wrap, "writeConcern", &dwc);
         if (bson_iter_init_find(&dit, &wrap, "writeConcern"))
-            p->rc = parse_write_concern(&dit, &ctx->wc, &p->err);
+            p->rc = sbl_cmd_parse_write_concern(&dit, &ctx->wc, &p->err);
         ctx->wc.given = false;
         bson_destroy(&wrap);
     }
@@ -1058,6 +982,43 @@ void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)
         dispatch_pending(p, false);
 }
 
+typedef struct run_wait {
+    int code;
+    char msg[256];
+} run_wait_t;
+
+static void run_wait_done(void *arg, int code, const char *msg)
+{
+    run_wait_t *w = arg;
+    w->code = code;
+    snprintf(w->msg, sizeof(w->msg), "%s", msg ? msg : "");
+}
+
+/* A server-run write that names a write concern beyond this member (the
+ * transaction coordinator's decision, migration and config documents) waits
+ * for it here, blocking the calling thread (never a network loop: these run
+ * on workers and the server's own threads); a failed wait is the reply's
+ * writeConcernError, as a client's would be. */
+static void run_await_write_concern(pending_t *p)
+{
+    sbl_write_concern_t *wc = &p->ctx.wc;
+    if (p->rc != 0 || !wc->given || p->def == NULL || !(p->def->flags & SBL_CMD_WRITE) ||
+        !sbl_repl_enabled() || (!wc->majority && wc->w <= 1))
+        return;
+    run_wait_t w = {0};
+    uint64_t ts = sbl_repl_last_op_ts();
+    sbl_repl_await(p->op_ts > ts ? p->op_ts : ts, wc->w, wc->majority, wc->wtimeout_ms,
+                   run_wait_done, &w);
+    if (w.code == 0)
+        return;
+    bson_t wce;
+    BSON_APPEND_DOCUMENT_BEGIN(&p->reply, "writeConcernError", &wce);
+    BSON_APPEND_INT32(&wce, "code", w.code);
+    BSON_APPEND_UTF8(&wce, "codeName", sbl_err_name(w.code));
+    BSON_APPEND_UTF8(&wce, "errmsg", w.msg);
+    bson_append_document_end(&p->reply, &wce);
+}
+
 void sbl_cmd_run(const char *db, const bson_t *cmd, bson_t *reply)
 {
     pending_t p;
@@ -1071,6 +1032,7 @@ void sbl_cmd_run(const char *db, const bson_t *cmd, bson_t *reply)
     if ((p.rc = prepare(&p, &p.err)) == 0) {
         count_op(p.def, cmd);
         execute(&p);
+        run_await_write_concern(&p);
     }
     if (p.rc == 0 && p.ctx.wc.j)
         sbl_storage_flush(NULL);

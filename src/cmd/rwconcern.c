@@ -5,7 +5,8 @@
  * defaultWriteConcern, updateOpTime, updateWallClockTime} in config.settings,
  * written on the primary (so the oplog carries it to every member) and read
  * back through a cache refreshed every second.  A write from a client that
- * names no writeConcern takes defaultWriteConcern when one is set.
+ * names no writeConcern takes defaultWriteConcern when one is set.  Also
+ * the parser of a command's writeConcern field (sbl_cmd_parse_write_concern).
  *
  * What must stay true: the stored document is the only source; without one
  * the implicit defaults apply and are reported: read concern local, and
@@ -250,5 +251,81 @@ int sbl_cmd_set_default_rw_concern(sbl_opctx_t *ctx, sbl_err_t *err)
     refresh_locked(true);
     pthread_mutex_unlock(&lock);
     append_defaults(ctx->reply);
+    return 0;
+}
+
+/* Parse the command's writeConcern field, at *wcit (NULL: none given). */
+int sbl_cmd_parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc, sbl_err_t *err)
+{
+    bson_iter_t it, w;
+    wc->w = 1;
+    wc->j = false;
+    wc->given = false;
+    wc->majority = false;
+    wc->wtimeout_ms = 0;
+    wc->mode[0] = '\0';
+    bool repl = sbl_repl_enabled();
+    if (wcit == NULL)
+        return 0;
+    it = *wcit;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+        return sbl_err_set(err, SBL_E_TypeMismatch,
+                           "BSON field 'writeConcern' is the wrong type '%s', expected type 'object'",
+                           BSON_ITER_HOLDS_UTF8(&it) ? "string" : "other");
+    wc->given = true;
+    bson_iter_recurse(&it, &w);
+    while (bson_iter_next(&w)) {
+        const char *k = bson_iter_key(&w);
+        if (strcmp(k, "w") == 0) {
+            if (BSON_ITER_HOLDS_UTF8(&w)) {
+                const char *mode = bson_iter_utf8(&w, NULL);
+                wc->w = 1;
+                wc->mode[0] = '\0';
+                if (strcmp(mode, "majority") == 0) {
+                    wc->majority = repl; /* a standalone: as w: 1 */
+                    continue;
+                }
+                if (!repl)
+                    return sbl_err_set(err, SBL_E_BadValue,
+                                       "cannot use non-majority 'w' mode \"%s\" when a host is "
+                                       "not a member of a replica set", mode);
+                /* a getLastErrorModes name, looked up when the write waits */
+                if (strlen(mode) >= sizeof(wc->mode))
+                    return sbl_err_set(err, SBL_E_UnknownReplWriteConcern, "No write concern "
+                                       "mode named '%.64s...' found in replica set "
+                                       "configuration", mode);
+                strcpy(wc->mode, mode);
+            } else if (BSON_ITER_HOLDS_NUMBER(&w)) {
+                int64_t v = bson_iter_as_int64(&w);
+                wc->majority = false;
+                wc->mode[0] = '\0';
+                if (v < 0 || v > 50)
+                    return sbl_err_set(err, SBL_E_BadValue, "w has to be a number between 0 "
+                                       "and 50 or a string, not %lld", (long long)v);
+                if (v > 1 && repl && v > sbl_repl_member_count())
+                    return sbl_err_set(err, SBL_E_UnsatisfiableWriteConcern,
+                                       "Not enough data-bearing nodes");
+                if (v > 1 && !repl)
+                    return sbl_err_set(err, SBL_E_BadValue, "cannot use 'w' > 1 on a host that "
+                                       "is not a member of a replica set");
+                wc->w = (int)v;
+            } else {
+                return sbl_err_set(err, SBL_E_FailedToParse, "w has to be a number or string");
+            }
+        } else if (strcmp(k, "wtimeout") == 0 || strcmp(k, "wtimeoutMS") == 0) {
+            if (BSON_ITER_HOLDS_NUMBER(&w))
+                wc->wtimeout_ms = bson_iter_as_int64(&w);
+        } else if (strcmp(k, "j") == 0 || strcmp(k, "fsync") == 0) {
+            if (!BSON_ITER_HOLDS_BOOL(&w) && !BSON_ITER_HOLDS_NUMBER(&w))
+                return sbl_err_set(err, SBL_E_FailedToParse, "%s must be a boolean", k);
+            if (bson_iter_as_bool(&w))
+                wc->j = true;
+        }
+    }
+    /* w:"majority" is durable on the primary too: it waits for the journal, as
+     * mongod with writeConcernMajorityJournalDefault (secondaries report only
+     * journaled positions). */
+    if (wc->majority)
+        wc->j = true;
     return 0;
 }

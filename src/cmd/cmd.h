@@ -34,8 +34,9 @@ void sbl_cmd_conn_close(sbl_conn_t *conn);
 void sbl_cmd_run(const char *db, const bson_t *cmd, bson_t *reply);
 /* Abort every open multi-document transaction no command is running in (the
  * applier's sbl_repl_set_txn_aborter: mongod aborts them at step-down); a
- * prepared one stays, its outcome comes through the oplog. */
-void sbl_cmd_mtxn_abort_all(void);
+ * prepared one stays, its outcome comes through the oplog, unless prepared
+ * (a rollback, which prepares it again from its prepare entry). */
+void sbl_cmd_mtxn_abort_all(bool prepared);
 /* Replication's side of prepared transactions (sbl_repl_prepared_fn): a
  * secondary or a restart's replay prepares, commits or aborts them. */
 int sbl_cmd_mtxn_apply_prepared(const bson_t *e, int kind, uint64_t ts, uint64_t durable_ts,

@@ -937,13 +937,16 @@ void sbl_cmd_mtxn_kill_session(const uint8_t id[16])
     pthread_mutex_unlock(&txn_mu);
 }
 
-void sbl_cmd_mtxn_abort_all(void)
+void sbl_cmd_mtxn_abort_all(bool prepared)
 {
     pthread_mutex_lock(&txn_mu);
     for (sbl_mtxn_t *t = txns; t != NULL; t = t->next) {
         if (t->busy)
             continue;
-        abort_txn(t); /* a prepared one stays: its outcome will come through the oplog */
+        if (prepared && t->state == TXN_PREPARED)
+            rollback_txn(t);
+        else
+            abort_txn(t); /* a prepared one stays: its outcome will come through the oplog */
     }
     pthread_mutex_unlock(&txn_mu);
 }

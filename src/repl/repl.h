@@ -139,8 +139,10 @@ void sbl_repl_set_runner(sbl_repl_run_fn fn);
  * lock held, each time a secondary starts tailing a source and after an entry
  * failed to apply.  mongod aborts them at step-down; left open, their
  * uncommitted writes conflict with the new primary's entries on the same
- * documents, and the member stops applying until transactionLifetimeLimitSeconds. */
-typedef void (*sbl_repl_abort_txns_fn)(void);
+ * documents, and the member stops applying until transactionLifetimeLimitSeconds.
+ * prepared: the prepared ones too (a rollback: replaying the oplog prepares
+ * again those whose prepare entry it keeps). */
+typedef void (*sbl_repl_abort_txns_fn)(bool prepared);
 void sbl_repl_set_txn_aborter(sbl_repl_abort_txns_fn fn);
 /* Start the heartbeat/election thread and the applier (after the command
  * layer is up); sbl_repl_stop joins them.  No-op when standalone. */

@@ -123,6 +123,9 @@ uint64_t sbl_repl_entry_ts(const bson_t *doc);
  * prepare, commit or abort entry e (kind: sbl_repl_prepared_kind, o its o). */
 void sbl_repl_prepared_pin(uint64_t prepare_ts);
 uint64_t sbl_repl_prepared_clamp(uint64_t stable);
+/* A rollback to cp_ts: forget the pins of prepare entries after it; those
+ * whose commit or abort entry is after it are prepared again. */
+void sbl_repl_prepared_rollback(uint64_t cp_ts);
 int sbl_repl_apply_prepared(const bson_t *e, int kind, const bson_t *o, sbl_err_t *err);
 
 /* Append a primary's entry doc (with its own ts and t) as it is, inside
@@ -563,6 +566,11 @@ void sbl_rs_count_higher_term_step_down(void);
 /* After a restart: apply our own oplog's entries after the stable
  * checkpoint's timestamp (all of them when the checkpoint has none). */
 int sbl_rs_replay_oplog(sbl_err_t *err);
+/* ... the entries after from (a rollback: the recovery's timestamp). */
+int sbl_rs_replay_oplog_from(uint64_t from, sbl_err_t *err);
+/* End the client transactions open on this member (the command layer's
+ * aborter), the prepared ones too when prepared. */
+void sbl_rs_abort_txns(bool prepared);
 
 /* Our history diverged from host's (our last entry is not in its oplog):
  * find the common point, write what we undo to dbpath/rollback/, roll back

@@ -90,6 +90,21 @@ void sbl_repl_prepared_unpin(uint64_t prepare_ts, uint64_t end_ts)
     pthread_mutex_unlock(&pin_mu);
 }
 
+void sbl_repl_prepared_rollback(uint64_t cp_ts)
+{
+    pthread_mutex_lock(&pin_mu);
+    for (size_t i = 0; i < npins;) {
+        if (pins[i].prepare_ts > cp_ts) { /* rolled back with its prepare entry */
+            pins[i] = pins[--npins];
+            continue;
+        }
+        if (pins[i].end_ts > cp_ts) /* its outcome is rolled back: prepared again */
+            pins[i].end_ts = 0;
+        i++;
+    }
+    pthread_mutex_unlock(&pin_mu);
+}
+
 uint64_t sbl_repl_prepared_clamp(uint64_t stable)
 {
     pthread_mutex_lock(&pin_mu);
@@ -218,7 +233,15 @@ int sbl_repl_apply_prepared(const bson_t *e, int kind, const bson_t *o, sbl_err_
             sbl_repl_prepared_unpin(ts, 0); /* not prepared: the applier tries again */
             return rc;
         }
-        return sbl_repl_replaying ? 0 : sbl_repl_append_alone_raw(s, e, err);
+        if (!sbl_repl_replaying)
+            return sbl_repl_append_alone_raw(s, e, err);
+        /* the session's record ("prepared"), which the recovery undid */
+        SBL_RET(sbl_txn_begin(s, err));
+        if ((rc = sbl_txn_set_commit_ts(s, ts, err)) == 0 &&
+            (rc = sbl_txn_record_applied(s, e, err)) == 0)
+            return sbl_txn_commit(s, err);
+        sbl_txn_abort(s);
+        return rc;
     }
     uint64_t commit_ts = 0;
     bson_iter_t it;

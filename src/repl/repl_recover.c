@@ -67,8 +67,13 @@ uint64_t sbl_repl_entry_ts(const bson_t *doc)
 
 int sbl_rs_replay_oplog(sbl_err_t *err)
 {
+    return sbl_rs_replay_oplog_from(sbl_storage_recovery_ts(), err);
+}
+
+int sbl_rs_replay_oplog_from(uint64_t from, sbl_err_t *err)
+{
     sbl_session_t *s = sbl_session_get();
-    uint64_t from = sbl_storage_recovery_ts(), pos = from;
+    uint64_t pos = from;
     int64_t n = 0, start_ms = sbl_now_ms();
     bson_t *docs[REPLAY_BATCH];
     int nd = 0, rc = 0;
@@ -113,7 +118,10 @@ int sbl_rs_replay_oplog(sbl_err_t *err)
  * sets WiredTiger's stable timestamp back to the common point and rolls the
  * unlogged tables back to it, undoes the catalog changes it can (a create:
  * the collection is dropped; createIndexes: the index), deletes its oplog
- * entries after the common point and resumes syncing from there.
+ * entries after the common point and resumes syncing from there.  A
+ * transaction still prepared at the common point moves the recovery back to
+ * before its prepare entry; the replay from there to the common point
+ * prepares it again (as mongod's reconstruction of prepared transactions).
  *
  * What must stay true: nothing is changed before every later entry has
  * been checked to be undoable; the common point is never older than the
@@ -485,11 +493,18 @@ int sbl_rs_rollback(mongoc_client_t *c, const char *host, sbl_err_t *err)
         bson_destroy(&attr);
     }
     qsort(keys, nk, sizeof(*keys), undo_key_cmp);
+    /* Prepared transactions hold their writes uncommitted (a read of them
+     * conflicts; rollback_to_stable waits for them): abort every open one,
+     * and recover to before the prepare entry of each still prepared at the
+     * common point, so the replay up to it prepares them again. */
+    sbl_rs_abort_txns(true);
     if ((rc = write_rollback_files(s, keys, nk, &saved, err)) != 0)
         goto failed;
-    if ((rc = sbl_storage_rollback_to_stable(cp.ts, err)) != 0)
+    sbl_repl_prepared_rollback(cp.ts);
+    uint64_t recover_ts = sbl_repl_prepared_clamp(cp.ts);
+    if ((rc = sbl_storage_rollback_to_stable(recover_ts, err)) != 0)
         goto failed;
-    sbl_rs_stable_reset(cp.ts);
+    sbl_rs_stable_reset(recover_ts);
     /* Catalog changes are not timestamped: undo them, newest first. */
     for (size_t i = nd; i-- > 0;) {
         const char *op = str_at(docs[i], "op"), *ns = str_at(docs[i], "ns");
@@ -524,6 +539,8 @@ int sbl_rs_rollback(mongoc_client_t *c, const char *host, sbl_err_t *err)
         }
     }
     if ((rc = truncate_oplog(s, docs, nd, err)) != 0)
+        goto failed;
+    if (recover_ts < cp.ts && (rc = sbl_rs_replay_oplog_from(recover_ts, err)) != 0)
         goto failed;
     pthread_mutex_lock(&rs.lock);
     sbl_rs_set_state_locked(SBL_RS_SECONDARY);

@@ -44,6 +44,12 @@ void sbl_repl_set_txn_aborter(sbl_repl_abort_txns_fn fn)
     abort_txns = fn;
 }
 
+void sbl_rs_abort_txns(bool prepared)
+{
+    if (abort_txns != NULL)
+        abort_txns(prepared);
+}
+
 /* ---- applying one entry ---------------------------------------------------------- */
 
 static const char *coll_of(const char *ns, char *db, size_t n)
@@ -679,7 +685,7 @@ static void apply_failed(const sbl_err_t *err)
     sbl_log(SBL_LOG_ERROR, "REPL", 21238, "Could not apply an oplog entry", &attr);
     bson_destroy(&attr);
     if (abort_txns != NULL)
-        abort_txns(); /* one busy at the start may hold the conflicting write */
+        abort_txns(false); /* one busy at the start may hold the conflicting write */
 }
 
 static void log_host(int level, int id, const char *msg, const char *host)
@@ -760,7 +766,7 @@ static void sync_from(const char *host)
     log_host(SBL_LOG_INFO, 21799, "Sync source candidate chosen", host);
     sbl_rs_apply_stream(still_in_term, &sync_term, poke_reporter, reporter);
     if (abort_txns != NULL)
-        abort_txns(); /* none may commit here now; their writes would block ours */
+        abort_txns(false); /* none may commit here now; their writes would block ours */
     while (still_syncing_from(host)) {
         int n = 0;
         while (mongoc_cursor_next(cur, &doc)) {

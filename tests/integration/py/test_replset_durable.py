@@ -148,11 +148,11 @@ def my_state(m):
         return None
 
 
-def start_set(n=3):
+def start_set(n=3, args=()):
     members = []
     for _ in range(n):
         s = Sabled()
-        s.start(["--replSet", "rs0", "--oplogSizeMB", "16"])
+        s.start(["--replSet", "rs0", "--oplogSizeMB", "16", *args])
         members.append(s)
     cfg = {"_id": "rs0", "members": [
         {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],
@@ -234,6 +234,90 @@ def test_rollback_of_a_former_primarys_w1_writes():
         with direct(b) as cb:
             assert cb.t.c.find_one({"_id": "after"}) == {"_id": "after"}
     finally:
+        for m in members:
+            try:
+                m.signal(signal.SIGCONT)
+            except Exception:
+                pass
+            m.cleanup()
+
+
+def test_rollback_over_a_prepared_transaction_prepares_it_again():
+    """A former primary holding a prepared transaction (its prepare entry
+    majority-committed) and w:1 writes after it rolls back (issue 28): the
+    transaction is aborted for the recovery and prepared again by the replay
+    up to the common point, so the member stays a secondary, a read of its
+    document still waits for it, its session's record says "prepared", and
+    the commitTransaction the new primary issues applies there too."""
+    from bson.int64 import Int64
+    from bson.son import SON
+    from test_retryable import Raw, cmd, new_lsid
+
+    members = start_set(args=("--setParameter", "enableTestCommands=1"))
+    a, b, h = members
+    raws = []
+    try:
+        with direct(a) as ca:
+            ca.t.c.with_options(write_concern=WriteConcern(w=3, wtimeout=20000)) \
+                .insert_many([{"_id": i, "v": "common"} for i in range(5)])
+        lsid = new_lsid()
+        ra = Raw(a.port)
+        raws.append(ra)
+        ra(cmd("update", "c", lsid, 1, startTransaction=True, autocommit=False,
+               updates=[{"q": {"_id": 1}, "u": {"$set": {"v": "committed"}}}]))
+        pts = ra(SON([("prepareTransaction", 1), ("lsid", lsid), ("txnNumber", Int64(1)),
+                      ("autocommit", False)]), db="admin")["prepareTimestamp"]
+        for m in (b, h):
+            wait_for(lambda m=m: direct(m).local["oplog.rs"].find_one({"ts": pts}),
+                     timeout=20, what="the prepare entry on every member")
+        b.signal(signal.SIGSTOP)
+        h.signal(signal.SIGSTOP)
+        with direct(a) as ca:
+            j = ca.t.c.with_options(write_concern=J)
+            j.insert_one({"_id": "bait"})  # the secondaries' pending getMore takes it
+            time.sleep(1)
+            j.insert_many([{"_id": 100 + i, "v": "lost"} for i in range(3)])
+            j.update_one({"_id": 2}, {"$set": {"v": "lost update"}})
+        a.signal(signal.SIGSTOP)
+        b.signal(signal.SIGCONT)
+        h.signal(signal.SIGCONT)
+        wait_for(lambda: my_state(b) == 1, timeout=30, what="b elected")
+        with direct(b) as cb:  # b's term's entry: a cannot win back with its w:1 ones
+            cb.t.c.with_options(write_concern=WriteConcern(w="majority", wtimeout=20000)) \
+                .insert_one({"_id": "new", "v": "on b"})
+        a.signal(signal.SIGCONT)
+        wait_for(lambda: "Rollback complete" in a.log_text(), timeout=40, what="a rolled back")
+        assert my_state(a) in (1, 2)
+        assert "Rollback failed" not in a.log_text()
+        with direct(a) as c1:
+            # (by _id: a scan would wait on the prepared transaction's document)
+            assert c1.t.c.count_documents({"_id": {"$in": [100, 101, 102]}}) == 0
+            assert c1.t.c.find_one({"_id": 2})["v"] == "common"
+            rec = c1.config.transactions.find_one({"_id.id": lsid["id"]})
+            assert rec["state"] == "prepared" and rec["txnNum"] == 1
+            with pytest.raises(pymongo.errors.ExecutionTimeout):
+                c1.t.c.find_one({"_id": 1}, max_time_ms=300)  # waits on the prepared one
+
+        def commit():  # on the primary (a may have taken it back: priority 2)
+            p = b if my_state(b) == 1 else a if my_state(a) == 1 else None
+            if p is None:
+                return False
+            r = Raw(p.port)
+            raws.append(r)
+            return r(SON([("commitTransaction", 1), ("lsid", lsid), ("txnNumber", Int64(1)),
+                          ("autocommit", False),
+                          ("commitTimestamp", Timestamp(pts.time, pts.inc + 1)),
+                          ("writeConcern", {"w": 3, "wtimeout": 20000})]),
+                     db="admin", ok=False)["ok"] == 1
+        wait_for(commit, timeout=20, what="commitTransaction on the primary")
+        for m in members:
+            with direct(m) as c1:
+                assert c1.t.c.find_one({"_id": 1}, max_time_ms=5000) == \
+                    {"_id": 1, "v": "committed"}
+                assert c1.config.transactions.find_one({"_id.id": lsid["id"]})["state"] == "committed"
+    finally:
+        for r in raws:
+            r.close()
         for m in members:
             try:
                 m.signal(signal.SIGCONT)

@@ -39,7 +39,8 @@
 #include "cmd/crud_int.h"
 
 /* storage's question before each wait: go on until when, or the error that
- * ends it (killOp, maxTimeMS, killSessions, the transaction's lifetime). */
+ * ends it (killOp, maxTimeMS, killSessions, the transaction's lifetime; a
+ * step-down, write_wait_check). */
 static int wait_check(void *arg, int64_t *deadline_us, sbl_err_t *err)
 {
     const sbl_opctx_t *ctx = arg;
@@ -58,6 +59,15 @@ static int wait_check(void *arg, int64_t *deadline_us, sbl_err_t *err)
     return 0;
 }
 
+/* A write's, or any operation's in a transaction: a step-down ends it
+ * (11602), as mongod kills what holds its global lock in IX mode, which its
+ * transactions take for their reads too; other reads go on waiting. */
+static int write_wait_check(void *arg, int64_t *deadline_us, sbl_err_t *err)
+{
+    SBL_RET(sbl_op_check_step_down(arg, err));
+    return wait_check(arg, deadline_us, err);
+}
+
 void sbl_cmd_prepare_wait_begin(sbl_cmd_prepare_wait_t *w, sbl_opctx_t *ctx,
                                 const sbl_cmd_def_t *def)
 {
@@ -68,7 +78,8 @@ void sbl_cmd_prepare_wait_begin(sbl_cmd_prepare_wait_t *w, sbl_opctx_t *ctx,
     /* a transaction's write too: its storage writes (an insert's) wait here */
     w->in_place = ctx->mtxn != NULL ? (def->flags & (SBL_CMD_READ | SBL_CMD_WRITE)) != 0
                                     : read_only && def->fn == sbl_cursor_get_more;
-    w->scope.check = wait_check;
+    w->scope.check = ctx->mtxn != NULL || (def->flags & SBL_CMD_WRITE) ? write_wait_check
+                                                                        : wait_check;
     w->scope.arg = ctx;
     sbl_prepare_conflict_take(NULL); /* only this command's conflicts count */
     if (w->in_place)
@@ -117,7 +128,7 @@ void sbl_cmd_prepare_wait_end(sbl_cmd_prepare_wait_t *w)
  * instead of the WriteConflict it left. */
 static void write_scope_enter(sbl_prepare_scope_t *sc, sbl_opctx_t *ctx)
 {
-    sc->check = wait_check;
+    sc->check = write_wait_check;
     sc->arg = ctx;
     sbl_prepare_scope_enter(sc);
 }

@@ -10,6 +10,7 @@
 #include "js/js.h"
 #include "op/op.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,23 @@ int sbl_op_check_deadline(const sbl_opctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
+static _Atomic int64_t stepped_down_us; /* the last step-down (monotonic), 0: none */
+
+void sbl_op_note_step_down(void)
+{
+    atomic_store(&stepped_down_us, sbl_now_us());
+}
+
+int sbl_op_check_step_down(const sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    int64_t at = atomic_load(&stepped_down_us);
+    if (at == 0 || ctx->start_us == 0 || ctx->start_us > at)
+        return 0;
+    return sbl_err_set(err, SBL_E_InterruptedDueToReplStateChange,
+                       "operation was interrupted because a replica set state change "
+                       "(stepdown) occurred");
+}
+
 int sbl_op_backoff(const sbl_opctx_t *ctx, int *attempt, sbl_err_t *err)
 {
     uint64_t gen;
@@ -108,7 +126,8 @@ int sbl_op_backoff(const sbl_opctx_t *ctx, int *attempt, sbl_err_t *err)
         if (!sbl_prepare_wait(gen, ctx->deadline_us))
             return sbl_err_set(err, SBL_E_InterruptedAtShutdown, "interrupted at shutdown");
         (*attempt)--; /* as long as it stays prepared, as reads wait */
-        return sbl_op_check_interrupt(ctx, err);
+        SBL_RET(sbl_op_check_interrupt(ctx, err));
+        return sbl_op_check_step_down(ctx, err);
     }
     long us = *attempt < 10 ? 100L * *attempt : *attempt < 50 ? 1000L : 10000L;
     struct timespec ts = {0, us * 1000};

@@ -108,12 +108,23 @@ static inline int sbl_op_check_interrupt(const sbl_opctx_t *ctx, sbl_err_t *err)
     return sbl_op_check_deadline(ctx, err);
 }
 
+/* A step-down (repl calls sbl_op_note_step_down as the member leaves
+ * PRIMARY) ends the writes under way, as mongod kills the operations that
+ * hold its global lock in IX mode: those waiting on a prepared transaction
+ * make this check.  InterruptedDueToReplStateChange (11602) when ctx began
+ * before the last step-down, else 0 (never when ctx has no start time).
+ * The operations that start after it are a secondary's (the applier's use
+ * no context), or a new primary's. */
+void sbl_op_note_step_down(void);
+int sbl_op_check_step_down(const sbl_opctx_t *ctx, sbl_err_t *err);
+
 /* Sleep a little before retrying after WriteConflict (*attempt counts from
  * 0); after one with a prepared transaction, until it commits or aborts (at
  * most SBL_PREPARE_WAIT_SLICE_MS, never past ctx's deadline), and that wait
  * does not count (*attempt goes back one): such a write waits as long as a
  * read does.  Returns 0 to retry, or the error that ends the operation (50
- * past maxTimeMS, 11601 after killOp, 11600 at shutdown). */
+ * past maxTimeMS, 11601 after killOp, 11600 at shutdown, 11602 after a
+ * step-down). */
 int sbl_op_backoff(const sbl_opctx_t *ctx, int *attempt, sbl_err_t *err);
 #define SBL_WRITE_RETRIES 500
 

@@ -29,6 +29,7 @@
 #include "common/clock.h"
 #include "auth/auth.h"
 #include "common/log.h"
+#include "op/op.h"
 #include "server/server.h"
 
 #define ELECTION_NS "local.replset.election"
@@ -402,7 +403,9 @@ void sbl_rs_step_down_locked(const char *why)
         return;
     /* First no write of the term commits any more (those the primary check
      * let through fail with 11602; commits under way finish), then the
-     * member says it is no longer primary (repl_oplog.c). */
+     * member says it is no longer primary (repl_oplog.c).  The writes
+     * under way that wait on a prepared transaction end (sbl_op_backoff). */
+    sbl_op_note_step_down();
     sbl_oplog_set_term(-1);
     set_state_locked(SBL_RS_SECONDARY);
     rs.primary = -1;

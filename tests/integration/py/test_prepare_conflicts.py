@@ -4,7 +4,8 @@ mongod (issues 26/28, docs/sharding.md): a find, count or single-document
 update outside a transaction that meets a prepared transaction's write waits
 until it commits or aborts, then runs again and sees the outcome; a read in
 another transaction and a getMore wait too, keeping their snapshot and
-cursor; maxTimeMS bounds every wait (MaxTimeMSExpired, 50).  A write in
+cursor; maxTimeMS bounds every wait (MaxTimeMSExpired, 50), and a
+step-down ends a waiting write or transaction's read (11602).  A write in
 another multi-document transaction waits too, then applies to what its
 snapshot sees: the old document after an abort, the committed one after a
 commit (its snapshot, untimestamped as mongod's for readConcern local, began
@@ -481,3 +482,53 @@ def test_kill_sessions_ends_a_transaction_op_waiting_on_a_prepared_one(rs, op):
             assert getattr(r.get("error"), "code", None) == 11601, r
     finally:
         p.commit()
+
+
+STEP_DOWN_WAITERS = {  # writes (and a transaction's read) waiting on {_id: 1}
+    "update": lambda c: c.pc.c.update_one({"_id": 1}, {"$inc": {"v": 10}}),
+    "findAndModify": lambda c: c.pc.c.find_one_and_update({"_id": 1}, {"$inc": {"v": 10}}),
+}
+
+
+def error_code(e):
+    """An error's server code: pymongo raises 11602 as NotPrimaryError,
+    whose details hold the reply."""
+    code = getattr(e, "code", None)
+    return code if code is not None else (getattr(e, "details", None) or {}).get("code")
+
+
+def test_step_down_ends_writes_waiting_on_a_prepared_transaction():
+    """replSetStepDown {force: true} while writes wait on a prepared
+    transaction: each ends with InterruptedDueToReplStateChange (11602)
+    within a second, as mongod kills the operations that hold its global
+    lock in IX mode (writes, and a transaction's reads) at a step-down; a
+    read outside a transaction goes on waiting.  The transaction stays
+    prepared (the set is stopped with it)."""
+    with one_member_set() as (m, c):
+        c.pc.c.insert_one({"_id": 1, "v": 1})
+        Prepared(c, "c", 2)  # left prepared
+        # its close looks for a primary to end its sessions: not for long
+        w = pymongo.MongoClient("127.0.0.1", m.port, directConnection=True, retryWrites=False,
+                                retryReads=False, serverSelectionTimeoutMS=500)
+        ops = {k: in_thread(lambda f=f: f(w)) for k, f in STEP_DOWN_WAITERS.items()}
+
+        def txn_read():  # the session is left open: ending it would abort the
+            s = w.start_session()  # transaction, and wait for a primary
+            s.start_transaction()
+            return w.pc.c.find_one({"_id": 1}, session=s)
+        ops["txn find"] = in_thread(txn_read)
+        reader = in_thread(lambda: w.pc.c.find_one({"_id": 1}, max_time_ms=3000))
+        # all four waiting (a transaction's statement that arrived after the
+        # step-down would run on a secondary, which mongod refuses)
+        wait_for(lambda: sum(o.get("ns") == "pc.c" for o in
+                             c.admin.command("currentOp")["inprog"]) >= 4, timeout=10, step=0.1)
+        assert all(r["thread"].is_alive() for r in ops.values())
+        t0 = time.monotonic()
+        c.admin.command("replSetStepDown", 30, force=True)
+        for k, r in ops.items():
+            r["thread"].join(5)
+            assert error_code(r.get("error")) == 11602, (k, r)
+        assert time.monotonic() - t0 < 1.5
+        reader["thread"].join(10)
+        assert error_code(reader.get("error")) == 50, reader  # waited it out
+        w.close()

@@ -548,6 +548,14 @@ static void execute_inner(pending_t *p)
     if ((p->def->flags & SBL_CMD_WRITE) &&
         (p->rc = sbl_repl_check_write(write_db(ctx), &p->err)) != 0)
         return;
+    /* A command with a txnNumber (a transaction's statement, its commit or
+     * abort, a retryable write) runs on the primary only, as mongod's
+     * transaction participant refuses it elsewhere, reads included. */
+    if (has_txn && ctx->req != NULL && sbl_repl_enabled() && !sbl_repl_writable()) {
+        p->rc = sbl_err_set(&p->err, SBL_E_NotWritablePrimary,
+                            "Not primary so we cannot begin or continue a transaction");
+        return;
+    }
     /* Reads on a secondary need secondaryOk (OP_QUERY's flag, or an OP_MSG
      * read preference other than primary); getMore and killCursors do not
      * (drivers send no read preference with them, as mongod expects). */

@@ -207,3 +207,31 @@ def test_secondary_applies_transaction(rs3):
                     "committed"
     finally:
         c.close()
+
+
+def test_secondary_refuses_transactions_and_txn_numbers(rs3):
+    """mongod's transactions_on_secondaries_not_allowed: a transaction's first
+    statement (a read too, with secondaryOk), commitTransaction,
+    abortTransaction, a retryable write and a read carrying a txnNumber all
+    get NotWritablePrimary (10107) on a secondary."""
+    p = primary_of(rs3)
+    s = next(m for m in rs3 if m is not p)
+    raw = Raw(s.port)
+    try:
+        lsid = new_lsid()
+        rp = {"$readPreference": {"mode": "secondaryPreferred"}}
+        for c, db in ((tcmd("find", "c", lsid, 1, start=True, **rp), "t"),
+                      (tcmd("commitTransaction", 1, lsid, 1), "admin"),
+                      (tcmd("abortTransaction", 1, lsid, 1), "admin"),
+                      (SON([("insert", "c"), ("documents", [{"_id": "sec"}]),
+                            ("lsid", lsid), ("txnNumber", Int64(2))]), "t"),
+                      (SON([("find", "c"), ("lsid", lsid), ("txnNumber", Int64(3)),
+                            ("$readPreference", {"mode": "secondaryPreferred"})]), "t")):
+            r = raw(c, db=db, ok=False)
+            assert r["ok"] == 0 and r["code"] == 10107, (list(c)[0], r)
+        # a plain read with secondaryOk still works there
+        r = raw(SON([("find", "c"), ("$readPreference", {"mode": "secondaryPreferred"})]),
+                db="t", ok=False)
+        assert r["ok"] == 1, r
+    finally:
+        raw.close()

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # The whole test suite (what CI runs, through .ci/run): installs what is
 # missing, builds, then runs three steps and fails if any of them failed:
-#   1. every ctest case, two at a time (unit tests, and integration tests
-#      that start their own sabled on free ports with temporary data
-#      directories); a case ctest reports as skipped is not a failure:
-#      `conformance` skips where its spec test files are absent
-#      (docs/testing.md, CONFORMANCE_ROOT);
-#   2. the same suite built with ASan + UBSan (scripts/sanitize.sh into
-#      build-asan/; any sanitizer report fails it), without the conformance,
+#   1. the ctest cases step 2 leaves out, two at a time: the conformance,
 #      Java, replica-set and sharded-cluster pytest (integration/pymongo_sets,
-#      integration/pymongo_sharded) and
-#      fault-round suites (faults/short, bank, disk_reconfig, regressions, sharded), whose
-#      multi-process runs take too long under ASan;
+#      integration/pymongo_sharded) and fault-round suites (faults/short,
+#      bank, disk_reconfig, regressions, sharded), whose multi-process runs
+#      take too long under ASan; every case when step 2 is skipped or when
+#      ctest arguments are given.  Integration tests start their own sabled
+#      on free ports with temporary data directories; a case ctest reports
+#      as skipped is not a failure: `conformance` skips where its spec test
+#      files are absent (docs/testing.md, CONFORMANCE_ROOT);
+#   2. every other case (unit tests, the standalone pytest suite
+#      integration/pymongo, the Node and libmongoc tests, the crash run...)
+#      built with ASan + UBSan (scripts/sanitize.sh into build-asan/; any
+#      sanitizer report fails it): running them in step 1 as well only
+#      repeated them (about 8 minutes of the suite);
 #   3. each libFuzzer target for SABLE_TEST_FUZZ_SECONDS (default 20) from
 #      the committed corpus with a fixed seed (scripts/fuzz.sh into
 #      build-fuzz/; a crash, leak, hang or sanitizer report fails it and
@@ -19,7 +22,8 @@
 #      priority alongside step 2 (at nice 10, on what its tests leave idle); its
 #      output is printed when it ends (and kept in build/fuzz-step.log).
 #   Steps 2 and 3's trees are compiled at nice 19 while step 1 runs.
-#   scripts/test.sh [ctest args...]      (arguments go to step 1's ctest)
+#   scripts/test.sh [ctest args...]      (arguments go to step 1's ctest, which then
+#                                        runs what they select, sanitized cases included)
 # SABLE_TEST_SANITIZE=0 or SABLE_TEST_FUZZ=0 skips step 2 or 3; SABLE_TEST_JOBS
 # (default 2) is how many cases steps 1 and 2 run at once.
 set -euo pipefail
@@ -54,7 +58,13 @@ if [[ ${SABLE_TEST_SANITIZE:-1} != 0 || ${SABLE_TEST_FUZZ:-1} != 0 ]]; then
     ) >build/prebuild.log 2>&1 &
     prebuild_pid=$!
 fi
-step ctest run_ctest "$@"
+# The cases too slow under ASan: step 1 runs them, step 2 the rest.
+asan_slow='conformance|integration/java|integration/pymongo_sets|integration/pymongo_sharded|faults/(short|bank|disk_reconfig|regressions|sharded)'
+if [[ ${SABLE_TEST_SANITIZE:-1} != 0 && $# == 0 ]]; then
+    step ctest run_ctest -R "$asan_slow"
+else
+    step ctest run_ctest "$@"
+fi
 if [[ -n $prebuild_pid ]]; then
     # a failed build is built again, and reported, by its step
     wait "$prebuild_pid" || echo "== test.sh: the early build of steps 2-3 failed (build/prebuild.log)"
@@ -69,7 +79,7 @@ if [[ ${SABLE_TEST_FUZZ:-1} != 0 ]]; then
     fuzz_pid=$!
 fi
 if [[ ${SABLE_TEST_SANITIZE:-1} != 0 ]]; then
-    step sanitizers scripts/sanitize.sh -j"$jobs" -E 'conformance|integration/java|integration/pymongo_sets|integration/pymongo_sharded|faults/(short|bank|disk_reconfig|regressions|sharded)'
+    step sanitizers scripts/sanitize.sh -j"$jobs" -E "$asan_slow"
 fi
 if [[ -n $fuzz_pid ]]; then
     echo "== test.sh: fuzz (started with the sanitizer step)"

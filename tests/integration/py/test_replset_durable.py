@@ -286,7 +286,13 @@ def test_rollback_over_a_prepared_transaction_prepares_it_again():
             cb.t.c.with_options(write_concern=WriteConcern(w="majority", wtimeout=20000)) \
                 .insert_one({"_id": "new", "v": "on b"})
         a.signal(signal.SIGCONT)
-        wait_for(lambda: "Rollback complete" in a.log_text(), timeout=40, what="a rolled back")
+        try:
+            wait_for(lambda: "Rollback complete" in a.log_text(), timeout=60, what="a rolled back")
+        except AssertionError:  # what a did instead: its replication lines
+            lines = [ln for ln in a.log_text().splitlines()
+                     if '"REPL"' in ln or '"ROLLBACK"' in ln or '"ELECTION"' in ln]
+            raise AssertionError("a did not roll back; its last replication lines:\n" +
+                                 "\n".join(lines[-40:]))
         assert my_state(a) in (1, 2)
         assert "Rollback failed" not in a.log_text()
         with direct(a) as c1:

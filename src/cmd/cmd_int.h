@@ -158,6 +158,11 @@ int sbl_cmd_set_default_rw_concern(sbl_opctx_t *ctx, sbl_err_t *err);
  * caller destroys): the stored defaultWriteConcern, else mongod's implicit
  * {w: "majority"}; false when that is {w: 1} or this is not a set member. */
 bool sbl_cmd_default_write_concern(bson_t *out);
+/* dispatch.c: wait, blocking this thread, until w members (majority: the
+ * commit point and the stable timestamp) have ts; 0, or the code that ended
+ * the wait with its message in msg (sbl_repl_await's codes). */
+int sbl_cmd_await_replication(uint64_t ts, int w, bool majority, int64_t timeout_ms,
+                              char *msg, size_t msg_len);
 /* Parse a command's writeConcern field, at *wcit (NULL: none given: w 1). */
 int sbl_cmd_parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc, sbl_err_t *err);
 /* Whether setDefaultRWConcern stored a defaultWriteConcern (replSetReconfig

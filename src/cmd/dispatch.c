@@ -1002,6 +1002,15 @@ static void run_wait_done(void *arg, int code, const char *msg)
     snprintf(w->msg, sizeof(w->msg), "%s", msg ? msg : "");
 }
 
+int sbl_cmd_await_replication(uint64_t ts, int w, bool majority, int64_t timeout_ms,
+                              char *msg, size_t msg_len)
+{
+    run_wait_t rw = {0};
+    sbl_repl_await(ts, w, majority, timeout_ms, run_wait_done, &rw);
+    snprintf(msg, msg_len, "%s", rw.msg);
+    return rw.code;
+}
+
 /* A server-run write that names a write concern beyond this member (the
  * transaction coordinator's decision, migration and config documents) waits
  * for it here, blocking the calling thread (never a network loop: these run
@@ -1013,17 +1022,17 @@ static void run_await_write_concern(pending_t *p)
     if (p->rc != 0 || !wc->given || p->def == NULL || !(p->def->flags & SBL_CMD_WRITE) ||
         !sbl_repl_enabled() || (!wc->majority && wc->w <= 1))
         return;
-    run_wait_t w = {0};
+    char msg[256];
     uint64_t ts = sbl_repl_last_op_ts();
-    sbl_repl_await(p->op_ts > ts ? p->op_ts : ts, wc->w, wc->majority, wc->wtimeout_ms,
-                   run_wait_done, &w);
-    if (w.code == 0)
+    int code = sbl_cmd_await_replication(p->op_ts > ts ? p->op_ts : ts, wc->w, wc->majority,
+                                         wc->wtimeout_ms, msg, sizeof(msg));
+    if (code == 0)
         return;
     bson_t wce;
     BSON_APPEND_DOCUMENT_BEGIN(&p->reply, "writeConcernError", &wce);
-    BSON_APPEND_INT32(&wce, "code", w.code);
-    BSON_APPEND_UTF8(&wce, "codeName", sbl_err_name(w.code));
-    BSON_APPEND_UTF8(&wce, "errmsg", w.msg);
+    BSON_APPEND_INT32(&wce, "code", code);
+    BSON_APPEND_UTF8(&wce, "codeName", sbl_err_name(code));
+    BSON_APPEND_UTF8(&wce, "errmsg", msg);
     bson_append_document_end(&p->reply, &wce);
 }
 

@@ -563,29 +563,17 @@ int sbl_cmd_transfer_mods(sbl_opctx_t *ctx, sbl_err_t *err)
     return rc;
 }
 
-typedef struct wc_wait {
-    int code;
-    char msg[256];
-} wc_wait_t;
-
-static void wc_done(void *arg, int code, const char *msg)
-{
-    wc_wait_t *w = arg;
-    w->code = code;
-    snprintf(w->msg, sizeof(w->msg), "%s", msg ? msg : "");
-}
-
 int mig_await_majority(int64_t timeout_ms, const char *what, sbl_err_t *err)
 {
     /* the newest entry this thread wrote, or the newest committed one if
      * later: with parallel commits the latter may be below the former */
-    wc_wait_t w = {0};
+    char msg[256];
     uint64_t ts = sbl_repl_last_op_ts(), mine = sbl_repl_take_thread_op_ts();
     if (mine > ts)
         ts = mine;
-    sbl_repl_await(ts, 1, true, timeout_ms, wc_done, &w);
-    if (w.code != 0)
-        return sbl_err_set(err, w.code, "%s: %s", what, w.msg);
+    int code = sbl_cmd_await_replication(ts, 1, true, timeout_ms, msg, sizeof(msg));
+    if (code != 0)
+        return sbl_err_set(err, code, "%s: %s", what, msg);
     /* and in the stable timestamp, where majority reads read: it trails the
      * commit point a little (sbl_rs_publish_stable_locked), or more while a
      * prepared transaction holds it back; then no more than a second */

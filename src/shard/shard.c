@@ -4,8 +4,8 @@
  * collection's epoch, timestamp and uuid; the highest lastmod among
  * config.chunks owned by this shard is its placement version (0|0 when it
  * owns none), and the newest onCurrentShardSince among them when this shard
- * took its latest chunk.  A namespace absent from config.collections is
- * unsharded.
+ * took its latest chunk; the chunks' histories tell when one last left it.
+ * A namespace absent from config.collections is unsharded.
  *
  * What must stay true: a router's version is accepted only when it equals
  * (epoch, timestamp, major) this shard's freshly read version, so after a
@@ -30,6 +30,7 @@ typedef struct sv {
     bson_oid_t epoch;
     uint32_t ts_t, ts_i, major, minor;
     uint64_t since; /* the newest onCurrentShardSince of its chunks here (0: none) */
+    uint64_t left;  /* when a chunk last left this shard, by config.chunks' history (0: none) */
 } sv_t;
 
 static pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
@@ -125,6 +126,61 @@ static int cfg_find(const char *coll, const bson_t *filter, const bson_t *proj, 
     return 0;
 }
 
+static uint64_t ts_value(const bson_iter_t *it)
+{
+    uint32_t t = 0, i = 0;
+    if (BSON_ITER_HOLDS_TIMESTAMP(it))
+        bson_iter_timestamp(it, &t, &i);
+    return ((uint64_t)t << 32) | i;
+}
+
+/* out->left for the collection uuid: of each chunk another shard owns now
+ * whose history (newest first) names this shard, the validAfter of the entry
+ * before this shard's newest one (when it moved on from here); the newest. */
+static int load_left(const bson_value_t *uuid, sv_t *out, sbl_err_t *err)
+{
+    bson_t f = BSON_INITIALIZER, p = BSON_INITIALIZER, ne, r;
+    bson_append_value(&f, "uuid", -1, uuid);
+    BSON_APPEND_DOCUMENT_BEGIN(&f, "shard", &ne);
+    BSON_APPEND_UTF8(&ne, "$ne", shard_name);
+    bson_append_document_end(&f, &ne);
+    BSON_APPEND_UTF8(&f, "history.shard", shard_name);
+    BSON_APPEND_INT32(&p, "history", 1);
+    int rc = cfg_find("chunks", &f, &p, &r, err);
+    bson_destroy(&f);
+    bson_destroy(&p);
+    if (rc != 0)
+        return rc;
+    bson_iter_t it, d, h, e;
+    if (bson_iter_init(&it, &r) && bson_iter_find_descendant(&it, "cursor.firstBatch", &d) &&
+        bson_iter_recurse(&d, &it))
+        while (bson_iter_next(&it)) {
+            uint64_t next = 0; /* the validAfter of the entry after (newer than) this one */
+            if (!bson_iter_recurse(&it, &h) || !bson_iter_find(&h, "history") ||
+                !bson_iter_recurse(&h, &h))
+                continue;
+            while (bson_iter_next(&h)) {
+                const char *s = NULL;
+                uint64_t va = 0;
+                if (bson_iter_recurse(&h, &e))
+                    while (bson_iter_next(&e)) {
+                        if (strcmp(bson_iter_key(&e), "shard") == 0 && BSON_ITER_HOLDS_UTF8(&e))
+                            s = bson_iter_utf8(&e, NULL);
+                        else if (strcmp(bson_iter_key(&e), "validAfter") == 0)
+                            va = ts_value(&e);
+                    }
+                if (s != NULL && strcmp(s, shard_name) == 0) {
+                    if (next > out->left)
+                        out->left = next;
+                    break;
+                }
+                next = va;
+            }
+        }
+    bson_destroy(&r);
+    return 0;
+}
+
 static int load(const char *ns, sv_t *out, sbl_err_t *err)
 {
     memset(out, 0, sizeof(*out));
@@ -165,10 +221,12 @@ static int load(const char *ns, sv_t *out, sbl_err_t *err)
     BSON_APPEND_UTF8(&f, "shard", shard_name);
     BSON_APPEND_INT32(&p, "lastmod", 1);
     BSON_APPEND_INT32(&p, "onCurrentShardSince", 1);
-    bson_value_destroy(&uuid);
     rc = cfg_find("chunks", &f, &p, &r, err);
     bson_destroy(&f);
     bson_destroy(&p);
+    if (rc == 0 && (rc = load_left(&uuid, out, err)) != 0)
+        bson_destroy(&r);
+    bson_value_destroy(&uuid);
     if (rc != 0)
         return rc;
     if (bson_iter_init(&it, &r) && bson_iter_find_descendant(&it, "cursor.firstBatch", &d) &&
@@ -319,6 +377,12 @@ uint64_t sbl_shard_owned_since(const char *ns)
 {
     sv_t v;
     return cached(ns, &v) ? v.since : 0;
+}
+
+uint64_t sbl_shard_left_since(const char *ns)
+{
+    sv_t v;
+    return cached(ns, &v) ? v.left : 0;
 }
 
 void sbl_shard_append_state(bson_t *reply)

@@ -36,6 +36,9 @@ int sbl_shard_check_version(const char *ns, const bson_t *sv, bson_t *info, sbl_
 /* When this shard took the newest of the chunks of ns it owns (their
  * newest onCurrentShardSince, as last read with its version; 0: unknown). */
 uint64_t sbl_shard_owned_since(const char *ns);
+/* When a chunk of ns last left this shard (config.chunks' history, as last
+ * read with its version; 0: unknown or never). */
+uint64_t sbl_shard_left_since(const char *ns);
 /* Forget ns's cached version and read it again from the config servers. */
 int sbl_shard_refresh(const char *ns, sbl_err_t *err);
 /*

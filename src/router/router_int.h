@@ -94,11 +94,13 @@ void rt_copy_cmd(const bson_t *in, bson_t *out, const char *const *skip_extra);
  * the shards' replies showed, appended to out; false (nothing appended)
  * before any. */
 bool rt_append_cluster_time(bson_t *out, bool op_time);
-/* The newest cluster time the shards' replies showed (0: none yet). */
+/* The newest cluster time the shards' replies or the clients showed (0:
+ * none yet). */
 uint64_t rt_cluster_time(void);
 /* A client's $clusterTime checked as mongos does with a keyFile (against
  * the keys of the config servers and shards; sbl_ctime_check), unless the
- * client may advanceClusterTime. */
+ * client may advanceClusterTime; once accepted, it advances the router's
+ * cluster time (rt_cluster_time) with its signature. */
 int rt_check_cluster_time(const bson_t *cmd, bool may_advance, sbl_err_t *err);
 /* The configdb set name and hosts. */
 const char *rt_configdb(void);

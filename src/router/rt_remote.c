@@ -599,9 +599,9 @@ static bool idempotent(const bson_t *cmd)
     return false;
 }
 
-/* The newest cluster time a shard's reply showed, with the shard's
- * signature (the router does not sign: as mongos, it passes on what the
- * shards signed); every command to a shard carries it ($clusterTime), so a
+/* The newest cluster time a shard's reply or a client's command showed,
+ * with its signature (the router does not sign: as mongos, it passes on what
+ * the shards signed); every command to a shard carries it ($clusterTime), so a
  * write routed after another lands at a later oplog time on any shard
  * (mongos's gossip). */
 static _Atomic uint64_t cluster_time;
@@ -685,10 +685,14 @@ static void reload_keys(void)
 int rt_check_cluster_time(const bson_t *cmd, bool may_advance, sbl_err_t *err)
 {
     bson_iter_t it;
-    if (may_advance || !sbl_auth_enabled() || sbl_server_options()->cluster_key == NULL ||
-        !bson_iter_init_find(&it, cmd, "$clusterTime"))
+    if (!bson_iter_init_find(&it, cmd, "$clusterTime"))
         return 0;
-    return sbl_ctime_check(&it, atomic_load(&cluster_time), reload_keys, err);
+    if (!may_advance && sbl_auth_enabled() && sbl_server_options()->cluster_key != NULL)
+        SBL_RET(sbl_ctime_check(&it, atomic_load(&cluster_time), reload_keys, err));
+    /* gossiped in, as mongos's clock takes it: the shards hear of the time
+     * with the next command, so one it reads at is not past their clocks */
+    note_cluster_time(cmd);
+    return 0;
 }
 
 /* The fields the router adds to cmd for shard i into extra (session

@@ -384,6 +384,25 @@ def test_snapshot_read_sees_a_write_made_through_another_router(mongos, cluster)
             assert sorted(d["_id"] for d in r["cursor"]["firstBatch"]) == [0, 1]
 
 
+def test_snapshot_read_at_the_clients_time_reaches_every_shard(mongos, cluster):
+    # the client's $clusterTime, from writes on shard0 through another router, is newer
+    # than this router's clock and than shard1's: the router's clock takes it (mongos's
+    # gossip) and passes it to every shard, so shard1 does not refuse a snapshot read
+    # at it as past its clock (InvalidOptions "must not be greater than the current
+    # clusterTime"), it reaches it
+    sharded.split_at_zero(mongos, "gossip", ["t"])  # k < 0 on shard0, k >= 0 on shard1
+    mongos.gossip.t.insert_many([{"_id": k, "k": k} for k in (-1, 1)])
+    with sharded.extra_router(cluster) as port, \
+            pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=10000) as other:
+        for i in range(2, 22):  # shard0 only
+            w = other.gossip.command("insert", "t", documents=[{"_id": -i, "k": -i}])
+        with mongos.start_session(causal_consistency=False) as s:
+            s.advance_cluster_time(w["$clusterTime"])
+            r = mongos.gossip.command("find", "t", filter={}, batchSize=100,
+                                      readConcern={"level": "snapshot"}, session=s)
+            assert len(r["cursor"]["firstBatch"]) == 22
+
+
 def test_config_metadata_has_mongod_shapes(mongos):
     mongos.admin.command("shardCollection", "meta.r", key={"a": 1, "b": 1})
     coll = mongos.config.collections.find_one({"_id": "meta.r"})

@@ -2,7 +2,9 @@
 Routed reads and the shards' documents they do not own (issue 28,
 docs/sharding.md "Orphans"): a shard filters its orphans out of every routed
 find, aggregate, count and distinct, while a direct read on the shard sees
-them.  One cluster: two shards of two members each.
+them; and a routed cursor's getMore goes to the member that opened it, so a
+step-down of that shard's primary loses no document of the cursor.  One
+cluster: two shards of two members each.
 """
 import os
 import sys
@@ -10,7 +12,7 @@ import time
 
 import pymongo
 import pytest
-from pymongo.errors import PyMongoError
+from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.read_concern import ReadConcern
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -80,3 +82,30 @@ def test_orphans_are_filtered_from_routed_reads(cluster, mongos):
     # a snapshot read filters by the placement at its atClusterTime
     snap = mongos.orph.get_collection("c", read_concern=ReadConcern("snapshot"))
     assert sorted(d["_id"] for d in snap.find({"x": 1})) == list(range(-5, 5))
+
+
+def test_get_more_goes_to_the_member_that_opened_the_cursor(cluster, mongos):
+    coll = mongos.orph.g.with_options(write_concern=pymongo.WriteConcern(w="majority"))
+    sharded.split_at_zero(mongos, "orph", ["g"])
+    n = 40
+    coll.insert_many([{"_id": i, "k": i} for i in range(-n // 2, n // 2)])
+    cur = coll.find({}, batch_size=2)
+    got = [next(cur)["_id"] for _ in range(4)]
+    old = primary_port(cluster, 0)
+    with direct(old) as d:
+        try:
+            d.admin.command("replSetStepDown", 30, secondaryCatchUpPeriodSecs=10)
+        except PyMongoError:
+            pass  # the step-down may close this connection
+    primary_port(cluster, 0, not_port=old)
+    # a routed write to shard0's range meets the old primary, which sends the
+    # router to the new one; the cursor stays where it was opened
+    for attempt in range(100):
+        try:
+            coll.insert_one({"_id": -1000, "k": -1000})
+            break
+        except OperationFailure as e:
+            assert attempt < 99, e
+            time.sleep(0.2)
+    got += [d["_id"] for d in cur]
+    assert sorted(got) == list(range(-n // 2, n // 2))

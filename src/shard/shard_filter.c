@@ -32,8 +32,15 @@
 
 #define MAX_KEY 32
 
+/* A chunk bound's values in key pattern order (views into its document). */
+typedef struct bound {
+    int n;
+    bson_value_t v[]; /* n */
+} bound_t;
+
 typedef struct tchunk {
     bson_t *min, *max;
+    bound_t *lo, *hi; /* min's and max's values */
     bool mine;          /* owned by this shard now */
     uint64_t *valid;    /* history, newest first: validAfter ... */
     bool *valid_mine;   /* ... and whether the entry names this shard */
@@ -49,7 +56,7 @@ typedef struct table {
 } table_t;
 
 typedef struct orange {
-    const bson_t *min, *max; /* views into the table's chunks */
+    const bound_t *min, *max; /* views into the table's chunks */
 } orange_t;
 
 struct sbl_shard_filter {
@@ -61,54 +68,70 @@ struct sbl_shard_filter {
     bool all; /* owns [MinKey, MaxKey): nothing to check */
 };
 
-/* Compare bound documents field by field (same key pattern). */
-static int bound_cmp(const bson_t *a, const bson_t *b)
+/* Compare a shard key value (vals[n]) with a bound: field by field, as far
+ * as both go. */
+static int key_cmp(const bson_value_t *vals, int n, const bound_t *b)
 {
-    bson_iter_t x, y;
-    bson_iter_init(&x, a);
-    bson_iter_init(&y, b);
-    for (;;) {
-        bool hx = bson_iter_next(&x), hy = bson_iter_next(&y);
-        if (!hx || !hy)
-            return hx - hy;
-        int c = sbl_value_compare(bson_iter_value(&x), bson_iter_value(&y));
+    for (int i = 0; i < n && i < b->n; i++) {
+        int c = sbl_value_compare(&vals[i], &b->v[i]);
         if (c != 0)
             return c;
     }
+    return 0;
+}
+
+static int bound_cmp(const bound_t *a, const bound_t *b)
+{
+    int c = key_cmp(a->v, a->n, b);
+    return c != 0 ? c : a->n - b->n;
 }
 
 static int chunk_cmp(const void *a, const void *b)
 {
-    return bound_cmp(((const tchunk_t *)a)->min, ((const tchunk_t *)b)->min);
+    return bound_cmp(((const tchunk_t *)a)->lo, ((const tchunk_t *)b)->lo);
+}
+
+/* The values of bound document d (which must outlive the result); NULL when
+ * out of memory. */
+static bound_t *bound_of(const bson_t *d)
+{
+    uint32_t n = bson_count_keys(d);
+    bound_t *b = calloc(1, sizeof(*b) + n * sizeof(bson_value_t));
+    bson_iter_t it;
+    if (b != NULL && bson_iter_init(&it, d))
+        while ((uint32_t)b->n < n && bson_iter_next(&it))
+            b->v[b->n++] = *bson_iter_value(&it);
+    return b;
+}
+
+static void chunk_free(tchunk_t *c)
+{
+    bson_destroy(c->min);
+    bson_destroy(c->max);
+    free(c->lo);
+    free(c->hi);
+    free(c->valid);
+    free(c->valid_mine);
 }
 
 static void table_release(table_t *t)
 {
     if (t == NULL || atomic_fetch_sub(&t->refs, 1) != 1)
         return;
-    for (size_t i = 0; i < t->n; i++) {
-        bson_destroy(t->c[i].min);
-        bson_destroy(t->c[i].max);
-        free(t->c[i].valid);
-        free(t->c[i].valid_mine);
-    }
+    for (size_t i = 0; i < t->n; i++)
+        chunk_free(&t->c[i]);
     free(t->c);
     bson_destroy(t->key);
     free(t);
 }
 
 /* A bound (MinKey or MaxKey in every field) that bounds the key space. */
-static bool is_extreme(const bson_t *b, bson_type_t type)
+static bool is_extreme(const bound_t *b, bson_type_t type)
 {
-    bson_iter_t it;
-    bool any = false;
-    bson_iter_init(&it, b);
-    while (bson_iter_next(&it)) {
-        if (bson_iter_type(&it) != type)
+    for (int i = 0; i < b->n; i++)
+        if (b->v[i].value_type != type)
             return false;
-        any = true;
-    }
-    return any;
+    return b->n > 0;
 }
 
 /* The filter of t at cluster time at (0: now); takes over one reference to t. */
@@ -133,10 +156,10 @@ static sbl_shard_filter_t *filter_of(const char *ns, table_t *t, uint64_t at)
             }
         if (!mine)
             continue;
-        if (f->n > 0 && bound_cmp(f->r[f->n - 1].max, c->min) == 0)
-            f->r[f->n - 1].max = c->max; /* adjacent: one range */
+        if (f->n > 0 && bound_cmp(f->r[f->n - 1].max, c->lo) == 0)
+            f->r[f->n - 1].max = c->hi; /* adjacent: one range */
         else
-            f->r[f->n++] = (orange_t){c->min, c->max};
+            f->r[f->n++] = (orange_t){c->lo, c->hi};
     }
     f->all = f->n == 1 && is_extreme(f->r[0].min, BSON_TYPE_MINKEY) &&
              is_extreme(f->r[0].max, BSON_TYPE_MAXKEY);
@@ -182,7 +205,11 @@ static bool chunk_parse(const bson_t *d, const char *me, tchunk_t *c)
             }
         }
     }
-    return c->min != NULL && c->max != NULL;
+    if (c->min == NULL || c->max == NULL)
+        return false;
+    c->lo = bound_of(c->min);
+    c->hi = bound_of(c->max);
+    return c->lo != NULL && c->hi != NULL;
 }
 
 sbl_shard_filter_t *shard_filter_build(const char *ns, const bson_t *key, bson_iter_t *chunks,
@@ -211,12 +238,8 @@ sbl_shard_filter_t *shard_filter_build(const char *ns, const bson_t *key, bson_i
         if (BSON_ITER_HOLDS_DOCUMENT(chunks) && sbl_iter_doc(chunks, &d) &&
             chunk_parse(&d, me, &t->c[t->n]))
             t->n++;
-        else if (t->n < cap) { /* a chunk without bounds: skipped */
-            bson_destroy(t->c[t->n].min);
-            bson_destroy(t->c[t->n].max);
-            free(t->c[t->n].valid);
-            free(t->c[t->n].valid_mine);
-        }
+        else if (t->n < cap)
+            chunk_free(&t->c[t->n]); /* a chunk without bounds: skipped */
     }
     qsort(t->c, t->n, sizeof(*t->c), chunk_cmp);
     return filter_of(ns, t, 0);
@@ -255,19 +278,6 @@ const char *sbl_shard_filter_ns(const sbl_shard_filter_t *f)
 bool sbl_shard_filter_trivial(const sbl_shard_filter_t *f)
 {
     return f == NULL || f->all;
-}
-
-/* Compare a shard key value (vals[n]) with a bound document. */
-static int key_cmp(const bson_value_t *vals, int n, const bson_t *bound)
-{
-    bson_iter_t it;
-    bson_iter_init(&it, bound);
-    for (int i = 0; i < n && bson_iter_next(&it); i++) {
-        int c = sbl_value_compare(&vals[i], bson_iter_value(&it));
-        if (c != 0)
-            return c;
-    }
-    return 0;
 }
 
 bool sbl_shard_filter_owns(const sbl_shard_filter_t *f, const bson_t *doc)

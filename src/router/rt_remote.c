@@ -50,6 +50,7 @@
 
 #define RT_IDLE_MAX 256   /* idle direct connections kept per shard */
 #define RT_IO_TIMEOUT_MS 60000
+#define RT_CONNECT_MS 5000 /* rt_run_on's own connection (as the pools' connectTimeoutMS) */
 
 typedef struct rt_shard {
     char id[128];
@@ -836,7 +837,12 @@ int rt_run_on(int shard, const char *host, const char *db, const bson_t *cmd, bs
     bool has_extra = extra_for(shard, cmd, &extra);
     bool started = bson_has_field(&extra, "startTransaction");
     int32_t rid;
-    int fd = dial(host);
+    int fd = dial_auth(host, RT_CONNECT_MS); /* a member gone must not hold the caller long */
+    if (fd >= 0) {
+        struct timeval tv = {.tv_sec = RT_IO_TIMEOUT_MS / 1000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    }
     bool ok = fd >= 0 && send_msg(fd, db, cmd, has_extra ? &extra : NULL, &rid) &&
               recv_msg(fd, rid, reply);
     if (fd >= 0)

@@ -16,6 +16,7 @@
 #include "shard/shard_int.h"
 
 #include "auth/auth.h"
+#include "common/log.h"
 #include "doc/doc.h"
 #include "repl/repl.h"
 #include "server/server.h"
@@ -194,8 +195,19 @@ static int load(const char *ns, sv_t *out, sbl_err_t *err)
         bson_destroy(&key);
         return rc;
     }
-    if (bson_iter_init(&it, &r) && bson_iter_find_descendant(&it, "cursor.firstBatch", &d) &&
-        bson_iter_recurse(&d, &it)) {
+    /* the filter needs every chunk: a list cut at the first batch (16 MB of
+     * chunks) filters nothing rather than drop what this shard owns */
+    bool whole = bson_iter_init(&it, &r) && bson_iter_find_descendant(&it, "cursor.id", &d) &&
+                 bson_iter_as_int64(&d) == 0;
+    if (!whole) {
+        bson_t attr = BSON_INITIALIZER;
+        BSON_APPEND_UTF8(&attr, "namespace", ns);
+        sbl_log(SBL_LOG_WARNING, "SHARDING", 0, "too many chunks to read at once: routed reads "
+                "of the collection are not filtered by ownership", &attr);
+        bson_destroy(&attr);
+    } else if (bson_iter_init(&it, &r) &&
+               bson_iter_find_descendant(&it, "cursor.firstBatch", &d) &&
+               bson_iter_recurse(&d, &it)) {
         bson_iter_t all = it;
         out->filter = shard_filter_build(ns, &key, &all, shard_name);
     }

@@ -309,15 +309,18 @@ static int check_routed_at(sbl_opctx_t *ctx, uint64_t at, sbl_err_t *err)
     for (int i = 0; writes[i] != NULL; i++)
         write = write || strcmp(ctx->name, writes[i]) == 0;
     snprintf(ns, sizeof(ns), "%s.%s", ctx->db, bson_iter_utf8(&it, NULL));
-    /* a write also before a chunk came here (config.chunks' onCurrentShardSince:
-     * this holds after a restart, which forgets the windows) */
-    uint64_t since = write ? sbl_shard_owned_since(ns) : 0;
+    /* a write also before a chunk came here or left (config.chunks' history:
+     * this holds after a restart or a failover, which forget the windows) */
+    uint64_t took = write ? sbl_shard_owned_since(ns) : 0;
+    uint64_t left = write ? sbl_shard_left_since(ns) : 0;
+    uint64_t since = took > left ? took : left;
     if (since > at)
         return sbl_err_set(err, SBL_E_SnapshotUnavailable, "Unable to write %s at "
-                           "Timestamp(%u, %u): this shard took one of its chunks at "
-                           "Timestamp(%u, %u), after it; please retry the operation", ns,
-                           (unsigned)(at >> 32), (unsigned)at, (unsigned)(since >> 32),
-                           (unsigned)since);
+                           "Timestamp(%u, %u): %s at Timestamp(%u, %u), after it; please "
+                           "retry the operation", ns, (unsigned)(at >> 32), (unsigned)at,
+                           took > left ? "this shard took one of its chunks"
+                                       : "one of its chunks left this shard",
+                           (unsigned)(since >> 32), (unsigned)since);
     return mig_crit_check_at(ns, at, write, err);
 }
 

@@ -156,21 +156,22 @@ void rt_append_version(bson_t *cmd, const rt_coll_t *c, int shard);
 /* ---- rt_target.c ---- */
 /* The chunk owning shard key values vals[nkey] (hashed field already hashed). */
 const rt_chunk_t *rt_chunk_for(const rt_coll_t *c, const bson_value_t *vals);
-/* The shard owning doc (missing key fields count as null).  */
-int rt_target_doc(const rt_coll_t *c, const bson_t *doc);
-/* Shards a filter can match: fills shards[] (a set flag per shard index)
- * and returns how many; a filter with the full shard key's equality gives
- * one; a range on the first field of a range key gives the overlapping
- * chunks' shards; anything else gives every shard with a chunk. */
-int rt_target_filter(const rt_coll_t *c, const bson_t *filter, bool shards[RT_MAX_SHARDS]);
+/* The shard owning doc (missing key fields count as null) at the time the
+ * current command reads at (rt_read_at; 0: now); -1 with err
+ * StaleChunkHistory when that time is older than its chunk's history. */
+int rt_target_doc(const rt_coll_t *c, const bson_t *doc, sbl_err_t *err);
 /* Whether the filter names every shard key field by equality. */
 bool rt_filter_has_full_key(const rt_coll_t *c, const bson_t *filter);
 /* The shard that owned ch at cluster time at (0: now): its history's first
  * entry with valid_after <= at; -1 when at is older than the history kept. */
 int rt_chunk_owner_at(const rt_chunk_t *ch, uint64_t at);
-/* rt_target_filter for a read: by the placement at the time the current
- * command reads at (rt_read_at), else as rt_target_filter.  -1 with err
- * StaleChunkHistory when that time is older than a chunk's history. */
+/* Shards a filter can match (a read's, or a write statement's) at the time
+ * the current command reads at (rt_read_at; 0: now): fills shards[] (a set
+ * flag per shard index) and returns how many; a filter with the full shard
+ * key's equality gives one; a range on the first field of a range key gives
+ * the overlapping chunks' shards; anything else gives every shard with a
+ * chunk.  -1 with err StaleChunkHistory when that time is older than a
+ * chunk's history. */
 int rt_target_read(const rt_coll_t *c, const bson_t *filter, bool shards[RT_MAX_SHARDS],
                    sbl_err_t *err);
 /* The cluster time the current client command reads at: a snapshot read's

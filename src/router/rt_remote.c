@@ -11,7 +11,9 @@
  * Must stay true: a connection carries one request at a time and is
  * dropped, never reused, after any I/O error; after an error or a
  * not-primary answer (NotWritablePrimary, NotPrimaryNoSecondaryOk ...) the
- * shard's primary is looked up again.  Pools
+ * shard's primary is looked up again, and a command outside a transaction
+ * that a member refused as not primary (so it did not run) is sent once more
+ * to the primary found, as mongos retries it.  Pools
  * are created when a shard is first seen and live until shutdown; the shard
  * list only grows (a removed shard keeps its slot), so an index into it
  * stays valid for the process lifetime.  Each shard counts the commands sent
@@ -714,6 +716,15 @@ static bool extra_for(int shard, const bson_t *cmd, bson_t *extra)
     return any;
 }
 
+/* Whether reply is a member's refusal as not primary, given before the
+ * command ran (a step-down's interruption may come after part of it). */
+static bool refused_not_primary(const bson_t *reply)
+{
+    int code = rt_reply_code(reply);
+    return code == SBL_E_NotWritablePrimary || code == SBL_E_NotPrimaryNoSecondaryOk ||
+           code == SBL_E_NotPrimaryOrSecondary;
+}
+
 static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *reply,
                       sbl_err_t *err)
 {
@@ -722,8 +733,8 @@ static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *
     bool has_extra = extra_for((int)(s - shards), cmd, &extra);
     /* a retryable write (txnNumber, no transaction) may be sent again too:
      * the shard knows which of its statements ran */
-    bool retry = idempotent(cmd) ||
-                 (bson_has_field(&extra, "txnNumber") && !bson_has_field(&extra, "autocommit"));
+    bool in_txn = bson_has_field(&extra, "autocommit");
+    bool retry = idempotent(cmd) || (bson_has_field(&extra, "txnNumber") && !in_txn);
     for (int attempt = 0; attempt < 2; attempt++) {
         int32_t rid;
         char host[RT_HOST_MAX];
@@ -733,7 +744,11 @@ static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *
         if (recv_msg(fd, rid, reply)) {
             memcpy(answered[s - shards], host, RT_HOST_MAX);
             count_traffic(s, t0);
-            conn_put(s, fd, reply);
+            conn_put(s, fd, reply); /* a not-primary answer: the primary is looked up again */
+            if (attempt == 0 && !in_txn && refused_not_primary(reply)) {
+                bson_destroy(reply);
+                continue;
+            }
             note_cluster_time(reply);
             rt_sess_reply((int)(s - shards), bson_has_field(&extra, "startTransaction"), reply);
             bson_destroy(&extra);
@@ -759,7 +774,7 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
     int fds[RT_MAX_SHARDS];
     char hosts[RT_MAX_SHARDS][RT_HOST_MAX];
     int32_t rids[RT_MAX_SHARDS];
-    bool started[RT_MAX_SHARDS];
+    bool started[RT_MAX_SHARDS], in_txn[RT_MAX_SHARDS];
     int failed = 0;
     int64_t t0 = now_us();
     for (int i = 0; i < n; i++) {
@@ -775,6 +790,7 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
         fds[i] = conn_send(&shards[shard[i]], db, cmds[i], has_extra ? &extra : NULL, &rids[i],
                            hosts[i], &errs[i]);
         started[i] = bson_has_field(&extra, "startTransaction");
+        in_txn[i] = bson_has_field(&extra, "autocommit");
         bson_destroy(&extra);
         if (fds[i] < 0) {
             bson_init(&replies[i]);
@@ -792,6 +808,12 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
             memcpy(answered[shard[i]], hosts[i], RT_HOST_MAX);
             count_traffic(s, t0);
             conn_put(s, fds[i], &replies[i]);
+            if (!in_txn[i] && refused_not_primary(&replies[i])) {
+                bson_destroy(&replies[i]); /* once more, on the primary found now */
+                if ((rcs[i] = run_direct(s, db, cmds[i], &replies[i], &errs[i])) != 0)
+                    failed++;
+                continue;
+            }
             note_cluster_time(&replies[i]);
             rt_sess_reply(shard[i], started[i], &replies[i]);
         } else {

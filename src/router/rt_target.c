@@ -5,9 +5,13 @@
  * index stores); the owning chunk is the last one whose min is <= the
  * value, by binary search over the chunks sorted by min.
  *
- * A read at a cluster time (a snapshot read's atClusterTime) is targeted
- * by the placement at that time: each chunk's owner is the first entry of
- * its history (config.chunks' history, newest first) valid at or before it.
+ * A command with a cluster time (a snapshot read's atClusterTime, or any
+ * statement of a snapshot transaction, its writes included, as mongos routes
+ * them) is targeted by the placement at that time: each chunk's owner is the
+ * first entry of its history (config.chunks' history, newest first) valid at
+ * or before it.  A shard that owned a chunk then and has given it away since
+ * refuses the transaction's write there (SnapshotUnavailable, a
+ * TransientTransactionError: snapshot_read.c's check_routed_at).
  *
  * What must stay true: a filter's targets are a superset of the shards that
  * hold a matching document (at the time read); only an exact equality on
@@ -50,7 +54,15 @@ const rt_chunk_t *rt_chunk_for(const rt_coll_t *c, const bson_value_t *vals)
 
 static const bson_value_t null_value = {.value_type = BSON_TYPE_NULL};
 
-int rt_target_doc(const rt_coll_t *c, const bson_t *doc)
+static int stale_history(const rt_coll_t *c, uint64_t at, sbl_err_t *err)
+{
+    sbl_err_set(err, SBL_E_StaleChunkHistory, "Cannot find shardId the chunk belonged to at "
+                "cluster time Timestamp(%u, %u) in %s: the chunk's history does not reach back "
+                "that far", (unsigned)(at >> 32), (unsigned)at, c->ns);
+    return -1;
+}
+
+int rt_target_doc(const rt_coll_t *c, const bson_t *doc, sbl_err_t *err)
 {
     if (!c->sharded)
         return c->primary;
@@ -69,7 +81,9 @@ int rt_target_doc(const rt_coll_t *c, const bson_t *doc)
         }
         i++;
     }
-    return rt_chunk_for(c, vals)->shard;
+    uint64_t at = rt_read_at();
+    int owner = rt_chunk_owner_at(rt_chunk_for(c, vals), at);
+    return owner >= 0 ? owner : stale_history(c, at, err);
 }
 
 /* The equality value a filter gives field f, if it gives one we can target by. */
@@ -160,14 +174,6 @@ int rt_chunk_owner_at(const rt_chunk_t *ch, uint64_t at)
     return -1;
 }
 
-static int stale_history(const rt_coll_t *c, uint64_t at, sbl_err_t *err)
-{
-    sbl_err_set(err, SBL_E_StaleChunkHistory, "Cannot find shardId the chunk belonged to at "
-                "cluster time Timestamp(%u, %u) in %s: the chunk's history does not reach back "
-                "that far", (unsigned)(at >> 32), (unsigned)at, c->ns);
-    return -1;
-}
-
 /* The shards a filter can match at cluster time at (0: now); -1 with err
  * when at is older than a candidate chunk's history. */
 static int target_at(const rt_coll_t *c, const bson_t *filter, uint64_t at,
@@ -229,11 +235,6 @@ static int target_at(const rt_coll_t *c, const bson_t *filter, uint64_t at,
         }
     }
     return n;
-}
-
-int rt_target_filter(const rt_coll_t *c, const bson_t *filter, bool shards[RT_MAX_SHARDS])
-{
-    return target_at(c, filter, 0, shards, NULL);
 }
 
 int rt_target_read(const rt_coll_t *c, const bson_t *filter, bool shards[RT_MAX_SHARDS],

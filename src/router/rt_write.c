@@ -9,6 +9,10 @@
  * until one matches (so at most one document changes).  Replies are merged
  * with every writeErrors/upserted index mapped back to the client's.
  *
+ * A snapshot transaction's statements are targeted by the placement at its
+ * read time (rt_target.c), as mongos does: a shard that has given the chunk
+ * away since refuses the write, and the client retries the transaction.
+ *
  * A StaleConfig answer makes the router refresh the collection and resend
  * what that shard did not apply; statements already acknowledged are not
  * sent again.
@@ -266,12 +270,13 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
             goto out;
         }
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && rc == 0; i++) {
         bson_t d;
         sbl_iter_doc(elems[i], &d);
-        shard[i] = rt_target_doc(c, &d);
+        if ((shard[i] = rt_target_doc(c, &d, err)) < 0)
+            rc = err->code;
     }
-    while (!stop) {
+    while (!stop && rc == 0) {
         int first = -1;
         for (int i = 0; i < n && first < 0; i++)
             if (!done[i])
@@ -304,11 +309,12 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
                 rc = err->code;
                 goto out;
             }
-            for (int i = 0; i < n; i++)
+            for (int i = 0; i < n && rc == 0; i++)
                 if (!done[i]) {
                     bson_t d;
                     sbl_iter_doc(elems[i], &d);
-                    shard[i] = rt_target_doc(c, &d);
+                    if ((shard[i] = rt_target_doc(c, &d, err)) < 0)
+                        rc = err->code;
                 }
             continue;
         }
@@ -456,7 +462,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
             bool multi, upsert, t[RT_MAX_SHARDS];
             stmt_info(elems[i], is_update, &q, &multi, &upsert);
             int s = -1;
-            if (rt_target_filter(c, &q, t) == 1)
+            if (rt_target_read(c, &q, t, err) == 1)
                 for (int k = 0; k < RT_MAX_SHARDS; k++)
                     if (t[k])
                         s = k;
@@ -492,7 +498,11 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
         bson_t q;
         bool multi, upsert, t[RT_MAX_SHARDS];
         stmt_info(elems[i], is_update, &q, &multi, &upsert);
-        int nt = rt_target_filter(c, &q, t);
+        int nt = rt_target_read(c, &q, t, err);
+        if (nt < 0) {
+            rc = err->code;
+            break;
+        }
         if (is_update && changes_shard_key(c, elems[i], &q)) {
             add_error(&m, i, SBL_E_IllegalOperation, "Must run update to shard key field in a "
                       "multi-statement transaction or with retryWrites: true (sable-router "
@@ -597,7 +607,11 @@ int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err
         if (c == NULL)
             return err->code;
         bool t[RT_MAX_SHARDS];
-        int nt = rt_target_filter(c, &q, t);
+        int nt = rt_target_read(c, &q, t, err);
+        if (nt < 0) {
+            rt_coll_release(c);
+            return err->code;
+        }
         if (nt != 1 && upsert) {
             rt_coll_release(c);
             return sbl_err_set(err, SBL_E_ShardKeyNotFound, "Query for sharded findAndModify "

@@ -4,10 +4,10 @@
  * collection's epoch, timestamp and uuid; the highest lastmod among
  * config.chunks owned by this shard is its placement version (0|0 when it
  * owns none), and the newest onCurrentShardSince among them when this shard
- * took its latest chunk.  A namespace absent from config.collections is
- * unsharded.  The same read of every chunk of the collection gives the
- * ownership filter of routed reads (shard_filter.c), kept beside the
- * version.
+ * took its latest chunk; the chunks' histories tell when one last left it.
+ * A namespace absent from config.collections is unsharded.  The same read
+ * of every chunk of the collection gives the ownership filter of routed
+ * reads (shard_filter.c), kept beside the version.
  *
  * What must stay true: a router's version is accepted only when it equals
  * (epoch, timestamp, major) this shard's freshly read version, so after a
@@ -36,6 +36,7 @@ typedef struct sv {
     uint64_t since; /* the newest onCurrentShardSince of its chunks here (0: none) */
     sbl_shard_filter_t *filter; /* the cache's reference (sharded only); copies by
                                  * cached() do not own it */
+    uint64_t left;  /* when a chunk last left this shard, by config.chunks' history (0: none) */
 } sv_t;
 
 static pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
@@ -137,6 +138,41 @@ static int cfg_find(const char *coll, const bson_t *filter, const bson_t *proj, 
     return 0;
 }
 
+static uint64_t ts_value(const bson_iter_t *it)
+{
+    uint32_t t = 0, i = 0;
+    if (BSON_ITER_HOLDS_TIMESTAMP(it))
+        bson_iter_timestamp(it, &t, &i);
+    return ((uint64_t)t << 32) | i;
+}
+
+/* When the chunk at it (another shard's now) last left this shard: the
+ * validAfter of the history entry (newest first) after this shard's newest
+ * one; 0 when its history does not name this shard. */
+static uint64_t chunk_left(const bson_iter_t *chunk)
+{
+    bson_iter_t h, e;
+    uint64_t next = 0; /* the validAfter of the entry after (newer than) this one */
+    if (!bson_iter_recurse(chunk, &h) || !bson_iter_find(&h, "history") ||
+        !bson_iter_recurse(&h, &h))
+        return 0;
+    while (bson_iter_next(&h)) {
+        const char *s = NULL;
+        uint64_t va = 0;
+        if (bson_iter_recurse(&h, &e))
+            while (bson_iter_next(&e)) {
+                if (strcmp(bson_iter_key(&e), "shard") == 0 && BSON_ITER_HOLDS_UTF8(&e))
+                    s = bson_iter_utf8(&e, NULL);
+                else if (strcmp(bson_iter_key(&e), "validAfter") == 0)
+                    va = ts_value(&e);
+            }
+        if (s != NULL && strcmp(s, shard_name) == 0)
+            return next;
+        next = va;
+    }
+    return 0;
+}
+
 static int load(const char *ns, sv_t *out, sbl_err_t *err)
 {
     memset(out, 0, sizeof(*out));
@@ -217,8 +253,12 @@ static int load(const char *ns, sv_t *out, sbl_err_t *err)
             bson_iter_t c;
             uint32_t ma, mi;
             if (!bson_iter_recurse(&it, &c) || !bson_iter_find(&c, "shard") ||
-                !BSON_ITER_HOLDS_UTF8(&c) || strcmp(bson_iter_utf8(&c, NULL), shard_name) != 0)
-                continue; /* another shard's chunk: only the filter reads it */
+                !BSON_ITER_HOLDS_UTF8(&c) || strcmp(bson_iter_utf8(&c, NULL), shard_name) != 0) {
+                uint64_t left = chunk_left(&it); /* another shard's chunk: did it leave here? */
+                if (left > out->left)
+                    out->left = left;
+                continue;
+            }
             if (bson_iter_recurse(&it, &c) && bson_iter_find(&c, "onCurrentShardSince") &&
                 BSON_ITER_HOLDS_TIMESTAMP(&c)) {
                 bson_iter_timestamp(&c, &ma, &mi);
@@ -376,6 +416,12 @@ uint64_t sbl_shard_owned_since(const char *ns)
 {
     sv_t v;
     return cached(ns, &v) ? v.since : 0;
+}
+
+uint64_t sbl_shard_left_since(const char *ns)
+{
+    sv_t v;
+    return cached(ns, &v) ? v.left : 0;
 }
 
 void sbl_shard_append_state(bson_t *reply)

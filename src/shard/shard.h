@@ -36,6 +36,9 @@ int sbl_shard_check_version(const char *ns, const bson_t *sv, bson_t *info, sbl_
 /* When this shard took the newest of the chunks of ns it owns (their
  * newest onCurrentShardSince, as last read with its version; 0: unknown). */
 uint64_t sbl_shard_owned_since(const char *ns);
+/* When a chunk of ns last left this shard (config.chunks' history, as last
+ * read with its version; 0: unknown or never). */
+uint64_t sbl_shard_left_since(const char *ns);
 /*
  * The ownership filter of routed reads (shard_filter.c): a routed find,
  * aggregate, count or distinct drops the documents of ns whose shard key

@@ -13,13 +13,21 @@ Anomalies:
 - negative:    a balance below zero (transfers are conditional on the
   source's balance, so one committed twice or against a stale snapshot);
 - missing / unexpected: a read without some account, or with one never
-  created;
+  created; also a transfer whose credit $inc matched nothing (its
+  transaction's snapshot lacked an account that always exists; the
+  workload aborted it);
+- unmatched:   a transfer that committed although its debit or credit
+  $inc matched or modified nothing (its completion value's "n" and
+  "nModified"): money created or lost by one transfer;
 - divergent:   final reads disagree with each other;
 - no final read at all is an error.
-Transfers themselves are not checked one by one (amounts repeat); the
-conservation of the total in every snapshot is the property.
+Beyond their counts, transfers are not checked one by one (amounts
+repeat); the conservation of the total in every snapshot is the property.
 """
-from history import OK, outcome_counts
+from history import FAIL, OK, outcome_counts
+
+ANOMALIES = ("wrong_total", "negative", "missing", "unexpected", "unmatched", "divergent",
+             "errors")
 
 
 def check(ops, accounts, total):
@@ -29,7 +37,7 @@ def check(ops, accounts, total):
     reads = [op for op in ops if op.f == "read" and op.type == OK]
     finals = [op for op in ops if op.f == "final-read" and op.type == OK]
     res = {"reads": len(reads), "final_reads": len(finals), "wrong_total": [], "negative": [],
-           "missing": [], "unexpected": [], "divergent": [], "errors": [],
+           "missing": [], "unexpected": [], "unmatched": [], "divergent": [], "errors": [],
            "counts": outcome_counts([op for op in ops if op.f != "final-read"]),
            "transfers_ok": sum(1 for op in ops if op.f == "transfer" and op.type == OK)}
     if not finals:
@@ -44,10 +52,17 @@ def check(ops, accounts, total):
             res["wrong_total"].append({"total": sum(bal.values()), "read": r.describe()})
         if any(v < 0 for v in bal.values()):
             res["negative"].append(r.describe())
+    for op in ops:
+        if op.f != "transfer" or not isinstance(op.out, dict):
+            continue
+        counts = (op.out.get("n") or []) + (op.out.get("nModified") or [])
+        if op.type == OK and any(c == 0 for c in counts):
+            res["unmatched"].append("%s %s" % (op.describe(), op.out))
+        elif op.type == FAIL and (op.out.get("n") or [None, None])[1] == 0:
+            res["missing"].append("%s: the credit matched nothing" % op.describe())
     if len({tuple(sorted((r.out or {}).items())) for r in finals}) > 1:
         res["divergent"] = [{"node": r.node, "balances": r.out} for r in finals]
-    res["valid"] = not any(res[k] for k in ("wrong_total", "negative", "missing", "unexpected",
-                                            "divergent", "errors"))
+    res["valid"] = not any(res[k] for k in ANOMALIES)
     return res
 
 
@@ -56,7 +71,7 @@ def report(result):
     lines = ["bank: %s (%s); transfers ok %d, snapshot reads %d, final reads %d" % (
         result["valid"], result["counts"], result["transfers_ok"], result["reads"],
         result["final_reads"])]
-    for k in ("wrong_total", "negative", "missing", "unexpected", "divergent", "errors"):
+    for k in ANOMALIES:
         if result[k]:
             lines.append("  %s (%d): %s" % (k, len(result[k]), result[k][:10]))
     return lines

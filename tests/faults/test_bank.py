@@ -1,7 +1,8 @@
 """
 Unit tests of the bank checker (check_bank.py): histories that must fail
 (a read that saw half a transfer, a negative balance, a missing account,
-members whose final balances differ, no final read) and that must pass
+a transfer whose credit matched nothing, one that committed with an $inc
+that matched nothing, members whose final balances differ, no final read) and that must pass
 (any mix of committed, failed and indeterminate transfers as long as every
 snapshot adds up).
 """
@@ -12,8 +13,10 @@ ACCOUNTS = ["a0", "a1", "a2"]
 TOTAL = 300
 
 
-def transfer(p, src, dst, amount, call, ret, typ="ok"):
-    return (p, "transfer", [src, dst, amount], call, ret, typ, None, None)
+def transfer(p, src, dst, amount, call, ret, typ="ok", n=None):
+    """n: the workload's counts of the debit and the credit ([n, nModified] each)."""
+    out = None if n is None else {"n": [n[0][0], n[1][0]], "nModified": [n[0][1], n[1][1]]}
+    return (p, "transfer", [src, dst, amount], call, ret, typ, out, None)
 
 
 def read(p, bal, call, ret, f="read", node=None):
@@ -75,3 +78,25 @@ def test_divergent_final_reads_fail():
 def test_no_final_read_is_an_error():
     res = check(read(1, {"a0": 100, "a1": 100, "a2": 100}, 2, 4))
     assert res["valid"] is False and res["errors"] == ["no final read"]
+
+
+def test_transfer_counts():
+    """A committed transfer whose credit matched nothing lost its amount
+    (unmatched); one the workload aborted because its credit matched nothing
+    read a snapshot without an account (missing); a debit that matched
+    nothing (balance below the amount) is an ordinary failure."""
+    bal = {"a0": 100, "a1": 100, "a2": 100}
+    ok = check(transfer(0, "a0", "a1", 10, 1, 5, n=[[1, 1], [1, 1]]),
+               transfer(0, "a0", "a1", 10, 6, 7, "ok", [[1, 1], [1, 1]]),
+               transfer(1, "a2", "a0", 500, 2, 3, "fail", [[0, 0], [None, None]]),
+               *finals({"a0": 80, "a1": 120, "a2": 100}))
+    assert ok["valid"] is True, cb.report(ok)
+    lost = check(transfer(0, "a0", "a1", 10, 1, 5, n=[[1, 1], [0, 0]]),
+                 read(1, {"a0": 90, "a1": 100, "a2": 100}, 6, 8),
+                 *finals({"a0": 90, "a1": 100, "a2": 100}))
+    assert lost["valid"] is False and len(lost["unmatched"]) == 1
+    assert "a0" in lost["unmatched"][0]
+    aborted = check(transfer(0, "a0", "a1", 10, 1, 5, "fail", [[1, 1], [0, 0]]),
+                    *finals(bal))
+    assert aborted["valid"] is False and not aborted["unmatched"]
+    assert aborted["missing"] and "credit matched nothing" in aborted["missing"][0]

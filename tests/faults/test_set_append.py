@@ -18,14 +18,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def build(*ops):
-    """ops as (process, f, value, call, ret, type, out, node); ret None: no completion."""
+    """ops as (process, f, value, call, ret, type, out, node); ret None: no completion;
+    a completion's value is out (a read's, or any op's given one), else value."""
     events = []
     for p, f, value, call, ret, typ, out, node in ops:
         events.append({"process": p, "type": "invoke", "f": f, "key": "s",
                        "value": value, "time": call})
         if ret is not None:
             events.append({"process": p, "type": typ, "f": f, "key": "s",
-                           "value": out if f in ("read", "final-read") else value,
+                           "value": out if out is not None or f in ("read", "final-read")
+                           else value,
                            "time": ret, "node": node})
     events.sort(key=lambda e: (e["time"], e["type"] != "invoke"))
     return pair(events)[0]

@@ -27,9 +27,14 @@ once):
             BANK_BALANCE each before the first transfer; a transfer moves an
             amount from one account to another in a multi-document
             transaction (readConcern snapshot, w:majority): a conditional
-            $inc of -amount ({b: {$gte: amount}}; no match: abort, fail),
-            then $inc of +amount, then commit (an error before the commit:
-            fail, the server aborts; an error in the commit: info); reads
+            $inc of -amount ({b: {$gte: amount}}), then $inc of +amount,
+            then commit; either $inc that matched or modified nothing
+            aborts the transaction (fail, with the reason; the credit's
+            account always exists, so its miss is a snapshot without it);
+            a transfer's completion value is {"n": [debit, credit],
+            "nModified": [debit, credit]} (null for what did not run);
+            an error before the commit: fail, the server aborts; an
+            error in the commit: info; reads
             of every account alternate between a transaction and a find with
             readConcern snapshot, so every read is one snapshot.
 Outcomes as Jepsen's: ok; fail when the operation certainly did not take
@@ -293,9 +298,12 @@ class Agent:
                 out = self.run(db, f, key, value)
                 if out is FAIL_MARK:
                     self.rec.add(process=pid, type="fail", f=f, key=key, value=value)
+                elif isinstance(out, Refused):
+                    self.rec.add(process=pid, type="fail", f=f, key=key, value=out.value,
+                                 error=out.reason)
                 else:
                     self.rec.add(process=pid, type="ok", f=f, key=key,
-                                 value=out if f == "read" else value)
+                                 value=out if f in ("read", "transfer") else value)
             except PyMongoError as e:
                 typ = classify(e, f == "read")
                 if isinstance(e, BeforeCommit):   # the transaction never committed
@@ -370,14 +378,10 @@ class Agent:
                 if f == "read":
                     out = {d["_id"]: d["b"] for d in c.find({}, session=s)}
                 else:
-                    src, dst, amount = value
-                    r = c.update_one({"_id": src, "b": {"$gte": amount}},
-                                     {"$inc": {"b": -amount}}, session=s)
-                    if r.matched_count == 0:
+                    out = self.transfer(c, s, value)
+                    if isinstance(out, Refused):
                         s.abort_transaction()
-                        return FAIL_MARK
-                    c.update_one({"_id": dst}, {"$inc": {"b": amount}}, session=s)
-                    out = value
+                        return out
             except PyMongoError as e:
                 if s.in_transaction:
                     try:
@@ -387,6 +391,24 @@ class Agent:
                 raise BeforeCommit(e) from e
             s.commit_transaction()
             return out
+
+    @staticmethod
+    def transfer(c, s, value):
+        """A transfer's two $inc in session s's transaction: their counts
+        ({"n": [debit, credit], "nModified": [...]}), or Refused with them
+        when one matched or modified nothing (the caller aborts)."""
+        src, dst, amount = value
+        out = {"n": [None, None], "nModified": [None, None]}
+        for i, (q, inc, what) in enumerate((
+                ({"_id": src, "b": {"$gte": amount}}, -amount,
+                 "debit matched nothing (balance below the amount)"),
+                ({"_id": dst}, amount, "credit matched nothing (the account missing)"))):
+            r = c.update_one(q, {"$inc": {"b": inc}}, session=s)
+            out["n"][i], out["nModified"][i] = r.matched_count, r.modified_count
+            if r.matched_count == 0 or r.modified_count == 0:
+                return Refused(out, "%s: n %d, nModified %d" % (
+                    what, r.matched_count, r.modified_count))
+        return out
 
     def bank_setup(self):
         """Create the accounts (w:majority) before the first transfer,
@@ -564,6 +586,14 @@ class Agent:
 
 
 FAIL_MARK = object()
+
+
+class Refused:
+    """An operation that certainly did not take effect, for a reason the
+    history keeps (its "error"), with a completion value."""
+
+    def __init__(self, value, reason):
+        self.value, self.reason = value, reason
 
 
 class BeforeCommit(PyMongoError):

@@ -435,6 +435,26 @@ def step_up(port):
     assert wait_for(up, 60), "member %d not elected" % port
 
 
+def test_routed_commands_follow_a_new_primary_at_once(sets):
+    # a member that is no longer primary refuses a routed command before it runs
+    # (NotPrimaryNoSecondaryOk, NotWritablePrimary): the router looks the primary up
+    # again and sends the command there, as mongos does, so a client that does not
+    # retry sees no error (the fault rounds' final reads failed so after a failover)
+    with client(sets["router"], retryReads=False, retryWrites=False) as r:
+        coll = r.np.get_collection("c", write_concern=pymongo.WriteConcern(w="majority"))
+        coll.insert_one({"_id": 1})
+        shard = int(r.config.databases.find_one({"_id": "np"})["primary"][-1])
+        old = next(p for p in sets["members"][shard] if is_primary(p))
+        new = next(p for p in sets["members"][shard] if p != old)
+        step_up(new)  # the router's connections still go to old
+        assert [d["_id"] for d in coll.find({})] == [1]
+        step_up(old)
+        coll.insert_one({"_id": 2})
+        step_up(new)
+        assert r.np.command("count", "c")["n"] == 2
+        assert coll.delete_one({"_id": 2}).deleted_count == 1
+
+
 def test_routed_insert_on_a_new_primary_before_its_recovery_is_kept(sets):
     # the insert goes through a second router: the one that ran moveChunk
     # reloads its routing table when moveChunk fails

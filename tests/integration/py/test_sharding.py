@@ -281,8 +281,8 @@ def test_snapshot_reads_follow_the_chunk_history(mongos, shards):
         r = c.hist.command("find", "t", filter={}, batchSize=100, readConcern=then, session=s,
                            startTransaction=True, **txn)
         assert len(r["cursor"]["firstBatch"]) == 6
-        # its write to a chunk that moved to shard0 after T: shard0's snapshot at T
-        # lacks it, so shard0 refuses (mongos's routing at T meets StaleConfig instead)
+        # its write to a chunk that moved to shard0 after T goes to shard1, its owner
+        # at T, which gave it away since and refuses
         with pytest.raises(OperationFailure) as e:
             c.hist.command("update", "t", updates=[{"q": {"k": 2}, "u": {"$set": {"v": 1}}}],
                            session=s, **txn)
@@ -327,6 +327,47 @@ def test_snapshot_reads_follow_the_chunk_history(mongos, shards):
     mongos.admin.command("shardCollection", "hist.u", key={"k": 1})
     r = db.command("find", "u", filter={}, readConcern={"level": "snapshot"})
     assert [d["_id"] for d in r["cursor"]["firstBatch"]] == [1]
+
+
+def test_snapshot_transaction_writes_go_where_the_chunk_was_at_its_time(mongos, shards):
+    # mongos routes every statement of a snapshot transaction, its writes too, by the
+    # placement at the transaction's time T: a write to a chunk that moved after T goes
+    # to the shard that owned it then, which refuses it (it gave the chunk away); the
+    # new owner never writes under a snapshot from before it took the chunk, and a
+    # retry of the whole transaction, at a new time, writes there
+    sharded.split_at_zero(mongos, "txmv", ["t"])  # k < 0 on shard0, k >= 0 on shard1
+    c = mongos.txmv.t
+    c.insert_many([{"_id": -1, "k": -1, "v": 0}, {"_id": 1, "k": 1, "v": 0}])
+    snap = {"read_concern": ReadConcern("snapshot"),
+            "write_concern": pymongo.WriteConcern(w="majority")}
+    with mongos.start_session() as s:
+        s.start_transaction(**snap)
+        assert c.find_one({"k": -1}, session=s)["v"] == 0  # T chosen; shard0 only
+        _move(mongos, "txmv.t", {"k": 0}, "shard0")
+        with pytest.raises(OperationFailure) as e:
+            c.update_one({"k": 1}, {"$inc": {"v": 1}}, session=s)
+        assert e.value.code == 246, e.value.details
+        assert e.value.has_error_label("TransientTransactionError")
+        assert "left this shard" in str(e.value)  # shard1's refusal: it gave the chunk away
+        s.abort_transaction()
+    assert [sh.txmv.t.count_documents({"v": {"$ne": 0}}) for sh in shards] == [0, 0]
+    # with_transaction retries the whole transaction on TransientTransactionError: the
+    # first attempt's T is before the chunk moves back to shard1 (shard0 refuses it),
+    # the second's after (shard1 takes it)
+    attempts = []
+
+    def transfer(s):
+        attempts.append(c.find_one({"k": -1}, session=s)["v"])
+        if len(attempts) == 1:
+            _move(mongos, "txmv.t", {"k": 0}, "shard1")
+        c.update_one({"k": 1}, {"$inc": {"v": 1}}, session=s)
+        c.update_one({"k": -1}, {"$inc": {"v": -1}}, session=s)
+
+    with mongos.start_session() as s:
+        s.with_transaction(transfer, **snap)
+    assert attempts == [0, 0]
+    assert sorted((d["k"], d["v"]) for d in c.find()) == [(-1, -1), (1, 1)]
+    assert [sh.txmv.t.count_documents({"k": 1, "v": 1}) for sh in shards] == [0, 1]
 
 
 def test_snapshot_read_sees_a_write_made_through_another_router(mongos, cluster):

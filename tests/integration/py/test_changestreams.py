@@ -328,7 +328,7 @@ def test_waiting_streams_wait_on_through_writes_elsewhere(rs1, db):
     assert len(results) == len(streams)
     for batch, waited in results.values():
         assert [e["documentKey"] for e in batch] == [{"_id": "mine"}]
-    assert time.time() - t0 < 1.0  # woken by the write, not at the end of the wait
+    assert time.time() - t0 < 2.5  # woken by the write, not at the end of the 5 s wait
     # 8 streams, about 20 wake point moves with nothing for them: most skipped
     assert idle_wakes() - idle0 >= 40
     # an empty wait's token moves past the writes elsewhere, as a run's would

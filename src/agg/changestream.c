@@ -30,8 +30,9 @@
 
 #define REFILL_ENTRIES 1000 /* oplog entries read per refill */
 
-/* oplog entries read by feeds (shared) and by streams alone (own) */
-static _Atomic uint64_t entries_shared, entries_own;
+/* oplog entries read by feeds (shared) and by streams alone (own); wakes
+ * of a waiting getMore that found it would still have nothing (cs_idle) */
+static _Atomic uint64_t entries_shared, entries_own, idle_wakes;
 
 void sbl_agg_change_stream_metrics(bson_t *metrics)
 {
@@ -41,6 +42,7 @@ void sbl_agg_change_stream_metrics(bson_t *metrics)
     BSON_APPEND_INT64(&r, "shared", (int64_t)entries_shared);
     BSON_APPEND_INT64(&r, "own", (int64_t)entries_own);
     bson_append_document_end(&d, &r);
+    BSON_APPEND_INT64(&d, "idleWakes", (int64_t)idle_wakes);
     bson_append_document_end(metrics, &d);
 }
 
@@ -485,9 +487,19 @@ static int64_t cs_wake_due_us(void)
     return (int64_t)(atomic_load_explicit(&sampled_us, memory_order_relaxed) + wake_us());
 }
 
+/* A waiting getMore's check when the wake point moved (the source's idle). */
+static bool cs_idle(void *state, uint64_t gen)
+{
+    if (!sbl_cs_feed_idle(state, gen))
+        return false;
+    atomic_fetch_add_explicit(&idle_wakes, 1, memory_order_relaxed);
+    return true;
+}
+
 static const sbl_cursor_source_t cs_source = {
     .next = cs_next, .free = cs_free, .finished = cs_finished, .annotate = cs_annotate,
-    .wake_gen = sbl_cs_wake_point, .wake_due_us = cs_wake_due_us, .quick = sbl_cs_feed_quick};
+    .wake_gen = sbl_cs_wake_point, .wake_due_us = cs_wake_due_us, .quick = sbl_cs_feed_quick,
+    .idle = cs_idle};
 
 /* ---- the stage's options ------------------------------------------------------- */
 

@@ -143,6 +143,21 @@ static int feed_read(cs_feed_t *f, sbl_opctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
+/* The index of the ring's first event of an entry at or after ts (n: none).
+ * Under f->mu. */
+static size_t first_from(cs_feed_t *f, uint64_t ts)
+{
+    size_t i = 0, top = f->n;
+    while (i < top) { /* the ring is in ts order */
+        size_t mid = i + (top - i) / 2;
+        if (slot(f, mid)->pos.ts < ts)
+            i = mid + 1;
+        else
+            top = mid;
+    }
+    return i;
+}
+
 /* References to the ring's events from next_lo on, of entries up to upto
  * (whole entries, about TAKE_EVENTS at most) into *outp / *np (the caller
  * frees the array); *endp: the last entry ts they cover (hi, or upto when it
@@ -151,16 +166,9 @@ static int feed_read(cs_feed_t *f, sbl_opctx_t *ctx, sbl_err_t *err)
 static void take(cs_feed_t *f, uint64_t next_lo, uint64_t upto, cs_ev_t ***outp, size_t *np,
                  uint64_t *endp)
 {
-    size_t i = 0, k = 0, top = f->n;
+    size_t i = first_from(f, next_lo), k = 0;
     cs_ev_t **out = NULL;
     *endp = upto < f->hi ? upto : f->hi;
-    while (i < top) { /* the first event at or after next_lo: the ring is in ts order */
-        size_t mid = i + (top - i) / 2;
-        if (slot(f, mid)->pos.ts < next_lo)
-            i = mid + 1;
-        else
-            top = mid;
-    }
     if (f->n - i > 0)
         out = bson_malloc((f->n - i) * sizeof(*out));
     for (; i < f->n; i++) {
@@ -293,6 +301,40 @@ int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
         st->next_lo = end + 1;
     }
     return rc;
+}
+
+/* What sbl_cs_feed_fill would do, when it would queue nothing, without a
+ * read or a wait: the ring already covers st's next entries (next_lo up to
+ * hi, so no oplog read; after ring_from, so no read of its own; st's
+ * position checked against the oldest entry the feed last read, so no 286)
+ * and holds no event of them up to upto.  Then st moves on as fill would
+ * (to upto, or hi when that is before it); any other case, or the feed
+ * busy, is left to fill.  A stream's position only moves under its cursor,
+ * so it can be read here: the registry's lock keeps the cursor idle. */
+bool sbl_cs_feed_idle(void *state, uint64_t upto)
+{
+    cs_state_t *st = state;
+    cs_feed_t *f = st->feed;
+    if (f == NULL || st->invalidated || st->qi < st->qn)
+        return false;
+    if (upto < st->next_lo) /* fill returns at once */
+        return true;
+    if (pthread_mutex_trylock(&f->mu) != 0)
+        return false;
+    uint64_t pos = st->scanned != 0 ? st->scanned : st->next_lo;
+    size_t i;
+    bool idle = !f->fresh && st->next_lo <= f->hi && st->next_lo > ring_from(f, st) &&
+                !(f->reader->images && sbl_repl_preimage_removals() != f->images_gen) &&
+                f->oldest_hi == f->hi && f->oldest <= pos &&
+                ((i = first_from(f, st->next_lo)) == f->n || slot(f, i)->pos.ts > upto);
+    if (idle) {
+        uint64_t end = upto < f->hi ? upto : f->hi;
+        if (f->reader->scanned != 0)
+            st->scanned = end;
+        st->next_lo = end + 1;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return idle;
 }
 
 /* Whether the stages after $changeStream may run JavaScript ($where,

@@ -147,6 +147,12 @@ int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err);
 /* Whether st's next events come from its feed's ring (no oplog read of its
  * own, no document lookups): its getMore may run on the network loop. */
 bool sbl_cs_feed_quick(void *state);
+/* A waiting stream's check when the wake point moved to upto (the cursor
+ * source's idle, under the cursor registry's lock): true when its getMore
+ * would still queue nothing (no event of its scope up to upto in its feed's
+ * ring), having moved its position as that getMore would; false whenever
+ * the getMore has to run to know (it reads, may fail, or the feed is busy). */
+bool sbl_cs_feed_idle(void *state, uint64_t upto);
 /* Add what st asks for to doc, a copy of a feed's event ev (cs_events.c), as
  * its own read would have built it: an update's fullDocument (updateLookup:
  * the document now, or null once it is gone; whenAvailable / required: the

@@ -17,6 +17,9 @@
  * says its counter may next move) whether the counter it waits on moved (a capped insert committed, sbl_capped_generation; for a
  * change stream, the newest entry it may read) or the wait is over, and then
  * dispatches the getMore again, which answers with what it finds then.
+ * When the counter moved, the cursor may first say cheaply that the getMore
+ * would still find nothing (a change stream whose scope had no write): the
+ * request then waits on without running (no dispatch, session, reply).
  * What must stay true: a parked request is in exactly one place (the parked
  * list until its loop takes it, then its timer), and is re-dispatched once.
  */
@@ -212,6 +215,8 @@ typedef struct parked {
     sbl_request_t *req;
     sbl_op_gen_fn genf; /* the counter it waits on */
     sbl_op_due_fn duef; /* when it may next move (NULL: check every AWAIT_POLL_MS) */
+    sbl_op_idle_fn idlef; /* whether a run would still find nothing (NULL: run) */
+    int64_t idle_arg;
     uint64_t gen;
     int64_t until_us;
     bool cancelled; /* its connection closed before its loop took it */
@@ -233,18 +238,19 @@ static bool unlink_parked(parked_t **list, parked_t *p)
     return false;
 }
 
-bool sbl_capped_await_park(sbl_opctx_t *ctx, sbl_op_gen_fn genf, sbl_op_due_fn duef,
-                           uint64_t gen, int64_t until_us)
+bool sbl_capped_await_park(sbl_opctx_t *ctx, const sbl_op_wait_t *w)
 {
     parked_t *p;
     if (ctx->conn == NULL || ctx->req == NULL || (p = calloc(1, sizeof(*p))) == NULL)
         return false;
     p->conn = ctx->conn;
     p->req = ctx->req;
-    p->genf = genf != NULL ? genf : sbl_op_generation;
-    p->duef = genf != NULL ? duef : NULL;
-    p->gen = gen;
-    p->until_us = until_us;
+    p->genf = w->genf != NULL ? w->genf : sbl_op_generation;
+    p->duef = w->genf != NULL ? w->duef : NULL;
+    p->idlef = w->idlef;
+    p->idle_arg = w->idle_arg;
+    p->gen = w->gen;
+    p->until_us = w->until_us;
     pthread_mutex_lock(&parked_lock);
     p->next = parked_list;
     parked_list = p;
@@ -280,7 +286,10 @@ static void parked_arm(parked_t *p)
 static void parked_tick(uv_timer_t *t)
 {
     parked_t *p = t->data;
-    if (p->genf() == p->gen && sbl_now_us() < p->until_us) {
+    uint64_t gen = p->genf();
+    if (sbl_now_us() < p->until_us &&
+        (gen == p->gen || (p->idlef != NULL && p->idlef(p->idle_arg, gen)))) {
+        p->gen = gen; /* moved with nothing for it: wait for the next move */
         parked_arm(p);
         return;
     }

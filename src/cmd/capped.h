@@ -38,12 +38,12 @@ int sbl_capped_check_find(sbl_opctx_t *ctx, const char *ns, bool tailable, bool 
                           sbl_err_t *err);
 
 /* getMore on an awaitData cursor that found nothing (worker or loop thread):
- * park ctx's request until genf() (sbl_op_generation when NULL: the capped
- * insert generation) moves past gen or until_us (monotonic) passes, checked
- * at duef() when given, else every 5 ms; sets ctx->deferred.  False when the
- * request cannot be parked (internal run, out of memory): reply now. */
-bool sbl_capped_await_park(sbl_opctx_t *ctx, sbl_op_gen_fn genf, sbl_op_due_fn duef,
-                           uint64_t gen, int64_t until_us);
+ * park ctx's request until w->genf() (sbl_op_generation when NULL: the capped
+ * insert generation) moves past w->gen and w->idlef (when given) does not say
+ * it would still find nothing, or until w->until_us (monotonic) passes;
+ * checked at w->duef() when given, else every 5 ms; sets ctx->deferred.
+ * False when the request cannot be parked (internal run, out of memory): reply now. */
+bool sbl_capped_await_park(sbl_opctx_t *ctx, const sbl_op_wait_t *w);
 /* cloneCollectionAsCapped {<from>, toCollection, size} and convertToCapped
  * {<coll>, size}: copy the documents in natural order into a new capped
  * collection (the oldest evicted when they do not fit); convertToCapped then

@@ -395,13 +395,23 @@ static bool routed_sharded(const pending_t *p)
     return !bson_oid_equal(bson_iter_oid(&it), &zero);
 }
 
+/* The reads whose results a shard filters by ownership (mongod's shard
+ * filtering): a routed find, aggregate, count or distinct. */
+static bool filtered_read(const char *name)
+{
+    return strcmp(name, "find") == 0 || strcmp(name, "aggregate") == 0 ||
+           strcmp(name, "count") == 0 || strcmp(name, "distinct") == 0;
+}
+
 /* A router's command on a shard that this member may run (mongod's order: a member that is
  * not primary refused it already, NotWritablePrimary or NotPrimaryNoSecondaryOk, so the
  * router looks for the new primary instead of retrying here).  It counts itself into its
  * namespace's critical-section gate (src/shard), so a migration's critical section waits
  * for it and holds back new ones; a critical section that outlasts the wait answers
  * StaleConfig.  Then its routing version must be this shard's, or StaleConfig sends the
- * router to refresh.  execute() leaves the gate (p->gate_ns) after the handler. */
+ * router to refresh; a read then takes the ownership filter read with that version (its
+ * chunks do not change while the command is inside the gate).  execute() leaves the gate
+ * (p->gate_ns) after the handler. */
 static int enter_routed(pending_t *p)
 {
     char ns[sizeof(p->gate_ns)];
@@ -410,7 +420,10 @@ static int enter_routed(pending_t *p)
     memcpy(p->gate_ns, ns, sizeof(ns));
     if (routed_sharded(p)) /* after the gate; a migration's getMores: snapshot_read.c */
         p->ctx.open_ts = sbl_repl_last_op_ts();
-    return sbl_shard_check_version(ns, p->shard_version, &p->reply, &p->err);
+    SBL_RET(sbl_shard_check_version(ns, p->shard_version, &p->reply, &p->err));
+    if (routed_sharded(p) && filtered_read(p->ctx.name))
+        p->ctx.shard_filter = sbl_shard_filter_get(ns);
+    return 0;
 }
 
 /* Run the command on this thread.  p->op_ts: the newest oplog ts its writes took. */
@@ -679,6 +692,7 @@ static void pending_free(pending_t *p)
 {
     if (p->shard_version != NULL)
         bson_destroy(p->shard_version);
+    sbl_shard_filter_release(p->ctx.shard_filter);
     bson_destroy(&p->reply);
     free(p);
 }

@@ -289,8 +289,9 @@ static int majority_begin(sbl_opctx_t *ctx, uint64_t after, sbl_err_t *err)
  * reading at atClusterTime at: refused inside a migration's window on this
  * shard, where its data of the collection need not match the chunks it
  * owned at that time, and a transaction's write also after one began since
- * at (migrate_crit.c). */
-static int check_routed_at(const sbl_opctx_t *ctx, uint64_t at, sbl_err_t *err)
+ * at (migrate_crit.c).  A filtered read then filters by the ownership at
+ * that time (config.chunks' history), which is what its snapshot holds. */
+static int check_routed_at(sbl_opctx_t *ctx, uint64_t at, sbl_err_t *err)
 {
     static const char *const writes[] = {"insert", "update", "delete", "findAndModify",
                                          "findandmodify", NULL};
@@ -300,6 +301,11 @@ static int check_routed_at(const sbl_opctx_t *ctx, uint64_t at, sbl_err_t *err)
     if (at == 0 || ctx->open_ts == 0 || !bson_iter_init(&it, ctx->cmd) || !bson_iter_next(&it) ||
         !BSON_ITER_HOLDS_UTF8(&it))
         return 0;
+    if (ctx->shard_filter != NULL) {
+        sbl_shard_filter_t *f = sbl_shard_filter_at(ctx->shard_filter, at);
+        sbl_shard_filter_release(ctx->shard_filter);
+        ctx->shard_filter = f;
+    }
     for (int i = 0; writes[i] != NULL; i++)
         write = write || strcmp(ctx->name, writes[i]) == 0;
     snprintf(ns, sizeof(ns), "%s.%s", ctx->db, bson_iter_utf8(&it, NULL));

@@ -554,6 +554,23 @@ bool sbl_cursor_get_more_quick(const bson_t *cmd)
     return quick;
 }
 
+/* A parked getMore's check when its wake counter moved to gen (sbl_op_idle_fn):
+ * whether cursor id's source says the getMore would still find nothing.  A
+ * cursor gone, killed, busy or holding a document runs the getMore. */
+static bool cursor_idle(int64_t id, uint64_t gen)
+{
+    pthread_mutex_lock(&reg_lock);
+    sbl_cursor_t *cur = find_locked(id);
+    bool idle = cur != NULL && !cur->in_use && !cur->killed && !cur->has_pending &&
+                cur->src.idle != NULL && cur->src.idle(cur->state, gen);
+    if (idle) { /* used, as by the getMore it stands for */
+        cur->last_use_us = sbl_now_us();
+        cur->last_use_ms = sbl_now_ms();
+    }
+    pthread_mutex_unlock(&reg_lock);
+    return idle;
+}
+
 int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
@@ -637,8 +654,10 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
         int64_t now = sbl_now_us();
         if (cur->await_until_us == 0)
             cur->await_until_us = now + (await_ms > 0 ? await_ms : 0) * 1000;
-        parked = now < cur->await_until_us &&
-                 sbl_op_park(ctx, wake_gen, cur->src.wake_due_us, gen, cur->await_until_us);
+        sbl_op_wait_t w = {.genf = wake_gen, .duef = cur->src.wake_due_us,
+                           .idlef = cur->src.idle != NULL ? cursor_idle : NULL,
+                           .idle_arg = id, .gen = gen, .until_us = cur->await_until_us};
+        parked = now < cur->await_until_us && sbl_op_park(ctx, &w);
     }
     if (!parked)
         cur->await_until_us = 0;

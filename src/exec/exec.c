@@ -27,12 +27,18 @@
  *    the last position seen; if that position was deleted meanwhile the scan
  *    fails with CappedPositionLost, as mongod's does.  A tailable executor
  *    looks again for newer documents each time it is asked after running dry.
+ *  - A router's read on a shard (ctx->shard_filter) drops the documents of
+ *    its collection that the shard does not own (orphans) where a match is
+ *    taken, before skip, limit and sorting, so counts and limits see only
+ *    owned documents.  The executor keeps the filter its first call saw, so
+ *    a cursor's getMores filter as its first batch did.
  */
 #include "exec/exec.h"
 #include "exec/plan.h"
 #include "exec/geonear.h"
 #include "exec/text.h"
 #include "doc/doc.h"
+#include "shard/shard.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +106,8 @@ struct sbl_qexec {
     bool sorted; /* the in-memory sort has run: buf holds the final results */
     int8_t disk_use;     /* allowDiskUse: 1, -1, 0 not given (sbl_qexec_set_disk_use) */
     sbl_sorter_t *spill; /* the sort went through the disk: the results come from it */
+    sbl_shard_filter_t *own; /* the ownership filter (a reference), NULL: keep everything */
+    bool own_set;            /* own was taken from the first caller's ctx */
 };
 
 static void buf_clear(sbl_qexec_t *q)
@@ -398,6 +406,7 @@ void sbl_qexec_free(sbl_qexec_t *q)
     sbl_sort_free(q->sort);
     sbl_matcher_free(q->m);
     free_stages(q);
+    sbl_shard_filter_release(q->own);
     free(q);
 }
 
@@ -416,10 +425,22 @@ const bson_value_t *sbl_qexec_points(const sbl_qexec_t *q, size_t *np)
     return q->range.points;
 }
 
+/* ctx's ownership filter when it is for ns and filters anything (a new
+ * reference), else NULL. */
+static sbl_shard_filter_t *own_filter(const sbl_opctx_t *ctx, const char *ns)
+{
+    sbl_shard_filter_t *f = ctx->shard_filter;
+    if (f == NULL || sbl_shard_filter_trivial(f) || strcmp(sbl_shard_filter_ns(f), ns) != 0)
+        return NULL;
+    return sbl_shard_filter_ref(f);
+}
+
 /* Offer a document that matched to the stream: skip it, or keep it. Returns
  * false when the limit has been reached (stop reading). */
 static bool take_match(sbl_qexec_t *q, const bson_t *doc, int32_t pos)
 {
+    if (q->own != NULL && !sbl_shard_filter_owns(q->own, doc))
+        return true; /* an orphan: as if it had not matched */
     if (q->to_skip > 0) {
         q->to_skip--;
         return true;
@@ -786,6 +807,10 @@ static int refill_geo(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_t ma
             return 0;
         }
         bool more;
+        if (q->own != NULL && !sbl_shard_filter_owns(q->own, d)) {
+            bson_destroy(d); /* an orphan */
+            continue;
+        }
         if (q->to_skip > 0 || q->n < q->cap) { /* take d itself: no second copy */
             if (q->to_skip > 0) {
                 q->to_skip--;
@@ -916,6 +941,12 @@ int sbl_qexec_get_id(sbl_opctx_t *ctx, const char *ns, const bson_value_t *id, b
     ctx->keys_examined++;
     ctx->docs_examined++;
     sbl_coll_release(c);
+    sbl_shard_filter_t *own = rc == 0 && *foundp ? own_filter(ctx, ns) : NULL;
+    if (own != NULL && !sbl_shard_filter_owns(own, doc)) {
+        bson_destroy(doc); /* an orphan: not there for this read */
+        *foundp = false;
+    }
+    sbl_shard_filter_release(own);
     return rc;
 }
 
@@ -1062,6 +1093,10 @@ static int next_raw(sbl_qexec_t *q, sbl_opctx_t *ctx, bson_t *doc, int32_t *posp
 int sbl_qexec_next(sbl_qexec_t *q, sbl_opctx_t *ctx, bson_t *doc, int32_t *posp, bool *donep,
                    sbl_err_t *err)
 {
+    if (!q->own_set) {
+        q->own_set = true;
+        q->own = own_filter(ctx, q->ns);
+    }
     SBL_RET(next_raw(q, ctx, doc, posp, donep, err));
     if (q->text != NULL && !q->keep_score && q->sort != NULL && !*donep) {
         /* sorted with the score: the caller does not want it */

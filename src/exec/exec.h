@@ -194,6 +194,12 @@ typedef struct sbl_cursor_source {
     /* Optional with wake_gen: the monotonic us before which wake_gen cannot
      * move (a change stream's next sample): a parked getMore checks then. */
     int64_t (*wake_due_us)(void);
+    /* Optional with wake_gen: called with the cursor idle, under the cursor
+     * registry's lock (so briefly, never blocking), when wake_gen() moved to
+     * gen while an empty awaitData getMore of it waits: true when a getMore
+     * now would still produce nothing, having moved the source's position as
+     * that getMore would have; the request then waits on without running. */
+    bool (*idle)(void *state, uint64_t gen);
     /* Optional: true when the next getMore is quick enough for the network
      * loop (a change stream served from memory); called with the cursor idle. */
     bool (*quick)(void *state);

@@ -156,10 +156,9 @@ void sbl_op_set_park(sbl_op_park_fn fn)
     park_fn = fn;
 }
 
-bool sbl_op_park(sbl_opctx_t *ctx, sbl_op_gen_fn genf, sbl_op_due_fn duef, uint64_t gen,
-                 int64_t until_us)
+bool sbl_op_park(sbl_opctx_t *ctx, const sbl_op_wait_t *w)
 {
-    return park_fn != NULL && park_fn(ctx, genf, duef, gen, until_us);
+    return park_fn != NULL && park_fn(ctx, w);
 }
 
 static sbl_op_gen_fn gen_fn;

@@ -83,6 +83,9 @@ typedef struct sbl_opctx {
                             * read took: replies name no atClusterTime */
     uint64_t open_ts;      /* a router's command on a shard: the newest write's timestamp
                             * when it began (cursors keep it, cmd/snapshot_read.c), 0: none */
+    struct sbl_shard_filter *shard_filter; /* a router's read on a shard: the ownership
+                            * filter its executor applies (src/shard; dispatch.c's reference),
+                            * NULL: none */
 } sbl_opctx_t;
 
 /* ---- namespaces (op.c) ---------------------------------------------------- */
@@ -168,7 +171,8 @@ void sbl_op_coll_created(sbl_opctx_t *ctx, const char *ns);
  * Park the operation's request until something changes or until_us
  * (monotonic) passes: an awaitData getMore with nothing new.  gen is
  * genf() (sbl_op_generation() when genf is NULL) read before the operation
- * looked for data; the request runs again once it moves.  Returns false when the operation cannot
+ * looked for data; the request runs again once it moves, unless idlef
+ * (optional) says it would still find nothing.  Returns false when the operation cannot
  * be parked (an internal run, or no parking installed): the caller answers
  * at once.  On true, ctx->deferred is set and the caller answers nothing.
  */
@@ -176,15 +180,26 @@ typedef uint64_t (*sbl_op_gen_fn)(void);
 /* Optional with a genf: the monotonic us before which genf() cannot move
  * (the parked request checks it then, not every few ms). */
 typedef int64_t (*sbl_op_due_fn)(void);
-typedef bool (*sbl_op_park_fn)(sbl_opctx_t *ctx, sbl_op_gen_fn genf, sbl_op_due_fn duef,
-                               uint64_t gen, int64_t until_us);
+/* Optional: called on the request's loop when genf() moved to gen, with the
+ * arg given to sbl_op_park: true when the operation run now would still find
+ * nothing (having done what that run would have done to its state), so the
+ * request waits on for gen to move again without running.  Must not block. */
+typedef bool (*sbl_op_idle_fn)(int64_t arg, uint64_t gen);
+typedef struct sbl_op_wait {
+    sbl_op_gen_fn genf;
+    sbl_op_due_fn duef;
+    sbl_op_idle_fn idlef;
+    int64_t idle_arg;
+    uint64_t gen;
+    int64_t until_us;
+} sbl_op_wait_t;
+typedef bool (*sbl_op_park_fn)(sbl_opctx_t *ctx, const sbl_op_wait_t *w);
 /* The counter a parked request waits on by default: sbl_capped_generation()
  * unless the layer above installs another (the command layer adds the
  * majority commit point's moves). */
 void sbl_op_set_generation(sbl_op_gen_fn fn);
 uint64_t sbl_op_generation(void);
 void sbl_op_set_park(sbl_op_park_fn fn);
-bool sbl_op_park(sbl_opctx_t *ctx, sbl_op_gen_fn genf, sbl_op_due_fn duef, uint64_t gen,
-                 int64_t until_us);
+bool sbl_op_park(sbl_opctx_t *ctx, const sbl_op_wait_t *w);
 
 #endif

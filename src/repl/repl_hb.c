@@ -746,15 +746,17 @@ static int priority_rank_locked(void)
 }
 
 /* Priority takeover (as mongod): a SECONDARY of higher priority than the
- * primary it sees, whose last entry is within 2 s of the primary's.  Lock held. */
+ * primary it sees, fresh enough (sbl_rs_priority_takeover_fresh: its newest
+ * entry of the term of the newest one it knows of, and within 2 s of it).
+ * Lock held. */
 static bool priority_takeover_applies_locked(int64_t now)
 {
     int p = rs.primary, me = rs.self;
     return p >= 0 && p != me && rs.peer[p].up && !rs.catching_up &&
            sbl_rs_electable(&rs.cfg, me) && now >= rs.freeze_until_ms &&
            rs.cfg.m[me].priority > rs.cfg.m[p].priority &&
-           (int64_t)SBL_TS_SECS(sbl_rs_my_applied().ts) + 2 >=
-               (int64_t)SBL_TS_SECS(rs.peer[p].applied.ts) && sbl_storage_can_write();
+           sbl_rs_priority_takeover_fresh(sbl_rs_my_applied(), newest_known_locked()) &&
+           sbl_storage_can_write();
 }
 
 /* Catch-up takeover (as mongod): a SECONDARY not frozen, not in an election

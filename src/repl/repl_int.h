@@ -295,6 +295,16 @@ typedef struct sbl_rs_candidate {
 } sbl_rs_candidate_t;
 int sbl_rs_pick_sync_source(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
                             int primary, sbl_optime_t mine);
+/* Whether a member whose last applied optime is mine is fresh enough to
+ * stand for a priority takeover, latest being the newest applied optime it
+ * knows of (its own or a member's that is up), as mongod's
+ * _amIFreshEnoughForPriorityTakeover: of the same term (a member whose
+ * newest entry is of an older term than the primary's has not replicated
+ * the primary's writes, and may hold a diverged tail), and within
+ * SBL_RS_PRIORITY_TAKEOVER_WINDOW_S seconds of it (in the same second,
+ * within 1000 increments). */
+#define SBL_RS_PRIORITY_TAKEOVER_WINDOW_S 2
+bool sbl_rs_priority_takeover_fresh(sbl_optime_t mine, sbl_optime_t latest);
 /* Whether a catch-up takeover applies to member self (mongod's rules, the
  * settings' part and the view of the others; the caller adds not frozen, not
  * in an election of its own, a disk that takes writes): catchUpTakeoverDelayMillis
@@ -317,9 +327,10 @@ int sbl_rs_arbiters(const sbl_rs_config_t *cfg);
 bool sbl_rs_implicit_majority(const sbl_rs_config_t *cfg);
 /* The index of write concern mode name in cfg, -1 when there is none. */
 int sbl_rs_find_mode(const sbl_rs_config_t *cfg, const char *name);
-/* Whether the data-bearing members that applied ts meet mode m. */
+/* Whether the data-bearing members whose applied optime is at least op
+ * (term first, as sbl_optime_cmp) meet mode m. */
 bool sbl_rs_mode_satisfied(const sbl_rs_config_t *cfg, int m, const sbl_optime_t *applied,
-                           uint64_t ts);
+                           sbl_optime_t op);
 
 /* What a voter knows when a replSetRequestVotes arrives, and the request. */
 typedef struct sbl_vote_state {
@@ -361,8 +372,12 @@ sbl_optime_t sbl_rs_commit_point(const sbl_rs_config_t *cfg, const sbl_optime_t 
  * unknown).  Callers ignore values not above the last one set. */
 uint64_t sbl_rs_stable_for(bool primary, sbl_optime_t commit, sbl_optime_t applied,
                            uint64_t all_durable);
-/* How many data-bearing members have applied ts (w: N). */
-int sbl_rs_count_applied(const sbl_rs_config_t *cfg, const sbl_optime_t *applied, uint64_t ts);
+/* How many data-bearing members have applied the write at op (w: N): those
+ * whose applied optime is at least op, term first, as mongod compares
+ * OpTimes.  A member whose newest entry is of an older term did not apply
+ * op, whatever its ts (a former primary's unreplicated tail). */
+int sbl_rs_count_applied(const sbl_rs_config_t *cfg, const sbl_optime_t *applied,
+                         sbl_optime_t op);
 
 /* ---- the coordinator's state (repl_coord.c), shared by the heartbeat
  * and election thread (repl_hb.c), the applier (repl_sync.c) and the

@@ -425,14 +425,14 @@ int sbl_rs_find_mode(const sbl_rs_config_t *cfg, const char *name)
 }
 
 bool sbl_rs_mode_satisfied(const sbl_rs_config_t *cfg, int m, const sbl_optime_t *applied,
-                           uint64_t ts)
+                           sbl_optime_t op)
 {
     const sbl_rs_mode_t *md = &cfg->modes[m];
     for (int c = 0; c < md->n; c++) {
         const char *seen[SBL_RS_MAX_MEMBERS];
         int nseen = 0;
         for (int i = 0; i < cfg->n; i++) {
-            if (cfg->m[i].arbiter || applied[i].ts < ts)
+            if (cfg->m[i].arbiter || sbl_optime_cmp(applied[i], op) < 0)
                 continue;
             for (int t = 0; t < cfg->m[i].ntags; t++) {
                 if (strcmp(cfg->m[i].tags[t].k, md->tag[c]) != 0)
@@ -450,11 +450,12 @@ bool sbl_rs_mode_satisfied(const sbl_rs_config_t *cfg, int m, const sbl_optime_t
     return true;
 }
 
-int sbl_rs_count_applied(const sbl_rs_config_t *cfg, const sbl_optime_t *applied, uint64_t ts)
+int sbl_rs_count_applied(const sbl_rs_config_t *cfg, const sbl_optime_t *applied,
+                         sbl_optime_t op)
 {
     int n = 0;
     for (int i = 0; i < cfg->n; i++)
-        n += !cfg->m[i].arbiter && applied[i].ts >= ts;
+        n += !cfg->m[i].arbiter && sbl_optime_cmp(applied[i], op) >= 0;
     return n;
 }
 
@@ -469,6 +470,16 @@ uint64_t sbl_rs_stable_for(bool primary, sbl_optime_t commit, sbl_optime_t appli
     if (all_durable != 0 && all_durable < stable)
         stable = all_durable;
     return stable;
+}
+
+bool sbl_rs_priority_takeover_fresh(sbl_optime_t mine, sbl_optime_t latest)
+{
+    uint32_t my_s = SBL_TS_SECS(mine.ts), latest_s = SBL_TS_SECS(latest.ts);
+    if (mine.t != latest.t)
+        return false;
+    if (my_s != latest_s)
+        return (int64_t)my_s + SBL_RS_PRIORITY_TAKEOVER_WINDOW_S >= (int64_t)latest_s;
+    return (int64_t)SBL_TS_INC(mine.ts) + 1000 >= (int64_t)SBL_TS_INC(latest.ts);
 }
 
 bool sbl_rs_catchup_takeover_applies(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c,

@@ -29,6 +29,7 @@
 
 typedef struct waiter {
     uint64_t ts;
+    int64_t t; /* the term of the write's entry: the one this member leads */
     int w;
     bool majority;
     char mode[64]; /* a getLastErrorModes name, "" none */
@@ -45,6 +46,17 @@ static bool waiter_running; /* under rs.lock: the thread takes waits */
 static bool waiter_started; /* it was started and is not joined yet */
 static pthread_t waiter_thread;
 
+/* The term a write's entry at ts is taken of, for w:N: our newest entry's
+ * when it is at or after ts (on a primary, its own term), else the current
+ * term.  It is the entry's own term, or later (an entry of an earlier term
+ * waited on again): a member counts only with an optime at least that, so
+ * never one that lacks the entry.  Lock held. */
+static int64_t entry_term_locked(uint64_t ts)
+{
+    sbl_optime_t mine = sbl_rs_my_applied();
+    return mine.ts >= ts ? mine.t : rs.term;
+}
+
 static bool satisfied_locked(const waiter_t *wt)
 {
     if (wt->majority) {
@@ -60,10 +72,10 @@ static bool satisfied_locked(const waiter_t *wt)
     sbl_optime_t applied[SBL_RS_MAX_MEMBERS];
     for (int i = 0; i < rs.cfg.n; i++)
         applied[i] = i == rs.self ? sbl_rs_my_applied() : rs.peer[i].applied;
+    sbl_optime_t op = {.ts = wt->ts, .t = wt->t};
     if (wt->mode[0] != '\0')
-        return sbl_rs_mode_satisfied(&rs.cfg, sbl_rs_find_mode(&rs.cfg, wt->mode), applied,
-                                     wt->ts);
-    return sbl_rs_count_applied(&rs.cfg, applied, wt->ts) >= wt->w;
+        return sbl_rs_mode_satisfied(&rs.cfg, sbl_rs_find_mode(&rs.cfg, wt->mode), applied, op);
+    return sbl_rs_count_applied(&rs.cfg, applied, op) >= wt->w;
 }
 
 /* Is the wait over (*codep, *msgp: how it ended)?  Lock held. */
@@ -165,6 +177,7 @@ void sbl_repl_await(uint64_t ts, int w, bool majority, int64_t wtimeout_ms, sbl_
     int code;
     const char *msg;
     pthread_mutex_lock(&rs.lock);
+    wt.t = entry_term_locked(ts);
     while (!wait_over_locked(&wt, sbl_now_ms(), &code, &msg)) {
         int64_t left = wt.deadline_ms - sbl_now_ms();
         sbl_rs_wait_locked(left < WAIT_POLL_MS ? left : WAIT_POLL_MS);
@@ -188,6 +201,7 @@ void sbl_repl_await_async(uint64_t ts, int w, bool majority, const char *mode,
     if (mode != NULL)
         snprintf(wt->mode, sizeof(wt->mode), "%s", mode);
     pthread_mutex_lock(&rs.lock);
+    wt->t = entry_term_locked(ts);
     if (wait_over_locked(wt, sbl_now_ms(), &code, &msg)) {
         pthread_mutex_unlock(&rs.lock);
         free(wt);

@@ -22,6 +22,7 @@
 #include "common/errors.h"
 
 #define RT_MAX_SHARDS 64
+#define RT_HOST_MAX 256 /* a member's "host:port" */
 #define RT_RETRIES 5 /* StaleConfig refresh-and-retry rounds */
 
 /* A chunk or shard version: epoch and timestamp name the collection's
@@ -78,6 +79,14 @@ const char *rt_shard_host(int i);
  * 0 when a reply came back (it may say ok: 0; *reply holds it, initialised
  * by the callee), or an error (HostUnreachable ...) with *reply empty. */
 int rt_run(int shard, const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* As rt_run, on the member host of shard ("host:port", as rt_answered_by
+ * gave it; "" or NULL: its primary): a cursor's getMore and killCursors go
+ * to the member that opened it, which answers them after a step-down. */
+int rt_run_on(int shard, const char *host, const char *db, const bson_t *cmd, bson_t *reply,
+              sbl_err_t *err);
+/* The member ("host:port") that answered this thread's last command to
+ * shard through rt_run, rt_run_on or rt_run_many ("" none yet). */
+const char *rt_answered_by(int shard);
 /* Send cmds[i] to shard[i] for every i first, then read every reply: the
  * shards work in parallel.  replies[i] is always initialised; rcs[i] is 0
  * or the transport error (errs[i]).  Returns how many failed. */

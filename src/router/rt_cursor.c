@@ -24,6 +24,8 @@
 
 typedef struct rcur {
     int shard;
+    char *host; /* the member that opened the shard's cursor (getMore and killCursors go
+                 * there, as mongos sends them; heap, NULL: unknown) */
     int64_t id;        /* the shard's cursor; 0 when it has no more batches */
     bson_t reply;      /* holds the current batch */
     bool have_reply;
@@ -144,12 +146,13 @@ static void cursor_free(rt_cursor_t *c)
             BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &arr);
             BSON_APPEND_INT64(&arr, "0", r->id);
             bson_append_array_end(&cmd, &arr);
-            if (rt_run(r->shard, c->db, &cmd, &reply, &e) == 0)
+            if (rt_run_on(r->shard, r->host, c->db, &cmd, &reply, &e) == 0)
                 bson_destroy(&reply);
             bson_destroy(&cmd);
         }
         if (r->have_reply)
             bson_destroy(&r->reply);
+        free(r->host);
     }
     rt_sess_suspend(!was);
     rt_stream_free(c->stream);
@@ -158,9 +161,13 @@ static void cursor_free(rt_cursor_t *c)
     free(c);
 }
 
-/* Take a shard's cursor reply (firstBatch or nextBatch) into r; steals reply. */
+/* Take a shard's cursor reply (firstBatch or nextBatch) into r; steals
+ * reply.  Called on the thread that received it, right after: a first
+ * batch notes the member that answered (rt_answered_by). */
 static void rcur_take(rcur_t *r, bson_t *reply)
 {
+    if (r->host == NULL && rt_answered_by(r->shard)[0] != '\0')
+        r->host = strdup(rt_answered_by(r->shard));
     if (r->have_reply)
         bson_destroy(&r->reply);
     bson_steal(&r->reply, reply); /* a bson_t is never moved by struct copy */
@@ -200,7 +207,7 @@ static int rcur_peek(rt_cursor_t *c, rcur_t *r, bool fetch, sbl_err_t *err)
         BSON_APPEND_UTF8(&cmd, "collection", c->coll);
         if (c->batch_size > 0)
             BSON_APPEND_INT32(&cmd, "batchSize", c->batch_size);
-        int rc = rt_run(r->shard, c->db, &cmd, &reply, err);
+        int rc = rt_run_on(r->shard, r->host, c->db, &cmd, &reply, err);
         bson_destroy(&cmd);
         if (rc != 0)
             return -rc;

@@ -20,6 +20,12 @@
  * to it and the time their replies took (relaxed atomics, for the
  * monitoring page); rt_host_run gives the poller of rt_watch.c one command
  * to one named member on a connection of its own.
+ *
+ * A shard's cursor lives on the member that opened it (mongos sends its
+ * getMore there): each thread notes which member answered its last command
+ * to each shard (rt_answered_by), and rt_run_on sends to that member,
+ * over the shard's pooled connections while it is still the primary, else
+ * over a connection of its own for that one command.
  */
 #include "router/router_int.h"
 #include "doc/doc.h"
@@ -46,6 +52,7 @@
 
 #define RT_IDLE_MAX 256   /* idle direct connections kept per shard */
 #define RT_IO_TIMEOUT_MS 60000
+#define RT_CONNECT_MS 5000 /* rt_run_on's own connection (as the pools' connectTimeoutMS) */
 
 typedef struct rt_shard {
     char id[128];
@@ -448,7 +455,6 @@ static bool recv_msg(int fd, int32_t rid, bson_t *reply)
     return true;
 }
 
-/* A connection to s's primary: an idle one (*pooled) or a new one; -1 with err. */
 /* One SASL round trip on fd: cmd out, payload of the reply in (*outp). */
 static bool sasl_round(int fd, const bson_t *cmd, char **outp, bool *donep)
 {
@@ -526,10 +532,19 @@ static int dial(const char *hostport)
     return dial_auth(hostport, RT_IO_TIMEOUT_MS);
 }
 
-static int conn_get(rt_shard_t *s, bool *pooled, sbl_err_t *err)
+/* The member that answered this thread's last command to each shard. */
+static _Thread_local char answered[RT_MAX_SHARDS][RT_HOST_MAX];
+
+const char *rt_answered_by(int shard)
 {
-    char primary[256];
-    if (find_primary(s, primary, sizeof(primary), err) != 0)
+    return shard >= 0 && shard < RT_MAX_SHARDS ? answered[shard] : "";
+}
+
+/* A connection to s's primary (its "host:port" into primary, RT_HOST_MAX
+ * bytes): an idle one (*pooled) or a new one; -1 with err. */
+static int conn_get(rt_shard_t *s, char *primary, bool *pooled, sbl_err_t *err)
+{
+    if (find_primary(s, primary, RT_HOST_MAX, err) != 0)
         return -1;
     int fd = -1;
     pthread_mutex_lock(&s->lock);
@@ -565,11 +580,11 @@ static void conn_put(rt_shard_t *s, int fd, const bson_t *reply)
 /* Send on a connection of s, retrying once on a fresh one when an idle
  * connection turns out closed.  Returns the fd or -1 with err. */
 static int conn_send(rt_shard_t *s, const char *db, const bson_t *cmd, const bson_t *extra,
-                     int32_t *ridp, sbl_err_t *err)
+                     int32_t *ridp, char *host, sbl_err_t *err)
 {
     for (int attempt = 0; attempt < 2; attempt++) {
         bool pooled;
-        int fd = conn_get(s, &pooled, err);
+        int fd = conn_get(s, host, &pooled, err);
         if (fd < 0)
             return -1;
         if (send_msg(fd, db, cmd, extra, ridp))
@@ -726,10 +741,12 @@ static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *
     bool retry = idempotent(cmd) || (bson_has_field(&extra, "txnNumber") && !in_txn);
     for (int attempt = 0; attempt < 2; attempt++) {
         int32_t rid;
-        int fd = conn_send(s, db, cmd, has_extra ? &extra : NULL, &rid, err);
+        char host[RT_HOST_MAX];
+        int fd = conn_send(s, db, cmd, has_extra ? &extra : NULL, &rid, host, err);
         if (fd < 0)
             break;
         if (recv_msg(fd, rid, reply)) {
+            memcpy(answered[s - shards], host, RT_HOST_MAX);
             count_traffic(s, t0);
             conn_put(s, fd, reply); /* a not-primary answer: the primary is looked up again */
             if (attempt == 0 && !in_txn && refused_not_primary(reply)) {
@@ -759,6 +776,7 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
                 bson_t *replies, int *rcs, sbl_err_t *errs)
 {
     int fds[RT_MAX_SHARDS];
+    char hosts[RT_MAX_SHARDS][RT_HOST_MAX];
     int32_t rids[RT_MAX_SHARDS];
     bool started[RT_MAX_SHARDS], in_txn[RT_MAX_SHARDS];
     int failed = 0;
@@ -774,7 +792,7 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
         bson_t extra = BSON_INITIALIZER;
         bool has_extra = extra_for(shard[i], cmds[i], &extra);
         fds[i] = conn_send(&shards[shard[i]], db, cmds[i], has_extra ? &extra : NULL, &rids[i],
-                           &errs[i]);
+                           hosts[i], &errs[i]);
         started[i] = bson_has_field(&extra, "startTransaction");
         in_txn[i] = bson_has_field(&extra, "autocommit");
         bson_destroy(&extra);
@@ -791,6 +809,7 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
         }
         rt_shard_t *s = &shards[shard[i]];
         if (recv_msg(fds[i], rids[i], &replies[i])) {
+            memcpy(answered[shard[i]], hosts[i], RT_HOST_MAX);
             count_traffic(s, t0);
             conn_put(s, fds[i], &replies[i]);
             if (!in_txn[i] && refused_not_primary(&replies[i])) {
@@ -823,6 +842,49 @@ int rt_run(int shard, const char *db, const bson_t *cmd, bson_t *reply, sbl_err_
         return sbl_err_set(err, SBL_E_ShardNotFound, "no shard %d", shard);
     }
     return run_direct(&shards[shard], db, cmd, reply, err);
+}
+
+int rt_run_on(int shard, const char *host, const char *db, const bson_t *cmd, bson_t *reply,
+              sbl_err_t *err)
+{
+    if (host == NULL || host[0] == '\0' || shard < 0 || shard >= rt_shard_count())
+        return rt_run(shard, db, cmd, reply, err);
+    rt_shard_t *s = &shards[shard];
+    char primary[RT_HOST_MAX];
+    pthread_mutex_lock(&s->lock);
+    snprintf(primary, sizeof(primary), "%s", s->primary);
+    pthread_mutex_unlock(&s->lock);
+    if (strcmp(primary, host) == 0)
+        return run_direct(s, db, cmd, reply, err);
+    /* no longer the member the router sends to (it stepped down): one
+     * connection for this command, closed after it */
+    int64_t t0 = now_us();
+    bson_t extra = BSON_INITIALIZER;
+    bool has_extra = extra_for(shard, cmd, &extra);
+    bool started = bson_has_field(&extra, "startTransaction");
+    int32_t rid;
+    int fd = dial_auth(host, RT_CONNECT_MS); /* a member gone must not hold the caller long */
+    if (fd >= 0) {
+        struct timeval tv = {.tv_sec = RT_IO_TIMEOUT_MS / 1000};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    }
+    bool ok = fd >= 0 && send_msg(fd, db, cmd, has_extra ? &extra : NULL, &rid) &&
+              recv_msg(fd, rid, reply);
+    if (fd >= 0)
+        close(fd);
+    bson_destroy(&extra);
+    if (!ok) {
+        rt_sess_reply(shard, started, NULL);
+        bson_init(reply);
+        return sbl_err_set(err, SBL_E_HostUnreachable, "shard %s: no answer from %s", s->id,
+                           host);
+    }
+    snprintf(answered[shard], RT_HOST_MAX, "%s", host);
+    count_traffic(s, t0);
+    note_cluster_time(reply);
+    rt_sess_reply(shard, started, reply);
+    return 0;
 }
 
 int rt_host_run(const char *hostport, int *fdp, int timeout_ms, const char *db, const bson_t *cmd,

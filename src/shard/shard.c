@@ -5,15 +5,19 @@
  * config.chunks owned by this shard is its placement version (0|0 when it
  * owns none), and the newest onCurrentShardSince among them when this shard
  * took its latest chunk; the chunks' histories tell when one last left it.
- * A namespace absent from config.collections is unsharded.
+ * A namespace absent from config.collections is unsharded.  The same read
+ * of every chunk of the collection gives the ownership filter of routed
+ * reads (shard_filter.c), kept beside the version.
  *
  * What must stay true: a router's version is accepted only when it equals
  * (epoch, timestamp, major) this shard's freshly read version, so after a
  * metadata change every router that has not refreshed gets StaleConfig.
  */
-#include "shard/shard.h"
+#include "shard/shard_int.h"
 
 #include "auth/auth.h"
+#include "common/log.h"
+#include "doc/doc.h"
 #include "repl/repl.h"
 #include "server/server.h"
 
@@ -30,6 +34,8 @@ typedef struct sv {
     bson_oid_t epoch;
     uint32_t ts_t, ts_i, major, minor;
     uint64_t since; /* the newest onCurrentShardSince of its chunks here (0: none) */
+    sbl_shard_filter_t *filter; /* the cache's reference (sharded only); copies by
+                                 * cached() do not own it */
     uint64_t left;  /* when a chunk last left this shard, by config.chunks' history (0: none) */
 } sv_t;
 
@@ -41,6 +47,16 @@ static mongoc_client_pool_t *pool;
 static sv_t *cache;
 static size_t ncache;
 static _Atomic int64_t known_term = -2; /* the primaryship whose metadata is known */
+
+/* Forget every cached version (lock held for writing). */
+static void cache_clear(void)
+{
+    for (size_t i = 0; i < ncache; i++)
+        sbl_shard_filter_release(cache[i].filter);
+    free(cache);
+    cache = NULL;
+    ncache = 0;
+}
 
 int sbl_shard_set_identity(const char *name, const char *cfg, sbl_err_t *err)
 {
@@ -71,9 +87,7 @@ int sbl_shard_set_identity(const char *name, const char *cfg, sbl_err_t *err)
     pool = p;
     snprintf(shard_name, sizeof(shard_name), "%s", name);
     snprintf(configsvr, sizeof(configsvr), "%s", cfg);
-    free(cache);
-    cache = NULL;
-    ncache = 0;
+    cache_clear();
     pthread_rwlock_unlock(&lock);
     if (old != NULL)
         mongoc_client_pool_destroy(old);
@@ -96,14 +110,12 @@ void sbl_shard_shutdown(void)
     if (pool != NULL)
         mongoc_client_pool_destroy(pool);
     pool = NULL;
-    free(cache);
-    cache = NULL;
-    ncache = 0;
+    cache_clear();
     pthread_rwlock_unlock(&lock);
 }
 
-/* find on the config servers' config.<coll>, first batch only (a shard's
- * chunks of one collection fit: only lastmod is projected). */
+/* find on the config servers' config.<coll>, first batch only (a
+ * collection's chunks fit: bounds, owner, version and history projected). */
 static int cfg_find(const char *coll, const bson_t *filter, const bson_t *proj, bson_t *reply,
                     sbl_err_t *err)
 {
@@ -134,50 +146,30 @@ static uint64_t ts_value(const bson_iter_t *it)
     return ((uint64_t)t << 32) | i;
 }
 
-/* out->left for the collection uuid: of each chunk another shard owns now
- * whose history (newest first) names this shard, the validAfter of the entry
- * before this shard's newest one (when it moved on from here); the newest. */
-static int load_left(const bson_value_t *uuid, sv_t *out, sbl_err_t *err)
+/* When the chunk at it (another shard's now) last left this shard: the
+ * validAfter of the history entry (newest first) after this shard's newest
+ * one; 0 when its history does not name this shard. */
+static uint64_t chunk_left(const bson_iter_t *chunk)
 {
-    bson_t f = BSON_INITIALIZER, p = BSON_INITIALIZER, ne, r;
-    bson_append_value(&f, "uuid", -1, uuid);
-    BSON_APPEND_DOCUMENT_BEGIN(&f, "shard", &ne);
-    BSON_APPEND_UTF8(&ne, "$ne", shard_name);
-    bson_append_document_end(&f, &ne);
-    BSON_APPEND_UTF8(&f, "history.shard", shard_name);
-    BSON_APPEND_INT32(&p, "history", 1);
-    int rc = cfg_find("chunks", &f, &p, &r, err);
-    bson_destroy(&f);
-    bson_destroy(&p);
-    if (rc != 0)
-        return rc;
-    bson_iter_t it, d, h, e;
-    if (bson_iter_init(&it, &r) && bson_iter_find_descendant(&it, "cursor.firstBatch", &d) &&
-        bson_iter_recurse(&d, &it))
-        while (bson_iter_next(&it)) {
-            uint64_t next = 0; /* the validAfter of the entry after (newer than) this one */
-            if (!bson_iter_recurse(&it, &h) || !bson_iter_find(&h, "history") ||
-                !bson_iter_recurse(&h, &h))
-                continue;
-            while (bson_iter_next(&h)) {
-                const char *s = NULL;
-                uint64_t va = 0;
-                if (bson_iter_recurse(&h, &e))
-                    while (bson_iter_next(&e)) {
-                        if (strcmp(bson_iter_key(&e), "shard") == 0 && BSON_ITER_HOLDS_UTF8(&e))
-                            s = bson_iter_utf8(&e, NULL);
-                        else if (strcmp(bson_iter_key(&e), "validAfter") == 0)
-                            va = ts_value(&e);
-                    }
-                if (s != NULL && strcmp(s, shard_name) == 0) {
-                    if (next > out->left)
-                        out->left = next;
-                    break;
-                }
-                next = va;
+    bson_iter_t h, e;
+    uint64_t next = 0; /* the validAfter of the entry after (newer than) this one */
+    if (!bson_iter_recurse(chunk, &h) || !bson_iter_find(&h, "history") ||
+        !bson_iter_recurse(&h, &h))
+        return 0;
+    while (bson_iter_next(&h)) {
+        const char *s = NULL;
+        uint64_t va = 0;
+        if (bson_iter_recurse(&h, &e))
+            while (bson_iter_next(&e)) {
+                if (strcmp(bson_iter_key(&e), "shard") == 0 && BSON_ITER_HOLDS_UTF8(&e))
+                    s = bson_iter_utf8(&e, NULL);
+                else if (strcmp(bson_iter_key(&e), "validAfter") == 0)
+                    va = ts_value(&e);
             }
-        }
-    bson_destroy(&r);
+        if (s != NULL && strcmp(s, shard_name) == 0)
+            return next;
+        next = va;
+    }
     return 0;
 }
 
@@ -193,6 +185,7 @@ static int load(const char *ns, sv_t *out, sbl_err_t *err)
         return rc;
     bson_iter_t it, d;
     bson_value_t uuid = {0};
+    bson_t key = BSON_INITIALIZER;
     if (bson_iter_init(&it, &r) && bson_iter_find_descendant(&it, "cursor.firstBatch.0", &d) &&
         bson_iter_recurse(&d, &it)) {
         bool dropped = false;
@@ -206,6 +199,13 @@ static int load(const char *ns, sv_t *out, sbl_err_t *err)
                 bson_value_copy(bson_iter_value(&it), &uuid);
             else if (strcmp(k, "dropped") == 0)
                 dropped = bson_iter_as_bool(&it);
+            else if (strcmp(k, "key") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+                bson_t kd;
+                if (sbl_iter_doc(&it, &kd)) {
+                    bson_destroy(&key);
+                    bson_copy_to(&kd, &key);
+                }
+            }
         }
         out->sharded = !dropped && uuid.value_type != BSON_TYPE_EOD;
     }
@@ -213,27 +213,52 @@ static int load(const char *ns, sv_t *out, sbl_err_t *err)
     if (!out->sharded) {
         if (uuid.value_type != BSON_TYPE_EOD)
             bson_value_destroy(&uuid);
+        bson_destroy(&key);
         return 0;
     }
     bson_t p = BSON_INITIALIZER;
     bson_init(&f);
     bson_append_value(&f, "uuid", -1, &uuid);
-    BSON_APPEND_UTF8(&f, "shard", shard_name);
-    BSON_APPEND_INT32(&p, "lastmod", 1);
-    BSON_APPEND_INT32(&p, "onCurrentShardSince", 1);
+    static const char *const fields[] = {"min", "max", "shard", "lastmod",
+                                         "onCurrentShardSince", "history", NULL};
+    for (int i = 0; fields[i] != NULL; i++)
+        BSON_APPEND_INT32(&p, fields[i], 1);
+    bson_value_destroy(&uuid);
     rc = cfg_find("chunks", &f, &p, &r, err);
     bson_destroy(&f);
     bson_destroy(&p);
-    if (rc == 0 && (rc = load_left(&uuid, out, err)) != 0)
-        bson_destroy(&r);
-    bson_value_destroy(&uuid);
-    if (rc != 0)
+    if (rc != 0) {
+        bson_destroy(&key);
         return rc;
+    }
+    /* the filter needs every chunk: a list cut at the first batch (16 MB of
+     * chunks) filters nothing rather than drop what this shard owns */
+    bool whole = bson_iter_init(&it, &r) && bson_iter_find_descendant(&it, "cursor.id", &d) &&
+                 bson_iter_as_int64(&d) == 0;
+    if (!whole) {
+        bson_t attr = BSON_INITIALIZER;
+        BSON_APPEND_UTF8(&attr, "namespace", ns);
+        sbl_log(SBL_LOG_WARNING, "SHARDING", 0, "too many chunks to read at once: routed reads "
+                "of the collection are not filtered by ownership", &attr);
+        bson_destroy(&attr);
+    } else if (bson_iter_init(&it, &r) &&
+               bson_iter_find_descendant(&it, "cursor.firstBatch", &d) &&
+               bson_iter_recurse(&d, &it)) {
+        bson_iter_t all = it;
+        out->filter = shard_filter_build(ns, &key, &all, shard_name);
+    }
     if (bson_iter_init(&it, &r) && bson_iter_find_descendant(&it, "cursor.firstBatch", &d) &&
         bson_iter_recurse(&d, &it))
         while (bson_iter_next(&it)) {
             bson_iter_t c;
             uint32_t ma, mi;
+            if (!bson_iter_recurse(&it, &c) || !bson_iter_find(&c, "shard") ||
+                !BSON_ITER_HOLDS_UTF8(&c) || strcmp(bson_iter_utf8(&c, NULL), shard_name) != 0) {
+                uint64_t left = chunk_left(&it); /* another shard's chunk: did it leave here? */
+                if (left > out->left)
+                    out->left = left;
+                continue;
+            }
             if (bson_iter_recurse(&it, &c) && bson_iter_find(&c, "onCurrentShardSince") &&
                 BSON_ITER_HOLDS_TIMESTAMP(&c)) {
                 bson_iter_timestamp(&c, &ma, &mi);
@@ -250,6 +275,7 @@ static int load(const char *ns, sv_t *out, sbl_err_t *err)
             }
         }
     bson_destroy(&r);
+    bson_destroy(&key);
     return 0;
 }
 
@@ -257,9 +283,7 @@ void sbl_shard_stepped_up(int64_t term)
 {
     pthread_mutex_lock(&refresh_lock); /* no refresh under way puts an old version back */
     pthread_rwlock_wrlock(&lock);
-    free(cache);
-    cache = NULL;
-    ncache = 0;
+    cache_clear();
     pthread_rwlock_unlock(&lock);
     atomic_store(&known_term, term);
     pthread_mutex_unlock(&refresh_lock);
@@ -303,6 +327,8 @@ int sbl_shard_refresh(const char *ns, sbl_err_t *err)
         if (i == ncache) {
             cache = realloc(cache, (ncache + 1) * sizeof(*cache));
             ncache++;
+        } else {
+            sbl_shard_filter_release(cache[i].filter);
         }
         cache[i] = v;
         pthread_rwlock_unlock(&lock);
@@ -371,6 +397,19 @@ int sbl_shard_check_version(const char *ns, const bson_t *svd, bson_t *info, sbl
     return sbl_err_set(err, SBL_E_StaleConfig, "sharding status of collection %s is not "
                        "currently known and needs to be recovered (version %u|%u received, "
                        "%u|%u wanted)", ns, r.major, r.minor, w.major, w.minor);
+}
+
+sbl_shard_filter_t *sbl_shard_filter_get(const char *ns)
+{
+    sbl_shard_filter_t *f = NULL;
+    pthread_rwlock_rdlock(&lock);
+    for (size_t i = 0; i < ncache; i++)
+        if (strcmp(cache[i].ns, ns) == 0) {
+            f = sbl_shard_filter_ref(cache[i].filter);
+            break;
+        }
+    pthread_rwlock_unlock(&lock);
+    return f;
 }
 
 uint64_t sbl_shard_owned_since(const char *ns)

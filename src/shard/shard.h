@@ -39,6 +39,26 @@ uint64_t sbl_shard_owned_since(const char *ns);
 /* When a chunk of ns last left this shard (config.chunks' history, as last
  * read with its version; 0: unknown or never). */
 uint64_t sbl_shard_left_since(const char *ns);
+/*
+ * The ownership filter of routed reads (shard_filter.c): a routed find,
+ * aggregate, count or distinct drops the documents of ns whose shard key
+ * value falls outside the chunks this shard owns (orphans), as mongod's
+ * shards do.  sbl_shard_filter_get: ns's filter as read with its cached
+ * version (a reference; NULL when ns is not sharded or not cached);
+ * sbl_shard_filter_at: the same collection's ownership at cluster time at
+ * (a snapshot read's atClusterTime; each chunk's history entry valid then,
+ * else its owner now), a new reference.  A trivial filter (this shard owns
+ * every chunk) keeps every document.  sbl_shard_filter_owns: is doc's
+ * shard key value in a range the filter owns?  Immutable: any thread.
+ */
+typedef struct sbl_shard_filter sbl_shard_filter_t;
+sbl_shard_filter_t *sbl_shard_filter_get(const char *ns);
+sbl_shard_filter_t *sbl_shard_filter_at(sbl_shard_filter_t *f, uint64_t at);
+sbl_shard_filter_t *sbl_shard_filter_ref(sbl_shard_filter_t *f);
+void sbl_shard_filter_release(sbl_shard_filter_t *f); /* NULL: nothing */
+const char *sbl_shard_filter_ns(const sbl_shard_filter_t *f);
+bool sbl_shard_filter_trivial(const sbl_shard_filter_t *f); /* NULL is */
+bool sbl_shard_filter_owns(const sbl_shard_filter_t *f, const bson_t *doc);
 /* Forget ns's cached version and read it again from the config servers. */
 int sbl_shard_refresh(const char *ns, sbl_err_t *err);
 /*

@@ -2,8 +2,9 @@
  * test_repl_rules.c: pv1's pure rules, driven without sockets or clocks:
  * config validation, who may stand, vote granting (set, term, config, log
  * up to date, one vote per term, dry runs), the majority commit point
- * (current term only, never back) and w:N counting; arbiters, the write
- * majority and the implicit default write concern; tags and custom modes.
+ * (current term only, never back), w:N counting (term first), priority
+ * takeover freshness; arbiters, the write majority and the implicit
+ * default write concern; tags and custom modes.
  */
 #include "check.h"
 #include "repl/repl_int.h"
@@ -156,8 +157,16 @@ static void test_commit_point(void)
     sbl_optime_t ap2[3] = {ot(1, 10), ot(1, 2), ot(1, 10)};
     c2 = sbl_rs_commit_point(&nv, ap2, 1, none);
     CHECK(c2.ts == SBL_TS(2, 1)); /* both voters needed */
-    CHECK(sbl_rs_count_applied(&nv, ap2, SBL_TS(10, 1)) == 2);
-    CHECK(sbl_rs_count_applied(&nv, ap2, SBL_TS(2, 1)) == 3);
+    CHECK(sbl_rs_count_applied(&nv, ap2, ot(1, 10)) == 2);
+    CHECK(sbl_rs_count_applied(&nv, ap2, ot(1, 2)) == 3);
+    /* w:N compares optimes term first: a former primary's tail of an older
+     * term (later ts) has not applied a write of the new term; a member of
+     * a later term has */
+    sbl_optime_t split[3] = {ot(2, 10), ot(1, 20), ot(2, 9)};
+    CHECK(sbl_rs_count_applied(&nv, split, ot(2, 10)) == 1);
+    CHECK(sbl_rs_count_applied(&nv, split, ot(1, 20)) == 3);
+    split[1] = ot(3, 5);
+    CHECK(sbl_rs_count_applied(&nv, split, ot(2, 10)) == 2);
     /* electable: priority 0 or hidden never stands */
     CHECK(!sbl_rs_electable(&nv, 2) && sbl_rs_electable(&nv, 0));
 }
@@ -191,7 +200,7 @@ static void test_arbiters(void)
     sbl_optime_t ap[3] = {ot(2, 10), ot(2, 8), ot(0, 0)};
     sbl_optime_t c = sbl_rs_commit_point(&psa, ap, 2, ot(0, 0));
     CHECK(c.ts == SBL_TS(8, 1)); /* the secondary's, not the arbiter's nothing */
-    CHECK(sbl_rs_count_applied(&psa, ap, SBL_TS(8, 1)) == 2);
+    CHECK(sbl_rs_count_applied(&psa, ap, ot(2, 8)) == 2);
     sbl_rs_config_t pss = three(1, false, 1);
     CHECK(sbl_rs_implicit_majority(&pss));
     /* P-A-A (two arbiters of three voters): the write majority is the one
@@ -232,11 +241,15 @@ static void test_modes(void)
     int two_dcs = sbl_rs_find_mode(&cfg, "twoDCs"), racks = sbl_rs_find_mode(&cfg, "twoRacks");
     CHECK(two_dcs == 0 && racks == 1 && sbl_rs_find_mode(&cfg, "nope") == -1);
     sbl_optime_t ap[3] = {ot(2, 10), ot(2, 10), ot(2, 5)};
-    CHECK(!sbl_rs_mode_satisfied(&cfg, two_dcs, ap, SBL_TS(10, 1))); /* east only */
-    CHECK(sbl_rs_mode_satisfied(&cfg, racks, ap, SBL_TS(10, 1)));
-    CHECK(sbl_rs_mode_satisfied(&cfg, two_dcs, ap, SBL_TS(5, 1)));
+    CHECK(!sbl_rs_mode_satisfied(&cfg, two_dcs, ap, ot(2, 10))); /* east only */
+    CHECK(sbl_rs_mode_satisfied(&cfg, racks, ap, ot(2, 10)));
+    CHECK(sbl_rs_mode_satisfied(&cfg, two_dcs, ap, ot(2, 5)));
     ap[1] = ot(2, 4);
-    CHECK(!sbl_rs_mode_satisfied(&cfg, racks, ap, SBL_TS(10, 1)));
+    CHECK(!sbl_rs_mode_satisfied(&cfg, racks, ap, ot(2, 10)));
+    ap[1] = ot(1, 30); /* an older term's tail, however late its ts */
+    CHECK(!sbl_rs_mode_satisfied(&cfg, racks, ap, ot(2, 10)));
+    ap[1] = ot(3, 1); /* a later term */
+    CHECK(sbl_rs_mode_satisfied(&cfg, racks, ap, ot(2, 10)));
     /* a mode naming a tag no member has */
     CHECK(parse_json("{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"}],"
                      "\"settings\":{\"getLastErrorModes\":{\"m\":{\"dc\":1}}}}",
@@ -373,8 +386,29 @@ static void test_catchup_takeover(void)
           SBL_E_InvalidReplicaSetConfig);
 }
 
+/* Priority takeover freshness (mongod's _amIFreshEnoughForPriorityTakeover):
+ * the term of our newest entry must be that of the newest one we know of,
+ * and within 2 s of it (in the same second, 1000 increments). */
+static void test_priority_takeover_fresh(void)
+{
+    sbl_optime_t latest = {.t = 2, .ts = SBL_TS(100, 50)};
+    CHECK(sbl_rs_priority_takeover_fresh(latest, latest));
+    CHECK(sbl_rs_priority_takeover_fresh(ot(2, 98), latest));
+    CHECK(!sbl_rs_priority_takeover_fresh(ot(2, 97), latest));
+    /* a former primary: its unreplicated tail is of term 1 with later
+     * timestamps than the new primary's entries: not fresh (it must sync,
+     * and roll back, first) */
+    CHECK(!sbl_rs_priority_takeover_fresh(ot(1, 130), latest));
+    CHECK(!sbl_rs_priority_takeover_fresh(ot(1, 100), latest));
+    /* the same second: within 1000 increments */
+    sbl_optime_t busy = {.t = 2, .ts = SBL_TS(100, 1500)};
+    CHECK(sbl_rs_priority_takeover_fresh((sbl_optime_t){.t = 2, .ts = SBL_TS(100, 500)}, busy));
+    CHECK(!sbl_rs_priority_takeover_fresh((sbl_optime_t){.t = 2, .ts = SBL_TS(100, 499)}, busy));
+}
+
 int main(void)
 {
+    test_priority_takeover_fresh();
     test_sync_source();
     test_catchup_takeover();
     test_config();

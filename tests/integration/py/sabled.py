@@ -155,6 +155,35 @@ class Sabled:
     def signal(self, sig):
         self.proc.send_signal(sig)
 
+    def pause(self, timeout=10):
+        """SIGSTOP, then wait until every thread of the process has stopped.
+        kill() returns before the stop takes effect: one thread takes the
+        signal and stops the others, and on a loaded machine the others run
+        on meanwhile (a secondary sent SIGSTOP still took its primary's next
+        batch and asked for more).  resume() is SIGCONT."""
+        self.proc.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + timeout
+        while not self._all_threads_stopped():
+            if time.monotonic() > deadline:
+                raise SabledError("sabled (pid %d) did not stop within %ss of SIGSTOP"
+                                  % (self.proc.pid, timeout))
+            time.sleep(0.01)
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+
+    def _all_threads_stopped(self):
+        task = "/proc/%d/task" % self.proc.pid
+        try:
+            for tid in os.listdir(task):
+                with open(os.path.join(task, tid, "stat")) as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]  # after "(comm)"
+                if state not in ("T", "t", "Z", "X"):
+                    return False
+        except FileNotFoundError:  # a thread ended while we looked: look again
+            return False
+        return True
+
     def wait(self, timeout=30):
         """Wait for the process to exit; returns its exit code (raises on timeout)."""
         return self.proc.wait(timeout=timeout)

@@ -94,6 +94,13 @@ def extra_router(info, name="router2"):
     finally:
         with open(log + ".pid") as f:
             os.kill(int(f.read().strip()), 15)
+        # the router removes its pid file as it exits: wait for that, or a
+        # next router of the same name may write the file before it goes
+        import time
+        for _ in range(100):
+            if not os.path.exists(log + ".pid"):
+                break
+            time.sleep(0.1)
 
 
 def split_at_zero(client, db, colls):

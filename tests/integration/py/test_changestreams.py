@@ -287,6 +287,63 @@ def test_waiting_getmore_is_woken_by_a_write(db):
     assert 0.25 < waited < 2.0
 
 
+def test_waiting_streams_wait_on_through_writes_elsewhere(rs1, db):
+    """Streams waiting on a collection nobody writes while another one is
+    written: the wakes their scope has nothing for leave them waiting
+    without running their getMore (metrics.changeStreams.idleWakes); the
+    first write of theirs still wakes each at once, and a wait that ends
+    empty still reports the high-water mark past the other writes."""
+    _, c = rs1
+    db.create_collection("q")
+    db.create_collection("c")
+    streams = [RawStream(db, "q", {}) for _ in range(8)]
+
+    def idle_wakes():
+        return c.admin.command("serverStatus")["metrics"]["changeStreams"]["idleWakes"]
+
+    results, errors = {}, []
+
+    def wait(st):
+        try:
+            t0 = time.time()
+            g = db.command("getMore", st.id, collection="q", maxTimeMS=5000)
+            results[st.id] = (g["cursor"]["nextBatch"], time.time() - t0)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    idle0 = idle_wakes()
+    ts = [threading.Thread(target=wait, args=(st,)) for st in streams]
+    for t in ts:
+        t.start()
+    time.sleep(0.2)
+    for i in range(20):  # each write moves the wake point past the last one
+        db.c.insert_one({"_id": i})
+        time.sleep(0.04)
+    assert not results  # nothing for q: all still waiting
+    db.q.insert_one({"_id": "mine"})
+    t0 = time.time()
+    for t in ts:
+        t.join(10)
+    assert not errors
+    assert len(results) == len(streams)
+    for batch, waited in results.values():
+        assert [e["documentKey"] for e in batch] == [{"_id": "mine"}]
+    assert time.time() - t0 < 2.5  # woken by the write, not at the end of the 5 s wait
+    # 8 streams, about 20 wake point moves with nothing for them: most skipped
+    assert idle_wakes() - idle0 >= 40
+    # an empty wait's token moves past the writes elsewhere, as a run's would
+    st = streams[0]
+    token = results[st.id][0][0]["_id"]["_data"]
+    t = threading.Timer(0.1, lambda: db.c.insert_one({"_id": "after"}))
+    t.start()
+    g = db.command("getMore", st.id, collection="q", maxTimeMS=600)
+    t.join()
+    assert g["cursor"]["nextBatch"] == []
+    assert g["cursor"]["postBatchResumeToken"]["_data"] > token
+    for s in streams:
+        db.command("killCursors", "q", cursors=[s.id])
+
+
 def test_expanded_event_shapes_and_modify(db):
     """create, createIndexes, dropIndexes and modify as 7.0 gives them:
     collectionUUID after clusterTime, operationDescription, and for modify

@@ -200,7 +200,7 @@ def test_linearizable_read_fails_when_primary_cannot_reach_majority(rs):
     with direct(p) as c:
         c.rc.c.find_one({})
         for m in others:
-            m.signal(signal.SIGSTOP)
+            m.pause()  # every thread stopped: none sends a last ack or vote
         try:
             with pytest.raises((OperationFailure, NotMasterError)) as ei:
                 c.rc.command("find", "c", readConcern={"level": "linearizable"}, maxTimeMS=800)
@@ -339,7 +339,7 @@ def test_default_rw_concern(rs):
             # other members stopped it times out (wtimeout 600) as mongod reports it
             others = [m for m in rs if m is not p]
             for m in others:
-                m.signal(signal.SIGSTOP)
+                m.pause()
             try:
                 r = c.dwc.command("insert", "c", documents=[{"_id": 1}])
                 assert r["writeConcernError"]["code"] == 64

@@ -167,6 +167,20 @@ def start_set(n=3, args=()):
     return members
 
 
+def pause_behind_bait(coll, secondaries):
+    """Pause the secondaries (every thread stopped: Sabled.pause), then write
+    a bait through coll, on the primary: the getMore each had sent before it
+    stopped is still answered, into its socket, with the next write (or
+    empty, after its await time, 500 ms).  A second later no getMore of
+    theirs is left, and nothing the primary writes reaches them (the bait is
+    left out of the checks).  The primary steps down 2 s (electionTimeoutMillis)
+    after the pause: write what they must not get at once."""
+    for m in secondaries:
+        m.pause()
+    coll.with_options(write_concern=J).insert_one({"_id": "bait"})
+    time.sleep(1)
+
+
 def test_rollback_of_a_former_primarys_w1_writes():
     members = start_set()
     a, b, h = members
@@ -175,13 +189,8 @@ def test_rollback_of_a_former_primarys_w1_writes():
         maj = ca.t.c.with_options(write_concern=WriteConcern(w="majority", wtimeout=20000))
         maj.insert_many([{"_id": i, "v": "common"} for i in range(20)])
         # the secondaries stop; the primary takes w:1 writes nobody else gets
-        b.signal(signal.SIGSTOP)
-        h.signal(signal.SIGSTOP)
+        pause_behind_bait(ca.t.c, (b, h))
         j = ca.t.c.with_options(write_concern=J)
-        # a getMore the secondaries sent before they stopped is still answered
-        # (into their sockets) with the next write: a bait, left out of the checks
-        j.insert_one({"_id": "bait"})
-        time.sleep(1)
         j.insert_many([{"_id": 100 + i, "v": "lost"} for i in range(5)])
         j.update_one({"_id": 3}, {"$set": {"v": "lost update"}})
         j.delete_one({"_id": 4})
@@ -190,8 +199,8 @@ def test_rollback_of_a_former_primarys_w1_writes():
                      writeConcern={"w": 1, "j": True})  # undone: the options come back
         ca.close()
         a.kill9()
-        b.signal(signal.SIGCONT)
-        h.signal(signal.SIGCONT)
+        b.resume()
+        h.resume()
         wait_for(lambda: my_state(b) == 1, timeout=40, what="b elected")
         with direct(b) as cb:
             cb.t.c.with_options(write_concern=WriteConcern(w="majority", wtimeout=20000)) \
@@ -270,29 +279,43 @@ def test_rollback_over_a_prepared_transaction_prepares_it_again():
         for m in (b, h):
             wait_for(lambda m=m: direct(m).local["oplog.rs"].find_one({"ts": pts}),
                      timeout=20, what="the prepare entry on every member")
-        b.signal(signal.SIGSTOP)
-        h.signal(signal.SIGSTOP)
         with direct(a) as ca:
+            pause_behind_bait(ca.t.c, (b, h))
             j = ca.t.c.with_options(write_concern=J)
-            j.insert_one({"_id": "bait"})  # the secondaries' pending getMore takes it
-            time.sleep(1)
             j.insert_many([{"_id": 100 + i, "v": "lost"} for i in range(3)])
             j.update_one({"_id": 2}, {"$set": {"v": "lost update"}})
-        a.signal(signal.SIGSTOP)
-        b.signal(signal.SIGCONT)
-        h.signal(signal.SIGCONT)
+        # stopped for good before the others run again: a getMore they send
+        # meanwhile must not find a still answering (it took the writes above)
+        a.pause()
+        b.resume()
+        h.resume()
         wait_for(lambda: my_state(b) == 1, timeout=30, what="b elected")
-        with direct(b) as cb:  # b's term's entry: a cannot win back with its w:1 ones
+        with direct(b) as cb:
+            # the premise: b never got a's writes after the bait (else nothing
+            # diverged, and a catching up then taking over by priority is right)
+            assert cb.local["oplog.rs"].find_one({"o._id": 100}) is None, \
+                "b got a's w:1 writes: nothing to roll back"
+            # b's term's entry: a cannot win back with its w:1 ones
             cb.t.c.with_options(write_concern=WriteConcern(w="majority", wtimeout=20000)) \
                 .insert_one({"_id": "new", "v": "on b"})
-        a.signal(signal.SIGCONT)
+        a.resume()
         try:
             wait_for(lambda: "Rollback complete" in a.log_text(), timeout=60, what="a rolled back")
-        except AssertionError:  # what a did instead: its replication lines
-            lines = [ln for ln in a.log_text().splitlines()
-                     if '"REPL"' in ln or '"ROLLBACK"' in ln or '"ELECTION"' in ln]
+        except AssertionError:  # what a did instead: its replication lines, the oplogs
+            lines = [ln for ln in a.log_text().splitlines()  # "c" is padded to 8
+                     if any('"c":"%s' % c in ln for c in ("REPL", "ROLLBACK", "ELECTION"))]
+            tails = []
+            for m in members:
+                try:
+                    with direct(m) as cm:
+                        tails.append("%d: %s" % (m.port, [
+                            (e["ts"].time, e["ts"].inc, e.get("t"), e["op"],
+                             (e.get("o") or {}).get("_id"))
+                            for e in cm.local["oplog.rs"].find().sort("$natural", -1).limit(14)]))
+                except Exception as ex:
+                    tails.append("%d: %r" % (m.port, ex))
             raise AssertionError("a did not roll back; its last replication lines:\n" +
-                                 "\n".join(lines[-40:]))
+                                 "\n".join(lines[-40:]) + "\noplogs:\n" + "\n".join(tails))
         assert my_state(a) in (1, 2)
         assert "Rollback failed" not in a.log_text()
         with direct(a) as c1:

@@ -308,7 +308,7 @@ def test_write_in_flight_when_primary_killed_applies_once(rs3):
         except Exception as e:  # the primary died under the open request
             outcome["error"] = repr(e)
 
-    hidden.signal(signal.SIGSTOP)
+    hidden.pause()
     try:
         t = threading.Thread(target=send)
         t.start()

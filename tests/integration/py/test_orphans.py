@@ -1,0 +1,111 @@
+"""
+Routed reads and the shards' documents they do not own (issue 28,
+docs/sharding.md "Orphans"): a shard filters its orphans out of every routed
+find, aggregate, count and distinct, while a direct read on the shard sees
+them; and a routed cursor's getMore goes to the member that opened it, so a
+step-down of that shard's primary loses no document of the cursor.  One
+cluster: two shards of two members each.
+"""
+import os
+import sys
+import time
+
+import pymongo
+import pytest
+from pymongo.errors import OperationFailure, PyMongoError
+from pymongo.read_concern import ReadConcern
+
+sys.path.insert(0, os.path.dirname(__file__))
+import sharded  # noqa: E402
+from sharded import ROUTER  # noqa: E402
+
+MEMBERS = 2
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if not os.path.exists(ROUTER):
+        pytest.skip("sable-router not built")
+    with sharded.cluster("sable-orphans-", members=MEMBERS) as info:
+        yield info
+
+
+@pytest.fixture(scope="module")
+def mongos(cluster):
+    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=20000,
+                            uuidRepresentation="standard")
+    c.admin.command("balancerStop")
+    yield c
+    c.close()
+
+
+def direct(port):
+    return pymongo.MongoClient("127.0.0.1", port, directConnection=True,
+                               serverSelectionTimeoutMS=5000)
+
+
+def primary_port(cluster, shard, not_port=None, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for port in cluster["members"][shard]:
+            if port == not_port:
+                continue
+            try:
+                with direct(port) as c:
+                    if c.admin.command("hello").get("isWritablePrimary"):
+                        return port
+            except PyMongoError:
+                pass
+        time.sleep(0.2)
+    raise AssertionError("shard%d has no primary" % shard)
+
+
+def test_orphans_are_filtered_from_routed_reads(cluster, mongos):
+    sharded.split_at_zero(mongos, "orph", ["c"])  # k < 0 on shard0, k >= 0 on shard1
+    coll = mongos.orph.c.with_options(write_concern=pymongo.WriteConcern(w="majority"))
+    coll.insert_many([{"_id": i, "k": i, "x": 1} for i in range(-5, 5)])
+    # an orphan on shard0: its key belongs to shard1's chunk
+    p0 = primary_port(cluster, 0)
+    with direct(p0) as s0:
+        s0.orph.c.insert_one({"_id": 100, "k": 50, "x": 1})
+        assert s0.orph.c.count_documents({}) == 6
+        assert s0.orph.c.find_one({"_id": 100}) is not None
+    assert coll.count_documents({}) == 10
+    assert coll.count_documents({"x": 1}) == 10
+    assert sorted(d["_id"] for d in coll.find({})) == list(range(-5, 5))
+    assert list(coll.find({"_id": 100})) == []
+    assert list(coll.find({"x": 1}).sort("k", -1).limit(1))[0]["k"] == 4
+    assert mongos.orph.command("count", "c", query={"x": 1})["n"] == 10
+    assert list(coll.aggregate([{"$match": {"x": 1}}, {"$count": "n"}])) == [{"n": 10}]
+    assert list(coll.aggregate([{"$group": {"_id": None, "s": {"$sum": "$k"}}}]))[0]["s"] == -5
+    assert sorted(coll.distinct("k")) == list(range(-5, 5))
+    # a snapshot read filters by the placement at its atClusterTime
+    snap = mongos.orph.get_collection("c", read_concern=ReadConcern("snapshot"))
+    assert sorted(d["_id"] for d in snap.find({"x": 1})) == list(range(-5, 5))
+
+
+def test_get_more_goes_to_the_member_that_opened_the_cursor(cluster, mongos):
+    coll = mongos.orph.g.with_options(write_concern=pymongo.WriteConcern(w="majority"))
+    sharded.split_at_zero(mongos, "orph", ["g"])
+    n = 40
+    coll.insert_many([{"_id": i, "k": i} for i in range(-n // 2, n // 2)])
+    cur = coll.find({}, batch_size=2)
+    got = [next(cur)["_id"] for _ in range(4)]
+    old = primary_port(cluster, 0)
+    with direct(old) as d:
+        try:
+            d.admin.command("replSetStepDown", 30, secondaryCatchUpPeriodSecs=10)
+        except PyMongoError:
+            pass  # the step-down may close this connection
+    primary_port(cluster, 0, not_port=old)
+    # a routed write to shard0's range meets the old primary, which sends the
+    # router to the new one; the cursor stays where it was opened
+    for attempt in range(100):
+        try:
+            coll.insert_one({"_id": -1000, "k": -1000})
+            break
+        except OperationFailure as e:
+            assert attempt < 99, e
+            time.sleep(0.2)
+    got += [d["_id"] for d in cur]
+    assert sorted(got) == list(range(-n // 2, n // 2))

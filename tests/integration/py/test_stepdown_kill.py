@@ -233,3 +233,16 @@ def test_aggregate_out_writes_nothing(rs):
     with client(rs) as c:
         names = c.t.list_collection_names()
     assert "dest" not in names and not [x for x in names if "agg_out" in x], names
+
+
+def test_read_in_a_transaction_stops(rs):
+    # mongod's transactions hold the global lock in IX for their reads too
+    fill_small(rs)
+    t0 = time.time()
+
+    def txn(c):
+        with c.start_session() as s:
+            s.start_transaction()
+            return len(list(c.t.small.find(SLOW, batch_size=SMALL + 1, session=s)))
+    out = run_across_step_down(rs, txn, lambda c: time.time() - t0 > 0.5)
+    assert_11602(out, label="TransientTransactionError")

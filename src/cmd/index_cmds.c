@@ -584,6 +584,17 @@ int sbl_cmd_create_indexes(sbl_opctx_t *ctx, sbl_err_t *err)
             }
             if (rc != 0)
                 goto err;
+            /* A client's build that a step-down overtook: its entry would be
+             * refused, leaving an index no other member gets; drop it and
+             * answer 11602 (mongod fails the command too, and its new
+             * primary finishes the build; Sable's builds are one-phase). */
+            if (ctx->mtxn == NULL && ctx->req != NULL &&
+                (rc = sbl_op_check_step_down(ctx, err)) != 0) {
+                sbl_err_t e;
+                sbl_err_clear(&e);
+                sbl_index_drop(ctx->ss, c, spec_name(specs[i]), &e);
+                goto err;
+            }
             made[i] = true;
             nmade++;
             ctx->wrote = true;

@@ -87,11 +87,14 @@ void mig_fp_hold(int fp)
 /* ---- the documents ------------------------------------------------------- */
 
 /* Run a write on config with w: majority; its writeConcernError is an error.
- * sbl_cmd_run does not wait for a write concern itself (only a client's
- * command does, in the dispatcher's reply path), so the majority wait is
- * here: before it, a donor killed 0.1 s into a migration left a committed
- * migration whose documents neither other member of its set had, and the
- * member elected kept the range as an orphan. */
+ * sbl_cmd_run waits for that write concern (dispatch.c), so the document is
+ * majority-committed when this returns: before the server's own commands
+ * waited, a donor killed 0.1 s into a migration left a committed migration
+ * whose documents neither other member of its set had, and the member
+ * elected kept the range as an orphan.  No wait for the stable timestamp
+ * (mig_await_majority's second part): these documents are read locally, by
+ * this shard's recovery after a step-up and by the migration itself, never
+ * by a majority read. */
 static int cfg_write(bson_t *cmd, sbl_err_t *err)
 {
     bson_t wc, reply;
@@ -107,8 +110,6 @@ static int cfg_write(bson_t *cmd, sbl_err_t *err)
                                                          : SBL_E_WriteConcernFailed,
                          "the migration's state was not written to a majority");
     bson_destroy(&reply);
-    if (rc == 0)
-        rc = mig_await_majority(WC_TIMEOUT_MS, "writing the migration's state", err);
     return rc;
 }
 

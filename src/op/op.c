@@ -119,6 +119,8 @@ int sbl_op_check_step_down(const sbl_opctx_t *ctx, sbl_err_t *err)
 int sbl_op_backoff(const sbl_opctx_t *ctx, int *attempt, sbl_err_t *err)
 {
     uint64_t gen;
+    if (ctx->req != NULL)
+        SBL_RET(sbl_op_check_step_down(ctx, err));
     bool prepared = sbl_prepare_conflict_take(&gen);
     if (*attempt == 0)
         return 0;

@@ -102,27 +102,35 @@ int sbl_validate_ns(const char *ns, sbl_err_t *err);
 /* ExceededTimeLimit check for long loops: MaxTimeMSExpired (50) past the deadline. */
 int sbl_op_check_deadline(const sbl_opctx_t *ctx, sbl_err_t *err);
 
+/* A step-down (repl calls sbl_op_note_step_down as the member leaves
+ * PRIMARY) ends the writes under way, as mongod kills the operations that
+ * hold its global lock in IX mode: each document's write attempt
+ * (sbl_op_backoff), a transaction's reads (sbl_op_check_interrupt) and the
+ * writes waiting on a prepared transaction make this check.
+ * InterruptedDueToReplStateChange (11602) when ctx began before the last
+ * step-down, else 0 (never when ctx has no start time).  The operations
+ * that start after it are a secondary's, or a new primary's. */
+void sbl_op_note_step_down(void);
+int sbl_op_check_step_down(const sbl_opctx_t *ctx, sbl_err_t *err);
+
 /* The check long loops make: Interrupted (11601) once killOp asked this
- * operation to stop, MaxTimeMSExpired (50) past the deadline, else 0. */
+ * operation to stop, MaxTimeMSExpired (50) past the deadline, 11602 for a
+ * client's operation in a transaction after a step-down, else 0. */
 static inline int sbl_op_check_interrupt(const sbl_opctx_t *ctx, sbl_err_t *err)
 {
     if (sbl_op_is_killed(ctx->op))
         return sbl_err_set(err, SBL_E_Interrupted, "operation was interrupted");
+    if (ctx->mtxn != NULL && ctx->req != NULL)
+        SBL_RET(sbl_op_check_step_down(ctx, err));
     return sbl_op_check_deadline(ctx, err);
 }
 
-/* A step-down (repl calls sbl_op_note_step_down as the member leaves
- * PRIMARY) ends the writes under way, as mongod kills the operations that
- * hold its global lock in IX mode: those waiting on a prepared transaction
- * make this check.  InterruptedDueToReplStateChange (11602) when ctx began
- * before the last step-down, else 0 (never when ctx has no start time).
- * The operations that start after it are a secondary's (the applier's use
- * no context), or a new primary's. */
-void sbl_op_note_step_down(void);
-int sbl_op_check_step_down(const sbl_opctx_t *ctx, sbl_err_t *err);
-
-/* Sleep a little before retrying after WriteConflict (*attempt counts from
- * 0); after one with a prepared transaction, until it commits or aborts (at
+/* Called before each attempt of one document's write (*attempt counts
+ * from 0).  A client's write (ctx->req: not the applier's, nor the server's
+ * own) that began before a step-down ends there with 11602, so a
+ * multi-document write stops at its next document, as mongod's.  Sleeps a
+ * little before retrying after WriteConflict; after one with a prepared
+ * transaction, until it commits or aborts (at
  * most SBL_PREPARE_WAIT_SLICE_MS, never past ctx's deadline), and that wait
  * does not count (*attempt goes back one): such a write waits as long as a
  * read does.  Returns 0 to retry, or the error that ends the operation (50

@@ -249,26 +249,44 @@ def test_find_in_a_transaction_waits_for_the_commit(rs):
     assert r.get("value") == ({"_id": 1, "v": 2}, 1), r.get("error")
 
 
-def test_transaction_write_with_an_older_snapshot_gets_transient_write_conflict(rs):
+OLDER_SNAPSHOT = {  # the prepared transaction's write, then the later one's of that document
+    "update": ({"new": 2}, lambda c, n, s: c.pc[n].update_one(
+        {"_id": 1}, {"$inc": {"v": 10}}, session=s), 1, {"_id": 1, "v": 2}),
+    "insert": ({"new": 0, "insert": {"_id": 20, "u": 7}}, lambda c, n, s: c.pc[n].insert_one(
+        {"_id": 20}, session=s), 20, {"_id": 20, "u": 7}),
+    "upsert": ({"new": 0, "insert": {"_id": 20, "u": 7}}, lambda c, n, s: c.pc[n].update_one(
+        {"_id": 20}, {"$set": {"w": 1}}, upsert=True, session=s), 20, {"_id": 20, "u": 7}),
+    "findAndModify_upsert": ({"new": 0, "insert": {"_id": 20, "u": 7}},
+                             lambda c, n, s: c.pc[n].find_one_and_update(
+                                 {"_id": 20}, {"$set": {"w": 1}}, upsert=True, session=s),
+                             20, {"_id": 20, "u": 7}),
+}
+
+
+@pytest.mark.parametrize("write", sorted(OLDER_SNAPSHOT))
+def test_transaction_write_with_an_older_snapshot_gets_transient_write_conflict(rs, write):
     """Its snapshot began before the prepare: the commit is not in it, so
     the write conflicts, at once (WiredTiger reports no prepare conflict to
-    a snapshot the prepared transaction was running in)."""
+    a snapshot the prepared transaction was running in).  An insert or
+    upsert of the _id the prepared one inserts too: WriteConflict, as
+    mongod's insert-insert conflict, not DuplicateKey."""
     c, name = rs
+    prepared, fn, key, after = OLDER_SNAPSHOT[write]
     with c.start_session() as s:
         s.start_transaction()
         assert c.pc[name].find_one({"_id": 0}, session=s) == {"_id": 0, "v": 1}
-        p = Prepared(c, name, 2)
+        p = Prepared(c, name, **prepared)
         try:
             t0 = time.monotonic()
             with pytest.raises(OperationFailure) as e:
-                c.pc[name].update_one({"_id": 1}, {"$inc": {"v": 10}}, session=s)
+                fn(c, name, s)
             assert time.monotonic() - t0 < 0.4
             assert e.value.code == 112, e.value.details
             assert e.value.has_error_label("TransientTransactionError")
             s.abort_transaction()
         finally:
             p.commit()
-    assert c.pc[name].find_one({"_id": 1}) == {"_id": 1, "v": 2}
+    assert c.pc[name].find_one({"_id": key}) == after
 
 
 def test_get_more_waits_for_the_commit(rs):
@@ -532,3 +550,24 @@ def test_step_down_ends_writes_waiting_on_a_prepared_transaction():
         reader["thread"].join(10)
         assert error_code(reader.get("error")) == 50, reader  # waited it out
         w.close()
+
+
+UPSERTS = {  # a transaction's upsert of {_id: 20}, which a prepared one inserts
+    "update": lambda c, n, s: c.pc[n].update_one(
+        {"_id": 20}, {"$set": {"w": 1}}, upsert=True, session=s).raw_result,
+    "findAndModify": lambda c, n, s: c.pc[n].find_one_and_update(
+        {"_id": 20}, {"$set": {"w": 1}}, upsert=True, session=s),
+}
+
+
+@pytest.mark.parametrize("op", sorted(UPSERTS))
+def test_transaction_upsert_behind_a_committed_insert_updates_it(rs, op):
+    """The upsert's read waits for the prepared insert; after its commit the
+    transaction's snapshot (begun after the prepare) sees the document, so
+    the upsert finds it and updates it, as mongod's: no DuplicateKey."""
+    c, name = rs
+    p = Prepared(c, name, 0, insert={"_id": 20, "u": 7})
+    _, took = in_txn_behind(c, lambda s: UPSERTS[op](c, name, s), p.commit)
+    assert took >= 0.45
+    assert c.pc[name].find_one({"_id": 20}) == {"_id": 20, "u": 7, "w": 1}
+

@@ -235,3 +235,39 @@ def test_secondary_refuses_transactions_and_txn_numbers(rs3):
         assert r["ok"] == 1, r
     finally:
         raw.close()
+
+
+def test_write_meeting_a_document_committed_after_the_snapshot_conflicts(primary):
+    """A transaction's insert or upsert of an _id another client committed
+    after the transaction's snapshot: WriteConflict (112) with
+    TransientTransactionError, as mongod (its jstest
+    transactions_write_conflicts, insert-insert "T2StartsSecondAndWins"),
+    not DuplicateKey; the transaction is aborted.  A key committed before
+    the snapshot stays a DuplicateKey writeError."""
+    m, c = primary
+    c.t.late.drop()
+    c.t.late.insert_one({"_id": 0})
+    a = Raw(m.port)
+    cases = [("insert", dict(documents=[{"_id": 5, "by": "txn"}])),
+             ("update", dict(updates=[{"q": {"_id": 6}, "u": {"$set": {"by": "txn"}},
+                                       "upsert": True}])),
+             ("findAndModify", dict(query={"_id": 7}, update={"$set": {"by": "txn"}},
+                                    upsert=True))]
+    for n, (name, kw) in enumerate(cases, start=1):
+        la = new_lsid()
+        a(tcmd("find", "late", la, 1, start=True, filter={}))   # the snapshot
+        key = 4 + n
+        c.t.late.insert_one({"_id": key, "by": "other"})       # committed after it
+        r = a(tcmd(name, "late", la, 1, **kw), ok=False)
+        assert r["ok"] == 0 and r["code"] == 112, (name, r)
+        assert r["errorLabels"] == ["TransientTransactionError"], (name, r)
+        assert commit(a, la, 1)["code"] == 251
+        assert c.t.late.find_one({"_id": key}) == {"_id": key, "by": "other"}
+    # committed before the snapshot: the upsert finds it and updates it
+    la = new_lsid()
+    a(tcmd("find", "late", la, 1, start=True, filter={}))
+    r = a(tcmd("update", "late", la, 1, updates=[{"q": {"_id": 0}, "u": {"$set": {"by": "txn"}},
+                                                  "upsert": True}]))
+    assert r["n"] == 1 and r["nModified"] == 1
+    assert commit(a, la, 1)["ok"] == 1
+    a.close()

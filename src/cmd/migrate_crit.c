@@ -9,11 +9,13 @@
  * before they close their windows).
  *
  * What must stay true: outside every window this shard's data of ns at a
- * time matches the chunks config.chunks' history says it owned then, so a
- * routed snapshot read there needs no filtering; inside one it is refused
- * (SnapshotUnavailable), and so is a snapshot transaction's write at a time
- * before one (its snapshot lacks what moved in since).  Kept in memory: a few windows (one migration at a
- * time per shard; an older one has left the snapshot history anyway).
+ * time matches the chunks config.chunks' history says it owned then; inside
+ * one only a read filtered by the ownership at its time answers right (the
+ * routed reads are: snapshot_read.c), a read without a filter is refused
+ * (SnapshotUnavailable), and so is a snapshot transaction's write inside one
+ * or at a time before one (its snapshot lacks what moved in since).  Kept
+ * in memory: a few windows (one migration at a time per shard; an older one
+ * has left the snapshot history anyway).
  */
 #include "cmd/migrate_int.h"
 

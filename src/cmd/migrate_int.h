@@ -89,11 +89,13 @@ uint64_t mig_crit_ts(const char *db, const bson_t *getmore);
  * member's cluster time; call after the range's last change here and after
  * the clock has seen the commit's validAfter).  NULL: every open one. */
 void mig_crit_done(const char *ns);
-/* A routed snapshot read of ns at atClusterTime at: SnapshotUnavailable when
- * at falls in a migration's window here (mig_crit_note .. mig_crit_done),
- * where this shard's data need not match the chunks it owned at that time
- * (a recipient that holds a range before the commit, a donor after it);
- * writes (a snapshot transaction's): also when a window began after at. */
+/* A routed snapshot command on ns at atClusterTime at: SnapshotUnavailable
+ * when at falls in a migration's window here (mig_crit_note ..
+ * mig_crit_done), where this shard's data need not match the chunks it
+ * owned at that time (a recipient that holds a range before the commit, a
+ * donor after it), so only a read that filters by the ownership at at may
+ * run there (snapshot_read.c skips this for those); writes (a snapshot
+ * transaction's): also when a window began after at. */
 int mig_crit_check_at(const char *ns, uint64_t at, bool writes, sbl_err_t *err);
 bool mig_recip_active(void);
 /* Wait (at most timeout_ms) until a majority of this set has everything

@@ -286,11 +286,16 @@ static int majority_begin(sbl_opctx_t *ctx, uint64_t after, sbl_err_t *err)
 }
 
 /* A router's command on a sharded collection (ctx->open_ts set: dispatch.c)
- * reading at atClusterTime at: refused inside a migration's window on this
- * shard, where its data of the collection need not match the chunks it
- * owned at that time, and a transaction's write also after one began since
- * at (migrate_crit.c).  A filtered read then filters by the ownership at
- * that time (config.chunks' history), which is what its snapshot holds. */
+ * at atClusterTime at.  A read filters by the ownership at that time
+ * (config.chunks' history), as mongod's shards do: that answers right also
+ * inside a migration's window here, where this shard's data need not match
+ * what it owned at at (a recipient's moved-in documents were written before
+ * the commit's validAfter, so they are not owned before it; a donor's
+ * deletion comes after it, so it still holds what it owned until then).  A
+ * read without a filter (the chunks did not fit in one reply) is refused
+ * inside a window instead, and a transaction's write is refused inside one
+ * and also when one, or a change of this shard's placement, came after at
+ * (migrate_crit.c). */
 static int check_routed_at(sbl_opctx_t *ctx, uint64_t at, sbl_err_t *err)
 {
     static const char *const writes[] = {"insert", "update", "delete", "findAndModify",
@@ -321,6 +326,8 @@ static int check_routed_at(sbl_opctx_t *ctx, uint64_t at, sbl_err_t *err)
                            took > left ? "this shard took one of its chunks"
                                        : "one of its chunks left this shard",
                            (unsigned)(since >> 32), (unsigned)since);
+    if (!write && ctx->shard_filter != NULL)
+        return 0;
     return mig_crit_check_at(ns, at, write, err);
 }
 

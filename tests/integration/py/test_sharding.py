@@ -306,22 +306,47 @@ def test_snapshot_reads_follow_the_chunk_history(mongos, shards):
         db.command("find", "t", filter={}, readConcern={"level": "snapshot",
                                                         "atClusterTime": old})
     assert e.value.code == 250
-    # the recipient, read at a time inside the migration (its move-in entries),
-    # where its data does not match what it owned then: SnapshotUnavailable
+    # inside the migration's window on both shards (the recipient's move-in entries,
+    # the donor's critical section just before the commit's validAfter) each shard
+    # answers, filtering by what it owned then, as mongod's shards do: the recipient
+    # drops what moved in before the commit, the donor still has what it gave away
     moved = list(shards[0].local.oplog.rs.find({"ns": "hist.t", "op": "i", "o.k": {"$gte": 0}}))
     assert len(moved) == 3
     mid = max(m["ts"] for m in moved)
-    assert at < mid < hist[0]["validAfter"]
+    valid = hist[0]["validAfter"]
+    assert at < mid < valid and valid.inc > 0
+    deleted = list(shards[1].local.oplog.rs.find({"ns": "hist.t", "op": "d"}))
+    assert len(deleted) == 3 and min(d["ts"] for d in deleted) > valid
     coll = mongos.config.collections.find_one({"_id": "hist.t"})
     sv = {"e": coll["lastmodEpoch"], "t": coll["timestamp"], "v": high["lastmod"]}
-    with pytest.raises(OperationFailure) as e:
-        shards[0].hist.command({"find": "t", "shardVersion": sv,
-                                "readConcern": {"level": "snapshot", "atClusterTime": mid}})
-    assert e.value.code == 246
-    # before the migration the recipient's data matches what it owned: read
-    r = shards[0].hist.command({"find": "t", "shardVersion": sv,
-                                "readConcern": {"level": "snapshot", "atClusterTime": at}})
-    assert sorted(d["_id"] for d in r["cursor"]["firstBatch"]) == [-3, -2, -1]
+
+    def on_recipient(t):
+        r = shards[0].hist.command({"find": "t", "shardVersion": sv,
+                                    "readConcern": {"level": "snapshot", "atClusterTime": t}})
+        return sorted(d["_id"] for d in r["cursor"]["firstBatch"])
+
+    assert on_recipient(at) == [-3, -2, -1]  # before the window
+    assert on_recipient(mid) == [-3, -2, -1]  # inside: its staged copy is not its own yet
+    assert on_recipient(valid) == [-3, -2, -1, 1, 2, 3]  # the commit: now it is
+    # through the router, at times before, inside and after the window: exactly the
+    # documents of that time (a document written after the migration only in the last)
+    after = db.command("insert", "t", documents=[{"_id": 4, "k": 4}])["operationTime"]
+    just_before = Timestamp(valid.time, valid.inc - 1)
+    for t, want in ((at, 6), (mid, 6), (just_before, 6), (valid, 6), (after, 7)):
+        snap = {"level": "snapshot", "atClusterTime": t}
+        r = db.command("find", "t", filter={}, batchSize=100, readConcern=snap)
+        assert sorted(d["_id"] for d in r["cursor"]["firstBatch"]) == \
+            [-3, -2, -1, 1, 2, 3, 4][:want], t
+        r = db.command("aggregate", "t", pipeline=[{"$count": "n"}], cursor={},
+                       readConcern=snap)
+        assert r["cursor"]["firstBatch"] == [{"n": want}], t
+        # the same in a snapshot transaction at t (no SnapshotUnavailable to retry)
+        with pymongo.MongoClient(*mongos.address) as c, c.start_session() as s:
+            txn = {"txnNumber": Int64(1), "autocommit": False}
+            r = c.hist.command("find", "t", filter={"k": {"$gte": 0}}, batchSize=100,
+                               readConcern=snap, session=s, startTransaction=True, **txn)
+            assert len(r["cursor"]["firstBatch"]) == want - 3, t
+            c.admin.command("abortTransaction", session=s, **txn)
     # a snapshot read right after shardCollection is not before the chunk's history
     mongos.hist.u.insert_one({"_id": 1, "k": 1})
     mongos.admin.command("shardCollection", "hist.u", key={"k": 1})

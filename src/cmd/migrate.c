@@ -114,14 +114,8 @@ int mig_spec_parse(const bson_t *cmd, mig_spec_t *s, sbl_err_t *err)
     s->key = bson_copy(&k);
     s->min = bson_copy(&mn);
     s->max = bson_copy(&mx);
-    s->hashed_pos = -1;
-    bson_iter_init(&it, &k);
-    while (bson_iter_next(&it)) {
-        if (BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_utf8(&it, NULL), "hashed") == 0)
-            s->hashed_pos = s->nkey;
-        s->nkey++;
-    }
-    if (s->nkey == 0 || s->nkey > 32) {
+    s->nkey = sbl_shard_key_shape(&k, &s->hashed_pos);
+    if (s->nkey == 0 || s->nkey > SBL_SHARD_KEY_MAX) {
         mig_spec_free(s);
         return sbl_err_set(err, SBL_E_BadValue, "bad shardKeyPattern");
     }
@@ -143,22 +137,11 @@ static int key_cmp(const bson_value_t *vals, int n, const bson_t *bound)
 }
 
 /* Is doc's shard key value in [min, max)?  (A missing field is null, a
- * hashed field its hash, as the router computes it.) */
+ * hashed field its hash, as the router computes it: sbl_shard_key_values.) */
 bool mig_in_range(const mig_spec_t *s, const bson_t *doc)
 {
-    static const bson_value_t null_value = {.value_type = BSON_TYPE_NULL};
-    bson_value_t vals[32], hashed;
-    bson_iter_t it, v;
-    int i = 0;
-    bson_iter_init(&it, s->key);
-    while (bson_iter_next(&it) && i < 32) {
-        vals[i] = sbl_path_get(doc, bson_iter_key(&it), &v) ? *bson_iter_value(&v) : null_value;
-        if (i == s->hashed_pos) {
-            sbl_index_hash(&vals[i], &hashed);
-            vals[i] = hashed;
-        }
-        i++;
-    }
+    bson_value_t vals[SBL_SHARD_KEY_MAX];
+    sbl_shard_key_values(s->key, s->hashed_pos, doc, 0, vals);
     return key_cmp(vals, s->nkey, s->min) >= 0 && key_cmp(vals, s->nkey, s->max) < 0;
 }
 

@@ -15,6 +15,7 @@
 
 #include "common/clock.h"
 #include "doc/doc.h"
+#include "shard/shard.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -423,16 +424,8 @@ static rt_coll_t *coll_load(const char *ns, sbl_err_t *err)
         c->sharded = false;
         return c;
     }
-    int pos = 0;
-    bson_iter_init(&it, c->key);
-    while (bson_iter_next(&it)) {
-        if (BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_utf8(&it, NULL), "hashed") == 0) {
-            c->hashed = true;
-            c->hashed_pos = pos;
-        }
-        pos++;
-    }
-    c->nkey = pos;
+    c->nkey = sbl_shard_key_shape(c->key, &c->hashed_pos);
+    c->hashed = c->hashed_pos >= 0;
 
     bson_t chunks = BSON_INITIALIZER, cf = BSON_INITIALIZER;
     bson_append_value(&cf, "uuid", -1, &uuid);

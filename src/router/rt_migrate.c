@@ -12,32 +12,21 @@
 #include "router/router_int.h"
 
 #include "doc/doc.h"
+#include "shard/shard.h"
 #include "storage/storage.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-/* The shard key values of a document naming every key field (hashed field
- * hashed); false when a field is missing. */
+/* The shard key values of a document naming every key field, by its path or
+ * its whole name (hashed field hashed when hash: a find, not a chunk bound);
+ * false when a field is missing. */
 static bool key_values(const rt_coll_t *c, const bson_t *doc, bson_value_t *vals, bool hash)
 {
-    bson_iter_t it, v;
-    int i = 0;
-    bson_iter_init(&it, c->key);
-    while (bson_iter_next(&it) && i < 32) {
-        if (!sbl_path_get(doc, bson_iter_key(&it), &v) && !bson_iter_init_find(&v, doc,
-                                                                                 bson_iter_key(&it)))
-            return false;
-        vals[i] = *bson_iter_value(&v);
-        if (hash && i == c->hashed_pos) {
-            bson_value_t h;
-            sbl_index_hash(&vals[i], &h);
-            vals[i] = h;
-        }
-        i++;
-    }
-    return i == c->nkey;
+    return c->nkey <= SBL_SHARD_KEY_MAX &&
+           !(sbl_shard_key_values(c->key, hash ? c->hashed_pos : -1, doc,
+                                  SBL_SHARD_KEY_WHOLE_NAMES, vals) & SBL_SHARD_KEY_MISSING);
 }
 
 static int split_at(const char *ns, const bson_t *middle, sbl_err_t *err)

@@ -1,8 +1,8 @@
 /*
  * rt_target.c: from documents and filters to shards.  A shard key value is
- * the key pattern's fields read from a document (a missing field is null;
- * a hashed field is replaced by its hash, the same 64-bit value a hashed
- * index stores); the owning chunk is the last one whose min is <= the
+ * the key pattern's fields read from a document (sbl_shard_key_values: a
+ * missing field is null; a hashed field is replaced by its hash, the same
+ * 64-bit value a hashed index stores); the owning chunk is the last one whose min is <= the
  * value, by binary search over the chunks sorted by min.
  *
  * A command with a cluster time (a snapshot read's atClusterTime, or any
@@ -20,6 +20,7 @@
 #include "router/router_int.h"
 
 #include "doc/doc.h"
+#include "shard/shard.h"
 #include "storage/storage.h"
 
 #include <string.h>
@@ -52,8 +53,6 @@ const rt_chunk_t *rt_chunk_for(const rt_coll_t *c, const bson_value_t *vals)
     return &c->chunks[lo];
 }
 
-static const bson_value_t null_value = {.value_type = BSON_TYPE_NULL};
-
 static int stale_history(const rt_coll_t *c, uint64_t at, sbl_err_t *err)
 {
     sbl_err_set(err, SBL_E_StaleChunkHistory, "Cannot find shardId the chunk belonged to at "
@@ -66,21 +65,8 @@ int rt_target_doc(const rt_coll_t *c, const bson_t *doc, sbl_err_t *err)
 {
     if (!c->sharded)
         return c->primary;
-    bson_value_t vals[32], hashed;
-    bson_iter_t it, v;
-    int i = 0;
-    bson_iter_init(&it, c->key);
-    while (bson_iter_next(&it) && i < 32) {
-        if (sbl_path_get(doc, bson_iter_key(&it), &v))
-            vals[i] = *bson_iter_value(&v);
-        else
-            vals[i] = null_value;
-        if (i == c->hashed_pos) {
-            sbl_index_hash(&vals[i], &hashed);
-            vals[i] = hashed;
-        }
-        i++;
-    }
+    bson_value_t vals[SBL_SHARD_KEY_MAX];
+    sbl_shard_key_values(c->key, c->hashed_pos, doc, 0, vals);
     uint64_t at = rt_read_at();
     int owner = rt_chunk_owner_at(rt_chunk_for(c, vals), at);
     return owner >= 0 ? owner : stale_history(c, at, err);

@@ -59,6 +59,29 @@ void sbl_shard_filter_release(sbl_shard_filter_t *f); /* NULL: nothing */
 const char *sbl_shard_filter_ns(const sbl_shard_filter_t *f);
 bool sbl_shard_filter_trivial(const sbl_shard_filter_t *f); /* NULL is */
 bool sbl_shard_filter_owns(const sbl_shard_filter_t *f, const bson_t *doc);
+/*
+ * Shard key values (shard_key.c), the one reading of a document's shard key
+ * value that the router's targeting, the ownership filter and a migration's
+ * range share.  sbl_shard_key_shape: how many fields pattern has (it may
+ * exceed SBL_SHARD_KEY_MAX: not a key), *hashed_posp the position of its
+ * "hashed" field (-1: none).  sbl_shard_key_values: doc's value under
+ * pattern into vals, its first SBL_SHARD_KEY_MAX fields in pattern order,
+ * each read by its dotted path (a missing one is null; at hashed_pos, -1 for
+ * none, its hash, as a hashed index and chunk bounds hold it).  With
+ * SBL_SHARD_KEY_WHOLE_NAMES a field named by the whole path ({"a.b": 1},
+ * as chunk bounds and moveChunk's find name them) counts too.  Returns what
+ * it met, OR'ed: SBL_SHARD_KEY_MISSING (a field was missing),
+ * SBL_SHARD_KEY_ARRAY (a field's value is an array or lies under one: not a
+ * shard key value, mongod refuses such a document); 0 for a plain value.
+ * vals are views into doc (a hash is held in vals itself): valid while doc
+ * is.  Pure: any thread.
+ */
+#define SBL_SHARD_KEY_MAX 32
+enum { SBL_SHARD_KEY_MISSING = 1, SBL_SHARD_KEY_ARRAY = 2 };
+enum { SBL_SHARD_KEY_WHOLE_NAMES = 1 };
+int sbl_shard_key_shape(const bson_t *pattern, int *hashed_posp);
+int sbl_shard_key_values(const bson_t *pattern, int hashed_pos, const bson_t *doc, int flags,
+                         bson_value_t vals[SBL_SHARD_KEY_MAX]);
 /* Forget ns's cached version and read it again from the config servers. */
 int sbl_shard_refresh(const char *ns, sbl_err_t *err);
 /*

@@ -30,8 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_KEY 32
-
 /* A chunk bound's values in key pattern order (views into its document). */
 typedef struct bound {
     int n;
@@ -220,14 +218,9 @@ sbl_shard_filter_t *shard_filter_build(const char *ns, const bson_t *key, bson_i
         return NULL;
     atomic_init(&t->refs, 1);
     t->key = bson_copy(key);
-    t->hashed_pos = -1;
-    bson_iter_t it;
-    bson_iter_init(&it, key);
-    while (bson_iter_next(&it) && t->nkey < MAX_KEY) {
-        if (BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_utf8(&it, NULL), "hashed") == 0)
-            t->hashed_pos = t->nkey;
-        t->nkey++;
-    }
+    t->nkey = sbl_shard_key_shape(key, &t->hashed_pos);
+    if (t->nkey > SBL_SHARD_KEY_MAX)
+        t->nkey = SBL_SHARD_KEY_MAX;
     size_t cap = 0;
     bson_iter_t c = *chunks;
     while (bson_iter_next(&c))
@@ -282,24 +275,13 @@ bool sbl_shard_filter_trivial(const sbl_shard_filter_t *f)
 
 bool sbl_shard_filter_owns(const sbl_shard_filter_t *f, const bson_t *doc)
 {
-    static const bson_value_t null_value = {.value_type = BSON_TYPE_NULL};
     if (f == NULL || f->all)
         return true;
     if (f->n == 0)
         return false;
     const table_t *t = f->t;
-    bson_value_t vals[MAX_KEY], hashed;
-    bson_iter_t it, v;
-    int i = 0;
-    bson_iter_init(&it, t->key);
-    while (i < t->nkey && bson_iter_next(&it)) {
-        vals[i] = sbl_path_get(doc, bson_iter_key(&it), &v) ? *bson_iter_value(&v) : null_value;
-        if (i == t->hashed_pos) {
-            sbl_index_hash(&vals[i], &hashed);
-            vals[i] = hashed;
-        }
-        i++;
-    }
+    bson_value_t vals[SBL_SHARD_KEY_MAX];
+    sbl_shard_key_values(t->key, t->hashed_pos, doc, 0, vals);
     size_t lo = 0, hi = f->n; /* the last range whose min <= the value */
     if (key_cmp(vals, t->nkey, f->r[0].min) < 0)
         return false;

@@ -4,7 +4,9 @@
  * documents a shard owns for range and compound keys (bounds [min, max),
  * missing fields as null, adjacent chunks merged), a shard that owns every
  * chunk (trivial), none, the ownership at a cluster time from the chunks'
- * history, and a hashed key.
+ * history, and a hashed key; and the shard key values those, the router and
+ * a migration read from a document (src/shard/shard_key.c): dotted paths,
+ * missing fields, arrays, hashed fields, fields named by the whole path.
  */
 #include "check.h"
 #include "shard/shard_int.h"
@@ -159,9 +161,81 @@ static void hashed_key(void)
     bson_destroy(&key);
 }
 
+static bool is_int(const bson_value_t *v, int64_t n)
+{
+    return (v->value_type == BSON_TYPE_INT32 && v->value.v_int32 == n) ||
+           (v->value_type == BSON_TYPE_INT64 && v->value.v_int64 == n);
+}
+
+static void key_values(void)
+{
+    bson_value_t vals[SBL_SHARD_KEY_MAX];
+    int hpos;
+    bson_t *key = BCON_NEW("a.b", BCON_INT32(1), "c", BCON_INT32(1));
+    CHECK(sbl_shard_key_shape(key, &hpos) == 2 && hpos == -1);
+    /* dotted path through embedded documents, in the pattern's order */
+    bson_t *d = BCON_NEW("c", BCON_INT32(7), "a", "{", "b", BCON_INT32(5), "}");
+    CHECK(sbl_shard_key_values(key, -1, d, 0, vals) == 0);
+    CHECK(is_int(&vals[0], 5) && is_int(&vals[1], 7));
+    bson_destroy(d);
+    /* missing fields, and a path through a scalar: null */
+    d = BCON_NEW("a", BCON_INT32(3));
+    CHECK(sbl_shard_key_values(key, -1, d, 0, vals) == SBL_SHARD_KEY_MISSING);
+    CHECK(vals[0].value_type == BSON_TYPE_NULL && vals[1].value_type == BSON_TYPE_NULL);
+    bson_destroy(d);
+    /* a field named by the whole path counts only when asked (bounds, a find) */
+    d = BCON_NEW("a.b", BCON_INT32(4), "c", BCON_INT32(1));
+    CHECK(sbl_shard_key_values(key, -1, d, 0, vals) == SBL_SHARD_KEY_MISSING);
+    CHECK(vals[0].value_type == BSON_TYPE_NULL);
+    CHECK(sbl_shard_key_values(key, -1, d, SBL_SHARD_KEY_WHOLE_NAMES, vals) == 0);
+    CHECK(is_int(&vals[0], 4) && is_int(&vals[1], 1));
+    bson_destroy(d);
+    /* arrays are no shard key values: as the value, or on the path to it */
+    d = BCON_NEW("a", "{", "b", "[", BCON_INT32(1), BCON_INT32(2), "]", "}", "c", BCON_INT32(1));
+    CHECK(sbl_shard_key_values(key, -1, d, 0, vals) == SBL_SHARD_KEY_ARRAY);
+    CHECK(vals[0].value_type == BSON_TYPE_ARRAY);
+    bson_destroy(d);
+    d = BCON_NEW("a", "[", "{", "b", BCON_INT32(1), "}", "]", "c", BCON_INT32(1));
+    CHECK(sbl_shard_key_values(key, -1, d, 0, vals) ==
+          (SBL_SHARD_KEY_ARRAY | SBL_SHARD_KEY_MISSING));
+    bson_destroy(d);
+    bson_destroy(key);
+
+    /* a hashed field holds the hash a hashed index stores, a missing one null's */
+    key = BCON_NEW("x", BCON_INT32(1), "h", BCON_UTF8("hashed"));
+    CHECK(sbl_shard_key_shape(key, &hpos) == 2 && hpos == 1);
+    d = BCON_NEW("h", BCON_INT64(42), "x", BCON_UTF8("s"));
+    bson_value_t v = {.value_type = BSON_TYPE_INT64, .value.v_int64 = 42}, h, hn;
+    sbl_index_hash(&v, &h);
+    CHECK(sbl_shard_key_values(key, hpos, d, 0, vals) == 0);
+    CHECK(vals[0].value_type == BSON_TYPE_UTF8 && vals[1].value_type == BSON_TYPE_INT64 &&
+          vals[1].value.v_int64 == h.value.v_int64);
+    CHECK(sbl_shard_key_values(key, -1, d, 0, vals) == 0 && is_int(&vals[1], 42)); /* a bound */
+    bson_destroy(d);
+    d = BCON_NEW("x", BCON_INT32(1));
+    v.value_type = BSON_TYPE_NULL;
+    sbl_index_hash(&v, &hn);
+    CHECK(sbl_shard_key_values(key, hpos, d, 0, vals) == SBL_SHARD_KEY_MISSING);
+    CHECK(vals[1].value_type == BSON_TYPE_INT64 && vals[1].value.v_int64 == hn.value.v_int64);
+    bson_destroy(d);
+    bson_destroy(key);
+
+    /* an empty pattern is no key; a longer one than SBL_SHARD_KEY_MAX says so */
+    key = bson_new();
+    CHECK(sbl_shard_key_shape(key, &hpos) == 0 && hpos == -1);
+    for (int i = 0; i < SBL_SHARD_KEY_MAX + 1; i++) {
+        char f[16];
+        snprintf(f, sizeof(f), "f%d", i);
+        BSON_APPEND_INT32(key, f, 1);
+    }
+    CHECK(sbl_shard_key_shape(key, &hpos) == SBL_SHARD_KEY_MAX + 1);
+    bson_destroy(key);
+}
+
 int main(void)
 {
     range_key();
     hashed_key();
+    key_values();
     return CHECK_DONE("test_shard_filter");
 }

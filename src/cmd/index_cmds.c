@@ -584,12 +584,13 @@ int sbl_cmd_create_indexes(sbl_opctx_t *ctx, sbl_err_t *err)
             }
             if (rc != 0)
                 goto err;
-            /* A client's build that a step-down overtook: its entry would be
-             * refused, leaving an index no other member gets; drop it and
-             * answer 11602 (mongod fails the command too, and its new
-             * primary finishes the build; Sable's builds are one-phase). */
-            if (ctx->mtxn == NULL && ctx->req != NULL &&
-                (rc = sbl_op_check_step_down(ctx, err)) != 0) {
+            /* An index whose entry was not written (a step-down overtook its
+             * build: 11602) is dropped, as no other member would get it; the
+             * command fails (mongod's fails too after a step-down, and its
+             * new primary finishes the build; Sable's builds are one-phase). */
+            if (ctx->mtxn == NULL &&
+                (rc = sbl_repl_log_create_index(ctx->ss, ns, sbl_coll_uuid(c), specs[i],
+                                                err)) != 0) {
                 sbl_err_t e;
                 sbl_err_clear(&e);
                 sbl_index_drop(ctx->ss, c, spec_name(specs[i]), &e);
@@ -600,8 +601,6 @@ int sbl_cmd_create_indexes(sbl_opctx_t *ctx, sbl_err_t *err)
             ctx->wrote = true;
             if (ctx->mtxn != NULL) /* logged when the transaction commits */
                 sbl_cmd_mtxn_note_index(ctx, ns, specs[i]);
-            else
-                sbl_repl_log_create_index(ctx->ss, ns, sbl_coll_uuid(c), specs[i]);
             sbl_cmd_audit_index(ctx, "createIndex", ns, spec_name(specs[i]), specs[i]);
         }
         for (i = 0; i < nspecs && !again; i++) {

@@ -500,8 +500,9 @@ int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
             sbl_err_t e;
             sbl_err_clear(&e);
             if (sbl_coll_open(t->ss, t->ix_ns[i], false, &c, NULL, &e) == 0) {
+                /* a failure (a step-down) fails the applyOps entry too */
                 sbl_repl_log_create_index(sbl_session_get(), t->ix_ns[i], sbl_coll_uuid(c),
-                                          t->ix_specs[i]);
+                                          t->ix_specs[i], &e);
                 sbl_coll_release(c);
             }
         }

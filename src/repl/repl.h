@@ -266,15 +266,18 @@ uint64_t sbl_repl_readable_ts(void);
 
 /* ---- "c" entries: catalog changes (called after the change succeeded) ------
  * Each writes its entry in a transaction of its own on s (which must have
- * none open) and logs, but does not return, a failure: the change is done.
+ * none open) and logs, but does not return, a failure: the change is done
+ * (createIndexes' returns it).
  * No-ops on a standalone, before initiate, and for local.* namespaces. */
 void sbl_repl_log_create(sbl_session_t *s, const char *ns);
 void sbl_repl_log_drop(sbl_session_t *s, const char *ns, const uint8_t *uuid, int64_t nrecords);
 void sbl_repl_log_rename(sbl_session_t *s, const char *from, const char *to,
                          const uint8_t *uuid, bool drop_target);
 void sbl_repl_log_drop_database(sbl_session_t *s, const char *db);
-void sbl_repl_log_create_index(sbl_session_t *s, const char *ns, const uint8_t *uuid,
-                               const bson_t *spec);
+/* createIndexes' entry returns its failure, 11602 after a step-down too: the
+ * caller drops the index no other member would get. */
+int sbl_repl_log_create_index(sbl_session_t *s, const char *ns, const uint8_t *uuid,
+                              const bson_t *spec, sbl_err_t *err);
 void sbl_repl_log_drop_index(sbl_session_t *s, const char *ns, const uint8_t *uuid,
                              const char *name, const bson_t *spec);
 /* collMod: o is {collMod: <coll>, <the changes>} (an index change as

@@ -629,40 +629,57 @@ int sbl_oplog_noop(sbl_session_t *s, const char *msg, sbl_err_t *err)
 
 /* ---- "c" entries ------------------------------------------------------------ */
 
-static void log_command(sbl_session_t *s, const char *ns, const uint8_t *uuid, const bson_t *o,
-                        const bson_t *o2)
+/* Write a catalog change's "c" entry; 0 when written or not to be written
+ * (a standalone, local.*, a secondary applying, an initial sync), else the
+ * failure (logged): 11602 when this member stopped being primary. */
+static int log_command(sbl_session_t *s, const char *ns, const uint8_t *uuid, const bson_t *o,
+                       const bson_t *o2, sbl_err_t *err)
 {
     char cmdns[SBL_NS_BUF];
     const char *dot = strchr(ns, '.');
     size_t dlen = dot != NULL ? (size_t)(dot - ns) : strlen(ns);
-    sbl_err_t err;
 
+    sbl_err_clear(err);
     if (!atomic_load(&active) || (dlen == 5 && strncmp(ns, "local", 5) == 0))
-        return;
-    sbl_err_clear(&err);
+        return 0;
     if ((sbl_repl_applying != NULL && sbl_repl_replaying) || sbl_repl_cloning)
-        return; /* our own entry, already in the oplog; or an initial sync's clone */
+        return 0; /* our own entry, already in the oplog; or an initial sync's clone */
     if (sbl_repl_applying != NULL) {
         /* Applying a primary's "c" entry: write that entry, once; catalog
          * changes made while applying another entry are not logged. */
         bson_iter_t it;
         if (!sbl_repl_applied_written && bson_iter_init_find(&it, sbl_repl_applying, "op") &&
             BSON_ITER_HOLDS_UTF8(&it) && bson_iter_utf8(&it, NULL)[0] == 'c')
-            sbl_repl_append_alone_raw(s, sbl_repl_applying, &err);
-        return;
+            sbl_repl_append_alone_raw(s, sbl_repl_applying, err);
+        return 0;
     }
-    if (sbl_repl_enabled() && !sbl_repl_is_primary())
-        return;
-    snprintf(cmdns, sizeof(cmdns), "%.*s.$cmd", (int)dlen, ns);
-    sbl_oplog_entry_t e = {.op = 'c', .ns = cmdns, .uuid = uuid, .o = o, .o2 = o2};
-    if (append_alone(s, &e, &err) != 0) {
+    int rc;
+    if (sbl_repl_enabled() && !sbl_repl_is_primary()) {
+        rc = sbl_err_set(err, SBL_E_InterruptedDueToReplStateChange,
+                         "operation was interrupted because a replica set state change "
+                         "(stepdown) occurred");
+    } else {
+        snprintf(cmdns, sizeof(cmdns), "%.*s.$cmd", (int)dlen, ns);
+        sbl_oplog_entry_t e = {.op = 'c', .ns = cmdns, .uuid = uuid, .o = o, .o2 = o2};
+        rc = append_alone(s, &e, err);
+    }
+    if (rc != 0) {
         bson_t attr = BSON_INITIALIZER;
         BSON_APPEND_UTF8(&attr, "ns", ns);
-        BSON_APPEND_UTF8(&attr, "error", err.msg);
+        BSON_APPEND_UTF8(&attr, "error", err->msg);
         sbl_log(SBL_LOG_ERROR, "REPL", 7360001, "Could not write the oplog entry of a catalog "
                 "change", &attr);
         bson_destroy(&attr);
     }
+    return rc;
+}
+
+/* The catalog changes whose callers go on whatever happened to the entry. */
+static void log_command_done(sbl_session_t *s, const char *ns, const uint8_t *uuid,
+                             const bson_t *o, const bson_t *o2)
+{
+    sbl_err_t err;
+    log_command(s, ns, uuid, o, o2, &err);
 }
 
 static const char *coll_part(const char *ns)
@@ -697,7 +714,7 @@ void sbl_repl_log_create(sbl_session_t *s, const char *ns)
         BSON_APPEND_UTF8(&idx, "name", "_id_");
         bson_append_document_end(&o, &idx);
     }
-    log_command(s, ns, sbl_coll_uuid(c), &o, NULL);
+    log_command_done(s, ns, sbl_coll_uuid(c), &o, NULL);
     bson_destroy(&o);
     sbl_coll_release(c);
 }
@@ -709,7 +726,7 @@ void sbl_repl_log_drop(sbl_session_t *s, const char *ns, const uint8_t *uuid, in
     bson_t o = BSON_INITIALIZER, o2 = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&o, "drop", coll_part(ns));
     BSON_APPEND_INT64(&o2, "numRecords", nrecords);
-    log_command(s, ns, uuid, &o, &o2);
+    log_command_done(s, ns, uuid, &o, &o2);
     bson_destroy(&o);
     bson_destroy(&o2);
 }
@@ -724,7 +741,7 @@ void sbl_repl_log_rename(sbl_session_t *s, const char *from, const char *to,
     BSON_APPEND_UTF8(&o, "to", to);
     BSON_APPEND_BOOL(&o, "stayTemp", false);
     BSON_APPEND_BOOL(&o, "dropTarget", drop_target);
-    log_command(s, from, uuid, &o, NULL);
+    log_command_done(s, from, uuid, &o, NULL);
     bson_destroy(&o);
 }
 
@@ -734,23 +751,24 @@ void sbl_repl_log_drop_database(sbl_session_t *s, const char *db)
     snprintf(ns, sizeof(ns), "%s.$cmd", db);
     bson_t o = BSON_INITIALIZER;
     BSON_APPEND_INT32(&o, "dropDatabase", 1);
-    log_command(s, ns, NULL, &o, NULL);
+    log_command_done(s, ns, NULL, &o, NULL);
     bson_destroy(&o);
 }
 
-void sbl_repl_log_create_index(sbl_session_t *s, const char *ns, const uint8_t *uuid,
-                               const bson_t *spec)
+int sbl_repl_log_create_index(sbl_session_t *s, const char *ns, const uint8_t *uuid,
+                              const bson_t *spec, sbl_err_t *err)
 {
     bson_iter_t it;
     if (!atomic_load(&active) || !replicated(ns))
-        return;
+        return 0;
     bson_t o = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&o, "createIndexes", coll_part(ns));
     if (bson_iter_init(&it, spec))
         while (bson_iter_next(&it))
             bson_append_iter(&o, bson_iter_key(&it), -1, &it);
-    log_command(s, ns, uuid, &o, NULL);
+    int rc = log_command(s, ns, uuid, &o, NULL, err);
     bson_destroy(&o);
+    return rc;
 }
 
 void sbl_repl_log_drop_index(sbl_session_t *s, const char *ns, const uint8_t *uuid,
@@ -761,7 +779,7 @@ void sbl_repl_log_drop_index(sbl_session_t *s, const char *ns, const uint8_t *uu
     bson_t o = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&o, "dropIndexes", coll_part(ns));
     BSON_APPEND_UTF8(&o, "index", name);
-    log_command(s, ns, uuid, &o, spec);
+    log_command_done(s, ns, uuid, &o, spec);
     bson_destroy(&o);
 }
 
@@ -770,5 +788,5 @@ void sbl_repl_log_coll_mod(sbl_session_t *s, const char *ns, const uint8_t *uuid
 {
     if (!atomic_load(&active) || !replicated(ns))
         return;
-    log_command(s, ns, uuid, o, o2);
+    log_command_done(s, ns, uuid, o, o2);
 }

@@ -337,3 +337,20 @@ def test_oplog_is_capped(primary):
     s, c = primary
     opts = c.local["oplog.rs"].options()
     assert opts["capped"] is True and opts["size"] == 16 * 1024 * 1024
+
+
+def test_full_oplog_keeps_its_newest_entries(primary):
+    """Inserts past the 16 MB oplog evict its oldest entries, one or so an
+    insert: the oplog stays within its size and holds exactly the newest
+    inserts, in order.  (Before eviction started its search past what it had
+    already evicted, each insert of a full oplog stepped over every deleted
+    entry still kept: 10,000 inserts took 54 s instead of 0.5 s.)"""
+    s, c = primary
+    n = 70000   # about 21 MB of entries
+    for i in range(0, n, 10000):
+        c.t.fill.insert_many([{"_id": j, "pad": "x" * 100} for j in range(i, i + 10000)])
+    st = c.local.command("collStats", "oplog.rs")
+    assert st["size"] <= 16 * 1024 * 1024
+    ids = [e["o"]["_id"] for e in c.local["oplog.rs"].find({"ns": "t.fill"}, {"o._id": 1})]
+    assert ids and ids[0] > 0
+    assert ids == list(range(ids[0], n))

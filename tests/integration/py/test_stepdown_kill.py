@@ -246,3 +246,16 @@ def test_read_in_a_transaction_stops(rs):
             return len(list(c.t.small.find(SLOW, batch_size=SMALL + 1, session=s)))
     out = run_across_step_down(rs, txn, lambda c: time.time() - t0 > 0.5)
     assert_11602(out, label="TransientTransactionError")
+
+
+def test_aggregate_merge_stops_at_the_next_document(rs):
+    fill_big(rs)
+    with client(rs) as c:
+        c.t.merged.drop()
+    out = run_across_step_down(
+        rs, lambda c: list(c.t.big.aggregate([{"$merge": {"into": "merged"}}])),
+        lambda c: c.t.merged.estimated_document_count() > 0)
+    assert_11602(out)
+    n = settled(rs, lambda c: c.t.merged.count_documents({}))
+    assert 0 < n < BIG
+    assert entries(rs, "t.merged", "i") == n

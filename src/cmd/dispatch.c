@@ -284,8 +284,12 @@ static int linearizable_allowed(const sbl_opctx_t *ctx, sbl_err_t *err)
 static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t counted)
 {
     bson_t f;
-    if ((def->flags & SBL_CMD_READ) && sbl_cmd_read_concern_waits(cmd))
-        return true; /* it waits for replication (repl_read.c) off the loop */
+    /* it waits for replication (repl_read.c) off the loop: a read, or a
+     * transaction's first statement, a write too, waiting for its snapshot's
+     * time to be majority-committed (on a loop, a few of them waiting left
+     * the member answering nothing, heartbeats included) */
+    if (sbl_cmd_read_concern_waits(cmd))
+        return true;
     if ((def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
         return true; /* it waits for fsyncUnlock off the loop */
     if (!(def->flags & SBL_CMD_SLOW))

@@ -271,3 +271,48 @@ def test_write_meeting_a_document_committed_after_the_snapshot_conflicts(primary
     assert r["n"] == 1 and r["nModified"] == 1
     assert commit(a, la, 1)["ok"] == 1
     a.close()
+
+
+def test_first_statements_waiting_for_their_snapshot_leave_the_member_answering(rs3):
+    """A transaction's first statement with readConcern {level: snapshot,
+    atClusterTime: T} waits until T is majority-committed (as mongod).  A
+    write waited on the event loop that received it: with the commit point
+    held back (both secondaries paused), a few such statements blocked every
+    loop and the member answered nothing more, heartbeats included (the
+    sharded bank fault rounds: members silent for minutes, dueling
+    elections).  They wait off the loops now: the primary still answers."""
+    import threading
+
+    p = primary_of(rs3)
+    secondaries = [m for m in rs3 if m is not p]
+    with direct(p) as c:
+        c.t.c.with_options(write_concern=pymongo.WriteConcern(w=3)).insert_one({"_id": 0, "v": 0})
+    raws, replies, threads = [Raw(p.port) for _ in range(6)], [], []
+    try:
+        for m in secondaries:
+            m.pause()
+        with direct(p) as c:  # newer than the commit point, which stays behind
+            at = c.t.command("insert", "c", documents=[{"_id": 1}],
+                             writeConcern={"w": 1})["operationTime"]
+        for raw in raws:
+            stmt = tcmd("update", "c", new_lsid(), 1, start=True,
+                        updates=[{"q": {"_id": 0}, "u": {"$inc": {"v": 1}}}],
+                        readConcern={"level": "snapshot", "atClusterTime": at})
+            t = threading.Thread(target=lambda r=raw, s=stmt: replies.append(r(s, ok=False)),
+                                 daemon=True)
+            t.start()
+            threads.append(t)
+        time.sleep(0.3)  # they wait (the primary steps down 2 s after the pause)
+        assert all(t.is_alive() for t in threads), replies
+        with pymongo.MongoClient("127.0.0.1", p.port, directConnection=True,
+                                 serverSelectionTimeoutMS=1000, connectTimeoutMS=1000,
+                                 socketTimeoutMS=1000) as c:
+            assert c.admin.command("hello")["isWritablePrimary"] is True
+    finally:
+        for m in secondaries:
+            m.resume()
+    for t in threads:
+        t.join(30)
+    assert len(replies) == 6, replies  # each answered once the others came back
+    for raw in raws:
+        raw.close()

@@ -162,6 +162,8 @@ const rt_chunk_t *rt_chunk_for(const rt_coll_t *c, const bson_value_t *vals);
  * current command reads at (rt_read_at; 0: now); -1 with err
  * StaleChunkHistory when that time is older than its chunk's history. */
 int rt_target_doc(const rt_coll_t *c, const bson_t *doc, sbl_err_t *err);
+/* The same with sbl_shard_key_values's flags (SBL_SHARD_KEY_WHOLE_NAMES). */
+int rt_target_key(const rt_coll_t *c, const bson_t *doc, int flags, sbl_err_t *err);
 /* Whether the filter names every shard key field by equality. */
 bool rt_filter_has_full_key(const rt_coll_t *c, const bson_t *filter);
 /* The shard that owned ch at cluster time at (0: now): its history's first

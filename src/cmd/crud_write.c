@@ -80,9 +80,12 @@ static int apply_update(sbl_opctx_t *ctx, const sbl_crud_update_t *u, const bson
  * shard key (mongod's storage validation of the key's paths: 54), nor move
  * a document this shard owns (old; NULL for an upsert's insert) out of its
  * ranges: mongod's shards answer WouldChangeOwningShard (283) and leave the
- * move to the router. */
-static int check_shard_key(const char *ns, const bson_t *old, const bson_t *doc, sbl_err_t *err)
+ * move to the router.  Client commands only. */
+static int check_shard_key(const sbl_opctx_t *ctx, const char *ns, const bson_t *old,
+                           const bson_t *doc, sbl_err_t *err)
 {
+    if (ctx->conn == NULL)
+        return 0; /* internal (a migration's recipient applying the donor's documents) */
     sbl_shard_filter_t *f = sbl_shard_filter_get(ns);
     int rc = 0;
     if (sbl_shard_filter_key_array(f, doc))
@@ -129,7 +132,7 @@ int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
                                  "Resulting document after update is larger than %d",
                                  SBL_BSON_MAX_SIZE);
             if (rc == 0 && changed)
-                rc = check_shard_key(sbl_coll_ns(c), &old, &upd, err);
+                rc = check_shard_key(ctx, sbl_coll_ns(c), &old, &upd, err);
             if (rc == 0 && changed)
                 rc = sbl_crud_validate(c, &old, &upd, u->bypass_validation, err_info, err);
             if (rc == 0 && changed) { /* a replacement's oplog entry carries no diff */
@@ -191,7 +194,7 @@ int sbl_crud_upsert(sbl_opctx_t *ctx, const char *ns, const bson_t *filter,
     rc = sbl_upsert_seed(filter != NULL ? filter : &empty, &seed, err);
     if (rc == 0)
         rc = apply_update(ctx, u, &seed, -1, true, &applied, &changed, err);
-    if (rc == 0 && (rc = check_shard_key(ns, NULL, &applied, err)) != 0)
+    if (rc == 0 && (rc = check_shard_key(ctx, ns, NULL, &applied, err)) != 0)
         bson_destroy(&applied);
     bson_destroy(&seed);
     if (rc == 0) {

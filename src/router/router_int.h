@@ -92,6 +92,10 @@ const char *rt_answered_by(int shard);
  * or the transport error (errs[i]).  Returns how many failed. */
 int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cmds,
                 bson_t *replies, int *rcs, sbl_err_t *errs);
+/* The same, cmds[i] to member on[i] of shard[i] (rt_run_on's rule; on or
+ * on[i] NULL or "": the primary). */
+int rt_run_many_on(int n, const int *shard, const char *const *on, const char *db,
+                   const bson_t *const *cmds, bson_t *replies, int *rcs, sbl_err_t *errs);
 /* The reply's ok and code (0 when ok). */
 int rt_reply_code(const bson_t *reply);
 /* 0 for an ok reply, else err set to "what :: caused by :: errmsg" with its code. */

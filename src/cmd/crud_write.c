@@ -16,6 +16,7 @@
 #include "doc/doc.h"
 #include "expr/expr.h"
 #include "repl/repl.h"
+#include "shard/shard.h"
 #include "update/update.h"
 
 #include <stdlib.h>
@@ -75,6 +76,29 @@ static int apply_update(sbl_opctx_t *ctx, const sbl_crud_update_t *u, const bson
     return 0;
 }
 
+/* A write to a sharded collection may not leave an array in the document's
+ * shard key (mongod's storage validation of the key's paths: 54), nor move
+ * a document this shard owns (old; NULL for an upsert's insert) out of its
+ * ranges: mongod's shards answer WouldChangeOwningShard (283) and leave the
+ * move to the router.  Client commands only. */
+static int check_shard_key(const sbl_opctx_t *ctx, const char *ns, const bson_t *old,
+                           const bson_t *doc, sbl_err_t *err)
+{
+    if (ctx->conn == NULL)
+        return 0; /* internal (a migration's recipient applying the donor's documents) */
+    sbl_shard_filter_t *f = sbl_shard_filter_get(ns);
+    int rc = 0;
+    if (sbl_shard_filter_key_array(f, doc))
+        rc = sbl_err_set(err, SBL_E_NotSingleValueField, "After applying the update, a shard key "
+                         "field of the document was found to be an array or array descendant.");
+    else if (!sbl_shard_filter_trivial(f) && (old == NULL || sbl_shard_filter_owns(f, old)) &&
+             !sbl_shard_filter_owns(f, doc))
+        rc = sbl_err_set(err, SBL_E_WouldChangeOwningShard,
+                         "This update would cause the doc to change owning shards");
+    sbl_shard_filter_release(f);
+    return rc;
+}
+
 int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
                         const bson_t *cand, const sbl_matcher_t *m, const sbl_crud_update_t *u,
                         bool *matchedp, bool *changedp, bson_t *old_out, bson_t *new_out,
@@ -107,6 +131,8 @@ int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
                 rc = sbl_err_set(err, SBL_E_UpdatedDocTooLarge,
                                  "Resulting document after update is larger than %d",
                                  SBL_BSON_MAX_SIZE);
+            if (rc == 0 && changed)
+                rc = check_shard_key(ctx, sbl_coll_ns(c), &old, &upd, err);
             if (rc == 0 && changed)
                 rc = sbl_crud_validate(c, &old, &upd, u->bypass_validation, err_info, err);
             if (rc == 0 && changed) { /* a replacement's oplog entry carries no diff */
@@ -168,6 +194,8 @@ int sbl_crud_upsert(sbl_opctx_t *ctx, const char *ns, const bson_t *filter,
     rc = sbl_upsert_seed(filter != NULL ? filter : &empty, &seed, err);
     if (rc == 0)
         rc = apply_update(ctx, u, &seed, -1, true, &applied, &changed, err);
+    if (rc == 0 && (rc = check_shard_key(ctx, ns, NULL, &applied, err)) != 0)
+        bson_destroy(&applied);
     bson_destroy(&seed);
     if (rc == 0) {
         rc = sbl_doc_prepare_insert(&applied, &doc, err);

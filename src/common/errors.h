@@ -127,6 +127,7 @@
     X(NotSecondary, 135)                                                                           \
     X(NodeNotElectable, 147)                                                                       \
     X(ShardKeyNotFound, 61)                                                                        \
+    X(WouldChangeOwningShard, 283)                                                                 \
     X(ShardNotFound, 70)                                                                           \
     X(NamespaceNotSharded, 118)                                                                    \
     X(CannotSplit, 106)                                                                            \

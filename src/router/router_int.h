@@ -92,6 +92,10 @@ const char *rt_answered_by(int shard);
  * or the transport error (errs[i]).  Returns how many failed. */
 int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cmds,
                 bson_t *replies, int *rcs, sbl_err_t *errs);
+/* The same, cmds[i] to member on[i] of shard[i] (rt_run_on's rule; on or
+ * on[i] NULL or "": the primary). */
+int rt_run_many_on(int n, const int *shard, const char *const *on, const char *db,
+                   const bson_t *const *cmds, bson_t *replies, int *rcs, sbl_err_t *errs);
 /* The reply's ok and code (0 when ok). */
 int rt_reply_code(const bson_t *reply);
 /* 0 for an ok reply, else err set to "what :: caused by :: errmsg" with its code. */
@@ -162,6 +166,8 @@ const rt_chunk_t *rt_chunk_for(const rt_coll_t *c, const bson_value_t *vals);
  * current command reads at (rt_read_at; 0: now); -1 with err
  * StaleChunkHistory when that time is older than its chunk's history. */
 int rt_target_doc(const rt_coll_t *c, const bson_t *doc, sbl_err_t *err);
+/* The same with sbl_shard_key_values's flags (SBL_SHARD_KEY_WHOLE_NAMES). */
+int rt_target_key(const rt_coll_t *c, const bson_t *doc, int flags, sbl_err_t *err);
 /* Whether the filter names every shard key field by equality. */
 bool rt_filter_has_full_key(const rt_coll_t *c, const bson_t *filter);
 /* The shard that owned ch at cluster time at (0: now): its history's first

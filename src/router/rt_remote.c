@@ -775,6 +775,12 @@ static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *
 int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cmds,
                 bson_t *replies, int *rcs, sbl_err_t *errs)
 {
+    return rt_run_many_on(n, shard, NULL, db, cmds, replies, rcs, errs);
+}
+
+int rt_run_many_on(int n, const int *shard, const char *const *on, const char *db,
+                   const bson_t *const *cmds, bson_t *replies, int *rcs, sbl_err_t *errs)
+{
     int fds[RT_MAX_SHARDS];
     char hosts[RT_MAX_SHARDS][RT_HOST_MAX];
     int32_t rids[RT_MAX_SHARDS];
@@ -788,6 +794,17 @@ int rt_run_many(int n, const int *shard, const char *db, const bson_t *const *cm
             rcs[i] = rt_run(shard[i], db, cmds[i], &replies[i], &errs[i]);
             fds[i] = -2; /* answered already */
             continue;
+        }
+        if (on != NULL && on[i] != NULL && on[i][0] != '\0') {
+            rt_shard_t *s = &shards[shard[i]];
+            pthread_mutex_lock(&s->lock);
+            bool primary = strcmp(s->primary, on[i]) == 0;
+            pthread_mutex_unlock(&s->lock);
+            if (!primary) { /* a member that stepped down: its own connection */
+                rcs[i] = rt_run_on(shard[i], on[i], db, cmds[i], &replies[i], &errs[i]);
+                fds[i] = -2;
+                continue;
+            }
         }
         bson_t extra = BSON_INITIALIZER;
         bool has_extra = extra_for(shard[i], cmds[i], &extra);

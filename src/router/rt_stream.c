@@ -35,6 +35,7 @@ typedef struct cs_remote {
     size_t qn, qi, cap;
     char *pbrt;   /* its latest postBatchResumeToken._data */
     char *asked;  /* the token it was last asked to advance past */
+    char host[RT_HOST_MAX]; /* the member that opened the cursor: its getMore goes there */
 } cs_remote_t;
 
 struct rt_stream {
@@ -191,6 +192,7 @@ static void advance_lagging(rt_stream_t *s, const bson_t *ev, const char *tok)
 static int more_round(rt_stream_t *s, int64_t await_ms, bson_t *errreply, sbl_err_t *err)
 {
     int sh[RT_MAX_SHARDS], idx[RT_MAX_SHARDS], rcs[RT_MAX_SHARDS], n = 0, rc = 0;
+    const char *on[RT_MAX_SHARDS];
     bson_t cmds_[RT_MAX_SHARDS], rs[RT_MAX_SHARDS];
     const bson_t *cmds[RT_MAX_SHARDS];
     sbl_err_t errs[RT_MAX_SHARDS];
@@ -205,11 +207,12 @@ static int more_round(rt_stream_t *s, int64_t await_ms, bson_t *errreply, sbl_er
         cmds[n] = &cmds_[n];
         memset(&errs[n], 0, sizeof(errs[n]));
         sh[n] = r->shard;
+        on[n] = r->host;
         idx[n++] = i;
     }
     if (n == 0)
         return 0;
-    rt_run_many(n, sh, s->db, cmds, rs, rcs, errs);
+    rt_run_many_on(n, sh, on, s->db, cmds, rs, rcs, errs);
     for (int i = 0; i < n; i++) {
         cs_remote_t *r = &s->r[idx[i]];
         if (rc == 0 && rcs[i] != 0) {
@@ -335,7 +338,7 @@ void rt_stream_free(rt_stream_t *s)
             BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &a);
             BSON_APPEND_INT64(&a, "0", r->id);
             bson_append_array_end(&cmd, &a);
-            if (rt_run(r->shard, s->db, &cmd, &reply, &e) == 0)
+            if (rt_run_on(r->shard, r->host, s->db, &cmd, &reply, &e) == 0)
                 bson_destroy(&reply);
             bson_destroy(&cmd);
         }
@@ -402,6 +405,7 @@ int rt_change_stream(const char *db, const char *coll, const bson_t *cmd, bson_t
             rc = -1;
         } else if (rcs[i] == 0 && rt_reply_code(&rs[i]) == 0) {
             r->shard = i;
+            snprintf(r->host, sizeof(r->host), "%s", rt_answered_by(i));
             remote_take(r, &rs[i]);
             s->n++;
         }

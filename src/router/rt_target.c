@@ -63,10 +63,15 @@ static int stale_history(const rt_coll_t *c, uint64_t at, sbl_err_t *err)
 
 int rt_target_doc(const rt_coll_t *c, const bson_t *doc, sbl_err_t *err)
 {
+    return rt_target_key(c, doc, 0, err);
+}
+
+int rt_target_key(const rt_coll_t *c, const bson_t *doc, int flags, sbl_err_t *err)
+{
     if (!c->sharded)
         return c->primary;
     bson_value_t vals[SBL_SHARD_KEY_MAX];
-    sbl_shard_key_values(c->key, c->hashed_pos, doc, 0, vals);
+    sbl_shard_key_values(c->key, c->hashed_pos, doc, flags, vals);
     uint64_t at = rt_read_at();
     int owner = rt_chunk_owner_at(rt_chunk_for(c, vals), at);
     return owner >= 0 ? owner : stale_history(c, at, err);

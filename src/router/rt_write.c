@@ -20,6 +20,7 @@
 #include "router/router_int.h"
 
 #include "doc/doc.h"
+#include "shard/shard.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,6 +234,28 @@ static int whole_to(int s, const char *db, const bson_t *cmd, const rt_coll_t *c
 
 /* ---- insert ---- */
 
+enum { BAD_KEY = -1000 }; /* shard[i] of a document mongos refuses */
+
+/* The shard owning each document not done yet; BAD_KEY for one whose
+ * shard key holds an array or lies under one (mongos refuses it: 61). */
+static int target_docs(const rt_coll_t *c, bson_iter_t *const *elems, int n, const bool *done,
+                       int *shard, sbl_err_t *err)
+{
+    for (int i = 0; i < n; i++) {
+        if (done[i])
+            continue;
+        bson_t d;
+        bson_value_t vals[SBL_SHARD_KEY_MAX];
+        sbl_iter_doc(elems[i], &d);
+        if (c->sharded &&
+            (sbl_shard_key_values(c->key, c->hashed_pos, &d, 0, vals) & SBL_SHARD_KEY_ARRAY))
+            shard[i] = BAD_KEY;
+        else if ((shard[i] = rt_target_doc(c, &d, err)) < 0)
+            return err->code;
+    }
+    return 0;
+}
+
 int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     char ns[400];
@@ -270,12 +293,7 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
             goto out;
         }
     }
-    for (int i = 0; i < n && rc == 0; i++) {
-        bson_t d;
-        sbl_iter_doc(elems[i], &d);
-        if ((shard[i] = rt_target_doc(c, &d, err)) < 0)
-            rc = err->code;
-    }
+    rc = target_docs(c, elems, n, done, shard, err);
     while (!stop && rc == 0) {
         int first = -1;
         for (int i = 0; i < n && first < 0; i++)
@@ -283,6 +301,13 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
                 first = i;
         if (first < 0)
             break;
+        if (shard[first] == BAD_KEY) {
+            add_error(&m, first, SBL_E_ShardKeyNotFound,
+                      "Shard key cannot contain array values or array descendants.");
+            done[first] = true;
+            stop = ordered;
+            continue;
+        }
         int s = shard[first], nb = 0;
         for (int i = first; i < n; i++) {
             if (done[i])
@@ -309,13 +334,7 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
                 rc = err->code;
                 goto out;
             }
-            for (int i = 0; i < n && rc == 0; i++)
-                if (!done[i]) {
-                    bson_t d;
-                    sbl_iter_doc(elems[i], &d);
-                    if ((shard[i] = rt_target_doc(c, &d, err)) < 0)
-                        rc = err->code;
-                }
+            rc = target_docs(c, elems, n, done, shard, err);
             continue;
         }
         if (code != 0) {
@@ -376,19 +395,25 @@ static void stmt_info(const bson_iter_t *el, bool is_update, bson_t *q, bool *mu
     }
 }
 
-/* Whether update statement el would change a shard key field: an operator
- * update touching a key field (or a path above or below one) other than
- * $set to the value the filter pins it to, or a replacement whose key
- * values differ from the filter's.  mongod moves such a document to its new
- * shard inside a transaction; the router does not yet, so it refuses. */
-static bool changes_shard_key(const rt_coll_t *c, const bson_iter_t *el, const bson_t *q)
+/* The update document of statement el ("u"); false for a pipeline. */
+static bool stmt_update(const bson_iter_t *el, bson_t *ud)
 {
-    bson_iter_t f, u, op, fld, k;
-    bson_t ud;
-    if (!c->sharded || !bson_iter_recurse(el, &f) || !bson_iter_find(&f, "u") ||
-        !BSON_ITER_HOLDS_DOCUMENT(&f) || !bson_iter_recurse(&f, &u))
+    bson_iter_t f;
+    if (!bson_iter_recurse(el, &f) || !bson_iter_find(&f, "u") || !BSON_ITER_HOLDS_DOCUMENT(&f))
         return false; /* pipelines: not checked (a documented limit) */
-    sbl_iter_doc(&f, &ud);
+    sbl_iter_doc(&f, ud);
+    return true;
+}
+
+/* Whether update ud would change a shard key field: an operator update
+ * touching a key field (or a path above or below one) other than $set to
+ * the value the filter pins it to, or a replacement whose key values
+ * differ from the filter's. */
+static bool changes_shard_key(const rt_coll_t *c, const bson_t *ud, const bson_t *q)
+{
+    bson_iter_t u, op, fld, k;
+    if (!c->sharded || !bson_iter_init(&u, ud))
+        return false;
     bool operators = bson_iter_next(&u) && bson_iter_key(&u)[0] == '$';
     bson_iter_init(&k, c->key);
     while (bson_iter_next(&k)) {
@@ -398,14 +423,15 @@ static bool changes_shard_key(const rt_coll_t *c, const bson_iter_t *el, const b
         bool pinned = bson_iter_init_find(&qv, q, kf) && !BSON_ITER_HOLDS_DOCUMENT(&qv);
         if (!operators) {
             bson_iter_t rv;
-            bool has = sbl_path_get(&ud, kf, &rv);
+            bool has = sbl_path_get(ud, kf, &rv);
             if (kl == 3 && strcmp(kf, "_id") == 0 && !has)
                 continue; /* a replacement keeps _id */
-            if (!has || !pinned || sbl_value_compare(bson_iter_value(&rv), bson_iter_value(&qv)))
+            if (!has || !pinned || sbl_value_compare(bson_iter_value(&rv), bson_iter_value(&qv)) ||
+                BSON_ITER_HOLDS_ARRAY(&rv))
                 return true;
             continue;
         }
-        bson_iter_init(&op, &ud);
+        bson_iter_init(&op, ud);
         while (bson_iter_next(&op)) {
             if (!bson_iter_recurse(&op, &fld))
                 continue;
@@ -418,6 +444,7 @@ static bool changes_shard_key(const rt_coll_t *c, const bson_iter_t *el, const b
                 if (!overlap)
                     continue;
                 if (strcmp(bson_iter_key(&op), "$set") == 0 && pl == kl && pinned &&
+                    !BSON_ITER_HOLDS_ARRAY(&fld) &&
                     sbl_value_compare(bson_iter_value(&fld), bson_iter_value(&qv)) == 0)
                     continue; /* set to the value it has */
                 return true;
@@ -425,6 +452,91 @@ static bool changes_shard_key(const rt_coll_t *c, const bson_iter_t *el, const b
         }
     }
     return false;
+}
+
+/* The document's shard key after update ud, as {<key path>: value, ...}
+ * into nd: a replacement's own values (_id kept from the filter), else each
+ * key field's $set value or the filter's equality.  false when another
+ * operator touches a key field (the new value is not known here). */
+static bool new_key_doc(const rt_coll_t *c, const bson_t *ud, const bson_t *q, bson_t *nd)
+{
+    bson_iter_t u, k, v, op, fld;
+    bool operators = bson_iter_init(&u, ud) && bson_iter_next(&u) && bson_iter_key(&u)[0] == '$';
+    bson_init(nd);
+    bson_iter_init(&k, c->key);
+    while (bson_iter_next(&k)) {
+        const char *kf = bson_iter_key(&k);
+        bool found = false;
+        if (!operators) {
+            found = sbl_path_get(ud, kf, &v) ||
+                    (strcmp(kf, "_id") == 0 && bson_iter_init_find(&v, q, "_id"));
+        } else {
+            bson_iter_init(&op, ud);
+            while (bson_iter_next(&op) && bson_iter_recurse(&op, &fld)) {
+                size_t kl = strlen(kf);
+                while (bson_iter_next(&fld)) {
+                    const char *p = bson_iter_key(&fld);
+                    if (strncmp(p, kf, strlen(p) < kl ? strlen(p) : kl) != 0)
+                        continue;
+                    if (strcmp(bson_iter_key(&op), "$set") != 0 || strcmp(p, kf) != 0) {
+                        if (strcmp(p, kf) == 0 || (strlen(p) < kl && kf[strlen(p)] == '.') ||
+                            (strlen(p) > kl && p[kl] == '.')) {
+                            bson_destroy(nd);
+                            return false;
+                        }
+                        continue;
+                    }
+                    v = fld;
+                    found = true;
+                }
+            }
+            if (!found)
+                found = bson_iter_init_find(&v, q, kf);
+        }
+        if (found)
+            bson_append_iter(nd, kf, -1, &v);
+    }
+    return true;
+}
+
+/* What mongod answers for a statement changing a document's shard key, in
+ * its order (update_stage's checks): a new key holding an array (54), a
+ * filter without the full key's equality (31025), multi (72), outside a
+ * retryable write or transaction (20).  0: allowed, *newp the shard the
+ * new key belongs to (-1 when the router cannot tell). */
+static int key_change(const rt_coll_t *c, const bson_t *ud, const bson_t *q, bool multi,
+                      int *newp, const char **msgp)
+{
+    bson_t nd;
+    bson_value_t vals[SBL_SHARD_KEY_MAX];
+    sbl_err_t e = {0};
+    bool known = new_key_doc(c, ud, q, &nd);
+    *newp = -1;
+    if (known && (sbl_shard_key_values(c->key, c->hashed_pos, &nd, SBL_SHARD_KEY_WHOLE_NAMES,
+                                       vals) & SBL_SHARD_KEY_ARRAY)) {
+        bson_destroy(&nd);
+        *msgp = "After applying the update, a shard key field of the document was found to be "
+                "an array or array descendant.";
+        return SBL_E_NotSingleValueField;
+    }
+    int code = 0;
+    if (!rt_filter_has_full_key(c, q)) {
+        *msgp = "Shard key update is not allowed without specifying the full shard key in the "
+                "query";
+        code = 31025;
+    } else if (multi) {
+        *msgp = "Multi-update operations are not allowed when updating the shard key field.";
+        code = SBL_E_InvalidOptions;
+    } else if (!rt_sess_retryable()) {
+        *msgp = "Must run update to shard key field in a multi-statement transaction or with "
+                "retryWrites: true.";
+        code = SBL_E_IllegalOperation;
+    } else if (known) {
+        *newp = rt_target_key(c, &nd, SBL_SHARD_KEY_WHOLE_NAMES, &e);
+    }
+    if (known)
+        bson_destroy(&nd);
+    return code;
 }
 
 static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bool is_update,
@@ -475,9 +587,10 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
         for (int i = 0; is_update && single >= 0 && c->sharded && i < n; i++) {
             bson_t q;
             bool multi, upsert;
+            bson_t ud;
             stmt_info(elems[i], true, &q, &multi, &upsert);
-            if (changes_shard_key(c, elems[i], &q))
-                single = -3; /* statement by statement: that one is refused */
+            if (stmt_update(elems[i], &ud) && changes_shard_key(c, &ud, &q))
+                single = -3; /* statement by statement: that one is checked */
         }
         if (single < -1 || n == 0)
             break;
@@ -503,13 +616,21 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
             rc = err->code;
             break;
         }
-        if (is_update && changes_shard_key(c, elems[i], &q)) {
-            add_error(&m, i, SBL_E_IllegalOperation, "Must run update to shard key field in a "
-                      "multi-statement transaction or with retryWrites: true (sable-router "
-                      "cannot move a document to another shard yet)");
-            if (ordered)
-                break;
-            continue;
+        bson_t ud;
+        if (is_update && stmt_update(elems[i], &ud) && changes_shard_key(c, &ud, &q)) {
+            const char *msg = NULL;
+            int to = -1, code = key_change(c, &ud, &q, multi, &to, &msg);
+            if (code == 0 && to >= 0 && !t[to]) {
+                code = SBL_E_WouldChangeOwningShard;
+                msg = "This update would cause the doc to change owning shards (sable-router "
+                      "cannot move a document to another shard yet)";
+            }
+            if (code != 0) {
+                add_error(&m, i, code, msg);
+                if (ordered)
+                    break;
+                continue;
+            }
         }
         if (nt != 1 && !multi && upsert) {
             add_error(&m, i, SBL_E_ShardKeyNotFound, "Failed to target upsert by query :: "
@@ -616,6 +737,20 @@ int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err
             rt_coll_release(c);
             return sbl_err_set(err, SBL_E_ShardKeyNotFound, "Query for sharded findAndModify "
                                "must contain the shard key");
+        }
+        bson_t ud;
+        if (bson_iter_init_find(&it, cmd, "update") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            sbl_iter_doc(&it, &ud);
+            int code = 0, to = -1;
+            const char *msg = NULL;
+            if (changes_shard_key(c, &ud, &q) &&
+                ((code = key_change(c, &ud, &q, false, &to, &msg)) != 0 || (to >= 0 && !t[to]))) {
+                rt_coll_release(c);
+                return sbl_err_set(err, code ? code : SBL_E_WouldChangeOwningShard, "%s",
+                                   code ? msg : "This update would cause the doc to change owning "
+                                   "shards (sable-router cannot move a document to another "
+                                   "shard yet)");
+            }
         }
         bool stale = false;
         int last = -1;

@@ -59,6 +59,8 @@ void sbl_shard_filter_release(sbl_shard_filter_t *f); /* NULL: nothing */
 const char *sbl_shard_filter_ns(const sbl_shard_filter_t *f);
 bool sbl_shard_filter_trivial(const sbl_shard_filter_t *f); /* NULL is */
 bool sbl_shard_filter_owns(const sbl_shard_filter_t *f, const bson_t *doc);
+/* Does doc's shard key under f's collection hold an array or lie under one? */
+bool sbl_shard_filter_key_array(const sbl_shard_filter_t *f, const bson_t *doc);
 /*
  * Shard key values (shard_key.c), the one reading of a document's shard key
  * value that the router's targeting, the ownership filter and a migration's

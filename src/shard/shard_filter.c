@@ -273,6 +273,13 @@ bool sbl_shard_filter_trivial(const sbl_shard_filter_t *f)
     return f == NULL || f->all;
 }
 
+bool sbl_shard_filter_key_array(const sbl_shard_filter_t *f, const bson_t *doc)
+{
+    bson_value_t vals[SBL_SHARD_KEY_MAX];
+    return f != NULL &&
+           (sbl_shard_key_values(f->t->key, f->t->hashed_pos, doc, 0, vals) & SBL_SHARD_KEY_ARRAY);
+}
+
 bool sbl_shard_filter_owns(const sbl_shard_filter_t *f, const bson_t *doc)
 {
     if (f == NULL || f->all)

@@ -12,7 +12,7 @@ import time
 
 import pymongo
 import pytest
-from pymongo.errors import OperationFailure, PyMongoError
+from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 from pymongo.read_concern import ReadConcern
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -84,6 +84,27 @@ def test_orphans_are_filtered_from_routed_reads(cluster, mongos):
     assert sorted(d["_id"] for d in snap.find({"x": 1})) == list(range(-5, 5))
 
 
+def step_down_and_move_router(cluster, shard, coll, doc):
+    """Step shard's primary down, then send routed inserts of doc until the
+    router has moved to the new primary (the old one refuses it first)."""
+    old = primary_port(cluster, shard)
+    with direct(old) as d:
+        try:
+            d.admin.command("replSetStepDown", 30, secondaryCatchUpPeriodSecs=10)
+        except PyMongoError:
+            pass  # the step-down may close this connection
+    primary_port(cluster, shard, not_port=old)
+    for attempt in range(100):
+        try:
+            coll.insert_one(doc)
+            return
+        except DuplicateKeyError:
+            return  # an attempt that failed after it wrote
+        except OperationFailure as e:
+            assert attempt < 99, e
+            time.sleep(0.2)
+
+
 def test_get_more_goes_to_the_member_that_opened_the_cursor(cluster, mongos):
     coll = mongos.orph.g.with_options(write_concern=pymongo.WriteConcern(w="majority"))
     sharded.split_at_zero(mongos, "orph", ["g"])
@@ -91,21 +112,37 @@ def test_get_more_goes_to_the_member_that_opened_the_cursor(cluster, mongos):
     coll.insert_many([{"_id": i, "k": i} for i in range(-n // 2, n // 2)])
     cur = coll.find({}, batch_size=2)
     got = [next(cur)["_id"] for _ in range(4)]
-    old = primary_port(cluster, 0)
-    with direct(old) as d:
-        try:
-            d.admin.command("replSetStepDown", 30, secondaryCatchUpPeriodSecs=10)
-        except PyMongoError:
-            pass  # the step-down may close this connection
-    primary_port(cluster, 0, not_port=old)
     # a routed write to shard0's range meets the old primary, which sends the
     # router to the new one; the cursor stays where it was opened
-    for attempt in range(100):
-        try:
-            coll.insert_one({"_id": -1000, "k": -1000})
-            break
-        except OperationFailure as e:
-            assert attempt < 99, e
-            time.sleep(0.2)
+    step_down_and_move_router(cluster, 0, coll, {"_id": -1000, "k": -1000})
     got += [d["_id"] for d in cur]
     assert sorted(got) == list(range(-n // 2, n // 2))
+
+
+def test_change_stream_get_more_goes_to_the_member_that_opened_it(cluster, mongos):
+    sharded.split_at_zero(mongos, "orph", ["cs"])  # k >= 0 on shard1
+    coll = mongos.orph.cs.with_options(write_concern=pymongo.WriteConcern(w="majority"))
+    coll.insert_one({"_id": 1, "k": 1})
+    cid = mongos.orph.command("aggregate", "cs", pipeline=[{"$changeStream": {}}],
+                              cursor={})["cursor"]["id"]
+
+    def more():
+        r = mongos.orph.command("getMore", cid, collection="cs", maxTimeMS=500)
+        return [e["documentKey"]["_id"] for e in r["cursor"]["nextBatch"]]
+
+    coll.insert_one({"_id": 2, "k": 2})
+    got = []
+    for _ in range(20):
+        got += more()
+        if 2 in got:
+            break
+    assert got == [2]
+    # the router moves to shard1's new primary; the stream's getMore still goes
+    # to the member that opened it (mongos's rule), which has the event once it
+    # replicated there
+    step_down_and_move_router(cluster, 1, coll, {"_id": 3, "k": 3})
+    for _ in range(40):
+        got += more()
+        if 3 in got:
+            break
+    assert got == [2, 3]

@@ -147,12 +147,14 @@ def test_writes_with_and_without_the_shard_key(mongos, shards):
     assert e.value.code == 61
     r = c.update_one({"k": 1000}, {"$set": {"x": 1}}, upsert=True)
     assert r.upserted_id is not None and c.find_one({"k": 1000})["x"] == 1
-    # the shard key's value cannot change yet (mongod moves the document in a transaction)
-    with pytest.raises(pymongo.errors.WriteError) as e:
-        c.update_one({"k": 5}, {"$set": {"k": 6}})
-    assert e.value.code == 20
-    with pytest.raises(pymongo.errors.WriteError):
-        c.replace_one({"k": 5}, {"k": 77})
+    # the shard key's value changes only in a retryable write or a transaction
+    # (test_router_shardkey_rules.py has the rest)
+    with pymongo.MongoClient(mongos.address[0], mongos.address[1], retryWrites=False) as nr:
+        with pytest.raises(pymongo.errors.WriteError) as e:
+            nr.ws.t.update_one({"k": 5}, {"$set": {"k": 6}})
+        assert e.value.code == 20
+        with pytest.raises(pymongo.errors.WriteError):
+            nr.ws.t.replace_one({"k": 5}, {"k": 77})
     assert c.update_one({"k": 5}, {"$set": {"k": 5, "z": 1}}).modified_count == 1
     assert c.replace_one({"k": 5}, {"k": 5, "v": 9}).modified_count == 1
     assert c.find_one({"k": 5}, {"_id": 0}) == {"k": 5, "v": 9}

@@ -1,0 +1,145 @@
+"""
+Shard key rules as mongod 7.0 enforces them through a router (issue 28,
+docs/sharding.md "Shard key values"): one cluster of two one-member shard
+sets, rk.<name> sharded on {k: 1} and split at k = 0 (k < 0 on shard0,
+k >= 0 on shard1), rk.dot on {"a.b": 1}.
+
+- an array in the shard key (or on its path) is refused on insert (61
+  ShardKeyNotFound) and by an update that would leave one (54
+  NotSingleValueField); a missing key is null; a regex value is a value;
+- changing a document's shard key: 31025 without the full key in the
+  filter, 72 with multi, 20 outside a retryable write or transaction;
+  allowed when the document stays on its shard.
+"""
+import os
+import re
+import sys
+
+import pymongo
+import pytest
+from bson.regex import Regex
+from pymongo.errors import BulkWriteError, OperationFailure, WriteError
+
+sys.path.insert(0, os.path.dirname(__file__))
+import sharded  # noqa: E402
+from sharded import ROUTER  # noqa: E402
+from test_sharding import shards  # noqa: E402,F401
+
+COLLS = ["arr", "upd", "mv"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if not os.path.exists(ROUTER):
+        pytest.skip("sable-router not built")
+    with sharded.cluster("sable-skey-") as info:
+        yield info
+
+
+@pytest.fixture(scope="module")
+def mongos(cluster):
+    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000,
+                            retryWrites=False)
+    sharded.split_at_zero(c, "rk", COLLS)
+    c.admin.command("shardCollection", "rk.dot", key={"a.b": 1})
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def retrying(cluster, mongos):
+    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000,
+                            retryWrites=True)
+    yield c
+    c.close()
+
+
+def code_of(fn):
+    try:
+        fn()
+    except WriteError as e:
+        return e.code
+    except BulkWriteError as e:
+        return e.details["writeErrors"][0]["code"]
+    except OperationFailure as e:
+        return e.code
+    return 0
+
+
+def test_insert_with_an_array_in_the_shard_key_is_refused(mongos):
+    c, dot = mongos.rk.arr, mongos.rk.dot
+    assert code_of(lambda: c.insert_one({"_id": 1, "k": [1, 2]})) == 61
+    assert code_of(lambda: dot.insert_one({"_id": 1, "a": [{"b": 1}]})) == 61
+    assert code_of(lambda: dot.insert_one({"_id": 2, "a": {"b": [1]}})) == 61
+    assert c.count_documents({}) == 0 and dot.count_documents({}) == 0
+    # ordered: the documents before it go in, not those after
+    with pytest.raises(BulkWriteError) as e:
+        c.insert_many([{"_id": 2, "k": -1}, {"_id": 3, "k": [5]}, {"_id": 4, "k": 6}])
+    errs = e.value.details["writeErrors"]
+    assert [(w["index"], w["code"]) for w in errs] == [(1, 61)]
+    assert "array" in errs[0]["errmsg"] and e.value.details["nInserted"] == 1
+    # unordered: every other document goes in
+    with pytest.raises(BulkWriteError) as e:
+        c.insert_many([{"_id": 5, "k": [-2]}, {"_id": 6, "k": 7}, {"_id": 7, "k": -7}],
+                      ordered=False)
+    assert [w["index"] for w in e.value.details["writeErrors"]] == [0]
+    assert sorted(d["_id"] for d in c.find()) == [2, 6, 7]
+    # an array elsewhere in the document is fine
+    dot.insert_one({"_id": 3, "a": {"b": 1, "c": [1, 2]}, "x": [1]})
+
+
+def test_missing_key_is_null_and_a_regex_is_a_value(mongos, shards):
+    c = mongos.rk.arr
+    c.insert_one({"_id": "nokey"})  # allowed since 4.4: null, below 0: shard0
+    assert shards[0].rk.arr.find_one({"_id": "nokey"}) is not None
+    assert c.find_one({"k": None, "_id": "nokey"}) is not None
+    c.insert_one({"_id": "re", "k": Regex("^a")})  # regex sorts above numbers: shard1
+    assert shards[1].rk.arr.find_one({"_id": "re"}) is not None
+
+
+def test_update_leaving_an_array_in_the_key_is_refused(mongos, retrying, shards):
+    c, rc = mongos.rk.upd, retrying.rk.upd
+    c.insert_many([{"_id": 1, "k": 5}, {"_id": 2, "k": -5}])
+    assert code_of(lambda: rc.update_one({"k": 5}, {"$set": {"k": [5]}})) == 54
+    assert code_of(lambda: rc.replace_one({"k": 5}, {"k": [6]})) == 54
+    assert code_of(lambda: rc.update_one({"k": 8}, {"$set": {"k": [8]}}, upsert=True)) == 54
+    assert code_of(lambda: rc.find_one_and_update({"k": -5}, {"$set": {"k": [1]}})) == 54
+    # a key path through an array: the shard refuses it (the router cannot read it)
+    dot = retrying.rk.dot
+    dot.insert_one({"_id": 10, "a": {"b": 100}})
+    assert code_of(lambda: dot.replace_one({"a.b": 100}, {"a": [{"b": 100}]})) == 54
+    assert code_of(lambda: dot.update_one({"a.b": 100}, {"$set": {"a": [{"b": 100}]}})) == 54
+    assert dot.find_one({"_id": 10})["a"] == {"b": 100}
+    assert sorted((d["_id"], d["k"]) for d in c.find()) == [(1, 5), (2, -5)]
+
+
+def test_shard_key_change_rules(mongos, retrying, shards):
+    c, rc = mongos.rk.mv, retrying.rk.mv
+    c.insert_many([{"_id": 1, "k": 5}, {"_id": 2, "k": -5}, {"_id": 3, "k": 7}])
+    # outside a retryable write or transaction: 20 IllegalOperation
+    assert code_of(lambda: c.update_one({"k": 5}, {"$set": {"k": 6}})) == 20
+    assert code_of(lambda: c.find_one_and_update({"k": 5}, {"$set": {"k": 6}})) == 20
+    # without the full shard key's equality: 31025; multi: 72
+    assert code_of(lambda: rc.update_one({"_id": 1}, {"$set": {"k": 6}})) == 31025
+    assert code_of(lambda: rc.update_many({"k": 5}, {"$set": {"k": 6}})) == 72
+    # setting it to the value it has is no change
+    assert rc.update_one({"k": 5}, {"$set": {"k": 5, "y": 1}}).modified_count == 1
+    # a retryable write moving it within its shard: done
+    r = rc.update_one({"k": 5}, {"$set": {"k": 6}})
+    assert r.matched_count == 1 and r.modified_count == 1
+    assert rc.replace_one({"k": 7}, {"k": 8, "z": 1}).modified_count == 1
+    doc = rc.find_one_and_update({"k": 6}, {"$set": {"k": 9}},
+                                 return_document=pymongo.ReturnDocument.AFTER)
+    assert doc["k"] == 9
+    with retrying.start_session() as s:
+        with s.start_transaction():
+            rc.update_one({"k": 9}, {"$set": {"k": 10}}, session=s)
+    assert sorted((d["_id"], d["k"]) for d in shards[1].rk.mv.find()) == [(1, 10), (3, 8)]
+    assert shards[1].rk.mv.find_one({"_id": 3})["z"] == 1
+    # an operator the router cannot evaluate goes to the shard, which checks the result
+    assert rc.update_one({"k": 8}, {"$inc": {"k": 1}}).modified_count == 1
+    # to another shard: mongos moves it (delete + insert); sable-router does not yet
+    assert code_of(lambda: rc.update_one({"k": 10}, {"$set": {"k": -10}})) == 283
+    assert code_of(lambda: rc.update_one({"k": 9}, {"$inc": {"k": -100}})) == 283
+    assert code_of(lambda: rc.find_one_and_update({"k": 10}, {"$set": {"k": -1}})) == 283
+    assert sorted((d["_id"], d["k"]) for d in shards[1].rk.mv.find()) == [(1, 10), (3, 9)]

@@ -391,6 +391,21 @@ static void halt_locked(const char *msg)
     sbl_rs_set_state_locked(SBL_RS_RECOVERING);
 }
 
+/* The ts of the prepare entry that commit or abort entry e decides (its
+ * prevOpTime), or 0 when our oplog lacks it. */
+static int decided_prepare_ts(sbl_session_t *s, const bson_t *e, uint64_t *tsp, sbl_err_t *err)
+{
+    bson_t pe;
+    bool found;
+    *tsp = 0;
+    SBL_RET(sbl_repl_prepare_entry_of(s, e, &pe, &found, err));
+    if (found) {
+        *tsp = sbl_repl_entry_ts(&pe);
+        bson_destroy(&pe);
+    }
+    return 0;
+}
+
 int sbl_rs_rollback(mongoc_client_t *c, const char *host, sbl_err_t *err)
 {
     sbl_session_t *s = sbl_session_get();
@@ -398,7 +413,8 @@ int sbl_rs_rollback(mongoc_client_t *c, const char *host, sbl_err_t *err)
     bool found, too_stale;
     bson_t **docs = NULL;
     undo_key_t *keys = NULL;
-    size_t nd = 0, cap = 0, nk = 0;
+    uint64_t *reprepare = NULL; /* prepare entries (<= cp) of commits/aborts after cp */
+    size_t nd = 0, cap = 0, nk = 0, nre = 0;
     int64_t saved = 0, start_ms = sbl_now_ms();
     int rc;
 
@@ -440,9 +456,13 @@ int sbl_rs_rollback(mongoc_client_t *c, const char *host, sbl_err_t *err)
         goto out;
     /* Check every entry is undoable; collect the documents to save.  A
      * committed transaction (applyOps) holds only data changes, undone by
-     * the recovery to the common point like the others. */
+     * the recovery to the common point like the others.  A prepared
+     * transaction's commit or abort entry is undone by the recovery to
+     * before its prepare entry (the replay prepares it again), or with that
+     * entry when it is after the common point too. */
     size_t kcap = nd + 1;
     keys = bson_malloc0(kcap * sizeof(*keys));
+    reprepare = bson_malloc0(kcap * sizeof(*reprepare));
     for (size_t i = 0; i < nd; i++) {
         const char *op = str_at(docs[i], "op"), *ns = str_at(docs[i], "ns");
         bson_t o;
@@ -450,6 +470,18 @@ int sbl_rs_rollback(mongoc_client_t *c, const char *host, sbl_err_t *err)
         if (op == NULL || ns == NULL)
             continue;
         if (op[0] == 'c') {
+            int kind = sbl_repl_prepared_kind(docs[i], &o);
+            if (kind == SBL_PREP_COMMIT || kind == SBL_PREP_ABORT) {
+                uint64_t pts = 0;
+                if ((rc = decided_prepare_ts(s, docs[i], &pts, err)) != 0)
+                    goto out;
+                if (pts > cp.ts) /* undone with its prepare entry */
+                    continue;
+                if (pts != 0) { /* prepared at the common point: prepared again */
+                    reprepare[nre++] = pts;
+                    continue;
+                }
+            }
             const char *name = c_name(docs[i], &o);
             if (strcmp(name, "applyOps") == 0 && bson_iter_init_find(&ops, &o, "applyOps") &&
                 BSON_ITER_HOLDS_ARRAY(&ops) && bson_iter_recurse(&ops, &ops)) {
@@ -480,6 +512,15 @@ int sbl_rs_rollback(mongoc_client_t *c, const char *host, sbl_err_t *err)
             note_key(&keys, &nk, &kcap, docs[i]);
         }
     }
+    for (size_t i = 0; i < nre; i++)
+        if (stable >= reprepare[i]) {
+            pthread_mutex_lock(&rs.lock);
+            halt_locked("our stable timestamp is past the prepare entry of a transaction "
+                        "whose commit or abort is rolled back: cannot roll back");
+            pthread_mutex_unlock(&rs.lock);
+            rc = sbl_err_set(err, SBL_E_UnrecoverableRollbackError, "%s", rs.sync_msg);
+            goto out;
+        }
     pthread_mutex_lock(&rs.lock);
     sbl_rs_set_state_locked(SBL_RS_ROLLBACK);
     pthread_mutex_unlock(&rs.lock);
@@ -501,6 +542,8 @@ int sbl_rs_rollback(mongoc_client_t *c, const char *host, sbl_err_t *err)
     if ((rc = write_rollback_files(s, keys, nk, &saved, err)) != 0)
         goto failed;
     sbl_repl_prepared_rollback(cp.ts);
+    for (size_t i = 0; i < nre; i++) /* held by its pin already; made sure of here */
+        sbl_repl_prepared_pin(reprepare[i]);
     uint64_t recover_ts = sbl_repl_prepared_clamp(cp.ts);
     if ((rc = sbl_storage_rollback_to_stable(recover_ts, err)) != 0)
         goto failed;
@@ -570,5 +613,6 @@ out:
         bson_destroy(keys[i].id);
     }
     bson_free(keys);
+    bson_free(reprepare);
     return rc;
 }

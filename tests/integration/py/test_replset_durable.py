@@ -181,6 +181,64 @@ def pause_behind_bait(coll, secondaries):
     time.sleep(1)
 
 
+def wait_rolled_back(a, members):
+    """Wait for a's "Rollback complete"; else fail with a's replication
+    lines and every member's last oplog entries."""
+    try:
+        wait_for(lambda: "Rollback complete" in a.log_text(), timeout=60, what="a rolled back")
+    except AssertionError:
+        lines = [ln for ln in a.log_text().splitlines()  # "c" is padded to 8
+                 if any('"c":"%s' % c in ln for c in ("REPL", "ROLLBACK", "ELECTION"))]
+        tails = []
+        for m in members:
+            try:
+                with direct(m) as cm:
+                    tails.append("%d: %s" % (m.port, [
+                        (e["ts"].time, e["ts"].inc, e.get("t"), e["op"],
+                         (e.get("o") or {}).get("_id"))
+                        for e in cm.local["oplog.rs"].find().sort("$natural", -1).limit(14)]))
+            except Exception as ex:
+                tails.append("%d: %r" % (m.port, ex))
+        raise AssertionError("a did not roll back; its last replication lines:\n" +
+                             "\n".join(lines[-40:]) + "\noplogs:\n" + "\n".join(tails))
+    assert my_state(a) in (1, 2)
+    assert "Rollback failed" not in a.log_text()
+
+
+def assert_prepared_again(a, lsid):
+    """a's session record says "prepared" and a read of _id 1 waits on it."""
+    with direct(a) as c1:
+        rec = c1.config.transactions.find_one({"_id.id": lsid["id"]})
+        assert rec["state"] == "prepared" and rec["txnNum"] == 1
+        with pytest.raises(pymongo.errors.ExecutionTimeout):
+            c1.t.c.find_one({"_id": 1}, max_time_ms=300)
+
+
+def commit_on_the_primary(members, lsid, pts, raws):
+    """commitTransaction (at pts + 1) on the primary, whichever it is (a may
+    have taken it back: priority 2); then every member has the commit."""
+    from bson.int64 import Int64
+    from bson.son import SON
+    from test_retryable import Raw
+
+    def commit():
+        p = next((m for m in members if my_state(m) == 1), None)
+        if p is None:
+            return False
+        r = Raw(p.port)
+        raws.append(r)
+        return r(SON([("commitTransaction", 1), ("lsid", lsid), ("txnNumber", Int64(1)),
+                      ("autocommit", False),
+                      ("commitTimestamp", Timestamp(pts.time, pts.inc + 1)),
+                      ("writeConcern", {"w": 3, "wtimeout": 20000})]),
+                 db="admin", ok=False)["ok"] == 1
+    wait_for(commit, timeout=20, what="commitTransaction on the primary")
+    for m in members:
+        with direct(m) as c1:
+            assert c1.t.c.find_one({"_id": 1}, max_time_ms=5000) == {"_id": 1, "v": "committed"}
+            assert c1.config.transactions.find_one({"_id.id": lsid["id"]})["state"] == "committed"
+
+
 def test_rollback_of_a_former_primarys_w1_writes():
     members = start_set()
     a, b, h = members
@@ -243,12 +301,64 @@ def test_rollback_of_a_former_primarys_w1_writes():
         with direct(b) as cb:
             assert cb.t.c.find_one({"_id": "after"}) == {"_id": "after"}
     finally:
-        for m in members:
-            try:
-                m.signal(signal.SIGCONT)
-            except Exception:
-                pass
-            m.cleanup()
+        cleanup(members, [])
+
+
+def diverge_over_a_prepared_transaction(members, raws, lost):
+    """a (the primary) prepares a transaction updating _id 1 (its prepare
+    entry on every member), then pauses the others and does lost(ca, ra,
+    lsid, pts) w:1; b is elected and writes in its term, a comes back and
+    rolls back.  Returns (lsid, pts)."""
+    from bson.int64 import Int64
+    from bson.son import SON
+    from test_retryable import Raw, cmd, new_lsid
+
+    a, b, h = members
+    with direct(a) as ca:
+        ca.t.c.with_options(write_concern=WriteConcern(w=3, wtimeout=20000)) \
+            .insert_many([{"_id": i, "v": "common"} for i in range(5)])
+    lsid = new_lsid()
+    ra = Raw(a.port)
+    raws.append(ra)
+    ra(cmd("update", "c", lsid, 1, startTransaction=True, autocommit=False,
+           updates=[{"q": {"_id": 1}, "u": {"$set": {"v": "committed"}}}]))
+    pts = ra(SON([("prepareTransaction", 1), ("lsid", lsid), ("txnNumber", Int64(1)),
+                  ("autocommit", False)]), db="admin")["prepareTimestamp"]
+    for m in (b, h):
+        wait_for(lambda m=m: direct(m).local["oplog.rs"].find_one({"ts": pts}),
+                 timeout=20, what="the prepare entry on every member")
+    with direct(a) as ca:
+        pause_behind_bait(ca.t.c, (b, h))
+        lost(ca, ra, lsid, pts)
+        last = next(ca.local["oplog.rs"].find().sort("$natural", -1).limit(1))
+    # stopped for good before the others run again: a getMore they send
+    # meanwhile must not find a still answering (it took the writes above)
+    a.pause()
+    b.resume()
+    h.resume()
+    wait_for(lambda: my_state(b) == 1, timeout=30, what="b elected")
+    with direct(b) as cb:
+        # the premise: b never got a's entries after the bait (else nothing
+        # diverged, and a catching up then taking over by priority is right)
+        assert cb.local["oplog.rs"].find_one({"ts": last["ts"], "t": last["t"]}) is None, \
+            "b got a's w:1 entries: nothing to roll back"
+        # b's term's entry: a cannot win back with its w:1 ones
+        cb.t.c.with_options(write_concern=WriteConcern(w="majority", wtimeout=20000)) \
+            .insert_one({"_id": "new", "v": "on b"})
+    a.resume()
+    wait_rolled_back(a, members)
+    return lsid, pts
+
+
+def cleanup(members, raws):
+    for r in raws:
+        r.close()
+    for m in members:
+        try:
+            m.signal(signal.SIGCONT)
+        except Exception:
+            pass
+        m.cleanup()
 
 
 def test_rollback_over_a_prepared_transaction_prepares_it_again():
@@ -258,101 +368,49 @@ def test_rollback_over_a_prepared_transaction_prepares_it_again():
     up to the common point, so the member stays a secondary, a read of its
     document still waits for it, its session's record says "prepared", and
     the commitTransaction the new primary issues applies there too."""
-    from bson.int64 import Int64
-    from bson.son import SON
-    from test_retryable import Raw, cmd, new_lsid
+    def lost(ca, ra, lsid, pts):
+        j = ca.t.c.with_options(write_concern=J)
+        j.insert_many([{"_id": 100 + i, "v": "lost"} for i in range(3)])
+        j.update_one({"_id": 2}, {"$set": {"v": "lost update"}})
 
     members = start_set(args=("--setParameter", "enableTestCommands=1"))
-    a, b, h = members
     raws = []
     try:
-        with direct(a) as ca:
-            ca.t.c.with_options(write_concern=WriteConcern(w=3, wtimeout=20000)) \
-                .insert_many([{"_id": i, "v": "common"} for i in range(5)])
-        lsid = new_lsid()
-        ra = Raw(a.port)
-        raws.append(ra)
-        ra(cmd("update", "c", lsid, 1, startTransaction=True, autocommit=False,
-               updates=[{"q": {"_id": 1}, "u": {"$set": {"v": "committed"}}}]))
-        pts = ra(SON([("prepareTransaction", 1), ("lsid", lsid), ("txnNumber", Int64(1)),
-                      ("autocommit", False)]), db="admin")["prepareTimestamp"]
-        for m in (b, h):
-            wait_for(lambda m=m: direct(m).local["oplog.rs"].find_one({"ts": pts}),
-                     timeout=20, what="the prepare entry on every member")
-        with direct(a) as ca:
-            pause_behind_bait(ca.t.c, (b, h))
-            j = ca.t.c.with_options(write_concern=J)
-            j.insert_many([{"_id": 100 + i, "v": "lost"} for i in range(3)])
-            j.update_one({"_id": 2}, {"$set": {"v": "lost update"}})
-        # stopped for good before the others run again: a getMore they send
-        # meanwhile must not find a still answering (it took the writes above)
-        a.pause()
-        b.resume()
-        h.resume()
-        wait_for(lambda: my_state(b) == 1, timeout=30, what="b elected")
-        with direct(b) as cb:
-            # the premise: b never got a's writes after the bait (else nothing
-            # diverged, and a catching up then taking over by priority is right)
-            assert cb.local["oplog.rs"].find_one({"o._id": 100}) is None, \
-                "b got a's w:1 writes: nothing to roll back"
-            # b's term's entry: a cannot win back with its w:1 ones
-            cb.t.c.with_options(write_concern=WriteConcern(w="majority", wtimeout=20000)) \
-                .insert_one({"_id": "new", "v": "on b"})
-        a.resume()
-        try:
-            wait_for(lambda: "Rollback complete" in a.log_text(), timeout=60, what="a rolled back")
-        except AssertionError:  # what a did instead: its replication lines, the oplogs
-            lines = [ln for ln in a.log_text().splitlines()  # "c" is padded to 8
-                     if any('"c":"%s' % c in ln for c in ("REPL", "ROLLBACK", "ELECTION"))]
-            tails = []
-            for m in members:
-                try:
-                    with direct(m) as cm:
-                        tails.append("%d: %s" % (m.port, [
-                            (e["ts"].time, e["ts"].inc, e.get("t"), e["op"],
-                             (e.get("o") or {}).get("_id"))
-                            for e in cm.local["oplog.rs"].find().sort("$natural", -1).limit(14)]))
-                except Exception as ex:
-                    tails.append("%d: %r" % (m.port, ex))
-            raise AssertionError("a did not roll back; its last replication lines:\n" +
-                                 "\n".join(lines[-40:]) + "\noplogs:\n" + "\n".join(tails))
-        assert my_state(a) in (1, 2)
-        assert "Rollback failed" not in a.log_text()
-        with direct(a) as c1:
+        lsid, pts = diverge_over_a_prepared_transaction(members, raws, lost)
+        with direct(members[0]) as c1:
             # (by _id: a scan would wait on the prepared transaction's document)
             assert c1.t.c.count_documents({"_id": {"$in": [100, 101, 102]}}) == 0
             assert c1.t.c.find_one({"_id": 2})["v"] == "common"
-            rec = c1.config.transactions.find_one({"_id.id": lsid["id"]})
-            assert rec["state"] == "prepared" and rec["txnNum"] == 1
-            with pytest.raises(pymongo.errors.ExecutionTimeout):
-                c1.t.c.find_one({"_id": 1}, max_time_ms=300)  # waits on the prepared one
-
-        def commit():  # on the primary (a may have taken it back: priority 2)
-            p = b if my_state(b) == 1 else a if my_state(a) == 1 else None
-            if p is None:
-                return False
-            r = Raw(p.port)
-            raws.append(r)
-            return r(SON([("commitTransaction", 1), ("lsid", lsid), ("txnNumber", Int64(1)),
-                          ("autocommit", False),
-                          ("commitTimestamp", Timestamp(pts.time, pts.inc + 1)),
-                          ("writeConcern", {"w": 3, "wtimeout": 20000})]),
-                     db="admin", ok=False)["ok"] == 1
-        wait_for(commit, timeout=20, what="commitTransaction on the primary")
-        for m in members:
-            with direct(m) as c1:
-                assert c1.t.c.find_one({"_id": 1}, max_time_ms=5000) == \
-                    {"_id": 1, "v": "committed"}
-                assert c1.config.transactions.find_one({"_id.id": lsid["id"]})["state"] == "committed"
+        assert_prepared_again(members[0], lsid)
+        commit_on_the_primary(members, lsid, pts, raws)
     finally:
-        for r in raws:
-            r.close()
-        for m in members:
-            try:
-                m.signal(signal.SIGCONT)
-            except Exception:
-                pass
-            m.cleanup()
+        cleanup(members, raws)
+
+
+def test_rollback_over_a_prepared_transactions_commit_prepares_it_again():
+    """A former primary that committed a prepared transaction (prepare entry
+    on every member, commitTransaction entry w:1 on it alone: issue 26) rolls
+    the commit back: the transaction is prepared there again, as it was at
+    the common point, and the new primary's commitTransaction applies."""
+    from bson.int64 import Int64
+    from bson.son import SON
+
+    def lost(ca, ra, lsid, pts):
+        ra(SON([("commitTransaction", 1), ("lsid", lsid), ("txnNumber", Int64(1)),
+                ("autocommit", False), ("commitTimestamp", Timestamp(pts.time, pts.inc + 1)),
+                ("writeConcern", {"w": 1})]), db="admin")
+        assert ca.t.c.find_one({"_id": 1})["v"] == "committed"
+
+    members = start_set(args=("--setParameter", "enableTestCommands=1"))
+    raws = []
+    try:
+        lsid, pts = diverge_over_a_prepared_transaction(members, raws, lost)
+        with direct(members[0]) as c1:
+            assert c1.local["oplog.rs"].find_one({"o.commitTransaction": 1}) is None
+        assert_prepared_again(members[0], lsid)
+        commit_on_the_primary(members, lsid, pts, raws)
+    finally:
+        cleanup(members, raws)
 
 
 # ---- initial sync, too stale, resync ----

@@ -19,8 +19,10 @@
  */
 #include "router/router_int.h"
 
+#include "common/clock.h"
 #include "doc/doc.h"
 #include "shard/shard.h"
+#include "update/update.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -539,6 +541,71 @@ static int key_change(const rt_coll_t *c, const bson_t *ud, const bson_t *q, boo
     return code;
 }
 
+/* A statement of a transaction that changes a document's shard key to one
+ * another shard owns, done as mongos does it: the document is removed from
+ * shard from (findAndModify remove), updated here, and inserted on shard to,
+ * all in the client's transaction.  Folds the result into m at index i;
+ * returns 0 or a transport error. */
+static int move_doc(const char *db, const char *coll, const rt_coll_t *c, int from, int to,
+                    const bson_t *q, const bson_t *ud, merged_t *m, int i, sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER, r, old, nd, docs;
+    bson_iter_t it;
+    BSON_APPEND_UTF8(&cmd, "findAndModify", coll);
+    BSON_APPEND_DOCUMENT(&cmd, "query", q);
+    BSON_APPEND_BOOL(&cmd, "remove", true);
+    rt_append_version(&cmd, c, from);
+    int rc = rt_run(from, db, &cmd, &r, err), code;
+    bson_destroy(&cmd);
+    if (rc != 0)
+        return rc;
+    if ((code = rt_reply_code(&r)) != 0 || !bson_iter_init_find(&it, &r, "value") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        if (code != 0)
+            add_error(m, i, code, "removing the document from its shard failed");
+        bson_destroy(&r);
+        return 0; /* nothing matched: n 0 */
+    }
+    sbl_iter_doc(&it, &old);
+    sbl_err_t e = {0};
+    bool changed = false;
+    sbl_update_t *u = sbl_update_new(ud, NULL, &e);
+    bson_init(&nd);
+    if (u == NULL || sbl_update_apply(u, &old, -1, false, sbl_now_ms(), &nd, &changed, &e) != 0) {
+        add_error(m, i, e.code ? e.code : SBL_E_BadValue, e.msg);
+        bson_destroy(&nd);
+        sbl_update_free(u);
+        bson_destroy(&r);
+        return 0;
+    }
+    sbl_update_free(u);
+    bson_destroy(&r);
+    bson_init(&cmd);
+    BSON_APPEND_UTF8(&cmd, "insert", coll);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &docs);
+    BSON_APPEND_DOCUMENT(&docs, "0", &nd);
+    bson_append_array_end(&cmd, &docs);
+    rt_append_version(&cmd, c, to);
+    bson_destroy(&nd);
+    rc = rt_run(to, db, &cmd, &r, err);
+    bson_destroy(&cmd);
+    if (rc != 0)
+        return rc;
+    if ((code = rt_reply_code(&r)) == 0 && !bson_has_field(&r, "writeErrors")) {
+        m->n++;
+        m->n_modified++;
+        m->has_modified = true;
+    } else {
+        int one = i;
+        if (code != 0)
+            add_error(m, i, code, "inserting the document on its new shard failed");
+        else
+            merged_add(m, &r, &one, 1);
+    }
+    bson_destroy(&r);
+    return 0;
+}
+
 static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bool is_update,
                             sbl_err_t *err)
 {
@@ -620,6 +687,19 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
         if (is_update && stmt_update(elems[i], &ud) && changes_shard_key(c, &ud, &q)) {
             const char *msg = NULL;
             int to = -1, code = key_change(c, &ud, &q, multi, &to, &msg);
+            if (code == 0 && to >= 0 && !t[to] && rt_sess_in_txn()) {
+                int from = 0;
+                while (!t[from])
+                    from++;
+                bson_iter_t ci;
+                bson_iter_init_find(&ci, cmd, "update");
+                if ((rc = move_doc(db, bson_iter_utf8(&ci, NULL), c, from, to, &q, &ud, &m, i,
+                                   err)) != 0)
+                    break;
+                if (ordered && m.nerr > 0)
+                    break;
+                continue;
+            }
             if (code == 0 && to >= 0 && !t[to]) {
                 code = SBL_E_WouldChangeOwningShard;
                 msg = "This update would cause the doc to change owning shards (sable-router "

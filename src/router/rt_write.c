@@ -547,7 +547,8 @@ static int key_change(const rt_coll_t *c, const bson_t *ud, const bson_t *q, boo
  * all in the client's transaction.  Folds the result into m at index i;
  * returns 0 or a transport error. */
 static int move_doc(const char *db, const char *coll, const rt_coll_t *c, int from, int to,
-                    const bson_t *q, const bson_t *ud, merged_t *m, int i, sbl_err_t *err)
+                    const bson_t *q, const bson_t *ud, merged_t *m, int i, bson_t *image,
+                    bool image_new, sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER, r, old, nd, docs;
     bson_iter_t it;
@@ -579,6 +580,8 @@ static int move_doc(const char *db, const char *coll, const rt_coll_t *c, int fr
         return 0;
     }
     sbl_update_free(u);
+    if (image != NULL) /* findAndModify's value: the document before or after */
+        bson_copy_to(image_new ? &nd : &old, image);
     bson_destroy(&r);
     bson_init(&cmd);
     BSON_APPEND_UTF8(&cmd, "insert", coll);
@@ -694,7 +697,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
                 bson_iter_t ci;
                 bson_iter_init_find(&ci, cmd, "update");
                 if ((rc = move_doc(db, bson_iter_utf8(&ci, NULL), c, from, to, &q, &ud, &m, i,
-                                   err)) != 0)
+                                   NULL, false, err)) != 0)
                     break;
                 if (ordered && m.nerr > 0)
                     break;
@@ -790,6 +793,46 @@ int rt_delete(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 
 /* ---- findAndModify ---- */
 
+/* findAndModify's move_doc (in a transaction): its reply, value the
+ * document before or after (new) as asked. */
+static int fam_move(const char *db, const bson_t *cmd, const rt_coll_t *c, const bool *t, int to,
+                    const bson_t *q, const bson_t *ud, bson_t *reply, sbl_err_t *err)
+{
+    bson_iter_t it, e;
+    merged_t m;
+    bson_t image = BSON_INITIALIZER, leo;
+    int from = 0;
+    while (!t[from])
+        from++;
+    bool want_new = bson_iter_init_find(&it, cmd, "new") && bson_iter_as_bool(&it);
+    if (!bson_iter_init_find(&it, cmd, "findAndModify"))
+        bson_iter_init_find(&it, cmd, "findandmodify");
+    merged_init(&m);
+    int rc = move_doc(db, bson_iter_utf8(&it, NULL), c, from, to, q, ud, &m, 0, &image, want_new,
+                      err);
+    if (rc == 0 && m.nerr > 0) {
+        bson_iter_init(&it, &m.write_errors);
+        bson_iter_find_descendant(&it, "0.code", &e);
+        int code = (int)bson_iter_as_int64(&e);
+        bson_iter_init(&it, &m.write_errors);
+        bson_iter_find_descendant(&it, "0.errmsg", &e);
+        rc = sbl_err_set(err, code, "%s", bson_iter_utf8(&e, NULL));
+    } else if (rc == 0) {
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "lastErrorObject", &leo);
+        BSON_APPEND_INT32(&leo, "n", (int32_t)m.n);
+        BSON_APPEND_BOOL(&leo, "updatedExisting", m.n > 0);
+        bson_append_document_end(reply, &leo);
+        if (m.n > 0)
+            BSON_APPEND_DOCUMENT(reply, "value", &image);
+        else
+            BSON_APPEND_NULL(reply, "value");
+        BSON_APPEND_DOUBLE(reply, "ok", 1.0);
+    }
+    bson_destroy(&image);
+    merged_free(&m);
+    return rc;
+}
+
 int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     char ns[400];
@@ -823,6 +866,13 @@ int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err
             sbl_iter_doc(&it, &ud);
             int code = 0, to = -1;
             const char *msg = NULL;
+            if (changes_shard_key(c, &ud, &q) &&
+                (code = key_change(c, &ud, &q, false, &to, &msg)) == 0 && to >= 0 && !t[to] &&
+                rt_sess_in_txn() && !upsert && !bson_has_field(cmd, "fields")) {
+                int rc = fam_move(db, cmd, c, t, to, &q, &ud, reply, err);
+                rt_coll_release(c);
+                return rc;
+            }
             if (changes_shard_key(c, &ud, &q) &&
                 ((code = key_change(c, &ud, &q, false, &to, &msg)) != 0 || (to >= 0 && !t[to]))) {
                 rt_coll_release(c);

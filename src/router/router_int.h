@@ -306,6 +306,8 @@ void rt_sess_reply(int shard, bool started, const bson_t *reply);
 /* Whether the current command is a retryable write or in a transaction
  * (its writes carry stmtIds). */
 bool rt_sess_retryable(void);
+/* Whether the current command is a statement of a multi-document transaction. */
+bool rt_sess_in_txn(void);
 /* off: commands sent from now on carry no session fields (cleanup such as
  * killing an expired cursor); returns the previous state, which
  * rt_sess_suspend(!previous) restores. */

@@ -268,6 +268,11 @@ bool rt_sess_retryable(void)
     return cur.on && cur.has_txn;
 }
 
+bool rt_sess_in_txn(void)
+{
+    return cur.on && cur.in_txn;
+}
+
 bool rt_sess_suspend(bool off)
 {
     bool was = cur.on;

@@ -143,3 +143,22 @@ def test_shard_key_change_rules(mongos, retrying, shards):
     assert code_of(lambda: rc.update_one({"k": 9}, {"$inc": {"k": -100}})) == 283
     assert code_of(lambda: rc.find_one_and_update({"k": 10}, {"$set": {"k": -1}})) == 283
     assert sorted((d["_id"], d["k"]) for d in shards[1].rk.mv.find()) == [(1, 10), (3, 9)]
+    # in a transaction the router moves it: removed from shard1, inserted on shard0
+    with retrying.start_session() as s:
+        with s.start_transaction():
+            r = rc.update_one({"k": 10}, {"$set": {"k": -10}, "$inc": {"n": 1}}, session=s)
+            assert r.matched_count == 1 and r.modified_count == 1
+            assert rc.find_one({"_id": 1}, session=s)["k"] == -10
+            assert rc.replace_one({"k": 9}, {"k": -9, "r": 1}, session=s).modified_count == 1
+    assert shards[0].rk.mv.find_one({"_id": 1}) == {"_id": 1, "k": -10, "y": 1, "n": 1}
+    assert shards[0].rk.mv.find_one({"_id": 3}) == {"_id": 3, "k": -9, "r": 1}
+    assert shards[1].rk.mv.count_documents({}) == 0
+    assert sorted((d["_id"], d["k"]) for d in c.find()) == [(1, -10), (2, -5), (3, -9)]
+    with retrying.start_session() as s:
+        with s.start_transaction():
+            before = rc.find_one_and_update({"k": -10}, {"$set": {"k": 20}}, session=s)
+            after = rc.find_one_and_replace({"k": -9}, {"k": 21}, session=s,
+                                            return_document=pymongo.ReturnDocument.AFTER)
+    assert before == {"_id": 1, "k": -10, "y": 1, "n": 1} and after == {"_id": 3, "k": 21}
+    assert sorted((d["_id"], d["k"]) for d in shards[1].rk.mv.find()) == [(1, 20), (3, 21)]
+    assert shards[0].rk.mv.count_documents({}) == 1

@@ -240,6 +240,7 @@ int sbl_qexec_new_min_max(const char *ns, const sbl_qexec_opts_t *o, const bson_
     bson_t empty = BSON_INITIALIZER;
     const bson_t *filter = o->filter != NULL ? o->filter : &empty;
     sbl_qexec_t *q = calloc(1, sizeof(*q));
+    bool id_sort = false, id_desc = false; /* the sort is {_id: ±1} alone */
 
     *qp = NULL;
     if (q == NULL)
@@ -287,11 +288,9 @@ int sbl_qexec_new_min_max(const char *ns, const sbl_qexec_opts_t *o, const bson_
             sbl_sort_free(q->sort); /* the text stage hands results out best first */
             q->sort = NULL;
         }
-        /* the _id table is in binary order: under a collation string _ids sort in memory */
-        if (q->sort != NULL && o->collation == NULL && sbl_sort_is_id(q->sort, &q->desc)) {
-            sbl_sort_free(q->sort);
-            q->sort = NULL;
-        }
+        /* the _id table is in binary order (under a collation string _ids
+         * sort in memory): a plan that scans it needs no sort (below) */
+        id_sort = q->sort != NULL && o->collation == NULL && sbl_sort_is_id(q->sort, &id_desc);
     }
     bool natural_desc = false;
     q->natural_ok = o->sort == NULL || bson_empty(o->sort) || sort_is_natural(o->sort, &natural_desc);
@@ -331,7 +330,7 @@ int sbl_qexec_new_min_max(const char *ns, const sbl_qexec_opts_t *o, const bson_
     q->skip = o->skip > 0 ? o->skip : 0;
     q->limit = o->limit > 0 ? o->limit : 0;
     if (q->range.kind != SBL_ID_NONE) {
-        sbl_plan_input_t in = {ns,        filter,  q->sort != NULL ? o->sort : NULL,
+        sbl_plan_input_t in = {ns,        filter,  q->sort != NULL && !id_sort ? o->sort : NULL,
                                hint,      q->skip, q->limit,
                                q->range.kind == SBL_ID_POINTS, q->range.kind == SBL_ID_RANGE,
                                o->collation};
@@ -359,9 +358,11 @@ int sbl_qexec_new_min_max(const char *ns, const sbl_qexec_opts_t *o, const bson_
             sbl_qexec_free(q);
             return rc;
         }
-        if (q->ixp != NULL && q->ixp->provides_sort) {
-            sbl_sort_free(q->sort); /* the index order is the sort order */
+        if ((q->ixp != NULL && q->ixp->provides_sort) || (q->ixp == NULL && id_sort)) {
+            sbl_sort_free(q->sort); /* the index's (or the _id table's) order is the sort order */
             q->sort = NULL;
+            if (q->ixp == NULL)
+                q->desc = id_desc;
         }
     } else if (min != NULL || max != NULL) {
         int rc = apply_min_max(q, o, hint, min, max, err); /* the errors still apply */

@@ -294,3 +294,23 @@ def test_ttl():
         c.close()
     finally:
         s.cleanup()
+
+
+def test_id_sort_over_another_index_plan_is_sorted(db):
+    """A sort on _id alone needs no sort stage when the plan scans the _id
+    table, but does when the planner picks another index: the _id sort was
+    dropped before planning, so {k: {$in: ...}} read through k_1 came back
+    in k's order (found through sable-router's shard-key tests)."""
+    c = db.idsort
+    c.create_index([("k", ASCENDING)])
+    c.insert_many([{"_id": i, "k": 100 - i} for i in range(20)])
+    flt = {"k": {"$in": [100 - i for i in range(0, 20, 3)]}}
+    want = list(range(0, 20, 3))
+    assert [d["_id"] for d in c.find(flt).sort("_id", 1)] == want
+    assert [d["_id"] for d in c.find(flt).sort("_id", -1)] == want[::-1]
+    assert [d["_id"] for d in c.find({"k": {"$gte": 90}}).sort("_id", 1)] == list(range(11))
+    assert [d["_id"] for d in c.find(flt).sort("_id", 1).skip(1).limit(2)] == want[1:3]
+    assert [d["_id"] for d in c.aggregate([{"$match": flt}, {"$sort": {"_id": 1}}])] == want
+    # the _id table's own order still serves it without an index
+    assert [d["_id"] for d in c.find({"_id": {"$gte": 15}}).sort("_id", -1)] == [19, 18, 17, 16, 15]
+    assert [d["_id"] for d in c.find({}).sort("_id", 1).limit(3)] == [0, 1, 2]

@@ -413,6 +413,48 @@ def test_rollback_over_a_prepared_transactions_commit_prepares_it_again():
         cleanup(members, raws)
 
 
+def test_statement_waiting_on_a_prepared_transaction_ends_at_step_down_and_rollback():
+    """A transaction's update waiting on a's prepared transaction's document
+    (the prepare-conflict wait) while a is paused as primary, steps down on
+    its resume (a higher term) and rolls back gets a reply:
+    InterruptedDueToReplStateChange (11602) at the step-down, as mongod kills
+    user operations at a step-down and before a rollback; never a hang."""
+    import socket
+
+    from bson.son import SON
+    import wire
+    from test_retryable import cmd, new_lsid
+
+    waiting = []
+
+    def lost(ca, ra, lsid, pts):
+        j = ca.t.c.with_options(write_concern=J)
+        j.insert_many([{"_id": 100 + i, "v": "lost"} for i in range(3)])
+        s = wire.connect(members[0].port, timeout=5)
+        waiting.append(s)
+        body = cmd("update", "c", new_lsid(), 1, startTransaction=True, autocommit=False,
+                   updates=[{"q": {"_id": 1}, "u": {"$set": {"v": "waiter"}}}])
+        s.sendall(wire.op_msg(SON(list(body.items()) + [("$db", "t")])))
+        time.sleep(0.1)  # it is waiting on _id 1 (prepared)
+
+    members = start_set(args=("--setParameter", "enableTestCommands=1"))
+    raws = []
+    try:
+        diverge_over_a_prepared_transaction(members, raws, lost)
+        s = waiting[0]
+        s.settimeout(10)
+        try:
+            _, raw = wire.read_message(s)
+        except socket.timeout:
+            raise AssertionError("the waiting update got no reply after the rollback")
+        r = wire.Reply(raw).doc
+        assert r["ok"] == 0 and r["code"] == 11602, r
+    finally:
+        for s in waiting:
+            s.close()
+        cleanup(members, raws)
+
+
 # ---- initial sync, too stale, resync ----
 
 import shutil

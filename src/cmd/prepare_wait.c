@@ -39,14 +39,15 @@
 #include "cmd/crud_int.h"
 
 /* storage's question before each wait: go on until when, or the error that
- * ends it (killOp, maxTimeMS, killSessions, the transaction's lifetime; a
- * step-down, write_wait_check). */
+ * ends it (killOp, maxTimeMS, killSessions, the transaction's lifetime, a
+ * rollback; a step-down, write_wait_check). */
 static int wait_check(void *arg, int64_t *deadline_us, sbl_err_t *err)
 {
     const sbl_opctx_t *ctx = arg;
     int64_t expiry = sbl_cmd_mtxn_expiry_us(ctx);
 
     SBL_RET(sbl_op_check_interrupt(ctx, err));
+    SBL_RET(sbl_op_check_rollback(ctx, err));
     if (sbl_cmd_mtxn_kill_asked(ctx))
         return sbl_err_set(err, SBL_E_Interrupted, "operation was interrupted");
     if (expiry != 0 && sbl_now_us() >= expiry)
@@ -112,6 +113,7 @@ bool sbl_cmd_prepare_wait_again(sbl_cmd_prepare_wait_t *w, int *rcp, sbl_err_t *
     sbl_err_clear(err);
     bson_reinit(reply);
     if ((*rcp = sbl_op_check_interrupt(ctx, err)) != 0 ||
+        (*rcp = sbl_op_check_rollback(ctx, err)) != 0 ||
         (*rcp = sbl_cmd_snapshot_begin(ctx, err)) != 0)
         return false;
     return true;

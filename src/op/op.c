@@ -116,6 +116,23 @@ int sbl_op_check_step_down(const sbl_opctx_t *ctx, sbl_err_t *err)
                        "(stepdown) occurred");
 }
 
+static _Atomic int64_t rolled_back_us; /* the last rollback's start (monotonic), 0: none */
+
+void sbl_op_note_rollback(void)
+{
+    atomic_store(&rolled_back_us, sbl_now_us());
+}
+
+int sbl_op_check_rollback(const sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    int64_t at = atomic_load(&rolled_back_us);
+    if (at == 0 || ctx->req == NULL || ctx->start_us == 0 || ctx->start_us > at)
+        return 0;
+    return sbl_err_set(err, SBL_E_InterruptedDueToReplStateChange,
+                       "operation was interrupted because a replica set state change "
+                       "(rollback) occurred");
+}
+
 int sbl_op_backoff(const sbl_opctx_t *ctx, int *attempt, sbl_err_t *err)
 {
     uint64_t gen;

@@ -113,6 +113,14 @@ int sbl_op_check_deadline(const sbl_opctx_t *ctx, sbl_err_t *err);
 void sbl_op_note_step_down(void);
 int sbl_op_check_step_down(const sbl_opctx_t *ctx, sbl_err_t *err);
 
+/* A rollback (repl calls sbl_op_note_rollback as the member enters
+ * ROLLBACK) ends every client operation waiting on a prepared transaction,
+ * reads outside transactions too, as mongod kills all user operations
+ * before it rolls back: InterruptedDueToReplStateChange (11602) when ctx
+ * (a client's: ctx->req) began before the last rollback, else 0. */
+void sbl_op_note_rollback(void);
+int sbl_op_check_rollback(const sbl_opctx_t *ctx, sbl_err_t *err);
+
 /* The check long loops make: Interrupted (11601) once killOp asked this
  * operation to stop, MaxTimeMSExpired (50) past the deadline, 11602 for a
  * client's operation in a transaction after a step-down, else 0. */

@@ -25,6 +25,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "op/op.h"
 
 #define rs sbl_rs
 #define REPLAY_BATCH 256
@@ -524,6 +525,9 @@ int sbl_rs_rollback(mongoc_client_t *c, const char *host, sbl_err_t *err)
     pthread_mutex_lock(&rs.lock);
     sbl_rs_set_state_locked(SBL_RS_ROLLBACK);
     pthread_mutex_unlock(&rs.lock);
+    /* the client operations still waiting on a prepared transaction end
+     * (11602), reads too: the recovery undoes what they would see */
+    sbl_op_note_rollback();
     {
         bson_t attr = BSON_INITIALIZER;
         sbl_repl_append_optime(&attr, "commonPoint", cp.ts, cp.t);

@@ -417,8 +417,10 @@ def test_statement_waiting_on_a_prepared_transaction_ends_at_step_down_and_rollb
     """A transaction's update waiting on a's prepared transaction's document
     (the prepare-conflict wait) while a is paused as primary, steps down on
     its resume (a higher term) and rolls back gets a reply:
-    InterruptedDueToReplStateChange (11602) at the step-down, as mongod kills
-    user operations at a step-down and before a rollback; never a hang."""
+    InterruptedDueToReplStateChange (11602) at the step-down; a read waiting
+    on it there, sent while a is paused, gets 11602 at the rollback (the
+    transaction is prepared again after it), as mongod kills user operations
+    at a step-down and before a rollback; never a hang."""
     import socket
 
     from bson.son import SON
@@ -437,18 +439,27 @@ def test_statement_waiting_on_a_prepared_transaction_ends_at_step_down_and_rollb
         s.sendall(wire.op_msg(SON(list(body.items()) + [("$db", "t")])))
         time.sleep(0.1)  # it is waiting on _id 1 (prepared)
 
+    def read():  # sent while a is paused: a read, which a step-down leaves
+        s = wire.connect(members[0].port, timeout=5)
+        waiting.append(s)
+        s.sendall(wire.op_msg(SON([("find", "c"), ("filter", {"_id": 1}),
+                                   ("$readPreference", {"mode": "secondaryPreferred"}),
+                                   ("$db", "t")])))
+
     members = start_set(args=("--setParameter", "enableTestCommands=1"))
+    resume = members[0].resume
+    members[0].resume = lambda: (read(), resume())
     raws = []
     try:
         diverge_over_a_prepared_transaction(members, raws, lost)
-        s = waiting[0]
-        s.settimeout(10)
-        try:
-            _, raw = wire.read_message(s)
-        except socket.timeout:
-            raise AssertionError("the waiting update got no reply after the rollback")
-        r = wire.Reply(raw).doc
-        assert r["ok"] == 0 and r["code"] == 11602, r
+        for s, what in zip(waiting, ("update", "find")):
+            s.settimeout(10)
+            try:
+                _, raw = wire.read_message(s)
+            except socket.timeout:
+                raise AssertionError("the waiting %s got no reply after the rollback" % what)
+            r = wire.Reply(raw).doc
+            assert r["ok"] == 0 and r["code"] == 11602, (what, r)
     finally:
         for s in waiting:
             s.close()

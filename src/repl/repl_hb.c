@@ -177,6 +177,17 @@ int sbl_repl_heartbeat(const bson_t *cmd, bson_t *r, sbl_err_t *err)
     }
     if (their_term > rs.term && rs.config != NULL)
         sbl_rs_update_term_locked(their_term);
+    /* A member of a newer term than its last answer to us (a new primary's
+     * heartbeats right after its election): ask it now, not at our next
+     * interval, so we learn its state and sync from it at once (the hidden
+     * member of a failover otherwise waited up to heartbeatIntervalMillis,
+     * and w:"majority" with it).  Once it has answered, its term is known:
+     * no more than one extra heartbeat per term. */
+    for (int i = 0; rs.config != NULL && from != NULL && i < rs.cfg.n; i++)
+        if (i != rs.self && their_term > rs.peer[i].term && strcmp(rs.cfg.m[i].host, from) == 0) {
+            rs.peer[i].next_hb_ms = 0;
+            pthread_cond_broadcast(&rs.cond);
+        }
     int st = atomic_load(&rs.state);
     sbl_optime_t ap = sbl_rs_my_applied();
     BSON_APPEND_UTF8(r, "set", rs.set_name);

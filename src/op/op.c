@@ -100,6 +100,17 @@ int sbl_op_check_deadline(const sbl_opctx_t *ctx, sbl_err_t *err)
 }
 
 static _Atomic int64_t stepped_down_us; /* the last step-down (monotonic), 0: none */
+static _Atomic int64_t rolled_back_us;  /* the last rollback's start (monotonic), 0: none */
+
+/* 11602 for an operation that started before the state change at 'at' (0: none). */
+static int interrupted_since(int64_t at, const sbl_opctx_t *ctx, const char *what, sbl_err_t *err)
+{
+    if (at == 0 || ctx->start_us == 0 || ctx->start_us > at)
+        return 0;
+    return sbl_err_set(err, SBL_E_InterruptedDueToReplStateChange,
+                       "operation was interrupted because a replica set state change "
+                       "(%s) occurred", what);
+}
 
 void sbl_op_note_step_down(void)
 {
@@ -108,15 +119,8 @@ void sbl_op_note_step_down(void)
 
 int sbl_op_check_step_down(const sbl_opctx_t *ctx, sbl_err_t *err)
 {
-    int64_t at = atomic_load(&stepped_down_us);
-    if (at == 0 || ctx->start_us == 0 || ctx->start_us > at)
-        return 0;
-    return sbl_err_set(err, SBL_E_InterruptedDueToReplStateChange,
-                       "operation was interrupted because a replica set state change "
-                       "(stepdown) occurred");
+    return interrupted_since(atomic_load(&stepped_down_us), ctx, "stepdown", err);
 }
-
-static _Atomic int64_t rolled_back_us; /* the last rollback's start (monotonic), 0: none */
 
 void sbl_op_note_rollback(void)
 {
@@ -125,12 +129,9 @@ void sbl_op_note_rollback(void)
 
 int sbl_op_check_rollback(const sbl_opctx_t *ctx, sbl_err_t *err)
 {
-    int64_t at = atomic_load(&rolled_back_us);
-    if (at == 0 || ctx->req == NULL || ctx->start_us == 0 || ctx->start_us > at)
-        return 0;
-    return sbl_err_set(err, SBL_E_InterruptedDueToReplStateChange,
-                       "operation was interrupted because a replica set state change "
-                       "(rollback) occurred");
+    if (ctx->req == NULL)
+        return 0; /* the server's own operations */
+    return interrupted_since(atomic_load(&rolled_back_us), ctx, "rollback", err);
 }
 
 int sbl_op_backoff(const sbl_opctx_t *ctx, int *attempt, sbl_err_t *err)

@@ -14,9 +14,12 @@
  *
  * An awaitData getMore that finds nothing parks its request here instead of
  * sleeping: a loop timer checks every few milliseconds (or when the source
- * says its counter may next move) whether the counter it waits on moved (a capped insert committed, sbl_capped_generation; for a
- * change stream, the newest entry it may read) or the wait is over, and then
- * dispatches the getMore again, which answers with what it finds then.
+ * says its counter may next move) whether the counter it waits on moved (a
+ * capped insert committed, sbl_capped_generation; for a change stream, the
+ * newest entry it may read) or the wait is over, and then dispatches the
+ * getMore again, which answers with what it finds then.  A capped insert also
+ * kicks the loops (sbl_capped_kick), which check their tailable cursors'
+ * requests at once; the timer is what catches a kick that came too early.
  * When the counter moved, the cursor may first say cheaply that the getMore
  * would still find nothing (a change stream whose scope had no write): the
  * request then waits on without running (no dispatch, session, reply).

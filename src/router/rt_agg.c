@@ -388,6 +388,9 @@ static int remote_read(void *arg, const char *ns, const bson_t *filter, sbl_docv
         BSON_APPEND_DOCUMENT(&cmd, "filter", filter);
     if (m->collation != NULL)
         BSON_APPEND_DOCUMENT(&cmd, "collation", m->collation);
+    bson_iter_t rc_it; /* a transaction's statements carry it through rt_sess_extra */
+    if (!rt_sess_in_txn() && bson_iter_init_find(&rc_it, m->cmd, "readConcern"))
+        bson_append_iter(&cmd, "readConcern", -1, &rc_it);
     BSON_APPEND_INT64(&cmd, "batchSize", 100000);
     int rc = rt_find(db, &cmd, &reply, err);
     while (rc == 0 && (rc = reply_failed(&reply, err)) == 0) {

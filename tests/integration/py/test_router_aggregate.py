@@ -229,6 +229,14 @@ def test_out_and_merge(cl):
     got = sorted(cl.ag.m_t.find(), key=lambda d: d["_id"])
     assert got == sorted(cl.ag.m_u.find(), key=lambda d: d["_id"])
     assert got[0] == {"_id": "a", "n": 40, "keep": True} and len(got) == 4
+    # more than one command's worth (8 MB) of documents: all of them, once, replacing
+    big = [{"_id": i, "k": i - 150, "pad": "%05d" % i * 6000} for i in range(300)]
+    sharded.split_at_zero(cl, "ag", ["big"])
+    cl.ag.big.insert_many(big)
+    cl.ag.t.aggregate([{"$match": {"g": 0}}, {"$out": "o_big"}])
+    cl.ag.big.aggregate([{"$sort": {"k": 1}}, {"$out": "o_big"}])
+    assert sorted(d["_id"] for d in cl.ag.o_big.find({}, {"_id": 1})) == list(range(300))
+    assert sum(len(d["pad"]) for d in cl.ag.o_big.find()) == sum(len(d["pad"]) for d in big)
     # $out to a sharded collection is refused, as mongos refuses it
     for src in ("t", "u"):
         with pytest.raises(OperationFailure) as e:

@@ -11,6 +11,7 @@
 #include "router/router_int.h"
 
 #include "auth/auth.h"
+#include "expr/expr.h"
 #include "metrics/metrics.h"
 #include "server/server.h"
 
@@ -689,6 +690,7 @@ int sbl_router_init(const char *configdb, sbl_err_t *err)
     if (rc != 0)
         return rc;
     rt_auth_init();
+    sbl_expr_init(); /* $expr, $jsonSchema and $where in the merger's filters (rt_agg.c) */
     /* config.version: the cluster's identity, created by the first router. */
     bson_t f = BSON_INITIALIZER, r;
     BSON_APPEND_UTF8(&f, "find", "version");

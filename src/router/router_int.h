@@ -74,6 +74,14 @@ void rt_remote_shutdown(void);
 int rt_shard_add(const char *id, const char *host);
 int rt_shard_find(const char *id);
 int rt_shard_count(void);
+/* config.shards' state of shard i, as rt_shards_reload last read it: a
+ * removed shard (removeShard completed) keeps its index (routing tables
+ * hold indexes) but no command goes to it; a draining one takes no new
+ * chunk or database. */
+void rt_shard_set_state(int i, bool draining, bool removed);
+bool rt_shard_removed(int i);
+/* Neither draining nor removed: new databases and chunks may go there. */
+bool rt_shard_takes_data(int i);
 const char *rt_shard_id(int i);
 const char *rt_shard_host(int i);
 /* Run cmd on shard i (i == -1: the config servers) in database db.  Returns
@@ -129,6 +137,15 @@ int rt_host_run(const char *hostport, int *fdp, int timeout_ms, const char *db, 
                 bson_t *reply, sbl_err_t *err);
 
 /* ---- rt_meta.c ---- */
+/* Every document of config.<coll> matching filter (sorted by sort, may be
+ * NULL) appended to arr (initialised by the caller) as "0", "1", ...
+ * Returns 0 or an error. */
+int rt_cfg_find_all(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
+                    sbl_err_t *err);
+/* A write command on the config servers, w: majority; 0 or the error (a
+ * write error's code too).  reply_out (may be NULL) receives the reply
+ * (initialised only when 0 is returned). */
+int rt_cfg_write(const bson_t *cmd_in, bson_t *reply_out, sbl_err_t *err);
 /* The routing table of ns (refreshing from the config servers when absent
  * or when force).  Returns a reference (rt_coll_release) or NULL with err. */
 rt_coll_t *rt_coll_get(const char *ns, bool force, sbl_err_t *err);
@@ -138,7 +155,8 @@ void rt_meta_flush(void);
 /* The primary shard of db; create_db: register the database (choosing a
  * primary) when the config servers do not know it.  -1 with err. */
 int rt_db_primary(const char *db, bool create_db, sbl_err_t *err);
-/* Reload config.shards. */
+/* Reload config.shards: add the new shards, note each one's draining, mark
+ * those no longer there removed. */
 int rt_shards_reload(sbl_err_t *err);
 /* The sharding commands (reply receives the fields besides ok). */
 int rt_cmd_add_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
@@ -154,6 +172,10 @@ int rt_cmd_move_range(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_split_point(const rt_coll_t *c, const bson_t *cmd, bson_t *middle, sbl_err_t *err);
 /* which: "Start", "Stop" or "Status": the config server's answer's fields. */
 int rt_cmd_balancer(const char *which, bson_t *reply, sbl_err_t *err);
+/* ---- rt_drain.c ---- */
+/* removeShard (draining: started, ongoing, completed) and movePrimary. */
+int rt_cmd_remove_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_cmd_move_primary(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 
 /* Remove ns's (or db's, when coll is NULL) sharding metadata after a drop. */
 void rt_meta_drop(const char *db, const char *coll);

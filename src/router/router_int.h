@@ -158,11 +158,23 @@ int rt_db_primary(const char *db, bool create_db, sbl_err_t *err);
 /* Reload config.shards: add the new shards, note each one's draining, mark
  * those no longer there removed. */
 int rt_shards_reload(sbl_err_t *err);
+/* Every document of config.<coll> matching filter (sorted by sort, may be
+ * NULL) appended to arr as "0", "1", ...; 0 or the error. */
+int rt_cfg_find_all(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
+                    sbl_err_t *err);
+/* A write command on the config servers' config database with w: "majority";
+ * a write error is the error.  reply (may be NULL) receives an ok reply. */
+int rt_cfg_write(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* Ask every shard to re-read ns's version now (_flushRoutingTableCacheUpdates);
+ * a shard that does not answer re-reads it at its next version check. */
+void rt_flush_shards(const char *ns);
 /* The sharding commands (reply receives the fields besides ok). */
 int rt_cmd_add_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_enable_sharding(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* rt_refine.c: refineCollectionShardKey. */
+int rt_cmd_refine_shard_key(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 /* ---- rt_migrate.c ---- */
 /* moveChunk, moveRange (through the config server's _configsvrMoveRange). */
 int rt_cmd_move_chunk(const bson_t *cmd, bson_t *reply, sbl_err_t *err);

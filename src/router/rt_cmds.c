@@ -219,6 +219,12 @@ static int cmd_split(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t
     return rc ? rc : rt_cmd_split(cmd, reply, err);
 }
 
+static int cmd_refine_shard_key(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_refine_shard_key(cmd, reply, err);
+}
+
 static int cmd_get_shard_version(const char *db, const bson_t *cmd, bson_t *reply,
                                  sbl_err_t *err)
 {
@@ -574,6 +580,7 @@ static const rt_cmd_t table[] = {
     {"movechunk", cmd_move_chunk, false},
     {"moveprimary", cmd_move_primary, false},
     {"ping", cmd_ping, true},
+    {"refineCollectionShardKey", cmd_refine_shard_key, false},
     {"refreshSessions", rt_cmd_refresh_sessions, false},
     {"removeShard", cmd_remove_shard, false},
     {"removeshard", cmd_remove_shard, false},

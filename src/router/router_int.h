@@ -158,13 +158,6 @@ int rt_db_primary(const char *db, bool create_db, sbl_err_t *err);
 /* Reload config.shards: add the new shards, note each one's draining, mark
  * those no longer there removed. */
 int rt_shards_reload(sbl_err_t *err);
-/* Every document of config.<coll> matching filter (sorted by sort, may be
- * NULL) appended to arr as "0", "1", ...; 0 or the error. */
-int rt_cfg_find_all(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
-                    sbl_err_t *err);
-/* A write command on the config servers' config database with w: "majority";
- * a write error is the error.  reply (may be NULL) receives an ok reply. */
-int rt_cfg_write(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 /* Ask every shard to re-read ns's version now (_flushRoutingTableCacheUpdates);
  * a shard that does not answer re-reads it at its next version check. */
 void rt_flush_shards(const char *ns);

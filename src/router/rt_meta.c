@@ -122,17 +122,6 @@ int rt_cfg_write(const bson_t *cmd_in, bson_t *reply_out, sbl_err_t *err)
     return rc;
 }
 
-int rt_cfg_find_all(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
-                    sbl_err_t *err)
-{
-    return cfg_find_all(coll, filter, sort, arr, err);
-}
-
-int rt_cfg_write(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
-{
-    return cfg_write(cmd, reply, err);
-}
-
 static int cfg_insert(const char *coll, const bson_t *doc, sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER, docs;

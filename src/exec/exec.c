@@ -68,6 +68,7 @@ struct sbl_qexec {
     bool exhausted;    /* the stream has nothing beyond buf */
     bool natural_ok;   /* no sort but {$natural: ±1}: a capped collection's scan is natural */
     uint64_t nat_pos;  /* the last natural position read (0: none) */
+    uint64_t nat_from; /* the oplog from {ts: {$gte|$gt: T}}: T, where its scan starts (0: none) */
     bool tailable;     /* exhaustion is not final: look again on the next call */
     bool resume;       /* last_id is set */
     bson_value_t last_id;
@@ -323,6 +324,15 @@ int sbl_qexec_new_min_max(const char *ns, const sbl_qexec_opts_t *o, const bson_
         q->geo = NULL;
     }
     sbl_id_range_from_filter(filter, &q->range);
+    bson_iter_t ts_it, ts_op;
+    if (bson_iter_init_find(&ts_it, filter, "ts") && BSON_ITER_HOLDS_DOCUMENT(&ts_it) &&
+        bson_iter_recurse(&ts_it, &ts_op) && bson_iter_next(&ts_op) &&
+        (strcmp(bson_iter_key(&ts_op), "$gte") == 0 || strcmp(bson_iter_key(&ts_op), "$gt") == 0) &&
+        BSON_ITER_HOLDS_TIMESTAMP(&ts_op)) {
+        uint32_t t, i;
+        bson_iter_timestamp(&ts_op, &t, &i);
+        q->nat_from = (uint64_t)t << 32 | i;
+    }
     if (o->collation != NULL && (q->range.kind == SBL_ID_NONE || range_has_strings(&q->range))) {
         sbl_id_range_destroy(&q->range); /* _id keys are binary: scan, let the matcher decide */
         q->range.kind = SBL_ID_ANY;
@@ -584,7 +594,17 @@ void sbl_qexec_set_disk_use(sbl_qexec_t *q, int8_t disk_use)
 static int refill_natural(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_t max,
                           sbl_err_t *err)
 {
-    if (q->nat_pos != 0) {
+    /* A tailing oplog read ({ts: {$gte: T}}, a secondary's fetcher) starts at
+     * T's own position (the oplog's natural order is its ts order), not at
+     * its first entry; where T is not there, at the first as before. */
+    uint64_t from = 0;
+    if (q->nat_from != 0 && q->nat_pos == 0 && !q->desc &&
+        strcmp(sbl_coll_ns(c), "local.oplog.rs") == 0)
+        SBL_RET(sbl_natural_pos_of_ts(ctx->ss, c, q->nat_from, &from, err));
+    q->nat_from = 0;
+    if (from > 1)
+        q->nat_pos = from - 1; /* what is read is past nat_pos; from - 1 need not exist */
+    else if (q->nat_pos != 0) {
         bool exists = false;
         SBL_RET(sbl_natural_exists(ctx->ss, c, q->nat_pos, &exists, err));
         if (!exists)

@@ -307,6 +307,10 @@ void sbl_natural_close(sbl_natural_t *scan);
  * point: once the oldest documents are deleted past it, it is lost). */
 int sbl_natural_exists(sbl_session_t *s, sbl_coll_t *c, uint64_t pos, bool *existsp,
                        sbl_err_t *err);
+/* The natural position of the entry keyed ts in c, a capped collection
+ * keyed by ts (the oplog): *posp, 0 when there is none. */
+int sbl_natural_pos_of_ts(sbl_session_t *s, sbl_coll_t *c, uint64_t ts, uint64_t *posp,
+                          sbl_err_t *err);
 /* A counter that moves after every transaction that inserted into some capped
  * collection ended: tailable cursors waiting for data poll it cheaply. */
 uint64_t sbl_capped_generation(void);

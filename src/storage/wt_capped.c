@@ -637,6 +637,35 @@ int sbl_natural_exists(sbl_session_t *s, sbl_coll_t *c, uint64_t pos, bool *exis
     return 0;
 }
 
+int sbl_natural_pos_of_ts(sbl_session_t *s, sbl_coll_t *c, uint64_t ts, uint64_t *posp,
+                          sbl_err_t *err)
+{
+    struct sbl_capped *cp = c->tbl->capped;
+    bson_value_t v = {.value_type = BSON_TYPE_TIMESTAMP};
+    WT_CURSOR *cur;
+    WT_ITEM k, val;
+    sbl_buf_t ikey;
+    int ret;
+
+    *posp = 0;
+    if (cp == NULL || strcmp(sbl_table_key_field(c->tbl), "ts") != 0)
+        return 0;
+    SBL_RET(sbl_session_cursor(s, cp->nat, &cur, err));
+    v.value.v_timestamp.timestamp = (uint32_t)(ts >> 32);
+    v.value.v_timestamp.increment = (uint32_t)ts;
+    sbl_buf_init(&ikey);
+    sbl_buf_append_byte(&ikey, 'i');
+    sbl_key_append(&ikey, &v, false);
+    k.data = ikey.data;
+    k.size = ikey.len;
+    cur->set_key(cur, &k);
+    if ((ret = cur->search(cur)) == 0 && (ret = cur->get_value(cur, &val)) == 0 && val.size == 8)
+        *posp = pos_of(val.data);
+    cur->reset(cur);
+    sbl_buf_destroy(&ikey);
+    return ret == 0 || ret == WT_NOTFOUND ? 0 : sbl_wt_err(err, ret, "natural position");
+}
+
 void sbl_coll_append_capped_stats(const sbl_coll_t *c, bson_t *out, int64_t scale)
 {
     int64_t max_size = 0, max_docs = 0;

@@ -75,7 +75,7 @@ static int cfg_delete_many(const char *coll, const bson_t *q, sbl_err_t *err)
 
 /* Ask every shard to reload ns's (or db's) routing metadata; a shard that
  * is down learns it when it next checks a version. */
-static void flush_shards(const char *ns)
+void rt_flush_shards(const char *ns)
 {
     for (int i = 0; i < rt_shard_count(); i++) {
         if (rt_shard_removed(i))
@@ -491,7 +491,7 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     bson_value_destroy(&uuid);
     if (rc != 0)
         return rc;
-    flush_shards(ns);
+    rt_flush_shards(ns);
     rt_coll_t *c = rt_coll_get(ns, true, err);
     rt_coll_release(c);
     BSON_APPEND_UTF8(reply, "collectionsharded", ns);
@@ -621,7 +621,7 @@ int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         bson_value_destroy(&uuid);
     }
     if (rc == 0)
-        flush_shards(ns);
+        rt_flush_shards(ns);
 out:
     bson_destroy(&found);
     rt_coll_release(c);
@@ -676,6 +676,6 @@ void rt_meta_drop(const char *db, const char *coll)
     if (coll != NULL) {
         char ns[400];
         snprintf(ns, sizeof(ns), "%s.%s", db, coll);
-        flush_shards(ns);
+        rt_flush_shards(ns);
     }
 }

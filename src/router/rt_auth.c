@@ -232,6 +232,7 @@ static const char *const *actions_of(const char *name, bool *cluster)
         {"moveRange", {"moveChunk"}, false},
         {"movePrimary", {"moveChunk"}, false}, {"moveprimary", {"moveChunk"}, false},
         {"removeShard", {"removeShard"}, true}, {"removeshard", {"removeShard"}, true},
+        {"refineCollectionShardKey", {"enableSharding"}, false},
         {"balancerStart", {"update"}, false}, {"balancerStop", {"update"}, false},
         {"balancerStatus", {"find"}, false},
         {"flushRouterConfig", {"flushRouterConfig"}, true},
@@ -354,7 +355,7 @@ int rt_auth_check(sbl_conn_t *conn, const char *name, const char *db, const bson
     if (strcmp(name, "shardCollection") == 0 || strcmp(name, "shardcollection") == 0 ||
         strcmp(name, "split") == 0 || strcmp(name, "moveChunk") == 0 ||
         strcmp(name, "movechunk") == 0 || strcmp(name, "moveRange") == 0 ||
-        strcmp(name, "getShardVersion") == 0) {
+        strcmp(name, "refineCollectionShardKey") == 0 || strcmp(name, "getShardVersion") == 0) {
         const char *ns = coll_of(cmd); /* "db.coll" */
         const char *dot = ns != NULL ? strchr(ns, '.') : NULL;
         if (dot != NULL) {

@@ -11,6 +11,7 @@
 #include "router/router_int.h"
 
 #include "auth/auth.h"
+#include "expr/expr.h"
 #include "metrics/metrics.h"
 #include "server/server.h"
 
@@ -216,6 +217,12 @@ static int cmd_split(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t
 {
     int rc = admin_only(db, err);
     return rc ? rc : rt_cmd_split(cmd, reply, err);
+}
+
+static int cmd_refine_shard_key(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_refine_shard_key(cmd, reply, err);
 }
 
 static int cmd_get_shard_version(const char *db, const bson_t *cmd, bson_t *reply,
@@ -573,6 +580,7 @@ static const rt_cmd_t table[] = {
     {"movechunk", cmd_move_chunk, false},
     {"moveprimary", cmd_move_primary, false},
     {"ping", cmd_ping, true},
+    {"refineCollectionShardKey", cmd_refine_shard_key, false},
     {"refreshSessions", rt_cmd_refresh_sessions, false},
     {"removeShard", cmd_remove_shard, false},
     {"removeshard", cmd_remove_shard, false},
@@ -711,6 +719,7 @@ int sbl_router_init(const char *configdb, sbl_err_t *err)
     if (rc != 0)
         return rc;
     rt_auth_init();
+    sbl_expr_init(); /* $expr, $jsonSchema and $where in the merger's filters (rt_agg.c) */
     /* config.version: the cluster's identity, created by the first router. */
     bson_t f = BSON_INITIALIZER, r;
     BSON_APPEND_UTF8(&f, "find", "version");

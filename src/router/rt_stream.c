@@ -388,28 +388,31 @@ int rt_change_stream(const char *db, const char *coll, const bson_t *cmd, bson_t
     const bson_t *cmds[RT_MAX_SHARDS];
     sbl_err_t errs[RT_MAX_SHARDS];
     rt_copy_cmd(cmd, &fwd, NULL);
-    for (int i = 0; i < n; i++) {
-        sh[i] = i;
-        cmds[i] = &fwd;
-        memset(&errs[i], 0, sizeof(errs[i]));
-    }
-    rt_run_many(n, sh, db, cmds, rs, rcs, errs);
+    int m = 0; /* the shards not removed (removeShard) */
+    for (int i = 0; i < n; i++)
+        if (!rt_shard_removed(i)) {
+            sh[m] = i;
+            cmds[m] = &fwd;
+            memset(&errs[m++], 0, sizeof(errs[0]));
+        }
+    rt_run_many(m, sh, db, cmds, rs, rcs, errs);
     bson_destroy(&fwd);
-    for (int i = 0; i < n; i++) {
+    for (int k = 0; k < m; k++) {
+        int i = sh[k];
         cs_remote_t *r = &s->r[s->n];
-        if (rc == 0 && rcs[i] != 0) {
-            *err = errs[i];
-            rc = rcs[i];
-        } else if (rc == 0 && rt_reply_code(&rs[i]) != 0) {
-            bson_copy_to_excluding_noinit(&rs[i], reply, "$clusterTime", "operationTime", NULL);
+        if (rc == 0 && rcs[k] != 0) {
+            *err = errs[k];
+            rc = rcs[k];
+        } else if (rc == 0 && rt_reply_code(&rs[k]) != 0) {
+            bson_copy_to_excluding_noinit(&rs[k], reply, "$clusterTime", "operationTime", NULL);
             rc = -1;
-        } else if (rcs[i] == 0 && rt_reply_code(&rs[i]) == 0) {
+        } else if (rcs[k] == 0 && rt_reply_code(&rs[k]) == 0) {
             r->shard = i;
             snprintf(r->host, sizeof(r->host), "%s", rt_answered_by(i));
-            remote_take(r, &rs[i]);
+            remote_take(r, &rs[k]);
             s->n++;
         }
-        bson_destroy(&rs[i]);
+        bson_destroy(&rs[k]);
     }
     if (rc != 0) {
         rt_stream_free(s); /* kills the cursors the other shards opened */

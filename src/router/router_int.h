@@ -146,6 +146,8 @@ int rt_cfg_find_all(const char *coll, const bson_t *filter, const bson_t *sort, 
 /* A write command on the config servers' config database with w: "majority";
  * a write error is the error.  reply (may be NULL) receives an ok reply. */
 int rt_cfg_write(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* Update config.<coll>'s document {_id: id} with u (operators), w: "majority". */
+int rt_cfg_update_id(const char *coll, const char *id, const bson_t *u, sbl_err_t *err);
 /* Ask every shard to re-read ns's version now (_flushRoutingTableCacheUpdates);
  * a shard that does not answer re-reads it at its next version check. */
 void rt_flush_shards(const char *ns);
@@ -163,6 +165,13 @@ int rt_cmd_move_range(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 /* split's find / bounds: the median key value of the chunk they name into
  * middle (one-field keys; hashed: the middle of the hashed range). */
 int rt_split_point(const rt_coll_t *c, const bson_t *cmd, bson_t *middle, sbl_err_t *err);
+/* rt_balance.c: configureCollectionBalancing, balancerCollectionStatus;
+ * and where a moveRange without max ends: end receives the shard key value
+ * about one chunk size of documents after ch's min (one-field range keys;
+ * nothing appended: the whole chunk). */
+int rt_cmd_configure_balancing(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_cmd_balancer_coll_status(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_range_end_by_size(const rt_coll_t *c, const rt_chunk_t *ch, bson_t *end, sbl_err_t *err);
 /* which: "Start", "Stop" or "Status": the config server's answer's fields. */
 int rt_cmd_balancer(const char *which, bson_t *reply, sbl_err_t *err);
 

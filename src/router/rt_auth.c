@@ -230,6 +230,8 @@ static const char *const *actions_of(const char *name, bool *cluster)
         {"split", {"splitChunk"}, false},
         {"moveChunk", {"moveChunk"}, false}, {"movechunk", {"moveChunk"}, false},
         {"moveRange", {"moveChunk"}, false},
+        {"movePrimary", {"moveChunk"}, false}, {"moveprimary", {"moveChunk"}, false},
+        {"removeShard", {"removeShard"}, true}, {"removeshard", {"removeShard"}, true},
         {"refineCollectionShardKey", {"enableSharding"}, false},
         {"configureCollectionBalancing", {"enableSharding"}, false},
         {"balancerCollectionStatus", {"enableSharding"}, false},
@@ -368,7 +370,8 @@ int rt_auth_check(sbl_conn_t *conn, const char *name, const char *db, const bson
     } else if (strncmp(name, "balancer", 8) == 0) { /* as mongod: config.settings */
         adb = "config";
         coll = "settings";
-    } else if (strcmp(name, "enableSharding") == 0 || strcmp(name, "enablesharding") == 0) {
+    } else if (strcmp(name, "enableSharding") == 0 || strcmp(name, "enablesharding") == 0 ||
+               strcmp(name, "movePrimary") == 0 || strcmp(name, "moveprimary") == 0) {
         adb = coll_of(cmd) != NULL ? coll_of(cmd) : db;
         coll = NULL;
     }

@@ -332,7 +332,8 @@ static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const 
     int rc;
     char from_host[1024], to_host[1024];
     if ((rc = shard_host(from, from_host, sizeof(from_host), err)) != 0 ||
-        (rc = shard_host(to, to_host, sizeof(to_host), err)) != 0)
+        (rc = shard_host(to, to_host, sizeof(to_host), err)) != 0 ||
+        (rc = sbl_chunk_check_movable(ns, key, chunk, from_host, err)) != 0) /* jumbo */
         return rc;
     /* config.migrations: the migration in progress */
     char mid[600];
@@ -469,6 +470,11 @@ static int chunk_set(const bson_value_t *id, const bson_t *set, sbl_err_t *err)
     int rc = cfg_write(&cmd, err);
     bson_destroy(&cmd);
     return rc;
+}
+
+int mig_chunk_set(const bson_value_t *id, const bson_t *set, sbl_err_t *err)
+{
+    return chunk_set(id, set, err);
 }
 
 /* What a commit or a version bump reads of a collection's chunks. */
@@ -805,7 +811,8 @@ static int balance_collection(const bson_t *coll, char ids[][128], int nshards)
             bson_t c, min, max;
             const char *sh;
             if (!sbl_iter_doc(&it, &c) || (sh = sbl_doc_utf8(&c, "shard")) == NULL ||
-                strcmp(sh, ids[hi]) != 0 || !doc_of(&c, "min", &min) || !doc_of(&c, "max", &max))
+                strcmp(sh, ids[hi]) != 0 || !doc_of(&c, "min", &min) || !doc_of(&c, "max", &max) ||
+                sbl_chunk_is_jumbo(&c)) /* a jumbo chunk stays where it is */
                 continue;
             /* a shard busy with a moveChunk: the next round decides again */
             rc = move_range(ns, &min, &max, ids[lo], NULL, &e);

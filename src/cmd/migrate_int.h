@@ -44,6 +44,19 @@ typedef struct mig_spec {
     int hashed_pos;
 } mig_spec_t;
 
+/* chunk_jumbo.c: ns's chunk size in bytes (config.collections'
+ * maxChunkSizeBytes, else config.settings' chunksize, else 128 MiB); whether
+ * a config.chunks document is marked jumbo; and the check before moving
+ * chunk (a config.chunks document) of ns (key: its shard key pattern) off
+ * the donor (its connection string): ChunkTooBig, with the chunk marked
+ * jumbo, when it holds more documents than mongod moves and all of them
+ * share one shard key value; 0 otherwise. */
+/* balancer.c: $set fields on config.chunks' document _id id (w: majority). */
+int mig_chunk_set(const bson_value_t *id, const bson_t *set, sbl_err_t *err);
+int64_t sbl_chunk_size_bytes(const char *ns);
+bool sbl_chunk_is_jumbo(const bson_t *chunk);
+int sbl_chunk_check_movable(const char *ns, const bson_t *key, const bson_t *chunk,
+                            const char *donor_host, sbl_err_t *err);
 bool mig_doc_of(const bson_t *d, const char *k, bson_t *out);
 /* ns (the command's first field), min, max and shardKeyPattern from cmd. */
 int mig_spec_parse(const bson_t *cmd, mig_spec_t *s, sbl_err_t *err);

@@ -131,6 +131,7 @@
     X(ShardNotFound, 70)                                                                           \
     X(NamespaceNotSharded, 118)                                                                    \
     X(CannotSplit, 106)                                                                            \
+    X(ChunkTooBig, 153)                                                                            \
     X(StaleConfig, 13388)                                                                          \
     X(CommandFailed, 125)                                                                          \
     X(OplogStartMissing, 120)                                                                      \

@@ -158,6 +158,8 @@ int rt_db_primary(const char *db, bool create_db, sbl_err_t *err);
 /* Reload config.shards: add the new shards, note each one's draining, mark
  * those no longer there removed. */
 int rt_shards_reload(sbl_err_t *err);
+/* Update config.<coll>'s document {_id: id} with u (operators), w: "majority". */
+int rt_cfg_update_id(const char *coll, const char *id, const bson_t *u, sbl_err_t *err);
 /* Ask every shard to re-read ns's version now (_flushRoutingTableCacheUpdates);
  * a shard that does not answer re-reads it at its next version check. */
 void rt_flush_shards(const char *ns);
@@ -175,6 +177,13 @@ int rt_cmd_move_range(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 /* split's find / bounds: the median key value of the chunk they name into
  * middle (one-field keys; hashed: the middle of the hashed range). */
 int rt_split_point(const rt_coll_t *c, const bson_t *cmd, bson_t *middle, sbl_err_t *err);
+/* rt_balance.c: configureCollectionBalancing, balancerCollectionStatus;
+ * and where a moveRange without max ends: end receives the shard key value
+ * about one chunk size of documents after ch's min (one-field range keys;
+ * nothing appended: the whole chunk). */
+int rt_cmd_configure_balancing(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_cmd_balancer_coll_status(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_range_end_by_size(const rt_coll_t *c, const rt_chunk_t *ch, bson_t *end, sbl_err_t *err);
 /* which: "Start", "Stop" or "Status": the config server's answer's fields. */
 int rt_cmd_balancer(const char *which, bson_t *reply, sbl_err_t *err);
 /* ---- rt_drain.c ---- */

@@ -233,6 +233,8 @@ static const char *const *actions_of(const char *name, bool *cluster)
         {"movePrimary", {"moveChunk"}, false}, {"moveprimary", {"moveChunk"}, false},
         {"removeShard", {"removeShard"}, true}, {"removeshard", {"removeShard"}, true},
         {"refineCollectionShardKey", {"enableSharding"}, false},
+        {"configureCollectionBalancing", {"enableSharding"}, false},
+        {"balancerCollectionStatus", {"enableSharding"}, false},
         {"balancerStart", {"update"}, false}, {"balancerStop", {"update"}, false},
         {"balancerStatus", {"find"}, false},
         {"flushRouterConfig", {"flushRouterConfig"}, true},
@@ -355,7 +357,9 @@ int rt_auth_check(sbl_conn_t *conn, const char *name, const char *db, const bson
     if (strcmp(name, "shardCollection") == 0 || strcmp(name, "shardcollection") == 0 ||
         strcmp(name, "split") == 0 || strcmp(name, "moveChunk") == 0 ||
         strcmp(name, "movechunk") == 0 || strcmp(name, "moveRange") == 0 ||
-        strcmp(name, "refineCollectionShardKey") == 0 || strcmp(name, "getShardVersion") == 0) {
+        strcmp(name, "refineCollectionShardKey") == 0 ||
+        strcmp(name, "configureCollectionBalancing") == 0 ||
+        strcmp(name, "balancerCollectionStatus") == 0 || strcmp(name, "getShardVersion") == 0) {
         const char *ns = coll_of(cmd); /* "db.coll" */
         const char *dot = ns != NULL ? strchr(ns, '.') : NULL;
         if (dot != NULL) {

@@ -219,6 +219,20 @@ static int cmd_split(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t
     return rc ? rc : rt_cmd_split(cmd, reply, err);
 }
 
+static int cmd_configure_balancing(const char *db, const bson_t *cmd, bson_t *reply,
+                                   sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_configure_balancing(cmd, reply, err);
+}
+
+static int cmd_balancer_coll_status(const char *db, const bson_t *cmd, bson_t *reply,
+                                    sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_balancer_coll_status(cmd, reply, err);
+}
+
 static int cmd_refine_shard_key(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     int rc = admin_only(db, err);
@@ -533,6 +547,7 @@ static const rt_cmd_t table[] = {
     {"addShard", cmd_add_shard, false},
     {"addshard", cmd_add_shard, false},
     {"aggregate", rt_aggregate, false},
+    {"balancerCollectionStatus", cmd_balancer_coll_status, false},
     {"balancerStart", cmd_balancer_start, false},
     {"balancerStatus", cmd_balancer_status, false},
     {"balancerStop", cmd_balancer_stop, false},
@@ -540,6 +555,7 @@ static const rt_cmd_t table[] = {
     {"buildinfo", cmd_build_info, true},
     {"collStats", to_primary, false},
     {"commitTransaction", rt_cmd_commit_txn, false},
+    {"configureCollectionBalancing", cmd_configure_balancing, false},
     {"count", rt_count, false},
     {"create", to_primary, false},
     {"createIndexes", cmd_create_indexes, false},

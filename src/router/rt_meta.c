@@ -122,6 +122,23 @@ int rt_cfg_write(const bson_t *cmd_in, bson_t *reply_out, sbl_err_t *err)
     return rc;
 }
 
+int rt_cfg_update_id(const char *coll, const char *id, const bson_t *u, sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER, ups, up, q;
+    BSON_APPEND_UTF8(&cmd, "update", coll);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "updates", &ups);
+    BSON_APPEND_DOCUMENT_BEGIN(&ups, "0", &up);
+    BSON_APPEND_DOCUMENT_BEGIN(&up, "q", &q);
+    BSON_APPEND_UTF8(&q, "_id", id);
+    bson_append_document_end(&up, &q);
+    BSON_APPEND_DOCUMENT(&up, "u", u);
+    bson_append_document_end(&ups, &up);
+    bson_append_array_end(&cmd, &ups);
+    int rc = rt_cfg_write(&cmd, NULL, err);
+    bson_destroy(&cmd);
+    return rc;
+}
+
 static int cfg_insert(const char *coll, const bson_t *doc, sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER, docs;

@@ -7,7 +7,8 @@
  *
  *   moveChunk  {moveChunk: ns, find: {key...} | bounds: [min, max], to}
  *   moveRange  {moveRange: ns, min, max?, toShard}: a min or max inside a
- *              chunk splits it there first (as mongod 7.0 does)
+ *              chunk splits it there first; without max the range is about
+ *              one chunk size from min (rt_balance.c), as mongod 7.0's
  */
 #include "router/router_int.h"
 
@@ -162,6 +163,19 @@ int rt_cmd_move_range(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         const rt_chunk_t *ch = rt_chunk_for(c, vals);
         if (sbl_doc_compare(ch->min, &min) != 0)
             rc = split_at(ns, &min, err);
+    }
+    if (rc == 0 && !has_max) { /* mongod 7.0: about one chunk size from min */
+        rt_coll_release(c);
+        if ((c = rt_coll_get(ns, true, err)) == NULL)
+            return err->code;
+        key_values(c, &min, vals, false);
+        const rt_chunk_t *ch = rt_chunk_for(c, vals);
+        bson_t end = BSON_INITIALIZER;
+        rc = rt_range_end_by_size(c, ch, &end, err);
+        if (rc == 0 && !bson_empty(&end) && sbl_doc_compare(&end, ch->min) > 0 &&
+            sbl_doc_compare(&end, ch->max) < 0)
+            rc = split_at(ns, &end, err);
+        bson_destroy(&end);
     }
     if (rc == 0 && has_max) {
         rt_coll_release(c);

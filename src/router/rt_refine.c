@@ -399,29 +399,19 @@ int rt_cmd_refine_shard_key(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         bson_destroy(&f);
     }
     if (rc == 0) {
-        bson_t up = BSON_INITIALIZER, ups, u, q, s, set;
+        bson_t u = BSON_INITIALIZER, set;
         bson_oid_t epoch;
         uint32_t t, i;
         bson_oid_init(&epoch, NULL);
         sbl_clock_ts_next(&t, &i);
-        BSON_APPEND_UTF8(&up, "update", "collections");
-        BSON_APPEND_ARRAY_BEGIN(&up, "updates", &ups);
-        BSON_APPEND_DOCUMENT_BEGIN(&ups, "0", &u);
-        BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &q);
-        BSON_APPEND_UTF8(&q, "_id", ns);
-        bson_append_document_end(&u, &q);
-        BSON_APPEND_DOCUMENT_BEGIN(&u, "u", &s);
-        BSON_APPEND_DOCUMENT_BEGIN(&s, "$set", &set);
+        BSON_APPEND_DOCUMENT_BEGIN(&u, "$set", &set);
         BSON_APPEND_DOCUMENT(&set, "key", &key);
         BSON_APPEND_OID(&set, "lastmodEpoch", &epoch);
         BSON_APPEND_TIMESTAMP(&set, "timestamp", t, i);
         BSON_APPEND_DATE_TIME(&set, "lastmod", (int64_t)time(NULL) * 1000);
-        bson_append_document_end(&s, &set);
-        bson_append_document_end(&u, &s);
-        bson_append_document_end(&ups, &u);
-        bson_append_array_end(&up, &ups);
-        rc = rt_cfg_write(&up, NULL, err);
-        bson_destroy(&up);
+        bson_append_document_end(&u, &set);
+        rc = rt_cfg_update_id("collections", ns, &u, err);
+        bson_destroy(&u);
     }
     if (rc == 0) {
         rt_flush_shards(ns);

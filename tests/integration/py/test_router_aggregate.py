@@ -229,6 +229,29 @@ def test_out_and_merge(cl):
     got = sorted(cl.ag.m_t.find(), key=lambda d: d["_id"])
     assert got == sorted(cl.ag.m_u.find(), key=lambda d: d["_id"])
     assert got[0] == {"_id": "a", "n": 40, "keep": True} and len(got) == 4
+    # $merge into a sharded collection (ms, split at k = 0) against an unsharded one (mu)
+    sharded.split_at_zero(cl, "ag", ["ms"])
+    for name in ("ms", "mu"):
+        cl.ag[name].insert_many([{"_id": 5, "k": 5, "old": True, "h": "zz"},
+                                 {"_id": -7, "k": -7, "old": True}, {"_id": 99, "k": 99}])
+    src = [{"$match": {"k": {"$gte": -10, "$lt": 10}}},
+           {"$project": {"_id": "$k", "k": 1, "h": 1, "g": 1}}]
+    for wm, wnm in (("merge", "discard"), ("replace", "insert"), ("keepExisting", "insert"),
+                    ("merge", "insert")):
+        for s_, t_ in (("t", "ms"), ("u", "mu")):
+            cl.ag[s_].aggregate(src + [{"$addFields": {"mode": wm + wnm}}, {"$merge": {
+                "into": t_, "whenMatched": wm, "whenNotMatched": wnm}}])
+        assert list(cl.ag.ms.find().sort("_id", 1)) == list(cl.ag.mu.find().sort("_id", 1))
+    assert cl.ag.ms.count_documents({}) == 21
+    assert cl.ag.ms.find_one({"_id": 5}) == {"_id": 5, "k": 5, "h": "c", "g": 1,
+                                             "mode": "mergeinsert"}
+    with pytest.raises(OperationFailure) as e:
+        cl.ag.t.aggregate(src + [{"$merge": {"into": "ms", "whenMatched": "fail"}}])
+    assert e.value.code == 11000
+    with pytest.raises(OperationFailure) as e:
+        cl.ag.t.aggregate([{"$project": {"_id": 1, "k": 1}},
+                           {"$merge": {"into": "ms", "whenNotMatched": "fail"}}])
+    assert e.value.code == 13113
     # more than one command's worth (8 MB) of documents: all of them, once, replacing
     big = [{"_id": i, "k": i - 150, "pad": "%05d" % i * 6000} for i in range(300)]
     sharded.split_at_zero(cl, "ag", ["big"])

@@ -880,6 +880,11 @@ int rt_agg_split(const char *db, const char *coll, const bson_t *cmd, const rt_c
                         sbl_docvec_push(&dv, bson_copy(&d));
                 }
             bson_destroy(&arr);
+        } else if (rt_reply_code(&rs[i]) == 0) { /* another shard failed: not read */
+            bson_iter_t id;
+            if (bson_iter_init(&id, &rs[i]) && bson_iter_find_descendant(&id, "cursor.id", &id))
+                rt_kill_shard_cursor(sh[i], rt_answered_by(sh[i]), db, coll,
+                                     bson_iter_as_int64(&id));
         }
         bson_destroy(&rs[i]);
     }

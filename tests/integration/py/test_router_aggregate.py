@@ -33,6 +33,7 @@ def doc(i):
 
 
 DOCS = [doc(i) for i in range(-60, 60)]
+SHARDS = []  # direct clients of shard0 and shard1, once the cluster runs
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +60,7 @@ def cl():
                   for p in info["shards"]]
         held = [s.ag.t.count_documents({}) for s in shards]
         assert held == [60, 60], held
+        SHARDS[:] = shards
         yield c
         for s in shards:
             s.close()
@@ -311,3 +313,15 @@ def test_cursor_batches_and_errors(cl):
         list(cl.ag.t.aggregate([{"$group": {"_id": 1}}, {"$lookup": {
             "from": "f", "as": "m", "pipeline": [{"$collStats": {}}]}}]))
     assert e.value.code == 238
+
+
+def test_a_failing_shard_leaves_no_cursor_open(cl):
+    # ag.big (test_out_and_merge): 150 documents a shard, k = -1 on shard0 only; shard0's
+    # part fails, shard1's leaves a cursor open after its first batch: the router kills it
+    def open_cursors():
+        return SHARDS[1].admin.command("serverStatus")["metrics"]["cursor"]["open"]["total"]
+    before = open_cursors()
+    with pytest.raises(OperationFailure):
+        list(cl.ag.big.aggregate([{"$project": {"x": {"$divide": [1, {"$add": ["$k", 1]}]}}},
+                                  {"$group": {"_id": None, "s": {"$stdDevPop": "$x"}}}]))
+    assert open_cursors() == before

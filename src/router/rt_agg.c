@@ -829,9 +829,6 @@ int rt_agg_split(const char *db, const char *coll, const bson_t *cmd, const rt_c
     *stalep = false;
     if (!bson_iter_init_find(&it, cmd, "pipeline") || !bson_iter_recurse(&it, &p))
         return sbl_err_set(err, SBL_E_FailedToParse, "aggregate needs a pipeline array");
-    if (bson_iter_init_find(&it, cmd, "explain") && bson_iter_as_bool(&it))
-        return sbl_err_set(err, SBL_E_NotImplemented, "sable-router cannot yet explain a "
-                           "pipeline it splits over several shards; see docs/sharding.md");
     bson_t shard_pl = BSON_INITIALIZER, merge_pl = BSON_INITIALIZER;
     int rc = split_pipeline(&p, &shard_pl, &merge_pl, err);
     /* the shards' part on every targeted shard at once; needsMerge keeps text scores */

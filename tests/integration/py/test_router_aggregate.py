@@ -300,6 +300,11 @@ def test_cursor_batches_and_errors(cl):
     p = [{"$sort": {"k": 1}}, {"$group": {"_id": "$k", "n": {"$sum": 1}}}, {"$sort": {"_id": 1}}]
     r = list(cl.ag.t.aggregate(p, batchSize=7))
     assert [d["_id"] for d in r] == list(range(-60, 60))
+    # explain: true answers as the explain command (mongos's shape, each shard's plan)
+    for p in ([{"$group": {"_id": "$g", "a": {"$avg": "$v"}}}], [{"$match": {"g": 1}}]):
+        e = cl.ag.command("aggregate", "t", pipeline=p, explain=True)
+        assert e["queryPlanner"]["winningPlan"]["stage"] == "SHARD_MERGE"
+        assert len(e["queryPlanner"]["winningPlan"]["shards"]) == 2
     # a stage error at the merger answers as sabled's
     with pytest.raises(OperationFailure) as e1:
         list(cl.ag.t.aggregate([{"$group": {"_id": "$g", "x": {"$avg": "$v"}}},

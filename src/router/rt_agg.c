@@ -259,12 +259,46 @@ static bool partial_group(const bson_t *spec, bson_t *shard_pl, uint32_t *ns, bs
     return ok;
 }
 
+#define SAMPLE_KEY "\x7fsample" /* a document's random draw: never shown */
+
+/* $sample {size: n} as mongod splits it: each shard draws a random number
+ * per document and keeps its n smallest, the merger the n smallest of
+ * theirs (a uniform sample of the union, n documents from the shards). */
+static bool split_sample(const bson_iter_t *s, bson_t *shard_pl, uint32_t *ns, bson_t *merge_pl,
+                         uint32_t *nm)
+{
+    bson_iter_t f;
+    if (!BSON_ITER_HOLDS_DOCUMENT(s) || !bson_iter_recurse(s, &f) || !bson_iter_find(&f, "size") ||
+        !BSON_ITER_HOLDS_NUMBER(&f) || bson_iter_as_int64(&f) <= 0)
+        return false; /* the merger's $sample reports it */
+    int64_t n = bson_iter_as_int64(&f);
+    bson_t add = BSON_INITIALIZER, rnd, empty;
+    BSON_APPEND_DOCUMENT_BEGIN(&add, SAMPLE_KEY, &rnd);
+    BSON_APPEND_DOCUMENT_BEGIN(&rnd, "$rand", &empty);
+    bson_append_document_end(&rnd, &empty);
+    bson_append_document_end(&add, &rnd);
+    append_stage_doc(shard_pl, ns, "$addFields", &add);
+    bson_destroy(&add);
+    append_stage_i64(shard_pl, ns, "$sort", SAMPLE_KEY, 1);
+    append_stage_i64(shard_pl, ns, "$limit", NULL, n);
+    append_stage_i64(merge_pl, nm, "$sort", SAMPLE_KEY, 1);
+    append_stage_i64(merge_pl, nm, "$limit", NULL, n);
+    char key[16];
+    const char *ks;
+    bson_t st;
+    bson_uint32_to_string((*nm)++, &ks, key, sizeof(key));
+    BSON_APPEND_DOCUMENT_BEGIN(merge_pl, ks, &st);
+    BSON_APPEND_UTF8(&st, "$unset", SAMPLE_KEY);
+    bson_append_document_end(merge_pl, &st);
+    return true;
+}
+
 /*
  * Split the pipeline (an iterator on its array) into the shards' stages
  * and the merger's.  A first $geoNear runs alone on the shards and the
  * merger sorts by its distanceField; a split at $sort or $limit runs that
  * stage on both sides, at a $group of partial_group's accumulators its
- * partial and final groups.  238 NotImplemented for a stage the merger
+ * partial and final groups, at a $sample split_sample's draws.  238 NotImplemented for a stage the merger
  * cannot run.
  */
 static int split_pipeline(const bson_iter_t *pipeline, bson_t *shard_pl, bson_t *merge_pl,
@@ -296,8 +330,10 @@ static int split_pipeline(const bson_iter_t *pipeline, bson_t *shard_pl, bson_t 
             continue;
         }
         bson_t spec;
-        if (phase == 0 && strcmp(name, "$group") == 0 && sbl_iter_doc(&s, &spec) &&
-            partial_group(&spec, shard_pl, &ns, merge_pl, &nm)) {
+        if (phase == 0 && ((strcmp(name, "$group") == 0 && sbl_iter_doc(&s, &spec) &&
+                            partial_group(&spec, shard_pl, &ns, merge_pl, &nm)) ||
+                           (strcmp(name, "$sample") == 0 &&
+                            split_sample(&s, shard_pl, &ns, merge_pl, &nm)))) {
             phase = 2;
             continue;
         }

@@ -151,8 +151,17 @@ def test_facet_and_windows(cl):
     same(cl, [{"$setWindowFields": {"partitionBy": "$g", "sortBy": {"k": 1}, "output": {
         "run": {"$sum": "$k", "window": {"documents": ["unbounded", "current"]}},
         "rank": {"$rank": {}}}}}, {"$sort": {"k": 1}}], ordered=True)
-    r = list(cl.ag.t.aggregate([{"$sample": {"size": 10}}]))
-    assert len(r) == 10 and len({d["_id"] for d in r}) == 10
+    # $sample: the shards draw, the router keeps the smallest draws (no hidden field shown)
+    seen, neg = set(), 0
+    for _ in range(20):
+        r = list(cl.ag.t.aggregate([{"$match": {"g": {"$gte": 0}}}, {"$sample": {"size": 10}},
+                                    {"$project": {"k": 1}}]))
+        assert len(r) == 10 and len({d["_id"] for d in r}) == 10
+        assert all(set(d) == {"_id", "k"} for d in r)
+        seen |= {d["_id"] for d in r}
+        neg += sum(d["k"] < 0 for d in r)
+    assert 60 < neg < 140 and len(seen) > 60  # both shards' documents, about half each
+    assert len(list(cl.ag.t.aggregate([{"$sample": {"size": 500}}]))) == 120
 
 
 def test_lookup_graph_lookup_union_with(cl):

@@ -5,8 +5,12 @@
  * $sort, $lookup, $facet, $out ...); the router gathers what they return and
  * runs the rest with the server's own aggregation engine (src/agg), which
  * reads other collections ($lookup, $graphLookup, $unionWith) through the
- * router's find and writes $out / $merge through the target's primary shard
- * (sbl_agg_remote_t).
+ * router's find and writes $out / $merge through the target's primary shard,
+ * or a $merge into a sharded collection through the router's own writes
+ * (sbl_agg_remote_t).  Some split points run partly on the shards: a $group
+ * of combining accumulators (partial_group), $sample (split_sample), $sort
+ * and $limit.  Also: a find sorted by a text score across shards, run as
+ * its pipeline (rt_agg_find_by_meta).
  *
  * What must stay true: the merger never touches local storage: it runs
  * only the stages of merger_stages, and none that reads a server's own

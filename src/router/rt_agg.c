@@ -148,14 +148,79 @@ static void append_flatten(bson_t *d, const char *f, const char *op)
     bson_append_document_end(d, &r);
 }
 
+/* name: {$sum: {$cond: [{$isNumber: e}, 1, 0]}} (acc: on the accumulator's e). */
+static void append_count_numbers(bson_t *d, const char *name, const bson_iter_t *acc)
+{
+    bson_t a, cnt, arr, isnum;
+    BSON_APPEND_DOCUMENT_BEGIN(d, name, &a);
+    BSON_APPEND_DOCUMENT_BEGIN(&a, "$sum", &cnt);
+    BSON_APPEND_ARRAY_BEGIN(&cnt, "$cond", &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &isnum);
+    bson_append_iter(&isnum, "$isNumber", -1, acc);
+    bson_append_document_end(&arr, &isnum);
+    BSON_APPEND_INT32(&arr, "1", 1);
+    BSON_APPEND_INT32(&arr, "2", 0);
+    bson_append_array_end(&cnt, &arr);
+    bson_append_document_end(&a, &cnt);
+    bson_append_document_end(d, &a);
+}
+
+/*
+ * $stdDevPop / $stdDevSamp (samp) of field f across shards: each shard
+ * groups its count of numbers, their sum and their population deviation;
+ * the merger gathers the three per shard and combines them (the parallel
+ * variance of Chan et al.: M2 = sum of n_i d_i^2 + n_i (mean_i - mean)^2),
+ * null below 1 number (2 for samp), as mongod.  f holds no quote or
+ * backslash (it goes into JSON).
+ */
+static bool stddev_parts(const char *f, bool samp, const bson_iter_t *acc, bson_t *sg,
+                         bson_t *mg, bson_t *fin)
+{
+    char n[256], sum[256], json[2048];
+    bson_t a, d;
+    snprintf(n, sizeof(n), "\x7fn_%s", f);
+    snprintf(sum, sizeof(sum), "\x7fs_%s", f);
+    BSON_APPEND_DOCUMENT_BEGIN(sg, f, &a);
+    bson_append_iter(&a, "$stdDevPop", -1, acc);
+    bson_append_document_end(sg, &a);
+    append_count_numbers(sg, n, acc);
+    BSON_APPEND_DOCUMENT_BEGIN(sg, sum, &a);
+    bson_append_iter(&a, "$sum", -1, acc);
+    bson_append_document_end(sg, &a);
+    snprintf(json, sizeof(json), "{\"$push\": {\"n\": \"$%s\", \"s\": \"$%s\", \"d\": \"$%s\"}}",
+             n, sum, f);
+    if (!bson_init_from_json(&d, json, -1, NULL))
+        return false;
+    BSON_APPEND_DOCUMENT(mg, f, &d);
+    bson_destroy(&d);
+    int k = samp ? 1 : 0;
+    snprintf(json, sizeof(json),
+             "{\"$let\": {\"vars\": {\"cnt\": {\"$sum\": \"$%s.n\"}, \"tot\": {\"$sum\": \"$%s.s\"}}, "
+             "\"in\": {\"$cond\": [{\"$lte\": [\"$$cnt\", %d]}, null, {\"$toDouble\": {\"$sqrt\": "
+             "{\"$divide\": [{\"$sum\": {\"$map\": {\"input\": \"$%s\", \"as\": \"p\", \"in\": "
+             "{\"$cond\": [{\"$eq\": [\"$$p.n\", 0]}, 0, {\"$add\": ["
+             "{\"$multiply\": [\"$$p.d\", \"$$p.d\", \"$$p.n\"]}, {\"$multiply\": [\"$$p.n\", "
+             "{\"$pow\": [{\"$subtract\": [{\"$divide\": [\"$$p.s\", \"$$p.n\"]}, "
+             "{\"$divide\": [\"$$tot\", \"$$cnt\"]}]}, 2]}]}]}]}}}}, "
+             "{\"$subtract\": [\"$$cnt\", %d]}]}}}]}}}",
+             f, f, k, f, k);
+    if (!bson_init_from_json(&d, json, -1, NULL))
+        return false;
+    BSON_APPEND_DOCUMENT(fin, f, &d);
+    bson_destroy(&d);
+    return true;
+}
+
 /*
  * A $group whose accumulators combine (mongod's partial and final groups):
  * the shards group their documents, the merger groups the groups by _id.
  * $sum, $min, $max, $first, $last and $mergeObjects apply again to the
  * partial values, $count becomes a $sum, $push and $addToSet gather the
  * shards' arrays and flatten them, $avg sums the values and counts the
- * numeric ones (a hidden field, removed after the division).  False (the
- * shards then send their documents) for any other accumulator.
+ * numeric ones (a hidden field, removed after the division), $stdDevPop
+ * and $stdDevSamp combine each shard's count, sum and deviation
+ * (stddev_parts).  False (the shards then send their documents) for any
+ * other accumulator.
  */
 static bool partial_group(const bson_t *spec, bson_t *shard_pl, uint32_t *ns, bson_t *merge_pl,
                           uint32_t *nm)
@@ -180,7 +245,7 @@ static bool partial_group(const bson_t *spec, bson_t *shard_pl, uint32_t *ns, bs
             break;
         }
         const char *op = bson_iter_key(&acc);
-        bson_t a, cnt, cond, arr, isnum;
+        bson_t a, cond, arr;
         if (in_list(op, same_op)) {
             bson_append_iter(&sg, f, -1, &it);
             append_acc_of(&mg, f, op);
@@ -199,17 +264,7 @@ static bool partial_group(const bson_t *spec, bson_t *shard_pl, uint32_t *ns, bs
             BSON_APPEND_DOCUMENT_BEGIN(&sg, f, &a);
             bson_append_iter(&a, "$sum", -1, &acc);
             bson_append_document_end(&sg, &a);
-            BSON_APPEND_DOCUMENT_BEGIN(&sg, n, &a); /* {$sum: {$cond: [{$isNumber: e}, 1, 0]}} */
-            BSON_APPEND_DOCUMENT_BEGIN(&a, "$sum", &cnt);
-            BSON_APPEND_ARRAY_BEGIN(&cnt, "$cond", &arr);
-            BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &isnum);
-            bson_append_iter(&isnum, "$isNumber", -1, &acc);
-            bson_append_document_end(&arr, &isnum);
-            BSON_APPEND_INT32(&arr, "1", 1);
-            BSON_APPEND_INT32(&arr, "2", 0);
-            bson_append_array_end(&cnt, &arr);
-            bson_append_document_end(&a, &cnt);
-            bson_append_document_end(&sg, &a);
+            append_count_numbers(&sg, n, &acc);
             append_acc_of(&mg, f, "$sum");
             append_acc_of(&mg, n, "$sum");
             /* f: {$cond: [{$eq: ["$n", 0]}, null, {$divide: ["$f", "$n"]}]} */
@@ -237,6 +292,9 @@ static bool partial_group(const bson_t *spec, bson_t *shard_pl, uint32_t *ns, bs
             const char *ks;
             bson_uint32_to_string(nunset++, &ks, key, sizeof(key));
             BSON_APPEND_UTF8(&unset, ks, n);
+        } else if ((strcmp(op, "$stdDevPop") == 0 || strcmp(op, "$stdDevSamp") == 0) &&
+                   strpbrk(f, "\"\\") == NULL) {
+            ok = stddev_parts(f, op[7] == 'S', &acc, &sg, &mg, &fin);
         } else {
             ok = false;
         }
@@ -302,8 +360,8 @@ static bool split_sample(const bson_iter_t *s, bson_t *shard_pl, uint32_t *ns, b
  * and the merger's.  A first $geoNear runs alone on the shards and the
  * merger sorts by its distanceField; a split at $sort or $limit runs that
  * stage on both sides, at a $group of partial_group's accumulators its
- * partial and final groups, at a $sample split_sample's draws.  238 NotImplemented for a stage the merger
- * cannot run.
+ * partial and final groups, at a $sample split_sample's draws.  238
+ * NotImplemented for a stage the merger cannot run.
  */
 static int split_pipeline(const bson_iter_t *pipeline, bson_t *shard_pl, bson_t *merge_pl,
                           sbl_err_t *err)

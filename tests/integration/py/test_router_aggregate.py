@@ -113,14 +113,21 @@ def test_group_every_accumulator(cl):
 def test_partial_groups(cl):
     # accumulators that combine: grouped on the shards, the groups grouped again
     partial = {k: ACCS[k] for k in ("sum", "n", "avg", "min", "max", "first", "last", "push",
-                                     "setH", "cnt", "mo")}
+                                     "setH", "cnt", "mo", "sdp", "sds")}
     r = same(cl, [{"$group": dict({"_id": "$g"}, **partial)}, {"$sort": {"_id": 1}}],
              ordered=True)
     assert [list(d) for d in r] == [["_id"] + list(partial)] * 4  # no hidden count left
     same(cl, [{"$match": {"g": {"$lt": 2}}}, {"$group": {"_id": "$h", "avg": {"$avg": "$v"}}}])
     # a group no document reaches, and one over a field nobody has
     assert same(cl, [{"$match": {"name": "none"}}, {"$group": {"_id": None, "a": {"$avg": "$k"}}}]) == []
-    same(cl, [{"$group": {"_id": "$g", "a": {"$avg": "$nope"}, "s": {"$sum": "$nope"}}}])
+    same(cl, [{"$group": {"_id": "$g", "a": {"$avg": "$nope"}, "s": {"$sum": "$nope"},
+                          "p": {"$stdDevPop": "$nope"}, "q": {"$stdDevSamp": "$nope"}}}])
+    # a deviation where one shard has one number and the other none (samp: null below 2)
+    same(cl, [{"$match": {"k": {"$in": [-59, 3, 4]}}},
+              {"$group": {"_id": {"$gt": ["$k", 0]}, "p": {"$stdDevPop": "$k"},
+                          "q": {"$stdDevSamp": "$k"}}}])
+    same(cl, [{"$match": {"g": 2}}, {"$group": {"_id": None, "p": {"$stdDevPop": "$k"},
+                                                "q": {"$stdDevSamp": "$k"}}}])
 
 
 def test_group_shapes(cl):

@@ -256,6 +256,10 @@ void rt_cursors_shutdown(void);
 int rt_merge_cursors(const char *db, const char *coll, bson_t *replies, const int *shard_of,
                      int n, const bson_t *sort, int64_t limit, int64_t skip, bson_t *reply,
                      sbl_err_t *err);
+/* killCursors of a shard's cursor id (0: nothing) on member host of shard
+ * (rt_run_on's rule); its answer is not waited for beyond the round trip. */
+void rt_kill_shard_cursor(int shard, const char *host, const char *db, const char *coll,
+                          int64_t id);
 /* A router cursor over docs (a BSON array the router made: an aggregation
  * merged here), served in batches: the first of batch documents into reply. */
 int rt_docs_cursor(const char *db, const char *coll, const bson_t *docs, int64_t batch,

@@ -5,8 +5,12 @@
  * $sort, $lookup, $facet, $out ...); the router gathers what they return and
  * runs the rest with the server's own aggregation engine (src/agg), which
  * reads other collections ($lookup, $graphLookup, $unionWith) through the
- * router's find and writes $out / $merge through the target's primary shard
- * (sbl_agg_remote_t).
+ * router's find and writes $out / $merge through the target's primary shard,
+ * or a $merge into a sharded collection through the router's own writes
+ * (sbl_agg_remote_t).  Some split points run partly on the shards: a $group
+ * of combining accumulators (partial_group), $sample (split_sample), $sort
+ * and $limit.  Also: a find sorted by a text score across shards, run as
+ * its pipeline (rt_agg_find_by_meta).
  *
  * What must stay true: the merger never touches local storage: it runs
  * only the stages of merger_stages, and none that reads a server's own
@@ -144,14 +148,79 @@ static void append_flatten(bson_t *d, const char *f, const char *op)
     bson_append_document_end(d, &r);
 }
 
+/* name: {$sum: {$cond: [{$isNumber: e}, 1, 0]}} (acc: on the accumulator's e). */
+static void append_count_numbers(bson_t *d, const char *name, const bson_iter_t *acc)
+{
+    bson_t a, cnt, arr, isnum;
+    BSON_APPEND_DOCUMENT_BEGIN(d, name, &a);
+    BSON_APPEND_DOCUMENT_BEGIN(&a, "$sum", &cnt);
+    BSON_APPEND_ARRAY_BEGIN(&cnt, "$cond", &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &isnum);
+    bson_append_iter(&isnum, "$isNumber", -1, acc);
+    bson_append_document_end(&arr, &isnum);
+    BSON_APPEND_INT32(&arr, "1", 1);
+    BSON_APPEND_INT32(&arr, "2", 0);
+    bson_append_array_end(&cnt, &arr);
+    bson_append_document_end(&a, &cnt);
+    bson_append_document_end(d, &a);
+}
+
+/*
+ * $stdDevPop / $stdDevSamp (samp) of field f across shards: each shard
+ * groups its count of numbers, their sum and their population deviation;
+ * the merger gathers the three per shard and combines them (the parallel
+ * variance of Chan et al.: M2 = sum of n_i d_i^2 + n_i (mean_i - mean)^2),
+ * null below 1 number (2 for samp), as mongod.  f holds no quote or
+ * backslash (it goes into JSON).
+ */
+static bool stddev_parts(const char *f, bool samp, const bson_iter_t *acc, bson_t *sg,
+                         bson_t *mg, bson_t *fin)
+{
+    char n[256], sum[256], json[2048];
+    bson_t a, d;
+    snprintf(n, sizeof(n), "\x7fn_%s", f);
+    snprintf(sum, sizeof(sum), "\x7fs_%s", f);
+    BSON_APPEND_DOCUMENT_BEGIN(sg, f, &a);
+    bson_append_iter(&a, "$stdDevPop", -1, acc);
+    bson_append_document_end(sg, &a);
+    append_count_numbers(sg, n, acc);
+    BSON_APPEND_DOCUMENT_BEGIN(sg, sum, &a);
+    bson_append_iter(&a, "$sum", -1, acc);
+    bson_append_document_end(sg, &a);
+    snprintf(json, sizeof(json), "{\"$push\": {\"n\": \"$%s\", \"s\": \"$%s\", \"d\": \"$%s\"}}",
+             n, sum, f);
+    if (!bson_init_from_json(&d, json, -1, NULL))
+        return false;
+    BSON_APPEND_DOCUMENT(mg, f, &d);
+    bson_destroy(&d);
+    int k = samp ? 1 : 0;
+    snprintf(json, sizeof(json),
+             "{\"$let\": {\"vars\": {\"cnt\": {\"$sum\": \"$%s.n\"}, \"tot\": {\"$sum\": \"$%s.s\"}}, "
+             "\"in\": {\"$cond\": [{\"$lte\": [\"$$cnt\", %d]}, null, {\"$toDouble\": {\"$sqrt\": "
+             "{\"$divide\": [{\"$sum\": {\"$map\": {\"input\": \"$%s\", \"as\": \"p\", \"in\": "
+             "{\"$cond\": [{\"$eq\": [\"$$p.n\", 0]}, 0, {\"$add\": ["
+             "{\"$multiply\": [\"$$p.d\", \"$$p.d\", \"$$p.n\"]}, {\"$multiply\": [\"$$p.n\", "
+             "{\"$pow\": [{\"$subtract\": [{\"$divide\": [\"$$p.s\", \"$$p.n\"]}, "
+             "{\"$divide\": [\"$$tot\", \"$$cnt\"]}]}, 2]}]}]}]}}}}, "
+             "{\"$subtract\": [\"$$cnt\", %d]}]}}}]}}}",
+             f, f, k, f, k);
+    if (!bson_init_from_json(&d, json, -1, NULL))
+        return false;
+    BSON_APPEND_DOCUMENT(fin, f, &d);
+    bson_destroy(&d);
+    return true;
+}
+
 /*
  * A $group whose accumulators combine (mongod's partial and final groups):
  * the shards group their documents, the merger groups the groups by _id.
  * $sum, $min, $max, $first, $last and $mergeObjects apply again to the
  * partial values, $count becomes a $sum, $push and $addToSet gather the
  * shards' arrays and flatten them, $avg sums the values and counts the
- * numeric ones (a hidden field, removed after the division).  False (the
- * shards then send their documents) for any other accumulator.
+ * numeric ones (a hidden field, removed after the division), $stdDevPop
+ * and $stdDevSamp combine each shard's count, sum and deviation
+ * (stddev_parts).  False (the shards then send their documents) for any
+ * other accumulator.
  */
 static bool partial_group(const bson_t *spec, bson_t *shard_pl, uint32_t *ns, bson_t *merge_pl,
                           uint32_t *nm)
@@ -176,7 +245,7 @@ static bool partial_group(const bson_t *spec, bson_t *shard_pl, uint32_t *ns, bs
             break;
         }
         const char *op = bson_iter_key(&acc);
-        bson_t a, cnt, cond, arr, isnum;
+        bson_t a, cond, arr;
         if (in_list(op, same_op)) {
             bson_append_iter(&sg, f, -1, &it);
             append_acc_of(&mg, f, op);
@@ -195,17 +264,7 @@ static bool partial_group(const bson_t *spec, bson_t *shard_pl, uint32_t *ns, bs
             BSON_APPEND_DOCUMENT_BEGIN(&sg, f, &a);
             bson_append_iter(&a, "$sum", -1, &acc);
             bson_append_document_end(&sg, &a);
-            BSON_APPEND_DOCUMENT_BEGIN(&sg, n, &a); /* {$sum: {$cond: [{$isNumber: e}, 1, 0]}} */
-            BSON_APPEND_DOCUMENT_BEGIN(&a, "$sum", &cnt);
-            BSON_APPEND_ARRAY_BEGIN(&cnt, "$cond", &arr);
-            BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &isnum);
-            bson_append_iter(&isnum, "$isNumber", -1, &acc);
-            bson_append_document_end(&arr, &isnum);
-            BSON_APPEND_INT32(&arr, "1", 1);
-            BSON_APPEND_INT32(&arr, "2", 0);
-            bson_append_array_end(&cnt, &arr);
-            bson_append_document_end(&a, &cnt);
-            bson_append_document_end(&sg, &a);
+            append_count_numbers(&sg, n, &acc);
             append_acc_of(&mg, f, "$sum");
             append_acc_of(&mg, n, "$sum");
             /* f: {$cond: [{$eq: ["$n", 0]}, null, {$divide: ["$f", "$n"]}]} */
@@ -233,6 +292,9 @@ static bool partial_group(const bson_t *spec, bson_t *shard_pl, uint32_t *ns, bs
             const char *ks;
             bson_uint32_to_string(nunset++, &ks, key, sizeof(key));
             BSON_APPEND_UTF8(&unset, ks, n);
+        } else if ((strcmp(op, "$stdDevPop") == 0 || strcmp(op, "$stdDevSamp") == 0) &&
+                   strpbrk(f, "\"\\") == NULL) {
+            ok = stddev_parts(f, op[7] == 'S', &acc, &sg, &mg, &fin);
         } else {
             ok = false;
         }
@@ -259,13 +321,47 @@ static bool partial_group(const bson_t *spec, bson_t *shard_pl, uint32_t *ns, bs
     return ok;
 }
 
+#define SAMPLE_KEY "\x7fsample" /* a document's random draw: never shown */
+
+/* $sample {size: n} as mongod splits it: each shard draws a random number
+ * per document and keeps its n smallest, the merger the n smallest of
+ * theirs (a uniform sample of the union, n documents from the shards). */
+static bool split_sample(const bson_iter_t *s, bson_t *shard_pl, uint32_t *ns, bson_t *merge_pl,
+                         uint32_t *nm)
+{
+    bson_iter_t f;
+    if (!BSON_ITER_HOLDS_DOCUMENT(s) || !bson_iter_recurse(s, &f) || !bson_iter_find(&f, "size") ||
+        !BSON_ITER_HOLDS_NUMBER(&f) || bson_iter_as_int64(&f) <= 0)
+        return false; /* the merger's $sample reports it */
+    int64_t n = bson_iter_as_int64(&f);
+    bson_t add = BSON_INITIALIZER, rnd, empty;
+    BSON_APPEND_DOCUMENT_BEGIN(&add, SAMPLE_KEY, &rnd);
+    BSON_APPEND_DOCUMENT_BEGIN(&rnd, "$rand", &empty);
+    bson_append_document_end(&rnd, &empty);
+    bson_append_document_end(&add, &rnd);
+    append_stage_doc(shard_pl, ns, "$addFields", &add);
+    bson_destroy(&add);
+    append_stage_i64(shard_pl, ns, "$sort", SAMPLE_KEY, 1);
+    append_stage_i64(shard_pl, ns, "$limit", NULL, n);
+    append_stage_i64(merge_pl, nm, "$sort", SAMPLE_KEY, 1);
+    append_stage_i64(merge_pl, nm, "$limit", NULL, n);
+    char key[16];
+    const char *ks;
+    bson_t st;
+    bson_uint32_to_string((*nm)++, &ks, key, sizeof(key));
+    BSON_APPEND_DOCUMENT_BEGIN(merge_pl, ks, &st);
+    BSON_APPEND_UTF8(&st, "$unset", SAMPLE_KEY);
+    bson_append_document_end(merge_pl, &st);
+    return true;
+}
+
 /*
  * Split the pipeline (an iterator on its array) into the shards' stages
  * and the merger's.  A first $geoNear runs alone on the shards and the
  * merger sorts by its distanceField; a split at $sort or $limit runs that
  * stage on both sides, at a $group of partial_group's accumulators its
- * partial and final groups.  238 NotImplemented for a stage the merger
- * cannot run.
+ * partial and final groups, at a $sample split_sample's draws.  238
+ * NotImplemented for a stage the merger cannot run.
  */
 static int split_pipeline(const bson_iter_t *pipeline, bson_t *shard_pl, bson_t *merge_pl,
                           sbl_err_t *err)
@@ -296,8 +392,10 @@ static int split_pipeline(const bson_iter_t *pipeline, bson_t *shard_pl, bson_t 
             continue;
         }
         bson_t spec;
-        if (phase == 0 && strcmp(name, "$group") == 0 && sbl_iter_doc(&s, &spec) &&
-            partial_group(&spec, shard_pl, &ns, merge_pl, &nm)) {
+        if (phase == 0 && ((strcmp(name, "$group") == 0 && sbl_iter_doc(&s, &spec) &&
+                            partial_group(&spec, shard_pl, &ns, merge_pl, &nm)) ||
+                           (strcmp(name, "$sample") == 0 &&
+                            split_sample(&s, shard_pl, &ns, merge_pl, &nm)))) {
             phase = 2;
             continue;
         }
@@ -481,9 +579,203 @@ bool rt_agg_elsewhere(const char *db, const bson_t *cmd, int shard)
            names_elsewhere(db, &pipeline, shard, 0);
 }
 
+/* ---- $merge into a sharded collection ---- */
+
+typedef enum { WM_MERGE, WM_REPLACE, WM_KEEP, WM_FAIL } when_matched_t;
+
+/* 0 when reply (of rt_insert / rt_update) has no error and no writeErrors,
+ * else err set to the first one's code and message. */
+static int write_failed(const bson_t *reply, sbl_err_t *err)
+{
+    bson_iter_t it, we;
+    SBL_RET(reply_failed(reply, err));
+    if (!bson_iter_init(&it, reply) || !bson_iter_find_descendant(&it, "writeErrors.0", &we) ||
+        !bson_iter_recurse(&we, &it))
+        return 0;
+    int code = SBL_E_CommandFailed;
+    const char *msg = "write failed";
+    while (bson_iter_next(&it)) {
+        if (strcmp(bson_iter_key(&it), "code") == 0)
+            code = (int)bson_iter_as_int64(&it);
+        else if (strcmp(bson_iter_key(&it), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&it))
+            msg = bson_iter_utf8(&it, NULL);
+    }
+    return sbl_err_set(err, code, "%s", msg);
+}
+
+/* {insert: coll, documents: [doc]} or {update: coll, updates: [{q, u}]}
+ * (u a replacement) through the router's own write path. */
+static int routed_write(const char *db, const char *coll, const bson_t *q, const bson_t *doc,
+                        sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER, arr, st, reply = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&cmd, q == NULL ? "insert" : "update", coll);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, q == NULL ? "documents" : "updates", &arr);
+    if (q == NULL) {
+        BSON_APPEND_DOCUMENT(&arr, "0", doc);
+    } else {
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &st);
+        BSON_APPEND_DOCUMENT(&st, "q", q);
+        BSON_APPEND_DOCUMENT(&st, "u", doc);
+        bson_append_document_end(&arr, &st);
+    }
+    bson_append_array_end(&cmd, &arr);
+    int rc = q == NULL ? rt_insert(db, &cmd, &reply, err) : rt_update(db, &cmd, &reply, err);
+    if (rc == 0)
+        rc = write_failed(&reply, err);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return rc;
+}
+
+/* Top-level fields of in over base into out (initialised here): $merge's "merge". */
+static void merge_top(const bson_t *base, const bson_t *in, bson_t *out)
+{
+    bson_iter_t it, f;
+    bson_init(out);
+    bson_iter_init(&it, base);
+    while (bson_iter_next(&it))
+        bson_append_iter(out, bson_iter_key(&it), -1,
+                         bson_iter_init_find(&f, in, bson_iter_key(&it)) ? &f : &it);
+    bson_iter_init(&it, in);
+    while (bson_iter_next(&it))
+        if (!bson_has_field(base, bson_iter_key(&it)))
+            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+}
+
+/* One source document of a $merge into sharded ns: the target document
+ * matching it on the `on` fields is looked up through the router, then
+ * updated by _id and shard key (or the source inserted), as sabled's
+ * $merge does it locally (src/agg/stages.c), one document at a time. */
+static int merge_one(const merger_t *m, const rt_coll_t *c, const char *tdb, const char *tcoll,
+                     char **on, size_t non, when_matched_t wm, const char *wnm,
+                     const bson_t *src, sbl_err_t *err)
+{
+    char ns[400];
+    bson_t filter = BSON_INITIALIZER;
+    int rc = 0;
+    for (size_t i = 0; i < non && rc == 0; i++) {
+        bson_iter_t f;
+        bson_t eq;
+        if (!sbl_path_get(src, on[i], &f) || BSON_ITER_HOLDS_NULL(&f) ||
+            BSON_ITER_HOLDS_UNDEFINED(&f) || BSON_ITER_HOLDS_ARRAY(&f)) {
+            rc = sbl_err_set(err, 51132, "$merge write error: 'on' field '%s' cannot be "
+                             "missing, null, undefined or an array", on[i]);
+            break;
+        }
+        BSON_APPEND_DOCUMENT_BEGIN(&filter, on[i], &eq);
+        bson_append_iter(&eq, "$eq", 3, &f);
+        bson_append_document_end(&filter, &eq);
+    }
+    sbl_docvec_t found = {0};
+    snprintf(ns, sizeof(ns), "%s.%s", tdb, tcoll);
+    if (rc == 0)
+        rc = remote_read((void *)m, ns, &filter, &found, err);
+    bson_destroy(&filter);
+    if (rc == 0 && found.n == 0) {
+        if (strcmp(wnm, "insert") == 0)
+            rc = routed_write(tdb, tcoll, NULL, src, err);
+        else if (strcmp(wnm, "fail") == 0)
+            rc = sbl_err_set(err, 13113, "$merge could not find a matching document in the "
+                             "target collection for at least one document in the source "
+                             "collection");
+    } else if (rc == 0 && wm == WM_FAIL) {
+        rc = sbl_err_set(err, SBL_E_DuplicateKey, "$merge failed due to a DuplicateKey error: "
+                         "E11000 duplicate key error collection: %s", ns);
+    } else if (rc == 0 && wm != WM_KEEP) {
+        const bson_t *existing = found.v[0];
+        bson_t next = BSON_INITIALIZER, wo_id = BSON_INITIALIZER, q = BSON_INITIALIZER;
+        bson_iter_t eid;
+        bson_copy_to_excluding_noinit(src, &wo_id, "_id", NULL);
+        if (wm == WM_MERGE) {
+            bson_destroy(&next);
+            merge_top(existing, &wo_id, &next);
+        } else if (bson_iter_init_find(&eid, existing, "_id")) {
+            bson_append_iter(&next, "_id", 3, &eid); /* replace: the target keeps its _id */
+            bson_concat(&next, &wo_id);
+        }
+        /* the target by _id and its shard key (the router targets one shard) */
+        bson_iter_t k, v;
+        if (bson_iter_init_find(&eid, existing, "_id"))
+            bson_append_iter(&q, "_id", 3, &eid);
+        bson_iter_init(&k, c->key);
+        while (bson_iter_next(&k))
+            if (strcmp(bson_iter_key(&k), "_id") != 0 &&
+                sbl_path_get(existing, bson_iter_key(&k), &v))
+                bson_append_iter(&q, bson_iter_key(&k), -1, &v);
+        rc = routed_write(tdb, tcoll, &q, &next, err);
+        bson_destroy(&next);
+        bson_destroy(&wo_id);
+        bson_destroy(&q);
+    }
+    sbl_docvec_clear(&found);
+    return rc;
+}
+
+/* $merge (st: the stage's field) into the sharded tdb.tcoll (c) over dv;
+ * `on` is by default _id and the shard key, as mongod's.  whenMatched with a
+ * pipeline: 238. */
+static int merge_sharded(const merger_t *m, const rt_coll_t *c, const bson_iter_t *st,
+                         const char *tdb, const char *tcoll, sbl_docvec_t *dv, sbl_err_t *err)
+{
+    char *on[32];
+    size_t non = 0;
+    when_matched_t wm = WM_MERGE;
+    const char *wnm = "insert";
+    bson_iter_t f, a;
+    if (BSON_ITER_HOLDS_DOCUMENT(st) && bson_iter_recurse(st, &f)) {
+        while (bson_iter_next(&f)) {
+            const char *k = bson_iter_key(&f);
+            if (strcmp(k, "on") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                on[non++] = (char *)bson_iter_utf8(&f, NULL);
+            } else if (strcmp(k, "on") == 0 && bson_iter_recurse(&f, &a)) {
+                while (bson_iter_next(&a) && non < 32)
+                    if (BSON_ITER_HOLDS_UTF8(&a))
+                        on[non++] = (char *)bson_iter_utf8(&a, NULL);
+            } else if (strcmp(k, "whenMatched") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                const char *w = bson_iter_utf8(&f, NULL);
+                wm = strcmp(w, "replace") == 0        ? WM_REPLACE
+                     : strcmp(w, "keepExisting") == 0 ? WM_KEEP
+                     : strcmp(w, "fail") == 0         ? WM_FAIL
+                                                      : WM_MERGE;
+                if (wm == WM_MERGE && strcmp(w, "merge") != 0)
+                    return sbl_err_set(err, SBL_E_BadValue, "Enumeration value '%s' for field "
+                                       "'whenMatched' is not a valid value.", w);
+            } else if (strcmp(k, "whenMatched") == 0) {
+                return sbl_err_set(err, SBL_E_NotImplemented, "sable-router cannot yet $merge "
+                                   "with a whenMatched pipeline into a sharded collection");
+            } else if (strcmp(k, "whenNotMatched") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                wnm = bson_iter_utf8(&f, NULL);
+                if (strcmp(wnm, "insert") != 0 && strcmp(wnm, "discard") != 0 &&
+                    strcmp(wnm, "fail") != 0)
+                    return sbl_err_set(err, SBL_E_BadValue, "Enumeration value '%s' for field "
+                                       "'whenNotMatched' is not a valid value.", wnm);
+            }
+        }
+    }
+    if (non == 0) {
+        bson_iter_t k;
+        on[non++] = "_id";
+        bson_iter_init(&k, c->key);
+        while (bson_iter_next(&k) && non < 32)
+            if (strcmp(bson_iter_key(&k), "_id") != 0)
+                on[non++] = (char *)bson_iter_key(&k);
+    }
+    int rc = 0;
+    for (size_t i = 0; i < dv->n && rc == 0; i++) {
+        bson_t src;
+        if ((rc = sbl_doc_prepare_insert(dv->v[i], &src, err)) != 0)
+            break; /* an _id generated where it has none, as sabled's $merge */
+        rc = merge_one(m, c, tdb, tcoll, on, non, wm, wnm, &src, err);
+        bson_destroy(&src);
+    }
+    sbl_docvec_clear(dv);
+    return rc;
+}
+
 /*
  * sbl_agg_remote_t.write: $out or $merge into an unsharded collection, run
- * by the shard holding it over the merger's documents ({aggregate: 1,
+ * by the shard holding it (a $merge into a sharded one: merge_sharded) over the merger's documents ({aggregate: 1,
  * pipeline: [{$documents: {$literal: [...]}}, stage]}), in commands of
  * OUT_BATCH_BYTES: $out's first command replaces the collection, the
  * others insert beside it ($merge that fails on a match).
@@ -501,16 +793,17 @@ static int remote_write(void *arg, const bson_iter_t *st, sbl_docvec_t *dv, sbl_
     if (c == NULL)
         return err->code;
     bool sharded = c->sharded;
-    rt_coll_release(c);
+    int rc = 0;
     if (sharded && stage[1] == 'o')
-        return sbl_err_set(err, 28769, "%s cannot be sharded", ns);
+        rc = sbl_err_set(err, 28769, "%s cannot be sharded", ns);
+    else if (sharded)
+        rc = merge_sharded(m, c, st, tdb, tcoll, dv, err);
+    rt_coll_release(c);
     if (sharded)
-        return sbl_err_set(err, SBL_E_NotImplemented, "sable-router cannot yet $merge into a "
-                           "sharded collection (%s); see docs/sharding.md", ns);
+        return rc;
     int shard = rt_db_primary(tdb, true, err);
     if (shard < -1)
         return err->code;
-    int rc = 0;
     bool first = true;
     for (size_t i = 0; rc == 0 && (first || i < dv->n); first = false) {
         bson_t cmd = BSON_INITIALIZER, pl, s0, lit, docs, s1, spec, into, r, cur;
@@ -634,9 +927,6 @@ int rt_agg_split(const char *db, const char *coll, const bson_t *cmd, const rt_c
     *stalep = false;
     if (!bson_iter_init_find(&it, cmd, "pipeline") || !bson_iter_recurse(&it, &p))
         return sbl_err_set(err, SBL_E_FailedToParse, "aggregate needs a pipeline array");
-    if (bson_iter_init_find(&it, cmd, "explain") && bson_iter_as_bool(&it))
-        return sbl_err_set(err, SBL_E_NotImplemented, "sable-router cannot yet explain a "
-                           "pipeline it splits over several shards; see docs/sharding.md");
     bson_t shard_pl = BSON_INITIALIZER, merge_pl = BSON_INITIALIZER;
     int rc = split_pipeline(&p, &shard_pl, &merge_pl, err);
     /* the shards' part on every targeted shard at once; needsMerge keeps text scores */
@@ -685,6 +975,11 @@ int rt_agg_split(const char *db, const char *coll, const bson_t *cmd, const rt_c
                         sbl_docvec_push(&dv, bson_copy(&d));
                 }
             bson_destroy(&arr);
+        } else if (rt_reply_code(&rs[i]) == 0) { /* another shard failed: not read */
+            bson_iter_t id;
+            if (bson_iter_init(&id, &rs[i]) && bson_iter_find_descendant(&id, "cursor.id", &id))
+                rt_kill_shard_cursor(sh[i], rt_answered_by(sh[i]), db, coll,
+                                     bson_iter_as_int64(&id));
         }
         bson_destroy(&rs[i]);
     }

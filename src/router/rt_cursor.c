@@ -130,6 +130,22 @@ static rt_cursor_t *cursor_new(const char *db, const char *coll)
     return c;
 }
 
+void rt_kill_shard_cursor(int shard, const char *host, const char *db, const char *coll,
+                          int64_t id)
+{
+    if (id == 0)
+        return;
+    bson_t cmd = BSON_INITIALIZER, arr, reply;
+    sbl_err_t e = {0};
+    BSON_APPEND_UTF8(&cmd, "killCursors", coll);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &arr);
+    BSON_APPEND_INT64(&arr, "0", id);
+    bson_append_array_end(&cmd, &arr);
+    if (rt_run_on(shard, host, db, &cmd, &reply, &e) == 0)
+        bson_destroy(&reply);
+    bson_destroy(&cmd);
+}
+
 /* Kill what the shards still hold and free the cursor. */
 static void cursor_free(rt_cursor_t *c)
 {
@@ -139,17 +155,7 @@ static void cursor_free(rt_cursor_t *c)
     bool was = rt_sess_suspend(true);
     for (int i = 0; i < c->n; i++) {
         rcur_t *r = &c->r[i];
-        if (r->id != 0) {
-            bson_t cmd = BSON_INITIALIZER, arr, reply;
-            sbl_err_t e = {0};
-            BSON_APPEND_UTF8(&cmd, "killCursors", c->coll);
-            BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &arr);
-            BSON_APPEND_INT64(&arr, "0", r->id);
-            bson_append_array_end(&cmd, &arr);
-            if (rt_run_on(r->shard, r->host, c->db, &cmd, &reply, &e) == 0)
-                bson_destroy(&reply);
-            bson_destroy(&cmd);
-        }
+        rt_kill_shard_cursor(r->shard, r->host, c->db, c->coll, r->id);
         if (r->have_reply)
             bson_destroy(&r->reply);
         free(r->host);

@@ -271,6 +271,22 @@ int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *er
     bson_iter_t it, p;
     if (is_change_stream(cmd))
         return rt_change_stream(db, coll, cmd, reply, err);
+    if (coll != NULL && bson_iter_init_find(&it, cmd, "explain") && bson_iter_as_bool(&it)) {
+        /* explain: true (the form before the explain command): the explain
+         * command's answer at queryPlanner verbosity, as sabled gives it */
+        bson_t ex = BSON_INITIALIZER, inner;
+        BSON_APPEND_DOCUMENT_BEGIN(&ex, "explain", &inner);
+        bson_iter_init(&it, cmd);
+        while (bson_iter_next(&it))
+            if (strcmp(bson_iter_key(&it), "explain") != 0 &&
+                strcmp(bson_iter_key(&it), "cursor") != 0)
+                bson_append_iter(&inner, bson_iter_key(&it), -1, &it);
+        bson_append_document_end(&ex, &inner);
+        BSON_APPEND_UTF8(&ex, "verbosity", "queryPlanner");
+        int rc = rt_explain(db, &ex, reply, err);
+        bson_destroy(&ex);
+        return rc;
+    }
     if (coll == NULL) {
         /* aggregate: 1 (a database-level pipeline): the database's primary */
         sbl_err_t e = {0};

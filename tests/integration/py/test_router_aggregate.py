@@ -33,6 +33,7 @@ def doc(i):
 
 
 DOCS = [doc(i) for i in range(-60, 60)]
+SHARDS = []  # direct clients of shard0 and shard1, once the cluster runs
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +60,7 @@ def cl():
                   for p in info["shards"]]
         held = [s.ag.t.count_documents({}) for s in shards]
         assert held == [60, 60], held
+        SHARDS[:] = shards
         yield c
         for s in shards:
             s.close()
@@ -111,14 +113,21 @@ def test_group_every_accumulator(cl):
 def test_partial_groups(cl):
     # accumulators that combine: grouped on the shards, the groups grouped again
     partial = {k: ACCS[k] for k in ("sum", "n", "avg", "min", "max", "first", "last", "push",
-                                     "setH", "cnt", "mo")}
+                                     "setH", "cnt", "mo", "sdp", "sds")}
     r = same(cl, [{"$group": dict({"_id": "$g"}, **partial)}, {"$sort": {"_id": 1}}],
              ordered=True)
     assert [list(d) for d in r] == [["_id"] + list(partial)] * 4  # no hidden count left
     same(cl, [{"$match": {"g": {"$lt": 2}}}, {"$group": {"_id": "$h", "avg": {"$avg": "$v"}}}])
     # a group no document reaches, and one over a field nobody has
     assert same(cl, [{"$match": {"name": "none"}}, {"$group": {"_id": None, "a": {"$avg": "$k"}}}]) == []
-    same(cl, [{"$group": {"_id": "$g", "a": {"$avg": "$nope"}, "s": {"$sum": "$nope"}}}])
+    same(cl, [{"$group": {"_id": "$g", "a": {"$avg": "$nope"}, "s": {"$sum": "$nope"},
+                          "p": {"$stdDevPop": "$nope"}, "q": {"$stdDevSamp": "$nope"}}}])
+    # a deviation where one shard has one number and the other none (samp: null below 2)
+    same(cl, [{"$match": {"k": {"$in": [-59, 3, 4]}}},
+              {"$group": {"_id": {"$gt": ["$k", 0]}, "p": {"$stdDevPop": "$k"},
+                          "q": {"$stdDevSamp": "$k"}}}])
+    same(cl, [{"$match": {"g": 2}}, {"$group": {"_id": None, "p": {"$stdDevPop": "$k"},
+                                                "q": {"$stdDevSamp": "$k"}}}])
 
 
 def test_group_shapes(cl):
@@ -149,8 +158,17 @@ def test_facet_and_windows(cl):
     same(cl, [{"$setWindowFields": {"partitionBy": "$g", "sortBy": {"k": 1}, "output": {
         "run": {"$sum": "$k", "window": {"documents": ["unbounded", "current"]}},
         "rank": {"$rank": {}}}}}, {"$sort": {"k": 1}}], ordered=True)
-    r = list(cl.ag.t.aggregate([{"$sample": {"size": 10}}]))
-    assert len(r) == 10 and len({d["_id"] for d in r}) == 10
+    # $sample: the shards draw, the router keeps the smallest draws (no hidden field shown)
+    seen, neg = set(), 0
+    for _ in range(20):
+        r = list(cl.ag.t.aggregate([{"$match": {"g": {"$gte": 0}}}, {"$sample": {"size": 10}},
+                                    {"$project": {"k": 1}}]))
+        assert len(r) == 10 and len({d["_id"] for d in r}) == 10
+        assert all(set(d) == {"_id", "k"} for d in r)
+        seen |= {d["_id"] for d in r}
+        neg += sum(d["k"] < 0 for d in r)
+    assert 60 < neg < 140 and len(seen) > 60  # both shards' documents, about half each
+    assert len(list(cl.ag.t.aggregate([{"$sample": {"size": 500}}]))) == 120
 
 
 def test_lookup_graph_lookup_union_with(cl):
@@ -229,6 +247,29 @@ def test_out_and_merge(cl):
     got = sorted(cl.ag.m_t.find(), key=lambda d: d["_id"])
     assert got == sorted(cl.ag.m_u.find(), key=lambda d: d["_id"])
     assert got[0] == {"_id": "a", "n": 40, "keep": True} and len(got) == 4
+    # $merge into a sharded collection (ms, split at k = 0) against an unsharded one (mu)
+    sharded.split_at_zero(cl, "ag", ["ms"])
+    for name in ("ms", "mu"):
+        cl.ag[name].insert_many([{"_id": 5, "k": 5, "old": True, "h": "zz"},
+                                 {"_id": -7, "k": -7, "old": True}, {"_id": 99, "k": 99}])
+    src = [{"$match": {"k": {"$gte": -10, "$lt": 10}}},
+           {"$project": {"_id": "$k", "k": 1, "h": 1, "g": 1}}]
+    for wm, wnm in (("merge", "discard"), ("replace", "insert"), ("keepExisting", "insert"),
+                    ("merge", "insert")):
+        for s_, t_ in (("t", "ms"), ("u", "mu")):
+            cl.ag[s_].aggregate(src + [{"$addFields": {"mode": wm + wnm}}, {"$merge": {
+                "into": t_, "whenMatched": wm, "whenNotMatched": wnm}}])
+        assert list(cl.ag.ms.find().sort("_id", 1)) == list(cl.ag.mu.find().sort("_id", 1))
+    assert cl.ag.ms.count_documents({}) == 21
+    assert cl.ag.ms.find_one({"_id": 5}) == {"_id": 5, "k": 5, "h": "c", "g": 1,
+                                             "mode": "mergeinsert"}
+    with pytest.raises(OperationFailure) as e:
+        cl.ag.t.aggregate(src + [{"$merge": {"into": "ms", "whenMatched": "fail"}}])
+    assert e.value.code == 11000
+    with pytest.raises(OperationFailure) as e:
+        cl.ag.t.aggregate([{"$project": {"_id": 1, "k": 1}},
+                           {"$merge": {"into": "ms", "whenNotMatched": "fail"}}])
+    assert e.value.code == 13113
     # more than one command's worth (8 MB) of documents: all of them, once, replacing
     big = [{"_id": i, "k": i - 150, "pad": "%05d" % i * 6000} for i in range(300)]
     sharded.split_at_zero(cl, "ag", ["big"])
@@ -275,6 +316,11 @@ def test_cursor_batches_and_errors(cl):
     p = [{"$sort": {"k": 1}}, {"$group": {"_id": "$k", "n": {"$sum": 1}}}, {"$sort": {"_id": 1}}]
     r = list(cl.ag.t.aggregate(p, batchSize=7))
     assert [d["_id"] for d in r] == list(range(-60, 60))
+    # explain: true answers as the explain command (mongos's shape, each shard's plan)
+    for p in ([{"$group": {"_id": "$g", "a": {"$avg": "$v"}}}], [{"$match": {"g": 1}}]):
+        e = cl.ag.command("aggregate", "t", pipeline=p, explain=True)
+        assert e["queryPlanner"]["winningPlan"]["stage"] == "SHARD_MERGE"
+        assert len(e["queryPlanner"]["winningPlan"]["shards"]) == 2
     # a stage error at the merger answers as sabled's
     with pytest.raises(OperationFailure) as e1:
         list(cl.ag.t.aggregate([{"$group": {"_id": "$g", "x": {"$avg": "$v"}}},
@@ -288,3 +334,15 @@ def test_cursor_batches_and_errors(cl):
         list(cl.ag.t.aggregate([{"$group": {"_id": 1}}, {"$lookup": {
             "from": "f", "as": "m", "pipeline": [{"$collStats": {}}]}}]))
     assert e.value.code == 238
+
+
+def test_a_failing_shard_leaves_no_cursor_open(cl):
+    # ag.big (test_out_and_merge): 150 documents a shard, k = -1 on shard0 only; shard0's
+    # part fails, shard1's leaves a cursor open after its first batch: the router kills it
+    def open_cursors():
+        return SHARDS[1].admin.command("serverStatus")["metrics"]["cursor"]["open"]["total"]
+    before = open_cursors()
+    with pytest.raises(OperationFailure):
+        list(cl.ag.big.aggregate([{"$project": {"x": {"$divide": [1, {"$add": ["$k", 1]}]}}},
+                                  {"$group": {"_id": None, "s": {"$stdDevPop": "$x"}}}]))
+    assert open_cursors() == before

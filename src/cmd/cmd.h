@@ -34,9 +34,12 @@ void sbl_cmd_conn_close(sbl_conn_t *conn);
 void sbl_cmd_run(const char *db, const bson_t *cmd, bson_t *reply);
 /* Abort every open multi-document transaction no command is running in (the
  * applier's sbl_repl_set_txn_aborter: mongod aborts them at step-down); a
- * prepared one stays, its outcome comes through the oplog, unless prepared
- * (a rollback, which prepares it again from its prepare entry). */
-void sbl_cmd_mtxn_abort_all(bool prepared);
+ * prepared one stays, its outcome comes through the oplog.  rollback: the
+ * prepared ones too (the rollback prepares them again from their prepare
+ * entries), and every transaction a command runs in is asked to stop its
+ * waits and aborted once the command ended (waiting up to 10 s, then
+ * logged), so none holds a WiredTiger transaction at rollback_to_stable. */
+void sbl_cmd_mtxn_abort_all(bool rollback);
 /* Replication's side of prepared transactions (sbl_repl_prepared_fn): a
  * secondary or a restart's replay prepares, commits or aborts them. */
 int sbl_cmd_mtxn_apply_prepared(const bson_t *e, int kind, uint64_t ts, uint64_t durable_ts,

@@ -600,26 +600,26 @@ static void execute_inner(pending_t *p)
         sbl_cmd_read_concern_of(ctx->cmd, &lin, &after);
         if (lin && (p->rc = linearizable_allowed(ctx, &p->err)) != 0)
             return;
-        if (after != 0 && (p->rc = sbl_repl_wait_applied(after, ctx->deadline_us, &p->err)) != 0)
-            return;
     }
-    /* A retryable write: check txnNumber, check the session out (and in
-     * again below, whatever happens). */
+    /* In currentOp from here on: killOp reaches the waits below. */
+    op_begin(p);
     if (has_txn && p->def->fn == sbl_cmd_coordinate_commit)
         has_txn = false; /* it names the transaction it coordinates; it runs in none */
-    if (has_txn && (p->rc = sbl_cmd_txn_begin(ctx, &txnit, has_ac ? &acit : NULL, &p->err)) != 0) {
+    /* The afterClusterTime wait; a retryable write's or transaction's
+     * txnNumber checked and its session checked out (and in again below,
+     * whatever happens); readConcern snapshot outside a transaction: the
+     * handler reads one snapshot at a timestamp (snapshot_read.c). */
+    if ((after != 0 && (p->rc = sbl_repl_wait_applied(after, ctx, ctx->deadline_us, &p->err))) ||
+        (has_txn && (p->rc = sbl_cmd_txn_begin(ctx, &txnit, has_ac ? &acit : NULL, &p->err))) ||
+        (p->rc = sbl_cmd_snapshot_begin(ctx, &p->err)) != 0) {
         sbl_cmd_txn_end(ctx);
         sbl_cmd_mtxn_end(ctx, &p->rc, &p->err);
+        op_end(p);
         return;
     }
-    /* readConcern snapshot outside a transaction: the handler reads one
-     * snapshot at a timestamp (snapshot_read.c). */
-    if ((p->rc = sbl_cmd_snapshot_begin(ctx, &p->err)) != 0) {
-        sbl_cmd_txn_end(ctx);
-        sbl_cmd_mtxn_end(ctx, &p->rc, &p->err);
-        return;
-    }
-    op_begin(p);
+    int64_t txn_number = sbl_cmd_mtxn_number(ctx); /* known once the transaction began */
+    if (txn_number != p->op.txn_number)
+        sbl_op_set_txn_number(&p->op, txn_number);
     if ((p->def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
         p->rc = sbl_cmd_fsync_wait(ctx, &p->err);
     if (p->rc == 0) {

@@ -230,8 +230,12 @@ static int check_at(sbl_opctx_t *ctx, uint64_t at, sbl_err_t *err)
             until = ctx->deadline_us;
         sbl_err_t e;
         sbl_err_clear(&e);
-        (void)sbl_repl_wait_applied(at, until, &e); /* not reached in time: refused below */
-        cluster = sbl_repl_last_op_ts();
+        int wrc = sbl_repl_wait_applied(at, ctx, until, &e);
+        if (wrc != 0 && wrc != SBL_E_MaxTimeMSExpired) { /* killOp, a state change */
+            *err = e;
+            return wrc;
+        }
+        cluster = sbl_repl_last_op_ts(); /* not reached in time: refused below */
     }
     if (at > cluster)
         return sbl_err_set(err, SBL_E_InvalidOptions,

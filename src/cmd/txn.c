@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 enum { TXN_IN_PROGRESS = 1, TXN_PREPARED, TXN_COMMITTED, TXN_ABORTED };
 
@@ -67,6 +68,9 @@ typedef struct sbl_mtxn {
     bool wt_prepared;         /* ... and WiredTiger's transaction is prepared (it wrote) */
     struct sbl_mtxn *next;
 } sbl_mtxn_t;
+
+/* How long a rollback waits for the commands running in transactions to end. */
+#define ROLLBACK_TXN_WAIT_MS 10000
 
 static pthread_mutex_t txn_mu = PTHREAD_MUTEX_INITIALIZER;
 static sbl_mtxn_t *txns; /* one per session that ever ran a transaction (until it ends) */
@@ -938,18 +942,43 @@ void sbl_cmd_mtxn_kill_session(const uint8_t id[16])
     pthread_mutex_unlock(&txn_mu);
 }
 
-void sbl_cmd_mtxn_abort_all(bool prepared)
+/* Abort the transactions no command runs in (a rollback: the prepared ones
+ * too); returns how many a command still runs in, each asked to stop its
+ * waits (rollback). */
+static int abort_idle(bool rollback)
 {
+    int busy = 0;
     pthread_mutex_lock(&txn_mu);
     for (sbl_mtxn_t *t = txns; t != NULL; t = t->next) {
-        if (t->busy)
-            continue;
-        if (prepared && t->state == TXN_PREPARED)
+        if (t->busy) {
+            if (rollback)
+                atomic_store(&t->kill_asked, true);
+            busy++;
+        } else if (rollback && t->state == TXN_PREPARED) {
             rollback_txn(t);
-        else
+        } else {
             abort_txn(t); /* a prepared one stays: its outcome will come through the oplog */
+        }
     }
     pthread_mutex_unlock(&txn_mu);
+    return busy;
+}
+
+void sbl_cmd_mtxn_abort_all(bool rollback)
+{
+    int64_t until_us = sbl_now_us() + ROLLBACK_TXN_WAIT_MS * 1000;
+    int busy;
+    while ((busy = abort_idle(rollback)) > 0 && rollback && sbl_now_us() < until_us) {
+        struct timespec t = {0, 5 * 1000000L};
+        nanosleep(&t, NULL);
+    }
+    if (busy > 0 && rollback) {
+        bson_t attr = BSON_INITIALIZER;
+        BSON_APPEND_INT32(&attr, "transactions", busy);
+        sbl_log(SBL_LOG_WARNING, "ROLLBACK", 7360401, "Transactions still running a command "
+                "at the rollback; rolling back anyway", &attr);
+        bson_destroy(&attr);
+    }
 }
 
 int sbl_cmd_mtxn_end_writers(const char *ns)

@@ -140,6 +140,9 @@ typedef struct sbl_op {
  * caller keeps op (and what it points to) alive until sbl_op_unregister. */
 void sbl_op_register(sbl_op_t *op);
 void sbl_op_unregister(sbl_op_t *op);
+/* Change a registered op's txn_number (under the registry's lock: currentOp
+ * may be reading it). */
+void sbl_op_set_txn_number(sbl_op_t *op, int64_t txn_number);
 /* Ask the operation with this opid to stop.  Returns true when it was found. */
 bool sbl_op_kill(int64_t opid);
 /* Has someone asked op to stop?  op may be NULL (never killed). */

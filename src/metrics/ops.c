@@ -72,6 +72,14 @@ void sbl_op_unregister(sbl_op_t *op)
     atomic_fetch_sub_explicit(&active, 1, memory_order_relaxed);
 }
 
+void sbl_op_set_txn_number(sbl_op_t *op, int64_t txn_number)
+{
+    op_shard_t *sh = &shards[op->shard];
+    uv_mutex_lock(&sh->mu);
+    op->txn_number = txn_number;
+    uv_mutex_unlock(&sh->mu);
+}
+
 bool sbl_op_kill(int64_t opid)
 {
     bool found = false;

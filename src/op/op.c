@@ -134,6 +134,28 @@ int sbl_op_check_rollback(const sbl_opctx_t *ctx, sbl_err_t *err)
     return interrupted_since(atomic_load(&rolled_back_us), ctx, "rollback", err);
 }
 
+/* Counts the client operations registered before *(int64_t *)arg[0] into arg[1]. */
+static void count_older(const sbl_op_t *op, void *arg)
+{
+    int64_t *a = arg;
+    if (op->conn_id != 0 && op->start_us <= a[0])
+        a[1]++;
+}
+
+int sbl_op_wait_rollback_ended(int64_t until_us)
+{
+    int64_t a[2] = {atomic_load(&rolled_back_us), 0};
+    for (;;) {
+        a[1] = 0;
+        if (a[0] != 0)
+            sbl_ops_foreach(count_older, a);
+        if (a[1] == 0 || sbl_now_us() >= until_us)
+            return (int)a[1];
+        struct timespec t = {0, 5 * 1000000L};
+        nanosleep(&t, NULL);
+    }
+}
+
 int sbl_op_backoff(const sbl_opctx_t *ctx, int *attempt, sbl_err_t *err)
 {
     uint64_t gen;

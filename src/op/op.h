@@ -114,22 +114,33 @@ void sbl_op_note_step_down(void);
 int sbl_op_check_step_down(const sbl_opctx_t *ctx, sbl_err_t *err);
 
 /* A rollback (repl calls sbl_op_note_rollback as the member enters
- * ROLLBACK) ends every client operation waiting on a prepared transaction,
- * reads outside transactions too, as mongod kills all user operations
- * before it rolls back: InterruptedDueToReplStateChange (11602) when ctx
- * (a client's: ctx->req) began before the last rollback, else 0. */
+ * ROLLBACK) ends every client operation at its next check (long loops'
+ * sbl_op_check_interrupt, the waits on a prepared transaction, the
+ * afterClusterTime wait), reads outside transactions too, as mongod kills
+ * all user operations before it rolls back, so none holds a WiredTiger
+ * transaction when rollback_to_stable runs: InterruptedDueToReplStateChange
+ * (11602) when ctx (a client's: ctx->req) began before the last rollback,
+ * else 0. */
 void sbl_op_note_rollback(void);
 int sbl_op_check_rollback(const sbl_opctx_t *ctx, sbl_err_t *err);
+/* The rollback's wait for the client operations (those of a connection in
+ * the registry) that began before sbl_op_note_rollback: until none is left
+ * or until_us (monotonic) passes; returns how many were left (0: none). */
+int sbl_op_wait_rollback_ended(int64_t until_us);
 
 /* The check long loops make: Interrupted (11601) once killOp asked this
  * operation to stop, MaxTimeMSExpired (50) past the deadline, 11602 for a
- * client's operation in a transaction after a step-down, else 0. */
+ * client's operation in a transaction after a step-down and for any
+ * client's operation after a rollback, else 0. */
 static inline int sbl_op_check_interrupt(const sbl_opctx_t *ctx, sbl_err_t *err)
 {
     if (sbl_op_is_killed(ctx->op))
         return sbl_err_set(err, SBL_E_Interrupted, "operation was interrupted");
-    if (ctx->mtxn != NULL && ctx->req != NULL)
-        SBL_RET(sbl_op_check_step_down(ctx, err));
+    if (ctx->req != NULL) {
+        if (ctx->mtxn != NULL)
+            SBL_RET(sbl_op_check_step_down(ctx, err));
+        SBL_RET(sbl_op_check_rollback(ctx, err));
+    }
     return sbl_op_check_deadline(ctx, err);
 }
 

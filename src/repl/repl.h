@@ -140,9 +140,10 @@ void sbl_repl_set_runner(sbl_repl_run_fn fn);
  * failed to apply.  mongod aborts them at step-down; left open, their
  * uncommitted writes conflict with the new primary's entries on the same
  * documents, and the member stops applying until transactionLifetimeLimitSeconds.
- * prepared: the prepared ones too (a rollback: replaying the oplog prepares
- * again those whose prepare entry it keeps). */
-typedef void (*sbl_repl_abort_txns_fn)(bool prepared);
+ * rollback: the prepared ones too (replaying the oplog prepares again those
+ * whose prepare entry it keeps), and it waits for the commands running in
+ * transactions to end (bounded), aborting those transactions too. */
+typedef void (*sbl_repl_abort_txns_fn)(bool rollback);
 void sbl_repl_set_txn_aborter(sbl_repl_abort_txns_fn fn);
 /* Start the heartbeat/election thread and the applier (after the command
  * layer is up); sbl_repl_stop joins them.  No-op when standalone. */
@@ -199,13 +200,20 @@ bool sbl_repl_implicit_wc_majority(void);
 /* Read concerns (repl_read.c); each blocks the calling thread (a worker).
  * sbl_repl_wait_applied: afterClusterTime, wait until this member applied
  * ts (a primary writes a no-op to reach it); IllegalOperation (20) when not
- * a replica set member, MaxTimeMSExpired (50) at deadline_us (0: none).
+ * a replica set member, MaxTimeMSExpired (50) at deadline_us (0: none),
+ * InterruptedAtShutdown (11600); for the operation ctx (NULL: none; its
+ * registry entry, start time and client are read, never kept) also
+ * Interrupted (11601) once killOp asked it to stop and
+ * InterruptedDueToReplStateChange (11602) after a step-down or a rollback
+ * later than its start (src/op's checks).
  * sbl_repl_linearizable_check: NotAReplicaSet (123) on a standalone,
  * NotWritablePrimary (10107) on a member that is not primary.
  * sbl_repl_linearizable_wait: after a linearizable read, write a no-op and
  * wait until a majority has it; the check's errors, 11602 when this member
  * stepped down meanwhile, MaxTimeMSExpired at deadline_us. */
-int sbl_repl_wait_applied(uint64_t ts, int64_t deadline_us, sbl_err_t *err);
+struct sbl_opctx;
+int sbl_repl_wait_applied(uint64_t ts, const struct sbl_opctx *ctx, int64_t deadline_us,
+                          sbl_err_t *err);
 int sbl_repl_linearizable_check(sbl_err_t *err);
 int sbl_repl_linearizable_wait(int64_t deadline_us, sbl_err_t *err);
 /* Monitoring (repl_monitor.c); no-ops / 0 on a standalone.

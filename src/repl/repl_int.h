@@ -600,8 +600,9 @@ int sbl_rs_replay_oplog(sbl_err_t *err);
 /* ... the entries after from (a rollback: the recovery's timestamp). */
 int sbl_rs_replay_oplog_from(uint64_t from, sbl_err_t *err);
 /* End the client transactions open on this member (the command layer's
- * aborter), the prepared ones too when prepared. */
-void sbl_rs_abort_txns(bool prepared);
+ * aborter); rollback: the prepared ones too, after waiting for the commands
+ * running in them (sbl_repl_abort_txns_fn). */
+void sbl_rs_abort_txns(bool rollback);
 
 /* Our history diverged from host's (our last entry is not in its oplog):
  * find the common point, write what we undo to dbpath/rollback/, roll back

@@ -9,23 +9,43 @@
  *
  * What must stay true: both wait on the calling thread (a worker: the
  * dispatcher sends such reads there), never past their deadline, and give
- * up when the member stops or (linearizable) steps down.
+ * up when the member stops or (linearizable) steps down.  The
+ * afterClusterTime wait is a client operation's like any other (mongod's
+ * waits on the operation context): killOp, a step-down and a rollback end
+ * it too, so a wait for a time a rollback removed does not last until the
+ * new primary writes past it.
  */
 #include "repl/repl_int.h"
 
 #include <time.h>
 
 #include "common/clock.h"
+#include "op/op.h"
 
 #define rs sbl_rs
 #define APPLIED_POLL_MS 5
 
-int sbl_repl_wait_applied(uint64_t ts, int64_t deadline_us, sbl_err_t *err)
+/* What ends ctx's wait besides its deadline: killOp (11601); a step-down
+ * (11602: a primary's wait for its own no-ops, which it can write no more)
+ * or a rollback (11602) after it began. */
+static int applied_wait_check(const sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    if (ctx == NULL)
+        return 0;
+    if (sbl_op_is_killed(ctx->op))
+        return sbl_err_set(err, SBL_E_Interrupted, "operation was interrupted");
+    SBL_RET(sbl_op_check_step_down(ctx, err));
+    return sbl_op_check_rollback(ctx, err);
+}
+
+int sbl_repl_wait_applied(uint64_t ts, const sbl_opctx_t *ctx, int64_t deadline_us,
+                          sbl_err_t *err)
 {
     if (!sbl_repl_enabled())
         return sbl_err_set(err, SBL_E_IllegalOperation,
                            "Cannot specify afterClusterTime readConcern without replication enabled");
     while (sbl_oplog_committed().ts < ts) { /* its data visible, not only written */
+        SBL_RET(applied_wait_check(ctx, err));
         if (atomic_load(&rs.state) == SBL_RS_PRIMARY) {
             /* mongod's primary moves its clock forward with a no-op */
             sbl_err_t e;

@@ -29,6 +29,8 @@
 
 #define rs sbl_rs
 #define REPLAY_BATCH 256
+/* How long a rollback waits for the client operations it ended to leave. */
+#define ROLLBACK_OPS_WAIT_MS 10000
 
 /* Copy up to max entries with ts > after from our oplog into docs. */
 static int read_after(sbl_session_t *s, uint64_t after, bson_t **docs, int max, int *np,
@@ -538,10 +540,22 @@ int sbl_rs_rollback(mongoc_client_t *c, const char *host, sbl_err_t *err)
         bson_destroy(&attr);
     }
     qsort(keys, nk, sizeof(*keys), undo_key_cmp);
-    /* Prepared transactions hold their writes uncommitted (a read of them
-     * conflicts; rollback_to_stable waits for them): abort every open one,
-     * and recover to before the prepare entry of each still prepared at the
-     * common point, so the replay up to it prepares them again. */
+    /* rollback_to_stable refuses while any WiredTiger transaction is open
+     * (mongod's rollback holds the global X lock after killing the user
+     * operations): wait for the client operations just ended to leave
+     * (bounded: rollback_to_stable's own retries wait for the rest).
+     * Prepared transactions hold their writes uncommitted (a read of them
+     * conflicts): abort every open one, those a command ran in once it
+     * ended, and recover to before the prepare entry of each still prepared
+     * at the common point, so the replay up to it prepares them again. */
+    int left = sbl_op_wait_rollback_ended(sbl_now_us() + ROLLBACK_OPS_WAIT_MS * 1000);
+    if (left > 0) {
+        bson_t attr = BSON_INITIALIZER;
+        BSON_APPEND_INT32(&attr, "operations", left);
+        sbl_log(SBL_LOG_WARNING, "ROLLBACK", 7360402, "Client operations still running at "
+                "the rollback; rolling back when their transactions end", &attr);
+        bson_destroy(&attr);
+    }
     sbl_rs_abort_txns(true);
     if ((rc = write_rollback_files(s, keys, nk, &saved, err)) != 0)
         goto failed;

@@ -44,10 +44,10 @@ void sbl_repl_set_txn_aborter(sbl_repl_abort_txns_fn fn)
     abort_txns = fn;
 }
 
-void sbl_rs_abort_txns(bool prepared)
+void sbl_rs_abort_txns(bool rollback)
 {
     if (abort_txns != NULL)
-        abort_txns(prepared);
+        abort_txns(rollback);
 }
 
 /* ---- applying one entry ---------------------------------------------------------- */

@@ -92,16 +92,27 @@ static void retry_free(sbl_retry_t *r)
     free(r);
 }
 
-/* stmtId / stmtIds of the command. */
+/* stmtId / stmtIds of the command (one pass over its fields: the first of each). */
 static int parse_stmt_ids(sbl_opctx_t *ctx, sbl_retry_t *r, sbl_err_t *err)
 {
     bson_iter_t it, el;
-    if (bson_iter_init_find(&it, ctx->cmd, "stmtId")) {
-        if (!BSON_ITER_HOLDS_INT32(&it) && !BSON_ITER_HOLDS_INT64(&it))
-            return sbl_type_error(err, "stmtId", &it, "int");
-        r->first_stmt = (int32_t)bson_iter_as_int64(&it);
-    }
-    if (bson_iter_init_find(&it, ctx->cmd, "stmtIds")) {
+    bool seen_id = false, seen_ids = false;
+    if (!bson_iter_init(&it, ctx->cmd))
+        return 0;
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (k[0] != 's' || strncmp(k, "stmtId", 6) != 0)
+            continue;
+        if (k[6] == '\0' && !seen_id) {
+            seen_id = true;
+            if (!BSON_ITER_HOLDS_INT32(&it) && !BSON_ITER_HOLDS_INT64(&it))
+                return sbl_type_error(err, "stmtId", &it, "int");
+            r->first_stmt = (int32_t)bson_iter_as_int64(&it);
+            continue;
+        }
+        if (strcmp(k + 6, "s") != 0 || seen_ids)
+            continue;
+        seen_ids = true;
         if (!BSON_ITER_HOLDS_ARRAY(&it))
             return sbl_type_error(err, "stmtIds", &it, "array");
         uint32_t n = 0;

@@ -80,27 +80,30 @@ int sbl_txn_record_write_known(sbl_session_t *s, const bson_t *lsid, int64_t txn
                                int64_t term, int64_t wall_ms, const char *state,
                                sbl_version_t *known, sbl_err_t *err)
 {
-    bson_t key = BSON_INITIALIZER, old, rec = BSON_INITIALIZER, ot;
+    bson_t key = BSON_INITIALIZER, old, *rec, ot;
     bson_value_t id;
     bool found = false, replaced = false;
     int rc = 0;
 
     if (txn_table == NULL)
         return sbl_err_set(err, SBL_E_InternalError, "%s is not open", SBL_TXN_TABLE_NS);
-    BSON_APPEND_DOCUMENT(&rec, "_id", lsid);
-    BSON_APPEND_INT64(&rec, "txnNum", txn);
-    BSON_APPEND_DOCUMENT_BEGIN(&rec, "lastWriteOpTime", &ot);
+    /* sized once: growing it past a bson_t's inline bytes costs more than its fields */
+    if ((rec = bson_sized_new(lsid->len + 128)) == NULL)
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+    BSON_APPEND_DOCUMENT(rec, "_id", lsid);
+    BSON_APPEND_INT64(rec, "txnNum", txn);
+    BSON_APPEND_DOCUMENT_BEGIN(rec, "lastWriteOpTime", &ot);
     bson_append_timestamp(&ot, "ts", 2, SBL_TS_SECS(ts), SBL_TS_INC(ts));
     BSON_APPEND_INT64(&ot, "t", term);
-    bson_append_document_end(&rec, &ot);
-    BSON_APPEND_DATE_TIME(&rec, "lastWriteDate", wall_ms);
+    bson_append_document_end(rec, &ot);
+    BSON_APPEND_DATE_TIME(rec, "lastWriteDate", wall_ms);
     if (state != NULL)
-        BSON_APPEND_UTF8(&rec, "state", state);
+        BSON_APPEND_UTF8(rec, "state", state);
     /* The version the session last saw, when it is still the current one:
      * replaced by its record key, without searching for it. */
     if (known != NULL && known->key_len > 0 && bson_init_static(&old, known->doc, known->doc_len) &&
         record_txn(&old) <= txn &&
-        (rc = sbl_version_replace(s, txn_table, known, &rec, &replaced, err)) == 0 && !replaced)
+        (rc = sbl_version_replace(s, txn_table, known, rec, &replaced, err)) == 0 && !replaced)
         known->key_len = 0;
     if (rc != 0 || replaced)
         goto done;
@@ -109,13 +112,13 @@ int sbl_txn_record_write_known(sbl_session_t *s, const bson_t *lsid, int64_t txn
         goto done;
     if (!found || record_txn(&old) <= txn) /* else a newer txnNumber's record stays */
         rc = sbl_write(s, txn_table, found ? SBL_WRITE_UPDATE : SBL_WRITE_INSERT,
-                       found ? &old : NULL, &rec, NULL, err);
+                       found ? &old : NULL, rec, NULL, err);
     if (found)
         bson_destroy(&old);
     if (rc == 0 && known != NULL) /* the version this transaction now sees */
         rc = sbl_version_get(s, txn_table, &id, known, err);
 done:
-    bson_destroy(&rec);
+    bson_destroy(rec);
     bson_destroy(&key);
     return rc;
 }
@@ -396,20 +399,32 @@ const bson_t *sbl_repl_txn_ops_array(const sbl_repl_txn_ops_t *ops)
     return ops != NULL && ops->nfull == 0 ? &ops->arr : NULL;
 }
 
-/* A record's txnNum and lastWriteOpTime. */
+/* A record's txnNum and lastWriteOpTime (one pass over its fields). */
 static void record_fields(const bson_t *rec, int64_t *txnp, uint64_t *tsp, int64_t *termp)
 {
     bson_iter_t it, ot;
-    *txnp = record_txn(rec);
-    if (bson_iter_init_find(&it, rec, "lastWriteOpTime") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
-        bson_iter_recurse(&it, &ot)) {
-        while (bson_iter_next(&ot)) {
-            if (strcmp(bson_iter_key(&ot), "ts") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&ot)) {
-                uint32_t t, i;
-                bson_iter_timestamp(&ot, &t, &i);
-                *tsp = SBL_TS(t, i);
-            } else if (strcmp(bson_iter_key(&ot), "t") == 0 && BSON_ITER_HOLDS_NUMBER(&ot)) {
-                *termp = bson_iter_as_int64(&ot);
+    bool txn_seen = false, ot_seen = false;
+    *txnp = -1;
+    if (!bson_iter_init(&it, rec))
+        return;
+    while ((!txn_seen || !ot_seen) && bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (!txn_seen && strcmp(k, "txnNum") == 0) {
+            txn_seen = true;
+            if (BSON_ITER_HOLDS_NUMBER(&it))
+                *txnp = bson_iter_as_int64(&it);
+        } else if (!ot_seen && strcmp(k, "lastWriteOpTime") == 0) {
+            ot_seen = true;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &ot))
+                continue;
+            while (bson_iter_next(&ot)) {
+                if (strcmp(bson_iter_key(&ot), "ts") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&ot)) {
+                    uint32_t t, i;
+                    bson_iter_timestamp(&ot, &t, &i);
+                    *tsp = SBL_TS(t, i);
+                } else if (strcmp(bson_iter_key(&ot), "t") == 0 && BSON_ITER_HOLDS_NUMBER(&ot)) {
+                    *termp = bson_iter_as_int64(&ot);
+                }
             }
         }
     }

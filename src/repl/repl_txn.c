@@ -399,35 +399,13 @@ const bson_t *sbl_repl_txn_ops_array(const sbl_repl_txn_ops_t *ops)
     return ops != NULL && ops->nfull == 0 ? &ops->arr : NULL;
 }
 
-/* A record's txnNum and lastWriteOpTime (one pass over its fields). */
+/* A record's txnNum and lastWriteOpTime. */
 static void record_fields(const bson_t *rec, int64_t *txnp, uint64_t *tsp, int64_t *termp)
 {
-    bson_iter_t it, ot;
-    bool txn_seen = false, ot_seen = false;
-    *txnp = -1;
-    if (!bson_iter_init(&it, rec))
-        return;
-    while ((!txn_seen || !ot_seen) && bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
-        if (!txn_seen && strcmp(k, "txnNum") == 0) {
-            txn_seen = true;
-            if (BSON_ITER_HOLDS_NUMBER(&it))
-                *txnp = bson_iter_as_int64(&it);
-        } else if (!ot_seen && strcmp(k, "lastWriteOpTime") == 0) {
-            ot_seen = true;
-            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &ot))
-                continue;
-            while (bson_iter_next(&ot)) {
-                if (strcmp(bson_iter_key(&ot), "ts") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&ot)) {
-                    uint32_t t, i;
-                    bson_iter_timestamp(&ot, &t, &i);
-                    *tsp = SBL_TS(t, i);
-                } else if (strcmp(bson_iter_key(&ot), "t") == 0 && BSON_ITER_HOLDS_NUMBER(&ot)) {
-                    *termp = bson_iter_as_int64(&ot);
-                }
-            }
-        }
-    }
+    sbl_optime_t o = sbl_repl_optime_at(rec, "lastWriteOpTime");
+    *txnp = record_txn(rec);
+    *tsp = o.ts;
+    *termp = o.ts != 0 ? o.t : -1;
 }
 
 int sbl_repl_txn_record_get(sbl_session_t *s, const uint8_t id[16], const uint8_t uid[32],

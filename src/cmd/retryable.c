@@ -11,7 +11,10 @@
  * their results from those entries, and run the others with the statement
  * set on the thread, so the oplog writer stamps lsid, txnNumber, stmtId and
  * prevOpTime on their entries and writes the session's record in the same
- * WiredTiger transaction (src/repl/repl_txn.c).
+ * WiredTiger transaction (src/repl/repl_txn.c).  The session catalogue keeps
+ * the record's version as this session last saw it (sbl_version_t) between
+ * commands: the record is read by that key alone, and written by it, while it
+ * still holds those bytes (storage.h says why a stale one does no harm).
  *
  * What must stay true: a statement whose entry is in the chain never runs
  * again; a txnNumber lower than one the session used is refused
@@ -48,7 +51,11 @@ struct sbl_retry {
     bool close_after;        /* onPrimaryTransactionalWrite: close instead of replying */
     int32_t *retried;        /* executed statements the command skipped */
     size_t nretried, cap_retried;
+    sbl_version_t record;    /* the session's record as last seen (st.record), a hint */
 };
+
+_Static_assert(sizeof(sbl_version_t) <= SBL_LSESS_STATE_MAX,
+               "the session catalog keeps a record's version");
 
 static _Atomic int64_t retried_commands, retried_statements, record_writes;
 
@@ -85,16 +92,27 @@ static void retry_free(sbl_retry_t *r)
     free(r);
 }
 
-/* stmtId / stmtIds of the command. */
+/* stmtId / stmtIds of the command (one pass over its fields: the first of each). */
 static int parse_stmt_ids(sbl_opctx_t *ctx, sbl_retry_t *r, sbl_err_t *err)
 {
     bson_iter_t it, el;
-    if (bson_iter_init_find(&it, ctx->cmd, "stmtId")) {
-        if (!BSON_ITER_HOLDS_INT32(&it) && !BSON_ITER_HOLDS_INT64(&it))
-            return sbl_type_error(err, "stmtId", &it, "int");
-        r->first_stmt = (int32_t)bson_iter_as_int64(&it);
-    }
-    if (bson_iter_init_find(&it, ctx->cmd, "stmtIds")) {
+    bool seen_id = false, seen_ids = false;
+    if (!bson_iter_init(&it, ctx->cmd))
+        return 0;
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (k[0] != 's' || strncmp(k, "stmtId", 6) != 0)
+            continue;
+        if (k[6] == '\0' && !seen_id) {
+            seen_id = true;
+            if (!BSON_ITER_HOLDS_INT32(&it) && !BSON_ITER_HOLDS_INT64(&it))
+                return sbl_type_error(err, "stmtId", &it, "int");
+            r->first_stmt = (int32_t)bson_iter_as_int64(&it);
+            continue;
+        }
+        if (strcmp(k + 6, "s") != 0 || seen_ids)
+            continue;
+        seen_ids = true;
         if (!BSON_ITER_HOLDS_ARRAY(&it))
             return sbl_type_error(err, "stmtIds", &it, "array");
         uint32_t n = 0;
@@ -211,20 +229,24 @@ int sbl_cmd_txn_begin(sbl_opctx_t *ctx, const bson_iter_t *txnit, const bson_ite
     memcpy(r->st.lsid_id, r->lsid.id, 16);
     memcpy(r->st.lsid_uid, r->lsid.uid, 32);
     r->st.txn_number = txn;
+    r->st.record = &r->record;
     int rc = parse_stmt_ids(ctx, r, err);
     if (rc != 0) {
         retry_free(r);
         return rc;
     }
 
-    int64_t seen = sbl_lsess_checkout(&r->lsid, ctx->client->uid_for, sbl_now_ms());
+    sbl_lsess_state_t kept;
+    int64_t seen = sbl_lsess_checkout_state(&r->lsid, ctx->client->uid_for, sbl_now_ms(), &kept);
     ctx->retry = r; /* checked out: sbl_cmd_txn_end checks it in */
+    if (kept.len == sizeof(r->record))
+        memcpy(&r->record, kept.data, sizeof(r->record));
     int64_t rec_txn;
     uint64_t rec_ts;
     int64_t rec_term;
     bool found;
-    SBL_RET(sbl_repl_txn_record_get(ctx->ss, r->lsid.id, r->lsid.uid, &rec_txn, &rec_ts,
-                                    &rec_term, &found, err));
+    SBL_RET(sbl_repl_txn_record_known(ctx->ss, r->lsid.id, r->lsid.uid, &r->record, &rec_txn,
+                                      &rec_ts, &rec_term, &found, err));
     int64_t newest = seen > rec_txn ? seen : rec_txn;
     if (txn < newest) {
         for (int i = 0; i < 16; i++)
@@ -246,7 +268,12 @@ void sbl_cmd_txn_end(sbl_opctx_t *ctx)
     if (r == NULL)
         return;
     sbl_repl_set_stmt(NULL);
-    sbl_lsess_checkin(&r->lsid, r->txn);
+    sbl_lsess_state_t kept = {.len = 0};
+    if (r->record.key_len > 0) { /* checked before its next use: it may go stale meanwhile */
+        kept.len = sizeof(r->record);
+        memcpy(kept.data, &r->record, sizeof(r->record));
+    }
+    sbl_lsess_checkin_state(&r->lsid, r->txn, &kept);
     if (r->close_after)
         ctx->close_instead = true;
     if (r->nretried > 0) {

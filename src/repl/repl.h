@@ -323,6 +323,9 @@ typedef struct sbl_repl_stmt {
      * attempt's: valid when the caller knows the statement's write committed). */
     uint64_t out_ts;
     int64_t out_term;
+    /* The session's config.transactions record as last seen (a hint the
+     * record's write checks, sbl_version_t), or NULL. */
+    sbl_version_t *record;
 } sbl_repl_stmt_t;
 
 /* Set (or clear, NULL) the statement the calling thread's writes belong to. */
@@ -333,6 +336,12 @@ void sbl_repl_set_stmt(sbl_repl_stmt_t *st);
 int sbl_repl_txn_record_get(sbl_session_t *s, const uint8_t id[16], const uint8_t uid[32],
                             int64_t *txnp, uint64_t *tsp, int64_t *termp, bool *foundp,
                             sbl_err_t *err);
+/* As sbl_repl_txn_record_get through known, the record as the caller last
+ * saw it: used when it is still the current version (one point read by its
+ * record key), read again into it otherwise. */
+int sbl_repl_txn_record_known(sbl_session_t *s, const uint8_t id[16], const uint8_t uid[32],
+                              sbl_version_t *known, int64_t *txnp, uint64_t *tsp,
+                              int64_t *termp, bool *foundp, sbl_err_t *err);
 /*
  * Multi-document transactions: while a thread runs a transaction's
  * operation, its document writes are collected in the transaction's ops

@@ -108,6 +108,12 @@ int sbl_repl_txn_ops_add(sbl_repl_txn_ops_t *ops, char op, const char *ns, const
 /* The session's record with a state ("committed"; NULL: none). */
 int sbl_txn_record_write_state(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
                                int64_t term, int64_t wall_ms, const char *state, sbl_err_t *err);
+/* As sbl_txn_record_write_state, given known, the session's record as last
+ * seen (a hint, or NULL): replaced without a search when still current; known
+ * then describes the record written (key_len 0 when not known). */
+int sbl_txn_record_write_known(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
+                               int64_t term, int64_t wall_ms, const char *state,
+                               sbl_version_t *known, sbl_err_t *err);
 
 
 /* After a transaction's entry e: the session's record (st's lsid and

@@ -560,7 +560,8 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         bson_t lsid = BSON_INITIALIZER;
         BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
         BSON_APPEND_BINARY(&lsid, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
-        rc = sbl_txn_record_write(s, &lsid, st->txn_number, e.ts, e.term, e.wall_ms, err);
+        rc = sbl_txn_record_write_known(s, &lsid, st->txn_number, e.ts, e.term, e.wall_ms, NULL,
+                                        st->record, err);
         bson_destroy(&lsid);
     }
     if (rc == 0) {

@@ -58,41 +58,67 @@ static void record_id(bson_t *key, const bson_t *lsid, bson_value_t *id)
 int sbl_txn_record_write(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
                          int64_t term, int64_t wall_ms, sbl_err_t *err)
 {
-    return sbl_txn_record_write_state(s, lsid, txn, ts, term, wall_ms, NULL, err);
+    return sbl_txn_record_write_known(s, lsid, txn, ts, term, wall_ms, NULL, NULL, err);
 }
 
 int sbl_txn_record_write_state(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
                                int64_t term, int64_t wall_ms, const char *state, sbl_err_t *err)
 {
-    bson_t key = BSON_INITIALIZER, old, rec = BSON_INITIALIZER, ot;
-    bson_value_t id;
+    return sbl_txn_record_write_known(s, lsid, txn, ts, term, wall_ms, state, NULL, err);
+}
+
+/* A record's txnNum (-1: none). */
+static int64_t record_txn(const bson_t *rec)
+{
     bson_iter_t it;
-    bool found = false;
-    int rc;
+    return bson_iter_init_find(&it, rec, "txnNum") && BSON_ITER_HOLDS_NUMBER(&it)
+               ? bson_iter_as_int64(&it)
+               : -1;
+}
+
+int sbl_txn_record_write_known(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
+                               int64_t term, int64_t wall_ms, const char *state,
+                               sbl_version_t *known, sbl_err_t *err)
+{
+    bson_t key = BSON_INITIALIZER, old, *rec, ot;
+    bson_value_t id;
+    bool found = false, replaced = false;
+    int rc = 0;
 
     if (txn_table == NULL)
         return sbl_err_set(err, SBL_E_InternalError, "%s is not open", SBL_TXN_TABLE_NS);
+    /* sized once: growing it past a bson_t's inline bytes costs more than its fields */
+    if ((rec = bson_sized_new(lsid->len + 128)) == NULL)
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+    BSON_APPEND_DOCUMENT(rec, "_id", lsid);
+    BSON_APPEND_INT64(rec, "txnNum", txn);
+    BSON_APPEND_DOCUMENT_BEGIN(rec, "lastWriteOpTime", &ot);
+    bson_append_timestamp(&ot, "ts", 2, SBL_TS_SECS(ts), SBL_TS_INC(ts));
+    BSON_APPEND_INT64(&ot, "t", term);
+    bson_append_document_end(rec, &ot);
+    BSON_APPEND_DATE_TIME(rec, "lastWriteDate", wall_ms);
+    if (state != NULL)
+        BSON_APPEND_UTF8(rec, "state", state);
+    /* The version the session last saw, when it is still the current one:
+     * replaced by its record key, without searching for it. */
+    if (known != NULL && known->key_len > 0 && bson_init_static(&old, known->doc, known->doc_len) &&
+        record_txn(&old) <= txn &&
+        (rc = sbl_version_replace(s, txn_table, known, rec, &replaced, err)) == 0 && !replaced)
+        known->key_len = 0;
+    if (rc != 0 || replaced)
+        goto done;
     record_id(&key, lsid, &id);
     if ((rc = sbl_coll_get(s, txn_table, &id, &old, &found, err)) != 0)
         goto done;
-    if (found && bson_iter_init_find(&it, &old, "txnNum") && BSON_ITER_HOLDS_NUMBER(&it) &&
-        bson_iter_as_int64(&it) > txn)
-        goto done; /* a newer txnNumber's record stays */
-    BSON_APPEND_DOCUMENT(&rec, "_id", lsid);
-    BSON_APPEND_INT64(&rec, "txnNum", txn);
-    BSON_APPEND_DOCUMENT_BEGIN(&rec, "lastWriteOpTime", &ot);
-    bson_append_timestamp(&ot, "ts", 2, SBL_TS_SECS(ts), SBL_TS_INC(ts));
-    BSON_APPEND_INT64(&ot, "t", term);
-    bson_append_document_end(&rec, &ot);
-    BSON_APPEND_DATE_TIME(&rec, "lastWriteDate", wall_ms);
-    if (state != NULL)
-        BSON_APPEND_UTF8(&rec, "state", state);
-    rc = sbl_write(s, txn_table, found ? SBL_WRITE_UPDATE : SBL_WRITE_INSERT,
-                   found ? &old : NULL, &rec, NULL, err);
-done:
+    if (!found || record_txn(&old) <= txn) /* else a newer txnNumber's record stays */
+        rc = sbl_write(s, txn_table, found ? SBL_WRITE_UPDATE : SBL_WRITE_INSERT,
+                       found ? &old : NULL, rec, NULL, err);
     if (found)
         bson_destroy(&old);
-    bson_destroy(&rec);
+    if (rc == 0 && known != NULL) /* the version this transaction now sees */
+        rc = sbl_version_get(s, txn_table, &id, known, err);
+done:
+    bson_destroy(rec);
     bson_destroy(&key);
     return rc;
 }
@@ -373,13 +399,29 @@ const bson_t *sbl_repl_txn_ops_array(const sbl_repl_txn_ops_t *ops)
     return ops != NULL && ops->nfull == 0 ? &ops->arr : NULL;
 }
 
+/* A record's txnNum and lastWriteOpTime. */
+static void record_fields(const bson_t *rec, int64_t *txnp, uint64_t *tsp, int64_t *termp)
+{
+    sbl_optime_t o = sbl_repl_optime_at(rec, "lastWriteOpTime");
+    *txnp = record_txn(rec);
+    *tsp = o.ts;
+    *termp = o.ts != 0 ? o.t : -1;
+}
+
 int sbl_repl_txn_record_get(sbl_session_t *s, const uint8_t id[16], const uint8_t uid[32],
                             int64_t *txnp, uint64_t *tsp, int64_t *termp, bool *foundp,
                             sbl_err_t *err)
 {
+    return sbl_repl_txn_record_known(s, id, uid, NULL, txnp, tsp, termp, foundp, err);
+}
+
+int sbl_repl_txn_record_known(sbl_session_t *s, const uint8_t id[16], const uint8_t uid[32],
+                              sbl_version_t *known, int64_t *txnp, uint64_t *tsp,
+                              int64_t *termp, bool *foundp, sbl_err_t *err)
+{
     bson_t lsid = BSON_INITIALIZER, key = BSON_INITIALIZER, rec;
     bson_value_t v;
-    bson_iter_t it, ot;
+    bool current = false;
     int rc;
 
     *foundp = false;
@@ -388,27 +430,33 @@ int sbl_repl_txn_record_get(sbl_session_t *s, const uint8_t id[16], const uint8_
     *termp = -1;
     if (txn_table == NULL)
         return 0;
+    if (known != NULL && known->key_len > 0)
+        SBL_RET(sbl_version_check(s, txn_table, known, &current, err));
+    if (current && bson_init_static(&rec, known->doc, known->doc_len)) {
+        *foundp = true;
+        record_fields(&rec, txnp, tsp, termp);
+        return 0;
+    }
     BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, id, 16);
     BSON_APPEND_BINARY(&lsid, "uid", BSON_SUBTYPE_BINARY, uid, 32);
     record_id(&key, &lsid, &v);
+    if (known != NULL) { /* read into the hint, to be checked and used next time */
+        rc = sbl_version_get(s, txn_table, &v, known, err);
+        if (rc == 0 && known->key_len > 0 && bson_init_static(&rec, known->doc, known->doc_len)) {
+            *foundp = true;
+            record_fields(&rec, txnp, tsp, termp);
+            goto done;
+        }
+        if (rc != 0)
+            goto done;
+        /* none, or too big for the hint: read it as it is */
+    }
     rc = sbl_coll_get(s, txn_table, &v, &rec, foundp, err);
     if (rc == 0 && *foundp) {
-        if (bson_iter_init_find(&it, &rec, "txnNum") && BSON_ITER_HOLDS_NUMBER(&it))
-            *txnp = bson_iter_as_int64(&it);
-        if (bson_iter_init_find(&it, &rec, "lastWriteOpTime") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
-            bson_iter_recurse(&it, &ot)) {
-            while (bson_iter_next(&ot)) {
-                if (strcmp(bson_iter_key(&ot), "ts") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&ot)) {
-                    uint32_t t, i;
-                    bson_iter_timestamp(&ot, &t, &i);
-                    *tsp = SBL_TS(t, i);
-                } else if (strcmp(bson_iter_key(&ot), "t") == 0 && BSON_ITER_HOLDS_NUMBER(&ot)) {
-                    *termp = bson_iter_as_int64(&ot);
-                }
-            }
-        }
+        record_fields(&rec, txnp, tsp, termp);
         bson_destroy(&rec);
     }
+done:
     bson_destroy(&key);
     bson_destroy(&lsid);
     return rc;

@@ -23,6 +23,7 @@
 typedef struct entry {
     sbl_lsess_info_t info;
     struct entry *next;
+    sbl_lsess_state_t *state; /* kept by sbl_lsess_checkin_state, or NULL */
 } entry_t;
 
 typedef struct stripe {
@@ -165,9 +166,17 @@ void sbl_lsess_touch(const sbl_lsid_t *l, const char *user, int64_t now_ms)
 
 int64_t sbl_lsess_checkout(const sbl_lsid_t *l, const char *user, int64_t now_ms)
 {
+    return sbl_lsess_checkout_state(l, user, now_ms, NULL);
+}
+
+int64_t sbl_lsess_checkout_state(const sbl_lsid_t *l, const char *user, int64_t now_ms,
+                                 sbl_lsess_state_t *state)
+{
     entry_t **bucket, *e;
     stripe_t *s = stripe_of(l, &bucket);
     int64_t txn = -1;
+    if (state != NULL)
+        state->len = 0;
     pthread_mutex_lock(&s->mu);
     for (;;) {
         e = find_or_add(s, bucket, l, user);
@@ -180,12 +189,22 @@ int64_t sbl_lsess_checkout(const sbl_lsid_t *l, const char *user, int64_t now_ms
         if (now_ms > e->info.last_use_ms)
             e->info.last_use_ms = now_ms;
         txn = e->info.txn_number;
+        if (state != NULL && e->state != NULL) {
+            state->len = e->state->len;
+            memcpy(state->data, e->state->data, e->state->len);
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return txn;
 }
 
 void sbl_lsess_checkin(const sbl_lsid_t *l, int64_t txn_number)
+{
+    sbl_lsess_checkin_state(l, txn_number, NULL);
+}
+
+void sbl_lsess_checkin_state(const sbl_lsid_t *l, int64_t txn_number,
+                             const sbl_lsess_state_t *state)
 {
     entry_t **bucket, *e;
     stripe_t *s = stripe_of(l, &bucket);
@@ -195,6 +214,13 @@ void sbl_lsess_checkin(const sbl_lsid_t *l, int64_t txn_number)
             e->info.checked_out = false;
             if (txn_number > e->info.txn_number)
                 e->info.txn_number = txn_number;
+            if (state == NULL || state->len == 0 || state->len > SBL_LSESS_STATE_MAX) {
+                if (e->state != NULL)
+                    e->state->len = 0;
+            } else if (e->state != NULL || (e->state = malloc(sizeof(*e->state))) != NULL) {
+                e->state->len = state->len;
+                memcpy(e->state->data, state->data, state->len);
+            }
             break;
         }
     pthread_cond_broadcast(&s->cv);
@@ -227,6 +253,7 @@ bool sbl_lsess_end(const sbl_lsid_t *l)
     pthread_mutex_unlock(&s->mu);
     if (e == NULL)
         return false;
+    free(e->state);
     free(e);
     note_ended(l);
     return true;
@@ -295,6 +322,7 @@ size_t sbl_lsess_reap(int64_t now_ms, int64_t timeout_ms, sbl_lsess_visit_fn fn,
             entry_t *next = dead->next;
             if (fn != NULL)
                 fn(&dead->info, arg);
+            free(dead->state);
             free(dead);
             dead = next;
             reaped++;

@@ -73,6 +73,24 @@ void sbl_lsess_touch(const sbl_lsid_t *l, const char *user, int64_t now_ms);
 int64_t sbl_lsess_checkout(const sbl_lsid_t *l, const char *user, int64_t now_ms);
 void sbl_lsess_checkin(const sbl_lsid_t *l, int64_t txn_number);
 
+/*
+ * What the checked-out operation's layer keeps in the session between its
+ * operations: bytes this module does not read (retryable writes keep their
+ * last known version of the session's config.transactions record there, a
+ * hint they check before use).  len 0: nothing kept.
+ */
+#define SBL_LSESS_STATE_MAX 400
+typedef struct sbl_lsess_state {
+    uint32_t len;
+    _Alignas(8) uint8_t data[SBL_LSESS_STATE_MAX];
+} sbl_lsess_state_t;
+/* sbl_lsess_checkout, also copying the session's kept state to *state. */
+int64_t sbl_lsess_checkout_state(const sbl_lsid_t *l, const char *user, int64_t now_ms,
+                                 sbl_lsess_state_t *state);
+/* sbl_lsess_checkin, keeping *state (NULL: forgetting what was kept). */
+void sbl_lsess_checkin_state(const sbl_lsid_t *l, int64_t txn_number,
+                             const sbl_lsess_state_t *state);
+
 /* Remove the session from the catalog (endSessions); false when it was not there. */
 bool sbl_lsess_end(const sbl_lsid_t *l);
 

@@ -248,6 +248,40 @@ bool sbl_coll_dup_ids(const sbl_coll_t *c);
  * like's _id whose bytes are like's (the one a reader saw), or none. */
 int sbl_coll_get_same(sbl_session_t *s, sbl_coll_t *c, const bson_t *like, bson_t *doc,
                       bool *foundp, sbl_err_t *err);
+
+/*
+ * A document of a versioned collection (config.transactions, whose every
+ * write of a document takes a new record key) as it was last read or
+ * written: its record key and its bytes.  A caller keeps one between
+ * operations (a session's record, in the session catalog) as a hint that
+ * saves the search for the document's current record: the functions below
+ * check it against the table, so a stale hint costs the slower path, never a
+ * wrong answer (a document has one live record, so a record under the same
+ * key with the same bytes is its current version).
+ */
+#define SBL_VERSION_KEY_MAX 120
+#define SBL_VERSION_DOC_MAX 256
+typedef struct sbl_version {
+    uint32_t key_len; /* 0: nothing known */
+    uint32_t id_len;  /* the encoded _id's part of key; the rest is the sequence number */
+    uint32_t doc_len;
+    uint8_t key[SBL_VERSION_KEY_MAX];
+    uint8_t doc[SBL_VERSION_DOC_MAX];
+} sbl_version_t;
+/* The current version of c's document with _id id into *v (key_len 0 when
+ * there is none, or it does not fit); 0 or an error. */
+int sbl_version_get(sbl_session_t *s, sbl_coll_t *c, const bson_value_t *id, sbl_version_t *v,
+                    sbl_err_t *err);
+/* *currentp: v is its document's current version, as s sees the table. */
+int sbl_version_check(sbl_session_t *s, sbl_coll_t *c, const sbl_version_t *v, bool *currentp,
+                      sbl_err_t *err);
+/* In s's open transaction, replace v's document by new_doc (the same _id:
+ * the caller's word) as an update through sbl_write would, when v is its
+ * current version; v then describes new_doc's record.  *replacedp false,
+ * nothing written, when v is not current (or c has secondary indexes): the
+ * caller then takes sbl_write's path. */
+int sbl_version_replace(sbl_session_t *s, sbl_coll_t *c, sbl_version_t *v, const bson_t *new_doc,
+                        bool *replacedp, sbl_err_t *err);
 /* Delete c's documents for which pred(doc, arg) holds, scanning by _id a
  * batch at a time and deleting each in its own transaction after pred holds
  * again there (the TTL monitor's way; the pre-image remover's).  Returns

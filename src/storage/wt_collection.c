@@ -111,6 +111,57 @@ int sbl_coll_get_same(sbl_session_t *s, sbl_coll_t *c, const bson_t *like, bson_
     return get_one(s, c, &id, c->dup_ids ? like : NULL, doc, foundp, err);
 }
 
+int sbl_version_get(sbl_session_t *s, sbl_coll_t *c, const bson_value_t *id, sbl_version_t *v,
+                    sbl_err_t *err)
+{
+    WT_CURSOR *cur;
+    WT_ITEM k, d;
+    int ret;
+
+    v->key_len = 0;
+    if (!c->versioned)
+        return 0;
+    SBL_RET(sbl_session_cursor(s, c->tbl, &cur, err));
+    sbl_buf_reset(&s->key);
+    sbl_key_append(&s->key, id, false);
+    do
+        ret = sbl_dup_seek(cur, s->key.data, s->key.len, NULL);
+    while (ret == WT_PREPARE_CONFLICT && sbl_prepare_wait_here());
+    if (ret == 0 && (ret = cur->get_key(cur, &k)) == 0 && (ret = cur->get_value(cur, &d)) == 0 &&
+        k.size <= SBL_VERSION_KEY_MAX && d.size <= SBL_VERSION_DOC_MAX) {
+        memcpy(v->key, k.data, k.size);
+        memcpy(v->doc, d.data, d.size);
+        v->id_len = (uint32_t)s->key.len;
+        v->doc_len = (uint32_t)d.size;
+        v->key_len = (uint32_t)k.size;
+    }
+    cur->reset(cur);
+    return ret == 0 || ret == WT_NOTFOUND ? 0 : sbl_wt_err(err, ret, "point read");
+}
+
+int sbl_version_check(sbl_session_t *s, sbl_coll_t *c, const sbl_version_t *v, bool *currentp,
+                      sbl_err_t *err)
+{
+    WT_CURSOR *cur;
+    WT_ITEM k, d;
+    int ret;
+
+    *currentp = false;
+    if (!c->versioned || v->key_len == 0)
+        return 0;
+    SBL_RET(sbl_session_cursor(s, c->tbl, &cur, err));
+    k.data = v->key;
+    k.size = v->key_len;
+    do {
+        cur->set_key(cur, &k);
+        ret = cur->search(cur);
+    } while (ret == WT_PREPARE_CONFLICT && sbl_prepare_wait_here());
+    if (ret == 0 && (ret = cur->get_value(cur, &d)) == 0)
+        *currentp = d.size == v->doc_len && memcmp(d.data, v->doc, d.size) == 0;
+    cur->reset(cur);
+    return ret == 0 || ret == WT_NOTFOUND ? 0 : sbl_wt_err(err, ret, "point read");
+}
+
 int sbl_scan_open(sbl_session_t *s, sbl_coll_t *c, const sbl_scan_bounds_t *bounds,
                   bool descending, sbl_scan_t **scanp, sbl_err_t *err)
 {

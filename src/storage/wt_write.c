@@ -459,3 +459,69 @@ int sbl_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind, const bson
     }
     return sbl_txn_commit(s, err);
 }
+
+int sbl_version_replace(sbl_session_t *s, sbl_coll_t *c, sbl_version_t *v, const bson_t *new_doc,
+                        bool *replacedp, sbl_err_t *err)
+{
+    sbl_write_observer_fn obs = atomic_load_explicit(&write_observer, memory_order_relaxed);
+    uint8_t old_bytes[SBL_VERSION_DOC_MAX];
+    size_t old_len = v->doc_len;
+    uint64_t seq = UINT64_MAX;
+    WT_CURSOR *cur;
+    WT_ITEM k, d;
+    bson_t old;
+    int ret;
+
+    *replacedp = false;
+    if (!c->versioned || !s->in_txn || v->key_len == 0 || sbl_index_count(c) > 0 ||
+        new_doc->len > SBL_VERSION_DOC_MAX || v->id_len + SBL_DUP_SEQ_LEN > SBL_VERSION_KEY_MAX ||
+        (v->key_len != v->id_len && v->key_len != v->id_len + SBL_DUP_SEQ_LEN))
+        return 0;
+    SBL_RET(sbl_storage_space_check(new_doc->len, err));
+    SBL_RET(sbl_session_cursor(s, c->tbl, &cur, err));
+    k.data = v->key;
+    k.size = v->key_len;
+    cur->set_key(cur, &k);
+    ret = cur->search(cur);
+    if (ret == 0 && (ret = cur->get_value(cur, &d)) == 0 &&
+        (d.size != old_len || memcmp(d.data, v->doc, old_len) != 0))
+        ret = WT_NOTFOUND; /* another version now: the caller's slower path */
+    if (ret == 0 && v->key_len != v->id_len) { /* not a bare _id's record (wt_int.h) */
+        seq = 0;
+        for (int i = 0; i < SBL_DUP_SEQ_LEN; i++)
+            seq = (seq << 8) | v->key[v->id_len + i];
+        if (seq == 0)
+            ret = WT_ERROR; /* 2^64 versions of one document: cannot happen */
+        seq--;
+    }
+    if (ret != 0) {
+        cur->reset(cur);
+        return ret == WT_NOTFOUND || ret == WT_PREPARE_CONFLICT ? 0
+                                                                : sbl_wt_err(err, ret, "write");
+    }
+    memcpy(old_bytes, v->doc, old_len);
+    v->key_len = 0; /* until the new version is in */
+    if ((ret = cur->remove(cur)) == 0) {
+        for (int i = 0; i < SBL_DUP_SEQ_LEN; i++)
+            v->key[v->id_len + i] = (uint8_t)(seq >> (8 * (SBL_DUP_SEQ_LEN - 1 - i)));
+        k.data = v->key;
+        k.size = v->id_len + SBL_DUP_SEQ_LEN;
+        cur->set_key(cur, &k);
+        d.data = bson_get_data(new_doc);
+        d.size = new_doc->len;
+        cur->set_value(cur, &d);
+        ret = cur->insert(cur);
+    }
+    cur->reset(cur);
+    if (ret != 0)
+        return sbl_wt_err(err, ret == WT_NOTFOUND ? WT_ROLLBACK : ret, "write");
+    s->nested_wrote = true;
+    sbl_session_add_delta(s, c->tbl, 0, (int64_t)new_doc->len - (int64_t)old_len);
+    memcpy(v->doc, bson_get_data(new_doc), new_doc->len);
+    v->doc_len = new_doc->len;
+    v->key_len = v->id_len + SBL_DUP_SEQ_LEN;
+    *replacedp = true;
+    if (obs == NULL || !bson_init_static(&old, old_bytes, old_len))
+        return 0;
+    return obs(s, c, SBL_WRITE_UPDATE, &old, new_doc, err);
+}

@@ -114,6 +114,39 @@ def test_insert_retry_entries_and_record(primary):
     raw.close()
 
 
+def test_a_record_changed_behind_the_session_is_read_again(primary):
+    """The server keeps each session's record as it last saw it, to write the
+    next version without searching for it, and checks it before use: a change
+    another writer made meanwhile (here direct writes to config.transactions,
+    one reusing the record's storage key with other contents) is what counts."""
+    m, c = primary
+    raw = Raw(m.port)
+    lsid = new_lsid()
+
+    def inc(txn):
+        return cmd("update", "c", lsid, txn, updates=[{"q": {"_id": "rc"}, "u": {"$inc": {"n": 1}},
+                                                      "upsert": True}])
+
+    raw(inc(1))
+    recs = c.config.transactions
+    rid = SON([("id", lsid["id"]), ("uid", Binary(EMPTY_UID, 0))])
+    rec = recs.find_one({"_id": rid})
+    assert recs.delete_one({"_id": rid}).deleted_count == 1
+    rec["_id"] = rid
+    rec["txnNum"] = Int64(10)  # the first version's key again, a newer txnNumber
+    recs.insert_one(rec)
+    r = raw(inc(2), ok=False)
+    assert r["code"] == 225 and "txnNumber 10" in r["errmsg"]
+    recs.delete_one({"_id": rid})  # nothing says txnNumber 10 ran: it runs
+    r = raw(inc(10))
+    assert r["nModified"] == 1 and "retriedStmtIds" not in r
+    assert raw(inc(10))["retriedStmtIds"] == [0]
+    raw(inc(11))
+    assert c.t.c.find_one({"_id": "rc"})["n"] == 3
+    assert [d["txnNum"] for d in recs.find({"_id.id": lsid["id"]})] == [11]
+    raw.close()
+
+
 def test_update_delete_upsert_retries(primary):
     m, c = primary
     c.t.c.insert_many([{"_id": 1, "n": 0}, {"_id": 2}])

@@ -335,11 +335,12 @@ int rt_cmd_kill_all_sessions(const char *db, const bson_t *cmd, bson_t *reply, s
  * shard s (rt_move_doc): *foundp, and its result into *result (initialised
  * here; the caller destroys it).  0 or a transport error. */
 int rt_move_recorded(int s, int32_t stmt, bson_t *result, bool *foundp, sbl_err_t *err);
-/* Shard from answered statement stmt of the current retryable write (an
- * update or findAndModify of db.coll in client_cmd) with 283
+/* Shard from answered statement stmt of the current retryable write or
+ * transaction (an update or findAndModify of db.coll in client_cmd) with 283
  * WouldChangeOwningShard and info (that error's preImage, postImage,
- * shouldUpsert): move the document to the shard owning postImage in an
- * internal transaction that also records the result for a retry.  Returns
+ * shouldUpsert): move the document to the shard owning postImage, in the
+ * client's transaction, or else in an internal transaction that also
+ * records the result for a retry.  Returns
  * 0 with *result (initialised here) = {n, nModified, upserted?, value?}
  * (value: image 0 the document before, 1 after, -1 none), or the error
  * (StaleConfig: refresh the routing table and run the statement again). */

@@ -11,7 +11,9 @@
  * txnNumber and stmtId), and commits the three together (two-phase commit).
  * A retry of the statement finds that record before it runs
  * (rt_move_recorded) and is answered the first result, so a document never
- * moves twice.  Records expire after an hour (a TTL index on `at`).
+ * moves twice.  Records expire after an hour (a TTL index on `at`).  In a
+ * client's transaction the same removal and insert are statements of that
+ * transaction (the shard's 283 does not end it, as in mongod).
  *
  * What must stay true: the removal only goes ahead when the document is
  * still the preImage (else WriteConflict: it changed after the shard
@@ -149,7 +151,7 @@ static int insert_one(int s, const char *db, const char *coll, const bson_t *doc
 }
 
 /* The transaction's statements: remove pre (unless upsert) from shard from,
- * insert post on shard to, record rec on from. */
+ * insert post on shard to, record rec (unless NULL) on from. */
 static int move_statements(const char *db, const char *coll, const rt_coll_t *c, int from, int to,
                            const bson_t *pre, const bson_t *post, bool upsert, const bson_t *rec,
                            sbl_err_t *err)
@@ -190,6 +192,8 @@ static int move_statements(const char *db, const char *coll, const rt_coll_t *c,
     rc = insert_one(to, db, coll, post, c, "inserting the document on its new shard", err);
     if (rc != 0)
         return rc;
+    if (rec == NULL)
+        return 0;
     return insert_one(from, "config", MOVES, rec, NULL, "recording the move", err);
 }
 
@@ -225,6 +229,8 @@ int rt_move_doc(const char *db, const char *coll, const bson_t *client_cmd, cons
         BSON_APPEND_DOCUMENT(result, "value", &pre);
     else if (image == 0)
         BSON_APPEND_NULL(result, "value");
+    if (rt_sess_in_txn()) /* the client's transaction: a retry reruns it whole */
+        return move_statements(db, coll, c, from, to, &pre, &post, upsert, NULL, err);
     bson_t rec, key; /* keyed by the client's session: made before the child's begins */
     bson_init(&rec);
     record_key(stmt, &key);

@@ -19,10 +19,8 @@
  */
 #include "router/router_int.h"
 
-#include "common/clock.h"
 #include "doc/doc.h"
 #include "shard/shard.h"
-#include "update/update.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -574,97 +572,24 @@ static int key_rules(const rt_coll_t *c, const bson_t *q, bool multi, const char
 /* What mongod answers for a statement changing a document's shard key, in
  * its order (update_stage's checks): a new key holding an array (54), a
  * filter without the full key's equality (31025), multi (72), outside a
- * retryable write or transaction (20).  0: allowed, *newp the shard the
- * new key belongs to (-1 when the router cannot tell). */
+ * retryable write or transaction (20).  0: allowed. */
 static int key_change(const rt_coll_t *c, const bson_t *ud, const bson_t *q, bool multi,
-                      int *newp, const char **msgp)
+                      const char **msgp)
 {
     bson_t nd;
     bson_value_t vals[SBL_SHARD_KEY_MAX];
-    sbl_err_t e = {0};
-    bool known = new_key_doc(c, ud, q, &nd);
-    *newp = -1;
-    if (known && (sbl_shard_key_values(c->key, c->hashed_pos, &nd, SBL_SHARD_KEY_WHOLE_NAMES,
-                                       vals) & SBL_SHARD_KEY_ARRAY)) {
+    if (new_key_doc(c, ud, q, &nd)) {
+        bool array =
+            sbl_shard_key_values(c->key, c->hashed_pos, &nd, SBL_SHARD_KEY_WHOLE_NAMES, vals) &
+            SBL_SHARD_KEY_ARRAY;
         bson_destroy(&nd);
-        *msgp = "After applying the update, a shard key field of the document was found to be "
-                "an array or array descendant.";
-        return SBL_E_NotSingleValueField;
+        if (array) {
+            *msgp = "After applying the update, a shard key field of the document was found "
+                    "to be an array or array descendant.";
+            return SBL_E_NotSingleValueField;
+        }
     }
-    int code = key_rules(c, q, multi, msgp);
-    if (code == 0 && known)
-        *newp = rt_target_key(c, &nd, SBL_SHARD_KEY_WHOLE_NAMES, &e);
-    if (known)
-        bson_destroy(&nd);
-    return code;
-}
-
-/* A statement of a transaction that changes a document's shard key to one
- * another shard owns, done as mongos does it: the document is removed from
- * shard from (findAndModify remove), updated here, and inserted on shard to,
- * all in the client's transaction.  Folds the result into m at index i;
- * returns 0 or a transport error. */
-static int move_doc(const char *db, const char *coll, const rt_coll_t *c, int from, int to,
-                    const bson_t *q, const bson_t *ud, merged_t *m, int i, bson_t *image,
-                    bool image_new, sbl_err_t *err)
-{
-    bson_t cmd = BSON_INITIALIZER, r, old, nd, docs;
-    bson_iter_t it;
-    BSON_APPEND_UTF8(&cmd, "findAndModify", coll);
-    BSON_APPEND_DOCUMENT(&cmd, "query", q);
-    BSON_APPEND_BOOL(&cmd, "remove", true);
-    rt_append_version(&cmd, c, from);
-    int rc = rt_run(from, db, &cmd, &r, err), code;
-    bson_destroy(&cmd);
-    if (rc != 0)
-        return rc;
-    if ((code = rt_reply_code(&r)) != 0 || !bson_iter_init_find(&it, &r, "value") ||
-        !BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        if (code != 0)
-            add_error(m, i, code, "removing the document from its shard failed");
-        bson_destroy(&r);
-        return 0; /* nothing matched: n 0 */
-    }
-    sbl_iter_doc(&it, &old);
-    sbl_err_t e = {0};
-    bool changed = false;
-    sbl_update_t *u = sbl_update_new(ud, NULL, &e);
-    bson_init(&nd);
-    if (u == NULL || sbl_update_apply(u, &old, -1, false, sbl_now_ms(), &nd, &changed, &e) != 0) {
-        add_error(m, i, e.code ? e.code : SBL_E_BadValue, e.msg);
-        bson_destroy(&nd);
-        sbl_update_free(u);
-        bson_destroy(&r);
-        return 0;
-    }
-    sbl_update_free(u);
-    if (image != NULL) /* findAndModify's value: the document before or after */
-        bson_copy_to(image_new ? &nd : &old, image);
-    bson_destroy(&r);
-    bson_init(&cmd);
-    BSON_APPEND_UTF8(&cmd, "insert", coll);
-    BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &docs);
-    BSON_APPEND_DOCUMENT(&docs, "0", &nd);
-    bson_append_array_end(&cmd, &docs);
-    rt_append_version(&cmd, c, to);
-    bson_destroy(&nd);
-    rc = rt_run(to, db, &cmd, &r, err);
-    bson_destroy(&cmd);
-    if (rc != 0)
-        return rc;
-    if ((code = rt_reply_code(&r)) == 0 && !bson_has_field(&r, "writeErrors")) {
-        m->n++;
-        m->n_modified++;
-        m->has_modified = true;
-    } else {
-        int one = i;
-        if (code != 0)
-            add_error(m, i, code, "inserting the document on its new shard failed");
-        else
-            merged_add(m, &r, &one, 1);
-    }
-    bson_destroy(&r);
-    return 0;
+    return key_rules(c, q, multi, msgp);
 }
 
 #define BATCH_OF_ONE                                                                               \
@@ -803,34 +728,20 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
         bool key_upd = is_update && stmt_update(elems[i], &ud) && changes_shard_key(c, &ud, &q);
         bool key_pipe =
             is_update && stmt_pipeline(elems[i], &ud) && pipeline_may_change_key(c, &ud);
-        if (key_upd) {
-            const char *msg = NULL;
-            int to = -1, code = key_change(c, &ud, &q, multi, &to, &msg);
-            if (code == 0 && to >= 0 && !t[to] && rt_sess_in_txn() && n > 1) {
-                rc = sbl_err_set(err, SBL_E_InvalidOptions, "%s", BATCH_OF_ONE);
+        const char *msg = NULL;
+        int code = key_upd ? key_change(c, &ud, &q, multi, &msg) : 0;
+        if (code != 0) {
+            add_error(&m, i, code, msg);
+            if (ordered)
                 break;
-            }
-            if (code == 0 && to >= 0 && !t[to] && rt_sess_in_txn()) {
-                if ((rc = move_doc(db, bson_iter_utf8(&ci, NULL), c, from, to, &q, &ud, &m, i,
-                                   NULL, false, err)) != 0)
-                    break;
-                if (ordered && m.nerr > 0)
-                    break;
-                continue;
-            }
-            if (code != 0) {
-                add_error(&m, i, code, msg);
-                if (ordered)
-                    break;
-                continue;
-            }
+            continue;
         }
-        /* A retryable write outside a transaction may move the document
-         * (rt_move.c): a retry of a statement that did is answered its
-         * first result. */
+        /* A retryable write or a transaction may move the document
+         * (rt_move.c); a retry of a retryable write's statement that did is
+         * answered its first result. */
         bool may_move = (key_upd || key_pipe) && n == 1 && nt == 1 && !multi &&
-                        rt_sess_retryable() && !rt_sess_in_txn() && rt_filter_has_full_key(c, &q);
-        if (may_move) {
+                        rt_sess_retryable() && rt_filter_has_full_key(c, &q);
+        if (may_move && !rt_sess_in_txn()) {
             bson_t res;
             bool found;
             rc = rt_move_recorded(from, i, &res, &found, err);
@@ -947,46 +858,6 @@ int rt_delete(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 
 /* ---- findAndModify ---- */
 
-/* findAndModify's move_doc (in a transaction): its reply, value the
- * document before or after (new) as asked. */
-static int fam_move(const char *db, const bson_t *cmd, const rt_coll_t *c, const bool *t, int to,
-                    const bson_t *q, const bson_t *ud, bson_t *reply, sbl_err_t *err)
-{
-    bson_iter_t it, e;
-    merged_t m;
-    bson_t image = BSON_INITIALIZER, leo;
-    int from = 0;
-    while (!t[from])
-        from++;
-    bool want_new = bson_iter_init_find(&it, cmd, "new") && bson_iter_as_bool(&it);
-    if (!bson_iter_init_find(&it, cmd, "findAndModify"))
-        bson_iter_init_find(&it, cmd, "findandmodify");
-    merged_init(&m);
-    int rc = move_doc(db, bson_iter_utf8(&it, NULL), c, from, to, q, ud, &m, 0, &image, want_new,
-                      err);
-    if (rc == 0 && m.nerr > 0) {
-        bson_iter_init(&it, &m.write_errors);
-        bson_iter_find_descendant(&it, "0.code", &e);
-        int code = (int)bson_iter_as_int64(&e);
-        bson_iter_init(&it, &m.write_errors);
-        bson_iter_find_descendant(&it, "0.errmsg", &e);
-        rc = sbl_err_set(err, code, "%s", bson_iter_utf8(&e, NULL));
-    } else if (rc == 0) {
-        BSON_APPEND_DOCUMENT_BEGIN(reply, "lastErrorObject", &leo);
-        BSON_APPEND_INT32(&leo, "n", (int32_t)m.n);
-        BSON_APPEND_BOOL(&leo, "updatedExisting", m.n > 0);
-        bson_append_document_end(reply, &leo);
-        if (m.n > 0)
-            BSON_APPEND_DOCUMENT(reply, "value", &image);
-        else
-            BSON_APPEND_NULL(reply, "value");
-        BSON_APPEND_DOUBLE(reply, "ok", 1.0);
-    }
-    bson_destroy(&image);
-    merged_free(&m);
-    return rc;
-}
-
 /* findAndModify's reply from a move's result (rt_move_doc's). */
 static void fam_reply(const bson_t *res, bson_t *reply)
 {
@@ -1072,25 +943,20 @@ int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err
         bool key_upd = false, key_pipe = false, fields = bson_has_field(cmd, "fields");
         if (bson_iter_init_find(&it, cmd, "update") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
             sbl_iter_doc(&it, &ud);
-            int code = 0, to = -1;
+            int code = 0;
             const char *msg = NULL;
             key_upd = changes_shard_key(c, &ud, &q);
-            if (key_upd && (code = key_change(c, &ud, &q, false, &to, &msg)) != 0) {
+            if (key_upd && (code = key_change(c, &ud, &q, false, &msg)) != 0) {
                 rt_coll_release(c);
                 return sbl_err_set(err, code, "%s", msg);
-            }
-            if (key_upd && to >= 0 && !t[to] && rt_sess_in_txn() && !upsert && !fields) {
-                int rc = fam_move(db, cmd, c, t, to, &q, &ud, reply, err);
-                rt_coll_release(c);
-                return rc;
             }
         } else if (bson_iter_init_find(&it, cmd, "update") && sbl_iter_array(&it, &ud)) {
             key_pipe = pipeline_may_change_key(c, &ud);
         }
-        /* a retryable write outside a transaction may move it (rt_move.c) */
-        bool may_move = (key_upd || key_pipe) && nt == 1 && rt_sess_retryable() &&
-                        !rt_sess_in_txn() && !fields && rt_filter_has_full_key(c, &q);
-        if (may_move) {
+        /* a retryable write or a transaction may move it (rt_move.c) */
+        bool may_move = (key_upd || key_pipe) && nt == 1 && rt_sess_retryable() && !fields &&
+                        rt_filter_has_full_key(c, &q);
+        if (may_move && !rt_sess_in_txn()) {
             int rc = fam_recorded(c, t, reply, err);
             if (rc != 0) {
                 rt_coll_release(c);

@@ -10,9 +10,9 @@ k >= 0 on shard1), rk.dot on {"a.b": 1}.
 - changing a document's shard key: 31025 without the full key in the
   filter, 72 with multi, 20 outside a retryable write or transaction;
   allowed when the document stays on its shard;
-- moving a document to another shard that way in a retryable write, with
-  any update form (the router deletes and inserts it in an internal
-  transaction), answered its first result when retried.
+- moving a document to another shard that way, with any update form: in a
+  retryable write (the router deletes and inserts it in an internal
+  transaction; a retry is answered the first result) or in a transaction.
 """
 import os
 import re
@@ -31,7 +31,7 @@ import sharded  # noqa: E402
 from sharded import ROUTER  # noqa: E402
 from test_sharding import shards  # noqa: E402,F401
 
-COLLS = ["arr", "upd", "mv", "ret", "rty"]
+COLLS = ["arr", "upd", "mv", "ret", "rty", "txm"]
 
 
 @pytest.fixture(scope="module")
@@ -244,3 +244,30 @@ def test_a_retried_move_answers_its_first_result(cluster, mongos, shards):
         [(1, -99), (2, -98), (3, -3)]
     assert shards[0].rk.rty.count_documents({}) == 4
     assert shards[1].rk.rty.count_documents({}) == 0
+
+
+def test_transaction_moves_with_any_update_form(mongos, retrying, shards):
+    c, rc = mongos.rk.txm, retrying.rk.txm
+    c.insert_many([{"_id": i, "k": i} for i in range(1, 5)])  # all on shard1
+    with retrying.start_session() as s:
+        with s.start_transaction():
+            assert rc.update_one({"k": 1}, {"$inc": {"k": -10}}, session=s).modified_count == 1
+            assert rc.update_one({"k": 2}, [{"$set": {"k": -2}}], session=s).modified_count == 1
+            r = rc.update_one({"k": 20}, {"$set": {"k": -20}}, upsert=True, session=s)
+            assert r.upserted_id is not None
+            doc = rc.find_one_and_update({"k": 3}, {"$inc": {"k": -10}}, session=s,
+                                         return_document=ReturnDocument.AFTER)
+            assert doc == {"_id": 3, "k": -7}
+            assert rc.find_one({"_id": 1}, session=s)["k"] == -9
+    assert sorted((d["_id"], d["k"]) for d in shards[0].rk.txm.find({"_id": {"$lt": 5}})) == \
+        [(1, -9), (2, -2), (3, -7)]
+    assert shards[0].rk.txm.count_documents({"k": -20}) == 1
+    assert [d["_id"] for d in shards[1].rk.txm.find()] == [4]
+    # a batch of more than one in a transaction: the command fails, the transaction ends
+    with retrying.start_session() as s:
+        with pytest.raises(OperationFailure) as e:
+            with s.start_transaction():
+                rc.bulk_write([UpdateOne({"k": 4}, {"$set": {"k": -4}}),
+                               UpdateOne({"k": -9}, {"$set": {"x": 1}})], session=s)
+        assert e.value.code == 72
+    assert where(shards, "txm", 4) == [1] and "x" not in shards[0].rk.txm.find_one({"_id": 1})

@@ -20,6 +20,7 @@
 #include "router/router_int.h"
 
 #include "doc/doc.h"
+#include "query/query.h"
 #include "shard/shard.h"
 
 #include <stdio.h>
@@ -858,11 +859,13 @@ int rt_delete(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 
 /* ---- findAndModify ---- */
 
-/* findAndModify's reply from a move's result (rt_move_doc's). */
-static void fam_reply(const bson_t *res, bson_t *reply)
+/* findAndModify's reply from a move's result (rt_move_doc's), its value
+ * projected by cmd's fields.  0 or the projection's error. */
+static int fam_reply(const bson_t *res, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     bson_iter_t it, up;
-    bson_t leo;
+    bson_t leo, spec, value, out = BSON_INITIALIZER;
+    int rc = 0;
     bool upserted = bson_iter_init_find(&up, res, "upserted");
     BSON_APPEND_DOCUMENT_BEGIN(reply, "lastErrorObject", &leo);
     BSON_APPEND_INT32(&leo, "n", 1);
@@ -870,14 +873,23 @@ static void fam_reply(const bson_t *res, bson_t *reply)
     if (upserted)
         bson_append_iter(&leo, "upserted", -1, &up);
     bson_append_document_end(reply, &leo);
-    if (bson_iter_init_find(&it, res, "value"))
+    if (bson_iter_init_find(&it, res, "value") && sbl_iter_doc(&it, &value) &&
+        bson_iter_init_find(&it, cmd, "fields") && sbl_iter_doc(&it, &spec)) {
+        sbl_projection_t *p = sbl_projection_new(&spec, err);
+        rc = p == NULL ? err->code : sbl_projection_apply(p, &value, -1, &out, err);
+        sbl_projection_free(p);
+        BSON_APPEND_DOCUMENT(reply, "value", &out);
+    } else if (bson_iter_init_find(&it, res, "value")) {
         bson_append_iter(reply, "value", -1, &it);
+    }
+    bson_destroy(&out);
     BSON_APPEND_DOUBLE(reply, "ok", 1.0);
+    return rc;
 }
 
 /* A retried findAndModify that moved its document: the first reply into
  * reply, -1; 0 when it did not; or a transport error. */
-static int fam_recorded(const rt_coll_t *c, const bool *t, bson_t *reply, sbl_err_t *err)
+static int fam_recorded(const bool *t, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     bson_t res;
     bool found = false;
@@ -885,10 +897,8 @@ static int fam_recorded(const rt_coll_t *c, const bool *t, bson_t *reply, sbl_er
     while (from < RT_MAX_SHARDS - 1 && !t[from])
         from++;
     int rc = rt_move_recorded(from, 0, &res, &found, err);
-    if (rc == 0 && found) {
-        fam_reply(&res, reply);
-        rc = -1;
-    }
+    if (rc == 0 && found)
+        rc = fam_reply(&res, cmd, reply, err) == 0 ? -1 : err->code;
     bson_destroy(&res);
     return rc;
 }
@@ -906,7 +916,7 @@ static int fam_moved(const char *db, const bson_t *cmd, const rt_coll_t *c, int 
     int rc =
         rt_move_doc(db, bson_iter_utf8(&it, NULL), cmd, c, s, 0, r, want_new ? 1 : 0, &res, err);
     if (rc == 0)
-        fam_reply(&res, reply);
+        rc = fam_reply(&res, cmd, reply, err);
     bson_destroy(&res);
     return rc;
 }
@@ -940,7 +950,7 @@ int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err
                                "must contain the shard key");
         }
         bson_t ud;
-        bool key_upd = false, key_pipe = false, fields = bson_has_field(cmd, "fields");
+        bool key_upd = false, key_pipe = false;
         if (bson_iter_init_find(&it, cmd, "update") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
             sbl_iter_doc(&it, &ud);
             int code = 0;
@@ -954,10 +964,10 @@ int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err
             key_pipe = pipeline_may_change_key(c, &ud);
         }
         /* a retryable write or a transaction may move it (rt_move.c) */
-        bool may_move = (key_upd || key_pipe) && nt == 1 && rt_sess_retryable() && !fields &&
+        bool may_move = (key_upd || key_pipe) && nt == 1 && rt_sess_retryable() &&
                         rt_filter_has_full_key(c, &q);
         if (may_move && !rt_sess_in_txn()) {
-            int rc = fam_recorded(c, t, reply, err);
+            int rc = fam_recorded(t, cmd, reply, err);
             if (rc != 0) {
                 rt_coll_release(c);
                 return rc < 0 ? 0 : rc; /* -1: answered */

@@ -211,6 +211,10 @@ def test_retryable_write_moves_the_document(mongos, retrying, shards):
     assert [(w["index"], w["code"]) for w in errs] == [(0, 72)]
     assert "batch of size 1" in errs[0]["errmsg"] and e.value.details["nModified"] == 1
     assert where(shards, "ret", 8) == [1]
+    # findAndModify's projection applies to the moved document
+    assert rc.find_one_and_update({"k": 8}, {"$set": {"k": -8}}, projection={"_id": 0},
+                                  return_document=ReturnDocument.AFTER) == {"k": -8}
+    assert where(shards, "ret", 8) == [0]
     assert c.count_documents({}) == 10
 
 

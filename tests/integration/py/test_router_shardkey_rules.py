@@ -176,6 +176,11 @@ def test_retryable_write_moves_the_document(mongos, retrying, shards):
     # not a retryable write: still mongod's 20
     assert code_of(lambda: c.update_one({"k": 1}, {"$set": {"k": -1}})) == 20
     assert code_of(lambda: c.find_one_and_update({"k": 1}, {"$inc": {"k": -5}})) == 20
+    assert code_of(lambda: c.update_one({"k": 1}, [{"$set": {"k": -1}}])) == 20
+    # a pipeline is checked once the shard finds it moves the document
+    assert code_of(lambda: rc.update_one({"_id": 1}, [{"$set": {"k": -1}}])) == 31025
+    assert code_of(lambda: rc.update_many({"k": 1}, [{"$set": {"k": -1}}])) == 72
+    assert where(shards, "ret", 1) == [1]
     # $set, $inc, $unset (null sorts below 0), a replacement, a pipeline: each moves it
     r = rc.update_one({"k": 1}, {"$set": {"k": -1}})
     assert (r.matched_count, r.modified_count) == (1, 1)
@@ -275,3 +280,14 @@ def test_transaction_moves_with_any_update_form(mongos, retrying, shards):
                                UpdateOne({"k": -9}, {"$set": {"x": 1}})], session=s)
         assert e.value.code == 72
     assert where(shards, "txm", 4) == [1] and "x" not in shards[0].rk.txm.find_one({"_id": 1})
+
+
+def test_a_hashed_key_moves_too(mongos, retrying, shards):
+    mongos.admin.command("shardCollection", "rk.hsh", key={"k": "hashed"})
+    rc = retrying.rk.hsh
+    rc.insert_many([{"_id": i, "k": i} for i in range(20)])
+    on = {i: where(shards, "hsh", i) for i in range(20)}
+    a = next(i for i in on if on[i] == [0])
+    b = next(i for i in on if on[i] == [1])
+    assert rc.update_one({"k": a}, {"$set": {"k": b, "moved": True}}).modified_count == 1
+    assert where(shards, "hsh", a) == [1] and rc.count_documents({"k": b}) == 2

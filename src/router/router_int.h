@@ -3,7 +3,8 @@
  * pools and command round trips; rt_meta.c: the metadata cache and the
  * sharding commands that change it; rt_target.c: shard keys and chunk
  * lookup; rt_cursor.c: reads (find, getMore, count, distinct, aggregate);
- * rt_write.c: writes; rt_migrate.c: moveChunk, moveRange and the balancer
+ * rt_write.c: writes; rt_move.c: a document moving to another shard when
+ * its shard key changes; rt_migrate.c: moveChunk, moveRange and the balancer
  * commands (run by the config server); rt_session.c: sessions, retryable
  * writes and transactions; rt_stream.c: change streams; rt_cmds.c: the
  * command table.

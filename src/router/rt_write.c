@@ -662,7 +662,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
     bool ordered = ordered_of(cmd);
     merged_t m;
     merged_init(&m);
-    int rc = 0;
+    int rc = 0, move_retries = 0;
     rt_coll_t *c = NULL;
     for (int attempt = 0; attempt <= RT_RETRIES; attempt++) {
         c = rt_coll_get(ns, attempt > 0, err);
@@ -802,9 +802,12 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
                 } else if (key_pipe) {
                     mc = key_rules(c, &q, multi, &msg);
                 }
-                if (mc == SBL_E_StaleConfig || mc == SBL_E_HostUnreachable ||
-                    (n > 1 && rt_sess_in_txn())) {
-                    stale = mc == SBL_E_StaleConfig;
+                /* again: the routing, or the document since the shard answered,
+                 * changed (a few times at most) */
+                bool again = mc == SBL_E_StaleConfig ||
+                             (mc == SBL_E_WriteConflict && move_retries++ < RT_RETRIES);
+                if (again || mc == SBL_E_HostUnreachable || (n > 1 && rt_sess_in_txn())) {
+                    stale = again;
                     rc = stale ? 0 : msg != NULL ? sbl_err_set(err, mc, "%s", msg) : mc;
                     bson_destroy(&r);
                     break;
@@ -1002,7 +1005,7 @@ int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err
                 kc = fam_moved(db, cmd, c, s, &r, reply, err);
             else if (wcos && key_pipe)
                 kc = key_rules(c, &q, false, &msg);
-            if (kc == SBL_E_StaleConfig) {
+            if (kc == SBL_E_StaleConfig || kc == SBL_E_WriteConflict) { /* again, a few times */
                 stale = true;
                 bson_destroy(&r);
                 break;

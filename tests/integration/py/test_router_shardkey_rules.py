@@ -291,3 +291,29 @@ def test_a_hashed_key_moves_too(mongos, retrying, shards):
     b = next(i for i in on if on[i] == [1])
     assert rc.update_one({"k": a}, {"$set": {"k": b, "moved": True}}).modified_count == 1
     assert where(shards, "hsh", a) == [1] and rc.count_documents({"k": b}) == 2
+
+
+def test_a_move_loses_no_concurrent_update(mongos, retrying, shards):
+    import threading
+    c, rc = mongos.rk.ret, retrying.rk.ret
+    c.insert_one({"_id": 50, "k": 50, "x": 0})
+    done, counted = threading.Event(), [0]
+
+    def bump():  # a write meeting the move's open transaction may give up: 112, not counted
+        while not done.is_set():
+            try:
+                counted[0] += c.update_one({"_id": 50, "k": {"$in": [50, -50]}},
+                                           {"$inc": {"x": 1}}).modified_count
+            except WriteError as e:
+                assert e.code == 112
+
+    t = threading.Thread(target=bump)
+    t.start()
+    try:
+        for k in (-50, 50, -50):  # while x changes under it
+            assert rc.update_one({"k": -k}, {"$set": {"k": k}}).modified_count == 1
+    finally:
+        done.set()
+        t.join()
+    assert where(shards, "ret", 50) == [0]
+    assert shards[0].rk.ret.find_one({"_id": 50})["x"] == counted[0] > 0

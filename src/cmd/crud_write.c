@@ -80,9 +80,12 @@ static int apply_update(sbl_opctx_t *ctx, const sbl_crud_update_t *u, const bson
  * shard key (mongod's storage validation of the key's paths: 54), nor move
  * a document this shard owns (old; NULL for an upsert's insert) out of its
  * ranges: mongod's shards answer WouldChangeOwningShard (283) and leave the
- * move to the router.  Client commands only. */
+ * move to the router, telling it the document before and after the update
+ * (preImage, postImage, shouldUpsert: mongod's fields of that error, into
+ * err_info when given), which the router deletes here and inserts on the
+ * owning shard.  Client commands only. */
 static int check_shard_key(const sbl_opctx_t *ctx, const char *ns, const bson_t *old,
-                           const bson_t *doc, sbl_err_t *err)
+                           const bson_t *doc, bson_t *err_info, sbl_err_t *err)
 {
     if (ctx->conn == NULL)
         return 0; /* internal (a migration's recipient applying the donor's documents) */
@@ -92,9 +95,16 @@ static int check_shard_key(const sbl_opctx_t *ctx, const char *ns, const bson_t 
         rc = sbl_err_set(err, SBL_E_NotSingleValueField, "After applying the update, a shard key "
                          "field of the document was found to be an array or array descendant.");
     else if (!sbl_shard_filter_trivial(f) && (old == NULL || sbl_shard_filter_owns(f, old)) &&
-             !sbl_shard_filter_owns(f, doc))
+             !sbl_shard_filter_owns(f, doc)) {
         rc = sbl_err_set(err, SBL_E_WouldChangeOwningShard,
                          "This update would cause the doc to change owning shards");
+        if (err_info != NULL) {
+            if (old != NULL)
+                BSON_APPEND_DOCUMENT(err_info, "preImage", old);
+            BSON_APPEND_DOCUMENT(err_info, "postImage", doc);
+            BSON_APPEND_BOOL(err_info, "shouldUpsert", old == NULL);
+        }
+    }
     sbl_shard_filter_release(f);
     return rc;
 }
@@ -132,7 +142,7 @@ int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
                                  "Resulting document after update is larger than %d",
                                  SBL_BSON_MAX_SIZE);
             if (rc == 0 && changed)
-                rc = check_shard_key(ctx, sbl_coll_ns(c), &old, &upd, err);
+                rc = check_shard_key(ctx, sbl_coll_ns(c), &old, &upd, err_info, err);
             if (rc == 0 && changed)
                 rc = sbl_crud_validate(c, &old, &upd, u->bypass_validation, err_info, err);
             if (rc == 0 && changed) { /* a replacement's oplog entry carries no diff */
@@ -194,13 +204,14 @@ int sbl_crud_upsert(sbl_opctx_t *ctx, const char *ns, const bson_t *filter,
     rc = sbl_upsert_seed(filter != NULL ? filter : &empty, &seed, err);
     if (rc == 0)
         rc = apply_update(ctx, u, &seed, -1, true, &applied, &changed, err);
-    if (rc == 0 && (rc = check_shard_key(ctx, ns, NULL, &applied, err)) != 0)
-        bson_destroy(&applied);
     bson_destroy(&seed);
     if (rc == 0) {
         rc = sbl_doc_prepare_insert(&applied, &doc, err);
         bson_destroy(&applied);
     }
+    /* with its _id, so a router moving it inserts the same document */
+    if (rc == 0 && (rc = check_shard_key(ctx, ns, NULL, &doc, err_info, err)) != 0)
+        bson_destroy(&doc);
     if (rc != 0)
         return rc;
     bool created = false;

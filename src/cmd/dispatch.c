@@ -647,6 +647,21 @@ static void execute_inner(pending_t *p)
         p->rc = sbl_repl_linearizable_wait(ctx->deadline_us, &p->err);
 }
 
+/* Whether field k of a failing handler's reply goes into the error reply of
+ * code (121's errInfo, 11000's keys, 359's violations, 283's images ...). */
+static bool error_detail(const char *k, int code)
+{
+    char w[48];
+    if (snprintf(w, sizeof(w), " %s ", k) >= (int)sizeof(w))
+        return false;
+    return strstr(" errInfo keyPattern keyValue errorLabels vReceived vWanted shardId violations ",
+                  w) != NULL ||
+           (code == SBL_E_WouldChangeOwningShard &&
+            strstr(" preImage postImage shouldUpsert ", w) != NULL) ||
+           (code == SBL_E_CollectionUUIDMismatch &&
+            strstr(" db collectionUUID expectedCollection actualCollection ", w) != NULL);
+}
+
 /* Wrap the handler's fields into the final reply document. */
 static void build_reply(pending_t *p, bson_t *out)
 {
@@ -669,26 +684,12 @@ static void build_reply(pending_t *p, bson_t *out)
         bson_append_array_end(out, &labels);
     }
     sbl_repl_append_cluster_time(out);
-    /* Error details a failing handler left in its reply (121's errInfo, 11000's keys,
-     * 359's violations). */
     bson_iter_t it;
     if (p->ctx.cmd != NULL && !bson_has_field(&p->reply, "errorLabels"))
         sbl_cmd_txn_error_labels(&p->ctx, p->err.code ? p->err.code : p->rc, out);
     if (bson_iter_init(&it, &p->reply))
         while (bson_iter_next(&it))
-            if (strcmp(bson_iter_key(&it), "errInfo") == 0 ||
-                strcmp(bson_iter_key(&it), "keyPattern") == 0 ||
-                strcmp(bson_iter_key(&it), "keyValue") == 0 ||
-                strcmp(bson_iter_key(&it), "errorLabels") == 0 ||
-                strcmp(bson_iter_key(&it), "vReceived") == 0 ||
-                strcmp(bson_iter_key(&it), "vWanted") == 0 ||
-                strcmp(bson_iter_key(&it), "shardId") == 0 ||
-                strcmp(bson_iter_key(&it), "violations") == 0 ||
-                (code == SBL_E_CollectionUUIDMismatch &&
-                 (strcmp(bson_iter_key(&it), "db") == 0 ||
-                  strcmp(bson_iter_key(&it), "collectionUUID") == 0 ||
-                  strcmp(bson_iter_key(&it), "expectedCollection") == 0 ||
-                  strcmp(bson_iter_key(&it), "actualCollection") == 0)))
+            if (error_detail(bson_iter_key(&it), code))
                 bson_append_iter(out, bson_iter_key(&it), -1, &it);
 }
 

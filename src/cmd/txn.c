@@ -25,8 +25,9 @@
  *
  * What must stay true: a transaction's writes become visible together or
  * not at all (one WiredTiger commit, its applyOps entry inside it); every
- * failure inside a transaction aborts it; a WriteConflict is answered with
- * the TransientTransactionError label.
+ * failure inside a transaction aborts it (but WouldChangeOwningShard, which
+ * wrote nothing: a router moves the document within the transaction); a
+ * WriteConflict is answered with the TransientTransactionError label.
  */
 #include "cmd/cmd_int.h"
 #include "common/log.h"
@@ -354,17 +355,20 @@ void sbl_cmd_mtxn_end(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err)
             bson_iter_t it, we, f;
             bool failed = sbl_txn_outer_failed(t->ss);
             bool conflict = *rcp == SBL_E_WriteConflict;
-            bool werr = false;
+            bool werr = false, wcos = *rcp == SBL_E_WouldChangeOwningShard;
             if (*rcp == 0 && bson_iter_init_find(&it, ctx->reply, "writeErrors") &&
-                bson_iter_recurse(&it, &we) && bson_iter_next(&we) &&
-                bson_iter_recurse(&we, &f)) {
-                werr = true;
-                if (bson_iter_find(&f, "code") && bson_iter_as_int64(&f) == SBL_E_WriteConflict)
-                    conflict = true;
-            }
-            if (failed && *rcp == 0 && !werr)
+                bson_iter_recurse(&it, &we))
+                while (bson_iter_next(&we) && bson_iter_recurse(&we, &f)) {
+                    int64_t code = bson_iter_find(&f, "code") ? bson_iter_as_int64(&f) : 0;
+                    conflict |= code == SBL_E_WriteConflict;
+                    wcos |= code == SBL_E_WouldChangeOwningShard;
+                    werr |= code != SBL_E_WouldChangeOwningShard;
+                }
+            if (failed && *rcp == 0 && !werr && !wcos)
                 conflict = true; /* a failed write that reported nothing else */
-            if (*rcp != 0 || werr || conflict || failed)
+            /* WouldChangeOwningShard keeps the transaction, as mongod's: the
+             * router moves the document in it (nothing was written) */
+            if ((*rcp != 0 && !(wcos && !failed)) || werr || conflict || failed)
                 abort_txn(t);
             if (conflict) {
                 if (*rcp == 0)

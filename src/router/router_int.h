@@ -4,7 +4,8 @@
  * sharding commands that change it; rt_target.c: shard keys and chunk
  * lookup; rt_cursor.c: reads (find, getMore, count, distinct, aggregate);
  * rt_agg.c: pipelines split between the shards and the router's merger;
- * rt_write.c: writes; rt_migrate.c: moveChunk, moveRange and the balancer
+ * rt_write.c: writes; rt_move.c: a document moving to another shard when
+ * its shard key changes; rt_migrate.c: moveChunk, moveRange and the balancer
  * commands (run by the config server); rt_session.c: sessions, retryable
  * writes and transactions; rt_stream.c: change streams; rt_cmds.c: the
  * command table.
@@ -376,6 +377,16 @@ bool rt_sess_in_txn(void);
  * killing an expired cursor); returns the previous state, which
  * rt_sess_suspend(!previous) restores. */
 bool rt_sess_suspend(bool off);
+/* The current command's lsid (id, uid) and txnNumber; false when it has none. */
+bool rt_sess_ids(uint8_t id[16], uint8_t uid[32], int64_t *txnp);
+/* An internal transaction on behalf of the current retryable write (mongos's
+ * for a document changing shards): from begin on, commands to the shards
+ * carry a new session of the client's user, txnNumber 0 and autocommit:
+ * false; end commits it (commit: with client_cmd's writeConcern; two-phase
+ * when two shards wrote) or aborts it, and returns to the client's session.
+ * begin 0 or the error; end 0 or the commit's error. */
+int rt_sess_internal_begin(sbl_err_t *err);
+int rt_sess_internal_end(bool commit, const bson_t *client_cmd, sbl_err_t *err);
 int rt_cmd_commit_txn(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_abort_txn(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_start_session(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
@@ -383,6 +394,24 @@ int rt_cmd_end_sessions(const char *db, const bson_t *cmd, bson_t *reply, sbl_er
 int rt_cmd_kill_sessions(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_refresh_sessions(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_kill_all_sessions(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+
+/* ---- rt_move.c ---- */
+/* Statement stmt of the current retryable write moved a document from
+ * shard s (rt_move_doc): *foundp, and its result into *result (initialised
+ * here; the caller destroys it).  0 or a transport error. */
+int rt_move_recorded(int s, int32_t stmt, bson_t *result, bool *foundp, sbl_err_t *err);
+/* Shard from answered statement stmt of the current retryable write or
+ * transaction (an update or findAndModify of db.coll in client_cmd) with 283
+ * WouldChangeOwningShard and info (that error's preImage, postImage,
+ * shouldUpsert): move the document to the shard owning postImage, in the
+ * client's transaction, or else in an internal transaction that also
+ * records the result for a retry.  Returns
+ * 0 with *result (initialised here) = {n, nModified, upserted?, value?}
+ * (value: image 0 the document before, 1 after, -1 none), or the error
+ * (StaleConfig: refresh the routing table and run the statement again). */
+int rt_move_doc(const char *db, const char *coll, const bson_t *client_cmd, const rt_coll_t *c,
+                int from, int32_t stmt, const bson_t *info, int image, bson_t *result,
+                sbl_err_t *err);
 
 /* ---- rt_write.c ---- */
 int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);

@@ -62,6 +62,7 @@ typedef struct cur_sess {
 } cur_sess_t;
 
 static __thread cur_sess_t cur;
+static __thread cur_sess_t outer; /* the client's retryable write, during an internal transaction */
 static pthread_mutex_t tx_lock = PTHREAD_MUTEX_INITIALIZER;
 #define TX_BUCKETS 1024 /* session records hashed by their lsid's first bytes */
 static rt_txn_t *txns[TX_BUCKETS];
@@ -119,6 +120,22 @@ static rt_txn_t *find_locked(bool create)
     if (found != NULL)
         found->used_ms = now;
     return found;
+}
+
+/* Drop the record of session (id, uid). */
+static void forget(const uint8_t id[16], const uint8_t uid[32])
+{
+    pthread_mutex_lock(&tx_lock);
+    for (rt_txn_t **pp = bucket_of(id); *pp; pp = &(*pp)->next)
+        if (memcmp((*pp)->id, id, 16) == 0 && memcmp((*pp)->uid, uid, 32) == 0) {
+            rt_txn_t *t = *pp;
+            *pp = t->next;
+            if (t->read_concern)
+                bson_destroy(t->read_concern);
+            free(t);
+            break;
+        }
+    pthread_mutex_unlock(&tx_lock);
 }
 
 static int no_such(int64_t txn, const char *why, sbl_err_t *err)
@@ -256,6 +273,16 @@ int rt_sess_begin(const char *name, const bson_t *cmd, sbl_err_t *err)
     if (cur.in_txn)
         return txn_enter(name, cmd, start, err);
     return 0;
+}
+
+bool rt_sess_ids(uint8_t id[16], uint8_t uid[32], int64_t *txnp)
+{
+    if (!cur.on || !cur.has_txn)
+        return false;
+    memcpy(id, cur.id, 16);
+    memcpy(uid, cur.uid, 32);
+    *txnp = cur.txn;
+    return true;
 }
 
 void rt_sess_end(void)
@@ -493,6 +520,53 @@ int rt_cmd_abort_txn(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t
     return 0;
 }
 
+/* A document moving to another shard in a retryable write (rt_move.c): a
+ * child session of the client's user runs the move as a transaction, as
+ * mongos 7.0's internal transactions do. */
+int rt_sess_internal_begin(sbl_err_t *err)
+{
+    if (!cur.on || !cur.has_txn || cur.in_txn)
+        return sbl_err_set(err, SBL_E_InternalError,
+                           "an internal transaction runs on behalf "
+                           "of a retryable write only");
+    outer = cur;
+    if (getrandom(cur.id, sizeof(cur.id), 0) != (ssize_t)sizeof(cur.id))
+        return sbl_err_set(err, SBL_E_InternalError, "no random bytes for a session id");
+    cur.id[6] = (uint8_t)((cur.id[6] & 0x0f) | 0x40); /* UUID version 4 */
+    cur.id[8] = (uint8_t)((cur.id[8] & 0x3f) | 0x80);
+    cur.txn = 0;
+    cur.in_txn = cur.write = true;
+    cur.decided = false;
+    cur.read_at = 0;
+    bson_t none = BSON_INITIALIZER;
+    int rc = txn_enter("update", &none, true, err);
+    if (rc != 0)
+        cur = outer;
+    return rc;
+}
+
+int rt_sess_internal_end(bool commit, const bson_t *client_cmd, sbl_err_t *err)
+{
+    int rc = 0;
+    if (commit) {
+        bson_t c = BSON_INITIALIZER, r = BSON_INITIALIZER;
+        bson_iter_t wc;
+        BSON_APPEND_INT32(&c, "commitTransaction", 1);
+        if (bson_iter_init_find(&wc, client_cmd, "writeConcern"))
+            bson_append_iter(&c, "writeConcern", -1, &wc);
+        rc = rt_cmd_commit_txn("admin", &c, &r, err);
+        if (rc == 0 && bson_has_field(&r, "ok") && rt_reply_code(&r) != 0) /* ok: no "ok" */
+            rc = rt_reply_error(&r, "committing the document's move", err);
+        bson_destroy(&c);
+        bson_destroy(&r);
+    } else {
+        abort_everywhere();
+    }
+    forget(cur.id, cur.uid); /* the child session is not used again */
+    cur = outer;
+    return rc;
+}
+
 void rt_sess_after(int rc, const bson_t *reply)
 {
     if (!cur.on || !cur.in_txn || cur.decided)
@@ -612,17 +686,7 @@ static int forward_sessions(const char *verb, const bson_t *cmd, sbl_err_t *err)
         bson_append_document_end(&arr, &l);
         if (strcmp(verb, "refreshSessions") == 0)
             continue;
-        pthread_mutex_lock(&tx_lock);
-        for (rt_txn_t **pp = bucket_of(id); *pp; pp = &(*pp)->next)
-            if (memcmp((*pp)->id, id, 16) == 0 && memcmp((*pp)->uid, u, 32) == 0) {
-                rt_txn_t *t = *pp;
-                *pp = t->next;
-                if (t->read_concern)
-                    bson_destroy(t->read_concern);
-                free(t);
-                break;
-            }
-        pthread_mutex_unlock(&tx_lock);
+        forget(id, u);
     }
     bson_append_array_end(&fwd, &arr);
     if (n > 0)

@@ -19,10 +19,9 @@
  */
 #include "router/router_int.h"
 
-#include "common/clock.h"
 #include "doc/doc.h"
+#include "query/query.h"
 #include "shard/shard.h"
-#include "update/update.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -407,6 +406,54 @@ static bool stmt_update(const bson_iter_t *el, bson_t *ud)
     return true;
 }
 
+/* The update pipeline of statement el ("u" as an array) into pl. */
+static bool stmt_pipeline(const bson_iter_t *el, bson_t *pl)
+{
+    bson_iter_t f;
+    return bson_iter_recurse(el, &f) && bson_iter_find(&f, "u") && sbl_iter_array(&f, pl);
+}
+
+/* Whether a path names a shard key field's top-level field. */
+static bool key_top_field(const rt_coll_t *c, const char *path)
+{
+    bson_iter_t k;
+    size_t pl = strcspn(path, ".");
+    bson_iter_init(&k, c->key);
+    while (bson_iter_next(&k))
+        if (strcspn(bson_iter_key(&k), ".") == pl && strncmp(bson_iter_key(&k), path, pl) == 0)
+            return true;
+    return false;
+}
+
+/* Whether an update pipeline may change a shard key field (the router
+ * cannot evaluate it): a stage replacing or projecting the document, or
+ * setting or removing a key field's top-level field. */
+static bool pipeline_may_change_key(const rt_coll_t *c, const bson_t *pl)
+{
+    bson_iter_t st, op, f;
+    if (!c->sharded || !bson_iter_init(&st, pl))
+        return false;
+    while (bson_iter_next(&st)) {
+        if (!bson_iter_recurse(&st, &op) || !bson_iter_next(&op))
+            continue;
+        const char *name = bson_iter_key(&op);
+        bool sets = strcmp(name, "$set") == 0 || strcmp(name, "$addFields") == 0;
+        if (!sets && strcmp(name, "$unset") != 0)
+            return true; /* $project, $replaceRoot, $replaceWith */
+        if (BSON_ITER_HOLDS_UTF8(&op) && key_top_field(c, bson_iter_utf8(&op, NULL)))
+            return true;
+        if (!bson_iter_recurse(&op, &f))
+            continue;
+        while (bson_iter_next(&f)) {
+            if (sets && key_top_field(c, bson_iter_key(&f)))
+                return true;
+            if (!sets && BSON_ITER_HOLDS_UTF8(&f) && key_top_field(c, bson_iter_utf8(&f, NULL)))
+                return true;
+        }
+    }
+    return false;
+}
+
 /* Whether update ud would change a shard key field: an operator update
  * touching a key field (or a path above or below one) other than $set to
  * the value the filter pins it to, or a replacement whose key values
@@ -501,112 +548,98 @@ static bool new_key_doc(const rt_coll_t *c, const bson_t *ud, const bson_t *q, b
     return true;
 }
 
-/* What mongod answers for a statement changing a document's shard key, in
- * its order (update_stage's checks): a new key holding an array (54), a
- * filter without the full key's equality (31025), multi (72), outside a
- * retryable write or transaction (20).  0: allowed, *newp the shard the
- * new key belongs to (-1 when the router cannot tell). */
-static int key_change(const rt_coll_t *c, const bson_t *ud, const bson_t *q, bool multi,
-                      int *newp, const char **msgp)
+/* The rules for a statement changing a document's shard key after its new
+ * value's (key_change): the filter's full key equality (31025), not multi
+ * (72), a retryable write or transaction (20); 0 when it may. */
+static int key_rules(const rt_coll_t *c, const bson_t *q, bool multi, const char **msgp)
 {
-    bson_t nd;
-    bson_value_t vals[SBL_SHARD_KEY_MAX];
-    sbl_err_t e = {0};
-    bool known = new_key_doc(c, ud, q, &nd);
-    *newp = -1;
-    if (known && (sbl_shard_key_values(c->key, c->hashed_pos, &nd, SBL_SHARD_KEY_WHOLE_NAMES,
-                                       vals) & SBL_SHARD_KEY_ARRAY)) {
-        bson_destroy(&nd);
-        *msgp = "After applying the update, a shard key field of the document was found to be "
-                "an array or array descendant.";
-        return SBL_E_NotSingleValueField;
-    }
-    int code = 0;
     if (!rt_filter_has_full_key(c, q)) {
         *msgp = "Shard key update is not allowed without specifying the full shard key in the "
                 "query";
-        code = 31025;
-    } else if (multi) {
+        return 31025;
+    }
+    if (multi) {
         *msgp = "Multi-update operations are not allowed when updating the shard key field.";
-        code = SBL_E_InvalidOptions;
-    } else if (!rt_sess_retryable()) {
+        return SBL_E_InvalidOptions;
+    }
+    if (!rt_sess_retryable()) {
         *msgp = "Must run update to shard key field in a multi-statement transaction or with "
                 "retryWrites: true.";
-        code = SBL_E_IllegalOperation;
-    } else if (known) {
-        *newp = rt_target_key(c, &nd, SBL_SHARD_KEY_WHOLE_NAMES, &e);
+        return SBL_E_IllegalOperation;
     }
-    if (known)
-        bson_destroy(&nd);
-    return code;
+    return 0;
 }
 
-/* A statement of a transaction that changes a document's shard key to one
- * another shard owns, done as mongos does it: the document is removed from
- * shard from (findAndModify remove), updated here, and inserted on shard to,
- * all in the client's transaction.  Folds the result into m at index i;
- * returns 0 or a transport error. */
-static int move_doc(const char *db, const char *coll, const rt_coll_t *c, int from, int to,
-                    const bson_t *q, const bson_t *ud, merged_t *m, int i, bson_t *image,
-                    bool image_new, sbl_err_t *err)
+/* What mongod answers for a statement changing a document's shard key, in
+ * its order (update_stage's checks): a new key holding an array (54), a
+ * filter without the full key's equality (31025), multi (72), outside a
+ * retryable write or transaction (20).  0: allowed. */
+static int key_change(const rt_coll_t *c, const bson_t *ud, const bson_t *q, bool multi,
+                      const char **msgp)
 {
-    bson_t cmd = BSON_INITIALIZER, r, old, nd, docs;
-    bson_iter_t it;
-    BSON_APPEND_UTF8(&cmd, "findAndModify", coll);
-    BSON_APPEND_DOCUMENT(&cmd, "query", q);
-    BSON_APPEND_BOOL(&cmd, "remove", true);
-    rt_append_version(&cmd, c, from);
-    int rc = rt_run(from, db, &cmd, &r, err), code;
-    bson_destroy(&cmd);
-    if (rc != 0)
-        return rc;
-    if ((code = rt_reply_code(&r)) != 0 || !bson_iter_init_find(&it, &r, "value") ||
-        !BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        if (code != 0)
-            add_error(m, i, code, "removing the document from its shard failed");
-        bson_destroy(&r);
-        return 0; /* nothing matched: n 0 */
-    }
-    sbl_iter_doc(&it, &old);
-    sbl_err_t e = {0};
-    bool changed = false;
-    sbl_update_t *u = sbl_update_new(ud, NULL, &e);
-    bson_init(&nd);
-    if (u == NULL || sbl_update_apply(u, &old, -1, false, sbl_now_ms(), &nd, &changed, &e) != 0) {
-        add_error(m, i, e.code ? e.code : SBL_E_BadValue, e.msg);
+    bson_t nd;
+    bson_value_t vals[SBL_SHARD_KEY_MAX];
+    if (new_key_doc(c, ud, q, &nd)) {
+        bool array =
+            sbl_shard_key_values(c->key, c->hashed_pos, &nd, SBL_SHARD_KEY_WHOLE_NAMES, vals) &
+            SBL_SHARD_KEY_ARRAY;
         bson_destroy(&nd);
-        sbl_update_free(u);
-        bson_destroy(&r);
+        if (array) {
+            *msgp = "After applying the update, a shard key field of the document was found "
+                    "to be an array or array descendant.";
+            return SBL_E_NotSingleValueField;
+        }
+    }
+    return key_rules(c, q, multi, msgp);
+}
+
+#define BATCH_OF_ONE                                                                               \
+    "Document shard key value updates that cause the doc to move shards must "                     \
+    "be sent with write batch of size 1"
+
+/* The first writeError of a reply into we, and its code (0: none). */
+static int first_write_error(const bson_t *r, bson_t *we)
+{
+    bson_iter_t it, c;
+    if (!bson_iter_init(&it, r) || !bson_iter_find_descendant(&it, "writeErrors.0", &c) ||
+        !BSON_ITER_HOLDS_DOCUMENT(&c))
         return 0;
+    sbl_iter_doc(&c, we);
+    return bson_iter_init_find(&c, we, "code") ? (int)bson_iter_as_int64(&c) : 0;
+}
+
+/* A moved document's result (rt_move_doc's) folded into m at index i. */
+static void fold_moved(merged_t *m, int i, const bson_t *res)
+{
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, res, "n"))
+        m->n += bson_iter_as_int64(&it);
+    if (bson_iter_init_find(&it, res, "nModified"))
+        m->n_modified += bson_iter_as_int64(&it);
+    m->has_modified = true;
+    if (bson_iter_init_find(&it, res, "upserted")) {
+        bson_t e = BSON_INITIALIZER;
+        char key[16];
+        const char *ks;
+        BSON_APPEND_INT32(&e, "index", i);
+        bson_append_iter(&e, "_id", 3, &it);
+        bson_uint32_to_string(m->nups++, &ks, key, sizeof(key));
+        BSON_APPEND_DOCUMENT(&m->upserted, ks, &e);
+        bson_destroy(&e);
     }
-    sbl_update_free(u);
-    if (image != NULL) /* findAndModify's value: the document before or after */
-        bson_copy_to(image_new ? &nd : &old, image);
-    bson_destroy(&r);
-    bson_init(&cmd);
-    BSON_APPEND_UTF8(&cmd, "insert", coll);
-    BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &docs);
-    BSON_APPEND_DOCUMENT(&docs, "0", &nd);
-    bson_append_array_end(&cmd, &docs);
-    rt_append_version(&cmd, c, to);
-    bson_destroy(&nd);
-    rc = rt_run(to, db, &cmd, &r, err);
-    bson_destroy(&cmd);
-    if (rc != 0)
-        return rc;
-    if ((code = rt_reply_code(&r)) == 0 && !bson_has_field(&r, "writeErrors")) {
-        m->n++;
-        m->n_modified++;
-        m->has_modified = true;
-    } else {
-        int one = i;
-        if (code != 0)
-            add_error(m, i, code, "inserting the document on its new shard failed");
-        else
-            merged_add(m, &r, &one, 1);
-    }
-    bson_destroy(&r);
-    return 0;
+}
+
+/* Statement i, answered 283 with the images we by shard s, moved
+ * (rt_move_doc) and folded into m; 0 or the move's error (err). */
+static int moved(const char *db, const char *coll, const bson_t *cmd, const rt_coll_t *c, int s,
+                 int i, const bson_t *we, merged_t *m, sbl_err_t *err)
+{
+    bson_t res;
+    int rc = rt_move_doc(db, coll, cmd, c, s, i, we, -1, &res, err);
+    if (rc == 0)
+        fold_moved(m, i, &res);
+    bson_destroy(&res);
+    return rc;
 }
 
 static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bool is_update,
@@ -629,7 +662,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
     bool ordered = ordered_of(cmd);
     merged_t m;
     merged_init(&m);
-    int rc = 0;
+    int rc = 0, move_retries = 0;
     rt_coll_t *c = NULL;
     for (int attempt = 0; attempt <= RT_RETRIES; attempt++) {
         c = rt_coll_get(ns, attempt > 0, err);
@@ -659,7 +692,8 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
             bool multi, upsert;
             bson_t ud;
             stmt_info(elems[i], true, &q, &multi, &upsert);
-            if (stmt_update(elems[i], &ud) && changes_shard_key(c, &ud, &q))
+            if ((stmt_update(elems[i], &ud) && changes_shard_key(c, &ud, &q)) ||
+                (stmt_pipeline(elems[i], &ud) && pipeline_may_change_key(c, &ud)))
                 single = -3; /* statement by statement: that one is checked */
         }
         if (single < -1 || n == 0)
@@ -687,33 +721,38 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
             break;
         }
         bson_t ud;
-        if (is_update && stmt_update(elems[i], &ud) && changes_shard_key(c, &ud, &q)) {
-            const char *msg = NULL;
-            int to = -1, code = key_change(c, &ud, &q, multi, &to, &msg);
-            if (code == 0 && to >= 0 && !t[to] && rt_sess_in_txn()) {
-                int from = 0;
-                while (!t[from])
-                    from++;
-                bson_iter_t ci;
-                bson_iter_init_find(&ci, cmd, "update");
-                if ((rc = move_doc(db, bson_iter_utf8(&ci, NULL), c, from, to, &q, &ud, &m, i,
-                                   NULL, false, err)) != 0)
-                    break;
-                if (ordered && m.nerr > 0)
-                    break;
+        bson_iter_t ci;
+        bson_iter_init_find(&ci, cmd, "update");
+        int from = 0;
+        while (from < RT_MAX_SHARDS - 1 && !t[from])
+            from++;
+        bool key_upd = is_update && stmt_update(elems[i], &ud) && changes_shard_key(c, &ud, &q);
+        bool key_pipe =
+            is_update && stmt_pipeline(elems[i], &ud) && pipeline_may_change_key(c, &ud);
+        const char *msg = NULL;
+        int code = key_upd ? key_change(c, &ud, &q, multi, &msg) : 0;
+        if (code != 0) {
+            add_error(&m, i, code, msg);
+            if (ordered)
+                break;
+            continue;
+        }
+        /* A retryable write or a transaction may move the document
+         * (rt_move.c); a retry of a retryable write's statement that did is
+         * answered its first result. */
+        bool may_move = (key_upd || key_pipe) && n == 1 && nt == 1 && !multi &&
+                        rt_sess_retryable() && rt_filter_has_full_key(c, &q);
+        if (may_move && !rt_sess_in_txn()) {
+            bson_t res;
+            bool found;
+            rc = rt_move_recorded(from, i, &res, &found, err);
+            if (rc == 0 && found)
+                fold_moved(&m, i, &res);
+            bson_destroy(&res);
+            if (rc != 0)
+                break;
+            if (found)
                 continue;
-            }
-            if (code == 0 && to >= 0 && !t[to]) {
-                code = SBL_E_WouldChangeOwningShard;
-                msg = "This update would cause the doc to change owning shards (sable-router "
-                      "cannot move a document to another shard yet)";
-            }
-            if (code != 0) {
-                add_error(&m, i, code, msg);
-                if (ordered)
-                    break;
-                continue;
-            }
         }
         if (nt != 1 && !multi && upsert) {
             add_error(&m, i, SBL_E_ShardKeyNotFound, "Failed to target upsert by query :: "
@@ -750,10 +789,40 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
                 bson_destroy(&r);
                 break;
             }
-            bson_iter_t ni;
+            bson_t we;
+            if ((key_upd || key_pipe) &&
+                first_write_error(&r, &we) == SBL_E_WouldChangeOwningShard) {
+                const char *msg = NULL;
+                int mc = 0;
+                if (n > 1) { /* mongos's rule; in a transaction, the command's error */
+                    mc = SBL_E_InvalidOptions;
+                    msg = BATCH_OF_ONE;
+                } else if (may_move) {
+                    mc = moved(db, bson_iter_utf8(&ci, NULL), cmd, c, s, i, &we, &m, err);
+                } else if (key_pipe) {
+                    mc = key_rules(c, &q, multi, &msg);
+                }
+                /* again: the routing, or the document since the shard answered,
+                 * changed (a few times at most) */
+                bool again = mc == SBL_E_StaleConfig ||
+                             (mc == SBL_E_WriteConflict && move_retries++ < RT_RETRIES);
+                if (again || mc == SBL_E_HostUnreachable || (n > 1 && rt_sess_in_txn())) {
+                    stale = again;
+                    rc = stale ? 0 : msg != NULL ? sbl_err_set(err, mc, "%s", msg) : mc;
+                    bson_destroy(&r);
+                    break;
+                }
+                if (may_move || mc != 0) {
+                    if (mc != 0)
+                        add_error(&m, i, mc, msg ? msg : err->msg);
+                    errs += mc != 0;
+                    matched = true;
+                    bson_destroy(&r);
+                    continue;
+                }
+            }
             int64_t before = m.n;
             errs += merged_add(&m, &r, &one, 1);
-            (void)ni;
             /* a single-document statement stops at the first shard that matched */
             matched = !multi && (m.n > before || errs > 0);
             bson_destroy(&r);
@@ -793,43 +862,65 @@ int rt_delete(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 
 /* ---- findAndModify ---- */
 
-/* findAndModify's move_doc (in a transaction): its reply, value the
- * document before or after (new) as asked. */
-static int fam_move(const char *db, const bson_t *cmd, const rt_coll_t *c, const bool *t, int to,
-                    const bson_t *q, const bson_t *ud, bson_t *reply, sbl_err_t *err)
+/* findAndModify's reply from a move's result (rt_move_doc's), its value
+ * projected by cmd's fields.  0 or the projection's error. */
+static int fam_reply(const bson_t *res, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
-    bson_iter_t it, e;
-    merged_t m;
-    bson_t image = BSON_INITIALIZER, leo;
+    bson_iter_t it, up;
+    bson_t leo, spec, value, out = BSON_INITIALIZER;
+    int rc = 0;
+    bool upserted = bson_iter_init_find(&up, res, "upserted");
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "lastErrorObject", &leo);
+    BSON_APPEND_INT32(&leo, "n", 1);
+    BSON_APPEND_BOOL(&leo, "updatedExisting", !upserted);
+    if (upserted)
+        bson_append_iter(&leo, "upserted", -1, &up);
+    bson_append_document_end(reply, &leo);
+    if (bson_iter_init_find(&it, res, "value") && sbl_iter_doc(&it, &value) &&
+        bson_iter_init_find(&it, cmd, "fields") && sbl_iter_doc(&it, &spec)) {
+        sbl_projection_t *p = sbl_projection_new(&spec, err);
+        rc = p == NULL ? err->code : sbl_projection_apply(p, &value, -1, &out, err);
+        sbl_projection_free(p);
+        BSON_APPEND_DOCUMENT(reply, "value", &out);
+    } else if (bson_iter_init_find(&it, res, "value")) {
+        bson_append_iter(reply, "value", -1, &it);
+    }
+    bson_destroy(&out);
+    BSON_APPEND_DOUBLE(reply, "ok", 1.0);
+    return rc;
+}
+
+/* A retried findAndModify that moved its document: the first reply into
+ * reply, -1; 0 when it did not; or a transport error. */
+static int fam_recorded(const bool *t, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    bson_t res;
+    bool found = false;
     int from = 0;
-    while (!t[from])
+    while (from < RT_MAX_SHARDS - 1 && !t[from])
         from++;
+    int rc = rt_move_recorded(from, 0, &res, &found, err);
+    if (rc == 0 && found)
+        rc = fam_reply(&res, cmd, reply, err) == 0 ? -1 : err->code;
+    bson_destroy(&res);
+    return rc;
+}
+
+/* findAndModify answered 283 with its images (r) by shard s: moved
+ * (rt_move_doc), its reply into reply.  0 or the move's error. */
+static int fam_moved(const char *db, const bson_t *cmd, const rt_coll_t *c, int s, const bson_t *r,
+                     bson_t *reply, sbl_err_t *err)
+{
+    bson_iter_t it;
+    bson_t res;
     bool want_new = bson_iter_init_find(&it, cmd, "new") && bson_iter_as_bool(&it);
     if (!bson_iter_init_find(&it, cmd, "findAndModify"))
         bson_iter_init_find(&it, cmd, "findandmodify");
-    merged_init(&m);
-    int rc = move_doc(db, bson_iter_utf8(&it, NULL), c, from, to, q, ud, &m, 0, &image, want_new,
-                      err);
-    if (rc == 0 && m.nerr > 0) {
-        bson_iter_init(&it, &m.write_errors);
-        bson_iter_find_descendant(&it, "0.code", &e);
-        int code = (int)bson_iter_as_int64(&e);
-        bson_iter_init(&it, &m.write_errors);
-        bson_iter_find_descendant(&it, "0.errmsg", &e);
-        rc = sbl_err_set(err, code, "%s", bson_iter_utf8(&e, NULL));
-    } else if (rc == 0) {
-        BSON_APPEND_DOCUMENT_BEGIN(reply, "lastErrorObject", &leo);
-        BSON_APPEND_INT32(&leo, "n", (int32_t)m.n);
-        BSON_APPEND_BOOL(&leo, "updatedExisting", m.n > 0);
-        bson_append_document_end(reply, &leo);
-        if (m.n > 0)
-            BSON_APPEND_DOCUMENT(reply, "value", &image);
-        else
-            BSON_APPEND_NULL(reply, "value");
-        BSON_APPEND_DOUBLE(reply, "ok", 1.0);
-    }
-    bson_destroy(&image);
-    merged_free(&m);
+    int rc =
+        rt_move_doc(db, bson_iter_utf8(&it, NULL), cmd, c, s, 0, r, want_new ? 1 : 0, &res, err);
+    if (rc == 0)
+        rc = fam_reply(&res, cmd, reply, err);
+    bson_destroy(&res);
     return rc;
 }
 
@@ -862,24 +953,27 @@ int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err
                                "must contain the shard key");
         }
         bson_t ud;
+        bool key_upd = false, key_pipe = false;
         if (bson_iter_init_find(&it, cmd, "update") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
             sbl_iter_doc(&it, &ud);
-            int code = 0, to = -1;
+            int code = 0;
             const char *msg = NULL;
-            if (changes_shard_key(c, &ud, &q) &&
-                (code = key_change(c, &ud, &q, false, &to, &msg)) == 0 && to >= 0 && !t[to] &&
-                rt_sess_in_txn() && !upsert && !bson_has_field(cmd, "fields")) {
-                int rc = fam_move(db, cmd, c, t, to, &q, &ud, reply, err);
+            key_upd = changes_shard_key(c, &ud, &q);
+            if (key_upd && (code = key_change(c, &ud, &q, false, &msg)) != 0) {
                 rt_coll_release(c);
-                return rc;
+                return sbl_err_set(err, code, "%s", msg);
             }
-            if (changes_shard_key(c, &ud, &q) &&
-                ((code = key_change(c, &ud, &q, false, &to, &msg)) != 0 || (to >= 0 && !t[to]))) {
+        } else if (bson_iter_init_find(&it, cmd, "update") && sbl_iter_array(&it, &ud)) {
+            key_pipe = pipeline_may_change_key(c, &ud);
+        }
+        /* a retryable write or a transaction may move it (rt_move.c) */
+        bool may_move = (key_upd || key_pipe) && nt == 1 && rt_sess_retryable() &&
+                        rt_filter_has_full_key(c, &q);
+        if (may_move && !rt_sess_in_txn()) {
+            int rc = fam_recorded(t, cmd, reply, err);
+            if (rc != 0) {
                 rt_coll_release(c);
-                return sbl_err_set(err, code ? code : SBL_E_WouldChangeOwningShard, "%s",
-                                   code ? msg : "This update would cause the doc to change owning "
-                                   "shards (sable-router cannot move a document to another "
-                                   "shard yet)");
+                return rc < 0 ? 0 : rc; /* -1: answered */
             }
         }
         bool stale = false;
@@ -903,6 +997,23 @@ int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err
                 stale = true;
                 bson_destroy(&r);
                 break;
+            }
+            const char *msg = NULL;
+            bool wcos = (key_upd || key_pipe) && rt_reply_code(&r) == SBL_E_WouldChangeOwningShard;
+            int kc = 0;
+            if (wcos && may_move)
+                kc = fam_moved(db, cmd, c, s, &r, reply, err);
+            else if (wcos && key_pipe)
+                kc = key_rules(c, &q, false, &msg);
+            if (kc == SBL_E_StaleConfig || kc == SBL_E_WriteConflict) { /* again, a few times */
+                stale = true;
+                bson_destroy(&r);
+                break;
+            }
+            if (wcos && (may_move || kc != 0)) {
+                bson_destroy(&r);
+                rt_coll_release(c);
+                return msg != NULL ? sbl_err_set(err, kc, "%s", msg) : kc;
             }
             bson_iter_t v, nv;
             bool found = bson_iter_init(&v, &r) &&

@@ -9,7 +9,10 @@ k >= 0 on shard1), rk.dot on {"a.b": 1}.
   NotSingleValueField); a missing key is null; a regex value is a value;
 - changing a document's shard key: 31025 without the full key in the
   filter, 72 with multi, 20 outside a retryable write or transaction;
-  allowed when the document stays on its shard.
+  allowed when the document stays on its shard;
+- moving a document to another shard that way, with any update form: in a
+  retryable write (the router deletes and inserts it in an internal
+  transaction; a retry is answered the first result) or in a transaction.
 """
 import os
 import re
@@ -17,7 +20,10 @@ import sys
 
 import pymongo
 import pytest
+from bson.int64 import Int64
 from bson.regex import Regex
+from bson.son import SON
+from pymongo import ReturnDocument, UpdateOne
 from pymongo.errors import BulkWriteError, OperationFailure, WriteError
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -25,7 +31,7 @@ import sharded  # noqa: E402
 from sharded import ROUTER  # noqa: E402
 from test_sharding import shards  # noqa: E402,F401
 
-COLLS = ["arr", "upd", "mv"]
+COLLS = ["arr", "upd", "mv", "ret", "rty", "txm"]
 
 
 @pytest.fixture(scope="module")
@@ -138,10 +144,6 @@ def test_shard_key_change_rules(mongos, retrying, shards):
     assert shards[1].rk.mv.find_one({"_id": 3})["z"] == 1
     # an operator the router cannot evaluate goes to the shard, which checks the result
     assert rc.update_one({"k": 8}, {"$inc": {"k": 1}}).modified_count == 1
-    # to another shard: mongos moves it (delete + insert); sable-router does not yet
-    assert code_of(lambda: rc.update_one({"k": 10}, {"$set": {"k": -10}})) == 283
-    assert code_of(lambda: rc.update_one({"k": 9}, {"$inc": {"k": -100}})) == 283
-    assert code_of(lambda: rc.find_one_and_update({"k": 10}, {"$set": {"k": -1}})) == 283
     assert sorted((d["_id"], d["k"]) for d in shards[1].rk.mv.find()) == [(1, 10), (3, 9)]
     # in a transaction the router moves it: removed from shard1, inserted on shard0
     with retrying.start_session() as s:
@@ -162,3 +164,156 @@ def test_shard_key_change_rules(mongos, retrying, shards):
     assert before == {"_id": 1, "k": -10, "y": 1, "n": 1} and after == {"_id": 3, "k": 21}
     assert sorted((d["_id"], d["k"]) for d in shards[1].rk.mv.find()) == [(1, 20), (3, 21)]
     assert shards[0].rk.mv.count_documents({}) == 1
+
+
+def where(shards, coll, _id):
+    return [i for i in (0, 1) if shards[i].rk[coll].find_one({"_id": _id}) is not None]
+
+
+def test_retryable_write_moves_the_document(mongos, retrying, shards):
+    c, rc = mongos.rk.ret, retrying.rk.ret
+    c.insert_many([{"_id": i, "k": i} for i in range(1, 9)])  # all on shard1
+    # not a retryable write: still mongod's 20
+    assert code_of(lambda: c.update_one({"k": 1}, {"$set": {"k": -1}})) == 20
+    assert code_of(lambda: c.find_one_and_update({"k": 1}, {"$inc": {"k": -5}})) == 20
+    assert code_of(lambda: c.update_one({"k": 1}, [{"$set": {"k": -1}}])) == 20
+    # a pipeline is checked once the shard finds it moves the document
+    assert code_of(lambda: rc.update_one({"_id": 1}, [{"$set": {"k": -1}}])) == 31025
+    assert code_of(lambda: rc.update_many({"k": 1}, [{"$set": {"k": -1}}])) == 72
+    assert where(shards, "ret", 1) == [1]
+    # $set, $inc, $unset (null sorts below 0), a replacement, a pipeline: each moves it
+    r = rc.update_one({"k": 1}, {"$set": {"k": -1}})
+    assert (r.matched_count, r.modified_count) == (1, 1)
+    assert rc.update_one({"k": 2}, {"$inc": {"k": -10}}).modified_count == 1
+    assert rc.update_one({"k": 3}, {"$unset": {"k": ""}}).modified_count == 1
+    assert rc.replace_one({"k": 4}, {"k": -4, "r": 1}).modified_count == 1
+    assert rc.update_one({"k": 5}, [{"$set": {"k": {"$multiply": ["$k", -1]}}}]).modified_count \
+        == 1
+    assert sorted((d["_id"], d.get("k")) for d in shards[0].rk.ret.find()) == \
+        [(1, -1), (2, -8), (3, None), (4, -4), (5, -5)]
+    assert shards[0].rk.ret.find_one({"_id": 4}) == {"_id": 4, "k": -4, "r": 1}
+    assert sorted(d["_id"] for d in shards[1].rk.ret.find()) == [6, 7, 8]
+    # findAndModify: new returns the moved document, else the one before
+    after = rc.find_one_and_update({"k": 6}, {"$inc": {"k": -20, "n": 1}},
+                                   return_document=ReturnDocument.AFTER)
+    assert after == {"_id": 6, "k": -14, "n": 1}
+    assert rc.find_one_and_replace({"k": 7}, {"k": -7}) == {"_id": 7, "k": 7}
+    assert shards[0].rk.ret.find_one({"_id": 7}) == {"_id": 7, "k": -7}
+    assert rc.update_one({"k": -1}, {"$set": {"k": 1}}).modified_count == 1  # and back
+    assert where(shards, "ret", 1) == [1]
+    # an upsert whose new document another shard owns is inserted there
+    r = rc.update_one({"k": 30}, {"$set": {"k": -30}}, upsert=True)
+    assert r.upserted_id is not None and r.matched_count == 0
+    assert shards[0].rk.ret.find_one({"_id": r.upserted_id})["k"] == -30
+    doc = rc.find_one_and_update({"k": 31}, {"$set": {"k": -31}}, upsert=True,
+                                 return_document=ReturnDocument.AFTER)
+    assert doc["k"] == -31 and where(shards, "ret", doc["_id"]) == [0]
+    # in a batch of more than one statement: mongos's 72, the others applied
+    with pytest.raises(BulkWriteError) as e:
+        rc.bulk_write([UpdateOne({"k": 8}, {"$set": {"k": -8}}),
+                       UpdateOne({"k": -7}, {"$set": {"x": 1}})], ordered=False)
+    errs = e.value.details["writeErrors"]
+    assert [(w["index"], w["code"]) for w in errs] == [(0, 72)]
+    assert "batch of size 1" in errs[0]["errmsg"] and e.value.details["nModified"] == 1
+    assert where(shards, "ret", 8) == [1]
+    # findAndModify's projection applies to the moved document
+    assert rc.find_one_and_update({"k": 8}, {"$set": {"k": -8}}, projection={"_id": 0},
+                                  return_document=ReturnDocument.AFTER) == {"k": -8}
+    assert where(shards, "ret", 8) == [0]
+    assert c.count_documents({}) == 10
+
+
+def test_a_retried_move_answers_its_first_result(cluster, mongos, shards):
+    # a client of its own: a pooled session of another could have used these txnNumbers
+    client = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000)
+    db = client.rk
+    db.rty.insert_many([{"_id": 1, "k": 1}, {"_id": 2, "k": 2}, {"_id": 3, "k": 3}])
+    with client.start_session() as s:
+        def twice(*fields):
+            cmd = SON(list(fields))
+            return db.command(cmd, session=s), db.command(cmd, session=s)
+
+        first, again = twice(("update", "rty"), ("txnNumber", Int64(7)),
+                             ("updates", [{"q": {"k": 1}, "u": {"$inc": {"k": -100}}}]))
+        assert (first["n"], first["nModified"]) == (again["n"], again["nModified"]) == (1, 1)
+        first, again = twice(("findAndModify", "rty"), ("query", {"k": 2}),
+                             ("update", {"$inc": {"k": -100}}), ("new", True),
+                             ("txnNumber", Int64(8)))
+        assert first["value"] == again["value"] == {"_id": 2, "k": -98}
+        first, again = twice(("findAndModify", "rty"), ("query", {"k": 3}),
+                             ("update", [{"$set": {"k": -3}}]), ("txnNumber", Int64(9)))
+        assert first["value"] == again["value"] == {"_id": 3, "k": 3}
+        first, again = twice(("update", "rty"), ("txnNumber", Int64(10)),
+                             ("updates", [{"q": {"k": 40}, "u": {"$set": {"k": -40}},
+                                           "upsert": True}]))
+        assert first["upserted"] == again["upserted"] and first["n"] == 1
+    client.close()
+    # each moved once
+    assert sorted((d["_id"], d["k"]) for d in shards[0].rk.rty.find({"_id": {"$lt": 4}})) == \
+        [(1, -99), (2, -98), (3, -3)]
+    assert shards[0].rk.rty.count_documents({}) == 4
+    assert shards[1].rk.rty.count_documents({}) == 0
+
+
+def test_transaction_moves_with_any_update_form(mongos, retrying, shards):
+    c, rc = mongos.rk.txm, retrying.rk.txm
+    c.insert_many([{"_id": i, "k": i} for i in range(1, 5)])  # all on shard1
+    with retrying.start_session() as s:
+        with s.start_transaction():
+            assert rc.update_one({"k": 1}, {"$inc": {"k": -10}}, session=s).modified_count == 1
+            assert rc.update_one({"k": 2}, [{"$set": {"k": -2}}], session=s).modified_count == 1
+            r = rc.update_one({"k": 20}, {"$set": {"k": -20}}, upsert=True, session=s)
+            assert r.upserted_id is not None
+            doc = rc.find_one_and_update({"k": 3}, {"$inc": {"k": -10}}, session=s,
+                                         return_document=ReturnDocument.AFTER)
+            assert doc == {"_id": 3, "k": -7}
+            assert rc.find_one({"_id": 1}, session=s)["k"] == -9
+    assert sorted((d["_id"], d["k"]) for d in shards[0].rk.txm.find({"_id": {"$lt": 5}})) == \
+        [(1, -9), (2, -2), (3, -7)]
+    assert shards[0].rk.txm.count_documents({"k": -20}) == 1
+    assert [d["_id"] for d in shards[1].rk.txm.find()] == [4]
+    # a batch of more than one in a transaction: the command fails, the transaction ends
+    with retrying.start_session() as s:
+        with pytest.raises(OperationFailure) as e:
+            with s.start_transaction():
+                rc.bulk_write([UpdateOne({"k": 4}, {"$set": {"k": -4}}),
+                               UpdateOne({"k": -9}, {"$set": {"x": 1}})], session=s)
+        assert e.value.code == 72
+    assert where(shards, "txm", 4) == [1] and "x" not in shards[0].rk.txm.find_one({"_id": 1})
+
+
+def test_a_hashed_key_moves_too(mongos, retrying, shards):
+    mongos.admin.command("shardCollection", "rk.hsh", key={"k": "hashed"})
+    rc = retrying.rk.hsh
+    rc.insert_many([{"_id": i, "k": i} for i in range(20)])
+    on = {i: where(shards, "hsh", i) for i in range(20)}
+    a = next(i for i in on if on[i] == [0])
+    b = next(i for i in on if on[i] == [1])
+    assert rc.update_one({"k": a}, {"$set": {"k": b, "moved": True}}).modified_count == 1
+    assert where(shards, "hsh", a) == [1] and rc.count_documents({"k": b}) == 2
+
+
+def test_a_move_loses_no_concurrent_update(mongos, retrying, shards):
+    import threading
+    c, rc = mongos.rk.ret, retrying.rk.ret
+    c.insert_one({"_id": 50, "k": 50, "x": 0})
+    done, counted = threading.Event(), [0]
+
+    def bump():  # a write meeting the move's open transaction may give up: 112, not counted
+        while not done.is_set():
+            try:
+                counted[0] += c.update_one({"_id": 50, "k": {"$in": [50, -50]}},
+                                           {"$inc": {"x": 1}}).modified_count
+            except WriteError as e:
+                assert e.code == 112
+
+    t = threading.Thread(target=bump)
+    t.start()
+    try:
+        for k in (-50, 50, -50):  # while x changes under it
+            assert rc.update_one({"k": -k}, {"$set": {"k": k}}).modified_count == 1
+    finally:
+        done.set()
+        t.join()
+    assert where(shards, "ret", 50) == [0]
+    assert shards[0].rk.ret.find_one({"_id": 50})["x"] == counted[0] > 0

@@ -139,6 +139,11 @@ void rt_meta_flush(void);
 int rt_db_primary(const char *db, bool create_db, sbl_err_t *err);
 /* Reload config.shards. */
 int rt_shards_reload(sbl_err_t *err);
+/* Every document of config.<coll> on the config servers matching filter
+ * (sorted by sort, may be NULL) appended to arr (initialised by the caller)
+ * as "0", "1", ...  0 or the error. */
+int rt_config_find(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
+                   sbl_err_t *err);
 /* The sharding commands (reply receives the fields besides ok). */
 int rt_cmd_add_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_enable_sharding(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
@@ -153,6 +158,22 @@ int rt_cmd_move_range(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_split_point(const rt_coll_t *c, const bson_t *cmd, bson_t *middle, sbl_err_t *err);
 /* which: "Start", "Stop" or "Status": the config server's answer's fields. */
 int rt_cmd_balancer(const char *which, bson_t *reply, sbl_err_t *err);
+/* ---- rt_zones.c ---- */
+/* addShardToZone, removeShardFromZone, updateZoneKeyRange (and their
+ * lower-case names): on the admin database only, carried out by the config
+ * server primary (its _configsvr* command), its error passed on. */
+int rt_cmd_zone(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* shardCollection's first chunks of ns when zone ranges are defined for it
+ * (mongod's initial split policies): key, its hashed field's position
+ * (hashed_pos, -1: none), whether the collection is empty, the command's
+ * presplitHashedZones and numInitialChunks (0: not given).  Appends to out
+ * (an array, initialised by the caller) one {min, max, shard: <index>} per
+ * chunk in key order; nothing when the default policy applies (no range, or
+ * documents already there).  mongod's errors otherwise (InvalidOptions, the
+ * presplitHashedZones rules 31387-31391 and 31412, 50973 for a zone no
+ * shard holds). */
+int rt_zone_first_chunks(const char *ns, const bson_t *key, int hashed_pos, bool empty,
+                         bool presplit, int64_t nchunks, bson_t *out, sbl_err_t *err);
 
 /* Remove ns's (or db's, when coll is NULL) sharding metadata after a drop. */
 void rt_meta_drop(const char *db, const char *coll);

@@ -98,6 +98,12 @@ static int cfg_find_all(const char *coll, const bson_t *filter, const bson_t *so
     return rc;
 }
 
+int rt_config_find(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
+                   sbl_err_t *err)
+{
+    return cfg_find_all(coll, filter, sort, arr, err);
+}
+
 /* A write command on the config servers, w: majority; 0 or the error. */
 static int cfg_write(const bson_t *cmd_in, bson_t *reply_out, sbl_err_t *err)
 {

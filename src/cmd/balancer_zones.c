@@ -144,6 +144,17 @@ static bool bound_of(const bson_t *d, const char *k, bson_t *out)
     return bson_iter_init_find(&it, d, k) && sbl_iter_doc(&it, out);
 }
 
+/* The next chunk of the array under it (c: the document; its shard and
+ * bounds); false past the last one. */
+static bool next_chunk(bson_iter_t *it, bson_t *c, const char **shp, bson_t *min, bson_t *max)
+{
+    while (bson_iter_next(it))
+        if (sbl_iter_doc(it, c) && (*shp = sbl_doc_utf8(c, "shard")) != NULL &&
+            bound_of(c, "min", min) && bound_of(c, "max", max))
+            return true;
+    return false;
+}
+
 /*
  * Split ns's chunk (as the balancer read it) at at: it keeps [min, at) with
  * the collection's next minor version, a new chunk takes [at, max) with the
@@ -253,14 +264,11 @@ int sbl_zones_balance(const bson_t *coll, const bson_t *chunks, char ids[][128],
     int result = 0, count[MAX_SHARDS] = {0};
     bson_iter_t it;
     /* 1. splits at range boundaries; the chunks per shard meanwhile */
+    bson_t c, min, max;
+    const char *sh;
     bson_iter_init(&it, chunks);
-    while (result == 0 && bson_iter_next(&it)) {
-        bson_t c, min, max;
+    while (result == 0 && next_chunk(&it, &c, &sh, &min, &max)) {
         const bson_t *at = NULL;
-        const char *sh;
-        if (!sbl_iter_doc(&it, &c) || (sh = sbl_doc_utf8(&c, "shard")) == NULL ||
-            !bound_of(&c, "min", &min) || !bound_of(&c, "max", &max))
-            continue;
         chunk_zone(&z, &min, &max, &at);
         if (at != NULL) {
             sbl_err_t e = {0};
@@ -272,13 +280,8 @@ int sbl_zones_balance(const bson_t *coll, const bson_t *chunks, char ids[][128],
     }
     /* 2. a chunk on a shard outside its zone goes to the zone's emptiest shard */
     bson_iter_init(&it, chunks);
-    while (result == 0 && bson_iter_next(&it)) {
-        bson_t c, min, max;
+    while (result == 0 && next_chunk(&it, &c, &sh, &min, &max)) {
         const bson_t *at = NULL;
-        const char *sh;
-        if (!sbl_iter_doc(&it, &c) || (sh = sbl_doc_utf8(&c, "shard")) == NULL ||
-            !bound_of(&c, "min", &min) || !bound_of(&c, "max", &max))
-            continue;
         int zi = chunk_zone(&z, &min, &max, &at), to = -1;
         bool ok = zi < 0;
         for (int s = 0; s < nshards && !ok; s++) {
@@ -300,13 +303,9 @@ int sbl_zones_balance(const bson_t *coll, const bson_t *chunks, char ids[][128],
     for (int zi = -1; zi < z.nz && result == 0; zi++) {
         int n[MAX_SHARDS] = {0}, total = 0, hi = -1, lo = -1;
         bson_iter_init(&it, chunks);
-        while (bson_iter_next(&it)) {
-            bson_t c, min, max;
+        while (next_chunk(&it, &c, &sh, &min, &max)) {
             const bson_t *at = NULL;
-            const char *sh;
-            if (!sbl_iter_doc(&it, &c) || (sh = sbl_doc_utf8(&c, "shard")) == NULL ||
-                !bound_of(&c, "min", &min) || !bound_of(&c, "max", &max) ||
-                chunk_zone(&z, &min, &max, &at) != zi)
+            if (chunk_zone(&z, &min, &max, &at) != zi)
                 continue;
             total++;
             for (int s = 0; s < nshards; s++)
@@ -324,13 +323,9 @@ int sbl_zones_balance(const bson_t *coll, const bson_t *chunks, char ids[][128],
         if (hi < 0 || hi == lo || n[hi] - n[lo] < threshold(total))
             continue;
         bson_iter_init(&it, chunks); /* hi's first chunk of the zone */
-        while (bson_iter_next(&it)) {
-            bson_t c, min, max;
+        while (next_chunk(&it, &c, &sh, &min, &max)) {
             const bson_t *at = NULL;
-            const char *sh;
-            if (!sbl_iter_doc(&it, &c) || (sh = sbl_doc_utf8(&c, "shard")) == NULL ||
-                strcmp(sh, ids[hi]) != 0 || !bound_of(&c, "min", &min) ||
-                !bound_of(&c, "max", &max) || chunk_zone(&z, &min, &max, &at) != zi)
+            if (strcmp(sh, ids[hi]) != 0 || chunk_zone(&z, &min, &max, &at) != zi)
                 continue;
             result = move_one(move, ns, &min, &max, ids[lo]);
             if (result == 0)

@@ -96,11 +96,14 @@ static int check_primary(sbl_err_t *err)
     return 0;
 }
 
-/* The command's first value (shard name or namespace) and its zone. */
+/* On the config server primary only: the command's shard name and zone. */
 static int shard_and_zone(const bson_t *cmd, const char **shardp, const char **zonep,
                           sbl_err_t *err)
 {
     bson_iter_t it;
+    int rc = check_primary(err);
+    if (rc != 0)
+        return rc;
     *shardp = bson_iter_init(&it, cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it)
                   ? bson_iter_utf8(&it, NULL)
                   : NULL;
@@ -136,9 +139,7 @@ static int shard_tags(const char *shard, const char *op_name, const char *zone, 
 int sbl_cmd_configsvr_add_shard_to_zone(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     const char *shard, *zone;
-    int rc = check_primary(err);
-    if (rc == 0)
-        rc = shard_and_zone(ctx->cmd, &shard, &zone, err);
+    int rc = shard_and_zone(ctx->cmd, &shard, &zone, err);
     if (rc != 0)
         return rc;
     int64_t n = 0;
@@ -153,9 +154,7 @@ int sbl_cmd_configsvr_add_shard_to_zone(sbl_opctx_t *ctx, sbl_err_t *err)
 int sbl_cmd_configsvr_remove_shard_from_zone(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     const char *shard, *zone;
-    int rc = check_primary(err);
-    if (rc == 0)
-        rc = shard_and_zone(ctx->cmd, &shard, &zone, err);
+    int rc = shard_and_zone(ctx->cmd, &shard, &zone, err);
     if (rc != 0)
         return rc;
     bson_t f = BSON_INITIALIZER, holders = BSON_INITIALIZER;

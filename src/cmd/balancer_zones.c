@@ -9,7 +9,8 @@
  *      interleave with a migration's commit, which then fails on the
  *      changed bounds or version instead);
  *   2. a chunk inside a zone's range on a shard outside that zone moves to
- *      the zone's shard holding the fewest of the collection's chunks;
+ *      the zone's shard holding the fewest of the collection's chunks, and
+ *      a chunk on a draining shard to the emptiest shard it may be on;
  *   3. within each zone, and among the chunks in no zone over every shard,
  *      chunk counts are evened out as balancer.c evens out a collection.
  *
@@ -278,14 +279,15 @@ int sbl_zones_balance(const bson_t *coll, const bson_t *chunks, char ids[][128],
             if (strcmp(ids[s], sh) == 0)
                 count[s]++;
     }
-    /* 2. a chunk on a shard outside its zone goes to the zone's emptiest shard */
+    /* 2. a chunk on a shard outside its zone goes to the zone's emptiest shard;
+     * one on a draining shard (not in ids), to the emptiest shard it may be on */
     bson_iter_init(&it, chunks);
     while (result == 0 && next_chunk(&it, &c, &sh, &min, &max)) {
         const bson_t *at = NULL;
         int zi = chunk_zone(&z, &min, &max, &at), to = -1;
-        bool ok = zi < 0;
+        bool ok = false;
         for (int s = 0; s < nshards && !ok; s++) {
-            if (!z.has[s][zi])
+            if (zi >= 0 && !z.has[s][zi])
                 continue;
             ok = strcmp(ids[s], sh) == 0;
             if (to < 0 || count[s] < count[to])
@@ -293,8 +295,8 @@ int sbl_zones_balance(const bson_t *coll, const bson_t *chunks, char ids[][128],
         }
         if (ok || to < 0)
             continue;
-        zlog("moving a chunk of %s from %s to %s, a shard of its zone %s", ns, sh, ids[to],
-             z.names[zi]);
+        zlog("moving a chunk of %s from %s to %s (zone %s)", ns, sh, ids[to],
+             zi >= 0 ? z.names[zi] : "none");
         result = move_one(move, ns, &min, &max, ids[to]);
         if (result == 0)
             result = 2; /* a shard was busy: nothing else this round */

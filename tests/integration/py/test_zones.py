@@ -5,7 +5,7 @@ config.tags documents in mongod 7.0's shapes and mongod's errors; the
 balancer splitting a chunk at a zone range's bounds and moving the range's
 chunk to the zone's shard; shardCollection's first chunks for a collection
 with zone ranges (one chunk per range, and presplitHashedZones).  A config
-server and two one-member shards (build/sable-cluster start --sharded).
+server and three one-member shards (build/sable-cluster start --sharded).
 """
 
 import os
@@ -29,7 +29,7 @@ from sharded import ROUTER  # noqa: E402
 def cluster():
     if not os.path.exists(ROUTER):
         pytest.skip("sable-router not built")
-    with sharded.cluster("sable-zones-") as info:
+    with sharded.cluster("sable-zones-", shards=3) as info:
         yield info
 
 
@@ -190,7 +190,7 @@ def test_shard_collection_with_zone_ranges(mongos):
     assert chunks_of(mongos, "zs.r") == [
         ({"k": MinKey()}, {"k": 10}, "shard0"), ({"k": 10}, {"k": 20}, "shard0"),
         ({"k": 20}, {"k": 30}, "shard1"), ({"k": 30}, {"k": 40}, "shard1"),
-        ({"k": 40}, {"k": MaxKey()}, "shard0")]
+        ({"k": 40}, {"k": MaxKey()}, "shard2")]
     # ranges that do not fit the proposed key
     adm.command("updateZoneKeyRange", "zs.bad", min={"x": 1}, max={"x": 2}, zone="LOW")
     assert code_of(lambda: adm.command("shardCollection", "zs.bad", key={"k": 1})) == 72
@@ -223,7 +223,7 @@ def test_presplit_hashed_zones(mongos, shards):
         (c("DE"), c("DE", Int64(0)), "shard0"), (c("DE", Int64(0)), c("DF"), "shard0"),
         (c("DF"), c("US"), "shard1"),
         (c("US"), c("US", Int64(0)), "shard1"), (c("US", Int64(0)), c("UT"), "shard1"),
-        (c("UT"), c(MaxKey(), MaxKey()), "shard0")]
+        (c("UT"), c(MaxKey(), MaxKey()), "shard2")]
     mongos.zh.users.insert_many([{"country": cc, "uid": i} for cc in ("DE", "US")
                                  for i in range(50)])
     assert shards["shard0"].zh.users.count_documents({"country": "DE"}) == 50
@@ -262,3 +262,29 @@ def test_presplit_hashed_zones(mongos, shards):
     rng("zh.suffix", {"country": "US", "uid": MinKey(), "s": 1},
         {"country": "UT", "uid": MinKey(), "s": MinKey()}, "US")
     assert refused("zh.suffix", k={"country": 1, "uid": "hashed", "s": 1}) == 31391
+
+
+def test_a_draining_shard_gives_a_zoned_collection_its_chunks(mongos, cluster):
+    """The zone policy moves a zoned collection's chunks off a draining shard
+    (config.shards draining: true, as removeShard sets it) to the shards they
+    may be on: the zone's shards for a zone's range, any shard otherwise."""
+    adm = mongos.admin
+    adm.command("balancerStart")
+    adm.command("addShardToZone", "shard1", zone="BOTH")
+    adm.command("addShardToZone", "shard2", zone="BOTH")
+    adm.command("enableSharding", "zd")
+    adm.command("updateZoneKeyRange", "zd.c", min={"k": 0}, max={"k": 50}, zone="BOTH")
+    adm.command("shardCollection", "zd.c", key={"k": 1})  # empty: chunks in the range's bounds
+    assert [c[2] for c in chunks_of(mongos, "zd.c")] == ["shard0", "shard1", "shard1"]
+    mongos.zd.c.insert_many([{"k": i} for i in range(-20, 80)])
+    cfg = pymongo.MongoClient("127.0.0.1", cluster["config"], directConnection=True)
+    try:
+        cfg.config.shards.update_one({"_id": "shard1"}, {"$set": {"draining": True}})
+        cs = wait_for("every chunk off the draining shard",
+                      lambda: all(c[2] != "shard1" for c in chunks_of(mongos, "zd.c")) and
+                      chunks_of(mongos, "zd.c"))
+        assert ({"k": 0}, {"k": 50}, "shard2") in cs  # the zone's other shard
+    finally:
+        cfg.config.shards.update_one({"_id": "shard1"}, {"$unset": {"draining": 1}})
+        cfg.close()
+    assert mongos.zd.c.count_documents({}) == 100

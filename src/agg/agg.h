@@ -31,6 +31,18 @@ typedef struct sbl_docvec {
 void sbl_docvec_push(sbl_docvec_t *dv, bson_t *doc); /* takes ownership */
 void sbl_docvec_clear(sbl_docvec_t *dv);              /* frees every document and the array */
 
+/* Where a pipeline reads other collections and writes $out / $merge when
+ * that is not this server's storage: sable-router's merger (src/router,
+ * rt_agg.c) reads and writes through the cluster.  NULL in sabled. */
+typedef struct sbl_agg_remote {
+    /* Append the documents of ns matching filter (NULL: all) to out. */
+    int (*read)(void *arg, const char *ns, const bson_t *filter, sbl_docvec_t *out,
+                sbl_err_t *err);
+    /* Run the final $out or $merge stage (st: the stage's field) over dv. */
+    int (*write)(void *arg, const bson_iter_t *st, sbl_docvec_t *dv, sbl_err_t *err);
+    void *arg;
+} sbl_agg_remote_t;
+
 /* What every stage of one aggregate command shares. */
 typedef struct sbl_agg_env {
     sbl_opctx_t *ctx;
@@ -40,6 +52,7 @@ typedef struct sbl_agg_env {
     int allow_disk;    /* allowDiskUse: -1 not given (MongoDB 7.0 default: allowed), 0, 1 */
     int depth;         /* nesting of sub-pipelines ($lookup, $facet) */
     const sbl_collation_t *coll; /* $match, $sort, $group keys compare strings by it; NULL: binary */
+    const sbl_agg_remote_t *remote; /* other collections through it (the router); NULL: local */
 } sbl_agg_env_t;
 
 /*
@@ -106,7 +119,8 @@ int sbl_agg_sort(const sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec,
 
 /* Read ns into out (appended): a collection through the executor (filter
  * may be NULL; it is planned, so indexes serve it), or a view, whose source
- * is read and whose pipeline runs (then filter as a $match). */
+ * is read and whose pipeline runs (then filter as a $match); with
+ * env->remote, through its read. */
 int sbl_agg_read_ns(sbl_agg_env_t *env, const char *ns, const bson_t *filter,
                     sbl_docvec_t *out, sbl_err_t *err);
 

@@ -853,6 +853,8 @@ static int run_stage(sbl_agg_env_t *env, const char *ns, size_t index, bool last
                                "%s can only be the final stage in the pipeline", name);
         if (env->depth > 0)
             return sbl_err_set(err, 51047, "%s is not allowed within a $lookup or $facet", name);
+        if (env->remote != NULL)
+            return env->remote->write(env->remote->arg, st, dv, err);
         return name[1] == 'o' ? sbl_agg_out(env, dv, st, err) : sbl_agg_merge(env, dv, st, err);
     }
     if (strcmp(name, "$geoNear") == 0) /* a first one went to the executor (geo_near.c) */

@@ -138,6 +138,8 @@ int sbl_agg_read_ns(sbl_agg_env_t *env, const char *ns, const bson_t *filter,
 {
     char src[SBL_NS_MAX];
     bson_t pipe;
+    if (env->remote != NULL) /* the router's merger: the cluster resolves views */
+        return env->remote->read(env->remote->arg, ns, filter, out, err);
     if (sbl_views_any() && sbl_view_get(env->ctx->ss, ns, src, sizeof(src), &pipe)) {
         sbl_agg_env_t sub = *env;
         sub.depth++;

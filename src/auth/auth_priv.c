@@ -93,6 +93,7 @@ static const action_def_t actions[] = {
     {"planCacheWrite", false},
     {"reIndex", false},
     {"remove", false},
+    {"removeShard", true},
     {"renameCollectionSameDB", false},
     {"replSetGetConfig", true},
     {"replSetGetStatus", true},
@@ -255,8 +256,8 @@ static const char *const hostmgr_cluster[] = {
     "applicationMessage", "cpuProfiler", "dropConnections", "flushRouterConfig", "fsync",
     "invalidateUserCache", "killAnySession", "killop", "logRotate", "setParameter", "shutdown",
     "unlock", NULL};
-static const char *const clustermgr_cluster[] = {"addShard", "listShards", "setClusterParameter",
-                                                 "setDefaultRWConcern",
+static const char *const clustermgr_cluster[] = {"addShard", "listShards", "removeShard",
+                                                 "setClusterParameter", "setDefaultRWConcern",
                                                  "setFeatureCompatibilityVersion", NULL};
 /* the sharding actions on any namespace, and the config database's
  * documents (balancer settings) */

@@ -54,6 +54,7 @@ int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err)
     bson_t pipeline, let_spec;
     bool has_pipeline = false, has_cursor = false, explain = false, has_let = false;
     bool collectionless = false;
+    bool needs_merge = false; /* a router merges the result: keep the text score (rt_agg.c) */
     int64_t batch_size = -1;
     int allow_disk = -1;
     size_t nstages = 0;
@@ -106,6 +107,8 @@ int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err)
             if (!BSON_ITER_HOLDS_BOOL(&it))
                 return sbl_type_error(err, "aggregate.allowDiskUse", &it, "bool");
             allow_disk = bson_iter_bool(&it);
+        } else if (strcmp(k, "needsMerge") == 0) {
+            needs_merge = bson_iter_as_bool(&it);
         } else if (strcmp(k, "let") == 0) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
                 return sbl_type_error(err, "aggregate.let", &it, "object");
@@ -260,7 +263,7 @@ int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err)
             rc = sbl_expr_take_match_error(err);
     }
     bson_iter_t ti;
-    bool text = has_filter && bson_iter_init_find(&ti, &filter, "$text");
+    bool text = has_filter && !needs_merge && bson_iter_init_find(&ti, &filter, "$text");
     if (has_filter)
         bson_destroy(&filter);
     if (has_geonear)

@@ -24,7 +24,9 @@
  *                        it moves one chunk from the shard with the most to
  *                        the one with the fewest when they differ by the
  *                        migration threshold (2 below 20 chunks, 4 below
- *                        80, 8 above: mongod's chunk-count rule).
+ *                        80, 8 above: mongod's chunk-count rule); before
+ *                        that, one chunk off a draining shard (removeShard;
+ *                        bal_drain.c picks it).
  *
  * What must stay true: one migration at a time per shard, as donor or
  * recipient (busy[]: a second one involving either shard fails at once with
@@ -34,6 +36,7 @@
  * raced a split or another commit, or was decided aborted, fails instead of
  * giving away the wrong range (commits and bumps hold commit_mu).
  */
+#include "cmd/bal_drain.h"
 #include "cmd/cmd_int.h"
 #include "cmd/migrate_int.h"
 
@@ -828,28 +831,56 @@ static int balance_collection(const bson_t *coll, char ids[][128], int nshards)
     return moved;
 }
 
+/* One collection with shards draining (removeShard): move one chunk off
+ * them as bal_drain.c picks.  1 moved, 0 nothing to move, -1 failed. */
+static int drain_collection(const bson_t *coll, char ids[][128], int nshards,
+                            char drain[][128], int ndrain)
+{
+    bson_iter_t it;
+    const char *ns = sbl_doc_utf8(coll, "_id");
+    if (ns == NULL || !bson_iter_init_find(&it, coll, "uuid"))
+        return 0;
+    bson_t f = BSON_INITIALIZER, sort = BSON_INITIALIZER, chunks, min, max;
+    bson_append_value(&f, "uuid", 4, bson_iter_value(&it));
+    BSON_APPEND_INT32(&sort, "min", 1);
+    sbl_err_t e = {0};
+    int to, moved = 0;
+    if (cfg_find("chunks", &f, &sort, &chunks, &e) == 0 &&
+        sbl_bal_drain_pick(&chunks, ids, nshards, drain, ndrain, &min, &max, &to)) {
+        int rc = move_range(ns, &min, &max, ids[to], NULL, &e);
+        moved = rc == 0 ? 1 : rc == SBL_E_ConflictingOperationInProgress ? 0 : -1;
+    }
+    bson_destroy(&f);
+    bson_destroy(&sort);
+    bson_destroy(&chunks);
+    return moved;
+}
+
 /* One round over every sharded collection; how many chunks moved. */
 static int balance_round(bool *errorp)
 {
     bson_t empty = BSON_INITIALIZER, shards, colls;
     sbl_err_t e = {0};
-    char ids[64][128];
-    int nshards = 0, moved = 0;
+    char ids[64][128], drain[64][128]; /* shards taking chunks; draining ones */
+    int nshards = 0, ndrain = 0, moved = 0;
     *errorp = false;
     if (cfg_find("shards", &empty, NULL, &shards, &e) == 0) {
         bson_iter_t it;
         bson_iter_init(&it, &shards);
-        while (bson_iter_next(&it) && nshards < 64) {
+        while (bson_iter_next(&it) && nshards + ndrain < 64) {
             bson_t s;
             bson_iter_t dr;
-            if (!sbl_iter_doc(&it, &s) || sbl_doc_utf8(&s, "_id") == NULL ||
-                (bson_iter_init_find(&dr, &s, "draining") && bson_iter_as_bool(&dr)))
+            if (!sbl_iter_doc(&it, &s) || sbl_doc_utf8(&s, "_id") == NULL)
                 continue;
-            snprintf(ids[nshards++], sizeof(ids[0]), "%s", sbl_doc_utf8(&s, "_id"));
+            if (bson_iter_init_find(&dr, &s, "draining") && bson_iter_as_bool(&dr))
+                snprintf(drain[ndrain++], sizeof(drain[0]), "%s", sbl_doc_utf8(&s, "_id"));
+            else
+                snprintf(ids[nshards++], sizeof(ids[0]), "%s", sbl_doc_utf8(&s, "_id"));
         }
     }
     bson_destroy(&shards);
-    if (nshards >= 2 && cfg_find("collections", &empty, NULL, &colls, &e) == 0) {
+    bool work = nshards >= 2 || (nshards >= 1 && ndrain > 0);
+    if (work && cfg_find("collections", &empty, NULL, &colls, &e) == 0) {
         bson_iter_t it;
         bson_iter_init(&it, &colls);
         while (bson_iter_next(&it)) {
@@ -859,7 +890,9 @@ static int balance_round(bool *errorp)
                 (bson_iter_init_find(&nb, &c, "noBalance") && bson_iter_as_bool(&nb)) ||
                 (bson_iter_init_find(&nb, &c, "dropped") && bson_iter_as_bool(&nb)))
                 continue;
-            int r = balance_collection(&c, ids, nshards);
+            int r = ndrain > 0 ? drain_collection(&c, ids, nshards, drain, ndrain) : 0;
+            if (r == 0)
+                r = balance_collection(&c, ids, nshards);
             if (r > 0)
                 moved++;
             else if (r < 0)
@@ -871,7 +904,7 @@ static int balance_round(bool *errorp)
                 break;
         }
         bson_destroy(&colls);
-    } else if (nshards >= 2) {
+    } else if (work) {
         bson_destroy(&colls);
     }
     bson_destroy(&empty);

@@ -14,9 +14,12 @@
  *
  * An awaitData getMore that finds nothing parks its request here instead of
  * sleeping: a loop timer checks every few milliseconds (or when the source
- * says its counter may next move) whether the counter it waits on moved (a capped insert committed, sbl_capped_generation; for a
- * change stream, the newest entry it may read) or the wait is over, and then
- * dispatches the getMore again, which answers with what it finds then.
+ * says its counter may next move) whether the counter it waits on moved (a
+ * capped insert committed, sbl_capped_generation; for a change stream, the
+ * newest entry it may read) or the wait is over, and then dispatches the
+ * getMore again, which answers with what it finds then.  A capped insert also
+ * kicks the loops (sbl_capped_kick), which check their tailable cursors'
+ * requests at once; the timer is what catches a kick that came too early.
  * When the counter moved, the cursor may first say cheaply that the getMore
  * would still find nothing (a change stream whose scope had no write): the
  * request then waits on without running (no dispatch, session, reply).
@@ -29,6 +32,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,12 +224,22 @@ typedef struct parked {
     uint64_t gen;
     int64_t until_us;
     bool cancelled; /* its connection closed before its loop took it */
+    bool kickable;  /* waits on the default counter: checked at once when it moves */
+    bool closing;   /* its timer is closing (loop thread only) */
     struct parked *next;
 } parked_t;
 
 static pthread_mutex_t parked_lock = PTHREAD_MUTEX_INITIALIZER;
 static parked_t *parked_list; /* parked, not yet taken by their loop */
 static parked_t *active_list; /* their timers run (each on its connection's loop) */
+static atomic_int nkickable;  /* kickable requests parked and not yet freed */
+
+static void parked_free(parked_t *p)
+{
+    if (p->kickable)
+        atomic_fetch_sub(&nkickable, 1);
+    free(p);
+}
 
 /* Unlink p from *list (under parked_lock); false when it is not there. */
 static bool unlink_parked(parked_t **list, parked_t *p)
@@ -251,6 +265,12 @@ bool sbl_capped_await_park(sbl_opctx_t *ctx, const sbl_op_wait_t *w)
     p->idle_arg = w->idle_arg;
     p->gen = w->gen;
     p->until_us = w->until_us;
+    /* A tailable cursor on a capped collection (the oplog's fetchers among
+     * them) is checked as soon as an insert commits (sbl_capped_kick); a
+     * change stream's own counter keeps the poll and its idle check. */
+    p->kickable = w->genf == NULL;
+    if (p->kickable)
+        atomic_fetch_add(&nkickable, 1);
     pthread_mutex_lock(&parked_lock);
     p->next = parked_list;
     parked_list = p;
@@ -261,7 +281,7 @@ bool sbl_capped_await_park(sbl_opctx_t *ctx, const sbl_op_wait_t *w)
 
 static void parked_closed(uv_handle_t *h)
 {
-    free(h->data);
+    parked_free(h->data);
 }
 
 static void parked_tick(uv_timer_t *t);
@@ -299,6 +319,7 @@ static void parked_tick(uv_timer_t *t)
     uv_timer_stop(t);
     sbl_conn_t *conn = p->conn;
     sbl_request_t *req = p->req;
+    p->closing = true;
     uv_close((uv_handle_t *)t, parked_closed);
     sbl_cmd_dispatch(conn, req); /* the getMore again: it answers, or parks anew */
 }
@@ -323,7 +344,7 @@ void sbl_capped_await_start(sbl_conn_t *conn, sbl_request_t *req)
         return;
     if (p->cancelled) { /* the connection is closing: release the request unanswered */
         sbl_conn_reply(conn, req, NULL);
-        free(p);
+        parked_free(p);
         return;
     }
     p->timer.data = p;
@@ -331,13 +352,54 @@ void sbl_capped_await_start(sbl_conn_t *conn, sbl_request_t *req)
     parked_arm(p);
 }
 
+/* Loop thread, kicked: check this loop's kickable requests now, not at their
+ * next tick.  A request's memory stays until its close callback, which
+ * cannot run inside this one, so the list taken here stays valid; one that
+ * closed meanwhile (an earlier check here dispatched a getMore that closed
+ * a connection) is skipped. */
+static void kick_loop(uv_loop_t *loop)
+{
+    static _Thread_local parked_t **mine;
+    static _Thread_local size_t cap;
+    size_t n = 0;
+    pthread_mutex_lock(&parked_lock);
+    for (parked_t *p = active_list; p != NULL; p = p->next) {
+        if (!p->kickable || p->timer.loop != loop)
+            continue;
+        if (n == cap) {
+            size_t ncap = cap ? 2 * cap : 16;
+            parked_t **m = realloc(mine, ncap * sizeof(*m));
+            if (m == NULL)
+                break; /* the rest wait for their ticks */
+            mine = m;
+            cap = ncap;
+        }
+        mine[n++] = p;
+    }
+    pthread_mutex_unlock(&parked_lock);
+    for (size_t i = 0; i < n; i++)
+        if (!mine[i]->closing)
+            parked_tick(&mine[i]->timer);
+}
+
+void sbl_capped_kick(void)
+{
+    if (atomic_load_explicit(&nkickable, memory_order_relaxed) > 0)
+        sbl_net_kick_loops();
+}
+
+void sbl_capped_kick_init(void)
+{
+    sbl_net_set_kick(kick_loop);
+    sbl_capped_set_notify(sbl_capped_kick);
+}
 
 /* A cancelled wait's timer is closed: release its request unanswered. */
 static void parked_cancelled(uv_handle_t *h)
 {
     parked_t *p = h->data;
     sbl_conn_reply(p->conn, p->req, NULL);
-    free(p);
+    parked_free(p);
 }
 
 void sbl_capped_await_cancel(sbl_conn_t *conn)
@@ -363,6 +425,7 @@ void sbl_capped_await_cancel(sbl_conn_t *conn)
         p = mine;
         mine = p->next;
         uv_timer_stop(&p->timer);
+        p->closing = true;
         uv_close((uv_handle_t *)&p->timer, parked_cancelled);
     }
 }

@@ -57,5 +57,11 @@ void sbl_capped_await_start(sbl_conn_t *conn, sbl_request_t *req);
 /* The connection closes (its loop): end its waits without an answer, so the
  * connection can be freed (shutdown does not wait for them). */
 void sbl_capped_await_cancel(sbl_conn_t *conn);
+/* The default counter moved: the loops check their parked tailable getMores
+ * now instead of at their next poll (cheap when none is parked). */
+void sbl_capped_kick(void);
+/* Install the kick (the network loops' and the capped inserts' hooks); once,
+ * before the network starts. */
+void sbl_capped_kick_init(void);
 
 #endif

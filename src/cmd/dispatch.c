@@ -1167,6 +1167,7 @@ int sbl_cmd_init(sbl_err_t *err)
     static const sbl_op_observer_t observer = {.coll_created = sbl_cmd_on_coll_created};
     sbl_op_set_observer(&observer);
     sbl_op_set_park(sbl_capped_await_park);
+    sbl_capped_kick_init();
     sbl_op_set_generation(wake_generation);
     SBL_RET(sbl_spill_init(err)); /* memory parameters; empties <dbpath>/_tmp */
     SBL_RET(sbl_cmd_sessions_init(err)); /* session timeout and refresh parameters */

@@ -131,11 +131,36 @@ static void deadline_cb(uv_timer_t *t)
     loop_finish(t->data);
 }
 
+static void (*kick_fn)(uv_loop_t *loop);
+static pthread_rwlock_t kick_lock = PTHREAD_RWLOCK_INITIALIZER; /* net_g.loops stays while read */
+
+void sbl_net_set_kick(void (*fn)(uv_loop_t *loop))
+{
+    kick_fn = fn;
+}
+
+void sbl_net_kick_loops(void)
+{
+    pthread_rwlock_rdlock(&kick_lock);
+    for (int i = 0; net_g.loops != NULL && i < net_g.nloops; i++) {
+        net_loop_t *nl = &net_g.loops[i];
+        if (atomic_exchange(&nl->kicked, true))
+            continue; /* a run is due already */
+        pthread_mutex_lock(&nl->mu);
+        if (!nl->dead)
+            uv_async_send(&nl->wake);
+        pthread_mutex_unlock(&nl->mu);
+    }
+    pthread_rwlock_unlock(&kick_lock);
+}
+
 static void wake_cb(uv_async_t *a)
 {
     net_loop_t *nl = a->data;
     if (nl->finished)
         return;
+    if (atomic_exchange(&nl->kicked, false) && kick_fn != NULL && !nl->stopping)
+        kick_fn(&nl->loop);
     pthread_mutex_lock(&nl->mu);
     sbl_conn_t *in = nl->incoming;
     net_reply_t *r = nl->replies;
@@ -382,9 +407,11 @@ static void free_loops(int n)
             free(nl->spare[--nl->nspare]);
         pthread_mutex_destroy(&nl->mu);
     }
+    pthread_rwlock_wrlock(&kick_lock);
     free(net_g.loops);
     net_g.loops = NULL;
     net_g.nloops = 0;
+    pthread_rwlock_unlock(&kick_lock);
 }
 
 /* Run a loop until its (already closed) handles have gone; for failed starts. */

@@ -96,6 +96,13 @@ void sbl_conn_hold_place(sbl_conn_t *conn);
 void sbl_conn_set_data(sbl_conn_t *conn, void *data, void (*free_fn)(void *));
 void *sbl_conn_data(const sbl_conn_t *conn);
 
+/* Have every loop thread run fn(loop) soon: kicks before its run share one
+ * run per loop.  Any thread; nothing happens while the loops are not running.
+ * The layer above sets fn once, before sbl_net_start (it checks the requests
+ * it parked on a loop, such as awaitData getMores, when what they wait on moved). */
+void sbl_net_set_kick(void (*fn)(uv_loop_t *loop));
+void sbl_net_kick_loops(void);
+
 typedef struct sbl_net_stats {
     int64_t current;
     int64_t total_created;

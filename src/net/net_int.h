@@ -42,6 +42,7 @@ struct net_loop {
     net_reply_t *replies, *replies_tail;
     bool stop_requested;
     bool dead; /* wake is closed: late replies are dropped */
+    atomic_bool kicked; /* sbl_net_kick_loops asked for the kick function's run */
 
     /* loop thread only */
     sbl_conn_t *conns; /* every connection of this loop not yet freed */

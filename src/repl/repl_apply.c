@@ -480,3 +480,163 @@ int sbl_rs_apply_drain(sbl_err_t *err)
     ns_cached = 0; /* a barrier may create, drop or convert a collection */
     return rc;
 }
+
+/* ---- groups: the serial applier's entries in few transactions ----------------- */
+
+/*
+ * With no writers (replWriterThreadCount=1, the default on two cores), the
+ * fetching thread applies consecutive document entries (i, u, d, n) of
+ * ordinary collections in one WiredTiger transaction, a group, as mongod
+ * applies groupable inserts: each entry's change and its copy in our oplog
+ * are written at the entry's own ts (WiredTiger takes the commit timestamp
+ * current at each update; they only grow within a group), and the group
+ * commits once.  The visibility point (the applied optime) moves at that
+ * commit, over the whole group, never over part of one.  A group ends at a
+ * batch's end (repl_sync.c, before the fetch that might wait), before any
+ * other entry, and at GROUP_MAX_OPS entries or GROUP_MAX_BYTES.
+ *
+ * Any failure in a group (an entry whose change fails, the commit) rolls
+ * the whole group back and applies its entries again one at a time with the
+ * serial rules (sbl_rs_apply_entry), so what happens then is exactly what
+ * happened before groups; the group keeps its entries' bytes for that.
+ */
+#define GROUP_MAX_OPS 500
+#define GROUP_MAX_BYTES (16 * 1024 * 1024)
+
+static struct {
+    bool open;   /* a transaction is open on the fetching thread's session */
+    size_t n;    /* entries applied in it */
+    uint8_t *buf; /* their bytes, back to back */
+    size_t len, cap;
+} group;
+
+bool sbl_rs_group_takes(const bson_t *e)
+{
+    bson_iter_t it;
+    if (pool.n > 0 || !bson_iter_init(&it, e))
+        return false;
+    const char *op = NULL, *ns = NULL;
+    while (bson_iter_next(&it) && (op == NULL || ns == NULL)) {
+        const char *k = bson_iter_key(&it);
+        if (k[0] == 'o' && k[1] == 'p' && k[2] == '\0' && BSON_ITER_HOLDS_UTF8(&it))
+            op = bson_iter_utf8(&it, NULL);
+        else if (k[0] == 'n' && k[1] == 's' && k[2] == '\0' && BSON_ITER_HOLDS_UTF8(&it))
+            ns = bson_iter_utf8(&it, NULL);
+    }
+    if (op == NULL || ns == NULL || op[1] != '\0' || strchr("iudn", op[0]) == NULL)
+        return false;
+    if (op[0] == 'n')
+        return true;
+    /* Catalogs and caches (users, roles, views, keys, sessions) are read by
+     * other threads at once: their entries commit alone, as before. */
+    const char *dot = strchr(ns, '.');
+    if (dot == NULL || strncmp(dot + 1, "system.", 7) == 0)
+        return false;
+    size_t dl = (size_t)(dot - ns);
+    if ((dl == 5 && strncmp(ns, "admin", 5) == 0) || (dl == 6 && strncmp(ns, "config", 6) == 0) ||
+        (dl == 5 && strncmp(ns, "local", 5) == 0))
+        return false;
+    /* An existing collection (the command would create one, a catalog change
+     * outside any transaction), not capped (its own lock and eviction), not
+     * time-series, whose changes write no pre-images (their collection may
+     * need creating). */
+    sbl_coll_t *c = NULL;
+    sbl_err_t err;
+    sbl_err_clear(&err);
+    if (sbl_coll_open(sbl_session_get(), ns, false, &c, NULL, &err) != 0)
+        return false;
+    const bson_t *o = sbl_coll_options(c);
+    bool ok = !sbl_coll_capped(c, NULL, NULL) && !sbl_coll_dup_ids(c) &&
+              !(o != NULL && bson_iter_init_find(&it, o, "changeStreamPreAndPostImages"));
+    sbl_coll_release(c);
+    return ok;
+}
+
+/* Each entry the group kept: apply it alone (redo) or count it applied. */
+static int group_each(bool redo, sbl_err_t *err)
+{
+    int rc = 0;
+    for (size_t off = 0; off < group.len && rc == 0;) {
+        uint32_t len;
+        bson_t e;
+        memcpy(&len, group.buf + off, 4);
+        len = BSON_UINT32_FROM_LE(len);
+        if (!bson_init_static(&e, group.buf + off, len)) {
+            rc = sbl_err_set(err, SBL_E_InternalError, "a grouped oplog entry is damaged");
+            break;
+        }
+        if (!redo || (rc = sbl_rs_apply_entry(&e, err)) == 0)
+            sbl_rs_count_applied_op(&e);
+        off += len;
+    }
+    group.n = group.len = 0;
+    return rc;
+}
+
+static bool group_keep(const bson_t *e)
+{
+    if (group.len + e->len > group.cap) {
+        size_t cap = group.cap ? group.cap : 64 * 1024;
+        while (cap < group.len + e->len)
+            cap *= 2;
+        uint8_t *b = realloc(group.buf, cap);
+        if (b == NULL)
+            return false;
+        group.buf = b;
+        group.cap = cap;
+    }
+    memcpy(group.buf + group.len, bson_get_data(e), e->len);
+    group.len += e->len;
+    group.n++;
+    return true;
+}
+
+int sbl_rs_group_apply(const bson_t *e, sbl_err_t *err)
+{
+    sbl_session_t *s = sbl_session_get();
+    if (s == NULL)
+        return sbl_err_set(err, SBL_E_InternalError, "no storage session");
+    if (!group.open) {
+        SBL_RET(sbl_txn_begin_outer(s, err));
+        group.open = true;
+    }
+    /* The entry's ts before its change: WiredTiger stamps each update with
+     * the commit timestamp current when it is made (the group's previous
+     * entry's, else). */
+    bson_iter_t it;
+    uint32_t t = 0, i = 0;
+    if (bson_iter_init_find(&it, e, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
+        bson_iter_timestamp(&it, &t, &i);
+    bool kept = group_keep(e);
+    int rc = !kept ? SBL_E_ExceededMemoryLimit
+           : t == 0 ? SBL_E_InvalidBSON
+           : sbl_txn_set_commit_ts(s, SBL_TS(t, i), err);
+    if (rc == 0 && (rc = sbl_rs_apply_direct(e, err)) == SBL_RS_NOT_DIRECT)
+        rc = sbl_rs_apply_entry_ahead(e, err); /* any failure: rc */
+    if (rc == 0 && !sbl_txn_outer_failed(s))
+        return group.n >= GROUP_MAX_OPS || group.len >= GROUP_MAX_BYTES
+                   ? sbl_rs_group_commit(err) : 0;
+    sbl_txn_abort_outer(s);
+    group.open = false;
+    sbl_err_clear(err);
+    if ((rc = group_each(true, err)) == 0 && !kept && (rc = sbl_rs_apply_entry(e, err)) == 0)
+        sbl_rs_count_applied_op(e);
+    return rc;
+}
+
+int sbl_rs_group_commit(sbl_err_t *err)
+{
+    if (!group.open)
+        return 0;
+    group.open = false;
+    sbl_session_t *s = sbl_session_get();
+    if (s != NULL && sbl_txn_commit_outer(s, err) == 0) /* it aborts on failure */
+        return group_each(false, err);
+    sbl_err_clear(err);
+    return group_each(true, err);
+}
+
+bool sbl_rs_group_open(void)
+{
+    return group.open;
+}

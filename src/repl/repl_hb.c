@@ -843,7 +843,10 @@ static void *peer_main(void *arg)
         int64_t now = sbl_now_ms();
         if (rs.config == NULL || i >= rs.cfg.n || i == rs.self || rs.config_source[0] != '\0' ||
             rs.peer[i].next_hb_ms > now) {
-            int64_t wait = rs.config != NULL && i < rs.cfg.n ? rs.peer[i].next_hb_ms - now : 50;
+            /* our own slot, or no peer to ask: look again at the next change or in 50 ms */
+            bool peer = rs.config != NULL && i < rs.cfg.n && i != rs.self &&
+                        rs.config_source[0] == '\0';
+            int64_t wait = peer ? rs.peer[i].next_hb_ms - now : 50;
             sbl_rs_wait_locked(wait > 50 ? 50 : wait);
             continue;
         }

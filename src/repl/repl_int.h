@@ -545,6 +545,22 @@ int sbl_rs_apply_dispatch(const bson_t *e, sbl_err_t *err);
 /* Wait until every entry handed out is applied or dropped; the first failure
  * (then nothing after it committed), else 0. */
 int sbl_rs_apply_drain(sbl_err_t *err);
+/* Groups (repl_apply.c): with no writers, the fetching thread applies
+ * consecutive document entries of ordinary collections in one transaction.
+ * sbl_rs_group_takes: whether e may join a group.  sbl_rs_group_apply: apply
+ * e in the open group (opening one); it may commit the group when full.
+ * sbl_rs_group_commit: commit the open group (none: 0).  A group that fails
+ * anywhere rolls back and its entries are applied again one at a time; the
+ * error is then the first of those, as the serial applier's. */
+bool sbl_rs_group_takes(const bson_t *e);
+int sbl_rs_group_apply(const bson_t *e, sbl_err_t *err);
+int sbl_rs_group_commit(sbl_err_t *err);
+bool sbl_rs_group_open(void);
+/* Apply grouped document entry e (i, u, d) straight through storage in the
+ * open transaction (repl_crud.c); SBL_RS_NOT_DIRECT when e needs the
+ * command path, else 0 or the error. */
+#define SBL_RS_NOT_DIRECT (-1)
+int sbl_rs_apply_direct(const bson_t *e, sbl_err_t *err);
 /* From sbl_oplog_append_raw on a writer: wait for the entry's turn before
  * it takes the oplog's lock (0 at once elsewhere); WriteConflict when an
  * earlier entry needs this writer's transaction out of its way, another

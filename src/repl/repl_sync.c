@@ -487,20 +487,27 @@ static bool still_in_term(void *term)
     return same_term_secondary(*(const int64_t *)term);
 }
 
+/* This member's secondaryDelaySecs in ms (0 in STARTUP2: a new member
+ * catches up first). */
+static int64_t delay_ms(void)
+{
+    pthread_mutex_lock(&rs.lock);
+    int64_t ms = rs.self >= 0 && atomic_load(&rs.state) != SBL_RS_STARTUP2
+                     ? rs.cfg.m[rs.self].delay_s * 1000 : 0;
+    pthread_mutex_unlock(&rs.lock);
+    return ms;
+}
+
 /* secondaryDelaySecs: hold entry e until it is that old (by its wall time,
  * else its ts), as mongod's delayed members; false when the applier must
- * stop meanwhile (its source or state changed).  Not in STARTUP2: a new
- * member catches up first. */
+ * stop meanwhile (its source or state changed). */
 static bool wait_delay(const bson_t *e, const char *host, int64_t term)
 {
     bson_iter_t it;
     int64_t at_ms = -1;
     for (;;) {
-        pthread_mutex_lock(&rs.lock);
-        int64_t delay_ms = rs.self >= 0 && atomic_load(&rs.state) != SBL_RS_STARTUP2
-                               ? rs.cfg.m[rs.self].delay_s * 1000 : 0;
-        pthread_mutex_unlock(&rs.lock);
-        if (delay_ms <= 0)
+        int64_t delay = delay_ms();
+        if (delay <= 0)
             return true;
         if (at_ms < 0 && bson_iter_init_find(&it, e, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it))
             at_ms = bson_iter_date_time(&it);
@@ -510,7 +517,7 @@ static bool wait_delay(const bson_t *e, const char *host, int64_t term)
                 bson_iter_timestamp(&it, &secs, &inc);
             at_ms = (int64_t)secs * 1000;
         }
-        int64_t left = at_ms + delay_ms - sbl_now_ms();
+        int64_t left = at_ms + delay - sbl_now_ms();
         if (left <= 0)
             return true;
         if (!still_syncing_from(host) || !same_term_secondary(term))
@@ -725,6 +732,37 @@ static bool source_newer_term(mongoc_collection_t *oplog, sbl_optime_t last)
     return newer;
 }
 
+/* The documents of the tailing cursor's batches not yet read: the APM reply
+ * of each find / getMore adds its batch (libmongoc reads a batch at a time
+ * and says nothing of what it buffered), each document read takes one.  At
+ * zero the next read may wait for the source (awaitData): the applier's open
+ * group (repl_apply.c) commits before it. */
+static void count_batch(const mongoc_apm_command_succeeded_t *ev)
+{
+    int64_t *left = mongoc_apm_command_succeeded_get_context(ev);
+    const char *name = mongoc_apm_command_succeeded_get_command_name(ev);
+    const bson_t *reply = mongoc_apm_command_succeeded_get_reply(ev);
+    bson_iter_t it, arr;
+    const char *path = strcmp(name, "getMore") == 0 ? "cursor.nextBatch"
+                     : strcmp(name, "find") == 0 ? "cursor.firstBatch" : NULL;
+    if (path == NULL || !bson_iter_init(&it, reply) ||
+        !bson_iter_find_descendant(&it, path, &arr) || !BSON_ITER_HOLDS_ARRAY(&arr) ||
+        !bson_iter_recurse(&arr, &it))
+        return;
+    while (bson_iter_next(&it))
+        (*left)++;
+}
+
+/* Commit the applier's open group, if any, and tell the reporter. */
+static int end_group(reporter_t *reporter, sbl_err_t *err)
+{
+    if (!sbl_rs_group_open())
+        return 0;
+    int rc = sbl_rs_group_commit(err);
+    reporter_poke(reporter);
+    return rc;
+}
+
 static void sync_from(const char *host)
 {
     char uri[4096];
@@ -734,6 +772,10 @@ static void sync_from(const char *host)
     mongoc_client_t *c = mongoc_client_new(uri);
     if (c == NULL)
         return;
+    int64_t batch_left = 0;
+    mongoc_apm_callbacks_t *apm = mongoc_apm_callbacks_new();
+    mongoc_apm_set_command_succeeded_cb(apm, count_batch);
+    mongoc_client_set_apm_callbacks(c, apm, &batch_left);
     mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
     reporter_t *reporter = reporter_start(uri);
     /* Where we are: the newest entry the oplog holds, not the last ts handed
@@ -769,7 +811,17 @@ static void sync_from(const char *host)
         abort_txns(false); /* none may commit here now; their writes would block ours */
     while (still_syncing_from(host)) {
         int n = 0;
-        while (mongoc_cursor_next(cur, &doc)) {
+        batch_left = 0; /* the source_newer_term find's batch is not ours */
+        for (;;) {
+            sbl_err_t err;
+            sbl_err_clear(&err);
+            if (batch_left <= 0 && end_group(reporter, &err) != 0) {
+                apply_failed(&err);
+                goto out;
+            }
+            if (!mongoc_cursor_next(cur, &doc))
+                break;
+            batch_left--;
             bson_iter_t it;
             uint32_t t = 0, i = 0;
             if (bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
@@ -782,8 +834,6 @@ static void sync_from(const char *host)
                 if (o.ts != last.ts || o.t != last.t) {
                     log_host(SBL_LOG_INFO, 21098, "Our last applied entry is not in the sync "
                              "source's oplog: starting rollback", host);
-                    sbl_err_t err;
-                    sbl_err_clear(&err);
                     if (sbl_rs_rollback(c, host, &err) != 0) {
                         bson_t attr = BSON_INITIALIZER;
                         BSON_APPEND_UTF8(&attr, "error", err.msg);
@@ -800,17 +850,29 @@ static void sync_from(const char *host)
                 goto out;
             if (o.ts <= applied_ts)
                 continue;
+            bool delayed = delay_ms() > 0;
+            if ((delayed || sbl_repl_fp_applies(SBL_REPL_FP_APPLY_STOP, NULL)) &&
+                end_group(reporter, &err) != 0) {
+                apply_failed(&err);
+                goto out;
+            }
             if (!wait_delay(doc, host, sync_term) ||
                 !sbl_repl_fp_wait(SBL_REPL_FP_APPLY_STOP, still_in_term, &sync_term))
                 goto out;
-            /* A document's entry goes to its writer; a command waits until the
-             * writers applied everything before it, then runs alone. */
-            sbl_err_t err;
-            sbl_err_clear(&err);
-            bool barrier = sbl_rs_apply_is_barrier(doc);
-            int arc = barrier ? sbl_rs_apply_drain(&err) : sbl_rs_apply_dispatch(doc, &err);
-            if (arc == 0 && barrier)
-                arc = sbl_rs_apply_entry(doc, &err);
+            /* With no writers, a document's entry joins the open group; with
+             * writers, it goes to its writer; a command waits until everything
+             * before it is applied (and committed), then runs alone. */
+            bool grouped = !delayed && sbl_rs_group_takes(doc), barrier = false;
+            int arc;
+            if (grouped) {
+                arc = sbl_rs_group_apply(doc, &err);
+            } else {
+                barrier = sbl_rs_apply_is_barrier(doc);
+                if ((arc = end_group(reporter, &err)) == 0)
+                    arc = barrier ? sbl_rs_apply_drain(&err) : sbl_rs_apply_dispatch(doc, &err);
+                if (arc == 0 && barrier)
+                    arc = sbl_rs_apply_entry(doc, &err);
+            }
             if (arc != 0) {
                 apply_failed(&err);
                 goto out;
@@ -826,7 +888,8 @@ static void sync_from(const char *host)
         if (n > 0) {
             sbl_err_t err;
             sbl_err_clear(&err);
-            if (sbl_rs_apply_drain(&err) != 0) { /* caught up: all applied */
+            if (end_group(reporter, &err) != 0 ||
+                sbl_rs_apply_drain(&err) != 0) { /* caught up: all applied */
                 apply_failed(&err);
                 goto out;
             }
@@ -856,7 +919,7 @@ static void sync_from(const char *host)
     }
 out:
     sbl_err_clear(&lerr);
-    if (sbl_rs_apply_drain(&lerr) != 0)
+    if (end_group(reporter, &lerr) != 0 || sbl_rs_apply_drain(&lerr) != 0)
         apply_failed(&lerr);
     sbl_rs_apply_stream(NULL, NULL, NULL, NULL);
     reporter_stop(reporter);
@@ -864,6 +927,7 @@ out:
     mongoc_cursor_destroy(cur);
     mongoc_collection_destroy(oplog);
     mongoc_client_destroy(c);
+    mongoc_apm_callbacks_destroy(apm);
     bson_destroy(&filter);
     bson_destroy(&opts);
     pthread_mutex_lock(&rs.lock);

@@ -3,6 +3,7 @@
  * pools and command round trips; rt_meta.c: the metadata cache and the
  * sharding commands that change it; rt_target.c: shard keys and chunk
  * lookup; rt_cursor.c: reads (find, getMore, count, distinct, aggregate);
+ * rt_agg.c: pipelines split between the shards and the router's merger;
  * rt_write.c: writes; rt_migrate.c: moveChunk, moveRange and the balancer
  * commands (run by the config server); rt_session.c: sessions, retryable
  * writes and transactions; rt_stream.c: change streams; rt_cmds.c: the
@@ -73,6 +74,14 @@ void rt_remote_shutdown(void);
 int rt_shard_add(const char *id, const char *host);
 int rt_shard_find(const char *id);
 int rt_shard_count(void);
+/* config.shards' state of shard i, as rt_shards_reload last read it: a
+ * removed shard (removeShard completed) keeps its index (routing tables
+ * hold indexes) but no command goes to it; a draining one takes no new
+ * chunk or database. */
+void rt_shard_set_state(int i, bool draining, bool removed);
+bool rt_shard_removed(int i);
+/* Neither draining nor removed: new databases and chunks may go there. */
+bool rt_shard_takes_data(int i);
 const char *rt_shard_id(int i);
 const char *rt_shard_host(int i);
 /* Run cmd on shard i (i == -1: the config servers) in database db.  Returns
@@ -128,6 +137,15 @@ int rt_host_run(const char *hostport, int *fdp, int timeout_ms, const char *db, 
                 bson_t *reply, sbl_err_t *err);
 
 /* ---- rt_meta.c ---- */
+/* Every document of config.<coll> matching filter (sorted by sort, may be
+ * NULL) appended to arr (initialised by the caller) as "0", "1", ...
+ * Returns 0 or an error. */
+int rt_cfg_find_all(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
+                    sbl_err_t *err);
+/* A write command on the config servers, w: majority; 0 or the error (a
+ * write error's code too).  reply_out (may be NULL) receives the reply
+ * (initialised only when 0 is returned). */
+int rt_cfg_write(const bson_t *cmd_in, bson_t *reply_out, sbl_err_t *err);
 /* The routing table of ns (refreshing from the config servers when absent
  * or when force).  Returns a reference (rt_coll_release) or NULL with err. */
 rt_coll_t *rt_coll_get(const char *ns, bool force, sbl_err_t *err);
@@ -137,18 +155,19 @@ void rt_meta_flush(void);
 /* The primary shard of db; create_db: register the database (choosing a
  * primary) when the config servers do not know it.  -1 with err. */
 int rt_db_primary(const char *db, bool create_db, sbl_err_t *err);
-/* Reload config.shards. */
+/* Reload config.shards: add the new shards, note each one's draining, mark
+ * those no longer there removed. */
 int rt_shards_reload(sbl_err_t *err);
-/* Every document of config.<coll> on the config servers matching filter
- * (sorted by sort, may be NULL) appended to arr (initialised by the caller)
- * as "0", "1", ...  0 or the error. */
-int rt_config_find(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
-                   sbl_err_t *err);
+/* Ask every shard to re-read ns's version now (_flushRoutingTableCacheUpdates);
+ * a shard that does not answer re-reads it at its next version check. */
+void rt_flush_shards(const char *ns);
 /* The sharding commands (reply receives the fields besides ok). */
 int rt_cmd_add_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_enable_sharding(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* rt_refine.c: refineCollectionShardKey. */
+int rt_cmd_refine_shard_key(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 /* ---- rt_migrate.c ---- */
 /* moveChunk, moveRange (through the config server's _configsvrMoveRange). */
 int rt_cmd_move_chunk(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
@@ -158,6 +177,10 @@ int rt_cmd_move_range(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_split_point(const rt_coll_t *c, const bson_t *cmd, bson_t *middle, sbl_err_t *err);
 /* which: "Start", "Stop" or "Status": the config server's answer's fields. */
 int rt_cmd_balancer(const char *which, bson_t *reply, sbl_err_t *err);
+/* ---- rt_drain.c ---- */
+/* removeShard (draining: started, ongoing, completed) and movePrimary. */
+int rt_cmd_remove_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_cmd_move_primary(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 /* ---- rt_zones.c ---- */
 /* addShardToZone, removeShardFromZone, updateZoneKeyRange (and their
  * lower-case names): on the admin database only, carried out by the config
@@ -240,6 +263,10 @@ void rt_cursors_shutdown(void);
 int rt_merge_cursors(const char *db, const char *coll, bson_t *replies, const int *shard_of,
                      int n, const bson_t *sort, int64_t limit, int64_t skip, bson_t *reply,
                      sbl_err_t *err);
+/* A router cursor over docs (a BSON array the router made: an aggregation
+ * merged here), served in batches: the first of batch documents into reply. */
+int rt_docs_cursor(const char *db, const char *coll, const bson_t *docs, int64_t batch,
+                   bson_t *reply, sbl_err_t *err);
 /* Every document of a shard's cursor reply (getMore until exhausted) into arr. */
 int rt_drain_cursor(bson_t *shard_reply, const char *db, const char *coll, int shard,
                     bson_t *arr, sbl_err_t *err);
@@ -249,6 +276,25 @@ int rt_drain_cursor(bson_t *shard_reply, const char *db, const char *coll, int s
 typedef struct rt_stream rt_stream_t;
 /* Register stream s as a router cursor (which then owns it); its id. */
 int64_t rt_stream_register(rt_stream_t *s, const char *db, const char *coll);
+
+/* ---- rt_agg.c ---- */
+/* aggregate over the shards targets[] of c (ns db.coll) when rt_read.c's
+ * merges do not cover the pipeline: the shards run the stages before the
+ * split point, the router the rest (src/agg).  Returns 0 with reply filled
+ * (a cursor, or a shard's error reply), 0 with *stalep set when a shard
+ * answered StaleConfig (reply untouched: retry with a fresh table), or an
+ * error (238 NotImplemented for a stage the router cannot run). */
+int rt_agg_split(const char *db, const char *coll, const bson_t *cmd, const rt_coll_t *c,
+                 const bool targets[RT_MAX_SHARDS], bson_t *reply, bool *stalep, sbl_err_t *err);
+/* A find across shards sorted by {$meta: "textScore"}, run as the aggregate
+ * it stands for ($match, $sort, $skip, $limit, $project); -1 (nothing done)
+ * when it has an option or a projection no pipeline has. */
+int rt_agg_find_by_meta(const char *db, const char *coll, const bson_t *cmd, bson_t *reply,
+                        sbl_err_t *err);
+/* Whether cmd's pipeline reads ($lookup, $graphLookup, $unionWith) or
+ * writes ($out, $merge) a collection at any depth that shard cannot serve
+ * alone (sharded, or unsharded elsewhere): then it cannot go whole to shard. */
+bool rt_agg_elsewhere(const char *db, const bson_t *cmd, int shard);
 
 /* ---- rt_stream.c ---- */
 /* aggregate whose pipeline starts with $changeStream (coll NULL: a

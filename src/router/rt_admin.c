@@ -75,9 +75,11 @@ static int cfg_delete_many(const char *coll, const bson_t *q, sbl_err_t *err)
 
 /* Ask every shard to reload ns's (or db's) routing metadata; a shard that
  * is down learns it when it next checks a version. */
-static void flush_shards(const char *ns)
+void rt_flush_shards(const char *ns)
 {
     for (int i = 0; i < rt_shard_count(); i++) {
+        if (rt_shard_removed(i))
+            continue;
         bson_t cmd = BSON_INITIALIZER, reply;
         sbl_err_t e = {0};
         BSON_APPEND_UTF8(&cmd, "_flushRoutingTableCacheUpdates", ns);
@@ -158,7 +160,7 @@ int rt_cmd_add_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     /* Already a member under this name and host: nothing to do (mongod's answer). */
     rt_shards_reload(err);
     int existing = rt_shard_find(id);
-    if (existing >= 0) {
+    if (existing >= 0 && !rt_shard_removed(existing)) {
         if (strcmp(rt_shard_host(existing), host) != 0)
             return sbl_err_set(err, SBL_E_IllegalOperation, "A shard named %s already exists "
                                "with host %s", id, rt_shard_host(existing));
@@ -179,6 +181,7 @@ int rt_cmd_add_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     int idx = rt_shard_add(id, host);
     if (idx < 0)
         return sbl_err_set(err, SBL_E_InternalError, "too many shards");
+    rt_shard_set_state(idx, false, false); /* a removed shard added again */
     /* Tell the shard who it is and where the config servers are (mongod's
      * shardIdentity document). */
     bson_t sc = BSON_INITIALIZER, si;
@@ -407,16 +410,20 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         bson_destroy(&zchunks);
         return rc;
     }
-    int nshards = rt_shard_count();
+    int takers[RT_MAX_SHARDS], nshards = 0; /* not draining: initial chunks go there */
+    for (int s = 0; s < rt_shard_count(); s++)
+        if (rt_shard_takes_data(s))
+            takers[nshards++] = s;
     if (nzone > 0)
         nchunks = nzone;
-    else if (hashed_pos != 0 || ndocs > 0)
+    else if (hashed_pos != 0 || ndocs > 0 || nshards == 0)
         nchunks = 1;
     else if (nchunks == 0)
         nchunks = 2 * (int64_t)nshards;
     if (nchunks > 1 || nzone > 0)
         for (int s = 0; s < nshards; s++)
-            if (s != primary && (rc = prepare_shard(s, db, coll, &key, unique, err)) != 0) {
+            if (takers[s] != primary &&
+                (rc = prepare_shard(takers[s], db, coll, &key, unique, err)) != 0) {
                 bson_destroy(&zchunks);
                 return rc;
             }
@@ -457,7 +464,7 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         bson_t ch = BSON_INITIALIZER, hist, h0;
         bson_oid_t cid;
         bson_oid_init(&cid, NULL);
-        int owner = nchunks > 1 ? (int)(i % nshards) : primary;
+        int owner = nchunks > 1 ? takers[i % nshards] : primary;
         int64_t lo = (int64_t)((__int128)i * ((__int128)1 << 64) / nchunks - ((__int128)1 << 63));
         int64_t hi =
             (int64_t)((__int128)(i + 1) * ((__int128)1 << 64) / nchunks - ((__int128)1 << 63));
@@ -513,7 +520,7 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     bson_value_destroy(&uuid);
     if (rc != 0)
         return rc;
-    flush_shards(ns);
+    rt_flush_shards(ns);
     rt_coll_t *c = rt_coll_get(ns, true, err);
     rt_coll_release(c);
     BSON_APPEND_UTF8(reply, "collectionsharded", ns);
@@ -643,7 +650,7 @@ int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         bson_value_destroy(&uuid);
     }
     if (rc == 0)
-        flush_shards(ns);
+        rt_flush_shards(ns);
 out:
     bson_destroy(&found);
     rt_coll_release(c);
@@ -698,6 +705,6 @@ void rt_meta_drop(const char *db, const char *coll)
     if (coll != NULL) {
         char ns[400];
         snprintf(ns, sizeof(ns), "%s.%s", db, coll);
-        flush_shards(ns);
+        rt_flush_shards(ns);
     }
 }

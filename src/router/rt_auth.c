@@ -231,6 +231,9 @@ static const char *const *actions_of(const char *name, bool *cluster)
         {"split", {"splitChunk"}, false},
         {"moveChunk", {"moveChunk"}, false}, {"movechunk", {"moveChunk"}, false},
         {"moveRange", {"moveChunk"}, false},
+        {"movePrimary", {"moveChunk"}, false}, {"moveprimary", {"moveChunk"}, false},
+        {"removeShard", {"removeShard"}, true}, {"removeshard", {"removeShard"}, true},
+        {"refineCollectionShardKey", {"enableSharding"}, false},
         {"balancerStart", {"update"}, false}, {"balancerStop", {"update"}, false},
         {"balancerStatus", {"find"}, false},
         {"addShardToZone", {"update"}, false}, {"addshardtozone", {"update"}, false},
@@ -358,7 +361,7 @@ int rt_auth_check(sbl_conn_t *conn, const char *name, const char *db, const bson
     if (strcmp(name, "shardCollection") == 0 || strcmp(name, "shardcollection") == 0 ||
         strcmp(name, "split") == 0 || strcmp(name, "moveChunk") == 0 ||
         strcmp(name, "movechunk") == 0 || strcmp(name, "moveRange") == 0 ||
-        strcmp(name, "getShardVersion") == 0) {
+        strcmp(name, "refineCollectionShardKey") == 0 || strcmp(name, "getShardVersion") == 0) {
         const char *ns = coll_of(cmd); /* "db.coll" */
         const char *dot = ns != NULL ? strchr(ns, '.') : NULL;
         if (dot != NULL) {
@@ -376,7 +379,8 @@ int rt_auth_check(sbl_conn_t *conn, const char *name, const char *db, const bson
     } else if (strcasecmp(name, "updateZoneKeyRange") == 0) { /* mongod: config.tags */
         adb = "config";
         coll = "tags";
-    } else if (strcmp(name, "enableSharding") == 0 || strcmp(name, "enablesharding") == 0) {
+    } else if (strcmp(name, "enableSharding") == 0 || strcmp(name, "enablesharding") == 0 ||
+               strcmp(name, "movePrimary") == 0 || strcmp(name, "moveprimary") == 0) {
         adb = coll_of(cmd) != NULL ? coll_of(cmd) : db;
         coll = NULL;
     }

@@ -11,6 +11,7 @@
 #include "router/router_int.h"
 
 #include "auth/auth.h"
+#include "expr/expr.h"
 #include "metrics/metrics.h"
 #include "server/server.h"
 
@@ -119,6 +120,8 @@ static int cmd_isdbgrid(const char *db, const bson_t *cmd, bson_t *reply, sbl_er
 static int cmd_flush(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     rt_meta_flush();
+    sbl_err_t e = {0};
+    rt_shards_reload(&e); /* shards another router drained or removed */
     BSON_APPEND_BOOL(reply, "flushed", true);
     return 0;
 }
@@ -172,6 +175,18 @@ static int cmd_move_range(const char *db, const bson_t *cmd, bson_t *reply, sbl_
     return rc ? rc : rt_cmd_move_range(cmd, reply, err);
 }
 
+static int cmd_remove_shard(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_remove_shard(cmd, reply, err);
+}
+
+static int cmd_move_primary(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_move_primary(cmd, reply, err);
+}
+
 static int admin_only(const char *db, sbl_err_t *err)
 {
     if (strcmp(db, "admin") != 0)
@@ -202,6 +217,12 @@ static int cmd_split(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t
 {
     int rc = admin_only(db, err);
     return rc ? rc : rt_cmd_split(cmd, reply, err);
+}
+
+static int cmd_refine_shard_key(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_refine_shard_key(cmd, reply, err);
 }
 
 static int cmd_get_shard_version(const char *db, const bson_t *cmd, bson_t *reply,
@@ -266,6 +287,8 @@ static int to_all(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *e
     bool answered = false;
     for (int s = 0; s < rt_shard_count() && rc == 0; s++) {
         bson_t r;
+        if (rt_shard_removed(s))
+            continue;
         if ((rc = rt_run(s, db, &fwd, &r, err)) != 0)
             break;
         int code = rt_reply_code(&r);
@@ -329,7 +352,7 @@ static int cmd_drop_database(const char *db, const bson_t *cmd, bson_t *reply, s
     int rc = 0;
     for (int s = 0; s < rt_shard_count() && rc == 0; s++) {
         bson_t r;
-        if ((rc = rt_run(s, db, &fwd, &r, err)) == 0)
+        if (!rt_shard_removed(s) && (rc = rt_run(s, db, &fwd, &r, err)) == 0)
             bson_destroy(&r);
     }
     bson_destroy(&fwd);
@@ -348,6 +371,8 @@ static int cmd_list_databases(const char *db, const bson_t *cmd, bson_t *reply, 
     int n = 0;
     int64_t total = 0;
     for (int s = -1; s < rt_shard_count(); s++) {
+        if (s >= 0 && rt_shard_removed(s))
+            continue;
         bson_t c = BSON_INITIALIZER, r;
         BSON_APPEND_INT32(&c, "listDatabases", 1);
         int rc = rt_run(s, "admin", &c, &r, err);
@@ -552,11 +577,16 @@ static const rt_cmd_t table[] = {
     {"listShards", cmd_list_shards, false},
     {"listshards", cmd_list_shards, false},
     {"moveChunk", cmd_move_chunk, false},
+    {"movePrimary", cmd_move_primary, false},
     {"moveRange", cmd_move_range, false},
     {"movechunk", cmd_move_chunk, false},
+    {"moveprimary", cmd_move_primary, false},
     {"ping", cmd_ping, true},
+    {"refineCollectionShardKey", cmd_refine_shard_key, false},
     {"refreshSessions", rt_cmd_refresh_sessions, false},
+    {"removeShard", cmd_remove_shard, false},
     {"removeShardFromZone", rt_cmd_zone, false},
+    {"removeshard", cmd_remove_shard, false},
     {"removeshardfromzone", rt_cmd_zone, false},
     {"serverStatus", cmd_server_status, true},
     {"shardCollection", cmd_shard_collection, false},
@@ -695,6 +725,7 @@ int sbl_router_init(const char *configdb, sbl_err_t *err)
     if (rc != 0)
         return rc;
     rt_auth_init();
+    sbl_expr_init(); /* $expr, $jsonSchema and $where in the merger's filters (rt_agg.c) */
     /* config.version: the cluster's identity, created by the first router. */
     bson_t f = BSON_INITIALIZER, r;
     BSON_APPEND_UTF8(&f, "find", "version");

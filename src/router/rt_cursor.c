@@ -434,7 +434,7 @@ int rt_find(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     snprintf(ns, sizeof(ns), "%s.%s", db, coll);
     bson_t filter = BSON_INITIALIZER, sort = BSON_INITIALIZER;
     int64_t limit = 0, skip = 0, batch = 101;
-    bool single = false, has_sort = false, has_batch = false;
+    bool single = false, has_sort = false, has_batch = false, meta_sort = false;
     bson_iter_init(&it, cmd);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
@@ -461,7 +461,8 @@ int rt_find(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         bson_iter_init(&it, &sort);
         while (bson_iter_next(&it))
             if (!BSON_ITER_HOLDS_NUMBER(&it))
-                has_sort = false; /* $meta sorts: merged unsorted (a documented limit) */
+                meta_sort = true; /* across shards: as a pipeline (rt_agg.c) */
+        has_sort = has_sort && !meta_sort;
     }
     for (int attempt = 0;; attempt++) {
         rt_coll_t *c = rt_coll_get(ns, attempt > 0, err);
@@ -499,6 +500,14 @@ int rt_find(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
             rc = rt_wrap_cursor_reply(s, db, &r, reply, err);
             bson_destroy(&r);
             return rc;
+        }
+        if (meta_sort) { /* the pipeline's merger sorts by the shards' scores */
+            rt_coll_release(c);
+            int r = rt_agg_find_by_meta(db, coll, cmd, reply, err);
+            if (r >= 0)
+                return r;
+            meta_sort = false; /* an option no pipeline has: merged unsorted */
+            continue;
         }
         /* Several shards: ask each for limit + skip documents, merge here. */
         static const char *const strip[] = {"limit", "skip", "batchSize", "singleBatch", NULL};
@@ -656,6 +665,23 @@ int rt_merge_cursors(const char *db, const char *coll, bson_t *replies, const in
         bson_destroy(&replies[i]);
     }
     return cursor_first_batch(c, 101, false, reply, err);
+}
+
+int rt_docs_cursor(const char *db, const char *coll, const bson_t *docs, int64_t batch,
+                   bson_t *reply, sbl_err_t *err)
+{
+    /* one exhausted "shard" (id 0) whose only batch holds every document */
+    rt_cursor_t *c = cursor_new(db, coll);
+    bson_t wrap = BSON_INITIALIZER, cur;
+    BSON_APPEND_DOCUMENT_BEGIN(&wrap, "cursor", &cur);
+    BSON_APPEND_INT64(&cur, "id", 0);
+    bson_append_array(&cur, "firstBatch", -1, docs);
+    bson_append_document_end(&wrap, &cur);
+    c->n = 1;
+    c->r[0].shard = -1;
+    rcur_take(&c->r[0], &wrap);
+    bson_destroy(&wrap);
+    return cursor_first_batch(c, batch, false, reply, err);
 }
 
 int64_t rt_stream_register(rt_stream_t *s, const char *db, const char *coll)

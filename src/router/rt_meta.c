@@ -44,10 +44,8 @@ static pthread_mutex_t refresh_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- config server reads and writes ---- */
 
-/* Every document of config.<coll> matching filter (sorted by sort, may be
- * NULL) appended to arr as "0", "1", ... Returns 0 or an error. */
-static int cfg_find_all(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
-                        sbl_err_t *err)
+int rt_cfg_find_all(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
+                    sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER, reply;
     BSON_APPEND_UTF8(&cmd, "find", coll);
@@ -98,14 +96,7 @@ static int cfg_find_all(const char *coll, const bson_t *filter, const bson_t *so
     return rc;
 }
 
-int rt_config_find(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
-                   sbl_err_t *err)
-{
-    return cfg_find_all(coll, filter, sort, arr, err);
-}
-
-/* A write command on the config servers, w: majority; 0 or the error. */
-static int cfg_write(const bson_t *cmd_in, bson_t *reply_out, sbl_err_t *err)
+int rt_cfg_write(const bson_t *cmd_in, bson_t *reply_out, sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER, reply, wc;
     bson_concat(&cmd, cmd_in);
@@ -138,7 +129,7 @@ static int cfg_insert(const char *coll, const bson_t *doc, sbl_err_t *err)
     BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &docs);
     BSON_APPEND_DOCUMENT(&docs, "0", doc);
     bson_append_array_end(&cmd, &docs);
-    int rc = cfg_write(&cmd, NULL, err);
+    int rc = rt_cfg_write(&cmd, NULL, err);
     bson_destroy(&cmd);
     return rc;
 }
@@ -148,11 +139,14 @@ static int cfg_insert(const char *coll, const bson_t *doc, sbl_err_t *err)
 int rt_shards_reload(sbl_err_t *err)
 {
     bson_t arr = BSON_INITIALIZER, empty = BSON_INITIALIZER;
-    int rc = cfg_find_all("shards", &empty, NULL, &arr, err);
+    int known = rt_shard_count(); /* one added during the read is not marked removed */
+    int rc = rt_cfg_find_all("shards", &empty, NULL, &arr, err);
+    bool seen[RT_MAX_SHARDS] = {false};
     bson_iter_t it, f;
     if (rc == 0 && bson_iter_init(&it, &arr))
         while (bson_iter_next(&it)) {
             const char *id = NULL, *host = NULL;
+            bool draining = false;
             if (!bson_iter_recurse(&it, &f))
                 continue;
             while (bson_iter_next(&f)) {
@@ -160,10 +154,18 @@ int rt_shards_reload(sbl_err_t *err)
                     id = bson_iter_utf8(&f, NULL);
                 else if (strcmp(bson_iter_key(&f), "host") == 0 && BSON_ITER_HOLDS_UTF8(&f))
                     host = bson_iter_utf8(&f, NULL);
+                else if (strcmp(bson_iter_key(&f), "draining") == 0)
+                    draining = bson_iter_as_bool(&f);
             }
-            if (id != NULL && host != NULL)
-                rt_shard_add(id, host);
+            int i = id != NULL && host != NULL ? rt_shard_add(id, host) : -1;
+            if (i >= 0) {
+                seen[i] = true;
+                rt_shard_set_state(i, draining, false);
+            }
         }
+    for (int i = 0; rc == 0 && i < known; i++)
+        if (!seen[i])
+            rt_shard_set_state(i, false, true);
     bson_destroy(&arr);
     return rc;
 }
@@ -221,7 +223,7 @@ static int db_load(const char *db, sbl_err_t *err)
 {
     bson_t arr = BSON_INITIALIZER, filter = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&filter, "_id", db);
-    int rc = cfg_find_all("databases", &filter, NULL, &arr, err);
+    int rc = rt_cfg_find_all("databases", &filter, NULL, &arr, err);
     bson_destroy(&filter);
     int p = -2;
     bson_iter_t it, f;
@@ -252,7 +254,7 @@ int rt_db_primary(const char *db, bool create_db, sbl_err_t *err)
         return p;
     }
     int n = rt_shard_count();
-    if (n == 0) {
+    if (n == 0 || create_db) { /* a draining or removed shard gets no new database */
         sbl_err_t e = {0};
         rt_shards_reload(&e);
         n = rt_shard_count();
@@ -262,13 +264,17 @@ int rt_db_primary(const char *db, bool create_db, sbl_err_t *err)
                     "No shards found", db);
         return -2;
     }
-    if (!create_db)
-        return 0; /* nothing is stored anywhere for it: any shard answers "empty" */
+    if (!create_db) { /* nothing is stored anywhere for it: any shard answers "empty" */
+        for (int i = 0; i < n; i++)
+            if (!rt_shard_removed(i))
+                return i;
+        return 0;
+    }
     /* The shard with the fewest databases becomes the primary. */
     int counts[RT_MAX_SHARDS] = {0};
     bson_t arr = BSON_INITIALIZER, empty = BSON_INITIALIZER;
     bson_iter_t it, f;
-    if (cfg_find_all("databases", &empty, NULL, &arr, err) == 0 && bson_iter_init(&it, &arr))
+    if (rt_cfg_find_all("databases", &empty, NULL, &arr, err) == 0 && bson_iter_init(&it, &arr))
         while (bson_iter_next(&it))
             if (bson_iter_recurse(&it, &f) && bson_iter_find(&f, "primary") &&
                 BSON_ITER_HOLDS_UTF8(&f)) {
@@ -277,10 +283,15 @@ int rt_db_primary(const char *db, bool create_db, sbl_err_t *err)
                     counts[s]++;
             }
     bson_destroy(&arr);
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (counts[i] < counts[best])
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (rt_shard_takes_data(i) && (best < 0 || counts[i] < counts[best]))
             best = i;
+    if (best < 0) {
+        sbl_err_set(err, SBL_E_ShardNotFound, "Database %s could not be created :: caused by :: "
+                    "No shards found", db);
+        return -2;
+    }
     bson_t doc = BSON_INITIALIZER, ver;
     uint32_t t, inc;
     sbl_clock_ts_next(&t, &inc);
@@ -392,7 +403,7 @@ static rt_coll_t *coll_load(const char *ns, sbl_err_t *err)
 
     bson_t arr = BSON_INITIALIZER, filter = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&filter, "_id", ns);
-    int rc = cfg_find_all("collections", &filter, NULL, &arr, err);
+    int rc = rt_cfg_find_all("collections", &filter, NULL, &arr, err);
     bson_destroy(&filter);
     bson_iter_t it, f;
     bson_value_t uuid = {0};
@@ -436,7 +447,7 @@ static rt_coll_t *coll_load(const char *ns, sbl_err_t *err)
     bson_t chunks = BSON_INITIALIZER, cf = BSON_INITIALIZER;
     bson_append_value(&cf, "uuid", -1, &uuid);
     bson_value_destroy(&uuid);
-    rc = cfg_find_all("chunks", &cf, NULL, &chunks, err);
+    rc = rt_cfg_find_all("chunks", &cf, NULL, &chunks, err);
     bson_destroy(&cf);
     size_t cap = 0;
     if (rc == 0 && bson_iter_init(&it, &chunks))

@@ -6,7 +6,8 @@
  * and aggregate runs the pipeline on every shard and merges: streaming
  * stages with an optional final $sort/$skip/$limit merge as a find does, a
  * final $group of $sum/$min/$max accumulators or a final $count merges
- * their partial results (the shard part and the merge part).
+ * their partial results (the shard part and the merge part); any other
+ * pipeline is split by rt_agg.c, whose merger runs the rest here.
  */
 #include "router/router_int.h"
 
@@ -324,7 +325,12 @@ int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *er
         if (streaming_stage(name))
             continue;
         if (strcmp(name, "$sort") == 0 && sbl_iter_doc(&s, &sort)) {
+            bson_iter_t k;
             has_sort = true;
+            bson_iter_init(&k, &sort);
+            while (bson_iter_next(&k))
+                if (!BSON_ITER_HOLDS_NUMBER(&k))
+                    bad = "$sort by $meta"; /* the merger sorts by the shards' scores */
         } else if (strcmp(name, "$limit") == 0) {
             limit = bson_iter_as_int64(&s);
         } else if (strcmp(name, "$skip") == 0) {
@@ -360,11 +366,23 @@ int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *er
             rt_coll_release(c);
             return err->code;
         }
-        if (c->primary == -1 || nt == 1) {
-            int s = c->primary;
-            for (int i = 0; c->primary != -1 && i < RT_MAX_SHARDS; i++)
-                if (t[i])
-                    s = i;
+        /* the shard the pipeline goes to whole (-1: the config servers), -2: several */
+        int one = c->primary == -1 || nt == 1 ? c->primary : -2;
+        for (int i = 0; one != -2 && c->primary != -1 && i < RT_MAX_SHARDS; i++)
+            if (t[i])
+                one = i;
+        /* split (rt_agg.c: the merger runs the rest) when the merges below do not
+         * cover it, or another collection it reads or writes is not all on one */
+        if ((one == -2 && bad != NULL) || (one >= 0 && rt_agg_elsewhere(db, cmd, one))) {
+            bool stale = false;
+            int rc = rt_agg_split(db, coll, cmd, c, t, reply, &stale, err);
+            rt_coll_release(c);
+            if (rc != 0 || !stale)
+                return rc;
+            continue;
+        }
+        if (one != -2) {
+            int s = one;
             bson_t r;
             int rc = send_versioned(s, db, cmd, NULL, c, &r, err);
             rt_coll_release(c);
@@ -380,11 +398,6 @@ int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *er
                 copy_reply(&r, reply);
             bson_destroy(&r);
             return rc;
-        }
-        if (bad != NULL) {
-            rt_coll_release(c);
-            return sbl_err_set(err, SBL_E_NotImplemented, "sable-router cannot yet split this "
-                               "pipeline over several shards (%s); see docs/sharding.md", bad);
         }
         /* Every targeted shard runs the pipeline; $skip moves to the merge. */
         bson_t shard_cmd = BSON_INITIALIZER, pl, cur;

@@ -63,6 +63,7 @@ typedef struct rt_shard {
     int idle[RT_IDLE_MAX];
     int nidle;
     int64_t requests, wait_us; /* traffic (relaxed atomics) */
+    bool draining, removed;    /* config.shards' state at the last reload (relaxed atomics) */
 } rt_shard_t;
 
 static pthread_mutex_t shards_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -202,6 +203,22 @@ int rt_shard_add(const char *id, const char *host)
     }
     pthread_mutex_unlock(&shards_lock);
     return i;
+}
+
+void rt_shard_set_state(int i, bool draining, bool removed)
+{
+    __atomic_store_n(&shards[i].draining, draining, __ATOMIC_RELAXED);
+    __atomic_store_n(&shards[i].removed, removed, __ATOMIC_RELAXED);
+}
+
+bool rt_shard_removed(int i)
+{
+    return __atomic_load_n(&shards[i].removed, __ATOMIC_RELAXED);
+}
+
+bool rt_shard_takes_data(int i)
+{
+    return !__atomic_load_n(&shards[i].draining, __ATOMIC_RELAXED) && !rt_shard_removed(i);
 }
 
 int rt_shard_count(void)
@@ -681,6 +698,8 @@ static void reload_keys(void)
         bson_iter_t it, b;
         sbl_err_t err;
         sbl_err_clear(&err);
+        if (i >= 0 && rt_shard_removed(i))
+            continue;
         if (rt_run(i, "admin", &cmd, &reply, &err) == 0 &&
             bson_iter_init(&it, &reply) &&
             bson_iter_find_descendant(&it, "cursor.firstBatch", &b) &&

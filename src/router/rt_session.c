@@ -548,16 +548,17 @@ int rt_cmd_start_session(const char *db, const bson_t *cmd, bson_t *reply, sbl_e
  * to do). */
 static void to_every_shard(const bson_t *cmd)
 {
-    int ns = rt_shard_count();
+    int ns = 0;
     int sh[RT_MAX_SHARDS], rcs[RT_MAX_SHARDS];
     bson_t rs[RT_MAX_SHARDS];
     const bson_t *cmds[RT_MAX_SHARDS];
     sbl_err_t errs[RT_MAX_SHARDS];
     memset(errs, 0, sizeof(errs));
-    for (int s = 0; s < ns; s++) {
-        sh[s] = s;
-        cmds[s] = cmd;
-    }
+    for (int s = 0; s < rt_shard_count(); s++)
+        if (!rt_shard_removed(s)) {
+            sh[ns] = s;
+            cmds[ns++] = cmd;
+        }
     bool was = rt_sess_suspend(true);
     rt_run_many(ns, sh, "admin", cmds, rs, rcs, errs);
     rt_sess_suspend(!was);

@@ -7,7 +7,7 @@
  *
  *   - an empty collection gets one chunk per range, on the shards of its
  *     zone in turn, and one per gap before, between and after the ranges, on
- *     every shard in turn (by name);
+ *     every shard in turn (by name; draining shards get none);
  *   - with presplitHashedZones: true (a hashed field in the key) each range
  *     is split further over the hashed field's values, so that every shard
  *     of the zone gets chunks of it: numInitialChunks (default: 2 per shard
@@ -287,7 +287,7 @@ static int shards_of_zones(const tag_t *tags, int ntags, zone_shards_t *zs, sbl_
 {
     bson_t empty = BSON_INITIALIZER, sort = BSON_INITIALIZER, arr = BSON_INITIALIZER;
     BSON_APPEND_INT32(&sort, "_id", 1);
-    int rc = rt_config_find("shards", &empty, &sort, &arr, err);
+    int rc = rt_cfg_find_all("shards", &empty, &sort, &arr, err);
     for (int t = 0; t < ntags; t++)
         zs[t].n = 0;
     bson_iter_t it, tf, tg;
@@ -297,7 +297,8 @@ static int shards_of_zones(const tag_t *tags, int ntags, zone_shards_t *zs, sbl_
         const char *id;
         int idx;
         if (!sbl_iter_doc(&it, &s) || (id = sbl_doc_utf8(&s, "_id")) == NULL ||
-            (idx = rt_shard_find(id)) < 0 || !bson_iter_init_find(&tf, &s, "tags") ||
+            (idx = rt_shard_find(id)) < 0 || !rt_shard_takes_data(idx) ||
+            !bson_iter_init_find(&tf, &s, "tags") ||
             !bson_iter_recurse(&tf, &tg))
             continue;
         while (bson_iter_next(&tg))
@@ -360,7 +361,7 @@ int rt_zone_first_chunks(const char *ns, const bson_t *key, int hashed_pos, bool
     }
     BSON_APPEND_UTF8(&f, "ns", ns);
     BSON_APPEND_INT32(&sort, "min", 1);
-    rc = rt_config_find("tags", &f, &sort, &arr, err);
+    rc = rt_cfg_find_all("tags", &f, &sort, &arr, err);
     bson_iter_t it, v;
     bson_iter_init(&it, &arr);
     while (rc == 0 && bson_iter_next(&it) && ntags < MAX_TAGS) {
@@ -392,10 +393,12 @@ int rt_zone_first_chunks(const char *ns, const bson_t *key, int hashed_pos, bool
                              tags[t].zone);
             goto out;
         }
-    /* every shard by name, for the gaps; per shard, how many ranges it holds */
-    int all[RT_MAX_SHARDS], nall = rt_shard_count(), ranges_on[RT_MAX_SHARDS] = {0}, holders = 0;
-    for (int i = 0; i < nall; i++)
-        all[i] = i;
+    /* every shard not draining by name, for the gaps; per shard, how many
+     * ranges it holds */
+    int all[RT_MAX_SHARDS], nall = 0, ranges_on[RT_MAX_SHARDS] = {0}, holders = 0;
+    for (int i = 0; i < rt_shard_count(); i++)
+        if (rt_shard_takes_data(i))
+            all[nall++] = i;
     qsort(all, (size_t)nall, sizeof(all[0]), cmp_shard_name);
     for (int t = 0; t < ntags; t++)
         for (int i = 0; i < zs[t].n; i++)

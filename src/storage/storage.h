@@ -310,6 +310,10 @@ int sbl_natural_exists(sbl_session_t *s, sbl_coll_t *c, uint64_t pos, bool *exis
 /* A counter that moves after every transaction that inserted into some capped
  * collection ended: tailable cursors waiting for data poll it cheaply. */
 uint64_t sbl_capped_generation(void);
+/* fn runs after each move of sbl_capped_generation, on the thread that moved
+ * it, with no lock held (the command layer wakes the getMores parked on it
+ * then).  Set once at start-up. */
+void sbl_capped_set_notify(void (*fn)(void));
 
 /* ---- the write path ----------------------------------------------------- */
 

@@ -182,15 +182,22 @@ static int lock_for_insert(sbl_session_t *s, sbl_wt_table_t *t, sbl_err_t *err)
 }
 
 static atomic_uint_fast64_t insert_gen;
+static void (*_Atomic gen_notify)(void);
 
 uint64_t sbl_capped_generation(void)
 {
     return atomic_load(&insert_gen);
 }
 
+void sbl_capped_set_notify(void (*fn)(void))
+{
+    atomic_store(&gen_notify, fn);
+}
+
 void sbl_capped_unlock_all(sbl_session_t *s)
 {
-    if (s->ncapped_held > 0 || s->capped_released)
+    bool moved = s->ncapped_held > 0 || s->capped_released;
+    if (moved)
         atomic_fetch_add(&insert_gen, 1);
     s->capped_released = false;
     for (size_t i = 0; i < s->ncapped_held; i++) {
@@ -198,6 +205,9 @@ void sbl_capped_unlock_all(sbl_session_t *s)
         sbl_table_unref(s->capped_held[i]);
     }
     s->ncapped_held = 0;
+    void (*notify)(void) = moved ? atomic_load_explicit(&gen_notify, memory_order_relaxed) : NULL;
+    if (notify != NULL)
+        notify();
 }
 
 void sbl_capped_release(sbl_session_t *s, sbl_coll_t *c)

@@ -115,6 +115,7 @@ struct sbl_session {
     bool outer_failed;  /* a nested write aborted: only rollback remains */
     bool prepared;      /* its transaction is prepared (two-phase commit) */
     uint64_t commit_ts; /* the largest commit timestamp of the open transaction; 0: none */
+    uint64_t set_ts;    /* the commit timestamp set last in it (0: none) */
     int64_t gate_tag;   /* sbl_txn_set_gate: its commit asks the gate first; 0: none */
     bool gate_held;     /* sbl_txn_gate_enter let it in: its end leaves the gate */
     bool nested_wrote;  /* sbl_write ran since the last nested begin */

@@ -290,7 +290,7 @@ int sbl_txn_commit(sbl_session_t *s, sbl_err_t *err)
             atomic_fetch_add(&s->deltas[i].tbl->data_size, s->deltas[i].data_size);
         }
     }
-    s->commit_ts = 0;
+    s->commit_ts = s->set_ts = 0;
     drop_deltas(s);
     sbl_capped_unlock_all(s); /* after the counts: the next capped insert sees them */
     sbl_capped_after_txn(s, ret == 0);
@@ -309,9 +309,12 @@ int sbl_txn_set_commit_ts(sbl_session_t *s, uint64_t ts, sbl_err_t *err)
 
     if (!s->in_txn)
         return sbl_err_set(err, SBL_E_BadValue, "commit timestamp without a transaction");
+    if (ts == s->set_ts) /* an applier's group sets each entry's before its change */
+        return 0;
     snprintf(cfg, sizeof(cfg), "commit_timestamp=%" PRIx64, ts);
     if ((ret = s->wt->timestamp_transaction(s->wt, cfg)) != 0)
         return sbl_wt_err(err, ret, "set commit timestamp");
+    s->set_ts = ts;
     if (ts > s->commit_ts)
         s->commit_ts = ts;
     return 0;
@@ -340,7 +343,7 @@ void sbl_txn_abort(sbl_session_t *s)
         s->prepared = false;
         sbl_prepare_resolved();
     }
-    s->commit_ts = 0;
+    s->commit_ts = s->set_ts = 0;
     drop_deltas(s);
     sbl_capped_unlock_all(s);
     sbl_capped_after_txn(s, false);
@@ -496,7 +499,7 @@ int sbl_txn_commit_prepared_outer(sbl_session_t *s, uint64_t commit_ts, uint64_t
             atomic_fetch_add(&s->deltas[i].tbl->data_size, s->deltas[i].data_size);
         }
     }
-    s->commit_ts = 0;
+    s->commit_ts = s->set_ts = 0;
     drop_deltas(s);
     sbl_capped_unlock_all(s);
     sbl_capped_after_txn(s, ret == 0);

@@ -520,6 +520,24 @@ def check(workload, ops, final_nodes, time_limit):
     return res, check_append.report(res)
 
 
+def dump_stacks(pid, path):
+    """A running member that did not answer the final checks: every
+    thread's stack (gdb) and the process's kernel state, kept with the round."""
+    with open(path, "w") as f:
+        for name in ("status", "stack", "wchan"):
+            try:
+                with open("/proc/%d/%s" % (pid, name), errors="replace") as src:
+                    f.write("== /proc/%d/%s\n%s\n" % (pid, name, src.read()))
+            except OSError as e:
+                f.write("== /proc/%d/%s: %s\n" % (pid, name, e.strerror))
+        f.flush()
+        try:
+            subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt 30"],
+                           stdout=f, stderr=subprocess.STDOUT, timeout=60)
+        except (OSError, subprocess.SubprocessError) as e:
+            f.write("gdb: %s\n" % e)
+
+
 def needs_rollback(rdir, m):
     """True when member m's log says its oplog diverged from its sync
     source's (log id 21656: it must roll back)."""
@@ -570,6 +588,9 @@ def run_round(args, workload, seed, rdir):
             time.sleep(max(0.0, end - time.monotonic()))
             report["stop"] = agent.call("stop")
             final = agent.call("final")
+            for m, st in final.get("members", {}).items():
+                if st.get("state") is None and b.pid(m) is not None:
+                    dump_stacks(b.pid(m), os.path.join(rdir, m, "stacks.txt"))
         finally:
             agent.close()
     events = read_events(history) + (nem.events if "nem" in dir() else [])

@@ -47,6 +47,22 @@ def _ip(*args, timeout=10):
                           timeout=timeout)
 
 
+def _stuck(pid):
+    """Why a process outlives SIGKILL: its state and kernel stack (an
+    uninterruptible wait in the kernel), for the round's report."""
+    out = []
+    for name in ("stat", "wchan", "stack"):
+        try:
+            with open("/proc/%d/%s" % (pid, name), errors="replace") as f:
+                text = f.read().strip()
+        except OSError as e:
+            text = "unreadable: %s" % e.strerror
+        if name == "stat":
+            text = "state " + text.rsplit(")", 1)[-1].split()[0]
+        out.append("%s: %s" % (name, text.replace("\n", " | ")))
+    return "; ".join(out)
+
+
 def list_namespaces():
     """Names of all network namespaces (ip netns list)."""
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
@@ -155,7 +171,8 @@ class Cluster:
                     try:
                         p.wait(timeout=10)
                     except subprocess.TimeoutExpired:
-                        print("netfaults: pid %d did not die" % pid, file=sys.stderr)
+                        print("netfaults: pid %d did not die (%s)" % (pid, _stuck(pid)),
+                              file=sys.stderr)
                 self._procs.pop(pid, None)
             for ns in reversed(self._created):
                 r = subprocess.run(["ip", "netns", "del", ns], capture_output=True, text=True,

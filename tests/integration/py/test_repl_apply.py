@@ -1,8 +1,10 @@
 """
 A secondary applies the oplog on a pool of writer threads (replWriterThreadCount,
 src/repl/repl_apply.c): one document's entries on one writer, in order; commands
-alone; commits in ts order.  Shown with a secondary paused while the primary
-takes a mixed concurrent load, so that it then applies long batches:
+alone; commits in ts order.  With no writers (replWriterThreadCount=1) it applies
+consecutive document entries in one transaction per group.  Shown, for both,
+with a secondary paused while the primary takes a mixed concurrent load, so
+that it then applies long batches:
 
 - many concurrent $push updates on a few documents (the arrays' order is the
   order the entries were applied in), inserts, updates and deletes across many
@@ -29,9 +31,8 @@ from test_replset3 import direct, state, wait_for
 WRITERS = 8
 
 
-@pytest.fixture(scope="module")
-def rs():
-    with set_members(2, ["--setParameter", "replWriterThreadCount=%d" % WRITERS]) as members:
+def two_members(writers):
+    with set_members(2, ["--setParameter", "replWriterThreadCount=%d" % writers]) as members:
         p, s = members
         cfg = {"_id": "rs0", "members": [
             {"_id": 0, "host": "127.0.0.1:%d" % p.port},
@@ -41,6 +42,17 @@ def rs():
             c.admin.command("replSetInitiate", cfg)
         wait_for(lambda: state(p) == 1 and state(s) == 2, timeout=60)
         yield p, s
+
+
+@pytest.fixture(scope="module")
+def rs():
+    yield from two_members(WRITERS)
+
+
+@pytest.fixture(scope="module")
+def rs1():
+    """No writers: the applier groups document entries in transactions."""
+    yield from two_members(1)
 
 
 def apply_metrics(m):
@@ -126,7 +138,16 @@ def contents(m):
 
 
 def test_parallel_application_keeps_each_documents_order(rs):
-    p, s = rs
+    check_application(*rs, WRITERS)
+
+
+def test_grouped_application_keeps_each_documents_order(rs1):
+    """The same load with replWriterThreadCount=1: consecutive document
+    entries are applied in one transaction per group (each at its own ts)."""
+    check_application(*rs1, 1)
+
+
+def check_application(p, s, writers):
     with direct(p) as d:
         w2 = WriteConcern(w=2, wtimeout=30000)
         d.t.create_collection("uniq")
@@ -134,7 +155,7 @@ def test_parallel_application_keeps_each_documents_order(rs):
         d.t.docs.with_options(write_concern=w2).insert_one({"_id": "first"})
     with direct(s) as d:
         assert d.admin.command("getParameter", 1, replWriterThreadCount=1)[
-            "replWriterThreadCount"] == WRITERS
+            "replWriterThreadCount"] == writers
     before = apply_metrics(s)
     entries_before = oplog_count(s)
     s.signal(signal.SIGSTOP)   # the secondary then applies what piled up in long batches

@@ -1,0 +1,86 @@
+/*
+ * repl_crud.c: a grouped document entry (repl_apply.c) applied straight
+ * through storage, without building a command and running it: an `i` or
+ * `u` entry (the whole new document) replaces the document of its _id or
+ * inserts it, a `d` entry deletes the document of its _id, each with
+ * sbl_write, whose observer writes the entry in our oplog, as the command
+ * would (repl_oplog.c).  This is what the upserting replacement by _id and
+ * the delete by _id of repl_sync.c's entry_command do, less the command
+ * layer's parsing, replies and document validation (mongod does not
+ * validate documents on secondaries either).
+ *
+ * What must stay true: anything this path does not handle exactly as the
+ * command would (a document whose first field is not _id, a delete by more
+ * than _id, a collection that is missing, capped or time-series) goes to
+ * the command (SBL_RS_NOT_DIRECT), and a failure fails the caller's
+ * transaction (the group then runs again one entry at a time).
+ */
+#include "repl/repl_int.h"
+
+#include <string.h>
+
+#include "doc/doc.h"
+
+int sbl_rs_apply_direct(const bson_t *e, sbl_err_t *err)
+{
+    bson_iter_t it;
+    const char *op = NULL, *ns = NULL;
+    bson_t o;
+    bool have_o = false;
+    if (!bson_iter_init(&it, e))
+        return SBL_RS_NOT_DIRECT;
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "op") == 0 && BSON_ITER_HOLDS_UTF8(&it))
+            op = bson_iter_utf8(&it, NULL);
+        else if (strcmp(k, "ns") == 0 && BSON_ITER_HOLDS_UTF8(&it))
+            ns = bson_iter_utf8(&it, NULL);
+        else if (strcmp(k, "o") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it))
+            have_o = sbl_iter_doc(&it, &o);
+    }
+    if (op == NULL || ns == NULL || !have_o || op[1] != '\0' ||
+        (op[0] != 'i' && op[0] != 'u' && op[0] != 'd'))
+        return SBL_RS_NOT_DIRECT;
+    /* _id first (the stored form); a delete's o is {_id} alone */
+    if (!bson_iter_init(&it, &o) || !bson_iter_next(&it) || strcmp(bson_iter_key(&it), "_id") != 0)
+        return SBL_RS_NOT_DIRECT;
+    bson_value_t id;
+    sbl_iter_value(&it, &id);
+    if (op[0] == 'd' && bson_iter_next(&it))
+        return SBL_RS_NOT_DIRECT;
+
+    sbl_session_t *s = sbl_session_get();
+    sbl_coll_t *c = NULL;
+    sbl_err_t oerr;
+    sbl_err_clear(&oerr);
+    if (s == NULL || sbl_coll_open(s, ns, false, &c, NULL, &oerr) != 0)
+        return SBL_RS_NOT_DIRECT;
+    if (sbl_coll_capped(c, NULL, NULL) || sbl_coll_dup_ids(c)) {
+        sbl_coll_release(c);
+        return SBL_RS_NOT_DIRECT;
+    }
+    bson_t old;
+    bool found = false;
+    int rc = sbl_coll_get(s, c, &id, &old, &found, err);
+    if (rc != 0) {
+        sbl_coll_release(c);
+        return rc;
+    }
+    sbl_repl_applying = e;
+    sbl_repl_applied_written = false;
+    if (op[0] == 'd') {
+        if (found)
+            rc = sbl_write(s, c, SBL_WRITE_DELETE, &old, NULL, NULL, err);
+    } else if (!found) {
+        rc = sbl_write(s, c, SBL_WRITE_INSERT, NULL, &o, NULL, err);
+    } else if (old.len != o.len || memcmp(bson_get_data(&old), bson_get_data(&o), o.len) != 0) {
+        rc = sbl_write(s, c, SBL_WRITE_UPDATE, &old, &o, NULL, err);
+    }
+    if (rc == 0 && !sbl_repl_applied_written) /* no change (replayed): the entry alone */
+        rc = sbl_oplog_append_raw(s, e, err);
+    sbl_repl_applying = NULL;
+    if (found)
+        bson_destroy(&old);
+    sbl_coll_release(c);
+    return rc;
+}

@@ -1,0 +1,763 @@
+/*
+ * rt_agg.c: an aggregation pipeline across shards that rt_read.c's merges
+ * do not cover, split as mongos splits it.  The shards run the stages
+ * before the first one that needs every document (the split point: $group,
+ * $sort, $lookup, $facet, $out ...); the router gathers what they return and
+ * runs the rest with the server's own aggregation engine (src/agg), which
+ * reads other collections ($lookup, $graphLookup, $unionWith) through the
+ * router's find and writes $out / $merge through the target's primary shard
+ * (sbl_agg_remote_t).
+ *
+ * What must stay true: the merger never touches local storage: it runs
+ * only the stages of merger_stages, and none that reads a server's own
+ * state (local_stages) at any depth; the shards' part ends where rerunning
+ * the merger's first stage over their union gives the answer ($sort and
+ * $limit run on both sides, a $sort's later $skip/$limit bound the shards).
+ */
+#include "router/router_int.h"
+
+#include "agg/agg.h"
+#include "common/clock.h"
+#include "doc/doc.h"
+#include "expr/expr.h"
+#include "query/query.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OUT_BATCH_BYTES (8 * 1024 * 1024) /* $out / $merge documents per command */
+
+static const char *const shard_stages[] = {"$match", "$project", "$addFields", "$set", "$unset",
+                                           "$replaceRoot", "$replaceWith", "$redact", "$unwind",
+                                           NULL};
+static const char *const merger_stages[] = {
+    "$match", "$project", "$addFields", "$set", "$unset", "$replaceRoot", "$replaceWith",
+    "$redact", "$unwind", "$group", "$sort", "$limit", "$skip", "$count", "$lookup", "$facet",
+    "$bucket", "$bucketAuto", "$sortByCount", "$sample", "$out", "$merge", "$unionWith",
+    "$graphLookup", "$setWindowFields", "$densify", "$fill", NULL};
+/* Stages that read a server's own state: never at the merger, nested or not. */
+static const char *const local_stages[] = {"$collStats", "$indexStats", "$listSessions",
+                                           "$listLocalSessions", "$currentOp", "$changeStream",
+                                           "$planCacheStats", NULL};
+
+static bool in_list(const char *name, const char *const *list)
+{
+    for (int i = 0; list[i]; i++)
+        if (strcmp(name, list[i]) == 0)
+            return true;
+    return false;
+}
+
+/* The first key of local_stages anywhere in doc, or NULL. */
+static const char *local_stage(const bson_t *doc, int depth)
+{
+    bson_iter_t it;
+    if (depth > 100 || !bson_iter_init(&it, doc))
+        return NULL;
+    while (bson_iter_next(&it)) {
+        bson_t sub;
+        if (in_list(bson_iter_key(&it), local_stages))
+            return bson_iter_key(&it);
+        const char *n = sbl_iter_doc(&it, &sub) || sbl_iter_array(&it, &sub)
+                            ? local_stage(&sub, depth + 1)
+                            : NULL;
+        if (n != NULL)
+            return n;
+    }
+    return NULL;
+}
+
+static void append_stage(bson_t *arr, uint32_t *n, const bson_iter_t *st)
+{
+    char key[16];
+    const char *ks;
+    bson_uint32_to_string((*n)++, &ks, key, sizeof(key));
+    bson_append_iter(arr, ks, -1, st);
+}
+
+/* {name: {field: value}} appended to arr as its next stage. */
+static void append_stage_i64(bson_t *arr, uint32_t *n, const char *name, const char *field,
+                             int64_t value)
+{
+    char key[16];
+    const char *ks;
+    bson_t st, spec;
+    bson_uint32_to_string((*n)++, &ks, key, sizeof(key));
+    BSON_APPEND_DOCUMENT_BEGIN(arr, ks, &st);
+    if (field == NULL) {
+        BSON_APPEND_INT64(&st, name, value);
+    } else {
+        BSON_APPEND_DOCUMENT_BEGIN(&st, name, &spec);
+        BSON_APPEND_INT64(&spec, field, value);
+        bson_append_document_end(&st, &spec);
+    }
+    bson_append_document_end(arr, &st);
+}
+
+/* Append {name: doc} to arr as its next stage. */
+static void append_stage_doc(bson_t *arr, uint32_t *n, const char *name, const bson_t *doc)
+{
+    char key[16];
+    const char *ks;
+    bson_t st;
+    bson_uint32_to_string((*n)++, &ks, key, sizeof(key));
+    BSON_APPEND_DOCUMENT_BEGIN(arr, ks, &st);
+    BSON_APPEND_DOCUMENT(&st, name, doc);
+    bson_append_document_end(arr, &st);
+}
+
+/* {op: ["$" + f, ...]}-like helpers of the merger's stages. */
+static void append_field_ref(bson_t *d, const char *k, const char *f)
+{
+    char ref[300];
+    snprintf(ref, sizeof(ref), "$%s", f);
+    BSON_APPEND_UTF8(d, k, ref);
+}
+
+/* {op: "$f"} under key f of d. */
+static void append_acc_of(bson_t *d, const char *f, const char *op)
+{
+    bson_t a;
+    BSON_APPEND_DOCUMENT_BEGIN(d, f, &a);
+    append_field_ref(&a, op, f);
+    bson_append_document_end(d, &a);
+}
+
+/* f: {$reduce: {input: "$f", initialValue: [], in: {op: ["$$value", "$$this"]}}} */
+static void append_flatten(bson_t *d, const char *f, const char *op)
+{
+    bson_t r, spec, init, in, args;
+    BSON_APPEND_DOCUMENT_BEGIN(d, f, &r);
+    BSON_APPEND_DOCUMENT_BEGIN(&r, "$reduce", &spec);
+    append_field_ref(&spec, "input", f);
+    BSON_APPEND_ARRAY_BEGIN(&spec, "initialValue", &init);
+    bson_append_array_end(&spec, &init);
+    BSON_APPEND_DOCUMENT_BEGIN(&spec, "in", &in);
+    BSON_APPEND_ARRAY_BEGIN(&in, op, &args);
+    BSON_APPEND_UTF8(&args, "0", "$$value");
+    BSON_APPEND_UTF8(&args, "1", "$$this");
+    bson_append_array_end(&in, &args);
+    bson_append_document_end(&spec, &in);
+    bson_append_document_end(&r, &spec);
+    bson_append_document_end(d, &r);
+}
+
+/*
+ * A $group whose accumulators combine (mongod's partial and final groups):
+ * the shards group their documents, the merger groups the groups by _id.
+ * $sum, $min, $max, $first, $last and $mergeObjects apply again to the
+ * partial values, $count becomes a $sum, $push and $addToSet gather the
+ * shards' arrays and flatten them, $avg sums the values and counts the
+ * numeric ones (a hidden field, removed after the division).  False (the
+ * shards then send their documents) for any other accumulator.
+ */
+static bool partial_group(const bson_t *spec, bson_t *shard_pl, uint32_t *ns, bson_t *merge_pl,
+                          uint32_t *nm)
+{
+    static const char *const same_op[] = {"$sum", "$min", "$max", "$first", "$last",
+                                          "$mergeObjects", NULL};
+    bson_iter_t it, acc;
+    bson_t sg = BSON_INITIALIZER, mg = BSON_INITIALIZER, fin = BSON_INITIALIZER,
+           unset = BSON_INITIALIZER;
+    uint32_t nunset = 0;
+    bool ok = true;
+    BSON_APPEND_UTF8(&mg, "_id", "$_id");
+    bson_iter_init(&it, spec);
+    while (ok && bson_iter_next(&it)) {
+        const char *f = bson_iter_key(&it);
+        if (strcmp(f, "_id") == 0) {
+            bson_append_iter(&sg, f, -1, &it);
+            continue;
+        }
+        if (!bson_iter_recurse(&it, &acc) || !bson_iter_next(&acc) || strlen(f) > 200) {
+            ok = false;
+            break;
+        }
+        const char *op = bson_iter_key(&acc);
+        bson_t a, cnt, cond, arr, isnum;
+        if (in_list(op, same_op)) {
+            bson_append_iter(&sg, f, -1, &it);
+            append_acc_of(&mg, f, op);
+        } else if (strcmp(op, "$count") == 0) {
+            BSON_APPEND_DOCUMENT_BEGIN(&sg, f, &a);
+            BSON_APPEND_INT32(&a, "$sum", 1);
+            bson_append_document_end(&sg, &a);
+            append_acc_of(&mg, f, "$sum");
+        } else if (strcmp(op, "$push") == 0 || strcmp(op, "$addToSet") == 0) {
+            bson_append_iter(&sg, f, -1, &it);
+            append_acc_of(&mg, f, "$push");
+            append_flatten(&fin, f, op[1] == 'p' ? "$concatArrays" : "$setUnion");
+        } else if (strcmp(op, "$avg") == 0) {
+            char n[256], ref[300], nref[300];
+            snprintf(n, sizeof(n), "\x7fn_%s", f); /* its count of numbers: never shown */
+            BSON_APPEND_DOCUMENT_BEGIN(&sg, f, &a);
+            bson_append_iter(&a, "$sum", -1, &acc);
+            bson_append_document_end(&sg, &a);
+            BSON_APPEND_DOCUMENT_BEGIN(&sg, n, &a); /* {$sum: {$cond: [{$isNumber: e}, 1, 0]}} */
+            BSON_APPEND_DOCUMENT_BEGIN(&a, "$sum", &cnt);
+            BSON_APPEND_ARRAY_BEGIN(&cnt, "$cond", &arr);
+            BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &isnum);
+            bson_append_iter(&isnum, "$isNumber", -1, &acc);
+            bson_append_document_end(&arr, &isnum);
+            BSON_APPEND_INT32(&arr, "1", 1);
+            BSON_APPEND_INT32(&arr, "2", 0);
+            bson_append_array_end(&cnt, &arr);
+            bson_append_document_end(&a, &cnt);
+            bson_append_document_end(&sg, &a);
+            append_acc_of(&mg, f, "$sum");
+            append_acc_of(&mg, n, "$sum");
+            /* f: {$cond: [{$eq: ["$n", 0]}, null, {$divide: ["$f", "$n"]}]} */
+            snprintf(ref, sizeof(ref), "$%s", f);
+            snprintf(nref, sizeof(nref), "$%s", n);
+            bson_t c0, eq, div;
+            BSON_APPEND_DOCUMENT_BEGIN(&fin, f, &cond);
+            BSON_APPEND_ARRAY_BEGIN(&cond, "$cond", &c0);
+            BSON_APPEND_DOCUMENT_BEGIN(&c0, "0", &eq);
+            BSON_APPEND_ARRAY_BEGIN(&eq, "$eq", &arr);
+            BSON_APPEND_UTF8(&arr, "0", nref);
+            BSON_APPEND_INT32(&arr, "1", 0);
+            bson_append_array_end(&eq, &arr);
+            bson_append_document_end(&c0, &eq);
+            BSON_APPEND_NULL(&c0, "1");
+            BSON_APPEND_DOCUMENT_BEGIN(&c0, "2", &div);
+            BSON_APPEND_ARRAY_BEGIN(&div, "$divide", &arr);
+            BSON_APPEND_UTF8(&arr, "0", ref);
+            BSON_APPEND_UTF8(&arr, "1", nref);
+            bson_append_array_end(&div, &arr);
+            bson_append_document_end(&c0, &div);
+            bson_append_array_end(&cond, &c0);
+            bson_append_document_end(&fin, &cond);
+            char key[16];
+            const char *ks;
+            bson_uint32_to_string(nunset++, &ks, key, sizeof(key));
+            BSON_APPEND_UTF8(&unset, ks, n);
+        } else {
+            ok = false;
+        }
+    }
+    if (ok) {
+        append_stage_doc(shard_pl, ns, "$group", &sg);
+        append_stage_doc(merge_pl, nm, "$group", &mg);
+        if (!bson_empty(&fin))
+            append_stage_doc(merge_pl, nm, "$addFields", &fin);
+        if (nunset > 0) {
+            char key[16];
+            const char *ks;
+            bson_t st;
+            bson_uint32_to_string((*nm)++, &ks, key, sizeof(key));
+            BSON_APPEND_DOCUMENT_BEGIN(merge_pl, ks, &st);
+            BSON_APPEND_ARRAY(&st, "$unset", &unset);
+            bson_append_document_end(merge_pl, &st);
+        }
+    }
+    bson_destroy(&sg);
+    bson_destroy(&mg);
+    bson_destroy(&fin);
+    bson_destroy(&unset);
+    return ok;
+}
+
+/*
+ * Split the pipeline (an iterator on its array) into the shards' stages
+ * and the merger's.  A first $geoNear runs alone on the shards and the
+ * merger sorts by its distanceField; a split at $sort or $limit runs that
+ * stage on both sides, at a $group of partial_group's accumulators its
+ * partial and final groups.  238 NotImplemented for a stage the merger
+ * cannot run.
+ */
+static int split_pipeline(const bson_iter_t *pipeline, bson_t *shard_pl, bson_t *merge_pl,
+                          sbl_err_t *err)
+{
+    bson_iter_t st = *pipeline;
+    uint32_t ns = 0, nm = 0, i = 0;
+    int phase = 0; /* 0: the shards'; 1: the merger's after a $sort; 2: the merger's */
+    int64_t skip = 0;
+    for (; bson_iter_next(&st); i++) {
+        bson_iter_t s;
+        bson_t stage;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&st) || !sbl_iter_doc(&st, &stage) ||
+            !bson_iter_recurse(&st, &s) || !bson_iter_next(&s))
+            return sbl_err_set(err, SBL_E_TypeMismatch,
+                               "Each element of the 'pipeline' array must be an object");
+        const char *name = bson_iter_key(&s);
+        if (phase == 0 && in_list(name, shard_stages)) {
+            append_stage(shard_pl, &ns, &st);
+            continue;
+        }
+        if (phase == 0 && i == 0 && strcmp(name, "$geoNear") == 0) {
+            bson_iter_t df;
+            append_stage(shard_pl, &ns, &st);
+            if (bson_iter_recurse(&s, &df) && bson_iter_find(&df, "distanceField") &&
+                BSON_ITER_HOLDS_UTF8(&df))
+                append_stage_i64(merge_pl, &nm, "$sort", bson_iter_utf8(&df, NULL), 1);
+            phase = 2;
+            continue;
+        }
+        bson_t spec;
+        if (phase == 0 && strcmp(name, "$group") == 0 && sbl_iter_doc(&s, &spec) &&
+            partial_group(&spec, shard_pl, &ns, merge_pl, &nm)) {
+            phase = 2;
+            continue;
+        }
+        const char *local = local_stage(&stage, 0);
+        if (!in_list(name, merger_stages) || local != NULL)
+            return sbl_err_set(err, SBL_E_NotImplemented,
+                               "sable-router cannot yet run %s after the split point of a "
+                               "pipeline over several shards; see docs/sharding.md",
+                               local != NULL ? local : name);
+        append_stage(merge_pl, &nm, &st);
+        bool num = BSON_ITER_HOLDS_NUMBER(&s) && bson_iter_as_int64(&s) >= 0;
+        if (phase == 0 && strcmp(name, "$sort") == 0) {
+            append_stage(shard_pl, &ns, &st);
+            phase = 1;
+        } else if (phase == 0 && strcmp(name, "$limit") == 0) {
+            append_stage(shard_pl, &ns, &st);
+            phase = 2;
+        } else if (phase == 1 && strcmp(name, "$skip") == 0 && num) {
+            skip += bson_iter_as_int64(&s);
+        } else if (phase == 1 && strcmp(name, "$limit") == 0 && num) {
+            append_stage_i64(shard_pl, &ns, "$limit", NULL, skip + bson_iter_as_int64(&s));
+            phase = 2;
+        } else {
+            phase = 2;
+        }
+    }
+    return 0;
+}
+
+/* ---- the merger's reads and writes -------------------------------------- */
+
+typedef struct merger {
+    const char *db;
+    const bson_t *cmd;       /* the client's aggregate */
+    const bson_t *collation; /* its collation (NULL: none): the merger's reads use it */
+} merger_t;
+
+/* 0 when reply (a handler's or a shard's) is no error reply, else err set
+ * to its code and message. */
+static int reply_failed(const bson_t *reply, sbl_err_t *err)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, reply, "ok") || bson_iter_as_double(&it) == 1.0)
+        return 0;
+    return sbl_err_set(err, rt_reply_code(reply), "%s",
+                       bson_iter_init_find(&it, reply, "errmsg") && BSON_ITER_HOLDS_UTF8(&it)
+                           ? bson_iter_utf8(&it, NULL)
+                           : "command failed");
+}
+
+/* A copy of each document of reply's cursor batch pushed onto out; *idp:
+ * the cursor's id (0: exhausted). */
+static void take_batch(const bson_t *reply, sbl_docvec_t *out, int64_t *idp)
+{
+    bson_iter_t it, cur, b;
+    *idp = 0;
+    if (!bson_iter_init_find(&it, reply, "cursor") || !bson_iter_recurse(&it, &cur))
+        return;
+    while (bson_iter_next(&cur)) {
+        const char *k = bson_iter_key(&cur);
+        if (strcmp(k, "id") == 0) {
+            *idp = bson_iter_as_int64(&cur);
+        } else if ((strcmp(k, "firstBatch") == 0 || strcmp(k, "nextBatch") == 0) &&
+                   bson_iter_recurse(&cur, &b)) {
+            while (bson_iter_next(&b)) {
+                bson_t d;
+                if (sbl_iter_doc(&b, &d))
+                    sbl_docvec_push(out, bson_copy(&d));
+            }
+        }
+    }
+}
+
+/* sbl_agg_remote_t.read: a find through the router (sharded or not, views
+ * resolved by the shard holding them), every batch. */
+static int remote_read(void *arg, const char *ns, const bson_t *filter, sbl_docvec_t *out,
+                       sbl_err_t *err)
+{
+    const merger_t *m = arg;
+    const char *dot = strchr(ns, '.');
+    char db[128];
+    if (dot == NULL || dot - ns >= (ptrdiff_t)sizeof(db))
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid namespace %s", ns);
+    snprintf(db, sizeof(db), "%.*s", (int)(dot - ns), ns);
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&cmd, "find", dot + 1);
+    if (filter != NULL)
+        BSON_APPEND_DOCUMENT(&cmd, "filter", filter);
+    if (m->collation != NULL)
+        BSON_APPEND_DOCUMENT(&cmd, "collation", m->collation);
+    bson_iter_t rc_it; /* a transaction's statements carry it through rt_sess_extra */
+    if (!rt_sess_in_txn() && bson_iter_init_find(&rc_it, m->cmd, "readConcern"))
+        bson_append_iter(&cmd, "readConcern", -1, &rc_it);
+    BSON_APPEND_INT64(&cmd, "batchSize", 100000);
+    int rc = rt_find(db, &cmd, &reply, err);
+    while (rc == 0 && (rc = reply_failed(&reply, err)) == 0) {
+        int64_t id;
+        take_batch(&reply, out, &id);
+        if (id == 0)
+            break;
+        bson_reinit(&cmd);
+        bson_reinit(&reply);
+        BSON_APPEND_INT64(&cmd, "getMore", id);
+        BSON_APPEND_UTF8(&cmd, "collection", dot + 1);
+        rc = rt_get_more(db, &cmd, &reply, err);
+    }
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return rc;
+}
+
+/* The collection stage v (the stage's field) reads ($lookup, $graphLookup,
+ * $unionWith) or writes ($out, $merge) into tdb and tcoll, db's when it
+ * names none; false for another stage or one naming no collection. */
+static bool stage_target(const char *db, const bson_iter_t *v, char *tdb, size_t dblen,
+                         char *tcoll, size_t clen)
+{
+    const char *name = bson_iter_key(v), *field, *d = db, *c = NULL;
+    bson_iter_t t = *v, f;
+    if (strcmp(name, "$lookup") == 0 || strcmp(name, "$graphLookup") == 0)
+        field = "from";
+    else if (strcmp(name, "$merge") == 0)
+        field = "into";
+    else if (strcmp(name, "$unionWith") == 0 || strcmp(name, "$out") == 0)
+        field = ""; /* "coll" or {db, coll} */
+    else
+        return false;
+    if (field[0] != '\0' && BSON_ITER_HOLDS_DOCUMENT(v) && bson_iter_recurse(v, &f) &&
+        bson_iter_find(&f, field))
+        t = f;
+    if (BSON_ITER_HOLDS_UTF8(&t)) {
+        c = bson_iter_utf8(&t, NULL);
+    } else if (BSON_ITER_HOLDS_DOCUMENT(&t) && bson_iter_recurse(&t, &f)) {
+        while (bson_iter_next(&f)) {
+            if (strcmp(bson_iter_key(&f), "db") == 0 && BSON_ITER_HOLDS_UTF8(&f))
+                d = bson_iter_utf8(&f, NULL);
+            else if (strcmp(bson_iter_key(&f), "coll") == 0 && BSON_ITER_HOLDS_UTF8(&f))
+                c = bson_iter_utf8(&f, NULL);
+        }
+    }
+    if (c == NULL || c[0] == '\0')
+        return false;
+    snprintf(tdb, dblen, "%s", d);
+    snprintf(tcoll, clen, "%s", c);
+    return true;
+}
+
+/* Whether doc (a pipeline, at any depth) reads or writes a collection that
+ * is sharded, or unsharded on another shard than s (or in a database not
+ * created yet). */
+static bool names_elsewhere(const char *db, const bson_t *doc, int s, int depth)
+{
+    bson_iter_t it;
+    if (depth > 100 || !bson_iter_init(&it, doc))
+        return false;
+    while (bson_iter_next(&it)) {
+        char tdb[128], tcoll[256], ns[400];
+        if (bson_iter_key(&it)[0] == '$' &&
+            stage_target(db, &it, tdb, sizeof(tdb), tcoll, sizeof(tcoll))) {
+            sbl_err_t e = {0};
+            snprintf(ns, sizeof(ns), "%s.%s", tdb, tcoll);
+            rt_coll_t *c = rt_coll_get(ns, false, &e);
+            bool elsewhere = c != NULL && (c->sharded || c->primary != s || c->transient);
+            rt_coll_release(c);
+            if (elsewhere)
+                return true;
+        }
+        bson_t sub;
+        if ((sbl_iter_doc(&it, &sub) || sbl_iter_array(&it, &sub)) &&
+            names_elsewhere(db, &sub, s, depth + 1))
+            return true;
+    }
+    return false;
+}
+
+bool rt_agg_elsewhere(const char *db, const bson_t *cmd, int shard)
+{
+    bson_iter_t it;
+    bson_t pipeline;
+    return bson_iter_init_find(&it, cmd, "pipeline") && sbl_iter_array(&it, &pipeline) &&
+           names_elsewhere(db, &pipeline, shard, 0);
+}
+
+/*
+ * sbl_agg_remote_t.write: $out or $merge into an unsharded collection, run
+ * by the shard holding it over the merger's documents ({aggregate: 1,
+ * pipeline: [{$documents: {$literal: [...]}}, stage]}), in commands of
+ * OUT_BATCH_BYTES: $out's first command replaces the collection, the
+ * others insert beside it ($merge that fails on a match).
+ */
+static int remote_write(void *arg, const bson_iter_t *st, sbl_docvec_t *dv, sbl_err_t *err)
+{
+    const merger_t *m = arg;
+    const char *stage = bson_iter_key(st);
+    char tdb[128], tcoll[256], ns[400];
+    if (!stage_target(m->db, st, tdb, sizeof(tdb), tcoll, sizeof(tcoll)))
+        return sbl_err_set(err, SBL_E_FailedToParse,
+                           "%s requires a collection name as a string or {db, coll}", stage);
+    snprintf(ns, sizeof(ns), "%s.%s", tdb, tcoll);
+    rt_coll_t *c = rt_coll_get(ns, false, err);
+    if (c == NULL)
+        return err->code;
+    bool sharded = c->sharded;
+    rt_coll_release(c);
+    if (sharded && stage[1] == 'o')
+        return sbl_err_set(err, 28769, "%s cannot be sharded", ns);
+    if (sharded)
+        return sbl_err_set(err, SBL_E_NotImplemented, "sable-router cannot yet $merge into a "
+                           "sharded collection (%s); see docs/sharding.md", ns);
+    int shard = rt_db_primary(tdb, true, err);
+    if (shard < -1)
+        return err->code;
+    int rc = 0;
+    bool first = true;
+    for (size_t i = 0; rc == 0 && (first || i < dv->n); first = false) {
+        bson_t cmd = BSON_INITIALIZER, pl, s0, lit, docs, s1, spec, into, r, cur;
+        uint32_t k = 0;
+        size_t bytes = 0;
+        BSON_APPEND_INT32(&cmd, "aggregate", 1);
+        BSON_APPEND_ARRAY_BEGIN(&cmd, "pipeline", &pl);
+        BSON_APPEND_DOCUMENT_BEGIN(&pl, "0", &s0);
+        BSON_APPEND_DOCUMENT_BEGIN(&s0, "$documents", &lit);
+        BSON_APPEND_ARRAY_BEGIN(&lit, "$literal", &docs);
+        for (; i < dv->n && (k == 0 || bytes + dv->v[i]->len < OUT_BATCH_BYTES); i++) {
+            char key[16];
+            const char *ks;
+            bson_uint32_to_string(k++, &ks, key, sizeof(key));
+            BSON_APPEND_DOCUMENT(&docs, ks, dv->v[i]);
+            bytes += dv->v[i]->len;
+        }
+        bson_append_array_end(&lit, &docs);
+        bson_append_document_end(&s0, &lit);
+        bson_append_document_end(&pl, &s0);
+        BSON_APPEND_DOCUMENT_BEGIN(&pl, "1", &s1);
+        if (first || stage[1] == 'm') {
+            bson_append_iter(&s1, stage, -1, st);
+        } else { /* $out's later documents go in beside the first command's */
+            BSON_APPEND_DOCUMENT_BEGIN(&s1, "$merge", &spec);
+            BSON_APPEND_DOCUMENT_BEGIN(&spec, "into", &into);
+            BSON_APPEND_UTF8(&into, "db", tdb);
+            BSON_APPEND_UTF8(&into, "coll", tcoll);
+            bson_append_document_end(&spec, &into);
+            BSON_APPEND_UTF8(&spec, "whenMatched", "fail");
+            BSON_APPEND_UTF8(&spec, "whenNotMatched", "insert");
+            bson_append_document_end(&s1, &spec);
+        }
+        bson_append_document_end(&pl, &s1);
+        bson_append_array_end(&cmd, &pl);
+        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "cursor", &cur);
+        bson_append_document_end(&cmd, &cur);
+        bson_iter_t it;
+        static const char *const pass[] = {"writeConcern", "bypassDocumentValidation", "let",
+                                           NULL};
+        for (int p = 0; pass[p]; p++)
+            if (bson_iter_init_find(&it, m->cmd, pass[p]))
+                bson_append_iter(&cmd, pass[p], -1, &it);
+        if ((rc = rt_run(shard, tdb, &cmd, &r, err)) == 0) {
+            rc = reply_failed(&r, err);
+            bson_destroy(&r);
+        }
+        bson_destroy(&cmd);
+    }
+    sbl_docvec_clear(dv);
+    return rc;
+}
+
+/* ---- the merger ---------------------------------------------------------- */
+
+/* Run the merger's stages over dv (the shards' documents) with the
+ * command's let, collation, allowDiskUse and maxTimeMS; the result becomes
+ * a router cursor in reply. */
+static int run_merger(const char *db, const char *coll, const bson_t *cmd, const bson_t *merge_pl,
+                      sbl_docvec_t *dv, bson_t *reply, sbl_err_t *err)
+{
+    merger_t m = {.db = db, .cmd = cmd};
+    sbl_opctx_t ctx; /* no storage: the remote hooks cover every stage let through */
+    bson_t coll_spec, let_spec, let_vals;
+    bool has_let = false;
+    int allow_disk = -1;
+    int64_t batch = 101;
+    const sbl_collation_t *collation = NULL;
+    bson_iter_t it, c;
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.cmd = cmd;
+    ctx.db = db;
+    ctx.name = "aggregate";
+    bson_iter_init(&it, cmd);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "collation") == 0 && sbl_iter_doc(&it, &coll_spec)) {
+            m.collation = &coll_spec;
+            SBL_RET(sbl_collation_parse(&coll_spec, &collation, err));
+        } else if (strcmp(k, "let") == 0 && sbl_iter_doc(&it, &let_spec)) {
+            has_let = true;
+        } else if (strcmp(k, "allowDiskUse") == 0 && BSON_ITER_HOLDS_BOOL(&it)) {
+            allow_disk = bson_iter_bool(&it);
+        } else if (strcmp(k, "maxTimeMS") == 0 && BSON_ITER_HOLDS_NUMBER(&it) &&
+                   bson_iter_as_int64(&it) > 0) {
+            ctx.deadline_us = sbl_now_us() + bson_iter_as_int64(&it) * 1000;
+        } else if (strcmp(k, "cursor") == 0 && bson_iter_recurse(&it, &c) &&
+                   bson_iter_find(&c, "batchSize") && BSON_ITER_HOLDS_NUMBER(&c)) {
+            batch = bson_iter_as_int64(&c);
+        }
+    }
+    SBL_RET(sbl_expr_eval_let(has_let ? &let_spec : NULL, &let_vals, err));
+    sbl_agg_remote_t remote = {remote_read, remote_write, &m};
+    sbl_agg_env_t env = {.ctx = &ctx, .db = db, .let = &let_vals, .now_ms = sbl_now_ms(),
+                         .allow_disk = allow_disk, .coll = collation, .remote = &remote};
+    char ns[400];
+    snprintf(ns, sizeof(ns), "%s.%s", db, coll);
+    int rc = sbl_agg_run(&env, ns, merge_pl, 0, dv, err);
+    bson_destroy(&let_vals);
+    if (rc != 0)
+        return rc;
+    bson_t arr = BSON_INITIALIZER;
+    for (size_t i = 0; i < dv->n; i++) {
+        char key[16];
+        const char *ks;
+        bson_t d = BSON_INITIALIZER; /* the shards' text scores never leave the router */
+        sbl_projection_strip_meta(dv->v[i], &d);
+        bson_uint32_to_string((uint32_t)i, &ks, key, sizeof(key));
+        BSON_APPEND_DOCUMENT(&arr, ks, &d);
+        bson_destroy(&d);
+    }
+    rc = rt_docs_cursor(db, coll, &arr, batch < 0 ? 101 : batch, reply, err);
+    bson_destroy(&arr);
+    return rc;
+}
+
+int rt_agg_split(const char *db, const char *coll, const bson_t *cmd, const rt_coll_t *c,
+                 const bool targets[RT_MAX_SHARDS], bson_t *reply, bool *stalep, sbl_err_t *err)
+{
+    bson_iter_t it, p;
+    *stalep = false;
+    if (!bson_iter_init_find(&it, cmd, "pipeline") || !bson_iter_recurse(&it, &p))
+        return sbl_err_set(err, SBL_E_FailedToParse, "aggregate needs a pipeline array");
+    if (bson_iter_init_find(&it, cmd, "explain") && bson_iter_as_bool(&it))
+        return sbl_err_set(err, SBL_E_NotImplemented, "sable-router cannot yet explain a "
+                           "pipeline it splits over several shards; see docs/sharding.md");
+    bson_t shard_pl = BSON_INITIALIZER, merge_pl = BSON_INITIALIZER;
+    int rc = split_pipeline(&p, &shard_pl, &merge_pl, err);
+    /* the shards' part on every targeted shard at once; needsMerge keeps text scores */
+    static const char *const strip[] = {"pipeline", "cursor", "writeConcern", NULL};
+    int n = 0, sh[RT_MAX_SHARDS], rcs[RT_MAX_SHARDS];
+    bson_t fwds[RT_MAX_SHARDS], rs[RT_MAX_SHARDS], cur;
+    const bson_t *cmds[RT_MAX_SHARDS];
+    sbl_err_t errs[RT_MAX_SHARDS];
+    for (int s = 0; rc == 0 && s < RT_MAX_SHARDS; s++) {
+        if (!targets[s])
+            continue;
+        bson_init(&fwds[n]);
+        rt_copy_cmd(cmd, &fwds[n], strip);
+        bson_append_array(&fwds[n], "pipeline", -1, &shard_pl);
+        BSON_APPEND_DOCUMENT_BEGIN(&fwds[n], "cursor", &cur);
+        bson_append_document_end(&fwds[n], &cur);
+        BSON_APPEND_BOOL(&fwds[n], "needsMerge", true);
+        rt_append_version(&fwds[n], c, s);
+        cmds[n] = &fwds[n];
+        memset(&errs[n], 0, sizeof(errs[n]));
+        sh[n++] = s;
+    }
+    if (rc == 0)
+        rt_run_many(n, sh, db, cmds, rs, rcs, errs);
+    bool answered = false;
+    sbl_docvec_t dv = {0};
+    for (int i = 0; i < n; i++) {
+        bson_destroy(&fwds[i]);
+        if (rc == 0 && rcs[i] != 0) {
+            rc = rcs[i];
+            *err = errs[i];
+        } else if (rc == 0 && !*stalep && !answered &&
+                   rt_reply_code(&rs[i]) == SBL_E_StaleConfig) {
+            *stalep = true;
+        } else if (rc == 0 && !*stalep && !answered && rt_reply_code(&rs[i]) != 0) {
+            bson_copy_to_excluding_noinit(&rs[i], reply, "$clusterTime", "operationTime", NULL);
+            answered = true;
+        } else if (rc == 0 && !*stalep && !answered) {
+            bson_t arr = BSON_INITIALIZER;
+            bson_iter_t a;
+            rc = rt_drain_cursor(&rs[i], db, coll, sh[i], &arr, err);
+            if (rc == 0 && bson_iter_init(&a, &arr))
+                while (bson_iter_next(&a)) {
+                    bson_t d;
+                    if (sbl_iter_doc(&a, &d))
+                        sbl_docvec_push(&dv, bson_copy(&d));
+                }
+            bson_destroy(&arr);
+        }
+        bson_destroy(&rs[i]);
+    }
+    if (rc == 0 && !*stalep && !answered)
+        rc = run_merger(db, coll, cmd, &merge_pl, &dv, reply, err);
+    sbl_docvec_clear(&dv);
+    bson_destroy(&shard_pl);
+    bson_destroy(&merge_pl);
+    return rc;
+}
+
+/* A find projection $project reads the same way: 0/1 and {$meta} values only. */
+static bool plain_projection(const bson_t *proj)
+{
+    bson_iter_t it, m;
+    bson_iter_init(&it, proj);
+    while (bson_iter_next(&it))
+        if (!BSON_ITER_HOLDS_NUMBER(&it) && !BSON_ITER_HOLDS_BOOL(&it) &&
+            !(BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &m) && bson_iter_next(&m) &&
+              strcmp(bson_iter_key(&m), "$meta") == 0))
+            return false;
+    return true;
+}
+
+int rt_agg_find_by_meta(const char *db, const char *coll, const bson_t *cmd, bson_t *reply,
+                        sbl_err_t *err)
+{
+    static const char *const moved[] = {"find", "filter", "sort", "projection", "skip", "limit",
+                                        "batchSize", "noCursorTimeout", NULL};
+    static const char *const refused[] = {"singleBatch", "min", "max", "returnKey",
+                                          "showRecordId", "tailable", "awaitData",
+                                          "oplogReplay", "allowPartialResults", NULL};
+    bson_t agg = BSON_INITIALIZER, pl, st, cur, d;
+    bson_iter_t it;
+    uint32_t n = 0;
+    bson_iter_init(&it, cmd);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if ((in_list(k, refused) && bson_iter_as_bool(&it)) ||
+            (strcmp(k, "limit") == 0 && BSON_ITER_HOLDS_NUMBER(&it) &&
+             bson_iter_as_int64(&it) < 0) ||
+            (strcmp(k, "projection") == 0 && (!sbl_iter_doc(&it, &d) || !plain_projection(&d)))) {
+            bson_destroy(&agg);
+            return -1;
+        }
+    }
+    BSON_APPEND_UTF8(&agg, "aggregate", coll);
+    BSON_APPEND_ARRAY_BEGIN(&agg, "pipeline", &pl);
+    static const char *const stages[][2] = {{"filter", "$match"}, {"sort", "$sort"},
+                                            {"skip", "$skip"}, {"limit", "$limit"},
+                                            {"projection", "$project"}};
+    for (size_t i = 0; i < sizeof(stages) / sizeof(stages[0]); i++) {
+        if (!bson_iter_init_find(&it, cmd, stages[i][0]) ||
+            (BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_int64(&it) == 0) ||
+            (BSON_ITER_HOLDS_DOCUMENT(&it) && sbl_iter_doc(&it, &d) && bson_empty(&d)))
+            continue; /* absent, 0 or {}: no stage */
+        char key[16];
+        const char *ks;
+        bson_uint32_to_string(n++, &ks, key, sizeof(key));
+        BSON_APPEND_DOCUMENT_BEGIN(&pl, ks, &st);
+        bson_append_iter(&st, stages[i][1], -1, &it);
+        bson_append_document_end(&pl, &st);
+    }
+    bson_append_array_end(&agg, &pl);
+    BSON_APPEND_DOCUMENT_BEGIN(&agg, "cursor", &cur);
+    if (bson_iter_init_find(&it, cmd, "batchSize"))
+        bson_append_iter(&cur, "batchSize", -1, &it);
+    bson_append_document_end(&agg, &cur);
+    bson_iter_init(&it, cmd);
+    while (bson_iter_next(&it))
+        if (!in_list(bson_iter_key(&it), moved) && !in_list(bson_iter_key(&it), refused))
+            bson_append_iter(&agg, bson_iter_key(&it), -1, &it);
+    int rc = rt_aggregate(db, &agg, reply, err);
+    bson_destroy(&agg);
+    return rc;
+}

@@ -1,0 +1,290 @@
+"""
+Aggregation across shards through sable-router (docs/sharding.md, issue 28):
+the shards run the pipeline up to its split point, the router the rest.
+One 2-shard cluster: ag.t is sharded on {k: 1} with k < 0 on shard0 and
+k >= 0 on shard1; ag.u holds the same documents unsharded (on the
+database's primary shard, so its pipelines run whole on one sabled).  Each
+pipeline's result through the router on t must equal the same pipeline on u.
+"""
+
+import os
+import sys
+
+import pymongo
+import pytest
+from pymongo.errors import OperationFailure
+
+sys.path.insert(0, os.path.dirname(__file__))
+import sharded  # noqa: E402
+from sharded import ROUTER  # noqa: E402
+
+WORDS = ["apple", "banana", "cherry", "apple pie", "banana bread", "cherry apple"]
+
+
+def doc(i):
+    d = {"_id": i + 1000, "k": i, "g": i % 4, "h": "abc"[i % 3], "v": i * 1.5,
+         "name": "n%03d" % (i + 60), "tags": [i % 3, i % 5], "o": {"x%d" % (i % 3): i},
+         "txt": WORDS[i % len(WORDS)], "loc": [float(i % 10), float(i // 10)]}
+    if i % 7 == 0:
+        d["v"] = "not a number"  # $sum / $avg / $stdDev skip it
+    if i % 11 == 0:
+        del d["v"]
+    return d
+
+
+DOCS = [doc(i) for i in range(-60, 60)]
+
+
+@pytest.fixture(scope="module")
+def cl():
+    if not os.path.exists(ROUTER):
+        pytest.skip("sable-router not built")
+    with sharded.cluster("sable-agg-") as info:
+        c = pymongo.MongoClient("127.0.0.1", info["router"], serverSelectionTimeoutMS=10000)
+        c.ag.u.insert_one({"_id": "first"})  # creates the database (its primary) unsharded
+        c.ag.u.delete_one({"_id": "first"})
+        sharded.split_at_zero(c, "ag", ["t", "fs"])
+        c.ag.t.insert_many(DOCS)
+        c.ag.u.insert_many(DOCS)
+        for name in ("t", "u"):
+            c.ag[name].create_index([("txt", "text")])
+            c.ag[name].create_index([("loc", "2d")])
+        # foreign collections: f unsharded, fs sharded, fu its unsharded copy
+        fdocs = [{"_id": j, "k": j - 10, "g": j % 4, "label": "L%d" % j, "parent": j // 2}
+                 for j in range(20)]
+        c.ag.f.insert_many(fdocs)
+        c.ag.fs.insert_many(fdocs)
+        c.ag.fu.insert_many(fdocs)
+        shards = [pymongo.MongoClient("127.0.0.1", p, directConnection=True)
+                  for p in info["shards"]]
+        held = [s.ag.t.count_documents({}) for s in shards]
+        assert held == [60, 60], held
+        yield c
+        for s in shards:
+            s.close()
+        c.close()
+
+
+def norm(v):
+    """Floats rounded (sums in another order), sets in order."""
+    if isinstance(v, float):
+        return round(v, 9)
+    if isinstance(v, list):
+        return [norm(x) for x in v]
+    if isinstance(v, dict):
+        return {k: (sorted(norm(x) for x in v[k]) if k.startswith("set") else norm(v[k]))
+                for k in v}
+    return v
+
+
+def same(cl, pipeline, ordered=False, sharded_coll="t", plain="u", **kw):
+    got = list(cl.ag[sharded_coll].aggregate(pipeline, **kw))
+    want = list(cl.ag[plain].aggregate(pipeline, **kw))
+    got, want = norm(got), norm(want)
+    if not ordered:
+        got, want = sorted(got, key=repr), sorted(want, key=repr)
+    assert got == want
+    return got
+
+
+ACCS = {"sum": {"$sum": "$v"}, "n": {"$sum": 1}, "avg": {"$avg": "$v"},
+        "min": {"$min": "$v"}, "max": {"$max": "$v"}, "first": {"$first": "$name"},
+        "last": {"$last": "$name"}, "push": {"$push": "$k"}, "setH": {"$addToSet": "$h"},
+        "cnt": {"$count": {}}, "sdp": {"$stdDevPop": "$v"}, "sds": {"$stdDevSamp": "$v"},
+        "mo": {"$mergeObjects": "$o"}, "fN": {"$firstN": {"input": "$k", "n": 3}},
+        "lN": {"$lastN": {"input": "$k", "n": 2}}, "maxN": {"$maxN": {"input": "$v", "n": 2}},
+        "minN": {"$minN": {"input": "$k", "n": 2}}}
+
+
+def test_group_every_accumulator(cl):
+    r = same(cl, [{"$sort": {"k": 1}}, {"$group": dict({"_id": "$g"}, **ACCS)},
+                  {"$sort": {"_id": 1}}], ordered=True)
+    assert [d["_id"] for d in r] == [0, 1, 2, 3] and sum(d["n"] for d in r) == 120
+    # one group over everything, then more stages after the $group
+    same(cl, [{"$match": {"k": {"$gte": -30}}}, {"$sort": {"name": -1}},
+              {"$group": dict({"_id": None}, **ACCS)}, {"$project": {"_id": 0}}])
+    same(cl, [{"$group": {"_id": {"g": "$g", "h": "$h"}, "s": {"$sum": "$k"}}},
+              {"$match": {"s": {"$gt": -50}}}, {"$sort": {"_id.g": 1, "_id.h": 1}}],
+         ordered=True)
+
+
+def test_partial_groups(cl):
+    # accumulators that combine: grouped on the shards, the groups grouped again
+    partial = {k: ACCS[k] for k in ("sum", "n", "avg", "min", "max", "first", "last", "push",
+                                     "setH", "cnt", "mo")}
+    r = same(cl, [{"$group": dict({"_id": "$g"}, **partial)}, {"$sort": {"_id": 1}}],
+             ordered=True)
+    assert [list(d) for d in r] == [["_id"] + list(partial)] * 4  # no hidden count left
+    same(cl, [{"$match": {"g": {"$lt": 2}}}, {"$group": {"_id": "$h", "avg": {"$avg": "$v"}}}])
+    # a group no document reaches, and one over a field nobody has
+    assert same(cl, [{"$match": {"name": "none"}}, {"$group": {"_id": None, "a": {"$avg": "$k"}}}]) == []
+    same(cl, [{"$group": {"_id": "$g", "a": {"$avg": "$nope"}, "s": {"$sum": "$nope"}}}])
+
+
+def test_group_shapes(cl):
+    same(cl, [{"$bucket": {"groupBy": "$k", "boundaries": [-60, -20, 0, 20, 60],
+                           "output": {"n": {"$sum": 1}, "names": {"$push": "$name"}}}}])
+    same(cl, [{"$bucketAuto": {"groupBy": "$k", "buckets": 5}}], ordered=True)
+    same(cl, [{"$sortByCount": "$h"}], ordered=True)
+    same(cl, [{"$unwind": "$tags"}, {"$sortByCount": "$tags"}, {"$sort": {"_id": 1}}],
+         ordered=True)
+    same(cl, [{"$match": {"g": 1}}, {"$count": "n"}, {"$addFields": {"twice": {
+        "$multiply": ["$n", 2]}}}])
+
+
+def test_sort_skip_limit_then_more(cl):
+    same(cl, [{"$sort": {"v": -1, "k": 1}}, {"$skip": 5}, {"$limit": 10},
+              {"$project": {"k": 1, "v": 1}}], ordered=True)
+    same(cl, [{"$match": {"g": {"$ne": 2}}}, {"$skip": 7}, {"$count": "n"}])
+    same(cl, [{"$limit": 200}, {"$group": {"_id": "$h", "n": {"$sum": 1}}}])
+    same(cl, [{"$sort": {"name": 1}}, {"$limit": 15}, {"$sort": {"k": -1}},
+              {"$skip": 3}], ordered=True)
+
+
+def test_facet_and_windows(cl):
+    same(cl, [{"$facet": {
+        "byG": [{"$group": {"_id": "$g", "n": {"$sum": 1}}}, {"$sort": {"_id": 1}}],
+        "top": [{"$sort": {"k": -1}}, {"$limit": 3}, {"$project": {"k": 1}}],
+        "count": [{"$count": "n"}]}}])
+    same(cl, [{"$setWindowFields": {"partitionBy": "$g", "sortBy": {"k": 1}, "output": {
+        "run": {"$sum": "$k", "window": {"documents": ["unbounded", "current"]}},
+        "rank": {"$rank": {}}}}}, {"$sort": {"k": 1}}], ordered=True)
+    r = list(cl.ag.t.aggregate([{"$sample": {"size": 10}}]))
+    assert len(r) == 10 and len({d["_id"] for d in r}) == 10
+
+
+def test_lookup_graph_lookup_union_with(cl):
+    # the foreign collection unsharded, or sharded (fs) against its unsharded copy (fu)
+    for frm_t, frm_u in (("f", "f"), ("fs", "fu")):
+        def pair(p_t, p_u, ordered=True):
+            got = norm(list(cl.ag.t.aggregate(p_t)))
+            want = norm(list(cl.ag.u.aggregate(p_u)))
+            assert got == want if ordered else sorted(got, key=repr) == sorted(want, key=repr)
+
+        def lk(frm):
+            return [{"$match": {"k": {"$gte": -15, "$lt": 15}}},
+                    {"$lookup": {"from": frm, "localField": "k", "foreignField": "k",
+                                 "as": "m"}},
+                    {"$sort": {"k": 1}}, {"$project": {"k": 1, "m.label": 1}}]
+        pair(lk(frm_t), lk(frm_u))
+        got = list(cl.ag.t.aggregate(lk(frm_t)))
+        assert sum(len(d["m"]) for d in got) == 20  # every foreign document found once
+
+        def lk_pipe(frm):
+            return [{"$match": {"g": 3}},
+                    {"$lookup": {"from": frm, "let": {"gg": "$g"}, "as": "m", "pipeline": [
+                        {"$match": {"$expr": {"$eq": ["$g", "$$gg"]}}},
+                        {"$sort": {"_id": 1}}, {"$project": {"_id": 1}}]}},
+                    {"$sort": {"k": 1}}]
+        pair(lk_pipe(frm_t), lk_pipe(frm_u))
+
+        def gl(frm):
+            return [{"$match": {"k": {"$in": [-9, 5]}}},
+                    {"$graphLookup": {"from": frm, "startWith": "$k", "connectFromField":
+                                      "parent", "connectToField": "k", "as": "chain",
+                                      "depthField": "d"}},
+                    {"$project": {"k": 1, "chain": {"$sortArray": {
+                        "input": "$chain._id", "sortBy": 1}}}}, {"$sort": {"k": 1}}]
+        pair(gl(frm_t), gl(frm_u))
+
+        def uw(frm):
+            return [{"$project": {"_id": 0, "k": 1}},
+                    {"$unionWith": {"coll": frm, "pipeline": [{"$project": {"_id": 0, "k": 1}}]}},
+                    {"$group": {"_id": None, "n": {"$sum": 1}, "s": {"$sum": "$k"}}}]
+        pair(uw(frm_t), uw(frm_u))
+        # the unsharded collection's pipeline reading the sharded one: not from one shard's part
+        if frm_t == "fs":
+            pair([{"$lookup": {"from": "fs", "localField": "k", "foreignField": "k", "as": "m"}},
+                  {"$match": {"m": {"$ne": []}}}, {"$count": "n"}],
+                 [{"$lookup": {"from": "fu", "localField": "k", "foreignField": "k", "as": "m"}},
+                  {"$match": {"m": {"$ne": []}}}, {"$count": "n"}])
+            got = list(cl.ag.u.aggregate([{"$lookup": {"from": "fs", "localField": "k",
+                                                       "foreignField": "k", "as": "m"}},
+                                          {"$match": {"m": {"$ne": []}}}, {"$count": "n"}]))
+            assert got == [{"n": 20}]
+
+
+def test_out_and_merge(cl):
+    p = [{"$match": {"g": {"$in": [0, 1]}}}, {"$group": {"_id": "$h", "n": {"$sum": 1},
+                                                         "ks": {"$push": "$k"}}}]
+    r = list(cl.ag.t.aggregate(p + [{"$out": "o_t"}]))
+    assert r == []
+    cl.ag.u.aggregate(p + [{"$out": "o_u"}])
+    got = norm(sorted(cl.ag.o_t.find(), key=repr))
+    assert got == norm(sorted(cl.ag.o_u.find(), key=repr)) and len(got) == 3
+    # $out replaces what was there; into another database too
+    cl.ag.t.aggregate([{"$match": {"k": {"$lt": -55}}}, {"$out": "o_t"}])
+    assert sorted(d["k"] for d in cl.ag.o_t.find()) == [-60, -59, -58, -57, -56]
+    cl.ag.t.aggregate([{"$match": {"g": 2}}, {"$out": {"db": "ag2", "coll": "o"}}])
+    assert cl.ag2.o.count_documents({}) == 30
+    # $merge: matched documents merged, others inserted, the rest left alone
+    for name in ("m_t", "m_u"):
+        cl.ag[name].insert_many([{"_id": "a", "n": -1, "keep": True}, {"_id": "zz", "n": 0}])
+    mp = [{"$group": {"_id": "$h", "n": {"$sum": 1}}},
+          {"$merge": {"into": "m_t", "on": "_id", "whenMatched": "merge",
+                      "whenNotMatched": "insert"}}]
+    cl.ag.t.aggregate(mp)
+    mp[-1]["$merge"]["into"] = "m_u"
+    cl.ag.u.aggregate(mp)
+    got = sorted(cl.ag.m_t.find(), key=lambda d: d["_id"])
+    assert got == sorted(cl.ag.m_u.find(), key=lambda d: d["_id"])
+    assert got[0] == {"_id": "a", "n": 40, "keep": True} and len(got) == 4
+    # more than one command's worth (8 MB) of documents: all of them, once, replacing
+    big = [{"_id": i, "k": i - 150, "pad": "%05d" % i * 6000} for i in range(300)]
+    sharded.split_at_zero(cl, "ag", ["big"])
+    cl.ag.big.insert_many(big)
+    cl.ag.t.aggregate([{"$match": {"g": 0}}, {"$out": "o_big"}])
+    cl.ag.big.aggregate([{"$sort": {"k": 1}}, {"$out": "o_big"}])
+    assert sorted(d["_id"] for d in cl.ag.o_big.find({}, {"_id": 1})) == list(range(300))
+    assert sum(len(d["pad"]) for d in cl.ag.o_big.find()) == sum(len(d["pad"]) for d in big)
+    # $out to a sharded collection is refused, as mongos refuses it
+    for src in ("t", "u"):
+        with pytest.raises(OperationFailure) as e:
+            cl.ag[src].aggregate([{"$match": {"g": 0}}, {"$out": "fs"}])
+        assert e.value.code == 28769
+
+
+def test_text_score_sort_and_geo_near(cl):
+    p = [{"$match": {"$text": {"$search": "apple cherry"}}},
+         {"$sort": {"score": {"$meta": "textScore"}, "k": 1}},
+         {"$project": {"k": 1, "txt": 1, "score": {"$meta": "textScore"}}}]
+    r = same(cl, p, ordered=True)
+    assert len(r) == 80 and r[0]["score"] >= r[-1]["score"]
+    assert all("\x7ftextScore" not in d for d in r)
+    p = [{"$match": {"$text": {"$search": "banana"}}},
+         {"$sort": {"s": {"$meta": "textScore"}, "k": -1}}, {"$limit": 7}]
+    r = same(cl, p, ordered=True)
+    assert len(r) == 7 and all("score" not in d and "\x7ftextScore" not in d for d in r)
+    # a find sorted by the score runs as that pipeline across shards
+    def fnd(name):
+        return list(cl.ag[name].find({"$text": {"$search": "cherry pie"}},
+                                     {"k": 1, "s": {"$meta": "textScore"}})
+                    .sort([("s", {"$meta": "textScore"}), ("k", -1)]).skip(2).limit(25))
+    r = fnd("t")
+    assert r == fnd("u") and len(r) == 25 and r[0]["s"] >= r[-1]["s"]
+    p = [{"$geoNear": {"near": [4.5, 0.5], "distanceField": "dist"}},
+         {"$limit": 12}, {"$project": {"k": 1, "dist": 1}}]
+    r = list(cl.ag.t.aggregate(p))
+    want = list(cl.ag.u.aggregate(p))
+    assert [round(d["dist"], 9) for d in r] == [round(d["dist"], 9) for d in want]
+    assert len(r) == 12
+
+
+def test_cursor_batches_and_errors(cl):
+    # the merged result is served in batches through getMore
+    p = [{"$sort": {"k": 1}}, {"$group": {"_id": "$k", "n": {"$sum": 1}}}, {"$sort": {"_id": 1}}]
+    r = list(cl.ag.t.aggregate(p, batchSize=7))
+    assert [d["_id"] for d in r] == list(range(-60, 60))
+    # a stage error at the merger answers as sabled's
+    with pytest.raises(OperationFailure) as e1:
+        list(cl.ag.t.aggregate([{"$group": {"_id": "$g", "x": {"$avg": "$v"}}},
+                                {"$project": {"y": {"$divide": [1, 0]}}}]))
+    with pytest.raises(OperationFailure) as e2:
+        list(cl.ag.u.aggregate([{"$group": {"_id": "$g", "x": {"$avg": "$v"}}},
+                                {"$project": {"y": {"$divide": [1, 0]}}}]))
+    assert e1.value.code == e2.value.code
+    # a stage the router cannot run after the split point: 238, as before
+    with pytest.raises(OperationFailure) as e:
+        list(cl.ag.t.aggregate([{"$group": {"_id": 1}}, {"$lookup": {
+            "from": "f", "as": "m", "pipeline": [{"$collStats": {}}]}}]))
+    assert e.value.code == 238

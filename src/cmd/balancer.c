@@ -60,6 +60,14 @@
 
 static pthread_mutex_t commit_mu = PTHREAD_MUTEX_INITIALIZER;
 
+void sbl_cmd_chunks_lock(bool hold)
+{
+    if (hold)
+        pthread_mutex_lock(&commit_mu);
+    else
+        pthread_mutex_unlock(&commit_mu);
+}
+
 /* The shards in a migration now (under busy_mu). */
 static pthread_mutex_t busy_mu = PTHREAD_MUTEX_INITIALIZER;
 static char busy[64][128];
@@ -783,6 +791,12 @@ static int balance_collection(const bson_t *coll, char ids[][128], int nshards)
     if (rc != 0) {
         bson_destroy(&chunks);
         return 0;
+    }
+    /* a collection with zone ranges follows its zones (balancer_zones.c) */
+    int zoned = sbl_zones_balance(coll, &chunks, ids, nshards, threshold, move_range);
+    if (zoned != SBL_ZONES_NONE) {
+        bson_destroy(&chunks);
+        return zoned;
     }
     int count[64] = {0}, total = 0;
     bson_iter_init(&it, &chunks);

@@ -137,6 +137,37 @@ int sbl_cmd_configsvr_balancer_status(sbl_opctx_t *ctx, sbl_err_t *err);
 /* The balancer thread (config servers only; start is a no-op elsewhere). */
 void sbl_cmd_balancer_start_thread(void);
 void sbl_cmd_balancer_stop_thread(void);
+/* Hold (true) or release the lock a migration's commit and a chunk version
+ * bump take in balancer.c, around another change of config.chunks. */
+void sbl_cmd_chunks_lock(bool hold);
+/* zone_cmds.c: zones on the config servers (addShardToZone ... forwarded by
+ * the router) */
+int sbl_cmd_configsvr_add_shard_to_zone(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_configsvr_remove_shard_from_zone(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_configsvr_update_zone_key_range(sbl_opctx_t *ctx, sbl_err_t *err);
+/* Every document of this member's config.<coll> matching filter, sorted by
+ * sort (NULL: natural order), copied into *arr (an array, initialised either
+ * way). */
+int sbl_zone_config_find(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
+                         sbl_err_t *err);
+/* One write on this member's config.<coll>, w: majority: verb "update"
+ * (op: {q, u ...}), "delete" (op: {q, limit}) or "insert" (op: the
+ * document); *np (may be NULL): the reply's n.  A write error is the error. */
+int sbl_zone_config_write(const char *verb, const char *coll, const bson_t *op, int64_t *np,
+                          sbl_err_t *err);
+/* balancer_zones.c: the balancer's policy for a collection (its
+ * config.collections document; chunks: its config.chunks, sorted by min)
+ * that has zone ranges; ids: the shards that are not draining.  1 when it
+ * split or moved a chunk, 0 when there was nothing to do (or a shard was
+ * busy), -1 when a migration failed; SBL_ZONES_NONE when the collection has
+ * no zone range (balancer.c's own policy applies).  move runs a migration
+ * (balancer.c's move_range); threshold: the migration threshold for a
+ * number of chunks. */
+#define SBL_ZONES_NONE 2
+typedef int (*sbl_move_range_fn)(const char *ns, const bson_t *min, const bson_t *max,
+                                 const char *to, bson_t *details, sbl_err_t *err);
+int sbl_zones_balance(const bson_t *coll, const bson_t *chunks, char ids[][128], int nshards,
+                      int (*threshold)(int), sbl_move_range_fn move);
 /* At shutdown: stop a receiving migration's thread (migrate_recv.c). */
 void sbl_cmd_migrations_shutdown(void);
 

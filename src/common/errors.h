@@ -132,6 +132,9 @@
     X(NamespaceNotSharded, 118)                                                                    \
     X(CannotSplit, 106)                                                                            \
     X(ChunkTooBig, 153)                                                                            \
+    X(ZoneStillInUse, 163)                                                                         \
+    X(ZoneNotFound, 177)                                                                           \
+    X(RangeOverlapConflict, 178)                                                                   \
     X(StaleConfig, 13388)                                                                          \
     X(CommandFailed, 125)                                                                          \
     X(OplogStartMissing, 120)                                                                      \

@@ -191,6 +191,22 @@ int rt_cmd_balancer(const char *which, bson_t *reply, sbl_err_t *err);
 /* removeShard (draining: started, ongoing, completed) and movePrimary. */
 int rt_cmd_remove_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_move_primary(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* ---- rt_zones.c ---- */
+/* addShardToZone, removeShardFromZone, updateZoneKeyRange (and their
+ * lower-case names): on the admin database only, carried out by the config
+ * server primary (its _configsvr* command), its error passed on. */
+int rt_cmd_zone(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* shardCollection's first chunks of ns when zone ranges are defined for it
+ * (mongod's initial split policies): key, its hashed field's position
+ * (hashed_pos, -1: none), whether the collection is empty, the command's
+ * presplitHashedZones and numInitialChunks (0: not given).  Appends to out
+ * (an array, initialised by the caller) one {min, max, shard: <index>} per
+ * chunk in key order; nothing when the default policy applies (no range, or
+ * documents already there).  mongod's errors otherwise (InvalidOptions, the
+ * presplitHashedZones rules 31387-31391 and 31412, 50973 for a zone no
+ * shard holds). */
+int rt_zone_first_chunks(const char *ns, const bson_t *key, int hashed_pos, bool empty,
+                         bool presplit, int64_t nchunks, bson_t *out, sbl_err_t *err);
 
 /* Remove ns's (or db's, when coll is NULL) sharding metadata after a drop. */
 void rt_meta_drop(const char *db, const char *coll);

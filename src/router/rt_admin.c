@@ -399,19 +399,34 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     bson_destroy(&cr);
     if (rc != 0)
         return rc;
+    /* zone ranges defined before: their chunks (rt_zones.c); none: as below */
+    bson_t zchunks = BSON_INITIALIZER;
+    bool presplit = bson_iter_init_find(&it, cmd, "presplitHashedZones") && bson_iter_as_bool(&it);
+    rc = rt_zone_first_chunks(ns, &key, hashed_pos, ndocs == 0, presplit, nchunks, &zchunks, err);
+    uint32_t nzone = bson_count_keys(&zchunks);
+    bson_iter_t zit;
+    bson_iter_init(&zit, &zchunks);
+    if (rc != 0) {
+        bson_destroy(&zchunks);
+        return rc;
+    }
     int takers[RT_MAX_SHARDS], nshards = 0; /* not draining: initial chunks go there */
     for (int s = 0; s < rt_shard_count(); s++)
         if (rt_shard_takes_data(s))
             takers[nshards++] = s;
-    if (hashed_pos != 0 || ndocs > 0 || nshards == 0)
+    if (nzone > 0)
+        nchunks = nzone;
+    else if (hashed_pos != 0 || ndocs > 0 || nshards == 0)
         nchunks = 1;
     else if (nchunks == 0)
         nchunks = 2 * (int64_t)nshards;
-    if (nchunks > 1)
+    if (nchunks > 1 || nzone > 0)
         for (int s = 0; s < nshards; s++)
             if (takers[s] != primary &&
-                (rc = prepare_shard(takers[s], db, coll, &key, unique, err)) != 0)
+                (rc = prepare_shard(takers[s], db, coll, &key, unique, err)) != 0) {
+                bson_destroy(&zchunks);
                 return rc;
+            }
 
     /* The collection's UUID on its primary shard. */
     bson_t lc = BSON_INITIALIZER, lr = BSON_INITIALIZER, f;
@@ -427,11 +442,12 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         bson_iter_find_descendant(&it, "cursor.firstBatch.0.info.uuid", &ud))
         bson_value_copy(bson_iter_value(&ud), &uuid);
     bson_destroy(&lr);
-    if (rc != 0)
+    if (rc == 0 && uuid.value_type == BSON_TYPE_EOD)
+        rc = sbl_err_set(err, SBL_E_NamespaceNotFound, "%s has no UUID on its primary shard", ns);
+    if (rc != 0) {
+        bson_destroy(&zchunks);
         return rc;
-    if (uuid.value_type == BSON_TYPE_EOD)
-        return sbl_err_set(err, SBL_E_NamespaceNotFound, "%s has no UUID on its primary shard",
-                           ns);
+    }
 
     bson_oid_t epoch;
     bson_oid_init(&epoch, NULL);
@@ -454,8 +470,20 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
             (int64_t)((__int128)(i + 1) * ((__int128)1 << 64) / nchunks - ((__int128)1 << 63));
         BSON_APPEND_OID(&ch, "_id", &cid);
         bson_append_value(&ch, "uuid", -1, &uuid);
-        append_chunk_bound(&ch, "min", &key, hashed_pos, nchunks > 1 && i > 0, lo, false);
-        append_chunk_bound(&ch, "max", &key, hashed_pos, nchunks > 1 && i + 1 < nchunks, hi, true);
+        bson_t zc, zmin, zmax;
+        bson_iter_t zf;
+        if (nzone > 0 && bson_iter_next(&zit) && sbl_iter_doc(&zit, &zc) &&
+            bson_iter_init_find(&zf, &zc, "min") && sbl_iter_doc(&zf, &zmin) &&
+            bson_iter_init_find(&zf, &zc, "max") && sbl_iter_doc(&zf, &zmax) &&
+            bson_iter_init_find(&zf, &zc, "shard")) {
+            owner = bson_iter_int32(&zf);
+            BSON_APPEND_DOCUMENT(&ch, "min", &zmin);
+            BSON_APPEND_DOCUMENT(&ch, "max", &zmax);
+        } else {
+            append_chunk_bound(&ch, "min", &key, hashed_pos, nchunks > 1 && i > 0, lo, false);
+            append_chunk_bound(&ch, "max", &key, hashed_pos, nchunks > 1 && i + 1 < nchunks, hi,
+                               true);
+        }
         BSON_APPEND_UTF8(&ch, "shard", rt_shard_id(owner));
         BSON_APPEND_TIMESTAMP(&ch, "lastmod", 1, (uint32_t)i);
         BSON_APPEND_TIMESTAMP(&ch, "onCurrentShardSince", (uint32_t)(valid >> 32), (uint32_t)valid);
@@ -468,6 +496,7 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         rc = cfg_insert("chunks", &ch, err);
         bson_destroy(&ch);
     }
+    bson_destroy(&zchunks);
     if (rc == 0) {
         bson_t cd = BSON_INITIALIZER;
         BSON_APPEND_UTF8(&cd, "_id", ns);

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 
@@ -237,6 +238,11 @@ static const char *const *actions_of(const char *name, bool *cluster)
         {"balancerCollectionStatus", {"enableSharding"}, false},
         {"balancerStart", {"update"}, false}, {"balancerStop", {"update"}, false},
         {"balancerStatus", {"find"}, false},
+        {"addShardToZone", {"update"}, false}, {"addshardtozone", {"update"}, false},
+        {"removeShardFromZone", {"update"}, false},
+        {"removeshardfromzone", {"update"}, false},
+        {"updateZoneKeyRange", {"update"}, false},
+        {"updatezonekeyrange", {"update"}, false},
         {"flushRouterConfig", {"flushRouterConfig"}, true},
         {"getShardVersion", {"getShardVersion"}, false},
     };
@@ -370,6 +376,13 @@ int rt_auth_check(sbl_conn_t *conn, const char *name, const char *db, const bson
     } else if (strncmp(name, "balancer", 8) == 0) { /* as mongod: config.settings */
         adb = "config";
         coll = "settings";
+    } else if (strcasecmp(name, "addShardToZone") == 0 ||
+               strcasecmp(name, "removeShardFromZone") == 0) { /* mongod: config.shards */
+        adb = "config";
+        coll = "shards";
+    } else if (strcasecmp(name, "updateZoneKeyRange") == 0) { /* mongod: config.tags */
+        adb = "config";
+        coll = "tags";
     } else if (strcmp(name, "enableSharding") == 0 || strcmp(name, "enablesharding") == 0 ||
                strcmp(name, "movePrimary") == 0 || strcmp(name, "moveprimary") == 0) {
         adb = coll_of(cmd) != NULL ? coll_of(cmd) : db;

@@ -545,7 +545,9 @@ static int cmd_server_status(const char *db, const bson_t *cmd, bson_t *reply, s
 static const rt_cmd_t table[] = {
     {"abortTransaction", rt_cmd_abort_txn, false},
     {"addShard", cmd_add_shard, false},
+    {"addShardToZone", rt_cmd_zone, false},
     {"addshard", cmd_add_shard, false},
+    {"addshardtozone", rt_cmd_zone, false},
     {"aggregate", rt_aggregate, false},
     {"balancerCollectionStatus", cmd_balancer_coll_status, false},
     {"balancerStart", cmd_balancer_start, false},
@@ -599,13 +601,17 @@ static const rt_cmd_t table[] = {
     {"refineCollectionShardKey", cmd_refine_shard_key, false},
     {"refreshSessions", rt_cmd_refresh_sessions, false},
     {"removeShard", cmd_remove_shard, false},
+    {"removeShardFromZone", rt_cmd_zone, false},
     {"removeshard", cmd_remove_shard, false},
+    {"removeshardfromzone", rt_cmd_zone, false},
     {"serverStatus", cmd_server_status, true},
     {"shardCollection", cmd_shard_collection, false},
     {"shardcollection", cmd_shard_collection, false},
     {"split", cmd_split, false},
     {"startSession", rt_cmd_start_session, false},
     {"update", rt_update, false},
+    {"updateZoneKeyRange", rt_cmd_zone, false},
+    {"updatezonekeyrange", rt_cmd_zone, false},
     {"whatsmyuri", cmd_whatsmyuri, true},
 };
 

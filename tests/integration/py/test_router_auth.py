@@ -196,6 +196,27 @@ def test_wrong_password(cluster, admin):
         assert e.value.code == 18
 
 
+def test_zone_commands_need_cluster_manager(cluster, admin):
+    # as mongod: clusterManager may (update on config.shards / config.tags), readWrite not
+    admin.admin.command("createUser", "zoner", pwd="z0ne",
+                        roles=[{"role": "clusterManager", "db": "admin"}])
+    zone_cmds = [("addShardToZone", "shard0", {"zone": "AZ"}),
+                 ("updateZoneKeyRange", "ycsb.zoned", {"min": {"k": 1}, "max": {"k": 9},
+                                                       "zone": "AZ"}),
+                 ("updateZoneKeyRange", "ycsb.zoned", {"min": {"k": 1}, "max": {"k": 9},
+                                                       "zone": None}),
+                 ("removeShardFromZone", "shard0", {"zone": "AZ"})]
+    with pymongo.MongoClient(url(cluster, "ycsb", "123456"), serverSelectionTimeoutMS=10000) as c:
+        for name, arg, kw in zone_cmds:
+            with pytest.raises(OperationFailure) as e:
+                c.admin.command(name, arg, **kw)
+            assert e.value.code == 13, name
+    with pymongo.MongoClient(url(cluster, "zoner", "z0ne"), serverSelectionTimeoutMS=10000) as c:
+        for name, arg, kw in zone_cmds:
+            assert c.admin.command(name, arg, **kw)["ok"] == 1, name
+    assert admin.config.shards.find_one({"_id": "shard0"}).get("tags", []) == []
+
+
 def test_shards_require_auth(cluster, admin):
     # the members run with the keyFile too: a client going around the router
     # is refused once it asks for data

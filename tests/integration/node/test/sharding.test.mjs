@@ -101,3 +101,22 @@ test('mongosh: sh.enableSharding, sh.shardCollection, sh.status', {
   assert.deepEqual(out, { shards: ['shard0', 'shard1'], key: { k: 1 }, balancer: 'yes',
     stopped: 'no', n: 2 });
 });
+
+test('mongosh: zones with sh.addShardToZone, sh.updateZoneKeyRange, sh.status', {
+  skip: skip || (!existsSync(mongosh) && 'mongosh not installed'),
+}, async () => {
+  const r = await shell('sh.addShardToZone("shard1", "EU"); '
+    + 'sh.addShardTag("shard0", "US"); '
+    + 'sh.shardCollection("zonedb.c", {k: 1}); '
+    + 'sh.updateZoneKeyRange("zonedb.c", {k: 0}, {k: 10}, "EU"); '
+    + 'sh.addTagRange("zonedb.c", {k: 10}, {k: 20}, "US"); '
+    + 'sh.removeRangeFromZone("zonedb.c", {k: 10}, {k: 20}); '
+    + 'sh.removeShardFromZone("shard0", "US"); '
+    + 'const s = sh.status().value; '
+    + 'const c = s.databases.find((d) => d.database._id === "zonedb").collections["zonedb.c"]; '
+    + 'print(JSON.stringify({tags: c.tags.map((t) => [t.tag, t.min.k, t.max.k]), '
+    + 'shards: s.shards.map((x) => [x._id, x.tags || []])}))');
+  assert.equal(r.code, 0, r.stderr + r.stdout);
+  const out = JSON.parse(r.stdout.trim().split('\n').pop());
+  assert.deepEqual(out, { tags: [['EU', 0, 10]], shards: [['shard0', []], ['shard1', ['EU']]] });
+});

@@ -102,6 +102,12 @@ def dbpath(rdir, m):
     return os.path.join(fs, "db") if os.path.ismount(fs) else os.path.join(rdir, m, "db")
 
 
+def open_stderr(rdir, m):
+    """Member m's stderr file (appended across restarts): what a process
+    prints as it dies (an assertion, a sanitizer report) is not in its log."""
+    return open(os.path.join(rdir, m, "stderr.log"), "ab")
+
+
 class Disks:
     """A small tmpfs per member under rdir/m/fs for its dbpath (disk-full
     faults; needs root).  fill() takes all but `leave` bytes of a member's
@@ -178,8 +184,8 @@ class Loopback:
         argv = [sabled_path(), "--dbpath", db, "--port", str(self.ports[m]), "--bind_ip",
                 "127.0.0.1", "--replSet", "rs0", "--oplogSizeMB", "64", "--logpath",
                 os.path.join(self.dir, m, "sabled.log"), "--logappend"] + MEMBER_ARGS.get(m, [])
-        self.procs[m] = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL)
+        with open_stderr(self.dir, m) as err:
+            self.procs[m] = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
 
     def pid(self, m):
         p = self.procs.get(m)
@@ -239,8 +245,8 @@ class Netns:
         argv = [sabled_path(), "--dbpath", db, "--port", "27017", "--bind_ip",
                 self.cluster.addr[m], "--replSet", "rs0", "--oplogSizeMB", "64", "--logpath",
                 os.path.join(self.dir, m, "sabled.log"), "--logappend"] + MEMBER_ARGS.get(m, [])
-        self.procs[m] = self.cluster.spawn(m, argv, stdout=subprocess.DEVNULL,
-                                           stderr=subprocess.DEVNULL)
+        with open_stderr(self.dir, m) as err:
+            self.procs[m] = self.cluster.spawn(m, argv, stdout=subprocess.DEVNULL, stderr=err)
 
     def pid(self, m):
         p = self.procs.get(m)
@@ -565,7 +571,13 @@ def run_round(args, workload, seed, rdir):
         agent = Agent(b, workload, seed, history, args)
         try:
             t_init = time.monotonic()
-            agent.call("init")
+            try:
+                agent.call("init")
+            except RuntimeError as e:
+                dead = ["%s exited %s" % (m, p.returncode) for m, p in b.procs.items()
+                        if p.poll() is not None]
+                raise RuntimeError("%s%s" % (e, " (%s; see <member>/stderr.log)" % ", ".join(dead)
+                                             if dead else "")) from e
             report["init_s"] = round(time.monotonic() - t_init, 2)
             t0 = time.monotonic()
             nem = Nemesis(b, agent, rng, t0, disks if args.disk_full else None, args.reconfig)
@@ -591,6 +603,8 @@ def run_round(args, workload, seed, rdir):
             for m, st in final.get("members", {}).items():
                 if st.get("state") is None and b.pid(m) is not None:
                     dump_stacks(b.pid(m), os.path.join(rdir, m, "stacks.txt"))
+                elif st.get("state") is None and b.procs.get(m) is not None:
+                    report.setdefault("exited", {})[m] = b.procs[m].returncode
         finally:
             agent.close()
     events = read_events(history) + (nem.events if "nem" in dir() else [])

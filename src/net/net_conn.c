@@ -132,6 +132,8 @@ void net_conn_close(sbl_conn_t *c)
     if (c->closing)
         return;
     send_held(c); /* what was answered before the close still goes out */
+    if (c->closing)
+        return; /* that write failed and closed it already: a second uv_close aborts */
     c->closing = true;
     c->reading = false;
     uv_close((uv_handle_t *)&c->tcp, close_cb);

@@ -179,3 +179,21 @@ def test_exhaust_hello_streams_replies_with_more_to_come(server):
         assert second.doc["ok"] == 1
         assert second.response_to == first.request_id
         assert second.flags & wire.MORE_TO_COME
+
+
+def test_client_resetting_with_replies_pending_does_not_abort_the_server(server):
+    # Pipelined requests, then a reset (SO_LINGER 0): the server reads the
+    # requests and the reset together, and closing the connection first
+    # writes the replies it holds; that write fails and closed the
+    # connection a second time, and libuv aborted the process
+    # (uv_close: !uv__is_closing(handle)).  Any client could do it.
+    import socket
+    import struct
+    msgs = b"".join(wire.op_msg({"ping": 1, "$db": "admin"}) for _ in range(20))
+    for _ in range(300):
+        s = socket.create_connection(("127.0.0.1", server.port))
+        s.sendall(msgs)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+    with wire.connect(server.port) as s:
+        assert wire.command(s, {"ping": 1})["ok"] == 1

@@ -14,6 +14,8 @@ int sbl_cmd_init(sbl_err_t *err);
 void sbl_cmd_shutdown(void);
 /* A shard (--shardsvr) reads back its shardIdentity (after storage is open). */
 void sbl_cmd_sharding_start(void);
+/* A shard member takes in the shardIdentity document it holds, if not yet done. */
+void sbl_cmd_shard_identity_load(void);
 /* A shard recovers what chunk migrations left (config.migrationCoordinators,
  * config.rangeDeletions): after the oplog replay, before the network; the
  * collections concerned stay in their critical section until settled. */

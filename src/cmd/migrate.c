@@ -889,6 +889,7 @@ static void announce(const char *to_host, const char *session, bool committed,
 
 int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
 {
+    sbl_cmd_shard_identity_load(); /* elected after addShard, before recovery read it */
     if (sbl_server_options()->cluster_role != SBL_ROLE_SHARDSVR || sbl_shard_name() == NULL)
         return sbl_err_set(err, SBL_E_IllegalOperation, "_shardsvrMoveRange needs a shard "
                            "that belongs to a cluster");

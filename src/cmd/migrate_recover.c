@@ -616,15 +616,15 @@ static void *recover_main(void *arg)
         if (atomic_load(&fp_on[MIG_FP_RECOVERY]))
             continue;
         open_after_step_up(); /* a step-up is looked at every 50 ms */
-        if (step % 5 != 0)
-            continue;
-        tick++; /* the rest every 250 ms */
         /* a member elected after addShard (which only its primary then
          * heard) reads the shardIdentity document it replicated */
         bool writable = sbl_repl_writable();
-        if (sbl_shard_name() == NULL && writable && (!was_writable || tick % 8 == 0))
-            sbl_cmd_sharding_start();
+        if (sbl_shard_name() == NULL && writable && (!was_writable || step % 40 == 0))
+            sbl_cmd_shard_identity_load();
         was_writable = writable;
+        if (step % 5 != 0)
+            continue;
+        tick++; /* the rest every 250 ms */
         bool primary = sbl_repl_writable() && sbl_shard_name() != NULL;
         if (primary && (!was_primary || atomic_load(&pending))) {
             pthread_mutex_lock(&rec_mu);

@@ -16,6 +16,7 @@
 #include "server/server.h"
 #include "shard/shard.h"
 
+#include <pthread.h>
 #include <string.h>
 
 static bool is_shardsvr(void)
@@ -95,8 +96,23 @@ int sbl_cmd_sharding_state(sbl_opctx_t *ctx, sbl_err_t *err)
 void sbl_cmd_sharding_start(void)
 {
     sbl_cmd_balancer_start_thread(); /* config servers only */
-    if (!is_shardsvr())
+    sbl_cmd_shard_identity_load();
+}
+
+/* The shardIdentity document this member holds (replicated from the primary
+ * that heard addShard), taken in unless it already was: at start-up, by the
+ * recovery thread after an election, and by a shard command that needs it
+ * first.  One at a time, so the identity is set once. */
+void sbl_cmd_shard_identity_load(void)
+{
+    static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
+    if (!is_shardsvr() || sbl_shard_name() != NULL)
         return;
+    pthread_mutex_lock(&load_mu);
+    if (sbl_shard_name() != NULL) {
+        pthread_mutex_unlock(&load_mu);
+        return;
+    }
     bson_t find = BSON_INITIALIZER, f, reply = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&find, "find", "system.version");
     BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &f);
@@ -119,6 +135,7 @@ void sbl_cmd_sharding_start(void)
     }
     bson_destroy(&find);
     bson_destroy(&reply);
+    pthread_mutex_unlock(&load_mu);
 }
 
 int sbl_cmd_run_checked(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)

@@ -271,6 +271,9 @@ static int run_mongoc(mongoc_client_pool_t *pool, const char *who, const char *d
     return sbl_err_set(err, SBL_E_HostUnreachable, "%s: %s", who, e.message);
 }
 
+#define PRIMARY_ASKS 30      /* hellos before a shard is said to have no primary */
+#define PRIMARY_ASK_GAP_MS 100
+
 /* The shard's primary, asked of its replica set through libmongoc. */
 static int find_primary(rt_shard_t *s, char *out, size_t n, sbl_err_t *err)
 {
@@ -279,18 +282,28 @@ static int find_primary(rt_shard_t *s, char *out, size_t n, sbl_err_t *err)
     pthread_mutex_unlock(&s->lock);
     if (out[0] != '\0')
         return 0;
-    bson_t cmd = BSON_INITIALIZER, reply;
-    BSON_APPEND_INT32(&cmd, "hello", 1);
-    int rc = run_mongoc(s->pool, s->id, "admin", &cmd, &reply, err);
-    bson_destroy(&cmd);
-    if (rc != 0)
-        return rc;
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, &reply, "primary") && BSON_ITER_HOLDS_UTF8(&it))
-        snprintf(out, n, "%s", bson_iter_utf8(&it, NULL));
-    else if (bson_iter_init_find(&it, &reply, "me") && BSON_ITER_HOLDS_UTF8(&it))
-        snprintf(out, n, "%s", bson_iter_utf8(&it, NULL));
-    bson_destroy(&reply);
+    /* The member libmongoc thinks primary may have just stepped down and not
+     * yet heard who won (its hello names no primary): ask again for a while
+     * rather than take it for the primary; a new primary is known to the set
+     * within a heartbeat or two. */
+    for (int attempt = 0; out[0] == '\0' && attempt < PRIMARY_ASKS; attempt++) {
+        if (attempt > 0)
+            usleep(PRIMARY_ASK_GAP_MS * 1000);
+        bson_t cmd = BSON_INITIALIZER, reply;
+        BSON_APPEND_INT32(&cmd, "hello", 1);
+        int rc = run_mongoc(s->pool, s->id, "admin", &cmd, &reply, err);
+        bson_destroy(&cmd);
+        if (rc != 0)
+            return rc;
+        bson_iter_t it;
+        if (bson_iter_init_find(&it, &reply, "primary") && BSON_ITER_HOLDS_UTF8(&it))
+            snprintf(out, n, "%s", bson_iter_utf8(&it, NULL));
+        else if (bson_iter_init_find(&it, &reply, "isWritablePrimary") &&
+                 bson_iter_as_bool(&it) && bson_iter_init_find(&it, &reply, "me") &&
+                 BSON_ITER_HOLDS_UTF8(&it))
+            snprintf(out, n, "%s", bson_iter_utf8(&it, NULL));
+        bson_destroy(&reply);
+    }
     if (out[0] == '\0')
         return sbl_err_set(err, SBL_E_HostUnreachable, "shard %s has no primary", s->id);
     pthread_mutex_lock(&s->lock);

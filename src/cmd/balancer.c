@@ -126,7 +126,7 @@ static void bal_log(char sev, const char *fmt, ...)
     sbl_log(sev, "SHARDING", 21000, msg, NULL);
 }
 
-static int is_config_primary(sbl_err_t *err)
+int sbl_cmd_config_primary_check(sbl_err_t *err)
 {
     if (sbl_server_options()->cluster_role != SBL_ROLE_CONFIGSVR)
         return sbl_err_set(err, SBL_E_IllegalOperation, "this command runs on the config "
@@ -430,7 +430,7 @@ static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const 
 
 int sbl_cmd_configsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
 {
-    int rc = is_config_primary(err);
+    int rc = sbl_cmd_config_primary_check(err);
     if (rc != 0)
         return rc;
     const char *ns = sbl_doc_utf8(ctx->cmd, "_configsvrMoveRange");
@@ -622,7 +622,7 @@ static void append_history(bson_t *set, uint64_t valid, const char *to, const bs
 
 int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
 {
-    int rc = is_config_primary(err);
+    int rc = sbl_cmd_config_primary_check(err);
     if (rc != 0)
         return rc;
     const char *ns = sbl_doc_utf8(ctx->cmd, "_configsvrCommitChunkMigration");
@@ -707,7 +707,7 @@ out:
 
 int sbl_cmd_configsvr_ensure_chunk_version(sbl_opctx_t *ctx, sbl_err_t *err)
 {
-    int rc = is_config_primary(err);
+    int rc = sbl_cmd_config_primary_check(err);
     if (rc != 0)
         return rc;
     const char *ns = sbl_doc_utf8(ctx->cmd, "nss");
@@ -1040,7 +1040,7 @@ static int settings_set(bool on, sbl_err_t *err)
 
 int sbl_cmd_configsvr_balancer_start(sbl_opctx_t *ctx, sbl_err_t *err)
 {
-    int rc = is_config_primary(err);
+    int rc = sbl_cmd_config_primary_check(err);
     if (rc == 0)
         rc = settings_set(true, err);
     if (rc == 0) {
@@ -1054,7 +1054,7 @@ int sbl_cmd_configsvr_balancer_start(sbl_opctx_t *ctx, sbl_err_t *err)
 
 int sbl_cmd_configsvr_balancer_stop(sbl_opctx_t *ctx, sbl_err_t *err)
 {
-    int rc = is_config_primary(err);
+    int rc = sbl_cmd_config_primary_check(err);
     if (rc == 0)
         rc = settings_set(false, err);
     if (rc == 0) { /* as mongod: return once the round in progress is over */
@@ -1069,7 +1069,7 @@ int sbl_cmd_configsvr_balancer_stop(sbl_opctx_t *ctx, sbl_err_t *err)
 
 int sbl_cmd_configsvr_balancer_status(sbl_opctx_t *ctx, sbl_err_t *err)
 {
-    int rc = is_config_primary(err);
+    int rc = sbl_cmd_config_primary_check(err);
     if (rc != 0)
         return rc;
     bool on = balancer_enabled();

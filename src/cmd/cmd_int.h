@@ -140,6 +140,9 @@ void sbl_cmd_balancer_stop_thread(void);
 /* Hold (true) or release the lock a migration's commit and a chunk version
  * bump take in balancer.c, around another change of config.chunks. */
 void sbl_cmd_chunks_lock(bool hold);
+/* 0 on the config server primary; IllegalOperation off a config server,
+ * NotWritablePrimary on its secondaries. */
+int sbl_cmd_config_primary_check(sbl_err_t *err);
 /* zone_cmds.c: zones on the config servers (addShardToZone ... forwarded by
  * the router) */
 int sbl_cmd_configsvr_add_shard_to_zone(sbl_opctx_t *ctx, sbl_err_t *err);

@@ -86,22 +86,12 @@ int sbl_zone_config_write(const char *verb, const char *coll, const bson_t *op, 
     return rc;
 }
 
-static int check_primary(sbl_err_t *err)
-{
-    if (sbl_server_options()->cluster_role != SBL_ROLE_CONFIGSVR)
-        return sbl_err_set(err, SBL_E_IllegalOperation, "this command runs on the config "
-                           "servers (--configsvr) only");
-    if (!sbl_repl_writable())
-        return sbl_err_set(err, SBL_E_NotWritablePrimary, "not primary");
-    return 0;
-}
-
 /* On the config server primary only: the command's shard name and zone. */
 static int shard_and_zone(const bson_t *cmd, const char **shardp, const char **zonep,
                           sbl_err_t *err)
 {
     bson_iter_t it;
-    int rc = check_primary(err);
+    int rc = sbl_cmd_config_primary_check(err);
     if (rc != 0)
         return rc;
     *shardp = bson_iter_init(&it, cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it)
@@ -455,7 +445,7 @@ static int remove_range(const char *ns, const bson_t *gmin, const bson_t *gmax, 
 
 int sbl_cmd_configsvr_update_zone_key_range(sbl_opctx_t *ctx, sbl_err_t *err)
 {
-    int rc = check_primary(err);
+    int rc = sbl_cmd_config_primary_check(err);
     if (rc != 0)
         return rc;
     bson_iter_t it;

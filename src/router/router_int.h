@@ -428,6 +428,11 @@ int rt_move_recorded(int s, int32_t stmt, bson_t *result, bool *foundp, sbl_err_
 int rt_move_doc(const char *db, const char *coll, const bson_t *client_cmd, const rt_coll_t *c,
                 int from, int32_t stmt, const bson_t *info, int image, bson_t *result,
                 sbl_err_t *err);
+/* A move met WriteConflict (the document changed after its shard answered):
+ * true, after a short jittered pause, while another try of the statement is
+ * allowed (*tries counts them), as mongos's internal transactions retry a
+ * transient error; false when the client should get the conflict. */
+bool rt_move_again(int *tries);
 
 /* ---- rt_write.c ---- */
 int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);

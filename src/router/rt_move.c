@@ -24,10 +24,13 @@
 #include "common/clock.h"
 #include "doc/doc.h"
 
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MOVES "sable_key_moves" /* in each shard's config database */
 #define MOVES_TTL_S 3600
+#define MOVE_TRIES 24 /* WriteConflict retries of one statement (rt_move_again) */
 
 /* The record's _id for statement stmt of the current retryable write. */
 static bool record_key(int32_t stmt, bson_t *key)
@@ -248,4 +251,18 @@ int rt_move_doc(const char *db, const char *coll, const bson_t *client_cmd, cons
     }
     bson_destroy(&rec);
     return rc;
+}
+
+bool rt_move_again(int *tries)
+{
+    if (++*tries > MOVE_TRIES)
+        return false;
+    /* 1, 2, 4 .. 32 ms, then 32 ms, each up to twice as long at random, so a
+     * writer that keeps changing the document does not win every race: at
+     * most about 1.5 s in all */
+    int base = 1 << (*tries < 6 ? *tries - 1 : 5);
+    long us = (long)base * 1000 + (long)(rand() % (base * 1000));
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+    return true;
 }

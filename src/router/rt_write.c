@@ -805,7 +805,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
                 /* again: the routing, or the document since the shard answered,
                  * changed (a few times at most) */
                 bool again = mc == SBL_E_StaleConfig ||
-                             (mc == SBL_E_WriteConflict && move_retries++ < RT_RETRIES);
+                             (mc == SBL_E_WriteConflict && rt_move_again(&move_retries));
                 if (again || mc == SBL_E_HostUnreachable || (n > 1 && rt_sess_in_txn())) {
                     stale = again;
                     rc = stale ? 0 : msg != NULL ? sbl_err_set(err, mc, "%s", msg) : mc;
@@ -937,6 +937,7 @@ int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err
         sbl_iter_doc(&it, &q);
     sbl_err_t e2 = {0};
     rt_db_primary(db, true, &e2);
+    int move_tries = 0;
     for (int attempt = 0; attempt <= RT_RETRIES; attempt++) {
         rt_coll_t *c = rt_coll_get(ns, attempt > 0, err);
         if (c == NULL)
@@ -1005,7 +1006,16 @@ int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err
                 kc = fam_moved(db, cmd, c, s, &r, reply, err);
             else if (wcos && key_pipe)
                 kc = key_rules(c, &q, false, &msg);
-            if (kc == SBL_E_StaleConfig || kc == SBL_E_WriteConflict) { /* again, a few times */
+            /* again: the routing, or the document since the shard answered,
+             * changed (a conflict does not count as a routing round) */
+            bool conflict = kc == SBL_E_WriteConflict;
+            if (conflict && !rt_move_again(&move_tries)) {
+                bson_destroy(&r);
+                rt_coll_release(c);
+                return kc; /* err says why */
+            }
+            if (kc == SBL_E_StaleConfig || conflict) {
+                attempt -= conflict;
                 stale = true;
                 bson_destroy(&r);
                 break;

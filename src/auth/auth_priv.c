@@ -42,6 +42,7 @@ static const action_def_t actions[] = {
     {"changeOwnPassword", false},
     {"changePassword", false},
     {"changeStream", false},
+    {"clearJumboFlag", false},
     {"collMod", false},
     {"collStats", false},
     {"compact", false},
@@ -261,8 +262,8 @@ static const char *const clustermgr_cluster[] = {"addShard", "listShards", "remo
                                                  "setFeatureCompatibilityVersion", NULL};
 /* the sharding actions on any namespace, and the config database's
  * documents (balancer settings) */
-static const char *const clustermgr_any[] = {"enableSharding", "getShardVersion", "moveChunk",
-                                             "splitChunk", NULL};
+static const char *const clustermgr_any[] = {"clearJumboFlag", "enableSharding",
+                                             "getShardVersion", "moveChunk", "splitChunk", NULL};
 static const char *const clustermgr_config[] = {"find", "insert", "remove", "update", NULL};
 static const char *const list_dbs[] = {"listDatabases", NULL};
 static const char *const useradmin_any_cluster[] = {"authSchemaUpgrade", "invalidateUserCache",

@@ -620,6 +620,8 @@ int sbl_cmd_set_parameter(sbl_opctx_t *ctx, sbl_err_t *err)
         int prc = sbl_cmd_mtxn_set_parameter(k, &it, ctx->reply, err); /* txn.c */
         if (prc < 0)
             prc = sbl_spill_set_parameter(k, &it, ctx->reply, err); /* memory limits (src/exec/spill.c) */
+        if (prc < 0)
+            prc = sbl_cmd_automerge_set_parameter(k, &it, ctx->reply, err); /* chunk_merge.c */
         if (prc >= 0) {
             if (prc != 0)
                 return prc;

@@ -99,6 +99,14 @@ static int busy_claim(const char *from, const char *to, sbl_err_t *err)
     return 0;
 }
 
+bool sbl_cmd_shard_migrating(const char *id)
+{
+    pthread_mutex_lock(&busy_mu);
+    bool busy_now = busy_find(id) >= 0;
+    pthread_mutex_unlock(&busy_mu);
+    return busy_now;
+}
+
 static void busy_release(const char *from, const char *to)
 {
     pthread_mutex_lock(&busy_mu);
@@ -247,16 +255,17 @@ static int shard_host(const char *id, char *out, size_t n, sbl_err_t *err)
 
 static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const bson_t *key,
                    const bson_value_t *uuid, const bson_t *chunk, const char *from,
-                   const char *to, bson_t *details, sbl_err_t *err);
+                   const char *to, bool force, bson_t *details, sbl_err_t *err);
 
 /*
  * Move the chunk of ns that starts at min to shard to (max, when given,
  * must be its max).  Runs the whole migration; details receives what the
  * donor reported.  ConflictingOperationInProgress when the donor or the
- * recipient is in another migration.
+ * recipient is in another migration.  force (moveChunk's forceJumbo): no
+ * jumbo check, a chunk marked jumbo moves too.
  */
-static int move_range(const char *ns, const bson_t *min, const bson_t *max, const char *to,
-                      bson_t *details, sbl_err_t *err)
+static int move_range_force(const char *ns, const bson_t *min, const bson_t *max, const char *to,
+                            bool force, bson_t *details, sbl_err_t *err)
 {
     bson_t coll = BSON_INITIALIZER, chunk = BSON_INITIALIZER, f = BSON_INITIALIZER, key, cmax;
     int rc = 0;
@@ -302,8 +311,8 @@ static int move_range(const char *ns, const bson_t *min, const bson_t *max, cons
                        : sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "the chunk "
                                      "moved while its migration was being set up");
     if (rc == 0)
-        rc = migrate(ns, min, &cmax, &key, bson_iter_value(&it), &fresh, from, to, details,
-                     err);
+        rc = migrate(ns, min, &cmax, &key, bson_iter_value(&it), &fresh, from, to, force,
+                     details, err);
     bson_destroy(&fresh);
     busy_release(from, to);
 out:
@@ -311,6 +320,13 @@ out:
     bson_destroy(&chunk);
     bson_destroy(&f);
     return rc;
+}
+
+/* The balancer's moves (sbl_move_range_fn): never forced. */
+static int move_range(const char *ns, const bson_t *min, const bson_t *max, const char *to,
+                      bson_t *details, sbl_err_t *err)
+{
+    return move_range_force(ns, min, max, to, false, details, err);
 }
 
 /* Remove config.migrations' document mid. */
@@ -335,13 +351,13 @@ static void migrations_delete(const char *mid)
  * changelog around the donor's _shardsvrMoveRange. */
 static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const bson_t *key,
                    const bson_value_t *uuid, const bson_t *chunk, const char *from,
-                   const char *to, bson_t *details, sbl_err_t *err)
+                   const char *to, bool force, bson_t *details, sbl_err_t *err)
 {
     int rc;
     char from_host[1024], to_host[1024];
     if ((rc = shard_host(from, from_host, sizeof(from_host), err)) != 0 ||
         (rc = shard_host(to, to_host, sizeof(to_host), err)) != 0 ||
-        (rc = sbl_chunk_check_movable(ns, key, chunk, from_host, err)) != 0) /* jumbo */
+        (!force && (rc = sbl_chunk_check_movable(ns, key, chunk, from_host, err)) != 0))
         return rc;
     /* config.migrations: the migration in progress */
     char mid[600];
@@ -364,7 +380,7 @@ static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const 
         if (bson_iter_init_find(&lm, chunk, "lastmod"))
             bson_append_value(&d, "chunkVersion", -1, bson_iter_value(&lm));
         BSON_APPEND_BOOL(&d, "waitForDelete", false);
-        BSON_APPEND_BOOL(&d, "forceJumbo", false);
+        BSON_APPEND_BOOL(&d, "forceJumbo", force);
         bson_append_document_end(&docs, &d);
         bson_append_array_end(&cmd, &docs);
         rc = cfg_write(&cmd, err);
@@ -440,8 +456,10 @@ int sbl_cmd_configsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_BadValue, "_configsvrMoveRange needs a namespace, min "
                            "and toShard");
     bool has_max = doc_of(ctx->cmd, "max", &max);
+    bson_iter_t fj;
+    bool force = bson_iter_init_find(&fj, ctx->cmd, "forceJumbo") && bson_iter_as_bool(&fj);
     bson_t det = BSON_INITIALIZER;
-    rc = move_range(ns, &min, has_max ? &max : NULL, to, &det, err);
+    rc = move_range_force(ns, &min, has_max ? &max : NULL, to, force, &det, err);
     if (rc == 0)
         BSON_APPEND_DOCUMENT(ctx->reply, "details", &det);
     bson_destroy(&det);
@@ -457,8 +475,9 @@ static bool ts_of(const bson_t *d, const char *k, uint32_t *t, uint32_t *i)
     return true;
 }
 
-/* $set fields on the chunk with _id id. */
-static int chunk_set(const bson_value_t *id, const bson_t *set, sbl_err_t *err)
+/* $set fields on the chunk with _id id, and $unset those of unset (may be NULL). */
+static int chunk_update(const bson_value_t *id, const bson_t *set, const bson_t *unset,
+                        sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER, ups, u, q, s, wc;
     BSON_APPEND_UTF8(&cmd, "update", "chunks");
@@ -469,6 +488,8 @@ static int chunk_set(const bson_value_t *id, const bson_t *set, sbl_err_t *err)
     bson_append_document_end(&u, &q);
     BSON_APPEND_DOCUMENT_BEGIN(&u, "u", &s);
     BSON_APPEND_DOCUMENT(&s, "$set", set);
+    if (unset != NULL)
+        BSON_APPEND_DOCUMENT(&s, "$unset", unset);
     bson_append_document_end(&u, &s);
     bson_append_document_end(&ups, &u);
     bson_append_array_end(&cmd, &ups);
@@ -478,6 +499,11 @@ static int chunk_set(const bson_value_t *id, const bson_t *set, sbl_err_t *err)
     int rc = cfg_write(&cmd, err);
     bson_destroy(&cmd);
     return rc;
+}
+
+static int chunk_set(const bson_value_t *id, const bson_t *set, sbl_err_t *err)
+{
+    return chunk_update(id, set, NULL, err);
 }
 
 int mig_chunk_set(const bson_value_t *id, const bson_t *set, sbl_err_t *err)
@@ -663,7 +689,10 @@ int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_TIMESTAMP(&set, "lastmod", major + 1, 0);
     BSON_APPEND_TIMESTAMP(&set, "onCurrentShardSince", t, i);
     append_history(&set, valid, to, &sc.history);
-    rc = chunk_set(&mig_id, &set, err);
+    bson_t unset = BSON_INITIALIZER; /* as mongod: a moved chunk is not jumbo (forceJumbo) */
+    BSON_APPEND_UTF8(&unset, "jumbo", "");
+    rc = chunk_update(&mig_id, &set, &unset, err);
+    bson_destroy(&unset);
     bson_destroy(&set);
     if (rc == 0 && ctl_id.value_type != BSON_TYPE_EOD) {
         bson_init(&set);
@@ -915,6 +944,11 @@ static int balance_round(bool *errorp)
         bson_destroy(&colls);
     }
     bson_destroy(&empty);
+    pthread_mutex_lock(&bal_mu);
+    bool stop = bal_stop;
+    pthread_mutex_unlock(&bal_mu);
+    if (!stop)
+        sbl_cmd_automerge_tick(ids, nshards); /* chunk_merge.c */
     return moved;
 }
 

@@ -140,6 +140,23 @@ void sbl_cmd_balancer_stop_thread(void);
 /* Hold (true) or release the lock a migration's commit and a chunk version
  * bump take in balancer.c, around another change of config.chunks. */
 void sbl_cmd_chunks_lock(bool hold);
+/* Whether shard id is a donor or recipient of a migration now. */
+bool sbl_cmd_shard_migrating(const char *id);
+/* chunk_merge.c: mergeChunks, mergeAllChunksOnShard and clearJumboFlag on
+ * the config servers (the router's commands carried out there). */
+int sbl_cmd_configsvr_commit_chunks_merge(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_configsvr_merge_all_chunks(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_configsvr_clear_jumbo_flag(sbl_opctx_t *ctx, sbl_err_t *err);
+/* The AutoMerger, from each balancer round (ids: the shards taking chunks):
+ * merges every collection's mergeable chunks when autoMergerIntervalSecs
+ * have passed since it last did and config.settings' automerge document
+ * does not say enabled: false. */
+void sbl_cmd_automerge_tick(char ids[][128], int nshards);
+/* setParameter autoMergerIntervalSecs (-1: k is another parameter; reply
+ * gets "was"), and getParameter's value. */
+int sbl_cmd_automerge_set_parameter(const char *k, const bson_iter_t *it, bson_t *reply,
+                                    sbl_err_t *err);
+void sbl_cmd_automerge_append_parameter(bson_t *reply);
 /* 0 on the config server primary; IllegalOperation off a config server,
  * NotWritablePrimary on its secondaries. */
 int sbl_cmd_config_primary_check(sbl_err_t *err);

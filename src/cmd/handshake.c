@@ -355,6 +355,8 @@ static bool append_parameter(bson_t *r, const char *name)
                strcmp(name, "minSnapshotHistoryWindowInSeconds") == 0 ||
                strcmp(name, "keyRotationIntervalSecs") == 0) {
         sbl_cmd_mtxn_append_parameter(name, r); /* changeable at run time (txn.c) */
+    } else if (strcmp(name, "autoMergerIntervalSecs") == 0) {
+        sbl_cmd_automerge_append_parameter(r); /* chunk_merge.c */
     } else if (strcmp(name, "journalCommitInterval") == 0) {
         BSON_APPEND_INT32(r, name, o->commit_interval_ms);
     } else if (strcmp(name, "syncdelay") == 0) {
@@ -369,7 +371,8 @@ static bool append_parameter(bson_t *r, const char *name)
 }
 
 static const char *const known_parameters[] = {
-    "auditAuthorizationSuccess", "authenticationMechanisms", "cursorTimeoutMillis", "enableTestCommands",
+    "auditAuthorizationSuccess", "authenticationMechanisms", "autoMergerIntervalSecs",
+    "cursorTimeoutMillis", "enableTestCommands",
     "featureCompatibilityVersion", "internalQueryMaxBlockingSortMemoryUsageBytes",
     "internalDocumentSourceGroupMaxMemoryBytes", "allowDiskUseByDefault",
     "journalCommitInterval", "keyRotationIntervalSecs", "logLevel", "maxBSONDepth",

@@ -7,7 +7,8 @@
  * rt_write.c: writes; rt_move.c: a document moving to another shard when
  * its shard key changes; rt_migrate.c: moveChunk, moveRange and the balancer
  * commands (run by the config server); rt_session.c: sessions, retryable
- * writes and transactions; rt_stream.c: change streams; rt_cmds.c: the
+ * writes and transactions; rt_stream.c: change streams; rt_merge.c:
+ * mergeChunks, mergeAllChunksOnShard, clearJumboFlag; rt_cmds.c: the
  * command table.
  *
  * A routing table (rt_coll_t) is immutable once built and reference
@@ -187,6 +188,12 @@ int rt_cmd_balancer_coll_status(const bson_t *cmd, bson_t *reply, sbl_err_t *err
 int rt_range_end_by_size(const rt_coll_t *c, const rt_chunk_t *ch, bson_t *end, sbl_err_t *err);
 /* which: "Start", "Stop" or "Status": the config server's answer's fields. */
 int rt_cmd_balancer(const char *which, bson_t *reply, sbl_err_t *err);
+/* ---- rt_merge.c ---- */
+/* mergeChunks, mergeAllChunksOnShard and clearJumboFlag (through the config
+ * server primary's _configsvr* commands). */
+int rt_cmd_merge_chunks(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_cmd_merge_all_chunks(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+int rt_cmd_clear_jumbo_flag(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 /* ---- rt_drain.c ---- */
 /* removeShard (draining: started, ongoing, completed) and movePrimary. */
 int rt_cmd_remove_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err);

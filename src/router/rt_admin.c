@@ -634,6 +634,10 @@ int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         BSON_APPEND_DOCUMENT(&set, "max", mid);
         BSON_APPEND_TIMESTAMP(&set, "lastmod", major, minor + 1);
         bson_append_document_end(&u, &set);
+        /* as mongod: a split chunk is no longer jumbo */
+        BSON_APPEND_DOCUMENT_BEGIN(&u, "$unset", &set);
+        BSON_APPEND_UTF8(&set, "jumbo", "");
+        bson_append_document_end(&u, &set);
         BSON_APPEND_UTF8(&cmdc, "update", "chunks");
         BSON_APPEND_ARRAY_BEGIN(&cmdc, "updates", &ups);
         BSON_APPEND_DOCUMENT_BEGIN(&ups, "0", &up);

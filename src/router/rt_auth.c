@@ -229,6 +229,9 @@ static const char *const *actions_of(const char *name, bool *cluster)
         {"shardCollection", {"enableSharding"}, false},
         {"shardcollection", {"enableSharding"}, false},
         {"split", {"splitChunk"}, false},
+        {"mergeChunks", {"splitChunk"}, false},
+        {"mergeAllChunksOnShard", {"splitChunk"}, false},
+        {"clearJumboFlag", {"clearJumboFlag"}, false},
         {"moveChunk", {"moveChunk"}, false}, {"movechunk", {"moveChunk"}, false},
         {"moveRange", {"moveChunk"}, false},
         {"movePrimary", {"moveChunk"}, false}, {"moveprimary", {"moveChunk"}, false},
@@ -362,6 +365,8 @@ int rt_auth_check(sbl_conn_t *conn, const char *name, const char *db, const bson
     const char *adb = db;
     if (strcmp(name, "shardCollection") == 0 || strcmp(name, "shardcollection") == 0 ||
         strcmp(name, "split") == 0 || strcmp(name, "moveChunk") == 0 ||
+        strcmp(name, "mergeChunks") == 0 || strcmp(name, "mergeAllChunksOnShard") == 0 ||
+        strcmp(name, "clearJumboFlag") == 0 ||
         strcmp(name, "movechunk") == 0 || strcmp(name, "moveRange") == 0 ||
         strcmp(name, "refineCollectionShardKey") == 0 ||
         strcmp(name, "configureCollectionBalancing") == 0 ||

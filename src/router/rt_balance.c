@@ -92,7 +92,8 @@ int rt_cmd_configure_balancing(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         merger = bson_iter_as_bool(&it) ? 1 : 0;
     if (bson_iter_init_find(&it, cmd, "defragmentCollection") && bson_iter_as_bool(&it))
         return sbl_err_set(err, SBL_E_NotImplemented, "defragmentCollection is not supported "
-                           "by sable-router (Sable's balancer does not merge chunks)");
+                           "by sable-router (mergeAllChunksOnShard and the AutoMerger merge "
+                           "chunks; nothing moves them together)");
     bson_t coll;
     int rc = coll_doc(ns, &coll, err);
     bson_destroy(&coll);

@@ -219,6 +219,24 @@ static int cmd_split(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t
     return rc ? rc : rt_cmd_split(cmd, reply, err);
 }
 
+static int cmd_merge_chunks(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_merge_chunks(cmd, reply, err);
+}
+
+static int cmd_merge_all_chunks(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_merge_all_chunks(cmd, reply, err);
+}
+
+static int cmd_clear_jumbo_flag(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    int rc = admin_only(db, err);
+    return rc ? rc : rt_cmd_clear_jumbo_flag(cmd, reply, err);
+}
+
 static int cmd_configure_balancing(const char *db, const bson_t *cmd, bson_t *reply,
                                    sbl_err_t *err)
 {
@@ -555,6 +573,7 @@ static const rt_cmd_t table[] = {
     {"balancerStop", cmd_balancer_stop, false},
     {"buildInfo", cmd_build_info, true},
     {"buildinfo", cmd_build_info, true},
+    {"clearJumboFlag", cmd_clear_jumbo_flag, false},
     {"collStats", to_primary, false},
     {"commitTransaction", rt_cmd_commit_txn, false},
     {"configureCollectionBalancing", cmd_configure_balancing, false},
@@ -592,6 +611,8 @@ static const rt_cmd_t table[] = {
     {"listIndexes", to_primary, false},
     {"listShards", cmd_list_shards, false},
     {"listshards", cmd_list_shards, false},
+    {"mergeAllChunksOnShard", cmd_merge_all_chunks, false},
+    {"mergeChunks", cmd_merge_chunks, false},
     {"moveChunk", cmd_move_chunk, false},
     {"movePrimary", cmd_move_primary, false},
     {"moveRange", cmd_move_range, false},

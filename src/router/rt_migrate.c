@@ -41,8 +41,9 @@ static int split_at(const char *ns, const bson_t *middle, sbl_err_t *err)
     return rc;
 }
 
-/* Ask the config server to move [min, max) of ns to shard to. */
-static int move(const char *ns, const bson_t *min, const bson_t *max, const char *to,
+/* Ask the config server to move [min, max) of ns to shard to (force: the
+ * command's forceJumbo, a chunk too big or marked jumbo moves anyway). */
+static int move(const char *ns, const bson_t *min, const bson_t *max, const char *to, bool force,
                 sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER, wc, reply;
@@ -50,6 +51,8 @@ static int move(const char *ns, const bson_t *min, const bson_t *max, const char
     BSON_APPEND_DOCUMENT(&cmd, "min", min);
     BSON_APPEND_DOCUMENT(&cmd, "max", max);
     BSON_APPEND_UTF8(&cmd, "toShard", to);
+    if (force)
+        BSON_APPEND_BOOL(&cmd, "forceJumbo", true);
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
     BSON_APPEND_UTF8(&wc, "w", "majority");
     bson_append_document_end(&cmd, &wc);
@@ -71,6 +74,12 @@ static int64_t now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool force_jumbo(const bson_t *cmd)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, cmd, "forceJumbo") && bson_iter_as_bool(&it);
 }
 
 /* Common to both commands: the collection, sharded, and the target shard known. */
@@ -131,7 +140,7 @@ int rt_cmd_move_chunk(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     }
     if (rc == 0) {
         bson_t *cmin = bson_copy(ch->min), *cmax = bson_copy(ch->max);
-        rc = move(ns, cmin, cmax, to, err);
+        rc = move(ns, cmin, cmax, to, force_jumbo(cmd), err);
         bson_destroy(cmin);
         bson_destroy(cmax);
     }
@@ -193,7 +202,7 @@ int rt_cmd_move_range(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         key_values(c, &min, vals, false);
         const rt_chunk_t *ch = rt_chunk_for(c, vals);
         bson_t *cmin = bson_copy(ch->min), *cmax = bson_copy(ch->max);
-        rc = move(ns, cmin, cmax, to, err);
+        rc = move(ns, cmin, cmax, to, force_jumbo(cmd), err);
         bson_destroy(cmin);
         bson_destroy(cmax);
     }

@@ -630,6 +630,7 @@ int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         bson_init(&q);
         bson_append_value(&q, "uuid", -1, &uuid);
         BSON_APPEND_DOCUMENT(&q, "min", ch->min);
+        BSON_APPEND_DOCUMENT(&q, "max", ch->max); /* still as this table has it */
         BSON_APPEND_DOCUMENT_BEGIN(&u, "$set", &set);
         BSON_APPEND_DOCUMENT(&set, "max", mid);
         BSON_APPEND_TIMESTAMP(&set, "lastmod", major, minor + 1);
@@ -645,8 +646,23 @@ int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         BSON_APPEND_DOCUMENT(&up, "u", &u);
         bson_append_document_end(&ups, &up);
         bson_append_array_end(&cmdc, &ups);
-        if (rc == 0)
-            rc = run_checked(-1, "config", &cmdc, NULL, "updating the chunk", err);
+        bson_t upd;
+        bson_iter_t n_it;
+        if (rc == 0 && (rc = rt_cfg_write(&cmdc, &upd, err)) == 0) {
+            if (!bson_iter_init_find(&n_it, &upd, "n") || bson_iter_as_int64(&n_it) != 1) {
+                /* a merge, migration or split changed the chunk since this
+                 * router read it: take the new chunk back out */
+                bson_t dq = BSON_INITIALIZER;
+                sbl_err_t e = {0};
+                BSON_APPEND_OID(&dq, "_id", &cid);
+                cfg_delete_many("chunks", &dq, &e);
+                bson_destroy(&dq);
+                rc = sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "the chunk changed "
+                                 "while it was being split (a concurrent merge, migration or "
+                                 "split): try again");
+            }
+            bson_destroy(&upd);
+        }
         bson_destroy(&cmdc);
         bson_destroy(&q);
         bson_destroy(&u);

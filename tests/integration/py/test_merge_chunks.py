@@ -271,7 +271,7 @@ def test_auto_merger(mongos, config):
     assert code_of(lambda: config.admin.command("setParameter", 1, autoMergerIntervalSecs=0)) == 2
 
 
-def test_jumbo_force_and_clear(mongos, shards):
+def test_jumbo_force_and_clear(mongos, shards, config):
     ns = sharded_coll(mongos, "jumbo", [])
     mongos.admin.command("configureCollectionBalancing", ns, chunkSize=1)
     mongos.mg.jumbo.insert_many([{"k": 7, "pad": PAD} for _ in range(400)] +
@@ -283,6 +283,14 @@ def test_jumbo_force_and_clear(mongos, shards):
         mongos.admin.command("moveChunk", ns, find={"k": 7}, to=other)
     assert e.value.code == 153
     assert chunks_of(mongos, ns)[1]["jumbo"] is True
+    # a jumbo chunk is not mergeable: its neighbours are no run either
+    config.admin.command("setParameter", 1, minSnapshotHistoryWindowInSeconds=1)
+    try:
+        time.sleep(2.5)
+        mongos.admin.command("mergeAllChunksOnShard", ns, shard=p)
+        assert layout(mongos, ns) == [(MinKey(), 5, p), (5, 10, p), (10, MaxKey(), p)]
+    finally:
+        config.admin.command("setParameter", 1, minSnapshotHistoryWindowInSeconds=300)
     # clearJumboFlag by find: the flag goes, the chunk takes a new major version
     top = max(version(c) for c in chunks_of(mongos, ns))
     mongos.admin.command("clearJumboFlag", ns, find={"k": 7})

@@ -238,6 +238,11 @@ static void changelog(const char *what, const char *ns, const bson_t *details)
     bson_destroy(&cmd);
 }
 
+void sbl_cmd_changelog(const char *what, const char *ns, const bson_t *details)
+{
+    changelog(what, ns, details);
+}
+
 /* The connection string of shard id (config.shards' host) into out. */
 static int shard_host(const char *id, char *out, size_t n, sbl_err_t *err)
 {

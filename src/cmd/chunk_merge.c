@@ -14,13 +14,15 @@
  *      version.
  *  The AutoMerger (sbl_cmd_automerge_tick, from the balancer thread): every
  *      autoMergerIntervalSecs, while config.settings {_id: "automerge"} is
- *      not enabled: false, each collection not enableAutoMerge: false has
- *      each shard's mergeable chunks merged.
+ *      not enabled: false, each collection that is balanced (not noBalance)
+ *      and not enableAutoMerge: false has each shard's mergeable chunks
+ *      merged.
  *
  * A chunk is mergeable (mergeAllChunksOnShard, the AutoMerger) as in mongod
  * 7.0: not jumbo, and on its shard (onCurrentShardSince) since before the
- * history a snapshot read may still need (minSnapshotHistoryWindowInSeconds
- * ago), so no read at a time the window keeps finds a merged chunk whose one
+ * history a snapshot read or a transaction may still need (the longest of
+ * minSnapshotHistoryWindowInSeconds, transactionLifetimeLimitSeconds and
+ * 10 s ago), so no read at a time the window keeps finds a merged chunk whose one
  * history entry is newer than it.  mergeChunks merges what it is told.  A
  * merged chunk keeps one history entry {validAfter: the newest of its parts',
  * shard}.
@@ -180,6 +182,44 @@ static void session_fields(bson_t *cmd, const uint8_t lsid[16], bool start)
         BSON_APPEND_BOOL(cmd, "startTransaction", true);
 }
 
+/* A chunk version {e, t, v} of cc's collection at major.minor into out[k]. */
+static void append_cv(bson_t *out, const char *k, const coll_chunks_t *cc, uint32_t major,
+                      uint32_t minor)
+{
+    bson_t v;
+    bson_iter_t e;
+    BSON_APPEND_DOCUMENT_BEGIN(out, k, &v);
+    if (bson_iter_init_find(&e, &cc->coll, "lastmodEpoch"))
+        bson_append_value(&v, "e", 1, bson_iter_value(&e));
+    if (bson_iter_init_find(&e, &cc->coll, "timestamp"))
+        bson_append_value(&v, "t", 1, bson_iter_value(&e));
+    BSON_APPEND_TIMESTAMP(&v, "v", major, minor);
+    bson_append_document_end(out, &v);
+}
+
+/* config.changelog's "merge" entry of each run, as mongod writes them:
+ * {prevPlacementVersion, mergedVersion, owningShard, min, max, numChunks}. */
+static void log_runs(const coll_chunks_t *cc, const char *shard, const run_t *runs, int nruns)
+{
+    const char *ns = sbl_doc_utf8(&cc->coll, "_id");
+    uint32_t minor = cc->minor;
+    for (int r = 0; ns != NULL && r < nruns; r++) {
+        bson_t det = BSON_INITIALIZER, first, last, min, max;
+        chunk_at(&cc->chunks, runs[r].first, &first);
+        chunk_at(&cc->chunks, runs[r].first + runs[r].n - 1, &last);
+        append_cv(&det, "prevPlacementVersion", cc, cc->major, minor);
+        append_cv(&det, "mergedVersion", cc, cc->major, ++minor);
+        BSON_APPEND_UTF8(&det, "owningShard", shard);
+        if (mig_doc_of(&first, "min", &min) && mig_doc_of(&last, "max", &max)) {
+            BSON_APPEND_DOCUMENT(&det, "min", &min);
+            BSON_APPEND_DOCUMENT(&det, "max", &max);
+        }
+        BSON_APPEND_INT32(&det, "numChunks", (int32_t)runs[r].n);
+        sbl_cmd_changelog("merge", ns, &det);
+        bson_destroy(&det);
+    }
+}
+
 /*
  * Rewrite cc's chunks for runs[nruns] of shard in one transaction: each
  * run's first chunk takes the run's max, the collection's next minor version
@@ -297,6 +337,8 @@ static int commit_runs(const coll_chunks_t *cc, const char *shard, const run_t *
     if (rc == 0)
         rc = mig_await_majority(60000, "waiting for the merge to reach a majority of the "
                                 "config servers", err);
+    if (rc == 0)
+        log_runs(cc, shard, runs, nruns);
     *minorp = minor;
     return rc;
 }
@@ -326,15 +368,7 @@ static void flush_shard(const char *shard, const char *ns)
 
 static void append_version(bson_t *reply, const coll_chunks_t *cc, uint32_t minor)
 {
-    bson_t v;
-    bson_iter_t e;
-    BSON_APPEND_DOCUMENT_BEGIN(reply, "shardVersion", &v);
-    if (bson_iter_init_find(&e, &cc->coll, "lastmodEpoch"))
-        bson_append_value(&v, "e", 1, bson_iter_value(&e));
-    if (bson_iter_init_find(&e, &cc->coll, "timestamp"))
-        bson_append_value(&v, "t", 1, bson_iter_value(&e));
-    BSON_APPEND_TIMESTAMP(&v, "v", cc->major, minor);
-    bson_append_document_end(reply, &v);
+    append_cv(reply, "shardVersion", cc, cc->major, minor);
 }
 
 static int shard_busy(const char *shard, sbl_err_t *err)
@@ -465,11 +499,17 @@ static void find_runs(const coll_chunks_t *cc, const char *shard, uint64_t oldes
 }
 
 /* The oldest onCurrentShardSince a mergeable chunk may not reach: now less
- * minSnapshotHistoryWindowInSeconds (now: the wall clock, or the cluster
- * time when that is ahead; an idle member's cluster time stands still). */
+ * the history window, as mongod 7.0 has it: the longest of
+ * minSnapshotHistoryWindowInSeconds, transactionLifetimeLimitSeconds and
+ * 10 s (now: the wall clock, or the cluster time when that is ahead; an
+ * idle member's cluster time stands still). */
 static uint64_t history_cutoff(void)
 {
     uint64_t secs = sbl_repl_clock_now() >> 32, window = (uint64_t)sbl_repl_snapshot_window_s();
+    if (window < (uint64_t)sbl_cmd_mtxn_lifetime_s())
+        window = (uint64_t)sbl_cmd_mtxn_lifetime_s();
+    if (window < 10)
+        window = 10;
     if (secs < (uint64_t)time(NULL))
         secs = (uint64_t)time(NULL);
     return secs > window ? (secs - window) << 32 : 1;
@@ -642,6 +682,7 @@ void sbl_cmd_automerge_tick(char ids[][128], int nshards)
             const char *ns;
             if (!sbl_iter_doc(&it, &c) || (ns = sbl_doc_utf8(&c, "_id")) == NULL ||
                 (bson_iter_init_find(&f, &c, "dropped") && bson_iter_as_bool(&f)) ||
+                (bson_iter_init_find(&f, &c, "noBalance") && bson_iter_as_bool(&f)) ||
                 (bson_iter_init_find(&f, &c, "enableAutoMerge") && !bson_iter_as_bool(&f)))
                 continue;
             for (int s = 0; s < nshards; s++) {

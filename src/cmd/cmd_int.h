@@ -140,6 +140,9 @@ void sbl_cmd_balancer_stop_thread(void);
 /* Hold (true) or release the lock a migration's commit and a chunk version
  * bump take in balancer.c, around another change of config.chunks. */
 void sbl_cmd_chunks_lock(bool hold);
+/* An entry of config.changelog {_id, server, shard: "config", clientAddr, time,
+ * what, ns, details} in mongod's shape (a failed write is logged). */
+void sbl_cmd_changelog(const char *what, const char *ns, const bson_t *details);
 /* Whether shard id is a donor or recipient of a migration now. */
 bool sbl_cmd_shard_migrating(const char *id);
 /* chunk_merge.c: mergeChunks, mergeAllChunksOnShard and clearJumboFlag on
@@ -355,6 +358,8 @@ void sbl_cmd_snapshot_end(sbl_opctx_t *ctx, int rc);
 int sbl_cmd_mtxn_set_parameter(const char *k, const bson_iter_t *it, bson_t *reply,
                                sbl_err_t *err);
 void sbl_cmd_mtxn_append_parameter(const char *k, bson_t *reply);
+/* transactionLifetimeLimitSeconds now. */
+int64_t sbl_cmd_mtxn_lifetime_s(void);
 void sbl_cmd_mtxn_append_status(bson_t *d);
 /* A transaction's failed command: mongod's label for code (TransientTransactionError,
  * UnknownTransactionCommitResult for a commit whose outcome is unknown), appended to out. */

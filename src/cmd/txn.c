@@ -1072,6 +1072,11 @@ int sbl_cmd_mtxn_set_parameter(const char *k, const bson_iter_t *it, bson_t *rep
     return 0;
 }
 
+int64_t sbl_cmd_mtxn_lifetime_s(void)
+{
+    return atomic_load(&lifetime_limit_s);
+}
+
 void sbl_cmd_mtxn_append_parameter(const char *k, bson_t *reply)
 {
     if (strcmp(k, "transactionLifetimeLimitSeconds") == 0)

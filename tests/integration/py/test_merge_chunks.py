@@ -8,8 +8,9 @@ shard sets, the balancer stopped except for the AutoMerger's test.
   shard-key-targeted write; mongod's errors for bad bounds, chunks of two
   shards, an unsharded namespace;
 - mergeAllChunksOnShard merges each run of contiguous chunks of the shard
-  that are not jumbo and have been on it longer than
-  minSnapshotHistoryWindowInSeconds;
+  that are not jumbo and have been on it longer than the history window (the
+  longest of minSnapshotHistoryWindowInSeconds, transactionLifetimeLimitSeconds
+  and 10 s);
 - the AutoMerger (autoMergerIntervalSecs 1 s) merges after splits while
   config.settings' automerge document and the collection allow it;
 - a jumbo chunk is refused (153), moves with forceJumbo, and clearJumboFlag
@@ -55,9 +56,17 @@ def mongos(cluster):
 
 @pytest.fixture(scope="module")
 def config(cluster):
+    """The config server, with the history window mergeAllChunksOnShard waits
+    out at its least: 10 s (minSnapshotHistoryWindowInSeconds and
+    transactionLifetimeLimitSeconds 1 s)."""
     c = pymongo.MongoClient("127.0.0.1", cluster["config"], directConnection=True)
+    c.admin.command("setParameter", 1, minSnapshotHistoryWindowInSeconds=1,
+                    transactionLifetimeLimitSeconds=1)
     yield c
     c.close()
+
+
+HISTORY_S = 12  # a chunk is mergeable this long after it came to its shard (10 s, whole seconds)
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +137,10 @@ def test_merge_chunks(mongos, shards):
     merged = after[1]
     assert merged["_id"] == before[1]["_id"]  # the first chunk of the run stays, the rest go
     assert version(merged) == (top[0], top[1] + 1)  # the collection's next minor version
+    log = mongos.config.changelog.find_one({"what": "merge", "ns": ns})
+    assert log["details"]["numChunks"] == 2 and log["details"]["owningShard"] == p
+    assert log["details"]["min"] == {"k": 10} and log["details"]["max"] == {"k": 30}
+    assert log["details"]["mergedVersion"]["v"] == Timestamp(*version(merged))
     assert len(merged["history"]) == 1 and merged["history"][0]["shard"] == p
     assert merged["onCurrentShardSince"] == merged["history"][0]["validAfter"]
 
@@ -193,27 +206,21 @@ def test_merge_all_chunks_on_shard(mongos, config):
     for lo in (40, 50, 80):
         mongos.admin.command("moveChunk", ns, bounds=[{"k": lo}, {"k": lo + 10}], to=other)
     before = layout(mongos, ns)
-    # with the default history window (300 s) no chunk has been there long enough
+    # no chunk has been on its shard for the history window (10 s at least) yet
     mongos.admin.command("mergeAllChunksOnShard", ns, shard=p)
     assert layout(mongos, ns) == before
-    old = config.admin.command("getParameter", 1, minSnapshotHistoryWindowInSeconds=1)
-    config.admin.command("setParameter", 1, minSnapshotHistoryWindowInSeconds=1)
-    try:
-        time.sleep(2.5)
-        mongos.admin.command("mergeAllChunksOnShard", ns, shard=p, maxNumberOfChunksToMerge=3)
-        assert layout(mongos, ns)[:3] == [(MinKey(), 20, p), (20, 30, p), (30, 40, p)]
-        mongos.admin.command("mergeAllChunksOnShard", ns, shard=p)
-        assert layout(mongos, ns) == [(MinKey(), 40, p), (40, 50, other), (50, 60, other),
-                                      (60, 80, p), (80, 90, other), (90, MaxKey(), p)]
-        mongos.admin.command("mergeAllChunksOnShard", ns, shard=other)
-        assert layout(mongos, ns) == [(MinKey(), 40, p), (40, 60, other), (60, 80, p),
-                                      (80, 90, other), (90, MaxKey(), p)]
-        # each merged chunk took its own next minor version
-        vs = sorted(version(c) for c in chunks_of(mongos, ns))
-        assert len(set(vs)) == len(vs)
-    finally:
-        config.admin.command("setParameter", 1, minSnapshotHistoryWindowInSeconds=old[
-            "minSnapshotHistoryWindowInSeconds"])
+    time.sleep(HISTORY_S)
+    mongos.admin.command("mergeAllChunksOnShard", ns, shard=p, maxNumberOfChunksToMerge=3)
+    assert layout(mongos, ns)[:3] == [(MinKey(), 20, p), (20, 30, p), (30, 40, p)]
+    mongos.admin.command("mergeAllChunksOnShard", ns, shard=p)
+    assert layout(mongos, ns) == [(MinKey(), 40, p), (40, 50, other), (50, 60, other),
+                                  (60, 80, p), (80, 90, other), (90, MaxKey(), p)]
+    mongos.admin.command("mergeAllChunksOnShard", ns, shard=other)
+    assert layout(mongos, ns) == [(MinKey(), 40, p), (40, 60, other), (60, 80, p),
+                                  (80, 90, other), (90, MaxKey(), p)]
+    # each merged chunk took its own next minor version
+    vs = sorted(version(c) for c in chunks_of(mongos, ns))
+    assert len(set(vs)) == len(vs)
     assert code_of(lambda: mongos.admin.command("mergeAllChunksOnShard", ns,
                                                 shard="nosuch")) == 70
     assert code_of(lambda: mongos.admin.command("mergeAllChunksOnShard", ns)) == 40414
@@ -221,7 +228,7 @@ def test_merge_all_chunks_on_shard(mongos, config):
                                                 shard=p)) == 118
 
 
-def wait_for(pred, secs=30):
+def wait_for(pred, secs=40):
     deadline = time.time() + secs
     while time.time() < deadline:
         if pred():
@@ -234,6 +241,8 @@ def test_auto_merger(mongos, config):
     # two contiguous chunks on each shard: balanced, so the balancer moves nothing
     ns = sharded_coll(mongos, "auto", [0, 10, 20], ndocs=30)
     off = sharded_coll(mongos, "noauto", [0, 10])
+    nobal = sharded_coll(mongos, "nobal", [0, 10])
+    mongos.config.collections.update_one({"_id": nobal}, {"$set": {"noBalance": True}})
     p, other = primary_and_other(mongos, ns)
     for lo, hi in ((10, 20), (20, MaxKey())):
         mongos.admin.command("moveChunk", ns, bounds=[{"k": lo}, {"k": hi}], to=other)
@@ -242,14 +251,12 @@ def test_auto_merger(mongos, config):
     # sh.stopAutoMerger()
     mongos.config.settings.update_one({"_id": "automerge"}, {"$set": {"enabled": False}},
                                       upsert=True)
-    old = config.admin.command("getParameter", 1, minSnapshotHistoryWindowInSeconds=1,
-                               autoMergerIntervalSecs=1)
+    old = config.admin.command("getParameter", 1, autoMergerIntervalSecs=1)
     assert old["autoMergerIntervalSecs"] == 3600
-    config.admin.command("setParameter", 1, minSnapshotHistoryWindowInSeconds=1,
-                         autoMergerIntervalSecs=1)
+    config.admin.command("setParameter", 1, autoMergerIntervalSecs=1)
     mongos.admin.command("balancerStart")
     try:
-        time.sleep(5)  # rounds ran: the AutoMerger is stopped
+        time.sleep(HISTORY_S)  # rounds ran and the chunks are mergeable: the AutoMerger is stopped
         assert len(chunks_of(mongos, ns)) == 4
         # sh.startAutoMerger()
         mongos.config.settings.update_one({"_id": "automerge"}, {"$set": {"enabled": True}},
@@ -261,13 +268,13 @@ def test_auto_merger(mongos, config):
         mongos.admin.command("split", ns, middle={"k": 15})
         assert len(chunks_of(mongos, ns)) == 3
         assert wait_for(lambda: len(chunks_of(mongos, ns)) == 2)
-        # enableAutoMerger: false keeps the other collection's chunks apart
+        # enableAutoMerger: false keeps the other collection's chunks apart, and so does
+        # noBalance (the balancing settings come first, as in mongod)
         assert len(chunks_of(mongos, off)) == 3
+        assert len(chunks_of(mongos, nobal)) == 3
     finally:
         mongos.admin.command("balancerStop")
-        config.admin.command("setParameter", 1, autoMergerIntervalSecs=3600,
-                             minSnapshotHistoryWindowInSeconds=old[
-                                 "minSnapshotHistoryWindowInSeconds"])
+        config.admin.command("setParameter", 1, autoMergerIntervalSecs=3600)
     assert code_of(lambda: config.admin.command("setParameter", 1, autoMergerIntervalSecs=0)) == 2
 
 
@@ -284,13 +291,9 @@ def test_jumbo_force_and_clear(mongos, shards, config):
     assert e.value.code == 153
     assert chunks_of(mongos, ns)[1]["jumbo"] is True
     # a jumbo chunk is not mergeable: its neighbours are no run either
-    config.admin.command("setParameter", 1, minSnapshotHistoryWindowInSeconds=1)
-    try:
-        time.sleep(2.5)
-        mongos.admin.command("mergeAllChunksOnShard", ns, shard=p)
-        assert layout(mongos, ns) == [(MinKey(), 5, p), (5, 10, p), (10, MaxKey(), p)]
-    finally:
-        config.admin.command("setParameter", 1, minSnapshotHistoryWindowInSeconds=300)
+    time.sleep(HISTORY_S)
+    mongos.admin.command("mergeAllChunksOnShard", ns, shard=p)
+    assert layout(mongos, ns) == [(MinKey(), 5, p), (5, 10, p), (10, MaxKey(), p)]
     # clearJumboFlag by find: the flag goes, the chunk takes a new major version
     top = max(version(c) for c in chunks_of(mongos, ns))
     mongos.admin.command("clearJumboFlag", ns, find={"k": 7})

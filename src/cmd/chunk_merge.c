@@ -124,7 +124,7 @@ static int cc_read(const char *ns, coll_chunks_t *cc, sbl_err_t *err)
         bson_iter_t dr;
         if (sbl_iter_doc(&it, &d) &&
             !(bson_iter_init_find(&dr, &d, "dropped") && bson_iter_as_bool(&dr))) {
-            bson_copy_to_excluding_noinit(&d, &cc->coll, "", NULL);
+            bson_concat(&cc->coll, &d);
             found = true;
         }
     }
@@ -220,30 +220,92 @@ static void log_runs(const coll_chunks_t *cc, const char *shard, const run_t *ru
     }
 }
 
-/*
- * Rewrite cc's chunks for runs[nruns] of shard in one transaction: each
- * run's first chunk takes the run's max, the collection's next minor version
- * (one per run, in order) and a history of one entry; the others go.  Then
- * waits for a majority of the config servers.  *minorp: the last minor
- * version given (the major stays the collection's).
- */
-static int commit_runs(const coll_chunks_t *cc, const char *shard, const run_t *runs,
-                       int nruns, uint32_t *minorp, sbl_err_t *err)
+#define TXN_TRIES 5
+
+/* The reply's n is want; else ConflictingOperationInProgress (the chunks
+ * changed since they were read). */
+static int check_n(const bson_t *reply, int64_t want, sbl_err_t *err)
+{
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, reply, "n") && bson_iter_as_int64(&it) == want)
+        return 0;
+    return sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "could not merge chunks: "
+                       "they changed while the merge was being prepared (a concurrent split, "
+                       "merge or migration)");
+}
+
+/* Run up then del (config.chunks writes, each statement matching a chunk as
+ * it was read: nup updated and ndel deleted) as one transaction of a new
+ * session; 0, or the first error (the transaction then aborted). */
+static int run_txn(const bson_t *up_body, int64_t nup, const bson_t *del_body, int64_t ndel,
+                   sbl_err_t *err)
 {
     uint8_t lsid[16];
     if (getrandom(lsid, sizeof(lsid), 0) != (ssize_t)sizeof(lsid))
         return sbl_err_set(err, SBL_E_InternalError, "no random bytes for a session id");
     lsid[6] = (uint8_t)((lsid[6] & 0x0f) | 0x40);
     lsid[8] = (uint8_t)((lsid[8] & 0x3f) | 0x80);
-    bson_t up = BSON_INITIALIZER, del = BSON_INITIALIZER, ups, dels, d, q, in, ids;
+    bson_t up, del, commit = BSON_INITIALIZER, reply;
+    bson_copy_to(up_body, &up);
+    bson_copy_to(del_body, &del);
+    session_fields(&up, lsid, true);
+    session_fields(&del, lsid, false);
+    BSON_APPEND_INT32(&commit, "commitTransaction", 1);
+    session_fields(&commit, lsid, false);
+    int rc = sbl_cmd_run_checked("config", &up, &reply, err);
+    if (rc == 0)
+        rc = check_n(&reply, nup, err);
+    bson_destroy(&reply);
+    if (rc == 0) {
+        rc = sbl_cmd_run_checked("config", &del, &reply, err);
+        if (rc == 0)
+            rc = check_n(&reply, ndel, err);
+        bson_destroy(&reply);
+    }
+    if (rc == 0) {
+        rc = sbl_cmd_run_checked("admin", &commit, &reply, err);
+        bson_destroy(&reply);
+    } else {
+        bson_t abort = BSON_INITIALIZER;
+        sbl_err_t e = {0};
+        BSON_APPEND_INT32(&abort, "abortTransaction", 1);
+        session_fields(&abort, lsid, false);
+        sbl_cmd_run_checked("admin", &abort, &reply, &e);
+        bson_destroy(&reply);
+        bson_destroy(&abort);
+    }
+    bson_t end = BSON_INITIALIZER, a, l;
+    sbl_err_t e = {0};
+    BSON_APPEND_ARRAY_BEGIN(&end, "endSessions", &a);
+    BSON_APPEND_DOCUMENT_BEGIN(&a, "0", &l);
+    BSON_APPEND_BINARY(&l, "id", BSON_SUBTYPE_UUID, lsid, 16);
+    bson_append_document_end(&a, &l);
+    bson_append_array_end(&end, &a);
+    sbl_cmd_run_checked("admin", &end, &reply, &e);
+    bson_destroy(&reply);
+    bson_destroy(&end);
+    bson_destroy(&up);
+    bson_destroy(&del);
+    bson_destroy(&commit);
+    return rc;
+}
+
+/*
+ * Rewrite cc's chunks for runs[nruns] of shard in one transaction: each
+ * run's first chunk takes the run's max, the collection's next minor version
+ * (one per run, in order) and a history of one entry; the others go (a
+ * write conflict tries again, TXN_TRIES times in all).  Then waits for a
+ * majority of the config servers.  *minorp: the last minor
+ * version given (the major stays the collection's).
+ */
+static int commit_runs(const coll_chunks_t *cc, const char *shard, const run_t *runs,
+                       int nruns, uint32_t *minorp, sbl_err_t *err)
+{
+    bson_t up = BSON_INITIALIZER, del = BSON_INITIALIZER, ups, dels;
     BSON_APPEND_UTF8(&up, "update", "chunks");
     BSON_APPEND_ARRAY_BEGIN(&up, "updates", &ups);
     BSON_APPEND_UTF8(&del, "delete", "chunks");
     BSON_APPEND_ARRAY_BEGIN(&del, "deletes", &dels);
-    BSON_APPEND_DOCUMENT_BEGIN(&dels, "0", &d);
-    BSON_APPEND_DOCUMENT_BEGIN(&d, "q", &q);
-    BSON_APPEND_DOCUMENT_BEGIN(&q, "_id", &in);
-    BSON_APPEND_ARRAY_BEGIN(&in, "$in", &ids);
     uint32_t minor = cc->minor, nids = 0;
     char key[16];
     for (int r = 0; r < nruns; r++) {
@@ -251,16 +313,24 @@ static int commit_runs(const coll_chunks_t *cc, const char *shard, const run_t *
         bson_iter_t id;
         uint64_t since = 0;
         for (uint32_t k = 0; k < runs[r].n; k++) {
-            bson_t c;
+            bson_t c, d, q, cmax;
             bson_iter_t cid;
             if (!chunk_at(&cc->chunks, runs[r].first + k, &c))
                 continue;
             uint64_t s = chunk_since(&c);
             if (s > since)
                 since = s;
-            if (k > 0 && bson_iter_init_find(&cid, &c, "_id")) {
+            if (k > 0 && bson_iter_init_find(&cid, &c, "_id")) { /* as it was read */
                 snprintf(key, sizeof(key), "%u", nids++);
-                bson_append_value(&ids, key, -1, bson_iter_value(&cid));
+                BSON_APPEND_DOCUMENT_BEGIN(&dels, key, &d);
+                BSON_APPEND_DOCUMENT_BEGIN(&d, "q", &q);
+                bson_append_value(&q, "_id", 3, bson_iter_value(&cid));
+                if (mig_doc_of(&c, "max", &cmax))
+                    BSON_APPEND_DOCUMENT(&q, "max", &cmax);
+                BSON_APPEND_UTF8(&q, "shard", shard);
+                bson_append_document_end(&d, &q);
+                BSON_APPEND_INT32(&d, "limit", 1);
+                bson_append_document_end(&dels, &d);
             }
         }
         if (since == 0)
@@ -271,8 +341,12 @@ static int commit_runs(const coll_chunks_t *cc, const char *shard, const run_t *
         bson_iter_init_find(&id, &first, "_id");
         snprintf(key, sizeof(key), "%d", r);
         BSON_APPEND_DOCUMENT_BEGIN(&ups, key, &u);
-        BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &uq);
+        bson_t fmax;
+        BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &uq); /* the chunk as it was read */
         bson_append_value(&uq, "_id", 3, bson_iter_value(&id));
+        if (mig_doc_of(&first, "max", &fmax))
+            BSON_APPEND_DOCUMENT(&uq, "max", &fmax);
+        BSON_APPEND_UTF8(&uq, "shard", shard);
         bson_append_document_end(&u, &uq);
         BSON_APPEND_DOCUMENT_BEGIN(&u, "u", &uu);
         BSON_APPEND_DOCUMENT_BEGIN(&uu, "$set", &set);
@@ -291,49 +365,20 @@ static int commit_runs(const coll_chunks_t *cc, const char *shard, const run_t *
         bson_append_document_end(&ups, &u);
     }
     bson_append_array_end(&up, &ups);
-    session_fields(&up, lsid, true);
-    bson_append_array_end(&in, &ids);
-    bson_append_document_end(&q, &in);
-    bson_append_document_end(&d, &q);
-    BSON_APPEND_INT32(&d, "limit", 0);
-    bson_append_document_end(&dels, &d);
     bson_append_array_end(&del, &dels);
-    session_fields(&del, lsid, false);
-    bson_t commit = BSON_INITIALIZER, reply;
-    BSON_APPEND_INT32(&commit, "commitTransaction", 1);
-    session_fields(&commit, lsid, false);
-    int rc = sbl_cmd_run_checked("config", &up, &reply, err);
-    bson_destroy(&reply);
-    if (rc == 0) {
-        rc = sbl_cmd_run_checked("config", &del, &reply, err);
-        bson_destroy(&reply);
+    int rc = 0;
+    for (int attempt = 0; attempt < TXN_TRIES; attempt++) {
+        if (attempt > 0) { /* a write conflict (a router's split): again, as mongod's txn API */
+            struct timespec pause = {0, 10000000L << attempt};
+            nanosleep(&pause, NULL);
+            sbl_err_clear(err);
+        }
+        rc = run_txn(&up, nruns, &del, nids, err);
+        if (rc != SBL_E_WriteConflict && rc != SBL_E_NoSuchTransaction)
+            break;
     }
-    if (rc == 0) {
-        rc = sbl_cmd_run_checked("admin", &commit, &reply, err);
-        bson_destroy(&reply);
-    } else {
-        bson_t abort = BSON_INITIALIZER;
-        sbl_err_t e = {0};
-        BSON_APPEND_INT32(&abort, "abortTransaction", 1);
-        session_fields(&abort, lsid, false);
-        sbl_cmd_run_checked("admin", &abort, &reply, &e);
-        bson_destroy(&reply);
-        bson_destroy(&abort);
-    }
-    bson_t end = BSON_INITIALIZER, a;
-    sbl_err_t e = {0};
-    BSON_APPEND_ARRAY_BEGIN(&end, "endSessions", &a);
-    bson_t l;
-    BSON_APPEND_DOCUMENT_BEGIN(&a, "0", &l);
-    BSON_APPEND_BINARY(&l, "id", BSON_SUBTYPE_UUID, lsid, 16);
-    bson_append_document_end(&a, &l);
-    bson_append_array_end(&end, &a);
-    sbl_cmd_run_checked("admin", &end, &reply, &e);
-    bson_destroy(&reply);
-    bson_destroy(&end);
     bson_destroy(&up);
     bson_destroy(&del);
-    bson_destroy(&commit);
     if (rc == 0)
         rc = mig_await_majority(60000, "waiting for the merge to reach a majority of the "
                                 "config servers", err);

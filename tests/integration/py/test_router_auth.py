@@ -15,6 +15,10 @@ import sys
 import tempfile
 
 import pymongo
+from bson.binary import UuidRepresentation
+from bson.codec_options import CodecOptions
+from bson.max_key import MaxKey
+from bson.min_key import MinKey
 import pytest
 from pymongo.errors import OperationFailure
 
@@ -215,6 +219,32 @@ def test_zone_commands_need_cluster_manager(cluster, admin):
         for name, arg, kw in zone_cmds:
             assert c.admin.command(name, arg, **kw)["ok"] == 1, name
     assert admin.config.shards.find_one({"_id": "shard0"}).get("tags", []) == []
+
+
+def test_merge_commands_need_cluster_manager(cluster, admin):
+    # as mongod: mergeChunks and mergeAllChunksOnShard need splitChunk, clearJumboFlag its
+    # own action, both in clusterManager; readWrite has neither
+    admin.admin.command("createUser", "merger", pwd="m3rge",
+                        roles=[{"role": "clusterManager", "db": "admin"}])
+    admin.admin.command("enableSharding", "ycsb")
+    admin.admin.command("shardCollection", "ycsb.merged", key={"k": 1})
+    admin.admin.command("split", "ycsb.merged", middle={"k": 10})
+    cmds = [("mergeChunks", "ycsb.merged", {"bounds": [{"k": MinKey()}, {"k": MaxKey()}]}),
+            ("mergeAllChunksOnShard", "ycsb.merged", {"shard": "shard0"}),
+            ("clearJumboFlag", "ycsb.merged", {"find": {"k": 1}})]
+    with pymongo.MongoClient(url(cluster, "ycsb", "123456"), serverSelectionTimeoutMS=10000) as c:
+        for name, arg, kw in cmds:
+            with pytest.raises(OperationFailure) as e:
+                c.admin.command(name, arg, **kw)
+            assert e.value.code == 13, name
+    with pymongo.MongoClient(url(cluster, "merger", "m3rge"), serverSelectionTimeoutMS=10000) as c:
+        for name, arg, kw in cmds:
+            assert c.admin.command(name, arg, **kw)["ok"] == 1, name
+    std = CodecOptions(uuid_representation=UuidRepresentation.STANDARD)
+    uuid = admin.config.get_collection("collections", codec_options=std).find_one(
+        {"_id": "ycsb.merged"})["uuid"]
+    assert admin.config.get_collection("chunks", codec_options=std).count_documents(
+        {"uuid": uuid}) == 1
 
 
 def test_shards_require_auth(cluster, admin):

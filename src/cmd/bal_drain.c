@@ -4,7 +4,9 @@
  * config server primary, while the balancer is enabled: mongod 7.0 drains
  * only then too) first moves, in each collection, one chunk off a draining
  * shard to the shard that holds the fewest of that collection's chunks,
- * before it evens out the rest.  Chunks leave in order of their min.
+ * before it evens out the rest.  Chunks leave in order of their min; one
+ * marked jumbo stays (as mongod's balancer leaves them: removeShard counts
+ * them in jumboChunks, and moveChunk with forceJumbo moves them).
  */
 #include "cmd/bal_drain.h"
 
@@ -18,6 +20,12 @@ static int index_of(char ids[][SBL_BAL_SHARD_ID], int n, const char *id)
         if (strcmp(ids[i], id) == 0)
             return i;
     return -1;
+}
+
+static bool is_jumbo(const bson_t *chunk)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, chunk, "jumbo") && bson_iter_as_bool(&it);
 }
 
 static bool bounds_of(const bson_t *chunk, bson_t *min, bson_t *max)
@@ -44,7 +52,7 @@ bool sbl_bal_drain_pick(const bson_t *chunks, char takers[][SBL_BAL_SHARD_ID], i
         int t = index_of(takers, ntakers, sh);
         if (t >= 0)
             count[t]++;
-        else if (!found && index_of(draining, ndraining, sh) >= 0)
+        else if (!found && index_of(draining, ndraining, sh) >= 0 && !is_jumbo(&c))
             found = bounds_of(&c, min, max);
     }
     if (!found)

@@ -2,7 +2,7 @@
  * test_bal_drain.c: the balancer's draining policy (src/cmd/bal_drain.c)
  * over config.chunks documents, without a cluster: the first chunk (by min)
  * on a draining shard goes to the shard with the fewest chunks of the
- * collection; nothing moves when no chunk is on a draining shard or no shard
+ * collection, skipping chunks marked jumbo; nothing moves when no chunk is on a draining shard or no shard
  * takes chunks.
  */
 #include "check.h"
@@ -57,6 +57,28 @@ int main(void)
     chunks_on(&arr, b, 3);
     CHECK(sbl_bal_drain_pick(&arr, takers, 3, draining, 1, &min, &max, &to));
     CHECK(min_k(&min) == 0 && to == 0);
+    bson_destroy(&arr);
+
+    /* a jumbo chunk stays: the draining shard's next chunk goes (k 30) */
+    bson_t j = BSON_INITIALIZER;
+    bson_iter_t it;
+    chunks_on(&arr, a, 6);
+    bson_iter_init(&it, &arr);
+    while (bson_iter_next(&it)) {
+        uint32_t len;
+        const uint8_t *data;
+        bson_t d, copy;
+        bson_iter_document(&it, &len, &data);
+        CHECK(bson_init_static(&d, data, len));
+        bson_copy_to(&d, &copy);
+        if (strcmp(bson_iter_key(&it), "1") == 0)
+            BSON_APPEND_BOOL(&copy, "jumbo", true);
+        BSON_APPEND_DOCUMENT(&j, bson_iter_key(&it), &copy);
+        bson_destroy(&copy);
+    }
+    CHECK(sbl_bal_drain_pick(&j, takers, 3, draining, 1, &min, &max, &to));
+    CHECK(min_k(&min) == 30 && to == 2);
+    bson_destroy(&j);
     bson_destroy(&arr);
 
     /* nothing on the draining shard: nothing to move */

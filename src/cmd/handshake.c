@@ -321,6 +321,10 @@ static bool append_parameter(bson_t *r, const char *name)
     }
     if (sbl_spill_append_parameter(r, name)) /* memory limits, changeable at run time */
         return true;
+    if (strcmp(name, "autoMergerIntervalSecs") == 0) { /* changeable at run time */
+        sbl_cmd_automerge_append_parameter(r); /* chunk_merge.c */
+        return true;
+    }
     if (strcmp(name, "replWriterThreadCount") == 0) { /* start-up only */
         BSON_APPEND_INT32(r, name, sbl_repl_writer_threads());
         return true;
@@ -355,8 +359,6 @@ static bool append_parameter(bson_t *r, const char *name)
                strcmp(name, "minSnapshotHistoryWindowInSeconds") == 0 ||
                strcmp(name, "keyRotationIntervalSecs") == 0) {
         sbl_cmd_mtxn_append_parameter(name, r); /* changeable at run time (txn.c) */
-    } else if (strcmp(name, "autoMergerIntervalSecs") == 0) {
-        sbl_cmd_automerge_append_parameter(r); /* chunk_merge.c */
     } else if (strcmp(name, "journalCommitInterval") == 0) {
         BSON_APPEND_INT32(r, name, o->commit_interval_ms);
     } else if (strcmp(name, "syncdelay") == 0) {

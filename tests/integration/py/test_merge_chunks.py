@@ -166,6 +166,23 @@ def test_merge_chunks(mongos, shards):
     mongos.mg.a.delete_one({"k": 5, "_id": 100})
 
 
+def test_merge_hashed_chunks(mongos):
+    # bounds of a hashed key are hashed values, as config.chunks holds them
+    ns = "mg.hashed"
+    mongos.admin.command("shardCollection", ns, key={"k": "hashed"}, numInitialChunks=2)
+    mongos.mg.hashed.insert_many([{"_id": i, "k": i} for i in range(40)])
+    first = chunks_of(mongos, ns)[0]
+    mongos.admin.command("split", ns, bounds=[first["min"], first["max"]])
+    assert chunks_of(mongos, ns)[0]["max"] != first["max"]  # split in two
+    mongos.admin.command("mergeChunks", ns, bounds=[first["min"], first["max"]])
+    merged = chunks_of(mongos, ns)[0]
+    assert (merged["min"], merged["max"], merged["shard"]) == (first["min"], first["max"],
+                                                               first["shard"])
+    assert mongos.mg.hashed.count_documents({}) == 40
+    for k in range(0, 40, 3):
+        assert mongos.mg.hashed.find_one({"k": k})["_id"] == k
+
+
 def test_merge_chunks_errors(mongos):
     ns = sharded_coll(mongos, "errs", [10, 20, 30])
     p, other = primary_and_other(mongos, ns)

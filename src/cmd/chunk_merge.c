@@ -402,8 +402,8 @@ static void flush_shard(const char *shard, const char *ns)
         const char *host;
         if (sbl_iter_doc(&it, &s) && (host = sbl_doc_utf8(&s, "host")) != NULL) {
             BSON_APPEND_UTF8(&cmd, "_flushRoutingTableCacheUpdates", ns);
-            if (sbl_shard_remote_check(host, "admin", &cmd, &reply, &e) == 0)
-                bson_destroy(&reply);
+            sbl_shard_remote_check(host, "admin", &cmd, &reply, &e); /* it re-reads later else */
+            bson_destroy(&reply); /* initialised either way (an ok: 0 reply too) */
         }
     }
     bson_destroy(&arr);

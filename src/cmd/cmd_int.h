@@ -212,8 +212,9 @@ int sbl_cmd_get_last_error(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_get_log(sbl_opctx_t *ctx, sbl_err_t *err);
 /* retryable.c: retryable writes (lsid + txnNumber).  sbl_cmd_txn_begin
  * checks txnNumber (IllegalOperation on a standalone, TransactionTooOld,
- * 50768 for a command that is not a retryable write), checks the session
- * out and, for a retry, loads what the txnNumber already executed;
+ * NotARetryableWriteCommand 50768 for a command that is not a retryable
+ * write), checks the session out and, for a retry, loads what the
+ * txnNumber already executed;
  * sbl_cmd_txn_end (always called after it) checks the session in.  The
  * write handlers, when ctx->retry is set: sbl_retry_stmt_id gives statement
  * i's id, sbl_retry_executed the oplog entry of an executed statement

@@ -211,6 +211,15 @@ def test_split_at_the_median(mongos, shards):
     assert mongos.mig.s.count_documents({}) == 100
 
 
+def test_split_of_a_chunk_too_small(mongos):
+    # one document: no median to split at, MongoDB's 87 CannotSplit
+    mongos.admin.command("shardCollection", "mig.one", key={"k": 1})
+    mongos.mig.one.insert_one({"_id": 1, "k": 1})
+    with pytest.raises(OperationFailure) as e:
+        mongos.admin.command("split", "mig.one", find={"k": 1})
+    assert e.value.code == 87 and e.value.details["codeName"] == "CannotSplit", e.value.details
+
+
 def test_balancer_evens_out_chunks(mongos):
     mongos.admin.command("balancerStop")
     mongos.admin.command("shardCollection", "mig.b", key={"k": 1})

@@ -74,9 +74,10 @@ int sbl_bal_sizes(sbl_bal_coll_t *bc, char ids[][128], int n, sbl_err_t *err)
         bson_destroy(&cmd);
         if (rc != 0)
             break;
-        if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "stats.0.collSize", &it) &&
-            BSON_ITER_HOLDS_NUMBER(&it))
-            bc->sizes[i] = bson_iter_as_int64(&it);
+        bson_iter_t v;
+        if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "stats.0.collSize", &v) &&
+            BSON_ITER_HOLDS_NUMBER(&v))
+            bc->sizes[i] = bson_iter_as_int64(&v);
         else
             rc = sbl_err_set(err, SBL_E_InternalError, "shard %s's "
                              "_shardsvrGetStatsForBalancing answer has no stats.0.collSize",
@@ -167,9 +168,10 @@ static int64_t avg_obj_size(const char *host, const char *db, const char *coll)
 
 /*
  * Where about bytes of data from chunk's min end on the donor (host): the
- * shard key value (one-field range keys) into *at (EOD: the chunk holds no
- * more than that, or it cannot be split so; *whole then says whether the
- * chunk holds no more than that).
+ * shard key value (one-field range keys) into *at, copied (EOD when the
+ * chunk is not split: *small then says whether that is because it holds no
+ * more than that; otherwise its key is compound or hashed, or the rest of
+ * it is one key value).
  */
 static int split_point(const sbl_bal_coll_t *bc, const char *host, const bson_t *chunk,
                        int64_t bytes, bson_value_t *at, bool *small, sbl_err_t *err)

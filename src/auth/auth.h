@@ -272,7 +272,7 @@ bool sbl_ctime_parse(const bson_iter_t *ct, uint64_t *ts, const uint8_t **hash,
  * Check a client's $clusterTime as mongod's validator: a time at or before
  * last_valid passes; else a cached key with its keyId valid at the time
  * (reload, when not NULL, refreshes the cache at most every 500 ms on a
- * miss; KeyNotFound 211) whose signature matches (TimeProofMismatch 293).
+ * miss; KeyNotFound 211) whose signature matches (TimeProofMismatch 204).
  * A missing signature: NoSuchKey (4).
  */
 int sbl_ctime_check(const bson_iter_t *ct, uint64_t last_valid, void (*reload)(void),

@@ -3,10 +3,11 @@
  * draining in config.shards; every balancer round (balancer.c, on the
  * config server primary, while the balancer is enabled: mongod 7.0 drains
  * only then too) first moves, in each collection, one chunk off a draining
- * shard to the shard that holds the fewest of that collection's chunks,
- * before it evens out the rest.  Chunks leave in order of their min; one
- * marked jumbo stays (as mongod's balancer leaves them: removeShard counts
- * them in jumboChunks, and moveChunk with forceJumbo moves them).
+ * shard to the shard that holds the least of that collection's data (as
+ * mongod 7.0 picks it; or the fewest of its chunks, when sizes are not
+ * known), before it evens out the rest.  Chunks leave in order of their min;
+ * one marked jumbo stays (as mongod's balancer leaves them: removeShard
+ * counts them in jumboChunks, and moveChunk with forceJumbo moves them).
  */
 #include "cmd/bal_drain.h"
 
@@ -36,8 +37,8 @@ static bool bounds_of(const bson_t *chunk, bson_t *min, bson_t *max)
 }
 
 bool sbl_bal_drain_pick(const bson_t *chunks, char takers[][SBL_BAL_SHARD_ID], int ntakers,
-                        char draining[][SBL_BAL_SHARD_ID], int ndraining, bson_t *min,
-                        bson_t *max, int *to)
+                        char draining[][SBL_BAL_SHARD_ID], int ndraining,
+                        const int64_t *sizes, bson_t *min, bson_t *max, int *to)
 {
     int count[64] = {0};
     bool found = false;
@@ -59,7 +60,7 @@ bool sbl_bal_drain_pick(const bson_t *chunks, char takers[][SBL_BAL_SHARD_ID], i
         return false;
     *to = 0;
     for (int t = 1; t < ntakers; t++)
-        if (count[t] < count[*to])
+        if (sizes != NULL ? sizes[t] < sizes[*to] : count[t] < count[*to])
             *to = t;
     return true;
 }

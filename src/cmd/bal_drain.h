@@ -8,6 +8,7 @@
 
 #include <bson/bson.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #define SBL_BAL_SHARD_ID 128 /* a shard id's buffer, as balancer.c keeps them */
 
@@ -18,11 +19,12 @@
  * draining[ndraining]: the shards being drained.  True when a chunk of the
  * collection is on a draining shard: *min and *max then point into chunks
  * (valid while it is), and *to is the index in takers of the shard with the
- * fewest chunks of the collection (the first such).  False when none is, or
- * nothing can take it.
+ * least data of the collection (sizes[ntakers], bytes; NULL: the fewest
+ * chunks of it), the first such.  False when none is, or nothing can take
+ * it.
  */
 bool sbl_bal_drain_pick(const bson_t *chunks, char takers[][SBL_BAL_SHARD_ID], int ntakers,
-                        char draining[][SBL_BAL_SHARD_ID], int ndraining, bson_t *min,
-                        bson_t *max, int *to);
+                        char draining[][SBL_BAL_SHARD_ID], int ndraining,
+                        const int64_t *sizes, bson_t *min, bson_t *max, int *to);
 
 #endif

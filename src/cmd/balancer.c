@@ -21,12 +21,14 @@
  *  _configsvrBalancerStart / Stop / Status, and the balancer thread: a round
  *                        every few seconds while config.settings' balancer
  *                        document does not say stopped; in each collection
- *                        it moves one chunk from the shard with the most to
- *                        the one with the fewest when they differ by the
- *                        migration threshold (2 below 20 chunks, 4 below
- *                        80, 8 above: mongod's chunk-count rule); before
- *                        that, one chunk off a draining shard (removeShard;
- *                        bal_drain.c picks it).
+ *                        one action: a chunk off a draining shard
+ *                        (removeShard; bal_drain.c picks it), else its
+ *                        zones' (balancer_zones.c), else about one chunk
+ *                        size of data from the shard holding the most of
+ *                        the collection to the one holding the least while
+ *                        they differ by 3 chunk sizes (mongod 7.0's rule:
+ *                        bal_size.c decides, balancer_size.c reads the
+ *                        shards' sizes and splits the range off).
  *
  * What must stay true: one migration at a time per shard, as donor or
  * recipient (busy[]: a second one involving either shard fails at once with
@@ -37,6 +39,7 @@
  * giving away the wrong range (commits and bumps hold commit_mu).
  */
 #include "cmd/bal_drain.h"
+#include "cmd/bal_size.h"
 #include "cmd/cmd_int.h"
 #include "cmd/migrate_int.h"
 
@@ -802,124 +805,119 @@ static bool balancer_enabled(void)
     return on;
 }
 
-static int threshold(int total)
+int sbl_bal_move_range(const char *ns, const bson_t *min, const bson_t *max, const char *to,
+                       bson_t *details, sbl_err_t *err)
 {
-    return total < 20 ? 2 : total < 80 ? 4 : 8;
+    return move_range(ns, min, max, to, details, err);
 }
 
-/* One collection: move one chunk if it is out of balance.  Returns 1 when
- * a chunk moved, 0 when balanced, -1 on a failed migration. */
-static int balance_collection(const bson_t *coll, char ids[][128], int nshards)
+/* Outside zones: move about a chunk size from the shard with the most of
+ * bc's data to the one with the least while they differ by 3 chunk sizes
+ * (bal_size.c).  chunks: its config.chunks, sorted by min. */
+static int balance_by_size(sbl_bal_coll_t *bc, const bson_t *chunks, char ids[][128],
+                           int nshards)
+{
+    int from, to, n = 0;
+    if (!sbl_bal_size_pick(bc->sizes, NULL, nshards, bc->chunk_bytes, &from, &to))
+        return 0;
+    bson_iter_t it, first_it; /* a bson_t view cannot be copied: its iterator is */
+    bson_t c;
+    const char *sh;
+    bool found = false;
+    bson_iter_init(&it, chunks);
+    while (bson_iter_next(&it)) {
+        if (!sbl_iter_doc(&it, &c) || (sh = sbl_doc_utf8(&c, "shard")) == NULL ||
+            strcmp(sh, ids[from]) != 0)
+            continue;
+        n++;
+        if (!found && !sbl_chunk_is_jumbo(&c)) { /* a jumbo chunk stays where it is */
+            first_it = it;
+            found = true;
+        }
+    }
+    return found && sbl_iter_doc(&first_it, &c) ? sbl_bal_move_data(bc, &c, ids, from, to, n)
+                                                : 0;
+}
+
+/* One chunk off a draining shard, as bal_drain.c picks it: 1 moved (dry:
+ * would), 0 nothing to move, -1 failed. */
+static int drain_collection(sbl_bal_coll_t *bc, const bson_t *chunks, char ids[][128],
+                            int nshards, char drain[][128], int ndrain, const int64_t *sizes)
+{
+    bson_t min, max;
+    int to;
+    if (ndrain == 0 || !sbl_bal_drain_pick(chunks, ids, nshards, drain, ndrain, sizes, &min,
+                                           &max, &to))
+        return 0;
+    return sbl_bal_move_chunk(bc, &min, &max, ids, to, "draining");
+}
+
+int sbl_bal_collection(sbl_bal_coll_t *bc, char ids[][128], int nshards, char drain[][128],
+                       int ndrain)
 {
     bson_iter_t it;
-    const char *ns = sbl_doc_utf8(coll, "_id");
-    if (ns == NULL || !bson_iter_init_find(&it, coll, "uuid"))
+    if (bc->ns == NULL || !bson_iter_init_find(&it, bc->coll, "uuid"))
         return 0;
     bson_t f = BSON_INITIALIZER, sort = BSON_INITIALIZER, chunks;
     bson_append_value(&f, "uuid", 4, bson_iter_value(&it));
     BSON_APPEND_INT32(&sort, "min", 1);
     sbl_err_t e = {0};
-    int rc = cfg_find("chunks", &f, &sort, &chunks, &e);
+    int r = cfg_find("chunks", &f, &sort, &chunks, &e) == 0 ? 0 : -1;
     bson_destroy(&f);
     bson_destroy(&sort);
-    if (rc != 0) {
-        bson_destroy(&chunks);
-        return 0;
+    /* every decision compares data sizes: every shard's, this round (a
+     * draining shard's chunks leave even when a size is missing) */
+    bool sized = r == 0 && nshards >= 1 && sbl_bal_sizes(bc, ids, nshards, &e) == 0;
+    if (r == 0)
+        r = drain_collection(bc, &chunks, ids, nshards, drain, ndrain,
+                             sized ? bc->sizes : NULL);
+    if (r == 0 && nshards >= 1 && !sized) {
+        bal_log(SBL_LOG_WARNING, "balancing %s waits a round: %s", bc->ns, e.msg);
+        r = bc->dry ? -1 : 0;
     }
-    /* a collection with zone ranges follows its zones (balancer_zones.c) */
-    int zoned = sbl_zones_balance(coll, &chunks, ids, nshards, threshold, move_range);
-    if (zoned != SBL_ZONES_NONE) {
-        bson_destroy(&chunks);
-        return zoned;
-    }
-    int count[64] = {0}, total = 0;
-    bson_iter_init(&it, &chunks);
-    while (bson_iter_next(&it)) {
-        bson_t c;
-        const char *sh;
-        if (!sbl_iter_doc(&it, &c) || (sh = sbl_doc_utf8(&c, "shard")) == NULL)
-            continue;
-        total++;
-        for (int s = 0; s < nshards; s++)
-            if (strcmp(ids[s], sh) == 0)
-                count[s]++;
-    }
-    int hi = 0, lo = 0;
-    for (int s = 1; s < nshards; s++) {
-        if (count[s] > count[hi])
-            hi = s;
-        if (count[s] < count[lo])
-            lo = s;
-    }
-    int moved = 0;
-    if (nshards >= 2 && count[hi] - count[lo] >= threshold(total)) {
-        /* the donor's first chunk by min */
-        bson_iter_init(&it, &chunks);
-        while (bson_iter_next(&it)) {
-            bson_t c, min, max;
-            const char *sh;
-            if (!sbl_iter_doc(&it, &c) || (sh = sbl_doc_utf8(&c, "shard")) == NULL ||
-                strcmp(sh, ids[hi]) != 0 || !doc_of(&c, "min", &min) || !doc_of(&c, "max", &max) ||
-                sbl_chunk_is_jumbo(&c)) /* a jumbo chunk stays where it is */
-                continue;
-            /* a shard busy with a moveChunk: the next round decides again */
-            rc = move_range(ns, &min, &max, ids[lo], NULL, &e);
-            moved = rc == 0 ? 1 : rc == SBL_E_ConflictingOperationInProgress ? 0 : -1;
-            break;
-        }
+    if (r == 0 && nshards >= 1) {
+        /* a collection with zone ranges follows its zones (balancer_zones.c) */
+        r = sbl_zones_balance(bc, &chunks, ids, nshards);
+        if (r == SBL_ZONES_NONE)
+            r = balance_by_size(bc, &chunks, ids, nshards);
     }
     bson_destroy(&chunks);
-    return moved;
+    return r;
 }
 
-/* One collection with shards draining (removeShard): move one chunk off
- * them as bal_drain.c picks.  1 moved, 0 nothing to move, -1 failed. */
-static int drain_collection(const bson_t *coll, char ids[][128], int nshards,
-                            char drain[][128], int ndrain)
+void sbl_bal_shards(char ids[][128], int *nshards, char drain[][128], int *ndrain)
 {
-    bson_iter_t it;
-    const char *ns = sbl_doc_utf8(coll, "_id");
-    if (ns == NULL || !bson_iter_init_find(&it, coll, "uuid"))
-        return 0;
-    bson_t f = BSON_INITIALIZER, sort = BSON_INITIALIZER, chunks, min, max;
-    bson_append_value(&f, "uuid", 4, bson_iter_value(&it));
-    BSON_APPEND_INT32(&sort, "min", 1);
+    bson_t empty = BSON_INITIALIZER, shards;
     sbl_err_t e = {0};
-    int to, moved = 0;
-    if (cfg_find("chunks", &f, &sort, &chunks, &e) == 0 &&
-        sbl_bal_drain_pick(&chunks, ids, nshards, drain, ndrain, &min, &max, &to)) {
-        int rc = move_range(ns, &min, &max, ids[to], NULL, &e);
-        moved = rc == 0 ? 1 : rc == SBL_E_ConflictingOperationInProgress ? 0 : -1;
-    }
-    bson_destroy(&f);
-    bson_destroy(&sort);
-    bson_destroy(&chunks);
-    return moved;
-}
-
-/* One round over every sharded collection; how many chunks moved. */
-static int balance_round(bool *errorp)
-{
-    bson_t empty = BSON_INITIALIZER, shards, colls;
-    sbl_err_t e = {0};
-    char ids[64][128], drain[64][128]; /* shards taking chunks; draining ones */
-    int nshards = 0, ndrain = 0, moved = 0;
-    *errorp = false;
+    *nshards = *ndrain = 0;
     if (cfg_find("shards", &empty, NULL, &shards, &e) == 0) {
         bson_iter_t it;
         bson_iter_init(&it, &shards);
-        while (bson_iter_next(&it) && nshards + ndrain < 64) {
+        while (bson_iter_next(&it) && *nshards + *ndrain < SBL_BAL_MAX_SHARDS) {
             bson_t s;
             bson_iter_t dr;
             if (!sbl_iter_doc(&it, &s) || sbl_doc_utf8(&s, "_id") == NULL)
                 continue;
             if (bson_iter_init_find(&dr, &s, "draining") && bson_iter_as_bool(&dr))
-                snprintf(drain[ndrain++], sizeof(drain[0]), "%s", sbl_doc_utf8(&s, "_id"));
+                snprintf(drain[(*ndrain)++], 128, "%s", sbl_doc_utf8(&s, "_id"));
             else
-                snprintf(ids[nshards++], sizeof(ids[0]), "%s", sbl_doc_utf8(&s, "_id"));
+                snprintf(ids[(*nshards)++], 128, "%s", sbl_doc_utf8(&s, "_id"));
         }
     }
     bson_destroy(&shards);
+    bson_destroy(&empty);
+}
+
+/* One round over every sharded collection; how many chunks moved. */
+static int balance_round(bool *errorp)
+{
+    bson_t empty = BSON_INITIALIZER, colls;
+    sbl_err_t e = {0};
+    char ids[SBL_BAL_MAX_SHARDS][128], drain[SBL_BAL_MAX_SHARDS][128];
+    int nshards, ndrain, moved = 0;
+    static sbl_bal_coll_t bc; /* large: not on the stack (only this thread) */
+    *errorp = false;
+    sbl_bal_shards(ids, &nshards, drain, &ndrain);
     bool work = nshards >= 2 || (nshards >= 1 && ndrain > 0);
     if (work && cfg_find("collections", &empty, NULL, &colls, &e) == 0) {
         bson_iter_t it;
@@ -931,9 +929,10 @@ static int balance_round(bool *errorp)
                 (bson_iter_init_find(&nb, &c, "noBalance") && bson_iter_as_bool(&nb)) ||
                 (bson_iter_init_find(&nb, &c, "dropped") && bson_iter_as_bool(&nb)))
                 continue;
-            int r = ndrain > 0 ? drain_collection(&c, ids, nshards, drain, ndrain) : 0;
-            if (r == 0)
-                r = balance_collection(&c, ids, nshards);
+            memset(&bc, 0, sizeof(bc));
+            bc.ns = sbl_doc_utf8(&c, "_id");
+            bc.coll = &c;
+            int r = sbl_bal_collection(&bc, ids, nshards, drain, ndrain);
             if (r > 0)
                 moved++;
             else if (r < 0)

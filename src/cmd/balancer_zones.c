@@ -1,35 +1,44 @@
 /*
- * balancer_zones.c: the balancer's zone policy, after mongod 7.0's (with
- * balancer.c's chunk-count threshold in place of data sizes).  balancer.c
- * hands each collection here first; a collection with zone ranges
- * (config.tags, zone_cmds.c) is balanced here, one action a round:
+ * balancer_zones.c: the balancer's zone policy, after mongod 7.0's.
+ * balancer.c hands each collection here first (with each shard's data size
+ * of it); a collection with zone ranges (config.tags, zone_cmds.c) is
+ * balanced here, one action a round:
  *
  *   1. a chunk that straddles a zone range's boundary is split at it
  *      (written to config.chunks under the commit lock, so it does not
  *      interleave with a migration's commit, which then fails on the
  *      changed bounds or version instead);
  *   2. a chunk inside a zone's range on a shard outside that zone moves to
- *      the zone's shard holding the fewest of the collection's chunks, and
- *      a chunk on a draining shard to the emptiest shard it may be on;
+ *      the zone's shard holding the least data of the collection, and a
+ *      chunk on a draining shard to the shard with the least it may be on;
  *   3. within each zone, and among the chunks in no zone over every shard,
- *      chunk counts are evened out as balancer.c evens out a collection.
+ *      data sizes are evened out as balancer.c evens out a collection
+ *      (mongod compares each shard's whole data of the collection, over the
+ *      zone's shards, and moves about a chunk size of the zone's chunks).
+ *
+ * With bc->dry nothing is split or moved: bc->why says what would be
+ * (balancerCollectionStatus).
  *
  * A chunk is in a zone when a range holds it whole; after step 1 every
  * chunk is in one zone or none.  A zone that no shard (not draining) holds
  * leaves its chunks where they are.
  */
+#include "cmd/bal_size.h"
 #include "cmd/cmd_int.h"
+#include "cmd/migrate_int.h"
 
 #include "common/log.h"
 #include "doc/doc.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_RANGES 128
 #define MAX_ZONES 64
 #define MAX_SHARDS 64
+#define BUSY 3 /* a shard was busy: nothing more this round (reported as 0) */
 
 typedef struct zrange {
     bson_t min, max; /* views into the config.tags answer */
@@ -160,9 +169,10 @@ static bool next_chunk(bson_iter_t *it, bson_t *c, const char **shp, bson_t *min
  * Split ns's chunk (as the balancer read it) at at: it keeps [min, at) with
  * the collection's next minor version, a new chunk takes [at, max) with the
  * one after, its owner and history (as a router's split does).  Nothing when
- * the chunk changed since it was read.
+ * the chunk changed since it was read.  (Also balancer_size.c's split before
+ * it moves about one chunk size.)
  */
-static int split_chunk(const char *ns, const bson_t *chunk, const bson_t *at, sbl_err_t *err)
+int sbl_bal_split_chunk(const char *ns, const bson_t *chunk, const bson_t *at, sbl_err_t *err)
 {
     bson_iter_t uuid, id, it;
     bson_t f = BSON_INITIALIZER, now, cur, cmax;
@@ -238,103 +248,91 @@ static int split_chunk(const char *ns, const bson_t *chunk, const bson_t *at, sb
     return rc;
 }
 
-/* Move one chunk, as balancer.c's policy does: 1 moved, 0 a shard was busy
- * (the next round decides again), -1 failed. */
-static int move_one(sbl_move_range_fn move, const char *ns, const bson_t *min, const bson_t *max,
-                    const char *to)
+int sbl_zones_balance(sbl_bal_coll_t *bc, const bson_t *chunks, char ids[][128], int nshards)
 {
-    sbl_err_t e = {0};
-    int rc = move(ns, min, max, to, NULL, &e);
-    return rc == 0 ? 1 : rc == SBL_E_ConflictingOperationInProgress ? 0 : -1;
-}
-
-int sbl_zones_balance(const bson_t *coll, const bson_t *chunks, char ids[][128], int nshards,
-                      int (*threshold)(int), sbl_move_range_fn move)
-{
-    const char *ns = sbl_doc_utf8(coll, "_id");
-    static zones_t z; /* large: not on the stack (only the balancer thread comes here) */
-    bson_t tags;
-    if (ns == NULL)
-        return SBL_ZONES_NONE;
+    const char *ns = bc->ns;
+    zones_t *z = malloc(sizeof(*z)); /* large: not on the stack */
+    bson_t tags = BSON_INITIALIZER;
+    int result = SBL_ZONES_NONE;
     if (nshards > MAX_SHARDS)
         nshards = MAX_SHARDS;
-    if (!load_zones(ns, &tags, ids, nshards, &z)) {
-        bson_destroy(&tags);
-        return SBL_ZONES_NONE;
-    }
-    int result = 0, count[MAX_SHARDS] = {0};
+    if (z == NULL || !load_zones(ns, &tags, ids, nshards, z))
+        goto out;
+    result = 0;
     bson_iter_t it;
-    /* 1. splits at range boundaries; the chunks per shard meanwhile */
+    /* 1. splits at range boundaries */
     bson_t c, min, max;
     const char *sh;
     bson_iter_init(&it, chunks);
     while (result == 0 && next_chunk(&it, &c, &sh, &min, &max)) {
         const bson_t *at = NULL;
-        chunk_zone(&z, &min, &max, &at);
-        if (at != NULL) {
+        chunk_zone(z, &min, &max, &at);
+        if (at != NULL && bc->dry) {
+            bc->why = "zoneViolation";
+            result = 1;
+        } else if (at != NULL) {
             sbl_err_t e = {0};
-            result = split_chunk(ns, &c, at, &e) == 0 ? 1 : -1;
+            result = sbl_bal_split_chunk(ns, &c, at, &e) == 0 ? 1 : -1;
         }
-        for (int s = 0; s < nshards; s++)
-            if (strcmp(ids[s], sh) == 0)
-                count[s]++;
     }
-    /* 2. a chunk on a shard outside its zone goes to the zone's emptiest shard;
-     * one on a draining shard (not in ids), to the emptiest shard it may be on */
+    /* 2. a chunk on a shard outside its zone goes to the zone's shard with
+     * the least data; one on a draining shard (not in ids), to the shard
+     * with the least data it may be on */
     bson_iter_init(&it, chunks);
     while (result == 0 && next_chunk(&it, &c, &sh, &min, &max)) {
         const bson_t *at = NULL;
-        int zi = chunk_zone(&z, &min, &max, &at), to = -1;
-        bool ok = false;
+        int zi = chunk_zone(z, &min, &max, &at), to = -1;
+        bool ok = false, draining = true;
         for (int s = 0; s < nshards && !ok; s++) {
-            if (zi >= 0 && !z.has[s][zi])
+            if (strcmp(ids[s], sh) == 0)
+                draining = false;
+            if (zi >= 0 && !z->has[s][zi])
                 continue;
             ok = strcmp(ids[s], sh) == 0;
-            if (to < 0 || count[s] < count[to])
+            if (to < 0 || bc->sizes[s] < bc->sizes[to])
                 to = s;
         }
         if (ok || to < 0)
             continue;
-        zlog("moving a chunk of %s from %s to %s (zone %s)", ns, sh, ids[to],
-             zi >= 0 ? z.names[zi] : "none");
-        result = move_one(move, ns, &min, &max, ids[to]);
+        if (!bc->dry)
+            zlog("moving a chunk of %s from %s to %s (zone %s)", ns, sh, ids[to],
+                 zi >= 0 ? z->names[zi] : "none");
+        result = sbl_bal_move_chunk(bc, &min, &max, ids, to,
+                                    draining ? "draining" : "zoneViolation");
         if (result == 0)
-            result = 2; /* a shard was busy: nothing else this round */
+            result = BUSY; /* a shard was busy: nothing else this round */
     }
-    /* 3. even out each zone over its shards (zone -1: no zone, every shard) */
-    for (int zi = -1; zi < z.nz && result == 0; zi++) {
-        int n[MAX_SHARDS] = {0}, total = 0, hi = -1, lo = -1;
-        bson_iter_init(&it, chunks);
-        while (next_chunk(&it, &c, &sh, &min, &max)) {
-            const bson_t *at = NULL;
-            if (chunk_zone(&z, &min, &max, &at) != zi)
-                continue;
-            total++;
-            for (int s = 0; s < nshards; s++)
-                if (strcmp(ids[s], sh) == 0)
-                    n[s]++;
-        }
-        for (int s = 0; s < nshards; s++) {
-            if (zi >= 0 && !z.has[s][zi])
-                continue;
-            if (hi < 0 || n[s] > n[hi])
-                hi = s;
-            if (lo < 0 || n[s] < n[lo])
-                lo = s;
-        }
-        if (hi < 0 || hi == lo || n[hi] - n[lo] < threshold(total))
+    /* 3. within each zone, data sizes over its shards (zone -1: no zone,
+     * every shard), as mongod compares them: each shard's whole data of the
+     * collection */
+    for (int zi = -1; zi < z->nz && result == 0; zi++) {
+        bool may[MAX_SHARDS];
+        int from, to, n = 0;
+        for (int s = 0; s < nshards; s++)
+            may[s] = zi < 0 || z->has[s][zi];
+        if (!sbl_bal_size_pick(bc->sizes, may, nshards, bc->chunk_bytes, &from, &to))
             continue;
-        bson_iter_init(&it, chunks); /* hi's first chunk of the zone */
+        bson_iter_t first; /* a bson_t view cannot be copied: its iterator is */
+        bool found = false;
+        bson_iter_init(&it, chunks); /* from's first chunk of the zone */
         while (next_chunk(&it, &c, &sh, &min, &max)) {
             const bson_t *at = NULL;
-            if (strcmp(sh, ids[hi]) != 0 || chunk_zone(&z, &min, &max, &at) != zi)
+            if (strcmp(sh, ids[from]) != 0 || chunk_zone(z, &min, &max, &at) != zi)
                 continue;
-            result = move_one(move, ns, &min, &max, ids[lo]);
+            n++;
+            if (!found && !sbl_chunk_is_jumbo(&c)) {
+                first = it;
+                found = true;
+            }
+        }
+        if (found && sbl_iter_doc(&first, &c)) {
+            result = sbl_bal_move_data(bc, &c, ids, from, to, n);
             if (result == 0)
-                result = 2;
-            break;
+                result = BUSY;
         }
     }
+out:
     bson_destroy(&tags);
-    return result == 2 ? 0 : result;
+    free(z);
+    return result == BUSY ? 0 : result;
 }

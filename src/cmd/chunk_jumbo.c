@@ -8,13 +8,15 @@
  * every one of them has the same shard key value no split can make the
  * range smaller, so the chunk is marked jumbo: true in config.chunks, the
  * migration is refused with ChunkTooBig (153) and the balancer leaves the
- * chunk alone from then on.
+ * chunk alone from then on.  The chunk size is also the balancer's unit
+ * (balancer_size.c: 3 of them apart is out of balance).
  *
  * What must stay true: only ranges of one shard key value are marked jumbo
  * (no split can divide them, so nothing clears the mark); a range that is
- * too big but holds several values moves whole (mongod refuses it and has
- * its balancer split it first; Sable's balancer does not split).  One-field
- * range keys only: the range is queried by its bounds.
+ * too big but holds several values moves whole when moveChunk names it
+ * (mongod refuses it; Sable's balancer, like mongod's, splits off about a
+ * chunk size before it moves).  One-field range keys only: the range is
+ * queried by its bounds.
  */
 #include "cmd/cmd_int.h"
 #include "cmd/migrate_int.h"

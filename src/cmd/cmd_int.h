@@ -116,6 +116,10 @@ void sbl_hello_wait_cancel(sbl_client_t *client);
 int sbl_cmd_add_shard_identity(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_flush_routing_table(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_sharding_state(sbl_opctx_t *ctx, sbl_err_t *err);
+/* _shardsvrGetStatsForBalancing {collections: [{ns, UUID?}], scaleFactor}:
+ * {stats: [{namespace, collSize}]}, each collection's data size on this
+ * shard divided by scaleFactor (default 1 MiB; 0 for one not here). */
+int sbl_cmd_shardsvr_stats_for_balancing(sbl_opctx_t *ctx, sbl_err_t *err);
 /* migrate.c: a migration's donor and recipient halves (shards) */
 int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_migrate_clone(sbl_opctx_t *ctx, sbl_err_t *err);
@@ -178,19 +182,64 @@ int sbl_zone_config_find(const char *coll, const bson_t *filter, const bson_t *s
  * document); *np (may be NULL): the reply's n.  A write error is the error. */
 int sbl_zone_config_write(const char *verb, const char *coll, const bson_t *op, int64_t *np,
                           sbl_err_t *err);
-/* balancer_zones.c: the balancer's policy for a collection (its
- * config.collections document; chunks: its config.chunks, sorted by min)
- * that has zone ranges; ids: the shards that are not draining.  1 when it
- * split or moved a chunk, 0 when there was nothing to do (or a shard was
- * busy), -1 when a migration failed; SBL_ZONES_NONE when the collection has
- * no zone range (balancer.c's own policy applies).  move runs a migration
- * (balancer.c's move_range); threshold: the migration threshold for a
- * number of chunks. */
+/* The balancer's view of one collection in one round (balancer.c fills it,
+ * balancer_zones.c and balancer_size.c act on it). */
+#define SBL_BAL_MAX_SHARDS 64
+typedef struct sbl_bal_coll {
+    const char *ns;
+    const bson_t *coll;                        /* its config.collections document */
+    int64_t sizes[SBL_BAL_MAX_SHARDS];         /* ids[i]'s data of it, bytes */
+    char hosts[SBL_BAL_MAX_SHARDS][256];       /* ids[i]'s connection string */
+    int64_t chunk_bytes;                       /* its chunk size */
+    bool dry;        /* decide only: nothing is split or moved */
+    const char *why; /* dry: what the first action would fix ("draining",
+                      * "zoneViolation", "chunksImbalance"); NULL: none */
+} sbl_bal_coll_t;
+/* balancer.c's migration of ns's chunk that starts at min (max, when given,
+ * must be its max) to shard to; ConflictingOperationInProgress when either
+ * shard is in another migration. */
+int sbl_bal_move_range(const char *ns, const bson_t *min, const bson_t *max, const char *to,
+                       bson_t *details, sbl_err_t *err);
+/* balancer_size.c: each of ids[n]'s data size of bc->ns (its
+ * _shardsvrGetStatsForBalancing answer) into bc->sizes, its host into
+ * bc->hosts, and the collection's chunk size into bc->chunk_bytes; an error
+ * when a shard did not answer (the collection then waits a round). */
+int sbl_bal_sizes(sbl_bal_coll_t *bc, char ids[][128], int n, sbl_err_t *err);
+/* Move the chunk [min, max) to ids[to] whole (dry: note why instead):
+ * 1 moved, 0 a shard was busy (the next round decides again), -1 failed. */
+int sbl_bal_move_chunk(sbl_bal_coll_t *bc, const bson_t *min, const bson_t *max,
+                       char ids[][128], int to, const char *why);
+/* Move about one chunk size of data, from chunk's min, from ids[from] (its
+ * owner) to ids[to], as mongod 7.0's balancer does (the chunk split first
+ * where that much data ends; a whole chunk that cannot be split so only
+ * when moving it narrows the gap); dry: note "chunksImbalance" instead.
+ * nchunks: how many chunks ids[from] has in the set being balanced.
+ * 1 moved, 0 nothing moved (busy, or it would not help), -1 failed. */
+int sbl_bal_move_data(sbl_bal_coll_t *bc, const bson_t *chunk, char ids[][128], int from,
+                      int to, int nchunks);
+/* One collection's balancing action this round, in mongod's order: a chunk
+ * off a draining shard, then its zones, then its data sizes (balancer.c).
+ * ids: the shards that take chunks, drain: those being drained.  1 when it
+ * split or moved something (dry: would have, bc->why says why), 0 when the
+ * collection is balanced (or a shard was busy), -1 when that failed. */
+int sbl_bal_collection(sbl_bal_coll_t *bc, char ids[][128], int nshards, char drain[][128],
+                       int ndrain);
+/* config.shards into ids (taking chunks) and drain (draining); at most 64. */
+void sbl_bal_shards(char ids[][128], int *nshards, char drain[][128], int *ndrain);
+/* _configsvrBalancerCollectionStatus {ns}: chunkSize (MiB), balancerCompliant
+ * and firstComplianceViolation by the balancer's own decision (dry run). */
+int sbl_cmd_configsvr_balancer_coll_status(sbl_opctx_t *ctx, sbl_err_t *err);
+/* balancer_zones.c: the balancer's policy for a collection (chunks: its
+ * config.chunks, sorted by min) that has zone ranges; ids: the shards that
+ * are not draining.  1 when it split or moved a chunk (dry: would have), 0
+ * when there was nothing to do (or a shard was busy), -1 when that failed;
+ * SBL_ZONES_NONE when the collection has no zone range (balancer.c's own
+ * policy applies). */
 #define SBL_ZONES_NONE 2
-typedef int (*sbl_move_range_fn)(const char *ns, const bson_t *min, const bson_t *max,
-                                 const char *to, bson_t *details, sbl_err_t *err);
-int sbl_zones_balance(const bson_t *coll, const bson_t *chunks, char ids[][128], int nshards,
-                      int (*threshold)(int), sbl_move_range_fn move);
+int sbl_zones_balance(sbl_bal_coll_t *bc, const bson_t *chunks, char ids[][128], int nshards);
+/* Split ns's chunk (as the balancer read it) at at under the commit lock:
+ * nothing when the chunk changed since. */
+int sbl_bal_split_chunk(const char *ns, const bson_t *chunk, const bson_t *at, sbl_err_t *err);
 /* At shutdown: stop a receiving migration's thread (migrate_recv.c). */
 void sbl_cmd_migrations_shutdown(void);
 
@@ -232,8 +281,9 @@ int sbl_cmd_get_last_error(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_get_log(sbl_opctx_t *ctx, sbl_err_t *err);
 /* retryable.c: retryable writes (lsid + txnNumber).  sbl_cmd_txn_begin
  * checks txnNumber (IllegalOperation on a standalone, TransactionTooOld,
- * 50768 for a command that is not a retryable write), checks the session
- * out and, for a retry, loads what the txnNumber already executed;
+ * NotARetryableWriteCommand 50768 for a command that is not a retryable
+ * write), checks the session out and, for a retry, loads what the
+ * txnNumber already executed;
  * sbl_cmd_txn_end (always called after it) checks the session in.  The
  * write handlers, when ctx->retry is set: sbl_retry_stmt_id gives statement
  * i's id, sbl_retry_executed the oplog entry of an executed statement

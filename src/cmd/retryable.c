@@ -215,7 +215,7 @@ int sbl_cmd_txn_begin(sbl_opctx_t *ctx, const bson_iter_t *txnit, const bson_ite
         return sbl_cmd_mtxn_begin(ctx, txn, err);
     }
     if (!is_retryable_command(ctx->name))
-        return sbl_err_set(err, SBL_E_Location50768,
+        return sbl_err_set(err, SBL_E_NotARetryableWriteCommand,
                            "txnNumber may only be provided for multi-document transactions and "
                            "retryable write commands. autocommit:false was not provided, and %s "
                            "is not a retryable write command.", ctx->name);

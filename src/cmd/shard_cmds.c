@@ -4,7 +4,8 @@
  * name and the config servers' connection string; kept in
  * admin.system.version as mongod keeps it, and read back at start-up),
  * _flushRoutingTableCacheUpdates (re-read a collection's shard version
- * now), and shardingState.  The version check itself is the dispatcher's
+ * now), _shardsvrGetStatsForBalancing (each collection's data size here,
+ * which the balancer compares across shards), and shardingState.  The version check itself is the dispatcher's
  * (dispatch.c: a command carrying shardVersion is checked before its
  * handler runs; src/shard has the rules).  Also sbl_cmd_run_checked, how
  * the sharding code (migrations, the balancer, the transaction coordinator)
@@ -17,6 +18,7 @@
 #include "shard/shard.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 static bool is_shardsvr(void)
@@ -90,6 +92,71 @@ int sbl_cmd_flush_routing_table(sbl_opctx_t *ctx, sbl_err_t *err)
 int sbl_cmd_sharding_state(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     sbl_shard_append_state(ctx->reply);
+    return 0;
+}
+
+/* The data size of ns on this shard (0 when it is not here, or is here with
+ * another UUID than uuid, when given). */
+static int64_t coll_data_size(sbl_opctx_t *ctx, const char *ns, const bson_value_t *uuid)
+{
+    sbl_coll_t *c;
+    sbl_coll_stats_t st;
+    sbl_err_t e = {0};
+    int64_t size = 0;
+    if (sbl_coll_open(ctx->ss, ns, false, &c, NULL, &e) != 0)
+        return 0;
+    if ((uuid == NULL || (uuid->value.v_binary.data_len == 16 &&
+                          memcmp(uuid->value.v_binary.data, sbl_coll_uuid(c), 16) == 0)) &&
+        sbl_coll_stats(ctx->ss, c, &st, &e) == 0)
+        size = st.data_size;
+    sbl_coll_release(c);
+    return size;
+}
+
+int sbl_cmd_shardsvr_stats_for_balancing(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    if (!is_shardsvr())
+        return sbl_err_set(err, SBL_E_IllegalOperation, "_shardsvrGetStatsForBalancing can only "
+                           "be run on shard servers");
+    bson_iter_t it, list;
+    int64_t scale = 1024 * 1024; /* mongod's default: MiB */
+    if (bson_iter_init_find(&it, ctx->cmd, "scaleFactor")) {
+        if (!BSON_ITER_HOLDS_NUMBER(&it) || bson_iter_as_int64(&it) <= 0)
+            return sbl_err_set(err, SBL_E_BadValue, "scaleFactor must be a positive integer");
+        scale = bson_iter_as_int64(&it);
+    }
+    if (!bson_iter_init_find(&it, ctx->cmd, "collections") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &list))
+        return sbl_err_set(err, SBL_E_TypeMismatch, "BSON field "
+                           "'_shardsvrGetStatsForBalancing.collections' is missing or not an "
+                           "array");
+    bson_t stats, one;
+    BSON_APPEND_ARRAY_BEGIN(ctx->reply, "stats", &stats);
+    for (int i = 0; bson_iter_next(&list); i++) {
+        /* {ns, UUID} (7.0), or the namespace alone (as 6.0 sent it) */
+        const char *ns = BSON_ITER_HOLDS_UTF8(&list) ? bson_iter_utf8(&list, NULL) : NULL;
+        const bson_value_t *uuid = NULL;
+        bson_t d;
+        bson_iter_t u;
+        if (ns == NULL && sbl_iter_doc(&list, &d)) {
+            ns = sbl_doc_utf8(&d, "ns");
+            if (bson_iter_init_find(&u, &d, "UUID") && BSON_ITER_HOLDS_BINARY(&u))
+                uuid = bson_iter_value(&u);
+        }
+        if (ns == NULL) {
+            bson_append_array_end(ctx->reply, &stats);
+            return sbl_err_set(err, SBL_E_TypeMismatch, "each of "
+                               "_shardsvrGetStatsForBalancing's collections is {ns, UUID} or "
+                               "a namespace");
+        }
+        char key[16];
+        snprintf(key, sizeof(key), "%d", i);
+        BSON_APPEND_DOCUMENT_BEGIN(&stats, key, &one);
+        BSON_APPEND_UTF8(&one, "namespace", ns);
+        BSON_APPEND_INT64(&one, "collSize", coll_data_size(ctx, ns, uuid) / scale);
+        bson_append_document_end(&stats, &one);
+    }
+    bson_append_array_end(ctx->reply, &stats);
     return 0;
 }
 

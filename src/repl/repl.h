@@ -101,7 +101,7 @@ void sbl_repl_clock_advance(uint64_t ts);
 uint64_t sbl_repl_clock_now(void);
 /* Check a client's $clusterTime (ct) as mongod does with a keyFile: one
  * later than any this member signed needs a key it holds (KeyNotFound 211)
- * and a matching hash (TimeProofMismatch 293); 0 without a keyFile or when
+ * and a matching hash (TimeProofMismatch 204); 0 without a keyFile or when
  * the client may advanceClusterTime (may_advance). */
 int sbl_repl_check_cluster_time(const bson_iter_t *ct, bool may_advance, sbl_err_t *err);
 /* keyRotationIntervalSecs (tests shorten it). */

@@ -38,6 +38,16 @@ static int applied_wait_check(const sbl_opctx_t *ctx, sbl_err_t *err)
     return sbl_op_check_rollback(ctx, err);
 }
 
+/* Whether a primary's next no-op can reach ts: a time its clock was shown
+ * (gossip), or one the wall clock has reached (the no-op's seconds, or a
+ * few of them within this second, pass it).  A time ahead of both is waited
+ * for without writing a no-op every few milliseconds: the wall clock gets
+ * there first, or the wait's limit ends it. */
+static bool noop_reaches(uint64_t ts)
+{
+    return ts <= sbl_repl_clock_now() || (int64_t)(ts >> 32) <= sbl_now_ms() / 1000;
+}
+
 int sbl_repl_wait_applied(uint64_t ts, const sbl_opctx_t *ctx, int64_t deadline_us,
                           sbl_err_t *err)
 {
@@ -46,7 +56,7 @@ int sbl_repl_wait_applied(uint64_t ts, const sbl_opctx_t *ctx, int64_t deadline_
                            "Cannot specify afterClusterTime readConcern without replication enabled");
     while (sbl_oplog_committed().ts < ts) { /* its data visible, not only written */
         SBL_RET(applied_wait_check(ctx, err));
-        if (atomic_load(&rs.state) == SBL_RS_PRIMARY) {
+        if (atomic_load(&rs.state) == SBL_RS_PRIMARY && noop_reaches(ts)) {
             /* mongod's primary moves its clock forward with a no-op */
             sbl_err_t e;
             sbl_err_clear(&e);

@@ -6,8 +6,9 @@
  *              config.collections' maxChunkSizeBytes (chunkSize 0 removes
  *              it: the cluster's chunk size applies) and enableAutoMerge
  *   balancerCollectionStatus {balancerCollectionStatus: ns}: chunkSize
- *              (MiB), balancerCompliant and firstComplianceViolation, by
- *              the rule Sable's balancer applies (balancer.c)
+ *              (MiB), balancerCompliant and firstComplianceViolation, as
+ *              the config server primary's balancer decides them
+ *              (_configsvrBalancerCollectionStatus, balancer_size.c)
  *
  * and the range moveRange moves when it names only min: about one chunk
  * size of documents from min, as mongod 7.0's donor picks it (its average
@@ -118,75 +119,30 @@ int rt_cmd_configure_balancing(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     return rc;
 }
 
-/* The migration threshold of Sable's balancer (balancer.c's rule). */
-static int threshold(int total)
-{
-    return total < 20 ? 2 : total < 80 ? 4 : 8;
-}
-
 int rt_cmd_balancer_coll_status(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     const char *ns = sbl_doc_utf8(cmd, "balancerCollectionStatus");
     if (ns == NULL)
         return sbl_err_set(err, SBL_E_TypeMismatch, "BSON field 'balancerCollectionStatus' is "
                            "the wrong type, expected type 'string'");
-    bson_t coll, f = BSON_INITIALIZER, shards = BSON_INITIALIZER, chunks = BSON_INITIALIZER;
-    bson_iter_t it, d;
-    int rc = coll_doc(ns, &coll, err);
-    if (rc == 0)
-        rc = rt_cfg_find_all("shards", &f, NULL, &shards, err);
-    if (rc == 0 && bson_iter_init_find(&it, &coll, "uuid")) {
-        bson_append_value(&f, "uuid", 4, bson_iter_value(&it));
-        rc = rt_cfg_find_all("chunks", &f, NULL, &chunks, err);
-    }
-    /* chunks per shard; a draining shard that still owns one comes first */
-    char ids[RT_MAX_SHARDS][128];
-    bool draining[RT_MAX_SHARDS] = {false};
-    int count[RT_MAX_SHARDS] = {0}, n = 0, total = 0;
-    if (rc == 0 && bson_iter_init(&it, &shards))
-        while (bson_iter_next(&it) && n < RT_MAX_SHARDS) {
-            bson_t s;
-            if (!sbl_iter_doc(&it, &s) || sbl_doc_utf8(&s, "_id") == NULL)
-                continue;
-            snprintf(ids[n], sizeof(ids[n]), "%s", sbl_doc_utf8(&s, "_id"));
-            draining[n++] = bson_iter_init_find(&d, &s, "draining") && bson_iter_as_bool(&d);
-        }
-    bool drain_violation = false;
-    if (rc == 0 && bson_iter_init(&it, &chunks))
+    /* the config server primary decides, as its balancer would (mongos
+     * sends _configsvrBalancerCollectionStatus too) */
+    bson_t c = BSON_INITIALIZER, r;
+    BSON_APPEND_UTF8(&c, "_configsvrBalancerCollectionStatus", ns);
+    int rc = rt_run(-1, "admin", &c, &r, err);
+    bson_destroy(&c);
+    if (rc != 0)
+        return rc;
+    rc = rt_reply_error(&r, "balancerCollectionStatus", err);
+    bson_iter_t it;
+    if (rc == 0 && bson_iter_init(&it, &r))
         while (bson_iter_next(&it)) {
-            bson_t ch;
-            const char *sh;
-            if (!sbl_iter_doc(&it, &ch) || (sh = sbl_doc_utf8(&ch, "shard")) == NULL)
-                continue;
-            total++;
-            for (int i = 0; i < n; i++)
-                if (strcmp(ids[i], sh) == 0) {
-                    count[i]++;
-                    drain_violation = drain_violation || draining[i];
-                }
+            const char *k = bson_iter_key(&it);
+            if (strcmp(k, "chunkSize") == 0 || strcmp(k, "balancerCompliant") == 0 ||
+                strcmp(k, "firstComplianceViolation") == 0 || strcmp(k, "details") == 0)
+                bson_append_value(reply, k, -1, bson_iter_value(&it));
         }
-    int hi = -1, lo = -1;
-    for (int i = 0; i < n; i++)
-        if (!draining[i]) {
-            if (hi < 0 || count[i] > count[hi])
-                hi = i;
-            if (lo < 0 || count[i] < count[lo])
-                lo = i;
-        }
-    if (rc == 0) {
-        BSON_APPEND_INT64(reply, "chunkSize", chunk_size(&coll) / MIB);
-        const char *violation = drain_violation ? "draining"
-                                : hi >= 0 && count[hi] - count[lo] >= threshold(total)
-                                    ? "chunksImbalance"
-                                    : NULL;
-        BSON_APPEND_BOOL(reply, "balancerCompliant", violation == NULL);
-        if (violation != NULL)
-            BSON_APPEND_UTF8(reply, "firstComplianceViolation", violation);
-    }
-    bson_destroy(&coll);
-    bson_destroy(&f);
-    bson_destroy(&shards);
-    bson_destroy(&chunks);
+    bson_destroy(&r);
     return rc;
 }
 

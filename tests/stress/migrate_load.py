@@ -13,8 +13,9 @@ document once (the donors' copies deleted).
       --members 1) in a temporary directory and stops it afterwards
   tests/stress/migrate_load.py --router 30000 --shards 30101,30102 ...
       uses a running cluster (the collection ycsb.usertable is dropped)
-  --balancer: the load moves chunks onto shard0 and the balancer (started)
-      moves them back, so both move chunks under the load
+  --balancer: the load moves chunks onto shard0 and the balancer (started,
+      the collection's chunk size 1 MiB) moves them back while the shards'
+      data differs by 3 MiB or more, so both move chunks under the load
 
 Prints one JSON line: operations, errors, migrations and their times.  Exits
 1 when a check fails.  tests/integration/py/test_migration.py runs a short
@@ -65,6 +66,11 @@ def run(router_port, shard_ports, seconds=5.0, threads=4, records=2000, chunks=8
         mongos.admin.command("enableSharding", "ycsb")
         mongos.admin.command("shardCollection", "ycsb.usertable", key={"_id": "hashed"},
                              numInitialChunks=chunks)
+        if balancer:
+            # the balancer compares data sizes (3 chunk sizes apart is out
+            # of balance): a 1 MiB chunk size makes a few MB of records count
+            mongos.admin.command("configureCollectionBalancing", "ycsb.usertable",
+                                 chunkSize=1)
         expected = {}
         batch = []
         for i in range(records):

@@ -1,8 +1,9 @@
 /*
  * test_bal_drain.c: the balancer's draining policy (src/cmd/bal_drain.c)
  * over config.chunks documents, without a cluster: the first chunk (by min)
- * on a draining shard goes to the shard with the fewest chunks of the
- * collection, skipping chunks marked jumbo; nothing moves when no chunk is on a draining shard or no shard
+ * on a draining shard, not one marked jumbo, goes to the shard with the least
+ * data of the collection (the fewest chunks when sizes are not given);
+ * nothing moves when no chunk is on a draining shard or no shard
  * takes chunks.
  */
 #include "check.h"
@@ -47,15 +48,23 @@ int main(void)
     /* s2's first chunk (k 10) goes to s3, the taker with the fewest */
     const char *a[] = {"s0", "s2", "s1", "s2", "s0", "s1"};
     chunks_on(&arr, a, 6);
-    CHECK(sbl_bal_drain_pick(&arr, takers, 3, draining, 1, &min, &max, &to));
+    CHECK(sbl_bal_drain_pick(&arr, takers, 3, draining, 1, NULL, &min, &max, &to));
     CHECK(min_k(&min) == 10 && min_k(&max) == 20);
     CHECK(to == 2);
+    bson_destroy(&arr);
+
+    /* with data sizes known, the taker with the least data, whatever its
+     * chunk count (s3, with no chunk, holds the most: s1 takes it) */
+    int64_t sizes[3] = {500, 300, 900};
+    chunks_on(&arr, a, 6);
+    CHECK(sbl_bal_drain_pick(&arr, takers, 3, draining, 1, sizes, &min, &max, &to));
+    CHECK(min_k(&min) == 10 && to == 1);
     bson_destroy(&arr);
 
     /* ties: the first taker with the fewest */
     const char *b[] = {"s2", "s1", "s3"};
     chunks_on(&arr, b, 3);
-    CHECK(sbl_bal_drain_pick(&arr, takers, 3, draining, 1, &min, &max, &to));
+    CHECK(sbl_bal_drain_pick(&arr, takers, 3, draining, 1, NULL, &min, &max, &to));
     CHECK(min_k(&min) == 0 && to == 0);
     bson_destroy(&arr);
 
@@ -76,7 +85,7 @@ int main(void)
         BSON_APPEND_DOCUMENT(&j, bson_iter_key(&it), &copy);
         bson_destroy(&copy);
     }
-    CHECK(sbl_bal_drain_pick(&j, takers, 3, draining, 1, &min, &max, &to));
+    CHECK(sbl_bal_drain_pick(&j, takers, 3, draining, 1, NULL, &min, &max, &to));
     CHECK(min_k(&min) == 30 && to == 2);
     bson_destroy(&j);
     bson_destroy(&arr);
@@ -84,14 +93,14 @@ int main(void)
     /* nothing on the draining shard: nothing to move */
     const char *c[] = {"s0", "s1", "s1"};
     chunks_on(&arr, c, 3);
-    CHECK(!sbl_bal_drain_pick(&arr, takers, 3, draining, 1, &min, &max, &to));
+    CHECK(!sbl_bal_drain_pick(&arr, takers, 3, draining, 1, NULL, &min, &max, &to));
     /* no shard takes chunks */
     bson_destroy(&arr);
     chunks_on(&arr, b, 3);
-    CHECK(!sbl_bal_drain_pick(&arr, takers, 0, draining, 1, &min, &max, &to));
+    CHECK(!sbl_bal_drain_pick(&arr, takers, 0, draining, 1, NULL, &min, &max, &to));
     /* a shard neither taking nor draining (removed meanwhile) is ignored */
     char one[1][SBL_BAL_SHARD_ID] = {"s9"};
-    CHECK(!sbl_bal_drain_pick(&arr, takers, 3, one, 1, &min, &max, &to));
+    CHECK(!sbl_bal_drain_pick(&arr, takers, 3, one, 1, NULL, &min, &max, &to));
     bson_destroy(&arr);
     return CHECK_DONE("test_bal_drain");
 }

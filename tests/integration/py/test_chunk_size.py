@@ -6,12 +6,13 @@ shard sets, the balancer stopped except where a test starts it.
 - configureCollectionBalancing sets config.collections' maxChunkSizeBytes
   (chunkSize 0 removes it) and enableAutoMerge; balancerCollectionStatus
   answers chunkSize (MiB: the collection's, config.settings' chunksize, or
-  128) and whether the collection is balanced;
+  128) and whether the collection is balanced (by data size, not chunks);
 - with a chunk size of 1 MiB, moveRange with only min moves about 1 MiB of
   documents (the chunk is split where that ends);
 - a chunk whose documents all share one shard key value and exceed the chunk
   size is refused (153 ChunkTooBig), marked jumbo: true, and the balancer
-  moves the collection's other chunks but leaves it where it is.
+  (the shards 3 chunk sizes apart) moves the collection's other chunks but
+  leaves it where it is.
 """
 import os
 import sys
@@ -84,9 +85,14 @@ def test_configure_collection_balancing_and_status(mongos):
         assert mongos.admin.command("balancerCollectionStatus", "cs.conf")["chunkSize"] == 64
     finally:
         mongos.config.settings.delete_one({"_id": "chunksize"})
-    # three chunks on one shard of two: not balanced
+    # three empty chunks on one shard of two: balanced (data sizes count,
+    # not chunks); 3 chunk sizes of data on it: not balanced
     mongos.admin.command("split", "cs.conf", middle={"k": 10})
     mongos.admin.command("split", "cs.conf", middle={"k": 20})
+    st = mongos.admin.command("balancerCollectionStatus", "cs.conf")
+    assert st["balancerCompliant"] is True
+    mongos.admin.command("configureCollectionBalancing", "cs.conf", chunkSize=1)
+    mongos.cs.conf.insert_many([{"k": i, "pad": PAD} for i in range(700)])  # ~3.4 MiB
     st = mongos.admin.command("balancerCollectionStatus", "cs.conf")
     assert st["balancerCompliant"] is False
     assert st["firstComplianceViolation"] == "chunksImbalance"
@@ -124,7 +130,7 @@ def test_move_range_with_min_moves_about_one_chunk_size(mongos, shards):
 def test_one_value_chunk_becomes_jumbo_and_stays(mongos, shards):
     mongos.admin.command("shardCollection", "cs.jumbo", key={"k": 1})
     mongos.admin.command("configureCollectionBalancing", "cs.jumbo", chunkSize=1)
-    mongos.cs.jumbo.insert_many([{"k": 7, "pad": PAD} for _ in range(400)] +
+    mongos.cs.jumbo.insert_many([{"k": 7, "pad": PAD} for _ in range(800)] +
                                 [{"k": 1}, {"k": 20}])
     mongos.admin.command("split", "cs.jumbo", middle={"k": 5})
     mongos.admin.command("split", "cs.jumbo", middle={"k": 10})
@@ -134,18 +140,18 @@ def test_one_value_chunk_becomes_jumbo_and_stays(mongos, shards):
     assert e.value.code == 153, e.value  # ChunkTooBig
     mid = chunks_of(mongos, "cs.jumbo")[1]
     assert mid["min"] == {"k": 5} and mid["jumbo"] is True and mid["shard"] == p
-    # the balancer evens the counts out with the other chunks only
+    # ~4 MiB on p: the balancer moves the collection's other chunks only
     mongos.admin.command("balancerStart")
     try:
-        for _ in range(300):
-            if any(c["shard"] == other for c in chunks_of(mongos, "cs.jumbo")):
+        for _ in range(600):
+            if [c["shard"] for c in chunks_of(mongos, "cs.jumbo")] == [other, p, other]:
                 break
             time.sleep(0.1)
-        time.sleep(3)  # a round or more after the move
+        time.sleep(3)  # a round or more after the moves
     finally:
         mongos.admin.command("balancerStop")
     chunks = chunks_of(mongos, "cs.jumbo")
-    assert [c["shard"] for c in chunks] == [other, p, p], chunks
+    assert [c["shard"] for c in chunks] == [other, p, other], chunks
     assert chunks[1]["jumbo"] is True
-    assert shards[ip].cs.jumbo.count_documents({"k": 7}) == 400
-    assert mongos.cs.jumbo.count_documents({}) == 402
+    assert shards[ip].cs.jumbo.count_documents({"k": 7}) == 800
+    assert mongos.cs.jumbo.count_documents({}) == 802

@@ -211,10 +211,23 @@ def test_split_at_the_median(mongos, shards):
     assert mongos.mig.s.count_documents({}) == 100
 
 
-def test_balancer_evens_out_chunks(mongos):
+def test_split_of_a_chunk_too_small(mongos):
+    # one document: no median to split at, MongoDB's 87 CannotSplit
+    mongos.admin.command("shardCollection", "mig.one", key={"k": 1})
+    mongos.mig.one.insert_one({"_id": 1, "k": 1})
+    with pytest.raises(OperationFailure) as e:
+        mongos.admin.command("split", "mig.one", find={"k": 1})
+    assert e.value.code == 87 and e.value.details["codeName"] == "CannotSplit", e.value.details
+
+
+def test_balancer_evens_out_data(mongos):
+    # mongod 7.0's rule: the shards' data sizes of the collection, within 3
+    # chunk sizes (1 MiB here): 10 chunks of ~0.8 MiB on one shard
     mongos.admin.command("balancerStop")
     mongos.admin.command("shardCollection", "mig.b", key={"k": 1})
-    mongos.mig.b.insert_many([{"_id": i, "k": i} for i in range(200)])
+    mongos.admin.command("configureCollectionBalancing", "mig.b", chunkSize=1)
+    pad = "x" * 40000
+    mongos.mig.b.insert_many([{"_id": i, "k": i, "pad": pad} for i in range(200)])
     for m in range(20, 200, 20):
         mongos.admin.command("split", "mig.b", middle={"k": m})
     uuid = mongos.config.collections.find_one({"_id": "mig.b"})["uuid"]
@@ -222,23 +235,24 @@ def test_balancer_evens_out_chunks(mongos):
     def counts():
         per = {"shard0": 0, "shard1": 0}
         for c in mongos.config.chunks.find({"uuid": uuid}):
-            per[c["shard"]] += 1
+            per[c["shard"]] += 20  # documents: 20 a chunk, of 40 KB each
         return per
 
-    assert sorted(counts().values()) == [0, 10]
+    assert sorted(counts().values()) == [0, 200]
     mongos.admin.command("balancerStart")
     st = mongos.admin.command("balancerStatus")
     assert st["mode"] == "full" and "inBalancerRound" in st
-    deadline = time.time() + 45
+    deadline = time.time() + 90
     while time.time() < deadline:
-        per = counts()
-        if max(per.values()) - min(per.values()) < 2:
+        if mongos.admin.command("balancerCollectionStatus", "mig.b")["balancerCompliant"]:
             break
         time.sleep(0.5)
     per = counts()
-    assert max(per.values()) - min(per.values()) < 2, per
+    # 8 MB: whole chunks (less than a chunk size each) move until the shards
+    # differ by less than 3 MiB: 120 documents (4.8 MB) against 80
+    assert sorted(per.values()) == [80, 120], per
     assert mongos.mig.b.count_documents({}) == 200
-    assert sorted(d["k"] for d in mongos.mig.b.find()) == list(range(200))
+    assert sorted(d["k"] for d in mongos.mig.b.find({}, {"k": 1})) == list(range(200))
     assert mongos.admin.command("balancerStatus")["numBalancerRounds"] > 0
     assert mongos.config.actionlog.count_documents({"what": "balancer.round"}) > 0
     mongos.admin.command("balancerStop")

@@ -94,10 +94,13 @@ def transfer(cluster, name, amount):
     return on_thread(run)
 
 
-def prepared_on(cluster, i, _id):
+def prepared_on(cluster, i, ns, _id):
+    """Shard i logged the prepare of a transaction that updated _id in ns
+    (every test's transfer updates the same _ids: an earlier test's prepare
+    must not count, or the migration is let go before this one prepared)."""
     with direct(cluster, i) as c:
-        return c.local.oplog.rs.find_one({"op": "c", "o.prepare": True,
-                                          "o.applyOps.o2._id": _id}) is not None
+        return c.local.oplog.rs.find_one({"op": "c", "o.prepare": True, "o.applyOps": {
+            "$elemMatch": {"ns": ns, "o2._id": _id}}}) is not None
 
 
 def hold_steady(cluster, name, donor, recip):
@@ -114,7 +117,9 @@ def prepare_transfer(cluster, name, donor, recip, amount):
     recipient)."""
     fail_point(cluster, recip, "hangBeforeWritingDecision", True)
     tx = transfer(cluster, name, amount)
-    assert wait_for(lambda: prepared_on(cluster, donor, 150) and prepared_on(cluster, recip, 10))
+    ns = "mf." + name
+    assert wait_for(lambda: prepared_on(cluster, donor, ns, 150) and
+                    prepared_on(cluster, recip, ns, 10))
     return tx
 
 

@@ -222,6 +222,15 @@ def test_after_cluster_time(rs):
         # a time just past the primary's newest: the primary moves its clock on
         ahead = bson.timestamp.Timestamp(t.time, t.inc + 5)
         c.rc.command("find", "act", readConcern={"afterClusterTime": ahead})
+        # a time an hour ahead: maxTimeMS ends the wait, and the primary does not
+        # write a no-op every few milliseconds meanwhile (its clock cannot get there)
+        notes = {"op": "n", "o.msg": "advancing clusterTime"}
+        before = c.local["oplog.rs"].count_documents(notes)
+        with pytest.raises(OperationFailure) as ei:
+            c.rc.command("find", "act", maxTimeMS=500, readConcern={
+                "afterClusterTime": bson.timestamp.Timestamp(t.time + 3600, 0)})
+        assert ei.value.code == 50
+        assert c.local["oplog.rs"].count_documents(notes) - before == 0
     with direct(rs[2]) as c:
         # the hidden member waits until it has applied the insert, then sees it
         r = c.rc.command("find", "act", filter={"_id": "x"},

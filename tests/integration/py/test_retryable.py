@@ -179,7 +179,7 @@ def test_update_delete_upsert_retries(primary):
     assert c.t.c.count_documents({}) == 2
     # txnNumber on a command that is not a retryable write, and without lsid
     r = raw(cmd("find", "c", lsid, 5, filter={}), ok=False)
-    assert r["code"] == 50768
+    assert r["code"] == 50768 and r["codeName"] == "NotARetryableWriteCommand"
     r = raw(SON([("insert", "c"), ("documents", [{}]), ("txnNumber", Int64(1))]), ok=False)
     assert r["code"] == 72
     raw.close()

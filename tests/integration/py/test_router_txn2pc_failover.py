@@ -80,11 +80,13 @@ def primary(cluster, shard):
     return direct(cluster["members"][shard][primary_of(cluster, shard)])
 
 
-def prepared_on(cluster, shard, _id):
-    """shard's primary logged the prepare of a transaction that wrote _id."""
+def prepared_on(cluster, shard, ns, _id):
+    """shard's primary logged the prepare of a transaction that wrote _id in
+    ns (each test's accounts have the same _ids: an earlier test's prepare
+    must not count)."""
     with primary(cluster, shard) as c:
-        return c.local.oplog.rs.find_one({"op": "c", "o.prepare": True,
-                                          "o.applyOps.o._id": _id}) is not None
+        return c.local.oplog.rs.find_one({"op": "c", "o.prepare": True, "o.applyOps": {
+            "$elemMatch": {"ns": ns, "o._id": _id}}}) is not None
 
 
 def fail_point(cluster, shard, name, on):
@@ -146,7 +148,9 @@ def held_transfer(mongos, cluster, coll, amount):
     hangBeforeWritingDecision (which the caller turned on)."""
     a, b = setup_accounts(mongos, coll)
     out = start_transfer(cluster, coll, b, a, amount)
-    assert wait_for(lambda: prepared_on(cluster, 0, "a") and prepared_on(cluster, 1, "b"), 60)
+    ns = "tf." + coll
+    assert wait_for(lambda: prepared_on(cluster, 0, ns, "a") and prepared_on(cluster, 1, ns, "b"),
+                    60)
     time.sleep(1)  # the coordinator has both votes and waits at the fail point
     return out
 

@@ -45,6 +45,18 @@ def test_view_on_view(view):
     assert [d["_id"] for d in db.vv.find()] == [5, 8]
 
 
+def test_view_depth_limit(view):
+    # views on views past mongod's 20 levels: 165 ViewDepthLimitExceeded (at create or read)
+    db = view
+    with pytest.raises(OperationFailure) as e:
+        on = "v"
+        for i in range(25):
+            db.command({"create": "d%d" % i, "viewOn": on, "pipeline": []})
+            on = "d%d" % i
+        list(db[on].find())
+    assert e.value.code == 165 and e.value.details["codeName"] == "ViewDepthLimitExceeded"
+
+
 def test_writes_fail(view):
     db = view
     with pytest.raises(OperationFailure) as e:

@@ -85,7 +85,10 @@ bool sbl_chunk_is_jumbo(const bson_t *chunk)
 static int donor_run(const char *host, const char *db, const bson_t *cmd, bson_t *reply,
                      sbl_err_t *err)
 {
-    return sbl_shard_remote_check(host, db, cmd, reply, err);
+    int rc = sbl_shard_remote_check(host, db, cmd, reply, err);
+    if (rc != 0)
+        bson_destroy(reply); /* the callers keep a reply only when it succeeded */
+    return rc;
 }
 
 /* The key value of the range's first (dir 1) or last (dir -1) document by

@@ -329,10 +329,6 @@ static bool append_parameter(bson_t *r, const char *name)
         BSON_APPEND_INT32(r, name, sbl_repl_writer_threads());
         return true;
     }
-    if (bson_iter_init_find(&it, &o->parameters, name)) {
-        bson_append_value(r, name, -1, bson_iter_value(&it));
-        return true;
-    }
     if (strcmp(name, "featureCompatibilityVersion") == 0) {
         bson_t d;
         BSON_APPEND_DOCUMENT_BEGIN(r, name, &d);
@@ -366,6 +362,10 @@ static bool append_parameter(bson_t *r, const char *name)
     } else if (strcmp(name, "wiredTigerConcurrentReadTransactions") == 0 ||
                strcmp(name, "wiredTigerConcurrentWriteTransactions") == 0) {
         BSON_APPEND_INT32(r, name, 128);
+    } else if (bson_iter_init_find(&it, &o->parameters, name)) {
+        /* any other --setParameter as given at start-up; the names above
+         * answer the value in force, also after a setParameter */
+        bson_append_value(r, name, -1, bson_iter_value(&it));
     } else {
         return false;
     }

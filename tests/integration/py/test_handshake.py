@@ -349,3 +349,25 @@ def test_get_log(client):
     assert isinstance(w["totalLinesWritten"], int)
     with pytest.raises(OperationFailure):
         client.admin.command({"getLog": "noSuchLog"})
+
+
+def test_get_parameter_answers_the_value_in_force_after_a_start_up_one():
+    """A parameter given with --setParameter and changed at run time:
+    getParameter answers the new value (it answered the start-up string)."""
+    from sabled import Sabled
+    s = Sabled()
+    try:
+        s.start(["--setParameter", "transactionLifetimeLimitSeconds=30",
+                 "--setParameter", "logLevel=1"])
+        import pymongo
+        with pymongo.MongoClient(s.uri()) as c:
+            get = lambda n: c.admin.command({"getParameter": 1, n: 1})[n]  # noqa: E731
+            assert get("transactionLifetimeLimitSeconds") == 30
+            c.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=45)
+            c.admin.command("setParameter", 1, logLevel=2)
+            assert get("transactionLifetimeLimitSeconds") == 45
+            assert get("logLevel") == 2
+            star = c.admin.command({"getParameter": "*"})
+            assert star["transactionLifetimeLimitSeconds"] == 45 and star["logLevel"] == 2
+    finally:
+        s.cleanup()

@@ -5,11 +5,15 @@
  * admin.system.version as mongod keeps it, and read back at start-up),
  * _flushRoutingTableCacheUpdates (re-read a collection's shard version
  * now), _shardsvrGetStatsForBalancing (each collection's data size here,
- * which the balancer compares across shards), and shardingState.  The version check itself is the dispatcher's
- * (dispatch.c: a command carrying shardVersion is checked before its
- * handler runs; src/shard has the rules).  Also sbl_cmd_run_checked, how
- * the sharding code (migrations, the balancer, the transaction coordinator)
- * runs a command on this member and takes its error.
+ * which the balancer compares across shards),
+ * _shardsvrMovePrimaryEnterCriticalSection / ExitCriticalSection
+ * (movePrimary's and dropDatabase's hold on a database, src/shard/shard_db.c)
+ * and shardingState.  The version check itself is the dispatcher's
+ * (dispatch.c and routed.c: a command carrying shardVersion or
+ * databaseVersion is checked before its handler runs; src/shard has the
+ * rules).  Also sbl_cmd_run_checked, how the sharding code (migrations,
+ * the balancer, the transaction coordinator) runs a command on this member
+ * and takes its error.
  */
 #include "cmd/cmd_int.h"
 #include "doc/doc.h"
@@ -87,6 +91,40 @@ int sbl_cmd_flush_routing_table(sbl_opctx_t *ctx, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_BadValue, "_flushRoutingTableCacheUpdates needs a "
                            "namespace");
     return sbl_shard_refresh(ns, err);
+}
+
+/* The database a movePrimary critical-section command names. */
+static int crit_db(sbl_opctx_t *ctx, const char *name, const char **dbp, sbl_err_t *err)
+{
+    if (!is_shardsvr())
+        return sbl_err_set(err, SBL_E_IllegalOperation, "Cannot accept sharding commands if not "
+                           "started with --shardsvr");
+    *dbp = sbl_doc_utf8(ctx->cmd, name);
+    if (*dbp == NULL || **dbp == '\0')
+        return sbl_err_set(err, SBL_E_BadValue, "%s needs a database name", name);
+    return 0;
+}
+
+int sbl_cmd_move_primary_crit_enter(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    const char *db;
+    SBL_RET(crit_db(ctx, "_shardsvrMovePrimaryEnterCriticalSection", &db, err));
+    bson_iter_t it;
+    int64_t lease = 30000;
+    if (bson_iter_init_find(&it, ctx->cmd, "leaseMillis") && BSON_ITER_HOLDS_NUMBER(&it))
+        lease = bson_iter_as_int64(&it);
+    if (lease < 1 || lease > 600000)
+        return sbl_err_set(err, SBL_E_BadValue, "leaseMillis must be between 1 and 600000");
+    bool renew = bson_iter_init_find(&it, ctx->cmd, "renew") && bson_iter_as_bool(&it);
+    return sbl_shard_db_crit_enter(db, lease, renew, err);
+}
+
+int sbl_cmd_move_primary_crit_exit(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    const char *db;
+    SBL_RET(crit_db(ctx, "_shardsvrMovePrimaryExitCriticalSection", &db, err));
+    sbl_shard_db_crit_exit(db);
+    return 0;
 }
 
 int sbl_cmd_sharding_state(sbl_opctx_t *ctx, sbl_err_t *err)

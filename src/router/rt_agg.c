@@ -959,7 +959,7 @@ int rt_agg_split(const char *db, const char *coll, const bson_t *cmd, const rt_c
             rc = rcs[i];
             *err = errs[i];
         } else if (rc == 0 && !*stalep && !answered &&
-                   rt_reply_code(&rs[i]) == SBL_E_StaleConfig) {
+                   rt_stale_code(rt_reply_code(&rs[i]))) {
             *stalep = true;
         } else if (rc == 0 && !*stalep && !answered && rt_reply_code(&rs[i]) != 0) {
             bson_copy_to_excluding_noinit(&rs[i], reply, "$clusterTime", "operationTime", NULL);

@@ -224,7 +224,7 @@ static int whole_to(int s, const char *db, const bson_t *cmd, const rt_coll_t *c
     bson_destroy(&fwd);
     if (rc != 0)
         return -rc;
-    if (rt_reply_code(&r) == SBL_E_StaleConfig) {
+    if (rt_stale_code(rt_reply_code(&r))) {
         bson_destroy(&r);
         return 1;
     }
@@ -327,7 +327,7 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         if (rc != 0)
             break;
         int code = rt_reply_code(&r);
-        if (code == SBL_E_StaleConfig && attempts++ < RT_RETRIES) {
+        if (rt_stale_code(code) && attempts++ < RT_RETRIES) {
             bson_destroy(&r);
             rt_coll_release(c);
             c = rt_coll_get(ns, true, err);
@@ -774,7 +774,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
             if (rc != 0)
                 break;
             int code = rt_reply_code(&r);
-            if (code == SBL_E_StaleConfig) {
+            if (rt_stale_code(code)) {
                 stale = true;
                 bson_destroy(&r);
                 break;
@@ -804,7 +804,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
                 }
                 /* again: the routing, or the document since the shard answered,
                  * changed (a few times at most) */
-                bool again = mc == SBL_E_StaleConfig ||
+                bool again = rt_stale_code(mc) ||
                              (mc == SBL_E_WriteConflict && rt_move_again(&move_retries));
                 if (again || mc == SBL_E_HostUnreachable || (n > 1 && rt_sess_in_txn())) {
                     stale = again;
@@ -994,7 +994,7 @@ int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err
                 rt_coll_release(c);
                 return rc;
             }
-            if (rt_reply_code(&r) == SBL_E_StaleConfig) {
+            if (rt_stale_code(rt_reply_code(&r))) {
                 stale = true;
                 bson_destroy(&r);
                 break;
@@ -1014,7 +1014,7 @@ int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err
                 rt_coll_release(c);
                 return kc; /* err says why */
             }
-            if (kc == SBL_E_StaleConfig || conflict) {
+            if (rt_stale_code(kc) || conflict) {
                 attempt -= conflict;
                 stale = true;
                 bson_destroy(&r);

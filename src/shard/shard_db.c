@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define BUCKETS 64
 /* How long a routed command waits for a database's critical section (it
@@ -57,6 +58,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* before refresh_mu, nev
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static atomic_int inflight[BUCKETS];
 static atomic_bool crit;
+static atomic_bool announced; /* a section is held or about to be: routed commands go to workers */
 static char crit_db[128];     /* under mu */
 static int64_t crit_until_us; /* under mu: the lease's end (sbl_now_us) */
 
@@ -229,6 +231,7 @@ static void expire_locked(void)
     bson_destroy(&attr);
     shard_db_forget(crit_db);
     atomic_store(&crit, false);
+    atomic_store(&announced, false);
     crit_db[0] = '\0';
     pthread_cond_broadcast(&cv);
 }
@@ -305,6 +308,11 @@ int sbl_shard_db_crit_enter(const char *db, int64_t lease_ms, bool renew, sbl_er
                                "became primary since)", db);
         return 0;
     }
+    /* Commands dispatched from now on run on workers (sbl_shard_db_crit_active);
+     * those a loop thread took just before are inside the gate by the time
+     * the pause ends, so none waits at the door on a loop thread. */
+    atomic_store(&announced, true);
+    usleep(20 * 1000);
     snprintf(crit_db, sizeof(crit_db), "%s", db);
     crit_until_us = sbl_now_us() + lease_ms * 1000;
     atomic_store(&crit, true);
@@ -313,6 +321,7 @@ int sbl_shard_db_crit_enter(const char *db, int64_t lease_ms, bool renew, sbl_er
     bool drained = atomic_load(&inflight[b]) == 0;
     if (!drained) { /* give up: the commands held at the door go on */
         atomic_store(&crit, false);
+        atomic_store(&announced, false);
         crit_db[0] = '\0';
         pthread_cond_broadcast(&cv);
     }
@@ -328,6 +337,7 @@ void sbl_shard_db_crit_exit(const char *db)
     pthread_mutex_lock(&mu);
     if (atomic_load(&crit) && strcmp(crit_db, db) == 0) {
         atomic_store(&crit, false);
+        atomic_store(&announced, false);
         crit_db[0] = '\0';
         pthread_cond_broadcast(&cv);
     }
@@ -337,5 +347,5 @@ void sbl_shard_db_crit_exit(const char *db)
 
 bool sbl_shard_db_crit_active(void)
 {
-    return atomic_load_explicit(&crit, memory_order_relaxed);
+    return atomic_load_explicit(&announced, memory_order_relaxed);
 }

@@ -175,3 +175,57 @@ def test_stale_db_version_shape(routers, shards):
         shards["shard1"].dbvshape.command("find", "c", shardVersion=unsharded,
                                           databaseVersion=dict(v))
     assert e.value.code == 249 and "vWanted" not in e.value.details
+
+
+def test_critical_section_holds_writes_and_ends_by_itself(routers, shards):
+    # a router that took the section and died: its lease runs out, the held write goes on
+    a, b = routers
+    a.admin.command("enableSharding", "dbvlease", primaryShard="shard0")
+    a.dbvlease.c.insert_one({"_id": 0})
+    assert b.dbvlease.c.count_documents({}) == 1
+    shards["shard0"].admin.command("_shardsvrMovePrimaryEnterCriticalSection", "dbvlease",
+                                   leaseMillis=1500)
+    t0 = time.monotonic()
+    b.dbvlease.c.insert_one({"_id": 1})
+    waited = time.monotonic() - t0
+    assert waited >= 1.0, waited
+    assert shards["shard0"].dbvlease.c.count_documents({}) == 2
+    # renewing a section that ended is refused (movePrimary then aborts)
+    with pytest.raises(OperationFailure) as e:
+        shards["shard0"].admin.command("_shardsvrMovePrimaryEnterCriticalSection", "dbvlease",
+                                       leaseMillis=1000, renew=True)
+    assert e.value.code == 262  # ExceededTimeLimit
+    # exit ends it at once; another database's section meanwhile is refused
+    shards["shard0"].admin.command("_shardsvrMovePrimaryEnterCriticalSection", "dbvlease",
+                                   leaseMillis=60000)
+    with pytest.raises(OperationFailure) as e:
+        shards["shard0"].admin.command("_shardsvrMovePrimaryEnterCriticalSection", "other",
+                                       leaseMillis=1000)
+    assert e.value.code == 117  # ConflictingOperationInProgress
+    shards["shard0"].admin.command("_shardsvrMovePrimaryExitCriticalSection", "dbvlease")
+    t0 = time.monotonic()
+    b.dbvlease.c.insert_one({"_id": 2})
+    assert time.monotonic() - t0 < 1.0
+    assert a.dbvlease.c.count_documents({}) == 3
+
+
+def test_open_transaction_does_not_commit_onto_the_old_copy(routers, shards):
+    a, b = routers
+    a.admin.command("enableSharding", "dbvtxn", primaryShard="shard0")
+    a.dbvtxn.c.insert_one({"_id": "base"})
+    s = b.start_session()
+    s.start_transaction()
+    b.dbvtxn.c.insert_one({"_id": "intxn"}, session=s)
+    a.admin.command("movePrimary", "dbvtxn", to="shard1")
+    committed = True
+    try:
+        s.commit_transaction()
+    except OperationFailure:
+        committed = False
+    finally:
+        s.end_session()
+    ids = {d["_id"] for d in shards["shard1"].dbvtxn.c.find()}
+    assert "base" in ids
+    # an acknowledged commit is on the new primary; an idle transaction is aborted
+    assert ("intxn" in ids) == committed
+    assert not committed

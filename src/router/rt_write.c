@@ -233,6 +233,22 @@ static int whole_to(int s, const char *db, const bson_t *cmd, const rt_coll_t *c
     return 0;
 }
 
+/* ns's routing table read again (a shard said StaleConfig or
+ * StaleDbVersion).  create: the write creates its database when it is gone
+ * (dropped meanwhile through another router), as the first try did, rather
+ * than land on a shard taken for a database nobody registered. */
+static rt_coll_t *refresh(const char *db, const char *ns, bool create, sbl_err_t *err)
+{
+    rt_coll_t *c = rt_coll_get(ns, true, err);
+    if (c != NULL && c->transient && create) {
+        sbl_err_t e = {0};
+        rt_coll_release(c);
+        rt_db_primary(db, true, &e);
+        c = rt_coll_get(ns, false, err);
+    }
+    return c;
+}
+
 /* ---- insert ---- */
 
 enum { BAD_KEY = -1000 }; /* shard[i] of a document mongos refuses */
@@ -288,7 +304,7 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
             goto out;
         }
         rt_coll_release(c);
-        c = rt_coll_get(ns, true, err); /* it became sharded: split below */
+        c = refresh(db, ns, true, err); /* it became sharded (or moved): split below */
         if (c == NULL) {
             rc = err->code;
             goto out;
@@ -330,7 +346,7 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         if (rt_stale_code(code) && attempts++ < RT_RETRIES) {
             bson_destroy(&r);
             rt_coll_release(c);
-            c = rt_coll_get(ns, true, err);
+            c = refresh(db, ns, true, err);
             if (c == NULL) {
                 rc = err->code;
                 goto out;
@@ -665,7 +681,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
     int rc = 0, move_retries = 0;
     rt_coll_t *c = NULL;
     for (int attempt = 0; attempt <= RT_RETRIES; attempt++) {
-        c = rt_coll_get(ns, attempt > 0, err);
+        c = attempt > 0 ? refresh(db, ns, is_update, err) : rt_coll_get(ns, false, err);
         if (c == NULL) {
             rc = err->code;
             goto out;
@@ -829,7 +845,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
         }
         if (stale) {
             rt_coll_release(c);
-            c = rt_coll_get(ns, true, err);
+            c = refresh(db, ns, is_update, err);
             if (c == NULL) {
                 rc = err->code;
                 break;
@@ -939,7 +955,7 @@ int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err
     rt_db_primary(db, true, &e2);
     int move_tries = 0;
     for (int attempt = 0; attempt <= RT_RETRIES; attempt++) {
-        rt_coll_t *c = rt_coll_get(ns, attempt > 0, err);
+        rt_coll_t *c = attempt > 0 ? refresh(db, ns, true, err) : rt_coll_get(ns, false, err);
         if (c == NULL)
             return err->code;
         bool t[RT_MAX_SHARDS];

@@ -229,3 +229,18 @@ def test_open_transaction_does_not_commit_onto_the_old_copy(routers, shards):
     # an acknowledged commit is on the new primary; an idle transaction is aborted
     assert ("intxn" in ids) == committed
     assert not committed
+
+
+def test_write_after_drop_through_other_router_registers_the_database(routers, shards):
+    a, b = routers
+    a.admin.command("enableSharding", "dbvgone", primaryShard="shard1")
+    a.dbvgone.c.insert_one({"_id": "old"})
+    assert b.dbvgone.c.count_documents({}) == 1  # B caches shard1
+    a.drop_database("dbvgone")
+    assert a.config.databases.find_one({"_id": "dbvgone"}) is None
+    # B's write meets StaleDbVersion on shard1, finds the database gone and creates it
+    b.dbvgone.c.insert_one({"_id": "new"})
+    entry = a.config.databases.find_one({"_id": "dbvgone"})
+    assert entry is not None
+    assert [d["_id"] for d in shards[entry["primary"]].dbvgone.c.find()] == ["new"]
+    assert [d["_id"] for d in a.dbvgone.c.find()] == ["new"]

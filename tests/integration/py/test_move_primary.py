@@ -244,3 +244,18 @@ def test_write_after_drop_through_other_router_registers_the_database(routers, s
     assert entry is not None
     assert [d["_id"] for d in shards[entry["primary"]].dbvgone.c.find()] == ["new"]
     assert [d["_id"] for d in a.dbvgone.c.find()] == ["new"]
+
+
+def test_out_from_sharded_source_follows_move_primary(routers, shards):
+    # the router merges a sharded collection's documents and writes $out's target itself
+    a, b = routers
+    a.admin.command("enableSharding", "dbvout", primaryShard="shard0")
+    a.dbvout.t.insert_one({"_id": "before"})
+    assert b.dbvout.t.count_documents({}) == 1  # B caches shard0
+    sharded.split_at_zero(a, "dbvsrc", ["s"])
+    a.dbvsrc.s.insert_many([{"_id": k, "k": k} for k in range(-5, 6)])
+    a.admin.command("movePrimary", "dbvout", to="shard1")
+    list(b.dbvsrc.s.aggregate([{"$out": {"db": "dbvout", "coll": "t"}}]))
+    assert shards["shard1"].dbvout.t.count_documents({}) == 11
+    assert "t" not in shards["shard0"].dbvout.list_collection_names()
+    assert a.dbvout.t.count_documents({}) == 11

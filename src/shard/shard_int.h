@@ -1,6 +1,6 @@
 /*
- * shard_int.h: what shard.c (the version cache) and shard_filter.c (the
- * ownership filter) share.  Private to src/shard.
+ * shard_int.h: what shard.c (the version cache), shard_db.c (database
+ * versions) and shard_filter.c (the ownership filter) share.  Private to src/shard.
  */
 #ifndef SBL_SHARD_INT_H
 #define SBL_SHARD_INT_H
@@ -12,5 +12,14 @@
  * owned now; a new reference, NULL when out of memory. */
 sbl_shard_filter_t *shard_filter_build(const char *ns, const bson_t *key, bson_iter_t *chunks,
                                        const char *me);
+
+/* find on the config servers' config.<coll>, first batch only (a
+ * collection's chunks fit: bounds, owner, version and history projected);
+ * *reply initialised only when 0 is returned. */
+int shard_cfg_find(const char *coll, const bson_t *filter, const bson_t *proj, bson_t *reply,
+                   sbl_err_t *err);
+/* Forget db's cached database version (NULL: every database's): the next
+ * routed command on it reads it again from the config servers. */
+void shard_db_forget(const char *db);
 
 #endif

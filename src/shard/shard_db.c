@@ -64,21 +64,12 @@ static int64_t crit_until_us; /* under mu: the lease's end (sbl_now_us) */
 
 static unsigned bucket(const char *db)
 {
-    unsigned h = 5381;
-    for (const unsigned char *p = (const unsigned char *)db; *p; p++)
-        h = h * 33 + *p;
-    return h % BUCKETS;
+    return shard_bucket(db, BUCKETS);
 }
 
 static void wait_ms(int ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)ms * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = sbl_deadline_in_ms(ms);
     pthread_cond_timedwait(&cv, &mu, &ts);
 }
 

@@ -22,4 +22,14 @@ int shard_cfg_find(const char *coll, const bson_t *filter, const bson_t *proj, b
  * routed command on it reads it again from the config servers. */
 void shard_db_forget(const char *db);
 
+/* The bucket of name (a namespace or a database) among nbuckets: the
+ * critical sections' in-flight counters (shard_crit.c, shard_db.c). */
+static inline unsigned shard_bucket(const char *name, unsigned nbuckets)
+{
+    unsigned h = 5381;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = h * 33 + *p;
+    return h % nbuckets;
+}
+
 #endif

@@ -179,6 +179,14 @@ int sbl_agg_list_sessions(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv,
  */
 int sbl_agg_update_doc(sbl_opctx_t *ctx, const bson_t *pipeline, const bson_t *let,
                        const bson_t *doc, bson_t *out, sbl_err_t *err);
+/* A $merge whenMatched pipeline's variables for source document src into out
+ * (initialised here on success): let_spec (NULL: the default {new: src})
+ * evaluated over src, over the command's evaluated let cmd_let (NULL: none);
+ * env gives $$NOW (NULL: none). */
+int sbl_agg_merge_vars(const bson_t *cmd_let, const bson_t *let_spec, const bson_t *src,
+                       const sbl_agg_env_t *env, bson_t *out, sbl_err_t *err);
+/* 51199 for the $merge stage it (a document) giving `let` without a pipeline. */
+int sbl_agg_merge_let_refused(const bson_iter_t *it, sbl_err_t *err);
 /* Validate an update pipeline's stages (14/40324 ... as MongoDB) without running it. */
 int sbl_agg_check_update_pipeline(const bson_t *pipeline, sbl_err_t *err);
 

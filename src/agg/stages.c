@@ -17,6 +17,7 @@
 #include "doc/doc.h"
 #include "expr/expr.h"
 #include "server/server.h"
+#include "update/update.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -882,6 +883,78 @@ static void merge_top(const bson_t *base, const bson_t *in, bson_t *out)
             bson_append_iter(out, bson_iter_key(&it), -1, &it);
 }
 
+/* The variables of a $merge whenMatched pipeline for source document src
+ * into out (initialised here on success): let_spec's (NULL: {new: src}),
+ * evaluated over src, over the command's (cmd_let, NULL: none). */
+int sbl_agg_merge_vars(const bson_t *cmd_let, const bson_t *let_spec, const bson_t *src,
+                       const sbl_agg_env_t *env, bson_t *out, sbl_err_t *err)
+{
+    bson_t vars = BSON_INITIALIZER, none = BSON_INITIALIZER;
+    bson_iter_t li;
+    int rc = 0;
+    sbl_expr_env_t xe = {.root = src, .let = cmd_let, .now_ms = env != NULL ? env->now_ms : 0};
+    if (let_spec == NULL)
+        bson_append_document(&vars, "new", 3, src);
+    else
+        bson_iter_init(&li, let_spec);
+    while (let_spec != NULL && rc == 0 && bson_iter_next(&li)) {
+        bson_value_t sv, v;
+        sbl_expr_t *e = NULL;
+        sbl_iter_value(&li, &sv);
+        if ((rc = sbl_expr_parse(&sv, &e, err)) == 0 &&
+            (rc = sbl_expr_eval(e, &xe, &v, err)) == 0) {
+            if (v.value_type != BSON_TYPE_EOD)
+                bson_append_value(&vars, bson_iter_key(&li), -1, &v);
+            bson_value_destroy(&v);
+        }
+        sbl_expr_free(e);
+    }
+    if (rc == 0)
+        merge_let(cmd_let != NULL ? cmd_let : &none, &vars, out);
+    bson_destroy(&vars);
+    return rc;
+}
+
+/* 51199: a $merge (stage it, a document) with `let` but no whenMatched pipeline. */
+int sbl_agg_merge_let_refused(const bson_iter_t *it, sbl_err_t *err)
+{
+    bson_iter_t f;
+    const char *mode = "merge";
+    if (bson_iter_recurse(it, &f) && bson_iter_find(&f, "whenMatched") && BSON_ITER_HOLDS_UTF8(&f))
+        mode = bson_iter_utf8(&f, NULL);
+    return sbl_err_set(err, 51199, "Cannot use 'let' variables with 'whenMatched: %s' mode", mode);
+}
+
+/* whenNotMatched "insert" with a whenMatched pipeline is an upsert (mongod's):
+ * the pipeline over the document the `on` fields of src seed, into out. */
+static int merge_upsert_doc(sbl_opctx_t *ctx, const bson_t *pipeline, const bson_t *vars,
+                            char **on, size_t non, const bson_t *src, bson_t *out, sbl_err_t *err)
+{
+    bson_t filter = BSON_INITIALIZER, seed = BSON_INITIALIZER, res;
+    for (size_t i = 0; i < non; i++) {
+        bson_iter_t f;
+        if (sbl_path_get(src, on[i], &f))
+            bson_append_iter(&filter, on[i], -1, &f);
+    }
+    int rc = sbl_upsert_seed(&filter, &seed, err); /* seed: initialised by the caller */
+    bson_destroy(&filter);
+    if (rc != 0) {
+        bson_destroy(&seed);
+        return rc;
+    }
+    rc = sbl_agg_update_doc(ctx, pipeline, vars, &seed, &res, err);
+    if (rc == 0) { /* _id first, the seed's when the pipeline dropped it */
+        bson_iter_t id;
+        bson_init(out);
+        if (bson_iter_init_find(&id, &res, "_id") || bson_iter_init_find(&id, &seed, "_id"))
+            bson_append_iter(out, "_id", 3, &id);
+        bson_copy_to_excluding_noinit(&res, out, "_id", NULL);
+        bson_destroy(&res);
+    }
+    bson_destroy(&seed);
+    return rc;
+}
+
 /* Find the target document matching doc on the `on` fields. */
 static int merge_find(sbl_opctx_t *ctx, const char *ns, char **on, size_t non, const bson_t *doc,
                       bson_t *found, bool *foundp, sbl_err_t *err)
@@ -991,6 +1064,8 @@ int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, s
                                                             "'whenNotMatched' is not a valid "
                                                             "value.",
                                        m);
+            } else if (strcmp(k, "let") == 0 && BSON_ITER_HOLDS_NULL(&f)) {
+                continue; /* as if absent (mongod's) */
             } else if (strcmp(k, "let") == 0) {
                 if (!BSON_ITER_HOLDS_DOCUMENT(&f))
                     return sbl_type_error(err, "$merge.let", &f, "object");
@@ -1004,6 +1079,8 @@ int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, s
     if (!has_into)
         return sbl_err_set(err, SBL_E_MissingField,
                            "BSON field '$merge.into' is missing but a required field");
+    if (has_let && wm != WM_PIPELINE)
+        return sbl_agg_merge_let_refused(it, err);
     if (non == 0)
         on[non++] = "_id";
     SBL_RET(target_ns(env, &into, "$merge", ns, sizeof(ns), err));
@@ -1070,38 +1147,20 @@ int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, s
                 break;
             }
             case WM_PIPELINE: {
-                bson_t vars = BSON_INITIALIZER, lv, merged;
-                bson_append_document(&vars, "new", 3, &src);
-                if (has_let) {
-                    sbl_expr_env_t xe = {.root = &src, .let = env->let, .now_ms = env->now_ms};
-                    bson_iter_t li;
-                    bson_iter_init(&li, &let_spec);
-                    while (rc == 0 && bson_iter_next(&li)) {
-                        bson_value_t sv, v;
-                        sbl_expr_t *e = NULL;
-                        sbl_iter_value(&li, &sv);
-                        if ((rc = sbl_expr_parse(&sv, &e, err)) == 0 &&
-                            (rc = sbl_expr_eval(e, &xe, &v, err)) == 0) {
-                            if (v.value_type != BSON_TYPE_EOD)
-                                bson_append_value(&vars, bson_iter_key(&li), -1, &v);
-                            bson_value_destroy(&v);
-                        }
-                        sbl_expr_free(e);
-                    }
-                }
-                merge_let(env->let, &vars, &merged);
+                bson_t lv, vars;
                 bson_destroy(&next);
-                if (rc == 0)
-                    rc = sbl_agg_update_doc(env->ctx, &wm_pipeline, &merged, &existing, &lv, err);
-                if (rc == 0) {
-                    bson_copy_to(&lv, &next);
-                    bson_destroy(&lv);
-                } else {
-                    bson_init(&next);
-                    write = false;
-                }
+                bson_init(&next);
+                write = false;
+                if ((rc = sbl_agg_merge_vars(env->let, has_let ? &let_spec : NULL, &src, env,
+                                             &vars, err)) != 0)
+                    break;
+                rc = sbl_agg_update_doc(env->ctx, &wm_pipeline, &vars, &existing, &lv, err);
                 bson_destroy(&vars);
-                bson_destroy(&merged);
+                if (rc == 0) {
+                    bson_concat(&next, &lv);
+                    bson_destroy(&lv);
+                    write = true;
+                }
                 break;
             }
             }
@@ -1115,7 +1174,18 @@ int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, s
             bson_destroy(&next);
             bson_destroy(&existing);
         } else if (rc == 0) {
-            if (wnm == WNM_INSERT)
+            bson_t ins, vars;
+            if (wnm == WNM_INSERT && wm == WM_PIPELINE) { /* the pipeline's upsert */
+                if ((rc = sbl_agg_merge_vars(env->let, has_let ? &let_spec : NULL, &src, env,
+                                             &vars, err)) == 0) {
+                    rc = merge_upsert_doc(env->ctx, &wm_pipeline, &vars, on, non, &src, &ins, err);
+                    bson_destroy(&vars);
+                }
+                if (rc == 0) {
+                    rc = write_one(env->ctx, c, SBL_WRITE_INSERT, NULL, &ins, err);
+                    bson_destroy(&ins);
+                }
+            } else if (wnm == WNM_INSERT)
                 rc = write_one(env->ctx, c, SBL_WRITE_INSERT, NULL, &src, err);
             else if (wnm == WNM_FAIL)
                 rc = sbl_err_set(err, 13113, "$merge could not find a matching document in the "

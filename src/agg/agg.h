@@ -146,7 +146,8 @@ int sbl_agg_fill(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bso
 int sbl_agg_index_stats(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv,
                         const bson_iter_t *it, sbl_err_t *err);
 
-/* Stages of stages.c and bucket_auto.c, dispatched by pipeline.c; it is the stage's value. */
+/* Stages of stages.c, agg_write.c and bucket_auto.c, dispatched by pipeline.c;
+ * it is the stage's value. */
 int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err);
 /* $redact (redact.c): spec evaluated at each document level of each
  * document, with $$DESCEND, $$PRUNE and $$KEEP; a pruned top level drops the

@@ -664,7 +664,7 @@ static void merge_top(const bson_t *base, const bson_t *in, bson_t *out)
 /* One source document of a $merge into sharded ns: the target document
  * matching it on the `on` fields is looked up through the router, then
  * updated by _id and shard key (or the source inserted), as sabled's
- * $merge does it locally (src/agg/stages.c), one document at a time. */
+ * $merge does it locally (src/agg/agg_write.c), one document at a time. */
 static int merge_one(const merger_t *m, const rt_coll_t *c, const char *tdb, const char *tcoll,
                      const merge_spec_t *ms, const bson_t *src, sbl_err_t *err)
 {

@@ -182,12 +182,15 @@ int sbl_agg_update_doc(sbl_opctx_t *ctx, const bson_t *pipeline, const bson_t *l
                        const bson_t *doc, bson_t *out, sbl_err_t *err);
 /* A $merge whenMatched pipeline's variables for source document src into out
  * (initialised here on success): let_spec (NULL: the default {new: src})
- * evaluated over src, over the command's evaluated let cmd_let (NULL: none);
- * env gives $$NOW (NULL: none). */
-int sbl_agg_merge_vars(const bson_t *cmd_let, const bson_t *let_spec, const bson_t *src,
-                       const sbl_agg_env_t *env, bson_t *out, sbl_err_t *err);
-/* 51199 for the $merge stage it (a document) giving `let` without a pipeline. */
-int sbl_agg_merge_let_refused(const bson_iter_t *it, sbl_err_t *err);
+ * evaluated over src, new (src) added when insert (whenNotMatched "insert") and
+ * let_spec has none, over the command's evaluated let cmd_let (NULL: none); env
+ * gives $$NOW (NULL: none). */
+int sbl_agg_merge_vars(const bson_t *cmd_let, const bson_t *let_spec, bool insert,
+                       const bson_t *src, const sbl_agg_env_t *env, bson_t *out, sbl_err_t *err);
+/* The $merge stage it's let (let_spec, NULL: none) checked as mongod's: none
+ * without a whenMatched pipeline (51199), new only as "$$ROOT" (51273). */
+int sbl_agg_merge_check_let(const bson_iter_t *it, bool pipeline, const bson_t *let_spec,
+                            sbl_err_t *err);
 /* Validate an update pipeline's stages (14/40324 ... as MongoDB) without running it. */
 int sbl_agg_check_update_pipeline(const bson_t *pipeline, sbl_err_t *err);
 

@@ -6,14 +6,14 @@
  * it over the target only once everything was written, so a failed $out
  * leaves the target as it was; $merge writes each document in its own
  * transaction, and a whenMatched pipeline is applied as mongod's pipeline
- * update ($$new or the stage's let; whenNotMatched insert is its upsert).
+ * update ($$new or the stage's let; whenNotMatched insert inserts the source
+ * document, as mongod's upsertSupplied).
  */
 #include "agg/agg.h"
 #include "agg/agg_int.h"
 #include "doc/doc.h"
 #include "expr/expr.h"
 #include "server/server.h"
-#include "update/update.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,18 +98,19 @@ static void merge_top(const bson_t *base, const bson_t *in, bson_t *out)
 }
 
 /* The variables of a $merge whenMatched pipeline for source document src
- * into out (initialised here on success): let_spec's (NULL: {new: src}),
- * evaluated over src, over the command's (cmd_let, NULL: none). */
-int sbl_agg_merge_vars(const bson_t *cmd_let, const bson_t *let_spec, const bson_t *src,
-                       const sbl_agg_env_t *env, bson_t *out, sbl_err_t *err)
+ * into out (initialised here on success): let_spec's (NULL: {new: src})
+ * evaluated over src, with new (src) added for whenNotMatched "insert"
+ * (insert; mongod's), over the command's (cmd_let, NULL: none). */
+int sbl_agg_merge_vars(const bson_t *cmd_let, const bson_t *let_spec, bool insert,
+                       const bson_t *src, const sbl_agg_env_t *env, bson_t *out, sbl_err_t *err)
 {
     bson_t vars = BSON_INITIALIZER, none = BSON_INITIALIZER;
     bson_iter_t li;
     int rc = 0;
     sbl_expr_env_t xe = {.root = src, .let = cmd_let, .now_ms = env != NULL ? env->now_ms : 0};
-    if (let_spec == NULL)
+    if (let_spec == NULL || (insert && !bson_has_field(let_spec, "new")))
         bson_append_document(&vars, "new", 3, src);
-    else
+    if (let_spec != NULL)
         bson_iter_init(&li, let_spec);
     while (let_spec != NULL && rc == 0 && bson_iter_next(&li)) {
         bson_value_t sv, v;
@@ -129,44 +130,25 @@ int sbl_agg_merge_vars(const bson_t *cmd_let, const bson_t *let_spec, const bson
     return rc;
 }
 
-/* 51199: a $merge (stage it, a document) with `let` but no whenMatched pipeline. */
-int sbl_agg_merge_let_refused(const bson_iter_t *it, sbl_err_t *err)
+int sbl_agg_merge_check_let(const bson_iter_t *it, bool pipeline, const bson_t *let_spec,
+                            sbl_err_t *err)
 {
     bson_iter_t f;
     const char *mode = "merge";
-    if (bson_iter_recurse(it, &f) && bson_iter_find(&f, "whenMatched") && BSON_ITER_HOLDS_UTF8(&f))
-        mode = bson_iter_utf8(&f, NULL);
-    return sbl_err_set(err, 51199, "Cannot use 'let' variables with 'whenMatched: %s' mode", mode);
-}
-
-/* whenNotMatched "insert" with a whenMatched pipeline is an upsert (mongod's):
- * the pipeline over the document the `on` fields of src seed, into out. */
-static int merge_upsert_doc(sbl_opctx_t *ctx, const bson_t *pipeline, const bson_t *vars,
-                            char **on, size_t non, const bson_t *src, bson_t *out, sbl_err_t *err)
-{
-    bson_t filter = BSON_INITIALIZER, seed = BSON_INITIALIZER, res;
-    for (size_t i = 0; i < non; i++) {
-        bson_iter_t f;
-        if (sbl_path_get(src, on[i], &f))
-            bson_append_iter(&filter, on[i], -1, &f);
+    if (let_spec == NULL)
+        return 0;
+    if (!pipeline) {
+        if (bson_iter_recurse(it, &f) && bson_iter_find(&f, "whenMatched") &&
+            BSON_ITER_HOLDS_UTF8(&f))
+            mode = bson_iter_utf8(&f, NULL);
+        return sbl_err_set(err, 51199, "Cannot use 'let' variables with 'whenMatched: %s' mode",
+                           mode);
     }
-    int rc = sbl_upsert_seed(&filter, &seed, err); /* seed: initialised by the caller */
-    bson_destroy(&filter);
-    if (rc != 0) {
-        bson_destroy(&seed);
-        return rc;
-    }
-    rc = sbl_agg_update_doc(ctx, pipeline, vars, &seed, &res, err);
-    if (rc == 0) { /* _id first, the seed's when the pipeline dropped it */
-        bson_iter_t id;
-        bson_init(out);
-        if (bson_iter_init_find(&id, &res, "_id") || bson_iter_init_find(&id, &seed, "_id"))
-            bson_append_iter(out, "_id", 3, &id);
-        bson_copy_to_excluding_noinit(&res, out, "_id", NULL);
-        bson_destroy(&res);
-    }
-    bson_destroy(&seed);
-    return rc;
+    if (bson_iter_init_find(&f, let_spec, "new") &&
+        (!BSON_ITER_HOLDS_UTF8(&f) || strcmp(bson_iter_utf8(&f, NULL), "$$ROOT") != 0))
+        return sbl_err_set(err, 51273, "'let' may not define a value for the reserved 'new' "
+                           "variable other than '$$ROOT'");
+    return 0;
 }
 
 /* Find the target document matching doc on the `on` fields. */
@@ -293,8 +275,7 @@ int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, s
     if (!has_into)
         return sbl_err_set(err, SBL_E_MissingField,
                            "BSON field '$merge.into' is missing but a required field");
-    if (has_let && wm != WM_PIPELINE)
-        return sbl_agg_merge_let_refused(it, err);
+    SBL_RET(sbl_agg_merge_check_let(it, wm == WM_PIPELINE, has_let ? &let_spec : NULL, err));
     if (non == 0)
         on[non++] = "_id";
     SBL_RET(sbl_agg_target_ns(env, &into, "$merge", ns, sizeof(ns), err));
@@ -365,8 +346,8 @@ int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, s
                 bson_destroy(&next);
                 bson_init(&next);
                 write = false;
-                if ((rc = sbl_agg_merge_vars(env->let, has_let ? &let_spec : NULL, &src, env,
-                                             &vars, err)) != 0)
+                if ((rc = sbl_agg_merge_vars(env->let, has_let ? &let_spec : NULL,
+                                             wnm == WNM_INSERT, &src, env, &vars, err)) != 0)
                     break;
                 rc = sbl_agg_update_doc(env->ctx, &wm_pipeline, &vars, &existing, &lv, err);
                 bson_destroy(&vars);
@@ -388,18 +369,7 @@ int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, s
             bson_destroy(&next);
             bson_destroy(&existing);
         } else if (rc == 0) {
-            bson_t ins, vars;
-            if (wnm == WNM_INSERT && wm == WM_PIPELINE) { /* the pipeline's upsert */
-                if ((rc = sbl_agg_merge_vars(env->let, has_let ? &let_spec : NULL, &src, env,
-                                             &vars, err)) == 0) {
-                    rc = merge_upsert_doc(env->ctx, &wm_pipeline, &vars, on, non, &src, &ins, err);
-                    bson_destroy(&vars);
-                }
-                if (rc == 0) {
-                    rc = write_one(env->ctx, c, SBL_WRITE_INSERT, NULL, &ins, err);
-                    bson_destroy(&ins);
-                }
-            } else if (wnm == WNM_INSERT)
+            if (wnm == WNM_INSERT) /* with a pipeline too: mongod's upsertSupplied */
                 rc = write_one(env->ctx, c, SBL_WRITE_INSERT, NULL, &src, err);
             else if (wnm == WNM_FAIL)
                 rc = sbl_err_set(err, 13113, "$merge could not find a matching document in the "

@@ -615,10 +615,10 @@ static int write_failed(const bson_t *reply, sbl_err_t *err)
 }
 
 /* {insert: coll, documents: [doc]} or {update: coll, updates: [{q, u}]}
- * (u a replacement, or with c the pipeline doc and its constants c, an
- * upsert when upsert) through the router's own write path. */
+ * (u a replacement, or with c the pipeline doc and its constants c) through
+ * the router's own write path. */
 static int routed_write(const char *db, const char *coll, const bson_t *q, const bson_t *doc,
-                        const bson_t *c, bool upsert, sbl_err_t *err)
+                        const bson_t *c, sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER, arr, st, reply = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&cmd, q == NULL ? "insert" : "update", coll);
@@ -631,7 +631,6 @@ static int routed_write(const char *db, const char *coll, const bson_t *q, const
         if (c != NULL) {
             BSON_APPEND_ARRAY(&st, "u", doc);
             BSON_APPEND_DOCUMENT(&st, "c", c);
-            BSON_APPEND_BOOL(&st, "upsert", upsert);
         } else {
             BSON_APPEND_DOCUMENT(&st, "u", doc);
         }
@@ -677,8 +676,8 @@ static int merge_one(const merger_t *m, const rt_coll_t *c, const char *tdb, con
     int rc = 0;
     if (wm == WM_PIPELINE) {
         bson_destroy(&vars);
-        rc = sbl_agg_merge_vars(m->env->let, ms->has_let ? &ms->let : NULL, src, m->env, &vars,
-                                err);
+        rc = sbl_agg_merge_vars(m->env->let, ms->has_let ? &ms->let : NULL,
+                                strcmp(wnm, "insert") == 0, src, m->env, &vars, err);
         if (rc != 0)
             bson_init(&vars);
     }
@@ -701,17 +700,8 @@ static int merge_one(const merger_t *m, const rt_coll_t *c, const char *tdb, con
         rc = remote_read((void *)m, ns, &filter, &found, err);
     bson_destroy(&filter);
     if (rc == 0 && found.n == 0) {
-        if (strcmp(wnm, "insert") == 0 && wm == WM_PIPELINE) {
-            bson_t seed = BSON_INITIALIZER; /* an upsert seeded by the `on` fields */
-            for (size_t i = 0; i < non; i++) {
-                bson_iter_t f;
-                if (sbl_path_get(src, on[i], &f))
-                    bson_append_iter(&seed, on[i], -1, &f);
-            }
-            rc = routed_write(tdb, tcoll, &seed, &ms->pipeline, &vars, true, err);
-            bson_destroy(&seed);
-        } else if (strcmp(wnm, "insert") == 0)
-            rc = routed_write(tdb, tcoll, NULL, src, NULL, false, err);
+        if (strcmp(wnm, "insert") == 0) /* with a pipeline too: mongod's upsertSupplied */
+            rc = routed_write(tdb, tcoll, NULL, src, NULL, err);
         else if (strcmp(wnm, "fail") == 0)
             rc = sbl_err_set(err, 13113, "$merge could not find a matching document in the "
                              "target collection for at least one document in the source "
@@ -743,7 +733,7 @@ static int merge_one(const merger_t *m, const rt_coll_t *c, const char *tdb, con
             if (strcmp(bson_iter_key(&k), "_id") != 0 &&
                 sbl_path_get(existing, bson_iter_key(&k), &v))
                 bson_append_iter(&q, bson_iter_key(&k), -1, &v);
-        rc = routed_write(tdb, tcoll, &q, &next, wm == WM_PIPELINE ? &vars : NULL, false, err);
+        rc = routed_write(tdb, tcoll, &q, &next, wm == WM_PIPELINE ? &vars : NULL, err);
         bson_destroy(&next);
         bson_destroy(&wo_id);
         bson_destroy(&q);
@@ -794,8 +784,7 @@ static int merge_sharded(const merger_t *m, const rt_coll_t *c, const bson_iter_
             }
         }
     }
-    if (ms.has_let && ms.wm != WM_PIPELINE)
-        return sbl_agg_merge_let_refused(st, err);
+    SBL_RET(sbl_agg_merge_check_let(st, ms.wm == WM_PIPELINE, ms.has_let ? &ms.let : NULL, err));
     if (ms.non == 0) {
         bson_iter_t k;
         ms.on[ms.non++] = "_id";

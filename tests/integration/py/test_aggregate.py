@@ -329,24 +329,28 @@ def test_out_and_merge(sales, db):
 def test_merge_pipeline_as_mongod(client, db):
     db.ms.insert_many([{"_id": 1, "a": 1, "b": 1}, {"_id": 2, "a": 2, "b": 2}])
     db.mt.insert_one({"_id": 1, "c": 1})
-    # unmatched: the pipeline's upsert over the `on` fields, not the source document
+    # unmatched: the source document goes in (mongod's upsertSupplied), not the pipeline's
     agg(db.ms, [{"$merge": {"into": "mt", "whenMatched": [{"$set": {"x": {"$add": [
         "$$new.a", "$$new.b"]}}}], "whenNotMatched": "insert"}}])
-    assert list(db.mt.find().sort("_id", 1)) == [{"_id": 1, "c": 1, "x": 2}, {"_id": 2, "x": 4}]
-    # a let replaces the default $$new (17276: undefined); let: null is no let
+    assert list(db.mt.find().sort("_id", 1)) == [{"_id": 1, "c": 1, "x": 2},
+                                                 {"_id": 2, "a": 2, "b": 2}]
+    # a let over the source document; $$new stays for whenNotMatched insert only
     agg(db.ms, [{"$merge": {"into": "mt", "let": {"y": {"$multiply": ["$a", 10]}},
-                            "whenMatched": [{"$set": {"y": "$$y"}}]}}])
-    assert db.mt.find_one({"_id": 2}) == {"_id": 2, "x": 4, "y": 20}
+                            "whenMatched": [{"$set": {"y": "$$y", "n": "$$new.a"}}]}}])
+    assert db.mt.find_one({"_id": 2}) == {"_id": 2, "a": 2, "b": 2, "y": 20, "n": 2}
     with pytest.raises(OperationFailure) as e:
-        agg(db.ms, [{"$merge": {"into": "mt", "let": {},
+        agg(db.ms, [{"$merge": {"into": "mt", "let": {}, "whenNotMatched": "discard",
                                 "whenMatched": [{"$set": {"z": "$$new"}}]}}])
     assert e.value.code == 17276
-    agg(db.ms, [{"$merge": {"into": "mt", "let": None,
+    agg(db.ms, [{"$merge": {"into": "mt", "let": None, "whenNotMatched": "discard",
                             "whenMatched": [{"$set": {"z": "$$new.a"}}]}}])
     assert db.mt.find_one({"_id": 1})["z"] == 1
-    with pytest.raises(OperationFailure) as e:
-        agg(db.ms, [{"$merge": {"into": "mt", "let": {"a": 1}, "whenMatched": "replace"}}])
-    assert e.value.code == 51199 and "'whenMatched: replace'" in str(e.value)
+    for spec, code, msg in (
+            ({"let": {"a": 1}, "whenMatched": "replace"}, 51199, "'whenMatched: replace'"),
+            ({"let": {"new": "$a"}, "whenMatched": [{"$set": {"q": 1}}]}, 51273, "'new'")):
+        with pytest.raises(OperationFailure) as e:
+            agg(db.ms, [{"$merge": dict(spec, into="mt")}])
+        assert e.value.code == code and msg in str(e.value)
     # the update command's c: constants of a pipeline update, taken as given
     db.command("update", "mt", updates=[{"q": {"_id": 1}, "u": [{"$set": {"w": "$$k"}}],
                                          "c": {"k": "$x"}}])

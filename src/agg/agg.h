@@ -146,7 +146,8 @@ int sbl_agg_fill(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bso
 int sbl_agg_index_stats(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv,
                         const bson_iter_t *it, sbl_err_t *err);
 
-/* Stages of stages.c and bucket_auto.c, dispatched by pipeline.c; it is the stage's value. */
+/* Stages of stages.c, agg_write.c and bucket_auto.c, dispatched by pipeline.c;
+ * it is the stage's value. */
 int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err);
 /* $redact (redact.c): spec evaluated at each document level of each
  * document, with $$DESCEND, $$PRUNE and $$KEEP; a pruned top level drops the
@@ -179,6 +180,17 @@ int sbl_agg_list_sessions(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv,
  */
 int sbl_agg_update_doc(sbl_opctx_t *ctx, const bson_t *pipeline, const bson_t *let,
                        const bson_t *doc, bson_t *out, sbl_err_t *err);
+/* A $merge whenMatched pipeline's variables for source document src into out
+ * (initialised here on success): let_spec (NULL: the default {new: src})
+ * evaluated over src, new (src) added when insert (whenNotMatched "insert") and
+ * let_spec has none, over the command's evaluated let cmd_let (NULL: none); env
+ * gives $$NOW (NULL: none). */
+int sbl_agg_merge_vars(const bson_t *cmd_let, const bson_t *let_spec, bool insert,
+                       const bson_t *src, const sbl_agg_env_t *env, bson_t *out, sbl_err_t *err);
+/* The $merge stage it's let (let_spec, NULL: none) checked as mongod's: none
+ * without a whenMatched pipeline (51199), new only as "$$ROOT" (51273). */
+int sbl_agg_merge_check_let(const bson_iter_t *it, bool pipeline, const bson_t *let_spec,
+                            sbl_err_t *err);
 /* Validate an update pipeline's stages (14/40324 ... as MongoDB) without running it. */
 int sbl_agg_check_update_pipeline(const bson_t *pipeline, sbl_err_t *err);
 

@@ -3,15 +3,13 @@
  * ($lookup, $out, $merge), run sub-pipelines ($facet), group by shorthand
  * ($bucket, $sortByCount), sample ($sample) or produce documents from
  * nothing ($documents).  Memory limits and spilling are src/exec's (spill.c);
- * $bucketAuto is bucket_auto.c's.
+ * $bucketAuto is bucket_auto.c's, $out and $merge agg_write.c's.
  *
  * What must stay true: a stage reading another collection reads it through
- * the query executor (never holding a storage scan across stages); $out
- * writes into a temporary collection and renames it over the target only
- * once everything was written, so a failed $out leaves the target as it was;
- * $merge writes each document in its own transaction.
+ * the query executor (never holding a storage scan across stages).
  */
 #include "agg/agg.h"
+#include "agg/agg_int.h"
 #include "sessions/sessions.h"
 #include "common/buf.h"
 #include "doc/doc.h"
@@ -27,7 +25,7 @@
 
 /* ---- shared helpers --------------------------------------------------------------------- */
 
-static bool sub_doc(const bson_iter_t *it, bson_t *out)
+bool sbl_agg_sub_doc(const bson_iter_t *it, bson_t *out)
 {
     uint32_t len;
     const uint8_t *data;
@@ -39,7 +37,7 @@ static bool sub_doc(const bson_iter_t *it, bson_t *out)
 }
 
 /* Resolve a target collection given as "coll" or {db, coll} into ns. */
-static int target_ns(const sbl_agg_env_t *env, const bson_iter_t *it, const char *stage,
+int sbl_agg_target_ns(const sbl_agg_env_t *env, const bson_iter_t *it, const char *stage,
                      char *ns, size_t nslen, sbl_err_t *err)
 {
     const char *db = env->db, *coll = NULL;
@@ -173,7 +171,7 @@ static void free_fkeys(fkey_t *k, size_t n)
 }
 
 /* Merge two let documents (later wins) into out (initialised here). */
-static void merge_let(const bson_t *outer, const bson_t *inner, bson_t *out)
+void sbl_agg_merge_let(const bson_t *outer, const bson_t *inner, bson_t *out)
 {
     bson_iter_t it;
     bson_init(out);
@@ -216,12 +214,12 @@ int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
             if (!BSON_ITER_HOLDS_ARRAY(&it))
                 return sbl_err_set(err, SBL_E_FailedToParse,
                                    "$lookup argument 'pipeline' must be an array");
-            has_pipeline = sub_doc(&it, &pipeline);
+            has_pipeline = sbl_agg_sub_doc(&it, &pipeline);
         } else if (strcmp(k, "let") == 0) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it))
                 return sbl_err_set(err, SBL_E_FailedToParse,
                                    "$lookup argument 'let' must be an object");
-            has_let = sub_doc(&it, &let_spec);
+            has_let = sbl_agg_sub_doc(&it, &let_spec);
         } else {
             return sbl_err_set(err, SBL_E_FailedToParse, "unknown argument to $lookup: %s", k);
         }
@@ -241,7 +239,7 @@ int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
                            "$lookup with 'let' requires 'pipeline' to be specified");
     if (!has_from)
         return sbl_err_set(err, SBL_E_FailedToParse, "must specify 'from' field for a $lookup");
-    SBL_RET(target_ns(env, &from_it, "$lookup", fns, sizeof(fns), err));
+    SBL_RET(sbl_agg_target_ns(env, &from_it, "$lookup", fns, sizeof(fns), err));
     if (has_pipeline) {
         size_t n;
         SBL_RET(sbl_agg_check_pipeline(&pipeline, &n, err));
@@ -315,7 +313,7 @@ int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
                     bson_append_value(&vars, let_n[i], -1, &v);
                 bson_value_destroy(&v);
             }
-            merge_let(env->let, &vars, &merged);
+            sbl_agg_merge_let(env->let, &vars, &merged);
             sbl_agg_env_t sub = *env;
             sub.let = &merged;
             sub.depth++;
@@ -381,7 +379,7 @@ int sbl_agg_facet(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bs
                              name, sbl_type_name(bson_iter_type(&it)));
             break;
         }
-        sub_doc(&it, &pipeline);
+        sbl_agg_sub_doc(&it, &pipeline);
         if ((rc = sbl_agg_check_pipeline(&pipeline, &n, err)) != 0)
             break;
         bson_iter_init(&st, &pipeline);
@@ -484,7 +482,7 @@ int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
                                                "but found type: %s",
                                    sbl_type_name(bson_iter_type(&it)));
             }
-            has_output = sub_doc(&it, &output);
+            has_output = sbl_agg_sub_doc(&it, &output);
         } else {
             free(bounds);
             return sbl_err_set(err, 40197, "Unrecognized option to $bucket: %s.", k);
@@ -653,7 +651,7 @@ int sbl_agg_documents(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *i
                                            "array of objects");
             break;
         }
-        sub_doc(&el, &d);
+        sbl_agg_sub_doc(&el, &d);
         sbl_docvec_push(dv, bson_copy(&d));
     }
     bson_value_destroy(&v);
@@ -802,329 +800,4 @@ int sbl_agg_list_sessions(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv,
     dv->n = kept;
     free(f.uids);
     return 0;
-}
-
-/* ---- writing: $out and $merge ------------------------------------------------------------- */
-
-/* Run one write in its own transaction, retrying WriteConflict. */
-static int write_one(sbl_opctx_t *ctx, sbl_coll_t *c, sbl_write_kind_t kind, const bson_t *old,
-                     const bson_t *doc, sbl_err_t *err)
-{
-    for (int attempt = 0;; attempt++) {
-        SBL_RET(sbl_op_backoff(ctx, &attempt, err));
-        SBL_RET(sbl_txn_begin(ctx->ss, err));
-        int rc = sbl_write(ctx->ss, c, kind, old, doc, NULL, err);
-        if (rc == 0)
-            rc = sbl_txn_commit(ctx->ss, err);
-        if (rc != 0)
-            sbl_txn_abort(ctx->ss);
-        if (rc == 0)
-            ctx->wrote = true;
-        if (rc != SBL_E_WriteConflict || attempt >= SBL_WRITE_RETRIES)
-            return rc;
-    }
-}
-
-int sbl_agg_out(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err)
-{
-    char ns[SBL_NS_MAX], tmp[SBL_NS_MAX];
-    sbl_coll_t *c = NULL;
-    int rc;
-    SBL_RET(target_ns(env, it, "$out", ns, sizeof(ns), err));
-    if (strstr(ns, ".system.") != NULL)
-        return sbl_err_set(err, 17385, "Can't $out to special collection: %s", strchr(ns, '.') + 1);
-    const char *dot = strchr(ns, '.');
-    snprintf(tmp, sizeof(tmp), "%.*s.tmp.agg_out.%08lx%08lx", (int)(dot - ns), ns,
-             (unsigned long)random(), (unsigned long)random());
-    bool created = false;
-    SBL_RET(sbl_coll_open(env->ctx->ss, tmp, true, &c, &created, err));
-    if (created)
-        sbl_op_coll_created(env->ctx, tmp);
-    rc = 0;
-    for (size_t i = 0; i < dv->n && rc == 0; i++) {
-        bson_t doc;
-        if ((rc = sbl_doc_prepare_insert(dv->v[i], &doc, err)) != 0)
-            break;
-        rc = write_one(env->ctx, c, SBL_WRITE_INSERT, NULL, &doc, err);
-        bson_destroy(&doc);
-    }
-    sbl_coll_release(c);
-    sbl_err_t e2 = {0};
-    if (rc == 0)
-        rc = sbl_coll_rename(env->ctx->ss, tmp, ns, true, err);
-    if (rc != 0)
-        sbl_coll_drop(env->ctx->ss, tmp, &e2);
-    else
-        env->ctx->wrote = true;
-    sbl_docvec_clear(dv);
-    return rc;
-}
-
-typedef enum { WM_MERGE, WM_REPLACE, WM_KEEP, WM_FAIL, WM_PIPELINE } when_matched_t;
-typedef enum { WNM_INSERT, WNM_DISCARD, WNM_FAIL } when_not_matched_t;
-
-/* Top-level merge of `in` over `base` into out (initialised here). */
-static void merge_top(const bson_t *base, const bson_t *in, bson_t *out)
-{
-    bson_iter_t it;
-    bson_init(out);
-    bson_iter_init(&it, base);
-    while (bson_iter_next(&it)) {
-        bson_iter_t f;
-        if (bson_iter_init_find(&f, in, bson_iter_key(&it)))
-            bson_append_iter(out, bson_iter_key(&it), -1, &f);
-        else
-            bson_append_iter(out, bson_iter_key(&it), -1, &it);
-    }
-    bson_iter_init(&it, in);
-    while (bson_iter_next(&it))
-        if (!bson_has_field(base, bson_iter_key(&it)))
-            bson_append_iter(out, bson_iter_key(&it), -1, &it);
-}
-
-/* Find the target document matching doc on the `on` fields. */
-static int merge_find(sbl_opctx_t *ctx, const char *ns, char **on, size_t non, const bson_t *doc,
-                      bson_t *found, bool *foundp, sbl_err_t *err)
-{
-    bson_t filter = BSON_INITIALIZER;
-    *foundp = false;
-    for (size_t i = 0; i < non; i++) {
-        bson_iter_t f;
-        if (!sbl_path_get(doc, on[i], &f) || BSON_ITER_HOLDS_NULL(&f) ||
-            BSON_ITER_HOLDS_UNDEFINED(&f) || BSON_ITER_HOLDS_ARRAY(&f)) {
-            bson_destroy(&filter);
-            return sbl_err_set(err, 51132, "$merge write error: 'on' field '%s' cannot be "
-                                           "missing, null, undefined or an array",
-                               on[i]);
-        }
-        bson_t eq;
-        bson_append_document_begin(&filter, on[i], -1, &eq);
-        bson_append_iter(&eq, "$eq", 3, &f);
-        bson_append_document_end(&filter, &eq);
-    }
-    sbl_qexec_t *q = NULL;
-    sbl_qexec_opts_t o = {0};
-    o.filter = &filter;
-    o.limit = 1;
-    int rc = sbl_qexec_new(ns, &o, &q, err);
-    if (rc == 0) {
-        bool done = false;
-        rc = sbl_qexec_next(q, ctx, found, NULL, &done, err);
-        if (rc == 0 && !done)
-            *foundp = true;
-    }
-    sbl_qexec_free(q);
-    bson_destroy(&filter);
-    return rc;
-}
-
-int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, sbl_err_t *err)
-{
-    char ns[SBL_NS_MAX];
-    bson_iter_t f, into;
-    bool has_into = false;
-    char *on[32];
-    size_t non = 0;
-    when_matched_t wm = WM_MERGE;
-    when_not_matched_t wnm = WNM_INSERT;
-    bson_t wm_pipeline, let_spec;
-    bool has_let = false;
-    int rc = 0;
-
-    if (BSON_ITER_HOLDS_UTF8(it)) {
-        into = *it;
-        has_into = true;
-    } else if (!BSON_ITER_HOLDS_DOCUMENT(it)) {
-        return sbl_err_set(err, 51182, "$merge only supports a string or object argument");
-    } else {
-        bson_iter_recurse(it, &f);
-        while (bson_iter_next(&f)) {
-            const char *k = bson_iter_key(&f);
-            if (strcmp(k, "into") == 0) {
-                into = f;
-                has_into = true;
-            } else if (strcmp(k, "on") == 0) {
-                if (BSON_ITER_HOLDS_UTF8(&f)) {
-                    on[non++] = (char *)bson_iter_utf8(&f, NULL);
-                } else if (BSON_ITER_HOLDS_ARRAY(&f)) {
-                    bson_iter_t a;
-                    bson_iter_recurse(&f, &a);
-                    while (bson_iter_next(&a) && non < 32) {
-                        if (!BSON_ITER_HOLDS_UTF8(&a))
-                            return sbl_err_set(err, 51134, "$merge 'on' array elements must be "
-                                                           "strings");
-                        on[non++] = (char *)bson_iter_utf8(&a, NULL);
-                    }
-                    if (non == 0)
-                        return sbl_err_set(err, 51187, "If explicitly specifying $merge 'on', "
-                                                       "must include at least one field");
-                } else {
-                    return sbl_err_set(err, 51186, "$merge 'on' field must be either a string "
-                                                   "or an array of strings");
-                }
-            } else if (strcmp(k, "whenMatched") == 0) {
-                if (BSON_ITER_HOLDS_ARRAY(&f)) {
-                    wm = WM_PIPELINE;
-                    sub_doc(&f, &wm_pipeline);
-                    SBL_RET(sbl_agg_check_update_pipeline(&wm_pipeline, err));
-                } else if (BSON_ITER_HOLDS_UTF8(&f)) {
-                    const char *m = bson_iter_utf8(&f, NULL);
-                    if (strcmp(m, "merge") == 0) wm = WM_MERGE;
-                    else if (strcmp(m, "replace") == 0) wm = WM_REPLACE;
-                    else if (strcmp(m, "keepExisting") == 0) wm = WM_KEEP;
-                    else if (strcmp(m, "fail") == 0) wm = WM_FAIL;
-                    else
-                        return sbl_err_set(err, SBL_E_BadValue, "Enumeration value '%s' for "
-                                                                "field 'whenMatched' is not a "
-                                                                "valid value.",
-                                           m);
-                } else {
-                    return sbl_type_error(err, "$merge.whenMatched", &f, "string or array");
-                }
-            } else if (strcmp(k, "whenNotMatched") == 0) {
-                const char *m = BSON_ITER_HOLDS_UTF8(&f) ? bson_iter_utf8(&f, NULL) : "";
-                if (strcmp(m, "insert") == 0) wnm = WNM_INSERT;
-                else if (strcmp(m, "discard") == 0) wnm = WNM_DISCARD;
-                else if (strcmp(m, "fail") == 0) wnm = WNM_FAIL;
-                else
-                    return sbl_err_set(err, SBL_E_BadValue, "Enumeration value '%s' for field "
-                                                            "'whenNotMatched' is not a valid "
-                                                            "value.",
-                                       m);
-            } else if (strcmp(k, "let") == 0) {
-                if (!BSON_ITER_HOLDS_DOCUMENT(&f))
-                    return sbl_type_error(err, "$merge.let", &f, "object");
-                has_let = sub_doc(&f, &let_spec);
-            } else {
-                return sbl_err_set(err, SBL_E_UnknownField,
-                                   "BSON field '$merge.%s' is an unknown field.", k);
-            }
-        }
-    }
-    if (!has_into)
-        return sbl_err_set(err, SBL_E_MissingField,
-                           "BSON field '$merge.into' is missing but a required field");
-    if (non == 0)
-        on[non++] = "_id";
-    SBL_RET(target_ns(env, &into, "$merge", ns, sizeof(ns), err));
-
-    sbl_coll_t *c = NULL;
-    bool created = false;
-    SBL_RET(sbl_coll_open(env->ctx->ss, ns, true, &c, &created, err));
-    if (created)
-        sbl_op_coll_created(env->ctx, ns);
-    for (size_t i = 0; i < dv->n && rc == 0; i++) {
-        bson_t src, existing;
-        bool found = false;
-        if ((rc = sbl_doc_prepare_insert(dv->v[i], &src, err)) != 0)
-            break;
-        rc = merge_find(env->ctx, ns, on, non, &src, &existing, &found, err);
-        if (rc == 0 && found) {
-            bson_t next;
-            bool write = true;
-            bson_iter_t eid;
-            bson_init(&next);
-            switch (wm) {
-            case WM_KEEP:
-                write = false;
-                break;
-            case WM_FAIL: {
-                bson_t kp, kv;
-                rc = sbl_err_set(err, SBL_E_DuplicateKey,
-                                 "$merge failed due to a DuplicateKey error: E11000 duplicate "
-                                 "key error collection: %s",
-                                 ns);
-                /* keyPattern / keyValue reach the error reply (dispatch.c) */
-                bson_append_document_begin(env->ctx->reply, "keyPattern", -1, &kp);
-                for (size_t k = 0; k < non; k++)
-                    bson_append_int32(&kp, on[k], -1, 1);
-                bson_append_document_end(env->ctx->reply, &kp);
-                bson_append_document_begin(env->ctx->reply, "keyValue", -1, &kv);
-                for (size_t k = 0; k < non; k++) {
-                    bson_iter_t fv;
-                    if (sbl_path_get(&src, on[k], &fv))
-                        bson_append_iter(&kv, on[k], -1, &fv);
-                }
-                bson_append_document_end(env->ctx->reply, &kv);
-                write = false;
-                break;
-            }
-            case WM_REPLACE: {
-                bson_iter_t si;
-                bson_iter_init_find(&eid, &existing, "_id");
-                bson_append_iter(&next, "_id", 3, &eid);
-                bson_iter_init(&si, &src);
-                while (bson_iter_next(&si))
-                    if (strcmp(bson_iter_key(&si), "_id") != 0)
-                        bson_append_iter(&next, bson_iter_key(&si), -1, &si);
-                break;
-            }
-            case WM_MERGE: {
-                bson_t m, wo_id = BSON_INITIALIZER;
-                bson_copy_to_excluding_noinit(&src, &wo_id, "_id", NULL);
-                merge_top(&existing, &wo_id, &m);
-                bson_destroy(&next);
-                bson_copy_to(&m, &next);
-                bson_destroy(&m);
-                bson_destroy(&wo_id);
-                break;
-            }
-            case WM_PIPELINE: {
-                bson_t vars = BSON_INITIALIZER, lv, merged;
-                bson_append_document(&vars, "new", 3, &src);
-                if (has_let) {
-                    sbl_expr_env_t xe = {.root = &src, .let = env->let, .now_ms = env->now_ms};
-                    bson_iter_t li;
-                    bson_iter_init(&li, &let_spec);
-                    while (rc == 0 && bson_iter_next(&li)) {
-                        bson_value_t sv, v;
-                        sbl_expr_t *e = NULL;
-                        sbl_iter_value(&li, &sv);
-                        if ((rc = sbl_expr_parse(&sv, &e, err)) == 0 &&
-                            (rc = sbl_expr_eval(e, &xe, &v, err)) == 0) {
-                            if (v.value_type != BSON_TYPE_EOD)
-                                bson_append_value(&vars, bson_iter_key(&li), -1, &v);
-                            bson_value_destroy(&v);
-                        }
-                        sbl_expr_free(e);
-                    }
-                }
-                merge_let(env->let, &vars, &merged);
-                bson_destroy(&next);
-                if (rc == 0)
-                    rc = sbl_agg_update_doc(env->ctx, &wm_pipeline, &merged, &existing, &lv, err);
-                if (rc == 0) {
-                    bson_copy_to(&lv, &next);
-                    bson_destroy(&lv);
-                } else {
-                    bson_init(&next);
-                    write = false;
-                }
-                bson_destroy(&vars);
-                bson_destroy(&merged);
-                break;
-            }
-            }
-            if (rc == 0 && write) {
-                bson_t prepared;
-                if ((rc = sbl_doc_prepare_insert(&next, &prepared, err)) == 0) {
-                    rc = write_one(env->ctx, c, SBL_WRITE_UPDATE, &existing, &prepared, err);
-                    bson_destroy(&prepared);
-                }
-            }
-            bson_destroy(&next);
-            bson_destroy(&existing);
-        } else if (rc == 0) {
-            if (wnm == WNM_INSERT)
-                rc = write_one(env->ctx, c, SBL_WRITE_INSERT, NULL, &src, err);
-            else if (wnm == WNM_FAIL)
-                rc = sbl_err_set(err, 13113, "$merge could not find a matching document in the "
-                                             "target collection for at least one document in "
-                                             "the source collection");
-        }
-        bson_destroy(&src);
-    }
-    sbl_coll_release(c);
-    sbl_docvec_clear(dv);
-    return rc;
 }

@@ -544,8 +544,8 @@ typedef struct update_totals {
 } update_totals_t;
 
 typedef struct update_stmt {
-    bson_t q, u, array_filters;
-    bool has_q, has_u, has_af, u_is_pipeline, upsert, multi, has_hint, has_coll;
+    bson_t q, u, array_filters, c; /* c: a pipeline's constants (mongod's `c`) */
+    bool has_q, has_u, has_af, u_is_pipeline, upsert, multi, has_hint, has_coll, has_c;
     bson_value_t hint;
     const sbl_collation_t *coll; /* when has_coll; else the collection's default */
 } update_stmt_t;
@@ -589,7 +589,11 @@ static int parse_update_stmt(const bson_t *s, update_stmt_t *st, sbl_err_t *err)
         } else if (strcmp(k, "collation") == 0) {
             SBL_RET(sbl_collation_from_iter(&it, field, &st->coll, err));
             st->has_coll = true;
-        } else if (strcmp(k, "c") == 0 || strcmp(k, "sampleId") == 0) {
+        } else if (strcmp(k, "c") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+                return sbl_type_error(err, field, &it, "object");
+            st->has_c = sbl_iter_doc(&it, &st->c);
+        } else if (strcmp(k, "sampleId") == 0) {
             continue;
         } else {
             return sbl_err_set(err, SBL_E_UnknownField,
@@ -602,6 +606,9 @@ static int parse_update_stmt(const bson_t *s, update_stmt_t *st, sbl_err_t *err)
     if (!st->has_u)
         return sbl_err_set(err, SBL_E_MissingField,
                            "BSON field 'UpdateOpEntry.u' is missing but a required field");
+    if (st->has_c && !st->u_is_pipeline)
+        return sbl_err_set(err, 51198, "Constant values may only be specified for pipeline "
+                           "updates");
     return 0;
 }
 
@@ -623,6 +630,7 @@ static int run_update(sbl_opctx_t *ctx, const char *ns, const update_stmt_t *st,
     sbl_update_t *u = NULL;
     sbl_crud_update_t cu = {NULL, NULL, let, bypass};
     bson_t qf; /* the filter with the command's let variables bound */
+    bson_t vars = BSON_INITIALIZER; /* the pipeline's: let, then the statement's c */
     sbl_qexec_t *q = NULL;
     sbl_coll_t *c = NULL;
     int64_t matched = 0;
@@ -634,6 +642,15 @@ static int run_update(sbl_opctx_t *ctx, const char *ns, const update_stmt_t *st,
                                "arrayFilters may not be specified for pipeline-style updates");
         SBL_RET(sbl_agg_check_update_pipeline(&st->u, err));
         cu.pipeline = &st->u;
+        if (st->has_c) { /* constants, as given ($merge's $$new and let) */
+            bson_iter_t li;
+            bson_iter_init(&li, let);
+            while (bson_iter_next(&li))
+                if (!bson_has_field(&st->c, bson_iter_key(&li)))
+                    bson_append_iter(&vars, bson_iter_key(&li), -1, &li);
+            bson_concat(&vars, &st->c);
+            cu.let = &vars;
+        }
     } else {
         u = sbl_update_new(&st->u, st->has_af ? &st->array_filters : NULL, err);
         if (u == NULL)
@@ -732,6 +749,7 @@ done:
     sbl_qexec_free(q);
     sbl_update_free(u);
     bson_destroy(&qf);
+    bson_destroy(&vars);
     return rc;
 }
 

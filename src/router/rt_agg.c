@@ -431,6 +431,7 @@ typedef struct merger {
     const char *db;
     const bson_t *cmd;       /* the client's aggregate */
     const bson_t *collation; /* its collation (NULL: none): the merger's reads use it */
+    const sbl_agg_env_t *env; /* the merger's: the command's evaluated let, $$NOW */
 } merger_t;
 
 /* 0 when reply (a handler's or a shard's) is no error reply, else err set
@@ -581,7 +582,17 @@ bool rt_agg_elsewhere(const char *db, const bson_t *cmd, int shard)
 
 /* ---- $merge into a sharded collection ---- */
 
-typedef enum { WM_MERGE, WM_REPLACE, WM_KEEP, WM_FAIL } when_matched_t;
+typedef enum { WM_MERGE, WM_REPLACE, WM_KEEP, WM_FAIL, WM_PIPELINE } when_matched_t;
+
+/* A $merge into a sharded collection, parsed. */
+typedef struct merge_spec {
+    char *on[32];
+    size_t non;
+    when_matched_t wm;
+    const char *wnm;
+    bson_t pipeline, let; /* whenMatched's pipeline; its let when has_let */
+    bool has_let;
+} merge_spec_t;
 
 /* 0 when reply (of rt_insert / rt_update) has no error and no writeErrors,
  * else err set to the first one's code and message. */
@@ -604,9 +615,10 @@ static int write_failed(const bson_t *reply, sbl_err_t *err)
 }
 
 /* {insert: coll, documents: [doc]} or {update: coll, updates: [{q, u}]}
- * (u a replacement) through the router's own write path. */
+ * (u a replacement, or with c the pipeline doc and its constants c) through
+ * the router's own write path. */
 static int routed_write(const char *db, const char *coll, const bson_t *q, const bson_t *doc,
-                        sbl_err_t *err)
+                        const bson_t *c, sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER, arr, st, reply = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&cmd, q == NULL ? "insert" : "update", coll);
@@ -616,7 +628,12 @@ static int routed_write(const char *db, const char *coll, const bson_t *q, const
     } else {
         BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &st);
         BSON_APPEND_DOCUMENT(&st, "q", q);
-        BSON_APPEND_DOCUMENT(&st, "u", doc);
+        if (c != NULL) {
+            BSON_APPEND_ARRAY(&st, "u", doc);
+            BSON_APPEND_DOCUMENT(&st, "c", c);
+        } else {
+            BSON_APPEND_DOCUMENT(&st, "u", doc);
+        }
         bson_append_document_end(&arr, &st);
     }
     bson_append_array_end(&cmd, &arr);
@@ -646,14 +663,24 @@ static void merge_top(const bson_t *base, const bson_t *in, bson_t *out)
 /* One source document of a $merge into sharded ns: the target document
  * matching it on the `on` fields is looked up through the router, then
  * updated by _id and shard key (or the source inserted), as sabled's
- * $merge does it locally (src/agg/stages.c), one document at a time. */
+ * $merge does it locally (src/agg/agg_write.c), one document at a time. */
 static int merge_one(const merger_t *m, const rt_coll_t *c, const char *tdb, const char *tcoll,
-                     char **on, size_t non, when_matched_t wm, const char *wnm,
-                     const bson_t *src, sbl_err_t *err)
+                     const merge_spec_t *ms, const bson_t *src, sbl_err_t *err)
 {
     char ns[400];
-    bson_t filter = BSON_INITIALIZER;
+    bson_t filter = BSON_INITIALIZER, vars = BSON_INITIALIZER;
+    char *const *on = ms->on;
+    size_t non = ms->non;
+    when_matched_t wm = ms->wm;
+    const char *wnm = ms->wnm;
     int rc = 0;
+    if (wm == WM_PIPELINE) {
+        bson_destroy(&vars);
+        rc = sbl_agg_merge_vars(m->env->let, ms->has_let ? &ms->let : NULL,
+                                strcmp(wnm, "insert") == 0, src, m->env, &vars, err);
+        if (rc != 0)
+            bson_init(&vars);
+    }
     for (size_t i = 0; i < non && rc == 0; i++) {
         bson_iter_t f;
         bson_t eq;
@@ -673,8 +700,8 @@ static int merge_one(const merger_t *m, const rt_coll_t *c, const char *tdb, con
         rc = remote_read((void *)m, ns, &filter, &found, err);
     bson_destroy(&filter);
     if (rc == 0 && found.n == 0) {
-        if (strcmp(wnm, "insert") == 0)
-            rc = routed_write(tdb, tcoll, NULL, src, err);
+        if (strcmp(wnm, "insert") == 0) /* with a pipeline too: mongod's upsertSupplied */
+            rc = routed_write(tdb, tcoll, NULL, src, NULL, err);
         else if (strcmp(wnm, "fail") == 0)
             rc = sbl_err_set(err, 13113, "$merge could not find a matching document in the "
                              "target collection for at least one document in the source "
@@ -687,7 +714,10 @@ static int merge_one(const merger_t *m, const rt_coll_t *c, const char *tdb, con
         bson_t next = BSON_INITIALIZER, wo_id = BSON_INITIALIZER, q = BSON_INITIALIZER;
         bson_iter_t eid;
         bson_copy_to_excluding_noinit(src, &wo_id, "_id", NULL);
-        if (wm == WM_MERGE) {
+        if (wm == WM_PIPELINE) {
+            bson_destroy(&next);
+            bson_copy_to(&ms->pipeline, &next);
+        } else if (wm == WM_MERGE) {
             bson_destroy(&next);
             merge_top(existing, &wo_id, &next);
         } else if (bson_iter_init_find(&eid, existing, "_id")) {
@@ -703,70 +733,72 @@ static int merge_one(const merger_t *m, const rt_coll_t *c, const char *tdb, con
             if (strcmp(bson_iter_key(&k), "_id") != 0 &&
                 sbl_path_get(existing, bson_iter_key(&k), &v))
                 bson_append_iter(&q, bson_iter_key(&k), -1, &v);
-        rc = routed_write(tdb, tcoll, &q, &next, err);
+        rc = routed_write(tdb, tcoll, &q, &next, wm == WM_PIPELINE ? &vars : NULL, err);
         bson_destroy(&next);
         bson_destroy(&wo_id);
         bson_destroy(&q);
     }
     sbl_docvec_clear(&found);
+    bson_destroy(&vars);
     return rc;
 }
 
 /* $merge (st: the stage's field) into the sharded tdb.tcoll (c) over dv;
- * `on` is by default _id and the shard key, as mongod's.  whenMatched with a
- * pipeline: 238. */
+ * `on` is by default _id and the shard key, as mongod's.  A whenMatched
+ * pipeline runs as a pipeline update of the target by _id and shard key,
+ * its variables ($$new by default, else let's) as the statement's c. */
 static int merge_sharded(const merger_t *m, const rt_coll_t *c, const bson_iter_t *st,
                          const char *tdb, const char *tcoll, sbl_docvec_t *dv, sbl_err_t *err)
 {
-    char *on[32];
-    size_t non = 0;
-    when_matched_t wm = WM_MERGE;
-    const char *wnm = "insert";
+    merge_spec_t ms = {.wm = WM_MERGE, .wnm = "insert"};
     bson_iter_t f, a;
     if (BSON_ITER_HOLDS_DOCUMENT(st) && bson_iter_recurse(st, &f)) {
         while (bson_iter_next(&f)) {
             const char *k = bson_iter_key(&f);
             if (strcmp(k, "on") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
-                on[non++] = (char *)bson_iter_utf8(&f, NULL);
+                ms.on[ms.non++] = (char *)bson_iter_utf8(&f, NULL);
             } else if (strcmp(k, "on") == 0 && bson_iter_recurse(&f, &a)) {
-                while (bson_iter_next(&a) && non < 32)
+                while (bson_iter_next(&a) && ms.non < 32)
                     if (BSON_ITER_HOLDS_UTF8(&a))
-                        on[non++] = (char *)bson_iter_utf8(&a, NULL);
+                        ms.on[ms.non++] = (char *)bson_iter_utf8(&a, NULL);
             } else if (strcmp(k, "whenMatched") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
                 const char *w = bson_iter_utf8(&f, NULL);
-                wm = strcmp(w, "replace") == 0        ? WM_REPLACE
-                     : strcmp(w, "keepExisting") == 0 ? WM_KEEP
-                     : strcmp(w, "fail") == 0         ? WM_FAIL
-                                                      : WM_MERGE;
-                if (wm == WM_MERGE && strcmp(w, "merge") != 0)
+                ms.wm = strcmp(w, "replace") == 0        ? WM_REPLACE
+                        : strcmp(w, "keepExisting") == 0 ? WM_KEEP
+                        : strcmp(w, "fail") == 0         ? WM_FAIL
+                                                         : WM_MERGE;
+                if (ms.wm == WM_MERGE && strcmp(w, "merge") != 0)
                     return sbl_err_set(err, SBL_E_BadValue, "Enumeration value '%s' for field "
                                        "'whenMatched' is not a valid value.", w);
-            } else if (strcmp(k, "whenMatched") == 0) {
-                return sbl_err_set(err, SBL_E_NotImplemented, "sable-router cannot yet $merge "
-                                   "with a whenMatched pipeline into a sharded collection");
+            } else if (strcmp(k, "whenMatched") == 0 && sbl_iter_array(&f, &ms.pipeline)) {
+                ms.wm = WM_PIPELINE;
+                SBL_RET(sbl_agg_check_update_pipeline(&ms.pipeline, err));
+            } else if (strcmp(k, "let") == 0 && sbl_iter_doc(&f, &ms.let)) {
+                ms.has_let = true;
             } else if (strcmp(k, "whenNotMatched") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
-                wnm = bson_iter_utf8(&f, NULL);
-                if (strcmp(wnm, "insert") != 0 && strcmp(wnm, "discard") != 0 &&
-                    strcmp(wnm, "fail") != 0)
+                ms.wnm = bson_iter_utf8(&f, NULL);
+                if (strcmp(ms.wnm, "insert") != 0 && strcmp(ms.wnm, "discard") != 0 &&
+                    strcmp(ms.wnm, "fail") != 0)
                     return sbl_err_set(err, SBL_E_BadValue, "Enumeration value '%s' for field "
-                                       "'whenNotMatched' is not a valid value.", wnm);
+                                       "'whenNotMatched' is not a valid value.", ms.wnm);
             }
         }
     }
-    if (non == 0) {
+    SBL_RET(sbl_agg_merge_check_let(st, ms.wm == WM_PIPELINE, ms.has_let ? &ms.let : NULL, err));
+    if (ms.non == 0) {
         bson_iter_t k;
-        on[non++] = "_id";
+        ms.on[ms.non++] = "_id";
         bson_iter_init(&k, c->key);
-        while (bson_iter_next(&k) && non < 32)
+        while (bson_iter_next(&k) && ms.non < 32)
             if (strcmp(bson_iter_key(&k), "_id") != 0)
-                on[non++] = (char *)bson_iter_key(&k);
+                ms.on[ms.non++] = (char *)bson_iter_key(&k);
     }
     int rc = 0;
     for (size_t i = 0; i < dv->n && rc == 0; i++) {
         bson_t src;
         if ((rc = sbl_doc_prepare_insert(dv->v[i], &src, err)) != 0)
             break; /* an _id generated where it has none, as sabled's $merge */
-        rc = merge_one(m, c, tdb, tcoll, on, non, wm, wnm, &src, err);
+        rc = merge_one(m, c, tdb, tcoll, &ms, &src, err);
         bson_destroy(&src);
     }
     sbl_docvec_clear(dv);
@@ -915,6 +947,7 @@ static int run_merger(const char *db, const char *coll, const bson_t *cmd, const
     sbl_agg_remote_t remote = {remote_read, remote_write, &m};
     sbl_agg_env_t env = {.ctx = &ctx, .db = db, .let = &let_vals, .now_ms = sbl_now_ms(),
                          .allow_disk = allow_disk, .coll = collation, .remote = &remote};
+    m.env = &env;
     char ns[400];
     snprintf(ns, sizeof(ns), "%s.%s", db, coll);
     int rc = sbl_agg_run(&env, ns, merge_pl, 0, dv, err);

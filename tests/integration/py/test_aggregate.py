@@ -326,6 +326,40 @@ def test_out_and_merge(sales, db):
     assert db.tgt2.count_documents({}) == 5
 
 
+def test_merge_pipeline_as_mongod(client, db):
+    db.ms.insert_many([{"_id": 1, "a": 1, "b": 1}, {"_id": 2, "a": 2, "b": 2}])
+    db.mt.insert_one({"_id": 1, "c": 1})
+    # unmatched: the source document goes in (mongod's upsertSupplied), not the pipeline's
+    agg(db.ms, [{"$merge": {"into": "mt", "whenMatched": [{"$set": {"x": {"$add": [
+        "$$new.a", "$$new.b"]}}}], "whenNotMatched": "insert"}}])
+    assert list(db.mt.find().sort("_id", 1)) == [{"_id": 1, "c": 1, "x": 2},
+                                                 {"_id": 2, "a": 2, "b": 2}]
+    # a let over the source document; $$new stays for whenNotMatched insert only
+    agg(db.ms, [{"$merge": {"into": "mt", "let": {"y": {"$multiply": ["$a", 10]}},
+                            "whenMatched": [{"$set": {"y": "$$y", "n": "$$new.a"}}]}}])
+    assert db.mt.find_one({"_id": 2}) == {"_id": 2, "a": 2, "b": 2, "y": 20, "n": 2}
+    with pytest.raises(OperationFailure) as e:
+        agg(db.ms, [{"$merge": {"into": "mt", "let": {}, "whenNotMatched": "discard",
+                                "whenMatched": [{"$set": {"z": "$$new"}}]}}])
+    assert e.value.code == 17276
+    agg(db.ms, [{"$merge": {"into": "mt", "let": None, "whenNotMatched": "discard",
+                            "whenMatched": [{"$set": {"z": "$$new.a"}}]}}])
+    assert db.mt.find_one({"_id": 1})["z"] == 1
+    for spec, code, msg in (
+            ({"let": {"a": 1}, "whenMatched": "replace"}, 51199, "'whenMatched: replace'"),
+            ({"let": {"new": "$a"}, "whenMatched": [{"$set": {"q": 1}}]}, 51273, "'new'")):
+        with pytest.raises(OperationFailure) as e:
+            agg(db.ms, [{"$merge": dict(spec, into="mt")}])
+        assert e.value.code == code and msg in str(e.value)
+    # the update command's c: constants of a pipeline update, taken as given
+    db.command("update", "mt", updates=[{"q": {"_id": 1}, "u": [{"$set": {"w": "$$k"}}],
+                                         "c": {"k": "$x"}}])
+    assert db.mt.find_one({"_id": 1})["w"] == "$x"  # not the field x
+    with pytest.raises(OperationFailure) as e:
+        db.command("update", "mt", updates=[{"q": {}, "u": {"$set": {"w": 1}}, "c": {"k": 1}}])
+    assert e.value.code == 51198
+
+
 def test_documents_collectionless(client, db):
     r = list(db.aggregate([{"$documents": [{"x": 1}, {"x": 2}, {"x": 3}]},
                            {"$match": {"x": {"$gte": 2}}},

@@ -11,37 +11,19 @@ import sys
 import time
 
 import pymongo
-import pytest
 from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 from pymongo.read_concern import ReadConcern
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
+from sharded import direct  # noqa: E402
 
 MEMBERS = 2
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-orphans-", members=MEMBERS) as info:
-        yield info
-
-
-@pytest.fixture(scope="module")
-def mongos(cluster):
-    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=20000,
-                            uuidRepresentation="standard")
-    c.admin.command("balancerStop")
-    yield c
-    c.close()
-
-
-def direct(port):
-    return pymongo.MongoClient("127.0.0.1", port, directConnection=True,
-                               serverSelectionTimeoutMS=5000)
+cluster = sharded.cluster_fixture("sable-orphans-", members=MEMBERS)
+mongos = sharded.mongos_fixture(stop_balancer=True, serverSelectionTimeoutMS=20000,
+                                uuidRepresentation="standard")
 
 
 def primary_port(cluster, shard, not_port=None, timeout=60):

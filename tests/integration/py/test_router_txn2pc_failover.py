@@ -23,38 +23,19 @@ from pymongo.errors import OperationFailure, PyMongoError
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
-from test_router_txn2pc import launcher, wait_for  # noqa: E402
+from sharded import direct, launcher, wait_for  # noqa: E402
 
 MEMBERS = 3
 COLLS = ["failover", "restart", "coord", "visible"]
-TEST_CMDS = ["--sabled-arg=--setParameter", "--sabled-arg=enableTestCommands=1"]
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-2pcf-", launcher_args=TEST_CMDS, members=MEMBERS) as info:
-        yield info
-
-
-@pytest.fixture(scope="module")
-def mongos(cluster):
-    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=20000)
-    sharded.split_at_zero(c, "tf", COLLS)
-    yield c
-    c.close()
+cluster = sharded.cluster_fixture("sable-2pcf-", members=MEMBERS,
+                                  launcher_args=sharded.set_parameters(["enableTestCommands=1"]))
+mongos = sharded.mongos_fixture(split=("tf", COLLS), serverSelectionTimeoutMS=20000)
 
 
 def member_no(shard, j):
     """The launcher's number of shard's member j (0 is the config server)."""
     return 1 + shard * MEMBERS + j
-
-
-def direct(port):
-    return pymongo.MongoClient("127.0.0.1", port, directConnection=True,
-                               serverSelectionTimeoutMS=5000)
 
 
 def primary_of(cluster, shard):
@@ -91,7 +72,7 @@ def prepared_on(cluster, shard, ns, _id):
 
 def fail_point(cluster, shard, name, on):
     with primary(cluster, shard) as c:
-        c.admin.command({"configureFailPoint": name, "mode": "alwaysOn" if on else "off"})
+        sharded.fail_point(c, name, on)
 
 
 def start_transfer(cluster, coll, src, dst, amount):

@@ -224,6 +224,25 @@ def shards_fixture(by_name=False, **client_kwargs):
     return fixture
 
 
+def primary_port(info, shard, not_port=None, secs=60):
+    """The port of the member of shard (an index into info["members"]),
+    other than not_port, that says it is writable primary; fails the test
+    after secs without one."""
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline:
+        for port in info["members"][shard]:
+            if port == not_port:
+                continue
+            try:
+                with direct(port) as c:
+                    if c.admin.command("hello").get("isWritablePrimary"):
+                        return port
+            except PyMongoError:
+                pass
+        time.sleep(0.2)
+    raise AssertionError("shard%d has no primary" % shard)
+
+
 def fail_point(c, name, on):
     """Turns fail point name on (alwaysOn) or off on the server of client c."""
     c.admin.command("configureFailPoint", name, mode="alwaysOn" if on else "off")

@@ -16,7 +16,7 @@ from pymongo.errors import PyMongoError
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import direct, wait_for  # noqa: E402
+from sharded import direct, primary_port, wait_for  # noqa: E402
 from test_migration_failover import LAUNCHER_ARGS, first_read  # noqa: E402
 
 MEMBERS = 3
@@ -24,21 +24,6 @@ N = 600
 
 
 cluster = sharded.cluster_fixture("sable-migsd-", members=MEMBERS, launcher_args=LAUNCHER_ARGS)
-
-
-def primary_port(cluster, shard):
-    found = {}
-
-    def look():
-        for port in cluster["members"][shard]:
-            with direct(port) as c:
-                if c.admin.command("hello").get("isWritablePrimary"):
-                    found["port"] = port
-                    return True
-        return False
-
-    assert wait_for(look, 60), "shard%d has no primary" % shard
-    return found["port"]
 
 
 def test_donor_stepdown_after_the_commit(cluster):

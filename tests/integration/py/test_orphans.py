@@ -16,7 +16,7 @@ from pymongo.read_concern import ReadConcern
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import direct  # noqa: E402
+from sharded import direct, primary_port  # noqa: E402
 
 MEMBERS = 2
 
@@ -24,22 +24,6 @@ MEMBERS = 2
 cluster = sharded.cluster_fixture("sable-orphans-", members=MEMBERS)
 mongos = sharded.mongos_fixture(stop_balancer=True, serverSelectionTimeoutMS=20000,
                                 uuidRepresentation="standard")
-
-
-def primary_port(cluster, shard, not_port=None, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        for port in cluster["members"][shard]:
-            if port == not_port:
-                continue
-            try:
-                with direct(port) as c:
-                    if c.admin.command("hello").get("isWritablePrimary"):
-                        return port
-            except PyMongoError:
-                pass
-        time.sleep(0.2)
-    raise AssertionError("shard%d has no primary" % shard)
 
 
 def test_orphans_are_filtered_from_routed_reads(cluster, mongos):

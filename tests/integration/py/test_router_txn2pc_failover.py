@@ -40,21 +40,7 @@ def member_no(shard, j):
 
 def primary_of(cluster, shard):
     """The index of shard's primary (waits for one)."""
-    found = {}
-
-    def look():
-        for j, port in enumerate(cluster["members"][shard]):
-            try:
-                with direct(port) as c:
-                    if c.admin.command("hello").get("isWritablePrimary"):
-                        found["j"] = j
-                        return True
-            except PyMongoError:
-                pass
-        return False
-
-    assert wait_for(look, 90), "shard%d has no primary" % shard
-    return found["j"]
+    return cluster["members"][shard].index(sharded.primary_port(cluster, shard, secs=90))
 
 
 def primary(cluster, shard):

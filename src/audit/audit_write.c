@@ -13,6 +13,7 @@
  */
 #include "audit/audit.h"
 #include "audit/audit_int.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -304,13 +305,7 @@ void *audit_writer_main(void *arg)
             /* Under load an event waits a moment (a loop's flush usually
              * takes it first); a failing file is retried ten times a second. */
             int ms = failing ? RETRY_MS : WRITER_DELAY_MS;
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += (long)ms * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
+            struct timespec ts = sbl_deadline_in_ms(ms);
             pthread_cond_timedwait(&audit_g.cv, &audit_g.mu, &ts);
         }
         audit_g.kick = false;

@@ -16,6 +16,7 @@
  * thread: sbl_cmd_fsync_locked sends writes there) and reads run.
  */
 #include "cmd/cmd_int.h"
+#include "common/clock.h"
 #include "exec/exec.h"
 #include "repl/repl.h"
 #include "storage/storage.h"
@@ -201,13 +202,7 @@ int sbl_cmd_fsync_wait(sbl_opctx_t *ctx, sbl_err_t *err)
     int rc = 0;
     pthread_mutex_lock(&fs_mutex);
     while (fs_count > 0 && (rc = sbl_op_check_interrupt(ctx, err)) == 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000000L; /* wake to check killOp and maxTimeMS */
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = sbl_deadline_in_ms(50); /* wake to check killOp and maxTimeMS */
         pthread_cond_timedwait(&fs_cond, &fs_mutex, &ts);
     }
     pthread_mutex_unlock(&fs_mutex);

@@ -993,14 +993,7 @@ static void *balancer_main(void *arg)
     int wait_ms = ROUND_IDLE_MS;
     pthread_mutex_lock(&bal_mu);
     while (!bal_stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += wait_ms / 1000;
-        ts.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = sbl_deadline_in_ms(wait_ms);
         pthread_cond_timedwait(&bal_cv, &bal_mu, &ts);
         if (bal_stop)
             break;

@@ -112,6 +112,29 @@ int sbl_view_read(sbl_opctx_t *ctx, sbl_err_t *err);
 /* handshake.c: end an awaitable hello of a closing connection (sbl_cmd_conn_close). */
 void sbl_hello_wait_cancel(sbl_client_t *client);
 
+/* routed.c: a router's command on a shard (the dispatcher's steps).
+ * sbl_routed_take moves the command's shardVersion and databaseVersion
+ * into r (on a shard only; r zeroed by the caller); sbl_routed_any: it had
+ * either; sbl_routed_sharded: its shardVersion names a sharded collection;
+ * sbl_routed_may_wait: a critical section it may wait for is held (run it on
+ * a worker).  sbl_routed_enter counts it into its gates and checks its
+ * versions (0, or StaleConfig / StaleDbVersion with their fields in
+ * ctx->reply); sbl_routed_exit, after the handler (whatever enter
+ * returned), leaves the gates entered; sbl_routed_free frees the versions. */
+typedef struct sbl_routed {
+    bson_t *shard_version;
+    bson_t *db_version;
+    char gate_ns[400]; /* inside this namespace's gate, else "" */
+    char gate_db[128]; /* inside this database's gate, else "" */
+} sbl_routed_t;
+void sbl_routed_take(sbl_routed_t *r, bson_t *cmd);
+bool sbl_routed_any(const sbl_routed_t *r);
+bool sbl_routed_sharded(const sbl_routed_t *r);
+bool sbl_routed_may_wait(const sbl_routed_t *r);
+int sbl_routed_enter(sbl_routed_t *r, sbl_opctx_t *ctx, sbl_err_t *err);
+void sbl_routed_exit(sbl_routed_t *r);
+void sbl_routed_free(sbl_routed_t *r);
+
 /* shard_cmds.c: a shard's side of a sharded cluster */
 int sbl_cmd_add_shard_identity(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_flush_routing_table(sbl_opctx_t *ctx, sbl_err_t *err);
@@ -120,6 +143,11 @@ int sbl_cmd_sharding_state(sbl_opctx_t *ctx, sbl_err_t *err);
  * {stats: [{namespace, collSize}]}, each collection's data size on this
  * shard divided by scaleFactor (default 1 MiB; 0 for one not here). */
 int sbl_cmd_shardsvr_stats_for_balancing(sbl_opctx_t *ctx, sbl_err_t *err);
+/* _shardsvrMovePrimaryEnterCriticalSection {db, leaseMillis, renew} and
+ * _shardsvrMovePrimaryExitCriticalSection {db}: the router's movePrimary
+ * and dropDatabase on the database's primary shard (src/shard/shard_db.c). */
+int sbl_cmd_move_primary_crit_enter(sbl_opctx_t *ctx, sbl_err_t *err);
+int sbl_cmd_move_primary_crit_exit(sbl_opctx_t *ctx, sbl_err_t *err);
 /* migrate.c: a migration's donor and recipient halves (shards) */
 int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_migrate_clone(sbl_opctx_t *ctx, sbl_err_t *err);

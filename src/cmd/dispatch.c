@@ -39,11 +39,10 @@ typedef struct pending {
     uv_work_t work;
     sbl_op_t op;  /* in the registry while the handler runs */
     bool on_coll; /* op.ns names a collection (top counts it) */
-    bson_t *shard_version; /* the router's shardVersion, taken out of the command (shards) */
+    sbl_routed_t routed; /* a router's command on a shard: its versions and gates */
     bool unsatisfiable_wc; /* a transaction's commit/abort asked w > members: it runs, then
                             * gets writeConcernError UnsatisfiableWriteConcern (as mongod) */
     uint64_t op_ts; /* its write concern waits for it too: writes commit in parallel */
-    char gate_ns[400]; /* a router's command inside this namespace's gate, else "" */
 } pending_t;
 
 /* ---- counters (serverStatus.opcounters; kept by src/metrics) ------------- */
@@ -354,88 +353,13 @@ static bool js_op_killed(const void *op)
     return op != NULL && sbl_op_is_killed(op);
 }
 
-/* The namespace a router's command names: db + its first field's string value. */
-static void routed_ns(const pending_t *p, char *ns, size_t size)
-{
-    bson_iter_t it;
-    const char *coll = bson_iter_init(&it, p->ctx.cmd) && bson_iter_next(&it) &&
-                               BSON_ITER_HOLDS_UTF8(&it)
-                           ? bson_iter_utf8(&it, NULL)
-                           : "";
-    snprintf(ns, size, "%s.%s", p->ctx.db, coll);
-}
-
-/* On a shard: take a router's shardVersion out of the command (handlers
- * do not know the field) and keep it for check_shard_version. */
-static void take_shard_version(pending_t *p, sbl_request_t *req)
-{
-    static int role = -1;
-    if (role < 0)
-        role = sbl_server_options()->cluster_role;
-    bson_iter_t it;
-    if (role != SBL_ROLE_SHARDSVR || !sbl_doc_find_top(&req->cmd, "shardVersion", &it) ||
-        !BSON_ITER_HOLDS_DOCUMENT(&it))
-        return;
-    uint32_t len;
-    const uint8_t *data;
-    bson_iter_document(&it, &len, &data);
-    p->shard_version = bson_new_from_data(data, len);
-    bson_t stripped = BSON_INITIALIZER;
-    bson_copy_to_excluding_noinit(&req->cmd, &stripped, "shardVersion", NULL);
-    bson_destroy(&req->cmd);
-    bson_steal(&req->cmd, &stripped);
-}
-
 static void execute_inner(pending_t *p);
-
-/* A router's command for a sharded collection (its shardVersion has an epoch). */
-static bool routed_sharded(const pending_t *p)
-{
-    bson_iter_t it;
-    if (p->shard_version == NULL || !bson_iter_init_find(&it, p->shard_version, "e") ||
-        !BSON_ITER_HOLDS_OID(&it))
-        return false;
-    static const bson_oid_t zero;
-    return !bson_oid_equal(bson_iter_oid(&it), &zero);
-}
-
-/* The reads whose results a shard filters by ownership (mongod's shard
- * filtering): a routed find, aggregate, count or distinct. */
-static bool filtered_read(const char *name)
-{
-    return strcmp(name, "find") == 0 || strcmp(name, "aggregate") == 0 ||
-           strcmp(name, "count") == 0 || strcmp(name, "distinct") == 0;
-}
-
-/* A router's command on a shard that this member may run (mongod's order: a member that is
- * not primary refused it already, NotWritablePrimary or NotPrimaryNoSecondaryOk, so the
- * router looks for the new primary instead of retrying here).  It counts itself into its
- * namespace's critical-section gate (src/shard), so a migration's critical section waits
- * for it and holds back new ones; a critical section that outlasts the wait answers
- * StaleConfig.  Then its routing version must be this shard's, or StaleConfig sends the
- * router to refresh; a read then takes the ownership filter read with that version (its
- * chunks do not change while the command is inside the gate).  execute() leaves the gate
- * (p->gate_ns) after the handler. */
-static int enter_routed(pending_t *p)
-{
-    char ns[sizeof(p->gate_ns)];
-    routed_ns(p, ns, sizeof(ns));
-    SBL_RET(sbl_shard_op_enter(ns, 0, &p->err));
-    memcpy(p->gate_ns, ns, sizeof(ns));
-    if (routed_sharded(p)) /* after the gate; a migration's getMores: snapshot_read.c */
-        p->ctx.open_ts = sbl_repl_last_op_ts();
-    SBL_RET(sbl_shard_check_version(ns, p->shard_version, &p->reply, &p->err));
-    if (routed_sharded(p) && filtered_read(p->ctx.name))
-        p->ctx.shard_filter = sbl_shard_filter_get(ns);
-    return 0;
-}
 
 /* Run the command on this thread.  p->op_ts: the newest oplog ts its writes took. */
 static void execute(pending_t *p)
 {
     execute_inner(p);
-    if (p->gate_ns[0] != '\0')
-        sbl_shard_op_exit(p->gate_ns);
+    sbl_routed_exit(&p->routed);
     p->op_ts = sbl_repl_take_thread_op_ts();
 }
 
@@ -581,14 +505,17 @@ static void execute_inner(pending_t *p)
         !sbl_repl_writable() &&
         (p->rc = sbl_repl_check_read(ctx->db, secondary_ok(ctx), &p->err)) != 0)
         return;
-    /* A router's command on a shard: its critical-section gate and routing version. */
-    if (p->shard_version != NULL && (p->rc = enter_routed(p)) != 0)
+    /* A router's command on a shard (mongod's order: a member that is not primary refused
+     * it above, so the router looks for the new primary instead of retrying here): into its
+     * critical-section gates, its routing versions checked (routed.c). */
+    if (sbl_routed_any(&p->routed) && (p->rc = sbl_routed_enter(&p->routed, ctx, &p->err)) != 0)
         return;
     /* collectionUUID: the named collection must be the one the client means.
      * Not for a sharded collection's command from a router: each shard created
      * its copy with a UUID of its own (listCollections through the router shows
      * the primary shard's). */
-    if (!routed_sharded(p) && (p->rc = sbl_cmd_check_coll_uuid(ctx, &p->reply, &p->err)) != 0)
+    if (!sbl_routed_sharded(&p->routed) &&
+        (p->rc = sbl_cmd_check_coll_uuid(ctx, &p->reply, &p->err)) != 0)
         return;
     /* Read concerns that wait: afterClusterTime before the read, a
      * linearizable read's majority-acknowledged no-op after it. */
@@ -658,6 +585,7 @@ static bool error_detail(const char *k, int code)
                   w) != NULL ||
            (code == SBL_E_WouldChangeOwningShard &&
             strstr(" preImage postImage shouldUpsert ", w) != NULL) ||
+           (code == SBL_E_StaleDbVersion && strcmp(k, "db") == 0) ||
            (code == SBL_E_CollectionUUIDMismatch &&
             strstr(" db collectionUUID expectedCollection actualCollection ", w) != NULL);
 }
@@ -695,8 +623,7 @@ static void build_reply(pending_t *p, bson_t *out)
 
 static void pending_free(pending_t *p)
 {
-    if (p->shard_version != NULL)
-        bson_destroy(p->shard_version);
+    sbl_routed_free(&p->routed);
     sbl_shard_filter_release(p->ctx.shard_filter);
     bson_destroy(&p->reply);
     free(p);
@@ -957,7 +884,7 @@ static pending_t *pending_start(sbl_conn_t *conn, sbl_request_t *req)
     p->ctx.client = sbl_conn_data(conn);
     if (p->ctx.client == NULL)
         p->ctx.client = &internal_client;
-    take_shard_version(p, req);
+    sbl_routed_take(&p->routed, &req->cmd);
     p->ctx.cmd = &req->cmd;
     p->ctx.db = req->db;
     p->ctx.reply = &p->reply;
@@ -978,10 +905,9 @@ static void dispatch_pending(pending_t *p, bool force_worker)
         return;
     }
     int64_t counted = count_op(p->def, p->ctx.cmd);
-    /* During a migration, or on a new primary before its migration
-     * recovery, a router's command may wait: never on the loop thread. */
-    if (p->shard_version != NULL &&
-        (sbl_shard_migration_active() || !sbl_shard_metadata_known()))
+    /* During a migration or movePrimary, or on a new primary before its
+     * migration recovery, a router's command may wait: never on the loop thread. */
+    if (sbl_routed_may_wait(&p->routed))
         force_worker = true;
     /* While a transaction is prepared, reads and writes may wait for it: on
      * a worker; commands that end transactions are never queued behind them. */

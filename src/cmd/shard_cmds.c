@@ -5,13 +5,18 @@
  * admin.system.version as mongod keeps it, and read back at start-up),
  * _flushRoutingTableCacheUpdates (re-read a collection's shard version
  * now), _shardsvrGetStatsForBalancing (each collection's data size here,
- * which the balancer compares across shards), and shardingState.  The version check itself is the dispatcher's
- * (dispatch.c: a command carrying shardVersion is checked before its
- * handler runs; src/shard has the rules).  Also sbl_cmd_run_checked, how
- * the sharding code (migrations, the balancer, the transaction coordinator)
- * runs a command on this member and takes its error.
+ * which the balancer compares across shards),
+ * _shardsvrMovePrimaryEnterCriticalSection / ExitCriticalSection
+ * (movePrimary's and dropDatabase's hold on a database, src/shard/shard_db.c)
+ * and shardingState.  The version check itself is the dispatcher's
+ * (dispatch.c and routed.c: a command carrying shardVersion or
+ * databaseVersion is checked before its handler runs; src/shard has the
+ * rules).  Also sbl_cmd_run_checked, how the sharding code (migrations,
+ * the balancer, the transaction coordinator) runs a command on this member
+ * and takes its error.
  */
 #include "cmd/cmd_int.h"
+#include "common/clock.h"
 #include "doc/doc.h"
 
 #include "server/server.h"
@@ -20,6 +25,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static bool is_shardsvr(void)
 {
@@ -87,6 +93,87 @@ int sbl_cmd_flush_routing_table(sbl_opctx_t *ctx, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_BadValue, "_flushRoutingTableCacheUpdates needs a "
                            "namespace");
     return sbl_shard_refresh(ns, err);
+}
+
+/* The database a movePrimary critical-section command names. */
+static int crit_db(sbl_opctx_t *ctx, const char *name, const char **dbp, sbl_err_t *err)
+{
+    if (!is_shardsvr())
+        return sbl_err_set(err, SBL_E_IllegalOperation, "Cannot accept sharding commands if not "
+                           "started with --shardsvr");
+    *dbp = sbl_doc_utf8(ctx->cmd, name);
+    if (*dbp == NULL || **dbp == '\0')
+        return sbl_err_set(err, SBL_E_BadValue, "%s needs a database name", name);
+    return 0;
+}
+
+/* The transactions that wrote a collection of db and have not ended, once
+ * its critical section holds: the idle ones are aborted (a commit arriving
+ * later would put its writes on the donor after the copy), the others
+ * (running a statement, prepared) waited for, at most 5 s (ExceededTimeLimit). */
+static int end_db_txns(const char *db, sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER; /* sbl_cmd_run appends to it */
+    BSON_APPEND_INT32(&cmd, "listCollections", 1);
+    BSON_APPEND_BOOL(&cmd, "nameOnly", true);
+    bson_t c;
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "cursor", &c);
+    BSON_APPEND_INT32(&c, "batchSize", 100000);
+    bson_append_document_end(&cmd, &c);
+    sbl_cmd_run(db, &cmd, &reply);
+    bson_destroy(&cmd);
+    int64_t until = sbl_now_ms() + 5000;
+    int left;
+    do {
+        left = 0;
+        bson_iter_t it, b;
+        if (bson_iter_init(&it, &reply) &&
+            bson_iter_find_descendant(&it, "cursor.firstBatch", &b) && bson_iter_recurse(&b, &it))
+            while (bson_iter_next(&it)) {
+                bson_t d;
+                const char *name;
+                char ns[400];
+                if (sbl_iter_doc(&it, &d) && (name = sbl_doc_utf8(&d, "name")) != NULL) {
+                    snprintf(ns, sizeof(ns), "%s.%s", db, name);
+                    left += sbl_cmd_mtxn_end_writers(ns);
+                }
+            }
+        if (left > 0)
+            usleep(5 * 1000);
+    } while (left > 0 && sbl_now_ms() < until);
+    bson_destroy(&reply);
+    if (left > 0)
+        return sbl_err_set(err, SBL_E_ExceededTimeLimit, "%d transaction(s) that wrote database "
+                           "%s did not end within 5 s of movePrimary's critical section", left,
+                           db);
+    return 0;
+}
+
+int sbl_cmd_move_primary_crit_enter(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    const char *db;
+    SBL_RET(crit_db(ctx, "_shardsvrMovePrimaryEnterCriticalSection", &db, err));
+    bson_iter_t it;
+    int64_t lease = 30000;
+    if (bson_iter_init_find(&it, ctx->cmd, "leaseMillis") && BSON_ITER_HOLDS_NUMBER(&it))
+        lease = bson_iter_as_int64(&it);
+    if (lease < 1 || lease > 600000)
+        return sbl_err_set(err, SBL_E_BadValue, "leaseMillis must be between 1 and 600000");
+    bool renew = bson_iter_init_find(&it, ctx->cmd, "renew") && bson_iter_as_bool(&it);
+    SBL_RET(sbl_shard_db_crit_enter(db, lease, renew, err));
+    if (!renew && end_db_txns(db, err) != 0) {
+        sbl_shard_db_crit_exit(db);
+        return err->code;
+    }
+    return 0;
+}
+
+int sbl_cmd_move_primary_crit_exit(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    const char *db;
+    SBL_RET(crit_db(ctx, "_shardsvrMovePrimaryExitCriticalSection", &db, err));
+    sbl_shard_db_crit_exit(db);
+    return 0;
 }
 
 int sbl_cmd_sharding_state(sbl_opctx_t *ctx, sbl_err_t *err)

@@ -139,6 +139,7 @@
     X(ZoneNotFound, 177)                                                                           \
     X(RangeOverlapConflict, 178)                                                                   \
     X(StaleConfig, 13388)                                                                          \
+    X(StaleDbVersion, 249)                                                                         \
     X(CommandFailed, 125)                                                                          \
     X(OplogStartMissing, 120)                                                                      \
     X(UnrecoverableRollbackError, 127)                                                             \

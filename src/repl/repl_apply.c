@@ -158,13 +158,7 @@ int sbl_rs_apply_turn(sbl_err_t *err)
             return sbl_err_set(err, SBL_E_Interrupted, "the oplog entry before this one "
                                "waits: this one is applied again at its turn");
         }
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        t.tv_nsec += 50 * 1000 * 1000;
-        if (t.tv_nsec >= 1000000000) {
-            t.tv_sec++;
-            t.tv_nsec -= 1000000000;
-        }
+        struct timespec t = sbl_deadline_in_ms(50);
         pthread_cond_timedwait(&pool.cv[cur_writer], &pool.mu, &t);
     }
     pthread_mutex_unlock(&pool.mu);

@@ -26,7 +26,16 @@
 
 #define RT_MAX_SHARDS 64
 #define RT_HOST_MAX 256 /* a member's "host:port" */
-#define RT_RETRIES 5 /* StaleConfig refresh-and-retry rounds */
+#define RT_RETRIES 5 /* StaleConfig (StaleDbVersion) refresh-and-retry rounds */
+
+/* A shard's answer that the router routed with old metadata: StaleConfig
+ * (a collection's) or StaleDbVersion (a database's, for an unsharded
+ * collection); the router refreshes the routing table with force (which
+ * re-reads the database too) and retries. */
+static inline bool rt_stale_code(int code)
+{
+    return code == SBL_E_StaleConfig || code == SBL_E_StaleDbVersion;
+}
 
 /* A chunk or shard version: epoch and timestamp name the collection's
  * incarnation, major.minor order the changes within it. */
@@ -51,12 +60,24 @@ typedef struct rt_chunk {
     size_t nhist;
 } rt_chunk_t;
 
+/* A database's version (config.databases' version: {uuid, timestamp,
+ * lastMod}), sent as databaseVersion with commands for its unsharded
+ * collections; known false: none (config and admin, or a database nobody
+ * created yet). */
+typedef struct rt_dbv {
+    bool known;
+    uint8_t uuid[16];
+    uint32_t ts_t, ts_i;
+    int32_t lastmod;
+} rt_dbv_t;
+
 /* One namespace's routing table. */
 typedef struct rt_coll {
     int refs;
     char ns[256];
     bool sharded;
     int primary;          /* the database's primary shard (unsharded: where it lives) */
+    rt_dbv_t dbv;         /* the database's version read with primary */
     bson_t *key;          /* shard key pattern */
     int nkey;
     bool hashed;          /* the first (or only hashed) field is "hashed" */
@@ -157,6 +178,14 @@ void rt_meta_flush(void);
 /* The primary shard of db; create_db: register the database (choosing a
  * primary) when the config servers do not know it.  -1 with err. */
 int rt_db_primary(const char *db, bool create_db, sbl_err_t *err);
+/* The primary shard of a database nobody created yet, chosen by the client
+ * (enableSharding's primaryShard): db registered there; -2 with err
+ * (NamespaceExists when it exists on another shard). */
+int rt_db_create_on(const char *db, int shard, sbl_err_t *err);
+/* Forget db's cached primary and version (a shard said StaleDbVersion). */
+void rt_db_forget(const char *db);
+/* databaseVersion of db as cached appended to cmd (nothing when not cached). */
+void rt_append_db_version(bson_t *cmd, const char *db);
 /* Reload config.shards: add the new shards, note each one's draining, mark
  * those no longer there removed. */
 int rt_shards_reload(sbl_err_t *err);
@@ -198,6 +227,13 @@ int rt_cmd_clear_jumbo_flag(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 /* removeShard (draining: started, ongoing, completed) and movePrimary. */
 int rt_cmd_remove_shard(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_cmd_move_primary(const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* db's critical section on its primary shard s (movePrimary's donor,
+ * dropDatabase): enter it (returns once the routed commands inside have
+ * left; a lease the shard ends by itself unless renewed), renew it (an
+ * error when it is no longer held), or exit it (the shard forgets db's
+ * version).  0 or the shard's error. */
+typedef enum { RT_CRIT_ENTER, RT_CRIT_RENEW, RT_CRIT_EXIT } rt_crit_t;
+int rt_db_crit(int s, const char *db, rt_crit_t what, sbl_err_t *err);
 /* ---- rt_zones.c ---- */
 /* addShardToZone, removeShardFromZone, updateZoneKeyRange (and their
  * lower-case names): on the admin database only, carried out by the config
@@ -217,7 +253,8 @@ int rt_zone_first_chunks(const char *ns, const bson_t *key, int hashed_pos, bool
 
 /* Remove ns's (or db's, when coll is NULL) sharding metadata after a drop. */
 void rt_meta_drop(const char *db, const char *coll);
-/* Append shardVersion for shard i to cmd (UNSHARDED for an unsharded table). */
+/* Append shardVersion for shard i to cmd (UNSHARDED for an unsharded table,
+ * with the database's databaseVersion when it has one). */
 void rt_append_version(bson_t *cmd, const rt_coll_t *c, int shard);
 
 /* ---- rt_target.c ---- */

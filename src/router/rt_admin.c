@@ -242,6 +242,15 @@ int rt_cmd_enable_sharding(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_InvalidOptions, "can't shard %s database", db);
     if (strcmp(db, "config") == 0)
         return 0;
+    const char *want = sbl_doc_utf8(cmd, "primaryShard"); /* 7.0: where a new one goes */
+    if (want != NULL) {
+        sbl_err_t e = {0};
+        rt_shards_reload(&e);
+        int s = rt_shard_find(want);
+        if (s < 0 || rt_shard_removed(s))
+            return sbl_err_set(err, SBL_E_ShardNotFound, "Shard %s not found", want);
+        return rt_db_create_on(db, s, err) < 0 ? err->code : 0;
+    }
     int p = rt_db_primary(db, true, err);
     return p < 0 ? err->code : 0;
 }

@@ -847,9 +847,25 @@ static int remote_write(void *arg, const bson_iter_t *st, sbl_docvec_t *dv, sbl_
         for (int p = 0; pass[p]; p++)
             if (bson_iter_init_find(&it, m->cmd, pass[p]))
                 bson_append_iter(&cmd, pass[p], -1, &it);
-        if ((rc = rt_run(shard, tdb, &cmd, &r, err)) == 0) {
-            rc = reply_failed(&r, err);
+        for (int attempt = 0;; attempt++) { /* StaleDbVersion: the primary moved; it did not run */
+            bson_t sent = BSON_INITIALIZER;
+            bson_concat(&sent, &cmd);
+            rt_append_db_version(&sent, tdb);
+            rc = rt_run(shard, tdb, &sent, &r, err);
+            bson_destroy(&sent);
+            if (rc != 0)
+                break;
+            if (rt_reply_code(&r) != SBL_E_StaleDbVersion || attempt >= RT_RETRIES) {
+                rc = reply_failed(&r, err);
+                bson_destroy(&r);
+                break;
+            }
             bson_destroy(&r);
+            rt_db_forget(tdb);
+            if ((shard = rt_db_primary(tdb, true, err)) < -1) {
+                rc = err->code;
+                break;
+            }
         }
         bson_destroy(&cmd);
     }
@@ -959,7 +975,7 @@ int rt_agg_split(const char *db, const char *coll, const bson_t *cmd, const rt_c
             rc = rcs[i];
             *err = errs[i];
         } else if (rc == 0 && !*stalep && !answered &&
-                   rt_reply_code(&rs[i]) == SBL_E_StaleConfig) {
+                   rt_stale_code(rt_reply_code(&rs[i]))) {
             *stalep = true;
         } else if (rc == 0 && !*stalep && !answered && rt_reply_code(&rs[i]) != 0) {
             bson_copy_to_excluding_noinit(&rs[i], reply, "$clusterTime", "operationTime", NULL);

@@ -287,15 +287,23 @@ static int to_primary(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_
     if (bson_iter_init(&it, cmd) && bson_iter_next(&it))
         create = strcmp(bson_iter_key(&it), "create") == 0 ||
                  strcmp(bson_iter_key(&it), "createIndexes") == 0;
-    int s = rt_db_primary(db, create, err);
-    if (s < -1)
-        return err->code;
-    bson_t fwd = BSON_INITIALIZER, r;
-    rt_copy_cmd(cmd, &fwd, NULL);
-    int rc = rt_run(s, db, &fwd, &r, err);
-    bson_destroy(&fwd);
-    if (rc != 0)
-        return rc;
+    bson_t r;
+    int s, rc;
+    for (int attempt = 0;; attempt++) { /* StaleDbVersion: the primary moved */
+        if ((s = rt_db_primary(db, create, err)) < -1)
+            return err->code;
+        bson_t fwd = BSON_INITIALIZER;
+        rt_copy_cmd(cmd, &fwd, NULL);
+        rt_append_db_version(&fwd, db);
+        rc = rt_run(s, db, &fwd, &r, err);
+        bson_destroy(&fwd);
+        if (rc != 0)
+            return rc;
+        if (rt_reply_code(&r) != SBL_E_StaleDbVersion || attempt >= RT_RETRIES)
+            break;
+        bson_destroy(&r);
+        rt_db_forget(db);
+    }
     if (rt_reply_code(&r) == 0)
         rc = rt_wrap_cursor_reply(s, db, &r, reply, err);
     else
@@ -378,6 +386,11 @@ static int cmd_drop_database(const char *db, const bson_t *cmd, bson_t *reply, s
 {
     if (strcmp(db, "admin") == 0 || strcmp(db, "config") == 0)
         return sbl_err_set(err, SBL_E_IllegalOperation, "Cannot drop the %s database", db);
+    /* its primary holds routed commands back until every copy is gone and
+     * then forgets its version: a router that cached it gets StaleDbVersion */
+    sbl_err_t ce = {0};
+    int primary = rt_db_primary(db, false, &ce);
+    bool held = primary >= 0 && rt_db_crit(primary, db, RT_CRIT_ENTER, &ce) == 0;
     rt_meta_drop(db, NULL);
     bson_t fwd = BSON_INITIALIZER;
     rt_copy_cmd(cmd, &fwd, NULL);
@@ -388,6 +401,8 @@ static int cmd_drop_database(const char *db, const bson_t *cmd, bson_t *reply, s
             bson_destroy(&r);
     }
     bson_destroy(&fwd);
+    if (held)
+        rt_db_crit(primary, db, RT_CRIT_EXIT, &ce);
     BSON_APPEND_UTF8(reply, "dropped", db);
     return rc;
 }

@@ -427,7 +427,7 @@ int rt_wrap_cursor_reply(int shard, const char *db, bson_t *shard_reply, bson_t 
 
 static bool is_stale(const bson_t *reply)
 {
-    return rt_reply_code(reply) == SBL_E_StaleConfig;
+    return rt_stale_code(rt_reply_code(reply));
 }
 
 int rt_find(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)

@@ -8,15 +8,23 @@
  *                other shards; later calls count what is left ("ongoing");
  *                once no chunk and no database names it, the call removes
  *                its config.shards document ("completed").
- *   movePrimary  {movePrimary: db, to}: copies db's unsharded collections
- *                (documents, indexes, options; views) to shard to, makes it
- *                the primary in config.databases, then drops the old copies.
+ *   movePrimary  {movePrimary: db, to}: takes the database's critical
+ *                section on its primary (the donor: routed commands for its
+ *                unsharded collections wait, src/shard/shard_db.c), copies
+ *                them (documents, indexes, options; views) to shard to,
+ *                makes it the primary in config.databases with a new
+ *                version, ends the critical section (the donor forgets the
+ *                version: the waiting commands get StaleDbVersion and their
+ *                routers retry on the new primary), then drops the old
+ *                copies.
  *
  * What must stay true: a draining shard takes no new database or chunk
  * (rt_shard_takes_data); a removed shard keeps its index in the router's
  * shard list (routing tables hold indexes) and no command goes to it;
- * movePrimary changes config.databases only once every collection is copied,
- * and drops nothing before that, so a failure leaves the old primary whole.
+ * movePrimary changes config.databases only once every collection is copied
+ * while the critical section held throughout (renewed right before the
+ * commit), and drops nothing before that, so a failure leaves the old
+ * primary whole and no write lands on the donor after its copy.
  */
 #include "router/router_int.h"
 
@@ -30,6 +38,10 @@
 
 #define COPY_BATCH_BYTES (8 * 1024 * 1024) /* one insert's documents, well under 16 MB */
 #define COPY_BATCH_DOCS 1000
+/* movePrimary's critical section on the donor is a lease of this length,
+ * renewed after every batch copied: a router that dies mid-way holds the
+ * database's routed commands back at most that long. */
+#define CRIT_LEASE_MS 30000
 
 /* ---- the config servers ---- */
 
@@ -242,6 +254,25 @@ out:
 
 /* ---- movePrimary ---- */
 
+int rt_db_crit(int s, const char *db, rt_crit_t what, sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER, reply;
+    BSON_APPEND_UTF8(&cmd, what == RT_CRIT_EXIT ? "_shardsvrMovePrimaryExitCriticalSection"
+                                                : "_shardsvrMovePrimaryEnterCriticalSection",
+                     db);
+    if (what != RT_CRIT_EXIT) {
+        BSON_APPEND_INT64(&cmd, "leaseMillis", CRIT_LEASE_MS);
+        BSON_APPEND_BOOL(&cmd, "renew", what == RT_CRIT_RENEW);
+    }
+    int rc = rt_run(s, "admin", &cmd, &reply, err);
+    bson_destroy(&cmd);
+    if (rc == 0) {
+        rc = rt_reply_error(&reply, "movePrimary's critical section", err);
+        bson_destroy(&reply);
+    }
+    return rc;
+}
+
 /* cmd on shard s in db; 0 with *reply (initialised either way) or the
  * transport or command error, prefixed with what. */
 static int run_ok(int s, const char *db, const bson_t *cmd, bson_t *reply, const char *what,
@@ -370,7 +401,8 @@ static int insert_send(int dst, const char *db, bson_t *ins, bson_t *docs, int *
     return rc;
 }
 
-/* Every document of db.coll on src inserted into db.coll on dst. */
+/* Every document of db.coll on src inserted into db.coll on dst, renewing
+ * the donor's critical section as it goes. */
 static int copy_docs(int src, int dst, const char *db, const char *coll, sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER, reply, ins = BSON_INITIALIZER, docs;
@@ -401,6 +433,10 @@ static int copy_docs(int src, int dst, const char *db, const char *coll, sbl_err
             }
         bson_destroy(&reply);
         if (rc != 0 || id == 0) {
+            bson_init(&reply);
+            break;
+        }
+        if ((rc = rt_db_crit(src, db, RT_CRIT_RENEW, err)) != 0) {
             bson_init(&reply);
             break;
         }
@@ -577,6 +613,10 @@ static int move_primary(const bson_t *cmd, sbl_err_t *err)
     if (!rt_shard_takes_data(dst))
         return sbl_err_set(err, SBL_E_ShardNotFound, "Requested primary shard %s is draining",
                            to);
+    /* From here to the commit no routed command changes (or reads) the
+     * database on the donor: what is copied is all there is. */
+    if ((rc = rt_db_crit(src, db, RT_CRIT_ENTER, err)) != 0)
+        return rc;
     bson_t colls, det = BSON_INITIALIZER;
     if ((rc = colls_to_move(src, db, &colls, err)) == 0)
         rc = check_recipient(dst, db, &colls, err);
@@ -591,8 +631,14 @@ static int move_primary(const bson_t *cmd, sbl_err_t *err)
         if (sbl_iter_doc(&it, &info))
             rc = copy_coll(src, dst, db, &info, err);
     }
+    /* still held (not expired, no new donor primary): nothing was missed */
+    if (rc == 0)
+        rc = rt_db_crit(src, db, RT_CRIT_RENEW, err);
     if (rc == 0)
         rc = commit_primary(db, to, err);
+    /* the donor forgets its version: the commands held back, and later ones
+     * with the old version, get StaleDbVersion and go to the new primary */
+    rt_db_crit(src, db, RT_CRIT_EXIT, &e);
     rt_meta_flush(); /* this database's cached primary and unsharded routing tables */
     if (rc == 0) {
         drop_all(src, db, &colls);

@@ -33,6 +33,7 @@ typedef struct coll_slot {
 typedef struct db_slot {
     char name[128];
     int primary;
+    rt_dbv_t dbv;
 } db_slot_t;
 
 static pthread_rwlock_t meta_lock = PTHREAD_RWLOCK_INITIALIZER;
@@ -198,18 +199,46 @@ static int shard_by_id_reload(const char *id)
     return i;
 }
 
-static int db_cached(const char *db)
+/* db's cached primary (-2: not cached) and, with dbv, its version. */
+static int db_cached(const char *db, rt_dbv_t *dbv)
 {
     int p = -2;
     pthread_rwlock_rdlock(&meta_lock);
     for (size_t i = 0; i < ndbs; i++)
-        if (strcmp(dbs[i].name, db) == 0)
+        if (strcmp(dbs[i].name, db) == 0) {
             p = dbs[i].primary;
+            if (dbv != NULL)
+                *dbv = dbs[i].dbv;
+        }
     pthread_rwlock_unlock(&meta_lock);
     return p;
 }
 
-static void db_cache_put(const char *db, int primary)
+void rt_db_forget(const char *db)
+{
+    pthread_rwlock_wrlock(&meta_lock);
+    for (size_t i = 0; i < ndbs; i++)
+        if (strcmp(dbs[i].name, db) == 0) {
+            dbs[i] = dbs[--ndbs];
+            break;
+        }
+    pthread_rwlock_unlock(&meta_lock);
+}
+
+void rt_append_db_version(bson_t *cmd, const char *db)
+{
+    rt_dbv_t v = {0};
+    if (db_cached(db, &v) < 0 || !v.known)
+        return;
+    bson_t d;
+    BSON_APPEND_DOCUMENT_BEGIN(cmd, "databaseVersion", &d);
+    bson_append_binary(&d, "uuid", -1, BSON_SUBTYPE_UUID, v.uuid, 16);
+    BSON_APPEND_TIMESTAMP(&d, "timestamp", v.ts_t, v.ts_i);
+    BSON_APPEND_INT32(&d, "lastMod", v.lastmod);
+    bson_append_document_end(cmd, &d);
+}
+
+static void db_cache_put(const char *db, int primary, const rt_dbv_t *dbv)
 {
     pthread_rwlock_wrlock(&meta_lock);
     size_t i;
@@ -222,6 +251,7 @@ static void db_cache_put(const char *db, int primary)
         ndbs++;
     }
     dbs[i].primary = primary;
+    dbs[i].dbv = *dbv;
     pthread_rwlock_unlock(&meta_lock);
 }
 
@@ -235,8 +265,35 @@ static void append_uuid(bson_t *d, const char *k)
     bson_append_binary(d, k, -1, BSON_SUBTYPE_UUID, u, 16);
 }
 
-/* Read config.databases' entry for db: its primary's index, -2 absent. */
-static int db_load(const char *db, sbl_err_t *err)
+/* config.databases' version document at it into v. */
+static void dbv_parse(bson_iter_t *it, rt_dbv_t *v)
+{
+    bson_iter_t f;
+    memset(v, 0, sizeof(*v));
+    if (!BSON_ITER_HOLDS_DOCUMENT(it) || !bson_iter_recurse(it, &f))
+        return;
+    while (bson_iter_next(&f)) {
+        const char *k = bson_iter_key(&f);
+        if (strcmp(k, "uuid") == 0 && BSON_ITER_HOLDS_BINARY(&f)) {
+            bson_subtype_t st;
+            uint32_t len;
+            const uint8_t *data;
+            bson_iter_binary(&f, &st, &len, &data);
+            if (len == 16) {
+                memcpy(v->uuid, data, 16);
+                v->known = true;
+            }
+        } else if (strcmp(k, "timestamp") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&f)) {
+            bson_iter_timestamp(&f, &v->ts_t, &v->ts_i);
+        } else if (strcmp(k, "lastMod") == 0 && BSON_ITER_HOLDS_NUMBER(&f)) {
+            v->lastmod = (int32_t)bson_iter_as_int64(&f);
+        }
+    }
+}
+
+/* Read config.databases' entry for db: its primary's index (its version
+ * into *dbv), -2 absent, -3 when the config servers did not answer. */
+static int db_load(const char *db, rt_dbv_t *dbv, sbl_err_t *err)
 {
     bson_t arr = BSON_INITIALIZER, filter = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&filter, "_id", db);
@@ -244,11 +301,14 @@ static int db_load(const char *db, sbl_err_t *err)
     bson_destroy(&filter);
     int p = -2;
     bson_iter_t it, f;
+    memset(dbv, 0, sizeof(*dbv));
     if (rc == 0 && bson_iter_init(&it, &arr) && bson_iter_next(&it) &&
         bson_iter_recurse(&it, &f) && bson_iter_find(&f, "primary") && BSON_ITER_HOLDS_UTF8(&f)) {
         p = shard_by_id_reload(bson_iter_utf8(&f, NULL));
         if (p < 0)
             p = -2;
+        if (bson_iter_recurse(&it, &f) && bson_iter_find(&f, "version"))
+            dbv_parse(&f, dbv);
     }
     bson_destroy(&arr);
     if (rc != 0)
@@ -256,18 +316,53 @@ static int db_load(const char *db, sbl_err_t *err)
     return p;
 }
 
+/* Register db in config.databases with primary shard best and a first
+ * version; the primary it has then (another router may have won the
+ * insert), -2 with err. */
+static int db_insert(const char *db, int best, sbl_err_t *err)
+{
+    bson_t doc = BSON_INITIALIZER, ver;
+    uint32_t t, inc;
+    sbl_clock_ts_next(&t, &inc);
+    BSON_APPEND_UTF8(&doc, "_id", db);
+    BSON_APPEND_UTF8(&doc, "primary", rt_shard_id(best));
+    BSON_APPEND_BOOL(&doc, "partitioned", false);
+    BSON_APPEND_DOCUMENT_BEGIN(&doc, "version", &ver);
+    append_uuid(&ver, "uuid");
+    BSON_APPEND_TIMESTAMP(&ver, "timestamp", t, inc);
+    BSON_APPEND_INT32(&ver, "lastMod", 1);
+    bson_append_document_end(&doc, &ver);
+    sbl_err_t e = {0};
+    int rc = cfg_insert("databases", &doc, &e);
+    bson_destroy(&doc);
+    if (rc != 0 && rc != SBL_E_DuplicateKey) {
+        *err = e;
+        return -2;
+    }
+    rt_dbv_t dbv;
+    int p = db_load(db, &dbv, err); /* another router may have won the insert */
+    if (p < 0) {
+        if (p == -2)
+            sbl_err_set(err, SBL_E_NamespaceNotFound, "database %s vanished", db);
+        return -2;
+    }
+    db_cache_put(db, p, &dbv);
+    return p;
+}
+
 int rt_db_primary(const char *db, bool create_db, sbl_err_t *err)
 {
     if (strcmp(db, "config") == 0 || strcmp(db, "admin") == 0)
         return -1;
-    int p = db_cached(db);
+    int p = db_cached(db, NULL);
     if (p >= 0)
         return p;
-    p = db_load(db, err);
+    rt_dbv_t dbv;
+    p = db_load(db, &dbv, err);
     if (p == -3)
         return -2;
     if (p >= 0) {
-        db_cache_put(db, p);
+        db_cache_put(db, p, &dbv);
         return p;
     }
     int n = rt_shard_count();
@@ -309,31 +404,22 @@ int rt_db_primary(const char *db, bool create_db, sbl_err_t *err)
                     "No shards found", db);
         return -2;
     }
-    bson_t doc = BSON_INITIALIZER, ver;
-    uint32_t t, inc;
-    sbl_clock_ts_next(&t, &inc);
-    BSON_APPEND_UTF8(&doc, "_id", db);
-    BSON_APPEND_UTF8(&doc, "primary", rt_shard_id(best));
-    BSON_APPEND_BOOL(&doc, "partitioned", false);
-    BSON_APPEND_DOCUMENT_BEGIN(&doc, "version", &ver);
-    append_uuid(&ver, "uuid");
-    BSON_APPEND_TIMESTAMP(&ver, "timestamp", t, inc);
-    BSON_APPEND_INT32(&ver, "lastMod", 1);
-    bson_append_document_end(&doc, &ver);
-    sbl_err_t e = {0};
-    int rc = cfg_insert("databases", &doc, &e);
-    bson_destroy(&doc);
-    if (rc != 0 && rc != SBL_E_DuplicateKey) {
-        *err = e;
+    return db_insert(db, best, err);
+}
+
+int rt_db_create_on(const char *db, int shard, sbl_err_t *err)
+{
+    int p = db_cached(db, NULL);
+    rt_dbv_t dbv;
+    if (p < 0 && (p = db_load(db, &dbv, err)) == -3)
+        return -2;
+    if (p < 0)
+        p = db_insert(db, shard, err);
+    if (p >= 0 && p != shard) {
+        sbl_err_set(err, SBL_E_NamespaceExists, "database %s already exists on a primary "
+                    "shard other than %s", db, rt_shard_id(shard));
         return -2;
     }
-    p = db_load(db, err); /* another router may have won the insert */
-    if (p < 0) {
-        if (p == -2)
-            sbl_err_set(err, SBL_E_NamespaceNotFound, "database %s vanished", db);
-        return -2;
-    }
-    db_cache_put(db, p);
     return p;
 }
 
@@ -413,7 +499,7 @@ static rt_coll_t *coll_load(const char *ns, sbl_err_t *err)
     c->primary = primary;
     /* a database nobody created yet: answer from any shard, but do not
      * remember it (its first write chooses the real primary) */
-    c->transient = primary >= 0 && db_cached(db) < 0;
+    c->transient = primary >= 0 && db_cached(db, &c->dbv) < 0;
     c->hashed_pos = -1;
     if (primary == -1)
         return c; /* config and admin live on the config servers */
@@ -543,6 +629,12 @@ rt_coll_t *rt_coll_get(const char *ns, bool force, sbl_err_t *err)
             return c;
     }
     pthread_mutex_lock(&refresh_lock); /* one refresh at a time: no stampede */
+    if (force) { /* its database too: StaleDbVersion comes here as StaleConfig does */
+        char db[128];
+        const char *dot = strchr(ns, '.');
+        snprintf(db, sizeof(db), "%.*s", dot ? (int)(dot - ns) : (int)strlen(ns), ns);
+        rt_db_forget(db);
+    }
     c = coll_load(ns, err);
     if (c != NULL && !c->transient) {
         __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* the cache's reference */
@@ -602,4 +694,11 @@ void rt_append_version(bson_t *cmd, const rt_coll_t *c, int shard)
         BSON_APPEND_TIMESTAMP(&v, "v", 0, 0);
     }
     bson_append_document_end(cmd, &v);
+    if (c != NULL && !c->sharded && c->dbv.known) {
+        BSON_APPEND_DOCUMENT_BEGIN(cmd, "databaseVersion", &v);
+        bson_append_binary(&v, "uuid", -1, BSON_SUBTYPE_UUID, c->dbv.uuid, 16);
+        BSON_APPEND_TIMESTAMP(&v, "timestamp", c->dbv.ts_t, c->dbv.ts_i);
+        BSON_APPEND_INT32(&v, "lastMod", c->dbv.lastmod);
+        bson_append_document_end(cmd, &v);
+    }
 }

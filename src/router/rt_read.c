@@ -81,7 +81,7 @@ int rt_count(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
             rc = send_versioned(s, db, cmd, nt == 1 || s < 0 ? NULL : strip, c, &r, err);
             if (rc != 0)
                 break;
-            if (rt_reply_code(&r) == SBL_E_StaleConfig) {
+            if (rt_stale_code(rt_reply_code(&r))) {
                 stale = true;
             } else if (rt_reply_code(&r) != 0 || nt == 1 || s < 0) {
                 copy_reply(&r, reply);
@@ -144,7 +144,7 @@ int rt_distinct(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err
             bson_t r;
             if ((rc = send_versioned(s, db, cmd, NULL, c, &r, err)) != 0)
                 break;
-            if (rt_reply_code(&r) == SBL_E_StaleConfig) {
+            if (rt_stale_code(rt_reply_code(&r))) {
                 stale = true;
                 bson_destroy(&r);
             } else if (rt_reply_code(&r) != 0 || nt == 1 || s < 0) {
@@ -404,7 +404,7 @@ int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *er
             rt_coll_release(c);
             if (rc != 0)
                 return rc;
-            if (rt_reply_code(&r) == SBL_E_StaleConfig) {
+            if (rt_stale_code(rt_reply_code(&r))) {
                 bson_destroy(&r);
                 continue;
             }
@@ -458,7 +458,7 @@ int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *er
             bson_t r;
             if ((rc = send_versioned(s, db, &shard_cmd, NULL, c, &r, err)) != 0)
                 break;
-            if (rt_reply_code(&r) == SBL_E_StaleConfig) {
+            if (rt_stale_code(rt_reply_code(&r))) {
                 stale = true;
                 bson_destroy(&r);
             } else if (rt_reply_code(&r) != 0) {
@@ -612,7 +612,7 @@ int rt_explain(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
             if (rc == 0 && rcs[i] != 0) {
                 rc = rcs[i];
                 *err = errs[i];
-            } else if (rc == 0 && !answered && rt_reply_code(&rs[i]) == SBL_E_StaleConfig) {
+            } else if (rc == 0 && !answered && rt_stale_code(rt_reply_code(&rs[i]))) {
                 stale = true;
             } else if (rc == 0 && !answered && rt_reply_code(&rs[i]) != 0) {
                 copy_reply(&rs[i], reply);

@@ -351,7 +351,7 @@ void rt_sess_reply(int shard, bool started, const bson_t *reply)
      * again, as mongos retries a first statement. */
     if (!started || !cur.on || !cur.in_txn || shard < 0 || shard >= RT_MAX_SHARDS)
         return;
-    if (reply == NULL || rt_reply_code(reply) != SBL_E_StaleConfig)
+    if (reply == NULL || !rt_stale_code(rt_reply_code(reply)))
         return; /* after a lost connection it may have begun: abort reaches it */
     pthread_mutex_lock(&tx_lock);
     rt_txn_t *t = find_locked(false);
@@ -588,7 +588,7 @@ void rt_sess_error_labels(int code, bson_t *reply)
         label = "UnknownTransactionCommitResult"; /* the coordinator may have committed */
     else if (cur.on && cur.in_txn &&
              (net || code == SBL_E_NoSuchTransaction || code == SBL_E_WriteConflict ||
-              code == SBL_E_StaleConfig))
+              rt_stale_code(code)))
         label = "TransientTransactionError";
     else if (cur.on && cur.has_txn && net)
         label = "RetryableWriteError";

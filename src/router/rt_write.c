@@ -224,13 +224,29 @@ static int whole_to(int s, const char *db, const bson_t *cmd, const rt_coll_t *c
     bson_destroy(&fwd);
     if (rc != 0)
         return -rc;
-    if (rt_reply_code(&r) == SBL_E_StaleConfig) {
+    if (rt_stale_code(rt_reply_code(&r))) {
         bson_destroy(&r);
         return 1;
     }
     bson_copy_to_excluding_noinit(&r, reply, "$clusterTime", "operationTime", NULL);
     bson_destroy(&r);
     return 0;
+}
+
+/* ns's routing table read again (a shard said StaleConfig or
+ * StaleDbVersion).  create: the write creates its database when it is gone
+ * (dropped meanwhile through another router), as the first try did, rather
+ * than land on a shard taken for a database nobody registered. */
+static rt_coll_t *refresh(const char *db, const char *ns, bool create, sbl_err_t *err)
+{
+    rt_coll_t *c = rt_coll_get(ns, true, err);
+    if (c != NULL && c->transient && create) {
+        sbl_err_t e = {0};
+        rt_coll_release(c);
+        rt_db_primary(db, true, &e);
+        c = rt_coll_get(ns, false, err);
+    }
+    return c;
 }
 
 /* ---- insert ---- */
@@ -288,7 +304,7 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
             goto out;
         }
         rt_coll_release(c);
-        c = rt_coll_get(ns, true, err); /* it became sharded: split below */
+        c = refresh(db, ns, true, err); /* it became sharded (or moved): split below */
         if (c == NULL) {
             rc = err->code;
             goto out;
@@ -327,10 +343,10 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         if (rc != 0)
             break;
         int code = rt_reply_code(&r);
-        if (code == SBL_E_StaleConfig && attempts++ < RT_RETRIES) {
+        if (rt_stale_code(code) && attempts++ < RT_RETRIES) {
             bson_destroy(&r);
             rt_coll_release(c);
-            c = rt_coll_get(ns, true, err);
+            c = refresh(db, ns, true, err);
             if (c == NULL) {
                 rc = err->code;
                 goto out;
@@ -665,7 +681,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
     int rc = 0, move_retries = 0;
     rt_coll_t *c = NULL;
     for (int attempt = 0; attempt <= RT_RETRIES; attempt++) {
-        c = rt_coll_get(ns, attempt > 0, err);
+        c = attempt > 0 ? refresh(db, ns, is_update, err) : rt_coll_get(ns, false, err);
         if (c == NULL) {
             rc = err->code;
             goto out;
@@ -774,7 +790,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
             if (rc != 0)
                 break;
             int code = rt_reply_code(&r);
-            if (code == SBL_E_StaleConfig) {
+            if (rt_stale_code(code)) {
                 stale = true;
                 bson_destroy(&r);
                 break;
@@ -804,7 +820,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
                 }
                 /* again: the routing, or the document since the shard answered,
                  * changed (a few times at most) */
-                bool again = mc == SBL_E_StaleConfig ||
+                bool again = rt_stale_code(mc) ||
                              (mc == SBL_E_WriteConflict && rt_move_again(&move_retries));
                 if (again || mc == SBL_E_HostUnreachable || (n > 1 && rt_sess_in_txn())) {
                     stale = again;
@@ -829,7 +845,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
         }
         if (stale) {
             rt_coll_release(c);
-            c = rt_coll_get(ns, true, err);
+            c = refresh(db, ns, is_update, err);
             if (c == NULL) {
                 rc = err->code;
                 break;
@@ -939,7 +955,7 @@ int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err
     rt_db_primary(db, true, &e2);
     int move_tries = 0;
     for (int attempt = 0; attempt <= RT_RETRIES; attempt++) {
-        rt_coll_t *c = rt_coll_get(ns, attempt > 0, err);
+        rt_coll_t *c = attempt > 0 ? refresh(db, ns, true, err) : rt_coll_get(ns, false, err);
         if (c == NULL)
             return err->code;
         bool t[RT_MAX_SHARDS];
@@ -994,7 +1010,7 @@ int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err
                 rt_coll_release(c);
                 return rc;
             }
-            if (rt_reply_code(&r) == SBL_E_StaleConfig) {
+            if (rt_stale_code(rt_reply_code(&r))) {
                 stale = true;
                 bson_destroy(&r);
                 break;
@@ -1014,7 +1030,7 @@ int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err
                 rt_coll_release(c);
                 return kc; /* err says why */
             }
-            if (kc == SBL_E_StaleConfig || conflict) {
+            if (rt_stale_code(kc) || conflict) {
                 attempt -= conflict;
                 stale = true;
                 bson_destroy(&r);

@@ -114,11 +114,12 @@ void sbl_shard_shutdown(void)
     pthread_rwlock_unlock(&lock);
 }
 
-/* find on the config servers' config.<coll>, first batch only (a
- * collection's chunks fit: bounds, owner, version and history projected). */
-static int cfg_find(const char *coll, const bson_t *filter, const bson_t *proj, bson_t *reply,
-                    sbl_err_t *err)
+int shard_cfg_find(const char *coll, const bson_t *filter, const bson_t *proj, bson_t *reply,
+                   sbl_err_t *err)
 {
+    if (pool == NULL)
+        return sbl_err_set(err, SBL_E_IllegalOperation, "this shard has not been added to a "
+                           "cluster (no shardIdentity)");
     bson_t cmd = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&cmd, "find", coll);
     BSON_APPEND_DOCUMENT(&cmd, "filter", filter);
@@ -179,7 +180,7 @@ static int load(const char *ns, sv_t *out, sbl_err_t *err)
     snprintf(out->ns, sizeof(out->ns), "%s", ns);
     bson_t f = BSON_INITIALIZER, r;
     BSON_APPEND_UTF8(&f, "_id", ns);
-    int rc = cfg_find("collections", &f, NULL, &r, err);
+    int rc = shard_cfg_find("collections", &f, NULL, &r, err);
     bson_destroy(&f);
     if (rc != 0)
         return rc;
@@ -224,7 +225,7 @@ static int load(const char *ns, sv_t *out, sbl_err_t *err)
     for (int i = 0; fields[i] != NULL; i++)
         BSON_APPEND_INT32(&p, fields[i], 1);
     bson_value_destroy(&uuid);
-    rc = cfg_find("chunks", &f, &p, &r, err);
+    rc = shard_cfg_find("chunks", &f, &p, &r, err);
     bson_destroy(&f);
     bson_destroy(&p);
     if (rc != 0) {
@@ -285,6 +286,7 @@ void sbl_shard_stepped_up(int64_t term)
     pthread_rwlock_wrlock(&lock);
     cache_clear();
     pthread_rwlock_unlock(&lock);
+    shard_db_forget(NULL); /* database versions too */
     atomic_store(&known_term, term);
     pthread_mutex_unlock(&refresh_lock);
 }

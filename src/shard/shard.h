@@ -17,6 +17,7 @@
 
 #include <bson/bson.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "common/errors.h"
 
@@ -128,6 +129,30 @@ void sbl_shard_crit_exit(void);
  * commands then run on a worker thread, where waiting is allowed. */
 bool sbl_shard_migration_active(void);
 void sbl_shard_set_migration_active(bool on);
+
+/* ---- database versions and movePrimary's critical section (shard_db.c) -----
+ * A router's command for an unsharded collection carries databaseVersion
+ * ({uuid, timestamp, lastMod}, config.databases' version of its database);
+ * it runs between sbl_shard_db_enter and sbl_shard_db_exit.  db_enter waits
+ * (at most 5 s) while movePrimary holds db's critical section here, then
+ * checks the version: 0 when the config servers name this shard db's
+ * primary with that version (counted in: call db_exit), else StaleDbVersion
+ * (249; info receives db, vReceived and, when this shard is the primary,
+ * vWanted), not counted in.
+ * sbl_shard_db_crit_enter takes db's critical section for lease_ms (renew:
+ * only extend one already held, ExceededTimeLimit when it is not) and returns
+ * once the commands inside have left (ExceededTimeLimit, not taken, when they
+ * do not within the lease); ConflictingOperationInProgress while another
+ * database's is held.  A section not renewed in time ends by itself.
+ * sbl_shard_db_crit_exit ends it and forgets db's version, so the commands
+ * waiting, and any later, check the config servers' entry as it is now.
+ * sbl_shard_db_crit_active: a section is held (routed commands then run on
+ * a worker thread, where waiting is allowed). */
+int sbl_shard_db_enter(const char *db, const bson_t *dbv, bson_t *info, sbl_err_t *err);
+void sbl_shard_db_exit(const char *db);
+int sbl_shard_db_crit_enter(const char *db, int64_t lease_ms, bool renew, sbl_err_t *err);
+void sbl_shard_db_crit_exit(const char *db);
+bool sbl_shard_db_crit_active(void);
 
 /* ---- talking to other members of the cluster (shard_remote.c) ---------------
  * Run cmd in db on the primary of connstr ("set/host:port,..." or

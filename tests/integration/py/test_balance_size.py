@@ -26,38 +26,20 @@ from bson.min_key import MinKey
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
-from test_sharding import shards  # noqa: E402,F401
 
 STD = CodecOptions(uuid_representation=UuidRepresentation.STANDARD)
 MIB = 1024 * 1024
 BIG = "x" * (50 * 1024)  # ~50 KiB documents: 20 of them make a chunk size
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-balsize-") as info:
-        yield info
-
-
-@pytest.fixture(scope="module")
-def mongos(cluster):
-    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000)
-    c.admin.command("balancerStop")
-    c.admin.command("enableSharding", "bs")
-    yield c
-    c.admin.command("balancerStop")
-    c.close()
+# each test that starts the balancer stops it in a finally
+cluster = sharded.cluster_fixture("sable-balsize-")
+mongos = sharded.mongos_fixture(stop_balancer=True, enable=["bs"])
+shards = sharded.shards_fixture()
 
 
 def chunks_of(client, ns):
-    uuid = client.config.get_collection("collections", codec_options=STD).find_one(
-        {"_id": ns})["uuid"]
-    return [(c["min"], c["max"], c["shard"]) for c in
-            client.config.get_collection("chunks", codec_options=STD)
-            .find({"uuid": uuid}).sort("min", 1)]
+    return [(c["min"], c["max"], c["shard"]) for c in sharded.chunks(client, ns)]
 
 
 def sizes(shards, ns):

@@ -18,44 +18,20 @@ import os
 import sys
 import time
 
-import pymongo
 import pytest
-from bson.binary import UuidRepresentation
-from bson.codec_options import CodecOptions
 from bson.min_key import MinKey
 from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
-from test_sharding import shards  # noqa: E402,F401
 
-STD = CodecOptions(uuid_representation=UuidRepresentation.STANDARD)
 PAD = "x" * 5000  # ~5 KB documents: 1 MiB is about 200 of them
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-chunksize-") as info:
-        yield info
-
-
-@pytest.fixture(scope="module")
-def mongos(cluster):
-    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000)
-    c.admin.command("balancerStop")
-    c.admin.command("enableSharding", "cs")
-    yield c
-    c.close()
-
-
-def chunks_of(client, ns):
-    uuid = client.config.get_collection("collections", codec_options=STD).find_one(
-        {"_id": ns})["uuid"]
-    return list(client.config.get_collection("chunks", codec_options=STD)
-                .find({"uuid": uuid}).sort("min", 1))
+cluster = sharded.cluster_fixture("sable-chunksize-")
+mongos = sharded.mongos_fixture(stop_balancer=True, enable=["cs"])
+shards = sharded.shards_fixture()
+chunks_of = sharded.chunks
 
 
 def primary_and_other(client, db):

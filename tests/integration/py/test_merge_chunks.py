@@ -20,10 +20,7 @@ import os
 import sys
 import time
 
-import pymongo
 import pytest
-from bson.binary import UuidRepresentation
-from bson.codec_options import CodecOptions
 from bson.max_key import MaxKey
 from bson.min_key import MinKey
 from bson.timestamp import Timestamp
@@ -31,27 +28,13 @@ from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
 
-STD = CodecOptions(uuid_representation=UuidRepresentation.STANDARD)
 PAD = "x" * 5000  # ~5 KB documents: 1 MiB is about 200 of them
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-merge-") as info:
-        yield info
-
-
-@pytest.fixture(scope="module")
-def mongos(cluster):
-    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000)
-    c.admin.command("balancerStop")
-    c.admin.command("enableSharding", "mg")
-    yield c
-    c.close()
+cluster = sharded.cluster_fixture("sable-merge-")
+mongos = sharded.mongos_fixture(stop_balancer=True, enable=["mg"])
+shards = sharded.shards_fixture(by_name=True)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +42,7 @@ def config(cluster):
     """The config server, with the history window mergeAllChunksOnShard waits
     out at its least: 10 s (minSnapshotHistoryWindowInSeconds and
     transactionLifetimeLimitSeconds 1 s)."""
-    c = pymongo.MongoClient("127.0.0.1", cluster["config"], directConnection=True)
+    c = sharded.direct(cluster["config"], serverSelectionTimeoutMS=30000)
     c.admin.command("setParameter", 1, minSnapshotHistoryWindowInSeconds=1,
                     transactionLifetimeLimitSeconds=1)
     yield c
@@ -69,20 +52,7 @@ def config(cluster):
 HISTORY_S = 12  # a chunk is mergeable this long after it came to its shard (10 s, whole seconds)
 
 
-@pytest.fixture(scope="module")
-def shards(cluster):
-    cs = {"shard%d" % i: pymongo.MongoClient("127.0.0.1", p, directConnection=True)
-          for i, p in enumerate(cluster["shards"])}
-    yield cs
-    for c in cs.values():
-        c.close()
-
-
-def chunks_of(client, ns):
-    uuid = client.config.get_collection("collections", codec_options=STD).find_one(
-        {"_id": ns})["uuid"]
-    return list(client.config.get_collection("chunks", codec_options=STD)
-                .find({"uuid": uuid}).sort("min", 1))
+chunks_of = sharded.chunks
 
 
 def layout(client, ns):
@@ -245,6 +215,8 @@ def test_merge_all_chunks_on_shard(mongos, config):
                                                 shard=p)) == 118
 
 
+# not sharded.wait_for: a PyMongoError from pred fails the test here, and
+# pred is asked once more at the deadline
 def wait_for(pred, secs=40):
     deadline = time.time() + secs
     while time.time() < deadline:

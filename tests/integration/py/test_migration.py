@@ -22,35 +22,14 @@ from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    # test commands on: test_one_migration_per_shard holds a migration with
-    # failCommand; a recipient left in its critical section settles it after 2 s
-    args = ["enableTestCommands=1", "sableMigrationReleaseWaitMS=2000"]
-    with sharded.cluster("sable-mig-", launcher_args=[
-            a for p in args for a in ("--sabled-arg=--setParameter", "--sabled-arg=" + p)]) as info:
-        yield info
-
-
-@pytest.fixture(scope="module")
-def mongos(cluster):
-    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000,
-                            uuidRepresentation="standard")
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def shards(cluster):
-    cs = [pymongo.MongoClient("127.0.0.1", p, directConnection=True) for p in cluster["shards"]]
-    yield cs
-    for c in cs:
-        c.close()
+# test commands on: test_one_migration_per_shard holds a migration with
+# failCommand; a recipient left in its critical section settles it after 2 s
+cluster = sharded.cluster_fixture("sable-mig-", launcher_args=sharded.set_parameters(
+    ["enableTestCommands=1", "sableMigrationReleaseWaitMS=2000"]))
+mongos = sharded.mongos_fixture(uuidRepresentation="standard")
+shards = sharded.shards_fixture()
 
 
 def _digest(docs):

@@ -26,49 +26,39 @@ from pymongo.errors import OperationFailure, PyMongoError
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
-from test_router_txn2pc import launcher, wait_for  # noqa: E402
+from sharded import ROUTER, launcher, wait_for  # noqa: E402
 
 N = 1200
-ARGS = ["enableTestCommands=1", "sableMigrationReleaseWaitMS=1000"]
+# test commands on: the fail points; a recipient left in its critical
+# section settles it after 1 s
+LAUNCHER_ARGS = sharded.set_parameters(["enableTestCommands=1",
+                                        "sableMigrationReleaseWaitMS=1000"])
+CLIENT_KW = {"serverSelectionTimeoutMS": 20000, "uuidRepresentation": "standard"}
 
 
 def migration_cluster(prefix, members=1):
-    """A cluster for these tests (test commands on: the fail points; a
-    recipient left in its critical section settles it after 1 s)."""
+    """A cluster for these tests, for a test that starts its own."""
     if not os.path.exists(ROUTER):
         pytest.skip("sable-router not built")
-    return sharded.cluster(prefix, members=members, launcher_args=[
-        a for p in ARGS for a in ("--sabled-arg=--setParameter", "--sabled-arg=" + p)])
+    return sharded.cluster(prefix, members=members, launcher_args=LAUNCHER_ARGS)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with migration_cluster("sable-migf-") as info:
-        yield info
+cluster = sharded.cluster_fixture("sable-migf-", launcher_args=LAUNCHER_ARGS)
+mongos = sharded.mongos_fixture(stop_balancer=True, enable=["mf"], **CLIENT_KW)
 
 
 def client(port, **kw):
-    return pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=20000,
-                               uuidRepresentation="standard", **kw)
-
-
-@pytest.fixture(scope="module")
-def mongos(cluster):
-    c = client(cluster["router"])
-    c.admin.command("balancerStop")
-    c.admin.command("enableSharding", "mf")
-    yield c
-    c.close()
+    return sharded.client(port, **CLIENT_KW, **kw)
 
 
 def direct(cluster, i):
+    """A direct client of shard i's first member (20 s server selection)."""
     return client(cluster["shards"][i], directConnection=True)
 
 
 def fail_point(cluster, i, name, on):
     with direct(cluster, i) as c:
-        c.admin.command("configureFailPoint", name, mode="alwaysOn" if on else "off")
+        sharded.fail_point(c, name, on)
 
 
 def make_coll(mongos, name):

@@ -20,8 +20,9 @@ import time
 from pymongo.read_concern import ReadConcern
 
 sys.path.insert(0, os.path.dirname(__file__))
+import sharded  # noqa: E402
+from sharded import wait_for  # noqa: E402
 from test_migration_failover import client, make_coll, migration_cluster, owner  # noqa: E402
-from test_router_txn2pc import wait_for  # noqa: E402
 
 N = 1200
 
@@ -36,7 +37,7 @@ def primary_and_secondaries(ports):
 
 def fail_point(port, name, on):
     with client(port, directConnection=True) as c:
-        c.admin.command("configureFailPoint", name, mode="alwaysOn" if on else "off")
+        sharded.fail_point(c, name, on)
 
 
 def test_majority_read_after_a_commit_sees_the_range_once():

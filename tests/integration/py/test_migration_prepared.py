@@ -24,22 +24,19 @@ import sys
 import threading
 import time
 
-import pytest
 from pymongo.errors import OperationFailure, PyMongoError
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_migration_failover import (client, direct, fail_point,  # noqa: E402,F401
-                                     leftovers, migration_cluster, mongos, recv_status)
-from test_router_txn2pc import wait_for  # noqa: E402
+import sharded  # noqa: E402
+from sharded import wait_for  # noqa: E402
+from test_migration_failover import (LAUNCHER_ARGS, client, direct, fail_point,  # noqa: E402,F401
+                                     leftovers, mongos, recv_status)
 
 N = 200
 TOTAL = 100 * N
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with migration_cluster("sable-migprep-") as info:
-        yield info
+cluster = sharded.cluster_fixture("sable-migprep-", launcher_args=LAUNCHER_ARGS)
 
 
 def make_coll(mongos, name):

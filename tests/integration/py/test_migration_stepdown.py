@@ -12,41 +12,18 @@ import sys
 import time
 
 import pymongo
-import pytest
 from pymongo.errors import PyMongoError
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_migration_failover import first_read, migration_cluster  # noqa: E402
-from test_router_txn2pc import wait_for  # noqa: E402
+import sharded  # noqa: E402
+from sharded import direct, primary_port, wait_for  # noqa: E402
+from test_migration_failover import LAUNCHER_ARGS, first_read  # noqa: E402
 
 MEMBERS = 3
 N = 600
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with migration_cluster("sable-migsd-", members=MEMBERS) as info:
-        yield info
-
-
-def direct(port):
-    return pymongo.MongoClient("127.0.0.1", port, directConnection=True,
-                               serverSelectionTimeoutMS=5000)
-
-
-def primary_port(cluster, shard):
-    found = {}
-
-    def look():
-        for port in cluster["members"][shard]:
-            with direct(port) as c:
-                if c.admin.command("hello").get("isWritablePrimary"):
-                    found["port"] = port
-                    return True
-        return False
-
-    assert wait_for(look, 60), "shard%d has no primary" % shard
-    return found["port"]
+cluster = sharded.cluster_fixture("sable-migsd-", members=MEMBERS, launcher_args=LAUNCHER_ARGS)
 
 
 def test_donor_stepdown_after_the_commit(cluster):

@@ -19,20 +19,12 @@ from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-dbv-", shards=2) as info:
-        yield info
+cluster = sharded.cluster_fixture("sable-dbv-", shards=2)
 
 
 def _client(port, **kw):
-    return pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=10000,
-                               uuidRepresentation="standard", **kw)
+    return sharded.client(port, uuidRepresentation="standard", **kw)
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +36,7 @@ def routers(cluster):
         b.close()
 
 
+# not sharded.shards_fixture: keyed by the name each shard gives itself
 @pytest.fixture(scope="module")
 def shards(cluster):
     cs = [pymongo.MongoClient("127.0.0.1", p, directConnection=True,

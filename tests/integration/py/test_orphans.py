@@ -11,53 +11,19 @@ import sys
 import time
 
 import pymongo
-import pytest
 from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 from pymongo.read_concern import ReadConcern
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
+from sharded import direct, primary_port  # noqa: E402
 
 MEMBERS = 2
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-orphans-", members=MEMBERS) as info:
-        yield info
-
-
-@pytest.fixture(scope="module")
-def mongos(cluster):
-    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=20000,
-                            uuidRepresentation="standard")
-    c.admin.command("balancerStop")
-    yield c
-    c.close()
-
-
-def direct(port):
-    return pymongo.MongoClient("127.0.0.1", port, directConnection=True,
-                               serverSelectionTimeoutMS=5000)
-
-
-def primary_port(cluster, shard, not_port=None, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        for port in cluster["members"][shard]:
-            if port == not_port:
-                continue
-            try:
-                with direct(port) as c:
-                    if c.admin.command("hello").get("isWritablePrimary"):
-                        return port
-            except PyMongoError:
-                pass
-        time.sleep(0.2)
-    raise AssertionError("shard%d has no primary" % shard)
+cluster = sharded.cluster_fixture("sable-orphans-", members=MEMBERS)
+mongos = sharded.mongos_fixture(stop_balancer=True, serverSelectionTimeoutMS=20000,
+                                uuidRepresentation="standard")
 
 
 def test_orphans_are_filtered_from_routed_reads(cluster, mongos):

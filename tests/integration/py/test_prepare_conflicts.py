@@ -31,10 +31,12 @@ from bson.timestamp import Timestamp
 from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
+import sharded  # noqa: E402
 from test_router_txn2pc import cluster  # noqa: E402,F401
-from test_sharding import shards  # noqa: E402,F401
 from sabled import set_members  # noqa: E402
 from test_replset3 import wait_for  # noqa: E402
+
+shards = sharded.shards_fixture()
 
 
 class Prepared:

@@ -19,34 +19,17 @@ import sys
 
 import pymongo
 import pytest
-from bson.binary import UuidRepresentation
-from bson.codec_options import CodecOptions
 from bson.max_key import MaxKey
 from bson.min_key import MinKey
 from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
-from test_sharding import shards  # noqa: E402,F401
-
-STD = CodecOptions(uuid_representation=UuidRepresentation.STANDARD)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-refine-") as info:
-        yield info
-
-
-@pytest.fixture(scope="module")
-def mongos(cluster):
-    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000)
-    c.admin.command("balancerStop")
-    yield c
-    c.close()
+cluster = sharded.cluster_fixture("sable-refine-")
+mongos = sharded.mongos_fixture(stop_balancer=True)
+shards = sharded.shards_fixture()
 
 
 def code_of(client, **cmd):
@@ -61,11 +44,7 @@ def refine(client, ns, key):
     return code_of(client, refineCollectionShardKey=ns, key=key)
 
 
-def chunks_of(client, ns):
-    uuid = client.config.get_collection("collections", codec_options=STD).find_one(
-        {"_id": ns})["uuid"]
-    return list(client.config.get_collection("chunks", codec_options=STD)
-                .find({"uuid": uuid}).sort("min", 1))
+chunks_of = sharded.chunks
 
 
 def test_refine_errors(mongos):

@@ -17,33 +17,12 @@ from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-drain-", shards=3) as info:
-        yield info
-
-
-@pytest.fixture(scope="module")
-def mongos(cluster):
-    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000,
-                            uuidRepresentation="standard")
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def shards(cluster):
-    # shard2 is shut down by a test: closing its client must not wait long for it
-    cs = [pymongo.MongoClient("127.0.0.1", p, directConnection=True, serverSelectionTimeoutMS=2000)
-          for p in cluster["shards"]]
-    yield cs
-    for c in cs:
-        c.close()
+cluster = sharded.cluster_fixture("sable-drain-", shards=3)
+mongos = sharded.mongos_fixture(uuidRepresentation="standard")
+# shard2 is shut down by a test: closing its client must not wait long for it
+shards = sharded.shards_fixture(serverSelectionTimeoutMS=2000)
 
 
 def _primary(mongos, db):

@@ -10,13 +10,11 @@ pipeline's result through the router on t must equal the same pipeline on u.
 import os
 import sys
 
-import pymongo
 import pytest
 from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
 
 WORDS = ["apple", "banana", "cherry", "apple pie", "banana bread", "cherry apple"]
 
@@ -36,12 +34,13 @@ DOCS = [doc(i) for i in range(-60, 60)]
 SHARDS = []  # direct clients of shard0 and shard1, once the cluster runs
 
 
+cluster = sharded.cluster_fixture("sable-agg-")
+shards = sharded.shards_fixture()
+
+
 @pytest.fixture(scope="module")
-def cl():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-agg-") as info:
-        c = pymongo.MongoClient("127.0.0.1", info["router"], serverSelectionTimeoutMS=10000)
+def cl(cluster, shards):
+    with sharded.client(cluster["router"]) as c:
         c.ag.u.insert_one({"_id": "first"})  # creates the database (its primary) unsharded
         c.ag.u.delete_one({"_id": "first"})
         sharded.split_at_zero(c, "ag", ["t", "fs"])
@@ -56,15 +55,10 @@ def cl():
         c.ag.f.insert_many(fdocs)
         c.ag.fs.insert_many(fdocs)
         c.ag.fu.insert_many(fdocs)
-        shards = [pymongo.MongoClient("127.0.0.1", p, directConnection=True)
-                  for p in info["shards"]]
         held = [s.ag.t.count_documents({}) for s in shards]
         assert held == [60, 60], held
         SHARDS[:] = shards
         yield c
-        for s in shards:
-            s.close()
-        c.close()
 
 
 def norm(v):

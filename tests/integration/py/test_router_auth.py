@@ -30,6 +30,8 @@ BENCH = os.path.join(BUILD, "sable-bench")
 KEY = "c2FibGUtcm91dGVyLWF1dGgta2V5"
 
 
+# not sharded.cluster_fixture: the key file is written before the cluster
+# starts (and removed after it), and the tests see only these ports
 @pytest.fixture(scope="module")
 def cluster():
     if not os.path.exists(ROUTER):

@@ -13,7 +13,9 @@ import pymongo
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_router_sessions import cluster, mongos  # noqa: E402,F401  (rs.cs, rs.resume, rs.gone)
-from test_sharding import shards  # noqa: E402,F401
+import sharded  # noqa: E402
+
+shards = sharded.shards_fixture()
 
 
 def take(stream, n):

@@ -25,29 +25,15 @@ from pymongo.write_concern import WriteConcern
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
 import test_retryable as retryable  # noqa: E402
-from sharded import ROUTER  # noqa: E402
 from test_retryable import cmd, new_lsid  # noqa: E402
-from test_sharding import shards  # noqa: E402,F401
 
 # this module's collections and test_router_changestreams.py's (cs, resume, gone)
 COLLS = ["ins", "upd", "py", "es", "tx", "tx2", "tx3", "tx4", "tx5", "stale", "hot", "cs", "resume", "gone"]
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-rsess-") as info:
-        yield info
-
-
-@pytest.fixture(scope="module")
-def mongos(cluster):
-    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000,
-                            uuidRepresentation="standard")
-    sharded.split_at_zero(c, "rs", COLLS)
-    yield c
-    c.close()
+cluster = sharded.cluster_fixture("sable-rsess-")
+mongos = sharded.mongos_fixture(split=("rs", COLLS), uuidRepresentation="standard")
+shards = sharded.shards_fixture()
 
 
 class Raw(retryable.Raw):

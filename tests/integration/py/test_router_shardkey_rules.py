@@ -28,36 +28,21 @@ from pymongo.errors import BulkWriteError, OperationFailure, WriteError
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
-from test_sharding import shards  # noqa: E402,F401
 
 COLLS = ["arr", "upd", "mv", "ret", "rty", "txm"]
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-skey-") as info:
-        yield info
-
-
-@pytest.fixture(scope="module")
-def mongos(cluster):
-    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000,
-                            retryWrites=False)
-    sharded.split_at_zero(c, "rk", COLLS)
-    c.admin.command("shardCollection", "rk.dot", key={"a.b": 1})
-    yield c
-    c.close()
+cluster = sharded.cluster_fixture("sable-skey-")
+mongos = sharded.mongos_fixture(
+    split=("rk", COLLS), retryWrites=False,
+    setup=lambda c: c.admin.command("shardCollection", "rk.dot", key={"a.b": 1}))
+shards = sharded.shards_fixture()
 
 
 @pytest.fixture(scope="module")
 def retrying(cluster, mongos):
-    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000,
-                            retryWrites=True)
-    yield c
-    c.close()
+    with sharded.client(cluster["router"], retryWrites=True) as c:
+        yield c
 
 
 def code_of(fn):

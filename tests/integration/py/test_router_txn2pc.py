@@ -10,7 +10,6 @@ failCommand fail point) per module; each collection tp.<name> is sharded on
 """
 import os
 import random
-import subprocess
 import sys
 import threading
 import time
@@ -23,29 +22,15 @@ from pymongo.errors import OperationFailure, PyMongoError
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
+from sharded import launcher, wait_for  # noqa: E402
 from test_retryable import Raw, cmd, new_lsid  # noqa: E402
-from test_sharding import shards  # noqa: E402,F401
 
 COLLS = ["both", "aborted", "noprep", "bank", "retry", "killed"]
-TEST_CMDS = ["--sabled-arg=--setParameter", "--sabled-arg=enableTestCommands=1"]
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-2pc-", launcher_args=TEST_CMDS) as info:
-        yield info
-
-
-@pytest.fixture(scope="module")
-def mongos(cluster):
-    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000,
-                            uuidRepresentation="standard")
-    sharded.split_at_zero(c, "tp", COLLS)
-    yield c
-    c.close()
+cluster = sharded.cluster_fixture("sable-2pc-",
+                                  launcher_args=sharded.set_parameters(["enableTestCommands=1"]))
+mongos = sharded.mongos_fixture(split=("tp", COLLS), uuidRepresentation="standard")
+shards = sharded.shards_fixture()
 
 
 def committed(shard):
@@ -276,23 +261,6 @@ def test_commit_and_coordinate_commit_are_idempotent(mongos, shards, cluster):
     assert mongos.tp.retry.count_documents({}) == 2
     for sh in shards:
         assert open_txns(sh) == 0
-
-
-def launcher(cluster, *args):
-    subprocess.run([sys.executable, cluster["launcher"]] + list(args) + ["--dir", cluster["dir"]],
-                   env=cluster["env"], check=True, capture_output=True, timeout=120)
-
-
-def wait_for(pred, secs=30):
-    end = time.monotonic() + secs
-    while time.monotonic() < end:
-        try:
-            if pred():
-                return True
-        except PyMongoError:
-            pass
-        time.sleep(0.2)
-    return False
 
 
 def prepared_conflict(shard):

@@ -23,28 +23,14 @@ from pymongo.errors import OperationFailure, PyMongoError
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
-from test_router_txn2pc import launcher, wait_for  # noqa: E402
+from sharded import direct, launcher, wait_for  # noqa: E402
 
 MEMBERS = 3
 COLLS = ["failover", "restart", "coord", "visible"]
-TEST_CMDS = ["--sabled-arg=--setParameter", "--sabled-arg=enableTestCommands=1"]
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-2pcf-", launcher_args=TEST_CMDS, members=MEMBERS) as info:
-        yield info
-
-
-@pytest.fixture(scope="module")
-def mongos(cluster):
-    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=20000)
-    sharded.split_at_zero(c, "tf", COLLS)
-    yield c
-    c.close()
+cluster = sharded.cluster_fixture("sable-2pcf-", members=MEMBERS,
+                                  launcher_args=sharded.set_parameters(["enableTestCommands=1"]))
+mongos = sharded.mongos_fixture(split=("tf", COLLS), serverSelectionTimeoutMS=20000)
 
 
 def member_no(shard, j):
@@ -52,28 +38,9 @@ def member_no(shard, j):
     return 1 + shard * MEMBERS + j
 
 
-def direct(port):
-    return pymongo.MongoClient("127.0.0.1", port, directConnection=True,
-                               serverSelectionTimeoutMS=5000)
-
-
 def primary_of(cluster, shard):
     """The index of shard's primary (waits for one)."""
-    found = {}
-
-    def look():
-        for j, port in enumerate(cluster["members"][shard]):
-            try:
-                with direct(port) as c:
-                    if c.admin.command("hello").get("isWritablePrimary"):
-                        found["j"] = j
-                        return True
-            except PyMongoError:
-                pass
-        return False
-
-    assert wait_for(look, 90), "shard%d has no primary" % shard
-    return found["j"]
+    return cluster["members"][shard].index(sharded.primary_port(cluster, shard, secs=90))
 
 
 def primary(cluster, shard):
@@ -91,7 +58,7 @@ def prepared_on(cluster, shard, ns, _id):
 
 def fail_point(cluster, shard, name, on):
     with primary(cluster, shard) as c:
-        c.admin.command({"configureFailPoint": name, "mode": "alwaysOn" if on else "off"})
+        sharded.fail_point(c, name, on)
 
 
 def start_transfer(cluster, coll, src, dst, amount):

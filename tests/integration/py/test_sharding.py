@@ -29,29 +29,13 @@ import sharded  # noqa: E402
 from sharded import BUILD, ROUTER  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-shard-") as info:
-        assert info["stdout"].strip() == "mongodb://127.0.0.1:%d/" % info["router"]
-        yield info
+cluster = sharded.cluster_fixture("sable-shard-")
+mongos = sharded.mongos_fixture(uuidRepresentation="standard")
+shards = sharded.shards_fixture()
 
 
-@pytest.fixture(scope="module")
-def mongos(cluster):
-    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000,
-                            uuidRepresentation="standard")
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def shards(cluster):
-    cs = [pymongo.MongoClient("127.0.0.1", p, directConnection=True) for p in cluster["shards"]]
-    yield cs
-    for c in cs:
-        c.close()
+def test_the_launcher_prints_the_router_uri(cluster):
+    assert cluster["stdout"].strip() == "mongodb://127.0.0.1:%d/" % cluster["router"]
 
 
 def test_router_identity_and_shards(mongos, cluster):

@@ -22,32 +22,11 @@ from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
-from sharded import ROUTER  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(ROUTER):
-        pytest.skip("sable-router not built")
-    with sharded.cluster("sable-zones-", shards=3) as info:
-        yield info
-
-
-@pytest.fixture(scope="module")
-def mongos(cluster):
-    c = pymongo.MongoClient("127.0.0.1", cluster["router"], serverSelectionTimeoutMS=10000,
-                            uuidRepresentation="standard")
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def shards(cluster):
-    cs = {"shard%d" % i: pymongo.MongoClient("127.0.0.1", p, directConnection=True)
-          for i, p in enumerate(cluster["shards"])}
-    yield cs
-    for c in cs.values():
-        c.close()
+cluster = sharded.cluster_fixture("sable-zones-", shards=3)
+mongos = sharded.mongos_fixture(uuidRepresentation="standard")
+shards = sharded.shards_fixture(by_name=True)
 
 
 def code_of(fn):
@@ -57,9 +36,7 @@ def code_of(fn):
 
 
 def chunks_of(mongos, ns):
-    uuid = mongos.config.collections.find_one({"_id": ns})["uuid"]
-    return [(c["min"], c["max"], c["shard"])
-            for c in mongos.config.chunks.find({"uuid": uuid}).sort("min", 1)]
+    return [(c["min"], c["max"], c["shard"]) for c in sharded.chunks(mongos, ns)]
 
 
 def tags_of(mongos, shard):
@@ -127,6 +104,7 @@ def test_zone_commands_and_their_config_documents(mongos):
     assert tags_of(mongos, "shard0") == []
 
 
+# not sharded.wait_for: returns what fn returned and fails with `what`
 def wait_for(what, fn, seconds=60):
     deadline = time.time() + seconds
     while True:

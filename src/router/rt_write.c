@@ -2,7 +2,7 @@
  * rt_write.c: writes through the router.  insert splits its batch by the
  * shard owning each document (ordered: runs of consecutive documents for
  * one shard, in order, stopping at the first error; unordered: one batch
- * per shard).  update and delete target each statement by its filter: the
+ * per shard, all sent at once with rt_run_many, except in a transaction).  update and delete target each statement by its filter: the
  * full shard key's equality goes to one shard, multi-document statements
  * go to every shard the filter may touch, and a single-document statement
  * without the shard key tries the candidate shards one after the other
@@ -273,6 +273,87 @@ static int target_docs(const rt_coll_t *c, bson_iter_t *const *elems, int n, con
     return 0;
 }
 
+/* The message of a reply that failed as a whole. */
+static const char *reply_errmsg(const bson_t *r, const char *dflt)
+{
+    bson_iter_t mi;
+    return bson_iter_init_find(&mi, r, "errmsg") && BSON_ITER_HOLDS_UTF8(&mi)
+               ? bson_iter_utf8(&mi, NULL)
+               : dflt;
+}
+
+/* One round of an unordered insert outside a transaction: every shard's
+ * sub-batch of the documents not done yet goes out at once (rt_run_many)
+ * and every reply is read, as mongos does.  A part the shard applied, or
+ * refused as a whole, is done (done[]); a StaleConfig part is not, and
+ * sets *stalep so the caller refreshes and sends only what is not done
+ * (retry: false once the retries are spent, the stale answer is then that
+ * part's error).  A part lost in transport is sent once more, alone, when
+ * the write is retryable (the shard knows its stmtIds).  Returns 0 or the
+ * first transport error (err). */
+static int insert_parallel(const char *db, const bson_t *cmd, bson_iter_t *const *elems, int n,
+                           const rt_coll_t *c, const int *shard, bool *done, bool retry,
+                           merged_t *m, bool *stalep, sbl_err_t *err)
+{
+    int cnt[RT_MAX_SHARDS] = {0}, start[RT_MAX_SHARDS], fill[RT_MAX_SHARDS];
+    int *idx = malloc((n ? n : 1) * sizeof(int));
+    for (int i = 0; i < n; i++)
+        if (!done[i] && shard[i] >= 0 && shard[i] < RT_MAX_SHARDS)
+            cnt[shard[i]]++;
+    for (int s = 0, at = 0; s < RT_MAX_SHARDS; at += cnt[s], s++)
+        start[s] = fill[s] = at;
+    for (int i = 0; i < n; i++) /* in the client's order within each part */
+        if (!done[i] && shard[i] >= 0 && shard[i] < RT_MAX_SHARDS)
+            idx[fill[shard[i]]++] = i;
+    int sh[RT_MAX_SHARDS], rcs[RT_MAX_SHARDS], k = 0;
+    bson_t subs[RT_MAX_SHARDS], rs[RT_MAX_SHARDS];
+    const bson_t *cmds[RT_MAX_SHARDS];
+    sbl_err_t errs[RT_MAX_SHARDS];
+    for (int s = 0; s < RT_MAX_SHARDS; s++) {
+        if (cnt[s] == 0)
+            continue;
+        bson_init(&subs[k]);
+        build_sub(cmd, "documents", elems, idx + start[s], cnt[s], c, s, &subs[k]);
+        cmds[k] = &subs[k];
+        memset(&errs[k], 0, sizeof(errs[k]));
+        sh[k++] = s;
+    }
+    rt_run_many(k, sh, db, cmds, rs, rcs, errs);
+    int rc = 0;
+    for (int j = 0; j < k; j++) {
+        if (rcs[j] != 0 && rt_sess_retryable()) {
+            bson_destroy(&rs[j]);
+            rcs[j] = rt_run(sh[j], db, cmds[j], &rs[j], &errs[j]);
+        }
+        bson_destroy(&subs[j]);
+        const int *batch = idx + start[sh[j]];
+        int nb = cnt[sh[j]];
+        int code = rcs[j] != 0 ? 0 : rt_reply_code(&rs[j]);
+        if (rcs[j] != 0) {
+            if (rc == 0) {
+                rc = rcs[j];
+                *err = errs[j];
+            }
+        } else if (rt_stale_code(code) && retry) {
+            *stalep = true; /* nothing of it ran: sent again after the refresh */
+        } else if (code != 0) {
+            /* the whole part failed: every document of it gets the error */
+            const char *msg = reply_errmsg(&rs[j], "insert failed on a shard");
+            for (int i = 0; i < nb; i++) {
+                add_error(m, batch[i], code, msg);
+                done[batch[i]] = true;
+            }
+        } else {
+            merged_add(m, &rs[j], batch, nb);
+            for (int i = 0; i < nb; i++)
+                done[batch[i]] = true;
+        }
+        bson_destroy(&rs[j]);
+    }
+    free(idx);
+    return rc;
+}
+
 int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     char ns[400];
@@ -286,6 +367,8 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     sbl_err_t e2 = {0};
     rt_db_primary(db, true, &e2); /* a write creates the database */
     bool ordered = ordered_of(cmd);
+    /* an unordered batch's parts go out together; a transaction's stay in turn */
+    bool parallel = !ordered && !rt_sess_in_txn();
     int *shard = malloc((n ? n : 1) * sizeof(int)), *batch = malloc((n ? n : 1) * sizeof(int));
     bool *done = calloc(n ? n : 1, sizeof(bool));
     merged_t m;
@@ -323,6 +406,22 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
                       "Shard key cannot contain array values or array descendants.");
             done[first] = true;
             stop = ordered;
+            continue;
+        }
+        if (parallel) {
+            bool stale = false;
+            rc = insert_parallel(db, cmd, elems, n, c, shard, done, attempts < RT_RETRIES, &m,
+                                 &stale, err);
+            if (rc != 0 || !stale)
+                continue;
+            attempts++;
+            rt_coll_release(c);
+            c = refresh(db, ns, true, err);
+            if (c == NULL) {
+                rc = err->code;
+                goto out;
+            }
+            rc = target_docs(c, elems, n, done, shard, err);
             continue;
         }
         int s = shard[first], nb = 0;

@@ -505,6 +505,23 @@ def test_unordered_insert_over_both_shards_reports_client_indexes(mongos, shards
     assert shards[0].pw.dup.count_documents({"_id": {"$gte": 100}}) == 50
     assert shards[1].pw.dup.count_documents({"_id": {"$gte": 100}}) == 50
     assert c.count_documents({}) == 120
+    # a multi update and delete reach both shards' parts at once; n sums
+    r = c.update_many({"_id": {"$gte": 100}}, {"$inc": {"v": 1}})
+    assert (r.matched_count, r.modified_count) == (100, 100), r.raw_result
+    assert [s.pw.dup.count_documents({"v": 1}) for s in shards] == [50, 50]
+    r = c.delete_many({"_id": {"$gte": 100}, "k": {"$gte": -10, "$lt": 10}})
+    assert r.deleted_count == 20
+    assert [s.pw.dup.count_documents({"v": 1}) for s in shards] == [40, 40]
+    # a multi update failing on one shard's documents only: one error for
+    # the statement, the other shard's documents updated
+    c.insert_many([{"_id": 300, "k": -300, "a": "x"}, {"_id": 301, "k": 300, "a": 1}])
+    with pytest.raises(BulkWriteError) as e:
+        c.bulk_write([pymongo.UpdateMany({"_id": {"$gte": 300}}, {"$inc": {"a": 1}})],
+                     ordered=False)
+    det = e.value.details
+    assert [(w["index"], w["code"]) for w in det["writeErrors"]] == [(0, 14)], det
+    assert shards[1].pw.dup.find_one({"_id": 301})["a"] == 2
+    assert shards[0].pw.dup.find_one({"_id": 300})["a"] == "x"
 
 
 def test_unordered_insert_resends_only_the_stale_part():
@@ -547,6 +564,15 @@ def test_unordered_insert_resends_only_the_stale_part():
         assert held == [list(range(-50, 0)), list(range(100, 150)), []], held
         assert other.pw.s.count_documents({}) == 101
         assert mongos.pw.s.count_documents({}) == 101
+        # a multi update's parts go out at once too: after another migration
+        # shard1 refuses its part, shard0 has applied its own, and only
+        # shard1 and shard2 (by the refreshed table) get it again
+        _move(mongos, "pw.s", {"k": 100}, "shard2")
+        r = other.pw.s.update_many({}, {"$inc": {"v": 1}})
+        assert (r.matched_count, r.modified_count) == (101, 101), r.raw_result
+        assert sorted(d.get("v") for d in mongos.pw.s.find()) == [1] * 101
+        held = [s.pw.s.count_documents({"v": 1}) for s in direct]
+        assert held == [51, 0, 50], held
         for s in direct:
             s.close()
 

@@ -522,6 +522,15 @@ def test_unordered_insert_over_both_shards_reports_client_indexes(mongos, shards
     assert [(w["index"], w["code"]) for w in det["writeErrors"]] == [(0, 14)], det
     assert shards[1].pw.dup.find_one({"_id": 301})["a"] == 2
     assert shards[0].pw.dup.find_one({"_id": 300})["a"] == "x"
+    # in a transaction the parts go one after the other, and commit together
+    with mongos.start_session() as s:
+        with s.start_transaction():
+            c.insert_many([{"_id": 400 + i, "k": i - 5} for i in range(10)], ordered=False,
+                          session=s)
+            r = c.update_many({"_id": {"$gte": 400}}, {"$set": {"t": 1}}, session=s)
+            assert r.modified_count == 10
+            assert c.count_documents({"t": 1}) == 0  # outside it: not yet
+    assert [x.pw.dup.count_documents({"t": 1}) for x in shards] == [5, 5]
 
 
 def test_unordered_insert_resends_only_the_stale_part():

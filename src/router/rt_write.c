@@ -105,15 +105,71 @@ static int merged_add(merged_t *m, const bson_t *r, const int *map, int nmap)
     return errs;
 }
 
+/* One document of a merged array: its client's index, the place it was
+ * merged in, and where it lies in the array (not a bson_iter_t: that asks
+ * for an alignment malloc does not give). */
+typedef struct indexed {
+    int32_t index, pos;
+    const uint8_t *data;
+    uint32_t len;
+} indexed_t;
+
+static int indexed_cmp(const void *a, const void *b)
+{
+    const indexed_t *x = a, *y = b;
+    if (x->index != y->index)
+        return x->index < y->index ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* arr's documents ordered by their "index" (kept in merge order within
+ * one index), as mongos lists a batch's errors and upserts whatever order
+ * the shards answered in, into out (initialised here). */
+static void by_index(const bson_t *arr, uint32_t n, bson_t *out)
+{
+    bson_iter_t it, f;
+    indexed_t *v = malloc((n ? n : 1) * sizeof(*v));
+    uint32_t k = 0;
+    if (bson_iter_init(&it, arr))
+        while (k < n && bson_iter_next(&it)) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+                continue;
+            v[k].index = 0;
+            v[k].pos = (int32_t)k;
+            bson_iter_document(&it, &v[k].len, &v[k].data);
+            if (bson_iter_recurse(&it, &f) && bson_iter_find(&f, "index"))
+                v[k].index = (int32_t)bson_iter_as_int64(&f);
+            k++;
+        }
+    qsort(v, k, sizeof(*v), indexed_cmp);
+    bson_init(out);
+    for (uint32_t i = 0; i < k; i++) {
+        char key[16];
+        const char *ks;
+        bson_t d;
+        bson_uint32_to_string(i, &ks, key, sizeof(key));
+        if (bson_init_static(&d, v[i].data, v[i].len))
+            BSON_APPEND_DOCUMENT(out, ks, &d);
+    }
+    free(v);
+}
+
 static void merged_reply(merged_t *m, bson_t *reply, bool with_modified)
 {
+    bson_t sorted;
     BSON_APPEND_INT32(reply, "n", (int32_t)m->n);
     if (with_modified)
         BSON_APPEND_INT32(reply, "nModified", (int32_t)m->n_modified);
-    if (m->nups)
-        bson_append_array(reply, "upserted", -1, &m->upserted);
-    if (m->nerr)
-        bson_append_array(reply, "writeErrors", -1, &m->write_errors);
+    if (m->nups) {
+        by_index(&m->upserted, m->nups, &sorted);
+        bson_append_array(reply, "upserted", -1, &sorted);
+        bson_destroy(&sorted);
+    }
+    if (m->nerr) {
+        by_index(&m->write_errors, m->nerr, &sorted);
+        bson_append_array(reply, "writeErrors", -1, &sorted);
+        bson_destroy(&sorted);
+    }
     if (m->has_wce)
         BSON_APPEND_DOCUMENT(reply, "writeConcernError", &m->wce);
 }

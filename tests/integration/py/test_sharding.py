@@ -499,6 +499,11 @@ def test_unordered_insert_over_both_shards_reports_client_indexes(mongos, shards
         assert "_id: %d" % docs[w["index"]]["_id"] in w["errmsg"], w
     assert sorted(d["_id"] for d in shards[0].pw.dup.find()) == list(range(-10, 0))
     assert sorted(d["_id"] for d in shards[1].pw.dup.find()) == list(range(10))
+    # the reply lists the errors by the client's index, whichever shard
+    # answered first (shard1's part holds index 0 here)
+    r = mongos.pw.command("insert", "dup", ordered=False,
+                          documents=[{"_id": 9, "k": 9}, {"_id": -9, "k": -9}])
+    assert r["n"] == 0 and [w["index"] for w in r["writeErrors"]] == [0, 1], r
     # without errors: n is the sum of both parts
     r = c.insert_many([{"_id": 100 + i, "k": i - 50} for i in range(100)], ordered=False)
     assert len(r.inserted_ids) == 100

@@ -482,6 +482,24 @@ bool rt_move_again(int *tries);
 int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_update(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_delete(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* The helpers rt_fam.c shares with update.  "db.<cmd[verb]>" into ns (NULL
+ * when cmd[verb] is not a string). */
+const char *rt_write_ns(const char *db, const bson_t *cmd, const char *verb, char *ns, size_t n);
+/* ns's routing table read again after a StaleConfig/StaleDbVersion; create:
+ * the write creates its database when it is gone.  NULL: err set. */
+rt_coll_t *rt_write_refresh(const char *db, const char *ns, bool create, sbl_err_t *err);
+/* Whether an update pipeline may change a shard key field. */
+bool rt_pipeline_may_change_key(const rt_coll_t *c, const bson_t *pl);
+/* Whether update ud would change a shard key field of a document q matches. */
+bool rt_changes_shard_key(const rt_coll_t *c, const bson_t *ud, const bson_t *q);
+/* mongod's rules for a statement changing a document's shard key (31025,
+ * 72, 20), and with the new value's (54) for rt_key_change; 0 when it may,
+ * else the code with *msgp its message (static). */
+int rt_key_rules(const rt_coll_t *c, const bson_t *q, bool multi, const char **msgp);
+int rt_key_change(const rt_coll_t *c, const bson_t *ud, const bson_t *q, bool multi,
+                  const char **msgp);
+
+/* ---- rt_fam.c ---- */
 int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 
 #endif

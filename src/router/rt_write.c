@@ -2,9 +2,10 @@
  * rt_write.c: writes through the router.  insert splits its batch by the
  * shard owning each document (ordered: runs of consecutive documents for
  * one shard, in order, stopping at the first error; unordered: one batch
- * per shard).  update and delete target each statement by its filter: the
- * full shard key's equality goes to one shard, multi-document statements
- * go to every shard the filter may touch, and a single-document statement
+ * per shard, all sent at once with rt_run_many, except in a transaction).
+ * update and delete target each statement by its filter: the full shard
+ * key's equality goes to one shard, multi-document statements go to every
+ * shard the filter may touch, and a single-document statement
  * without the shard key tries the candidate shards one after the other
  * until one matches (so at most one document changes).  Replies are merged
  * with every writeErrors/upserted index mapped back to the client's.
@@ -104,15 +105,71 @@ static int merged_add(merged_t *m, const bson_t *r, const int *map, int nmap)
     return errs;
 }
 
+/* One document of a merged array: its client's index, the place it was
+ * merged in, and where it lies in the array (not a bson_iter_t: that asks
+ * for an alignment malloc does not give). */
+typedef struct indexed {
+    int32_t index, pos;
+    const uint8_t *data;
+    uint32_t len;
+} indexed_t;
+
+static int indexed_cmp(const void *a, const void *b)
+{
+    const indexed_t *x = a, *y = b;
+    if (x->index != y->index)
+        return x->index < y->index ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* arr's documents ordered by their "index" (kept in merge order within
+ * one index), as mongos lists a batch's errors and upserts whatever order
+ * the shards answered in, into out (initialised here). */
+static void by_index(const bson_t *arr, uint32_t n, bson_t *out)
+{
+    bson_iter_t it, f;
+    indexed_t *v = malloc((n ? n : 1) * sizeof(*v));
+    uint32_t k = 0;
+    if (bson_iter_init(&it, arr))
+        while (k < n && bson_iter_next(&it)) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+                continue;
+            v[k].index = 0;
+            v[k].pos = (int32_t)k;
+            bson_iter_document(&it, &v[k].len, &v[k].data);
+            if (bson_iter_recurse(&it, &f) && bson_iter_find(&f, "index"))
+                v[k].index = (int32_t)bson_iter_as_int64(&f);
+            k++;
+        }
+    qsort(v, k, sizeof(*v), indexed_cmp);
+    bson_init(out);
+    for (uint32_t i = 0; i < k; i++) {
+        char key[16];
+        const char *ks;
+        bson_t d;
+        bson_uint32_to_string(i, &ks, key, sizeof(key));
+        if (bson_init_static(&d, v[i].data, v[i].len))
+            BSON_APPEND_DOCUMENT(out, ks, &d);
+    }
+    free(v);
+}
+
 static void merged_reply(merged_t *m, bson_t *reply, bool with_modified)
 {
+    bson_t sorted;
     BSON_APPEND_INT32(reply, "n", (int32_t)m->n);
     if (with_modified)
         BSON_APPEND_INT32(reply, "nModified", (int32_t)m->n_modified);
-    if (m->nups)
-        bson_append_array(reply, "upserted", -1, &m->upserted);
-    if (m->nerr)
-        bson_append_array(reply, "writeErrors", -1, &m->write_errors);
+    if (m->nups) {
+        by_index(&m->upserted, m->nups, &sorted);
+        bson_append_array(reply, "upserted", -1, &sorted);
+        bson_destroy(&sorted);
+    }
+    if (m->nerr) {
+        by_index(&m->write_errors, m->nerr, &sorted);
+        bson_append_array(reply, "writeErrors", -1, &sorted);
+        bson_destroy(&sorted);
+    }
     if (m->has_wce)
         BSON_APPEND_DOCUMENT(reply, "writeConcernError", &m->wce);
 }
@@ -201,7 +258,7 @@ static int collect(const bson_t *cmd, const char *field, void **storep, bson_ite
     return n;
 }
 
-static const char *ns_of(const char *db, const bson_t *cmd, const char *verb, char *ns, size_t n)
+const char *rt_write_ns(const char *db, const bson_t *cmd, const char *verb, char *ns, size_t n)
 {
     bson_iter_t it;
     if (!bson_iter_init_find(&it, cmd, verb) || !BSON_ITER_HOLDS_UTF8(&it))
@@ -237,7 +294,7 @@ static int whole_to(int s, const char *db, const bson_t *cmd, const rt_coll_t *c
  * StaleDbVersion).  create: the write creates its database when it is gone
  * (dropped meanwhile through another router), as the first try did, rather
  * than land on a shard taken for a database nobody registered. */
-static rt_coll_t *refresh(const char *db, const char *ns, bool create, sbl_err_t *err)
+rt_coll_t *rt_write_refresh(const char *db, const char *ns, bool create, sbl_err_t *err)
 {
     rt_coll_t *c = rt_coll_get(ns, true, err);
     if (c != NULL && c->transient && create) {
@@ -273,10 +330,91 @@ static int target_docs(const rt_coll_t *c, bson_iter_t *const *elems, int n, con
     return 0;
 }
 
+/* The message of a reply that failed as a whole. */
+static const char *reply_errmsg(const bson_t *r, const char *dflt)
+{
+    bson_iter_t mi;
+    return bson_iter_init_find(&mi, r, "errmsg") && BSON_ITER_HOLDS_UTF8(&mi)
+               ? bson_iter_utf8(&mi, NULL)
+               : dflt;
+}
+
+/* One round of an unordered insert outside a transaction: every shard's
+ * sub-batch of the documents not done yet goes out at once (rt_run_many)
+ * and every reply is read, as mongos does.  A part the shard applied, or
+ * refused as a whole, is done (done[]); a StaleConfig part is not, and
+ * sets *stalep so the caller refreshes and sends only what is not done
+ * (retry: false once the retries are spent, the stale answer is then that
+ * part's error).  A part lost in transport is sent once more, alone, when
+ * the write is retryable (the shard knows its stmtIds).  Returns 0 or the
+ * first transport error (err). */
+static int insert_parallel(const char *db, const bson_t *cmd, bson_iter_t *const *elems, int n,
+                           const rt_coll_t *c, const int *shard, bool *done, bool retry,
+                           merged_t *m, bool *stalep, sbl_err_t *err)
+{
+    int cnt[RT_MAX_SHARDS] = {0}, start[RT_MAX_SHARDS], fill[RT_MAX_SHARDS];
+    int *idx = malloc((n ? n : 1) * sizeof(int));
+    for (int i = 0; i < n; i++)
+        if (!done[i] && shard[i] >= 0 && shard[i] < RT_MAX_SHARDS)
+            cnt[shard[i]]++;
+    for (int s = 0, at = 0; s < RT_MAX_SHARDS; at += cnt[s], s++)
+        start[s] = fill[s] = at;
+    for (int i = 0; i < n; i++) /* in the client's order within each part */
+        if (!done[i] && shard[i] >= 0 && shard[i] < RT_MAX_SHARDS)
+            idx[fill[shard[i]]++] = i;
+    int sh[RT_MAX_SHARDS], rcs[RT_MAX_SHARDS], k = 0;
+    bson_t subs[RT_MAX_SHARDS], rs[RT_MAX_SHARDS];
+    const bson_t *cmds[RT_MAX_SHARDS];
+    sbl_err_t errs[RT_MAX_SHARDS];
+    for (int s = 0; s < RT_MAX_SHARDS; s++) {
+        if (cnt[s] == 0)
+            continue;
+        bson_init(&subs[k]);
+        build_sub(cmd, "documents", elems, idx + start[s], cnt[s], c, s, &subs[k]);
+        cmds[k] = &subs[k];
+        memset(&errs[k], 0, sizeof(errs[k]));
+        sh[k++] = s;
+    }
+    rt_run_many(k, sh, db, cmds, rs, rcs, errs);
+    int rc = 0;
+    for (int j = 0; j < k; j++) {
+        if (rcs[j] != 0 && rt_sess_retryable()) {
+            bson_destroy(&rs[j]);
+            rcs[j] = rt_run(sh[j], db, cmds[j], &rs[j], &errs[j]);
+        }
+        bson_destroy(&subs[j]);
+        const int *batch = idx + start[sh[j]];
+        int nb = cnt[sh[j]];
+        int code = rcs[j] != 0 ? 0 : rt_reply_code(&rs[j]);
+        if (rcs[j] != 0) {
+            if (rc == 0) {
+                rc = rcs[j];
+                *err = errs[j];
+            }
+        } else if (rt_stale_code(code) && retry) {
+            *stalep = true; /* nothing of it ran: sent again after the refresh */
+        } else if (code != 0) {
+            /* the whole part failed: every document of it gets the error */
+            const char *msg = reply_errmsg(&rs[j], "insert failed on a shard");
+            for (int i = 0; i < nb; i++) {
+                add_error(m, batch[i], code, msg);
+                done[batch[i]] = true;
+            }
+        } else {
+            merged_add(m, &rs[j], batch, nb);
+            for (int i = 0; i < nb; i++)
+                done[batch[i]] = true;
+        }
+        bson_destroy(&rs[j]);
+    }
+    free(idx);
+    return rc;
+}
+
 int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     char ns[400];
-    if (ns_of(db, cmd, "insert", ns, sizeof(ns)) == NULL)
+    if (rt_write_ns(db, cmd, "insert", ns, sizeof(ns)) == NULL)
         return sbl_err_set(err, SBL_E_BadValue, "insert needs a collection name");
     void *store = NULL;
     bson_iter_t **elems = NULL;
@@ -286,6 +424,8 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     sbl_err_t e2 = {0};
     rt_db_primary(db, true, &e2); /* a write creates the database */
     bool ordered = ordered_of(cmd);
+    /* an unordered batch's parts go out together; a transaction's stay in turn */
+    bool parallel = !ordered && !rt_sess_in_txn();
     int *shard = malloc((n ? n : 1) * sizeof(int)), *batch = malloc((n ? n : 1) * sizeof(int));
     bool *done = calloc(n ? n : 1, sizeof(bool));
     merged_t m;
@@ -304,7 +444,7 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
             goto out;
         }
         rt_coll_release(c);
-        c = refresh(db, ns, true, err); /* it became sharded (or moved): split below */
+        c = rt_write_refresh(db, ns, true, err); /* it became sharded (or moved): split below */
         if (c == NULL) {
             rc = err->code;
             goto out;
@@ -323,6 +463,22 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
                       "Shard key cannot contain array values or array descendants.");
             done[first] = true;
             stop = ordered;
+            continue;
+        }
+        if (parallel) {
+            bool stale = false;
+            rc = insert_parallel(db, cmd, elems, n, c, shard, done, attempts < RT_RETRIES, &m,
+                                 &stale, err);
+            if (rc != 0 || !stale)
+                continue;
+            attempts++;
+            rt_coll_release(c);
+            c = rt_write_refresh(db, ns, true, err);
+            if (c == NULL) {
+                rc = err->code;
+                goto out;
+            }
+            rc = target_docs(c, elems, n, done, shard, err);
             continue;
         }
         int s = shard[first], nb = 0;
@@ -346,7 +502,7 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         if (rt_stale_code(code) && attempts++ < RT_RETRIES) {
             bson_destroy(&r);
             rt_coll_release(c);
-            c = refresh(db, ns, true, err);
+            c = rt_write_refresh(db, ns, true, err);
             if (c == NULL) {
                 rc = err->code;
                 goto out;
@@ -444,7 +600,7 @@ static bool key_top_field(const rt_coll_t *c, const char *path)
 /* Whether an update pipeline may change a shard key field (the router
  * cannot evaluate it): a stage replacing or projecting the document, or
  * setting or removing a key field's top-level field. */
-static bool pipeline_may_change_key(const rt_coll_t *c, const bson_t *pl)
+bool rt_pipeline_may_change_key(const rt_coll_t *c, const bson_t *pl)
 {
     bson_iter_t st, op, f;
     if (!c->sharded || !bson_iter_init(&st, pl))
@@ -474,7 +630,7 @@ static bool pipeline_may_change_key(const rt_coll_t *c, const bson_t *pl)
  * touching a key field (or a path above or below one) other than $set to
  * the value the filter pins it to, or a replacement whose key values
  * differ from the filter's. */
-static bool changes_shard_key(const rt_coll_t *c, const bson_t *ud, const bson_t *q)
+bool rt_changes_shard_key(const rt_coll_t *c, const bson_t *ud, const bson_t *q)
 {
     bson_iter_t u, op, fld, k;
     if (!c->sharded || !bson_iter_init(&u, ud))
@@ -567,7 +723,7 @@ static bool new_key_doc(const rt_coll_t *c, const bson_t *ud, const bson_t *q, b
 /* The rules for a statement changing a document's shard key after its new
  * value's (key_change): the filter's full key equality (31025), not multi
  * (72), a retryable write or transaction (20); 0 when it may. */
-static int key_rules(const rt_coll_t *c, const bson_t *q, bool multi, const char **msgp)
+int rt_key_rules(const rt_coll_t *c, const bson_t *q, bool multi, const char **msgp)
 {
     if (!rt_filter_has_full_key(c, q)) {
         *msgp = "Shard key update is not allowed without specifying the full shard key in the "
@@ -590,8 +746,8 @@ static int key_rules(const rt_coll_t *c, const bson_t *q, bool multi, const char
  * its order (update_stage's checks): a new key holding an array (54), a
  * filter without the full key's equality (31025), multi (72), outside a
  * retryable write or transaction (20).  0: allowed. */
-static int key_change(const rt_coll_t *c, const bson_t *ud, const bson_t *q, bool multi,
-                      const char **msgp)
+int rt_key_change(const rt_coll_t *c, const bson_t *ud, const bson_t *q, bool multi,
+                  const char **msgp)
 {
     bson_t nd;
     bson_value_t vals[SBL_SHARD_KEY_MAX];
@@ -606,7 +762,7 @@ static int key_change(const rt_coll_t *c, const bson_t *ud, const bson_t *q, boo
             return SBL_E_NotSingleValueField;
         }
     }
-    return key_rules(c, q, multi, msgp);
+    return rt_key_rules(c, q, multi, msgp);
 }
 
 #define BATCH_OF_ONE                                                                               \
@@ -658,13 +814,72 @@ static int moved(const char *db, const char *coll, const bson_t *cmd, const rt_c
     return rc;
 }
 
+/* A multi statement (elems[i]) outside a transaction: every shard of t
+ * not in applied[] gets its part at once (rt_run_many), as mongos sends a
+ * statement's parts.  A shard that answered, ok or not, goes into applied[]
+ * and its result into m (a part failing as a whole: one error for the
+ * statement, the first shard's); one that said StaleConfig does not, and
+ * sets *stalep (retry: false once the retries are spent, the stale answer
+ * is then its error), so after a refresh only the shards that did not
+ * apply it get it again: no document is updated or deleted twice.  Returns
+ * 0 or the first transport error (err); *errsp counts the write errors. */
+static int stmt_parallel(const char *db, const bson_t *cmd, const char *arr,
+                         bson_iter_t *const *elems, int i, const rt_coll_t *c, const bool *t,
+                         bool retry, bool *applied, merged_t *m, int *errsp, bool *stalep,
+                         sbl_err_t *err)
+{
+    int sh[RT_MAX_SHARDS], rcs[RT_MAX_SHARDS], k = 0;
+    bson_t subs[RT_MAX_SHARDS], rs[RT_MAX_SHARDS];
+    const bson_t *cmds[RT_MAX_SHARDS];
+    sbl_err_t errs[RT_MAX_SHARDS];
+    for (int s = 0; s < RT_MAX_SHARDS; s++) {
+        if (!t[s] || applied[s])
+            continue;
+        bson_init(&subs[k]);
+        build_sub(cmd, arr, elems, &i, 1, c, s, &subs[k]);
+        cmds[k] = &subs[k];
+        memset(&errs[k], 0, sizeof(errs[k]));
+        sh[k++] = s;
+    }
+    rt_run_many(k, sh, db, cmds, rs, rcs, errs);
+    int rc = 0;
+    bool failed = false;
+    for (int j = 0; j < k; j++) {
+        if (rcs[j] != 0 && rt_sess_retryable()) { /* rt_run's rule */
+            bson_destroy(&rs[j]);
+            rcs[j] = rt_run(sh[j], db, cmds[j], &rs[j], &errs[j]);
+        }
+        bson_destroy(&subs[j]);
+        int code = rcs[j] != 0 ? 0 : rt_reply_code(&rs[j]);
+        if (rcs[j] != 0) {
+            if (rc == 0) {
+                rc = rcs[j];
+                *err = errs[j];
+            }
+        } else if (rt_stale_code(code) && retry) {
+            *stalep = true;
+        } else if (code != 0) {
+            applied[sh[j]] = true;
+            if (!failed)
+                add_error(m, i, code, reply_errmsg(&rs[j], "write failed on a shard"));
+            *errsp += !failed;
+            failed = true;
+        } else {
+            applied[sh[j]] = true;
+            *errsp += merged_add(m, &rs[j], &i, 1);
+        }
+        bson_destroy(&rs[j]);
+    }
+    return rc;
+}
+
 static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bool is_update,
                             sbl_err_t *err)
 {
     const char *verb = is_update ? "update" : "delete";
     const char *arr = is_update ? "updates" : "deletes";
     char ns[400];
-    if (ns_of(db, cmd, verb, ns, sizeof(ns)) == NULL)
+    if (rt_write_ns(db, cmd, verb, ns, sizeof(ns)) == NULL)
         return sbl_err_set(err, SBL_E_BadValue, "%s needs a collection name", verb);
     void *store = NULL;
     bson_iter_t **elems = NULL;
@@ -681,7 +896,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
     int rc = 0, move_retries = 0;
     rt_coll_t *c = NULL;
     for (int attempt = 0; attempt <= RT_RETRIES; attempt++) {
-        c = attempt > 0 ? refresh(db, ns, is_update, err) : rt_coll_get(ns, false, err);
+        c = attempt > 0 ? rt_write_refresh(db, ns, is_update, err) : rt_coll_get(ns, false, err);
         if (c == NULL) {
             rc = err->code;
             goto out;
@@ -708,8 +923,8 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
             bool multi, upsert;
             bson_t ud;
             stmt_info(elems[i], true, &q, &multi, &upsert);
-            if ((stmt_update(elems[i], &ud) && changes_shard_key(c, &ud, &q)) ||
-                (stmt_pipeline(elems[i], &ud) && pipeline_may_change_key(c, &ud)))
+            if ((stmt_update(elems[i], &ud) && rt_changes_shard_key(c, &ud, &q)) ||
+                (stmt_pipeline(elems[i], &ud) && rt_pipeline_may_change_key(c, &ud)))
                 single = -3; /* statement by statement: that one is checked */
         }
         if (single < -1 || n == 0)
@@ -726,7 +941,10 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
         rc = sbl_err_set(err, SBL_E_StaleConfig, "routing for %s kept changing", ns);
         goto out;
     }
-    /* Statement by statement. */
+    /* Statement by statement; a multi statement's parts at once, applied[]
+     * the shards that ran statement applied_for. */
+    bool applied[RT_MAX_SHARDS];
+    int applied_for = -1, stale_rounds = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         bson_t q;
         bool multi, upsert, t[RT_MAX_SHARDS];
@@ -742,11 +960,11 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
         int from = 0;
         while (from < RT_MAX_SHARDS - 1 && !t[from])
             from++;
-        bool key_upd = is_update && stmt_update(elems[i], &ud) && changes_shard_key(c, &ud, &q);
+        bool key_upd = is_update && stmt_update(elems[i], &ud) && rt_changes_shard_key(c, &ud, &q);
         bool key_pipe =
-            is_update && stmt_pipeline(elems[i], &ud) && pipeline_may_change_key(c, &ud);
+            is_update && stmt_pipeline(elems[i], &ud) && rt_pipeline_may_change_key(c, &ud);
         const char *msg = NULL;
-        int code = key_upd ? key_change(c, &ud, &q, multi, &msg) : 0;
+        int code = key_upd ? rt_key_change(c, &ud, &q, multi, &msg) : 0;
         if (code != 0) {
             add_error(&m, i, code, msg);
             if (ordered)
@@ -774,6 +992,31 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
             add_error(&m, i, SBL_E_ShardKeyNotFound, "Failed to target upsert by query :: "
                       "could not extract exact shard key");
             if (ordered)
+                break;
+            continue;
+        }
+        if (multi && !key_upd && !key_pipe && !rt_sess_in_txn() && (nt > 1 || applied_for == i)) {
+            if (applied_for != i) {
+                memset(applied, 0, sizeof(applied));
+                applied_for = i;
+                stale_rounds = 0;
+            }
+            int errs = 0;
+            bool stale = false;
+            rc = stmt_parallel(db, cmd, arr, elems, i, c, t, stale_rounds < RT_RETRIES, applied, &m,
+                               &errs, &stale, err);
+            if (rc == 0 && stale) {
+                stale_rounds++;
+                rt_coll_release(c);
+                c = rt_write_refresh(db, ns, is_update, err);
+                if (c == NULL) {
+                    rc = err->code;
+                    break;
+                }
+                i--; /* the shards that did not apply it, by the refreshed table */
+                continue;
+            }
+            if (ordered && errs > 0)
                 break;
             continue;
         }
@@ -816,7 +1059,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
                 } else if (may_move) {
                     mc = moved(db, bson_iter_utf8(&ci, NULL), cmd, c, s, i, &we, &m, err);
                 } else if (key_pipe) {
-                    mc = key_rules(c, &q, multi, &msg);
+                    mc = rt_key_rules(c, &q, multi, &msg);
                 }
                 /* again: the routing, or the document since the shard answered,
                  * changed (a few times at most) */
@@ -845,7 +1088,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
         }
         if (stale) {
             rt_coll_release(c);
-            c = refresh(db, ns, is_update, err);
+            c = rt_write_refresh(db, ns, is_update, err);
             if (c == NULL) {
                 rc = err->code;
                 break;
@@ -874,188 +1117,4 @@ int rt_update(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 int rt_delete(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     return update_or_delete(db, cmd, reply, false, err);
-}
-
-/* ---- findAndModify ---- */
-
-/* findAndModify's reply from a move's result (rt_move_doc's), its value
- * projected by cmd's fields.  0 or the projection's error. */
-static int fam_reply(const bson_t *res, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
-{
-    bson_iter_t it, up;
-    bson_t leo, spec, value, out = BSON_INITIALIZER;
-    int rc = 0;
-    bool upserted = bson_iter_init_find(&up, res, "upserted");
-    BSON_APPEND_DOCUMENT_BEGIN(reply, "lastErrorObject", &leo);
-    BSON_APPEND_INT32(&leo, "n", 1);
-    BSON_APPEND_BOOL(&leo, "updatedExisting", !upserted);
-    if (upserted)
-        bson_append_iter(&leo, "upserted", -1, &up);
-    bson_append_document_end(reply, &leo);
-    if (bson_iter_init_find(&it, res, "value") && sbl_iter_doc(&it, &value) &&
-        bson_iter_init_find(&it, cmd, "fields") && sbl_iter_doc(&it, &spec)) {
-        sbl_projection_t *p = sbl_projection_new(&spec, err);
-        rc = p == NULL ? err->code : sbl_projection_apply(p, &value, -1, &out, err);
-        sbl_projection_free(p);
-        BSON_APPEND_DOCUMENT(reply, "value", &out);
-    } else if (bson_iter_init_find(&it, res, "value")) {
-        bson_append_iter(reply, "value", -1, &it);
-    }
-    bson_destroy(&out);
-    BSON_APPEND_DOUBLE(reply, "ok", 1.0);
-    return rc;
-}
-
-/* A retried findAndModify that moved its document: the first reply into
- * reply, -1; 0 when it did not; or a transport error. */
-static int fam_recorded(const bool *t, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
-{
-    bson_t res;
-    bool found = false;
-    int from = 0;
-    while (from < RT_MAX_SHARDS - 1 && !t[from])
-        from++;
-    int rc = rt_move_recorded(from, 0, &res, &found, err);
-    if (rc == 0 && found)
-        rc = fam_reply(&res, cmd, reply, err) == 0 ? -1 : err->code;
-    bson_destroy(&res);
-    return rc;
-}
-
-/* findAndModify answered 283 with its images (r) by shard s: moved
- * (rt_move_doc), its reply into reply.  0 or the move's error. */
-static int fam_moved(const char *db, const bson_t *cmd, const rt_coll_t *c, int s, const bson_t *r,
-                     bson_t *reply, sbl_err_t *err)
-{
-    bson_iter_t it;
-    bson_t res;
-    bool want_new = bson_iter_init_find(&it, cmd, "new") && bson_iter_as_bool(&it);
-    if (!bson_iter_init_find(&it, cmd, "findAndModify"))
-        bson_iter_init_find(&it, cmd, "findandmodify");
-    int rc =
-        rt_move_doc(db, bson_iter_utf8(&it, NULL), cmd, c, s, 0, r, want_new ? 1 : 0, &res, err);
-    if (rc == 0)
-        rc = fam_reply(&res, cmd, reply, err);
-    bson_destroy(&res);
-    return rc;
-}
-
-int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
-{
-    char ns[400];
-    if (ns_of(db, cmd, "findAndModify", ns, sizeof(ns)) == NULL &&
-        ns_of(db, cmd, "findandmodify", ns, sizeof(ns)) == NULL)
-        return sbl_err_set(err, SBL_E_BadValue, "findAndModify needs a collection name");
-    bson_t q = BSON_INITIALIZER;
-    bson_iter_t it;
-    bool upsert = bson_iter_init_find(&it, cmd, "upsert") && bson_iter_as_bool(&it);
-    if (bson_iter_init_find(&it, cmd, "query") && BSON_ITER_HOLDS_DOCUMENT(&it))
-        sbl_iter_doc(&it, &q);
-    sbl_err_t e2 = {0};
-    rt_db_primary(db, true, &e2);
-    int move_tries = 0;
-    for (int attempt = 0; attempt <= RT_RETRIES; attempt++) {
-        rt_coll_t *c = attempt > 0 ? refresh(db, ns, true, err) : rt_coll_get(ns, false, err);
-        if (c == NULL)
-            return err->code;
-        bool t[RT_MAX_SHARDS];
-        int nt = rt_target_read(c, &q, t, err);
-        if (nt < 0) {
-            rt_coll_release(c);
-            return err->code;
-        }
-        if (nt != 1 && upsert) {
-            rt_coll_release(c);
-            return sbl_err_set(err, SBL_E_ShardKeyNotFound, "Query for sharded findAndModify "
-                               "must contain the shard key");
-        }
-        bson_t ud;
-        bool key_upd = false, key_pipe = false;
-        if (bson_iter_init_find(&it, cmd, "update") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            sbl_iter_doc(&it, &ud);
-            int code = 0;
-            const char *msg = NULL;
-            key_upd = changes_shard_key(c, &ud, &q);
-            if (key_upd && (code = key_change(c, &ud, &q, false, &msg)) != 0) {
-                rt_coll_release(c);
-                return sbl_err_set(err, code, "%s", msg);
-            }
-        } else if (bson_iter_init_find(&it, cmd, "update") && sbl_iter_array(&it, &ud)) {
-            key_pipe = pipeline_may_change_key(c, &ud);
-        }
-        /* a retryable write or a transaction may move it (rt_move.c) */
-        bool may_move = (key_upd || key_pipe) && nt == 1 && rt_sess_retryable() &&
-                        rt_filter_has_full_key(c, &q);
-        if (may_move && !rt_sess_in_txn()) {
-            int rc = fam_recorded(t, cmd, reply, err);
-            if (rc != 0) {
-                rt_coll_release(c);
-                return rc < 0 ? 0 : rc; /* -1: answered */
-            }
-        }
-        bool stale = false;
-        int last = -1;
-        for (int s = 0; s < RT_MAX_SHARDS; s++)
-            if (t[s])
-                last = s;
-        for (int s = 0; s < RT_MAX_SHARDS && !stale; s++) {
-            if (!t[s])
-                continue;
-            bson_t fwd = BSON_INITIALIZER, r;
-            rt_copy_cmd(cmd, &fwd, NULL);
-            rt_append_version(&fwd, c, s);
-            int rc = rt_run(s, db, &fwd, &r, err);
-            bson_destroy(&fwd);
-            if (rc != 0) {
-                rt_coll_release(c);
-                return rc;
-            }
-            if (rt_stale_code(rt_reply_code(&r))) {
-                stale = true;
-                bson_destroy(&r);
-                break;
-            }
-            const char *msg = NULL;
-            bool wcos = (key_upd || key_pipe) && rt_reply_code(&r) == SBL_E_WouldChangeOwningShard;
-            int kc = 0;
-            if (wcos && may_move)
-                kc = fam_moved(db, cmd, c, s, &r, reply, err);
-            else if (wcos && key_pipe)
-                kc = key_rules(c, &q, false, &msg);
-            /* again: the routing, or the document since the shard answered,
-             * changed (a conflict does not count as a routing round) */
-            bool conflict = kc == SBL_E_WriteConflict;
-            if (conflict && !rt_move_again(&move_tries)) {
-                bson_destroy(&r);
-                rt_coll_release(c);
-                return kc; /* err says why */
-            }
-            if (rt_stale_code(kc) || conflict) {
-                attempt -= conflict;
-                stale = true;
-                bson_destroy(&r);
-                break;
-            }
-            if (wcos && (may_move || kc != 0)) {
-                bson_destroy(&r);
-                rt_coll_release(c);
-                return msg != NULL ? sbl_err_set(err, kc, "%s", msg) : kc;
-            }
-            bson_iter_t v, nv;
-            bool found = bson_iter_init(&v, &r) &&
-                         bson_iter_find_descendant(&v, "lastErrorObject.n", &nv) &&
-                         bson_iter_as_int64(&nv) > 0;
-            if (found || rt_reply_code(&r) != 0 || s == last) {
-                bson_copy_to_excluding_noinit(&r, reply, "$clusterTime", "operationTime", NULL);
-                bson_destroy(&r);
-                rt_coll_release(c);
-                return 0;
-            }
-            bson_destroy(&r);
-        }
-        rt_coll_release(c);
-        if (!stale)
-            break;
-    }
-    return sbl_err_set(err, SBL_E_StaleConfig, "routing for %s kept changing", ns);
 }

@@ -19,7 +19,7 @@ from bson import Int64, ObjectId, Timestamp
 from bson.binary import Binary, UUID_SUBTYPE
 from bson.max_key import MaxKey
 from bson.min_key import MinKey
-from pymongo.errors import OperationFailure
+from pymongo.errors import BulkWriteError, OperationFailure
 from pymongo.read_concern import ReadConcern
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -460,6 +460,130 @@ def test_stale_router_refreshes_and_routes_right(mongos, shards, cluster):
         assert e.value.code == 13388
         st = shards[0].admin.command("shardingState")
         assert st["enabled"] and st["shardName"] == "shard0" and "st.c" in st["versions"]
+
+
+def test_unordered_insert_over_both_shards_reports_client_indexes(mongos, shards):
+    # the router sends each shard its part of an unordered batch at once;
+    # a duplicate key in either part is reported at the client's index and
+    # every other document of both parts is written
+    sharded.split_at_zero(mongos, "pw", ["dup"])
+    c = mongos.pw.dup
+    c.insert_many([{"_id": -3, "k": -3}, {"_id": 5, "k": 5}])
+    neg = [{"_id": i, "k": i} for i in range(-1, -11, -1)]
+    pos = [{"_id": i, "k": i} for i in range(10)]
+    docs = [d for pair in zip(neg, pos) for d in pair]  # the parts interleaved
+    with pytest.raises(BulkWriteError) as e:
+        c.insert_many(docs, ordered=False)
+    det = e.value.details
+    assert det["nInserted"] == 18, det
+    got = sorted((w["index"], w["code"]) for w in det["writeErrors"])
+    want = sorted((docs.index({"_id": i, "k": i}), 11000) for i in (-3, 5))
+    assert got == want, det["writeErrors"]
+    for w in det["writeErrors"]:
+        assert "_id: %d" % docs[w["index"]]["_id"] in w["errmsg"], w
+    assert sorted(d["_id"] for d in shards[0].pw.dup.find()) == list(range(-10, 0))
+    assert sorted(d["_id"] for d in shards[1].pw.dup.find()) == list(range(10))
+    # the reply lists the errors by the client's index, whichever shard
+    # answered first (shard1's part holds index 0 here)
+    r = mongos.pw.command("insert", "dup", ordered=False,
+                          documents=[{"_id": 9, "k": 9}, {"_id": -9, "k": -9}])
+    assert r["n"] == 0 and [w["index"] for w in r["writeErrors"]] == [0, 1], r
+    # without errors: n is the sum of both parts
+    r = c.insert_many([{"_id": 100 + i, "k": i - 50} for i in range(100)], ordered=False)
+    assert len(r.inserted_ids) == 100
+    assert shards[0].pw.dup.count_documents({"_id": {"$gte": 100}}) == 50
+    assert shards[1].pw.dup.count_documents({"_id": {"$gte": 100}}) == 50
+    assert c.count_documents({}) == 120
+    # a multi update and delete reach both shards' parts at once; n sums
+    r = c.update_many({"_id": {"$gte": 100}}, {"$inc": {"v": 1}})
+    assert (r.matched_count, r.modified_count) == (100, 100), r.raw_result
+    assert [s.pw.dup.count_documents({"v": 1}) for s in shards] == [50, 50]
+    r = c.delete_many({"_id": {"$gte": 100}, "k": {"$gte": -10, "$lt": 10}})
+    assert r.deleted_count == 20
+    assert [s.pw.dup.count_documents({"v": 1}) for s in shards] == [40, 40]
+    # a multi update failing on one shard's documents only: one error for
+    # the statement, the other shard's documents updated
+    c.insert_many([{"_id": 300, "k": -300, "a": "x"}, {"_id": 301, "k": 300, "a": 1}])
+    with pytest.raises(BulkWriteError) as e:
+        c.bulk_write([pymongo.UpdateMany({"_id": {"$gte": 300}}, {"$inc": {"a": 1}})],
+                     ordered=False)
+    det = e.value.details
+    assert [(w["index"], w["code"]) for w in det["writeErrors"]] == [(0, 14)], det
+    assert shards[1].pw.dup.find_one({"_id": 301})["a"] == 2
+    assert shards[0].pw.dup.find_one({"_id": 300})["a"] == "x"
+    # in a transaction the parts go one after the other, and commit together
+    with mongos.start_session() as s:
+        with s.start_transaction():
+            c.insert_many([{"_id": 400 + i, "k": i - 5} for i in range(10)], ordered=False,
+                          session=s)
+            r = c.update_many({"_id": {"$gte": 400}}, {"$set": {"t": 1}}, session=s)
+            assert r.modified_count == 10
+            assert c.count_documents({"t": 1}) == 0  # outside it: not yet
+    assert [x.pw.dup.count_documents({"t": 1}) for x in shards] == [5, 5]
+
+
+def test_unordered_insert_resends_only_the_stale_part():
+    # a router that missed a migration sends an unordered batch's parts at
+    # once: shard0's part is applied, shard2's is refused (StaleConfig) and
+    # only it goes again, to shard1 that owns its chunk now
+    if not os.path.exists(ROUTER):
+        pytest.skip("sable-router not built")
+    with sharded.cluster("sable-pw-", shards=3) as info, \
+            pymongo.MongoClient("127.0.0.1", info["router"], serverSelectionTimeoutMS=10000,
+                                uuidRepresentation="standard") as mongos, \
+            sharded.extra_router(info) as port, \
+            pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=10000) as other:
+        direct = [pymongo.MongoClient("127.0.0.1", p, directConnection=True)
+                  for p in info["shards"]]
+        mongos.admin.command("balancerStop")
+        mongos.admin.command("enableSharding", "pw")
+        mongos.admin.command("shardCollection", "pw.s", key={"k": 1})
+        mongos.admin.command("split", "pw.s", middle={"k": 0})
+        mongos.admin.command("split", "pw.s", middle={"k": 100})
+        for find, to in (({"k": -1}, "shard0"), ({"k": 0}, "shard1"), ({"k": 100}, "shard2")):
+            if _owner(mongos, find) != to:
+                _move(mongos, "pw.s", find, to)
+        assert [_owner(mongos, f) for f in ({"k": -1}, {"k": 0}, {"k": 100})] == \
+            ["shard0", "shard1", "shard2"]
+        other.pw.s.insert_one({"_id": "warm", "k": -500})  # other caches this layout
+        mongos.pw.s.insert_one({"_id": -7, "k": -7})
+        _move(mongos, "pw.s", {"k": 100}, "shard1")  # other is stale now
+        low = [{"_id": -i, "k": -i} for i in range(1, 51)]
+        high = [{"_id": 100 + i, "k": 100 + i} for i in range(50)]
+        docs = [d for pair in zip(low, high) for d in pair]
+        with pytest.raises(BulkWriteError) as e:
+            other.pw.s.insert_many(docs, ordered=False)
+        det = e.value.details
+        assert det["nInserted"] == 99, det
+        assert [(w["index"], w["code"]) for w in det["writeErrors"]] == \
+            [(docs.index({"_id": -7, "k": -7}), 11000)], det["writeErrors"]
+        held = [sorted(d["_id"] for d in s.pw.s.find({"_id": {"$type": "int"}}))
+                for s in direct]
+        assert held == [list(range(-50, 0)), list(range(100, 150)), []], held
+        assert other.pw.s.count_documents({}) == 101
+        assert mongos.pw.s.count_documents({}) == 101
+        # a multi update's parts go out at once too: after another migration
+        # shard1 refuses its part, shard0 has applied its own, and only
+        # shard1 and shard2 (by the refreshed table) get it again
+        _move(mongos, "pw.s", {"k": 100}, "shard2")
+        r = other.pw.s.update_many({}, {"$inc": {"v": 1}})
+        assert (r.matched_count, r.modified_count) == (101, 101), r.raw_result
+        assert sorted(d.get("v") for d in mongos.pw.s.find()) == [1] * 101
+        held = [s.pw.s.count_documents({"v": 1}) for s in direct]
+        assert held == [51, 0, 50], held
+        for s in direct:
+            s.close()
+
+
+def _owner(mongos, find):
+    """The shard owning the pw.s chunk holding find (config.chunks)."""
+    uuid = mongos.config.collections.find_one({"_id": "pw.s"})["uuid"]
+    for ch in mongos.config.chunks.find({"uuid": uuid}):
+        lo, hi = ch["min"]["k"], ch["max"]["k"]
+        if (isinstance(lo, MinKey) or lo <= find["k"]) and \
+                (isinstance(hi, MaxKey) or find["k"] < hi):
+            return ch["shard"]
+    return None
 
 
 def test_cluster_role_options():

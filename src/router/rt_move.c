@@ -30,7 +30,7 @@
 
 #define MOVES "sable_key_moves" /* in each shard's config database */
 #define MOVES_TTL_S 3600
-#define MOVE_TRIES 24 /* WriteConflict retries of one statement (rt_move_again) */
+#define MOVE_TRIES 200 /* WriteConflict retries of one statement (rt_move_again) */
 
 /* The record's _id for statement stmt of the current retryable write. */
 static bool record_key(int32_t stmt, bson_t *key)
@@ -259,7 +259,8 @@ bool rt_move_again(int *tries)
         return false;
     /* 1, 2, 4 .. 32 ms, then 32 ms, each up to twice as long at random, so a
      * writer that keeps changing the document does not win every race: at
-     * most about 1.5 s in all */
+     * most about 12 s in all (a slow shard, under load or a sanitizer, can
+     * lose most tries to a writer that never pauses) */
     int base = 1 << (*tries < 6 ? *tries - 1 : 5);
     long us = (long)base * 1000 + (long)(rand() % (base * 1000));
     struct timespec ts = {us / 1000000, (us % 1000000) * 1000};

@@ -242,7 +242,13 @@ static js_tls_t *engine(sbl_err_t *err)
     duk_put_global_string(ctx, "emit");
     duk_push_c_function(ctx, js_sleep_native, 1);
     duk_put_global_string(ctx, "sleep");
-    if (duk_peval_string(ctx, js_prelude) != 0) {
+    /* The prelude runs whole: a killOp that comes meanwhile is seen by the
+     * call's first check (Interrupted), not taken for a broken engine. */
+    sbl_js_killed_fn killed = t->killed;
+    t->killed = NULL;
+    int bad = duk_peval_string(ctx, js_prelude);
+    t->killed = killed;
+    if (bad != 0) {
         sbl_err_set(err, SBL_E_JSInterpreterFailure, "cannot set up the JavaScript engine: %s",
                     duk_safe_to_string(ctx, -1));
         engine_reset(t);

@@ -73,6 +73,12 @@ static void check_fails(const char *src, int code, const char *text)
     CHECK_MSG(rc == code && strstr(err.msg, text) != NULL, "%s: %d %s", src, rc, err.msg);
 }
 
+static bool always_killed(const void *arg)
+{
+    (void)arg;
+    return true;
+}
+
 int main(void)
 {
     sbl_js_configure(true, (size_t)8 << 20, 200);
@@ -157,6 +163,15 @@ int main(void)
     bool m = false;
     CHECK(sbl_js_where("this.a == 5 && obj.a == 5", 25, doc, &m, &err) == 0 && m);
     CHECK(sbl_js_where("function() { return this.a > 5 }", 32, doc, &m, &err) == 0 && !m);
+
+    /* An operation killed while this thread's engine is being made (a
+     * timeout above left none): Interrupted, not a broken engine (139). */
+    check_fails("function() { for (;;) {} }", SBL_E_JSInterpreterFailure, "timed out");
+    sbl_js_opstate_t killed_op;
+    sbl_js_op_begin(&killed_op, 0, always_killed, NULL);
+    CHECK(sbl_js_where("this.a == 5", 11, doc, &m, &err) == SBL_E_Interrupted);
+    sbl_js_op_end(&killed_op, &err);
+    CHECK(sbl_js_where("this.a == 5", 11, doc, &m, &err) == 0 && m); /* and it works after */
     bson_destroy(doc);
 
     sbl_js_configure(false, 0, 0);

@@ -127,14 +127,14 @@ static bool doc_of(const bson_t *d, const char *k, bson_t *out)
     return bson_iter_init_find(&it, d, k) && sbl_iter_doc(&it, out);
 }
 
-static void bal_log(char sev, const char *fmt, ...)
+void sbl_cmd_shard_log(char sev, int id, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    sbl_log(sev, "SHARDING", 21000, msg, NULL);
+    sbl_log(sev, "SHARDING", id, msg, NULL);
 }
 
 int sbl_cmd_config_primary_check(sbl_err_t *err)
@@ -237,7 +237,7 @@ static void changelog(const char *what, const char *ns, const bson_t *details)
     bson_append_array_end(&cmd, &docs);
     sbl_err_t e = {0};
     if (cfg_write(&cmd, &e) != 0)
-        bal_log(SBL_LOG_WARNING, "writing config.changelog (%s) failed: %s", what, e.msg);
+        sbl_cmd_shard_log(SBL_LOG_WARNING, 21000, "writing config.changelog (%s) failed: %s", what, e.msg);
     bson_destroy(&cmd);
 }
 
@@ -421,7 +421,7 @@ static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const 
     bson_iter_t lmv; /* the commit must find the chunk at this version still */
     if (bson_iter_init_find(&lmv, chunk, "lastmod"))
         bson_append_value(&cmd, "chunkVersion", -1, bson_iter_value(&lmv));
-    bal_log(SBL_LOG_INFO, "moving a chunk of %s from %s to %s", ns, from, to);
+    sbl_cmd_shard_log(SBL_LOG_INFO, 21000, "moving a chunk of %s from %s to %s", ns, from, to);
     rc = sbl_shard_remote_check(from_host, "admin", &cmd, &reply, err);
     bson_destroy(&cmd);
     if (rc == 0) {
@@ -442,7 +442,7 @@ static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const 
         BSON_APPEND_UTF8(&det, "errmsg", err->msg);
         changelog("moveChunk.from", ns, &det);
         changelog("moveChunk.error", ns, &det);
-        bal_log(SBL_LOG_WARNING, "moving a chunk of %s from %s to %s failed: %s", ns, from, to,
+        sbl_cmd_shard_log(SBL_LOG_WARNING, 21000, "moving a chunk of %s from %s to %s failed: %s", ns, from, to,
                 err->msg);
     }
     bson_destroy(&reply);
@@ -769,7 +769,7 @@ int sbl_cmd_configsvr_ensure_chunk_version(sbl_opctx_t *ctx, sbl_err_t *err)
             rc = mig_await_majority(60000, "waiting for the chunk's new version to reach a "
                                     "majority of the config servers", err);
         if (rc == 0)
-            bal_log(SBL_LOG_INFO, "a chunk of %s is at version %u|0 after a migration's "
+            sbl_cmd_shard_log(SBL_LOG_INFO, 21000, "a chunk of %s is at version %u|0 after a migration's "
                     "recovered abort", ns, sc.major + 1);
     }
     pthread_mutex_unlock(&commit_mu);
@@ -872,7 +872,7 @@ int sbl_bal_collection(sbl_bal_coll_t *bc, char ids[][128], int nshards, char dr
         r = drain_collection(bc, &chunks, ids, nshards, drain, ndrain,
                              sized ? bc->sizes : NULL);
     if (r == 0 && nshards >= 1 && !sized) {
-        bal_log(SBL_LOG_WARNING, "balancing %s waits a round: %s", bc->ns, e.msg);
+        sbl_cmd_shard_log(SBL_LOG_WARNING, 21000, "balancing %s waits a round: %s", bc->ns, e.msg);
         r = bc->dry ? -1 : 0;
     }
     if (r == 0 && nshards >= 1) {

@@ -53,16 +53,7 @@ typedef struct zones {
     bool has[MAX_SHARDS][MAX_ZONES]; /* ids[s] holds zone z */
 } zones_t;
 
-static void zlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void zlog(const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    sbl_log(SBL_LOG_INFO, "SHARDING", 21001, msg, NULL);
-}
+#define zlog(...) sbl_cmd_shard_log(SBL_LOG_INFO, 21001, __VA_ARGS__)
 
 static int zone_index(zones_t *z, const char *name, bool add)
 {

@@ -55,15 +55,7 @@
 
 static atomic_llong automerge_interval_s = 3600; /* autoMergerIntervalSecs */
 
-static void merge_log(const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    sbl_log(SBL_LOG_INFO, "SHARDING", 21001, msg, NULL);
-}
+#define merge_log(...) sbl_cmd_shard_log(SBL_LOG_INFO, 21001, __VA_ARGS__)
 
 static bool ts_field(const bson_t *d, const char *k, uint32_t *t, uint32_t *i)
 {

@@ -168,6 +168,10 @@ int sbl_cmd_configsvr_balancer_stop(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_configsvr_balancer_status(sbl_opctx_t *ctx, sbl_err_t *err);
 /* The balancer thread (config servers only; start is a no-op elsewhere). */
 void sbl_cmd_balancer_start_thread(void);
+/* A printf-style SHARDING log line of the config server's balancing work
+ * (the balancer 21000; zones and chunk merges 21001). */
+void sbl_cmd_shard_log(char sev, int id, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 void sbl_cmd_balancer_stop_thread(void);
 /* Hold (true) or release the lock a migration's commit and a chunk version
  * bump take in balancer.c, around another change of config.chunks. */

@@ -191,6 +191,12 @@ int sbl_doc_validate(const uint8_t *data, size_t len, sbl_err_t *err);
 /* Append v as an int32 when it fits, else as an int64 (as mongod shows counts). */
 bool sbl_append_int(bson_t *doc, const char *key, int64_t v);
 
+/* bson_append_value / bson_append_iter, except that code and code-with-scope values keep
+ * the bytes after an embedded NUL (libbson's appenders cut them off).  Use them where a
+ * stored value must come out byte for byte: a document's _id, replacement documents. */
+bool sbl_append_value(bson_t *doc, const char *key, int key_len, const bson_value_t *v);
+bool sbl_append_iter(bson_t *doc, const char *key, int key_len, const bson_iter_t *it);
+
 /* The largest document MongoDB stores. */
 #define SBL_BSON_MAX_SIZE (16 * 1024 * 1024)
 

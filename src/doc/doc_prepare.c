@@ -84,7 +84,7 @@ int sbl_doc_prepare_insert(const bson_t *in, bson_t *out, sbl_err_t *err)
     bson_init(out);
     if (has_id) {
         bson_iter_init_find(&it, in, "_id");
-        bson_append_iter(out, "_id", 3, &it);
+        sbl_append_iter(out, "_id", 3, &it);
     } else {
         bson_oid_t oid;
         bson_oid_init(&oid, NULL);
@@ -93,7 +93,7 @@ int sbl_doc_prepare_insert(const bson_t *in, bson_t *out, sbl_err_t *err)
     bson_iter_init(&it, in);
     while (bson_iter_next(&it))
         if (strcmp(bson_iter_key(&it), "_id") != 0)
-            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+            sbl_append_iter(out, bson_iter_key(&it), -1, &it);
     return 0;
 }
 

@@ -338,12 +338,12 @@ static int apply_replacement(const sbl_update_t *u, const bson_t *old, bson_t *o
     if (repl_has)
         SBL_RET(check_id(bson_iter_value(&rit), err));
     if (old_has || repl_has)
-        bson_append_value(out, "_id", 3, bson_iter_value(old_has ? &oit : &rit));
+        sbl_append_value(out, "_id", 3, bson_iter_value(old_has ? &oit : &rit));
     bson_iter_init(&it, u->repl);
     while (bson_iter_next(&it))
         if (strcmp(bson_iter_key(&it), "_id") != 0)
-            bson_append_value(out, bson_iter_key(&it), (int)bson_iter_key_len(&it),
-                              bson_iter_value(&it));
+            sbl_append_value(out, bson_iter_key(&it), (int)bson_iter_key_len(&it),
+                               bson_iter_value(&it));
     return 0;
 }
 

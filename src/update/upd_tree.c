@@ -170,7 +170,7 @@ void upd_node_append(bson_t *out, const char *key, const upd_node_t *n)
         upd_node_write(n, &child, false);
         bson_append_array_end(out, &child);
     } else {
-        bson_append_value(out, key, -1, &n->val);
+        sbl_append_value(out, key, -1, &n->val);
     }
 }
 

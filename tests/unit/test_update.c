@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "doc/doc.h"
 #include "update/update.h"
 
 #define NOW_MS 1700000000000LL
@@ -764,6 +765,72 @@ static void test_reuse(void)
     bson_destroy(spec);
 }
 
+/* Append a code value "a\0<tag>" (5 bytes with the NUL) under key, byte by byte:
+ * libbson's own appenders would stop at the NUL. */
+static void append_nul_code(bson_t *doc, const char *key, char tag)
+{
+    uint8_t raw[64], *p = raw + 4;
+    size_t klen = strlen(key);
+    *p++ = BSON_TYPE_CODE;
+    memcpy(p, key, klen + 1), p += klen + 1;
+    uint32_t n = 4;
+    memcpy(p, &n, 4), p += 4;
+    memcpy(p, (char[]){'a', 0, tag, 0}, 4), p += 4;
+    *p++ = 0;
+    uint32_t total = (uint32_t)(p - raw);
+    memcpy(raw, &total, 4);
+    bson_t one;
+    CHECK(bson_init_static(&one, raw, total) && bson_concat(doc, &one));
+}
+
+static bool is_nul_code(const bson_t *doc, const char *key, char tag)
+{
+    bson_iter_t it;
+    uint32_t len = 0;
+    if (!bson_iter_init_find(&it, doc, key) || !BSON_ITER_HOLDS_CODE(&it))
+        return false;
+    const char *c = bson_iter_code(&it, &len);
+    return len == 3 && memcmp(c, (char[]){'a', 0, tag}, 3) == 0;
+}
+
+/* A code value with an embedded NUL (the fuzzer found a replacement that cut an _id
+ * short) comes out whole from replacements, operator updates and insert preparation. */
+static void test_code_with_nul(void)
+{
+    bson_t old = BSON_INITIALIZER, repl = BSON_INITIALIZER, in = BSON_INITIALIZER, prep;
+    sbl_err_t err = {0};
+    bool changed;
+
+    append_nul_code(&old, "_id", 'i');
+    append_nul_code(&old, "c", 'c');
+    append_nul_code(&repl, "r", 'r');
+    sbl_update_t *u = sbl_update_new(&repl, NULL, &err);
+    bson_t out = BSON_INITIALIZER;
+    CHECK(u && sbl_update_apply(u, &old, -1, false, NOW_MS, &out, &changed, &err) == 0);
+    CHECK(is_nul_code(&out, "_id", 'i') && is_nul_code(&out, "r", 'r'));
+    bson_destroy(&out);
+    sbl_update_free(u);
+
+    bson_t *inc = json("{'$inc': {'n': 1}}");
+    u = sbl_update_new(inc, NULL, &err);
+    bson_init(&out);
+    CHECK(u && sbl_update_apply(u, &old, -1, false, NOW_MS, &out, &changed, &err) == 0);
+    CHECK(is_nul_code(&out, "_id", 'i') && is_nul_code(&out, "c", 'c'));
+    bson_destroy(&out);
+    sbl_update_free(u);
+    bson_destroy(inc);
+
+    BSON_APPEND_INT32(&in, "x", 1); /* _id not first: insert preparation rebuilds it */
+    append_nul_code(&in, "_id", 'j');
+    append_nul_code(&in, "d", 'd');
+    CHECK(sbl_doc_prepare_insert(&in, &prep, &err) == 0);
+    CHECK(is_nul_code(&prep, "_id", 'j') && is_nul_code(&prep, "d", 'd'));
+    bson_destroy(&prep);
+    bson_destroy(&in);
+    bson_destroy(&repl);
+    bson_destroy(&old);
+}
+
 int main(void)
 {
     RUN(set_cases);
@@ -783,5 +850,6 @@ int main(void)
     test_current_date_type();
     test_reuse();
     test_null_err();
+    test_code_with_nul();
     return CHECK_DONE("test_update");
 }

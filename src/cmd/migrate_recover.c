@@ -612,16 +612,17 @@ static void *recover_main(void *arg)
     bool was_primary = false, was_writable = false;
     for (unsigned step = 0, tick = 0; !atomic_load(&stopping); step++) {
         usleep(50 * 1000);
+        /* a member that replicated the shardIdentity document (only its primary heard
+         * addShard) takes it in, secondaries too, as mongod does when it applies the
+         * insert: at once after an election, else every 250 ms */
+        bool writable = sbl_repl_writable();
+        if (sbl_shard_name() == NULL && ((writable && !was_writable) || step % 5 == 0))
+            sbl_cmd_shard_identity_load();
+        was_writable = writable;
         /* tests: this member's recovery (and a secondary's mirroring) waits */
         if (atomic_load(&fp_on[MIG_FP_RECOVERY]))
             continue;
         open_after_step_up(); /* a step-up is looked at every 50 ms */
-        /* a member elected after addShard (which only its primary then
-         * heard) reads the shardIdentity document it replicated */
-        bool writable = sbl_repl_writable();
-        if (sbl_shard_name() == NULL && writable && (!was_writable || step % 40 == 0))
-            sbl_cmd_shard_identity_load();
-        was_writable = writable;
         if (step % 5 != 0)
             continue;
         tick++; /* the rest every 250 ms */

@@ -81,6 +81,17 @@ static bool filtered_read(const char *name)
 
 int sbl_routed_enter(sbl_routed_t *r, sbl_opctx_t *ctx, sbl_err_t *err)
 {
+    /* A member that has not taken in its shardIdentity yet (replicated, or elected before
+     * its recovery thread read it) knows no versions to check against: it reads the
+     * document now, and without one refuses, as mongod does, rather than serve a routed
+     * command unchecked (a write could land in a range this shard gave away). */
+    if (sbl_server_options()->cluster_role == SBL_ROLE_SHARDSVR && sbl_shard_name() == NULL) {
+        sbl_cmd_shard_identity_load();
+        if (sbl_shard_name() == NULL)
+            return sbl_err_set(err, SBL_E_ShardingStateNotInitialized, "Cannot accept sharding "
+                               "commands if sharding state has not been initialized with a "
+                               "shardIdentity document");
+    }
     if (r->shard_version != NULL) {
         char ns[sizeof(r->gate_ns)];
         bson_iter_t it;

@@ -111,6 +111,7 @@
     X(SnapshotUnavailable, 246)                                                                    \
     X(StaleChunkHistory, 250)                                                                      \
     X(KeyNotFound, 211)                                                                            \
+    X(ShardingStateNotInitialized, 203)                                                            \
     X(TimeProofMismatch, 204)                                                                      \
     X(UnsatisfiableWriteConcern, 100)                                                              \
     X(UnknownReplWriteConcern, 79)                                                                 \

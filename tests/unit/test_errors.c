@@ -2,7 +2,7 @@
  * test_errors.c: the error table (src/common/errors.h) answers MongoDB's
  * code and codeName for the entries once numbered wrongly here (MongoDB's
  * src/mongo/base/error_codes.yml: 87 CannotSplit, 95 NotSecondary, 104
- * NodeNotElectable, 165 ViewDepthLimitExceeded, 204 TimeProofMismatch,
+ * NodeNotElectable, 165 ViewDepthLimitExceeded, 203 ShardingStateNotInitialized, 204 TimeProofMismatch,
  * 50768 NotARetryableWriteCommand), and the numbers they wrongly held, each
  * another MongoDB error Sable does not raise, read as Location<code>.
  */
@@ -24,6 +24,7 @@ int main(void)
     check_code(SBL_E_NotSecondary, 95, "NotSecondary");
     check_code(SBL_E_NodeNotElectable, 104, "NodeNotElectable");
     check_code(SBL_E_ViewDepthLimitExceeded, 165, "ViewDepthLimitExceeded");
+    check_code(SBL_E_ShardingStateNotInitialized, 203, "ShardingStateNotInitialized");
     check_code(SBL_E_TimeProofMismatch, 204, "TimeProofMismatch");
     check_code(SBL_E_NotARetryableWriteCommand, 50768, "NotARetryableWriteCommand");
     /* unchanged neighbours */

@@ -445,6 +445,20 @@ def test_routed_commands_follow_a_new_primary_at_once(sets):
         assert coll.delete_one({"_id": 2}).deleted_count == 1
 
 
+def test_shard_secondaries_take_in_their_shard_identity(sets):
+    # Only a shard's primary hears addShard; its secondaries replicate the
+    # shardIdentity document and take it in as mongod's do.  Before, they did
+    # only once elected, and a member elected for a moment (under load its
+    # recovery thread never ran) later served routed commands as a member of
+    # no cluster, unchecked: the insert of the next test landed in a range
+    # its shard had given away and recovery deleted it (1 run in 3 under load).
+    for i, ports in enumerate(sets["members"]):
+        for p in ports:
+            with member(p) as m:
+                assert wait_for(lambda: m.admin.command("shardingState").get("shardName")
+                                == "shard%d" % i, 10), (p, m.admin.command("shardingState"))
+
+
 def test_routed_insert_on_a_new_primary_before_its_recovery_is_kept(sets):
     # the insert goes through a second router: the one that ran moveChunk
     # reloads its routing table when moveChunk fails

@@ -15,6 +15,7 @@ import time
 
 import pymongo
 import pytest
+from bson.son import SON
 from bson import Int64, ObjectId, Timestamp
 from bson.binary import Binary, UUID_SUBTYPE
 from bson.max_key import MaxKey
@@ -634,6 +635,36 @@ def test_router_yaml_config(cluster):
     finally:
         with open(log + ".pid") as f:
             os.kill(int(f.read().strip()), 15)
+
+
+def test_routed_command_before_the_shard_knows_its_name():
+    # A --shardsvr member with no shardIdentity refuses a command that carries
+    # a router's versions (ShardingStateNotInitialized, as mongod) instead of
+    # serving it unchecked, and takes plain commands as before.
+    s = Sabled()
+    try:
+        s.start(["--shardsvr", "--replSet", "rs0"])
+        c = s.client()
+        c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
+            {"_id": 0, "host": "127.0.0.1:%d" % s.port}]})
+        for _ in range(100):
+            if c.admin.command("hello").get("isWritablePrimary"):
+                break
+            time.sleep(0.1)
+        version = {"e": ObjectId(), "t": Timestamp(1, 1), "v": Timestamp(1, 0)}
+        for cmd in (SON([("insert", "b"), ("documents", [{"_id": 1}]), ("shardVersion", version)]),
+                    SON([("find", "b"), ("shardVersion", version)]),
+                    SON([("find", "b"), ("databaseVersion",
+                                         {"uuid": Binary(b"0" * 16, UUID_SUBTYPE),
+                                          "timestamp": Timestamp(1, 1), "lastMod": 1})])):
+            with pytest.raises(OperationFailure) as e:
+                c.a.command(cmd)
+            assert e.value.code == 203 and "shardIdentity" in str(e.value), e.value.details
+        assert c.a.b.count_documents({}) == 0
+        c.a.b.insert_one({"_id": 1})
+        assert c.a.b.count_documents({}) == 1
+    finally:
+        s.cleanup()
 
 
 def test_recv_chunk_abort_before_the_shard_knows_its_name():

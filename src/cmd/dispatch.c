@@ -511,9 +511,9 @@ static void execute_inner(pending_t *p)
     if (sbl_routed_any(&p->routed) && (p->rc = sbl_routed_enter(&p->routed, ctx, &p->err)) != 0)
         return;
     /* collectionUUID: the named collection must be the one the client means.
-     * Not for a sharded collection's command from a router: each shard created
-     * its copy with a UUID of its own (listCollections through the router shows
-     * the primary shard's). */
+     * Not for a sharded collection's command from a router: shards now create their
+     * copies with the collection's UUID, but copies made before that (or by a
+     * movePrimary clone) have their own. */
     if (!sbl_routed_sharded(&p->routed) &&
         (p->rc = sbl_cmd_check_coll_uuid(ctx, &p->reply, &p->err)) != 0)
         return;

@@ -90,6 +90,95 @@ static int recip_apply_mods(int64_t *changedp, bool *morep, sbl_err_t *err)
     return rc;
 }
 
+/* u as 8-4-4-4-12 hex digits (out: 37 bytes). */
+static void uuid_str(const uint8_t u[16], char out[37])
+{
+    char *p = out;
+    for (int i = 0; i < 16; i++) {
+        p += sprintf(p, "%02x", u[i]);
+        if (i == 3 || i == 5 || i == 7 || i == 9)
+            *p++ = '-';
+    }
+    *p = '\0';
+}
+
+/* The UUID listCollections reports for db.coll (on the donor when from is set, else
+ * here) into uuid[16]; 0 with *found false when there is no such collection. */
+static int coll_uuid(const char *from, const char *db, const char *coll, uint8_t uuid[16],
+                     bool *found, sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER, f, reply;
+    BSON_APPEND_INT32(&cmd, "listCollections", 1);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &f);
+    BSON_APPEND_UTF8(&f, "name", coll);
+    bson_append_document_end(&cmd, &f);
+    int rc = from != NULL ? sbl_shard_remote_check_within(from, db, &cmd, MIG_CALL_MS, &reply, err)
+                          : sbl_cmd_run_checked(db, &cmd, &reply, err);
+    bson_destroy(&cmd);
+    if (rc != 0)
+        return rc;
+    bson_iter_t it, u;
+    bson_subtype_t st;
+    uint32_t len = 0;
+    const uint8_t *data = NULL;
+    *found = bson_iter_init(&it, &reply) &&
+             bson_iter_find_descendant(&it, "cursor.firstBatch.0.info.uuid", &u) &&
+             BSON_ITER_HOLDS_BINARY(&u);
+    if (*found)
+        bson_iter_binary(&u, &st, &len, &data);
+    if (*found && len == 16)
+        memcpy(uuid, data, 16);
+    else
+        *found = false;
+    bson_destroy(&reply);
+    return 0;
+}
+
+/* The recipient's copy of ns has the donor's UUID, as in mongod: created with it when
+ * missing (applyOps' create with ui, so the oplog entry names it too), and a copy of
+ * another incarnation (another UUID) refuses the migration. */
+static int recip_create_like_donor(const char *db, const char *coll, sbl_err_t *err)
+{
+    uint8_t donor[16], mine[16];
+    bool on_donor = false, here = false;
+    SBL_RET(coll_uuid(recip.from, db, coll, donor, &on_donor, err));
+    if (!on_donor)
+        return 0; /* a view or a dropped collection: the clone finds out */
+    SBL_RET(coll_uuid(NULL, db, coll, mine, &here, err));
+    if (here && memcmp(mine, donor, 16) == 0)
+        return 0;
+    if (here) {
+        char a[37], b[37];
+        uuid_str(mine, a);
+        uuid_str(donor, b);
+        return sbl_err_set(err, SBL_E_InvalidUUID, "Cannot create collection %s because we "
+                           "already have an identically named collection with UUID %s, which "
+                           "differs from the donor's UUID %s. Manually drop the collection on "
+                           "this shard if it contains data from a previous incarnation of %s",
+                           recip.spec.ns, a, b, recip.spec.ns);
+    }
+    char ns[300];
+    snprintf(ns, sizeof(ns), "%s.$cmd", db);
+    bson_t cmd = BSON_INITIALIZER, ops, op, o, reply;
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "applyOps", &ops);
+    BSON_APPEND_DOCUMENT_BEGIN(&ops, "0", &op);
+    BSON_APPEND_UTF8(&op, "op", "c");
+    BSON_APPEND_UTF8(&op, "ns", ns);
+    bson_append_binary(&op, "ui", 2, BSON_SUBTYPE_UUID, donor, 16);
+    BSON_APPEND_DOCUMENT_BEGIN(&op, "o", &o);
+    BSON_APPEND_UTF8(&o, "create", coll);
+    bson_append_document_end(&op, &o);
+    bson_append_document_end(&ops, &op);
+    bson_append_array_end(&cmd, &ops);
+    sbl_err_t e = {0};
+    int rc = sbl_cmd_run_checked("admin", &cmd, &reply, &e);
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    if (rc != 0 && e.code != SBL_E_NamespaceExists) /* a racing create: checked next round */
+        return sbl_err_set(err, e.code, "%s", e.msg);
+    return 0;
+}
+
 /* The recipient's copy of the donor's indexes on ns (the collection is
  * created when missing). */
 static int recip_copy_indexes(sbl_err_t *err)
@@ -97,6 +186,7 @@ static int recip_copy_indexes(sbl_err_t *err)
     char db[256];
     const char *coll;
     mig_split_ns(recip.spec.ns, db, sizeof(db), &coll);
+    SBL_RET(recip_create_like_donor(db, coll, err));
     bson_t cmd = BSON_INITIALIZER, reply;
     BSON_APPEND_UTF8(&cmd, "listIndexes", coll);
     int rc = sbl_shard_remote_check_within(recip.from, db, &cmd, MIG_CALL_MS, &reply, err);

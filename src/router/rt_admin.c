@@ -273,13 +273,30 @@ static void index_name(const bson_t *key, char *out, size_t n)
     }
 }
 
-/* Create the collection and the shard key's index on shard s. */
-static int prepare_shard(int s, const char *db, const char *coll, const bson_t *key, bool unique,
-                         sbl_err_t *err)
+/* Create the collection (with UUID uuid when given: applyOps' create with ui) and the
+ * shard key's index on shard s. */
+static int prepare_shard(int s, const char *db, const char *coll, const bson_value_t *uuid,
+                         const bson_t *key, bool unique, sbl_err_t *err)
 {
     bson_t c = BSON_INITIALIZER, reply;
-    BSON_APPEND_UTF8(&c, "create", coll);
-    int rc = rt_run(s, db, &c, &reply, err);
+    if (uuid != NULL) {
+        char ns[300];
+        bson_t ops, op, o;
+        snprintf(ns, sizeof(ns), "%s.$cmd", db);
+        BSON_APPEND_ARRAY_BEGIN(&c, "applyOps", &ops);
+        BSON_APPEND_DOCUMENT_BEGIN(&ops, "0", &op);
+        BSON_APPEND_UTF8(&op, "op", "c");
+        BSON_APPEND_UTF8(&op, "ns", ns);
+        bson_append_value(&op, "ui", 2, uuid);
+        BSON_APPEND_DOCUMENT_BEGIN(&op, "o", &o);
+        BSON_APPEND_UTF8(&o, "create", coll);
+        bson_append_document_end(&op, &o);
+        bson_append_document_end(&ops, &op);
+        bson_append_array_end(&c, &ops);
+    } else {
+        BSON_APPEND_UTF8(&c, "create", coll);
+    }
+    int rc = rt_run(s, uuid != NULL ? "admin" : db, &c, &reply, err);
     bson_destroy(&c);
     if (rc != 0)
         return rc;
@@ -396,7 +413,7 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     }
     rt_coll_release(cur);
 
-    int rc = prepare_shard(primary, db, coll, &key, unique, err);
+    int rc = prepare_shard(primary, db, coll, NULL, &key, unique, err);
     if (rc != 0)
         return rc;
     /* Empty collection with a hashed prefix: spread initial chunks over the shards. */
@@ -429,14 +446,6 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         nchunks = 1;
     else if (nchunks == 0)
         nchunks = 2 * (int64_t)nshards;
-    if (nchunks > 1 || nzone > 0)
-        for (int s = 0; s < nshards; s++)
-            if (takers[s] != primary &&
-                (rc = prepare_shard(takers[s], db, coll, &key, unique, err)) != 0) {
-                bson_destroy(&zchunks);
-                return rc;
-            }
-
     /* The collection's UUID on its primary shard. */
     bson_t lc = BSON_INITIALIZER, lr = BSON_INITIALIZER, f;
     BSON_APPEND_INT32(&lc, "listCollections", 1);
@@ -457,6 +466,16 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         bson_destroy(&zchunks);
         return rc;
     }
+    /* the other shards' copies take the primary shard's UUID, as mongod's do */
+    if (nchunks > 1 || nzone > 0)
+        for (int s = 0; s < nshards; s++)
+            if (takers[s] != primary &&
+                (rc = prepare_shard(takers[s], db, coll, &uuid, &key, unique, err)) != 0) {
+                bson_destroy(&zchunks);
+                bson_value_destroy(&uuid);
+                return rc;
+            }
+
 
     bson_oid_t epoch;
     bson_oid_init(&epoch, NULL);

@@ -692,3 +692,44 @@ def test_recv_chunk_abort_before_the_shard_knows_its_name():
         assert c.admin.command("ping")["ok"] == 1
     finally:
         s.cleanup()
+
+
+def shard_uuid(shard, db, coll):
+    info = shard[db].command("listCollections", filter={"name": coll})["cursor"]["firstBatch"]
+    return info[0]["info"]["uuid"] if info else None
+
+
+def test_every_shard_holds_the_collection_under_its_uuid(mongos, shards):
+    # As in mongod, a sharded collection has one UUID on every shard, the one
+    # config.collections records: a hashed collection's initial chunks, and a
+    # migration's recipient, create their copies with it; a recipient holding
+    # another incarnation refuses the migration (207 InvalidUUID)
+    mongos.admin.command("enableSharding", "uu")
+    mongos.admin.command("shardCollection", "uu.h", key={"k": "hashed"})
+    want = mongos.config.collections.find_one({"_id": "uu.h"})["uuid"]
+    assert [shard_uuid(s, "uu", "h") for s in shards] == [want, want]
+
+    mongos.admin.command("shardCollection", "uu.r", key={"k": 1})
+    mongos.uu.r.insert_many([{"_id": i, "k": i} for i in range(20)])
+    mongos.admin.command("split", "uu.r", middle={"k": 10})
+    want = mongos.config.collections.find_one({"_id": "uu.r"})["uuid"]
+    primary = int(mongos.config.databases.find_one({"_id": "uu"})["primary"][-1])
+    other = shards[1 - primary]
+    assert shard_uuid(other, "uu", "r") is None
+    mongos.admin.command("moveChunk", "uu.r", find={"k": 10}, to="shard%d" % (1 - primary))
+    assert shard_uuid(other, "uu", "r") == want
+    assert other.uu.r.count_documents({}) == 10
+
+    mongos.admin.command("shardCollection", "uu.x", key={"k": 1})
+    mongos.uu.x.insert_many([{"_id": i, "k": i} for i in range(20)])
+    mongos.admin.command("split", "uu.x", middle={"k": 10})
+    other.uu.x.insert_one({"_id": "stray", "k": -1})  # another incarnation, made directly
+    with pytest.raises(OperationFailure) as e:
+        mongos.admin.command("moveChunk", "uu.x", find={"k": 10}, to="shard%d" % (1 - primary))
+    assert e.value.code in (96, 207) and "differs from the donor's UUID" in str(e.value), e.value.details
+    assert mongos.uu.x.count_documents({}) == 20
+    other.uu.x.drop()
+    mongos.admin.command("moveChunk", "uu.x", find={"k": 10}, to="shard%d" % (1 - primary))
+    assert shard_uuid(other, "uu", "x") == mongos.config.collections.find_one(
+        {"_id": "uu.x"})["uuid"]
+    assert mongos.uu.x.count_documents({}) == 20

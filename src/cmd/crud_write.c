@@ -126,6 +126,21 @@ static bool write_owns(const sbl_opctx_t *ctx, const sbl_coll_t *c, const bson_t
            sbl_shard_filter_owns(f, doc);
 }
 
+/* Is doc, about to be changed by a client's write sent to this shard directly
+ * (no shardVersion), one this shard does not own?  mongod writes such an
+ * orphan's change marked fromMigrate, so change streams (which leave those
+ * out) do not report a change to data the cluster does not see.  Outside a
+ * multi-document transaction only: its entries are written at commit. */
+static bool direct_orphan(const sbl_opctx_t *ctx, const sbl_coll_t *c, const bson_t *doc)
+{
+    if (ctx->shard_filter != NULL || ctx->conn == NULL || ctx->mtxn != NULL)
+        return false;
+    sbl_shard_filter_t *f = sbl_shard_filter_get(sbl_coll_ns(c));
+    bool orphan = !sbl_shard_filter_trivial(f) && !sbl_shard_filter_owns(f, doc);
+    sbl_shard_filter_release(f);
+    return orphan;
+}
+
 int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
                         const bson_t *cand, const sbl_matcher_t *m, const sbl_crud_update_t *u,
                         bool *matchedp, bool *changedp, bson_t *old_out, bson_t *new_out,
@@ -151,6 +166,8 @@ int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
             bson_destroy(&old);
             goto abort;
         }
+        bool from_migrate = sbl_repl_from_migrate; /* a migration's own write keeps it */
+        sbl_repl_from_migrate = from_migrate || direct_orphan(ctx, c, &old);
         if (u != NULL) {
             rc = apply_update(ctx, u, &old, pos, false, &upd, &changed, err);
             have_upd = rc == 0;
@@ -171,6 +188,7 @@ int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
             changed = true;
             rc = sbl_write(ctx->ss, c, SBL_WRITE_DELETE, &old, NULL, err_info, err);
         }
+        sbl_repl_from_migrate = from_migrate;
         if (rc == 0)
             rc = commit_or_abort(ctx->ss, err);
         else

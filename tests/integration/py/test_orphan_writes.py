@@ -120,3 +120,27 @@ def test_routed_multi_write_in_a_transaction_skips_orphans(mongos, shards):
     assert sorted(d["_id"] for d in coll.find({"t": 1})) == OWNED[:-2]
     for _id, d in orphan_docs(shards, "txn").items():
         assert d is not None and "t" not in d, (_id, d)
+
+
+def test_direct_write_to_an_orphan_is_hidden_from_change_streams(mongos, shards):
+    """A direct write to an orphan is written fromMigrate, as mongod's: a
+    change stream on the shard leaves it out unless showMigrationEvents."""
+    setup_coll(mongos, shards, "cs")
+    s0 = shards[0].orphw.cs
+    with s0.watch() as stream, s0.aggregate(
+            [{"$changeStream": {"showMigrationEvents": True}}]) as all_events:
+        assert s0.update_many({"x": 1}, {"$set": {"w": 1}}).modified_count == 7
+        assert s0.delete_one({"_id": 101}).deleted_count == 1
+        assert s0.delete_one({"_id": -1}).deleted_count == 1
+        seen = []
+        while len(seen) < 6:  # the five owned documents' updates, then -1's delete
+            ev = stream.try_next()
+            if ev is not None:
+                seen.append((ev["operationType"], ev["documentKey"]["_id"]))
+        assert sorted(seen) == sorted([("update", i) for i in range(-5, 0)] + [("delete", -1)])
+        assert stream.try_next() is None
+        every = [(ev["operationType"], ev["documentKey"]["_id"]) for ev in
+                 (next(all_events) for _ in range(9))]
+    assert sorted(every) == sorted([("update", i) for i in range(-5, 0)] +
+                                   [("update", 100), ("update", 101), ("delete", 101),
+                                    ("delete", -1)])

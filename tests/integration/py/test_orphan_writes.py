@@ -9,6 +9,7 @@ shard0, k >= 0 on shard1 (sharded.split_at_zero).
 """
 import os
 import sys
+import time
 
 import pymongo
 from pymongo import ReturnDocument
@@ -126,21 +127,29 @@ def test_direct_write_to_an_orphan_is_hidden_from_change_streams(mongos, shards)
     """A direct write to an orphan is written fromMigrate, as mongod's: a
     change stream on the shard leaves it out unless showMigrationEvents."""
     setup_coll(mongos, shards, "cs")
-    s0 = shards[0].orphw.cs
-    with s0.watch() as stream, s0.aggregate(
-            [{"$changeStream": {"showMigrationEvents": True}}]) as all_events:
+    db0 = shards[0].orphw
+    s0 = db0.cs
+    shown = db0.command("aggregate", "cs", cursor={},
+                        pipeline=[{"$changeStream": {"showMigrationEvents": True}}])["cursor"]
+    with s0.watch() as stream:
         assert s0.update_many({"x": 1}, {"$set": {"w": 1}}).modified_count == 7
         assert s0.delete_one({"_id": 101}).deleted_count == 1
         assert s0.delete_one({"_id": -1}).deleted_count == 1
         seen = []
+        deadline = time.monotonic() + 30
         while len(seen) < 6:  # the five owned documents' updates, then -1's delete
+            assert time.monotonic() < deadline, seen
             ev = stream.try_next()
             if ev is not None:
                 seen.append((ev["operationType"], ev["documentKey"]["_id"]))
         assert sorted(seen) == sorted([("update", i) for i in range(-5, 0)] + [("delete", -1)])
         assert stream.try_next() is None
-        every = [(ev["operationType"], ev["documentKey"]["_id"]) for ev in
-                 (next(all_events) for _ in range(9))]
+    every = [(ev["operationType"], ev["documentKey"]["_id"]) for ev in shown["firstBatch"]]
+    while len(every) < 9:  # with the orphans' three
+        assert time.monotonic() < deadline + 30, every
+        batch = db0.command("getMore", shown["id"], collection="cs", maxTimeMS=500)["cursor"]
+        every += [(ev["operationType"], ev["documentKey"]["_id"]) for ev in batch["nextBatch"]]
+    db0.command("killCursors", "cs", cursors=[shown["id"]])
     assert sorted(every) == sorted([("update", i) for i in range(-5, 0)] +
                                    [("update", 100), ("update", 101), ("delete", 101),
                                     ("delete", -1)])

@@ -109,6 +109,38 @@ static int check_shard_key(const sbl_opctx_t *ctx, const char *ns, const bson_t 
     return rc;
 }
 
+/* May a router's write change doc, the current version of a document of c?
+ * Not when it is an orphan: a routed update, delete or findAndModify on a
+ * sharded collection (ctx->shard_filter, routed.c) skips the documents this
+ * shard does not own, as mongod's update and delete stages do for a
+ * versioned operation, so they neither change nor count them.  The executor
+ * already drops orphans from what it produces (so a limit or a sort sees
+ * owned documents only); this check also covers the writes that read their
+ * documents by _id without it ({_id: v}, {_id: {$in: [...]}}), and sees the
+ * version the write reads.  A write without shardVersion changes any
+ * document, as on mongod. */
+static bool write_owns(const sbl_opctx_t *ctx, const sbl_coll_t *c, const bson_t *doc)
+{
+    const sbl_shard_filter_t *f = ctx->shard_filter;
+    return f == NULL || strcmp(sbl_shard_filter_ns(f), sbl_coll_ns(c)) != 0 ||
+           sbl_shard_filter_owns(f, doc);
+}
+
+/* Is doc, about to be changed by a client's write sent to this shard directly
+ * (no shardVersion), one this shard does not own?  mongod writes such an
+ * orphan's change marked fromMigrate, so change streams (which leave those
+ * out) do not report a change to data the cluster does not see.  Outside a
+ * multi-document transaction only: its entries are written at commit. */
+static bool direct_orphan(const sbl_opctx_t *ctx, const sbl_coll_t *c, const bson_t *doc)
+{
+    if (ctx->shard_filter != NULL || ctx->conn == NULL || ctx->mtxn != NULL)
+        return false;
+    sbl_shard_filter_t *f = sbl_shard_filter_get(sbl_coll_ns(c));
+    bool orphan = !sbl_shard_filter_trivial(f) && !sbl_shard_filter_owns(f, doc);
+    sbl_shard_filter_release(f);
+    return orphan;
+}
+
 int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
                         const bson_t *cand, const sbl_matcher_t *m, const sbl_crud_update_t *u,
                         bool *matchedp, bool *changedp, bson_t *old_out, bson_t *new_out,
@@ -130,10 +162,12 @@ int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
         }
         if (rc != 0 || !found)
             goto abort;
-        if (m != NULL && !sbl_matcher_match(m, &old, &pos)) {
+        if ((m != NULL && !sbl_matcher_match(m, &old, &pos)) || !write_owns(ctx, c, &old)) {
             bson_destroy(&old);
             goto abort;
         }
+        bool from_migrate = sbl_repl_from_migrate; /* a migration's own write keeps it */
+        sbl_repl_from_migrate = from_migrate || direct_orphan(ctx, c, &old);
         if (u != NULL) {
             rc = apply_update(ctx, u, &old, pos, false, &upd, &changed, err);
             have_upd = rc == 0;
@@ -154,6 +188,7 @@ int sbl_crud_modify_one(sbl_opctx_t *ctx, sbl_coll_t *c, const bson_value_t *id,
             changed = true;
             rc = sbl_write(ctx->ss, c, SBL_WRITE_DELETE, &old, NULL, err_info, err);
         }
+        sbl_repl_from_migrate = from_migrate;
         if (rc == 0)
             rc = commit_or_abort(ctx->ss, err);
         else

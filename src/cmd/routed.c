@@ -71,12 +71,20 @@ bool sbl_routed_may_wait(const sbl_routed_t *r)
            (r->db_version != NULL && sbl_shard_db_crit_active());
 }
 
-/* The reads whose results a shard filters by ownership (mongod's shard
- * filtering): a routed find, aggregate, count or distinct. */
-static bool filtered_read(const char *name)
+/* The commands a shard filters by ownership: the reads whose results drop
+ * orphans (mongod's shard filtering: find, aggregate, count, distinct) and
+ * the writes that skip them (mongod's update and delete stages skip a
+ * document the shard does not own when the operation is versioned: update,
+ * delete, findAndModify, single-document or multi). */
+static bool filtered(const char *name)
 {
-    return strcmp(name, "find") == 0 || strcmp(name, "aggregate") == 0 ||
-           strcmp(name, "count") == 0 || strcmp(name, "distinct") == 0;
+    static const char *const names[] = {"find",   "aggregate", "count",         "distinct",
+                                        "update", "delete",    "findAndModify", "findandmodify",
+                                        NULL};
+    for (int i = 0; names[i] != NULL; i++)
+        if (strcmp(name, names[i]) == 0)
+            return true;
+    return false;
 }
 
 int sbl_routed_enter(sbl_routed_t *r, sbl_opctx_t *ctx, sbl_err_t *err)
@@ -105,7 +113,7 @@ int sbl_routed_enter(sbl_routed_t *r, sbl_opctx_t *ctx, sbl_err_t *err)
         if (sbl_routed_sharded(r)) /* after the gate; a migration's getMores: snapshot_read.c */
             ctx->open_ts = sbl_repl_last_op_ts();
         SBL_RET(sbl_shard_check_version(ns, r->shard_version, ctx->reply, err));
-        if (sbl_routed_sharded(r) && filtered_read(ctx->name))
+        if (sbl_routed_sharded(r) && filtered(ctx->name))
             ctx->shard_filter = sbl_shard_filter_get(ns);
     }
     if (r->db_version != NULL && !sbl_routed_sharded(r)) {

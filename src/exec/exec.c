@@ -27,11 +27,12 @@
  *    the last position seen; if that position was deleted meanwhile the scan
  *    fails with CappedPositionLost, as mongod's does.  A tailable executor
  *    looks again for newer documents each time it is asked after running dry.
- *  - A router's read on a shard (ctx->shard_filter) drops the documents of
- *    its collection that the shard does not own (orphans) where a match is
- *    taken, before skip, limit and sorting, so counts and limits see only
- *    owned documents.  The executor keeps the filter its first call saw, so
- *    a cursor's getMores filter as its first batch did.
+ *  - A router's read or write on a shard (ctx->shard_filter) drops the
+ *    documents of its collection that the shard does not own (orphans) where
+ *    a match is taken, before skip, limit and sorting, so counts and limits
+ *    (a deleteOne's, a findAndModify's) see only owned documents.  The
+ *    executor keeps the filter its first call saw, so a cursor's getMores
+ *    filter as its first batch did.
  */
 #include "exec/exec.h"
 #include "exec/plan.h"

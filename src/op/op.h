@@ -83,9 +83,9 @@ typedef struct sbl_opctx {
                             * read took: replies name no atClusterTime */
     uint64_t open_ts;      /* a router's command on a shard: the newest write's timestamp
                             * when it began (cursors keep it, cmd/snapshot_read.c), 0: none */
-    struct sbl_shard_filter *shard_filter; /* a router's read on a shard: the ownership
-                            * filter its executor applies (src/shard; dispatch.c's reference),
-                            * NULL: none */
+    struct sbl_shard_filter *shard_filter; /* a router's read or write on a shard: the
+                            * ownership filter its executor and writes apply (src/shard;
+                            * dispatch.c's reference), NULL: none */
 } sbl_opctx_t;
 
 /* ---- namespaces (op.c) ---------------------------------------------------- */

@@ -41,11 +41,12 @@ uint64_t sbl_shard_owned_since(const char *ns);
  * read with its version; 0: unknown or never). */
 uint64_t sbl_shard_left_since(const char *ns);
 /*
- * The ownership filter of routed reads (shard_filter.c): a routed find,
- * aggregate, count or distinct drops the documents of ns whose shard key
- * value falls outside the chunks this shard owns (orphans), as mongod's
- * shards do.  sbl_shard_filter_get: ns's filter as read with its cached
- * version (a reference; NULL when ns is not sharded or not cached);
+ * The ownership filter of routed reads and writes (shard_filter.c): a
+ * routed find, aggregate, count or distinct drops the documents of ns whose
+ * shard key value falls outside the chunks this shard owns (orphans), and a
+ * routed update, delete or findAndModify skips them, as mongod's shards do.
+ * sbl_shard_filter_get: ns's filter as read with its cached version (a
+ * reference; NULL when ns is not sharded or not cached);
  * sbl_shard_filter_at: the same collection's ownership at cluster time at
  * (a snapshot read's atClusterTime; each chunk's history entry valid then,
  * else its owner now), a new reference.  A trivial filter (this shard owns

@@ -1,11 +1,13 @@
 /*
- * shard_filter.c: the ownership filter of routed reads (mongod's shard
+ * shard_filter.c: the ownership filter of routed reads and writes (mongod's shard
  * filtering, its ShardFilterStage).  A shard may hold documents of a sharded
  * collection that it does not own: inserted on it directly, left by a
  * migration that failed or by a recipient's leftovers, a range not deleted
  * yet.  Those are orphans; a routed read (find, aggregate, count, distinct
  * carrying shardVersion) drops them: the executor (src/exec) asks
- * sbl_shard_filter_owns for each document that matched.  Direct reads (no
+ * sbl_shard_filter_owns for each document that matched; a routed update,
+ * delete or findAndModify skips them (the executor, and the write of each
+ * document: src/cmd/crud_write.c).  Direct reads and writes (no
  * shardVersion) see everything.
  *
  * A table is what the shard read of the collection's chunks with its

@@ -10,9 +10,10 @@
  * source's UUID: options, documents in large unlogged, untimestamped
  * transactions, then indexes: none but _id on a member whose config says
  * buildIndexes: false), checkpoint, write the noted entry as our first
- * oplog entry, clear the mark.  The ordinary tailer (repl_sync.c) then applies the source's
- * entries after that point, idempotently (documents copied after it was
- * noted may already show later changes), and says SECONDARY once caught up.
+ * oplog entry, clear the mark.  The ordinary tailer (repl_sync.c) then
+ * applies the source's entries after that point, idempotently (documents
+ * copied after it was noted may already show later changes), and says
+ * SECONDARY once caught up.
  *
  * What must stay true: nothing written while cloning is logged to our
  * oplog; the oplog's first entry is written only after the cloned data is

@@ -9,8 +9,8 @@
  * writes that very entry, with its ts as commit timestamp, in the change's
  * own transaction), and a collection it creates takes the entry's "ui" (every
  * member gives a collection the primary's UUID); a reporter sends
- * replSetUpdatePosition.  The primary's
- * side: replSetUpdatePosition, the commit point, and write-concern waiters.
+ * replSetUpdatePosition.  The primary's side: replSetUpdatePosition, the
+ * commit point, and write-concern waiters.
  *
  * What must stay true: entries commit in ts order (one document's are
  * applied in order; repl_apply.c); an entry that changed nothing (replayed)

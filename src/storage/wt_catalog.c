@@ -183,8 +183,6 @@ static void new_uuid(uint8_t *uuid)
     uuid[8] = (uint8_t)((uuid[8] & 0x3f) | 0x80); /* RFC 4122 variant */
 }
 
-/* Create ns under the write lock, with uuid (16 bytes) or a new one when NULL; *collp
-   gets a reference for the caller (hidden from other sessions when s hides its creates). */
 /* sbl_coll_adopt_uuid's namespace (empty: none) and UUID. */
 static _Thread_local struct {
     char ns[512];
@@ -200,6 +198,9 @@ void sbl_coll_adopt_uuid(const char *ns, const uint8_t *uuid)
     }
 }
 
+/* Create ns under the write lock, with uuid (16 bytes), else the adopted one when ns is
+   sbl_coll_adopt_uuid's, else a new one; *collp gets a reference for the caller (hidden
+   from other sessions when s hides its creates). */
 static int create_locked(sbl_session_t *s, const char *ns, const bson_t *options,
                          const char *key_field, const uint8_t *given_uuid, sbl_coll_t **collp,
                          sbl_err_t *err)

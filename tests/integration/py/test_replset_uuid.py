@@ -11,6 +11,7 @@ insert).  A member killed and restarted keeps them.  Sets here use
 electionTimeoutMillis 2000 and heartbeats every 500 ms, as
 test_replset3.py's.
 """
+from bson.binary import Binary
 from pymongo.write_concern import WriteConcern
 
 from sabled import set_members
@@ -66,6 +67,10 @@ def test_same_uuid_on_every_member():
         assert len({want[n][0] for n in COLLS}) == len(COLLS)
         for m in others:
             assert catalog(m) == want, m.port
+        for m in [p] + others:  # collectionUUID is checked against the same UUID everywhere
+            with direct(m) as c:
+                ui = Binary.from_uuid(want["a"][0])
+                assert c.u.command("count", "a", collectionUUID=ui)["n"] == 1
         with direct(p) as c:
             creates = {e["o"]["create"]: e.get("ui") for e in c.local["oplog.rs"].find(
                 {"op": "c", "ns": "u.$cmd", "o.create": {"$exists": True}})}

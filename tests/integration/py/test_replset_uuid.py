@@ -6,11 +6,13 @@ info.uuid), and a member elected later logs its writes with that same "ui".
 
 Collections are created every way that makes one: create, an insert, a
 createIndexes, a rename across databases, convertToCapped,
-cloneCollectionAsCapped, $out and a transaction (explicitly and by an
-insert).  A member killed and restarted keeps them.  Sets here use
+cloneCollectionAsCapped, $out, a transaction (explicitly and by an
+insert) and applyOps with a given UUID.  A member killed and restarted keeps them.  Sets here use
 electionTimeoutMillis 2000 and heartbeats every 500 ms, as
 test_replset3.py's.
 """
+import uuid
+
 from bson.binary import Binary
 from pymongo.write_concern import WriteConcern
 
@@ -19,7 +21,9 @@ from test_replset3 import direct, state, wait_for
 from test_replset_members import host, initiate, primary_and_others
 
 # every collection made below, in database u; "v" is a view (no UUID)
-COLLS = ["a", "b", "c", "cap", "cap2", "o", "r2", "t1", "t2", "z"]
+COLLS = ["a", "b", "c", "cap", "cap2", "o", "p", "r2", "t1", "t2", "z"]
+# the UUID applyOps gives "p" (mongorestore --preserveUUID sends such a create)
+P_UUID = uuid.UUID("0b5e2f4c-8a61-4d3e-9c7a-5f1e2d3c4b5a")
 
 
 def catalog(m, db="u"):
@@ -43,6 +47,8 @@ def make_collections(p):
         d.command("cloneCollectionAsCapped", "cap", toCollection="cap2", size=100000)
         list(d.a.aggregate([{"$out": "o"}]))
         d.create_collection("v", viewOn="a", pipeline=[])
+        c.admin.command("applyOps", [{"op": "c", "ns": "u.$cmd", "ui": Binary.from_uuid(P_UUID),
+                                      "o": {"create": "p"}}])
         with c.start_session() as s:
             with s.start_transaction():
                 d.create_collection("t1", session=s)
@@ -65,6 +71,7 @@ def test_same_uuid_on_every_member():
         assert all(want[n][0] is not None for n in COLLS)
         assert want["cap"][1] and want["cap2"][1] and not want["a"][1]
         assert len({want[n][0] for n in COLLS}) == len(COLLS)
+        assert want["p"][0] == P_UUID
         for m in others:
             assert catalog(m) == want, m.port
         for m in [p] + others:  # collectionUUID is checked against the same UUID everywhere

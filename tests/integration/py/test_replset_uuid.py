@@ -7,9 +7,9 @@ info.uuid), and a member elected later logs its writes with that same "ui".
 Collections are created every way that makes one: create, an insert, a
 createIndexes, a rename across databases, convertToCapped,
 cloneCollectionAsCapped, $out, a transaction (explicitly and by an
-insert) and applyOps with a given UUID.  A member killed and restarted keeps them.  Sets here use
-electionTimeoutMillis 2000 and heartbeats every 500 ms, as
-test_replset3.py's.
+insert) and applyOps with a given UUID.  A member killed and restarted
+keeps them.  Sets here use electionTimeoutMillis 2000 and heartbeats every
+500 ms, as test_replset3.py's.
 """
 import uuid
 
@@ -105,7 +105,7 @@ def test_same_uuid_on_every_member():
                 c.u.get_collection(n, write_concern=WriteConcern(w=4, wtimeout=30000)) \
                     .insert_one({"_id": "after", "x": 1})
             logged = {e["ns"]: e["ui"] for e in c.local["oplog.rs"].find(
-                {"ts": {"$gt": last}, "op": "i"})}
+                {"ts": {"$gt": last}, "op": "i", "ns": {"$regex": "^u[.]"}})}
         assert logged == {"u." + n: want[n][0] for n in COLLS}
         for m in ms:
             assert catalog(m) == want, m.port

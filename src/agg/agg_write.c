@@ -13,6 +13,7 @@
 #include "agg/agg_int.h"
 #include "doc/doc.h"
 #include "expr/expr.h"
+#include "repl/repl.h"
 #include "server/server.h"
 
 #include <stdio.h>
@@ -63,14 +64,14 @@ int sbl_agg_out(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, sbl
         rc = write_one(env->ctx, c, SBL_WRITE_INSERT, NULL, &doc, err);
         bson_destroy(&doc);
     }
-    sbl_coll_release(c);
     sbl_err_t e2 = {0};
-    if (rc == 0)
-        rc = sbl_coll_rename(env->ctx->ss, tmp, ns, true, err);
-    if (rc != 0)
-        sbl_coll_drop(env->ctx->ss, tmp, &e2);
-    else
+    if (rc == 0 && (rc = sbl_coll_rename(env->ctx->ss, tmp, ns, true, err)) == 0)
+        sbl_repl_log_rename(env->ctx->ss, tmp, ns, sbl_coll_uuid(c), true);
+    if (rc != 0 && sbl_coll_drop(env->ctx->ss, tmp, &e2) == 0)
+        sbl_repl_log_drop(env->ctx->ss, tmp, sbl_coll_uuid(c), 0);
+    else if (rc == 0)
         env->ctx->wrote = true;
+    sbl_coll_release(c);
     sbl_docvec_clear(dv);
     return rc;
 }

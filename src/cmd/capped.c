@@ -29,6 +29,7 @@
 #include "cmd/capped.h"
 #include "cmd/crud_int.h"
 #include "doc/doc.h"
+#include "repl/repl.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -449,8 +450,19 @@ static int copy_size_arg(const bson_t *cmd, const char *req, int64_t *sizep, sbl
     return 0;
 }
 
-/* Create `to` capped at size and insert every document of `from` in its
- * natural order (the oldest are evicted when they do not all fit). */
+/* Drop ns (c: its handle) and log the drop, as a failed copy does. */
+static void drop_logged(sbl_opctx_t *ctx, const char *ns, sbl_coll_t *c)
+{
+    uint8_t uuid[16];
+    sbl_err_t e2 = {0};
+    memcpy(uuid, sbl_coll_uuid(c), 16);
+    if (sbl_coll_drop(ctx->ss, ns, &e2) == 0)
+        sbl_repl_log_drop(ctx->ss, ns, uuid, 0);
+}
+
+/* Create `to` capped at size (logged as created) and insert every document of
+ * `from` in its natural order (the oldest are evicted when they do not all
+ * fit); on failure `to` is dropped again. */
 static int clone_as_capped(sbl_opctx_t *ctx, const char *from, const char *to, int64_t size,
                            sbl_err_t *err)
 {
@@ -472,6 +484,7 @@ static int clone_as_capped(sbl_opctx_t *ctx, const char *from, const char *to, i
     rc = sbl_coll_create(ctx->ss, to, &opts, err);
     bson_destroy(&opts);
     SBL_RET(rc);
+    sbl_op_coll_created(ctx, to); /* its entry before those of its documents */
     if ((rc = sbl_coll_open(ctx->ss, to, false, &dst, NULL, err)) != 0)
         return rc;
     if ((rc = sbl_qexec_new(from, &qo, &q, err)) != 0)
@@ -504,11 +517,9 @@ static int clone_as_capped(sbl_opctx_t *ctx, const char *from, const char *to, i
     }
 done:
     sbl_qexec_free(q);
+    if (rc != 0)
+        drop_logged(ctx, to, dst); /* no half-made copy stays behind */
     sbl_coll_release(dst);
-    if (rc != 0) {
-        sbl_err_t e2 = {0};
-        sbl_coll_drop(ctx->ss, to, &e2); /* no half-made copy stays behind */
-    }
     return rc;
 }
 
@@ -540,7 +551,6 @@ int sbl_cmd_clone_collection_as_capped(sbl_opctx_t *ctx, sbl_err_t *err)
     }
     SBL_RET(clone_as_capped(ctx, from, to, size, err));
     ctx->wrote = true;
-    sbl_op_coll_created(ctx, to);
     return 0;
 }
 
@@ -563,12 +573,14 @@ int sbl_cmd_convert_to_capped(sbl_opctx_t *ctx, sbl_err_t *err)
     if (n < 0 || (size_t)n >= sizeof(tmp))
         return sbl_err_set(err, SBL_E_InvalidNamespace, "Fully qualified namespace is too long");
     SBL_RET(clone_as_capped(ctx, ns, tmp, size, err));
-    int rc = sbl_coll_rename(ctx->ss, tmp, ns, true, err);
-    if (rc != 0) {
-        sbl_err_t e2 = {0};
-        sbl_coll_drop(ctx->ss, tmp, &e2);
-        return rc;
-    }
-    ctx->wrote = true;
-    return 0;
+    sbl_coll_t *c = NULL;
+    int rc = sbl_coll_open(ctx->ss, tmp, false, &c, NULL, err);
+    if (rc == 0 && (rc = sbl_coll_rename(ctx->ss, tmp, ns, true, err)) == 0)
+        sbl_repl_log_rename(ctx->ss, tmp, ns, sbl_coll_uuid(c), true);
+    else if (c != NULL)
+        drop_logged(ctx, tmp, c);
+    sbl_coll_release(c);
+    if (rc == 0)
+        ctx->wrote = true;
+    return rc;
 }

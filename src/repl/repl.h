@@ -276,7 +276,9 @@ uint64_t sbl_repl_readable_ts(void);
  * Each writes its entry in a transaction of its own on s (which must have
  * none open) and logs, but does not return, a failure: the change is done
  * (createIndexes' returns it).
- * No-ops on a standalone, before initiate, and for local.* namespaces. */
+ * No-ops on a standalone, before initiate, and for local.* namespaces.
+ * A create's entry carries the collection's UUID as "ui" (a view's none):
+ * secondaries create the collection with it. */
 void sbl_repl_log_create(sbl_session_t *s, const char *ns);
 void sbl_repl_log_drop(sbl_session_t *s, const char *ns, const uint8_t *uuid, int64_t nrecords);
 void sbl_repl_log_rename(sbl_session_t *s, const char *from, const char *to,

@@ -1,13 +1,15 @@
 /*
  * repl_entry.c: the pure pieces of replication: timestamp allocation, the
- * oplog entry's shape, the election id, the default oplog size.  No state,
- * no I/O: tests/unit/test_repl.c drives them alone.
+ * oplog entry's shape and the collection an entry creates, the election id,
+ * the default oplog size.  No state, no I/O: tests/unit/test_repl.c drives
+ * them alone.
  *
  * What must stay true: sbl_repl_ts_next(prev, now) > prev for every prev
  * and now, and entries carry mongod 7.0's fields in its order.
  */
 #include "repl/repl_int.h"
 
+#include <stdio.h>
 #include <string.h>
 
 uint64_t sbl_repl_ts_next(uint64_t prev, uint32_t now_s)
@@ -62,6 +64,41 @@ void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out)
         BSON_APPEND_INT64(&pt, "t", st->prev_ts != 0 ? st->prev_term : -1);
         bson_append_document_end(out, &pt);
     }
+}
+
+bool sbl_repl_entry_created_ns(const bson_t *e, char *ns, size_t n, const uint8_t **uuidp)
+{
+    bson_iter_t it, o;
+    bson_subtype_t sub;
+    uint32_t len = 0;
+    const char *op, *ens;
+    int w;
+
+    *uuidp = NULL;
+    if (!bson_iter_init_find(&it, e, "ui") || !BSON_ITER_HOLDS_BINARY(&it))
+        return false;
+    bson_iter_binary(&it, &sub, &len, uuidp);
+    if (sub != BSON_SUBTYPE_UUID || len != 16 || !bson_iter_init_find(&it, e, "op") ||
+        !BSON_ITER_HOLDS_UTF8(&it))
+        return false;
+    op = bson_iter_utf8(&it, NULL);
+    if (!bson_iter_init_find(&it, e, "ns") || !BSON_ITER_HOLDS_UTF8(&it))
+        return false;
+    ens = bson_iter_utf8(&it, NULL);
+    if (strcmp(op, "i") == 0 || strcmp(op, "u") == 0) {
+        w = snprintf(ns, n, "%s", ens);
+    } else if (strcmp(op, "c") == 0 && bson_iter_init_find(&it, e, "o") &&
+               BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &o) && bson_iter_next(&o) &&
+               BSON_ITER_HOLDS_UTF8(&o) &&
+               (strcmp(bson_iter_key(&o), "create") == 0 ||
+                strcmp(bson_iter_key(&o), "createIndexes") == 0)) {
+        const char *dot = strchr(ens, '.');
+        w = snprintf(ns, n, "%.*s.%s", (int)(dot != NULL ? dot - ens : (long)strlen(ens)), ens,
+                     bson_iter_utf8(&o, NULL));
+    } else {
+        return false;
+    }
+    return w > 0 && (size_t)w < n;
 }
 
 void sbl_repl_election_id(int64_t term, bson_oid_t *oid)

@@ -6,13 +6,14 @@
  * Steps: mark the sync in progress (local.replset.initialSyncFlag exists
  * until it ends; a restart that finds it starts over), drop whatever
  * replicated data is here, note the source's newest oplog entry (the point
- * from which entries are applied), clone each collection (options,
- * documents in large unlogged, untimestamped transactions, then indexes:
- * none but _id on a member whose config says buildIndexes: false),
- * checkpoint, write the noted entry as our first oplog entry, clear the
- * mark.  The ordinary tailer (repl_sync.c) then applies the source's
- * entries after that point, idempotently (documents copied after it was
- * noted may already show later changes), and says SECONDARY once caught up.
+ * from which entries are applied), clone each collection (with the
+ * source's UUID: options, documents in large unlogged, untimestamped
+ * transactions, then indexes: none but _id on a member whose config says
+ * buildIndexes: false), checkpoint, write the noted entry as our first
+ * oplog entry, clear the mark.  The ordinary tailer (repl_sync.c) then
+ * applies the source's entries after that point, idempotently (documents
+ * copied after it was noted may already show later changes), and says
+ * SECONDARY once caught up.
  *
  * What must stay true: nothing written while cloning is logged to our
  * oplog; the oplog's first entry is written only after the cloned data is
@@ -294,12 +295,12 @@ out:
     return rc;
 }
 
-/* Create the collection or view described by a listCollections entry,
- * copy its documents and build its indexes. */
+/* Create the collection or view described by a listCollections entry (with
+ * the source's UUID), copy its documents and build its indexes. */
 static int clone_collection(mongoc_client_t *c, const char *db, const bson_t *info,
                             sbl_err_t *err)
 {
-    bson_iter_t it;
+    bson_iter_t it, f;
     bson_t options, create = BSON_INITIALIZER;
     const char *name = NULL, *type = "collection";
     int rc = 0;
@@ -316,7 +317,19 @@ static int clone_collection(mongoc_client_t *c, const char *db, const bson_t *in
         sbl_iter_doc(&it, &options) && bson_iter_init(&it, &options))
         while (bson_iter_next(&it))
             bson_append_iter(&create, bson_iter_key(&it), -1, &it);
+    /* the source's UUID (info.uuid; none for a view) */
+    bson_subtype_t sub = BSON_SUBTYPE_BINARY;
+    uint32_t ulen = 0;
+    const uint8_t *uuid = NULL;
+    char ns[SBL_NS_BUF];
+    if (bson_iter_init(&it, info) && bson_iter_find_descendant(&it, "info.uuid", &f) &&
+        BSON_ITER_HOLDS_BINARY(&f))
+        bson_iter_binary(&f, &sub, &ulen, &uuid);
+    snprintf(ns, sizeof(ns), "%s.%s", db, name);
+    if (sub == BSON_SUBTYPE_UUID && ulen == 16)
+        sbl_coll_adopt_uuid(ns, uuid);
     rc = run_here(db, &create, err, true);
+    sbl_coll_adopt_uuid(NULL, NULL);
     bson_destroy(&create);
     if (rc != 0 || strcmp(type, "view") == 0)
         return rc;

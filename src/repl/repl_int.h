@@ -42,6 +42,11 @@ typedef struct sbl_oplog_entry {
     bool from_migrate;           /* fromMigrate: true (a chunk migration's write) */
 } sbl_oplog_entry_t;
 void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out);
+/* The collection entry e may create when applied, written to ns (n bytes), and the
+ * UUID its "ui" names it by (*uuidp, into e): a create's or createIndexes' collection
+ * (o's first field, in the entry's database), an insert's or update's ns.  False for
+ * any other entry, one without a 16-byte UUID "ui", or a name that does not fit. */
+bool sbl_repl_entry_created_ns(const bson_t *e, char *ns, size_t n, const uint8_t **uuidp);
 
 /* The difference from old_doc to new_doc in mongod's $v:2 diff form
  * (repl_diff.c), appended to out (initialised by the caller; empty when the

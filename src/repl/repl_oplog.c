@@ -705,7 +705,8 @@ void sbl_repl_log_create(sbl_session_t *s, const char *ns)
     if (bson_iter_init(&it, sbl_coll_options(c)))
         while (bson_iter_next(&it))
             bson_append_iter(&o, bson_iter_key(&it), -1, &it);
-    if (!bson_has_field(sbl_coll_options(c), "viewOn")) {
+    bool view = bson_has_field(sbl_coll_options(c), "viewOn");
+    if (!view) {
         BSON_APPEND_DOCUMENT_BEGIN(&o, "idIndex", &idx);
         BSON_APPEND_INT32(&idx, "v", 2);
         bson_t key;
@@ -715,7 +716,7 @@ void sbl_repl_log_create(sbl_session_t *s, const char *ns)
         BSON_APPEND_UTF8(&idx, "name", "_id_");
         bson_append_document_end(&o, &idx);
     }
-    log_command_done(s, ns, sbl_coll_uuid(c), &o, NULL);
+    log_command_done(s, ns, view ? NULL : sbl_coll_uuid(c), &o, NULL); /* a view has none */
     bson_destroy(&o);
     sbl_coll_release(c);
 }

@@ -7,8 +7,10 @@
  * they are idle.  An entry is applied through the command layer's runner
  * with the entry as the thread's "applying" entry (so the storage observer
  * writes that very entry, with its ts as commit timestamp, in the change's
- * own transaction); a reporter sends replSetUpdatePosition.  The primary's
- * side: replSetUpdatePosition, the commit point, and write-concern waiters.
+ * own transaction), and a collection it creates takes the entry's "ui" (every
+ * member gives a collection the primary's UUID); a reporter sends
+ * replSetUpdatePosition.  The primary's side: replSetUpdatePosition, the
+ * commit point, and write-concern waiters.
  *
  * What must stay true: entries commit in ts order (one document's are
  * applied in order; repl_apply.c); an entry that changed nothing (replayed)
@@ -137,6 +139,19 @@ static bool entry_command(const bson_t *e, char *db, size_t dbn, bson_t *cmd)
     }
 }
 
+/* Run entry e's command cmd on db through the command layer; a collection
+ * the entry creates takes the UUID the entry names it by, as on the
+ * primary. */
+static void run_entry(const char *db, const bson_t *cmd, const bson_t *e, bson_t *reply)
+{
+    char ns[SBL_NS_BUF];
+    const uint8_t *uuid;
+    if (sbl_repl_entry_created_ns(e, ns, sizeof(ns), &uuid))
+        sbl_coll_adopt_uuid(ns, uuid);
+    sbl_rs_runner(db, cmd, reply);
+    sbl_coll_adopt_uuid(NULL, NULL);
+}
+
 /* A transaction's entry: its applyOps array (false when e is another entry). */
 static bool apply_ops_of(const bson_t *e, bson_iter_t *ops)
 {
@@ -181,7 +196,7 @@ static void run_ops(bson_iter_t *ops, const bson_t *in)
         bson_t op, cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
         if (BSON_ITER_HOLDS_DOCUMENT(ops) && sbl_iter_doc(ops, &op) &&
             entry_command(&op, db, sizeof(db), &cmd) && sbl_rs_runner != NULL)
-            sbl_rs_runner(db, &cmd, &reply);
+            run_entry(db, &cmd, &op, &reply);
         bson_destroy(&cmd);
         bson_destroy(&reply);
     }
@@ -323,7 +338,7 @@ static int apply_one(const bson_t *e, bool ahead, sbl_err_t *err)
     sbl_repl_applied_written = false;
     int rc = 0;
     if (entry_command(e, db, sizeof(db), &cmd) && sbl_rs_runner != NULL) {
-        sbl_rs_runner(db, &cmd, &reply);
+        run_entry(db, &cmd, e, &reply);
         bson_iter_t it;
         int code = transient_failure(&reply);
         if (ahead && (code != 0 || reply_failed(&reply))) {

@@ -205,6 +205,12 @@ int sbl_coll_create(sbl_session_t *s, const char *ns, const bson_t *options, sbl
  * collection has that UUID. */
 int sbl_coll_create_uuid(sbl_session_t *s, const char *ns, const bson_t *options,
                          const uint8_t *uuid, sbl_err_t *err);
+/* A replicated entry applied on this thread (a secondary, recovery, initial sync) names
+ * the UUID its collection has on the primary: until cleared (ns NULL), a collection
+ * named ns that this thread creates, by create or implicitly, takes uuid instead of a
+ * new one, so that every member of a set gives a collection the same UUID (the oplog's
+ * "ui" names it).  Both are copied; an ns longer than a namespace is ignored. */
+void sbl_coll_adopt_uuid(const char *ns, const uint8_t *uuid);
 /* Replace ns's options (collMod) with a copy of options: durable in the
  * catalog before handles opened afterwards see them (handles already open
  * keep the old ones).  NamespaceNotFound (26) when missing. */

@@ -183,8 +183,24 @@ static void new_uuid(uint8_t *uuid)
     uuid[8] = (uint8_t)((uuid[8] & 0x3f) | 0x80); /* RFC 4122 variant */
 }
 
-/* Create ns under the write lock, with uuid (16 bytes) or a new one when NULL; *collp
-   gets a reference for the caller (hidden from other sessions when s hides its creates). */
+/* sbl_coll_adopt_uuid's namespace (empty: none) and UUID. */
+static _Thread_local struct {
+    char ns[512];
+    uint8_t uuid[16];
+} adopt;
+
+void sbl_coll_adopt_uuid(const char *ns, const uint8_t *uuid)
+{
+    adopt.ns[0] = '\0';
+    if (ns != NULL && uuid != NULL && strlen(ns) < sizeof(adopt.ns)) {
+        memcpy(adopt.uuid, uuid, 16);
+        strcpy(adopt.ns, ns);
+    }
+}
+
+/* Create ns under the write lock, with uuid (16 bytes), else the adopted one when ns is
+   sbl_coll_adopt_uuid's, else a new one; *collp gets a reference for the caller (hidden
+   from other sessions when s hides its creates). */
 static int create_locked(sbl_session_t *s, const char *ns, const bson_t *options,
                          const char *key_field, const uint8_t *given_uuid, sbl_coll_t **collp,
                          sbl_err_t *err)
@@ -200,6 +216,8 @@ static int create_locked(sbl_session_t *s, const char *ns, const bson_t *options
     *collp = NULL;
     if (find_locked(ns, &idx))
         return sbl_err_set(err, SBL_E_NamespaceExists, "Collection %s already exists.", ns);
+    if (given_uuid == NULL && adopt.ns[0] != '\0' && strcmp(adopt.ns, ns) == 0)
+        given_uuid = adopt.uuid;
     for (size_t i = 0; given_uuid != NULL && i < sbl_eng.ncolls; i++)
         if (memcmp(sbl_eng.colls[i]->uuid, given_uuid, 16) == 0)
             return sbl_err_set(err, SBL_E_InvalidOptions,

@@ -1,6 +1,7 @@
 /*
  * test_repl.c: replication's pure pieces (src/repl/repl_entry.c: timestamp
- * allocation, the entry's shape, the election id, the default oplog size)
+ * allocation, the entry's shape and the collection it creates, the election
+ * id, the default oplog size)
  * and the oplog writer on a real WiredTiger in a temporary dbpath: an entry
  * is written by the storage write observer in the write's transaction, so
  * an aborted transaction leaves neither document nor entry; local.* is not
@@ -284,10 +285,50 @@ static void test_parallel_commits(void)
     sbl_storage_close();
 }
 
+/* The collection an entry creates, and the UUID it names it by. */
+static void test_entry_created_ns(void)
+{
+    static const uint8_t uuid[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    const char *const cases[][3] = {
+        /* op, o (JSON), the collection (NULL: none) */
+        {"c", "{\"create\": \"x\", \"capped\": true}", "db.x"},
+        {"c", "{\"createIndexes\": \"y\", \"v\": 2, \"name\": \"k_1\"}", "db.y"},
+        {"c", "{\"renameCollection\": \"db.c\", \"to\": \"db2.d\"}", NULL},
+        {"c", "{\"drop\": \"c\"}", NULL},
+        {"c", "{\"create\": 1}", NULL},
+        {"i", "{\"_id\": 1}", "db.c"},
+        {"u", "{\"_id\": 1}", "db.c"},
+        {"d", "{\"_id\": 1}", NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        bson_t e = BSON_INITIALIZER,
+               *o = bson_new_from_json((const uint8_t *)cases[i][1], -1, NULL);
+        char ns[300];
+        const uint8_t *got = NULL;
+        BSON_APPEND_UTF8(&e, "op", cases[i][0]);
+        BSON_APPEND_UTF8(&e, "ns", cases[i][0][0] == 'c' ? "db.$cmd" : "db.c");
+        BSON_APPEND_BINARY(&e, "ui", BSON_SUBTYPE_UUID, uuid, 16);
+        BSON_APPEND_DOCUMENT(&e, "o", o);
+        bool yes = sbl_repl_entry_created_ns(&e, ns, sizeof(ns), &got);
+        CHECK(yes == (cases[i][2] != NULL));
+        if (yes && cases[i][2] != NULL)
+            CHECK(strcmp(ns, cases[i][2]) == 0 && got != NULL && memcmp(got, uuid, 16) == 0);
+        /* without a UUID "ui", or with no room for the name: none */
+        bson_t noui = BSON_INITIALIZER;
+        bson_copy_to_excluding_noinit(&e, &noui, "ui", NULL);
+        CHECK(!sbl_repl_entry_created_ns(&noui, ns, sizeof(ns), &got));
+        CHECK(!sbl_repl_entry_created_ns(&e, ns, 4, &got));
+        bson_destroy(&noui);
+        bson_destroy(o);
+        bson_destroy(&e);
+    }
+}
+
 int main(void)
 {
     test_ts_next();
     test_entry_shape();
+    test_entry_created_ns();
     test_election_id_and_size();
 
     strcpy(dbpath, "/tmp/sable-test-repl-XXXXXX");

@@ -507,6 +507,36 @@ static void test_catalog(void)
     bson_destroy(opts);
 }
 
+/* sbl_coll_adopt_uuid: the named collection takes the UUID, by create or
+ * implicitly, once; another name, or after clearing, gets a new one. */
+static void test_adopt_uuid(void)
+{
+    static const uint8_t want[16] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2, 3, 4, 5, 6};
+    sbl_session_t *s = sbl_session_get();
+    sbl_err_t err;
+    sbl_coll_t *c;
+    bool created = false;
+
+    sbl_coll_adopt_uuid("adopt.a", want);
+    CHECK(sbl_coll_create(s, "adopt.other", NULL, &err) == 0);
+    c = coll("adopt.other", false);
+    CHECK(memcmp(sbl_coll_uuid(c), want, 16) != 0);
+    sbl_coll_release(c);
+    CHECK(sbl_coll_open(s, "adopt.a", true, &c, &created, &err) == 0 && created);
+    CHECK(memcmp(sbl_coll_uuid(c), want, 16) == 0);
+    sbl_coll_release(c);
+    /* a second collection of that UUID is refused */
+    CHECK(sbl_coll_drop(s, "adopt.other", &err) == 0);
+    CHECK(sbl_coll_rename(s, "adopt.a", "adopt.b", false, &err) == 0);
+    CHECK(sbl_coll_create(s, "adopt.a", NULL, &err) == SBL_E_InvalidOptions);
+    sbl_coll_adopt_uuid(NULL, NULL);
+    CHECK(sbl_coll_create(s, "adopt.a", NULL, &err) == 0);
+    c = coll("adopt.a", false);
+    CHECK(memcmp(sbl_coll_uuid(c), want, 16) != 0);
+    sbl_coll_release(c);
+    CHECK(sbl_db_drop(s, "adopt", &err) == 0);
+}
+
 /* ---- threads ------------------------------------------------------------ */
 
 static sbl_coll_t *race_handles[4];
@@ -914,6 +944,7 @@ int main(void)
     test_crud();
     test_scans();
     test_catalog();
+    test_adopt_uuid();
     test_create_race();
     test_write_conflict();
     test_commit_ts();

@@ -247,6 +247,12 @@ def test_expanded_events_and_pipeline(db):
                                                  "dropIndexes"]
     assert all("collectionUUID" in e for e in evs)
     assert evs[1]["operationDescription"]["indexes"][0]["key"] == {"a": 1}
+    # a view has no UUID: its create event has no collectionUUID (mongod 7.0's manual)
+    db.create_collection("v", viewOn="c", pipeline=[])
+    e = st.next()
+    assert e["operationType"] == "create" and e["ns"]["coll"] == "v"
+    assert e["operationDescription"] == {"viewOn": "c", "pipeline": []}
+    assert "collectionUUID" not in e
     db.c.insert_one({"_id": 2, "a": {"1": 0}, "arr": [{"1": 0}], "b": 0})
     db.c.update_one({"_id": 2}, {"$set": {"a.1": 1, "arr.0.1": 1, "b": 1}})
     st.next()

@@ -510,12 +510,9 @@ static void execute_inner(pending_t *p)
      * critical-section gates, its routing versions checked (routed.c). */
     if (sbl_routed_any(&p->routed) && (p->rc = sbl_routed_enter(&p->routed, ctx, &p->err)) != 0)
         return;
-    /* collectionUUID: the named collection must be the one the client means.
-     * Not for a sharded collection's command from a router: shards now create their
-     * copies with the collection's UUID, but copies made before that (or by a
-     * movePrimary clone) have their own. */
-    if (!sbl_routed_sharded(&p->routed) &&
-        (p->rc = sbl_cmd_check_coll_uuid(ctx, &p->reply, &p->err)) != 0)
+    /* collectionUUID: the named collection must be the one the client means (on a
+     * shard too: a sharded collection has one UUID on every shard, as in mongod). */
+    if ((p->rc = sbl_cmd_check_coll_uuid(ctx, &p->reply, &p->err)) != 0)
         return;
     /* Read concerns that wait: afterClusterTime before the read, a
      * linearizable read's majority-acknowledged no-op after it. */

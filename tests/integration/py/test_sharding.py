@@ -733,3 +733,11 @@ def test_every_shard_holds_the_collection_under_its_uuid(mongos, shards):
     assert shard_uuid(other, "uu", "x") == mongos.config.collections.find_one(
         {"_id": "uu.x"})["uuid"]
     assert mongos.uu.x.count_documents({}) == 20
+    # collectionUUID through the router: checked on every shard the command reaches
+    # (Database.command encodes with pymongo's default codec: pass subtype 4 as is)
+    uuid = Binary(mongos.config.collections.find_one({"_id": "uu.x"})["uuid"].bytes, UUID_SUBTYPE)
+    assert mongos.uu.command("count", "x", collectionUUID=uuid)["n"] == 20
+    assert len(mongos.uu.command("find", "x", collectionUUID=uuid)["cursor"]["firstBatch"]) == 20
+    with pytest.raises(OperationFailure) as e:
+        mongos.uu.command("find", "x", collectionUUID=Binary(want.bytes, UUID_SUBTYPE))  # uu.r's
+    assert e.value.code == 361, e.value.details

@@ -265,6 +265,42 @@ static bool is_change_stream(const bson_t *cmd)
            strcmp(bson_iter_key(&st), "$changeStream") == 0;
 }
 
+/* aggregate: 1 (a database-level pipeline) runs whole on the database's
+ * primary shard with the database's version, as mongos sends any command
+ * for an unsharded namespace there: a primary that moved (movePrimary, or a
+ * dropDatabase and a new database elsewhere) answers StaleDbVersion, and
+ * the router forgets the cached primary and asks again. */
+static int db_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    bson_t r;
+    int s, rc;
+    for (int attempt = 0;; attempt++) {
+        sbl_err_t e = {0};
+        if ((s = rt_db_primary(db, false, &e)) < -1)
+            s = 0; /* no shard knows it: any answers */
+        bson_t fwd = BSON_INITIALIZER;
+        rt_copy_cmd(cmd, &fwd, NULL);
+        if (s >= 0) {
+            rt_append_version(&fwd, NULL, s);
+            rt_append_db_version(&fwd, db);
+        }
+        rc = rt_run(s, db, &fwd, &r, err);
+        bson_destroy(&fwd);
+        if (rc != 0)
+            return rc;
+        if (rt_reply_code(&r) != SBL_E_StaleDbVersion || attempt >= RT_RETRIES)
+            break;
+        bson_destroy(&r);
+        rt_db_forget(db);
+    }
+    if (rt_reply_code(&r) == 0)
+        rc = rt_wrap_cursor_reply(s, db, &r, reply, err);
+    else
+        copy_reply(&r, reply);
+    bson_destroy(&r);
+    return rc;
+}
+
 int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     const char *coll = coll_name(cmd, "aggregate");
@@ -287,21 +323,8 @@ int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *er
         bson_destroy(&ex);
         return rc;
     }
-    if (coll == NULL) {
-        /* aggregate: 1 (a database-level pipeline): the database's primary */
-        sbl_err_t e = {0};
-        int s = rt_db_primary(db, false, &e);
-        bson_t r;
-        int rc = send_versioned(s < -1 ? 0 : s, db, cmd, NULL, NULL, &r, err);
-        if (rc == 0) {
-            if (rt_reply_code(&r) == 0)
-                rc = rt_wrap_cursor_reply(s < -1 ? 0 : s, db, &r, reply, err);
-            else
-                copy_reply(&r, reply);
-            bson_destroy(&r);
-        }
-        return rc;
-    }
+    if (coll == NULL)
+        return db_aggregate(db, cmd, reply, err);
     if (!bson_iter_init_find(&it, cmd, "pipeline") || !bson_iter_recurse(&it, &p))
         return sbl_err_set(err, SBL_E_FailedToParse, "aggregate needs a pipeline array");
     char ns[400];

@@ -663,6 +663,22 @@ rt_coll_t *rt_coll_get(const char *ns, bool force, sbl_err_t *err)
     return c;
 }
 
+rt_coll_t *rt_sharded_coll(const char *ns, sbl_err_t *err)
+{
+    if (ns == NULL || strchr(ns, '.') == NULL) {
+        sbl_err_set(err, SBL_E_InvalidNamespace, "the command needs a collection's full "
+                    "namespace (\"<database>.<collection>\")");
+        return NULL;
+    }
+    rt_coll_t *c = rt_coll_get(ns, true, err);
+    if (c != NULL && !c->sharded) {
+        rt_coll_release(c);
+        sbl_err_set(err, SBL_E_NamespaceNotSharded, "Collection %s is not sharded.", ns);
+        return NULL;
+    }
+    return c;
+}
+
 void rt_meta_flush(void)
 {
     pthread_rwlock_wrlock(&meta_lock);

@@ -98,13 +98,7 @@ static rt_coll_t *resolve(const char *ns, const char *to, sbl_err_t *err)
             return NULL;
         }
     }
-    rt_coll_t *c = rt_coll_get(ns, true, err);
-    if (c != NULL && !c->sharded) {
-        rt_coll_release(c);
-        sbl_err_set(err, SBL_E_NamespaceNotSharded, "ns %s not sharded.", ns);
-        return NULL;
-    }
-    return c;
+    return rt_sharded_coll(ns, err);
 }
 
 int rt_cmd_move_chunk(const bson_t *cmd, bson_t *reply, sbl_err_t *err)

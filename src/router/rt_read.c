@@ -180,7 +180,7 @@ int rt_distinct(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err
                 char key[16];
                 const char *ks;
                 bson_uint32_to_string(k++, &ks, key, sizeof(key));
-                bson_append_value(&arr, ks, -1, &vals[i]);
+                sbl_append_value(&arr, ks, -1, &vals[i]);
             }
             bson_append_array_end(reply, &arr);
             free(vals);
@@ -227,7 +227,7 @@ static void group_merge(bson_t **groups, size_t *n, size_t *cap, const bson_t *s
             if (strcmp(k, "_id") == 0 || !bson_iter_init_find(&o, d, k) ||
                 !bson_iter_init_find(&sp, spec, k) || !bson_iter_recurse(&sp, &acc) ||
                 !bson_iter_next(&acc)) {
-                bson_append_iter(out, k, -1, &f);
+                sbl_append_iter(out, k, -1, &f);
                 continue;
             }
             const char *op = bson_iter_key(&acc);
@@ -244,7 +244,7 @@ static void group_merge(bson_t **groups, size_t *n, size_t *cap, const bson_t *s
             } else {
                 int c = sbl_value_compare(bson_iter_value(&o), bson_iter_value(&f));
                 bool take = strcmp(op, "$min") == 0 ? c < 0 : c > 0;
-                bson_append_iter(out, k, -1, take ? &o : &f);
+                sbl_append_iter(out, k, -1, take ? &o : &f);
             }
         }
         bson_destroy(groups[i]);
@@ -316,7 +316,7 @@ int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *er
         while (bson_iter_next(&it))
             if (strcmp(bson_iter_key(&it), "explain") != 0 &&
                 strcmp(bson_iter_key(&it), "cursor") != 0)
-                bson_append_iter(&inner, bson_iter_key(&it), -1, &it);
+                sbl_append_iter(&inner, bson_iter_key(&it), -1, &it);
         bson_append_document_end(&ex, &inner);
         BSON_APPEND_UTF8(&ex, "verbosity", "queryPlanner");
         int rc = rt_explain(db, &ex, reply, err);
@@ -445,7 +445,7 @@ int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *er
             const char *k = bson_iter_key(&it);
             if (strcmp(k, "pipeline") == 0 || strcmp(k, "cursor") == 0)
                 continue;
-            bson_append_iter(&shard_cmd, k, -1, &it);
+            sbl_append_iter(&shard_cmd, k, -1, &it);
         }
         BSON_APPEND_ARRAY_BEGIN(&shard_cmd, "pipeline", &pl);
         st = p;
@@ -465,7 +465,7 @@ int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *er
                 BSON_APPEND_INT64(&lim, "$limit", limit + skip);
                 bson_append_document_end(&pl, &lim);
             } else {
-                bson_append_iter(&pl, ks, -1, &st);
+                sbl_append_iter(&pl, ks, -1, &st);
             }
         }
         bson_append_array_end(&shard_cmd, &pl);
@@ -622,7 +622,7 @@ int rt_explain(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
             bson_iter_init(&it, cmd);
             while (bson_iter_next(&it))
                 if (strcmp(bson_iter_key(&it), "verbosity") == 0)
-                    bson_append_iter(&fwd[i], "verbosity", -1, &it);
+                    sbl_append_iter(&fwd[i], "verbosity", -1, &it);
             cmds[i] = &fwd[i];
             memset(&errs[i], 0, sizeof(errs[i]));
         }

@@ -79,7 +79,7 @@ static int merged_add(merged_t *m, const bson_t *r, const int *map, int nmap)
                     int i = (int)bson_iter_as_int64(&f);
                     BSON_APPEND_INT32(&e, "index", i >= 0 && i < nmap ? map[i] : i);
                 } else {
-                    bson_append_iter(&e, bson_iter_key(&f), -1, &f);
+                    sbl_append_iter(&e, bson_iter_key(&f), -1, &f);
                 }
             }
             char key[16];
@@ -201,7 +201,7 @@ static void build_sub(const bson_t *cmd, const char *arr_field, bson_iter_t *con
         char key[16];
         const char *ks;
         bson_uint32_to_string((uint32_t)i, &ks, key, sizeof(key));
-        bson_append_iter(&arr, ks, -1, elems[idx[i]]);
+        sbl_append_iter(&arr, ks, -1, elems[idx[i]]);
     }
     bson_append_array_end(out, &arr);
     if (rt_sess_retryable()) {
@@ -776,7 +776,7 @@ static bool new_key_doc(const rt_coll_t *c, const bson_t *ud, const bson_t *q, b
                 found = bson_iter_init_find(&v, q, kf);
         }
         if (found)
-            bson_append_iter(nd, kf, -1, &v);
+            sbl_append_iter(nd, kf, -1, &v);
     }
     return true;
 }
@@ -855,7 +855,7 @@ static void fold_moved(merged_t *m, int i, const bson_t *res)
         char key[16];
         const char *ks;
         BSON_APPEND_INT32(&e, "index", i);
-        bson_append_iter(&e, "_id", 3, &it);
+        sbl_append_iter(&e, "_id", 3, &it);
         bson_uint32_to_string(m->nups++, &ks, key, sizeof(key));
         BSON_APPEND_DOCUMENT(&m->upserted, ks, &e);
         bson_destroy(&e);

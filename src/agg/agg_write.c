@@ -88,14 +88,14 @@ static void merge_top(const bson_t *base, const bson_t *in, bson_t *out)
     while (bson_iter_next(&it)) {
         bson_iter_t f;
         if (bson_iter_init_find(&f, in, bson_iter_key(&it)))
-            bson_append_iter(out, bson_iter_key(&it), -1, &f);
+            sbl_append_iter(out, bson_iter_key(&it), -1, &f);
         else
-            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+            sbl_append_iter(out, bson_iter_key(&it), -1, &it);
     }
     bson_iter_init(&it, in);
     while (bson_iter_next(&it))
         if (!bson_has_field(base, bson_iter_key(&it)))
-            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+            sbl_append_iter(out, bson_iter_key(&it), -1, &it);
 }
 
 /* The variables of a $merge whenMatched pipeline for source document src
@@ -120,7 +120,7 @@ int sbl_agg_merge_vars(const bson_t *cmd_let, const bson_t *let_spec, bool inser
         if ((rc = sbl_expr_parse(&sv, &e, err)) == 0 &&
             (rc = sbl_expr_eval(e, &xe, &v, err)) == 0) {
             if (v.value_type != BSON_TYPE_EOD)
-                bson_append_value(&vars, bson_iter_key(&li), -1, &v);
+                sbl_append_value(&vars, bson_iter_key(&li), -1, &v);
             bson_value_destroy(&v);
         }
         sbl_expr_free(e);
@@ -169,7 +169,7 @@ static int merge_find(sbl_opctx_t *ctx, const char *ns, char **on, size_t non, c
         }
         bson_t eq;
         bson_append_document_begin(&filter, on[i], -1, &eq);
-        bson_append_iter(&eq, "$eq", 3, &f);
+        sbl_append_iter(&eq, "$eq", 3, &f);
         bson_append_document_end(&filter, &eq);
     }
     sbl_qexec_t *q = NULL;
@@ -316,7 +316,7 @@ int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, s
                 for (size_t k = 0; k < non; k++) {
                     bson_iter_t fv;
                     if (sbl_path_get(&src, on[k], &fv))
-                        bson_append_iter(&kv, on[k], -1, &fv);
+                        sbl_append_iter(&kv, on[k], -1, &fv);
                 }
                 bson_append_document_end(env->ctx->reply, &kv);
                 write = false;
@@ -325,11 +325,11 @@ int sbl_agg_merge(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, s
             case WM_REPLACE: {
                 bson_iter_t si;
                 bson_iter_init_find(&eid, &existing, "_id");
-                bson_append_iter(&next, "_id", 3, &eid);
+                sbl_append_iter(&next, "_id", 3, &eid);
                 bson_iter_init(&si, &src);
                 while (bson_iter_next(&si))
                     if (strcmp(bson_iter_key(&si), "_id") != 0)
-                        bson_append_iter(&next, bson_iter_key(&si), -1, &si);
+                        sbl_append_iter(&next, bson_iter_key(&si), -1, &si);
                 break;
             }
             case WM_MERGE: {

@@ -322,7 +322,7 @@ static int sort_records(sbl_agg_env_t *env, const sbl_docvec_t *dv, const auto_s
         if (v.value_type == BSON_TYPE_EOD)
             bson_append_null(r, "v", 1);
         else
-            bson_append_value(r, "v", 1, &v);
+            sbl_append_value(r, "v", 1, &v);
         bson_append_document(r, "d", 1, dv->v[i]);
         bson_value_destroy(&v);
         bytes += r->len;
@@ -406,8 +406,8 @@ int sbl_agg_bucket_auto(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec
                 rec_value(recs[i], &max);
         }
         bson_t id = BSON_INITIALIZER;
-        bson_append_value(&id, "min", 3, &min);
-        bson_append_value(&id, "max", 3, &max);
+        sbl_append_value(&id, "min", 3, &min);
+        sbl_append_value(&id, "max", 3, &max);
         bson_value_t iv = {.value_type = BSON_TYPE_DOCUMENT};
         iv.value.v_doc.data = (uint8_t *)bson_get_data(&id);
         iv.value.v_doc.data_len = id.len;

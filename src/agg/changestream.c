@@ -172,7 +172,7 @@ static int split_event(cs_state_t *st, bson_t *doc, char *token, int64_t from, s
                                      "'%s' alone is over 16MB", bson_iter_key(&it));
                 break;
             }
-            bson_append_iter(f, bson_iter_key(&it), -1, &it);
+            sbl_append_iter(f, bson_iter_key(&it), -1, &it);
             added++;
         }
     }
@@ -573,7 +573,7 @@ static int parse_rest(cs_state_t *st, const bson_t *pipeline, sbl_err_t *err)
         char key[16];
         const char *k;
         bson_uint32_to_string(n++, &k, key, sizeof(key));
-        bson_append_iter(rest, k, -1, &s);
+        sbl_append_iter(rest, k, -1, &s);
     }
     if (n == 0) {
         bson_destroy(rest);

@@ -184,13 +184,13 @@ static void diff_walk(ud_t *u, const bson_t *diff, const char *prefix)
             BSON_APPEND_INT32(&t, "newSize", (int32_t)bson_iter_as_int64(&it));
             bson_append_document_end(&u->trunc, &t);
         } else if (is_array && name[0] == 'u') {
-            bson_append_iter(&u->upd, PATH(name + 1), -1, &it);
+            sbl_append_iter(&u->upd, PATH(name + 1), -1, &it);
             note_path(u, path, name + 1, true);
         } else if (!is_array && (strcmp(name, "u") == 0 || strcmp(name, "i") == 0) &&
                    BSON_ITER_HOLDS_DOCUMENT(&it)) {
             bson_iter_recurse(&it, &f);
             while (bson_iter_next(&f)) {
-                bson_append_iter(&u->upd, PATH(bson_iter_key(&f)), -1, &f);
+                sbl_append_iter(&u->upd, PATH(bson_iter_key(&f)), -1, &f);
                 note_path(u, path, bson_iter_key(&f), false);
             }
         } else if (!is_array && strcmp(name, "d") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it)) {
@@ -303,7 +303,7 @@ static char *event_begin(const cs_state_t *st, const cs_entry_t *e, const sbl_cs
     BSON_APPEND_DATE_TIME(ev, "wallTime", e->wall);
     if (e->has_txn && e->lsid != NULL && !pos->from_invalidate) {
         BSON_APPEND_INT64(ev, "txnNumber", e->txn_number);
-        bson_append_iter(ev, "lsid", -1, e->lsid);
+        sbl_append_iter(ev, "lsid", -1, e->lsid);
     }
     char *tok = sbl_cs_token_str(&id);
     bson_destroy(&id);
@@ -336,7 +336,7 @@ static int crud_event(cs_state_t *st, sbl_opctx_t *ctx, const cs_entry_t *e, int
     bson_iter_t it;
     const bson_t *keysrc = e->op == 'd' ? &e->o : e->has_o2 ? &e->o2 : &e->o;
     if (bson_iter_init_find(&it, keysrc, "_id"))
-        bson_append_iter(&key, "_id", 3, &it);
+        sbl_append_iter(&key, "_id", 3, &it);
     type = e->op == 'i' ? "insert" : e->op == 'd' ? "delete" : e->has_diff ? "update" : "replace";
 
     char db[SBL_NS_MAX];
@@ -466,7 +466,7 @@ static int command_event(cs_state_t *st, sbl_opctx_t *ctx, const cs_entry_t *e,
         append_ns(&desc, "to", tdb, tcoll);
         if (bson_iter_init_find(&t, &e->o, "dropTarget") &&
             (BSON_ITER_HOLDS_BINARY(&t) || (BSON_ITER_HOLDS_BOOL(&t) && bson_iter_bool(&t))))
-            bson_append_iter(&desc, "dropTarget", -1, &t); /* mongod: the dropped one's UUID */
+            sbl_append_iter(&desc, "dropTarget", -1, &t); /* mongod: the dropped one's UUID */
         bson_t *ev = bson_new();
         char *tok = event_begin(st, e, &pos, "rename", NULL, &desc, ev);
         append_ns(ev, "ns", fdb, fcoll);
@@ -521,9 +521,9 @@ static int command_event(cs_state_t *st, sbl_opctx_t *ctx, const cs_entry_t *e,
         bson_iter_t f;
         BSON_APPEND_DOCUMENT_BEGIN(ev, "stateBeforeChange", &before);
         if (e->has_o2 && bson_iter_init_find(&f, &e->o2, "collectionOptions_old"))
-            bson_append_iter(&before, "collectionOptions", -1, &f);
+            sbl_append_iter(&before, "collectionOptions", -1, &f);
         if (e->has_o2 && bson_iter_init_find(&f, &e->o2, "indexOptions_old"))
-            bson_append_iter(&before, "indexOptions", -1, &f);
+            sbl_append_iter(&before, "indexOptions", -1, &f);
         bson_append_document_end(ev, &before);
     }
     bson_destroy(&desc);

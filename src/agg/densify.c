@@ -523,7 +523,7 @@ int sbl_agg_fill(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bso
         const char *k = bson_iter_key(&f);
         if (strcmp(k, "partitionBy") == 0) {
             has_part = true;
-            bson_append_iter(&swf, "partitionBy", -1, &f);
+            sbl_append_iter(&swf, "partitionBy", -1, &f);
         } else if (strcmp(k, "partitionByFields") == 0) {
             bson_iter_t el;
             bson_t p;
@@ -555,7 +555,7 @@ int sbl_agg_fill(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bso
                                  "wrong type '%s', expected type 'object'",
                                  sbl_type_name(bson_iter_type(&f)));
             else
-                bson_append_iter(&swf, "sortBy", -1, &f);
+                sbl_append_iter(&swf, "sortBy", -1, &f);
         } else if (strcmp(k, "output") == 0) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&f)) {
                 rc = sbl_err_set(err, SBL_E_TypeMismatch, "BSON field '$fill.output' is the "
@@ -634,7 +634,7 @@ int sbl_agg_fill(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bso
             BSON_APPEND_DOCUMENT_BEGIN(&add, field, &fn);
             BSON_APPEND_ARRAY_BEGIN(&fn, "$ifNull", &arr);
             BSON_APPEND_UTF8(&arr, "0", path);
-            bson_append_value(&arr, "1", 1, &value);
+            sbl_append_value(&arr, "1", 1, &value);
             bson_append_array_end(&fn, &arr);
             bson_append_document_end(&add, &fn);
         } else {

@@ -104,11 +104,11 @@ int sbl_agg_geonear_prepare(sbl_opctx_t *ctx, const char *ns, const bson_t *spec
         return sbl_err_set(err, SBL_E_BadValue, "$geoNear parameter 'key' cannot be the empty string");
     }
     bson_t op = BSON_INITIALIZER, cond = BSON_INITIALIZER;
-    bson_append_value(&op, spherical ? "$nearSphere" : "$near", -1, &near);
+    sbl_append_value(&op, spherical ? "$nearSphere" : "$near", -1, &near);
     if (mind.value_type != BSON_TYPE_EOD)
-        bson_append_value(&op, "$minDistance", -1, &mind);
+        sbl_append_value(&op, "$minDistance", -1, &mind);
     if (maxd.value_type != BSON_TYPE_EOD)
-        bson_append_value(&op, "$maxDistance", -1, &maxd);
+        sbl_append_value(&op, "$maxDistance", -1, &maxd);
     BSON_APPEND_DOCUMENT(&cond, key, &op);
     if (has_query) {
         bson_t arr;
@@ -140,7 +140,7 @@ void sbl_agg_geonear_finish(const sbl_agg_geonear_t *g, bson_t **docp)
         else if (strcmp(k, SBL_GEO_LOC_FIELD) == 0)
             loc = *bson_iter_value(&it);
         else
-            bson_append_iter(&base, k, -1, &it);
+            sbl_append_iter(&base, k, -1, &it);
     }
     if (dist.value_type == BSON_TYPE_DOUBLE)
         dist.value.v_double *= g->mult;

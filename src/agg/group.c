@@ -347,14 +347,14 @@ static int accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *v
             while (bson_iter_next(&it)) {
                 bson_iter_t f;
                 if (bson_iter_init_find(&f, &in, bson_iter_key(&it)))
-                    bson_append_iter(&merged, bson_iter_key(&it), -1, &f);
+                    sbl_append_iter(&merged, bson_iter_key(&it), -1, &f);
                 else
-                    bson_append_iter(&merged, bson_iter_key(&it), -1, &it);
+                    sbl_append_iter(&merged, bson_iter_key(&it), -1, &it);
             }
             bson_iter_init(&it, &in);
             while (bson_iter_next(&it))
                 if (!bson_has_field(&cur, bson_iter_key(&it)))
-                    bson_append_iter(&merged, bson_iter_key(&it), -1, &it);
+                    sbl_append_iter(&merged, bson_iter_key(&it), -1, &it);
         } else {
             bson_concat(&merged, &in);
         }
@@ -399,8 +399,8 @@ static void append_result(bson_t *out, const acc_spec_t *s, const acc_state_t *a
         char kb[16];
         bson_append_array_begin(out, s->field, -1, &arr);
         for (size_t i = 0; i < a->nitems; i++)
-            bson_append_value(&arr, sbl_array_key((uint32_t)i, kb), -1,
-                              &a->items[s->kind == A_MAXN ? a->nitems - 1 - i : i]);
+            sbl_append_value(&arr, sbl_array_key((uint32_t)i, kb), -1,
+                             &a->items[s->kind == A_MAXN ? a->nitems - 1 - i : i]);
         bson_append_array_end(out, &arr);
         break;
     }
@@ -426,7 +426,7 @@ static void append_result(bson_t *out, const acc_spec_t *s, const acc_state_t *a
     case A_FIRST:
     case A_LAST:
         if (a->seen)
-            bson_append_value(out, s->field, -1, &a->val);
+            sbl_append_value(out, s->field, -1, &a->val);
         else
             bson_append_null(out, s->field, -1);
         break;
@@ -436,7 +436,7 @@ static void append_result(bson_t *out, const acc_spec_t *s, const acc_state_t *a
         char kb[16];
         bson_append_array_begin(out, s->field, -1, &arr);
         for (size_t i = 0; i < a->nitems; i++)
-            bson_append_value(&arr, sbl_array_key((uint32_t)i, kb), -1, &a->items[i]);
+            sbl_append_value(&arr, sbl_array_key((uint32_t)i, kb), -1, &a->items[i]);
         bson_append_array_end(out, &arr);
         break;
     }
@@ -471,7 +471,7 @@ static bool is_n_kind(enum acc_kind k)
 static char *value_json(const bson_value_t *v)
 {
     bson_t tmp = BSON_INITIALIZER;
-    bson_append_value(&tmp, "v", 1, v);
+    sbl_append_value(&tmp, "v", 1, v);
     char *j = bson_as_relaxed_extended_json(&tmp, NULL);
     bson_destroy(&tmp);
     size_t len = j != NULL ? strlen(j) : 0;
@@ -631,7 +631,7 @@ static bson_t *group_to_bson(const group_t *g, size_t nacc)
     char kb[16];
     bson_append_binary(d, "k", 1, BSON_SUBTYPE_BINARY, g->key, (uint32_t)g->keylen);
     bson_append_int64(d, "s", 1, (int64_t)g->seq);
-    bson_append_value(d, "i", 1, &g->id);
+    sbl_append_value(d, "i", 1, &g->id);
     bson_append_array_begin(d, "a", 1, &arr);
     for (size_t a = 0; a < nacc; a++) {
         const acc_state_t *x = &g->accs[a];
@@ -646,10 +646,10 @@ static bson_t *group_to_bson(const group_t *g, size_t nacc)
                           (x->has_double ? F_DOUBLE : 0) | (x->has_long ? F_LONG : 0) |
                               (x->overflow ? F_OVERFLOW : 0) | (x->seen ? F_SEEN : 0));
         if (x->seen)
-            bson_append_value(&st, "v", 1, &x->val);
+            sbl_append_value(&st, "v", 1, &x->val);
         bson_append_array_begin(&st, "t", 1, &items);
         for (size_t i = 0; i < x->nitems; i++)
-            bson_append_value(&items, sbl_array_key((uint32_t)i, kb), -1, &x->items[i]);
+            sbl_append_value(&items, sbl_array_key((uint32_t)i, kb), -1, &x->items[i]);
         bson_append_array_end(&st, &items);
         bson_append_document_end(&arr, &st);
     }
@@ -777,7 +777,7 @@ static bson_t *group_result(const bson_value_t *id, const acc_spec_t *accs, size
                             const acc_state_t *states)
 {
     bson_t *doc = bson_new();
-    bson_append_value(doc, "_id", 3, id);
+    sbl_append_value(doc, "_id", 3, id);
     for (size_t a = 0; a < nacc; a++)
         append_result(doc, &accs[a], &states[a]);
     return doc;

@@ -160,12 +160,12 @@ void sbl_js_acc_result(bson_t *out, const char *field, const sbl_js_acc_t *j,
     if (!seen) {
         bson_append_null(out, field, -1);
     } else if (j->src[JS_FIN] == NULL) {
-        bson_append_value(out, field, -1, state);
+        sbl_append_value(out, field, -1, state);
     } else if (sbl_js_call(j->src[JS_FIN], j->len[JS_FIN], NULL, state, 1, &nv, &e) != 0) {
         sbl_js_set_pending(&e);
         bson_append_null(out, field, -1);
     } else {
-        bson_append_value(out, field, -1, &nv);
+        sbl_append_value(out, field, -1, &nv);
         bson_value_destroy(&nv);
     }
 }

@@ -71,13 +71,13 @@ void sbl_agg_set_path(const bson_t *in, const char *path, const bson_value_t *v,
         while (bson_iter_next(&it)) {
             const char *k = bson_iter_key(&it);
             if (strcmp(k, head) != 0) {
-                bson_append_iter(out, k, -1, &it);
+                sbl_append_iter(out, k, -1, &it);
                 continue;
             }
             found = true;
             if (dot == NULL) {
                 if (v != NULL)
-                    bson_append_value(out, k, -1, v);
+                    sbl_append_value(out, k, -1, v);
                 continue;
             }
             if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
@@ -95,13 +95,13 @@ void sbl_agg_set_path(const bson_t *in, const char *path, const bson_value_t *v,
                 sbl_agg_set_path(NULL, dot + 1, v, &sub);
                 bson_append_document_end(out, &sub);
             } else {
-                bson_append_iter(out, k, -1, &it);
+                sbl_append_iter(out, k, -1, &it);
             }
         }
     }
     if (!found && v != NULL) {
         if (dot == NULL) {
-            bson_append_value(out, head, -1, v);
+            sbl_append_value(out, head, -1, v);
         } else {
             bson_t sub;
             bson_append_document_begin(out, head, -1, &sub);

@@ -56,13 +56,13 @@ static int redact_value(const redact_t *r, const bson_iter_t *it, const char *ke
             bson_iter_t got;
             rc = redact_value(r, &el, "0", &one, err);
             if (rc == 0 && bson_iter_init_find(&got, &one, "0"))
-                bson_append_iter(&arr, sbl_array_key(n++, kb), -1, &got);
+                sbl_append_iter(&arr, sbl_array_key(n++, kb), -1, &got);
             bson_destroy(&one);
         }
         bson_append_array_end(out, &arr);
         return rc;
     }
-    bson_append_iter(out, key, -1, it);
+    sbl_append_iter(out, key, -1, it);
     return 0;
 }
 
@@ -89,7 +89,7 @@ static int redact_doc(const redact_t *r, const bson_t *cur, bson_t *out, bool *k
     } else if (strcmp(s, REDACT_PRUNE) != 0) {
         bson_t one = BSON_INITIALIZER;
         if (v.value_type != BSON_TYPE_EOD)
-            bson_append_value(&one, "v", 1, &v);
+            sbl_append_value(&one, "v", 1, &v);
         char *j = bson_as_relaxed_extended_json(&one, NULL);
         rc = sbl_err_set(err, 17053, "$redact's expression should not return anything aside "
                          "from the variables $$KEEP, $$DESCEND, and $$PRUNE, but returned %s",

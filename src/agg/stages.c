@@ -178,7 +178,7 @@ void sbl_agg_merge_let(const bson_t *outer, const bson_t *inner, bson_t *out)
     bson_iter_init(&it, outer);
     while (bson_iter_next(&it))
         if (!bson_has_field(inner, bson_iter_key(&it)))
-            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+            sbl_append_iter(out, bson_iter_key(&it), -1, &it);
     bson_concat(out, inner);
 }
 
@@ -310,7 +310,7 @@ int sbl_agg_lookup(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
                 if (v.value_type == BSON_TYPE_EOD)
                     bson_append_null(&vars, let_n[i], -1);
                 else
-                    bson_append_value(&vars, let_n[i], -1, &v);
+                    sbl_append_value(&vars, let_n[i], -1, &v);
                 bson_value_destroy(&v);
             }
             sbl_agg_merge_let(env->let, &vars, &merged);
@@ -573,7 +573,7 @@ int sbl_agg_sort_by_count(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_value
         return sbl_err_set(err, 40148, "the sortByCount field must be defined as a $-prefixed "
                                        "path or an expression");
     bson_t spec = BSON_INITIALIZER;
-    bson_append_value(&spec, "_id", 3, expr);
+    sbl_append_value(&spec, "_id", 3, expr);
     BCON_APPEND(&spec, "count", "{", "$sum", BCON_INT32(1), "}");
     int rc = sbl_agg_group(dv, &spec, env, NULL, err);
     bson_destroy(&spec);

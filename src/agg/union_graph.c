@@ -252,7 +252,7 @@ static void frontier_add(const bson_value_t *v, void *arg)
         return;
     if (v->value_type == BSON_TYPE_NULL || v->value_type == BSON_TYPE_UNDEFINED)
         f->has_null = true;
-    bson_append_value(&f->in, sbl_array_key(f->n++, kb), -1, v);
+    sbl_append_value(&f->in, sbl_array_key(f->n++, kb), -1, v);
     f->bytes += 16 + (v->value_type == BSON_TYPE_UTF8 ? v->value.v_utf8.len : 0) +
                 (v->value_type == BSON_TYPE_DOCUMENT || v->value_type == BSON_TYPE_ARRAY
                      ? v->value.v_doc.data_len

@@ -105,7 +105,7 @@ int sbl_view_options(const bson_t *cmd, bson_t *opts, sbl_err_t *err)
                 return sbl_err_set(err, SBL_E_OptionNotSupportedOnView,
                                    "%s cannot be used in a view definition", bson_iter_key(&f));
             }
-            bson_append_iter(&arr, bson_iter_key(&st), -1, &st);
+            sbl_append_iter(&arr, bson_iter_key(&st), -1, &st);
         }
     }
     bson_append_array_end(opts, &arr);

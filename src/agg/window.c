@@ -365,7 +365,7 @@ static int parse_output(const char *path, const bson_iter_t *it, const wsort_t *
     if (o->fn == W_SHIFT || o->fn == W_EMA || o->fn == W_DERIV || o->fn == W_INTEGRAL) {
         bson_iter_t a;
         bson_t wrap = BSON_INITIALIZER;
-        bson_append_value(&wrap, "a", 1, &arg);
+        sbl_append_value(&wrap, "a", 1, &arg);
         bson_iter_init_find(&a, &wrap, "a");
         int rc = parse_object_arg(name, &a, o, err);
         bson_destroy(&wrap);

@@ -115,7 +115,7 @@ static void acc_add(const wout_t *o, wacc_t *a, const bson_value_t *v, const bso
             break;
         if (o->fn == W_ADDTOSET && !sbl_keyset_add(&a->set, v, coll))
             break;
-        bson_append_value(&a->arr, sbl_array_key(a->narr++, kb), -1, v);
+        sbl_append_value(&a->arr, sbl_array_key(a->narr++, kb), -1, v);
         break;
     default:
         break;

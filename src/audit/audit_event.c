@@ -183,7 +183,7 @@ static const bson_t *bson_args(const ev_param_t *pm, bson_t *copy)
         if (strcmp(bson_iter_key(&it), "pwd") == 0)
             BSON_APPEND_UTF8(copy, "pwd", "xxx");
         else
-            bson_append_iter(copy, NULL, 0, &it);
+            sbl_append_iter(copy, NULL, 0, &it);
     }
     return copy;
 }

@@ -424,7 +424,7 @@ void sbl_authz_append_roles(const sbl_authz_t *a, bson_t *arr)
     bson_iter_t it;
     bson_iter_init(&it, a->roles);
     while (bson_iter_next(&it))
-        bson_append_value(arr, bson_iter_key(&it), -1, bson_iter_value(&it));
+        sbl_append_value(arr, bson_iter_key(&it), -1, bson_iter_value(&it));
 }
 
 static sbl_authz_t *authz_new(void)

@@ -88,7 +88,7 @@ int sbl_cmd_create(sbl_opctx_t *ctx, sbl_err_t *err)
             SBL_ERR(sbl_exec_collation_option(&it, &opts, err)); /* the collection default */
             continue;
         }
-        bson_append_iter(&opts, k, -1, &it);
+        sbl_append_iter(&opts, k, -1, &it);
     }
     /* validator, validationLevel, validationAction: checked here, enforced on writes */
     SBL_ERR(sbl_crud_check_validator(&opts, err));

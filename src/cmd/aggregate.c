@@ -32,7 +32,7 @@ static int agg_explain(sbl_opctx_t *ctx, sbl_err_t *err)
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "explain") != 0 && strcmp(k, "cursor") != 0 && k[0] != '$' &&
             strcmp(k, "lsid") != 0 && strcmp(k, "txnNumber") != 0)
-            bson_append_iter(&inner, k, -1, &it); /* the command as explain echoes it */
+            sbl_append_iter(&inner, k, -1, &it); /* the command as explain echoes it */
     }
     BSON_APPEND_DOCUMENT(&cmd, "explain", &inner);
     BSON_APPEND_UTF8(&cmd, "verbosity", "queryPlanner");

@@ -466,7 +466,7 @@ int sbl_cmd_audit_user_result(sbl_opctx_t *ctx, int rc)
     BSON_APPEND_UTF8(&p, "db", ctx->db);
     for (int i = 0; copied[i] != NULL; i++)
         if (bson_iter_init_find(&it, ctx->cmd, copied[i]))
-            bson_append_iter(&p, copied[i], -1, &it);
+            sbl_append_iter(&p, copied[i], -1, &it);
     if (strcmp(n, "updateUser") == 0)
         BSON_APPEND_BOOL(&p, "passwordChanged", bson_iter_init_find(&it, ctx->cmd, "pwd"));
     sbl_cmd_audit(ctx, n, &p, 0);

@@ -87,9 +87,9 @@ static bool oplog_edge(sbl_opctx_t *ctx, int dir, bson_t *meta, const char *key)
         bson_t sub;
         BSON_APPEND_DOCUMENT_BEGIN(meta, key, &sub);
         if (bson_iter_init_find(&it, &doc, "ts"))
-            bson_append_iter(&sub, "ts", 2, &it);
+            sbl_append_iter(&sub, "ts", 2, &it);
         if (bson_iter_init_find(&it, &doc, "t"))
-            bson_append_iter(&sub, "t", 1, &it);
+            sbl_append_iter(&sub, "t", 1, &it);
         bson_append_document_end(meta, &sub);
         bson_destroy(&doc);
         found = true;

@@ -287,7 +287,7 @@ static int move_range_force(const char *ns, const bson_t *min, const bson_t *max
         goto out;
     }
     bson_reinit(&f);
-    bson_append_value(&f, "uuid", 4, bson_iter_value(&it));
+    sbl_append_value(&f, "uuid", 4, bson_iter_value(&it));
     BSON_APPEND_DOCUMENT(&f, "min", min);
     if (!cfg_find_one("chunks", &f, &chunk, err) || !doc_of(&chunk, "max", &cmax)) {
         rc = err->code ? err->code
@@ -379,14 +379,14 @@ static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const 
         BSON_APPEND_DOCUMENT_BEGIN(&docs, "0", &d);
         BSON_APPEND_UTF8(&d, "_id", mid);
         BSON_APPEND_UTF8(&d, "ns", ns);
-        bson_append_value(&d, "uuid", 4, uuid);
+        sbl_append_value(&d, "uuid", 4, uuid);
         BSON_APPEND_DOCUMENT(&d, "min", min);
         BSON_APPEND_DOCUMENT(&d, "max", cmax);
         BSON_APPEND_UTF8(&d, "fromShard", from);
         BSON_APPEND_UTF8(&d, "toShard", to);
         bson_iter_t lm;
         if (bson_iter_init_find(&lm, chunk, "lastmod"))
-            bson_append_value(&d, "chunkVersion", -1, bson_iter_value(&lm));
+            sbl_append_value(&d, "chunkVersion", -1, bson_iter_value(&lm));
         BSON_APPEND_BOOL(&d, "waitForDelete", false);
         BSON_APPEND_BOOL(&d, "forceJumbo", force);
         bson_append_document_end(&docs, &d);
@@ -420,7 +420,7 @@ static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const 
     BSON_APPEND_UTF8(&cmd, "toShardHost", to_host);
     bson_iter_t lmv; /* the commit must find the chunk at this version still */
     if (bson_iter_init_find(&lmv, chunk, "lastmod"))
-        bson_append_value(&cmd, "chunkVersion", -1, bson_iter_value(&lmv));
+        sbl_append_value(&cmd, "chunkVersion", -1, bson_iter_value(&lmv));
     sbl_cmd_shard_log(SBL_LOG_INFO, 21000, "moving a chunk of %s from %s to %s", ns, from, to);
     rc = sbl_shard_remote_check(from_host, "admin", &cmd, &reply, err);
     bson_destroy(&cmd);
@@ -430,7 +430,7 @@ static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const 
         while (bson_iter_next(&r))
             if (strcmp(bson_iter_key(&r), "ok") != 0 && bson_iter_key(&r)[0] != '$' &&
                 strcmp(bson_iter_key(&r), "operationTime") != 0)
-                bson_append_value(&det, bson_iter_key(&r), -1, bson_iter_value(&r));
+                sbl_append_value(&det, bson_iter_key(&r), -1, bson_iter_value(&r));
         BSON_APPEND_UTF8(&det, "note", "success");
         if (details != NULL)
             bson_concat(details, &det);
@@ -492,7 +492,7 @@ static int chunk_update(const bson_value_t *id, const bson_t *set, const bson_t 
     BSON_APPEND_ARRAY_BEGIN(&cmd, "updates", &ups);
     BSON_APPEND_DOCUMENT_BEGIN(&ups, "0", &u);
     BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &q);
-    bson_append_value(&q, "_id", 3, id);
+    sbl_append_value(&q, "_id", 3, id);
     bson_append_document_end(&u, &q);
     BSON_APPEND_DOCUMENT_BEGIN(&u, "u", &s);
     BSON_APPEND_DOCUMENT(&s, "$set", set);
@@ -552,7 +552,7 @@ static int scan_chunks(const char *ns, const bson_t *min, const char *ctl_shard,
         return err->code ? err->code
                          : sbl_err_set(err, SBL_E_NamespaceNotSharded, "ns %s not sharded.", ns);
     bson_init(&f);
-    bson_append_value(&f, "uuid", 4, bson_iter_value(&uuid));
+    sbl_append_value(&f, "uuid", 4, bson_iter_value(&uuid));
     bson_destroy(&sc->chunks);
     int rc = cfg_find("chunks", &f, NULL, &sc->chunks, err);
     bson_destroy(&f);
@@ -648,7 +648,7 @@ static void append_history(bson_t *set, uint64_t valid, const char *to, const bs
             if ((newer >> 32) < cutoff_s)
                 break; /* reads at or after the cutoff resolve before this one */
             snprintf(key, sizeof(key), "%u", ++n);
-            bson_append_value(&hist, key, -1, bson_iter_value(&it));
+            sbl_append_value(&hist, key, -1, bson_iter_value(&it));
             newer = hist_valid_after(&it);
         }
     bson_append_array_end(set, &hist);
@@ -730,9 +730,9 @@ int sbl_cmd_configsvr_commit_migration(sbl_opctx_t *ctx, sbl_err_t *err)
         BSON_APPEND_DOCUMENT_BEGIN(ctx->reply, "shardVersion", &v);
         bson_iter_t e;
         if (bson_iter_init_find(&e, &sc.coll, "lastmodEpoch"))
-            bson_append_value(&v, "e", 1, bson_iter_value(&e));
+            sbl_append_value(&v, "e", 1, bson_iter_value(&e));
         if (bson_iter_init_find(&e, &sc.coll, "timestamp"))
-            bson_append_value(&v, "t", 1, bson_iter_value(&e));
+            sbl_append_value(&v, "t", 1, bson_iter_value(&e));
         BSON_APPEND_TIMESTAMP(&v, "v", major + 1, ctl_id.value_type != BSON_TYPE_EOD ? 1 : 0);
         bson_append_document_end(ctx->reply, &v);
     }
@@ -859,7 +859,7 @@ int sbl_bal_collection(sbl_bal_coll_t *bc, char ids[][128], int nshards, char dr
     if (bc->ns == NULL || !bson_iter_init_find(&it, bc->coll, "uuid"))
         return 0;
     bson_t f = BSON_INITIALIZER, sort = BSON_INITIALIZER, chunks;
-    bson_append_value(&f, "uuid", 4, bson_iter_value(&it));
+    sbl_append_value(&f, "uuid", 4, bson_iter_value(&it));
     BSON_APPEND_INT32(&sort, "min", 1);
     sbl_err_t e = {0};
     int r = cfg_find("chunks", &f, &sort, &chunks, &e) == 0 ? 0 : -1;

@@ -131,8 +131,8 @@ static int key_after(const char *host, const char *db, const char *coll, const c
     BSON_APPEND_UTF8(&cmd, "find", coll);
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &f);
     BSON_APPEND_DOCUMENT_BEGIN(&f, field, &r);
-    bson_append_value(&r, op, -1, from);
-    bson_append_value(&r, "$lt", 3, hi);
+    sbl_append_value(&r, op, -1, from);
+    sbl_append_value(&r, "$lt", 3, hi);
     bson_append_document_end(&f, &r);
     bson_append_document_end(&cmd, &f);
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "sort", &s);
@@ -233,7 +233,7 @@ int sbl_bal_move_data(sbl_bal_coll_t *bc, const bson_t *chunk, char ids[][128], 
         bson_t split = BSON_INITIALIZER;
         bson_iter_init(&it, &min);
         bson_iter_next(&it);
-        bson_append_value(&split, bson_iter_key(&it), -1, &at);
+        sbl_append_value(&split, bson_iter_key(&it), -1, &at);
         bson_value_destroy(&at);
         int rc = sbl_bal_split_chunk(bc->ns, chunk, &split, &e);
         if (rc == 0) {

@@ -173,7 +173,7 @@ int sbl_bal_split_chunk(const char *ns, const bson_t *chunk, const bson_t *at, s
         shard == NULL || !bound_of(chunk, "max", &cmax))
         return 0;
     sbl_cmd_chunks_lock(true);
-    bson_append_value(&f, "uuid", 4, bson_iter_value(&uuid));
+    sbl_append_value(&f, "uuid", 4, bson_iter_value(&uuid));
     int rc = sbl_zone_config_find("chunks", &f, NULL, &now, err);
     uint32_t major = 0, minor = 0;
     bool same = false;
@@ -204,18 +204,18 @@ int sbl_bal_split_chunk(const char *ns, const bson_t *chunk, const bson_t *at, s
         bson_iter_t v;
         bson_oid_init(&oid, NULL);
         BSON_APPEND_OID(&doc, "_id", &oid);
-        bson_append_value(&doc, "uuid", 4, bson_iter_value(&uuid));
+        sbl_append_value(&doc, "uuid", 4, bson_iter_value(&uuid));
         BSON_APPEND_DOCUMENT(&doc, "min", at);
         BSON_APPEND_DOCUMENT(&doc, "max", &cmax);
         BSON_APPEND_UTF8(&doc, "shard", shard);
         BSON_APPEND_TIMESTAMP(&doc, "lastmod", major, minor + 2);
         if (bson_iter_init_find(&v, &cur, "onCurrentShardSince"))
-            bson_append_value(&doc, "onCurrentShardSince", -1, bson_iter_value(&v));
+            sbl_append_value(&doc, "onCurrentShardSince", -1, bson_iter_value(&v));
         if (bson_iter_init_find(&v, &cur, "history"))
-            bson_append_value(&doc, "history", -1, bson_iter_value(&v));
+            sbl_append_value(&doc, "history", -1, bson_iter_value(&v));
         rc = sbl_zone_config_write("insert", "chunks", &doc, NULL, err);
         BSON_APPEND_DOCUMENT_BEGIN(&op, "q", &q);
-        bson_append_value(&q, "_id", 3, bson_iter_value(&id));
+        sbl_append_value(&q, "_id", 3, bson_iter_value(&id));
         bson_append_document_end(&op, &q);
         BSON_APPEND_DOCUMENT_BEGIN(&op, "u", &u);
         BSON_APPEND_DOCUMENT_BEGIN(&u, "$set", &set);

@@ -159,9 +159,9 @@ int sbl_capped_coll_mod(const bson_t *cmd, const sbl_coll_t *c, bson_t *opts, bo
             if (has_max)
                 BSON_APPEND_INT32(&out, "max", max <= 0 ? INT32_MAX : (int32_t)max);
             else
-                bson_append_iter(&out, k, -1, &it);
+                sbl_append_iter(&out, k, -1, &it);
         } else {
-            bson_append_iter(&out, k, -1, &it);
+            sbl_append_iter(&out, k, -1, &it);
         }
         if (strcmp(k, "size") == 0 && has_max && !had_max && !bson_has_field(opts, "max")) {
             BSON_APPEND_INT32(&out, "max", max <= 0 ? INT32_MAX : (int32_t)max);

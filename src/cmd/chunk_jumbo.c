@@ -153,8 +153,8 @@ int sbl_chunk_check_movable(const char *ns, const bson_t *key, const bson_t *chu
     mig_split_ns(ns, db, sizeof(db), &coll);
     bson_t q = BSON_INITIALIZER, r, cmd = BSON_INITIALIZER, reply;
     BSON_APPEND_DOCUMENT_BEGIN(&q, field, &r);
-    bson_append_value(&r, "$gte", 4, bson_iter_value(&lo));
-    bson_append_value(&r, "$lt", 3, bson_iter_value(&hi));
+    sbl_append_value(&r, "$gte", 4, bson_iter_value(&lo));
+    sbl_append_value(&r, "$lt", 3, bson_iter_value(&hi));
     bson_append_document_end(&q, &r);
     BSON_APPEND_UTF8(&cmd, "count", coll);
     BSON_APPEND_DOCUMENT(&cmd, "query", &q);

@@ -127,7 +127,7 @@ static int cc_read(const char *ns, coll_chunks_t *cc, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_NamespaceNotSharded, "Collection %s is not sharded.", ns);
     cc->uuid = *bson_iter_value(&it);
     bson_init(&f);
-    bson_append_value(&f, "uuid", 4, &cc->uuid);
+    sbl_append_value(&f, "uuid", 4, &cc->uuid);
     BSON_APPEND_INT32(&sort, "min", 1);
     bson_destroy(&cc->chunks);
     rc = sbl_zone_config_find("chunks", &f, &sort, &cc->chunks, err);
@@ -182,9 +182,9 @@ static void append_cv(bson_t *out, const char *k, const coll_chunks_t *cc, uint3
     bson_iter_t e;
     BSON_APPEND_DOCUMENT_BEGIN(out, k, &v);
     if (bson_iter_init_find(&e, &cc->coll, "lastmodEpoch"))
-        bson_append_value(&v, "e", 1, bson_iter_value(&e));
+        sbl_append_value(&v, "e", 1, bson_iter_value(&e));
     if (bson_iter_init_find(&e, &cc->coll, "timestamp"))
-        bson_append_value(&v, "t", 1, bson_iter_value(&e));
+        sbl_append_value(&v, "t", 1, bson_iter_value(&e));
     BSON_APPEND_TIMESTAMP(&v, "v", major, minor);
     bson_append_document_end(out, &v);
 }
@@ -316,7 +316,7 @@ static int commit_runs(const coll_chunks_t *cc, const char *shard, const run_t *
                 snprintf(key, sizeof(key), "%u", nids++);
                 BSON_APPEND_DOCUMENT_BEGIN(&dels, key, &d);
                 BSON_APPEND_DOCUMENT_BEGIN(&d, "q", &q);
-                bson_append_value(&q, "_id", 3, bson_iter_value(&cid));
+                sbl_append_value(&q, "_id", 3, bson_iter_value(&cid));
                 if (mig_doc_of(&c, "max", &cmax))
                     BSON_APPEND_DOCUMENT(&q, "max", &cmax);
                 BSON_APPEND_UTF8(&q, "shard", shard);
@@ -335,7 +335,7 @@ static int commit_runs(const coll_chunks_t *cc, const char *shard, const run_t *
         BSON_APPEND_DOCUMENT_BEGIN(&ups, key, &u);
         bson_t fmax;
         BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &uq); /* the chunk as it was read */
-        bson_append_value(&uq, "_id", 3, bson_iter_value(&id));
+        sbl_append_value(&uq, "_id", 3, bson_iter_value(&id));
         if (mig_doc_of(&first, "max", &fmax))
             BSON_APPEND_DOCUMENT(&uq, "max", &fmax);
         BSON_APPEND_UTF8(&uq, "shard", shard);
@@ -630,7 +630,7 @@ int sbl_cmd_configsvr_clear_jumbo_flag(sbl_opctx_t *ctx, sbl_err_t *err)
                 break; /* nothing to clear */
             bson_t op = BSON_INITIALIZER, q, u, set, unset;
             BSON_APPEND_DOCUMENT_BEGIN(&op, "q", &q);
-            bson_append_value(&q, "_id", 3, bson_iter_value(&id));
+            sbl_append_value(&q, "_id", 3, bson_iter_value(&id));
             bson_append_document_end(&op, &q);
             BSON_APPEND_DOCUMENT_BEGIN(&op, "u", &u);
             BSON_APPEND_DOCUMENT_BEGIN(&u, "$set", &set);

@@ -88,7 +88,7 @@ static void append_id(sbl_opctx_t *ctx, sbl_coll_t *c, const uint8_t *idk, size_
     if (sbl_coll_get_by_key(ctx->ss, c, idk, idlen, &doc, &found, &ignore) != 0 || !found)
         return;
     if (bson_iter_init_find(&it, &doc, "_id"))
-        bson_append_iter(ids, sbl_array_key((*np)++, kbuf), -1, &it);
+        sbl_append_iter(ids, sbl_array_key((*np)++, kbuf), -1, &it);
     bson_destroy(&doc);
 }
 
@@ -161,7 +161,7 @@ static void copy_without(const bson_t *spec, const char *const *drop, bson_t *ou
         for (size_t i = 0; drop[i] != NULL && !skip; i++)
             skip = strcmp(bson_iter_key(&it), drop[i]) == 0;
         if (!skip)
-            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+            sbl_append_iter(out, bson_iter_key(&it), -1, &it);
     }
 }
 
@@ -262,7 +262,7 @@ static int modify_index(sbl_opctx_t *ctx, sbl_coll_t *c, const char *ns, const b
         if (strcmp(k, "unique") == 0 || strcmp(k, "hidden") == 0 ||
             strcmp(k, "prepareUnique") == 0 || strcmp(k, "expireAfterSeconds") == 0)
             if (!bson_iter_init_find(&given, arg, k))
-                bson_append_iter(&spec, k, -1, &it);
+                sbl_append_iter(&spec, k, -1, &it);
     }
     if (bson_iter_init_find(&it, arg, "expireAfterSeconds")) {
         bson_iter_t o;
@@ -346,7 +346,7 @@ static void log_coll_mod(sbl_opctx_t *ctx, sbl_coll_t *c, const char *ns, const 
         } else if (strcmp(k, "collectionUUID") != 0 && strcmp(k, "dryRun") != 0) {
             for (size_t i = 1; coll_mod_fields[i] != NULL; i++)
                 if (strcmp(k, coll_mod_fields[i]) == 0)
-                    bson_append_iter(&o, k, -1, &it);
+                    sbl_append_iter(&o, k, -1, &it);
         }
     }
     BSON_APPEND_DOCUMENT_BEGIN(&o2, "collectionOptions_old", &prev);
@@ -405,7 +405,7 @@ int sbl_cmd_coll_mod(sbl_opctx_t *ctx, sbl_err_t *err)
     bson_t given = BSON_INITIALIZER;
     for (size_t i = 0; opt_fields[i] != NULL; i++)
         if (bson_iter_init_find(&it, ctx->cmd, opt_fields[i])) {
-            bson_append_iter(&given, opt_fields[i], -1, &it);
+            sbl_append_iter(&given, opt_fields[i], -1, &it);
             options_changed = true;
         }
     copy_without(sbl_coll_options(c), opt_fields, &opts);
@@ -415,7 +415,7 @@ int sbl_cmd_coll_mod(sbl_opctx_t *ctx, sbl_err_t *err)
         for (size_t i = 0; opt_fields[i] != NULL; i++)
             if (strcmp(bson_iter_key(&it), opt_fields[i]) == 0 &&
                 !bson_iter_init_find(&g, &given, opt_fields[i]))
-                bson_append_iter(&opts, opt_fields[i], -1, &it);
+                sbl_append_iter(&opts, opt_fields[i], -1, &it);
     }
     bson_concat(&opts, &given);
     bson_destroy(&given);

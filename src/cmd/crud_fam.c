@@ -168,7 +168,7 @@ static int retried_reply(sbl_opctx_t *ctx, const fam_args_t *a, const bson_t *en
         if (!a->remove)
             bson_append_bool(&leo, "updatedExisting", -1, op == 'u');
         if (op == 'i' && has_o && bson_iter_init_find(&id, &o, "_id"))
-            bson_append_iter(&leo, "upserted", -1, &id);
+            sbl_append_iter(&leo, "upserted", -1, &id);
         bson_append_document_end(ctx->reply, &leo);
         bson_concat(ctx->reply, &value_doc);
         bson_append_int32(ctx->reply, "retriedStmtId", -1, sid);
@@ -332,7 +332,7 @@ int sbl_cmd_find_and_modify(sbl_opctx_t *ctx, sbl_err_t *err)
     if (!a.remove)
         bson_append_bool(&leo, "updatedExisting", -1, matched);
     if (have_upserted)
-        bson_append_value(&leo, "upserted", -1, &upserted_id);
+        sbl_append_value(&leo, "upserted", -1, &upserted_id);
     bson_append_document_end(ctx->reply, &leo);
     bson_concat(ctx->reply, &value_doc);
     bson_destroy(&value_doc);

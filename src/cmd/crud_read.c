@@ -40,7 +40,7 @@ static void key_of(const bson_t *pattern, const bson_t *raw, bson_t *doc)
     while (bson_iter_next(&p)) {
         const char *f = bson_iter_key(&p);
         if (bson_iter_init(&root, raw) && bson_iter_find_descendant(&root, f, &v))
-            bson_append_iter(doc, f, -1, &v);
+            sbl_append_iter(doc, f, -1, &v);
         else
             bson_append_null(doc, f, -1);
     }
@@ -622,7 +622,7 @@ int sbl_cmd_distinct(sbl_opctx_t *ctx, sbl_err_t *err)
     for (size_t r = 0; r < set.n; r++) {
         if (r > 0 && sbl_value_compare_coll(&set.v[r - 1], &set.v[r], coll) == 0)
             continue;
-        bson_append_value(&values, sbl_array_key(nv++, kb), -1, &set.v[r]);
+        sbl_append_value(&values, sbl_array_key(nv++, kb), -1, &set.v[r]);
     }
     bson_append_array_end(ctx->reply, &values);
     set_free(&set);

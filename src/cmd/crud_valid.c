@@ -110,7 +110,7 @@ int sbl_crud_validate(sbl_coll_t *c, const bson_t *old_doc, const bson_t *new_do
         bson_t info, details;
         bson_append_document_begin(err_info, "errInfo", -1, &info);
         if (bson_iter_init_find(&idi, new_doc, "_id"))
-            bson_append_iter(&info, "failingDocumentId", -1, &idi);
+            sbl_append_iter(&info, "failingDocumentId", -1, &idi);
         bson_append_document_begin(&info, "details", -1, &details);
         bson_append_utf8(&details, "operatorName", -1, first_operator(&v), -1);
         bson_append_document(&details, "specifiedAs", -1, &v);

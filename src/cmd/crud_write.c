@@ -67,9 +67,9 @@ static int apply_update(sbl_opctx_t *ctx, const sbl_crud_update_t *u, const bson
     }
     bson_init(out);
     if (new_has)
-        bson_append_iter(out, "_id", 3, &ni);
+        sbl_append_iter(out, "_id", 3, &ni);
     else if (old_has)
-        bson_append_iter(out, "_id", 3, &oi);
+        sbl_append_iter(out, "_id", 3, &oi);
     bson_copy_to_excluding_noinit(&res, out, "_id", NULL);
     bson_destroy(&res);
     *changed = out->len != old->len || memcmp(bson_get_data(out), bson_get_data(old), old->len) != 0;
@@ -682,7 +682,7 @@ static int run_update(sbl_opctx_t *ctx, const char *ns, const update_stmt_t *st,
             bson_iter_init(&li, let);
             while (bson_iter_next(&li))
                 if (!bson_has_field(&st->c, bson_iter_key(&li)))
-                    bson_append_iter(&vars, bson_iter_key(&li), -1, &li);
+                    sbl_append_iter(&vars, bson_iter_key(&li), -1, &li);
             bson_concat(&vars, &st->c);
             cu.let = &vars;
         }
@@ -771,7 +771,7 @@ static int run_update(sbl_opctx_t *ctx, const char *ns, const update_stmt_t *st,
             bson_append_document_begin(&tot->upserted, sbl_array_key(tot->nupserted++, kb), -1,
                                        &up);
             bson_append_int32(&up, "index", -1, (int32_t)index);
-            bson_append_value(&up, "_id", 3, &id);
+            sbl_append_value(&up, "_id", 3, &id);
             bson_append_document_end(&tot->upserted, &up);
             bson_value_destroy(&id);
             tot->n++;
@@ -802,7 +802,7 @@ static void retried_update_result(const bson_t *entry, uint32_t index, update_to
         bson_t up;
         bson_append_document_begin(&tot->upserted, sbl_array_key(tot->nupserted++, kb), -1, &up);
         bson_append_int32(&up, "index", -1, (int32_t)index);
-        bson_append_iter(&up, "_id", 3, &id);
+        sbl_append_iter(&up, "_id", 3, &id);
         bson_append_document_end(&tot->upserted, &up);
         return;
     }

@@ -615,7 +615,7 @@ static void build_reply(pending_t *p, bson_t *out)
     if (bson_iter_init(&it, &p->reply))
         while (bson_iter_next(&it))
             if (error_detail(bson_iter_key(&it), code))
-                bson_append_iter(out, bson_iter_key(&it), -1, &it);
+                sbl_append_iter(out, bson_iter_key(&it), -1, &it);
 }
 
 static void pending_free(pending_t *p)

@@ -185,7 +185,7 @@ static void copy_field(const bson_t *data, const char *name, bson_t *reply)
 {
     bson_iter_t it;
     if (bson_iter_init_find(&it, data, name))
-        bson_append_iter(reply, name, -1, &it);
+        sbl_append_iter(reply, name, -1, &it);
 }
 
 /* What follows the block: close, error or writeConcernError. */
@@ -204,7 +204,7 @@ static bool act(sbl_opctx_t *ctx, const bson_t *data, int *rcp, sbl_err_t *err)
         int code = (int)bson_iter_as_int64(&it);
         bson_iter_t ri;
         if (bson_iter_init_find(&ri, data, "errorLabels") && BSON_ITER_HOLDS_ARRAY(&ri))
-            bson_append_iter(ctx->reply, "errorLabels", -1, &ri);
+            sbl_append_iter(ctx->reply, "errorLabels", -1, &ri);
         *rcp = sbl_err_set(err, code, "%s", fp_msg);
         if (code == 0) /* MongoDB replies ok: 1 to errorCode 0 */
             return false;

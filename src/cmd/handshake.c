@@ -365,7 +365,7 @@ static bool append_parameter(bson_t *r, const char *name)
     } else if (bson_iter_init_find(&it, &o->parameters, name)) {
         /* any other --setParameter as given at start-up; the names above
          * answer the value in force, also after a setParameter */
-        bson_append_value(r, name, -1, bson_iter_value(&it));
+        sbl_append_value(r, name, -1, bson_iter_value(&it));
     } else {
         return false;
     }
@@ -409,7 +409,7 @@ int sbl_cmd_get_parameter(sbl_opctx_t *ctx, sbl_err_t *err)
         while (bson_iter_next(&it)) {
             bson_iter_t dup;
             if (!bson_iter_init_find(&dup, ctx->reply, bson_iter_key(&it)))
-                bson_append_value(ctx->reply, bson_iter_key(&it), -1, bson_iter_value(&it));
+                sbl_append_value(ctx->reply, bson_iter_key(&it), -1, bson_iter_value(&it));
         }
         return 0;
     }

@@ -274,12 +274,12 @@ static int normalise_spec(const bson_t *spec, bson_t *out, bool *has_collationp,
         bson_iter_t xi;
         rc = sbl_cmd_text_spec(spec, &key, &extra, err);
         if (rc == 0 && bson_iter_init_find(&xi, &extra, "key"))
-            bson_append_iter(out, "key", -1, &xi);
+            sbl_append_iter(out, "key", -1, &xi);
         BSON_APPEND_UTF8(out, "name", name);
         if (rc == 0 && bson_iter_init(&xi, &extra))
             while (bson_iter_next(&xi))
                 if (strcmp(bson_iter_key(&xi), "key") != 0)
-                    bson_append_iter(out, bson_iter_key(&xi), -1, &xi);
+                    sbl_append_iter(out, bson_iter_key(&xi), -1, &xi);
         bson_destroy(&extra);
         if (rc != 0) {
             if (gen != NULL)
@@ -305,7 +305,7 @@ static int normalise_spec(const bson_t *spec, bson_t *out, bool *has_collationp,
         if (strcmp(k, "unique") == 0 || strcmp(k, "sparse") == 0)
             BSON_APPEND_BOOL(out, k, true);
         else
-            bson_append_iter(out, k, -1, &it);
+            sbl_append_iter(out, k, -1, &it);
     }
     (void)sub;
     if (gen != NULL)
@@ -552,7 +552,7 @@ int sbl_cmd_create_indexes(sbl_opctx_t *ctx, sbl_err_t *err)
     bson_iter_t dc; /* the collection's default collation for specs without their own */
     for (i = 0; i < nspecs && bson_iter_init_find(&dc, sbl_coll_options(c), "collation"); i++)
         if (!own_coll[i])
-            bson_append_iter(specs[i], "collation", -1, &dc);
+            sbl_append_iter(specs[i], "collation", -1, &dc);
     /* Several clients may ask for the same index at once: as mongod, each
      * gets success. A request that finds an identical index building waits
      * for it (joined); one that loses the race to publish the name checks

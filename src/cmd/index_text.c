@@ -77,7 +77,7 @@ int sbl_cmd_text_spec(const bson_t *spec, const bson_t *key, bson_t *out, sbl_er
         const char *f = bson_iter_key(&it);
         bool is_text = BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_utf8(&it, NULL), "text") == 0;
         if (stored) {
-            bson_append_iter(&nkey, f, -1, &it);
+            sbl_append_iter(&nkey, f, -1, &it);
             continue;
         }
         if (is_text) {
@@ -104,7 +104,7 @@ int sbl_cmd_text_spec(const bson_t *spec, const bson_t *key, bson_t *out, sbl_er
                                "be used in a compound text index",
                                bson_iter_utf8(&it, NULL));
         }
-        bson_append_iter(&nkey, f, -1, &it);
+        sbl_append_iter(&nkey, f, -1, &it);
     }
     if (bson_iter_init_find(&it, spec, "weights")) {
         if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &wit)) {

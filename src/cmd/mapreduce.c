@@ -222,7 +222,7 @@ static int write_batch(const char *db, const char *coll, bool upsert, const bson
             bson_append_document_begin(&arr, sbl_array_key(i++, kb), -1, &one);
             bson_append_document_begin(&one, "q", -1, &q);
             if (bson_iter_init_find(&id, &d, "_id"))
-                bson_append_iter(&q, "_id", -1, &id);
+                sbl_append_iter(&q, "_id", -1, &id);
             bson_append_document_end(&one, &q);
             BSON_APPEND_DOCUMENT(&one, "u", &d);
             BSON_APPEND_BOOL(&one, "upsert", true);
@@ -243,7 +243,7 @@ static int reduce_values(const char *src, size_t len, const bson_value_t *key,
     bson_t arr = BSON_INITIALIZER;
     char kb[16];
     for (size_t i = 0; i < n; i++)
-        bson_append_value(&arr, sbl_array_key((uint32_t)i, kb), -1, &vals[i]);
+        sbl_append_value(&arr, sbl_array_key((uint32_t)i, kb), -1, &vals[i]);
     bson_value_t args[2];
     args[0] = *key;
     args[1].value_type = BSON_TYPE_ARRAY;
@@ -351,8 +351,8 @@ static int reduce_all(sbl_opctx_t *ctx, const mr_args_t *a, emits_t *e, bson_t *
         if (rc == 0) {
             bson_t d;
             bson_append_document_begin(results, sbl_array_key(nres++, kb), -1, &d);
-            bson_append_value(&d, "_id", 3, &e->v[i].key);
-            bson_append_value(&d, "value", 5, &v);
+            sbl_append_value(&d, "_id", 3, &e->v[i].key);
+            sbl_append_value(&d, "value", 5, &v);
             bson_append_document_end(results, &d);
             bson_value_destroy(&v);
         }
@@ -401,8 +401,8 @@ static int reduce_with_existing(sbl_opctx_t *ctx, const mr_args_t *a, const char
         if (rc == 0) {
             bson_t nd;
             bson_append_document_begin(&out, sbl_array_key(n++, kb), -1, &nd);
-            bson_append_value(&nd, "_id", 3, bson_iter_value(&id));
-            bson_append_value(&nd, "value", 5, &v);
+            sbl_append_value(&nd, "_id", 3, bson_iter_value(&id));
+            sbl_append_value(&nd, "value", 5, &v);
             bson_append_document_end(&out, &nd);
             bson_value_destroy(&v);
         }

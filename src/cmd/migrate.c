@@ -181,7 +181,7 @@ int mig_upsert_docs(const char *db, const char *coll, bson_iter_t *arr, int64_t 
         const char *k218 = mig_akey((uint32_t)n++, kb);
         BSON_APPEND_DOCUMENT_BEGIN(&ups, k218, &u);
         BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &q);
-        bson_append_value(&q, "_id", 3, bson_iter_value(&id));
+        sbl_append_value(&q, "_id", 3, bson_iter_value(&id));
         bson_append_document_end(&u, &q);
         BSON_APPEND_DOCUMENT(&u, "u", &d);
         BSON_APPEND_BOOL(&u, "upsert", true);
@@ -509,7 +509,7 @@ int sbl_cmd_transfer_mods(sbl_opctx_t *ctx, sbl_err_t *err)
         bson_t cmd = BSON_INITIALIZER, f, reply;
         BSON_APPEND_UTF8(&cmd, "find", coll);
         BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &f);
-        bson_append_value(&f, "_id", 3, &ids.v[i]);
+        sbl_append_value(&f, "_id", 3, &ids.v[i]);
         bson_append_document_end(&cmd, &f);
         BSON_APPEND_INT32(&cmd, "limit", 1);
         BSON_APPEND_BOOL(&cmd, "singleBatch", true);
@@ -534,7 +534,7 @@ int sbl_cmd_transfer_mods(sbl_opctx_t *ctx, sbl_err_t *err)
         bson_t d;
         const char *k472 = mig_akey(nd++, kb);
         BSON_APPEND_DOCUMENT_BEGIN(&deleted, k472, &d);
-        bson_append_value(&d, "_id", 3, &ids.v[i]);
+        sbl_append_value(&d, "_id", 3, &ids.v[i]);
         bson_append_document_end(&deleted, &d);
     }
     bson_append_array_end(ctx->reply, &deleted);
@@ -643,7 +643,7 @@ static bool chunk_doc(const char *cfg, const char *ns, const bson_t *min, bson_t
     bson_init(&cmd);
     BSON_APPEND_UTF8(&cmd, "find", "chunks");
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &f);
-    bson_append_value(&f, "uuid", 4, &uuid);
+    sbl_append_value(&f, "uuid", 4, &uuid);
     BSON_APPEND_DOCUMENT(&f, "min", min);
     bson_append_document_end(&cmd, &f);
     bson_t d;
@@ -675,7 +675,7 @@ static int chunk_bump(const char *cfg, const char *ns, const bson_t *chunk, sbl_
     BSON_APPEND_UTF8(&cmd, "nss", ns);
     BSON_APPEND_DOCUMENT(&cmd, "minKey", &mn);
     BSON_APPEND_DOCUMENT(&cmd, "maxKey", &mx);
-    bson_append_value(&cmd, "version", -1, bson_iter_value(&lm));
+    sbl_append_value(&cmd, "version", -1, bson_iter_value(&lm));
     append_wc_majority(&cmd);
     int rc = sbl_shard_remote_check(cfg, "admin", &cmd, &reply, err);
     bson_destroy(&reply);
@@ -790,7 +790,7 @@ static int config_commit(const mig_spec_t *spec, const char *to, const bson_valu
     BSON_APPEND_DOCUMENT(&mc, "min", spec->min);
     BSON_APPEND_DOCUMENT(&mc, "max", spec->max);
     if (version->value_type == BSON_TYPE_TIMESTAMP)
-        bson_append_value(&mc, "lastmod", -1, version);
+        sbl_append_value(&mc, "lastmod", -1, version);
     bson_append_document_end(&c2, &mc);
     bson_append_timestamp(&c2, "validAfter", -1, (uint32_t)(*validp >> 32), (uint32_t)*validp);
     append_wc_majority(&c2);

@@ -40,7 +40,7 @@ static int delete_ids(const char *db, const char *coll, bson_iter_t *arr, int64_
         const char *k251 = mig_akey((uint32_t)n++, kb);
         BSON_APPEND_DOCUMENT_BEGIN(&dels, k251, &del);
         BSON_APPEND_DOCUMENT_BEGIN(&del, "q", &q);
-        bson_append_value(&q, "_id", 3, bson_iter_value(&id));
+        sbl_append_value(&q, "_id", 3, bson_iter_value(&id));
         bson_append_document_end(&del, &q);
         BSON_APPEND_INT32(&del, "limit", 1);
         bson_append_document_end(&dels, &del);
@@ -99,7 +99,7 @@ static int delete_range_once(const mig_spec_t *s, int64_t *deletedp, sbl_err_t *
                 if (sbl_iter_doc(&it, &d) && mig_in_range(s, &d) && bson_iter_init_find(&id, &d, "_id")) {
                     const char *k519 = mig_akey(n++, kb);
                     BSON_APPEND_DOCUMENT_BEGIN(&arr, k519, &x);
-                    bson_append_value(&x, "_id", 3, bson_iter_value(&id));
+                    sbl_append_value(&x, "_id", 3, bson_iter_value(&id));
                     bson_append_document_end(&arr, &x);
                 }
             }

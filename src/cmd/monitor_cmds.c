@@ -269,7 +269,7 @@ int sbl_cmd_current_op(sbl_opctx_t *ctx, sbl_err_t *err)
             continue; /* only running operations are registered: $all shows the same */
         }
         if (!is_option(k))
-            bson_append_value(&filter, k, -1, bson_iter_value(&it));
+            sbl_append_value(&filter, k, -1, bson_iter_value(&it));
     }
     if (!bson_empty(&filter) && (m = sbl_matcher_new(&filter, err)) == NULL) {
         rc = err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "invalid currentOp filter");

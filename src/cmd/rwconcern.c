@@ -130,9 +130,9 @@ static void append_defaults(bson_t *r)
     pthread_mutex_lock(&lock);
     bson_iter_t it;
     if (cached != NULL && bson_iter_init_find(&it, cached, "updateOpTime"))
-        bson_append_iter(r, "updateOpTime", -1, &it);
+        sbl_append_iter(r, "updateOpTime", -1, &it);
     if (cached != NULL && bson_iter_init_find(&it, cached, "updateWallClockTime"))
-        bson_append_iter(r, "updateWallClockTime", -1, &it);
+        sbl_append_iter(r, "updateWallClockTime", -1, &it);
     pthread_mutex_unlock(&lock);
     BSON_APPEND_UTF8(r, "defaultWriteConcernSource", has_wc ? "global" : "implicit");
     BSON_APPEND_UTF8(r, "defaultReadConcernSource", has_rc ? "global" : "implicit");

@@ -446,7 +446,7 @@ bool sbl_ts_id_index_spec(const bson_t *options, bson_t *out)
         BSON_ITER_HOLDS_DOCUMENT(&it)) {
         bson_iter_recurse(&it, &f);
         while (bson_iter_next(&f))
-            bson_append_iter(out, bson_iter_key(&f), -1, &f);
+            sbl_append_iter(out, bson_iter_key(&f), -1, &f);
         BSON_APPEND_BOOL(out, "clustered", true);
         return true;
     }
@@ -472,7 +472,7 @@ static void copy_without(const bson_t *options, const char *const *drop, bson_t 
         for (size_t i = 0; drop[i] != NULL; i++)
             skip = skip || strcmp(bson_iter_key(&it), drop[i]) == 0;
         if (!skip)
-            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+            sbl_append_iter(out, bson_iter_key(&it), -1, &it);
     }
 }
 

@@ -212,7 +212,7 @@ static void replace_field(const bson_t *doc, const char *name, const bson_t *val
                 bson_append_document(out, name, -1, value);
             done = true;
         } else {
-            bson_append_value(out, bson_iter_key(&it), -1, bson_iter_value(&it));
+            sbl_append_value(out, bson_iter_key(&it), -1, bson_iter_value(&it));
         }
     }
     if (!done) {
@@ -333,7 +333,7 @@ int sbl_cmd_create_user(sbl_opctx_t *ctx, sbl_err_t *err)
                              "BSON field 'customData' is the wrong type, expected type 'object'");
             goto err;
         }
-        bson_append_value(&doc, "customData", -1, bson_iter_value(&it));
+        sbl_append_value(&doc, "customData", -1, bson_iter_value(&it));
     }
     BSON_APPEND_ARRAY(&doc, "roles", &roles);
     rc = sbl_auth_store_write(ctx->ss, false, SBL_WRITE_INSERT, &doc, err);
@@ -492,7 +492,7 @@ static void append_user_info(sbl_opctx_t *ctx, const bson_t *doc, bool creds, bo
         const char *f = bson_iter_key(&it);
         if (strcmp(f, "credentials") == 0 && !creds)
             continue;
-        bson_append_value(&u, f, -1, bson_iter_value(&it));
+        sbl_append_value(&u, f, -1, bson_iter_value(&it));
     }
     BSON_APPEND_ARRAY_BEGIN(&u, "mechanisms", &m);
     uint32_t nm = 0;
@@ -595,7 +595,7 @@ static int selector(sbl_opctx_t *ctx, bson_t *holder, bool *ownedp, const bson_t
     }
     if (BSON_ITER_HOLDS_UTF8(&it) || BSON_ITER_HOLDS_DOCUMENT(&it)) {
         bson_init(holder);
-        bson_append_value(holder, "0", 1, bson_iter_value(&it));
+        sbl_append_value(holder, "0", 1, bson_iter_value(&it));
         *wantedp = holder;
         *ownedp = true;
         return 0;
@@ -922,7 +922,7 @@ static void append_role_info(sbl_opctx_t *ctx, const char *role, const char *db,
             bson_iter_t it;
             bson_iter_init(&it, &p);
             while (bson_iter_next(&it))
-                bson_append_value(&a, bson_iter_key(&it), -1, bson_iter_value(&it));
+                sbl_append_value(&a, bson_iter_key(&it), -1, bson_iter_value(&it));
         }
         bson_append_array_end(&r, &a);
     }
@@ -1046,7 +1046,7 @@ static void append_actions_except(const bson_iter_t *priv, const bson_t *drop_pr
         bson_uint32_to_string(idx, &k, key, sizeof(key));
         bson_append_document_begin(out, k, -1, &p);
         if (bson_iter_recurse(priv, &r) && bson_iter_find(&r, "resource"))
-            bson_append_value(&p, "resource", -1, bson_iter_value(&r));
+            sbl_append_value(&p, "resource", -1, bson_iter_value(&r));
         BSON_APPEND_ARRAY(&p, "actions", &actions);
         bson_append_document_end(out, &p);
     }
@@ -1078,7 +1078,7 @@ static int change_role_privileges(sbl_opctx_t *ctx, bool grant, sbl_err_t *err)
             char key[16];
             const char *k;
             bson_uint32_to_string(n++, &k, key, sizeof(key));
-            bson_append_value(&next, k, -1, bson_iter_value(&it));
+            sbl_append_value(&next, k, -1, bson_iter_value(&it));
             continue;
         }
         /* revoke: drop the listed actions from privileges on the same resource */
@@ -1103,7 +1103,7 @@ static int change_role_privileges(sbl_opctx_t *ctx, bool grant, sbl_err_t *err)
             char key[16];
             const char *k;
             bson_uint32_to_string(n++, &k, key, sizeof(key));
-            bson_append_value(&next, k, -1, bson_iter_value(&it));
+            sbl_append_value(&next, k, -1, bson_iter_value(&it));
         }
     }
     if (grant) {
@@ -1112,7 +1112,7 @@ static int change_role_privileges(sbl_opctx_t *ctx, bool grant, sbl_err_t *err)
             char key[16];
             const char *k;
             bson_uint32_to_string(n++, &k, key, sizeof(key));
-            bson_append_value(&next, k, -1, bson_iter_value(&g));
+            sbl_append_value(&next, k, -1, bson_iter_value(&g));
         }
     }
     SBL_ERR(store_role(ctx, &old, &next, NULL, err));

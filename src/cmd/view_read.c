@@ -19,7 +19,7 @@ static void add_stage(bson_t *arr, uint32_t *np, const char *op, const bson_iter
     char kbuf[16];
     bson_t st;
     bson_append_document_begin(arr, sbl_array_key((*np)++, kbuf), -1, &st);
-    bson_append_iter(&st, op, -1, value);
+    sbl_append_iter(&st, op, -1, value);
     bson_append_document_end(arr, &st);
 }
 
@@ -28,7 +28,7 @@ static void copy_fields(const bson_t *cmd, bson_t *out, const char *const *names
     bson_iter_t it;
     for (size_t i = 0; names[i] != NULL; i++)
         if (bson_iter_init_find(&it, cmd, names[i]))
-            bson_append_iter(out, names[i], -1, &it);
+            sbl_append_iter(out, names[i], -1, &it);
 }
 
 /* Run {aggregate: src, pipeline: view pipeline + stages, ...} into *reply. */
@@ -44,10 +44,10 @@ static int run_agg(sbl_opctx_t *ctx, const char *srccoll, const bson_t *view_pip
     BSON_APPEND_ARRAY_BEGIN(&cmd, "pipeline", &arr);
     bson_iter_init(&it, view_pipe);
     while (bson_iter_next(&it))
-        bson_append_iter(&arr, sbl_array_key(n++, kbuf), -1, &it);
+        sbl_append_iter(&arr, sbl_array_key(n++, kbuf), -1, &it);
     bson_iter_init(&it, stages);
     while (bson_iter_next(&it))
-        bson_append_iter(&arr, sbl_array_key(n++, kbuf), -1, &it);
+        sbl_append_iter(&arr, sbl_array_key(n++, kbuf), -1, &it);
     bson_append_array_end(&cmd, &arr);
     bson_concat(&cmd, extra);
     static _Thread_local int depth; /* views on views; a cycle stops here */
@@ -130,7 +130,7 @@ int sbl_view_read(sbl_opctx_t *ctx, sbl_err_t *err)
                 bson_value_t v = {.value_type = BSON_TYPE_INT64};
                 v.value.v_int64 = -bson_iter_as_int64(&it);
                 bson_t tmp = BSON_INITIALIZER;
-                bson_append_value(&tmp, "v", 1, &v);
+                sbl_append_value(&tmp, "v", 1, &v);
                 bson_iter_init_find(&it, &tmp, "v");
                 add_stage(&stages, &n, "$limit", &it);
                 bson_destroy(&tmp);
@@ -141,7 +141,7 @@ int sbl_view_read(sbl_opctx_t *ctx, sbl_err_t *err)
         bson_t cur;
         BSON_APPEND_DOCUMENT_BEGIN(&extra, "cursor", &cur);
         if (bson_iter_init_find(&it, ctx->cmd, "batchSize"))
-            bson_append_iter(&cur, "batchSize", -1, &it);
+            sbl_append_iter(&cur, "batchSize", -1, &it);
         bson_append_document_end(&extra, &cur);
         rc = run_agg(ctx, srccoll, &view_pipe, &stages, &extra, ctx->reply, err);
     } else if (strcmp(name, "count") == 0) {
@@ -205,7 +205,7 @@ int sbl_view_read(sbl_opctx_t *ctx, sbl_err_t *err)
         if (rc == 0) {
             bson_t r, vals;
             if (first_result(&reply, &r) && bson_iter_init_find(&it, &r, "values"))
-                bson_append_iter(ctx->reply, "values", -1, &it);
+                sbl_append_iter(ctx->reply, "values", -1, &it);
             else {
                 BSON_APPEND_ARRAY_BEGIN(ctx->reply, "values", &vals);
                 bson_append_array_end(ctx->reply, &vals);

@@ -192,8 +192,9 @@ int sbl_doc_validate(const uint8_t *data, size_t len, sbl_err_t *err);
 bool sbl_append_int(bson_t *doc, const char *key, int64_t v);
 
 /* bson_append_value / bson_append_iter, except that code and code-with-scope values keep
- * the bytes after an embedded NUL (libbson's appenders cut them off).  Use them where a
- * stored value must come out byte for byte: a document's _id, replacement documents. */
+ * the bytes after an embedded NUL (libbson's appenders cut them off).  Every copy of a
+ * value outside src/doc goes through these (tests/integration/py/test_layout.py checks):
+ * stored and client values must come out byte for byte. */
 bool sbl_append_value(bson_t *doc, const char *key, int key_len, const bson_value_t *v);
 bool sbl_append_iter(bson_t *doc, const char *key, int key_len, const bson_iter_t *it);
 

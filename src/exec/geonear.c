@@ -157,20 +157,20 @@ int sbl_geo_near_extract(const bson_t *filter, bson_t *rest, sbl_geo_exec_t **gp
                                 goto fail;
                             }
                         } else
-                            bson_append_iter(&el, bson_iter_key(&e), -1, &e);
+                            sbl_append_iter(&el, bson_iter_key(&e), -1, &e);
                     }
                     bson_append_document_end(&arr, &el);
                     took = true;
                 }
                 if (!took) {
                     snprintf(key, sizeof(key), "%zu", n);
-                    bson_append_iter(&arr, key, -1, &a);
+                    sbl_append_iter(&arr, key, -1, &a);
                 }
                 n++;
             }
             bson_append_array_end(rest, &arr);
         } else {
-            bson_append_iter(rest, k, -1, &it);
+            sbl_append_iter(rest, k, -1, &it);
         }
     }
     *gp = g;
@@ -863,7 +863,7 @@ static bson_t *result(const sbl_geo_exec_t *g, cand_t *cd, bool keep)
         bson_concat(out, cd->doc);
         bson_destroy(cd->doc);
         BSON_APPEND_DOUBLE(out, SBL_GEO_DIST_FIELD, g->nr.geojson ? cd->d * SBL_GEO_EARTH_M : cd->d);
-        bson_append_value(out, SBL_GEO_LOC_FIELD, -1, &cd->loc);
+        sbl_append_value(out, SBL_GEO_LOC_FIELD, -1, &cd->loc);
     }
     if (cd->loc.value_type != BSON_TYPE_EOD)
         bson_value_destroy(&cd->loc);

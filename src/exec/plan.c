@@ -104,7 +104,7 @@ static void fmt_value(bson_string_t *s, const bson_value_t *v)
         return;
     }
     bson_t tmp = BSON_INITIALIZER;
-    bson_append_value(&tmp, "v", 1, v);
+    sbl_append_value(&tmp, "v", 1, v);
     char *j = bson_as_relaxed_extended_json(&tmp, NULL);
     char *p = j != NULL ? strstr(j, ": ") : NULL;
     if (p != NULL) {

@@ -132,7 +132,7 @@ static bool hoist_and_text(const bson_t *filter, bson_t *out)
     bson_iter_init(&it, filter);
     while (bson_iter_next(&it)) {
         if (strcmp(bson_iter_key(&it), "$and") != 0) {
-            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+            sbl_append_iter(out, bson_iter_key(&it), -1, &it);
             continue;
         }
         bson_t keep = BSON_INITIALIZER;
@@ -144,15 +144,15 @@ static bool hoist_and_text(const bson_t *filter, bson_t *out)
             if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !sbl_iter_doc(&arr, &sub) ||
                 !bson_iter_init(&el, &sub)) {
                 snprintf(idx, sizeof(idx), "%u", n++);
-                bson_append_iter(&keep, idx, -1, &arr);
+                sbl_append_iter(&keep, idx, -1, &arr);
                 continue;
             }
             bson_init(&rest);
             while (bson_iter_next(&el)) {
                 if (strcmp(bson_iter_key(&el), "$text") == 0)
-                    bson_append_iter(out, "$text", -1, &el); /* two are refused later */
+                    sbl_append_iter(out, "$text", -1, &el); /* two are refused later */
                 else
-                    bson_append_iter(&rest, bson_iter_key(&el), -1, &el);
+                    sbl_append_iter(&rest, bson_iter_key(&el), -1, &el);
             }
             if (!bson_empty(&rest)) {
                 snprintf(idx, sizeof(idx), "%u", n++);
@@ -205,7 +205,7 @@ static int parse_flat(const bson_t *filter, bson_t *rest, sbl_text_exec_t **tp, 
     bson_iter_init(&it, filter);
     while (bson_iter_next(&it)) {
         if (strcmp(bson_iter_key(&it), "$text") != 0) {
-            bson_append_iter(rest, bson_iter_key(&it), -1, &it);
+            sbl_append_iter(rest, bson_iter_key(&it), -1, &it);
             continue;
         }
         if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &a))

@@ -454,7 +454,7 @@ void ex_resolve(const bson_value_t *base, const char *path, bson_value_t *out)
                 continue;
             ex_resolve(&v, path, &r);
             if (r.value_type != BSON_TYPE_EOD)
-                bson_append_value(&arr, v_key(n++, kb), -1, &r);
+                sbl_append_value(&arr, v_key(n++, kb), -1, &r);
             bson_value_destroy(&r);
         }
         v_take_doc(out, &arr, true);
@@ -557,7 +557,7 @@ int ex_eval(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
                 return rc;
             }
             if (v.value_type != BSON_TYPE_EOD)
-                bson_append_value(&res, e->names[i], -1, &v);
+                sbl_append_value(&res, e->names[i], -1, &v);
             bson_value_destroy(&v);
         }
         v_take_doc(out, &res, false);
@@ -576,7 +576,7 @@ int ex_eval(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err)
             if (v.value_type == BSON_TYPE_EOD)
                 bson_append_null(&res, v_key((uint32_t)i, kb), -1);
             else
-                bson_append_value(&res, v_key((uint32_t)i, kb), -1, &v);
+                sbl_append_value(&res, v_key((uint32_t)i, kb), -1, &v);
             bson_value_destroy(&v);
         }
         v_take_doc(out, &res, true);
@@ -714,7 +714,7 @@ int sbl_expr_eval_let(const bson_t *let, bson_t *out, sbl_err_t *err)
         if (v.value_type == BSON_TYPE_EOD)
             bson_append_null(out, bson_iter_key(&it), -1); /* keep the name defined */
         else
-            bson_append_value(out, bson_iter_key(&it), -1, &v);
+            sbl_append_value(out, bson_iter_key(&it), -1, &v);
         bson_value_destroy(&v);
     }
     return 0;
@@ -735,11 +735,11 @@ static void bind_doc(const bson_t *in, const bson_t *vals, bson_t *out, int dept
             bson_iter_init(&vi, vals);
             while (bson_iter_next(&vi)) {
                 bson_append_document_begin(&vars, bson_iter_key(&vi), -1, &lit);
-                bson_append_iter(&lit, "$literal", -1, &vi);
+                sbl_append_iter(&lit, "$literal", -1, &vi);
                 bson_append_document_end(&vars, &lit);
             }
             bson_append_document_end(&in_wrap, &vars);
-            bson_append_iter(&in_wrap, "in", -1, &it);
+            sbl_append_iter(&in_wrap, "in", -1, &it);
             bson_append_document_end(&let, &in_wrap);
             bson_append_document_end(out, &let);
         } else if ((strcmp(k, "$and") == 0 || strcmp(k, "$or") == 0 || strcmp(k, "$nor") == 0) &&
@@ -759,12 +759,12 @@ static void bind_doc(const bson_t *in, const bson_t *vals, bson_t *out, int dept
                     bind_doc(&inner, vals, &sub, depth + 1);
                     bson_append_document_end(&arr, &sub);
                 } else {
-                    bson_append_iter(&arr, bson_iter_key(&ai), -1, &ai);
+                    sbl_append_iter(&arr, bson_iter_key(&ai), -1, &ai);
                 }
             }
             bson_append_array_end(out, &arr);
         } else {
-            bson_append_iter(out, k, -1, &it);
+            sbl_append_iter(out, k, -1, &it);
         }
     }
 }

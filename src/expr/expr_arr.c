@@ -58,7 +58,7 @@ static void vl_to_array(const vlist_t *l, bson_value_t *out)
     bson_t arr = BSON_INITIALIZER;
     char kb[16];
     for (size_t i = 0; i < l->n; i++)
-        bson_append_value(&arr, v_key((uint32_t)i, kb), -1, &l->v[i]);
+        sbl_append_value(&arr, v_key((uint32_t)i, kb), -1, &l->v[i]);
     v_take_doc(out, &arr, true);
 }
 
@@ -819,13 +819,13 @@ int op_mergeObjects(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t
             while (bson_iter_next(&ri)) {
                 bson_iter_t f;
                 if (bson_iter_init_find(&f, &d, bson_iter_key(&ri)))
-                    bson_append_iter(&next, bson_iter_key(&ri), -1, &f);
+                    sbl_append_iter(&next, bson_iter_key(&ri), -1, &f);
                 else
-                    bson_append_iter(&next, bson_iter_key(&ri), -1, &ri);
+                    sbl_append_iter(&next, bson_iter_key(&ri), -1, &ri);
             }
             while (bson_iter_next(&it))
                 if (!bson_has_field(&res, bson_iter_key(&it)))
-                    bson_append_iter(&next, bson_iter_key(&it), -1, &it);
+                    sbl_append_iter(&next, bson_iter_key(&it), -1, &it);
             bson_destroy(&res);
             bson_copy_to(&next, &res);
             bson_destroy(&next);
@@ -856,7 +856,7 @@ int op_objectToArray(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_
         while (bson_iter_next(&it)) {
             bson_append_document_begin(&arr, v_key(k++, kb), -1, &kv);
             bson_append_utf8(&kv, "k", 1, bson_iter_key(&it), -1);
-            bson_append_iter(&kv, "v", 1, &it);
+            sbl_append_iter(&kv, "v", 1, &it);
             bson_append_document_end(&arr, &kv);
         }
         v_take_doc(out, &arr, true);
@@ -915,14 +915,14 @@ int op_arrayToObject(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_
             bson_iter_init(&ri, &res);
             while (bson_iter_next(&ri))
                 if (strcmp(bson_iter_key(&ri), key) == 0)
-                    bson_append_value(&next, key, -1, &val);
+                    sbl_append_value(&next, key, -1, &val);
                 else
-                    bson_append_iter(&next, bson_iter_key(&ri), -1, &ri);
+                    sbl_append_iter(&next, bson_iter_key(&ri), -1, &ri);
             bson_destroy(&res);
             bson_copy_to(&next, &res);
             bson_destroy(&next);
         } else {
-            bson_append_value(&res, key, -1, &val);
+            sbl_append_value(&res, key, -1, &val);
         }
     }
     vl_free(&l);
@@ -995,13 +995,13 @@ int op_setField(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *er
             if (strcmp(bson_iter_key(&it), f.value.v_utf8.str) == 0) {
                 done = true;
                 if (val.value_type != BSON_TYPE_EOD)
-                    bson_append_value(&res, bson_iter_key(&it), -1, &val);
+                    sbl_append_value(&res, bson_iter_key(&it), -1, &val);
             } else {
-                bson_append_iter(&res, bson_iter_key(&it), -1, &it);
+                sbl_append_iter(&res, bson_iter_key(&it), -1, &it);
             }
         }
         if (!done && val.value_type != BSON_TYPE_EOD)
-            bson_append_value(&res, f.value.v_utf8.str, -1, &val);
+            sbl_append_value(&res, f.value.v_utf8.str, -1, &val);
         v_take_doc(out, &res, false);
     }
     bson_value_destroy(&f);

@@ -9,6 +9,8 @@
  */
 #include "metrics/metrics.h"
 
+#include "doc/doc.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,6 +282,6 @@ void sbl_metrics_append_cmd(bson_t *out, const char *key, const bson_t *cmd)
     }
     bson_iter_t it;
     if (bson_iter_init_find(&it, cmd, "comment"))
-        BSON_APPEND_VALUE(&d, "comment", bson_iter_value(&it));
+        sbl_append_value(&d, "comment", -1, bson_iter_value(&it));
     bson_append_document_end(out, &d);
 }

@@ -220,7 +220,7 @@ static int parse_elem_match(pnode_t *leaf, const char *path, const bson_value_t 
         return sbl_err_set(err, SBL_E_BadValue, "elemMatch: Invalid argument, object required.");
     bson_init(&filter);
     bson_append_document_begin(&filter, path, -1, &inner);
-    bson_append_value(&inner, "$elemMatch", -1, v);
+    sbl_append_value(&inner, "$elemMatch", -1, v);
     bson_append_document_end(&filter, &inner);
     leaf->em = sbl_matcher_new(&filter, err);
     bson_destroy(&filter);
@@ -419,7 +419,7 @@ static void append_slice(const pnode_t *n, const char *key, const bson_value_t *
     int64_t count = 0, start, stop, i = 0;
 
     if (v->value_type != BSON_TYPE_ARRAY) {
-        bson_append_value(out, key, -1, v);
+        sbl_append_value(out, key, -1, v);
         return;
     }
     bson_init_static(&arr, v->value.v_doc.data, v->value.v_doc.data_len);
@@ -443,7 +443,7 @@ static void append_slice(const pnode_t *n, const char *key, const bson_value_t *
                 char buf[16];
                 const char *ks;
                 bson_uint32_to_string((uint32_t)k++, &ks, buf, sizeof(buf));
-                bson_append_iter(&res, ks, -1, &it);
+                sbl_append_iter(&res, ks, -1, &it);
             }
             i++;
         }
@@ -505,7 +505,7 @@ static int apply_array(papply_t *a, const pnode_t *n, const bson_value_t *v, bso
             SBL_RET(rc);
             k++;
         } else if (!a->p->inclusion) {
-            bson_append_iter(out, ks, -1, &it);
+            sbl_append_iter(out, ks, -1, &it);
             k++;
         }
     }
@@ -523,7 +523,7 @@ static int apply_field(papply_t *a, const pnode_t *n, bson_iter_t *it, bson_t *o
     sbl_iter_value(it, &v);
     switch (n->action) {
     case PA_INCLUDE:
-        bson_append_iter(out, key, -1, it);
+        sbl_append_iter(out, key, -1, it);
         return 0;
     case PA_EXCLUDE:
     case PA_LITERAL:
@@ -537,13 +537,13 @@ static int apply_field(papply_t *a, const pnode_t *n, bson_iter_t *it, bson_t *o
             array_element(&v, epos, &el)) {
             bson_t res;
             bson_append_array_begin(out, key, -1, &res);
-            bson_append_iter(&res, "0", 1, &el);
+            sbl_append_iter(&res, "0", 1, &el);
             bson_append_array_end(out, &res);
         }
         return 0;
     case PA_POSITIONAL:
         if (v.value_type != BSON_TYPE_ARRAY || a->pos_used) {
-            bson_append_iter(out, key, -1, it);
+            sbl_append_iter(out, key, -1, it);
             return 0;
         }
         if (!array_element(&v, a->pos, &el))
@@ -551,7 +551,7 @@ static int apply_field(papply_t *a, const pnode_t *n, bson_iter_t *it, bson_t *o
         {
             bson_t res;
             bson_append_array_begin(out, key, -1, &res);
-            bson_append_iter(&res, "0", 1, &el);
+            sbl_append_iter(&res, "0", 1, &el);
             bson_append_array_end(out, &res);
         }
         return 0;
@@ -595,7 +595,7 @@ static int apply_field(papply_t *a, const pnode_t *n, bson_iter_t *it, bson_t *o
         return rc;
     }
     if (!a->p->inclusion)
-        bson_append_iter(out, key, -1, it);
+        sbl_append_iter(out, key, -1, it);
     return 0;
 }
 
@@ -605,7 +605,7 @@ static void append_literals(const pnode_t *n, bson_t *out)
     for (size_t i = 0; i < n->nkids; i++) {
         const pnode_t *k = n->kids[i];
         if (k->action == PA_LITERAL) {
-            bson_append_value(out, k->name, -1, &k->lit);
+            sbl_append_value(out, k->name, -1, &k->lit);
         } else if (k->action == PA_NONE && k->has_literal) {
             bson_t sub;
             bson_append_document_begin(out, k->name, -1, &sub);
@@ -634,7 +634,7 @@ static int apply_level(papply_t *a, const pnode_t *n, const uint8_t *data, uint3
             continue; /* the executor's: only $meta shows it */
         if (k == NULL) {
             if (!a->p->inclusion || (top && strcmp(key, "_id") == 0))
-                bson_append_iter(out, key, -1, &it);
+                sbl_append_iter(out, key, -1, &it);
             continue;
         }
         if (k->action == PA_NONE && k->has_literal &&
@@ -652,7 +652,7 @@ static int apply_level(papply_t *a, const pnode_t *n, const uint8_t *data, uint3
         for (size_t s = 0; s < nseen && !seen; s++)
             seen = seen_literal_parents[s] == k;
         if (k->action == PA_LITERAL) {
-            bson_append_value(out, k->name, -1, &k->lit);
+            sbl_append_value(out, k->name, -1, &k->lit);
         } else if (k->action == PA_META && top && k->meta_rid) {
             int64_t rid = sbl_doc_record_id(&d);
             if (rid != 0)
@@ -660,7 +660,7 @@ static int apply_level(papply_t *a, const pnode_t *n, const uint8_t *data, uint3
         } else if (k->action == PA_META && top) {
             bson_iter_t si;
             if (bson_iter_init_find(&si, &d, SBL_TEXT_SCORE_FIELD))
-                bson_append_iter(out, k->name, -1, &si);
+                sbl_append_iter(out, k->name, -1, &si);
         } else if (k->action == PA_NONE && k->has_literal && !seen) {
             bson_t sub;
             bson_append_document_begin(out, k->name, -1, &sub);
@@ -678,7 +678,7 @@ void sbl_projection_strip_meta(const bson_t *doc, bson_t *out)
         return;
     while (bson_iter_next(&it))
         if (strcmp(bson_iter_key(&it), SBL_TEXT_SCORE_FIELD) != 0)
-            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+            sbl_append_iter(out, bson_iter_key(&it), -1, &it);
 }
 
 bool sbl_projection_has_meta(const sbl_projection_t *p)

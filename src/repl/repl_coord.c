@@ -755,7 +755,7 @@ int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, bool g
         while (bson_iter_next(&it))
             if (strcmp(bson_iter_key(&it), "version") != 0 &&
                 strcmp(bson_iter_key(&it), "term") != 0)
-                bson_append_iter(&in, bson_iter_key(&it), -1, &it);
+                sbl_append_iter(&in, bson_iter_key(&it), -1, &it);
     BSON_APPEND_INT64(&in, "version", version);
     if ((rc = normalize_config(&in, &full, cfg, err)) != 0) {
         if (rc == SBL_E_InvalidReplicaSetConfig && strstr(err->msg, "initiate") != NULL)
@@ -805,7 +805,7 @@ int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, bool g
     if (bson_iter_init(&it, &full))
         while (bson_iter_next(&it)) {
             if (strcmp(bson_iter_key(&it), "settings") != 0 || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
-                bson_append_iter(&withid, bson_iter_key(&it), -1, &it);
+                sbl_append_iter(&withid, bson_iter_key(&it), -1, &it);
                 continue;
             }
             bson_t settings, sd;
@@ -815,7 +815,7 @@ int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, bool g
             if (bson_iter_init(&f, &settings))
                 while (bson_iter_next(&f))
                     if (strcmp(bson_iter_key(&f), "replicaSetId") != 0)
-                        bson_append_iter(&sd, bson_iter_key(&f), -1, &f);
+                        sbl_append_iter(&sd, bson_iter_key(&f), -1, &f);
             keep_replica_set_id(rs.config, &sd);
             bson_append_document_end(&withid, &sd);
         }

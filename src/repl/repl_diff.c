@@ -36,7 +36,7 @@ static void diff_value(const char *key, const bson_iter_t *o, const bson_iter_t 
 {
     char skey[512];
     if (strlen(key) + 2 > sizeof(skey)) {
-        bson_append_iter(u, key, -1, n);
+        sbl_append_iter(u, key, -1, n);
         return;
     }
     snprintf(skey, sizeof(skey), "s%s", key);
@@ -54,7 +54,7 @@ static void diff_value(const char *key, const bson_iter_t *o, const bson_iter_t 
         bson_append_document(subs, skey, -1, &sub);
         bson_destroy(&sub);
     } else {
-        bson_append_iter(u, key, -1, n);
+        sbl_append_iter(u, key, -1, n);
     }
 }
 
@@ -82,10 +82,10 @@ static void diff_array(const bson_iter_t *oldit, const bson_iter_t *newit, bson_
                 char ukey[32];
                 if (bson_iter_init(&f, &one_u) && bson_iter_next(&f)) {
                     snprintf(ukey, sizeof(ukey), "u%u", i);
-                    bson_append_iter(&u, ukey, -1, &f);
+                    sbl_append_iter(&u, ukey, -1, &f);
                 }
                 if (bson_iter_init(&f, &one_s) && bson_iter_next(&f))
-                    bson_append_iter(&subs, bson_iter_key(&f), -1, &f);
+                    sbl_append_iter(&subs, bson_iter_key(&f), -1, &f);
                 bson_destroy(&one_u);
                 bson_destroy(&one_s);
             }
@@ -93,7 +93,7 @@ static void diff_array(const bson_iter_t *oldit, const bson_iter_t *newit, bson_
         } else {
             char ukey[32];
             snprintf(ukey, sizeof(ukey), "u%u", i);
-            bson_append_iter(&u, ukey, -1, &n);
+            sbl_append_iter(&u, ukey, -1, &n);
         }
         i++;
     }
@@ -123,7 +123,7 @@ void sbl_repl_diff(const bson_t *old_doc, const bson_t *new_doc, bson_t *out)
             bson_iter_t f;
             const char *k = bson_iter_key(&n);
             if (!bson_iter_init_find(&f, old_doc, k))
-                bson_append_iter(&ins, k, -1, &n);
+                sbl_append_iter(&ins, k, -1, &n);
             else if (!same_value(&f, &n))
                 diff_value(k, &f, &n, &u, &subs);
         }

@@ -316,7 +316,7 @@ static int clone_collection(mongoc_client_t *c, const char *db, const bson_t *in
     if (bson_iter_init_find(&it, info, "options") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
         sbl_iter_doc(&it, &options) && bson_iter_init(&it, &options))
         while (bson_iter_next(&it))
-            bson_append_iter(&create, bson_iter_key(&it), -1, &it);
+            sbl_append_iter(&create, bson_iter_key(&it), -1, &it);
     /* the source's UUID (info.uuid; none for a view) */
     bson_subtype_t sub = BSON_SUBTYPE_BINARY;
     uint32_t ulen = 0;

@@ -497,7 +497,7 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     if (sbl_repl_fp_applies(SBL_REPL_FP_BEFORE_APPEND, sbl_coll_ns(c)))
         sbl_repl_fp_wait(SBL_REPL_FP_BEFORE_APPEND, NULL, NULL); /* tests: a step-down races */
     if (bson_iter_init_find(&it, doc, "_id"))
-        bson_append_iter(&key, "_id", 3, &it);
+        sbl_append_iter(&key, "_id", 3, &it);
     sbl_oplog_entry_t e = {.ns = sbl_coll_ns(c), .uuid = sbl_coll_uuid(c),
                            .from_migrate = sbl_repl_from_migrate};
     switch (kind) {
@@ -704,7 +704,7 @@ void sbl_repl_log_create(sbl_session_t *s, const char *ns)
     BSON_APPEND_UTF8(&o, "create", coll_part(ns));
     if (bson_iter_init(&it, sbl_coll_options(c)))
         while (bson_iter_next(&it))
-            bson_append_iter(&o, bson_iter_key(&it), -1, &it);
+            sbl_append_iter(&o, bson_iter_key(&it), -1, &it);
     bool view = bson_has_field(sbl_coll_options(c), "viewOn");
     if (!view) {
         BSON_APPEND_DOCUMENT_BEGIN(&o, "idIndex", &idx);
@@ -767,7 +767,7 @@ int sbl_repl_log_create_index(sbl_session_t *s, const char *ns, const uint8_t *u
     BSON_APPEND_UTF8(&o, "createIndexes", coll_part(ns));
     if (bson_iter_init(&it, spec))
         while (bson_iter_next(&it))
-            bson_append_iter(&o, bson_iter_key(&it), -1, &it);
+            sbl_append_iter(&o, bson_iter_key(&it), -1, &it);
     int rc = log_command(s, ns, uuid, &o, NULL, err);
     bson_destroy(&o);
     return rc;

@@ -270,7 +270,7 @@ static void note_key(undo_key_t **keys, size_t *nk, size_t *cap, const bson_t *e
     }
     (*keys)[*nk].ns = bson_strdup(ns);
     (*keys)[*nk].id = bson_new();
-    bson_append_iter((*keys)[*nk].id, "_id", 3, &it);
+    sbl_append_iter((*keys)[*nk].id, "_id", 3, &it);
     (*nk)++;
 }
 

@@ -87,7 +87,7 @@ static bool entry_command(const bson_t *e, char *db, size_t dbn, bson_t *cmd)
         BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &u);
         bson_t q;
         BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &q);
-        bson_append_iter(&q, "_id", 3, &id);
+        sbl_append_iter(&q, "_id", 3, &id);
         bson_append_document_end(&u, &q);
         BSON_APPEND_DOCUMENT(&u, "u", &o);
         BSON_APPEND_BOOL(&u, "upsert", true);
@@ -112,23 +112,23 @@ static bool entry_command(const bson_t *e, char *db, size_t dbn, bson_t *cmd)
             bson_t spec;
             if (!sbl_rs_self_builds_indexes()) /* buildIndexes: false: the entry alone */
                 return false;
-            bson_append_iter(cmd, "createIndexes", -1, &f);
+            sbl_append_iter(cmd, "createIndexes", -1, &f);
             BSON_APPEND_ARRAY_BEGIN(cmd, "indexes", &arr);
             BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &spec);
             while (bson_iter_next(&f))
-                bson_append_iter(&spec, bson_iter_key(&f), -1, &f);
+                sbl_append_iter(&spec, bson_iter_key(&f), -1, &f);
             bson_append_document_end(&arr, &spec);
             bson_append_array_end(cmd, &arr);
         } else if (strcmp(name, "renameCollection") == 0) {
             snprintf(db, dbn, "admin");
             do
                 if (strcmp(bson_iter_key(&f), "stayTemp") != 0)
-                    bson_append_iter(cmd, bson_iter_key(&f), -1, &f);
+                    sbl_append_iter(cmd, bson_iter_key(&f), -1, &f);
             while (bson_iter_next(&f));
         } else {
             do
                 if (strcmp(bson_iter_key(&f), "idIndex") != 0)
-                    bson_append_iter(cmd, bson_iter_key(&f), -1, &f);
+                    sbl_append_iter(cmd, bson_iter_key(&f), -1, &f);
             while (bson_iter_next(&f));
         }
         (void)o2;

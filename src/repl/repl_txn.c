@@ -494,7 +494,7 @@ bson_t *sbl_repl_stmt_entry(const bson_t *e)
     bson_t *out = bson_new();
     bson_copy_to_excluding_noinit(&orig, out, "preImageOpTime", NULL);
     if (bson_iter_init_find(&it, e, "preImageOpTime"))
-        bson_append_iter(out, "preImageOpTime", -1, &it);
+        sbl_append_iter(out, "preImageOpTime", -1, &it);
     return out;
 }
 

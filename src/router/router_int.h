@@ -173,6 +173,12 @@ int rt_cfg_write(const bson_t *cmd_in, bson_t *reply_out, sbl_err_t *err);
  * or when force).  Returns a reference (rt_coll_release) or NULL with err. */
 rt_coll_t *rt_coll_get(const char *ns, bool force, sbl_err_t *err);
 void rt_coll_release(rt_coll_t *c);
+/* ns's routing table read afresh, for a command that needs a sharded
+ * collection (moveChunk, moveRange, mergeChunks ...: mongos's "sharded
+ * routing info with refresh"): a reference, or NULL with err 73
+ * InvalidNamespace (ns NULL or not "<db>.<coll>"), 61 NamespaceNotSharded
+ * or rt_coll_get's error. */
+rt_coll_t *rt_sharded_coll(const char *ns, sbl_err_t *err);
 /* Forget every cached table and database (flushRouterConfig). */
 void rt_meta_flush(void);
 /* The primary shard of db; create_db: register the database (choosing a

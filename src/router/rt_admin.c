@@ -287,7 +287,7 @@ static int prepare_shard(int s, const char *db, const char *coll, const bson_val
         BSON_APPEND_DOCUMENT_BEGIN(&ops, "0", &op);
         BSON_APPEND_UTF8(&op, "op", "c");
         BSON_APPEND_UTF8(&op, "ns", ns);
-        bson_append_value(&op, "ui", 2, uuid);
+        sbl_append_value(&op, "ui", 2, uuid);
         BSON_APPEND_DOCUMENT_BEGIN(&op, "o", &o);
         BSON_APPEND_UTF8(&o, "create", coll);
         bson_append_document_end(&op, &o);
@@ -497,7 +497,7 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         int64_t hi =
             (int64_t)((__int128)(i + 1) * ((__int128)1 << 64) / nchunks - ((__int128)1 << 63));
         BSON_APPEND_OID(&ch, "_id", &cid);
-        bson_append_value(&ch, "uuid", -1, &uuid);
+        sbl_append_value(&ch, "uuid", -1, &uuid);
         bson_t zc, zmin, zmax;
         bson_iter_t zf;
         if (nzone > 0 && bson_iter_next(&zit) && sbl_iter_doc(&zit, &zc) &&
@@ -531,7 +531,7 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         BSON_APPEND_OID(&cd, "lastmodEpoch", &epoch);
         BSON_APPEND_DATE_TIME(&cd, "lastmod", (int64_t)time(NULL) * 1000);
         BSON_APPEND_TIMESTAMP(&cd, "timestamp", t, inc);
-        bson_append_value(&cd, "uuid", -1, &uuid);
+        sbl_append_value(&cd, "uuid", -1, &uuid);
         BSON_APPEND_DOCUMENT(&cd, "key", &key);
         BSON_APPEND_BOOL(&cd, "unique", unique);
         BSON_APPEND_BOOL(&cd, "noBalance", false);
@@ -541,7 +541,7 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     if (rc != 0) {
         bson_t q = BSON_INITIALIZER;
         sbl_err_t e = {0};
-        bson_append_value(&q, "uuid", -1, &uuid);
+        sbl_append_value(&q, "uuid", -1, &uuid);
         cfg_delete_many("chunks", &q, &e);
         bson_destroy(&q);
     }
@@ -646,7 +646,7 @@ int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         bson_oid_t cid;
         bson_oid_init(&cid, NULL);
         BSON_APPEND_OID(&ch2, "_id", &cid);
-        bson_append_value(&ch2, "uuid", -1, &uuid);
+        sbl_append_value(&ch2, "uuid", -1, &uuid);
         BSON_APPEND_DOCUMENT(&ch2, "min", mid);
         BSON_APPEND_DOCUMENT(&ch2, "max", ch->max);
         BSON_APPEND_UTF8(&ch2, "shard", rt_shard_id(ch->shard));
@@ -656,7 +656,7 @@ int rt_cmd_split(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         bson_destroy(&ch2);
         bson_init(&cmdc);
         bson_init(&q);
-        bson_append_value(&q, "uuid", -1, &uuid);
+        sbl_append_value(&q, "uuid", -1, &uuid);
         BSON_APPEND_DOCUMENT(&q, "min", ch->min);
         BSON_APPEND_DOCUMENT(&q, "max", ch->max); /* still as this table has it */
         BSON_APPEND_DOCUMENT_BEGIN(&u, "$set", &set);
@@ -732,7 +732,7 @@ void rt_meta_drop(const char *db, const char *coll)
                 bson_iter_t f;
                 if (bson_iter_recurse(&it, &f) && bson_iter_find(&f, "uuid")) {
                     bson_t cq = BSON_INITIALIZER;
-                    bson_append_value(&cq, "uuid", -1, bson_iter_value(&f));
+                    sbl_append_value(&cq, "uuid", -1, bson_iter_value(&f));
                     cfg_delete_many("chunks", &cq, &e);
                     bson_destroy(&cq);
                 }

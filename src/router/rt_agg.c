@@ -78,7 +78,7 @@ static void append_stage(bson_t *arr, uint32_t *n, const bson_iter_t *st)
     char key[16];
     const char *ks;
     bson_uint32_to_string((*n)++, &ks, key, sizeof(key));
-    bson_append_iter(arr, ks, -1, st);
+    sbl_append_iter(arr, ks, -1, st);
 }
 
 /* {name: {field: value}} appended to arr as its next stage. */
@@ -156,7 +156,7 @@ static void append_count_numbers(bson_t *d, const char *name, const bson_iter_t 
     BSON_APPEND_DOCUMENT_BEGIN(&a, "$sum", &cnt);
     BSON_APPEND_ARRAY_BEGIN(&cnt, "$cond", &arr);
     BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &isnum);
-    bson_append_iter(&isnum, "$isNumber", -1, acc);
+    sbl_append_iter(&isnum, "$isNumber", -1, acc);
     bson_append_document_end(&arr, &isnum);
     BSON_APPEND_INT32(&arr, "1", 1);
     BSON_APPEND_INT32(&arr, "2", 0);
@@ -181,11 +181,11 @@ static bool stddev_parts(const char *f, bool samp, const bson_iter_t *acc, bson_
     snprintf(n, sizeof(n), "\x7fn_%s", f);
     snprintf(sum, sizeof(sum), "\x7fs_%s", f);
     BSON_APPEND_DOCUMENT_BEGIN(sg, f, &a);
-    bson_append_iter(&a, "$stdDevPop", -1, acc);
+    sbl_append_iter(&a, "$stdDevPop", -1, acc);
     bson_append_document_end(sg, &a);
     append_count_numbers(sg, n, acc);
     BSON_APPEND_DOCUMENT_BEGIN(sg, sum, &a);
-    bson_append_iter(&a, "$sum", -1, acc);
+    sbl_append_iter(&a, "$sum", -1, acc);
     bson_append_document_end(sg, &a);
     snprintf(json, sizeof(json), "{\"$push\": {\"n\": \"$%s\", \"s\": \"$%s\", \"d\": \"$%s\"}}",
              n, sum, f);
@@ -237,7 +237,7 @@ static bool partial_group(const bson_t *spec, bson_t *shard_pl, uint32_t *ns, bs
     while (ok && bson_iter_next(&it)) {
         const char *f = bson_iter_key(&it);
         if (strcmp(f, "_id") == 0) {
-            bson_append_iter(&sg, f, -1, &it);
+            sbl_append_iter(&sg, f, -1, &it);
             continue;
         }
         if (!bson_iter_recurse(&it, &acc) || !bson_iter_next(&acc) || strlen(f) > 200) {
@@ -247,7 +247,7 @@ static bool partial_group(const bson_t *spec, bson_t *shard_pl, uint32_t *ns, bs
         const char *op = bson_iter_key(&acc);
         bson_t a, cond, arr;
         if (in_list(op, same_op)) {
-            bson_append_iter(&sg, f, -1, &it);
+            sbl_append_iter(&sg, f, -1, &it);
             append_acc_of(&mg, f, op);
         } else if (strcmp(op, "$count") == 0) {
             BSON_APPEND_DOCUMENT_BEGIN(&sg, f, &a);
@@ -255,14 +255,14 @@ static bool partial_group(const bson_t *spec, bson_t *shard_pl, uint32_t *ns, bs
             bson_append_document_end(&sg, &a);
             append_acc_of(&mg, f, "$sum");
         } else if (strcmp(op, "$push") == 0 || strcmp(op, "$addToSet") == 0) {
-            bson_append_iter(&sg, f, -1, &it);
+            sbl_append_iter(&sg, f, -1, &it);
             append_acc_of(&mg, f, "$push");
             append_flatten(&fin, f, op[1] == 'p' ? "$concatArrays" : "$setUnion");
         } else if (strcmp(op, "$avg") == 0) {
             char n[256], ref[300], nref[300];
             snprintf(n, sizeof(n), "\x7fn_%s", f); /* its count of numbers: never shown */
             BSON_APPEND_DOCUMENT_BEGIN(&sg, f, &a);
-            bson_append_iter(&a, "$sum", -1, &acc);
+            sbl_append_iter(&a, "$sum", -1, &acc);
             bson_append_document_end(&sg, &a);
             append_count_numbers(&sg, n, &acc);
             append_acc_of(&mg, f, "$sum");
@@ -489,7 +489,7 @@ static int remote_read(void *arg, const char *ns, const bson_t *filter, sbl_docv
         BSON_APPEND_DOCUMENT(&cmd, "collation", m->collation);
     bson_iter_t rc_it; /* a transaction's statements carry it through rt_sess_extra */
     if (!rt_sess_in_txn() && bson_iter_init_find(&rc_it, m->cmd, "readConcern"))
-        bson_append_iter(&cmd, "readConcern", -1, &rc_it);
+        sbl_append_iter(&cmd, "readConcern", -1, &rc_it);
     BSON_APPEND_INT64(&cmd, "batchSize", 100000);
     int rc = rt_find(db, &cmd, &reply, err);
     while (rc == 0 && (rc = reply_failed(&reply, err)) == 0) {
@@ -652,12 +652,12 @@ static void merge_top(const bson_t *base, const bson_t *in, bson_t *out)
     bson_init(out);
     bson_iter_init(&it, base);
     while (bson_iter_next(&it))
-        bson_append_iter(out, bson_iter_key(&it), -1,
-                         bson_iter_init_find(&f, in, bson_iter_key(&it)) ? &f : &it);
+        sbl_append_iter(out, bson_iter_key(&it), -1,
+                        bson_iter_init_find(&f, in, bson_iter_key(&it)) ? &f : &it);
     bson_iter_init(&it, in);
     while (bson_iter_next(&it))
         if (!bson_has_field(base, bson_iter_key(&it)))
-            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+            sbl_append_iter(out, bson_iter_key(&it), -1, &it);
 }
 
 /* One source document of a $merge into sharded ns: the target document
@@ -691,7 +691,7 @@ static int merge_one(const merger_t *m, const rt_coll_t *c, const char *tdb, con
             break;
         }
         BSON_APPEND_DOCUMENT_BEGIN(&filter, on[i], &eq);
-        bson_append_iter(&eq, "$eq", 3, &f);
+        sbl_append_iter(&eq, "$eq", 3, &f);
         bson_append_document_end(&filter, &eq);
     }
     sbl_docvec_t found = {0};
@@ -721,18 +721,18 @@ static int merge_one(const merger_t *m, const rt_coll_t *c, const char *tdb, con
             bson_destroy(&next);
             merge_top(existing, &wo_id, &next);
         } else if (bson_iter_init_find(&eid, existing, "_id")) {
-            bson_append_iter(&next, "_id", 3, &eid); /* replace: the target keeps its _id */
+            sbl_append_iter(&next, "_id", 3, &eid); /* replace: the target keeps its _id */
             bson_concat(&next, &wo_id);
         }
         /* the target by _id and its shard key (the router targets one shard) */
         bson_iter_t k, v;
         if (bson_iter_init_find(&eid, existing, "_id"))
-            bson_append_iter(&q, "_id", 3, &eid);
+            sbl_append_iter(&q, "_id", 3, &eid);
         bson_iter_init(&k, c->key);
         while (bson_iter_next(&k))
             if (strcmp(bson_iter_key(&k), "_id") != 0 &&
                 sbl_path_get(existing, bson_iter_key(&k), &v))
-                bson_append_iter(&q, bson_iter_key(&k), -1, &v);
+                sbl_append_iter(&q, bson_iter_key(&k), -1, &v);
         rc = routed_write(tdb, tcoll, &q, &next, wm == WM_PIPELINE ? &vars : NULL, err);
         bson_destroy(&next);
         bson_destroy(&wo_id);
@@ -858,7 +858,7 @@ static int remote_write(void *arg, const bson_iter_t *st, sbl_docvec_t *dv, sbl_
         bson_append_document_end(&pl, &s0);
         BSON_APPEND_DOCUMENT_BEGIN(&pl, "1", &s1);
         if (first || stage[1] == 'm') {
-            bson_append_iter(&s1, stage, -1, st);
+            sbl_append_iter(&s1, stage, -1, st);
         } else { /* $out's later documents go in beside the first command's */
             BSON_APPEND_DOCUMENT_BEGIN(&s1, "$merge", &spec);
             BSON_APPEND_DOCUMENT_BEGIN(&spec, "into", &into);
@@ -878,7 +878,7 @@ static int remote_write(void *arg, const bson_iter_t *st, sbl_docvec_t *dv, sbl_
                                            NULL};
         for (int p = 0; pass[p]; p++)
             if (bson_iter_init_find(&it, m->cmd, pass[p]))
-                bson_append_iter(&cmd, pass[p], -1, &it);
+                sbl_append_iter(&cmd, pass[p], -1, &it);
         for (int attempt = 0;; attempt++) { /* StaleDbVersion: the primary moved; it did not run */
             bson_t sent = BSON_INITIALIZER;
             bson_concat(&sent, &cmd);
@@ -1089,18 +1089,18 @@ int rt_agg_find_by_meta(const char *db, const char *coll, const bson_t *cmd, bso
         const char *ks;
         bson_uint32_to_string(n++, &ks, key, sizeof(key));
         BSON_APPEND_DOCUMENT_BEGIN(&pl, ks, &st);
-        bson_append_iter(&st, stages[i][1], -1, &it);
+        sbl_append_iter(&st, stages[i][1], -1, &it);
         bson_append_document_end(&pl, &st);
     }
     bson_append_array_end(&agg, &pl);
     BSON_APPEND_DOCUMENT_BEGIN(&agg, "cursor", &cur);
     if (bson_iter_init_find(&it, cmd, "batchSize"))
-        bson_append_iter(&cur, "batchSize", -1, &it);
+        sbl_append_iter(&cur, "batchSize", -1, &it);
     bson_append_document_end(&agg, &cur);
     bson_iter_init(&it, cmd);
     while (bson_iter_next(&it))
         if (!in_list(bson_iter_key(&it), moved) && !in_list(bson_iter_key(&it), refused))
-            bson_append_iter(&agg, bson_iter_key(&it), -1, &it);
+            sbl_append_iter(&agg, bson_iter_key(&it), -1, &it);
     int rc = rt_aggregate(db, &agg, reply, err);
     bson_destroy(&agg);
     return rc;

@@ -140,7 +140,7 @@ int rt_cmd_balancer_coll_status(const bson_t *cmd, bson_t *reply, sbl_err_t *err
             const char *k = bson_iter_key(&it);
             if (strcmp(k, "chunkSize") == 0 || strcmp(k, "balancerCompliant") == 0 ||
                 strcmp(k, "firstComplianceViolation") == 0 || strcmp(k, "details") == 0)
-                bson_append_value(reply, k, -1, bson_iter_value(&it));
+                sbl_append_value(reply, k, -1, bson_iter_value(&it));
         }
     bson_destroy(&r);
     return rc;
@@ -178,8 +178,8 @@ static void range_find(bson_t *cmd, const char *coll, const char *field, const c
     BSON_APPEND_UTF8(cmd, "find", coll);
     BSON_APPEND_DOCUMENT_BEGIN(cmd, "filter", &f);
     BSON_APPEND_DOCUMENT_BEGIN(&f, field, &r);
-    bson_append_value(&r, op, -1, from);
-    bson_append_value(&r, "$lt", 3, hi);
+    sbl_append_value(&r, op, -1, from);
+    sbl_append_value(&r, "$lt", 3, hi);
     bson_append_document_end(&f, &r);
     bson_append_document_end(cmd, &f);
     BSON_APPEND_DOCUMENT_BEGIN(cmd, "sort", &s);
@@ -242,7 +242,7 @@ int rt_range_end_by_size(const rt_coll_t *c, const rt_chunk_t *ch, bson_t *end, 
         at = next;
     }
     if (rc == 0 && at.value_type != BSON_TYPE_EOD)
-        bson_append_value(end, field, -1, &at);
+        sbl_append_value(end, field, -1, &at);
     bson_value_destroy(&at);
     return rc;
 }

@@ -137,7 +137,7 @@ static int cmd_list_shards(const char *db, const bson_t *cmd, bson_t *reply, sbl
     bson_iter_t it, fb;
     if (bson_iter_init(&it, &r) && bson_iter_find_descendant(&it, "cursor.firstBatch", &fb) &&
         BSON_ITER_HOLDS_ARRAY(&fb))
-        bson_append_iter(reply, "shards", -1, &fb);
+        sbl_append_iter(reply, "shards", -1, &fb);
     rt_shards_reload(err);
     bson_destroy(&r);
     return 0;

@@ -307,7 +307,7 @@ static int list_colls(int s, const char *db, bson_t *arr, sbl_err_t *err)
     if (rc == 0 && bson_iter_init(&it, &reply) &&
         bson_iter_find_descendant(&it, "cursor.firstBatch", &b) && bson_iter_recurse(&b, &it))
         while (bson_iter_next(&it))
-            bson_append_iter(arr, bson_iter_key(&it), -1, &it);
+            sbl_append_iter(arr, bson_iter_key(&it), -1, &it);
     bson_destroy(&reply);
     return rc;
 }
@@ -424,7 +424,7 @@ static int copy_docs(int src, int dst, const char *db, const char *coll, sbl_err
                     while (rc == 0 && bson_iter_next(&b)) {
                         char key[16];
                         snprintf(key, sizeof(key), "%d", ndocs++);
-                        bson_append_iter(&docs, key, -1, &b);
+                        sbl_append_iter(&docs, key, -1, &b);
                         if (ndocs >= COPY_BATCH_DOCS || docs.len >= COPY_BATCH_BYTES) {
                             rc = insert_send(dst, db, &ins, &docs, &ndocs, err);
                             insert_begin(&ins, &docs, coll);

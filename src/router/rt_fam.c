@@ -28,7 +28,7 @@ static int fam_reply(const bson_t *res, const bson_t *cmd, bson_t *reply, sbl_er
     BSON_APPEND_INT32(&leo, "n", 1);
     BSON_APPEND_BOOL(&leo, "updatedExisting", !upserted);
     if (upserted)
-        bson_append_iter(&leo, "upserted", -1, &up);
+        sbl_append_iter(&leo, "upserted", -1, &up);
     bson_append_document_end(reply, &leo);
     if (bson_iter_init_find(&it, res, "value") && sbl_iter_doc(&it, &value) &&
         bson_iter_init_find(&it, cmd, "fields") && sbl_iter_doc(&it, &spec)) {
@@ -37,7 +37,7 @@ static int fam_reply(const bson_t *res, const bson_t *cmd, bson_t *reply, sbl_er
         sbl_projection_free(p);
         BSON_APPEND_DOCUMENT(reply, "value", &out);
     } else if (bson_iter_init_find(&it, res, "value")) {
-        bson_append_iter(reply, "value", -1, &it);
+        sbl_append_iter(reply, "value", -1, &it);
     }
     bson_destroy(&out);
     BSON_APPEND_DOUBLE(reply, "ok", 1.0);

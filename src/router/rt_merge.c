@@ -70,23 +70,6 @@ static int parse_bounds(const bson_t *cmd, bson_t *min, bson_t *max, sbl_err_t *
     return 0;
 }
 
-/* ns's routing table, refreshed; NamespaceNotSharded when it is not sharded. */
-static rt_coll_t *sharded_coll(const char *ns, sbl_err_t *err)
-{
-    if (ns == NULL || strchr(ns, '.') == NULL) {
-        sbl_err_set(err, SBL_E_InvalidNamespace, "the command needs a collection's full "
-                    "namespace (\"<database>.<collection>\")");
-        return NULL;
-    }
-    rt_coll_t *c = rt_coll_get(ns, true, err);
-    if (c != NULL && !c->sharded) {
-        rt_coll_release(c);
-        sbl_err_set(err, SBL_E_NamespaceNotSharded, "Collection %s is not sharded.", ns);
-        return NULL;
-    }
-    return c;
-}
-
 /* Run cmd on the config server primary (its error passed on as it is, as
  * mongos passes on the shard's); then reload ns's routing table. */
 static int run_on_config(const char *ns, const bson_t *cmd, sbl_err_t *err)
@@ -123,7 +106,7 @@ int rt_cmd_merge_chunks(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     int rc = parse_bounds(cmd, &min, &max, err);
     if (rc != 0)
         return rc;
-    rt_coll_t *c = sharded_coll(ns, err);
+    rt_coll_t *c = rt_sharded_coll(ns, err);
     if (c == NULL)
         return err->code;
     if (!is_shard_key(c, &min) || !is_shard_key(c, &max)) {
@@ -182,7 +165,7 @@ int rt_cmd_merge_all_chunks(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         if (rt_shard_find(shard) < 0)
             return sbl_err_set(err, SBL_E_ShardNotFound, "Shard %s not found", shard);
     }
-    rt_coll_t *c = sharded_coll(ns, err);
+    rt_coll_t *c = rt_sharded_coll(ns, err);
     if (c == NULL)
         return err->code;
     rt_coll_release(c);
@@ -216,7 +199,7 @@ int rt_cmd_clear_jumbo_flag(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     if (has_find && (!bson_iter_init_find(&it, cmd, "find") || !sbl_iter_doc(&it, &find)))
         return sbl_err_set(err, SBL_E_TypeMismatch, "BSON field 'clearJumboFlag.find' is the "
                            "wrong type, expected type 'object'");
-    rt_coll_t *c = sharded_coll(ns, err);
+    rt_coll_t *c = rt_sharded_coll(ns, err);
     if (c == NULL)
         return err->code;
     const bson_t *doc = has_bounds ? &min : &find;

@@ -80,7 +80,7 @@ int rt_cfg_find_all(const char *coll, const bson_t *filter, const bson_t *sort, 
                         char key[16];
                         const char *ks;
                         bson_uint32_to_string(n++, &ks, key, sizeof(key));
-                        bson_append_iter(arr, ks, -1, &b);
+                        sbl_append_iter(arr, ks, -1, &b);
                     }
             }
         }
@@ -548,7 +548,7 @@ static rt_coll_t *coll_load(const char *ns, sbl_err_t *err)
     c->hashed = c->hashed_pos >= 0;
 
     bson_t chunks = BSON_INITIALIZER, cf = BSON_INITIALIZER;
-    bson_append_value(&cf, "uuid", -1, &uuid);
+    sbl_append_value(&cf, "uuid", -1, &uuid);
     bson_value_destroy(&uuid);
     rc = rt_cfg_find_all("chunks", &cf, NULL, &chunks, err);
     bson_destroy(&cf);
@@ -660,6 +660,22 @@ rt_coll_t *rt_coll_get(const char *ns, bool force, sbl_err_t *err)
         rt_coll_release(old);
     }
     pthread_mutex_unlock(&refresh_lock);
+    return c;
+}
+
+rt_coll_t *rt_sharded_coll(const char *ns, sbl_err_t *err)
+{
+    if (ns == NULL || strchr(ns, '.') == NULL) {
+        sbl_err_set(err, SBL_E_InvalidNamespace, "the command needs a collection's full "
+                    "namespace (\"<database>.<collection>\")");
+        return NULL;
+    }
+    rt_coll_t *c = rt_coll_get(ns, true, err);
+    if (c != NULL && !c->sharded) {
+        rt_coll_release(c);
+        sbl_err_set(err, SBL_E_NamespaceNotSharded, "Collection %s is not sharded.", ns);
+        return NULL;
+    }
     return c;
 }
 

@@ -98,13 +98,7 @@ static rt_coll_t *resolve(const char *ns, const char *to, sbl_err_t *err)
             return NULL;
         }
     }
-    rt_coll_t *c = rt_coll_get(ns, true, err);
-    if (c != NULL && !c->sharded) {
-        rt_coll_release(c);
-        sbl_err_set(err, SBL_E_NamespaceNotSharded, "ns %s not sharded.", ns);
-        return NULL;
-    }
-    return c;
+    return rt_sharded_coll(ns, err);
 }
 
 int rt_cmd_move_chunk(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
@@ -230,7 +224,7 @@ int rt_cmd_balancer(const char *which, bson_t *reply, sbl_err_t *err)
             const char *k = bson_iter_key(&it);
             if (strcmp(k, "mode") == 0 || strcmp(k, "inBalancerRound") == 0 ||
                 strcmp(k, "numBalancerRounds") == 0)
-                bson_append_value(reply, k, -1, bson_iter_value(&it));
+                sbl_append_value(reply, k, -1, bson_iter_value(&it));
         }
     }
     bson_destroy(&r);
@@ -289,8 +283,8 @@ int rt_split_point(const rt_coll_t *c, const bson_t *cmd, bson_t *middle, sbl_er
     BSON_APPEND_UTF8(&cmdc, "count", dot + 1);
     BSON_APPEND_DOCUMENT_BEGIN(&cmdc, "query", &q);
     BSON_APPEND_DOCUMENT_BEGIN(&q, field, &r);
-    bson_append_value(&r, "$gte", 4, bson_iter_value(&lo));
-    bson_append_value(&r, "$lt", 3, bson_iter_value(&hi));
+    sbl_append_value(&r, "$gte", 4, bson_iter_value(&lo));
+    sbl_append_value(&r, "$lt", 3, bson_iter_value(&hi));
     bson_append_document_end(&q, &r);
     bson_append_document_end(&cmdc, &q);
     int rc = rt_run(ch->shard, db, &cmdc, &reply, err);
@@ -323,7 +317,7 @@ int rt_split_point(const rt_coll_t *c, const bson_t *cmd, bson_t *middle, sbl_er
             if (rc == 0 && bson_iter_init(&v, &reply) &&
                 bson_iter_find_descendant(&v, "cursor.firstBatch.0", &v) &&
                 bson_iter_recurse(&v, &it) && bson_iter_find(&it, field))
-                bson_append_value(middle, field, -1, bson_iter_value(&it));
+                sbl_append_value(middle, field, -1, bson_iter_value(&it));
             else if (rc == 0)
                 rc = sbl_err_set(err, SBL_E_CannotSplit, "no median found in the chunk");
             bson_destroy(&reply);

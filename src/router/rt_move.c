@@ -167,7 +167,7 @@ static int move_statements(const char *db, const char *coll, const rt_coll_t *c,
         BSON_APPEND_UTF8(&cmd, "findAndModify", coll);
         BSON_APPEND_DOCUMENT_BEGIN(&cmd, "query", &q);
         if (bson_iter_init_find(&it, pre, "_id"))
-            bson_append_iter(&q, "_id", 3, &it);
+            sbl_append_iter(&q, "_id", 3, &it);
         bson_append_document_end(&cmd, &q);
         BSON_APPEND_BOOL(&cmd, "remove", true);
         rt_append_version(&cmd, c, from);
@@ -225,7 +225,7 @@ int rt_move_doc(const char *db, const char *coll, const bson_t *client_cmd, cons
     BSON_APPEND_INT32(result, "n", 1);
     BSON_APPEND_INT32(result, "nModified", upsert ? 0 : 1);
     if (upsert && bson_iter_init_find(&it, &post, "_id"))
-        bson_append_iter(result, "upserted", -1, &it);
+        sbl_append_iter(result, "upserted", -1, &it);
     if (image == 1)
         BSON_APPEND_DOCUMENT(result, "value", &post);
     else if (image == 0 && !upsert)

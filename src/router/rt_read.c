@@ -180,7 +180,7 @@ int rt_distinct(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err
                 char key[16];
                 const char *ks;
                 bson_uint32_to_string(k++, &ks, key, sizeof(key));
-                bson_append_value(&arr, ks, -1, &vals[i]);
+                sbl_append_value(&arr, ks, -1, &vals[i]);
             }
             bson_append_array_end(reply, &arr);
             free(vals);
@@ -227,7 +227,7 @@ static void group_merge(bson_t **groups, size_t *n, size_t *cap, const bson_t *s
             if (strcmp(k, "_id") == 0 || !bson_iter_init_find(&o, d, k) ||
                 !bson_iter_init_find(&sp, spec, k) || !bson_iter_recurse(&sp, &acc) ||
                 !bson_iter_next(&acc)) {
-                bson_append_iter(out, k, -1, &f);
+                sbl_append_iter(out, k, -1, &f);
                 continue;
             }
             const char *op = bson_iter_key(&acc);
@@ -244,7 +244,7 @@ static void group_merge(bson_t **groups, size_t *n, size_t *cap, const bson_t *s
             } else {
                 int c = sbl_value_compare(bson_iter_value(&o), bson_iter_value(&f));
                 bool take = strcmp(op, "$min") == 0 ? c < 0 : c > 0;
-                bson_append_iter(out, k, -1, take ? &o : &f);
+                sbl_append_iter(out, k, -1, take ? &o : &f);
             }
         }
         bson_destroy(groups[i]);
@@ -265,6 +265,42 @@ static bool is_change_stream(const bson_t *cmd)
            strcmp(bson_iter_key(&st), "$changeStream") == 0;
 }
 
+/* aggregate: 1 (a database-level pipeline) runs whole on the database's
+ * primary shard with the database's version, as mongos sends any command
+ * for an unsharded namespace there: a primary that moved (movePrimary, or a
+ * dropDatabase and a new database elsewhere) answers StaleDbVersion, and
+ * the router forgets the cached primary and asks again. */
+static int db_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    bson_t r;
+    int s, rc;
+    for (int attempt = 0;; attempt++) {
+        sbl_err_t e = {0};
+        if ((s = rt_db_primary(db, false, &e)) < -1)
+            s = 0; /* no shard knows it: any answers */
+        bson_t fwd = BSON_INITIALIZER;
+        rt_copy_cmd(cmd, &fwd, NULL);
+        if (s >= 0) {
+            rt_append_version(&fwd, NULL, s);
+            rt_append_db_version(&fwd, db);
+        }
+        rc = rt_run(s, db, &fwd, &r, err);
+        bson_destroy(&fwd);
+        if (rc != 0)
+            return rc;
+        if (rt_reply_code(&r) != SBL_E_StaleDbVersion || attempt >= RT_RETRIES)
+            break;
+        bson_destroy(&r);
+        rt_db_forget(db);
+    }
+    if (rt_reply_code(&r) == 0)
+        rc = rt_wrap_cursor_reply(s, db, &r, reply, err);
+    else
+        copy_reply(&r, reply);
+    bson_destroy(&r);
+    return rc;
+}
+
 int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     const char *coll = coll_name(cmd, "aggregate");
@@ -280,28 +316,15 @@ int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *er
         while (bson_iter_next(&it))
             if (strcmp(bson_iter_key(&it), "explain") != 0 &&
                 strcmp(bson_iter_key(&it), "cursor") != 0)
-                bson_append_iter(&inner, bson_iter_key(&it), -1, &it);
+                sbl_append_iter(&inner, bson_iter_key(&it), -1, &it);
         bson_append_document_end(&ex, &inner);
         BSON_APPEND_UTF8(&ex, "verbosity", "queryPlanner");
         int rc = rt_explain(db, &ex, reply, err);
         bson_destroy(&ex);
         return rc;
     }
-    if (coll == NULL) {
-        /* aggregate: 1 (a database-level pipeline): the database's primary */
-        sbl_err_t e = {0};
-        int s = rt_db_primary(db, false, &e);
-        bson_t r;
-        int rc = send_versioned(s < -1 ? 0 : s, db, cmd, NULL, NULL, &r, err);
-        if (rc == 0) {
-            if (rt_reply_code(&r) == 0)
-                rc = rt_wrap_cursor_reply(s < -1 ? 0 : s, db, &r, reply, err);
-            else
-                copy_reply(&r, reply);
-            bson_destroy(&r);
-        }
-        return rc;
-    }
+    if (coll == NULL)
+        return db_aggregate(db, cmd, reply, err);
     if (!bson_iter_init_find(&it, cmd, "pipeline") || !bson_iter_recurse(&it, &p))
         return sbl_err_set(err, SBL_E_FailedToParse, "aggregate needs a pipeline array");
     char ns[400];
@@ -422,7 +445,7 @@ int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *er
             const char *k = bson_iter_key(&it);
             if (strcmp(k, "pipeline") == 0 || strcmp(k, "cursor") == 0)
                 continue;
-            bson_append_iter(&shard_cmd, k, -1, &it);
+            sbl_append_iter(&shard_cmd, k, -1, &it);
         }
         BSON_APPEND_ARRAY_BEGIN(&shard_cmd, "pipeline", &pl);
         st = p;
@@ -442,7 +465,7 @@ int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *er
                 BSON_APPEND_INT64(&lim, "$limit", limit + skip);
                 bson_append_document_end(&pl, &lim);
             } else {
-                bson_append_iter(&pl, ks, -1, &st);
+                sbl_append_iter(&pl, ks, -1, &st);
             }
         }
         bson_append_array_end(&shard_cmd, &pl);
@@ -599,7 +622,7 @@ int rt_explain(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
             bson_iter_init(&it, cmd);
             while (bson_iter_next(&it))
                 if (strcmp(bson_iter_key(&it), "verbosity") == 0)
-                    bson_append_iter(&fwd[i], "verbosity", -1, &it);
+                    sbl_append_iter(&fwd[i], "verbosity", -1, &it);
             cmds[i] = &fwd[i];
             memset(&errs[i], 0, sizeof(errs[i]));
         }

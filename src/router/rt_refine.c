@@ -252,7 +252,7 @@ static int extend_ranges(const char *coll, const bson_t *filter, const bson_t *k
             snprintf(ks, sizeof(ks), "%d", n);
             BSON_APPEND_DOCUMENT_BEGIN(&ups, ks, &u);
             BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &q);
-            bson_append_value(&q, "_id", 3, bson_iter_value(&id));
+            sbl_append_value(&q, "_id", 3, bson_iter_value(&id));
             bson_append_document_end(&u, &q);
             BSON_APPEND_DOCUMENT_BEGIN(&u, "u", &up);
             BSON_APPEND_DOCUMENT_BEGIN(&up, "$set", &set);
@@ -386,7 +386,7 @@ int rt_cmd_refine_shard_key(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         rc = sbl_err_set(err, SBL_E_NamespaceNotSharded, "refineCollectionShardKey: namespace "
                          "%s is not sharded", ns);
     if (rc == 0)
-        bson_append_value(&f, "uuid", 4, bson_iter_value(&uuid));
+        sbl_append_value(&f, "uuid", 4, bson_iter_value(&uuid));
     bson_destroy(&arr);
     int nold = c->nkey;
     if (rc == 0)

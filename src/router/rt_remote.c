@@ -968,6 +968,6 @@ void rt_copy_cmd(const bson_t *in, bson_t *out, const char *const *skip_extra)
         for (int i = 0; skip_extra && skip_extra[i] && !drop; i++)
             drop = strcmp(k, skip_extra[i]) == 0;
         if (!drop)
-            bson_append_iter(out, k, -1, &it);
+            sbl_append_iter(out, k, -1, &it);
     }
 }

@@ -371,7 +371,7 @@ static int end_on(int s, const char *verb, const bson_iter_t *wc, bson_t *reply,
     bson_t c = BSON_INITIALIZER;
     BSON_APPEND_INT32(&c, verb, 1);
     if (wc != NULL)
-        bson_append_iter(&c, "writeConcern", -1, wc);
+        sbl_append_iter(&c, "writeConcern", -1, wc);
     int rc = rt_run(s, "admin", &c, reply, err); /* rt_sess_extra adds lsid ... */
     bson_destroy(&c);
     return rc;
@@ -436,7 +436,7 @@ static int commit_2pc(const int *shards, int n, const bson_iter_t *wc, bson_t *r
     }
     bson_append_array_end(&c, &arr);
     if (wc != NULL)
-        bson_append_iter(&c, "writeConcern", -1, wc);
+        sbl_append_iter(&c, "writeConcern", -1, wc);
     int rc = 0;
     cur.decided = true; /* from here only the coordinator ends the transaction */
     for (int tries = 0; tries < 3; tries++) {
@@ -553,7 +553,7 @@ int rt_sess_internal_end(bool commit, const bson_t *client_cmd, sbl_err_t *err)
         bson_iter_t wc;
         BSON_APPEND_INT32(&c, "commitTransaction", 1);
         if (bson_iter_init_find(&wc, client_cmd, "writeConcern"))
-            bson_append_iter(&c, "writeConcern", -1, &wc);
+            sbl_append_iter(&c, "writeConcern", -1, &wc);
         rc = rt_cmd_commit_txn("admin", &c, &r, err);
         if (rc == 0 && bson_has_field(&r, "ok") && rt_reply_code(&r) != 0) /* ok: no "ok" */
             rc = rt_reply_error(&r, "committing the document's move", err);

@@ -95,7 +95,7 @@ uint64_t rt_snapshot_pin(const char *name, const bson_t *cmd, bson_t *pinned, bo
     bson_iter_recurse(&it, &rc);
     while (bson_iter_next(&rc))
         if (strcmp(bson_iter_key(&rc), "afterClusterTime") != 0)
-            bson_append_iter(&rcd, NULL, 0, &rc);
+            sbl_append_iter(&rcd, NULL, 0, &rc);
     bson_append_timestamp(&rcd, "atClusterTime", -1, (uint32_t)(at >> 32), (uint32_t)at);
     bson_append_document_end(pinned, &rcd);
     *rewrotep = true;
@@ -120,7 +120,7 @@ void rt_snapshot_reply(const char *name, uint64_t at, bson_t *reply)
     bson_iter_init(&it, reply);
     while (bson_iter_next(&it)) {
         if (strcmp(bson_iter_key(&it), "cursor") != 0 || !sbl_iter_doc(&it, &old)) {
-            bson_append_iter(&out, NULL, 0, &it);
+            sbl_append_iter(&out, NULL, 0, &it);
             continue;
         }
         BSON_APPEND_DOCUMENT_BEGIN(&out, "cursor", &cd);

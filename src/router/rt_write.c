@@ -79,7 +79,7 @@ static int merged_add(merged_t *m, const bson_t *r, const int *map, int nmap)
                     int i = (int)bson_iter_as_int64(&f);
                     BSON_APPEND_INT32(&e, "index", i >= 0 && i < nmap ? map[i] : i);
                 } else {
-                    bson_append_iter(&e, bson_iter_key(&f), -1, &f);
+                    sbl_append_iter(&e, bson_iter_key(&f), -1, &f);
                 }
             }
             char key[16];
@@ -201,7 +201,7 @@ static void build_sub(const bson_t *cmd, const char *arr_field, bson_iter_t *con
         char key[16];
         const char *ks;
         bson_uint32_to_string((uint32_t)i, &ks, key, sizeof(key));
-        bson_append_iter(&arr, ks, -1, elems[idx[i]]);
+        sbl_append_iter(&arr, ks, -1, elems[idx[i]]);
     }
     bson_append_array_end(out, &arr);
     if (rt_sess_retryable()) {
@@ -339,6 +339,77 @@ static const char *reply_errmsg(const bson_t *r, const char *dflt)
                : dflt;
 }
 
+/* A write's parts, one per shard, sent at once (parts_send) and then
+ * looked at one by one (part_outcome); parts_free releases the replies. */
+typedef struct parts {
+    int k;                          /* how many parts */
+    int sh[RT_MAX_SHARDS];          /* part j's shard */
+    const int *idx[RT_MAX_SHARDS];  /* its statements (indexes into the client's array) */
+    int cnt[RT_MAX_SHARDS];         /* and how many */
+    bson_t rs[RT_MAX_SHARDS];       /* its reply (always initialised) */
+    int rcs[RT_MAX_SHARDS];         /* 0, or its transport error (errs) */
+    sbl_err_t errs[RT_MAX_SHARDS];
+} parts_t;
+
+/* Every part of p (sh, idx, cnt and k set by the caller) built from cmd's
+ * array arr and sent at once (rt_run_many); every reply read.  A part lost
+ * in transport is sent once more, alone, when the write is retryable (the
+ * shard knows its stmtIds: rt_run's rule). */
+static void parts_send(parts_t *p, const char *db, const bson_t *cmd, const char *arr,
+                       bson_iter_t *const *elems, const rt_coll_t *c)
+{
+    bson_t subs[RT_MAX_SHARDS];
+    const bson_t *cmds[RT_MAX_SHARDS];
+    for (int j = 0; j < p->k; j++) {
+        bson_init(&subs[j]);
+        build_sub(cmd, arr, elems, p->idx[j], p->cnt[j], c, p->sh[j], &subs[j]);
+        cmds[j] = &subs[j];
+        memset(&p->errs[j], 0, sizeof(p->errs[j]));
+    }
+    rt_run_many(p->k, p->sh, db, cmds, p->rs, p->rcs, p->errs);
+    for (int j = 0; j < p->k; j++) {
+        if (p->rcs[j] != 0 && rt_sess_retryable()) {
+            bson_destroy(&p->rs[j]);
+            p->rcs[j] = rt_run(p->sh[j], db, cmds[j], &p->rs[j], &p->errs[j]);
+        }
+        bson_destroy(&subs[j]);
+    }
+}
+
+typedef enum {
+    PART_LOST,    /* no answer: the first such error went into *rcp and err */
+    PART_STALE,   /* StaleConfig/StaleDbVersion while retry: nothing of it ran */
+    PART_FAILED,  /* refused as a whole: *codep */
+    PART_APPLIED, /* answered ok (its reply may hold write errors) */
+} part_outcome_t;
+
+/* What became of part j of p; retry false (the retries are spent): a stale
+ * answer is that part's error (PART_FAILED).  *rcp keeps the first
+ * transport error (0 none yet). */
+static part_outcome_t part_outcome(const parts_t *p, int j, bool retry, int *rcp, int *codep,
+                                   sbl_err_t *err)
+{
+    *codep = 0;
+    if (p->rcs[j] != 0) {
+        if (*rcp == 0) {
+            *rcp = p->rcs[j];
+            *err = p->errs[j];
+        }
+        return PART_LOST;
+    }
+    *codep = rt_reply_code(&p->rs[j]);
+    if (rt_stale_code(*codep) && retry)
+        return PART_STALE;
+    return *codep != 0 ? PART_FAILED : PART_APPLIED;
+}
+
+static void parts_free(parts_t *p)
+{
+    for (int j = 0; j < p->k; j++)
+        bson_destroy(&p->rs[j]);
+    p->k = 0;
+}
+
 /* One round of an unordered insert outside a transaction: every shard's
  * sub-batch of the documents not done yet goes out at once (rt_run_many)
  * and every reply is read, as mongos does.  A part the shard applied, or
@@ -362,51 +433,41 @@ static int insert_parallel(const char *db, const bson_t *cmd, bson_iter_t *const
     for (int i = 0; i < n; i++) /* in the client's order within each part */
         if (!done[i] && shard[i] >= 0 && shard[i] < RT_MAX_SHARDS)
             idx[fill[shard[i]]++] = i;
-    int sh[RT_MAX_SHARDS], rcs[RT_MAX_SHARDS], k = 0;
-    bson_t subs[RT_MAX_SHARDS], rs[RT_MAX_SHARDS];
-    const bson_t *cmds[RT_MAX_SHARDS];
-    sbl_err_t errs[RT_MAX_SHARDS];
-    for (int s = 0; s < RT_MAX_SHARDS; s++) {
-        if (cnt[s] == 0)
-            continue;
-        bson_init(&subs[k]);
-        build_sub(cmd, "documents", elems, idx + start[s], cnt[s], c, s, &subs[k]);
-        cmds[k] = &subs[k];
-        memset(&errs[k], 0, sizeof(errs[k]));
-        sh[k++] = s;
-    }
-    rt_run_many(k, sh, db, cmds, rs, rcs, errs);
-    int rc = 0;
-    for (int j = 0; j < k; j++) {
-        if (rcs[j] != 0 && rt_sess_retryable()) {
-            bson_destroy(&rs[j]);
-            rcs[j] = rt_run(sh[j], db, cmds[j], &rs[j], &errs[j]);
+    parts_t p = {.k = 0};
+    for (int s = 0; s < RT_MAX_SHARDS; s++)
+        if (cnt[s] > 0) {
+            p.sh[p.k] = s;
+            p.idx[p.k] = idx + start[s];
+            p.cnt[p.k++] = cnt[s];
         }
-        bson_destroy(&subs[j]);
-        const int *batch = idx + start[sh[j]];
-        int nb = cnt[sh[j]];
-        int code = rcs[j] != 0 ? 0 : rt_reply_code(&rs[j]);
-        if (rcs[j] != 0) {
-            if (rc == 0) {
-                rc = rcs[j];
-                *err = errs[j];
-            }
-        } else if (rt_stale_code(code) && retry) {
-            *stalep = true; /* nothing of it ran: sent again after the refresh */
-        } else if (code != 0) {
-            /* the whole part failed: every document of it gets the error */
-            const char *msg = reply_errmsg(&rs[j], "insert failed on a shard");
+    parts_send(&p, db, cmd, "documents", elems, c);
+    int rc = 0, code;
+    for (int j = 0; j < p.k; j++) {
+        const int *batch = p.idx[j];
+        int nb = p.cnt[j];
+        switch (part_outcome(&p, j, retry, &rc, &code, err)) {
+        case PART_LOST:
+            break;
+        case PART_STALE:
+            *stalep = true; /* sent again after the refresh */
+            break;
+        case PART_FAILED: {
+            /* every document of the part gets the error */
+            const char *msg = reply_errmsg(&p.rs[j], "insert failed on a shard");
             for (int i = 0; i < nb; i++) {
                 add_error(m, batch[i], code, msg);
                 done[batch[i]] = true;
             }
-        } else {
-            merged_add(m, &rs[j], batch, nb);
+            break;
+        }
+        case PART_APPLIED:
+            merged_add(m, &p.rs[j], batch, nb);
             for (int i = 0; i < nb; i++)
                 done[batch[i]] = true;
+            break;
         }
-        bson_destroy(&rs[j]);
     }
+    parts_free(&p);
     free(idx);
     return rc;
 }
@@ -715,7 +776,7 @@ static bool new_key_doc(const rt_coll_t *c, const bson_t *ud, const bson_t *q, b
                 found = bson_iter_init_find(&v, q, kf);
         }
         if (found)
-            bson_append_iter(nd, kf, -1, &v);
+            sbl_append_iter(nd, kf, -1, &v);
     }
     return true;
 }
@@ -794,7 +855,7 @@ static void fold_moved(merged_t *m, int i, const bson_t *res)
         char key[16];
         const char *ks;
         BSON_APPEND_INT32(&e, "index", i);
-        bson_append_iter(&e, "_id", 3, &it);
+        sbl_append_iter(&e, "_id", 3, &it);
         bson_uint32_to_string(m->nups++, &ks, key, sizeof(key));
         BSON_APPEND_DOCUMENT(&m->upserted, ks, &e);
         bson_destroy(&e);
@@ -828,48 +889,37 @@ static int stmt_parallel(const char *db, const bson_t *cmd, const char *arr,
                          bool retry, bool *applied, merged_t *m, int *errsp, bool *stalep,
                          sbl_err_t *err)
 {
-    int sh[RT_MAX_SHARDS], rcs[RT_MAX_SHARDS], k = 0;
-    bson_t subs[RT_MAX_SHARDS], rs[RT_MAX_SHARDS];
-    const bson_t *cmds[RT_MAX_SHARDS];
-    sbl_err_t errs[RT_MAX_SHARDS];
-    for (int s = 0; s < RT_MAX_SHARDS; s++) {
-        if (!t[s] || applied[s])
-            continue;
-        bson_init(&subs[k]);
-        build_sub(cmd, arr, elems, &i, 1, c, s, &subs[k]);
-        cmds[k] = &subs[k];
-        memset(&errs[k], 0, sizeof(errs[k]));
-        sh[k++] = s;
-    }
-    rt_run_many(k, sh, db, cmds, rs, rcs, errs);
-    int rc = 0;
-    bool failed = false;
-    for (int j = 0; j < k; j++) {
-        if (rcs[j] != 0 && rt_sess_retryable()) { /* rt_run's rule */
-            bson_destroy(&rs[j]);
-            rcs[j] = rt_run(sh[j], db, cmds[j], &rs[j], &errs[j]);
+    parts_t p = {.k = 0};
+    for (int s = 0; s < RT_MAX_SHARDS; s++)
+        if (t[s] && !applied[s]) {
+            p.sh[p.k] = s;
+            p.idx[p.k] = &i;
+            p.cnt[p.k++] = 1;
         }
-        bson_destroy(&subs[j]);
-        int code = rcs[j] != 0 ? 0 : rt_reply_code(&rs[j]);
-        if (rcs[j] != 0) {
-            if (rc == 0) {
-                rc = rcs[j];
-                *err = errs[j];
-            }
-        } else if (rt_stale_code(code) && retry) {
+    parts_send(&p, db, cmd, arr, elems, c);
+    int rc = 0, code;
+    bool failed = false;
+    for (int j = 0; j < p.k; j++) {
+        switch (part_outcome(&p, j, retry, &rc, &code, err)) {
+        case PART_LOST:
+            break;
+        case PART_STALE:
             *stalep = true;
-        } else if (code != 0) {
-            applied[sh[j]] = true;
+            break;
+        case PART_FAILED:
+            applied[p.sh[j]] = true;
             if (!failed)
-                add_error(m, i, code, reply_errmsg(&rs[j], "write failed on a shard"));
+                add_error(m, i, code, reply_errmsg(&p.rs[j], "write failed on a shard"));
             *errsp += !failed;
             failed = true;
-        } else {
-            applied[sh[j]] = true;
-            *errsp += merged_add(m, &rs[j], &i, 1);
+            break;
+        case PART_APPLIED:
+            applied[p.sh[j]] = true;
+            *errsp += merged_add(m, &p.rs[j], &i, 1);
+            break;
         }
-        bson_destroy(&rs[j]);
     }
+    parts_free(&p);
     return rc;
 }
 

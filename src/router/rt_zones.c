@@ -47,11 +47,11 @@ int rt_cmd_zone(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err
         return sbl_err_set(err, SBL_E_Unauthorized, "%s may only be run against the admin "
                            "database.", name);
     bson_t fwd = BSON_INITIALIZER, wc, r;
-    bson_append_value(&fwd, to, -1, bson_iter_value(&it));
+    sbl_append_value(&fwd, to, -1, bson_iter_value(&it));
     static const char *const fields[] = {"zone", "min", "max"};
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
         if (bson_iter_init_find(&it, cmd, fields[i]))
-            bson_append_value(&fwd, fields[i], -1, bson_iter_value(&it));
+            sbl_append_value(&fwd, fields[i], -1, bson_iter_value(&it));
     BSON_APPEND_DOCUMENT_BEGIN(&fwd, "writeConcern", &wc);
     BSON_APPEND_UTF8(&wc, "w", "majority");
     bson_append_document_end(&fwd, &wc);
@@ -250,7 +250,7 @@ static void split_point(const bson_t *tmin, const bson_t *key, int hashed_pos, i
     while (bson_iter_next(&k)) {
         bool mv = bson_iter_next(&m);
         if (i < hashed_pos && mv)
-            bson_append_value(out, bson_iter_key(&k), -1, bson_iter_value(&m));
+            sbl_append_value(out, bson_iter_key(&k), -1, bson_iter_value(&m));
         else if (i == hashed_pos)
             BSON_APPEND_INT64(out, bson_iter_key(&k), h);
         else

@@ -10,6 +10,8 @@
  */
 #include "server/server.h"
 
+#include "doc/doc.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -605,11 +607,11 @@ static void nest(const bson_t *flat, const char *prefix, bson_t *out)
         if (dot == NULL) {
             bson_iter_t dup;
             if (!bson_iter_init_find(&dup, out, rest))
-                bson_append_value(out, rest, -1, bson_iter_value(&it));
+                sbl_append_value(out, rest, -1, bson_iter_value(&it));
             else { /* a later setting replaces an earlier one: rebuild out without it */
                 bson_t tmp = BSON_INITIALIZER;
                 bson_copy_to_excluding_noinit(out, &tmp, rest, NULL);
-                bson_append_value(&tmp, rest, -1, bson_iter_value(&it));
+                sbl_append_value(&tmp, rest, -1, bson_iter_value(&it));
                 bson_reinit(out);
                 bson_concat(out, &tmp);
                 bson_destroy(&tmp);

@@ -219,7 +219,7 @@ static int load(const char *ns, sv_t *out, sbl_err_t *err)
     }
     bson_t p = BSON_INITIALIZER;
     bson_init(&f);
-    bson_append_value(&f, "uuid", -1, &uuid);
+    sbl_append_value(&f, "uuid", -1, &uuid);
     static const char *const fields[] = {"min", "max", "shard", "lastmod",
                                          "onCurrentShardSince", "history", NULL};
     for (int i = 0; fields[i] != NULL; i++)

@@ -432,7 +432,7 @@ static void key_doc(const sbl_index_t *ix, const uint8_t *key, size_t len, bson_
                              : 0;
         bson_iter_t it;
         if (n > 0 && bson_iter_init_find(&it, &tmp, "k"))
-            bson_append_value(value, ix->fields[i], -1, bson_iter_value(&it));
+            sbl_append_value(value, ix->fields[i], -1, bson_iter_value(&it));
         else
             bson_append_null(value, ix->fields[i], -1);
         bson_destroy(&tmp);

@@ -86,7 +86,7 @@ static void format_value(bson_string_t *out, const bson_value_t *v)
         bson_t tmp = BSON_INITIALIZER;
         char *json, *p;
         size_t n;
-        bson_append_value(&tmp, "v", 1, v);
+        sbl_append_value(&tmp, "v", 1, v);
         json = bson_as_relaxed_extended_json(&tmp, NULL);
         /* json is `{ "v" : <value> }` */
         p = json != NULL ? strstr(json, ": ") : NULL;
@@ -136,7 +136,7 @@ static int dup_key_error(const sbl_coll_t *c, const bson_value_t *id, bson_t *er
     int rc;
 
     BSON_APPEND_INT32(&pattern, "_id", 1);
-    bson_append_value(&value, "_id", 3, id);
+    sbl_append_value(&value, "_id", 3, id);
     rc = sbl_wt_dup_key(c->ns, "_id_", &pattern, &value, err_info, err);
     bson_destroy(&pattern);
     bson_destroy(&value);

@@ -420,7 +420,7 @@ static bool apply_top_level_sets(const sbl_update_t *u, const bson_t *old, bson_
     uint32_t at[MAX_SETS];
     for (size_t i = 0; i < u->nacts; i++) {
         at[i] = vals.len - 1; /* the element starts where the terminator is */
-        bson_append_value(&vals, u->acts[i].path, -1, &u->acts[i].arg);
+        sbl_append_value(&vals, u->acts[i].path, -1, &u->acts[i].arg);
     }
     const uint8_t *od = bson_get_data(old), *vd = bson_get_data(&vals);
     /* span: where old's bytes still to copy begin; a replaced field's old

@@ -563,7 +563,7 @@ static int parse_pull(upd_action_t *a, bson_iter_t *arg, sbl_err_t *err)
         return 0;
     }
     a->pull_kind = UPD_PULL_WRAPPED;
-    bson_append_value(&wrapped, "v", 1, &a->arg);
+    sbl_append_value(&wrapped, "v", 1, &a->arg);
     a->matcher = sbl_matcher_new(&wrapped, err);
     bson_destroy(&wrapped);
     return a->matcher ? 0 : (err && err->code ? err->code : SBL_E_BadValue);

@@ -256,7 +256,7 @@ static int unwrap_query(bson_t *cmd, const bson_t *q, sbl_err_t *err)
         bson_iter_t rp, dup;
         if (bson_iter_init_find(&rp, q, "$readPreference") &&
             !bson_iter_init_find(&dup, &inner, "$readPreference") &&
-            !bson_append_iter(cmd, "$readPreference", -1, &rp))
+            !sbl_append_iter(cmd, "$readPreference", -1, &rp))
             return sbl_err_set(err, SBL_E_BSONObjectTooLarge, "command document too large");
         return 0;
     }

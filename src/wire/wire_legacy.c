@@ -13,6 +13,8 @@
 #include "wire/wire.h"
 #include "wire/wire_int.h"
 
+#include "doc/doc.h"
+
 #include <string.h>
 
 /* OP_QUERY flag bits. */
@@ -51,10 +53,10 @@ int sbl_wire_legacy_find(sbl_request_t *req, const char *coll, const bson_t *q,
     req->legacy_find = true;
     BSON_APPEND_UTF8(cmd, "find", coll);
     if (wrapped) {
-        bson_append_iter(cmd, "filter", -1, &it);
+        sbl_append_iter(cmd, "filter", -1, &it);
         for (size_t i = 0; i < sizeof(modifiers) / sizeof(modifiers[0]); i++)
             if (bson_iter_init_find(&it, q, modifiers[i].legacy))
-                bson_append_iter(cmd, modifiers[i].field, -1, &it);
+                sbl_append_iter(cmd, modifiers[i].field, -1, &it);
         if (bson_iter_init_find(&it, q, "$explain"))
             return sbl_err_set(err, SBL_E_BadValue,
                                "OP_QUERY $explain is not supported: run the explain command");
@@ -147,7 +149,7 @@ int32_t sbl_wire_legacy_body(const sbl_request_t *req, const bson_t *reply, sbl_
         BSON_APPEND_INT32(&e, "code",
                           bson_iter_init_find(&it, reply, "code") ? bson_iter_as_int64(&it) : 8);
         if (bson_iter_init_find(&it, reply, "codeName"))
-            bson_append_iter(&e, "codeName", -1, &it);
+            sbl_append_iter(&e, "codeName", -1, &it);
         sbl_buf_append_i32le(out, RF_QUERY_FAILURE | RF_AWAIT_CAPABLE);
         sbl_buf_append_i64le(out, 0);
         sbl_buf_append_i32le(out, req->legacy_from);

@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "doc/doc.h" /* sbl_append_value, sbl_append_iter */
+
 /* The program name every message starts with (set by tool_opts_parse). */
 extern const char *tool_prog;
 

@@ -197,7 +197,7 @@ static void put_value(bson_string_t *o, const bson_iter_t *it, bool canonical)
     default: { /* libbson's spelling: {"v":<value>} -> <value> */
         bson_t tmp = BSON_INITIALIZER;
         size_t len = 0;
-        bson_append_iter(&tmp, "v", 1, it);
+        sbl_append_iter(&tmp, "v", 1, it);
         char *s = canonical ? bson_as_canonical_extended_json(&tmp, &len)
                             : bson_as_relaxed_extended_json(&tmp, &len);
         if (s != NULL) {

@@ -90,7 +90,7 @@ int restore_create(restore_t *r, rintent_t *it)
             bool view_key = strcmp(k, "viewOn") == 0 || strcmp(k, "pipeline") == 0;
             if (r->o.no_options && !view_key)
                 continue;
-            bson_append_iter(&cmd, k, -1, &i);
+            sbl_append_iter(&cmd, k, -1, &i);
         }
     }
     bool ok;
@@ -230,7 +230,7 @@ static int build_indexes(restore_t *r, rintent_t *it)
         bson_iter_recurse(&i, &f);
         while (bson_iter_next(&f))
             if (strcmp(bson_iter_key(&f), "ns") != 0)
-                bson_append_iter(&ix, bson_iter_key(&f), -1, &f);
+                sbl_append_iter(&ix, bson_iter_key(&f), -1, &f);
         bson_append_document_end(&arr, &ix);
     }
     bson_append_array_end(&cmd, &arr);
@@ -287,8 +287,8 @@ int restore_users(restore_t *r, rintent_t *it)
         char k[16];
         const char *key;
         bson_uint32_to_string(n++, &key, k, sizeof(k));
-        bson_append_iter(&ids, key, -1, &id);
-        bson_append_iter(&sel, "_id", -1, &id);
+        sbl_append_iter(&ids, key, -1, &id);
+        sbl_append_iter(&sel, "_id", -1, &id);
         BSON_APPEND_BOOL(&opts, "upsert", true);
         if (!mongoc_collection_replace_one(coll, &sel, &doc, &opts, NULL, &e))
             rc = tool_err("restoring %s %s: %s", it->kind == RK_USERS ? "user" : "role",

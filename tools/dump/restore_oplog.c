@@ -118,7 +118,7 @@ static int diff_to_update(const bson_t *diff, const char *prefix, bson_t *set, b
                                 prefix);
             snprintf(path, sizeof(path), "%s.%s", prefix, k + 1);
             if (k[0] == 'u') {
-                bson_append_iter(set, path, -1, &it);
+                sbl_append_iter(set, path, -1, &it);
             } else if (k[0] == 's' && BSON_ITER_HOLDS_DOCUMENT(&it)) {
                 bson_t d;
                 uint32_t len;
@@ -138,7 +138,7 @@ static int diff_to_update(const bson_t *diff, const char *prefix, bson_t *set, b
                 if (k[0] == 'd')
                     BSON_APPEND_INT32(unset, path, 1);
                 else
-                    bson_append_iter(set, path, -1, &sub);
+                    sbl_append_iter(set, path, -1, &sub);
             }
         } else if (k[0] == 's' && BSON_ITER_HOLDS_DOCUMENT(&it)) {
             snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", k + 1);
@@ -182,7 +182,7 @@ static int apply_crud(replay_t *p, char op, const char *ns, const bson_t *o, con
             rc = tool_err("an oplog entry at Timestamp(%u, %u) on %s has no _id", p->last_t,
                           p->last_i, ns);
         } else {
-            bson_append_iter(&filter, "_id", 3, &it);
+            sbl_append_iter(&filter, "_id", 3, &it);
             ok = op == 'i' ? mongoc_bulk_operation_replace_one_with_opts(p->bulk, &filter, o,
                                                                          &uopts, &e)
                            : mongoc_bulk_operation_remove_one_with_opts(p->bulk, &filter, NULL,
@@ -192,7 +192,7 @@ static int apply_crud(replay_t *p, char op, const char *ns, const bson_t *o, con
         rc = tool_err("an update in the oplog at Timestamp(%u, %u) on %s has no o2._id",
                       p->last_t, p->last_i, ns);
     } else {
-        bson_append_iter(&filter, "_id", 3, &it);
+        sbl_append_iter(&filter, "_id", 3, &it);
         bson_t diff;
         bool ops = bson_iter_init(&it, o) && bson_iter_next(&it) && bson_iter_key(&it)[0] == '$';
         if (!ops) { /* Sable's entries: the whole new document */
@@ -214,7 +214,7 @@ static int apply_crud(replay_t *p, char op, const char *ns, const bson_t *o, con
             bson_iter_init(&it, o);
             while (bson_iter_next(&it))
                 if (strcmp(bson_iter_key(&it), "$v") != 0)
-                    bson_append_iter(&u, bson_iter_key(&it), -1, &it);
+                    sbl_append_iter(&u, bson_iter_key(&it), -1, &it);
             ok = mongoc_bulk_operation_update_one_with_opts(p->bulk, &filter, &u, NULL, &e);
             bson_destroy(&u);
         }
@@ -243,11 +243,11 @@ static int apply_command(replay_t *p, const char *ns, const bson_t *o)
     const char *name = bson_iter_key(&f);
     bson_t cmd = BSON_INITIALIZER, arr, spec;
     if (strcmp(name, "createIndexes") == 0) { /* one spec per entry, flattened into o */
-        bson_append_iter(&cmd, "createIndexes", -1, &f);
+        sbl_append_iter(&cmd, "createIndexes", -1, &f);
         BSON_APPEND_ARRAY_BEGIN(&cmd, "indexes", &arr);
         BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &spec);
         while (bson_iter_next(&f))
-            bson_append_iter(&spec, bson_iter_key(&f), -1, &f);
+            sbl_append_iter(&spec, bson_iter_key(&f), -1, &f);
         bson_append_document_end(&arr, &spec);
         bson_append_array_end(&cmd, &arr);
     } else if (strcmp(name, "create") == 0 || strcmp(name, "drop") == 0 ||
@@ -260,7 +260,7 @@ static int apply_command(replay_t *p, const char *ns, const bson_t *o)
         do
             if (strcmp(bson_iter_key(&f), "idIndex") != 0 &&
                 strcmp(bson_iter_key(&f), "stayTemp") != 0)
-                bson_append_iter(&cmd, bson_iter_key(&f), -1, &f);
+                sbl_append_iter(&cmd, bson_iter_key(&f), -1, &f);
         while (bson_iter_next(&f));
     } else {
         bson_destroy(&cmd);

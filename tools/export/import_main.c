@@ -96,7 +96,7 @@ static bool key_filter(imp_t *m, const bson_t *doc, bson_t *filter)
     for (int k = 0; k < m->keys.n; k++) {
         bson_iter_t it, f;
         if (bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, m->keys.v[k], &f)) {
-            bson_append_iter(filter, m->keys.v[k], -1, &f);
+            sbl_append_iter(filter, m->keys.v[k], -1, &f);
             any = true;
         }
     }
@@ -142,11 +142,11 @@ static int add(imp_t *m, const bson_t *doc)
         bson_iter_init(&it, doc);
         while (bson_iter_next(&it))
             if (strcmp(bson_iter_key(&it), "_id") != 0)
-                bson_append_iter(&set, bson_iter_key(&it), -1, &it);
+                sbl_append_iter(&set, bson_iter_key(&it), -1, &it);
         bson_append_document_end(&up, &set);
         if (bson_iter_init_find(&it, doc, "_id")) {
             BSON_APPEND_DOCUMENT_BEGIN(&up, "$setOnInsert", &soi);
-            bson_append_iter(&soi, "_id", 3, &it);
+            sbl_append_iter(&soi, "_id", 3, &it);
             bson_append_document_end(&up, &soi);
         }
         BSON_APPEND_BOOL(&opts, "upsert", true);

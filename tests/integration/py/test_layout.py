@@ -11,6 +11,10 @@ The source tree keeps the shape docs/ARCHITECTURE.md describes:
 - every module folder has a row in docs/ARCHITECTURE.md's module table and
   every row names a folder that exists;
 - no source file is over 1,200 lines;
+- no file under src/ but src/doc calls libbson's bson_append_value or
+  bson_append_iter (or their BSON_APPEND_ macros), which cut a code value at
+  an embedded NUL byte: values are copied with sbl_append_value and
+  sbl_append_iter (src/doc/doc.h);
 - every source path the docs name (`src/<m>/<file>.c|h`) exists;
 - the measurement references (docs/BENCHMARKS.md, docs/audit.md) stay under 400
   lines: new figures replace old ones, the history lives in git.
@@ -130,6 +134,24 @@ def test_no_source_file_over_the_limit():
             if n > MAX_LINES:
                 long_files.append("bench/%s (%d lines)" % (fn, n))
     assert not long_files, "source files over %d lines: %s" % (MAX_LINES, long_files)
+
+
+LIBBSON_COPY = re.compile(r"\b(bson_append_value|bson_append_iter|BSON_APPEND_VALUE|"
+                          r"BSON_APPEND_ITER)\s*\(")
+
+
+def test_values_are_copied_with_the_sbl_appenders():
+    calls = []
+    for m in modules():
+        if m == "doc":
+            continue
+        for path in sources(os.path.join(SRC, m)):
+            with open(path, encoding="utf-8") as f:
+                for n, line in enumerate(f, 1):
+                    if LIBBSON_COPY.search(line):
+                        calls.append("%s:%d" % (os.path.relpath(path, ROOT), n))
+    assert not calls, ("libbson's bson_append_value/bson_append_iter cut code values at a NUL "
+                       "byte; use sbl_append_value/sbl_append_iter (doc/doc.h): %s" % calls)
 
 
 def test_docs_name_only_existing_sources():

@@ -183,6 +183,13 @@ def test_merge_chunks_errors(mongos):
                                        bounds=[{"k": 0}, {"k": 10}])) == 73
     assert code_of(lambda: mongos.mg.command("mergeChunks", ns,
                                              bounds=[{"k": 10}, {"k": 20}])) == 13
+    # moveChunk and moveRange look the collection up the same way (rt_sharded_coll)
+    for cmd, kw in (("moveChunk", {"find": {"k": 1}, "to": other}),
+                    ("moveRange", {"min": {"k": 0}, "toShard": other})):
+        with pytest.raises(OperationFailure) as e:
+            adm.command(cmd, "mg.plain", **kw)
+        assert e.value.code == 118 and "Collection mg.plain is not sharded." in str(e.value)
+    assert code_of(lambda: adm.command("moveChunk", "mg", find={"k": 1}, to=other)) == 73
     assert layout(mongos, ns) == before  # nothing changed
 
 

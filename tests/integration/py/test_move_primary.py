@@ -252,3 +252,26 @@ def test_out_from_sharded_source_follows_move_primary(routers, shards):
     assert shards["shard1"].dbvout.t.count_documents({}) == 11
     assert "t" not in shards["shard0"].dbvout.list_collection_names()
     assert a.dbvout.t.count_documents({}) == 11
+
+
+def test_database_aggregate_follows_move_primary(routers, shards):
+    # {aggregate: 1} runs whole on the database's primary with its databaseVersion: a router
+    # that cached the old primary learns of the move from its StaleDbVersion and runs the
+    # pipeline (whose $lookup reads the moved collection) on the new one
+    a, b = routers
+    a.admin.command("enableSharding", "dbvagg", primaryShard="shard0")
+    a.dbvagg.c.insert_many([{"_id": i, "v": i * 10} for i in range(3)])
+    pl = [{"$documents": [{"k": 0}, {"k": 2}]},
+          {"$lookup": {"from": "c", "localField": "k", "foreignField": "_id", "as": "m"}},
+          {"$project": {"_id": 0, "k": 1, "m": 1}}]
+    want = [{"k": 0, "m": [{"_id": 0, "v": 0}]}, {"k": 2, "m": [{"_id": 2, "v": 20}]}]
+    assert list(b.dbvagg.aggregate(pl)) == want  # B caches shard0
+    a.admin.command("movePrimary", "dbvagg", to="shard1")
+    assert "c" not in shards["shard0"].dbvagg.list_collection_names()
+    assert list(b.dbvagg.aggregate(pl)) == want
+    # the version check itself: the old primary refuses a database-level aggregate
+    v = a.config.databases.find_one({"_id": "dbvagg"})["version"]
+    with pytest.raises(OperationFailure) as e:
+        shards["shard0"].dbvagg.command("aggregate", 1, pipeline=[{"$documents": [{}]}],
+                                        cursor={}, databaseVersion=dict(v))
+    assert e.value.code == 249

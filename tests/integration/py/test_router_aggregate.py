@@ -393,3 +393,39 @@ def test_a_failing_shard_leaves_no_cursor_open(cl):
         list(cl.ag.big.aggregate([{"$project": {"x": {"$divide": [1, {"$add": ["$k", 1]}]}}},
                                   {"$group": {"_id": None, "s": {"$stdDevPop": "$x"}}}]))
     assert open_cursors() == before
+
+
+def test_code_with_nul_through_router(cl):
+    # code values holding a NUL byte (test_code_nul.py) come back whole from the router's
+    # merges: sorted finds, partial groups, the merger's stages, distinct
+    from bson.code import Code
+    c, w = Code("a\x00b"), Code("x\x00y", {"s": 1})
+
+    def same(v, want):
+        assert v == want and isinstance(v, Code) and v.scope == want.scope, (v, want)
+
+    sharded.split_at_zero(cl, "ag", ["codes"])
+    t = cl.ag.codes
+    t.insert_many([{"_id": k, "k": k, "c": c, "w": w} for k in (-2, -1, 0, 1)])
+    docs = list(t.find({}, {"c": 1, "w": 1, "k": 1}).sort("k", -1))
+    assert [d["k"] for d in docs] == [1, 0, -1, -2]
+    for d in docs:
+        same(d["c"], c)
+        same(d["w"], w)
+    g = list(t.aggregate([{"$group": {"_id": "$c", "f": {"$first": "$w"}, "all": {"$push": "$c"},
+                                      "top": {"$max": "$w"}}},
+                          {"$addFields": {"again": "$f"}}]))
+    assert len(g) == 1 and len(g[0]["all"]) == 4
+    same(g[0]["_id"], c)
+    same(g[0]["f"], w)
+    same(g[0]["top"], w)
+    same(g[0]["again"], w)
+    for v in g[0]["all"]:
+        same(v, c)
+    d = next(t.aggregate([{"$sort": {"k": 1}}, {"$limit": 1},
+                          {"$project": {"_id": 0, "p": "$c", "q": ["$w"]}}]))
+    same(d["p"], c)
+    same(d["q"][0], w)
+    vals = t.distinct("w")
+    assert len(vals) == 1
+    same(vals[0], w)

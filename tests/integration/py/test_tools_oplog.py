@@ -21,6 +21,7 @@ import time
 import pymongo
 import pytest
 from bson import BSON, decode_file_iter
+from bson.code import Code
 from bson.timestamp import Timestamp
 
 from sabled import Sabled
@@ -277,3 +278,18 @@ def test_oplog_errors(fresh, tmp_path):
     p = run_tool("sable-restore", "--port", standalone.port, "--oplogReplay", tmp_path / "dump")
     assert p.returncode != 0 and b"cannot replay: frobnicate" in p.stderr
     assert b"Timestamp(10, 1)" in p.stderr
+
+
+def test_oplog_replay_keeps_code_values_whole(fresh, tmp_path):
+    # an update's diff becomes $set paths (restore_oplog.c): a code value holding a NUL byte
+    # goes into them whole (sbl_append_iter)
+    (tmp_path / "dump" / "db").mkdir(parents=True)
+    (tmp_path / "dump" / "db" / "c.bson").write_bytes(BSON.encode({"_id": 1, "k": 1}))
+    c, w = Code("a\x00b"), Code("x\x00y", {"s": 1})
+    up = {"ts": Timestamp(10, 1), "t": 1, "op": "u", "ns": "db.c", "o2": {"_id": 1},
+          "o": {"$v": 2, "diff": {"i": {"c": c}, "u": {"k": w}}}}
+    (tmp_path / "dump" / "oplog.bson").write_bytes(BSON.encode(up))
+    dst = fresh()
+    ok(run_tool("sable-restore", "--port", dst.port, "--oplogReplay", tmp_path / "dump"))
+    d = dst.client().db.c.find_one({"_id": 1})
+    assert str(d["c"]) == "a\x00b" and str(d["k"]) == "x\x00y" and d["k"].scope == {"s": 1}, d

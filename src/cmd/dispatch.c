@@ -43,6 +43,10 @@ typedef struct pending {
     bool unsatisfiable_wc; /* a transaction's commit/abort asked w > members: it runs, then
                             * gets writeConcernError UnsatisfiableWriteConcern (as mongod) */
     uint64_t op_ts; /* its write concern waits for it too: writes commit in parallel */
+    bson_t *out;    /* the reply being built: &reply, or a getMore's in rbuf */
+    bson_writer_t *rw; /* a getMore's reply: after room for the wire header in rbuf */
+    uint8_t *rbuf;     /* (malloc'd; handed to the connection with the reply) */
+    size_t rbuf_len;
 } pending_t;
 
 /* ---- counters (serverStatus.opcounters; kept by src/metrics) ------------- */
@@ -168,7 +172,7 @@ static void op_end(pending_t *p)
         .duration_us = us,
         .rc = p->rc,
         .errmsg = p->err.msg,
-        .reply = &p->reply,
+        .reply = p->out,
         .plan_summary = ctx->plan_summary,
         .keys_examined = ctx->keys_examined,
         .docs_examined = ctx->docs_examined,
@@ -512,7 +516,7 @@ static void execute_inner(pending_t *p)
         return;
     /* collectionUUID: the named collection must be the one the client means (on a
      * shard too: a sharded collection has one UUID on every shard, as in mongod). */
-    if ((p->rc = sbl_cmd_check_coll_uuid(ctx, &p->reply, &p->err)) != 0)
+    if ((p->rc = sbl_cmd_check_coll_uuid(ctx, p->out, &p->err)) != 0)
         return;
     /* Read concerns that wait: afterClusterTime before the read, a
      * linearizable read's majority-acknowledged no-op after it. */
@@ -554,7 +558,7 @@ static void execute_inner(pending_t *p)
         sbl_cmd_prepare_wait_t pw; /* a prepared transaction's write: wait (prepare_wait.c) */
         sbl_cmd_prepare_wait_begin(&pw, ctx, p->def);
         p->rc = p->def->fn(ctx, &p->err);
-        while (sbl_cmd_prepare_wait_again(&pw, &p->rc, &p->err, &p->reply))
+        while (sbl_cmd_prepare_wait_again(&pw, &p->rc, &p->err, p->out))
             p->rc = p->def->fn(ctx, &p->err);
         sbl_cmd_prepare_wait_end(&pw);
         sbl_err_t jerr;
@@ -591,7 +595,7 @@ static bool error_detail(const char *k, int code)
 static void build_reply(pending_t *p, bson_t *out)
 {
     if (p->rc == 0) {
-        bson_concat(out, &p->reply);
+        bson_concat(out, p->out);
         BSON_APPEND_DOUBLE(out, "ok", 1.0);
         return;
     }
@@ -610,9 +614,9 @@ static void build_reply(pending_t *p, bson_t *out)
     }
     sbl_repl_append_cluster_time(out);
     bson_iter_t it;
-    if (p->ctx.cmd != NULL && !bson_has_field(&p->reply, "errorLabels"))
+    if (p->ctx.cmd != NULL && !bson_has_field(p->out, "errorLabels"))
         sbl_cmd_txn_error_labels(&p->ctx, p->err.code ? p->err.code : p->rc, out);
-    if (bson_iter_init(&it, &p->reply))
+    if (bson_iter_init(&it, p->out))
         while (bson_iter_next(&it))
             if (error_detail(bson_iter_key(&it), code))
                 sbl_append_iter(out, bson_iter_key(&it), -1, &it);
@@ -622,6 +626,10 @@ static void pending_free(pending_t *p)
 {
     sbl_routed_free(&p->routed);
     sbl_shard_filter_release(p->ctx.shard_filter);
+    if (p->rw != NULL) {
+        bson_writer_destroy(p->rw);
+        free(p->rbuf);
+    }
     bson_destroy(&p->reply);
     free(p);
 }
@@ -647,7 +655,7 @@ static bool exhaust_continues(pending_t *p, int64_t *cursor_id)
     } else if (!sbl_wire_legacy_exhaust(req)) {
         return false; /* a legacy find streams from its first batch on */
     }
-    return sbl_wire_batch_count(&p->reply, cursor_id) > 0 && *cursor_id != 0;
+    return sbl_wire_batch_count(p->out, cursor_id) > 0 && *cursor_id != 0;
 }
 
 static void dispatch_pending(pending_t *p, bool force_worker);
@@ -657,13 +665,13 @@ static void send_reply(pending_t *p)
 {
     if (p->rc == 0) {
         /* Success: the handler's fields plus ok, without copying them. */
-        BSON_APPEND_DOUBLE(&p->reply, "ok", 1.0);
-        sbl_repl_append_cluster_time(&p->reply);
+        BSON_APPEND_DOUBLE(p->out, "ok", 1.0);
+        sbl_repl_append_cluster_time(p->out);
         int64_t cursor_id;
         if (exhaust_continues(p, &cursor_id)) {
             sbl_conn_t *conn = p->ctx.conn;
             sbl_request_t *req = p->ctx.req;
-            sbl_conn_reply_more(conn, req, &p->reply);
+            sbl_conn_reply_more(conn, req, p->out);
             pending_free(p);
             if (req->legacy_find)
                 sbl_wire_legacy_next(req, cursor_id);
@@ -672,7 +680,13 @@ static void send_reply(pending_t *p)
                 dispatch_pending(p, true);
             return;
         }
-        sbl_conn_reply(p->ctx.conn, p->ctx.req, &p->reply);
+        if (p->rw != NULL) { /* the buffer goes to the connection as it is */
+            uint8_t *mem = p->rbuf;
+            p->rbuf = NULL;
+            sbl_conn_reply_owned(p->ctx.conn, p->ctx.req, mem, p->out->len);
+        } else {
+            sbl_conn_reply(p->ctx.conn, p->ctx.req, p->out);
+        }
         pending_free(p);
         return;
     }
@@ -749,7 +763,7 @@ static void repl_wait_done(void *arg, int code, const char *msg)
     pending_t *p = arg;
     if (code != 0) {
         bson_t wce, info;
-        BSON_APPEND_DOCUMENT_BEGIN(&p->reply, "writeConcernError", &wce);
+        BSON_APPEND_DOCUMENT_BEGIN(p->out, "writeConcernError", &wce);
         BSON_APPEND_INT32(&wce, "code", code);
         BSON_APPEND_UTF8(&wce, "codeName", sbl_err_name(code));
         BSON_APPEND_UTF8(&wce, "errmsg", msg);
@@ -758,7 +772,7 @@ static void repl_wait_done(void *arg, int code, const char *msg)
             BSON_APPEND_BOOL(&info, "wtimeout", true);
             bson_append_document_end(&wce, &info);
         }
-        bson_append_document_end(&p->reply, &wce);
+        bson_append_document_end(p->out, &wce);
     }
     if (p->ctx.wc.j) {
         sbl_storage_on_durable(durable_cb, p);
@@ -779,11 +793,11 @@ static void finish(pending_t *p)
     if (p->rc == 0 && p->unsatisfiable_wc) {
         p->unsatisfiable_wc = false;
         bson_t wce; /* the reply is sent below, as for any write */
-        BSON_APPEND_DOCUMENT_BEGIN(&p->reply, "writeConcernError", &wce);
+        BSON_APPEND_DOCUMENT_BEGIN(p->out, "writeConcernError", &wce);
         BSON_APPEND_INT32(&wce, "code", SBL_E_UnsatisfiableWriteConcern);
         BSON_APPEND_UTF8(&wce, "codeName", sbl_err_name(SBL_E_UnsatisfiableWriteConcern));
         BSON_APPEND_UTF8(&wce, "errmsg", "Not enough data-bearing nodes");
-        bson_append_document_end(&p->reply, &wce);
+        bson_append_document_end(p->out, &wce);
     }
     if (p->ctx.close_instead && p->ctx.conn != NULL) {
         /* onPrimaryTransactionalWrite: the write ran; the client gets no reply. */
@@ -876,6 +890,7 @@ static pending_t *pending_start(sbl_conn_t *conn, sbl_request_t *req)
         return NULL;
     }
     bson_init(&p->reply);
+    p->out = &p->reply;
     p->ctx.conn = conn;
     p->ctx.req = req;
     p->ctx.client = sbl_conn_data(conn);
@@ -884,9 +899,27 @@ static pending_t *pending_start(sbl_conn_t *conn, sbl_request_t *req)
     sbl_routed_take(&p->routed, &req->cmd);
     p->ctx.cmd = &req->cmd;
     p->ctx.db = req->db;
-    p->ctx.reply = &p->reply;
+    p->ctx.reply = p->out;
     p->ctx.wc.w = 1;
     return p;
+}
+
+/* Build p's reply after room for its OP_MSG header (a getMore's batch,
+ * which may be large): the connection sends that buffer as it is, without
+ * a copy of the reply into a message (sbl_conn_reply_owned). */
+static void reply_with_room(pending_t *p)
+{
+    bson_t *b;
+    p->rw = bson_writer_new(&p->rbuf, &p->rbuf_len, SBL_WIRE_MSG_HEAD, bson_realloc_ctx, NULL);
+    if (p->rw != NULL && bson_writer_begin(p->rw, &b)) {
+        p->out = p->ctx.reply = b;
+        return;
+    }
+    if (p->rw != NULL)
+        bson_writer_destroy(p->rw);
+    free(p->rbuf);
+    p->rw = NULL;
+    p->rbuf = NULL;
 }
 
 static void dispatch_pending(pending_t *p, bool force_worker)
@@ -901,6 +934,8 @@ static void dispatch_pending(pending_t *p, bool force_worker)
         finish(p); /* failCommand: an error reply, a closed connection or a block */
         return;
     }
+    if (p->def->fn == sbl_cursor_get_more && sbl_wire_reply_plain(p->ctx.req))
+        reply_with_room(p);
     int64_t counted = count_op(p->def, p->ctx.cmd);
     /* During a migration or movePrimary, or on a new primary before its
      * migration recovery, a router's command may wait: never on the loop thread. */
@@ -971,11 +1006,11 @@ static void run_await_write_concern(pending_t *p)
     if (code == 0)
         return;
     bson_t wce;
-    BSON_APPEND_DOCUMENT_BEGIN(&p->reply, "writeConcernError", &wce);
+    BSON_APPEND_DOCUMENT_BEGIN(p->out, "writeConcernError", &wce);
     BSON_APPEND_INT32(&wce, "code", code);
     BSON_APPEND_UTF8(&wce, "codeName", sbl_err_name(code));
     BSON_APPEND_UTF8(&wce, "errmsg", msg);
-    bson_append_document_end(&p->reply, &wce);
+    bson_append_document_end(p->out, &wce);
 }
 
 void sbl_cmd_run(const char *db, const bson_t *cmd, bson_t *reply)
@@ -983,6 +1018,7 @@ void sbl_cmd_run(const char *db, const bson_t *cmd, bson_t *reply)
     pending_t p;
     memset(&p, 0, sizeof(p));
     bson_init(&p.reply);
+    p.out = &p.reply;
     p.ctx.client = &internal_client;
     p.ctx.cmd = cmd;
     p.ctx.db = db;

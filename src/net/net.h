@@ -65,6 +65,11 @@ void sbl_net_stop(void);
  * Does not take ownership of reply.
  */
 void sbl_conn_reply(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply);
+/* The same for a plain OP_MSG reply (sbl_wire_reply_plain) built in place:
+ * mem (malloc'd; taken) holds SBL_WIRE_MSG_HEAD bytes of room, then the
+ * reply's body_len bytes of BSON; the header is written there and mem is
+ * sent as it is, no copy. */
+void sbl_conn_reply_owned(sbl_conn_t *conn, sbl_request_t *req, uint8_t *mem, size_t body_len);
 
 /*
  * Exhaust streaming: send reply with the moreToCome flag and keep req in

@@ -602,7 +602,9 @@ void net_flush_free(net_loop_t *nl)
 }
 
 /* Queue a reply's wire bytes (mem: malloc'd and owned, or NULL to copy
- * data) behind what c holds; a large one goes out at once, after them. */
+ * data) behind what c holds; a large one goes out at once, after them.  When
+ * c holds nothing and data is mem, mem itself is held (a reply is usually
+ * alone in its iteration: one copy of its bytes less). */
 static void hold_reply(sbl_conn_t *c, const uint8_t *data, size_t len, uint8_t *mem)
 {
     if (c->closing) {
@@ -612,6 +614,12 @@ static void hold_reply(sbl_conn_t *c, const uint8_t *data, size_t len, uint8_t *
     if (c->held_len + len > HOLD_MAX) {
         send_held(c);
         conn_write(c, data, len, mem); /* copies only what the socket does not take */
+        return;
+    }
+    if (c->held == NULL && mem == data) { /* the first reply held: kept, not copied */
+        c->held = mem;
+        c->held_len = c->held_cap = len;
+        flush_enqueue(c);
         return;
     }
     if (c->held_len + len > c->held_cap) {
@@ -650,37 +658,30 @@ void net_conn_reply_arrived(net_reply_t *r)
     conn_request_done(c);
 }
 
-void sbl_conn_reply(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply)
+/* Send a reply's wire bytes (mem, malloc'd, taken; NULL: no reply) and
+ * release req, from any thread. */
+static void reply_bytes(sbl_conn_t *conn, sbl_request_t *req, uint8_t *mem, size_t len)
 {
     net_loop_t *nl = conn->nl;
-    bool send = reply != NULL && !req->more_to_come;
     if (net_current_loop() == nl) {
-        if (send && !conn->closing) {
-            sbl_buf_t out;
-            size_t len;
-            sbl_buf_init(&out);
-            sbl_wire_build_reply(req, next_reply_id(), reply, &out);
-            /* handed over, not copied again: what the socket does not take at once
-               waits in this buffer (a 16 MB batch was copied twice on the loop) */
-            uint8_t *mem = sbl_buf_steal(&out, &len);
+        /* handed over, not copied again: what the socket does not take at once
+           waits in this buffer (a 16 MB batch was copied twice on the loop) */
+        if (mem != NULL && !conn->closing)
             hold_reply(conn, mem, len, mem);
-        }
+        else
+            free(mem);
         sbl_request_destroy(req);
         free(req);
         conn_request_done(conn);
         return;
     }
-    /* Another thread: build here, hand the bytes to the loop. */
+    /* Another thread: hand the bytes to the loop. */
     net_reply_t *r = calloc(1, sizeof(*r));
     if (r == NULL)
         abort(); /* the connection would otherwise hang forever */
     r->conn = conn;
-    if (send) {
-        sbl_buf_t out;
-        sbl_buf_init(&out);
-        sbl_wire_build_reply(req, next_reply_id(), reply, &out);
-        r->data = sbl_buf_steal(&out, &r->len);
-    }
+    r->data = mem;
+    r->len = len;
     sbl_request_destroy(req);
     free(req);
     pthread_mutex_lock(&nl->mu);
@@ -698,6 +699,25 @@ void sbl_conn_reply(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply)
     nl->replies_tail = r;
     uv_async_send(&nl->wake); /* under mu: wake is closed only after dead is set */
     pthread_mutex_unlock(&nl->mu);
+}
+
+void sbl_conn_reply(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply)
+{
+    uint8_t *mem = NULL;
+    size_t len = 0;
+    if (reply != NULL && !req->more_to_come) {
+        sbl_buf_t out;
+        sbl_buf_init(&out);
+        sbl_wire_build_reply(req, next_reply_id(), reply, &out);
+        mem = sbl_buf_steal(&out, &len);
+    }
+    reply_bytes(conn, req, mem, len);
+}
+
+void sbl_conn_reply_owned(sbl_conn_t *conn, sbl_request_t *req, uint8_t *mem, size_t body_len)
+{
+    sbl_wire_msg_head(req, next_reply_id(), (uint32_t)body_len, mem);
+    reply_bytes(conn, req, mem, SBL_WIRE_MSG_HEAD + body_len);
 }
 
 void sbl_conn_close_request(sbl_conn_t *conn, sbl_request_t *req)

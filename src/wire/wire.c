@@ -436,6 +436,30 @@ static void build_plain(const sbl_request_t *req, int32_t request_id, const bson
         sbl_buf_append_i32le(out, (int32_t)sbl_crc32c(0, out->data + start, out->len - start));
 }
 
+bool sbl_wire_reply_plain(const sbl_request_t *req)
+{
+    return req->opcode == SBL_OP_MSG && !req->more_to_come && req->reply_flags == 0 &&
+           !(req->flags & SBL_MSG_CHECKSUM_PRESENT) &&
+           (req->compressor == SBL_COMP_NOOP || sbl_compressor_name(req->compressor) == NULL);
+}
+
+static uint8_t *le32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
+    return p + 4;
+}
+
+void sbl_wire_msg_head(const sbl_request_t *req, int32_t request_id, uint32_t body_len,
+                       uint8_t *head)
+{
+    uint8_t *p = le32(head, SBL_WIRE_MSG_HEAD + body_len);
+    p = le32(p, (uint32_t)request_id);
+    p = le32(p, (uint32_t)req->request_id);
+    p = le32(p, SBL_OP_MSG);
+    p = le32(p, 0); /* flags */
+    *p = 0;         /* section kind 0: the body */
+}
+
 void sbl_wire_build_reply(const sbl_request_t *req, int32_t request_id, const bson_t *reply,
                           sbl_buf_t *out)
 {

@@ -83,6 +83,16 @@ void sbl_request_destroy(sbl_request_t *req);
 void sbl_wire_build_reply(const sbl_request_t *req, int32_t request_id, const bson_t *reply,
                           sbl_buf_t *out);
 
+/* The bytes before the body of a plain OP_MSG reply: header, flags, kind 0. */
+#define SBL_WIRE_MSG_HEAD 21
+/* Whether the reply to req is a plain OP_MSG (no checksum, not compressed,
+ * not streamed, expected): its body's bytes then follow SBL_WIRE_MSG_HEAD
+ * bytes that sbl_wire_msg_head fills, and go out as they are. */
+bool sbl_wire_reply_plain(const sbl_request_t *req);
+/* Write those SBL_WIRE_MSG_HEAD bytes for a body of body_len bytes to head. */
+void sbl_wire_msg_head(const sbl_request_t *req, int32_t request_id, uint32_t body_len,
+                       uint8_t *head);
+
 /* ---- legacy find (wire_legacy.c) ------------------------------------------
  * True when req is an OP_QUERY find with the Exhaust flag: its batches are
  * streamed without further requests. */

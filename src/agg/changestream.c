@@ -21,6 +21,7 @@
  */
 #include "agg/cs_int.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,13 +53,30 @@ static void set_str(char **dst, char *src)
     *dst = src;
 }
 
+/* The _data of the high-water mark at ts (a copy).  Every stream woken in
+ * one pass ends its batch at the same entry: the last one made is kept. */
+static pthread_mutex_t hwm_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t hwm_ts;
+static char hwm_str[64];
+
 static char *hwm_token(uint64_t ts)
 {
+    pthread_mutex_lock(&hwm_mu);
+    char *s = ts != 0 && ts == hwm_ts ? bson_strdup(hwm_str) : NULL;
+    pthread_mutex_unlock(&hwm_mu);
+    if (s != NULL)
+        return s;
     bson_t t = BSON_INITIALIZER;
     sbl_cs_pos_t p = {.ts = ts};
     sbl_cs_token_make(&p, NULL, NULL, &t);
-    char *s = sbl_cs_token_str(&t);
+    s = sbl_cs_token_str(&t);
     bson_destroy(&t);
+    if (strlen(s) < sizeof(hwm_str)) {
+        pthread_mutex_lock(&hwm_mu);
+        hwm_ts = ts;
+        strcpy(hwm_str, s);
+        pthread_mutex_unlock(&hwm_mu);
+    }
     return s;
 }
 
@@ -499,7 +517,7 @@ static bool cs_idle(void *state, uint64_t gen)
 static const sbl_cursor_source_t cs_source = {
     .next = cs_next, .free = cs_free, .finished = cs_finished, .annotate = cs_annotate,
     .wake_gen = sbl_cs_wake_point, .wake_due_us = cs_wake_due_us, .quick = sbl_cs_feed_quick,
-    .idle = cs_idle};
+    .idle = cs_idle, .batch = sbl_cs_feed_batch};
 
 /* ---- the stage's options ------------------------------------------------------- */
 

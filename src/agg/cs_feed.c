@@ -12,7 +12,10 @@
  * point, their stages, the size limit).  A stream whose resume point is not
  * in the ring (it fell behind, resumed from before it, or wants images from
  * before the feed kept them) reads the oplog itself (sbl_cs_refill), so a
- * stream sees the same events either way.
+ * stream sees the same events either way.  The streams that add nothing
+ * and are at the same point when woken get the same batch: its events are
+ * laid out once as a reply's array (cs_batch_t), which each of them appends
+ * with one copy, not event by event.
  *
  * What must stay true:
  *  - The ring holds every event of every entry with ts in (lo, hi] and
@@ -24,8 +27,9 @@
  *    own read can check that entry is still there.
  *  - A stream behind hi whose position the oplog has lost fails with 286,
  *    as its own read would, though the ring still holds its events.
- *  - The feed's lock is held while reading and taking references, never
- *    while a stream copies, runs its stages or looks documents up.
+ *  - The feed's lock is held while reading, taking references and laying
+ *    out a shared batch, never while a stream copies, runs its stages or
+ *    looks documents up.
  */
 #include "agg/cs_int.h"
 
@@ -58,8 +62,34 @@ struct cs_feed {
     uint64_t oldest, oldest_hi; /* the oplog's oldest entry, as read when hi was oldest_hi */
     cs_ev_t **ring;     /* RING_EVENTS slots; head is the oldest */
     size_t head, n, bytes;
+    struct cs_batch *batch; /* the last batch built for plain streams, or NULL */
     struct cs_feed *next;
 };
+
+/* A batch of a feed's events as the array elements of a getMore's reply,
+ * {"0": event, "1": event, ...}, built once for the plain streams (no
+ * images, lookup, stages or start point ahead) that read the same entries:
+ * those from next_lo to end.  Immutable once built; freed with its last
+ * reference. */
+typedef struct cs_batch {
+    int refs;                     /* atomic */
+    uint64_t next_lo, upto, hi;   /* built for streams at next_lo woken at upto, f->hi then */
+    uint64_t end;                 /* the last entry it covers */
+    bool real_end;                /* end is an entry the feed read */
+    int64_t n;
+    bson_t *doc;
+    char *last, *prev;            /* the last event's token and the one before (or NULL) */
+} cs_batch_t;
+
+static void batch_release(cs_batch_t *b)
+{
+    if (b == NULL || __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) > 0)
+        return;
+    bson_destroy(b->doc);
+    bson_free(b->last);
+    bson_free(b->prev);
+    free(b);
+}
 
 static pthread_mutex_t feeds_lock = PTHREAD_MUTEX_INITIALIZER;
 static cs_feed_t *feeds;
@@ -93,6 +123,8 @@ static void feed_reset(cs_feed_t *f)
         drop_front(f);
     f->head = 0;
     f->fresh = true;
+    batch_release(f->batch);
+    f->batch = NULL;
     f->oldest_hi = UINT64_MAX;
     if (f->reader->images) /* everything read from now on has them */
         __atomic_store_n(&f->images_after, 0, __ATOMIC_RELAXED);
@@ -218,19 +250,16 @@ static int check_position(cs_feed_t *f, const cs_state_t *st, sbl_opctx_t *ctx, 
     return f->oldest > pos ? sbl_cs_history_lost(err) : 0;
 }
 
-int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
+/* Make f's ring cover st's next entries, up to upto (the wake point, at or
+ * after st->next_lo): start the ring at st's point when it is empty or
+ * behind st, read the entries after hi when st is at the end, else check
+ * st's position is still in the oplog.  With f->mu held; *ringp false when
+ * the ring cannot serve st (f->mu then released: st reads the oplog itself);
+ * an error (f->mu released) is st's. */
+static int ring_prepare(cs_feed_t *f, cs_state_t *st, sbl_opctx_t *ctx, bool *ringp,
+                        sbl_err_t *err)
 {
-    cs_feed_t *f = st->feed;
-    if (f == NULL)
-        return sbl_cs_refill(st, ctx, err);
-    /* the sample waiting streams wake for, a real entry at or below the
-     * commit point: streams read to it, so one wake is one reply each (and
-     * a getMore with nothing new takes no lock, not even the set's) */
-    uint64_t upto = sbl_cs_wake_point();
-    if (upto < st->next_lo)
-        return 0;
-    if (sbl_repl_majority_ts() < st->next_lo)
-        return sbl_cs_refill(st, ctx, err);
+    *ringp = false;
     pthread_mutex_lock(&f->mu);
     if (f->fresh || st->next_lo > f->hi + 1) {
         /* start the ring at this stream's point: nothing read yet, or every
@@ -251,14 +280,14 @@ int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
     }
     if (st->next_lo <= ring_from(f, st)) { /* behind the ring, or from before it */
         pthread_mutex_unlock(&f->mu);
-        return sbl_cs_refill(st, ctx, err);
+        return 0;
     }
     if (st->next_lo > f->hi) {
         sbl_err_t ferr;
         sbl_err_clear(&ferr);
         if (feed_read(f, ctx, &ferr) != 0) { /* the stream's own read says why */
             pthread_mutex_unlock(&f->mu);
-            return sbl_cs_refill(st, ctx, err);
+            return 0;
         }
     } else {
         int rc = check_position(f, st, ctx, err);
@@ -267,6 +296,27 @@ int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
             return rc;
         }
     }
+    *ringp = true;
+    return 0;
+}
+
+int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    cs_feed_t *f = st->feed;
+    if (f == NULL)
+        return sbl_cs_refill(st, ctx, err);
+    /* the sample waiting streams wake for, a real entry at or below the
+     * commit point: streams read to it, so one wake is one reply each (and
+     * a getMore with nothing new takes no lock, not even the set's) */
+    uint64_t upto = sbl_cs_wake_point();
+    if (upto < st->next_lo)
+        return 0;
+    if (sbl_repl_majority_ts() < st->next_lo)
+        return sbl_cs_refill(st, ctx, err);
+    bool ring;
+    SBL_RET(ring_prepare(f, st, ctx, &ring, err));
+    if (!ring)
+        return sbl_cs_refill(st, ctx, err);
     cs_ev_t **evs;
     size_t n;
     uint64_t end;
@@ -301,6 +351,104 @@ int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err)
         st->next_lo = end + 1;
     }
     return rc;
+}
+
+/* The batch of the ring's events from next_lo on, of entries up to upto
+ * (whole entries, about TAKE_EVENTS at most), as sbl_cs_feed_fill would
+ * queue them for a plain stream; NULL when there is none, when it holds an
+ * invalidate or an event over the size limit (fill's path handles those), or
+ * when its events pass max_bytes.  Under f->mu; the feed holds the one
+ * reference. */
+static cs_batch_t *batch_build(cs_feed_t *f, uint64_t next_lo, uint64_t upto, size_t max_bytes)
+{
+    size_t i0 = first_from(f, next_lo), i = i0, bytes = 0;
+    uint64_t end = upto < f->hi ? upto : f->hi;
+    for (; i < f->n; i++) {
+        cs_ev_t *ev = slot(f, i);
+        if (ev->pos.ts > upto)
+            break;
+        if (i - i0 >= TAKE_EVENTS && ev->pos.ts != slot(f, i - 1)->pos.ts) {
+            end = slot(f, i - 1)->pos.ts;
+            break;
+        }
+        if (ev->pos.from_invalidate || ev->doc->len > SBL_CS_EVENT_MAX + 16 * 1024)
+            return NULL;
+        bytes += ev->doc->len;
+    }
+    size_t n = i - i0;
+    if (n == 0 || bytes > max_bytes)
+        return NULL;
+    cs_batch_t *b = calloc(1, sizeof(*b));
+    if (b == NULL || (b->doc = bson_sized_new(bytes + n * 16 + 5)) == NULL) {
+        free(b);
+        return NULL;
+    }
+    for (size_t k = 0; k < n; k++) {
+        char key[24];
+        const char *kp;
+        bson_uint32_to_string((uint32_t)k, &kp, key, sizeof(key));
+        bson_append_document(b->doc, kp, -1, slot(f, i0 + k)->doc);
+    }
+    b->refs = 1;
+    b->next_lo = next_lo;
+    b->upto = upto;
+    b->hi = f->hi;
+    b->end = end;
+    b->real_end = f->reader->scanned != 0;
+    b->n = (int64_t)n;
+    b->last = bson_strdup(slot(f, i0 + n - 1)->token);
+    b->prev = n > 1 ? bson_strdup(slot(f, i0 + n - 2)->token) : NULL;
+    return b;
+}
+
+int sbl_cs_feed_batch(void *state, sbl_opctx_t *ctx, int64_t limit, size_t max_bytes,
+                      bson_t *arr, int64_t *countp, sbl_err_t *err)
+{
+    cs_state_t *st = state;
+    cs_feed_t *f = st->feed;
+    *countp = 0;
+    if (f == NULL || st->qi < st->qn || st->invalidated || st->rest != NULL || st->split ||
+        st->full_doc != FD_DEFAULT || st->pre != PRE_OFF ||
+        (st->has_skip && st->skip.ts >= st->next_lo))
+        return 0;
+    uint64_t upto = sbl_cs_wake_point();
+    if (upto < st->next_lo || sbl_repl_majority_ts() < st->next_lo)
+        return 0;
+    bool ring;
+    SBL_RET(ring_prepare(f, st, ctx, &ring, err));
+    if (!ring)
+        return 0;
+    cs_batch_t *b = f->batch;
+    if (b == NULL || b->next_lo != st->next_lo || b->upto != upto || b->hi != f->hi) {
+        if ((b = batch_build(f, st->next_lo, upto, max_bytes)) != NULL) {
+            batch_release(f->batch);
+            f->batch = b;
+        }
+    }
+    if (b != NULL && (limit < 0 || b->n <= limit))
+        __atomic_add_fetch(&b->refs, 1, __ATOMIC_RELAXED);
+    else
+        b = NULL;
+    pthread_mutex_unlock(&f->mu);
+    if (b == NULL)
+        return 0;
+    bson_concat(arr, b->doc);
+    /* st's tokens and position as after b->n calls of cs_next */
+    if (b->prev != NULL) {
+        bson_free(st->tok_prev);
+        st->tok_prev = bson_strdup(b->prev);
+        bson_free(st->tok_last);
+    } else {
+        bson_free(st->tok_prev);
+        st->tok_prev = st->tok_last;
+    }
+    st->tok_last = bson_strdup(b->last);
+    if (b->real_end)
+        st->scanned = b->end;
+    st->next_lo = b->end + 1;
+    *countp = b->n;
+    batch_release(b);
+    return 0;
 }
 
 /* What sbl_cs_feed_fill would do, when it would queue nothing, without a

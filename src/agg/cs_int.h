@@ -147,6 +147,16 @@ int sbl_cs_feed_fill(cs_state_t *st, sbl_opctx_t *ctx, sbl_err_t *err);
 /* Whether st's next events come from its feed's ring (no oplog read of its
  * own, no document lookups): its getMore may run on the network loop. */
 bool sbl_cs_feed_quick(void *state);
+/* A getMore's whole batch at once for a plain stream st (state; no images,
+ * lookup, stages, start point ahead or queued events), when its next events
+ * are in its feed's ring: the events as the array elements of the reply,
+ * appended to arr (empty), built once for every stream that reads the same
+ * entries, with st's position and tokens moved as cs_next would have.
+ * *countp: the events appended; 0 when st is left to cs_next (another kind
+ * of stream, nothing new, an invalidate, more than limit (>= 0) events or
+ * more than max_bytes). */
+int sbl_cs_feed_batch(void *state, sbl_opctx_t *ctx, int64_t limit, size_t max_bytes,
+                      bson_t *arr, int64_t *countp, sbl_err_t *err);
 /* A waiting stream's check when the wake point moved to upto (the cursor
  * source's idle, under the cursor registry's lock): true when its getMore
  * would still queue nothing (no event of its scope up to upto in its feed's

@@ -161,6 +161,12 @@ static int fill_batch(sbl_cursor_t *cur, sbl_opctx_t *ctx, int64_t limit, bson_t
     int rc;
 
     *donep = false;
+    if (cur->src.batch != NULL && !cur->has_pending) { /* the source's batch at once */
+        if ((rc = cur->src.batch(cur->state, ctx, limit, BATCH_MAX_BYTES, arr, &count, err)) != 0)
+            return rc;
+        bytes = arr->len;
+        ctx->nreturned = count;
+    }
     while (limit < 0 || count < limit) {
         bson_t doc;
         if ((rc = produce(cur, ctx, &doc, &done, err)) != 0)

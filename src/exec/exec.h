@@ -203,6 +203,11 @@ typedef struct sbl_cursor_source {
     /* Optional: true when the next getMore is quick enough for the network
      * loop (a change stream served from memory); called with the cursor idle. */
     bool (*quick)(void *state);
+    /* Optional: append a whole batch to arr (an empty array) at once, at most
+     * limit (< 0: any number) documents of at most max_bytes in all, setting
+     * *countp to their number; 0 with *countp 0 leaves the batch to next(). */
+    int (*batch)(void *state, sbl_opctx_t *ctx, int64_t limit, size_t max_bytes, bson_t *arr,
+                 int64_t *countp, sbl_err_t *err);
 } sbl_cursor_source_t;
 
 /*

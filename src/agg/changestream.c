@@ -517,7 +517,8 @@ static bool cs_idle(void *state, uint64_t gen)
 static const sbl_cursor_source_t cs_source = {
     .next = cs_next, .free = cs_free, .finished = cs_finished, .annotate = cs_annotate,
     .wake_gen = sbl_cs_wake_point, .wake_due_us = cs_wake_due_us, .quick = sbl_cs_feed_quick,
-    .idle = cs_idle, .batch = sbl_cs_feed_batch};
+    .idle = cs_idle, .batch = sbl_cs_feed_batch,
+    .waits = sbl_cs_feed_waits};
 
 /* ---- the stage's options ------------------------------------------------------- */
 

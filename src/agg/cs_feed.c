@@ -451,6 +451,13 @@ int sbl_cs_feed_batch(void *state, sbl_opctx_t *ctx, int64_t limit, size_t max_b
     return 0;
 }
 
+bool sbl_cs_feed_waits(void *state, uint64_t gen)
+{
+    const cs_state_t *st = state;
+    /* fill's first check: nothing up to the wake point is after next_lo */
+    return st->feed != NULL && !st->invalidated && st->qi == st->qn && gen < st->next_lo;
+}
+
 /* What sbl_cs_feed_fill would do, when it would queue nothing, without a
  * read or a wait: the ring already covers st's next entries (next_lo up to
  * hi, so no oplog read; after ring_from, so no read of its own; st's

@@ -157,6 +157,11 @@ bool sbl_cs_feed_quick(void *state);
  * more than max_bytes). */
 int sbl_cs_feed_batch(void *state, sbl_opctx_t *ctx, int64_t limit, size_t max_bytes,
                       bson_t *arr, int64_t *countp, sbl_err_t *err);
+/* Whether st's getMore (state), with the wake point at gen, would find
+ * nothing and change nothing (served by its feed, nothing queued, its next
+ * entry after gen): it only waits (sbl_cursor_park_early).  No lock: called
+ * with the cursor idle. */
+bool sbl_cs_feed_waits(void *state, uint64_t gen);
 /* A waiting stream's check when the wake point moved to upto (the cursor
  * source's idle, under the cursor registry's lock): true when its getMore
  * would still queue nothing (no event of its scope up to upto in its feed's

@@ -934,6 +934,12 @@ static void dispatch_pending(pending_t *p, bool force_worker)
         finish(p); /* failCommand: an error reply, a closed connection or a block */
         return;
     }
+    /* a getMore that would only wait parks at once: it runs when it wakes */
+    if (p->def->fn == sbl_cursor_get_more && !sbl_failpoint_armed() &&
+        !sbl_routed_any(&p->routed) && sbl_cursor_park_early(&p->ctx)) {
+        finish(p);
+        return;
+    }
     if (p->def->fn == sbl_cursor_get_more && sbl_wire_reply_plain(p->ctx.req))
         reply_with_room(p);
     int64_t counted = count_op(p->def, p->ctx.cmd);

@@ -577,6 +577,72 @@ static bool cursor_idle(int64_t id, uint64_t gen)
     return idle;
 }
 
+/* An int32 or int64 field value in [0, INT32_MAX] into *vp. */
+static bool small_int(const bson_iter_t *it, int64_t *vp)
+{
+    if (!BSON_ITER_HOLDS_INT32(it) && !BSON_ITER_HOLDS_INT64(it))
+        return false;
+    *vp = bson_iter_as_int64(it);
+    return *vp >= 0 && *vp <= INT32_MAX;
+}
+
+/*
+ * A getMore that arrives right after its stream's last batch (a change
+ * stream's client asks again at once) has nothing to read until the wake
+ * point moves: it would run through the dispatcher only to park.  Parked
+ * here instead, it runs once, when it wakes.  Only a plain command (the
+ * fields a driver's getMore sends, none that could fail) on an idle,
+ * awaitData cursor of its namespace whose source waits; everything else,
+ * and every error, is left to the getMore.
+ */
+bool sbl_cursor_park_early(sbl_opctx_t *ctx)
+{
+    bson_iter_t it;
+    int64_t id, await_ms = 1000, v;
+    const char *coll = NULL;
+    if (ctx->conn == NULL || ctx->req == NULL || !bson_iter_init(&it, ctx->cmd) ||
+        !bson_iter_next(&it) || !BSON_ITER_HOLDS_INT64(&it))
+        return false;
+    id = bson_iter_int64(&it);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "collection") == 0 && BSON_ITER_HOLDS_UTF8(&it))
+            coll = bson_iter_utf8(&it, NULL);
+        else if (strcmp(k, "maxTimeMS") == 0 && small_int(&it, &v))
+            await_ms = v;
+        else if (!(strcmp(k, "batchSize") == 0 && small_int(&it, &v)) && strcmp(k, "$db") != 0 &&
+                 strcmp(k, "lsid") != 0 && strcmp(k, "$clusterTime") != 0 &&
+                 strcmp(k, "$readPreference") != 0)
+            return false;
+    }
+    char ns[SBL_NS_MAX];
+    if (coll == NULL || sbl_join_dot(ns, sizeof(ns), ctx->db, coll) >= sizeof(ns))
+        return false;
+    pthread_mutex_lock(&reg_lock);
+    sbl_cursor_t *cur = find_locked(id);
+    uint64_t gen = 0;
+    int64_t now = sbl_now_us();
+    bool waits = cur != NULL && !cur->in_use && !cur->killed && !cur->has_pending &&
+                 (cur->flags & SBL_CURSOR_AWAIT_DATA) && cur->src.waits != NULL &&
+                 cur->src.wake_gen != NULL && strcmp(cur->ns, ns) == 0 &&
+                 cur->src.waits(cur->state, gen = cur->src.wake_gen());
+    if (waits) {
+        if (cur->await_until_us == 0)
+            cur->await_until_us = now + await_ms * 1000;
+        waits = now < cur->await_until_us;
+    }
+    sbl_op_wait_t w = {0};
+    if (waits) {
+        cur->last_use_us = now;
+        cur->last_use_ms = sbl_now_ms();
+        w = (sbl_op_wait_t){.genf = cur->src.wake_gen, .duef = cur->src.wake_due_us,
+                            .idlef = cur->src.idle != NULL ? cursor_idle : NULL,
+                            .idle_arg = id, .gen = gen, .until_us = cur->await_until_us};
+    }
+    pthread_mutex_unlock(&reg_lock);
+    return waits && sbl_op_park(ctx, &w);
+}
+
 int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;

@@ -208,6 +208,10 @@ typedef struct sbl_cursor_source {
      * *countp to their number; 0 with *countp 0 leaves the batch to next(). */
     int (*batch)(void *state, sbl_opctx_t *ctx, int64_t limit, size_t max_bytes, bson_t *arr,
                  int64_t *countp, sbl_err_t *err);
+    /* Optional with wake_gen: called with the cursor idle, under the cursor
+     * registry's lock, with gen = wake_gen(): true when a getMore now would
+     * find nothing and change nothing (it would only wait for gen to move). */
+    bool (*waits)(void *state, uint64_t gen);
 } sbl_cursor_source_t;
 
 /*
@@ -240,6 +244,12 @@ void *sbl_cursor_docs_state(bson_t **docs, size_t n); /* takes ownership of docs
 /* Whether getMore command cmd is for an idle cursor whose source says its
  * next batch is quick (sbl_cursor_source_t.quick): it may run on the loop. */
 bool sbl_cursor_get_more_quick(const bson_t *cmd);
+/* Park getMore request ctx->cmd (on ctx->conn / ctx->req) without running
+ * it, when its cursor's source says it would only wait (.waits) and the
+ * command has nothing the getMore itself would check or fail on: it runs
+ * when the wait ends, as a parked getMore does.  True when parked
+ * (ctx->deferred set); false: run the getMore as usual. */
+bool sbl_cursor_park_early(sbl_opctx_t *ctx);
 extern const sbl_cursor_source_t sbl_cursor_docs_source;
 
 /* Kill cursors idle for more than idle_ms (the reaper calls this; cursors are

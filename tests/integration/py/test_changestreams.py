@@ -865,3 +865,85 @@ def test_image_streams_use_the_shared_read(rs1, db):
     assert own() > before
     assert first[0]["fullDocumentBeforeChange"] == {"_id": 0, "v": 0}
     assert first[1:] == req
+
+
+def test_streams_at_one_point_share_a_batch(rs1, db):
+    """Plain streams woken at the same point get one batch built for them
+    all (issue 27's cost): each still gets exactly its events, with the
+    tokens and postBatchResumeToken of a stream that copies each event
+    (fullDocument whenAvailable); a stream left behind, one cut by its
+    batchSize and one resuming in the middle get theirs, not another's."""
+    db.create_collection("c")
+    plain = [RawStream(db, "c", {}) for _ in range(6)]
+    ref = RawStream(db, "c", {"fullDocument": "whenAvailable"})  # inserts only: same events
+
+    def read(st, n, **kw):
+        got, pbrts = st.buf, []  # a resumed stream's first batch has events
+        st.buf = []
+        end = time.time() + 20
+        while len(got) < n and time.time() < end:
+            g = db.command("getMore", st.id, collection="c", maxTimeMS=500, **kw)["cursor"]
+            got += g["nextBatch"]
+            if g["nextBatch"]:
+                pbrts.append((g["postBatchResumeToken"], g["nextBatch"][-1]["_id"]))
+        return got, pbrts
+
+    def ids(evs):
+        return [e["documentKey"]["_id"] for e in evs]
+
+    db.c.insert_many([{"_id": i, "v": "x" * 20} for i in range(30)])
+    want, _ = read(ref, 30)
+    assert ids(want) == list(range(30))
+    for st in plain:
+        got, pbrts = read(st, 30)
+        assert got == want
+        assert all(p == last for p, last in pbrts)  # the last event sent, each batch
+    # streams at different points: five read the next round, one is left behind
+    db.c.insert_many([{"_id": i} for i in range(30, 50)])
+    want2, _ = read(ref, 20)
+    for st in plain[:5]:
+        assert read(st, 20)[0] == want2
+    db.c.insert_many([{"_id": i} for i in range(50, 60)])
+    want3, _ = read(ref, 10)
+    for st in plain[:4]:
+        assert read(st, 10)[0] == want3
+    behind, _ = read(plain[5], 30)
+    assert behind == want2 + want3
+    # a batchSize under the batch: its own, cut where it says
+    cut, pbrts = read(plain[4], 10, batchSize=3)
+    assert cut == want3 and [len(b) for b in (cut[:3], cut[3:6], cut[6:9])] == [3, 3, 3]
+    assert all(p == last for p, last in pbrts)
+    # a stream resuming in the middle of a round reads exactly what follows
+    mid = RawStream(db, "c", {"resumeAfter": want2[9]["_id"]})
+    assert read(mid, 20)[0] == want2[10:] + want3
+    for st in plain + [ref, mid]:
+        db.command("killCursors", "c", cursors=[st.id])
+
+
+def test_getmore_refused_at_once_not_after_waiting(db):
+    """A change stream's getMore with nothing to read parks before it runs
+    (issue 27's cost); one the getMore refuses still fails at once, and a
+    plain one still waits for a write."""
+    db.create_collection("c")
+    st = RawStream(db, "c", {})
+    db.command("getMore", st.id, collection="c", maxTimeMS=50)  # up to now: it would wait
+    t0 = time.time()
+    for kw, code in [(dict(collection="other", maxTimeMS=3000), 13),
+                     (dict(collection="c", maxTimeMS=-1), 2),
+                     (dict(collection="c", maxTimeMS=3000, batchSize=-1), 2),
+                     (dict(collection="c", maxTimeMS=3000, comment="x", foo=1), 40415)]:
+        with pytest.raises(OperationFailure) as e:
+            db.command("getMore", st.id, **kw)
+        assert e.value.code == code, kw
+    assert time.time() - t0 < 2.0
+    t = threading.Timer(0.3, lambda: db.c.insert_one({"_id": 1}))
+    t0 = time.time()
+    t.start()
+    g = db.command("getMore", st.id, collection="c", maxTimeMS=5000)
+    t.join()
+    assert [e["documentKey"] for e in g["cursor"]["nextBatch"]] == [{"_id": 1}]
+    assert 0.25 < time.time() - t0 < 2.0
+    t0 = time.time()
+    g = db.command("getMore", st.id, collection="c", maxTimeMS=300)  # nothing: the wait ends
+    assert g["cursor"]["nextBatch"] == [] and 0.25 < time.time() - t0 < 2.0
+    db.command("killCursors", "c", cursors=[st.id])

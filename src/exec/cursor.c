@@ -606,13 +606,21 @@ bool sbl_cursor_park_early(sbl_opctx_t *ctx)
     id = bson_iter_int64(&it);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
-        if (strcmp(k, "collection") == 0 && BSON_ITER_HOLDS_UTF8(&it))
+        bool known = false; /* by its first byte, then its name */
+        if (k[0] == 'c' && strcmp(k, "collection") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
             coll = bson_iter_utf8(&it, NULL);
-        else if (strcmp(k, "maxTimeMS") == 0 && small_int(&it, &v))
+            known = true;
+        } else if (k[0] == 'm' && strcmp(k, "maxTimeMS") == 0 && small_int(&it, &v)) {
             await_ms = v;
-        else if (!(strcmp(k, "batchSize") == 0 && small_int(&it, &v)) && strcmp(k, "$db") != 0 &&
-                 strcmp(k, "lsid") != 0 && strcmp(k, "$clusterTime") != 0 &&
-                 strcmp(k, "$readPreference") != 0)
+            known = true;
+        } else if (k[0] == '$') {
+            known = strcmp(k, "$db") == 0 || strcmp(k, "$clusterTime") == 0 ||
+                    strcmp(k, "$readPreference") == 0;
+        } else {
+            known = (k[0] == 'l' && strcmp(k, "lsid") == 0) ||
+                    (k[0] == 'b' && strcmp(k, "batchSize") == 0 && small_int(&it, &v));
+        }
+        if (!known)
             return false;
     }
     char ns[SBL_NS_MAX];

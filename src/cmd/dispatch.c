@@ -661,6 +661,8 @@ static bool exhaust_continues(pending_t *p, int64_t *cursor_id)
 static void dispatch_pending(pending_t *p, bool force_worker);
 static pending_t *pending_start(sbl_conn_t *conn, sbl_request_t *req);
 
+#define ROOM_WASTE_MAX ((size_t)1024 * 1024) /* reply_with_room */
+
 static void send_reply(pending_t *p)
 {
     if (p->rc == 0) {
@@ -680,7 +682,8 @@ static void send_reply(pending_t *p)
                 dispatch_pending(p, true);
             return;
         }
-        if (p->rw != NULL) { /* the buffer goes to the connection as it is */
+        if (p->rw != NULL && p->rbuf_len - p->out->len <= ROOM_WASTE_MAX + SBL_WIRE_MSG_HEAD) {
+            /* the buffer goes to the connection as it is */
             uint8_t *mem = p->rbuf;
             p->rbuf = NULL;
             sbl_conn_reply_owned(p->ctx.conn, p->ctx.req, mem, p->out->len);
@@ -906,7 +909,11 @@ static pending_t *pending_start(sbl_conn_t *conn, sbl_request_t *req)
 
 /* Build p's reply after room for its OP_MSG header (a getMore's batch,
  * which may be large): the connection sends that buffer as it is, without
- * a copy of the reply into a message (sbl_conn_reply_owned). */
+ * a copy of the reply into a message (sbl_conn_reply_owned), unless more
+ * than ROOM_WASTE_MAX of it is unused (a find's getMore reserves 16 MiB):
+ * the buffer is held until the socket takes it, so such a reply is copied
+ * into one of its size as before. */
+
 static void reply_with_room(pending_t *p)
 {
     bson_t *b;

@@ -486,6 +486,13 @@ bool sbl_rs_sign_time(uint64_t ts, uint8_t hash[20], int64_t *key_id);
 int sbl_rs_keys_start(void);
 void sbl_rs_keys_stop(void);
 
+/* Flow control (repl_flow.c): the primary's oplog writer counts each entry
+ * it writes (ts: the entry's, under the oplog's lock); the refresher thread,
+ * started with the others and stopped before the oplog closes. */
+void sbl_rs_flow_sample(uint64_t ts);
+int sbl_rs_flow_start(void);
+void sbl_rs_flow_stop(void);
+
 /* This member's last applied optime. */
 sbl_optime_t sbl_rs_my_applied(void);
 /* Move to term (higher than ours) and make it durable; a primary steps

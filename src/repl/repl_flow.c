@@ -11,9 +11,9 @@
  *  - the primary's oplog writer samples every flowControlSamplePeriod
  *    entries (ts, entries since start-up, tickets taken since start-up):
  *    the entries between two timestamps, and the tickets per entry;
- *  - a refresher thread, once a second, computes the tickets of the next
- *    second (flow_tickets, a pure function of what it is given) and sets
- *    the ticket count to it;
+ *  - a refresher thread, once a second, gathers what the set and the
+ *    samples say and sets the ticket count to what sbl_flow_decide makes of
+ *    it (repl_flow_rules.c: the decisions and the samples, pure functions);
  *  - a client's write takes a ticket before it starts (the command layer
  *    calls sbl_repl_flow_acquire), waiting for the next second when none is
  *    left.
@@ -37,7 +37,7 @@
 #include "common/log.h"
 
 #define rs sbl_rs
-#define FLOW_MAX_TICKETS 1000000000
+#define FLOW_MAX_TICKETS SBL_FLOW_MAX_TICKETS
 
 /* ---- the parameters (mongod's names, defaults and bounds) ----------------- */
 
@@ -182,98 +182,15 @@ void sbl_repl_flow_append_all_parameters(bson_t *r)
 
 /* ---- the samples (the primary's oplog writer) ------------------------------ */
 
-typedef struct sample {
-    uint64_t ts;
-    int64_t ops;   /* entries written as primary since start-up */
-    int64_t locks; /* tickets taken since start-up */
-} sample_t;
-
 static pthread_mutex_t sample_mu = PTHREAD_MUTEX_INITIALIZER;
-static sample_t *samples; /* samples[head .. n) */
-static size_t head, n, cap;
-static int64_t ops_since_start, last_sample_ops;
+static sbl_flow_samples_t samples;   /* sample_mu */
 static _Atomic int64_t acquisitions; /* tickets taken (waited for or not) */
 
 void sbl_rs_flow_sample(uint64_t ts)
 {
     pthread_mutex_lock(&sample_mu);
-    ops_since_start++;
-    if (ops_since_start - last_sample_ops < (int64_t)pv(P_SAMPLE_PERIOD) ||
-        (n > head && ts <= samples[n - 1].ts)) {
-        pthread_mutex_unlock(&sample_mu);
-        return;
-    }
-    last_sample_ops = ops_since_start;
-    sample_t s = {ts, ops_since_start, atomic_load(&acquisitions)};
-    if (n - head >= (size_t)pv(P_MAX_SAMPLES)) {
-        samples[n - 1] = s; /* full: lose resolution at the newest end, as mongod */
-        pthread_mutex_unlock(&sample_mu);
-        return;
-    }
-    if (n == cap && head > 0) { /* slide down what trimming left */
-        memmove(samples, samples + head, (n - head) * sizeof(*samples));
-        n -= head;
-        head = 0;
-    }
-    if (n == cap) {
-        size_t ncap = cap == 0 ? 1024 : cap * 2;
-        sample_t *g = realloc(samples, ncap * sizeof(*g));
-        if (g == NULL) {
-            pthread_mutex_unlock(&sample_mu);
-            return; /* a sample lost: only resolution */
-        }
-        samples = g;
-        cap = ncap;
-    }
-    samples[n++] = s;
-    pthread_mutex_unlock(&sample_mu);
-}
-
-/* The entries written between prev and curr, approximately (the samples at
- * or after each); -1 when the samples cannot tell (sample_mu held). */
-static int64_t ops_between_locked(uint64_t prev, uint64_t curr)
-{
-    int64_t a = -1, b = -1;
-    for (size_t i = head; i < n; i++) {
-        if (a == -1 && prev <= samples[i].ts)
-            a = samples[i].ops;
-        if (curr <= samples[i].ts) {
-            b = samples[i].ops;
-            break;
-        }
-    }
-    if (a != -1 && b == -1)
-        b = samples[n - 1].ops;
-    return a != -1 && b != -1 ? b - a : -1;
-}
-
-static int64_t ops_between(uint64_t prev, uint64_t curr)
-{
-    pthread_mutex_lock(&sample_mu);
-    int64_t r = ops_between_locked(prev, curr);
-    pthread_mutex_unlock(&sample_mu);
-    return r;
-}
-
-/* Tickets taken per entry over the last two samples; -1 with fewer. */
-static double locks_per_op(void)
-{
-    double r = -1;
-    pthread_mutex_lock(&sample_mu);
-    if (n - head >= 2) {
-        const sample_t *a = &samples[n - 2], *b = &samples[n - 1];
-        r = b->ops > a->ops ? (double)(b->locks - a->locks) / (double)(b->ops - a->ops) : 0;
-    }
-    pthread_mutex_unlock(&sample_mu);
-    return r;
-}
-
-/* Drop the samples older than ts, keeping two for locks_per_op. */
-static void trim_samples(uint64_t ts)
-{
-    pthread_mutex_lock(&sample_mu);
-    while (n - head > 2 && samples[head].ts < ts)
-        head++;
+    sbl_flow_samples_add(&samples, ts, atomic_load(&acquisitions), (int64_t)pv(P_SAMPLE_PERIOD),
+                         (size_t)pv(P_MAX_SAMPLES));
     pthread_mutex_unlock(&sample_mu);
 }
 
@@ -335,13 +252,12 @@ int sbl_repl_flow_acquire(int (*check)(void *arg, sbl_err_t *err), void *arg, bo
     return rc;
 }
 
-/* ---- the calculation (mongod's getNumTickets) ------------------------------ */
+/* ---- the refresher's second (mongod's getNumTickets) ----------------------- */
 
+static sbl_flow_state_t st = {.tickets = FLOW_MAX_TICKETS}; /* the refresher's; st_mu for readers */
+static pthread_mutex_t st_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic double last_locks_per_op;
-static _Atomic int32_t sustainer_rate; /* sustainerRate: entries it applied last second */
-static atomic_bool lagged;
-static _Atomic int64_t lagged_count, lagged_us;
-static int64_t lagged_since_us, last_sustainer_move_us, last_poll_locks;
+static int64_t last_poll_locks;
 /* The members' applied optimes, sorted (the refresher's own). */
 static sbl_optime_t prev_m[SBL_RS_MAX_MEMBERS], curr_m[SBL_RS_MAX_MEMBERS];
 static int prev_n, curr_n;
@@ -351,44 +267,17 @@ static int optime_order(const void *a, const void *b)
     return sbl_optime_cmp(*(const sbl_optime_t *)a, *(const sbl_optime_t *)b);
 }
 
-/* a x b, at most FLOW_MAX_TICKETS (0 when either is 0). */
-static int32_t mul_capped(double a, double b)
-{
-    if (a == 0.0 || b == 0.0)
-        return 0;
-    double r = a * b;
-    return r >= FLOW_MAX_TICKETS ? FLOW_MAX_TICKETS : r <= 0 ? 0 : (int32_t)r;
-}
-
-/* The tickets while lagged: the entries the sustainer applied from prev to
- * curr, reduced by decay^((lag - threshold) / threshold) and the fudge
- * factor, times the tickets per entry. */
-static int32_t tickets_for_lag(uint64_t prev, uint64_t curr, int64_t locks_last, double lpo,
-                               int64_t lag_ms, int64_t threshold_ms)
-{
-    int64_t applied = ops_between(prev, curr);
-    int64_t now = sbl_now_us();
-    if (applied > 0) {
-        last_sustainer_move_us = now;
-    } else if (pv(P_WARN_S) > 0 && now - last_sustainer_move_us >= (int64_t)pv(P_WARN_S) * 1000000) {
-        sbl_log(SBL_LOG_WARNING, "STORAGE", 22225, "Flow control is engaged and the sustainer "
-                "point is not moving. Please check the health of all secondaries.", NULL);
-        last_sustainer_move_us = now;
-    }
-    atomic_store(&sustainer_rate, (int32_t)applied);
-    if (applied == -1) /* unknown: fewer than were taken last second */
-        return locks_last / 2 > FLOW_MAX_TICKETS ? FLOW_MAX_TICKETS : (int32_t)(locks_last / 2);
-    double exponent = (double)(lag_ms - threshold_ms) / (double)(threshold_ms > 1 ? threshold_ms : 1);
-    double reduce = pow(pv(P_DECAY), exponent);
-    return mul_capped(lpo, (double)applied * reduce * pv(P_FUDGE));
-}
-
-/* The next second's tickets (the refresher, once a second). */
+/* The next second's tickets: what the set and the samples say, decided by
+ * sbl_flow_decide. */
 static int32_t next_tickets(void)
 {
-    bool usable = sbl_repl_writable() && sbl_repl_is_primary();
-    sbl_optime_t commit = {0, 0};
-    int64_t commit_wall = 0;
+    sbl_flow_in_t in = {.enabled = pv(P_ENABLED) != 0,
+                        .usable = sbl_repl_writable() && sbl_repl_is_primary(),
+                        .target_lag_s = pv(P_TARGET_LAG), .threshold_pct = pv(P_THRESHOLD),
+                        .decay = pv(P_DECAY), .fudge = pv(P_FUDGE), .adder = pv(P_ADDER),
+                        .multiplier = pv(P_MULTIPLIER), .min_tickets = (int64_t)pv(P_MIN_TICKETS),
+                        .warn_s = (int64_t)pv(P_WARN_S)};
+    sbl_optime_t commit;
 
     memcpy(prev_m, curr_m, sizeof(curr_m));
     prev_n = curr_n;
@@ -398,56 +287,36 @@ static int32_t next_tickets(void)
         for (int i = 0; i < rs.cfg.n; i++)
             curr_m[curr_n++] = i == rs.self ? sbl_rs_my_applied() : rs.peer[i].applied;
     commit = rs.commit;
-    commit_wall = rs.commit_wall;
+    in.commit_wall = rs.commit_wall;
     pthread_mutex_unlock(&rs.lock);
+    /* the sustainer: the median member by applied optime */
     qsort(curr_m, (size_t)curr_n, sizeof(curr_m[0]), optime_order);
     uint64_t prev_sus = prev_n > 0 ? prev_m[prev_n / 2].ts : 0;
     uint64_t curr_sus = curr_n > 0 ? curr_m[curr_n / 2].ts : 0;
-
+    in.comparable = curr_n > 0 && curr_n == prev_n && curr_sus >= prev_sus;
+    in.last_wall = sbl_oplog_last_wall_ms();
     uint64_t last_ts = sbl_oplog_committed().ts;
-    int64_t last_wall = sbl_oplog_last_wall_ms();
-    double lpo = locks_per_op();
-    atomic_store(&last_locks_per_op, lpo < 0 ? 0 : lpo);
     int64_t locks_now = atomic_load(&acquisitions);
-    int64_t locks_last = locks_now - last_poll_locks;
+    in.locks_last = locks_now - last_poll_locks;
     last_poll_locks = locks_now;
-    uint64_t trim_to = commit.ts < prev_sus ? commit.ts : prev_sus;
+    in.now_us = sbl_now_us();
 
-    if (pv(P_ENABLED) == 0 || !usable || lpo < 0) {
-        trim_samples(trim_to);
-        return FLOW_MAX_TICKETS;
-    }
-    int64_t threshold_ms = (int64_t)(1000.0 * pv(P_THRESHOLD) * pv(P_TARGET_LAG));
-    bool ignore_walls = commit_wall > last_wall; /* walls need not grow together */
-    int64_t lag_ms = ignore_walls ? 0 : last_wall - commit_wall;
-    int32_t ret;
-    /* Few entries since the commit point (one sample bucket): the periodic
-     * no-ops of an idle set are not lag. */
-    bool healthy = !ignore_walls && (lag_ms < threshold_ms || ops_between(commit.ts, last_ts) == -1);
-    bool comparable = curr_n > 0 && curr_n == prev_n && curr_sus >= prev_sus;
-    if (healthy) {
-        ret = mul_capped((double)atomic_load(&target) + pv(P_ADDER), pv(P_MULTIPLIER));
-        last_sustainer_move_us = sbl_now_us();
-        if (atomic_load(&lagged)) {
-            atomic_store(&lagged, false);
-            atomic_fetch_add(&lagged_us, sbl_now_us() - lagged_since_us);
-        }
-    } else if (!ignore_walls && comparable) {
-        ret = tickets_for_lag(prev_sus, curr_sus, locks_last, lpo, lag_ms, threshold_ms);
-        if (!atomic_load(&lagged)) {
-            atomic_store(&lagged, true);
-            atomic_fetch_add(&lagged_count, 1);
-            lagged_since_us = sbl_now_us();
-        }
-    } else {
-        /* the topology changed, or the sustainer went back: no conclusion */
-        ret = atomic_load(&target);
-        last_sustainer_move_us = sbl_now_us();
-    }
-    if (ret < (int32_t)pv(P_MIN_TICKETS))
-        ret = (int32_t)pv(P_MIN_TICKETS);
-    trim_samples(trim_to);
-    return ret;
+    pthread_mutex_lock(&sample_mu);
+    in.locks_per_op = sbl_flow_locks_per_op(&samples);
+    in.ops_since_commit = sbl_flow_ops_between(&samples, commit.ts, last_ts);
+    in.sustainer_applied = sbl_flow_ops_between(&samples, prev_sus, curr_sus);
+    sbl_flow_samples_trim(&samples, commit.ts < prev_sus ? commit.ts : prev_sus);
+    pthread_mutex_unlock(&sample_mu);
+    atomic_store(&last_locks_per_op, in.locks_per_op < 0 ? 0 : in.locks_per_op);
+
+    pthread_mutex_lock(&st_mu);
+    int32_t tickets = sbl_flow_decide(&st, &in);
+    bool warn = st.warn;
+    pthread_mutex_unlock(&st_mu);
+    if (warn)
+        sbl_log(SBL_LOG_WARNING, "STORAGE", 22225, "Flow control is engaged and the sustainer "
+                "point is not moving. Please check the health of all secondaries.", NULL);
+    return tickets;
 }
 
 /* ---- the refresher thread --------------------------------------------------- */
@@ -475,7 +344,9 @@ static void *refresher_main(void *arg)
 int sbl_rs_flow_start(void)
 {
     atomic_store(&stopping, false);
-    last_sustainer_move_us = sbl_now_us();
+    pthread_mutex_lock(&st_mu);
+    st.last_move_us = sbl_now_us();
+    pthread_mutex_unlock(&st_mu);
     if (pthread_create(&refresher, NULL, refresher_main, NULL) != 0)
         return -1;
     refresher_running = true;
@@ -497,14 +368,17 @@ void sbl_rs_flow_stop(void)
 void sbl_repl_flow_append_status(bson_t *r)
 {
     bson_t d;
+    pthread_mutex_lock(&st_mu);
+    sbl_flow_state_t now = st;
+    pthread_mutex_unlock(&st_mu);
     BSON_APPEND_DOCUMENT_BEGIN(r, "flowControl", &d);
     BSON_APPEND_BOOL(&d, "enabled", pv(P_ENABLED) != 0);
     BSON_APPEND_INT32(&d, "targetRateLimit", atomic_load(&target));
     BSON_APPEND_INT64(&d, "timeAcquiringMicros", atomic_load(&acquiring_us));
     BSON_APPEND_DOUBLE(&d, "locksPerKiloOp", atomic_load(&last_locks_per_op) * 1000);
-    BSON_APPEND_INT32(&d, "sustainerRate", atomic_load(&sustainer_rate));
-    BSON_APPEND_BOOL(&d, "isLagged", atomic_load(&lagged));
-    BSON_APPEND_INT32(&d, "isLaggedCount", (int32_t)atomic_load(&lagged_count));
-    BSON_APPEND_INT64(&d, "isLaggedTimeMicros", atomic_load(&lagged_us));
+    BSON_APPEND_INT32(&d, "sustainerRate", now.sustainer_rate);
+    BSON_APPEND_BOOL(&d, "isLagged", now.lagged);
+    BSON_APPEND_INT32(&d, "isLaggedCount", (int32_t)now.lagged_count);
+    BSON_APPEND_INT64(&d, "isLaggedTimeMicros", now.lagged_us);
     bson_append_document_end(r, &d);
 }

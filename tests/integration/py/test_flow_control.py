@@ -10,6 +10,8 @@ writes take tickets handed out at the rate the secondaries apply.
   serverStatus.flowControl says isLagged with a target rate, the writers wait
   for tickets (timeAcquiringMicros) and get fewer writes done per second than
   with enableFlowControl false (set at run time), which hands out no limit;
+  with flowControlMinTicketsPerSecond=0 no ticket is handed out at all: a write
+  then ends at its maxTimeMS (MaxTimeMSExpired) and a write to local still runs;
   once the secondary applies again, isLagged goes back to false and the time
   spent lagged is counted.
 - The parameters: start-up and run-time setParameter with mongod's bounds
@@ -117,6 +119,20 @@ def test_lagged_majority_throttles_writes_until_the_secondary_applies(rs):
             assert f["timeAcquiringMicros"] > 0, f          # writers waited for tickets
             assert f["locksPerKiloOp"] > 0, f               # tickets per oplog entry, sampled
             assert isinstance(f["sustainerRate"], int), f
+            # no floor: no tickets at all while nothing is applied; a waiting write
+            # ends at its maxTimeMS, a write to local never waits
+            set_param(p, flowControlMinTicketsPerSecond=0)
+            wait_for(lambda: flow(p)["targetRateLimit"] == 0, timeout=30)
+            with direct(p) as c:
+                with pytest.raises(OperationFailure) as e:
+                    c.t.command("insert", "w", documents=[{"held": 1}], maxTimeMS=500,
+                                writeConcern={"w": 1})
+                assert e.value.code == 50, e.value
+                c.local.get_collection("flow", write_concern=WriteConcern(w=1)).insert_one(
+                    {"local": 1})
+                assert c.local.flow.count_documents({}) == 1
+                assert c.t.w.count_documents({"held": 1}) == 0
+            set_param(p, flowControlMinTicketsPerSecond=10)
             # run-time off: no limit from the next second, and more writes get done
             assert set_param(p, enableFlowControl=False)["was"] is True
             wait_for(lambda: flow(p)["targetRateLimit"] == MAX_TICKETS, timeout=30)

@@ -31,7 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -363,6 +362,9 @@ void sbl_rs_flow_stop(void)
         pthread_join(refresher, NULL);
     refresher_running = false;
     refresh_to(FLOW_MAX_TICKETS);
+    pthread_mutex_lock(&sample_mu);
+    sbl_flow_samples_free(&samples);
+    pthread_mutex_unlock(&sample_mu);
 }
 
 void sbl_repl_flow_append_status(bson_t *r)

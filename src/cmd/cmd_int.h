@@ -353,6 +353,13 @@ int sbl_cmd_prepare_transaction(sbl_opctx_t *ctx, sbl_err_t *err);
 /* The coordinator's fail points (txn_coord.c): -1 when name is not one. */
 int sbl_cmd_coord_fail_point(const char *name, bool on);
 int sbl_cmd_coordinate_commit(sbl_opctx_t *ctx, sbl_err_t *err);
+/* Flow control's ticket for a client's write (flow_gate.c): first, the
+ * command's own (the dispatcher's), else a further statement's; 0 at once
+ * when the write takes none, else what sbl_repl_flow_acquire returns (an
+ * interruption while it waited).  sbl_cmd_flow_on_loop: the calling thread
+ * runs a command on a network loop (on) or not (off): it never waits there. */
+int sbl_cmd_flow_ticket(sbl_opctx_t *ctx, bool first, sbl_err_t *err);
+void sbl_cmd_flow_on_loop(bool on);
 /* The coordinator's recovery thread (txn_coord.c): started with the
  * command layer, stopped before storage closes. */
 void sbl_cmd_coord_start(void);

@@ -517,6 +517,9 @@ int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
         }
         if (!bson_iter_next(&it))
             break;
+        /* flow control: a ticket each further 64 documents, as mongod's insert batches */
+        if (i > 0 && (i & 63) == 0 && sbl_cmd_flow_ticket(ctx, false, &stop) != 0)
+            break;
         if (singles > 0)
             singles--;
         bson_t in, doc, info = BSON_INITIALIZER;
@@ -855,6 +858,8 @@ int sbl_cmd_update(sbl_opctx_t *ctx, sbl_err_t *err)
         sbl_err_t e = {0};
         bson_t info = BSON_INITIALIZER;
         int rc = sbl_op_check_interrupt(ctx, &e);
+        if (rc == 0 && i > 0) /* flow control: each further statement takes a ticket */
+            rc = sbl_cmd_flow_ticket(ctx, false, &e);
         if (rc == 0 && ctx->retry != NULL && parsed[i].multi)
             rc = sbl_err_set(&e, SBL_E_InvalidOptions,
                              "Cannot use (or request) retryable writes with multi=true");
@@ -1081,6 +1086,8 @@ int sbl_cmd_delete(sbl_opctx_t *ctx, sbl_err_t *err)
     for (uint32_t i = 0; i < nstmts; i++) {
         sbl_err_t e = {0};
         int rc = sbl_op_check_interrupt(ctx, &e);
+        if (rc == 0 && i > 0) /* flow control: each further statement takes a ticket */
+            rc = sbl_cmd_flow_ticket(ctx, false, &e);
         const bson_t *done = NULL;
         int32_t sid = ctx->retry != NULL ? sbl_retry_stmt_id(ctx->retry, i) : 0;
         if (rc == 0 && ctx->retry != NULL && parsed[i].limit != 1)

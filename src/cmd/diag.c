@@ -143,6 +143,7 @@ int sbl_cmd_server_status(sbl_opctx_t *ctx, sbl_err_t *err)
     bson_append_document_end(r, &d);
 
     sbl_repl_append_server_status(r); /* repl, opcountersRepl, electionMetrics */
+    sbl_repl_flow_append_status(r); /* flowControl (a standalone's never limits) */
     append_op_latencies(r, want_histograms(ctx->cmd));
     sbl_cmd_sessions_append_status(r);
     append_mem(r);

@@ -209,6 +209,16 @@ static const char *write_db(const sbl_opctx_t *ctx)
     return ctx->db;
 }
 
+/* A write that takes a flow control ticket: not one to "local", nor one that
+ * ends or prepares a transaction (flow_gate.c says the rest). */
+static bool flow_gated(const pending_t *p)
+{
+    sbl_cmd_fn fn = p->def->fn;
+    return (p->def->flags & SBL_CMD_WRITE) && fn != sbl_cmd_commit_transaction &&
+           fn != sbl_cmd_abort_transaction && fn != sbl_cmd_prepare_transaction &&
+           fn != sbl_cmd_coordinate_commit && strcmp(write_db(&p->ctx), "local") != 0;
+}
+
 /* Quick commands run on the network loop; ones that may scan go to a worker. */
 static bool filter_is_point(const bson_t *filter)
 {
@@ -550,6 +560,8 @@ static void execute_inner(pending_t *p)
         sbl_op_set_txn_number(&p->op, txn_number);
     if ((p->def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
         p->rc = sbl_cmd_fsync_wait(ctx, &p->err);
+    if (p->rc == 0 && flow_gated(p)) /* flow control's ticket (flow_gate.c) */
+        p->rc = sbl_cmd_flow_ticket(ctx, true, &p->err);
     if (p->rc == 0) {
         /* Server-side JavaScript stops at this operation's deadline; an error a
          * $where could only leave pending becomes the command's. */
@@ -959,8 +971,9 @@ static void dispatch_pending(pending_t *p, bool force_worker)
     if (sbl_prepare_outstanding() > 0 && (p->def->flags & (SBL_CMD_READ | SBL_CMD_WRITE)) &&
         !(p->def->flags & SBL_CMD_ADMIN_ONLY))
         force_worker = true;
-    if ((p->def->flags & SBL_CMD_WRITE) && sbl_repl_fp_holds_writes())
-        force_worker = true; /* tests hold a write: not on a loop (repl_failpoint.c) */
+    if ((p->def->flags & SBL_CMD_WRITE) &&
+        (sbl_repl_fp_holds_writes() || sbl_repl_flow_throttling()))
+        force_worker = true; /* tests hold a write; flow control may make it wait */
     if (force_worker || needs_worker(p->def, p->ctx.cmd, counted)) {
         p->work.data = p;
         sbl_audit_seal(); /* this loop's events so far go before the worker's */
@@ -968,7 +981,9 @@ static void dispatch_pending(pending_t *p, bool force_worker)
             return;
     }
     sbl_prepare_no_wait(true);
+    sbl_cmd_flow_on_loop(true);
     execute(p);
+    sbl_cmd_flow_on_loop(false);
     sbl_prepare_no_wait(false);
     finish(p);
 }

@@ -325,6 +325,8 @@ static bool append_parameter(bson_t *r, const char *name)
         sbl_cmd_automerge_append_parameter(r); /* chunk_merge.c */
         return true;
     }
+    if (sbl_repl_flow_append_parameter(r, name)) /* flow control's, most changeable */
+        return true;
     if (strcmp(name, "replWriterThreadCount") == 0) { /* start-up only */
         BSON_APPEND_INT32(r, name, sbl_repl_writer_threads());
         return true;
@@ -404,6 +406,7 @@ int sbl_cmd_get_parameter(sbl_opctx_t *ctx, sbl_err_t *err)
     if (all) {
         for (size_t i = 0; i < sizeof(known_parameters) / sizeof(known_parameters[0]); i++)
             append_parameter(ctx->reply, known_parameters[i]);
+        sbl_repl_flow_append_all_parameters(ctx->reply);
         const sbl_options_t *o = sbl_server_options();
         bson_iter_init(&it, &o->parameters);
         while (bson_iter_next(&it)) {

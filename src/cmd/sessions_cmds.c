@@ -23,6 +23,7 @@
 #include "cmd/failpoint.h"
 #include "common/log.h"
 #include "exec/exec.h"
+#include "repl/repl.h"
 #include "server/server.h"
 #include "sessions/sessions.h"
 
@@ -569,7 +570,8 @@ int sbl_cmd_sessions_init(sbl_err_t *err)
     if (o != NULL && bson_iter_init(&pit, &o->parameters))
         while (bson_iter_next(&pit)) /* the transaction parameters (txn.c) */
             if (sbl_cmd_mtxn_set_parameter(bson_iter_key(&pit), &pit, NULL, err) > 0 ||
-                sbl_cmd_automerge_set_parameter(bson_iter_key(&pit), &pit, NULL, err) > 0)
+                sbl_cmd_automerge_set_parameter(bson_iter_key(&pit), &pit, NULL, err) > 0 ||
+                sbl_repl_flow_set_parameter(bson_iter_key(&pit), &pit, true, NULL, err) > 0)
                 return err->code;
     pthread_mutex_lock(&job_mu);
     last_persist_ms = 0;

@@ -251,6 +251,31 @@ bool sbl_repl_fail_point(const char *name, bool on, int64_t max_ms, const char *
  * write never holds a network loop and the connections it serves. */
 bool sbl_repl_fp_holds_writes(void);
 
+/* ---- flow control (repl_flow.c; docs/replication.md "Flow control") -------
+ * A primary whose majority commit point lags hands out write tickets at the
+ * rate its secondaries apply, as mongod's flow control.
+ * sbl_repl_flow_set_parameter: set one of its parameters (enableFlowControl,
+ * flowControl*) from it (a start-up string or a BSON value) with mongod's
+ * bounds (BadValue), "was" appended to reply (NULL: none); startup: from
+ * --setParameter, else IllegalOperation for a start-up-only one.  -1 when
+ * name is not one of them.
+ * sbl_repl_flow_append_parameter: its value under name (false: not one);
+ * ..._all_parameters: every one not in r yet (getParameter "*").
+ * sbl_repl_flow_acquire: a client's write takes a ticket before it starts;
+ * when this second's are gone it waits for the next second (only when
+ * may_wait: never on a network loop), calling check(arg, err) ten times a
+ * second and returning its error (an interruption) when not 0.
+ * sbl_repl_flow_throttling: tickets are limited now (writes may wait).
+ * sbl_repl_flow_append_status: serverStatus.flowControl, mongod's fields. */
+int sbl_repl_flow_set_parameter(const char *name, const bson_iter_t *it, bool startup,
+                                bson_t *reply, sbl_err_t *err);
+bool sbl_repl_flow_append_parameter(bson_t *r, const char *name);
+void sbl_repl_flow_append_all_parameters(bson_t *r);
+int sbl_repl_flow_acquire(int (*check)(void *arg, sbl_err_t *err), void *arg, bool may_wait,
+                          sbl_err_t *err);
+bool sbl_repl_flow_throttling(void);
+void sbl_repl_flow_append_status(bson_t *r);
+
 /* ---- for change streams (src/agg/changestream.c) ---------------------------- */
 
 /* The next update on this thread is a replacement (on) or an operator

@@ -603,6 +603,7 @@ void sbl_repl_stop(void)
     rs.stopping = true;
     pthread_cond_broadcast(&rs.cond);
     pthread_mutex_unlock(&rs.lock);
+    sbl_rs_flow_stop();
     sbl_rs_hb_stop();
     sbl_rs_sync_stop();
     sbl_rs_keys_stop();
@@ -633,7 +634,8 @@ int sbl_repl_start_threads(sbl_err_t *err)
     /* Before anyone is served: the data catches up with our own oplog. */
     SBL_RET(sbl_rs_replay_oplog(err));
     if (sbl_rs_waiter_start() != 0 || sbl_rs_hb_start() != 0 || sbl_rs_sync_start() != 0 ||
-        sbl_rs_keys_start() != 0 || sbl_rs_preimages_start() != 0)
+        sbl_rs_keys_start() != 0 || sbl_rs_preimages_start() != 0 ||
+        sbl_rs_flow_start() != 0)
         return sbl_err_set(err, SBL_E_InternalError, "could not start the replication threads");
     return 0;
 }

@@ -491,6 +491,66 @@ bool sbl_rs_sign_time(uint64_t ts, uint8_t hash[20], int64_t *key_id);
 int sbl_rs_keys_start(void);
 void sbl_rs_keys_stop(void);
 
+/* Flow control's pure parts (repl_flow_rules.c).  The samples: every
+ * period-th entry the primary writes, its ts, the entries since start-up
+ * (ops) and the tickets taken since start-up; v[head .. n). */
+#define SBL_FLOW_MAX_TICKETS 1000000000
+typedef struct sbl_flow_sample {
+    uint64_t ts;
+    int64_t ops, locks;
+} sbl_flow_sample_t;
+typedef struct sbl_flow_samples {
+    sbl_flow_sample_t *v;
+    size_t head, n, cap;
+    int64_t ops, last_ops; /* entries counted, and at the last sample */
+} sbl_flow_samples_t;
+/* Count one entry at ts (locks: tickets taken so far); a sample every
+ * period entries, at most max kept (then the newest is overwritten). */
+void sbl_flow_samples_add(sbl_flow_samples_t *s, uint64_t ts, int64_t locks, int64_t period,
+                          size_t max);
+/* The entries from prev to curr as the samples at or after each tell; -1
+ * when they cannot (nothing sampled at or after prev). */
+int64_t sbl_flow_ops_between(const sbl_flow_samples_t *s, uint64_t prev, uint64_t curr);
+/* Tickets per entry between the last two samples; -1 with fewer than two. */
+double sbl_flow_locks_per_op(const sbl_flow_samples_t *s);
+/* Drop samples older than ts, keeping two. */
+void sbl_flow_samples_trim(sbl_flow_samples_t *s, uint64_t ts);
+void sbl_flow_samples_free(sbl_flow_samples_t *s);
+/* What the refresher saw this second, and the parameters in force. */
+typedef struct sbl_flow_in {
+    bool enabled, usable;     /* enableFlowControl; a writable primary */
+    double locks_per_op;      /* sbl_flow_locks_per_op */
+    int64_t locks_last;       /* tickets taken in the last second */
+    int64_t last_wall, commit_wall; /* wall times of the last write and the commit point */
+    int64_t ops_since_commit; /* sbl_flow_ops_between(commit point, last write) */
+    bool comparable;          /* as many members as last second, sustainer not gone back */
+    int64_t sustainer_applied; /* sbl_flow_ops_between(its last position, its position) */
+    int64_t now_us;
+    double target_lag_s, threshold_pct, decay, fudge, adder, multiplier;
+    int64_t min_tickets, warn_s;
+} sbl_flow_in_t;
+/* What the decisions carry from one second to the next (serverStatus's). */
+typedef struct sbl_flow_state {
+    int32_t tickets;        /* the last count handed out (targetRateLimit) */
+    int32_t sustainer_rate; /* sustainerRate */
+    bool lagged;            /* isLagged */
+    int64_t lagged_count, lagged_us, lagged_since_us, last_move_us;
+    bool warn;              /* out: log that the sustainer does not move */
+} sbl_flow_state_t;
+/* The next second's tickets (also in st->tickets), mongod's rules: 10^9
+ * when off, not a writable primary or with fewer than two samples; not
+ * lagged: (last + adder) x multiplier; lagged: sustainer_applied x
+ * decay^((lag - threshold) / threshold) x fudge x locks_per_op (locks_last / 2
+ * when unknown); no conclusion: the last; at least min_tickets. */
+int32_t sbl_flow_decide(sbl_flow_state_t *st, const sbl_flow_in_t *in);
+
+/* Flow control (repl_flow.c): the primary's oplog writer counts each entry
+ * it writes (ts: the entry's, under the oplog's lock); the refresher thread,
+ * started with the others and stopped before the oplog closes. */
+void sbl_rs_flow_sample(uint64_t ts);
+int sbl_rs_flow_start(void);
+void sbl_rs_flow_stop(void);
+
 /* This member's last applied optime. */
 sbl_optime_t sbl_rs_my_applied(void);
 /* Move to term (higher than ours) and make it durable; a primary steps

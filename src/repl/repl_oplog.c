@@ -298,6 +298,7 @@ int sbl_oplog_append(sbl_session_t *s, sbl_oplog_entry_t *e, sbl_err_t *err)
     e->wall_ms = now;
     e->term = term;
     atomic_store(&last_term, e->term);
+    sbl_rs_flow_sample(ts); /* flow control's count of the primary's entries */
     SBL_RET(sbl_txn_set_commit_ts(s, ts, err));
     if (!sbl_oplog_vis_reserve(ts, term, s))
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory for an oplog entry");

@@ -184,6 +184,13 @@ void rt_meta_flush(void);
 /* The primary shard of db; create_db: register the database (choosing a
  * primary) when the config servers do not know it.  -1 with err. */
 int rt_db_primary(const char *db, bool create_db, sbl_err_t *err);
+/* Run cmd on db's primary shard (create: register db when new; any_if_unknown: a
+ * database no shard knows goes to the first shard instead of failing) with the
+ * database's version (and, unsharded_version, the unsharded shardVersion), again after
+ * forgetting the cached primary while it answers StaleDbVersion; a cursor reply is
+ * wrapped into a router cursor (rt_cmds.c). */
+int rt_to_db_primary(const char *db, const bson_t *cmd, bool create, bool any_if_unknown,
+                     bool unsharded_version, bson_t *reply, sbl_err_t *err);
 /* The primary shard of a database nobody created yet, chosen by the client
  * (enableSharding's primaryShard): db registered there; -2 with err
  * (NamespaceExists when it exists on another shard). */

@@ -278,23 +278,24 @@ static int cmd_get_shard_version(const char *db, const bson_t *cmd, bson_t *repl
     return rc;
 }
 
-/* A command for the database's primary shard (listCollections, create ...),
- * with cursor replies wrapped into router cursors. */
-static int to_primary(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+int rt_to_db_primary(const char *db, const bson_t *cmd, bool create, bool any_if_unknown,
+                     bool unsharded_version, bson_t *reply, sbl_err_t *err)
 {
-    bool create = false;
-    bson_iter_t it;
-    if (bson_iter_init(&it, cmd) && bson_iter_next(&it))
-        create = strcmp(bson_iter_key(&it), "create") == 0 ||
-                 strcmp(bson_iter_key(&it), "createIndexes") == 0;
     bson_t r;
     int s, rc;
     for (int attempt = 0;; attempt++) { /* StaleDbVersion: the primary moved */
-        if ((s = rt_db_primary(db, create, err)) < -1)
-            return err->code;
+        sbl_err_t e = {0};
+        if ((s = rt_db_primary(db, create, &e)) < -1) {
+            if (!any_if_unknown)
+                return sbl_err_set(err, e.code, "%s", e.msg);
+            s = 0; /* no shard knows the database: any answers */
+        }
         bson_t fwd = BSON_INITIALIZER;
         rt_copy_cmd(cmd, &fwd, NULL);
-        rt_append_db_version(&fwd, db);
+        if (s >= 0 && unsharded_version)
+            rt_append_version(&fwd, NULL, s);
+        if (s >= 0)
+            rt_append_db_version(&fwd, db);
         rc = rt_run(s, db, &fwd, &r, err);
         bson_destroy(&fwd);
         if (rc != 0)
@@ -310,6 +311,18 @@ static int to_primary(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_
         bson_copy_to_excluding_noinit(&r, reply, "$clusterTime", "operationTime", NULL);
     bson_destroy(&r);
     return rc;
+}
+
+/* A command for the database's primary shard (listCollections, create ...),
+ * with cursor replies wrapped into router cursors. */
+static int to_primary(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
+{
+    bool create = false;
+    bson_iter_t it;
+    if (bson_iter_init(&it, cmd) && bson_iter_next(&it))
+        create = strcmp(bson_iter_key(&it), "create") == 0 ||
+                 strcmp(bson_iter_key(&it), "createIndexes") == 0;
+    return rt_to_db_primary(db, cmd, create, false, false, reply, err);
 }
 
 /* A command every shard runs (index builds and drops on sharded

@@ -272,33 +272,8 @@ static bool is_change_stream(const bson_t *cmd)
  * the router forgets the cached primary and asks again. */
 static int db_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
-    bson_t r;
-    int s, rc;
-    for (int attempt = 0;; attempt++) {
-        sbl_err_t e = {0};
-        if ((s = rt_db_primary(db, false, &e)) < -1)
-            s = 0; /* no shard knows it: any answers */
-        bson_t fwd = BSON_INITIALIZER;
-        rt_copy_cmd(cmd, &fwd, NULL);
-        if (s >= 0) {
-            rt_append_version(&fwd, NULL, s);
-            rt_append_db_version(&fwd, db);
-        }
-        rc = rt_run(s, db, &fwd, &r, err);
-        bson_destroy(&fwd);
-        if (rc != 0)
-            return rc;
-        if (rt_reply_code(&r) != SBL_E_StaleDbVersion || attempt >= RT_RETRIES)
-            break;
-        bson_destroy(&r);
-        rt_db_forget(db);
-    }
-    if (rt_reply_code(&r) == 0)
-        rc = rt_wrap_cursor_reply(s, db, &r, reply, err);
-    else
-        copy_reply(&r, reply);
-    bson_destroy(&r);
-    return rc;
+    /* a database no shard knows: any shard answers ($documents needs none) */
+    return rt_to_db_primary(db, cmd, false, true, true, reply, err);
 }
 
 int rt_aggregate(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)

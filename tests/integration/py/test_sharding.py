@@ -637,6 +637,18 @@ def test_router_yaml_config(cluster):
             os.kill(int(f.read().strip()), 15)
 
 
+def initiated_alone(s):
+    """A client of started Sabled s, made a one-member set rs0's primary (no shard added)."""
+    c = s.client()
+    c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
+        {"_id": 0, "host": "127.0.0.1:%d" % s.port}]})
+    for _ in range(100):
+        if c.admin.command("hello").get("isWritablePrimary"):
+            break
+        time.sleep(0.1)
+    return c
+
+
 def test_routed_command_before_the_shard_knows_its_name():
     # A --shardsvr member with no shardIdentity refuses a command that carries
     # a router's versions (ShardingStateNotInitialized, as mongod) instead of
@@ -644,13 +656,7 @@ def test_routed_command_before_the_shard_knows_its_name():
     s = Sabled()
     try:
         s.start(["--shardsvr", "--replSet", "rs0"])
-        c = s.client()
-        c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
-            {"_id": 0, "host": "127.0.0.1:%d" % s.port}]})
-        for _ in range(100):
-            if c.admin.command("hello").get("isWritablePrimary"):
-                break
-            time.sleep(0.1)
+        c = initiated_alone(s)
         version = {"e": ObjectId(), "t": Timestamp(1, 1), "v": Timestamp(1, 0)}
         for cmd in (SON([("insert", "b"), ("documents", [{"_id": 1}]), ("shardVersion", version)]),
                     SON([("find", "b"), ("shardVersion", version)]),
@@ -675,13 +681,7 @@ def test_recv_chunk_abort_before_the_shard_knows_its_name():
     s = Sabled()
     try:
         s.start(["--shardsvr", "--replSet", "rs0", "--setParameter", "enableTestCommands=1"])
-        c = s.client()
-        c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
-            {"_id": 0, "host": "127.0.0.1:%d" % s.port}]})
-        for _ in range(100):
-            if c.admin.command("hello").get("isWritablePrimary"):
-                break
-            time.sleep(0.1)
+        c = initiated_alone(s)
         c.config.rangeDeletions.insert_one({
             "_id": 1, "nss": "a.b", "migrationSessionId": "shard0_shard1_x",
             "donorShardId": "shard0", "range": {"min": {"k": 0}, "max": {"k": 10}},

@@ -858,6 +858,8 @@ static void append_txn_locked(const sbl_mtxn_t *t, bson_t *d, int64_t now_ms)
     BSON_APPEND_DATE_TIME(&tx, "startWallClockTime", t->start_ms);
     int64_t open_us = (now_ms - t->start_ms) * 1000;
     int64_t active_us = t->active_us + (t->busy ? sbl_now_us() - t->active_since_us : 0);
+    if (open_us < active_us) /* open is counted in ms, active in us: never less */
+        open_us = active_us;
     BSON_APPEND_INT64(&tx, "timeOpenMicros", open_us);
     BSON_APPEND_INT64(&tx, "timeActiveMicros", active_us);
     BSON_APPEND_INT64(&tx, "timeInactiveMicros", open_us > active_us ? open_us - active_us : 0);

@@ -128,6 +128,15 @@ def main():
             if any(g != seq for g in got):
                 sys.exit("a stream read more events than were written")
 
+        def measured_rounds():
+            """Run a.rounds rounds; the getMores the streams sent meanwhile."""
+            with cv:
+                g0 = sum(gets)
+            for _ in range(a.rounds):
+                round_()
+            with cv:
+                return sum(gets) - g0
+
         for _ in range(2):
             round_()
         time.sleep(0.5)
@@ -145,12 +154,7 @@ def main():
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1)
             u0 = cpu_ticks(pid)
-            with cv:
-                g0 = sum(gets)
-            for _ in range(a.rounds):
-                round_()
-            with cv:
-                g1 = sum(gets)
+            ngets = measured_rounds()
             u1 = cpu_ticks(pid)
             if perf is not None:
                 perf.send_signal(2)
@@ -161,19 +165,14 @@ def main():
             print("%d streams, %d inserts of %d: server CPU user %.2f s system %.2f s: "
                   "%.2f us per event per stream, %d getMores (%.1f events each): %.1f us per "
                   "getMore (load %.1f)" % (a.streams, a.rounds, a.batch, user, system,
-                                           1e6 * (user + system) / max(1, events), g1 - g0,
-                                           events / max(1, g1 - g0),
-                                           1e6 * (user + system) / max(1, g1 - g0),
+                                           1e6 * (user + system) / max(1, events), ngets,
+                                           events / max(1, ngets),
+                                           1e6 * (user + system) / max(1, ngets),
                                            os.getloadavg()[0]))
             return
         subprocess.run(["callgrind_control", "-i", "on", str(pid)], check=True,
                        stdout=subprocess.DEVNULL)
-        with cv:
-            g0 = sum(gets)
-        for _ in range(a.rounds):
-            round_()
-        with cv:
-            g1 = sum(gets)
+        ngets = measured_rounds()
         subprocess.run(["callgrind_control", "-d", str(pid)], check=True, stdout=subprocess.DEVNULL)
         subprocess.run(["callgrind_control", "-i", "off", str(pid)], check=True,
                        stdout=subprocess.DEVNULL)
@@ -189,7 +188,7 @@ def main():
             a.streams, a.rounds, a.batch, total)
         if a.streams:
             line += "%d per event per stream, %d getMores (%.1f events each): %d per getMore" % (
-                total // events, g1 - g0, events / max(1, g1 - g0), total // max(1, g1 - g0))
+                total // events, ngets, events / max(1, ngets), total // max(1, ngets))
         else:
             line += "%d per insert" % (total // n)
         print(line)

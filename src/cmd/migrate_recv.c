@@ -157,19 +157,8 @@ static int recip_create_like_donor(const char *db, const char *coll, sbl_err_t *
                            "this shard if it contains data from a previous incarnation of %s",
                            recip.spec.ns, a, b, recip.spec.ns);
     }
-    char ns[300];
-    snprintf(ns, sizeof(ns), "%s.$cmd", db);
-    bson_t cmd = BSON_INITIALIZER, ops, op, o, reply;
-    BSON_APPEND_ARRAY_BEGIN(&cmd, "applyOps", &ops);
-    BSON_APPEND_DOCUMENT_BEGIN(&ops, "0", &op);
-    BSON_APPEND_UTF8(&op, "op", "c");
-    BSON_APPEND_UTF8(&op, "ns", ns);
-    bson_append_binary(&op, "ui", 2, BSON_SUBTYPE_UUID, donor, 16);
-    BSON_APPEND_DOCUMENT_BEGIN(&op, "o", &o);
-    BSON_APPEND_UTF8(&o, "create", coll);
-    bson_append_document_end(&op, &o);
-    bson_append_document_end(&ops, &op);
-    bson_append_array_end(&cmd, &ops);
+    bson_t cmd = BSON_INITIALIZER, reply;
+    sbl_shard_create_with_uuid_cmd(&cmd, db, coll, donor);
     sbl_err_t e = {0};
     int rc = sbl_cmd_run_checked("admin", &cmd, &reply, &e);
     bson_destroy(&reply);

@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "doc/doc.h"
 #include "server/server.h"
+#include "shard/shard.h"
 #include "storage/storage.h"
 
 #include <mongoc/mongoc.h>
@@ -275,27 +276,14 @@ static void index_name(const bson_t *key, char *out, size_t n)
 
 /* Create the collection (with UUID uuid when given: applyOps' create with ui) and the
  * shard key's index on shard s. */
-static int prepare_shard(int s, const char *db, const char *coll, const bson_value_t *uuid,
+static int prepare_shard(int s, const char *db, const char *coll, const uint8_t *uuid,
                          const bson_t *key, bool unique, sbl_err_t *err)
 {
     bson_t c = BSON_INITIALIZER, reply;
-    if (uuid != NULL) {
-        char ns[300];
-        bson_t ops, op, o;
-        snprintf(ns, sizeof(ns), "%s.$cmd", db);
-        BSON_APPEND_ARRAY_BEGIN(&c, "applyOps", &ops);
-        BSON_APPEND_DOCUMENT_BEGIN(&ops, "0", &op);
-        BSON_APPEND_UTF8(&op, "op", "c");
-        BSON_APPEND_UTF8(&op, "ns", ns);
-        sbl_append_value(&op, "ui", 2, uuid);
-        BSON_APPEND_DOCUMENT_BEGIN(&op, "o", &o);
-        BSON_APPEND_UTF8(&o, "create", coll);
-        bson_append_document_end(&op, &o);
-        bson_append_document_end(&ops, &op);
-        bson_append_array_end(&c, &ops);
-    } else {
+    if (uuid != NULL)
+        sbl_shard_create_with_uuid_cmd(&c, db, coll, uuid);
+    else
         BSON_APPEND_UTF8(&c, "create", coll);
-    }
     int rc = rt_run(s, uuid != NULL ? "admin" : db, &c, &reply, err);
     bson_destroy(&c);
     if (rc != 0)
@@ -460,17 +448,19 @@ int rt_cmd_shard_collection(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         bson_iter_find_descendant(&it, "cursor.firstBatch.0.info.uuid", &ud))
         bson_value_copy(bson_iter_value(&ud), &uuid);
     bson_destroy(&lr);
-    if (rc == 0 && uuid.value_type == BSON_TYPE_EOD)
+    if (rc == 0 && (uuid.value_type != BSON_TYPE_BINARY || uuid.value.v_binary.data_len != 16))
         rc = sbl_err_set(err, SBL_E_NamespaceNotFound, "%s has no UUID on its primary shard", ns);
     if (rc != 0) {
         bson_destroy(&zchunks);
+        bson_value_destroy(&uuid);
         return rc;
     }
     /* the other shards' copies take the primary shard's UUID, as mongod's do */
     if (nchunks > 1 || nzone > 0)
         for (int s = 0; s < nshards; s++)
             if (takers[s] != primary &&
-                (rc = prepare_shard(takers[s], db, coll, &uuid, &key, unique, err)) != 0) {
+                (rc = prepare_shard(takers[s], db, coll, uuid.value.v_binary.data, &key, unique,
+                                    err)) != 0) {
                 bson_destroy(&zchunks);
                 bson_value_destroy(&uuid);
                 return rc;

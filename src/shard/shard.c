@@ -442,3 +442,21 @@ void sbl_shard_append_state(bson_t *reply)
     bson_append_document_end(reply, &v);
     pthread_rwlock_unlock(&lock);
 }
+
+void sbl_shard_create_with_uuid_cmd(bson_t *cmd, const char *db, const char *coll,
+                                    const uint8_t uuid[16])
+{
+    char ns[300];
+    bson_t ops, op, o;
+    snprintf(ns, sizeof(ns), "%s.$cmd", db);
+    BSON_APPEND_ARRAY_BEGIN(cmd, "applyOps", &ops);
+    BSON_APPEND_DOCUMENT_BEGIN(&ops, "0", &op);
+    BSON_APPEND_UTF8(&op, "op", "c");
+    BSON_APPEND_UTF8(&op, "ns", ns);
+    bson_append_binary(&op, "ui", 2, BSON_SUBTYPE_UUID, uuid, 16);
+    BSON_APPEND_DOCUMENT_BEGIN(&op, "o", &o);
+    BSON_APPEND_UTF8(&o, "create", coll);
+    bson_append_document_end(&op, &o);
+    bson_append_document_end(&ops, &op);
+    bson_append_array_end(cmd, &ops);
+}

@@ -170,4 +170,11 @@ int sbl_shard_remote_check_within(const char *connstr, const char *db, const bso
                                   int timeout_ms, bson_t *reply, sbl_err_t *err);
 void sbl_shard_remote_shutdown(void);
 
+/* Append to cmd (run on "admin") the applyOps that creates db.coll with UUID uuid
+ * ({op: "c", ns: "<db>.$cmd", ui, o: {create}}, the form src/cmd/apply_ops.c takes):
+ * how every shard's copy of a sharded collection gets the collection's one UUID
+ * (the router's shardCollection, a migration's recipient), as mongod's do. */
+void sbl_shard_create_with_uuid_cmd(bson_t *cmd, const char *db, const char *coll,
+                                    const uint8_t uuid[16]);
+
 #endif

@@ -238,7 +238,7 @@ int sbl_cmd_find_and_modify(sbl_opctx_t *ctx, sbl_err_t *err)
         cu.op = u;
     }
     if (a.has_fields && !bson_empty(&a.fields)) {
-        proj = sbl_projection_new(&a.fields, err);
+        proj = sbl_projection_new_let(&a.fields, &let_vals, err);
         if (proj == NULL) {
             rc = err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "bad fields");
             goto err;

@@ -328,13 +328,14 @@ int sbl_cmd_find(sbl_opctx_t *ctx, sbl_err_t *err)
     /* `let` variables reach $expr through a $let wrapped around it */
     bson_t let_vals = BSON_INITIALIZER, bound = BSON_INITIALIZER;
     int rc = 0;
-    if (has_let && has_filter) {
+    if (has_let) {
         bson_destroy(&let_vals);
-        bson_destroy(&bound);
-        if ((rc = sbl_expr_eval_let(&let_spec, &let_vals, err)) == 0)
+        if ((rc = sbl_expr_eval_let(&let_spec, &let_vals, err)) != 0)
+            bson_init(&let_vals);
+        if (rc == 0 && has_filter) {
+            bson_destroy(&bound);
             sbl_expr_bind_let(&filter, &let_vals, &bound);
-        else
-            bson_init(&bound);
+        }
     }
     const sbl_collation_t *coll = NULL;
     if (rc == 0)
@@ -349,15 +350,15 @@ int sbl_cmd_find(sbl_opctx_t *ctx, sbl_err_t *err)
                                    has_max ? &max_doc : NULL, &st->q, err);
     if (rc == 0 && has_sort) /* a blocking sort may spill: allowDiskUse (src/exec/spill.c) */
         sbl_qexec_set_disk_use(st->q, sbl_spill_disk_use(ctx->cmd));
-    bson_destroy(&let_vals);
     bson_destroy(&bound);
     if (rc == 0 && return_key) /* the projection is then ignored, as in mongod */
         st->key_pattern = sbl_qexec_key_pattern(st->q, has_sort ? &sort : NULL);
     else if (rc == 0 && has_proj && !bson_empty(&projection)) {
-        st->proj = sbl_projection_new(&projection, err);
+        st->proj = sbl_projection_new_let(&projection, &let_vals, err);
         if (st->proj == NULL)
             rc = err->code ? err->code : sbl_err_set(err, SBL_E_BadValue, "invalid projection");
     }
+    bson_destroy(&let_vals);
     if (rc != 0) {
         find_free(st);
         return rc;

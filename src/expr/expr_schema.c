@@ -656,12 +656,22 @@ static void schema_free(void *plan)
     sbl_schema_free(plan);
 }
 
+/* A find projection's computed field ({a: "$b"}, {a: {$add: [...]}}). */
+static int project_eval(const void *plan, const bson_t *root, const bson_t *let,
+                        bson_value_t *out, sbl_err_t *err)
+{
+    sbl_expr_env_t env = {.root = root, .let = let};
+    return sbl_expr_eval(plan, &env, out, err);
+}
+
 static const sbl_match_ext_t expr_ext = {expr_parse, expr_match, expr_free};
+static const sbl_project_ext_t project_ext = {expr_parse, project_eval, expr_free};
 static const sbl_match_ext_t schema_ext = {schema_parse, schema_match, schema_free};
 
 void sbl_expr_init(void)
 {
     sbl_matcher_register_ext("$expr", &expr_ext);
     sbl_matcher_register_ext("$jsonSchema", &schema_ext);
+    sbl_projection_register_ext(&project_ext);
     sbl_expr_js_init(); /* $where */
 }

@@ -5,11 +5,13 @@
  *
  * What must stay true:
  *  - A projection is either inclusion or exclusion (only _id may disagree);
- *    $slice and $elemMatch do not decide, a literal value or "a.$" means
- *    inclusion.  Undecided specs are exclusion unless they hold $elemMatch
+ *    $slice and $elemMatch do not decide, a literal value, an expression
+ *    (a computed field) or "a.$" means inclusion.  Undecided specs are exclusion unless they hold $elemMatch
  *    or _id: 1.
- *  - Fields keep the document's order; literal fields come after the
- *    document's fields at their level, in specification order.
+ *  - Fields keep the document's order; literal and computed fields come
+ *    after the document's fields at their level, in specification order
+ *    (a computed field is a literal whose value each document computes,
+ *    over the whole document, as $project's).
  *  - Through arrays, inclusion keeps only the sub-documents (and nested
  *    arrays) of an array, exclusion keeps every element.
  */
@@ -28,20 +30,30 @@
 #define E_POSITIONAL_NO_MATCH 51246
 #define E_SLICE_ARG 28667
 #define E_SLICE_LIMIT 28724
+#define E_EXPR_IN_EXCL 31252      /* {$op: ...} in an exclusion projection */
+#define E_LITERAL_IN_EXCL 31310   /* "$path" or a literal in one */
+#define E_POSITIONAL_OBJECT 31271 /* "a.$": {...} */
+#define E_POSITIONAL_LITERAL 31308
+#define E_UNKNOWN_EXPR 31325
+#define E_UNRECOGNIZED_EXPR 168   /* the expression parser's InvalidPipelineOperator */
 
-enum { PA_NONE, PA_INCLUDE, PA_EXCLUDE, PA_SLICE, PA_ELEM, PA_POSITIONAL, PA_LITERAL, PA_META };
+enum {
+    PA_NONE, PA_INCLUDE, PA_EXCLUDE, PA_SLICE, PA_ELEM, PA_POSITIONAL, PA_LITERAL, PA_META,
+    PA_EXPR
+};
 
 typedef struct pnode pnode_t;
 struct pnode {
     char *name;
     int action;            /* PA_NONE for an interior part */
     bool has_positional;   /* an "a.$" below or here */
-    bool has_literal;      /* a literal below or here */
+    bool has_literal;      /* a literal or computed field below or here */
     bool meta_rid;         /* PA_META: {$meta: "recordId"} (else "textScore") */
     int64_t skip, limit;   /* PA_SLICE; has_skip when given as [skip, limit] */
     bool has_skip;
     bson_value_t lit;      /* PA_LITERAL, owned */
     sbl_matcher_t *em;     /* PA_ELEM: {name: {$elemMatch: spec}} */
+    void *expr;            /* PA_EXPR: the expression module's plan */
     pnode_t **kids;
     size_t nkids;
 };
@@ -52,7 +64,16 @@ struct sbl_projection {
     bool id_excluded;
     bool empty;
     bool has_meta; /* a {$meta: "textScore"} field */
+    bson_t *let;   /* the command's let values for PA_EXPR, owned; NULL: none */
 };
+
+/* Parses and evaluates computed fields (sbl_expr_init registers it). */
+static const sbl_project_ext_t *proj_ext;
+
+void sbl_projection_register_ext(const sbl_project_ext_t *ext)
+{
+    proj_ext = ext;
+}
 
 static void pnode_free(pnode_t *n)
 {
@@ -64,6 +85,8 @@ static void pnode_free(pnode_t *n)
     bson_free(n->name);
     if (n->action == PA_LITERAL)
         bson_value_destroy(&n->lit);
+    if (n->action == PA_EXPR && n->expr != NULL)
+        proj_ext->free(n->expr);
     sbl_matcher_free(n->em);
     bson_free(n);
 }
@@ -81,6 +104,8 @@ void sbl_projection_free(sbl_projection_t *p)
     if (p == NULL)
         return;
     pnode_free(p->root);
+    if (p->let != NULL)
+        bson_destroy(p->let);
     bson_free(p);
 }
 
@@ -232,6 +257,51 @@ static int parse_elem_match(pnode_t *leaf, const char *path, const bson_value_t 
 
 static int parse_spec(pparse_t *c, const bson_t *spec, const char *prefix, sbl_err_t *err);
 
+/* A literal or computed field makes the projection an inclusion one (mongod's codes). */
+static int computed_mode(pparse_t *c, const char *path, bool object, sbl_err_t *err)
+{
+    if (c->mode == PA_EXCLUDE)
+        return object ? sbl_err_set(err, E_EXPR_IN_EXCL,
+                                    "Cannot use expression other than $meta in exclusion "
+                                    "projection")
+                      : sbl_err_set(err, E_LITERAL_IN_EXCL,
+                                    "Cannot use an expression %s in an exclusion projection",
+                                    path);
+    c->mode = PA_INCLUDE;
+    return 0;
+}
+
+/* A computed field at path: the expression v ("$path", "$$var" or {$op: ...}). */
+static int add_computed(pparse_t *c, const char *path, const bson_value_t *v, sbl_err_t *err)
+{
+    pnode_t *leaf;
+    bool object = v->value_type == BSON_TYPE_DOCUMENT;
+    SBL_RET(computed_mode(c, path, object, err));
+    if (proj_ext == NULL)
+        return sbl_err_set(err, SBL_E_BadValue, "projection expressions are not available here "
+                           "(%s)", path);
+    void *plan = proj_ext->parse(v, err);
+    if (plan == NULL && object && err->code == E_UNRECOGNIZED_EXPR) {
+        bson_iter_t it;
+        bson_t d;
+        bson_init_static(&d, v->value.v_doc.data, v->value.v_doc.data_len);
+        return sbl_err_set(err, E_UNKNOWN_EXPR, "Unknown expression %s",
+                           bson_iter_init(&it, &d) && bson_iter_next(&it) ? bson_iter_key(&it)
+                                                                          : "");
+    }
+    if (plan == NULL)
+        return err->code != 0 ? err->code : sbl_err_set(err, SBL_E_BadValue, "bad expression");
+    int rc = tree_add(c->p->root, path, &leaf, err);
+    if (rc != 0) {
+        proj_ext->free(plan);
+        return rc;
+    }
+    leaf->action = PA_EXPR;
+    leaf->expr = plan;
+    tree_mark(c->p->root, path, false);
+    return 0;
+}
+
 /* One path: value pair of the specification. */
 static int parse_entry(pparse_t *c, const char *path, const bson_value_t *v, sbl_err_t *err)
 {
@@ -256,15 +326,13 @@ static int parse_entry(pparse_t *c, const char *path, const bson_value_t *v, sbl
         const char *op = bson_iter_key(&it);
         bson_value_t arg;
         sbl_iter_value(&it, &arg);
-        if (op[0] != '$') {
-            if (positional)
-                SBL_ERR(sbl_err_set(err, SBL_E_BadValue, "positional projection needs 1"));
+        if (positional)
+            SBL_ERR(sbl_err_set(err, E_POSITIONAL_OBJECT, "positional projection cannot be used "
+                                "with an expression or sub object"));
+        if (op[0] != '$' || bson_count_keys(&d) > 1) { /* a sub-projection */
             SBL_ERR(parse_spec(c, &d, real, err));
             goto done;
         }
-        if (positional)
-            SBL_ERR(sbl_err_set(err, SBL_E_BadValue,
-                                "positional projection cannot be used with an expression"));
         if (strcmp(op, "$meta") == 0) {
             bool rid = arg.value_type == BSON_TYPE_UTF8 &&
                        strcmp(arg.value.v_utf8.str, "recordId") == 0;
@@ -295,15 +363,15 @@ static int parse_entry(pparse_t *c, const char *path, const bson_value_t *v, sbl
             goto done;
         }
         if (strcmp(op, "$literal") == 0) {
-            SBL_ERR(set_mode(c, PA_INCLUDE, real, err));
+            SBL_ERR(computed_mode(c, real, true, err));
             SBL_ERR(tree_add(c->p->root, real, &leaf, err));
             leaf->action = PA_LITERAL;
             bson_value_copy(&arg, &leaf->lit);
             tree_mark(c->p->root, real, false);
             goto done;
         }
-        SBL_ERR(sbl_err_set(err, SBL_E_BadValue,
-                            "projection expressions are not supported (%s at %s)", op, path));
+        SBL_ERR(add_computed(c, real, v, err));
+        goto done;
     }
     if (v->value_type == BSON_TYPE_BOOL || v->value_type == BSON_TYPE_INT32 ||
         v->value_type == BSON_TYPE_INT64 || v->value_type == BSON_TYPE_DOUBLE ||
@@ -342,14 +410,15 @@ static int parse_entry(pparse_t *c, const char *path, const bson_value_t *v, sbl
         }
         goto done;
     }
-    if (v->value_type == BSON_TYPE_UTF8 && v->value.v_utf8.str[0] == '$')
-        SBL_ERR(sbl_err_set(err, SBL_E_BadValue,
-                            "projection expressions are not supported (%s at %s)",
-                            v->value.v_utf8.str, path));
-    /* any other value is a literal */
     if (positional)
-        SBL_ERR(sbl_err_set(err, SBL_E_BadValue, "positional projection needs 1"));
-    SBL_ERR(set_mode(c, PA_INCLUDE, real, err));
+        SBL_ERR(sbl_err_set(err, E_POSITIONAL_LITERAL,
+                            "positional projection cannot be used with a literal"));
+    if (v->value_type == BSON_TYPE_UTF8 && v->value.v_utf8.str[0] == '$') {
+        SBL_ERR(add_computed(c, real, v, err));
+        goto done;
+    }
+    /* any other value is a literal */
+    SBL_ERR(computed_mode(c, real, false, err));
     SBL_ERR(tree_add(c->p->root, real, &leaf, err));
     leaf->action = PA_LITERAL;
     bson_value_copy(v, &leaf->lit);
@@ -381,8 +450,16 @@ static int parse_spec(pparse_t *c, const bson_t *spec, const char *prefix, sbl_e
 
 sbl_projection_t *sbl_projection_new(const bson_t *spec, sbl_err_t *err)
 {
+    return sbl_projection_new_let(spec, NULL, err);
+}
+
+sbl_projection_t *sbl_projection_new_let(const bson_t *spec, const bson_t *let, sbl_err_t *err)
+{
     sbl_projection_t *p = bson_malloc0(sizeof(*p));
     pparse_t c = {.p = p};
+
+    if (let != NULL && !bson_empty(let))
+        p->let = bson_copy(let);
 
     p->root = bson_malloc0(sizeof(*p->root));
     p->empty = spec == NULL || bson_empty(spec);
@@ -527,6 +604,7 @@ static int apply_field(papply_t *a, const pnode_t *n, bson_iter_t *it, bson_t *o
         return 0;
     case PA_EXCLUDE:
     case PA_LITERAL:
+    case PA_EXPR:
     case PA_META:
         return 0; /* literals and scores are appended after the document's fields */
     case PA_SLICE:
@@ -599,20 +677,37 @@ static int apply_field(papply_t *a, const pnode_t *n, bson_iter_t *it, bson_t *o
     return 0;
 }
 
-/* Append the literal fields under n that the document did not have at this level. */
-static void append_literals(const pnode_t *n, bson_t *out)
+/* Append literal or computed field k (a computed one that is missing is left out). */
+static int append_computed(papply_t *a, const pnode_t *k, bson_t *out)
 {
-    for (size_t i = 0; i < n->nkids; i++) {
+    if (k->action == PA_LITERAL) {
+        sbl_append_value(out, k->name, -1, &k->lit);
+        return 0;
+    }
+    bson_value_t v;
+    SBL_RET(proj_ext->eval(k->expr, a->doc, a->p->let, &v, a->err));
+    if (v.value_type != BSON_TYPE_EOD)
+        sbl_append_value(out, k->name, -1, &v);
+    bson_value_destroy(&v);
+    return 0;
+}
+
+/* Append the literal and computed fields under n that the document did not have at this level. */
+static int append_literals(papply_t *a, const pnode_t *n, bson_t *out)
+{
+    int rc = 0;
+    for (size_t i = 0; i < n->nkids && rc == 0; i++) {
         const pnode_t *k = n->kids[i];
-        if (k->action == PA_LITERAL) {
-            sbl_append_value(out, k->name, -1, &k->lit);
+        if (k->action == PA_LITERAL || k->action == PA_EXPR) {
+            rc = append_computed(a, k, out);
         } else if (k->action == PA_NONE && k->has_literal) {
             bson_t sub;
             bson_append_document_begin(out, k->name, -1, &sub);
-            append_literals(k, &sub);
+            rc = append_literals(a, k, &sub);
             bson_append_document_end(out, &sub);
         }
     }
+    return rc;
 }
 
 static int apply_level(papply_t *a, const pnode_t *n, const uint8_t *data, uint32_t len,
@@ -651,8 +746,8 @@ static int apply_level(papply_t *a, const pnode_t *n, const uint8_t *data, uint3
         bool seen = false;
         for (size_t s = 0; s < nseen && !seen; s++)
             seen = seen_literal_parents[s] == k;
-        if (k->action == PA_LITERAL) {
-            sbl_append_value(out, k->name, -1, &k->lit);
+        if (k->action == PA_LITERAL || k->action == PA_EXPR) {
+            SBL_RET(append_computed(a, k, out));
         } else if (k->action == PA_META && top && k->meta_rid) {
             int64_t rid = sbl_doc_record_id(&d);
             if (rid != 0)
@@ -664,8 +759,9 @@ static int apply_level(papply_t *a, const pnode_t *n, const uint8_t *data, uint3
         } else if (k->action == PA_NONE && k->has_literal && !seen) {
             bson_t sub;
             bson_append_document_begin(out, k->name, -1, &sub);
-            append_literals(k, &sub);
+            int rc = append_literals(a, k, &sub);
             bson_append_document_end(out, &sub);
+            SBL_RET(rc);
         }
     }
     return 0;

@@ -98,10 +98,27 @@ typedef struct sbl_projection sbl_projection_t;
 
 /*
  * Parse a find projection: inclusion or exclusion (not mixed, except _id),
- * dotted paths, $slice, $elemMatch, positional "a.$", and $meta is refused.
- * Returns NULL with err (code 2 / 31254 / 31253 ... as MongoDB) when invalid.
+ * dotted paths, $slice, $elemMatch, positional "a.$", $meta, literals, and
+ * aggregation expressions ({a: "$b"}, {a: {$add: [...]}}: computed fields,
+ * as mongod 4.4+ takes them). Returns NULL with err (code 2 / 31254 / 31253
+ * ... as MongoDB) when invalid.  _let: the command's `let` values (constants,
+ * sbl_expr_eval_let's), which the expressions may name as $$var; NULL: none.
  */
 sbl_projection_t *sbl_projection_new(const bson_t *spec, sbl_err_t *err);
+sbl_projection_t *sbl_projection_new_let(const bson_t *spec, const bson_t *let, sbl_err_t *err);
+/*
+ * A projection's computed fields are expressions, which the expression module
+ * parses and evaluates (registered by sbl_expr_init; without it they are
+ * refused).  eval evaluates over the whole document root with the let values
+ * (NULL: none): *out owned, BSON_TYPE_EOD when missing (the field is left out).
+ */
+typedef struct sbl_project_ext {
+    void *(*parse)(const bson_value_t *spec, sbl_err_t *err);
+    int (*eval)(const void *plan, const bson_t *root, const bson_t *let, bson_value_t *out,
+                sbl_err_t *err);
+    void (*free)(void *plan);
+} sbl_project_ext_t;
+void sbl_projection_register_ext(const sbl_project_ext_t *ext);
 void sbl_projection_free(sbl_projection_t *p);
 /*
  * Apply to doc, writing the result into out (initialised by the caller, e.g.

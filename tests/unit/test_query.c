@@ -647,10 +647,15 @@ static const struct {
 } proj_errors[] = {
     {"{'a': 1, 'b': 0}", 31254},
     {"{'a': 0, 'b': 1}", 31253},
-    {"{'a': 0, 'b': 'x'}", 31253},
+    {"{'a': 0, 'b': 'x'}", 31310},                /* a literal in an exclusion */
     {"{'a': {'@meta': 'indexKey'}}", 2},
+    /* expressions need the expression module (sbl_expr_init), not linked here:
+     * test_query.py::test_projection_expressions has them */
     {"{'a': {'@add': [1, 2]}}", 2},
     {"{'a': '$b'}", 2},
+    {"{'a': 0, 'b': {'@add': [1, 2]}}", 31252},  /* refused before it is parsed */
+    {"{'a.$': 'x'}", 31308},
+    {"{'a.$': {'b': 1}}", 31271},
     {"{'a': {'@slice': 'x'}}", 28667},
     {"{'a': {'@slice': [1, 0]}}", 28724},
     {"{'a': {'@slice': [1, 2, 3]}}", 28667},

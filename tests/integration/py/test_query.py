@@ -65,6 +65,36 @@ def test_projection_inclusion_exclusion(people):
     assert e.value.code == 31254  # cannot mix inclusion and exclusion
 
 
+def test_projection_expressions(people, db):
+    """mongod 4.4+ takes aggregation expressions in a find projection: computed fields,
+    evaluated over the whole document, after the included fields, missing ones left out."""
+    assert people.find_one({"_id": 1}, {"n": "$name"}) == {"_id": 1, "n": "ann"}
+    assert people.find_one({"_id": 1}, {"age": 1, "next": {"$add": ["$age", 1]}}) == \
+        {"_id": 1, "age": 31, "next": 32}
+    assert people.find_one({"_id": 4}, {"city": "$addr.city"}) == {"_id": 4}  # missing: left out
+    assert people.find_one({"_id": 1}, {"_id": 0, "where": {"c": "$addr.city", "up": {
+        "$toUpper": "$name"}}}) == {"where": {"c": "Oslo", "up": "ANN"}}
+    assert people.find_one({"_id": 2}, {"addr.n": "$name"}) == {"_id": 2, "addr": {"n": "bob"}}
+    assert people.find_one({"_id": 1}, {"scores.name": "$name"}) == \
+        {"_id": 1, "scores": [{"name": "ann"}, {"name": "ann"}]}
+    assert people.find_one({"_id": 3}, {"r": "$$ROOT.addr"}) == {"_id": 3, "r": {"city": "Oslo"}}
+    # the command's let variables, in find and findAndModify
+    r = db.command("find", "p", filter={"_id": 2}, projection={"v": "$$x", "age": 1},
+                   let={"x": {"$add": [1, 2]}})
+    assert r["cursor"]["firstBatch"] == [{"_id": 2, "age": 25, "v": 3}]
+    r = db.command("findAndModify", "p", query={"_id": 5}, update={"$inc": {"opt": 1}},
+                   new=True, fields={"o": {"$multiply": ["$opt", "$$k"]}}, let={"k": 10})
+    assert r["value"] == {"_id": 5, "o": 80}
+    # mongod's errors
+    for spec, code in [({"age": 0, "n": "$name"}, 31310), ({"age": 0, "n": "x"}, 31310),
+                       ({"age": 0, "n": {"$add": [1]}}, 31252), ({"n": {"$nope": 1}}, 31325),
+                       ({"tags.$": "$name"}, 31308), ({"tags.$": {"$add": [1]}}, 31271),
+                       ({"n": "$name", "age": 0}, 31254), ({"n": "$$undefinedVar"}, 17276)]:
+        with pytest.raises(OperationFailure) as e:
+            people.find_one({"tags": "a"}, spec)
+        assert e.value.code == code, (spec, e.value.details)
+
+
 def test_projection_slice_and_elem_match(people):
     d = people.find_one({"_id": 4}, {"tags": {"$slice": 2}})
     assert d["tags"] == ["a", "b"] and d["name"] == "dee"  # $slice alone keeps other fields

@@ -224,6 +224,7 @@ typedef struct parked {
     int64_t idle_arg;
     uint64_t gen;
     int64_t until_us;
+    uint64_t igen;  /* interrupt_gen when it parked: a move runs it again at once */
     bool cancelled; /* its connection closed before its loop took it */
     bool kickable;  /* waits on the default counter: checked at once when it moves */
     bool closing;   /* its timer is closing (loop thread only) */
@@ -234,6 +235,9 @@ static pthread_mutex_t parked_lock = PTHREAD_MUTEX_INITIALIZER;
 static parked_t *parked_list; /* parked, not yet taken by their loop */
 static parked_t *active_list; /* their timers run (each on its connection's loop) */
 static atomic_int nkickable;  /* kickable requests parked and not yet freed */
+/* Moved by sbl_op_unpark_all (a cursor a parked getMore may wait on was killed):
+ * every parked request runs again at its loop's next kick. */
+static _Atomic uint64_t interrupt_gen;
 
 static void parked_free(parked_t *p)
 {
@@ -266,6 +270,7 @@ bool sbl_capped_await_park(sbl_opctx_t *ctx, const sbl_op_wait_t *w)
     p->idle_arg = w->idle_arg;
     p->gen = w->gen;
     p->until_us = w->until_us;
+    p->igen = atomic_load(&interrupt_gen);
     /* A tailable cursor on a capped collection (the oplog's fetchers among
      * them) is checked as soon as an insert commits (sbl_capped_kick); a
      * change stream's own counter keeps the poll and its idle check. */
@@ -308,7 +313,7 @@ static void parked_tick(uv_timer_t *t)
 {
     parked_t *p = t->data;
     uint64_t gen = p->genf();
-    if (sbl_now_us() < p->until_us &&
+    if (sbl_now_us() < p->until_us && p->igen == atomic_load(&interrupt_gen) &&
         (gen == p->gen || (p->idlef != NULL && p->idlef(p->idle_arg, gen)))) {
         p->gen = gen; /* moved with nothing for it: wait for the next move */
         parked_arm(p);
@@ -363,9 +368,10 @@ static void kick_loop(uv_loop_t *loop)
     static _Thread_local parked_t **mine;
     static _Thread_local size_t cap;
     size_t n = 0;
+    uint64_t igen = atomic_load(&interrupt_gen);
     pthread_mutex_lock(&parked_lock);
     for (parked_t *p = active_list; p != NULL; p = p->next) {
-        if (!p->kickable || p->timer.loop != loop)
+        if ((!p->kickable && p->igen == igen) || p->timer.loop != loop)
             continue;
         if (n == cap) {
             size_t ncap = cap ? 2 * cap : 16;
@@ -389,10 +395,18 @@ void sbl_capped_kick(void)
         sbl_net_kick_loops();
 }
 
+/* sbl_op_unpark_all: every parked request runs again now (kick_loop takes them all). */
+static void unpark_all(void)
+{
+    atomic_fetch_add(&interrupt_gen, 1);
+    sbl_net_kick_loops();
+}
+
 void sbl_capped_kick_init(void)
 {
     sbl_net_set_kick(kick_loop);
     sbl_capped_set_notify(sbl_capped_kick);
+    sbl_op_set_unpark(unpark_all);
 }
 
 /* A cancelled wait's timer is closed: release its request unanswered. */

@@ -83,6 +83,7 @@
     X(WriteConflict, 112)                                                                          \
     X(CommandNotSupported, 115)                                                                    \
     X(DocumentValidationFailure, 121)                                                              \
+    X(CursorKilled, 237)                                                                           \
     X(NotImplemented, 238)                                                                         \
     X(MechanismUnavailable, 334)                                                                   \
     X(InvalidUUID, 207)                                                                            \

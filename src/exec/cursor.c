@@ -59,6 +59,33 @@ static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static sbl_cursor_t *buckets[NBUCKETS];
 static int64_t nopen;
 
+/* Cursors killed while an awaitData getMore waited on them (parked): that
+ * getMore, run again at once (sbl_op_unpark_all), answers CursorKilled, as
+ * mongod's interrupted one does, not CursorNotFound.  The last few ids. */
+#define NKILLED_WAITING 64
+static int64_t killed_waiting[NKILLED_WAITING];
+static unsigned nkilled_waiting;
+
+/* Under reg_lock: note c's kill when a getMore is parked on it; true then. */
+static bool note_killed_waiting(const sbl_cursor_t *c)
+{
+    if (c->in_use || c->await_until_us == 0)
+        return false;
+    killed_waiting[nkilled_waiting++ % NKILLED_WAITING] = c->id;
+    return true;
+}
+
+/* Under reg_lock: whether id was killed under a parked getMore (forgotten then). */
+static bool take_killed_waiting(int64_t id)
+{
+    for (unsigned i = 0; i < NKILLED_WAITING; i++)
+        if (killed_waiting[i] == id && id != 0) {
+            killed_waiting[i] = 0;
+            return true;
+        }
+    return false;
+}
+
 static size_t bucket_of(int64_t id)
 {
     return (size_t)((uint64_t)id * 0x9E3779B97F4A7C15ull >> 54) % NBUCKETS;
@@ -426,6 +453,7 @@ static size_t kill_matching(bool (*match)(const sbl_cursor_t *c, const void *arg
 {
     sbl_cursor_t *dead = NULL;
     size_t n = 0;
+    bool unpark = false;
 
     pthread_mutex_lock(&reg_lock);
     for (size_t b = 0; b < NBUCKETS; b++) {
@@ -434,6 +462,8 @@ static size_t kill_matching(bool (*match)(const sbl_cursor_t *c, const void *arg
             sbl_cursor_t *c = *pp;
             if (match(c, arg) && (!c->in_use || kill_in_use)) {
                 n++;
+                if (kill_in_use && note_killed_waiting(c))
+                    unpark = true;
                 if (c->in_use) {
                     c->killed = true;
                     pp = &c->next;
@@ -449,6 +479,8 @@ static size_t kill_matching(bool (*match)(const sbl_cursor_t *c, const void *arg
         }
     }
     pthread_mutex_unlock(&reg_lock);
+    if (unpark)
+        sbl_op_unpark_all();
     while (dead != NULL) {
         sbl_cursor_t *next = dead->next;
         cursor_free(dead);
@@ -696,7 +728,11 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
     pthread_mutex_lock(&reg_lock);
     sbl_cursor_t *cur = find_locked(id);
     if (cur == NULL) {
+        bool killed = take_killed_waiting(id);
         pthread_mutex_unlock(&reg_lock);
+        if (killed)
+            return sbl_err_set(err, SBL_E_CursorKilled, "cursor id %lld was killed while this "
+                               "getMore waited on it", (long long)id);
         return sbl_err_set(err, SBL_E_CursorNotFound, "cursor id %lld not found", (long long)id);
     }
     if (strcmp(cur->ns, ns) != 0) {
@@ -793,6 +829,7 @@ int sbl_cursor_kill(sbl_opctx_t *ctx, sbl_err_t *err)
     bson_t killed = BSON_INITIALIZER, not_found = BSON_INITIALIZER;
     uint32_t nk = 0, nnf = 0;
     sbl_cursor_t *dead = NULL;
+    bool unpark = false;
     bson_iter_recurse(&it, &ids);
     pthread_mutex_lock(&reg_lock);
     while (bson_iter_next(&ids)) {
@@ -805,6 +842,8 @@ int sbl_cursor_kill(sbl_opctx_t *ctx, sbl_err_t *err)
             bson_append_int64(&not_found, k, -1, id);
             continue;
         }
+        if (note_killed_waiting(c))
+            unpark = true;
         if (c->in_use) {
             c->killed = true; /* the running getMore frees it */
         } else {
@@ -816,6 +855,8 @@ int sbl_cursor_kill(sbl_opctx_t *ctx, sbl_err_t *err)
         bson_append_int64(&killed, k, -1, id);
     }
     pthread_mutex_unlock(&reg_lock);
+    if (unpark)
+        sbl_op_unpark_all();
     while (dead != NULL) {
         sbl_cursor_t *next = dead->next;
         cursor_free(dead);

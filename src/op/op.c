@@ -203,6 +203,19 @@ bool sbl_op_park(sbl_opctx_t *ctx, const sbl_op_wait_t *w)
     return park_fn != NULL && park_fn(ctx, w);
 }
 
+static void (*unpark_fn)(void);
+
+void sbl_op_set_unpark(void (*fn)(void))
+{
+    unpark_fn = fn;
+}
+
+void sbl_op_unpark_all(void)
+{
+    if (unpark_fn != NULL)
+        unpark_fn();
+}
+
 static sbl_op_gen_fn gen_fn;
 
 void sbl_op_set_generation(sbl_op_gen_fn fn)

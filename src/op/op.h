@@ -228,5 +228,9 @@ void sbl_op_set_generation(sbl_op_gen_fn fn);
 uint64_t sbl_op_generation(void);
 void sbl_op_set_park(sbl_op_park_fn fn);
 bool sbl_op_park(sbl_opctx_t *ctx, const sbl_op_wait_t *w);
+/* Have every parked request run again now, whatever its counter says: a cursor
+ * one of them waits on was killed (its getMore then answers CursorKilled). */
+void sbl_op_set_unpark(void (*fn)(void));
+void sbl_op_unpark_all(void);
 
 #endif

@@ -174,6 +174,45 @@ def test_await_data_returns_when_a_document_arrives(db, client):
     cur2.close()
 
 
+def test_killing_the_cursor_of_a_waiting_get_more_ends_it_at_once(db, client):
+    """An awaitData getMore waiting for data ends as soon as its cursor is killed (by
+    killCursors or by killSessions of its session), with 237 CursorKilled, as mongod
+    interrupts the operation holding a killed cursor; not when its maxTimeMS passes."""
+    import time
+    db.create_collection("c", capped=True, size=100000)
+    db.c.insert_one({"_id": 0})
+
+    def waiting_get_more(cid, kill):
+        out = {}
+
+        def run():
+            t0 = time.monotonic()
+            try:
+                db.command("getMore", cid, collection="c", maxTimeMS=20000)
+            except OperationFailure as e:
+                out["code"] = e.code
+            out["s"] = time.monotonic() - t0
+        th = threading.Thread(target=run)
+        th.start()
+        time.sleep(0.5)  # it is parked by now
+        kill()
+        th.join(30)
+        return out
+
+    cid = db.command("find", "c", tailable=True, awaitData=True)["cursor"]["id"]
+    out = waiting_get_more(cid, lambda: db.command("killCursors", "c", cursors=[cid]))
+    assert out.get("code") == 237 and out["s"] < 10, out
+    with pytest.raises(OperationFailure) as e:  # then it is gone
+        db.command("getMore", cid, collection="c")
+    assert e.value.code == 43
+
+    with client.start_session() as s:
+        cid = db.command("find", "c", tailable=True, awaitData=True, session=s)["cursor"]["id"]
+        lsid = s.session_id
+        out = waiting_get_more(cid, lambda: client.admin.command("killSessions", [lsid]))
+    assert out.get("code") == 237 and out["s"] < 10, out
+
+
 def test_tailable_errors(db):
     db.create_collection("plain")
     db.plain.insert_one({"_id": 1})

@@ -392,6 +392,64 @@ def test_read_role(auth_server, root):
         c.close()
 
 
+def test_out_and_merge_need_the_write_actions_on_their_target(auth_server, root):
+    """$out and $merge write where they name, with mongod's actions: $out insert and
+    remove; $merge insert when whenNotMatched is insert, update unless whenMatched is
+    fail. A read-only user could replace any collection of any database before."""
+    root.agw.src.drop()
+    root.agw.src.insert_many([{"_id": i} for i in range(3)])
+    for d in ("agw", "agw2"):
+        root[d].victim.drop()
+        root[d].victim.insert_one({"_id": "keep"})
+    c = as_user(auth_server, root, "aggreader", [{"role": "read", "db": "agw"}])
+    try:
+        for p in ([{"$out": "victim"}], [{"$out": {"db": "agw2", "coll": "victim"}}],
+                  [{"$merge": {"into": "victim"}}], [{"$merge": "victim"}],
+                  [{"$merge": {"into": {"db": "agw2", "coll": "victim"}}}]):
+            assert code_of(lambda: list(c.agw.src.aggregate(p))) == 13, p
+        assert code_of(lambda: c.agw.command("aggregate", 1, pipeline=[
+            {"$documents": [{"_id": 9}]}, {"$out": "victim"}], cursor={})) == 13
+        assert list(c.agw.src.aggregate([{"$match": {"_id": 1}}])) == [{"_id": 1}]
+    finally:
+        c.close()
+    assert [d["_id"] for d in root.agw.victim.find()] == ["keep"]
+    assert [d["_id"] for d in root.agw2.victim.find()] == ["keep"]
+
+    # per mode, with roles granting single actions on agw2.t
+    db = root.agw2
+    for name, acts in (("ins", ["insert"]), ("upd", ["update"]), ("insupd", ["insert", "update"]),
+                       ("insrem", ["insert", "remove"])):
+        try:
+            db.command("dropRole", name)
+        except OperationFailure:
+            pass
+        db.command("createRole", name, roles=[], privileges=[
+            {"resource": {"db": "agw2", "collection": "t"}, "actions": acts}])
+    cases = [  # (role, stage, allowed)
+        ("ins", {"$merge": {"into": {"db": "agw2", "coll": "t"}, "whenMatched": "fail"}}, True),
+        ("ins", {"$merge": {"into": {"db": "agw2", "coll": "t"}}}, False),
+        ("upd", {"$merge": {"into": {"db": "agw2", "coll": "t"}, "whenNotMatched": "discard"}},
+         True),
+        ("upd", {"$merge": {"into": {"db": "agw2", "coll": "t"}, "whenMatched": "keepExisting"}},
+         False),
+        ("insupd", {"$merge": {"into": {"db": "agw2", "coll": "t"}}}, True),
+        ("insupd", {"$out": {"db": "agw2", "coll": "t"}}, False),
+        ("insrem", {"$out": {"db": "agw2", "coll": "t"}}, True),
+    ]
+    for role, stage, ok in cases:
+        c = as_user(auth_server, root, "agw_" + role, [{"role": "read", "db": "agw"},
+                                                       {"role": role, "db": "agw2"}])
+        try:
+            try:
+                list(c.agw.src.aggregate([stage]))
+                code = None
+            except OperationFailure as e:
+                code = e.code
+            assert code == (None if ok else 13), (role, stage, code)
+        finally:
+            c.close()
+
+
 def test_read_write_role(auth_server, root):
     c = as_user(auth_server, root, "writer", [{"role": "readWrite", "db": "wdb"}])
     try:

@@ -6,6 +6,8 @@
  */
 #include "cmd/crud_int.h"
 #include "expr/expr.h"
+#include "repl/repl.h"
+#include "shard/shard.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +43,94 @@ static int agg_explain(sbl_opctx_t *ctx, sbl_err_t *err)
     int rc = sbl_exec_explain(&ectx, err);
     bson_destroy(&cmd);
     bson_destroy(&inner);
+    return rc;
+}
+
+/* The pipeline's last stage writes ($out, $merge). */
+static bool ends_in_write(const bson_t *pipeline)
+{
+    bson_iter_t st, f;
+    const char *last = NULL;
+    if (!bson_iter_init(&st, pipeline))
+        return false;
+    while (bson_iter_next(&st))
+        last = BSON_ITER_HOLDS_DOCUMENT(&st) && bson_iter_recurse(&st, &f) && bson_iter_next(&f)
+                   ? bson_iter_key(&f)
+                   : NULL;
+    return last != NULL && (strcmp(last, "$out") == 0 || strcmp(last, "$merge") == 0);
+}
+
+/*
+ * mongod 5.0+ runs an aggregation ending in $out or $merge on a secondary when
+ * the read preference allows it, sending its writes to the primary.  A Sable
+ * secondary hands the whole command to the set's primary (as __system, once the
+ * user's privileges passed here: the reads and the target's writes), which reads
+ * and writes there; the client gets the primary's answer.  -1: not such a case.
+ */
+static int agg_on_primary(sbl_opctx_t *ctx, const bson_t *pipeline, sbl_err_t *err)
+{
+    static const char *const dropped[] = {"$db", "lsid", "txnNumber", "autocommit",
+                                          "startTransaction", "$clusterTime",
+                                          "$readPreference", NULL};
+    if (ctx->conn == NULL || ctx->mtxn != NULL || !sbl_repl_enabled() || sbl_repl_writable() ||
+        !ends_in_write(pipeline))
+        return -1;
+    /* the set's members, for a pool that finds the primary itself */
+    bson_t hello = BSON_INITIALIZER;
+    bson_iter_t it, h;
+    char connstr[4096];
+    size_t n = 0;
+    sbl_repl_append_hello(&hello);
+    const char *set = bson_iter_init_find(&it, &hello, "setName") && BSON_ITER_HOLDS_UTF8(&it)
+                          ? bson_iter_utf8(&it, NULL)
+                          : NULL;
+    if (set != NULL)
+        n = (size_t)snprintf(connstr, sizeof(connstr), "%s/", set);
+    bool first = true;
+    if (set != NULL && bson_iter_init(&it, &hello))
+        while (bson_iter_next(&it))
+            if ((strcmp(bson_iter_key(&it), "hosts") == 0 ||
+                 strcmp(bson_iter_key(&it), "passives") == 0) &&
+                BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &h))
+                while (bson_iter_next(&h))
+                    if (BSON_ITER_HOLDS_UTF8(&h) && n < sizeof(connstr)) {
+                        n += (size_t)snprintf(connstr + n, sizeof(connstr) - n, "%s%s",
+                                              first ? "" : ",", bson_iter_utf8(&h, NULL));
+                        first = false;
+                    }
+    bson_destroy(&hello);
+    if (set == NULL || first || n >= sizeof(connstr))
+        return sbl_err_set(err, SBL_E_NotWritablePrimary,
+                           "not primary, and no primary known to send the writes of $out or "
+                           "$merge to");
+    bson_t fwd = BSON_INITIALIZER, reply;
+    bson_iter_init(&it, ctx->cmd);
+    while (bson_iter_next(&it)) {
+        bool drop = false;
+        for (int i = 0; dropped[i] != NULL && !drop; i++)
+            drop = strcmp(bson_iter_key(&it), dropped[i]) == 0;
+        if (!drop)
+            sbl_append_iter(&fwd, bson_iter_key(&it), -1, &it);
+    }
+    int rc = sbl_shard_remote_run(connstr, ctx->db, &fwd, &reply, err);
+    bson_destroy(&fwd);
+    if (rc != 0)
+        return rc;
+    if (!bson_iter_init_find(&it, &reply, "ok") || bson_iter_as_double(&it) != 1.0) {
+        int code = bson_iter_init_find(&it, &reply, "code") ? (int)bson_iter_as_int64(&it)
+                                                            : SBL_E_InternalError;
+        const char *msg = bson_iter_init_find(&it, &reply, "errmsg") && BSON_ITER_HOLDS_UTF8(&it)
+                              ? bson_iter_utf8(&it, NULL)
+                              : "the primary refused the aggregation";
+        rc = sbl_err_set(err, code, "%s", msg);
+    } else {
+        bson_iter_init(&it, &reply);
+        while (bson_iter_next(&it))
+            if (strcmp(bson_iter_key(&it), "cursor") == 0 ||
+                strcmp(bson_iter_key(&it), "writeConcernError") == 0)
+                sbl_append_iter(ctx->reply, bson_iter_key(&it), -1, &it);
+    }
+    bson_destroy(&reply);
     return rc;
 }
 
@@ -127,6 +217,9 @@ int sbl_cmd_aggregate(sbl_opctx_t *ctx, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_FailedToParse,
                            "The 'cursor' option is required, except for aggregate with the "
                            "explain argument");
+    int frc = agg_on_primary(ctx, &pipeline, err);
+    if (frc >= 0)
+        return frc;
     bson_iter_t st, f;
     if (bson_iter_init(&st, &pipeline) && bson_iter_next(&st) &&
         BSON_ITER_HOLDS_DOCUMENT(&st) && bson_iter_recurse(&st, &f) && bson_iter_next(&f) &&

@@ -110,6 +110,33 @@ def test_hello_fields(rs):
     assert "hidden" not in hello(rs[0]) and "hidden" not in hello(rs[1])
 
 
+def test_out_and_merge_on_a_secondary_write_through_the_primary(rs):
+    """mongod 5.0+ runs an aggregation ending in $out or $merge on a secondary when the
+    read preference allows it, its writes going to the primary; a Sable secondary hands
+    it to the primary (the hidden member too)."""
+    p = wait_for(lambda: settled(rs))
+    with pymongo.MongoClient("127.0.0.1", p.port, directConnection=True) as pc:
+        db = pc.get_database("aggsec", write_concern=pymongo.WriteConcern(w=3))
+        db.src.drop()
+        db.src.insert_many([{"_id": i, "x": i % 3} for i in range(10)])
+        db.out.drop()
+        for sec in (m for m in rs if m is not p):
+            with direct(sec) as sc:
+                sdb = sc.aggsec
+                assert sc.admin.command("hello")["secondary"]
+                assert list(sdb.src.aggregate([{"$match": {"x": 1}}, {"$out": "out"}])) == []
+                assert sorted(d["_id"] for d in db.out.find()) == [1, 4, 7]
+                list(sdb.src.aggregate([{"$match": {"x": 2}}, {"$project": {"_id": 1}},
+                                        {"$merge": {"into": {"db": "aggsec2", "coll": "m"}}}]))
+                assert sorted(d["_id"] for d in pc.aggsec2.m.find()) == [2, 5, 8]
+                # the primary's errors reach the client
+                with pytest.raises(OperationFailure) as e:
+                    list(sdb.src.aggregate([{"$merge": {"into": "out", "whenMatched": "fail"}}]))
+                assert e.value.code == 11000, e.value.details
+        pc.drop_database("aggsec")
+        pc.drop_database("aggsec2")
+
+
 def awaitable_hello(m, out, await_ms=20000):
     """Send an awaitable hello with m's current topologyVersion; put the
     reply and how long it took into out."""

@@ -19,6 +19,11 @@
  * $mergeObjects see the same order as in memory; groups still come out in
  * first-seen order.  A single $push/$addToSet array is held to its own
  * limit (146, as MongoDB: it cannot spill).
+ *
+ * Across shards (src/router/rt_agg.c): a group with $willBeMerged: true
+ * gives each group's partial states (the spilled runs' form) instead of
+ * results; one with $doingMerge: true reads such documents, combines the
+ * states of one _id as a spill's merge does, and gives the results.
  */
 #include "agg/agg.h"
 #include "common/buf.h"
@@ -555,21 +560,37 @@ static int eval_n(const sbl_agg_env_t *env, const acc_spec_t *s, const bson_valu
 }
 
 
-/* Parse {_id: expr, field: {$acc: expr}, ...}. */
+enum { G_MERGE = 1, G_PARTIAL = 2 }; /* $doingMerge, $willBeMerged */
+
+/* Parse {_id: expr, field: {$acc: expr}, ...}; *modep: G_MERGE and G_PARTIAL
+ * (the router's split group: docs/sharding.md), never set for $bucket's output
+ * (modep NULL). */
 static int parse_spec(const bson_t *spec, bson_value_t *id_expr, acc_spec_t **accsp, size_t *np,
-                      sbl_err_t *err)
+                      int *modep, sbl_err_t *err)
 {
     bson_iter_t it, sub;
     bool has_id = false;
     size_t n = 0, cap = bson_count_keys(spec);
     acc_spec_t *accs = calloc(cap + 1, sizeof(*accs));
 
+    if (modep != NULL)
+        *modep = 0;
     bson_iter_init(&it, spec);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "_id") == 0) {
             sbl_iter_value(&it, id_expr);
             has_id = true;
+            continue;
+        }
+        if (modep != NULL &&
+            (strcmp(k, "$doingMerge") == 0 || strcmp(k, "$willBeMerged") == 0)) {
+            bool merge = k[1] == 'd', on = bson_iter_as_bool(&it);
+            if (merge && !on) {
+                free_accs(accs, n);
+                return sbl_err_set(err, 17030, "$doingMerge should be true if present");
+            }
+            *modep |= on ? (merge ? G_MERGE : G_PARTIAL) : 0;
             continue;
         }
         if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
@@ -624,35 +645,42 @@ static int parse_spec(const bson_t *spec, bson_value_t *id_expr, acc_spec_t **ac
 
 enum { F_DOUBLE = 1, F_LONG = 2, F_OVERFLOW = 4, F_SEEN = 8 };
 
+/* One accumulator's partial state as field key of out: what a spilled run
+ * and a shard's partial group ($willBeMerged) hold, read back by combine(). */
+static void append_state(bson_t *out, const char *key, const acc_state_t *x)
+{
+    bson_t st, items;
+    char kb[16];
+    bson_append_document_begin(out, key, -1, &st);
+    bson_append_int64(&st, "n", 1, x->isum);
+    bson_append_double(&st, "d", 1, x->dsum);
+    bson_append_int64(&st, "c", 1, x->count);
+    bson_append_double(&st, "m", 1, x->mean);
+    bson_append_double(&st, "q", 1, x->m2);
+    bson_append_int64(&st, "N", 1, x->nmax);
+    bson_append_int32(&st, "f", 1,
+                      (x->has_double ? F_DOUBLE : 0) | (x->has_long ? F_LONG : 0) |
+                          (x->overflow ? F_OVERFLOW : 0) | (x->seen ? F_SEEN : 0));
+    if (x->seen)
+        sbl_append_value(&st, "v", 1, &x->val);
+    bson_append_array_begin(&st, "t", 1, &items);
+    for (size_t i = 0; i < x->nitems; i++)
+        sbl_append_value(&items, sbl_array_key((uint32_t)i, kb), -1, &x->items[i]);
+    bson_append_array_end(&st, &items);
+    bson_append_document_end(out, &st);
+}
+
 /* A partial group as one run record: {k: key, s: seq, i: _id, a: [state...]}. */
 static bson_t *group_to_bson(const group_t *g, size_t nacc)
 {
-    bson_t *d = bson_new(), arr, st, items;
+    bson_t *d = bson_new(), arr;
     char kb[16];
     bson_append_binary(d, "k", 1, BSON_SUBTYPE_BINARY, g->key, (uint32_t)g->keylen);
     bson_append_int64(d, "s", 1, (int64_t)g->seq);
     sbl_append_value(d, "i", 1, &g->id);
     bson_append_array_begin(d, "a", 1, &arr);
-    for (size_t a = 0; a < nacc; a++) {
-        const acc_state_t *x = &g->accs[a];
-        bson_append_document_begin(&arr, sbl_array_key((uint32_t)a, kb), -1, &st);
-        bson_append_int64(&st, "n", 1, x->isum);
-        bson_append_double(&st, "d", 1, x->dsum);
-        bson_append_int64(&st, "c", 1, x->count);
-        bson_append_double(&st, "m", 1, x->mean);
-        bson_append_double(&st, "q", 1, x->m2);
-        bson_append_int64(&st, "N", 1, x->nmax);
-        bson_append_int32(&st, "f", 1,
-                          (x->has_double ? F_DOUBLE : 0) | (x->has_long ? F_LONG : 0) |
-                              (x->overflow ? F_OVERFLOW : 0) | (x->seen ? F_SEEN : 0));
-        if (x->seen)
-            sbl_append_value(&st, "v", 1, &x->val);
-        bson_append_array_begin(&st, "t", 1, &items);
-        for (size_t i = 0; i < x->nitems; i++)
-            sbl_append_value(&items, sbl_array_key((uint32_t)i, kb), -1, &x->items[i]);
-        bson_append_array_end(&st, &items);
-        bson_append_document_end(&arr, &st);
-    }
+    for (size_t a = 0; a < nacc; a++)
+        append_state(&arr, sbl_array_key((uint32_t)a, kb), &g->accs[a]);
     bson_append_array_end(d, &arr);
     return d;
 }
@@ -772,14 +800,19 @@ static int cmp_out(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-/* One result document: {_id, field: result...}. */
+/* One result document: {_id, field: result...}; partial: {_id, field: state...}
+ * (a shard's partial group, which a $doingMerge group combines). */
 static bson_t *group_result(const bson_value_t *id, const acc_spec_t *accs, size_t nacc,
-                            const acc_state_t *states)
+                            const acc_state_t *states, bool partial)
 {
     bson_t *doc = bson_new();
     sbl_append_value(doc, "_id", 3, id);
-    for (size_t a = 0; a < nacc; a++)
-        append_result(doc, &accs[a], &states[a]);
+    for (size_t a = 0; a < nacc; a++) {
+        if (partial)
+            append_state(doc, accs[a].field, &states[a]);
+        else
+            append_result(doc, &accs[a], &states[a]);
+    }
     return doc;
 }
 
@@ -795,7 +828,8 @@ static void free_states(acc_state_t *st, size_t nacc)
  * out, one document per key, in first-seen order.
  */
 static int merge_spilled(sbl_sorter_t *so, const acc_spec_t *accs, size_t nacc,
-                         const sbl_collation_t *coll, sbl_docvec_t *out, sbl_err_t *err)
+                         const sbl_collation_t *coll, bool partial, sbl_docvec_t *out,
+                         sbl_err_t *err)
 {
     acc_state_t *cur = calloc(nacc + 1, sizeof(*cur));
     bson_t *first = NULL; /* the current key's first record: its key, seq and _id */
@@ -817,7 +851,7 @@ static int merge_spilled(sbl_sorter_t *so, const acc_spec_t *accs, size_t nacc,
                 if (ents == NULL)
                     abort();
             }
-            ents[n].doc = group_result(&id, accs, nacc, cur);
+            ents[n].doc = group_result(&id, accs, nacc, cur, partial);
             ents[n++].seq = bson_iter_init_find(&it, first, "s") ? (size_t)bson_iter_int64(&it) : 0;
             free_states(cur, nacc);
             bson_destroy(first);
@@ -960,19 +994,19 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
     acc_spec_t *accs = NULL;
     sbl_expr_t *id_e = NULL;
     size_t nacc = 0;
-    int rc = 0;
+    int rc = 0, mode = 0;
 
     bson_t *with_id = NULL; /* accs[].field points into it: kept to the end */
     if (ids != NULL) {
         with_id = bson_new();
         bson_append_null(with_id, "_id", 3);
         bson_concat(with_id, spec);
-        if ((rc = parse_spec(with_id, &id_expr, &accs, &nacc, err)) != 0) {
+        if ((rc = parse_spec(with_id, &id_expr, &accs, &nacc, NULL, err)) != 0) {
             bson_destroy(with_id);
             return rc;
         }
     } else {
-        SBL_RET(parse_spec(spec, &id_expr, &accs, &nacc, err));
+        SBL_RET(parse_spec(spec, &id_expr, &accs, &nacc, &mode, err));
         if ((rc = sbl_expr_parse(&id_expr, &id_e, err)) != 0) {
             free_accs(accs, nacc);
             return rc;
@@ -1003,6 +1037,13 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
         for (size_t a = 0; a < nacc && rc == 0; a++) {
             bson_value_t v;
             size_t before = g->accs[a].bytes;
+            if (mode & G_MERGE) { /* doc holds a shard's partial state per accumulator */
+                bson_iter_t st;
+                if (bson_iter_init_find(&st, doc, accs[a].field) && BSON_ITER_HOLDS_DOCUMENT(&st))
+                    rc = combine(&accs[a], &g->accs[a], &st, env->coll, err);
+                t.bytes += g->accs[a].bytes - before;
+                continue;
+            }
             if (accs[a].kind == A_COUNT) {
                 rc = accumulate(&accs[a], &g->accs[a], NULL, false, env->coll, err);
                 continue;
@@ -1040,12 +1081,14 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
     }
 
     sbl_docvec_t out = {0};
+    bool partial = (mode & G_PARTIAL) != 0;
     if (rc == 0 && so != NULL) {
         if ((rc = gtable_to_sorter(&t, nacc, so, false, err)) == 0)
-            rc = merge_spilled(so, accs, nacc, env->coll, &out, err);
+            rc = merge_spilled(so, accs, nacc, env->coll, partial, &out, err);
     } else if (rc == 0) {
         for (size_t i = 0; i < t.n; i++)
-            sbl_docvec_push(&out, group_result(&t.groups[i].id, accs, nacc, t.groups[i].accs));
+            sbl_docvec_push(&out, group_result(&t.groups[i].id, accs, nacc, t.groups[i].accs,
+                                               partial));
     }
     gtable_clear(&t, nacc);
     free(t.groups);

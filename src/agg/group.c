@@ -1,7 +1,8 @@
 /*
  * group.c: the $group stage and its accumulators ($sum, $avg, $min,
  * $max, $first, $last, $push, $addToSet, $count, $mergeObjects, $stdDevPop,
- * $stdDevSamp, $firstN, $lastN, $minN, $maxN, and $accumulator in
+ * $stdDevSamp, $firstN, $lastN, $minN, $maxN, $top, $bottom, $topN and
+ * $bottomN (items that keep their sort key: group_top.c), and $accumulator in
  * JavaScript, whose state is the accumulator's one value).  Expressions
  * are parsed once per stage (src/expr) and evaluated per document.
  *
@@ -57,28 +58,34 @@ enum acc_kind {
     A_LASTN,
     A_MINN,
     A_MAXN,
-    A_ACCUMULATOR
+    A_ACCUMULATOR,
+    A_TOP,
+    A_BOTTOM,
+    A_TOPN,
+    A_BOTTOMN
 };
 
 static const struct {
     const char *name;
     enum acc_kind kind;
 } acc_table[] = {/* sorted by name */
-                 {"$accumulator", A_ACCUMULATOR}, {"$addToSet", A_ADDTOSET}, {"$avg", A_AVG},   {"$count", A_COUNT},
+                 {"$accumulator", A_ACCUMULATOR}, {"$addToSet", A_ADDTOSET}, {"$avg", A_AVG},
+                 {"$bottom", A_BOTTOM}, {"$bottomN", A_BOTTOMN}, {"$count", A_COUNT},
                  {"$first", A_FIRST},       {"$firstN", A_FIRSTN}, {"$last", A_LAST},
                  {"$lastN", A_LASTN},       {"$max", A_MAX},   {"$maxN", A_MAXN},
                  {"$mergeObjects", A_MERGE}, {"$min", A_MIN},  {"$minN", A_MINN},
                  {"$push", A_PUSH},
                  {"$stdDevPop", A_STDDEV_POP}, {"$stdDevSamp", A_STDDEV_SAMP},
-                 {"$sum", A_SUM}};
+                 {"$sum", A_SUM}, {"$top", A_TOP}, {"$topN", A_TOPN}};
 
 typedef struct acc_spec {
     const char *field;
     sbl_js_acc_t *js;  /* $accumulator's functions */
+    sbl_top_t *top;    /* $top $bottom $topN $bottomN: sortBy and output */
     enum acc_kind kind;
     bson_value_t expr; /* a view into the stage spec */
     sbl_expr_t *e;     /* parsed expr ($firstN...: its input) */
-    sbl_expr_t *n_e;   /* $firstN $lastN $minN $maxN: n, evaluated on the group's _id */
+    sbl_expr_t *n_e;   /* $firstN $lastN $minN $maxN $topN $bottomN: n, on the group's _id */
 } acc_spec_t;
 
 typedef struct acc_state {
@@ -87,7 +94,7 @@ typedef struct acc_state {
     bool has_double, has_long, overflow;
     int64_t count;
     double mean, m2;  /* $stdDevPop/$stdDevSamp: Welford's running mean and squares */
-    int64_t nmax;     /* $firstN $lastN $minN $maxN: n (0 until evaluated) */
+    int64_t nmax;     /* $firstN $lastN $minN $maxN $topN $bottomN: n (0 until evaluated) */
     bson_value_t val; /* min/max/first/last; BSON_TYPE_EOD when unset */
     bool seen;
     bson_value_t *items; /* push/addToSet */
@@ -193,6 +200,35 @@ static void keep_n_sorted(const acc_spec_t *s, acc_state_t *a, const bson_value_
     a->items[at] = last;
 }
 
+/* $top $bottom $topN $bottomN: insert item v into a's items in sortBy order
+ * (after equal ones), keeping the n first ($top) or last ($bottom); a tie
+ * with the one that would go keeps the one seen first, as mongod. */
+static void keep_top(const acc_spec_t *s, acc_state_t *a, const bson_value_t *v,
+                     const sbl_collation_t *coll)
+{
+    bool top = s->kind == A_TOP || s->kind == A_TOPN;
+    if (a->nmax == 0)
+        a->nmax = 1; /* $top, $bottom */
+    if ((int64_t)a->nitems >= a->nmax) {
+        size_t drop = top ? a->nitems - 1 : 0;
+        int c = top ? sbl_top_compare(s->top, &a->items[drop], v, coll)
+                    : sbl_top_compare(s->top, v, &a->items[drop], coll);
+        if (c <= 0)
+            return;
+        a->bytes -= value_bytes(&a->items[drop]);
+        bson_value_destroy(&a->items[drop]);
+        memmove(&a->items[drop], &a->items[drop + 1], (a->nitems - drop - 1) * sizeof(*a->items));
+        a->nitems--;
+    }
+    size_t at = a->nitems;
+    while (at > 0 && sbl_top_compare(s->top, &a->items[at - 1], v, coll) > 0)
+        at--;
+    push_item(a, v);
+    bson_value_t last = a->items[a->nitems - 1];
+    memmove(&a->items[at + 1], &a->items[at], (a->nitems - 1 - at) * sizeof(*a->items));
+    a->items[at] = last;
+}
+
 static void add_number(acc_state_t *a, const bson_value_t *v)
 {
     switch (v->value_type) {
@@ -285,6 +321,12 @@ static int accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *v
             a->nitems--;
         }
         push_item(a, v);
+        break;
+    case A_TOP:
+    case A_BOTTOM:
+    case A_TOPN:
+    case A_BOTTOMN:
+        keep_top(s, a, v, coll);
         break;
     case A_MINN:
     case A_MAXN:
@@ -409,6 +451,23 @@ static void append_result(bson_t *out, const acc_spec_t *s, const acc_state_t *a
         bson_append_array_end(out, &arr);
         break;
     }
+    case A_TOP:
+    case A_BOTTOM:
+        if (a->nitems > 0)
+            sbl_top_output(out, s->field, &a->items[0]);
+        else
+            bson_append_null(out, s->field, -1);
+        break;
+    case A_TOPN:
+    case A_BOTTOMN: {
+        bson_t arr;
+        char kb[16];
+        bson_append_array_begin(out, s->field, -1, &arr);
+        for (size_t i = 0; i < a->nitems; i++)
+            sbl_top_output(&arr, sbl_array_key((uint32_t)i, kb), &a->items[i]);
+        bson_append_array_end(out, &arr);
+        break;
+    }
     case A_STDDEV_POP:
     case A_STDDEV_SAMP: {
         int64_t n = s->kind == A_STDDEV_SAMP ? a->count - 1 : a->count;
@@ -463,6 +522,7 @@ static void free_accs(acc_spec_t *accs, size_t n)
         sbl_expr_free(accs[i].e);
         sbl_expr_free(accs[i].n_e);
         sbl_js_acc_free(accs[i].js);
+        sbl_top_free(accs[i].top);
     }
     free(accs);
 }
@@ -518,6 +578,24 @@ static int parse_n_acc(const char *name, acc_spec_t *s, sbl_err_t *err)
         return sbl_err_set(err, 5787907, "Missing value for 'input'");
     SBL_RET(sbl_expr_parse(&n, &s->n_e, err));
     return sbl_expr_parse(&input, &s->e, err);
+}
+
+/* $top / $bottom / $topN / $bottomN: {output, sortBy[, n]} (group_top.c). */
+static int parse_top_acc(const char *name, acc_spec_t *s, sbl_err_t *err)
+{
+    bson_value_t n;
+    bson_t spec;
+    if (s->expr.value_type != BSON_TYPE_DOCUMENT) {
+        char *j = value_json(&s->expr);
+        int rc = sbl_err_set(err, 5788001, "specification must be an object; found %s: %s",
+                             name, j);
+        bson_free(j);
+        return rc;
+    }
+    bson_init_static(&spec, s->expr.value.v_doc.data, s->expr.value.v_doc.data_len);
+    bool single = s->kind == A_TOP || s->kind == A_BOTTOM;
+    SBL_RET(sbl_top_parse(name, &spec, single, &s->top, &n, err));
+    return single ? 0 : sbl_expr_parse(&n, &s->n_e, err);
 }
 
 /* n of a $firstN-like accumulator for the group whose _id is id: a positive integer. */
@@ -621,7 +699,9 @@ static int parse_spec(const bson_t *spec, bson_value_t *id_expr, acc_spec_t **ac
             free_accs(accs, n);
             return sbl_err_set(err, SBL_E_TypeMismatch, "$count takes no arguments, i.e. $count:{}");
         }
-        int rc = is_n_kind(accs[n].kind)     ? parse_n_acc(bson_iter_key(&sub), &accs[n], err)
+        bool top = kind == A_TOP || kind == A_BOTTOM || kind == A_TOPN || kind == A_BOTTOMN;
+        int rc = top                        ? parse_top_acc(bson_iter_key(&sub), &accs[n], err)
+                 : is_n_kind(accs[n].kind)     ? parse_n_acc(bson_iter_key(&sub), &accs[n], err)
                  : kind == A_ACCUMULATOR ? sbl_js_acc_parse(&accs[n].expr, &accs[n].js, &accs[n].e, err)
                                          : sbl_expr_parse(&accs[n].expr, &accs[n].e, err);
         if (rc != 0) {
@@ -771,6 +851,10 @@ static int combine(const acc_spec_t *s, acc_state_t *a, const bson_iter_t *st,
     case A_LASTN:
     case A_MINN:
     case A_MAXN:
+    case A_TOP:
+    case A_BOTTOM:
+    case A_TOPN:
+    case A_BOTTOMN:
         while (has_items && bson_iter_next(&t)) {
             bson_value_t v;
             sbl_iter_value(&t, &v);
@@ -1058,7 +1142,8 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
             if (accs[a].n_e != NULL && g->accs[a].nmax == 0 &&
                 (rc = eval_n(env, &accs[a], &g->id, &g->accs[a], err)) != 0)
                 break;
-            if ((rc = sbl_agg_eval(env, accs[a].e, doc, &v, err)) != 0)
+            if ((rc = accs[a].top != NULL ? sbl_top_item(env, accs[a].top, doc, &v, err)
+                                          : sbl_agg_eval(env, accs[a].e, doc, &v, err)) != 0)
                 break;
             bool miss = v.value_type == BSON_TYPE_EOD;
             if (miss)

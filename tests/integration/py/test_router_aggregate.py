@@ -143,7 +143,12 @@ def test_partial_n_and_js_groups(cl):
     nacc = {"maxN": ACCS["maxN"], "minN": ACCS["minN"], "js": JS_AVG,
             "minS": {"$minN": {"input": "$name", "n": 5}}, "one": {"$maxN": {"input": "$k", "n": 1}},
             "fAll": {"$firstN": {"input": "$k", "n": 100}},
-            "lAll": {"$lastN": {"input": "$name", "n": 100}}}
+            "lAll": {"$lastN": {"input": "$name", "n": 100}},
+            "top": {"$top": {"output": ["$k", "$v"], "sortBy": {"v": -1, "k": 1}}},
+            "bot": {"$bottom": {"output": "$name", "sortBy": {"k": 1}}},
+            "tN": {"$topN": {"output": "$k", "sortBy": {"v": 1, "k": -1}, "n": 4}},
+            "bN": {"$bottomN": {"output": {"k": "$k", "h": "$h"}, "sortBy": {"h": 1, "k": 1},
+                                "n": 3}}}
     p = [{"$group": dict({"_id": "$g"}, **nacc)}, {"$sort": {"_id": 1}}]
     before = returned()
     got = list(cl.ag.t.aggregate(p))
@@ -154,6 +159,7 @@ def test_partial_n_and_js_groups(cl):
         d["fAll"], d["lAll"] = sorted(d["fAll"]), sorted(d["lAll"])
     assert norm(got) == norm(want) and len(got) == 4
     assert [d["js"][0] for d in got] == [30, 30, 30, 30] and len(got[0]["minS"]) == 5
+    assert [d["bot"] for d in got] == ["n%03d" % (k + 60) for k in (56, 57, 58, 59)]
     # the same pipeline sorted first runs its group at the router: the documents come back
     before = returned()
     same(cl, [{"$sort": {"k": 1}}] + p, ordered=True)
@@ -179,8 +185,9 @@ def test_partial_n_and_js_groups(cl):
                           "f": {"$firstN": {"input": "$nope", "n": 2}}, "j": JS_AVG}}])
     # bad n and a failing finalize: the shards' errors, mongod's codes
     for bad in (0, -1, 1.5, "x", {"$add": ["$gid", 0]}):
-        for name in ("$minN", "$firstN"):
-            spec = [{"$group": {"_id": {"gid": "$g"}, "x": {name: {"input": "$k", "n": bad}}}}]
+        for name in ("$minN", "$firstN", "$topN"):
+            arg = {"output": "$k", "sortBy": {"k": 1}} if name == "$topN" else {"input": "$k"}
+            spec = [{"$group": {"_id": {"gid": "$g"}, "x": {name: dict(arg, n=bad)}}}]
             codes = []
             for coll in ("t", "u"):
                 with pytest.raises(OperationFailure) as e:

@@ -1,7 +1,7 @@
 /*
  * group_top.c: what $group's $top, $bottom, $topN and $bottomN need besides
  * group.c's list of kept values (group_int.h): each document becomes one
- * item {o: output, s0: <sortBy's first field>, s1: ...}, the items compare
+ * item {o: output, s0: <sortBy's first field or $meta>, s1: ...}, the items compare
  * by the sortBy directions over s0, s1 ... (arrays and missing values as a
  * $sort orders them), and a kept item gives its output (null when missing).
  *
@@ -77,6 +77,11 @@ int sbl_top_parse(const char *name, const bson_t *spec, bool single, sbl_top_t *
     for (int i = 0; bson_iter_next(&it); i++) {
         char s[16], ref[1100];
         snprintf(s, sizeof(s), "s%d", i);
+        if (BSON_ITER_HOLDS_DOCUMENT(&it)) { /* {$meta: "textScore"}: the score, highest first */
+            sbl_append_iter(&item, s, -1, &it);
+            BSON_APPEND_INT32(&internal, s, -1);
+            continue;
+        }
         snprintf(ref, sizeof(ref), "$%s", bson_iter_key(&it));
         BSON_APPEND_UTF8(&item, s, ref);
         BSON_APPEND_INT32(&internal, s, bson_iter_as_int64(&it) < 0 ? -1 : 1);

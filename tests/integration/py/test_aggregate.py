@@ -173,8 +173,15 @@ def test_top_bottom_accumulators(db):
         "output": "$p", "sortBy": {"p": 1}, "n": {"$cond": [{"$eq": ["$g", "G1"]}, 2, 1]}}}}},
         {"$sort": {"_id": 1}}])
     assert r == [{"_id": {"g": "G1"}, "x": ["D", "E"]}, {"_id": {"g": "G2"}, "x": ["F"]}]
+    # sortBy a text score: highest first
+    db.game.create_index([("p", "text")])
+    db.game.insert_many([{"p": "Q Q Q R", "g": "T"}, {"p": "Q", "g": "T"}, {"p": "Q Q", "g": "T"}])
+    meta = {"output": "$p", "sortBy": {"sc": {"$meta": "textScore"}}}
+    assert agg(db.game, [{"$match": {"$text": {"$search": "Q"}}}, {"$group": {
+        "_id": "$g", "t": {"$topN": dict(meta, n=2)}, "b": {"$bottom": meta}}}]) == [
+        {"_id": "T", "t": ["Q Q Q R", "Q Q"], "b": "Q"}]
     ok = {"output": "$p", "sortBy": {"p": 1}}
-    for spec, code in [({"$topN": 5}, 5788001), ({"$top": dict(ok, n=1)}, 5788002),
+    for spec, code in [({"$topN": 5}, 5788001), ({"$top": meta}, 40218), ({"$top": dict(ok, n=1)}, 5788002),
                        ({"$topN": ok}, 5788003), ({"$bottomN": {"sortBy": {"p": 1}, "n": 1}}, 5788004),
                        ({"$bottom": {"output": "$p"}}, 5788005),
                        ({"$top": {"output": "$p", "sortBy": 1}}, 10065),

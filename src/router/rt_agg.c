@@ -1004,6 +1004,22 @@ static int run_merger(const char *db, const char *coll, const bson_t *cmd, const
     return rc;
 }
 
+void rt_agg_explain_split(const bson_t *cmd, bson_t *reply)
+{
+    bson_iter_t it, p;
+    sbl_err_t err = {0};
+    bson_t shard_pl = BSON_INITIALIZER, merge_pl = BSON_INITIALIZER, sp;
+    if (bson_iter_init_find(&it, cmd, "pipeline") && bson_iter_recurse(&it, &p) &&
+        split_pipeline(&p, &shard_pl, &merge_pl, &err) == 0) {
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "splitPipeline", &sp);
+        BSON_APPEND_ARRAY(&sp, "shardsPart", &shard_pl);
+        BSON_APPEND_ARRAY(&sp, "mergerPart", &merge_pl);
+        bson_append_document_end(reply, &sp);
+    }
+    bson_destroy(&shard_pl);
+    bson_destroy(&merge_pl);
+}
+
 int rt_agg_split(const char *db, const char *coll, const bson_t *cmd, const rt_coll_t *c,
                  const bool targets[RT_MAX_SHARDS], bson_t *reply, bool *stalep, sbl_err_t *err)
 {

@@ -160,6 +160,16 @@ def test_partial_n_and_js_groups(cl):
     assert norm(got) == norm(want) and len(got) == 4
     assert [d["js"][0] for d in got] == [30, 30, 30, 30] and len(got[0]["minS"]) == 5
     assert [d["bot"] for d in got] == ["n%03d" % (k + 60) for k in (56, 57, 58, 59)]
+    # explain shows the cut: a partial group on the shards, the merging group at the router
+    split = cl.ag.command("aggregate", "t", pipeline=p, explain=True)["splitPipeline"]
+    shard_group, merge_group = split["shardsPart"][0]["$group"], split["mergerPart"][0]["$group"]
+    assert shard_group == dict({"_id": "$g"}, **nacc, **{"$willBeMerged": True})
+    assert merge_group == dict({"_id": "$_id"}, **nacc, **{"$doingMerge": True})
+    assert split["mergerPart"][1:] == [{"$sort": {"_id": 1}}]
+    split = cl.ag.command("explain", {"aggregate": "t", "pipeline": [
+        {"$match": {"g": 1}}, {"$group": {"_id": None, "s": {"$sum": "$k"}}}], "cursor": {}})
+    assert split["splitPipeline"]["shardsPart"] == [
+        {"$match": {"g": 1}}, {"$group": {"_id": None, "s": {"$sum": "$k"}}}]
     # the same pipeline sorted first runs its group at the router: the documents come back
     before = returned()
     same(cl, [{"$sort": {"k": 1}}] + p, ordered=True)

@@ -1,7 +1,8 @@
 /*
  * group.c: the $group stage and its accumulators ($sum, $avg, $min,
  * $max, $first, $last, $push, $addToSet, $count, $mergeObjects, $stdDevPop,
- * $stdDevSamp, $firstN, $lastN, $minN, $maxN, and $accumulator in
+ * $stdDevSamp, $firstN, $lastN, $minN, $maxN, $top, $bottom, $topN and
+ * $bottomN (items that keep their sort key: group_top.c), and $accumulator in
  * JavaScript, whose state is the accumulator's one value).  Expressions
  * are parsed once per stage (src/expr) and evaluated per document.
  *
@@ -19,6 +20,11 @@
  * $mergeObjects see the same order as in memory; groups still come out in
  * first-seen order.  A single $push/$addToSet array is held to its own
  * limit (146, as MongoDB: it cannot spill).
+ *
+ * Across shards (src/router/rt_agg.c): a group with $willBeMerged: true
+ * gives each group's partial states (the spilled runs' form) instead of
+ * results; one with $doingMerge: true reads such documents, combines the
+ * states of one _id as a spill's merge does, and gives the results.
  */
 #include "agg/agg.h"
 #include "common/buf.h"
@@ -52,28 +58,34 @@ enum acc_kind {
     A_LASTN,
     A_MINN,
     A_MAXN,
-    A_ACCUMULATOR
+    A_ACCUMULATOR,
+    A_TOP,
+    A_BOTTOM,
+    A_TOPN,
+    A_BOTTOMN
 };
 
 static const struct {
     const char *name;
     enum acc_kind kind;
 } acc_table[] = {/* sorted by name */
-                 {"$accumulator", A_ACCUMULATOR}, {"$addToSet", A_ADDTOSET}, {"$avg", A_AVG},   {"$count", A_COUNT},
+                 {"$accumulator", A_ACCUMULATOR}, {"$addToSet", A_ADDTOSET}, {"$avg", A_AVG},
+                 {"$bottom", A_BOTTOM}, {"$bottomN", A_BOTTOMN}, {"$count", A_COUNT},
                  {"$first", A_FIRST},       {"$firstN", A_FIRSTN}, {"$last", A_LAST},
                  {"$lastN", A_LASTN},       {"$max", A_MAX},   {"$maxN", A_MAXN},
                  {"$mergeObjects", A_MERGE}, {"$min", A_MIN},  {"$minN", A_MINN},
                  {"$push", A_PUSH},
                  {"$stdDevPop", A_STDDEV_POP}, {"$stdDevSamp", A_STDDEV_SAMP},
-                 {"$sum", A_SUM}};
+                 {"$sum", A_SUM}, {"$top", A_TOP}, {"$topN", A_TOPN}};
 
 typedef struct acc_spec {
     const char *field;
     sbl_js_acc_t *js;  /* $accumulator's functions */
+    sbl_top_t *top;    /* $top $bottom $topN $bottomN: sortBy and output */
     enum acc_kind kind;
     bson_value_t expr; /* a view into the stage spec */
     sbl_expr_t *e;     /* parsed expr ($firstN...: its input) */
-    sbl_expr_t *n_e;   /* $firstN $lastN $minN $maxN: n, evaluated on the group's _id */
+    sbl_expr_t *n_e;   /* $firstN $lastN $minN $maxN $topN $bottomN: n, on the group's _id */
 } acc_spec_t;
 
 typedef struct acc_state {
@@ -82,7 +94,7 @@ typedef struct acc_state {
     bool has_double, has_long, overflow;
     int64_t count;
     double mean, m2;  /* $stdDevPop/$stdDevSamp: Welford's running mean and squares */
-    int64_t nmax;     /* $firstN $lastN $minN $maxN: n (0 until evaluated) */
+    int64_t nmax;     /* $firstN $lastN $minN $maxN $topN $bottomN: n (0 until evaluated) */
     bson_value_t val; /* min/max/first/last; BSON_TYPE_EOD when unset */
     bool seen;
     bson_value_t *items; /* push/addToSet */
@@ -188,6 +200,35 @@ static void keep_n_sorted(const acc_spec_t *s, acc_state_t *a, const bson_value_
     a->items[at] = last;
 }
 
+/* $top $bottom $topN $bottomN: insert item v into a's items in sortBy order
+ * (after equal ones), keeping the n first ($top) or last ($bottom); a tie
+ * with the one that would go keeps the one seen first, as mongod. */
+static void keep_top(const acc_spec_t *s, acc_state_t *a, const bson_value_t *v,
+                     const sbl_collation_t *coll)
+{
+    bool top = s->kind == A_TOP || s->kind == A_TOPN;
+    if (a->nmax == 0)
+        a->nmax = 1; /* $top, $bottom */
+    if ((int64_t)a->nitems >= a->nmax) {
+        size_t drop = top ? a->nitems - 1 : 0;
+        int c = top ? sbl_top_compare(s->top, &a->items[drop], v, coll)
+                    : sbl_top_compare(s->top, v, &a->items[drop], coll);
+        if (c <= 0)
+            return;
+        a->bytes -= value_bytes(&a->items[drop]);
+        bson_value_destroy(&a->items[drop]);
+        memmove(&a->items[drop], &a->items[drop + 1], (a->nitems - drop - 1) * sizeof(*a->items));
+        a->nitems--;
+    }
+    size_t at = a->nitems;
+    while (at > 0 && sbl_top_compare(s->top, &a->items[at - 1], v, coll) > 0)
+        at--;
+    push_item(a, v);
+    bson_value_t last = a->items[a->nitems - 1];
+    memmove(&a->items[at + 1], &a->items[at], (a->nitems - 1 - at) * sizeof(*a->items));
+    a->items[at] = last;
+}
+
 static void add_number(acc_state_t *a, const bson_value_t *v)
 {
     switch (v->value_type) {
@@ -280,6 +321,12 @@ static int accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *v
             a->nitems--;
         }
         push_item(a, v);
+        break;
+    case A_TOP:
+    case A_BOTTOM:
+    case A_TOPN:
+    case A_BOTTOMN:
+        keep_top(s, a, v, coll);
         break;
     case A_MINN:
     case A_MAXN:
@@ -404,6 +451,23 @@ static void append_result(bson_t *out, const acc_spec_t *s, const acc_state_t *a
         bson_append_array_end(out, &arr);
         break;
     }
+    case A_TOP:
+    case A_BOTTOM:
+        if (a->nitems > 0)
+            sbl_top_output(out, s->field, &a->items[0]);
+        else
+            bson_append_null(out, s->field, -1);
+        break;
+    case A_TOPN:
+    case A_BOTTOMN: {
+        bson_t arr;
+        char kb[16];
+        bson_append_array_begin(out, s->field, -1, &arr);
+        for (size_t i = 0; i < a->nitems; i++)
+            sbl_top_output(&arr, sbl_array_key((uint32_t)i, kb), &a->items[i]);
+        bson_append_array_end(out, &arr);
+        break;
+    }
     case A_STDDEV_POP:
     case A_STDDEV_SAMP: {
         int64_t n = s->kind == A_STDDEV_SAMP ? a->count - 1 : a->count;
@@ -458,6 +522,7 @@ static void free_accs(acc_spec_t *accs, size_t n)
         sbl_expr_free(accs[i].e);
         sbl_expr_free(accs[i].n_e);
         sbl_js_acc_free(accs[i].js);
+        sbl_top_free(accs[i].top);
     }
     free(accs);
 }
@@ -515,6 +580,24 @@ static int parse_n_acc(const char *name, acc_spec_t *s, sbl_err_t *err)
     return sbl_expr_parse(&input, &s->e, err);
 }
 
+/* $top / $bottom / $topN / $bottomN: {output, sortBy[, n]} (group_top.c). */
+static int parse_top_acc(const char *name, acc_spec_t *s, sbl_err_t *err)
+{
+    bson_value_t n;
+    bson_t spec;
+    if (s->expr.value_type != BSON_TYPE_DOCUMENT) {
+        char *j = value_json(&s->expr);
+        int rc = sbl_err_set(err, 5788001, "specification must be an object; found %s: %s",
+                             name, j);
+        bson_free(j);
+        return rc;
+    }
+    bson_init_static(&spec, s->expr.value.v_doc.data, s->expr.value.v_doc.data_len);
+    bool single = s->kind == A_TOP || s->kind == A_BOTTOM;
+    SBL_RET(sbl_top_parse(name, &spec, single, &s->top, &n, err));
+    return single ? 0 : sbl_expr_parse(&n, &s->n_e, err);
+}
+
 /* n of a $firstN-like accumulator for the group whose _id is id: a positive integer. */
 static int eval_n(const sbl_agg_env_t *env, const acc_spec_t *s, const bson_value_t *id,
                   acc_state_t *a, sbl_err_t *err)
@@ -555,21 +638,37 @@ static int eval_n(const sbl_agg_env_t *env, const acc_spec_t *s, const bson_valu
 }
 
 
-/* Parse {_id: expr, field: {$acc: expr}, ...}. */
+enum { G_MERGE = 1, G_PARTIAL = 2 }; /* $doingMerge, $willBeMerged */
+
+/* Parse {_id: expr, field: {$acc: expr}, ...}; *modep: G_MERGE and G_PARTIAL
+ * (the router's split group: docs/sharding.md), never set for $bucket's output
+ * (modep NULL). */
 static int parse_spec(const bson_t *spec, bson_value_t *id_expr, acc_spec_t **accsp, size_t *np,
-                      sbl_err_t *err)
+                      int *modep, sbl_err_t *err)
 {
     bson_iter_t it, sub;
     bool has_id = false;
     size_t n = 0, cap = bson_count_keys(spec);
     acc_spec_t *accs = calloc(cap + 1, sizeof(*accs));
 
+    if (modep != NULL)
+        *modep = 0;
     bson_iter_init(&it, spec);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "_id") == 0) {
             sbl_iter_value(&it, id_expr);
             has_id = true;
+            continue;
+        }
+        if (modep != NULL &&
+            (strcmp(k, "$doingMerge") == 0 || strcmp(k, "$willBeMerged") == 0)) {
+            bool merge = k[1] == 'd', on = bson_iter_as_bool(&it);
+            if (merge && !on) {
+                free_accs(accs, n);
+                return sbl_err_set(err, 17030, "$doingMerge should be true if present");
+            }
+            *modep |= on ? (merge ? G_MERGE : G_PARTIAL) : 0;
             continue;
         }
         if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
@@ -600,7 +699,9 @@ static int parse_spec(const bson_t *spec, bson_value_t *id_expr, acc_spec_t **ac
             free_accs(accs, n);
             return sbl_err_set(err, SBL_E_TypeMismatch, "$count takes no arguments, i.e. $count:{}");
         }
-        int rc = is_n_kind(accs[n].kind)     ? parse_n_acc(bson_iter_key(&sub), &accs[n], err)
+        bool top = kind == A_TOP || kind == A_BOTTOM || kind == A_TOPN || kind == A_BOTTOMN;
+        int rc = top                        ? parse_top_acc(bson_iter_key(&sub), &accs[n], err)
+                 : is_n_kind(accs[n].kind)     ? parse_n_acc(bson_iter_key(&sub), &accs[n], err)
                  : kind == A_ACCUMULATOR ? sbl_js_acc_parse(&accs[n].expr, &accs[n].js, &accs[n].e, err)
                                          : sbl_expr_parse(&accs[n].expr, &accs[n].e, err);
         if (rc != 0) {
@@ -624,35 +725,42 @@ static int parse_spec(const bson_t *spec, bson_value_t *id_expr, acc_spec_t **ac
 
 enum { F_DOUBLE = 1, F_LONG = 2, F_OVERFLOW = 4, F_SEEN = 8 };
 
+/* One accumulator's partial state as field key of out: what a spilled run
+ * and a shard's partial group ($willBeMerged) hold, read back by combine(). */
+static void append_state(bson_t *out, const char *key, const acc_state_t *x)
+{
+    bson_t st, items;
+    char kb[16];
+    bson_append_document_begin(out, key, -1, &st);
+    bson_append_int64(&st, "n", 1, x->isum);
+    bson_append_double(&st, "d", 1, x->dsum);
+    bson_append_int64(&st, "c", 1, x->count);
+    bson_append_double(&st, "m", 1, x->mean);
+    bson_append_double(&st, "q", 1, x->m2);
+    bson_append_int64(&st, "N", 1, x->nmax);
+    bson_append_int32(&st, "f", 1,
+                      (x->has_double ? F_DOUBLE : 0) | (x->has_long ? F_LONG : 0) |
+                          (x->overflow ? F_OVERFLOW : 0) | (x->seen ? F_SEEN : 0));
+    if (x->seen)
+        sbl_append_value(&st, "v", 1, &x->val);
+    bson_append_array_begin(&st, "t", 1, &items);
+    for (size_t i = 0; i < x->nitems; i++)
+        sbl_append_value(&items, sbl_array_key((uint32_t)i, kb), -1, &x->items[i]);
+    bson_append_array_end(&st, &items);
+    bson_append_document_end(out, &st);
+}
+
 /* A partial group as one run record: {k: key, s: seq, i: _id, a: [state...]}. */
 static bson_t *group_to_bson(const group_t *g, size_t nacc)
 {
-    bson_t *d = bson_new(), arr, st, items;
+    bson_t *d = bson_new(), arr;
     char kb[16];
     bson_append_binary(d, "k", 1, BSON_SUBTYPE_BINARY, g->key, (uint32_t)g->keylen);
     bson_append_int64(d, "s", 1, (int64_t)g->seq);
     sbl_append_value(d, "i", 1, &g->id);
     bson_append_array_begin(d, "a", 1, &arr);
-    for (size_t a = 0; a < nacc; a++) {
-        const acc_state_t *x = &g->accs[a];
-        bson_append_document_begin(&arr, sbl_array_key((uint32_t)a, kb), -1, &st);
-        bson_append_int64(&st, "n", 1, x->isum);
-        bson_append_double(&st, "d", 1, x->dsum);
-        bson_append_int64(&st, "c", 1, x->count);
-        bson_append_double(&st, "m", 1, x->mean);
-        bson_append_double(&st, "q", 1, x->m2);
-        bson_append_int64(&st, "N", 1, x->nmax);
-        bson_append_int32(&st, "f", 1,
-                          (x->has_double ? F_DOUBLE : 0) | (x->has_long ? F_LONG : 0) |
-                              (x->overflow ? F_OVERFLOW : 0) | (x->seen ? F_SEEN : 0));
-        if (x->seen)
-            sbl_append_value(&st, "v", 1, &x->val);
-        bson_append_array_begin(&st, "t", 1, &items);
-        for (size_t i = 0; i < x->nitems; i++)
-            sbl_append_value(&items, sbl_array_key((uint32_t)i, kb), -1, &x->items[i]);
-        bson_append_array_end(&st, &items);
-        bson_append_document_end(&arr, &st);
-    }
+    for (size_t a = 0; a < nacc; a++)
+        append_state(&arr, sbl_array_key((uint32_t)a, kb), &g->accs[a]);
     bson_append_array_end(d, &arr);
     return d;
 }
@@ -743,6 +851,10 @@ static int combine(const acc_spec_t *s, acc_state_t *a, const bson_iter_t *st,
     case A_LASTN:
     case A_MINN:
     case A_MAXN:
+    case A_TOP:
+    case A_BOTTOM:
+    case A_TOPN:
+    case A_BOTTOMN:
         while (has_items && bson_iter_next(&t)) {
             bson_value_t v;
             sbl_iter_value(&t, &v);
@@ -772,14 +884,19 @@ static int cmp_out(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-/* One result document: {_id, field: result...}. */
+/* One result document: {_id, field: result...}; partial: {_id, field: state...}
+ * (a shard's partial group, which a $doingMerge group combines). */
 static bson_t *group_result(const bson_value_t *id, const acc_spec_t *accs, size_t nacc,
-                            const acc_state_t *states)
+                            const acc_state_t *states, bool partial)
 {
     bson_t *doc = bson_new();
     sbl_append_value(doc, "_id", 3, id);
-    for (size_t a = 0; a < nacc; a++)
-        append_result(doc, &accs[a], &states[a]);
+    for (size_t a = 0; a < nacc; a++) {
+        if (partial)
+            append_state(doc, accs[a].field, &states[a]);
+        else
+            append_result(doc, &accs[a], &states[a]);
+    }
     return doc;
 }
 
@@ -795,7 +912,8 @@ static void free_states(acc_state_t *st, size_t nacc)
  * out, one document per key, in first-seen order.
  */
 static int merge_spilled(sbl_sorter_t *so, const acc_spec_t *accs, size_t nacc,
-                         const sbl_collation_t *coll, sbl_docvec_t *out, sbl_err_t *err)
+                         const sbl_collation_t *coll, bool partial, sbl_docvec_t *out,
+                         sbl_err_t *err)
 {
     acc_state_t *cur = calloc(nacc + 1, sizeof(*cur));
     bson_t *first = NULL; /* the current key's first record: its key, seq and _id */
@@ -817,7 +935,7 @@ static int merge_spilled(sbl_sorter_t *so, const acc_spec_t *accs, size_t nacc,
                 if (ents == NULL)
                     abort();
             }
-            ents[n].doc = group_result(&id, accs, nacc, cur);
+            ents[n].doc = group_result(&id, accs, nacc, cur, partial);
             ents[n++].seq = bson_iter_init_find(&it, first, "s") ? (size_t)bson_iter_int64(&it) : 0;
             free_states(cur, nacc);
             bson_destroy(first);
@@ -960,19 +1078,19 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
     acc_spec_t *accs = NULL;
     sbl_expr_t *id_e = NULL;
     size_t nacc = 0;
-    int rc = 0;
+    int rc = 0, mode = 0;
 
     bson_t *with_id = NULL; /* accs[].field points into it: kept to the end */
     if (ids != NULL) {
         with_id = bson_new();
         bson_append_null(with_id, "_id", 3);
         bson_concat(with_id, spec);
-        if ((rc = parse_spec(with_id, &id_expr, &accs, &nacc, err)) != 0) {
+        if ((rc = parse_spec(with_id, &id_expr, &accs, &nacc, NULL, err)) != 0) {
             bson_destroy(with_id);
             return rc;
         }
     } else {
-        SBL_RET(parse_spec(spec, &id_expr, &accs, &nacc, err));
+        SBL_RET(parse_spec(spec, &id_expr, &accs, &nacc, &mode, err));
         if ((rc = sbl_expr_parse(&id_expr, &id_e, err)) != 0) {
             free_accs(accs, nacc);
             return rc;
@@ -1003,6 +1121,13 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
         for (size_t a = 0; a < nacc && rc == 0; a++) {
             bson_value_t v;
             size_t before = g->accs[a].bytes;
+            if (mode & G_MERGE) { /* doc holds a shard's partial state per accumulator */
+                bson_iter_t st;
+                if (bson_iter_init_find(&st, doc, accs[a].field) && BSON_ITER_HOLDS_DOCUMENT(&st))
+                    rc = combine(&accs[a], &g->accs[a], &st, env->coll, err);
+                t.bytes += g->accs[a].bytes - before;
+                continue;
+            }
             if (accs[a].kind == A_COUNT) {
                 rc = accumulate(&accs[a], &g->accs[a], NULL, false, env->coll, err);
                 continue;
@@ -1017,7 +1142,8 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
             if (accs[a].n_e != NULL && g->accs[a].nmax == 0 &&
                 (rc = eval_n(env, &accs[a], &g->id, &g->accs[a], err)) != 0)
                 break;
-            if ((rc = sbl_agg_eval(env, accs[a].e, doc, &v, err)) != 0)
+            if ((rc = accs[a].top != NULL ? sbl_top_item(env, accs[a].top, doc, &v, err)
+                                          : sbl_agg_eval(env, accs[a].e, doc, &v, err)) != 0)
                 break;
             bool miss = v.value_type == BSON_TYPE_EOD;
             if (miss)
@@ -1040,12 +1166,14 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
     }
 
     sbl_docvec_t out = {0};
+    bool partial = (mode & G_PARTIAL) != 0;
     if (rc == 0 && so != NULL) {
         if ((rc = gtable_to_sorter(&t, nacc, so, false, err)) == 0)
-            rc = merge_spilled(so, accs, nacc, env->coll, &out, err);
+            rc = merge_spilled(so, accs, nacc, env->coll, partial, &out, err);
     } else if (rc == 0) {
         for (size_t i = 0; i < t.n; i++)
-            sbl_docvec_push(&out, group_result(&t.groups[i].id, accs, nacc, t.groups[i].accs));
+            sbl_docvec_push(&out, group_result(&t.groups[i].id, accs, nacc, t.groups[i].accs,
+                                               partial));
     }
     gtable_clear(&t, nacc);
     free(t.groups);

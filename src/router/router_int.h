@@ -357,6 +357,9 @@ int64_t rt_stream_register(rt_stream_t *s, const char *db, const char *coll);
  * error (238 NotImplemented for a stage the router cannot run). */
 int rt_agg_split(const char *db, const char *coll, const bson_t *cmd, const rt_coll_t *c,
                  const bool targets[RT_MAX_SHARDS], bson_t *reply, bool *stalep, sbl_err_t *err);
+/* Append to reply explain's splitPipeline {shardsPart, mergerPart} of cmd's
+ * pipeline as rt_agg_split cuts it; nothing when it cannot be cut (238). */
+void rt_agg_explain_split(const bson_t *cmd, bson_t *reply);
 /* A find across shards sorted by {$meta: "textScore"}, run as the aggregate
  * it stands for ($match, $sort, $skip, $limit, $project); -1 (nothing done)
  * when it has an option or a projection no pipeline has. */

@@ -8,8 +8,8 @@
  * router's find and writes $out / $merge through the target's primary shard,
  * or a $merge into a sharded collection through the router's own writes
  * (sbl_agg_remote_t).  Some split points run partly on the shards: a $group
- * of combining accumulators (partial_group), $sample (split_sample), $sort
- * and $limit.  Also: a find sorted by a text score across shards, run as
+ * (partial_group's rewrite of combining accumulators, else merged_group's
+ * partial states), $sample (split_sample), $sort and $limit.  Also: a find sorted by a text score across shards, run as
  * its pipeline (rt_agg_find_by_meta).
  *
  * What must stay true: the merger never touches local storage: it runs
@@ -219,8 +219,8 @@ static bool stddev_parts(const char *f, bool samp, const bson_iter_t *acc, bson_
  * shards' arrays and flatten them, $avg sums the values and counts the
  * numeric ones (a hidden field, removed after the division), $stdDevPop
  * and $stdDevSamp combine each shard's count, sum and deviation
- * (stddev_parts).  False (the shards then send their documents) for any
- * other accumulator.
+ * (stddev_parts).  False for any other accumulator (merged_group splits
+ * those).
  */
 static bool partial_group(const bson_t *spec, bson_t *shard_pl, uint32_t *ns, bson_t *merge_pl,
                           uint32_t *nm)
@@ -321,6 +321,40 @@ static bool partial_group(const bson_t *spec, bson_t *shard_pl, uint32_t *ns, bs
     return ok;
 }
 
+/*
+ * Any other $group (the N accumulators, $accumulator) as mongos splits it:
+ * the shards' group ends in partial states ($willBeMerged: each accumulator's
+ * state, not its result: a $minN's n smallest, an $accumulator's state before
+ * finalize), the merger's ($doingMerge) groups them by _id and combines the
+ * states (a $firstN's lists in the shards' order, $accumulator's merge
+ * function) before it gives the results (finalize runs there).  False for a
+ * spec that is no document's.
+ */
+static bool merged_group(const bson_t *spec, bson_t *shard_pl, uint32_t *ns, bson_t *merge_pl,
+                         uint32_t *nm)
+{
+    bson_iter_t it;
+    bson_t sg = BSON_INITIALIZER, mg = BSON_INITIALIZER;
+    if (!bson_iter_init(&it, spec))
+        return false;
+    BSON_APPEND_UTF8(&mg, "_id", "$_id");
+    while (bson_iter_next(&it)) {
+        const char *f = bson_iter_key(&it);
+        if (strcmp(f, "$willBeMerged") == 0 || strcmp(f, "$doingMerge") == 0)
+            continue;
+        sbl_append_iter(&sg, f, -1, &it);
+        if (strcmp(f, "_id") != 0)
+            sbl_append_iter(&mg, f, -1, &it);
+    }
+    BSON_APPEND_BOOL(&sg, "$willBeMerged", true);
+    BSON_APPEND_BOOL(&mg, "$doingMerge", true);
+    append_stage_doc(shard_pl, ns, "$group", &sg);
+    append_stage_doc(merge_pl, nm, "$group", &mg);
+    bson_destroy(&sg);
+    bson_destroy(&mg);
+    return true;
+}
+
 #define SAMPLE_KEY "\x7fsample" /* a document's random draw: never shown */
 
 /* $sample {size: n} as mongod splits it: each shard draws a random number
@@ -393,7 +427,8 @@ static int split_pipeline(const bson_iter_t *pipeline, bson_t *shard_pl, bson_t 
         }
         bson_t spec;
         if (phase == 0 && ((strcmp(name, "$group") == 0 && sbl_iter_doc(&s, &spec) &&
-                            partial_group(&spec, shard_pl, &ns, merge_pl, &nm)) ||
+                            (partial_group(&spec, shard_pl, &ns, merge_pl, &nm) ||
+                             merged_group(&spec, shard_pl, &ns, merge_pl, &nm))) ||
                            (strcmp(name, "$sample") == 0 &&
                             split_sample(&s, shard_pl, &ns, merge_pl, &nm)))) {
             phase = 2;
@@ -967,6 +1002,22 @@ static int run_merger(const char *db, const char *coll, const bson_t *cmd, const
     rc = rt_docs_cursor(db, coll, &arr, batch < 0 ? 101 : batch, reply, err);
     bson_destroy(&arr);
     return rc;
+}
+
+void rt_agg_explain_split(const bson_t *cmd, bson_t *reply)
+{
+    bson_iter_t it, p;
+    sbl_err_t err = {0};
+    bson_t shard_pl = BSON_INITIALIZER, merge_pl = BSON_INITIALIZER, sp;
+    if (bson_iter_init_find(&it, cmd, "pipeline") && bson_iter_recurse(&it, &p) &&
+        split_pipeline(&p, &shard_pl, &merge_pl, &err) == 0) {
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "splitPipeline", &sp);
+        BSON_APPEND_ARRAY(&sp, "shardsPart", &shard_pl);
+        BSON_APPEND_ARRAY(&sp, "mergerPart", &merge_pl);
+        bson_append_document_end(reply, &sp);
+    }
+    bson_destroy(&shard_pl);
+    bson_destroy(&merge_pl);
 }
 
 int rt_agg_split(const char *db, const char *coll, const bson_t *cmd, const rt_coll_t *c,

@@ -639,6 +639,8 @@ int rt_explain(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
             bson_append_array(&wp, "shards", -1, &arr);
             bson_append_document_end(&qp, &wp);
             bson_append_document_end(reply, &qp);
+            if (strcmp(verb, "aggregate") == 0 && n > 1) /* how the router would cut it */
+                rt_agg_explain_split(&inner, reply);
             BSON_APPEND_DOCUMENT(reply, "command", &inner);
         }
         bson_destroy(&arr);

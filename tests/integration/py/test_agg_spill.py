@@ -139,11 +139,14 @@ def test_std_dev_spills_with_equal_results(data, client, limits):
 
 
 def test_n_accumulators_spill_with_equal_results(data, client, limits):
-    """$firstN/$lastN keep input order and $minN/$maxN their order across spilled runs."""
+    """$firstN/$lastN keep input order and $minN/$maxN/$topN/$bottom their order across
+    spilled runs."""
     pipe = [{"$sort": {"_id": 1}}, {"$group": {
         "_id": "$k", "f": {"$firstN": {"input": "$n", "n": 4}},
         "l": {"$lastN": {"input": "$n", "n": 3}}, "mn": {"$minN": {"input": "$h", "n": 3}},
-        "mx": {"$maxN": {"input": "$s", "n": 2}}}}]
+        "mx": {"$maxN": {"input": "$s", "n": 2}},
+        "tn": {"$topN": {"output": ["$_id", "$h"], "sortBy": {"h": -1}, "n": 3}},
+        "b": {"$bottom": {"output": "$_id", "sortBy": {"s": 1, "n": 1}}}}}]
     want = by_id(agg(data, pipe))
     assert len(want) == 211 and all(len(d["f"]) == 4 and len(d["mn"]) == 3 for d in want)
     before = status(client)["group"]["spills"]

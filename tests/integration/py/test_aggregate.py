@@ -150,6 +150,48 @@ def test_n_accumulators(db):
         assert e.value.code == code, spec
 
 
+def test_top_bottom_accumulators(db):
+    # the manual's game: PlayerD's score is missing, PlayerE's null (both sort as null)
+    db.game.insert_many([{"p": "A", "g": "G1", "score": 1}, {"p": "B", "g": "G1", "score": 2},
+                         {"p": "C", "g": "G1", "score": 3}, {"p": "D", "g": "G1"},
+                         {"p": "E", "g": "G1", "score": None}, {"p": "F", "g": "G2", "score": 7}])
+    out, by = ["$p", "$score"], {"score": -1}
+    r = agg(db.game, [{"$group": {
+        "_id": "$g", "bn": {"$bottomN": {"output": out, "sortBy": by, "n": 3}},
+        "tn": {"$topN": {"output": out, "sortBy": by, "n": 3}},
+        "b": {"$bottom": {"output": out, "sortBy": by}}, "t": {"$top": {"output": out, "sortBy": by}},
+        "miss": {"$top": {"output": "$nope", "sortBy": {"p": 1}}},
+        "two": {"$topN": {"output": "$p", "sortBy": {"score": 1, "p": -1}, "n": 2}}}},
+        {"$sort": {"_id": 1}}])
+    assert r == [{"_id": "G1", "bn": [["A", 1], ["D", None], ["E", None]],
+                  "tn": [["C", 3], ["B", 2], ["A", 1]], "b": ["D", None], "t": ["C", 3],
+                  "miss": None, "two": ["E", "D"]},
+                 {"_id": "G2", "bn": [["F", 7]], "tn": [["F", 7]], "b": ["F", 7], "t": ["F", 7],
+                  "miss": None, "two": ["F"]}]
+    # n from the group's key
+    r = agg(db.game, [{"$group": {"_id": {"g": "$g"}, "x": {"$bottomN": {
+        "output": "$p", "sortBy": {"p": 1}, "n": {"$cond": [{"$eq": ["$g", "G1"]}, 2, 1]}}}}},
+        {"$sort": {"_id": 1}}])
+    assert r == [{"_id": {"g": "G1"}, "x": ["D", "E"]}, {"_id": {"g": "G2"}, "x": ["F"]}]
+    # sortBy a text score: highest first
+    db.game.create_index([("p", "text")])
+    db.game.insert_many([{"p": "Q Q Q R", "g": "T"}, {"p": "Q", "g": "T"}, {"p": "Q Q", "g": "T"}])
+    meta = {"output": "$p", "sortBy": {"sc": {"$meta": "textScore"}}}
+    assert agg(db.game, [{"$match": {"$text": {"$search": "Q"}}}, {"$group": {
+        "_id": "$g", "t": {"$topN": dict(meta, n=2)}, "b": {"$bottom": meta}}}]) == [
+        {"_id": "T", "t": ["Q Q Q R", "Q Q"], "b": "Q"}]
+    ok = {"output": "$p", "sortBy": {"p": 1}}
+    for spec, code in [({"$topN": 5}, 5788001), ({"$top": meta}, 40218), ({"$top": dict(ok, n=1)}, 5788002),
+                       ({"$topN": ok}, 5788003), ({"$bottomN": {"sortBy": {"p": 1}, "n": 1}}, 5788004),
+                       ({"$bottom": {"output": "$p"}}, 5788005),
+                       ({"$top": {"output": "$p", "sortBy": 1}}, 10065),
+                       ({"$top": {"output": "$p", "sortBy": {"p": 2}}}, 15975),
+                       ({"$topN": dict(ok, n=0)}, 5787908), ({"$topN": dict(ok, n="x")}, 5787902)]:
+        with pytest.raises(OperationFailure) as e:
+            agg(db.game, [{"$group": {"_id": None, "x": spec}}])
+        assert e.value.code == code, spec
+
+
 def test_sort_limit_skip_count_unwind(sales):
     r = agg(sales, [{"$group": {"_id": "$item", "q": {"$sum": "$qty"}}},
                     {"$sort": {"q": -1}}, {"$limit": 2}])

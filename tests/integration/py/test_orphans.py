@@ -44,6 +44,11 @@ def test_orphans_are_filtered_from_routed_reads(cluster, mongos):
     assert mongos.orph.command("count", "c", query={"x": 1})["n"] == 10
     assert list(coll.aggregate([{"$match": {"x": 1}}, {"$count": "n"}])) == [{"n": 10}]
     assert list(coll.aggregate([{"$group": {"_id": None, "s": {"$sum": "$k"}}}]))[0]["s"] == -5
+    # the shards' partial groups of the N accumulators skip it too (k 50 would top both)
+    assert list(coll.aggregate([{"$group": {
+        "_id": None, "m": {"$maxN": {"input": "$k", "n": 2}},
+        "t": {"$top": {"output": "$_id", "sortBy": {"k": -1}}}}}])) == [
+        {"_id": None, "m": [4, 3], "t": 4}]
     assert sorted(coll.distinct("k")) == list(range(-5, 5))
     # a snapshot read filters by the placement at its atClusterTime
     snap = mongos.orph.get_collection("c", read_concern=ReadConcern("snapshot"))

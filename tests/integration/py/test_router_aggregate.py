@@ -124,6 +124,93 @@ def test_partial_groups(cl):
                                                 "q": {"$stdDevSamp": "$k"}}}])
 
 
+JS_AVG = {"$accumulator": {  # merge joins the shards' states, finalize runs at the merger
+    "init": "function() { return {n: 0, s: 0} }",
+    "accumulate": "function(st, k) { return {n: st.n + 1, s: st.s + k} }",
+    "accumulateArgs": ["$k"],
+    "merge": "function(a, b) { return {n: a.n + b.n, s: a.s + b.s} }",
+    "finalize": "function(st) { return [st.n, st.s / st.n] }", "lang": "js"}}
+
+
+def returned():
+    """Each shard's documents returned so far (serverStatus metrics.document.returned)."""
+    return [s.admin.command("serverStatus")["metrics"]["document"]["returned"] for s in SHARDS]
+
+
+def test_partial_n_and_js_groups(cl):
+    # the N accumulators and $accumulator: each shard groups its documents into partial
+    # states ($willBeMerged), the router combines them ($doingMerge): 4 groups a shard
+    nacc = {"maxN": ACCS["maxN"], "minN": ACCS["minN"], "js": JS_AVG,
+            "minS": {"$minN": {"input": "$name", "n": 5}}, "one": {"$maxN": {"input": "$k", "n": 1}},
+            "fAll": {"$firstN": {"input": "$k", "n": 100}},
+            "lAll": {"$lastN": {"input": "$name", "n": 100}},
+            "top": {"$top": {"output": ["$k", "$v"], "sortBy": {"v": -1, "k": 1}}},
+            "bot": {"$bottom": {"output": "$name", "sortBy": {"k": 1}}},
+            "tN": {"$topN": {"output": "$k", "sortBy": {"v": 1, "k": -1}, "n": 4}},
+            "bN": {"$bottomN": {"output": {"k": "$k", "h": "$h"}, "sortBy": {"h": 1, "k": 1},
+                                "n": 3}}}
+    p = [{"$group": dict({"_id": "$g"}, **nacc)}, {"$sort": {"_id": 1}}]
+    before = returned()
+    got = list(cl.ag.t.aggregate(p))
+    sent = [a - b for a, b in zip(returned(), before)]
+    assert all(4 <= n < 20 for n in sent), sent  # not the shards' 60 documents
+    want = list(cl.ag.u.aggregate(p))
+    for d in got + want:  # without a $sort first the order of $firstN/$lastN is not defined
+        d["fAll"], d["lAll"] = sorted(d["fAll"]), sorted(d["lAll"])
+    assert norm(got) == norm(want) and len(got) == 4
+    assert [d["js"][0] for d in got] == [30, 30, 30, 30] and len(got[0]["minS"]) == 5
+    assert [d["bot"] for d in got] == ["n%03d" % (k + 60) for k in (56, 57, 58, 59)]
+    # explain shows the cut: a partial group on the shards, the merging group at the router
+    split = cl.ag.command("aggregate", "t", pipeline=p, explain=True)["splitPipeline"]
+    shard_group, merge_group = split["shardsPart"][0]["$group"], split["mergerPart"][0]["$group"]
+    assert shard_group == dict({"_id": "$g"}, **nacc, **{"$willBeMerged": True})
+    assert merge_group == dict({"_id": "$_id"}, **nacc, **{"$doingMerge": True})
+    assert split["mergerPart"][1:] == [{"$sort": {"_id": 1}}]
+    split = cl.ag.command("explain", {"aggregate": "t", "pipeline": [
+        {"$match": {"g": 1}}, {"$group": {"_id": None, "s": {"$sum": "$k"}}}], "cursor": {}})
+    assert split["splitPipeline"]["shardsPart"] == [
+        {"$match": {"g": 1}}, {"$group": {"_id": None, "s": {"$sum": "$k"}}}]
+    # the same pipeline sorted first runs its group at the router: the documents come back
+    before = returned()
+    same(cl, [{"$sort": {"k": 1}}] + p, ordered=True)
+    assert all(n >= 60 for n in (a - b for a, b in zip(returned(), before)))
+    # firstN / lastN of fewer than the group holds: n of the group's values
+    r = list(cl.ag.t.aggregate([{"$group": {"_id": "$g", "f": {"$firstN": {"input": "$k", "n": 3}},
+                                            "l": {"$lastN": {"input": "$k", "n": 2}}}}]))
+    assert len(r) == 4 and all(len(d["f"]) == 3 and len(d["l"]) == 2 and
+                               all(k % 4 == d["_id"] for k in d["f"] + d["l"]) for d in r)
+    # every other accumulator beside one of them combines from the same partial states
+    mixed = {k: v for k, v in ACCS.items() if k not in ("first", "last", "push", "mo", "fN", "lN")}
+    r = same(cl, [{"$group": dict({"_id": {"g": "$g"}}, js=JS_AVG, **mixed)},
+                  {"$sort": {"_id": 1}}], ordered=True)
+    assert [list(d) for d in r] == [["_id", "js"] + list(mixed)] * 4
+    # n from an expression over the group's key, a group no document reaches, missing inputs
+    byk = {"$cond": [{"$eq": ["$gid", 0]}, 1, {"$add": ["$gid", 1]}]}
+    r = same(cl, [{"$group": {"_id": {"gid": "$g"}, "m": {"$maxN": {"input": "$v", "n": byk}},
+                              "f": {"$minN": {"input": "$k", "n": byk}}}},
+                  {"$sort": {"_id": 1}}], ordered=True)
+    assert [len(d["f"]) for d in r] == [1, 2, 3, 4]
+    assert same(cl, [{"$match": {"name": "none"}}, {"$group": {"_id": None, "m": ACCS["minN"]}}]) == []
+    same(cl, [{"$group": {"_id": "$h", "m": {"$minN": {"input": "$nope", "n": 2}},
+                          "f": {"$firstN": {"input": "$nope", "n": 2}}, "j": JS_AVG}}])
+    # bad n and a failing finalize: the shards' errors, mongod's codes
+    for bad in (0, -1, 1.5, "x", {"$add": ["$gid", 0]}):
+        for name in ("$minN", "$firstN", "$topN"):
+            arg = {"output": "$k", "sortBy": {"k": 1}} if name == "$topN" else {"input": "$k"}
+            spec = [{"$group": {"_id": {"gid": "$g"}, "x": {name: dict(arg, n=bad)}}}]
+            codes = []
+            for coll in ("t", "u"):
+                with pytest.raises(OperationFailure) as e:
+                    list(cl.ag[coll].aggregate(spec))
+                codes.append(e.value.code)
+            assert codes[0] == codes[1] and codes[0] in (5787902, 5787903, 5787908), (bad, codes)
+    fails = dict(JS_AVG["$accumulator"], finalize="function(s) { return s.nope.x }")
+    for coll in ("t", "u"):
+        with pytest.raises(OperationFailure) as e:
+            list(cl.ag[coll].aggregate([{"$group": {"_id": "$g", "x": {"$accumulator": fails}}}]))
+        assert e.value.code == 139
+
+
 def test_group_shapes(cl):
     same(cl, [{"$bucket": {"groupBy": "$k", "boundaries": [-60, -20, 0, 20, 60],
                            "output": {"n": {"$sum": 1}, "names": {"$push": "$name"}}}}])

@@ -127,6 +127,44 @@ static int delete_range_once(const mig_spec_t *s, int64_t *deletedp, sbl_err_t *
     return rc;
 }
 
+int64_t mig_count_range(const mig_spec_t *s)
+{
+    char db[256];
+    const char *coll;
+    mig_split_ns(s->ns, db, sizeof(db), &coll);
+    int64_t n = 0, cursor = 0;
+    bool first = true;
+    sbl_err_t e = {0};
+    int rc = 0;
+    while (rc == 0 && (first || cursor != 0)) {
+        bson_t cmd = BSON_INITIALIZER, reply;
+        if (first) {
+            rc = mig_range_find(s, db, coll, 1000, &reply, &e);
+        } else {
+            BSON_APPEND_INT64(&cmd, "getMore", cursor);
+            BSON_APPEND_UTF8(&cmd, "collection", coll);
+            BSON_APPEND_INT32(&cmd, "batchSize", 1000);
+            rc = sbl_cmd_run_checked(db, &cmd, &reply, &e);
+        }
+        bson_destroy(&cmd);
+        bson_iter_t it, b;
+        cursor = 0;
+        if (rc == 0 && bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.id", &b))
+            cursor = bson_iter_as_int64(&b);
+        if (rc == 0 && bson_iter_init(&it, &reply) &&
+            bson_iter_find_descendant(&it, first ? "cursor.firstBatch" : "cursor.nextBatch", &b) &&
+            bson_iter_recurse(&b, &it))
+            while (bson_iter_next(&it)) {
+                bson_t d;
+                if (sbl_iter_doc(&it, &d) && mig_in_range(s, &d))
+                    n++;
+            }
+        first = false;
+        bson_destroy(&reply);
+    }
+    return rc == 0 ? n : -1; /* a find that failed leaves no cursor (it is its last batch) */
+}
+
 /* Errors the range deleter waits out: a write conflict (a transaction
  * holding a document of the range), a prepared transaction's document
  * (the delete's maxTimeMS ends its wait). */

@@ -42,14 +42,16 @@
 static atomic_llong delay_s = 900;         /* orphanCleanupDelaySecs (mongod 7.0's default) */
 static atomic_llong overlap_wait_ms = 10000; /* receiveChunkWaitForRangeDeleterTimeoutMS */
 
-/* When each task seen by this primary is due (by migrationSessionId). */
+/* When each task seen by this primary is due (by migrationSessionId), and
+ * how many documents its range held when first counted (-1: not yet). */
 static struct {
     char session[160];
-    int64_t due_ms;
+    int64_t due_ms, orphans;
 } due[MAX_TASKS];
 static int ndue;
 
-static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER; /* one task at a time; guards due[] */
+static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER; /* one task at a time */
+static pthread_mutex_t tab_mu = PTHREAD_MUTEX_INITIALIZER; /* due[] */
 static pthread_mutex_t wake_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake_cv = PTHREAD_COND_INITIALIZER;
 static bool woken, stopping, running;
@@ -151,37 +153,86 @@ bool mig_task_background(const bson_t *d)
            !bson_iter_init_find(&it, d, "pending");
 }
 
-/* When session's task is due (run_mu held): registered on first sight. */
-static int64_t due_of(const bson_t *d, const char *session)
+/* The index of session's entry (tab_mu held), registered on first sight;
+ * -1 when the table is full. */
+static int entry_of(const bson_t *d, const char *session)
 {
     for (int i = 0; i < ndue; i++)
         if (strcmp(due[i].session, session) == 0)
-            return due[i].due_ms;
+            return i;
+    if (ndue == MAX_TASKS)
+        return -1;
     const char *when = sbl_doc_utf8(d, "whenToClean");
     int64_t at = mig_now_ms();
     if (when == NULL || strcmp(when, "now") != 0)
         at += atomic_load(&delay_s) * 1000;
-    if (ndue < MAX_TASKS) {
-        snprintf(due[ndue].session, sizeof(due[ndue].session), "%s", session);
-        due[ndue++].due_ms = at;
-    }
+    snprintf(due[ndue].session, sizeof(due[ndue].session), "%s", session);
+    due[ndue].due_ms = at;
+    due[ndue].orphans = -1;
+    return ndue++;
+}
+
+/* When session's task is due. */
+static int64_t due_of(const bson_t *d, const char *session)
+{
+    pthread_mutex_lock(&tab_mu);
+    int i = entry_of(d, session);
+    int64_t at = i >= 0 ? due[i].due_ms : mig_now_ms();
+    pthread_mutex_unlock(&tab_mu);
     return at;
 }
 
 static void due_set(const char *session, int64_t at)
 {
+    pthread_mutex_lock(&tab_mu);
     for (int i = 0; i < ndue; i++)
         if (strcmp(due[i].session, session) == 0)
             due[i].due_ms = at;
+    pthread_mutex_unlock(&tab_mu);
 }
 
 static void due_forget(const char *session)
 {
+    pthread_mutex_lock(&tab_mu);
     for (int i = 0; i < ndue; i++)
         if (strcmp(due[i].session, session) == 0) {
             due[i] = due[--ndue];
-            return;
+            break;
         }
+    pthread_mutex_unlock(&tab_mu);
+}
+
+int64_t sbl_cmd_rangedel_orphans(const char *ns)
+{
+    if (sbl_shard_name() == NULL)
+        return 0;
+    bson_t docs[MAX_TASKS];
+    int n = load_ready(ns, NULL, docs, MAX_TASKS);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        const char *session = sbl_doc_utf8(&docs[i], "migrationSessionId");
+        if (session == NULL)
+            continue;
+        pthread_mutex_lock(&tab_mu);
+        int e = entry_of(&docs[i], session);
+        int64_t known = e >= 0 ? due[e].orphans : -1;
+        pthread_mutex_unlock(&tab_mu);
+        mig_spec_t s;
+        sbl_err_t err = {0};
+        if (known < 0 && mig_task_spec(&docs[i], &s, &err) == 0) {
+            known = mig_count_range(&s); /* once per task: the deleter only lowers it */
+            mig_spec_free(&s);
+            pthread_mutex_lock(&tab_mu);
+            for (int j = 0; j < ndue && known >= 0; j++)
+                if (strcmp(due[j].session, session) == 0)
+                    due[j].orphans = known;
+            pthread_mutex_unlock(&tab_mu);
+        }
+        if (known > 0)
+            total += known;
+    }
+    free_tasks(docs, n);
+    return total;
 }
 
 /* Run one task (run_mu held): delete its range, then the task.  How many
@@ -263,9 +314,9 @@ static void *rangedel_main(void *arg)
         pthread_mutex_unlock(&wake_mu);
         bool primary = sbl_repl_writable();
         if (primary && !was_primary) { /* a new primaryship: each delay starts again */
-            pthread_mutex_lock(&run_mu);
+            pthread_mutex_lock(&tab_mu);
             ndue = 0;
-            pthread_mutex_unlock(&run_mu);
+            pthread_mutex_unlock(&tab_mu);
         }
         was_primary = primary;
         int64_t next = pass();

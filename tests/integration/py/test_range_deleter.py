@@ -94,6 +94,12 @@ def test_donor_deletes_after_the_commit_unseen_by_routed_commands(mongos, cluste
             assert coll.delete_many({"k": {"$gte": N - 10}}).deleted_count == 10
             # count without a query counts the orphans, as mongod's does
             assert mongos.rd.command("count", "bg")["n"] == N - 10 + HALF
+            # the balancer's data size of the donor leaves its orphans out
+            with shard(cluster, donor) as c:
+                size = c.rd.command("collStats", "bg")["size"]
+                bal = c.admin.command("_shardsvrGetStatsForBalancing", 1, scaleFactor=1,
+                                      collections=[{"ns": "rd.bg"}])["stats"][0]["collSize"]
+                assert abs(bal - size / 2) < size * 0.02, (bal, size)  # HALF of N are orphans
         finally:
             suspend(cluster, donor, False)
         # the range deleter runs now (orphanCleanupDelaySecs=0) and removes its task

@@ -416,8 +416,10 @@ static void entry_id(const mig_spec_t *s, const bson_t *e, id_list_t *ids)
         mine = mig_in_range(s, &o);
     else if (strcmp(op, "u") == 0)
         mine = mig_in_range(s, &o) || (key_may_change(s) && update_moves_key(s, e));
-    else if (strcmp(op, "d") == 0)
-        mine = key_may_change(s) || mig_in_range(s, &o); /* o: {_id} */
+    else if (strcmp(op, "d") == 0) /* o: {_id}; a fromMigrate one deleted a range this
+                                      * shard does not own (the range deleter's), not this */
+        mine = !(bson_iter_init_find(&it, e, "fromMigrate") && bson_iter_as_bool(&it)) &&
+               (key_may_change(s) || mig_in_range(s, &o));
     else
         return;
     const char *path = strcmp(op, "u") == 0 ? "o2._id" : "o._id";
@@ -1016,7 +1018,11 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
                      mig_task_ready(session, &e) == 0;
         if (!ready)
             mig_log("migration %s: recording the commit failed: %s", session, e.msg);
-        sbl_shard_refresh(spec.ns, &e);
+        /* the new version before the critical section ends: with the old
+         * one cached, the filter would still take the range for this
+         * shard's (the config servers just answered: a retry is short) */
+        for (int i = 0; sbl_shard_refresh(spec.ns, &e) != 0 && i < MIG_CRIT_MS / 500; i++)
+            usleep(500 * 1000);
         if (!ready) {
             mig_recovery_take_crit(spec.ns); /* recovery records it first */
         } else {

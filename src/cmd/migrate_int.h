@@ -174,6 +174,10 @@ int mig_rangedel_await_overlap(const mig_spec_t *s, sbl_err_t *err);
  * waiting out conflicts for up to MIG_CRIT_MS; how many went, -1 on an
  * error (err). */
 int64_t mig_delete_range(const mig_spec_t *s, sbl_err_t *err);
+/* The range deleter's service's deletion: the same, after re-reading ns's
+ * version, of the documents in s's range that this shard does not own
+ * (none when it owns the whole collection, or it is dropped or unsharded). */
+int64_t mig_delete_orphans(const mig_spec_t *s, sbl_err_t *err);
 /* How many of this shard's documents are in s's range (-1: the read failed). */
 int64_t mig_count_range(const mig_spec_t *s);
 /* A find over s's range in db.coll, batch documents a batch (reply

@@ -18,7 +18,9 @@
  * What must stay true: a task's range is never deleted while this shard
  * owns any of it; that holds because the range can only come back through
  * a migration, and a recipient clones nothing while an overlapping task is
- * here.  Until the task goes, the shard's ownership filter hides the range
+ * here; and, should a collection be dropped and sharded again meanwhile,
+ * because the deletion re-reads the version first and leaves alone every
+ * document the shard owns (mig_delete_orphans).  Until the task goes, the shard's ownership filter hides the range
  * from routed reads and writes (src/shard/shard_filter.c, crud_write.c).
  * Only a primary runs tasks; one task at a time (run_mu).
  */
@@ -244,7 +246,7 @@ static int64_t run_task(const bson_t *d, sbl_err_t *err)
     if (session == NULL || mig_task_spec(d, &s, err) != 0)
         return -1;
     int64_t t0 = mig_now_ms();
-    int64_t n = mig_delete_range(&s, err);
+    int64_t n = mig_delete_orphans(&s, err); /* never what this shard owns now */
     if (n >= 0 && mig_task_delete(session, err) != 0)
         n = -1;
     if (n >= 0) {

@@ -148,9 +148,11 @@ def test_migration_back_waits_for_the_overlapping_deletion(mongos, cluster):
     assert not t.is_alive() and "error" not in out, out
     # the range is back once: the deletion did not take the returned copy
     assert upper_on(cluster, donor, "back") == HALF
-    assert upper_on(cluster, recip, "back") == 0
     assert sorted(d["_id"] for d in mongos.rd.back.find({}, {"_id": 1})) == list(range(N))
+    # the second donor's copy goes in the background too
     assert wait_for(lambda: not tasks(cluster, 0) and not tasks(cluster, 1))
+    assert upper_on(cluster, recip, "back") == 0
+    assert upper_on(cluster, donor, "back") == HALF
 
 
 def test_migration_back_gives_up_after_the_wait(mongos, cluster):
@@ -218,3 +220,21 @@ def test_restarted_donor_resumes_the_deletion(mongos, cluster):
     # and a new migration of another range runs while none is left
     move(mongos, "restart", donor)
     assert sorted(d["_id"] for d in mongos.rd.restart.find({}, {"_id": 1})) == list(range(N))
+
+
+def test_deletion_spares_a_recreated_collection(mongos, cluster):
+    donor, recip = make_coll(mongos, "again")
+    suspend(cluster, donor, True)
+    try:
+        move(mongos, "again", recip)
+        # dropped and sharded again before the deletion ran: the task's range
+        # now holds documents the donor owns
+        mongos.rd.again.drop()
+        mongos.admin.command("shardCollection", "rd.again", key={"k": 1})
+        mongos.rd.again.insert_many([{"_id": i, "k": i} for i in range(N)])
+        assert len(tasks(cluster, donor)) == 1
+    finally:
+        suspend(cluster, donor, False)
+    assert wait_for(lambda: not tasks(cluster, donor))
+    assert upper_on(cluster, donor, "again") == HALF
+    assert mongos.rd.again.count_documents({}) == N

@@ -8,6 +8,8 @@
 
 #include "cmd/cmd_int.h"
 
+#include <stdatomic.h>
+
 /* Every wait of a migration is bounded (a migration that cannot finish
  * aborts with an error that says why, and the writers go on):
  *   MIG_STALL_MS    the recipient's clone or catch-up made no progress
@@ -167,9 +169,9 @@ void mig_rangedel_kick(void);
 /* Run session's background task now (moveChunk's _waitForDelete); how
  * many documents went (0: no such task), -1 on an error (err). */
 int64_t mig_rangedel_run_now(const char *session, sbl_err_t *err);
-/* 0 once no background task overlaps s's range; ExceededTimeLimit after
- * receiveChunkWaitForRangeDeleterTimeoutMS. */
-int mig_rangedel_await_overlap(const mig_spec_t *s, sbl_err_t *err);
+/* 0 once no background task overlaps s's range, or *stop; ExceededTimeLimit
+ * after receiveChunkWaitForRangeDeleterTimeoutMS. */
+int mig_rangedel_await_overlap(const mig_spec_t *s, const atomic_bool *stop, sbl_err_t *err);
 /* Delete this shard's documents in s's range (fromMigrate; migrate_del.c),
  * waiting out conflicts for up to MIG_CRIT_MS; how many went, -1 on an
  * error (err). */

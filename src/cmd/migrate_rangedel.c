@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #define MAX_TASKS 64   /* tasks looked at per pass */
+#define MAX_DUE 1024   /* tasks whose due time this primary keeps */
 #define RETRY_MS 1000  /* a task that failed is tried again after this */
 
 static atomic_llong delay_s = 900;         /* orphanCleanupDelaySecs (mongod 7.0's default) */
@@ -49,7 +50,7 @@ static atomic_llong overlap_wait_ms = 10000; /* receiveChunkWaitForRangeDeleterT
 static struct {
     char session[160];
     int64_t due_ms, orphans;
-} due[MAX_TASKS];
+} due[MAX_DUE];
 static int ndue;
 
 static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER; /* one task at a time */
@@ -162,7 +163,7 @@ static int entry_of(const bson_t *d, const char *session)
     for (int i = 0; i < ndue; i++)
         if (strcmp(due[i].session, session) == 0)
             return i;
-    if (ndue == MAX_TASKS)
+    if (ndue == MAX_DUE)
         return -1;
     const char *when = sbl_doc_utf8(d, "whenToClean");
     int64_t at = mig_now_ms();
@@ -285,6 +286,7 @@ static int64_t pass(void)
     pthread_mutex_lock(&run_mu);
     int n = load_ready(NULL, NULL, docs, MAX_TASKS);
     int64_t next = -1;
+    bool ran = false;
     for (int i = 0; i < n && !stopping; i++) {
         const char *session = sbl_doc_utf8(&docs[i], "migrationSessionId");
         if (session == NULL)
@@ -292,8 +294,10 @@ static int64_t pass(void)
         int64_t at = due_of(&docs[i], session), now = mig_now_ms();
         if (at <= now && !mig_fp_on(MIG_FP_SUSPEND_RANGEDEL) && sbl_repl_writable()) {
             sbl_err_t e = {0};
-            if (run_task(&docs[i], &e) >= 0)
+            if (run_task(&docs[i], &e) >= 0) {
+                ran = true;
                 continue;
+            }
             mig_log("range deletion %s: %s; trying again", session, e.msg);
             due_set(session, (at = mig_now_ms() + RETRY_MS));
         }
@@ -303,7 +307,7 @@ static int64_t pass(void)
     }
     pthread_mutex_unlock(&run_mu);
     free_tasks(docs, n);
-    return n == MAX_TASKS ? 0 : next;
+    return ran && n == MAX_TASKS ? 0 : next; /* more may be waiting behind those */
 }
 
 static void *rangedel_main(void *arg)
@@ -384,7 +388,7 @@ static bool overlaps(const bson_t *d, const mig_spec_t *s)
     return sbl_doc_compare(&mn, s->max) < 0 && sbl_doc_compare(s->min, &mx) < 0;
 }
 
-int mig_rangedel_await_overlap(const mig_spec_t *s, sbl_err_t *err)
+int mig_rangedel_await_overlap(const mig_spec_t *s, const atomic_bool *stop, sbl_err_t *err)
 {
     int64_t until = mig_now_ms() + atomic_load(&overlap_wait_ms);
     bool logged = false;
@@ -395,8 +399,8 @@ int mig_rangedel_await_overlap(const mig_spec_t *s, sbl_err_t *err)
         for (int i = 0; i < n && !any; i++)
             any = overlaps(&docs[i], s);
         free_tasks(docs, n);
-        if (!any)
-            return 0;
+        if (!any || atomic_load(stop))
+            return 0; /* stopped: the receive is being aborted; it clones nothing */
         if (mig_now_ms() >= until)
             return sbl_err_set(err, SBL_E_ExceededTimeLimit, "Exceeded deadline waiting for "
                                "overlapping range deletion to finish");

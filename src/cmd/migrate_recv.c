@@ -246,7 +246,7 @@ static void *recip_thread(void *arg)
      * recipient waits for overlapping range deletions too), else the range
      * deleter would delete it under its new owner */
     if (rc == 0)
-        rc = mig_rangedel_await_overlap(&recip.spec, &e);
+        rc = mig_rangedel_await_overlap(&recip.spec, &recip.stop, &e);
     /* clone */
     if (rc == 0)
         mig_fp_hold(MIG_FP_RECV1);

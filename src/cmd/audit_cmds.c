@@ -623,6 +623,8 @@ int sbl_cmd_set_parameter(sbl_opctx_t *ctx, sbl_err_t *err)
             prc = sbl_spill_set_parameter(k, &it, ctx->reply, err); /* memory limits (src/exec/spill.c) */
         if (prc < 0)
             prc = sbl_cmd_automerge_set_parameter(k, &it, ctx->reply, err); /* chunk_merge.c */
+        if (prc < 0) /* the range deleter's (migrate_rangedel.c) */
+            prc = sbl_cmd_rangedel_set_parameter(k, &it, ctx->reply, err);
         if (prc < 0) /* flow control's (src/repl/repl_flow.c) */
             prc = sbl_repl_flow_set_parameter(k, &it, false, ctx->reply, err);
         if (prc >= 0) {

@@ -263,17 +263,21 @@ static int shard_host(const char *id, char *out, size_t n, sbl_err_t *err)
 
 static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const bson_t *key,
                    const bson_value_t *uuid, const bson_t *chunk, const char *from,
-                   const char *to, bool force, bson_t *details, sbl_err_t *err);
+                   const char *to, int flags, bson_t *details, sbl_err_t *err);
+
+/* A migration's options (flags): moveChunk's forceJumbo; its _waitForDelete
+ * (the donor deletes its copy before it answers, without the delay). */
+enum { MOVE_FORCE = 1, MOVE_WAIT_DELETE = 2 };
 
 /*
  * Move the chunk of ns that starts at min to shard to (max, when given,
  * must be its max).  Runs the whole migration; details receives what the
  * donor reported.  ConflictingOperationInProgress when the donor or the
- * recipient is in another migration.  force (moveChunk's forceJumbo): no
- * jumbo check, a chunk marked jumbo moves too.
+ * recipient is in another migration.  MOVE_FORCE (moveChunk's forceJumbo):
+ * no jumbo check, a chunk marked jumbo moves too.
  */
 static int move_range_force(const char *ns, const bson_t *min, const bson_t *max, const char *to,
-                            bool force, bson_t *details, sbl_err_t *err)
+                            int flags, bson_t *details, sbl_err_t *err)
 {
     bson_t coll = BSON_INITIALIZER, chunk = BSON_INITIALIZER, f = BSON_INITIALIZER, key, cmax;
     int rc = 0;
@@ -319,7 +323,7 @@ static int move_range_force(const char *ns, const bson_t *min, const bson_t *max
                        : sbl_err_set(err, SBL_E_ConflictingOperationInProgress, "the chunk "
                                      "moved while its migration was being set up");
     if (rc == 0)
-        rc = migrate(ns, min, &cmax, &key, bson_iter_value(&it), &fresh, from, to, force,
+        rc = migrate(ns, min, &cmax, &key, bson_iter_value(&it), &fresh, from, to, flags,
                      details, err);
     bson_destroy(&fresh);
     busy_release(from, to);
@@ -334,7 +338,7 @@ out:
 static int move_range(const char *ns, const bson_t *min, const bson_t *max, const char *to,
                       bson_t *details, sbl_err_t *err)
 {
-    return move_range_force(ns, min, max, to, false, details, err);
+    return move_range_force(ns, min, max, to, 0, details, err);
 }
 
 /* Remove config.migrations' document mid. */
@@ -359,8 +363,9 @@ static void migrations_delete(const char *mid)
  * changelog around the donor's _shardsvrMoveRange. */
 static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const bson_t *key,
                    const bson_value_t *uuid, const bson_t *chunk, const char *from,
-                   const char *to, bool force, bson_t *details, sbl_err_t *err)
+                   const char *to, int flags, bson_t *details, sbl_err_t *err)
 {
+    bool force = (flags & MOVE_FORCE) != 0, wait_delete = (flags & MOVE_WAIT_DELETE) != 0;
     int rc;
     char from_host[1024], to_host[1024];
     if ((rc = shard_host(from, from_host, sizeof(from_host), err)) != 0 ||
@@ -387,7 +392,7 @@ static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const 
         bson_iter_t lm;
         if (bson_iter_init_find(&lm, chunk, "lastmod"))
             sbl_append_value(&d, "chunkVersion", -1, bson_iter_value(&lm));
-        BSON_APPEND_BOOL(&d, "waitForDelete", false);
+        BSON_APPEND_BOOL(&d, "waitForDelete", wait_delete);
         BSON_APPEND_BOOL(&d, "forceJumbo", force);
         bson_append_document_end(&docs, &d);
         bson_append_array_end(&cmd, &docs);
@@ -418,6 +423,8 @@ static int migrate(const char *ns, const bson_t *min, const bson_t *cmax, const 
     BSON_APPEND_UTF8(&cmd, "toShard", to);
     BSON_APPEND_UTF8(&cmd, "fromShardHost", from_host);
     BSON_APPEND_UTF8(&cmd, "toShardHost", to_host);
+    if (wait_delete)
+        BSON_APPEND_BOOL(&cmd, "waitForDelete", true);
     bson_iter_t lmv; /* the commit must find the chunk at this version still */
     if (bson_iter_init_find(&lmv, chunk, "lastmod"))
         sbl_append_value(&cmd, "chunkVersion", -1, bson_iter_value(&lmv));
@@ -465,9 +472,12 @@ int sbl_cmd_configsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
                            "and toShard");
     bool has_max = doc_of(ctx->cmd, "max", &max);
     bson_iter_t fj;
-    bool force = bson_iter_init_find(&fj, ctx->cmd, "forceJumbo") && bson_iter_as_bool(&fj);
+    int flags = bson_iter_init_find(&fj, ctx->cmd, "forceJumbo") && bson_iter_as_bool(&fj)
+                    ? MOVE_FORCE : 0;
+    if (bson_iter_init_find(&fj, ctx->cmd, "waitForDelete") && bson_iter_as_bool(&fj))
+        flags |= MOVE_WAIT_DELETE;
     bson_t det = BSON_INITIALIZER;
-    rc = move_range_force(ns, &min, has_max ? &max : NULL, to, force, &det, err);
+    rc = move_range_force(ns, &min, has_max ? &max : NULL, to, flags, &det, err);
     if (rc == 0)
         BSON_APPEND_DOCUMENT(ctx->reply, "details", &det);
     bson_destroy(&det);

@@ -196,6 +196,18 @@ void sbl_cmd_automerge_tick(char ids[][128], int nshards);
 int sbl_cmd_automerge_set_parameter(const char *k, const bson_iter_t *it, bson_t *reply,
                                     sbl_err_t *err);
 void sbl_cmd_automerge_append_parameter(bson_t *reply);
+/* setParameter orphanCleanupDelaySecs and
+ * receiveChunkWaitForRangeDeleterTimeoutMS (-1: k is another parameter;
+ * reply gets "was"), and getParameter's value (false: not one of them);
+ * migrate_rangedel.c. */
+int sbl_cmd_rangedel_set_parameter(const char *k, const bson_iter_t *it, bson_t *reply,
+                                   sbl_err_t *err);
+bool sbl_cmd_rangedel_append_parameter(bson_t *reply, const char *name);
+/* How many documents of ns this shard holds as orphans awaiting the range
+ * deleter (its ready tasks' ranges, each counted once), which
+ * _shardsvrGetStatsForBalancing leaves out of the shard's data size as
+ * mongod 7.0 does (its tasks' numOrphanDocs). */
+int64_t sbl_cmd_rangedel_orphans(const char *ns);
 /* 0 on the config server primary; IllegalOperation off a config server,
  * NotWritablePrimary on its secondaries. */
 int sbl_cmd_config_primary_check(sbl_err_t *err);

@@ -327,6 +327,8 @@ static bool append_parameter(bson_t *r, const char *name)
     }
     if (sbl_repl_flow_append_parameter(r, name)) /* flow control's, most changeable */
         return true;
+    if (sbl_cmd_rangedel_append_parameter(r, name)) /* changeable at run time */
+        return true;
     if (strcmp(name, "replWriterThreadCount") == 0) { /* start-up only */
         BSON_APPEND_INT32(r, name, sbl_repl_writer_threads());
         return true;
@@ -380,7 +382,8 @@ static const char *const known_parameters[] = {
     "featureCompatibilityVersion", "internalQueryMaxBlockingSortMemoryUsageBytes",
     "internalDocumentSourceGroupMaxMemoryBytes", "allowDiskUseByDefault",
     "journalCommitInterval", "keyRotationIntervalSecs", "logLevel", "maxBSONDepth",
-    "minSnapshotHistoryWindowInSeconds",
+    "minSnapshotHistoryWindowInSeconds", "orphanCleanupDelaySecs",
+    "receiveChunkWaitForRangeDeleterTimeoutMS",
     "quiet", "replWriterThreadCount", "syncdelay",
     "transactionLifetimeLimitSeconds", "wiredTigerConcurrentReadTransactions",
     "wiredTigerConcurrentWriteTransactions",

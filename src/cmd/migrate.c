@@ -9,9 +9,11 @@
  *          asks the recipient to start (_recvChunkStart), waits for it to report "steady",
  *          enters the critical section, has the recipient take its final
  *          changes (_recvChunkCommit), commits the new owner on the config
- *          servers (_configsvrCommitChunkMigration), deletes its copy of the
- *          range, refreshes its version, releases the recipient
- *          (_recvChunkReleaseCritSec) and leaves the critical section.
+ *          servers (_configsvrCommitChunkMigration), hands its range
+ *          deletion task to the range deleter (migrate_rangedel.c: the copy
+ *          goes later, in the background), refreshes its version, leaves
+ *          the critical section and releases the recipient
+ *          (_recvChunkReleaseCritSec).
  *          _migrateClone hands out the range's documents in batches,
  *          _transferMods the range's changes since the clone began (read
  *          from this shard's oplog: each changed _id, as its current
@@ -24,13 +26,17 @@
  *
  * What must stay true: no routed query sees the range twice or not at all.
  * Before the commit the recipient's copy is only in the staging collection;
- * between moving it in and deleting the donor's copy both shards hold ns's
- * critical section, so no routed command on ns runs on either; after it
- * each shard's version is the new one and old routers get StaleConfig.
- * Neither leaves its critical section before its change (the move-in, the
- * deletion) is majority-committed and in its stable timestamp: a
- * readConcern majority read reads there, and would otherwise still see the
- * donor's copy beside the recipient's.  No transaction that wrote the
+ * from moving it in until the commit both shards hold ns's critical
+ * section, so no routed command on ns runs on either; after it each shard's
+ * version is the new one (old routers get StaleConfig) and the donor's
+ * ownership filter hides its copy, an orphan until the range deleter's
+ * task removes it, from every routed read and write, majority reads
+ * included (the filter is the current version's, not the snapshot's).  The
+ * recipient does not leave its critical section before its move-in is
+ * majority-committed and in its stable timestamp, where a readConcern
+ * majority read reads.  A recipient clones nothing while a deletion task
+ * of its own overlaps the range (mig_rangedel_await_overlap), so a range
+ * given back is never deleted under its new owner.  No transaction that wrote the
  * collection on the donor is open when the recipient takes the last
  * changes (await_txns): one ending later would leave its writes to the
  * range on the donor, to be deleted with it.
@@ -410,8 +416,10 @@ static void entry_id(const mig_spec_t *s, const bson_t *e, id_list_t *ids)
         mine = mig_in_range(s, &o);
     else if (strcmp(op, "u") == 0)
         mine = mig_in_range(s, &o) || (key_may_change(s) && update_moves_key(s, e));
-    else if (strcmp(op, "d") == 0)
-        mine = key_may_change(s) || mig_in_range(s, &o); /* o: {_id} */
+    else if (strcmp(op, "d") == 0) /* o: {_id}; a fromMigrate one deleted a range this
+                                      * shard does not own (the range deleter's), not this */
+        mine = !(bson_iter_init_find(&it, e, "fromMigrate") && bson_iter_as_bool(&it)) &&
+               (key_may_change(s) || mig_in_range(s, &o));
     else
         return;
     const char *path = strcmp(op, "u") == 0 ? "o2._id" : "o._id";
@@ -937,7 +945,10 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
     /* 0. the decision document and this shard's pending range deletion
      *    task, durable before the recipient hears of the migration */
     uint8_t mig_id[16];
-    rc = mig_persist_start(&spec, session, to, to_host, mig_id, err);
+    bson_iter_t wit; /* moveChunk's _waitForDelete: the deletion before the answer, at once */
+    bool wait_delete = bson_iter_init_find(&wit, ctx->cmd, "waitForDelete") &&
+                       bson_iter_as_bool(&wit);
+    rc = mig_persist_start(&spec, session, to, to_host, wait_delete, mig_id, err);
     bool persisted = rc == 0;
     if (!persisted)
         mig_recovery_kick(); /* whatever was written: recovery aborts it */
@@ -994,27 +1005,26 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
         if (committed) /* the deletion below comes after it */
             sbl_repl_clock_advance(valid_after);
     }
-    /* 5. the decision is recorded; the range deleter: this shard's copy goes
-     *    before anyone may read with the new version (both shards still
-     *    hold the critical section) */
+    /* 5. the decision is recorded and this shard's task handed to the range
+     *    deleter (migrate_rangedel.c), which deletes the range in the
+     *    background after orphanCleanupDelaySecs; this shard re-reads its
+     *    version, whose ownership filter hides the range from routed reads
+     *    and writes from now on, and leaves the critical section */
     int64_t deleted = 0;
     if (committed) {
         mig_fp_hold(MIG_FP_STEP5);
         sbl_err_t e = {0};
-        if (mig_persist_decision(session, true, &e) != 0 || mig_task_ready(session, &e) != 0)
+        bool ready = mig_persist_decision(session, true, &e) == 0 &&
+                     mig_task_ready(session, &e) == 0;
+        if (!ready)
             mig_log("migration %s: recording the commit failed: %s", session, e.msg);
-        deleted = mig_delete_range(&spec, &e);
-        if (deleted < 0)
-            mig_log("migration %s: deleting the donor's copy of the range failed: %s",
-                         session, e.msg);
-        else if (mig_task_delete(session, &e) != 0)
-            mig_log("migration %s: removing the range deletion task failed: %s", session, e.msg);
-        else if (mig_await_majority(MIG_CRIT_MS, "the deletion of the donor's copy", &e) != 0)
-            mig_log("migration %s: %s (majority reads may see the range twice)", session,
-                    e.msg);
-        sbl_shard_refresh(spec.ns, &e);
-        if (deleted < 0) {
-            mig_recovery_take_crit(spec.ns); /* recovery deletes the rest first */
+        /* the new version before the critical section ends: with the old
+         * one cached, the filter would still take the range for this
+         * shard's (the config servers just answered: a retry is short) */
+        for (int i = 0; sbl_shard_refresh(spec.ns, &e) != 0 && i < MIG_CRIT_MS / 500; i++)
+            usleep(500 * 1000);
+        if (!ready) {
+            mig_recovery_take_crit(spec.ns); /* recovery records it first */
         } else {
             sbl_shard_crit_exit(); /* this shard's version is the new one now */
             mig_crit_done(spec.ns);
@@ -1023,6 +1033,13 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
         t_cs_end = mig_now_ms();
         in_cs = false;
         announce(to_host, session, true, valid_after);
+        if (ready && wait_delete) {
+            deleted = mig_rangedel_run_now(session, &e);
+            if (deleted < 0) /* the service tries again */
+                mig_log("migration %s: deleting the donor's copy of the range: %s", session,
+                        e.msg);
+        }
+        mig_rangedel_kick();
         rc = 0;
     } else if (unknown) {
         /* the outcome is unknown: recovery asks the config servers again

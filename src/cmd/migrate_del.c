@@ -15,6 +15,7 @@
 
 #include "doc/doc.h"
 #include "repl/repl.h"
+#include "shard/shard.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -64,8 +65,10 @@ int mig_delete_ids(const char *db, const char *coll, bson_iter_t *arr, int64_t *
     return delete_ids(db, coll, arr, np, 0, err);
 }
 
-/* One pass of the range deleter: *deletedp counts what it deleted. */
-static int delete_range_once(const mig_spec_t *s, int64_t *deletedp, sbl_err_t *err)
+/* One pass of the range deleter: *deletedp counts what it deleted; with a
+ * filter f, a document f owns is left alone. */
+static int delete_range_once(const mig_spec_t *s, const sbl_shard_filter_t *f,
+                             int64_t *deletedp, sbl_err_t *err)
 {
     char db[256];
     const char *coll;
@@ -96,7 +99,9 @@ static int delete_range_once(const mig_spec_t *s, int64_t *deletedp, sbl_err_t *
             while (bson_iter_next(&it)) {
                 bson_t d, x;
                 bson_iter_t id;
-                if (sbl_iter_doc(&it, &d) && mig_in_range(s, &d) && bson_iter_init_find(&id, &d, "_id")) {
+                if (sbl_iter_doc(&it, &d) && mig_in_range(s, &d) &&
+                    (f == NULL || !sbl_shard_filter_owns(f, &d)) &&
+                    bson_iter_init_find(&id, &d, "_id")) {
                     const char *k519 = mig_akey(n++, kb);
                     BSON_APPEND_DOCUMENT_BEGIN(&arr, k519, &x);
                     sbl_append_value(&x, "_id", 3, bson_iter_value(&id));
@@ -127,6 +132,44 @@ static int delete_range_once(const mig_spec_t *s, int64_t *deletedp, sbl_err_t *
     return rc;
 }
 
+int64_t mig_count_range(const mig_spec_t *s)
+{
+    char db[256];
+    const char *coll;
+    mig_split_ns(s->ns, db, sizeof(db), &coll);
+    int64_t n = 0, cursor = 0;
+    bool first = true;
+    sbl_err_t e = {0};
+    int rc = 0;
+    while (rc == 0 && (first || cursor != 0)) {
+        bson_t cmd = BSON_INITIALIZER, reply;
+        if (first) {
+            rc = mig_range_find(s, db, coll, 1000, &reply, &e);
+        } else {
+            BSON_APPEND_INT64(&cmd, "getMore", cursor);
+            BSON_APPEND_UTF8(&cmd, "collection", coll);
+            BSON_APPEND_INT32(&cmd, "batchSize", 1000);
+            rc = sbl_cmd_run_checked(db, &cmd, &reply, &e);
+        }
+        bson_destroy(&cmd);
+        bson_iter_t it, b;
+        cursor = 0;
+        if (rc == 0 && bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.id", &b))
+            cursor = bson_iter_as_int64(&b);
+        if (rc == 0 && bson_iter_init(&it, &reply) &&
+            bson_iter_find_descendant(&it, first ? "cursor.firstBatch" : "cursor.nextBatch", &b) &&
+            bson_iter_recurse(&b, &it))
+            while (bson_iter_next(&it)) {
+                bson_t d;
+                if (sbl_iter_doc(&it, &d) && mig_in_range(s, &d))
+                    n++;
+            }
+        first = false;
+        bson_destroy(&reply);
+    }
+    return rc == 0 ? n : -1; /* a find that failed leaves no cursor (it is its last batch) */
+}
+
 /* Errors the range deleter waits out: a write conflict (a transaction
  * holding a document of the range), a prepared transaction's document
  * (the delete's maxTimeMS ends its wait). */
@@ -140,12 +183,12 @@ static bool deletion_retries(int code)
  * say fromMigrate).  A pass that meets a conflict is made again after a
  * pause (10 ms, doubling up to 1 s) for up to MIG_CRIT_MS, as mongod's
  * range deleter retries its task.  Returns how many went, or -1. */
-int64_t mig_delete_range(const mig_spec_t *s, sbl_err_t *err)
+static int64_t delete_range(const mig_spec_t *s, const sbl_shard_filter_t *f, sbl_err_t *err)
 {
     int64_t deleted = 0, until = mig_now_ms() + MIG_CRIT_MS;
     int pause_ms = 10;
     for (int pass = 0;; pass++) {
-        int rc = delete_range_once(s, &deleted, err);
+        int rc = delete_range_once(s, f, &deleted, err);
         if (rc == 0)
             return deleted;
         if (!deletion_retries(rc) || mig_now_ms() + pause_ms > until || !sbl_repl_writable())
@@ -157,4 +200,24 @@ int64_t mig_delete_range(const mig_spec_t *s, sbl_err_t *err)
         pause_ms = pause_ms < 500 ? pause_ms * 2 : 1000;
         sbl_err_clear(err);
     }
+}
+
+int64_t mig_delete_range(const mig_spec_t *s, sbl_err_t *err)
+{
+    return delete_range(s, NULL, err);
+}
+
+int64_t mig_delete_orphans(const mig_spec_t *s, sbl_err_t *err)
+{
+    if (sbl_shard_refresh(s->ns, err) != 0)
+        return -1;
+    sbl_shard_filter_t *f = sbl_shard_filter_get(s->ns);
+    int64_t n = 0;
+    if (sbl_shard_filter_trivial(f)) /* dropped, unsharded, or all of it ours again */
+        mig_log("range deletion of %s: this shard owns the whole collection now: nothing "
+                "deleted", s->ns);
+    else
+        n = delete_range(s, f, err);
+    sbl_shard_filter_release(f);
+    return n;
 }

@@ -8,6 +8,8 @@
 
 #include "cmd/cmd_int.h"
 
+#include <stdatomic.h>
+
 /* Every wait of a migration is bounded (a migration that cannot finish
  * aborts with an error that says why, and the writers go on):
  *   MIG_STALL_MS    the recipient's clone or catch-up made no progress
@@ -135,20 +137,51 @@ int mig_recip_sessions(sbl_session_t *ss, const char *from, const char *session,
  * document goes once the recipient has heard the decision.  Every write is
  * w: majority. */
 int mig_persist_start(const mig_spec_t *s, const char *session, const char *to,
-                      const char *to_host, uint8_t id[16], sbl_err_t *err);
+                      const char *to_host, bool wait_delete, uint8_t id[16], sbl_err_t *err);
 int mig_persist_decision(const char *session, bool committed, sbl_err_t *err);
 int mig_coord_delete(const char *session, sbl_err_t *err);
 int mig_task_insert(const mig_spec_t *s, const char *session, const uint8_t *id,
-                    const char *donor, const char *donor_host, sbl_err_t *err);
+                    const char *donor, const char *donor_host, const char *when,
+                    sbl_err_t *err);
 int mig_task_ready(const char *session, sbl_err_t *err);
 int mig_task_delete(const char *session, sbl_err_t *err);
 /* Does this shard hold a coordinator document or a range deletion task
- * (an unfinished migration: no new one starts until recovery ends it)? */
+ * other than a background one (an unfinished migration: no new one starts
+ * until recovery ends it)? */
 bool mig_leftovers(void);
+/* The range a rangeDeletions or migrationCoordinators document names
+ * (freed by the caller with mig_spec_free). */
+int mig_task_spec(const bson_t *d, mig_spec_t *s, sbl_err_t *err);
+
+/* ---- the range deleter's service (migrate_rangedel.c) ---------------------
+ * A background task: this shard's task of a range it donated, ready (no
+ * pending: the migration committed).  The service deletes its range
+ * orphanCleanupDelaySecs after this primary first saw it (whenToClean
+ * "delayed"; "now": at once), then removes it; recovery leaves such tasks
+ * alone and they block no migration, except that a recipient waits
+ * (mig_rangedel_await_overlap) for those overlapping the range it is
+ * about to clone. */
+bool mig_task_background(const bson_t *d);
+void mig_rangedel_start(void);
+void mig_rangedel_stop(void);
+/* A task may have become due (a commit marked it ready, a parameter changed). */
+void mig_rangedel_kick(void);
+/* Run session's background task now (moveChunk's _waitForDelete); how
+ * many documents went (0: no such task), -1 on an error (err). */
+int64_t mig_rangedel_run_now(const char *session, sbl_err_t *err);
+/* 0 once no background task overlaps s's range, or *stop; ExceededTimeLimit
+ * after receiveChunkWaitForRangeDeleterTimeoutMS. */
+int mig_rangedel_await_overlap(const mig_spec_t *s, const atomic_bool *stop, sbl_err_t *err);
 /* Delete this shard's documents in s's range (fromMigrate; migrate_del.c),
  * waiting out conflicts for up to MIG_CRIT_MS; how many went, -1 on an
  * error (err). */
 int64_t mig_delete_range(const mig_spec_t *s, sbl_err_t *err);
+/* The range deleter's service's deletion: the same, after re-reading ns's
+ * version, of the documents in s's range that this shard does not own
+ * (none when it owns the whole collection, or it is dropped or unsharded). */
+int64_t mig_delete_orphans(const mig_spec_t *s, sbl_err_t *err);
+/* How many of this shard's documents are in s's range (-1: the read failed). */
+int64_t mig_count_range(const mig_spec_t *s);
 /* A find over s's range in db.coll, batch documents a batch (reply
  * initialised either way; its cursor is the caller's). */
 int mig_range_find(const mig_spec_t *s, const char *db, const char *coll, int batch,
@@ -179,9 +212,12 @@ void mig_recip_session(char *out, size_t n);
  * recipient at migrateThreadHangAtStep1 (before the clone) and
  * migrateThreadHangAtStep2 (after the first cloned batch), the config
  * server at hangBeforeCommitChunkMigration (Sable's: a commit that arrived,
- * before it is looked at), while on (at most 120 s each time). */
+ * before it is looked at), while on (at most 120 s each time);
+ * suspendRangeDeletion (mongod's) holds the range deleter's service while on. */
 enum { MIG_FP_STEP1, MIG_FP_STEP2, MIG_FP_STEP3, MIG_FP_STEP4, MIG_FP_STEP5, MIG_FP_STEP6,
-       MIG_FP_RECV1, MIG_FP_RECV2, MIG_FP_CFG_COMMIT, MIG_FP_RECOVERY, MIG_FP_N };
+       MIG_FP_RECV1, MIG_FP_RECV2, MIG_FP_CFG_COMMIT, MIG_FP_RECOVERY,
+       MIG_FP_SUSPEND_RANGEDEL, MIG_FP_N };
 void mig_fp_hold(int fp);
+bool mig_fp_on(int fp);
 
 #endif

@@ -9,23 +9,28 @@
  *        owner of the chunk decides (the donor: aborted, after the config
  *        servers bumped the chunk's version so a late commit cannot land;
  *        else committed: mig_chunk_owner);
- *        the decision is written, the donor's copy of the range deleted
- *        when committed, its task removed; then the recipient hears it
+ *        the decision is written; committed, the donor's task becomes the
+ *        range deleter's (migrate_rangedel.c: ready, deleted later in the
+ *        background), aborted, it goes; then the recipient hears it
  *        (_recvChunkReleaseCritSec or _recvChunkAbort, again until it
  *        answers) and the document goes.
- *   task of the donor without a coordinator document: the same from the
- *        owner.
+ *   pending task of the donor without a coordinator document: the same
+ *        from the owner.  A ready one is the range deleter's, not
+ *        recovery's: it holds no critical section and blocks nothing (the
+ *        ownership filter hides its range).
  *   task of the recipient whose receive no longer runs here: the donor
  *        decides (its abort or release); when the donor no longer runs that
  *        migration either (it restarted or finished), the config servers'
  *        owner does (this shard: keep the range; else delete it).
  *
- * What must stay true: a copy of a range that may be an orphan is never
- * seen by a routed command: a member that starts (or becomes primary) with
- * a task or coordinator document holds the collection's critical section
- * (routed commands wait, then get StaleConfig and the router retries) until
- * the range's fate is settled on this shard.  No new migration starts on a
- * shard holding either kind of document.  Every write is w: majority.
+ * What must stay true: a copy of a range whose owner is not yet known is
+ * never seen by a routed command: a member that starts (or becomes
+ * primary) with a pending task or a coordinator document holds the
+ * collection's critical section (routed commands wait, then get StaleConfig
+ * and the router retries) until the range's fate is settled on this shard;
+ * a known orphan (a ready task) is hidden by the ownership filter instead.
+ * No new migration starts on a shard holding either kind of document (the
+ * background tasks aside).  Every write is w: majority.
  */
 #include "cmd/failpoint.h"
 #include "cmd/migrate_int.h"
@@ -57,7 +62,7 @@ static const char *const fp_names[MIG_FP_N] = {
     "moveChunkHangAtStep1", "moveChunkHangAtStep2", "moveChunkHangAtStep3",
     "moveChunkHangAtStep4", "moveChunkHangAtStep5", "moveChunkHangAtStep6",
     "migrateThreadHangAtStep1", "migrateThreadHangAtStep2", "hangBeforeCommitChunkMigration",
-    "hangMigrationRecovery"};
+    "hangMigrationRecovery", "suspendRangeDeletion"};
 static atomic_bool fp_on[MIG_FP_N];
 static atomic_bool stopping;
 
@@ -66,9 +71,16 @@ int sbl_cmd_mig_fail_point(const char *name, bool on)
     for (int i = 0; i < MIG_FP_N; i++)
         if (strcmp(name, fp_names[i]) == 0) {
             atomic_store(&fp_on[i], on);
+            if (!on && i == MIG_FP_SUSPEND_RANGEDEL)
+                mig_rangedel_kick();
             return 0;
         }
     return -1;
+}
+
+bool mig_fp_on(int fp)
+{
+    return atomic_load(&fp_on[fp]);
 }
 
 void mig_fp_hold(int fp)
@@ -158,7 +170,8 @@ static int session_write(const char *coll, const char *session, const bson_t *u,
 }
 
 int mig_task_insert(const mig_spec_t *s, const char *session, const uint8_t *id,
-                    const char *donor, const char *donor_host, sbl_err_t *err)
+                    const char *donor, const char *donor_host, const char *when,
+                    sbl_err_t *err)
 {
     uint8_t rid[16];
     if (id == NULL) {
@@ -174,7 +187,7 @@ int mig_task_insert(const mig_spec_t *s, const char *session, const uint8_t *id,
     BSON_APPEND_UTF8(&d, "donorShardId", donor);
     if (donor_host != NULL)
         BSON_APPEND_UTF8(&d, "donorHost", donor_host);
-    BSON_APPEND_UTF8(&d, "whenToClean", "now");
+    BSON_APPEND_UTF8(&d, "whenToClean", when);
     BSON_APPEND_BOOL(&d, "pending", true);
     int rc = insert_doc("rangeDeletions", &d, err);
     bson_destroy(&d);
@@ -182,7 +195,7 @@ int mig_task_insert(const mig_spec_t *s, const char *session, const uint8_t *id,
 }
 
 int mig_persist_start(const mig_spec_t *s, const char *session, const char *to,
-                      const char *to_host, uint8_t id[16], sbl_err_t *err)
+                      const char *to_host, bool wait_delete, uint8_t id[16], sbl_err_t *err)
 {
     if (getrandom(id, 16, 0) != 16)
         for (int i = 0; i < 16; i++)
@@ -199,7 +212,8 @@ int mig_persist_start(const mig_spec_t *s, const char *session, const char *to,
     int rc = insert_doc("migrationCoordinators", &d, err);
     bson_destroy(&d);
     if (rc == 0)
-        rc = mig_task_insert(s, session, id, sbl_shard_name(), NULL, err);
+        rc = mig_task_insert(s, session, id, sbl_shard_name(), NULL,
+                             wait_delete ? "now" : "delayed", err);
     return rc;
 }
 
@@ -236,12 +250,30 @@ int mig_task_delete(const char *session, sbl_err_t *err)
 }
 
 /* Up to max documents of config.<coll> into docs[] (each initialised);
- * returns how many. */
+ * returns how many.  Of rangeDeletions, not the background tasks (the
+ * range deleter's service runs those: migrate_rangedel.c). */
 static int load_docs(const char *coll, bson_t *docs, int max)
 {
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
     bson_iter_t it, b;
     BSON_APPEND_UTF8(&cmd, "find", coll);
+    if (strcmp(coll, "rangeDeletions") == 0 && sbl_shard_name() != NULL) {
+        bson_t f, or, a, p, e, d; /* {$or: [{pending: {$exists: true}}, {donorShardId: {$ne: me}}]} */
+        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &f);
+        BSON_APPEND_ARRAY_BEGIN(&f, "$or", &or);
+        BSON_APPEND_DOCUMENT_BEGIN(&or, "0", &a);
+        BSON_APPEND_DOCUMENT_BEGIN(&a, "pending", &p);
+        BSON_APPEND_BOOL(&p, "$exists", true);
+        bson_append_document_end(&a, &p);
+        bson_append_document_end(&or, &a);
+        BSON_APPEND_DOCUMENT_BEGIN(&or, "1", &e);
+        BSON_APPEND_DOCUMENT_BEGIN(&e, "donorShardId", &d);
+        BSON_APPEND_UTF8(&d, "$ne", sbl_shard_name());
+        bson_append_document_end(&e, &d);
+        bson_append_document_end(&or, &e);
+        bson_append_array_end(&f, &or);
+        bson_append_document_end(&cmd, &f);
+    }
     BSON_APPEND_INT32(&cmd, "batchSize", max);
     BSON_APPEND_BOOL(&cmd, "singleBatch", true);
     sbl_cmd_run("config", &cmd, &reply);
@@ -272,8 +304,7 @@ bool mig_leftovers(void)
     return leftover_ns(ns, sizeof(ns));
 }
 
-/* The range a document names, as a mig_spec_t (freed by the caller). */
-static int spec_of(const bson_t *d, mig_spec_t *s, sbl_err_t *err)
+int mig_task_spec(const bson_t *d, mig_spec_t *s, sbl_err_t *err)
 {
     bson_t r, mn, mx, k, cmd = BSON_INITIALIZER;
     const char *ns = sbl_doc_utf8(d, "nss");
@@ -358,7 +389,7 @@ static bool settle_coord(const bson_t *d, bool *localp)
     mig_spec_t s;
     sbl_err_t e = {0};
     *localp = false;
-    if (session == NULL || to == NULL || to_host == NULL || spec_of(d, &s, &e) != 0)
+    if (session == NULL || to == NULL || to_host == NULL || mig_task_spec(d, &s, &e) != 0)
         return false;
     bool committed;
     if (decision != NULL) {
@@ -378,13 +409,13 @@ static bool settle_coord(const bson_t *d, bool *localp)
             return false;
         }
     }
-    int rc = 0;
-    if (committed && (rc = mig_task_ready(session, &e)) == 0 && mig_delete_range(&s, &e) < 0)
-        rc = -1;
-    if (rc == 0)
-        rc = mig_task_delete(session, &e);
+    /* committed: the task becomes the range deleter's (the ownership filter
+     * hides the range until it goes); aborted: the range stays here */
+    int rc = committed ? mig_task_ready(session, &e) : mig_task_delete(session, &e);
     if (rc == 0) {
         *localp = true;
+        if (committed)
+            mig_rangedel_kick();
         sbl_shard_refresh(s.ns, &e);
         bson_t reply;
         rc = mig_recip_call(to_host, recip_verb(committed), session, &reply, &e);
@@ -461,7 +492,7 @@ int mig_recip_settle_task(const char *session, bool commit, sbl_err_t *err)
         const char *donor = sbl_doc_utf8(&docs[i], "donorShardId");
         mig_spec_t s;
         if (sid == NULL || strcmp(sid, session) != 0 || donor == NULL ||
-            strcmp(donor, sbl_shard_name()) == 0 || spec_of(&docs[i], &s, err) != 0)
+            strcmp(donor, sbl_shard_name()) == 0 || mig_task_spec(&docs[i], &s, err) != 0)
             continue;
         rc = settle_recip_doc(&docs[i], &s, commit, err);
         mig_spec_free(&s);
@@ -479,7 +510,7 @@ static bool settle_task(const bson_t *d)
     const char *donor = sbl_doc_utf8(d, "donorShardId");
     mig_spec_t s;
     sbl_err_t e = {0};
-    if (session == NULL || donor == NULL || spec_of(d, &s, &e) != 0)
+    if (session == NULL || donor == NULL || mig_task_spec(d, &s, &e) != 0)
         return false;
     bool keep = false;
     int rc = 0;
@@ -490,11 +521,10 @@ static bool settle_task(const bson_t *d)
         if (owner[0] == '\0')
             rc = -1;
         keep = strcmp(owner, sbl_shard_name()) == 0;
-        if (rc == 0 && !keep && ((rc = mig_task_ready(session, &e)) != 0 ||
-                                 mig_delete_range(&s, &e) < 0))
-            rc = -1;
-        if (rc == 0)
-            rc = mig_task_delete(session, &e);
+        if (rc == 0) /* given away: the range deleter's task from now on */
+            rc = keep ? mig_task_delete(session, &e) : mig_task_ready(session, &e);
+        if (rc == 0 && !keep)
+            mig_rangedel_kick();
     } else if ((rc = recip_decision(d, &s, &keep)) == 0) {
         rc = settle_recip_doc(d, &s, keep, &e);
     }
@@ -671,11 +701,13 @@ void sbl_cmd_mig_recovery_start(void)
     atomic_store(&stopping, false);
     if (pthread_create(&rec_thread, NULL, recover_main, NULL) == 0)
         rec_running = true;
+    mig_rangedel_start();
 }
 
 void sbl_cmd_mig_recovery_stop(void)
 {
     atomic_store(&stopping, true);
+    mig_rangedel_stop();
     if (!rec_running)
         return;
     pthread_join(rec_thread, NULL);

@@ -231,6 +231,11 @@ static void *recip_thread(void *arg)
     sbl_cmd_run("config", &cmd, &reply);
     bson_destroy(&reply);
     bson_destroy(&cmd);
+    /* a range this shard gave away earlier must be gone first (mongod's
+     * recipient waits for overlapping range deletions too), else the range
+     * deleter would delete it under its new owner */
+    if (rc == 0)
+        rc = mig_rangedel_await_overlap(&recip.spec, &recip.stop, &e);
     /* clone */
     if (rc == 0)
         mig_fp_hold(MIG_FP_RECV1);
@@ -342,7 +347,8 @@ static int recv_start(sbl_opctx_t *ctx, sbl_err_t *err)
     if (bson_iter_init_find(&idit, ctx->cmd, "migrationId") && BSON_ITER_HOLDS_BINARY(&idit))
         bson_iter_binary(&idit, NULL, &idlen, &id);
     const char *donor = sbl_doc_utf8(ctx->cmd, "fromShardName");
-    rc = mig_task_insert(&spec, session, idlen == 16 ? id : NULL, donor ? donor : "", from, err);
+    rc = mig_task_insert(&spec, session, idlen == 16 ? id : NULL, donor ? donor : "", from,
+                         "now", err);
     if (rc != 0) {
         mig_spec_free(&spec);
         return rc;

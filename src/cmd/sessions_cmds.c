@@ -571,6 +571,7 @@ int sbl_cmd_sessions_init(sbl_err_t *err)
         while (bson_iter_next(&pit)) /* the transaction parameters (txn.c) */
             if (sbl_cmd_mtxn_set_parameter(bson_iter_key(&pit), &pit, NULL, err) > 0 ||
                 sbl_cmd_automerge_set_parameter(bson_iter_key(&pit), &pit, NULL, err) > 0 ||
+                sbl_cmd_rangedel_set_parameter(bson_iter_key(&pit), &pit, NULL, err) > 0 ||
                 sbl_repl_flow_set_parameter(bson_iter_key(&pit), &pit, true, NULL, err) > 0)
                 return err->code;
     pthread_mutex_lock(&job_mu);

@@ -197,6 +197,12 @@ static int64_t coll_data_size(sbl_opctx_t *ctx, const char *ns, const bson_value
         sbl_coll_stats(ctx->ss, c, &st, &e) == 0)
         size = st.data_size;
     sbl_coll_release(c);
+    /* the orphans a range deleter task is to delete are not the shard's
+     * data: without this the balancer would move chunk after chunk off a
+     * donor whose size does not drop before the deletion */
+    int64_t orphans = size > 0 && st.count > 0 ? sbl_cmd_rangedel_orphans(ns) : 0;
+    if (orphans > 0)
+        size = orphans >= st.count ? 0 : size - orphans * (size / st.count);
     return size;
 }
 

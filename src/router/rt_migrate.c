@@ -44,7 +44,7 @@ static int split_at(const char *ns, const bson_t *middle, sbl_err_t *err)
 /* Ask the config server to move [min, max) of ns to shard to (force: the
  * command's forceJumbo, a chunk too big or marked jumbo moves anyway). */
 static int move(const char *ns, const bson_t *min, const bson_t *max, const char *to, bool force,
-                sbl_err_t *err)
+                bool wait_delete, sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER, wc, reply;
     BSON_APPEND_UTF8(&cmd, "_configsvrMoveRange", ns);
@@ -53,6 +53,8 @@ static int move(const char *ns, const bson_t *min, const bson_t *max, const char
     BSON_APPEND_UTF8(&cmd, "toShard", to);
     if (force)
         BSON_APPEND_BOOL(&cmd, "forceJumbo", true);
+    if (wait_delete) /* the donor's deletion before the answer (docs/sharding.md) */
+        BSON_APPEND_BOOL(&cmd, "waitForDelete", true);
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
     BSON_APPEND_UTF8(&wc, "w", "majority");
     bson_append_document_end(&cmd, &wc);
@@ -80,6 +82,14 @@ static bool force_jumbo(const bson_t *cmd)
 {
     bson_iter_t it;
     return bson_iter_init_find(&it, cmd, "forceJumbo") && bson_iter_as_bool(&it);
+}
+
+/* moveChunk's and moveRange's _waitForDelete (mongod's test option). */
+static bool wait_for_delete(const bson_t *cmd)
+{
+    bson_iter_t it;
+    return (bson_iter_init_find(&it, cmd, "_waitForDelete") ||
+            bson_iter_init_find(&it, cmd, "waitForDelete")) && bson_iter_as_bool(&it);
 }
 
 /* Common to both commands: the collection, sharded, and the target shard known. */
@@ -134,7 +144,7 @@ int rt_cmd_move_chunk(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     }
     if (rc == 0) {
         bson_t *cmin = bson_copy(ch->min), *cmax = bson_copy(ch->max);
-        rc = move(ns, cmin, cmax, to, force_jumbo(cmd), err);
+        rc = move(ns, cmin, cmax, to, force_jumbo(cmd), wait_for_delete(cmd), err);
         bson_destroy(cmin);
         bson_destroy(cmax);
     }
@@ -196,7 +206,7 @@ int rt_cmd_move_range(const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         key_values(c, &min, vals, false);
         const rt_chunk_t *ch = rt_chunk_for(c, vals);
         bson_t *cmin = bson_copy(ch->min), *cmax = bson_copy(ch->max);
-        rc = move(ns, cmin, cmax, to, force_jumbo(cmd), err);
+        rc = move(ns, cmin, cmax, to, force_jumbo(cmd), wait_for_delete(cmd), err);
         bson_destroy(cmin);
         bson_destroy(cmax);
     }

@@ -115,7 +115,10 @@ class Cluster:
             [sys.executable, os.path.join(ROOT, "scripts", "sable-cluster"), "start",
              "--sharded", "--shards", str(len(SHARDS)), "--members", str(len(MEMBERS)),
              "--port", str(self.base), "--router-port", str(self.base + 7), "--oplog-mb", "64",
-             "--election-timeout-ms", str(self.args.election_timeout_ms), "--dir", self.d],
+             "--election-timeout-ms", str(self.args.election_timeout_ms), "--dir", self.d,
+             # migrated ranges deleted at once (mongod's 900 s delay would
+             # outlast the round: settle() waits for config.rangeDeletions)
+             "--sabled-arg=--setParameter", "--sabled-arg=orphanCleanupDelaySecs=0"],
             capture_output=True, text=True, env=env, timeout=240)
         self.st = self.launcher.load(self.d) if os.path.exists(
             os.path.join(self.d, "cluster.json")) else None

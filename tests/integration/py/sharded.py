@@ -62,6 +62,10 @@ def cluster(prefix, shards=2, router_args=(), launcher_args=(), members=1):
     members > 1 each shard is a set of that many members: shards lists each
     shard's first member; members: every shard's member ports."""
     d = tempfile.mkdtemp(prefix=prefix)
+    if not any("orphanCleanupDelaySecs" in a for a in launcher_args):
+        # a migrated range is deleted at once, not after mongod's 15 minutes
+        # (mongo's ShardingTest sets 1 s the same way)
+        launcher_args = set_parameters(["orphanCleanupDelaySecs=0"]) + list(launcher_args)
     base = base_port(shards * members + 3)
     router = base + shards * members + 2
     env = dict(os.environ, SABLED=sabled_path(), SABLE_ROUTER=ROUTER)

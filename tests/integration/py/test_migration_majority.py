@@ -1,16 +1,18 @@
 """
 readConcern majority through the router across a migration (issue 28,
 docs/sharding.md "Migrations and the balancer"): a shard's majority reads
-read at its stable timestamp, so the donor leaves its critical section only
-once its deletion of the range is majority-committed there.  Before, with
+read at its stable timestamp, where the donor's copy of a migrated range is
+still there after the commit (its deletion comes later, from the range
+deleter, and is majority-committed later still); the donor's ownership
+filter, read with its new version before it leaves its critical section,
+drops that copy from every routed read, majority ones included.  Once, with
 three-member shards, a majority read routed by the new version right after
-the commit read the donor's copy (its deletion not yet committed) beside
-the recipient's: every document of the chunk twice (found by
-scripts/faults.sh --sharded --seed 1).
+the commit read the donor's copy beside the recipient's: every document of
+the chunk twice (found by scripts/faults.sh --sharded --seed 1).
 
 One cluster: a config server and two three-member shards.  The donor's
-secondaries stop applying (rsSyncApplyStop) after the commit, so its
-deletion cannot be majority-committed until they resume.
+secondaries stop applying (rsSyncApplyStop) after the commit, so nothing
+the donor writes from then on is majority-committed until they resume.
 """
 import os
 import sys
@@ -61,7 +63,7 @@ def test_majority_read_after_a_commit_sees_the_range_once():
         for p in ds:
             fail_point(p, "rsSyncApplyStop", True)
         try:
-            fail_point(dp, "moveChunkHangAtStep5", False)  # the donor deletes its copy
+            fail_point(dp, "moveChunkHangAtStep5", False)  # the donor releases; its copy stays
             time.sleep(1)
             got = {}
 

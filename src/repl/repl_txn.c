@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "op/op.h"
 
 static sbl_coll_t *txn_table;
 static _Thread_local sbl_repl_stmt_t *cur_stmt;
@@ -80,25 +81,26 @@ int sbl_txn_record_write_known(sbl_session_t *s, const bson_t *lsid, int64_t txn
                                int64_t term, int64_t wall_ms, const char *state,
                                sbl_version_t *known, sbl_err_t *err)
 {
-    bson_t key = BSON_INITIALIZER, old, *rec, ot;
+    bson_t key = BSON_INITIALIZER, old, recv, *rec = &recv;
     bson_value_t id;
     bool found = false, replaced = false;
     int rc = 0;
+    uint8_t local[256], *buf = local; /* a session's record fits (lsid: 72 bytes) */
 
     if (txn_table == NULL)
         return sbl_err_set(err, SBL_E_InternalError, "%s is not open", SBL_TXN_TABLE_NS);
-    /* sized once: growing it past a bson_t's inline bytes costs more than its fields */
-    if ((rec = bson_sized_new(lsid->len + 128)) == NULL)
+    size_t n = sbl_repl_record_encode(lsid, txn, ts, term, wall_ms, state, buf, sizeof(local));
+    if (n > sizeof(local) && ((buf = malloc(n)) == NULL ||
+                              sbl_repl_record_encode(lsid, txn, ts, term, wall_ms, state, buf,
+                                                     n) != n)) {
+        free(buf);
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
-    BSON_APPEND_DOCUMENT(rec, "_id", lsid);
-    BSON_APPEND_INT64(rec, "txnNum", txn);
-    BSON_APPEND_DOCUMENT_BEGIN(rec, "lastWriteOpTime", &ot);
-    bson_append_timestamp(&ot, "ts", 2, SBL_TS_SECS(ts), SBL_TS_INC(ts));
-    BSON_APPEND_INT64(&ot, "t", term);
-    bson_append_document_end(rec, &ot);
-    BSON_APPEND_DATE_TIME(rec, "lastWriteDate", wall_ms);
-    if (state != NULL)
-        BSON_APPEND_UTF8(rec, "state", state);
+    }
+    if (!bson_init_static(rec, buf, n)) {
+        if (buf != local)
+            free(buf);
+        return sbl_err_set(err, SBL_E_InternalError, "a session record of %zu bytes", n);
+    }
     /* The version the session last saw, when it is still the current one:
      * replaced by its record key, without searching for it. */
     if (known != NULL && known->key_len > 0 && bson_init_static(&old, known->doc, known->doc_len) &&
@@ -108,6 +110,19 @@ int sbl_txn_record_write_known(sbl_session_t *s, const bson_t *lsid, int64_t txn
     if (rc != 0 || replaced)
         goto done;
     record_id(&key, lsid, &id);
+    /* No hint (a secondary's applier, a transaction's decision), or a stale
+     * one: the current version read by its _id, then replaced by its record
+     * key as above (sbl_write's path would search for it again). */
+    sbl_version_t cur, *v = known != NULL ? known : &cur;
+    if ((rc = sbl_version_get(s, txn_table, &id, v, err)) != 0)
+        goto done;
+    if (v->key_len > 0 && bson_init_static(&old, v->doc, v->doc_len)) {
+        if (record_txn(&old) > txn) /* a newer txnNumber's record stays */
+            goto done;
+        if ((rc = sbl_version_replace(s, txn_table, v, rec, &replaced, err)) != 0 || replaced)
+            goto done;
+    }
+    /* none yet, or too big for a version, or not replaceable here */
     if ((rc = sbl_coll_get(s, txn_table, &id, &old, &found, err)) != 0)
         goto done;
     if (!found || record_txn(&old) <= txn) /* else a newer txnNumber's record stays */
@@ -118,7 +133,8 @@ int sbl_txn_record_write_known(sbl_session_t *s, const bson_t *lsid, int64_t txn
     if (rc == 0 && known != NULL) /* the version this transaction now sees */
         rc = sbl_version_get(s, txn_table, &id, known, err);
 done:
-    bson_destroy(rec);
+    if (buf != local)
+        free(buf);
     bson_destroy(&key);
     return rc;
 }
@@ -286,8 +302,8 @@ int sbl_repl_txn_ops_add(sbl_repl_txn_ops_t *ops, char op, const char *ns, const
         ops->n = 0;
     }
     ops->total++;
-    snprintf(key, sizeof(key), "%zu", ops->n++);
-    BSON_APPEND_DOCUMENT_BEGIN(&ops->arr, key, &d);
+    const char *k = sbl_array_key((uint32_t)ops->n++, key);
+    BSON_APPEND_DOCUMENT_BEGIN(&ops->arr, k, &d);
     BSON_APPEND_UTF8(&d, "op", opstr);
     BSON_APPEND_UTF8(&d, "ns", ns);
     if (uuid != NULL)
@@ -383,8 +399,8 @@ int sbl_repl_txn_record_outcome(sbl_session_t *s, const sbl_oplog_entry_t *e,
     bson_t lsid = BSON_INITIALIZER;
     BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
     BSON_APPEND_BINARY(&lsid, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
-    int rc = sbl_txn_record_write_state(s, &lsid, st->txn_number, e->ts, e->term, e->wall_ms,
-                                        state, err);
+    int rc = sbl_txn_record_write_known(s, &lsid, st->txn_number, e->ts, e->term, e->wall_ms,
+                                        state, st->record, err);
     bson_destroy(&lsid);
     if (rc == 0) {
         *tsp = e->ts;

@@ -141,45 +141,76 @@ done:
 
 int sbl_txn_record_applied(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
 {
+    enum { F_TXN, F_OP, F_LSID, F_TS, F_T, F_WALL, F_O, F_N };
+    static const char *const names[F_N] = {"txnNumber", "op", "lsid", "ts", "t", "wall", "o"};
+    bool seen[F_N] = {false}, has_txn = false, has_lsid = false, has_o = false;
     bson_iter_t it;
-    bson_t lsid;
-    int64_t txn, term = 0, wall = 0;
+    bson_t lsid, o;
+    int64_t txn = 0, term = 0, wall = 0;
     uint32_t t = 0, i = 0;
-    const char *op;
+    const char *op = NULL;
 
-    if (!bson_iter_init_find(&it, doc, "txnNumber") || !BSON_ITER_HOLDS_NUMBER(&it))
+    /* One pass over the entry's fields (the first of each counts, as with
+     * bson_iter_init_find): every entry of a session comes here on every
+     * member that applies it. */
+    if (!bson_iter_init(&it, doc))
         return 0;
-    txn = bson_iter_as_int64(&it);
-    if (!bson_iter_init_find(&it, doc, "op") || !BSON_ITER_HOLDS_UTF8(&it))
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        int n = 0;
+        while (n < F_N && (seen[n] || k[0] != names[n][0] || strcmp(k, names[n]) != 0))
+            n++;
+        if (n == F_N)
+            continue;
+        seen[n] = true;
+        switch (n) {
+        case F_TXN:
+            if ((has_txn = BSON_ITER_HOLDS_NUMBER(&it)))
+                txn = bson_iter_as_int64(&it);
+            break;
+        case F_OP:
+            op = BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : NULL;
+            break;
+        case F_LSID:
+            has_lsid = BSON_ITER_HOLDS_DOCUMENT(&it) && sbl_iter_doc(&it, &lsid);
+            break;
+        case F_TS:
+            if (BSON_ITER_HOLDS_TIMESTAMP(&it))
+                bson_iter_timestamp(&it, &t, &i);
+            break;
+        case F_T:
+            if (BSON_ITER_HOLDS_NUMBER(&it))
+                term = bson_iter_as_int64(&it);
+            break;
+        case F_WALL:
+            if (BSON_ITER_HOLDS_DATE_TIME(&it))
+                wall = bson_iter_date_time(&it);
+            break;
+        default:
+            has_o = BSON_ITER_HOLDS_DOCUMENT(&it) && sbl_iter_doc(&it, &o);
+        }
+    }
+    if (!has_txn || op == NULL)
         return 0;
-    op = bson_iter_utf8(&it, NULL);
     bson_t orig;
-    if ((op[0] == 'n' && !sbl_repl_session_migrated(doc, &orig)) ||
-        !bson_iter_init_find(&it, doc, "lsid") ||
-        !BSON_ITER_HOLDS_DOCUMENT(&it) || !sbl_iter_doc(&it, &lsid))
+    if ((op[0] == 'n' && !sbl_repl_session_migrated(doc, &orig)) || !has_lsid)
         return 0; /* a pre-image no-op: the write's own entry names the statement */
-    if (bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
-        bson_iter_timestamp(&it, &t, &i);
-    if (bson_iter_init_find(&it, doc, "t") && BSON_ITER_HOLDS_NUMBER(&it))
-        term = bson_iter_as_int64(&it);
-    if (bson_iter_init_find(&it, doc, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it))
-        wall = bson_iter_date_time(&it);
-    bson_t o;
     const char *state = NULL;
-    switch (sbl_repl_prepared_kind(doc, &o)) {
-    case SBL_PREP_PREPARE:
-        state = "prepared";
-        break;
-    case SBL_PREP_COMMIT:
-        state = "committed";
-        break;
-    case SBL_PREP_ABORT:
-        state = "aborted";
-        break;
-    default:
-        if (op[0] == 'c' && bson_iter_init_find(&it, doc, "o") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
-            bson_iter_recurse(&it, &it) && bson_iter_find(&it, "applyOps"))
+    if (op[0] == 'c' && has_o) {
+        switch (sbl_repl_prepared_kind_o(&o)) {
+        case SBL_PREP_PREPARE:
+            state = "prepared";
+            break;
+        case SBL_PREP_COMMIT:
             state = "committed";
+            break;
+        case SBL_PREP_ABORT:
+            state = "aborted";
+            break;
+        default:
+            if (bson_iter_init_find(&it, &o, "applyOps"))
+                state = "committed";
+        }
     }
     return sbl_txn_record_write_state(s, &lsid, txn, SBL_TS(t, i), term, wall, state, err);
 }

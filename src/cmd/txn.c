@@ -64,6 +64,9 @@ typedef struct sbl_mtxn {
     bson_t *read_concern;     /* as currentOp shows it (parameters.readConcern), or NULL */
     int64_t active_us;        /* time its commands ran, in total */
     int64_t active_since_us;  /* when the running one began (busy) */
+    sbl_version_t record;     /* the session's config.transactions record as last seen
+                               * (the session catalog keeps it between commands, shared
+                               * with retryable writes: retryable.c), a hint */
     uint64_t prepare_ts;      /* prepared: its prepareTimestamp (its prepare entry's ts) */
     int64_t prepare_term;     /* ... and that entry's term */
     bool wt_prepared;         /* ... and WiredTiger's transaction is prepared (it wrote) */
@@ -203,7 +206,7 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
     if (!allowed_in_txn(ctx->name))
         return sbl_err_set(err, SBL_E_OperationNotSupportedInTransaction,
                            "Cannot run '%s' in a multi-document transaction.", ctx->name);
-    if (bson_iter_init_find(&it, ctx->cmd, "startTransaction")) {
+    if (sbl_doc_find_top(ctx->cmd, "startTransaction", &it)) {
         if (!BSON_ITER_HOLDS_BOOL(&it))
             return sbl_type_error(err, "OperationSessionInfo.startTransaction", &it, "bool");
         if (!bson_iter_as_bool(&it))
@@ -230,7 +233,8 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
     }
     memcpy(l.id, ctx->lsid_id, 16);
     memcpy(l.uid, ctx->user_uid, 32);
-    int64_t seen = sbl_lsess_checkout(&l, ctx->client->uid_for, sbl_now_ms());
+    sbl_lsess_state_t kept;
+    int64_t seen = sbl_lsess_checkout_state(&l, ctx->client->uid_for, sbl_now_ms(), &kept);
     ctx->mtxn_checked_out = true;
 
     pthread_mutex_lock(&txn_mu);
@@ -254,14 +258,21 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
         sbl_now_ms() - t->start_ms > atomic_load(&lifetime_limit_s) * 1000)
         abort_txn(t);
     pthread_mutex_unlock(&txn_mu);
+    /* The session's record as its last command left it (checked out: t is
+     * this thread's): checked, then read by its key alone while it still
+     * holds those bytes, and replaced so at the commit (as retryable.c). */
+    if (kept.len == sizeof(t->record))
+        memcpy(&t->record, kept.data, sizeof(t->record));
+    else
+        t->record.key_len = 0;
 
     if (start) {
         int64_t rec_txn;
         uint64_t ts;
         int64_t term;
         bool found;
-        SBL_RET(sbl_repl_txn_record_get(ctx->ss, l.id, l.uid, &rec_txn, &ts, &term, &found,
-                                        err));
+        SBL_RET(sbl_repl_txn_record_known(ctx->ss, l.id, l.uid, &t->record, &rec_txn, &ts, &term,
+                                          &found, err));
         int64_t newest = seen > rec_txn ? seen : rec_txn;
         if (t->txn_number > newest)
             newest = t->txn_number;
@@ -383,7 +394,12 @@ void sbl_cmd_mtxn_end(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err)
         t->active_us += sbl_now_us() - t->active_since_us;
         pthread_mutex_unlock(&txn_mu);
     }
-    sbl_lsess_checkin(&l, t != NULL ? t->txn_number : -1);
+    sbl_lsess_state_t kept = {.len = 0};
+    if (t != NULL && t->record.key_len > 0) { /* checked before its next use */
+        kept.len = sizeof(t->record);
+        memcpy(kept.data, &t->record, sizeof(t->record));
+    }
+    sbl_lsess_checkin_state(&l, t != NULL ? t->txn_number : -1, &kept);
     ctx->mtxn = NULL;
     ctx->mtxn_checked_out = false;
 }
@@ -481,7 +497,7 @@ int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_InvalidOptions, "commitTimestamp cannot be provided for "
                            "an unprepared transaction");
     sbl_repl_set_txn_ops(NULL);
-    sbl_repl_stmt_t st = {.txn_number = t->txn_number};
+    sbl_repl_stmt_t st = {.txn_number = t->txn_number, .record = &t->record};
     memcpy(st.lsid_id, t->lsid.id, 16);
     memcpy(st.lsid_uid, t->lsid.uid, 32);
     /* t is checked out (busy): no other thread changes it, so the commit

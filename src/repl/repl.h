@@ -420,6 +420,8 @@ void sbl_repl_prepared_unpin(uint64_t prepare_ts, uint64_t end_ts);
 /* What an oplog entry is (o: a view of its o): */
 enum { SBL_PREP_NONE, SBL_PREP_PREPARE, SBL_PREP_COMMIT, SBL_PREP_ABORT };
 int sbl_repl_prepared_kind(const bson_t *e, bson_t *o);
+/* The same from a command entry's ('c') o alone. */
+int sbl_repl_prepared_kind_o(const bson_t *o);
 /* The prepare entry a commit or abort entry e names (prevOpTime), read from
  * the oplog in s: *out initialised when *foundp. */
 int sbl_repl_prepare_entry_of(sbl_session_t *s, const bson_t *e, bson_t *out, bool *foundp,

@@ -21,17 +21,62 @@ uint64_t sbl_repl_ts_next(uint64_t prev, uint32_t now_s)
     return prev + 1;
 }
 
+/*
+ * The session's pieces of entries and records (a retryable write's, a
+ * transaction's) are encoded here and appended whole: libbson's nested
+ * appends (begin, fields, end) cost several times more than these few
+ * bytes, on every retryable write.  Byte for byte what the appenders give
+ * (tests/unit/test_repl.c compares them).
+ */
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+#define LSID_LEN 72   /* {id: UUID, uid: BinData(0, 32 bytes)} */
+#define OPTIME_LEN 28 /* {ts: Timestamp, t: NumberLong} */
+
+static void encode_lsid(uint8_t b[LSID_LEN], const uint8_t id[16], const uint8_t uid[32])
+{
+    put_le(b, LSID_LEN, 4);
+    memcpy(b + 4, "\x05" "id", 4);
+    put_le(b + 8, 16, 4);
+    b[12] = BSON_SUBTYPE_UUID;
+    memcpy(b + 13, id, 16);
+    memcpy(b + 29, "\x05" "uid", 5);
+    put_le(b + 34, 32, 4);
+    b[38] = BSON_SUBTYPE_BINARY;
+    memcpy(b + 39, uid, 32);
+    b[71] = 0;
+}
+
+static void encode_optime(uint8_t b[OPTIME_LEN], uint64_t ts, int64_t t)
+{
+    put_le(b, OPTIME_LEN, 4);
+    memcpy(b + 4, "\x11" "ts", 4); /* a timestamp: increment, then seconds */
+    put_le(b + 8, ts, 8);
+    memcpy(b + 16, "\x12" "t", 3);
+    put_le(b + 19, (uint64_t)t, 8);
+    b[27] = 0;
+}
+
+static void append_encoded(bson_t *out, const char *key, const uint8_t *b, uint32_t len)
+{
+    bson_t d;
+    if (bson_init_static(&d, b, len))
+        bson_append_document(out, key, -1, &d);
+}
+
 void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out)
 {
     char op[2] = {e->op, '\0'};
     const sbl_repl_stmt_t *st = e->stmt;
+    uint8_t b[LSID_LEN];
 
     if (st != NULL) { /* OperationSessionInfo first, as mongod writes it */
-        bson_t l;
-        BSON_APPEND_DOCUMENT_BEGIN(out, "lsid", &l);
-        BSON_APPEND_BINARY(&l, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
-        BSON_APPEND_BINARY(&l, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
-        bson_append_document_end(out, &l);
+        encode_lsid(b, st->lsid_id, st->lsid_uid);
+        append_encoded(out, "lsid", b, LSID_LEN);
         BSON_APPEND_INT64(out, "txnNumber", st->txn_number);
     }
     BSON_APPEND_UTF8(out, "op", op);
@@ -52,18 +97,45 @@ void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out)
     BSON_APPEND_INT64(out, "v", 2);
     BSON_APPEND_DATE_TIME(out, "wall", e->wall_ms);
     if (st != NULL) {
-        bson_t pt;
         if (e->pre_ts != 0) {
-            BSON_APPEND_DOCUMENT_BEGIN(out, "preImageOpTime", &pt);
-            bson_append_timestamp(&pt, "ts", 2, SBL_TS_SECS(e->pre_ts), SBL_TS_INC(e->pre_ts));
-            BSON_APPEND_INT64(&pt, "t", e->pre_term);
-            bson_append_document_end(out, &pt);
+            encode_optime(b, e->pre_ts, e->pre_term);
+            append_encoded(out, "preImageOpTime", b, OPTIME_LEN);
         }
-        BSON_APPEND_DOCUMENT_BEGIN(out, "prevOpTime", &pt);
-        bson_append_timestamp(&pt, "ts", 2, SBL_TS_SECS(st->prev_ts), SBL_TS_INC(st->prev_ts));
-        BSON_APPEND_INT64(&pt, "t", st->prev_ts != 0 ? st->prev_term : -1);
-        bson_append_document_end(out, &pt);
+        encode_optime(b, st->prev_ts, st->prev_ts != 0 ? st->prev_term : -1);
+        append_encoded(out, "prevOpTime", b, OPTIME_LEN);
     }
+}
+
+size_t sbl_repl_record_encode(const bson_t *lsid, int64_t txn, uint64_t ts, int64_t term,
+                              int64_t wall_ms, const char *state, uint8_t *buf, size_t cap)
+{
+    size_t slen = state != NULL ? strlen(state) : 0;
+    size_t n = 4 + (5 + lsid->len) + 16 + (17 + OPTIME_LEN) + 23 +
+               (state != NULL ? 11 + slen + 1 : 0) + 1;
+    uint8_t *p = buf;
+    if (n > cap || n > INT32_MAX)
+        return n;
+    put_le(p, n, 4);
+    memcpy(p + 4, "\x03" "_id", 5);
+    memcpy(p + 9, bson_get_data(lsid), lsid->len);
+    p += 9 + lsid->len;
+    memcpy(p, "\x12" "txnNum", 8);
+    put_le(p + 8, (uint64_t)txn, 8);
+    p += 16;
+    memcpy(p, "\x03" "lastWriteOpTime", 17);
+    encode_optime(p + 17, ts, term);
+    p += 17 + OPTIME_LEN;
+    memcpy(p, "\x09" "lastWriteDate", 15);
+    put_le(p + 15, (uint64_t)wall_ms, 8);
+    p += 23;
+    if (state != NULL) {
+        memcpy(p, "\x02" "state", 7);
+        put_le(p + 7, slen + 1, 4);
+        memcpy(p + 11, state, slen + 1);
+        p += 11 + slen + 1;
+    }
+    *p = 0;
+    return n;
 }
 
 bool sbl_repl_entry_created_ns(const bson_t *e, char *ns, size_t n, const uint8_t **uuidp)

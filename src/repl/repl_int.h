@@ -42,6 +42,11 @@ typedef struct sbl_oplog_entry {
     bool from_migrate;           /* fromMigrate: true (a chunk migration's write) */
 } sbl_oplog_entry_t;
 void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out);
+/* A session's config.transactions record {_id: lsid, txnNum, lastWriteOpTime:
+ * {ts, t}, lastWriteDate, state (when not NULL)} encoded into buf (cap
+ * bytes); returns its length, having written nothing when that is over cap. */
+size_t sbl_repl_record_encode(const bson_t *lsid, int64_t txn, uint64_t ts, int64_t term,
+                              int64_t wall_ms, const char *state, uint8_t *buf, size_t cap);
 /* The collection entry e may create when applied, written to ns (n bytes), and the
  * UUID its "ui" names it by (*uuidp, into e): a create's or createIndexes' collection
  * (o's first field, in the entry's database), an insert's or update's ns.  False for
@@ -122,7 +127,8 @@ int sbl_txn_record_write_known(sbl_session_t *s, const bson_t *lsid, int64_t txn
 
 
 /* After a transaction's entry e: the session's record (st's lsid and
- * txnNumber) with state, and *tsp, st->out_ts/out_term: e's ts and term. */
+ * txnNumber) with state, through st->record when set (the hint, as
+ * sbl_txn_record_write_known), and *tsp, st->out_ts/out_term: e's ts and term. */
 int sbl_repl_txn_record_outcome(sbl_session_t *s, const sbl_oplog_entry_t *e,
                                 sbl_repl_stmt_t *st, const char *state, uint64_t *tsp,
                                 sbl_err_t *err);

@@ -129,8 +129,15 @@ int sbl_repl_prepared_kind(const bson_t *e, bson_t *o)
     bson_iter_t it;
     if (!bson_iter_init_find(&it, e, "op") || !BSON_ITER_HOLDS_UTF8(&it) ||
         bson_iter_utf8(&it, NULL)[0] != 'c' || !bson_iter_init_find(&it, e, "o") ||
-        !BSON_ITER_HOLDS_DOCUMENT(&it) || !sbl_iter_doc(&it, o) || !bson_iter_init(&it, o) ||
-        !bson_iter_next(&it))
+        !BSON_ITER_HOLDS_DOCUMENT(&it) || !sbl_iter_doc(&it, o))
+        return SBL_PREP_NONE;
+    return sbl_repl_prepared_kind_o(o);
+}
+
+int sbl_repl_prepared_kind_o(const bson_t *o)
+{
+    bson_iter_t it;
+    if (!bson_iter_init(&it, o) || !bson_iter_next(&it))
         return SBL_PREP_NONE;
     const char *first = bson_iter_key(&it);
     if (strcmp(first, "commitTransaction") == 0)

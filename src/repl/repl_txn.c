@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "op/op.h"
 
 static sbl_coll_t *txn_table;
 static _Thread_local sbl_repl_stmt_t *cur_stmt;
@@ -80,25 +81,26 @@ int sbl_txn_record_write_known(sbl_session_t *s, const bson_t *lsid, int64_t txn
                                int64_t term, int64_t wall_ms, const char *state,
                                sbl_version_t *known, sbl_err_t *err)
 {
-    bson_t key = BSON_INITIALIZER, old, *rec, ot;
+    bson_t key = BSON_INITIALIZER, old, recv, *rec = &recv;
     bson_value_t id;
     bool found = false, replaced = false;
     int rc = 0;
+    uint8_t local[256], *buf = local; /* a session's record fits (lsid: 72 bytes) */
 
     if (txn_table == NULL)
         return sbl_err_set(err, SBL_E_InternalError, "%s is not open", SBL_TXN_TABLE_NS);
-    /* sized once: growing it past a bson_t's inline bytes costs more than its fields */
-    if ((rec = bson_sized_new(lsid->len + 128)) == NULL)
+    size_t n = sbl_repl_record_encode(lsid, txn, ts, term, wall_ms, state, buf, sizeof(local));
+    if (n > sizeof(local) && ((buf = malloc(n)) == NULL ||
+                              sbl_repl_record_encode(lsid, txn, ts, term, wall_ms, state, buf,
+                                                     n) != n)) {
+        free(buf);
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
-    BSON_APPEND_DOCUMENT(rec, "_id", lsid);
-    BSON_APPEND_INT64(rec, "txnNum", txn);
-    BSON_APPEND_DOCUMENT_BEGIN(rec, "lastWriteOpTime", &ot);
-    bson_append_timestamp(&ot, "ts", 2, SBL_TS_SECS(ts), SBL_TS_INC(ts));
-    BSON_APPEND_INT64(&ot, "t", term);
-    bson_append_document_end(rec, &ot);
-    BSON_APPEND_DATE_TIME(rec, "lastWriteDate", wall_ms);
-    if (state != NULL)
-        BSON_APPEND_UTF8(rec, "state", state);
+    }
+    if (!bson_init_static(rec, buf, n)) {
+        if (buf != local)
+            free(buf);
+        return sbl_err_set(err, SBL_E_InternalError, "a session record of %zu bytes", n);
+    }
     /* The version the session last saw, when it is still the current one:
      * replaced by its record key, without searching for it. */
     if (known != NULL && known->key_len > 0 && bson_init_static(&old, known->doc, known->doc_len) &&
@@ -108,6 +110,19 @@ int sbl_txn_record_write_known(sbl_session_t *s, const bson_t *lsid, int64_t txn
     if (rc != 0 || replaced)
         goto done;
     record_id(&key, lsid, &id);
+    /* No hint (a secondary's applier, a transaction's decision), or a stale
+     * one: the current version read by its _id, then replaced by its record
+     * key as above (sbl_write's path would search for it again). */
+    sbl_version_t cur, *v = known != NULL ? known : &cur;
+    if ((rc = sbl_version_get(s, txn_table, &id, v, err)) != 0)
+        goto done;
+    if (v->key_len > 0 && bson_init_static(&old, v->doc, v->doc_len)) {
+        if (record_txn(&old) > txn) /* a newer txnNumber's record stays */
+            goto done;
+        if ((rc = sbl_version_replace(s, txn_table, v, rec, &replaced, err)) != 0 || replaced)
+            goto done;
+    }
+    /* none yet, or too big for a version, or not replaceable here */
     if ((rc = sbl_coll_get(s, txn_table, &id, &old, &found, err)) != 0)
         goto done;
     if (!found || record_txn(&old) <= txn) /* else a newer txnNumber's record stays */
@@ -118,52 +133,84 @@ int sbl_txn_record_write_known(sbl_session_t *s, const bson_t *lsid, int64_t txn
     if (rc == 0 && known != NULL) /* the version this transaction now sees */
         rc = sbl_version_get(s, txn_table, &id, known, err);
 done:
-    bson_destroy(rec);
+    if (buf != local)
+        free(buf);
     bson_destroy(&key);
     return rc;
 }
 
 int sbl_txn_record_applied(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
 {
+    enum { F_TXN, F_OP, F_LSID, F_TS, F_T, F_WALL, F_O, F_N };
+    static const char *const names[F_N] = {"txnNumber", "op", "lsid", "ts", "t", "wall", "o"};
+    bool seen[F_N] = {false}, has_txn = false, has_lsid = false, has_o = false;
     bson_iter_t it;
-    bson_t lsid;
-    int64_t txn, term = 0, wall = 0;
+    bson_t lsid, o;
+    int64_t txn = 0, term = 0, wall = 0;
     uint32_t t = 0, i = 0;
-    const char *op;
+    const char *op = NULL;
 
-    if (!bson_iter_init_find(&it, doc, "txnNumber") || !BSON_ITER_HOLDS_NUMBER(&it))
+    /* One pass over the entry's fields (the first of each counts, as with
+     * bson_iter_init_find): every entry of a session comes here on every
+     * member that applies it. */
+    if (!bson_iter_init(&it, doc))
         return 0;
-    txn = bson_iter_as_int64(&it);
-    if (!bson_iter_init_find(&it, doc, "op") || !BSON_ITER_HOLDS_UTF8(&it))
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        int n = 0;
+        while (n < F_N && (seen[n] || k[0] != names[n][0] || strcmp(k, names[n]) != 0))
+            n++;
+        if (n == F_N)
+            continue;
+        seen[n] = true;
+        switch (n) {
+        case F_TXN:
+            if ((has_txn = BSON_ITER_HOLDS_NUMBER(&it)))
+                txn = bson_iter_as_int64(&it);
+            break;
+        case F_OP:
+            op = BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : NULL;
+            break;
+        case F_LSID:
+            has_lsid = BSON_ITER_HOLDS_DOCUMENT(&it) && sbl_iter_doc(&it, &lsid);
+            break;
+        case F_TS:
+            if (BSON_ITER_HOLDS_TIMESTAMP(&it))
+                bson_iter_timestamp(&it, &t, &i);
+            break;
+        case F_T:
+            if (BSON_ITER_HOLDS_NUMBER(&it))
+                term = bson_iter_as_int64(&it);
+            break;
+        case F_WALL:
+            if (BSON_ITER_HOLDS_DATE_TIME(&it))
+                wall = bson_iter_date_time(&it);
+            break;
+        default:
+            has_o = BSON_ITER_HOLDS_DOCUMENT(&it) && sbl_iter_doc(&it, &o);
+        }
+    }
+    if (!has_txn || op == NULL)
         return 0;
-    op = bson_iter_utf8(&it, NULL);
     bson_t orig;
-    if ((op[0] == 'n' && !sbl_repl_session_migrated(doc, &orig)) ||
-        !bson_iter_init_find(&it, doc, "lsid") ||
-        !BSON_ITER_HOLDS_DOCUMENT(&it) || !sbl_iter_doc(&it, &lsid))
+    if ((op[0] == 'n' && !sbl_repl_session_migrated(doc, &orig)) || !has_lsid)
         return 0; /* a pre-image no-op: the write's own entry names the statement */
-    if (bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
-        bson_iter_timestamp(&it, &t, &i);
-    if (bson_iter_init_find(&it, doc, "t") && BSON_ITER_HOLDS_NUMBER(&it))
-        term = bson_iter_as_int64(&it);
-    if (bson_iter_init_find(&it, doc, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it))
-        wall = bson_iter_date_time(&it);
-    bson_t o;
     const char *state = NULL;
-    switch (sbl_repl_prepared_kind(doc, &o)) {
-    case SBL_PREP_PREPARE:
-        state = "prepared";
-        break;
-    case SBL_PREP_COMMIT:
-        state = "committed";
-        break;
-    case SBL_PREP_ABORT:
-        state = "aborted";
-        break;
-    default:
-        if (op[0] == 'c' && bson_iter_init_find(&it, doc, "o") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
-            bson_iter_recurse(&it, &it) && bson_iter_find(&it, "applyOps"))
+    if (op[0] == 'c' && has_o) {
+        switch (sbl_repl_prepared_kind_o(&o)) {
+        case SBL_PREP_PREPARE:
+            state = "prepared";
+            break;
+        case SBL_PREP_COMMIT:
             state = "committed";
+            break;
+        case SBL_PREP_ABORT:
+            state = "aborted";
+            break;
+        default:
+            if (bson_iter_init_find(&it, &o, "applyOps"))
+                state = "committed";
+        }
     }
     return sbl_txn_record_write_state(s, &lsid, txn, SBL_TS(t, i), term, wall, state, err);
 }
@@ -286,8 +333,8 @@ int sbl_repl_txn_ops_add(sbl_repl_txn_ops_t *ops, char op, const char *ns, const
         ops->n = 0;
     }
     ops->total++;
-    snprintf(key, sizeof(key), "%zu", ops->n++);
-    BSON_APPEND_DOCUMENT_BEGIN(&ops->arr, key, &d);
+    const char *k = sbl_array_key((uint32_t)ops->n++, key);
+    BSON_APPEND_DOCUMENT_BEGIN(&ops->arr, k, &d);
     BSON_APPEND_UTF8(&d, "op", opstr);
     BSON_APPEND_UTF8(&d, "ns", ns);
     if (uuid != NULL)
@@ -383,8 +430,8 @@ int sbl_repl_txn_record_outcome(sbl_session_t *s, const sbl_oplog_entry_t *e,
     bson_t lsid = BSON_INITIALIZER;
     BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
     BSON_APPEND_BINARY(&lsid, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
-    int rc = sbl_txn_record_write_state(s, &lsid, st->txn_number, e->ts, e->term, e->wall_ms,
-                                        state, err);
+    int rc = sbl_txn_record_write_known(s, &lsid, st->txn_number, e->ts, e->term, e->wall_ms,
+                                        state, st->record, err);
     bson_destroy(&lsid);
     if (rc == 0) {
         *tsp = e->ts;

@@ -79,6 +79,86 @@ static void test_entry_shape(void)
     bson_destroy(&o2);
 }
 
+/* An entry's session fields and a session's record, byte for byte as
+ * libbson's appenders build them (repl_entry.c encodes them itself). */
+static void append_optime_ref(bson_t *d, const char *key, uint64_t ts, int64_t t)
+{
+    bson_t pt;
+    BSON_APPEND_DOCUMENT_BEGIN(d, key, &pt);
+    bson_append_timestamp(&pt, "ts", 2, SBL_TS_SECS(ts), SBL_TS_INC(ts));
+    BSON_APPEND_INT64(&pt, "t", t);
+    bson_append_document_end(d, &pt);
+}
+
+static void test_session_encoding(void)
+{
+    sbl_repl_stmt_t st = {.txn_number = 5, .stmt_id = 3, .prev_ts = SBL_TS(1700000000, 9),
+                          .prev_term = 2};
+    for (int i = 0; i < 16; i++)
+        st.lsid_id[i] = (uint8_t)(0xa0 + i);
+    for (int i = 0; i < 32; i++)
+        st.lsid_uid[i] = (uint8_t)(7 * i);
+    bson_t o = BSON_INITIALIZER, l = BSON_INITIALIZER, out = BSON_INITIALIZER;
+    BSON_APPEND_INT32(&o, "_id", 7);
+    BSON_APPEND_BINARY(&l, "id", BSON_SUBTYPE_UUID, st.lsid_id, 16);
+    BSON_APPEND_BINARY(&l, "uid", BSON_SUBTYPE_BINARY, st.lsid_uid, 32);
+    for (int pre = 0; pre < 2; pre++) {
+        sbl_oplog_entry_t e = {.op = 'd', .ns = "db.c", .o = &o, .stmt = &st,
+                               .ts = SBL_TS(1700000001, 1), .term = 2, .wall_ms = 1700000001000,
+                               .pre_ts = pre ? SBL_TS(1700000000, 12) : 0, .pre_term = -3};
+        bson_t ref = BSON_INITIALIZER;
+        BSON_APPEND_DOCUMENT(&ref, "lsid", &l);
+        BSON_APPEND_INT64(&ref, "txnNumber", 5);
+        BSON_APPEND_UTF8(&ref, "op", "d");
+        BSON_APPEND_UTF8(&ref, "ns", "db.c");
+        BSON_APPEND_DOCUMENT(&ref, "o", &o);
+        BSON_APPEND_INT32(&ref, "stmtId", 3);
+        bson_append_timestamp(&ref, "ts", 2, 1700000001, 1);
+        BSON_APPEND_INT64(&ref, "t", 2);
+        BSON_APPEND_INT64(&ref, "v", 2);
+        BSON_APPEND_DATE_TIME(&ref, "wall", 1700000001000);
+        if (pre)
+            append_optime_ref(&ref, "preImageOpTime", SBL_TS(1700000000, 12), -3);
+        append_optime_ref(&ref, "prevOpTime", SBL_TS(1700000000, 9), 2);
+        bson_reinit(&out);
+        sbl_repl_entry_build(&e, &out);
+        CHECK(out.len == ref.len && memcmp(bson_get_data(&out), bson_get_data(&ref), ref.len) == 0);
+        bson_destroy(&ref);
+    }
+    /* no previous statement: {ts: Timestamp(0, 0), t: -1} */
+    st.prev_ts = 0;
+    sbl_oplog_entry_t c = {.op = 'c', .ns = "admin.$cmd", .o = &o, .stmt = &st, .ts = 1,
+                           .no_stmt_id = true};
+    bson_reinit(&out);
+    sbl_repl_entry_build(&c, &out);
+    bson_iter_t it;
+    CHECK(!bson_has_field(&out, "stmtId"));
+    CHECK(bson_iter_init_find(&it, &out, "prevOpTime") && BSON_ITER_HOLDS_DOCUMENT(&it));
+    bson_iter_t pt;
+    CHECK(bson_iter_init(&it, &out) && bson_iter_find_descendant(&it, "prevOpTime.t", &pt) &&
+          bson_iter_int64(&pt) == -1);
+
+    static const char *const states[] = {NULL, "committed", "prepared"};
+    for (int i = 0; i < 3; i++) {
+        bson_t ref = BSON_INITIALIZER;
+        BSON_APPEND_DOCUMENT(&ref, "_id", &l);
+        BSON_APPEND_INT64(&ref, "txnNum", INT64_MAX - i);
+        append_optime_ref(&ref, "lastWriteOpTime", SBL_TS(UINT32_MAX, 0x80000001), -1);
+        BSON_APPEND_DATE_TIME(&ref, "lastWriteDate", -5);
+        if (states[i] != NULL)
+            BSON_APPEND_UTF8(&ref, "state", states[i]);
+        uint8_t buf[256];
+        size_t n = sbl_repl_record_encode(&l, INT64_MAX - i, SBL_TS(UINT32_MAX, 0x80000001), -1,
+                                          -5, states[i], buf, sizeof(buf));
+        CHECK(n == ref.len && memcmp(buf, bson_get_data(&ref), n) == 0);
+        CHECK(sbl_repl_record_encode(&l, 1, 1, 1, 1, states[i], buf, n - 1) == n);
+        bson_destroy(&ref);
+    }
+    bson_destroy(&out);
+    bson_destroy(&o);
+    bson_destroy(&l);
+}
+
 static void test_election_id_and_size(void)
 {
     bson_oid_t oid;
@@ -328,6 +408,7 @@ int main(void)
 {
     test_ts_next();
     test_entry_shape();
+    test_session_encoding();
     test_entry_created_ns();
     test_election_id_and_size();
 

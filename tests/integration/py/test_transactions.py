@@ -20,7 +20,7 @@ from bson.son import SON
 from sabled import Sabled
 from test_replset import initiate, member, primary, rs_client, start_member  # noqa: F401
 from test_replset3 import direct, primary_of, rs3, state, wait_for  # noqa: F401
-from test_retryable import Raw, new_lsid
+from test_retryable import EMPTY_UID, Raw, cmd, new_lsid
 
 
 def tcmd(name, value, lsid, txn, start=False, **kw):
@@ -86,6 +86,56 @@ def test_commit_isolation_and_oplog_entry(primary):
     assert r["code"] == 256
     st = c.admin.command("serverStatus")["transactions"]
     assert st["totalStarted"] >= 1 and st["totalCommitted"] >= 1 and st["currentOpen"] == 0
+    raw.close()
+
+
+def test_session_record_kept_between_transactions_and_retryable_writes(primary):
+    """A transaction's start reads the session's record through the version
+    the session catalogue keeps (the one its last transaction or retryable
+    write left), and its commit replaces that version by its key: a record
+    changed behind the session (here direct writes to config.transactions,
+    one reusing the record's storage key with other contents) is read again,
+    and transactions and retryable writes on one session go on from each
+    other's records."""
+    m, c = primary
+    raw = Raw(m.port)
+    lsid = new_lsid()
+
+    def txn(n, ok=True):
+        r = raw(tcmd("update", "c", lsid, n, start=True,
+                     updates=[{"q": {"_id": "k"}, "u": {"$inc": {"n": 1}}, "upsert": True}]),
+                ok=ok)
+        if r.get("ok") != 1:
+            return r
+        return commit(raw, lsid, n)
+
+    recs = c.config.transactions
+    rid = SON([("id", lsid["id"]), ("uid", Binary(EMPTY_UID, 0))])
+    assert txn(1)["ok"] == 1
+    rec = recs.find_one({"_id": rid})
+    assert rec["txnNum"] == 1 and rec["state"] == "committed"
+    assert recs.delete_one({"_id": rid}).deleted_count == 1
+    rec["_id"] = rid
+    rec["txnNum"] = Int64(10)  # the first version's key again, a newer txnNumber
+    recs.insert_one(rec)
+    r = txn(2, ok=False)
+    assert r["code"] == 225 and "10" in r["errmsg"]
+    recs.delete_one({"_id": rid})  # nothing says txnNumber 10 ran: it runs
+    assert txn(10)["ok"] == 1
+    assert commit(raw, lsid, 10)["ok"] == 1  # a retried commit
+    # a retryable write goes on from the transaction's record, and back
+    up = cmd("update", "c", lsid, 11, updates=[{"q": {"_id": "k"}, "u": {"$inc": {"n": 1}}}])
+    assert raw(up)["nModified"] == 1
+    assert raw(up)["retriedStmtIds"] == [0]
+    r = txn(11, ok=False)
+    assert r["code"] == 117  # ConflictingOperationInProgress: the retryable write used it
+    assert txn(12)["ok"] == 1
+    r = raw(cmd("update", "c", lsid, 11, updates=[{"q": {"_id": "k"}, "u": {"$inc": {"n": 1}}}]),
+            ok=False)
+    assert r["code"] == 225
+    assert c.t.c.find_one({"_id": "k"})["n"] == 4
+    assert [(d["txnNum"], d.get("state")) for d in recs.find({"_id.id": lsid["id"]})] == \
+        [(12, "committed")]
     raw.close()
 
 

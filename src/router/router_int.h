@@ -164,9 +164,10 @@ int rt_host_run(const char *hostport, int *fdp, int timeout_ms, const char *db, 
  * that the loop then keeps.  rt_conn_borrow: an idle connection to shard's
  * primary (its "host:port" into host), or -1 when none is idle or the
  * primary is not known (then the worker path dials or looks it up).
- * rt_conn_send: cmd with the router's fields ($clusterTime; no session
- * fields: rt_fast.c takes no transaction or retryable write) as one OP_MSG,
- * its request id into *ridp; false on an I/O error.  rt_msg_len: the length
+ * rt_conn_msg: cmd with the router's fields ($clusterTime; no session
+ * fields: rt_fast.c takes no transaction or retryable write) as one OP_MSG
+ * into buf, its request id into *ridp; its length, 0 when it is longer
+ * than cap.  rt_conn_write: n bytes to fd; false on an I/O error.  rt_msg_len: the length
  * of the reply whose header h is, -1 when it is no OP_MSG reply to rid;
  * rt_msg_body: its body (after the header, n bytes) copied into *reply
  * (initialised on success).  rt_conn_answered: the reply came (the member
@@ -176,7 +177,9 @@ int rt_host_run(const char *hostport, int *fdp, int timeout_ms, const char *db, 
  * looked up again (a connection failed).  rt_shard_gen: how many times the
  * primary was forgotten; a loop drops a connection borrowed before. */
 int rt_conn_borrow(int shard, char host[RT_HOST_MAX]);
-bool rt_conn_send(int shard, int fd, const char *db, const bson_t *cmd, int32_t *ridp);
+size_t rt_conn_msg(int shard, const char *db, const bson_t *cmd, uint8_t *buf, size_t cap,
+                   int32_t *ridp);
+bool rt_conn_write(int fd, const uint8_t *m, size_t n);
 int64_t rt_msg_len(const uint8_t h[16], int32_t rid);
 bool rt_msg_body(const uint8_t *body, size_t n, bson_t *reply);
 bool rt_conn_answered(int shard, const char *host, int64_t t0, const bson_t *reply);

@@ -6,7 +6,9 @@
  * thread blocked in recv per request, the reply handed back to the loop)
  * and the pool's lock were most of the router's cost.  Here the loop sends
  * the command on a connection of its own to the shard's primary, watched by
- * a uv_poll, and replies from the loop once the shard's reply is in.  A loop
+ * a uv_poll, and replies from the loop once the shard's reply is in.  The
+ * finds a loop iteration took are sent together at its end (a uv_check),
+ * so a shard's loop woken by the first reads the others too.  A loop
  * takes its connections from the shard's pool (rt_conn_borrow: dialed and
  * authenticated by the workers) and keeps them, non-blocking and in its
  * epoll set, for its next reads (up to LOOP_IDLE per shard).
@@ -55,7 +57,9 @@ typedef struct fast_conn {
     int shard, fd;
     uint64_t gen;               /* rt_shard_gen before it was borrowed */
     char host[RT_HOST_MAX];
-    struct fast_conn *next;     /* the loop's idle list */
+    struct fast_conn *next;     /* the loop's idle list, or its queue */
+    bool queued;                /* the find is built in buf, not sent yet */
+    size_t out;                 /* its length */
     /* the find (client NULL: idle) */
     sbl_conn_t *client;
     sbl_request_t *req;
@@ -68,10 +72,14 @@ typedef struct fast_conn {
     uint8_t inline_buf[FAST_INLINE];
 } fast_conn_t;
 
-/* The loop thread's idle connections per shard. */
+/* The loop thread's idle connections per shard, and the finds it sends at
+ * the end of this loop iteration. */
 typedef struct fast_loop {
     fast_conn_t *idle[RT_MAX_SHARDS];
     int nidle[RT_MAX_SHARDS];
+    uv_check_t check;           /* sends the queued finds */
+    fast_conn_t *queued;        /* built, not sent yet (fast_conn_t.next) */
+    fast_conn_t **queued_tail;
 } fast_loop_t;
 
 static __thread fast_loop_t *tl;
@@ -161,12 +169,20 @@ static void conn_drop(fast_conn_t *fc)
 
 static void readable_cb(uv_poll_t *p, int status, int events);
 
+static void send_queued(uv_check_t *h);
+
 /* A connection of this loop to shard's primary: an idle one still good, or
  * one taken from the shard's pool; NULL when neither. */
 static fast_conn_t *conn_take(uv_loop_t *loop, int shard)
 {
-    if (tl == NULL && (tl = calloc(1, sizeof(*tl))) == NULL)
-        return NULL;
+    if (tl == NULL) {
+        if ((tl = calloc(1, sizeof(*tl))) == NULL)
+            return NULL;
+        tl->queued_tail = &tl->queued;
+        uv_check_init(loop, &tl->check);
+        uv_check_start(&tl->check, send_queued);
+        uv_unref((uv_handle_t *)&tl->check);
+    }
     uint64_t gen = rt_shard_gen(shard);
     while (tl->idle[shard] != NULL) {
         fast_conn_t *fc = tl->idle[shard];
@@ -274,6 +290,8 @@ static void readable_cb(uv_poll_t *p, int status, int events)
 {
     fast_conn_t *fc = p->data;
     (void)events;
+    if (fc->queued)
+        return; /* an error or close is seen once its find is sent */
     for (;;) {
         size_t want = fc->need > 0 ? fc->need - fc->have : FAST_INLINE - fc->have;
         ssize_t n = status < 0 ? -1 : recv(fc->fd, fc->buf + fc->have, want, MSG_DONTWAIT);
@@ -363,13 +381,38 @@ bool rt_fast_find(sbl_conn_t *conn, sbl_request_t *req)
     fc->req = req;
     fc->t0 = t0;
     snprintf(fc->db, sizeof(fc->db), "%s", db);
-    fc->sent = mono_us();
-    bool sent = rt_conn_send(s, fc->fd, db, &fwd, &fc->rid);
+    fc->out = rt_conn_msg(s, db, &fwd, fc->buf, FAST_INLINE, &fc->rid);
     bson_destroy(&fwd);
-    if (!sent) {
-        to_worker(fc, true);
-        return true;
+    if (fc->out == 0) {
+        fc->client = NULL;
+        fc->req = NULL;
+        conn_done(fc, true);
+        return false;
     }
-    uv_timer_start(&fc->timer, timeout_cb, FAST_TIMEOUT_MS, 0);
+    /* sent with the others at the end of the loop iteration: a shard's loop
+     * woken once reads many */
+    fc->queued = true;
+    fc->next = NULL;
+    *tl->queued_tail = fc;
+    tl->queued_tail = &fc->next;
     return true;
+}
+
+/* The end of a loop iteration: every find queued in it goes to its shard. */
+static void send_queued(uv_check_t *h)
+{
+    (void)h;
+    fast_conn_t *fc = tl->queued;
+    tl->queued = NULL;
+    tl->queued_tail = &tl->queued;
+    while (fc != NULL) {
+        fast_conn_t *next = fc->next;
+        fc->queued = false;
+        fc->sent = mono_us();
+        if (!rt_conn_write(fc->fd, fc->buf, fc->out))
+            to_worker(fc, true);
+        else
+            uv_timer_start(&fc->timer, timeout_cb, FAST_TIMEOUT_MS, 0);
+        fc = next;
+    }
 }

@@ -411,20 +411,23 @@ static int32_t next_request_id(void)
     return __atomic_add_fetch(&id, 1, __ATOMIC_RELAXED);
 }
 
-/* Write cmd, then extra's fields (NULL: none), plus $db as one OP_MSG on
- * fd; its request id into *ridp.  false on an I/O error. */
-static bool send_msg(int fd, const char *db, const bson_t *cmd, const bson_t *extra,
-                     int32_t *ridp)
+/* The length of cmd with extra's fields (NULL: none) and $db as one OP_MSG. */
+static uint32_t msg_size(const char *db, const bson_t *cmd, const bson_t *extra)
 {
-    /* header (16) + flags (4) + kind (1) + the body with $db appended */
+    /* header (16) + flags (4) + kind (1) + the body with $db appended
+     * (type, "$db", the string's length, the string) */
+    uint32_t xlen = extra != NULL ? extra->len - 5 : 0;
+    return 16 + 4 + 1 + cmd->len + xlen + 1 + 4 + 4 + (uint32_t)strlen(db) + 1;
+}
+
+/* That message into m (msg_size bytes), with a new request id (*ridp). */
+static void msg_build(const char *db, const bson_t *cmd, const bson_t *extra, uint8_t *m,
+                      int32_t *ridp)
+{
     size_t dblen = strlen(db);
     uint32_t xlen = extra != NULL ? extra->len - 5 : 0;
-    uint32_t body_len = cmd->len + xlen + 1 + 4 + 4 + (uint32_t)dblen + 1; /* type, "$db", len */
-    uint32_t total = 16 + 4 + 1 + body_len;
-    uint8_t stackbuf[4096];
-    uint8_t *m = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
-    if (m == NULL)
-        return false;
+    uint32_t total = msg_size(db, cmd, extra);
+    uint32_t body_len = total - 21;
     int32_t rid = next_request_id();
     uint32_t hdr[4] = {total, (uint32_t)rid, 0, 2013};
     memcpy(m, hdr, 16);
@@ -446,11 +449,24 @@ static bool send_msg(int fd, const char *db, const bson_t *cmd, const bson_t *ex
     q += 4;
     memcpy(q, db, dblen + 1);
     q += dblen + 1;
-    *q++ = 0; /* end of document */
+    *q = 0; /* end of document */
+    *ridp = rid;
+}
+
+/* Write cmd, then extra's fields (NULL: none), plus $db as one OP_MSG on
+ * fd; its request id into *ridp.  false on an I/O error. */
+static bool send_msg(int fd, const char *db, const bson_t *cmd, const bson_t *extra,
+                     int32_t *ridp)
+{
+    uint32_t total = msg_size(db, cmd, extra);
+    uint8_t stackbuf[4096];
+    uint8_t *m = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
+    if (m == NULL)
+        return false;
+    msg_build(db, cmd, extra, m, ridp);
     bool ok = write_all(fd, m, total);
     if (m != stackbuf)
         free(m);
-    *ridp = rid;
     return ok;
 }
 
@@ -971,13 +987,21 @@ int rt_conn_borrow(int shard, char host[RT_HOST_MAX])
     return fd;
 }
 
-bool rt_conn_send(int shard, int fd, const char *db, const bson_t *cmd, int32_t *ridp)
+size_t rt_conn_msg(int shard, const char *db, const bson_t *cmd, uint8_t *buf, size_t cap,
+                   int32_t *ridp)
 {
     bson_t extra = BSON_INITIALIZER;
     bool has_extra = extra_for(shard, cmd, &extra);
-    bool ok = send_msg(fd, db, cmd, has_extra ? &extra : NULL, ridp);
+    size_t n = msg_size(db, cmd, has_extra ? &extra : NULL);
+    if (n <= cap)
+        msg_build(db, cmd, has_extra ? &extra : NULL, buf, ridp);
     bson_destroy(&extra);
-    return ok;
+    return n <= cap ? n : 0;
+}
+
+bool rt_conn_write(int fd, const uint8_t *m, size_t n)
+{
+    return write_all(fd, m, n);
 }
 
 bool rt_conn_answered(int shard, const char *host, int64_t t0, const bson_t *reply)

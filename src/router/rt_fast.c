@@ -46,7 +46,7 @@
 
 #define FAST_CMD_MAX 4096       /* larger commands: the worker path (a send never blocks) */
 #define FAST_TIMEOUT_MS 60000   /* as the pooled connections' read timeout (rt_remote.c) */
-#define FAST_INLINE 16384       /* replies up to this size are read without an allocation */
+#define FAST_INLINE 16384       /* the find is built, and a reply up to this size read, here */
 #define LOOP_IDLE 256           /* idle connections a loop keeps per shard */
 
 /* A loop's connection to a shard's primary, and the find it carries. */
@@ -98,7 +98,9 @@ static int64_t mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* The fields that make a find anything but a plain one-shard read. */
+/* Whether cmd is a plain read: none of the fields that make it part of a
+ * session's transaction or retryable write, or a snapshot read, and no
+ * negative skip or batchSize (which rt_find refuses itself). */
 static bool plain_find(const bson_t *cmd)
 {
     static const char *const not_here[] = {"txnNumber", "autocommit", "startTransaction",
@@ -111,6 +113,9 @@ static bool plain_find(const bson_t *cmd)
         for (int i = 0; not_here[i]; i++)
             if (strcmp(k, not_here[i]) == 0)
                 return false;
+        if ((strcmp(k, "skip") == 0 || strcmp(k, "batchSize") == 0) &&
+            BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_int64(&it) < 0)
+            return false;
     }
     return true;
 }

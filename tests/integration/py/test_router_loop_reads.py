@@ -68,6 +68,12 @@ def test_a_one_shard_cursor_is_the_routers(mongos):
     assert [d["k"] for d in cur] == list(range(1, 100))
     loop1, _, _ = _counts(mongos)
     assert loop1 - loop0 == 1  # the find; its getMores run on the workers
+    # a negative skip is the router's own BadValue, as on the worker path
+    try:
+        mongos.lr.command({"find": "r", "filter": {"k": 5}, "skip": -1})
+        assert False, "no error"
+    except pymongo.errors.OperationFailure as e:
+        assert e.code == 2 and "non-negative" in str(e)
     # an error the shard answers comes back as it is
     try:
         mongos.lr.r.find_one({"k": 5, "$bad": 1})

@@ -9,7 +9,8 @@
  * commands (run by the config server); rt_session.c: sessions, retryable
  * writes and transactions; rt_stream.c: change streams; rt_merge.c:
  * mergeChunks, mergeAllChunksOnShard, clearJumboFlag; rt_cmds.c: the
- * command table.
+ * command table; rt_fast.c: a one-shard find answered on the client's
+ * network loop.
  *
  * A routing table (rt_coll_t) is immutable once built and reference
  * counted: a refresh builds a new one and swaps it in, so a request keeps a
@@ -159,6 +160,34 @@ void rt_shard_traffic(int i, int64_t *requests, int64_t *wait_us);
 int rt_host_run(const char *hostport, int *fdp, int timeout_ms, const char *db, const bson_t *cmd,
                 bson_t *reply, sbl_err_t *err);
 
+/* A loop thread's read (rt_fast.c), on a connection of the shard's pool
+ * that the loop then keeps.  rt_conn_borrow: an idle connection to shard's
+ * primary (its "host:port" into host), or -1 when none is idle or the
+ * primary is not known (then the worker path dials or looks it up).
+ * rt_conn_msg: cmd with the router's fields ($clusterTime; no session
+ * fields: rt_fast.c takes no transaction or retryable write) as one OP_MSG
+ * into buf, its request id into *ridp; its length, 0 when it is longer
+ * than cap.  rt_conn_write: n bytes to fd; false on an I/O error.  rt_msg_len: the length
+ * of the reply whose header h is, -1 when it is no OP_MSG reply to rid;
+ * rt_msg_body: its body (after the header, n bytes) copied into *reply
+ * (initialised on success).  rt_conn_answered: the reply came (the member
+ * noted for rt_answered_by, the traffic counted, the cluster time noted);
+ * false when the connection must be dropped (its member is no primary now:
+ * forgotten, as after rt_run).  rt_shard_forget: the shard's primary is
+ * looked up again (a connection failed).  rt_shard_gen: how many times the
+ * primary was forgotten; a loop drops a connection borrowed before. */
+int rt_conn_borrow(int shard, char host[RT_HOST_MAX]);
+size_t rt_conn_msg(int shard, const char *db, const bson_t *cmd, uint8_t *buf, size_t cap,
+                   int32_t *ridp);
+bool rt_conn_write(int fd, const uint8_t *m, size_t n);
+int64_t rt_msg_len(const uint8_t h[16], int32_t rid);
+bool rt_msg_body(const uint8_t *body, size_t n, bson_t *reply);
+bool rt_conn_answered(int shard, const char *host, int64_t t0, const bson_t *reply);
+void rt_shard_forget(int shard);
+uint64_t rt_shard_gen(int shard);
+/* Whether reply refuses a command as not primary before it ran. */
+bool rt_refused_not_primary(const bson_t *reply);
+
 /* ---- rt_meta.c ---- */
 /* Every document of config.<coll> matching filter (sorted by sort, may be
  * NULL) appended to arr (initialised by the caller) as "0", "1", ...
@@ -173,6 +202,9 @@ int rt_cfg_write(const bson_t *cmd_in, bson_t *reply_out, sbl_err_t *err);
  * or when force).  Returns a reference (rt_coll_release) or NULL with err. */
 rt_coll_t *rt_coll_get(const char *ns, bool force, sbl_err_t *err);
 void rt_coll_release(rt_coll_t *c);
+/* ns's routing table when it is cached (a reference), else NULL: never
+ * reads the config servers. */
+rt_coll_t *rt_coll_cached(const char *ns);
 /* ns's routing table read afresh, for a command that needs a sharded
  * collection (moveChunk, moveRange, mergeChunks ...: mongos's "sharded
  * routing info with refresh"): a reference, or NULL with err 73
@@ -514,6 +546,24 @@ bool rt_changes_shard_key(const rt_coll_t *c, const bson_t *ud, const bson_t *q)
 int rt_key_rules(const rt_coll_t *c, const bson_t *q, bool multi, const char **msgp);
 int rt_key_change(const rt_coll_t *c, const bson_t *ud, const bson_t *q, bool multi,
                   const char **msgp);
+
+/* ---- rt_cmds.c and rt_fast.c ---- */
+struct sbl_request;
+/* Run req on the worker pool, as every routed command (rt_cmds.c). */
+void rt_dispatch_worker(struct sbl_conn *conn, struct sbl_request *req);
+/* Finish a routed command: reply gets ok (or rc's error: errmsg, code,
+ * codeName, errorLabels) and $clusterTime, is sent, and counts as an op of
+ * name that started at t0 (CLOCK_MONOTONIC microseconds).  reply stays the
+ * caller's. */
+void rt_answer(struct sbl_conn *conn, struct sbl_request *req, const char *name, int64_t t0,
+               int rc, const sbl_err_t *err, bson_t *reply);
+/* A find on the connection's loop thread (rt_fast.c): true when it took req
+ * (it answers it, or hands it to the worker pool when anything but the
+ * common case comes up), false when the worker pool should run it. */
+bool rt_fast_find(struct sbl_conn *conn, struct sbl_request *req);
+/* Finds answered on the loops since start, and those sent from a loop but
+ * handed to the worker pool after all (serverStatus's network section). */
+void rt_fast_counts(int64_t *answered, int64_t *to_workers);
 
 /* ---- rt_fam.c ---- */
 int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);

@@ -1,8 +1,10 @@
 /*
  * rt_cmds.c: the router's command table and dispatcher.  hello and the
- * other quick answers run on the connection's loop; everything that talks
- * to a shard or the config servers runs on libuv's worker pool (those
- * calls block), and the reply is handed back with sbl_conn_reply.
+ * other quick answers run on the connection's loop, and so does a find
+ * that goes to one shard (rt_fast.c: it waits for the shard without
+ * blocking the loop); everything else that talks to a shard or the config
+ * servers runs on libuv's worker pool (those calls block), and the reply
+ * is handed back with sbl_conn_reply.
  * Handlers return 0 with their reply fields (ok: 1 is added when they
  * leave it out; a shard's own error reply is passed through with its ok: 0)
  * or an error that becomes {ok: 0, errmsg, code, codeName}.
@@ -540,6 +542,12 @@ static int cmd_server_status(const char *db, const bson_t *cmd, bson_t *reply, s
     BSON_APPEND_INT64(&d, "bytesIn", ns.bytes_in);
     BSON_APPEND_INT64(&d, "bytesOut", ns.bytes_out);
     BSON_APPEND_INT64(&d, "numRequests", ns.num_requests);
+    /* Sable's: finds answered on the loops, and those handed to the
+     * workers after all (rt_fast.c) */
+    int64_t loop_reads, to_workers;
+    rt_fast_counts(&loop_reads, &to_workers);
+    BSON_APPEND_INT64(&d, "loopReads", loop_reads);
+    BSON_APPEND_INT64(&d, "loopReadsToWorkers", to_workers);
     bson_append_document_end(reply, &d);
     sbl_opcounters_t oc;
     sbl_metrics_get_opcounters(&oc);
@@ -687,6 +695,27 @@ typedef struct job {
     const rt_cmd_t *def;
 } job_t;
 
+/* reply's last fields (ok or rc's error, $clusterTime), then sent. */
+static void send_reply(sbl_conn_t *conn, sbl_request_t *req, int rc, const sbl_err_t *err,
+                       bson_t *reply)
+{
+    if (rc != 0) {
+        bson_reinit(reply);
+        BSON_APPEND_DOUBLE(reply, "ok", 0.0);
+        BSON_APPEND_UTF8(reply, "errmsg", err->msg);
+        BSON_APPEND_INT32(reply, "code", rc);
+        BSON_APPEND_UTF8(reply, "codeName", sbl_err_name(rc));
+        rt_sess_error_labels(rc, reply);
+    } else if (!bson_has_field(reply, "ok")) {
+        BSON_APPEND_DOUBLE(reply, "ok", 1.0);
+    }
+    /* as mongos: the cluster time, which drivers send back and use for
+     * causally consistent reads (afterClusterTime) */
+    if (!bson_has_field(reply, "$clusterTime"))
+        rt_append_cluster_time(reply, !bson_has_field(reply, "operationTime"));
+    sbl_conn_reply(conn, req, reply);
+}
+
 static void run_and_reply(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *def)
 {
     bson_t reply = BSON_INITIALIZER;
@@ -726,26 +755,18 @@ static void run_and_reply(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *
         if (rc == 0 && def->fn == cmd_hello)
             rt_auth_hello(conn, &req->cmd, &reply);
     }
-    if (rc != 0) {
-        bson_reinit(&reply);
-        BSON_APPEND_DOUBLE(&reply, "ok", 0.0);
-        BSON_APPEND_UTF8(&reply, "errmsg", err.msg);
-        BSON_APPEND_INT32(&reply, "code", rc);
-        BSON_APPEND_UTF8(&reply, "codeName", sbl_err_name(rc));
-        rt_sess_error_labels(rc, &reply);
-    } else {
-        if (!bson_iter_init_find(&it, &reply, "ok"))
-            BSON_APPEND_DOUBLE(&reply, "ok", 1.0);
-    }
-    /* as mongos: the cluster time, which drivers send back and use for
-     * causally consistent reads (afterClusterTime) */
-    if (!bson_has_field(&reply, "$clusterTime"))
-        rt_append_cluster_time(&reply, !bson_has_field(&reply, "operationTime"));
+    send_reply(conn, req, rc, &err, &reply);
     rt_sess_end();
     if (rewrote)
         bson_destroy(&pinned);
-    sbl_conn_reply(conn, req, &reply);
     bson_destroy(&reply);
+}
+
+void rt_answer(sbl_conn_t *conn, sbl_request_t *req, const char *name, int64_t t0, int rc,
+               const sbl_err_t *err, bson_t *reply)
+{
+    count_op(name, mono_us() - t0);
+    send_reply(conn, req, rc, err, reply);
 }
 
 static void work_cb(uv_work_t *w)
@@ -757,6 +778,23 @@ static void work_cb(uv_work_t *w)
 static void after_cb(uv_work_t *w, int status)
 {
     free(w->data);
+}
+
+static void queue_work(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *def)
+{
+    job_t *j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        run_and_reply(conn, req, def);
+        return;
+    }
+    j->conn = conn;
+    j->req = req;
+    j->def = def;
+    j->work.data = j;
+    if (uv_queue_work(sbl_conn_loop(conn), &j->work, work_cb, after_cb) != 0) {
+        free(j);
+        run_and_reply(conn, req, def);
+    }
 }
 
 void sbl_router_dispatch(sbl_conn_t *conn, sbl_request_t *req)
@@ -773,15 +811,18 @@ void sbl_router_dispatch(sbl_conn_t *conn, sbl_request_t *req)
         run_and_reply(conn, req, def);
         return;
     }
-    job_t *j = calloc(1, sizeof(*j));
-    j->conn = conn;
-    j->req = req;
-    j->def = def;
-    j->work.data = j;
-    if (uv_queue_work(sbl_conn_loop(conn), &j->work, work_cb, after_cb) != 0) {
-        free(j);
-        run_and_reply(conn, req, def);
-    }
+    if (def != NULL && def->fn == rt_find && rt_fast_find(conn, req))
+        return;
+    queue_work(conn, req, def);
+}
+
+void rt_dispatch_worker(sbl_conn_t *conn, sbl_request_t *req)
+{
+    bson_iter_t it;
+    const rt_cmd_t *def = NULL;
+    if (bson_iter_init(&it, &req->cmd) && bson_iter_next(&it))
+        def = lookup(bson_iter_key(&it));
+    queue_work(conn, req, def);
 }
 
 int sbl_router_init(const char *configdb, sbl_err_t *err)

@@ -613,21 +613,25 @@ static rt_coll_t *coll_load(const char *ns, sbl_err_t *err)
     return c;
 }
 
+rt_coll_t *rt_coll_cached(const char *ns)
+{
+    rt_coll_t *c = NULL;
+    pthread_rwlock_rdlock(&meta_lock);
+    for (size_t i = 0; i < ncolls; i++)
+        if (strcmp(colls[i].ns, ns) == 0) {
+            c = colls[i].c;
+            __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+            break;
+        }
+    pthread_rwlock_unlock(&meta_lock);
+    return c;
+}
+
 rt_coll_t *rt_coll_get(const char *ns, bool force, sbl_err_t *err)
 {
     rt_coll_t *c = NULL;
-    if (!force) {
-        pthread_rwlock_rdlock(&meta_lock);
-        for (size_t i = 0; i < ncolls; i++)
-            if (strcmp(colls[i].ns, ns) == 0) {
-                c = colls[i].c;
-                __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
-                break;
-            }
-        pthread_rwlock_unlock(&meta_lock);
-        if (c != NULL)
-            return c;
-    }
+    if (!force && (c = rt_coll_cached(ns)) != NULL)
+        return c;
     pthread_mutex_lock(&refresh_lock); /* one refresh at a time: no stampede */
     if (force) { /* its database too: StaleDbVersion comes here as StaleConfig does */
         char db[128];

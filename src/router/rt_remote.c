@@ -64,6 +64,7 @@ typedef struct rt_shard {
     int nidle;
     int64_t requests, wait_us; /* traffic (relaxed atomics) */
     bool draining, removed;    /* config.shards' state at the last reload (relaxed atomics) */
+    uint64_t gen;              /* times the primary was forgotten (loops' connections: rt_fast.c) */
 } rt_shard_t;
 
 static pthread_mutex_t shards_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -315,6 +316,7 @@ static int find_primary(rt_shard_t *s, char *out, size_t n, sbl_err_t *err)
 static void forget_primary(rt_shard_t *s)
 {
     pthread_mutex_lock(&s->lock);
+    __atomic_add_fetch(&s->gen, 1, __ATOMIC_ACQ_REL);
     s->primary[0] = '\0';
     while (s->nidle > 0)
         close(s->idle[--s->nidle]);
@@ -409,20 +411,23 @@ static int32_t next_request_id(void)
     return __atomic_add_fetch(&id, 1, __ATOMIC_RELAXED);
 }
 
-/* Write cmd, then extra's fields (NULL: none), plus $db as one OP_MSG on
- * fd; its request id into *ridp.  false on an I/O error. */
-static bool send_msg(int fd, const char *db, const bson_t *cmd, const bson_t *extra,
-                     int32_t *ridp)
+/* The length of cmd with extra's fields (NULL: none) and $db as one OP_MSG. */
+static uint32_t msg_size(const char *db, const bson_t *cmd, const bson_t *extra)
 {
-    /* header (16) + flags (4) + kind (1) + the body with $db appended */
+    /* header (16) + flags (4) + kind (1) + the body with $db appended
+     * (type, "$db", the string's length, the string) */
+    uint32_t xlen = extra != NULL ? extra->len - 5 : 0;
+    return 16 + 4 + 1 + cmd->len + xlen + 1 + 4 + 4 + (uint32_t)strlen(db) + 1;
+}
+
+/* That message into m (msg_size bytes), with a new request id (*ridp). */
+static void msg_build(const char *db, const bson_t *cmd, const bson_t *extra, uint8_t *m,
+                      int32_t *ridp)
+{
     size_t dblen = strlen(db);
     uint32_t xlen = extra != NULL ? extra->len - 5 : 0;
-    uint32_t body_len = cmd->len + xlen + 1 + 4 + 4 + (uint32_t)dblen + 1; /* type, "$db", len */
-    uint32_t total = 16 + 4 + 1 + body_len;
-    uint8_t stackbuf[4096];
-    uint8_t *m = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
-    if (m == NULL)
-        return false;
+    uint32_t total = msg_size(db, cmd, extra);
+    uint32_t body_len = total - 21;
     int32_t rid = next_request_id();
     uint32_t hdr[4] = {total, (uint32_t)rid, 0, 2013};
     memcpy(m, hdr, 16);
@@ -444,12 +449,50 @@ static bool send_msg(int fd, const char *db, const bson_t *cmd, const bson_t *ex
     q += 4;
     memcpy(q, db, dblen + 1);
     q += dblen + 1;
-    *q++ = 0; /* end of document */
+    *q = 0; /* end of document */
+    *ridp = rid;
+}
+
+/* Write cmd, then extra's fields (NULL: none), plus $db as one OP_MSG on
+ * fd; its request id into *ridp.  false on an I/O error. */
+static bool send_msg(int fd, const char *db, const bson_t *cmd, const bson_t *extra,
+                     int32_t *ridp)
+{
+    uint32_t total = msg_size(db, cmd, extra);
+    uint8_t stackbuf[4096];
+    uint8_t *m = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
+    if (m == NULL)
+        return false;
+    msg_build(db, cmd, extra, m, ridp);
     bool ok = write_all(fd, m, total);
     if (m != stackbuf)
         free(m);
-    *ridp = rid;
     return ok;
+}
+
+int64_t rt_msg_len(const uint8_t h[16], int32_t rid)
+{
+    uint32_t len, opcode;
+    int32_t resp_to;
+    memcpy(&len, h, 4);
+    memcpy(&resp_to, h + 8, 4);
+    memcpy(&opcode, h + 12, 4);
+    if (len < 16 + 5 + 5 || len > 48000000 || opcode != 2013 || resp_to != rid)
+        return -1;
+    return len;
+}
+
+bool rt_msg_body(const uint8_t *r, size_t n, bson_t *reply)
+{
+    uint32_t flags, dl;
+    memcpy(&flags, r, 4);
+    memcpy(&dl, r + 5, 4);
+    size_t avail = n - 5 - ((flags & 1) ? 4 : 0);
+    bson_t view;
+    if (r[4] != 0 || dl < 5 || dl > avail || !bson_init_static(&view, r + 5, dl))
+        return false;
+    bson_copy_to(&view, reply);
+    return true;
 }
 
 /* Read the reply to request rid into *reply (initialised here on success).
@@ -459,30 +502,14 @@ static bool recv_msg(int fd, int32_t rid, bson_t *reply)
     uint8_t h[16];
     if (!read_all(fd, h, 16))
         return false;
-    uint32_t len, opcode;
-    int32_t resp_to;
-    memcpy(&len, h, 4);
-    memcpy(&resp_to, h + 8, 4);
-    memcpy(&opcode, h + 12, 4);
-    if (len < 16 + 5 + 5 || len > 48000000 || opcode != 2013 || resp_to != rid)
+    int64_t len = rt_msg_len(h, rid);
+    if (len < 0)
         return false;
-    uint8_t *r = malloc(len - 16);
-    if (r == NULL || !read_all(fd, r, len - 16)) {
-        free(r);
-        return false;
-    }
-    uint32_t flags, dl;
-    memcpy(&flags, r, 4);
-    memcpy(&dl, r + 5, 4);
-    size_t avail = len - 16 - 5 - ((flags & 1) ? 4 : 0);
-    bson_t view;
-    if (r[4] != 0 || dl < 5 || dl > avail || !bson_init_static(&view, r + 5, dl)) {
-        free(r);
-        return false;
-    }
-    bson_copy_to(&view, reply);
+    uint8_t *r = malloc((size_t)len - 16);
+    bool ok = r != NULL && read_all(fd, r, (size_t)len - 16) &&
+              rt_msg_body(r, (size_t)len - 16, reply);
     free(r);
-    return true;
+    return ok;
 }
 
 /* One SASL round trip on fd: cmd out, payload of the reply in (*outp). */
@@ -589,14 +616,21 @@ static int conn_get(rt_shard_t *s, char *primary, bool *pooled, sbl_err_t *err)
     return fd;
 }
 
-/* Give fd back after a reply (or drop it when the member is no primary now). */
-static void conn_put(rt_shard_t *s, int fd, const bson_t *reply)
+/* Whether a connection that got reply may carry more commands (not when
+ * its member is no primary now). */
+static bool conn_keeps(const bson_t *reply)
 {
     int code = rt_reply_code(reply);
     /* a read refused by a member that stepped down says NotPrimaryNoSecondaryOk */
-    bool keep = code != SBL_E_NotWritablePrimary && code != SBL_E_PrimarySteppedDown &&
-                code != SBL_E_InterruptedDueToReplStateChange &&
-                code != SBL_E_NotPrimaryNoSecondaryOk && code != SBL_E_NotPrimaryOrSecondary;
+    return code != SBL_E_NotWritablePrimary && code != SBL_E_PrimarySteppedDown &&
+           code != SBL_E_InterruptedDueToReplStateChange &&
+           code != SBL_E_NotPrimaryNoSecondaryOk && code != SBL_E_NotPrimaryOrSecondary;
+}
+
+/* Give fd back after a reply (or drop it when the member is no primary now). */
+static void conn_put(rt_shard_t *s, int fd, const bson_t *reply)
+{
+    bool keep = conn_keeps(reply);
     pthread_mutex_lock(&s->lock);
     if (keep && s->nidle < RT_IDLE_MAX)
         s->idle[s->nidle++] = fd;
@@ -934,6 +968,68 @@ int rt_run_on(int shard, const char *host, const char *db, const bson_t *cmd, bs
     note_cluster_time(reply);
     rt_sess_reply(shard, started, reply);
     return 0;
+}
+
+/* ---- a loop thread's read (rt_fast.c) ---- */
+
+int rt_conn_borrow(int shard, char host[RT_HOST_MAX])
+{
+    if (shard < 0 || shard >= rt_shard_count() || rt_shard_removed(shard))
+        return -1;
+    rt_shard_t *s = &shards[shard];
+    int fd = -1;
+    pthread_mutex_lock(&s->lock);
+    if (s->primary[0] != '\0' && s->nidle > 0) {
+        fd = s->idle[--s->nidle];
+        memcpy(host, s->primary, RT_HOST_MAX);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return fd;
+}
+
+size_t rt_conn_msg(int shard, const char *db, const bson_t *cmd, uint8_t *buf, size_t cap,
+                   int32_t *ridp)
+{
+    bson_t extra = BSON_INITIALIZER;
+    bool has_extra = extra_for(shard, cmd, &extra);
+    size_t n = msg_size(db, cmd, has_extra ? &extra : NULL);
+    if (n <= cap)
+        msg_build(db, cmd, has_extra ? &extra : NULL, buf, ridp);
+    bson_destroy(&extra);
+    return n <= cap ? n : 0;
+}
+
+bool rt_conn_write(int fd, const uint8_t *m, size_t n)
+{
+    return write_all(fd, m, n);
+}
+
+bool rt_conn_answered(int shard, const char *host, int64_t t0, const bson_t *reply)
+{
+    rt_shard_t *s = &shards[shard];
+    memcpy(answered[shard], host, RT_HOST_MAX);
+    count_traffic(s, t0);
+    note_cluster_time(reply);
+    if (!conn_keeps(reply)) {
+        forget_primary(s);
+        return false;
+    }
+    return true;
+}
+
+void rt_shard_forget(int shard)
+{
+    forget_primary(&shards[shard]);
+}
+
+uint64_t rt_shard_gen(int shard)
+{
+    return __atomic_load_n(&shards[shard].gen, __ATOMIC_ACQUIRE);
+}
+
+bool rt_refused_not_primary(const bson_t *reply)
+{
+    return refused_not_primary(reply);
 }
 
 int rt_host_run(const char *hostport, int *fdp, int timeout_ms, const char *db, const bson_t *cmd,

@@ -1,0 +1,423 @@
+/*
+ * rt_fast.c: a find that goes to one shard, answered on the client
+ * connection's loop thread.  Every other routed command runs on libuv's
+ * worker pool and blocks there while the shard answers; for 100 clients
+ * reading single documents that hand-off (a worker woken per request, a
+ * thread blocked in recv per request, the reply handed back to the loop)
+ * and the pool's lock were most of the router's cost.  Here the loop sends
+ * the command on a connection of its own to the shard's primary, watched by
+ * a uv_poll, and replies from the loop once the shard's reply is in.  The
+ * finds a loop iteration took are sent together at its end (a uv_check),
+ * so a shard's loop woken by the first reads the others too.  A loop
+ * takes its connections from the shard's pool (rt_conn_borrow: dialed and
+ * authenticated by the workers) and keeps them, non-blocking and in its
+ * epoll set, for its next reads (up to LOOP_IDLE per shard).
+ *
+ * Only the common case is taken: no authorization, no transaction or
+ * retryable write fields, no readConcern, a cached routing table that
+ * names one shard, a connection to its known primary.  Anything else goes
+ * to the worker pool before a byte is sent (rt_dispatch_worker), and so
+ * does a find whose shard answers StaleConfig/StaleDbVersion or refuses it
+ * as not primary, or whose connection fails: find changes nothing, so the
+ * worker path runs it again from the start with its refresh and retries.
+ *
+ * What must stay true: a connection carries one request at a time, and is
+ * dropped after any I/O error, after an answer that says its member is no
+ * primary, or when the shard's primary was forgotten since the loop took
+ * it (rt_shard_gen); an idle connection that turns readable (the shard
+ * closed it) is dropped; req is answered exactly once.  Everything here
+ * runs on one loop thread (its state is thread-local).
+ */
+#include "router/router_int.h"
+
+#include "auth/auth.h"
+#include "doc/doc.h"
+#include "net/net.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#define FAST_CMD_MAX 4096       /* larger commands: the worker path (a send never blocks) */
+#define FAST_TIMEOUT_MS 60000   /* as the pooled connections' read timeout (rt_remote.c) */
+#define FAST_INLINE 16384       /* the find is built, and a reply up to this size read, here */
+#define LOOP_IDLE 256           /* idle connections a loop keeps per shard */
+
+/* A loop's connection to a shard's primary, and the find it carries. */
+typedef struct fast_conn {
+    uv_poll_t poll;             /* readable, for as long as it is open */
+    uv_timer_t timer;           /* the reply's deadline */
+    int open_handles;           /* poll and timer not yet closed */
+    int shard, fd;
+    uint64_t gen;               /* rt_shard_gen before it was borrowed */
+    char host[RT_HOST_MAX];
+    struct fast_conn *next;     /* the loop's idle list, or its queue */
+    bool queued;                /* the find is built in buf, not sent yet */
+    size_t out;                 /* its length */
+    /* the find (client NULL: idle) */
+    sbl_conn_t *client;
+    sbl_request_t *req;
+    int32_t rid;
+    int64_t t0;                 /* when the command came (opLatencies) */
+    int64_t sent;               /* when it went to the shard (the shard's traffic) */
+    char db[128];
+    uint8_t *buf;               /* inline, or malloc'd for a larger reply */
+    size_t have, need;          /* need: the reply's length once its header is in */
+    uint8_t inline_buf[FAST_INLINE];
+} fast_conn_t;
+
+/* The loop thread's idle connections per shard, and the finds it sends at
+ * the end of this loop iteration. */
+typedef struct fast_loop {
+    fast_conn_t *idle[RT_MAX_SHARDS];
+    int nidle[RT_MAX_SHARDS];
+    uv_check_t check;           /* sends the queued finds */
+    fast_conn_t *queued;        /* built, not sent yet (fast_conn_t.next) */
+    fast_conn_t **queued_tail;
+} fast_loop_t;
+
+static __thread fast_loop_t *tl;
+static int64_t n_answered, n_to_workers; /* relaxed atomics */
+
+void rt_fast_counts(int64_t *answered, int64_t *to_workers)
+{
+    *answered = __atomic_load_n(&n_answered, __ATOMIC_RELAXED);
+    *to_workers = __atomic_load_n(&n_to_workers, __ATOMIC_RELAXED);
+}
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Whether cmd is a plain read: none of the fields that make it part of a
+ * session's transaction or retryable write, or a snapshot read, and no
+ * negative skip or batchSize (which rt_find refuses itself). */
+static bool plain_find(const bson_t *cmd)
+{
+    static const char *const not_here[] = {"txnNumber", "autocommit", "startTransaction",
+                                           "readConcern", NULL};
+    bson_iter_t it;
+    if (cmd->len > FAST_CMD_MAX || !bson_iter_init(&it, cmd))
+        return false;
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        for (int i = 0; not_here[i]; i++)
+            if (strcmp(k, not_here[i]) == 0)
+                return false;
+        if ((strcmp(k, "skip") == 0 || strcmp(k, "batchSize") == 0) &&
+            BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_int64(&it) < 0)
+            return false;
+    }
+    return true;
+}
+
+/* The one shard that answers cmd (a find on db), from the cached routing
+ * table with its version appended to fwd (initialised here); -1 when the
+ * worker path must decide. */
+static int target(const char *db, const bson_t *cmd, bson_t *fwd)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, cmd, "find") || !BSON_ITER_HOLDS_UTF8(&it))
+        return -1;
+    char ns[400];
+    snprintf(ns, sizeof(ns), "%s.%s", db, bson_iter_utf8(&it, NULL));
+    bson_t filter = BSON_INITIALIZER;
+    if (bson_iter_init_find(&it, cmd, "filter") && BSON_ITER_HOLDS_DOCUMENT(&it))
+        sbl_iter_doc(&it, &filter);
+    rt_coll_t *c = rt_coll_cached(ns);
+    if (c == NULL)
+        return -1;
+    bool targets[RT_MAX_SHARDS];
+    sbl_err_t err = {0};
+    int s = -1;
+    int nt = rt_target_read(c, &filter, targets, &err);
+    if (c->primary >= 0 && nt == 1) {
+        for (int i = 0; i < RT_MAX_SHARDS; i++)
+            if (targets[i])
+                s = i;
+    }
+    if (s >= 0) {
+        bson_init(fwd);
+        rt_copy_cmd(cmd, fwd, NULL);
+        rt_append_version(fwd, c, s);
+    }
+    rt_coll_release(c);
+    return s;
+}
+
+static void closed_cb(uv_handle_t *h)
+{
+    fast_conn_t *fc = h->data;
+    if (--fc->open_handles > 0)
+        return;
+    close(fc->fd);
+    if (fc->buf != fc->inline_buf)
+        free(fc->buf);
+    free(fc);
+}
+
+/* Close fc (its fd once libuv let go of it). */
+static void conn_drop(fast_conn_t *fc)
+{
+    uv_close((uv_handle_t *)&fc->poll, closed_cb);
+    uv_close((uv_handle_t *)&fc->timer, closed_cb);
+}
+
+static void readable_cb(uv_poll_t *p, int status, int events);
+
+static void send_queued(uv_check_t *h);
+
+/* A connection of this loop to shard's primary: an idle one still good, or
+ * one taken from the shard's pool; NULL when neither. */
+static fast_conn_t *conn_take(uv_loop_t *loop, int shard)
+{
+    if (tl == NULL) {
+        if ((tl = calloc(1, sizeof(*tl))) == NULL)
+            return NULL;
+        tl->queued_tail = &tl->queued;
+        uv_check_init(loop, &tl->check);
+        uv_check_start(&tl->check, send_queued);
+        uv_unref((uv_handle_t *)&tl->check);
+    }
+    uint64_t gen = rt_shard_gen(shard);
+    while (tl->idle[shard] != NULL) {
+        fast_conn_t *fc = tl->idle[shard];
+        tl->idle[shard] = fc->next;
+        tl->nidle[shard]--;
+        if (fc->gen == gen)
+            return fc;
+        conn_drop(fc); /* its member may be no primary now */
+    }
+    char host[RT_HOST_MAX];
+    int fd = rt_conn_borrow(shard, host);
+    if (fd < 0)
+        return NULL;
+    fast_conn_t *fc = malloc(sizeof(*fc));
+    if (fc != NULL)
+        memset(fc, 0, offsetof(fast_conn_t, inline_buf));
+    if (fc == NULL || uv_poll_init(loop, &fc->poll, fd) != 0) {
+        close(fd); /* maybe non-blocking now: the pool dials another */
+        free(fc);
+        return NULL;
+    }
+    uv_timer_init(loop, &fc->timer);
+    fc->poll.data = fc->timer.data = fc;
+    fc->open_handles = 2;
+    /* idle connections do not keep a stopping loop alive */
+    uv_unref((uv_handle_t *)&fc->poll);
+    uv_unref((uv_handle_t *)&fc->timer);
+    fc->shard = shard;
+    fc->fd = fd;
+    fc->gen = gen;
+    memcpy(fc->host, host, RT_HOST_MAX);
+    fc->buf = fc->inline_buf;
+    uv_poll_start(&fc->poll, UV_READABLE, readable_cb);
+    return fc;
+}
+
+/* fc's find is over: keep it for the next (or drop it, keep false). */
+static void conn_done(fast_conn_t *fc, bool keep)
+{
+    uv_timer_stop(&fc->timer);
+    fc->client = NULL;
+    fc->req = NULL;
+    if (fc->buf != fc->inline_buf) {
+        free(fc->buf);
+        fc->buf = fc->inline_buf;
+    }
+    fc->have = fc->need = 0;
+    if (!keep || tl->nidle[fc->shard] >= LOOP_IDLE || fc->gen != rt_shard_gen(fc->shard)) {
+        conn_drop(fc);
+        return;
+    }
+    fc->next = tl->idle[fc->shard];
+    tl->idle[fc->shard] = fc;
+    tl->nidle[fc->shard]++;
+}
+
+/* Not the common case after all: fc is dropped (lost: the primary is
+ * looked up again) and the worker path runs the find again. */
+static void to_worker(fast_conn_t *fc, bool lost)
+{
+    sbl_conn_t *client = fc->client;
+    sbl_request_t *req = fc->req;
+    if (lost)
+        rt_shard_forget(fc->shard);
+    __atomic_add_fetch(&n_to_workers, 1, __ATOMIC_RELAXED);
+    conn_done(fc, false);
+    rt_dispatch_worker(client, req);
+}
+
+/* The shard's whole reply is in fc->buf. */
+static void on_reply(fast_conn_t *fc)
+{
+    bson_t r, reply = BSON_INITIALIZER;
+    sbl_err_t err = {0};
+    if (!rt_msg_body(fc->buf + 16, fc->need - 16, &r)) {
+        to_worker(fc, true);
+        return;
+    }
+    bool keep = rt_conn_answered(fc->shard, fc->host, fc->sent, &r);
+    int code = rt_reply_code(&r);
+    if (rt_stale_code(code) || rt_refused_not_primary(&r)) {
+        bson_destroy(&r);
+        to_worker(fc, false); /* refresh and retry, or the primary found again */
+        return;
+    }
+    int rc = 0;
+    if (code != 0) {
+        bson_copy_to_excluding_noinit(&r, &reply, "$clusterTime", "operationTime", NULL);
+    } else {
+        /* a cursor left open becomes the router's, as on the worker path */
+        rt_auth_enter(fc->client);
+        if (rt_sess_begin("find", &fc->req->cmd, &err) == 0)
+            rc = rt_wrap_cursor_reply(fc->shard, fc->db, &r, &reply, &err);
+        rt_sess_end();
+        rt_auth_leave();
+    }
+    bson_destroy(&r);
+    __atomic_add_fetch(&n_answered, 1, __ATOMIC_RELAXED);
+    rt_answer(fc->client, fc->req, "find", fc->t0, rc, &err, &reply);
+    bson_destroy(&reply);
+    conn_done(fc, keep);
+}
+
+static void readable_cb(uv_poll_t *p, int status, int events)
+{
+    fast_conn_t *fc = p->data;
+    (void)events;
+    if (fc->queued)
+        return; /* an error or close is seen once its find is sent */
+    for (;;) {
+        size_t want = fc->need > 0 ? fc->need - fc->have : FAST_INLINE - fc->have;
+        ssize_t n = status < 0 ? -1 : recv(fc->fd, fc->buf + fc->have, want, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR && status >= 0)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && status >= 0)
+            return; /* the rest later */
+        if (fc->client == NULL) { /* idle: the shard closed it, or sent what nobody asked */
+            tl->nidle[fc->shard]--;
+            for (fast_conn_t **pp = &tl->idle[fc->shard]; *pp != NULL; pp = &(*pp)->next)
+                if (*pp == fc) {
+                    *pp = fc->next;
+                    break;
+                }
+            conn_drop(fc);
+            return;
+        }
+        if (n <= 0) {
+            to_worker(fc, true);
+            return;
+        }
+        fc->have += (size_t)n;
+        if (fc->need == 0 && fc->have >= 16) {
+            int64_t len = rt_msg_len(fc->buf, fc->rid);
+            if (len < 0 || fc->have > (size_t)len) { /* not the reply, or more than it */
+                to_worker(fc, true);
+                return;
+            }
+            fc->need = (size_t)len;
+            if (fc->need > FAST_INLINE) {
+                uint8_t *b = malloc(fc->need);
+                if (b == NULL) {
+                    to_worker(fc, true);
+                    return;
+                }
+                memcpy(b, fc->buf, fc->have);
+                fc->buf = b;
+            }
+        }
+        if (fc->need > 0 && fc->have == fc->need) {
+            on_reply(fc);
+            return;
+        }
+    }
+}
+
+static void timeout_cb(uv_timer_t *t)
+{
+    fast_conn_t *fc = t->data;
+    sbl_err_t err = {0};
+    bson_t reply = BSON_INITIALIZER;
+    rt_shard_forget(fc->shard);
+    sbl_err_set(&err, SBL_E_HostUnreachable, "shard %s: connection lost",
+                rt_shard_id(fc->shard));
+    rt_answer(fc->client, fc->req, "find", fc->t0, err.code, &err, &reply);
+    bson_destroy(&reply);
+    conn_done(fc, false);
+}
+
+bool rt_fast_find(sbl_conn_t *conn, sbl_request_t *req)
+{
+    const bson_t *cmd = &req->cmd;
+    const char *db = req->db[0] ? req->db : "admin";
+    sbl_err_t err = {0};
+    if (sbl_auth_enabled() || strlen(db) >= sizeof(((fast_conn_t *)0)->db) ||
+        !plain_find(cmd))
+        return false;
+    int64_t t0 = mono_us();
+    /* the dispatcher's checks, in its order; an error is the worker path's to answer */
+    if (rt_auth_check(conn, "find", db, cmd, &err) != 0 ||
+        rt_check_cluster_time(cmd, rt_auth_may_advance_cluster_time(conn, "find"), &err) != 0)
+        return false;
+    int rc = rt_sess_begin("find", cmd, &err); /* checks the lsid */
+    rt_sess_end();
+    if (rc != 0)
+        return false;
+    bson_t fwd;
+    int s = target(db, cmd, &fwd);
+    if (s < 0)
+        return false;
+    fast_conn_t *fc = conn_take(sbl_conn_loop(conn), s);
+    if (fc == NULL) {
+        bson_destroy(&fwd);
+        return false; /* the worker path dials, or looks the primary up */
+    }
+    fc->client = conn;
+    fc->req = req;
+    fc->t0 = t0;
+    snprintf(fc->db, sizeof(fc->db), "%s", db);
+    fc->out = rt_conn_msg(s, db, &fwd, fc->buf, FAST_INLINE, &fc->rid);
+    bson_destroy(&fwd);
+    if (fc->out == 0) {
+        fc->client = NULL;
+        fc->req = NULL;
+        conn_done(fc, true);
+        return false;
+    }
+    /* sent with the others at the end of the loop iteration: a shard's loop
+     * woken once reads many */
+    fc->queued = true;
+    fc->next = NULL;
+    *tl->queued_tail = fc;
+    tl->queued_tail = &fc->next;
+    return true;
+}
+
+/* The end of a loop iteration: every find queued in it goes to its shard. */
+static void send_queued(uv_check_t *h)
+{
+    (void)h;
+    fast_conn_t *fc = tl->queued;
+    tl->queued = NULL;
+    tl->queued_tail = &tl->queued;
+    while (fc != NULL) {
+        fast_conn_t *next = fc->next;
+        fc->queued = false;
+        fc->sent = mono_us();
+        if (!rt_conn_write(fc->fd, fc->buf, fc->out))
+            to_worker(fc, true);
+        else
+            uv_timer_start(&fc->timer, timeout_cb, FAST_TIMEOUT_MS, 0);
+        fc = next;
+    }
+}

@@ -1,0 +1,120 @@
+"""
+Finds that go to one shard are answered on the router's event loops, on
+connections the loop keeps to the shard's primary (src/router/rt_fast.c;
+docs/sharding.md, "The router's cost"), and fall back to the worker pool
+for everything else: a StaleConfig answer (refresh and retry), a cursor's
+getMore, a shard restarted under the loop's idle connections.  The
+router's serverStatus counts them (network.loopReads,
+network.loopReadsToWorkers).  A config server and two one-member shards
+started with build/sable-cluster start --sharded.
+"""
+
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+
+import pymongo
+
+sys.path.insert(0, os.path.dirname(__file__))
+import sharded  # noqa: E402
+
+
+cluster = sharded.cluster_fixture("sable-loopreads-")
+mongos = sharded.mongos_fixture(stop_balancer=True, split=("lr", ["r"]))
+
+
+def _counts(client):
+    st = client.admin.command("serverStatus")
+    return (st["network"]["loopReads"], st["network"]["loopReadsToWorkers"],
+            st["opcounters"]["query"])
+
+
+def test_point_reads_from_many_threads(mongos):
+    mongos.admin.command("shardCollection", "lr.h", key={"_id": "hashed"})
+    mongos.lr.h.insert_many([{"_id": i, "v": i * 2} for i in range(500)])
+    loop0, _, q0 = _counts(mongos)
+    wrong = []
+
+    def reader(seed):
+        rnd = random.Random(seed)
+        for _ in range(100):
+            i = rnd.randrange(500)
+            d = mongos.lr.h.find_one({"_id": i})
+            if d != {"_id": i, "v": i * 2}:
+                wrong.append((i, d))
+
+    threads = [threading.Thread(target=reader, args=(n,)) for n in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert wrong == []
+    assert mongos.lr.h.find_one({"_id": 1000}) is None
+    loop1, _, q1 = _counts(mongos)
+    assert q1 - q0 >= 2001
+    # the first reads of each loop go to the workers, which dial the
+    # connections the loops then take
+    assert loop1 - loop0 >= 1000, (loop0, loop1)
+
+
+def test_a_one_shard_cursor_is_the_routers(mongos):
+    mongos.lr.r.insert_many([{"_id": k, "k": k} for k in range(-20, 100)])
+    loop0, _, _ = _counts(mongos)
+    # (the router's range targeting is inclusive: $gte 0 would name shard0 too)
+    cur = mongos.lr.r.find({"k": {"$gte": 1}}).sort("k", 1).batch_size(7)
+    assert [d["k"] for d in cur] == list(range(1, 100))
+    loop1, _, _ = _counts(mongos)
+    assert loop1 - loop0 == 1  # the find; its getMores run on the workers
+    # a negative skip is the router's own BadValue, as on the worker path
+    try:
+        mongos.lr.command({"find": "r", "filter": {"k": 5}, "skip": -1})
+        assert False, "no error"
+    except pymongo.errors.OperationFailure as e:
+        assert e.code == 2 and "non-negative" in str(e)
+    # an error the shard answers comes back as it is
+    try:
+        mongos.lr.r.find_one({"k": 5, "$bad": 1})
+        assert False, "no error"
+    except pymongo.errors.OperationFailure as e:
+        assert e.code == 2 and e.details["codeName"] == "BadValue"
+
+
+def test_a_stale_router_refreshes_from_the_loop(mongos, cluster):
+    """Another router moves k >= 0 to shard0: this router still sends k: 5
+    to shard1, which answers StaleConfig; the find is run again on the
+    workers, with a refresh, and finds the document on shard0."""
+    assert mongos.lr.r.find_one({"k": 5})["_id"] == 5  # the loop's view is cached
+    with sharded.extra_router(cluster) as port, \
+            pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=10000) as other:
+        other.admin.command("moveChunk", "lr.r", find={"k": 0}, to="shard0")
+    _, back0, _ = _counts(mongos)
+    assert mongos.lr.r.find_one({"k": 5}) == {"_id": 5, "k": 5}
+    _, back1, _ = _counts(mongos)
+    assert back1 - back0 == 1
+    assert mongos.lr.r.count_documents({"k": {"$gte": 0}}) == 100
+
+
+def test_a_restarted_shard_under_idle_loop_connections(mongos, cluster):
+    for i in range(50):
+        assert mongos.lr.h.find_one({"_id": i})["v"] == i * 2
+    r = subprocess.run([sys.executable, cluster["launcher"], "restart", "1", "--dir",
+                        cluster["dir"]], env=cluster["env"], capture_output=True, text=True,
+                       timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # the loops drop the connections the shard closed; reads go on
+    deadline = time.time() + 60
+    while True:
+        try:
+            assert mongos.lr.h.find_one({"_id": 3})["v"] == 6
+            break
+        except pymongo.errors.PyMongoError:
+            assert time.time() < deadline
+            time.sleep(0.5)
+    loop0, _, _ = _counts(mongos)
+    for i in range(500):
+        assert mongos.lr.h.find_one({"_id": i})["v"] == i * 2
+    loop1, _, _ = _counts(mongos)
+    assert loop1 - loop0 >= 400, (loop0, loop1)

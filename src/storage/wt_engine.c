@@ -470,6 +470,8 @@ static const struct {
     {"cache", WT_STAT_CONN_CACHE_EVICTION_DIRTY, "modified pages evicted"},
     {"cache", WT_STAT_CONN_CACHE_EVICTION_APP, "pages evicted by application threads"},
     {"cache", WT_STAT_CONN_CACHE_EVICTION_APP_DIRTY, "modified pages evicted by application threads"},
+    {"cursor", WT_STAT_CONN_CURSOR_MODIFY, "cursor modify calls"},
+    {"cursor", WT_STAT_CONN_CURSOR_UPDATE, "cursor update calls"},
     {"log", WT_STAT_CONN_LOG_BYTES_WRITTEN, "log bytes written"},
     {"log", WT_STAT_CONN_LOG_SYNC, "log sync operations"},
     {"log", WT_STAT_CONN_LOG_FLUSH, "log flush operations"},

@@ -263,6 +263,55 @@ static int versioned_write(sbl_session_t *s, WT_CURSOR *cur, sbl_write_kind_t ki
     return cur->insert(cur);
 }
 
+/*
+ * Replace the positioned record's value old_doc (what this transaction read)
+ * by new_doc.  When only a small byte range differs, as for a $set of a few
+ * fields, WiredTiger gets it as one WT_MODIFY (mongod's updateWithDamages):
+ * the update chain then holds that range instead of another copy of the
+ * document, which matters on a replica set member, whose WiredTiger keeps
+ * every version within the snapshot history window in its cache
+ * (docs/replication.md).  The result is checked against new_doc; a
+ * difference (a base other than old_doc) is overwritten with the whole
+ * document in the same transaction.
+ */
+static int update_value(WT_CURSOR *cur, const WT_ITEM *k, const bson_t *old_doc,
+                        const bson_t *new_doc)
+{
+    const uint8_t *o = bson_get_data(old_doc), *n = bson_get_data(new_doc);
+    size_t ol = old_doc->len, nl = new_doc->len, min = ol < nl ? ol : nl, pre = 4, suf = 0;
+    WT_ITEM v;
+    int ret;
+
+    /* The length header (4 bytes, also when the size changes), then one range. */
+    while (pre < min && o[pre] == n[pre])
+        pre++;
+    while (suf < min - pre && o[ol - 1 - suf] == n[nl - 1 - suf])
+        suf++;
+    if (nl >= 256 && (nl - pre - suf) * 4 < nl) {
+        WT_MODIFY m[2];
+        int nm = 0;
+        if (memcmp(o, n, 4) != 0)
+            m[nm++] = (WT_MODIFY){.data = {.data = n, .size = 4}, .offset = 0, .size = 4};
+        m[nm++] = (WT_MODIFY){.data = {.data = n + pre, .size = nl - pre - suf}, .offset = pre,
+                              .size = ol - pre - suf};
+        ret = cur->modify(cur, m, nm);
+        if (ret == EINVAL || ret == ENOTSUP) /* not in a snapshot transaction */
+            cur->set_key(cur, k);
+        else if (ret != 0)
+            return ret;
+        else if ((ret = cur->get_value(cur, &v)) != 0)
+            return ret;
+        else if (v.size == nl && memcmp(v.data, n, nl) == 0)
+            return 0;
+        else
+            cur->set_key(cur, k);
+    }
+    v.data = n;
+    v.size = nl;
+    cur->set_value(cur, &v);
+    return cur->update(cur);
+}
+
 /* The value doc is keyed by: its _id, or c's key field (a keyed collection). */
 static bool doc_id(const sbl_coll_t *c, const bson_t *doc, bson_value_t *id)
 {
@@ -371,7 +420,9 @@ static int write_in_txn(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
             cur->set_key(cur, &k);
         } else
             dsize = -(int64_t)old_doc->len;
-        if (ret == 0) {
+        if (ret == 0 && old_doc != NULL)
+            ret = update_value(cur, &k, old_doc, new_doc);
+        else if (ret == 0) {
             v.data = bson_get_data(new_doc);
             v.size = new_doc->len;
             cur->set_value(cur, &v);

@@ -215,3 +215,52 @@ def test_writer_thread_count_is_a_start_up_parameter_of_1_to_256():
                 "replWriterThreadCount"] == default
             r = c.admin.command("getParameter", "*")
             assert r["replWriterThreadCount"] == default
+
+
+def modify_calls(m):
+    with direct(m) as d:
+        return d.admin.command("serverStatus")["wiredTiger"]["cursor"]["cursor modify calls"]
+
+
+def test_small_updates_go_in_as_byte_ranges(rs):
+    """An update that changes a small part of a large document reaches
+    WiredTiger as a modify (the changed bytes; wiredTiger.cursor counts it),
+    in the middle, at the start, with a size change; one that rewrites most
+    of the document as a whole value.  Either way both members end with the
+    documents the updates describe (docs/replication.md, the history kept)."""
+    p, s = rs
+    w1 = WriteConcern(w=1)
+    with direct(p) as d:
+        c = d.t.get_collection("ranges", write_concern=w1)
+        c.drop()
+        base = {"a": 0, **{"f%d" % i: "x" * 100 for i in range(10)}, "z": "end"}
+        c.insert_many([dict(base, _id=i) for i in range(4)])
+        before = modify_calls(p)
+        c.update_one({"_id": 0}, {"$set": {"f5": "y" * 100}})        # same size, middle
+        c.update_one({"_id": 1}, {"$inc": {"a": 7}})                  # first field
+        c.update_one({"_id": 2}, {"$set": {"f9": "w" * 130}})         # grows
+        c.update_one({"_id": 3}, {"$unset": {"z": ""}})               # shrinks, at the end
+        small = modify_calls(p) - before
+        assert small >= 4, small
+        before = modify_calls(p)
+        c.update_one({"_id": 0}, {"$set": {"f%d" % i: "q" * 100 for i in range(10)}})
+        assert modify_calls(p) - before == 0
+        want = {
+            0: dict(base, _id=0, **{"f%d" % i: "q" * 100 for i in range(10)}),
+            1: dict(base, _id=1, a=7),
+            2: dict(base, _id=2, f9="w" * 130),
+            3: {k: v for k, v in dict(base, _id=3).items() if k != "z"},
+        }
+        for i in range(20):                                           # a chain of them
+            c.update_one({"_id": 1}, {"$inc": {"a": 1}, "$set": {"f3": "%03d" % i * 33 + "v"}})
+        want[1].update(a=27, f3="019" * 33 + "v")
+        got = {doc["_id"]: doc for doc in c.find()}
+        assert got == want
+        assert list(got[2].keys()) == ["_id"] + list(base.keys())   # field order kept
+        last = d.local.oplog.rs.find().sort("$natural", -1).limit(1)[0]["ts"]
+    wait_for(lambda: direct(s).local.oplog.rs.find_one({"ts": last}) is not None, timeout=60)
+    with direct(s) as d:
+        assert {doc["_id"]: doc for doc in d.t.ranges.find()} == want
+        hs = d.t.command("dbHash", collections=["ranges"])["collections"]
+    with direct(p) as d:
+        assert d.t.command("dbHash", collections=["ranges"])["collections"] == hs

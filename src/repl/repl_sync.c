@@ -387,6 +387,7 @@ static void candidates_locked(sbl_rs_candidate_t *c)
         c[i].applied = rs.peer[i].applied;
         c[i].ping_ms = rs.peer[i].ping_avg_ms;
         c[i].term = rs.peer[i].term;
+        c[i].has_source = rs.peer[i].sync_source[0] != '\0';
     }
 }
 
@@ -408,8 +409,11 @@ static int choose_source_locked(void)
             src = rs.primary;
         } else {
             sbl_rs_candidate_t c[SBL_RS_MAX_MEMBERS];
+            sbl_rs_sync_params_t sp;
             candidates_locked(c);
-            src = sbl_rs_pick_sync_source(&rs.cfg, c, rs.self, rs.primary, sbl_rs_my_applied());
+            sbl_rs_sync_params(&sp);
+            src = sbl_rs_pick_sync_source(&rs.cfg, c, rs.self, rs.primary, sbl_rs_my_applied(),
+                                          &sp);
         }
     }
     for (int i = 0; st == SBL_RS_STARTUP2 && src < 0 && i < rs.cfg.n; i++)
@@ -432,40 +436,57 @@ static int choose_source_locked(void)
     return src;
 }
 
-/* Changes of sync source for a nearer member in the last hour (their times):
- * at most SBL_RS_SYNC_CHANGES_PER_HOUR, as mongod's maxNumSyncSourceChangesPerHour. */
-static int64_t ping_changes[SBL_RS_SYNC_CHANGES_PER_HOUR];
+/* This member's changes of sync source (applier thread, under rs.lock):
+ * what maxNumSyncSourceChangesPerHour counts. */
+static sbl_rs_source_changes_t source_changes;
 
 /* Whether to stop tailing member cur (lock held), as mongod's
- * shouldChangeSyncSource: it is no longer a valid choice (down, not
- * PRIMARY/SECONDARY, another one requested, chaining off ...), or the rules
- * now pick the primary, or another member is nearer by more than the
- * threshold (limited per hour), or cur lags more than maxSyncSourceLagSecs
- * behind the primary while the pick is fresher. */
+ * shouldChangeSyncSource, asked after each batch the source sends (and
+ * after each empty wait): we stop syncing (not a secondary any more,
+ * halted ...) or cur stops serving while no other member can; another
+ * member is requested (replSetSyncFrom); in STARTUP2, the choice differs;
+ * with no primary known (a reconfig, an election), cur is not ahead of us
+ * and another is (Sable's rule in choose_source_locked: catch up from the
+ * member furthest ahead).  Otherwise sbl_rs_source_change_reason's rules,
+ * which leave a source that serves well alone: only one that lags, gets
+ * nothing new, is gone, or is far (by ping) while another is near is left,
+ * and for ping at most maxNumSyncSourceChangesPerHour times an hour. */
 static bool should_change_locked(int cur)
 {
-    int pick = choose_source_locked();
-    if (pick < 0 || pick == cur)
-        return pick < 0;
-    int st = atomic_load(&rs.state);
-    if (rs.primary < 0 || st == SBL_RS_STARTUP2 || sbl_rs_requested_source_locked() >= 0 ||
-        !rs.cfg.chaining || pick == rs.primary || !rs.peer[cur].up ||
-        (rs.peer[cur].state != SBL_RS_PRIMARY && rs.peer[cur].state != SBL_RS_SECONDARY))
-        return true;
-    uint32_t cur_s = (uint32_t)(rs.peer[cur].applied.ts >> 32);
-    uint32_t prim_s = (uint32_t)(rs.peer[rs.primary].applied.ts >> 32);
-    if (cur_s + SBL_RS_MAX_SYNC_LAG_S < prim_s &&
-        sbl_optime_cmp(rs.peer[pick].applied, rs.peer[cur].applied) > 0)
-        return true;
-    if (rs.peer[pick].ping_avg_ms + SBL_RS_SYNC_PING_THRESHOLD_MS >= rs.peer[cur].ping_avg_ms)
+    int pick = choose_source_locked(), st = atomic_load(&rs.state);
+    if (pick == cur)
         return false;
-    int64_t now = sbl_now_ms();
-    for (int i = 0; i < SBL_RS_SYNC_CHANGES_PER_HOUR; i++)
-        if (ping_changes[i] == 0 || now - ping_changes[i] > 3600 * 1000) {
-            ping_changes[i] = now;
-            return true;
-        }
-    return false;
+    if (rs.config == NULL || rs.self < 0 || rs.sync_halted || !sbl_rs_syncing_state_locked(st) ||
+        st == SBL_RS_STARTUP2 || sbl_rs_requested_source_locked() >= 0)
+        return true;
+    /* A config received in a heartbeat starts our view of the members afresh:
+     * until cur answers a heartbeat we know nothing new of it (the fetcher's
+     * own errors end the sync if it is gone). */
+    bool unheard = rs.peer[cur].last_ok_ms == 0;
+    bool serves = unheard || (rs.peer[cur].up && (rs.peer[cur].state == SBL_RS_PRIMARY ||
+                                                  rs.peer[cur].state == SBL_RS_SECONDARY));
+    if (pick < 0) /* nothing else to choose: keep a source that still serves */
+        return !serves;
+    if (rs.primary < 0) /* no primary known (a reconfig, an election): keep one ahead of us */
+        return !serves ||
+               (!unheard && sbl_optime_cmp(rs.peer[cur].applied, sbl_rs_my_applied()) <= 0);
+    if (unheard)
+        return false;
+    sbl_rs_candidate_t c[SBL_RS_MAX_MEMBERS];
+    sbl_rs_sync_params_t sp;
+    candidates_locked(c);
+    sbl_rs_sync_params(&sp);
+    const char *why = sbl_rs_source_change_reason(&rs.cfg, c, rs.self, rs.primary, cur,
+                                                  sbl_rs_my_applied(), &sp, &source_changes,
+                                                  sbl_now_ms());
+    if (why != NULL) {
+        bson_t attr = BSON_INITIALIZER;
+        BSON_APPEND_UTF8(&attr, "syncSource", rs.cfg.m[cur].host);
+        BSON_APPEND_UTF8(&attr, "reason", why);
+        sbl_log(SBL_LOG_INFO, "REPL", 21829, "Choosing a new sync source", &attr);
+        bson_destroy(&attr);
+    }
+    return why != NULL;
 }
 
 static int member_index_locked(const char *host)
@@ -830,9 +851,13 @@ static void sync_from(const char *host)
         for (;;) {
             sbl_err_t err;
             sbl_err_clear(&err);
-            if (batch_left <= 0 && end_group(reporter, &err) != 0) {
-                apply_failed(&err);
-                goto out;
+            if (batch_left <= 0) { /* the source's batch is done: commit, look again */
+                if (end_group(reporter, &err) != 0) {
+                    apply_failed(&err);
+                    goto out;
+                }
+                if (n > 0 && !still_syncing_from(host))
+                    goto out;
             }
             if (!mongoc_cursor_next(cur, &doc))
                 break;
@@ -897,8 +922,7 @@ static void sync_from(const char *host)
                 reporter_poke(reporter);
             }
             applied_ts = o.ts;
-            if (++n % 100 == 0 && !still_syncing_from(host))
-                goto out;
+            n++;
         }
         if (n > 0) {
             sbl_err_t err;
@@ -953,12 +977,16 @@ out:
 static void *sync_main(void *arg)
 {
     (void)arg;
+    char last_host[256] = ""; /* the member tailed last ("" none yet) */
     pthread_mutex_lock(&rs.lock);
     while (!rs.stopping) {
         char host[256] = "";
         int src = choose_source_locked();
         if (src >= 0) {
             snprintf(host, sizeof(host), "%s", rs.cfg.m[src].host);
+            if (last_host[0] != '\0' && strcmp(last_host, host) != 0)
+                sbl_rs_source_changes_add(&source_changes, sbl_now_ms());
+            snprintf(last_host, sizeof(last_host), "%s", host);
             bool clone = atomic_load(&rs.state) == SBL_RS_STARTUP2;
             pthread_mutex_unlock(&rs.lock);
             if (clone && (sbl_oplog_last_ts() == 0 || sbl_rs_initial_sync_flagged()) &&

@@ -768,9 +768,33 @@ void sbl_rs_hb_kick(void);
  * joined by '&').  Returns false when it does not fit in n bytes. */
 bool sbl_rs_member_uri(char *buf, size_t n, const char *host, const char *opts);
 
-/* repl_monitor.c: count an applied entry (opcountersRepl), a batch applied. */
+/* The oplog fetcher (repl_fetch.c): a thread that tails the oplog of the
+ * member at uri from from_ts (0: its first entry) on its own connection and
+ * queues the entries for the applier.  next hands out the next one
+ * (SBL_FETCH_DOC, *docp the caller's to bson_destroy), SBL_FETCH_IDLE when
+ * the source had nothing more for now (the fetcher goes on waiting), or
+ * SBL_FETCH_END once the cursor is done (an error, the source closed it),
+ * waiting while nothing is queued; queued says whether next would return at
+ * once.  stop ends the thread and frees what is queued.  NULL: not started. */
+enum { SBL_FETCH_DOC, SBL_FETCH_IDLE, SBL_FETCH_END };
+typedef struct sbl_rs_fetcher sbl_rs_fetcher_t;
+sbl_rs_fetcher_t *sbl_rs_fetcher_start(const char *uri, uint64_t from_ts);
+int sbl_rs_fetcher_next(sbl_rs_fetcher_t *f, bson_t **docp);
+bool sbl_rs_fetcher_queued(sbl_rs_fetcher_t *f);
+void sbl_rs_fetcher_stop(sbl_rs_fetcher_t *f);
+
+/* repl_monitor.c: count an applied entry (opcountersRepl), a batch applied;
+ * what the fetcher and the reporter do (mongod's metrics.repl.network): a
+ * reply to its find (getmore false) or getMore with docs entries in bytes,
+ * taking us; a new find on a sync source's oplog (readersCreated); a
+ * replSetUpdatePosition sent; us spent applying a fetched batch
+ * (apply.batches.totalMillis). */
 void sbl_rs_count_applied_op(const bson_t *e);
 void sbl_rs_count_batch(void);
+void sbl_rs_count_fetch(bool getmore, int64_t docs, int64_t bytes, int64_t us);
+void sbl_rs_count_reader(void);
+void sbl_rs_count_update_position(void);
+void sbl_rs_count_apply_us(int64_t us);
 /* Entries applied by this member's applier since start-up. */
 int64_t sbl_rs_applied_ops(void);
 

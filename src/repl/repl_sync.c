@@ -1,7 +1,8 @@
 /*
- * repl_sync.c: a secondary pulls.  The applier thread takes the primary as
- * its sync source, tails its oplog (find on local.oplog.rs from our last
- * applied ts, tailable, awaitData), checks that the first entry is our
+ * repl_sync.c: a secondary pulls.  The applier thread chooses a sync
+ * source, has a fetcher thread tail its oplog (repl_fetch.c: find on
+ * local.oplog.rs from our last applied ts, tailable, awaitData, the entries
+ * queued while we apply), checks that the first entry is our
  * last one (else our history diverged: rollback), and hands each entry to
  * the writer threads (repl_apply.c) or, a command, applies it alone once
  * they are idle.  An entry is applied through the command layer's runner
@@ -441,7 +442,7 @@ static int choose_source_locked(void)
 static sbl_rs_source_changes_t source_changes;
 
 /* Whether to stop tailing member cur (lock held), as mongod's
- * shouldChangeSyncSource, asked after each batch the source sends (and
+ * shouldChangeSyncSource, asked when everything fetched is applied (and
  * after each empty wait): we stop syncing (not a secondary any more,
  * halted ...) or cur stops serving while no other member can; another
  * member is requested (replSetSyncFrom); in STARTUP2, the choice differs;
@@ -629,6 +630,7 @@ static void report_position(mongoc_client_t *c)
     bson_append_array_end(&cmd, &arr);
     pthread_mutex_unlock(&rs.lock);
     mongoc_client_command_simple(c, "admin", &cmd, NULL, &reply, &error);
+    sbl_rs_count_update_position();
     pthread_mutex_lock(&rs.lock);
     sbl_rs_learn_commit_locked(&reply);
     pthread_mutex_unlock(&rs.lock);
@@ -752,6 +754,7 @@ static bool source_newer_term(mongoc_collection_t *oplog, sbl_optime_t last)
     bson_append_document_end(&opts, &sort);
     BSON_APPEND_INT64(&opts, "limit", 1);
     mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, &opts, NULL);
+    sbl_rs_count_reader();
     if (mongoc_cursor_next(cur, &doc)) {
         bson_iter_t it;
         uint32_t t = 0, i = 0;
@@ -768,27 +771,6 @@ static bool source_newer_term(mongoc_collection_t *oplog, sbl_optime_t last)
     return newer;
 }
 
-/* The documents of the tailing cursor's batches not yet read: the APM reply
- * of each find / getMore adds its batch (libmongoc reads a batch at a time
- * and says nothing of what it buffered), each document read takes one.  At
- * zero the next read may wait for the source (awaitData): the applier's open
- * group (repl_apply.c) commits before it. */
-static void count_batch(const mongoc_apm_command_succeeded_t *ev)
-{
-    int64_t *left = mongoc_apm_command_succeeded_get_context(ev);
-    const char *name = mongoc_apm_command_succeeded_get_command_name(ev);
-    const bson_t *reply = mongoc_apm_command_succeeded_get_reply(ev);
-    bson_iter_t it, arr;
-    const char *path = strcmp(name, "getMore") == 0 ? "cursor.nextBatch"
-                     : strcmp(name, "find") == 0 ? "cursor.firstBatch" : NULL;
-    if (path == NULL || !bson_iter_init(&it, reply) ||
-        !bson_iter_find_descendant(&it, path, &arr) || !BSON_ITER_HOLDS_ARRAY(&arr) ||
-        !bson_iter_recurse(&arr, &it))
-        return;
-    while (bson_iter_next(&it))
-        (*left)++;
-}
-
 /* Commit the applier's open group, if any, and tell the reporter. */
 static int end_group(reporter_t *reporter, sbl_err_t *err)
 {
@@ -799,6 +781,10 @@ static int end_group(reporter_t *reporter, sbl_err_t *err)
     return rc;
 }
 
+/* Entries applied without the queue running dry before the applier looks
+ * at its sync source (and its own state: shutdown, a step-up) again. */
+#define RELOOK_ENTRIES 1000
+
 static void sync_from(const char *host)
 {
     char uri[4096];
@@ -808,10 +794,6 @@ static void sync_from(const char *host)
     mongoc_client_t *c = mongoc_client_new(uri);
     if (c == NULL)
         return;
-    int64_t batch_left = 0;
-    mongoc_apm_callbacks_t *apm = mongoc_apm_callbacks_new();
-    mongoc_apm_set_command_succeeded_cb(apm, count_batch);
-    mongoc_client_set_apm_callbacks(c, apm, &batch_left);
     mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
     reporter_t *reporter = reporter_start(uri);
     /* Where we are: the newest entry the oplog holds, not the last ts handed
@@ -823,18 +805,11 @@ static void sync_from(const char *host)
     sbl_session_t *ls = sbl_session_get();
     if (ls != NULL)
         sbl_oplog_last_committed(ls, &last.ts, &last.t, &lerr);
-    bson_t filter = BSON_INITIALIZER, gte, opts = BSON_INITIALIZER;
-    if (last.ts != 0) {
-        BSON_APPEND_DOCUMENT_BEGIN(&filter, "ts", &gte);
-        bson_append_timestamp(&gte, "$gte", 4, SBL_TS_SECS(last.ts), SBL_TS_INC(last.ts));
-        bson_append_document_end(&filter, &gte);
-    }
-    BSON_APPEND_BOOL(&opts, "tailable", true);
-    BSON_APPEND_BOOL(&opts, "awaitData", true);
-    BSON_APPEND_INT64(&opts, "maxAwaitTimeMS", 500);
-    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, &opts, NULL);
-    const bson_t *doc;
-    bson_error_t error;
+    /* The fetcher tails the source on its own connection (c is the
+     * applier's: rollback, the newer-term check) while we apply. */
+    sbl_rs_fetcher_t *fetcher = sbl_rs_fetcher_start(uri, last.ts);
+    bson_t *doc = NULL; /* the entry being applied (ours to free) */
+    bool ended = fetcher == NULL;
     bool first = true;
     uint64_t applied_ts = last.ts; /* the newest entry we hold (committed) */
     pthread_mutex_lock(&rs.lock);
@@ -845,23 +820,36 @@ static void sync_from(const char *host)
     sbl_rs_apply_stream(still_in_term, &sync_term, poke_reporter, reporter);
     if (abort_txns != NULL)
         abort_txns(false); /* none may commit here now; their writes would block ours */
-    while (still_syncing_from(host)) {
-        int n = 0;
-        batch_left = 0; /* the source_newer_term find's batch is not ours */
+    int64_t batch_us = 0; /* when the entries being applied started coming (0: none) */
+    while (!ended && still_syncing_from(host)) {
+        int n = 0, looked = 0;
         for (;;) {
             sbl_err_t err;
             sbl_err_clear(&err);
-            if (batch_left <= 0) { /* the source's batch is done: commit, look again */
+            if (doc != NULL)
+                bson_destroy(doc);
+            doc = NULL;
+            /* All fetched is applied (or a long stretch of it, while the
+             * fetcher keeps up with us): commit, look again. */
+            if (!sbl_rs_fetcher_queued(fetcher) || n - looked >= RELOOK_ENTRIES) {
+                looked = n;
                 if (end_group(reporter, &err) != 0) {
                     apply_failed(&err);
                     goto out;
                 }
+                if (batch_us != 0)
+                    sbl_rs_count_apply_us(sbl_now_us() - batch_us);
+                batch_us = 0;
                 if (n > 0 && !still_syncing_from(host))
                     goto out;
             }
-            if (!mongoc_cursor_next(cur, &doc))
+            int got = sbl_rs_fetcher_next(fetcher, &doc);
+            if (got != SBL_FETCH_DOC) {
+                ended = got == SBL_FETCH_END;
                 break;
-            batch_left--;
+            }
+            if (batch_us == 0)
+                batch_us = sbl_now_us(); /* entries came: they are applied from now */
             bson_iter_t it;
             uint32_t t = 0, i = 0;
             if (bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
@@ -951,24 +939,23 @@ static void sync_from(const char *host)
             }
             goto out;
         }
-        if (mongoc_cursor_error(cur, &error) || !mongoc_cursor_more(cur))
+        if (ended)
             break;
         if (!first)
             initial_sync_done(); /* the source had nothing more for now */
     }
 out:
+    if (doc != NULL)
+        bson_destroy(doc);
+    sbl_rs_fetcher_stop(fetcher);
     sbl_err_clear(&lerr);
     if (end_group(reporter, &lerr) != 0 || sbl_rs_apply_drain(&lerr) != 0)
         apply_failed(&lerr);
     sbl_rs_apply_stream(NULL, NULL, NULL, NULL);
     reporter_stop(reporter);
     report_position(c);
-    mongoc_cursor_destroy(cur);
     mongoc_collection_destroy(oplog);
     mongoc_client_destroy(c);
-    mongoc_apm_callbacks_destroy(apm);
-    bson_destroy(&filter);
-    bson_destroy(&opts);
     pthread_mutex_lock(&rs.lock);
     rs.sync_source[0] = '\0';
     pthread_mutex_unlock(&rs.lock);

@@ -94,6 +94,31 @@ bool mig_doc_of(const bson_t *d, const char *k, bson_t *out)
     return bson_iter_init_find(&it, d, k) && sbl_iter_doc(&it, out);
 }
 
+int mig_config_docs(bson_t *cmd, int max, bson_t *docs)
+{
+    bson_t reply = BSON_INITIALIZER;
+    bson_iter_t it, b;
+    int n = 0;
+    BSON_APPEND_INT32(cmd, "batchSize", max);
+    BSON_APPEND_BOOL(cmd, "singleBatch", true);
+    sbl_cmd_run("config", cmd, &reply);
+    if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.firstBatch", &b) &&
+        bson_iter_recurse(&b, &it))
+        while (n < max && bson_iter_next(&it)) {
+            bson_t d;
+            if (sbl_iter_doc(&it, &d))
+                bson_copy_to(&d, &docs[n++]);
+        }
+    bson_destroy(&reply);
+    return n;
+}
+
+void mig_free_docs(bson_t *docs, int n)
+{
+    for (int i = 0; i < n; i++)
+        bson_destroy(&docs[i]);
+}
+
 void mig_spec_free(mig_spec_t *s)
 {
     if (s->key)

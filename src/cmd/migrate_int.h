@@ -60,6 +60,11 @@ bool sbl_chunk_is_jumbo(const bson_t *chunk);
 int sbl_chunk_check_movable(const char *ns, const bson_t *key, const bson_t *chunk,
                             const char *donor_host, sbl_err_t *err);
 bool mig_doc_of(const bson_t *d, const char *k, bson_t *out);
+/* Run the find cmd on config (batchSize max and singleBatch added here) and copy up
+ * to max of its documents into docs[] (each initialised); how many.  The caller
+ * still destroys cmd, and the documents with mig_free_docs. */
+int mig_config_docs(bson_t *cmd, int max, bson_t *docs);
+void mig_free_docs(bson_t *docs, int n);
 /* ns (the command's first field), min, max and shardKeyPattern from cmd. */
 int mig_spec_parse(const bson_t *cmd, mig_spec_t *s, sbl_err_t *err);
 void mig_spec_free(mig_spec_t *s);

@@ -118,34 +118,16 @@ static void append_ready_filter(bson_t *f, const char *ns)
 /* Up to max such tasks into docs[] (each initialised); how many. */
 static int load_ready(const char *ns, const char *session, bson_t *docs, int max)
 {
-    bson_t cmd = BSON_INITIALIZER, f, reply = BSON_INITIALIZER;
-    bson_iter_t it, b;
+    bson_t cmd = BSON_INITIALIZER, f;
     BSON_APPEND_UTF8(&cmd, "find", "rangeDeletions");
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &f);
     append_ready_filter(&f, ns);
     if (session != NULL)
         BSON_APPEND_UTF8(&f, "migrationSessionId", session);
     bson_append_document_end(&cmd, &f);
-    BSON_APPEND_INT32(&cmd, "batchSize", max);
-    BSON_APPEND_BOOL(&cmd, "singleBatch", true);
-    sbl_cmd_run("config", &cmd, &reply);
-    int n = 0;
-    if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.firstBatch", &b) &&
-        bson_iter_recurse(&b, &it))
-        while (n < max && bson_iter_next(&it)) {
-            bson_t d;
-            if (sbl_iter_doc(&it, &d))
-                bson_copy_to(&d, &docs[n++]);
-        }
-    bson_destroy(&reply);
+    int n = mig_config_docs(&cmd, max, docs);
     bson_destroy(&cmd);
     return n;
-}
-
-static void free_tasks(bson_t *docs, int n)
-{
-    for (int i = 0; i < n; i++)
-        bson_destroy(&docs[i]);
 }
 
 bool mig_task_background(const bson_t *d)
@@ -234,7 +216,7 @@ int64_t sbl_cmd_rangedel_orphans(const char *ns)
         if (known > 0)
             total += known;
     }
-    free_tasks(docs, n);
+    mig_free_docs(docs, n);
     return total;
 }
 
@@ -272,7 +254,7 @@ int64_t mig_rangedel_run_now(const char *session, sbl_err_t *err)
     int n = load_ready(NULL, session, docs, 1);
     int64_t deleted = n == 1 ? run_task(&docs[0], err) : 0; /* none: already run */
     pthread_mutex_unlock(&run_mu);
-    free_tasks(docs, n);
+    mig_free_docs(docs, n);
     return deleted;
 }
 
@@ -306,7 +288,7 @@ static int64_t pass(void)
             next = in;
     }
     pthread_mutex_unlock(&run_mu);
-    free_tasks(docs, n);
+    mig_free_docs(docs, n);
     return ran && n == MAX_TASKS ? 0 : next; /* more may be waiting behind those */
 }
 
@@ -398,7 +380,7 @@ int mig_rangedel_await_overlap(const mig_spec_t *s, const atomic_bool *stop, sbl
         bool any = false;
         for (int i = 0; i < n && !any; i++)
             any = overlaps(&docs[i], s);
-        free_tasks(docs, n);
+        mig_free_docs(docs, n);
         if (!any || atomic_load(stop))
             return 0; /* stopped: the receive is being aborted; it clones nothing */
         if (mig_now_ms() >= until)

@@ -254,8 +254,7 @@ int mig_task_delete(const char *session, sbl_err_t *err)
  * range deleter's service runs those: migrate_rangedel.c). */
 static int load_docs(const char *coll, bson_t *docs, int max)
 {
-    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
-    bson_iter_t it, b;
+    bson_t cmd = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&cmd, "find", coll);
     if (strcmp(coll, "rangeDeletions") == 0 && sbl_shard_name() != NULL) {
         bson_t f, or, a, p, e, d; /* {$or: [{pending: {$exists: true}}, {donorShardId: {$ne: me}}]} */
@@ -274,26 +273,9 @@ static int load_docs(const char *coll, bson_t *docs, int max)
         bson_append_array_end(&f, &or);
         bson_append_document_end(&cmd, &f);
     }
-    BSON_APPEND_INT32(&cmd, "batchSize", max);
-    BSON_APPEND_BOOL(&cmd, "singleBatch", true);
-    sbl_cmd_run("config", &cmd, &reply);
-    int n = 0;
-    if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.firstBatch", &b) &&
-        bson_iter_recurse(&b, &it))
-        while (n < max && bson_iter_next(&it)) {
-            bson_t d;
-            if (sbl_iter_doc(&it, &d))
-                bson_copy_to(&d, &docs[n++]);
-        }
-    bson_destroy(&reply);
+    int n = mig_config_docs(&cmd, max, docs);
     bson_destroy(&cmd);
     return n;
-}
-
-static void free_docs(bson_t *docs, int n)
-{
-    for (int i = 0; i < n; i++)
-        bson_destroy(&docs[i]);
 }
 
 static bool leftover_ns(char *ns, size_t n);
@@ -498,7 +480,7 @@ int mig_recip_settle_task(const char *session, bool commit, sbl_err_t *err)
         mig_spec_free(&s);
     }
     pthread_mutex_unlock(&rec_mu);
-    free_docs(docs, n);
+    mig_free_docs(docs, n);
     return rc;
 }
 
@@ -567,7 +549,7 @@ static bool recover_pass(void)
             if (!local)
                 local_left = true;
         }
-        free_docs(tasks, nt);
+        mig_free_docs(tasks, nt);
         nt = load_docs("rangeDeletions", tasks, MAX_DOCS); /* settle_coord took its own */
         for (int i = 0; i < nt; i++)
             if (!live(&tasks[i]) && !settle_task(&tasks[i]))
@@ -583,8 +565,8 @@ static bool recover_pass(void)
             mig_log("migration recovery: %s (majority reads may still see it)", e.msg);
         crit_release();
     }
-    free_docs(coords, nc);
-    free_docs(tasks, nt);
+    mig_free_docs(coords, nc);
+    mig_free_docs(tasks, nt);
     return left;
 }
 
@@ -600,7 +582,7 @@ static bool leftover_ns(char *ns, size_t n)
     bool found = s != NULL;
     if (found)
         snprintf(ns, n, "%s", s);
-    free_docs(docs, nd);
+    mig_free_docs(docs, nd);
     return found;
 }
 

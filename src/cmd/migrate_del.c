@@ -65,6 +65,38 @@ int mig_delete_ids(const char *db, const char *coll, bson_iter_t *arr, int64_t *
     return delete_ids(db, coll, arr, np, 0, err);
 }
 
+/* The next batch of s's range in db.coll: a find when first, else a getMore on
+ * *cursorp, which is set to the reply's cursor (0: the range is read, or the command
+ * failed: it leaves no cursor).  *reply is initialised whatever the outcome (the
+ * caller destroys it); on 0, *has says whether *batch iterates its documents. */
+static int range_batch(const mig_spec_t *s, const char *db, const char *coll, bool first,
+                       int64_t *cursorp, bson_t *reply, bson_iter_t *batch, bool *has,
+                       sbl_err_t *err)
+{
+    bson_t cmd = BSON_INITIALIZER;
+    bson_iter_t it, b;
+    int rc;
+    if (first) {
+        rc = mig_range_find(s, db, coll, 1000, reply, err);
+    } else {
+        BSON_APPEND_INT64(&cmd, "getMore", *cursorp);
+        BSON_APPEND_UTF8(&cmd, "collection", coll);
+        BSON_APPEND_INT32(&cmd, "batchSize", 1000);
+        rc = sbl_cmd_run_checked(db, &cmd, reply, err);
+    }
+    bson_destroy(&cmd);
+    *cursorp = 0;
+    *has = false;
+    if (rc != 0)
+        return rc;
+    if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.id", &b))
+        *cursorp = bson_iter_as_int64(&b);
+    *has = bson_iter_init(&it, reply) &&
+           bson_iter_find_descendant(&it, first ? "cursor.firstBatch" : "cursor.nextBatch", &b) &&
+           bson_iter_recurse(&b, batch);
+    return 0;
+}
+
 /* One pass of the range deleter: *deletedp counts what it deleted; with a
  * filter f, a document f owns is left alone. */
 static int delete_range_once(const mig_spec_t *s, const sbl_shard_filter_t *f,
@@ -77,25 +109,13 @@ static int delete_range_once(const mig_spec_t *s, const sbl_shard_filter_t *f,
     bool first = true;
     int rc = 0;
     while (rc == 0 && (first || cursor != 0)) {
-        bson_t cmd = BSON_INITIALIZER, reply, arr = BSON_INITIALIZER;
-        if (first) {
-            rc = mig_range_find(s, db, coll, 1000, &reply, err);
-        } else {
-            BSON_APPEND_INT64(&cmd, "getMore", cursor);
-            BSON_APPEND_UTF8(&cmd, "collection", coll);
-            BSON_APPEND_INT32(&cmd, "batchSize", 1000);
-            rc = sbl_cmd_run_checked(db, &cmd, &reply, err);
-        }
-        bson_destroy(&cmd);
-        bson_iter_t it, b;
-        cursor = 0;
-        if (rc == 0 && bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.id", &b))
-            cursor = bson_iter_as_int64(&b);
+        bson_t reply, arr = BSON_INITIALIZER;
+        bson_iter_t it;
+        bool has;
+        rc = range_batch(s, db, coll, first, &cursor, &reply, &it, &has, err);
         uint32_t n = 0;
         char kb[16];
-        if (rc == 0 && bson_iter_init(&it, &reply) &&
-            bson_iter_find_descendant(&it, first ? "cursor.firstBatch" : "cursor.nextBatch", &b) &&
-            bson_iter_recurse(&b, &it))
+        if (rc == 0 && has)
             while (bson_iter_next(&it)) {
                 bson_t d, x;
                 bson_iter_t id;
@@ -142,23 +162,11 @@ int64_t mig_count_range(const mig_spec_t *s)
     sbl_err_t e = {0};
     int rc = 0;
     while (rc == 0 && (first || cursor != 0)) {
-        bson_t cmd = BSON_INITIALIZER, reply;
-        if (first) {
-            rc = mig_range_find(s, db, coll, 1000, &reply, &e);
-        } else {
-            BSON_APPEND_INT64(&cmd, "getMore", cursor);
-            BSON_APPEND_UTF8(&cmd, "collection", coll);
-            BSON_APPEND_INT32(&cmd, "batchSize", 1000);
-            rc = sbl_cmd_run_checked(db, &cmd, &reply, &e);
-        }
-        bson_destroy(&cmd);
-        bson_iter_t it, b;
-        cursor = 0;
-        if (rc == 0 && bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.id", &b))
-            cursor = bson_iter_as_int64(&b);
-        if (rc == 0 && bson_iter_init(&it, &reply) &&
-            bson_iter_find_descendant(&it, first ? "cursor.firstBatch" : "cursor.nextBatch", &b) &&
-            bson_iter_recurse(&b, &it))
+        bson_t reply;
+        bson_iter_t it;
+        bool has;
+        rc = range_batch(s, db, coll, first, &cursor, &reply, &it, &has, &e);
+        if (rc == 0 && has)
             while (bson_iter_next(&it)) {
                 bson_t d;
                 if (sbl_iter_doc(&it, &d) && mig_in_range(s, &d))

@@ -96,14 +96,17 @@ static const action_def_t actions[] = {
     {"remove", false},
     {"removeShard", true},
     {"renameCollectionSameDB", false},
+    {"replSetConfigure", true},
     {"replSetGetConfig", true},
     {"replSetGetStatus", true},
+    {"replSetStateChange", true},
     {"revokeRole", false},
     {"serverStatus", true},
     {"setClusterParameter", true},
     {"setDefaultRWConcern", true},
     {"setFeatureCompatibilityVersion", true},
     {"setParameter", true},
+    {"shardingState", true},
     {"shutdown", true},
     {"splitChunk", false},
     {"top", true},
@@ -251,15 +254,16 @@ static const char *const useradmin_acts[] = {"changeCustomData", "changePassword
 static const char *const monitor_cluster[] = {
     "connPoolStats", "getClusterParameter", "getCmdLineOpts", "getDefaultRWConcern", "getLog",
     "getParameter", "hostInfo", "inprog", "listDatabases", "listSessions", "netstat",
-    "replSetGetConfig", "replSetGetStatus", "serverStatus", "top", NULL};
+    "replSetGetConfig", "replSetGetStatus", "serverStatus", "shardingState", "top", NULL};
 static const char *const monitor_any[] = {"collStats", "dbStats", "indexStats", NULL};
 static const char *const hostmgr_cluster[] = {
     "applicationMessage", "cpuProfiler", "dropConnections", "flushRouterConfig", "fsync",
     "invalidateUserCache", "killAnySession", "killop", "logRotate", "setParameter", "shutdown",
     "unlock", NULL};
-static const char *const clustermgr_cluster[] = {"addShard", "listShards", "removeShard",
-                                                 "setClusterParameter", "setDefaultRWConcern",
-                                                 "setFeatureCompatibilityVersion", NULL};
+static const char *const clustermgr_cluster[] = {
+    "addShard", "listShards", "removeShard", "replSetConfigure", "replSetGetConfig",
+    "replSetGetStatus", "replSetStateChange", "setClusterParameter", "setDefaultRWConcern",
+    "setFeatureCompatibilityVersion", NULL};
 /* the sharding actions on any namespace, and the config database's
  * documents (balancer settings) */
 static const char *const clustermgr_any[] = {"clearJumboFlag", "enableSharding",

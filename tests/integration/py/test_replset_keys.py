@@ -179,3 +179,39 @@ def rs_auth_restart(rs, i):
             pass
         assert time.time() < end
         time.sleep(0.3)
+
+
+def test_replica_set_state_changes_need_the_cluster_roles(rs_auth):
+    """replSetStepUp/StepDown/Freeze/SyncFrom/Maintenance need the action
+    replSetStateChange and replSetReconfig replSetConfigure, both granted by
+    clusterManager (so by clusterAdmin and root), not by readWrite: sabled
+    knew neither action, so even root was refused (13), and sable-cluster
+    could not put member 0 back in office after a lost first election."""
+    p = rs_auth.primary()
+    with client(rs_auth.ports[p]) as c:
+        for user, role in (("cm", "clusterManager"), ("rwonly", "readWrite")):
+            c.admin.command("createUser", user, pwd="pw",
+                            roles=[{"role": role, "db": "admin"}],
+                            writeConcern={"w": 3, "wtimeout": 30000})
+    s = [i for i in range(2) if i != p][0]          # the visible secondary
+    with client(rs_auth.ports[s], "rwonly") as c:
+        for cmd in ({"replSetFreeze": 0}, {"replSetStepUp": 1}, {"replSetMaintenance": False},
+                    {"replSetReconfig": {}}, {"replSetSyncFrom": "127.0.0.1:1"}):
+            with pytest.raises(OperationFailure) as e:
+                c.admin.command(cmd)
+            assert e.value.code == 13, (cmd, e.value.details)
+    with client(rs_auth.ports[s], "cm") as c:
+        assert c.admin.command("replSetFreeze", 0)["ok"] == 1
+        assert c.admin.command("replSetGetConfig")["config"]["_id"]
+        # replSetReconfig reaches its own checks (a secondary: not primary, 10107)
+        cfg = c.admin.command("replSetGetConfig")["config"]
+        cfg["version"] += 1
+        with pytest.raises(pymongo.errors.NotMasterError) as e:
+            c.admin.command("replSetReconfig", cfg)
+        assert e.value.details["code"] == 10107, e.value.details
+    with client(rs_auth.ports[s]) as c:             # root
+        assert c.admin.command("replSetStepUp")["ok"] == 1
+    end = time.time() + 30
+    while rs_auth.primary() != s:
+        assert time.time() < end, "the secondary did not take office"
+        time.sleep(0.3)

@@ -350,8 +350,9 @@ static bool grant_builtin(sbl_authz_t *a, const char *role, const char *db)
     }
     if (strcmp(role, "hostManager") == 0 || cadmin) {
         grant(a, RES_CLUSTER, "", "", hostmgr_cluster);
-        /* compact: mongod's hostManager may compact any non-system collection. */
-        static const char *const kc[] = {"compact", "killCursors", NULL};
+        /* compact, and killing any user's cursors: mongod's hostManager on any
+         * non-system collection. */
+        static const char *const kc[] = {"compact", "killAnyCursor", "killCursors", NULL};
         grant(a, RES_NS, "", "", kc);
     }
     if (strcmp(role, "clusterManager") == 0 || cadmin) {

@@ -479,6 +479,17 @@ static bool pipeline_writes_allowed(sbl_opctx_t *ctx, const char *db, const bson
     return true;
 }
 
+/* killCursors by a user with killAnyCursor on the namespace kills any
+ * user's cursors there; otherwise only the user's own (mongod). */
+static bool kill_any_cursor(sbl_opctx_t *ctx)
+{
+    bson_iter_t it;
+    const char *coll = NULL;
+    if (bson_iter_init(&it, ctx->cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it))
+        coll = bson_iter_utf8(&it, NULL);
+    return allowed(ctx, "killAnyCursor", ctx->db, coll != NULL && coll[0] != '\0' ? coll : NULL);
+}
+
 int sbl_cmd_auth_check(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, sbl_err_t *err)
 {
     sbl_client_t *c = ctx->client;
@@ -501,6 +512,9 @@ int sbl_cmd_auth_check(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, sbl_err_t *er
                            def->name);
     }
     refresh(ctx);
+    ctx->user_bound = !(strcmp(c->auth_user, "__system") == 0 && strcmp(c->auth_db, "local") == 0);
+    if (strcmp(def->name, "killCursors") == 0 && ctx->user_bound)
+        ctx->user_bound = !kill_any_cursor(ctx);
     const char *action = def->action != NULL ? def->action : "anyAction";
     if (action[0] == '\0')
         return 0;

@@ -110,8 +110,10 @@ int sbl_routed_enter(sbl_routed_t *r, sbl_opctx_t *ctx, sbl_err_t *err)
         snprintf(ns, sizeof(ns), "%s.%s", ctx->db, coll);
         SBL_RET(sbl_shard_op_enter(ns, 0, err));
         memcpy(r->gate_ns, ns, sizeof(ns));
-        if (sbl_routed_sharded(r)) /* after the gate; a migration's getMores: snapshot_read.c */
+        if (sbl_routed_sharded(r)) { /* after the gate; a migration's getMores: snapshot_read.c */
             ctx->open_ts = sbl_repl_last_op_ts();
+            sbl_repl_note_history_read(); /* its getMores may read at open_ts */
+        }
         SBL_RET(sbl_shard_check_version(ns, r->shard_version, ctx->reply, err));
         if (sbl_routed_sharded(r) && filtered(ctx->name))
             ctx->shard_filter = sbl_shard_filter_get(ns);

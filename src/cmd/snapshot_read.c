@@ -110,6 +110,7 @@ static int wait_stable(sbl_opctx_t *ctx, uint64_t ts, int64_t until_us, bool *re
 /* Open the snapshot at ts on the command's session. */
 static int open_at(sbl_opctx_t *ctx, uint64_t ts, sbl_err_t *err)
 {
+    sbl_repl_note_history_read();
     uint64_t oldest = sbl_storage_oldest_ts();
     if (oldest != 0 && ts < oldest)
         return sbl_err_set(err, SBL_E_SnapshotTooOld,
@@ -245,6 +246,7 @@ static int check_at(sbl_opctx_t *ctx, uint64_t at, sbl_err_t *err)
                            (unsigned)(at >> 32), (unsigned)at, (unsigned)(cluster >> 32),
                            (unsigned)cluster);
     SBL_RET(wait_stable(ctx, at, ctx->deadline_us, &reached, err));
+    sbl_repl_note_history_read();
     uint64_t oldest = sbl_storage_oldest_ts();
     if (oldest != 0 && at < oldest)
         return sbl_err_set(err, SBL_E_SnapshotTooOld,

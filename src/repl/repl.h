@@ -289,6 +289,11 @@ uint64_t sbl_repl_majority_ts(void);
  * WiredTiger keeps history (reads at an older time get SnapshotTooOld). */
 void sbl_repl_set_snapshot_window_s(int64_t s);
 int64_t sbl_repl_snapshot_window_s(void);
+/* A read at a timestamp (a snapshot or majority read, a cursor that reads
+ * where it opened, a transaction's atClusterTime) is under way: the whole
+ * window is kept from now until it has been idle for the window's length;
+ * without such reads only a few seconds are (repl_sync.c's window_ts). */
+void sbl_repl_note_history_read(void);
 /* A counter that moves whenever the commit point moves. */
 uint64_t sbl_repl_commit_generation(void);
 /* The newest oplog ts a majority read may see now, without taking a lock:

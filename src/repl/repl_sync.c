@@ -1038,13 +1038,27 @@ void sbl_rs_learn_commit_locked(const bson_t *reply)
 
 /* How far the oldest timestamp trails stable: the history kept for reads
  * at a timestamp (snapshot reads with atClusterTime, majority reads at the
- * commit point), minSnapshotHistoryWindowInSeconds, 300 s as in mongod 7.0.
- * WiredTiger 3.2 keeps that history in its cache (mongod 7.0's durable
- * history is on disk): while the cache is more than PRESSURE_FILL full the
- * window shrinks to PRESSURE_WINDOW_S, what mongod 4.2 kept on WiredTiger 3.2. */
+ * commit point, cursors that read where they opened),
+ * minSnapshotHistoryWindowInSeconds, 300 s as in mongod 7.0.
+ * WiredTiger 3.2 keeps that history in its cache and walks every version
+ * of a document kept on each further write to it (mongod 7.0's WiredTiger
+ * moves them to its durable history on disk), so a hot document written
+ * thousands of times within the window makes each write slower.  The
+ * whole window is kept only while such reads are under way (for the
+ * window's length after the last one began, history_read_ms), else
+ * SHORT_WINDOW_S, what mongod 4.2 kept on WiredTiger 3.2; and while the
+ * cache is more than PRESSURE_FILL full, SHORT_WINDOW_S too.  The oldest
+ * timestamp never moves back (WiredTiger ignores that), so a window that
+ * grows again keeps history from that moment on. */
 static atomic_llong snapshot_window_s = 300;
+static atomic_llong history_read_ms = INT64_MIN / 2;
 #define PRESSURE_FILL 0.8
-#define PRESSURE_WINDOW_S 5
+#define SHORT_WINDOW_S 5
+
+void sbl_repl_note_history_read(void)
+{
+    atomic_store(&history_read_ms, sbl_now_ms());
+}
 
 static uint64_t window_ts(void)
 {
@@ -1055,8 +1069,9 @@ static uint64_t window_ts(void)
         checked_ms = now;
         pressure = sbl_storage_cache_fill() > PRESSURE_FILL;
     }
-    if (pressure && w > PRESSURE_WINDOW_S)
-        w = PRESSURE_WINDOW_S;
+    bool idle = now - atomic_load(&history_read_ms) > w * 1000;
+    if ((pressure || idle) && w > SHORT_WINDOW_S)
+        w = SHORT_WINDOW_S;
     return (uint64_t)w << 32;
 }
 

@@ -156,3 +156,35 @@ def test_standalone_refuses_snapshot():
         raw.close()
     finally:
         s.cleanup()
+
+
+def test_history_window_kept_while_reads_at_a_timestamp_run(primary):
+    """The whole minSnapshotHistoryWindowInSeconds is kept while reads at a
+    timestamp are under way (and for the window's length after the last one
+    began); without them 5 s are (WiredTiger 3.2 walks every kept version
+    of a document on each write to it: docs/replication.md).  Here with a
+    window of 9 s: after 10 s without such reads, a time 6.5 s old is
+    SnapshotTooOld; once a snapshot read ran, a time 6.5 s old is read."""
+    m, c = primary
+    raw = Raw(m.port)
+    c.admin.command("setParameter", 1, minSnapshotHistoryWindowInSeconds=9)
+    try:
+        def write_for(seconds):
+            end = time.time() + seconds
+            while time.time() < end:
+                c.t.hw.insert_one({})
+                time.sleep(0.2)
+
+        write_for(10.5)                       # no read at a timestamp for > 9 s
+        old = c.t.hw.insert_one({}) and \
+            c.local["oplog.rs"].find().sort("$natural", -1).limit(1)[0]["ts"]
+        write_for(6.5)
+        r = raw(SON([("find", "hw"), ("readConcern", snap(old))]), ok=False)
+        assert r.get("code") == 239, r        # only 5 s were kept
+        kept = raw(SON([("find", "hw"), ("readConcern", snap())]))["cursor"]["atClusterTime"]
+        write_for(6.5)
+        r = raw(SON([("find", "hw"), ("readConcern", snap(kept)), ("batchSize", 0)]))
+        assert r["cursor"]["atClusterTime"] == kept, r
+    finally:
+        c.admin.command("setParameter", 1, minSnapshotHistoryWindowInSeconds=300)
+        raw.close()

@@ -23,6 +23,9 @@
  * document the shard owns (mig_delete_orphans).  Until the task goes, the shard's ownership filter hides the range
  * from routed reads and writes (src/shard/shard_filter.c, crud_write.c).
  * Only a primary runs tasks; one task at a time (run_mu).
+ *
+ * cleanupOrphaned (mongod 7.0's, on a shard's primary) waits here until
+ * config.rangeDeletions holds no task for its namespace, then answers ok.
  */
 #include "cmd/migrate_int.h"
 
@@ -392,4 +395,77 @@ int mig_rangedel_await_overlap(const mig_spec_t *s, const atomic_bool *stop, sbl
         logged = true;
         usleep(50 * 1000);
     }
+}
+
+/* ---- cleanupOrphaned ------------------------------------------------------ */
+
+#define CLEANUP_POLL_MS 100
+
+/* How many range deletion tasks config.rangeDeletions holds for ns (pending
+ * or not, this shard donor or recipient), up to MAX_TASKS. */
+static int tasks_of(const char *ns)
+{
+    bson_t cmd = BSON_INITIALIZER, f, docs[MAX_TASKS];
+    BSON_APPEND_UTF8(&cmd, "find", "rangeDeletions");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &f);
+    BSON_APPEND_UTF8(&f, "nss", ns);
+    bson_append_document_end(&cmd, &f);
+    int n = mig_config_docs(&cmd, MAX_TASKS, docs);
+    bson_destroy(&cmd);
+    mig_free_docs(docs, n);
+    return n;
+}
+
+/* Is ns a valid "<db>.<collection>" (mongod's NamespaceString::isValid)? */
+static bool valid_ns(const char *ns)
+{
+    const char *dot = strchr(ns, '.');
+    if (dot == NULL || dot == ns || dot[1] == '\0' || (size_t)(dot - ns) >= 64)
+        return false;
+    for (const char *p = ns; p < dot; p++)
+        if (strchr("/\\. \"$", *p) != NULL)
+            return false;
+    return true;
+}
+
+int sbl_cmd_cleanup_orphaned(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    const char *ns = "";
+    if (bson_iter_init_find(&it, ctx->cmd, "cleanupOrphaned")) {
+        if (!BSON_ITER_HOLDS_UTF8(&it))
+            return sbl_err_set(err, SBL_E_TypeMismatch, "wrong type for 'cleanupOrphaned' "
+                               "field, expected string, found %s",
+                               sbl_type_name(bson_iter_type(&it)));
+        ns = bson_iter_utf8(&it, NULL);
+    }
+    if (!valid_ns(ns))
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid namespace: %s", ns);
+    if (bson_iter_init_find(&it, ctx->cmd, "startingFromKey") && !BSON_ITER_HOLDS_DOCUMENT(&it))
+        return sbl_err_set(err, SBL_E_TypeMismatch, "wrong type for 'startingFromKey' field, "
+                           "expected object, found %s", sbl_type_name(bson_iter_type(&it)));
+    if (sbl_shard_name() == NULL)
+        return sbl_err_set(err, SBL_E_IllegalOperation, "server is not part of a sharded "
+                           "cluster or the sharding metadata is not yet initialized.");
+    sbl_coll_t *c;
+    sbl_err_t e = {0};
+    if (sbl_coll_open(ctx->ss, ns, false, &c, NULL, &e) != 0) {
+        mig_log("cleanupOrphaned skipping waiting for orphaned data cleanup because %s does "
+                "not exist", ns);
+        return 0;
+    }
+    sbl_coll_release(c);
+    /* mongod waits for the range deleter's tasks of the collection; an unsharded one has
+     * none, so it answers at once as mongod's "is not sharded" does */
+    bool logged = false;
+    for (int n; (n = tasks_of(ns)) > 0;) {
+        if (!logged)
+            mig_log("cleanupOrphaned going to wait for range deletion tasks to complete on %s "
+                    "(%d remaining)", ns, n);
+        logged = true;
+        SBL_RET(sbl_op_check_interrupt(ctx, err));
+        SBL_RET(sbl_op_check_step_down(ctx, err));
+        usleep(CLEANUP_POLL_MS * 1000);
+    }
+    return 0;
 }

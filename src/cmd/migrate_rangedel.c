@@ -428,6 +428,29 @@ static bool valid_ns(const char *ns)
     return true;
 }
 
+/* startingFromKey, which mongod 7.0 no longer uses, is still checked as it
+ * was: for a sharded ns (its version read afresh from the config servers, as
+ * mongod refreshes first), the key must hold exactly the shard key's fields
+ * (in any order, none an array); 265 OrphanedRangeCleanUpFailed otherwise. */
+static int check_start_key(const char *ns, const bson_t *start, sbl_err_t *err)
+{
+    sbl_err_t e = {0};
+    if (sbl_shard_refresh(ns, &e) != 0)
+        return 0; /* not known to the config servers: nothing sharded to check */
+    sbl_shard_filter_t *f = sbl_shard_filter_get(ns);
+    const bson_t *key = f != NULL ? sbl_shard_filter_key(f) : NULL;
+    bool ok = key == NULL || bson_count_keys(key) == bson_count_keys(start);
+    bson_iter_t k, s;
+    if (ok && key != NULL && bson_iter_init(&k, key))
+        while (ok && bson_iter_next(&k)) /* each named whole, not an array (mongod's isShardKey) */
+            ok = bson_iter_init_find(&s, start, bson_iter_key(&k)) && !BSON_ITER_HOLDS_ARRAY(&s);
+    sbl_shard_filter_release(f);
+    if (ok)
+        return 0;
+    return sbl_err_set(err, SBL_E_OrphanedRangeCleanUpFailed, "Could not cleanup orphaned "
+                       "data because start key does not match shard key pattern");
+}
+
 int sbl_cmd_cleanup_orphaned(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
@@ -441,12 +464,19 @@ int sbl_cmd_cleanup_orphaned(sbl_opctx_t *ctx, sbl_err_t *err)
     }
     if (!valid_ns(ns))
         return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid namespace: %s", ns);
-    if (bson_iter_init_find(&it, ctx->cmd, "startingFromKey") && !BSON_ITER_HOLDS_DOCUMENT(&it))
-        return sbl_err_set(err, SBL_E_TypeMismatch, "wrong type for 'startingFromKey' field, "
-                           "expected object, found %s", sbl_type_name(bson_iter_type(&it)));
+    bson_t start = BSON_INITIALIZER;
+    if (bson_iter_init_find(&it, ctx->cmd, "startingFromKey")) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+            return sbl_err_set(err, SBL_E_TypeMismatch, "wrong type for 'startingFromKey' "
+                               "field, expected object, found %s",
+                               sbl_type_name(bson_iter_type(&it)));
+        sbl_iter_doc(&it, &start);
+    }
     if (sbl_shard_name() == NULL)
         return sbl_err_set(err, SBL_E_IllegalOperation, "server is not part of a sharded "
                            "cluster or the sharding metadata is not yet initialized.");
+    if (!bson_empty(&start))
+        SBL_RET(check_start_key(ns, &start, err));
     sbl_coll_t *c;
     sbl_err_t e = {0};
     if (sbl_coll_open(ctx->ss, ns, false, &c, NULL, &e) != 0) {

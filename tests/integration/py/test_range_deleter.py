@@ -287,22 +287,34 @@ def test_cleanup_orphaned_waits_for_the_deletions(mongos, cluster):
 
 
 def test_cleanup_orphaned_errors(mongos, cluster):
-    with shard(cluster, 0) as c:
+    mongos.admin.command("shardCollection", "rd.coerr", key={"k": 1})
+    mongos.rd.coerr.insert_one({"k": 1})
+    mongos.rd.plain.insert_one({"x": 1})
+    primary = int(mongos.config.databases.find_one({"_id": "rd"})["primary"][-1])
+    with shard(cluster, primary) as c:
         for ns, code in (("rd", 73), ("", 73), (".co", 73), ("r$d.co", 73)):
             with pytest.raises(OperationFailure) as e:
                 c.admin.command("cleanupOrphaned", ns)
             assert e.value.code == code, ns
         for cmd, code in (({"cleanupOrphaned": 1}, 14),
-                          ({"cleanupOrphaned": "rd.co", "startingFromKey": 5}, 14)):
+                          ({"cleanupOrphaned": "rd.coerr", "startingFromKey": 5}, 14)):
             with pytest.raises(OperationFailure) as e:
                 c.admin.command(cmd)
             assert e.value.code == code, cmd
         with pytest.raises(OperationFailure) as e:
-            c.rd.command("cleanupOrphaned", "rd.co")
+            c.rd.command("cleanupOrphaned", "rd.coerr")
         assert e.value.code == 13  # admin only
+        # startingFromKey (unused since 4.4) must still be a key of the shard key's fields
+        for bad in ({"x": 1}, {"k": 1, "x": 1}, {"k": [1]}):
+            with pytest.raises(OperationFailure) as e:
+                c.admin.command("cleanupOrphaned", "rd.coerr", startingFromKey=bad)
+            assert e.value.code == 265, bad
+        assert c.admin.command("cleanupOrphaned", "rd.coerr", startingFromKey={"k": 5})["ok"] == 1
+        # an unsharded collection has no shard key to check
+        assert c.admin.command("cleanupOrphaned", "rd.plain", startingFromKey={"x": 1})["ok"] == 1
     # the config server is no shard
     with direct(cluster["config"]) as c:
         with pytest.raises(OperationFailure) as e:
-            c.admin.command("cleanupOrphaned", "rd.co")
+            c.admin.command("cleanupOrphaned", "rd.coerr")
         assert e.value.code == 20
         assert "not part of a sharded cluster" in str(e.value)

@@ -38,6 +38,23 @@ static char *pct_json(const bson_value_t *v)
     return j;
 }
 
+/* Does e fold to a constant, as mongod's optimize() folds p: no field path,
+ * no variable, nothing that differs per call ($rand, $function, $meta)? */
+static bool folds(const sbl_expr_t *e)
+{
+    if (e == NULL)
+        return true;
+    if (e->kind == E_FIELD || e->kind == E_VAR)
+        return false;
+    if (e->kind == E_OP && (e->op->eval == op_rand || e->op->eval == op_function ||
+                            e->op->eval == op_meta))
+        return false;
+    for (size_t i = 0; i < e->n; i++)
+        if (!folds(e->kids[i]))
+            return false;
+    return true;
+}
+
 /* p: a constant array of numbers in [0, 1] (mongod's 7750300-7750303). */
 static int parse_p(const bson_value_t *spec, sbl_pct_t *pct, sbl_err_t *err)
 {
@@ -51,7 +68,7 @@ static int parse_p(const bson_value_t *spec, sbl_pct_t *pct, sbl_err_t *err)
     int rc = sbl_expr_parse(spec, &e, err);
     if (rc != 0)
         return rc;
-    if (!sbl_expr_is_const(e)) {
+    if (!folds(e)) {
         j = pct_json(spec);
         rc = sbl_err_set(err, 7750300, "The $percentile 'p' field must be an array of constant "
                                        "values, but found value: %s.", j);

@@ -286,6 +286,12 @@ static const ecase_t cases[] = {
      7750303},
     {"{'@percentile': {'input': [1, 2], 'p': '@a', 'method': 'approximate'}}", "{}", NULL,
      7750300},
+    {"{'@percentile': {'input': [1, 2], 'p': ['@@NOW'], 'method': 'approximate'}}", "{}", NULL,
+     7750300},
+    {"{'@percentile': {'input': [1, 2], 'p': [{'@rand': {}}], 'method': 'approximate'}}", "{}",
+     NULL, 7750300},
+    {"{'@percentile': {'input': [3, 1, 2], 'p': {'@concatArrays': [[0], [{'@add': [0.5, 0.5]}]]}, "
+     "'method': 'approximate'}}", "{}", "[1.0, 3.0]", 0},
     {"{'@median': {'input': [1, 2], 'method': 'discrete'}}", "{}", NULL, 2},
     {"{'@median': {'input': [1, 2]}}", "{}", NULL, 40414},
     {"{'@median': [1, 2]}", "{}", NULL, 7436201},

@@ -80,6 +80,19 @@ int sbl_agg_check_pipeline(const bson_t *pipeline, size_t *np, sbl_err_t *err);
 int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env,
                   const bson_value_t *ids, sbl_err_t *err);
 
+/*
+ * What mongos runs for $bucket and $sortByCount across shards (src/router's
+ * split): the equivalent $group spec into group (initialised here; the caller
+ * destroys it), to be followed by a $sort on {_id: 1} ($bucket, boundaries
+ * compared under coll) or {count: -1} ($sortByCount).  $bucket's _id is a
+ * $switch over [boundary, next boundary) ranges, else its default (no
+ * default: $switch's 40066 at run time, as the stage's).  The stages' own
+ * errors for a bad spec (40192-40202, 40148).
+ */
+int sbl_agg_bucket_group(const bson_t *spec, const sbl_collation_t *coll, bson_t *group,
+                         sbl_err_t *err);
+int sbl_agg_sort_by_count_group(const bson_value_t *expr, bson_t *group, sbl_err_t *err);
+
 /* Copy in to out (initialised by the caller) with the dotted path set to v
  * (removed when v is NULL or EOD); missing intermediate documents are created. */
 void sbl_agg_set_path(const bson_t *in, const char *path, const bson_value_t *v, bson_t *out);

@@ -2,8 +2,10 @@
  * group.c: the $group stage and its accumulators ($sum, $avg, $min,
  * $max, $first, $last, $push, $addToSet, $count, $mergeObjects, $stdDevPop,
  * $stdDevSamp, $firstN, $lastN, $minN, $maxN, $top, $bottom, $topN and
- * $bottomN (items that keep their sort key: group_top.c), and $accumulator in
- * JavaScript, whose state is the accumulator's one value).  Expressions
+ * $bottomN (items that keep their sort key: group_top.c), $percentile and
+ * $median (every numeric sample kept: src/expr's expr_pct.c), and
+ * $accumulator in JavaScript, whose state is the accumulator's one value).
+ * Those that take an object are parsed by group_args.c.  Expressions
  * are parsed once per stage (src/expr) and evaluated per document.
  *
  * Groups are found through a hash of the group key's order-preserving
@@ -41,30 +43,6 @@
 #define SBL_E_BadAccumulator 15952
 #define SBL_E_AccumulatorNotObject 40234
 
-enum acc_kind {
-    A_SUM,
-    A_AVG,
-    A_MIN,
-    A_MAX,
-    A_FIRST,
-    A_LAST,
-    A_PUSH,
-    A_ADDTOSET,
-    A_COUNT,
-    A_MERGE,
-    A_STDDEV_POP,
-    A_STDDEV_SAMP,
-    A_FIRSTN,
-    A_LASTN,
-    A_MINN,
-    A_MAXN,
-    A_ACCUMULATOR,
-    A_TOP,
-    A_BOTTOM,
-    A_TOPN,
-    A_BOTTOMN
-};
-
 static const struct {
     const char *name;
     enum acc_kind kind;
@@ -73,34 +51,10 @@ static const struct {
                  {"$bottom", A_BOTTOM}, {"$bottomN", A_BOTTOMN}, {"$count", A_COUNT},
                  {"$first", A_FIRST},       {"$firstN", A_FIRSTN}, {"$last", A_LAST},
                  {"$lastN", A_LASTN},       {"$max", A_MAX},   {"$maxN", A_MAXN},
-                 {"$mergeObjects", A_MERGE}, {"$min", A_MIN},  {"$minN", A_MINN},
-                 {"$push", A_PUSH},
+                 {"$median", A_MEDIAN}, {"$mergeObjects", A_MERGE}, {"$min", A_MIN},
+                 {"$minN", A_MINN}, {"$percentile", A_PERCENTILE}, {"$push", A_PUSH},
                  {"$stdDevPop", A_STDDEV_POP}, {"$stdDevSamp", A_STDDEV_SAMP},
                  {"$sum", A_SUM}, {"$top", A_TOP}, {"$topN", A_TOPN}};
-
-typedef struct acc_spec {
-    const char *field;
-    sbl_js_acc_t *js;  /* $accumulator's functions */
-    sbl_top_t *top;    /* $top $bottom $topN $bottomN: sortBy and output */
-    enum acc_kind kind;
-    bson_value_t expr; /* a view into the stage spec */
-    sbl_expr_t *e;     /* parsed expr ($firstN...: its input) */
-    sbl_expr_t *n_e;   /* $firstN $lastN $minN $maxN $topN $bottomN: n, on the group's _id */
-} acc_spec_t;
-
-typedef struct acc_state {
-    int64_t isum;
-    double dsum;
-    bool has_double, has_long, overflow;
-    int64_t count;
-    double mean, m2;  /* $stdDevPop/$stdDevSamp: Welford's running mean and squares */
-    int64_t nmax;     /* $firstN $lastN $minN $maxN $topN $bottomN: n (0 until evaluated) */
-    bson_value_t val; /* min/max/first/last; BSON_TYPE_EOD when unset */
-    bool seen;
-    bson_value_t *items; /* push/addToSet */
-    size_t nitems, capitems;
-    size_t bytes; /* what val and items hold */
-} acc_state_t;
 
 typedef struct group {
     uint8_t *key;
@@ -334,6 +288,15 @@ static int accumulate(const acc_spec_t *s, acc_state_t *a, const bson_value_t *v
             v->value_type != BSON_TYPE_UNDEFINED)
             keep_n_sorted(s, a, v, coll);
         break;
+    case A_PERCENTILE:
+    case A_MEDIAN: {
+        double x;
+        if (!missing && sbl_pct_number(v, &x)) {
+            bson_value_t d = {.value_type = BSON_TYPE_DOUBLE, .value.v_double = x};
+            push_item(a, &d);
+        }
+        break;
+    }
     case A_STDDEV_POP:
     case A_STDDEV_SAMP:
         if (!missing && (v->value_type == BSON_TYPE_INT32 || v->value_type == BSON_TYPE_INT64 ||
@@ -468,6 +431,21 @@ static void append_result(bson_t *out, const acc_spec_t *s, const acc_state_t *a
         bson_append_array_end(out, &arr);
         break;
     }
+    case A_PERCENTILE:
+    case A_MEDIAN: {
+        double *vals = malloc((a->nitems + 1) * sizeof(*vals));
+        bson_value_t r;
+        if (vals == NULL)
+            abort();
+        for (size_t i = 0; i < a->nitems; i++)
+            vals[i] = a->items[i].value.v_double;
+        sbl_pct_sort(vals, a->nitems);
+        sbl_pct_result(&s->pct, vals, a->nitems, &r);
+        sbl_append_value(out, s->field, -1, &r);
+        bson_value_destroy(&r);
+        free(vals);
+        break;
+    }
     case A_STDDEV_POP:
     case A_STDDEV_SAMP: {
         int64_t n = s->kind == A_STDDEV_SAMP ? a->count - 1 : a->count;
@@ -523,6 +501,7 @@ static void free_accs(acc_spec_t *accs, size_t n)
         sbl_expr_free(accs[i].n_e);
         sbl_js_acc_free(accs[i].js);
         sbl_top_free(accs[i].top);
+        sbl_pct_free(&accs[i].pct);
     }
     free(accs);
 }
@@ -531,112 +510,6 @@ static bool is_n_kind(enum acc_kind k)
 {
     return k == A_FIRSTN || k == A_LASTN || k == A_MINN || k == A_MAXN;
 }
-
-/* v as extended JSON (bson_free it): what mongod's messages print of a value. */
-static char *value_json(const bson_value_t *v)
-{
-    bson_t tmp = BSON_INITIALIZER;
-    sbl_append_value(&tmp, "v", 1, v);
-    char *j = bson_as_relaxed_extended_json(&tmp, NULL);
-    bson_destroy(&tmp);
-    size_t len = j != NULL ? strlen(j) : 0;
-    if (len >= 11 && strncmp(j, "{ \"v\" : ", 8) == 0) { /* strip the wrapper */
-        memmove(j, j + 8, len - 8 - 2);
-        j[len - 10] = '\0';
-    }
-    return j;
-}
-
-/* $firstN / $lastN / $minN / $maxN: {input, n}, each parsed as an expression. */
-static int parse_n_acc(const char *name, acc_spec_t *s, sbl_err_t *err)
-{
-    bson_value_t input = {.value_type = BSON_TYPE_EOD}, n = {.value_type = BSON_TYPE_EOD};
-    bson_iter_t it;
-    bson_t spec;
-
-    if (s->expr.value_type != BSON_TYPE_DOCUMENT) {
-        char *j = value_json(&s->expr);
-        int rc = sbl_err_set(err, s->kind == A_MINN || s->kind == A_MAXN ? 5787900 : 5787801,
-                             "specification must be an object; found %s: %s", name, j);
-        bson_free(j);
-        return rc;
-    }
-    bson_init_static(&spec, s->expr.value.v_doc.data, s->expr.value.v_doc.data_len);
-    bson_iter_init(&it, &spec);
-    while (bson_iter_next(&it)) {
-        if (strcmp(bson_iter_key(&it), "input") == 0)
-            sbl_iter_value(&it, &input);
-        else if (strcmp(bson_iter_key(&it), "n") == 0)
-            sbl_iter_value(&it, &n);
-        else
-            return sbl_err_set(err, 5787901, "Unknown argument for 'n' operator: %s",
-                               bson_iter_key(&it));
-    }
-    if (n.value_type == BSON_TYPE_EOD)
-        return sbl_err_set(err, 5787906, "Missing value for 'n'");
-    if (input.value_type == BSON_TYPE_EOD)
-        return sbl_err_set(err, 5787907, "Missing value for 'input'");
-    SBL_RET(sbl_expr_parse(&n, &s->n_e, err));
-    return sbl_expr_parse(&input, &s->e, err);
-}
-
-/* $top / $bottom / $topN / $bottomN: {output, sortBy[, n]} (group_top.c). */
-static int parse_top_acc(const char *name, acc_spec_t *s, sbl_err_t *err)
-{
-    bson_value_t n;
-    bson_t spec;
-    if (s->expr.value_type != BSON_TYPE_DOCUMENT) {
-        char *j = value_json(&s->expr);
-        int rc = sbl_err_set(err, 5788001, "specification must be an object; found %s: %s",
-                             name, j);
-        bson_free(j);
-        return rc;
-    }
-    bson_init_static(&spec, s->expr.value.v_doc.data, s->expr.value.v_doc.data_len);
-    bool single = s->kind == A_TOP || s->kind == A_BOTTOM;
-    SBL_RET(sbl_top_parse(name, &spec, single, &s->top, &n, err));
-    return single ? 0 : sbl_expr_parse(&n, &s->n_e, err);
-}
-
-/* n of a $firstN-like accumulator for the group whose _id is id: a positive integer. */
-static int eval_n(const sbl_agg_env_t *env, const acc_spec_t *s, const bson_value_t *id,
-                  acc_state_t *a, sbl_err_t *err)
-{
-    bson_t root = BSON_INITIALIZER;
-    bson_value_t v;
-    if (id->value_type == BSON_TYPE_DOCUMENT) {
-        bson_destroy(&root);
-        bson_init_static(&root, id->value.v_doc.data, id->value.v_doc.data_len);
-    }
-    int rc = sbl_agg_eval(env, s->n_e, &root, &v, err);
-    bson_destroy(&root);
-    if (rc != 0)
-        return rc;
-    char *j = NULL;
-    if (v.value_type == BSON_TYPE_EOD) {
-        rc = sbl_err_set(err, 5787902, "Value for 'n' must be of integral type, but found "
-                                       "missing");
-    } else if (v.value_type != BSON_TYPE_INT32 && v.value_type != BSON_TYPE_INT64 &&
-               v.value_type != BSON_TYPE_DOUBLE && v.value_type != BSON_TYPE_DECIMAL128) {
-        j = value_json(&v);
-        rc = sbl_err_set(err, 5787902, "Value for 'n' must be of integral type, but found %s",
-                         j);
-    } else {
-        double d = sbl_number_double(&v);
-        if (!(d == floor(d)) || d > 9.2e18 || d < -9.2e18)
-            rc = sbl_err_set(err, 5787903, "Value for 'n' must be of integral type, but found "
-                                           "%g", d);
-        else if (d <= 0)
-            rc = sbl_err_set(err, 5787908, "'n' must be greater than 0, found %lld",
-                             (long long)d);
-        else
-            a->nmax = (int64_t)d;
-    }
-    bson_free(j);
-    bson_value_destroy(&v);
-    return rc;
-}
-
 
 enum { G_MERGE = 1, G_PARTIAL = 2 }; /* $doingMerge, $willBeMerged */
 
@@ -700,10 +573,14 @@ static int parse_spec(const bson_t *spec, bson_value_t *id_expr, acc_spec_t **ac
             return sbl_err_set(err, SBL_E_TypeMismatch, "$count takes no arguments, i.e. $count:{}");
         }
         bool top = kind == A_TOP || kind == A_BOTTOM || kind == A_TOPN || kind == A_BOTTOMN;
-        int rc = top                        ? parse_top_acc(bson_iter_key(&sub), &accs[n], err)
-                 : is_n_kind(accs[n].kind)     ? parse_n_acc(bson_iter_key(&sub), &accs[n], err)
-                 : kind == A_ACCUMULATOR ? sbl_js_acc_parse(&accs[n].expr, &accs[n].js, &accs[n].e, err)
-                                         : sbl_expr_parse(&accs[n].expr, &accs[n].e, err);
+        const char *op = bson_iter_key(&sub);
+        int rc = top ? sbl_group_parse_top(op, &accs[n], err)
+                 : is_n_kind(accs[n].kind) ? sbl_group_parse_n(op, &accs[n], err)
+                 : kind == A_PERCENTILE || kind == A_MEDIAN
+                     ? sbl_group_parse_pct(op, &accs[n], err)
+                 : kind == A_ACCUMULATOR
+                     ? sbl_js_acc_parse(&accs[n].expr, &accs[n].js, &accs[n].e, err)
+                     : sbl_expr_parse(&accs[n].expr, &accs[n].e, err);
         if (rc != 0) {
             n++; /* free what it parsed */
             free_accs(accs, n);
@@ -855,6 +732,8 @@ static int combine(const acc_spec_t *s, acc_state_t *a, const bson_iter_t *st,
     case A_BOTTOM:
     case A_TOPN:
     case A_BOTTOMN:
+    case A_PERCENTILE:
+    case A_MEDIAN:
         while (has_items && bson_iter_next(&t)) {
             bson_value_t v;
             sbl_iter_value(&t, &v);
@@ -1140,7 +1019,7 @@ int sbl_agg_group(sbl_docvec_t *dv, const bson_t *spec, const sbl_agg_env_t *env
                 continue;
             }
             if (accs[a].n_e != NULL && g->accs[a].nmax == 0 &&
-                (rc = eval_n(env, &accs[a], &g->id, &g->accs[a], err)) != 0)
+                (rc = sbl_group_eval_n(env, &accs[a], &g->id, &g->accs[a], err)) != 0)
                 break;
             if ((rc = accs[a].top != NULL ? sbl_top_item(env, accs[a].top, doc, &v, err)
                                           : sbl_agg_eval(env, accs[a].e, doc, &v, err)) != 0)

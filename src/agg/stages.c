@@ -432,21 +432,32 @@ int sbl_agg_facet(sbl_agg_env_t *env, const char *ns, sbl_docvec_t *dv, const bs
 
 /* ---- $bucket ------------------------------------------------------------------------------ */
 
-int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err)
+typedef struct bucket_spec {
+    bson_value_t group_by, dflt; /* views into the spec; dflt EOD when none */
+    bson_value_t *bounds;        /* views, owned array */
+    size_t nb;
+    bson_t output;
+    bool has_output;
+} bucket_spec_t;
+
+/* Parse and check a $bucket spec as mongod does (boundaries compared under
+ * coll).  On success the caller frees b->bounds. */
+static int bucket_parse(const bson_t *spec, const sbl_collation_t *coll, bucket_spec_t *b,
+                        sbl_err_t *err)
 {
     bson_iter_t it;
-    bson_value_t group_by = {.value_type = BSON_TYPE_EOD}, dflt = {.value_type = BSON_TYPE_EOD};
     bson_value_t *bounds = NULL;
     size_t nb = 0;
-    bson_t output;
-    bool has_output = false;
     int rc = 0;
 
+    memset(b, 0, sizeof(*b));
+    b->group_by.value_type = BSON_TYPE_EOD;
+    b->dflt.value_type = BSON_TYPE_EOD;
     bson_iter_init(&it, spec);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "groupBy") == 0) {
-            sbl_iter_value(&it, &group_by);
+            sbl_iter_value(&it, &b->group_by);
             if (!(BSON_ITER_HOLDS_UTF8(&it) && bson_iter_utf8(&it, NULL)[0] == '$') &&
                 !BSON_ITER_HOLDS_DOCUMENT(&it)) {
                 free(bounds);
@@ -456,7 +467,7 @@ int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
                                    sbl_type_name(bson_iter_type(&it)));
             }
         } else if (strcmp(k, "boundaries") == 0) {
-            bson_iter_t b;
+            bson_iter_t bi;
             if (!BSON_ITER_HOLDS_ARRAY(&it)) {
                 free(bounds);
                 return sbl_err_set(err, 40200, "The $bucket 'boundaries' field must be an array, "
@@ -464,17 +475,17 @@ int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
                                    sbl_type_name(bson_iter_type(&it)));
             }
             nb = 0;
-            bson_iter_recurse(&it, &b);
-            while (bson_iter_next(&b))
+            bson_iter_recurse(&it, &bi);
+            while (bson_iter_next(&bi))
                 nb++;
             free(bounds); /* a repeated 'boundaries': the last one counts */
             bounds = calloc(nb + 1, sizeof(*bounds));
             nb = 0;
-            bson_iter_recurse(&it, &b);
-            while (bson_iter_next(&b))
-                sbl_iter_value(&b, &bounds[nb++]);
+            bson_iter_recurse(&it, &bi);
+            while (bson_iter_next(&bi))
+                sbl_iter_value(&bi, &bounds[nb++]);
         } else if (strcmp(k, "default") == 0) {
-            sbl_iter_value(&it, &dflt);
+            sbl_iter_value(&it, &b->dflt);
         } else if (strcmp(k, "output") == 0) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
                 free(bounds);
@@ -482,13 +493,13 @@ int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
                                                "but found type: %s",
                                    sbl_type_name(bson_iter_type(&it)));
             }
-            has_output = sbl_agg_sub_doc(&it, &output);
+            b->has_output = sbl_agg_sub_doc(&it, &b->output);
         } else {
             free(bounds);
             return sbl_err_set(err, 40197, "Unrecognized option to $bucket: %s.", k);
         }
     }
-    if (group_by.value_type == BSON_TYPE_EOD || bounds == NULL) {
+    if (b->group_by.value_type == BSON_TYPE_EOD || bounds == NULL) {
         free(bounds);
         return sbl_err_set(err, 40198,
                            "$bucket requires 'groupBy' and 'boundaries' to be specified.");
@@ -501,17 +512,86 @@ int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
         if (sbl_type_rank(bounds[i].value_type) != sbl_type_rank(bounds[0].value_type))
             rc = sbl_err_set(err, 40193, "All values in the the 'boundaries' option to $bucket "
                                          "must have the same type.");
-        else if (sbl_value_compare_coll(&bounds[i - 1], &bounds[i], env->coll) >= 0)
+        else if (sbl_value_compare_coll(&bounds[i - 1], &bounds[i], coll) >= 0)
             rc = sbl_err_set(err, 40194, "The 'boundaries' option to $bucket must be sorted in "
                                          "ascending order");
     }
-    if (rc == 0 && dflt.value_type != BSON_TYPE_EOD &&
-        sbl_type_rank(dflt.value_type) == sbl_type_rank(bounds[0].value_type) &&
-        sbl_value_compare_coll(&dflt, &bounds[0], env->coll) >= 0 &&
-        sbl_value_compare_coll(&dflt, &bounds[nb - 1], env->coll) < 0)
+    const bson_value_t *dflt = &b->dflt;
+    if (rc == 0 && dflt->value_type != BSON_TYPE_EOD &&
+        sbl_type_rank(dflt->value_type) == sbl_type_rank(bounds[0].value_type) &&
+        sbl_value_compare_coll(dflt, &bounds[0], coll) >= 0 &&
+        sbl_value_compare_coll(dflt, &bounds[nb - 1], coll) < 0)
         rc = sbl_err_set(err, 40199, "The $bucket 'default' field must be less than the lowest "
                                      "boundary or greater than or equal to the highest "
                                      "boundary.");
+    if (rc != 0) {
+        free(bounds);
+        return rc;
+    }
+    b->bounds = bounds;
+    b->nb = nb;
+    return 0;
+}
+
+/* {$literal: v} as key of d. */
+static void append_literal(bson_t *d, const char *key, const bson_value_t *v)
+{
+    bson_t lit;
+    BSON_APPEND_DOCUMENT_BEGIN(d, key, &lit);
+    sbl_append_value(&lit, "$literal", -1, v);
+    bson_append_document_end(d, &lit);
+}
+
+int sbl_agg_bucket_group(const bson_t *spec, const sbl_collation_t *coll, bson_t *group,
+                         sbl_err_t *err)
+{
+    bucket_spec_t b;
+    bson_t id, sw, branches, br, cond, and, cmp, args;
+    char kb[16];
+    bson_init(group);
+    SBL_RET(bucket_parse(spec, coll, &b, err));
+    BSON_APPEND_DOCUMENT_BEGIN(group, "_id", &id);
+    BSON_APPEND_DOCUMENT_BEGIN(&id, "$switch", &sw);
+    BSON_APPEND_ARRAY_BEGIN(&sw, "branches", &branches);
+    for (size_t i = 0; i + 1 < b.nb; i++) { /* [bounds[i], bounds[i+1]) gives bounds[i] */
+        BSON_APPEND_DOCUMENT_BEGIN(&branches, sbl_array_key((uint32_t)i, kb), &br);
+        BSON_APPEND_DOCUMENT_BEGIN(&br, "case", &cond);
+        BSON_APPEND_ARRAY_BEGIN(&cond, "$and", &and);
+        for (int side = 0; side < 2; side++) {
+            BSON_APPEND_DOCUMENT_BEGIN(&and, side == 0 ? "0" : "1", &cmp);
+            BSON_APPEND_ARRAY_BEGIN(&cmp, side == 0 ? "$gte" : "$lt", &args);
+            sbl_append_value(&args, "0", 1, &b.group_by);
+            append_literal(&args, "1", &b.bounds[i + side]);
+            bson_append_array_end(&cmp, &args);
+            bson_append_document_end(&and, &cmp);
+        }
+        bson_append_array_end(&cond, &and);
+        bson_append_document_end(&br, &cond);
+        append_literal(&br, "then", &b.bounds[i]);
+        bson_append_document_end(&branches, &br);
+    }
+    bson_append_array_end(&sw, &branches);
+    if (b.dflt.value_type != BSON_TYPE_EOD) /* none: $switch's 40066, as the stage's */
+        append_literal(&sw, "default", &b.dflt);
+    bson_append_document_end(&id, &sw);
+    bson_append_document_end(group, &id);
+    if (b.has_output)
+        bson_concat(group, &b.output);
+    else
+        BCON_APPEND(group, "count", "{", "$sum", BCON_INT32(1), "}");
+    free(b.bounds);
+    return 0;
+}
+
+int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl_err_t *err)
+{
+    bucket_spec_t b;
+    int rc = 0;
+    SBL_RET(bucket_parse(spec, env->coll, &b, err));
+    bson_value_t *bounds = b.bounds, dflt = b.dflt, group_by = b.group_by;
+    size_t nb = b.nb;
+    bson_t output = b.output;
+    bool has_output = b.has_output;
     sbl_expr_t *e = NULL;
     if (rc == 0)
         rc = sbl_expr_parse(&group_by, &e, err);
@@ -565,16 +645,26 @@ int sbl_agg_bucket(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_t *spec, sbl
 
 /* ---- $sortByCount -------------------------------------------------------------------------- */
 
-int sbl_agg_sort_by_count(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_value_t *expr,
-                          sbl_err_t *err)
+int sbl_agg_sort_by_count_group(const bson_value_t *expr, bson_t *group, sbl_err_t *err)
 {
+    bson_init(group);
     if (!(expr->value_type == BSON_TYPE_UTF8 && expr->value.v_utf8.str[0] == '$') &&
         expr->value_type != BSON_TYPE_DOCUMENT)
         return sbl_err_set(err, 40148, "the sortByCount field must be defined as a $-prefixed "
                                        "path or an expression");
-    bson_t spec = BSON_INITIALIZER;
-    sbl_append_value(&spec, "_id", 3, expr);
-    BCON_APPEND(&spec, "count", "{", "$sum", BCON_INT32(1), "}");
+    sbl_append_value(group, "_id", 3, expr);
+    BCON_APPEND(group, "count", "{", "$sum", BCON_INT32(1), "}");
+    return 0;
+}
+
+int sbl_agg_sort_by_count(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_value_t *expr,
+                          sbl_err_t *err)
+{
+    bson_t spec;
+    if (sbl_agg_sort_by_count_group(expr, &spec, err) != 0) {
+        bson_destroy(&spec);
+        return err->code;
+    }
     int rc = sbl_agg_group(dv, &spec, env, NULL, err);
     bson_destroy(&spec);
     if (rc != 0)

@@ -46,7 +46,9 @@ static const struct {
                 {"$linearFill", W_LINFILL},
                 {"$locf", W_LOCF},
                 {"$max", W_MAX},
+                {"$median", W_MEDIAN},
                 {"$min", W_MIN},
+                {"$percentile", W_PERCENTILE},
                 {"$push", W_PUSH},
                 {"$rank", W_RANK},
                 {"$shift", W_SHIFT},
@@ -389,6 +391,12 @@ static int parse_output(const char *path, const bson_iter_t *it, const wsort_t *
         SBL_RET(sbl_expr_parse(&x, &o->e, err));
         return sbl_expr_parse(&y, &o->e2, err);
     }
+    if (o->fn == W_PERCENTILE || o->fn == W_MEDIAN) { /* $group's argument and errors */
+        bson_value_t input;
+        SBL_RET(sbl_pct_parse(name, &arg, o->fn == W_MEDIAN ? 7436100 : 7429703, &o->pct,
+                              &input, err));
+        return sbl_expr_parse(&input, &o->e, err);
+    }
     if (o->fn == W_COUNT) {
         if (arg.value_type != BSON_TYPE_DOCUMENT || arg.value.v_doc.data_len != 5)
             return sbl_err_set(err, SBL_E_FailedToParse, "$count only accepts an empty object "
@@ -427,6 +435,7 @@ static void wout_free(wout_t *o)
     sbl_expr_free(o->e);
     sbl_expr_free(o->e2);
     bson_value_destroy(&o->dflt);
+    sbl_pct_free(&o->pct);
 }
 
 static int parse_stage(const bson_t *spec, sbl_expr_t **partp, sbl_sort_t **sortp,

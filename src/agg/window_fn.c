@@ -34,6 +34,8 @@ typedef struct wacc {
     bson_t arr;                /* $push/$addToSet */
     uint32_t narr;
     sbl_keyset_t set;          /* $addToSet */
+    double *samples;           /* $percentile / $median: the window's numbers, */
+    size_t nsamples, capsamples, nsorted; /* the first nsorted in order */
     size_t bytes;
 } wacc_t;
 
@@ -43,6 +45,7 @@ static void acc_reset(wacc_t *a)
         bson_value_destroy(&a->val);
     bson_destroy(&a->arr);
     sbl_keyset_free(&a->set);
+    free(a->samples);
     memset(a, 0, sizeof(*a));
     bson_init(&a->arr);
 }
@@ -117,13 +120,27 @@ static void acc_add(const wout_t *o, wacc_t *a, const bson_value_t *v, const bso
             break;
         sbl_append_value(&a->arr, sbl_array_key(a->narr++, kb), -1, v);
         break;
+    case W_PERCENTILE:
+    case W_MEDIAN: {
+        double x;
+        if (!sbl_pct_number(v, &x))
+            break;
+        if (a->nsamples == a->capsamples) {
+            a->capsamples = a->capsamples ? a->capsamples * 2 : 16;
+            a->samples = realloc(a->samples, a->capsamples * sizeof(*a->samples));
+            if (a->samples == NULL)
+                abort();
+        }
+        a->samples[a->nsamples++] = x;
+        break;
+    }
     default:
         break;
     }
 }
 
-/* The result of the window accumulated in a. */
-static void acc_result(const wout_t *o, const wacc_t *a, bson_value_t *out)
+/* The result of the window accumulated in a (whose samples it sorts). */
+static void acc_result(const wout_t *o, wacc_t *a, bson_value_t *out)
 {
     out->value_type = BSON_TYPE_NULL;
     switch (o->fn) {
@@ -180,6 +197,13 @@ static void acc_result(const wout_t *o, const wacc_t *a, bson_value_t *out)
         bson_value_copy(&av, out);
         break;
     }
+    case W_PERCENTILE:
+    case W_MEDIAN:
+        if (a->nsorted != a->nsamples) /* sorted again only when the window grew */
+            sbl_pct_sort(a->samples, a->nsamples);
+        a->nsorted = a->nsamples;
+        sbl_pct_result(&o->pct, a->samples, a->nsamples, out);
+        break;
     default:
         break;
     }

@@ -11,7 +11,7 @@
 
 typedef enum wfn {
     W_SUM, W_AVG, W_MIN, W_MAX, W_COUNT, W_FIRST, W_LAST, W_PUSH, W_ADDTOSET,
-    W_STDPOP, W_STDSAMP, W_COVPOP, W_COVSAMP, W_DERIV, W_INTEGRAL,
+    W_STDPOP, W_STDSAMP, W_COVPOP, W_COVSAMP, W_DERIV, W_INTEGRAL, W_PERCENTILE, W_MEDIAN,
     /* no window: the partition in order */
     W_RANK, W_DENSE, W_DOCNUM, W_SHIFT, W_EMA, W_LOCF, W_LINFILL
 } wfn_t;
@@ -42,6 +42,7 @@ typedef struct wout {
     int64_t shift_by;
     bson_value_t dflt;   /* $shift's default (owned) */
     double alpha;        /* $expMovingAvg */
+    sbl_pct_t pct;       /* $percentile / $median: the percentiles asked for */
 } wout_t;
 
 /* One partition, in order: its documents, their sortBy values (sv, EOD when

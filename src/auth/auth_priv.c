@@ -42,6 +42,7 @@ static const action_def_t actions[] = {
     {"changeOwnPassword", false},
     {"changePassword", false},
     {"changeStream", false},
+    {"cleanupOrphaned", true},
     {"clearJumboFlag", false},
     {"collMod", false},
     {"collStats", false},
@@ -261,8 +262,9 @@ static const char *const hostmgr_cluster[] = {
     "invalidateUserCache", "killAnySession", "killop", "logRotate", "setParameter", "shutdown",
     "unlock", NULL};
 static const char *const clustermgr_cluster[] = {
-    "addShard", "listShards", "removeShard", "replSetConfigure", "replSetGetConfig",
-    "replSetGetStatus", "replSetStateChange", "setClusterParameter", "setDefaultRWConcern",
+    "addShard", "cleanupOrphaned", "listShards", "removeShard", "replSetConfigure",
+    "replSetGetConfig", "replSetGetStatus", "replSetStateChange", "setClusterParameter",
+    "setDefaultRWConcern",
     "setFeatureCompatibilityVersion", NULL};
 /* the sharding actions on any namespace, and the config database's
  * documents (balancer settings) */

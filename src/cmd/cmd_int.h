@@ -208,6 +208,12 @@ bool sbl_cmd_rangedel_append_parameter(bson_t *reply, const char *name);
  * _shardsvrGetStatsForBalancing leaves out of the shard's data size as
  * mongod 7.0 does (its tasks' numOrphanDocs). */
 int64_t sbl_cmd_rangedel_orphans(const char *ns);
+/* cleanupOrphaned {cleanupOrphaned: "<db>.<coll>", startingFromKey} on a
+ * shard's primary: answers once config.rangeDeletions holds no task for the
+ * namespace (at once for a collection not here or unsharded); 73 for an
+ * invalid namespace, IllegalOperation off a shard, 265 for a startingFromKey
+ * that is no shard key, the deadline's 50. */
+int sbl_cmd_cleanup_orphaned(sbl_opctx_t *ctx, sbl_err_t *err);
 /* 0 on the config server primary; IllegalOperation off a config server,
  * NotWritablePrimary on its secondaries. */
 int sbl_cmd_config_primary_check(sbl_err_t *err);

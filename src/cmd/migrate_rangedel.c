@@ -23,6 +23,9 @@
  * document the shard owns (mig_delete_orphans).  Until the task goes, the shard's ownership filter hides the range
  * from routed reads and writes (src/shard/shard_filter.c, crud_write.c).
  * Only a primary runs tasks; one task at a time (run_mu).
+ *
+ * cleanupOrphaned (mongod 7.0's, on a shard's primary) waits here until
+ * config.rangeDeletions holds no task for its namespace, then answers ok.
  */
 #include "cmd/migrate_int.h"
 
@@ -392,4 +395,107 @@ int mig_rangedel_await_overlap(const mig_spec_t *s, const atomic_bool *stop, sbl
         logged = true;
         usleep(50 * 1000);
     }
+}
+
+/* ---- cleanupOrphaned ------------------------------------------------------ */
+
+#define CLEANUP_POLL_MS 100
+
+/* How many range deletion tasks config.rangeDeletions holds for ns (pending
+ * or not, this shard donor or recipient), up to MAX_TASKS. */
+static int tasks_of(const char *ns)
+{
+    bson_t cmd = BSON_INITIALIZER, f, docs[MAX_TASKS];
+    BSON_APPEND_UTF8(&cmd, "find", "rangeDeletions");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &f);
+    BSON_APPEND_UTF8(&f, "nss", ns);
+    bson_append_document_end(&cmd, &f);
+    int n = mig_config_docs(&cmd, MAX_TASKS, docs);
+    bson_destroy(&cmd);
+    mig_free_docs(docs, n);
+    return n;
+}
+
+/* Is ns a valid "<db>.<collection>" (mongod's NamespaceString::isValid)? */
+static bool valid_ns(const char *ns)
+{
+    const char *dot = strchr(ns, '.');
+    if (dot == NULL || dot == ns || dot[1] == '\0' || (size_t)(dot - ns) >= 64)
+        return false;
+    for (const char *p = ns; p < dot; p++)
+        if (strchr("/\\. \"$", *p) != NULL)
+            return false;
+    return true;
+}
+
+/* startingFromKey, which mongod 7.0 no longer uses, is still checked as it
+ * was: for a sharded ns (its version read afresh from the config servers, as
+ * mongod refreshes first), the key must hold exactly the shard key's fields
+ * (in any order, none an array); 265 OrphanedRangeCleanUpFailed otherwise. */
+static int check_start_key(const char *ns, const bson_t *start, sbl_err_t *err)
+{
+    sbl_err_t e = {0};
+    if (sbl_shard_refresh(ns, &e) != 0)
+        return 0; /* not known to the config servers: nothing sharded to check */
+    sbl_shard_filter_t *f = sbl_shard_filter_get(ns);
+    const bson_t *key = f != NULL ? sbl_shard_filter_key(f) : NULL;
+    bool ok = key == NULL || bson_count_keys(key) == bson_count_keys(start);
+    bson_iter_t k, s;
+    if (ok && key != NULL && bson_iter_init(&k, key))
+        while (ok && bson_iter_next(&k)) /* each named whole, not an array (mongod's isShardKey) */
+            ok = bson_iter_init_find(&s, start, bson_iter_key(&k)) && !BSON_ITER_HOLDS_ARRAY(&s);
+    sbl_shard_filter_release(f);
+    if (ok)
+        return 0;
+    return sbl_err_set(err, SBL_E_OrphanedRangeCleanUpFailed, "Could not cleanup orphaned "
+                       "data because start key does not match shard key pattern");
+}
+
+int sbl_cmd_cleanup_orphaned(sbl_opctx_t *ctx, sbl_err_t *err)
+{
+    bson_iter_t it;
+    const char *ns = "";
+    if (bson_iter_init_find(&it, ctx->cmd, "cleanupOrphaned")) {
+        if (!BSON_ITER_HOLDS_UTF8(&it))
+            return sbl_err_set(err, SBL_E_TypeMismatch, "wrong type for 'cleanupOrphaned' "
+                               "field, expected string, found %s",
+                               sbl_type_name(bson_iter_type(&it)));
+        ns = bson_iter_utf8(&it, NULL);
+    }
+    if (!valid_ns(ns))
+        return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid namespace: %s", ns);
+    bson_t start = BSON_INITIALIZER;
+    if (bson_iter_init_find(&it, ctx->cmd, "startingFromKey")) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it))
+            return sbl_err_set(err, SBL_E_TypeMismatch, "wrong type for 'startingFromKey' "
+                               "field, expected object, found %s",
+                               sbl_type_name(bson_iter_type(&it)));
+        sbl_iter_doc(&it, &start);
+    }
+    if (sbl_shard_name() == NULL)
+        return sbl_err_set(err, SBL_E_IllegalOperation, "server is not part of a sharded "
+                           "cluster or the sharding metadata is not yet initialized.");
+    if (!bson_empty(&start))
+        SBL_RET(check_start_key(ns, &start, err));
+    sbl_coll_t *c;
+    sbl_err_t e = {0};
+    if (sbl_coll_open(ctx->ss, ns, false, &c, NULL, &e) != 0) {
+        mig_log("cleanupOrphaned skipping waiting for orphaned data cleanup because %s does "
+                "not exist", ns);
+        return 0;
+    }
+    sbl_coll_release(c);
+    /* mongod waits for the range deleter's tasks of the collection; an unsharded one has
+     * none, so it answers at once as mongod's "is not sharded" does */
+    bool logged = false;
+    for (int n; (n = tasks_of(ns)) > 0;) {
+        if (!logged)
+            mig_log("cleanupOrphaned going to wait for range deletion tasks to complete on %s "
+                    "(%d remaining)", ns, n);
+        logged = true;
+        SBL_RET(sbl_op_check_interrupt(ctx, err));
+        SBL_RET(sbl_op_check_step_down(ctx, err));
+        usleep(CLEANUP_POLL_MS * 1000);
+    }
+    return 0;
 }

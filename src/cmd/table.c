@@ -87,6 +87,8 @@ static const sbl_cmd_def_t cmd_table[] = {
      "authenticate (MONGODB-CR / X509: not offered)", NULL},
     {"buildInfo", sbl_cmd_build_info, NA, "build and version information", NULL},
     {"buildinfo", sbl_cmd_build_info, NA, "build and version information", NULL},
+    {"cleanupOrphaned", sbl_cmd_cleanup_orphaned, W | ADM | SLOW,
+     "wait until this shard's range deletions of a collection are done", "cleanupOrphaned"},
     {"cloneCollectionAsCapped", sbl_cmd_clone_collection_as_capped, W | SLOW,
      "copy a collection into a new capped one", NULL},
     {"collMod", sbl_cmd_coll_mod, W, "change a collection's validator or an index's options",

@@ -104,6 +104,7 @@
     X(InvalidBSON, 22)                                                                             \
     X(BSONObjectTooLarge, 10334)                                                                   \
     X(TooManyFilesOpen, 264)                                                                       \
+    X(OrphanedRangeCleanUpFailed, 265)                                                             \
     X(InvalidResumeToken, 260)                                                                     \
     X(ChangeStreamFatalError, 280)                                                                 \
     X(CollectionUUIDMismatch, 361)                                                                 \

@@ -92,5 +92,28 @@ int sbl_schema_parse(const bson_t *schema, sbl_schema_t **planp, sbl_err_t *err)
 bool sbl_schema_match(const sbl_schema_t *s, const bson_t *doc);
 void sbl_schema_free(sbl_schema_t *s);
 
+/*
+ * $percentile and $median (expr_pct.c), for the expression, $group and
+ * $setWindowFields: the percentiles asked for (median: one, 0.5).
+ */
+typedef struct sbl_pct {
+    double *ps; /* owned (sbl_pct_free) */
+    size_t nps;
+    bool median; /* the result is one value, not an array */
+} sbl_pct_t;
+/* Parse spec, the argument of name ("$percentile" or "$median"), as mongod:
+ * not_object (the caller's code) when it is no object, 40414 / 40415 for a
+ * missing or unknown field, 14 / 2 for a method other than "approximate",
+ * 7750300-7750303 for p.  *input: a view of spec's input expression. */
+int sbl_pct_parse(const char *name, const bson_value_t *spec, int not_object, sbl_pct_t *pct,
+                  bson_value_t *input, sbl_err_t *err);
+void sbl_pct_free(sbl_pct_t *pct);
+/* Does v count as a sample (a number, not NaN)?  Its value in *x. */
+bool sbl_pct_number(const bson_value_t *v, double *x);
+/* Sort samples in ascending order (what sbl_pct_result needs). */
+void sbl_pct_sort(double *vals, size_t n);
+/* The result over the sorted samples vals[0..n) into *out (owned): a double
+ * or null ($median), an array of them ($percentile). */
+void sbl_pct_result(const sbl_pct_t *pct, const double *vals, size_t n, bson_value_t *out);
 
 #endif

@@ -118,7 +118,8 @@ void v_decimal(bson_value_t *v, long double x);
     X(setIsSubset) X(setUnion) X(size) X(slice) X(split) X(sqrt) X(strLenBytes) X(strLenCP)      \
     X(strcasecmp) X(substrBytes) X(substrCP) X(subtract) X(sum) X(switch) X(toBool) X(toDate)    \
     X(toDecimal) X(toDouble) X(toInt) X(toLong) X(toLower) X(toObjectId) X(toString) X(toUpper)  \
-    X(trim) X(trunc) X(type) X(zip) X(sortArray) X(rand) X(tsSecond) X(tsIncrement)
+    X(trim) X(trunc) X(type) X(zip) X(sortArray) X(rand) X(tsSecond) X(tsIncrement)       \
+    X(percentile) X(median)
 
 #define OP_DECL(n) int op_##n(const sbl_expr_t *e, ectx_t *c, bson_value_t *out, sbl_err_t *err);
 OPS(OP_DECL)
@@ -133,6 +134,8 @@ int parse_literal(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sb
 int parse_meta(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sbl_err_t *err);
 int parse_let(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sbl_err_t *err);
 int parse_switch(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sbl_err_t *err);
+/* $percentile / $median (expr_pct.c). */
+int parse_pct(const op_def_t *op, const bson_value_t *arg, sbl_expr_t *e, sbl_err_t *err);
 
 /* Conversion shared by $convert and the $to* shortcuts (expr_date.c). */
 int ex_convert(const bson_value_t *in, bson_type_t to, bson_value_t *out, sbl_err_t *err);

@@ -392,7 +392,7 @@ int rt_agg_split(const char *db, const char *coll, const bson_t *cmd, const rt_c
 /* Append to reply explain's splitPipeline {shardsPart, mergerPart} of cmd's
  * pipeline as rt_agg_split cuts it; nothing when it cannot be cut (238). */
 void rt_agg_explain_split(const bson_t *cmd, bson_t *reply);
-/* A find across shards sorted by {$meta: "textScore"}, run as the aggregate
+/* rt_read.c: a find across shards sorted by {$meta: "textScore"}, run as the aggregate
  * it stands for ($match, $sort, $skip, $limit, $project); -1 (nothing done)
  * when it has an option or a projection no pipeline has. */
 int rt_agg_find_by_meta(const char *db, const char *coll, const bson_t *cmd, bson_t *reply,

@@ -9,8 +9,8 @@
  * or a $merge into a sharded collection through the router's own writes
  * (sbl_agg_remote_t).  Some split points run partly on the shards: a $group
  * (partial_group's rewrite of combining accumulators, else merged_group's
- * partial states), $sample (split_sample), $sort and $limit.  Also: a find sorted by a text score across shards, run as
- * its pipeline (rt_agg_find_by_meta).
+ * partial states; also the $group a $bucket or $sortByCount stands for),
+ * $sample (split_sample), $sort and $limit.
  *
  * What must stay true: the merger never touches local storage: it runs
  * only the stages of merger_stages, and none that reads a server's own
@@ -390,15 +390,47 @@ static bool split_sample(const bson_iter_t *s, bson_t *shard_pl, uint32_t *ns, b
 }
 
 /*
+ * $bucket and $sortByCount as mongos splits them: the $group they stand for
+ * (src/agg's sbl_agg_bucket_group / sbl_agg_sort_by_count_group) split as
+ * any $group, the merger's $sort after it ({_id: 1}: $bucket; {count: -1}:
+ * $sortByCount).  False for a spec the stage refuses: left whole to the
+ * merger, whose stage gives its error.  coll: the command's collation.
+ */
+static bool split_group_shape(const char *name, const bson_iter_t *s, const sbl_collation_t *coll,
+                              bson_t *shard_pl, uint32_t *ns, bson_t *merge_pl, uint32_t *nm)
+{
+    bson_t group, spec;
+    bson_value_t expr;
+    sbl_err_t err = {0};
+    int rc;
+    bool bucket = strcmp(name, "$bucket") == 0;
+    if (bucket) {
+        if (!sbl_iter_doc(s, &spec))
+            return false;
+        rc = sbl_agg_bucket_group(&spec, coll, &group, &err);
+    } else {
+        sbl_iter_value(s, &expr);
+        rc = sbl_agg_sort_by_count_group(&expr, &group, &err);
+    }
+    bool ok = rc == 0 && (partial_group(&group, shard_pl, ns, merge_pl, nm) ||
+                          merged_group(&group, shard_pl, ns, merge_pl, nm));
+    bson_destroy(&group);
+    if (ok)
+        append_stage_i64(merge_pl, nm, "$sort", bucket ? "_id" : "count", bucket ? 1 : -1);
+    return ok;
+}
+
+/*
  * Split the pipeline (an iterator on its array) into the shards' stages
  * and the merger's.  A first $geoNear runs alone on the shards and the
  * merger sorts by its distanceField; a split at $sort or $limit runs that
  * stage on both sides, at a $group of partial_group's accumulators its
- * partial and final groups, at a $sample split_sample's draws.  238
- * NotImplemented for a stage the merger cannot run.
+ * partial and final groups (also for the $group of a $bucket or a
+ * $sortByCount), at a $sample split_sample's draws.  238 NotImplemented
+ * for a stage the merger cannot run.  coll: the command's collation.
  */
-static int split_pipeline(const bson_iter_t *pipeline, bson_t *shard_pl, bson_t *merge_pl,
-                          sbl_err_t *err)
+static int split_pipeline(const bson_iter_t *pipeline, const sbl_collation_t *coll,
+                          bson_t *shard_pl, bson_t *merge_pl, sbl_err_t *err)
 {
     bson_iter_t st = *pipeline;
     uint32_t ns = 0, nm = 0, i = 0;
@@ -429,6 +461,8 @@ static int split_pipeline(const bson_iter_t *pipeline, bson_t *shard_pl, bson_t 
         if (phase == 0 && ((strcmp(name, "$group") == 0 && sbl_iter_doc(&s, &spec) &&
                             (partial_group(&spec, shard_pl, &ns, merge_pl, &nm) ||
                              merged_group(&spec, shard_pl, &ns, merge_pl, &nm))) ||
+                           ((strcmp(name, "$bucket") == 0 || strcmp(name, "$sortByCount") == 0) &&
+                            split_group_shape(name, &s, coll, shard_pl, &ns, merge_pl, &nm)) ||
                            (strcmp(name, "$sample") == 0 &&
                             split_sample(&s, shard_pl, &ns, merge_pl, &nm)))) {
             phase = 2;
@@ -1004,13 +1038,26 @@ static int run_merger(const char *db, const char *coll, const bson_t *cmd, const
     return rc;
 }
 
+/* The collation of cmd (NULL: none, or one the shards will refuse). */
+static const sbl_collation_t *cmd_collation(const bson_t *cmd)
+{
+    bson_iter_t it;
+    bson_t spec;
+    const sbl_collation_t *coll = NULL;
+    sbl_err_t err = {0};
+    if (bson_iter_init_find(&it, cmd, "collation") && sbl_iter_doc(&it, &spec) &&
+        sbl_collation_parse(&spec, &coll, &err) != 0)
+        coll = NULL;
+    return coll;
+}
+
 void rt_agg_explain_split(const bson_t *cmd, bson_t *reply)
 {
     bson_iter_t it, p;
     sbl_err_t err = {0};
     bson_t shard_pl = BSON_INITIALIZER, merge_pl = BSON_INITIALIZER, sp;
     if (bson_iter_init_find(&it, cmd, "pipeline") && bson_iter_recurse(&it, &p) &&
-        split_pipeline(&p, &shard_pl, &merge_pl, &err) == 0) {
+        split_pipeline(&p, cmd_collation(cmd), &shard_pl, &merge_pl, &err) == 0) {
         BSON_APPEND_DOCUMENT_BEGIN(reply, "splitPipeline", &sp);
         BSON_APPEND_ARRAY(&sp, "shardsPart", &shard_pl);
         BSON_APPEND_ARRAY(&sp, "mergerPart", &merge_pl);
@@ -1028,7 +1075,7 @@ int rt_agg_split(const char *db, const char *coll, const bson_t *cmd, const rt_c
     if (!bson_iter_init_find(&it, cmd, "pipeline") || !bson_iter_recurse(&it, &p))
         return sbl_err_set(err, SBL_E_FailedToParse, "aggregate needs a pipeline array");
     bson_t shard_pl = BSON_INITIALIZER, merge_pl = BSON_INITIALIZER;
-    int rc = split_pipeline(&p, &shard_pl, &merge_pl, err);
+    int rc = split_pipeline(&p, cmd_collation(cmd), &shard_pl, &merge_pl, err);
     /* the shards' part on every targeted shard at once; needsMerge keeps text scores */
     static const char *const strip[] = {"pipeline", "cursor", "writeConcern", NULL};
     int n = 0, sh[RT_MAX_SHARDS], rcs[RT_MAX_SHARDS];
@@ -1088,71 +1135,5 @@ int rt_agg_split(const char *db, const char *coll, const bson_t *cmd, const rt_c
     sbl_docvec_clear(&dv);
     bson_destroy(&shard_pl);
     bson_destroy(&merge_pl);
-    return rc;
-}
-
-/* A find projection $project reads the same way: 0/1 and {$meta} values only. */
-static bool plain_projection(const bson_t *proj)
-{
-    bson_iter_t it, m;
-    bson_iter_init(&it, proj);
-    while (bson_iter_next(&it))
-        if (!BSON_ITER_HOLDS_NUMBER(&it) && !BSON_ITER_HOLDS_BOOL(&it) &&
-            !(BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &m) && bson_iter_next(&m) &&
-              strcmp(bson_iter_key(&m), "$meta") == 0))
-            return false;
-    return true;
-}
-
-int rt_agg_find_by_meta(const char *db, const char *coll, const bson_t *cmd, bson_t *reply,
-                        sbl_err_t *err)
-{
-    static const char *const moved[] = {"find", "filter", "sort", "projection", "skip", "limit",
-                                        "batchSize", "noCursorTimeout", NULL};
-    static const char *const refused[] = {"singleBatch", "min", "max", "returnKey",
-                                          "showRecordId", "tailable", "awaitData",
-                                          "oplogReplay", "allowPartialResults", NULL};
-    bson_t agg = BSON_INITIALIZER, pl, st, cur, d;
-    bson_iter_t it;
-    uint32_t n = 0;
-    bson_iter_init(&it, cmd);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
-        if ((in_list(k, refused) && bson_iter_as_bool(&it)) ||
-            (strcmp(k, "limit") == 0 && BSON_ITER_HOLDS_NUMBER(&it) &&
-             bson_iter_as_int64(&it) < 0) ||
-            (strcmp(k, "projection") == 0 && (!sbl_iter_doc(&it, &d) || !plain_projection(&d)))) {
-            bson_destroy(&agg);
-            return -1;
-        }
-    }
-    BSON_APPEND_UTF8(&agg, "aggregate", coll);
-    BSON_APPEND_ARRAY_BEGIN(&agg, "pipeline", &pl);
-    static const char *const stages[][2] = {{"filter", "$match"}, {"sort", "$sort"},
-                                            {"skip", "$skip"}, {"limit", "$limit"},
-                                            {"projection", "$project"}};
-    for (size_t i = 0; i < sizeof(stages) / sizeof(stages[0]); i++) {
-        if (!bson_iter_init_find(&it, cmd, stages[i][0]) ||
-            (BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_int64(&it) == 0) ||
-            (BSON_ITER_HOLDS_DOCUMENT(&it) && sbl_iter_doc(&it, &d) && bson_empty(&d)))
-            continue; /* absent, 0 or {}: no stage */
-        char key[16];
-        const char *ks;
-        bson_uint32_to_string(n++, &ks, key, sizeof(key));
-        BSON_APPEND_DOCUMENT_BEGIN(&pl, ks, &st);
-        sbl_append_iter(&st, stages[i][1], -1, &it);
-        bson_append_document_end(&pl, &st);
-    }
-    bson_append_array_end(&agg, &pl);
-    BSON_APPEND_DOCUMENT_BEGIN(&agg, "cursor", &cur);
-    if (bson_iter_init_find(&it, cmd, "batchSize"))
-        sbl_append_iter(&cur, "batchSize", -1, &it);
-    bson_append_document_end(&agg, &cur);
-    bson_iter_init(&it, cmd);
-    while (bson_iter_next(&it))
-        if (!in_list(bson_iter_key(&it), moved) && !in_list(bson_iter_key(&it), refused))
-            sbl_append_iter(&agg, bson_iter_key(&it), -1, &it);
-    int rc = rt_aggregate(db, &agg, reply, err);
-    bson_destroy(&agg);
     return rc;
 }

@@ -7,7 +7,9 @@
  * stages with an optional final $sort/$skip/$limit merge as a find does, a
  * final $group of $sum/$min/$max accumulators or a final $count merges
  * their partial results (the shard part and the merge part); any other
- * pipeline is split by rt_agg.c, whose merger runs the rest here.
+ * pipeline is split by rt_agg.c, whose merger runs the rest here.  And a
+ * find sorted by a text score across shards, run as the pipeline it stands
+ * for (rt_agg_find_by_meta).
  */
 #include "router/router_int.h"
 
@@ -648,4 +650,80 @@ int rt_explain(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
             return rc;
     }
     return sbl_err_set(err, SBL_E_StaleConfig, "routing for %s kept changing", ns);
+}
+
+/* ---- a find sorted by a text score across shards --------------------------------------- */
+
+static bool name_in(const char *name, const char *const *list)
+{
+    for (int i = 0; list[i]; i++)
+        if (strcmp(name, list[i]) == 0)
+            return true;
+    return false;
+}
+
+/* A find projection $project reads the same way: 0/1 and {$meta} values only. */
+static bool plain_projection(const bson_t *proj)
+{
+    bson_iter_t it, m;
+    bson_iter_init(&it, proj);
+    while (bson_iter_next(&it))
+        if (!BSON_ITER_HOLDS_NUMBER(&it) && !BSON_ITER_HOLDS_BOOL(&it) &&
+            !(BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &m) && bson_iter_next(&m) &&
+              strcmp(bson_iter_key(&m), "$meta") == 0))
+            return false;
+    return true;
+}
+
+int rt_agg_find_by_meta(const char *db, const char *coll, const bson_t *cmd, bson_t *reply,
+                        sbl_err_t *err)
+{
+    static const char *const moved[] = {"find", "filter", "sort", "projection", "skip", "limit",
+                                        "batchSize", "noCursorTimeout", NULL};
+    static const char *const refused[] = {"singleBatch", "min", "max", "returnKey",
+                                          "showRecordId", "tailable", "awaitData",
+                                          "oplogReplay", "allowPartialResults", NULL};
+    bson_t agg = BSON_INITIALIZER, pl, st, cur, d;
+    bson_iter_t it;
+    uint32_t n = 0;
+    bson_iter_init(&it, cmd);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if ((name_in(k, refused) && bson_iter_as_bool(&it)) ||
+            (strcmp(k, "limit") == 0 && BSON_ITER_HOLDS_NUMBER(&it) &&
+             bson_iter_as_int64(&it) < 0) ||
+            (strcmp(k, "projection") == 0 && (!sbl_iter_doc(&it, &d) || !plain_projection(&d)))) {
+            bson_destroy(&agg);
+            return -1;
+        }
+    }
+    BSON_APPEND_UTF8(&agg, "aggregate", coll);
+    BSON_APPEND_ARRAY_BEGIN(&agg, "pipeline", &pl);
+    static const char *const stages[][2] = {{"filter", "$match"}, {"sort", "$sort"},
+                                            {"skip", "$skip"}, {"limit", "$limit"},
+                                            {"projection", "$project"}};
+    for (size_t i = 0; i < sizeof(stages) / sizeof(stages[0]); i++) {
+        if (!bson_iter_init_find(&it, cmd, stages[i][0]) ||
+            (BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_int64(&it) == 0) ||
+            (BSON_ITER_HOLDS_DOCUMENT(&it) && sbl_iter_doc(&it, &d) && bson_empty(&d)))
+            continue; /* absent, 0 or {}: no stage */
+        char key[16];
+        const char *ks;
+        bson_uint32_to_string(n++, &ks, key, sizeof(key));
+        BSON_APPEND_DOCUMENT_BEGIN(&pl, ks, &st);
+        sbl_append_iter(&st, stages[i][1], -1, &it);
+        bson_append_document_end(&pl, &st);
+    }
+    bson_append_array_end(&agg, &pl);
+    BSON_APPEND_DOCUMENT_BEGIN(&agg, "cursor", &cur);
+    if (bson_iter_init_find(&it, cmd, "batchSize"))
+        sbl_append_iter(&cur, "batchSize", -1, &it);
+    bson_append_document_end(&agg, &cur);
+    bson_iter_init(&it, cmd);
+    while (bson_iter_next(&it))
+        if (!name_in(bson_iter_key(&it), moved) && !name_in(bson_iter_key(&it), refused))
+            sbl_append_iter(&agg, bson_iter_key(&it), -1, &it);
+    int rc = rt_aggregate(db, &agg, reply, err);
+    bson_destroy(&agg);
+    return rc;
 }

@@ -59,6 +59,8 @@ sbl_shard_filter_t *sbl_shard_filter_at(sbl_shard_filter_t *f, uint64_t at);
 sbl_shard_filter_t *sbl_shard_filter_ref(sbl_shard_filter_t *f);
 void sbl_shard_filter_release(sbl_shard_filter_t *f); /* NULL: nothing */
 const char *sbl_shard_filter_ns(const sbl_shard_filter_t *f);
+/* The collection's shard key pattern (valid while f is held). */
+const bson_t *sbl_shard_filter_key(const sbl_shard_filter_t *f);
 bool sbl_shard_filter_trivial(const sbl_shard_filter_t *f); /* NULL is */
 bool sbl_shard_filter_owns(const sbl_shard_filter_t *f, const bson_t *doc);
 /* Does doc's shard key under f's collection hold an array or lie under one? */

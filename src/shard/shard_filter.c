@@ -270,6 +270,11 @@ const char *sbl_shard_filter_ns(const sbl_shard_filter_t *f)
     return f->ns;
 }
 
+const bson_t *sbl_shard_filter_key(const sbl_shard_filter_t *f)
+{
+    return f->t != NULL ? f->t->key : NULL;
+}
+
 bool sbl_shard_filter_trivial(const sbl_shard_filter_t *f)
 {
     return f == NULL || f->all;

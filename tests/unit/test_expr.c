@@ -273,6 +273,28 @@ static const ecase_t cases[] = {
     {"{'@convert': {'input': 5, 'to': 2}}", "{}", "'5'", 0},
     {"{'@convert': {'input': 5, 'to': 'nope'}}", "{}", NULL, 2},
     {"{'@convert': {'input': 5}}", "{}", NULL, 17080},
+    /* $percentile / $median: the discrete percentile, rank ceil(p * n) - 1 */
+    {"{'@percentile': {'input': '@a', 'p': [0, 0.2, 0.25, 0.5, 0.75, 1], 'method': 'approximate'}}",
+     "{'a': [4, 1, 'x', 3, 2, null]}", "[1.0, 1.0, 1.0, 2.0, 3.0, 4.0]", 0},
+    {"{'@median': {'input': '@a', 'method': 'approximate'}}", "{'a': [5, 1, 3]}", "3.0", 0},
+    {"{'@median': {'input': '@a', 'method': 'approximate'}}", "{'a': [5, 1, 3, 9]}", "3.0", 0},
+    {"{'@median': {'input': '@a', 'method': 'approximate'}}", "{'a': 7}", "7.0", 0},
+    {"{'@median': {'input': '@a', 'method': 'approximate'}}", "{'a': []}", "null", 0},
+    {"{'@percentile': {'input': '@a', 'p': [0.5, 0.9], 'method': 'approximate'}}", "{}",
+     "[null, null]", 0},
+    {"{'@percentile': {'input': [1, 2], 'p': [1.01], 'method': 'approximate'}}", "{}", NULL,
+     7750303},
+    {"{'@percentile': {'input': [1, 2], 'p': '@a', 'method': 'approximate'}}", "{}", NULL,
+     7750300},
+    {"{'@percentile': {'input': [1, 2], 'p': ['@@NOW'], 'method': 'approximate'}}", "{}", NULL,
+     7750300},
+    {"{'@percentile': {'input': [1, 2], 'p': [{'@rand': {}}], 'method': 'approximate'}}", "{}",
+     NULL, 7750300},
+    {"{'@percentile': {'input': [3, 1, 2], 'p': {'@concatArrays': [[0], [{'@add': [0.5, 0.5]}]]}, "
+     "'method': 'approximate'}}", "{}", "[1.0, 3.0]", 0},
+    {"{'@median': {'input': [1, 2], 'method': 'discrete'}}", "{}", NULL, 2},
+    {"{'@median': {'input': [1, 2]}}", "{}", NULL, 40414},
+    {"{'@median': [1, 2]}", "{}", NULL, 7436201},
 };
 
 /* The canonical extended JSON of {r: v} (or of {} when v is missing). */

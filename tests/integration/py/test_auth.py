@@ -721,3 +721,17 @@ def test_cursors_belong_to_their_user(auth_server, root):
     finally:
         a.close()
         b.close()
+
+
+def test_cleanup_orphaned_needs_its_cluster_action(auth_server, root):
+    # clusterManager holds cleanupOrphaned on the cluster (so clusterAdmin and root);
+    # readWriteAnyDatabase does not.  Past the check, a standalone is no shard (20).
+    cm = as_user(auth_server, root, "cmgr", [{"role": "clusterManager", "db": "admin"}])
+    rw = as_user(auth_server, root, "rwany", [{"role": "readWriteAnyDatabase", "db": "admin"}])
+    try:
+        assert code_of(lambda: rw.admin.command("cleanupOrphaned", "db.c")) == 13
+        assert code_of(lambda: cm.admin.command("cleanupOrphaned", "db.c")) == 20
+        assert code_of(lambda: root.admin.command("cleanupOrphaned", "db.c")) == 20
+    finally:
+        cm.close()
+        rw.close()

@@ -238,3 +238,83 @@ def test_deletion_spares_a_recreated_collection(mongos, cluster):
     assert wait_for(lambda: not tasks(cluster, donor))
     assert upper_on(cluster, donor, "again") == HALF
     assert mongos.rd.again.count_documents({}) == N
+
+
+def test_cleanup_orphaned_waits_for_the_deletions(mongos, cluster):
+    # mongod 7.0's cleanupOrphaned on a shard: answers once config.rangeDeletions holds
+    # no task for the namespace
+    donor, recip = make_coll(mongos, "co")
+    suspend(cluster, donor, True)
+    try:
+        move(mongos, "co", recip)
+        assert len(tasks(cluster, donor)) == 1
+        with shard(cluster, donor) as c:
+            t0 = time.monotonic()
+            with pytest.raises(OperationFailure) as e:
+                c.admin.command("cleanupOrphaned", "rd.co", maxTimeMS=1500)
+            assert e.value.code == 50  # MaxTimeMSExpired: still waiting
+            assert time.monotonic() - t0 >= 1.4
+            assert upper_on(cluster, donor, "co") == HALF and len(tasks(cluster, donor)) == 1
+            # the recipient has no task: at once; another namespace's task is no wait
+            with shard(cluster, recip) as r:
+                assert r.admin.command("cleanupOrphaned", "rd.co")["ok"] == 1
+            mongos.rd.other.insert_one({"x": 1})
+            assert c.admin.command("cleanupOrphaned", "rd.other", maxTimeMS=5000)["ok"] == 1
+            assert c.admin.command("cleanupOrphaned", "rd.nope", maxTimeMS=5000)["ok"] == 1
+        # a waiting call answers when the deletion has run
+        done = {}
+
+        def wait():
+            with direct(cluster["shards"][donor], socketTimeoutMS=60000) as c:
+                done["reply"] = c.admin.command("cleanupOrphaned", "rd.co",
+                                                startingFromKey={"k": 0})
+                done["left"] = upper_on(cluster, donor, "co")
+                done["tasks"] = len(tasks(cluster, donor))
+
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(1.5)
+        assert t.is_alive() and "reply" not in done
+    finally:
+        suspend(cluster, donor, False)
+    t.join(60)
+    assert not t.is_alive()
+    assert done["reply"]["ok"] == 1 and done["left"] == 0 and done["tasks"] == 0
+    with shard(cluster, donor) as c:
+        t0 = time.monotonic()
+        assert c.admin.command("cleanupOrphaned", "rd.co")["ok"] == 1
+        assert time.monotonic() - t0 < 1
+
+
+def test_cleanup_orphaned_errors(mongos, cluster):
+    mongos.admin.command("shardCollection", "rd.coerr", key={"k": 1})
+    mongos.rd.coerr.insert_one({"k": 1})
+    mongos.rd.plain.insert_one({"x": 1})
+    primary = int(mongos.config.databases.find_one({"_id": "rd"})["primary"][-1])
+    with shard(cluster, primary) as c:
+        for ns, code in (("rd", 73), ("", 73), (".co", 73), ("r$d.co", 73)):
+            with pytest.raises(OperationFailure) as e:
+                c.admin.command("cleanupOrphaned", ns)
+            assert e.value.code == code, ns
+        for cmd, code in (({"cleanupOrphaned": 1}, 14),
+                          ({"cleanupOrphaned": "rd.coerr", "startingFromKey": 5}, 14)):
+            with pytest.raises(OperationFailure) as e:
+                c.admin.command(cmd)
+            assert e.value.code == code, cmd
+        with pytest.raises(OperationFailure) as e:
+            c.rd.command("cleanupOrphaned", "rd.coerr")
+        assert e.value.code == 13  # admin only
+        # startingFromKey (unused since 4.4) must still be a key of the shard key's fields
+        for bad in ({"x": 1}, {"k": 1, "x": 1}, {"k": [1]}):
+            with pytest.raises(OperationFailure) as e:
+                c.admin.command("cleanupOrphaned", "rd.coerr", startingFromKey=bad)
+            assert e.value.code == 265, bad
+        assert c.admin.command("cleanupOrphaned", "rd.coerr", startingFromKey={"k": 5})["ok"] == 1
+        # an unsharded collection has no shard key to check
+        assert c.admin.command("cleanupOrphaned", "rd.plain", startingFromKey={"x": 1})["ok"] == 1
+    # the config server is no shard
+    with direct(cluster["config"]) as c:
+        with pytest.raises(OperationFailure) as e:
+            c.admin.command("cleanupOrphaned", "rd.coerr")
+        assert e.value.code == 20
+        assert "not part of a sharded cluster" in str(e.value)

@@ -222,6 +222,95 @@ def test_group_shapes(cl):
         "$multiply": ["$n", 2]}}}])
 
 
+def split_of(cl, pipeline, **kw):
+    return cl.ag.command("aggregate", "t", pipeline=pipeline, explain=True, **kw)["splitPipeline"]
+
+
+def test_bucket_and_sort_by_count_split_into_partial_groups(cl):
+    # mongos runs them as the $group they stand for: partial groups on the shards, the
+    # router groups the groups and sorts; only a shard's groups come back, not its documents
+    bucket = {"$bucket": {"groupBy": "$k", "boundaries": [-60, -20, 0, 20, 50],
+                          "default": "other",
+                          "output": {"n": {"$sum": 1}, "avg": {"$avg": "$v"},
+                                     "top": {"$maxN": {"input": "$k", "n": 2}}}}}
+    before = returned()
+    list(cl.ag.t.aggregate([bucket]))
+    sent = [a - b for a, b in zip(returned(), before)]
+    assert sent == [2, 3], sent  # shard0's 2 buckets, shard1's 3 (one the default)
+    r = same(cl, [bucket], ordered=True)
+    assert [d["_id"] for d in r] == [-60, -20, 0, 20, "other"]
+    assert [d["n"] for d in r] == [40, 20, 20, 30, 10]
+    split = split_of(cl, [bucket])
+    sw = split["shardsPart"][0]["$group"]["_id"]["$switch"]
+    assert len(sw["branches"]) == 4 and sw["default"] == {"$literal": "other"}
+    assert split["mergerPart"][0]["$group"]["_id"] == "$_id"
+    assert split["mergerPart"][-1] == {"$sort": {"_id": 1}}
+    # without output: a count; strings as boundaries (a "$" string stays a value)
+    same(cl, [{"$bucket": {"groupBy": "$name", "boundaries": ["$", "n030", "n090", "n200"]}}],
+         ordered=True)
+    # a value outside the boundaries and no default: the $switch's error, as the stage's
+    codes = []
+    for coll in ("t", "u"):
+        with pytest.raises(OperationFailure) as e:
+            list(cl.ag[coll].aggregate([{"$bucket": {"groupBy": "$k", "boundaries": [0, 10]}}]))
+        codes.append(e.value.code)
+    assert codes == [40066, 40066]
+    # a bad spec is the stage's error at the router, before any shard runs
+    with pytest.raises(OperationFailure) as e:
+        list(cl.ag.t.aggregate([{"$bucket": {"groupBy": "$k", "boundaries": [5, 1]}}]))
+    assert e.value.code == 40194
+    # boundaries in a collation's order (strings compared case-insensitively)
+    ci = {"locale": "en", "strength": 2}
+    p = [{"$bucket": {"groupBy": "$h", "boundaries": ["A", "b", "C", "d"]}}]
+    assert same(cl, p, ordered=True, collation=ci) == [
+        {"_id": "A", "count": 40}, {"_id": "b", "count": 40}, {"_id": "C", "count": 40}]
+    # $sortByCount: {_id: expr, count: {$sum: 1}} then {count: -1}
+    p = [{"$match": {"k": {"$gte": -40}}}, {"$sortByCount": {"$mod": ["$k", 7]}},
+         {"$sort": {"count": -1, "_id": 1}}]
+    before = returned()
+    list(cl.ag.t.aggregate(p))
+    assert [a - b for a, b in zip(returned(), before)] == [7, 7]  # k % 7 in -6..0, 0..6
+    r = same(cl, p, ordered=True)
+    assert sum(d["count"] for d in r) == 100
+    split = split_of(cl, [{"$sortByCount": "$h"}])
+    assert split["shardsPart"] == [{"$group": {"_id": "$h", "count": {"$sum": 1}}}]
+    assert split["mergerPart"][-1] == {"$sort": {"count": -1}}
+    with pytest.raises(OperationFailure) as e:
+        list(cl.ag.t.aggregate([{"$sortByCount": "h"}]))
+    assert e.value.code == 40148
+    # $bucketAuto needs every document at once: mongos keeps it whole at the merger
+    assert split_of(cl, [{"$bucketAuto": {"groupBy": "$k", "buckets": 3}}])["shardsPart"] == []
+
+
+def test_percentile_and_median_across_shards(cl):
+    # each shard keeps its groups' samples (partial states), the router merges them:
+    # the answer is the one-shard run's
+    pct = {"p": {"$percentile": {"input": "$v", "p": [0, 0.1, 0.5, 0.9, 1],
+                                 "method": "approximate"}},
+           "m": {"$median": {"input": "$k", "method": "approximate"}},
+           "none": {"$median": {"input": "$nope", "method": "approximate"}}}
+    p = [{"$group": dict({"_id": "$g"}, **pct)}, {"$sort": {"_id": 1}}]
+    before = returned()
+    list(cl.ag.t.aggregate(p))
+    assert [a - b for a, b in zip(returned(), before)] == [4, 4]  # each shard's 4 groups
+    r = same(cl, p, ordered=True)
+    assert len(r) == 4 and all(d["none"] is None for d in r)
+    ks = [i for i in range(-60, 60) if i % 4 == 0]
+    assert r[0]["m"] == float(sorted(ks)[len(ks) // 2 - 1])
+    split = split_of(cl, p)
+    assert split["shardsPart"][0]["$group"]["$willBeMerged"] is True
+    assert split["mergerPart"][0]["$group"]["$doingMerge"] is True
+    same(cl, [{"$group": dict({"_id": None}, **pct)}])
+    same(cl, [{"$bucket": {"groupBy": "$k", "boundaries": [-60, 0, 60], "output": pct}}],
+         ordered=True)
+    # the window function and the expression run where they did (merger, shards)
+    same(cl, [{"$setWindowFields": {"partitionBy": "$g", "sortBy": {"k": 1}, "output": {
+        "m": {"$median": {"input": "$k", "method": "approximate"},
+              "window": {"documents": [-2, 2]}}}}}, {"$sort": {"k": 1}}], ordered=True)
+    same(cl, [{"$project": {"p": {"$percentile": {"input": "$tags", "p": [0.5, 1],
+                                                  "method": "approximate"}}}}])
+
+
 def test_sort_skip_limit_then_more(cl):
     same(cl, [{"$sort": {"v": -1, "k": 1}}, {"$skip": 5}, {"$limit": 10},
               {"$project": {"k": 1, "v": 1}}], ordered=True)

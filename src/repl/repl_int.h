@@ -294,8 +294,10 @@ int sbl_rs_majority(const sbl_rs_config_t *cfg);
 /* The sync source rules (mongod's chooseNewSyncSource, repl_rules.c): the
  * member a secondary should tail, or -1.  c[i].ping_ms is the member's average
  * heartbeat time; a member may serve when it is up, PRIMARY or SECONDARY,
- * holds data and is not behind us (the primary too, as mongod: one in
- * catch-up lacks the entries of the member ahead of it); the first pass
+ * holds data, is not behind us (the primary too, as mongod: one in
+ * catch-up lacks the entries of the member ahead of it) and does not tail us
+ * (sbl_rs_source_cycle: two members level after a step-down took each other
+ * and kept each other, with no majority for the new primary); the first pass
  * skips hidden and delayed members, non-voters when we vote and members more
  * than p->max_lag_s behind the primary; the nearest wins, and the primary
  * unless another is more than p->threshold_ms nearer.  Without
@@ -318,9 +320,17 @@ typedef struct sbl_rs_candidate {
     int64_t ping_ms;
     int64_t term;     /* the term its last heartbeat gave */
     bool has_source;  /* its last heartbeat named a sync source of its own */
+    int source;       /* with has_source: that member's index (-1: not in our config) */
 } sbl_rs_candidate_t;
 int sbl_rs_pick_sync_source(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
                             int primary, sbl_optime_t mine, const sbl_rs_sync_params_t *p);
+/* Whether member i tails self, directly or through others, as their last
+ * heartbeats said (following each one's source at most cfg->n times): a
+ * source in such a cycle gets nothing new, as none of the cycle tails the
+ * primary, and a primary counting on them for its majority waits. */
+bool sbl_rs_source_cycle(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
+                         int i);
+#define SBL_RS_SOURCE_CYCLE_REASON "the sync source syncs from us, directly or through others"
 /* The times (ms) of this member's last changes of sync source, oldest
  * first, as mongod's RecentSyncSourceChanges: every change counts (not only
  * the ones for a nearer member); only the last SBL_RS_CHANGES_KEPT are kept,
@@ -337,7 +347,8 @@ bool sbl_rs_source_changes_too_often(const sbl_rs_source_changes_t *h, int max, 
  * stay, as mongod's shouldChangeSyncSource after each fetched batch (the
  * caller has checked what needs no view of the members: still a secondary,
  * replSetSyncFrom, a primary known): chaining is off and cur is not the
- * primary; cur is down or neither PRIMARY nor SECONDARY; cur is not the
+ * primary; cur is down or neither PRIMARY nor SECONDARY; cur tails us,
+ * directly or through others (sbl_rs_source_cycle); cur is not the
  * primary, tails no one and is not ahead of us (it gets no new entries);
  * cur is more than p->max_lag_s behind a member that may serve and is ahead
  * of it; or cur's ping is over p->threshold_ms and another member that may

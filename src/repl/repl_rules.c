@@ -505,6 +505,17 @@ static bool catching_up(const sbl_rs_candidate_t *p)
     return p->applied.t < p->term;
 }
 
+bool sbl_rs_source_cycle(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
+                         int i)
+{
+    for (int hops = 0; hops < cfg->n && i >= 0 && c[i].has_source; hops++) {
+        i = c[i].source;
+        if (i == self)
+            return true;
+    }
+    return false;
+}
+
 /* Whether member i may serve as a sync source in pass first (0) or the
  * second (1), by the rules above sbl_rs_pick_sync_source. */
 static bool may_serve(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
@@ -516,6 +527,8 @@ static bool may_serve(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, i
         return false;
     if (sbl_optime_cmp(c[i].applied, mine) < 0 && (i != primary || catching_up(&c[i])))
         return false; /* behind us: a primary too while in catch-up (it lacks our entries) */
+    if (sbl_rs_source_cycle(cfg, c, self, i))
+        return false;
     if (i == primary)
         return true;
     if (pass == 0 && (m->hidden || m->delay_s > 0 || (m->votes == 0 && cfg->m[self].votes > 0) ||
@@ -583,6 +596,8 @@ const char *sbl_rs_source_change_reason(const sbl_rs_config_t *cfg, const sbl_rs
         return "chaining is disallowed and the sync source is not the primary";
     if (!c[cur].up || (c[cur].state != SBL_RS_PRIMARY && c[cur].state != SBL_RS_SECONDARY))
         return "the sync source is down or neither primary nor secondary";
+    if (sbl_rs_source_cycle(cfg, c, self, cur))
+        return SBL_RS_SOURCE_CYCLE_REASON;
     if (cur != primary && !c[cur].has_source && sbl_optime_cmp(c[cur].applied, mine) <= 0)
         return "the sync source is not primary, has no sync source and is not ahead of us";
     uint32_t cur_s = (uint32_t)(c[cur].applied.ts >> 32), oldest_s = oldest_allowed_s(c, primary, p);

@@ -379,6 +379,14 @@ int sbl_rs_apply_entry_ahead(const bson_t *e, sbl_err_t *err)
 
 /* ---- the fetcher --------------------------------------------------------------- */
 
+static int member_index_locked(const char *host)
+{
+    for (int i = 0; rs.config != NULL && i < rs.cfg.n; i++)
+        if (strcmp(rs.cfg.m[i].host, host) == 0)
+            return i;
+    return -1;
+}
+
 /* What the sync source rules see of each member (lock held). */
 static void candidates_locked(sbl_rs_candidate_t *c)
 {
@@ -389,6 +397,7 @@ static void candidates_locked(sbl_rs_candidate_t *c)
         c[i].ping_ms = rs.peer[i].ping_avg_ms;
         c[i].term = rs.peer[i].term;
         c[i].has_source = rs.peer[i].sync_source[0] != '\0';
+        c[i].source = c[i].has_source ? member_index_locked(rs.peer[i].sync_source) : -1;
     }
 }
 
@@ -427,9 +436,12 @@ static int choose_source_locked(void)
      * vote to a candidate behind it, and cannot stand itself. */
     if (st == SBL_RS_SECONDARY && src < 0 && rs.primary < 0) {
         sbl_optime_t best = sbl_rs_my_applied();
+        sbl_rs_candidate_t c[SBL_RS_MAX_MEMBERS];
+        candidates_locked(c);
         for (int i = 0; i < rs.cfg.n; i++)
             if (i != rs.self && rs.peer[i].up && rs.peer[i].state == SBL_RS_SECONDARY &&
-                sbl_optime_cmp(rs.peer[i].applied, best) > 0) {
+                sbl_optime_cmp(rs.peer[i].applied, best) > 0 &&
+                !sbl_rs_source_cycle(&rs.cfg, c, rs.self, i)) {
                 best = rs.peer[i].applied;
                 src = i;
             }
@@ -446,8 +458,10 @@ static sbl_rs_source_changes_t source_changes;
  * after each empty wait): we stop syncing (not a secondary any more,
  * halted ...) or cur stops serving while no other member can; another
  * member is requested (replSetSyncFrom); in STARTUP2, the choice differs;
- * with no primary known (a reconfig, an election), cur is not ahead of us
- * and another is (Sable's rule in choose_source_locked: catch up from the
+ * cur tails us, directly or through others (sbl_rs_source_cycle: left
+ * even when no other member can serve, as nothing reaches the cycle); with
+ * no primary known (a reconfig, an election), cur is not ahead of us and
+ * another is (Sable's rule in choose_source_locked: catch up from the
  * member furthest ahead).  Otherwise sbl_rs_source_change_reason's rules,
  * which leave a source that serves well alone: only one that lags, gets
  * nothing new, is gone, or is far (by ping) while another is near is left,
@@ -466,20 +480,24 @@ static bool should_change_locked(int cur)
     bool unheard = rs.peer[cur].last_ok_ms == 0;
     bool serves = unheard || (rs.peer[cur].up && (rs.peer[cur].state == SBL_RS_PRIMARY ||
                                                   rs.peer[cur].state == SBL_RS_SECONDARY));
-    if (pick < 0) /* nothing else to choose: keep a source that still serves */
+    sbl_rs_candidate_t c[SBL_RS_MAX_MEMBERS];
+    candidates_locked(c);
+    const char *why = NULL;
+    if (!unheard && sbl_rs_source_cycle(&rs.cfg, c, rs.self, cur)) {
+        why = SBL_RS_SOURCE_CYCLE_REASON; /* left even with no other choice: it brings nothing */
+    } else if (pick < 0) { /* nothing else to choose: keep a source that still serves */
         return !serves;
-    if (rs.primary < 0) /* no primary known (a reconfig, an election): keep one ahead of us */
+    } else if (rs.primary < 0) { /* no primary known (a reconfig, an election): keep one ahead */
         return !serves ||
                (!unheard && sbl_optime_cmp(rs.peer[cur].applied, sbl_rs_my_applied()) <= 0);
-    if (unheard)
+    } else if (unheard) {
         return false;
-    sbl_rs_candidate_t c[SBL_RS_MAX_MEMBERS];
-    sbl_rs_sync_params_t sp;
-    candidates_locked(c);
-    sbl_rs_sync_params(&sp);
-    const char *why = sbl_rs_source_change_reason(&rs.cfg, c, rs.self, rs.primary, cur,
-                                                  sbl_rs_my_applied(), &sp, &source_changes,
-                                                  sbl_now_ms());
+    } else {
+        sbl_rs_sync_params_t sp;
+        sbl_rs_sync_params(&sp);
+        why = sbl_rs_source_change_reason(&rs.cfg, c, rs.self, rs.primary, cur,
+                                          sbl_rs_my_applied(), &sp, &source_changes, sbl_now_ms());
+    }
     if (why != NULL) {
         bson_t attr = BSON_INITIALIZER;
         BSON_APPEND_UTF8(&attr, "syncSource", rs.cfg.m[cur].host);
@@ -488,14 +506,6 @@ static bool should_change_locked(int cur)
         bson_destroy(&attr);
     }
     return why != NULL;
-}
-
-static int member_index_locked(const char *host)
-{
-    for (int i = 0; rs.config != NULL && i < rs.cfg.n; i++)
-        if (strcmp(rs.cfg.m[i].host, host) == 0)
-            return i;
-    return -1;
 }
 
 static bool still_syncing_from(const char *host)

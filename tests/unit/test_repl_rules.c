@@ -356,6 +356,7 @@ static void test_source_change(void)
         c[i].applied = ot(1, 1000);
         c[i].term = 1;
         c[i].has_source = i == 2;
+        c[i].source = 1;
     }
     sbl_optime_t mine = ot(1, 990);
     int64_t now = 10 * 1000;
@@ -431,6 +432,72 @@ static void test_source_change(void)
     CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 1, mine, &sp, &ch, now) == NULL);
     c[1].ping_ms = 200; /* however far the primary */
     CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 1, mine, &sp, &ch, now) == NULL);
+}
+
+/* Cycles of sync sources (issue 24): right after a step-down, member 0 is
+ * us (the old primary, now a secondary), 1 the new primary of term 2 in
+ * catch-up, 2 the old secondary that still tails us; all three level.  Were
+ * 0 to take 2 (nearer, level, with a source of its own), each would keep the
+ * other and the new primary's writes would reach no majority. */
+static void test_source_cycle(void)
+{
+    sbl_rs_config_t cfg = three(1, false, 1);
+    cfg.chaining = true;
+    sbl_rs_sync_params_t sp = {.max_lag_s = 30, .threshold_ms = 5, .max_changes = 3};
+    sbl_rs_source_changes_t ch;
+    memset(&ch, 0, sizeof(ch));
+    sbl_rs_candidate_t c[4];
+    memset(c, 0, sizeof(c));
+    for (int i = 1; i < 3; i++) {
+        c[i].up = true;
+        c[i].state = i == 1 ? SBL_RS_PRIMARY : SBL_RS_SECONDARY;
+        c[i].applied = ot(1, 1000);
+        c[i].term = 2;
+    }
+    sbl_optime_t mine = ot(1, 1000);
+    c[1].ping_ms = 30;
+    c[2].ping_ms = 2;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 2); /* 2 tails no one yet */
+    c[2].has_source = true;
+    c[2].source = 0;
+    CHECK(sbl_rs_source_cycle(&cfg, c, 0, 2));
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 1);
+    const char *why = sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, 0);
+    CHECK(why != NULL && strcmp(why, SBL_RS_SOURCE_CYCLE_REASON) == 0);
+    /* nor as the only member that could serve: it brings nothing */
+    c[1].up = false;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == -1);
+    c[1].up = true;
+    /* 2 tails the new primary: chaining through it is fine, and kept */
+    c[2].source = 1;
+    CHECK(!sbl_rs_source_cycle(&cfg, c, 0, 2));
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 2);
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, 0) == NULL);
+    /* a source named by host but not in our config (a newer config): not a
+     * cycle, and it has a source (not "gets nothing new") */
+    c[2].source = -1;
+    CHECK(!sbl_rs_source_cycle(&cfg, c, 0, 2));
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, 0) == NULL);
+    /* through another member: 2 tails 3, which tails us */
+    cfg.n = 4;
+    cfg.m[3] = cfg.m[2];
+    cfg.m[3].id = 3;
+    c[3] = c[2];
+    c[2].source = 3;
+    c[3].source = 0;
+    c[3].ping_ms = 3;
+    CHECK(sbl_rs_source_cycle(&cfg, c, 0, 2) && sbl_rs_source_cycle(&cfg, c, 0, 3));
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 1);
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, 0) != NULL);
+    /* a cycle of others (2 and 3 tail each other) is not ours: the walk
+     * ends, and neither tails us */
+    c[3].source = 2;
+    CHECK(!sbl_rs_source_cycle(&cfg, c, 0, 2) && !sbl_rs_source_cycle(&cfg, c, 0, 3));
+    /* a candidate without has_source is read as tailing no one, whatever
+     * its source field holds (zeroed structs elsewhere: member 0) */
+    c[2].has_source = false;
+    c[2].source = 0;
+    CHECK(!sbl_rs_source_cycle(&cfg, c, 0, 2));
 }
 
 /* Catch-up takeover: member 0 is us, ahead; 1 the primary of term 3, in
@@ -509,6 +576,7 @@ int main(void)
     test_priority_takeover_fresh();
     test_sync_source();
     test_source_change();
+    test_source_cycle();
     test_catchup_takeover();
     test_config();
     test_arbiters();

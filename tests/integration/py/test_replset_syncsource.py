@@ -13,7 +13,7 @@ measures to another.
 import time
 
 import pytest
-from pymongo.errors import OperationFailure
+from pymongo.errors import AutoReconnect, OperationFailure
 from pymongo.write_concern import WriteConcern
 
 from sabled import set_members
@@ -162,3 +162,39 @@ def test_changes_per_hour(three):
         assert c.admin.command("setParameter", 1, changeSyncSourceThresholdMillis=0)["was"] == 50
     make_far(s1, p)
     stays(s1, host(p))
+
+
+def test_no_cycle_after_step_down(three):
+    """Right after a step-down the old primary p and the secondary s2 that
+    tails it are level.  p must not take s2 (nearer by ping than the new
+    primary s1, level, with a source of its own) while s2 tails p: the two
+    would tail each other, nothing written on s1 would reach either, and
+    s1's w:"majority" writes would wait until maxSyncSourceLagSecs (the
+    failure of test_stepdown_write.py under load).  p takes s1; s2 chains
+    through p; s1's majority writes go through."""
+    initiate(three, extra={2: {"priority": 0}})  # s1 is the one elected
+    p, others = primary_and_others(three)
+    s2 = three[2]
+    s1 = next(m for m in others if m is not s2)
+    wait_for(lambda: source_of(s2)[0] == host(p), timeout=30)
+    make_far(p, s1)   # for p, s2 is by far the nearest
+    make_far(s2, s1)  # s2 keeps p, the nearest
+    time.sleep(2)     # the ping averages settle (heartbeats every 500 ms)
+    with direct(p) as c:
+        try:
+            c.admin.command("replSetStepDown", 60, secondaryCatchUpPeriodSecs=10)
+        except AutoReconnect:
+            pass  # the member may close client connections as it steps down
+    wait_for(lambda: primary_and_others(three)[0] is s1, timeout=30)
+    wait_for(lambda: source_of(p)[0] != "", timeout=30)
+    end = time.time() + 4
+    while time.time() < end:  # no two members tail each other
+        sources = {m.port: source_of(m)[0] for m in three}
+        assert not (sources[p.port] == host(s2) and sources[s2.port] == host(p)), sources
+        time.sleep(0.25)
+    assert source_of(p)[0] == host(s1)
+    with direct(s1) as c:
+        c.t.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=10000)) \
+            .insert_one({"_id": "after-step-down"})
+    with direct(p) as c:
+        wait_for(lambda: c.t.c.find_one({"_id": "after-step-down"}) is not None, timeout=10)

@@ -206,6 +206,16 @@ void sbl_authz_free(sbl_authz_t *a);
  */
 bool sbl_authz_allows(const sbl_authz_t *a, int action, const char *db, const char *coll);
 
+/* Whether a may write where a pipeline's $out or $merge stages write (db,
+ * or a stage's own {db, coll} / into), with mongod's actions: $out insert
+ * and remove; $merge insert when whenNotMatched is insert (its default) and
+ * update unless whenMatched is fail; bypassDocumentValidation too when
+ * bypass (the command asks for it).  pipe is the command's pipeline field;
+ * a malformed stage is allowed here (the stage itself refuses it).  On a
+ * refusal *dbp is the target's database. */
+bool sbl_authz_pipeline_writes(const sbl_authz_t *a, const char *db, const bson_iter_t *pipe,
+                               bool bypass, const char **dbp);
+
 /* Append every role a holds (direct and inherited) as {role, db} documents to
  * the array arr; and, when privs is not NULL, its privileges as MongoDB shows
  * them ({resource, actions}). */

@@ -350,8 +350,9 @@ static bool grant_builtin(sbl_authz_t *a, const char *role, const char *db)
     }
     if (strcmp(role, "hostManager") == 0 || cadmin) {
         grant(a, RES_CLUSTER, "", "", hostmgr_cluster);
-        /* compact: mongod's hostManager may compact any non-system collection. */
-        static const char *const kc[] = {"compact", "killCursors", NULL};
+        /* compact, and killing any user's cursors: mongod's hostManager on any
+         * non-system collection. */
+        static const char *const kc[] = {"compact", "killAnyCursor", "killCursors", NULL};
         grant(a, RES_NS, "", "", kc);
     }
     if (strcmp(role, "clusterManager") == 0 || cadmin) {
@@ -698,4 +699,81 @@ int sbl_auth_roles_closure(sbl_session_t *ss, const bson_t *roles_array, const c
 err:
     sbl_authz_free(a);
     return rc;
+}
+
+/* ---- $out and $merge ------------------------------------------------------------- */
+
+static bool allows_named(const sbl_authz_t *a, const char *action, const char *db,
+                         const char *coll)
+{
+    int id = sbl_auth_action_id(action);
+    return id >= 0 && sbl_authz_allows(a, id, db, coll);
+}
+
+/* The target of a $merge's into (a string, or {db, coll}) or of an $out's
+ * {db, coll}, and $merge's modes. */
+static void output_stage(const bson_iter_t *stage, bool out, const char **tdb, const char **tcoll,
+                         const char **matched, const char **not_matched)
+{
+    bson_iter_t f, t;
+    if (BSON_ITER_HOLDS_UTF8(stage)) {
+        *tcoll = bson_iter_utf8(stage, NULL);
+        return;
+    }
+    if (!BSON_ITER_HOLDS_DOCUMENT(stage) || !bson_iter_recurse(stage, &f))
+        return;
+    while (bson_iter_next(&f)) {
+        const char *k = bson_iter_key(&f);
+        if (!out && strcmp(k, "into") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+            *tcoll = bson_iter_utf8(&f, NULL);
+        } else if (!out && strcmp(k, "into") == 0 && BSON_ITER_HOLDS_DOCUMENT(&f) &&
+                   bson_iter_recurse(&f, &t)) {
+            while (bson_iter_next(&t))
+                if (strcmp(bson_iter_key(&t), "db") == 0 && BSON_ITER_HOLDS_UTF8(&t))
+                    *tdb = bson_iter_utf8(&t, NULL);
+                else if (strcmp(bson_iter_key(&t), "coll") == 0 && BSON_ITER_HOLDS_UTF8(&t))
+                    *tcoll = bson_iter_utf8(&t, NULL);
+        } else if (out && strcmp(k, "db") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+            *tdb = bson_iter_utf8(&f, NULL);
+        } else if (out && strcmp(k, "coll") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+            *tcoll = bson_iter_utf8(&f, NULL);
+        } else if (!out && strcmp(k, "whenMatched") == 0) {
+            *matched = BSON_ITER_HOLDS_UTF8(&f) ? bson_iter_utf8(&f, NULL) : "pipeline";
+        } else if (!out && strcmp(k, "whenNotMatched") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+            *not_matched = bson_iter_utf8(&f, NULL);
+        }
+    }
+}
+
+bool sbl_authz_pipeline_writes(const sbl_authz_t *a, const char *db, const bson_iter_t *pipe,
+                               bool bypass, const char **dbp)
+{
+    bson_iter_t st, stage;
+    if (!BSON_ITER_HOLDS_ARRAY(pipe) || !bson_iter_recurse(pipe, &st))
+        return true;
+    while (bson_iter_next(&st)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&st) || !bson_iter_recurse(&st, &stage) ||
+            !bson_iter_next(&stage))
+            continue;
+        const char *name = bson_iter_key(&stage);
+        bool out = strcmp(name, "$out") == 0;
+        if (!out && strcmp(name, "$merge") != 0)
+            continue;
+        const char *tdb = db, *tcoll = NULL, *matched = "merge", *not_matched = "insert";
+        output_stage(&stage, out, &tdb, &tcoll, &matched, &not_matched);
+        if (tcoll == NULL)
+            continue; /* malformed: the stage refuses it */
+        bool ok = out ? allows_named(a, "insert", tdb, tcoll) && allows_named(a, "remove", tdb, tcoll)
+                      : (strcmp(not_matched, "insert") != 0 ||
+                         allows_named(a, "insert", tdb, tcoll)) &&
+                            (strcmp(matched, "fail") == 0 || allows_named(a, "update", tdb, tcoll));
+        if (ok && bypass)
+            ok = allows_named(a, "bypassDocumentValidation", tdb, tcoll);
+        if (!ok) {
+            if (dbp != NULL)
+                *dbp = tdb;
+            return false;
+        }
+    }
+    return true;
 }

@@ -421,62 +421,15 @@ static bool pipeline_reads_allowed(sbl_opctx_t *ctx, const char *db, const bson_
     return true;
 }
 
-/* Whether the user may write where the pipeline's $out or $merge writes (db, or the
- * stage's own {db, coll}), with mongod's actions: $out insert and remove; $merge insert
- * when whenNotMatched is insert (its default) and update unless whenMatched is fail;
- * bypassDocumentValidation too when the command asks for it. */
-static bool pipeline_writes_allowed(sbl_opctx_t *ctx, const char *db, const bson_iter_t *pipe)
+/* killCursors by a user with killAnyCursor on the namespace kills any
+ * user's cursors there; otherwise only the user's own (mongod). */
+static bool kill_any_cursor(sbl_opctx_t *ctx)
 {
-    bson_iter_t st, stage, f, t;
-    if (!BSON_ITER_HOLDS_ARRAY(pipe) || !bson_iter_recurse(pipe, &st))
-        return true;
-    while (bson_iter_next(&st)) {
-        if (!BSON_ITER_HOLDS_DOCUMENT(&st) || !bson_iter_recurse(&st, &stage) ||
-            !bson_iter_next(&stage))
-            continue;
-        const char *name = bson_iter_key(&stage);
-        bool out = strcmp(name, "$out") == 0;
-        if (!out && strcmp(name, "$merge") != 0)
-            continue;
-        const char *tdb = db, *tcoll = NULL, *matched = "merge", *not_matched = "insert";
-        if (BSON_ITER_HOLDS_UTF8(&stage)) {
-            tcoll = bson_iter_utf8(&stage, NULL);
-        } else if (BSON_ITER_HOLDS_DOCUMENT(&stage) && bson_iter_recurse(&stage, &f)) {
-            while (bson_iter_next(&f)) {
-                const char *k = bson_iter_key(&f);
-                if (!out && strcmp(k, "into") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
-                    tcoll = bson_iter_utf8(&f, NULL);
-                } else if (!out && strcmp(k, "into") == 0 && BSON_ITER_HOLDS_DOCUMENT(&f) &&
-                           bson_iter_recurse(&f, &t)) {
-                    while (bson_iter_next(&t))
-                        if (strcmp(bson_iter_key(&t), "db") == 0 && BSON_ITER_HOLDS_UTF8(&t))
-                            tdb = bson_iter_utf8(&t, NULL);
-                        else if (strcmp(bson_iter_key(&t), "coll") == 0 &&
-                                 BSON_ITER_HOLDS_UTF8(&t))
-                            tcoll = bson_iter_utf8(&t, NULL);
-                } else if (out && strcmp(k, "db") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
-                    tdb = bson_iter_utf8(&f, NULL);
-                } else if (out && strcmp(k, "coll") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
-                    tcoll = bson_iter_utf8(&f, NULL);
-                } else if (!out && strcmp(k, "whenMatched") == 0) {
-                    matched = BSON_ITER_HOLDS_UTF8(&f) ? bson_iter_utf8(&f, NULL) : "pipeline";
-                } else if (!out && strcmp(k, "whenNotMatched") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
-                    not_matched = bson_iter_utf8(&f, NULL);
-                }
-            }
-        }
-        if (tcoll == NULL)
-            continue; /* malformed: the stage refuses it */
-        bool ok = out ? allowed(ctx, "insert", tdb, tcoll) && allowed(ctx, "remove", tdb, tcoll)
-                      : (strcmp(not_matched, "insert") != 0 ||
-                         allowed(ctx, "insert", tdb, tcoll)) &&
-                            (strcmp(matched, "fail") == 0 || allowed(ctx, "update", tdb, tcoll));
-        if (ok && flag_of(ctx->cmd, "bypassDocumentValidation"))
-            ok = allowed(ctx, "bypassDocumentValidation", tdb, tcoll);
-        if (!ok)
-            return false;
-    }
-    return true;
+    bson_iter_t it;
+    const char *coll = NULL;
+    if (bson_iter_init(&it, ctx->cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it))
+        coll = bson_iter_utf8(&it, NULL);
+    return allowed(ctx, "killAnyCursor", ctx->db, coll != NULL && coll[0] != '\0' ? coll : NULL);
 }
 
 int sbl_cmd_auth_check(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, sbl_err_t *err)
@@ -501,6 +454,9 @@ int sbl_cmd_auth_check(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, sbl_err_t *er
                            def->name);
     }
     refresh(ctx);
+    ctx->user_bound = !(strcmp(c->auth_user, "__system") == 0 && strcmp(c->auth_db, "local") == 0);
+    if (strcmp(def->name, "killCursors") == 0 && ctx->user_bound)
+        ctx->user_bound = !kill_any_cursor(ctx);
     const char *action = def->action != NULL ? def->action : "anyAction";
     if (action[0] == '\0')
         return 0;
@@ -542,7 +498,8 @@ int sbl_cmd_auth_check(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, sbl_err_t *er
     if (strcmp(n, "aggregate") == 0 && bson_iter_init_find(&it, ctx->cmd, "pipeline")) {
         bson_iter_t st, f;
         if (!pipeline_reads_allowed(ctx, ctx->db, &it, 0) ||
-            !pipeline_writes_allowed(ctx, ctx->db, &it))
+            !sbl_authz_pipeline_writes(ctx->client->authz, ctx->db, &it,
+                                       flag_of(ctx->cmd, "bypassDocumentValidation"), NULL))
             return not_authorized(ctx, ctx->db, err);
         if (BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &st) && bson_iter_next(&st) &&
             BSON_ITER_HOLDS_DOCUMENT(&st) && bson_iter_recurse(&st, &f) && bson_iter_next(&f) &&

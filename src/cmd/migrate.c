@@ -119,6 +119,32 @@ void mig_free_docs(bson_t *docs, int n)
         bson_destroy(&docs[i]);
 }
 
+bool mig_reply_batch(const bson_t *reply, int64_t *cursorp, bson_iter_t *batch)
+{
+    bson_iter_t it, b;
+    *cursorp = 0;
+    if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.id", &b))
+        *cursorp = bson_iter_as_int64(&b);
+    return bson_iter_init(&it, reply) &&
+           (bson_iter_find_descendant(&it, "cursor.firstBatch", &b) ||
+            (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.nextBatch", &b))) &&
+           BSON_ITER_HOLDS_ARRAY(&b) && bson_iter_recurse(&b, batch);
+}
+
+void mig_kill_cursor(const char *db, const char *coll, int64_t id)
+{
+    if (id == 0)
+        return;
+    bson_t cmd = BSON_INITIALIZER, ids, reply = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&cmd, "killCursors", coll);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &ids);
+    BSON_APPEND_INT64(&ids, "0", id);
+    bson_append_array_end(&cmd, &ids);
+    sbl_cmd_run(db, &cmd, &reply);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+}
+
 void mig_spec_free(mig_spec_t *s)
 {
     if (s->key)
@@ -327,17 +353,11 @@ int sbl_cmd_migrate_clone(sbl_opctx_t *ctx, sbl_err_t *err)
             rc = sbl_cmd_run_checked(db, &cmd, &reply, err);
         }
         bson_destroy(&cmd);
-        bson_iter_t it, b;
-        if (rc == 0 && bson_iter_init(&it, &reply) &&
-            bson_iter_find_descendant(&it, "cursor.id", &b))
-            donor.cursor = bson_iter_as_int64(&b);
+        bson_iter_t it;
+        bool has = rc == 0 && mig_reply_batch(&reply, &donor.cursor, &it);
         if (rc == 0 && donor.cursor == 0)
             donor.clone_done = true;
-        if (rc == 0 && bson_iter_init(&it, &reply) &&
-            (bson_iter_find_descendant(&it, "cursor.firstBatch", &b) ||
-             (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.nextBatch",
-                                                                       &b))) &&
-            bson_iter_recurse(&b, &it))
+        if (has)
             while (bson_iter_next(&it)) {
                 bson_t d;
                 if (sbl_iter_doc(&it, &d) && mig_in_range(&donor.spec, &d)) {
@@ -627,14 +647,7 @@ static void donor_end(void)
         char db[256];
         const char *coll;
         mig_split_ns(donor.spec.ns, db, sizeof(db), &coll);
-        bson_t cmd = BSON_INITIALIZER, ids, reply = BSON_INITIALIZER;
-        BSON_APPEND_UTF8(&cmd, "killCursors", coll);
-        BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &ids);
-        BSON_APPEND_INT64(&ids, "0", donor.cursor);
-        bson_append_array_end(&cmd, &ids);
-        sbl_cmd_run(db, &cmd, &reply);
-        bson_destroy(&cmd);
-        bson_destroy(&reply);
+        mig_kill_cursor(db, coll, donor.cursor);
     }
     mig_spec_free(&donor.spec);
     memset(&donor, 0, sizeof(donor));

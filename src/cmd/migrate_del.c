@@ -74,7 +74,6 @@ static int range_batch(const mig_spec_t *s, const char *db, const char *coll, bo
                        sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER;
-    bson_iter_t it, b;
     int rc;
     if (first) {
         rc = mig_range_find(s, db, coll, 1000, reply, err);
@@ -89,11 +88,7 @@ static int range_batch(const mig_spec_t *s, const char *db, const char *coll, bo
     *has = false;
     if (rc != 0)
         return rc;
-    if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.id", &b))
-        *cursorp = bson_iter_as_int64(&b);
-    *has = bson_iter_init(&it, reply) &&
-           bson_iter_find_descendant(&it, first ? "cursor.firstBatch" : "cursor.nextBatch", &b) &&
-           bson_iter_recurse(&b, batch);
+    *has = mig_reply_batch(reply, cursorp, batch);
     return 0;
 }
 
@@ -137,17 +132,7 @@ static int delete_range_once(const mig_spec_t *s, const sbl_shard_filter_t *f,
         }
         bson_destroy(&arr);
     }
-    if (cursor != 0) { /* a pass that failed leaves no cursor behind */
-        bson_t kill = BSON_INITIALIZER, cursors, reply;
-        BSON_APPEND_UTF8(&kill, "killCursors", coll);
-        BSON_APPEND_ARRAY_BEGIN(&kill, "cursors", &cursors);
-        BSON_APPEND_INT64(&cursors, "0", cursor);
-        bson_append_array_end(&kill, &cursors);
-        bson_init(&reply);
-        sbl_cmd_run(db, &kill, &reply);
-        bson_destroy(&reply);
-        bson_destroy(&kill);
-    }
+    mig_kill_cursor(db, coll, cursor); /* a pass that failed leaves no cursor behind */
     *deletedp += deleted;
     return rc;
 }

@@ -65,6 +65,12 @@ bool mig_doc_of(const bson_t *d, const char *k, bson_t *out);
  * still destroys cmd, and the documents with mig_free_docs. */
 int mig_config_docs(bson_t *cmd, int max, bson_t *docs);
 void mig_free_docs(bson_t *docs, int n);
+/* A find's or getMore's reply: its cursor's id into *cursorp (0: exhausted,
+ * or no cursor) and batch on its firstBatch or nextBatch; false without one. */
+bool mig_reply_batch(const bson_t *reply, int64_t *cursorp, bson_iter_t *batch);
+/* killCursors of the cursor id (0: none) on db.coll here, its answer ignored:
+ * a pass that stops early leaves no cursor behind. */
+void mig_kill_cursor(const char *db, const char *coll, int64_t id);
 /* ns (the command's first field), min, max and shardKeyPattern from cmd. */
 int mig_spec_parse(const bson_t *cmd, mig_spec_t *s, sbl_err_t *err);
 void mig_spec_free(mig_spec_t *s);

@@ -432,28 +432,16 @@ static int recip_move_in(int64_t deadline, sbl_err_t *err)
             BSON_APPEND_INT32(&cmd, "batchSize", 500);
         }
         if (!first && sbl_now_us() > deadline) {
-            bson_reinit(&cmd);
-            bson_t ids;
-            BSON_APPEND_UTF8(&cmd, "killCursors", recip.staging);
-            BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &ids);
-            BSON_APPEND_INT64(&ids, "0", cursor);
-            bson_append_array_end(&cmd, &ids);
-            bson_init(&reply);
-            sbl_cmd_run("config", &cmd, &reply);
-            bson_destroy(&reply);
             bson_destroy(&cmd);
+            mig_kill_cursor("config", recip.staging, cursor);
             return sbl_err_set(err, SBL_E_ExceededTimeLimit, "moving the range in did not "
                                "finish within %d ms", MIG_CRIT_MS);
         }
         rc = sbl_cmd_run_checked("config", &cmd, &reply, err);
         bson_destroy(&cmd);
-        bson_iter_t it, b;
+        bson_iter_t it;
         cursor = 0;
-        if (rc == 0 && bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.id", &b))
-            cursor = bson_iter_as_int64(&b);
-        if (rc == 0 && bson_iter_init(&it, &reply) &&
-            bson_iter_find_descendant(&it, first ? "cursor.firstBatch" : "cursor.nextBatch", &b) &&
-            bson_iter_recurse(&b, &it)) {
+        if (rc == 0 && mig_reply_batch(&reply, &cursor, &it)) {
             sbl_repl_from_migrate = true;
             rc = mig_upsert_docs(db, coll, &it, NULL, err);
             sbl_repl_from_migrate = false;

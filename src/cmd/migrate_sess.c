@@ -144,7 +144,7 @@ int sbl_cmd_get_next_session_mods(sbl_opctx_t *ctx, sbl_err_t *err)
     BSON_APPEND_ARRAY_BEGIN(ctx->reply, "oplog", &arr);
     while (rc == 0 && (first || cursor != 0)) {
         bson_t cmd = BSON_INITIALIZER, reply;
-        bson_iter_t it, b;
+        bson_iter_t it;
         if (first) {
             BSON_APPEND_UTF8(&cmd, "find", "transactions");
         } else {
@@ -155,11 +155,7 @@ int sbl_cmd_get_next_session_mods(sbl_opctx_t *ctx, sbl_err_t *err)
         rc = sbl_cmd_run_checked("config", &cmd, &reply, err);
         bson_destroy(&cmd);
         cursor = 0;
-        if (rc == 0 && bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.id", &b))
-            cursor = bson_iter_as_int64(&b);
-        if (rc == 0 && bson_iter_init(&it, &reply) &&
-            bson_iter_find_descendant(&it, first ? "cursor.firstBatch" : "cursor.nextBatch", &b) &&
-            bson_iter_recurse(&b, &it))
+        if (rc == 0 && mig_reply_batch(&reply, &cursor, &it))
             while (rc == 0 && bson_iter_next(&it)) {
                 bson_t rec;
                 if (sbl_iter_doc(&it, &rec))

@@ -50,6 +50,8 @@ typedef struct sbl_cursor {
     bool has_lsid;          /* opened in a logical session: killing it kills the cursor */
     bool in_txn;            /* opened inside a multi-document transaction: it ends with it */
     uint8_t lsid_id[16];
+    bool user_bound;         /* opened by an authenticated user: getMore and killCursors of */
+    uint8_t owner_uid[32];   /* other users are refused (13), as mongod ties cursors to users */
     uint64_t read_ts;        /* a snapshot read's timestamp: its getMores read there too */
     bool read_majority;      /* read_ts is a majority read's commit point (no atClusterTime) */
     uint64_t open_ts;        /* a router's cursor: the opening command's open_ts */
@@ -296,6 +298,8 @@ int sbl_cursor_first_batch_flags(sbl_opctx_t *ctx, const char *ns,
     cur->has_lsid = ctx->has_lsid;
     cur->in_txn = ctx->mtxn != NULL;
     memcpy(cur->lsid_id, ctx->lsid_id, sizeof(cur->lsid_id));
+    cur->user_bound = ctx->user_bound;
+    memcpy(cur->owner_uid, ctx->user_uid, sizeof(cur->owner_uid));
     cur->read_ts = ctx->read_ts;
     cur->read_majority = ctx->read_majority;
     cur->open_ts = ctx->open_ts;
@@ -697,6 +701,15 @@ bool sbl_cursor_park_early(sbl_opctx_t *ctx)
     return waits && sbl_op_park(ctx, &w);
 }
 
+/* Whether ctx's user may continue or kill cur: a cursor an authenticated
+ * user opened is that user's; a cluster member, or a command run without
+ * authorization, reaches every cursor. */
+static bool may_use(const sbl_cursor_t *cur, const sbl_opctx_t *ctx)
+{
+    return !cur->user_bound || !ctx->user_bound ||
+           memcmp(cur->owner_uid, ctx->user_uid, sizeof(cur->owner_uid)) == 0;
+}
+
 int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
 {
     bson_iter_t it;
@@ -755,6 +768,12 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
                            "Requested getMore on namespace '%s', but cursor belongs to a "
                            "different namespace %s",
                            ns, cur->ns);
+    }
+    if (!may_use(cur, ctx)) {
+        pthread_mutex_unlock(&reg_lock);
+        return sbl_err_set(err, SBL_E_Unauthorized,
+                           "cursor id %lld was not created by the authenticated user",
+                           (long long)id);
     }
     if (cur->in_use) {
         pthread_mutex_unlock(&reg_lock);
@@ -846,6 +865,16 @@ int sbl_cursor_kill(sbl_opctx_t *ctx, sbl_err_t *err)
     bool unpark = false;
     bson_iter_recurse(&it, &ids);
     pthread_mutex_lock(&reg_lock);
+    while (bson_iter_next(&ids)) { /* another user's cursor fails the whole command (mongod) */
+        sbl_cursor_t *c = find_locked(bson_iter_int64(&ids));
+        if (c != NULL && strcmp(c->ns, ns) == 0 && !may_use(c, ctx)) {
+            pthread_mutex_unlock(&reg_lock);
+            return sbl_err_set(err, SBL_E_Unauthorized,
+                               "not authorized to kill cursor %lld on namespace %s",
+                               (long long)c->id, ns);
+        }
+    }
+    bson_iter_recurse(&it, &ids);
     while (bson_iter_next(&ids)) {
         int64_t id = bson_iter_int64(&ids);
         sbl_cursor_t *c = find_locked(id);

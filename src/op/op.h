@@ -73,6 +73,9 @@ typedef struct sbl_opctx {
     bool has_lsid;        /* the command ran in a logical session (its lsid) */
     uint8_t lsid_id[16];  /* that session's id (src/sessions; cursors remember it) */
     uint8_t user_uid[32]; /* SHA-256 of the user running it ("user@db"; "" unauthenticated) */
+    bool user_bound;      /* authorization is on and a user (not a cluster member) runs it:
+                           * the cursors it opens are user_uid's, and it may continue or
+                           * kill only its own (set by the command layer's check) */
     sbl_retry_t *retry;   /* a retryable write (lsid + txnNumber), else NULL */
     struct sbl_mtxn *mtxn; /* the multi-document transaction it runs in (cmd/txn.c), or NULL */
     bool mtxn_checked_out; /* the transaction's session is checked out */

@@ -285,50 +285,6 @@ static bool has_users(void)
     return any;
 }
 
-/* $out and $merge write where they name (the shards run them as __system):
- * insert, update and remove on the target collection, as mongod asks. */
-static int check_output_stages(rt_client_t *c, const char *db, const bson_t *cmd, sbl_err_t *err)
-{
-    bson_iter_t it, st, f, t;
-    if (!bson_iter_init_find(&it, cmd, "pipeline") || !BSON_ITER_HOLDS_ARRAY(&it) ||
-        !bson_iter_recurse(&it, &st))
-        return 0;
-    static const char *const acts[] = {"insert", "update", "remove", NULL};
-    while (bson_iter_next(&st)) {
-        if (!BSON_ITER_HOLDS_DOCUMENT(&st) || !bson_iter_recurse(&st, &f) || !bson_iter_next(&f))
-            continue;
-        const char *stage = bson_iter_key(&f);
-        if (strcmp(stage, "$out") != 0 && strcmp(stage, "$merge") != 0)
-            continue;
-        const char *tdb = db, *tcoll = NULL;
-        if (BSON_ITER_HOLDS_UTF8(&f)) {
-            tcoll = bson_iter_utf8(&f, NULL);
-        } else if (BSON_ITER_HOLDS_DOCUMENT(&f) && bson_iter_recurse(&f, &t)) {
-            bson_iter_t into = t;
-            if (strcmp(stage, "$merge") == 0 && bson_iter_find(&into, "into")) {
-                if (BSON_ITER_HOLDS_UTF8(&into))
-                    tcoll = bson_iter_utf8(&into, NULL);
-                else if (BSON_ITER_HOLDS_DOCUMENT(&into))
-                    bson_iter_recurse(&into, &t);
-            }
-            if (tcoll == NULL) {
-                bson_iter_t k = t;
-                while (bson_iter_next(&k)) {
-                    if (strcmp(bson_iter_key(&k), "db") == 0 && BSON_ITER_HOLDS_UTF8(&k))
-                        tdb = bson_iter_utf8(&k, NULL);
-                    else if (strcmp(bson_iter_key(&k), "coll") == 0 && BSON_ITER_HOLDS_UTF8(&k))
-                        tcoll = bson_iter_utf8(&k, NULL);
-                }
-            }
-        }
-        for (int i = 0; acts[i] != NULL; i++)
-            if (!sbl_authz_allows(c->authz, sbl_auth_action_id(acts[i]), tdb, tcoll))
-                return sbl_err_set(err, SBL_E_Unauthorized, "not authorized on %s to execute "
-                                   "command { aggregate: ... }", tdb);
-    }
-    return 0;
-}
-
 int rt_auth_check(sbl_conn_t *conn, const char *name, const char *db, const bson_t *cmd,
                   sbl_err_t *err)
 {
@@ -405,8 +361,16 @@ int rt_auth_check(sbl_conn_t *conn, const char *name, const char *db, const bson
             return sbl_err_set(err, SBL_E_Unauthorized, "not authorized on %s to execute command "
                                "{ %s: ... }", adb, name);
     }
-    if (strcmp(name, "aggregate") == 0)
-        return check_output_stages(c, db, cmd, err);
+    bson_iter_t pipe, bypass;
+    const char *tdb = db;
+    /* $out and $merge write where they name (the shards run them as __system) */
+    if (strcmp(name, "aggregate") == 0 && bson_iter_init_find(&pipe, cmd, "pipeline") &&
+        !sbl_authz_pipeline_writes(c->authz, db, &pipe,
+                                   bson_iter_init_find(&bypass, cmd, "bypassDocumentValidation") &&
+                                       bson_iter_as_bool(&bypass),
+                                   &tdb))
+        return sbl_err_set(err, SBL_E_Unauthorized,
+                           "not authorized on %s to execute command { aggregate: ... }", tdb);
     return 0;
 }
 

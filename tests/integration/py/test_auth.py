@@ -688,3 +688,36 @@ def test_sable_bench_with_auth_source(auth_server, root):
         assert r.returncode != 0, (api, r.stdout[-2000:])
         assert "Return=OK" not in r.stdout, (api, r.stdout[-2000:])
         assert "uthentication failed" in r.stderr, (api, r.stderr[-2000:])
+
+
+def test_cursors_belong_to_their_user(auth_server, root):
+    """A cursor is its user's: another user's getMore fails with 13 (and the
+    cursor lives on), killCursors of it fails whole with 13, unless the user
+    has killAnyCursor (hostManager, so root); the owner continues and kills
+    it.  Before, any user who could guess the id could read on or kill it."""
+    root.curdb.c.insert_many([{"_id": i} for i in range(10)])
+    roles = [{"role": "readWrite", "db": "curdb"}]
+    a = as_user(auth_server, root, "cur_a", roles)
+    b = as_user(auth_server, root, "cur_b", roles)
+    try:
+        first = a.curdb.command("find", "c", batchSize=2)["cursor"]
+        cid = first["id"]
+        assert cid != 0 and len(first["firstBatch"]) == 2
+        with pytest.raises(OperationFailure) as e:
+            b.curdb.command("getMore", cid, collection="c", batchSize=2)
+        assert e.value.code == 13, e.value.details
+        assert "not created by the authenticated user" in e.value.details["errmsg"]
+        with pytest.raises(OperationFailure) as e:
+            b.curdb.command("killCursors", "c", cursors=[cid])
+        assert e.value.code == 13, e.value.details
+        more = a.curdb.command("getMore", cid, collection="c", batchSize=2)["cursor"]
+        assert [d["_id"] for d in more["nextBatch"]] == [2, 3]
+        r = a.curdb.command("killCursors", "c", cursors=[cid])
+        assert r["cursorsKilled"] == [cid]
+        # root (hostManager's killAnyCursor) may kill another user's cursor
+        cid = a.curdb.command("find", "c", batchSize=2)["cursor"]["id"]
+        r = root.curdb.command("killCursors", "c", cursors=[cid])
+        assert r["cursorsKilled"] == [cid]
+    finally:
+        a.close()
+        b.close()

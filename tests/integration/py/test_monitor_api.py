@@ -156,7 +156,7 @@ def test_journal_flushes_follow_the_journal(mon):
         threads = [threading.Thread(target=load, args=(k,)) for k in range(4)]
         for t in threads:
             t.start()
-        time.sleep(3.5)
+        time.sleep(4.5)
         stop.set()
         for t in threads:
             t.join(30)
@@ -171,7 +171,9 @@ def test_journal_flushes_follow_the_journal(mon):
     total = sum(r * (b - a) for a, b, r in zip(t, t[1:], flushes))
     assert s1 - s0 > 10
     assert abs(total - (s1 - s0)) <= 2 + 0.02 * (s1 - s0), (total, s1 - s0, flushes)
-    busy = [f for f, n in zip(flushes, ins) if n is not None and n > 50]
+    # every second with j:true inserts (acknowledged after their flush) shows flushes; a
+    # loaded sanitizer build may do a few dozen inserts a second (CI: 16, 346, 32, 13)
+    busy = [f for f, n in zip(flushes, ins) if n is not None and n > 5]
     assert len(busy) >= 2 and all(f > 0 for f in busy), (flushes, ins)
 
 

@@ -377,3 +377,26 @@ def test_failed_authentication_is_delayed_as_by_sabled(cluster, admin):
         assert time.monotonic() - t0 >= 1.45  # 0.25 + 0.5 + 0.75 s
     finally:
         sock.close()
+
+
+def test_merge_needs_only_the_actions_of_its_modes(cluster, admin):
+    """The router asks what mongos asks of a $merge's target (the same
+    function as sabled's): insert for whenNotMatched insert, update unless
+    whenMatched is fail; $out insert and remove.  A role with find + insert
+    on the target may $merge with whenMatched fail, but not $merge's
+    default (merge: update) nor $out (remove)."""
+    admin.admin.command("createRole", "mergeInsertOnly", privileges=[
+        {"resource": {"db": "ycsb", "collection": "usertable"}, "actions": ["find"]},
+        {"resource": {"db": "ycsb", "collection": "mergedins"}, "actions": ["insert"]}], roles=[])
+    admin.admin.command("createUser", "merger", pwd="m3rge",
+                        roles=[{"role": "mergeInsertOnly", "db": "admin"}])
+    admin.ycsb.usertable.insert_one({"_id": "merge-probe"})
+    with pymongo.MongoClient(url(cluster, "merger", "m3rge"), serverSelectionTimeoutMS=10000) as c:
+        coll = c.ycsb.usertable
+        list(coll.aggregate([{"$match": {"_id": "merge-probe"}},
+                             {"$merge": {"into": "mergedins", "whenMatched": "fail"}}]))
+        assert admin.ycsb.mergedins.find_one({"_id": "merge-probe"}) is not None
+        for stage in ({"$merge": {"into": "mergedins"}}, {"$out": "mergedins"}):
+            with pytest.raises(OperationFailure) as e:
+                list(coll.aggregate([{"$match": {"_id": "merge-probe"}}, stage]))
+            assert e.value.code == 13, stage

@@ -255,10 +255,11 @@ bool sbl_repl_fp_holds_writes(void);
  * A primary whose majority commit point lags hands out write tickets at the
  * rate its secondaries apply, as mongod's flow control.
  * sbl_repl_flow_set_parameter: set one of its parameters (enableFlowControl,
- * flowControl*) from it (a start-up string or a BSON value) with mongod's
- * bounds (BadValue), "was" appended to reply (NULL: none); startup: from
- * --setParameter, else IllegalOperation for a start-up-only one.  -1 when
- * name is not one of them.
+ * flowControl*; also the sync source rules' maxSyncSourceLagSecs, start-up
+ * only, changeSyncSourceThresholdMillis, maxNumSyncSourceChangesPerHour)
+ * from it (a start-up string or a BSON value) with mongod's bounds (BadValue),
+ * "was" appended to reply (NULL: none); startup: from --setParameter, else
+ * IllegalOperation for a start-up-only one.  -1 when name is not one of them.
  * sbl_repl_flow_append_parameter: its value under name (false: not one);
  * ..._all_parameters: every one not in r yet (getParameter "*").
  * sbl_repl_flow_acquire: a client's write takes a ticket before it starts;

@@ -23,6 +23,11 @@
  * write never waits); a wait ends at the operation's interruption
  * (killOp, maxTimeMS, a step-down) and at shutdown; taking a ticket while
  * none is limited costs two relaxed atomic operations.
+ *
+ * The parameter table below also holds the sync source rules' three
+ * (maxSyncSourceLagSecs, changeSyncSourceThresholdMillis,
+ * maxNumSyncSourceChangesPerHour; sbl_rs_sync_params): one table, one parser,
+ * one getParameter/setParameter path for replication's parameters.
  */
 #include "repl/repl_int.h"
 
@@ -40,7 +45,7 @@
 
 /* ---- the parameters (mongod's names, defaults and bounds) ----------------- */
 
-typedef enum { P_BOOL, P_INT, P_DOUBLE } ptype_t;
+typedef enum { P_BOOL, P_INT, P_LONG, P_DOUBLE } ptype_t;
 typedef enum { B_NONE, B_GT, B_GTE, B_GT_LT, B_GTE_LTE } pbound_t;
 
 typedef struct param {
@@ -53,7 +58,8 @@ typedef struct param {
 } param_t;
 
 enum { P_ENABLED, P_TARGET_LAG, P_THRESHOLD, P_MAX_SAMPLES, P_SAMPLE_PERIOD, P_MIN_TICKETS,
-       P_WARN_S, P_DECAY, P_FUDGE, P_ADDER, P_MULTIPLIER, P_COUNT };
+       P_WARN_S, P_DECAY, P_FUDGE, P_ADDER, P_MULTIPLIER, P_SYNC_LAG, P_SYNC_THRESHOLD,
+       P_SYNC_CHANGES, P_COUNT };
 
 static param_t params[P_COUNT] = {
     [P_ENABLED] = {"enableFlowControl", P_BOOL, false, B_NONE, 0, 0, 1},
@@ -67,6 +73,12 @@ static param_t params[P_COUNT] = {
     [P_FUDGE] = {"flowControlFudgeFactor", P_DOUBLE, false, B_GT_LT, 0, 1, 0.95},
     [P_ADDER] = {"flowControlTicketAdderConstant", P_INT, false, B_GT, 0, 0, 1000},
     [P_MULTIPLIER] = {"flowControlTicketMultiplierConstant", P_DOUBLE, false, B_GT, 1.0, 0, 1.05},
+    /* the sync source rules' (repl_rules.c, repl_sync.c) */
+    [P_SYNC_LAG] = {"maxSyncSourceLagSecs", P_INT, true, B_GT, 0, 0, SBL_RS_MAX_SYNC_LAG_S},
+    [P_SYNC_THRESHOLD] = {"changeSyncSourceThresholdMillis", P_LONG, false, B_GTE, 0, 0,
+                          SBL_RS_SYNC_PING_THRESHOLD_MS},
+    [P_SYNC_CHANGES] = {"maxNumSyncSourceChangesPerHour", P_INT, false, B_GT, 0, 0,
+                        SBL_RS_SYNC_CHANGES_PER_HOUR},
 };
 
 static double pv(int i)
@@ -102,7 +114,7 @@ static int parse_value(const param_t *p, const bson_iter_t *it, double *out, sbl
         return 0;
     }
     if (s != NULL) {
-        v = p->type == P_INT ? (double)strtoll(s, &end, 10) : strtod(s, &end);
+        v = p->type != P_DOUBLE ? (double)strtoll(s, &end, 10) : strtod(s, &end);
         if (end == s || *end != '\0')
             return sbl_err_set(err, SBL_E_BadValue, "Invalid value for parameter %s: '%s' is "
                                "not a number", p->name, s);
@@ -111,6 +123,9 @@ static int parse_value(const param_t *p, const bson_iter_t *it, double *out, sbl
         if (p->type == P_INT && (v != floor(v) || fabs(v) > 2147483647.0))
             return sbl_err_set(err, SBL_E_BadValue, "Invalid value for parameter %s: %g is not "
                                "a 32-bit integer", p->name, v);
+        if (p->type == P_LONG && (v != floor(v) || fabs(v) > 9007199254740992.0))
+            return sbl_err_set(err, SBL_E_BadValue, "Invalid value for parameter %s: %g is not "
+                               "an integer", p->name, v);
     } else {
         return sbl_err_set(err, SBL_E_BadValue, "Invalid value for parameter %s: expected a "
                            "number", p->name);
@@ -140,6 +155,8 @@ static void append_value(bson_t *r, const char *key, const param_t *p, double v)
         BSON_APPEND_BOOL(r, key, v != 0);
     else if (p->type == P_INT)
         BSON_APPEND_INT32(r, key, (int32_t)v);
+    else if (p->type == P_LONG)
+        BSON_APPEND_INT64(r, key, (int64_t)v);
     else
         BSON_APPEND_DOUBLE(r, key, v);
 }
@@ -177,6 +194,13 @@ void sbl_repl_flow_append_all_parameters(bson_t *r)
         if (!bson_iter_init_find(&dup, r, params[i].name))
             append_value(r, params[i].name, &params[i], pv(i));
     }
+}
+
+void sbl_rs_sync_params(sbl_rs_sync_params_t *p)
+{
+    p->max_lag_s = (int64_t)pv(P_SYNC_LAG);
+    p->threshold_ms = (int64_t)pv(P_SYNC_THRESHOLD);
+    p->max_changes = (int)pv(P_SYNC_CHANGES);
 }
 
 /* ---- the samples (the primary's oplog writer) ------------------------------ */

@@ -292,26 +292,74 @@ int sbl_rs_config_parse(const bson_t *doc, sbl_rs_config_t *cfg, sbl_err_t *err)
 int sbl_rs_voters(const sbl_rs_config_t *cfg);
 int sbl_rs_majority(const sbl_rs_config_t *cfg);
 /* The sync source rules (mongod's chooseNewSyncSource, repl_rules.c): the
- * member a secondary should tail, or -1.  ping[i] is the member's average
+ * member a secondary should tail, or -1.  c[i].ping_ms is the member's average
  * heartbeat time; a member may serve when it is up, PRIMARY or SECONDARY,
- * holds data and is not behind us (the primary too, as mongod: one in
- * catch-up lacks the entries of the member ahead of it); the first pass
+ * holds data, is not behind us (the primary too, as mongod: one in
+ * catch-up lacks the entries of the member ahead of it) and does not tail us
+ * (sbl_rs_source_cycle: two members level after a step-down took each other
+ * and kept each other, with no majority for the new primary); the first pass
  * skips hidden and delayed members, non-voters when we vote and members more
- * than SBL_RS_MAX_SYNC_LAG_S behind the primary; the nearest wins, and the
- * primary unless another is SBL_RS_SYNC_PING_THRESHOLD_MS nearer.  Without
- * chainingAllowed: the primary only. */
-#define SBL_RS_MAX_SYNC_LAG_S 30          /* maxSyncSourceLagSecs */
+ * than p->max_lag_s behind the primary; the nearest wins, and the primary
+ * unless another is more than p->threshold_ms nearer.  Without
+ * chainingAllowed: the primary only.  The parameters are mongod's server
+ * parameters (getParameter/setParameter, repl_flow.c's table). */
+#define SBL_RS_MAX_SYNC_LAG_S 30          /* maxSyncSourceLagSecs (start-up only) */
 #define SBL_RS_SYNC_PING_THRESHOLD_MS 5   /* changeSyncSourceThresholdMillis */
 #define SBL_RS_SYNC_CHANGES_PER_HOUR 3    /* maxNumSyncSourceChangesPerHour */
+typedef struct sbl_rs_sync_params {
+    int64_t max_lag_s;    /* maxSyncSourceLagSecs */
+    int64_t threshold_ms; /* changeSyncSourceThresholdMillis (0: never for ping) */
+    int max_changes;      /* maxNumSyncSourceChangesPerHour */
+} sbl_rs_sync_params_t;
+/* The parameters in force (repl_flow.c). */
+void sbl_rs_sync_params(sbl_rs_sync_params_t *p);
 typedef struct sbl_rs_candidate {
     bool up;
     int state;
     sbl_optime_t applied;
     int64_t ping_ms;
-    int64_t term; /* the term its last heartbeat gave */
+    int64_t term;     /* the term its last heartbeat gave */
+    bool has_source;  /* its last heartbeat named a sync source of its own */
+    int source;       /* with has_source: that member's index (-1: not in our config) */
 } sbl_rs_candidate_t;
 int sbl_rs_pick_sync_source(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
-                            int primary, sbl_optime_t mine);
+                            int primary, sbl_optime_t mine, const sbl_rs_sync_params_t *p);
+/* Whether member i tails self, directly or through others, as their last
+ * heartbeats said (following each one's source at most cfg->n times): a
+ * source in such a cycle gets nothing new, as none of the cycle tails the
+ * primary, and a primary counting on them for its majority waits. */
+bool sbl_rs_source_cycle(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
+                         int i);
+#define SBL_RS_SOURCE_CYCLE_REASON "the sync source syncs from us, directly or through others"
+/* The times (ms) of this member's last changes of sync source, oldest
+ * first, as mongod's RecentSyncSourceChanges: every change counts (not only
+ * the ones for a nearer member); only the last SBL_RS_CHANGES_KEPT are kept,
+ * at least as many as any limit that matters within an hour of changes. */
+#define SBL_RS_CHANGES_KEPT 64
+typedef struct sbl_rs_source_changes {
+    int64_t at[SBL_RS_CHANGES_KEPT];
+    int n;
+} sbl_rs_source_changes_t;
+void sbl_rs_source_changes_add(sbl_rs_source_changes_t *h, int64_t now_ms);
+/* Whether max or more of them were within the hour before now_ms. */
+bool sbl_rs_source_changes_too_often(const sbl_rs_source_changes_t *h, int max, int64_t now_ms);
+/* Why a secondary tailing member cur should stop and choose again, or NULL to
+ * stay, as mongod's shouldChangeSyncSource after each fetched batch (the
+ * caller has checked what needs no view of the members: still a secondary,
+ * replSetSyncFrom, a primary known): chaining is off and cur is not the
+ * primary; cur is down or neither PRIMARY nor SECONDARY; cur tails us,
+ * directly or through others (sbl_rs_source_cycle); cur is not the
+ * primary, tails no one and is not ahead of us (it gets no new entries);
+ * cur is more than p->max_lag_s behind a member that may serve and is ahead
+ * of it; or cur's ping is over p->threshold_ms and another member that may
+ * serve (first pass) is nearer by more than that, unless we are delayed, the
+ * threshold is 0 or changes were too many in the last hour (changes, now_ms:
+ * p->max_changes).  A member never leaves cur only because the primary is
+ * back within the threshold: that is what made a hidden member flap. */
+const char *sbl_rs_source_change_reason(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c,
+                                        int self, int primary, int cur, sbl_optime_t mine,
+                                        const sbl_rs_sync_params_t *p,
+                                        const sbl_rs_source_changes_t *changes, int64_t now_ms);
 /* Whether a member whose last applied optime is mine is fresh enough to
  * stand for a priority takeover, latest being the newest applied optime it
  * knows of (its own or a member's that is up), as mongod's
@@ -737,9 +785,33 @@ void sbl_rs_hb_kick(void);
  * joined by '&').  Returns false when it does not fit in n bytes. */
 bool sbl_rs_member_uri(char *buf, size_t n, const char *host, const char *opts);
 
-/* repl_monitor.c: count an applied entry (opcountersRepl), a batch applied. */
+/* The oplog fetcher (repl_fetch.c): a thread that tails the oplog of the
+ * member at uri from from_ts (0: its first entry) on its own connection and
+ * queues the entries for the applier.  next hands out the next one
+ * (SBL_FETCH_DOC, *docp the caller's to bson_destroy), SBL_FETCH_IDLE when
+ * the source had nothing more for now (the fetcher goes on waiting), or
+ * SBL_FETCH_END once the cursor is done (an error, the source closed it),
+ * waiting while nothing is queued; queued says whether next would return at
+ * once.  stop ends the thread and frees what is queued.  NULL: not started. */
+enum { SBL_FETCH_DOC, SBL_FETCH_IDLE, SBL_FETCH_END };
+typedef struct sbl_rs_fetcher sbl_rs_fetcher_t;
+sbl_rs_fetcher_t *sbl_rs_fetcher_start(const char *uri, uint64_t from_ts);
+int sbl_rs_fetcher_next(sbl_rs_fetcher_t *f, bson_t **docp);
+bool sbl_rs_fetcher_queued(sbl_rs_fetcher_t *f);
+void sbl_rs_fetcher_stop(sbl_rs_fetcher_t *f);
+
+/* repl_monitor.c: count an applied entry (opcountersRepl), a batch applied;
+ * what the fetcher and the reporter do (mongod's metrics.repl.network): a
+ * reply to its find (getmore false) or getMore with docs entries in bytes,
+ * taking us; a new find on a sync source's oplog (readersCreated); a
+ * replSetUpdatePosition sent; us spent applying a fetched batch
+ * (apply.batches.totalMillis). */
 void sbl_rs_count_applied_op(const bson_t *e);
 void sbl_rs_count_batch(void);
+void sbl_rs_count_fetch(bool getmore, int64_t docs, int64_t bytes, int64_t us);
+void sbl_rs_count_reader(void);
+void sbl_rs_count_update_position(void);
+void sbl_rs_count_apply_us(int64_t us);
 /* Entries applied by this member's applier since start-up. */
 int64_t sbl_rs_applied_ops(void);
 

@@ -1,7 +1,8 @@
 /*
  * repl_monitor.c: what monitoring reads of replication: serverStatus's
  * repl (the member's hello view), opcountersRepl (entries applied here, by
- * type, as mongod counts them), electionMetrics and metrics.repl, and per-member state and
+ * type, as mongod counts them), electionMetrics and metrics.repl (apply,
+ * network: what the fetcher waited for and applied), and per-member state and
  * lag for the Prometheus endpoint and the monitoring page.
  *
  * What must stay true: counters only grow; lag is measured against the
@@ -19,7 +20,10 @@
 
 enum { OPR_INSERT, OPR_QUERY, OPR_UPDATE, OPR_DELETE, OPR_GETMORE, OPR_COMMAND, OPR_N };
 static _Atomic int64_t opr[OPR_N];
-static _Atomic int64_t applied_ops, applied_batches;
+static _Atomic int64_t applied_ops, applied_batches, apply_us;
+/* metrics.repl.network, mongod's fields */
+static _Atomic int64_t net_bytes, net_ops, net_getmores, net_getmore_us, net_empty, net_readers,
+                       net_positions;
 
 void sbl_rs_count_applied_op(const bson_t *e)
 {
@@ -41,6 +45,33 @@ int64_t sbl_rs_applied_ops(void)
 void sbl_rs_count_batch(void)
 {
     atomic_fetch_add(&applied_batches, 1);
+}
+
+void sbl_rs_count_fetch(bool getmore, int64_t docs, int64_t bytes, int64_t us)
+{
+    atomic_fetch_add(&net_bytes, bytes);
+    atomic_fetch_add(&net_ops, docs);
+    if (!getmore)
+        return;
+    atomic_fetch_add(&net_getmores, 1);
+    atomic_fetch_add(&net_getmore_us, us);
+    if (docs == 0)
+        atomic_fetch_add(&net_empty, 1);
+}
+
+void sbl_rs_count_reader(void)
+{
+    atomic_fetch_add(&net_readers, 1);
+}
+
+void sbl_rs_count_update_position(void)
+{
+    atomic_fetch_add(&net_positions, 1);
+}
+
+void sbl_rs_count_apply_us(int64_t us)
+{
+    atomic_fetch_add(&apply_us, us);
 }
 
 /* electionMetrics: elections called and won per reason (mongod's counters;
@@ -131,9 +162,22 @@ void sbl_repl_append_metrics(bson_t *metrics)
     BSON_APPEND_DOCUMENT_BEGIN(&d, "apply", &a);
     BSON_APPEND_DOCUMENT_BEGIN(&a, "batches", &b);
     BSON_APPEND_INT64(&b, "num", atomic_load(&applied_batches));
-    BSON_APPEND_INT64(&b, "totalMillis", 0);
+    BSON_APPEND_INT64(&b, "totalMillis", atomic_load(&apply_us) / 1000);
     bson_append_document_end(&a, &b);
     BSON_APPEND_INT64(&a, "ops", atomic_load(&applied_ops));
+    bson_append_document_end(&d, &a);
+    BSON_APPEND_DOCUMENT_BEGIN(&d, "network", &a);
+    BSON_APPEND_INT64(&a, "bytes", atomic_load(&net_bytes));
+    BSON_APPEND_DOCUMENT_BEGIN(&a, "getmores", &b);
+    BSON_APPEND_INT64(&b, "num", atomic_load(&net_getmores));
+    BSON_APPEND_INT64(&b, "totalMillis", atomic_load(&net_getmore_us) / 1000);
+    BSON_APPEND_INT64(&b, "numEmptyBatches", atomic_load(&net_empty));
+    bson_append_document_end(&a, &b);
+    BSON_APPEND_INT64(&a, "ops", atomic_load(&net_ops));
+    BSON_APPEND_INT64(&a, "readersCreated", atomic_load(&net_readers));
+    BSON_APPEND_DOCUMENT_BEGIN(&a, "replSetUpdatePosition", &b);
+    BSON_APPEND_INT64(&b, "num", atomic_load(&net_positions));
+    bson_append_document_end(&a, &b);
     bson_append_document_end(&d, &a);
     pthread_mutex_lock(&rs.lock);
     BSON_APPEND_DOCUMENT_BEGIN(&d, "syncSource", &s);

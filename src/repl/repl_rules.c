@@ -505,6 +505,17 @@ static bool catching_up(const sbl_rs_candidate_t *p)
     return p->applied.t < p->term;
 }
 
+bool sbl_rs_source_cycle(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
+                         int i)
+{
+    for (int hops = 0; hops < cfg->n && i >= 0 && c[i].has_source; hops++) {
+        i = c[i].source;
+        if (i == self)
+            return true;
+    }
+    return false;
+}
+
 /* Whether member i may serve as a sync source in pass first (0) or the
  * second (1), by the rules above sbl_rs_pick_sync_source. */
 static bool may_serve(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
@@ -516,6 +527,8 @@ static bool may_serve(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, i
         return false;
     if (sbl_optime_cmp(c[i].applied, mine) < 0 && (i != primary || catching_up(&c[i])))
         return false; /* behind us: a primary too while in catch-up (it lacks our entries) */
+    if (sbl_rs_source_cycle(cfg, c, self, i))
+        return false;
     if (i == primary)
         return true;
     if (pass == 0 && (m->hidden || m->delay_s > 0 || (m->votes == 0 && cfg->m[self].votes > 0) ||
@@ -524,18 +537,23 @@ static bool may_serve(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, i
     return true;
 }
 
+/* The oldest second a member may have reached to serve in the first pass:
+ * max_lag_s before the primary's newest entry (0: no primary known). */
+static uint32_t oldest_allowed_s(const sbl_rs_candidate_t *c, int primary,
+                                 const sbl_rs_sync_params_t *p)
+{
+    uint32_t newest_s = primary >= 0 ? (uint32_t)(c[primary].applied.ts >> 32) : 0;
+    return newest_s > p->max_lag_s ? newest_s - (uint32_t)p->max_lag_s : 0;
+}
+
 int sbl_rs_pick_sync_source(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c, int self,
-                            int primary, sbl_optime_t mine)
+                            int primary, sbl_optime_t mine, const sbl_rs_sync_params_t *p)
 {
     if (!cfg->chaining)
         return primary >= 0 && primary != self && c[primary].up &&
                        (sbl_optime_cmp(c[primary].applied, mine) >= 0 ||
                         !catching_up(&c[primary])) ? primary : -1;
-    uint32_t newest_s = 0, oldest_s = 0;
-    if (primary >= 0)
-        newest_s = (uint32_t)(c[primary].applied.ts >> 32);
-    if (newest_s > SBL_RS_MAX_SYNC_LAG_S)
-        oldest_s = newest_s - SBL_RS_MAX_SYNC_LAG_S;
+    uint32_t oldest_s = oldest_allowed_s(c, primary, p);
     for (int pass = 0; pass < 2; pass++) {
         int best = -1;
         for (int i = 0; i < cfg->n; i++)
@@ -544,10 +562,57 @@ int sbl_rs_pick_sync_source(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t
                 best = i;
         if (best >= 0 && primary >= 0 && best != primary &&
             may_serve(cfg, c, self, primary, mine, oldest_s, primary, pass) &&
-            c[primary].ping_ms <= c[best].ping_ms + SBL_RS_SYNC_PING_THRESHOLD_MS)
+            c[primary].ping_ms <= c[best].ping_ms + p->threshold_ms)
             best = primary; /* the primary unless another is clearly nearer */
         if (best >= 0)
             return best;
     }
     return -1;
+}
+
+void sbl_rs_source_changes_add(sbl_rs_source_changes_t *h, int64_t now_ms)
+{
+    if (h->n == SBL_RS_CHANGES_KEPT) {
+        memmove(h->at, h->at + 1, (SBL_RS_CHANGES_KEPT - 1) * sizeof(h->at[0]));
+        h->n--;
+    }
+    h->at[h->n++] = now_ms;
+}
+
+bool sbl_rs_source_changes_too_often(const sbl_rs_source_changes_t *h, int max, int64_t now_ms)
+{
+    int recent = 0;
+    for (int i = 0; i < h->n; i++)
+        recent += now_ms - h->at[i] < 3600 * 1000;
+    return recent >= max;
+}
+
+const char *sbl_rs_source_change_reason(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c,
+                                        int self, int primary, int cur, sbl_optime_t mine,
+                                        const sbl_rs_sync_params_t *p,
+                                        const sbl_rs_source_changes_t *changes, int64_t now_ms)
+{
+    if (!cfg->chaining && cur != primary)
+        return "chaining is disallowed and the sync source is not the primary";
+    if (!c[cur].up || (c[cur].state != SBL_RS_PRIMARY && c[cur].state != SBL_RS_SECONDARY))
+        return "the sync source is down or neither primary nor secondary";
+    if (sbl_rs_source_cycle(cfg, c, self, cur))
+        return SBL_RS_SOURCE_CYCLE_REASON;
+    if (cur != primary && !c[cur].has_source && sbl_optime_cmp(c[cur].applied, mine) <= 0)
+        return "the sync source is not primary, has no sync source and is not ahead of us";
+    uint32_t cur_s = (uint32_t)(c[cur].applied.ts >> 32), oldest_s = oldest_allowed_s(c, primary, p);
+    for (int i = 0; i < cfg->n; i++)
+        if (i != cur && may_serve(cfg, c, self, primary, mine, oldest_s, i, 1) &&
+            (int64_t)cur_s + p->max_lag_s < (int64_t)(c[i].applied.ts >> 32))
+            return "the sync source is more than maxSyncSourceLagSecs behind another member";
+    if (!cfg->chaining || p->threshold_ms <= 0 || cfg->m[self].delay_s > 0 ||
+        c[cur].ping_ms <= p->threshold_ms)
+        return NULL; /* without chaining the primary is the only choice, however far */
+    for (int i = 0; i < cfg->n; i++)
+        if (i != cur && may_serve(cfg, c, self, primary, mine, oldest_s, i, 0) &&
+            c[i].ping_ms + p->threshold_ms < c[cur].ping_ms)
+            return sbl_rs_source_changes_too_often(changes, p->max_changes, now_ms)
+                       ? NULL /* mongod logs that it keeps its source: too many changes */
+                       : "another member is nearer by more than changeSyncSourceThresholdMillis";
+    return NULL;
 }

@@ -1,7 +1,8 @@
 /*
- * repl_sync.c: a secondary pulls.  The applier thread takes the primary as
- * its sync source, tails its oplog (find on local.oplog.rs from our last
- * applied ts, tailable, awaitData), checks that the first entry is our
+ * repl_sync.c: a secondary pulls.  The applier thread chooses a sync
+ * source, has a fetcher thread tail its oplog (repl_fetch.c: find on
+ * local.oplog.rs from our last applied ts, tailable, awaitData, the entries
+ * queued while we apply), checks that the first entry is our
  * last one (else our history diverged: rollback), and hands each entry to
  * the writer threads (repl_apply.c) or, a command, applies it alone once
  * they are idle.  An entry is applied through the command layer's runner
@@ -378,6 +379,14 @@ int sbl_rs_apply_entry_ahead(const bson_t *e, sbl_err_t *err)
 
 /* ---- the fetcher --------------------------------------------------------------- */
 
+static int member_index_locked(const char *host)
+{
+    for (int i = 0; rs.config != NULL && i < rs.cfg.n; i++)
+        if (strcmp(rs.cfg.m[i].host, host) == 0)
+            return i;
+    return -1;
+}
+
 /* What the sync source rules see of each member (lock held). */
 static void candidates_locked(sbl_rs_candidate_t *c)
 {
@@ -387,6 +396,8 @@ static void candidates_locked(sbl_rs_candidate_t *c)
         c[i].applied = rs.peer[i].applied;
         c[i].ping_ms = rs.peer[i].ping_avg_ms;
         c[i].term = rs.peer[i].term;
+        c[i].has_source = rs.peer[i].sync_source[0] != '\0';
+        c[i].source = c[i].has_source ? member_index_locked(rs.peer[i].sync_source) : -1;
     }
 }
 
@@ -408,8 +419,11 @@ static int choose_source_locked(void)
             src = rs.primary;
         } else {
             sbl_rs_candidate_t c[SBL_RS_MAX_MEMBERS];
+            sbl_rs_sync_params_t sp;
             candidates_locked(c);
-            src = sbl_rs_pick_sync_source(&rs.cfg, c, rs.self, rs.primary, sbl_rs_my_applied());
+            sbl_rs_sync_params(&sp);
+            src = sbl_rs_pick_sync_source(&rs.cfg, c, rs.self, rs.primary, sbl_rs_my_applied(),
+                                          &sp);
         }
     }
     for (int i = 0; st == SBL_RS_STARTUP2 && src < 0 && i < rs.cfg.n; i++)
@@ -422,9 +436,12 @@ static int choose_source_locked(void)
      * vote to a candidate behind it, and cannot stand itself. */
     if (st == SBL_RS_SECONDARY && src < 0 && rs.primary < 0) {
         sbl_optime_t best = sbl_rs_my_applied();
+        sbl_rs_candidate_t c[SBL_RS_MAX_MEMBERS];
+        candidates_locked(c);
         for (int i = 0; i < rs.cfg.n; i++)
             if (i != rs.self && rs.peer[i].up && rs.peer[i].state == SBL_RS_SECONDARY &&
-                sbl_optime_cmp(rs.peer[i].applied, best) > 0) {
+                sbl_optime_cmp(rs.peer[i].applied, best) > 0 &&
+                !sbl_rs_source_cycle(&rs.cfg, c, rs.self, i)) {
                 best = rs.peer[i].applied;
                 src = i;
             }
@@ -432,48 +449,63 @@ static int choose_source_locked(void)
     return src;
 }
 
-/* Changes of sync source for a nearer member in the last hour (their times):
- * at most SBL_RS_SYNC_CHANGES_PER_HOUR, as mongod's maxNumSyncSourceChangesPerHour. */
-static int64_t ping_changes[SBL_RS_SYNC_CHANGES_PER_HOUR];
+/* This member's changes of sync source (applier thread, under rs.lock):
+ * what maxNumSyncSourceChangesPerHour counts. */
+static sbl_rs_source_changes_t source_changes;
 
 /* Whether to stop tailing member cur (lock held), as mongod's
- * shouldChangeSyncSource: it is no longer a valid choice (down, not
- * PRIMARY/SECONDARY, another one requested, chaining off ...), or the rules
- * now pick the primary, or another member is nearer by more than the
- * threshold (limited per hour), or cur lags more than maxSyncSourceLagSecs
- * behind the primary while the pick is fresher. */
+ * shouldChangeSyncSource, asked when everything fetched is applied (and
+ * after each empty wait): we stop syncing (not a secondary any more,
+ * halted ...) or cur stops serving while no other member can; another
+ * member is requested (replSetSyncFrom); in STARTUP2, the choice differs;
+ * cur tails us, directly or through others (sbl_rs_source_cycle: left
+ * even when no other member can serve, as nothing reaches the cycle); with
+ * no primary known (a reconfig, an election), cur is not ahead of us and
+ * another is (Sable's rule in choose_source_locked: catch up from the
+ * member furthest ahead).  Otherwise sbl_rs_source_change_reason's rules,
+ * which leave a source that serves well alone: only one that lags, gets
+ * nothing new, is gone, or is far (by ping) while another is near is left,
+ * and for ping at most maxNumSyncSourceChangesPerHour times an hour. */
 static bool should_change_locked(int cur)
 {
-    int pick = choose_source_locked();
-    if (pick < 0 || pick == cur)
-        return pick < 0;
-    int st = atomic_load(&rs.state);
-    if (rs.primary < 0 || st == SBL_RS_STARTUP2 || sbl_rs_requested_source_locked() >= 0 ||
-        !rs.cfg.chaining || pick == rs.primary || !rs.peer[cur].up ||
-        (rs.peer[cur].state != SBL_RS_PRIMARY && rs.peer[cur].state != SBL_RS_SECONDARY))
-        return true;
-    uint32_t cur_s = (uint32_t)(rs.peer[cur].applied.ts >> 32);
-    uint32_t prim_s = (uint32_t)(rs.peer[rs.primary].applied.ts >> 32);
-    if (cur_s + SBL_RS_MAX_SYNC_LAG_S < prim_s &&
-        sbl_optime_cmp(rs.peer[pick].applied, rs.peer[cur].applied) > 0)
-        return true;
-    if (rs.peer[pick].ping_avg_ms + SBL_RS_SYNC_PING_THRESHOLD_MS >= rs.peer[cur].ping_avg_ms)
+    int pick = choose_source_locked(), st = atomic_load(&rs.state);
+    if (pick == cur)
         return false;
-    int64_t now = sbl_now_ms();
-    for (int i = 0; i < SBL_RS_SYNC_CHANGES_PER_HOUR; i++)
-        if (ping_changes[i] == 0 || now - ping_changes[i] > 3600 * 1000) {
-            ping_changes[i] = now;
-            return true;
-        }
-    return false;
-}
-
-static int member_index_locked(const char *host)
-{
-    for (int i = 0; rs.config != NULL && i < rs.cfg.n; i++)
-        if (strcmp(rs.cfg.m[i].host, host) == 0)
-            return i;
-    return -1;
+    if (rs.config == NULL || rs.self < 0 || rs.sync_halted || !sbl_rs_syncing_state_locked(st) ||
+        st == SBL_RS_STARTUP2 || sbl_rs_requested_source_locked() >= 0)
+        return true;
+    /* A config received in a heartbeat starts our view of the members afresh:
+     * until cur answers a heartbeat we know nothing new of it (the fetcher's
+     * own errors end the sync if it is gone). */
+    bool unheard = rs.peer[cur].last_ok_ms == 0;
+    bool serves = unheard || (rs.peer[cur].up && (rs.peer[cur].state == SBL_RS_PRIMARY ||
+                                                  rs.peer[cur].state == SBL_RS_SECONDARY));
+    sbl_rs_candidate_t c[SBL_RS_MAX_MEMBERS];
+    candidates_locked(c);
+    const char *why = NULL;
+    if (!unheard && sbl_rs_source_cycle(&rs.cfg, c, rs.self, cur)) {
+        why = SBL_RS_SOURCE_CYCLE_REASON; /* left even with no other choice: it brings nothing */
+    } else if (pick < 0) { /* nothing else to choose: keep a source that still serves */
+        return !serves;
+    } else if (rs.primary < 0) { /* no primary known (a reconfig, an election): keep one ahead */
+        return !serves ||
+               (!unheard && sbl_optime_cmp(rs.peer[cur].applied, sbl_rs_my_applied()) <= 0);
+    } else if (unheard) {
+        return false;
+    } else {
+        sbl_rs_sync_params_t sp;
+        sbl_rs_sync_params(&sp);
+        why = sbl_rs_source_change_reason(&rs.cfg, c, rs.self, rs.primary, cur,
+                                          sbl_rs_my_applied(), &sp, &source_changes, sbl_now_ms());
+    }
+    if (why != NULL) {
+        bson_t attr = BSON_INITIALIZER;
+        BSON_APPEND_UTF8(&attr, "syncSource", rs.cfg.m[cur].host);
+        BSON_APPEND_UTF8(&attr, "reason", why);
+        sbl_log(SBL_LOG_INFO, "REPL", 21829, "Choosing a new sync source", &attr);
+        bson_destroy(&attr);
+    }
+    return why != NULL;
 }
 
 static bool still_syncing_from(const char *host)
@@ -608,6 +640,7 @@ static void report_position(mongoc_client_t *c)
     bson_append_array_end(&cmd, &arr);
     pthread_mutex_unlock(&rs.lock);
     mongoc_client_command_simple(c, "admin", &cmd, NULL, &reply, &error);
+    sbl_rs_count_update_position();
     pthread_mutex_lock(&rs.lock);
     sbl_rs_learn_commit_locked(&reply);
     pthread_mutex_unlock(&rs.lock);
@@ -731,6 +764,7 @@ static bool source_newer_term(mongoc_collection_t *oplog, sbl_optime_t last)
     bson_append_document_end(&opts, &sort);
     BSON_APPEND_INT64(&opts, "limit", 1);
     mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, &opts, NULL);
+    sbl_rs_count_reader();
     if (mongoc_cursor_next(cur, &doc)) {
         bson_iter_t it;
         uint32_t t = 0, i = 0;
@@ -747,27 +781,6 @@ static bool source_newer_term(mongoc_collection_t *oplog, sbl_optime_t last)
     return newer;
 }
 
-/* The documents of the tailing cursor's batches not yet read: the APM reply
- * of each find / getMore adds its batch (libmongoc reads a batch at a time
- * and says nothing of what it buffered), each document read takes one.  At
- * zero the next read may wait for the source (awaitData): the applier's open
- * group (repl_apply.c) commits before it. */
-static void count_batch(const mongoc_apm_command_succeeded_t *ev)
-{
-    int64_t *left = mongoc_apm_command_succeeded_get_context(ev);
-    const char *name = mongoc_apm_command_succeeded_get_command_name(ev);
-    const bson_t *reply = mongoc_apm_command_succeeded_get_reply(ev);
-    bson_iter_t it, arr;
-    const char *path = strcmp(name, "getMore") == 0 ? "cursor.nextBatch"
-                     : strcmp(name, "find") == 0 ? "cursor.firstBatch" : NULL;
-    if (path == NULL || !bson_iter_init(&it, reply) ||
-        !bson_iter_find_descendant(&it, path, &arr) || !BSON_ITER_HOLDS_ARRAY(&arr) ||
-        !bson_iter_recurse(&arr, &it))
-        return;
-    while (bson_iter_next(&it))
-        (*left)++;
-}
-
 /* Commit the applier's open group, if any, and tell the reporter. */
 static int end_group(reporter_t *reporter, sbl_err_t *err)
 {
@@ -778,6 +791,10 @@ static int end_group(reporter_t *reporter, sbl_err_t *err)
     return rc;
 }
 
+/* Entries applied without the queue running dry before the applier looks
+ * at its sync source (and its own state: shutdown, a step-up) again. */
+#define RELOOK_ENTRIES 1000
+
 static void sync_from(const char *host)
 {
     char uri[4096];
@@ -787,10 +804,6 @@ static void sync_from(const char *host)
     mongoc_client_t *c = mongoc_client_new(uri);
     if (c == NULL)
         return;
-    int64_t batch_left = 0;
-    mongoc_apm_callbacks_t *apm = mongoc_apm_callbacks_new();
-    mongoc_apm_set_command_succeeded_cb(apm, count_batch);
-    mongoc_client_set_apm_callbacks(c, apm, &batch_left);
     mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
     reporter_t *reporter = reporter_start(uri);
     /* Where we are: the newest entry the oplog holds, not the last ts handed
@@ -802,18 +815,11 @@ static void sync_from(const char *host)
     sbl_session_t *ls = sbl_session_get();
     if (ls != NULL)
         sbl_oplog_last_committed(ls, &last.ts, &last.t, &lerr);
-    bson_t filter = BSON_INITIALIZER, gte, opts = BSON_INITIALIZER;
-    if (last.ts != 0) {
-        BSON_APPEND_DOCUMENT_BEGIN(&filter, "ts", &gte);
-        bson_append_timestamp(&gte, "$gte", 4, SBL_TS_SECS(last.ts), SBL_TS_INC(last.ts));
-        bson_append_document_end(&filter, &gte);
-    }
-    BSON_APPEND_BOOL(&opts, "tailable", true);
-    BSON_APPEND_BOOL(&opts, "awaitData", true);
-    BSON_APPEND_INT64(&opts, "maxAwaitTimeMS", 500);
-    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(oplog, &filter, &opts, NULL);
-    const bson_t *doc;
-    bson_error_t error;
+    /* The fetcher tails the source on its own connection (c is the
+     * applier's: rollback, the newer-term check) while we apply. */
+    sbl_rs_fetcher_t *fetcher = sbl_rs_fetcher_start(uri, last.ts);
+    bson_t *doc = NULL; /* the entry being applied (ours to free) */
+    bool ended = fetcher == NULL;
     bool first = true;
     uint64_t applied_ts = last.ts; /* the newest entry we hold (committed) */
     pthread_mutex_lock(&rs.lock);
@@ -824,19 +830,36 @@ static void sync_from(const char *host)
     sbl_rs_apply_stream(still_in_term, &sync_term, poke_reporter, reporter);
     if (abort_txns != NULL)
         abort_txns(false); /* none may commit here now; their writes would block ours */
-    while (still_syncing_from(host)) {
-        int n = 0;
-        batch_left = 0; /* the source_newer_term find's batch is not ours */
+    int64_t batch_us = 0; /* when the entries being applied started coming (0: none) */
+    while (!ended && still_syncing_from(host)) {
+        int n = 0, looked = 0;
         for (;;) {
             sbl_err_t err;
             sbl_err_clear(&err);
-            if (batch_left <= 0 && end_group(reporter, &err) != 0) {
-                apply_failed(&err);
-                goto out;
+            if (doc != NULL)
+                bson_destroy(doc);
+            doc = NULL;
+            /* All fetched is applied (or a long stretch of it, while the
+             * fetcher keeps up with us): commit, look again. */
+            if (!sbl_rs_fetcher_queued(fetcher) || n - looked >= RELOOK_ENTRIES) {
+                looked = n;
+                if (end_group(reporter, &err) != 0) {
+                    apply_failed(&err);
+                    goto out;
+                }
+                if (batch_us != 0)
+                    sbl_rs_count_apply_us(sbl_now_us() - batch_us);
+                batch_us = 0;
+                if (n > 0 && !still_syncing_from(host))
+                    goto out;
             }
-            if (!mongoc_cursor_next(cur, &doc))
+            int got = sbl_rs_fetcher_next(fetcher, &doc);
+            if (got != SBL_FETCH_DOC) {
+                ended = got == SBL_FETCH_END;
                 break;
-            batch_left--;
+            }
+            if (batch_us == 0)
+                batch_us = sbl_now_us(); /* entries came: they are applied from now */
             bson_iter_t it;
             uint32_t t = 0, i = 0;
             if (bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
@@ -897,8 +920,7 @@ static void sync_from(const char *host)
                 reporter_poke(reporter);
             }
             applied_ts = o.ts;
-            if (++n % 100 == 0 && !still_syncing_from(host))
-                goto out;
+            n++;
         }
         if (n > 0) {
             sbl_err_t err;
@@ -927,24 +949,23 @@ static void sync_from(const char *host)
             }
             goto out;
         }
-        if (mongoc_cursor_error(cur, &error) || !mongoc_cursor_more(cur))
+        if (ended)
             break;
         if (!first)
             initial_sync_done(); /* the source had nothing more for now */
     }
 out:
+    if (doc != NULL)
+        bson_destroy(doc);
+    sbl_rs_fetcher_stop(fetcher);
     sbl_err_clear(&lerr);
     if (end_group(reporter, &lerr) != 0 || sbl_rs_apply_drain(&lerr) != 0)
         apply_failed(&lerr);
     sbl_rs_apply_stream(NULL, NULL, NULL, NULL);
     reporter_stop(reporter);
     report_position(c);
-    mongoc_cursor_destroy(cur);
     mongoc_collection_destroy(oplog);
     mongoc_client_destroy(c);
-    mongoc_apm_callbacks_destroy(apm);
-    bson_destroy(&filter);
-    bson_destroy(&opts);
     pthread_mutex_lock(&rs.lock);
     rs.sync_source[0] = '\0';
     pthread_mutex_unlock(&rs.lock);
@@ -953,12 +974,16 @@ out:
 static void *sync_main(void *arg)
 {
     (void)arg;
+    char last_host[256] = ""; /* the member tailed last ("" none yet) */
     pthread_mutex_lock(&rs.lock);
     while (!rs.stopping) {
         char host[256] = "";
         int src = choose_source_locked();
         if (src >= 0) {
             snprintf(host, sizeof(host), "%s", rs.cfg.m[src].host);
+            if (last_host[0] != '\0' && strcmp(last_host, host) != 0)
+                sbl_rs_source_changes_add(&source_changes, sbl_now_ms());
+            snprintf(last_host, sizeof(last_host), "%s", host);
             bool clone = atomic_load(&rs.state) == SBL_RS_STARTUP2;
             pthread_mutex_unlock(&rs.lock);
             if (clone && (sbl_oplog_last_ts() == 0 || sbl_rs_initial_sync_flagged()) &&

@@ -3,8 +3,9 @@
  * config validation, who may stand, vote granting (set, term, config, log
  * up to date, one vote per term, dry runs), the majority commit point
  * (current term only, never back), w:N counting (term first), priority
- * takeover freshness; arbiters, the write majority and the implicit
- * default write concern; tags and custom modes.
+ * takeover freshness; the sync source's choice and when to leave it;
+ * arbiters, the write majority and the implicit default write concern; tags
+ * and custom modes.
  */
 #include "check.h"
 #include "repl/repl_int.h"
@@ -266,6 +267,7 @@ static void test_sync_source(void)
     cfg.m[3].id = 3;
     cfg.chaining = true;
     sbl_rs_candidate_t c[4];
+    sbl_rs_sync_params_t sp = {.max_lag_s = 30, .threshold_ms = 5, .max_changes = 3};
     memset(c, 0, sizeof(c));
     for (int i = 1; i < 4; i++) {
         c[i].up = true;
@@ -274,36 +276,36 @@ static void test_sync_source(void)
         c[i].ping_ms = 10;
     }
     sbl_optime_t mine = ot(1, 990);
-    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);  /* ties: the primary */
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 1);  /* ties: the primary */
     c[1].ping_ms = 14;
-    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);  /* within 5 ms */
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 1);  /* within 5 ms */
     c[1].ping_ms = 100;
     c[3].ping_ms = 4;
-    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 3);  /* the nearest */
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 3);  /* the nearest */
     c[3].applied = ot(1, 980);
-    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 2);  /* not one behind us */
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 2);  /* not one behind us */
     c[3].applied = ot(1, 1000);
     cfg.m[3].hidden = true;
-    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 2);  /* hidden: second pass only */
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 2);  /* hidden: second pass only */
     cfg.m[3].hidden = false;
     cfg.m[3].delay_s = 60;
-    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 2);  /* delayed: likewise */
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 2);  /* delayed: likewise */
     cfg.m[3].delay_s = 0;
     c[1].applied = c[2].applied = ot(1, 1100);                  /* 3 lags 100 s: skipped */
-    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 2);
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 2);
     c[2].up = false;                                            /* down */
-    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 1);
     cfg.chaining = false;
     c[2].up = true;
-    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);  /* chainingAllowed: false */
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 1);  /* chainingAllowed: false */
     c[1].up = false;
-    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == -1);
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == -1);
     cfg.chaining = true;
     cfg.m[2].arbiter = true;
     c[1].up = true;
     c[1].ping_ms = 100;
     c[2].ping_ms = 1;
-    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);  /* arbiters hold no data */
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 1);  /* arbiters hold no data */
     /* a primary behind us in catch-up (nothing written in its term yet)
      * lacks our entries: not a source, with or without chaining; one level
      * with us may be.  A primary that has written in its term and only looks
@@ -312,17 +314,17 @@ static void test_sync_source(void)
     c[1].ping_ms = 1;
     c[1].applied = ot(1, 980);
     c[1].term = 1;
-    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 1);
     c[1].term = 2;
-    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 2);
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 2);
     c[2].applied = c[3].applied = ot(1, 980);
-    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == -1);
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == -1);
     cfg.chaining = false;
-    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == -1);
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == -1);
     c[1].applied = mine;
-    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 1);
     cfg.chaining = true;
-    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine) == 1);
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 1);
     /* chainingAllowed is read from the config and defaults to true */
     sbl_rs_config_t parsed;
     CHECK(parse_json("{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"}],"
@@ -333,6 +335,169 @@ static void test_sync_source(void)
     CHECK(parse_json("{\"_id\":\"rs0\",\"members\":[{\"_id\":0,\"host\":\"a:1\"}],"
                      "\"settings\":{\"chainingAllowed\":1}}", &parsed) ==
           SBL_E_InvalidReplicaSetConfig);
+}
+
+/* Leaving a sync source (mongod's shouldChangeSyncSource), with a fake
+ * clock: member 0 is us (hidden), 1 the primary, 2 a secondary tailing it. */
+static void test_source_change(void)
+{
+    sbl_rs_config_t cfg = three(1, false, 1);
+    cfg.m[0].priority = 0;
+    cfg.m[0].hidden = true;
+    cfg.chaining = true;
+    sbl_rs_sync_params_t sp = {.max_lag_s = 30, .threshold_ms = 5, .max_changes = 3};
+    sbl_rs_source_changes_t ch;
+    memset(&ch, 0, sizeof(ch));
+    sbl_rs_candidate_t c[3];
+    memset(c, 0, sizeof(c));
+    for (int i = 1; i < 3; i++) {
+        c[i].up = true;
+        c[i].state = i == 1 ? SBL_RS_PRIMARY : SBL_RS_SECONDARY;
+        c[i].applied = ot(1, 1000);
+        c[i].term = 1;
+        c[i].has_source = i == 2;
+        c[i].source = 1;
+    }
+    sbl_optime_t mine = ot(1, 990);
+    int64_t now = 10 * 1000;
+    /* tailing the secondary: the primary being as near again is no reason
+     * (the flapping: any fluctuation of the pings moved the member back) */
+    c[1].ping_ms = 1;
+    c[2].ping_ms = 4;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 1);
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, now) == NULL);
+    /* tailing the primary: a secondary 5 ms nearer is not enough, 6 ms is;
+     * a source within the threshold itself is never left for ping */
+    c[1].ping_ms = 12;
+    c[2].ping_ms = 7;
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 1, mine, &sp, &ch, now) == NULL);
+    c[2].ping_ms = 6;
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 1, mine, &sp, &ch, now) != NULL);
+    c[1].ping_ms = 5;
+    c[2].ping_ms = 0;
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 1, mine, &sp, &ch, now) == NULL);
+    c[1].ping_ms = 12;
+    sp.threshold_ms = 0; /* changeSyncSourceThresholdMillis: 0, never for ping */
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 1, mine, &sp, &ch, now) == NULL);
+    sp.threshold_ms = 5;
+    cfg.m[0].delay_s = 60; /* a delayed member keeps its source */
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 1, mine, &sp, &ch, now) == NULL);
+    cfg.m[0].delay_s = 0;
+    /* at most maxNumSyncSourceChangesPerHour changes an hour (every change
+     * counts); then no change for ping until the oldest is an hour old */
+    for (int k = 0; k < 3; k++) {
+        CHECK(!sbl_rs_source_changes_too_often(&ch, 3, now));
+        CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 1, mine, &sp, &ch, now) != NULL);
+        sbl_rs_source_changes_add(&ch, now);
+        now += 1000;
+    }
+    CHECK(sbl_rs_source_changes_too_often(&ch, 3, now));
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 1, mine, &sp, &ch, now) == NULL);
+    sp.max_changes = 4;
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 1, mine, &sp, &ch, now) != NULL);
+    sp.max_changes = 3;
+    now = 10 * 1000 + 3600 * 1000;
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 1, mine, &sp, &ch, now) != NULL);
+    for (int k = 0; k < 100; k++) /* only the newest are kept */
+        sbl_rs_source_changes_add(&ch, now + k);
+    CHECK(ch.n == SBL_RS_CHANGES_KEPT && ch.at[SBL_RS_CHANGES_KEPT - 1] == now + 99);
+    CHECK(sbl_rs_source_changes_too_often(&ch, SBL_RS_CHANGES_KEPT, now + 100));
+    /* the rules that are not rate-limited: the source lags more than
+     * maxSyncSourceLagSecs behind another member; it gets nothing (not the
+     * primary, no source of its own, not ahead of us); it is down or not
+     * PRIMARY/SECONDARY; chaining is off and it is not the primary */
+    memset(&ch, 0, sizeof(ch));
+    c[1].ping_ms = c[2].ping_ms = 1;
+    mine = ot(1, 950);
+    c[2].applied = ot(1, 970); /* 30 s behind the primary: still a source */
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, now) == NULL);
+    c[2].applied = ot(1, 969);
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, now) != NULL);
+    c[2].applied = ot(1, 990);
+    c[2].has_source = false;
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, now) == NULL);
+    c[1].applied = ot(1, 960);
+    c[2].applied = mine;
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, now) != NULL);
+    c[2].has_source = true;
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, now) == NULL);
+    c[2].state = SBL_RS_RECOVERING;
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, now) != NULL);
+    c[2].state = SBL_RS_SECONDARY;
+    c[2].up = false;
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, now) != NULL);
+    c[2].up = true;
+    cfg.chaining = false;
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, now) != NULL);
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 1, mine, &sp, &ch, now) == NULL);
+    c[1].ping_ms = 200; /* however far the primary */
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 1, mine, &sp, &ch, now) == NULL);
+}
+
+/* Cycles of sync sources (issue 24): right after a step-down, member 0 is
+ * us (the old primary, now a secondary), 1 the new primary of term 2 in
+ * catch-up, 2 the old secondary that still tails us; all three level.  Were
+ * 0 to take 2 (nearer, level, with a source of its own), each would keep the
+ * other and the new primary's writes would reach no majority. */
+static void test_source_cycle(void)
+{
+    sbl_rs_config_t cfg = three(1, false, 1);
+    cfg.chaining = true;
+    sbl_rs_sync_params_t sp = {.max_lag_s = 30, .threshold_ms = 5, .max_changes = 3};
+    sbl_rs_source_changes_t ch;
+    memset(&ch, 0, sizeof(ch));
+    sbl_rs_candidate_t c[4];
+    memset(c, 0, sizeof(c));
+    for (int i = 1; i < 3; i++) {
+        c[i].up = true;
+        c[i].state = i == 1 ? SBL_RS_PRIMARY : SBL_RS_SECONDARY;
+        c[i].applied = ot(1, 1000);
+        c[i].term = 2;
+    }
+    sbl_optime_t mine = ot(1, 1000);
+    c[1].ping_ms = 30;
+    c[2].ping_ms = 2;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 2); /* 2 tails no one yet */
+    c[2].has_source = true;
+    c[2].source = 0;
+    CHECK(sbl_rs_source_cycle(&cfg, c, 0, 2));
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 1);
+    const char *why = sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, 0);
+    CHECK(why != NULL && strcmp(why, SBL_RS_SOURCE_CYCLE_REASON) == 0);
+    /* nor as the only member that could serve: it brings nothing */
+    c[1].up = false;
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == -1);
+    c[1].up = true;
+    /* 2 tails the new primary: chaining through it is fine, and kept */
+    c[2].source = 1;
+    CHECK(!sbl_rs_source_cycle(&cfg, c, 0, 2));
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 2);
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, 0) == NULL);
+    /* a source named by host but not in our config (a newer config): not a
+     * cycle, and it has a source (not "gets nothing new") */
+    c[2].source = -1;
+    CHECK(!sbl_rs_source_cycle(&cfg, c, 0, 2));
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, 0) == NULL);
+    /* through another member: 2 tails 3, which tails us */
+    cfg.n = 4;
+    cfg.m[3] = cfg.m[2];
+    cfg.m[3].id = 3;
+    c[3] = c[2];
+    c[2].source = 3;
+    c[3].source = 0;
+    c[3].ping_ms = 3;
+    CHECK(sbl_rs_source_cycle(&cfg, c, 0, 2) && sbl_rs_source_cycle(&cfg, c, 0, 3));
+    CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 1);
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, 0) != NULL);
+    /* a cycle of others (2 and 3 tail each other) is not ours: the walk
+     * ends, and neither tails us */
+    c[3].source = 2;
+    CHECK(!sbl_rs_source_cycle(&cfg, c, 0, 2) && !sbl_rs_source_cycle(&cfg, c, 0, 3));
+    /* a candidate without has_source is read as tailing no one, whatever
+     * its source field holds (zeroed structs elsewhere: member 0) */
+    c[2].has_source = false;
+    c[2].source = 0;
+    CHECK(!sbl_rs_source_cycle(&cfg, c, 0, 2));
 }
 
 /* Catch-up takeover: member 0 is us, ahead; 1 the primary of term 3, in
@@ -410,6 +575,8 @@ int main(void)
 {
     test_priority_takeover_fresh();
     test_sync_source();
+    test_source_change();
+    test_source_cycle();
     test_catchup_takeover();
     test_config();
     test_arbiters();

@@ -2,15 +2,18 @@
 Sync source choice by ping (issue 24), as mongod's: a secondary tails the
 nearest eligible member by heartbeat ping (the primary unless another is
 clearly nearer), skips hidden members while another will do, tails only the
-primary without settings.chainingAllowed, and moves when a nearer member
-appears or its choice stops being valid; replSetGetStatus says which
-(syncSourceHost, syncSourceId).  A member is made "far" with Sable's
+primary without settings.chainingAllowed, and moves when its source is far
+(ping over changeSyncSourceThresholdMillis) while another is nearer by more
+than that, at most maxNumSyncSourceChangesPerHour times an hour, or when its
+choice stops being valid; replSetGetStatus says which (syncSourceHost,
+syncSourceId).  A member is made "far" with Sable's
 sableDelayHeartbeatPing fail point, which adds to the pings one member
 measures to another.
 """
 import time
 
 import pytest
+from pymongo.errors import AutoReconnect, OperationFailure
 from pymongo.write_concern import WriteConcern
 
 from sabled import set_members
@@ -20,7 +23,10 @@ from test_replset_members import host, initiate, primary_and_others
 
 @pytest.fixture
 def three():
-    with set_members(3) as members:
+    """Three members that take a member for far only by the fail point's
+    200 ms: a loaded host's pings vary by more than the default 5 ms, and
+    under mongod's rules a member stays with whatever source it took first."""
+    with set_members(3, ["--setParameter", "changeSyncSourceThresholdMillis=50"]) as members:
         yield members
 
 
@@ -78,8 +84,12 @@ def test_nearest_member_and_back(three):
             .insert_one({"_id": 1})
     with direct(s2) as c:
         assert c.admin.command("replSetGetStatus")["syncSourceHost"] == host(p)
-    # the primary is near again: back to it
+    # the primary is near again: s2 serves well, s1 stays (mongod leaves a
+    # source only when it is far, lags or gets nothing new)
     make_far(s1, None)
+    stays(s1, host(s2))
+    # s2 is far now: back to the primary
+    make_far(s1, s2)
     wait_for(lambda: source_of(s1)[0] == host(p), timeout=30)
     with direct(p) as c:
         c.t.get_collection("c", write_concern=WriteConcern(w=3, wtimeout=30000)) \
@@ -95,9 +105,12 @@ def test_hidden_and_chaining_not_allowed(three):
         def change(cfg):
             cfg["members"][i2].update(hidden=on, priority=0 if on else 1)
         return change
+    make_far(s1, s2)  # start from the primary
+    wait_for(lambda: source_of(s1)[0] == host(p), timeout=30)
     reconfig(p, hide(True), three)
     make_far(s1, p)
     stays(s1, host(p))  # a hidden member only when no other will do
+    make_far(s1, None)
     reconfig(p, hide(False), three)
 
     def chaining(on):
@@ -105,6 +118,7 @@ def test_hidden_and_chaining_not_allowed(three):
             cfg["settings"]["chainingAllowed"] = on
         return change
     reconfig(p, chaining(False), three)
+    make_far(s1, p)
     stays(s1, host(p))  # no chaining: the primary however far
     with direct(p) as c:
         assert c.admin.command("replSetGetConfig")["config"]["settings"]["chainingAllowed"] \
@@ -112,3 +126,75 @@ def test_hidden_and_chaining_not_allowed(three):
     reconfig(p, chaining(True), three)
     # a nearer member appeared for s1: it moves
     wait_for(lambda: source_of(s1)[0] == host(s2), timeout=30)
+
+
+def test_changes_per_hour(three):
+    """Pings that keep changing move a member at most
+    maxNumSyncSourceChangesPerHour (3) times an hour, every change counted
+    (to a secondary and back to the primary alike); the parameters are
+    mongod's, with its defaults and bounds."""
+    initiate(three)
+    p, (s1, s2) = primary_and_others(three)
+    with direct(s1) as c:
+        got = c.admin.command("getParameter", 1, maxNumSyncSourceChangesPerHour=1,
+                              changeSyncSourceThresholdMillis=1, maxSyncSourceLagSecs=1)
+        assert (got["maxNumSyncSourceChangesPerHour"], got["changeSyncSourceThresholdMillis"],
+                got["maxSyncSourceLagSecs"]) == (3, 50, 30)  # 50: --setParameter
+        for name, bad in (("maxNumSyncSourceChangesPerHour", 0),
+                          ("changeSyncSourceThresholdMillis", -1)):
+            with pytest.raises(OperationFailure) as e:
+                c.admin.command("setParameter", 1, **{name: bad})
+            assert e.value.code == 2  # BadValue
+        with pytest.raises(OperationFailure) as e:  # start-up only
+            c.admin.command("setParameter", 1, maxSyncSourceLagSecs=10)
+        assert e.value.code == 20  # IllegalOperation
+    wait_for(lambda: source_of(s1)[0] == host(p), timeout=30)
+    for far, want in ((p, s2), (s2, p), (p, s2)):  # three changes
+        make_far(s1, far)
+        wait_for(lambda: source_of(s1)[0] == host(want), timeout=30)
+    make_far(s1, s2)  # a fourth would be one too many this hour
+    stays(s1, host(s2), secs=4)
+    with direct(s1) as c:
+        assert c.admin.command("setParameter", 1, maxNumSyncSourceChangesPerHour=4)["was"] == 3
+    wait_for(lambda: source_of(s1)[0] == host(p), timeout=30)
+    with direct(s1) as c:  # threshold 0: ping never moves it
+        assert c.admin.command("setParameter", 1, maxNumSyncSourceChangesPerHour=99)["was"] == 4
+        assert c.admin.command("setParameter", 1, changeSyncSourceThresholdMillis=0)["was"] == 50
+    make_far(s1, p)
+    stays(s1, host(p))
+
+
+def test_no_cycle_after_step_down(three):
+    """Right after a step-down the old primary p and the secondary s2 that
+    tails it are level.  p must not take s2 (nearer by ping than the new
+    primary s1, level, with a source of its own) while s2 tails p: the two
+    would tail each other, nothing written on s1 would reach either, and
+    s1's w:"majority" writes would wait until maxSyncSourceLagSecs (the
+    failure of test_stepdown_write.py under load).  p takes s1; s2 chains
+    through p; s1's majority writes go through."""
+    initiate(three, extra={2: {"priority": 0}})  # s1 is the one elected
+    p, others = primary_and_others(three)
+    s2 = three[2]
+    s1 = next(m for m in others if m is not s2)
+    wait_for(lambda: source_of(s2)[0] == host(p), timeout=30)
+    make_far(p, s1)   # for p, s2 is by far the nearest
+    make_far(s2, s1)  # s2 keeps p, the nearest
+    time.sleep(2)     # the ping averages settle (heartbeats every 500 ms)
+    with direct(p) as c:
+        try:
+            c.admin.command("replSetStepDown", 60, secondaryCatchUpPeriodSecs=10)
+        except AutoReconnect:
+            pass  # the member may close client connections as it steps down
+    wait_for(lambda: primary_and_others(three)[0] is s1, timeout=30)
+    wait_for(lambda: source_of(p)[0] != "", timeout=30)
+    end = time.time() + 4
+    while time.time() < end:  # no two members tail each other
+        sources = {m.port: source_of(m)[0] for m in three}
+        assert not (sources[p.port] == host(s2) and sources[s2.port] == host(p)), sources
+        time.sleep(0.25)
+    assert source_of(p)[0] == host(s1)
+    with direct(s1) as c:
+        c.t.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=10000)) \
+            .insert_one({"_id": "after-step-down"})
+    with direct(p) as c:
+        wait_for(lambda: c.t.c.find_one({"_id": "after-step-down"}) is not None, timeout=10)

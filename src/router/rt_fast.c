@@ -50,7 +50,7 @@
 
 #define FAST_CMD_MAX 4096       /* larger commands: the worker path (a send never blocks) */
 #define FAST_TIMEOUT_MS 60000   /* as the pooled connections' read timeout (rt_remote.c) */
-#define FAST_INLINE 16384       /* the find is built, and a reply up to this size read, here */
+#define FAST_INLINE 16384       /* the command is built, and a reply up to this size read, here */
 #define LOOP_IDLE 256           /* idle connections a loop keeps per shard */
 
 /* A loop's connection to a shard's primary, and the command it carries. */
@@ -62,7 +62,7 @@ typedef struct fast_conn {
     uint64_t gen;               /* rt_shard_gen before it was borrowed */
     char host[RT_HOST_MAX];
     struct fast_conn *next;     /* the loop's idle list, or its queue */
-    bool queued;                /* the find is built in buf, not sent yet */
+    bool queued;                /* the command is built in buf, not sent yet */
     size_t out;                 /* its length */
     /* the command (client NULL: idle) */
     sbl_conn_t *client;

@@ -10,7 +10,7 @@
  * writes and transactions; rt_stream.c: change streams; rt_merge.c:
  * mergeChunks, mergeAllChunksOnShard, clearJumboFlag; rt_cmds.c: the
  * command table; rt_fast.c: a one-shard find answered on the client's
- * network loop.
+ * network loop; rt_fastw.c: one-shard writes the same way.
  *
  * A routing table (rt_coll_t) is immutable once built and reference
  * counted: a refresh builds a new one and swaps it in, so a request keeps a
@@ -148,6 +148,9 @@ uint64_t rt_cluster_time(void);
  * client may advanceClusterTime; once accepted, it advances the router's
  * cluster time (rt_cluster_time) with its signature. */
 int rt_check_cluster_time(const bson_t *cmd, bool may_advance, sbl_err_t *err);
+/* The same on a loop thread: a signing key not cached is not read again
+ * (KeyNotFound, for the worker path to check again with the keys read). */
+int rt_check_cluster_time_cached(const bson_t *cmd, bool may_advance, sbl_err_t *err);
 /* The configdb set name and hosts. */
 const char *rt_configdb(void);
 /* Commands sent to shard i since start and the total time their replies took. */
@@ -422,6 +425,12 @@ void rt_auth_init(void);
 /* 0 when the connection's client may run the command, else Unauthorized. */
 int rt_auth_check(struct sbl_conn *conn, const char *name, const char *db, const bson_t *cmd,
                   sbl_err_t *err);
+/* The same on a loop thread, which must not wait for the config servers:
+ * -1 when it cannot tell without them (no user authenticated, or privileges
+ * not resolved since the last user or role change or for 30 s); the worker
+ * path then checks (and answers) the command. */
+int rt_auth_check_loop(struct sbl_conn *conn, const char *name, const char *db,
+                       const bson_t *cmd, sbl_err_t *err);
 /* saslStart, saslContinue, logout, connectionStatus and the user and role
  * commands (passed to the config servers) are answered by rt_auth_run. */
 bool rt_auth_handles(const char *name);
@@ -530,6 +539,17 @@ bool rt_move_again(int *tries);
 int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_update(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
 int rt_delete(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);
+/* The shard that every statement of update or delete cmd targets by c
+ * (c's primary for an unsharded collection: -1, the config servers, for
+ * config's), when none may change a document's shard key: then the command
+ * goes to it whole; -2 or -3 when it goes statement by statement. */
+int rt_write_one_shard(const rt_coll_t *c, const bson_t *cmd, bool is_update);
+/* The client's reply to insert cmd on a sharded collection whose documents
+ * all went to one shard in one batch, from that shard's reply r (neither
+ * stale nor a not-primary refusal), as rt_insert builds it: n, writeErrors,
+ * writeConcernError; a batch refused as a whole is each document's error
+ * (ordered: the first's).  reply is the caller's (initialised). */
+void rt_insert_one_reply(const bson_t *cmd, const bson_t *r, bson_t *reply);
 /* The helpers rt_fam.c shares with update.  "db.<cmd[verb]>" into ns (NULL
  * when cmd[verb] is not a string). */
 const char *rt_write_ns(const char *db, const bson_t *cmd, const char *verb, char *ns, size_t n);
@@ -561,9 +581,30 @@ void rt_answer(struct sbl_conn *conn, struct sbl_request *req, const char *name,
  * (it answers it, or hands it to the worker pool when anything but the
  * common case comes up), false when the worker pool should run it. */
 bool rt_fast_find(struct sbl_conn *conn, struct sbl_request *req);
-/* Finds answered on the loops since start, and those sent from a loop but
- * handed to the worker pool after all (serverStatus's network section). */
-void rt_fast_counts(int64_t *answered, int64_t *to_workers);
+/* The same for an insert, update or delete whose documents or statements
+ * all go to one shard (rt_fastw.c). */
+bool rt_fast_write(struct sbl_conn *conn, struct sbl_request *req);
+/* Whether command name (cmd, on db) may be run from the loop: small, no
+ * transaction, retryable write or readConcern fields, and the dispatcher's
+ * checks passed without waiting (authorization with the privileges as
+ * resolved, $clusterTime with the keys as cached, the lsid); false: the
+ * worker path runs it (and answers any error). */
+bool rt_fast_admit(struct sbl_conn *conn, const char *name, const char *db, const bson_t *cmd);
+/* How the shard's reply becomes the client's: a find's cursor (RT_FAST_FIND),
+ * passed through (RT_FAST_WRITE: update, delete, an unsharded insert), or
+ * rt_insert_one_reply (RT_FAST_INSERT_SPLIT: a sharded collection's). */
+typedef enum { RT_FAST_FIND, RT_FAST_WRITE, RT_FAST_INSERT_SPLIT } rt_fast_kind_t;
+/* Send fwd (the command for shard s, with its version; the caller's) from
+ * conn's loop and answer req when the reply is in: true when it took req
+ * (name, static, names it for the counters; t0 when it came), false when no
+ * connection of the loop or the shard's pool is ready (nothing sent). */
+bool rt_fast_send(struct sbl_conn *conn, struct sbl_request *req, const char *name,
+                  rt_fast_kind_t kind, int64_t t0, const char *db, int s, const bson_t *fwd);
+/* Finds and writes answered on the loops since start, and those sent from a
+ * loop but handed to the worker pool after all (serverStatus's network
+ * section). */
+void rt_fast_counts(int64_t *reads, int64_t *reads_to_workers, int64_t *writes,
+                    int64_t *writes_to_workers);
 
 /* ---- rt_fam.c ---- */
 int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);

@@ -12,7 +12,9 @@
  * authenticated (Unauthorized, 13), except createUser through the
  * localhost exception while no user exists; a client's privileges are
  * resolved again after any user or role change made through this router,
- * and at least every 30 s (changes made through other routers).
+ * and at least every 30 s (changes made through other routers).  A loop
+ * thread (rt_fast.c) checks a command only with privileges resolved and
+ * current (rt_auth_check_loop): it never reads the config servers.
  */
 #include "router/router_int.h"
 
@@ -285,26 +287,18 @@ static bool has_users(void)
     return any;
 }
 
-int rt_auth_check(sbl_conn_t *conn, const char *name, const char *db, const bson_t *cmd,
-                  sbl_err_t *err)
+/* Whether c's privileges may be used as they are: read since the last user
+ * or role change through this router (g) and less than RESOLVE_EVERY_S ago. */
+static bool resolved_now(const rt_client_t *c, uint64_t g, time_t now)
 {
-    if (!sbl_auth_enabled() || no_auth_needed(name))
-        return 0;
-    rt_client_t *c = client_of(conn);
-    if (c->user == NULL) {
-        if (strcmp(name, "createUser") == 0 && sbl_conn_is_loopback(conn) && !has_users())
-            return 0; /* the localhost exception: the first user */
-        return sbl_err_set(err, SBL_E_Unauthorized, "Command %s requires authentication", name);
-    }
-    uint64_t g = atomic_load(&generation);
-    time_t now = time(NULL);
-    if (c->authz == NULL || c->gen != g || now - c->resolved >= RESOLVE_EVERY_S) {
-        sbl_authz_free(c->authz);
-        c->authz = NULL;
-        SBL_RET(sbl_authz_resolve(NULL, c->db, c->user, &c->authz, err));
-        c->gen = g;
-        c->resolved = now;
-    }
+    return c->authz != NULL && c->gen == g && now - c->resolved < RESOLVE_EVERY_S;
+}
+
+/* Whether c's resolved privileges allow command name on db (cmd names the
+ * collection); 0 or Unauthorized. */
+static int check_actions(rt_client_t *c, const char *name, const char *db, const bson_t *cmd,
+                         sbl_err_t *err)
+{
     bool cluster = false;
     const char *const *acts = actions_of(name, &cluster);
     if (acts == NULL) /* listDatabases, isdbgrid ...: any authenticated user */
@@ -372,6 +366,40 @@ int rt_auth_check(sbl_conn_t *conn, const char *name, const char *db, const bson
         return sbl_err_set(err, SBL_E_Unauthorized,
                            "not authorized on %s to execute command { aggregate: ... }", tdb);
     return 0;
+}
+
+int rt_auth_check(sbl_conn_t *conn, const char *name, const char *db, const bson_t *cmd,
+                  sbl_err_t *err)
+{
+    if (!sbl_auth_enabled() || no_auth_needed(name))
+        return 0;
+    rt_client_t *c = client_of(conn);
+    if (c->user == NULL) {
+        if (strcmp(name, "createUser") == 0 && sbl_conn_is_loopback(conn) && !has_users())
+            return 0; /* the localhost exception: the first user */
+        return sbl_err_set(err, SBL_E_Unauthorized, "Command %s requires authentication", name);
+    }
+    uint64_t g = atomic_load(&generation);
+    time_t now = time(NULL);
+    if (!resolved_now(c, g, now)) {
+        sbl_authz_free(c->authz);
+        c->authz = NULL;
+        SBL_RET(sbl_authz_resolve(NULL, c->db, c->user, &c->authz, err));
+        c->gen = g;
+        c->resolved = now;
+    }
+    return check_actions(c, name, db, cmd, err);
+}
+
+int rt_auth_check_loop(sbl_conn_t *conn, const char *name, const char *db, const bson_t *cmd,
+                       sbl_err_t *err)
+{
+    if (!sbl_auth_enabled() || no_auth_needed(name))
+        return 0;
+    rt_client_t *c = sbl_conn_data(conn);
+    if (c == NULL || c->user == NULL || !resolved_now(c, atomic_load(&generation), time(NULL)))
+        return -1;
+    return check_actions(c, name, db, cmd, err);
 }
 
 bool rt_auth_may_advance_cluster_time(sbl_conn_t *conn, const char *name)

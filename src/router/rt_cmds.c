@@ -1,8 +1,8 @@
 /*
  * rt_cmds.c: the router's command table and dispatcher.  hello and the
- * other quick answers run on the connection's loop, and so does a find
- * that goes to one shard (rt_fast.c: it waits for the shard without
- * blocking the loop); everything else that talks to a shard or the config
+ * other quick answers run on the connection's loop, and so do a find
+ * and a write that go to one shard (rt_fast.c, rt_fastw.c: they wait for
+ * the shard without blocking the loop); everything else that talks to a shard or the config
  * servers runs on libuv's worker pool (those calls block), and the reply
  * is handed back with sbl_conn_reply.
  * Handlers return 0 with their reply fields (ok: 1 is added when they
@@ -542,12 +542,14 @@ static int cmd_server_status(const char *db, const bson_t *cmd, bson_t *reply, s
     BSON_APPEND_INT64(&d, "bytesIn", ns.bytes_in);
     BSON_APPEND_INT64(&d, "bytesOut", ns.bytes_out);
     BSON_APPEND_INT64(&d, "numRequests", ns.num_requests);
-    /* Sable's: finds answered on the loops, and those handed to the
-     * workers after all (rt_fast.c) */
-    int64_t loop_reads, to_workers;
-    rt_fast_counts(&loop_reads, &to_workers);
+    /* Sable's: finds and writes answered on the loops, and those handed
+     * to the workers after all (rt_fast.c) */
+    int64_t loop_reads, reads_to_workers, loop_writes, writes_to_workers;
+    rt_fast_counts(&loop_reads, &reads_to_workers, &loop_writes, &writes_to_workers);
     BSON_APPEND_INT64(&d, "loopReads", loop_reads);
-    BSON_APPEND_INT64(&d, "loopReadsToWorkers", to_workers);
+    BSON_APPEND_INT64(&d, "loopReadsToWorkers", reads_to_workers);
+    BSON_APPEND_INT64(&d, "loopWrites", loop_writes);
+    BSON_APPEND_INT64(&d, "loopWritesToWorkers", writes_to_workers);
     bson_append_document_end(reply, &d);
     sbl_opcounters_t oc;
     sbl_metrics_get_opcounters(&oc);
@@ -812,6 +814,9 @@ void sbl_router_dispatch(sbl_conn_t *conn, sbl_request_t *req)
         return;
     }
     if (def != NULL && def->fn == rt_find && rt_fast_find(conn, req))
+        return;
+    if (def != NULL && (def->fn == rt_insert || def->fn == rt_update || def->fn == rt_delete) &&
+        rt_fast_write(conn, req))
         return;
     queue_work(conn, req, def);
 }

@@ -1,7 +1,8 @@
 /*
  * rt_fast.c: a find that goes to one shard, answered on the client
- * connection's loop thread.  Every other routed command runs on libuv's
- * worker pool and blocks there while the shard answers; for 100 clients
+ * connection's loop thread, and the connections that carry it and the
+ * one-shard writes of rt_fastw.c.  Every other routed command runs on
+ * libuv's worker pool and blocks there while the shard answers; for 100 clients
  * reading single documents that hand-off (a worker woken per request, a
  * thread blocked in recv per request, the reply handed back to the loop)
  * and the pool's lock were most of the router's cost.  Here the loop sends
@@ -13,13 +14,16 @@
  * authenticated by the workers) and keeps them, non-blocking and in its
  * epoll set, for its next reads (up to LOOP_IDLE per shard).
  *
- * Only the common case is taken: no authorization, no transaction or
- * retryable write fields, no readConcern, a cached routing table that
+ * Only the common case is taken: with authorization on, a client whose
+ * privileges are resolved and current (rt_auth_check_loop); no transaction
+ * or retryable write fields, no readConcern, a cached routing table that
  * names one shard, a connection to its known primary.  Anything else goes
  * to the worker pool before a byte is sent (rt_dispatch_worker), and so
- * does a find whose shard answers StaleConfig/StaleDbVersion or refuses it
- * as not primary, or whose connection fails: find changes nothing, so the
- * worker path runs it again from the start with its refresh and retries.
+ * does a command whose shard answers StaleConfig/StaleDbVersion or refuses
+ * it as not primary (it did not run there): the worker path runs it again
+ * from the start with its refresh and retries.  A find whose connection
+ * fails goes there too (find changes nothing); a write's does not (it may
+ * have run): the client gets HostUnreachable, as from the worker path.
  *
  * What must stay true: a connection carries one request at a time, and is
  * dropped after any I/O error, after an answer that says its member is no
@@ -46,10 +50,10 @@
 
 #define FAST_CMD_MAX 4096       /* larger commands: the worker path (a send never blocks) */
 #define FAST_TIMEOUT_MS 60000   /* as the pooled connections' read timeout (rt_remote.c) */
-#define FAST_INLINE 16384       /* the find is built, and a reply up to this size read, here */
+#define FAST_INLINE 16384       /* the command is built, and a reply up to this size read, here */
 #define LOOP_IDLE 256           /* idle connections a loop keeps per shard */
 
-/* A loop's connection to a shard's primary, and the find it carries. */
+/* A loop's connection to a shard's primary, and the command it carries. */
 typedef struct fast_conn {
     uv_poll_t poll;             /* readable, for as long as it is open */
     uv_timer_t timer;           /* the reply's deadline */
@@ -58,11 +62,13 @@ typedef struct fast_conn {
     uint64_t gen;               /* rt_shard_gen before it was borrowed */
     char host[RT_HOST_MAX];
     struct fast_conn *next;     /* the loop's idle list, or its queue */
-    bool queued;                /* the find is built in buf, not sent yet */
+    bool queued;                /* the command is built in buf, not sent yet */
     size_t out;                 /* its length */
-    /* the find (client NULL: idle) */
+    /* the command (client NULL: idle) */
     sbl_conn_t *client;
     sbl_request_t *req;
+    const char *name;           /* "find", "insert", "update", "delete" (static) */
+    rt_fast_kind_t kind;
     int32_t rid;
     int64_t t0;                 /* when the command came (opLatencies) */
     int64_t sent;               /* when it went to the shard (the shard's traffic) */
@@ -83,12 +89,16 @@ typedef struct fast_loop {
 } fast_loop_t;
 
 static __thread fast_loop_t *tl;
-static int64_t n_answered, n_to_workers; /* relaxed atomics */
+/* [0] finds, [1] writes; relaxed atomics */
+static int64_t n_answered[2], n_to_workers[2];
 
-void rt_fast_counts(int64_t *answered, int64_t *to_workers)
+void rt_fast_counts(int64_t *reads, int64_t *reads_to_workers, int64_t *writes,
+                    int64_t *writes_to_workers)
 {
-    *answered = __atomic_load_n(&n_answered, __ATOMIC_RELAXED);
-    *to_workers = __atomic_load_n(&n_to_workers, __ATOMIC_RELAXED);
+    *reads = __atomic_load_n(&n_answered[0], __ATOMIC_RELAXED);
+    *reads_to_workers = __atomic_load_n(&n_to_workers[0], __ATOMIC_RELAXED);
+    *writes = __atomic_load_n(&n_answered[1], __ATOMIC_RELAXED);
+    *writes_to_workers = __atomic_load_n(&n_to_workers[1], __ATOMIC_RELAXED);
 }
 
 static int64_t mono_us(void)
@@ -98,21 +108,37 @@ static int64_t mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* Whether cmd is a plain read: none of the fields that make it part of a
- * session's transaction or retryable write, or a snapshot read, and no
- * negative skip or batchSize (which rt_find refuses itself). */
-static bool plain_find(const bson_t *cmd)
+bool rt_fast_admit(sbl_conn_t *conn, const char *name, const char *db, const bson_t *cmd)
 {
     static const char *const not_here[] = {"txnNumber", "autocommit", "startTransaction",
                                            "readConcern", NULL};
     bson_iter_t it;
-    if (cmd->len > FAST_CMD_MAX || !bson_iter_init(&it, cmd))
+    sbl_err_t err = {0};
+    if (cmd->len > FAST_CMD_MAX || strlen(db) >= sizeof(((fast_conn_t *)0)->db) ||
+        !bson_iter_init(&it, cmd))
+        return false;
+    while (bson_iter_next(&it))
+        for (int i = 0; not_here[i]; i++)
+            if (strcmp(bson_iter_key(&it), not_here[i]) == 0)
+                return false;
+    /* the dispatcher's checks, in its order; an error is the worker path's to answer */
+    if (rt_auth_check_loop(conn, name, db, cmd, &err) != 0 ||
+        rt_check_cluster_time_cached(cmd, rt_auth_may_advance_cluster_time(conn, name),
+                                     &err) != 0)
+        return false;
+    int rc = rt_sess_begin(name, cmd, &err); /* checks the lsid */
+    rt_sess_end();
+    return rc == 0;
+}
+
+/* Whether find cmd has no negative skip or batchSize (rt_find refuses them). */
+static bool plain_find(const bson_t *cmd)
+{
+    bson_iter_t it;
+    if (!bson_iter_init(&it, cmd))
         return false;
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
-        for (int i = 0; not_here[i]; i++)
-            if (strcmp(k, not_here[i]) == 0)
-                return false;
         if ((strcmp(k, "skip") == 0 || strcmp(k, "batchSize") == 0) &&
             BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_int64(&it) < 0)
             return false;
@@ -224,7 +250,7 @@ static fast_conn_t *conn_take(uv_loop_t *loop, int shard)
     return fc;
 }
 
-/* fc's find is over: keep it for the next (or drop it, keep false). */
+/* fc's command is over: keep it for the next (or drop it, keep false). */
 static void conn_done(fast_conn_t *fc, bool keep)
 {
     uv_timer_stop(&fc->timer);
@@ -245,16 +271,38 @@ static void conn_done(fast_conn_t *fc, bool keep)
 }
 
 /* Not the common case after all: fc is dropped (lost: the primary is
- * looked up again) and the worker path runs the find again. */
+ * looked up again) and the worker path runs the command again (it did
+ * not run on the shard). */
 static void to_worker(fast_conn_t *fc, bool lost)
 {
     sbl_conn_t *client = fc->client;
     sbl_request_t *req = fc->req;
     if (lost)
         rt_shard_forget(fc->shard);
-    __atomic_add_fetch(&n_to_workers, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&n_to_workers[fc->kind != RT_FAST_FIND], 1, __ATOMIC_RELAXED);
     conn_done(fc, false);
     rt_dispatch_worker(client, req);
+}
+
+/* fc's connection failed, or its reply was no reply, after the command
+ * went out: a find runs again on a worker; a write may have run, so the
+ * client gets the worker path's answer, HostUnreachable (no retry: it has
+ * no txnNumber for the shard to know it by). */
+static void lost(fast_conn_t *fc)
+{
+    if (fc->kind == RT_FAST_FIND) {
+        to_worker(fc, true);
+        return;
+    }
+    sbl_err_t err = {0};
+    bson_t reply = BSON_INITIALIZER;
+    rt_shard_forget(fc->shard);
+    sbl_err_set(&err, SBL_E_HostUnreachable, "shard %s: connection lost",
+                rt_shard_id(fc->shard));
+    __atomic_add_fetch(&n_answered[1], 1, __ATOMIC_RELAXED);
+    rt_answer(fc->client, fc->req, fc->name, fc->t0, err.code, &err, &reply);
+    bson_destroy(&reply);
+    conn_done(fc, false);
 }
 
 /* The shard's whole reply is in fc->buf. */
@@ -263,7 +311,7 @@ static void on_reply(fast_conn_t *fc)
     bson_t r, reply = BSON_INITIALIZER;
     sbl_err_t err = {0};
     if (!rt_msg_body(fc->buf + 16, fc->need - 16, &r)) {
-        to_worker(fc, true);
+        lost(fc);
         return;
     }
     bool keep = rt_conn_answered(fc->shard, fc->host, fc->sent, &r);
@@ -274,7 +322,10 @@ static void on_reply(fast_conn_t *fc)
         return;
     }
     int rc = 0;
-    if (code != 0) {
+    if (fc->kind == RT_FAST_INSERT_SPLIT) {
+        rt_insert_one_reply(&fc->req->cmd, &r, &reply);
+    } else if (code != 0 || fc->kind == RT_FAST_WRITE) {
+        /* passed through, as the worker path passes a one-shard write */
         bson_copy_to_excluding_noinit(&r, &reply, "$clusterTime", "operationTime", NULL);
     } else {
         /* a cursor left open becomes the router's, as on the worker path */
@@ -285,8 +336,8 @@ static void on_reply(fast_conn_t *fc)
         rt_auth_leave();
     }
     bson_destroy(&r);
-    __atomic_add_fetch(&n_answered, 1, __ATOMIC_RELAXED);
-    rt_answer(fc->client, fc->req, "find", fc->t0, rc, &err, &reply);
+    __atomic_add_fetch(&n_answered[fc->kind != RT_FAST_FIND], 1, __ATOMIC_RELAXED);
+    rt_answer(fc->client, fc->req, fc->name, fc->t0, rc, &err, &reply);
     bson_destroy(&reply);
     conn_done(fc, keep);
 }
@@ -296,7 +347,7 @@ static void readable_cb(uv_poll_t *p, int status, int events)
     fast_conn_t *fc = p->data;
     (void)events;
     if (fc->queued)
-        return; /* an error or close is seen once its find is sent */
+        return; /* an error or close is seen once its command is sent */
     for (;;) {
         size_t want = fc->need > 0 ? fc->need - fc->have : FAST_INLINE - fc->have;
         ssize_t n = status < 0 ? -1 : recv(fc->fd, fc->buf + fc->have, want, MSG_DONTWAIT);
@@ -315,21 +366,21 @@ static void readable_cb(uv_poll_t *p, int status, int events)
             return;
         }
         if (n <= 0) {
-            to_worker(fc, true);
+            lost(fc);
             return;
         }
         fc->have += (size_t)n;
         if (fc->need == 0 && fc->have >= 16) {
             int64_t len = rt_msg_len(fc->buf, fc->rid);
             if (len < 0 || fc->have > (size_t)len) { /* not the reply, or more than it */
-                to_worker(fc, true);
+                lost(fc);
                 return;
             }
             fc->need = (size_t)len;
             if (fc->need > FAST_INLINE) {
                 uint8_t *b = malloc(fc->need);
                 if (b == NULL) {
-                    to_worker(fc, true);
+                    lost(fc);
                     return;
                 }
                 memcpy(b, fc->buf, fc->have);
@@ -351,7 +402,7 @@ static void timeout_cb(uv_timer_t *t)
     rt_shard_forget(fc->shard);
     sbl_err_set(&err, SBL_E_HostUnreachable, "shard %s: connection lost",
                 rt_shard_id(fc->shard));
-    rt_answer(fc->client, fc->req, "find", fc->t0, err.code, &err, &reply);
+    rt_answer(fc->client, fc->req, fc->name, fc->t0, err.code, &err, &reply);
     bson_destroy(&reply);
     conn_done(fc, false);
 }
@@ -360,34 +411,31 @@ bool rt_fast_find(sbl_conn_t *conn, sbl_request_t *req)
 {
     const bson_t *cmd = &req->cmd;
     const char *db = req->db[0] ? req->db : "admin";
-    sbl_err_t err = {0};
-    if (sbl_auth_enabled() || strlen(db) >= sizeof(((fast_conn_t *)0)->db) ||
-        !plain_find(cmd))
-        return false;
     int64_t t0 = mono_us();
-    /* the dispatcher's checks, in its order; an error is the worker path's to answer */
-    if (rt_auth_check(conn, "find", db, cmd, &err) != 0 ||
-        rt_check_cluster_time(cmd, rt_auth_may_advance_cluster_time(conn, "find"), &err) != 0)
-        return false;
-    int rc = rt_sess_begin("find", cmd, &err); /* checks the lsid */
-    rt_sess_end();
-    if (rc != 0)
+    if (!plain_find(cmd) || !rt_fast_admit(conn, "find", db, cmd))
         return false;
     bson_t fwd;
     int s = target(db, cmd, &fwd);
     if (s < 0)
         return false;
+    bool took = rt_fast_send(conn, req, "find", RT_FAST_FIND, t0, db, s, &fwd);
+    bson_destroy(&fwd);
+    return took;
+}
+
+bool rt_fast_send(sbl_conn_t *conn, sbl_request_t *req, const char *name, rt_fast_kind_t kind,
+                  int64_t t0, const char *db, int s, const bson_t *fwd)
+{
     fast_conn_t *fc = conn_take(sbl_conn_loop(conn), s);
-    if (fc == NULL) {
-        bson_destroy(&fwd);
+    if (fc == NULL)
         return false; /* the worker path dials, or looks the primary up */
-    }
     fc->client = conn;
     fc->req = req;
+    fc->name = name;
+    fc->kind = kind;
     fc->t0 = t0;
     snprintf(fc->db, sizeof(fc->db), "%s", db);
-    fc->out = rt_conn_msg(s, db, &fwd, fc->buf, FAST_INLINE, &fc->rid);
-    bson_destroy(&fwd);
+    fc->out = rt_conn_msg(s, db, fwd, fc->buf, FAST_INLINE, &fc->rid);
     if (fc->out == 0) {
         fc->client = NULL;
         fc->req = NULL;
@@ -403,7 +451,8 @@ bool rt_fast_find(sbl_conn_t *conn, sbl_request_t *req)
     return true;
 }
 
-/* The end of a loop iteration: every find queued in it goes to its shard. */
+/* The end of a loop iteration: every command queued in it goes to its shard
+ * (one that cannot be sent did not reach it: the worker path runs it). */
 static void send_queued(uv_check_t *h)
 {
     (void)h;

@@ -763,17 +763,28 @@ static void reload_keys(void)
     sbl_ctime_keys_set(got, n);
 }
 
-int rt_check_cluster_time(const bson_t *cmd, bool may_advance, sbl_err_t *err)
+static int check_cluster_time(const bson_t *cmd, bool may_advance, void (*reload)(void),
+                              sbl_err_t *err)
 {
     bson_iter_t it;
     if (!bson_iter_init_find(&it, cmd, "$clusterTime"))
         return 0;
     if (!may_advance && sbl_auth_enabled() && sbl_server_options()->cluster_key != NULL)
-        SBL_RET(sbl_ctime_check(&it, atomic_load(&cluster_time), reload_keys, err));
+        SBL_RET(sbl_ctime_check(&it, atomic_load(&cluster_time), reload, err));
     /* gossiped in, as mongos's clock takes it: the shards hear of the time
      * with the next command, so one it reads at is not past their clocks */
     note_cluster_time(cmd);
     return 0;
+}
+
+int rt_check_cluster_time(const bson_t *cmd, bool may_advance, sbl_err_t *err)
+{
+    return check_cluster_time(cmd, may_advance, reload_keys, err);
+}
+
+int rt_check_cluster_time_cached(const bson_t *cmd, bool may_advance, sbl_err_t *err)
+{
+    return check_cluster_time(cmd, may_advance, NULL, err);
 }
 
 /* The fields the router adds to cmd for shard i into extra (session

@@ -573,10 +573,7 @@ int rt_insert(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         }
         if (code != 0) {
             /* the whole batch failed: every document of it gets the error */
-            bson_iter_t mi;
-            const char *msg = bson_iter_init_find(&mi, &r, "errmsg") && BSON_ITER_HOLDS_UTF8(&mi)
-                                  ? bson_iter_utf8(&mi, NULL)
-                                  : "insert failed on a shard";
+            const char *msg = reply_errmsg(&r, "insert failed on a shard");
             for (int i = 0; i < nb && (!ordered || i == 0); i++)
                 add_error(&m, batch[i], code, msg);
             bson_destroy(&r);
@@ -604,6 +601,28 @@ out:
     free(store);
     free(elems);
     return rc;
+}
+
+void rt_insert_one_reply(const bson_t *cmd, const bson_t *r, bson_t *reply)
+{
+    merged_t m;
+    merged_init(&m);
+    int code = rt_reply_code(r);
+    if (code == 0) {
+        merged_add(&m, r, NULL, 0); /* the client's indexes are the batch's */
+    } else {
+        bool ordered = ordered_of(cmd);
+        const char *msg = reply_errmsg(r, "insert failed on a shard");
+        bson_iter_t it, a;
+        int n = 0;
+        if (bson_iter_init_find(&it, cmd, "documents") && bson_iter_recurse(&it, &a))
+            while (bson_iter_next(&a))
+                n++;
+        for (int i = 0; i < n && (!ordered || i == 0); i++)
+            add_error(&m, i, code, msg);
+    }
+    merged_reply(&m, reply, false);
+    merged_free(&m);
 }
 
 /* ---- update and delete ---- */
@@ -923,6 +942,37 @@ static int stmt_parallel(const char *db, const bson_t *cmd, const char *arr,
     return rc;
 }
 
+int rt_write_one_shard(const rt_coll_t *c, const bson_t *cmd, bool is_update)
+{
+    bson_iter_t it, el;
+    if (!c->sharded)
+        return c->primary;
+    if (!bson_iter_init_find(&it, cmd, is_update ? "updates" : "deletes") ||
+        !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &el))
+        return -2;
+    int single = -2;
+    while (bson_iter_next(&el)) {
+        bson_t q, ud;
+        bool multi, upsert, t[RT_MAX_SHARDS];
+        sbl_err_t err = {0};
+        if (!BSON_ITER_HOLDS_DOCUMENT(&el))
+            return -2;
+        stmt_info(&el, is_update, &q, &multi, &upsert);
+        int s = -1;
+        if (rt_target_read(c, &q, t, &err) == 1)
+            for (int k = 0; k < RT_MAX_SHARDS; k++)
+                if (t[k])
+                    s = k;
+        if (s < 0 || (single >= 0 && single != s))
+            return -3;
+        if (is_update && ((stmt_update(&el, &ud) && rt_changes_shard_key(c, &ud, &q)) ||
+                          (stmt_pipeline(&el, &ud) && rt_pipeline_may_change_key(c, &ud))))
+            return -3; /* statement by statement: that one is checked */
+        single = s;
+    }
+    return single;
+}
+
 static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bool is_update,
                             sbl_err_t *err)
 {
@@ -952,31 +1002,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
             goto out;
         }
         /* Everything for one shard: pass the command through whole. */
-        int single = c->sharded ? -2 : c->primary;
-        for (int i = 0; i < n && c->sharded; i++) {
-            bson_t q;
-            bool multi, upsert, t[RT_MAX_SHARDS];
-            stmt_info(elems[i], is_update, &q, &multi, &upsert);
-            int s = -1;
-            if (rt_target_read(c, &q, t, err) == 1)
-                for (int k = 0; k < RT_MAX_SHARDS; k++)
-                    if (t[k])
-                        s = k;
-            if (s < 0 || (single != -2 && single != s)) {
-                single = -3;
-                break;
-            }
-            single = s;
-        }
-        for (int i = 0; is_update && single >= 0 && c->sharded && i < n; i++) {
-            bson_t q;
-            bool multi, upsert;
-            bson_t ud;
-            stmt_info(elems[i], true, &q, &multi, &upsert);
-            if ((stmt_update(elems[i], &ud) && rt_changes_shard_key(c, &ud, &q)) ||
-                (stmt_pipeline(elems[i], &ud) && rt_pipeline_may_change_key(c, &ud)))
-                single = -3; /* statement by statement: that one is checked */
-        }
+        int single = rt_write_one_shard(c, cmd, is_update);
         if (single < -1 || n == 0)
             break;
         int w = whole_to(single, db, cmd, c, reply, err);
@@ -1089,11 +1115,7 @@ static int update_or_delete(const char *db, const bson_t *cmd, bson_t *reply, bo
                 break;
             }
             if (code != 0) {
-                bson_iter_t mi;
-                add_error(&m, i, code, bson_iter_init_find(&mi, &r, "errmsg") &&
-                                               BSON_ITER_HOLDS_UTF8(&mi)
-                                           ? bson_iter_utf8(&mi, NULL)
-                                           : "write failed on a shard");
+                add_error(&m, i, code, reply_errmsg(&r, "write failed on a shard"));
                 errs++;
                 bson_destroy(&r);
                 break;

@@ -100,14 +100,16 @@ def cluster(prefix, shards=2, router_args=(), launcher_args=(), members=1):
 
 
 @contextlib.contextmanager
-def extra_router(info, name="router2"):
+def extra_router(info, name="router2", args=()):
     """Another sable-router on the cluster's config servers (its log in the
-    cluster's directory); yields its port and stops it afterwards."""
+    cluster's directory; args added to its command line, e.g. --keyFile K);
+    yields its port and stops it afterwards."""
     port = base_port(1)
     log = os.path.join(info["dir"], name + ".log")
     subprocess.run([ROUTER, "--configdb", "cfgRS/127.0.0.1:%d" % info["config"],
                     "--port", str(port), "--bind_ip", "127.0.0.1", "--logpath", log, "--fork",
-                    "--pidfilepath", log + ".pid"], check=True, capture_output=True, timeout=60)
+                    "--pidfilepath", log + ".pid"] + list(args), check=True, capture_output=True,
+                   timeout=60)
     try:
         yield port
     finally:

@@ -118,3 +118,21 @@ def test_a_restarted_shard_under_idle_loop_connections(mongos, cluster):
         assert mongos.lr.h.find_one({"_id": i})["v"] == i * 2
     loop1, _, _ = _counts(mongos)
     assert loop1 - loop0 >= 400, (loop0, loop1)
+
+
+def test_writes_without_authorization_take_the_loop_too(mongos, cluster):
+    """rt_fastw.c: one-shard writes outside a retryable write (pymongo's
+    retryWrites sends txnNumber: the workers') go from the loop as well;
+    test_router_loop_writes.py has the rest, with authorization on."""
+    with sharded.client(cluster["router"], retryWrites=False) as c:
+        h = c.lr.h
+        st = mongos.admin.command("serverStatus")["network"]
+        for i in range(100):
+            assert h.update_one({"_id": i}, {"$inc": {"v": 1}}).modified_count == 1
+        h.insert_one({"_id": 1000, "v": 0})
+        assert h.delete_one({"_id": 1000}).deleted_count == 1
+        now = mongos.admin.command("serverStatus")["network"]
+        assert now["loopWrites"] - st["loopWrites"] >= 90, (st, now)
+        assert now["loopWritesToWorkers"] == st["loopWritesToWorkers"]
+        assert [d["v"] for d in h.find({"_id": {"$lt": 100}}).sort("_id", 1)] == \
+            [i * 2 + 1 for i in range(100)]

@@ -388,10 +388,10 @@ def test_merge_needs_only_the_actions_of_its_modes(cluster, admin):
     admin.admin.command("createRole", "mergeInsertOnly", privileges=[
         {"resource": {"db": "ycsb", "collection": "usertable"}, "actions": ["find"]},
         {"resource": {"db": "ycsb", "collection": "mergedins"}, "actions": ["insert"]}], roles=[])
-    admin.admin.command("createUser", "merger", pwd="m3rge",
+    admin.admin.command("createUser", "stagewriter", pwd="m3rge",
                         roles=[{"role": "mergeInsertOnly", "db": "admin"}])
     admin.ycsb.usertable.insert_one({"_id": "merge-probe"})
-    with pymongo.MongoClient(url(cluster, "merger", "m3rge"), serverSelectionTimeoutMS=10000) as c:
+    with pymongo.MongoClient(url(cluster, "stagewriter", "m3rge"), serverSelectionTimeoutMS=10000) as c:
         coll = c.ycsb.usertable
         list(coll.aggregate([{"$match": {"_id": "merge-probe"}},
                              {"$merge": {"into": "mergedins", "whenMatched": "fail"}}]))

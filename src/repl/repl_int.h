@@ -638,6 +638,13 @@ bool sbl_rs_group_open(void);
  * command path, else 0 or the error. */
 #define SBL_RS_NOT_DIRECT (-1)
 int sbl_rs_apply_direct(const bson_t *e, sbl_err_t *err);
+/* As sbl_rs_apply_direct for operation op of a transaction's applyOps
+ * array, in the transaction that applies the whole entry: the entry itself
+ * (sbl_repl_applying) is written by the first change's observer or by the
+ * caller, not here.  SBL_RS_NOT_DIRECT also when the document cannot be
+ * read (the command path then meets what it meets); else 0, or a write's
+ * error (the caller's transaction must then fail). */
+int sbl_rs_apply_txn_op(const bson_t *op, sbl_err_t *err);
 /* From sbl_oplog_append_raw on a writer: wait for the entry's turn before
  * it takes the oplog's lock (0 at once elsewhere); WriteConflict when an
  * earlier entry needs this writer's transaction out of its way, another

@@ -194,8 +194,18 @@ static void run_ops(bson_iter_t *ops, const bson_t *in)
     for (sbl_repl_image_index = 0; bson_iter_next(ops); sbl_repl_image_index++) {
         char db[128];
         bson_t op, cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
-        if (BSON_ITER_HOLDS_DOCUMENT(ops) && sbl_iter_doc(ops, &op) &&
-            entry_command(&op, db, sizeof(db), &cmd) && sbl_rs_runner != NULL)
+        sbl_err_t err;
+        sbl_err_clear(&err);
+        if (!BSON_ITER_HOLDS_DOCUMENT(ops) || !sbl_iter_doc(ops, &op))
+            continue;
+        /* A document's insert, replacement or delete by _id straight through
+         * storage (repl_crud.c), as a lone entry's; a failed write fails the
+         * transaction, as the command's failed write would (sbl_txn_abort). */
+        int rc = sbl_rs_apply_txn_op(&op, &err);
+        if (rc != 0 && rc != SBL_RS_NOT_DIRECT)
+            sbl_txn_outer_fail(sbl_session_get());
+        if (rc == SBL_RS_NOT_DIRECT && entry_command(&op, db, sizeof(db), &cmd) &&
+            sbl_rs_runner != NULL)
             run_entry(db, &cmd, &op, &reply);
         bson_destroy(&cmd);
         bson_destroy(&reply);

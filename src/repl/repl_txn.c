@@ -14,6 +14,7 @@
  */
 #include "repl/repl_int.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,25 +57,182 @@ static void record_id(bson_t *key, const bson_t *lsid, bson_value_t *id)
     *id = *bson_iter_value(&it);
 }
 
+/*
+ * Records written without a caller's hint (a member applying a session's
+ * entries, a transaction's decision) keep theirs here: the version each
+ * session's record had when last written, by the record's lsid, in a small
+ * direct-mapped table.  A hint is only that (storage.h): a stale or
+ * colliding one costs the search by _id it saves (~5k instructions of
+ * WiredTiger's search_near on a versioned key), never a wrong write.
+ */
+#define HINTS 256
+typedef struct record_hint {
+    uint32_t lsid_len; /* 0: empty */
+    uint8_t lsid[96];
+    sbl_version_t v;
+} record_hint_t;
+static record_hint_t hints[HINTS];
+static pthread_mutex_t hints_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static record_hint_t *hint_slot(const bson_t *lsid)
+{
+    const uint8_t *p = bson_get_data(lsid);
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (uint32_t i = 0; i < lsid->len; i++)
+        h = (h ^ p[i]) * 0x100000001b3ULL;
+    return &hints[h % HINTS];
+}
+
+/* The hint kept for lsid's record into *v (key_len 0 when none). */
+static void hint_get(const bson_t *lsid, sbl_version_t *v)
+{
+    record_hint_t *h = hint_slot(lsid);
+    v->key_len = 0;
+    if (lsid->len > sizeof(h->lsid))
+        return;
+    pthread_mutex_lock(&hints_mu);
+    if (h->lsid_len == lsid->len && memcmp(h->lsid, bson_get_data(lsid), lsid->len) == 0)
+        memcpy(v, &h->v, sizeof(*v));
+    pthread_mutex_unlock(&hints_mu);
+}
+
+static void hint_put(const bson_t *lsid, const sbl_version_t *v)
+{
+    record_hint_t *h = hint_slot(lsid);
+    if (lsid->len > sizeof(h->lsid))
+        return;
+    pthread_mutex_lock(&hints_mu);
+    h->lsid_len = v->key_len > 0 ? lsid->len : 0;
+    memcpy(h->lsid, bson_get_data(lsid), lsid->len);
+    memcpy(&h->v, v, sizeof(*v));
+    pthread_mutex_unlock(&hints_mu);
+}
+
+/* A record written with the hint kept for its lsid, which is then kept. */
+static int record_write_hinted(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
+                               int64_t term, int64_t wall_ms, const char *state, sbl_err_t *err)
+{
+    sbl_version_t v;
+    hint_get(lsid, &v);
+    int rc = sbl_txn_record_write_known(s, lsid, txn, ts, term, wall_ms, state, &v, err);
+    if (rc != 0)
+        v.key_len = 0;
+    hint_put(lsid, &v);
+    return rc;
+}
+
 int sbl_txn_record_write(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
                          int64_t term, int64_t wall_ms, sbl_err_t *err)
 {
-    return sbl_txn_record_write_known(s, lsid, txn, ts, term, wall_ms, NULL, NULL, err);
+    return record_write_hinted(s, lsid, txn, ts, term, wall_ms, NULL, err);
 }
 
 int sbl_txn_record_write_state(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
                                int64_t term, int64_t wall_ms, const char *state, sbl_err_t *err)
 {
-    return sbl_txn_record_write_known(s, lsid, txn, ts, term, wall_ms, state, NULL, err);
+    return record_write_hinted(s, lsid, txn, ts, term, wall_ms, state, err);
+}
+
+/* The number a top-level element of doc holds (its offset at, key k), as
+ * BSON_ITER_HOLDS_NUMBER and bson_iter_as_int64 take it; false when it holds
+ * another type. */
+static bool top_number(const bson_t *doc, uint32_t at, const char *k, int64_t *vp)
+{
+    const uint8_t *p = bson_get_data(doc) + at, *v = p + 1 + strlen(k) + 1;
+    uint64_t u = 0;
+    switch (*p) {
+    case BSON_TYPE_INT64:
+        for (int i = 7; i >= 0; i--)
+            u = (u << 8) | v[i];
+        *vp = (int64_t)u;
+        return true;
+    case BSON_TYPE_INT32:
+        for (int i = 3; i >= 0; i--)
+            u = (u << 8) | v[i];
+        *vp = (int32_t)(uint32_t)u;
+        return true;
+    case BSON_TYPE_DOUBLE: {
+        bson_iter_t it;
+        if (!sbl_doc_top_iter(doc, at, k, &it))
+            return false;
+        *vp = bson_iter_as_int64(&it);
+        return true;
+    }
+    default:
+        return false;
+    }
+}
+
+/* A record's txnNum (-1: none) and, when tsp is not NULL, its
+ * lastWriteOpTime (ts 0, term -1 when none), the first field of each name as
+ * bson_iter_init_find would find them, read from the bytes (libbson's
+ * iterators cost several times more): every retryable write and
+ * transaction reads its session's record at its start and at its write, on
+ * the primary and on each member that applies it. */
+static int64_t record_txn_at(const bson_t *rec, uint64_t *tsp, int64_t *termp)
+{
+    uint32_t off = 4, at;
+    const char *k;
+    bool bad = false, seen_txn = false, seen_op = tsp == NULL;
+    int64_t txn = -1;
+    bson_iter_t it;
+
+    if (tsp != NULL) {
+        *tsp = 0;
+        *termp = -1;
+    }
+    while ((!seen_txn || !seen_op) && sbl_doc_top_next(rec, &off, &at, &k, &bad)) {
+        if (!seen_txn && strcmp(k, "txnNum") == 0) {
+            seen_txn = true;
+            if (!top_number(rec, at, k, &txn))
+                txn = -1;
+        } else if (!seen_op && strcmp(k, "lastWriteOpTime") == 0) {
+            seen_op = true;
+            const uint8_t *v = bson_get_data(rec) + at + 1 + strlen(k) + 1;
+            uint32_t len = (uint32_t)v[0] | (uint32_t)v[1] << 8 | (uint32_t)v[2] << 16 |
+                           (uint32_t)v[3] << 24;
+            bson_t sub;
+            uint32_t soff = 4, sat;
+            const char *sk;
+            bool sbad = false;
+            uint64_t ts = 0;
+            int64_t t = 0;
+            if (bson_get_data(rec)[at] != BSON_TYPE_DOCUMENT || !bson_init_static(&sub, v, len))
+                continue;
+            /* as optime_at (repl_hb.c) reads one: the last of each counts */
+            while (sbl_doc_top_next(&sub, &soff, &sat, &sk, &sbad)) {
+                const uint8_t *sv = v + sat + 1 + strlen(sk) + 1;
+                if (strcmp(sk, "ts") == 0 && v[sat] == BSON_TYPE_TIMESTAMP) {
+                    ts = 0;
+                    for (int i = 7; i >= 0; i--) /* increment, then seconds: SBL_TS */
+                        ts = (ts << 8) | sv[i];
+                } else if (strcmp(sk, "t") == 0) {
+                    top_number(&sub, sat, sk, &t);
+                }
+            }
+            if ((bad = sbad))
+                break;
+            *tsp = ts;
+            *termp = ts != 0 ? t : -1;
+        }
+    }
+    if (bad) { /* not walkable so: libbson's reading */
+        if (tsp != NULL) {
+            sbl_optime_t o = sbl_repl_optime_at(rec, "lastWriteOpTime");
+            *tsp = o.ts;
+            *termp = o.ts != 0 ? o.t : -1;
+        }
+        return bson_iter_init_find(&it, rec, "txnNum") && BSON_ITER_HOLDS_NUMBER(&it)
+                   ? bson_iter_as_int64(&it)
+                   : -1;
+    }
+    return txn;
 }
 
 /* A record's txnNum (-1: none). */
 static int64_t record_txn(const bson_t *rec)
 {
-    bson_iter_t it;
-    return bson_iter_init_find(&it, rec, "txnNum") && BSON_ITER_HOLDS_NUMBER(&it)
-               ? bson_iter_as_int64(&it)
-               : -1;
+    return record_txn_at(rec, NULL, NULL);
 }
 
 int sbl_txn_record_write_known(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
@@ -449,10 +607,7 @@ const bson_t *sbl_repl_txn_ops_array(const sbl_repl_txn_ops_t *ops)
 /* A record's txnNum and lastWriteOpTime. */
 static void record_fields(const bson_t *rec, int64_t *txnp, uint64_t *tsp, int64_t *termp)
 {
-    sbl_optime_t o = sbl_repl_optime_at(rec, "lastWriteOpTime");
-    *txnp = record_txn(rec);
-    *tsp = o.ts;
-    *termp = o.ts != 0 ? o.t : -1;
+    *txnp = record_txn_at(rec, tsp, termp);
 }
 
 int sbl_repl_txn_record_get(sbl_session_t *s, const uint8_t id[16], const uint8_t uid[32],

@@ -474,9 +474,10 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
          * the primary's UUID of the collection (the one streams look up) */
         const bson_t *in = sbl_repl_image_entry != NULL ? sbl_repl_image_entry
                                                         : sbl_repl_applying;
-        const uint8_t *uuid = applied_uuid(in, sbl_repl_image_entry != NULL);
         if (kind != SBL_WRITE_INSERT && old_doc != NULL && wants_images(c) &&
             bson_iter_init_find(&it, in, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            /* looked up only here: a path search through the whole entry */
+            const uint8_t *uuid = applied_uuid(in, sbl_repl_image_entry != NULL);
             uint32_t t, i;
             bson_iter_timestamp(&it, &t, &i);
             int64_t wall = bson_iter_init_find(&it, in, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it)

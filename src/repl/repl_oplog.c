@@ -317,12 +317,12 @@ int sbl_oplog_append_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
 
     if (oplog == NULL)
         return sbl_err_set(err, SBL_E_InternalError, "the oplog is not open");
-    if (!bson_iter_init_find(&it, doc, "ts") || !BSON_ITER_HOLDS_TIMESTAMP(&it))
+    if (!sbl_doc_find_top(doc, "ts", &it) || !BSON_ITER_HOLDS_TIMESTAMP(&it))
         return sbl_err_set(err, SBL_E_InvalidBSON, "oplog entry without a ts");
     bson_iter_timestamp(&it, &t, &i);
-    if (bson_iter_init_find(&it, doc, "t") && BSON_ITER_HOLDS_NUMBER(&it))
+    if (sbl_doc_find_top(doc, "t", &it) && BSON_ITER_HOLDS_NUMBER(&it))
         term = bson_iter_as_int64(&it);
-    if (bson_iter_init_find(&it, doc, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it))
+    if (sbl_doc_find_top(doc, "wall", &it) && BSON_ITER_HOLDS_DATE_TIME(&it))
         wall = bson_iter_date_time(&it);
     SBL_RET(sbl_rs_apply_turn(err)); /* a writer: entries take the lock in ts order */
     SBL_RET(sbl_capped_lock(s, oplog, err));

@@ -745,9 +745,9 @@ static bool source_newer_term(mongoc_collection_t *oplog, sbl_optime_t last)
         bson_iter_t it;
         uint32_t t = 0, i = 0;
         int64_t term = -1;
-        if (bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
+        if (sbl_doc_find_top(doc, "ts", &it) && BSON_ITER_HOLDS_TIMESTAMP(&it))
             bson_iter_timestamp(&it, &t, &i);
-        if (bson_iter_init_find(&it, doc, "t") && BSON_ITER_HOLDS_NUMBER(&it))
+        if (sbl_doc_find_top(doc, "t", &it) && BSON_ITER_HOLDS_NUMBER(&it))
             term = bson_iter_as_int64(&it);
         newer = term > last.t && SBL_TS(t, i) < last.ts;
     }
@@ -849,10 +849,10 @@ static void sync_from(const char *host)
             batch_left--;
             bson_iter_t it;
             uint32_t t = 0, i = 0;
-            if (bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
+            if (sbl_doc_find_top(doc, "ts", &it) && BSON_ITER_HOLDS_TIMESTAMP(&it))
                 bson_iter_timestamp(&it, &t, &i);
             sbl_optime_t o = {.ts = SBL_TS(t, i)};
-            if (bson_iter_init_find(&it, doc, "t") && BSON_ITER_HOLDS_NUMBER(&it))
+            if (sbl_doc_find_top(doc, "t", &it) && BSON_ITER_HOLDS_NUMBER(&it))
                 o.t = bson_iter_as_int64(&it);
             if (first && last.ts != 0) {
                 first = false;

@@ -42,6 +42,12 @@ typedef struct sbl_oplog_entry {
     bool from_migrate;           /* fromMigrate: true (a chunk migration's write) */
 } sbl_oplog_entry_t;
 void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out);
+/* A transaction's operation {op, ns, ui (when uuid is not NULL), o, o2, diff
+ * (each when not NULL)}, an element of its applyOps array, encoded into buf
+ * (cap bytes); returns its length, having written nothing when that is over
+ * cap.  Byte for byte what libbson's appenders give. */
+size_t sbl_repl_op_encode(char op, const char *ns, const uint8_t *uuid, const bson_t *o,
+                          const bson_t *o2, const bson_t *diff, uint8_t *buf, size_t cap);
 /* A session's config.transactions record {_id: lsid, txnNum, lastWriteOpTime:
  * {ts, t}, lastWriteDate, state (when not NULL)} encoded into buf (cap
  * bytes); returns its length, having written nothing when that is over cap. */

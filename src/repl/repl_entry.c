@@ -37,6 +37,8 @@ static void put_le(uint8_t *p, uint64_t v, int n)
 #define LSID_LEN 72   /* {id: UUID, uid: BinData(0, 32 bytes)} */
 #define OPTIME_LEN 28 /* {ts: Timestamp, t: NumberLong} */
 
+_Static_assert(LSID_LEN == SBL_REPL_LSID_LEN, "the lsid's encoded length");
+
 static void encode_lsid(uint8_t b[LSID_LEN], const uint8_t id[16], const uint8_t uid[32])
 {
     put_le(b, LSID_LEN, 4);
@@ -49,6 +51,13 @@ static void encode_lsid(uint8_t b[LSID_LEN], const uint8_t id[16], const uint8_t
     b[38] = BSON_SUBTYPE_BINARY;
     memcpy(b + 39, uid, 32);
     b[71] = 0;
+}
+
+bool sbl_repl_lsid_view(uint8_t b[SBL_REPL_LSID_LEN], const uint8_t id[16],
+                        const uint8_t uid[32], bson_t *lsid)
+{
+    encode_lsid(b, id, uid);
+    return bson_init_static(lsid, b, LSID_LEN);
 }
 
 static void encode_optime(uint8_t b[OPTIME_LEN], uint64_t ts, int64_t t)

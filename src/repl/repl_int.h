@@ -42,6 +42,12 @@ typedef struct sbl_oplog_entry {
     bool from_migrate;           /* fromMigrate: true (a chunk migration's write) */
 } sbl_oplog_entry_t;
 void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out);
+/* A session's lsid {id: UUID, uid: BinData(0, 32 bytes)} encoded into b (the
+ * bytes libbson's appenders give), *lsid a view of it; false when it cannot
+ * be viewed (never). */
+#define SBL_REPL_LSID_LEN 72
+bool sbl_repl_lsid_view(uint8_t b[SBL_REPL_LSID_LEN], const uint8_t id[16],
+                        const uint8_t uid[32], bson_t *lsid);
 /* A transaction's operation {op, ns, ui (when uuid is not NULL), o, o2, diff
  * (each when not NULL)}, an element of its applyOps array, encoded into buf
  * (cap bytes); returns its length, having written nothing when that is over

@@ -559,12 +559,12 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     if (rc == 0)
         rc = release_entries(s, e.ns, err);
     if (rc == 0) {
-        bson_t lsid = BSON_INITIALIZER;
-        BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
-        BSON_APPEND_BINARY(&lsid, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
-        rc = sbl_txn_record_write_known(s, &lsid, st->txn_number, e.ts, e.term, e.wall_ms, NULL,
-                                        st->record, err);
-        bson_destroy(&lsid);
+        uint8_t lb[SBL_REPL_LSID_LEN];
+        bson_t lsid;
+        rc = sbl_repl_lsid_view(lb, st->lsid_id, st->lsid_uid, &lsid)
+                 ? sbl_txn_record_write_known(s, &lsid, st->txn_number, e.ts, e.term, e.wall_ms,
+                                              NULL, st->record, err)
+                 : sbl_err_set(err, SBL_E_InternalError, "a session id that cannot be encoded");
     }
     if (rc == 0) {
         st->out_ts = e.ts;

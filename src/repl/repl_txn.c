@@ -589,12 +589,12 @@ int sbl_repl_txn_record_outcome(sbl_session_t *s, const sbl_oplog_entry_t *e,
                                 sbl_repl_stmt_t *st, const char *state, uint64_t *tsp,
                                 sbl_err_t *err)
 {
-    bson_t lsid = BSON_INITIALIZER;
-    BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
-    BSON_APPEND_BINARY(&lsid, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
-    int rc = sbl_txn_record_write_known(s, &lsid, st->txn_number, e->ts, e->term, e->wall_ms,
-                                        state, st->record, err);
-    bson_destroy(&lsid);
+    uint8_t lb[SBL_REPL_LSID_LEN];
+    bson_t lsid;
+    int rc = sbl_repl_lsid_view(lb, st->lsid_id, st->lsid_uid, &lsid)
+                 ? sbl_txn_record_write_known(s, &lsid, st->txn_number, e->ts, e->term,
+                                              e->wall_ms, state, st->record, err)
+                 : sbl_err_set(err, SBL_E_InternalError, "a session id that cannot be encoded");
     if (rc == 0) {
         *tsp = e->ts;
         st->out_ts = e->ts;

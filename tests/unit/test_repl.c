@@ -102,6 +102,10 @@ static void test_session_encoding(void)
     BSON_APPEND_INT32(&o, "_id", 7);
     BSON_APPEND_BINARY(&l, "id", BSON_SUBTYPE_UUID, st.lsid_id, 16);
     BSON_APPEND_BINARY(&l, "uid", BSON_SUBTYPE_BINARY, st.lsid_uid, 32);
+    uint8_t lb[SBL_REPL_LSID_LEN];
+    bson_t lv;
+    CHECK(sbl_repl_lsid_view(lb, st.lsid_id, st.lsid_uid, &lv) && lv.len == l.len &&
+          memcmp(bson_get_data(&lv), bson_get_data(&l), l.len) == 0);
     for (int pre = 0; pre < 2; pre++) {
         sbl_oplog_entry_t e = {.op = 'd', .ns = "db.c", .o = &o, .stmt = &st,
                                .ts = SBL_TS(1700000001, 1), .term = 2, .wall_ms = 1700000001000,

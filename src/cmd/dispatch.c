@@ -47,6 +47,7 @@ typedef struct pending {
     bson_writer_t *rw; /* a getMore's reply: after room for the wire header in rbuf */
     uint8_t *rbuf;     /* (malloc'd; handed to the connection with the reply) */
     size_t rbuf_len;
+    sbl_doc_index_t cmd_ix; /* ctx.cmd's fields, for sbl_doc_find_top while it runs */
 } pending_t;
 
 /* ---- counters (serverStatus.opcounters; kept by src/metrics) ------------- */
@@ -849,7 +850,10 @@ static void finish(pending_t *p)
 
 static void work_cb(uv_work_t *w)
 {
-    execute(w->data);
+    pending_t *p = w->data;
+    const sbl_doc_index_t *prev = sbl_doc_index_use(&p->cmd_ix);
+    execute(p);
+    sbl_doc_index_use(prev);
 }
 
 static void after_work_cb(uv_work_t *w, int status)
@@ -941,24 +945,10 @@ static void reply_with_room(pending_t *p)
     p->rbuf = NULL;
 }
 
-static void dispatch_pending(pending_t *p, bool force_worker)
+/* Run p's checked command on this thread, or queue it for a worker (true:
+ * after_work_cb finishes it). */
+static bool run_or_queue(pending_t *p, bool force_worker)
 {
-    p->rc = prepare(p, &p->err);
-    if ((p->rc = sbl_cmd_audit_check(&p->ctx, p->rc, &p->err)) != 0) {
-        sbl_metrics_count_op(SBL_OPC_COMMAND, 1);
-        finish(p);
-        return;
-    }
-    if (sbl_failpoint_armed() && sbl_failpoint_command(&p->ctx, &p->rc, &p->err)) {
-        finish(p); /* failCommand: an error reply, a closed connection or a block */
-        return;
-    }
-    /* a getMore that would only wait parks at once: it runs when it wakes */
-    if (p->def->fn == sbl_cursor_get_more && !sbl_failpoint_armed() &&
-        !sbl_routed_any(&p->routed) && sbl_cursor_park_early(&p->ctx)) {
-        finish(p);
-        return;
-    }
     if (p->def->fn == sbl_cursor_get_more && sbl_wire_reply_plain(p->ctx.req))
         reply_with_room(p);
     int64_t counted = count_op(p->def, p->ctx.cmd);
@@ -978,14 +968,37 @@ static void dispatch_pending(pending_t *p, bool force_worker)
         p->work.data = p;
         sbl_audit_seal(); /* this loop's events so far go before the worker's */
         if (uv_queue_work(sbl_conn_loop(p->ctx.conn), &p->work, work_cb, after_work_cb) == 0)
-            return;
+            return true;
     }
     sbl_prepare_no_wait(true);
     sbl_cmd_flow_on_loop(true);
     execute(p);
     sbl_cmd_flow_on_loop(false);
     sbl_prepare_no_wait(false);
-    finish(p);
+    return false;
+}
+
+/* The command's fields are indexed for its lookups (sbl_doc_index_t); the
+ * thread's index is put back before finish, which may free p. */
+static void dispatch_pending(pending_t *p, bool force_worker)
+{
+    bool queued = false;
+    sbl_doc_index_build(&p->cmd_ix, p->ctx.cmd);
+    const sbl_doc_index_t *prev = sbl_doc_index_use(&p->cmd_ix);
+    p->rc = prepare(p, &p->err);
+    if ((p->rc = sbl_cmd_audit_check(&p->ctx, p->rc, &p->err)) != 0) {
+        sbl_metrics_count_op(SBL_OPC_COMMAND, 1);
+    } else if (sbl_failpoint_armed() && sbl_failpoint_command(&p->ctx, &p->rc, &p->err)) {
+        /* failCommand: an error reply, a closed connection or a block */
+    } else if (p->def->fn == sbl_cursor_get_more && !sbl_failpoint_armed() &&
+               !sbl_routed_any(&p->routed) && sbl_cursor_park_early(&p->ctx)) {
+        /* a getMore that would only wait parks at once: it runs when it wakes */
+    } else {
+        queued = run_or_queue(p, force_worker);
+    }
+    sbl_doc_index_use(prev);
+    if (!queued)
+        finish(p);
 }
 
 void sbl_cmd_dispatch(sbl_conn_t *conn, sbl_request_t *req)

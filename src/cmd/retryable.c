@@ -96,12 +96,13 @@ static void retry_free(sbl_retry_t *r)
 static int parse_stmt_ids(sbl_opctx_t *ctx, sbl_retry_t *r, sbl_err_t *err)
 {
     bson_iter_t it, el;
-    bool seen_id = false, seen_ids = false;
-    if (!bson_iter_init(&it, ctx->cmd))
-        return 0;
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
-        if (k[0] != 's' || strncmp(k, "stmtId", 6) != 0)
+    bool seen_id = false, seen_ids = false, bad = false;
+    uint32_t off = 4, at;
+    const char *k;
+    /* the command passed sbl_bson_check: its keys walked without libbson */
+    while (sbl_doc_top_next(ctx->cmd, &off, &at, &k, &bad)) {
+        if (k[0] != 's' || strncmp(k, "stmtId", 6) != 0 ||
+            !sbl_doc_top_iter(ctx->cmd, at, k, &it))
             continue;
         if (k[6] == '\0' && !seen_id) {
             seen_id = true;
@@ -130,7 +131,7 @@ static int parse_stmt_ids(sbl_opctx_t *ctx, sbl_retry_t *r, sbl_err_t *err)
         }
         r->nstmt_ids = n;
     }
-    return 0;
+    return bad ? sbl_err_set(err, SBL_E_InvalidBSON, "the command cannot be walked") : 0;
 }
 
 /* A {ts, t} optime field of an entry (ts 0 when absent). */

@@ -115,6 +115,26 @@ sbl_bson_verdict_t sbl_bson_check(const uint8_t *data, size_t len, int max_depth
  * it cannot walk is handed to bson_iter_init_find. */
 bool sbl_doc_find_top(const bson_t *doc, const char *key, bson_iter_t *it);
 
+/* A command's top-level fields, indexed once (their offsets and key
+ * lengths) when it is dispatched: the dispatcher and the handler look up a
+ * dozen of its fields with sbl_doc_find_top, each a walk over the fields
+ * before it.  While an index is this thread's (sbl_doc_index_use),
+ * sbl_doc_find_top answers from it for the document it was built on (the
+ * same bytes at the same address and length: a command is not changed while
+ * it runs) and walks every other document as before. */
+#define SBL_DOC_INDEX_MAX 32
+typedef struct sbl_doc_index {
+    const uint8_t *data; /* NULL: nothing indexed (too many fields, or not walkable) */
+    uint32_t len, n;
+    uint32_t at[SBL_DOC_INDEX_MAX]; /* the element's offset; its key at at + 1 */
+    uint8_t klen[SBL_DOC_INDEX_MAX];
+} sbl_doc_index_t;
+/* Index doc (which must outlive the index's use) into *ix. */
+void sbl_doc_index_build(sbl_doc_index_t *ix, const bson_t *doc);
+/* Make ix (may be NULL) this thread's index; returns the one it replaces,
+ * to be put back when ix's document is done with. */
+const sbl_doc_index_t *sbl_doc_index_use(const sbl_doc_index_t *ix);
+
 /* doc's top-level field key when it is a string (a pointer into doc), else
  * NULL. */
 const char *sbl_doc_utf8(const bson_t *doc, const char *key);

@@ -293,12 +293,45 @@ const char *sbl_doc_utf8(const bson_t *doc, const char *key)
     return NULL;
 }
 
+static _Thread_local const sbl_doc_index_t *cur_index;
+
+void sbl_doc_index_build(sbl_doc_index_t *ix, const bson_t *doc)
+{
+    const uint8_t *data = bson_get_data(doc);
+    const uint8_t *end = data + doc->len - 1, *p = data + 4, *v, *next;
+    ix->data = NULL;
+    ix->n = 0;
+    for (; p < end; p = next) {
+        if (ix->n == SBL_DOC_INDEX_MAX || !elem_at(p, end, &v, &next) || v - p - 2 > UINT8_MAX)
+            return;
+        ix->at[ix->n] = (uint32_t)(p - data);
+        ix->klen[ix->n++] = (uint8_t)(v - p - 2);
+    }
+    ix->data = data;
+    ix->len = doc->len;
+}
+
+const sbl_doc_index_t *sbl_doc_index_use(const sbl_doc_index_t *ix)
+{
+    const sbl_doc_index_t *prev = cur_index;
+    cur_index = ix;
+    return prev;
+}
+
 bool sbl_doc_find_top(const bson_t *doc, const char *key, bson_iter_t *it)
 {
     const uint8_t *data = bson_get_data(doc);
     const uint8_t *end = data + doc->len - 1; /* the closing 0 */
     const uint8_t *p = data + 4, *v, *next;
     size_t klen = strlen(key);
+    const sbl_doc_index_t *ix = cur_index;
+    if (ix != NULL && ix->data == data && ix->len == doc->len) {
+        for (uint32_t i = 0; i < ix->n; i++)
+            if (ix->klen[i] == klen && memcmp(data + ix->at[i] + 1, key, klen) == 0)
+                return bson_iter_init_from_data_at_offset(it, data, doc->len, ix->at[i],
+                                                          (uint32_t)klen);
+        return false;
+    }
     while (p < end) {
         if (!elem_at(p, end, &v, &next))
             return bson_iter_init_find(it, doc, key); /* not a checked document: libbson decides */

@@ -599,7 +599,7 @@ int sbl_rs_group_apply(const bson_t *e, sbl_err_t *err)
      * entry's, else). */
     bson_iter_t it;
     uint32_t t = 0, i = 0;
-    if (bson_iter_init_find(&it, e, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
+    if (sbl_doc_find_top(e, "ts", &it) && BSON_ITER_HOLDS_TIMESTAMP(&it))
         bson_iter_timestamp(&it, &t, &i);
     bool kept = group_keep(e);
     int rc = !kept ? SBL_E_ExceededMemoryLimit

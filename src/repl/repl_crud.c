@@ -9,6 +9,9 @@
  * layer's parsing, replies and document validation (mongod does not
  * validate documents on secondaries either).
  *
+ * A transaction's operations (an applyOps entry's, repl_sync.c) go the same
+ * way, in the transaction that applies the whole entry.
+ *
  * What must stay true: anything this path does not handle exactly as the
  * command would (a document whose first field is not _id, a delete by more
  * than _id, a collection that is missing, capped or time-series) goes to
@@ -21,7 +24,10 @@
 
 #include "doc/doc.h"
 
-int sbl_rs_apply_direct(const bson_t *e, sbl_err_t *err)
+/* Apply e (an entry, or an operation of a transaction's entry when
+ * !own_entry) straight through storage; see sbl_rs_apply_direct and
+ * sbl_rs_apply_txn_op. */
+static int apply_direct(const bson_t *e, bool own_entry, sbl_err_t *err)
 {
     bson_iter_t it;
     const char *op = NULL, *ns = NULL;
@@ -61,13 +67,15 @@ int sbl_rs_apply_direct(const bson_t *e, sbl_err_t *err)
     }
     bson_t old;
     bool found = false;
-    int rc = sbl_coll_get(s, c, &id, &old, &found, err);
+    int rc = sbl_coll_get(s, c, &id, &old, &found, own_entry ? err : &oerr);
     if (rc != 0) {
         sbl_coll_release(c);
-        return rc;
+        return own_entry ? rc : SBL_RS_NOT_DIRECT;
     }
-    sbl_repl_applying = e;
-    sbl_repl_applied_written = false;
+    if (own_entry) {
+        sbl_repl_applying = e;
+        sbl_repl_applied_written = false;
+    }
     if (op[0] == 'd') {
         if (found)
             rc = sbl_write(s, c, SBL_WRITE_DELETE, &old, NULL, NULL, err);
@@ -76,11 +84,23 @@ int sbl_rs_apply_direct(const bson_t *e, sbl_err_t *err)
     } else if (old.len != o.len || memcmp(bson_get_data(&old), bson_get_data(&o), o.len) != 0) {
         rc = sbl_write(s, c, SBL_WRITE_UPDATE, &old, &o, NULL, err);
     }
-    if (rc == 0 && !sbl_repl_applied_written) /* no change (replayed): the entry alone */
-        rc = sbl_oplog_append_raw(s, e, err);
-    sbl_repl_applying = NULL;
+    if (own_entry) {
+        if (rc == 0 && !sbl_repl_applied_written) /* no change (replayed): the entry alone */
+            rc = sbl_oplog_append_raw(s, e, err);
+        sbl_repl_applying = NULL;
+    }
     if (found)
         bson_destroy(&old);
     sbl_coll_release(c);
     return rc;
+}
+
+int sbl_rs_apply_direct(const bson_t *e, sbl_err_t *err)
+{
+    return apply_direct(e, true, err);
+}
+
+int sbl_rs_apply_txn_op(const bson_t *op, sbl_err_t *err)
+{
+    return apply_direct(op, false, err);
 }

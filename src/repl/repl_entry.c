@@ -37,6 +37,8 @@ static void put_le(uint8_t *p, uint64_t v, int n)
 #define LSID_LEN 72   /* {id: UUID, uid: BinData(0, 32 bytes)} */
 #define OPTIME_LEN 28 /* {ts: Timestamp, t: NumberLong} */
 
+_Static_assert(LSID_LEN == SBL_REPL_LSID_LEN, "the lsid's encoded length");
+
 static void encode_lsid(uint8_t b[LSID_LEN], const uint8_t id[16], const uint8_t uid[32])
 {
     put_le(b, LSID_LEN, 4);
@@ -49,6 +51,13 @@ static void encode_lsid(uint8_t b[LSID_LEN], const uint8_t id[16], const uint8_t
     b[38] = BSON_SUBTYPE_BINARY;
     memcpy(b + 39, uid, 32);
     b[71] = 0;
+}
+
+bool sbl_repl_lsid_view(uint8_t b[SBL_REPL_LSID_LEN], const uint8_t id[16],
+                        const uint8_t uid[32], bson_t *lsid)
+{
+    encode_lsid(b, id, uid);
+    return bson_init_static(lsid, b, LSID_LEN);
 }
 
 static void encode_optime(uint8_t b[OPTIME_LEN], uint64_t ts, int64_t t)
@@ -134,6 +143,47 @@ size_t sbl_repl_record_encode(const bson_t *lsid, int64_t txn, uint64_t ts, int6
         memcpy(p + 11, state, slen + 1);
         p += 11 + slen + 1;
     }
+    *p = 0;
+    return n;
+}
+
+/* A field whose value is a document: type, key, the document's bytes. */
+static uint8_t *put_doc(uint8_t *p, const char *key, size_t klen, const bson_t *d)
+{
+    *p = BSON_TYPE_DOCUMENT;
+    memcpy(p + 1, key, klen + 1);
+    memcpy(p + 2 + klen, bson_get_data(d), d->len);
+    return p + 2 + klen + d->len;
+}
+
+size_t sbl_repl_op_encode(char op, const char *ns, const uint8_t *uuid, const bson_t *o,
+                          const bson_t *o2, const bson_t *diff, uint8_t *buf, size_t cap)
+{
+    size_t nslen = strlen(ns);
+    size_t n = 4 + 10 + (9 + nslen) + (uuid != NULL ? 25 : 0) + (3 + o->len) +
+               (o2 != NULL ? 4 + o2->len : 0) + (diff != NULL ? 6 + diff->len : 0) + 1;
+    uint8_t *p = buf;
+    if (n > cap || n > INT32_MAX)
+        return n;
+    put_le(p, n, 4);
+    memcpy(p + 4, "\x02" "op\0\x02\0\0\0", 8);
+    p[12] = (uint8_t)op;
+    p[13] = 0;
+    p += 14;
+    memcpy(p, "\x02" "ns", 4);
+    put_le(p + 4, nslen + 1, 4);
+    memcpy(p + 8, ns, nslen + 1);
+    p += 9 + nslen;
+    if (uuid != NULL) {
+        memcpy(p, "\x05" "ui\0\x10\0\0\0\x04", 9);
+        memcpy(p + 9, uuid, 16);
+        p += 25;
+    }
+    p = put_doc(p, "o", 1, o);
+    if (o2 != NULL)
+        p = put_doc(p, "o2", 2, o2);
+    if (diff != NULL)
+        p = put_doc(p, "diff", 4, diff);
     *p = 0;
     return n;
 }

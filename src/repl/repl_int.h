@@ -42,6 +42,18 @@ typedef struct sbl_oplog_entry {
     bool from_migrate;           /* fromMigrate: true (a chunk migration's write) */
 } sbl_oplog_entry_t;
 void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out);
+/* A session's lsid {id: UUID, uid: BinData(0, 32 bytes)} encoded into b (the
+ * bytes libbson's appenders give), *lsid a view of it; false when it cannot
+ * be viewed (never). */
+#define SBL_REPL_LSID_LEN 72
+bool sbl_repl_lsid_view(uint8_t b[SBL_REPL_LSID_LEN], const uint8_t id[16],
+                        const uint8_t uid[32], bson_t *lsid);
+/* A transaction's operation {op, ns, ui (when uuid is not NULL), o, o2, diff
+ * (each when not NULL)}, an element of its applyOps array, encoded into buf
+ * (cap bytes); returns its length, having written nothing when that is over
+ * cap.  Byte for byte what libbson's appenders give. */
+size_t sbl_repl_op_encode(char op, const char *ns, const uint8_t *uuid, const bson_t *o,
+                          const bson_t *o2, const bson_t *diff, uint8_t *buf, size_t cap);
 /* A session's config.transactions record {_id: lsid, txnNum, lastWriteOpTime:
  * {ts, t}, lastWriteDate, state (when not NULL)} encoded into buf (cap
  * bytes); returns its length, having written nothing when that is over cap. */
@@ -686,6 +698,13 @@ bool sbl_rs_group_open(void);
  * command path, else 0 or the error. */
 #define SBL_RS_NOT_DIRECT (-1)
 int sbl_rs_apply_direct(const bson_t *e, sbl_err_t *err);
+/* As sbl_rs_apply_direct for operation op of a transaction's applyOps
+ * array, in the transaction that applies the whole entry: the entry itself
+ * (sbl_repl_applying) is written by the first change's observer or by the
+ * caller, not here.  SBL_RS_NOT_DIRECT also when the document cannot be
+ * read (the command path then meets what it meets); else 0, or a write's
+ * error (the caller's transaction must then fail). */
+int sbl_rs_apply_txn_op(const bson_t *op, sbl_err_t *err);
 /* From sbl_oplog_append_raw on a writer: wait for the entry's turn before
  * it takes the oplog's lock (0 at once elsewhere); WriteConflict when an
  * earlier entry needs this writer's transaction out of its way, another

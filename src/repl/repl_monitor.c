@@ -28,7 +28,7 @@ static _Atomic int64_t net_bytes, net_ops, net_getmores, net_getmore_us, net_emp
 void sbl_rs_count_applied_op(const bson_t *e)
 {
     bson_iter_t it;
-    const char *op = bson_iter_init_find(&it, e, "op") && BSON_ITER_HOLDS_UTF8(&it)
+    const char *op = sbl_doc_find_top(e, "op", &it) && BSON_ITER_HOLDS_UTF8(&it)
                          ? bson_iter_utf8(&it, NULL) : "";
     int k = op[0] == 'i' ? OPR_INSERT : op[0] == 'u' ? OPR_UPDATE : op[0] == 'd' ? OPR_DELETE
           : op[0] == 'c' ? OPR_COMMAND : -1;

@@ -317,12 +317,12 @@ int sbl_oplog_append_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
 
     if (oplog == NULL)
         return sbl_err_set(err, SBL_E_InternalError, "the oplog is not open");
-    if (!bson_iter_init_find(&it, doc, "ts") || !BSON_ITER_HOLDS_TIMESTAMP(&it))
+    if (!sbl_doc_find_top(doc, "ts", &it) || !BSON_ITER_HOLDS_TIMESTAMP(&it))
         return sbl_err_set(err, SBL_E_InvalidBSON, "oplog entry without a ts");
     bson_iter_timestamp(&it, &t, &i);
-    if (bson_iter_init_find(&it, doc, "t") && BSON_ITER_HOLDS_NUMBER(&it))
+    if (sbl_doc_find_top(doc, "t", &it) && BSON_ITER_HOLDS_NUMBER(&it))
         term = bson_iter_as_int64(&it);
-    if (bson_iter_init_find(&it, doc, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it))
+    if (sbl_doc_find_top(doc, "wall", &it) && BSON_ITER_HOLDS_DATE_TIME(&it))
         wall = bson_iter_date_time(&it);
     SBL_RET(sbl_rs_apply_turn(err)); /* a writer: entries take the lock in ts order */
     SBL_RET(sbl_capped_lock(s, oplog, err));
@@ -474,9 +474,10 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
          * the primary's UUID of the collection (the one streams look up) */
         const bson_t *in = sbl_repl_image_entry != NULL ? sbl_repl_image_entry
                                                         : sbl_repl_applying;
-        const uint8_t *uuid = applied_uuid(in, sbl_repl_image_entry != NULL);
         if (kind != SBL_WRITE_INSERT && old_doc != NULL && wants_images(c) &&
             bson_iter_init_find(&it, in, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            /* looked up only here: a path search through the whole entry */
+            const uint8_t *uuid = applied_uuid(in, sbl_repl_image_entry != NULL);
             uint32_t t, i;
             bson_iter_timestamp(&it, &t, &i);
             int64_t wall = bson_iter_init_find(&it, in, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it)
@@ -558,12 +559,12 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     if (rc == 0)
         rc = release_entries(s, e.ns, err);
     if (rc == 0) {
-        bson_t lsid = BSON_INITIALIZER;
-        BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
-        BSON_APPEND_BINARY(&lsid, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
-        rc = sbl_txn_record_write_known(s, &lsid, st->txn_number, e.ts, e.term, e.wall_ms, NULL,
-                                        st->record, err);
-        bson_destroy(&lsid);
+        uint8_t lb[SBL_REPL_LSID_LEN];
+        bson_t lsid;
+        rc = sbl_repl_lsid_view(lb, st->lsid_id, st->lsid_uid, &lsid)
+                 ? sbl_txn_record_write_known(s, &lsid, st->txn_number, e.ts, e.term, e.wall_ms,
+                                              NULL, st->record, err)
+                 : sbl_err_set(err, SBL_E_InternalError, "a session id that cannot be encoded");
     }
     if (rc == 0) {
         st->out_ts = e.ts;

@@ -195,8 +195,18 @@ static void run_ops(bson_iter_t *ops, const bson_t *in)
     for (sbl_repl_image_index = 0; bson_iter_next(ops); sbl_repl_image_index++) {
         char db[128];
         bson_t op, cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
-        if (BSON_ITER_HOLDS_DOCUMENT(ops) && sbl_iter_doc(ops, &op) &&
-            entry_command(&op, db, sizeof(db), &cmd) && sbl_rs_runner != NULL)
+        sbl_err_t err;
+        sbl_err_clear(&err);
+        if (!BSON_ITER_HOLDS_DOCUMENT(ops) || !sbl_iter_doc(ops, &op))
+            continue;
+        /* A document's insert, replacement or delete by _id straight through
+         * storage (repl_crud.c), as a lone entry's; a failed write fails the
+         * transaction, as the command's failed write would (sbl_txn_abort). */
+        int rc = sbl_rs_apply_txn_op(&op, &err);
+        if (rc != 0 && rc != SBL_RS_NOT_DIRECT)
+            sbl_txn_outer_fail(sbl_session_get());
+        if (rc == SBL_RS_NOT_DIRECT && entry_command(&op, db, sizeof(db), &cmd) &&
+            sbl_rs_runner != NULL)
             run_entry(db, &cmd, &op, &reply);
         bson_destroy(&cmd);
         bson_destroy(&reply);
@@ -769,9 +779,9 @@ static bool source_newer_term(mongoc_collection_t *oplog, sbl_optime_t last)
         bson_iter_t it;
         uint32_t t = 0, i = 0;
         int64_t term = -1;
-        if (bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
+        if (sbl_doc_find_top(doc, "ts", &it) && BSON_ITER_HOLDS_TIMESTAMP(&it))
             bson_iter_timestamp(&it, &t, &i);
-        if (bson_iter_init_find(&it, doc, "t") && BSON_ITER_HOLDS_NUMBER(&it))
+        if (sbl_doc_find_top(doc, "t", &it) && BSON_ITER_HOLDS_NUMBER(&it))
             term = bson_iter_as_int64(&it);
         newer = term > last.t && SBL_TS(t, i) < last.ts;
     }
@@ -862,10 +872,10 @@ static void sync_from(const char *host)
                 batch_us = sbl_now_us(); /* entries came: they are applied from now */
             bson_iter_t it;
             uint32_t t = 0, i = 0;
-            if (bson_iter_init_find(&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it))
+            if (sbl_doc_find_top(doc, "ts", &it) && BSON_ITER_HOLDS_TIMESTAMP(&it))
                 bson_iter_timestamp(&it, &t, &i);
             sbl_optime_t o = {.ts = SBL_TS(t, i)};
-            if (bson_iter_init_find(&it, doc, "t") && BSON_ITER_HOLDS_NUMBER(&it))
+            if (sbl_doc_find_top(doc, "t", &it) && BSON_ITER_HOLDS_NUMBER(&it))
                 o.t = bson_iter_as_int64(&it);
             if (first && last.ts != 0) {
                 first = false;

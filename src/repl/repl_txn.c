@@ -14,6 +14,7 @@
  */
 #include "repl/repl_int.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,25 +57,182 @@ static void record_id(bson_t *key, const bson_t *lsid, bson_value_t *id)
     *id = *bson_iter_value(&it);
 }
 
+/*
+ * Records written without a caller's hint (a member applying a session's
+ * entries, a transaction's decision) keep theirs here: the version each
+ * session's record had when last written, by the record's lsid, in a small
+ * direct-mapped table.  A hint is only that (storage.h): a stale or
+ * colliding one costs the search by _id it saves (~5k instructions of
+ * WiredTiger's search_near on a versioned key), never a wrong write.
+ */
+#define HINTS 256
+typedef struct record_hint {
+    uint32_t lsid_len; /* 0: empty */
+    uint8_t lsid[96];
+    sbl_version_t v;
+} record_hint_t;
+static record_hint_t hints[HINTS];
+static pthread_mutex_t hints_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static record_hint_t *hint_slot(const bson_t *lsid)
+{
+    const uint8_t *p = bson_get_data(lsid);
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (uint32_t i = 0; i < lsid->len; i++)
+        h = (h ^ p[i]) * 0x100000001b3ULL;
+    return &hints[h % HINTS];
+}
+
+/* The hint kept for lsid's record into *v (key_len 0 when none). */
+static void hint_get(const bson_t *lsid, sbl_version_t *v)
+{
+    record_hint_t *h = hint_slot(lsid);
+    v->key_len = 0;
+    if (lsid->len > sizeof(h->lsid))
+        return;
+    pthread_mutex_lock(&hints_mu);
+    if (h->lsid_len == lsid->len && memcmp(h->lsid, bson_get_data(lsid), lsid->len) == 0)
+        memcpy(v, &h->v, sizeof(*v));
+    pthread_mutex_unlock(&hints_mu);
+}
+
+static void hint_put(const bson_t *lsid, const sbl_version_t *v)
+{
+    record_hint_t *h = hint_slot(lsid);
+    if (lsid->len > sizeof(h->lsid))
+        return;
+    pthread_mutex_lock(&hints_mu);
+    h->lsid_len = v->key_len > 0 ? lsid->len : 0;
+    memcpy(h->lsid, bson_get_data(lsid), lsid->len);
+    memcpy(&h->v, v, sizeof(*v));
+    pthread_mutex_unlock(&hints_mu);
+}
+
+/* A record written with the hint kept for its lsid, which is then kept. */
+static int record_write_hinted(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
+                               int64_t term, int64_t wall_ms, const char *state, sbl_err_t *err)
+{
+    sbl_version_t v;
+    hint_get(lsid, &v);
+    int rc = sbl_txn_record_write_known(s, lsid, txn, ts, term, wall_ms, state, &v, err);
+    if (rc != 0)
+        v.key_len = 0;
+    hint_put(lsid, &v);
+    return rc;
+}
+
 int sbl_txn_record_write(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
                          int64_t term, int64_t wall_ms, sbl_err_t *err)
 {
-    return sbl_txn_record_write_known(s, lsid, txn, ts, term, wall_ms, NULL, NULL, err);
+    return record_write_hinted(s, lsid, txn, ts, term, wall_ms, NULL, err);
 }
 
 int sbl_txn_record_write_state(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
                                int64_t term, int64_t wall_ms, const char *state, sbl_err_t *err)
 {
-    return sbl_txn_record_write_known(s, lsid, txn, ts, term, wall_ms, state, NULL, err);
+    return record_write_hinted(s, lsid, txn, ts, term, wall_ms, state, err);
+}
+
+/* The number a top-level element of doc holds (its offset at, key k), as
+ * BSON_ITER_HOLDS_NUMBER and bson_iter_as_int64 take it; false when it holds
+ * another type. */
+static bool top_number(const bson_t *doc, uint32_t at, const char *k, int64_t *vp)
+{
+    const uint8_t *p = bson_get_data(doc) + at, *v = p + 1 + strlen(k) + 1;
+    uint64_t u = 0;
+    switch (*p) {
+    case BSON_TYPE_INT64:
+        for (int i = 7; i >= 0; i--)
+            u = (u << 8) | v[i];
+        *vp = (int64_t)u;
+        return true;
+    case BSON_TYPE_INT32:
+        for (int i = 3; i >= 0; i--)
+            u = (u << 8) | v[i];
+        *vp = (int32_t)(uint32_t)u;
+        return true;
+    case BSON_TYPE_DOUBLE: {
+        bson_iter_t it;
+        if (!sbl_doc_top_iter(doc, at, k, &it))
+            return false;
+        *vp = bson_iter_as_int64(&it);
+        return true;
+    }
+    default:
+        return false;
+    }
+}
+
+/* A record's txnNum (-1: none) and, when tsp is not NULL, its
+ * lastWriteOpTime (ts 0, term -1 when none), the first field of each name as
+ * bson_iter_init_find would find them, read from the bytes (libbson's
+ * iterators cost several times more): every retryable write and
+ * transaction reads its session's record at its start and at its write, on
+ * the primary and on each member that applies it. */
+static int64_t record_txn_at(const bson_t *rec, uint64_t *tsp, int64_t *termp)
+{
+    uint32_t off = 4, at;
+    const char *k;
+    bool bad = false, seen_txn = false, seen_op = tsp == NULL;
+    int64_t txn = -1;
+    bson_iter_t it;
+
+    if (tsp != NULL) {
+        *tsp = 0;
+        *termp = -1;
+    }
+    while ((!seen_txn || !seen_op) && sbl_doc_top_next(rec, &off, &at, &k, &bad)) {
+        if (!seen_txn && strcmp(k, "txnNum") == 0) {
+            seen_txn = true;
+            if (!top_number(rec, at, k, &txn))
+                txn = -1;
+        } else if (!seen_op && strcmp(k, "lastWriteOpTime") == 0) {
+            seen_op = true;
+            const uint8_t *v = bson_get_data(rec) + at + 1 + strlen(k) + 1;
+            uint32_t len = (uint32_t)v[0] | (uint32_t)v[1] << 8 | (uint32_t)v[2] << 16 |
+                           (uint32_t)v[3] << 24;
+            bson_t sub;
+            uint32_t soff = 4, sat;
+            const char *sk;
+            bool sbad = false;
+            uint64_t ts = 0;
+            int64_t t = 0;
+            if (bson_get_data(rec)[at] != BSON_TYPE_DOCUMENT || !bson_init_static(&sub, v, len))
+                continue;
+            /* as optime_at (repl_hb.c) reads one: the last of each counts */
+            while (sbl_doc_top_next(&sub, &soff, &sat, &sk, &sbad)) {
+                const uint8_t *sv = v + sat + 1 + strlen(sk) + 1;
+                if (strcmp(sk, "ts") == 0 && v[sat] == BSON_TYPE_TIMESTAMP) {
+                    ts = 0;
+                    for (int i = 7; i >= 0; i--) /* increment, then seconds: SBL_TS */
+                        ts = (ts << 8) | sv[i];
+                } else if (strcmp(sk, "t") == 0) {
+                    top_number(&sub, sat, sk, &t);
+                }
+            }
+            if ((bad = sbad))
+                break;
+            *tsp = ts;
+            *termp = ts != 0 ? t : -1;
+        }
+    }
+    if (bad) { /* not walkable so: libbson's reading */
+        if (tsp != NULL) {
+            sbl_optime_t o = sbl_repl_optime_at(rec, "lastWriteOpTime");
+            *tsp = o.ts;
+            *termp = o.ts != 0 ? o.t : -1;
+        }
+        return bson_iter_init_find(&it, rec, "txnNum") && BSON_ITER_HOLDS_NUMBER(&it)
+                   ? bson_iter_as_int64(&it)
+                   : -1;
+    }
+    return txn;
 }
 
 /* A record's txnNum (-1: none). */
 static int64_t record_txn(const bson_t *rec)
 {
-    bson_iter_t it;
-    return bson_iter_init_find(&it, rec, "txnNum") && BSON_ITER_HOLDS_NUMBER(&it)
-               ? bson_iter_as_int64(&it)
-               : -1;
+    return record_txn_at(rec, NULL, NULL);
 }
 
 int sbl_txn_record_write_known(sbl_session_t *s, const bson_t *lsid, int64_t txn, uint64_t ts,
@@ -312,7 +470,7 @@ int sbl_repl_txn_ops_add(sbl_repl_txn_ops_t *ops, char op, const char *ns, const
                          const bson_t *o, const bson_t *o2, const bson_t *diff,
                          const bson_t *pre_image, sbl_err_t *err)
 {
-    char key[16], opstr[2] = {op, '\0'};
+    char key[16];
     bson_t d;
     size_t add = o->len + (o2 != NULL ? o2->len : 0) + (diff != NULL ? diff->len : 0) +
                  strlen(ns) + 64;
@@ -334,17 +492,21 @@ int sbl_repl_txn_ops_add(sbl_repl_txn_ops_t *ops, char op, const char *ns, const
     }
     ops->total++;
     const char *k = sbl_array_key((uint32_t)ops->n++, key);
-    BSON_APPEND_DOCUMENT_BEGIN(&ops->arr, k, &d);
-    BSON_APPEND_UTF8(&d, "op", opstr);
-    BSON_APPEND_UTF8(&d, "ns", ns);
-    if (uuid != NULL)
-        bson_append_binary(&d, "ui", 2, BSON_SUBTYPE_UUID, uuid, 16);
-    BSON_APPEND_DOCUMENT(&d, "o", o);
-    if (o2 != NULL)
-        BSON_APPEND_DOCUMENT(&d, "o2", o2);
-    if (diff != NULL) /* as a lone entry's: change streams' updateDescription */
-        BSON_APPEND_DOCUMENT(&d, "diff", diff);
-    bson_append_document_end(&ops->arr, &d);
+    /* encoded, then appended whole (libbson's nested appends cost ~3.5k
+     * instructions an operation); diff as a lone entry's: change streams'
+     * updateDescription */
+    uint8_t local[1024], *buf = local;
+    size_t n = sbl_repl_op_encode(op, ns, uuid, o, o2, diff, buf, sizeof(local));
+    if (n > sizeof(local) && ((buf = malloc(n)) == NULL ||
+                              sbl_repl_op_encode(op, ns, uuid, o, o2, diff, buf, n) != n)) {
+        free(buf);
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+    }
+    bool ok = bson_init_static(&d, buf, n) && bson_append_document(&ops->arr, k, -1, &d);
+    if (buf != local)
+        free(buf);
+    if (!ok)
+        return sbl_err_set(err, SBL_E_InternalError, "a transaction operation of %zu bytes", n);
     if (pre_image != NULL && uuid != NULL) {
         if (ops->nimg == ops->imgcap) {
             size_t cap = ops->imgcap ? 2 * ops->imgcap : 8;
@@ -427,12 +589,12 @@ int sbl_repl_txn_record_outcome(sbl_session_t *s, const sbl_oplog_entry_t *e,
                                 sbl_repl_stmt_t *st, const char *state, uint64_t *tsp,
                                 sbl_err_t *err)
 {
-    bson_t lsid = BSON_INITIALIZER;
-    BSON_APPEND_BINARY(&lsid, "id", BSON_SUBTYPE_UUID, st->lsid_id, 16);
-    BSON_APPEND_BINARY(&lsid, "uid", BSON_SUBTYPE_BINARY, st->lsid_uid, 32);
-    int rc = sbl_txn_record_write_known(s, &lsid, st->txn_number, e->ts, e->term, e->wall_ms,
-                                        state, st->record, err);
-    bson_destroy(&lsid);
+    uint8_t lb[SBL_REPL_LSID_LEN];
+    bson_t lsid;
+    int rc = sbl_repl_lsid_view(lb, st->lsid_id, st->lsid_uid, &lsid)
+                 ? sbl_txn_record_write_known(s, &lsid, st->txn_number, e->ts, e->term,
+                                              e->wall_ms, state, st->record, err)
+                 : sbl_err_set(err, SBL_E_InternalError, "a session id that cannot be encoded");
     if (rc == 0) {
         *tsp = e->ts;
         st->out_ts = e->ts;
@@ -449,10 +611,7 @@ const bson_t *sbl_repl_txn_ops_array(const sbl_repl_txn_ops_t *ops)
 /* A record's txnNum and lastWriteOpTime. */
 static void record_fields(const bson_t *rec, int64_t *txnp, uint64_t *tsp, int64_t *termp)
 {
-    sbl_optime_t o = sbl_repl_optime_at(rec, "lastWriteOpTime");
-    *txnp = record_txn(rec);
-    *tsp = o.ts;
-    *termp = o.ts != 0 ? o.t : -1;
+    *txnp = record_txn_at(rec, tsp, termp);
 }
 
 int sbl_repl_txn_record_get(sbl_session_t *s, const uint8_t id[16], const uint8_t uid[32],

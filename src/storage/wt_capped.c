@@ -403,7 +403,7 @@ int sbl_capped_on_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         return 0;
     if (kind == SBL_WRITE_INSERT && (int64_t)new_doc->len > atomic_load(&cp->max_size))
         return sbl_err_set(err, SBL_E_BadValue, "object to insert exceeds cappedMaxSize");
-    if (doc == NULL || !bson_iter_init_find(&it, doc, sbl_table_key_field(c->tbl)))
+    if (doc == NULL || !sbl_doc_find_top(doc, sbl_table_key_field(c->tbl), &it))
         return sbl_err_set(err, SBL_E_InternalError, "capped write: document without its key");
     sbl_iter_value(&it, &id);
     if (kind == SBL_WRITE_INSERT)

@@ -317,7 +317,7 @@ static bool doc_id(const sbl_coll_t *c, const bson_t *doc, bson_value_t *id)
 {
     bson_iter_t it;
 
-    if (doc == NULL || !bson_iter_init_find(&it, doc, sbl_table_key_field(c->tbl)))
+    if (doc == NULL || !sbl_doc_find_top(doc, sbl_table_key_field(c->tbl), &it))
         return false;
     sbl_iter_value(&it, id);
     return true;

@@ -102,6 +102,10 @@ static void test_session_encoding(void)
     BSON_APPEND_INT32(&o, "_id", 7);
     BSON_APPEND_BINARY(&l, "id", BSON_SUBTYPE_UUID, st.lsid_id, 16);
     BSON_APPEND_BINARY(&l, "uid", BSON_SUBTYPE_BINARY, st.lsid_uid, 32);
+    uint8_t lb[SBL_REPL_LSID_LEN];
+    bson_t lv;
+    CHECK(sbl_repl_lsid_view(lb, st.lsid_id, st.lsid_uid, &lv) && lv.len == l.len &&
+          memcmp(bson_get_data(&lv), bson_get_data(&l), l.len) == 0);
     for (int pre = 0; pre < 2; pre++) {
         sbl_oplog_entry_t e = {.op = 'd', .ns = "db.c", .o = &o, .stmt = &st,
                                .ts = SBL_TS(1700000001, 1), .term = 2, .wall_ms = 1700000001000,
@@ -157,6 +161,40 @@ static void test_session_encoding(void)
     bson_destroy(&out);
     bson_destroy(&o);
     bson_destroy(&l);
+}
+
+/* A transaction's operation encoded as libbson's appenders give it. */
+static void test_op_encoding(void)
+{
+    bson_t o = BSON_INITIALIZER, o2 = BSON_INITIALIZER, diff = BSON_INITIALIZER;
+    const uint8_t uuid[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    BSON_APPEND_INT32(&o, "_id", 7);
+    BSON_APPEND_UTF8(&o, "s", "x");
+    BSON_APPEND_INT32(&o2, "_id", 7);
+    BSON_APPEND_INT32(&diff, "u", 1);
+    for (int mask = 0; mask < 8; mask++) {
+        const uint8_t *u = (mask & 1) ? uuid : NULL;
+        const bson_t *b2 = (mask & 2) ? &o2 : NULL, *bd = (mask & 4) ? &diff : NULL;
+        bson_t ref = BSON_INITIALIZER;
+        BSON_APPEND_UTF8(&ref, "op", mask & 1 ? "u" : "i");
+        BSON_APPEND_UTF8(&ref, "ns", "db.coll");
+        if (u != NULL)
+            bson_append_binary(&ref, "ui", 2, BSON_SUBTYPE_UUID, u, 16);
+        BSON_APPEND_DOCUMENT(&ref, "o", &o);
+        if (b2 != NULL)
+            BSON_APPEND_DOCUMENT(&ref, "o2", b2);
+        if (bd != NULL)
+            BSON_APPEND_DOCUMENT(&ref, "diff", bd);
+        uint8_t buf[256];
+        size_t n = sbl_repl_op_encode(mask & 1 ? 'u' : 'i', "db.coll", u, &o, b2, bd, buf,
+                                      sizeof(buf));
+        CHECK(n == ref.len && memcmp(buf, bson_get_data(&ref), n) == 0);
+        CHECK(sbl_repl_op_encode('u', "db.coll", u, &o, b2, bd, buf, n - 1) == n);
+        bson_destroy(&ref);
+    }
+    bson_destroy(&o);
+    bson_destroy(&o2);
+    bson_destroy(&diff);
 }
 
 static void test_election_id_and_size(void)
@@ -409,6 +447,7 @@ int main(void)
     test_ts_next();
     test_entry_shape();
     test_session_encoding();
+    test_op_encoding();
     test_entry_created_ns();
     test_election_id_and_size();
 

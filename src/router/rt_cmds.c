@@ -548,6 +548,9 @@ static int cmd_server_status(const char *db, const bson_t *cmd, bson_t *reply, s
     rt_fast_counts(&loop_reads, &to_workers);
     BSON_APPEND_INT64(&d, "loopReads", loop_reads);
     BSON_APPEND_INT64(&d, "loopReadsToWorkers", to_workers);
+    rt_scan_counts(&loop_reads, &to_workers); /* finds across shards (rt_scan.c) */
+    BSON_APPEND_INT64(&d, "loopScans", loop_reads);
+    BSON_APPEND_INT64(&d, "loopScansToWorkers", to_workers);
     bson_append_document_end(reply, &d);
     sbl_opcounters_t oc;
     sbl_metrics_get_opcounters(&oc);

@@ -533,18 +533,23 @@ int rt_find_merge(const char *db, const char *coll, const rt_find_opts_t *o, bso
             bson_destroy(&replies[i]);
         }
     }
-    bson_t arr = BSON_INITIALIZER;
+    /* the batch is built in place, in reply (an error's answer replaces it) */
+    bson_t cd, arr;
     bool done;
+    char ns[400];
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cd);
+    BSON_APPEND_ARRAY_BEGIN(&cd, "firstBatch", &arr);
     int rc = cursor_fill(cur, &arr, o->batch, &done, err);
+    bson_append_array_end(&cd, &arr);
+    done = done || o->single;
+    snprintf(ns, sizeof(ns), "%s.%s", cur->db, cur->coll);
+    BSON_APPEND_INT64(&cd, "id", done ? 0 : cur->id);
+    BSON_APPEND_UTF8(&cd, "ns", ns);
+    bson_append_document_end(reply, &cd);
     if (rc != 0) {
-        bson_destroy(&arr);
         cursor_free(cur);
         return rc;
     }
-    if (o->single)
-        done = true;
-    append_cursor_reply(reply, cur->db, cur->coll, done ? 0 : cur->id, &arr, true);
-    bson_destroy(&arr);
     if (done) {
         cursor_free(cur);
         return 0;

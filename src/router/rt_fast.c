@@ -69,6 +69,8 @@ typedef struct fast_conn {
     rt_lconn_cb cb;             /* a scan's command: its reply goes there (rt_scan.c) */
     void *cb_arg;
     int cb_slot;
+    bool cb_fired;              /* once: later events wait for the scan's release */
+    bool broken;                /* not to be kept (closed or failed after cb fired) */
     sbl_request_t *req;
     int32_t rid;
     int64_t t0;                 /* when the command came (opLatencies) */
@@ -243,18 +245,31 @@ static void conn_done(fast_conn_t *fc, bool keep)
     fc->client = NULL;
     fc->req = NULL;
     fc->cb = NULL;
+    fc->cb_fired = false;
     if (fc->buf != fc->inline_buf) {
         free(fc->buf);
         fc->buf = fc->inline_buf;
     }
     fc->have = fc->need = 0;
-    if (!keep || tl->nidle[fc->shard] >= LOOP_IDLE || fc->gen != rt_shard_gen(fc->shard)) {
+    if (!keep || fc->broken || tl->nidle[fc->shard] >= LOOP_IDLE ||
+        fc->gen != rt_shard_gen(fc->shard)) {
         conn_drop(fc);
         return;
     }
     fc->next = tl->idle[fc->shard];
     tl->idle[fc->shard] = fc;
     tl->nidle[fc->shard]++;
+}
+
+/* A scan's command is over (reply NULL: failed): its callback, once; the
+ * connection waits, unwatched, for the scan to release it. */
+static void fire(fast_conn_t *fc, const bson_t *reply, bool keep)
+{
+    uv_timer_stop(&fc->timer);
+    uv_poll_stop(&fc->poll);
+    fc->cb_fired = true;
+    fc->broken = reply == NULL;
+    fc->cb(fc->cb_arg, fc->cb_slot, fc, reply, keep);
 }
 
 /* Not the common case after all: fc is dropped (lost: the primary is
@@ -264,7 +279,7 @@ static void to_worker(fast_conn_t *fc, bool lost)
     if (fc->cb != NULL) { /* a scan's: it decides (and gives fc back) */
         if (lost)
             rt_shard_forget(fc->shard);
-        fc->cb(fc->cb_arg, fc->cb_slot, fc, NULL, false);
+        fire(fc, NULL, false);
         return;
     }
     sbl_conn_t *client = fc->client;
@@ -287,7 +302,7 @@ static void on_reply(fast_conn_t *fc)
             return;
         }
         bool keep = rt_conn_answered(fc->shard, fc->host, fc->sent, &r);
-        fc->cb(fc->cb_arg, fc->cb_slot, fc, &r, keep);
+        fire(fc, &r, keep);
         return;
     }
     if (!rt_msg_body(fc->buf + 16, fc->need - 16, &r)) {
@@ -482,6 +497,8 @@ rt_lconn_t *rt_lconn_send(sbl_conn_t *client, int shard, const char *db, const b
 
 void rt_lconn_release(rt_lconn_t *fc, bool keep)
 {
+    if (!fc->broken && keep) /* watched again while idle: a close is seen */
+        uv_poll_start(&fc->poll, UV_READABLE, readable_cb);
     conn_done(fc, keep);
 }
 

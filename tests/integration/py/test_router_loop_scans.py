@@ -13,7 +13,9 @@ one-member shards started with build/sable-cluster start --sharded.
 
 import os
 import random
+import subprocess
 import sys
+import time
 
 import pymongo
 import pytest
@@ -170,3 +172,31 @@ def test_a_stale_router_scans_again_on_the_workers(mongos, cluster):
     # the refreshed table names one shard: the one-shard loop path from now on
     assert [d["k"] for d in mongos.ls.r.find({}).sort("k", 1)] == list(range(-20, 30))
     assert _counts(mongos) == (loop1, back1)
+
+
+def test_a_restarted_shard_under_the_loops_connections(mongos, cluster, hashed):
+    """shard1 restarts: the loops' connections to it are closed under them;
+    scans go on (a failed one runs again on the workers) and come back to
+    the loop."""
+    keys = sorted(hashed)
+    want = [hashed[k] for k in keys[5:25]]
+    for _ in range(20):
+        assert list(mongos.ls.h.find({"_id": {"$gte": keys[5]}}).sort("_id", 1).limit(20)) == want
+    r = subprocess.run([sys.executable, cluster["launcher"], "restart", "1", "--dir",
+                        cluster["dir"]], env=cluster["env"], capture_output=True, text=True,
+                       timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    deadline = time.time() + 60
+    while True:
+        try:
+            assert list(mongos.ls.h.find({"_id": {"$gte": keys[5]}}).sort("_id", 1)
+                        .limit(20)) == want
+            break
+        except pymongo.errors.PyMongoError:
+            assert time.time() < deadline
+            time.sleep(0.5)
+    loop0, _ = _counts(mongos)
+    for _ in range(100):
+        assert list(mongos.ls.h.find({"_id": {"$gte": keys[5]}}).sort("_id", 1).limit(20)) == want
+    loop1, _ = _counts(mongos)
+    assert loop1 - loop0 >= 80, (loop0, loop1)

@@ -15,6 +15,7 @@
 #include "doc/doc.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,9 +44,9 @@ typedef struct rt_cursor {
     int32_t batch_size; /* asked of the shards on getMore; 0: theirs */
     int n, next;
     int64_t idle_since_ms; /* when it went back into the registry */
-    rcur_t r[RT_MAX_SHARDS];
     rt_stream_t *stream; /* a change stream's merge (r unused), or NULL */
     struct rt_cursor *link;
+    rcur_t r[RT_MAX_SHARDS]; /* last: only the first n are in use (and zeroed) */
 } rt_cursor_t;
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -116,12 +117,14 @@ static int64_t new_cursor_id(void)
     return id;
 }
 
-static rt_cursor_t *cursor_new(const char *db, const char *coll)
+/* A cursor with room for nr shards' cursors (zeroed: a cursor of every
+ * shard zeroes 32 KB, which a scan of a few shards need not pay). */
+static rt_cursor_t *cursor_new(const char *db, const char *coll, int nr)
 {
     /* it embeds bson_t (128-byte aligned) */
     size_t sz = (sizeof(rt_cursor_t) + 127) & ~(size_t)127;
     rt_cursor_t *c = aligned_alloc(128, sz);
-    memset(c, 0, sz);
+    memset(c, 0, offsetof(rt_cursor_t, r) + (size_t)nr * sizeof(rcur_t));
     c->id = new_cursor_id();
     snprintf(c->db, sizeof(c->db), "%s", db);
     snprintf(c->coll, sizeof(c->coll), "%s", coll);
@@ -401,7 +404,7 @@ int rt_wrap_cursor_reply(int shard, const char *db, bson_t *shard_reply, bson_t 
         return 0;
     }
     const char *dot = strchr(ns, '.');
-    rt_cursor_t *c = cursor_new(db, dot ? dot + 1 : ns);
+    rt_cursor_t *c = cursor_new(db, dot ? dot + 1 : ns, 1);
     c->n = 1;
     c->r[0].shard = shard;
     bson_t copy;
@@ -487,10 +490,11 @@ void rt_find_shard_cmd(const bson_t *cmd, const rt_find_opts_t *o, const rt_coll
     rt_append_version(fwd, c, s);
 }
 
-/* A cursor over the find's options, its shards still to be added. */
-static rt_cursor_t *find_cursor(const char *db, const char *coll, const rt_find_opts_t *o)
+/* A cursor over the find's options, its nr shards still to be added. */
+static rt_cursor_t *find_cursor(const char *db, const char *coll, const rt_find_opts_t *o,
+                                int nr)
 {
-    rt_cursor_t *cur = cursor_new(db, coll);
+    rt_cursor_t *cur = cursor_new(db, coll, nr);
     cur->limit = o->limit > 0 ? o->limit : -1;
     cur->skip = o->skip;
     cur->sort = o->has_sort ? bson_copy(&o->sort) : NULL;
@@ -520,7 +524,7 @@ int rt_find_merge(const char *db, const char *coll, const rt_find_opts_t *o, bso
                   const int *shard, const char *const *hosts, int n, bool borrowed,
                   bson_t *reply, sbl_err_t *err)
 {
-    rt_cursor_t *cur = find_cursor(db, coll, o);
+    rt_cursor_t *cur = find_cursor(db, coll, o, n);
     for (int i = 0; i < n; i++) {
         rcur_t *r = &cur->r[cur->n++];
         r->shard = shard[i];
@@ -621,7 +625,10 @@ int rt_find(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
             continue;
         }
         /* Several shards: ask each for limit + skip documents, merge here. */
-        rt_cursor_t *cur = find_cursor(db, coll, &o);
+        int ntargets = 0;
+        for (int s = 0; s < RT_MAX_SHARDS; s++)
+            ntargets += targets[s];
+        rt_cursor_t *cur = find_cursor(db, coll, &o, ntargets);
         bool stale = false;
         rc = 0;
         /* every shard at once, then their answers in shard order */
@@ -755,7 +762,7 @@ int rt_merge_cursors(const char *db, const char *coll, bson_t *replies, const in
                      int n, const bson_t *sort, int64_t limit, int64_t skip, bson_t *reply,
                      sbl_err_t *err)
 {
-    rt_cursor_t *c = cursor_new(db, coll);
+    rt_cursor_t *c = cursor_new(db, coll, n);
     c->sort = sort ? bson_copy(sort) : NULL;
     c->limit = limit;
     c->skip = skip;
@@ -771,7 +778,7 @@ int rt_docs_cursor(const char *db, const char *coll, const bson_t *docs, int64_t
                    bson_t *reply, sbl_err_t *err)
 {
     /* one exhausted "shard" (id 0) whose only batch holds every document */
-    rt_cursor_t *c = cursor_new(db, coll);
+    rt_cursor_t *c = cursor_new(db, coll, 1);
     bson_t wrap = BSON_INITIALIZER, cur;
     BSON_APPEND_DOCUMENT_BEGIN(&wrap, "cursor", &cur);
     BSON_APPEND_INT64(&cur, "id", 0);
@@ -786,7 +793,7 @@ int rt_docs_cursor(const char *db, const char *coll, const bson_t *docs, int64_t
 
 int64_t rt_stream_register(rt_stream_t *s, const char *db, const char *coll)
 {
-    rt_cursor_t *c = cursor_new(db, coll);
+    rt_cursor_t *c = cursor_new(db, coll, 0);
     c->stream = s;
     int64_t id = c->id;
     reg_put(c);
@@ -796,7 +803,7 @@ int64_t rt_stream_register(rt_stream_t *s, const char *db, const char *coll)
 int rt_drain_cursor(bson_t *shard_reply, const char *db, const char *coll, int shard,
                     bson_t *arr, sbl_err_t *err)
 {
-    rt_cursor_t *c = cursor_new(db, coll);
+    rt_cursor_t *c = cursor_new(db, coll, 1);
     c->n = 1;
     c->r[0].shard = shard;
     bson_t copy;

@@ -30,6 +30,7 @@
 #include "auth/auth.h"
 #include "net/net.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +46,8 @@ typedef struct scan {
     bool partial;               /* a shard had no connection at hand: the workers run it */
     int shard[RT_MAX_SHARDS];
     rt_lconn_t *lc[RT_MAX_SHARDS];
-    bson_t reply[RT_MAX_SHARDS]; /* views into lc[i]'s buffer (have[i]) */
     bool have[RT_MAX_SHARDS], keep[RT_MAX_SHARDS];
+    bson_t reply[RT_MAX_SHARDS]; /* views into lc[i]'s buffer (have[i]); last, not zeroed */
 } scan_t;
 
 /* What a worker does with a scan's replies (owned copies). */
@@ -221,19 +222,25 @@ static void scan_finish(scan_t *sc)
         }
         __atomic_add_fetch(&n_to_workers, 1, __ATOMIC_RELAXED);
     } else {
-        /* every shard cursor exhausted: merged here, from the buffers */
+        /* every shard cursor exhausted: merged here, from the buffers, into
+         * a reply sized for all they hold (never grown by copying) */
         const char *hosts[RT_MAX_SHARDS];
-        for (int i = 0; i < sc->n; i++)
+        size_t total = 512; /* the cursor's fields, ok, $clusterTime */
+        for (int i = 0; i < sc->n; i++) {
             hosts[i] = rt_lconn_host(sc->lc[i]);
+            total += sc->reply[i].len;
+        }
+        bson_t *out = bson_sized_new(total);
         rt_auth_enter(sc->client);
         int rc = rt_sess_begin("find", &sc->req->cmd, &err);
         if (rc == 0)
             rc = rt_find_merge(sc->db, sc->coll, &sc->o, sc->reply, sc->shard, hosts, sc->n,
-                               true, &reply, &err);
+                               true, out, &err);
         rt_sess_end();
         rt_auth_leave();
         __atomic_add_fetch(&n_answered, 1, __ATOMIC_RELAXED);
-        rt_answer(sc->client, sc->req, "find", sc->t0, rc, &err, &reply);
+        rt_answer(sc->client, sc->req, "find", sc->t0, rc, &err, out);
+        bson_destroy(out);
     }
     bson_destroy(&reply);
     release_all(sc);
@@ -266,7 +273,7 @@ bool rt_scan_find(sbl_conn_t *conn, sbl_request_t *req, const char *db, int64_t 
         rt_coll_release(c);
         return false;
     }
-    memset(sc, 0, sz);
+    memset(sc, 0, offsetof(scan_t, reply));
     snprintf(sc->coll, sizeof(sc->coll), "%s", bson_iter_utf8(&it, NULL));
     snprintf(sc->db, sizeof(sc->db), "%s", db);
     if (rt_find_opts(cmd, &sc->o, &err) != 0 || sc->o.meta_sort) {

@@ -150,13 +150,12 @@ static void job_queue(scan_job_t *j)
     }
 }
 
-/* The cursors the shards left open (but in slot skip) are killed on the
- * worker pool. */
-static void kill_open(const scan_t *sc, int skip)
+/* The cursors the shards left open are killed on the worker pool. */
+static void kill_open(const scan_t *sc)
 {
     scan_job_t *j = NULL;
     for (int i = 0; i < sc->n; i++) {
-        int64_t id = i != skip && sc->have[i] && rt_reply_code(&sc->reply[i]) == 0
+        int64_t id = sc->have[i] && rt_reply_code(&sc->reply[i]) == 0
                          ? open_cursor(&sc->reply[i])
                          : 0;
         if (id == 0 || (j == NULL && (j = job_new(sc, false)) == NULL))
@@ -197,11 +196,11 @@ static void scan_finish(scan_t *sc)
     bson_t reply = BSON_INITIALIZER;
     sbl_err_t err = {0};
     if (retry) {
-        kill_open(sc, -1);
+        kill_open(sc);
         __atomic_add_fetch(&n_to_workers, 1, __ATOMIC_RELAXED);
         rt_dispatch_worker(sc->client, sc->req);
     } else if (error >= 0) {
-        kill_open(sc, -1);
+        kill_open(sc);
         bson_copy_to_excluding_noinit(&sc->reply[error], &reply, "$clusterTime",
                                       "operationTime", NULL);
         __atomic_add_fetch(&n_answered, 1, __ATOMIC_RELAXED);
@@ -210,7 +209,7 @@ static void scan_finish(scan_t *sc)
         /* more than a batch: the merge may fetch, on the worker pool */
         scan_job_t *j = job_new(sc, true);
         if (j == NULL) {
-            kill_open(sc, -1);
+            kill_open(sc);
             rt_dispatch_worker(sc->client, sc->req);
         } else {
             for (int i = 0; i < sc->n; i++) {

@@ -185,6 +185,8 @@ size_t rt_conn_msg(int shard, const char *db, const bson_t *cmd, uint8_t *buf, s
 bool rt_conn_write(int fd, const uint8_t *m, size_t n);
 int64_t rt_msg_len(const uint8_t h[16], int32_t rid);
 bool rt_msg_body(const uint8_t *body, size_t n, bson_t *reply);
+/* As rt_msg_body, *view reading the body where it lies (no copy). */
+bool rt_msg_view(const uint8_t *body, size_t n, bson_t *view);
 bool rt_conn_answered(int shard, const char *host, int64_t t0, const bson_t *reply);
 void rt_shard_forget(int shard);
 uint64_t rt_shard_gen(int shard);
@@ -605,6 +607,56 @@ bool rt_fast_send(struct sbl_conn *conn, struct sbl_request *req, const char *na
  * section). */
 void rt_fast_counts(int64_t *reads, int64_t *reads_to_workers, int64_t *writes,
                     int64_t *writes_to_workers);
+
+/* A loop's connections, for a command of a find across shards (rt_scan.c).
+ * rt_lconn_send: cmd goes to shard's primary at the end of this loop
+ * iteration on a connection of the loop; cb(arg, slot, lc, reply, keep)
+ * runs on the loop once with the reply (a view into lc's buffer, valid
+ * until lc is released; keep: the connection may be kept) or with reply
+ * NULL (the connection failed or timed out; the shard's primary is looked
+ * up again).  NULL when no connection is at hand or cmd is too large (cb
+ * never runs).  rt_lconn_release: lc goes back to the loop's idle list
+ * (keep) or is closed; every lc that was sent is released once, after its
+ * cb.  rt_lconn_host: the member it talks to ("host:port"). */
+typedef struct fast_conn rt_lconn_t;
+typedef void (*rt_lconn_cb)(void *arg, int slot, rt_lconn_t *lc, const bson_t *reply, bool keep);
+rt_lconn_t *rt_lconn_send(struct sbl_conn *client, int shard, const char *db, const bson_t *cmd,
+                          rt_lconn_cb cb, void *arg, int slot);
+void rt_lconn_release(rt_lconn_t *lc, bool keep);
+const char *rt_lconn_host(const rt_lconn_t *lc);
+
+/* ---- rt_scan.c ---- */
+/* A find that the cached routing table sends to several shards (targets),
+ * run from the client's loop: true when it took req (answered or handed to
+ * the worker pool), false when the worker pool should run it.  Releases c.
+ * t0: when the command came (CLOCK_MONOTONIC microseconds). */
+bool rt_scan_find(struct sbl_conn *conn, struct sbl_request *req, const char *db, int64_t t0,
+                  rt_coll_t *c, const bool targets[RT_MAX_SHARDS]);
+/* Multi-shard finds answered from the loops, and those handed to the
+ * worker pool after their commands were sent (serverStatus). */
+void rt_scan_counts(int64_t *answered, int64_t *to_workers);
+
+/* ---- rt_cursor.c: a find's options and its merge ---- */
+typedef struct rt_find_opts {
+    bson_t sort;          /* a view into the command; empty: none */
+    bool has_sort, meta_sort, single, has_batch;
+    int64_t limit, skip, batch;
+} rt_find_opts_t;
+/* cmd's sort, limit, skip, batchSize and singleBatch; an error (BadValue)
+ * for a negative skip or batchSize. */
+int rt_find_opts(const bson_t *cmd, rt_find_opts_t *o, sbl_err_t *err);
+/* The command a targeted shard s of c runs for the find cmd across shards
+ * (limit + skip documents, none skipped), into fwd (initialised here). */
+void rt_find_shard_cmd(const bson_t *cmd, const rt_find_opts_t *o, const rt_coll_t *c, int s,
+                       bson_t *fwd);
+/* The router's cursor over the shards' first replies (n of them, shard[i]
+ * answered replies[i], from member hosts[i], or NULL: rt_answered_by), its
+ * first batch into reply; registered when more may come.  borrowed: the
+ * replies stay the caller's and are read only here (every shard cursor
+ * must be exhausted: nothing is fetched); else they are stolen. */
+int rt_find_merge(const char *db, const char *coll, const rt_find_opts_t *o, bson_t *replies,
+                  const int *shard, const char *const *hosts, int n, bool borrowed,
+                  bson_t *reply, sbl_err_t *err);
 
 /* ---- rt_fam.c ---- */
 int rt_find_and_modify(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err);

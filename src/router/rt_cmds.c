@@ -550,6 +550,10 @@ static int cmd_server_status(const char *db, const bson_t *cmd, bson_t *reply, s
     BSON_APPEND_INT64(&d, "loopReadsToWorkers", reads_to_workers);
     BSON_APPEND_INT64(&d, "loopWrites", loop_writes);
     BSON_APPEND_INT64(&d, "loopWritesToWorkers", writes_to_workers);
+    int64_t loop_scans, scans_to_workers;
+    rt_scan_counts(&loop_scans, &scans_to_workers); /* finds across shards (rt_scan.c) */
+    BSON_APPEND_INT64(&d, "loopScans", loop_scans);
+    BSON_APPEND_INT64(&d, "loopScansToWorkers", scans_to_workers);
     bson_append_document_end(reply, &d);
     sbl_opcounters_t oc;
     sbl_metrics_get_opcounters(&oc);

@@ -15,6 +15,7 @@
 #include "doc/doc.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,9 +44,9 @@ typedef struct rt_cursor {
     int32_t batch_size; /* asked of the shards on getMore; 0: theirs */
     int n, next;
     int64_t idle_since_ms; /* when it went back into the registry */
-    rcur_t r[RT_MAX_SHARDS];
     rt_stream_t *stream; /* a change stream's merge (r unused), or NULL */
     struct rt_cursor *link;
+    rcur_t r[RT_MAX_SHARDS]; /* last: only the first n are in use (and zeroed) */
 } rt_cursor_t;
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -116,12 +117,14 @@ static int64_t new_cursor_id(void)
     return id;
 }
 
-static rt_cursor_t *cursor_new(const char *db, const char *coll)
+/* A cursor with room for nr shards' cursors (zeroed: a cursor of every
+ * shard zeroes 32 KB, which a scan of a few shards need not pay). */
+static rt_cursor_t *cursor_new(const char *db, const char *coll, int nr)
 {
     /* it embeds bson_t (128-byte aligned) */
     size_t sz = (sizeof(rt_cursor_t) + 127) & ~(size_t)127;
     rt_cursor_t *c = aligned_alloc(128, sz);
-    memset(c, 0, sz);
+    memset(c, 0, offsetof(rt_cursor_t, r) + (size_t)nr * sizeof(rcur_t));
     c->id = new_cursor_id();
     snprintf(c->db, sizeof(c->db), "%s", db);
     snprintf(c->coll, sizeof(c->coll), "%s", coll);
@@ -170,6 +173,8 @@ static void cursor_free(rt_cursor_t *c)
 /* Take a shard's cursor reply (firstBatch or nextBatch) into r; steals
  * reply.  Called on the thread that received it, right after: a first
  * batch notes the member that answered (rt_answered_by). */
+static void rcur_position(rcur_t *r);
+
 static void rcur_take(rcur_t *r, bson_t *reply)
 {
     if (r->host == NULL && rt_answered_by(r->shard)[0] != '\0')
@@ -178,6 +183,12 @@ static void rcur_take(rcur_t *r, bson_t *reply)
         bson_destroy(&r->reply);
     bson_steal(&r->reply, reply); /* a bson_t is never moved by struct copy */
     bson_init(reply);
+    rcur_position(r);
+}
+
+/* r's cursor id and iterator, from the reply it now holds. */
+static void rcur_position(rcur_t *r)
+{
     r->have_reply = true;
     r->have = false;
     r->id = 0;
@@ -393,7 +404,7 @@ int rt_wrap_cursor_reply(int shard, const char *db, bson_t *shard_reply, bson_t 
         return 0;
     }
     const char *dot = strchr(ns, '.');
-    rt_cursor_t *c = cursor_new(db, dot ? dot + 1 : ns);
+    rt_cursor_t *c = cursor_new(db, dot ? dot + 1 : ns, 1);
     c->n = 1;
     c->r[0].shard = shard;
     bson_t copy;
@@ -430,6 +441,129 @@ static bool is_stale(const bson_t *reply)
     return rt_stale_code(rt_reply_code(reply));
 }
 
+int rt_find_opts(const bson_t *cmd, rt_find_opts_t *o, sbl_err_t *err)
+{
+    bson_iter_t it;
+    memset(o, 0, sizeof(*o));
+    bson_init(&o->sort);
+    o->batch = 101;
+    bson_iter_init(&it, cmd);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "sort") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it))
+            o->has_sort = sbl_iter_doc(&it, &o->sort) && !bson_empty(&o->sort);
+        else if (strcmp(k, "limit") == 0 && BSON_ITER_HOLDS_NUMBER(&it))
+            o->limit = bson_iter_as_int64(&it);
+        else if (strcmp(k, "skip") == 0 && BSON_ITER_HOLDS_NUMBER(&it))
+            o->skip = bson_iter_as_int64(&it);
+        else if (strcmp(k, "batchSize") == 0 && BSON_ITER_HOLDS_NUMBER(&it))
+            o->batch = bson_iter_as_int64(&it), o->has_batch = true;
+        else if (strcmp(k, "singleBatch") == 0)
+            o->single = bson_iter_as_bool(&it);
+    }
+    if (o->limit < 0) {
+        o->limit = -o->limit;
+        o->single = true;
+    }
+    if (o->skip < 0 || o->batch < 0)
+        return sbl_err_set(err, SBL_E_BadValue, "skip and batchSize must be non-negative");
+    if (o->has_sort) {
+        bson_iter_init(&it, &o->sort);
+        while (bson_iter_next(&it))
+            if (!BSON_ITER_HOLDS_NUMBER(&it))
+                o->meta_sort = true; /* across shards: as a pipeline (rt_agg.c) */
+        o->has_sort = !o->meta_sort;
+    }
+    return 0;
+}
+
+void rt_find_shard_cmd(const bson_t *cmd, const rt_find_opts_t *o, const rt_coll_t *c, int s,
+                       bson_t *fwd)
+{
+    static const char *const strip[] = {"limit", "skip", "batchSize", "singleBatch", NULL};
+    bson_init(fwd);
+    rt_copy_cmd(cmd, fwd, strip);
+    if (o->limit > 0)
+        BSON_APPEND_INT64(fwd, "limit", o->limit + o->skip);
+    if (o->has_batch)
+        BSON_APPEND_INT64(fwd, "batchSize", o->batch + o->skip);
+    rt_append_version(fwd, c, s);
+}
+
+/* A cursor over the find's options, its nr shards still to be added. */
+static rt_cursor_t *find_cursor(const char *db, const char *coll, const rt_find_opts_t *o,
+                                int nr)
+{
+    rt_cursor_t *cur = cursor_new(db, coll, nr);
+    cur->limit = o->limit > 0 ? o->limit : -1;
+    cur->skip = o->skip;
+    cur->sort = o->has_sort ? bson_copy(&o->sort) : NULL;
+    cur->batch_size = o->has_batch && o->batch > 0 ? (int32_t)o->batch : 0;
+    return cur;
+}
+
+/* r reads reply where it lies (a caller's buffer that outlives r's use). */
+static void rcur_view(rcur_t *r, const bson_t *reply)
+{
+    bson_init_static(&r->reply, bson_get_data(reply), reply->len); /* bson_steal refuses it */
+    rcur_position(r);
+}
+
+/* r's batch becomes its own copy (its position kept). */
+static void rcur_own(rcur_t *r)
+{
+    const uint8_t *old = bson_get_data(&r->reply);
+    bson_t copy;
+    bson_copy_to(&r->reply, &copy);
+    bson_steal(&r->reply, &copy);
+    if (r->it.raw != NULL)
+        r->it.raw = bson_get_data(&r->reply) + (r->it.raw - old);
+}
+
+int rt_find_merge(const char *db, const char *coll, const rt_find_opts_t *o, bson_t *replies,
+                  const int *shard, const char *const *hosts, int n, bool borrowed,
+                  bson_t *reply, sbl_err_t *err)
+{
+    rt_cursor_t *cur = find_cursor(db, coll, o, n);
+    for (int i = 0; i < n; i++) {
+        rcur_t *r = &cur->r[cur->n++];
+        r->shard = shard[i];
+        if (hosts != NULL && hosts[i] != NULL)
+            r->host = strdup(hosts[i]);
+        if (borrowed) {
+            rcur_view(r, &replies[i]);
+        } else {
+            rcur_take(r, &replies[i]);
+            bson_destroy(&replies[i]);
+        }
+    }
+    /* the batch is built in place, in reply (an error's answer replaces it) */
+    bson_t cd, arr;
+    bool done;
+    char ns[400];
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cd);
+    BSON_APPEND_ARRAY_BEGIN(&cd, "firstBatch", &arr);
+    int rc = cursor_fill(cur, &arr, o->batch, &done, err);
+    bson_append_array_end(&cd, &arr);
+    done = done || o->single;
+    snprintf(ns, sizeof(ns), "%s.%s", cur->db, cur->coll);
+    BSON_APPEND_INT64(&cd, "id", done ? 0 : cur->id);
+    BSON_APPEND_UTF8(&cd, "ns", ns);
+    bson_append_document_end(reply, &cd);
+    if (rc != 0) {
+        cursor_free(cur);
+        return rc;
+    }
+    if (done) {
+        cursor_free(cur);
+        return 0;
+    }
+    for (int i = 0; borrowed && i < cur->n; i++)
+        rcur_own(&cur->r[i]);
+    reg_put(cur);
+    return 0;
+}
+
 int rt_find(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
 {
     bson_iter_t it;
@@ -438,38 +572,13 @@ int rt_find(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
     const char *coll = bson_iter_utf8(&it, NULL);
     char ns[400];
     snprintf(ns, sizeof(ns), "%s.%s", db, coll);
-    bson_t filter = BSON_INITIALIZER, sort = BSON_INITIALIZER;
-    int64_t limit = 0, skip = 0, batch = 101;
-    bool single = false, has_sort = false, has_batch = false, meta_sort = false;
-    bson_iter_init(&it, cmd);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
-        if (strcmp(k, "filter") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it))
-            sbl_iter_doc(&it, &filter);
-        else if (strcmp(k, "sort") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it))
-            has_sort = sbl_iter_doc(&it, &sort) && !bson_empty(&sort);
-        else if (strcmp(k, "limit") == 0 && BSON_ITER_HOLDS_NUMBER(&it))
-            limit = bson_iter_as_int64(&it);
-        else if (strcmp(k, "skip") == 0 && BSON_ITER_HOLDS_NUMBER(&it))
-            skip = bson_iter_as_int64(&it);
-        else if (strcmp(k, "batchSize") == 0 && BSON_ITER_HOLDS_NUMBER(&it))
-            batch = bson_iter_as_int64(&it), has_batch = true;
-        else if (strcmp(k, "singleBatch") == 0)
-            single = bson_iter_as_bool(&it);
-    }
-    if (limit < 0) {
-        limit = -limit;
-        single = true;
-    }
-    if (skip < 0 || batch < 0)
-        return sbl_err_set(err, SBL_E_BadValue, "skip and batchSize must be non-negative");
-    if (has_sort) {
-        bson_iter_init(&it, &sort);
-        while (bson_iter_next(&it))
-            if (!BSON_ITER_HOLDS_NUMBER(&it))
-                meta_sort = true; /* across shards: as a pipeline (rt_agg.c) */
-        has_sort = has_sort && !meta_sort;
-    }
+    bson_t filter = BSON_INITIALIZER;
+    if (bson_iter_init_find(&it, cmd, "filter") && BSON_ITER_HOLDS_DOCUMENT(&it))
+        sbl_iter_doc(&it, &filter);
+    rt_find_opts_t o;
+    int rc = rt_find_opts(cmd, &o, err);
+    if (rc != 0)
+        return rc;
     for (int attempt = 0;; attempt++) {
         rt_coll_t *c = rt_coll_get(ns, attempt > 0, err);
         if (c == NULL)
@@ -490,7 +599,7 @@ int rt_find(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
             if (s >= 0)
                 rt_append_version(&fwd, c, s);
             rt_coll_release(c);
-            int rc = rt_run(s, db, &fwd, &r, err);
+            rc = rt_run(s, db, &fwd, &r, err);
             bson_destroy(&fwd);
             if (rc != 0)
                 return rc;
@@ -507,23 +616,21 @@ int rt_find(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
             bson_destroy(&r);
             return rc;
         }
-        if (meta_sort) { /* the pipeline's merger sorts by the shards' scores */
+        if (o.meta_sort) { /* the pipeline's merger sorts by the shards' scores */
             rt_coll_release(c);
             int r = rt_agg_find_by_meta(db, coll, cmd, reply, err);
             if (r >= 0)
                 return r;
-            meta_sort = false; /* an option no pipeline has: merged unsorted */
+            o.meta_sort = false; /* an option no pipeline has: merged unsorted */
             continue;
         }
         /* Several shards: ask each for limit + skip documents, merge here. */
-        static const char *const strip[] = {"limit", "skip", "batchSize", "singleBatch", NULL};
-        rt_cursor_t *cur = cursor_new(db, coll);
-        cur->limit = limit > 0 ? limit : -1;
-        cur->skip = skip;
-        cur->sort = has_sort ? bson_copy(&sort) : NULL;
-        cur->batch_size = has_batch && batch > 0 ? (int32_t)batch : 0;
-        int rc = 0;
+        int ntargets = 0;
+        for (int s = 0; s < RT_MAX_SHARDS; s++)
+            ntargets += targets[s];
+        rt_cursor_t *cur = find_cursor(db, coll, &o, ntargets);
         bool stale = false;
+        rc = 0;
         /* every shard at once, then their answers in shard order */
         int ns_ = 0, sh[RT_MAX_SHARDS], rcs[RT_MAX_SHARDS];
         bson_t fwds[RT_MAX_SHARDS], rs[RT_MAX_SHARDS];
@@ -532,13 +639,7 @@ int rt_find(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
         for (int s = 0; s < RT_MAX_SHARDS; s++) {
             if (!targets[s])
                 continue;
-            bson_init(&fwds[ns_]);
-            rt_copy_cmd(cmd, &fwds[ns_], strip);
-            if (limit > 0)
-                BSON_APPEND_INT64(&fwds[ns_], "limit", limit + skip);
-            if (has_batch)
-                BSON_APPEND_INT64(&fwds[ns_], "batchSize", batch + skip);
-            rt_append_version(&fwds[ns_], c, s);
+            rt_find_shard_cmd(cmd, &o, c, s, &fwds[ns_]);
             cmds[ns_] = &fwds[ns_];
             memset(&errs[ns_], 0, sizeof(errs[ns_]));
             sh[ns_++] = s;
@@ -573,7 +674,7 @@ int rt_find(const char *db, const bson_t *cmd, bson_t *reply, sbl_err_t *err)
             cursor_free(cur);
             continue;
         }
-        return cursor_first_batch(cur, batch, single, reply, err);
+        return cursor_first_batch(cur, o.batch, o.single, reply, err);
     }
 }
 
@@ -661,7 +762,7 @@ int rt_merge_cursors(const char *db, const char *coll, bson_t *replies, const in
                      int n, const bson_t *sort, int64_t limit, int64_t skip, bson_t *reply,
                      sbl_err_t *err)
 {
-    rt_cursor_t *c = cursor_new(db, coll);
+    rt_cursor_t *c = cursor_new(db, coll, n);
     c->sort = sort ? bson_copy(sort) : NULL;
     c->limit = limit;
     c->skip = skip;
@@ -677,7 +778,7 @@ int rt_docs_cursor(const char *db, const char *coll, const bson_t *docs, int64_t
                    bson_t *reply, sbl_err_t *err)
 {
     /* one exhausted "shard" (id 0) whose only batch holds every document */
-    rt_cursor_t *c = cursor_new(db, coll);
+    rt_cursor_t *c = cursor_new(db, coll, 1);
     bson_t wrap = BSON_INITIALIZER, cur;
     BSON_APPEND_DOCUMENT_BEGIN(&wrap, "cursor", &cur);
     BSON_APPEND_INT64(&cur, "id", 0);
@@ -692,7 +793,7 @@ int rt_docs_cursor(const char *db, const char *coll, const bson_t *docs, int64_t
 
 int64_t rt_stream_register(rt_stream_t *s, const char *db, const char *coll)
 {
-    rt_cursor_t *c = cursor_new(db, coll);
+    rt_cursor_t *c = cursor_new(db, coll, 0);
     c->stream = s;
     int64_t id = c->id;
     reg_put(c);
@@ -702,7 +803,7 @@ int64_t rt_stream_register(rt_stream_t *s, const char *db, const char *coll)
 int rt_drain_cursor(bson_t *shard_reply, const char *db, const char *coll, int shard,
                     bson_t *arr, sbl_err_t *err)
 {
-    rt_cursor_t *c = cursor_new(db, coll);
+    rt_cursor_t *c = cursor_new(db, coll, 1);
     c->n = 1;
     c->r[0].shard = shard;
     bson_t copy;

@@ -31,6 +31,10 @@
  * it (rt_shard_gen); an idle connection that turns readable (the shard
  * closed it) is dropped; req is answered exactly once.  Everything here
  * runs on one loop thread (its state is thread-local).
+ *
+ * A find that goes to several shards (rt_scan.c) sends one command per
+ * shard on these connections (rt_lconn_send): its connection's reply goes
+ * to the scan's callback instead, and the scan gives the connection back.
  */
 #include "router/router_int.h"
 
@@ -66,6 +70,11 @@ typedef struct fast_conn {
     size_t out;                 /* its length */
     /* the command (client NULL: idle) */
     sbl_conn_t *client;
+    rt_lconn_cb cb;             /* a scan's command: its reply goes there (rt_scan.c) */
+    void *cb_arg;
+    int cb_slot;
+    bool cb_fired;              /* once: later events wait for the scan's release */
+    bool broken;                /* not to be kept (closed or failed after cb fired) */
     sbl_request_t *req;
     const char *name;           /* "find", "insert", "update", "delete" (static) */
     rt_fast_kind_t kind;
@@ -148,8 +157,10 @@ static bool plain_find(const bson_t *cmd)
 
 /* The one shard that answers cmd (a find on db), from the cached routing
  * table with its version appended to fwd (initialised here); -1 when the
- * worker path must decide. */
-static int target(const char *db, const bson_t *cmd, bson_t *fwd)
+ * worker path must decide; -2 when several shards answer it, with *cp the
+ * collection's table (the caller releases it) and targets[] filled. */
+static int target(const char *db, const bson_t *cmd, bson_t *fwd, rt_coll_t **cp,
+                  bool targets[RT_MAX_SHARDS])
 {
     bson_iter_t it;
     if (!bson_iter_init_find(&it, cmd, "find") || !BSON_ITER_HOLDS_UTF8(&it))
@@ -162,10 +173,13 @@ static int target(const char *db, const bson_t *cmd, bson_t *fwd)
     rt_coll_t *c = rt_coll_cached(ns);
     if (c == NULL)
         return -1;
-    bool targets[RT_MAX_SHARDS];
     sbl_err_t err = {0};
     int s = -1;
     int nt = rt_target_read(c, &filter, targets, &err);
+    if (c->primary >= 0 && nt > 1) {
+        *cp = c;
+        return -2;
+    }
     if (c->primary >= 0 && nt == 1) {
         for (int i = 0; i < RT_MAX_SHARDS; i++)
             if (targets[i])
@@ -256,12 +270,15 @@ static void conn_done(fast_conn_t *fc, bool keep)
     uv_timer_stop(&fc->timer);
     fc->client = NULL;
     fc->req = NULL;
+    fc->cb = NULL;
+    fc->cb_fired = false;
     if (fc->buf != fc->inline_buf) {
         free(fc->buf);
         fc->buf = fc->inline_buf;
     }
     fc->have = fc->need = 0;
-    if (!keep || tl->nidle[fc->shard] >= LOOP_IDLE || fc->gen != rt_shard_gen(fc->shard)) {
+    if (!keep || fc->broken || tl->nidle[fc->shard] >= LOOP_IDLE ||
+        fc->gen != rt_shard_gen(fc->shard)) {
         conn_drop(fc);
         return;
     }
@@ -270,11 +287,28 @@ static void conn_done(fast_conn_t *fc, bool keep)
     tl->nidle[fc->shard]++;
 }
 
+/* A scan's command is over (reply NULL: failed): its callback, once; the
+ * connection waits, unwatched, for the scan to release it. */
+static void fire(fast_conn_t *fc, const bson_t *reply, bool keep)
+{
+    uv_timer_stop(&fc->timer);
+    uv_poll_stop(&fc->poll);
+    fc->cb_fired = true;
+    fc->broken = reply == NULL;
+    fc->cb(fc->cb_arg, fc->cb_slot, fc, reply, keep);
+}
+
 /* Not the common case after all: fc is dropped (lost: the primary is
  * looked up again) and the worker path runs the command again (it did
  * not run on the shard). */
 static void to_worker(fast_conn_t *fc, bool lost)
 {
+    if (fc->cb != NULL) { /* a scan's: it decides (and gives fc back) */
+        if (lost)
+            rt_shard_forget(fc->shard);
+        fire(fc, NULL, false);
+        return;
+    }
     sbl_conn_t *client = fc->client;
     sbl_request_t *req = fc->req;
     if (lost)
@@ -310,6 +344,15 @@ static void on_reply(fast_conn_t *fc)
 {
     bson_t r, reply = BSON_INITIALIZER;
     sbl_err_t err = {0};
+    if (fc->cb != NULL) { /* a scan's: the reply read where it lies */
+        if (!rt_msg_view(fc->buf + 16, fc->need - 16, &r)) {
+            to_worker(fc, true);
+            return;
+        }
+        bool keep = rt_conn_answered(fc->shard, fc->host, fc->sent, &r);
+        fire(fc, &r, keep);
+        return;
+    }
     if (!rt_msg_body(fc->buf + 16, fc->need - 16, &r)) {
         lost(fc);
         return;
@@ -397,6 +440,10 @@ static void readable_cb(uv_poll_t *p, int status, int events)
 static void timeout_cb(uv_timer_t *t)
 {
     fast_conn_t *fc = t->data;
+    if (fc->cb != NULL) {
+        to_worker(fc, true);
+        return;
+    }
     sbl_err_t err = {0};
     bson_t reply = BSON_INITIALIZER;
     rt_shard_forget(fc->shard);
@@ -415,7 +462,11 @@ bool rt_fast_find(sbl_conn_t *conn, sbl_request_t *req)
     if (!plain_find(cmd) || !rt_fast_admit(conn, "find", db, cmd))
         return false;
     bson_t fwd;
-    int s = target(db, cmd, &fwd);
+    rt_coll_t *c = NULL;
+    bool targets[RT_MAX_SHARDS];
+    int s = target(db, cmd, &fwd, &c, targets);
+    if (s == -2)
+        return rt_scan_find(conn, req, db, t0, c, targets);
     if (s < 0)
         return false;
     bool took = rt_fast_send(conn, req, "find", RT_FAST_FIND, t0, db, s, &fwd);
@@ -469,4 +520,38 @@ static void send_queued(uv_check_t *h)
             uv_timer_start(&fc->timer, timeout_cb, FAST_TIMEOUT_MS, 0);
         fc = next;
     }
+}
+
+rt_lconn_t *rt_lconn_send(sbl_conn_t *client, int shard, const char *db, const bson_t *cmd,
+                          rt_lconn_cb cb, void *arg, int slot)
+{
+    fast_conn_t *fc = conn_take(sbl_conn_loop(client), shard);
+    if (fc == NULL)
+        return NULL;
+    fc->out = rt_conn_msg(shard, db, cmd, fc->buf, FAST_INLINE, &fc->rid);
+    if (fc->out == 0) {
+        conn_done(fc, true);
+        return NULL;
+    }
+    fc->client = client; /* busy */
+    fc->cb = cb;
+    fc->cb_arg = arg;
+    fc->cb_slot = slot;
+    fc->queued = true;
+    fc->next = NULL;
+    *tl->queued_tail = fc;
+    tl->queued_tail = &fc->next;
+    return fc;
+}
+
+void rt_lconn_release(rt_lconn_t *fc, bool keep)
+{
+    if (!fc->broken && keep) /* watched again while idle: a close is seen */
+        uv_poll_start(&fc->poll, UV_READABLE, readable_cb);
+    conn_done(fc, keep);
+}
+
+const char *rt_lconn_host(const rt_lconn_t *fc)
+{
+    return fc->host;
 }

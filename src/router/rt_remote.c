@@ -482,14 +482,19 @@ int64_t rt_msg_len(const uint8_t h[16], int32_t rid)
     return len;
 }
 
-bool rt_msg_body(const uint8_t *r, size_t n, bson_t *reply)
+bool rt_msg_view(const uint8_t *r, size_t n, bson_t *view)
 {
     uint32_t flags, dl;
     memcpy(&flags, r, 4);
     memcpy(&dl, r + 5, 4);
     size_t avail = n - 5 - ((flags & 1) ? 4 : 0);
+    return r[4] == 0 && dl >= 5 && dl <= avail && bson_init_static(view, r + 5, dl);
+}
+
+bool rt_msg_body(const uint8_t *r, size_t n, bson_t *reply)
+{
     bson_t view;
-    if (r[4] != 0 || dl < 5 || dl > avail || !bson_init_static(&view, r + 5, dl))
+    if (!rt_msg_view(r, n, &view))
         return false;
     bson_copy_to(&view, reply);
     return true;

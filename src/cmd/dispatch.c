@@ -43,6 +43,7 @@ typedef struct pending {
     bool unsatisfiable_wc; /* a transaction's commit/abort asked w > members: it runs, then
                             * gets writeConcernError UnsatisfiableWriteConcern (as mongod) */
     uint64_t op_ts; /* its write concern waits for it too: writes commit in parallel */
+    bool journaled; /* j: the journal flush after the write is done (before a repl wait) */
     bson_t *out;    /* the reply being built: &reply, or a getMore's in rbuf */
     bson_writer_t *rw; /* a getMore's reply: after room for the wire header in rbuf */
     uint8_t *rbuf;     /* (malloc'd; handed to the connection with the reply) */
@@ -790,11 +791,27 @@ static void repl_wait_done(void *arg, int code, const char *msg)
         }
         bson_append_document_end(p->out, &wce);
     }
-    if (p->ctx.wc.j) {
+    if (p->ctx.wc.j && !p->journaled) {
         sbl_storage_on_durable(durable_cb, p);
         return;
     }
     send_reply(p);
+}
+
+/* j with a wait beyond this member: our journal flush first, started at
+ * once, so it overlaps the secondaries' fetch, apply and flush instead of
+ * following them (w:"majority", whose j is implied, waited for both in turn). */
+static void journaled_then_wait(void *arg, int rc)
+{
+    pending_t *p = arg;
+    sbl_write_concern_t *wc = &p->ctx.wc;
+    p->journaled = true;
+    if (rc != 0) {
+        durable_cb(p, rc); /* not acknowledged as journaled: the wait is moot */
+        return;
+    }
+    sbl_repl_await_async(p->op_ts, wc->w, wc->majority, wc->mode, wc->wtimeout_ms,
+                         repl_wait_done, p);
 }
 
 static bool needs_repl_wait(const pending_t *p)
@@ -834,6 +851,13 @@ static void finish(pending_t *p)
      * an update that matched nothing, or a delete of an absent document, may
      * have seen the effect of a w:1 write that is not on disk yet, and its
      * acknowledgement must not report a state a crash could undo. */
+    if (needs_repl_wait(p) && p->ctx.wc.j) {
+        uint64_t ts = sbl_repl_last_op_ts(); /* what it waits for: taken now */
+        if (ts > p->op_ts)
+            p->op_ts = ts;
+        sbl_storage_on_durable(journaled_then_wait, p);
+        return;
+    }
     if (needs_repl_wait(p)) {
         sbl_write_concern_t *wc = &p->ctx.wc;
         uint64_t ts = sbl_repl_last_op_ts();

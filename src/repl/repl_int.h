@@ -755,6 +755,22 @@ void sbl_rs_abort_txns(bool rollback);
  * error after which this member stops syncing (sync_halted). */
 struct _mongoc_client_t;
 int sbl_rs_rollback(struct _mongoc_client_t *c, const char *host, sbl_err_t *err);
+
+/* ---- a secondary's position reports (repl_report.c) ---------------------- */
+
+/* The reporter of one sync (mongod's Reporter): its thread, with its own
+ * connection to the source at uri, sends replSetUpdatePosition with our
+ * journaled position as soon as it moves, and every second.  NULL when it
+ * cannot start (positions then go with heartbeats and the last report). */
+typedef struct sbl_rs_reporter sbl_rs_reporter_t;
+sbl_rs_reporter_t *sbl_rs_reporter_start(const char *uri);
+/* Our applied optime moved (any thread; r may be NULL): a journal flush is
+ * asked for (storage's group commit); its end hands the position to r. */
+void sbl_rs_reporter_applied(void *r);
+/* Stop and free r (NULL: nothing). */
+void sbl_rs_reporter_stop(sbl_rs_reporter_t *r);
+/* Flush the journal and report our applied optime on c now (a sync's end). */
+void sbl_rs_report_position(struct _mongoc_client_t *c);
 /* Change state (lock held): topologyVersion moves, waiters wake. */
 void sbl_rs_set_state_locked(int st);
 /* Forget the stable timestamp published (a rollback moved it back to ts). */

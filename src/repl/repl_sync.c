@@ -9,8 +9,9 @@
  * with the entry as the thread's "applying" entry (so the storage observer
  * writes that very entry, with its ts as commit timestamp, in the change's
  * own transaction), and a collection it creates takes the entry's "ui" (every
- * member gives a collection the primary's UUID); a reporter sends
- * replSetUpdatePosition.  The primary's side: replSetUpdatePosition, the
+ * member gives a collection the primary's UUID); the reporter
+ * (repl_report.c) sends replSetUpdatePosition once what is applied is
+ * journaled.  The primary's side: replSetUpdatePosition, the
  * commit point, and write-concern waiters.
  *
  * What must stay true: entries commit in ts order (one document's are
@@ -600,147 +601,6 @@ static void initial_sync_done(void)
     pthread_mutex_unlock(&rs.lock);
 }
 
-static void report_position(mongoc_client_t *c)
-{
-    bson_t cmd = BSON_INITIALIZER, arr, d, reply;
-    bson_error_t error;
-    sbl_err_t ferr;
-    pthread_mutex_lock(&rs.lock);
-    sbl_optime_t ap = sbl_rs_my_applied();
-    int64_t wall = sbl_oplog_last_wall_ms();
-    pthread_mutex_unlock(&rs.lock);
-    /* What is reported is in the journal first: w:"majority" counts these
-     * positions, and an entry a majority applied but had not journaled was
-     * lost when that majority was killed (mongod's
-     * writeConcernMajorityJournalDefault).  A failed flush reports nothing. */
-    sbl_err_clear(&ferr);
-    if (sbl_storage_flush(&ferr) != 0) {
-        bson_destroy(&cmd);
-        return;
-    }
-    pthread_mutex_lock(&rs.lock);
-    BSON_APPEND_INT32(&cmd, "replSetUpdatePosition", 1);
-    BSON_APPEND_ARRAY_BEGIN(&cmd, "optimes", &arr);
-    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &d);
-    sbl_repl_append_optime(&d, "durableOpTime", ap.ts, ap.t);
-    BSON_APPEND_DATE_TIME(&d, "durableWallTime", wall);
-    sbl_repl_append_optime(&d, "appliedOpTime", ap.ts, ap.t);
-    BSON_APPEND_DATE_TIME(&d, "appliedWallTime", wall);
-    BSON_APPEND_INT32(&d, "memberId", rs.self >= 0 ? rs.cfg.m[rs.self].id : -1);
-    BSON_APPEND_INT64(&d, "cfgver", rs.cfg.version);
-    bson_append_document_end(&arr, &d);
-    /* Chaining: the positions of the members that tail us go up the chain
-     * too (mongod's secondaries forward them), so the primary counts a
-     * member that syncs from a secondary (replSetSyncFrom) at once. */
-    int n = 1;
-    for (int i = 0; rs.self >= 0 && i < rs.cfg.n; i++) {
-        const sbl_rs_peer_t *p = &rs.peer[i];
-        if (i == rs.self || !p->up || strcmp(p->sync_source, rs.cfg.m[rs.self].host) != 0)
-            continue;
-        char key[16];
-        snprintf(key, sizeof(key), "%d", n++);
-        BSON_APPEND_DOCUMENT_BEGIN(&arr, key, &d);
-        sbl_repl_append_optime(&d, "durableOpTime", p->applied.ts, p->applied.t);
-        sbl_repl_append_optime(&d, "appliedOpTime", p->applied.ts, p->applied.t);
-        BSON_APPEND_DATE_TIME(&d, "appliedWallTime", p->applied_wall);
-        BSON_APPEND_INT32(&d, "memberId", rs.cfg.m[i].id);
-        BSON_APPEND_INT64(&d, "cfgver", rs.cfg.version);
-        bson_append_document_end(&arr, &d);
-    }
-    bson_append_array_end(&cmd, &arr);
-    pthread_mutex_unlock(&rs.lock);
-    mongoc_client_command_simple(c, "admin", &cmd, NULL, &reply, &error);
-    sbl_rs_count_update_position();
-    pthread_mutex_lock(&rs.lock);
-    sbl_rs_learn_commit_locked(&reply);
-    pthread_mutex_unlock(&rs.lock);
-    bson_destroy(&reply);
-    bson_destroy(&cmd);
-}
-
-/* The reporter (mongod's Reporter): a thread beside the applier, with its
- * own connection to the sync source, sends replSetUpdatePosition as soon
- * as the applied optime moves (and every second regardless), so a write
- * waiting for w:"majority" is acknowledged when the entry is applied, not
- * when the applier's next awaitData getMore comes back empty. */
-typedef struct reporter {
-    pthread_t thread;
-    pthread_cond_t cond; /* with rs.lock: the applied optime moved, or stop */
-    bool stop;
-    char uri[4096];
-} reporter_t;
-
-static void *reporter_main(void *arg)
-{
-    reporter_t *r = arg;
-    mongoc_client_t *c = mongoc_client_new(r->uri);
-    uint64_t sent = 0;
-    pthread_mutex_lock(&rs.lock);
-    while (!r->stop) {
-        uint64_t now = sbl_oplog_committed().ts;
-        if (now == sent) {
-            struct timespec t;
-            clock_gettime(CLOCK_REALTIME, &t);
-            t.tv_sec += 1;
-            pthread_cond_timedwait(&r->cond, &rs.lock, &t);
-            if (r->stop)
-                break;
-            now = sbl_oplog_committed().ts;
-        }
-        pthread_mutex_unlock(&rs.lock);
-        if (c != NULL)
-            report_position(c);
-        sent = now;
-        pthread_mutex_lock(&rs.lock);
-    }
-    pthread_mutex_unlock(&rs.lock);
-    if (c != NULL)
-        mongoc_client_destroy(c);
-    return NULL;
-}
-
-static reporter_t *reporter_start(const char *uri)
-{
-    reporter_t *r = calloc(1, sizeof(*r));
-    if (r == NULL)
-        return NULL;
-    snprintf(r->uri, sizeof(r->uri), "%s", uri);
-    pthread_cond_init(&r->cond, NULL);
-    if (pthread_create(&r->thread, NULL, reporter_main, r) != 0) {
-        pthread_cond_destroy(&r->cond);
-        free(r);
-        return NULL;
-    }
-    return r;
-}
-
-static void reporter_poke(reporter_t *r)
-{
-    if (r == NULL)
-        return;
-    pthread_mutex_lock(&rs.lock);
-    pthread_cond_signal(&r->cond);
-    pthread_mutex_unlock(&rs.lock);
-}
-
-static void reporter_stop(reporter_t *r)
-{
-    if (r == NULL)
-        return;
-    pthread_mutex_lock(&rs.lock);
-    r->stop = true;
-    pthread_cond_signal(&r->cond);
-    pthread_mutex_unlock(&rs.lock);
-    pthread_join(r->thread, NULL);
-    pthread_cond_destroy(&r->cond);
-    free(r);
-}
-
-static void poke_reporter(void *r)
-{
-    reporter_poke(r);
-}
-
 /* An entry could not be applied: nothing after it committed; the applier
  * stops and starts again from our newest entry. */
 static void apply_failed(const sbl_err_t *err)
@@ -792,12 +652,12 @@ static bool source_newer_term(mongoc_collection_t *oplog, sbl_optime_t last)
 }
 
 /* Commit the applier's open group, if any, and tell the reporter. */
-static int end_group(reporter_t *reporter, sbl_err_t *err)
+static int end_group(sbl_rs_reporter_t *reporter, sbl_err_t *err)
 {
     if (!sbl_rs_group_open())
         return 0;
     int rc = sbl_rs_group_commit(err);
-    reporter_poke(reporter);
+    sbl_rs_reporter_applied(reporter);
     return rc;
 }
 
@@ -815,7 +675,7 @@ static void sync_from(const char *host)
     if (c == NULL)
         return;
     mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
-    reporter_t *reporter = reporter_start(uri);
+    sbl_rs_reporter_t *reporter = sbl_rs_reporter_start(uri);
     /* Where we are: the newest entry the oplog holds, not the last ts handed
      * out (a write that took a ts and aborted, in the new term when a step-down
      * raced it, would hide a diverged tail from the check below). */
@@ -837,7 +697,7 @@ static void sync_from(const char *host)
     int64_t sync_term = rs.term;
     pthread_mutex_unlock(&rs.lock);
     log_host(SBL_LOG_INFO, 21799, "Sync source candidate chosen", host);
-    sbl_rs_apply_stream(still_in_term, &sync_term, poke_reporter, reporter);
+    sbl_rs_apply_stream(still_in_term, &sync_term, sbl_rs_reporter_applied, reporter);
     if (abort_txns != NULL)
         abort_txns(false); /* none may commit here now; their writes would block ours */
     int64_t batch_us = 0; /* when the entries being applied started coming (0: none) */
@@ -927,7 +787,7 @@ static void sync_from(const char *host)
             }
             if (barrier) {
                 sbl_rs_count_applied_op(doc);
-                reporter_poke(reporter);
+                sbl_rs_reporter_applied(reporter);
             }
             applied_ts = o.ts;
             n++;
@@ -972,8 +832,8 @@ out:
     if (end_group(reporter, &lerr) != 0 || sbl_rs_apply_drain(&lerr) != 0)
         apply_failed(&lerr);
     sbl_rs_apply_stream(NULL, NULL, NULL, NULL);
-    reporter_stop(reporter);
-    report_position(c);
+    sbl_rs_reporter_stop(reporter);
+    sbl_rs_report_position(c);
     mongoc_collection_destroy(oplog);
     mongoc_client_destroy(c);
     pthread_mutex_lock(&rs.lock);

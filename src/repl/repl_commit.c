@@ -20,20 +20,22 @@
 
 void sbl_rs_update_commit_locked(void)
 {
-    sbl_optime_t applied[SBL_RS_MAX_MEMBERS];
+    sbl_optime_t pos[SBL_RS_MAX_MEMBERS];
     if (rs.config == NULL || rs.self < 0)
         return;
+    /* The others' durable positions (writeConcernMajorityJournalDefault, as
+     * mongod): a secondary's applied optime from a heartbeat may not be in
+     * its journal yet.  Our own writes wait for our journal themselves. */
     for (int i = 0; i < rs.cfg.n; i++)
-        applied[i] = i == rs.self ? sbl_rs_my_applied() : rs.peer[i].applied;
-    sbl_optime_t cp = sbl_rs_commit_point(&rs.cfg, applied, rs.term, rs.commit);
+        pos[i] = i == rs.self ? sbl_rs_my_applied() : rs.peer[i].durable;
+    sbl_optime_t cp = sbl_rs_commit_point(&rs.cfg, pos, rs.term, rs.commit);
     if (sbl_optime_cmp(cp, rs.commit) > 0) {
         /* the wall time of the entry at the commit point: it is some
-         * member's applied optime, and members report their applied wall
-         * time with it */
+         * member's position, and members report its wall time with it */
         int64_t wall = 0;
         for (int i = 0; i < rs.cfg.n && wall == 0; i++)
-            if (sbl_optime_cmp(applied[i], cp) == 0)
-                wall = i == rs.self ? sbl_oplog_last_wall_ms() : rs.peer[i].applied_wall;
+            if (sbl_optime_cmp(pos[i], cp) == 0)
+                wall = i == rs.self ? sbl_oplog_last_wall_ms() : rs.peer[i].durable_wall;
         rs.commit = cp;
         rs.commit_wall = wall != 0 ? wall : sbl_now_ms();
     }

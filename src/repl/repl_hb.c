@@ -201,8 +201,13 @@ int sbl_repl_heartbeat(const bson_t *cmd, bson_t *r, sbl_err_t *err)
     BSON_APPEND_INT64(r, "configTerm", rs.config != NULL ? rs.cfg.term : -1);
     sbl_repl_append_optime(r, "opTime", ap.ts, ap.t);
     BSON_APPEND_DATE_TIME(r, "wallTime", sbl_oplog_last_wall_ms());
-    sbl_repl_append_optime(r, "durableOpTime", ap.ts, ap.t);
-    BSON_APPEND_DATE_TIME(r, "durableWallTime", sbl_oplog_last_wall_ms());
+    /* a primary's writes wait for its own journal; a secondary's durable
+     * position is what its reporter's flushes made durable (the primary
+     * counts these towards the commit point) */
+    int64_t dwall = sbl_oplog_last_wall_ms();
+    sbl_optime_t dp = st == SBL_RS_PRIMARY ? ap : sbl_rs_my_durable_locked(&dwall);
+    sbl_repl_append_optime(r, "durableOpTime", dp.ts, dp.t);
+    BSON_APPEND_DATE_TIME(r, "durableWallTime", dwall);
     BSON_APPEND_UTF8(r, "syncingTo", rs.sync_source);
     if (st == SBL_RS_PRIMARY)
         bson_append_timestamp(r, "electionTime", -1, SBL_TS_SECS(rs.election_ts),
@@ -342,7 +347,12 @@ static void on_heartbeat_reply(int i, bool ok, const bson_t *reply, int64_t sent
         if (bson_iter_init_find(&it, reply, "wallTime") && BSON_ITER_HOLDS_DATE_TIME(&it))
             p->applied_wall = bson_iter_date_time(&it);
     }
-    p->durable = optime_at(reply, "durableOpTime");
+    sbl_optime_t dp = optime_at(reply, "durableOpTime"); /* forward only, as applied */
+    if (sbl_optime_cmp(dp, p->durable) > 0) {
+        p->durable = dp;
+        if (bson_iter_init_find(&it, reply, "durableWallTime") && BSON_ITER_HOLDS_DATE_TIME(&it))
+            p->durable_wall = bson_iter_date_time(&it);
+    }
     p->cfg_version = num(reply, "v", -2);
     const char *ss = str(reply, "syncingTo");
     snprintf(p->sync_source, sizeof(p->sync_source), "%s", ss != NULL ? ss : "");

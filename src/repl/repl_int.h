@@ -436,7 +436,8 @@ typedef struct sbl_vote_req {
 bool sbl_rs_vote(sbl_vote_state_t *st, const sbl_vote_req_t *req, char *reason, size_t n);
 
 /* The majority commit point: the newest optime a majority of the voting
- * members have applied (applied[i] for member i; one of a later term than
+ * members hold (applied[i] for member i: the primary passes its own applied
+ * optime and the others' journaled ones; one of a later term than
  * term counts as nothing: another branch of history), taken only when it is
  * of the current term (Raft's rule: earlier terms' entries commit through a
  * current-term entry), and never older than current. */
@@ -490,7 +491,7 @@ typedef struct sbl_rs_peer {
     int64_t ping_avg_ms;           /* a moving average of ping_ms: sync source choice */
     int64_t up_since_ms;
     sbl_optime_t applied, durable; /* heartbeats and replSetUpdatePosition */
-    int64_t applied_wall;
+    int64_t applied_wall, durable_wall; /* the wall times of those entries */
     int64_t cfg_version;
     char sync_source[256];
     char msg[160];                 /* lastHeartbeatMessage */
@@ -771,6 +772,9 @@ void sbl_rs_reporter_applied(void *r);
 void sbl_rs_reporter_stop(sbl_rs_reporter_t *r);
 /* Flush the journal and report our applied optime on c now (a sync's end). */
 void sbl_rs_report_position(struct _mongoc_client_t *c);
+/* Our journaled position as the last sync's flushes made it ({0, 0} before
+ * its first), what heartbeats say as durableOpTime (lock held). */
+sbl_optime_t sbl_rs_my_durable_locked(int64_t *wallp);
 /* Change state (lock held): topologyVersion moves, waiters wake. */
 void sbl_rs_set_state_locked(int st);
 /* Forget the stable timestamp published (a rollback moved it back to ts). */

@@ -114,7 +114,8 @@ static void send_position(mongoc_client_t *c, sbl_optime_t pos, int64_t wall)
         char key[16];
         snprintf(key, sizeof(key), "%d", n++);
         BSON_APPEND_DOCUMENT_BEGIN(&arr, key, &d);
-        sbl_repl_append_optime(&d, "durableOpTime", p->applied.ts, p->applied.t);
+        sbl_repl_append_optime(&d, "durableOpTime", p->durable.ts, p->durable.t);
+        BSON_APPEND_DATE_TIME(&d, "durableWallTime", p->durable_wall);
         sbl_repl_append_optime(&d, "appliedOpTime", p->applied.ts, p->applied.t);
         BSON_APPEND_DATE_TIME(&d, "appliedWallTime", p->applied_wall);
         BSON_APPEND_INT32(&d, "memberId", rs.cfg.m[i].id);
@@ -130,6 +131,12 @@ static void send_position(mongoc_client_t *c, sbl_optime_t pos, int64_t wall)
     pthread_mutex_unlock(&rs.lock);
     bson_destroy(&reply);
     bson_destroy(&cmd);
+}
+
+sbl_optime_t sbl_rs_my_durable_locked(int64_t *wallp)
+{
+    *wallp = durable_wall;
+    return durable;
 }
 
 void sbl_rs_report_position(mongoc_client_t *c)

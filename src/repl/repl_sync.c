@@ -927,6 +927,13 @@ int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err)
             if (moved >= 0 && bson_iter_init_find(&f, &d, "appliedWallTime") &&
                 BSON_ITER_HOLDS_DATE_TIME(&f)) /* the wall time of the applied optime */
                 rs.peer[i].applied_wall = bson_iter_date_time(&f);
+            sbl_optime_t dp = sbl_repl_optime_at(&d, "durableOpTime");
+            if (sbl_optime_cmp(dp, rs.peer[i].durable) > 0) {
+                rs.peer[i].durable = dp;
+                if (bson_iter_init_find(&f, &d, "durableWallTime") &&
+                    BSON_ITER_HOLDS_DATE_TIME(&f))
+                    rs.peer[i].durable_wall = bson_iter_date_time(&f);
+            }
         }
     }
     if (atomic_load(&rs.state) == SBL_RS_PRIMARY)

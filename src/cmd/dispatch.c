@@ -43,7 +43,6 @@ typedef struct pending {
     bool unsatisfiable_wc; /* a transaction's commit/abort asked w > members: it runs, then
                             * gets writeConcernError UnsatisfiableWriteConcern (as mongod) */
     uint64_t op_ts; /* its write concern waits for it too: writes commit in parallel */
-    bool journaled; /* j: the journal flush after the write is done (before a repl wait) */
     bson_t *out;    /* the reply being built: &reply, or a getMore's in rbuf */
     bson_writer_t *rw; /* a getMore's reply: after room for the wire header in rbuf */
     uint8_t *rbuf;     /* (malloc'd; handed to the connection with the reply) */
@@ -774,7 +773,7 @@ static void audit_written_cb(void *arg, int rc)
 
 /* Write concern beyond this member: the reply waits in the replication
  * layer's list (sbl_repl_await_async), holding no thread; it is sent from
- * the waiter thread, as a j:true reply is from the journal flusher. */
+ * the waiter thread (j:true's flush is done: journaled_then_wait). */
 static void repl_wait_done(void *arg, int code, const char *msg)
 {
     pending_t *p = arg;
@@ -791,27 +790,21 @@ static void repl_wait_done(void *arg, int code, const char *msg)
         }
         bson_append_document_end(p->out, &wce);
     }
-    if (p->ctx.wc.j && !p->journaled) {
-        sbl_storage_on_durable(durable_cb, p);
-        return;
-    }
     send_reply(p);
 }
 
-/* j with a wait beyond this member: our journal flush first, started at
- * once, so it overlaps the secondaries' fetch, apply and flush instead of
- * following them (w:"majority", whose j is implied, waited for both in turn). */
+/* With j (implied by w:"majority"), our journal flush comes first: asked for
+ * when the write ends, it overlaps the secondaries' fetch, apply and flush
+ * instead of following them; then the wait (rc 0 without j). */
 static void journaled_then_wait(void *arg, int rc)
 {
     pending_t *p = arg;
     sbl_write_concern_t *wc = &p->ctx.wc;
-    p->journaled = true;
-    if (rc != 0) {
-        durable_cb(p, rc); /* not acknowledged as journaled: the wait is moot */
-        return;
-    }
-    sbl_repl_await_async(p->op_ts, wc->w, wc->majority, wc->mode, wc->wtimeout_ms,
-                         repl_wait_done, p);
+    if (rc != 0)
+        durable_cb(p, rc); /* not acknowledged as journaled: no wait */
+    else
+        sbl_repl_await_async(p->op_ts, wc->w, wc->majority, wc->mode, wc->wtimeout_ms,
+                             repl_wait_done, p);
 }
 
 static bool needs_repl_wait(const pending_t *p)
@@ -851,18 +844,14 @@ static void finish(pending_t *p)
      * an update that matched nothing, or a delete of an absent document, may
      * have seen the effect of a w:1 write that is not on disk yet, and its
      * acknowledgement must not report a state a crash could undo. */
-    if (needs_repl_wait(p) && p->ctx.wc.j) {
+    if (needs_repl_wait(p)) {
         uint64_t ts = sbl_repl_last_op_ts(); /* what it waits for: taken now */
         if (ts > p->op_ts)
             p->op_ts = ts;
-        sbl_storage_on_durable(journaled_then_wait, p);
-        return;
-    }
-    if (needs_repl_wait(p)) {
-        sbl_write_concern_t *wc = &p->ctx.wc;
-        uint64_t ts = sbl_repl_last_op_ts();
-        sbl_repl_await_async(p->op_ts > ts ? p->op_ts : ts, wc->w, wc->majority, wc->mode,
-                             wc->wtimeout_ms, repl_wait_done, p);
+        if (p->ctx.wc.j)
+            sbl_storage_on_durable(journaled_then_wait, p);
+        else
+            journaled_then_wait(p, 0);
         return;
     }
     if (p->rc == 0 && p->ctx.wc.j) {

@@ -318,6 +318,9 @@ int sbl_cmd_await_replication(uint64_t ts, int w, bool majority, int64_t timeout
                               char *msg, size_t msg_len);
 /* Parse a command's writeConcern field, at *wcit (NULL: none given: w 1). */
 int sbl_cmd_parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc, sbl_err_t *err);
+/* Append writeConcernError {code, codeName, errmsg} to out, with errInfo
+ * {wtimeout: true} for WriteConcernFailed (a wtimeout), as mongod. */
+void sbl_cmd_append_wc_error(bson_t *out, int code, const char *msg);
 /* Whether setDefaultRWConcern stored a defaultWriteConcern (replSetReconfig
  * may then change the implicit default, as mongod). */
 bool sbl_cmd_global_write_concern_set(void);

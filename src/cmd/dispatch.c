@@ -777,19 +777,8 @@ static void audit_written_cb(void *arg, int rc)
 static void repl_wait_done(void *arg, int code, const char *msg)
 {
     pending_t *p = arg;
-    if (code != 0) {
-        bson_t wce, info;
-        BSON_APPEND_DOCUMENT_BEGIN(p->out, "writeConcernError", &wce);
-        BSON_APPEND_INT32(&wce, "code", code);
-        BSON_APPEND_UTF8(&wce, "codeName", sbl_err_name(code));
-        BSON_APPEND_UTF8(&wce, "errmsg", msg);
-        if (code == SBL_E_WriteConcernFailed) {
-            BSON_APPEND_DOCUMENT_BEGIN(&wce, "errInfo", &info);
-            BSON_APPEND_BOOL(&info, "wtimeout", true);
-            bson_append_document_end(&wce, &info);
-        }
-        bson_append_document_end(p->out, &wce);
-    }
+    if (code != 0)
+        sbl_cmd_append_wc_error(p->out, code, msg);
     send_reply(p);
 }
 
@@ -817,13 +806,9 @@ static bool needs_repl_wait(const pending_t *p)
 static void finish(pending_t *p)
 {
     if (p->rc == 0 && p->unsatisfiable_wc) {
-        p->unsatisfiable_wc = false;
-        bson_t wce; /* the reply is sent below, as for any write */
-        BSON_APPEND_DOCUMENT_BEGIN(p->out, "writeConcernError", &wce);
-        BSON_APPEND_INT32(&wce, "code", SBL_E_UnsatisfiableWriteConcern);
-        BSON_APPEND_UTF8(&wce, "codeName", sbl_err_name(SBL_E_UnsatisfiableWriteConcern));
-        BSON_APPEND_UTF8(&wce, "errmsg", "Not enough data-bearing nodes");
-        bson_append_document_end(p->out, &wce);
+        p->unsatisfiable_wc = false; /* the reply is sent below, as for any write */
+        sbl_cmd_append_wc_error(p->out, SBL_E_UnsatisfiableWriteConcern,
+                                "Not enough data-bearing nodes");
     }
     if (p->ctx.close_instead && p->ctx.conn != NULL) {
         /* onPrimaryTransactionalWrite: the write ran; the client gets no reply. */

@@ -254,6 +254,21 @@ int sbl_cmd_set_default_rw_concern(sbl_opctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
+void sbl_cmd_append_wc_error(bson_t *out, int code, const char *msg)
+{
+    bson_t wce, info;
+    BSON_APPEND_DOCUMENT_BEGIN(out, "writeConcernError", &wce);
+    BSON_APPEND_INT32(&wce, "code", code);
+    BSON_APPEND_UTF8(&wce, "codeName", sbl_err_name(code));
+    BSON_APPEND_UTF8(&wce, "errmsg", msg);
+    if (code == SBL_E_WriteConcernFailed) {
+        BSON_APPEND_DOCUMENT_BEGIN(&wce, "errInfo", &info);
+        BSON_APPEND_BOOL(&info, "wtimeout", true);
+        bson_append_document_end(&wce, &info);
+    }
+    bson_append_document_end(out, &wce);
+}
+
 /* Parse the command's writeConcern field, at *wcit (NULL: none given). */
 int sbl_cmd_parse_write_concern(const bson_iter_t *wcit, sbl_write_concern_t *wc, sbl_err_t *err)
 {

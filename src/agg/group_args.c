@@ -12,21 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* v as extended JSON (bson_free it): what mongod's messages print of a value. */
-static char *value_json(const bson_value_t *v)
-{
-    bson_t tmp = BSON_INITIALIZER;
-    sbl_append_value(&tmp, "v", 1, v);
-    char *j = bson_as_relaxed_extended_json(&tmp, NULL);
-    bson_destroy(&tmp);
-    size_t len = j != NULL ? strlen(j) : 0;
-    if (len >= 11 && strncmp(j, "{ \"v\" : ", 8) == 0) { /* strip the wrapper */
-        memmove(j, j + 8, len - 8 - 2);
-        j[len - 10] = '\0';
-    }
-    return j;
-}
-
 /* $firstN / $lastN / $minN / $maxN: {input, n}, each parsed as an expression. */
 int sbl_group_parse_n(const char *name, acc_spec_t *s, sbl_err_t *err)
 {
@@ -35,7 +20,7 @@ int sbl_group_parse_n(const char *name, acc_spec_t *s, sbl_err_t *err)
     bson_t spec;
 
     if (s->expr.value_type != BSON_TYPE_DOCUMENT) {
-        char *j = value_json(&s->expr);
+        char *j = sbl_value_json(&s->expr);
         int rc = sbl_err_set(err, s->kind == A_MINN || s->kind == A_MAXN ? 5787900 : 5787801,
                              "specification must be an object; found %s: %s", name, j);
         bson_free(j);
@@ -66,7 +51,7 @@ int sbl_group_parse_top(const char *name, acc_spec_t *s, sbl_err_t *err)
     bson_value_t n;
     bson_t spec;
     if (s->expr.value_type != BSON_TYPE_DOCUMENT) {
-        char *j = value_json(&s->expr);
+        char *j = sbl_value_json(&s->expr);
         int rc = sbl_err_set(err, 5788001, "specification must be an object; found %s: %s",
                              name, j);
         bson_free(j);
@@ -98,7 +83,7 @@ int sbl_group_eval_n(const sbl_agg_env_t *env, const acc_spec_t *s, const bson_v
                                        "missing");
     } else if (v.value_type != BSON_TYPE_INT32 && v.value_type != BSON_TYPE_INT64 &&
                v.value_type != BSON_TYPE_DOUBLE && v.value_type != BSON_TYPE_DECIMAL128) {
-        j = value_json(&v);
+        j = sbl_value_json(&v);
         rc = sbl_err_set(err, 5787902, "Value for 'n' must be of integral type, but found %s",
                          j);
     } else {

@@ -218,6 +218,10 @@ bool sbl_append_int(bson_t *doc, const char *key, int64_t v);
 bool sbl_append_value(bson_t *doc, const char *key, int key_len, const bson_value_t *v);
 bool sbl_append_iter(bson_t *doc, const char *key, int key_len, const bson_iter_t *it);
 
+/* v as mongod's messages print a value (relaxed extended JSON, "1", "\"a\"",
+ * "{ \"x\" : 1 }"); bson_free it (NULL when libbson cannot print it). */
+char *sbl_value_json(const bson_value_t *v);
+
 /* The largest document MongoDB stores. */
 #define SBL_BSON_MAX_SIZE (16 * 1024 * 1024)
 

@@ -75,3 +75,17 @@ bool sbl_append_iter(bson_t *doc, const char *key, int key_len, const bson_iter_
     }
     return bson_append_iter(doc, key, key_len, it);
 }
+
+char *sbl_value_json(const bson_value_t *v)
+{
+    bson_t tmp = BSON_INITIALIZER;
+    sbl_append_value(&tmp, "v", 1, v);
+    char *j = bson_as_relaxed_extended_json(&tmp, NULL);
+    bson_destroy(&tmp);
+    size_t len = j != NULL ? strlen(j) : 0;
+    if (len >= 11 && strncmp(j, "{ \"v\" : ", 8) == 0) { /* strip the wrapper */
+        memmove(j, j + 8, len - 8 - 2);
+        j[len - 10] = '\0';
+    }
+    return j;
+}

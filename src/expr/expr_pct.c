@@ -23,21 +23,6 @@
 #define E_MISSING_FIELD 40414
 #define E_UNKNOWN_FIELD 40415
 
-/* v as mongod's messages print a value (relaxed extended JSON); bson_free it. */
-static char *pct_json(const bson_value_t *v)
-{
-    bson_t tmp = BSON_INITIALIZER;
-    sbl_append_value(&tmp, "v", 1, v);
-    char *j = bson_as_relaxed_extended_json(&tmp, NULL);
-    bson_destroy(&tmp);
-    size_t len = j != NULL ? strlen(j) : 0;
-    if (len >= 11 && strncmp(j, "{ \"v\" : ", 8) == 0) { /* strip the wrapper */
-        memmove(j, j + 8, len - 8 - 2);
-        j[len - 10] = '\0';
-    }
-    return j;
-}
-
 /* Does e fold to a constant, as mongod's optimize() folds p: no field path,
  * no variable, nothing that differs per call ($rand, $function, $meta)? */
 static bool folds(const sbl_expr_t *e)
@@ -69,7 +54,7 @@ static int parse_p(const bson_value_t *spec, sbl_pct_t *pct, sbl_err_t *err)
     if (rc != 0)
         return rc;
     if (!folds(e)) {
-        j = pct_json(spec);
+        j = sbl_value_json(spec);
         rc = sbl_err_set(err, 7750300, "The $percentile 'p' field must be an array of constant "
                                        "values, but found value: %s.", j);
         goto done;
@@ -78,7 +63,7 @@ static int parse_p(const bson_value_t *spec, sbl_pct_t *pct, sbl_err_t *err)
     if ((rc = sbl_expr_eval(e, &env, &pv, err)) != 0)
         goto done;
     if (pv.value_type != BSON_TYPE_ARRAY || !v_doc(&pv, &arr) || bson_empty(&arr)) {
-        j = pct_json(&pv);
+        j = sbl_value_json(&pv);
         rc = sbl_err_set(err, 7750301, "%s%s", msg, j);
         goto done;
     }
@@ -88,7 +73,7 @@ static int parse_p(const bson_value_t *spec, sbl_pct_t *pct, sbl_err_t *err)
         bson_value_t x;
         sbl_iter_value(&it, &x);
         if (!v_is_num(&x)) {
-            j = pct_json(&x);
+            j = sbl_value_json(&x);
             rc = sbl_err_set(err, 7750302, "%s%s", msg, j);
             goto done;
         }
@@ -119,7 +104,7 @@ int sbl_pct_parse(const char *name, const bson_value_t *spec, int not_object, sb
     pct->median = median;
     input->value_type = BSON_TYPE_EOD;
     if (spec->value_type != BSON_TYPE_DOCUMENT || !v_doc(spec, &d)) {
-        char *j = pct_json(spec);
+        char *j = sbl_value_json(spec);
         rc = sbl_err_set(err, not_object, "specification must be an object; found %s: %s", name,
                          j);
         bson_free(j);

@@ -318,6 +318,21 @@ static void to_worker(fast_conn_t *fc, bool lost)
     rt_dispatch_worker(client, req);
 }
 
+/* Answer fc's client as the worker path does when its shard's connection
+ * is gone (HostUnreachable: nothing is re-sent), forget the shard's
+ * primary, and drop the connection. */
+static void answer_unreachable(fast_conn_t *fc)
+{
+    sbl_err_t err = {0};
+    bson_t reply = BSON_INITIALIZER;
+    rt_shard_forget(fc->shard);
+    sbl_err_set(&err, SBL_E_HostUnreachable, "shard %s: connection lost",
+                rt_shard_id(fc->shard));
+    rt_answer(fc->client, fc->req, fc->name, fc->t0, err.code, &err, &reply);
+    bson_destroy(&reply);
+    conn_done(fc, false);
+}
+
 /* fc's connection failed, or its reply was no reply, after the command
  * went out: a find runs again on a worker; a write may have run, so the
  * client gets the worker path's answer, HostUnreachable (no retry: it has
@@ -328,15 +343,8 @@ static void lost(fast_conn_t *fc)
         to_worker(fc, true);
         return;
     }
-    sbl_err_t err = {0};
-    bson_t reply = BSON_INITIALIZER;
-    rt_shard_forget(fc->shard);
-    sbl_err_set(&err, SBL_E_HostUnreachable, "shard %s: connection lost",
-                rt_shard_id(fc->shard));
     __atomic_add_fetch(&n_answered[1], 1, __ATOMIC_RELAXED);
-    rt_answer(fc->client, fc->req, fc->name, fc->t0, err.code, &err, &reply);
-    bson_destroy(&reply);
-    conn_done(fc, false);
+    answer_unreachable(fc);
 }
 
 /* The shard's whole reply is in fc->buf. */
@@ -444,14 +452,7 @@ static void timeout_cb(uv_timer_t *t)
         to_worker(fc, true);
         return;
     }
-    sbl_err_t err = {0};
-    bson_t reply = BSON_INITIALIZER;
-    rt_shard_forget(fc->shard);
-    sbl_err_set(&err, SBL_E_HostUnreachable, "shard %s: connection lost",
-                rt_shard_id(fc->shard));
-    rt_answer(fc->client, fc->req, fc->name, fc->t0, err.code, &err, &reply);
-    bson_destroy(&reply);
-    conn_done(fc, false);
+    answer_unreachable(fc);
 }
 
 bool rt_fast_find(sbl_conn_t *conn, sbl_request_t *req)

@@ -273,10 +273,14 @@ static int ring_prepare(cs_feed_t *f, cs_state_t *st, sbl_opctx_t *ctx, bool *ri
     uint64_t gen = sbl_repl_preimage_removals();
     if (f->reader->images && gen != f->images_gen) {
         /* the remover deleted images since the ring's were looked up: a
-         * stream wanting images looks up those of the ring's events itself */
+         * stream wanting images looks up itself those of the ring's events
+         * up to the newest entry whose image went (usually far behind the
+         * ring: entries the oplog dropped, or past expireAfterSeconds) */
         f->images_gen = gen;
-        if (f->images_after < f->hi)
-            __atomic_store_n(&f->images_after, f->hi, __ATOMIC_RELAXED);
+        uint64_t gone = sbl_repl_preimages_removed_upto();
+        uint64_t upto = gone < f->hi ? gone : f->hi;
+        if (f->images_after < upto)
+            __atomic_store_n(&f->images_after, upto, __ATOMIC_RELAXED);
     }
     if (st->next_lo <= ring_from(f, st)) { /* behind the ring, or from before it */
         pthread_mutex_unlock(&f->mu);

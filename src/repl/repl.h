@@ -474,6 +474,9 @@ int sbl_repl_oplog_oldest_ts(sbl_session_t *s, uint64_t *tsp, sbl_err_t *err);
 /* How many passes of the pre-image remover have deleted images so far (a
  * change-stream reader that keeps images looks them up again after one). */
 uint64_t sbl_repl_preimage_removals(void);
+/* The newest oplog entry whose image a pass has deleted (0: none): images of
+ * later entries are all still there.  Set before the pass is counted. */
+uint64_t sbl_repl_preimages_removed_upto(void);
 /* How often the pre-image remover runs (--setParameter
  * expiredChangeStreamPreImageRemovalJobSleepSecs; <= 0: 10 s).  Before
  * sbl_repl_start_threads. */

@@ -32,11 +32,17 @@ static pthread_t thread;
 static bool started;
 static atomic_bool stop;
 static int sleep_s = 10;
-static _Atomic uint64_t removals; /* passes that deleted images */
+static _Atomic uint64_t removals;     /* passes that deleted images */
+static _Atomic uint64_t removed_upto; /* the newest entry whose image was deleted */
 
 uint64_t sbl_repl_preimage_removals(void)
 {
     return atomic_load_explicit(&removals, memory_order_acquire);
+}
+
+uint64_t sbl_repl_preimages_removed_upto(void)
+{
+    return atomic_load_explicit(&removed_upto, memory_order_acquire);
 }
 
 int sbl_repl_oplog_oldest_ts(sbl_session_t *s, uint64_t *tsp, sbl_err_t *err)
@@ -90,23 +96,28 @@ static int64_t expire_after_s(sbl_session_t *s)
 typedef struct limits {
     uint64_t oldest_ts; /* the oplog's first entry */
     int64_t cutoff_ms;  /* now - expireAfterSeconds; 0: off */
+    uint64_t max_ts;    /* the newest entry of an image found expired */
 } limits_t;
 
 /* Whether image doc is past either limit: its entry before the oplog's
  * first, or its operationTime before the cutoff. */
 static bool expired(const bson_t *doc, void *arg)
 {
-    const limits_t *l = arg;
+    limits_t *l = arg;
     bson_iter_t it;
+    uint64_t ts = UINT64_MAX; /* unknown: as new as any */
     if (bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, "_id.ts", &it) &&
         BSON_ITER_HOLDS_TIMESTAMP(&it)) {
         uint32_t t, i;
         bson_iter_timestamp(&it, &t, &i);
-        if (SBL_TS(t, i) < l->oldest_ts)
-            return true;
+        ts = SBL_TS(t, i);
     }
-    return l->cutoff_ms > 0 && bson_iter_init_find(&it, doc, "operationTime") &&
-           BSON_ITER_HOLDS_DATE_TIME(&it) && bson_iter_date_time(&it) < l->cutoff_ms;
+    bool gone = ts < l->oldest_ts ||
+                (l->cutoff_ms > 0 && bson_iter_init_find(&it, doc, "operationTime") &&
+                 BSON_ITER_HOLDS_DATE_TIME(&it) && bson_iter_date_time(&it) < l->cutoff_ms);
+    if (gone && ts > l->max_ts)
+        l->max_ts = ts;
+    return gone;
 }
 
 /* One pass; returns how many images went. */
@@ -122,8 +133,14 @@ static int64_t remove_pass(sbl_session_t *s)
         return 0;
     int64_t n = sbl_coll_delete_matching(s, c, expired, &l);
     sbl_coll_release(c);
-    if (n > 0)
+    if (n > 0) { /* the watermark first: a reader that sees the pass sees it */
+        uint64_t cur = atomic_load_explicit(&removed_upto, memory_order_relaxed);
+        while (l.max_ts > cur &&
+               !atomic_compare_exchange_weak_explicit(&removed_upto, &cur, l.max_ts,
+                                                      memory_order_release, memory_order_relaxed))
+            ;
         atomic_fetch_add_explicit(&removals, 1, memory_order_release);
+    }
     return n;
 }
 

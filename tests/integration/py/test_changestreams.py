@@ -867,6 +867,45 @@ def test_image_streams_use_the_shared_read(rs1, db):
     assert first[1:] == req
 
 
+def test_older_images_going_leave_the_shared_read_serving(rs1, db):
+    """The remover deleting images of entries older than a feed's ring (here:
+    an entry the 1 MB oplog dropped) does not make the streams that want
+    images read the oplog alone: only the ring's events up to the newest entry
+    whose image went are looked up again (CI failed on this in session 29 when
+    another collection's old images went mid-test)."""
+    _, c = rs1
+    preimages = c.config["system.preimages"]
+    db.create_collection("old", changeStreamPreAndPostImages={"enabled": True})
+    db.old.insert_one({"_id": 1, "v": 0})
+    db.old.update_one({"_id": 1}, {"$set": {"v": 1}})
+    uuid = db.command("listCollections", filter={"name": "old"})["cursor"]["firstBatch"][0][
+        "info"]["uuid"]
+    old_image = {"_id.nsUUID": Binary(uuid.bytes, 4)}
+    assert preimages.count_documents(old_image) == 1
+    for i in range(6):
+        db.filler.insert_one({"pad": "x" * 60000, "i": i})
+    db.create_collection("c", changeStreamPreAndPostImages={"enabled": True})
+    db.c.insert_one({"_id": 0, "v": 0})
+
+    def own():
+        return c.admin.command("serverStatus")["metrics"]["changeStreams"][
+            "oplogEntriesRead"]["own"]
+
+    plain = RawStream(db, "c", {})
+    images = RawStream(db, "c", {"fullDocumentBeforeChange": "required"})
+    before = own()
+    db.c.update_one({"_id": 0}, {"$set": {"v": 1}})
+    db.c.update_one({"_id": 0}, {"$set": {"v": 2}})
+    assert [e["operationType"] for e in (plain.next(), plain.next())] == ["update"] * 2
+    for i in range(6, 18):  # wrap the oplog past the old update's entry
+        db.filler.insert_one({"pad": "x" * 60000, "i": i})
+    wait_until(lambda: preimages.count_documents(old_image) == 0)
+    got = [images.next(), images.next()]
+    assert [e["fullDocumentBeforeChange"] for e in got] == [{"_id": 0, "v": 0},
+                                                            {"_id": 0, "v": 1}]
+    assert own() == before  # served from the ring, its images still good
+
+
 def test_streams_at_one_point_share_a_batch(rs1, db):
     """Plain streams woken at the same point get one batch built for them
     all (issue 27's cost): each still gets exactly its events, with the

@@ -80,7 +80,11 @@ static atomic_llong history_read_ms = INT64_MIN / 2;
 
 void sbl_repl_note_history_read(void)
 {
-    atomic_store(&history_read_ms, sbl_now_ms());
+    /* routed commands call this per operation: write the shared line only
+     * when the time moved by 100 ms (the window is seconds long) */
+    int64_t now = sbl_now_ms();
+    if (now - atomic_load_explicit(&history_read_ms, memory_order_relaxed) >= 100)
+        atomic_store_explicit(&history_read_ms, now, memory_order_relaxed);
 }
 
 static uint64_t window_ts(void)

@@ -100,6 +100,27 @@ def cluster(prefix, shards=2, router_args=(), launcher_args=(), members=1):
 
 
 @contextlib.contextmanager
+def keyfile_cluster(prefix, key, shards=2, launcher_args=()):
+    """cluster() with members, router and clients authenticating: the key
+    file (text key) is written before the cluster starts and removed after
+    it; the launcher creates user admin (password adminpw).  Yields
+    cluster()'s dict with keyfile (its path) and key."""
+    kd = tempfile.mkdtemp(prefix=prefix + "key-")
+    path = os.path.join(kd, "key")
+    with open(path, "w") as f:
+        f.write(key + "\n")
+    os.chmod(path, 0o600)
+    try:
+        with cluster(prefix, shards=shards,
+                     launcher_args=["--keyfile", path, "--user", "admin", "--password",
+                                    "adminpw"] + list(launcher_args)) as c:
+            c["keyfile"], c["key"] = path, key
+            yield c
+    finally:
+        shutil.rmtree(kd, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def extra_router(info, name="router2", args=()):
     """Another sable-router on the cluster's config servers (its log in the
     cluster's directory; args added to its command line, e.g. --keyFile K);

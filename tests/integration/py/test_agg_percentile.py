@@ -16,15 +16,7 @@ from bson.decimal128 import Decimal128
 from bson.int64 import Int64
 from pymongo.errors import OperationFailure
 
-
-def agg(coll, pipeline, **kw):
-    return list(coll.aggregate(pipeline, **kw))
-
-
-def code_of(fn):
-    with pytest.raises(OperationFailure) as ei:
-        fn()
-    return ei.value.code
+from checks import agg, code_of
 
 
 def discrete(values, p):

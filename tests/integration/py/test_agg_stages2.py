@@ -11,19 +11,9 @@ import datetime
 import pymongo
 from bson.int64 import Int64
 import pytest
-from pymongo.errors import OperationFailure
 
 from sabled import Sabled
-
-
-def agg(coll, pipeline, **kw):
-    return list(coll.aggregate(pipeline, **kw))
-
-
-def code_of(fn):
-    with pytest.raises(OperationFailure) as ei:
-        fn()
-    return ei.value.code
+from checks import agg, code_of
 
 
 def set_param(db, name, value):

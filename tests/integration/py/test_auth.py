@@ -26,6 +26,7 @@ from pymongo.errors import OperationFailure
 
 import wire
 from sabled import REPO, Sabled
+from checks import code_of
 
 ROOT_USER, ROOT_PWD = "admin", "s3cret-Pw"
 
@@ -71,12 +72,6 @@ def make_user(root, name, roles, db="admin", pwd="pw-" + "x" * 8):
         pass
     root[db].command("createUser", name, pwd=pwd, roles=roles)
     return pwd
-
-
-def code_of(fn):
-    with pytest.raises(OperationFailure) as ei:
-        fn()
-    return ei.value.code
 
 
 # ---- authentication ------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
+from checks import code_of  # noqa: E402
 
 PAD = "x" * 5000  # ~5 KB documents: 1 MiB is about 200 of them
 
@@ -61,12 +62,6 @@ def layout(client, ns):
 
 def version(c):
     return (c["lastmod"].time, c["lastmod"].inc)
-
-
-def code_of(fn):
-    with pytest.raises(OperationFailure) as e:
-        fn()
-    return e.value.code
 
 
 def sharded_coll(mongos, name, splits, ndocs=0):

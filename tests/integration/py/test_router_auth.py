@@ -9,10 +9,8 @@ authenticate at the router as they must at mongos.
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import pymongo
 from bson.binary import UuidRepresentation
@@ -30,25 +28,13 @@ BENCH = os.path.join(BUILD, "sable-bench")
 KEY = "c2FibGUtcm91dGVyLWF1dGgta2V5"
 
 
-# not sharded.cluster_fixture: the key file is written before the cluster
-# starts (and removed after it), and the tests see only these ports
 @pytest.fixture(scope="module")
 def cluster():
     if not os.path.exists(ROUTER):
         pytest.skip("sable-router not built")
-    kd = tempfile.mkdtemp(prefix="sable-rauth-key-")
-    key = os.path.join(kd, "key")
-    with open(key, "w") as f:
-        f.write(KEY + "\n")
-    os.chmod(key, 0o600)
-    try:
-        with sharded.cluster("sable-rauth-", shards=2,
-                             launcher_args=["--keyfile", key, "--user", "admin",
-                                            "--password", "adminpw"]) as c:
-            yield {"router": c["router"], "config": c["config"], "shard": c["shards"][0],
-                   "key": KEY}
-    finally:
-        shutil.rmtree(kd, ignore_errors=True)
+    with sharded.keyfile_cluster("sable-rauth-", KEY) as c:
+        yield {"router": c["router"], "config": c["config"], "shard": c["shards"][0],
+               "key": KEY}
 
 
 def url(cluster, user, pw, db="ycsb"):

@@ -14,9 +14,7 @@ build/sable-cluster start --sharded --keyfile.
 """
 
 import os
-import shutil
 import sys
-import tempfile
 
 import pymongo
 import pytest
@@ -33,20 +31,9 @@ KEY = "bG9vcC13cml0ZXMta2V5LWZvci10ZXN0cw"
 def cluster():
     if not os.path.exists(ROUTER):
         pytest.skip("sable-router not built")
-    kd = tempfile.mkdtemp(prefix="sable-lw-key-")
-    key = os.path.join(kd, "key")
-    with open(key, "w") as f:
-        f.write(KEY + "\n")
-    os.chmod(key, 0o600)
-    try:
-        with sharded.cluster("sable-loopwrites-", shards=2,
-                             launcher_args=["--keyfile", key, "--user", "admin",
-                                            "--password", "adminpw"]
-                             + sharded.set_parameters(["enableTestCommands=1"])) as c:
-            c["keyfile"] = key
-            yield c
-    finally:
-        shutil.rmtree(kd, ignore_errors=True)
+    with sharded.keyfile_cluster("sable-loopwrites-", KEY, launcher_args=sharded.set_parameters(
+            ["enableTestCommands=1"])) as c:
+        yield c
 
 
 def _client(cluster, user, pw, **kw):

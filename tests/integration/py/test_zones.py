@@ -13,26 +13,19 @@ import sys
 import time
 
 import pymongo
-import pytest
 from bson.int64 import Int64
 from bson.max_key import MaxKey
 from bson.min_key import MinKey
 from bson.objectid import ObjectId
-from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
+from checks import code_of  # noqa: E402
 
 
 cluster = sharded.cluster_fixture("sable-zones-", shards=3)
 mongos = sharded.mongos_fixture(uuidRepresentation="standard")
 shards = sharded.shards_fixture(by_name=True)
-
-
-def code_of(fn):
-    with pytest.raises(OperationFailure) as e:
-        fn()
-    return e.value.code
 
 
 def chunks_of(mongos, ns):

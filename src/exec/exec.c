@@ -565,10 +565,8 @@ static int refill_scan(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_t m
         if (sbl_matcher_match(q->m, &doc, &pos)) {
             more = take_match(q, &doc, pos);
             bytes += doc.len;
-        } else if (sbl_matcher_error(NULL) != 0) {
-            break; /* an $expr failed: refill returns its error */
         }
-        if (!more)
+        if (!more || sbl_matcher_error(NULL) != 0) /* an $expr failed: refill returns it */
             break;
         if (!run_tail &&
             (q->n >= max || bytes >= CHUNK_MAX_BYTES || examined >= 16 * CHUNK_MAX)) {
@@ -643,10 +641,9 @@ static int refill_natural(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_
         if (sbl_matcher_match(q->m, &doc, &p)) {
             more = take_match(q, &doc, p);
             bytes += doc.len;
-        } else if (sbl_matcher_error(NULL) != 0) {
-            break; /* an $expr failed: refill returns its error */
         }
-        if (!more || q->n >= max || bytes >= CHUNK_MAX_BYTES || examined >= 16 * CHUNK_MAX)
+        if (!more || sbl_matcher_error(NULL) != 0 || q->n >= max || bytes >= CHUNK_MAX_BYTES ||
+            examined >= 16 * CHUNK_MAX)
             break;
     }
     sbl_natural_close(scan);
@@ -774,7 +771,8 @@ static int refill_ixscan(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_t
                 bytes += doc.len;
             }
             bson_destroy(&doc);
-            if (!more || sbl_matcher_error(NULL) != 0 || q->n >= max || bytes >= CHUNK_MAX_BYTES || examined >= 16 * CHUNK_MAX) {
+            if (!more || sbl_matcher_error(NULL) != 0 || q->n >= max ||
+                bytes >= CHUNK_MAX_BYTES || examined >= 16 * CHUNK_MAX) {
                 stop = true;
                 break;
             }
@@ -940,10 +938,9 @@ static int refill(sbl_qexec_t *q, sbl_opctx_t *ctx, size_t max, sbl_err_t *err)
     q->keys_examined += ctx->keys_examined - keys0;
     q->docs_examined += ctx->docs_examined - docs0;
     sbl_coll_release(c);
-    if (rc == 0 && sbl_matcher_take_error(err) != 0) { /* an $expr failed: so does the query */
+    if (rc == 0 && (rc = sbl_matcher_take_error(err)) != 0) { /* an $expr failed: the query */
         buf_clear(q);
         q->exhausted = true;
-        rc = err->code;
     }
     return rc;
 }

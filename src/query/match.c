@@ -584,3 +584,16 @@ int sbl_matcher_take_error(sbl_err_t *err)
         sbl_err_clear(&match_error);
     return rc;
 }
+
+void sbl_matcher_op_begin(sbl_err_t *saved)
+{
+    sbl_err_clear(saved);
+    sbl_matcher_take_error(saved);
+}
+
+int sbl_matcher_op_end(const sbl_err_t *saved, sbl_err_t *err)
+{
+    int rc = sbl_matcher_take_error(err);
+    match_error = *saved;
+    return rc;
+}

@@ -182,7 +182,10 @@ static bool filter_range(const bson_t *filter, const char *f, key_range_t *r)
  * mongos's targeting by index bounds).  max is exclusive: with x its first
  * field, the chunk holds first fields < x, or also = x when max's other
  * fields are not all MinKey ({k: x, j: 5} holds {k: x, j: 4}).  min is
- * inclusive: the chunk holds first fields >= min's.
+ * inclusive: the chunk holds first fields >= min's.  A comparison holds only
+ * within its value's type bracket ({$gte: 5} is [5, Infinity]): a chunk whose
+ * min is of a later bracket than lo, or whose max of an earlier one than hi,
+ * holds none (MinKey and MaxKey bounds span every bracket).
  */
 static bool chunk_in_range(const rt_chunk_t *ch, const key_range_t *r)
 {
@@ -191,6 +194,12 @@ static bool chunk_in_range(const rt_chunk_t *ch, const key_range_t *r)
     bson_iter_init(&b, ch->max);
     if (!bson_iter_next(&a) || !bson_iter_next(&b))
         return true;
+    if (r->has_lo && r->lo.value_type != BSON_TYPE_MINKEY &&
+        sbl_type_rank(bson_iter_type(&a)) > sbl_type_rank(r->lo.value_type))
+        return false;
+    if (r->has_hi && r->hi.value_type != BSON_TYPE_MAXKEY &&
+        sbl_type_rank(bson_iter_type(&b)) < sbl_type_rank(r->hi.value_type))
+        return false;
     if (r->has_hi) {
         int c = sbl_value_compare(bson_iter_value(&a), &r->hi);
         if (c > 0 || (c == 0 && !r->hi_incl))

@@ -12,6 +12,7 @@ import os
 import sys
 
 import pytest
+from bson.max_key import MaxKey
 from bson.min_key import MinKey
 from pymongo.errors import OperationFailure
 
@@ -82,3 +83,26 @@ def test_compound_key_bound_inside_a_value(mongos):
     assert found(three, {"k": {"$gte": 0}}) == [0, 1]
     assert targeted(three, {"k": 0, "j": {"$gt": 0}}) == ["shard1"]
     assert targeted(three, {"k": {"$lte": 0}}) == ["shard0", "shard1"]
+
+
+def test_a_bound_alone_stays_in_its_type_bracket(mongos):
+    adm = mongos.admin
+    adm.command("shardCollection", "rt.four", key={"k": 1})
+    adm.command("split", "rt.four", middle={"k": "m"})
+    for find, to in (({"k": 0}, "shard0"), ({"k": "z"}, "shard1")):
+        try:
+            adm.command("moveChunk", "rt.four", find=find, to=to)
+        except OperationFailure as e:
+            assert "already" in str(e) or e.code == 117, e
+    assert [c["shard"] for c in sharded.chunks(mongos, "rt.four")] == ["shard0", "shard1"]
+    four = mongos.rt.four  # [MinKey, "m"): numbers and strings < "m"; ["m", MaxKey): strings
+    four.insert_many([{"k": k} for k in (1, 5, 9, "a", "n", "q")])
+    # {$gte: 5} holds numbers only: the chunk of strings from "m" is left out (mongos's
+    # bounds [5, Infinity])
+    assert targeted(four, {"k": {"$gte": 5}}) == ["shard0"]
+    assert found(four, {"k": {"$gte": 5}}) == [5, 9]
+    assert targeted(four, {"k": {"$lt": "z"}}) == ["shard0", "shard1"]
+    assert targeted(four, {"k": {"$gt": "n"}}) == ["shard1"]
+    assert targeted(four, {"k": {"$gte": MinKey()}}) == ["shard0", "shard1"]
+    assert targeted(four, {"k": {"$lte": MaxKey()}}) == ["shard0", "shard1"]
+    assert sorted(map(str, (d["k"] for d in four.find({"k": {"$lt": "o"}})))) == ["a", "n"]

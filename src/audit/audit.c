@@ -116,7 +116,7 @@ static _Thread_local unsigned tl_memo_next;
 
 /* Under filter_lock (read): whether the filter keeps ev; memo: ev was built
  * with the filter's mask. */
-static bool filter_match(const bson_t *ev, bool memo)
+static bool filter_match_memo(const bson_t *ev, bool memo)
 {
     const uint8_t *data = bson_get_data(ev);
     if (!memo || ev->len > MEMO_BYTES)
@@ -132,6 +132,17 @@ static bool filter_match(const bson_t *ev, bool memo)
     tl_memo[i].len = ev->len;
     tl_memo[i].keep = keep;
     memcpy(tl_memo[i].bytes, data, ev->len);
+    return keep;
+}
+
+/* filter_match_memo, where a filter's $expr that fails only drops the event:
+ * the audited command does not see its error (query.h). */
+static bool filter_match(const bson_t *ev, bool memo)
+{
+    bool had = sbl_matcher_error(NULL) != 0;
+    bool keep = filter_match_memo(ev, memo);
+    if (!had)
+        sbl_matcher_take_error(NULL);
     return keep;
 }
 

@@ -357,7 +357,18 @@ int sbl_cmd_rename_collection(sbl_opctx_t *ctx, sbl_err_t *err)
     sbl_coll_t *src = NULL;
     if (sbl_coll_open(ctx->ss, from, false, &src, NULL, NULL) == 0) {
         memcpy(uuid, sbl_coll_uuid(src), 16);
+        size_t fdb = (size_t)(strchr(from, '.') - from);
+        int rc = 0;
+        bool across = strncmp(from, to, fdb + 1) != 0; /* another database */
+        if (across)
+            rc = sbl_cmd_rename_across_dbs(ctx, src, from, to, drop_target, err);
         sbl_coll_release(src);
+        if (across) {
+            SBL_RET(rc);
+            ctx->wrote = true;
+            sbl_cmd_audit_rename(ctx, from, to);
+            return 0;
+        }
     }
     SBL_RET(sbl_coll_rename(ctx->ss, from, to, drop_target, err));
     sbl_repl_log_rename(ctx->ss, from, to, uuid, drop_target);

@@ -506,6 +506,11 @@ int sbl_cmd_drop_database(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_list_databases(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_list_collections(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_rename_collection(sbl_opctx_t *ctx, sbl_err_t *err);
+/* rename_xdb.c: renameCollection from `from` (src: its handle, the caller's) to
+ * `to` in another database, as mongod: a copy under a new UUID renamed over the
+ * target, then the source dropped.  0 or the error (the source unchanged). */
+int sbl_cmd_rename_across_dbs(sbl_opctx_t *ctx, sbl_coll_t *src, const char *from,
+                              const char *to, bool drop_target, sbl_err_t *err);
 /* replica set (repl_cmds.c) */
 int sbl_cmd_repl_set_initiate(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_repl_set_reconfig(sbl_opctx_t *ctx, sbl_err_t *err);

@@ -568,16 +568,19 @@ static void execute_inner(pending_t *p)
          * $where could only leave pending becomes the command's. */
         sbl_js_opstate_t js;
         sbl_js_op_begin(&js, ctx->deadline_us, js_op_killed, ctx->op);
+        sbl_err_t outer_match; /* likewise an $expr's evaluation error (query.h) */
+        sbl_matcher_op_begin(&outer_match);
         sbl_cmd_prepare_wait_t pw; /* a prepared transaction's write: wait (prepare_wait.c) */
         sbl_cmd_prepare_wait_begin(&pw, ctx, p->def);
         p->rc = p->def->fn(ctx, &p->err);
         while (sbl_cmd_prepare_wait_again(&pw, &p->rc, &p->err, p->out))
             p->rc = p->def->fn(ctx, &p->err);
         sbl_cmd_prepare_wait_end(&pw);
-        sbl_err_t jerr;
-        if (sbl_js_op_end(&js, &jerr) != 0 && p->rc == 0) {
-            p->rc = jerr.code;
-            p->err = jerr;
+        sbl_err_t jerr, merr;
+        int jrc = sbl_js_op_end(&js, &jerr), mrc = sbl_matcher_op_end(&outer_match, &merr);
+        if ((jrc != 0 || mrc != 0) && p->rc == 0) {
+            p->err = jrc != 0 ? jerr : merr;
+            p->rc = p->err.code;
         }
     }
     sbl_cmd_snapshot_end(ctx, p->rc);

@@ -109,6 +109,7 @@
     X(ChangeStreamFatalError, 280)                                                                 \
     X(CollectionUUIDMismatch, 361)                                                                 \
     X(ChangeStreamHistoryLost, 286)                                                                \
+    X(ConversionFailure, 241)                                                                      \
     X(SnapshotTooOld, 239)                                                                         \
     X(SnapshotUnavailable, 246)                                                                    \
     X(StaleChunkHistory, 250)                                                                      \

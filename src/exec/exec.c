@@ -566,7 +566,7 @@ static int refill_scan(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_t m
             more = take_match(q, &doc, pos);
             bytes += doc.len;
         }
-        if (!more)
+        if (!more || sbl_matcher_error(NULL) != 0) /* an $expr failed: refill returns it */
             break;
         if (!run_tail &&
             (q->n >= max || bytes >= CHUNK_MAX_BYTES || examined >= 16 * CHUNK_MAX)) {
@@ -642,7 +642,8 @@ static int refill_natural(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_
             more = take_match(q, &doc, p);
             bytes += doc.len;
         }
-        if (!more || q->n >= max || bytes >= CHUNK_MAX_BYTES || examined >= 16 * CHUNK_MAX)
+        if (!more || sbl_matcher_error(NULL) != 0 || q->n >= max || bytes >= CHUNK_MAX_BYTES ||
+            examined >= 16 * CHUNK_MAX)
             break;
     }
     sbl_natural_close(scan);
@@ -770,7 +771,8 @@ static int refill_ixscan(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_t
                 bytes += doc.len;
             }
             bson_destroy(&doc);
-            if (!more || q->n >= max || bytes >= CHUNK_MAX_BYTES || examined >= 16 * CHUNK_MAX) {
+            if (!more || sbl_matcher_error(NULL) != 0 || q->n >= max ||
+                bytes >= CHUNK_MAX_BYTES || examined >= 16 * CHUNK_MAX) {
                 stop = true;
                 break;
             }
@@ -936,6 +938,10 @@ static int refill(sbl_qexec_t *q, sbl_opctx_t *ctx, size_t max, sbl_err_t *err)
     q->keys_examined += ctx->keys_examined - keys0;
     q->docs_examined += ctx->docs_examined - docs0;
     sbl_coll_release(c);
+    if (rc == 0 && (rc = sbl_matcher_take_error(err)) != 0) { /* an $expr failed: the query */
+        buf_clear(q);
+        q->exhausted = true;
+    }
     return rc;
 }
 

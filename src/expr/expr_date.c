@@ -19,8 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SBL_E_ConversionFailure 241
-
 /* ---- calendar ------------------------------------------------------------------------- */
 
 typedef struct tm_parts {

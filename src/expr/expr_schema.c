@@ -598,19 +598,9 @@ static void *expr_parse(const bson_value_t *arg, sbl_err_t *err)
     return e;
 }
 
-/* The first $expr evaluation error on this thread since the last take (the matcher's
- * interface has no error path; callers that can fail ask for it afterwards). */
-static _Thread_local sbl_err_t match_err;
-
 int sbl_expr_take_match_error(sbl_err_t *err)
 {
-    int rc = match_err.code;
-    if (rc != 0) {
-        if (err != NULL)
-            *err = match_err;
-        sbl_err_clear(&match_err);
-    }
-    return rc;
+    return sbl_matcher_take_error(err);
 }
 
 static bool expr_match(const void *plan, const bson_t *doc, const sbl_collation_t *coll)
@@ -619,9 +609,8 @@ static bool expr_match(const void *plan, const bson_t *doc, const sbl_collation_
     bson_value_t v;
     sbl_err_t err = {0};
     if (sbl_expr_eval(plan, &env, &v, &err) != 0) {
-        if (match_err.code == 0)
-            match_err = err;
-        return false; /* no match; the error waits for sbl_expr_take_match_error */
+        sbl_matcher_note_error(&err);
+        return false; /* no match; the error waits for sbl_matcher_take_error */
     }
     bool t = sbl_expr_truthy(&v);
     bson_value_destroy(&v);

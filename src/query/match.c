@@ -559,3 +559,41 @@ int sbl_filter_refuse_where(const bson_t *filter, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_BadValue, "$where is not allowed in this context");
     return 0;
 }
+
+/* ---- an extension's evaluation error (query.h) ------------------------------ */
+
+static _Thread_local sbl_err_t match_error;
+
+void sbl_matcher_note_error(const sbl_err_t *err)
+{
+    if (match_error.code == 0 && err->code != 0)
+        match_error = *err;
+}
+
+int sbl_matcher_error(sbl_err_t *err)
+{
+    if (match_error.code != 0 && err != NULL)
+        *err = match_error;
+    return match_error.code;
+}
+
+int sbl_matcher_take_error(sbl_err_t *err)
+{
+    int rc = sbl_matcher_error(err);
+    if (rc != 0)
+        sbl_err_clear(&match_error);
+    return rc;
+}
+
+void sbl_matcher_op_begin(sbl_err_t *saved)
+{
+    sbl_err_clear(saved);
+    sbl_matcher_take_error(saved);
+}
+
+int sbl_matcher_op_end(const sbl_err_t *saved, sbl_err_t *err)
+{
+    int rc = sbl_matcher_take_error(err);
+    match_error = *saved;
+    return rc;
+}

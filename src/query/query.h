@@ -60,6 +60,23 @@ typedef struct sbl_match_ext {
 } sbl_match_ext_t;
 /* op is "$expr", "$jsonSchema" or "$where"; ext must outlive every matcher. */
 void sbl_matcher_register_ext(const char *op, const sbl_match_ext_t *ext);
+/*
+ * An extension's evaluation error (an $expr's division by zero, a failing
+ * $toInt): the yes/no interface above has no error path, so match reports it
+ * here and answers "no match".  The first error on this thread is kept until
+ * taken: scans stop on it and the command fails with it, as mongod's does.
+ * sbl_matcher_note_error keeps err unless one is already pending;
+ * sbl_matcher_error returns the pending code (0: none) and copies it into err
+ * (may be NULL); sbl_matcher_take_error does the same and clears it.
+ */
+void sbl_matcher_note_error(const sbl_err_t *err);
+int sbl_matcher_error(sbl_err_t *err);
+int sbl_matcher_take_error(sbl_err_t *err);
+/* A command's scope (the dispatcher): op_begin sets a pending error aside in
+ * *saved, so the command starts with none; op_end returns the command's (0:
+ * none, else copied into err) and puts the saved one back. */
+void sbl_matcher_op_begin(sbl_err_t *saved);
+int sbl_matcher_op_end(const sbl_err_t *saved, sbl_err_t *err);
 /* Where mongod refuses JavaScript in a filter (an aggregation's $match, a
  * validator, a partial index): 2 BadValue "$where is not allowed in this
  * context" when filter has $where at its top level or under $and/$or/$nor. */

@@ -707,15 +707,19 @@ out:
     return rc;
 }
 
-/* The member an election hand-off goes to: electable, up, and with our
- * applied optime or newer (-1: none).  Lock held. */
+/* The member an election hand-off goes to, as mongod chooses it: up,
+ * electable and with our applied optime or newer; of those the highest
+ * priority, then the lowest index in the config (-1: none).  It does not know
+ * whether that member is frozen: a frozen one refuses the stepUp
+ * (sbl_repl_step_up) and the set elects at the election timeout.  Lock held. */
 static int caught_up_target_locked(void)
 {
     sbl_optime_t ap = sbl_rs_my_applied();
     int target = -1;
     for (int i = 0; i < rs.cfg.n; i++)
         if (i != rs.self && sbl_rs_electable(&rs.cfg, i) && rs.peer[i].up &&
-            sbl_optime_cmp(rs.peer[i].applied, ap) >= 0)
+            sbl_optime_cmp(rs.peer[i].applied, ap) >= 0 &&
+            (target < 0 || rs.cfg.m[i].priority > rs.cfg.m[target].priority))
             target = i;
     return target;
 }
@@ -1004,6 +1008,13 @@ int sbl_repl_step_up(sbl_err_t *err)
         return sbl_err_set(err, SBL_E_NoReplicationEnabled, "not running with --replSet");
     if (atomic_load(&rs.state) == SBL_RS_PRIMARY)
         return 0;
+    /* Frozen (replSetFreeze, or stepped down for replSetStepDown's period): not
+     * a candidate, as mongod's stepUp refuses then (its stepDownUntil). */
+    pthread_mutex_lock(&rs.lock);
+    bool frozen = sbl_now_ms() < rs.freeze_until_ms;
+    pthread_mutex_unlock(&rs.lock);
+    if (frozen)
+        return sbl_err_set(err, SBL_E_CommandFailed, "Election failed.");
     return run_election(true, "stepUpRequestSkipDryRun", err);
 }
 

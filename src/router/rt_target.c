@@ -123,13 +123,39 @@ bool rt_filter_has_full_key(const rt_coll_t *c, const bson_t *filter)
     return true;
 }
 
-/* Bounds a filter puts on field f: lo/hi (NULL: unbounded).  False when the
- * field is absent or holds something other than comparisons. */
-static bool filter_range(const bson_t *filter, const char *f, bson_value_t *lo, bool *has_lo,
-                         bson_value_t *hi, bool *has_hi)
+/* The bounds a filter puts on field f (a range key's first field). */
+typedef struct {
+    bool has_lo, lo_incl, has_hi, hi_incl;
+    bson_value_t lo, hi; /* not owned: the filter's values */
+} key_range_t;
+
+/* Tighten r's lower (lower) or upper bound to v (incl: $gte/$lte, else $gt/$lt). */
+static void range_bound(key_range_t *r, bool lower, const bson_value_t *v, bool incl)
+{
+    bool *has = lower ? &r->has_lo : &r->has_hi, *in = lower ? &r->lo_incl : &r->hi_incl;
+    bson_value_t *b = lower ? &r->lo : &r->hi;
+    int c = *has ? sbl_value_compare(v, b) : 0;
+    if (!*has || (lower ? c > 0 : c < 0)) {
+        *b = *v;
+        *in = incl;
+    } else if (c == 0 && !incl) {
+        *in = false;
+    }
+    *has = true;
+}
+
+/* The bounds a filter puts on field f in r.  False when the field is absent
+ * or holds something other than an equality or comparisons. */
+static bool filter_range(const bson_t *filter, const char *f, key_range_t *r)
 {
     bson_iter_t it, d;
-    *has_lo = *has_hi = false;
+    bson_value_t v;
+    memset(r, 0, sizeof(*r));
+    if (filter_eq(filter, f, &v)) {
+        range_bound(r, true, &v, true);
+        range_bound(r, false, &v, true);
+        return true;
+    }
     if (!bson_iter_init_find(&it, filter, f) || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
         !bson_iter_recurse(&it, &d))
         return false;
@@ -138,21 +164,63 @@ static bool filter_range(const bson_t *filter, const char *f, bson_value_t *lo, 
         if (BSON_ITER_HOLDS_ARRAY(&d) || BSON_ITER_HOLDS_REGEX(&d))
             return false;
         if (strcmp(k, "$gt") == 0 || strcmp(k, "$gte") == 0) {
-            if (!*has_lo || sbl_value_compare(bson_iter_value(&d), lo) > 0)
-                *lo = *bson_iter_value(&d);
-            *has_lo = true;
+            range_bound(r, true, bson_iter_value(&d), k[3] == 'e');
         } else if (strcmp(k, "$lt") == 0 || strcmp(k, "$lte") == 0) {
-            if (!*has_hi || sbl_value_compare(bson_iter_value(&d), hi) < 0)
-                *hi = *bson_iter_value(&d);
-            *has_hi = true;
+            range_bound(r, false, bson_iter_value(&d), k[3] == 'e');
         } else if (strcmp(k, "$eq") == 0) {
-            *lo = *hi = *bson_iter_value(&d);
-            *has_lo = *has_hi = true;
+            range_bound(r, true, bson_iter_value(&d), true);
+            range_bound(r, false, bson_iter_value(&d), true);
         } else {
             return false;
         }
     }
-    return *has_lo || *has_hi;
+    return r->has_lo || r->has_hi;
+}
+
+/*
+ * Whether chunk [min, max) can hold a key whose first field is in r (as
+ * mongos's targeting by index bounds).  max is exclusive: with x its first
+ * field, the chunk holds first fields < x, or also = x when max's other
+ * fields are not all MinKey ({k: x, j: 5} holds {k: x, j: 4}).  min is
+ * inclusive: the chunk holds first fields >= min's.  A comparison holds only
+ * within its value's type bracket ({$gte: 5} is [5, Infinity]): a chunk whose
+ * min is of a later bracket than lo, or whose max of an earlier one than hi,
+ * holds none (MinKey and MaxKey bounds span every bracket).
+ */
+static bool chunk_in_range(const rt_chunk_t *ch, const key_range_t *r)
+{
+    bson_iter_t a, b;
+    bson_iter_init(&a, ch->min);
+    bson_iter_init(&b, ch->max);
+    if (!bson_iter_next(&a) || !bson_iter_next(&b))
+        return true;
+    if (r->has_lo && r->lo.value_type != BSON_TYPE_MINKEY &&
+        sbl_type_rank(bson_iter_type(&a)) > sbl_type_rank(r->lo.value_type))
+        return false;
+    if (r->has_hi && r->hi.value_type != BSON_TYPE_MAXKEY &&
+        sbl_type_rank(bson_iter_type(&b)) < sbl_type_rank(r->hi.value_type))
+        return false;
+    if (r->has_hi) {
+        int c = sbl_value_compare(bson_iter_value(&a), &r->hi);
+        if (c > 0 || (c == 0 && !r->hi_incl))
+            return false;
+    }
+    if (r->has_lo) {
+        int c = sbl_value_compare(bson_iter_value(&b), &r->lo);
+        if (c < 0)
+            return false;
+        if (c == 0) {
+            if (!r->lo_incl)
+                return false; /* every first field in the chunk is <= lo */
+            bool holds_lo = false; /* some key with first field lo is below max */
+            while (bson_iter_next(&b))
+                if (bson_iter_type(&b) != BSON_TYPE_MINKEY)
+                    holds_lo = true;
+            if (!holds_lo)
+                return false;
+        }
+    }
+    return true;
 }
 
 int rt_chunk_owner_at(const rt_chunk_t *ch, uint64_t at)
@@ -196,27 +264,17 @@ static int target_at(const rt_coll_t *c, const bson_t *filter, uint64_t at,
         shards[owner] = true;
         return 1;
     }
-    /* A range on the first field of a range key: the chunks it overlaps.  The
-     * bounds compare the first field only and are inclusive (a superset). */
-    bson_value_t lo, hi;
-    bool has_lo = false, has_hi = false;
+    /* A range (or an equality) on the first field of a range key: the chunks
+     * it overlaps, by the first field only (a superset). */
+    key_range_t r;
     bson_iter_init(&it, c->key);
     bool ranged = c->hashed_pos != 0 && bson_iter_next(&it) &&
-                  filter_range(filter, bson_iter_key(&it), &lo, &has_lo, &hi, &has_hi);
+                  filter_range(filter, bson_iter_key(&it), &r);
     int n = 0;
     for (size_t k = 0; k < c->nchunks; k++) {
         const rt_chunk_t *ch = &c->chunks[k];
-        if (ranged) {
-            bson_iter_t a, b;
-            bson_iter_init(&a, ch->min);
-            bson_iter_init(&b, ch->max);
-            bson_iter_next(&a);
-            bson_iter_next(&b);
-            if (has_hi && sbl_value_compare(bson_iter_value(&a), &hi) > 0)
-                continue;
-            if (has_lo && sbl_value_compare(bson_iter_value(&b), &lo) < 0)
-                continue;
-        }
+        if (ranged && !chunk_in_range(ch, &r))
+            continue;
         int owner = rt_chunk_owner_at(ch, at);
         if (owner < 0)
             return stale_history(c, at, err);

@@ -1,0 +1,72 @@
+"""
+replSetStepDown's election hand-off, as mongod 7.0's (SERVER-35623): once
+stepped down, the old primary sends replSetStepUp (skipDryRun) to the
+caught-up electable secondary of the highest priority, the lowest config
+index on a tie; it cannot know whether that member is frozen, and a frozen
+member (replSetFreeze) refuses replSetStepUp (CommandFailed 125, "Election
+failed."), so another member is elected when its election timeout passes.
+Three electable members, priority 1, electionTimeoutMillis 5000 (so that on a
+loaded host the hand-off, not a timeout, is what elects in the first test).
+"""
+import pytest
+from pymongo.errors import OperationFailure
+from pymongo.write_concern import WriteConcern
+
+from sabled import set_members
+from test_repl_guarantees import the_primary
+from test_replset3 import direct, state, wait_for
+
+
+@pytest.fixture
+def rs():
+    with set_members(3) as members:
+        cfg = {"_id": "rs0", "members": [
+            {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],
+            "settings": {"electionTimeoutMillis": 5000, "heartbeatIntervalMillis": 500}}
+        with direct(members[0]) as c:
+            c.admin.command("replSetInitiate", cfg)
+        wait_for(lambda: any(state(m) == 1 for m in members) and
+                 all(state(m) in (1, 2) for m in members), timeout=60)
+        yield members
+
+
+def caught_up_secondaries(members):
+    """The primary and its secondaries in config order, after a w:3 write."""
+    p = the_primary(members)
+    with direct(p) as d:
+        d.t.c.with_options(write_concern=WriteConcern(w=3, wtimeout=30000)).insert_one({"x": 1})
+    return p, [m for m in members if m is not p]
+
+
+def step_down(p):
+    with direct(p) as d:
+        d.admin.command("replSetStepDown", 60, secondaryCatchUpPeriodSecs=10)
+
+
+def test_hand_off_goes_to_the_first_caught_up_secondary(rs):
+    p, secs = caught_up_secondaries(rs)
+    step_down(p)
+    new = the_primary(rs)
+    assert new is secs[0], [m.port for m in rs]
+    with direct(new) as d:
+        reason = d.admin.command("replSetGetStatus")["electionCandidateMetrics"]
+    assert reason["lastElectionReason"] == "stepUpRequestSkipDryRun"
+
+
+def test_a_frozen_member_refuses_step_up_and_another_is_elected(rs):
+    p, secs = caught_up_secondaries(rs)
+    frozen, other = secs
+    with direct(frozen) as d:
+        d.admin.command("replSetFreeze", 120)
+        with pytest.raises(OperationFailure) as ei:
+            d.admin.command("replSetStepUp")
+        assert ei.value.code == 125 and ei.value.details["codeName"] == "CommandFailed"
+    assert state(frozen) == 2
+    # the hand-off goes to frozen (it cannot know), which refuses: other wins at its timeout
+    step_down(p)
+    assert the_primary(rs) is other
+    assert state(frozen) == 2
+    with direct(frozen) as d:
+        d.admin.command("replSetFreeze", 0)  # unfrozen, it may stand again
+        wait_for(lambda: d.admin.command("replSetStepUp")["ok"], timeout=30)
+    wait_for(lambda: state(frozen) == 1, timeout=30)

@@ -148,6 +148,8 @@ static bool send_all(int fd, const void *p, size_t n)
     const uint8_t *b = p;
     while (n > 0) {
         ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
         if (w <= 0)
             return false;
         b += w;
@@ -159,7 +161,12 @@ static bool send_all(int fd, const void *p, size_t n)
 static bool recv_all(int fd, uint8_t *p, size_t n)
 {
     while (n > 0) {
+        /* EINTR here came with no signal delivered (strace shows none):
+         * signal(7) says a socket with SO_RCVTIMEO fails so after its
+         * process was stopped and continued */
         ssize_t r = recv(fd, p, n, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
         if (r <= 0)
             return false;
         p += r;
@@ -196,7 +203,7 @@ static bool peer_closed(int fd)
         ssize_t r = recv(fd, b, sizeof(b), 0);
         if (r == 0)
             return true;
-        if (r < 0)
+        if (r < 0 && errno != EINTR)
             return false;
     }
 }

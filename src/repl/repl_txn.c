@@ -113,7 +113,9 @@ static int record_write_hinted(sbl_session_t *s, const bson_t *lsid, int64_t txn
                                int64_t term, int64_t wall_ms, const char *state, sbl_err_t *err)
 {
     sbl_version_t v;
+    sbl_versioned_invalidate(); /* not the session's owner writing: its copy is stale */
     hint_get(lsid, &v);
+    v.known_current = false;
     int rc = sbl_txn_record_write_known(s, lsid, txn, ts, term, wall_ms, state, &v, err);
     if (rc != 0)
         v.key_len = 0;

@@ -120,46 +120,35 @@ static void retry_free(sbl_retry_t *r)
     free(r);
 }
 
-/* stmtId / stmtIds of the command (one pass over its fields: the first of each). */
+/* stmtId / stmtIds of the command (the first of each; sbl_doc_find_top
+ * answers from the command's field index the dispatcher built). */
 static int parse_stmt_ids(sbl_opctx_t *ctx, sbl_retry_t *r, sbl_err_t *err)
 {
     bson_iter_t it, el;
-    bool seen_id = false, seen_ids = false, bad = false;
-    uint32_t off = 4, at;
-    const char *k;
-    /* the command passed sbl_bson_check: its keys walked without libbson */
-    while (sbl_doc_top_next(ctx->cmd, &off, &at, &k, &bad)) {
-        if (k[0] != 's' || strncmp(k, "stmtId", 6) != 0 ||
-            !sbl_doc_top_iter(ctx->cmd, at, k, &it))
-            continue;
-        if (k[6] == '\0' && !seen_id) {
-            seen_id = true;
-            if (!BSON_ITER_HOLDS_INT32(&it) && !BSON_ITER_HOLDS_INT64(&it))
-                return sbl_type_error(err, "stmtId", &it, "int");
-            r->first_stmt = (int32_t)bson_iter_as_int64(&it);
-            continue;
-        }
-        if (strcmp(k + 6, "s") != 0 || seen_ids)
-            continue;
-        seen_ids = true;
-        if (!BSON_ITER_HOLDS_ARRAY(&it))
-            return sbl_type_error(err, "stmtIds", &it, "array");
-        uint32_t n = 0;
-        bson_iter_recurse(&it, &el);
-        while (bson_iter_next(&el))
-            n++;
-        r->stmt_ids = calloc(n ? n : 1, sizeof(int32_t));
-        if (r->stmt_ids == NULL)
-            return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
-        bson_iter_recurse(&it, &el);
-        for (uint32_t i = 0; bson_iter_next(&el); i++) {
-            if (!BSON_ITER_HOLDS_INT32(&el) && !BSON_ITER_HOLDS_INT64(&el))
-                return sbl_type_error(err, "stmtIds", &el, "int");
-            r->stmt_ids[i] = (int32_t)bson_iter_as_int64(&el);
-        }
-        r->nstmt_ids = n;
+    if (sbl_doc_find_top(ctx->cmd, "stmtId", &it)) {
+        if (!BSON_ITER_HOLDS_INT32(&it) && !BSON_ITER_HOLDS_INT64(&it))
+            return sbl_type_error(err, "stmtId", &it, "int");
+        r->first_stmt = (int32_t)bson_iter_as_int64(&it);
     }
-    return bad ? sbl_err_set(err, SBL_E_InvalidBSON, "the command cannot be walked") : 0;
+    if (!sbl_doc_find_top(ctx->cmd, "stmtIds", &it))
+        return 0;
+    if (!BSON_ITER_HOLDS_ARRAY(&it))
+        return sbl_type_error(err, "stmtIds", &it, "array");
+    uint32_t n = 0;
+    bson_iter_recurse(&it, &el);
+    while (bson_iter_next(&el))
+        n++;
+    r->stmt_ids = calloc(n ? n : 1, sizeof(int32_t));
+    if (r->stmt_ids == NULL)
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+    bson_iter_recurse(&it, &el);
+    for (uint32_t i = 0; bson_iter_next(&el); i++) {
+        if (!BSON_ITER_HOLDS_INT32(&el) && !BSON_ITER_HOLDS_INT64(&el))
+            return sbl_type_error(err, "stmtIds", &el, "int");
+        r->stmt_ids[i] = (int32_t)bson_iter_as_int64(&el);
+    }
+    r->nstmt_ids = n;
+    return 0;
 }
 
 /* A {ts, t} optime field of an entry (ts 0 when absent). */

@@ -380,13 +380,14 @@ def test_write_in_flight_when_primary_killed_applies_once(rs3):
         except Exception as e:  # the primary died under the open request
             outcome["error"] = repr(e)
 
+    raw.sock.settimeout(90)  # the reply may take the whole wtimeout: no reply is the point
     hidden.pause()
     try:
         t = threading.Thread(target=send)
         t.start()
         with direct(other) as d:  # applied and replicated, not acknowledged
             wait_for(lambda: (d.t.c.find_one({"_id": 1}) or {}).get("n") == 1, timeout=30)
-        assert t.is_alive() and not outcome
+        assert t.is_alive() and not outcome, outcome
         p.kill9()
     finally:
         hidden.signal(signal.SIGCONT)

@@ -52,10 +52,38 @@ struct sbl_retry {
     int32_t *retried;        /* executed statements the command skipped */
     size_t nretried, cap_retried;
     sbl_version_t record;    /* the session's record as last seen (st.record), a hint */
+    uint64_t epoch;          /* sbl_versioned_epoch before the record was read or trusted */
+    bool record_ok;          /* record is what committed: no statement left it in doubt */
+    bool in_stmt;            /* between sbl_retry_stmt_begin and _end */
+    uint32_t key_len_before; /* record's key when the statement began */
+    uint8_t key_before[SBL_VERSION_KEY_MAX];
+    int64_t rec_txn;         /* the record's txnNum and lastWriteOpTime, as record holds */
+    uint64_t rec_ts;
+    int64_t rec_term;
 };
 
-_Static_assert(sizeof(sbl_version_t) <= SBL_LSESS_STATE_MAX,
+/*
+ * What a session keeps between its retryable writes (the session catalog's
+ * state): its record's version, and whether that version was known current
+ * when the last command ended, with the versioned epoch it was known at.  A
+ * command that finds the epoch unchanged trusts it without reading the record
+ * (no other write touched config.transactions: only this session's checked
+ * out commands write its record otherwise), and replaces it by its key
+ * without a search.  txn.c reads the version at its start (as a hint).
+ */
+typedef struct retry_kept {
+    sbl_version_t record; /* first: txn.c takes it */
+    uint64_t epoch;
+    int64_t rec_txn;
+    uint64_t rec_ts;
+    int64_t rec_term;
+    bool current; /* record was known current at epoch */
+} retry_kept_t;
+
+_Static_assert(sizeof(retry_kept_t) <= SBL_LSESS_STATE_MAX,
                "the session catalog keeps a record's version");
+_Static_assert(sizeof(retry_kept_t) != sizeof(sbl_version_t),
+               "txn.c's kept state and retryable.c's are told apart by their size");
 
 static _Atomic int64_t retried_commands, retried_statements, record_writes;
 
@@ -92,46 +120,35 @@ static void retry_free(sbl_retry_t *r)
     free(r);
 }
 
-/* stmtId / stmtIds of the command (one pass over its fields: the first of each). */
+/* stmtId / stmtIds of the command (the first of each; sbl_doc_find_top
+ * answers from the command's field index the dispatcher built). */
 static int parse_stmt_ids(sbl_opctx_t *ctx, sbl_retry_t *r, sbl_err_t *err)
 {
     bson_iter_t it, el;
-    bool seen_id = false, seen_ids = false, bad = false;
-    uint32_t off = 4, at;
-    const char *k;
-    /* the command passed sbl_bson_check: its keys walked without libbson */
-    while (sbl_doc_top_next(ctx->cmd, &off, &at, &k, &bad)) {
-        if (k[0] != 's' || strncmp(k, "stmtId", 6) != 0 ||
-            !sbl_doc_top_iter(ctx->cmd, at, k, &it))
-            continue;
-        if (k[6] == '\0' && !seen_id) {
-            seen_id = true;
-            if (!BSON_ITER_HOLDS_INT32(&it) && !BSON_ITER_HOLDS_INT64(&it))
-                return sbl_type_error(err, "stmtId", &it, "int");
-            r->first_stmt = (int32_t)bson_iter_as_int64(&it);
-            continue;
-        }
-        if (strcmp(k + 6, "s") != 0 || seen_ids)
-            continue;
-        seen_ids = true;
-        if (!BSON_ITER_HOLDS_ARRAY(&it))
-            return sbl_type_error(err, "stmtIds", &it, "array");
-        uint32_t n = 0;
-        bson_iter_recurse(&it, &el);
-        while (bson_iter_next(&el))
-            n++;
-        r->stmt_ids = calloc(n ? n : 1, sizeof(int32_t));
-        if (r->stmt_ids == NULL)
-            return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
-        bson_iter_recurse(&it, &el);
-        for (uint32_t i = 0; bson_iter_next(&el); i++) {
-            if (!BSON_ITER_HOLDS_INT32(&el) && !BSON_ITER_HOLDS_INT64(&el))
-                return sbl_type_error(err, "stmtIds", &el, "int");
-            r->stmt_ids[i] = (int32_t)bson_iter_as_int64(&el);
-        }
-        r->nstmt_ids = n;
+    if (sbl_doc_find_top(ctx->cmd, "stmtId", &it)) {
+        if (!BSON_ITER_HOLDS_INT32(&it) && !BSON_ITER_HOLDS_INT64(&it))
+            return sbl_type_error(err, "stmtId", &it, "int");
+        r->first_stmt = (int32_t)bson_iter_as_int64(&it);
     }
-    return bad ? sbl_err_set(err, SBL_E_InvalidBSON, "the command cannot be walked") : 0;
+    if (!sbl_doc_find_top(ctx->cmd, "stmtIds", &it))
+        return 0;
+    if (!BSON_ITER_HOLDS_ARRAY(&it))
+        return sbl_type_error(err, "stmtIds", &it, "array");
+    uint32_t n = 0;
+    bson_iter_recurse(&it, &el);
+    while (bson_iter_next(&el))
+        n++;
+    r->stmt_ids = calloc(n ? n : 1, sizeof(int32_t));
+    if (r->stmt_ids == NULL)
+        return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
+    bson_iter_recurse(&it, &el);
+    for (uint32_t i = 0; bson_iter_next(&el); i++) {
+        if (!BSON_ITER_HOLDS_INT32(&el) && !BSON_ITER_HOLDS_INT64(&el))
+            return sbl_type_error(err, "stmtIds", &el, "int");
+        r->stmt_ids[i] = (int32_t)bson_iter_as_int64(&el);
+    }
+    r->nstmt_ids = n;
+    return 0;
 }
 
 /* A {ts, t} optime field of an entry (ts 0 when absent). */
@@ -240,14 +257,32 @@ int sbl_cmd_txn_begin(sbl_opctx_t *ctx, const bson_iter_t *txnit, const bson_ite
     sbl_lsess_state_t kept;
     int64_t seen = sbl_lsess_checkout_state(&r->lsid, ctx->client->uid_for, sbl_now_ms(), &kept);
     ctx->retry = r; /* checked out: sbl_cmd_txn_end checks it in */
-    if (kept.len == sizeof(r->record))
-        memcpy(&r->record, kept.data, sizeof(r->record));
+    r->epoch = sbl_versioned_epoch(); /* before the record is read or trusted */
+    const retry_kept_t *k = (const retry_kept_t *)kept.data;
     int64_t rec_txn;
     uint64_t rec_ts;
     int64_t rec_term;
     bool found;
-    SBL_RET(sbl_repl_txn_record_known(ctx->ss, r->lsid.id, r->lsid.uid, &r->record, &rec_txn,
-                                      &rec_ts, &rec_term, &found, err));
+    if (kept.len == sizeof(retry_kept_t) && k->current && k->epoch == r->epoch &&
+        k->record.key_len > 0) {
+        /* nothing wrote config.transactions since this session's last command */
+        memcpy(&r->record, &k->record, sizeof(r->record));
+        r->record.known_current = true;
+        found = true;
+        rec_txn = k->rec_txn;
+        rec_ts = k->rec_ts;
+        rec_term = k->rec_term;
+    } else {
+        if (kept.len >= sizeof(r->record)) /* a hint, checked (txn.c keeps the bare version) */
+            memcpy(&r->record, kept.data, sizeof(r->record));
+        r->record.known_current = false;
+        SBL_RET(sbl_repl_txn_record_known(ctx->ss, r->lsid.id, r->lsid.uid, &r->record,
+                                          &rec_txn, &rec_ts, &rec_term, &found, err));
+    }
+    r->record_ok = found && r->record.key_len > 0;
+    r->rec_txn = rec_txn;
+    r->rec_ts = rec_ts;
+    r->rec_term = rec_term;
     int64_t newest = seen > rec_txn ? seen : rec_txn;
     if (txn < newest) {
         for (int i = 0; i < 16; i++)
@@ -270,9 +305,16 @@ void sbl_cmd_txn_end(sbl_opctx_t *ctx)
         return;
     sbl_repl_set_stmt(NULL);
     sbl_lsess_state_t kept = {.len = 0};
-    if (r->record.key_len > 0) { /* checked before its next use: it may go stale meanwhile */
-        kept.len = sizeof(r->record);
-        memcpy(kept.data, &r->record, sizeof(r->record));
+    if (r->record.key_len > 0) { /* checked before its next use, unless known current */
+        retry_kept_t *k = (retry_kept_t *)kept.data;
+        kept.len = sizeof(*k);
+        memcpy(&k->record, &r->record, sizeof(r->record));
+        k->record.known_current = false; /* set again only by sbl_cmd_txn_begin */
+        k->epoch = r->epoch;
+        k->current = r->record_ok && !r->in_stmt && sbl_versioned_epoch() == r->epoch;
+        k->rec_txn = r->rec_txn;
+        k->rec_ts = r->rec_ts;
+        k->rec_term = r->rec_term;
     }
     sbl_lsess_checkin_state(&r->lsid, r->txn, &kept);
     if (r->close_after)
@@ -328,6 +370,9 @@ int sbl_retry_stmt_begin(sbl_retry_t *r, int32_t stmt, bool pre_image, sbl_err_t
     r->st.stmt_id = stmt;
     r->st.pre_image = pre_image;
     r->st.out_ts = 0;
+    r->in_stmt = true;
+    memcpy(r->key_before, r->record.key, sizeof(r->key_before));
+    r->key_len_before = r->record.key_len;
     sbl_repl_set_stmt(&r->st);
     return 0;
 }
@@ -335,10 +380,20 @@ int sbl_retry_stmt_begin(sbl_retry_t *r, int32_t stmt, bool pre_image, sbl_err_t
 void sbl_retry_stmt_end(sbl_retry_t *r, bool wrote)
 {
     sbl_repl_set_stmt(NULL);
-    if (wrote && r->st.out_ts != 0) {
+    if (!r->in_stmt)
+        return; /* ended already */
+    r->in_stmt = false;
+    if (wrote && r->st.out_ts != 0) { /* committed with its entry */
         record_writes++;
         r->st.prev_ts = r->st.out_ts;
         r->st.prev_term = r->st.out_term;
+        r->record_ok = r->record.key_len > 0;
+        r->rec_txn = r->txn;
+        r->rec_ts = r->st.out_ts;
+        r->rec_term = r->st.out_term;
+    } else if (r->st.out_ts != 0 || r->record.key_len != r->key_len_before ||
+               memcmp(r->record.key, r->key_before, r->key_len_before) != 0) {
+        r->record_ok = false; /* a record written in a transaction that may not have committed */
     }
 }
 

@@ -261,10 +261,11 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
     /* The session's record as its last command left it (checked out: t is
      * this thread's): checked, then read by its key alone while it still
      * holds those bytes, and replaced so at the commit (as retryable.c). */
-    if (kept.len == sizeof(t->record))
+    if (kept.len >= sizeof(t->record)) /* retryable.c's state starts with one */
         memcpy(&t->record, kept.data, sizeof(t->record));
     else
         t->record.key_len = 0;
+    t->record.known_current = false;
 
     if (start) {
         int64_t rec_txn;

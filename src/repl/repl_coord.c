@@ -173,6 +173,7 @@ static void set_state_locked(int st)
         return;
     atomic_store(&rs.state, st);
     atomic_fetch_add(&rs.topology, 1);
+    sbl_versioned_invalidate(); /* sessions check their records again (retryable.c) */
     pthread_cond_broadcast(&rs.cond);
 }
 

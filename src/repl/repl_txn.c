@@ -113,7 +113,9 @@ static int record_write_hinted(sbl_session_t *s, const bson_t *lsid, int64_t txn
                                int64_t term, int64_t wall_ms, const char *state, sbl_err_t *err)
 {
     sbl_version_t v;
+    sbl_versioned_invalidate(); /* not the session's owner writing: its copy is stale */
     hint_get(lsid, &v);
+    v.known_current = false;
     int rc = sbl_txn_record_write_known(s, lsid, txn, ts, term, wall_ms, state, &v, err);
     if (rc != 0)
         v.key_len = 0;
@@ -262,7 +264,7 @@ int sbl_txn_record_write_known(sbl_session_t *s, const bson_t *lsid, int64_t txn
     /* The version the session last saw, when it is still the current one:
      * replaced by its record key, without searching for it. */
     if (known != NULL && known->key_len > 0 && bson_init_static(&old, known->doc, known->doc_len) &&
-        record_txn(&old) <= txn &&
+        (known->known_current || record_txn(&old) <= txn) && /* (the owner checked its txn) */
         (rc = sbl_version_replace(s, txn_table, known, rec, &replaced, err)) == 0 && !replaced)
         known->key_len = 0;
     if (rc != 0 || replaced)

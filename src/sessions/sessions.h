@@ -79,7 +79,7 @@ void sbl_lsess_checkin(const sbl_lsid_t *l, int64_t txn_number);
  * last known version of the session's config.transactions record there, a
  * hint they check before use).  len 0: nothing kept.
  */
-#define SBL_LSESS_STATE_MAX 400
+#define SBL_LSESS_STATE_MAX 448
 typedef struct sbl_lsess_state {
     uint32_t len;
     _Alignas(8) uint8_t data[SBL_LSESS_STATE_MAX];

@@ -271,9 +271,23 @@ typedef struct sbl_version {
     uint32_t key_len; /* 0: nothing known */
     uint32_t id_len;  /* the encoded _id's part of key; the rest is the sequence number */
     uint32_t doc_len;
+    /* The caller knows no write but its own changed the document since v
+     * was read or written (sbl_versioned_epoch did not move): a replace then
+     * removes v's record by its key without reading it first (a key no longer
+     * there still sends the caller to its slower path).  Cleared by
+     * sbl_version_get and whenever a replace finds v stale. */
+    bool known_current;
     uint8_t key[SBL_VERSION_KEY_MAX];
     uint8_t doc[SBL_VERSION_DOC_MAX];
 } sbl_version_t;
+/* A counter that moves whenever a versioned collection's document may have
+ * changed other than through sbl_version_replace: every sbl_write to one,
+ * and what the layers above report (sbl_versioned_invalidate: a write
+ * applied for another member, a rollback, a change of replica-set state).
+ * A caller that read or wrote a version and sees the counter unchanged since
+ * before it did knows that version is still current. */
+uint64_t sbl_versioned_epoch(void);
+void sbl_versioned_invalidate(void);
 /* The current version of c's document with _id id into *v (key_len 0 when
  * there is none, or it does not fit); 0 or an error. */
 int sbl_version_get(sbl_session_t *s, sbl_coll_t *c, const bson_value_t *id, sbl_version_t *v,

@@ -458,6 +458,7 @@ int sbl_coll_drop(sbl_session_t *s, const char *ns, sbl_err_t *err)
 {
     size_t n;
 
+    sbl_versioned_invalidate(); /* config.transactions among them, perhaps (rare) */
     SBL_RET(drop_matching(s, match_ns, ns, &n, err));
     return n == 0 ? sbl_err_set(err, SBL_E_NamespaceNotFound, "ns not found: %s", ns) : 0;
 }
@@ -466,6 +467,7 @@ int sbl_db_drop(sbl_session_t *s, const char *db, sbl_err_t *err)
 {
     size_t n;
 
+    sbl_versioned_invalidate();
     return drop_matching(s, match_db, db, &n, err);
 }
 
@@ -478,6 +480,7 @@ int sbl_coll_rename(sbl_session_t *s, const char *from, const char *to, bool dro
     bool target_exists;
     int ret, rc = 0;
 
+    sbl_versioned_invalidate();
     SBL_RET(check_ns(to, err));
     if (s != NULL && s->in_txn)
         return sbl_err_set(err, SBL_E_OperationFailed,

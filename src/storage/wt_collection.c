@@ -119,6 +119,7 @@ int sbl_version_get(sbl_session_t *s, sbl_coll_t *c, const bson_value_t *id, sbl
     int ret;
 
     v->key_len = 0;
+    v->known_current = false;
     if (!c->versioned)
         return 0;
     SBL_RET(sbl_session_cursor(s, c->tbl, &cur, err));

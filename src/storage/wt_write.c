@@ -489,10 +489,25 @@ static int write_observed(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind
     return obs != NULL ? obs(s, c, kind, old_doc, new_doc, err) : 0;
 }
 
+static _Atomic uint64_t versioned_epoch = 1;
+
+uint64_t sbl_versioned_epoch(void)
+{
+    return atomic_load_explicit(&versioned_epoch, memory_order_acquire);
+}
+
+void sbl_versioned_invalidate(void)
+{
+    atomic_fetch_add_explicit(&versioned_epoch, 1, memory_order_acq_rel);
+}
+
 int sbl_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind, const bson_t *old_doc,
               const bson_t *new_doc, bson_t *err_info, sbl_err_t *err)
 {
     int rc;
+
+    if (c->versioned) /* before the write: a reader that saw the old epoch checks again */
+        sbl_versioned_invalidate();
 
     if ((kind != SBL_WRITE_DELETE && new_doc == NULL) ||
         (kind == SBL_WRITE_DELETE && old_doc == NULL))
@@ -533,9 +548,10 @@ int sbl_version_replace(sbl_session_t *s, sbl_coll_t *c, sbl_version_t *v, const
     k.data = v->key;
     k.size = v->key_len;
     cur->set_key(cur, &k);
-    ret = cur->search(cur);
-    if (ret == 0 && (ret = cur->get_value(cur, &d)) == 0 &&
-        (d.size != old_len || memcmp(d.data, v->doc, old_len) != 0))
+    if (v->known_current) /* removed by its key below, without a search first */
+        ret = 0;
+    else if ((ret = cur->search(cur)) == 0 && (ret = cur->get_value(cur, &d)) == 0 &&
+             (d.size != old_len || memcmp(d.data, v->doc, old_len) != 0))
         ret = WT_NOTFOUND; /* another version now: the caller's slower path */
     if (ret == 0 && v->key_len != v->id_len) { /* not a bare _id's record (wt_int.h) */
         seq = 0;
@@ -545,6 +561,8 @@ int sbl_version_replace(sbl_session_t *s, sbl_coll_t *c, sbl_version_t *v, const
             ret = WT_ERROR; /* 2^64 versions of one document: cannot happen */
         seq--;
     }
+    if (ret == 0 && v->known_current && (ret = cur->remove(cur)) != 0)
+        v->known_current = false; /* not there (a version of an aborted transaction) */
     if (ret != 0) {
         cur->reset(cur);
         return ret == WT_NOTFOUND || ret == WT_PREPARE_CONFLICT ? 0
@@ -552,7 +570,7 @@ int sbl_version_replace(sbl_session_t *s, sbl_coll_t *c, sbl_version_t *v, const
     }
     memcpy(old_bytes, v->doc, old_len);
     v->key_len = 0; /* until the new version is in */
-    if ((ret = cur->remove(cur)) == 0) {
+    if (v->known_current || (ret = cur->remove(cur)) == 0) {
         for (int i = 0; i < SBL_DUP_SEQ_LEN; i++)
             v->key[v->id_len + i] = (uint8_t)(seq >> (8 * (SBL_DUP_SEQ_LEN - 1 - i)));
         k.data = v->key;

@@ -280,6 +280,45 @@ def test_retry_on_new_primary_after_kill9(rs3):
     raw.close()
 
 
+def test_primary_again_reads_what_another_primary_wrote(rs3):
+    """A member keeps each session's record as its last command left it and
+    trusts it while nothing else wrote config.transactions.  After it stepped
+    down, another primary ran the session's next txnNumber and it applied
+    that: primary again, it must answer a retry of that txnNumber from the
+    history (not run it twice) and refuse the older one."""
+    p = primary_of(rs3)
+    raw = Raw(p.port)
+    lsid = new_lsid()
+    wc = {"w": 3, "wtimeout": 20000}
+    inc = lambda txn: cmd("update", "c", lsid, txn, writeConcern=wc,  # noqa: E731
+                          updates=[{"q": {"_id": 1}, "u": {"$inc": {"n": 1}}}])
+    raw(cmd("insert", "c", lsid, 1, documents=[{"_id": 1, "n": 0}], writeConcern=wc))
+    assert raw(inc(2))["nModified"] == 1  # the record now kept as written, trusted
+    with direct(p) as d:
+        d.admin.command("replSetStepDown", 4, secondaryCatchUpPeriodSecs=2)
+    raw.close()
+    other = primary_of(rs3)
+    assert other is not p
+    raw = Raw(other.port)
+    wait_for(lambda: raw(inc(3)))
+    assert raw(inc(3))["retriedStmtIds"] == [0]
+    raw.close()
+    time.sleep(4)  # p may stand again
+    with direct(other) as d:
+        d.admin.command("replSetStepDown", 30, secondaryCatchUpPeriodSecs=5)
+    assert primary_of(rs3) is p
+    raw = Raw(p.port)
+    r = wait_for(lambda: raw(inc(3)))
+    assert r["n"] == 1 and r["retriedStmtIds"] == [0]
+    assert raw(inc(2), ok=False)["code"] == 225
+    with direct(p) as d:
+        assert d.t.c.find_one({"_id": 1})["n"] == 2
+    assert raw(inc(4))["nModified"] == 1 and "retriedStmtIds" not in raw(inc(5))
+    with direct(p) as d:
+        assert d.t.c.find_one({"_id": 1})["n"] == 4
+    raw.close()
+
+
 def test_pymongo_retry_writes_exactly_once_through_kill9(rs3):
     """Retryable $inc updates from pymongo while the primary is kill -9'd:
     every acknowledged update counts exactly once."""
@@ -341,13 +380,14 @@ def test_write_in_flight_when_primary_killed_applies_once(rs3):
         except Exception as e:  # the primary died under the open request
             outcome["error"] = repr(e)
 
+    raw.sock.settimeout(90)  # the reply may take the whole wtimeout: no reply is the point
     hidden.pause()
     try:
         t = threading.Thread(target=send)
         t.start()
         with direct(other) as d:  # applied and replicated, not acknowledged
             wait_for(lambda: (d.t.c.find_one({"_id": 1}) or {}).get("n") == 1, timeout=30)
-        assert t.is_alive() and not outcome
+        assert t.is_alive() and not outcome, outcome
         p.kill9()
     finally:
         hidden.signal(signal.SIGCONT)

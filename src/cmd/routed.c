@@ -13,40 +13,68 @@
  */
 #include "cmd/cmd_int.h"
 
-#include "doc/doc.h"
 #include "repl/repl.h"
 #include "server/server.h"
 #include "shard/shard.h"
 
-#include <stdio.h>
 #include <string.h>
 
-/* field of *cmd as a new document (NULL when absent), removed from *cmd. */
-static bson_t *take(bson_t *cmd, const char *field)
-{
-    bson_iter_t it;
-    if (!sbl_doc_find_top(cmd, field, &it) || !BSON_ITER_HOLDS_DOCUMENT(&it))
-        return NULL;
-    uint32_t len;
-    const uint8_t *data;
-    bson_iter_document(&it, &len, &data);
-    bson_t *d = bson_new_from_data(data, len);
-    bson_t stripped = BSON_INITIALIZER;
-    bson_copy_to_excluding_noinit(cmd, &stripped, field, NULL);
-    bson_destroy(cmd);
-    bson_steal(cmd, &stripped);
-    return d;
-}
-
+/* The command's shardVersion and databaseVersion, when each one's first
+ * occurrence is a document: copied out, and every element of that name cut
+ * from *cmd in one pass over its bytes (a versioned command's elements are
+ * copied once, not once per field and through bson_append_iter: this was a
+ * routed find's largest cost over a direct one, ~14,000 instructions of
+ * ~40,000, bench in docs/sharding.md "The router's cost"). */
 void sbl_routed_take(sbl_routed_t *r, bson_t *cmd)
 {
+    static const char *const names[2] = {"shardVersion", "databaseVersion"};
     static int role = -1;
     if (role < 0)
         role = sbl_server_options()->cluster_role;
     if (role != SBL_ROLE_SHARDSVR)
         return;
-    r->shard_version = take(cmd, "shardVersion");
-    r->db_version = take(cmd, "databaseVersion");
+    bson_t **out[2] = {&r->shard_version, &r->db_version};
+    bool seen[2] = {false, false}, cut[2] = {false, false};
+    bson_iter_t it;
+    if (!bson_iter_init(&it, cmd))
+        return;
+    while (bson_iter_next(&it)) {
+        const char *key = bson_iter_key(&it);
+        for (int f = 0; f < 2; f++) {
+            if (seen[f] || strcmp(key, names[f]) != 0)
+                continue;
+            seen[f] = true;
+            if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
+                uint32_t len;
+                const uint8_t *data;
+                bson_iter_document(&it, &len, &data);
+                *out[f] = bson_new_from_data(data, len);
+                cut[f] = *out[f] != NULL;
+            }
+        }
+    }
+    if (!cut[0] && !cut[1])
+        return;
+    const uint8_t *raw = bson_get_data(cmd);
+    uint8_t *buf = bson_malloc(cmd->len);
+    uint32_t n = 4;
+    bson_iter_init(&it, cmd);
+    while (bson_iter_next(&it)) {
+        const char *key = bson_iter_key(&it);
+        if ((cut[0] && strcmp(key, names[0]) == 0) || (cut[1] && strcmp(key, names[1]) == 0))
+            continue;
+        memcpy(buf + n, raw + it.off, it.next_off - it.off);
+        n += it.next_off - it.off;
+    }
+    buf[n++] = 0;
+    uint32_t le = BSON_UINT32_TO_LE(n);
+    memcpy(buf, &le, 4);
+    bson_t *stripped = bson_new_from_data(buf, n);
+    bson_free(buf);
+    if (stripped == NULL)
+        return; /* not reached: the bytes are the command's own elements */
+    bson_destroy(cmd);
+    bson_steal(cmd, stripped);
 }
 
 bool sbl_routed_any(const sbl_routed_t *r)
@@ -87,6 +115,15 @@ static bool filtered(const char *name)
     return false;
 }
 
+/* s copied into dst of cap bytes, cut as snprintf would; returns its length. */
+static size_t put(char *dst, size_t cap, const char *s)
+{
+    size_t n = strnlen(s, cap - 1);
+    memcpy(dst, s, n);
+    dst[n] = '\0';
+    return n;
+}
+
 int sbl_routed_enter(sbl_routed_t *r, sbl_opctx_t *ctx, sbl_err_t *err)
 {
     /* A member that has not taken in its shardIdentity yet (replicated, or elected before
@@ -100,6 +137,7 @@ int sbl_routed_enter(sbl_routed_t *r, sbl_opctx_t *ctx, sbl_err_t *err)
                                "commands if sharding state has not been initialized with a "
                                "shardIdentity document");
     }
+    bool sharded = sbl_routed_sharded(r);
     if (r->shard_version != NULL) {
         char ns[sizeof(r->gate_ns)];
         bson_iter_t it;
@@ -107,20 +145,24 @@ int sbl_routed_enter(sbl_routed_t *r, sbl_opctx_t *ctx, sbl_err_t *err)
                                    BSON_ITER_HOLDS_UTF8(&it)
                                ? bson_iter_utf8(&it, NULL)
                                : "";
-        snprintf(ns, sizeof(ns), "%s.%s", ctx->db, coll);
+        size_t n = put(ns, sizeof(ns), ctx->db); /* "db.coll", cut as snprintf would */
+        if (n + 1 < sizeof(ns)) {
+            ns[n] = '.';
+            n += 1 + put(ns + n + 1, sizeof(ns) - n - 1, coll);
+        }
         SBL_RET(sbl_shard_op_enter(ns, 0, err));
-        memcpy(r->gate_ns, ns, sizeof(ns));
-        if (sbl_routed_sharded(r)) { /* after the gate; a migration's getMores: snapshot_read.c */
+        memcpy(r->gate_ns, ns, n + 1);
+        if (sharded) { /* after the gate; a migration's getMores: snapshot_read.c */
             ctx->open_ts = sbl_repl_last_op_ts();
             sbl_repl_note_history_read(); /* its getMores may read at open_ts */
         }
         SBL_RET(sbl_shard_check_version(ns, r->shard_version, ctx->reply, err));
-        if (sbl_routed_sharded(r) && filtered(ctx->name))
+        if (sharded && filtered(ctx->name))
             ctx->shard_filter = sbl_shard_filter_get(ns);
     }
-    if (r->db_version != NULL && !sbl_routed_sharded(r)) {
+    if (r->db_version != NULL && !sharded) {
         SBL_RET(sbl_shard_db_enter(ctx->db, r->db_version, ctx->reply, err));
-        snprintf(r->gate_db, sizeof(r->gate_db), "%s", ctx->db);
+        put(r->gate_db, sizeof(r->gate_db), ctx->db);
     }
     return 0;
 }

@@ -522,7 +522,8 @@ static struct {
     size_t n;    /* entries applied in it */
     uint8_t *buf; /* their bytes, back to back */
     size_t len, cap;
-    size_t cur_off;   /* where the entry being applied is in buf (NONE: none) */
+    const bson_t *cur; /* the entry being applied (NULL: none) */
+    size_t cur_off;    /* and where its copy is in buf */
     uint64_t last_ts; /* the newest entry's ts */
     /* the sessions whose record is written at the commit: the offset in buf
      * of each one's last entry, and of that entry's lsid value */
@@ -530,7 +531,7 @@ static struct {
     size_t sess_entry[GROUP_MAX_SESSIONS];
     size_t sess_lsid[GROUP_MAX_SESSIONS];
     uint32_t sess_lsid_len[GROUP_MAX_SESSIONS];
-} group = {.cur_off = NONE};
+} group;
 
 bool sbl_rs_group_takes(const bson_t *e)
 {
@@ -592,7 +593,7 @@ static int group_each(bool redo, sbl_err_t *err)
         off += len;
     }
     group.n = group.len = group.nsess = 0;
-    group.cur_off = NONE;
+    group.cur = NULL;
     return rc;
 }
 
@@ -619,26 +620,17 @@ static int group_record_one(sbl_session_t *s, size_t k, sbl_err_t *err)
 static int group_note_record(sbl_session_t *s, const bson_t *doc, bool *notedp, sbl_err_t *err)
 {
     *notedp = false;
-    if (!group.open || group.cur_off == NONE || doc->len != group.len - group.cur_off ||
-        memcmp(group.buf + group.cur_off, bson_get_data(doc), doc->len) != 0)
+    if (!group.open || doc != group.cur) /* the entry's own copy is at group.cur_off */
         return 0;
     bson_iter_t it;
     const uint8_t *lsid = NULL;
     uint32_t lsid_len = 0;
-    bool txn = false, write = false;
-    if (!bson_iter_init(&it, doc))
+    if (!sbl_doc_find_top(doc, "lsid", &it) || !BSON_ITER_HOLDS_DOCUMENT(&it))
         return 0;
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
-        if (strcmp(k, "lsid") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it) && lsid == NULL)
-            bson_iter_document(&it, &lsid_len, &lsid);
-        else if (strcmp(k, "txnNumber") == 0)
-            txn = BSON_ITER_HOLDS_NUMBER(&it);
-        else if (strcmp(k, "op") == 0 && BSON_ITER_HOLDS_UTF8(&it))
-            write = strchr("iud", bson_iter_utf8(&it, NULL)[0]) != NULL;
-    }
-    if (lsid == NULL)
-        return 0;
+    bson_iter_document(&it, &lsid_len, &lsid);
+    bool txn = sbl_doc_find_top(doc, "txnNumber", &it) && BSON_ITER_HOLDS_NUMBER(&it);
+    bool write = sbl_doc_find_top(doc, "op", &it) && BSON_ITER_HOLDS_UTF8(&it) &&
+                 strchr("iud", bson_iter_utf8(&it, NULL)[0]) != NULL; /* not n, c */
     size_t k = 0, lsid_off = group.cur_off + (size_t)(lsid - bson_get_data(doc));
     while (k < group.nsess && (group.sess_lsid_len[k] != lsid_len ||
                                memcmp(group.buf + group.sess_lsid[k], lsid, lsid_len) != 0))
@@ -715,11 +707,12 @@ int sbl_rs_group_apply(const bson_t *e, sbl_err_t *err)
            : t == 0 ? SBL_E_InvalidBSON
            : sbl_txn_set_commit_ts(s, SBL_TS(t, i), err);
     if (rc == 0) {
+        group.cur = e;
         group.cur_off = group.len - e->len;
         group.last_ts = SBL_TS(t, i);
         if ((rc = sbl_rs_apply_direct(e, err)) == SBL_RS_NOT_DIRECT)
             rc = sbl_rs_apply_entry_ahead(e, err); /* any failure: rc */
-        group.cur_off = NONE;
+        group.cur = NULL;
     }
     if (rc == 0 && !sbl_txn_outer_failed(s))
         return group.n >= GROUP_MAX_OPS || group.len >= GROUP_MAX_BYTES

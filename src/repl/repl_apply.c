@@ -166,8 +166,16 @@ int sbl_rs_apply_turn(sbl_err_t *err)
     return 0;
 }
 
+static int group_note_record(sbl_session_t *s, const bson_t *doc, bool *notedp, sbl_err_t *err);
+
 int sbl_rs_apply_record(sbl_session_t *s, const bson_t *doc, uint64_t ts, sbl_err_t *err)
 {
+    bool noted = false;
+    if (cur_job == NULL) { /* in a group, written at its commit */
+        SBL_RET(group_note_record(s, doc, &noted, err));
+        if (noted)
+            return 0;
+    }
     if (cur_job == NULL || !bson_has_field(doc, "txnNumber")) /* no record to write */
         return sbl_txn_record_applied(s, doc, err);
     if (record_session == NULL && (record_session = sbl_session_open()) == NULL)
@@ -493,15 +501,36 @@ int sbl_rs_apply_drain(sbl_err_t *err)
  * the whole group back and applies its entries again one at a time with the
  * serial rules (sbl_rs_apply_entry), so what happens then is exactly what
  * happened before groups; the group keeps its entries' bytes for that.
+ *
+ * Session records (config.transactions) are written once per session per
+ * group, as mongod's applier writes them once per session per batch
+ * (SessionUpdateTracker): a retryable write's entry only notes its session
+ * (up to GROUP_MAX_SESSIONS of them; any other writes its record at once),
+ * and before the commit each noted session's record is written from its
+ * last entry, at that entry's ts (then the commit timestamp goes back to
+ * the group's newest).  The applied optime and the stable timestamp move
+ * at the group's commit, never inside it, so no reader and no checkpoint
+ * sees a group's entries without their sessions' records.  Eight client
+ * threads' sessions: 8 record writes for a group of 500 entries, not 500.
  */
 #define GROUP_MAX_OPS 500
 #define GROUP_MAX_BYTES (16 * 1024 * 1024)
+#define GROUP_MAX_SESSIONS 64
 
 static struct {
     bool open;   /* a transaction is open on the fetching thread's session */
     size_t n;    /* entries applied in it */
     uint8_t *buf; /* their bytes, back to back */
     size_t len, cap;
+    const bson_t *cur; /* the entry being applied (NULL: none) */
+    size_t cur_off;    /* and where its copy is in buf */
+    uint64_t last_ts; /* the newest entry's ts */
+    /* the sessions whose record is written at the commit: the offset in buf
+     * of each one's last entry, and of that entry's lsid value */
+    size_t nsess;
+    size_t sess_entry[GROUP_MAX_SESSIONS];
+    size_t sess_lsid[GROUP_MAX_SESSIONS];
+    uint32_t sess_lsid_len[GROUP_MAX_SESSIONS];
 } group;
 
 bool sbl_rs_group_takes(const bson_t *e)
@@ -563,7 +592,79 @@ static int group_each(bool redo, sbl_err_t *err)
             sbl_rs_count_applied_op(&e);
         off += len;
     }
-    group.n = group.len = 0;
+    group.n = group.len = group.nsess = 0;
+    group.cur = NULL;
+    return rc;
+}
+
+/* Write noted session k's record from its last entry, at that entry's ts. */
+static int group_record_one(sbl_session_t *s, size_t k, sbl_err_t *err)
+{
+    bson_t e;
+    bson_iter_t it;
+    uint32_t len, t = 0, i = 0;
+    memcpy(&len, group.buf + group.sess_entry[k], 4);
+    if (!bson_init_static(&e, group.buf + group.sess_entry[k], BSON_UINT32_FROM_LE(len)) ||
+        !sbl_doc_find_top(&e, "ts", &it) || !BSON_ITER_HOLDS_TIMESTAMP(&it))
+        return sbl_err_set(err, SBL_E_InternalError, "a grouped oplog entry is damaged");
+    bson_iter_timestamp(&it, &t, &i);
+    SBL_RET(sbl_txn_set_commit_ts(s, SBL_TS(t, i), err));
+    return sbl_txn_record_applied(s, &e, err);
+}
+
+/* doc is the entry the open group is applying: when it is a retryable
+ * write (i, u, d with lsid and txnNumber) its session is noted (*notedp) and
+ * its record waits for the commit.  Any other entry of a noted session
+ * (a no-op naming a statement) first has that session's record written, so
+ * records keep the entries' order. */
+static int group_note_record(sbl_session_t *s, const bson_t *doc, bool *notedp, sbl_err_t *err)
+{
+    *notedp = false;
+    if (!group.open || doc != group.cur) /* the entry's own copy is at group.cur_off */
+        return 0;
+    bson_iter_t it;
+    const uint8_t *lsid = NULL;
+    uint32_t lsid_len = 0;
+    if (!sbl_doc_find_top(doc, "lsid", &it) || !BSON_ITER_HOLDS_DOCUMENT(&it))
+        return 0;
+    bson_iter_document(&it, &lsid_len, &lsid);
+    bool txn = sbl_doc_find_top(doc, "txnNumber", &it) && BSON_ITER_HOLDS_NUMBER(&it);
+    bool write = sbl_doc_find_top(doc, "op", &it) && BSON_ITER_HOLDS_UTF8(&it) &&
+                 strchr("iud", bson_iter_utf8(&it, NULL)[0]) != NULL; /* not n, c */
+    size_t k = 0, lsid_off = group.cur_off + (size_t)(lsid - bson_get_data(doc));
+    while (k < group.nsess && (group.sess_lsid_len[k] != lsid_len ||
+                               memcmp(group.buf + group.sess_lsid[k], lsid, lsid_len) != 0))
+        k++;
+    if (!txn || !write) {
+        if (k == group.nsess)
+            return 0;
+        SBL_RET(group_record_one(s, k, err));
+        group.nsess--;
+        group.sess_entry[k] = group.sess_entry[group.nsess];
+        group.sess_lsid[k] = group.sess_lsid[group.nsess];
+        group.sess_lsid_len[k] = group.sess_lsid_len[group.nsess];
+        return sbl_txn_set_commit_ts(s, group.last_ts, err);
+    }
+    if (k == GROUP_MAX_SESSIONS)
+        return 0; /* written at once, as without groups */
+    if (k == group.nsess)
+        group.nsess++;
+    group.sess_entry[k] = group.cur_off;
+    group.sess_lsid[k] = lsid_off;
+    group.sess_lsid_len[k] = lsid_len;
+    *notedp = true;
+    return 0;
+}
+
+/* The noted sessions' records, each from its last entry at that entry's ts,
+ * in the group's transaction; then the group's newest ts again. */
+static int group_write_records(sbl_session_t *s, sbl_err_t *err)
+{
+    int rc = 0;
+    for (size_t k = 0; k < group.nsess && rc == 0; k++)
+        rc = group_record_one(s, k, err);
+    if (rc == 0 && group.nsess > 0)
+        rc = sbl_txn_set_commit_ts(s, group.last_ts, err);
     return rc;
 }
 
@@ -605,8 +706,14 @@ int sbl_rs_group_apply(const bson_t *e, sbl_err_t *err)
     int rc = !kept ? SBL_E_ExceededMemoryLimit
            : t == 0 ? SBL_E_InvalidBSON
            : sbl_txn_set_commit_ts(s, SBL_TS(t, i), err);
-    if (rc == 0 && (rc = sbl_rs_apply_direct(e, err)) == SBL_RS_NOT_DIRECT)
-        rc = sbl_rs_apply_entry_ahead(e, err); /* any failure: rc */
+    if (rc == 0) {
+        group.cur = e;
+        group.cur_off = group.len - e->len;
+        group.last_ts = SBL_TS(t, i);
+        if ((rc = sbl_rs_apply_direct(e, err)) == SBL_RS_NOT_DIRECT)
+            rc = sbl_rs_apply_entry_ahead(e, err); /* any failure: rc */
+        group.cur = NULL;
+    }
     if (rc == 0 && !sbl_txn_outer_failed(s))
         return group.n >= GROUP_MAX_OPS || group.len >= GROUP_MAX_BYTES
                    ? sbl_rs_group_commit(err) : 0;
@@ -622,8 +729,12 @@ int sbl_rs_group_commit(sbl_err_t *err)
 {
     if (!group.open)
         return 0;
-    group.open = false;
     sbl_session_t *s = sbl_session_get();
+    if (s != NULL && group_write_records(s, err) != 0) {
+        sbl_txn_abort_outer(s);
+        s = NULL; /* every entry again, alone */
+    }
+    group.open = false;
     if (s != NULL && sbl_txn_commit_outer(s, err) == 0) /* it aborts on failure */
         return group_each(false, err);
     sbl_err_clear(err);

@@ -689,6 +689,11 @@ static void sync_from(const char *host)
      * applier's: rollback, the newer-term check) while we apply. */
     sbl_rs_fetcher_t *fetcher = sbl_rs_fetcher_start(uri, last.ts);
     bson_t *doc = NULL; /* the entry being applied (ours to free) */
+    /* doc's top-level fields, indexed once: its ts, t, wall, the oplog's
+     * key and session fields are looked up about eight times while it is
+     * applied (sbl_doc_find_top), each a walk past its document o before. */
+    sbl_doc_index_t ix;
+    const sbl_doc_index_t *prev_ix = sbl_doc_index_use(NULL);
     bool ended = fetcher == NULL;
     bool first = true;
     uint64_t applied_ts = last.ts; /* the newest entry we hold (committed) */
@@ -706,8 +711,10 @@ static void sync_from(const char *host)
         for (;;) {
             sbl_err_t err;
             sbl_err_clear(&err);
-            if (doc != NULL)
+            if (doc != NULL) {
+                sbl_doc_index_use(NULL); /* its bytes go: a later entry may take its address */
                 bson_destroy(doc);
+            }
             doc = NULL;
             /* All fetched is applied (or a long stretch of it, while the
              * fetcher keeps up with us): commit, look again. */
@@ -728,6 +735,8 @@ static void sync_from(const char *host)
                 ended = got == SBL_FETCH_END;
                 break;
             }
+            sbl_doc_index_build(&ix, doc);
+            sbl_doc_index_use(&ix);
             if (batch_us == 0)
                 batch_us = sbl_now_us(); /* entries came: they are applied from now */
             bson_iter_t it;
@@ -825,6 +834,7 @@ static void sync_from(const char *host)
             initial_sync_done(); /* the source had nothing more for now */
     }
 out:
+    sbl_doc_index_use(prev_ix);
     if (doc != NULL)
         bson_destroy(doc);
     sbl_rs_fetcher_stop(fetcher);

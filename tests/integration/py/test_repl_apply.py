@@ -264,3 +264,46 @@ def test_small_updates_go_in_as_byte_ranges(rs):
         hs = d.t.command("dbHash", collections=["ranges"])["collections"]
     with direct(p) as d:
         assert d.t.command("dbHash", collections=["ranges"])["collections"] == hs
+
+
+def test_grouped_session_records_are_each_sessions_last_write(rs1):
+    """With groups, a retryable write's session record is written once per
+    session per group, from the session's last entry in it (as mongod's
+    applier, once per batch): 80 sessions (more than the 64 a group notes;
+    the others write theirs at once) each interleave 12 retryable writes
+    while the secondary is paused, so that groups hold many entries of each.
+    Afterwards every session's record on the secondary is the primary's: its
+    last txnNumber and the optime of its last write, never an earlier one."""
+    p, s = rs1
+    w1 = WriteConcern(w=1)
+    with direct(p) as d:
+        d.t.sess.with_options(write_concern=WriteConcern(w=2, wtimeout=30000)).insert_one(
+            {"_id": "start"})
+    s.signal(signal.SIGSTOP)
+    try:
+        with direct(p) as d:
+            c = d.t.sess.with_options(write_concern=w1)
+            sessions = [d.start_session() for _ in range(80)]
+            for i in range(12):
+                for k, ses in enumerate(sessions):
+                    if i % 3 == 2:
+                        c.update_one({"_id": "%d-%d" % (k, i - 1)}, {"$set": {"u": i}},
+                                     session=ses)
+                    else:
+                        c.insert_one({"_id": "%d-%d" % (k, i), "k": k}, session=ses)
+            ids = [ses.session_id["id"] for ses in sessions]
+            for ses in sessions:
+                ses.end_session()
+    finally:
+        s.signal(signal.SIGCONT)
+    with direct(p) as d:
+        d.t.sess.with_options(write_concern=WriteConcern(w=2, wtimeout=60000)).insert_one(
+            {"_id": "end"})
+        want = {str(r["_id"]["id"]): (r["txnNum"], r["lastWriteOpTime"])
+                for r in d.config.transactions.find({"_id.id": {"$in": ids}})}
+    assert len(want) == 80 and {v[0] for v in want.values()} == {12}
+    with direct(s) as d:
+        got = {str(r["_id"]["id"]): (r["txnNum"], r["lastWriteOpTime"])
+               for r in d.config.transactions.find({"_id.id": {"$in": ids}})}
+        assert got == want
+        assert d.t.sess.count_documents({}) == 80 * 8 + 2

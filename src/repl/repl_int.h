@@ -812,6 +812,11 @@ int sbl_rs_sync_start(void);
 void sbl_rs_sync_stop(void);
 /* The write-concern waiter thread (repl_wait.c). */
 int sbl_rs_waiter_start(void);
+/* The write-concern waits that are over now, taken off the waiter thread's
+ * list (lock held); answered by sbl_rs_waits_answer with the lock released
+ * (NULL: none). */
+void *sbl_rs_waits_take_locked(void);
+void sbl_rs_waits_answer(void *done);
 void sbl_rs_waiter_stop(void);
 /* The pre-image remover's thread (repl_preimages.c). */
 int sbl_rs_preimages_start(void);

@@ -939,6 +939,8 @@ int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err)
     if (atomic_load(&rs.state) == SBL_RS_PRIMARY)
         sbl_rs_update_commit_locked();
     sbl_rs_append_commit_locked(r);
+    void *done = sbl_rs_waits_take_locked(); /* the writes these positions end */
     pthread_mutex_unlock(&rs.lock);
+    sbl_rs_waits_answer(done);
     return 0;
 }

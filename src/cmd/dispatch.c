@@ -772,10 +772,9 @@ static void audit_written_cb(void *arg, int rc)
 }
 
 /* Write concern beyond this member: the reply waits in the replication
- * layer's list (sbl_repl_await_async), holding no thread; it is sent from
- * the waiter thread, or from the replSetUpdatePosition that ended the wait,
- * maybe on a loop within another connection's command: handed to the
- * connection's loop then (j:true's flush is done: journaled_then_wait). */
+ * layer's list (sbl_repl_await_async), holding no thread; the waiter thread
+ * or the replSetUpdatePosition that ended it (within another connection's
+ * command) hands it to the connection's loop (after j: journaled_then_wait). */
 static void repl_wait_done(void *arg, int code, const char *msg)
 {
     pending_t *p = arg;

@@ -775,14 +775,17 @@ static void audit_written_cb(void *arg, int rc)
 }
 
 /* Write concern beyond this member: the reply waits in the replication
- * layer's list (sbl_repl_await_async), holding no thread; it is sent from
- * the waiter thread (j:true's flush is done: journaled_then_wait). */
+ * layer's list (sbl_repl_await_async), holding no thread; the waiter thread
+ * or the replSetUpdatePosition that ended it (within another connection's
+ * command) hands it to the connection's loop (after j: journaled_then_wait). */
 static void repl_wait_done(void *arg, int code, const char *msg)
 {
     pending_t *p = arg;
     if (code != 0)
         sbl_cmd_append_wc_error(p->out, code, msg);
+    sbl_conn_defer_replies(true);
     send_reply(p);
+    sbl_conn_defer_replies(false);
 }
 
 /* With j (implied by w:"majority"), our journal flush comes first: asked for

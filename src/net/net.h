@@ -70,6 +70,11 @@ void sbl_conn_reply(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply);
  * reply's body_len bytes of BSON; the header is written there and mem is
  * sent as it is, no copy. */
 void sbl_conn_reply_owned(sbl_conn_t *conn, sbl_request_t *req, uint8_t *mem, size_t body_len);
+/* While on, replies sent by this thread are handed to the connection's
+ * loop even when this is its thread: a reply sent from within another
+ * connection's command (a write concern that command's report ended) then
+ * never starts that connection's next request inside it. */
+void sbl_conn_defer_replies(bool on);
 
 /*
  * Exhaust streaming: send reply with the moreToCome flag and keep req in

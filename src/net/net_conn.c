@@ -658,12 +658,21 @@ void net_conn_reply_arrived(net_reply_t *r)
     conn_request_done(c);
 }
 
+/* sbl_conn_defer_replies: this thread's replies go through the loop's
+ * queue even on the loop's own thread. */
+static _Thread_local bool defer_replies;
+
+void sbl_conn_defer_replies(bool on)
+{
+    defer_replies = on;
+}
+
 /* Send a reply's wire bytes (mem, malloc'd, taken; NULL: no reply) and
  * release req, from any thread. */
 static void reply_bytes(sbl_conn_t *conn, sbl_request_t *req, uint8_t *mem, size_t len)
 {
     net_loop_t *nl = conn->nl;
-    if (net_current_loop() == nl) {
+    if (net_current_loop() == nl && !defer_replies) {
         /* handed over, not copied again: what the socket does not take at once
            waits in this buffer (a 16 MB batch was copied twice on the loop) */
         if (mem != NULL && !conn->closing)

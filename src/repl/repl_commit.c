@@ -18,7 +18,7 @@
 
 #define rs sbl_rs
 
-void sbl_rs_update_commit_locked(void)
+void sbl_rs_update_commit_quiet_locked(void)
 {
     sbl_optime_t pos[SBL_RS_MAX_MEMBERS];
     if (rs.config == NULL || rs.self < 0)
@@ -39,6 +39,11 @@ void sbl_rs_update_commit_locked(void)
         rs.commit = cp;
         rs.commit_wall = wall != 0 ? wall : sbl_now_ms();
     }
+}
+
+void sbl_rs_update_commit_locked(void)
+{
+    sbl_rs_update_commit_quiet_locked();
     pthread_cond_broadcast(&rs.cond); /* positions moved: w:N waiters look again */
 }
 

@@ -633,8 +633,10 @@ int sbl_rs_become_primary_locked(int64_t term, sbl_err_t *err);
 /* Adopt a newer config received from a member (heartbeat response). */
 int sbl_rs_adopt_config(const bson_t *config, sbl_err_t *err);
 /* Recompute the commit point from the members' applied optimes (lock
- * held; primary only); wakes waiters when it moved. */
+ * held; primary only); wakes waiters (sbl_rs.cond).  The quiet one wakes
+ * nobody: its caller broadcasts sbl_rs.cond once it released the lock. */
 void sbl_rs_update_commit_locked(void);
+void sbl_rs_update_commit_quiet_locked(void);
 /* The commit point and its entry's wall time as members send them
  * (lastOpCommitted, lastCommittedWall: heartbeat and position replies),
  * lock held. */
@@ -812,6 +814,11 @@ int sbl_rs_sync_start(void);
 void sbl_rs_sync_stop(void);
 /* The write-concern waiter thread (repl_wait.c). */
 int sbl_rs_waiter_start(void);
+/* The write-concern waits that are over now, taken off the waiter thread's
+ * list (lock held); answered by sbl_rs_waits_answer with the lock released
+ * (NULL: none). */
+void *sbl_rs_waits_take_locked(void);
+void sbl_rs_waits_answer(void *done);
 void sbl_rs_waiter_stop(void);
 /* The pre-image remover's thread (repl_preimages.c). */
 int sbl_rs_preimages_start(void);

@@ -946,9 +946,16 @@ int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err)
             }
         }
     }
-    if (atomic_load(&rs.state) == SBL_RS_PRIMARY)
-        sbl_rs_update_commit_locked();
+    bool primary = atomic_load(&rs.state) == SBL_RS_PRIMARY;
+    if (primary)
+        sbl_rs_update_commit_quiet_locked();
     sbl_rs_append_commit_locked(r);
+    void *done = sbl_rs_waits_take_locked(); /* the writes these positions end */
     pthread_mutex_unlock(&rs.lock);
+    sbl_rs_waits_answer(done);
+    /* then the others that wait for positions (w:N, a step-down's catch-up):
+     * woken with the lock free, after the writes' replies are on their way */
+    if (primary)
+        pthread_cond_broadcast(&rs.cond);
     return 0;
 }

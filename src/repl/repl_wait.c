@@ -5,7 +5,11 @@
  * woken by every change of positions or state (sbl_rs.cond), calls back
  * each write whose condition now holds, failed (stepped down) or timed out.
  * A hundred clients writing with w:"majority" hold a hundred records, not
- * a hundred of the server's sixteen worker threads.
+ * a hundred of the server's sixteen worker threads.  The positions a
+ * secondary reports (replSetUpdatePosition) answer the waits they end at
+ * once, on the thread that took the report (sbl_rs_waits_take_locked):
+ * the waiter thread, a wake-up later on two busy cores, is left the waits
+ * that end otherwise (heartbeats, state changes, timeouts).
  *
  * w:"majority" is over once the commit point reached the write and the
  * stable timestamp too (published here if the heartbeat thread has not yet),
@@ -109,34 +113,58 @@ static bool wait_over_locked(const waiter_t *wt, int64_t now, int *codep, const 
     return false;
 }
 
+/* Take off the list the waits that are over now, in a list of their own
+ * (the caller answers them once it released the lock).  Lock held. */
+static waiter_t *take_over_locked(int64_t now, int64_t *nextp)
+{
+    waiter_t *done = NULL, **pp = &waiting;
+    while (*pp != NULL) {
+        waiter_t *wt = *pp;
+        if (wait_over_locked(wt, now, &wt->code, &wt->msg)) {
+            *pp = wt->next;
+            wt->next = done;
+            done = wt;
+        } else {
+            if (wt->deadline_ms < *nextp)
+                *nextp = wt->deadline_ms;
+            pp = &wt->next;
+        }
+    }
+    return done;
+}
+
+static void answer(waiter_t *done)
+{
+    while (done != NULL) {
+        waiter_t *wt = done;
+        done = wt->next;
+        wt->cb(wt->arg, wt->code, wt->msg);
+        free(wt);
+    }
+}
+
+void *sbl_rs_waits_take_locked(void)
+{
+    int64_t next = INT64_MAX;
+    return waiting != NULL ? take_over_locked(sbl_now_ms(), &next) : NULL;
+}
+
+void sbl_rs_waits_answer(void *done)
+{
+    answer(done);
+}
+
 static void *waiter_main(void *arg)
 {
     (void)arg;
     pthread_mutex_lock(&rs.lock);
     for (;;) {
         int64_t now = sbl_now_ms(), next = now + WAIT_POLL_MS;
-        waiter_t *done = NULL, **pp = &waiting;
-        while (*pp != NULL) {
-            waiter_t *wt = *pp;
-            if (wait_over_locked(wt, now, &wt->code, &wt->msg)) {
-                *pp = wt->next;
-                wt->next = done;
-                done = wt;
-            } else {
-                if (wt->deadline_ms < next)
-                    next = wt->deadline_ms;
-                pp = &wt->next;
-            }
-        }
+        waiter_t *done = take_over_locked(now, &next);
         bool stop = rs.stopping && waiting == NULL;
         if (done != NULL) {
             pthread_mutex_unlock(&rs.lock);
-            while (done != NULL) {
-                waiter_t *wt = done;
-                done = wt->next;
-                wt->cb(wt->arg, wt->code, wt->msg);
-                free(wt);
-            }
+            answer(done);
             pthread_mutex_lock(&rs.lock);
             continue; /* positions may have moved meanwhile */
         }

@@ -186,9 +186,8 @@ static void op_end(pending_t *p)
     ctx->op = NULL;
 }
 
-/* The client of commands the server runs itself (sbl_cmd_run: the applier,
- * the sessions job, migration recovery, the balancer...): one per thread, as
- * its lazily made fields (uid, audit identity) are written as it runs. */
+/* The client of commands the server runs itself (sbl_cmd_run: the applier, the
+ * balancer...): one per thread, as its lazy fields (uid, audit id) are written. */
 static _Thread_local sbl_client_t internal_client;
 
 /* The database a write command changes: renameCollection runs on admin and
@@ -202,8 +201,7 @@ static const char *write_db(const sbl_opctx_t *ctx)
         const char *ns = bson_iter_utf8(&it, NULL), *dot = strchr(ns, '.');
         size_t n = dot != NULL ? (size_t)(dot - ns) : strlen(ns);
         if (n < sizeof(db)) {
-            memcpy(db, ns, n);
-            db[n] = '\0';
+            snprintf(db, sizeof(db), "%.*s", (int)n, ns);
             return db;
         }
     }
@@ -774,10 +772,10 @@ static void audit_written_cb(void *arg, int rc)
     finish(p);
 }
 
-/* Write concern beyond this member: the reply waits in the replication
- * layer's list (sbl_repl_await_async), holding no thread; the waiter thread
- * or the replSetUpdatePosition that ended it (within another connection's
- * command) hands it to the connection's loop (after j: journaled_then_wait). */
+/* Write concern beyond this member: the reply waits in sbl_repl_await_async's
+ * list, holding no thread; whichever thread ends the wait (the waiter, or a
+ * replSetUpdatePosition inside another connection's command) hands it to
+ * this connection's loop. */
 static void repl_wait_done(void *arg, int code, const char *msg)
 {
     pending_t *p = arg;
@@ -788,9 +786,8 @@ static void repl_wait_done(void *arg, int code, const char *msg)
     sbl_conn_defer_replies(false);
 }
 
-/* With j (implied by w:"majority"), our journal flush comes first: asked for
- * when the write ends, it overlaps the secondaries' fetch, apply and flush
- * instead of following them; then the wait (rc 0 without j). */
+/* With j (implied by w:"majority") our journal flush, asked for as the write
+ * ends, overlaps the secondaries' work; then the wait (rc 0 without j). */
 static void journaled_then_wait(void *arg, int rc)
 {
     pending_t *p = arg;

@@ -144,7 +144,9 @@ def test_even_chunk_counts_uneven_data_are_balanced_by_size(mongos, shards):
         after = chunks_of(mongos, ns)
         wait_rounds(mongos, 3)
         assert chunks_of(mongos, ns) == after
-        assert sizes(shards, ns) == size
+        # the donor's size may still fall as its range deleter removes what it gave away
+        now = sizes(shards, ns)
+        assert now[io] == size[io] and now[ip] <= size[ip], (size, now)
     finally:
         mongos.admin.command("balancerStop")
     assert mongos.bs.uneven.count_documents({}) == 360

@@ -343,7 +343,7 @@ static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t co
         return counted > 64;
     if (strcmp(n, "count") == 0)
         return doc_field(cmd, "query", &f) && !bson_empty(&f);
-    if (strcmp(n, "getMore") == 0) /* a change stream's next events from memory */
+    if (strcmp(n, "getMore") == 0) /* a change stream's next events from memory, an oplog tail's */
         return !sbl_cursor_get_more_quick(cmd);
     return true;
 }

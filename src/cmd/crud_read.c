@@ -29,6 +29,9 @@ typedef struct find_state {
     sbl_projection_t *proj; /* NULL: whole documents */
     bson_t *key_pattern;    /* returnKey: the plan's index key ({} for a collection scan) */
     bool show_record_id;    /* showRecordId: each result ends with $recordId */
+    bool tail_oplog;        /* a tailable read of local.oplog.rs (a secondary's fetcher) */
+    bool dry;               /* tail_oplog: its last read found nothing more ... */
+    uint64_t dry_gen;       /* ... at this sbl_capped_generation() */
 } find_state_t;
 
 /* returnKey: the document's values of the index key's fields (null when missing). */
@@ -53,6 +56,8 @@ static int find_next(void *state, sbl_opctx_t *ctx, bson_t *doc, bool *donep, sb
     int32_t pos = -1;
 
     SBL_RET(sbl_qexec_next(st->q, ctx, &raw, &pos, donep, err));
+    if (st->tail_oplog && (st->dry = *donep))
+        st->dry_gen = sbl_capped_generation();
     if (*donep)
         return 0;
     if (st->show_record_id && st->key_pattern == NULL) { /* returnKey shows the key alone */
@@ -106,8 +111,23 @@ static bool find_finished(void *state)
     return sbl_qexec_limit_reached(((find_state_t *)state)->q);
 }
 
-static const sbl_cursor_source_t find_source = {.next = find_next, .free = find_free,
-                                                .finished = find_finished};
+/* An oplog tail that found nothing more last time reads only what the
+ * commits since brought (an entry or a few each): its getMore, and the one
+ * its awaitData wait's wake-up runs, are served on the network loop
+ * (dispatch.c) instead of being handed to a worker and back, two thread
+ * hops on the way from a commit to the secondaries.  After more commits
+ * than QUICK_COMMITS (a secondary far behind, a bulk insert) it may read a
+ * large batch: a worker does. */
+#define QUICK_COMMITS 16
+
+static bool find_quick(void *state)
+{
+    const find_state_t *st = state;
+    return st->tail_oplog && st->dry && sbl_capped_generation() - st->dry_gen <= QUICK_COMMITS;
+}
+
+static const sbl_cursor_source_t find_source = {
+    .next = find_next, .free = find_free, .finished = find_finished, .quick = find_quick};
 
 /* View the document held by the iterator as *out (read-only, no copy). */
 /* Read a non-negative integer option ("skip", "batchSize"...) as find does. */
@@ -364,8 +384,10 @@ int sbl_cmd_find(sbl_opctx_t *ctx, sbl_err_t *err)
         return rc;
     }
     st->show_record_id = show_record_id;
-    if (cursor_flags & SBL_CURSOR_TAILABLE)
+    if (cursor_flags & SBL_CURSOR_TAILABLE) {
         sbl_qexec_set_tailable(st->q);
+        st->tail_oplog = strcmp(ns, "local.oplog.rs") == 0;
+    }
     return sbl_cursor_first_batch_flags(ctx, ns, &find_source, st, batch_size, single_batch,
                                         cursor_flags, err);
 }

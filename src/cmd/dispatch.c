@@ -343,7 +343,7 @@ static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t co
         return counted > 64;
     if (strcmp(n, "count") == 0)
         return doc_field(cmd, "query", &f) && !bson_empty(&f);
-    if (strcmp(n, "getMore") == 0) /* a change stream's next events from memory */
+    if (strcmp(n, "getMore") == 0) /* a change stream's next events from memory, an oplog tail's */
         return !sbl_cursor_get_more_quick(cmd);
     return true;
 }
@@ -831,11 +831,11 @@ static void finish(pending_t *p)
     /* j:true waits for the journal even when the command changed nothing:
      * an update that matched nothing, or a delete of an absent document, may
      * have seen the effect of a w:1 write that is not on disk yet, and its
-     * acknowledgement must not report a state a crash could undo. */
+     * acknowledgement must not report a state a crash could undo (nor, for
+     * replication, one the newest entry's loss could).  A write waits for its
+     * own entry alone: what it read had committed at a lower ts. */
     if (needs_repl_wait(p)) {
-        uint64_t ts = sbl_repl_last_op_ts(); /* what it waits for: taken now */
-        if (ts > p->op_ts)
-            p->op_ts = ts;
+        p->op_ts = p->op_ts != 0 ? p->op_ts : sbl_repl_last_op_ts(); /* none: the newest */
         if (p->ctx.wc.j)
             sbl_storage_on_durable(journaled_then_wait, p);
         else

@@ -55,7 +55,8 @@ struct sbl_retry {
     uint64_t epoch;          /* sbl_versioned_epoch before the record was read or trusted */
     bool record_ok;          /* record is what committed: no statement left it in doubt */
     bool in_stmt;            /* between sbl_retry_stmt_begin and _end */
-    uint32_t key_len_before; /* record's key when the statement began */
+    uint32_t key_len_before; /* record's key and updates_left when the statement began: */
+    uint8_t updates_left_before; /* every write of the record changes one of them */
     uint8_t key_before[SBL_VERSION_KEY_MAX];
     int64_t rec_txn;         /* the record's txnNum and lastWriteOpTime, as record holds */
     uint64_t rec_ts;
@@ -373,6 +374,7 @@ int sbl_retry_stmt_begin(sbl_retry_t *r, int32_t stmt, bool pre_image, sbl_err_t
     r->in_stmt = true;
     memcpy(r->key_before, r->record.key, sizeof(r->key_before));
     r->key_len_before = r->record.key_len;
+    r->updates_left_before = r->record.updates_left;
     sbl_repl_set_stmt(&r->st);
     return 0;
 }
@@ -392,6 +394,7 @@ void sbl_retry_stmt_end(sbl_retry_t *r, bool wrote)
         r->rec_ts = r->st.out_ts;
         r->rec_term = r->st.out_term;
     } else if (r->st.out_ts != 0 || r->record.key_len != r->key_len_before ||
+               r->record.updates_left != r->updates_left_before ||
                memcmp(r->record.key, r->key_before, r->key_len_before) != 0) {
         r->record_ok = false; /* a record written in a transaction that may not have committed */
     }

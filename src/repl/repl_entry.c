@@ -28,10 +28,14 @@ uint64_t sbl_repl_ts_next(uint64_t prev, uint32_t now_s)
  * bytes, on every retryable write.  Byte for byte what the appenders give
  * (tests/unit/test_repl.c compares them).
  */
-static void put_le(uint8_t *p, uint64_t v, int n)
+static inline void put_le(uint8_t *p, uint64_t v, int n)
 {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(p, &v, (size_t)n); /* n is a constant at every call: one store */
+#else
     for (int i = 0; i < n; i++)
         p[i] = (uint8_t)(v >> (8 * i));
+#endif
 }
 
 #define LSID_LEN 72   /* {id: UUID, uid: BinData(0, 32 bytes)} */

@@ -67,6 +67,9 @@ typedef struct sbl_mtxn {
     sbl_version_t record;     /* the session's config.transactions record as last seen
                                * (the session catalog keeps it between commands, shared
                                * with retryable writes: retryable.c), a hint */
+    uint64_t record_epoch;    /* sbl_versioned_epoch before record was read at the start */
+    bool record_read;         /* ... and record was then the current version */
+    int64_t seen;             /* the session's newest txnNumber when this command began */
     uint64_t prepare_ts;      /* prepared: its prepareTimestamp (its prepare entry's ts) */
     int64_t prepare_term;     /* ... and that entry's term */
     bool wt_prepared;         /* ... and WiredTiger's transaction is prepared (it wrote) */
@@ -250,6 +253,7 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
     }
     t->busy = true;
+    t->seen = seen;
     atomic_store(&t->kill_asked, false);
     t->active_since_us = sbl_now_us();
     ctx->mtxn = t;
@@ -272,8 +276,12 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
         uint64_t ts;
         int64_t term;
         bool found;
+        uint64_t epoch = sbl_versioned_epoch(); /* before the record is read */
+        t->record_read = false;
         SBL_RET(sbl_repl_txn_record_known(ctx->ss, l.id, l.uid, &t->record, &rec_txn, &ts, &term,
                                           &found, err));
+        t->record_epoch = epoch;
+        t->record_read = found && t->record.key_len > 0;
         int64_t newest = seen > rec_txn ? seen : rec_txn;
         if (t->txn_number > newest)
             newest = t->txn_number;
@@ -532,6 +540,12 @@ int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
             }
         }
     }
+    /* Nothing but the sessions' own commands wrote config.transactions since
+     * the record was read at the start (the epoch did not move), and no newer
+     * txnNumber ran on this session since: the version read then is current,
+     * replaced by its key without a search (as retryable.c's). */
+    t->record.known_current = t->record_read && t->seen <= t->txn_number &&
+                              sbl_versioned_epoch() == t->record_epoch;
     sbl_session_hide_creates(t->ss, false); /* config.transactions is everyone's */
     rc = sbl_repl_txn_commit(t->ss, t->ops, &st, &ts, err);
     if (rc == 0)

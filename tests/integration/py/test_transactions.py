@@ -136,6 +136,24 @@ def test_session_record_kept_between_transactions_and_retryable_writes(primary):
     assert c.t.c.find_one({"_id": "k"})["n"] == 4
     assert [(d["txnNum"], d.get("state")) for d in recs.find({"_id.id": lsid["id"]})] == \
         [(12, "committed")]
+    # transactions and retryable writes in turn, past the record's moves to
+    # a new storage key (every 16 writes): one record, always the newest
+    for n in range(13, 53):
+        if n % 3:
+            assert txn(n)["ok"] == 1
+        else:
+            raw(cmd("update", "c", lsid, n, updates=[{"q": {"_id": "k"}, "u": {"$inc": {"n": 1}}}]))
+        assert [(d["txnNum"], d.get("state")) for d in recs.find({"_id.id": lsid["id"]})] == \
+            [(n, "committed" if n % 3 else None)]
+    assert c.t.c.find_one({"_id": "k"})["n"] == 44
+    # a retryable write of a newer txnNumber between a transaction's start and
+    # its commit: the commit fails and the newer record stays
+    raw(tcmd("insert", "c", lsid, 60, start=True, documents=[{"_id": "t60"}]))
+    raw(cmd("insert", "c", lsid, 61, documents=[{"_id": "r61"}]))
+    assert commit(raw, lsid, 60)["ok"] == 0
+    assert [d["txnNum"] for d in recs.find({"_id.id": lsid["id"]})] == [61]
+    assert c.t.c.count_documents({"_id": "t60"}) == 0
+    assert raw(cmd("insert", "c", lsid, 61, documents=[{"_id": "r61"}]))["retriedStmtIds"] == [0]
     raw.close()
 
 

@@ -20,7 +20,9 @@
  *    document's bytes; the secondary index entries point at that record key.
  *  - In a versioned collection (config.transactions, wt_int.h) an update
  *    removes the document's record and inserts the new version under a new
- *    record key, in the same transaction; one document per _id as elsewhere.
+ *    record key, in the same transaction (sbl_version_replace updates the
+ *    record under its key up to VERSION_UPDATES times first); one document
+ *    per _id as elsewhere.
  */
 #include "storage/wt_int.h"
 

@@ -63,29 +63,6 @@ struct sbl_retry {
     int64_t rec_term;
 };
 
-/*
- * What a session keeps between its retryable writes (the session catalog's
- * state): its record's version, and whether that version was known current
- * when the last command ended, with the versioned epoch it was known at.  A
- * command that finds the epoch unchanged trusts it without reading the record
- * (no other write touched config.transactions: only this session's checked
- * out commands write its record otherwise), and replaces it by its key
- * without a search.  txn.c reads the version at its start (as a hint).
- */
-typedef struct retry_kept {
-    sbl_version_t record; /* first: txn.c takes it */
-    uint64_t epoch;
-    int64_t rec_txn;
-    uint64_t rec_ts;
-    int64_t rec_term;
-    bool current; /* record was known current at epoch */
-} retry_kept_t;
-
-_Static_assert(sizeof(retry_kept_t) <= SBL_LSESS_STATE_MAX,
-               "the session catalog keeps a record's version");
-_Static_assert(sizeof(retry_kept_t) != sizeof(sbl_version_t),
-               "txn.c's kept state and retryable.c's are told apart by their size");
-
 static _Atomic int64_t retried_commands, retried_statements, record_writes;
 
 int64_t sbl_retry_record_writes(void)
@@ -259,13 +236,12 @@ int sbl_cmd_txn_begin(sbl_opctx_t *ctx, const bson_iter_t *txnit, const bson_ite
     int64_t seen = sbl_lsess_checkout_state(&r->lsid, ctx->client->uid_for, sbl_now_ms(), &kept);
     ctx->retry = r; /* checked out: sbl_cmd_txn_end checks it in */
     r->epoch = sbl_versioned_epoch(); /* before the record is read or trusted */
-    const retry_kept_t *k = (const retry_kept_t *)kept.data;
+    const sbl_session_kept_t *k = sbl_session_kept_current(&kept, r->epoch);
     int64_t rec_txn;
     uint64_t rec_ts;
     int64_t rec_term;
     bool found;
-    if (kept.len == sizeof(retry_kept_t) && k->current && k->epoch == r->epoch &&
-        k->record.key_len > 0) {
+    if (k != NULL) {
         /* nothing wrote config.transactions since this session's last command */
         memcpy(&r->record, &k->record, sizeof(r->record));
         r->record.known_current = true;
@@ -274,7 +250,7 @@ int sbl_cmd_txn_begin(sbl_opctx_t *ctx, const bson_iter_t *txnit, const bson_ite
         rec_ts = k->rec_ts;
         rec_term = k->rec_term;
     } else {
-        if (kept.len >= sizeof(r->record)) /* a hint, checked (txn.c keeps the bare version) */
+        if (kept.len >= sizeof(r->record)) /* a hint, checked */
             memcpy(&r->record, kept.data, sizeof(r->record));
         r->record.known_current = false;
         SBL_RET(sbl_repl_txn_record_known(ctx->ss, r->lsid.id, r->lsid.uid, &r->record,
@@ -307,7 +283,7 @@ void sbl_cmd_txn_end(sbl_opctx_t *ctx)
     sbl_repl_set_stmt(NULL);
     sbl_lsess_state_t kept = {.len = 0};
     if (r->record.key_len > 0) { /* checked before its next use, unless known current */
-        retry_kept_t *k = (retry_kept_t *)kept.data;
+        sbl_session_kept_t *k = (sbl_session_kept_t *)kept.data;
         kept.len = sizeof(*k);
         memcpy(&k->record, &r->record, sizeof(r->record));
         k->record.known_current = false; /* set again only by sbl_cmd_txn_begin */

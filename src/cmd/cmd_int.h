@@ -354,6 +354,36 @@ void sbl_retry_stmt_end(sbl_retry_t *r, bool wrote);
 void sbl_retry_append_retried(const sbl_retry_t *r, bson_t *reply);
 int sbl_retry_image(sbl_opctx_t *ctx, const bson_t *entry, bson_t *out, bool *foundp,
                     sbl_err_t *err);
+/*
+ * What a session keeps between its commands (the session catalog's state,
+ * written by retryable.c and txn.c alike): its record's version, and whether
+ * that version was known current when the last command ended, with the
+ * versioned epoch it was known at and the record's txnNum and
+ * lastWriteOpTime.  A command that finds the epoch unchanged trusts it
+ * without reading the record (no other write touched config.transactions:
+ * only this session's checked out commands write its record otherwise), and
+ * replaces it by its key without a search.
+ */
+typedef struct sbl_session_kept {
+    sbl_version_t record;
+    uint64_t epoch;
+    int64_t rec_txn;
+    uint64_t rec_ts;
+    int64_t rec_term;
+    bool current; /* record was known current at epoch */
+} sbl_session_kept_t;
+_Static_assert(sizeof(sbl_session_kept_t) <= SBL_LSESS_STATE_MAX,
+               "the session catalog keeps a record's version");
+/* k, kept by the session's last command, when it can be trusted now:
+ * known current at the epoch that is still the current one. */
+static inline const sbl_session_kept_t *sbl_session_kept_current(const sbl_lsess_state_t *kept,
+                                                                uint64_t epoch)
+{
+    const sbl_session_kept_t *k = (const sbl_session_kept_t *)kept->data;
+    return kept->len == sizeof(*k) && k->current && k->epoch == epoch && k->record.key_len > 0
+               ? k
+               : NULL;
+}
 /* txn.c: multi-document transactions (autocommit: false).  sbl_cmd_mtxn_begin
  * checks the session out and puts the command inside its transaction
  * (ctx->ss becomes the transaction's storage session); sbl_cmd_mtxn_end

@@ -55,35 +55,13 @@ struct sbl_retry {
     uint64_t epoch;          /* sbl_versioned_epoch before the record was read or trusted */
     bool record_ok;          /* record is what committed: no statement left it in doubt */
     bool in_stmt;            /* between sbl_retry_stmt_begin and _end */
-    uint32_t key_len_before; /* record's key when the statement began */
+    uint32_t key_len_before; /* record's key and updates_left when the statement began: */
+    uint8_t updates_left_before; /* every write of the record changes one of them */
     uint8_t key_before[SBL_VERSION_KEY_MAX];
     int64_t rec_txn;         /* the record's txnNum and lastWriteOpTime, as record holds */
     uint64_t rec_ts;
     int64_t rec_term;
 };
-
-/*
- * What a session keeps between its retryable writes (the session catalog's
- * state): its record's version, and whether that version was known current
- * when the last command ended, with the versioned epoch it was known at.  A
- * command that finds the epoch unchanged trusts it without reading the record
- * (no other write touched config.transactions: only this session's checked
- * out commands write its record otherwise), and replaces it by its key
- * without a search.  txn.c reads the version at its start (as a hint).
- */
-typedef struct retry_kept {
-    sbl_version_t record; /* first: txn.c takes it */
-    uint64_t epoch;
-    int64_t rec_txn;
-    uint64_t rec_ts;
-    int64_t rec_term;
-    bool current; /* record was known current at epoch */
-} retry_kept_t;
-
-_Static_assert(sizeof(retry_kept_t) <= SBL_LSESS_STATE_MAX,
-               "the session catalog keeps a record's version");
-_Static_assert(sizeof(retry_kept_t) != sizeof(sbl_version_t),
-               "txn.c's kept state and retryable.c's are told apart by their size");
 
 static _Atomic int64_t retried_commands, retried_statements, record_writes;
 
@@ -258,13 +236,12 @@ int sbl_cmd_txn_begin(sbl_opctx_t *ctx, const bson_iter_t *txnit, const bson_ite
     int64_t seen = sbl_lsess_checkout_state(&r->lsid, ctx->client->uid_for, sbl_now_ms(), &kept);
     ctx->retry = r; /* checked out: sbl_cmd_txn_end checks it in */
     r->epoch = sbl_versioned_epoch(); /* before the record is read or trusted */
-    const retry_kept_t *k = (const retry_kept_t *)kept.data;
+    const sbl_session_kept_t *k = sbl_session_kept_current(&kept, r->epoch);
     int64_t rec_txn;
     uint64_t rec_ts;
     int64_t rec_term;
     bool found;
-    if (kept.len == sizeof(retry_kept_t) && k->current && k->epoch == r->epoch &&
-        k->record.key_len > 0) {
+    if (k != NULL) {
         /* nothing wrote config.transactions since this session's last command */
         memcpy(&r->record, &k->record, sizeof(r->record));
         r->record.known_current = true;
@@ -273,7 +250,7 @@ int sbl_cmd_txn_begin(sbl_opctx_t *ctx, const bson_iter_t *txnit, const bson_ite
         rec_ts = k->rec_ts;
         rec_term = k->rec_term;
     } else {
-        if (kept.len >= sizeof(r->record)) /* a hint, checked (txn.c keeps the bare version) */
+        if (kept.len >= sizeof(r->record)) /* a hint, checked */
             memcpy(&r->record, kept.data, sizeof(r->record));
         r->record.known_current = false;
         SBL_RET(sbl_repl_txn_record_known(ctx->ss, r->lsid.id, r->lsid.uid, &r->record,
@@ -306,7 +283,7 @@ void sbl_cmd_txn_end(sbl_opctx_t *ctx)
     sbl_repl_set_stmt(NULL);
     sbl_lsess_state_t kept = {.len = 0};
     if (r->record.key_len > 0) { /* checked before its next use, unless known current */
-        retry_kept_t *k = (retry_kept_t *)kept.data;
+        sbl_session_kept_t *k = (sbl_session_kept_t *)kept.data;
         kept.len = sizeof(*k);
         memcpy(&k->record, &r->record, sizeof(r->record));
         k->record.known_current = false; /* set again only by sbl_cmd_txn_begin */
@@ -373,6 +350,7 @@ int sbl_retry_stmt_begin(sbl_retry_t *r, int32_t stmt, bool pre_image, sbl_err_t
     r->in_stmt = true;
     memcpy(r->key_before, r->record.key, sizeof(r->key_before));
     r->key_len_before = r->record.key_len;
+    r->updates_left_before = r->record.updates_left;
     sbl_repl_set_stmt(&r->st);
     return 0;
 }
@@ -392,6 +370,7 @@ void sbl_retry_stmt_end(sbl_retry_t *r, bool wrote)
         r->rec_ts = r->st.out_ts;
         r->rec_term = r->st.out_term;
     } else if (r->st.out_ts != 0 || r->record.key_len != r->key_len_before ||
+               r->record.updates_left != r->updates_left_before ||
                memcmp(r->record.key, r->key_before, r->key_len_before) != 0) {
         r->record_ok = false; /* a record written in a transaction that may not have committed */
     }

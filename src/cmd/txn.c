@@ -64,9 +64,10 @@ typedef struct sbl_mtxn {
     bson_t *read_concern;     /* as currentOp shows it (parameters.readConcern), or NULL */
     int64_t active_us;        /* time its commands ran, in total */
     int64_t active_since_us;  /* when the running one began (busy) */
-    sbl_version_t record;     /* the session's config.transactions record as last seen
-                               * (the session catalog keeps it between commands, shared
-                               * with retryable writes: retryable.c), a hint */
+    sbl_session_kept_t rec;   /* the session's config.transactions record as last seen
+                               * and whether it is current (cmd_int.h: the session catalog
+                               * keeps it between commands, shared with retryable writes) */
+    int64_t seen;             /* the session's newest txnNumber when this command began */
     uint64_t prepare_ts;      /* prepared: its prepareTimestamp (its prepare entry's ts) */
     int64_t prepare_term;     /* ... and that entry's term */
     bool wt_prepared;         /* ... and WiredTiger's transaction is prepared (it wrote) */
@@ -250,6 +251,7 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
     }
     t->busy = true;
+    t->seen = seen;
     atomic_store(&t->kill_asked, false);
     t->active_since_us = sbl_now_us();
     ctx->mtxn = t;
@@ -259,21 +261,28 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
         abort_txn(t);
     pthread_mutex_unlock(&txn_mu);
     /* The session's record as its last command left it (checked out: t is
-     * this thread's): checked, then read by its key alone while it still
-     * holds those bytes, and replaced so at the commit (as retryable.c). */
-    if (kept.len >= sizeof(t->record)) /* retryable.c's state starts with one */
-        memcpy(&t->record, kept.data, sizeof(t->record));
+     * this thread's): trusted when the versioned epoch did not move since,
+     * else checked, then read by its key alone while it still holds those
+     * bytes; replaced so at the commit (as retryable.c). */
+    uint64_t epoch = sbl_versioned_epoch(); /* before the record is read or trusted */
+    bool trusted = sbl_session_kept_current(&kept, epoch) != NULL;
+    if (kept.len == sizeof(t->rec))
+        memcpy(&t->rec, kept.data, sizeof(t->rec));
     else
-        t->record.key_len = 0;
-    t->record.known_current = false;
+        t->rec.record.key_len = 0;
+    t->rec.record.known_current = false;
+    t->rec.epoch = epoch;
+    t->rec.current = trusted;
 
     if (start) {
-        int64_t rec_txn;
-        uint64_t ts;
-        int64_t term;
-        bool found;
-        SBL_RET(sbl_repl_txn_record_known(ctx->ss, l.id, l.uid, &t->record, &rec_txn, &ts, &term,
-                                          &found, err));
+        bool found = trusted;
+        if (!trusted) {
+            SBL_RET(sbl_repl_txn_record_known(ctx->ss, l.id, l.uid, &t->rec.record,
+                                              &t->rec.rec_txn, &t->rec.rec_ts, &t->rec.rec_term,
+                                              &found, err));
+            t->rec.current = found && t->rec.record.key_len > 0;
+        }
+        int64_t rec_txn = found ? t->rec.rec_txn : -1;
         int64_t newest = seen > rec_txn ? seen : rec_txn;
         if (t->txn_number > newest)
             newest = t->txn_number;
@@ -396,9 +405,11 @@ void sbl_cmd_mtxn_end(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err)
         pthread_mutex_unlock(&txn_mu);
     }
     sbl_lsess_state_t kept = {.len = 0};
-    if (t != NULL && t->record.key_len > 0) { /* checked before its next use */
-        kept.len = sizeof(t->record);
-        memcpy(kept.data, &t->record, sizeof(t->record));
+    if (t != NULL && t->rec.record.key_len > 0) { /* trusted next while still current */
+        kept.len = sizeof(t->rec);
+        memcpy(kept.data, &t->rec, sizeof(t->rec));
+        ((sbl_session_kept_t *)kept.data)->current =
+            t->rec.current && sbl_versioned_epoch() == t->rec.epoch;
     }
     sbl_lsess_checkin_state(&l, t != NULL ? t->txn_number : -1, &kept);
     ctx->mtxn = NULL;
@@ -428,6 +439,7 @@ static void mark_committed(sbl_mtxn_t *t)
  */
 static int commit_prepared(sbl_opctx_t *ctx, sbl_mtxn_t *t, uint64_t commit_ts, sbl_err_t *err)
 {
+    t->rec.current = false; /* its decision writes the record, not through t->rec */
     sbl_session_t *side = sbl_session_get();
     uint64_t durable_ts = 0;
     int rc;
@@ -498,7 +510,7 @@ int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_InvalidOptions, "commitTimestamp cannot be provided for "
                            "an unprepared transaction");
     sbl_repl_set_txn_ops(NULL);
-    sbl_repl_stmt_t st = {.txn_number = t->txn_number, .record = &t->record};
+    sbl_repl_stmt_t st = {.txn_number = t->txn_number, .record = &t->rec.record};
     memcpy(st.lsid_id, t->lsid.id, 16);
     memcpy(st.lsid_uid, t->lsid.uid, 32);
     /* t is checked out (busy): no other thread changes it, so the commit
@@ -532,6 +544,14 @@ int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
             }
         }
     }
+    /* Nothing but the sessions' own commands wrote config.transactions since
+     * the record was read at the start (the epoch did not move), and no newer
+     * txnNumber ran on this session since: the version read then is current,
+     * replaced by its key without a search (as retryable.c's). */
+    bool was_current = t->rec.current;
+    t->rec.record.known_current = t->rec.current && t->seen <= t->txn_number &&
+                                  sbl_versioned_epoch() == t->rec.epoch;
+    t->rec.current = false; /* until the commit says what the record holds */
     sbl_session_hide_creates(t->ss, false); /* config.transactions is everyone's */
     rc = sbl_repl_txn_commit(t->ss, t->ops, &st, &ts, err);
     if (rc == 0)
@@ -552,6 +572,12 @@ int sbl_cmd_commit_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
     pthread_mutex_lock(&txn_mu);
     mark_committed(t);
     pthread_mutex_unlock(&txn_mu);
+    t->rec.current = st.out_ts != 0 ? t->rec.record.key_len > 0 : was_current;
+    if (st.out_ts != 0) { /* the record it wrote, committed with it */
+        t->rec.rec_txn = t->txn_number;
+        t->rec.rec_ts = st.out_ts;
+        t->rec.rec_term = st.out_term;
+    }
     ctx->ss = sbl_session_get();
     if (ts != 0)
         ctx->wrote = true;
@@ -564,6 +590,7 @@ int sbl_cmd_abort_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
     if (t == NULL)
         return sbl_err_set(err, SBL_E_InvalidOptions,
                            "abortTransaction must be run within a transaction");
+    t->rec.current = false; /* a prepared one's decision writes the record */
     int rc = 0;
     pthread_mutex_lock(&txn_mu);
     if (t->state == TXN_PREPARED) { /* the oplog says it ended, then it ends */
@@ -601,6 +628,7 @@ int sbl_cmd_prepare_transaction(sbl_opctx_t *ctx, sbl_err_t *err)
     if (t == NULL)
         return sbl_err_set(err, SBL_E_InvalidOptions,
                            "prepareTransaction must be run within a transaction");
+    t->rec.current = false; /* its entry writes the record, not through t->rec */
     sbl_repl_set_txn_ops(NULL);
     pthread_mutex_lock(&txn_mu);
     if (t->state == TXN_PREPARED) { /* a retried prepare: the same answer */

@@ -249,6 +249,8 @@ int sbl_txn_record_write_known(sbl_session_t *s, const bson_t *lsid, int64_t txn
 
     if (txn_table == NULL)
         return sbl_err_set(err, SBL_E_InternalError, "%s is not open", SBL_TXN_TABLE_NS);
+    if (known == NULL) /* not the session's kept version: a copy its owner keeps is stale */
+        sbl_versioned_invalidate();
     size_t n = sbl_repl_record_encode(lsid, txn, ts, term, wall_ms, state, buf, sizeof(local));
     if (n > sizeof(local) && ((buf = malloc(n)) == NULL ||
                               sbl_repl_record_encode(lsid, txn, ts, term, wall_ms, state, buf,

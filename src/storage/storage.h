@@ -277,6 +277,10 @@ typedef struct sbl_version {
      * there still sends the caller to its slower path).  Cleared by
      * sbl_version_get and whenever a replace finds v stale. */
     bool known_current;
+    /* How many more writes may replace the document under this record key
+     * (an update of the key) before one moves it to a new key: set by the
+     * replace that wrote the key, 0 when unknown (a version read). */
+    uint8_t updates_left;
     uint8_t key[SBL_VERSION_KEY_MAX];
     uint8_t doc[SBL_VERSION_DOC_MAX];
 } sbl_version_t;
@@ -297,7 +301,9 @@ int sbl_version_check(sbl_session_t *s, sbl_coll_t *c, const sbl_version_t *v, b
                       sbl_err_t *err);
 /* In s's open transaction, replace v's document by new_doc (the same _id:
  * the caller's word) as an update through sbl_write would, when v is its
- * current version; v then describes new_doc's record.  *replacedp false,
+ * current version; v then describes new_doc's record: under v's record key
+ * while v->updates_left allows (an update of the key, one search), else
+ * under the next one (the old record removed, the new one inserted).  *replacedp false,
  * nothing written, when v is not current (or c has secondary indexes): the
  * caller then takes sbl_write's path. */
 int sbl_version_replace(sbl_session_t *s, sbl_coll_t *c, sbl_version_t *v, const bson_t *new_doc,

@@ -120,6 +120,7 @@ int sbl_version_get(sbl_session_t *s, sbl_coll_t *c, const bson_value_t *id, sbl
 
     v->key_len = 0;
     v->known_current = false;
+    v->updates_left = 0; /* not known: the next replace takes a new key */
     if (!c->versioned)
         return 0;
     SBL_RET(sbl_session_cursor(s, c->tbl, &cur, err));

@@ -84,7 +84,9 @@ struct sbl_coll {
  * update chain as long as the snapshot history window, which WiredTiger
  * 3.2's obsolete-update check walks on every further update of the key.
  * The newest version sorts first under its _id, so reads (dup_ids) reach it
- * without stepping over the tombstones.
+ * without stepping over the tombstones.  sbl_version_replace (a session's
+ * record written by its owner) updates the record under its key instead, up
+ * to 16 times (wt_write.c's VERSION_UPDATES), so that chain stays short.
  */
 #define SBL_VERSIONED_NS "config.transactions"
 /* Position cur on the first record of a dup_ids table whose key starts with

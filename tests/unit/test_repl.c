@@ -164,6 +164,71 @@ static void test_session_encoding(void)
 }
 
 /* A transaction's operation encoded as libbson's appenders give it. */
+/* Every shape of entry, byte for byte as libbson's appenders build it in
+ * mongod's field order (sbl_repl_entry_build encodes it in one piece). */
+static void test_entry_bytes(void)
+{
+    static const uint8_t uuid[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    sbl_repl_stmt_t st = {.txn_number = -9, .stmt_id = -1, .prev_ts = SBL_TS(1700000000, 9),
+                          .prev_term = 4};
+    for (int i = 0; i < 16; i++)
+        st.lsid_id[i] = (uint8_t)(0x30 + i);
+    for (int i = 0; i < 32; i++)
+        st.lsid_uid[i] = (uint8_t)(11 * i);
+    bson_t o = BSON_INITIALIZER, o2 = BSON_INITIALIZER, diff = BSON_INITIALIZER;
+    bson_t l = BSON_INITIALIZER, out;
+    BSON_APPEND_UTF8(&o, "$set", "a long enough value to pass the inline buffer of a bson_t");
+    BSON_APPEND_INT32(&o2, "_id", 7);
+    BSON_APPEND_INT64(&diff, "u", 1);
+    BSON_APPEND_BINARY(&l, "id", BSON_SUBTYPE_UUID, st.lsid_id, 16);
+    BSON_APPEND_BINARY(&l, "uid", BSON_SUBTYPE_BINARY, st.lsid_uid, 32);
+    for (int m = 0; m < 128; m++) {
+        bool stmt = m & 1, ui = m & 2, has_o2 = m & 4, has_diff = m & 8, mig = m & 16,
+             no_id = m & 32, pre = m & 64;
+        sbl_oplog_entry_t e = {.op = 'u', .ns = m % 3 ? "db.coll" : "", .uuid = ui ? uuid : NULL,
+                               .o = &o, .o2 = has_o2 ? &o2 : NULL, .diff = has_diff ? &diff : NULL,
+                               .ts = SBL_TS(1700000002, 5 + m), .term = m - 3,
+                               .wall_ms = -17 - m, .stmt = stmt ? &st : NULL, .no_stmt_id = no_id,
+                               .pre_ts = pre ? SBL_TS(1700000000, 12) : 0, .pre_term = 3,
+                               .from_migrate = mig};
+        bson_t ref = BSON_INITIALIZER;
+        if (stmt) {
+            BSON_APPEND_DOCUMENT(&ref, "lsid", &l);
+            BSON_APPEND_INT64(&ref, "txnNumber", -9);
+        }
+        BSON_APPEND_UTF8(&ref, "op", "u");
+        BSON_APPEND_UTF8(&ref, "ns", e.ns);
+        if (ui)
+            bson_append_binary(&ref, "ui", 2, BSON_SUBTYPE_UUID, uuid, 16);
+        BSON_APPEND_DOCUMENT(&ref, "o", &o);
+        if (has_o2)
+            BSON_APPEND_DOCUMENT(&ref, "o2", &o2);
+        if (stmt && !no_id)
+            BSON_APPEND_INT32(&ref, "stmtId", -1);
+        if (has_diff)
+            BSON_APPEND_DOCUMENT(&ref, "diff", &diff);
+        if (mig)
+            BSON_APPEND_BOOL(&ref, "fromMigrate", true);
+        bson_append_timestamp(&ref, "ts", 2, 1700000002, (uint32_t)(5 + m));
+        BSON_APPEND_INT64(&ref, "t", m - 3);
+        BSON_APPEND_INT64(&ref, "v", 2);
+        BSON_APPEND_DATE_TIME(&ref, "wall", -17 - m);
+        if (stmt && pre)
+            append_optime_ref(&ref, "preImageOpTime", SBL_TS(1700000000, 12), 3);
+        if (stmt)
+            append_optime_ref(&ref, "prevOpTime", SBL_TS(1700000000, 9), 4);
+        bson_init(&out);
+        sbl_repl_entry_build(&e, &out);
+        CHECK(out.len == ref.len && memcmp(bson_get_data(&out), bson_get_data(&ref), ref.len) == 0);
+        bson_destroy(&out);
+        bson_destroy(&ref);
+    }
+    bson_destroy(&o);
+    bson_destroy(&o2);
+    bson_destroy(&diff);
+    bson_destroy(&l);
+}
+
 static void test_op_encoding(void)
 {
     bson_t o = BSON_INITIALIZER, o2 = BSON_INITIALIZER, diff = BSON_INITIALIZER;
@@ -447,6 +512,7 @@ int main(void)
     test_ts_next();
     test_entry_shape();
     test_session_encoding();
+    test_entry_bytes();
     test_op_encoding();
     test_entry_created_ns();
     test_election_id_and_size();

@@ -147,6 +147,54 @@ def test_a_record_changed_behind_the_session_is_read_again(primary):
     raw.close()
 
 
+def test_a_record_written_many_times_reads_as_of_each_write(primary):
+    """A session's record is rewritten under one storage key for up to 16
+    writes, then moved to the next key (docs/replication.md): across several
+    moves, and a restart in the middle, config.transactions shows one record
+    for the session, a snapshot read at each write's time shows that write's
+    record, the newest txnNumber retries and older ones are refused."""
+    m, c = primary
+    raw = Raw(m.port)
+    lsid = new_lsid()
+
+    def inc(txn):
+        return cmd("update", "c", lsid, txn, updates=[{"q": {"_id": "many"},
+                                                      "u": {"$inc": {"n": 1}}, "upsert": True}])
+
+    def records(**kw):
+        r = c.config.command("find", "transactions", filter={"_id.id": lsid["id"]}, **kw)
+        return [(d["txnNum"], d["lastWriteOpTime"]["ts"]) for d in r["cursor"]["firstBatch"]]
+
+    def snapshot_reads(txns):
+        for txn in txns:
+            at = times[txn]
+            assert records(readConcern={"level": "snapshot", "atClusterTime": at}) == [(txn, at)]
+
+    times = {}
+    for txn in range(1, 51):
+        if txn == 30:  # the kept versions are gone: the next write takes a new key
+            snapshot_reads((1, 2, 15, 16, 17, 18, 28, 29))
+            raw.close()
+            c.close()
+            m.restart()
+            c = rs_client(m)
+            wait_for(lambda: c.admin.command("hello")["isWritablePrimary"])
+            raw = Raw(m.port)
+        r = raw(inc(txn))
+        assert r["nModified"] + len(r.get("upserted", [])) == 1 and "retriedStmtIds" not in r
+        times[txn] = r["operationTime"]
+        assert records() == [(txn, times[txn])]
+    snapshot_reads((30, 31, 32, 45, 46, 47, 48, 49, 50))
+    assert c.config.transactions.count_documents({}) == len(c.config.transactions.distinct("_id"))
+    assert raw(inc(50))["retriedStmtIds"] == [0]
+    r = raw(inc(49), ok=False)
+    assert r["code"] == 225 and "txnNumber 50" in r["errmsg"]
+    assert c.t.c.find_one({"_id": "many"})["n"] == 50
+    assert c.local["oplog.rs"].count_documents({"lsid.id": lsid["id"]}) == 50
+    raw.close()
+    c.close()
+
+
 def test_update_delete_upsert_retries(primary):
     m, c = primary
     c.t.c.insert_many([{"_id": 1, "n": 0}, {"_id": 2}])

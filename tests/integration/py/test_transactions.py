@@ -136,6 +136,66 @@ def test_session_record_kept_between_transactions_and_retryable_writes(primary):
     assert c.t.c.find_one({"_id": "k"})["n"] == 4
     assert [(d["txnNum"], d.get("state")) for d in recs.find({"_id.id": lsid["id"]})] == \
         [(12, "committed")]
+    # transactions and retryable writes in turn, past the record's moves to
+    # a new storage key (every 16 writes): one record, always the newest
+    for n in range(13, 53):
+        if n % 3:
+            assert txn(n)["ok"] == 1
+        else:
+            raw(cmd("update", "c", lsid, n, updates=[{"q": {"_id": "k"}, "u": {"$inc": {"n": 1}}}]))
+        assert [(d["txnNum"], d.get("state")) for d in recs.find({"_id.id": lsid["id"]})] == \
+            [(n, "committed" if n % 3 else None)]
+    assert c.t.c.find_one({"_id": "k"})["n"] == 44
+    # a retryable write of a newer txnNumber between a transaction's start and
+    # its commit: the commit fails and the newer record stays
+    raw(tcmd("insert", "c", lsid, 60, start=True, documents=[{"_id": "t60"}]))
+    raw(cmd("insert", "c", lsid, 61, documents=[{"_id": "r61"}]))
+    assert commit(raw, lsid, 60)["ok"] == 0
+    assert [d["txnNum"] for d in recs.find({"_id.id": lsid["id"]})] == [61]
+    assert c.t.c.count_documents({"_id": "t60"}) == 0
+    assert raw(cmd("insert", "c", lsid, 61, documents=[{"_id": "r61"}]))["retriedStmtIds"] == [0]
+    raw.close()
+
+
+def test_session_record_after_prepared_transactions(primary):
+    """A prepared transaction's prepare entry and decision write the session's
+    record other than through the version the session keeps: the session's
+    next transaction or retryable write reads it again and goes on from it."""
+    m, c = primary
+    raw = Raw(m.port)
+    lsid = new_lsid()
+    recs = c.config.transactions
+    c.t.create_collection("c")  # a prepared transaction creates none
+
+    def record():
+        return [(d["txnNum"], d.get("state")) for d in recs.find({"_id.id": lsid["id"]})]
+
+    def prepared(n, decide):
+        raw(tcmd("insert", "c", lsid, n, start=True, documents=[{"_id": "p%d" % n}]))
+        ts = raw(tcmd("prepareTransaction", 1, lsid, n), db="admin")["prepareTimestamp"]
+        assert record() == [(n, "prepared")]
+        if decide == "commit":
+            assert commit(raw, lsid, n, commitTimestamp=ts)["ok"] == 1
+        else:
+            raw(tcmd("abortTransaction", 1, lsid, n), db="admin")
+
+    prepared(1, "commit")
+    assert record() == [(1, "committed")]
+    raw(tcmd("insert", "c", lsid, 2, start=True, documents=[{"_id": "p2"}]))
+    assert commit(raw, lsid, 2)["ok"] == 1
+    assert record() == [(2, "committed")]
+    prepared(3, "abort")
+    assert record() == [(3, "aborted")]
+    up = cmd("insert", "c", lsid, 4, documents=[{"_id": "r4"}])
+    assert raw(up)["n"] == 1 and record() == [(4, None)]
+    assert raw(up)["retriedStmtIds"] == [0]
+    prepared(5, "commit")
+    r = raw(tcmd("insert", "c", lsid, 3, start=True, documents=[{"_id": "x"}]), ok=False)
+    assert r["code"] == 225
+    raw(tcmd("insert", "c", lsid, 6, start=True, documents=[{"_id": "p6"}]))
+    assert commit(raw, lsid, 6)["ok"] == 1
+    assert record() == [(6, "committed")]
+    assert sorted(d["_id"] for d in c.t.c.find()) == ["p1", "p2", "p5", "p6", "r4"]
     raw.close()
 
 

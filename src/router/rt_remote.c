@@ -1142,9 +1142,8 @@ void rt_copy_cmd(const bson_t *in, bson_t *out, const char *const *skip_extra)
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         bool drop = false;
-        /* every name in skip starts with one of these */
-        for (int i = 0; k[0] != '\0' && strchr("$ltasr", k[0]) && skip[i] && !drop; i++)
-            drop = strcmp(k, skip[i]) == 0;
+        for (int i = 0; skip[i] && !drop; i++)
+            drop = skip[i][0] == k[0] && strcmp(k, skip[i]) == 0;
         for (int i = 0; skip_extra && skip_extra[i] && !drop; i++)
             drop = strcmp(k, skip_extra[i]) == 0;
         if (!drop) {

@@ -73,9 +73,20 @@ static int nshards; /* read without the lock after the slot is filled (only grow
 static mongoc_client_pool_t *config_pool;
 static char configdb[1024];
 
+/*
+ * The config servers' pool: at most this many clients.  Each new libmongoc
+ * client authenticates with a keyFile by SCRAM-SHA-256 and derives its
+ * salted password itself (libmongoc 1.23 caches it per client: 15,000
+ * rounds, ~20 ms of CPU), and 100 new connections authenticating at once
+ * (their users read from the config servers) grew the pool to ~100
+ * clients: ~2 s of the router's CPU (bench/router-cpu --auth, "The
+ * router's cost").  Commands wait in mongoc_client_pool_pop beyond it.
+ */
+#define CONFIG_POOL_MAX 32
+
 /* "rs/h1:p1,h2:p2" -> mongodb://h1:p1,h2:p2/?replicaSet=rs; "h:p" -> mongodb://h:p/;
- * with a keyFile as __system@local (sbl_auth_cluster_uri). */
-static mongoc_client_pool_t *pool_for(const char *host)
+ * with a keyFile as __system@local (sbl_auth_cluster_uri); at most max clients. */
+static mongoc_client_pool_t *pool_for(const char *host, int max)
 {
     char uri_s[4400], opts[600];
     const char *slash = strchr(host, '/');
@@ -83,11 +94,11 @@ static mongoc_client_pool_t *pool_for(const char *host)
     if (slash != NULL)
         snprintf(opts, sizeof(opts),
                  "replicaSet=%.*s&serverSelectionTimeoutMS=15000"
-                 "&connectTimeoutMS=5000&maxPoolSize=200",
-                 (int)(slash - host), host);
+                 "&connectTimeoutMS=5000&maxPoolSize=%d",
+                 (int)(slash - host), host, max);
     else
         snprintf(opts, sizeof(opts), "directConnection=true&serverSelectionTimeoutMS=15000"
-                 "&connectTimeoutMS=5000&maxPoolSize=200");
+                 "&connectTimeoutMS=5000&maxPoolSize=%d", max);
     if (!sbl_auth_cluster_uri(uri_s, sizeof(uri_s), key, slash != NULL ? slash + 1 : host, opts))
         return NULL;
     bson_error_t e;
@@ -107,7 +118,7 @@ int rt_remote_init(const char *cfg, sbl_err_t *err)
 {
     mongoc_init();
     snprintf(configdb, sizeof(configdb), "%s", cfg);
-    config_pool = pool_for(cfg);
+    config_pool = pool_for(cfg, CONFIG_POOL_MAX);
     if (config_pool == NULL)
         return sbl_err_set(err, SBL_E_BadValue, "bad --configdb: %s", cfg);
     return 0;
@@ -193,7 +204,7 @@ int rt_shard_add(const char *id, const char *host)
         rt_shard_t *s = &shards[nshards];
         snprintf(s->id, sizeof(s->id), "%s", id);
         snprintf(s->host, sizeof(s->host), "%s", host);
-        s->pool = pool_for(host);
+        s->pool = pool_for(host, 200);
         pthread_mutex_init(&s->lock, NULL);
         s->primary[0] = '\0';
         s->nidle = 0;

@@ -412,29 +412,32 @@ static bool cursor_closed(const bson_iter_t *cur)
 #define PASS_SKIPS 4 /* fields left out of a reply passed on, at most */
 
 /*
- * The common find's reply, passed on in one walk of the shard's bytes: ok:
- * 1 and no cursor left open, to a client that takes a plain OP_MSG.  The
- * client's reply is the shard's without its $clusterTime and operationTime,
- * the router's appended, as the worker path shapes it
- * (rt_wrap_cursor_reply's copy, send_reply), built once into the bytes
- * that go out; the session is not looked at again (only a cursor the
- * router keeps needs it).  false: another case, nothing done.
+ * The common reply of a find or a write passed through (RT_FAST_WRITE),
+ * passed on in one walk of the shard's bytes: ok: 1 and no cursor left
+ * open, to a client that takes a plain OP_MSG.  The client's reply is the
+ * shard's without its $clusterTime and operationTime, the router's
+ * appended, as the worker path shapes it (rt_wrap_cursor_reply's copy or
+ * on_reply's, then send_reply), built once into the bytes that go out; the
+ * session is not looked at again (only a cursor the router keeps needs
+ * it).  false: another case, nothing done.
  */
-static bool pass_find(fast_conn_t *fc, const bson_t *r)
+static bool pass_on(fast_conn_t *fc, const bson_t *r)
 {
     bson_iter_t it, ct;
     bool ok = false, seen_ok = false, has_ct = false;
     uint32_t skip_off[PASS_SKIPS], skip_end[PASS_SKIPS];
     int nskip = 0;
     size_t skipped = 0;
-    if (fc->kind != RT_FAST_FIND || !sbl_wire_reply_plain(fc->req) || !bson_iter_init(&it, r))
+    if ((fc->kind != RT_FAST_FIND && fc->kind != RT_FAST_WRITE) ||
+        !sbl_wire_reply_plain(fc->req) || !bson_iter_init(&it, r))
         return false;
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "ok") == 0 && !seen_ok) { /* rt_reply_code reads the first */
             seen_ok = true;
             ok = bson_iter_as_double(&it) == 1.0;
-        } else if (strcmp(k, "cursor") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        } else if (strcmp(k, "cursor") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+                   fc->kind == RT_FAST_FIND) {
             if (!cursor_closed(&it))
                 return false;
         } else if (strcmp(k, "$clusterTime") == 0 || strcmp(k, "operationTime") == 0) {
@@ -483,7 +486,7 @@ static bool pass_find(fast_conn_t *fc, const bson_t *r)
     uint32_t len = (uint32_t)body;
     for (int i = 0; i < 4; i++)
         mem[SBL_WIRE_MSG_HEAD + i] = (uint8_t)(len >> (8 * i));
-    __atomic_add_fetch(&n_answered[0], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&n_answered[fc->kind != RT_FAST_FIND], 1, __ATOMIC_RELAXED);
     rt_count_op(fc->name, fc->t0);
     sbl_conn_reply_owned(fc->client, fc->req, mem, body);
     conn_done(fc, true);
@@ -495,24 +498,19 @@ static void on_reply(fast_conn_t *fc)
 {
     bson_t r, reply = BSON_INITIALIZER;
     sbl_err_t err = {0};
-    if (fc->cb != NULL || fc->kind == RT_FAST_FIND) { /* the reply read where it lies */
-        if (!rt_msg_view(fc->buf + 16, fc->need - 16, &r)) {
-            if (fc->cb != NULL)
-                to_worker(fc, true);
-            else
-                lost(fc);
-            return;
-        }
-        if (fc->cb == NULL && pass_find(fc, &r))
-            return;
+    /* the reply read where it lies (fc->buf, until conn_done) */
+    if (!rt_msg_view(fc->buf + 16, fc->need - 16, &r)) {
+        if (fc->cb != NULL)
+            to_worker(fc, true);
+        else
+            lost(fc);
+        return;
     }
+    if (fc->cb == NULL && pass_on(fc, &r))
+        return;
     if (fc->cb != NULL) {
         bool keep = rt_conn_answered(fc->shard, fc->host, fc->sent, &r);
         fire(fc, &r, keep);
-        return;
-    }
-    if (fc->kind != RT_FAST_FIND && !rt_msg_body(fc->buf + 16, fc->need - 16, &r)) {
-        lost(fc);
         return;
     }
     bool keep = rt_conn_answered(fc->shard, fc->host, fc->sent, &r);

@@ -72,7 +72,7 @@ def _loop_find(mongos, cmd):
 
 def test_a_loop_reply_is_the_worker_paths(mongos):
     """The loop passes the shard's reply on from its bytes (rt_fast.c,
-    pass_find), with the router's $clusterTime and operationTime: the same
+    pass_on), with the router's $clusterTime and operationTime: the same
     fields, in the same order, as the worker path's reply (a readConcern
     sends the find there)."""
     mongos.admin.command("shardCollection", "lr.ct", key={"_id": "hashed"})
@@ -99,6 +99,17 @@ def test_a_loop_reply_is_the_worker_paths(mongos):
     r3 = _loop_find(mongos, {"find": "ct", "filter": {"_id": 1000}})
     assert r3["cursor"] == {"firstBatch": [], "id": 0, "ns": "lr.ct"}
     assert list(r3) == ["cursor", "ok", "$clusterTime", "operationTime"]
+    # a one-shard write's reply is passed on the same way (no txnNumber: the loop's)
+    for _ in range(100):
+        st = mongos.admin.command("serverStatus")["network"]["loopWrites"]
+        u = mongos.lr.command("update", "ct", updates=[{"q": {"_id": 7}, "u": {"$inc": {"n": 1}}}])
+        if mongos.admin.command("serverStatus")["network"]["loopWrites"] - st == 1:
+            break
+    else:
+        raise AssertionError("no loop answered the update")
+    assert (u["n"], u["nModified"]) == (1, 1)
+    assert list(u)[-3:] == ["ok", "$clusterTime", "operationTime"], u
+    assert u["$clusterTime"]["clusterTime"] == u["operationTime"] >= r2["operationTime"]
 
 
 def test_a_one_shard_cursor_is_the_routers(mongos):

@@ -146,6 +146,9 @@ int sbl_scram_client_step(sbl_scram_client_t *c, const uint8_t *in, size_t len, 
                           sbl_err_t *err);
 int sbl_scram_client_verify(sbl_scram_client_t *c, const uint8_t *in, size_t len, sbl_err_t *err);
 void sbl_scram_client_free(sbl_scram_client_t *c);
+/* How many times a client derived its keys (PBKDF2): once per password,
+ * salt and iteration count, then cached. */
+int64_t sbl_scram_client_derivations(void);
 
 /* ---- users and roles in storage ---------------------------------------- */
 

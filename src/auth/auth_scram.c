@@ -678,6 +678,73 @@ static char *attr_of(const char *msg, char k)
     return NULL;
 }
 
+/*
+ * The client's keys per (password, salt, iterations), as drivers and
+ * mongod's own client cache them: PBKDF2's 15,000 rounds (~30 ms of CPU
+ * under load) ran for every connection a router dialed to a shard, and a
+ * router under many new clients dials often (docs/sharding.md, "The
+ * router's cost").  The password is kept as its SHA-256 only.
+ */
+#define CKEY_CACHE 8
+
+typedef struct ckey_entry {
+    bool used;
+    uint8_t pw_hash[32];
+    uint8_t salt[128];
+    int salt_len, iterations;
+    uint8_t ckey[MAX_HASH], skey[MAX_HASH];
+} ckey_entry_t;
+
+static ckey_entry_t ckey_cache[CKEY_CACHE];
+static unsigned ckey_next;
+static int64_t ckey_derived;
+static pthread_mutex_t ckey_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int64_t sbl_scram_client_derivations(void)
+{
+    return __atomic_load_n(&ckey_derived, __ATOMIC_RELAXED);
+}
+
+/* ClientKey and ServerKey for pw, salt and iterations: cached, or derived. */
+static void client_keys(const mech_t *m, const char *pw, const uint8_t *salt, int salt_len,
+                        int iterations, uint8_t *ckey, uint8_t *skey)
+{
+    uint8_t ph[32];
+    EVP_Digest(pw, strlen(pw), ph, NULL, EVP_sha256(), NULL);
+    bool fits = salt_len <= (int)sizeof(ckey_cache[0].salt);
+    pthread_mutex_lock(&ckey_lock);
+    for (int k = 0; fits && k < CKEY_CACHE; k++) {
+        ckey_entry_t *e = &ckey_cache[k];
+        if (e->used && e->iterations == iterations && e->salt_len == salt_len &&
+            CRYPTO_memcmp(e->pw_hash, ph, 32) == 0 && memcmp(e->salt, salt, salt_len) == 0) {
+            memcpy(ckey, e->ckey, m->hlen);
+            memcpy(skey, e->skey, m->hlen);
+            pthread_mutex_unlock(&ckey_lock);
+            return;
+        }
+    }
+    pthread_mutex_unlock(&ckey_lock);
+    uint8_t salted[MAX_HASH];
+    PKCS5_PBKDF2_HMAC(pw, (int)strlen(pw), salt, salt_len, iterations, m->md(), (int)m->hlen,
+                      salted);
+    hmac(m, salted, m->hlen, "Client Key", 10, ckey);
+    hmac(m, salted, m->hlen, "Server Key", 10, skey);
+    OPENSSL_cleanse(salted, sizeof(salted));
+    __atomic_add_fetch(&ckey_derived, 1, __ATOMIC_RELAXED);
+    if (!fits)
+        return;
+    pthread_mutex_lock(&ckey_lock);
+    ckey_entry_t *e = &ckey_cache[ckey_next++ % CKEY_CACHE];
+    e->used = true;
+    memcpy(e->pw_hash, ph, 32);
+    memcpy(e->salt, salt, salt_len);
+    e->salt_len = salt_len;
+    e->iterations = iterations;
+    memcpy(e->ckey, ckey, m->hlen);
+    memcpy(e->skey, skey, m->hlen);
+    pthread_mutex_unlock(&ckey_lock);
+}
+
 int sbl_scram_client_step(sbl_scram_client_t *c, const uint8_t *in, size_t len, char **outp,
                           sbl_err_t *err)
 {
@@ -694,11 +761,8 @@ int sbl_scram_client_step(sbl_scram_client_t *c, const uint8_t *in, size_t len, 
         rc = sbl_err_set(err, SBL_E_AuthenticationFailed, "bad SCRAM server-first message");
         goto out;
     }
-    uint8_t salted[MAX_HASH], ckey[MAX_HASH], stored[MAX_HASH], sig[MAX_HASH], proof[MAX_HASH];
-    PKCS5_PBKDF2_HMAC(c->pw, (int)strlen(c->pw), salt, salt_len, iterations, m->md(),
-                      (int)m->hlen, salted);
-    hmac(m, salted, m->hlen, "Client Key", 10, ckey);
-    hmac(m, salted, m->hlen, "Server Key", 10, c->server_key);
+    uint8_t ckey[MAX_HASH], stored[MAX_HASH], sig[MAX_HASH], proof[MAX_HASH];
+    client_keys(m, c->pw, salt, salt_len, iterations, ckey, c->server_key);
     EVP_Digest(ckey, m->hlen, stored, NULL, m->md(), NULL);
     char *without_proof = bson_strdup_printf("c=biws,r=%s", r);
     c->auth_message = bson_strdup_printf("%s,%s,%s", c->first_bare, sf, without_proof);
@@ -709,7 +773,6 @@ int sbl_scram_client_step(sbl_scram_client_t *c, const uint8_t *in, size_t len, 
     *outp = bson_strdup_printf("%s,p=%s", without_proof, p64);
     bson_free(p64);
     bson_free(without_proof);
-    OPENSSL_cleanse(salted, sizeof(salted));
     OPENSSL_cleanse(ckey, sizeof(ckey));
 out:
     bson_free(sf);

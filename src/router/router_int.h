@@ -140,6 +140,10 @@ void rt_copy_cmd(const bson_t *in, bson_t *out, const char *const *skip_extra);
  * the shards' replies showed, appended to out; false (nothing appended)
  * before any. */
 bool rt_append_cluster_time(bson_t *out, bool op_time);
+/* The same $clusterTime as one BSON element's bytes (*lenp of them; the
+ * calling thread's copy, valid until its next call), its time in *tsp;
+ * NULL before any. */
+const uint8_t *rt_cluster_time_elem(size_t *lenp, uint64_t *tsp);
 /* The newest cluster time the shards' replies or the clients showed (0:
  * none yet). */
 uint64_t rt_cluster_time(void);
@@ -148,9 +152,10 @@ uint64_t rt_cluster_time(void);
  * client may advanceClusterTime; once accepted, it advances the router's
  * cluster time (rt_cluster_time) with its signature. */
 int rt_check_cluster_time(const bson_t *cmd, bool may_advance, sbl_err_t *err);
-/* The same on a loop thread: a signing key not cached is not read again
- * (KeyNotFound, for the worker path to check again with the keys read). */
-int rt_check_cluster_time_cached(const bson_t *cmd, bool may_advance, sbl_err_t *err);
+/* The same for $clusterTime ct (its iterator) on a loop thread: a signing
+ * key not cached is not read again (KeyNotFound, for the worker path to
+ * check again with the keys read). */
+int rt_check_cluster_time_at(const bson_iter_t *ct, bool may_advance, sbl_err_t *err);
 /* The configdb set name and hosts. */
 const char *rt_configdb(void);
 /* Commands sent to shard i since start and the total time their replies took. */
@@ -167,8 +172,9 @@ int rt_host_run(const char *hostport, int *fdp, int timeout_ms, const char *db, 
  * that the loop then keeps.  rt_conn_borrow: an idle connection to shard's
  * primary (its "host:port" into host), or -1 when none is idle or the
  * primary is not known (then the worker path dials or looks it up).
- * rt_conn_msg: cmd with the router's fields ($clusterTime; no session
- * fields: rt_fast.c takes no transaction or retryable write) as one OP_MSG
+ * rt_conn_msg: cmd (built by rt_copy_cmd: no $clusterTime of its own) with
+ * the router's fields ($clusterTime; no session fields: rt_fast.c takes no
+ * transaction or retryable write) as one OP_MSG
  * into buf, its request id into *ridp; its length, 0 when it is longer
  * than cap.  rt_conn_write: n bytes to fd; false on an I/O error.  rt_msg_len: the length
  * of the reply whose header h is, -1 when it is no OP_MSG reply to rid;
@@ -188,6 +194,9 @@ bool rt_msg_body(const uint8_t *body, size_t n, bson_t *reply);
 /* As rt_msg_body, *view reading the body where it lies (no copy). */
 bool rt_msg_view(const uint8_t *body, size_t n, bson_t *view);
 bool rt_conn_answered(int shard, const char *host, int64_t t0, const bson_t *reply);
+/* As rt_conn_answered for a reply that says ok: 1 (the connection is
+ * kept), its $clusterTime at ct (NULL: none). */
+void rt_conn_answered_ok(int shard, const char *host, int64_t t0, const bson_iter_t *ct);
 void rt_shard_forget(int shard);
 uint64_t rt_shard_gen(int shard);
 /* Whether reply refuses a command as not primary before it ran. */
@@ -470,6 +479,9 @@ void rt_watch_stop(void);
  * startTransaction on this thread (a transaction's first statement starts
  * it on the router); 0 or the error to answer.  rt_sess_end forgets them. */
 int rt_sess_begin(const char *name, const bson_t *cmd, sbl_err_t *err);
+/* The check rt_sess_begin makes of a command's lsid (it: the field): its id
+ * into id, or TypeMismatch, BadValue or FailedToParse. */
+int rt_sess_lsid(const bson_iter_t *it, uint8_t id[16], sbl_err_t *err);
 /* The snapshot transaction's atClusterTime the current statement runs in
  * (0: not in one). */
 uint64_t rt_sess_read_at(void);
@@ -577,6 +589,9 @@ void rt_dispatch_worker(struct sbl_conn *conn, struct sbl_request *req);
  * codeName, errorLabels) and $clusterTime, is sent, and counts as an op of
  * name that started at t0 (CLOCK_MONOTONIC microseconds).  reply stays the
  * caller's. */
+/* The opcounters and latencies of a command answered after t0 (rt_answer
+ * counts them; a reply sent otherwise calls this). */
+void rt_count_op(const char *name, int64_t t0);
 void rt_answer(struct sbl_conn *conn, struct sbl_request *req, const char *name, int64_t t0,
                int rc, const sbl_err_t *err, bson_t *reply);
 /* A find on the connection's loop thread (rt_fast.c): true when it took req

@@ -304,44 +304,50 @@ static int check_actions(rt_client_t *c, const char *name, const char *db, const
     if (acts == NULL) /* listDatabases, isdbgrid ...: any authenticated user */
         return 0;
     const char *coll = cluster ? NULL : coll_of(cmd);
-    if (strcmp(name, "getMore") == 0 || strcmp(name, "killCursors") == 0 ||
-        strcmp(name, "createUser") == 0 || strcmp(name, "dropUser") == 0 ||
-        strcmp(name, "updateUser") == 0 || strcmp(name, "grantRolesToUser") == 0 ||
-        strcmp(name, "revokeRolesFromUser") == 0 || strcmp(name, "createRole") == 0 ||
-        strcmp(name, "dropRole") == 0 || strcmp(name, "usersInfo") == 0 ||
-        strcmp(name, "rolesInfo") == 0)
-        coll = NULL; /* database-level (a getMore's collection comes from its cursor) */
     char dbbuf[256];
     const char *adb = db;
-    if (strcmp(name, "shardCollection") == 0 || strcmp(name, "shardcollection") == 0 ||
-        strcmp(name, "split") == 0 || strcmp(name, "moveChunk") == 0 ||
-        strcmp(name, "mergeChunks") == 0 || strcmp(name, "mergeAllChunksOnShard") == 0 ||
-        strcmp(name, "clearJumboFlag") == 0 ||
-        strcmp(name, "movechunk") == 0 || strcmp(name, "moveRange") == 0 ||
-        strcmp(name, "refineCollectionShardKey") == 0 ||
-        strcmp(name, "configureCollectionBalancing") == 0 ||
-        strcmp(name, "balancerCollectionStatus") == 0 || strcmp(name, "getShardVersion") == 0) {
-        const char *ns = coll_of(cmd); /* "db.coll" */
-        const char *dot = ns != NULL ? strchr(ns, '.') : NULL;
-        if (dot != NULL) {
-            snprintf(dbbuf, sizeof(dbbuf), "%.*s", (int)(dot - ns), ns);
-            adb = dbbuf;
-            coll = dot + 1;
+    /* a find or a one-document write (most commands) names none of the
+     * commands checked on another resource below */
+    bool crud = strcmp(name, "find") == 0 || strcmp(name, "insert") == 0 ||
+                strcmp(name, "update") == 0 || strcmp(name, "delete") == 0;
+    if (!crud) {
+        if (strcmp(name, "getMore") == 0 || strcmp(name, "killCursors") == 0 ||
+            strcmp(name, "createUser") == 0 || strcmp(name, "dropUser") == 0 ||
+            strcmp(name, "updateUser") == 0 || strcmp(name, "grantRolesToUser") == 0 ||
+            strcmp(name, "revokeRolesFromUser") == 0 || strcmp(name, "createRole") == 0 ||
+            strcmp(name, "dropRole") == 0 || strcmp(name, "usersInfo") == 0 ||
+            strcmp(name, "rolesInfo") == 0)
+            coll = NULL; /* database-level (a getMore's collection comes from its cursor) */
+        if (strcmp(name, "shardCollection") == 0 || strcmp(name, "shardcollection") == 0 ||
+            strcmp(name, "split") == 0 || strcmp(name, "moveChunk") == 0 ||
+            strcmp(name, "mergeChunks") == 0 || strcmp(name, "mergeAllChunksOnShard") == 0 ||
+            strcmp(name, "clearJumboFlag") == 0 ||
+            strcmp(name, "movechunk") == 0 || strcmp(name, "moveRange") == 0 ||
+            strcmp(name, "refineCollectionShardKey") == 0 ||
+            strcmp(name, "configureCollectionBalancing") == 0 ||
+            strcmp(name, "balancerCollectionStatus") == 0 || strcmp(name, "getShardVersion") == 0) {
+            const char *ns = coll_of(cmd); /* "db.coll" */
+            const char *dot = ns != NULL ? strchr(ns, '.') : NULL;
+            if (dot != NULL) {
+                snprintf(dbbuf, sizeof(dbbuf), "%.*s", (int)(dot - ns), ns);
+                adb = dbbuf;
+                coll = dot + 1;
+            }
+        } else if (strncmp(name, "balancer", 8) == 0) { /* as mongod: config.settings */
+            adb = "config";
+            coll = "settings";
+        } else if (strcasecmp(name, "addShardToZone") == 0 ||
+                   strcasecmp(name, "removeShardFromZone") == 0) { /* mongod: config.shards */
+            adb = "config";
+            coll = "shards";
+        } else if (strcasecmp(name, "updateZoneKeyRange") == 0) { /* mongod: config.tags */
+            adb = "config";
+            coll = "tags";
+        } else if (strcmp(name, "enableSharding") == 0 || strcmp(name, "enablesharding") == 0 ||
+                   strcmp(name, "movePrimary") == 0 || strcmp(name, "moveprimary") == 0) {
+            adb = coll_of(cmd) != NULL ? coll_of(cmd) : db;
+            coll = NULL;
         }
-    } else if (strncmp(name, "balancer", 8) == 0) { /* as mongod: config.settings */
-        adb = "config";
-        coll = "settings";
-    } else if (strcasecmp(name, "addShardToZone") == 0 ||
-               strcasecmp(name, "removeShardFromZone") == 0) { /* mongod: config.shards */
-        adb = "config";
-        coll = "shards";
-    } else if (strcasecmp(name, "updateZoneKeyRange") == 0) { /* mongod: config.tags */
-        adb = "config";
-        coll = "tags";
-    } else if (strcmp(name, "enableSharding") == 0 || strcmp(name, "enablesharding") == 0 ||
-               strcmp(name, "movePrimary") == 0 || strcmp(name, "moveprimary") == 0) {
-        adb = coll_of(cmd) != NULL ? coll_of(cmd) : db;
-        coll = NULL;
     }
     static const char *const fam_remove[] = {"find", "remove", NULL};
     if ((strcmp(name, "findAndModify") == 0 || strcmp(name, "findandmodify") == 0)) {

@@ -768,6 +768,11 @@ static void run_and_reply(sbl_conn_t *conn, sbl_request_t *req, const rt_cmd_t *
     bson_destroy(&reply);
 }
 
+void rt_count_op(const char *name, int64_t t0)
+{
+    count_op(name, mono_us() - t0);
+}
+
 void rt_answer(sbl_conn_t *conn, sbl_request_t *req, const char *name, int64_t t0, int rc,
                const sbl_err_t *err, bson_t *reply)
 {

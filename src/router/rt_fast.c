@@ -41,6 +41,7 @@
 #include "auth/auth.h"
 #include "doc/doc.h"
 #include "net/net.h"
+#include "wire/wire.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -117,59 +118,102 @@ static int64_t mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-bool rt_fast_admit(sbl_conn_t *conn, const char *name, const char *db, const bson_t *cmd)
+/* What admit read of a command in its one walk. */
+typedef struct cmd_scan {
+    bson_iter_t find, filter; /* find's (valid when has_find, has_filter) */
+    bool has_find, has_filter;
+    bool negative;            /* a negative skip or batchSize (rt_find refuses them) */
+} cmd_scan_t;
+
+/* Whether the loop may take cmd (no transaction or retryable write fields,
+ * no readConcern; the dispatcher's checks, in its order, pass: an error is
+ * the worker path's to answer), read in one walk into *sc. */
+static bool admit(sbl_conn_t *conn, const char *name, const char *db, const bson_t *cmd,
+                  cmd_scan_t *sc)
 {
-    static const char *const not_here[] = {"txnNumber", "autocommit", "startTransaction",
-                                           "readConcern", NULL};
-    bson_iter_t it;
+    bson_iter_t it, ct;
+    bool has_ct = false, lsid_ok = true;
+    uint8_t id[16];
     sbl_err_t err = {0};
+    memset(sc, 0, sizeof(*sc));
     if (cmd->len > FAST_CMD_MAX || strlen(db) >= sizeof(((fast_conn_t *)0)->db) ||
         !bson_iter_init(&it, cmd))
         return false;
-    while (bson_iter_next(&it))
-        for (int i = 0; not_here[i]; i++)
-            if (strcmp(bson_iter_key(&it), not_here[i]) == 0)
-                return false;
-    /* the dispatcher's checks, in its order; an error is the worker path's to answer */
-    if (rt_auth_check_loop(conn, name, db, cmd, &err) != 0 ||
-        rt_check_cluster_time_cached(cmd, rt_auth_may_advance_cluster_time(conn, name),
-                                     &err) != 0)
-        return false;
-    int rc = rt_sess_begin(name, cmd, &err); /* checks the lsid */
-    rt_sess_end();
-    return rc == 0;
-}
-
-/* Whether find cmd has no negative skip or batchSize (rt_find refuses them). */
-static bool plain_find(const bson_t *cmd)
-{
-    bson_iter_t it;
-    if (!bson_iter_init(&it, cmd))
-        return false;
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
-        if ((strcmp(k, "skip") == 0 || strcmp(k, "batchSize") == 0) &&
-            BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_int64(&it) < 0)
-            return false;
+        switch (k[0]) { /* the names looked for, by their first letter */
+        case 't':
+        case 'a':
+        case 'r':
+            if (strcmp(k, "txnNumber") == 0 || strcmp(k, "autocommit") == 0 ||
+                strcmp(k, "readConcern") == 0)
+                return false;
+            break;
+        case 'l':
+            if (strcmp(k, "lsid") == 0) /* as rt_sess_begin checks it */
+                lsid_ok = lsid_ok && rt_sess_lsid(&it, id, &err) == 0;
+            break;
+        case '$':
+            if (strcmp(k, "$clusterTime") == 0 && !has_ct) {
+                ct = it;
+                has_ct = true;
+            }
+            break;
+        case 'f':
+            if (strcmp(k, "find") == 0 && !sc->has_find) {
+                sc->find = it;
+                sc->has_find = true;
+            } else if (strcmp(k, "filter") == 0 && !sc->has_filter) {
+                sc->filter = it;
+                sc->has_filter = true;
+            }
+            break;
+        case 's':
+        case 'b':
+            if (strcmp(k, "startTransaction") == 0)
+                return false;
+            if ((strcmp(k, "skip") == 0 || strcmp(k, "batchSize") == 0) &&
+                BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_int64(&it) < 0)
+                sc->negative = true;
+            break;
+        default:
+            break;
+        }
     }
-    return true;
+    return rt_auth_check_loop(conn, name, db, cmd, &err) == 0 &&
+           (!has_ct || rt_check_cluster_time_at(&ct, rt_auth_may_advance_cluster_time(conn, name),
+                                                &err) == 0) &&
+           lsid_ok;
 }
 
-/* The one shard that answers cmd (a find on db), from the cached routing
- * table with its version appended to fwd (initialised here); -1 when the
- * worker path must decide; -2 when several shards answer it, with *cp the
- * collection's table (the caller releases it) and targets[] filled. */
-static int target(const char *db, const bson_t *cmd, bson_t *fwd, rt_coll_t **cp,
-                  bool targets[RT_MAX_SHARDS])
+bool rt_fast_admit(sbl_conn_t *conn, const char *name, const char *db, const bson_t *cmd)
 {
-    bson_iter_t it;
-    if (!bson_iter_init_find(&it, cmd, "find") || !BSON_ITER_HOLDS_UTF8(&it))
+    cmd_scan_t sc;
+    return admit(conn, name, db, cmd, &sc);
+}
+
+/* The one shard that answers cmd (a find on db, sc its walk), from the
+ * cached routing table with its version appended to fwd (initialised
+ * here); -1 when the worker path must decide; -2 when several shards answer
+ * it, with *cp the collection's table (the caller releases it) and
+ * targets[] filled. */
+static int target(const char *db, const bson_t *cmd, const cmd_scan_t *sc, bson_t *fwd,
+                  rt_coll_t **cp, bool targets[RT_MAX_SHARDS])
+{
+    if (!sc->has_find || !BSON_ITER_HOLDS_UTF8(&sc->find))
         return -1;
     char ns[400];
-    snprintf(ns, sizeof(ns), "%s.%s", db, bson_iter_utf8(&it, NULL));
+    uint32_t clen;
+    const char *coll = bson_iter_utf8(&sc->find, &clen);
+    size_t dlen = strlen(db);
+    if (dlen + 1 + clen >= sizeof(ns))
+        return -1;
+    memcpy(ns, db, dlen);
+    ns[dlen] = '.';
+    memcpy(ns + dlen + 1, coll, clen + 1);
     bson_t filter = BSON_INITIALIZER;
-    if (bson_iter_init_find(&it, cmd, "filter") && BSON_ITER_HOLDS_DOCUMENT(&it))
-        sbl_iter_doc(&it, &filter);
+    if (sc->has_filter && BSON_ITER_HOLDS_DOCUMENT(&sc->filter))
+        sbl_iter_doc(&sc->filter, &filter);
     rt_coll_t *c = rt_coll_cached(ns);
     if (c == NULL)
         return -1;
@@ -347,22 +391,126 @@ static void lost(fast_conn_t *fc)
     answer_unreachable(fc);
 }
 
+/* Whether cursor document cur (its iterator) leaves no cursor open, as
+ * rt_wrap_cursor_reply reads it (no id, or no ns). */
+static bool cursor_closed(const bson_iter_t *cur)
+{
+    bson_iter_t f;
+    int64_t id = 0;
+    bool ns = false;
+    if (!bson_iter_recurse(cur, &f))
+        return true;
+    while (bson_iter_next(&f)) {
+        if (strcmp(bson_iter_key(&f), "id") == 0)
+            id = bson_iter_as_int64(&f);
+        else if (strcmp(bson_iter_key(&f), "ns") == 0 && BSON_ITER_HOLDS_UTF8(&f))
+            ns = true;
+    }
+    return id == 0 || !ns;
+}
+
+#define PASS_SKIPS 4 /* fields left out of a reply passed on, at most */
+
+/*
+ * The common reply of a find or a write passed through (RT_FAST_WRITE),
+ * passed on in one walk of the shard's bytes: ok: 1 and no cursor left
+ * open, to a client that takes a plain OP_MSG.  The client's reply is the
+ * shard's without its $clusterTime and operationTime, the router's
+ * appended, as the worker path shapes it (rt_wrap_cursor_reply's copy or
+ * on_reply's, then send_reply), built once into the bytes that go out; the
+ * session is not looked at again (only a cursor the router keeps needs
+ * it).  false: another case, nothing done.
+ */
+static bool pass_on(fast_conn_t *fc, const bson_t *r)
+{
+    bson_iter_t it, ct;
+    bool ok = false, seen_ok = false, has_ct = false;
+    uint32_t skip_off[PASS_SKIPS], skip_end[PASS_SKIPS];
+    int nskip = 0;
+    size_t skipped = 0;
+    if ((fc->kind != RT_FAST_FIND && fc->kind != RT_FAST_WRITE) ||
+        !sbl_wire_reply_plain(fc->req) || !bson_iter_init(&it, r))
+        return false;
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "ok") == 0 && !seen_ok) { /* rt_reply_code reads the first */
+            seen_ok = true;
+            ok = bson_iter_as_double(&it) == 1.0;
+        } else if (strcmp(k, "cursor") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+                   fc->kind == RT_FAST_FIND) {
+            if (!cursor_closed(&it))
+                return false;
+        } else if (strcmp(k, "$clusterTime") == 0 || strcmp(k, "operationTime") == 0) {
+            if (nskip == PASS_SKIPS)
+                return false;
+            if (k[0] == '$' && !has_ct) {
+                ct = it;
+                has_ct = true;
+            }
+            skip_off[nskip] = it.off;
+            skip_end[nskip] = it.next_off;
+            skipped += it.next_off - it.off;
+            nskip++;
+        }
+    }
+    if (!ok)
+        return false;
+    rt_conn_answered_ok(fc->shard, fc->host, fc->sent, has_ct ? &ct : NULL);
+    size_t ctlen = 0;
+    uint64_t ts = 0;
+    const uint8_t *mine = rt_cluster_time_elem(&ctlen, &ts);
+    static const char op_time[] = "\x11operationTime"; /* a timestamp: its key and 8 bytes */
+    size_t body = r->len - skipped + (mine != NULL ? ctlen + sizeof(op_time) + 8 : 0);
+    uint8_t *mem = malloc(SBL_WIRE_MSG_HEAD + body);
+    if (mem == NULL)
+        return false;
+    const uint8_t *in = bson_get_data(r);
+    uint8_t *o = mem + SBL_WIRE_MSG_HEAD + 4;
+    uint32_t from = 4;
+    for (int i = 0; i < nskip; i++) {
+        memcpy(o, in + from, skip_off[i] - from);
+        o += skip_off[i] - from;
+        from = skip_end[i];
+    }
+    memcpy(o, in + from, r->len - 1 - from);
+    o += r->len - 1 - from;
+    if (mine != NULL) {
+        memcpy(o, mine, ctlen);
+        o += ctlen;
+        memcpy(o, op_time, sizeof(op_time)); /* with its NUL */
+        o += sizeof(op_time);
+        for (int i = 0; i < 8; i++)
+            *o++ = (uint8_t)(ts >> (8 * i));
+    }
+    *o = 0;
+    uint32_t len = (uint32_t)body;
+    for (int i = 0; i < 4; i++)
+        mem[SBL_WIRE_MSG_HEAD + i] = (uint8_t)(len >> (8 * i));
+    __atomic_add_fetch(&n_answered[fc->kind != RT_FAST_FIND], 1, __ATOMIC_RELAXED);
+    rt_count_op(fc->name, fc->t0);
+    sbl_conn_reply_owned(fc->client, fc->req, mem, body);
+    conn_done(fc, true);
+    return true;
+}
+
 /* The shard's whole reply is in fc->buf. */
 static void on_reply(fast_conn_t *fc)
 {
     bson_t r, reply = BSON_INITIALIZER;
     sbl_err_t err = {0};
-    if (fc->cb != NULL) { /* a scan's: the reply read where it lies */
-        if (!rt_msg_view(fc->buf + 16, fc->need - 16, &r)) {
+    /* the reply read where it lies (fc->buf, until conn_done) */
+    if (!rt_msg_view(fc->buf + 16, fc->need - 16, &r)) {
+        if (fc->cb != NULL)
             to_worker(fc, true);
-            return;
-        }
-        bool keep = rt_conn_answered(fc->shard, fc->host, fc->sent, &r);
-        fire(fc, &r, keep);
+        else
+            lost(fc);
         return;
     }
-    if (!rt_msg_body(fc->buf + 16, fc->need - 16, &r)) {
-        lost(fc);
+    if (fc->cb == NULL && pass_on(fc, &r))
+        return;
+    if (fc->cb != NULL) {
+        bool keep = rt_conn_answered(fc->shard, fc->host, fc->sent, &r);
+        fire(fc, &r, keep);
         return;
     }
     bool keep = rt_conn_answered(fc->shard, fc->host, fc->sent, &r);
@@ -460,12 +608,13 @@ bool rt_fast_find(sbl_conn_t *conn, sbl_request_t *req)
     const bson_t *cmd = &req->cmd;
     const char *db = req->db[0] ? req->db : "admin";
     int64_t t0 = mono_us();
-    if (!plain_find(cmd) || !rt_fast_admit(conn, "find", db, cmd))
+    cmd_scan_t sc;
+    if (!admit(conn, "find", db, cmd, &sc) || sc.negative)
         return false;
     bson_t fwd;
     rt_coll_t *c = NULL;
     bool targets[RT_MAX_SHARDS];
-    int s = target(db, cmd, &fwd, &c, targets);
+    int s = target(db, cmd, &sc, &fwd, &c, targets);
     if (s == -2)
         return rt_scan_find(conn, req, db, t0, c, targets);
     if (s < 0)
@@ -486,7 +635,10 @@ bool rt_fast_send(sbl_conn_t *conn, sbl_request_t *req, const char *name, rt_fas
     fc->name = name;
     fc->kind = kind;
     fc->t0 = t0;
-    snprintf(fc->db, sizeof(fc->db), "%s", db);
+    size_t dl = strlen(db); /* admit checked its length */
+    dl = dl < sizeof(fc->db) ? dl : sizeof(fc->db) - 1;
+    memcpy(fc->db, db, dl);
+    fc->db[dl] = '\0';
     fc->out = rt_conn_msg(s, db, fwd, fc->buf, FAST_INLINE, &fc->rid);
     if (fc->out == 0) {
         fc->client = NULL;

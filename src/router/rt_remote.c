@@ -73,9 +73,20 @@ static int nshards; /* read without the lock after the slot is filled (only grow
 static mongoc_client_pool_t *config_pool;
 static char configdb[1024];
 
+/*
+ * The config servers' pool: at most this many clients.  Each new libmongoc
+ * client authenticates with a keyFile by SCRAM-SHA-256 and derives its
+ * salted password itself (libmongoc 1.23 caches it per client: 15,000
+ * rounds, ~20 ms of CPU), and 100 new connections authenticating at once
+ * (their users read from the config servers) grew the pool to ~100
+ * clients: ~2 s of the router's CPU (bench/router-cpu --auth, "The
+ * router's cost").  Commands wait in mongoc_client_pool_pop beyond it.
+ */
+#define CONFIG_POOL_MAX 32
+
 /* "rs/h1:p1,h2:p2" -> mongodb://h1:p1,h2:p2/?replicaSet=rs; "h:p" -> mongodb://h:p/;
- * with a keyFile as __system@local (sbl_auth_cluster_uri). */
-static mongoc_client_pool_t *pool_for(const char *host)
+ * with a keyFile as __system@local (sbl_auth_cluster_uri); at most max clients. */
+static mongoc_client_pool_t *pool_for(const char *host, int max)
 {
     char uri_s[4400], opts[600];
     const char *slash = strchr(host, '/');
@@ -83,11 +94,11 @@ static mongoc_client_pool_t *pool_for(const char *host)
     if (slash != NULL)
         snprintf(opts, sizeof(opts),
                  "replicaSet=%.*s&serverSelectionTimeoutMS=15000"
-                 "&connectTimeoutMS=5000&maxPoolSize=200",
-                 (int)(slash - host), host);
+                 "&connectTimeoutMS=5000&maxPoolSize=%d",
+                 (int)(slash - host), host, max);
     else
         snprintf(opts, sizeof(opts), "directConnection=true&serverSelectionTimeoutMS=15000"
-                 "&connectTimeoutMS=5000&maxPoolSize=200");
+                 "&connectTimeoutMS=5000&maxPoolSize=%d", max);
     if (!sbl_auth_cluster_uri(uri_s, sizeof(uri_s), key, slash != NULL ? slash + 1 : host, opts))
         return NULL;
     bson_error_t e;
@@ -107,7 +118,7 @@ int rt_remote_init(const char *cfg, sbl_err_t *err)
 {
     mongoc_init();
     snprintf(configdb, sizeof(configdb), "%s", cfg);
-    config_pool = pool_for(cfg);
+    config_pool = pool_for(cfg, CONFIG_POOL_MAX);
     if (config_pool == NULL)
         return sbl_err_set(err, SBL_E_BadValue, "bad --configdb: %s", cfg);
     return 0;
@@ -193,7 +204,7 @@ int rt_shard_add(const char *id, const char *host)
         rt_shard_t *s = &shards[nshards];
         snprintf(s->id, sizeof(s->id), "%s", id);
         snprintf(s->host, sizeof(s->host), "%s", host);
-        s->pool = pool_for(host);
+        s->pool = pool_for(host, 200);
         pthread_mutex_init(&s->lock, NULL);
         s->primary[0] = '\0';
         s->nidle = 0;
@@ -693,14 +704,23 @@ static pthread_mutex_t ct_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint8_t ct_hash[SBL_CTIME_KEY_LEN]; /* cluster_time's signature (ct_lock) */
 static int64_t ct_key_id;
 
-static void note_cluster_time(const bson_t *reply)
+/* Note the time of $clusterTime ct (its iterator) when newer.  Its time is
+ * read first: a reply rarely shows a newer one, and its signature is then
+ * not parsed. */
+static void note_cluster_time_at(const bson_iter_t *ct)
 {
-    bson_iter_t it;
+    bson_iter_t f;
     uint64_t ts;
+    uint32_t t, i;
     const uint8_t *hash;
     int64_t key_id;
-    if (!bson_iter_init_find(&it, reply, "$clusterTime") ||
-        !sbl_ctime_parse(&it, &ts, &hash, &key_id) ||
+    if (BSON_ITER_HOLDS_DOCUMENT(ct) && bson_iter_recurse(ct, &f) && bson_iter_next(&f) &&
+        BSON_ITER_HOLDS_TIMESTAMP(&f) && strcmp(bson_iter_key(&f), "clusterTime") == 0) {
+        bson_iter_timestamp(&f, &t, &i);
+        if ((((uint64_t)t << 32) | i) <= atomic_load_explicit(&cluster_time, memory_order_relaxed))
+            return;
+    }
+    if (!sbl_ctime_parse(ct, &ts, &hash, &key_id) ||
         ts <= atomic_load_explicit(&cluster_time, memory_order_relaxed))
         return;
     pthread_mutex_lock(&ct_lock);
@@ -715,20 +735,61 @@ static void note_cluster_time(const bson_t *reply)
     pthread_mutex_unlock(&ct_lock);
 }
 
+static void note_cluster_time(const bson_t *reply)
+{
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, reply, "$clusterTime"))
+        note_cluster_time_at(&it);
+}
+
+/* This thread's {$clusterTime: ...} of time ct_tl_ts, built again only when
+ * the cluster time changed (every reply and every command to a shard
+ * carries it; a time's signature never changes: a time is only replaced by
+ * a later one). */
+static _Thread_local uint64_t ct_tl_ts;
+static _Thread_local bson_t ct_tl_doc;
+
+static const bson_t *cluster_time_doc(uint64_t *tsp)
+{
+    uint64_t ts = atomic_load(&cluster_time);
+    if (ts == 0)
+        return NULL;
+    if (ts != ct_tl_ts) {
+        uint8_t hash[SBL_CTIME_KEY_LEN];
+        pthread_mutex_lock(&ct_lock);
+        ts = atomic_load_explicit(&cluster_time, memory_order_relaxed);
+        int64_t key_id = ct_key_id;
+        memcpy(hash, ct_hash, sizeof(hash));
+        pthread_mutex_unlock(&ct_lock);
+        if (ct_tl_ts != 0)
+            bson_destroy(&ct_tl_doc);
+        bson_init(&ct_tl_doc);
+        sbl_ctime_append(&ct_tl_doc, ts, hash, key_id);
+        ct_tl_ts = ts;
+    }
+    *tsp = ts;
+    return &ct_tl_doc;
+}
+
 bool rt_append_cluster_time(bson_t *out, bool op_time)
 {
-    uint8_t hash[SBL_CTIME_KEY_LEN];
-    pthread_mutex_lock(&ct_lock);
-    uint64_t ts = atomic_load_explicit(&cluster_time, memory_order_relaxed);
-    int64_t key_id = ct_key_id;
-    memcpy(hash, ct_hash, sizeof(hash));
-    pthread_mutex_unlock(&ct_lock);
-    if (ts == 0)
+    uint64_t ts;
+    const bson_t *d = cluster_time_doc(&ts);
+    if (d == NULL)
         return false;
-    sbl_ctime_append(out, ts, hash, key_id);
+    bson_concat(out, d);
     if (op_time)
         BSON_APPEND_TIMESTAMP(out, "operationTime", (uint32_t)(ts >> 32), (uint32_t)ts);
     return true;
+}
+
+const uint8_t *rt_cluster_time_elem(size_t *lenp, uint64_t *tsp)
+{
+    const bson_t *d = cluster_time_doc(tsp);
+    if (d == NULL)
+        return NULL;
+    *lenp = d->len - 5;
+    return bson_get_data(d) + 4;
 }
 
 uint64_t rt_cluster_time(void)
@@ -768,28 +829,28 @@ static void reload_keys(void)
     sbl_ctime_keys_set(got, n);
 }
 
-static int check_cluster_time(const bson_t *cmd, bool may_advance, void (*reload)(void),
-                              sbl_err_t *err)
+static int check_cluster_time_at(const bson_iter_t *it, bool may_advance, void (*reload)(void),
+                                 sbl_err_t *err)
 {
-    bson_iter_t it;
-    if (!bson_iter_init_find(&it, cmd, "$clusterTime"))
-        return 0;
     if (!may_advance && sbl_auth_enabled() && sbl_server_options()->cluster_key != NULL)
-        SBL_RET(sbl_ctime_check(&it, atomic_load(&cluster_time), reload, err));
+        SBL_RET(sbl_ctime_check(it, atomic_load(&cluster_time), reload, err));
     /* gossiped in, as mongos's clock takes it: the shards hear of the time
      * with the next command, so one it reads at is not past their clocks */
-    note_cluster_time(cmd);
+    note_cluster_time_at(it);
     return 0;
 }
 
 int rt_check_cluster_time(const bson_t *cmd, bool may_advance, sbl_err_t *err)
 {
-    return check_cluster_time(cmd, may_advance, reload_keys, err);
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, cmd, "$clusterTime"))
+        return 0;
+    return check_cluster_time_at(&it, may_advance, reload_keys, err);
 }
 
-int rt_check_cluster_time_cached(const bson_t *cmd, bool may_advance, sbl_err_t *err)
+int rt_check_cluster_time_at(const bson_iter_t *ct, bool may_advance, sbl_err_t *err)
 {
-    return check_cluster_time(cmd, may_advance, NULL, err);
+    return check_cluster_time_at(ct, may_advance, NULL, err);
 }
 
 /* The fields the router adds to cmd for shard i into extra (session
@@ -1007,7 +1068,10 @@ size_t rt_conn_msg(int shard, const char *db, const bson_t *cmd, uint8_t *buf, s
                    int32_t *ridp)
 {
     bson_t extra = BSON_INITIALIZER;
-    bool has_extra = extra_for(shard, cmd, &extra);
+    /* extra_for without its look for cmd's own $clusterTime: rt_copy_cmd
+     * built cmd, and left none */
+    bool has_extra = rt_sess_extra(shard, cmd, &extra);
+    has_extra |= rt_append_cluster_time(&extra, false);
     size_t n = msg_size(db, cmd, has_extra ? &extra : NULL);
     if (n <= cap)
         msg_build(db, cmd, has_extra ? &extra : NULL, buf, ridp);
@@ -1031,6 +1095,14 @@ bool rt_conn_answered(int shard, const char *host, int64_t t0, const bson_t *rep
         return false;
     }
     return true;
+}
+
+void rt_conn_answered_ok(int shard, const char *host, int64_t t0, const bson_iter_t *ct)
+{
+    memcpy(answered[shard], host, RT_HOST_MAX);
+    count_traffic(&shards[shard], t0);
+    if (ct != NULL)
+        note_cluster_time_at(ct);
 }
 
 void rt_shard_forget(int shard)
@@ -1071,15 +1143,30 @@ void rt_copy_cmd(const bson_t *in, bson_t *out, const char *const *skip_extra)
                                        "apiVersion", "apiStrict", "apiDeprecationErrors",
                                        "recoveryToken", "stmtId", "stmtIds", NULL};
     bson_iter_t it;
-    bson_iter_init(&it, in);
+    if (!bson_iter_init(&it, in))
+        return;
+    /* the fields kept, byte for byte, gathered into one document appended at once */
+    const uint8_t *raw = bson_get_data(in);
+    uint8_t stack[2048];
+    uint8_t *buf = in->len <= sizeof(stack) ? stack : bson_malloc(in->len);
+    uint32_t n = 4;
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         bool drop = false;
         for (int i = 0; skip[i] && !drop; i++)
-            drop = strcmp(k, skip[i]) == 0;
+            drop = skip[i][0] == k[0] && strcmp(k, skip[i]) == 0;
         for (int i = 0; skip_extra && skip_extra[i] && !drop; i++)
             drop = strcmp(k, skip_extra[i]) == 0;
-        if (!drop)
-            sbl_append_iter(out, k, -1, &it);
+        if (!drop) {
+            memcpy(buf + n, raw + it.off, it.next_off - it.off);
+            n += it.next_off - it.off;
+        }
     }
+    buf[n++] = 0;
+    memcpy(buf, &n, 4); /* little-endian, as the hosts sable runs on */
+    bson_t kept;
+    if (bson_init_static(&kept, buf, n))
+        bson_concat(out, &kept);
+    if (buf != stack)
+        bson_free(buf);
 }

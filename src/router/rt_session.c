@@ -211,34 +211,42 @@ uint64_t rt_sess_read_at(void)
     return cur.read_at;
 }
 
+int rt_sess_lsid(const bson_iter_t *it, uint8_t id[16], sbl_err_t *err)
+{
+    bson_iter_t f;
+    bool has = false;
+    if (!BSON_ITER_HOLDS_DOCUMENT(it) || !bson_iter_recurse(it, &f))
+        return sbl_err_set(err, SBL_E_TypeMismatch, "BSON field 'lsid' is the wrong "
+                           "type, expected type 'object'");
+    while (bson_iter_next(&f)) {
+        bson_subtype_t st;
+        uint32_t len = 0;
+        const uint8_t *data;
+        if (strcmp(bson_iter_key(&f), "id") != 0 || !BSON_ITER_HOLDS_BINARY(&f))
+            continue;
+        bson_iter_binary(&f, &st, &len, &data);
+        if (len != 16)
+            return sbl_err_set(err, SBL_E_BadValue, "BSON field 'lsid.id' must be a UUID");
+        memcpy(id, data, 16);
+        has = true;
+    }
+    if (!has)
+        return sbl_err_set(err, SBL_E_FailedToParse, "BSON field 'lsid.id' is "
+                           "missing but a required field");
+    return 0;
+}
+
 int rt_sess_begin(const char *name, const bson_t *cmd, sbl_err_t *err)
 {
     memset(&cur, 0, sizeof(cur));
-    bson_iter_t it, f;
+    bson_iter_t it;
     bool start = false, has_ac = false;
     bson_iter_init(&it, cmd);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "lsid") == 0) {
-            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &f))
-                return sbl_err_set(err, SBL_E_TypeMismatch, "BSON field 'lsid' is the wrong "
-                                   "type, expected type 'object'");
-            while (bson_iter_next(&f)) {
-                bson_subtype_t st;
-                uint32_t len = 0;
-                const uint8_t *data;
-                if (strcmp(bson_iter_key(&f), "id") != 0 || !BSON_ITER_HOLDS_BINARY(&f))
-                    continue;
-                bson_iter_binary(&f, &st, &len, &data);
-                if (len != 16)
-                    return sbl_err_set(err, SBL_E_BadValue, "BSON field 'lsid.id' must be a "
-                                       "UUID");
-                memcpy(cur.id, data, 16);
-                cur.has_lsid = true;
-            }
-            if (!cur.has_lsid)
-                return sbl_err_set(err, SBL_E_FailedToParse, "BSON field 'lsid.id' is "
-                                   "missing but a required field");
+            SBL_RET(rt_sess_lsid(&it, cur.id, err));
+            cur.has_lsid = true;
         } else if (strcmp(k, "txnNumber") == 0) {
             if (!BSON_ITER_HOLDS_INT64(&it) && !BSON_ITER_HOLDS_INT32(&it))
                 return sbl_err_set(err, SBL_E_TypeMismatch, "BSON field 'txnNumber' is the "

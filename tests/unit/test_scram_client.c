@@ -83,8 +83,13 @@ int main(void)
 
     /* SASLprep maps the no-break space to a space on both sides */
     CHECK(converse("pa\xc2\xa0ss", false, false) == 0);
+    int64_t derived = sbl_scram_client_derivations();
     CHECK(converse("pa ss", false, false) == 0);
+    /* the same password, salt and iterations: the keys come from the cache */
+    CHECK(sbl_scram_client_derivations() == derived);
     CHECK(converse("wrong", false, false) == SBL_E_AuthenticationFailed);
+    CHECK(sbl_scram_client_derivations() == derived + 1);
+    CHECK(converse("pa ss", false, false) == 0);
     CHECK(converse("pa ss", true, false) == SBL_E_AuthenticationFailed);
     CHECK(converse("pa ss", false, true) == SBL_E_AuthenticationFailed);
     bson_destroy(user_doc);

@@ -58,6 +58,60 @@ def test_point_reads_from_many_threads(mongos):
     assert loop1 - loop0 >= 1000, (loop0, loop1)
 
 
+def _loop_find(mongos, cmd):
+    """cmd's reply, once a loop answered it (a loop's first reads go to the
+    workers, which dial the connections the loops then take)."""
+    for _ in range(100):
+        loop0, _, _ = _counts(mongos)
+        r = mongos.lr.command(cmd)
+        loop1, _, _ = _counts(mongos)
+        if loop1 - loop0 == 1:
+            return r
+    raise AssertionError("no loop answered %r" % (cmd,))
+
+
+def test_a_loop_reply_is_the_worker_paths(mongos):
+    """The loop passes the shard's reply on from its bytes (rt_fast.c,
+    pass_on), with the router's $clusterTime and operationTime: the same
+    fields, in the same order, as the worker path's reply (a readConcern
+    sends the find there)."""
+    mongos.admin.command("shardCollection", "lr.ct", key={"_id": "hashed"})
+    mongos.lr.ct.insert_many([{"_id": i, "s": "x" * i} for i in range(20)])
+    cmd = {"find": "ct", "filter": {"_id": 7}}
+    r = _loop_find(mongos, cmd)
+    assert list(r) == ["cursor", "ok", "$clusterTime", "operationTime"], r
+    assert r["cursor"] == {"firstBatch": [{"_id": 7, "s": "x" * 7}], "id": 0, "ns": "lr.ct"}
+    assert r["ok"] == 1.0
+    assert r["$clusterTime"]["clusterTime"] == r["operationTime"]
+    assert sorted(r["$clusterTime"]["signature"]) == ["hash", "keyId"]
+    _, back0, _ = _counts(mongos)
+    w = mongos.lr.command(dict(cmd, readConcern={"level": "local"}))
+    _, back1, _ = _counts(mongos)
+    assert back1 == back0  # not taken by the loop: no fallback counted
+    assert list(w) == list(r) and w["cursor"] == r["cursor"]
+    # a later write's time reaches the next loop reply (the router's copy
+    # of its $clusterTime is built again when the time changes)
+    t = mongos.lr.command("insert", "ct", documents=[{"_id": 100}])["operationTime"]
+    r2 = _loop_find(mongos, {"find": "ct", "filter": {"_id": 100}})
+    assert r2["cursor"]["firstBatch"] == [{"_id": 100}]
+    assert r2["operationTime"] >= t and r2["$clusterTime"]["clusterTime"] >= t
+    # no match: an empty batch, passed on the same way
+    r3 = _loop_find(mongos, {"find": "ct", "filter": {"_id": 1000}})
+    assert r3["cursor"] == {"firstBatch": [], "id": 0, "ns": "lr.ct"}
+    assert list(r3) == ["cursor", "ok", "$clusterTime", "operationTime"]
+    # a one-shard write's reply is passed on the same way (no txnNumber: the loop's)
+    for _ in range(100):
+        st = mongos.admin.command("serverStatus")["network"]["loopWrites"]
+        u = mongos.lr.command("update", "ct", updates=[{"q": {"_id": 7}, "u": {"$inc": {"n": 1}}}])
+        if mongos.admin.command("serverStatus")["network"]["loopWrites"] - st == 1:
+            break
+    else:
+        raise AssertionError("no loop answered the update")
+    assert (u["n"], u["nModified"]) == (1, 1)
+    assert list(u)[-3:] == ["ok", "$clusterTime", "operationTime"], u
+    assert u["$clusterTime"]["clusterTime"] == u["operationTime"] >= r2["operationTime"]
+
+
 def test_a_one_shard_cursor_is_the_routers(mongos):
     mongos.lr.r.insert_many([{"_id": k, "k": k} for k in range(-20, 100)])
     loop0, _, _ = _counts(mongos)

@@ -110,9 +110,15 @@ double sbl_storage_cache_fill(void)
     return max > 0 ? (double)used / (double)max : 0.0;
 }
 
+/* The oldest time a read may ask for: WiredTiger's oldest timestamp, and
+ * never below the checkpoint this process recovered from.  WiredTiger 3.2
+ * keeps no history across a restart (mongod 4.2, on it, sets the oldest
+ * timestamp to the recovery point at start-up for the same reason): a read
+ * at an earlier time would find the checkpoint's values, not that time's. */
 uint64_t sbl_storage_oldest_ts(void)
 {
-    return query_ts("oldest");
+    uint64_t oldest = query_ts("oldest"), recovered = query_ts("recovery");
+    return oldest > recovered ? oldest : recovered;
 }
 
 uint64_t sbl_storage_all_durable_ts(void)

@@ -188,3 +188,41 @@ def test_history_window_kept_while_reads_at_a_timestamp_run(primary):
     finally:
         c.admin.command("setParameter", 1, minSnapshotHistoryWindowInSeconds=300)
         raw.close()
+
+
+def test_times_before_a_restart_are_too_old(primary):
+    """WiredTiger 3.2 keeps no history across a restart: after one, a read at
+    a time before the checkpoint the member recovered from is SnapshotTooOld
+    (as mongod 4.2 on it), never the checkpoint's newer values; a time after
+    it reads as of that time."""
+    m, c = primary
+    raw = Raw(m.port)
+    c.t.r.insert_one({"_id": 1, "v": 1})
+    before = raw(SON([("find", "r"), ("readConcern", snap())]))["cursor"]["atClusterTime"]
+    c.t.r.update_one({"_id": 1}, {"$set": {"v": 2}})
+    last = c.local["oplog.rs"].find().sort("$natural", -1).limit(1)[0]["ts"]
+    wait_majority(c, last)
+    r = raw(SON([("find", "r"), ("readConcern", snap(before))]))
+    assert r["cursor"]["firstBatch"] == [{"_id": 1, "v": 1}]
+    raw.close()
+    c.close()
+    m.restart()
+    c2 = rs_client(m)
+    try:
+        deadline = time.time() + 30
+        while not c2.admin.command("hello")["isWritablePrimary"]:
+            assert time.time() < deadline
+            time.sleep(0.1)
+        raw = Raw(m.port)
+        r = raw(SON([("find", "r"), ("readConcern", snap(before))]), ok=False)
+        assert r["code"] == 239 and r["codeName"] == "SnapshotTooOld", r
+        c2.t.r.update_one({"_id": 1}, {"$set": {"v": 3}})
+        after = raw(SON([("find", "r"), ("readConcern", snap())]))["cursor"]["atClusterTime"]
+        c2.t.r.update_one({"_id": 1}, {"$set": {"v": 4}})
+        last = c2.local["oplog.rs"].find().sort("$natural", -1).limit(1)[0]["ts"]
+        wait_majority(c2, last)
+        r = raw(SON([("find", "r"), ("readConcern", snap(after))]))
+        assert r["cursor"]["firstBatch"] == [{"_id": 1, "v": 3}]
+        raw.close()
+    finally:
+        c2.close()

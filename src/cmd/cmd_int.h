@@ -465,6 +465,9 @@ void sbl_cmd_prepare_wait_end(sbl_cmd_prepare_wait_t *w);
 bool sbl_cmd_mtxn_describe(const sbl_lsid_t *l, int64_t txn_number, bson_t *d);
 /* serverStatus.transactions' counters, for the Prometheus endpoint. */
 void sbl_cmd_mtxn_counts(int64_t *started, int64_t *committed, int64_t *aborted, int64_t *open);
+/* A retryable write with txnNumber txn aborts the session's older open
+ * transaction, as mongod's; a prepared one refuses it (267). */
+int sbl_cmd_mtxn_newer_number(const sbl_lsid_t *l, int64_t txn, sbl_err_t *err);
 void sbl_cmd_mtxn_kill_session(const uint8_t id[16]);
 void sbl_cmd_mtxn_reap(void);
 /* The transactions of this member that may have written ns and have not

@@ -270,6 +270,7 @@ int sbl_cmd_txn_begin(sbl_opctx_t *ctx, const bson_iter_t *txnit, const bson_ite
                            "%lld has already started on this session.", (long long)txn, hex,
                            hex + 8, hex + 12, hex + 16, hex + 20, (long long)newest);
     }
+    SBL_RET(sbl_cmd_mtxn_newer_number(&r->lsid, txn, err));
     if (found && rec_txn == txn)
         SBL_RET(load_history(ctx, r, rec_ts, rec_term, err));
     return 0;

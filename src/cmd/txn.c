@@ -330,6 +330,10 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
         pthread_mutex_unlock(&txn_mu);
         n_started++;
         n_open++;
+    } else if (txn < seen) { /* a newer retryable write ran on the session (which aborted it) */
+        return sbl_err_set(err, SBL_E_TransactionTooOld, "Cannot continue transaction %lld on "
+                           "session because a newer txnNumber %lld has already started",
+                           (long long)txn, (long long)seen);
     } else if (txn != t->txn_number) {
         return no_such_txn(ctx, err, txn, "does not match any in-progress transactions");
     } else if (t->state == TXN_ABORTED) {
@@ -980,6 +984,23 @@ void sbl_cmd_mtxn_counts(int64_t *started, int64_t *committed, int64_t *aborted,
     *open = atomic_load(&n_open);
 }
 
+int sbl_cmd_mtxn_newer_number(const sbl_lsid_t *l, int64_t txn, sbl_err_t *err)
+{
+    int rc = 0;
+    if (atomic_load(&n_open) == 0) /* no transaction open anywhere: the common case */
+        return 0;
+    pthread_mutex_lock(&txn_mu);
+    sbl_mtxn_t *t = find_locked(l);
+    if (t != NULL && t->txn_number < txn && t->state == TXN_PREPARED)
+        rc = sbl_err_set(err, SBL_E_PreparedTransactionInProgress, "Cannot start a new "
+                         "txnNumber %lld on session: transaction %lld is prepared",
+                         (long long)txn, (long long)t->txn_number);
+    else if (t != NULL && t->txn_number < txn)
+        abort_txn(t);
+    pthread_mutex_unlock(&txn_mu);
+    return rc;
+}
+
 void sbl_cmd_mtxn_kill_session(const uint8_t id[16])
 {
     pthread_mutex_lock(&txn_mu);
@@ -1144,48 +1165,4 @@ void sbl_cmd_mtxn_append_status(bson_t *d)
     BSON_APPEND_INT64(d, "totalAborted", atomic_load(&n_aborted));
     BSON_APPEND_INT64(d, "totalCommitted", atomic_load(&n_committed));
     BSON_APPEND_INT64(d, "totalStarted", atomic_load(&n_started));
-}
-
-/* The label a transaction's command failing with code gets (NULL: none). */
-static const char *transaction_label(int code, bool commit, bool end, bool not_primary)
-{
-    const char *label = NULL;
-    if (code == SBL_E_WriteConflict || code == 24 /* LockTimeout */ ||
-        code == 246 /* SnapshotUnavailable */ || code == 267 /* PreparedTransactionInProgress */ ||
-        (code == SBL_E_NoSuchTransaction) || (!end && not_primary))
-        label = "TransientTransactionError";
-    else if (commit && (not_primary || code == SBL_E_MaxTimeMSExpired ||
-                        code == SBL_E_WriteConcernFailed))
-        label = "UnknownTransactionCommitResult";
-    return label;
-}
-
-void sbl_cmd_txn_error_labels(const sbl_opctx_t *ctx, int code, bson_t *out)
-{
-    bson_iter_t it;
-    if (ctx->name == NULL)
-        return;
-    bool not_primary = code == SBL_E_NotWritablePrimary || code == SBL_E_NotPrimaryNoSecondaryOk ||
-                       code == SBL_E_NotPrimaryOrSecondary || code == SBL_E_PrimarySteppedDown ||
-                       code == SBL_E_InterruptedDueToReplStateChange ||
-                       code == SBL_E_ShutdownInProgress || code == SBL_E_InterruptedAtShutdown ||
-                       code == 91 || code == 6 || code == 7 || code == 89 || code == 9001;
-    const char *label = NULL;
-    if (!bson_iter_init_find(&it, ctx->cmd, "autocommit")) {
-        /* A retryable write (txnNumber outside a transaction) that failed
-         * on a state change: mongod labels it, and 4.4+ drivers retry only
-         * labelled errors (a write cut off by a step-down, repl_oplog.c). */
-        if (not_primary && bson_iter_init_find(&it, ctx->cmd, "txnNumber"))
-            label = "RetryableWriteError";
-    } else {
-        bool commit = strcmp(ctx->name, "commitTransaction") == 0;
-        bool end = commit || strcmp(ctx->name, "abortTransaction") == 0;
-        label = transaction_label(code, commit, end, not_primary);
-    }
-    if (label == NULL)
-        return;
-    bson_t arr;
-    BSON_APPEND_ARRAY_BEGIN(out, "errorLabels", &arr);
-    BSON_APPEND_UTF8(&arr, "0", label);
-    bson_append_array_end(out, &arr);
 }

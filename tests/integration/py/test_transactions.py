@@ -147,10 +147,16 @@ def test_session_record_kept_between_transactions_and_retryable_writes(primary):
             [(n, "committed" if n % 3 else None)]
     assert c.t.c.find_one({"_id": "k"})["n"] == 44
     # a retryable write of a newer txnNumber between a transaction's start and
-    # its commit: the commit fails and the newer record stays
+    # its commit aborts the transaction (as mongod's): its statements and its
+    # commit are TransactionTooOld, and the newer record stays
     raw(tcmd("insert", "c", lsid, 60, start=True, documents=[{"_id": "t60"}]))
+    open_before = c.admin.command("serverStatus")["transactions"]["currentOpen"]
     raw(cmd("insert", "c", lsid, 61, documents=[{"_id": "r61"}]))
-    assert commit(raw, lsid, 60)["ok"] == 0
+    assert c.admin.command("serverStatus")["transactions"]["currentOpen"] == open_before - 1
+    r = raw(tcmd("insert", "c", lsid, 60, documents=[{"_id": "t60b"}]), ok=False)
+    assert r["code"] == 225 and r["codeName"] == "TransactionTooOld", r
+    r = commit(raw, lsid, 60)
+    assert r["ok"] == 0 and r["code"] == 225, r
     assert [d["txnNum"] for d in recs.find({"_id.id": lsid["id"]})] == [61]
     assert c.t.c.count_documents({"_id": "t60"}) == 0
     assert raw(cmd("insert", "c", lsid, 61, documents=[{"_id": "r61"}]))["retriedStmtIds"] == [0]

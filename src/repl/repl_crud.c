@@ -27,7 +27,7 @@
 /* Apply e (an entry, or an operation of a transaction's entry when
  * !own_entry) straight through storage; see sbl_rs_apply_direct and
  * sbl_rs_apply_txn_op. */
-static int apply_direct(const bson_t *e, bool own_entry, sbl_err_t *err)
+static int apply_direct(const bson_t *e, sbl_coll_t *given, bool own_entry, sbl_err_t *err)
 {
     bson_iter_t it;
     const char *op = NULL, *ns = NULL;
@@ -59,10 +59,15 @@ static int apply_direct(const bson_t *e, bool own_entry, sbl_err_t *err)
     sbl_coll_t *c = NULL;
     sbl_err_t oerr;
     sbl_err_clear(&oerr);
-    if (s == NULL || sbl_coll_open(s, ns, false, &c, NULL, &oerr) != 0)
+    if (s == NULL)
+        return SBL_RS_NOT_DIRECT;
+    if (given != NULL)
+        c = given; /* the caller's reference */
+    else if (sbl_coll_open(s, ns, false, &c, NULL, &oerr) != 0)
         return SBL_RS_NOT_DIRECT;
     if (sbl_coll_capped(c, NULL, NULL) || sbl_coll_dup_ids(c)) {
-        sbl_coll_release(c);
+        if (given == NULL)
+            sbl_coll_release(c);
         return SBL_RS_NOT_DIRECT;
     }
     bson_t old;
@@ -84,7 +89,8 @@ static int apply_direct(const bson_t *e, bool own_entry, sbl_err_t *err)
     if ((rc = sbl_coll_get(s, c, &id, &old, &found, own_entry ? err : &oerr)) != 0) {
         if (own_entry)
             sbl_repl_applying = NULL;
-        sbl_coll_release(c);
+        if (given == NULL)
+            sbl_coll_release(c);
         return own_entry ? rc : SBL_RS_NOT_DIRECT;
     }
     if (op[0] == 'd') {
@@ -103,16 +109,22 @@ done:
             rc = sbl_oplog_append_raw(s, e, err);
         sbl_repl_applying = NULL;
     }
-    sbl_coll_release(c);
+    if (given == NULL)
+        sbl_coll_release(c);
     return rc;
 }
 
 int sbl_rs_apply_direct(const bson_t *e, sbl_err_t *err)
 {
-    return apply_direct(e, true, err);
+    return apply_direct(e, NULL, true, err);
+}
+
+int sbl_rs_apply_direct_in(const bson_t *e, sbl_coll_t *c, sbl_err_t *err)
+{
+    return apply_direct(e, c, true, err);
 }
 
 int sbl_rs_apply_txn_op(const bson_t *op, sbl_err_t *err)
 {
-    return apply_direct(op, false, err);
+    return apply_direct(op, NULL, false, err);
 }

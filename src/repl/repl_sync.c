@@ -713,6 +713,7 @@ static void sync_from(const char *host)
             sbl_err_clear(&err);
             if (doc != NULL) {
                 sbl_doc_index_use(NULL); /* its bytes go: a later entry may take its address */
+                sbl_repl_head.doc = NULL;
                 bson_destroy(doc);
             }
             doc = NULL;
@@ -746,6 +747,9 @@ static void sync_from(const char *host)
             sbl_optime_t o = {.ts = SBL_TS(t, i)};
             if (sbl_doc_find_top(doc, "t", &it) && BSON_ITER_HOLDS_NUMBER(&it))
                 o.t = bson_iter_as_int64(&it);
+            sbl_repl_head = (sbl_repl_head_t){.doc = doc, .ts = t != 0 ? o.ts : 0, .t = o.t};
+            if (sbl_doc_find_top(doc, "wall", &it) && BSON_ITER_HOLDS_DATE_TIME(&it))
+                sbl_repl_head.wall = bson_iter_date_time(&it);
             if (first && last.ts != 0) {
                 first = false;
                 if (o.ts != last.ts || o.t != last.t) {
@@ -835,6 +839,7 @@ static void sync_from(const char *host)
     }
 out:
     sbl_doc_index_use(prev_ix);
+    sbl_repl_head.doc = NULL;
     if (doc != NULL)
         bson_destroy(doc);
     sbl_rs_fetcher_stop(fetcher);

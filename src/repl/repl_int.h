@@ -849,7 +849,8 @@ bool sbl_rs_member_uri(char *buf, size_t n, const char *host, const char *opts);
 /* The oplog fetcher (repl_fetch.c): a thread that tails the oplog of the
  * member at uri from from_ts (0: its first entry) on its own connection and
  * queues the entries for the applier.  next hands out the next one
- * (SBL_FETCH_DOC, *docp the caller's to bson_destroy), SBL_FETCH_IDLE when
+ * (SBL_FETCH_DOC, *docp the caller's to sbl_rs_fetched_free: a view into
+ * the source's reply, kept until then), SBL_FETCH_IDLE when
  * the source had nothing more for now (the fetcher goes on waiting), or
  * SBL_FETCH_END once the cursor is done (an error, the source closed it),
  * waiting while nothing is queued; queued says whether next would return at
@@ -857,7 +858,8 @@ bool sbl_rs_member_uri(char *buf, size_t n, const char *host, const char *opts);
 enum { SBL_FETCH_DOC, SBL_FETCH_IDLE, SBL_FETCH_END };
 typedef struct sbl_rs_fetcher sbl_rs_fetcher_t;
 sbl_rs_fetcher_t *sbl_rs_fetcher_start(const char *uri, uint64_t from_ts);
-int sbl_rs_fetcher_next(sbl_rs_fetcher_t *f, bson_t **docp);
+int sbl_rs_fetcher_next(sbl_rs_fetcher_t *f, const bson_t **docp);
+void sbl_rs_fetched_free(const bson_t *doc);
 bool sbl_rs_fetcher_queued(sbl_rs_fetcher_t *f);
 void sbl_rs_fetcher_stop(sbl_rs_fetcher_t *f);
 

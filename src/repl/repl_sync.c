@@ -688,7 +688,7 @@ static void sync_from(const char *host)
     /* The fetcher tails the source on its own connection (c is the
      * applier's: rollback, the newer-term check) while we apply. */
     sbl_rs_fetcher_t *fetcher = sbl_rs_fetcher_start(uri, last.ts);
-    bson_t *doc = NULL; /* the entry being applied (ours to free) */
+    const bson_t *doc = NULL; /* the entry being applied (ours to free) */
     /* doc's top-level fields, indexed once: its ts, t, wall, the oplog's
      * key and session fields are looked up about eight times while it is
      * applied (sbl_doc_find_top), each a walk past its document o before. */
@@ -714,7 +714,7 @@ static void sync_from(const char *host)
             if (doc != NULL) {
                 sbl_doc_index_use(NULL); /* its bytes go: a later entry may take its address */
                 sbl_repl_head.doc = NULL;
-                bson_destroy(doc);
+                sbl_rs_fetched_free(doc);
             }
             doc = NULL;
             /* All fetched is applied (or a long stretch of it, while the
@@ -840,8 +840,7 @@ static void sync_from(const char *host)
 out:
     sbl_doc_index_use(prev_ix);
     sbl_repl_head.doc = NULL;
-    if (doc != NULL)
-        bson_destroy(doc);
+    sbl_rs_fetched_free(doc);
     sbl_rs_fetcher_stop(fetcher);
     sbl_err_clear(&lerr);
     if (end_group(reporter, &lerr) != 0 || sbl_rs_apply_drain(&lerr) != 0)

@@ -222,8 +222,10 @@ static void *fetch_main(void *arg)
             BSON_APPEND_INT64(&cmd, "maxTimeMS", 500); /* the awaitData wait */
         }
         reply_t *r = run(c, rp, &opts, &cmd, &id, &batch);
-        if (r == NULL)
+        if (r == NULL) { /* the cursor or the connection is gone: no killCursors */
+            id = 0;
             break;
+        }
         bool pushed = true, any = false;
         while (pushed && bson_iter_next(&batch)) {
             const uint8_t *data;

@@ -533,9 +533,23 @@ static struct {
     uint32_t sess_lsid_len[GROUP_MAX_SESSIONS];
 } group;
 
+/* The collection sbl_rs_group_takes opened for entry takes_doc, kept for
+ * its sbl_rs_group_apply (which releases it): one lookup per entry. */
+static sbl_coll_t *takes_coll;
+static const bson_t *takes_doc;
+
+static void takes_drop(void)
+{
+    if (takes_coll != NULL)
+        sbl_coll_release(takes_coll);
+    takes_coll = NULL;
+    takes_doc = NULL;
+}
+
 bool sbl_rs_group_takes(const bson_t *e)
 {
     bson_iter_t it;
+    takes_drop();
     if (pool.n > 0 || !bson_iter_init(&it, e))
         return false;
     const char *op = NULL, *ns = NULL;
@@ -571,8 +585,13 @@ bool sbl_rs_group_takes(const bson_t *e)
     const bson_t *o = sbl_coll_options(c);
     bool ok = !sbl_coll_capped(c, NULL, NULL) && !sbl_coll_dup_ids(c) &&
               !(o != NULL && bson_iter_init_find(&it, o, "changeStreamPreAndPostImages"));
-    sbl_coll_release(c);
-    return ok;
+    if (!ok) {
+        sbl_coll_release(c);
+        return false;
+    }
+    takes_coll = c;
+    takes_doc = e;
+    return true;
 }
 
 /* Each entry the group kept: apply it alone (redo) or count it applied. */
@@ -686,7 +705,7 @@ static bool group_keep(const bson_t *e)
     return true;
 }
 
-int sbl_rs_group_apply(const bson_t *e, sbl_err_t *err)
+static int group_apply(const bson_t *e, sbl_coll_t *c, sbl_err_t *err)
 {
     sbl_session_t *s = sbl_session_get();
     if (s == NULL)
@@ -700,17 +719,20 @@ int sbl_rs_group_apply(const bson_t *e, sbl_err_t *err)
      * entry's, else). */
     bson_iter_t it;
     uint32_t t = 0, i = 0;
-    if (sbl_doc_find_top(e, "ts", &it) && BSON_ITER_HOLDS_TIMESTAMP(&it))
+    uint64_t ts = e == sbl_repl_head.doc ? sbl_repl_head.ts : 0;
+    if (ts == 0 && sbl_doc_find_top(e, "ts", &it) && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
         bson_iter_timestamp(&it, &t, &i);
+        ts = SBL_TS(t, i);
+    }
     bool kept = group_keep(e);
     int rc = !kept ? SBL_E_ExceededMemoryLimit
-           : t == 0 ? SBL_E_InvalidBSON
-           : sbl_txn_set_commit_ts(s, SBL_TS(t, i), err);
+           : SBL_TS_SECS(ts) == 0 ? SBL_E_InvalidBSON
+           : sbl_txn_set_commit_ts(s, ts, err);
     if (rc == 0) {
         group.cur = e;
         group.cur_off = group.len - e->len;
-        group.last_ts = SBL_TS(t, i);
-        if ((rc = sbl_rs_apply_direct(e, err)) == SBL_RS_NOT_DIRECT)
+        group.last_ts = ts;
+        if ((rc = sbl_rs_apply_direct_in(e, c, err)) == SBL_RS_NOT_DIRECT)
             rc = sbl_rs_apply_entry_ahead(e, err); /* any failure: rc */
         group.cur = NULL;
     }
@@ -722,6 +744,13 @@ int sbl_rs_group_apply(const bson_t *e, sbl_err_t *err)
     sbl_err_clear(err);
     if ((rc = group_each(true, err)) == 0 && !kept && (rc = sbl_rs_apply_entry(e, err)) == 0)
         sbl_rs_count_applied_op(e);
+    return rc;
+}
+
+int sbl_rs_group_apply(const bson_t *e, sbl_err_t *err)
+{
+    int rc = group_apply(e, e == takes_doc ? takes_coll : NULL, err);
+    takes_drop();
     return rc;
 }
 

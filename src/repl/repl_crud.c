@@ -27,7 +27,7 @@
 /* Apply e (an entry, or an operation of a transaction's entry when
  * !own_entry) straight through storage; see sbl_rs_apply_direct and
  * sbl_rs_apply_txn_op. */
-static int apply_direct(const bson_t *e, bool own_entry, sbl_err_t *err)
+static int apply_direct(const bson_t *e, sbl_coll_t *given, bool own_entry, sbl_err_t *err)
 {
     bson_iter_t it;
     const char *op = NULL, *ns = NULL;
@@ -35,7 +35,7 @@ static int apply_direct(const bson_t *e, bool own_entry, sbl_err_t *err)
     bool have_o = false;
     if (!bson_iter_init(&it, e))
         return SBL_RS_NOT_DIRECT;
-    while (bson_iter_next(&it)) {
+    while ((op == NULL || ns == NULL || !have_o) && bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "op") == 0 && BSON_ITER_HOLDS_UTF8(&it))
             op = bson_iter_utf8(&it, NULL);
@@ -59,22 +59,39 @@ static int apply_direct(const bson_t *e, bool own_entry, sbl_err_t *err)
     sbl_coll_t *c = NULL;
     sbl_err_t oerr;
     sbl_err_clear(&oerr);
-    if (s == NULL || sbl_coll_open(s, ns, false, &c, NULL, &oerr) != 0)
+    if (s == NULL)
+        return SBL_RS_NOT_DIRECT;
+    if (given != NULL)
+        c = given; /* the caller's reference */
+    else if (sbl_coll_open(s, ns, false, &c, NULL, &oerr) != 0)
         return SBL_RS_NOT_DIRECT;
     if (sbl_coll_capped(c, NULL, NULL) || sbl_coll_dup_ids(c)) {
-        sbl_coll_release(c);
+        if (given == NULL)
+            sbl_coll_release(c);
         return SBL_RS_NOT_DIRECT;
     }
     bson_t old;
     bool found = false;
-    int rc = sbl_coll_get(s, c, &id, &old, &found, own_entry ? err : &oerr);
-    if (rc != 0) {
-        sbl_coll_release(c);
-        return own_entry ? rc : SBL_RS_NOT_DIRECT;
-    }
+    int rc;
     if (own_entry) {
         sbl_repl_applying = e;
         sbl_repl_applied_written = false;
+    }
+    /* An insert with no secondary index is tried as it is (the document is
+     * new but when the entry is applied again): its only duplicate is the
+     * _id, refused before anything is written, and then it goes on as the
+     * upsert below.  One search of the table instead of two. */
+    if (own_entry && op[0] == 'i' && sbl_index_count(c) == 0) {
+        if ((rc = sbl_write(s, c, SBL_WRITE_INSERT, NULL, &o, NULL, err)) != SBL_E_DuplicateKey)
+            goto done;
+        sbl_err_clear(err);
+    }
+    if ((rc = sbl_coll_get(s, c, &id, &old, &found, own_entry ? err : &oerr)) != 0) {
+        if (own_entry)
+            sbl_repl_applying = NULL;
+        if (given == NULL)
+            sbl_coll_release(c);
+        return own_entry ? rc : SBL_RS_NOT_DIRECT;
     }
     if (op[0] == 'd') {
         if (found)
@@ -84,23 +101,30 @@ static int apply_direct(const bson_t *e, bool own_entry, sbl_err_t *err)
     } else if (old.len != o.len || memcmp(bson_get_data(&old), bson_get_data(&o), o.len) != 0) {
         rc = sbl_write(s, c, SBL_WRITE_UPDATE, &old, &o, NULL, err);
     }
+    if (found)
+        bson_destroy(&old);
+done:
     if (own_entry) {
         if (rc == 0 && !sbl_repl_applied_written) /* no change (replayed): the entry alone */
             rc = sbl_oplog_append_raw(s, e, err);
         sbl_repl_applying = NULL;
     }
-    if (found)
-        bson_destroy(&old);
-    sbl_coll_release(c);
+    if (given == NULL)
+        sbl_coll_release(c);
     return rc;
 }
 
 int sbl_rs_apply_direct(const bson_t *e, sbl_err_t *err)
 {
-    return apply_direct(e, true, err);
+    return apply_direct(e, NULL, true, err);
+}
+
+int sbl_rs_apply_direct_in(const bson_t *e, sbl_coll_t *c, sbl_err_t *err)
+{
+    return apply_direct(e, c, true, err);
 }
 
 int sbl_rs_apply_txn_op(const bson_t *op, sbl_err_t *err)
 {
-    return apply_direct(op, false, err);
+    return apply_direct(op, NULL, false, err);
 }

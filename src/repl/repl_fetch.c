@@ -1,8 +1,10 @@
 /*
  * repl_fetch.c: the oplog fetcher, a thread beside the applier (mongod's
  * OplogFetcher and its buffer).  It tails the sync source's oplog on its own
- * connection (find on local.oplog.rs from a ts, tailable, awaitData) and
- * queues copies of the entries, so the source's next batch travels and is
+ * connection (find on local.oplog.rs from a ts, tailable, awaitData, then
+ * getMores, run as commands) and queues the entries, each a view into the
+ * reply that brought it (kept, counted, until its last entry is freed: no
+ * copy per entry), so the source's next batch travels and is
  * read while the applier applies the last one: fetching and applying
  * overlap instead of taking turns (measured in docs/replication.md: on a
  * loaded 2-core host each took about half of a secondary's time in a load
@@ -19,6 +21,8 @@
 #include "repl/repl_int.h"
 
 #include <mongoc/mongoc.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,11 +33,33 @@
  * source and us CPU). */
 #define FETCH_AHEAD_BYTES (256 * 1024)
 
+/* A find or getMore reply, kept while any of its entries is queued or
+ * being applied: an entry is a view of its bytes there, not a copy. */
+typedef struct reply {
+    bson_t b;
+    atomic_int refs;
+} reply_t;
+
 typedef struct item {
     struct item *next;
-    int kind;   /* SBL_FETCH_DOC or _IDLE */
-    bson_t *doc; /* DOC: owned here until handed out */
+    int kind;    /* SBL_FETCH_DOC or _IDLE */
+    bson_t doc;  /* DOC: a view into r's bytes */
+    reply_t *r;
 } item_t;
+
+static void reply_unref(reply_t *r)
+{
+    if (r != NULL && atomic_fetch_sub(&r->refs, 1) == 1) {
+        bson_destroy(&r->b);
+        free(r);
+    }
+}
+
+static void item_free(item_t *it)
+{
+    reply_unref(it->r);
+    free(it);
+}
 
 struct sbl_rs_fetcher {
     pthread_t thread;
@@ -70,9 +96,10 @@ static void count_reply(const mongoc_apm_command_succeeded_t *ev)
                        mongoc_apm_command_succeeded_get_duration(ev));
 }
 
-/* Queue an item; false when stopped meanwhile (doc is then freed).  A DOC
- * waits while the queue is full. */
-static bool push(sbl_rs_fetcher_t *f, int kind, bson_t *doc)
+/* Queue an item: the entry of len bytes at data in reply r (kind DOC, which
+ * then holds a reference to r), or IDLE; false when stopped meanwhile.  A
+ * DOC waits while the queue is full. */
+static bool push(sbl_rs_fetcher_t *f, int kind, reply_t *r, const uint8_t *data, uint32_t len)
 {
     item_t *it = malloc(sizeof(*it));
     pthread_mutex_lock(&f->mu);
@@ -80,20 +107,23 @@ static bool push(sbl_rs_fetcher_t *f, int kind, bson_t *doc)
         f->fetcher_waits = true;
         pthread_cond_wait(&f->cond, &f->mu);
     }
-    if (f->stop || it == NULL) {
+    if (f->stop || it == NULL ||
+        (kind == SBL_FETCH_DOC && !bson_init_static(&it->doc, data, len))) {
         pthread_mutex_unlock(&f->mu);
         free(it);
-        if (doc != NULL)
-            bson_destroy(doc);
         return false;
     }
-    *it = (item_t){.kind = kind, .doc = doc};
+    it->next = NULL;
+    it->kind = kind;
+    it->r = kind == SBL_FETCH_DOC ? r : NULL;
+    if (it->r != NULL)
+        atomic_fetch_add(&r->refs, 1);
     if (f->tail != NULL)
         f->tail->next = it;
     else
         f->head = it;
     f->tail = it;
-    f->bytes += doc != NULL ? doc->len : 0;
+    f->bytes += kind == SBL_FETCH_DOC ? len : 0;
     if (f->taker_waits) {
         f->taker_waits = false;
         pthread_cond_broadcast(&f->cond);
@@ -115,43 +145,100 @@ static bool wait_below(sbl_rs_fetcher_t *f, size_t bytes)
     return go;
 }
 
+/* Run cmd (find or getMore) on the source: its reply, referenced once by
+ * the caller, with *idp its cursor id and *batch its documents; NULL on
+ * any error (the source's, the connection's), which ends the fetch. */
+static reply_t *run(mongoc_client_t *c, const mongoc_read_prefs_t *rp, const bson_t *opts,
+                    const bson_t *cmd, int64_t *idp, bson_iter_t *batch)
+{
+    reply_t *r = malloc(sizeof(*r));
+    bson_error_t error;
+    bson_iter_t it, cur;
+    if (r == NULL)
+        return NULL;
+    atomic_init(&r->refs, 1);
+    bool ok = mongoc_client_read_command_with_opts(c, "local", cmd, rp, opts, &r->b, &error);
+    bool found_id = false, found_batch = false;
+    if (ok && bson_iter_init_find(&it, &r->b, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &cur)) {
+        while (bson_iter_next(&cur)) {
+            const char *k = bson_iter_key(&cur);
+            if (strcmp(k, "id") == 0 && BSON_ITER_HOLDS_INT(&cur)) {
+                *idp = bson_iter_as_int64(&cur);
+                found_id = true;
+            } else if ((strcmp(k, "firstBatch") == 0 || strcmp(k, "nextBatch") == 0) &&
+                       BSON_ITER_HOLDS_ARRAY(&cur) && bson_iter_recurse(&cur, batch)) {
+                found_batch = true;
+            }
+        }
+    }
+    if (!found_id || !found_batch) {
+        reply_unref(r);
+        return NULL;
+    }
+    return r;
+}
+
 static void *fetch_main(void *arg)
 {
     sbl_rs_fetcher_t *f = arg;
     mongoc_client_t *c = mongoc_client_new(f->uri);
     mongoc_apm_callbacks_t *apm = mongoc_apm_callbacks_new();
-    mongoc_collection_t *oplog = NULL;
-    mongoc_cursor_t *cur = NULL;
-    int64_t left = 0; /* entries of the last reply libmongoc still holds */
-    bson_t filter = BSON_INITIALIZER, gte, opts = BSON_INITIALIZER;
+    /* a sync source may be a secondary (chaining) */
+    mongoc_read_prefs_t *rp = mongoc_read_prefs_new(MONGOC_READ_PRIMARY_PREFERRED);
+    int64_t counted = 0; /* count_reply's tally (unused here) */
+    int64_t id = 0;
+    bson_t cmd = BSON_INITIALIZER, filter, opts = BSON_INITIALIZER;
+    mongoc_client_session_t *cs = NULL;
     if (c == NULL)
         goto end;
     mongoc_apm_set_command_succeeded_cb(apm, count_reply);
-    mongoc_client_set_apm_callbacks(c, apm, &left);
-    oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
+    mongoc_client_set_apm_callbacks(c, apm, &counted);
+    /* One session for the find and its getMores, as a driver's cursor: each
+     * getMore keeps it (and so the cursor) from expiring. */
+    if ((cs = mongoc_client_start_session(c, NULL, NULL)) != NULL &&
+        !mongoc_client_session_append(cs, &opts, NULL))
+        bson_reinit(&opts);
+    BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
     if (f->from_ts != 0) {
+        bson_t gte;
         BSON_APPEND_DOCUMENT_BEGIN(&filter, "ts", &gte);
         bson_append_timestamp(&gte, "$gte", 4, SBL_TS_SECS(f->from_ts), SBL_TS_INC(f->from_ts));
         bson_append_document_end(&filter, &gte);
     }
-    BSON_APPEND_BOOL(&opts, "tailable", true);
-    BSON_APPEND_BOOL(&opts, "awaitData", true);
-    BSON_APPEND_INT64(&opts, "maxAwaitTimeMS", 500);
-    cur = mongoc_collection_find_with_opts(oplog, &filter, &opts, NULL);
+    bson_append_document_end(&cmd, &filter);
+    BSON_APPEND_BOOL(&cmd, "tailable", true);
+    BSON_APPEND_BOOL(&cmd, "awaitData", true);
     sbl_rs_count_reader();
-    for (;;) {
-        const bson_t *doc;
-        bson_error_t error;
-        if (left <= 0 && !wait_below(f, FETCH_AHEAD_BYTES)) /* the next read asks the source */
-            break;
-        if (mongoc_cursor_next(cur, &doc)) {
-            left--;
-            if (!push(f, SBL_FETCH_DOC, bson_copy(doc)))
+    for (bool first = true;; first = false) {
+        bson_iter_t batch;
+        if (!first) { /* the next read asks the source once the queue is low */
+            if (!wait_below(f, FETCH_AHEAD_BYTES))
                 break;
-            continue;
+            bson_reinit(&cmd);
+            BSON_APPEND_INT64(&cmd, "getMore", id);
+            BSON_APPEND_UTF8(&cmd, "collection", "oplog.rs");
+            BSON_APPEND_INT64(&cmd, "maxTimeMS", 500); /* the awaitData wait */
         }
-        if (mongoc_cursor_error(cur, &error) || !mongoc_cursor_more(cur) ||
-            !push(f, SBL_FETCH_IDLE, NULL))
+        reply_t *r = run(c, rp, &opts, &cmd, &id, &batch);
+        if (r == NULL) { /* the cursor or the connection is gone: no killCursors */
+            id = 0;
+            break;
+        }
+        bool pushed = true, any = false;
+        while (pushed && bson_iter_next(&batch)) {
+            const uint8_t *data;
+            uint32_t len;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&batch))
+                continue;
+            bson_iter_document(&batch, &len, &data);
+            pushed = push(f, SBL_FETCH_DOC, r, data, len);
+            any = true;
+        }
+        reply_unref(r);
+        /* an empty batch: the source had nothing more for now */
+        if (!pushed || id == 0 || (!any && !push(f, SBL_FETCH_IDLE, NULL, NULL, 0)))
             break;
     }
 end:
@@ -160,15 +247,24 @@ end:
     f->taker_waits = false;
     pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->mu);
-    if (cur != NULL)
-        mongoc_cursor_destroy(cur);
-    if (oplog != NULL)
-        mongoc_collection_destroy(oplog);
+    if (c != NULL && id != 0) { /* the source's cursor goes with us */
+        bson_t kill = BSON_INITIALIZER, ids, r;
+        BSON_APPEND_UTF8(&kill, "killCursors", "oplog.rs");
+        BSON_APPEND_ARRAY_BEGIN(&kill, "cursors", &ids);
+        BSON_APPEND_INT64(&ids, "0", id);
+        bson_append_array_end(&kill, &ids);
+        mongoc_client_read_command_with_opts(c, "local", &kill, rp, &opts, &r, NULL);
+        bson_destroy(&r);
+        bson_destroy(&kill);
+    }
+    if (cs != NULL)
+        mongoc_client_session_destroy(cs);
+    bson_destroy(&opts);
     if (c != NULL)
         mongoc_client_destroy(c);
     mongoc_apm_callbacks_destroy(apm);
-    bson_destroy(&filter);
-    bson_destroy(&opts);
+    mongoc_read_prefs_destroy(rp);
+    bson_destroy(&cmd);
     return NULL;
 }
 
@@ -192,7 +288,7 @@ sbl_rs_fetcher_t *sbl_rs_fetcher_start(const char *uri, uint64_t from_ts)
     return f;
 }
 
-int sbl_rs_fetcher_next(sbl_rs_fetcher_t *f, bson_t **docp)
+int sbl_rs_fetcher_next(sbl_rs_fetcher_t *f, const bson_t **docp)
 {
     *docp = NULL;
     pthread_mutex_lock(&f->mu);
@@ -209,16 +305,24 @@ int sbl_rs_fetcher_next(sbl_rs_fetcher_t *f, bson_t **docp)
     f->head = it->next;
     if (f->head == NULL)
         f->tail = NULL;
-    if (it->doc != NULL)
-        f->bytes -= it->doc->len;
+    if (kind == SBL_FETCH_DOC)
+        f->bytes -= it->doc.len;
     if (f->fetcher_waits && f->bytes <= FETCH_AHEAD_BYTES) { /* both of its waits end here */
         f->fetcher_waits = false;
         pthread_cond_broadcast(&f->cond);
     }
     pthread_mutex_unlock(&f->mu);
-    *docp = it->doc;
-    free(it);
+    if (kind == SBL_FETCH_DOC)
+        *docp = &it->doc; /* the item goes with sbl_rs_fetched_free */
+    else
+        item_free(it);
     return kind;
+}
+
+void sbl_rs_fetched_free(const bson_t *doc)
+{
+    if (doc != NULL)
+        item_free((item_t *)((const char *)doc - offsetof(item_t, doc)));
 }
 
 bool sbl_rs_fetcher_queued(sbl_rs_fetcher_t *f)
@@ -240,9 +344,7 @@ void sbl_rs_fetcher_stop(sbl_rs_fetcher_t *f)
     pthread_join(f->thread, NULL);
     for (item_t *it = f->head, *next; it != NULL; it = next) {
         next = it->next;
-        if (it->doc != NULL)
-            bson_destroy(it->doc);
-        free(it);
+        item_free(it);
     }
     pthread_cond_destroy(&f->cond);
     pthread_mutex_destroy(&f->mu);

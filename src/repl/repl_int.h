@@ -212,6 +212,16 @@ int sbl_repl_append_alone_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *er
  * the entry (its thread's), and whether it was written to the oplog. */
 extern _Thread_local const bson_t *sbl_repl_applying;
 extern _Thread_local bool sbl_repl_applied_written;
+/* The entry the fetching thread applies (repl_sync.c) and its ts, t and
+ * wall, read once when it was fetched: sbl_oplog_append_raw and the group
+ * take them from here when given that entry (doc NULL: none). */
+typedef struct {
+    const bson_t *doc;
+    uint64_t ts;  /* 0: doc has no timestamp ts */
+    int64_t t;    /* 0: no number t */
+    int64_t wall; /* 0: no date wall */
+} sbl_repl_head_t;
+extern _Thread_local sbl_repl_head_t sbl_repl_head;
 /* While it applies a transaction's operation: the entry that holds it (a
  * large transaction's partial one, or NULL: sbl_repl_applying) and its
  * index there, which key the operation's pre-image. */
@@ -693,6 +703,8 @@ int sbl_rs_apply_drain(sbl_err_t *err);
  * anywhere rolls back and its entries are applied again one at a time; the
  * error is then the first of those, as the serial applier's. */
 bool sbl_rs_group_takes(const bson_t *e);
+/* (sbl_rs_group_takes keeps the collection it opened for the
+ * sbl_rs_group_apply of the same entry, which releases it.) */
 int sbl_rs_group_apply(const bson_t *e, sbl_err_t *err);
 int sbl_rs_group_commit(sbl_err_t *err);
 bool sbl_rs_group_open(void);
@@ -701,6 +713,9 @@ bool sbl_rs_group_open(void);
  * command path, else 0 or the error. */
 #define SBL_RS_NOT_DIRECT (-1)
 int sbl_rs_apply_direct(const bson_t *e, sbl_err_t *err);
+/* As sbl_rs_apply_direct with e's collection c already open (referenced by
+ * the caller; NULL: opened here). */
+int sbl_rs_apply_direct_in(const bson_t *e, sbl_coll_t *c, sbl_err_t *err);
 /* As sbl_rs_apply_direct for operation op of a transaction's applyOps
  * array, in the transaction that applies the whole entry: the entry itself
  * (sbl_repl_applying) is written by the first change's observer or by the
@@ -834,7 +849,8 @@ bool sbl_rs_member_uri(char *buf, size_t n, const char *host, const char *opts);
 /* The oplog fetcher (repl_fetch.c): a thread that tails the oplog of the
  * member at uri from from_ts (0: its first entry) on its own connection and
  * queues the entries for the applier.  next hands out the next one
- * (SBL_FETCH_DOC, *docp the caller's to bson_destroy), SBL_FETCH_IDLE when
+ * (SBL_FETCH_DOC, *docp the caller's to sbl_rs_fetched_free: a view into
+ * the source's reply, kept until then), SBL_FETCH_IDLE when
  * the source had nothing more for now (the fetcher goes on waiting), or
  * SBL_FETCH_END once the cursor is done (an error, the source closed it),
  * waiting while nothing is queued; queued says whether next would return at
@@ -842,7 +858,8 @@ bool sbl_rs_member_uri(char *buf, size_t n, const char *host, const char *opts);
 enum { SBL_FETCH_DOC, SBL_FETCH_IDLE, SBL_FETCH_END };
 typedef struct sbl_rs_fetcher sbl_rs_fetcher_t;
 sbl_rs_fetcher_t *sbl_rs_fetcher_start(const char *uri, uint64_t from_ts);
-int sbl_rs_fetcher_next(sbl_rs_fetcher_t *f, bson_t **docp);
+int sbl_rs_fetcher_next(sbl_rs_fetcher_t *f, const bson_t **docp);
+void sbl_rs_fetched_free(const bson_t *doc);
 bool sbl_rs_fetcher_queued(sbl_rs_fetcher_t *f);
 void sbl_rs_fetcher_stop(sbl_rs_fetcher_t *f);
 

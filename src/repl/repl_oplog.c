@@ -55,6 +55,7 @@ static _Atomic int64_t last_term;  /* t of the last entry */
 static _Atomic int64_t cur_term = 1; /* t of the entries this member writes; -1: none */
 
 _Thread_local const bson_t *sbl_repl_applying;
+_Thread_local sbl_repl_head_t sbl_repl_head;
 _Thread_local bool sbl_repl_from_migrate;
 _Thread_local bool sbl_repl_applied_written;
 _Thread_local const bson_t *sbl_repl_image_entry;
@@ -317,16 +318,23 @@ int sbl_oplog_append_raw(sbl_session_t *s, const bson_t *doc, sbl_err_t *err)
 
     if (oplog == NULL)
         return sbl_err_set(err, SBL_E_InternalError, "the oplog is not open");
-    if (!sbl_doc_find_top(doc, "ts", &it) || !BSON_ITER_HOLDS_TIMESTAMP(&it))
-        return sbl_err_set(err, SBL_E_InvalidBSON, "oplog entry without a ts");
-    bson_iter_timestamp(&it, &t, &i);
-    if (sbl_doc_find_top(doc, "t", &it) && BSON_ITER_HOLDS_NUMBER(&it))
-        term = bson_iter_as_int64(&it);
-    if (sbl_doc_find_top(doc, "wall", &it) && BSON_ITER_HOLDS_DATE_TIME(&it))
-        wall = bson_iter_date_time(&it);
+    uint64_t ts;
+    if (doc == sbl_repl_head.doc && sbl_repl_head.ts != 0) { /* read when it was fetched */
+        ts = sbl_repl_head.ts;
+        term = sbl_repl_head.t;
+        wall = sbl_repl_head.wall;
+    } else {
+        if (!sbl_doc_find_top(doc, "ts", &it) || !BSON_ITER_HOLDS_TIMESTAMP(&it))
+            return sbl_err_set(err, SBL_E_InvalidBSON, "oplog entry without a ts");
+        bson_iter_timestamp(&it, &t, &i);
+        ts = SBL_TS(t, i);
+        if (sbl_doc_find_top(doc, "t", &it) && BSON_ITER_HOLDS_NUMBER(&it))
+            term = bson_iter_as_int64(&it);
+        if (sbl_doc_find_top(doc, "wall", &it) && BSON_ITER_HOLDS_DATE_TIME(&it))
+            wall = bson_iter_date_time(&it);
+    }
     SBL_RET(sbl_rs_apply_turn(err)); /* a writer: entries take the lock in ts order */
     SBL_RET(sbl_capped_lock(s, oplog, err));
-    uint64_t ts = SBL_TS(t, i);
     SBL_RET(sbl_txn_set_commit_ts(s, ts, err));
     if (!sbl_oplog_vis_reserve(ts, term, s)) /* the lock is kept: the applier commits in order */
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory for an oplog entry");

@@ -688,7 +688,7 @@ static void sync_from(const char *host)
     /* The fetcher tails the source on its own connection (c is the
      * applier's: rollback, the newer-term check) while we apply. */
     sbl_rs_fetcher_t *fetcher = sbl_rs_fetcher_start(uri, last.ts);
-    bson_t *doc = NULL; /* the entry being applied (ours to free) */
+    const bson_t *doc = NULL; /* the entry being applied (ours to free) */
     /* doc's top-level fields, indexed once: its ts, t, wall, the oplog's
      * key and session fields are looked up about eight times while it is
      * applied (sbl_doc_find_top), each a walk past its document o before. */
@@ -713,7 +713,8 @@ static void sync_from(const char *host)
             sbl_err_clear(&err);
             if (doc != NULL) {
                 sbl_doc_index_use(NULL); /* its bytes go: a later entry may take its address */
-                bson_destroy(doc);
+                sbl_repl_head.doc = NULL;
+                sbl_rs_fetched_free(doc);
             }
             doc = NULL;
             /* All fetched is applied (or a long stretch of it, while the
@@ -746,6 +747,9 @@ static void sync_from(const char *host)
             sbl_optime_t o = {.ts = SBL_TS(t, i)};
             if (sbl_doc_find_top(doc, "t", &it) && BSON_ITER_HOLDS_NUMBER(&it))
                 o.t = bson_iter_as_int64(&it);
+            sbl_repl_head = (sbl_repl_head_t){.doc = doc, .ts = t != 0 ? o.ts : 0, .t = o.t};
+            if (sbl_doc_find_top(doc, "wall", &it) && BSON_ITER_HOLDS_DATE_TIME(&it))
+                sbl_repl_head.wall = bson_iter_date_time(&it);
             if (first && last.ts != 0) {
                 first = false;
                 if (o.ts != last.ts || o.t != last.t) {
@@ -835,8 +839,8 @@ static void sync_from(const char *host)
     }
 out:
     sbl_doc_index_use(prev_ix);
-    if (doc != NULL)
-        bson_destroy(doc);
+    sbl_repl_head.doc = NULL;
+    sbl_rs_fetched_free(doc);
     sbl_rs_fetcher_stop(fetcher);
     sbl_err_clear(&lerr);
     if (end_group(reporter, &lerr) != 0 || sbl_rs_apply_drain(&lerr) != 0)

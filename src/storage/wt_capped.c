@@ -6,10 +6,15 @@
  *   'o' + position (8 bytes, big-endian)  -> encoded _id   (insertion order)
  *   'i' + encoded _id                     -> position      (for deletes)
  * Positions count up from 1 and are never reused, so a position is also a
- * tailable cursor's resume point.
+ * tailable cursor's resume point.  The oplog (keyed by ts) takes its entry's
+ * ts as its position (mongod's RecordId for the oplog) whenever that is
+ * above every position taken so far, and then needs no 'i' row: a delete
+ * finds the position in the key.  An entry whose ts is not (after a
+ * rollback, below positions given before it) counts on with both rows, as
+ * any other capped collection's document; so do old data files' entries.
  *
  * What must stay true:
- *  - Both rows change in the same transaction as the document (sbl_write).
+ *  - Its rows change in the same transaction as the document (sbl_write).
  *  - An insert holds the collection's insert lock from taking its position
  *    until its transaction ends, so positions commit in increasing order and
  *    a reader that has seen position p will never later find one below p.
@@ -269,21 +274,36 @@ static int put_row(WT_CURSOR *cur, const void *key, size_t klen, const void *val
     return ret;
 }
 
-/* Remove both rows of the document whose encoded _id is ikey+1 ('i' + idk). */
-static int remove_rows(WT_CURSOR *cur, const sbl_buf_t *ikey)
+/* The position an oplog entry keyed id may have without an 'i' row: its
+ * ts (0: c is not the oplog). */
+static uint64_t ts_pos(const sbl_coll_t *c, const bson_value_t *id)
+{
+    if (id->value_type != BSON_TYPE_TIMESTAMP || strcmp(sbl_table_key_field(c->tbl), "ts") != 0)
+        return 0;
+    return (uint64_t)id->value.v_timestamp.timestamp << 32 | id->value.v_timestamp.increment;
+}
+
+/* Remove the rows of the document whose encoded _id is ikey+1 ('i' + idk):
+ * both, or, with no 'i' row, the 'o' row at pos (when not 0). */
+static int remove_rows(WT_CURSOR *cur, const sbl_buf_t *ikey, uint64_t pos)
 {
     WT_ITEM k = {.data = ikey->data, .size = ikey->len}, v;
+    WT_ITEM pkey = {.size = POS_KEY_LEN};
     uint8_t pk[POS_KEY_LEN];
     int ret;
 
+    pkey.data = pk;
     cur->set_key(cur, &k);
     if ((ret = cur->search(cur)) == 0 && (ret = cur->get_value(cur, &v)) == 0 && v.size == 8) {
         pos_key(pk, pos_of(v.data));
         if ((ret = cur->remove(cur)) == 0) {
-            WT_ITEM pkey = {.data = pk, .size = sizeof(pk)};
             cur->set_key(cur, &pkey);
             ret = cur->remove(cur);
         }
+    } else if (ret == WT_NOTFOUND && pos != 0) {
+        pos_key(pk, pos);
+        cur->set_key(cur, &pkey);
+        ret = cur->remove(cur);
     }
     cur->reset(cur);
     return ret == WT_NOTFOUND ? 0 : ret;
@@ -371,7 +391,7 @@ static int evict(sbl_session_t *s, sbl_coll_t *c, uint64_t keep, uint64_t *fromp
             break;
         }
         if (!have) { /* rows without a document: drop them and go on */
-            if ((ret = remove_rows(nc, &ikey)) != 0) {
+            if ((ret = remove_rows(nc, &ikey, pos)) != 0) {
                 rc = sbl_wt_err(err, ret, "capped eviction");
                 break;
             }
@@ -413,16 +433,19 @@ int sbl_capped_on_write(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     sbl_buf_append_byte(&ikey, 'i');
     sbl_key_append(&ikey, &id, false);
     if (kind == SBL_WRITE_DELETE) {
-        ret = remove_rows(cur, &ikey);
+        ret = remove_rows(cur, &ikey, ts_pos(c, &id));
     } else {
         if (!cp->seq_loaded && (rc = load_next_seq(s, cp, err)) != 0)
             goto done;
-        uint64_t pos = cp->next_seq++;
+        uint64_t tpos = ts_pos(c, &id);
+        bool by_ts = tpos != 0 && tpos >= cp->next_seq; /* no 'i' row: see the top */
+        uint64_t pos = by_ts ? tpos : cp->next_seq;
+        cp->next_seq = pos + 1;
         uint8_t pk[POS_KEY_LEN], pv[8];
         pos_key(pk, pos);
         memcpy(pv, pk + 1, 8);
         if ((ret = put_row(cur, pk, sizeof(pk), ikey.data + 1, ikey.len - 1)) == 0 &&
-            (ret = put_row(cur, ikey.data, ikey.len, pv, sizeof(pv))) == 0) {
+            (by_ts || (ret = put_row(cur, ikey.data, ikey.len, pv, sizeof(pv))) == 0)) {
             if (atomic_load(&cp->visible) == NULL) {
                 uint64_t from = 0; /* an abort may bring back what it deletes */
                 rc = evict(s, c, pos, &from, err);
@@ -661,6 +684,15 @@ int sbl_natural_pos_of_ts(sbl_session_t *s, sbl_coll_t *c, uint64_t ts, uint64_t
     cur->set_key(cur, &k);
     if ((ret = cur->search(cur)) == 0 && (ret = cur->get_value(cur, &val)) == 0 && val.size == 8)
         *posp = pos_of(val.data);
+    if (ret == WT_NOTFOUND) { /* no 'i' row: the entry at its ts, if there */
+        uint8_t pk[POS_KEY_LEN];
+        pos_key(pk, ts);
+        k.data = pk;
+        k.size = sizeof(pk);
+        cur->set_key(cur, &k);
+        if ((ret = cur->search(cur)) == 0)
+            *posp = ts;
+    }
     cur->reset(cur);
     sbl_buf_destroy(&ikey);
     return ret == 0 || ret == WT_NOTFOUND ? 0 : sbl_wt_err(err, ret, "natural position");

@@ -307,3 +307,38 @@ def test_grouped_session_records_are_each_sessions_last_write(rs1):
                for r in d.config.transactions.find({"_id.id": {"$in": ids}})}
         assert got == want
         assert d.t.sess.count_documents({}) == 80 * 8 + 2
+
+
+def test_grouped_insert_of_a_document_already_there_replaces_it(rs1):
+    """A grouped insert is tried as an insert and, when its _id is already
+    there (an entry applied again: initial sync's documents copied after its
+    starting point), applied as mongod's upsert: the secondary's document is
+    the entry's, once, and the entry is in its oplog.  The document is put
+    there beforehand by running the secondary alone (no --replSet: nothing
+    logged), so the next grouped insert of that _id finds it."""
+    p, s = rs1
+    w2 = WriteConcern(w=2, wtimeout=60000)
+    with direct(p) as d:
+        d.t.create_collection("again")
+        d.t.again.with_options(write_concern=w2).insert_one({"_id": "before"})
+    args = list(s.extra_args)
+    alone = [a for a in args if a not in ("--replSet", "rs0")]
+    s.restart(alone)
+    try:
+        with direct(s) as d:
+            d.t.again.insert_many([{"_id": "dup", "stale": True}, {"_id": "same", "v": 1}])
+    finally:
+        s.restart(args)
+    wait_for(lambda: state(s) == 2, timeout=60)
+    with direct(p) as d:
+        c = d.t.again.with_options(write_concern=w2)
+        c.insert_many([{"_id": "new1"}, {"_id": "dup", "v": 2}, {"_id": "same", "v": 1},
+                       {"_id": "new2"}])
+        want = list(d.t.again.find().sort("_id", 1))
+        entries = [(e["ts"], e["o"]["_id"]) for e in
+                   d.local.oplog.rs.find({"ns": "t.again", "op": "i"})]
+    with direct(s) as d:
+        assert list(d.t.again.find().sort("_id", 1)) == want
+        assert d.t.again.count_documents({"_id": "dup"}) == 1
+        assert [(e["ts"], e["o"]["_id"]) for e in
+                d.local.oplog.rs.find({"ns": "t.again", "op": "i"})] == entries

@@ -62,6 +62,23 @@ def reconfig(p, change, members):
     wait_for(everywhere, timeout=30)
 
 
+def sees_far(m, far, ms=200, beats=4):
+    """m has measured far at ms or more in beats heartbeats since its fail
+    point went on: the average the rules compare (a quarter of each new ping)
+    is then at least 68% of ms.  On a loaded host heartbeats come late, so
+    this is waited for, not slept."""
+    seen = set()
+
+    def measured():
+        with direct(m) as c:
+            row = next(r for r in c.admin.command("replSetGetStatus")["members"]
+                       if r["name"] == host(far))
+        if row["pingMs"] >= ms:
+            seen.add(row["lastHeartbeat"])
+        return len(seen) >= beats
+    wait_for(measured, timeout=60, step=0.1)
+
+
 def stays(m, want, secs=3):
     """m's sync source is want for secs (heartbeats every 500 ms: the
     averages the rules compare settle within that)."""
@@ -176,10 +193,11 @@ def test_no_cycle_after_step_down(three):
     p, others = primary_and_others(three)
     s2 = three[2]
     s1 = next(m for m in others if m is not s2)
-    wait_for(lambda: source_of(s2)[0] == host(p), timeout=30)
     make_far(p, s1)   # for p, s2 is by far the nearest
-    make_far(s2, s1)  # s2 keeps p, the nearest
-    time.sleep(2)     # the ping averages settle (heartbeats every 500 ms)
+    make_far(s2, s1)  # s2 takes p, the nearest, and keeps it
+    wait_for(lambda: source_of(s2)[0] == host(p), timeout=30)
+    sees_far(p, s1)   # the ping averages settle
+    sees_far(s2, s1)
     with direct(p) as c:
         try:
             c.admin.command("replSetStepDown", 60, secondaryCatchUpPeriodSecs=10)

@@ -374,7 +374,8 @@ bool sbl_rs_source_changes_too_often(const sbl_rs_source_changes_t *h, int max, 
  * primary, tails no one and is not ahead of us (it gets no new entries);
  * cur is more than p->max_lag_s behind a member that may serve and is ahead
  * of it; or cur's ping is over p->threshold_ms and another member that may
- * serve (first pass) is nearer by more than that, unless we are delayed, the
+ * serve (first pass) and gets something new (a source of its own, or ahead
+ * of us) is nearer by more than that, unless we are delayed, the
  * threshold is 0 or changes were too many in the last hour (changes, now_ms:
  * p->max_changes).  A member never leaves cur only because the primary is
  * back within the threshold: that is what made a hidden member flap. */

@@ -587,6 +587,14 @@ bool sbl_rs_source_changes_too_often(const sbl_rs_source_changes_t *h, int max, 
     return recent >= max;
 }
 
+/* Member i gets nothing new: not the primary, tailing no one (by its last
+ * heartbeat) and not ahead of us.  Such a member is between sources, and its
+ * next choice may well be us. */
+static bool gets_nothing(const sbl_rs_candidate_t *c, int primary, sbl_optime_t mine, int i)
+{
+    return i != primary && !c[i].has_source && sbl_optime_cmp(c[i].applied, mine) <= 0;
+}
+
 const char *sbl_rs_source_change_reason(const sbl_rs_config_t *cfg, const sbl_rs_candidate_t *c,
                                         int self, int primary, int cur, sbl_optime_t mine,
                                         const sbl_rs_sync_params_t *p,
@@ -598,7 +606,7 @@ const char *sbl_rs_source_change_reason(const sbl_rs_config_t *cfg, const sbl_rs
         return "the sync source is down or neither primary nor secondary";
     if (sbl_rs_source_cycle(cfg, c, self, cur))
         return SBL_RS_SOURCE_CYCLE_REASON;
-    if (cur != primary && !c[cur].has_source && sbl_optime_cmp(c[cur].applied, mine) <= 0)
+    if (gets_nothing(c, primary, mine, cur))
         return "the sync source is not primary, has no sync source and is not ahead of us";
     uint32_t cur_s = (uint32_t)(c[cur].applied.ts >> 32), oldest_s = oldest_allowed_s(c, primary, p);
     for (int i = 0; i < cfg->n; i++)
@@ -608,9 +616,14 @@ const char *sbl_rs_source_change_reason(const sbl_rs_config_t *cfg, const sbl_rs
     if (!cfg->chaining || p->threshold_ms <= 0 || cfg->m[self].delay_s > 0 ||
         c[cur].ping_ms <= p->threshold_ms)
         return NULL; /* without chaining the primary is the only choice, however far */
+    /* nor is one that gets nothing a reason to move: after a step-down the
+     * old secondary that tails us is between sources a moment when the new
+     * term's first entry reaches it; were we to move to it on that view while
+     * it takes us again, we would tail each other (heartbeats come late on a
+     * loaded host: seen as cycles of a second or two, again and again) */
     for (int i = 0; i < cfg->n; i++)
         if (i != cur && may_serve(cfg, c, self, primary, mine, oldest_s, i, 0) &&
-            c[i].ping_ms + p->threshold_ms < c[cur].ping_ms)
+            !gets_nothing(c, primary, mine, i) && c[i].ping_ms + p->threshold_ms < c[cur].ping_ms)
             return sbl_rs_source_changes_too_often(changes, p->max_changes, now_ms)
                        ? NULL /* mongod logs that it keeps its source: too many changes */
                        : "another member is nearer by more than changeSyncSourceThresholdMillis";

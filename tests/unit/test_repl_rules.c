@@ -473,6 +473,20 @@ static void test_source_cycle(void)
     CHECK(!sbl_rs_source_cycle(&cfg, c, 0, 2));
     CHECK(sbl_rs_pick_sync_source(&cfg, c, 0, 1, mine, &sp) == 2);
     CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 2, mine, &sp, &ch, 0) == NULL);
+    /* we tail the far primary and 2 tails us; then the new term's first
+     * entry reaches 2, which is between sources a moment: nearer, but no
+     * reason to leave the primary (2 takes us again: we would tail each
+     * other); with a source that is not us it is */
+    c[2].source = 0;
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 1, mine, &sp, &ch, 0) == NULL);
+    c[2].has_source = false;
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 1, mine, &sp, &ch, 0) == NULL);
+    c[2].applied = ot(1, 1001); /* ahead of us, it has something for us */
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 1, mine, &sp, &ch, 0) != NULL);
+    c[2].applied = mine;
+    c[2].has_source = true;
+    c[2].source = 1;
+    CHECK(sbl_rs_source_change_reason(&cfg, c, 0, 1, 1, mine, &sp, &ch, 0) != NULL);
     /* a source named by host but not in our config (a newer config): not a
      * cycle, and it has a source (not "gets nothing new") */
     c[2].source = -1;

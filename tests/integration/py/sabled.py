@@ -306,3 +306,28 @@ def set_members(n, args=()):
                 m.signal(signal.SIGCONT)
         for m in members:
             m.cleanup()
+
+
+@contextlib.contextmanager
+def one_member_set(args=(), **client_kwargs):
+    """A one-member replica set rs0 (what change streams and the oplog need):
+    a sabled started with --replSet rs0 and args, initiated with the default
+    config; yields (sabled, client) once the member is a writable primary
+    (within 20 s), then closes the client and cleans up.  client_kwargs go to
+    the pymongo.MongoClient (a direct connection)."""
+    import pymongo
+    s = Sabled()
+    try:
+        s.start(["--replSet", "rs0", *args])
+        c = pymongo.MongoClient("127.0.0.1", s.port, directConnection=True, **client_kwargs)
+        try:
+            c.admin.command("replSetInitiate")
+            end = time.time() + 20
+            while not c.admin.command("hello").get("isWritablePrimary"):
+                assert time.time() < end, "no primary"
+                time.sleep(0.05)
+            yield s, c
+        finally:
+            c.close()
+    finally:
+        s.cleanup()

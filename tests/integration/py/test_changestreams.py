@@ -17,31 +17,22 @@ from bson.binary import Binary
 from bson.timestamp import Timestamp
 from pymongo.errors import OperationFailure
 
-from sabled import Sabled
-
-
-def wait_primary(c):
-    end = time.time() + 20
-    while time.time() < end:
-        if c.admin.command("hello").get("isWritablePrimary"):
-            return
-        time.sleep(0.05)
-    raise AssertionError("no primary")
+from sabled import Sabled, one_member_set
 
 
 @pytest.fixture(scope="module")
 def rs1():
-    s = Sabled()
-    try:
-        s.start(["--replSet", "rs0", "--oplogSizeMB", "1", "--setParameter",
-                 "expiredChangeStreamPreImageRemovalJobSleepSecs=1"])
-        c = pymongo.MongoClient("127.0.0.1", s.port, directConnection=True)
-        c.admin.command("replSetInitiate")
-        wait_primary(c)
-        yield s, c
-        c.close()
-    finally:
-        s.cleanup()
+    with one_member_set(["--oplogSizeMB", "1", "--setParameter",
+                         "expiredChangeStreamPreImageRemovalJobSleepSecs=1"]) as s_c:
+        yield s_c
+
+
+def images_of(db, name):
+    """The filter of db.name's rows in config.system.preimages: their
+    _id.nsUUID is the collection's UUID (listCollections' info.uuid)."""
+    uuid = db.command("listCollections", filter={"name": name})["cursor"]["firstBatch"][0][
+        "info"]["uuid"]
+    return {"_id.nsUUID": Binary(uuid.bytes, 4)}
 
 
 @pytest.fixture
@@ -481,9 +472,7 @@ def test_pre_images_go_with_their_oplog_entries(rs1, db):
     db.create_collection("c", changeStreamPreAndPostImages={"enabled": True})
     db.c.insert_one({"_id": 1, "v": 0})
     db.c.update_one({"_id": 1}, {"$set": {"v": 1}})
-    uuid = db.command("listCollections", filter={"name": "c"})["cursor"]["firstBatch"][0][
-        "info"]["uuid"]
-    mine = {"_id.nsUUID": Binary(uuid.bytes, 4)}
+    mine = images_of(db, "c")
     assert preimages.count_documents(mine) == 1
     for i in range(25):  # wrap the 1 MB oplog past the update's entry
         db.filler.insert_one({"pad": "x" * 60000, "i": i})
@@ -878,9 +867,7 @@ def test_older_images_going_leave_the_shared_read_serving(rs1, db):
     db.create_collection("old", changeStreamPreAndPostImages={"enabled": True})
     db.old.insert_one({"_id": 1, "v": 0})
     db.old.update_one({"_id": 1}, {"$set": {"v": 1}})
-    uuid = db.command("listCollections", filter={"name": "old"})["cursor"]["firstBatch"][0][
-        "info"]["uuid"]
-    old_image = {"_id.nsUUID": Binary(uuid.bytes, 4)}
+    old_image = images_of(db, "old")
     assert preimages.count_documents(old_image) == 1
     for i in range(6):
         db.filler.insert_one({"pad": "x" * 60000, "i": i})

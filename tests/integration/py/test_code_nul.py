@@ -8,14 +8,11 @@ sbl_append_value / sbl_append_iter (src/doc/doc.h) instead.  The router's
 copies: test_router_aggregate.py::test_code_with_nul_through_router.
 """
 
-import time
-
-import pymongo
 import pytest
 from bson.code import Code
 from pymongo import ReturnDocument
 
-from sabled import Sabled
+from sabled import one_member_set
 
 C = Code("a\x00b")
 W = Code("x\x00y", {"s": 1})
@@ -23,19 +20,8 @@ W = Code("x\x00y", {"s": 1})
 
 @pytest.fixture(scope="module")
 def rs1():
-    s = Sabled()
-    try:
-        s.start(["--replSet", "rs0", "--oplogSizeMB", "1"])
-        c = pymongo.MongoClient("127.0.0.1", s.port, directConnection=True)
-        c.admin.command("replSetInitiate")
-        end = time.time() + 20
-        while not c.admin.command("hello").get("isWritablePrimary"):
-            assert time.time() < end, "no primary"
-            time.sleep(0.05)
+    with one_member_set(["--oplogSizeMB", "1"]) as (_, c):
         yield c
-        c.close()
-    finally:
-        s.cleanup()
 
 
 @pytest.fixture

@@ -11,31 +11,17 @@ exists without dropTarget (the source untouched), 26 without a source.
 A one-member replica set (change streams need one).
 """
 import re
-import time
 
-import pymongo
 import pytest
 from pymongo.errors import OperationFailure
 
-from sabled import Sabled
+from sabled import one_member_set
 
 
 @pytest.fixture(scope="module")
 def rs1():
-    s = Sabled()
-    try:
-        s.start(["--replSet", "rs0"])
-        c = pymongo.MongoClient("127.0.0.1", s.port, directConnection=True,
-                                uuidRepresentation="standard")
-        c.admin.command("replSetInitiate")
-        end = time.time() + 20
-        while not c.admin.command("hello").get("isWritablePrimary"):
-            assert time.time() < end, "no primary"
-            time.sleep(0.05)
+    with one_member_set(uuidRepresentation="standard") as (_, c):
         yield c
-        c.close()
-    finally:
-        s.cleanup()
 
 
 def info(db, name):

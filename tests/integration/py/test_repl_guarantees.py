@@ -27,16 +27,18 @@ from sabled import set_members
 from test_replset3 import direct, state, wait_for
 
 
-def initiate(members):
+def initiate(members, election_timeout_ms=2000, timeout=30):
     """Initiate members as one set of electable members (electionTimeoutMillis
-    2000) and wait for a primary and secondaries."""
+    election_timeout_ms, heartbeats every 500 ms) and wait up to timeout
+    seconds for a primary and secondaries."""
     cfg = {"_id": "rs0", "members": [
         {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],
-        "settings": {"electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500}}
+        "settings": {"electionTimeoutMillis": election_timeout_ms,
+                     "heartbeatIntervalMillis": 500}}
     with direct(members[0]) as c:
         c.admin.command("replSetInitiate", cfg)
     wait_for(lambda: any(state(m) == 1 for m in members) and
-             all(state(m) in (1, 2) for m in members), timeout=30)
+             all(state(m) in (1, 2) for m in members), timeout=timeout)
 
 
 @pytest.fixture

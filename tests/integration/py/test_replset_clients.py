@@ -307,9 +307,24 @@ def test_monitoring(rs):
         o = ss["opcountersRepl"]
         assert o["insert"] >= 5 and o["update"] >= 1 and o["delete"] >= 1
         assert ss["metrics"]["repl"]["apply"]["ops"] >= 7
-        assert ss["metrics"]["repl"]["syncSource"]["host"] == "127.0.0.1:%d" % p.port
-    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % p.metrics_port,
-                                  timeout=10).read().decode()
+
+        # serverStatus names the source replSetGetStatus names: the primary or,
+        # chaining, the other secondary (nearer by ping, or the old primary it
+        # kept after the step-down above; under load it was the secondary)
+        def names_its_source():
+            want = c.admin.command("replSetGetStatus")["syncSourceHost"]
+            got = c.admin.command("serverStatus")["metrics"]["repl"]["syncSource"]["host"]
+            return got == want and got in ["127.0.0.1:%d" % m.port for m in rs[:2]]
+        wait_for(names_its_source, timeout=15)
+
+    def metrics_text():
+        # the states as p sees them by heartbeat (every 500 ms): wait for the
+        # one after the election settled, as page_members below
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % p.metrics_port,
+                                      timeout=10).read().decode()
+        return text if all('sable_repl_member_state{member="127.0.0.1:%d"} %d'
+                            % (m.port, 1 if m is p else 2) in text for m in rs) else None
+    text = wait_for(metrics_text, timeout=15)
     for m in rs:
         host = "127.0.0.1:%d" % m.port
         want = 1 if m is p else 2
@@ -335,7 +350,6 @@ def test_monitoring(rs):
         assert row["state"][-1] == (1 if m is p else 2), row
         assert row["lag_s"][-1] is not None and 0 <= row["lag_s"][-1] < 30, row
     # sable-stat shows the member's role and the entries it applies
-    import json
     import os
     import subprocess
     from sabled import sabled_path

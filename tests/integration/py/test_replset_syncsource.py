@@ -62,6 +62,23 @@ def reconfig(p, change, members):
     wait_for(everywhere, timeout=30)
 
 
+def sees_far(m, far, ms=200, beats=4):
+    """m has measured far at ms or more in beats heartbeats since its fail
+    point went on: the average the rules compare (a quarter of each new ping)
+    is then at least 68% of ms.  On a loaded host heartbeats come late, so
+    this is waited for, not slept."""
+    seen = set()
+
+    def measured():
+        with direct(m) as c:
+            row = next(r for r in c.admin.command("replSetGetStatus")["members"]
+                       if r["name"] == host(far))
+        if row["pingMs"] >= ms:
+            seen.add(row["lastHeartbeat"])
+        return len(seen) >= beats
+    wait_for(measured, timeout=60, step=0.1)
+
+
 def stays(m, want, secs=3):
     """m's sync source is want for secs (heartbeats every 500 ms: the
     averages the rules compare settle within that)."""
@@ -171,15 +188,20 @@ def test_no_cycle_after_step_down(three):
     would tail each other, nothing written on s1 would reach either, and
     s1's w:"majority" writes would wait until maxSyncSourceLagSecs (the
     failure of test_stepdown_write.py under load).  p takes s1; s2 chains
-    through p; s1's majority writes go through."""
+    through p; s1's majority writes go through.  On a loaded host heartbeats
+    come late: two members may each move to the other, nearer, on views a
+    heartbeat old (each saw the other tail s1); such a cycle must not stay
+    (each leaves a source that tails it at its next look), and in the end p's
+    chain of sources reaches s1."""
     initiate(three, extra={2: {"priority": 0}})  # s1 is the one elected
     p, others = primary_and_others(three)
     s2 = three[2]
     s1 = next(m for m in others if m is not s2)
-    wait_for(lambda: source_of(s2)[0] == host(p), timeout=30)
     make_far(p, s1)   # for p, s2 is by far the nearest
-    make_far(s2, s1)  # s2 keeps p, the nearest
-    time.sleep(2)     # the ping averages settle (heartbeats every 500 ms)
+    make_far(s2, s1)  # s2 takes p, the nearest, and keeps it
+    wait_for(lambda: source_of(s2)[0] == host(p), timeout=30)
+    sees_far(p, s1)   # the ping averages settle
+    sees_far(s2, s1)
     with direct(p) as c:
         try:
             c.admin.command("replSetStepDown", 60, secondaryCatchUpPeriodSecs=10)
@@ -187,12 +209,21 @@ def test_no_cycle_after_step_down(three):
             pass  # the member may close client connections as it steps down
     wait_for(lambda: primary_and_others(three)[0] is s1, timeout=30)
     wait_for(lambda: source_of(p)[0] != "", timeout=30)
-    end = time.time() + 4
-    while time.time() < end:  # no two members tail each other
+    end = time.time() + 6
+    since = None  # when the cycle now seen was first seen
+    while time.time() < end:  # no two members keep tailing each other
         sources = {m.port: source_of(m)[0] for m in three}
-        assert not (sources[p.port] == host(s2) and sources[s2.port] == host(p)), sources
+        if sources[p.port] == host(s2) and sources[s2.port] == host(p):
+            since = since or time.time()
+            assert time.time() - since < 3, sources  # six heartbeats
+        else:
+            since = None
         time.sleep(0.25)
-    assert source_of(p)[0] == host(s1)
+
+    def reaches_s1():
+        src, via = source_of(p)[0], source_of(s2)[0]
+        return src == host(s1) or (src == host(s2) and via == host(s1))
+    wait_for(reaches_s1, timeout=10)
     with direct(s1) as c:
         c.t.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=10000)) \
             .insert_one({"_id": "after-step-down"})

@@ -250,6 +250,9 @@ def test_snapshot_reads_follow_the_chunk_history(mongos, shards):
     w = db.command("insert", "t", documents=[{"_id": k, "k": k} for k in (-3, -2, -1, 1, 2, 3)])
     at = w["operationTime"]
     _move(mongos, "hist.t", {"k": 0}, "shard0")  # shard0 owns everything now
+    # the range deleter removes shard1's copy in the background after moveChunk
+    # answers (a direct read counts it until then): cleanupOrphaned waits for it
+    shards[1].admin.command("cleanupOrphaned", "hist.t")
     assert [s.hist.t.count_documents({}) for s in shards] == [6, 0]
     then = {"level": "snapshot", "atClusterTime": at}
     r = db.command("find", "t", filter={}, batchSize=100, readConcern=then)

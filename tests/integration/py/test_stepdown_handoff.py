@@ -13,20 +13,14 @@ from pymongo.errors import OperationFailure
 from pymongo.write_concern import WriteConcern
 
 from sabled import set_members
-from test_repl_guarantees import the_primary
+from test_repl_guarantees import initiate, the_primary
 from test_replset3 import direct, state, wait_for
 
 
 @pytest.fixture
 def rs():
     with set_members(3) as members:
-        cfg = {"_id": "rs0", "members": [
-            {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],
-            "settings": {"electionTimeoutMillis": 5000, "heartbeatIntervalMillis": 500}}
-        with direct(members[0]) as c:
-            c.admin.command("replSetInitiate", cfg)
-        wait_for(lambda: any(state(m) == 1 for m in members) and
-                 all(state(m) in (1, 2) for m in members), timeout=60)
+        initiate(members, election_timeout_ms=5000, timeout=60)
         yield members
 
 

@@ -65,8 +65,10 @@ int sbl_agg_out(sbl_agg_env_t *env, sbl_docvec_t *dv, const bson_iter_t *it, sbl
         bson_destroy(&doc);
     }
     sbl_err_t e2 = {0};
+    uint8_t dropped[16];
+    bool replaces = rc == 0 && sbl_repl_uuid_of(env->ctx->ss, ns, dropped);
     if (rc == 0 && (rc = sbl_coll_rename(env->ctx->ss, tmp, ns, true, err)) == 0)
-        sbl_repl_log_rename(env->ctx->ss, tmp, ns, sbl_coll_uuid(c), true);
+        sbl_repl_log_rename(env->ctx->ss, tmp, ns, sbl_coll_uuid(c), replaces ? dropped : NULL);
     if (rc != 0 && sbl_coll_drop(env->ctx->ss, tmp, &e2) == 0)
         sbl_repl_log_drop(env->ctx->ss, tmp, sbl_coll_uuid(c), 0);
     else if (rc == 0)

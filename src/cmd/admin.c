@@ -370,8 +370,10 @@ int sbl_cmd_rename_collection(sbl_opctx_t *ctx, sbl_err_t *err)
             return 0;
         }
     }
+    uint8_t dropped[16];
+    bool replaces = drop_target && sbl_repl_uuid_of(ctx->ss, to, dropped);
     SBL_RET(sbl_coll_rename(ctx->ss, from, to, drop_target, err));
-    sbl_repl_log_rename(ctx->ss, from, to, uuid, drop_target);
+    sbl_repl_log_rename(ctx->ss, from, to, uuid, replaces ? dropped : NULL);
     ctx->wrote = true;
     sbl_cmd_audit_rename(ctx, from, to);
     return 0;

@@ -588,9 +588,11 @@ int sbl_cmd_convert_to_capped(sbl_opctx_t *ctx, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_InvalidNamespace, "Fully qualified namespace is too long");
     SBL_RET(clone_as_capped(ctx, ns, tmp, size, err));
     sbl_coll_t *c = NULL;
+    uint8_t dropped[16];
+    bool replaces = sbl_repl_uuid_of(ctx->ss, ns, dropped);
     int rc = sbl_coll_open(ctx->ss, tmp, false, &c, NULL, err);
     if (rc == 0 && (rc = sbl_coll_rename(ctx->ss, tmp, ns, true, err)) == 0)
-        sbl_repl_log_rename(ctx->ss, tmp, ns, sbl_coll_uuid(c), true);
+        sbl_repl_log_rename(ctx->ss, tmp, ns, sbl_coll_uuid(c), replaces ? dropped : NULL);
     else if (c != NULL)
         drop_logged(ctx, tmp, c);
     sbl_coll_release(c);

@@ -312,8 +312,12 @@ uint64_t sbl_repl_readable_ts(void);
  * secondaries create the collection with it. */
 void sbl_repl_log_create(sbl_session_t *s, const char *ns);
 void sbl_repl_log_drop(sbl_session_t *s, const char *ns, const uint8_t *uuid, int64_t nrecords);
+/* dropped: the UUID of the collection the rename replaced at to (NULL: none);
+ * the entry's dropTarget names it, as mongod's. */
 void sbl_repl_log_rename(sbl_session_t *s, const char *from, const char *to,
-                         const uint8_t *uuid, bool drop_target);
+                         const uint8_t *uuid, const uint8_t *dropped);
+/* The UUID of the collection at ns into out; false when there is none. */
+bool sbl_repl_uuid_of(sbl_session_t *s, const char *ns, uint8_t out[16]);
 void sbl_repl_log_drop_database(sbl_session_t *s, const char *db);
 /* createIndexes' entry returns its failure, 11602 after a step-down too: the
  * caller drops the index no other member would get. */

@@ -744,7 +744,7 @@ void sbl_repl_log_drop(sbl_session_t *s, const char *ns, const uint8_t *uuid, in
 }
 
 void sbl_repl_log_rename(sbl_session_t *s, const char *from, const char *to,
-                         const uint8_t *uuid, bool drop_target)
+                         const uint8_t *uuid, const uint8_t *dropped)
 {
     if (!atomic_load(&active) || (!replicated(from) && !replicated(to)))
         return;
@@ -752,9 +752,22 @@ void sbl_repl_log_rename(sbl_session_t *s, const char *from, const char *to,
     BSON_APPEND_UTF8(&o, "renameCollection", from);
     BSON_APPEND_UTF8(&o, "to", to);
     BSON_APPEND_BOOL(&o, "stayTemp", false);
-    BSON_APPEND_BOOL(&o, "dropTarget", drop_target);
+    if (dropped != NULL)
+        BSON_APPEND_BINARY(&o, "dropTarget", BSON_SUBTYPE_UUID, dropped, 16);
+    else
+        BSON_APPEND_BOOL(&o, "dropTarget", false);
     log_command_done(s, from, uuid, &o, NULL);
     bson_destroy(&o);
+}
+
+bool sbl_repl_uuid_of(sbl_session_t *s, const char *ns, uint8_t out[16])
+{
+    sbl_coll_t *c = NULL;
+    if (sbl_coll_open(s, ns, false, &c, NULL, NULL) != 0 || c == NULL)
+        return false;
+    memcpy(out, sbl_coll_uuid(c), 16);
+    sbl_coll_release(c);
+    return true;
 }
 
 void sbl_repl_log_drop_database(sbl_session_t *s, const char *db)

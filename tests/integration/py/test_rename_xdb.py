@@ -64,6 +64,19 @@ def test_errors_and_drop_target(rs1):
     assert sorted(d["_id"] for d in c.yb.t.find()) == [0, 1, 2]
     assert info(c.yb, "t")["info"]["uuid"] != target_uuid
     assert "s" not in c.ya.list_collection_names()
+    # the rename entry names the collection it replaced by its UUID (mongod's
+    # dropTarget), false when it replaced none; in one database too
+    renames = lambda to: [e["o"] for e in c.local.oplog.rs.find(  # noqa: E731
+        {"op": "c", "o.renameCollection": {"$exists": True}, "o.to": to})]
+    assert [o["dropTarget"] for o in renames("yb.t")] == [target_uuid]
+    c.yb.u.insert_one({"_id": 1})
+    c.yb.v.insert_one({"_id": 2})
+    v_uuid = info(c.yb, "v")["info"]["uuid"]
+    c.admin.command("renameCollection", "yb.u", to="yb.v", dropTarget=True)
+    c.admin.command("renameCollection", "yb.v", to="yb.w", dropTarget=True)
+    assert [o["dropTarget"] for o in renames("yb.v")] == [v_uuid]
+    assert [o["dropTarget"] for o in renames("yb.w")] == [False]
+    assert list(c.yb.w.find()) == [{"_id": 1}]
 
 
 def test_oplog_and_change_streams(rs1):
@@ -85,6 +98,7 @@ def test_oplog_and_change_streams(rs1):
                          [("c", "zb.$cmd", "renameCollection"), ("c", "za.$cmd", "drop")])
         assert [e["ui"] for e in ops[:-1]] == [new] * 6 and ops[-1]["ui"] == old
         assert ops[5]["o"]["renameCollection"] == "zb." + tmp and ops[5]["o"]["to"] == "zb.t"
+        assert ops[5]["o"]["dropTarget"] is False
         got = [src_stream.next()["operationType"] for _ in range(2)]
         assert got == ["drop", "invalidate"]
         evs = [db_stream.next() for _ in range(4)]

@@ -4,7 +4,7 @@
  *
  *   sable-txnbench --uri URI [--threads 8] [--seconds 10] [--docs 10000]
  *                  [--w 1|majority|N] [--rounds 3] [--pids PID,PID,...]
- *                  [--phases plain,retryable,txn]
+ *                  [--phases plain,retryable,txn] [--marks 1]
  *
  * Each of --threads threads has its own OP_MSG connection (mongo_wire.c:
  * libmongoc connects and selects the primary, the thread writes the commands
@@ -23,6 +23,8 @@
  * the ratios the issue names (txn / plain, retryable / plain), and, given the
  * server processes' --pids, their CPU time (/proc utime + stime) per
  * operation in each phase, a transaction counting as one operation.
+ * --marks 1: a "mark start|end PHASE OPS USER SYS" line at each measured
+ * window's edges (bench/txn-split samples the servers' threads then).
  * Asserts nothing; exits non-zero on an error that is not a write conflict.
  */
 #include <mongoc/mongoc.h>
@@ -31,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,7 +52,8 @@ static struct {
     const char *w;
     int pids[MAX_PIDS], npids;
     bool run[NPHASES];
-} opt = {NULL, 8, 10000, 3, 10.0, "1", {0}, 0, {true, true, true}};
+    bool marks;
+} opt = {NULL, 8, 10000, 3, 10.0, "1", {0}, 0, {true, true, true}, false};
 
 static mongoc_uri_t *uri;
 static mongoc_client_pool_t *pool;
@@ -71,6 +75,21 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* --marks: a line at each measured window's start and end, flushed at once,
+ * with the operations so far and this process's user and system CPU (s), so
+ * a caller (bench/txn-split) samples the servers' threads at those moments. */
+static void mark(const char *what, int p, long long ops)
+{
+    struct rusage ru;
+    if (!opt.marks)
+        return;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("mark %s %s %lld %.6f %.6f\n", what, phase_name[p], ops,
+           ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
+           ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
+    fflush(stdout);
 }
 
 /* utime + stime of the --pids, in seconds. */
@@ -316,6 +335,8 @@ static void parse(int argc, char **argv)
             opt.docs = atoi(v);
         else if (strcmp(a, "--w") == 0)
             opt.w = v;
+        else if (strcmp(a, "--marks") == 0)
+            opt.marks = atoi(v) != 0;
         else if (strcmp(a, "--rounds") == 0)
             opt.rounds = atoi(v);
         else if (strcmp(a, "--pids") == 0) {
@@ -389,9 +410,11 @@ int main(int argc, char **argv)
             usleep((useconds_t)(warm * 1e6));
             long long n0 = total(w, false), k0 = total(w, true);
             double t0 = now(), c0 = server_cpu();
+            mark("start", p, n0);
             usleep((useconds_t)(opt.seconds * 1e6));
             long long n1 = total(w, false), k1 = total(w, true);
             double t1 = now(), c1 = server_cpu();
+            mark("end", p, n1);
             atomic_store(&phase, -1);
             rate[p][r] = (double)(n1 - n0) / (t1 - t0);
             cpu[p][r] = n1 > n0 ? (c1 - c0) * 1e6 / (double)(n1 - n0) : 0;

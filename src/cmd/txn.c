@@ -379,7 +379,7 @@ void sbl_cmd_mtxn_end(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err)
             bool failed = sbl_txn_outer_failed(t->ss);
             bool conflict = *rcp == SBL_E_WriteConflict;
             bool werr = false, wcos = *rcp == SBL_E_WouldChangeOwningShard;
-            if (*rcp == 0 && bson_iter_init_find(&it, ctx->reply, "writeErrors") &&
+            if (*rcp == 0 && sbl_doc_find_top(ctx->reply, "writeErrors", &it) &&
                 bson_iter_recurse(&it, &we))
                 while (bson_iter_next(&we) && bson_iter_recurse(&we, &f)) {
                     int64_t code = bson_iter_find(&f, "code") ? bson_iter_as_int64(&f) : 0;

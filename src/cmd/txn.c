@@ -61,7 +61,8 @@ typedef struct sbl_mtxn {
     size_t nix;
     int64_t start_ms;
     uint64_t read_ts;         /* its atClusterTime (0: none) */
-    bson_t *read_concern;     /* as currentOp shows it (parameters.readConcern), or NULL */
+    bson_t *read_concern;     /* as currentOp shows it (parameters.readConcern), NULL: the
+                               * implicit default {level: "local"} (built when shown) */
     int64_t active_us;        /* time its commands ran, in total */
     int64_t active_since_us;  /* when the running one began (busy) */
     sbl_session_kept_t rec;   /* the session's config.transactions record as last seen
@@ -184,17 +185,14 @@ static int no_such_txn(sbl_opctx_t *ctx, sbl_err_t *err, int64_t txn, const char
 static bson_t *txn_read_concern(const bson_t *cmd)
 {
     bson_iter_t it;
+    bson_t given;
+    if (!sbl_doc_find_top(cmd, "readConcern", &it) || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !sbl_iter_doc(&it, &given))
+        return NULL; /* the default: no copy made for every transaction */
     bson_t *rc = bson_new();
-    if (sbl_doc_find_top(cmd, "readConcern", &it) && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        bson_t given;
-        if (sbl_iter_doc(&it, &given))
-            bson_concat(rc, &given);
-        if (!bson_has_field(rc, "provenance"))
-            BSON_APPEND_UTF8(rc, "provenance", "clientSupplied");
-    } else {
-        BSON_APPEND_UTF8(rc, "level", "local");
-        BSON_APPEND_UTF8(rc, "provenance", "implicitDefault");
-    }
+    bson_concat(rc, &given);
+    if (!bson_has_field(rc, "provenance"))
+        BSON_APPEND_UTF8(rc, "provenance", "clientSupplied");
     return rc;
 }
 
@@ -381,7 +379,7 @@ void sbl_cmd_mtxn_end(sbl_opctx_t *ctx, int *rcp, sbl_err_t *err)
             bool failed = sbl_txn_outer_failed(t->ss);
             bool conflict = *rcp == SBL_E_WriteConflict;
             bool werr = false, wcos = *rcp == SBL_E_WouldChangeOwningShard;
-            if (*rcp == 0 && bson_iter_init_find(&it, ctx->reply, "writeErrors") &&
+            if (*rcp == 0 && sbl_doc_find_top(ctx->reply, "writeErrors", &it) &&
                 bson_iter_recurse(&it, &we))
                 while (bson_iter_next(&we) && bson_iter_recurse(&we, &f)) {
                     int64_t code = bson_iter_find(&f, "code") ? bson_iter_as_int64(&f) : 0;
@@ -899,8 +897,15 @@ static void append_txn_locked(const sbl_mtxn_t *t, bson_t *d, int64_t now_ms)
     BSON_APPEND_DOCUMENT_BEGIN(&tx, "parameters", &par);
     BSON_APPEND_INT64(&par, "txnNumber", t->txn_number);
     BSON_APPEND_BOOL(&par, "autocommit", false);
-    if (t->read_concern != NULL)
+    if (t->read_concern != NULL) {
         BSON_APPEND_DOCUMENT(&par, "readConcern", t->read_concern);
+    } else {
+        bson_t rc;
+        BSON_APPEND_DOCUMENT_BEGIN(&par, "readConcern", &rc);
+        BSON_APPEND_UTF8(&rc, "level", "local");
+        BSON_APPEND_UTF8(&rc, "provenance", "implicitDefault");
+        bson_append_document_end(&par, &rc);
+    }
     bson_append_document_end(&tx, &par);
     bson_append_timestamp(&tx, "readTimestamp", -1, (uint32_t)(t->read_ts >> 32),
                           (uint32_t)t->read_ts);

@@ -4,7 +4,7 @@
  *
  *   sable-txnbench --uri URI [--threads 8] [--seconds 10] [--docs 10000]
  *                  [--w 1|majority|N] [--rounds 3] [--pids PID,PID,...]
- *                  [--phases plain,retryable,txn]
+ *                  [--phases plain,retryable,txn] [--marks 1] [--rate OPS]
  *
  * Each of --threads threads has its own OP_MSG connection (mongo_wire.c:
  * libmongoc connects and selects the primary, the thread writes the commands
@@ -23,6 +23,13 @@
  * the ratios the issue names (txn / plain, retryable / plain), and, given the
  * server processes' --pids, their CPU time (/proc utime + stime) per
  * operation in each phase, a transaction counting as one operation.
+ * --rate OPS: the threads together start at most OPS operations a second
+ * (each on its own schedule), so phases compare at one throughput: the
+ * members' per-second costs (heartbeats, fetch rounds, journal flushes)
+ * then weigh the same on every phase's CPU per operation, where at full
+ * speed a slower phase's look larger.
+ * --marks 1: a "mark start|end PHASE OPS USER SYS" line at each measured
+ * window's edges (bench/txn-split samples the servers' threads then).
  * Asserts nothing; exits non-zero on an error that is not a write conflict.
  */
 #include <mongoc/mongoc.h>
@@ -31,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,7 +57,9 @@ static struct {
     const char *w;
     int pids[MAX_PIDS], npids;
     bool run[NPHASES];
-} opt = {NULL, 8, 10000, 3, 10.0, "1", {0}, 0, {true, true, true}};
+    bool marks;
+    double rate; /* operations per second for all threads together; 0: as fast as they go */
+} opt = {NULL, 8, 10000, 3, 10.0, "1", {0}, 0, {true, true, true}, false, 0};
 
 static mongoc_uri_t *uri;
 static mongoc_client_pool_t *pool;
@@ -71,6 +81,21 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* --marks: a line at each measured window's start and end, flushed at once,
+ * with the operations so far and this process's user and system CPU (s), so
+ * a caller (bench/txn-split) samples the servers' threads at those moments. */
+static void mark(const char *what, int p, long long ops)
+{
+    struct rusage ru;
+    if (!opt.marks)
+        return;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("mark %s %s %lld %.6f %.6f\n", what, phase_name[p], ops,
+           ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
+           ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
+    fflush(stdout);
 }
 
 /* utime + stime of the --pids, in seconds. */
@@ -226,15 +251,37 @@ static int one_op(worker_t *wk, int p)
     return end;
 }
 
+/* --rate: each thread starts an operation every threads / rate seconds (a
+ * late one starts at once, and the schedule does not catch up). */
+static void pace(struct timespec *next)
+{
+    struct timespec now_ts;
+    long step = (long)(opt.threads / opt.rate * 1e9);
+    clock_gettime(CLOCK_MONOTONIC, &now_ts);
+    if (next->tv_sec == 0 || now_ts.tv_sec > next->tv_sec ||
+        (now_ts.tv_sec == next->tv_sec && now_ts.tv_nsec >= next->tv_nsec)) {
+        *next = now_ts; /* late (or the first): no sleep, no catching up */
+    } else {
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, next, NULL);
+    }
+    next->tv_nsec += step % 1000000000L;
+    next->tv_sec += step / 1000000000L + next->tv_nsec / 1000000000L;
+    next->tv_nsec %= 1000000000L;
+}
+
 static void *worker_main(void *arg)
 {
     worker_t *wk = arg;
+    struct timespec next = {0, 0};
     int p;
     while ((p = atomic_load(&phase)) != -2) {
         if (p < 0 || atomic_load(&failed)) {
             usleep(1000);
+            next.tv_sec = 0;
             continue;
         }
+        if (opt.rate > 0)
+            pace(&next);
         int rc = one_op(wk, p);
         if (rc < 0) {
             atomic_store(&failed, true);
@@ -295,7 +342,8 @@ static int setup(void)
 static void usage(void)
 {
     fprintf(stderr, "usage: sable-txnbench --uri URI [--threads N] [--seconds S] [--docs N] "
-                    "[--w W] [--rounds N] [--pids PID,...]\n");
+                    "[--w W] [--rounds N] [--pids PID,...] [--phases P,...] [--rate OPS] "
+                    "[--marks 1]\n");
     exit(2);
 }
 
@@ -316,6 +364,10 @@ static void parse(int argc, char **argv)
             opt.docs = atoi(v);
         else if (strcmp(a, "--w") == 0)
             opt.w = v;
+        else if (strcmp(a, "--rate") == 0)
+            opt.rate = atof(v);
+        else if (strcmp(a, "--marks") == 0)
+            opt.marks = atoi(v) != 0;
         else if (strcmp(a, "--rounds") == 0)
             opt.rounds = atoi(v);
         else if (strcmp(a, "--pids") == 0) {
@@ -334,7 +386,7 @@ static void parse(int argc, char **argv)
             usage();
     }
     if (opt.uri_str == NULL || opt.threads < 1 || opt.docs < 2 || opt.seconds <= 0 ||
-        opt.rounds < 1 || opt.rounds > MAX_ROUNDS)
+        opt.rounds < 1 || opt.rounds > MAX_ROUNDS || opt.rate < 0)
         usage();
 }
 
@@ -389,9 +441,11 @@ int main(int argc, char **argv)
             usleep((useconds_t)(warm * 1e6));
             long long n0 = total(w, false), k0 = total(w, true);
             double t0 = now(), c0 = server_cpu();
+            mark("start", p, n0);
             usleep((useconds_t)(opt.seconds * 1e6));
             long long n1 = total(w, false), k1 = total(w, true);
             double t1 = now(), c1 = server_cpu();
+            mark("end", p, n1);
             atomic_store(&phase, -1);
             rate[p][r] = (double)(n1 - n0) / (t1 - t0);
             cpu[p][r] = n1 > n0 ? (c1 - c0) * 1e6 / (double)(n1 - n0) : 0;

@@ -175,6 +175,9 @@ def test_open_transaction_in_current_op_and_prometheus():
         tx = mine[0]["transaction"]
         assert mine[0]["active"] is False
         assert tx["parameters"]["txnNumber"] == 7 and tx["parameters"]["autocommit"] is False
+        # started without a readConcern: mongod's implicit default, in order
+        assert list(tx["parameters"]["readConcern"].items()) == [
+            ("level", "local"), ("provenance", "implicitDefault")], tx
         assert tx["timeOpenMicros"] >= 50000 and tx["timeOpenMicros"] >= tx["timeActiveMicros"]
         assert tx["timeInactiveMicros"] > 0
         assert tx["expiryTime"] > tx["startWallClockTime"]

@@ -9,13 +9,12 @@ its first statement (with atClusterTime, at that time).
 """
 import time
 
-import pytest
 from bson.int64 import Int64
 from bson.son import SON
 from bson.timestamp import Timestamp
 
 from sabled import Sabled
-from test_replset import initiate, member, primary, rs_client, start_member  # noqa: F401
+from test_replset import member, primary, rs_client  # noqa: F401 (fixtures)
 from test_retryable import Raw, new_lsid
 from test_transactions import commit, tcmd
 

@@ -18,7 +18,6 @@ import re
 import threading
 import time
 
-import pymongo
 import pytest
 from bson import BSON, decode_file_iter
 from bson.code import Code

@@ -16,7 +16,7 @@ from bson.son import SON
 
 from sabled import Sabled
 
-from test_replset import initiate, member, primary, rs_client, start_member  # noqa: F401
+from test_replset import initiate, member, primary, rs_client  # noqa: F401 (fixtures)
 from test_replset3 import direct, primary_of, state, wait_for
 from test_retryable import Raw, new_lsid
 from test_transactions import commit, tcmd

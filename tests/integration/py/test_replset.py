@@ -16,6 +16,7 @@ from bson.timestamp import Timestamp
 from pymongo.errors import DuplicateKeyError, NotMasterError, OperationFailure
 
 from sabled import Sabled
+from test_replset3 import last_oplog_ts
 
 
 def start_member(oplog_mb=16):
@@ -268,7 +269,7 @@ def test_failed_write_leaves_no_entry(primary):
 def test_tailable_await_cursor_sees_new_insert(primary):
     s, c = primary
     c.t.c.insert_one({"_id": "first"})
-    last = c.local["oplog.rs"].find().sort("$natural", -1).limit(1)[0]["ts"]
+    last = last_oplog_ts(c)
     cur = c.local["oplog.rs"].find({"ts": {"$gt": last}},
                                    cursor_type=pymongo.CursorType.TAILABLE_AWAIT)
     cur.max_await_time_ms(5000)

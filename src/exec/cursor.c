@@ -200,7 +200,10 @@ static int produce(sbl_cursor_t *cur, sbl_opctx_t *ctx, bson_t *doc, bool *donep
 
 /*
  * Append up to limit documents (limit < 0: no count limit) to arr, stopping
- * before 16 MiB.  *donep tells whether the source is exhausted; when the
+ * before 16 MiB: the array so far (with each element's type byte and index
+ * key, as mongod's bytesUsed()) and the next document; the first always goes
+ * in.  Tiny documents' keys added up past maxBsonObjectSize + 16 KiB when
+ * only the documents counted.  *donep tells whether the source is exhausted; when the
  * count limit was reached it reads one document ahead to find out.  An error
  * there is kept for the next batch (pending_err) and this one is answered.
  */
@@ -234,7 +237,7 @@ static int fill_batch(sbl_cursor_t *cur, sbl_opctx_t *ctx, int64_t limit, bson_t
         const char *k;
         bson_uint32_to_string((uint32_t)count, &k, key, sizeof(key));
         bson_append_document(arr, k, -1, &doc);
-        bytes += doc.len;
+        bytes = arr->len;
         bson_destroy(&doc);
         count++;
         ctx->nreturned = count;

@@ -83,6 +83,10 @@ def test_plain_step_up_runs_a_dry_run_first(rs):
     replSetStepUp wins with lastElectionReason stepUpRequest."""
     p, secs = caught_up_secondaries(rs)
     behind, other = secs
+    host = "127.0.0.1:%d" % p.port   # other tails p, not behind (which stops applying)
+    with direct(other) as d:
+        d.admin.command("replSetSyncFrom", host)
+    wait_for(lambda: status(other)["syncSourceHost"] == host, timeout=30)
     fail_point(behind, "rsSyncApplyStop", True)
     try:
         with direct(p) as d:   # entries behind does not apply: it is staler than both

@@ -8,7 +8,9 @@
  * What must stay true: a write that fails validation with action "error"
  * changes nothing and reports 121 DocumentValidationFailure with errInfo
  * {failingDocumentId, details}; "moderate" lets updates of documents that
- * were already invalid through; "warn" only logs.
+ * were already invalid through; "warn" only logs.  A validator whose $expr
+ * raises an error fails the document the same way (mongod 7.0 catches the
+ * error and reports it in errInfo), never with the expression's own code.
  */
 #include "cmd/crud_int.h"
 #include "cmd/timeseries.h"
@@ -89,12 +91,14 @@ int sbl_crud_validate(sbl_coll_t *c, const bson_t *old_doc, const bson_t *new_do
     sbl_matcher_t *m = sbl_matcher_new(&v, &e2);
     if (m == NULL)
         return 0; /* refused at create time; a stored bad validator does not block writes */
+    sbl_err_t failed = {0}; /* a validator $expr that fails counts as not matching */
     sbl_expr_take_match_error(NULL);
     bool ok = sbl_matcher_match(m, new_doc, NULL);
-    sbl_expr_take_match_error(NULL); /* a validator $expr that fails counts as not matching */
+    sbl_expr_take_match_error(&failed);
     if (!ok && old_doc != NULL && strcmp(level, "moderate") == 0 &&
         !sbl_matcher_match(m, old_doc, NULL))
         ok = true;
+    sbl_expr_take_match_error(NULL);
     sbl_matcher_free(m);
     if (ok)
         return 0;
@@ -114,7 +118,18 @@ int sbl_crud_validate(sbl_coll_t *c, const bson_t *old_doc, const bson_t *new_do
         bson_append_document_begin(&info, "details", -1, &details);
         bson_append_utf8(&details, "operatorName", -1, first_operator(&v), -1);
         bson_append_document(&details, "specifiedAs", -1, &v);
-        bson_append_utf8(&details, "reason", -1, "expression did not match", -1);
+        if (failed.code != 0 && strcmp(first_operator(&v), "$expr") == 0) {
+            bson_t cause; /* as mongod's: the error, serialized as a Status is */
+            bson_append_utf8(&details, "reason", -1, "failed to evaluate aggregation expression",
+                             -1);
+            bson_append_document_begin(&details, "details", -1, &cause);
+            bson_append_int32(&cause, "code", -1, failed.code);
+            bson_append_utf8(&cause, "codeName", -1, sbl_err_name(failed.code), -1);
+            bson_append_utf8(&cause, "errmsg", -1, failed.msg, -1);
+            bson_append_document_end(&details, &cause);
+        } else {
+            bson_append_utf8(&details, "reason", -1, "expression did not match", -1);
+        }
         bson_append_document_end(&info, &details);
         bson_append_document_end(err_info, &info);
     }

@@ -87,7 +87,9 @@ int sbl_cmd_repl_set_step_down(sbl_opctx_t *ctx, sbl_err_t *err)
 
 int sbl_cmd_repl_set_step_up(sbl_opctx_t *ctx, sbl_err_t *err)
 {
-    return sbl_repl_step_up(err);
+    bson_iter_t it; /* skipDryRun: any true value, as mongod's trueValue() */
+    bool skip = bson_iter_init_find(&it, ctx->cmd, "skipDryRun") && bson_iter_as_bool(&it);
+    return sbl_repl_step_up(skip, err);
 }
 
 int sbl_cmd_repl_set_abort_primary_catch_up(sbl_opctx_t *ctx, sbl_err_t *err)

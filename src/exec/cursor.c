@@ -12,6 +12,9 @@
  *  - A document produced but not sent (it did not fit in the 16 MiB batch,
  *    or was read ahead to learn whether the cursor is exhausted) waits in
  *    `pending` and is the first document of the next batch.
+ *  - An error met only while reading ahead (the batch was already full) is
+ *    not this batch's: it waits in `pending_err` and is the next getMore's
+ *    answer, as mongod, which does not read ahead, meets it there.
  *  - A tailable cursor (capped collections) stays registered when its source
  *    runs dry; an empty awaitData getMore parks its request (sbl_op_park,
  *    which the command layer provides) and holds no thread while it waits.
@@ -40,6 +43,7 @@ typedef struct sbl_cursor {
     void *state;
     bson_t pending;
     bool has_pending;
+    sbl_err_t *pending_err; /* met reading ahead: the next getMore's error */
     bool in_use; /* a command is filling a batch from it */
     bool killed; /* killCursors ran while in_use: free when the command is done */
     unsigned flags;         /* SBL_CURSOR_TAILABLE, SBL_CURSOR_AWAIT_DATA */
@@ -157,6 +161,7 @@ static void cursor_free(sbl_cursor_t *cur)
         return;
     if (cur->has_pending)
         bson_destroy(&cur->pending);
+    free(cur->pending_err);
     if (cur->src.free != NULL && cur->state != NULL)
         cur->src.free(cur->state);
     free(cur);
@@ -171,11 +176,20 @@ static void move_doc(bson_t *dst, bson_t *src)
     }
 }
 
-/* The next document for a batch: the pending one if any, else the source's. */
+/* The next document for a batch: the pending one if any, else the source's
+ * (or the error met reading ahead). */
 static int produce(sbl_cursor_t *cur, sbl_opctx_t *ctx, bson_t *doc, bool *donep,
                    sbl_err_t *err)
 {
     *donep = false;
+    if (cur->pending_err != NULL) {
+        int code = cur->pending_err->code;
+        if (err != NULL)
+            *err = *cur->pending_err;
+        free(cur->pending_err);
+        cur->pending_err = NULL;
+        return code;
+    }
     if (cur->has_pending) {
         move_doc(doc, &cur->pending);
         cur->has_pending = false;
@@ -186,8 +200,12 @@ static int produce(sbl_cursor_t *cur, sbl_opctx_t *ctx, bson_t *doc, bool *donep
 
 /*
  * Append up to limit documents (limit < 0: no count limit) to arr, stopping
- * before 16 MiB.  *donep tells whether the source is exhausted; when the
- * count limit was reached it reads one document ahead to find out.
+ * before 16 MiB: the array so far (with each element's type byte and index
+ * key, as mongod's bytesUsed()) and the next document; the first always goes
+ * in.  Tiny documents' keys added up past maxBsonObjectSize + 16 KiB when
+ * only the documents counted.  *donep tells whether the source is exhausted; when the
+ * count limit was reached it reads one document ahead to find out.  An error
+ * there is kept for the next batch (pending_err) and this one is answered.
  */
 static int fill_batch(sbl_cursor_t *cur, sbl_opctx_t *ctx, int64_t limit, bson_t *arr,
                       bool *donep, sbl_err_t *err)
@@ -219,15 +237,25 @@ static int fill_batch(sbl_cursor_t *cur, sbl_opctx_t *ctx, int64_t limit, bson_t
         const char *k;
         bson_uint32_to_string((uint32_t)count, &k, key, sizeof(key));
         bson_append_document(arr, k, -1, &doc);
-        bytes += doc.len;
+        bytes = arr->len;
         bson_destroy(&doc);
         count++;
         ctx->nreturned = count;
     }
     if (!done && limit > 0 && count == limit) {
         bson_t doc;
-        if ((rc = produce(cur, ctx, &doc, &done, err)) != 0)
-            return rc;
+        sbl_err_t ahead = {0};
+        if ((rc = produce(cur, ctx, &doc, &done, &ahead)) != 0) {
+            cur->pending_err = malloc(sizeof(*cur->pending_err));
+            if (cur->pending_err == NULL) {
+                if (err != NULL)
+                    *err = ahead;
+                return rc;
+            }
+            *cur->pending_err = ahead;
+            cur->pending_err->code = rc;
+            return 0;
+        }
         if (!done) {
             move_doc(&cur->pending, &doc);
             cur->has_pending = true;
@@ -618,6 +646,7 @@ static bool cursor_idle(int64_t id, uint64_t gen)
     pthread_mutex_lock(&reg_lock);
     sbl_cursor_t *cur = find_locked(id);
     bool idle = cur != NULL && !cur->in_use && !cur->killed && !cur->has_pending &&
+                cur->pending_err == NULL &&
                 cur->src.idle != NULL && cur->src.idle(cur->state, gen);
     if (idle) { /* used, as by the getMore it stands for */
         cur->last_use_us = sbl_now_us();
@@ -681,6 +710,7 @@ bool sbl_cursor_park_early(sbl_opctx_t *ctx)
     uint64_t gen = 0;
     int64_t now = sbl_now_us();
     bool waits = cur != NULL && !cur->in_use && !cur->killed && !cur->has_pending &&
+                 cur->pending_err == NULL &&
                  (cur->flags & SBL_CURSOR_AWAIT_DATA) && cur->src.waits != NULL &&
                  cur->src.wake_gen != NULL && strcmp(cur->ns, ns) == 0 &&
                  cur->src.waits(cur->state, gen = cur->src.wake_gen());

@@ -67,6 +67,7 @@ struct sbl_qexec {
     int64_t to_skip;   /* matches still to drop */
     int64_t remaining; /* matches still to produce; -1: unlimited */
     bool exhausted;    /* the stream has nothing beyond buf */
+    sbl_err_t failed;  /* an $expr's error met after the matches in buf: after them, it */
     bool natural_ok;   /* no sort but {$natural: ±1}: a capped collection's scan is natural */
     uint64_t nat_pos;  /* the last natural position read (0: none) */
     uint64_t nat_from; /* the oplog from {ts: {$gte|$gt: T}}: T, where its scan starts (0: none) */
@@ -938,9 +939,18 @@ static int refill(sbl_qexec_t *q, sbl_opctx_t *ctx, size_t max, sbl_err_t *err)
     q->keys_examined += ctx->keys_examined - keys0;
     q->docs_examined += ctx->docs_examined - docs0;
     sbl_coll_release(c);
-    if (rc == 0 && (rc = sbl_matcher_take_error(err)) != 0) { /* an $expr failed: the query */
-        buf_clear(q);
+    sbl_err_t failed = {0};
+    if (rc == 0 && (rc = sbl_matcher_take_error(&failed)) != 0) { /* an $expr failed: the query */
         q->exhausted = true;
+        if (q->sort == NULL && q->n > 0) {
+            /* after the matches before it, as mongod, which reads one document at a
+             * time, meets it (a find's first batch may end before it) */
+            q->failed = failed;
+            return 0;
+        }
+        buf_clear(q);
+        if (err != NULL)
+            *err = failed;
     }
     return rc;
 }
@@ -1157,6 +1167,13 @@ static int next_raw(sbl_qexec_t *q, sbl_opctx_t *ctx, bson_t *doc, int32_t *posp
     }
     bool looked_again = false;
     while (q->i >= q->n) {
+        if (q->failed.code != 0) {
+            int code = q->failed.code;
+            if (err != NULL)
+                *err = q->failed;
+            sbl_err_clear(&q->failed);
+            return code;
+        }
         if (q->exhausted && q->tailable && !looked_again && q->remaining != 0 && q->sort == NULL) {
             q->exhausted = false; /* a tailable scan: newer documents may be there now */
             looked_again = true;
@@ -1176,23 +1193,3 @@ static int next_raw(sbl_qexec_t *q, sbl_opctx_t *ctx, bson_t *doc, int32_t *posp
         *posp = e->pos;
     return 0;
 }
-
-/* The key pattern returnKey reports for q's plan: the index's, _id's for a
- * plan in _id order (points, a range, or a requested _id sort), else {}. */
-bson_t *sbl_qexec_key_pattern(const sbl_qexec_t *q, const bson_t *sort)
-{
-    sbl_qexec_info_t info;
-    bson_iter_t it;
-    bson_t key;
-    bson_t *out = bson_new();
-    sbl_qexec_info(q, &info);
-    if (info.ixp != NULL) {
-        if (bson_iter_init_find(&it, sbl_index_spec(info.ixp->ix), "key") && sbl_iter_doc(&it, &key))
-            bson_concat(out, &key);
-    } else if (info.id_kind != SBL_ID_ANY ||
-               (sort != NULL && bson_count_keys(sort) == 1 && bson_iter_init_find(&it, sort, "_id"))) {
-        BSON_APPEND_INT32(out, "_id", 1);
-    }
-    return out;
-}
-

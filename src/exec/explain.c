@@ -8,7 +8,8 @@
  * What must stay true: explain never changes data; for update, delete and
  * findAndModify it plans and runs only the read side (the documents the
  * write would touch).  An aggregate is explained by its leading
- * $match/$sort/$skip/$limit, the part the executor plans.
+ * $match/$sort/$skip/$limit, the part the executor plans.  Also the key
+ * pattern a plan reports for returnKey.
  */
 #include "exec/exec.h"
 #include "exec/plan.h"
@@ -452,3 +453,23 @@ int sbl_exec_explain(sbl_opctx_t *ctx, sbl_err_t *err)
     sbl_qexec_free(q);
     return 0;
 }
+
+/* The key pattern returnKey reports for q's plan: the index's, _id's for a
+ * plan in _id order (points, a range, or a requested _id sort), else {}. */
+bson_t *sbl_qexec_key_pattern(const sbl_qexec_t *q, const bson_t *sort)
+{
+    sbl_qexec_info_t info;
+    bson_iter_t it;
+    bson_t key;
+    bson_t *out = bson_new();
+    sbl_qexec_info(q, &info);
+    if (info.ixp != NULL) {
+        if (bson_iter_init_find(&it, sbl_index_spec(info.ixp->ix), "key") && sbl_iter_doc(&it, &key))
+            bson_concat(out, &key);
+    } else if (info.id_kind != SBL_ID_ANY ||
+               (sort != NULL && bson_count_keys(sort) == 1 && bson_iter_init_find(&it, sort, "_id"))) {
+        BSON_APPEND_INT32(out, "_id", 1);
+    }
+    return out;
+}
+

@@ -175,7 +175,10 @@ int sbl_repl_abort_catchup(sbl_err_t *err);
  * maintenance mode; RECOVERING while any is open (repl_member.c). */
 int sbl_repl_sync_from(const char *host, bson_t *r, sbl_err_t *err);
 int sbl_repl_maintenance(bool on, sbl_err_t *err);
-int sbl_repl_step_up(sbl_err_t *err);
+/* replSetStepUp: run for election now, after a dry run unless skip_dry_run
+ * (its skipDryRun field; an election hand-off sends it); CommandFailed when
+ * frozen or the election (or its dry run) is lost. */
+int sbl_repl_step_up(bool skip_dry_run, sbl_err_t *err);
 
 /* Write concern beyond this member: wait until w members (w_majority: a
  * majority of the voting members, through the commit point) have applied

@@ -1002,7 +1002,7 @@ void sbl_rs_hb_stop(void)
 
 /* ---- replSetStepDown, replSetFreeze, replSetStepUp ---------------------------------- */
 
-int sbl_repl_step_up(sbl_err_t *err)
+int sbl_repl_step_up(bool skip_dry_run, sbl_err_t *err)
 {
     if (!sbl_repl_enabled())
         return sbl_err_set(err, SBL_E_NoReplicationEnabled, "not running with --replSet");
@@ -1015,7 +1015,10 @@ int sbl_repl_step_up(sbl_err_t *err)
     pthread_mutex_unlock(&rs.lock);
     if (frozen)
         return sbl_err_set(err, SBL_E_CommandFailed, "Election failed.");
-    return run_election(true, "stepUpRequestSkipDryRun", err);
+    /* as mongod: a dry run first unless asked to skip it (the hand-off does), so
+     * that a member that cannot win leaves the term, and the primary, alone */
+    return run_election(skip_dry_run, skip_dry_run ? "stepUpRequestSkipDryRun" : "stepUpRequest",
+                        err);
 }
 
 int sbl_repl_freeze(int64_t secs, bson_t *r, sbl_err_t *err)

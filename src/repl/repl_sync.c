@@ -398,16 +398,23 @@ static int member_index_locked(const char *host)
     return -1;
 }
 
-/* What the sync source rules see of each member (lock held). */
+/* What the sync source rules see of each member (lock held).  In this member's
+ * own primary catch-up, a member ahead of it has the entries it waits for,
+ * whoever that member tails: no cycle through it counts (as mongod, which
+ * breaks a cycle as a primary in catch-up).  Else the member elected by
+ * replSetStepUp, seeing the old primary (ahead) tail a member that tailed it,
+ * left it and waited out the 30 s catch-up takeover. */
 static void candidates_locked(sbl_rs_candidate_t *c)
 {
+    sbl_optime_t mine = sbl_rs_my_applied();
     for (int i = 0; i < rs.cfg.n; i++) {
         c[i].up = rs.peer[i].up;
         c[i].state = rs.peer[i].state;
         c[i].applied = rs.peer[i].applied;
         c[i].ping_ms = rs.peer[i].ping_avg_ms;
         c[i].term = rs.peer[i].term;
-        c[i].has_source = rs.peer[i].sync_source[0] != '\0';
+        c[i].has_source = rs.peer[i].sync_source[0] != '\0' &&
+                          !(rs.catching_up && sbl_optime_cmp(c[i].applied, mine) > 0);
         c[i].source = c[i].has_source ? member_index_locked(rs.peer[i].sync_source) : -1;
     }
 }

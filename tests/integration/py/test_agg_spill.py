@@ -14,7 +14,6 @@ import pytest
 from bson.son import SON
 from pymongo.errors import OperationFailure
 
-from sabled import Sabled
 
 SMALL = 16 * 1024
 DEFAULT = 100 * 1024 * 1024

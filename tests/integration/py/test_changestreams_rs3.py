@@ -14,7 +14,7 @@ from pymongo.errors import (AutoReconnect, ConnectionFailure, DuplicateKeyError,
                             NotMasterError, OperationFailure, ServerSelectionTimeoutError)
 from pymongo.write_concern import WriteConcern
 
-from test_replset3 import rs3, state, wait_for, direct  # noqa: F401 (fixture)
+from test_replset3 import rs3, wait_for, direct  # noqa: F401 (fixture)
 
 RETRYABLE = (AutoReconnect, ConnectionFailure, NotMasterError, ServerSelectionTimeoutError)
 N = 300

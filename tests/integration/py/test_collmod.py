@@ -8,7 +8,6 @@ unique (conversion refused with 359 and the conflicting _ids).
 import pytest
 from pymongo.errors import DuplicateKeyError, OperationFailure, WriteError
 
-from sabled import Sabled
 
 
 def test_validator_added_later_applies_to_writes(db):

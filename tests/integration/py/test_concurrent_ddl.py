@@ -8,7 +8,6 @@ threads at once keeps every file.
 import threading
 
 import gridfs
-import pymongo
 import pytest
 from pymongo.errors import OperationFailure
 

@@ -7,7 +7,6 @@ import hashlib
 import uuid
 
 import pytest
-from bson import BSON
 from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 from pymongo.errors import OperationFailure

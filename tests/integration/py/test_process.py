@@ -14,7 +14,7 @@ import pytest
 from pymongo.errors import AutoReconnect, ConnectionFailure, OperationFailure
 
 import wire
-from sabled import Sabled, free_port, run_sabled
+from sabled import free_port, run_sabled
 
 
 def test_version_exits_0_and_names_7_0():

@@ -16,6 +16,7 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from sabled import one_member_set
+from test_replset3 import last_oplog_ts
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +85,7 @@ def test_oplog_and_change_streams(rs1):
     c.za.s.insert_many([{"_id": i} for i in range(3)])
     c.za.s.create_index("x")
     old = info(c.za, "s")["info"]["uuid"]
-    start = c.local.oplog.rs.find().sort("$natural", -1).limit(1).next()["ts"]
+    start = last_oplog_ts(c)
     with c.za.s.watch() as src_stream, c.zb.watch() as db_stream:
         c.admin.command("renameCollection", "za.s", to="zb.t")
         new = info(c.zb, "t")["info"]["uuid"]

@@ -26,7 +26,7 @@ from pymongo.errors import OperationFailure
 from pymongo.write_concern import WriteConcern
 
 from sabled import Sabled, run_sabled, set_members
-from test_replset3 import direct, state, wait_for
+from test_replset3 import direct, last_oplog_ts, state, wait_for
 
 WRITERS = 8
 
@@ -257,7 +257,7 @@ def test_small_updates_go_in_as_byte_ranges(rs):
         got = {doc["_id"]: doc for doc in c.find()}
         assert got == want
         assert list(got[2].keys()) == ["_id"] + list(base.keys())   # field order kept
-        last = d.local.oplog.rs.find().sort("$natural", -1).limit(1)[0]["ts"]
+        last = last_oplog_ts(d)
     wait_for(lambda: direct(s).local.oplog.rs.find_one({"ts": last}) is not None, timeout=60)
     with direct(s) as d:
         assert {doc["_id"]: doc for doc in d.t.ranges.find()} == want

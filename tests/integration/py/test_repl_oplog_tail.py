@@ -14,7 +14,7 @@ from pymongo import CursorType
 from pymongo.write_concern import WriteConcern
 
 from sabled import Sabled
-from test_replset3 import direct, state, wait_for
+from test_replset3 import direct, last_oplog_ts, state, wait_for
 
 WORKERS = 2
 SLEEP_MS = 15000
@@ -47,7 +47,7 @@ def test_oplog_tail_getmore_runs_while_every_worker_is_busy(monkeypatch):
         with direct(m) as d:
             d.t.js.insert_one({"_id": 1})
             d.t.create_collection("c")
-            last = d.local.oplog.rs.find_one(sort=[("$natural", -1)])["ts"]
+            last = last_oplog_ts(d)
             tail = d.local.oplog.rs.find({"ts": {"$gt": last}},
                                          cursor_type=CursorType.TAILABLE_AWAIT
                                          ).max_await_time_ms(30000)

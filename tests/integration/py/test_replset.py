@@ -12,10 +12,13 @@ import time
 import bson
 import pymongo
 import pytest
+from bson.codec_options import CodecOptions
+from bson.raw_bson import RawBSONDocument
 from bson.timestamp import Timestamp
 from pymongo.errors import DuplicateKeyError, NotMasterError, OperationFailure
 
-from sabled import Sabled
+from sabled import Sabled, one_member_set
+from test_replset3 import last_oplog_ts
 
 
 def start_member(oplog_mb=16):
@@ -268,7 +271,7 @@ def test_failed_write_leaves_no_entry(primary):
 def test_tailable_await_cursor_sees_new_insert(primary):
     s, c = primary
     c.t.c.insert_one({"_id": "first"})
-    last = c.local["oplog.rs"].find().sort("$natural", -1).limit(1)[0]["ts"]
+    last = last_oplog_ts(c)
     cur = c.local["oplog.rs"].find({"ts": {"$gt": last}},
                                    cursor_type=pymongo.CursorType.TAILABLE_AWAIT)
     cur.max_await_time_ms(5000)
@@ -354,3 +357,57 @@ def test_full_oplog_keeps_its_newest_entries(primary):
     ids = [e["o"]["_id"] for e in c.local["oplog.rs"].find({"ns": "t.fill"}, {"o._id": 1})]
     assert ids and ids[0] > 0
     assert ids == list(range(ids[0], n))
+
+
+MAX_REPLY = 16 * 1024 * 1024 + 16 * 1024   # maxBsonObjectSize + mongod's 16 KiB of room
+
+
+def tail_batches(c, after, first_batch_size, more_batch_size):
+    """A tailable, awaitData find on the oplog after ts `after`, then getMores
+    until one comes back empty: each reply's size in bytes and its entries."""
+    raw = CodecOptions(document_class=RawBSONDocument)
+    r = c.local.command("find", "oplog.rs", filter={"ts": {"$gt": after}}, tailable=True,
+                        awaitData=True, batchSize=first_batch_size, codec_options=raw)
+    out = [(len(r.raw), list(r["cursor"]["firstBatch"]))]
+    cid = r["cursor"]["id"]
+    while cid and out[-1][1]:
+        r = c.local.command("getMore", cid, collection="oplog.rs", batchSize=more_batch_size,
+                            maxTimeMS=200, codec_options=raw)
+        out.append((len(r.raw), list(r["cursor"]["nextBatch"])))
+        cid = r["cursor"]["id"]
+    return out, cid
+
+
+def test_oplog_tail_batches_stay_under_the_reply_limit():
+    """However many entries are ready and whatever batchSize asks, a batch of
+    the oplog ends before its reply would pass 16 MiB (mongod counts the
+    array as built, each element's key included): many tiny entries (their
+    keys add up: 17.2 MB replies before) and 40 entries of 1 MiB committed
+    at once after the tail found nothing (the getMore then served on the
+    network loop), each entry once and in order."""
+    with one_member_set(["--oplogSizeMB", "256"]) as (s, c):
+        start = last_oplog_ts(c)
+        n = 130000   # about 290 bytes an entry: 58,000 to a batch
+        for i in range(0, n, 65000):
+            c.t.tiny.insert_many([{"_id": j} for j in range(i, i + 65000)])
+        batches, cid = tail_batches(c, start, 10 ** 7, 10 ** 7)
+        got = [e["o"]["_id"] for _, b in batches for e in b if e["ns"] == "t.tiny"]
+        assert got == list(range(n))
+        assert len(batches) >= 3   # more than one full batch
+        assert all(size <= MAX_REPLY for size, _ in batches), [s for s, _ in batches]
+
+        # dry now: 40 entries of 1 MiB in one insert, read by the quick getMore
+        assert batches[-1][1] == []
+        big = "x" * (1024 * 1024 - 64)
+        c.t.big.insert_many([{"_id": i, "pad": big} for i in range(40)])
+        raw = CodecOptions(document_class=RawBSONDocument)
+        seen, sizes = [], []
+        while len(seen) < 40:
+            r = c.local.command("getMore", cid, collection="oplog.rs", batchSize=1000,
+                                maxTimeMS=2000, codec_options=raw)
+            b = list(r["cursor"]["nextBatch"])
+            assert b, "the entries did not come"
+            sizes.append(len(r.raw))
+            seen += [e["o"]["_id"] for e in b if e["ns"] == "t.big" and e["op"] == "i"]
+        assert seen == list(range(40))
+        assert all(size <= MAX_REPLY for size in sizes) and len(sizes) >= 3, sizes

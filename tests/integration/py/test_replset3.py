@@ -50,6 +50,24 @@ def wait_for(pred, timeout=30, step=0.2, args=None):
     raise AssertionError("timed out waiting")
 
 
+def last_oplog_ts(c):
+    """The ts of the newest entry in the oplog of the member c reads from."""
+    return c.local["oplog.rs"].find_one(sort=[("$natural", -1)])["ts"]
+
+
+def wait_majority_of_last(c, timeout=30):
+    """The ts of the newest oplog entry of the member c reads from, once that
+    member's majority-committed point (readConcernMajorityOpTime) has reached
+    it; AssertionError after timeout seconds."""
+    last = last_oplog_ts(c)
+
+    def has_it():
+        ot = c.admin.command("replSetGetStatus")["optimes"]
+        return ot["readConcernMajorityOpTime"]["ts"] >= last
+    wait_for(has_it, timeout=timeout, step=0.02)
+    return last
+
+
 def direct(m):
     return pymongo.MongoClient("127.0.0.1", m.port, directConnection=True,
                                serverSelectionTimeoutMS=3000, readPreference="secondaryPreferred")
@@ -98,7 +116,7 @@ def check_commit_point_wall_times(members, p, started):
     (replSetGetStatus.optimes, hello.lastWrite): the secondaries learn both
     from the primary, as mongod's members do."""
     with direct(p) as d:
-        last = d.local["oplog.rs"].find_one(sort=[("$natural", -1)])["ts"]
+        last = last_oplog_ts(d)
 
     def known(m):
         with direct(m) as d:

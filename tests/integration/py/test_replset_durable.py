@@ -14,6 +14,7 @@ from bson.timestamp import Timestamp
 from pymongo.write_concern import WriteConcern
 
 from sabled import Sabled
+from test_replset3 import last_oplog_ts
 
 J = WriteConcern(w=1, j=True)
 
@@ -77,7 +78,7 @@ def test_checkpoint_at_stable_then_replay_after_it():
     try:
         c = rs_client(s)
         c.t.c.insert_many([{"_id": i} for i in range(100)])
-        last = c.local["oplog.rs"].find().sort("$natural", -1).limit(1)[0]["ts"]
+        last = last_oplog_ts(c)
         # a set of one: stable follows our own writes; fsync checkpoints at it
         def stable_ckpt():
             c.admin.command("fsync")

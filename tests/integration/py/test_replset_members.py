@@ -13,7 +13,6 @@ delayed member's check is a lower bound, which load only makes larger.
 import threading
 import time
 
-import pymongo
 import pytest
 from pymongo.errors import OperationFailure, PyMongoError, WriteConcernError
 from pymongo.write_concern import WriteConcern

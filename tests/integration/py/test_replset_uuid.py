@@ -17,7 +17,7 @@ from bson.binary import Binary
 from pymongo.write_concern import WriteConcern
 
 from sabled import set_members
-from test_replset3 import direct, state, wait_for
+from test_replset3 import direct, last_oplog_ts, state, wait_for
 from test_replset_members import host, initiate, primary_and_others
 
 # every collection made below, in database u; "v" is a view (no UUID)
@@ -96,7 +96,7 @@ def test_same_uuid_on_every_member():
 
         # after a failover the new primary logs its writes with the same "ui"
         with direct(p) as c:
-            last = c.local["oplog.rs"].find_one(sort=[("$natural", -1)])["ts"]
+            last = last_oplog_ts(c)
             c.admin.command("replSetStepDown", 60, secondaryCatchUpPeriodSecs=20)
         q = wait_for(lambda: next((m for m in (m0, m1) if m is not p and state(m) == 1), None),
                      timeout=60)

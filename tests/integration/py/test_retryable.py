@@ -16,7 +16,6 @@ import time
 import uuid
 
 import pymongo
-import pytest
 from bson.binary import Binary, UUID_SUBTYPE
 from bson.int64 import Int64
 from bson.son import SON
@@ -26,8 +25,8 @@ from pymongo.write_concern import WriteConcern
 
 import wire
 from sabled import Sabled
-from test_replset import initiate, member, primary, rs_client, start_member  # noqa: F401
-from test_replset3 import RETRYABLE, direct, primary_of, rs3, state, wait_for  # noqa: F401
+from test_replset import member, primary, rs_client  # noqa: F401 (fixtures)
+from test_replset3 import RETRYABLE, direct, primary_of, rs3, wait_for  # noqa: F401 (rs3)
 
 EMPTY_UID = hashlib.sha256(b"").digest()
 

@@ -11,7 +11,6 @@ A config server and two one-member shards (build/sable-cluster start --sharded).
 import os
 import sys
 
-import pytest
 from bson.max_key import MaxKey
 from bson.min_key import MinKey
 from pymongo.errors import OperationFailure

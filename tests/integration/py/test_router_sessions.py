@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
 import test_retryable as retryable  # noqa: E402
 from test_retryable import cmd, new_lsid  # noqa: E402
+from test_replset3 import last_oplog_ts  # noqa: E402
 
 # this module's collections and test_router_changestreams.py's (cs, resume, gone)
 COLLS = ["ins", "upd", "py", "es", "tx", "tx2", "tx3", "tx4", "tx5", "stale", "hot", "cs", "resume", "gone"]
@@ -71,9 +72,9 @@ def test_router_gossips_cluster_time_for_causal_reads(mongos, shards):
         assert c.find_one({"k": -900}, session=s)["_id"] == "causal"
         assert c.count_documents({"_id": "causal"}, session=s) == 1
         c.delete_one({"k": -900}, session=s)
-    last0 = shards[0].local.oplog.rs.find_one(sort=[("$natural", -1)])["ts"]
+    last0 = last_oplog_ts(shards[0])
     assert r["operationTime"] <= last0 or r["operationTime"] <= \
-        shards[1].local.oplog.rs.find_one(sort=[("$natural", -1)])["ts"]
+        last_oplog_ts(shards[1])
 
 
 def test_retried_insert_split_over_two_shards_is_not_applied_twice(mongos, shards, raw):

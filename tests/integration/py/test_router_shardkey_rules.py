@@ -15,7 +15,6 @@ k >= 0 on shard1), rk.dot on {"a.b": 1}.
   transaction; a retry is answered the first result) or in a transaction.
 """
 import os
-import re
 import sys
 
 import pymongo

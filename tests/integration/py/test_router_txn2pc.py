@@ -23,6 +23,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 sys.path.insert(0, os.path.dirname(__file__))
 import sharded  # noqa: E402
 from sharded import launcher, wait_for  # noqa: E402
+from test_replset3 import last_oplog_ts  # noqa: E402
 from test_retryable import Raw, cmd, new_lsid  # noqa: E402
 
 COLLS = ["both", "aborted", "noprep", "bank", "retry", "killed"]
@@ -136,10 +137,6 @@ def test_participant_that_cannot_prepare_aborts_the_whole_transaction(mongos, sh
     assert sorted(d["v"] for d in c.find({"_id": {"$in": ["x", "y"]}})) == [1, 1]
 
 
-def last_op_ts(shard):
-    return shard.local.oplog.rs.find_one(sort=[("$natural", -1)])["ts"]
-
-
 def test_snapshot_reads_never_see_half_a_transfer(mongos, shards, cluster):
     """Bank accounts on both shards; transfers between them in two-shard
     transactions from several threads; readers sum all accounts at one
@@ -148,7 +145,7 @@ def test_snapshot_reads_never_see_half_a_transfer(mongos, shards, cluster):
     c = mongos.tp.bank
     accounts = [{"_id": i, "k": k, "bal": 100} for i, k in enumerate([-4, -3, -2, -1, 1, 2, 3, 4])]
     c.insert_many(accounts)
-    loaded = max(last_op_ts(sh) for sh in shards)  # both shards have every account from here
+    loaded = max(last_oplog_ts(sh) for sh in shards)  # both shards have every account from here
     total = 100 * len(accounts)
     stop = time.monotonic() + 8
     done = {"transfers": 0, "reads": 0, "conflicts": 0}
@@ -185,7 +182,7 @@ def test_snapshot_reads_never_see_half_a_transfer(mongos, shards, cluster):
         with pymongo.MongoClient("127.0.0.1", cluster["router"]) as cl:
             while time.monotonic() < stop:
                 # a time both shards have reached
-                at = min(last_op_ts(sh) for sh in shards)
+                at = min(last_oplog_ts(sh) for sh in shards)
                 if at < loaded:
                     time.sleep(0.01)
                     continue

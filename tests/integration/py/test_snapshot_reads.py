@@ -9,13 +9,13 @@ its first statement (with atClusterTime, at that time).
 """
 import time
 
-import pytest
 from bson.int64 import Int64
 from bson.son import SON
 from bson.timestamp import Timestamp
 
 from sabled import Sabled
-from test_replset import initiate, member, primary, rs_client, start_member  # noqa: F401
+from test_replset import member, primary, rs_client  # noqa: F401 (fixtures)
+from test_replset3 import last_oplog_ts, wait_for, wait_majority_of_last
 from test_retryable import Raw, new_lsid
 from test_transactions import commit, tcmd
 
@@ -25,17 +25,6 @@ def snap(at=None):
     if at is not None:
         rc["atClusterTime"] = at
     return rc
-
-
-def wait_majority(c, ts):
-    """Until the member's majority-committed point (stable) reaches ts."""
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        st = c.admin.command("replSetGetStatus")
-        if st["optimes"]["readConcernMajorityOpTime"]["ts"] >= ts:
-            return
-        time.sleep(0.02)
-    raise AssertionError("majority point never reached %r" % (ts,))
 
 
 def test_snapshot_reads_at_cluster_time(primary):
@@ -106,8 +95,7 @@ def test_snapshot_too_old_and_history_window(primary):
     r = c.admin.command("setParameter", 1, minSnapshotHistoryWindowInSeconds=0)
     assert r["was"] == 300
     res = c.t.h.insert_one({"_id": 100})
-    last = c.local["oplog.rs"].find().sort("$natural", -1).limit(1)[0]["ts"]
-    wait_majority(c, last)
+    wait_majority_of_last(c)
     time.sleep(0.2)
     r = raw(SON([("find", "h"), ("readConcern", snap(old))]), ok=False)
     assert r["code"] == 239 and r["codeName"] == "SnapshotTooOld", r
@@ -176,8 +164,7 @@ def test_history_window_kept_while_reads_at_a_timestamp_run(primary):
                 time.sleep(0.2)
 
         write_for(10.5)                       # no read at a timestamp for > 9 s
-        old = c.t.hw.insert_one({}) and \
-            c.local["oplog.rs"].find().sort("$natural", -1).limit(1)[0]["ts"]
+        old = c.t.hw.insert_one({}) and last_oplog_ts(c)
         write_for(6.5)
         r = raw(SON([("find", "hw"), ("readConcern", snap(old))]), ok=False)
         assert r.get("code") == 239, r        # only 5 s were kept
@@ -200,8 +187,7 @@ def test_times_before_a_restart_are_too_old(primary):
     c.t.r.insert_one({"_id": 1, "v": 1})
     before = raw(SON([("find", "r"), ("readConcern", snap())]))["cursor"]["atClusterTime"]
     c.t.r.update_one({"_id": 1}, {"$set": {"v": 2}})
-    last = c.local["oplog.rs"].find().sort("$natural", -1).limit(1)[0]["ts"]
-    wait_majority(c, last)
+    wait_majority_of_last(c)
     r = raw(SON([("find", "r"), ("readConcern", snap(before))]))
     assert r["cursor"]["firstBatch"] == [{"_id": 1, "v": 1}]
     raw.close()
@@ -209,18 +195,14 @@ def test_times_before_a_restart_are_too_old(primary):
     m.restart()
     c2 = rs_client(m)
     try:
-        deadline = time.time() + 30
-        while not c2.admin.command("hello")["isWritablePrimary"]:
-            assert time.time() < deadline
-            time.sleep(0.1)
+        wait_for(lambda: c2.admin.command("hello")["isWritablePrimary"], timeout=30, step=0.1)
         raw = Raw(m.port)
         r = raw(SON([("find", "r"), ("readConcern", snap(before))]), ok=False)
         assert r["code"] == 239 and r["codeName"] == "SnapshotTooOld", r
         c2.t.r.update_one({"_id": 1}, {"$set": {"v": 3}})
         after = raw(SON([("find", "r"), ("readConcern", snap())]))["cursor"]["atClusterTime"]
         c2.t.r.update_one({"_id": 1}, {"$set": {"v": 4}})
-        last = c2.local["oplog.rs"].find().sort("$natural", -1).limit(1)[0]["ts"]
-        wait_majority(c2, last)
+        wait_majority_of_last(c2)
         r = raw(SON([("find", "r"), ("readConcern", snap(after))]))
         assert r["cursor"]["firstBatch"] == [{"_id": 1, "v": 3}]
         raw.close()

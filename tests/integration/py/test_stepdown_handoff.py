@@ -13,6 +13,7 @@ from pymongo.errors import OperationFailure
 from pymongo.write_concern import WriteConcern
 
 from sabled import set_members
+from test_repl_catchup import fail_point
 from test_repl_guarantees import initiate, the_primary
 from test_replset3 import direct, state, wait_for
 
@@ -64,3 +65,49 @@ def test_a_frozen_member_refuses_step_up_and_another_is_elected(rs):
         d.admin.command("replSetFreeze", 0)  # unfrozen, it may stand again
         wait_for(lambda: d.admin.command("replSetStepUp")["ok"], timeout=30)
     wait_for(lambda: state(frozen) == 1, timeout=30)
+
+
+def status(m):
+    with direct(m) as d:
+        return d.admin.command("replSetGetStatus")
+
+
+def test_plain_step_up_runs_a_dry_run_first(rs):
+    """replSetStepUp without skipDryRun runs a dry run first, as mongod's: a
+    member too far behind to win loses it without moving the term, so the
+    primary stays (with no dry run its lost election still raised the term
+    and deposed the primary: a member retrying replSetStepUp while it caught
+    up kept knocking the set's primary down, and the frozen-member test above
+    could run out of time on a loaded host).  With skipDryRun it runs at once
+    and the higher term still deposes the primary; once caught up, a plain
+    replSetStepUp wins with lastElectionReason stepUpRequest."""
+    p, secs = caught_up_secondaries(rs)
+    behind, other = secs
+    host = "127.0.0.1:%d" % p.port   # other tails p, not behind (which stops applying)
+    with direct(other) as d:
+        d.admin.command("replSetSyncFrom", host)
+    wait_for(lambda: status(other)["syncSourceHost"] == host, timeout=30)
+    fail_point(behind, "rsSyncApplyStop", True)
+    try:
+        with direct(p) as d:   # entries behind does not apply: it is staler than both
+            d.t.c.with_options(write_concern=WriteConcern(w=2, wtimeout=30000)).insert_many(
+                [{"n": i} for i in range(3)])
+        term = status(p)["term"]
+        for _ in range(3):
+            with direct(behind) as d:
+                with pytest.raises(OperationFailure) as ei:
+                    d.admin.command("replSetStepUp")
+            assert ei.value.code == 125, ei.value.details
+        assert state(p) == 1 and status(p)["term"] == term
+        assert status(behind)["term"] == term
+        with direct(behind) as d:   # no dry run: the election is lost, the term moves on
+            with pytest.raises(OperationFailure) as ei:
+                d.admin.command("replSetStepUp", skipDryRun=True)
+        assert ei.value.code == 125
+        wait_for(lambda: status(p)["term"] > term, timeout=30)
+    finally:
+        fail_point(behind, "rsSyncApplyStop", False)
+    with direct(behind) as d:
+        wait_for(lambda: d.admin.command("replSetStepUp")["ok"], timeout=60)
+    assert the_primary(rs) is behind
+    assert status(behind)["electionCandidateMetrics"]["lastElectionReason"] == "stepUpRequest"

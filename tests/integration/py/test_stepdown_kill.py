@@ -18,7 +18,6 @@ import bson
 import pymongo
 import pytest
 from pymongo.errors import PyMongoError
-from pymongo.write_concern import WriteConcern
 
 from sabled import set_members
 from test_replset3 import direct, state, wait_for

@@ -18,7 +18,6 @@ import re
 import threading
 import time
 
-import pymongo
 import pytest
 from bson import BSON, decode_file_iter
 from bson.code import Code
@@ -26,6 +25,7 @@ from bson.timestamp import Timestamp
 
 from sabled import Sabled
 from test_replset import initiate, rs_client
+from test_replset3 import last_oplog_ts
 from tools_util import ok, run_tool, tool_path
 
 pytestmark = pytest.mark.skipif(not os.path.exists(tool_path("sable-dump")),
@@ -161,7 +161,7 @@ def test_oplog_dump_replay_and_limit(rs, fresh, tmp_path):
     c[DB].acct.insert_many(initial)
     c[DB].acct.create_index("v")
     # wait until the set is writable with a primary known to the tools
-    load_end = c.local["oplog.rs"].find().sort("$natural", -1).limit(1)[0]["ts"]
+    load_end = last_oplog_ts(c)
     ops = make_ops(7, 30000, n0)  # more than a run needs: the writer stops when told
     done = [0]
     stop = threading.Event()

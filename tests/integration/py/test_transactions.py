@@ -9,17 +9,15 @@ Raw-socket commands (wire.py) choose lsid and txnNumber; pymongo drives the
 convenient API.
 """
 import time
-import uuid
 
 import pymongo
-import pytest
-from bson.binary import Binary, UUID_SUBTYPE
+from bson.binary import Binary
 from bson.int64 import Int64
 from bson.son import SON
 
 from sabled import Sabled
-from test_replset import initiate, member, primary, rs_client, start_member  # noqa: F401
-from test_replset3 import direct, primary_of, rs3, state, wait_for  # noqa: F401
+from test_replset import member, primary  # noqa: F401 (fixtures)
+from test_replset3 import direct, primary_of, rs3  # noqa: F401 (rs3)
 from test_retryable import EMPTY_UID, Raw, cmd, new_lsid
 
 

@@ -16,8 +16,8 @@ from bson.son import SON
 
 from sabled import Sabled
 
-from test_replset import initiate, member, primary, rs_client, start_member  # noqa: F401
-from test_replset3 import direct, primary_of, state, wait_for
+from test_replset import initiate, member, primary, rs_client  # noqa: F401 (fixtures)
+from test_replset3 import direct, last_oplog_ts, primary_of, state, wait_for
 from test_retryable import Raw, new_lsid
 from test_transactions import commit, tcmd
 
@@ -266,7 +266,7 @@ def test_transaction_first_write_waits_for_after_cluster_time(primary):
     primary moves its clock to that time before the write, as mongod."""
     m, c = primary
     raw = Raw(m.port)
-    last = c.local["oplog.rs"].find().sort("$natural", -1).limit(1)[0]["ts"]
+    last = last_oplog_ts(c)
     from bson.timestamp import Timestamp
     ahead = Timestamp(last.time + 2, 1)
     lsid = new_lsid()

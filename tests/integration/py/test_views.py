@@ -6,7 +6,7 @@ drop removes the view and leaves the source.
 """
 
 import pytest
-from pymongo.errors import OperationFailure, WriteError
+from pymongo.errors import OperationFailure
 
 
 @pytest.fixture

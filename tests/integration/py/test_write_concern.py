@@ -8,7 +8,6 @@ import time
 
 from pymongo import WriteConcern
 
-from sabled import Sabled
 
 
 def _poll(fn, expect, timeout=5):

@@ -164,7 +164,10 @@ void sbl_net_kick_loops(void)
 
 void net_loop_kick_due(net_loop_t *nl)
 {
-    if (atomic_exchange(&nl->kicked, false) && kick_fn != NULL && !nl->stopping && !nl->finished)
+    /* read first: flush_cb asks every iteration, and a write would take the
+     * flag's cache line from the threads that kick */
+    if (atomic_load_explicit(&nl->kicked, memory_order_relaxed) &&
+        atomic_exchange(&nl->kicked, false) && kick_fn != NULL && !nl->stopping && !nl->finished)
         kick_fn(&nl->loop);
 }
 

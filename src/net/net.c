@@ -146,6 +146,14 @@ void sbl_net_kick_loops(void)
         net_loop_t *nl = &net_g.loops[i];
         if (atomic_exchange(&nl->kicked, true))
             continue; /* a run is due already */
+        if (nl == tl_loop) {
+            /* This loop's own thread (an insert it served): the run comes at
+             * the end of this iteration (flush_cb), not through the eventfd,
+             * whose write, poll wake-up and read each command paid. */
+            if (!nl->stopping && !nl->finished)
+                net_flush_soon(nl);
+            continue;
+        }
         pthread_mutex_lock(&nl->mu);
         if (!nl->dead)
             uv_async_send(&nl->wake);
@@ -154,13 +162,21 @@ void sbl_net_kick_loops(void)
     pthread_rwlock_unlock(&kick_lock);
 }
 
+void net_loop_kick_due(net_loop_t *nl)
+{
+    /* read first: flush_cb asks every iteration, and a write would take the
+     * flag's cache line from the threads that kick */
+    if (atomic_load_explicit(&nl->kicked, memory_order_relaxed) &&
+        atomic_exchange(&nl->kicked, false) && kick_fn != NULL && !nl->stopping && !nl->finished)
+        kick_fn(&nl->loop);
+}
+
 static void wake_cb(uv_async_t *a)
 {
     net_loop_t *nl = a->data;
     if (nl->finished)
         return;
-    if (atomic_exchange(&nl->kicked, false) && kick_fn != NULL && !nl->stopping)
-        kick_fn(&nl->loop);
+    net_loop_kick_due(nl);
     pthread_mutex_lock(&nl->mu);
     sbl_conn_t *in = nl->incoming;
     net_reply_t *r = nl->replies;

@@ -521,9 +521,14 @@ static void flush_batch(net_loop_t *nl, sbl_conn_t *c)
 static void flush_cb(uv_check_t *h)
 {
     net_loop_t *nl = h->data;
+    /* A kick this loop gave itself first: the requests it resumes may
+     * answer at once, and their replies then leave in this flush. */
+    net_loop_kick_due(nl);
     sbl_conn_t *c = nl->flush_list;
     nl->flush_list = NULL;
     uv_idle_stop(&nl->flush_idle);
+    if (atomic_load(&nl->kicked))
+        net_flush_soon(nl); /* kicked again by that run: the next iteration's check */
 #ifdef SABLE_URING
     if (nl->ring != NULL && c != NULL && c->flush_next != NULL) {
         flush_batch(nl, c);
@@ -544,6 +549,11 @@ static void flush_idle_cb(uv_idle_t *h)
     (void)h; /* only there so that the iteration's poll does not block */
 }
 
+void net_flush_soon(net_loop_t *nl)
+{
+    uv_idle_start(&nl->flush_idle, flush_idle_cb);
+}
+
 /* Put c on its loop's flush list (at the front: the list goes out in the
  * reverse of the order connections joined it, the same for every reply). */
 static void flush_enqueue(sbl_conn_t *c)
@@ -555,7 +565,7 @@ static void flush_enqueue(sbl_conn_t *c)
     c->nl->flush_list = c;
     /* Held from a timer or a callback after the poll: the check runs only
      * after a poll, which must then not wait for new events. */
-    uv_idle_start(&c->nl->flush_idle, flush_idle_cb);
+    net_flush_soon(c->nl);
 }
 
 void net_flush_init(net_loop_t *nl)

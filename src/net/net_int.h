@@ -61,6 +61,11 @@ struct net_loop {
 void net_flush_init(net_loop_t *nl);
 /* Free what net_flush_init allocated beside the handles (after the loop closed). */
 void net_flush_free(net_loop_t *nl);
+/* Loop thread: make this iteration's poll not block, so that its flush
+ * (and a kick due, net_loop_kick_due) runs without waiting for an event. */
+void net_flush_soon(net_loop_t *nl);
+/* Loop thread: run the kick function (sbl_net_set_kick) if a kick is due. */
+void net_loop_kick_due(net_loop_t *nl);
 
 struct sbl_conn {
     uv_tcp_t tcp; /* first: the handle's memory is the connection's */

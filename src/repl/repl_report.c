@@ -4,21 +4,18 @@
  * the thread that committed); that asks the journal flusher for a flush
  * (storage's group commit: one flush serves every request queued before it
  * starts), whose end makes the position durable and wakes the reporter
- * threads; a reporter sends replSetUpdatePosition with the durable
- * position as soon as it moves, up to two requests in flight (SENDERS),
- * and every second regardless (a report is a sign of life to the
- * primary).  So the flush of the next batch runs while the last report is
- * on the wire, where the reporter used to flush and then send, in turn,
- * each time.
+ * thread; the reporter sends replSetUpdatePosition with the durable
+ * position as soon as it moves, one request in flight, and every second
+ * regardless (a report is a sign of life to the primary).  So the flush of
+ * the next batch runs while the last report is on the wire, where the
+ * reporter used to flush and then send, in turn, each time.
  *
  * What must stay true: a position is reported only once the journal holds
  * it (w:"majority" counts these positions, mongod's
  * writeConcernMajorityJournalDefault: an entry a majority applied but had
  * not journaled was lost when that majority was killed); a failed flush
  * makes nothing durable; a flush asked for during an earlier sync (before
- * a rollback moved our optime back) never moves a later sync's position;
- * the two senders never send the same position (claimed), but for the
- * periodic report.
+ * a rollback moved our optime back) never moves a later sync's position.
  */
 #include "repl/repl_int.h"
 
@@ -34,30 +31,12 @@
 #define rs sbl_rs
 #define REPORT_EVERY_MS 1000
 
-/* Two senders, each with its own connection: a position that moves while
- * one report is on the wire goes at once on the other (the primary's reply
- * to a report comes after it answered the writes the report ends, often
- * longer than a flush: with one sender a quarter of the flushes ended with
- * a report in flight and waited for its reply, p50 160-290 us, mean
- * 550-2700).  Positions only move forward where they are counted (the
- * primary keeps the newest of each member's reports, the commit point
- * learnt from a reply never moves back), so two in flight never undo one
- * another. */
-#define SENDERS 2
-
 struct sbl_rs_reporter {
-    pthread_t thread[SENDERS];
-    int started;
+    pthread_t thread;
     pthread_cond_t cond; /* with rs.lock: the durable position moved, or stop */
     bool stop;
-    uint64_t claimed;    /* with rs.lock: the newest position sent or being sent */
     char uri[4096];
 };
-
-typedef struct sender {
-    sbl_rs_reporter_t *r;
-    int idx; /* 0 also reports every REPORT_EVERY_MS */
-} sender_t;
 
 /* Under rs.lock: the running reporter, the sync it serves (gen), the
  * position its flushes made durable, and the newest ts a flush was asked for. */
@@ -174,35 +153,31 @@ void sbl_rs_report_position(mongoc_client_t *c)
 
 static void *reporter_main(void *arg)
 {
-    sender_t *me = arg;
-    sbl_rs_reporter_t *r = me->r;
+    sbl_rs_reporter_t *r = arg;
     mongoc_client_t *c = mongoc_client_new(r->uri);
+    uint64_t sent = 0;
     pthread_mutex_lock(&rs.lock);
     while (!r->stop) {
         bool timed_out = false;
-        if (durable.ts == r->claimed) {
+        if (durable.ts == sent) {
             struct timespec t = sbl_deadline_in_ms(REPORT_EVERY_MS);
-            timed_out = pthread_cond_timedwait(&r->cond, &rs.lock, &t) == ETIMEDOUT &&
-                        me->idx == 0;
+            timed_out = pthread_cond_timedwait(&r->cond, &rs.lock, &t) == ETIMEDOUT;
             if (r->stop)
                 break;
-            if (durable.ts == r->claimed && !timed_out)
-                continue; /* the other sender took it, or a spurious wake-up */
         }
         sbl_optime_t pos = durable;
         int64_t wall = durable_wall;
-        r->claimed = pos.ts;
         pthread_mutex_unlock(&rs.lock);
         if (timed_out) /* an applied optime nobody announced (none should be) */
             sbl_rs_reporter_applied(r);
-        if (c != NULL && pos.ts != 0)
+        if (c != NULL && pos.ts != 0 && (pos.ts != sent || timed_out))
             send_position(c, pos, wall);
+        sent = pos.ts;
         pthread_mutex_lock(&rs.lock);
     }
     pthread_mutex_unlock(&rs.lock);
     if (c != NULL)
         mongoc_client_destroy(c);
-    free(me);
     return NULL;
 }
 
@@ -220,16 +195,7 @@ sbl_rs_reporter_t *sbl_rs_reporter_start(const char *uri)
     asked = 0;
     current = r;
     pthread_mutex_unlock(&rs.lock);
-    for (r->started = 0; r->started < SENDERS; r->started++) {
-        sender_t *me = malloc(sizeof(*me));
-        if (me != NULL)
-            *me = (sender_t){.r = r, .idx = r->started};
-        if (me == NULL || pthread_create(&r->thread[r->started], NULL, reporter_main, me) != 0) {
-            free(me);
-            break;
-        }
-    }
-    if (r->started == 0) {
+    if (pthread_create(&r->thread, NULL, reporter_main, r) != 0) {
         pthread_mutex_lock(&rs.lock);
         current = NULL;
         pthread_mutex_unlock(&rs.lock);
@@ -249,10 +215,9 @@ void sbl_rs_reporter_stop(sbl_rs_reporter_t *r)
     r->stop = true;
     current = NULL;
     gen++;
-    pthread_cond_broadcast(&r->cond);
+    pthread_cond_signal(&r->cond);
     pthread_mutex_unlock(&rs.lock);
-    for (int i = 0; i < r->started; i++)
-        pthread_join(r->thread[i], NULL);
+    pthread_join(r->thread, NULL);
     pthread_cond_destroy(&r->cond);
     free(r);
 }

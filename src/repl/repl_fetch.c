@@ -8,23 +8,15 @@
  * read while the applier applies the last one: fetching and applying
  * overlap instead of taking turns (measured in docs/replication.md: on a
  * loaded 2-core host each took about half of a secondary's time in a load
- * phase).  The thread reads ahead only while the applier has a backlog
- * (FETCH_PREFETCH_BYTES or more queued): an applier that runs dry runs the
- * getMore itself, so a trickle of entries (w:"majority" writes, each one
- * waiting for us) wakes the thread that applies them, not a thread that
- * hands them over: a wake-up less on the way of each write.
+ * phase).
  *
- * What must stay true: one read at a time on the cursor (the token,
- * "fetching": its client, session and id belong to the holder), and its
- * entries are queued before the token goes, so entries come out in the
- * order the source sent them; an IDLE mark comes out each time the source
- * had nothing more for now (an empty awaitData wait), an END mark once the
- * cursor is done (an error, the source closed it), and nothing after END;
- * the fetcher thread's reads keep the queue at about FETCH_MAX_BYTES (it
- * waits, not the source; the applier's own read finds it empty), and the
- * thread's getMore goes out only once the queue is down to
- * FETCH_AHEAD_BYTES; stop (by the applier, never inside its own read)
- * joins the thread (at most one getMore's wait) and frees what is queued.
+ * What must stay true: entries come out in the order the source sent them;
+ * an IDLE mark comes out each time the source had nothing more for now (an
+ * empty awaitData wait), an END mark once the cursor is done (an error, the
+ * source closed it), and nothing after END; the queue holds at most about
+ * FETCH_MAX_BYTES (the fetcher waits, not the source), and a getMore goes
+ * out only once it is down to FETCH_AHEAD_BYTES; stop joins the thread
+ * (at most one getMore's wait) and frees what is queued.
  */
 #include "repl/repl_int.h"
 
@@ -40,9 +32,6 @@
  * (a getMore always in flight brought a few entries each, and each costs the
  * source and us CPU). */
 #define FETCH_AHEAD_BYTES (256 * 1024)
-/* ... and once it holds at least this: less is read by the applier itself
- * when it runs dry (read_ahead_locked). */
-#define FETCH_PREFETCH_BYTES (32 * 1024)
 
 /* A find or getMore reply, kept while any of its entries is queued or
  * being applied: an entry is a view of its bytes there, not a copy. */
@@ -75,28 +64,16 @@ static void item_free(item_t *it)
 struct sbl_rs_fetcher {
     pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t cond; /* an item queued, taken, the cursor free, or stop */
+    pthread_cond_t cond; /* an item queued, taken, or stop */
     item_t *head, *tail;
     size_t bytes;        /* of the queued entries */
-    bool ended;          /* the cursor is done: END once the queue is empty */
+    bool ended;          /* the thread is done: END once the queue is empty */
     bool stop;
-    bool fetching;       /* a thread runs the cursor's find or getMore (the token) */
     /* who waits on cond (signalled only then: a wake-up per entry cost both
-     * threads more than the entry's copy): the taker for an item, the
-     * fetcher thread for room in the queue or for a read to do */
+     * threads more than the entry's copy) */
     bool taker_waits, fetcher_waits;
-    bool fetcher_full;   /* it waits for room (not for a read to do) */
     char uri[4096];
     uint64_t from_ts;
-    /* The cursor, used by the thread holding the token only. */
-    mongoc_client_t *c;
-    mongoc_apm_callbacks_t *apm;
-    mongoc_read_prefs_t *rp;
-    mongoc_client_session_t *cs;
-    bson_t opts;
-    int64_t counted; /* count_reply's tally (unused here) */
-    int64_t id;
-    bool first;      /* the find is still to run */
 };
 
 /* The fetcher's find and getMore replies: what they brought (metrics). */
@@ -121,18 +98,15 @@ static void count_reply(const mongoc_apm_command_succeeded_t *ev)
 
 /* Queue an item: the entry of len bytes at data in reply r (kind DOC, which
  * then holds a reference to r), or IDLE; false when stopped meanwhile.  A
- * DOC the fetcher thread reads waits while the queue is full (the taker's
- * own read never waits: it would wait for itself). */
-static bool push(sbl_rs_fetcher_t *f, bool taker, int kind, reply_t *r, const uint8_t *data,
-                 uint32_t len)
+ * DOC waits while the queue is full. */
+static bool push(sbl_rs_fetcher_t *f, int kind, reply_t *r, const uint8_t *data, uint32_t len)
 {
     item_t *it = malloc(sizeof(*it));
     pthread_mutex_lock(&f->mu);
-    while (!taker && kind == SBL_FETCH_DOC && !f->stop && f->bytes >= FETCH_MAX_BYTES) {
-        f->fetcher_waits = f->fetcher_full = true;
+    while (kind == SBL_FETCH_DOC && !f->stop && f->bytes >= FETCH_MAX_BYTES) {
+        f->fetcher_waits = true;
         pthread_cond_wait(&f->cond, &f->mu);
     }
-    f->fetcher_full = false;
     if (f->stop || it == NULL ||
         (kind == SBL_FETCH_DOC && !bson_init_static(&it->doc, data, len))) {
         pthread_mutex_unlock(&f->mu);
@@ -156,6 +130,19 @@ static bool push(sbl_rs_fetcher_t *f, bool taker, int kind, reply_t *r, const ui
     }
     pthread_mutex_unlock(&f->mu);
     return true;
+}
+
+/* Wait until at most bytes are queued; false when stopped. */
+static bool wait_below(sbl_rs_fetcher_t *f, size_t bytes)
+{
+    pthread_mutex_lock(&f->mu);
+    while (!f->stop && f->bytes > bytes) {
+        f->fetcher_waits = true;
+        pthread_cond_wait(&f->cond, &f->mu);
+    }
+    bool go = !f->stop;
+    pthread_mutex_unlock(&f->mu);
+    return go;
 }
 
 /* Run cmd (find or getMore) on the source: its reply, referenced once by
@@ -192,152 +179,93 @@ static reply_t *run(mongoc_client_t *c, const mongoc_read_prefs_t *rp, const bso
     return r;
 }
 
-/* Run the cursor's next read (the find, then getMores) and queue what it
- * brought: its entries, or IDLE when it brought none.  The caller holds the
- * token (f->fetching); taker: the caller is the taker itself.  False once
- * the cursor is done (an error, the source closed it, stop). */
-static bool fetch_once(sbl_rs_fetcher_t *f, bool taker)
-{
-    bson_t cmd = BSON_INITIALIZER, filter;
-    bson_iter_t batch;
-    if (f->c == NULL)
-        return false;
-    if (f->first) {
-        BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
-        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
-        if (f->from_ts != 0) {
-            bson_t gte;
-            BSON_APPEND_DOCUMENT_BEGIN(&filter, "ts", &gte);
-            bson_append_timestamp(&gte, "$gte", 4, SBL_TS_SECS(f->from_ts),
-                                  SBL_TS_INC(f->from_ts));
-            bson_append_document_end(&filter, &gte);
-        }
-        bson_append_document_end(&cmd, &filter);
-        BSON_APPEND_BOOL(&cmd, "tailable", true);
-        BSON_APPEND_BOOL(&cmd, "awaitData", true);
-        sbl_rs_count_reader();
-        f->first = false;
-    } else {
-        BSON_APPEND_INT64(&cmd, "getMore", f->id);
-        BSON_APPEND_UTF8(&cmd, "collection", "oplog.rs");
-        BSON_APPEND_INT64(&cmd, "maxTimeMS", 500); /* the awaitData wait */
-    }
-    reply_t *r = run(f->c, f->rp, &f->opts, &cmd, &f->id, &batch);
-    bson_destroy(&cmd);
-    if (r == NULL) { /* the cursor or the connection is gone: no killCursors */
-        f->id = 0;
-        return false;
-    }
-    bool pushed = true, any = false;
-    while (pushed && bson_iter_next(&batch)) {
-        const uint8_t *data;
-        uint32_t len;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&batch))
-            continue;
-        bson_iter_document(&batch, &len, &data);
-        pushed = push(f, taker, SBL_FETCH_DOC, r, data, len);
-        any = true;
-    }
-    reply_unref(r);
-    /* an empty batch: the source had nothing more for now */
-    return pushed && f->id != 0 && (any || push(f, taker, SBL_FETCH_IDLE, NULL, NULL, 0));
-}
-
-/* Whether the fetcher thread reads ahead now (lock held): the find, or a
- * getMore while the taker has at least FETCH_PREFETCH_BYTES and at most
- * FETCH_AHEAD_BYTES to apply.  A shorter queue is the taker's to read
- * when it runs dry: the read's reply then wakes the thread that applies
- * it, not a thread that hands it over (a wake-up more on the way of every
- * w:"majority" write, docs/replication.md). */
-static bool read_ahead_locked(const sbl_rs_fetcher_t *f)
-{
-    return !f->fetching && !f->ended &&
-           (f->first || (f->bytes >= FETCH_PREFETCH_BYTES && f->bytes <= FETCH_AHEAD_BYTES));
-}
-
-/* The read with the token taken (lock held; released meanwhile): a cursor
- * that is done ends the queue. */
-static void read_locked(sbl_rs_fetcher_t *f, bool taker)
-{
-    f->fetching = true;
-    pthread_mutex_unlock(&f->mu);
-    bool more = fetch_once(f, taker);
-    pthread_mutex_lock(&f->mu);
-    f->fetching = false;
-    if (!more)
-        f->ended = true;
-    /* the taker may wait for the token, or for END; the fetcher thread for a
-     * read ahead to do, or for its end */
-    bool wake_fetcher = f->fetcher_waits && (read_ahead_locked(f) || f->ended);
-    if (f->taker_waits || wake_fetcher) {
-        f->taker_waits = false;
-        f->fetcher_waits = f->fetcher_waits && !wake_fetcher;
-        pthread_cond_broadcast(&f->cond);
-    }
-}
-
 static void *fetch_main(void *arg)
 {
     sbl_rs_fetcher_t *f = arg;
-    pthread_mutex_lock(&f->mu);
-    for (;;) {
-        while (!f->stop && !f->ended && !read_ahead_locked(f)) {
-            f->fetcher_waits = true;
-            pthread_cond_wait(&f->cond, &f->mu);
+    mongoc_client_t *c = mongoc_client_new(f->uri);
+    mongoc_apm_callbacks_t *apm = mongoc_apm_callbacks_new();
+    /* a sync source may be a secondary (chaining) */
+    mongoc_read_prefs_t *rp = mongoc_read_prefs_new(MONGOC_READ_PRIMARY_PREFERRED);
+    int64_t counted = 0; /* count_reply's tally (unused here) */
+    int64_t id = 0;
+    bson_t cmd = BSON_INITIALIZER, filter, opts = BSON_INITIALIZER;
+    mongoc_client_session_t *cs = NULL;
+    if (c == NULL)
+        goto end;
+    mongoc_apm_set_command_succeeded_cb(apm, count_reply);
+    mongoc_client_set_apm_callbacks(c, apm, &counted);
+    /* One session for the find and its getMores, as a driver's cursor: each
+     * getMore keeps it (and so the cursor) from expiring. */
+    if ((cs = mongoc_client_start_session(c, NULL, NULL)) != NULL &&
+        !mongoc_client_session_append(cs, &opts, NULL))
+        bson_reinit(&opts);
+    BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
+    if (f->from_ts != 0) {
+        bson_t gte;
+        BSON_APPEND_DOCUMENT_BEGIN(&filter, "ts", &gte);
+        bson_append_timestamp(&gte, "$gte", 4, SBL_TS_SECS(f->from_ts), SBL_TS_INC(f->from_ts));
+        bson_append_document_end(&filter, &gte);
+    }
+    bson_append_document_end(&cmd, &filter);
+    BSON_APPEND_BOOL(&cmd, "tailable", true);
+    BSON_APPEND_BOOL(&cmd, "awaitData", true);
+    sbl_rs_count_reader();
+    for (bool first = true;; first = false) {
+        bson_iter_t batch;
+        if (!first) { /* the next read asks the source once the queue is low */
+            if (!wait_below(f, FETCH_AHEAD_BYTES))
+                break;
+            bson_reinit(&cmd);
+            BSON_APPEND_INT64(&cmd, "getMore", id);
+            BSON_APPEND_UTF8(&cmd, "collection", "oplog.rs");
+            BSON_APPEND_INT64(&cmd, "maxTimeMS", 500); /* the awaitData wait */
         }
-        if (f->stop || f->ended)
+        reply_t *r = run(c, rp, &opts, &cmd, &id, &batch);
+        if (r == NULL) { /* the cursor or the connection is gone: no killCursors */
+            id = 0;
             break;
-        read_locked(f, false);
+        }
+        bool pushed = true, any = false;
+        while (pushed && bson_iter_next(&batch)) {
+            const uint8_t *data;
+            uint32_t len;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&batch))
+                continue;
+            bson_iter_document(&batch, &len, &data);
+            pushed = push(f, SBL_FETCH_DOC, r, data, len);
+            any = true;
+        }
+        reply_unref(r);
+        /* an empty batch: the source had nothing more for now */
+        if (!pushed || id == 0 || (!any && !push(f, SBL_FETCH_IDLE, NULL, NULL, 0)))
+            break;
     }
-    while (f->fetching) { /* the taker's read ends before the cursor goes */
-        f->fetcher_waits = true;
-        pthread_cond_wait(&f->cond, &f->mu);
-    }
+end:
+    pthread_mutex_lock(&f->mu);
     f->ended = true;
     f->taker_waits = false;
     pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->mu);
-    if (f->c != NULL && f->id != 0) { /* the source's cursor goes with us */
+    if (c != NULL && id != 0) { /* the source's cursor goes with us */
         bson_t kill = BSON_INITIALIZER, ids, r;
         BSON_APPEND_UTF8(&kill, "killCursors", "oplog.rs");
         BSON_APPEND_ARRAY_BEGIN(&kill, "cursors", &ids);
-        BSON_APPEND_INT64(&ids, "0", f->id);
+        BSON_APPEND_INT64(&ids, "0", id);
         bson_append_array_end(&kill, &ids);
-        mongoc_client_read_command_with_opts(f->c, "local", &kill, f->rp, &f->opts, &r, NULL);
+        mongoc_client_read_command_with_opts(c, "local", &kill, rp, &opts, &r, NULL);
         bson_destroy(&r);
         bson_destroy(&kill);
     }
+    if (cs != NULL)
+        mongoc_client_session_destroy(cs);
+    bson_destroy(&opts);
+    if (c != NULL)
+        mongoc_client_destroy(c);
+    mongoc_apm_callbacks_destroy(apm);
+    mongoc_read_prefs_destroy(rp);
+    bson_destroy(&cmd);
     return NULL;
-}
-
-/* The cursor's client and session (used by one thread at a time). */
-static void cursor_open(sbl_rs_fetcher_t *f)
-{
-    bson_init(&f->opts);
-    f->first = true;
-    f->apm = mongoc_apm_callbacks_new();
-    /* a sync source may be a secondary (chaining) */
-    f->rp = mongoc_read_prefs_new(MONGOC_READ_PRIMARY_PREFERRED);
-    if ((f->c = mongoc_client_new(f->uri)) == NULL)
-        return;
-    mongoc_apm_set_command_succeeded_cb(f->apm, count_reply);
-    mongoc_client_set_apm_callbacks(f->c, f->apm, &f->counted);
-    /* One session for the find and its getMores, as a driver's cursor: each
-     * getMore keeps it (and so the cursor) from expiring. */
-    if ((f->cs = mongoc_client_start_session(f->c, NULL, NULL)) != NULL &&
-        !mongoc_client_session_append(f->cs, &f->opts, NULL))
-        bson_reinit(&f->opts);
-}
-
-static void cursor_close(sbl_rs_fetcher_t *f)
-{
-    if (f->cs != NULL)
-        mongoc_client_session_destroy(f->cs);
-    bson_destroy(&f->opts);
-    if (f->c != NULL)
-        mongoc_client_destroy(f->c);
-    mongoc_apm_callbacks_destroy(f->apm);
-    mongoc_read_prefs_destroy(f->rp);
 }
 
 sbl_rs_fetcher_t *sbl_rs_fetcher_start(const char *uri, uint64_t from_ts)
@@ -351,9 +279,7 @@ sbl_rs_fetcher_t *sbl_rs_fetcher_start(const char *uri, uint64_t from_ts)
     f->from_ts = from_ts;
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cond, NULL);
-    cursor_open(f);
     if (pthread_create(&f->thread, NULL, fetch_main, f) != 0) {
-        cursor_close(f);
         pthread_cond_destroy(&f->cond);
         pthread_mutex_destroy(&f->mu);
         free(f);
@@ -367,10 +293,6 @@ int sbl_rs_fetcher_next(sbl_rs_fetcher_t *f, const bson_t **docp)
     *docp = NULL;
     pthread_mutex_lock(&f->mu);
     while (f->head == NULL && !f->ended) {
-        if (!f->fetching && !f->first && !f->stop) { /* run dry: read ourselves */
-            read_locked(f, true);
-            continue;
-        }
         f->taker_waits = true;
         pthread_cond_wait(&f->cond, &f->mu);
     }
@@ -385,9 +307,7 @@ int sbl_rs_fetcher_next(sbl_rs_fetcher_t *f, const bson_t **docp)
         f->tail = NULL;
     if (kind == SBL_FETCH_DOC)
         f->bytes -= it->doc.len;
-    /* the fetcher thread waits for room (a full queue) or for a read ahead */
-    if (f->fetcher_waits &&
-        ((f->fetcher_full && f->bytes <= FETCH_AHEAD_BYTES) || read_ahead_locked(f))) {
+    if (f->fetcher_waits && f->bytes <= FETCH_AHEAD_BYTES) { /* both of its waits end here */
         f->fetcher_waits = false;
         pthread_cond_broadcast(&f->cond);
     }
@@ -422,7 +342,6 @@ void sbl_rs_fetcher_stop(sbl_rs_fetcher_t *f)
     pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->mu);
     pthread_join(f->thread, NULL);
-    cursor_close(f);
     for (item_t *it = f->head, *next; it != NULL; it = next) {
         next = it->next;
         item_free(it);

@@ -854,10 +854,8 @@ bool sbl_rs_member_uri(char *buf, size_t n, const char *host, const char *opts);
  * the source's reply, kept until then), SBL_FETCH_IDLE when
  * the source had nothing more for now (the fetcher goes on waiting), or
  * SBL_FETCH_END once the cursor is done (an error, the source closed it),
- * running the source's getMore itself (on the caller's thread) or waiting
- * while nothing is queued; queued says whether next would return at once.
- * next, queued and stop are the applier's alone (one thread).  stop ends
- * the thread and frees what is queued.  NULL: not started. */
+ * waiting while nothing is queued; queued says whether next would return at
+ * once.  stop ends the thread and frees what is queued.  NULL: not started. */
 enum { SBL_FETCH_DOC, SBL_FETCH_IDLE, SBL_FETCH_END };
 typedef struct sbl_rs_fetcher sbl_rs_fetcher_t;
 sbl_rs_fetcher_t *sbl_rs_fetcher_start(const char *uri, uint64_t from_ts);

@@ -67,6 +67,16 @@ class Server:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def sable_cluster(args, sabled):
+    """Run scripts/sable-cluster with args (start, stop, ...) for binary sabled; its output."""
+    env = dict(os.environ, SABLED=sabled)
+    r = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "sable-cluster")] + args,
+                       env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("sable-cluster %s: %s%s" % (args[0], r.stdout, r.stderr))
+    return r.stdout.strip()
+
+
 def start_sable(sabled, journal, extra_args=()):
     s = Server("sable")
     os.makedirs(os.path.join(s.tmp, "db"))

@@ -144,6 +144,30 @@ static void rollback_txn(sbl_mtxn_t *t)
     n_open--;
 }
 
+/* A storage session for a transaction (txn_mu held when locked).  Entries
+ * keep their last transaction's for the next (no open per transaction) for
+ * 30 minutes: when WiredTiger has none left (session_max, ~2000 sessions
+ * that ran one), those of ended transactions no command runs in are closed
+ * and the open tried again.  NULL when none can be had. */
+static sbl_session_t *txn_session_open(bool locked)
+{
+    sbl_session_t *ss = sbl_session_open();
+    int n = 0;
+    if (ss != NULL)
+        return ss;
+    if (!locked)
+        pthread_mutex_lock(&txn_mu);
+    for (sbl_mtxn_t *t = txns; t != NULL; t = t->next)
+        if (!t->busy && t->ss != NULL && (t->state == TXN_COMMITTED || t->state == TXN_ABORTED)) {
+            sbl_session_close(t->ss);
+            t->ss = NULL;
+            n++;
+        }
+    if (!locked)
+        pthread_mutex_unlock(&txn_mu);
+    return n > 0 ? sbl_session_open() : NULL;
+}
+
 /* Abort t when it is in progress (never a prepared one). */
 static void abort_txn(sbl_mtxn_t *t)
 {
@@ -302,7 +326,7 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
         SBL_RET(sbl_cmd_snapshot_txn_ts(ctx, &at, err)); /* readConcern's atClusterTime */
         abort_txn(t); /* an older one still open */
         if (t->ss == NULL) { /* kept from the session's last transaction when it had one */
-            t->ss = sbl_session_open();
+            t->ss = txn_session_open(false);
             if (t->ss != NULL) /* what it creates stays its own until the commit */
                 sbl_session_hide_creates(t->ss, true);
         }
@@ -767,7 +791,7 @@ static int apply_prepare_locked(const bson_t *e, uint64_t prepare_ts, sbl_err_t 
     if (t->busy) /* a command of the session still runs (this member was primary) */
         return sbl_err_set(err, SBL_E_WriteConflict, "the session's transaction is busy");
     abort_txn(t);
-    if (t->ss == NULL && (t->ss = sbl_session_open()) == NULL)
+    if (t->ss == NULL && (t->ss = txn_session_open(true)) == NULL)
         return sbl_err_set(err, SBL_E_InternalError, "cannot open a session");
     SBL_RET(sbl_txn_begin_outer(t->ss, err));
     int rc = 0;

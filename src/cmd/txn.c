@@ -144,6 +144,29 @@ static void rollback_txn(sbl_mtxn_t *t)
     n_open--;
 }
 
+/* Close the storage sessions ended transactions no command runs in keep for
+ * their session's next, of those started age_ms ago or more (txn_mu held); how
+ * many.  Else ~2000 sessions in the entries' 30 minutes hold all of session_max. */
+static int release_kept_locked(int64_t now, int64_t age_ms)
+{
+    int n = 0;
+    for (sbl_mtxn_t *t = txns; t != NULL; t = t->next)
+        if (!t->busy && t->ss != NULL && (t->state == TXN_COMMITTED || t->state == TXN_ABORTED) &&
+            now - t->start_ms >= age_ms) {
+            sbl_session_close(t->ss);
+            t->ss = NULL;
+            n++;
+        }
+    return n;
+}
+
+/* A storage session for a transaction (txn_mu held); the kept go when none is left. */
+static sbl_session_t *txn_session_open_locked(void)
+{
+    sbl_session_t *ss = sbl_session_open();
+    return ss != NULL || release_kept_locked(0, INT64_MIN) == 0 ? ss : sbl_session_open();
+}
+
 /* Abort t when it is in progress (never a prepared one). */
 static void abort_txn(sbl_mtxn_t *t)
 {
@@ -302,7 +325,9 @@ int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
         SBL_RET(sbl_cmd_snapshot_txn_ts(ctx, &at, err)); /* readConcern's atClusterTime */
         abort_txn(t); /* an older one still open */
         if (t->ss == NULL) { /* kept from the session's last transaction when it had one */
-            t->ss = sbl_session_open();
+            pthread_mutex_lock(&txn_mu);
+            t->ss = txn_session_open_locked();
+            pthread_mutex_unlock(&txn_mu);
             if (t->ss != NULL) /* what it creates stays its own until the commit */
                 sbl_session_hide_creates(t->ss, true);
         }
@@ -767,7 +792,7 @@ static int apply_prepare_locked(const bson_t *e, uint64_t prepare_ts, sbl_err_t 
     if (t->busy) /* a command of the session still runs (this member was primary) */
         return sbl_err_set(err, SBL_E_WriteConflict, "the session's transaction is busy");
     abort_txn(t);
-    if (t->ss == NULL && (t->ss = sbl_session_open()) == NULL)
+    if (t->ss == NULL && (t->ss = txn_session_open_locked()) == NULL)
         return sbl_err_set(err, SBL_E_InternalError, "cannot open a session");
     SBL_RET(sbl_txn_begin_outer(t->ss, err));
     int rc = 0;
@@ -1086,6 +1111,7 @@ void sbl_cmd_mtxn_reap(void)
 {
     int64_t now = sbl_now_ms();
     pthread_mutex_lock(&txn_mu);
+    release_kept_locked(now, 60 * 1000); /* a session idle 60 s opens another */
     for (sbl_mtxn_t **pp = &txns; *pp != NULL;) {
         sbl_mtxn_t *t = *pp;
         if (!t->busy && t->state == TXN_IN_PROGRESS &&

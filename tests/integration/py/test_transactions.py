@@ -203,6 +203,21 @@ def test_session_record_after_prepared_transactions(primary):
     raw.close()
 
 
+def test_more_sessions_with_transactions_than_storage_sessions(primary):
+    """Each session that ran a transaction keeps a storage session for its
+    next one; 2,100 sessions (WiredTiger's session_max is 2,000) each
+    commit one, the last ones as the first (mongod has no such limit)."""
+    m, c = primary
+    raw = Raw(m.port)
+    for i in range(2100):
+        lsid = new_lsid()
+        raw(tcmd("insert", "many", lsid, 1, start=True, documents=[{"_id": i}]))
+        r = commit(raw, lsid, 1)
+        assert r["ok"] == 1, (i, r)
+    assert c.t.many.count_documents({}) == 2100
+    raw.close()
+
+
 def test_abort_conflict_and_no_such_transaction(primary):
     m, c = primary
     c.t.c.insert_one({"_id": 1, "n": 0})

@@ -12,7 +12,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import net from 'node:net';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import mongodb from 'mongodb';
 import { EntityMap, UnsupportedError } from './lib/entities.mjs';
@@ -100,6 +100,22 @@ function freePort() {
   });
 }
 
+// What a signal or an error left running: each started server's synchronous
+// clean-up, until its stop() ran.  On exit (SIGTERM, SIGINT and SIGHUP made
+// exits here) they run, so no server and no sable-conformance-* directory
+// stays behind; SIGKILL leaves them.
+const atExit = new Set();
+process.on('exit', () => {
+  for (const fn of atExit) {
+    try {
+      fn();
+    } catch { /* the others still run */ }
+  }
+});
+for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP']) {
+  process.once(sig, () => process.exit(128 + os.constants.signals[sig]));
+}
+
 async function startSabled(bin) {
   if (!fs.existsSync(bin)) throw new Error(`sabled not found at ${bin} (build it, or set SABLED / --sabled)`);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sable-conformance-'));
@@ -110,6 +126,11 @@ async function startSabled(bin) {
     '--logpath', path.join(dir, 'sabled.log'), '--setParameter', 'enableTestCommands=1'], { stdio: ['ignore', log, log], cwd: dir });
   let exited = null;
   proc.on('exit', (code, sig) => { exited = code ?? sig; });
+  const left = () => {
+    if (exited === null) proc.kill('SIGKILL');
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  atExit.add(left);
   const uri = `mongodb://127.0.0.1:${port}/?directConnection=true`;
   const deadline = Date.now() + 30000;
   for (;;) {
@@ -136,6 +157,7 @@ async function startSabled(bin) {
         clearTimeout(t);
       }
       fs.rmSync(dir, { recursive: true, force: true });
+      atExit.delete(left);
     },
   };
 }
@@ -177,6 +199,12 @@ async function startReplSet(bin, members = 3) {
   if (!fs.existsSync(bin)) throw new Error(`sabled not found at ${bin} (build it, or set SABLED / --sabled)`);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sable-conformance-rs-'));
   const env = { ...process.env, SABLED: bin };
+  const left = () => {
+    spawnSync('/usr/bin/python3', [path.join(REPO, 'scripts', 'sable-cluster'), 'stop', '--dir', dir],
+      { env, stdio: 'ignore', timeout: 120000 });
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  atExit.add(left);
   const base = await freePortRun(members);
   try {
     await runCluster(['start', '--replset', 'rs0', '--members', String(members), '--dir', dir,
@@ -184,6 +212,7 @@ async function startReplSet(bin, members = 3) {
   } catch (e) {
     await runCluster(['stop', '--dir', dir], env).catch(() => {});
     fs.rmSync(dir, { recursive: true, force: true });
+    atExit.delete(left);
     throw e;
   }
   const hosts = Array.from({ length: members }, (_, i) => `127.0.0.1:${base + i}`);
@@ -208,6 +237,7 @@ async function startReplSet(bin, members = 3) {
     async stop() {
       await runCluster(['stop', '--dir', dir], env).catch((e) => console.error(String(e)));
       fs.rmSync(dir, { recursive: true, force: true });
+      atExit.delete(left);
     },
   };
 }

@@ -6,6 +6,9 @@ the module even when tests fail).  fresh_server: a sabled of the test's own,
 for tests that restart, kill or reconfigure it.  db: a database private to
 the test on the module's server, so tests sharing a server do not see each
 other's data.
+
+A SIGTERM ends the session as Ctrl-C does (sabled.exit_cleanly_on_sigterm),
+so the servers it started are stopped and their directories removed.
 """
 
 import os
@@ -17,10 +20,11 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from sabled import Sabled, sabled_path  # noqa: E402
+from sabled import Sabled, exit_cleanly_on_sigterm, sabled_path  # noqa: E402
 
 
 def pytest_configure(config):
+    exit_cleanly_on_sigterm()
     # The concurrency tests open >1000 sockets from this process.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:

@@ -1,14 +1,25 @@
 """
 sabled.py: start and stop a real sabled for integration tests.
 
-Each Sabled owns a temporary directory (tempfile.mkdtemp) holding the data
-directory (dbpath), the server log (sabled.log) and the captured
-stdout/stderr.  It listens on 127.0.0.1 only, on a free port chosen at start.
-What must stay true: whatever a test does, stop()/cleanup() leaves no
-process running and no directory behind (the fixtures call cleanup() in a
-finally).  The binary is $SABLED, or build/sabled relative to the repo root.
+Each Sabled owns a temporary directory (tempfile.mkdtemp, sabled-it-*)
+holding the data directory (dbpath), the server log (sabled.log) and the
+captured stdout/stderr.  It listens on 127.0.0.1 only, on a free port chosen
+at start.  The binary is $SABLED, or build/sabled relative to the repo root.
+
+What must stay true: whatever a test does, no process keeps running and no
+directory stays behind (a dbpath is about 300 MB: WiredTiger's journal file
+and its two preallocated successors, 100 MB each).  The fixtures call
+cleanup() in a finally; what a test did not clean up is cleaned up when the
+process exits (atexit: a normal end, a failure, Ctrl-C, and SIGTERM once
+exit_cleanly_on_sigterm() made it a KeyboardInterrupt, as conftest.py does).
+A process killed outright (SIGKILL: kill -9, a ctest TIMEOUT) runs nothing,
+so each directory names its creator (OWNER_FILE) and the first Sabled a
+later process creates removes the directories whose creator is gone and that
+no process still uses (sweep_stale).  Nothing else is removed: several test
+runs may share /tmp.
 """
 
+import atexit
 import contextlib
 import json
 import os
@@ -18,6 +29,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import wire
@@ -57,6 +69,111 @@ class SabledError(RuntimeError):
     pass
 
 
+# -- what this process created, and what dead processes left -------------------
+
+PREFIX = "sabled-it-"
+OWNER_FILE = ".sabled-it-owner"  # in each directory: "PID STARTTIME" of its creator
+
+_live = {}  # id(Sabled) -> Sabled, from its creation until cleanup()
+_swept = [False]
+
+
+def _start_time(pid):
+    """pid's start time (clock ticks after boot, /proc/PID/stat), None when
+    no such process runs (none, or a zombie nobody reaped yet)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            s = f.read()
+    except OSError:
+        return None
+    fields = s[s.rindex(")") + 2:].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def _creator_alive(root):
+    """False only when root's owner file names a process that is gone (a pid
+    reused since has another start time); True without a readable one (a
+    directory being created, or not made here: not ours to judge)."""
+    try:
+        with open(os.path.join(root, OWNER_FILE)) as f:
+            pid, start = f.read().split()
+        return _start_time(int(pid)) == start
+    except (OSError, ValueError):
+        return True
+
+
+def _in_use(root, cwds):
+    """Some process works in root (sabled runs there) or holds its dbpath's lock."""
+    if any(c == root or c.startswith(root + os.sep) for c in cwds):
+        return True
+    try:
+        with open(os.path.join(root, "db", "mongod.lock")) as f:
+            pid = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return False
+    return pid > 0 and _start_time(pid) is not None
+
+
+def _working_dirs():
+    out = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                out.add(os.readlink("/proc/%s/cwd" % pid))
+            except OSError:
+                pass
+    return out
+
+
+def sweep_stale(tmp=None):
+    """Remove the sabled-it-* directories in tmp (default: tempfile's) left by
+    processes that are gone and that no process uses; returns their paths."""
+    tmp = os.path.realpath(tmp or tempfile.gettempdir())
+    try:
+        names = sorted(n for n in os.listdir(tmp) if n.startswith(PREFIX))
+    except OSError:
+        return []
+    removed, cwds = [], None
+    for n in names:
+        root = os.path.join(tmp, n)
+        if _creator_alive(root):
+            continue
+        if cwds is None:
+            cwds = _working_dirs()
+        if not _in_use(root, cwds):
+            shutil.rmtree(root, ignore_errors=True)
+            removed.append(root)
+    return removed
+
+
+def cleanup_all():
+    """cleanup() every Sabled this process created and did not clean up."""
+    for s in list(_live.values()):
+        s.cleanup()
+
+
+def _at_exit(pid=os.getpid()):
+    if os.getpid() == pid:  # not in a forked child that exits normally
+        cleanup_all()
+
+
+atexit.register(_at_exit)
+
+
+def exit_cleanly_on_sigterm():
+    """Make SIGTERM (kill PID, timeout(1), a runner giving up) end this process
+    as Ctrl-C does, a KeyboardInterrupt in the main thread: finally blocks,
+    pytest's fixture teardowns and atexit then remove what it started.  Any
+    further SIGTERM is ignored, so it cannot cut that short (timeout(1) sends
+    one to the process and one to its group); SIGKILL still ends it at once."""
+    def on_term(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt("SIGTERM")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_term)
+
+
 class Sabled:
     """One sabled process with its own temporary dbpath and log.
 
@@ -66,7 +183,13 @@ class Sabled:
     """
 
     def __init__(self, use_logpath=True):
-        self.root = tempfile.mkdtemp(prefix="sabled-it-")
+        if not _swept[0]:
+            _swept[0] = True
+            sweep_stale()
+        self.root = tempfile.mkdtemp(prefix=PREFIX)
+        with open(os.path.join(self.root, OWNER_FILE), "w") as f:
+            f.write("%d %s\n" % (os.getpid(), _start_time(os.getpid())))
+        _live[id(self)] = self
         self.dbpath = os.path.join(self.root, "db")
         os.mkdir(self.dbpath)
         self.logpath = os.path.join(self.root, "sabled.log") if use_logpath else None
@@ -236,6 +359,7 @@ class Sabled:
         """Kill whatever is still running and remove the temporary directory."""
         self._kill_quietly()
         shutil.rmtree(self.root, ignore_errors=True)
+        _live.pop(id(self), None)
 
     # -- inspection -------------------------------------------------------
 
@@ -296,9 +420,9 @@ def set_members(n, args=()):
     try:
         for _ in range(n):
             s = Sabled()
+            members.append(s)  # cleaned up below even when its start fails
             s.start(["--replSet", "rs0", "--oplogSizeMB", "16",
                      "--setParameter", "enableTestCommands=1", *args])
-            members.append(s)
         yield members
     finally:
         for m in members:

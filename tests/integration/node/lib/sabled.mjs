@@ -2,6 +2,10 @@
 // Each Sabled owns a temporary directory (dbpath + log), listens on a free
 // 127.0.0.1 port and is killed and removed by cleanup() whatever happened.
 // The binary is $SABLED or <repo>/build/sabled.
+// What cleanup() was not called for (a test that failed before it, a file
+// ended by SIGTERM, SIGINT or SIGHUP, made exits here) is killed and removed
+// when the process exits; a process killed with SIGKILL leaves its
+// directories (sabled-node-*) behind.
 
 import { spawn } from 'node:child_process';
 import { mkdtempSync, mkdirSync, rmSync, openSync, closeSync, readFileSync, existsSync } from 'node:fs';
@@ -52,6 +56,39 @@ export async function freePortRange(n) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// Every Sabled from its creation until cleanup() removed its directory, and
+// the other clean-ups registered with onExit until they ran.
+const live = new Set();
+const atExit = new Set();
+
+// Run fn (synchronous: nothing asynchronous runs at exit) when the process
+// exits without having called the function this returns, which runs fn now.
+export function onExit(fn) {
+  atExit.add(fn);
+  return () => {
+    if (atExit.delete(fn)) fn();
+  };
+}
+
+process.on('exit', () => {
+  for (const fn of atExit) {
+    try {
+      fn();
+    } catch { /* the others still run */ }
+  }
+  atExit.clear();
+  for (const s of live) {
+    try {
+      if (s.proc && s.exitCode === null) s.proc.kill('SIGKILL');
+    } catch { /* gone already */ }
+    rmSync(s.root, { recursive: true, force: true });
+  }
+  live.clear();
+});
+for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP']) {
+  process.once(sig, () => process.exit(128 + os.constants.signals[sig]));
+}
+
 export class Sabled {
   constructor() {
     this.root = mkdtempSync(path.join(os.tmpdir(), 'sabled-node-'));
@@ -60,6 +97,7 @@ export class Sabled {
     this.logpath = path.join(this.root, 'sabled.log');
     this.proc = null;
     this.exitCode = null;
+    live.add(this);
   }
 
   async start(extraArgs = []) {
@@ -132,6 +170,7 @@ export class Sabled {
       await this.stop();
     } finally {
       rmSync(this.root, { recursive: true, force: true });
+      live.delete(this);
     }
   }
 }

@@ -11,7 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { MongoClient } from 'mongodb';
-import { REPO, sabledPath, freePortRange } from '../lib/sabled.mjs';
+import { REPO, sabledPath, freePortRange, onExit } from '../lib/sabled.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const mongosh = path.join(here, '..', 'node_modules', '.bin', 'mongosh');
@@ -24,11 +24,21 @@ let dir;
 let home;
 let routerPort;
 let client;
+let removeCluster = () => {};
 
 before(async () => {
   if (skip) return;
   dir = mkdtempSync(path.join(os.tmpdir(), 'sable-node-shard-'));
   home = mkdtempSync(path.join(os.tmpdir(), 'mongosh-home-'));
+  // at the end, or at exit when a signal ends the file before after() runs
+  removeCluster = onExit(() => {
+    try {
+      execFileSync('/usr/bin/python3', [launcher, 'stop', '--dir', dir], { timeout: 120000 });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+      rmSync(home, { recursive: true, force: true });
+    }
+  });
   const base = await freePortRange(5); // config server, two shards, spare, router
   routerPort = base + 4;
   execFileSync('/usr/bin/python3', [launcher, 'start', '--sharded', '--shards', '2', '--members', '1',
@@ -40,14 +50,7 @@ before(async () => {
 
 after(async () => {
   await client?.close();
-  if (dir) {
-    try {
-      execFileSync('/usr/bin/python3', [launcher, 'stop', '--dir', dir], { timeout: 120000 });
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  }
-  if (home) rmSync(home, { recursive: true, force: true });
+  removeCluster();
 });
 
 function shell(script) {

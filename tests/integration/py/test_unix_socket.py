@@ -146,18 +146,10 @@ def test_stale_socket_replaced_and_killed_server_restarts(fresh):
     assert not os.path.exists(path)
 
 
-def test_live_socket_not_taken_and_bind_ip_path(fresh):
+def test_bind_ip_path_and_a_taken_file_replaced(fresh):
     fresh.start()
     other = Sabled()
     try:
-        # another server naming the first one's socket in its bindIp fails to start
-        # and leaves that socket alone
-        r = run_sabled(["--dbpath", other.dbpath, "--port", str(free_port()),
-                        "--bind_ip", "127.0.0.1," + fresh.socket_path(), "--nounixsocket"])
-        assert r.returncode != 0
-        assert "already in use" in (r.stdout + r.stderr), r.stdout + r.stderr
-        with sock_client(fresh.socket_path()) as c:
-            assert c.admin.command("ping")["ok"] == 1
         # a bindIp entry with a '/' is a socket of its own, beside the default one
         custom = os.path.join(other.root, "custom.sock")
         other.start(["--bind_ip", "127.0.0.1," + custom])
@@ -166,6 +158,13 @@ def test_live_socket_not_taken_and_bind_ip_path(fresh):
             assert c.admin.command("ping")["ok"] == 1
         assert other.stop() == 0
         assert not os.path.exists(custom) and not os.path.exists(other.socket_path())
+        # as mongod does, a server naming a path another one listens on
+        # replaces that file: the path reaches the newcomer
+        other.start(["--bind_ip", "127.0.0.1," + fresh.socket_path()])
+        with sock_client(fresh.socket_path(), directConnection=True) as c:
+            assert c.admin.command("getCmdLineOpts")["parsed"]["net"]["port"] == other.port
+        with fresh.client() as c:  # the first one still serves TCP
+            assert c.admin.command("ping")["ok"] == 1
     finally:
         other.cleanup()
 

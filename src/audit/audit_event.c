@@ -40,6 +40,12 @@ static void json_addr(audit_buf_t *b, const char *key, const char *addr)
         audit_buf_puts(b, "{}");
         return;
     }
+    if (addr[0] == '/') { /* a Unix-domain socket: {unix: <its path>} */
+        audit_buf_puts(b, "{\"unix\":");
+        audit_json_str(b, addr, strlen(addr));
+        audit_buf_puts(b, "}");
+        return;
+    }
     const char *ip;
     size_t n;
     int port;
@@ -148,7 +154,9 @@ static void eb_addr(ev_buf_t *b, const char *key, const char *addr)
 {
     eb_key(b, BSON_TYPE_DOCUMENT, key);
     size_t at = eb_begin(b);
-    if (addr != NULL) {
+    if (addr != NULL && addr[0] == '/') {
+        eb_utf8(b, "unix", addr, strlen(addr)); /* a Unix-domain socket's path */
+    } else if (addr != NULL) {
         const char *ip;
         size_t n;
         int port;

@@ -57,7 +57,8 @@ static void fill_client(sbl_opctx_t *ctx, sbl_audit_client_t *ac, bson_t *roles)
         }
         ac->uuid = c->audit_uuid;
         ac->local = sbl_conn_local(ctx->conn);
-        ac->remote = sbl_conn_remote(ctx->conn);
+        /* through a Unix-domain socket both ends are {unix: <the socket's path>} */
+        ac->remote = sbl_conn_is_unix(ctx->conn) ? ac->local : sbl_conn_remote(ctx->conn);
     }
     ac->user = c->auth_user;
     ac->user_db = c->auth_db;

@@ -11,12 +11,22 @@
  * port fails with "Address already in use" instead of silently sharing it.
  * Accepting is cheap next to serving, so one thread does not limit us.
  *
+ * Unix-domain sockets (mongod's /tmp/mongodb-<port>.sock, and bindIp
+ * entries that are paths) are listeners like the others: the same poll,
+ * accept and hand-off; only the handle a loop opens on the connection
+ * differs (net_conn_start).  As mongod does, a file already at the
+ * socket's path is removed at start (a killed server's), the socket is
+ * created with the configured mode and removed again at stop.  TCP
+ * addresses are bound first, so a second server on the same port fails
+ * before it touches the first one's file.
+ *
  * Stop: listener first (no new connections), then each loop closes its
  * connections, waits up to STOP_WAIT_MS for outstanding requests, closes
  * its handles and returns from uv_run; then the threads are joined.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -25,6 +35,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -47,6 +59,7 @@ static struct {
     uv_timer_t backoff;
     uv_poll_t polls[MAX_LISTENERS];
     int fds[MAX_LISTENERS];
+    char *paths[MAX_LISTENERS]; /* a Unix-domain socket's file (removed at stop), else NULL */
     int nfds;
     atomic_bool stop;
     bool running;
@@ -59,7 +72,9 @@ net_loop_t *net_current_loop(void)
     return tl_loop;
 }
 
-/* "host:port" ("[v6]:port") and whether the address is loopback. */
+/* "host:port" ("[v6]:port") and whether the address is loopback.  A
+ * Unix-domain address is its path; a client's, which has none, is named
+ * as mongod names it, "anonymous unix socket:<the server's port>". */
 static void format_addr(const struct sockaddr_storage *ss, char *out, size_t n, bool *loopback)
 {
     char host[INET6_ADDRSTRLEN] = "?";
@@ -78,6 +93,13 @@ static void format_addr(const struct sockaddr_storage *ss, char *out, size_t n, 
         lb = IN6_IS_ADDR_LOOPBACK(&a->sin6_addr) ||
              (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr) && a->sin6_addr.s6_addr[12] == 127);
         snprintf(out, n, "[%s]:%d", host, port);
+    } else if (ss->ss_family == AF_UNIX) {
+        const struct sockaddr_un *a = (const struct sockaddr_un *)ss;
+        lb = true;
+        if (a->sun_path[0] != '\0')
+            snprintf(out, n, "%.*s", (int)sizeof(a->sun_path), a->sun_path);
+        else
+            snprintf(out, n, "anonymous unix socket:%d", net_g.port);
     } else {
         snprintf(out, n, "unknown");
     }
@@ -279,7 +301,9 @@ static void handle_accepted(int fd)
         return;
     }
     int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    c->is_unix = local.ss_family == AF_UNIX;
+    if (!c->is_unix)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     c->fd = fd;
     c->id = atomic_fetch_add(&net_g.next_id, 1) + 1;
     format_addr(&peer, c->remote, sizeof(c->remote), &c->loopback);
@@ -356,9 +380,104 @@ static void listener_main(void *arg)
     uv_run(&lst.loop, UV_RUN_DEFAULT);
 }
 
-/* Bind and listen on every address ip resolves to; fds go to lst.fds. */
-static int bind_ip(const char *ip, int port, sbl_err_t *err)
+/* Listen on the Unix-domain socket path with file mode perms; the fd goes
+ * to lst.fds and the path to lst.paths.  A file already there is removed
+ * first, whoever made it, as mongod does: members of a test set in network
+ * namespaces of their own share /tmp and one port number. */
+static int bind_unix(const char *path, int perms, sbl_err_t *err)
 {
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    for (int i = 0; i < lst.nfds; i++)
+        if (lst.paths[i] != NULL && strcmp(lst.paths[i], path) == 0)
+            return 0; /* listed twice (bindIp and the default): one listener */
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return sbl_err_set(err, SBL_E_BadValue, "Failed to bind to %s: the path is longer than "
+                           "the %zu bytes of a Unix-domain socket address", path,
+                           sizeof(sa.sun_path) - 1);
+    if (lst.nfds == MAX_LISTENERS)
+        return sbl_err_set(err, SBL_E_BadValue, "too many bind addresses");
+    memcpy(sa.sun_path, path, strlen(path));
+
+    if (unlink(path) != 0 && errno != ENOENT) {
+        int e = errno;
+        bson_t attr;
+        bson_init(&attr);
+        BSON_APPEND_UTF8(&attr, "path", path);
+        BSON_APPEND_UTF8(&attr, "error", strerror(e));
+        sbl_log(SBL_LOG_ERROR, "NETWORK", 23024, "Failed to unlink socket file", &attr);
+        bson_destroy(&attr);
+        return sbl_err_set(err, SBL_E_InternalError, "Failed to unlink socket file %s: %s", path,
+                           strerror(e));
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return sbl_err_set(err, SBL_E_InternalError, "Failed to bind to %s: %s", path,
+                           strerror(e));
+    }
+    lst.paths[lst.nfds] = bson_strdup(path); /* from here on the file is ours to remove */
+    lst.fds[lst.nfds++] = fd;
+    if (chmod(path, (mode_t)perms) != 0) {
+        int e = errno;
+        bson_t attr;
+        bson_init(&attr);
+        BSON_APPEND_UTF8(&attr, "path", path);
+        BSON_APPEND_UTF8(&attr, "error", strerror(e));
+        sbl_log(SBL_LOG_ERROR, "NETWORK", 23026, "Failed to chmod socket file", &attr);
+        bson_destroy(&attr);
+        return sbl_err_set(err, SBL_E_InternalError, "Failed to chmod socket file %s: %s", path,
+                           strerror(e));
+    }
+    if (listen(fd, SOMAXCONN) != 0)
+        return sbl_err_set(err, SBL_E_InternalError, "Failed to listen on %s: %s", path,
+                           strerror(errno));
+    return 0;
+}
+
+/* Close every listening fd that is not polled yet; remove the socket files. */
+static void close_listeners(void)
+{
+    for (int i = 0; i < lst.nfds; i++) {
+        close(lst.fds[i]);
+        if (lst.paths[i] != NULL)
+            unlink(lst.paths[i]);
+        bson_free(lst.paths[i]);
+        lst.paths[i] = NULL;
+    }
+    lst.nfds = 0;
+}
+
+/* After the listener closed its fds: remove the socket files (mongod's
+ * "removing socket file"). */
+static void remove_socket_files(void)
+{
+    for (int i = 0; i < lst.nfds; i++) {
+        if (lst.paths[i] == NULL)
+            continue;
+        bson_t attr;
+        bson_init(&attr);
+        BSON_APPEND_UTF8(&attr, "path", lst.paths[i]);
+        sbl_log(SBL_LOG_INFO, "NETWORK", 23017, "removing socket file", &attr);
+        if (unlink(lst.paths[i]) != 0) {
+            BSON_APPEND_UTF8(&attr, "error", strerror(errno));
+            sbl_log(SBL_LOG_WARNING, "NETWORK", 23022, "Unable to remove UNIX socket", &attr);
+        }
+        bson_destroy(&attr);
+        bson_free(lst.paths[i]);
+        lst.paths[i] = NULL;
+    }
+}
+
+/* Bind and listen on every address ip resolves to; fds go to lst.fds.  An
+ * ip with a '/' is a Unix-domain socket's path. */
+static int bind_ip(const char *ip, int port, int unix_perms, sbl_err_t *err)
+{
+    if (strchr(ip, '/') != NULL)
+        return bind_unix(ip, unix_perms, err);
     char portstr[16];
     snprintf(portstr, sizeof(portstr), "%d", port);
     struct addrinfo hints, *res = NULL;
@@ -402,6 +521,7 @@ static int bind_ip(const char *ip, int port, sbl_err_t *err)
                              e == EADDRINUSE ? " (is another server listening on this port?)" : "");
             break;
         }
+        lst.paths[lst.nfds] = NULL;
         lst.fds[lst.nfds++] = fd;
         bound++;
     }
@@ -459,6 +579,7 @@ int sbl_net_start(const sbl_net_config_t *cfg, sbl_net_request_fn on_request,
     net_g.on_request = on_request;
     net_g.on_open = on_open;
     net_g.on_close = on_close;
+    net_g.port = cfg->port;
     net_g.max_conns = cfg->max_conns > 0 ? cfg->max_conns : DEFAULT_MAX_CONNS;
     int nloops = cfg->nloops;
     if (nloops <= 0) {
@@ -470,21 +591,33 @@ int sbl_net_start(const sbl_net_config_t *cfg, sbl_net_request_fn on_request,
     lst.nfds = 0;
     atomic_store(&lst.stop, false);
     lst.leaked = false;
+    int perms = cfg->unix_perms > 0 ? cfg->unix_perms : 0700;
     for (size_t i = 0; i < cfg->nbind && rc == 0; i++)
-        rc = bind_ip(cfg->bind_ips[i], cfg->port, err);
+        rc = bind_ip(cfg->bind_ips[i], cfg->port, perms, err);
+    if (rc == 0 && cfg->unix_socket_dir != NULL) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/mongodb-%d.sock", cfg->unix_socket_dir, cfg->port);
+        rc = bind_unix(path, perms, err);
+    }
     if (rc != 0) {
-        for (int i = 0; i < lst.nfds; i++)
-            close(lst.fds[i]);
-        lst.nfds = 0;
+        close_listeners();
         net_tls_shutdown();
         return rc;
+    }
+    for (int i = 0; i < lst.nfds; i++) {
+        if (lst.paths[i] == NULL)
+            continue;
+        bson_t attr;
+        bson_init(&attr);
+        BSON_APPEND_UTF8(&attr, "address", lst.paths[i]);
+        sbl_log(SBL_LOG_INFO, "NETWORK", 23015, "Listening on", &attr);
+        bson_destroy(&attr);
     }
 
     net_g.loops = calloc((size_t)nloops, sizeof(net_loop_t));
     if (net_g.loops == NULL) {
-        for (int i = 0; i < lst.nfds; i++)
-            close(lst.fds[i]);
-        lst.nfds = 0;
+        close_listeners();
+        net_tls_shutdown();
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory");
     }
     net_g.nloops = nloops;
@@ -540,6 +673,7 @@ int sbl_net_start(const sbl_net_config_t *cfg, sbl_net_request_fn on_request,
             }
         }
         free_loops(nloops);
+        remove_socket_files(); /* the listener's close closed the fds */
         lst.nfds = 0;
         return sbl_err_set(err, SBL_E_InternalError, "cannot start network threads: %s",
                            uv_strerror(rc));
@@ -560,6 +694,7 @@ void sbl_net_stop(void)
     uv_async_send(&lst.wake);
     uv_thread_join(&lst.thread);
     uv_loop_close(&lst.loop);
+    remove_socket_files();
     lst.nfds = 0;
 
     for (int i = 0; i < net_g.nloops; i++) {

@@ -27,9 +27,15 @@
 typedef struct sbl_conn sbl_conn_t;
 
 typedef struct sbl_net_config {
-    const char *const *bind_ips; /* addresses to listen on ("127.0.0.1", "::1", "0.0.0.0") */
+    /* addresses to listen on ("127.0.0.1", "::1", "0.0.0.0"); one with a '/'
+     * is the path of a Unix-domain socket */
+    const char *const *bind_ips;
     size_t nbind;
     int port;
+    /* also listen on <unix_socket_dir>/mongodb-<port>.sock (mongod's default
+     * socket); NULL: no such socket */
+    const char *unix_socket_dir;
+    int unix_perms; /* mode of the socket files created; <= 0: 0700 */
     int max_conns; /* connections beyond this are accepted and closed at once (logged) */
     int nloops;    /* event loop threads; <= 0: one per core */
     /* TLS (net_tls.c): mode SBL_NET_TLS_*; the files are read once at start. */
@@ -89,9 +95,14 @@ void sbl_conn_reply_more(sbl_conn_t *conn, sbl_request_t *req, const bson_t *rep
 void sbl_conn_close_request(sbl_conn_t *conn, sbl_request_t *req);
 
 uint64_t sbl_conn_id(const sbl_conn_t *conn);        /* 1, 2, 3 ... as connectionId */
-const char *sbl_conn_remote(const sbl_conn_t *conn); /* "127.0.0.1:53422" */
-const char *sbl_conn_local(const sbl_conn_t *conn);  /* "127.0.0.1:27017" */
+/* "127.0.0.1:53422"; on a Unix-domain socket "anonymous unix socket:27017" */
+const char *sbl_conn_remote(const sbl_conn_t *conn);
+/* "127.0.0.1:27017"; on a Unix-domain socket its path, "/tmp/mongodb-27017.sock" */
+const char *sbl_conn_local(const sbl_conn_t *conn);
+/* From a loopback address or through a Unix-domain socket (the localhost exception's test). */
 bool sbl_conn_is_loopback(const sbl_conn_t *conn);
+/* Accepted on a Unix-domain socket. */
+bool sbl_conn_is_unix(const sbl_conn_t *conn);
 /* True once the connection is closing (the peer left or it was killed): a
  * stream of replies should stop.  Loop thread only. */
 bool sbl_conn_is_closing(const sbl_conn_t *conn);

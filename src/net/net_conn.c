@@ -136,7 +136,7 @@ void net_conn_close(sbl_conn_t *c)
         return; /* that write failed and closed it already: a second uv_close aborts */
     c->closing = true;
     c->reading = false;
-    uv_close((uv_handle_t *)&c->tcp, close_cb);
+    uv_close((uv_handle_t *)&c->h.stream, close_cb);
 }
 
 void net_conn_discard(sbl_conn_t *c)
@@ -239,12 +239,12 @@ static void conn_update_reading(sbl_conn_t *c)
         return;
     bool want = c->rend - c->rstart < READ_PAUSE;
     if (want && !c->reading) {
-        if (uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb) == 0)
+        if (uv_read_start(&c->h.stream, alloc_cb, read_cb) == 0)
             c->reading = true;
         else
             net_conn_close(c);
     } else if (!want && c->reading) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
+        uv_read_stop(&c->h.stream);
         c->reading = false;
     }
 }
@@ -330,7 +330,7 @@ void net_conn_write_raw(sbl_conn_t *c, const uint8_t *data, size_t len, uint8_t 
 {
     atomic_fetch_add_explicit(&net_g.bytes_out, (int64_t)len, memory_order_relaxed);
     uv_buf_t b = uv_buf_init((char *)data, (unsigned int)len);
-    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    int n = uv_try_write(&c->h.stream, &b, 1);
     if (n >= 0 && (size_t)n == len) {
         free(mem);
         return;
@@ -360,7 +360,7 @@ void net_conn_write_raw(sbl_conn_t *c, const uint8_t *data, size_t len, uint8_t 
     w->mem = mem;
     w->len = rest;
     b = uv_buf_init((char *)data + done, (unsigned int)rest);
-    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, write_cb) != 0) {
+    if (uv_write(&w->req, &c->h.stream, &b, 1, write_cb) != 0) {
         free(mem);
         free(w);
         net_conn_close(c);
@@ -445,7 +445,7 @@ static void flush_batch(net_loop_t *nl, sbl_conn_t *c)
         /* A TLS connection encrypts first; bytes already queued in libuv
          * must leave before these. */
         if (n == FLUSH_BATCH || c->closing || c->tls_state == NET_TLS_ON || c->wqueued > 0 ||
-            c->held_len == 0 || uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0 ||
+            c->held_len == 0 || uv_fileno((uv_handle_t *)&c->h.stream, &fd) != 0 ||
             (sqe = io_uring_get_sqe(nl->ring)) == NULL) {
             send_held(c);
             c = next;
@@ -772,9 +772,15 @@ void net_conn_start(sbl_conn_t *c)
     if (nl->conns != NULL)
         nl->conns->prev = c;
     nl->conns = c;
-    uv_tcp_init(&nl->loop, &c->tcp);
-    c->tcp.data = c;
-    int rc = uv_tcp_open(&c->tcp, c->fd);
+    int rc;
+    if (c->is_unix) {
+        uv_pipe_init(&nl->loop, &c->h.pipe, 0);
+        rc = uv_pipe_open(&c->h.pipe, c->fd);
+    } else {
+        uv_tcp_init(&nl->loop, &c->h.tcp);
+        rc = uv_tcp_open(&c->h.tcp, c->fd);
+    }
+    c->h.stream.data = c;
     if (rc != 0) {
         close(c->fd);
         log_conn(SBL_LOG_WARNING, 22988, "Could not open accepted connection", c, uv_strerror(rc));
@@ -807,6 +813,11 @@ const char *sbl_conn_local(const sbl_conn_t *conn)
 bool sbl_conn_is_loopback(const sbl_conn_t *conn)
 {
     return conn->loopback;
+}
+
+bool sbl_conn_is_unix(const sbl_conn_t *conn)
+{
+    return conn->is_unix;
 }
 
 bool sbl_conn_is_closing(const sbl_conn_t *conn)

@@ -68,15 +68,23 @@ void net_flush_soon(net_loop_t *nl);
 void net_loop_kick_due(net_loop_t *nl);
 
 struct sbl_conn {
-    uv_tcp_t tcp; /* first: the handle's memory is the connection's */
+    /* first: the handle's memory is the connection's.  A TCP connection
+     * uses tcp, one accepted on a Unix-domain socket pipe; the rest of the
+     * connection's code sees only the stream. */
+    union {
+        uv_stream_t stream;
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    } h;
     net_loop_t *nl;
     sbl_conn_t *prev, *next;
     int fd; /* the accepted socket, until the loop opens it */
     uint64_t id;
     char logname[24]; /* "conn<id>", formatted on first use */
     char remote[64];
-    char local[64];
-    bool loopback;
+    char local[112]; /* "127.0.0.1:27017", or the socket's path */
+    bool loopback;   /* from 127/8, ::1 or a Unix-domain socket */
+    bool is_unix;    /* accepted on a Unix-domain socket (h.pipe) */
 
     /* Read buffer: unconsumed bytes are rbuf[rstart..rend). */
     uint8_t *rbuf;
@@ -110,6 +118,7 @@ typedef struct net_state {
     sbl_net_conn_fn on_open;
     sbl_net_conn_fn on_close;
     int64_t max_conns;
+    int port; /* the TCP port (names a Unix-domain socket's clients) */
     net_loop_t *loops;
     int nloops;
     atomic_int_fast64_t current;

@@ -250,6 +250,8 @@ static int run(int notify_fd)
         .bind_ips = (const char *const *)options.bind_ips,
         .nbind = options.nbind,
         .port = options.port,
+        .unix_socket_dir = options.unix_socket ? options.unix_socket_prefix : NULL,
+        .unix_perms = options.unix_socket_perms,
         .max_conns = options.max_conns,
         .nloops = options.nloops,
         .tls_mode = options.tls_mode,

@@ -38,6 +38,12 @@ static const opt_def_t opt_table[] = {
      "comma separated list of ip addresses to listen on - localhost by default"},
     {"bind_ip_all", "net.bindIpAll", OPT_FLAG, "bind to all ip addresses"},
     {"ipv6", "net.ipv6", OPT_FLAG, "enable IPv6 support (always on)"},
+    {"nounixsocket", "net.unixDomainSocket.enabled", OPT_FLAG,
+     "do not listen on the Unix-domain socket <prefix>/mongodb-<port>.sock"},
+    {"unixSocketPrefix", "net.unixDomainSocket.pathPrefix", OPT_STRING,
+     "directory of the Unix-domain socket - /tmp by default"},
+    {"filePermissions", "net.unixDomainSocket.filePermissions", OPT_INT,
+     "mode of the Unix-domain socket file - 0700 by default"},
     {"maxConns", "net.maxIncomingConnections", OPT_INT,
      "max number of simultaneous connections - 1000000 by default"},
     {"dbpath", "storage.dbPath", OPT_STRING, "directory for datafiles - defaults to /data/db"},
@@ -113,7 +119,6 @@ static const opt_def_t yaml_only[] = {
     {NULL, "storage.journal.enabled", OPT_FLAG, NULL},
     {NULL, "storage.engine", OPT_STRING, NULL},
     {NULL, "storage.directoryPerDB", OPT_FLAG, NULL},
-    {NULL, "net.unixDomainSocket.enabled", OPT_FLAG, NULL},
     {NULL, "processManagement.timeZoneInfo", OPT_STRING, NULL},
 };
 #define YAML_ONLY_COUNT (sizeof(yaml_only) / sizeof(yaml_only[0]))
@@ -432,6 +437,15 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
         } else if (strcmp(k, "replication.oplogSizeMB") == 0) {
             SBL_RET(parse_int(st, 1, 1024 * 1024 * 1024, &o->oplog_size_mb, err));
             iv = o->oplog_size_mb;
+        } else if (strcmp(k, "net.unixDomainSocket.filePermissions") == 0) {
+            /* as mongod reads numbers: 0700 is octal, 0x1c0 hex, 448 decimal */
+            char *end;
+            errno = 0;
+            long v = strtol(st->value, &end, 0);
+            if (errno != 0 || end == st->value || *end != '\0' || v < 0 || v > 07777)
+                return sbl_err_set(err, SBL_E_BadValue, "Error parsing option \"%s\" as int: %s",
+                                   k, st->value);
+            o->unix_socket_perms = iv = (int)v;
         } else if (strcmp(k, "operationProfiling.slowOpThresholdMs") == 0) {
             SBL_RET(parse_int(st, -1, INT32_MAX, &o->slowms, err));
             iv = o->slowms;
@@ -470,6 +484,8 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
             o->quiet = bv;
         else if (strcmp(k, "systemLog.logAppend") == 0)
             o->log_append = bv;
+        else if (strcmp(k, "net.unixDomainSocket.enabled") == 0)
+            o->unix_socket = bv;
         else if (strcmp(k, "security.javascriptEnabled") == 0)
             o->js_disabled = !bv;
         else if (strcmp(k, "net.tls.allowConnectionsWithoutCertificates") == 0)
@@ -524,6 +540,11 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
             return 0;
         } else if (strcmp(k, "net.tls.CAFile") == 0) {
             set_str(&o->tls_ca_file, st->value);
+        } else if (strcmp(k, "net.unixDomainSocket.pathPrefix") == 0) {
+            if (st->value[0] == '\0')
+                return sbl_err_set(err, SBL_E_BadValue, "net.unixDomainSocket.pathPrefix: no "
+                                   "directory given");
+            set_str(&o->unix_socket_prefix, st->value);
         } else if (strcmp(k, "net.metricsBindIp") == 0) {
             set_str(&o->metrics_bind_ip, st->value);
         } else if (strcmp(k, "operationProfiling.mode") == 0) {
@@ -651,6 +672,9 @@ int sbl_options_parse(int argc, char **argv, sbl_options_t *o, sbl_err_t *err)
     o->log_append = true;
     o->slowms = 100;
     o->slow_sample_rate = 1.0;
+    o->unix_socket = true;
+    o->unix_socket_prefix = bson_strdup("/tmp");
+    o->unix_socket_perms = 0700;
     o->argc = argc;
     o->argv = argv;
     bson_init(&o->parsed);
@@ -687,8 +711,9 @@ int sbl_options_parse(int argc, char **argv, sbl_options_t *o, sbl_err_t *err)
         }
         if (def->kind == OPT_FLAG) {
             value = eq ? eq + 1 : "true";
-            /* --noscripting sets security.javascriptEnabled to its opposite. */
-            if (strcmp(name, "noscripting") == 0)
+            /* --noscripting and --nounixsocket set security.javascriptEnabled
+             * and net.unixDomainSocket.enabled to their opposite. */
+            if (strcmp(name, "noscripting") == 0 || strcmp(name, "nounixsocket") == 0)
                 value = strcmp(value, "false") == 0 || strcmp(value, "0") == 0 ? "true" : "false";
         } else if (eq) {
             value = eq + 1;
@@ -762,6 +787,7 @@ void sbl_options_destroy(sbl_options_t *o)
     bson_free(o->tls_cert_key_password);
     bson_free(o->tls_ca_file);
     bson_free(o->metrics_bind_ip);
+    bson_free(o->unix_socket_prefix);
     bson_free(o->audit_path);
     bson_free(o->audit_filter);
     bson_free(o->repl_set_name);

@@ -30,8 +30,11 @@ enum { SBL_TLS_DISABLED, SBL_TLS_ALLOW, SBL_TLS_PREFER, SBL_TLS_REQUIRE };
 typedef struct sbl_options {
     sbl_action_t action;
     int port;
-    char **bind_ips; /* owned; NULL-terminated */
+    char **bind_ips; /* owned; NULL-terminated; an entry with a '/' is a socket path */
     size_t nbind;
+    bool unix_socket;          /* net.unixDomainSocket.enabled (--nounixsocket: false) */
+    char *unix_socket_prefix;  /* net.unixDomainSocket.pathPrefix; default /tmp */
+    int unix_socket_perms;     /* net.unixDomainSocket.filePermissions; default 0700 */
     char *dbpath;
     char *logpath; /* NULL: stdout */
     bool log_append;

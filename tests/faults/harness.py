@@ -181,9 +181,13 @@ class Loopback:
     def start(self, m):
         db = dbpath(self.dir, m)
         os.makedirs(db, exist_ok=True)
+        # --nounixsocket (here and in Netns): the members need no Unix-domain
+        # socket; a kill -9 would leave /tmp/mongodb-<port>.sock behind, and
+        # namespaced members share /tmp and port 27017.
         argv = [sabled_path(), "--dbpath", db, "--port", str(self.ports[m]), "--bind_ip",
                 "127.0.0.1", "--replSet", "rs0", "--oplogSizeMB", "64", "--logpath",
-                os.path.join(self.dir, m, "sabled.log"), "--logappend"] + MEMBER_ARGS.get(m, [])
+                os.path.join(self.dir, m, "sabled.log"), "--logappend",
+                "--nounixsocket"] + MEMBER_ARGS.get(m, [])
         with open_stderr(self.dir, m) as err:
             self.procs[m] = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
 
@@ -244,7 +248,8 @@ class Netns:
         os.makedirs(db, exist_ok=True)
         argv = [sabled_path(), "--dbpath", db, "--port", "27017", "--bind_ip",
                 self.cluster.addr[m], "--replSet", "rs0", "--oplogSizeMB", "64", "--logpath",
-                os.path.join(self.dir, m, "sabled.log"), "--logappend"] + MEMBER_ARGS.get(m, [])
+                os.path.join(self.dir, m, "sabled.log"), "--logappend",
+                "--nounixsocket"] + MEMBER_ARGS.get(m, [])
         with open_stderr(self.dir, m) as err:
             self.procs[m] = self.cluster.spawn(m, argv, stdout=subprocess.DEVNULL, stderr=err)
 

@@ -17,7 +17,10 @@
  * Must stay true: one request is outstanding at a time (moreToCome requests
  * have none); after any I/O error the connection is dropped, never reused.
  * Only plain TCP connections qualify (no TLS, no Unix socket), and only when
- * the reads go to the primary: mongo_wire_usable says so.
+ * the reads go to the primary: mongo_wire_usable says so.  With
+ * mongo_wire_set_unix_dir the connections to those TCP hosts are made
+ * through the servers' Unix-domain sockets instead (the URL still names
+ * host:port, which the pool's monitors use).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +33,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "mongo_wire.h"
@@ -51,6 +55,13 @@ struct mongo_wire {
     uint8_t *buf; /* the last reply */
     size_t cap;
 };
+
+static const char *unix_dir; /* mongo_wire_set_unix_dir's, or NULL: TCP */
+
+void mongo_wire_set_unix_dir(const char *dir)
+{
+    unix_dir = dir;
+}
 
 bool mongo_wire_usable(const mongoc_uri_t *uri)
 {
@@ -249,12 +260,12 @@ static bool fd_should_retry(mongoc_stream_t *st)
 }
 
 /* Connect to one address within timeout_ms: a blocking socket, or -1. */
-static int connect_fd(const struct addrinfo *a, int32_t timeout_ms)
+static int connect_fd(int family, const struct sockaddr *addr, socklen_t addrlen, int32_t timeout_ms)
 {
-    int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return -1;
-    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+    if (connect(fd, addr, addrlen) != 0) {
         struct pollfd p = {.fd = fd, .events = POLLOUT};
         int err = 0;
         socklen_t el = sizeof(err);
@@ -265,7 +276,8 @@ static int connect_fd(const struct addrinfo *a, int32_t timeout_ms)
         }
     }
     int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (family != AF_UNIX)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
         close(fd);
@@ -279,19 +291,28 @@ static mongoc_stream_t *initiate(const mongoc_uri_t *uri, const mongoc_host_list
                                  bson_error_t *error)
 {
     mongo_wire_t *w = arg;
-    char port[16];
-    snprintf(port, sizeof(port), "%u", (unsigned)host->port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    if (getaddrinfo(host->host, port, &hints, &res) != 0 || res == NULL) {
-        bson_set_error(error, MONGOC_ERROR_STREAM, MONGOC_ERROR_STREAM_NAME_RESOLUTION,
-                       "cannot resolve %s", host->host_and_port);
-        return NULL;
-    }
     int32_t connect_ms = mongoc_uri_get_option_as_int32(uri, MONGOC_URI_CONNECTTIMEOUTMS, 10000);
     int fd = -1;
-    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next)
-        fd = connect_fd(a, connect_ms);
-    freeaddrinfo(res);
+    if (unix_dir != NULL) {
+        /* the server's socket for this port, as mongod names it */
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        int n = snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/mongodb-%u.sock", unix_dir,
+                         (unsigned)host->port);
+        if (n > 0 && (size_t)n < sizeof(sa.sun_path))
+            fd = connect_fd(AF_UNIX, (struct sockaddr *)&sa, sizeof(sa), connect_ms);
+    } else {
+        char port[16];
+        snprintf(port, sizeof(port), "%u", (unsigned)host->port);
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+        if (getaddrinfo(host->host, port, &hints, &res) != 0 || res == NULL) {
+            bson_set_error(error, MONGOC_ERROR_STREAM, MONGOC_ERROR_STREAM_NAME_RESOLUTION,
+                           "cannot resolve %s", host->host_and_port);
+            return NULL;
+        }
+        for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next)
+            fd = connect_fd(a->ai_family, a->ai_addr, a->ai_addrlen, connect_ms);
+        freeaddrinfo(res);
+    }
     fd_stream_t *s = fd >= 0 ? calloc(1, sizeof(*s)) : NULL;
     if (s == NULL) {
         if (fd >= 0)

@@ -11,6 +11,10 @@
 
 typedef struct mongo_wire mongo_wire_t;
 
+/* From now on connect to host:port through the Unix-domain socket
+ * <dir>/mongodb-<port>.sock (mongod's name for it) instead of TCP; NULL: TCP.
+ * dir is not copied.  Set before the first mongo_wire_open. */
+void mongo_wire_set_unix_dir(const char *dir);
 /* Whether uri can use a direct connection: plain TCP, reads from the primary. */
 bool mongo_wire_usable(const mongoc_uri_t *uri);
 /*

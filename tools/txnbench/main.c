@@ -5,6 +5,7 @@
  *   sable-txnbench --uri URI [--threads 8] [--seconds 10] [--docs 10000]
  *                  [--w 1|majority|N] [--rounds 3] [--pids PID,PID,...]
  *                  [--phases plain,retryable,txn] [--marks 1] [--rate OPS]
+ *                  [--unix DIR]
  *
  * Each of --threads threads has its own OP_MSG connection (mongo_wire.c:
  * libmongoc connects and selects the primary, the thread writes the commands
@@ -30,6 +31,10 @@
  * speed a slower phase's look larger.
  * --marks 1: a "mark start|end PHASE OPS USER SYS" line at each measured
  * window's edges (bench/txn-split samples the servers' threads then).
+ * --unix DIR: the threads' connections go through the servers' Unix-domain
+ * sockets, DIR/mongodb-<port>.sock for the primary's host:port, instead of
+ * TCP (the URI still names the TCP hosts: libmongoc's pool finds the
+ * primary through them).
  * Asserts nothing; exits non-zero on an error that is not a write conflict.
  */
 #include <mongoc/mongoc.h>
@@ -343,7 +348,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: sable-txnbench --uri URI [--threads N] [--seconds S] [--docs N] "
                     "[--w W] [--rounds N] [--pids PID,...] [--phases P,...] [--rate OPS] "
-                    "[--marks 1]\n");
+                    "[--marks 1] [--unix DIR]\n");
     exit(2);
 }
 
@@ -366,6 +371,8 @@ static void parse(int argc, char **argv)
             opt.w = v;
         else if (strcmp(a, "--rate") == 0)
             opt.rate = atof(v);
+        else if (strcmp(a, "--unix") == 0)
+            mongo_wire_set_unix_dir(v);
         else if (strcmp(a, "--marks") == 0)
             opt.marks = atoi(v) != 0;
         else if (strcmp(a, "--rounds") == 0)

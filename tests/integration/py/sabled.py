@@ -204,6 +204,12 @@ class Sabled:
     def command_line(self):
         args = [sabled_path(), "--port", str(self.port), "--bind_ip", "127.0.0.1",
                 "--dbpath", self.dbpath]
+        # The Unix-domain socket (on by default, as mongod's) goes in the
+        # server's own directory rather than /tmp: a kill -9 leaves no
+        # /tmp/mongodb-<port>.sock behind, cleanup() removes it with the rest.
+        # (A socket path holds at most 107 bytes; TMPDIR could be longer.)
+        if len(self.socket_path(self.port)) < 100:
+            args += ["--unixSocketPrefix", self.root]
         if self.logpath:
             args += ["--logpath", self.logpath]
         return args + list(self.extra_args)
@@ -362,6 +368,10 @@ class Sabled:
         _live.pop(id(self), None)
 
     # -- inspection -------------------------------------------------------
+
+    def socket_path(self, port=None):
+        """The Unix-domain socket command_line() makes the server listen on."""
+        return os.path.join(self.root, "mongodb-%d.sock" % (port or self.port))
 
     def uri(self, **opts):
         q = "&".join("%s=%s" % kv for kv in opts.items())

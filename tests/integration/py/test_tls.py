@@ -219,3 +219,21 @@ def test_bad_tls_options(certs, tmp_path):
     r = run_sabled(["--tlsMode", "requireTLS", "--tlsCertificateKeyFile", str(bad),
                     "--dbpath", str(tmp_path), "--port", "0"])
     assert r.returncode != 0 and "certificate" in r.stderr
+
+
+def test_tls_on_the_unix_socket(certs):
+    """The Unix-domain socket's clients follow the TLS mode as TCP's do."""
+    import urllib.parse
+    s = start(certs, "requireTLS")
+    try:
+        uri = "mongodb://%s/" % urllib.parse.quote_plus(s.socket_path())
+        c = pymongo.MongoClient(uri, tls=True, tlsCAFile=os.path.join(certs, "ca.pem"),
+                                tlsAllowInvalidHostnames=True, serverSelectionTimeoutMS=5000)
+        assert c.admin.command("ping")["ok"] == 1
+        c.close()
+        p = pymongo.MongoClient(uri, serverSelectionTimeoutMS=3000)
+        with pytest.raises(ServerSelectionTimeoutError):
+            p.admin.command("ping")
+        p.close()
+    finally:
+        s.cleanup()

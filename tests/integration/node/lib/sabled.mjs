@@ -107,8 +107,11 @@ export class Sabled {
     this.port = await freePort();
     const out = openSync(path.join(this.root, 'stdout.txt'), 'a');
     const err = openSync(path.join(this.root, 'stderr.txt'), 'a');
+    // The Unix-domain socket (on by default, as mongod's) in the server's own
+    // directory: a SIGKILL leaves nothing in /tmp (a socket path holds 107 bytes).
+    const sock = this.root.length < 80 ? ['--unixSocketPrefix', this.root] : [];
     this.proc = spawn(sabledPath(), ['--port', String(this.port), '--bind_ip', '127.0.0.1',
-      '--dbpath', this.dbpath, '--logpath', this.logpath, ...extraArgs],
+      '--dbpath', this.dbpath, '--logpath', this.logpath, ...sock, ...extraArgs],
     { stdio: ['ignore', out, err], cwd: this.root });
     closeSync(out);
     closeSync(err);

@@ -41,7 +41,6 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -233,9 +232,6 @@ static int run_job(job_t *j, sbl_err_t *err)
 static void *writer_main(void *arg)
 {
     int w = (int)(intptr_t)arg;
-    char name[32];
-    snprintf(name, sizeof(name), "ReplWriter-%d", w);
-    sbl_thread_name(name);
     cur_writer = w;
     pthread_mutex_lock(&pool.mu);
     for (;;) {

@@ -35,8 +35,7 @@
 #define ELECTION_NS "local.replset.election"
 
 sbl_rs_t sbl_rs = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
-                   .pos_cond = PTHREAD_COND_INITIALIZER, .self = -1, .primary = -1,
-                   .last_vote_term = -1,
+                   .self = -1, .primary = -1, .last_vote_term = -1,
                    .state = SBL_RS_STANDALONE};
 #define rs sbl_rs
 
@@ -55,68 +54,16 @@ const char *sbl_rs_state_str(int st)
     }
 }
 
-/*
- * Waiting for the coordinator.  Every wait is bounded and checks its
- * condition again under rs.lock, so a missed wake costs a poll, never a hang.
- * Two condition variables, so that replSetUpdatePosition (each secondary
- * reports after the batches it applies: hundreds a second on a loaded primary)
- * wakes only the threads that wait for positions, not all those below:
- *   rs.cond      any change made under rs.lock that a waiter's condition
- *                reads: state, term, config, heartbeat news (a member's state,
- *                positions and liveness), a kick, a sync source asked for,
- *                catch-up aborted, stop (sbl_rs_changed);
- *   rs.pos_cond  the same changes, and the positions replSetUpdatePosition
- *                reports (sbl_rs_positions_moved).
- * Who waits, and for what:
- *   rs.cond:  hb_main (repl_hb.c, 50 ms): step-down without a majority,
- *             elections, takeovers, publishing the stable timestamp;
- *             peer_main, one per member slot (at most 50 ms): its member's
- *             next heartbeat time, a kick, a config;
- *             an election's catch-up (20 and 50 ms): heartbeat replies, the
- *             term, an abort; the disk-full hand-off (100 ms): heartbeat
- *             positions (no longer primary, nobody reports to it);
- *             sync_main (repl_sync.c, 200 ms): state, config, sync source;
- *             waiter_main (repl_wait.c, at most 200 ms): the write concern
- *             waits that end otherwise (heartbeats, state, timeouts).
- *   rs.pos_cond: sbl_repl_await (a blocking wait: server-run writes,
- *             linearizable reads), sbl_repl_await_async while the waiter
- *             thread does not run, replSetStepDown waiting for a caught-up
- *             secondary.
- * What must stay true: whatever changes something one of these conditions
- * reads calls sbl_rs_changed, except replSetUpdatePosition, which first does
- * itself what its positions meant to the rs.cond waiters: it answers the
- * write concern waits they end (sbl_rs_waits_take_locked) and publishes the
- * stable timestamp the commit point allows (majority reads read there).
- */
-static void wait_on(pthread_cond_t *cond, int64_t ms)
+/* Wait on sbl_rs.cond, lock held, at most ms: until some change of
+ * positions, state or config is broadcast, or the time is up. */
+void sbl_rs_wait_locked(int64_t ms)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += (ms < 1 ? 1 : ms) * 1000000L;
     ts.tv_sec += ts.tv_nsec / 1000000000L;
     ts.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(cond, &rs.lock, &ts);
-}
-
-void sbl_rs_wait_locked(int64_t ms)
-{
-    wait_on(&rs.cond, ms);
-}
-
-void sbl_rs_wait_positions_locked(int64_t ms)
-{
-    wait_on(&rs.pos_cond, ms);
-}
-
-void sbl_rs_changed(void)
-{
-    pthread_cond_broadcast(&rs.cond);
-    pthread_cond_broadcast(&rs.pos_cond);
-}
-
-void sbl_rs_positions_moved(void)
-{
-    pthread_cond_broadcast(&rs.pos_cond);
+    pthread_cond_timedwait(&rs.cond, &rs.lock, &ts);
 }
 
 bool sbl_repl_enabled(void)
@@ -227,7 +174,7 @@ static void set_state_locked(int st)
     atomic_store(&rs.state, st);
     atomic_fetch_add(&rs.topology, 1);
     sbl_versioned_invalidate(); /* sessions check their records again (retryable.c) */
-    sbl_rs_changed();
+    pthread_cond_broadcast(&rs.cond);
 }
 
 void sbl_rs_set_state_locked(int st)
@@ -489,7 +436,7 @@ int sbl_rs_become_primary_locked(int64_t term, sbl_err_t *err)
     for (int i = 0; i < rs.cfg.n; i++)
         rs.peer[i].next_hb_ms = 0; /* tell the others at once */
     atomic_fetch_add(&rs.topology, 1);
-    sbl_rs_changed();
+    pthread_cond_broadcast(&rs.cond);
     sbl_rs_update_commit_locked();
     log_attr(SBL_LOG_INFO, 21331, "Transition to primary complete; database writes are now "
              "permitted", "replSet", rs.set_name, "term", term);
@@ -655,7 +602,7 @@ void sbl_repl_stop(void)
         return;
     pthread_mutex_lock(&rs.lock);
     rs.stopping = true;
-    sbl_rs_changed();
+    pthread_cond_broadcast(&rs.cond);
     pthread_mutex_unlock(&rs.lock);
     sbl_rs_flow_stop();
     sbl_rs_hb_stop();
@@ -879,7 +826,7 @@ int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, bool g
         goto done;
     reinstall_config_locked(&withid, cfg);
     atomic_fetch_add(&rs.topology, 1);
-    sbl_rs_changed();
+    pthread_cond_broadcast(&rs.cond);
     log_attr(SBL_LOG_INFO, 21392, force ? "New replica set config in use (forced)"
                                         : "New replica set config in use",
              "set", rs.set_name, "version", version);

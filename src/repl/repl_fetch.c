@@ -26,8 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/log.h"
-
 #define FETCH_MAX_BYTES (2 * 1024 * 1024)
 /* The next getMore goes out once the queue is down to this: it travels while
  * the applier applies the rest, and it brings all the source wrote meanwhile
@@ -184,7 +182,6 @@ static reply_t *run(mongoc_client_t *c, const mongoc_read_prefs_t *rp, const bso
 static void *fetch_main(void *arg)
 {
     sbl_rs_fetcher_t *f = arg;
-    sbl_thread_name("OplogFetcher");
     mongoc_client_t *c = mongoc_client_new(f->uri);
     mongoc_apm_callbacks_t *apm = mongoc_apm_callbacks_new();
     /* a sync source may be a secondary (chaining) */

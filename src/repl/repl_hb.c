@@ -186,7 +186,7 @@ int sbl_repl_heartbeat(const bson_t *cmd, bson_t *r, sbl_err_t *err)
     for (int i = 0; rs.config != NULL && from != NULL && i < rs.cfg.n; i++)
         if (i != rs.self && their_term > rs.peer[i].term && strcmp(rs.cfg.m[i].host, from) == 0) {
             rs.peer[i].next_hb_ms = 0;
-            sbl_rs_changed();
+            pthread_cond_broadcast(&rs.cond);
         }
     int st = atomic_load(&rs.state);
     sbl_optime_t ap = sbl_rs_my_applied();
@@ -543,7 +543,7 @@ static bool catch_up_locked(int64_t term)
         rs.catchup_abort = false;
         for (int i = 0; i < rs.cfg.n; i++)
             rs.peer[i].next_hb_ms = 0;
-        sbl_rs_changed();
+        pthread_cond_broadcast(&rs.cond);
         for (bool heard = false; !heard && sbl_now_ms() < hb_until && rs.term == term &&
                                  !rs.stopping;) {
             heard = true;
@@ -613,7 +613,7 @@ int sbl_repl_abort_catchup(sbl_err_t *err)
     bool on = rs.catching_up;
     if (on) {
         rs.catchup_abort = true;
-        sbl_rs_changed();
+        pthread_cond_broadcast(&rs.cond);
     }
     pthread_mutex_unlock(&rs.lock);
     return on ? 0 : sbl_err_set(err, SBL_E_IllegalOperation,
@@ -757,7 +757,7 @@ void sbl_rs_hb_kick(void)
     kicked = true;
     for (int i = 0; i < SBL_RS_MAX_MEMBERS; i++)
         rs.peer[i].next_hb_ms = 0;
-    sbl_rs_changed();
+    pthread_cond_broadcast(&rs.cond);
     pthread_mutex_unlock(&rs.lock);
 }
 
@@ -852,9 +852,6 @@ static int npeer_threads;
 static void *peer_main(void *arg)
 {
     int i = (int)(intptr_t)arg;
-    char name[32];
-    snprintf(name, sizeof(name), "ReplHeartbeat-%d", i);
-    sbl_thread_name(name);
     pthread_mutex_lock(&rs.lock);
     while (!rs.stopping) {
         int64_t now = sbl_now_ms();
@@ -888,7 +885,7 @@ static void *peer_main(void *arg)
         /* the next one an interval after this one ended (unless kicked) */
         if (i < rs.cfg.n && rs.peer[i].next_hb_ms > 0 && rs.peer[i].next_hb_ms < now)
             rs.peer[i].next_hb_ms = now + rs.cfg.heartbeat_ms;
-        sbl_rs_changed(); /* the checks below run on news */
+        pthread_cond_broadcast(&rs.cond); /* the checks below run on news */
     }
     pthread_mutex_unlock(&rs.lock);
     conn_reset(&conns[i]);
@@ -914,7 +911,6 @@ static void timer_election_locked(const char *msg, const char *reason)
 static void *hb_main(void *arg)
 {
     (void)arg;
-    sbl_thread_name("ReplCoord");
     pthread_mutex_lock(&rs.lock);
     while (!rs.stopping) {
         int64_t now = sbl_now_ms();
@@ -1069,7 +1065,7 @@ int sbl_repl_step_down(int64_t step_down_s, int64_t catchup_s, bool force, sbl_e
                                "argument {force: true} to force node to step down.",
                                (long long)sbl_now_ms());
         }
-        sbl_rs_wait_positions_locked(100); /* replSetUpdatePosition's too */
+        sbl_rs_wait_locked(100);
     }
     sbl_rs_step_down_locked("replSetStepDown command");
     rs.freeze_until_ms = sbl_now_ms() + step_down_s * 1000;

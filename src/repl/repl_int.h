@@ -489,19 +489,8 @@ enum {
     SBL_RS_DOWN = 8,
 };
 const char *sbl_rs_state_str(int state);
-/* Waits for a change (lock held, released while waiting), at most ms; the
- * caller checks its condition again either way.  sbl_rs_wait_locked wakes on
- * sbl_rs_changed; sbl_rs_wait_positions_locked on that and on
- * sbl_rs_positions_moved too (who waits on which: repl_coord.c). */
+/* Wait on sbl_rs.cond (lock held) for a broadcast, at most ms. */
 void sbl_rs_wait_locked(int64_t ms);
-void sbl_rs_wait_positions_locked(int64_t ms);
-/* Wakes every waiter: state, term, config, heartbeat news, a kick, stop.
- * Call it with the lock held, or after releasing the lock the change was
- * made under. */
-void sbl_rs_changed(void);
-/* Wakes only those waiting for members' positions (sbl_rs.pos_cond):
- * replSetUpdatePosition's, once it answered the waits it ends itself. */
-void sbl_rs_positions_moved(void);
 
 typedef struct sbl_rs_peer {
     int state;                     /* from its last heartbeat response; DOWN when unreachable */
@@ -521,8 +510,7 @@ typedef struct sbl_rs_peer {
 
 typedef struct sbl_rs {
     pthread_mutex_t lock;
-    pthread_cond_t cond;     /* any change but replSetUpdatePosition's (sbl_rs_changed) */
-    pthread_cond_t pos_cond; /* those, and replSetUpdatePosition's positions */
+    pthread_cond_t cond; /* state, applied positions or the commit point moved */
     char *set_name;
     char *cluster_key; /* keyFile's key, or NULL: connections to members authenticate */
     int64_t oplog_bytes;
@@ -656,8 +644,8 @@ int sbl_rs_become_primary_locked(int64_t term, sbl_err_t *err);
 /* Adopt a newer config received from a member (heartbeat response). */
 int sbl_rs_adopt_config(const bson_t *config, sbl_err_t *err);
 /* Recompute the commit point from the members' applied optimes (lock
- * held; primary only); wakes waiters (sbl_rs_changed).  The quiet one wakes
- * nobody: its caller (replSetUpdatePosition) wakes whom it concerns. */
+ * held; primary only); wakes waiters (sbl_rs.cond).  The quiet one wakes
+ * nobody: its caller broadcasts sbl_rs.cond once it released the lock. */
 void sbl_rs_update_commit_locked(void);
 void sbl_rs_update_commit_quiet_locked(void);
 /* The commit point and its entry's wall time as members send them

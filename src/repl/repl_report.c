@@ -26,7 +26,6 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "common/log.h"
 #include "storage/storage.h"
 
 #define rs sbl_rs
@@ -155,7 +154,6 @@ void sbl_rs_report_position(mongoc_client_t *c)
 static void *reporter_main(void *arg)
 {
     sbl_rs_reporter_t *r = arg;
-    sbl_thread_name("SyncSrcFeedback");
     mongoc_client_t *c = mongoc_client_new(r->uri);
     uint64_t sent = 0;
     pthread_mutex_lock(&rs.lock);

@@ -599,7 +599,7 @@ static void initial_sync_done(void)
         atomic_store(&rs.state, SBL_RS_SECONDARY);
         atomic_fetch_add(&rs.topology, 1);
         sbl_rs_reset_election_timer_locked(sbl_now_ms());
-        sbl_rs_changed();
+        pthread_cond_broadcast(&rs.cond);
         bson_t attr = BSON_INITIALIZER;
         sbl_log(SBL_LOG_INFO, "REPL", 21392, "Caught up with the sync source: STARTUP2 -> "
                 "SECONDARY", &attr);
@@ -865,7 +865,6 @@ out:
 static void *sync_main(void *arg)
 {
     (void)arg;
-    sbl_thread_name("BackgroundSync");
     char last_host[256] = ""; /* the member tailed last ("" none yet) */
     pthread_mutex_lock(&rs.lock);
     while (!rs.stopping) {
@@ -959,22 +958,15 @@ int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err)
         }
     }
     bool primary = atomic_load(&rs.state) == SBL_RS_PRIMARY;
-    if (primary) {
+    if (primary)
         sbl_rs_update_commit_quiet_locked();
-        /* majority reads read at the stable timestamp: it follows the
-         * commit point here, as the heartbeat thread's check did when every
-         * report woke it */
-        sbl_rs_publish_stable_locked();
-    }
     sbl_rs_append_commit_locked(r);
     void *done = sbl_rs_waits_take_locked(); /* the writes these positions end */
     pthread_mutex_unlock(&rs.lock);
     sbl_rs_waits_answer(done);
-    /* then the blocking waits for positions (w:N, a step-down's catch-up),
-     * woken with the lock free, after the writes' replies are on their way;
-     * nobody else: what the positions mean to them is done above
-     * (repl_coord.c, "Who waits, and for what") */
+    /* then the others that wait for positions (w:N, a step-down's catch-up):
+     * woken with the lock free, after the writes' replies are on their way */
     if (primary)
-        sbl_rs_positions_moved();
+        pthread_cond_broadcast(&rs.cond);
     return 0;
 }

@@ -2,16 +2,14 @@
  * repl_wait.c: write concern beyond this member.  A write acknowledged with
  * w: N or w: "majority" waits until enough members have applied it; the
  * wait is a record in a list, not a blocked thread: one waiter thread,
- * woken by changes of state and heartbeat news (sbl_rs_changed) and by the
- * waits' deadlines, calls back each write whose condition now holds,
- * failed (stepped down) or timed out.
+ * woken by every change of positions or state (sbl_rs.cond), calls back
+ * each write whose condition now holds, failed (stepped down) or timed out.
  * A hundred clients writing with w:"majority" hold a hundred records, not
  * a hundred of the server's sixteen worker threads.  The positions a
  * secondary reports (replSetUpdatePosition) answer the waits they end at
  * once, on the thread that took the report (sbl_rs_waits_take_locked):
  * the waiter thread, a wake-up later on two busy cores, is left the waits
- * that end otherwise (heartbeats, state changes, timeouts), and is not woken
- * by those reports (sbl_rs_positions_moved).
+ * that end otherwise (heartbeats, state changes, timeouts).
  *
  * w:"majority" is over once the commit point reached the write and the
  * stable timestamp too (published here if the heartbeat thread has not yet),
@@ -29,7 +27,6 @@
 #include <stdlib.h>
 
 #include "common/clock.h"
-#include "common/log.h"
 
 #define rs sbl_rs
 #define WAIT_POLL_MS 200
@@ -160,7 +157,6 @@ void sbl_rs_waits_answer(void *done)
 static void *waiter_main(void *arg)
 {
     (void)arg;
-    sbl_thread_name("ReplWriteWait");
     pthread_mutex_lock(&rs.lock);
     for (;;) {
         int64_t now = sbl_now_ms(), next = now + WAIT_POLL_MS;
@@ -194,7 +190,7 @@ int sbl_rs_waiter_start(void)
 void sbl_rs_waiter_stop(void)
 {
     pthread_mutex_lock(&rs.lock);
-    sbl_rs_changed();
+    pthread_cond_broadcast(&rs.cond);
     pthread_mutex_unlock(&rs.lock);
     if (waiter_started)
         pthread_join(waiter_thread, NULL);
@@ -212,7 +208,7 @@ void sbl_repl_await(uint64_t ts, int w, bool majority, int64_t wtimeout_ms, sbl_
     wt.t = entry_term_locked(ts);
     while (!wait_over_locked(&wt, sbl_now_ms(), &code, &msg)) {
         int64_t left = wt.deadline_ms - sbl_now_ms();
-        sbl_rs_wait_positions_locked(left < WAIT_POLL_MS ? left : WAIT_POLL_MS);
+        sbl_rs_wait_locked(left < WAIT_POLL_MS ? left : WAIT_POLL_MS);
     }
     pthread_mutex_unlock(&rs.lock);
     cb(arg, code, msg);
@@ -242,7 +238,7 @@ void sbl_repl_await_async(uint64_t ts, int w, bool majority, const char *mode,
     }
     if (!waiter_running) { /* start-up or shutdown: wait here */
         while (!wait_over_locked(wt, sbl_now_ms(), &code, &msg))
-            sbl_rs_wait_positions_locked(WAIT_POLL_MS);
+            sbl_rs_wait_locked(WAIT_POLL_MS);
         pthread_mutex_unlock(&rs.lock);
         free(wt);
         cb(arg, code, msg);

@@ -101,7 +101,7 @@ static void count_reply(const mongoc_apm_command_succeeded_t *ev)
  * DOC waits while the queue is full. */
 static bool push(sbl_rs_fetcher_t *f, int kind, reply_t *r, const uint8_t *data, uint32_t len)
 {
-    item_t *it = malloc(sizeof(*it));
+    item_t *it = aligned_alloc(_Alignof(item_t), sizeof(*it)); /* it embeds a bson_t */
     pthread_mutex_lock(&f->mu);
     while (kind == SBL_FETCH_DOC && !f->stop && f->bytes >= FETCH_MAX_BYTES) {
         f->fetcher_waits = true;
@@ -151,7 +151,7 @@ static bool wait_below(sbl_rs_fetcher_t *f, size_t bytes)
 static reply_t *run(mongoc_client_t *c, const mongoc_read_prefs_t *rp, const bson_t *opts,
                     const bson_t *cmd, int64_t *idp, bson_iter_t *batch)
 {
-    reply_t *r = malloc(sizeof(*r));
+    reply_t *r = aligned_alloc(_Alignof(reply_t), sizeof(*r)); /* it embeds a bson_t */
     bson_error_t error;
     bson_iter_t it, cur;
     if (r == NULL)

@@ -380,6 +380,21 @@ static void listener_main(void *arg)
     uv_run(&lst.loop, UV_RUN_DEFAULT);
 }
 
+/* A socket file's unlink or chmod failed (errno e): logged with mongod's id
+ * and returned as the error that stops the start. */
+static int socket_file_error(int id, const char *op, const char *path, int e, sbl_err_t *err)
+{
+    char msg[64];
+    snprintf(msg, sizeof(msg), "Failed to %s socket file", op);
+    bson_t attr;
+    bson_init(&attr);
+    BSON_APPEND_UTF8(&attr, "path", path);
+    BSON_APPEND_UTF8(&attr, "error", strerror(e));
+    sbl_log(SBL_LOG_ERROR, "NETWORK", id, msg, &attr);
+    bson_destroy(&attr);
+    return sbl_err_set(err, SBL_E_InternalError, "%s %s: %s", msg, path, strerror(e));
+}
+
 /* Listen on the Unix-domain socket path with file mode perms; the fd goes
  * to lst.fds and the path to lst.paths.  A file already there is removed
  * first, whoever made it, as mongod does: members of a test set in network
@@ -400,17 +415,8 @@ static int bind_unix(const char *path, int perms, sbl_err_t *err)
         return sbl_err_set(err, SBL_E_BadValue, "too many bind addresses");
     memcpy(sa.sun_path, path, strlen(path));
 
-    if (unlink(path) != 0 && errno != ENOENT) {
-        int e = errno;
-        bson_t attr;
-        bson_init(&attr);
-        BSON_APPEND_UTF8(&attr, "path", path);
-        BSON_APPEND_UTF8(&attr, "error", strerror(e));
-        sbl_log(SBL_LOG_ERROR, "NETWORK", 23024, "Failed to unlink socket file", &attr);
-        bson_destroy(&attr);
-        return sbl_err_set(err, SBL_E_InternalError, "Failed to unlink socket file %s: %s", path,
-                           strerror(e));
-    }
+    if (unlink(path) != 0 && errno != ENOENT)
+        return socket_file_error(23024, "unlink", path, errno, err);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
         int e = errno;
@@ -421,17 +427,8 @@ static int bind_unix(const char *path, int perms, sbl_err_t *err)
     }
     lst.paths[lst.nfds] = bson_strdup(path); /* from here on the file is ours to remove */
     lst.fds[lst.nfds++] = fd;
-    if (chmod(path, (mode_t)perms) != 0) {
-        int e = errno;
-        bson_t attr;
-        bson_init(&attr);
-        BSON_APPEND_UTF8(&attr, "path", path);
-        BSON_APPEND_UTF8(&attr, "error", strerror(e));
-        sbl_log(SBL_LOG_ERROR, "NETWORK", 23026, "Failed to chmod socket file", &attr);
-        bson_destroy(&attr);
-        return sbl_err_set(err, SBL_E_InternalError, "Failed to chmod socket file %s: %s", path,
-                           strerror(e));
-    }
+    if (chmod(path, (mode_t)perms) != 0)
+        return socket_file_error(23026, "chmod", path, errno, err);
     if (listen(fd, SOMAXCONN) != 0)
         return sbl_err_set(err, SBL_E_InternalError, "Failed to listen on %s: %s", path,
                            strerror(errno));

@@ -59,7 +59,7 @@ sys.path.insert(1, os.path.join(ROOT, "tests", "integration", "py"))
 import pymongo  # noqa: E402
 from bson.max_key import MaxKey  # noqa: E402
 from bson.min_key import MinKey  # noqa: E402
-from pymongo.errors import OperationFailure, PyMongoError  # noqa: E402
+from pymongo.errors import AutoReconnect, OperationFailure, PyMongoError  # noqa: E402
 
 import harness  # noqa: E402
 import workload as workload_mod  # noqa: E402
@@ -234,17 +234,32 @@ def bound(v, lo):
     return {"_id": v if v is not None else (MinKey() if lo else MaxKey())}
 
 
+# moveChunk answers that say "not now", not "no": another migration holds
+# the range (117 ConflictingOperationInProgress), or a shard's primary changed
+# under it (11602 InterruptedDueToReplStateChange, 10107 NotWritablePrimary,
+# 13435/13436 NotPrimary..., 189 PrimarySteppedDown, 91 ShutdownInProgress).
+# Elections happen on a loaded host before any fault (electionTimeoutMillis
+# 2000 against heartbeats every 2 s), and the setup's moves must ride them out.
+MOVE_AGAIN = {117, 11602, 10107, 13435, 13436, 189, 91}
+
+
 def move(client, ns, lo, hi, to, tries=100):
-    """moveChunk of [lo, hi) to shard `to`, sent again while another
-    migration holds it up (117 ConflictingOperationInProgress)."""
+    """moveChunk of [lo, hi) to shard `to`, sent again while the answer is
+    one of MOVE_AGAIN or the router cannot reach a primary for a moment."""
     for attempt in range(tries):
         try:
             return client.admin.command("moveChunk", ns, bounds=[bound(lo, True), bound(hi, False)],
                                         to=to)
-        except OperationFailure as e:
-            if e.code != 117 or attempt == tries - 1:
+        except (OperationFailure, AutoReconnect) as e:
+            transient = isinstance(e, AutoReconnect) or e.code in MOVE_AGAIN
+            if not transient or attempt == tries - 1:
                 raise
             time.sleep(0.2)
+            try:  # the answer was lost but the move done: nothing to send again
+                if (lo, hi, to) in chunks(client, ns):
+                    return {"ok": 1}
+            except PyMongoError:
+                pass
 
 
 def shard_collections(client, workload):

@@ -93,27 +93,39 @@ def changes_so_far(m):
 def start(three):
     """Initiate the three (any of them may win the first election: on a
     loaded host another's election timeout may run out first), and return
-    p, s1, s2 and before once s1 tails the primary and may change its
-    source three more times this hour.  Around the election s1 may take s2
-    instead (with no primary known yet a member tails one ahead of it, and
-    s2 may have heard of the new primary first), and then keep it, as
-    mongod's rules keep a source that serves well: s2 is made far until s1
-    moves.  Such changes count (every change does), and on a loaded host the
-    election's may use up the hour's three: s1's limit is lifted for the
-    move, then set to three more than the before changes it made."""
+    p, s1, s2 and before once both secondaries tail the primary and s1 may
+    change its source three more times this hour.  Around the election a
+    secondary may take the other instead (with no primary known yet a member
+    tails one ahead of it, and the other may have heard of the new primary
+    first), and then keep it, as mongod's rules keep a source that serves
+    well: the other is made far until it moves.  Such changes count (every
+    change does), and on a loaded host the election's may use up the hour's
+    three: the limit is lifted for the move, then set to three more than the
+    before changes s1 made (s2's to 3)."""
     initiate(three, electable=len(three))
     p, (s1, s2) = primary_and_others(three)
-    wait_for(lambda: source_of(s1)[0] in (host(p), host(s2)), timeout=30)
-    if source_of(s1)[0] != host(p):
-        set_max_changes(s1, 99)
-        make_far(s1, s2)
-        wait_for(lambda: source_of(s1)[0] == host(p), timeout=30)
-        make_far(s1, None)
+
+    def chosen(m):
+        """m's source once it is one chosen in this term: m applied an entry
+        of the term (a sync begun before ends at the term's first entry)."""
+        with direct(m) as c:
+            st = c.admin.command("replSetGetStatus")
+        return st["syncSourceHost"] if st["optimes"]["appliedOpTime"]["t"] == st["term"] else ""
+
+    for m, other in ((s1, s2), (s2, s1)):
+        wait_for(lambda: chosen(m) in (host(p), host(other)), timeout=30)
+        if source_of(m)[0] != host(p):
+            set_max_changes(m, 99)
+            make_far(m, other)
+            wait_for(lambda: source_of(m)[0] == host(p), timeout=30)
+            make_far(m, None)
+            if m is s2:
+                set_max_changes(s2, 3)
 
     def logged():  # the choice is logged as it is made: wait for the line
         hosts = [line["attr"]["syncSource"] for line in s1.log_lines()
                  if line.get("id") in (21164, 21799)]
-        return hosts and hosts[-1] == source_of(s1)[0]
+        return hosts and hosts[-1] == source_of(s1)[0] == host(p)
     wait_for(logged, timeout=10)
     before = changes_so_far(s1)
     if before:
@@ -195,7 +207,7 @@ def test_changes_per_hour(three):
     (to a secondary and back to the primary alike); the parameters are
     mongod's, with its defaults and bounds."""
     p, s1, s2, before = start(three)
-    with direct(s2) as c:  # the defaults (start set s1's limit if s1 changed before)
+    with direct(p) as c:  # the defaults (start may have set the secondaries' limits)
         got = c.admin.command("getParameter", 1, maxNumSyncSourceChangesPerHour=1,
                               changeSyncSourceThresholdMillis=1, maxSyncSourceLagSecs=1)
         assert (got["maxNumSyncSourceChangesPerHour"], got["changeSyncSourceThresholdMillis"],

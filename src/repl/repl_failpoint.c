@@ -11,7 +11,9 @@
  *  - hangBeforePrimaryOplogCommit (Sable's): a primary's write waits after
  *    its entry took its ts (and let go of the oplog's lock), before its
  *    transaction commits: later writes commit meanwhile, and readers of the
- *    oplog must not see them before it (repl_visible.c);
+ *    oplog must not see them before it (repl_visible.c); a step-down ends
+ *    the wait (the write then fails at its commit), as mongod's interrupts
+ *    the writes in progress;
  *  - failBeforePrimaryOplogCommit (Sable's): at the same point (after
  *    hangBeforePrimaryOplogCommit let it go), the write fails and its
  *    transaction rolls back, leaving a ts that was reserved and never used.

@@ -195,10 +195,20 @@ static void *fetch_main(void *arg)
     mongoc_apm_set_command_succeeded_cb(apm, count_reply);
     mongoc_client_set_apm_callbacks(c, apm, &counted);
     /* One session for the find and its getMores, as a driver's cursor: each
-     * getMore keeps it (and so the cursor) from expiring. */
-    if ((cs = mongoc_client_start_session(c, NULL, NULL)) != NULL &&
+     * getMore keeps it (and so the cursor) from expiring.  Not causally
+     * consistent: such a session asks every later read (the killCursors at
+     * the end) to wait for the operationTime the source last gave, and a
+     * primary that just stepped down may have given one it never reaches as
+     * a secondary (an aborted write's ts) until it syncs past it: a member
+     * elected meanwhile sat in that killCursors, still naming the old
+     * primary as its source, which refused it as a cycle (10 s, till the
+     * socket timeout). */
+    mongoc_session_opt_t *so = mongoc_session_opts_new();
+    mongoc_session_opts_set_causal_consistency(so, false);
+    if ((cs = mongoc_client_start_session(c, so, NULL)) != NULL &&
         !mongoc_client_session_append(cs, &opts, NULL))
         bson_reinit(&opts);
+    mongoc_session_opts_destroy(so);
     BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
     if (f->from_ts != 0) {

@@ -189,6 +189,9 @@ void sbl_oplog_vis_end(const void *owner, bool committed);
 /* The newest ts natural scans of the oplog may return (UINT64_MAX: any):
  * below every reservation in flight and every one made later. */
 uint64_t sbl_oplog_vis_limit(void);
+/* The oldest ts reserved whose transaction has not ended (0: none): an
+ * entry written at it, or at any later ts, may still be invisible. */
+uint64_t sbl_oplog_vis_oldest_in_flight(void);
 /* The ts and t of the newest entry the oplog holds, committed (read from the
  * oplog in s, outside any transaction of s; {0, 0} when empty).  Unlike
  * sbl_oplog_last_ts/term, not moved by a write that took a ts and then

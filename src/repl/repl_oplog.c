@@ -438,15 +438,28 @@ static const uint8_t *applied_uuid(const bson_t *in, bool txn)
 
 static _Thread_local bool unlogged_writes;
 
+/* While the member still leads term *arg (the held write's). */
+static bool still_leads(void *arg)
+{
+    int64_t term = *(const int64_t *)arg;
+    return term >= 0 && atomic_load(&cur_term) == term;
+}
+
 /* A primary's write whose entries took their ts: the oplog's lock goes, so
  * later writes take theirs and may commit first; then the test fail points
  * may hold it (hangBeforePrimaryOplogCommit) or abort it
- * (failBeforePrimaryOplogCommit) before its transaction commits. */
+ * (failBeforePrimaryOplogCommit) before its transaction commits.  The hold
+ * ends when the member stops leading the write's term, as mongod's
+ * step-down interrupts the writes in progress: the write goes on to its
+ * commit, which fails (11602), and the ts it holds ends at once, not when
+ * the fail point goes off (till then, entries committed after it would stay
+ * invisible on a member that is a secondary again). */
 static int release_entries(sbl_session_t *s, const char *ns, sbl_err_t *err)
 {
+    int64_t term = atomic_load(&cur_term);
     sbl_capped_release(s, oplog);
     if (sbl_repl_fp_applies(SBL_REPL_FP_BEFORE_COMMIT, ns))
-        sbl_repl_fp_wait(SBL_REPL_FP_BEFORE_COMMIT, NULL, NULL);
+        sbl_repl_fp_wait(SBL_REPL_FP_BEFORE_COMMIT, still_leads, &term);
     if (sbl_repl_fp_applies(SBL_REPL_FP_FAIL_COMMIT, ns))
         return sbl_err_set(err, SBL_E_InternalError, "failBeforePrimaryOplogCommit: the write "
                            "is aborted after its oplog entry took a timestamp");

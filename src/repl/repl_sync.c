@@ -862,14 +862,49 @@ out:
     pthread_mutex_unlock(&rs.lock);
 }
 
+/* Whether an entry this member wrote is still in flight (lock held): a
+ * write of the term it led, past the primary check, that has not committed
+ * or failed yet (a step-down makes it fail at its commit; a fail point may
+ * hold it).  Entries that committed after its ts are invisible until it
+ * ends, so sync_from would take the newest visible entry for where we are,
+ * compare that with the source, find it there and never roll the diverged
+ * ones back: as mongod, whose step-down ends the writes in progress before
+ * the member syncs, the applier starts once none is in flight.  Meanwhile
+ * heartbeats say we tail no one, so a member tailing us moves. */
+static bool own_write_in_flight_locked(int64_t *since_ms)
+{
+    uint64_t ts = sbl_oplog_vis_oldest_in_flight();
+    if (ts == 0) {
+        *since_ms = 0;
+        return false;
+    }
+    int64_t now = sbl_now_ms();
+    if (*since_ms == 0) {
+        *since_ms = now;
+    } else if (*since_ms > 0 && now - *since_ms >= 1000) {
+        *since_ms = -1; /* logged once a wait */
+        bson_t attr = BSON_INITIALIZER;
+        bson_append_timestamp(&attr, "oldestInFlight", -1, SBL_TS_SECS(ts), SBL_TS_INC(ts));
+        sbl_log(SBL_LOG_INFO, "REPL", 7360210, "Waiting for this member's own oplog writes in "
+                "flight to end before choosing a sync source", &attr);
+        bson_destroy(&attr);
+    }
+    return true;
+}
+
 static void *sync_main(void *arg)
 {
     (void)arg;
     char last_host[256] = ""; /* the member tailed last ("" none yet) */
+    int64_t in_flight_since = 0;
     pthread_mutex_lock(&rs.lock);
     while (!rs.stopping) {
         char host[256] = "";
         int src = choose_source_locked();
+        if (src >= 0 && own_write_in_flight_locked(&in_flight_since)) {
+            sbl_rs_wait_locked(10);
+            continue;
+        }
         if (src >= 0) {
             snprintf(host, sizeof(host), "%s", rs.cfg.m[src].host);
             if (last_host[0] != '\0' && strcmp(last_host, host) != 0)

@@ -112,6 +112,14 @@ uint64_t sbl_oplog_vis_limit(void)
     return lim;
 }
 
+uint64_t sbl_oplog_vis_oldest_in_flight(void)
+{
+    pthread_mutex_lock(&vis_mu);
+    uint64_t ts = n > 0 ? q[head].ts : 0; /* the head is in flight: ended ones are popped */
+    pthread_mutex_unlock(&vis_mu);
+    return ts;
+}
+
 sbl_optime_t sbl_oplog_committed(void)
 {
     pthread_mutex_lock(&vis_mu);

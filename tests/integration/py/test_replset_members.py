@@ -238,7 +238,7 @@ def test_secondary_delay(three):
 
 
 def test_sync_from_and_maintenance(three):
-    initiate(three)
+    initiate(three, electable=3)  # all three may win (the first two only, by default)
     p, (s1, s2) = primary_and_others(three)
     with direct(p) as c:
         with pytest.raises(OperationFailure) as ei:

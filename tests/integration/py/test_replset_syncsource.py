@@ -24,9 +24,11 @@ from test_replset_members import host, initiate, primary_and_others
 @pytest.fixture
 def three():
     """Three members that take a member for far only by the fail point's
-    200 ms: a loaded host's pings vary by more than the default 5 ms, and
-    under mongod's rules a member stays with whatever source it took first."""
-    with set_members(3, ["--setParameter", "changeSyncSourceThresholdMillis=50"]) as members:
+    400 ms: a loaded host's pings vary by more than the default 5 ms (by
+    over 50 ms: a member left the primary for a secondary with no fail point
+    on, load average 19 on 2 cores), and under mongod's rules a member stays
+    with whatever source it took first."""
+    with set_members(3, ["--setParameter", "changeSyncSourceThresholdMillis=100"]) as members:
         yield members
 
 
@@ -36,7 +38,7 @@ def source_of(m):
         return st["syncSourceHost"], st["syncSourceId"]
 
 
-def make_far(m, far, ms=200):
+def make_far(m, far, ms=400):
     with direct(m) as c:
         if far is None:
             c.admin.command("configureFailPoint", "sableDelayHeartbeatPing", mode="off")
@@ -62,7 +64,7 @@ def reconfig(p, change, members):
     wait_for(everywhere, timeout=30)
 
 
-def sees_far(m, far, ms=200, beats=4):
+def sees_far(m, far, ms=400, beats=4):
     """m has measured far at ms or more in beats heartbeats since its fail
     point went on: the average the rules compare (a quarter of each new ping)
     is then at least 68% of ms.  On a loaded host heartbeats come late, so
@@ -79,6 +81,63 @@ def sees_far(m, far, ms=200, beats=4):
     wait_for(measured, timeout=60, step=0.1)
 
 
+def changes_so_far(m):
+    """m's changes of sync source so far, as maxNumSyncSourceChangesPerHour
+    counts them: each member chosen (for an initial sync or a sync, logged
+    21164 or 21799) other than the one chosen before."""
+    hosts = [line["attr"]["syncSource"] for line in m.log_lines()
+             if line.get("id") in (21164, 21799)]
+    return sum(a != b for a, b in zip(hosts, hosts[1:]))
+
+
+def start(three):
+    """Initiate the three (any of them may win the first election: on a
+    loaded host another's election timeout may run out first), and return
+    p, s1, s2 and before once both secondaries tail the primary and s1 may
+    change its source three more times this hour.  Around the election a
+    secondary may take the other instead (with no primary known yet a member
+    tails one ahead of it, and the other may have heard of the new primary
+    first), and then keep it, as mongod's rules keep a source that serves
+    well: the other is made far until it moves.  Such changes count (every
+    change does), and on a loaded host the election's may use up the hour's
+    three: the limit is lifted for the move, then set to three more than the
+    before changes s1 made (s2's to 3)."""
+    initiate(three, electable=len(three))
+    p, (s1, s2) = primary_and_others(three)
+
+    def chosen(m):
+        """m's source once it is one chosen in this term: m applied an entry
+        of the term (a sync begun before ends at the term's first entry)."""
+        with direct(m) as c:
+            st = c.admin.command("replSetGetStatus")
+        return st["syncSourceHost"] if st["optimes"]["appliedOpTime"]["t"] == st["term"] else ""
+
+    for m, other in ((s1, s2), (s2, s1)):
+        wait_for(lambda: chosen(m) in (host(p), host(other)), timeout=30)
+        if source_of(m)[0] != host(p):
+            set_max_changes(m, 99)
+            make_far(m, other)
+            wait_for(lambda: source_of(m)[0] == host(p), timeout=30)
+            make_far(m, None)
+            if m is s2:
+                set_max_changes(s2, 3)
+
+    def logged():  # the choice is logged as it is made: wait for the line
+        hosts = [line["attr"]["syncSource"] for line in s1.log_lines()
+                 if line.get("id") in (21164, 21799)]
+        return hosts and hosts[-1] == source_of(s1)[0] == host(p)
+    wait_for(logged, timeout=10)
+    before = changes_so_far(s1)
+    if before:
+        set_max_changes(s1, 3 + before)
+    return p, s1, s2, before
+
+
+def set_max_changes(m, n):
+    with direct(m) as c:
+        return c.admin.command("setParameter", 1, maxNumSyncSourceChangesPerHour=n)["was"]
+
+
 def stays(m, want, secs=3):
     """m's sync source is want for secs (heartbeats every 500 ms: the
     averages the rules compare settle within that)."""
@@ -89,9 +148,7 @@ def stays(m, want, secs=3):
 
 
 def test_nearest_member_and_back(three):
-    initiate(three)
-    p, (s1, s2) = primary_and_others(three)
-    wait_for(lambda: source_of(s1)[0] == host(p))
+    p, s1, s2, _ = start(three)
     make_far(s1, p)
     # the primary is far from s1: it tails s2, and says so
     wait_for(lambda: source_of(s1)[0] == host(s2), timeout=30)
@@ -114,8 +171,7 @@ def test_nearest_member_and_back(three):
 
 
 def test_hidden_and_chaining_not_allowed(three):
-    initiate(three)
-    p, (s1, s2) = primary_and_others(three)
+    p, s1, s2, _ = start(three)
     i2 = three.index(s2)
 
     def hide(on):
@@ -150,13 +206,12 @@ def test_changes_per_hour(three):
     maxNumSyncSourceChangesPerHour (3) times an hour, every change counted
     (to a secondary and back to the primary alike); the parameters are
     mongod's, with its defaults and bounds."""
-    initiate(three)
-    p, (s1, s2) = primary_and_others(three)
-    with direct(s1) as c:
+    p, s1, s2, before = start(three)
+    with direct(p) as c:  # the defaults (start may have set the secondaries' limits)
         got = c.admin.command("getParameter", 1, maxNumSyncSourceChangesPerHour=1,
                               changeSyncSourceThresholdMillis=1, maxSyncSourceLagSecs=1)
         assert (got["maxNumSyncSourceChangesPerHour"], got["changeSyncSourceThresholdMillis"],
-                got["maxSyncSourceLagSecs"]) == (3, 50, 30)  # 50: --setParameter
+                got["maxSyncSourceLagSecs"]) == (3, 100, 30)  # 100: --setParameter
         for name, bad in (("maxNumSyncSourceChangesPerHour", 0),
                           ("changeSyncSourceThresholdMillis", -1)):
             with pytest.raises(OperationFailure) as e:
@@ -165,18 +220,20 @@ def test_changes_per_hour(three):
         with pytest.raises(OperationFailure) as e:  # start-up only
             c.admin.command("setParameter", 1, maxSyncSourceLagSecs=10)
         assert e.value.code == 20  # IllegalOperation
-    wait_for(lambda: source_of(s1)[0] == host(p), timeout=30)
+    assert source_of(s1)[0] == host(p)  # three changes allowed from here (start)
     for far, want in ((p, s2), (s2, p), (p, s2)):  # three changes
         make_far(s1, far)
         wait_for(lambda: source_of(s1)[0] == host(want), timeout=30)
     make_far(s1, s2)  # a fourth would be one too many this hour
     stays(s1, host(s2), secs=4)
     with direct(s1) as c:
-        assert c.admin.command("setParameter", 1, maxNumSyncSourceChangesPerHour=4)["was"] == 3
+        assert c.admin.command("setParameter", 1, maxNumSyncSourceChangesPerHour=4 + before
+                               )["was"] == 3 + before
     wait_for(lambda: source_of(s1)[0] == host(p), timeout=30)
     with direct(s1) as c:  # threshold 0: ping never moves it
-        assert c.admin.command("setParameter", 1, maxNumSyncSourceChangesPerHour=99)["was"] == 4
-        assert c.admin.command("setParameter", 1, changeSyncSourceThresholdMillis=0)["was"] == 50
+        assert c.admin.command("setParameter", 1, maxNumSyncSourceChangesPerHour=99
+                               )["was"] == 4 + before
+        assert c.admin.command("setParameter", 1, changeSyncSourceThresholdMillis=0)["was"] == 100
     make_far(s1, p)
     stays(s1, host(p))
 

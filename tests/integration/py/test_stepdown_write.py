@@ -170,6 +170,21 @@ def test_write_held_across_forced_step_down(rs):
     assert problems == [], "\n".join(problems)
 
 
+def noops_behind(m):
+    """While the held write's ts is in flight on primary m, a causally
+    consistent read waiting for that time (maxTimeMS 300) makes m write
+    no-ops, which commit behind the hole: invisible, so no other member has
+    them.  Once the held write fails they show in m's oplog, of a term the
+    new primary does not continue: m must roll them back."""
+    with direct(m) as d:
+        now = d.admin.command("ping")["$clusterTime"]
+        with d.start_session(causal_consistency=True) as s:
+            s.advance_cluster_time(now)
+            s.advance_operation_time(now["clusterTime"])
+            with pytest.raises(pymongo.errors.ExecutionTimeout):
+                d.t.c.find_one({}, session=s, max_time_ms=300)
+
+
 def test_write_held_while_paused_and_replaced(rs):
     p = the_primary(rs)
     others = [m for m in rs if m is not p]
@@ -177,6 +192,7 @@ def test_write_held_while_paused_and_replaced(rs):
     out = {}
     th = held_update(p, "pause", out)
     try:
+        noops_behind(p)
         p.pause()   # the others elect a primary and take writes
         try:
             newp = the_primary(others)

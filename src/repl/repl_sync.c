@@ -732,8 +732,10 @@ static void sync_from(const char *host)
                     apply_failed(&err);
                     goto out;
                 }
-                if (batch_us != 0)
+                if (batch_us != 0) { /* a batch applied (metrics.repl.apply.batches) */
                     sbl_rs_count_apply_us(sbl_now_us() - batch_us);
+                    sbl_rs_count_batch();
+                }
                 batch_us = 0;
                 if (n > 0 && !still_syncing_from(host))
                     goto out;
@@ -820,7 +822,11 @@ static void sync_from(const char *host)
                 apply_failed(&err);
                 goto out;
             }
-            sbl_rs_count_batch();
+            if (batch_us != 0) {
+                sbl_rs_count_apply_us(sbl_now_us() - batch_us);
+                sbl_rs_count_batch();
+                batch_us = 0;
+            }
         }
         /* Nothing at or after our last entry, yet the source is in a newer term:
          * our tail (written in an older term, with later timestamps than the

@@ -12,7 +12,8 @@ that it then applies long batches:
   an insert_many of one session (its retryable-write record), and collection
   creation and drops in between: afterwards the secondary's documents, dbHash
   and session records are the primary's, and metrics.repl.apply counted each
-  entry once;
+  entry once, and metrics.repl.apply.batches each batch, also while the
+  secondary streams;
 - the parameter is a start-up one, 1..256 (BadValue otherwise; setParameter at
   run time: IllegalOperation), as mongod's.
 """
@@ -189,6 +190,33 @@ def check_application(p, s, writers):
     after = apply_metrics(s)
     applied = oplog_count(s) - entries_before
     assert after["ops"] - before["ops"] == applied
+
+
+def test_batches_are_counted_while_the_secondary_streams(rs1):
+    """metrics.repl.apply.batches counts each batch the applier finished
+    (mongod's metric), also while writes keep coming and the oplog getMore
+    never comes back empty."""
+    p, s = rs1
+    stop = threading.Event()
+
+    def write():
+        with direct(p) as d:
+            i = 0
+            while not stop.is_set():
+                d.t.stream.insert_one({"i": i})
+                i += 1
+
+    before = apply_metrics(s)
+    t = threading.Thread(target=write)
+    t.start()
+    try:
+        wait_for(lambda: apply_metrics(s)["ops"] - before["ops"] >= 200, timeout=30)
+        during = apply_metrics(s)
+    finally:
+        stop.set()
+        t.join()
+    batches = during["batches"]["num"] - before["batches"]["num"]
+    assert 0 < batches <= during["ops"] - before["ops"], (before, during)
 
 
 def test_writer_thread_count_is_a_start_up_parameter_of_1_to_256():

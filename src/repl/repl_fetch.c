@@ -254,7 +254,7 @@ end:
             bson_iter_t it;
             BSON_APPEND_ARRAY_BEGIN(&end, "endSessions", &arr);
             if (bson_iter_init_find(&it, &extra, "lsid"))
-                bson_append_iter(&arr, "0", 1, &it);
+                sbl_append_iter(&arr, "0", 1, &it);
             bson_append_array_end(&end, &arr);
             bson_destroy(&r);
             sbl_client_run(fd, "admin", &end, NULL, &r);

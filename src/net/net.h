@@ -136,4 +136,34 @@ typedef struct sbl_net_stats {
 } sbl_net_stats_t;
 void sbl_net_get_stats(sbl_net_stats_t *st);
 
+/* ---- plain client connections (net_client.c) ----
+ * sbl_client_dial: a TCP connection to "host:port", timeout_ms bounding the
+ * connect and every read and write after it, authenticated as
+ * __system@local with key (a keyFile's; NULL: none); -1 when it cannot be
+ * made.  The caller owns the fd (close(2) it).  sbl_client_msg_size: the
+ * length of cmd, then extra's fields (NULL: none), then $db as one OP_MSG;
+ * sbl_client_msg_build writes it into m (that many bytes) with a new
+ * request id (*ridp); sbl_client_send writes it to fd; sbl_client_write
+ * writes n bytes.  sbl_client_msg_len: the length of the message whose
+ * header h is, -1 when it is no OP_MSG reply to rid; sbl_client_msg_view:
+ * *view reading its body (after the header, n bytes) where it lies;
+ * sbl_client_msg_body: the body copied into *reply (initialised on
+ * success); sbl_client_recv: reads the reply to rid into *reply
+ * (initialised on success).  sbl_client_run: send and receive; *reply is
+ * initialised either way.  false (or -1) on any I/O or framing error: the
+ * connection is then unusable. */
+int sbl_client_dial(const char *hostport, int timeout_ms, const char *key);
+size_t sbl_client_msg_size(const char *db, const bson_t *cmd, const bson_t *extra);
+void sbl_client_msg_build(const char *db, const bson_t *cmd, const bson_t *extra, uint8_t *m,
+                          int32_t *ridp);
+bool sbl_client_send(int fd, const char *db, const bson_t *cmd, const bson_t *extra,
+                     int32_t *ridp);
+bool sbl_client_write(int fd, const uint8_t *p, size_t n);
+int64_t sbl_client_msg_len(const uint8_t h[16], int32_t rid);
+bool sbl_client_msg_view(const uint8_t *body, size_t n, bson_t *view);
+bool sbl_client_msg_body(const uint8_t *body, size_t n, bson_t *reply);
+bool sbl_client_recv(int fd, int32_t rid, bson_t *reply);
+bool sbl_client_run(int fd, const char *db, const bson_t *cmd, const bson_t *extra,
+                    bson_t *reply);
+
 #endif

@@ -23,12 +23,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/statvfs.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "common/clock.h"
 #include "auth/auth.h"
 #include "common/log.h"
+#include "net/net.h"
 #include "op/op.h"
 #include "server/server.h"
 
@@ -523,6 +526,29 @@ out:
 bool sbl_rs_member_uri(char *buf, size_t n, const char *host, const char *opts)
 {
     return sbl_auth_cluster_uri(buf, n, rs.cluster_key, host, opts);
+}
+
+int sbl_rs_dial(const char *host)
+{
+    int fd = sbl_client_dial(host, SBL_RS_CONNECT_MS, rs.cluster_key);
+    if (fd < 0)
+        return -1;
+    /* The handshake, as a driver's, within the connect's timeout: a member
+     * whose kernel accepts but which answers nothing (stopped, hung) fails
+     * here in SBL_RS_CONNECT_MS, not in SBL_RS_SOCKET_MS at every report. */
+    bson_t hello = BSON_INITIALIZER, reply;
+    BSON_APPEND_INT32(&hello, "hello", 1);
+    bool ok = sbl_client_run(fd, "admin", &hello, NULL, &reply);
+    bson_destroy(&reply);
+    bson_destroy(&hello);
+    if (!ok) {
+        close(fd);
+        return -1;
+    }
+    struct timeval tv = {.tv_sec = SBL_RS_SOCKET_MS / 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    return fd;
 }
 
 int sbl_repl_start(const sbl_repl_config_t *cfg, sbl_err_t *err)

@@ -2,7 +2,9 @@
  * repl_fetch.c: the oplog fetcher, a thread beside the applier (mongod's
  * OplogFetcher and its buffer).  It tails the sync source's oplog on its own
  * connection (find on local.oplog.rs from a ts, tailable, awaitData, then
- * getMores, run as commands) and queues the entries, each a view into the
+ * getMores, run as commands on a plain connection, sbl_rs_dial: libmongoc's
+ * work per command was ten times the rest of a getMore's on our side) and
+ * queues the entries, each a view into the
  * reply that brought it (kept, counted, until its last entry is freed: no
  * copy per entry), so the source's next batch travels and is
  * read while the applier applies the last one: fetching and applying
@@ -20,11 +22,15 @@
  */
 #include "repl/repl_int.h"
 
-#include <mongoc/mongoc.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "net/net.h"
 
 #define FETCH_MAX_BYTES (2 * 1024 * 1024)
 /* The next getMore goes out once the queue is down to this: it travels while
@@ -72,29 +78,9 @@ struct sbl_rs_fetcher {
     /* who waits on cond (signalled only then: a wake-up per entry cost both
      * threads more than the entry's copy) */
     bool taker_waits, fetcher_waits;
-    char uri[4096];
+    char host[256];
     uint64_t from_ts;
 };
-
-/* The fetcher's find and getMore replies: what they brought (metrics). */
-static void count_reply(const mongoc_apm_command_succeeded_t *ev)
-{
-    const char *name = mongoc_apm_command_succeeded_get_command_name(ev);
-    const bson_t *reply = mongoc_apm_command_succeeded_get_reply(ev);
-    bson_iter_t it, arr;
-    const char *path = strcmp(name, "getMore") == 0 ? "cursor.nextBatch"
-                     : strcmp(name, "find") == 0 ? "cursor.firstBatch" : NULL;
-    if (path == NULL || !bson_iter_init(&it, reply) ||
-        !bson_iter_find_descendant(&it, path, &arr) || !BSON_ITER_HOLDS_ARRAY(&arr) ||
-        !bson_iter_recurse(&arr, &it))
-        return;
-    int64_t docs = 0, *left = mongoc_apm_command_succeeded_get_context(ev);
-    while (bson_iter_next(&it))
-        docs++;
-    *left += docs;
-    sbl_rs_count_fetch(path[7] == 'n', docs, reply->len,
-                       mongoc_apm_command_succeeded_get_duration(ev));
-}
 
 /* Queue an item: the entry of len bytes at data in reply r (kind DOC, which
  * then holds a reference to r), or IDLE; false when stopped meanwhile.  A
@@ -145,20 +131,22 @@ static bool wait_below(sbl_rs_fetcher_t *f, size_t bytes)
     return go;
 }
 
-/* Run cmd (find or getMore) on the source: its reply, referenced once by
- * the caller, with *idp its cursor id and *batch its documents; NULL on
- * any error (the source's, the connection's), which ends the fetch. */
-static reply_t *run(mongoc_client_t *c, const mongoc_read_prefs_t *rp, const bson_t *opts,
-                    const bson_t *cmd, int64_t *idp, bson_iter_t *batch)
+/* Run cmd (find or getMore) with extra's fields on the source (fd): its
+ * reply, referenced once by the caller, with *idp its cursor id and *batch
+ * its documents (counted in the metrics); NULL on any error (the source's,
+ * the connection's), which ends the fetch. */
+static reply_t *run(int fd, const bson_t *cmd, const bson_t *extra, int64_t *idp,
+                    bson_iter_t *batch)
 {
     reply_t *r = aligned_alloc(_Alignof(reply_t), sizeof(*r)); /* it embeds a bson_t */
-    bson_error_t error;
     bson_iter_t it, cur;
     if (r == NULL)
         return NULL;
     atomic_init(&r->refs, 1);
-    bool ok = mongoc_client_read_command_with_opts(c, "local", cmd, rp, opts, &r->b, &error);
-    bool found_id = false, found_batch = false;
+    int64_t t0 = sbl_now_us();
+    bool ok = sbl_client_run(fd, "local", cmd, extra, &r->b) &&
+              bson_iter_init_find(&it, &r->b, "ok") && bson_iter_as_double(&it) == 1.0;
+    bool found_id = false, found_batch = false, getmore = false;
     if (ok && bson_iter_init_find(&it, &r->b, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
         bson_iter_recurse(&it, &cur)) {
         while (bson_iter_next(&cur)) {
@@ -169,6 +157,7 @@ static reply_t *run(mongoc_client_t *c, const mongoc_read_prefs_t *rp, const bso
             } else if ((strcmp(k, "firstBatch") == 0 || strcmp(k, "nextBatch") == 0) &&
                        BSON_ITER_HOLDS_ARRAY(&cur) && bson_iter_recurse(&cur, batch)) {
                 found_batch = true;
+                getmore = k[0] == 'n';
             }
         }
     }
@@ -176,39 +165,40 @@ static reply_t *run(mongoc_client_t *c, const mongoc_read_prefs_t *rp, const bso
         reply_unref(r);
         return NULL;
     }
+    int64_t docs = 0;
+    for (bson_iter_t b = *batch; bson_iter_next(&b);)
+        docs++;
+    sbl_rs_count_fetch(getmore, docs, r->b.len, sbl_now_us() - t0);
     return r;
 }
 
 static void *fetch_main(void *arg)
 {
     sbl_rs_fetcher_t *f = arg;
-    mongoc_client_t *c = mongoc_client_new(f->uri);
-    mongoc_apm_callbacks_t *apm = mongoc_apm_callbacks_new();
-    /* a sync source may be a secondary (chaining) */
-    mongoc_read_prefs_t *rp = mongoc_read_prefs_new(MONGOC_READ_PRIMARY_PREFERRED);
-    int64_t counted = 0; /* count_reply's tally (unused here) */
+    int fd = sbl_rs_dial(f->host);
     int64_t id = 0;
-    bson_t cmd = BSON_INITIALIZER, filter, opts = BSON_INITIALIZER;
-    mongoc_client_session_t *cs = NULL;
-    if (c == NULL)
+    bson_t cmd = BSON_INITIALIZER, filter, extra = BSON_INITIALIZER, lsid, rp;
+    if (fd < 0)
         goto end;
-    mongoc_apm_set_command_succeeded_cb(apm, count_reply);
-    mongoc_client_set_apm_callbacks(c, apm, &counted);
     /* One session for the find and its getMores, as a driver's cursor: each
-     * getMore keeps it (and so the cursor) from expiring.  Not causally
-     * consistent: such a session asks every later read (the killCursors at
-     * the end) to wait for the operationTime the source last gave, and a
-     * primary that just stepped down may have given one it never reaches as
-     * a secondary (an aborted write's ts) until it syncs past it: a member
-     * elected meanwhile sat in that killCursors, still naming the old
-     * primary as its source, which refused it as a cycle (10 s, till the
-     * socket timeout). */
-    mongoc_session_opt_t *so = mongoc_session_opts_new();
-    mongoc_session_opts_set_causal_consistency(so, false);
-    if ((cs = mongoc_client_start_session(c, so, NULL)) != NULL &&
-        !mongoc_client_session_append(cs, &opts, NULL))
-        bson_reinit(&opts);
-    mongoc_session_opts_destroy(so);
+     * getMore keeps it (and so the cursor) from expiring.  No readConcern and
+     * no afterClusterTime (not causally consistent, as mongod's fetcher): a
+     * primary that just stepped down may have given an operationTime it
+     * never reaches as a secondary (an aborted write's ts), and a final
+     * killCursors waiting for it held a newly elected member, still naming
+     * the old primary as its source, for the 10 s socket timeout. */
+    uint8_t uuid[16] = {0};
+    if (getrandom(uuid, sizeof(uuid), 0) != (ssize_t)sizeof(uuid))
+        memcpy(uuid, &f, sizeof(f)); /* unique enough among our own sessions */
+    uuid[6] = (uint8_t)((uuid[6] & 0x0f) | 0x40); /* a version 4 UUID */
+    uuid[8] = (uint8_t)((uuid[8] & 0x3f) | 0x80);
+    BSON_APPEND_DOCUMENT_BEGIN(&extra, "lsid", &lsid);
+    bson_append_binary(&lsid, "id", 2, BSON_SUBTYPE_UUID, uuid, 16);
+    bson_append_document_end(&extra, &lsid);
+    /* a sync source may be a secondary (chaining) */
+    BSON_APPEND_DOCUMENT_BEGIN(&extra, "$readPreference", &rp);
+    BSON_APPEND_UTF8(&rp, "mode", "primaryPreferred");
+    bson_append_document_end(&extra, &rp);
     BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
     if (f->from_ts != 0) {
@@ -231,7 +221,7 @@ static void *fetch_main(void *arg)
             BSON_APPEND_UTF8(&cmd, "collection", "oplog.rs");
             BSON_APPEND_INT64(&cmd, "maxTimeMS", 500); /* the awaitData wait */
         }
-        reply_t *r = run(c, rp, &opts, &cmd, &id, &batch);
+        reply_t *r = run(fd, &cmd, &extra, &id, &batch);
         if (r == NULL) { /* the cursor or the connection is gone: no killCursors */
             id = 0;
             break;
@@ -257,35 +247,42 @@ end:
     f->taker_waits = false;
     pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->mu);
-    if (c != NULL && id != 0) { /* the source's cursor goes with us */
+    if (fd >= 0 && id != 0) { /* the source's cursor goes with us */
         bson_t kill = BSON_INITIALIZER, ids, r;
         BSON_APPEND_UTF8(&kill, "killCursors", "oplog.rs");
         BSON_APPEND_ARRAY_BEGIN(&kill, "cursors", &ids);
         BSON_APPEND_INT64(&ids, "0", id);
         bson_append_array_end(&kill, &ids);
-        mongoc_client_read_command_with_opts(c, "local", &kill, rp, &opts, &r, NULL);
+        if (sbl_client_run(fd, "local", &kill, &extra, &r)) {
+            /* and the session (a driver ends its own when it closes) */
+            bson_t end = BSON_INITIALIZER, arr;
+            bson_iter_t it;
+            BSON_APPEND_ARRAY_BEGIN(&end, "endSessions", &arr);
+            if (bson_iter_init_find(&it, &extra, "lsid"))
+                sbl_append_iter(&arr, "0", 1, &it);
+            bson_append_array_end(&end, &arr);
+            bson_destroy(&r);
+            sbl_client_run(fd, "admin", &end, NULL, &r);
+            bson_destroy(&end);
+        }
         bson_destroy(&r);
         bson_destroy(&kill);
     }
-    if (cs != NULL)
-        mongoc_client_session_destroy(cs);
-    bson_destroy(&opts);
-    if (c != NULL)
-        mongoc_client_destroy(c);
-    mongoc_apm_callbacks_destroy(apm);
-    mongoc_read_prefs_destroy(rp);
+    if (fd >= 0)
+        close(fd);
+    bson_destroy(&extra);
     bson_destroy(&cmd);
     return NULL;
 }
 
-sbl_rs_fetcher_t *sbl_rs_fetcher_start(const char *uri, uint64_t from_ts)
+sbl_rs_fetcher_t *sbl_rs_fetcher_start(const char *host, uint64_t from_ts)
 {
     sbl_rs_fetcher_t *f = calloc(1, sizeof(*f));
-    if (f == NULL || strlen(uri) >= sizeof(f->uri)) {
+    if (f == NULL || strlen(host) >= sizeof(f->host)) {
         free(f);
         return NULL;
     }
-    strcpy(f->uri, uri);
+    strcpy(f->host, host);
     f->from_ts = from_ts;
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cond, NULL);

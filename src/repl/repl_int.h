@@ -781,18 +781,19 @@ int sbl_rs_rollback(struct _mongoc_client_t *c, const char *host, sbl_err_t *err
 /* ---- a secondary's position reports (repl_report.c) ---------------------- */
 
 /* The reporter of one sync (mongod's Reporter): its thread, with its own
- * connection to the source at uri, sends replSetUpdatePosition with our
+ * connection to the source host, sends replSetUpdatePosition with our
  * journaled position as soon as it moves, and every second.  NULL when it
  * cannot start (positions then go with heartbeats and the last report). */
 typedef struct sbl_rs_reporter sbl_rs_reporter_t;
-sbl_rs_reporter_t *sbl_rs_reporter_start(const char *uri);
+sbl_rs_reporter_t *sbl_rs_reporter_start(const char *host);
 /* Our applied optime moved (any thread; r may be NULL): a journal flush is
  * asked for (storage's group commit); its end hands the position to r. */
 void sbl_rs_reporter_applied(void *r);
 /* Stop and free r (NULL: nothing). */
 void sbl_rs_reporter_stop(sbl_rs_reporter_t *r);
-/* Flush the journal and report our applied optime on c now (a sync's end). */
-void sbl_rs_report_position(struct _mongoc_client_t *c);
+/* Flush the journal and report our applied optime to host now (a sync's
+ * end), on a connection of its own. */
+void sbl_rs_report_position(const char *host);
 /* Our journaled position as the last sync's flushes made it ({0, 0} before
  * its first), what heartbeats say as durableOpTime (lock held). */
 sbl_optime_t sbl_rs_my_durable_locked(int64_t *wallp);
@@ -849,9 +850,19 @@ void sbl_rs_hb_kick(void);
  * with authSource=local when the set has a keyFile, then opts (URI options
  * joined by '&').  Returns false when it does not fit in n bytes. */
 bool sbl_rs_member_uri(char *buf, size_t n, const char *host, const char *opts);
+/* A plain connection (net.h's sbl_client_*) to member host, authenticated
+ * as __system when the set has a keyFile: SBL_RS_CONNECT_MS for the
+ * connect, SBL_RS_SOCKET_MS for each read and write after it (the
+ * applier's libmongoc URI says the same); -1 when it cannot be made.  The
+ * fetcher and the reporter use these: libmongoc's work per command (a copy
+ * of the topology, the source's hello reply parsed again, twice) was a
+ * third of a streaming secondary's instructions. */
+#define SBL_RS_CONNECT_MS 2000
+#define SBL_RS_SOCKET_MS 10000
+int sbl_rs_dial(const char *host);
 
 /* The oplog fetcher (repl_fetch.c): a thread that tails the oplog of the
- * member at uri from from_ts (0: its first entry) on its own connection and
+ * member host from from_ts (0: its first entry) on its own connection and
  * queues the entries for the applier.  next hands out the next one
  * (SBL_FETCH_DOC, *docp the caller's to sbl_rs_fetched_free: a view into
  * the source's reply, kept until then), SBL_FETCH_IDLE when
@@ -861,7 +872,7 @@ bool sbl_rs_member_uri(char *buf, size_t n, const char *host, const char *opts);
  * once.  stop ends the thread and frees what is queued.  NULL: not started. */
 enum { SBL_FETCH_DOC, SBL_FETCH_IDLE, SBL_FETCH_END };
 typedef struct sbl_rs_fetcher sbl_rs_fetcher_t;
-sbl_rs_fetcher_t *sbl_rs_fetcher_start(const char *uri, uint64_t from_ts);
+sbl_rs_fetcher_t *sbl_rs_fetcher_start(const char *host, uint64_t from_ts);
 int sbl_rs_fetcher_next(sbl_rs_fetcher_t *f, const bson_t **docp);
 void sbl_rs_fetched_free(const bson_t *doc);
 bool sbl_rs_fetcher_queued(sbl_rs_fetcher_t *f);

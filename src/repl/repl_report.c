@@ -6,7 +6,8 @@
  * starts), whose end makes the position durable and wakes the reporter
  * thread; the reporter sends replSetUpdatePosition with the durable
  * position as soon as it moves, one request in flight, and every second
- * regardless (a report is a sign of life to the primary).  So the flush of
+ * regardless (a report is a sign of life to the primary), on a plain
+ * connection (sbl_rs_dial) dialed again after a failure.  So the flush of
  * the next batch runs while the last report is on the wire, where the
  * reporter used to flush and then send, in turn, each time.
  *
@@ -20,12 +21,13 @@
 #include "repl/repl_int.h"
 
 #include <errno.h>
-#include <mongoc/mongoc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
+#include "net/net.h"
 #include "storage/storage.h"
 
 #define rs sbl_rs
@@ -35,7 +37,7 @@ struct sbl_rs_reporter {
     pthread_t thread;
     pthread_cond_t cond; /* with rs.lock: the durable position moved, or stop */
     bool stop;
-    char uri[4096];
+    char host[256];
 };
 
 /* Under rs.lock: the running reporter, the sync it serves (gen), the
@@ -86,12 +88,12 @@ void sbl_rs_reporter_applied(void *r)
         sbl_storage_on_durable(flushed, f);
 }
 
-/* Send replSetUpdatePosition with pos (journaled) on c; learn the commit
- * point from the reply. */
-static void send_position(mongoc_client_t *c, sbl_optime_t pos, int64_t wall)
+/* Send replSetUpdatePosition with pos (journaled) to host on *fdp (dialed
+ * when -1, closed and -1 again after an I/O error: the next report dials
+ * anew); learn the commit point from the reply. */
+static void send_position(int *fdp, const char *host, sbl_optime_t pos, int64_t wall)
 {
     bson_t cmd = BSON_INITIALIZER, arr, d, reply;
-    bson_error_t error;
     pthread_mutex_lock(&rs.lock);
     BSON_APPEND_INT32(&cmd, "replSetUpdatePosition", 1);
     BSON_APPEND_ARRAY_BEGIN(&cmd, "optimes", &arr);
@@ -124,7 +126,14 @@ static void send_position(mongoc_client_t *c, sbl_optime_t pos, int64_t wall)
     }
     bson_append_array_end(&cmd, &arr);
     pthread_mutex_unlock(&rs.lock);
-    mongoc_client_command_simple(c, "admin", &cmd, NULL, &reply, &error);
+    if (*fdp < 0)
+        *fdp = sbl_rs_dial(host);
+    if (*fdp >= 0 && !sbl_client_run(*fdp, "admin", &cmd, NULL, &reply)) {
+        close(*fdp);
+        *fdp = -1;
+    } else if (*fdp < 0) {
+        bson_init(&reply);
+    }
     sbl_rs_count_update_position();
     pthread_mutex_lock(&rs.lock);
     sbl_rs_learn_commit_locked(&reply);
@@ -139,8 +148,9 @@ sbl_optime_t sbl_rs_my_durable_locked(int64_t *wallp)
     return durable;
 }
 
-void sbl_rs_report_position(mongoc_client_t *c)
+void sbl_rs_report_position(const char *host)
 {
+    int fd = -1;
     sbl_err_t err;
     pthread_mutex_lock(&rs.lock);
     sbl_optime_t ap = sbl_rs_my_applied();
@@ -148,13 +158,15 @@ void sbl_rs_report_position(mongoc_client_t *c)
     pthread_mutex_unlock(&rs.lock);
     sbl_err_clear(&err);
     if (sbl_storage_flush(&err) == 0) /* a failed flush reports nothing */
-        send_position(c, ap, wall);
+        send_position(&fd, host, ap, wall);
+    if (fd >= 0)
+        close(fd);
 }
 
 static void *reporter_main(void *arg)
 {
     sbl_rs_reporter_t *r = arg;
-    mongoc_client_t *c = mongoc_client_new(r->uri);
+    int fd = sbl_rs_dial(r->host); /* again at the next report when it failed */
     uint64_t sent = 0;
     pthread_mutex_lock(&rs.lock);
     while (!r->stop) {
@@ -170,23 +182,23 @@ static void *reporter_main(void *arg)
         pthread_mutex_unlock(&rs.lock);
         if (timed_out) /* an applied optime nobody announced (none should be) */
             sbl_rs_reporter_applied(r);
-        if (c != NULL && pos.ts != 0 && (pos.ts != sent || timed_out))
-            send_position(c, pos, wall);
+        if (pos.ts != 0 && (pos.ts != sent || timed_out))
+            send_position(&fd, r->host, pos, wall);
         sent = pos.ts;
         pthread_mutex_lock(&rs.lock);
     }
     pthread_mutex_unlock(&rs.lock);
-    if (c != NULL)
-        mongoc_client_destroy(c);
+    if (fd >= 0)
+        close(fd);
     return NULL;
 }
 
-sbl_rs_reporter_t *sbl_rs_reporter_start(const char *uri)
+sbl_rs_reporter_t *sbl_rs_reporter_start(const char *host)
 {
     sbl_rs_reporter_t *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return NULL;
-    snprintf(r->uri, sizeof(r->uri), "%s", uri);
+    snprintf(r->host, sizeof(r->host), "%s", host);
     pthread_cond_init(&r->cond, NULL);
     pthread_mutex_lock(&rs.lock);
     gen++; /* a flush asked for by the last sync moves nothing now */

@@ -682,7 +682,7 @@ static void sync_from(const char *host)
     if (c == NULL)
         return;
     mongoc_collection_t *oplog = mongoc_client_get_collection(c, "local", "oplog.rs");
-    sbl_rs_reporter_t *reporter = sbl_rs_reporter_start(uri);
+    sbl_rs_reporter_t *reporter = sbl_rs_reporter_start(host);
     /* Where we are: the newest entry the oplog holds, not the last ts handed
      * out (a write that took a ts and aborted, in the new term when a step-down
      * raced it, would hide a diverged tail from the check below). */
@@ -694,7 +694,7 @@ static void sync_from(const char *host)
         sbl_oplog_last_committed(ls, &last.ts, &last.t, &lerr);
     /* The fetcher tails the source on its own connection (c is the
      * applier's: rollback, the newer-term check) while we apply. */
-    sbl_rs_fetcher_t *fetcher = sbl_rs_fetcher_start(uri, last.ts);
+    sbl_rs_fetcher_t *fetcher = sbl_rs_fetcher_start(host, last.ts);
     const bson_t *doc = NULL; /* the entry being applied (ours to free) */
     /* doc's top-level fields, indexed once: its ts, t, wall, the oplog's
      * key and session fields are looked up about eight times while it is
@@ -860,7 +860,7 @@ out:
         apply_failed(&lerr);
     sbl_rs_apply_stream(NULL, NULL, NULL, NULL);
     sbl_rs_reporter_stop(reporter);
-    sbl_rs_report_position(c);
+    sbl_rs_report_position(host);
     mongoc_collection_destroy(oplog);
     mongoc_client_destroy(c);
     pthread_mutex_lock(&rs.lock);

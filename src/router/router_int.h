@@ -176,10 +176,8 @@ int rt_host_run(const char *hostport, int *fdp, int timeout_ms, const char *db, 
  * the router's fields ($clusterTime; no session fields: rt_fast.c takes no
  * transaction or retryable write) as one OP_MSG
  * into buf, its request id into *ridp; its length, 0 when it is longer
- * than cap.  rt_conn_write: n bytes to fd; false on an I/O error.  rt_msg_len: the length
- * of the reply whose header h is, -1 when it is no OP_MSG reply to rid;
- * rt_msg_body: its body (after the header, n bytes) copied into *reply
- * (initialised on success).  rt_conn_answered: the reply came (the member
+ * than cap.  rt_conn_write: n bytes to fd; false on an I/O error (a reply
+ * is framed with net.h's sbl_client_msg_len and _view).  rt_conn_answered: the reply came (the member
  * noted for rt_answered_by, the traffic counted, the cluster time noted);
  * false when the connection must be dropped (its member is no primary now:
  * forgotten, as after rt_run).  rt_shard_forget: the shard's primary is
@@ -189,10 +187,6 @@ int rt_conn_borrow(int shard, char host[RT_HOST_MAX]);
 size_t rt_conn_msg(int shard, const char *db, const bson_t *cmd, uint8_t *buf, size_t cap,
                    int32_t *ridp);
 bool rt_conn_write(int fd, const uint8_t *m, size_t n);
-int64_t rt_msg_len(const uint8_t h[16], int32_t rid);
-bool rt_msg_body(const uint8_t *body, size_t n, bson_t *reply);
-/* As rt_msg_body, *view reading the body where it lies (no copy). */
-bool rt_msg_view(const uint8_t *body, size_t n, bson_t *view);
 bool rt_conn_answered(int shard, const char *host, int64_t t0, const bson_t *reply);
 /* As rt_conn_answered for a reply that says ok: 1 (the connection is
  * kept), its $clusterTime at ct (NULL: none). */

@@ -499,7 +499,7 @@ static void on_reply(fast_conn_t *fc)
     bson_t r, reply = BSON_INITIALIZER;
     sbl_err_t err = {0};
     /* the reply read where it lies (fc->buf, until conn_done) */
-    if (!rt_msg_view(fc->buf + 16, fc->need - 16, &r)) {
+    if (!sbl_client_msg_view(fc->buf + 16, fc->need - 16, &r)) {
         if (fc->cb != NULL)
             to_worker(fc, true);
         else
@@ -570,7 +570,7 @@ static void readable_cb(uv_poll_t *p, int status, int events)
         }
         fc->have += (size_t)n;
         if (fc->need == 0 && fc->have >= 16) {
-            int64_t len = rt_msg_len(fc->buf, fc->rid);
+            int64_t len = sbl_client_msg_len(fc->buf, fc->rid);
             if (len < 0 || fc->have > (size_t)len) { /* not the reply, or more than it */
                 lost(fc);
                 return;

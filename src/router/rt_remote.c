@@ -31,6 +31,7 @@
 #include "doc/doc.h"
 
 #include "auth/auth.h"
+#include "net/net.h"
 #include "server/server.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -353,251 +354,9 @@ void rt_shard_traffic(int i, int64_t *requests, int64_t *wait_us)
     *wait_us = __atomic_load_n(&shards[i].wait_us, __ATOMIC_RELAXED);
 }
 
-/* A TCP connection to "host:port" with timeout_ms for the connect and for
- * every read and write afterwards; -1 when it cannot be made. */
-static int dial_timeout(const char *hostport, int timeout_ms)
-{
-    char host[256];
-    snprintf(host, sizeof(host), "%s", hostport);
-    char *colon = strrchr(host, ':');
-    if (colon == NULL)
-        return -1;
-    *colon = '\0';
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
-    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0)
-        return -1;
-    int fd = -1;
-    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
-    for (struct addrinfo *a = ai; a != NULL && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd < 0)
-            continue;
-        /* Linux bounds connect() by the send timeout */
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-        if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-            close(fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo(ai);
-    if (fd >= 0) {
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    }
-    return fd;
-}
-
-static bool write_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return false;
-        p += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
-static bool read_all(int fd, uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t r = recv(fd, p, n, 0);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return false;
-        p += r;
-        n -= (size_t)r;
-    }
-    return true;
-}
-
-static int32_t next_request_id(void)
-{
-    static int32_t id;
-    return __atomic_add_fetch(&id, 1, __ATOMIC_RELAXED);
-}
-
-/* The length of cmd with extra's fields (NULL: none) and $db as one OP_MSG. */
-static uint32_t msg_size(const char *db, const bson_t *cmd, const bson_t *extra)
-{
-    /* header (16) + flags (4) + kind (1) + the body with $db appended
-     * (type, "$db", the string's length, the string) */
-    uint32_t xlen = extra != NULL ? extra->len - 5 : 0;
-    return 16 + 4 + 1 + cmd->len + xlen + 1 + 4 + 4 + (uint32_t)strlen(db) + 1;
-}
-
-/* That message into m (msg_size bytes), with a new request id (*ridp). */
-static void msg_build(const char *db, const bson_t *cmd, const bson_t *extra, uint8_t *m,
-                      int32_t *ridp)
-{
-    size_t dblen = strlen(db);
-    uint32_t xlen = extra != NULL ? extra->len - 5 : 0;
-    uint32_t total = msg_size(db, cmd, extra);
-    uint32_t body_len = total - 21;
-    int32_t rid = next_request_id();
-    uint32_t hdr[4] = {total, (uint32_t)rid, 0, 2013};
-    memcpy(m, hdr, 16);
-    memset(m + 16, 0, 4);
-    m[20] = 0;
-    uint8_t *b = m + 21;
-    memcpy(b, &body_len, 4);
-    memcpy(b + 4, bson_get_data(cmd) + 4, cmd->len - 5); /* the fields, without the end */
-    uint8_t *q = b + 4 + cmd->len - 5;
-    if (xlen > 0) {
-        memcpy(q, bson_get_data(extra) + 4, xlen);
-        q += xlen;
-    }
-    *q++ = 0x02; /* string */
-    memcpy(q, "$db", 4);
-    q += 4;
-    uint32_t sl = (uint32_t)dblen + 1;
-    memcpy(q, &sl, 4);
-    q += 4;
-    memcpy(q, db, dblen + 1);
-    q += dblen + 1;
-    *q = 0; /* end of document */
-    *ridp = rid;
-}
-
-/* Write cmd, then extra's fields (NULL: none), plus $db as one OP_MSG on
- * fd; its request id into *ridp.  false on an I/O error. */
-static bool send_msg(int fd, const char *db, const bson_t *cmd, const bson_t *extra,
-                     int32_t *ridp)
-{
-    uint32_t total = msg_size(db, cmd, extra);
-    uint8_t stackbuf[4096];
-    uint8_t *m = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
-    if (m == NULL)
-        return false;
-    msg_build(db, cmd, extra, m, ridp);
-    bool ok = write_all(fd, m, total);
-    if (m != stackbuf)
-        free(m);
-    return ok;
-}
-
-int64_t rt_msg_len(const uint8_t h[16], int32_t rid)
-{
-    uint32_t len, opcode;
-    int32_t resp_to;
-    memcpy(&len, h, 4);
-    memcpy(&resp_to, h + 8, 4);
-    memcpy(&opcode, h + 12, 4);
-    if (len < 16 + 5 + 5 || len > 48000000 || opcode != 2013 || resp_to != rid)
-        return -1;
-    return len;
-}
-
-bool rt_msg_view(const uint8_t *r, size_t n, bson_t *view)
-{
-    uint32_t flags, dl;
-    memcpy(&flags, r, 4);
-    memcpy(&dl, r + 5, 4);
-    size_t avail = n - 5 - ((flags & 1) ? 4 : 0);
-    return r[4] == 0 && dl >= 5 && dl <= avail && bson_init_static(view, r + 5, dl);
-}
-
-bool rt_msg_body(const uint8_t *r, size_t n, bson_t *reply)
-{
-    bson_t view;
-    if (!rt_msg_view(r, n, &view))
-        return false;
-    bson_copy_to(&view, reply);
-    return true;
-}
-
-/* Read the reply to request rid into *reply (initialised here on success).
- * false on an I/O or framing error (the connection is then unusable). */
-static bool recv_msg(int fd, int32_t rid, bson_t *reply)
-{
-    uint8_t h[16];
-    if (!read_all(fd, h, 16))
-        return false;
-    int64_t len = rt_msg_len(h, rid);
-    if (len < 0)
-        return false;
-    uint8_t *r = malloc((size_t)len - 16);
-    bool ok = r != NULL && read_all(fd, r, (size_t)len - 16) &&
-              rt_msg_body(r, (size_t)len - 16, reply);
-    free(r);
-    return ok;
-}
-
-/* One SASL round trip on fd: cmd out, payload of the reply in (*outp). */
-static bool sasl_round(int fd, const bson_t *cmd, char **outp, bool *donep)
-{
-    int32_t rid;
-    bson_t reply;
-    bson_iter_t it;
-    const uint8_t *data;
-    uint32_t len = 0;
-    bson_subtype_t st;
-    if (!send_msg(fd, "local", cmd, NULL, &rid) || !recv_msg(fd, rid, &reply))
-        return false;
-    bool ok = rt_reply_code(&reply) == 0 && bson_iter_init_find(&it, &reply, "payload") &&
-              BSON_ITER_HOLDS_BINARY(&it);
-    if (ok) {
-        bson_iter_binary(&it, &st, &len, &data);
-        *outp = bson_strndup((const char *)data, len);
-        *donep = bson_iter_init_find(&it, &reply, "done") && bson_iter_as_bool(&it);
-    }
-    bson_destroy(&reply);
-    return ok;
-}
-
-/* With a keyFile, a new connection authenticates as __system@local
- * (SCRAM-SHA-256, the key as the password) before it carries commands. */
-static bool authenticate(int fd)
-{
-    const char *key = sbl_server_options()->cluster_key;
-    if (key == NULL)
-        return true;
-    sbl_err_t e = {0};
-    sbl_scram_client_t *c = NULL;
-    char *first = NULL, *sfirst = NULL, *final = NULL, *sfinal = NULL;
-    bool done = false, ok = false;
-    if (sbl_scram_client_new("__system", key, &c, &first, &e) != 0)
-        return false;
-    bson_t cmd = BSON_INITIALIZER, opts;
-    BSON_APPEND_INT32(&cmd, "saslStart", 1);
-    BSON_APPEND_UTF8(&cmd, "mechanism", "SCRAM-SHA-256");
-    bson_append_binary(&cmd, "payload", -1, BSON_SUBTYPE_BINARY, (const uint8_t *)first,
-                       (uint32_t)strlen(first));
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "options", &opts);
-    BSON_APPEND_BOOL(&opts, "skipEmptyExchange", true);
-    bson_append_document_end(&cmd, &opts);
-    if (sasl_round(fd, &cmd, &sfirst, &done) &&
-        sbl_scram_client_step(c, (const uint8_t *)sfirst, strlen(sfirst), &final, &e) == 0) {
-        bson_reinit(&cmd);
-        BSON_APPEND_INT32(&cmd, "saslContinue", 1);
-        BSON_APPEND_INT32(&cmd, "conversationId", 1);
-        bson_append_binary(&cmd, "payload", -1, BSON_SUBTYPE_BINARY, (const uint8_t *)final,
-                           (uint32_t)strlen(final));
-        ok = sasl_round(fd, &cmd, &sfinal, &done) && done &&
-             sbl_scram_client_verify(c, (const uint8_t *)sfinal, strlen(sfinal), &e) == 0;
-    }
-    bson_destroy(&cmd);
-    bson_free(first);
-    bson_free(sfirst);
-    bson_free(final);
-    bson_free(sfinal);
-    sbl_scram_client_free(c);
-    return ok;
-}
-
 static int dial_auth(const char *hostport, int timeout_ms)
 {
-    int fd = dial_timeout(hostport, timeout_ms);
-    if (fd >= 0 && !authenticate(fd)) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
+    return sbl_client_dial(hostport, timeout_ms, sbl_server_options()->cluster_key);
 }
 
 static int dial(const char *hostport)
@@ -667,7 +426,7 @@ static int conn_send(rt_shard_t *s, const char *db, const bson_t *cmd, const bso
         int fd = conn_get(s, host, &pooled, err);
         if (fd < 0)
             return -1;
-        if (send_msg(fd, db, cmd, extra, ridp))
+        if (sbl_client_send(fd, db, cmd, extra, ridp))
             return fd;
         close(fd);
         if (!pooled)
@@ -888,7 +647,7 @@ static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *
         int fd = conn_send(s, db, cmd, has_extra ? &extra : NULL, &rid, host, err);
         if (fd < 0)
             break;
-        if (recv_msg(fd, rid, reply)) {
+        if (sbl_client_recv(fd, rid, reply)) {
             memcpy(answered[s - shards], host, RT_HOST_MAX);
             count_traffic(s, t0);
             conn_put(s, fd, reply); /* a not-primary answer: the primary is looked up again */
@@ -968,7 +727,7 @@ int rt_run_many_on(int n, const int *shard, const char *const *on, const char *d
             continue;
         }
         rt_shard_t *s = &shards[shard[i]];
-        if (recv_msg(fds[i], rids[i], &replies[i])) {
+        if (sbl_client_recv(fds[i], rids[i], &replies[i])) {
             memcpy(answered[shard[i]], hosts[i], RT_HOST_MAX);
             count_traffic(s, t0);
             conn_put(s, fds[i], &replies[i]);
@@ -1029,8 +788,8 @@ int rt_run_on(int shard, const char *host, const char *db, const bson_t *cmd, bs
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     }
-    bool ok = fd >= 0 && send_msg(fd, db, cmd, has_extra ? &extra : NULL, &rid) &&
-              recv_msg(fd, rid, reply);
+    bool ok = fd >= 0 && sbl_client_send(fd, db, cmd, has_extra ? &extra : NULL, &rid) &&
+              sbl_client_recv(fd, rid, reply);
     if (fd >= 0)
         close(fd);
     bson_destroy(&extra);
@@ -1072,16 +831,16 @@ size_t rt_conn_msg(int shard, const char *db, const bson_t *cmd, uint8_t *buf, s
      * built cmd, and left none */
     bool has_extra = rt_sess_extra(shard, cmd, &extra);
     has_extra |= rt_append_cluster_time(&extra, false);
-    size_t n = msg_size(db, cmd, has_extra ? &extra : NULL);
+    size_t n = sbl_client_msg_size(db, cmd, has_extra ? &extra : NULL);
     if (n <= cap)
-        msg_build(db, cmd, has_extra ? &extra : NULL, buf, ridp);
+        sbl_client_msg_build(db, cmd, has_extra ? &extra : NULL, buf, ridp);
     bson_destroy(&extra);
     return n <= cap ? n : 0;
 }
 
 bool rt_conn_write(int fd, const uint8_t *m, size_t n)
 {
-    return write_all(fd, m, n);
+    return sbl_client_write(fd, m, n);
 }
 
 bool rt_conn_answered(int shard, const char *host, int64_t t0, const bson_t *reply)
@@ -1128,7 +887,7 @@ int rt_host_run(const char *hostport, int *fdp, int timeout_ms, const char *db, 
         bson_init(reply);
         return sbl_err_set(err, SBL_E_HostUnreachable, "cannot connect to %s", hostport);
     }
-    if (send_msg(*fdp, db, cmd, NULL, &rid) && recv_msg(*fdp, rid, reply))
+    if (sbl_client_send(*fdp, db, cmd, NULL, &rid) && sbl_client_recv(*fdp, rid, reply))
         return 0;
     close(*fdp);
     *fdp = -1;

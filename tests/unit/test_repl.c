@@ -512,12 +512,43 @@ static void test_entry_created_ns(void)
     }
 }
 
+/* The diff of an update: fields updated in place (the same keys in the same
+ * order, walked side by side), and fields removed, inserted or moved. */
+static void test_diff(void)
+{
+    static const char *cases[][3] = {
+        {"{\"_id\": 1, \"n\": 1, \"s\": {\"a\": 1, \"b\": 1}, \"a\": [1, 2], \"k\": \"x\"}",
+         "{\"_id\": 1, \"n\": 2, \"s\": {\"a\": 2, \"b\": 1}, \"a\": [1, 3], \"k\": \"x\"}",
+         "{\"u\": {\"n\": 2}, \"ss\": {\"u\": {\"a\": 2}}, \"sa\": {\"a\": true, \"u1\": 3}}"},
+        {"{\"_id\": 1, \"n\": 1}", "{\"_id\": 1, \"n\": 1}", "{}"},
+        {"{\"_id\": 1, \"n\": 1}", "{\"_id\": 1, \"n\": \"1\"}", "{\"u\": {\"n\": \"1\"}}"},
+        {"{\"_id\": 1, \"a\": 1, \"c\": 3}", "{\"_id\": 1, \"b\": 2, \"c\": 4}",
+         "{\"d\": {\"a\": false}, \"u\": {\"c\": 4}, \"i\": {\"b\": 2}}"},
+        {"{\"_id\": 1, \"a\": 1, \"b\": 2}", "{\"_id\": 1, \"b\": 2, \"a\": 1}", "{}"},
+        {"{}", "{\"_id\": 1}", "{\"i\": {\"_id\": 1}}"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        bson_error_t e;
+        bson_t *o = bson_new_from_json((const uint8_t *)cases[i][0], -1, &e);
+        bson_t *n = bson_new_from_json((const uint8_t *)cases[i][1], -1, &e);
+        bson_t *want = bson_new_from_json((const uint8_t *)cases[i][2], -1, &e);
+        bson_t got = BSON_INITIALIZER;
+        sbl_repl_diff(o, n, &got);
+        CHECK_MSG(bson_equal(&got, want), "diff case %zu", i);
+        bson_destroy(&got);
+        bson_destroy(o);
+        bson_destroy(n);
+        bson_destroy(want);
+    }
+}
+
 int main(void)
 {
     test_ts_next();
     test_entry_shape();
     test_session_encoding();
     test_entry_bytes();
+    test_diff();
     test_op_encoding();
     test_entry_created_ns();
     test_election_id_and_size();

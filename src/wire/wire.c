@@ -127,8 +127,8 @@ static size_t element_size(uint32_t i, size_t dlen)
  * identifier that is a field of the body or of an earlier sequence is the
  * ProtocolError mongod answers.
  */
-static int build_cmd(bson_t *cmd, const uint8_t *msg, size_t off, size_t end, const bson_t *body,
-                     sbl_err_t *err)
+static int build_cmd(bson_t *cmd, sbl_doc_index_t *ix, const uint8_t *msg, size_t off, size_t end,
+                     const bson_t *body, sbl_err_t *err)
 {
     size_t n = body->len;
     bson_iter_t it;
@@ -169,6 +169,12 @@ static int build_cmd(bson_t *cmd, const uint8_t *msg, size_t off, size_t end, co
         if (kind == 1) {
             const char *id = (const char *)msg + o + 4;
             size_t idlen = strlen(id), d = o + 4 + idlen + 1;
+            if (ix->data != NULL && ix->n < SBL_DOC_INDEX_MAX && idlen <= UINT8_MAX) {
+                ix->at[ix->n] = (uint32_t)(p - start);
+                ix->klen[ix->n++] = (uint8_t)idlen;
+            } else {
+                ix->data = NULL;
+            }
             *p++ = BSON_TYPE_ARRAY;
             memcpy(p, id, idlen + 1);
             p += idlen + 1;
@@ -192,6 +198,10 @@ static int build_cmd(bson_t *cmd, const uint8_t *msg, size_t off, size_t end, co
     }
     *p = 0;
     wr_i32(start, (int32_t)n);
+    if (ix->data != NULL) { /* the body's fields are at the same offsets in cmd */
+        ix->data = start;
+        ix->len = (uint32_t)n;
+    }
     return 0;
 }
 
@@ -269,18 +279,26 @@ static int parse_msg(const uint8_t *msg, size_t len, sbl_request_t *req, sbl_err
     bool have_body = false;
     SBL_RET(scan_sections(msg, HEADER_LEN + 4, end, &body, &have_body, err));
 
+    /* The body's fields, walked once: for $db, the sequences' duplicate
+     * check, and then the dispatcher (req->cmd_ix). */
+    sbl_doc_index_build(&req->cmd_ix, &body); /* body passed sbl_bson_check */
+    const sbl_doc_index_t *prev = sbl_doc_index_use(&req->cmd_ix);
     /* A missing $db is the command's error (mongod answers 40571), not the
      * connection's: leave req->db empty and let the dispatcher refuse it. */
     bson_iter_t it;
-    if (sbl_doc_find_top(&body, "$db", &it)) { /* body passed sbl_bson_check */
-        if (!BSON_ITER_HOLDS_UTF8(&it))
-            return sbl_err_set(err, SBL_E_TypeMismatch, "$db must be a string");
+    int rc = 0;
+    if (sbl_doc_find_top(&body, "$db", &it)) {
         uint32_t dblen = 0;
-        const char *db = bson_iter_utf8(&it, &dblen);
-        SBL_RET(set_db(req, db, dblen, err));
+        const char *db = BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, &dblen) : NULL;
+        rc = db == NULL ? sbl_err_set(err, SBL_E_TypeMismatch, "$db must be a string")
+                        : set_db(req, db, dblen, err);
     }
-
-    return build_cmd(&req->cmd, msg, HEADER_LEN + 4, end, &body, err);
+    if (rc == 0)
+        rc = build_cmd(&req->cmd, &req->cmd_ix, msg, HEADER_LEN + 4, end, &body, err);
+    sbl_doc_index_use(prev);
+    if (rc != 0)
+        req->cmd_ix.data = NULL;
+    return rc;
 }
 
 /* Unwrap {$query: {...}} / {query: {...}} into cmd, keeping $readPreference. */

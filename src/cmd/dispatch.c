@@ -984,14 +984,7 @@ static bool run_or_queue(pending_t *p, bool force_worker)
 static void dispatch_pending(pending_t *p, bool force_worker)
 {
     bool queued = false;
-    const sbl_doc_index_t *parsed = p->ctx.req != NULL && p->ctx.cmd == &p->ctx.req->cmd
-                                        ? &p->ctx.req->cmd_ix : NULL;
-    if (parsed != NULL && parsed->data != NULL && parsed->len == p->ctx.cmd->len) {
-        p->cmd_ix = *parsed; /* the parser's (sbl_request_t), at the command's bytes */
-        p->cmd_ix.data = bson_get_data(p->ctx.cmd);
-    } else {
-        sbl_doc_index_build(&p->cmd_ix, p->ctx.cmd);
-    }
+    sbl_doc_index_take(&p->cmd_ix, p->ctx.req ? &p->ctx.req->cmd_ix : NULL, p->ctx.cmd);
     const sbl_doc_index_t *prev = sbl_doc_index_use(&p->cmd_ix);
     p->rc = prepare(p, &p->err);
     if ((p->rc = sbl_cmd_audit_check(&p->ctx, p->rc, &p->err)) != 0) {

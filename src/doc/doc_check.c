@@ -312,6 +312,17 @@ void sbl_doc_index_build(sbl_doc_index_t *ix, const bson_t *doc)
     ix->len = doc->len;
 }
 
+void sbl_doc_index_take(sbl_doc_index_t *ix, const sbl_doc_index_t *from, const bson_t *doc)
+{
+    if (from == NULL || from->data == NULL || from->len != doc->len) {
+        sbl_doc_index_build(ix, doc);
+        return;
+    }
+    if (ix != from)
+        *ix = *from;
+    ix->data = bson_get_data(doc);
+}
+
 const sbl_doc_index_t *sbl_doc_index_use(const sbl_doc_index_t *ix)
 {
     const sbl_doc_index_t *prev = cur_index;

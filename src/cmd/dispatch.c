@@ -984,7 +984,7 @@ static bool run_or_queue(pending_t *p, bool force_worker)
 static void dispatch_pending(pending_t *p, bool force_worker)
 {
     bool queued = false;
-    sbl_doc_index_build(&p->cmd_ix, p->ctx.cmd);
+    sbl_doc_index_take(&p->cmd_ix, p->ctx.req ? &p->ctx.req->cmd_ix : NULL, p->ctx.cmd);
     const sbl_doc_index_t *prev = sbl_doc_index_use(&p->cmd_ix);
     p->rc = prepare(p, &p->err);
     if ((p->rc = sbl_cmd_audit_check(&p->ctx, p->rc, &p->err)) != 0) {

@@ -131,6 +131,11 @@ typedef struct sbl_doc_index {
 } sbl_doc_index_t;
 /* Index doc (which must outlive the index's use) into *ix. */
 void sbl_doc_index_build(sbl_doc_index_t *ix, const bson_t *doc);
+/* *ix: *from (may be NULL) pointed at doc's bytes when it indexed a
+ * document of doc's length, which the caller knows doc is (the same bytes,
+ * moved or not: a request's command as its parser indexed it, unless fields
+ * were cut since); else doc indexed anew. */
+void sbl_doc_index_take(sbl_doc_index_t *ix, const sbl_doc_index_t *from, const bson_t *doc);
 /* Make ix (may be NULL) this thread's index; returns the one it replaces,
  * to be put back when ix's document is done with. */
 const sbl_doc_index_t *sbl_doc_index_use(const sbl_doc_index_t *ix);

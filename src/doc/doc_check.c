@@ -294,6 +294,7 @@ const char *sbl_doc_utf8(const bson_t *doc, const char *key)
 }
 
 static _Thread_local const sbl_doc_index_t *cur_index;
+static _Thread_local uint32_t top_next_hint; /* cur_index's element sbl_doc_top_next expects next */
 
 void sbl_doc_index_build(sbl_doc_index_t *ix, const bson_t *doc)
 {
@@ -309,6 +310,17 @@ void sbl_doc_index_build(sbl_doc_index_t *ix, const bson_t *doc)
     }
     ix->data = data;
     ix->len = doc->len;
+}
+
+void sbl_doc_index_take(sbl_doc_index_t *ix, const sbl_doc_index_t *from, const bson_t *doc)
+{
+    if (from == NULL || from->data == NULL || from->len != doc->len) {
+        sbl_doc_index_build(ix, doc);
+        return;
+    }
+    if (ix != from)
+        *ix = *from;
+    ix->data = bson_get_data(doc);
 }
 
 const sbl_doc_index_t *sbl_doc_index_use(const sbl_doc_index_t *ix)
@@ -348,9 +360,31 @@ bool sbl_doc_top_next(const bson_t *doc, uint32_t *off, uint32_t *at, const char
     const uint8_t *data = bson_get_data(doc);
     const uint8_t *end = data + doc->len - 1; /* the closing 0 */
     const uint8_t *p = data + *off, *v, *next;
+    const sbl_doc_index_t *ix = cur_index;
     *bad = false;
     if (p >= end)
         return false;
+    if (ix != NULL && ix->data == data && ix->len == doc->len) { /* the next offset, indexed */
+        uint32_t lo = top_next_hint, hi = ix->n;
+        if (lo < hi && ix->at[lo] == *off) /* the walk's next element, as a rule */
+            hi = lo;
+        else
+            lo = 0;
+        while (lo < hi) {
+            uint32_t mid = (lo + hi) / 2;
+            if (ix->at[mid] < *off)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < ix->n && ix->at[lo] == *off) {
+            *at = *off;
+            *key = (const char *)p + 1;
+            *off = lo + 1 < ix->n ? ix->at[lo + 1] : doc->len - 1;
+            top_next_hint = lo + 1;
+            return true;
+        }
+    }
     if (!elem_at(p, end, &v, &next)) {
         *bad = true;
         return false;

@@ -35,12 +35,16 @@ static void diff_value(const char *key, const bson_iter_t *o, const bson_iter_t 
                        bson_t *subs)
 {
     char skey[512];
-    if (strlen(key) + 2 > sizeof(skey)) {
+    size_t klen = strlen(key);
+    bool docs = BSON_ITER_HOLDS_DOCUMENT(o) && BSON_ITER_HOLDS_DOCUMENT(n);
+    if ((!docs && !(BSON_ITER_HOLDS_ARRAY(o) && BSON_ITER_HOLDS_ARRAY(n))) ||
+        klen + 2 > sizeof(skey)) {
         sbl_append_iter(u, key, -1, n);
         return;
     }
-    snprintf(skey, sizeof(skey), "s%s", key);
-    if (BSON_ITER_HOLDS_DOCUMENT(o) && BSON_ITER_HOLDS_DOCUMENT(n)) {
+    skey[0] = 's';
+    memcpy(skey + 1, key, klen + 1);
+    if (docs) {
         bson_t od, nd, sub = BSON_INITIALIZER;
         sbl_iter_doc(o, &od);
         sbl_iter_doc(n, &nd);
@@ -48,13 +52,11 @@ static void diff_value(const char *key, const bson_iter_t *o, const bson_iter_t 
         if (!bson_empty(&sub))
             bson_append_document(subs, skey, -1, &sub);
         bson_destroy(&sub);
-    } else if (BSON_ITER_HOLDS_ARRAY(o) && BSON_ITER_HOLDS_ARRAY(n)) {
+    } else {
         bson_t sub = BSON_INITIALIZER;
         diff_array(o, n, &sub);
         bson_append_document(subs, skey, -1, &sub);
         bson_destroy(&sub);
-    } else {
-        sbl_append_iter(u, key, -1, n);
     }
 }
 
@@ -106,12 +108,44 @@ static void diff_array(const bson_iter_t *oldit, const bson_iter_t *newit, bson_
     bson_destroy(&subs);
 }
 
+/* The same keys in the same order: an update of existing fields' values,
+ * whose diff the two documents walked side by side give (no field removed
+ * or inserted; each pair as the general path below pairs them, but without
+ * a search of old_doc per field). */
+static bool same_keys(const bson_t *old_doc, const bson_t *new_doc)
+{
+    bson_iter_t o, n;
+    if (old_doc->len == 5 || !bson_iter_init(&o, old_doc) || !bson_iter_init(&n, new_doc))
+        return false;
+    for (;;) {
+        bool mo = bson_iter_next(&o), mn = bson_iter_next(&n);
+        if (mo != mn)
+            return false;
+        if (!mo)
+            return true;
+        if (strcmp(bson_iter_key(&o), bson_iter_key(&n)) != 0)
+            return false;
+    }
+}
+
 void sbl_repl_diff(const bson_t *old_doc, const bson_t *new_doc, bson_t *out)
 {
     bson_t d = BSON_INITIALIZER, u = BSON_INITIALIZER, ins = BSON_INITIALIZER,
            subs = BSON_INITIALIZER;
     bson_iter_t n, o;
 
+    if (same_keys(old_doc, new_doc) && bson_iter_init(&o, old_doc) &&
+        bson_iter_init(&n, new_doc)) {
+        while (bson_iter_next(&o) && bson_iter_next(&n))
+            if (!same_value(&o, &n))
+                diff_value(bson_iter_key(&n), &o, &n, &u, &subs);
+        if (!bson_empty(&u))
+            BSON_APPEND_DOCUMENT(out, "u", &u);
+        bson_concat(out, &subs);
+        bson_destroy(&u);
+        bson_destroy(&subs);
+        return;
+    }
     if (bson_iter_init(&o, old_doc))
         while (bson_iter_next(&o)) {
             bson_iter_t f;

@@ -100,7 +100,16 @@ static uint8_t *put_num(uint8_t *p, uint8_t type, const char *key, size_t klen, 
  * instructions more for a plain update's entry and ~4k for a retryable
  * write's.  Byte for byte what they give (tests/unit/test_repl.c).
  */
-void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out)
+/* Index the field about to be written at p (see sbl_repl_entry_build). */
+static void mark(sbl_doc_index_t *ix, const uint8_t *start, const uint8_t *p, size_t klen)
+{
+    if (ix != NULL) {
+        ix->at[ix->n] = (uint32_t)(p - start);
+        ix->klen[ix->n++] = (uint8_t)klen;
+    }
+}
+
+void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out, sbl_doc_index_t *ix)
 {
     const sbl_repl_stmt_t *st = e->stmt;
     size_t nslen = strlen(e->ns);
@@ -109,55 +118,84 @@ void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out)
                (st != NULL && !e->no_stmt_id ? 12 : 0) + (e->diff != NULL ? 6 + e->diff->len : 0) +
                (e->from_migrate ? 14 : 0) + 12 + 11 + 11 + 14 +
                (st != NULL ? (e->pre_ts != 0 ? 16 + OPTIME_LEN : 0) + 12 + OPTIME_LEN : 0) + 1;
-    uint8_t *p;
+    uint8_t *p, *start;
 
+    if (ix != NULL)
+        ix->data = NULL;
     if (n > INT32_MAX || (p = bson_reserve_buffer(out, (uint32_t)n)) == NULL)
         return;
+    start = p;
+    if (ix != NULL)
+        ix->n = 0;
     put_le(p, n, 4);
     p += 4;
     if (st != NULL) { /* OperationSessionInfo first, as mongod writes it */
+        mark(ix, start, p, 4);
         memcpy(p, "\x03" "lsid", 6);
         encode_lsid(p + 6, st->lsid_id, st->lsid_uid);
+        mark(ix, start, p + 6 + LSID_LEN, 9);
         p = put_num(p + 6 + LSID_LEN, BSON_TYPE_INT64, "txnNumber", 9, (uint64_t)st->txn_number,
                     8);
     }
+    mark(ix, start, p, 2);
     memcpy(p, "\x02" "op\0\x02\0\0\0", 8);
     p[8] = (uint8_t)e->op;
     p[9] = 0;
     p += 10;
+    mark(ix, start, p, 2);
     memcpy(p, "\x02" "ns", 4);
     put_le(p + 4, nslen + 1, 4);
     memcpy(p + 8, e->ns, nslen + 1);
     p += 9 + nslen;
     if (e->uuid != NULL) {
+        mark(ix, start, p, 2);
         memcpy(p, "\x05" "ui\0\x10\0\0\0\x04", 9);
         memcpy(p + 9, e->uuid, 16);
         p += 25;
     }
+    mark(ix, start, p, 1);
     p = put_doc(p, "o", 1, e->o);
-    if (e->o2 != NULL)
+    if (e->o2 != NULL) {
+        mark(ix, start, p, 2);
         p = put_doc(p, "o2", 2, e->o2);
-    if (st != NULL && !e->no_stmt_id)
+    }
+    if (st != NULL && !e->no_stmt_id) {
+        mark(ix, start, p, 6);
         p = put_num(p, BSON_TYPE_INT32, "stmtId", 6, (uint32_t)st->stmt_id, 4);
-    if (e->diff != NULL) /* Sable's: what an update changed (docs/replication.md) */
+    }
+    if (e->diff != NULL) { /* Sable's: what an update changed (docs/replication.md) */
+        mark(ix, start, p, 4);
         p = put_doc(p, "diff", 4, e->diff);
-    if (e->from_migrate)
+    }
+    if (e->from_migrate) {
+        mark(ix, start, p, 11);
         p = put_num(p, BSON_TYPE_BOOL, "fromMigrate", 11, 1, 1);
+    }
+    mark(ix, start, p, 2);
     p = put_num(p, BSON_TYPE_TIMESTAMP, "ts", 2, e->ts, 8); /* increment, then seconds */
+    mark(ix, start, p, 1);
     p = put_num(p, BSON_TYPE_INT64, "t", 1, (uint64_t)e->term, 8);
+    mark(ix, start, p, 1);
     p = put_num(p, BSON_TYPE_INT64, "v", 1, 2, 8);
+    mark(ix, start, p, 4);
     p = put_num(p, BSON_TYPE_DATE_TIME, "wall", 4, (uint64_t)e->wall_ms, 8);
     if (st != NULL) {
         if (e->pre_ts != 0) {
+            mark(ix, start, p, 14);
             memcpy(p, "\x03" "preImageOpTime", 16);
             encode_optime(p + 16, e->pre_ts, e->pre_term);
             p += 16 + OPTIME_LEN;
         }
+        mark(ix, start, p, 10);
         memcpy(p, "\x03" "prevOpTime", 12);
         encode_optime(p + 12, st->prev_ts, st->prev_ts != 0 ? st->prev_term : -1);
         p += 12 + OPTIME_LEN;
     }
     *p = 0;
+    if (ix != NULL) {
+        ix->data = start;
+        ix->len = (uint32_t)n;
+    }
 }
 
 size_t sbl_repl_record_encode(const bson_t *lsid, int64_t txn, uint64_t ts, int64_t term,

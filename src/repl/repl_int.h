@@ -41,7 +41,10 @@ typedef struct sbl_oplog_entry {
     int64_t pre_term;
     bool from_migrate;           /* fromMigrate: true (a chunk migration's write) */
 } sbl_oplog_entry_t;
-void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out);
+/* Encode e into out (empty) in one buffer; when ix is not NULL, index the
+ * entry's fields there (sbl_doc_index_t, NULL data when out could not be
+ * grown) for the lookups of its write. */
+void sbl_repl_entry_build(const sbl_oplog_entry_t *e, bson_t *out, sbl_doc_index_t *ix);
 /* A session's lsid {id: UUID, uid: BinData(0, 32 bytes)} encoded into b (the
  * bytes libbson's appenders give), *lsid a view of it; false when it cannot
  * be viewed (never). */

@@ -304,8 +304,11 @@ int sbl_oplog_append(sbl_session_t *s, sbl_oplog_entry_t *e, sbl_err_t *err)
     if (!sbl_oplog_vis_reserve(ts, term, s))
         return sbl_err_set(err, SBL_E_ExceededMemoryLimit, "out of memory for an oplog entry");
     sbl_txn_set_gate(s, term); /* it commits only while this member leads term */
-    sbl_repl_entry_build(e, &doc);
+    sbl_doc_index_t ix; /* the write looks up its key field, ts, twice: ~1k each walked */
+    sbl_repl_entry_build(e, &doc, &ix);
+    const sbl_doc_index_t *prev_ix = sbl_doc_index_use(ix.data != NULL ? &ix : NULL);
     rc = sbl_write(s, oplog, SBL_WRITE_INSERT, NULL, &doc, NULL, err);
+    sbl_doc_index_use(prev_ix);
     bson_destroy(&doc);
     return rc;
 }

@@ -37,6 +37,12 @@ static int32_t rd_i32(const uint8_t *p)
     return (int32_t)rd_u32(p);
 }
 
+static void wr_i32(uint8_t *p, int32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)((uint32_t)v >> (8 * i));
+}
+
 int sbl_wire_message_length(const uint8_t *p, size_t avail, int32_t *lenp)
 {
     *lenp = 0;
@@ -105,35 +111,97 @@ static int concat_doc(bson_t *cmd, const bson_t *doc, sbl_err_t *err)
     return 0;
 }
 
-/*
- * Append one document sequence (kind 1 section, already validated, docs in
- * p[0..len)) to cmd as the array field id.
- */
-static int append_sequence(bson_t *cmd, const char *id, const uint8_t *p, size_t len,
-                           sbl_err_t *err)
+/* The size of array element number i whose document is dlen bytes. */
+static size_t element_size(uint32_t i, size_t dlen)
 {
+    size_t digits = 1;
+    for (uint32_t v = i / 10; v != 0; v /= 10)
+        digits++;
+    return 1 + digits + 1 + dlen;
+}
+
+/*
+ * cmd (empty): body's fields, then each document sequence (kind 1 section)
+ * of msg[off..end) as an array field named by its identifier, encoded in
+ * one buffer of its size (a pass over sections scan_sections validated).  An
+ * identifier that is a field of the body or of an earlier sequence is the
+ * ProtocolError mongod answers.
+ */
+static int build_cmd(bson_t *cmd, sbl_doc_index_t *ix, const uint8_t *msg, size_t off, size_t end,
+                     const bson_t *body, sbl_err_t *err)
+{
+    size_t n = body->len;
     bson_iter_t it;
-    if (bson_iter_init_find(&it, cmd, id))
-        return sbl_err_set(err, SBL_E_ProtocolError,
-                           "Duplicate field '%s' in OP_MSG body and document sequence", id);
-    bson_t arr;
-    if (!bson_append_array_begin(cmd, id, -1, &arr))
-        return sbl_err_set(err, SBL_E_BSONObjectTooLarge, "command document too large");
-    size_t off = 0;
-    uint32_t i = 0;
-    bool ok = true;
-    while (ok && off < len) {
-        int32_t dlen = rd_i32(p + off);
-        bson_t doc;
-        char keybuf[16];
-        const char *key;
-        size_t klen = bson_uint32_to_string(i++, &key, keybuf, sizeof(keybuf));
-        ok = bson_init_static(&doc, p + off, (size_t)dlen) &&
-             bson_append_document(&arr, key, (int)klen, &doc);
-        off += (size_t)dlen;
+    for (size_t o = off; o < end;) {
+        uint8_t kind = msg[o++];
+        size_t sec_end = o + (size_t)rd_i32(msg + o);
+        if (kind == 1) {
+            const char *id = (const char *)msg + o + 4;
+            size_t idlen = strlen(id), d = o + 4 + idlen + 1;
+            bool dup = sbl_doc_find_top(body, id, &it); /* body passed sbl_bson_check */
+            for (size_t e = off; !dup && e < o - 1;) { /* the earlier sequences */
+                size_t e_end = e + 1 + (size_t)rd_i32(msg + e + 1);
+                dup = msg[e] == 1 && strcmp((const char *)msg + e + 5, id) == 0;
+                e = e_end;
+            }
+            if (dup)
+                return sbl_err_set(err, SBL_E_ProtocolError,
+                                   "Duplicate field '%s' in OP_MSG body and document sequence",
+                                   id);
+            n += 1 + idlen + 1 + 4 + 1; /* type, key, the array's length and its end */
+            for (uint32_t i = 0; d < sec_end; i++) {
+                size_t dlen = (size_t)rd_i32(msg + d);
+                n += element_size(i, dlen);
+                d += dlen;
+            }
+        }
+        o = sec_end;
     }
-    if (!bson_append_array_end(cmd, &arr) || !ok)
+    uint8_t *p;
+    if (n > INT32_MAX || (p = bson_reserve_buffer(cmd, (uint32_t)n)) == NULL)
         return sbl_err_set(err, SBL_E_BSONObjectTooLarge, "command document too large");
+    uint8_t *start = p;
+    memcpy(p, bson_get_data(body), body->len - 1);
+    p += body->len - 1;
+    for (size_t o = off; o < end;) {
+        uint8_t kind = msg[o++];
+        size_t sec_end = o + (size_t)rd_i32(msg + o);
+        if (kind == 1) {
+            const char *id = (const char *)msg + o + 4;
+            size_t idlen = strlen(id), d = o + 4 + idlen + 1;
+            if (ix->data != NULL && ix->n < SBL_DOC_INDEX_MAX && idlen <= UINT8_MAX) {
+                ix->at[ix->n] = (uint32_t)(p - start);
+                ix->klen[ix->n++] = (uint8_t)idlen;
+            } else {
+                ix->data = NULL;
+            }
+            *p++ = BSON_TYPE_ARRAY;
+            memcpy(p, id, idlen + 1);
+            p += idlen + 1;
+            uint8_t *arr = p;
+            p += 4;
+            for (uint32_t i = 0; d < sec_end; i++) {
+                size_t dlen = (size_t)rd_i32(msg + d);
+                char keybuf[16];
+                const char *key;
+                size_t klen = bson_uint32_to_string(i, &key, keybuf, sizeof(keybuf));
+                *p++ = BSON_TYPE_DOCUMENT;
+                memcpy(p, key, klen + 1);
+                memcpy(p + klen + 1, msg + d, dlen);
+                p += klen + 1 + dlen;
+                d += dlen;
+            }
+            *p++ = 0;
+            wr_i32(arr, (int32_t)(p - arr));
+        }
+        o = sec_end;
+    }
+    *p = 0;
+    wr_i32(start, (int32_t)n);
+    if (ix->data != NULL) { /* the body's fields are at the same offsets in cmd */
+        ix->data = start;
+        ix->len = (uint32_t)n;
+    }
     return 0;
 }
 
@@ -211,33 +279,26 @@ static int parse_msg(const uint8_t *msg, size_t len, sbl_request_t *req, sbl_err
     bool have_body = false;
     SBL_RET(scan_sections(msg, HEADER_LEN + 4, end, &body, &have_body, err));
 
+    /* The body's fields, walked once: for $db, the sequences' duplicate
+     * check, and then the dispatcher (req->cmd_ix). */
+    sbl_doc_index_build(&req->cmd_ix, &body); /* body passed sbl_bson_check */
+    const sbl_doc_index_t *prev = sbl_doc_index_use(&req->cmd_ix);
     /* A missing $db is the command's error (mongod answers 40571), not the
      * connection's: leave req->db empty and let the dispatcher refuse it. */
     bson_iter_t it;
-    if (sbl_doc_find_top(&body, "$db", &it)) { /* body passed sbl_bson_check */
-        if (!BSON_ITER_HOLDS_UTF8(&it))
-            return sbl_err_set(err, SBL_E_TypeMismatch, "$db must be a string");
+    int rc = 0;
+    if (sbl_doc_find_top(&body, "$db", &it)) {
         uint32_t dblen = 0;
-        const char *db = bson_iter_utf8(&it, &dblen);
-        SBL_RET(set_db(req, db, dblen, err));
+        const char *db = BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, &dblen) : NULL;
+        rc = db == NULL ? sbl_err_set(err, SBL_E_TypeMismatch, "$db must be a string")
+                        : set_db(req, db, dblen, err);
     }
-
-    SBL_RET(concat_doc(&req->cmd, &body, err));
-    /* Pass two: the sections are known to be well formed. */
-    size_t off = HEADER_LEN + 4;
-    while (off < end) {
-        uint8_t kind = msg[off++];
-        if (kind == 0) {
-            off += (size_t)rd_i32(msg + off);
-            continue;
-        }
-        size_t sec_end = off + (size_t)rd_i32(msg + off);
-        const char *id = (const char *)msg + off + 4;
-        size_t doff = off + 4 + strlen(id) + 1;
-        SBL_RET(append_sequence(&req->cmd, id, msg + doff, sec_end - doff, err));
-        off = sec_end;
-    }
-    return 0;
+    if (rc == 0)
+        rc = build_cmd(&req->cmd, &req->cmd_ix, msg, HEADER_LEN + 4, end, &body, err);
+    sbl_doc_index_use(prev);
+    if (rc != 0)
+        req->cmd_ix.data = NULL;
+    return rc;
 }
 
 /* Unwrap {$query: {...}} / {query: {...}} into cmd, keeping $readPreference. */

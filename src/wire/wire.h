@@ -18,6 +18,7 @@
 
 #include "common/buf.h"
 #include "common/errors.h"
+#include "doc/doc.h"
 
 enum {
     SBL_OP_REPLY = 1,
@@ -54,6 +55,10 @@ typedef struct sbl_request {
      * array field of the same name; for OP_QUERY the query document
      * (unwrapped from $query/query when wrapped, with $readPreference kept). */
     bson_t cmd;
+    /* OP_MSG: cmd's top-level fields as the parser laid them out (NULL data
+     * otherwise), for the dispatcher's index of them (sbl_doc_index_t): valid
+     * while cmd's length is len, its data at cmd's bytes wherever they are. */
+    sbl_doc_index_t cmd_ix;
     char db[128]; /* $db ("" when an OP_MSG lacks it), or OP_QUERY's database */
     /* OP_QUERY only */
     int32_t query_flags;

@@ -815,6 +815,11 @@ static void test_scan_ids(void)
         agree += scan_ids_agrees(d, depth);
     CHECK_MSG(agree == 7, "scan_ids agreed at %d of 7 depths", agree);
     CHECK(top_next_agrees(d));
+    sbl_doc_index_t ix; /* and from the index of it when it is this thread's */
+    sbl_doc_index_build(&ix, d);
+    const sbl_doc_index_t *prev = sbl_doc_index_use(&ix);
+    CHECK(ix.data != NULL && top_next_agrees(d));
+    sbl_doc_index_use(prev);
     bson_iter_t it;
     int nid;
     bool first, deep;

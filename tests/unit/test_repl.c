@@ -43,7 +43,7 @@ static void test_entry_shape(void)
     BSON_APPEND_INT32(&o2, "_id", 7);
     sbl_oplog_entry_t e = {.op = 'u', .ns = "db.c", .uuid = uuid, .o = &o, .o2 = &o2,
                            .ts = SBL_TS(1700000000, 3), .term = 1, .wall_ms = 1700000000123};
-    sbl_repl_entry_build(&e, &out);
+    sbl_repl_entry_build(&e, &out, NULL);
     static const char *const keys[] = {"op", "ns", "ui", "o", "o2", "ts", "t", "v", "wall"};
     bson_iter_t it;
     size_t i = 0;
@@ -72,7 +72,7 @@ static void test_entry_shape(void)
     /* a no-op: no ui, no o2 */
     bson_init(&out);
     sbl_oplog_entry_t n = {.op = 'n', .ns = "", .o = &o, .ts = 1, .term = 1};
-    sbl_repl_entry_build(&n, &out);
+    sbl_repl_entry_build(&n, &out, NULL);
     CHECK(!bson_has_field(&out, "ui") && !bson_has_field(&out, "o2"));
     bson_destroy(&out);
     bson_destroy(&o);
@@ -125,7 +125,7 @@ static void test_session_encoding(void)
             append_optime_ref(&ref, "preImageOpTime", SBL_TS(1700000000, 12), -3);
         append_optime_ref(&ref, "prevOpTime", SBL_TS(1700000000, 9), 2);
         bson_reinit(&out);
-        sbl_repl_entry_build(&e, &out);
+        sbl_repl_entry_build(&e, &out, NULL);
         CHECK(out.len == ref.len && memcmp(bson_get_data(&out), bson_get_data(&ref), ref.len) == 0);
         bson_destroy(&ref);
     }
@@ -134,7 +134,7 @@ static void test_session_encoding(void)
     sbl_oplog_entry_t c = {.op = 'c', .ns = "admin.$cmd", .o = &o, .stmt = &st, .ts = 1,
                            .no_stmt_id = true};
     bson_reinit(&out);
-    sbl_repl_entry_build(&c, &out);
+    sbl_repl_entry_build(&c, &out, NULL);
     bson_iter_t it;
     CHECK(!bson_has_field(&out, "stmtId"));
     CHECK(bson_iter_init_find(&it, &out, "prevOpTime") && BSON_ITER_HOLDS_DOCUMENT(&it));
@@ -218,8 +218,13 @@ static void test_entry_bytes(void)
         if (stmt)
             append_optime_ref(&ref, "prevOpTime", SBL_TS(1700000000, 9), 4);
         bson_init(&out);
-        sbl_repl_entry_build(&e, &out);
+        sbl_doc_index_t ix, want;
+        sbl_repl_entry_build(&e, &out, &ix);
         CHECK(out.len == ref.len && memcmp(bson_get_data(&out), bson_get_data(&ref), ref.len) == 0);
+        sbl_doc_index_build(&want, &out); /* the index it gives is the walk's */
+        CHECK(ix.data == bson_get_data(&out) && ix.len == out.len && ix.n == want.n &&
+              memcmp(ix.at, want.at, want.n * sizeof(want.at[0])) == 0 &&
+              memcmp(ix.klen, want.klen, want.n) == 0);
         bson_destroy(&out);
         bson_destroy(&ref);
     }
@@ -507,12 +512,43 @@ static void test_entry_created_ns(void)
     }
 }
 
+/* The diff of an update: fields updated in place (the same keys in the same
+ * order, walked side by side), and fields removed, inserted or moved. */
+static void test_diff(void)
+{
+    static const char *cases[][3] = {
+        {"{\"_id\": 1, \"n\": 1, \"s\": {\"a\": 1, \"b\": 1}, \"a\": [1, 2], \"k\": \"x\"}",
+         "{\"_id\": 1, \"n\": 2, \"s\": {\"a\": 2, \"b\": 1}, \"a\": [1, 3], \"k\": \"x\"}",
+         "{\"u\": {\"n\": 2}, \"ss\": {\"u\": {\"a\": 2}}, \"sa\": {\"a\": true, \"u1\": 3}}"},
+        {"{\"_id\": 1, \"n\": 1}", "{\"_id\": 1, \"n\": 1}", "{}"},
+        {"{\"_id\": 1, \"n\": 1}", "{\"_id\": 1, \"n\": \"1\"}", "{\"u\": {\"n\": \"1\"}}"},
+        {"{\"_id\": 1, \"a\": 1, \"c\": 3}", "{\"_id\": 1, \"b\": 2, \"c\": 4}",
+         "{\"d\": {\"a\": false}, \"u\": {\"c\": 4}, \"i\": {\"b\": 2}}"},
+        {"{\"_id\": 1, \"a\": 1, \"b\": 2}", "{\"_id\": 1, \"b\": 2, \"a\": 1}", "{}"},
+        {"{}", "{\"_id\": 1}", "{\"i\": {\"_id\": 1}}"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        bson_error_t e;
+        bson_t *o = bson_new_from_json((const uint8_t *)cases[i][0], -1, &e);
+        bson_t *n = bson_new_from_json((const uint8_t *)cases[i][1], -1, &e);
+        bson_t *want = bson_new_from_json((const uint8_t *)cases[i][2], -1, &e);
+        bson_t got = BSON_INITIALIZER;
+        sbl_repl_diff(o, n, &got);
+        CHECK_MSG(bson_equal(&got, want), "diff case %zu", i);
+        bson_destroy(&got);
+        bson_destroy(o);
+        bson_destroy(n);
+        bson_destroy(want);
+    }
+}
+
 int main(void)
 {
     test_ts_next();
     test_entry_shape();
     test_session_encoding();
     test_entry_bytes();
+    test_diff();
     test_op_encoding();
     test_entry_created_ns();
     test_election_id_and_size();

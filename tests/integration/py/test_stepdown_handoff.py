@@ -8,6 +8,8 @@ failed."), so another member is elected when its election timeout passes.
 Three electable members, priority 1, electionTimeoutMillis 5000 (so that on a
 loaded host the hand-off, not a timeout, is what elects in the first test).
 """
+import time
+
 import pytest
 from pymongo.errors import OperationFailure
 from pymongo.write_concern import WriteConcern
@@ -111,3 +113,35 @@ def test_plain_step_up_runs_a_dry_run_first(rs):
         wait_for(lambda: d.admin.command("replSetStepUp")["ok"], timeout=60)
     assert the_primary(rs) is behind
     assert status(behind)["electionCandidateMetrics"]["lastElectionReason"] == "stepUpRequest"
+
+
+def test_an_election_does_not_wait_for_a_voter_it_cannot_reach(rs):
+    """A candidate asks the voters its heartbeats reach first, and one they do
+    not only while no majority said yes (mongod's VoteRequester asks all at
+    once and ends at a majority): a paused member (it accepts the connection
+    and never answers) first in the config held each phase (dry run,
+    election) for the request's 2 s timeout, so a failover across a
+    partition took 4 s more than its election timeout."""
+    paused = rs[0]
+    if state(paused) == 1:
+        with direct(rs[1]) as d:
+            wait_for(lambda: d.admin.command("replSetStepUp")["ok"], timeout=30)
+    p = the_primary(rs)
+    assert p is not paused
+    candidate = next(m for m in rs[1:] if m is not p)
+    with direct(p) as d:
+        d.t.c.with_options(write_concern=WriteConcern(w=3, wtimeout=30000)).insert_one({"y": 1})
+    paused.pause()
+    try:
+        host = "127.0.0.1:%d" % paused.port
+        wait_for(lambda: next(x["health"] for x in status(candidate)["members"]
+                              if x["name"] == host) == 0, timeout=30)
+        t0 = time.monotonic()
+        with direct(candidate) as d:
+            d.admin.command("replSetStepUp")
+        took = time.monotonic() - t0
+        assert state(candidate) == 1
+        # two phases behind the paused member took at least 2 x 2 s
+        assert took < 3.5, took
+    finally:
+        paused.resume()

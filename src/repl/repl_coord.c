@@ -536,8 +536,23 @@ int sbl_rs_dial(const char *host)
     /* The handshake, as a driver's, within the connect's timeout: a member
      * whose kernel accepts but which answers nothing (stopped, hung) fails
      * here in SBL_RS_CONNECT_MS, not in SBL_RS_SOCKET_MS at every report. */
-    bson_t hello = BSON_INITIALIZER, reply;
+    bson_t hello = BSON_INITIALIZER, reply, client, app, drv, os;
     BSON_APPEND_INT32(&hello, "hello", 1);
+    /* The metadata libmongoc sent for us: an application name starting with
+     * "sable-" marks another member's connection, which test fail points
+     * (failCommand) leave alone, as mongod's spare internal clients. */
+    BSON_APPEND_DOCUMENT_BEGIN(&hello, "client", &client);
+    BSON_APPEND_DOCUMENT_BEGIN(&client, "application", &app);
+    BSON_APPEND_UTF8(&app, "name", "sable-repl");
+    bson_append_document_end(&client, &app);
+    BSON_APPEND_DOCUMENT_BEGIN(&client, "driver", &drv);
+    BSON_APPEND_UTF8(&drv, "name", "sable-repl");
+    BSON_APPEND_UTF8(&drv, "version", SBL_VERSION);
+    bson_append_document_end(&client, &drv);
+    BSON_APPEND_DOCUMENT_BEGIN(&client, "os", &os);
+    BSON_APPEND_UTF8(&os, "type", "Linux");
+    bson_append_document_end(&client, &os);
+    bson_append_document_end(&hello, &client);
     bool ok = sbl_client_run(fd, "admin", &hello, NULL, &reply);
     bson_destroy(&reply);
     bson_destroy(&hello);

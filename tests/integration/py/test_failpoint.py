@@ -6,13 +6,14 @@ writeConcernError, blockConnection, appName.
 """
 
 import threading
+import time
 
 import pytest
 from pymongo.errors import AutoReconnect, OperationFailure
 from pymongo import WriteConcern
 
 import wire
-from sabled import Sabled
+from sabled import Sabled, set_members
 
 
 @pytest.fixture(scope="module")
@@ -164,3 +165,35 @@ def test_writes_with_unacknowledged_write_concern(client, db):
     assert db.c.find_one({"_id": 1}) is None  # failed, silently (w: 0)
     db.c.insert_one({"_id": 2})
     assert db.c.find_one({"_id": 2}) == {"_id": 2}
+
+
+def test_other_members_connections_are_left_alone():
+    """failCommand fails clients' commands, not another member's (mongod
+    spares its internal clients): the next getMore on the primary is to fail,
+    the secondary's fetcher sends one (a write it tails), and a client's
+    getMore after it is the one that fails.  The secondary's fetcher says so in its
+    handshake (application name sable-repl), on its own connection as it did
+    through libmongoc."""
+    from pymongo.errors import OperationFailure as OF
+    from test_replset3 import direct, state, wait_for
+    with set_members(2) as (p, s):
+        cfg = {"_id": "rs0", "members": [
+            {"_id": 0, "host": "127.0.0.1:%d" % p.port},
+            {"_id": 1, "host": "127.0.0.1:%d" % s.port, "priority": 0}]}
+        with direct(p) as d:
+            d.admin.command("replSetInitiate", cfg)
+        wait_for(lambda: state(p) == 1 and state(s) == 2, timeout=60)
+        with direct(p) as d:
+            w2 = WriteConcern(w=2, wtimeout=30000)
+            d.t.c.with_options(write_concern=w2).insert_many([{"i": i} for i in range(3)])
+            fail(d, {"times": 1}, failCommands=["getMore"], errorCode=2)
+            try:
+                # the secondary's getMore waiting now returns this entry, and
+                # it sends the next at once: that one must not take the failure
+                d.t.c.with_options(write_concern=w2).insert_one({"i": 3})
+                time.sleep(0.5)
+                with pytest.raises(OF) as ei:
+                    list(d.t.c.find(batch_size=1))
+                assert ei.value.code == 2
+            finally:
+                d.admin.command({"configureFailPoint": "failCommand", "mode": "off"})

@@ -159,6 +159,8 @@ void sbl_client_msg_build(const char *db, const bson_t *cmd, const bson_t *extra
 bool sbl_client_send(int fd, const char *db, const bson_t *cmd, const bson_t *extra,
                      int32_t *ridp);
 bool sbl_client_write(int fd, const uint8_t *p, size_t n);
+/* Read exactly n bytes (EINTR retried); false on EOF, error or timeout. */
+bool sbl_client_read(int fd, uint8_t *p, size_t n);
 int64_t sbl_client_msg_len(const uint8_t h[16], int32_t rid);
 bool sbl_client_msg_view(const uint8_t *body, size_t n, bson_t *view);
 bool sbl_client_msg_body(const uint8_t *body, size_t n, bson_t *reply);

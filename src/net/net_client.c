@@ -82,7 +82,7 @@ bool sbl_client_write(int fd, const uint8_t *p, size_t n)
     return true;
 }
 
-static bool read_all(int fd, uint8_t *p, size_t n)
+bool sbl_client_read(int fd, uint8_t *p, size_t n)
 {
     while (n > 0) {
         ssize_t r = recv(fd, p, n, 0);
@@ -196,13 +196,13 @@ bool sbl_client_msg_body(const uint8_t *r, size_t n, bson_t *reply)
 bool sbl_client_recv(int fd, int32_t rid, bson_t *reply)
 {
     uint8_t h[16];
-    if (!read_all(fd, h, 16))
+    if (!sbl_client_read(fd, h, 16))
         return false;
     int64_t len = sbl_client_msg_len(h, rid);
     if (len < 0)
         return false;
     uint8_t *r = malloc((size_t)len - 16);
-    bool ok = r != NULL && read_all(fd, r, (size_t)len - 16) &&
+    bool ok = r != NULL && sbl_client_read(fd, r, (size_t)len - 16) &&
               sbl_client_msg_body(r, (size_t)len - 16, reply);
     free(r);
     return ok;

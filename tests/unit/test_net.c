@@ -143,51 +143,19 @@ static int connect_to(int port)
     return fd;
 }
 
-static bool send_all(int fd, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    while (n > 0) {
-        ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return false;
-        b += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
-static bool recv_all(int fd, uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        /* EINTR here came with no signal delivered (strace shows none):
-         * signal(7) says a socket with SO_RCVTIMEO fails so after its
-         * process was stopped and continued */
-        ssize_t r = recv(fd, p, n, 0);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return false;
-        p += r;
-        n -= (size_t)r;
-    }
-    return true;
-}
-
 /* Receive one message into *out (malloc'd); returns its length, 0 on EOF/timeout. */
 static size_t recv_msg(int fd, uint8_t **out)
 {
     uint8_t h[4];
     *out = NULL;
-    if (!recv_all(fd, h, 4))
+    if (!sbl_client_read(fd, h, 4))
         return 0;
     int32_t len = rd32(h);
     if (len < 16)
         return 0;
     uint8_t *m = malloc((size_t)len);
     memcpy(m, h, 4);
-    if (!recv_all(fd, m + 4, (size_t)len - 4)) {
+    if (!sbl_client_read(fd, m + 4, (size_t)len - 4)) {
         free(m);
         return 0;
     }
@@ -230,7 +198,7 @@ static bool roundtrip(int fd, int32_t reqid, int async_ms)
     sbl_buf_t b;
     sbl_buf_init(&b);
     build_msg(&b, reqid, 0, body);
-    bool ok = send_all(fd, b.data, b.len);
+    bool ok = sbl_client_write(fd, b.data, b.len);
     uint8_t *m = NULL;
     size_t n = ok ? recv_msg(fd, &m) : 0;
     ok = n > 21 && rd32(m + 8) == reqid && rd32(m + 12) == SBL_OP_MSG;
@@ -270,7 +238,7 @@ static void test_basic(int port)
     sbl_buf_append_i32le(&b, -1);
     sbl_buf_append(&b, bson_get_data(q), q->len);
     sbl_buf_put_i32le(&b, 0, (int32_t)b.len);
-    CHECK(send_all(fd, b.data, b.len));
+    CHECK(sbl_client_write(fd, b.data, b.len));
     uint8_t *m;
     size_t n = recv_msg(fd, &m);
     CHECK(n > 36 && rd32(m + 8) == 99 && rd32(m + 12) == SBL_OP_REPLY && rd32(m + 32) == 1);
@@ -287,7 +255,7 @@ static void test_basic(int port)
     bson_t *body = BCON_NEW("ping", BCON_INT32(1), "$db", BCON_UTF8("test"));
     build_msg(&b, 500, SBL_MSG_MORE_TO_COME, body);
     build_msg(&b, 501, 0, body);
-    CHECK(send_all(fd, b.data, b.len));
+    CHECK(sbl_client_write(fd, b.data, b.len));
     n = recv_msg(fd, &m);
     CHECK(n > 0 && rd32(m + 8) == 501);
     free(m);
@@ -307,7 +275,7 @@ static void test_basic(int port)
     sbl_buf_append(&c, b.data + 16, b.len - 16);
     sbl_buf_put_i32le(&c, 0, (int32_t)c.len);
     c.data[24] = SBL_COMP_NOOP;
-    CHECK(send_all(fd, c.data, c.len));
+    CHECK(sbl_client_write(fd, c.data, c.len));
     n = recv_msg(fd, &m);
     CHECK(n > 0 && rd32(m + 8) == 600 && rd32(m + 12) == SBL_OP_MSG);
     free(m);
@@ -324,7 +292,7 @@ static void test_basic(int port)
     free(blob);
     sbl_buf_reset(&b);
     build_msg(&b, 700, 0, big);
-    CHECK(send_all(fd, b.data, b.len));
+    CHECK(sbl_client_write(fd, b.data, b.len));
     n = recv_msg(fd, &m);
     CHECK(n > 6 * 1024 * 1024 && rd32(m + 8) == 700);
     free(m);
@@ -350,7 +318,7 @@ static void test_pipeline(int port)
         build_msg(&b, 1000 + i, 0, body);
         bson_destroy(body);
     }
-    CHECK(send_all(fd, b.data, b.len));
+    CHECK(sbl_client_write(fd, b.data, b.len));
     int in_order = 0;
     for (int i = 0; i < N; i++) {
         uint8_t *m;
@@ -365,7 +333,7 @@ static void test_pipeline(int port)
     bson_t *body = BCON_NEW("ping", BCON_INT32(2000), "$db", BCON_UTF8("test"));
     build_msg(&b, 2000, 0, body);
     for (size_t i = 0; i < b.len; i++)
-        send_all(fd, b.data + i, 1);
+        sbl_client_write(fd, b.data + i, 1);
     uint8_t *m;
     CHECK(recv_msg(fd, &m) > 0 && rd32(m + 8) == 2000);
     free(m);
@@ -382,7 +350,7 @@ static void test_bad_clients(int port)
 
     uint8_t small[16] = {5, 0, 0, 0};
     int bad = connect_to(port);
-    CHECK(send_all(bad, small, sizeof(small)));
+    CHECK(sbl_client_write(bad, small, sizeof(small)));
     CHECK(peer_closed(bad));
     close(bad);
 
@@ -390,14 +358,14 @@ static void test_bad_clients(int port)
     int32_t v = SBL_MAX_MESSAGE_SIZE + 1;
     memcpy(huge, &v, 4);
     bad = connect_to(port);
-    CHECK(send_all(bad, huge, 4));
+    CHECK(sbl_client_write(bad, huge, 4));
     CHECK(peer_closed(bad));
     close(bad);
 
     /* Valid framing, unparseable content (legacy OP_INSERT). */
     uint8_t legacy[20] = {20, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0xd2, 0x07, 0, 0};
     bad = connect_to(port);
-    CHECK(send_all(bad, legacy, sizeof(legacy)));
+    CHECK(sbl_client_write(bad, legacy, sizeof(legacy)));
     CHECK(peer_closed(bad));
     close(bad);
 
@@ -408,7 +376,7 @@ static void test_bad_clients(int port)
     bson_t *body = BCON_NEW("ping", BCON_INT32(7), "$db", BCON_UTF8("t"), "async", BCON_INT32(30));
     build_msg(&b, 7, 0, body);
     sbl_buf_append(&b, legacy, sizeof(legacy));
-    CHECK(send_all(bad, b.data, b.len));
+    CHECK(sbl_client_write(bad, b.data, b.len));
     uint8_t *m;
     CHECK(recv_msg(bad, &m) > 0 && rd32(m + 8) == 7);
     free(m);
@@ -421,7 +389,7 @@ static void test_bad_clients(int port)
     bson_destroy(body);
     body = BCON_NEW("ping", BCON_INT32(8), "$db", BCON_UTF8("t"), "async", BCON_INT32(100));
     build_msg(&b, 8, 0, body);
-    CHECK(send_all(bad, b.data, b.len));
+    CHECK(sbl_client_write(bad, b.data, b.len));
     close(bad);
     sleep_ms(200);
 
@@ -441,7 +409,7 @@ static void test_bad_clients(int port)
     struct timeval stv = {0, 200000};
     setsockopt(bad, SOL_SOCKET, SO_SNDTIMEO, &stv, sizeof(stv));
     int sent = 0;
-    for (int i = 0; i < 200 && send_all(bad, b.data, b.len); i++)
+    for (int i = 0; i < 200 && sbl_client_write(bad, b.data, b.len); i++)
         sent++;
     CHECK(sent > 0);
     CHECK(roundtrip(good, 4, -1));
@@ -491,7 +459,7 @@ static void test_max_conns(void)
     sbl_buf_init(&b);
     bson_t *body = BCON_NEW("ping", BCON_INT32(9), "$db", BCON_UTF8("t"), "async", BCON_INT32(150));
     build_msg(&b, 9, 0, body);
-    CHECK(send_all(fds[2], b.data, b.len));
+    CHECK(sbl_client_write(fds[2], b.data, b.len));
     sleep_ms(30);
     sbl_net_stop();
     CHECK(peer_closed(fds[1]));

@@ -546,26 +546,16 @@ static void takes_drop(void)
     takes_doc = NULL;
 }
 
-bool sbl_rs_group_takes(const bson_t *e)
+/* Whether ns is a collection whose documents' entries may join a group
+ * (*cp: it, opened; NULL: no).  Catalogs and caches (users, roles, views,
+ * keys, sessions) are read by other threads at once: their entries commit
+ * alone, as before.  The collection must exist (the command would create
+ * one, a catalog change outside any transaction), not be capped (its own
+ * lock and eviction) nor time-series, and its changes write no pre-images
+ * (their collection may need creating). */
+static bool ns_takes_group(const char *ns, sbl_coll_t **cp)
 {
-    bson_iter_t it;
-    takes_drop();
-    if (pool.n > 0 || !bson_iter_init(&it, e))
-        return false;
-    const char *op = NULL, *ns = NULL;
-    while (bson_iter_next(&it) && (op == NULL || ns == NULL)) {
-        const char *k = bson_iter_key(&it);
-        if (k[0] == 'o' && k[1] == 'p' && k[2] == '\0' && BSON_ITER_HOLDS_UTF8(&it))
-            op = bson_iter_utf8(&it, NULL);
-        else if (k[0] == 'n' && k[1] == 's' && k[2] == '\0' && BSON_ITER_HOLDS_UTF8(&it))
-            ns = bson_iter_utf8(&it, NULL);
-    }
-    if (op == NULL || ns == NULL || op[1] != '\0' || strchr("iudn", op[0]) == NULL)
-        return false;
-    if (op[0] == 'n')
-        return true;
-    /* Catalogs and caches (users, roles, views, keys, sessions) are read by
-     * other threads at once: their entries commit alone, as before. */
+    *cp = NULL;
     const char *dot = strchr(ns, '.');
     if (dot == NULL || strncmp(dot + 1, "system.", 7) == 0)
         return false;
@@ -573,22 +563,96 @@ bool sbl_rs_group_takes(const bson_t *e)
     if ((dl == 5 && strncmp(ns, "admin", 5) == 0) || (dl == 6 && strncmp(ns, "config", 6) == 0) ||
         (dl == 5 && strncmp(ns, "local", 5) == 0))
         return false;
-    /* An existing collection (the command would create one, a catalog change
-     * outside any transaction), not capped (its own lock and eviction), not
-     * time-series, whose changes write no pre-images (their collection may
-     * need creating). */
     sbl_coll_t *c = NULL;
     sbl_err_t err;
+    bson_iter_t it;
     sbl_err_clear(&err);
     if (sbl_coll_open(sbl_session_get(), ns, false, &c, NULL, &err) != 0)
         return false;
     const bson_t *o = sbl_coll_options(c);
-    bool ok = !sbl_coll_capped(c, NULL, NULL) && !sbl_coll_dup_ids(c) &&
-              !(o != NULL && bson_iter_init_find(&it, o, "changeStreamPreAndPostImages"));
-    if (!ok) {
+    if (sbl_coll_capped(c, NULL, NULL) || sbl_coll_dup_ids(c) ||
+        (o != NULL && bson_iter_init_find(&it, o, "changeStreamPreAndPostImages"))) {
         sbl_coll_release(c);
         return false;
     }
+    *cp = c;
+    return true;
+}
+
+/* The op and ns of entry (or operation) it's document, whichever come first. */
+static void op_and_ns(bson_iter_t *it, const char **opp, const char **nsp)
+{
+    const char *op = NULL, *ns = NULL;
+    while ((op == NULL || ns == NULL) && bson_iter_next(it)) {
+        const char *k = bson_iter_key(it);
+        if (k[0] == 'o' && k[1] == 'p' && k[2] == '\0' && BSON_ITER_HOLDS_UTF8(it))
+            op = bson_iter_utf8(it, NULL);
+        else if (k[0] == 'n' && k[1] == 's' && k[2] == '\0' && BSON_ITER_HOLDS_UTF8(it))
+            ns = bson_iter_utf8(it, NULL);
+    }
+    *opp = op;
+    *nsp = ns;
+}
+
+/* Whether transaction entry e joins a group: a transaction of one entry,
+ * not prepared (its o is {applyOps: [...]} alone, what the commit of an
+ * unprepared transaction under 16 MB writes), whose operations are all
+ * documents' (i, u, d) in collections that take groups.  mongod's applier
+ * likewise takes such a transaction apart into its batch; here its
+ * operations stay together in the group's transaction, applied at the
+ * entry's ts, and its session record waits for the group's commit as a
+ * retryable write's does.  Anything else (a prepared or large transaction,
+ * a collection created inside one) is applied alone, as before. */
+static bool group_takes_txn(const bson_t *e)
+{
+    bson_iter_t it, o, ops, opi;
+    if (!sbl_doc_find_top(e, "o", &it) || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &o) || !bson_iter_next(&o) ||
+        strcmp(bson_iter_key(&o), "applyOps") != 0 || !BSON_ITER_HOLDS_ARRAY(&o) ||
+        !bson_iter_recurse(&o, &ops) || bson_iter_next(&o))
+        return false;
+    bool any = false;
+    while (bson_iter_next(&ops)) {
+        const char *op, *ns;
+        sbl_coll_t *c;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&ops) || !bson_iter_recurse(&ops, &opi))
+            return false;
+        op_and_ns(&opi, &op, &ns);
+        if (op == NULL || ns == NULL || op[1] != '\0' || strchr("iud", op[0]) == NULL ||
+            !ns_takes_group(ns, &c))
+            return false;
+        sbl_coll_release(c);
+        any = true;
+    }
+    return any;
+}
+
+/* The entry sbl_rs_group_takes took as a transaction's (applied by its
+ * operations, not as one document's entry). */
+static const bson_t *takes_txn;
+
+bool sbl_rs_group_takes(const bson_t *e)
+{
+    bson_iter_t it;
+    takes_drop();
+    takes_txn = NULL;
+    if (pool.n > 0 || !bson_iter_init(&it, e))
+        return false;
+    const char *op, *ns;
+    op_and_ns(&it, &op, &ns);
+    if (op == NULL || ns == NULL || op[1] != '\0' || strchr("iudnc", op[0]) == NULL)
+        return false;
+    if (op[0] == 'n')
+        return true;
+    if (op[0] == 'c') {
+        if (!group_takes_txn(e))
+            return false;
+        takes_txn = e;
+        return true;
+    }
+    sbl_coll_t *c;
+    if (!ns_takes_group(ns, &c))
+        return false;
     takes_coll = c;
     takes_doc = e;
     return true;
@@ -648,8 +712,9 @@ static int group_note_record(sbl_session_t *s, const bson_t *doc, bool *notedp, 
         return 0;
     bson_iter_document(&it, &lsid_len, &lsid);
     bool txn = sbl_doc_find_top(doc, "txnNumber", &it) && BSON_ITER_HOLDS_NUMBER(&it);
+    /* a write, or a transaction's commit (the only c entries a group takes) */
     bool write = sbl_doc_find_top(doc, "op", &it) && BSON_ITER_HOLDS_UTF8(&it) &&
-                 strchr("iud", bson_iter_utf8(&it, NULL)[0]) != NULL; /* not n, c */
+                 strchr("iudc", bson_iter_utf8(&it, NULL)[0]) != NULL; /* not n */
     size_t k = 0, lsid_off = group.cur_off + (size_t)(lsid - bson_get_data(doc));
     while (k < group.nsess && (group.sess_lsid_len[k] != lsid_len ||
                                memcmp(group.buf + group.sess_lsid[k], lsid, lsid_len) != 0))
@@ -705,7 +770,36 @@ static bool group_keep(const bson_t *e)
     return true;
 }
 
-static int group_apply(const bson_t *e, sbl_coll_t *c, sbl_err_t *err)
+/* Transaction entry e's operations (group_takes_txn took it) in the open
+ * group, at e's ts: the first change's observer writes e in our oplog,
+ * else (every operation found done: e replayed) it is written here.  An
+ * operation that needs the command path fails the group, which then runs
+ * again one entry at a time (e through repl_sync.c's apply_txn_entry). */
+static int group_apply_txn(sbl_session_t *s, const bson_t *e, sbl_err_t *err)
+{
+    bson_iter_t it, o, ops;
+    if (!sbl_doc_find_top(e, "o", &it) || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &o) || !bson_iter_find(&o, "applyOps") ||
+        !BSON_ITER_HOLDS_ARRAY(&o) || !bson_iter_recurse(&o, &ops))
+        return sbl_err_set(err, SBL_E_InternalError, "a grouped transaction entry is damaged");
+    sbl_repl_applying = e;
+    sbl_repl_applied_written = false;
+    int rc = 0;
+    while (rc == 0 && bson_iter_next(&ops)) {
+        bson_t op;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&ops) || !sbl_iter_doc(&ops, &op))
+            rc = sbl_err_set(err, SBL_E_InternalError, "a grouped transaction entry is damaged");
+        else if ((rc = sbl_rs_apply_txn_op(&op, err)) == SBL_RS_NOT_DIRECT)
+            rc = sbl_err_set(err, SBL_E_WriteConflict, "a transaction's operation needs the "
+                             "command path: the group again, one entry at a time");
+    }
+    if (rc == 0 && !sbl_repl_applied_written)
+        rc = sbl_oplog_append_raw(s, e, err);
+    sbl_repl_applying = NULL;
+    return rc;
+}
+
+static int group_apply(const bson_t *e, sbl_coll_t *c, bool txn, sbl_err_t *err)
 {
     sbl_session_t *s = sbl_session_get();
     if (s == NULL)
@@ -732,7 +826,9 @@ static int group_apply(const bson_t *e, sbl_coll_t *c, sbl_err_t *err)
         group.cur = e;
         group.cur_off = group.len - e->len;
         group.last_ts = ts;
-        if ((rc = sbl_rs_apply_direct_in(e, c, err)) == SBL_RS_NOT_DIRECT)
+        if (txn)
+            rc = group_apply_txn(s, e, err);
+        else if ((rc = sbl_rs_apply_direct_in(e, c, err)) == SBL_RS_NOT_DIRECT)
             rc = sbl_rs_apply_entry_ahead(e, err); /* any failure: rc */
         group.cur = NULL;
     }
@@ -749,8 +845,9 @@ static int group_apply(const bson_t *e, sbl_coll_t *c, sbl_err_t *err)
 
 int sbl_rs_group_apply(const bson_t *e, sbl_err_t *err)
 {
-    int rc = group_apply(e, e == takes_doc ? takes_coll : NULL, err);
+    int rc = group_apply(e, e == takes_doc ? takes_coll : NULL, e == takes_txn, err);
     takes_drop();
+    takes_txn = NULL;
     return rc;
 }
 

@@ -370,3 +370,91 @@ def test_grouped_insert_of_a_document_already_there_replaces_it(rs1):
         assert d.t.again.count_documents({"_id": "dup"}) == 1
         assert [(e["ts"], e["o"]["_id"]) for e in
                 d.local.oplog.rs.find({"ns": "t.again", "op": "i"})] == entries
+
+
+def test_grouped_transactions_apply_whole_with_their_session_records(rs1):
+    """An unprepared transaction's single applyOps entry joins a group like a
+    document's entry (its operations at the entry's ts, its session record
+    written once per group, at the commit): 6 threads move amounts between
+    10 accounts in transactions (an update of each, an insert of a log
+    line, now and then a delete) and write retryably in the same sessions,
+    with the secondary paused so that groups hold many of them; beside them,
+    transactions the group must leave to the serial applier (one creating
+    a collection, one on a collection with pre-images).  While the secondary
+    catches up, each read of the accounts on it sees the same total (a
+    transaction is never half applied); afterwards its documents, dbHash,
+    oplog and session records (txnNum, lastWriteOpTime, state) are the
+    primary's."""
+    p, s = rs1
+    w1, w2 = WriteConcern(w=1), WriteConcern(w=2, wtimeout=60000)
+    with direct(p) as d:
+        d.t.acct.with_options(write_concern=w2).insert_many(
+            [{"_id": i, "bal": 1000} for i in range(10)])
+        d.t.create_collection("imaged", changeStreamPreAndPostImages={"enabled": True})
+        d.t.imaged.with_options(write_concern=w2).insert_one({"_id": 0, "n": 0})
+        start = d.local.oplog.rs.find_one(sort=[("$natural", -1)])["ts"]
+    errors = []
+
+    def mover(k):
+        try:
+            with direct(p) as d:
+                acct = d.t.acct.with_options(write_concern=w1)
+                log = d.t.txlog.with_options(write_concern=w1)
+                with d.start_session(causal_consistency=False) as ses:
+                    for i in range(60):
+                        a, b = (k + i) % 10, (k * 3 + i + 1) % 10
+                        if a == b:
+                            b = (b + 1) % 10
+
+                        def move(ses, a=a, b=b, i=i):   # again on a write conflict
+                            acct.update_one({"_id": a}, {"$inc": {"bal": -7}}, session=ses)
+                            acct.update_one({"_id": b}, {"$inc": {"bal": 7}}, session=ses)
+                            log.insert_one({"_id": "%d-%d" % (k, i), "a": a, "b": b},
+                                           session=ses)
+                            if i % 5 == 4:
+                                log.delete_one({"_id": "%d-%d" % (k, i - 2)}, session=ses)
+                        ses.with_transaction(move, write_concern=w1)
+                        if i % 4 == 0:   # a retryable write of the same session
+                            log.insert_one({"_id": "r%d-%d" % (k, i)}, session=ses)
+        except Exception as e:   # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    s.signal(signal.SIGSTOP)
+    try:
+        threads = [threading.Thread(target=mover, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        with direct(p) as d, d.start_session() as ses:
+            with ses.start_transaction(write_concern=w1):   # creates a collection
+                d.t.made_in_txn.insert_one({"_id": 1}, session=ses)
+            with ses.start_transaction(write_concern=w1):   # writes a pre-image
+                d.t.imaged.update_one({"_id": 0}, {"$inc": {"n": 1}}, session=ses)
+                d.t.acct.update_one({"_id": 0}, {"$inc": {"bal": 0}}, session=ses)
+        for t in threads:
+            t.join(180)
+    finally:
+        s.signal(signal.SIGCONT)
+    assert errors == []
+    totals = []
+    with direct(p) as d:
+        d.t.acct.with_options(write_concern=w2).update_one({"_id": 0}, {"$inc": {"bal": 0}})
+        last = d.local.oplog.rs.find_one(sort=[("$natural", -1)])["ts"]
+    with direct(s) as d:   # reads while it catches up (it may already have)
+        for _ in range(50):
+            totals.append(sum(x["bal"] for x in d.t.acct.find()))
+    assert set(totals) == {10000}
+    with direct(p) as d:
+        want = {n: list(d.t[n].find().sort("_id", 1)) for n in ("acct", "txlog", "made_in_txn",
+                                                                "imaged")}
+        hashes = d.t.command("dbHash", collections=list(want))["collections"]
+        span = {"ts": {"$gt": start, "$lte": last}}
+        entries = [(e["ts"], e["op"], e["ns"]) for e in d.local.oplog.rs.find(span)]
+        records = sorted((str(r["_id"]["id"]), r["txnNum"], r["lastWriteOpTime"], r.get("state"))
+                         for r in d.config.transactions.find())
+    assert sum(1 for e in entries if e[1] == "c") >= 6 * 60
+    with direct(s) as d:
+        assert {n: list(d.t[n].find().sort("_id", 1)) for n in want} == want
+        assert d.t.command("dbHash", collections=list(want))["collections"] == hashes
+        assert [(e["ts"], e["op"], e["ns"]) for e in d.local.oplog.rs.find(span)] == entries
+        assert sorted((str(r["_id"]["id"]), r["txnNum"], r["lastWriteOpTime"], r.get("state"))
+                      for r in d.config.transactions.find()) == records

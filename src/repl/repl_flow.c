@@ -26,7 +26,8 @@
  *
  * The parameter table below also holds the sync source rules' three
  * (maxSyncSourceLagSecs, changeSyncSourceThresholdMillis,
- * maxNumSyncSourceChangesPerHour; sbl_rs_sync_params): one table, one parser,
+ * maxNumSyncSourceChangesPerHour; sbl_rs_sync_params) and the applier's
+ * oplogBatchDelayMillis (sbl_rs_batch_delay_ms): one table, one parser,
  * one getParameter/setParameter path for replication's parameters.
  */
 #include "repl/repl_int.h"
@@ -59,7 +60,7 @@ typedef struct param {
 
 enum { P_ENABLED, P_TARGET_LAG, P_THRESHOLD, P_MAX_SAMPLES, P_SAMPLE_PERIOD, P_MIN_TICKETS,
        P_WARN_S, P_DECAY, P_FUDGE, P_ADDER, P_MULTIPLIER, P_SYNC_LAG, P_SYNC_THRESHOLD,
-       P_SYNC_CHANGES, P_COUNT };
+       P_SYNC_CHANGES, P_BATCH_DELAY, P_COUNT };
 
 static param_t params[P_COUNT] = {
     [P_ENABLED] = {"enableFlowControl", P_BOOL, false, B_NONE, 0, 0, 1},
@@ -79,6 +80,8 @@ static param_t params[P_COUNT] = {
                           SBL_RS_SYNC_PING_THRESHOLD_MS},
     [P_SYNC_CHANGES] = {"maxNumSyncSourceChangesPerHour", P_INT, false, B_GT, 0, 0,
                         SBL_RS_SYNC_CHANGES_PER_HOUR},
+    /* the applier's (repl_sync.c) */
+    [P_BATCH_DELAY] = {"oplogBatchDelayMillis", P_INT, false, B_GTE, 0, 0, 0},
 };
 
 static double pv(int i)
@@ -194,6 +197,11 @@ void sbl_repl_flow_append_all_parameters(bson_t *r)
         if (!bson_iter_init_find(&dup, r, params[i].name))
             append_value(r, params[i].name, &params[i], pv(i));
     }
+}
+
+int64_t sbl_rs_batch_delay_ms(void)
+{
+    return (int64_t)pv(P_BATCH_DELAY);
 }
 
 void sbl_rs_sync_params(sbl_rs_sync_params_t *p)

@@ -341,6 +341,10 @@ typedef struct sbl_rs_sync_params {
 } sbl_rs_sync_params_t;
 /* The parameters in force (repl_flow.c). */
 void sbl_rs_sync_params(sbl_rs_sync_params_t *p);
+/* oplogBatchDelayMillis (repl_flow.c's table): how long after the applier
+ * starts a batch it waits for more entries before it ends the batch (0: it
+ * ends one whenever nothing fetched is waiting). */
+int64_t sbl_rs_batch_delay_ms(void);
 typedef struct sbl_rs_candidate {
     bool up;
     int state;
@@ -879,6 +883,11 @@ sbl_rs_fetcher_t *sbl_rs_fetcher_start(const char *host, uint64_t from_ts);
 int sbl_rs_fetcher_next(sbl_rs_fetcher_t *f, const bson_t **docp);
 void sbl_rs_fetched_free(const bson_t *doc);
 bool sbl_rs_fetcher_queued(sbl_rs_fetcher_t *f);
+/* Sleep until until_us (sbl_now_us) while entries may still come: not woken
+ * by each one queued (the point is to take many at once), but by a stop,
+ * the fetcher's end, or a full queue seen on the way; whether anything is
+ * queued then. */
+bool sbl_rs_fetcher_wait_more(sbl_rs_fetcher_t *f, int64_t until_us);
 void sbl_rs_fetcher_stop(sbl_rs_fetcher_t *f);
 
 /* repl_monitor.c: count an applied entry (opcountersRepl), a batch applied;

@@ -668,6 +668,21 @@ static int end_group(sbl_rs_reporter_t *reporter, sbl_err_t *err)
     return rc;
 }
 
+/* oplogBatchDelayMillis: the batch the applier began at from_us may take
+ * entries until that long after it began (mongod's batcher, which ends a
+ * batch at the delay's end however many entries came; its cap is the
+ * batcher's 1 s wait for data).  Whether entries came meanwhile (the batch
+ * goes on); false at once with no delay, past the delay, or on a delayed
+ * member (secondaryDelaySecs sets its own pace). */
+static bool batch_delay_wait(sbl_rs_fetcher_t *f, int64_t from_us)
+{
+    int64_t d = sbl_rs_batch_delay_ms();
+    if (d <= 0 || delay_ms() > 0)
+        return false;
+    int64_t until = from_us + (d < 1000 ? d : 1000) * 1000;
+    return sbl_now_us() < until && sbl_rs_fetcher_wait_more(f, until);
+}
+
 /* Entries applied without the queue running dry before the applier looks
  * at its sync source (and its own state: shutdown, a step-up) again. */
 #define RELOOK_ENTRIES 1000
@@ -713,6 +728,7 @@ static void sync_from(const char *host)
     if (abort_txns != NULL)
         abort_txns(false); /* none may commit here now; their writes would block ours */
     int64_t batch_us = 0; /* when the entries being applied started coming (0: none) */
+    int64_t batch_from_us = 0; /* when the applier began the batch (oplogBatchDelayMillis) */
     while (!ended && still_syncing_from(host)) {
         int n = 0, looked = 0;
         for (;;) {
@@ -725,8 +741,15 @@ static void sync_from(const char *host)
             }
             doc = NULL;
             /* All fetched is applied (or a long stretch of it, while the
-             * fetcher keeps up with us): commit, look again. */
-            if (!sbl_rs_fetcher_queued(fetcher) || n - looked >= RELOOK_ENTRIES) {
+             * fetcher keeps up with us): commit, look again.  With
+             * oplogBatchDelayMillis (mongod's, default 0), a batch under way
+             * first waits until that long after the applier began it for
+             * more entries (fewer, larger batches: one journal flush and
+             * one report for many entries, at the cost of that much lag). */
+            bool dry = !sbl_rs_fetcher_queued(fetcher);
+            if (dry && batch_us != 0 && n - looked < RELOOK_ENTRIES)
+                dry = !batch_delay_wait(fetcher, batch_from_us);
+            if (dry || n - looked >= RELOOK_ENTRIES) {
                 looked = n;
                 if (end_group(reporter, &err) != 0) {
                     apply_failed(&err);
@@ -737,6 +760,7 @@ static void sync_from(const char *host)
                     sbl_rs_count_batch();
                 }
                 batch_us = 0;
+                batch_from_us = sbl_now_us();
                 if (n > 0 && !still_syncing_from(host))
                     goto out;
             }

@@ -21,6 +21,7 @@ import os
 import signal
 import tempfile
 import threading
+import time
 
 import pytest
 from pymongo.errors import OperationFailure
@@ -458,3 +459,47 @@ def test_grouped_transactions_apply_whole_with_their_session_records(rs1):
         assert [(e["ts"], e["op"], e["ns"]) for e in d.local.oplog.rs.find(span)] == entries
         assert sorted((str(r["_id"]["id"]), r["txnNum"], r["lastWriteOpTime"], r.get("state"))
                       for r in d.config.transactions.find()) == records
+
+
+def test_oplog_batch_delay_makes_fewer_larger_batches(rs1):
+    """oplogBatchDelayMillis (mongod's; 0 by default, >= 0, set at start-up or
+    run time): a batch the applier began takes entries until that long after
+    it began, so entries that come one by one are applied, flushed and
+    reported together, and each waits at most that long (1 s at most, the
+    cap of mongod's batcher).  A burst of 60 inserts, one every 15 ms:
+    without a delay the secondary applies them in many batches; with 1 s,
+    in a few."""
+    p, s = rs1
+    with direct(s) as d:
+        assert d.admin.command("getParameter", 1, oplogBatchDelayMillis=1)[
+            "oplogBatchDelayMillis"] == 0
+        with pytest.raises(OperationFailure) as e:
+            d.admin.command("setParameter", 1, oplogBatchDelayMillis=-1)
+        assert e.value.code == 2
+
+    def burst(tag):
+        with direct(p) as d:
+            c = d.t.delayed
+            c.with_options(write_concern=WriteConcern(w=2, wtimeout=30000)).insert_one(
+                {"_id": tag + "-start"})
+            before = apply_metrics(s)["batches"]["num"]
+            for i in range(60):
+                c.with_options(write_concern=WriteConcern(w=1)).insert_one(
+                    {"_id": "%s-%d" % (tag, i)})
+                time.sleep(0.015)
+            c.with_options(write_concern=WriteConcern(w=2, wtimeout=30000)).insert_one(
+                {"_id": tag + "-end"})
+        with direct(s) as d:
+            assert d.t.delayed.count_documents({"_id": {"$regex": "^%s-" % tag}}) == 62
+        return apply_metrics(s)["batches"]["num"] - before
+
+    without = burst("none")
+    with direct(s) as d:
+        d.admin.command("setParameter", 1, oplogBatchDelayMillis=1000)
+    try:
+        with_delay = burst("delay")
+    finally:
+        with direct(s) as d:
+            d.admin.command("setParameter", 1, oplogBatchDelayMillis=0)
+    assert without >= 20, without
+    assert with_delay <= 4, (without, with_delay)

@@ -1,0 +1,193 @@
+"""
+TLS between replica set members, as mongod has it: with --tlsMode preferTLS
+or requireTLS a member's own connections to the others (heartbeats, initial
+sync, the oplog fetcher, position reports) use TLS too, presenting
+--tlsClusterFile (else --tlsCertificateKeyFile) and checking the member
+dialed against --tlsCAFile and its address; those who connect are checked
+against --tlsClusterCAFile (else --tlsCAFile).  With a keyFile members still
+authenticate as __system over the TLS connection.
+
+Certificates are made with the openssl CLI at test time: a CA with a server
+certificate (SAN 127.0.0.1, localhost) and a client certificate, a second
+"cluster" CA with a member certificate, and a rogue CA nobody trusts.
+Without TLS on member connections none of these sets can form: requireTLS
+members drop a plaintext peer.
+"""
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pymongo
+import pytest
+from pymongo.errors import PyMongoError
+from pymongo.write_concern import WriteConcern
+
+from sabled import Sabled
+from test_tls import wait_port
+
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI missing")
+
+SETTINGS = {"electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500}
+KEY = "c2FibGUtdGxzLXRlc3Qta2V5LWZvci1tZW1iZXJz"
+
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, capture_output=True)
+
+
+def _ca(d, name):
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout",
+             name + ".key", "-out", name + ".pem", "-subj", "/CN=Sable Test " + name, cwd=d)
+
+
+def _cert(d, name, ca, cn):
+    """name.pem: a certificate signed by ca (SAN 127.0.0.1 and localhost) and its key."""
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", name + ".key", "-out",
+             name + ".csr", "-subj", "/O=Sable/CN=" + cn, cwd=d)
+    _openssl("x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem", "-CAkey", ca + ".key",
+             "-CAcreateserial", "-days", "2", "-out", name + ".crt", "-extfile", "san.ext", cwd=d)
+    with open(os.path.join(d, name + ".pem"), "w") as out:
+        for part in (name + ".crt", name + ".key"):
+            with open(os.path.join(d, part)) as f:
+                out.write(f.read())
+
+
+@pytest.fixture(scope="module")
+def certs():
+    d = tempfile.mkdtemp(prefix="sable-rstls-")
+    try:
+        with open(os.path.join(d, "san.ext"), "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        for ca in ("ca", "cluster-ca", "rogue-ca"):
+            _ca(d, ca)
+        _cert(d, "server", "ca", "127.0.0.1")
+        _cert(d, "client", "ca", "sable-client")
+        _cert(d, "member", "cluster-ca", "127.0.0.1")
+        _cert(d, "rogue", "rogue-ca", "127.0.0.1")
+        with open(os.path.join(d, "key"), "w") as f:
+            f.write(KEY + "\n")
+        os.chmod(os.path.join(d, "key"), 0o600)
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def member_args(certs, mode="requireTLS", cert="server", cluster=None, cluster_ca=None):
+    args = ["--replSet", "rs0", "--oplogSizeMB", "16", "--keyFile", os.path.join(certs, "key"),
+            "--tlsMode", mode, "--tlsCertificateKeyFile", os.path.join(certs, cert + ".pem"),
+            "--tlsCAFile", os.path.join(certs, "ca.pem")]
+    if cluster is not None:
+        args += ["--tlsClusterFile", os.path.join(certs, cluster + ".pem")]
+    if cluster_ca is not None:
+        args += ["--tlsClusterCAFile", os.path.join(certs, cluster_ca + ".pem")]
+    return args
+
+
+def start(args):
+    s = Sabled()
+    try:
+        # wait=False: the readiness probe speaks plaintext, which requireTLS refuses
+        s.start(args, wait=False)
+        wait_port(s)
+    except BaseException:
+        s.cleanup()
+        raise
+    return s
+
+
+def client(certs, m, **kw):
+    """A TLS client of member m with the root user (the localhost exception
+    creates it on the first member)."""
+    kw.setdefault("directConnection", True)
+    kw.setdefault("serverSelectionTimeoutMS", 10000)
+    return pymongo.MongoClient("127.0.0.1", m.port, tls=True,
+                               tlsCAFile=os.path.join(certs, "ca.pem"),
+                               tlsCertificateKeyFile=os.path.join(certs, "client.pem"), **kw)
+
+
+def admin_client(certs, m, **kw):
+    return client(certs, m, username="admin", password="pw", authSource="admin", **kw)
+
+
+def wait_for(fn, timeout=60, what="condition"):
+    end = time.time() + timeout
+    while True:
+        try:
+            v = fn()
+            if v:
+                return v
+        except PyMongoError:
+            pass
+        assert time.time() < end, "timed out waiting for " + what
+        time.sleep(0.25)
+
+
+def host(m):
+    return "127.0.0.1:%d" % m.port
+
+
+def initiate(certs, members):
+    """Initiate rs0 on members[0], create the root user there; the primary."""
+    cfg = {"_id": "rs0", "settings": SETTINGS,
+           "members": [{"_id": i, "host": host(m)} for i, m in enumerate(members)]}
+    with client(certs, members[0]) as c:
+        c.admin.command("replSetInitiate", cfg)
+        wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), what="a primary")
+        c.admin.command("createUser", "admin", pwd="pw", roles=["root"])
+    return members[0]
+
+
+def states(certs, m):
+    with admin_client(certs, m) as c:
+        st = c.admin.command("replSetGetStatus")
+    return {x["name"]: x for x in st["members"]}
+
+
+def healthy_set(certs, members):
+    def ok():
+        st = states(certs, members[0])
+        names = sorted(x["stateStr"] for x in st.values())
+        return names == ["PRIMARY", "SECONDARY", "SECONDARY"]
+    wait_for(ok, what="PRIMARY, SECONDARY, SECONDARY")
+
+
+def has_doc(certs, m, doc_id):
+    with admin_client(certs, m) as c:
+        return c.get_database("t", read_preference=pymongo.ReadPreference.SECONDARY_PREFERRED)\
+                .c.find_one({"_id": doc_id}) is not None
+
+
+@pytest.fixture
+def members():
+    ms = []
+    yield ms
+    for m in ms:
+        m.cleanup()
+
+
+def test_require_tls_set_forms_replicates_and_catches_up(certs, members):
+    members += [start(member_args(certs)) for _ in range(3)]
+    initiate(certs, members)
+    healthy_set(certs, members)
+    uri = "mongodb://admin:pw@%s/?replicaSet=rs0&authSource=admin" % ",".join(
+        host(m) for m in members)
+    with pymongo.MongoClient(uri, tls=True, tlsCAFile=os.path.join(certs, "ca.pem"),
+                             tlsCertificateKeyFile=os.path.join(certs, "client.pem"),
+                             serverSelectionTimeoutMS=20000) as c:
+        coll = c.t.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=30000))
+        coll.insert_one({"_id": 1})
+        for m in members:
+            wait_for(lambda: has_doc(certs, m, 1), what="doc 1 on every member")
+        # a secondary stopped misses writes, then catches up over TLS
+        lagger = members[2]
+        lagger.stop()
+        c.t.get_collection("c", write_concern=WriteConcern(w=2, wtimeout=30000)).insert_many(
+            [{"_id": i} for i in range(2, 102)])
+        lagger.start(lagger.extra_args, port=lagger.port, wait=False)
+        wait_port(lagger)
+        wait_for(lambda: has_doc(certs, lagger, 101), what="the restarted member to catch up")
+        # member connections really are TLS: a plaintext peer is dropped
+        text = "".join(m.log_text() for m in members)
+        assert "TLS handshake with another member failed" not in text

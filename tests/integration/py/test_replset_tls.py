@@ -191,3 +191,66 @@ def test_require_tls_set_forms_replicates_and_catches_up(certs, members):
         # member connections really are TLS: a plaintext peer is dropped
         text = "".join(m.log_text() for m in members)
         assert "TLS handshake with another member failed" not in text
+
+
+def member_state(certs, primary, m):
+    return states(certs, primary).get(host(m), {})
+
+
+def test_cluster_file_is_what_a_member_presents(certs, members):
+    # Those who connect are checked against the cluster CA (tlsClusterCAFile):
+    # members 0 and 1 present their cluster-CA certificate (tlsClusterFile) and
+    # form a majority; member 2 has none, presents its server certificate
+    # (signed by the other CA), and stays out.
+    good = dict(cluster="member", cluster_ca="cluster-ca")
+    extra = ["--tlsAllowConnectionsWithoutCertificates"]  # the test's client has none
+    members += [start(member_args(certs, **good) + extra) for _ in range(2)]
+    members.append(start(member_args(certs, cluster_ca="cluster-ca") + extra))
+    cfg = {"_id": "rs0", "settings": SETTINGS,
+           "members": [{"_id": i, "host": host(m)} for i, m in enumerate(members)]}
+
+    def plain_tls(m, **kw):
+        return pymongo.MongoClient("127.0.0.1", m.port, tls=True, directConnection=True,
+                                   tlsCAFile=os.path.join(certs, "ca.pem"),
+                                   serverSelectionTimeoutMS=10000, **kw)
+    with plain_tls(members[0]) as c:
+        c.admin.command("replSetInitiate", cfg)
+        wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), what="a primary")
+        c.admin.command("createUser", "admin", pwd="pw", roles=["root"])
+    with plain_tls(members[0], username="admin", password="pw") as c:
+        c.t.get_collection("c", write_concern=WriteConcern(w=2, wtimeout=30000)).insert_one(
+            {"_id": 1})
+        # member 2 cannot fetch the config; it says so once per member, and
+        # the others log the certificate they refused
+        wait_for(lambda: members[2].log_text().count("Could not fetch the config") == 2,
+                 what="member 2 to log its refused connections")
+        assert "certificate verify failed" in members[0].log_text()
+        st = {x["name"]: x for x in c.admin.command("replSetGetStatus")["members"]}
+        assert st[host(members[1])]["stateStr"] == "SECONDARY"
+        assert st[host(members[2])]["stateStr"] != "SECONDARY"
+    with plain_tls(members[2]) as c:  # never got the config, nor the data
+        hello = c.admin.command("hello")
+        assert not hello.get("secondary") and not hello.get("isWritablePrimary")
+
+
+def test_prefer_tls_set_and_a_rejected_member_is_down(certs, members):
+    # member 2's certificate is signed by a CA the others do not trust: they
+    # see it down, promptly, while the other two form the set
+    members += [Sabled().start(member_args(certs, mode="preferTLS")) for _ in range(2)]
+    members.append(Sabled().start(member_args(certs, mode="preferTLS", cert="rogue")))
+    p = initiate(certs, members)
+
+    def down():
+        m = member_state(certs, p, members[2])
+        return m.get("health") == 0 and m.get("stateStr") == "(not reachable/healthy)"
+    wait_for(down, what="member 2 seen down")
+    wait_for(lambda: member_state(certs, p, members[1]).get("stateStr") == "SECONDARY",
+             what="member 1 SECONDARY")
+    t0 = time.time()
+    with admin_client(certs, p) as c:
+        c.t.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=30000))\
+            .insert_one({"_id": 1})
+        c.admin.command("replSetGetStatus")
+    assert time.time() - t0 < 10
+    assert has_doc(certs, members[1], 1)
+    assert all(m.is_running() for m in members)

@@ -254,3 +254,7 @@ def test_prefer_tls_set_and_a_rejected_member_is_down(certs, members):
     assert time.time() - t0 < 10
     assert has_doc(certs, members[1], 1)
     assert all(m.is_running() for m in members)
+    # the primary said once why it sees member 2 down
+    lines = [l for l in p.log_text().splitlines()
+             if "Member is in new state" in l and host(members[2]) in l]
+    assert len(lines) == 1 and "not reachable" in lines[0], lines

@@ -258,3 +258,31 @@ def test_prefer_tls_set_and_a_rejected_member_is_down(certs, members):
     lines = [l for l in p.log_text().splitlines()
              if "Member is in new state" in l and host(members[2]) in l]
     assert len(lines) == 1 and "not reachable" in lines[0], lines
+
+
+def test_sharded_cluster_over_tls(certs):
+    # config server, two shards and the router, all requireTLS with a keyFile
+    # (sable-cluster passes the options on and speaks TLS itself): a find
+    # through the router reaches both shards
+    import sharded
+    if not os.path.exists(sharded.ROUTER):
+        pytest.skip("sable-router not built")
+    tls = ["--tlsMode=requireTLS", "--tlsCertificateKeyFile=" + os.path.join(certs, "server.pem"),
+           "--tlsCAFile=" + os.path.join(certs, "ca.pem")]
+    with sharded.cluster("sable-shtls-", router_args=tls,
+                         launcher_args=["--keyfile", os.path.join(certs, "key"), "--user",
+                                        "admin", "--password", "pw"]
+                         + ["--sabled-arg=" + a for a in tls]) as cl:
+        with pymongo.MongoClient("127.0.0.1", cl["router"], tls=True,
+                                 tlsCAFile=os.path.join(certs, "ca.pem"),
+                                 tlsCertificateKeyFile=os.path.join(certs, "client.pem"),
+                                 username="admin", password="pw",
+                                 serverSelectionTimeoutMS=20000) as c:
+            c.admin.command("enableSharding", "t")
+            c.admin.command("shardCollection", "t.c", key={"_id": "hashed"})
+            c.t.c.insert_many([{"_id": i} for i in range(200)])
+            assert c.t.c.count_documents({}) == 200
+            assert c.t.c.find_one({"_id": 7}) == {"_id": 7}
+            assert sorted(d["_id"] for d in c.t.c.find({"_id": {"$lt": 5}})) == list(range(5))
+            shards = {d["shard"] for d in c.config.chunks.find()}
+            assert len(shards) == 2

@@ -8,8 +8,9 @@ against --tlsClusterCAFile (else --tlsCAFile).  With a keyFile members still
 authenticate as __system over the TLS connection.
 
 Certificates are made with the openssl CLI at test time: a CA with a server
-certificate (SAN 127.0.0.1, localhost) and a client certificate, a second
-"cluster" CA with a member certificate, and a rogue CA nobody trusts.
+certificate (SAN 127.0.0.1, localhost), one that names another host, and a
+client certificate; a second "cluster" CA with a member certificate; and a
+rogue CA nobody trusts.
 Without TLS on member connections none of these sets can form: requireTLS
 members drop a plaintext peer.
 """
@@ -42,12 +43,13 @@ def _ca(d, name):
              name + ".key", "-out", name + ".pem", "-subj", "/CN=Sable Test " + name, cwd=d)
 
 
-def _cert(d, name, ca, cn):
-    """name.pem: a certificate signed by ca (SAN 127.0.0.1 and localhost) and its key."""
+def _cert(d, name, ca, cn, ext="san.ext"):
+    """name.pem: a certificate signed by ca (SAN: ext's, 127.0.0.1 and localhost
+    by default) and its key."""
     _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", name + ".key", "-out",
              name + ".csr", "-subj", "/O=Sable/CN=" + cn, cwd=d)
     _openssl("x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem", "-CAkey", ca + ".key",
-             "-CAcreateserial", "-days", "2", "-out", name + ".crt", "-extfile", "san.ext", cwd=d)
+             "-CAcreateserial", "-days", "2", "-out", name + ".crt", "-extfile", ext, cwd=d)
     with open(os.path.join(d, name + ".pem"), "w") as out:
         for part in (name + ".crt", name + ".key"):
             with open(os.path.join(d, part)) as f:
@@ -66,6 +68,9 @@ def certs():
         _cert(d, "client", "ca", "sable-client")
         _cert(d, "member", "cluster-ca", "127.0.0.1")
         _cert(d, "rogue", "rogue-ca", "127.0.0.1")
+        with open(os.path.join(d, "elsewhere.ext"), "w") as f:
+            f.write("subjectAltName=DNS:elsewhere.example\n")
+        _cert(d, "elsewhere", "ca", "elsewhere.example", ext="elsewhere.ext")
         with open(os.path.join(d, "key"), "w") as f:
             f.write(KEY + "\n")
         os.chmod(os.path.join(d, "key"), 0o600)
@@ -74,8 +79,9 @@ def certs():
         shutil.rmtree(d, ignore_errors=True)
 
 
-def member_args(certs, mode="requireTLS", cert="server", cluster=None, cluster_ca=None):
-    args = ["--replSet", "rs0", "--oplogSizeMB", "16", "--keyFile", os.path.join(certs, "key"),
+def member_args(certs, mode="requireTLS", cert="server", cluster=None, cluster_ca=None,
+                extra=()):
+    args = list(extra) + ["--replSet", "rs0", "--oplogSizeMB", "16", "--keyFile", os.path.join(certs, "key"),
             "--tlsMode", mode, "--tlsCertificateKeyFile", os.path.join(certs, cert + ".pem"),
             "--tlsCAFile", os.path.join(certs, "ca.pem")]
     if cluster is not None:
@@ -258,6 +264,23 @@ def test_prefer_tls_set_and_a_rejected_member_is_down(certs, members):
     lines = [l for l in p.log_text().splitlines()
              if "Member is in new state" in l and host(members[2]) in l]
     assert len(lines) == 1 and "not reachable" in lines[0], lines
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_member_certificate_must_name_its_host(certs, members, allow):
+    # member 2's certificate is valid but names another host: the others
+    # refuse it unless --tlsAllowInvalidHostnames
+    extra = ["--tlsAllowInvalidHostnames"] if allow else []
+    members += [Sabled().start(member_args(certs, mode="preferTLS", extra=extra))
+                for _ in range(2)]
+    members.append(Sabled().start(member_args(certs, mode="preferTLS", cert="elsewhere",
+                                              extra=extra)))
+    p = initiate(certs, members)
+    want = "SECONDARY" if allow else "(not reachable/healthy)"
+    wait_for(lambda: member_state(certs, p, members[2]).get("stateStr") == want,
+             what="member 2 " + want)
+    if not allow:
+        assert "TLS handshake failed" in member_state(certs, p, members[2])["lastHeartbeatMessage"]
 
 
 def test_sharded_cluster_over_tls(certs):

@@ -27,6 +27,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <mongoc/mongoc.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -178,9 +179,12 @@ static bool uri_opts(char *buf, size_t n)
     buf[0] = '\0';
     if (tls_ctx == NULL)
         return true;
-    /* no OCSP look-ups: a member must not wait on a responder out on the network */
-    bool ok = uri_opt(buf, n, &k, "tls", "true") &&
-              uri_opt(buf, n, &k, "tlsDisableOCSPEndpointCheck", "true");
+    bool ok = uri_opt(buf, n, &k, "tls", "true");
+    /* No OCSP look-ups: a member must not wait on a responder out on the
+     * network.  libmongoc refuses the option beside
+     * tlsAllowInvalidCertificates, which checks nothing anyway. */
+    if (ok && !tls_cfg.allow_invalid_certs)
+        ok = uri_opt(buf, n, &k, "tlsDisableOCSPEndpointCheck", "true");
     if (ok && tls_cfg.cert_key_file != NULL)
         ok = uri_opt(buf, n, &k, "tlsCertificateKeyFile", tls_cfg.cert_key_file);
     if (ok && tls_cfg.cert_key_password != NULL)
@@ -242,6 +246,16 @@ int sbl_client_tls_start(const sbl_options_t *o, sbl_err_t *err)
         return -1;
     if (!uri_opts(opts, sizeof(opts)))
         return sbl_err_set(err, SBL_E_BadValue, "the TLS file names are too long");
+    /* libmongoc takes them as URI options: one it refused would fail every
+     * heartbeat later, silently, so it is checked here */
+    char uri_s[sizeof(opts) + 64];
+    bson_error_t e;
+    snprintf(uri_s, sizeof(uri_s), "mongodb://127.0.0.1/?%s", opts);
+    mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_s, &e);
+    if (uri == NULL)
+        return sbl_err_set(err, SBL_E_InvalidOptions, "TLS options for member connections: %s",
+                           e.message);
+    mongoc_uri_destroy(uri);
     sbl_server_set_cluster_uri_opts(opts);
     return 0;
 }

@@ -266,6 +266,17 @@ def test_prefer_tls_set_and_a_rejected_member_is_down(certs, members):
     assert len(lines) == 1 and "not reachable" in lines[0], lines
 
 
+def test_allow_invalid_certificates_lets_a_rogue_member_in(certs, members):
+    extra = ["--tlsAllowInvalidCertificates"]
+    members += [Sabled().start(member_args(certs, mode="preferTLS", extra=extra))
+                for _ in range(2)]
+    members.append(Sabled().start(member_args(certs, mode="preferTLS", cert="rogue",
+                                              extra=extra)))
+    p = initiate(certs, members)
+    wait_for(lambda: member_state(certs, p, members[2]).get("stateStr") == "SECONDARY",
+             what="member 2 SECONDARY")
+
+
 @pytest.mark.parametrize("allow", [False, True])
 def test_member_certificate_must_name_its_host(certs, members, allow):
     # member 2's certificate is valid but names another host: the others

@@ -43,10 +43,11 @@ def _ca(d, name):
              name + ".key", "-out", name + ".pem", "-subj", "/CN=Sable Test " + name, cwd=d)
 
 
-def _cert(d, name, ca, cn, ext="san.ext"):
+def _cert(d, name, ca, cn, ext="san.ext", password=None):
     """name.pem: a certificate signed by ca (SAN: ext's, 127.0.0.1 and localhost
-    by default) and its key."""
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", name + ".key", "-out",
+    by default) and its key (encrypted with password, if given)."""
+    key = ["-passout", "pass:" + password] if password else ["-nodes"]
+    _openssl("req", "-newkey", "rsa:2048", *key, "-keyout", name + ".key", "-out",
              name + ".csr", "-subj", "/O=Sable/CN=" + cn, cwd=d)
     _openssl("x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem", "-CAkey", ca + ".key",
              "-CAcreateserial", "-days", "2", "-out", name + ".crt", "-extfile", ext, cwd=d)
@@ -67,6 +68,7 @@ def certs():
         _cert(d, "server", "ca", "127.0.0.1")
         _cert(d, "client", "ca", "sable-client")
         _cert(d, "member", "cluster-ca", "127.0.0.1")
+        _cert(d, "member-enc", "ca", "127.0.0.1", password="s3cret")
         _cert(d, "rogue", "rogue-ca", "127.0.0.1")
         with open(os.path.join(d, "elsewhere.ext"), "w") as f:
             f.write("subjectAltName=DNS:elsewhere.example\n")
@@ -264,6 +266,29 @@ def test_prefer_tls_set_and_a_rejected_member_is_down(certs, members):
     lines = [l for l in p.log_text().splitlines()
              if "Member is in new state" in l and host(members[2]) in l]
     assert len(lines) == 1 and "not reachable" in lines[0], lines
+
+
+def test_cluster_file_with_an_encrypted_key(certs, members):
+    # --tlsClusterPassword opens the cluster file's key; without it the
+    # member does not start (and asks no terminal for it)
+    enc = ["--tlsClusterFile", os.path.join(certs, "member-enc.pem")]
+    bad = Sabled()
+    members.append(bad)
+    bad.start(member_args(certs, mode="preferTLS", extra=enc), wait=False)
+    assert bad.proc.wait(timeout=30) != 0
+    assert "cannot read the cluster certificate and key" in bad.output()
+    members.remove(bad)
+    bad.cleanup()
+    enc += ["--tlsClusterPassword", "s3cret"]
+    members += [Sabled().start(member_args(certs, mode="requireTLS", extra=enc), wait=False)
+                for _ in range(3)]
+    for m in members:
+        wait_port(m)
+    initiate(certs, members)
+    healthy_set(certs, members)
+    with admin_client(certs, members[0]) as c:
+        opts = c.admin.command("getCmdLineOpts")["parsed"]["net"]["tls"]
+        assert opts["clusterPassword"] == "<password>"
 
 
 def test_allow_invalid_certificates_lets_a_rogue_member_in(certs, members):

@@ -322,7 +322,7 @@ def test_member_certificate_must_name_its_host(certs, members, allow):
 def test_sharded_cluster_over_tls(certs):
     # config server, two shards and the router, all requireTLS with a keyFile
     # (sable-cluster passes the options on and speaks TLS itself): a find
-    # through the router reaches both shards
+    # through the router reaches both shards, and a chunk migrates
     import sharded
     if not os.path.exists(sharded.ROUTER):
         pytest.skip("sable-router not built")
@@ -345,3 +345,14 @@ def test_sharded_cluster_over_tls(certs):
             assert sorted(d["_id"] for d in c.t.c.find({"_id": {"$lt": 5}})) == list(range(5))
             shards = {d["shard"] for d in c.config.chunks.find()}
             assert len(shards) == 2
+            # a migration: the recipient shard copies the range from the donor
+            c.admin.command("shardCollection", "t.r", key={"k": 1})
+            c.t.r.insert_many([{"_id": i, "k": i} for i in range(100)])
+            cfg = c.get_database("config", codec_options=sharded.STD)
+            uuid = cfg.collections.find_one({"_id": "t.r"})["uuid"]
+            owner = cfg.chunks.find_one({"uuid": uuid})["shard"]
+            to = "shard1" if owner == "shard0" else "shard0"
+            assert c.admin.command("moveChunk", "t.r", find={"k": 5}, to=to)["ok"] == 1
+            assert {d["shard"] for d in cfg.chunks.find({"uuid": uuid})} == {to}
+            assert c.t.r.count_documents({}) == 100
+            assert c.t.r.find_one({"k": 42})["_id"] == 42

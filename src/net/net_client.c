@@ -299,8 +299,8 @@ static void log_handshake(const char *host, const char *why)
     bson_t attr = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&attr, "remote", host);
     BSON_APPEND_UTF8(&attr, "error", why);
-    sbl_log(SBL_LOG_WARNING, "NETWORK", 23256, "TLS handshake with another member failed",
-            &attr);
+    sbl_log(SBL_LOG_WARNING, "NETWORK", 23256,
+            "TLS handshake failed on a connection to another server", &attr);
     bson_destroy(&attr);
 }
 

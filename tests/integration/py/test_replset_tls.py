@@ -137,9 +137,11 @@ def host(m):
 
 
 def initiate(certs, members):
-    """Initiate rs0 on members[0], create the root user there; the primary."""
+    """Initiate rs0 on members[0], create the root user there; the primary
+    (members[0]: the highest priority, so it takes over if another won)."""
     cfg = {"_id": "rs0", "settings": SETTINGS,
-           "members": [{"_id": i, "host": host(m)} for i, m in enumerate(members)]}
+           "members": [{"_id": i, "host": host(m), "priority": 2 if i == 0 else 1}
+                       for i, m in enumerate(members)]}
     with client(certs, members[0]) as c:
         c.admin.command("replSetInitiate", cfg)
         wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), what="a primary")

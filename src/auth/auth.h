@@ -52,7 +52,10 @@ void sbl_auth_set_lookup(sbl_auth_lookup_fn fn);
 /*
  * The connection string a cluster member uses to reach hosts ("h:p,..."):
  * with key (the keyFile's), as __system@local over SCRAM-SHA-256; without,
- * plain; opts are appended as URI options.  False when buf is too small.
+ * plain; opts are appended as URI options, and with TLS on member
+ * connections the TLS options that make libmongoc's connections match
+ * sbl_client_dial's (sbl_server_cluster_uri_opts).  False when buf is too
+ * small.
  */
 bool sbl_auth_cluster_uri(char *buf, size_t n, const char *key, const char *hosts,
                           const char *opts);

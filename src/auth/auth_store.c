@@ -67,9 +67,12 @@ bool sbl_auth_cluster_uri(char *buf, size_t n, const char *key, const char *host
         }
     }
     esc[k] = '\0';
+    const char *tls = sbl_server_cluster_uri_opts();
+    const char *amp = tls[0] != '\0' && opts[0] != '\0' ? "&" : "";
     int w = key != NULL ? snprintf(buf, n, "mongodb://__system:%s@%s/?authSource=local&"
-                                   "authMechanism=SCRAM-SHA-256&%s", esc, hosts, opts)
-                        : snprintf(buf, n, "mongodb://%s/?%s", hosts, opts);
+                                   "authMechanism=SCRAM-SHA-256&%s%s%s", esc, hosts, opts, amp,
+                                   tls)
+                        : snprintf(buf, n, "mongodb://%s/?%s%s%s", hosts, opts, amp, tls);
     return w > 0 && (size_t)w < n;
 }
 

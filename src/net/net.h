@@ -22,6 +22,7 @@
 #include <uv.h>
 
 #include "common/errors.h"
+#include "server/server.h"
 #include "wire/wire.h"
 
 typedef struct sbl_conn sbl_conn_t;
@@ -44,6 +45,7 @@ typedef struct sbl_net_config {
     const char *tls_cert_key_password; /* for an encrypted key, or NULL */
     const char *tls_ca_file;           /* verify client certificates against it, or NULL */
     bool tls_allow_no_cert;            /* with tls_ca_file: clients may present none */
+    bool tls_allow_invalid_certs;      /* a client certificate that does not verify is let in */
 } sbl_net_config_t;
 
 /* TLS modes, in the order of mongod's --tlsMode values (and server.h's). */
@@ -140,7 +142,8 @@ void sbl_net_get_stats(sbl_net_stats_t *st);
  * sbl_client_dial: a TCP connection to "host:port", timeout_ms bounding the
  * connect and every read and write after it, authenticated as
  * __system@local with key (a keyFile's; NULL: none); -1 when it cannot be
- * made.  The caller owns the fd (close(2) it).  sbl_client_msg_size: the
+ * made; with sbl_client_tls_on, over TLS (the handshake within timeout_ms).
+ * The caller owns the fd (sbl_client_close it).  sbl_client_msg_size: the
  * length of cmd, then extra's fields (NULL: none), then $db as one OP_MSG;
  * sbl_client_msg_build writes it into m (that many bytes) with a new
  * request id (*ridp); sbl_client_send writes it to fd; sbl_client_write
@@ -153,6 +156,23 @@ void sbl_net_get_stats(sbl_net_stats_t *st);
  * initialised either way.  false (or -1) on any I/O or framing error: the
  * connection is then unusable. */
 int sbl_client_dial(const char *hostport, int timeout_ms, const char *key);
+/* Close a connection sbl_client_dial made (its TLS session too): never
+ * close(2) one directly, its descriptor's TLS state would outlive it. */
+void sbl_client_close(int fd);
+
+/* ---- TLS on this server's own connections to other members (net_client.c) ----
+ * sbl_client_tls_start, once at start before any connection to another
+ * server is made: with --tlsMode preferTLS or requireTLS (mongod's rule:
+ * allowTLS and disabled leave them plain) sbl_client_dial's connections and
+ * every libmongoc URI built by auth.h's sbl_auth_cluster_uri use TLS,
+ * presenting net.tls.clusterFile (else certificateKeyFile) and verifying
+ * the server dialed against net.tls.CAFile (else the system's authorities)
+ * and against the host name or address dialed, unless
+ * allowInvalidCertificates / allowInvalidHostnames.  The files are read
+ * here, once; 0 or an error naming the file at fault. */
+int sbl_client_tls_start(const sbl_options_t *o, sbl_err_t *err);
+/* Whether this server's connections to other servers use TLS. */
+bool sbl_client_tls_on(void);
 size_t sbl_client_msg_size(const char *db, const bson_t *cmd, const bson_t *extra);
 void sbl_client_msg_build(const char *db, const bson_t *cmd, const bson_t *extra, uint8_t *m,
                           int32_t *ridp);

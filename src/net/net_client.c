@@ -10,13 +10,28 @@
  * Must stay true: a connection carries one request at a time and is
  * dropped, never reused, after any I/O or framing error; with a keyFile's
  * key a connection authenticates as __system@local (SCRAM-SHA-256) before
- * it carries anything else.  No TLS, no compression.
+ * it carries anything else.  No compression.
+ *
+ * TLS (tlsMode preferTLS / requireTLS, sbl_client_tls_start): one client
+ * SSL_CTX built at start; a connection's SSL hangs off its descriptor in
+ * a table indexed by fd (callers keep passing plain ints), set by
+ * sbl_client_dial before the fd is handed out and cleared by
+ * sbl_client_close before close(2), so a reused descriptor never finds a
+ * stale session.  Reads and writes go through SSL_read/SSL_write on the
+ * blocking socket, bounded by its timeouts like the plain ones.
  */
 #include "net/net.h"
 
 #include "auth/auth.h"
+#include "common/log.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <mongoc/mongoc.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <pthread.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -68,8 +83,313 @@ static int dial_timeout(const char *hostport, int timeout_ms)
     return fd;
 }
 
+/* ---- TLS ---- */
+
+static SSL_CTX *tls_ctx; /* NULL: plain connections */
+/* What sbl_client_tls_start took from the options (the strings owned). */
+static struct {
+    char *cert_key_file;     /* net.tls.clusterFile, else certificateKeyFile */
+    char *cert_key_password; /* its key's password, or NULL */
+    char *ca_file;           /* net.tls.CAFile, or NULL: the system's */
+    bool allow_invalid_certs, allow_invalid_hostnames;
+} tls_cfg;
+
+/* fd -> SSL: pages of TLS_PAGE slots made on first use, never freed, so a
+ * reader needs no lock (an fd is used by one thread at a time, handed over
+ * through the callers' own locks). */
+#define TLS_PAGE 1024
+#define TLS_PAGES 1024 /* fds up to ~1M */
+static SSL **tls_pages[TLS_PAGES];
+
+static SSL **tls_slot(int fd, bool make)
+{
+    if (fd < 0 || fd >= TLS_PAGE * TLS_PAGES)
+        return NULL;
+    SSL **page = __atomic_load_n(&tls_pages[fd / TLS_PAGE], __ATOMIC_ACQUIRE);
+    if (page == NULL && make) {
+        SSL **fresh = calloc(TLS_PAGE, sizeof(*fresh));
+        if (fresh == NULL)
+            return NULL;
+        if (__atomic_compare_exchange_n(&tls_pages[fd / TLS_PAGE], &page, fresh, false,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            page = fresh;
+        else
+            free(fresh); /* another thread made it: page holds it now */
+    }
+    return page != NULL ? &page[fd % TLS_PAGE] : NULL;
+}
+
+static SSL *tls_of(int fd)
+{
+    SSL **slot = tls_ctx != NULL ? tls_slot(fd, false) : NULL;
+    return slot != NULL ? __atomic_load_n(slot, __ATOMIC_ACQUIRE) : NULL;
+}
+
+static int password_cb(char *buf, int size, int rwflag, void *u)
+{
+    const char *pw = tls_cfg.cert_key_password;
+    int n = pw != NULL ? (int)strlen(pw) : 0;
+    if (n > size)
+        n = size;
+    memcpy(buf, pw, (size_t)n);
+    return n;
+}
+
+/* tlsAllowInvalidCertificates: the peer's certificate is read, not judged. */
+static int accept_any_cb(int ok, X509_STORE_CTX *ctx)
+{
+    return 1;
+}
+
+static void openssl_error(char *out, size_t n)
+{
+    unsigned long e = ERR_get_error();
+    if (e == 0)
+        snprintf(out, n, "unknown error");
+    else
+        ERR_error_string_n(e, out, n);
+    ERR_clear_error();
+}
+
+/* Append "&name=value" to buf (at *kp), the value percent-escaped. */
+static bool uri_opt(char *buf, size_t n, size_t *kp, const char *name, const char *value)
+{
+    int w = snprintf(buf + *kp, n - *kp, "%s%s=", *kp > 0 ? "&" : "", name);
+    if (w < 0 || (size_t)w >= n - *kp)
+        return false;
+    *kp += (size_t)w;
+    for (const unsigned char *p = (const unsigned char *)value; *p != '\0'; p++) {
+        bool plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                     (*p >= '0' && *p <= '9') || strchr("/._-~", *p) != NULL;
+        w = plain ? snprintf(buf + *kp, n - *kp, "%c", *p)
+                  : snprintf(buf + *kp, n - *kp, "%%%02X", *p);
+        if (w < 0 || (size_t)w >= n - *kp)
+            return false;
+        *kp += (size_t)w;
+    }
+    return true;
+}
+
+/* The libmongoc URI options ("tls=true&tlsCAFile=...", escaped) that make
+ * its connections match sbl_client_dial's, into buf; false when they do not
+ * fit. */
+static bool uri_opts(char *buf, size_t n)
+{
+    size_t k = 0;
+    buf[0] = '\0';
+    if (tls_ctx == NULL)
+        return true;
+    bool ok = uri_opt(buf, n, &k, "tls", "true");
+    /* No OCSP look-ups: a member must not wait on a responder out on the
+     * network.  libmongoc refuses the option beside
+     * tlsAllowInvalidCertificates, which checks nothing anyway. */
+    if (ok && !tls_cfg.allow_invalid_certs)
+        ok = uri_opt(buf, n, &k, "tlsDisableOCSPEndpointCheck", "true");
+    if (ok && tls_cfg.cert_key_file != NULL)
+        ok = uri_opt(buf, n, &k, "tlsCertificateKeyFile", tls_cfg.cert_key_file);
+    if (ok && tls_cfg.cert_key_password != NULL)
+        ok = uri_opt(buf, n, &k, "tlsCertificateKeyFilePassword", tls_cfg.cert_key_password);
+    if (ok && tls_cfg.ca_file != NULL)
+        ok = uri_opt(buf, n, &k, "tlsCAFile", tls_cfg.ca_file);
+    if (ok && tls_cfg.allow_invalid_certs)
+        ok = uri_opt(buf, n, &k, "tlsAllowInvalidCertificates", "true");
+    if (ok && tls_cfg.allow_invalid_hostnames)
+        ok = uri_opt(buf, n, &k, "tlsAllowInvalidHostnames", "true");
+    return ok;
+}
+
+static int tls_start(sbl_err_t *err)
+{
+    char why[256];
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (ctx == NULL)
+        return sbl_err_set(err, SBL_E_InternalError, "cannot create the cluster TLS context");
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_default_passwd_cb(ctx, password_cb);
+    if (tls_cfg.cert_key_file != NULL &&
+        (SSL_CTX_use_certificate_chain_file(ctx, tls_cfg.cert_key_file) != 1 ||
+         SSL_CTX_use_PrivateKey_file(ctx, tls_cfg.cert_key_file, SSL_FILETYPE_PEM) != 1 ||
+         SSL_CTX_check_private_key(ctx) != 1)) {
+        openssl_error(why, sizeof(why));
+        SSL_CTX_free(ctx);
+        return sbl_err_set(err, SBL_E_InvalidOptions,
+                           "cannot read the cluster certificate and key from %s: %s",
+                           tls_cfg.cert_key_file, why);
+    }
+    int loaded = tls_cfg.ca_file != NULL
+                     ? SSL_CTX_load_verify_locations(ctx, tls_cfg.ca_file, NULL)
+                     : SSL_CTX_set_default_verify_paths(ctx);
+    if (loaded != 1) {
+        openssl_error(why, sizeof(why));
+        SSL_CTX_free(ctx);
+        return sbl_err_set(err, SBL_E_InvalidOptions, "cannot read the CA file %s: %s",
+                           tls_cfg.ca_file != NULL ? tls_cfg.ca_file : "(system default)", why);
+    }
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, tls_cfg.allow_invalid_certs ? accept_any_cb : NULL);
+    tls_ctx = ctx;
+    return 0;
+}
+
+int sbl_client_tls_start(const sbl_options_t *o, sbl_err_t *err)
+{
+    if (o->tls_mode != SBL_TLS_PREFER && o->tls_mode != SBL_TLS_REQUIRE)
+        return 0;
+    bool cluster = o->tls_cluster_file != NULL;
+    tls_cfg.cert_key_file = bson_strdup(cluster ? o->tls_cluster_file : o->tls_cert_key_file);
+    tls_cfg.cert_key_password = bson_strdup(cluster ? o->tls_cluster_password
+                                                    : o->tls_cert_key_password);
+    tls_cfg.ca_file = bson_strdup(o->tls_ca_file); /* clusterCAFile: for who connects here */
+    tls_cfg.allow_invalid_certs = o->tls_allow_invalid_certs;
+    tls_cfg.allow_invalid_hostnames = o->tls_allow_invalid_hostnames;
+    char opts[3 * 4096];
+    if (tls_start(err) != 0)
+        return -1;
+    if (!uri_opts(opts, sizeof(opts)))
+        return sbl_err_set(err, SBL_E_BadValue, "the TLS file names are too long");
+    /* libmongoc takes them as URI options: one it refused would fail every
+     * heartbeat later, silently, so it is checked here */
+    char uri_s[sizeof(opts) + 64];
+    bson_error_t e;
+    snprintf(uri_s, sizeof(uri_s), "mongodb://127.0.0.1/?%s", opts);
+    mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_s, &e);
+    if (uri == NULL)
+        return sbl_err_set(err, SBL_E_InvalidOptions, "TLS options for member connections: %s",
+                           e.message);
+    mongoc_uri_destroy(uri);
+    sbl_server_set_cluster_uri_opts(opts);
+    return 0;
+}
+
+bool sbl_client_tls_on(void)
+{
+    return tls_ctx != NULL;
+}
+
+/*
+ * A failed handshake is logged once per peer and error: a member that
+ * rejects our certificate is dialed again at every heartbeat and report.
+ */
+#define TLS_LOGGED 64
+static pthread_mutex_t logged_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char host[256];
+    char why[256];
+} logged[TLS_LOGGED];
+
+static void log_handshake(const char *host, const char *why)
+{
+    pthread_mutex_lock(&logged_lock);
+    int slot = -1;
+    for (int i = 0; i < TLS_LOGGED && slot < 0; i++)
+        if (strcmp(logged[i].host, host) == 0)
+            slot = i;
+    bool fresh = why != NULL && (slot < 0 || strcmp(logged[slot].why, why) != 0);
+    for (int i = 0; i < TLS_LOGGED && slot < 0 && why != NULL; i++)
+        if (logged[i].host[0] == '\0')
+            slot = i; /* a free one */
+    if (slot < 0 && why != NULL)
+        slot = (int)(strlen(host) % TLS_LOGGED); /* all taken: any */
+    if (slot >= 0) { /* a success forgets the host: a later failure is news again */
+        snprintf(logged[slot].host, sizeof(logged[slot].host), "%s", why != NULL ? host : "");
+        snprintf(logged[slot].why, sizeof(logged[slot].why), "%s", why != NULL ? why : "");
+    }
+    pthread_mutex_unlock(&logged_lock);
+    if (!fresh)
+        return;
+    bson_t attr = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&attr, "remote", host);
+    BSON_APPEND_UTF8(&attr, "error", why);
+    sbl_log(SBL_LOG_WARNING, "NETWORK", 23256,
+            "TLS handshake failed on a connection to another server", &attr);
+    bson_destroy(&attr);
+}
+
+/* The TLS handshake on fd (connected to hostport), the peer verified
+ * against the cluster CA and the host name or address dialed; the session
+ * is fd's from here on.  false (logged) when it fails. */
+static bool tls_connect(int fd, const char *hostport)
+{
+    char host[256], why[256];
+    snprintf(host, sizeof(host), "%s", hostport);
+    char *colon = strrchr(host, ':');
+    if (colon != NULL)
+        *colon = '\0';
+    SSL **slot = tls_slot(fd, true);
+    SSL *ssl = slot != NULL ? SSL_new(tls_ctx) : NULL;
+    if (ssl == NULL)
+        return false;
+    unsigned char ip[16];
+    bool is_ip = inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1;
+    if (!is_ip)
+        SSL_set_tlsext_host_name(ssl, host); /* SNI */
+    if (!tls_cfg.allow_invalid_hostnames && !tls_cfg.allow_invalid_certs) {
+        X509_VERIFY_PARAM *vp = SSL_get0_param(ssl);
+        if (is_ip)
+            X509_VERIFY_PARAM_set1_ip_asc(vp, host);
+        else
+            SSL_set1_host(ssl, host);
+    }
+    int rc;
+    SSL_set_fd(ssl, fd);
+    do {
+        rc = SSL_connect(ssl);
+    } while (rc <= 0 && SSL_get_error(ssl, rc) == SSL_ERROR_SYSCALL && errno == EINTR);
+    if (rc != 1) {
+        long vr = SSL_get_verify_result(ssl);
+        if (vr != X509_V_OK)
+            snprintf(why, sizeof(why), "certificate verify failed: %s",
+                     X509_verify_cert_error_string(vr));
+        else if (ERR_peek_error() != 0)
+            openssl_error(why, sizeof(why));
+        else
+            snprintf(why, sizeof(why), "the peer closed the connection or timed out");
+        ERR_clear_error();
+        SSL_free(ssl);
+        log_handshake(hostport, why);
+        return false;
+    }
+    log_handshake(hostport, NULL);
+    __atomic_store_n(slot, ssl, __ATOMIC_RELEASE);
+    return true;
+}
+
+void sbl_client_close(int fd)
+{
+    if (fd < 0)
+        return;
+    SSL *ssl = tls_of(fd);
+    if (ssl != NULL) {
+        __atomic_store_n(tls_slot(fd, false), NULL, __ATOMIC_RELEASE);
+        SSL_free(ssl); /* no close_notify: the peer sees the socket close */
+    }
+    close(fd);
+}
+
+/* One SSL_read or SSL_write: bytes moved, or 0 on EOF, error or timeout. */
+static size_t tls_io(SSL *ssl, uint8_t *p, size_t n, bool write)
+{
+    int chunk = n > (1u << 30) ? 1 << 30 : (int)n;
+    for (;;) {
+        int r = write ? SSL_write(ssl, p, chunk) : SSL_read(ssl, p, chunk);
+        if (r > 0)
+            return (size_t)r;
+        if (SSL_get_error(ssl, r) == SSL_ERROR_SYSCALL && errno == EINTR)
+            continue;
+        ERR_clear_error();
+        return 0;
+    }
+}
+
 bool sbl_client_write(int fd, const uint8_t *p, size_t n)
 {
+    SSL *ssl = tls_of(fd);
+    while (ssl != NULL && n > 0) {
+        size_t w = tls_io(ssl, (uint8_t *)p, n, true);
+        if (w == 0)
+            return false;
+        p += w;
+        n -= w;
+    }
     while (n > 0) {
         ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR)
@@ -84,6 +404,14 @@ bool sbl_client_write(int fd, const uint8_t *p, size_t n)
 
 bool sbl_client_read(int fd, uint8_t *p, size_t n)
 {
+    SSL *ssl = tls_of(fd);
+    while (ssl != NULL && n > 0) {
+        size_t r = tls_io(ssl, p, n, false);
+        if (r == 0)
+            return false;
+        p += r;
+        n -= r;
+    }
     while (n > 0) {
         ssize_t r = recv(fd, p, n, 0);
         if (r < 0 && errno == EINTR)
@@ -272,8 +600,12 @@ static bool authenticate(int fd, const char *key)
 int sbl_client_dial(const char *hostport, int timeout_ms, const char *key)
 {
     int fd = dial_timeout(hostport, timeout_ms);
-    if (fd >= 0 && !authenticate(fd, key)) {
+    if (fd >= 0 && tls_ctx != NULL && !tls_connect(fd, hostport)) {
         close(fd);
+        return -1;
+    }
+    if (fd >= 0 && !authenticate(fd, key)) {
+        sbl_client_close(fd);
         fd = -1;
     }
     return fd;

@@ -49,6 +49,12 @@ static int password_cb(char *buf, int size, int rwflag, void *u)
     return n;
 }
 
+/* tlsAllowInvalidCertificates: a client's certificate is read, not judged. */
+static int accept_any_cb(int ok, X509_STORE_CTX *ctx)
+{
+    return 1;
+}
+
 static void openssl_error(char *out, size_t n)
 {
     unsigned long e = ERR_get_error();
@@ -97,7 +103,7 @@ int net_tls_init(const sbl_net_config_t *cfg, sbl_err_t *err)
             SSL_CTX_set_client_CA_list(ctx, names);
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | (cfg->tls_allow_no_cert
                                                        ? 0 : SSL_VERIFY_FAIL_IF_NO_PEER_CERT),
-                           NULL);
+                           cfg->tls_allow_invalid_certs ? accept_any_cb : NULL);
     } else {
         SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
     }

@@ -557,7 +557,7 @@ int sbl_rs_dial(const char *host)
     bson_destroy(&reply);
     bson_destroy(&hello);
     if (!ok) {
-        close(fd);
+        sbl_client_close(fd);
         return -1;
     }
     struct timeval tv = {.tv_sec = SBL_RS_SOCKET_MS / 1000};

@@ -269,7 +269,7 @@ end:
         bson_destroy(&kill);
     }
     if (fd >= 0)
-        close(fd);
+        sbl_client_close(fd);
     bson_destroy(&extra);
     bson_destroy(&cmd);
     return NULL;

@@ -398,6 +398,34 @@ static void build_heartbeat(bson_t *cmd)
     BSON_APPEND_INT64(cmd, "term", rs.term);
 }
 
+/* A config fetch that failed (why: NULL when it did not), logged once per
+ * member until a fetch from it works: a member that cannot reach the one
+ * with the config (its TLS certificate refused, say) asks again at every
+ * heartbeat it receives.  hb_main's thread only. */
+static void log_fetch_failure(const char *host, const char *why)
+{
+    static char failing[SBL_RS_MAX_MEMBERS][256];
+    int at = -1, free_slot = -1;
+    for (int i = 0; i < SBL_RS_MAX_MEMBERS; i++) {
+        if (strcmp(failing[i], host) == 0)
+            at = i;
+        else if (failing[i][0] == '\0' && free_slot < 0)
+            free_slot = i;
+    }
+    if (why == NULL || at >= 0) {
+        if (why == NULL && at >= 0)
+            failing[at][0] = '\0';
+        return;
+    }
+    if (free_slot >= 0)
+        snprintf(failing[free_slot], sizeof(failing[free_slot]), "%s", host);
+    bson_t attr = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&attr, "hostAndPort", host);
+    BSON_APPEND_UTF8(&attr, "error", why);
+    sbl_log(SBL_LOG_WARNING, "REPL", 7360103, "Could not fetch the config from a member", &attr);
+    bson_destroy(&attr);
+}
+
 /* A member told us it has a newer config: ask it (our version -2 or ours,
  * its response carries the config). */
 static void fetch_config(void)
@@ -412,8 +440,9 @@ static void fetch_config(void)
     rs.config_source[0] = '\0';
     build_heartbeat(&cmd);
     pthread_mutex_unlock(&rs.lock);
-    if (run_on(&config_conn, host, &cmd, &reply, 2000) &&
-        bson_iter_init_find(&it, &reply, "config") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+    bool ok = run_on(&config_conn, host, &cmd, &reply, 2000);
+    log_fetch_failure(host, ok ? NULL : str(&reply, "errmsg"));
+    if (ok && bson_iter_init_find(&it, &reply, "config") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
         sbl_iter_doc(&it, &cfgdoc)) {
         sbl_err_t err;
         sbl_err_clear(&err);

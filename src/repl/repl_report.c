@@ -129,7 +129,7 @@ static void send_position(int *fdp, const char *host, sbl_optime_t pos, int64_t 
     if (*fdp < 0)
         *fdp = sbl_rs_dial(host);
     if (*fdp >= 0 && !sbl_client_run(*fdp, "admin", &cmd, NULL, &reply)) {
-        close(*fdp);
+        sbl_client_close(*fdp);
         *fdp = -1;
     } else if (*fdp < 0) {
         bson_init(&reply);
@@ -160,7 +160,7 @@ void sbl_rs_report_position(const char *host)
     if (sbl_storage_flush(&err) == 0) /* a failed flush reports nothing */
         send_position(&fd, host, ap, wall);
     if (fd >= 0)
-        close(fd);
+        sbl_client_close(fd);
 }
 
 static void *reporter_main(void *arg)
@@ -189,7 +189,7 @@ static void *reporter_main(void *arg)
     }
     pthread_mutex_unlock(&rs.lock);
     if (fd >= 0)
-        close(fd);
+        sbl_client_close(fd);
     return NULL;
 }
 

@@ -243,7 +243,7 @@ static void closed_cb(uv_handle_t *h)
     fast_conn_t *fc = h->data;
     if (--fc->open_handles > 0)
         return;
-    close(fc->fd);
+    sbl_client_close(fc->fd);
     if (fc->buf != fc->inline_buf)
         free(fc->buf);
     free(fc);
@@ -289,7 +289,7 @@ static fast_conn_t *conn_take(uv_loop_t *loop, int shard)
     if (fc != NULL)
         memset(fc, 0, offsetof(fast_conn_t, inline_buf));
     if (fc == NULL || uv_poll_init(loop, &fc->poll, fd) != 0) {
-        close(fd); /* maybe non-blocking now: the pool dials another */
+        sbl_client_close(fd); /* maybe non-blocking now: the pool dials another */
         free(fc);
         return NULL;
     }

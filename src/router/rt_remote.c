@@ -154,7 +154,7 @@ void rt_remote_shutdown(void)
 {
     for (int i = 0; i < nshards; i++)
         for (int k = 0; k < shards[i].nidle; k++)
-            close(shards[i].idle[k]);
+            sbl_client_close(shards[i].idle[k]);
     pthread_t t;
     bool done = true;
     if (pthread_create(&t, NULL, close_main, NULL) != 0) {
@@ -331,7 +331,7 @@ static void forget_primary(rt_shard_t *s)
     __atomic_add_fetch(&s->gen, 1, __ATOMIC_ACQ_REL);
     s->primary[0] = '\0';
     while (s->nidle > 0)
-        close(s->idle[--s->nidle]);
+        sbl_client_close(s->idle[--s->nidle]);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -410,7 +410,7 @@ static void conn_put(rt_shard_t *s, int fd, const bson_t *reply)
     if (keep && s->nidle < RT_IDLE_MAX)
         s->idle[s->nidle++] = fd;
     else
-        close(fd);
+        sbl_client_close(fd);
     pthread_mutex_unlock(&s->lock);
     if (!keep)
         forget_primary(s);
@@ -428,7 +428,7 @@ static int conn_send(rt_shard_t *s, const char *db, const bson_t *cmd, const bso
             return -1;
         if (sbl_client_send(fd, db, cmd, extra, ridp))
             return fd;
-        close(fd);
+        sbl_client_close(fd);
         if (!pooled)
             break;
     }
@@ -662,7 +662,7 @@ static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *
         }
         /* a write may have run: only reads and retryable writes are sent
          * again, once, after the primary is looked up again */
-        close(fd);
+        sbl_client_close(fd);
         forget_primary(s);
         sbl_err_set(err, SBL_E_HostUnreachable, "shard %s: connection lost", s->id);
         if (!retry)
@@ -741,7 +741,7 @@ int rt_run_many_on(int n, const int *shard, const char *const *on, const char *d
             rt_sess_reply(shard[i], started[i], &replies[i]);
         } else {
             rt_sess_reply(shard[i], started[i], NULL);
-            close(fds[i]);
+            sbl_client_close(fds[i]);
             forget_primary(s);
             bson_init(&replies[i]);
             rcs[i] = sbl_err_set(&errs[i], SBL_E_HostUnreachable, "shard %s: connection lost",
@@ -791,7 +791,7 @@ int rt_run_on(int shard, const char *host, const char *db, const bson_t *cmd, bs
     bool ok = fd >= 0 && sbl_client_send(fd, db, cmd, has_extra ? &extra : NULL, &rid) &&
               sbl_client_recv(fd, rid, reply);
     if (fd >= 0)
-        close(fd);
+        sbl_client_close(fd);
     bson_destroy(&extra);
     if (!ok) {
         rt_sess_reply(shard, started, NULL);
@@ -810,6 +810,11 @@ int rt_run_on(int shard, const char *host, const char *db, const bson_t *cmd, bs
 
 int rt_conn_borrow(int shard, char host[RT_HOST_MAX])
 {
+    /* A loop reads its connections non-blocking with recv(2): a TLS
+     * session's records do not split that way, so with TLS to the shards
+     * every command takes the worker path (blocking SSL_read). */
+    if (sbl_client_tls_on())
+        return -1;
     if (shard < 0 || shard >= rt_shard_count() || rt_shard_removed(shard))
         return -1;
     rt_shard_t *s = &shards[shard];
@@ -889,7 +894,7 @@ int rt_host_run(const char *hostport, int *fdp, int timeout_ms, const char *db, 
     }
     if (sbl_client_send(*fdp, db, cmd, NULL, &rid) && sbl_client_recv(*fdp, rid, reply))
         return 0;
-    close(*fdp);
+    sbl_client_close(*fdp);
     *fdp = -1;
     bson_init(reply);
     return sbl_err_set(err, SBL_E_HostUnreachable, "%s: no answer", hostport);

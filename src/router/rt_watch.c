@@ -147,7 +147,7 @@ static void poll_shard(int i, watched_t *w, sbl_metrics_shard_t *out)
         if (answered) {
             w->next = (start + k) % n; /* keep asking this one */
         } else if (w->fd >= 0) {  /* ask the next one, on a new connection */
-            close(w->fd);
+            sbl_client_close(w->fd);
             w->fd = -1;
         }
     }
@@ -193,7 +193,7 @@ static void *watch_main(void *arg)
     pthread_mutex_unlock(&W.lock);
     for (int i = 0; i < SBL_METRICS_MAX_SHARDS; i++)
         if (W.sh[i].fd >= 0)
-            close(W.sh[i].fd);
+            sbl_client_close(W.sh[i].fd);
     return NULL;
 }
 

@@ -163,6 +163,12 @@ static int run(int notify_fd)
         return 100;
     }
 
+    /* before replication and sharding dial anyone; the files are read once, here */
+    if (sbl_client_tls_start(&options, &err) != 0) {
+        startup_error(SBL_LOG_FATAL, "NETWORK", 23248, "Cannot set up TLS for member connections",
+                      &err);
+        return 48;
+    }
     sbl_storage_config_t scfg = {
         .dbpath = options.dbpath,
         .cache_size_gb = options.cache_size_gb,
@@ -257,8 +263,13 @@ static int run(int notify_fd)
         .tls_mode = options.tls_mode,
         .tls_cert_key_file = options.tls_cert_key_file,
         .tls_cert_key_password = options.tls_cert_key_password,
-        .tls_ca_file = options.tls_ca_file,
+        /* mongod: clusterCAFile, when set, verifies the certificates of
+         * those who connect here (members and clients); CAFile those of
+         * the servers this one dials */
+        .tls_ca_file = options.tls_cluster_ca_file != NULL ? options.tls_cluster_ca_file
+                                                           : options.tls_ca_file,
         .tls_allow_no_cert = options.tls_allow_no_cert,
+        .tls_allow_invalid_certs = options.tls_allow_invalid_certs,
     };
     if (sbl_net_start(&ncfg, sbl_cmd_dispatch, sbl_cmd_conn_open, sbl_cmd_conn_close, &err) != 0) {
         startup_error(SBL_LOG_ERROR, "NETWORK", 23024, "Failed to set up listener", &err);

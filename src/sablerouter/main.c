@@ -75,6 +75,12 @@ int main(int argc, char **argv)
         setenv("UV_THREADPOOL_SIZE", "128", 1);
     sbl_log_set_ctx("mongosMain");
 
+    /* the router's connections to the config servers and shards */
+    if (sbl_client_tls_start(&options, &err) != 0) {
+        fprintf(stderr, "sable-router: %s\n", err.msg);
+        sbl_server_notify_parent(notify_fd, 1);
+        return 48;
+    }
     if (sbl_router_init(options.config_db, &err) != 0) {
         fprintf(stderr, "sable-router: cannot reach the config servers %s: %s\n",
                 options.config_db, err.msg);
@@ -89,6 +95,16 @@ int main(int argc, char **argv)
         .unix_perms = options.unix_socket_perms,
         .max_conns = options.max_conns,
         .nloops = options.nloops,
+        .tls_mode = options.tls_mode,
+        .tls_cert_key_file = options.tls_cert_key_file,
+        .tls_cert_key_password = options.tls_cert_key_password,
+        /* mongod: clusterCAFile, when set, verifies the certificates of
+         * those who connect here (members and clients); CAFile those of
+         * the servers this one dials */
+        .tls_ca_file = options.tls_cluster_ca_file != NULL ? options.tls_cluster_ca_file
+                                                           : options.tls_ca_file,
+        .tls_allow_no_cert = options.tls_allow_no_cert,
+        .tls_allow_invalid_certs = options.tls_allow_invalid_certs,
     };
     if (sbl_net_start(&ncfg, sbl_router_dispatch, NULL, NULL, &err) != 0) {
         fprintf(stderr, "sable-router: %s\n", err.msg);

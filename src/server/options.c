@@ -81,6 +81,17 @@ static const opt_def_t opt_table[] = {
      "certificate authority file used to verify client certificates"},
     {"tlsAllowConnectionsWithoutCertificates", "net.tls.allowConnectionsWithoutCertificates",
      OPT_FLAG, "allow clients that present no certificate (when tlsCAFile is set)"},
+    {"tlsClusterFile", "net.tls.clusterFile", OPT_STRING,
+     "PEM file with the certificate and key presented to other members (tlsCertificateKeyFile)"},
+    {"tlsClusterPassword", "net.tls.clusterPassword", OPT_STRING,
+     "password of the private key in tlsClusterFile"},
+    {"tlsClusterCAFile", "net.tls.clusterCAFile", OPT_STRING,
+     "certificate authority file that verifies the certificates of members and clients "
+     "connecting here (tlsCAFile)"},
+    {"tlsAllowInvalidCertificates", "net.tls.allowInvalidCertificates", OPT_FLAG,
+     "accept certificates that do not verify, from clients and from other members"},
+    {"tlsAllowInvalidHostnames", "net.tls.allowInvalidHostnames", OPT_FLAG,
+     "accept another member's certificate that does not name the host dialed"},
     {"metricsPort", "net.metricsPort", OPT_INT,
      "serve Prometheus metrics and the monitoring page over HTTP on this port; off by default"},
     {"metricsBindIp", "net.metricsBindIp", OPT_STRING,
@@ -490,6 +501,10 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
             o->js_disabled = !bv;
         else if (strcmp(k, "net.tls.allowConnectionsWithoutCertificates") == 0)
             o->tls_allow_no_cert = bv;
+        else if (strcmp(k, "net.tls.allowInvalidCertificates") == 0)
+            o->tls_allow_invalid_certs = bv;
+        else if (strcmp(k, "net.tls.allowInvalidHostnames") == 0)
+            o->tls_allow_invalid_hostnames = bv;
         else if (strcmp(k, "storage.journal.enabled") == 0 && !bv)
             return sbl_err_set(err, SBL_E_BadValue,
                                "storage.journal.enabled: false is not supported; the journal is "
@@ -540,6 +555,14 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
             return 0;
         } else if (strcmp(k, "net.tls.CAFile") == 0) {
             set_str(&o->tls_ca_file, st->value);
+        } else if (strcmp(k, "net.tls.clusterFile") == 0) {
+            set_str(&o->tls_cluster_file, st->value);
+        } else if (strcmp(k, "net.tls.clusterPassword") == 0) {
+            set_str(&o->tls_cluster_password, st->value);
+            BSON_APPEND_UTF8(flat, k, "<password>");
+            return 0;
+        } else if (strcmp(k, "net.tls.clusterCAFile") == 0) {
+            set_str(&o->tls_cluster_ca_file, st->value);
         } else if (strcmp(k, "net.unixDomainSocket.pathPrefix") == 0) {
             if (st->value[0] == '\0')
                 return sbl_err_set(err, SBL_E_BadValue, "net.unixDomainSocket.pathPrefix: no "
@@ -786,6 +809,9 @@ void sbl_options_destroy(sbl_options_t *o)
     bson_free(o->tls_cert_key_file);
     bson_free(o->tls_cert_key_password);
     bson_free(o->tls_ca_file);
+    bson_free(o->tls_cluster_file);
+    bson_free(o->tls_cluster_password);
+    bson_free(o->tls_cluster_ca_file);
     bson_free(o->metrics_bind_ip);
     bson_free(o->unix_socket_prefix);
     bson_free(o->audit_path);

@@ -17,6 +17,7 @@ static sbl_options_t empty_options;
 static const sbl_options_t *server_options = &empty_options;
 static int64_t server_start_ms;
 static char server_host[300] = "localhost:27017";
+static char cluster_uri_opts[3 * 4096]; /* libmongoc's TLS options for member connections */
 
 void sbl_server_init(const sbl_options_t *o)
 {
@@ -25,6 +26,16 @@ void sbl_server_init(const sbl_options_t *o)
     server_start_ms = (int64_t)time(NULL) * 1000;
     gethostname(hn, sizeof(hn) - 1);
     snprintf(server_host, sizeof(server_host), "%s:%d", hn, o->port);
+}
+
+void sbl_server_set_cluster_uri_opts(const char *opts)
+{
+    snprintf(cluster_uri_opts, sizeof(cluster_uri_opts), "%s", opts);
+}
+
+const char *sbl_server_cluster_uri_opts(void)
+{
+    return cluster_uri_opts;
 }
 
 const sbl_options_t *sbl_server_options(void)

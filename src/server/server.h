@@ -61,6 +61,16 @@ typedef struct sbl_options {
     char *tls_cert_key_password;
     char *tls_ca_file;       /* net.tls.CAFile: verifies client certificates */
     bool tls_allow_no_cert;  /* net.tls.allowConnectionsWithoutCertificates */
+    /* the certificate this server presents when it connects to other
+     * members and shards (net.tls.clusterFile, clusterPassword; NULL: the
+     * certificateKeyFile and its password); the authority that verifies
+     * the certificates of those who connect here (net.tls.clusterCAFile;
+     * NULL: the CAFile, which always verifies the servers this one dials) */
+    char *tls_cluster_file;
+    char *tls_cluster_password;
+    char *tls_cluster_ca_file;
+    bool tls_allow_invalid_certs;     /* net.tls.allowInvalidCertificates */
+    bool tls_allow_invalid_hostnames; /* net.tls.allowInvalidHostnames */
     int audit_destination;   /* auditLog.destination: 0 off, 1 file, 2 syslog, 3 console */
     int audit_format;        /* auditLog.format: 0 JSON, 1 BSON */
     char *audit_path;        /* auditLog.path */
@@ -86,6 +96,12 @@ const char *sbl_options_help(void);
 
 /* Record the options (kept by the caller for the process lifetime), start time and host. */
 void sbl_server_init(const sbl_options_t *o);
+
+/* The libmongoc URI options that make a connection to another member or
+ * shard match those of net.h's sbl_client_dial ("tls=true&tlsCAFile=..."):
+ * set once at start (sbl_client_tls_start); "" without TLS. */
+void sbl_server_set_cluster_uri_opts(const char *opts);
+const char *sbl_server_cluster_uri_opts(void);
 
 /* Process-wide facts (valid after start-up). */
 const sbl_options_t *sbl_server_options(void);

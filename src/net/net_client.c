@@ -131,7 +131,8 @@ static int password_cb(char *buf, int size, int rwflag, void *u)
     int n = pw != NULL ? (int)strlen(pw) : 0;
     if (n > size)
         n = size;
-    memcpy(buf, pw, (size_t)n);
+    if (n > 0) /* no password: nothing to copy (memcpy from NULL is undefined even for 0) */
+        memcpy(buf, pw, (size_t)n);
     return n;
 }
 

@@ -27,6 +27,13 @@ static uint32_t rd_u32(const uint8_t *p)
 static bool key_utf8_ok(const uint8_t *s, size_t n)
 {
     size_t i = 0;
+    /* ASCII eight bytes at a time (most keys are), from where a word holds
+     * another byte the loop below decodes */
+    for (uint64_t w; i + 8 <= n; i += 8) {
+        memcpy(&w, s + i, 8);
+        if (w & 0x8080808080808080ULL)
+            break;
+    }
     while (i < n) {
         uint8_t c = s[i];
         if (c < 0x80) {

@@ -107,10 +107,9 @@ static bool op_ns(const sbl_opctx_t *ctx, char *ns, size_t len)
 {
     bson_iter_t it;
     const char *coll = NULL;
-    if (bson_iter_init(&it, ctx->cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it))
-        coll = bson_iter_utf8(&it, NULL);
-    else if (strcmp(ctx->name, "getMore") == 0 && bson_iter_init_find(&it, ctx->cmd, "collection") &&
-             BSON_ITER_HOLDS_UTF8(&it))
+    sbl_doc_first(ctx->cmd, &coll); /* its first field, when a string */
+    if (coll == NULL && strcmp(ctx->name, "getMore") == 0 &&
+        bson_iter_init_find(&it, ctx->cmd, "collection") && BSON_ITER_HOLDS_UTF8(&it))
         coll = bson_iter_utf8(&it, NULL);
     sbl_join_dot(ns, len, ctx->db, coll != NULL && coll[0] != '\0' ? coll : "$cmd");
     return coll != NULL && coll[0] != '\0';
@@ -868,10 +867,9 @@ static void after_work_cb(uv_work_t *w, int status)
 /* Look the command up and check what can be checked before running it. */
 static int prepare(pending_t *p, sbl_err_t *err)
 {
-    bson_iter_t it;
-    if (!bson_iter_init(&it, p->ctx.cmd) || !bson_iter_next(&it))
+    const char *str, *name = sbl_doc_first(p->ctx.cmd, &str); /* NULL: empty or unreadable */
+    if (name == NULL)
         return sbl_err_set(err, SBL_E_FailedToParse, "no command specified");
-    const char *name = bson_iter_key(&it);
     if (p->ctx.db[0] == '\0')
         return sbl_err_set(err, 40571, "OP_MSG requests require a $db argument");
     p->def = sbl_cmd_lookup(name);

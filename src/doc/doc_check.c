@@ -362,6 +362,18 @@ bool sbl_doc_find_top(const bson_t *doc, const char *key, bson_iter_t *it)
     return false;
 }
 
+const char *sbl_doc_first(const bson_t *doc, const char **str)
+{
+    const uint8_t *data = bson_get_data(doc);
+    const uint8_t *end = data + doc->len - 1, *v, *next;
+    *str = NULL;
+    if (doc->len < 5 || data + 4 >= end || !elem_at(data + 4, end, &v, &next))
+        return NULL;
+    if (data[4] == BSON_TYPE_UTF8 && rd_u32(v) >= 1 && next[-1] == 0)
+        *str = (const char *)v + 4;
+    return (const char *)data + 5;
+}
+
 bool sbl_doc_top_next(const bson_t *doc, uint32_t *off, uint32_t *at, const char **key, bool *bad)
 {
     const uint8_t *data = bson_get_data(doc);

@@ -52,19 +52,27 @@ typedef struct pending {
 
 /* ---- counters (serverStatus.opcounters; kept by src/metrics) ------------- */
 
-static int64_t array_len(const bson_t *cmd, const char *field)
+static bool stmt_is_point(const bson_iter_t *stmt);
+
+/* The elements of cmd's array field; *points (asked by update and delete):
+ * there are at most 64, each a statement whose q is a point on _id
+ * (needs_worker's question, answered in the same walk). */
+static int64_t array_len(const bson_t *cmd, const char *field, bool ask, bool *points)
 {
     bson_iter_t it, child;
     int64_t n = 0;
-    if (sbl_doc_find_top(cmd, field, &it) && BSON_ITER_HOLDS_ARRAY(&it) &&
-        bson_iter_recurse(&it, &child))
-        while (bson_iter_next(&child))
-            n++;
+    bool found = sbl_doc_find_top(cmd, field, &it) && BSON_ITER_HOLDS_ARRAY(&it) &&
+                 bson_iter_recurse(&it, &child);
+    *points = found && ask;
+    while (found && bson_iter_next(&child))
+        if (++n > 64 || (*points && !stmt_is_point(&child)))
+            *points = false;
     return n;
 }
 
-/* Counts the command in opcounters; returns how many it counted (an insert's documents). */
-static int64_t count_op(const sbl_cmd_def_t *def, const bson_t *cmd)
+/* Counts the command in opcounters; returns how many it counted (an insert's
+ * documents); *points: see array_len (false for other commands). */
+static int64_t count_op(const sbl_cmd_def_t *def, const bson_t *cmd, bool *points)
 {
     const char *n = def->name, *stmts = NULL; /* stmts: counted one by one */
     sbl_opc_t opc = SBL_OPC_COMMAND;
@@ -82,7 +90,8 @@ static int64_t count_op(const sbl_cmd_def_t *def, const bson_t *cmd)
     } else if (strcmp(n, "getMore") == 0) {
         opc = SBL_OPC_GETMORE;
     }
-    int64_t k = stmts != NULL ? array_len(cmd, stmts) : 1;
+    *points = false;
+    int64_t k = stmts != NULL ? array_len(cmd, stmts, opc != SBL_OPC_INSERT, points) : 1;
     sbl_metrics_count_op(opc, k);
     return k;
 }
@@ -251,25 +260,16 @@ static bool doc_field(const bson_t *d, const char *name, bson_t *out)
     return bson_init_static(out, data, len);
 }
 
-static bool statements_are_points(const bson_t *cmd, const char *array, const char *qfield)
+/* A statement (of update or delete) whose q is a point on _id. */
+static bool stmt_is_point(const bson_iter_t *stmt)
 {
-    bson_iter_t it, child;
-    if (!sbl_doc_find_top(cmd, array, &it) || !BSON_ITER_HOLDS_ARRAY(&it) ||
-        !bson_iter_recurse(&it, &child))
+    const uint8_t *data;
+    uint32_t len;
+    bson_t s, q;
+    if (!BSON_ITER_HOLDS_DOCUMENT(stmt))
         return false;
-    int n = 0;
-    while (bson_iter_next(&child)) {
-        const uint8_t *data;
-        uint32_t len;
-        bson_t stmt, q;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&child) || ++n > 64)
-            return false;
-        bson_iter_document(&child, &len, &data);
-        if (!bson_init_static(&stmt, data, len) || !doc_field(&stmt, qfield, &q) ||
-            !filter_is_point(&q))
-            return false;
-    }
-    return true;
+    bson_iter_document(stmt, &len, &data);
+    return bson_init_static(&s, data, len) && doc_field(&s, "q", &q) && filter_is_point(&q);
 }
 
 /* A linearizable read: on a primary of a set, and not an aggregate that writes. */
@@ -291,8 +291,8 @@ static int linearizable_allowed(const sbl_opctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-/* counted: what count_op returned for the command (an insert's documents). */
-static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t counted)
+/* counted, points: what count_op returned for the command (an insert's documents). */
+static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t counted, bool points)
 {
     bson_t f;
     /* it waits for replication (repl_read.c) off the loop: a read, or a
@@ -332,10 +332,8 @@ static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t co
         }
         return !quick;
     }
-    if (strcmp(n, "update") == 0)
-        return !statements_are_points(cmd, "updates", "q");
-    if (strcmp(n, "delete") == 0)
-        return !statements_are_points(cmd, "deletes", "q");
+    if (strcmp(n, "update") == 0 || strcmp(n, "delete") == 0)
+        return !points;
     if (strcmp(n, "findAndModify") == 0 || strcmp(n, "findandmodify") == 0)
         return !doc_field(cmd, "query", &f) || !filter_is_point(&f);
     if (strcmp(n, "insert") == 0)
@@ -950,7 +948,8 @@ static bool run_or_queue(pending_t *p, bool force_worker)
 {
     if (p->def->fn == sbl_cursor_get_more && sbl_wire_reply_plain(p->ctx.req))
         reply_with_room(p);
-    int64_t counted = count_op(p->def, p->ctx.cmd);
+    bool points;
+    int64_t counted = count_op(p->def, p->ctx.cmd, &points);
     /* During a migration or movePrimary, or on a new primary before its
      * migration recovery, a router's command may wait: never on the loop thread. */
     if (sbl_routed_may_wait(&p->routed))
@@ -963,7 +962,7 @@ static bool run_or_queue(pending_t *p, bool force_worker)
     if ((p->def->flags & SBL_CMD_WRITE) &&
         (sbl_repl_fp_holds_writes() || sbl_repl_flow_throttling()))
         force_worker = true; /* tests hold a write; flow control may make it wait */
-    if (force_worker || needs_worker(p->def, p->ctx.cmd, counted)) {
+    if (force_worker || needs_worker(p->def, p->ctx.cmd, counted, points)) {
         p->work.data = p;
         sbl_audit_seal(); /* this loop's events so far go before the worker's */
         if (uv_queue_work(sbl_conn_loop(p->ctx.conn), &p->work, work_cb, after_work_cb) == 0)
@@ -1065,7 +1064,8 @@ void sbl_cmd_run(const char *db, const bson_t *cmd, bson_t *reply)
     p.ctx.reply = &p.reply;
     p.ctx.wc.w = 1;
     if ((p.rc = prepare(&p, &p.err)) == 0) {
-        count_op(p.def, cmd);
+        bool points;
+        count_op(p.def, cmd, &points);
         execute(&p);
         run_await_write_concern(&p);
     }

@@ -198,34 +198,6 @@ static void op_end(pending_t *p)
  * balancer...): one per thread, as its lazy fields (uid, audit id) are written. */
 static _Thread_local sbl_client_t internal_client;
 
-/* The database a write command changes: renameCollection runs on admin and
- * names its source namespace; the others change their own database. */
-static const char *write_db(const sbl_opctx_t *ctx)
-{
-    static __thread char db[128];
-    bson_iter_t it;
-    if (ctx->name[0] == 'r' && strcmp(ctx->name, "renameCollection") == 0 &&
-        bson_iter_init_find(&it, ctx->cmd, "renameCollection") && BSON_ITER_HOLDS_UTF8(&it)) {
-        const char *ns = bson_iter_utf8(&it, NULL), *dot = strchr(ns, '.');
-        size_t n = dot != NULL ? (size_t)(dot - ns) : strlen(ns);
-        if (n < sizeof(db)) {
-            snprintf(db, sizeof(db), "%.*s", (int)n, ns);
-            return db;
-        }
-    }
-    return ctx->db;
-}
-
-/* A write that takes a flow control ticket: not one to "local", nor one that
- * ends or prepares a transaction (flow_gate.c says the rest). */
-static bool flow_gated(const pending_t *p)
-{
-    sbl_cmd_fn fn = p->def->fn;
-    return (p->def->flags & SBL_CMD_WRITE) && fn != sbl_cmd_commit_transaction &&
-           fn != sbl_cmd_abort_transaction && fn != sbl_cmd_prepare_transaction &&
-           fn != sbl_cmd_coordinate_commit && strcmp(write_db(&p->ctx), "local") != 0;
-}
-
 /* Quick commands run on the network loop; ones that may scan go to a worker. */
 static bool filter_is_point(const bson_t *filter)
 {
@@ -404,8 +376,9 @@ static int gossip_cluster_time(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, const
 static void execute_inner(pending_t *p)
 {
     sbl_opctx_t *ctx = &p->ctx;
-    bson_iter_t it, mt, wcit, lsid, txnit, acit;
+    bson_iter_t it, mt, wcit, lsid, txnit, acit, stit;
     bool has_mt = false, has_wc = false, has_lsid = false, has_txn = false, has_ac = false;
+    bool has_st = false;
 
     ctx->ss = sbl_session_get();
     ctx->start_us = sbl_now_us();
@@ -426,6 +399,8 @@ static void execute_inner(pending_t *p)
             has_txn = sbl_doc_top_iter(ctx->cmd, at, k, &txnit);
         else if (!has_ac && k[0] == 'a' && strcmp(k, "autocommit") == 0)
             has_ac = sbl_doc_top_iter(ctx->cmd, at, k, &acit);
+        else if (!has_st && k[0] == 's' && strcmp(k, "startTransaction") == 0)
+            has_st = sbl_doc_top_iter(ctx->cmd, at, k, &stit);
         else if (k[0] == '$' && strcmp(k, "$clusterTime") == 0 &&
                  sbl_doc_top_iter(ctx->cmd, at, k, &it) &&
                  (p->rc = gossip_cluster_time(ctx, p->def, &it, &p->err)) != 0)
@@ -437,6 +412,7 @@ static void execute_inner(pending_t *p)
         has_lsid = sbl_doc_find_top(ctx->cmd, "lsid", &lsid);
         has_txn = sbl_doc_find_top(ctx->cmd, "txnNumber", &txnit);
         has_ac = sbl_doc_find_top(ctx->cmd, "autocommit", &acit);
+        has_st = sbl_doc_find_top(ctx->cmd, "startTransaction", &stit);
     }
     /* A write without writeConcern takes the cluster-wide default (read
      * through the internal runner: before this command's session begins). */
@@ -497,7 +473,7 @@ static void execute_inner(pending_t *p)
     /* Replication state: a member that is not primary takes no writes
      * (NotWritablePrimary), except to "local". */
     if ((p->def->flags & SBL_CMD_WRITE) &&
-        (p->rc = sbl_repl_check_write(write_db(ctx), &p->err)) != 0)
+        (p->rc = sbl_repl_check_write(sbl_cmd_write_db(ctx), &p->err)) != 0)
         return;
     /* A command with a txnNumber (a transaction's statement, its commit or
      * abort, a retryable write) runs on the primary only, as mongod's
@@ -529,8 +505,8 @@ static void execute_inner(pending_t *p)
     bool lin = false;
     uint64_t after = 0;
     /* A transaction's first command, a write too, waits for its afterClusterTime. */
-    bool txn_start = has_ac && sbl_doc_find_top(ctx->cmd, "startTransaction", &it);
-    if (((p->def->flags & SBL_CMD_READ) || txn_start) && ctx->req != NULL) {
+    ctx->start_txn = has_st ? &stit : NULL;
+    if (((p->def->flags & SBL_CMD_READ) || (has_ac && has_st)) && ctx->req != NULL) {
         sbl_cmd_read_concern_of(ctx->cmd, &lin, &after);
         if (lin && (p->rc = linearizable_allowed(ctx, &p->err)) != 0)
             return;
@@ -556,7 +532,7 @@ static void execute_inner(pending_t *p)
         sbl_op_set_txn_number(&p->op, txn_number);
     if ((p->def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
         p->rc = sbl_cmd_fsync_wait(ctx, &p->err);
-    if (p->rc == 0 && flow_gated(p)) /* flow control's ticket (flow_gate.c) */
+    if (p->rc == 0 && sbl_cmd_flow_gated(p->def, ctx)) /* flow control's ticket */
         p->rc = sbl_cmd_flow_ticket(ctx, true, &p->err);
     if (p->rc == 0) {
         /* Server-side JavaScript stops at this operation's deadline; an error a

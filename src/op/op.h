@@ -79,6 +79,9 @@ typedef struct sbl_opctx {
     sbl_retry_t *retry;   /* a retryable write (lsid + txnNumber), else NULL */
     struct sbl_mtxn *mtxn; /* the multi-document transaction it runs in (cmd/txn.c), or NULL */
     bool mtxn_checked_out; /* the transaction's session is checked out */
+    /* the command's startTransaction field (NULL: absent), found by the
+     * dispatcher's walk of its fields; valid while the dispatcher runs it */
+    const bson_iter_t *start_txn;
     bool close_instead;    /* a test fail point: close the connection instead of replying */
     uint64_t read_ts;      /* a snapshot read's timestamp (readConcern snapshot outside a
                             * transaction; cursors keep it for getMore), 0: none */

@@ -411,6 +411,12 @@ int sbl_cmd_coordinate_commit(sbl_opctx_t *ctx, sbl_err_t *err);
  * runs a command on a network loop (on) or not (off): it never waits there. */
 int sbl_cmd_flow_ticket(sbl_opctx_t *ctx, bool first, sbl_err_t *err);
 void sbl_cmd_flow_on_loop(bool on);
+/* The database a write command changes (flow_gate.c): renameCollection runs
+ * on admin and names its source namespace; the others change their own. */
+const char *sbl_cmd_write_db(const sbl_opctx_t *ctx);
+/* A write that takes a flow control ticket before it runs: not one to
+ * "local", nor one that ends or prepares a transaction. */
+bool sbl_cmd_flow_gated(const sbl_cmd_def_t *def, const sbl_opctx_t *ctx);
 /* The coordinator's recovery thread (txn_coord.c): started with the
  * command layer, stopped before storage closes. */
 void sbl_cmd_coord_start(void);

@@ -333,34 +333,37 @@ static int get_batch(const bson_t *cmd, const char *cmdname, const char *key, bs
 }
 
 /* Read `ordered` and check the boolean options common to the write commands. */
-static int get_ordered(const bson_t *cmd, const char *req, bool *orderedp, sbl_err_t *err)
+/* ordered and bypassDocumentValidation, read in sbl_check_fields' walk. */
+typedef struct write_flags {
+    const char *req;
+    bool ordered, bypass, has_bypass;
+} write_flags_t;
+
+static int write_flag(void *arg, const char *k, const bson_iter_t *it, sbl_err_t *err)
 {
-    bson_iter_t it;
-    char field[64];
-    uint32_t off = 4, at;
-    const char *k;
-    bool bad;
-    *orderedp = true;
-    while (sbl_doc_top_next(cmd, &off, &at, &k, &bad)) { /* cmd passed sbl_bson_check */
-        if ((k[0] != 'o' || strcmp(k, "ordered") != 0) &&
-            (k[0] != 'b' || strcmp(k, "bypassDocumentValidation") != 0))
-            continue;
-        if (!sbl_doc_top_iter(cmd, at, k, &it))
-            break;
-        sbl_join_dot(field, sizeof(field), req, k);
-        if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it))
-            return sbl_type_error(err, field, &it, "bool");
-        if (k[0] == 'o')
-            *orderedp = bson_iter_as_bool(&it);
+    write_flags_t *f = arg;
+    if (!BSON_ITER_HOLDS_BOOL(it) && !BSON_ITER_HOLDS_NUMBER(it)) {
+        char field[64];
+        sbl_join_dot(field, sizeof(field), f->req, k);
+        return sbl_type_error(err, field, it, "bool");
+    }
+    if (k[0] == 'o') {
+        f->ordered = bson_iter_as_bool(it); /* the last one counts */
+    } else if (!f->has_bypass) {
+        f->has_bypass = true; /* the first one counts */
+        f->bypass = bson_iter_as_bool(it);
     }
     return 0;
 }
 
-/* The command's bypassDocumentValidation flag. */
-static bool get_bypass(const bson_t *cmd)
+/* A write command's fields checked (sbl_check_fields), and its ordered (true
+ * when absent) and bypassDocumentValidation flags, bool or number. */
+static int check_write_fields(const bson_t *cmd, const char *req, const char *const *known,
+                              write_flags_t *f, sbl_err_t *err)
 {
-    bson_iter_t it;
-    return sbl_doc_find_top(cmd, "bypassDocumentValidation", &it) && bson_iter_as_bool(&it);
+    static const char *const flags[] = {"ordered", "bypassDocumentValidation", NULL};
+    *f = (write_flags_t){.req = req, .ordered = true};
+    return sbl_check_fields_visit(cmd, req, known, flags, write_flag, f, err);
 }
 
 /* Evaluate the command's `let` into *vals (initialised here; empty when absent). */
@@ -480,7 +483,6 @@ int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
     char ns[SBL_NS_MAX];
     bson_t docs, errors = BSON_INITIALIZER;
     uint32_t ndocs = 0, nerrors = 0;
-    bool ordered;
     int64_t n = 0;
     sbl_coll_t *c = NULL;
     bson_iter_t it;
@@ -488,10 +490,11 @@ int sbl_cmd_insert(sbl_opctx_t *ctx, sbl_err_t *err)
 
     SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_validate_user_write_ns(ns, err));
-    SBL_RET(sbl_check_fields(ctx->cmd, "insert", insert_fields, err));
-    SBL_RET(get_ordered(ctx->cmd, "insert", &ordered, err));
+    write_flags_t flags;
+    SBL_RET(check_write_fields(ctx->cmd, "insert", insert_fields, &flags, err));
+    bool ordered = flags.ordered;
     SBL_RET(get_batch(ctx->cmd, "insert", "documents", &docs, &ndocs, err));
-    bool bypass = get_bypass(ctx->cmd);
+    bool bypass = flags.bypass;
     bool created = false;
     SBL_RET(sbl_coll_open(ctx->ss, ns, true, &c, &created, err));
     if (created)
@@ -818,16 +821,16 @@ int sbl_cmd_update(sbl_opctx_t *ctx, sbl_err_t *err)
     bson_t stmts, errors = BSON_INITIALIZER;
     sbl_err_t stop = {0}; /* the interruption that ended the batch */
     uint32_t nstmts = 0, nerrors = 0;
-    bool ordered;
     bson_iter_t it;
     update_totals_t tot = {0};
 
     SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_validate_user_write_ns(ns, err));
-    SBL_RET(sbl_check_fields(ctx->cmd, "update", update_fields, err));
-    SBL_RET(get_ordered(ctx->cmd, "update", &ordered, err));
+    write_flags_t flags;
+    SBL_RET(check_write_fields(ctx->cmd, "update", update_fields, &flags, err));
+    bool ordered = flags.ordered;
     SBL_RET(get_batch(ctx->cmd, "update", "updates", &stmts, &nstmts, err));
-    bool bypass = get_bypass(ctx->cmd);
+    bool bypass = flags.bypass;
     bson_t let;
     if (get_let(ctx->cmd, "update", &let, err) != 0) {
         bson_destroy(&let);
@@ -1052,14 +1055,14 @@ int sbl_cmd_delete(sbl_opctx_t *ctx, sbl_err_t *err)
     bson_t stmts, errors = BSON_INITIALIZER;
     sbl_err_t stop = {0}; /* the interruption that ended the batch */
     uint32_t nstmts = 0, nerrors = 0;
-    bool ordered;
     bson_iter_t it;
     int64_t n = 0;
 
     SBL_RET(sbl_op_ns(ctx, ns, sizeof(ns), err));
     SBL_RET(sbl_validate_user_write_ns(ns, err));
-    SBL_RET(sbl_check_fields(ctx->cmd, "delete", delete_fields, err));
-    SBL_RET(get_ordered(ctx->cmd, "delete", &ordered, err));
+    write_flags_t flags;
+    SBL_RET(check_write_fields(ctx->cmd, "delete", delete_fields, &flags, err));
+    bool ordered = flags.ordered;
     SBL_RET(get_batch(ctx->cmd, "delete", "deletes", &stmts, &nstmts, err));
     bson_t let;
     if (get_let(ctx->cmd, "delete", &let, err) != 0) {

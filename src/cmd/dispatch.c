@@ -52,19 +52,27 @@ typedef struct pending {
 
 /* ---- counters (serverStatus.opcounters; kept by src/metrics) ------------- */
 
-static int64_t array_len(const bson_t *cmd, const char *field)
+static bool stmt_is_point(const bson_iter_t *stmt);
+
+/* The elements of cmd's array field; *points (asked by update and delete):
+ * there are at most 64, each a statement whose q is a point on _id
+ * (needs_worker's question, answered in the same walk). */
+static int64_t array_len(const bson_t *cmd, const char *field, bool ask, bool *points)
 {
     bson_iter_t it, child;
     int64_t n = 0;
-    if (sbl_doc_find_top(cmd, field, &it) && BSON_ITER_HOLDS_ARRAY(&it) &&
-        bson_iter_recurse(&it, &child))
-        while (bson_iter_next(&child))
-            n++;
+    bool found = sbl_doc_find_top(cmd, field, &it) && BSON_ITER_HOLDS_ARRAY(&it) &&
+                 bson_iter_recurse(&it, &child);
+    *points = found && ask;
+    while (found && bson_iter_next(&child))
+        if (++n > 64 || (*points && !stmt_is_point(&child)))
+            *points = false;
     return n;
 }
 
-/* Counts the command in opcounters; returns how many it counted (an insert's documents). */
-static int64_t count_op(const sbl_cmd_def_t *def, const bson_t *cmd)
+/* Counts the command in opcounters; returns how many it counted (an insert's
+ * documents); *points: see array_len (false for other commands). */
+static int64_t count_op(const sbl_cmd_def_t *def, const bson_t *cmd, bool *points)
 {
     const char *n = def->name, *stmts = NULL; /* stmts: counted one by one */
     sbl_opc_t opc = SBL_OPC_COMMAND;
@@ -82,7 +90,8 @@ static int64_t count_op(const sbl_cmd_def_t *def, const bson_t *cmd)
     } else if (strcmp(n, "getMore") == 0) {
         opc = SBL_OPC_GETMORE;
     }
-    int64_t k = stmts != NULL ? array_len(cmd, stmts) : 1;
+    *points = false;
+    int64_t k = stmts != NULL ? array_len(cmd, stmts, opc != SBL_OPC_INSERT, points) : 1;
     sbl_metrics_count_op(opc, k);
     return k;
 }
@@ -107,10 +116,9 @@ static bool op_ns(const sbl_opctx_t *ctx, char *ns, size_t len)
 {
     bson_iter_t it;
     const char *coll = NULL;
-    if (bson_iter_init(&it, ctx->cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it))
-        coll = bson_iter_utf8(&it, NULL);
-    else if (strcmp(ctx->name, "getMore") == 0 && bson_iter_init_find(&it, ctx->cmd, "collection") &&
-             BSON_ITER_HOLDS_UTF8(&it))
+    sbl_doc_first(ctx->cmd, &coll); /* its first field, when a string */
+    if (coll == NULL && strcmp(ctx->name, "getMore") == 0 &&
+        bson_iter_init_find(&it, ctx->cmd, "collection") && BSON_ITER_HOLDS_UTF8(&it))
         coll = bson_iter_utf8(&it, NULL);
     sbl_join_dot(ns, len, ctx->db, coll != NULL && coll[0] != '\0' ? coll : "$cmd");
     return coll != NULL && coll[0] != '\0';
@@ -190,34 +198,6 @@ static void op_end(pending_t *p)
  * balancer...): one per thread, as its lazy fields (uid, audit id) are written. */
 static _Thread_local sbl_client_t internal_client;
 
-/* The database a write command changes: renameCollection runs on admin and
- * names its source namespace; the others change their own database. */
-static const char *write_db(const sbl_opctx_t *ctx)
-{
-    static __thread char db[128];
-    bson_iter_t it;
-    if (ctx->name[0] == 'r' && strcmp(ctx->name, "renameCollection") == 0 &&
-        bson_iter_init_find(&it, ctx->cmd, "renameCollection") && BSON_ITER_HOLDS_UTF8(&it)) {
-        const char *ns = bson_iter_utf8(&it, NULL), *dot = strchr(ns, '.');
-        size_t n = dot != NULL ? (size_t)(dot - ns) : strlen(ns);
-        if (n < sizeof(db)) {
-            snprintf(db, sizeof(db), "%.*s", (int)n, ns);
-            return db;
-        }
-    }
-    return ctx->db;
-}
-
-/* A write that takes a flow control ticket: not one to "local", nor one that
- * ends or prepares a transaction (flow_gate.c says the rest). */
-static bool flow_gated(const pending_t *p)
-{
-    sbl_cmd_fn fn = p->def->fn;
-    return (p->def->flags & SBL_CMD_WRITE) && fn != sbl_cmd_commit_transaction &&
-           fn != sbl_cmd_abort_transaction && fn != sbl_cmd_prepare_transaction &&
-           fn != sbl_cmd_coordinate_commit && strcmp(write_db(&p->ctx), "local") != 0;
-}
-
 /* Quick commands run on the network loop; ones that may scan go to a worker. */
 static bool filter_is_point(const bson_t *filter)
 {
@@ -252,25 +232,16 @@ static bool doc_field(const bson_t *d, const char *name, bson_t *out)
     return bson_init_static(out, data, len);
 }
 
-static bool statements_are_points(const bson_t *cmd, const char *array, const char *qfield)
+/* A statement (of update or delete) whose q is a point on _id. */
+static bool stmt_is_point(const bson_iter_t *stmt)
 {
-    bson_iter_t it, child;
-    if (!sbl_doc_find_top(cmd, array, &it) || !BSON_ITER_HOLDS_ARRAY(&it) ||
-        !bson_iter_recurse(&it, &child))
+    const uint8_t *data;
+    uint32_t len;
+    bson_t s, q;
+    if (!BSON_ITER_HOLDS_DOCUMENT(stmt))
         return false;
-    int n = 0;
-    while (bson_iter_next(&child)) {
-        const uint8_t *data;
-        uint32_t len;
-        bson_t stmt, q;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&child) || ++n > 64)
-            return false;
-        bson_iter_document(&child, &len, &data);
-        if (!bson_init_static(&stmt, data, len) || !doc_field(&stmt, qfield, &q) ||
-            !filter_is_point(&q))
-            return false;
-    }
-    return true;
+    bson_iter_document(stmt, &len, &data);
+    return bson_init_static(&s, data, len) && doc_field(&s, "q", &q) && filter_is_point(&q);
 }
 
 /* A linearizable read: on a primary of a set, and not an aggregate that writes. */
@@ -292,8 +263,8 @@ static int linearizable_allowed(const sbl_opctx_t *ctx, sbl_err_t *err)
     return 0;
 }
 
-/* counted: what count_op returned for the command (an insert's documents). */
-static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t counted)
+/* counted, points: what count_op returned for the command (an insert's documents). */
+static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t counted, bool points)
 {
     bson_t f;
     /* it waits for replication (repl_read.c) off the loop: a read, or a
@@ -333,10 +304,8 @@ static bool needs_worker(const sbl_cmd_def_t *def, const bson_t *cmd, int64_t co
         }
         return !quick;
     }
-    if (strcmp(n, "update") == 0)
-        return !statements_are_points(cmd, "updates", "q");
-    if (strcmp(n, "delete") == 0)
-        return !statements_are_points(cmd, "deletes", "q");
+    if (strcmp(n, "update") == 0 || strcmp(n, "delete") == 0)
+        return !points;
     if (strcmp(n, "findAndModify") == 0 || strcmp(n, "findandmodify") == 0)
         return !doc_field(cmd, "query", &f) || !filter_is_point(&f);
     if (strcmp(n, "insert") == 0)
@@ -407,8 +376,9 @@ static int gossip_cluster_time(sbl_opctx_t *ctx, const sbl_cmd_def_t *def, const
 static void execute_inner(pending_t *p)
 {
     sbl_opctx_t *ctx = &p->ctx;
-    bson_iter_t it, mt, wcit, lsid, txnit, acit;
+    bson_iter_t it, mt, wcit, lsid, txnit, acit, stit;
     bool has_mt = false, has_wc = false, has_lsid = false, has_txn = false, has_ac = false;
+    bool has_st = false;
 
     ctx->ss = sbl_session_get();
     ctx->start_us = sbl_now_us();
@@ -429,6 +399,8 @@ static void execute_inner(pending_t *p)
             has_txn = sbl_doc_top_iter(ctx->cmd, at, k, &txnit);
         else if (!has_ac && k[0] == 'a' && strcmp(k, "autocommit") == 0)
             has_ac = sbl_doc_top_iter(ctx->cmd, at, k, &acit);
+        else if (!has_st && k[0] == 's' && strcmp(k, "startTransaction") == 0)
+            has_st = sbl_doc_top_iter(ctx->cmd, at, k, &stit);
         else if (k[0] == '$' && strcmp(k, "$clusterTime") == 0 &&
                  sbl_doc_top_iter(ctx->cmd, at, k, &it) &&
                  (p->rc = gossip_cluster_time(ctx, p->def, &it, &p->err)) != 0)
@@ -440,6 +412,7 @@ static void execute_inner(pending_t *p)
         has_lsid = sbl_doc_find_top(ctx->cmd, "lsid", &lsid);
         has_txn = sbl_doc_find_top(ctx->cmd, "txnNumber", &txnit);
         has_ac = sbl_doc_find_top(ctx->cmd, "autocommit", &acit);
+        has_st = sbl_doc_find_top(ctx->cmd, "startTransaction", &stit);
     }
     /* A write without writeConcern takes the cluster-wide default (read
      * through the internal runner: before this command's session begins). */
@@ -500,7 +473,7 @@ static void execute_inner(pending_t *p)
     /* Replication state: a member that is not primary takes no writes
      * (NotWritablePrimary), except to "local". */
     if ((p->def->flags & SBL_CMD_WRITE) &&
-        (p->rc = sbl_repl_check_write(write_db(ctx), &p->err)) != 0)
+        (p->rc = sbl_repl_check_write(sbl_cmd_write_db(ctx), &p->err)) != 0)
         return;
     /* A command with a txnNumber (a transaction's statement, its commit or
      * abort, a retryable write) runs on the primary only, as mongod's
@@ -532,8 +505,8 @@ static void execute_inner(pending_t *p)
     bool lin = false;
     uint64_t after = 0;
     /* A transaction's first command, a write too, waits for its afterClusterTime. */
-    bool txn_start = has_ac && sbl_doc_find_top(ctx->cmd, "startTransaction", &it);
-    if (((p->def->flags & SBL_CMD_READ) || txn_start) && ctx->req != NULL) {
+    ctx->start_txn = has_st ? &stit : NULL;
+    if (((p->def->flags & SBL_CMD_READ) || (has_ac && has_st)) && ctx->req != NULL) {
         sbl_cmd_read_concern_of(ctx->cmd, &lin, &after);
         if (lin && (p->rc = linearizable_allowed(ctx, &p->err)) != 0)
             return;
@@ -559,7 +532,7 @@ static void execute_inner(pending_t *p)
         sbl_op_set_txn_number(&p->op, txn_number);
     if ((p->def->flags & SBL_CMD_WRITE) && sbl_cmd_fsync_locked())
         p->rc = sbl_cmd_fsync_wait(ctx, &p->err);
-    if (p->rc == 0 && flow_gated(p)) /* flow control's ticket (flow_gate.c) */
+    if (p->rc == 0 && sbl_cmd_flow_gated(p->def, ctx)) /* flow control's ticket */
         p->rc = sbl_cmd_flow_ticket(ctx, true, &p->err);
     if (p->rc == 0) {
         /* Server-side JavaScript stops at this operation's deadline; an error a
@@ -868,10 +841,9 @@ static void after_work_cb(uv_work_t *w, int status)
 /* Look the command up and check what can be checked before running it. */
 static int prepare(pending_t *p, sbl_err_t *err)
 {
-    bson_iter_t it;
-    if (!bson_iter_init(&it, p->ctx.cmd) || !bson_iter_next(&it))
+    const char *str, *name = sbl_doc_first(p->ctx.cmd, &str); /* NULL: empty or unreadable */
+    if (name == NULL)
         return sbl_err_set(err, SBL_E_FailedToParse, "no command specified");
-    const char *name = bson_iter_key(&it);
     if (p->ctx.db[0] == '\0')
         return sbl_err_set(err, 40571, "OP_MSG requests require a $db argument");
     p->def = sbl_cmd_lookup(name);
@@ -952,7 +924,8 @@ static bool run_or_queue(pending_t *p, bool force_worker)
 {
     if (p->def->fn == sbl_cursor_get_more && sbl_wire_reply_plain(p->ctx.req))
         reply_with_room(p);
-    int64_t counted = count_op(p->def, p->ctx.cmd);
+    bool points;
+    int64_t counted = count_op(p->def, p->ctx.cmd, &points);
     /* During a migration or movePrimary, or on a new primary before its
      * migration recovery, a router's command may wait: never on the loop thread. */
     if (sbl_routed_may_wait(&p->routed))
@@ -965,7 +938,7 @@ static bool run_or_queue(pending_t *p, bool force_worker)
     if ((p->def->flags & SBL_CMD_WRITE) &&
         (sbl_repl_fp_holds_writes() || sbl_repl_flow_throttling()))
         force_worker = true; /* tests hold a write; flow control may make it wait */
-    if (force_worker || needs_worker(p->def, p->ctx.cmd, counted)) {
+    if (force_worker || needs_worker(p->def, p->ctx.cmd, counted, points)) {
         p->work.data = p;
         sbl_audit_seal(); /* this loop's events so far go before the worker's */
         if (uv_queue_work(sbl_conn_loop(p->ctx.conn), &p->work, work_cb, after_work_cb) == 0)
@@ -1067,7 +1040,8 @@ void sbl_cmd_run(const char *db, const bson_t *cmd, bson_t *reply)
     p.ctx.reply = &p.reply;
     p.ctx.wc.w = 1;
     if ((p.rc = prepare(&p, &p.err)) == 0) {
-        count_op(p.def, cmd);
+        bool points;
+        count_op(p.def, cmd, &points);
         execute(&p);
         run_await_write_concern(&p);
     }

@@ -20,6 +20,7 @@
 #include "doc/doc.h"
 #include "repl/repl.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static _Thread_local bool on_loop;
@@ -39,10 +40,33 @@ static int ticket_check(void *arg, sbl_err_t *err)
 
 int sbl_cmd_flow_ticket(sbl_opctx_t *ctx, bool first, sbl_err_t *err)
 {
-    bson_iter_t it;
     if (ctx->req == NULL || !sbl_repl_enabled() || strcmp(ctx->db, "local") == 0)
         return 0;
-    if (ctx->mtxn != NULL && !(first && sbl_doc_find_top(ctx->cmd, "startTransaction", &it)))
+    if (ctx->mtxn != NULL && !(first && ctx->start_txn != NULL))
         return 0;
     return sbl_repl_flow_acquire(ticket_check, ctx, !on_loop, err);
+}
+
+const char *sbl_cmd_write_db(const sbl_opctx_t *ctx)
+{
+    static __thread char db[128];
+    bson_iter_t it;
+    if (ctx->name[0] == 'r' && strcmp(ctx->name, "renameCollection") == 0 &&
+        bson_iter_init_find(&it, ctx->cmd, "renameCollection") && BSON_ITER_HOLDS_UTF8(&it)) {
+        const char *ns = bson_iter_utf8(&it, NULL), *dot = strchr(ns, '.');
+        size_t n = dot != NULL ? (size_t)(dot - ns) : strlen(ns);
+        if (n < sizeof(db)) {
+            snprintf(db, sizeof(db), "%.*s", (int)n, ns);
+            return db;
+        }
+    }
+    return ctx->db;
+}
+
+bool sbl_cmd_flow_gated(const sbl_cmd_def_t *def, const sbl_opctx_t *ctx)
+{
+    sbl_cmd_fn fn = def->fn;
+    return (def->flags & SBL_CMD_WRITE) && fn != sbl_cmd_commit_transaction &&
+           fn != sbl_cmd_abort_transaction && fn != sbl_cmd_prepare_transaction &&
+           fn != sbl_cmd_coordinate_commit && strcmp(sbl_cmd_write_db(ctx), "local") != 0;
 }

@@ -182,7 +182,7 @@ static bool allowed_in_txn(const char *n)
                                      "commitTransaction", "abortTransaction", "killCursors",
                                      "create", "createIndexes", "prepareTransaction", NULL};
     for (int i = 0; ok[i] != NULL; i++)
-        if (strcmp(ok[i], n) == 0)
+        if (ok[i][0] == n[0] && strcmp(ok[i], n) == 0) /* the first byte differs, as a rule */
             return true;
     return false;
 }
@@ -221,17 +221,17 @@ static bson_t *txn_read_concern(const bson_t *cmd)
 
 int sbl_cmd_mtxn_begin(sbl_opctx_t *ctx, int64_t txn, sbl_err_t *err)
 {
-    bson_iter_t it;
+    const bson_iter_t *it_st = ctx->start_txn; /* found by the dispatcher; NULL: absent */
     bool start = false;
     sbl_lsid_t l;
 
     if (!allowed_in_txn(ctx->name))
         return sbl_err_set(err, SBL_E_OperationNotSupportedInTransaction,
                            "Cannot run '%s' in a multi-document transaction.", ctx->name);
-    if (sbl_doc_find_top(ctx->cmd, "startTransaction", &it)) {
-        if (!BSON_ITER_HOLDS_BOOL(&it))
-            return sbl_type_error(err, "OperationSessionInfo.startTransaction", &it, "bool");
-        if (!bson_iter_as_bool(&it))
+    if (it_st != NULL) {
+        if (!BSON_ITER_HOLDS_BOOL(it_st))
+            return sbl_type_error(err, "OperationSessionInfo.startTransaction", it_st, "bool");
+        if (!bson_iter_as_bool(it_st))
             return sbl_err_set(err, SBL_E_InvalidOptions,
                                "Specifying startTransaction=false is not allowed.");
         start = true;

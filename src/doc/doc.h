@@ -115,6 +115,13 @@ sbl_bson_verdict_t sbl_bson_check(const uint8_t *data, size_t len, int max_depth
  * it cannot walk is handed to bson_iter_init_find. */
 bool sbl_doc_find_top(const bson_t *doc, const char *key, bson_iter_t *it);
 
+/* doc's first field, read in place (a command's name, a collection name
+ * after it) without an iterator's ~150-300 instructions: its key, or NULL
+ * when doc is empty or that element cannot be read within doc; *str gets
+ * its value when it is a string (NUL-terminated, as libbson reads one),
+ * else NULL.  Points into doc. */
+const char *sbl_doc_first(const bson_t *doc, const char **str);
+
 /* A command's top-level fields, indexed once (their offsets and key
  * lengths) when it is dispatched: the dispatcher and the handler look up a
  * dozen of its fields with sbl_doc_find_top, each a walk over the fields

@@ -27,6 +27,13 @@ static uint32_t rd_u32(const uint8_t *p)
 static bool key_utf8_ok(const uint8_t *s, size_t n)
 {
     size_t i = 0;
+    /* ASCII eight bytes at a time (most keys are), from where a word holds
+     * another byte the loop below decodes */
+    for (uint64_t w; i + 8 <= n; i += 8) {
+        memcpy(&w, s + i, 8);
+        if (w & 0x8080808080808080ULL)
+            break;
+    }
     while (i < n) {
         uint8_t c = s[i];
         if (c < 0x80) {
@@ -353,6 +360,18 @@ bool sbl_doc_find_top(const bson_t *doc, const char *key, bson_iter_t *it)
         p = next;
     }
     return false;
+}
+
+const char *sbl_doc_first(const bson_t *doc, const char **str)
+{
+    const uint8_t *data = bson_get_data(doc);
+    const uint8_t *end = data + doc->len - 1, *v, *next;
+    *str = NULL;
+    if (doc->len < 5 || data + 4 >= end || !elem_at(data + 4, end, &v, &next))
+        return NULL;
+    if (data[4] == BSON_TYPE_UTF8 && rd_u32(v) >= 1 && next[-1] == 0)
+        *str = (const char *)v + 4;
+    return (const char *)data + 5;
 }
 
 bool sbl_doc_top_next(const bson_t *doc, uint32_t *off, uint32_t *at, const char **key, bool *bad)

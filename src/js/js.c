@@ -496,7 +496,8 @@ void sbl_js_op_begin(sbl_js_opstate_t *saved, int64_t deadline_us, sbl_js_killed
     t->killed = killed;
     t->killed_arg = killed_arg;
     saved->code = t->pending_code;
-    memcpy(saved->msg, t->pending_msg, sizeof(saved->msg));
+    if (saved->code != 0) /* the message means nothing without its code (every command) */
+        memcpy(saved->msg, t->pending_msg, sizeof(saved->msg));
     t->op_deadline_us = deadline_us;
     t->pending_code = 0;
 }
@@ -511,7 +512,8 @@ int sbl_js_op_end(const sbl_js_opstate_t *saved, sbl_err_t *err)
     t->killed = saved->killed;
     t->killed_arg = saved->killed_arg;
     t->pending_code = saved->code;
-    memcpy(t->pending_msg, saved->msg, sizeof(saved->msg));
+    if (saved->code != 0)
+        memcpy(t->pending_msg, saved->msg, sizeof(saved->msg));
     return code;
 }
 

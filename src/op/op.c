@@ -72,15 +72,18 @@ int sbl_validate_ns(const char *ns, sbl_err_t *err)
 int sbl_op_ns(const sbl_opctx_t *ctx, char *ns, size_t nslen, sbl_err_t *err)
 {
     bson_iter_t it;
+    const char *coll;
     SBL_RET(sbl_validate_db_name(ctx->db, err));
-    if (!bson_iter_init(&it, ctx->cmd) || !bson_iter_next(&it))
-        return sbl_err_set(err, SBL_E_BadValue, "empty command");
-    if (!BSON_ITER_HOLDS_UTF8(&it))
-        return sbl_err_set(err, SBL_E_InvalidNamespace,
-                           "collection name has invalid type %s",
-                           BSON_ITER_HOLDS_INT(&it) || BSON_ITER_HOLDS_DOUBLE(&it) ? "double"
-                                                                                  : "object");
-    const char *coll = bson_iter_utf8(&it, NULL);
+    if (sbl_doc_first(ctx->cmd, &coll) == NULL || coll == NULL) { /* libbson words the errors */
+        if (!bson_iter_init(&it, ctx->cmd) || !bson_iter_next(&it))
+            return sbl_err_set(err, SBL_E_BadValue, "empty command");
+        if (!BSON_ITER_HOLDS_UTF8(&it))
+            return sbl_err_set(err, SBL_E_InvalidNamespace,
+                               "collection name has invalid type %s",
+                               BSON_ITER_HOLDS_INT(&it) || BSON_ITER_HOLDS_DOUBLE(&it) ? "double"
+                                                                                      : "object");
+        coll = bson_iter_utf8(&it, NULL);
+    }
     if (coll[0] == '\0')
         return sbl_err_set(err, SBL_E_InvalidNamespace, "Invalid namespace specified '%s.'",
                            ctx->db);

@@ -79,6 +79,9 @@ typedef struct sbl_opctx {
     sbl_retry_t *retry;   /* a retryable write (lsid + txnNumber), else NULL */
     struct sbl_mtxn *mtxn; /* the multi-document transaction it runs in (cmd/txn.c), or NULL */
     bool mtxn_checked_out; /* the transaction's session is checked out */
+    /* the command's startTransaction field (NULL: absent), found by the
+     * dispatcher's walk of its fields; valid while the dispatcher runs it */
+    const bson_iter_t *start_txn;
     bool close_instead;    /* a test fail point: close the connection instead of replying */
     uint64_t read_ts;      /* a snapshot read's timestamp (readConcern snapshot outside a
                             * transaction; cursors keep it for getMore), 0: none */
@@ -174,6 +177,17 @@ int sbl_get_int64(const bson_iter_t *it, int64_t *out, sbl_err_t *err);
  */
 int sbl_check_fields(const bson_t *cmd, const char *req, const char *const *known,
                      sbl_err_t *err);
+
+/* A field sbl_check_fields_visit hands over: its name and value; nonzero
+ * (err set) refuses the command. */
+typedef int (*sbl_field_fn)(void *arg, const char *key, const bson_iter_t *it, sbl_err_t *err);
+
+/* sbl_check_fields, and in the same walk fn(arg, ...) on each field named
+ * in watch (NULL-terminated), in the document's order, until fn fails: its
+ * error is returned once every field passed the unknown-field check, as if
+ * the fields were read after that check (one walk instead of two). */
+int sbl_check_fields_visit(const bson_t *cmd, const char *req, const char *const *known,
+                           const char *const *watch, sbl_field_fn fn, void *arg, sbl_err_t *err);
 
 /* TypeMismatch 14: "BSON field '<field>' is the wrong type '<t>', expected type '<expected>'". */
 int sbl_type_error(sbl_err_t *err, const char *field, const bson_iter_t *it,

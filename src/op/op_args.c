@@ -49,10 +49,27 @@ static int check_read_concern(const bson_iter_t *rc, const bson_t *cmd, sbl_err_
 int sbl_check_fields(const bson_t *cmd, const char *req, const char *const *known,
                           sbl_err_t *err)
 {
+    return sbl_check_fields_visit(cmd, req, known, NULL, NULL, NULL, err);
+}
+
+/* A watched field seen by sbl_check_fields_visit: fn's first error is kept
+ * (*later_rc and *later) and fn not called again. */
+static void visit(const char *k, const bson_iter_t *it, sbl_field_fn fn, void *arg, int *later_rc,
+                  sbl_err_t *later)
+{
+    if (*later_rc == 0)
+        *later_rc = fn(arg, k, it, later);
+}
+
+int sbl_check_fields_visit(const bson_t *cmd, const char *req, const char *const *known,
+                           const char *const *watch, sbl_field_fn fn, void *arg, sbl_err_t *err)
+{
     bson_iter_t it;
     uint32_t off = 4, at;
     const char *k;
     bool bad, first = true;
+    sbl_err_t later; /* fn's error, reported after the walk */
+    int later_rc = 0;
     /* Keys alone (a request's command passed sbl_bson_check); libbson's walk
      * for a document that cannot be read that way. */
     while (sbl_doc_top_next(cmd, &off, &at, &k, &bad)) {
@@ -60,28 +77,36 @@ int sbl_check_fields(const bson_t *cmd, const char *req, const char *const *know
             first = false;
             if (k[0] == 'r' && strcmp(k, "readConcern") == 0 && sbl_doc_top_iter(cmd, at, k, &it))
                 SBL_RET(check_read_concern(&it, cmd, err));
+            if (watch != NULL && in_list(k, watch) && sbl_doc_top_iter(cmd, at, k, &it))
+                visit(k, &it, fn, arg, &later_rc, &later);
             continue;
         }
         return sbl_err_set(err, SBL_E_UnknownField, "BSON field '%s.%s' is an unknown field.", req,
                            k);
     }
     if (!bad)
-        return 0;
+        goto done;
     if (!bson_iter_init(&it, cmd))
         return sbl_err_set(err, SBL_E_InvalidBSON, "invalid command document");
     first = true;
+    later_rc = 0; /* the watched fields are seen again */
     while (bson_iter_next(&it)) {
         k = bson_iter_key(&it);
         if (first || k[0] == '$' || in_list(k, known) || in_list(k, generic_fields)) {
             first = false;
             if (k[0] == 'r' && strcmp(k, "readConcern") == 0)
                 SBL_RET(check_read_concern(&it, cmd, err));
+            if (watch != NULL && in_list(k, watch))
+                visit(k, &it, fn, arg, &later_rc, &later);
             continue;
         }
         return sbl_err_set(err, SBL_E_UnknownField, "BSON field '%s.%s' is an unknown field.", req,
                            k);
     }
-    return 0;
+done:
+    if (later_rc != 0)
+        *err = later;
+    return later_rc;
 }
 
 int sbl_type_error(sbl_err_t *err, const char *field, const bson_iter_t *it,

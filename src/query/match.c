@@ -594,6 +594,9 @@ void sbl_matcher_op_begin(sbl_err_t *saved)
 int sbl_matcher_op_end(const sbl_err_t *saved, sbl_err_t *err)
 {
     int rc = sbl_matcher_take_error(err);
-    match_error = *saved;
+    if (saved->code != 0)
+        match_error = *saved;
+    else /* as a copy of a cleared error, without its 512 bytes (every command) */
+        sbl_err_clear(&match_error);
     return rc;
 }

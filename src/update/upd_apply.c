@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "doc/doc.h"
+#include "update/upd_num.h"
 
 /* MongoDB refuses to pad an array by more than this many elements. */
 #define UPD_MAX_PADDING 1500000
@@ -355,7 +356,6 @@ static int apply_actions(const sbl_update_t *u, upd_node_t *root, int32_t array_
     touched_t touched = {0};
     int rc = 0;
 
-    snprintf(idx, sizeof(idx), "%" PRId32, array_pos);
     for (size_t i = 0; rc == 0 && i < u->nacts; i++) {
         const upd_action_t *a = &u->acts[i];
         walk_t w = {cx, a, a->comps, a->ncomps, NULL, NULL, i};
@@ -377,6 +377,7 @@ static int apply_actions(const sbl_update_t *u, upd_node_t *root, int32_t array_
                                    "the query.");
                 break;
             }
+            snprintf(idx, sizeof(idx), "%" PRId32, array_pos); /* only here: ~650 instructions */
             comps = bson_malloc(a->ncomps * sizeof(*comps));
             memcpy(comps, a->comps, a->ncomps * sizeof(*comps));
             comps[a->positional] = idx;
@@ -393,11 +394,39 @@ static int apply_actions(const sbl_update_t *u, upd_node_t *root, int32_t array_
     return rc;
 }
 
+/* A $inc or $mul (false: another operator). */
+static bool is_arith(const upd_action_t *a)
+{
+    return a->op->name[1] == 'i' ? strcmp(a->op->name, "$inc") == 0
+                                 : strcmp(a->op->name, "$mul") == 0;
+}
+
+/* The value a top-level $set, $inc or $mul gives a's field of old: $set's
+ * operand, or the arithmetic on old's number as apply_arith does it.  False
+ * when the tree must decide: the field missing (a $inc creates it), not a
+ * number, or the arithmetic overflowing (errors the tree path words). */
+static bool top_level_value(const upd_action_t *a, const bson_t *old, bson_value_t *v)
+{
+    if (!is_arith(a)) {
+        *v = a->arg;
+        return true;
+    }
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, old, a->path))
+        return false;
+    bson_type_t t = bson_iter_type(&it);
+    if (t != BSON_TYPE_INT32 && t != BSON_TYPE_INT64 && t != BSON_TYPE_DOUBLE &&
+        t != BSON_TYPE_DECIMAL128)
+        return false;
+    return upd_num_arith(a->op->name[1] == 'm', bson_iter_value(&it), &a->arg, v);
+}
+
 /*
- * The common update, {$set: {f: scalar, ...}} on top-level fields other than
- * _id that old already holds (old's first field being _id, as stored
- * documents have it), needs no tree: the result is old's bytes with those
- * values swapped in place, copied span by span.  False (result untouched)
+ * The common update, {$set: {f: scalar, ...}} or {$inc: {f: n}} ($mul too)
+ * on top-level fields other than _id that old already holds (old's first
+ * field being _id, as stored documents have it), needs no tree: the result
+ * is old's bytes with those values swapped in place, copied span by span
+ * (the place and value the tree would give them).  False (result untouched)
  * when u or old is not of that shape; the tree path then decides.
  */
 static bool apply_top_level_sets(const sbl_update_t *u, const bson_t *old, bson_t *result)
@@ -407,9 +436,9 @@ static bool apply_top_level_sets(const sbl_update_t *u, const bson_t *old, bson_
         return false;
     for (size_t i = 0; i < u->nacts; i++) {
         const upd_action_t *a = &u->acts[i];
-        if (strcmp(a->op->name, "$set") != 0 || a->ncomps != 1 || a->positional >= 0 ||
-            strcmp(a->path, "_id") == 0 || a->arg.value_type == BSON_TYPE_DOCUMENT ||
-            a->arg.value_type == BSON_TYPE_ARRAY)
+        if ((strcmp(a->op->name, "$set") != 0 && !is_arith(a)) || a->ncomps != 1 ||
+            a->positional >= 0 || strcmp(a->path, "_id") == 0 ||
+            a->arg.value_type == BSON_TYPE_DOCUMENT || a->arg.value_type == BSON_TYPE_ARRAY)
             return false;
     }
     bson_iter_t it;
@@ -419,8 +448,13 @@ static bool apply_top_level_sets(const sbl_update_t *u, const bson_t *old, bson_
     bson_t vals = BSON_INITIALIZER;
     uint32_t at[MAX_SETS];
     for (size_t i = 0; i < u->nacts; i++) {
+        bson_value_t v;
+        if (!top_level_value(&u->acts[i], old, &v)) {
+            bson_destroy(&vals);
+            return false;
+        }
         at[i] = vals.len - 1; /* the element starts where the terminator is */
-        sbl_append_value(&vals, u->acts[i].path, -1, &u->acts[i].arg);
+        sbl_append_value(&vals, u->acts[i].path, -1, &v);
     }
     const uint8_t *od = bson_get_data(old), *vd = bson_get_data(&vals);
     /* span: where old's bytes still to copy begin; a replaced field's old

@@ -227,7 +227,8 @@ static int check_conflicts(const sbl_update_t *u, sbl_err_t *err)
         if (a->to_comps)
             refs[n++] = (path_ref_t){a->to_comps, a->to_ncomps, 2 * i + 1, a->to};
     }
-    qsort(refs, n, sizeof(*refs), path_ref_cmp);
+    if (n > 1)
+        qsort(refs, n, sizeof(*refs), path_ref_cmp);
     for (size_t i = 1; i < n; i++) {
         const path_ref_t *shorter = &refs[i - 1], *longer = &refs[i];
         if (!comps_prefix(shorter, longer))
@@ -483,7 +484,8 @@ sbl_update_t *sbl_update_new(const bson_t *spec, const bson_t *array_filters, sb
     SBL_ERR(check_conflicts(u, err));
     SBL_ERR(parse_filters(u, array_filters, err));
     SBL_ERR(check_identifiers(u, spec, err));
-    qsort(u->acts, u->nacts, sizeof(*u->acts), action_cmp);
+    if (u->nacts > 1) /* glibc's qsort costs ~120 instructions even for one */
+        qsort(u->acts, u->nacts, sizeof(*u->acts), action_cmp);
     return u;
 err:
     (void)rc;

@@ -740,6 +740,19 @@ static bool find_top_agrees(const bson_t *doc, const char *key)
                     bson_iter_offset(&a) == bson_iter_offset(&b)));
 }
 
+/* sbl_doc_first reads doc's first field as libbson does: the same key, and
+ * the same string when libbson reads one there. */
+static bool first_agrees(const bson_t *doc)
+{
+    bson_iter_t it;
+    const char *str, *k = sbl_doc_first(doc, &str);
+    if (!bson_iter_init(&it, doc) || !bson_iter_next(&it))
+        return k == NULL;
+    if (k == NULL || strcmp(k, bson_iter_key(&it)) != 0)
+        return false;
+    return BSON_ITER_HOLDS_UTF8(&it) ? str == bson_iter_utf8(&it, NULL) : str == NULL;
+}
+
 /* sbl_doc_scan_ids agrees with libbson's walk and sbl_doc_too_deep on doc
  * (or declines it): the count of top-level "_id"s, where the first one is,
  * whether it comes first, and the nesting verdict at max_depth. */
@@ -919,6 +932,8 @@ static void test_bson_check(void)
                     if (!find_top_agrees(&cd, keys[q]) && find_differs++ < 5)
                         CHECK_MSG(false, "byte %u variant %d: find_top differs for '%s'", i, k,
                                   keys[q]);
+                if (!first_agrees(&cd) && find_differs++ < 5)
+                    CHECK_MSG(false, "byte %u variant %d: sbl_doc_first differs", i, k);
             }
             rejected += !fast;
             stricter += ref && !fast;
@@ -957,6 +972,18 @@ static void test_bson_check(void)
         sbl_buf_destroy(&kb);
         bson_destroy(&out);
     }
+
+    /* a command's name and collection, read in place */
+    bson_t *cmd = BCON_NEW("update", "coll", "ordered", BCON_BOOL(true));
+    const char *str;
+    CHECK(strcmp(sbl_doc_first(cmd, &str), "update") == 0 && strcmp(str, "coll") == 0);
+    CHECK(first_agrees(cmd));
+    bson_destroy(cmd);
+    cmd = BCON_NEW("ping", BCON_INT32(1));
+    CHECK(strcmp(sbl_doc_first(cmd, &str), "ping") == 0 && str == NULL && first_agrees(cmd));
+    bson_destroy(cmd);
+    bson_t empty = BSON_INITIALIZER;
+    CHECK(sbl_doc_first(&empty, &str) == NULL && str == NULL);
 
     bson_t *deep = nested(12);
     CHECK(sbl_bson_check(bson_get_data(deep), deep->len, 12, NULL) == SBL_BSON_OK);

@@ -244,6 +244,26 @@ def test_update_errors(db):
     assert db.t.find_one({"_id": 1}) == {"_id": 1, "s": "str", "a": 1}
 
 
+def test_write_flags_checked_after_unknown_fields(db):
+    """ordered and bypassDocumentValidation: bool or number; a wrong type is
+    reported only when no field is unknown (read in one walk with them)."""
+    from pymongo.errors import OperationFailure
+    for cmd, stmts in (("insert", ("documents", [{"_id": 1}])),
+                       ("update", ("updates", [{"q": {"_id": 1}, "u": {"$set": {"a": 1}}}])),
+                       ("delete", ("deletes", [{"q": {"_id": 1}, "limit": 1}]))):
+        for field in ("ordered", "bypassDocumentValidation"):
+            with pytest.raises(OperationFailure) as e:
+                db.command(SON([(cmd, "t"), stmts, (field, "x")]))
+            assert e.value.code == 14
+            assert "BSON field '%s.%s' is the wrong type 'string'" % (cmd, field) in str(e.value)
+            with pytest.raises(OperationFailure) as e:
+                db.command(SON([(cmd, "t"), stmts, (field, "x"), ("bogus", 1)]))
+            assert e.value.code == 40415
+    r = db.command(SON([("insert", "t"), ("documents", [{"_id": 1}, {"_id": 1}, {"_id": 2}]),
+                        ("ordered", 0)]), check=False)
+    assert r["n"] == 2  # ordered: 0 is false: the batch goes on after the duplicate
+
+
 # -- deletes ------------------------------------------------------------------
 
 def test_delete_one_and_many(db):

@@ -188,6 +188,8 @@ def test_cursors_outside_sessions_survive_session_kills(filled):
     ({}, 40414),                                      # id missing
     ({"id": 5}, 14),                                  # id not binData
     ({"id": Binary(b"1234", 0)}, 2),                  # not a UUID
+    ({"id": Binary(b"0123456789abcdef", 0)}, 2),      # 16 bytes, not a UUID subtype
+    ({"id": Binary(b"0123456789abcdef", 3)}, 2),      # the legacy UUID subtype
     ({"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE), "x": 1}, 40415),
     ({"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE), "uid": Binary(b"\1" * 32)}, 13),
 ])

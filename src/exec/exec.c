@@ -604,24 +604,25 @@ static int refill_natural(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_
         strcmp(sbl_coll_ns(c), "local.oplog.rs") == 0)
         SBL_RET(sbl_natural_pos_of_ts(ctx->ss, c, q->nat_from, &from, err));
     q->nat_from = 0;
+    bool resume = from <= 1 && q->nat_pos != 0; /* nat_pos was read: it must still be there */
     if (from > 1)
         q->nat_pos = from - 1; /* what is read is past nat_pos; from - 1 need not exist */
-    else if (q->nat_pos != 0) {
-        bool exists = false;
-        SBL_RET(sbl_natural_exists(ctx->ss, c, q->nat_pos, &exists, err));
-        if (!exists)
-            return sbl_err_set(err, SBL_E_CappedPositionLost,
-                               q->tailable ? "CollectionScan died due to failure to restore "
-                                             "tailable cursor position. Last seen record id: "
-                                             "RecordId(%llu)"
-                                           : "CollectionScan died due to position in capped "
-                                             "collection being deleted. Last seen record id: "
-                                             "RecordId(%llu)",
-                               (unsigned long long)q->nat_pos);
-    }
     sbl_natural_t *scan = NULL;
     SBL_RET(sbl_natural_open(ctx->ss, c, q->nat_pos, q->desc, &scan, err));
-    int rc = 0;
+    bool exists = true;
+    int rc = resume ? sbl_natural_seek(scan, &exists, err) : 0;
+    if (rc != 0 || !exists) {
+        sbl_natural_close(scan);
+        return rc != 0 ? rc
+                       : sbl_err_set(err, SBL_E_CappedPositionLost,
+                                     q->tailable ? "CollectionScan died due to failure to restore "
+                                                   "tailable cursor position. Last seen record "
+                                                   "id: RecordId(%llu)"
+                                                 : "CollectionScan died due to position in capped "
+                                                   "collection being deleted. Last seen record "
+                                                   "id: RecordId(%llu)",
+                                     (unsigned long long)q->nat_pos);
+    }
     size_t examined = 0, bytes = 0;
     for (;;) {
         bson_t doc;

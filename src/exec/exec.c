@@ -38,6 +38,7 @@
 #include "exec/plan.h"
 #include "exec/geonear.h"
 #include "exec/text.h"
+#include "exec/ts_bound.h"
 #include "doc/doc.h"
 #include "shard/shard.h"
 
@@ -70,7 +71,7 @@ struct sbl_qexec {
     sbl_err_t failed;  /* an $expr's error met after the matches in buf: after them, it */
     bool natural_ok;   /* no sort but {$natural: ±1}: a capped collection's scan is natural */
     uint64_t nat_pos;  /* the last natural position read (0: none) */
-    uint64_t nat_from; /* the oplog from {ts: {$gte|$gt: T}}: T, where its scan starts (0: none) */
+    sbl_ts_bound_t ts; /* {ts: {$gte|$gt: T}} (ts_bound.h); ts.from is 0 once read from */
     bool tailable;     /* exhaustion is not final: look again on the next call */
     bool resume;       /* last_id is set */
     bson_value_t last_id;
@@ -326,15 +327,7 @@ int sbl_qexec_new_min_max(const char *ns, const sbl_qexec_opts_t *o, const bson_
         q->geo = NULL;
     }
     sbl_id_range_from_filter(filter, &q->range);
-    bson_iter_t ts_it, ts_op;
-    if (bson_iter_init_find(&ts_it, filter, "ts") && BSON_ITER_HOLDS_DOCUMENT(&ts_it) &&
-        bson_iter_recurse(&ts_it, &ts_op) && bson_iter_next(&ts_op) &&
-        (strcmp(bson_iter_key(&ts_op), "$gte") == 0 || strcmp(bson_iter_key(&ts_op), "$gt") == 0) &&
-        BSON_ITER_HOLDS_TIMESTAMP(&ts_op)) {
-        uint32_t t, i;
-        bson_iter_timestamp(&ts_op, &t, &i);
-        q->nat_from = (uint64_t)t << 32 | i;
-    }
+    sbl_ts_bound_parse(filter, &q->ts);
     if (o->collation != NULL && (q->range.kind == SBL_ID_NONE || range_has_strings(&q->range))) {
         sbl_id_range_destroy(&q->range); /* _id keys are binary: scan, let the matcher decide */
         q->range.kind = SBL_ID_ANY;
@@ -600,10 +593,10 @@ static int refill_natural(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_
      * T's own position (the oplog's natural order is its ts order), not at
      * its first entry; where T is not there, at the first as before. */
     uint64_t from = 0;
-    if (q->nat_from != 0 && q->nat_pos == 0 && !q->desc &&
+    if (q->ts.from != 0 && q->nat_pos == 0 && !q->desc &&
         strcmp(sbl_coll_ns(c), "local.oplog.rs") == 0)
-        SBL_RET(sbl_natural_pos_of_ts(ctx->ss, c, q->nat_from, &from, err));
-    q->nat_from = 0;
+        SBL_RET(sbl_natural_pos_of_ts(ctx->ss, c, q->ts.from, &from, err));
+    q->ts.from = 0;
     bool resume = from <= 1 && q->nat_pos != 0; /* nat_pos was read: it must still be there */
     if (from > 1)
         q->nat_pos = from - 1; /* what is read is past nat_pos; from - 1 need not exist */
@@ -623,6 +616,7 @@ static int refill_natural(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_
                                                    "id: RecordId(%llu)",
                                      (unsigned long long)q->nat_pos);
     }
+    bool by_key = q->ts.key_len > 0 && strcmp(sbl_coll_key_field(c), "ts") == 0;
     size_t examined = 0, bytes = 0;
     for (;;) {
         bson_t doc;
@@ -639,8 +633,12 @@ static int refill_natural(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_
         q->nat_pos = pos;
         ctx->docs_examined++;
         int32_t p = -1;
-        bool more = true;
-        if (sbl_matcher_match(q->m, &doc, &p)) {
+        bool more = true, match = false;
+        size_t klen = 0;
+        const void *key = by_key ? sbl_natural_key(scan, &klen) : NULL;
+        if (key == NULL || !sbl_ts_bound_decides(&q->ts, key, klen, &match))
+            match = sbl_matcher_match(q->m, &doc, &p);
+        if (match) {
             more = take_match(q, &doc, p);
             bytes += doc.len;
         }

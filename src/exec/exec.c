@@ -26,7 +26,8 @@
  *    {$natural: ±1}) follows the natural (insertion) order and resumes past
  *    the last position seen; if that position was deleted meanwhile the scan
  *    fails with CappedPositionLost, as mongod's does.  A tailable executor
- *    looks again for newer documents each time it is asked after running dry.
+ *    looks again for newer documents each time it is asked after running dry
+ *    (in a batch with documents, only when a capped insert committed since).
  *  - A router's read or write on a shard (ctx->shard_filter) drops the
  *    documents of its collection that the shard does not own (orphans) where
  *    a match is taken, before skip, limit and sorting, so counts and limits
@@ -73,6 +74,7 @@ struct sbl_qexec {
     uint64_t nat_pos;  /* the last natural position read (0: none) */
     sbl_ts_bound_t ts; /* {ts: {$gte|$gt: T}} (ts_bound.h); ts.from is 0 once read from */
     bool tailable;     /* exhaustion is not final: look again on the next call */
+    uint64_t look_gen; /* tailable: sbl_capped_generation() when it last read */
     bool resume;       /* last_id is set */
     bson_value_t last_id;
     size_t next_point;
@@ -1173,8 +1175,11 @@ static int next_raw(sbl_qexec_t *q, sbl_opctx_t *ctx, bson_t *doc, int32_t *posp
             sbl_err_clear(&q->failed);
             return code;
         }
-        if (q->exhausted && q->tailable && !looked_again && q->remaining != 0 && q->sort == NULL) {
-            q->exhausted = false; /* a tailable scan: newer documents may be there now */
+        /* A tailable scan: newer documents may be there now (in a batch that has
+         * some, only if a capped insert committed since: a second read for nothing) */
+        if (q->exhausted && q->tailable && !looked_again && q->remaining != 0 && q->sort == NULL &&
+            (ctx->nreturned == 0 || sbl_capped_generation() != q->look_gen)) {
+            q->exhausted = false;
             looked_again = true;
         }
         if (q->exhausted) {
@@ -1182,6 +1187,7 @@ static int next_raw(sbl_qexec_t *q, sbl_opctx_t *ctx, bson_t *doc, int32_t *posp
             return 0;
         }
         SBL_RET(sbl_op_check_interrupt(ctx, err));
+        q->look_gen = sbl_capped_generation(); /* before: a commit after it looks again */
         SBL_RET(refill(q, ctx, q->chunk, err));
         if (q->chunk < CHUNK_MAX)
             q->chunk *= 2;

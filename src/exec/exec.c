@@ -26,7 +26,8 @@
  *    {$natural: ±1}) follows the natural (insertion) order and resumes past
  *    the last position seen; if that position was deleted meanwhile the scan
  *    fails with CappedPositionLost, as mongod's does.  A tailable executor
- *    looks again for newer documents each time it is asked after running dry.
+ *    looks again for newer documents each time it is asked after running dry
+ *    (in a batch with documents, only when a capped insert committed since).
  *  - A router's read or write on a shard (ctx->shard_filter) drops the
  *    documents of its collection that the shard does not own (orphans) where
  *    a match is taken, before skip, limit and sorting, so counts and limits
@@ -38,6 +39,7 @@
 #include "exec/plan.h"
 #include "exec/geonear.h"
 #include "exec/text.h"
+#include "exec/ts_bound.h"
 #include "doc/doc.h"
 #include "shard/shard.h"
 
@@ -70,8 +72,9 @@ struct sbl_qexec {
     sbl_err_t failed;  /* an $expr's error met after the matches in buf: after them, it */
     bool natural_ok;   /* no sort but {$natural: ±1}: a capped collection's scan is natural */
     uint64_t nat_pos;  /* the last natural position read (0: none) */
-    uint64_t nat_from; /* the oplog from {ts: {$gte|$gt: T}}: T, where its scan starts (0: none) */
+    sbl_ts_bound_t ts; /* {ts: {$gte|$gt: T}} (ts_bound.h); ts.from is 0 once read from */
     bool tailable;     /* exhaustion is not final: look again on the next call */
+    uint64_t look_gen; /* tailable: sbl_capped_generation() when it last read */
     bool resume;       /* last_id is set */
     bson_value_t last_id;
     size_t next_point;
@@ -326,15 +329,7 @@ int sbl_qexec_new_min_max(const char *ns, const sbl_qexec_opts_t *o, const bson_
         q->geo = NULL;
     }
     sbl_id_range_from_filter(filter, &q->range);
-    bson_iter_t ts_it, ts_op;
-    if (bson_iter_init_find(&ts_it, filter, "ts") && BSON_ITER_HOLDS_DOCUMENT(&ts_it) &&
-        bson_iter_recurse(&ts_it, &ts_op) && bson_iter_next(&ts_op) &&
-        (strcmp(bson_iter_key(&ts_op), "$gte") == 0 || strcmp(bson_iter_key(&ts_op), "$gt") == 0) &&
-        BSON_ITER_HOLDS_TIMESTAMP(&ts_op)) {
-        uint32_t t, i;
-        bson_iter_timestamp(&ts_op, &t, &i);
-        q->nat_from = (uint64_t)t << 32 | i;
-    }
+    sbl_ts_bound_parse(filter, &q->ts);
     if (o->collation != NULL && (q->range.kind == SBL_ID_NONE || range_has_strings(&q->range))) {
         sbl_id_range_destroy(&q->range); /* _id keys are binary: scan, let the matcher decide */
         q->range.kind = SBL_ID_ANY;
@@ -600,28 +595,30 @@ static int refill_natural(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_
      * T's own position (the oplog's natural order is its ts order), not at
      * its first entry; where T is not there, at the first as before. */
     uint64_t from = 0;
-    if (q->nat_from != 0 && q->nat_pos == 0 && !q->desc &&
+    if (q->ts.from != 0 && q->nat_pos == 0 && !q->desc &&
         strcmp(sbl_coll_ns(c), "local.oplog.rs") == 0)
-        SBL_RET(sbl_natural_pos_of_ts(ctx->ss, c, q->nat_from, &from, err));
-    q->nat_from = 0;
+        SBL_RET(sbl_natural_pos_of_ts(ctx->ss, c, q->ts.from, &from, err));
+    q->ts.from = 0;
+    bool resume = from <= 1 && q->nat_pos != 0; /* nat_pos was read: it must still be there */
     if (from > 1)
         q->nat_pos = from - 1; /* what is read is past nat_pos; from - 1 need not exist */
-    else if (q->nat_pos != 0) {
-        bool exists = false;
-        SBL_RET(sbl_natural_exists(ctx->ss, c, q->nat_pos, &exists, err));
-        if (!exists)
-            return sbl_err_set(err, SBL_E_CappedPositionLost,
-                               q->tailable ? "CollectionScan died due to failure to restore "
-                                             "tailable cursor position. Last seen record id: "
-                                             "RecordId(%llu)"
-                                           : "CollectionScan died due to position in capped "
-                                             "collection being deleted. Last seen record id: "
-                                             "RecordId(%llu)",
-                               (unsigned long long)q->nat_pos);
-    }
     sbl_natural_t *scan = NULL;
     SBL_RET(sbl_natural_open(ctx->ss, c, q->nat_pos, q->desc, &scan, err));
-    int rc = 0;
+    bool exists = true;
+    int rc = resume ? sbl_natural_seek(scan, &exists, err) : 0;
+    if (rc != 0 || !exists) {
+        sbl_natural_close(scan);
+        return rc != 0 ? rc
+                       : sbl_err_set(err, SBL_E_CappedPositionLost,
+                                     q->tailable ? "CollectionScan died due to failure to restore "
+                                                   "tailable cursor position. Last seen record "
+                                                   "id: RecordId(%llu)"
+                                                 : "CollectionScan died due to position in capped "
+                                                   "collection being deleted. Last seen record "
+                                                   "id: RecordId(%llu)",
+                                     (unsigned long long)q->nat_pos);
+    }
+    bool by_key = q->ts.key_len > 0 && strcmp(sbl_coll_key_field(c), "ts") == 0;
     size_t examined = 0, bytes = 0;
     for (;;) {
         bson_t doc;
@@ -638,8 +635,12 @@ static int refill_natural(sbl_qexec_t *q, sbl_opctx_t *ctx, sbl_coll_t *c, size_
         q->nat_pos = pos;
         ctx->docs_examined++;
         int32_t p = -1;
-        bool more = true;
-        if (sbl_matcher_match(q->m, &doc, &p)) {
+        bool more = true, match = false;
+        size_t klen = 0;
+        const void *key = by_key ? sbl_natural_key(scan, &klen) : NULL;
+        if (key == NULL || !sbl_ts_bound_decides(&q->ts, key, klen, &match))
+            match = sbl_matcher_match(q->m, &doc, &p);
+        if (match) {
             more = take_match(q, &doc, p);
             bytes += doc.len;
         }
@@ -1174,8 +1175,11 @@ static int next_raw(sbl_qexec_t *q, sbl_opctx_t *ctx, bson_t *doc, int32_t *posp
             sbl_err_clear(&q->failed);
             return code;
         }
-        if (q->exhausted && q->tailable && !looked_again && q->remaining != 0 && q->sort == NULL) {
-            q->exhausted = false; /* a tailable scan: newer documents may be there now */
+        /* A tailable scan: newer documents may be there now (in a batch that has
+         * some, only if a capped insert committed since: a second read for nothing) */
+        if (q->exhausted && q->tailable && !looked_again && q->remaining != 0 && q->sort == NULL &&
+            (ctx->nreturned == 0 || sbl_capped_generation() != q->look_gen)) {
+            q->exhausted = false;
             looked_again = true;
         }
         if (q->exhausted) {
@@ -1183,6 +1187,7 @@ static int next_raw(sbl_qexec_t *q, sbl_opctx_t *ctx, bson_t *doc, int32_t *posp
             return 0;
         }
         SBL_RET(sbl_op_check_interrupt(ctx, err));
+        q->look_gen = sbl_capped_generation(); /* before: a commit after it looks again */
         SBL_RET(refill(q, ctx, q->chunk, err));
         if (q->chunk < CHUNK_MAX)
             q->chunk *= 2;

@@ -362,11 +362,16 @@ int sbl_natural_open(sbl_session_t *s, sbl_coll_t *c, uint64_t after, bool desce
  * its position in *posp; *donep at the end. */
 int sbl_natural_next(sbl_natural_t *scan, bson_t *doc, uint64_t *posp, bool *donep,
                      sbl_err_t *err);
+/* Before the first sbl_natural_next of a scan opened past a position a
+ * tailable cursor read (after, not 0): whether that position still holds a
+ * document (*existsp; once the oldest documents are deleted past it, it is
+ * lost).  When it does the scan goes on from there: one search both checks
+ * and positions it. */
+int sbl_natural_seek(sbl_natural_t *scan, bool *existsp, sbl_err_t *err);
+/* The encoded key (sbl_key_append of the key field) of the document the last
+ * sbl_natural_next returned, in *lenp bytes: a view valid as that document. */
+const void *sbl_natural_key(const sbl_natural_t *scan, size_t *lenp);
 void sbl_natural_close(sbl_natural_t *scan);
-/* Whether position pos still holds a document (a tailable cursor's resume
- * point: once the oldest documents are deleted past it, it is lost). */
-int sbl_natural_exists(sbl_session_t *s, sbl_coll_t *c, uint64_t pos, bool *existsp,
-                       sbl_err_t *err);
 /* The natural position of the entry keyed ts in c, a capped collection
  * keyed by ts (the oplog): *posp, 0 when there is none. */
 int sbl_natural_pos_of_ts(sbl_session_t *s, sbl_coll_t *c, uint64_t ts, uint64_t *posp,

@@ -553,6 +553,28 @@ static void drain_loop(uv_loop_t *loop)
     uv_run(loop, UV_RUN_DEFAULT);
 }
 
+sbl_net_config_t sbl_net_config_of(const sbl_options_t *o)
+{
+    return (sbl_net_config_t){
+        .bind_ips = (const char *const *)o->bind_ips,
+        .nbind = o->nbind,
+        .port = o->port,
+        .unix_socket_dir = o->unix_socket ? o->unix_socket_prefix : NULL,
+        .unix_perms = o->unix_socket_perms,
+        .max_conns = o->max_conns,
+        .nloops = o->nloops,
+        .tls_mode = o->tls_mode,
+        .tls_cert_key_file = o->tls_cert_key_file,
+        .tls_cert_key_password = o->tls_cert_key_password,
+        /* mongod: clusterCAFile, when set, verifies the certificates of
+         * those who connect here (members and clients); CAFile those of
+         * the servers this one dials */
+        .tls_ca_file = o->tls_cluster_ca_file != NULL ? o->tls_cluster_ca_file : o->tls_ca_file,
+        .tls_allow_no_cert = o->tls_allow_no_cert,
+        .tls_allow_invalid_certs = o->tls_allow_invalid_certs,
+    };
+}
+
 int sbl_net_start(const sbl_net_config_t *cfg, sbl_net_request_fn on_request,
                   sbl_net_conn_fn on_open, sbl_net_conn_fn on_close, sbl_err_t *err)
 {

@@ -51,6 +51,10 @@ typedef struct sbl_net_config {
 /* TLS modes, in the order of mongod's --tlsMode values (and server.h's). */
 enum { SBL_NET_TLS_DISABLED, SBL_NET_TLS_ALLOW, SBL_NET_TLS_PREFER, SBL_NET_TLS_REQUIRE };
 
+/* The listener's settings from the server's options (sabled's and
+ * sable-router's alike); the strings stay o's. */
+sbl_net_config_t sbl_net_config_of(const sbl_options_t *o);
+
 /*
  * Called on the connection's loop thread for each request, in order.  The
  * callee owns req and must eventually call sbl_conn_reply(conn, req, ...)

@@ -21,6 +21,7 @@
  * blocking socket, bounded by its timeouts like the plain ones.
  */
 #include "net/net.h"
+#include "net/net_int.h"
 
 #include "auth/auth.h"
 #include "common/log.h"
@@ -125,33 +126,6 @@ static SSL *tls_of(int fd)
     return slot != NULL ? __atomic_load_n(slot, __ATOMIC_ACQUIRE) : NULL;
 }
 
-static int password_cb(char *buf, int size, int rwflag, void *u)
-{
-    const char *pw = tls_cfg.cert_key_password;
-    int n = pw != NULL ? (int)strlen(pw) : 0;
-    if (n > size)
-        n = size;
-    if (n > 0) /* no password: nothing to copy (memcpy from NULL is undefined even for 0) */
-        memcpy(buf, pw, (size_t)n);
-    return n;
-}
-
-/* tlsAllowInvalidCertificates: the peer's certificate is read, not judged. */
-static int accept_any_cb(int ok, X509_STORE_CTX *ctx)
-{
-    return 1;
-}
-
-static void openssl_error(char *out, size_t n)
-{
-    unsigned long e = ERR_get_error();
-    if (e == 0)
-        snprintf(out, n, "unknown error");
-    else
-        ERR_error_string_n(e, out, n);
-    ERR_clear_error();
-}
-
 /* Append "&name=value" to buf (at *kp), the value percent-escaped. */
 static bool uri_opt(char *buf, size_t n, size_t *kp, const char *name, const char *value)
 {
@@ -206,12 +180,13 @@ static int tls_start(sbl_err_t *err)
     if (ctx == NULL)
         return sbl_err_set(err, SBL_E_InternalError, "cannot create the cluster TLS context");
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-    SSL_CTX_set_default_passwd_cb(ctx, password_cb);
+    SSL_CTX_set_default_passwd_cb(ctx, net_tls_password_cb);
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, tls_cfg.cert_key_password);
     if (tls_cfg.cert_key_file != NULL &&
         (SSL_CTX_use_certificate_chain_file(ctx, tls_cfg.cert_key_file) != 1 ||
          SSL_CTX_use_PrivateKey_file(ctx, tls_cfg.cert_key_file, SSL_FILETYPE_PEM) != 1 ||
          SSL_CTX_check_private_key(ctx) != 1)) {
-        openssl_error(why, sizeof(why));
+        net_tls_error(why, sizeof(why));
         SSL_CTX_free(ctx);
         return sbl_err_set(err, SBL_E_InvalidOptions,
                            "cannot read the cluster certificate and key from %s: %s",
@@ -221,12 +196,12 @@ static int tls_start(sbl_err_t *err)
                      ? SSL_CTX_load_verify_locations(ctx, tls_cfg.ca_file, NULL)
                      : SSL_CTX_set_default_verify_paths(ctx);
     if (loaded != 1) {
-        openssl_error(why, sizeof(why));
+        net_tls_error(why, sizeof(why));
         SSL_CTX_free(ctx);
         return sbl_err_set(err, SBL_E_InvalidOptions, "cannot read the CA file %s: %s",
                            tls_cfg.ca_file != NULL ? tls_cfg.ca_file : "(system default)", why);
     }
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, tls_cfg.allow_invalid_certs ? accept_any_cb : NULL);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, tls_cfg.allow_invalid_certs ? net_tls_accept_any_cb : NULL);
     tls_ctx = ctx;
     return 0;
 }
@@ -341,7 +316,7 @@ static bool tls_connect(int fd, const char *hostport)
             snprintf(why, sizeof(why), "certificate verify failed: %s",
                      X509_verify_cert_error_string(vr));
         else if (ERR_peek_error() != 0)
-            openssl_error(why, sizeof(why));
+            net_tls_error(why, sizeof(why));
         else
             snprintf(why, sizeof(why), "the peer closed the connection or timed out");
         ERR_clear_error();

@@ -14,6 +14,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include <openssl/ssl.h>
+
 #include "net/net.h"
 
 typedef struct net_loop net_loop_t;
@@ -154,6 +156,14 @@ uint8_t *net_conn_reserve(sbl_conn_t *c, size_t need);
 void net_conn_write_raw(sbl_conn_t *c, const uint8_t *data, size_t len, uint8_t *mem);
 
 /* ---- TLS (net_tls.c) ---- */
+/* Shared by the server's context and the cluster client's (net_client.c):
+ * the key's password from the context's callback userdata (a string or
+ * NULL); tlsAllowInvalidCertificates' verify callback (the peer's
+ * certificate is read, not judged); OpenSSL's last error as text in out,
+ * the error queue cleared. */
+int net_tls_password_cb(char *buf, int size, int rwflag, void *u);
+int net_tls_accept_any_cb(int ok, X509_STORE_CTX *ctx);
+void net_tls_error(char *out, size_t n);
 /* Build the server's TLS context from cfg (nothing when the mode is disabled). */
 int net_tls_init(const sbl_net_config_t *cfg, sbl_err_t *err);
 void net_tls_shutdown(void);

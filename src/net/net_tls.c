@@ -38,24 +38,23 @@ static int tls_mode;
 
 static char *key_password;
 
-static int password_cb(char *buf, int size, int rwflag, void *u)
+int net_tls_password_cb(char *buf, int size, int rwflag, void *u)
 {
-    if (key_password == NULL)
-        return 0;
-    int n = (int)strlen(key_password);
+    const char *pw = u;
+    int n = pw != NULL ? (int)strlen(pw) : 0;
     if (n > size)
         n = size;
-    memcpy(buf, key_password, (size_t)n);
+    if (n > 0) /* no password: nothing to copy (memcpy from NULL is undefined even for 0) */
+        memcpy(buf, pw, (size_t)n);
     return n;
 }
 
-/* tlsAllowInvalidCertificates: a client's certificate is read, not judged. */
-static int accept_any_cb(int ok, X509_STORE_CTX *ctx)
+int net_tls_accept_any_cb(int ok, X509_STORE_CTX *ctx)
 {
     return 1;
 }
 
-static void openssl_error(char *out, size_t n)
+void net_tls_error(char *out, size_t n)
 {
     unsigned long e = ERR_get_error();
     if (e == 0)
@@ -81,11 +80,12 @@ int net_tls_init(const sbl_net_config_t *cfg, sbl_err_t *err)
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
     key_password = cfg->tls_cert_key_password != NULL ? bson_strdup(cfg->tls_cert_key_password)
                                                       : NULL;
-    SSL_CTX_set_default_passwd_cb(ctx, password_cb);
+    SSL_CTX_set_default_passwd_cb(ctx, net_tls_password_cb);
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, key_password);
     if (SSL_CTX_use_certificate_chain_file(ctx, cfg->tls_cert_key_file) != 1 ||
         SSL_CTX_use_PrivateKey_file(ctx, cfg->tls_cert_key_file, SSL_FILETYPE_PEM) != 1 ||
         SSL_CTX_check_private_key(ctx) != 1) {
-        openssl_error(why, sizeof(why));
+        net_tls_error(why, sizeof(why));
         SSL_CTX_free(ctx);
         return sbl_err_set(err, SBL_E_InvalidOptions,
                            "cannot read certificate and key from %s: %s", cfg->tls_cert_key_file,
@@ -93,7 +93,7 @@ int net_tls_init(const sbl_net_config_t *cfg, sbl_err_t *err)
     }
     if (cfg->tls_ca_file != NULL) {
         if (SSL_CTX_load_verify_locations(ctx, cfg->tls_ca_file, NULL) != 1) {
-            openssl_error(why, sizeof(why));
+            net_tls_error(why, sizeof(why));
             SSL_CTX_free(ctx);
             return sbl_err_set(err, SBL_E_InvalidOptions, "cannot read CA file %s: %s",
                                cfg->tls_ca_file, why);
@@ -103,7 +103,7 @@ int net_tls_init(const sbl_net_config_t *cfg, sbl_err_t *err)
             SSL_CTX_set_client_CA_list(ctx, names);
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | (cfg->tls_allow_no_cert
                                                        ? 0 : SSL_VERIFY_FAIL_IF_NO_PEER_CERT),
-                           cfg->tls_allow_invalid_certs ? accept_any_cb : NULL);
+                           cfg->tls_allow_invalid_certs ? net_tls_accept_any_cb : NULL);
     } else {
         SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
     }
@@ -208,7 +208,7 @@ static int tls_feed(sbl_conn_t *c, const uint8_t *data, size_t len)
             flush_wbio(c);
             return -1; /* the peer closed TLS */
         }
-        openssl_error(why, sizeof(why));
+        net_tls_error(why, sizeof(why));
         flush_wbio(c); /* an alert, if any */
         log_tls(c, "Error receiving request from client. Ending connection", why);
         return -1;
@@ -272,7 +272,7 @@ void net_tls_write(sbl_conn_t *c, const uint8_t *data, size_t len)
         int n = SSL_write(t->ssl, data, chunk);
         if (n <= 0) {
             char why[256];
-            openssl_error(why, sizeof(why));
+            net_tls_error(why, sizeof(why));
             log_tls(c, "Error sending response to client. Ending connection", why);
             net_conn_close(c);
             return;

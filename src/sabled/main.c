@@ -252,25 +252,7 @@ static int run(int notify_fd)
      * left before a restart holds its collection's critical section */
     sbl_cmd_mig_recovery_start();
 
-    sbl_net_config_t ncfg = {
-        .bind_ips = (const char *const *)options.bind_ips,
-        .nbind = options.nbind,
-        .port = options.port,
-        .unix_socket_dir = options.unix_socket ? options.unix_socket_prefix : NULL,
-        .unix_perms = options.unix_socket_perms,
-        .max_conns = options.max_conns,
-        .nloops = options.nloops,
-        .tls_mode = options.tls_mode,
-        .tls_cert_key_file = options.tls_cert_key_file,
-        .tls_cert_key_password = options.tls_cert_key_password,
-        /* mongod: clusterCAFile, when set, verifies the certificates of
-         * those who connect here (members and clients); CAFile those of
-         * the servers this one dials */
-        .tls_ca_file = options.tls_cluster_ca_file != NULL ? options.tls_cluster_ca_file
-                                                           : options.tls_ca_file,
-        .tls_allow_no_cert = options.tls_allow_no_cert,
-        .tls_allow_invalid_certs = options.tls_allow_invalid_certs,
-    };
+    sbl_net_config_t ncfg = sbl_net_config_of(&options);
     if (sbl_net_start(&ncfg, sbl_cmd_dispatch, sbl_cmd_conn_open, sbl_cmd_conn_close, &err) != 0) {
         startup_error(SBL_LOG_ERROR, "NETWORK", 23024, "Failed to set up listener", &err);
         exit_code = 48;

@@ -777,10 +777,8 @@ static bool group_keep(const bson_t *e)
  * again one entry at a time (e through repl_sync.c's apply_txn_entry). */
 static int group_apply_txn(sbl_session_t *s, const bson_t *e, sbl_err_t *err)
 {
-    bson_iter_t it, o, ops;
-    if (!sbl_doc_find_top(e, "o", &it) || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
-        !bson_iter_recurse(&it, &o) || !bson_iter_find(&o, "applyOps") ||
-        !BSON_ITER_HOLDS_ARRAY(&o) || !bson_iter_recurse(&o, &ops))
+    bson_iter_t ops;
+    if (!sbl_rs_apply_ops_of(e, &ops))
         return sbl_err_set(err, SBL_E_InternalError, "a grouped transaction entry is damaged");
     sbl_repl_applying = e;
     sbl_repl_applied_written = false;

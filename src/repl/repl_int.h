@@ -734,6 +734,8 @@ int sbl_rs_apply_direct_in(const bson_t *e, sbl_coll_t *c, sbl_err_t *err);
  * read (the command path then meets what it meets); else 0, or a write's
  * error (the caller's transaction must then fail). */
 int sbl_rs_apply_txn_op(const bson_t *op, sbl_err_t *err);
+/* A transaction's entry: its applyOps array (false when e is another entry; repl_sync.c). */
+bool sbl_rs_apply_ops_of(const bson_t *e, bson_iter_t *ops);
 /* From sbl_oplog_append_raw on a writer: wait for the entry's turn before
  * it takes the oplog's lock (0 at once elsewhere); WriteConflict when an
  * earlier entry needs this writer's transaction out of its way, another

@@ -154,8 +154,7 @@ static void run_entry(const char *db, const bson_t *cmd, const bson_t *e, bson_t
     sbl_coll_adopt_uuid(NULL, NULL);
 }
 
-/* A transaction's entry: its applyOps array (false when e is another entry). */
-static bool apply_ops_of(const bson_t *e, bson_iter_t *ops)
+bool sbl_rs_apply_ops_of(const bson_t *e, bson_iter_t *ops)
 {
     bson_iter_t it, o;
     if (!bson_iter_init_find(&it, e, "op") || !BSON_ITER_HOLDS_UTF8(&it) ||
@@ -271,7 +270,7 @@ static int apply_txn_entry(const bson_t *e, bson_iter_t *ops, sbl_err_t *err)
     }
     for (size_t i = nchain; i-- > 0;) {
         bson_iter_t pops;
-        if (apply_ops_of(chain[i], &pops))
+        if (sbl_rs_apply_ops_of(chain[i], &pops))
             run_ops(&pops, chain[i]);
     }
     run_ops(ops, e);
@@ -341,7 +340,7 @@ static int apply_one(const bson_t *e, bool ahead, sbl_err_t *err)
         bson_destroy(&reply);
         return sbl_repl_apply_prepared(e, kind, &po, err);
     }
-    if (apply_ops_of(e, &ops)) {
+    if (sbl_rs_apply_ops_of(e, &ops)) {
         bson_destroy(&cmd);
         bson_destroy(&reply);
         return apply_txn_entry(e, &ops, err);

@@ -18,19 +18,25 @@ static inline int64_t sbl_now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* The wall-clock time ms milliseconds from now, as the absolute deadline
+/* The wall-clock time us microseconds from now, as the absolute deadline
  * pthread_cond_timedwait takes (its condition variables use CLOCK_REALTIME). */
-static inline struct timespec sbl_deadline_in_ms(int64_t ms)
+static inline struct timespec sbl_deadline_in_us(int64_t us)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    ts.tv_sec += (time_t)(us / 1000000);
+    ts.tv_nsec += (long)(us % 1000000) * 1000L;
     if (ts.tv_nsec >= 1000000000L) {
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
     }
     return ts;
+}
+
+/* The same, ms milliseconds from now. */
+static inline struct timespec sbl_deadline_in_ms(int64_t ms)
+{
+    return sbl_deadline_in_us(ms * 1000);
 }
 
 static inline int64_t sbl_now_ms(void)

@@ -347,14 +347,7 @@ bool sbl_rs_fetcher_wait_more(sbl_rs_fetcher_t *f, int64_t until_us)
         int64_t left = until_us - sbl_now_us();
         if (f->stop || f->ended || f->bytes >= FETCH_AHEAD_BYTES || left <= 0)
             break;
-        struct timespec ts; /* the condition's clock: CLOCK_REALTIME */
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += left / 1000000;
-        ts.tv_nsec += (left % 1000000) * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = sbl_deadline_in_us(left); /* the condition's clock */
         pthread_cond_timedwait(&f->cond, &f->mu, &ts);
     }
     bool queued = f->head != NULL;

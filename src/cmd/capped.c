@@ -29,6 +29,7 @@
 #include "cmd/capped.h"
 #include "cmd/crud_int.h"
 #include "doc/doc.h"
+#include "exec/exec.h"
 #include "repl/repl.h"
 
 #include <math.h>
@@ -349,6 +350,7 @@ void sbl_capped_await_start(sbl_conn_t *conn, sbl_request_t *req)
     if (p == NULL)
         return;
     if (p->cancelled) { /* the connection is closing: release the request unanswered */
+        sbl_capped_exhaust_end(conn, req);
         sbl_conn_reply(conn, req, NULL);
         parked_free(p);
         return;
@@ -409,10 +411,21 @@ void sbl_capped_kick_init(void)
     sbl_op_set_unpark(unpark_all);
 }
 
+void sbl_capped_exhaust_end(sbl_conn_t *conn, sbl_request_t *req)
+{
+    bson_iter_t it;
+    if (conn != NULL && req != NULL && sbl_conn_is_closing(conn) &&
+        req->opcode == SBL_OP_MSG && (req->flags & SBL_MSG_EXHAUST_ALLOWED) &&
+        bson_iter_init(&it, &req->cmd) && bson_iter_next(&it) &&
+        strcmp(bson_iter_key(&it), "getMore") == 0 && BSON_ITER_HOLDS_INT64(&it))
+        sbl_cursor_drop(bson_iter_int64(&it));
+}
+
 /* A cancelled wait's timer is closed: release its request unanswered. */
 static void parked_cancelled(uv_handle_t *h)
 {
     parked_t *p = h->data;
+    sbl_capped_exhaust_end(p->conn, p->req);
     sbl_conn_reply(p->conn, p->req, NULL);
     parked_free(p);
 }

@@ -57,6 +57,11 @@ void sbl_capped_await_start(sbl_conn_t *conn, sbl_request_t *req);
 /* The connection closes (its loop): end its waits without an answer, so the
  * connection can be freed (shutdown does not wait for them). */
 void sbl_capped_await_cancel(sbl_conn_t *conn);
+/* req, an OP_MSG exhaust getMore, ends unanswered because conn is closing
+ * (its stream, or its wait): its cursor is killed, as mongod kills a cursor
+ * whose exhaust client went away (nobody could continue the stream).
+ * Nothing for another request, an open connection, or NULLs. */
+void sbl_capped_exhaust_end(sbl_conn_t *conn, sbl_request_t *req);
 /* The default counter moved: the loops check their parked tailable getMores
  * now instead of at their next poll (cheap when none is parked). */
 void sbl_capped_kick(void);

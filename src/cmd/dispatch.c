@@ -623,15 +623,17 @@ static void pending_free(pending_t *p)
 
 /*
  * Exhaust cursors: a getMore sent with OP_MSG's exhaustAllowed whose cursor
- * stays open and whose batch is not empty is answered with moreToCome, and
- * the server runs the same getMore again at once; the client sends nothing
- * until a reply without moreToCome (the cursor exhausted, an error, an empty
- * batch of a tailable cursor) ends the stream, as mongod streams them.
+ * stays open and whose batch is not empty (or awaited data: an oplog
+ * fetcher's stream) is answered with moreToCome, and the server runs it
+ * again once the socket took the reply (exhaust_next); the client sends
+ * nothing until a reply without moreToCome (the cursor exhausted, an error,
+ * an empty batch of a tailable cursor without awaitData) ends the stream,
+ * as mongod streams them.  A closed connection ends it and kills the cursor.
  */
 static bool exhaust_continues(pending_t *p, int64_t *cursor_id)
 {
     sbl_request_t *req = p->ctx.req;
-
+    bool awaits = false;
     if (p->rc != 0 || p->ctx.conn == NULL || req == NULL || p->def == NULL ||
         sbl_conn_is_closing(p->ctx.conn))
         return false;
@@ -639,19 +641,45 @@ static bool exhaust_continues(pending_t *p, int64_t *cursor_id)
         if (!(req->flags & SBL_MSG_EXHAUST_ALLOWED) || req->more_to_come ||
             strcmp(p->def->name, "getMore") != 0)
             return false;
+        awaits = p->ctx.cursor_awaits;
     } else if (!sbl_wire_legacy_exhaust(req)) {
         return false; /* a legacy find streams from its first batch on */
     }
-    return sbl_wire_batch_count(p->out, cursor_id) > 0 && *cursor_id != 0;
+    int32_t n = sbl_wire_batch_count(p->out, cursor_id);
+    return (n > 0 || (n == 0 && awaits)) && *cursor_id != 0;
 }
 
 static void dispatch_pending(pending_t *p, bool force_worker);
 static pending_t *pending_start(sbl_conn_t *conn, sbl_request_t *req);
 
 #define ROOM_WASTE_MAX ((size_t)1024 * 1024) /* reply_with_room */
+/* Batches made one inside the other's reply on the loop: past this depth
+ * the next goes to a worker, which ends the recursion. */
+#define EXHAUST_LOOP_DEPTH 8
+static _Thread_local int exhaust_depth; /* on this loop's stack now */
+
+/* The next batch of req's exhaust stream, once conn wrote what it owed
+ * (sbl_conn_when_drained), dispatched as the client's own getMore would be
+ * (an oplog tail's on the loop: a worker's hand-over cost a streaming
+ * primary 14k instructions per entry); a closed connection ends it. */
+static void exhaust_next(sbl_conn_t *conn, void *arg)
+{
+    sbl_request_t *req = arg;
+    pending_t *p;
+    if (sbl_conn_is_closing(conn)) { /* sbl_capped_exhaust_end kills the cursor */
+        sbl_capped_exhaust_end(conn, req);
+        sbl_conn_reply(conn, req, NULL);
+        return;
+    }
+    if ((p = pending_start(conn, req)) == NULL)
+        return;
+    dispatch_pending(p, ++exhaust_depth > EXHAUST_LOOP_DEPTH);
+    exhaust_depth--;
+}
 
 static void send_reply(pending_t *p)
 {
+    sbl_capped_exhaust_end(p->ctx.conn, p->ctx.req); /* when its connection closed */
     if (p->rc == 0) {
         /* Success: the handler's fields plus ok, without copying them. */
         BSON_APPEND_DOUBLE(p->out, "ok", 1.0);
@@ -664,9 +692,7 @@ static void send_reply(pending_t *p)
             pending_free(p);
             if (req->legacy_find)
                 sbl_wire_legacy_next(req, cursor_id);
-            /* The next batch on a worker: never a recursion per batch. */
-            if ((p = pending_start(conn, req)) != NULL)
-                dispatch_pending(p, true);
+            sbl_conn_when_drained(conn, exhaust_next, req);
             return;
         }
         if (p->rw != NULL && p->rbuf_len - p->out->len <= ROOM_WASTE_MAX + SBL_WIRE_MSG_HEAD) {

@@ -856,10 +856,29 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
     }
     pthread_mutex_unlock(&reg_lock);
 
+    ctx->cursor_awaits = !drop && tailable && (cur->flags & SBL_CURSOR_AWAIT_DATA);
     batch_end_cur(ctx, &c, &arr, drop || rc != 0 ? 0 : id, ns, rc == 0 ? cur : NULL);
     if (drop)
         cursor_free(cur);
     return rc;
+}
+
+void sbl_cursor_drop(int64_t id)
+{
+    pthread_mutex_lock(&reg_lock);
+    sbl_cursor_t *c = id != 0 ? find_locked(id) : NULL;
+    bool unpark = c != NULL && note_killed_waiting(c);
+    if (c != NULL && c->in_use) {
+        c->killed = true; /* the running getMore frees it */
+        c = NULL;
+    } else if (c != NULL) {
+        unlink_locked(c);
+    }
+    pthread_mutex_unlock(&reg_lock);
+    if (unpark)
+        sbl_op_unpark_all();
+    if (c != NULL)
+        cursor_free(c);
 }
 
 /* ---- killCursors ------------------------------------------------------------ */

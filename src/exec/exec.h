@@ -289,6 +289,9 @@ void sbl_cursor_times(int64_t id, uint64_t *read_tsp, bool *majorityp, uint64_t 
 /* getMore and killCursors, the commands over the registry. */
 int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cursor_kill(sbl_opctx_t *ctx, sbl_err_t *err);
+/* Kill cursor id, whoever opened it (none: nothing): the server's own
+ * decision, as when the connection of its exhaust stream closed. */
+void sbl_cursor_drop(int64_t id);
 
 /* ---- memory limits and spilling (spill.c) ------------------------------ */
 

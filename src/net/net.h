@@ -95,6 +95,14 @@ void sbl_conn_defer_replies(bool on);
  * thread only.  The stream ends with sbl_conn_reply().
  */
 void sbl_conn_reply_more(sbl_conn_t *conn, sbl_request_t *req, const bson_t *reply);
+/* Call fn(conn, arg) once the replies conn has not written yet are down to a
+ * bound (at once when they are; later from the write's callback): a stream
+ * makes its next reply only then, so a reader that stops reading holds the
+ * server back instead of making it buffer the stream.  Also called when the
+ * connection fails or closes meanwhile (sbl_conn_is_closing then says so):
+ * fn must then end the stream (sbl_conn_reply).  One at a time; loop thread
+ * only. */
+void sbl_conn_when_drained(sbl_conn_t *conn, void (*fn)(sbl_conn_t *conn, void *arg), void *arg);
 
 /* Finish req without a reply and close the connection (the failCommand fail
  * point's closeConnection).  Loop thread only. */

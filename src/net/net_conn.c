@@ -10,7 +10,9 @@
  *     sbl_conn_reply never touches freed memory.
  *  3. Memory is bounded: reading pauses while more than READ_PAUSE bytes are
  *     buffered, dispatch pauses while more than WRITE_PAUSE bytes wait to be
- *     written, and a peer whose unwritten bytes pass WRITE_MAX is closed.
+ *     written, an exhaust stream's next reply waits while more than
+ *     STREAM_PAUSE do (sbl_conn_when_drained), and a peer whose unwritten
+ *     bytes pass WRITE_MAX is closed.
  *  4. Idle connections hold no read buffer: it is allocated in alloc_cb and
  *     given back as soon as every byte in it has been consumed (to the
  *     loop's few spare buffers, so a request costs no 64 KiB malloc/free).
@@ -42,6 +44,9 @@
 #define WRITE_PAUSE ((size_t)16 * 1024 * 1024)
 #define WRITE_MAX ((size_t)128 * 1024 * 1024)
 #define HOLD_MAX ((size_t)64 * 1024)
+/* An exhaust stream's next reply waits while more than this is unwritten
+ * (sbl_conn_when_drained): the socket's buffers, not ours, hold a stream. */
+#define STREAM_PAUSE ((size_t)256 * 1024)
 
 /* A uv_write in flight; mem (malloc'd) holds the bytes. */
 typedef struct net_write {
@@ -305,10 +310,15 @@ static void write_cb(uv_write_t *req, int status)
     c->wqueued -= w->len;
     free(w->mem);
     free(w);
-    if (status < 0) {
+    if (status < 0)
         net_conn_close(c);
-        return;
+    if (c->drained_fn != NULL && (c->closing || c->wqueued <= STREAM_PAUSE)) {
+        void (*fn)(sbl_conn_t *, void *) = c->drained_fn;
+        c->drained_fn = NULL;
+        fn(c, c->drained_arg); /* before close_cb: the request is still outstanding */
     }
+    if (status < 0)
+        return;
     if (!c->closing && !c->dispatched)
         conn_process(c); /* dispatch may have paused on WRITE_PAUSE */
 }
@@ -763,6 +773,16 @@ void sbl_conn_reply_more(sbl_conn_t *conn, sbl_request_t *req, const bson_t *rep
     hold_reply(conn, out.data, out.len, NULL);
     sbl_buf_destroy(&out);
     req->request_id = id;
+}
+
+void sbl_conn_when_drained(sbl_conn_t *conn, void (*fn)(sbl_conn_t *conn, void *arg), void *arg)
+{
+    if (conn->closing || conn->wqueued <= STREAM_PAUSE) {
+        fn(conn, arg);
+        return;
+    }
+    conn->drained_fn = fn; /* a write is in flight: its callback comes, even at a close */
+    conn->drained_arg = arg;
 }
 
 void net_conn_start(sbl_conn_t *c)

@@ -92,6 +92,10 @@ struct sbl_conn {
     uint8_t *rbuf;
     size_t rcap, rstart, rend;
     size_t wqueued; /* bytes handed to uv_write and not yet written */
+    /* sbl_conn_when_drained's continuation: called from write_cb once wqueued is
+     * down to STREAM_PAUSE (or the connection failed); NULL: none waits */
+    void (*drained_fn)(sbl_conn_t *conn, void *arg);
+    void *drained_arg;
 
     bool opened;     /* uv handle initialised; on_open called */
     bool reading;    /* uv_read_start is active */

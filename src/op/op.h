@@ -68,6 +68,8 @@ typedef struct sbl_opctx {
     bool cursor_reply;  /* the cursor layer answered: the two fields below are set */
     int64_t nreturned;  /* documents in that batch */
     int64_t cursor_id;  /* the cursor id it returned (0: exhausted) */
+    bool cursor_awaits; /* a getMore's cursor is tailable awaitData: an empty batch is
+                         * not its end (an exhaust stream goes on, dispatch.c) */
     uint64_t audit_seq; /* the last audit event of this command (the reply waits for it) */
     sbl_write_counts_t writes; /* set by insert, update and delete with their reply */
     bool has_lsid;        /* the command ran in a logical session (its lsid) */

@@ -197,6 +197,17 @@ int64_t sbl_client_msg_len(const uint8_t h[16], int32_t rid);
 bool sbl_client_msg_view(const uint8_t *body, size_t n, bson_t *view);
 bool sbl_client_msg_body(const uint8_t *body, size_t n, bson_t *reply);
 bool sbl_client_recv(int fd, int32_t rid, bson_t *reply);
+/* Exhaust streams (an oplog fetcher's getMore): sbl_client_send_flags sends
+ * as sbl_client_send with OP_MSG flag bits (SBL_CLIENT_EXHAUST_ALLOWED);
+ * sbl_client_recv_more reads the reply answering *ridp into *reply
+ * (initialised on success), sets *ridp to that reply's own id, which the
+ * next reply of a stream answers, and *morep when it has moreToCome (the
+ * server sends more without being asked: read them all, or close fd). */
+#define SBL_CLIENT_MORE_TO_COME (1u << 1)
+#define SBL_CLIENT_EXHAUST_ALLOWED (1u << 16)
+bool sbl_client_send_flags(int fd, const char *db, const bson_t *cmd, const bson_t *extra,
+                           uint32_t flags, int32_t *ridp);
+bool sbl_client_recv_more(int fd, int32_t *ridp, bson_t *reply, bool *morep);
 bool sbl_client_run(int fd, const char *db, const bson_t *cmd, const bson_t *extra,
                     bson_t *reply);
 

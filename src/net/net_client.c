@@ -453,12 +453,19 @@ void sbl_client_msg_build(const char *db, const bson_t *cmd, const bson_t *extra
 bool sbl_client_send(int fd, const char *db, const bson_t *cmd, const bson_t *extra,
                      int32_t *ridp)
 {
+    return sbl_client_send_flags(fd, db, cmd, extra, 0, ridp);
+}
+
+bool sbl_client_send_flags(int fd, const char *db, const bson_t *cmd, const bson_t *extra,
+                           uint32_t flags, int32_t *ridp)
+{
     uint32_t total = (uint32_t)sbl_client_msg_size(db, cmd, extra);
     uint8_t stackbuf[4096];
     uint8_t *m = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
     if (m == NULL)
         return false;
     sbl_client_msg_build(db, cmd, extra, m, ridp);
+    memcpy(m + 16, &flags, 4); /* OP_MSG's flagBits (little-endian, as the header) */
     bool ok = sbl_client_write(fd, m, total);
     if (m != stackbuf)
         free(m);
@@ -508,6 +515,30 @@ bool sbl_client_recv(int fd, int32_t rid, bson_t *reply)
     uint8_t *r = malloc((size_t)len - 16);
     bool ok = r != NULL && sbl_client_read(fd, r, (size_t)len - 16) &&
               sbl_client_msg_body(r, (size_t)len - 16, reply);
+    free(r);
+    return ok;
+}
+
+bool sbl_client_recv_more(int fd, int32_t *ridp, bson_t *reply, bool *morep)
+{
+    uint8_t h[16];
+    uint32_t flags = 0;
+    int32_t id;
+    *morep = false;
+    if (!sbl_client_read(fd, h, 16))
+        return false;
+    int64_t len = sbl_client_msg_len(h, *ridp);
+    if (len < 0)
+        return false;
+    memcpy(&id, h + 4, 4);
+    uint8_t *r = malloc((size_t)len - 16);
+    bool ok = r != NULL && sbl_client_read(fd, r, (size_t)len - 16) &&
+              sbl_client_msg_body(r, (size_t)len - 16, reply);
+    if (ok) {
+        memcpy(&flags, r, 4);
+        *morep = (flags & SBL_CLIENT_MORE_TO_COME) != 0;
+        *ridp = id; /* a streamed reply answers the one before it */
+    }
     free(r);
     return ok;
 }

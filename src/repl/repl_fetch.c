@@ -2,7 +2,9 @@
  * repl_fetch.c: the oplog fetcher, a thread beside the applier (mongod's
  * OplogFetcher and its buffer).  It tails the sync source's oplog on its own
  * connection (find on local.oplog.rs from a ts, tailable, awaitData, then
- * getMores, run as commands on a plain connection, sbl_rs_dial: libmongoc's
+ * one exhaust getMore whose replies the source streams, as mongod 4.4+
+ * with oplogFetcherUsesExhaust; with it false a getMore per reply; run as
+ * commands on a plain connection, sbl_rs_dial: libmongoc's
  * work per command was ten times the rest of a getMore's on our side) and
  * queues the entries, each a view into the
  * reply that brought it (kept, counted, until its last entry is freed: no
@@ -16,9 +18,13 @@
  * an IDLE mark comes out each time the source had nothing more for now (an
  * empty awaitData wait), an END mark once the cursor is done (an error, the
  * source closed it), and nothing after END; the queue holds at most about
- * FETCH_MAX_BYTES (the fetcher waits, not the source), and a getMore goes
- * out only once it is down to FETCH_AHEAD_BYTES; stop joins the thread
- * (at most one getMore's wait) and frees what is queued.
+ * FETCH_MAX_BYTES (the fetcher waits, not the source: streaming, it stops
+ * reading and TCP holds the source back, which makes no batch its socket
+ * cannot take), and without exhaust a getMore goes out only once it is
+ * down to FETCH_AHEAD_BYTES; a stream is read to its end or its
+ * connection closed, never followed by another command midway; stop joins
+ * the thread (at most one awaitData wait: a stream brings an empty batch
+ * after each) and frees what is queued.
  */
 #include "repl/repl_int.h"
 
@@ -131,12 +137,15 @@ static bool wait_below(sbl_rs_fetcher_t *f, size_t bytes)
     return go;
 }
 
-/* Run cmd (find or getMore) with extra's fields on the source (fd): its
- * reply, referenced once by the caller, with *idp its cursor id and *batch
- * its documents (counted in the metrics); NULL on any error (the source's,
- * the connection's), which ends the fetch. */
-static reply_t *run(int fd, const bson_t *cmd, const bson_t *extra, int64_t *idp,
-                    bson_iter_t *batch)
+/* Send cmd (find or getMore) with extra's fields and OP_MSG flag bits to
+ * the source (fd), or, cmd NULL, nothing (a stream's next reply comes
+ * unasked), and read the reply answering *ridp (set to the reply's own id;
+ * *morep: the source streams more): the reply, referenced once by the
+ * caller, with *idp its cursor id and *batch its documents (counted in the
+ * metrics); NULL on any error (the source's, the connection's), which ends
+ * the fetch. */
+static reply_t *run(int fd, const bson_t *cmd, const bson_t *extra, uint32_t flags,
+                    int32_t *ridp, bool *morep, int64_t *idp, bson_iter_t *batch)
 {
     reply_t *r = aligned_alloc(_Alignof(reply_t), sizeof(*r)); /* it embeds a bson_t */
     bson_iter_t it, cur;
@@ -144,8 +153,12 @@ static reply_t *run(int fd, const bson_t *cmd, const bson_t *extra, int64_t *idp
         return NULL;
     atomic_init(&r->refs, 1);
     int64_t t0 = sbl_now_us();
-    bool ok = sbl_client_run(fd, "local", cmd, extra, &r->b) &&
-              bson_iter_init_find(&it, &r->b, "ok") && bson_iter_as_double(&it) == 1.0;
+    if ((cmd != NULL && !sbl_client_send_flags(fd, "local", cmd, extra, flags, ridp)) ||
+        !sbl_client_recv_more(fd, ridp, &r->b, morep)) {
+        free(r); /* r->b was never initialised */
+        return NULL;
+    }
+    bool ok = bson_iter_init_find(&it, &r->b, "ok") && bson_iter_as_double(&it) == 1.0;
     bool found_id = false, found_batch = false, getmore = false;
     if (ok && bson_iter_init_find(&it, &r->b, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
         bson_iter_recurse(&it, &cur)) {
@@ -211,19 +224,27 @@ static void *fetch_main(void *arg)
     BSON_APPEND_BOOL(&cmd, "tailable", true);
     BSON_APPEND_BOOL(&cmd, "awaitData", true);
     sbl_rs_count_reader();
+    bool exhaust = sbl_rs_fetcher_uses_exhaust(), streaming = false;
+    int32_t rid = 0;
     for (bool first = true;; first = false) {
         bson_iter_t batch;
-        if (!first) { /* the next read asks the source once the queue is low */
-            if (!wait_below(f, FETCH_AHEAD_BYTES))
+        uint32_t flags = 0;
+        if (!first && !streaming) {
+            /* Without exhaust, the next getMore asks the source once the
+             * queue is low; with it, one getMore starts the stream */
+            if (!wait_below(f, exhaust ? FETCH_MAX_BYTES : FETCH_AHEAD_BYTES))
                 break;
             bson_reinit(&cmd);
             BSON_APPEND_INT64(&cmd, "getMore", id);
             BSON_APPEND_UTF8(&cmd, "collection", "oplog.rs");
             BSON_APPEND_INT64(&cmd, "maxTimeMS", 500); /* the awaitData wait */
+            flags = exhaust ? SBL_CLIENT_EXHAUST_ALLOWED : 0;
         }
-        reply_t *r = run(fd, &cmd, &extra, &id, &batch);
+        reply_t *r = run(fd, streaming ? NULL : &cmd, &extra, flags, &rid, &streaming, &id,
+                         &batch);
         if (r == NULL) { /* the cursor or the connection is gone: no killCursors */
             id = 0;
+            streaming = false;
             break;
         }
         bool pushed = true, any = false;
@@ -247,7 +268,10 @@ end:
     f->taker_waits = false;
     pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->mu);
-    if (fd >= 0 && id != 0) { /* the source's cursor goes with us */
+    /* The source's cursor goes with us: mid-stream, by closing the
+     * connection (the source sends more until then; it kills the cursor
+     * of a stream whose connection closed), else by killCursors. */
+    if (fd >= 0 && id != 0 && !streaming) {
         bson_t kill = BSON_INITIALIZER, ids, r;
         BSON_APPEND_UTF8(&kill, "killCursors", "oplog.rs");
         BSON_APPEND_ARRAY_BEGIN(&kill, "cursors", &ids);

@@ -27,7 +27,8 @@
  * The parameter table below also holds the sync source rules' three
  * (maxSyncSourceLagSecs, changeSyncSourceThresholdMillis,
  * maxNumSyncSourceChangesPerHour; sbl_rs_sync_params) and the applier's
- * oplogBatchDelayMillis (sbl_rs_batch_delay_ms): one table, one parser,
+ * oplogBatchDelayMillis (sbl_rs_batch_delay_ms), and the fetcher's
+ * oplogFetcherUsesExhaust (sbl_rs_fetcher_uses_exhaust): one table, one parser,
  * one getParameter/setParameter path for replication's parameters.
  */
 #include "repl/repl_int.h"
@@ -60,7 +61,7 @@ typedef struct param {
 
 enum { P_ENABLED, P_TARGET_LAG, P_THRESHOLD, P_MAX_SAMPLES, P_SAMPLE_PERIOD, P_MIN_TICKETS,
        P_WARN_S, P_DECAY, P_FUDGE, P_ADDER, P_MULTIPLIER, P_SYNC_LAG, P_SYNC_THRESHOLD,
-       P_SYNC_CHANGES, P_BATCH_DELAY, P_COUNT };
+       P_SYNC_CHANGES, P_BATCH_DELAY, P_FETCH_EXHAUST, P_COUNT };
 
 static param_t params[P_COUNT] = {
     [P_ENABLED] = {"enableFlowControl", P_BOOL, false, B_NONE, 0, 0, 1},
@@ -82,6 +83,8 @@ static param_t params[P_COUNT] = {
                         SBL_RS_SYNC_CHANGES_PER_HOUR},
     /* the applier's (repl_sync.c) */
     [P_BATCH_DELAY] = {"oplogBatchDelayMillis", P_INT, false, B_GTE, 0, 0, 0},
+    /* the fetcher's (repl_fetch.c): read when a fetch starts */
+    [P_FETCH_EXHAUST] = {"oplogFetcherUsesExhaust", P_BOOL, true, B_NONE, 0, 0, 1},
 };
 
 static double pv(int i)
@@ -202,6 +205,11 @@ void sbl_repl_flow_append_all_parameters(bson_t *r)
 int64_t sbl_rs_batch_delay_ms(void)
 {
     return (int64_t)pv(P_BATCH_DELAY);
+}
+
+bool sbl_rs_fetcher_uses_exhaust(void)
+{
+    return pv(P_FETCH_EXHAUST) != 0;
 }
 
 void sbl_rs_sync_params(sbl_rs_sync_params_t *p)

@@ -345,6 +345,9 @@ void sbl_rs_sync_params(sbl_rs_sync_params_t *p);
  * starts a batch it waits for more entries before it ends the batch (0: it
  * ends one whenever nothing fetched is waiting). */
 int64_t sbl_rs_batch_delay_ms(void);
+/* oplogFetcherUsesExhaust (mongod's, default true, start-up only): the
+ * fetcher's getMore asks the source to stream (exhaust), not one reply each. */
+bool sbl_rs_fetcher_uses_exhaust(void);
 typedef struct sbl_rs_candidate {
     bool up;
     int state;

@@ -65,6 +65,11 @@ void sbl_capped_exhaust_end(sbl_conn_t *conn, sbl_request_t *req);
 /* The default counter moved: the loops check their parked tailable getMores
  * now instead of at their next poll (cheap when none is parked). */
 void sbl_capped_kick(void);
+/* The dispatcher, around a write command (wc: its write concern) up to its
+ * commit, and with NULL after: while a replica set member runs a write whose
+ * write concern waits on no other member (w: 0 or 1), this thread's capped
+ * inserts do not kick (sbl_capped_kick). */
+void sbl_capped_kick_unhurried(const sbl_write_concern_t *wc);
 /* Install the kick (the network loops' and the capped inserts' hooks); once,
  * before the network starts. */
 void sbl_capped_kick_init(void);

@@ -534,6 +534,7 @@ static void execute_inner(pending_t *p)
         p->rc = sbl_cmd_fsync_wait(ctx, &p->err);
     if (p->rc == 0 && sbl_cmd_flow_gated(p->def, ctx)) /* flow control's ticket */
         p->rc = sbl_cmd_flow_ticket(ctx, true, &p->err);
+    sbl_capped_kick_unhurried((p->def->flags & SBL_CMD_WRITE) ? &ctx->wc : NULL); /* to op_end */
     if (p->rc == 0) {
         /* Server-side JavaScript stops at this operation's deadline; an error a
          * $where could only leave pending becomes the command's. */
@@ -558,6 +559,7 @@ static void execute_inner(pending_t *p)
     sbl_cmd_txn_end(ctx);
     sbl_cmd_mtxn_end(ctx, &p->rc, &p->err);
     op_end(p);
+    sbl_capped_kick_unhurried(NULL);
     if (p->rc == 0 && lin)
         p->rc = sbl_repl_linearizable_wait(ctx->deadline_us, &p->err);
 }
@@ -653,9 +655,7 @@ static void dispatch_pending(pending_t *p, bool force_worker);
 static pending_t *pending_start(sbl_conn_t *conn, sbl_request_t *req);
 
 #define ROOM_WASTE_MAX ((size_t)1024 * 1024) /* reply_with_room */
-/* Batches made one inside the other's reply on the loop: past this depth
- * the next goes to a worker, which ends the recursion. */
-#define EXHAUST_LOOP_DEPTH 8
+#define EXHAUST_LOOP_DEPTH 8 /* batches made inside each other's reply; then a worker */
 static _Thread_local int exhaust_depth; /* on this loop's stack now */
 
 /* The next batch of req's exhaust stream, once conn wrote what it owed

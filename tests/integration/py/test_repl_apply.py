@@ -503,3 +503,44 @@ def test_oplog_batch_delay_makes_fewer_larger_batches(rs1):
             d.admin.command("setParameter", 1, oplogBatchDelayMillis=0)
     assert without >= 20, without
     assert with_delay <= 4, (without, with_delay)
+
+
+def test_unhurried_writes_reach_the_secondary_in_few_batches(rs1):
+    """A write whose write concern waits on no other member (w: 1) does not
+    kick the secondaries' oplog streams: they take it at their next poll (5
+    ms) with the other writes of that time, one batch for all
+    (src/cmd/capped.c).  Four clients inserting one document at a time as
+    fast as they can: the secondary applies the inserts in batches bounded by
+    the polls, not one batch per insert (as each insert's kick made it on a
+    set that keeps up)."""
+    p, s = rs1
+    with direct(p) as d:
+        d.t.fast.with_options(write_concern=WriteConcern(w=2, wtimeout=30000)).insert_one(
+            {"_id": "start"})
+    before = apply_metrics(s)["batches"]["num"]
+    errors = []
+
+    def writer(k):
+        try:
+            with direct(p) as d:
+                c = d.t.fast.with_options(write_concern=WriteConcern(w=1))
+                for i in range(150):
+                    c.insert_one({"_id": "%d-%d" % (k, i)})
+        except Exception as e:  # reported below
+            errors.append(e)
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed_ms = (time.monotonic() - t0) * 1000
+    assert errors == []
+    with direct(p) as d:
+        d.t.fast.with_options(write_concern=WriteConcern(w=2, wtimeout=30000)).insert_one(
+            {"_id": "end"})
+    batches = apply_metrics(s)["batches"]["num"] - before
+    with direct(s) as d:
+        assert d.t.fast.count_documents({}) == 602
+    # every batch but the last write's came from a poll (one each 5 ms at most)
+    assert batches <= elapsed_ms / 5 * 1.5 + 20, (batches, elapsed_ms)

@@ -149,11 +149,18 @@ def my_state(m):
         return None
 
 
+# pause_behind_bait needs the secondaries to fetch one getMore at a time: an
+# exhaust stream (oplogFetcherUsesExhaust, the default) goes on taking the
+# primary's writes into a paused secondary's socket, which it applies once it
+# runs again, and then nothing diverged.  These sets fetch the old way.
+ONE_GETMORE_AT_A_TIME = ("--setParameter", "oplogFetcherUsesExhaust=false")
+
+
 def start_set(n=3, args=()):
     members = []
     for _ in range(n):
         s = Sabled()
-        s.start(["--replSet", "rs0", "--oplogSizeMB", "16", *args])
+        s.start(["--replSet", "rs0", "--oplogSizeMB", "16", *ONE_GETMORE_AT_A_TIME, *args])
         members.append(s)
     cfg = {"_id": "rs0", "members": [
         {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],

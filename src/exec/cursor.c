@@ -863,22 +863,14 @@ int sbl_cursor_get_more(sbl_opctx_t *ctx, sbl_err_t *err)
     return rc;
 }
 
+static bool with_id(const sbl_cursor_t *c, const void *arg)
+{
+    return c->id == *(const int64_t *)arg;
+}
+
 void sbl_cursor_drop(int64_t id)
 {
-    pthread_mutex_lock(&reg_lock);
-    sbl_cursor_t *c = id != 0 ? find_locked(id) : NULL;
-    bool unpark = c != NULL && note_killed_waiting(c);
-    if (c != NULL && c->in_use) {
-        c->killed = true; /* the running getMore frees it */
-        c = NULL;
-    } else if (c != NULL) {
-        unlink_locked(c);
-    }
-    pthread_mutex_unlock(&reg_lock);
-    if (unpark)
-        sbl_op_unpark_all();
-    if (c != NULL)
-        cursor_free(c);
+    kill_matching(with_id, &id, true); /* rare (a stream's connection closed): a scan */
 }
 
 /* ---- killCursors ------------------------------------------------------------ */

@@ -506,17 +506,8 @@ bool sbl_client_msg_body(const uint8_t *r, size_t n, bson_t *reply)
  * false on an I/O or framing error (the connection is then unusable). */
 bool sbl_client_recv(int fd, int32_t rid, bson_t *reply)
 {
-    uint8_t h[16];
-    if (!sbl_client_read(fd, h, 16))
-        return false;
-    int64_t len = sbl_client_msg_len(h, rid);
-    if (len < 0)
-        return false;
-    uint8_t *r = malloc((size_t)len - 16);
-    bool ok = r != NULL && sbl_client_read(fd, r, (size_t)len - 16) &&
-              sbl_client_msg_body(r, (size_t)len - 16, reply);
-    free(r);
-    return ok;
+    bool more; /* a plain command's reply: its flags do not matter */
+    return sbl_client_recv_more(fd, &rid, reply, &more);
 }
 
 bool sbl_client_recv_more(int fd, int32_t *ridp, bson_t *reply, bool *morep)

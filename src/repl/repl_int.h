@@ -801,6 +801,9 @@ sbl_rs_reporter_t *sbl_rs_reporter_start(const char *host);
 /* Our applied optime moved (any thread; r may be NULL): a journal flush is
  * asked for (storage's group commit); its end hands the position to r. */
 void sbl_rs_reporter_applied(void *r);
+/* The same when the applier has applied everything fetched (it would wait
+ * for the source next): the flush runs on the calling thread at once. */
+void sbl_rs_reporter_caught_up(void *r);
 /* Stop and free r (NULL: nothing). */
 void sbl_rs_reporter_stop(sbl_rs_reporter_t *r);
 /* Flush the journal and report our applied optime to host now (a sync's

@@ -4,10 +4,14 @@
  * the thread that committed); that asks the journal flusher for a flush
  * (storage's group commit: one flush serves every request queued before it
  * starts), whose end makes the position durable and wakes the reporter
- * thread; the reporter sends replSetUpdatePosition with the durable
- * position as soon as it moves, one request in flight, and every second
- * regardless (a report is a sign of life to the primary), on a plain
- * connection (sbl_rs_dial) dialed again after a failure.  So the flush of
+ * thread.  An applier that has caught up (sbl_rs_reporter_caught_up: nothing
+ * fetched waits) flushes on its own thread instead: it would only wait for
+ * the source, and on a busy host the hand-off to the flusher thread (waking
+ * it, its turn on a core, waking us back) was a large part of a
+ * w:"majority" round trip.  The reporter sends replSetUpdatePosition with
+ * the durable position as soon as it moves, one request in flight, and
+ * every second regardless (a report is a sign of life to the primary), on a
+ * plain connection (sbl_rs_dial) dialed again after a failure.  So the flush of
  * the next batch runs while the last report is on the wire, where the
  * reporter used to flush and then send, in turn, each time.
  *
@@ -71,7 +75,9 @@ static void flushed(void *arg, int rc)
     free(f);
 }
 
-void sbl_rs_reporter_applied(void *r)
+/* now: flush on this thread (sbl_rs_reporter_caught_up) rather than ask
+ * the journal flusher. */
+static void applied(void *r, bool now)
 {
     flush_req_t *f = NULL;
     if (r == NULL)
@@ -84,8 +90,25 @@ void sbl_rs_reporter_applied(void *r)
     }
     pthread_mutex_unlock(&rs.lock);
     /* outside rs.lock: a closing journal calls back at once */
-    if (f != NULL)
+    if (f == NULL)
+        return;
+    if (!now) {
         sbl_storage_on_durable(flushed, f);
+        return;
+    }
+    sbl_err_t err;
+    sbl_err_clear(&err);
+    flushed(f, sbl_storage_flush(&err)); /* this thread's commits, and all before */
+}
+
+void sbl_rs_reporter_applied(void *r)
+{
+    applied(r, false);
+}
+
+void sbl_rs_reporter_caught_up(void *r)
+{
+    applied(r, true);
 }
 
 /* Send replSetUpdatePosition with pos (journaled) to host on *fdp (dialed

@@ -657,13 +657,17 @@ static bool source_newer_term(mongoc_collection_t *oplog, sbl_optime_t last)
     return newer;
 }
 
-/* Commit the applier's open group, if any, and tell the reporter. */
-static int end_group(sbl_rs_reporter_t *reporter, sbl_err_t *err)
+/* Commit the applier's open group, if any, and tell the reporter;
+ * caught_up: nothing fetched is left to apply (the flush runs here). */
+static int end_group(sbl_rs_reporter_t *reporter, bool caught_up, sbl_err_t *err)
 {
     if (!sbl_rs_group_open())
         return 0;
     int rc = sbl_rs_group_commit(err);
-    sbl_rs_reporter_applied(reporter);
+    if (caught_up)
+        sbl_rs_reporter_caught_up(reporter);
+    else
+        sbl_rs_reporter_applied(reporter);
     return rc;
 }
 
@@ -750,7 +754,7 @@ static void sync_from(const char *host)
                 dry = !batch_delay_wait(fetcher, batch_from_us);
             if (dry || n - looked >= RELOOK_ENTRIES) {
                 looked = n;
-                if (end_group(reporter, &err) != 0) {
+                if (end_group(reporter, dry, &err) != 0) {
                     apply_failed(&err);
                     goto out;
                 }
@@ -805,7 +809,7 @@ static void sync_from(const char *host)
                 continue;
             bool delayed = delay_ms() > 0;
             if ((delayed || sbl_repl_fp_applies(SBL_REPL_FP_APPLY_STOP, NULL)) &&
-                end_group(reporter, &err) != 0) {
+                end_group(reporter, false, &err) != 0) {
                 apply_failed(&err);
                 goto out;
             }
@@ -821,7 +825,7 @@ static void sync_from(const char *host)
                 arc = sbl_rs_group_apply(doc, &err);
             } else {
                 barrier = sbl_rs_apply_is_barrier(doc);
-                if ((arc = end_group(reporter, &err)) == 0)
+                if ((arc = end_group(reporter, false, &err)) == 0)
                     arc = barrier ? sbl_rs_apply_drain(&err) : sbl_rs_apply_dispatch(doc, &err);
                 if (arc == 0 && barrier)
                     arc = sbl_rs_apply_entry(doc, &err);
@@ -840,7 +844,7 @@ static void sync_from(const char *host)
         if (n > 0) {
             sbl_err_t err;
             sbl_err_clear(&err);
-            if (end_group(reporter, &err) != 0 ||
+            if (end_group(reporter, false, &err) != 0 ||
                 sbl_rs_apply_drain(&err) != 0) { /* caught up: all applied */
                 apply_failed(&err);
                 goto out;
@@ -879,7 +883,7 @@ out:
     sbl_rs_fetched_free(doc);
     sbl_rs_fetcher_stop(fetcher);
     sbl_err_clear(&lerr);
-    if (end_group(reporter, &lerr) != 0 || sbl_rs_apply_drain(&lerr) != 0)
+    if (end_group(reporter, false, &lerr) != 0 || sbl_rs_apply_drain(&lerr) != 0)
         apply_failed(&lerr);
     sbl_rs_apply_stream(NULL, NULL, NULL, NULL);
     sbl_rs_reporter_stop(reporter);

@@ -44,7 +44,7 @@ void sbl_rs_update_commit_quiet_locked(void)
 void sbl_rs_update_commit_locked(void)
 {
     sbl_rs_update_commit_quiet_locked();
-    pthread_cond_broadcast(&rs.cond); /* positions moved: w:N waiters look again */
+    sbl_rs_broadcast_locked(); /* positions moved: w:N waiters look again */
 }
 
 void sbl_rs_append_commit_locked(bson_t *r)

@@ -38,6 +38,7 @@
 #define ELECTION_NS "local.replset.election"
 
 sbl_rs_t sbl_rs = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
+                   .pos_cond = PTHREAD_COND_INITIALIZER,
                    .self = -1, .primary = -1, .last_vote_term = -1,
                    .state = SBL_RS_STANDALONE};
 #define rs sbl_rs
@@ -57,16 +58,32 @@ const char *sbl_rs_state_str(int st)
     }
 }
 
-/* Wait on sbl_rs.cond, lock held, at most ms: until some change of
- * positions, state or config is broadcast, or the time is up. */
-void sbl_rs_wait_locked(int64_t ms)
+/* Wait on c (sbl_rs.cond or pos_cond), lock held, at most ms: until a
+ * broadcast, or the time is up. */
+static void wait_on(pthread_cond_t *c, int64_t ms)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += (ms < 1 ? 1 : ms) * 1000000L;
     ts.tv_sec += ts.tv_nsec / 1000000000L;
     ts.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(&rs.cond, &rs.lock, &ts);
+    pthread_cond_timedwait(c, &rs.lock, &ts);
+}
+
+void sbl_rs_wait_locked(int64_t ms)
+{
+    wait_on(&rs.cond, ms);
+}
+
+void sbl_rs_wait_pos_locked(int64_t ms)
+{
+    wait_on(&rs.pos_cond, ms);
+}
+
+void sbl_rs_broadcast_locked(void)
+{
+    pthread_cond_broadcast(&rs.cond);
+    pthread_cond_broadcast(&rs.pos_cond);
 }
 
 bool sbl_repl_enabled(void)
@@ -177,7 +194,7 @@ static void set_state_locked(int st)
     atomic_store(&rs.state, st);
     atomic_fetch_add(&rs.topology, 1);
     sbl_versioned_invalidate(); /* sessions check their records again (retryable.c) */
-    pthread_cond_broadcast(&rs.cond);
+    sbl_rs_broadcast_locked();
 }
 
 void sbl_rs_set_state_locked(int st)
@@ -439,7 +456,7 @@ int sbl_rs_become_primary_locked(int64_t term, sbl_err_t *err)
     for (int i = 0; i < rs.cfg.n; i++)
         rs.peer[i].next_hb_ms = 0; /* tell the others at once */
     atomic_fetch_add(&rs.topology, 1);
-    pthread_cond_broadcast(&rs.cond);
+    sbl_rs_broadcast_locked();
     sbl_rs_update_commit_locked();
     log_attr(SBL_LOG_INFO, 21331, "Transition to primary complete; database writes are now "
              "permitted", "replSet", rs.set_name, "term", term);
@@ -643,7 +660,7 @@ void sbl_repl_stop(void)
         return;
     pthread_mutex_lock(&rs.lock);
     rs.stopping = true;
-    pthread_cond_broadcast(&rs.cond);
+    sbl_rs_broadcast_locked();
     pthread_mutex_unlock(&rs.lock);
     sbl_rs_flow_stop();
     sbl_rs_hb_stop();
@@ -867,7 +884,7 @@ int sbl_repl_reconfig(sbl_session_t *s, const bson_t *config, bool force, bool g
         goto done;
     reinstall_config_locked(&withid, cfg);
     atomic_fetch_add(&rs.topology, 1);
-    pthread_cond_broadcast(&rs.cond);
+    sbl_rs_broadcast_locked();
     log_attr(SBL_LOG_INFO, 21392, force ? "New replica set config in use (forced)"
                                         : "New replica set config in use",
              "set", rs.set_name, "version", version);

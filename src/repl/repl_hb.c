@@ -186,7 +186,7 @@ int sbl_repl_heartbeat(const bson_t *cmd, bson_t *r, sbl_err_t *err)
     for (int i = 0; rs.config != NULL && from != NULL && i < rs.cfg.n; i++)
         if (i != rs.self && their_term > rs.peer[i].term && strcmp(rs.cfg.m[i].host, from) == 0) {
             rs.peer[i].next_hb_ms = 0;
-            pthread_cond_broadcast(&rs.cond);
+            sbl_rs_broadcast_locked();
         }
     int st = atomic_load(&rs.state);
     sbl_optime_t ap = sbl_rs_my_applied();
@@ -588,7 +588,7 @@ static bool catch_up_locked(int64_t term)
         rs.catchup_abort = false;
         for (int i = 0; i < rs.cfg.n; i++)
             rs.peer[i].next_hb_ms = 0;
-        pthread_cond_broadcast(&rs.cond);
+        sbl_rs_broadcast_locked();
         for (bool heard = false; !heard && sbl_now_ms() < hb_until && rs.term == term &&
                                  !rs.stopping;) {
             heard = true;
@@ -658,7 +658,7 @@ int sbl_repl_abort_catchup(sbl_err_t *err)
     bool on = rs.catching_up;
     if (on) {
         rs.catchup_abort = true;
-        pthread_cond_broadcast(&rs.cond);
+        sbl_rs_broadcast_locked();
     }
     pthread_mutex_unlock(&rs.lock);
     return on ? 0 : sbl_err_set(err, SBL_E_IllegalOperation,
@@ -802,7 +802,7 @@ void sbl_rs_hb_kick(void)
     kicked = true;
     for (int i = 0; i < SBL_RS_MAX_MEMBERS; i++)
         rs.peer[i].next_hb_ms = 0;
-    pthread_cond_broadcast(&rs.cond);
+    sbl_rs_broadcast_locked();
     pthread_mutex_unlock(&rs.lock);
 }
 
@@ -930,7 +930,7 @@ static void *peer_main(void *arg)
         /* the next one an interval after this one ended (unless kicked) */
         if (i < rs.cfg.n && rs.peer[i].next_hb_ms > 0 && rs.peer[i].next_hb_ms < now)
             rs.peer[i].next_hb_ms = now + rs.cfg.heartbeat_ms;
-        pthread_cond_broadcast(&rs.cond); /* the checks below run on news */
+        sbl_rs_broadcast_locked(); /* the checks below run on news */
     }
     pthread_mutex_unlock(&rs.lock);
     conn_reset(&conns[i]);
@@ -979,7 +979,7 @@ static void *hb_main(void *arg)
             int target = caught_up_target_locked();
             for (int64_t until = now + 2000; target < 0 && !rs.stopping &&
                                              sbl_now_ms() < until; target = caught_up_target_locked())
-                sbl_rs_wait_locked(100); /* heartbeats bring the others' positions */
+                sbl_rs_wait_pos_locked(100); /* heartbeats bring the others' positions */
             hand_off_unlock(target);
             pthread_mutex_lock(&rs.lock);
             continue;
@@ -1110,7 +1110,7 @@ int sbl_repl_step_down(int64_t step_down_s, int64_t catchup_s, bool force, sbl_e
                                "argument {force: true} to force node to step down.",
                                (long long)sbl_now_ms());
         }
-        sbl_rs_wait_locked(100);
+        sbl_rs_wait_pos_locked(100);
     }
     sbl_rs_step_down_locked("replSetStepDown command");
     rs.freeze_until_ms = sbl_now_ms() + step_down_s * 1000;

@@ -502,8 +502,14 @@ enum {
     SBL_RS_DOWN = 8,
 };
 const char *sbl_rs_state_str(int state);
-/* Wait on sbl_rs.cond (lock held) for a broadcast, at most ms. */
+/* Wait on sbl_rs.cond (lock held) for a broadcast, at most ms: a change of
+ * state or config, or of positions other than a position report's. */
 void sbl_rs_wait_locked(int64_t ms);
+/* The same on pos_cond: until positions, the commit point, state or config
+ * moved, or the time is up. */
+void sbl_rs_wait_pos_locked(int64_t ms);
+/* Wake both: a change of state, config or our applied position. */
+void sbl_rs_broadcast_locked(void);
 
 typedef struct sbl_rs_peer {
     int state;                     /* from its last heartbeat response; DOWN when unreachable */
@@ -523,7 +529,13 @@ typedef struct sbl_rs_peer {
 
 typedef struct sbl_rs {
     pthread_mutex_t lock;
-    pthread_cond_t cond; /* state, applied positions or the commit point moved */
+    /* state, config, our applied position or the commit point moved (all
+     * broadcast on both, sbl_rs_broadcast_locked) */
+    pthread_cond_t cond;
+    /* the same, and a position report (replSetUpdatePosition, broadcast on
+     * this one only): what waits for positions waits here, and the waiter,
+     * heartbeat and sync threads sleep through reports */
+    pthread_cond_t pos_cond;
     char *set_name;
     char *cluster_key; /* keyFile's key, or NULL: connections to members authenticate */
     int64_t oplog_bytes;

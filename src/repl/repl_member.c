@@ -97,7 +97,7 @@ int sbl_repl_sync_from(const char *host, bson_t *r, sbl_err_t *err)
             BSON_APPEND_UTF8(r, "warning", w);
         }
         snprintf(rs.sync_from, sizeof(rs.sync_from), "%s", rs.cfg.m[t].host);
-        pthread_cond_broadcast(&rs.cond); /* the applier looks at its source again */
+        sbl_rs_broadcast_locked(); /* the applier looks at its source again */
     }
     pthread_mutex_unlock(&rs.lock);
     return rc;

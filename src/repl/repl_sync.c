@@ -598,7 +598,7 @@ static void initial_sync_done(void)
         atomic_store(&rs.state, SBL_RS_SECONDARY);
         atomic_fetch_add(&rs.topology, 1);
         sbl_rs_reset_election_timer_locked(sbl_now_ms());
-        pthread_cond_broadcast(&rs.cond);
+        sbl_rs_broadcast_locked();
         bson_t attr = BSON_INITIALIZER;
         sbl_log(SBL_LOG_INFO, "REPL", 21392, "Caught up with the sync source: STARTUP2 -> "
                 "SECONDARY", &attr);
@@ -1026,15 +1026,22 @@ int sbl_repl_update_position(const bson_t *cmd, bson_t *r, sbl_err_t *err)
         }
     }
     bool primary = atomic_load(&rs.state) == SBL_RS_PRIMARY;
-    if (primary)
+    if (primary) {
         sbl_rs_update_commit_quiet_locked();
+        /* here, as mongod moves its committed snapshot with the commit
+         * point: a w:N write this report ends is then in majority reads
+         * (the heartbeat thread, which also publishes, sleeps through it) */
+        sbl_rs_publish_stable_locked();
+    }
     sbl_rs_append_commit_locked(r);
     void *done = sbl_rs_waits_take_locked(); /* the writes these positions end */
     pthread_mutex_unlock(&rs.lock);
     sbl_rs_waits_answer(done);
-    /* then the others that wait for positions (w:N, a step-down's catch-up):
-     * woken with the lock free, after the writes' replies are on their way */
+    /* then the others that wait for positions (a thread's w:N wait, a
+     * step-down's catch-up), with the lock free, after the writes' replies
+     * are on their way; only they: the waiter, heartbeat and sync threads
+     * have nothing to do with a report (it answered the waits it ends) */
     if (primary)
-        pthread_cond_broadcast(&rs.cond);
+        pthread_cond_broadcast(&rs.pos_cond);
     return 0;
 }

@@ -2,8 +2,9 @@
  * repl_wait.c: write concern beyond this member.  A write acknowledged with
  * w: N or w: "majority" waits until enough members have applied it; the
  * wait is a record in a list, not a blocked thread: one waiter thread,
- * woken by every change of positions or state (sbl_rs.cond), calls back
- * each write whose condition now holds, failed (stepped down) or timed out.
+ * woken by every change of state or config and of positions but a
+ * report's (sbl_rs.cond), calls back each write whose condition now holds,
+ * failed (stepped down) or timed out.
  * A hundred clients writing with w:"majority" hold a hundred records, not
  * a hundred of the server's sixteen worker threads.  The positions a
  * secondary reports (replSetUpdatePosition) answer the waits they end at
@@ -190,7 +191,7 @@ int sbl_rs_waiter_start(void)
 void sbl_rs_waiter_stop(void)
 {
     pthread_mutex_lock(&rs.lock);
-    pthread_cond_broadcast(&rs.cond);
+    sbl_rs_broadcast_locked();
     pthread_mutex_unlock(&rs.lock);
     if (waiter_started)
         pthread_join(waiter_thread, NULL);
@@ -208,7 +209,7 @@ void sbl_repl_await(uint64_t ts, int w, bool majority, int64_t wtimeout_ms, sbl_
     wt.t = entry_term_locked(ts);
     while (!wait_over_locked(&wt, sbl_now_ms(), &code, &msg)) {
         int64_t left = wt.deadline_ms - sbl_now_ms();
-        sbl_rs_wait_locked(left < WAIT_POLL_MS ? left : WAIT_POLL_MS);
+        sbl_rs_wait_pos_locked(left < WAIT_POLL_MS ? left : WAIT_POLL_MS);
     }
     pthread_mutex_unlock(&rs.lock);
     cb(arg, code, msg);
@@ -238,7 +239,7 @@ void sbl_repl_await_async(uint64_t ts, int w, bool majority, const char *mode,
     }
     if (!waiter_running) { /* start-up or shutdown: wait here */
         while (!wait_over_locked(wt, sbl_now_ms(), &code, &msg))
-            sbl_rs_wait_locked(WAIT_POLL_MS);
+            sbl_rs_wait_pos_locked(WAIT_POLL_MS);
         pthread_mutex_unlock(&rs.lock);
         free(wt);
         cb(arg, code, msg);

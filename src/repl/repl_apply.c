@@ -869,8 +869,3 @@ bool sbl_rs_group_open(void)
 {
     return group.open;
 }
-
-size_t sbl_rs_group_entries(void)
-{
-    return group.open ? group.n : 0;
-}

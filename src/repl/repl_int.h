@@ -734,8 +734,6 @@ bool sbl_rs_group_takes(const bson_t *e);
 int sbl_rs_group_apply(const bson_t *e, sbl_err_t *err);
 int sbl_rs_group_commit(sbl_err_t *err);
 bool sbl_rs_group_open(void);
-/* The entries in the open group (0: none open). */
-size_t sbl_rs_group_entries(void);
 /* Apply grouped document entry e (i, u, d) straight through storage in the
  * open transaction (repl_crud.c); SBL_RS_NOT_DIRECT when e needs the
  * command path, else 0 or the error. */

@@ -657,22 +657,12 @@ static bool source_newer_term(mongoc_collection_t *oplog, sbl_optime_t last)
     return newer;
 }
 
-/* Groups of at most this many entries that end with nothing fetched left
- * are flushed by the applier itself (sbl_rs_reporter_caught_up): a set whose
- * writes wait for us (w:"majority": a few entries a round, each round
- * waited on) saves the journal flusher's hand-off.  Larger groups are a
- * stream of writes nobody waits on (w:1 entries come in 5 ms batches of
- * ~100-200 entries under load), which the flusher syncs while we apply on:
- * an applier that waits for each fsync of a busy disk falls behind. */
-#define INLINE_FLUSH_ENTRIES 16
-
 /* Commit the applier's open group, if any, and tell the reporter;
- * caught_up: nothing fetched is left to apply. */
+ * caught_up: nothing fetched is left to apply (the flush runs here). */
 static int end_group(sbl_rs_reporter_t *reporter, bool caught_up, sbl_err_t *err)
 {
     if (!sbl_rs_group_open())
         return 0;
-    caught_up = caught_up && sbl_rs_group_entries() <= INLINE_FLUSH_ENTRIES;
     int rc = sbl_rs_group_commit(err);
     if (caught_up)
         sbl_rs_reporter_caught_up(reporter);

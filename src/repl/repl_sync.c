@@ -844,7 +844,8 @@ static void sync_from(const char *host)
         if (n > 0) {
             sbl_err_t err;
             sbl_err_clear(&err);
-            if (end_group(reporter, false, &err) != 0 ||
+            /* the source had nothing more (an IDLE mark), unless the fetch ended */
+            if (end_group(reporter, !ended, &err) != 0 ||
                 sbl_rs_apply_drain(&err) != 0) { /* caught up: all applied */
                 apply_failed(&err);
                 goto out;

@@ -426,9 +426,12 @@ def test_statement_waiting_on_a_prepared_transaction_ends_at_step_down_and_rollb
     (the prepare-conflict wait) while a is paused as primary, steps down on
     its resume (a higher term) and rolls back gets a reply:
     InterruptedDueToReplStateChange (11602) at the step-down; a read waiting
-    on it there, sent while a is paused, gets 11602 at the rollback (the
-    transaction is prepared again after it), as mongod kills user operations
-    at a step-down and before a rollback; never a hang."""
+    on it there (sent before the pause: a step-down leaves reads) gets 11602
+    at the rollback (the transaction is prepared again after it), as mongod
+    kills user operations at a step-down and before a rollback; never a hang.
+    (A read sent while a is paused races with a's rollback on its resume: one
+    that arrives in ROLLBACK is refused with NotPrimaryOrSecondary, 13436, as
+    mongod refuses it, so only a read already waiting has one right answer.)"""
     import socket
 
     from bson.son import SON
@@ -445,18 +448,14 @@ def test_statement_waiting_on_a_prepared_transaction_ends_at_step_down_and_rollb
         body = cmd("update", "c", new_lsid(), 1, startTransaction=True, autocommit=False,
                    updates=[{"q": {"_id": 1}, "u": {"$set": {"v": "waiter"}}}])
         s.sendall(wire.op_msg(SON(list(body.items()) + [("$db", "t")])))
-        time.sleep(0.1)  # it is waiting on _id 1 (prepared)
-
-    def read():  # sent while a is paused: a read, which a step-down leaves
-        s = wire.connect(members[0].port, timeout=5)
-        waiting.append(s)
-        s.sendall(wire.op_msg(SON([("find", "c"), ("filter", {"_id": 1}),
+        r = wire.connect(members[0].port, timeout=5)
+        waiting.append(r)
+        r.sendall(wire.op_msg(SON([("find", "c"), ("filter", {"_id": 1}),
                                    ("$readPreference", {"mode": "secondaryPreferred"}),
                                    ("$db", "t")])))
+        time.sleep(0.1)  # both are waiting on _id 1 (prepared)
 
     members = start_set(args=("--setParameter", "enableTestCommands=1"))
-    resume = members[0].resume
-    members[0].resume = lambda: (read(), resume())
     raws = []
     try:
         diverge_over_a_prepared_transaction(members, raws, lost)

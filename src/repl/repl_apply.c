@@ -97,8 +97,8 @@ static _Thread_local sbl_session_t *record_session;
 
 /* mongod's min(16, 2 x cores), except on one or two cores: there each
  * entry's hand-off to a writer costs more than the writers overlap
- * (apply-rate.py: 4 writers 10,400-16,100 entries/s against 18,600-24,100
- * serial, docs/replication.md), so the applier applies alone. */
+ * (scripts/apply-rate.py: 4 writers 10,400-16,100 entries/s against
+ * 18,600-24,100 serial), so the applier applies alone. */
 int sbl_rs_default_writer_threads(void)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -10,9 +10,8 @@
  * reply that brought it (kept, counted, until its last entry is freed: no
  * copy per entry), so the source's next batch travels and is
  * read while the applier applies the last one: fetching and applying
- * overlap instead of taking turns (measured in docs/replication.md: on a
- * loaded 2-core host each took about half of a secondary's time in a load
- * phase).
+ * overlap instead of taking turns (on a loaded 2-core host each took about
+ * half of a secondary's time in a load phase when they took turns).
  *
  * What must stay true: entries come out in the order the source sent them;
  * an IDLE mark comes out each time the source had nothing more for now (an

@@ -10,7 +10,7 @@ A tail read over many small getMores while several clients write returns
 every entry from its start exactly once, in ts order: the getMore path reads
 on from where the last one stopped, steps from one entry's document to the
 next and decides {ts: {$gte|$gt: T}} from the entry's key (docs/replication.md,
-"What a streaming secondary pays per entry").
+"Secondaries").
 """
 import threading
 import time

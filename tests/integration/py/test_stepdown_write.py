@@ -1,6 +1,6 @@
 """
 A primary's w:1 write in flight when the member stops being primary
-(docs/replication.md, "Step-down and writes in flight").  mongod's rule:
+(docs/replication.md, "Heartbeats and elections").  mongod's rule:
 stepping down waits for writes in progress or interrupts them, so nothing
 written in term T commits after the member left PRIMARY in term T; such a
 write fails with InterruptedDueToReplStateChange (11602) and its entry is

@@ -191,11 +191,16 @@ int sbl_repl_heartbeat(const bson_t *cmd, bson_t *r, sbl_err_t *err)
     int st = atomic_load(&rs.state);
     sbl_optime_t ap = sbl_rs_my_applied();
     BSON_APPEND_UTF8(r, "set", rs.set_name);
-    /* in catch-up with a member ahead: PRIMARY, as mongod (the member ahead
-     * then schedules a catch-up takeover; it takes no primary behind it as
-     * its sync source, sbl_rs_pick_sync_source) */
+    /* From its election win on, through its catch-up: PRIMARY, as mongod's
+     * member state is from the win (a member ahead then schedules a
+     * catch-up takeover; it takes no primary behind it as its sync source,
+     * sbl_rs_pick_sync_source).  The win's first heartbeats, which ask the
+     * others where they are, make each ask back at once (a newer term,
+     * above): answered SECONDARY, a member (the hidden one of a failover)
+     * learned the new primary only at its next interval, and the first
+     * w:"majority" write waited for that. */
     BSON_APPEND_INT32(r, "state", rs.config == NULL ? SBL_RS_STARTUP
-                                  : sbl_rs_catching_up_locked() ? SBL_RS_PRIMARY : st);
+                                  : rs.catching_up ? SBL_RS_PRIMARY : st);
     BSON_APPEND_INT64(r, "term", rs.term);
     BSON_APPEND_INT32(r, "v", rs.config != NULL ? (int32_t)rs.cfg.version : -2);
     BSON_APPEND_INT64(r, "configTerm", rs.config != NULL ? rs.cfg.term : -1);

@@ -308,3 +308,49 @@ def test_many_majority_writers_hold_no_threads(rs3):
     finally:
         c.close()
         c2.close()
+
+
+def test_hidden_member_learns_the_new_primary_at_the_election():
+    """The new primary's first heartbeats after its win make the hidden
+    member ask it back at once, and the answer says PRIMARY (mongod's member
+    state from the win, through catch-up): the hidden member knows the new
+    primary, and syncs from it, without waiting for its next heartbeat.  It
+    used to be answered SECONDARY when its question came before the winner's
+    catch-up had heard from everyone, and then learned it only at its next
+    interval (here 10 s), with every w:"majority" write waiting meanwhile."""
+    members = []
+    try:
+        for _ in range(3):
+            s = Sabled()
+            s.start(["--replSet", "rs0", "--oplogSizeMB", "16"])
+            members.append(s)
+        cfg = {"_id": "rs0", "members": [
+            {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],
+            "settings": {"electionTimeoutMillis": 10000, "heartbeatIntervalMillis": 10000}}
+        cfg["members"][2].update({"priority": 0, "hidden": True})
+        with direct(members[0]) as c:
+            c.admin.command("replSetInitiate", cfg)
+        p = primary_of(members)
+        other = next(m for m in members[:2] if m is not p)
+        hidden = members[2]
+        wait_for(lambda: state(other) == 2 and state(hidden) == 2, timeout=60)
+        with direct(p) as c:
+            c.t.c.insert_one({"_id": 0})
+        p.kill9()
+        wait_for(lambda: state(other) == 1, timeout=60, step=0.05)
+        won = time.time()
+
+        def hidden_sees_it():
+            with direct(hidden) as c:
+                st = c.admin.command("replSetGetStatus")
+            return any(x["name"] == "127.0.0.1:%d" % other.port and x["stateStr"] == "PRIMARY"
+                       for x in st["members"])
+        wait_for(hidden_sees_it, timeout=30, step=0.05)
+        assert time.time() - won < 5, "the hidden member learned the primary %.1f s after " \
+            "its election" % (time.time() - won)
+        with direct(other) as c:
+            coll = c.t.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=5000))
+            coll.insert_one({"_id": 1})  # the hidden member's report makes the majority
+    finally:
+        for m in members:
+            m.cleanup()

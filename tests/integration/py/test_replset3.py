@@ -78,20 +78,27 @@ def state(m):
         return c.admin.command("replSetGetStatus")["myState"]
 
 
+def start_set(members, settings):
+    """Start three members into `members` (each added as it starts, so the
+    caller's cleanup finds every one) and initiate them with `settings`,
+    the third hidden with priority 0."""
+    for _ in range(3):
+        s = Sabled()
+        s.start(["--replSet", "rs0", "--oplogSizeMB", "16"])
+        members.append(s)
+    cfg = {"_id": "rs0", "members": [
+        {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],
+        "settings": settings}
+    cfg["members"][2].update({"priority": 0, "hidden": True})
+    with direct(members[0]) as c:
+        c.admin.command("replSetInitiate", cfg)
+
+
 @pytest.fixture
 def rs3():
     members = []
     try:
-        for _ in range(3):
-            s = Sabled()
-            s.start(["--replSet", "rs0", "--oplogSizeMB", "16"])
-            members.append(s)
-        cfg = {"_id": "rs0", "members": [
-            {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],
-            "settings": {"electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500}}
-        cfg["members"][2].update({"priority": 0, "hidden": True})
-        with direct(members[0]) as c:
-            c.admin.command("replSetInitiate", cfg)
+        start_set(members, {"electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500})
         wait_for(lambda: any(state(m) == 1 for m in members[:2]), timeout=30)
         wait_for(agree, timeout=30, args=members)
         yield members
@@ -320,16 +327,7 @@ def test_hidden_member_learns_the_new_primary_at_the_election():
     interval (here 10 s), with every w:"majority" write waiting meanwhile."""
     members = []
     try:
-        for _ in range(3):
-            s = Sabled()
-            s.start(["--replSet", "rs0", "--oplogSizeMB", "16"])
-            members.append(s)
-        cfg = {"_id": "rs0", "members": [
-            {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],
-            "settings": {"electionTimeoutMillis": 10000, "heartbeatIntervalMillis": 10000}}
-        cfg["members"][2].update({"priority": 0, "hidden": True})
-        with direct(members[0]) as c:
-            c.admin.command("replSetInitiate", cfg)
+        start_set(members, {"electionTimeoutMillis": 10000, "heartbeatIntervalMillis": 10000})
         p = primary_of(members)
         other = next(m for m in members[:2] if m is not p)
         hidden = members[2]

@@ -75,7 +75,8 @@ def test_zero_fill_in_the_config_string_leaves_no_unwritten_extent(tmp_path):
         assert files, "no journal files found under %s" % s.dbpath
         assert all(n == 0 for n in files.values()), files
         # the rest of the log settings (journal/, enabled) stay sabled's
-        opts = _client(s).admin.command("getCmdLineOpts")["parsed"]
+        with _client(s) as c:
+            opts = c.admin.command("getCmdLineOpts")["parsed"]
         assert opts["storage"]["wiredTiger"]["engineConfig"]["configString"] == \
             "log=(zero_fill=true)"
     finally:

@@ -200,7 +200,7 @@ int sbl_repl_heartbeat(const bson_t *cmd, bson_t *r, sbl_err_t *err)
      * learned the new primary only at its next interval, and the first
      * w:"majority" write waited for that. */
     BSON_APPEND_INT32(r, "state", rs.config == NULL ? SBL_RS_STARTUP
-                                  : rs.catching_up ? SBL_RS_PRIMARY : st);
+                                  : sbl_rs_catching_up_locked() ? SBL_RS_PRIMARY : st);
     BSON_APPEND_INT64(r, "term", rs.term);
     BSON_APPEND_INT32(r, "v", rs.config != NULL ? (int32_t)rs.cfg.version : -2);
     BSON_APPEND_INT64(r, "configTerm", rs.config != NULL ? rs.cfg.term : -1);
@@ -591,6 +591,7 @@ static bool catch_up_locked(int64_t term)
     if (limit != 0) {
         rs.catching_up = true;
         rs.catchup_abort = false;
+        atomic_fetch_add(&rs.topology, 1); /* hello names this member primary meanwhile */
         for (int i = 0; i < rs.cfg.n; i++)
             rs.peer[i].next_hb_ms = 0;
         sbl_rs_broadcast_locked();
@@ -616,7 +617,6 @@ static bool catch_up_locked(int64_t term)
         int64_t moved_ms = start;
         sbl_optime_t seen = sbl_rs_my_applied();
         rs.won.target = target;
-        atomic_fetch_add(&rs.topology, 1); /* hello names this member primary meanwhile */
         log_catchup(21359, "Entering primary catch-up mode", NULL, target, -1);
         while (how == NULL) {
             sbl_optime_t me = sbl_rs_my_applied(), newest = newest_known_locked();
@@ -648,10 +648,12 @@ static bool catch_up_locked(int64_t term)
         }
         rs.won.catchup_ops = sbl_rs_applied_ops() - ops0;
         sbl_rs_count_catchup(outcome, rs.won.catchup_ops);
-        atomic_fetch_add(&rs.topology, 1);
         log_catchup(21363, "Exited primary catch-up mode", how, target, rs.won.catchup_ops);
     }
-    rs.catching_up = false;
+    if (rs.catching_up) {
+        rs.catching_up = false;
+        atomic_fetch_add(&rs.topology, 1);
+    }
     return rs.term == term && atomic_load(&rs.state) == SBL_RS_SECONDARY && !rs.stopping;
 }
 

@@ -767,9 +767,10 @@ void sbl_rs_publish_stable_locked(void);
  * holds it back (its commit or abort lets it move on). */
 uint64_t sbl_rs_stable_unclamped_locked(void);
 
-/* In primary catch-up with a member ahead (elected, applying before it
- * takes writes): replSetGetStatus, hello and heartbeats name this member
- * PRIMARY meanwhile (repl_status.c).  Lock held. */
+/* In primary catch-up, from the election win until it takes writes (its
+ * first heartbeat round, then applying what a member ahead has): the one
+ * predicate by which replSetGetStatus, hello and heartbeats name this
+ * member PRIMARY meanwhile (repl_status.c, repl_hb.c).  Lock held. */
 bool sbl_rs_catching_up_locked(void);
 
 /* serverStatus.electionMetrics (repl_monitor.c), as mongod counts them: a

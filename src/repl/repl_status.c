@@ -3,8 +3,8 @@
  * $clusterTime and operationTime, replSetGetConfig and replSetGetStatus.
  * Everything is read under sbl_rs.lock from the coordinator's state.
  *
- * A member in primary catch-up (elected, applying what a member ahead of it
- * has: repl_hb.c) says PRIMARY in replSetGetStatus and names itself hello's
+ * A member in primary catch-up (from its election win until it takes
+ * writes: repl_hb.c) says PRIMARY in replSetGetStatus and names itself hello's
  * primary, while hello says isWritablePrimary: false, secondary: true until
  * catch-up ends, as mongod does; its heartbeats say PRIMARY too (repl_hb.c).
  */
@@ -22,7 +22,7 @@
 
 bool sbl_rs_catching_up_locked(void)
 {
-    return rs.catching_up && rs.won.target.ts != 0;
+    return rs.catching_up;
 }
 
 static void append_optime(bson_t *r, const char *k, sbl_optime_t o)

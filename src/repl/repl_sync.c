@@ -397,7 +397,12 @@ static int member_index_locked(const char *host)
     return -1;
 }
 
-/* What the sync source rules see of each member (lock held).  In this member's
+/* What the sync source rules see of each member (lock held).  A primary
+ * tails no one: a winner's answers during its catch-up still name the member
+ * it tailed as a secondary, and the hidden member of a failover, which the
+ * other secondary had taken as its source when the primary died, saw a
+ * cycle through it and took no source until its next heartbeat to it (the
+ * first w:"majority" write waited an interval).  In this member's
  * own primary catch-up, a member ahead of it has the entries it waits for,
  * whoever that member tails: no cycle through it counts (as mongod, which
  * breaks a cycle as a primary in catch-up).  Else the member elected by
@@ -412,7 +417,7 @@ static void candidates_locked(sbl_rs_candidate_t *c)
         c[i].applied = rs.peer[i].applied;
         c[i].ping_ms = rs.peer[i].ping_avg_ms;
         c[i].term = rs.peer[i].term;
-        c[i].has_source = rs.peer[i].sync_source[0] != '\0' &&
+        c[i].has_source = rs.peer[i].sync_source[0] != '\0' && c[i].state != SBL_RS_PRIMARY &&
                           !(rs.catching_up && sbl_optime_cmp(c[i].applied, mine) > 0);
         c[i].source = c[i].has_source ? member_index_locked(rs.peer[i].sync_source) : -1;
     }

@@ -445,3 +445,49 @@ def test_first_statements_waiting_for_their_snapshot_leave_the_member_answering(
     assert len(replies) == 6, replies  # each answered once the others came back
     for raw in raws:
         raw.close()
+
+
+def test_cursor_ends_with_its_transaction_and_commit_labels():
+    """A cursor a transaction opened ends with it: a getMore outside it is
+    43 CursorNotFound, one with its txnNumber 256 TransactionCommitted.  A
+    commit that committed and then timed out waiting for its write concern
+    answers ok: 1 with a writeConcernError (64) and no errorLabels (drivers
+    add UnknownTransactionCommitResult themselves, by the transactions
+    specification)."""
+    from sabled import set_members
+    from test_replset3 import direct, state, wait_for
+    with set_members(2) as (p, s):
+        cfg = {"_id": "rs0", "members": [
+            {"_id": 0, "host": "127.0.0.1:%d" % p.port},
+            {"_id": 1, "host": "127.0.0.1:%d" % s.port, "priority": 0}]}
+        with direct(p) as d:
+            d.admin.command("replSetInitiate", cfg)
+        wait_for(lambda: state(p) == 1 and state(s) == 2, timeout=60)
+        with direct(p) as d:
+            d.t.c.with_options(write_concern=pymongo.WriteConcern(w=2, wtimeout=30000)) \
+                .insert_many([{"_id": i, "n": 0} for i in range(3)])
+        raw = Raw(p.port)
+        lsid = new_lsid()
+        r = raw(tcmd("find", "c", lsid, 1, start=True, filter={}, batchSize=1))
+        cid = r["cursor"]["id"]
+        assert cid != 0
+        assert commit(raw, lsid, 1)["ok"] == 1
+        r = raw(SON([("getMore", cid), ("collection", "c"), ("lsid", lsid)]), ok=False)
+        assert r["code"] == 43, r
+        r = raw(tcmd("getMore", cid, lsid, 1, collection="c"), ok=False)
+        assert r["code"] == 256, r
+        # the secondary stops applying: w: 2 cannot be met
+        with direct(s) as ds:
+            ds.admin.command("configureFailPoint", "rsSyncApplyStop", mode="alwaysOn")
+        try:
+            raw(tcmd("update", "c", lsid, 2, start=True,
+                     updates=[{"q": {"_id": 0}, "u": {"$inc": {"n": 1}}}]))
+            r = commit(raw, lsid, 2, writeConcern={"w": 2, "wtimeout": 300})
+            assert r["ok"] == 1 and r["writeConcernError"]["code"] == 64, r
+            assert "errorLabels" not in r, r
+            with direct(p) as d:
+                assert d.t.c.find_one({"_id": 0})["n"] == 1
+        finally:
+            with direct(s) as ds:
+                ds.admin.command("configureFailPoint", "rsSyncApplyStop", mode="off")
+        raw.close()

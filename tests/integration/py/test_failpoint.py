@@ -175,14 +175,9 @@ def test_other_members_connections_are_left_alone():
     handshake (application name sable-repl), on its own connection as it did
     through libmongoc."""
     from pymongo.errors import OperationFailure as OF
-    from test_replset3 import direct, state, wait_for
+    from test_replset3 import direct, initiate_pair
     with set_members(2) as (p, s):
-        cfg = {"_id": "rs0", "members": [
-            {"_id": 0, "host": "127.0.0.1:%d" % p.port},
-            {"_id": 1, "host": "127.0.0.1:%d" % s.port, "priority": 0}]}
-        with direct(p) as d:
-            d.admin.command("replSetInitiate", cfg)
-        wait_for(lambda: state(p) == 1 and state(s) == 2, timeout=60)
+        initiate_pair(p, s)
         with direct(p) as d:
             w2 = WriteConcern(w=2, wtimeout=30000)
             d.t.c.with_options(write_concern=w2).insert_many([{"i": i} for i in range(3)])

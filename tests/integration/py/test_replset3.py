@@ -78,13 +78,13 @@ def state(m):
         return c.admin.command("replSetGetStatus")["myState"]
 
 
-def start_set(members, settings):
+def start_set(members, settings, oplog_mb=16):
     """Start three members into `members` (each added as it starts, so the
     caller's cleanup finds every one) and initiate them with `settings`,
     the third hidden with priority 0."""
     for _ in range(3):
         s = Sabled()
-        s.start(["--replSet", "rs0", "--oplogSizeMB", "16"])
+        s.start(["--replSet", "rs0", "--oplogSizeMB", str(oplog_mb)])
         members.append(s)
     cfg = {"_id": "rs0", "members": [
         {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],
@@ -92,6 +92,17 @@ def start_set(members, settings):
     cfg["members"][2].update({"priority": 0, "hidden": True})
     with direct(members[0]) as c:
         c.admin.command("replSetInitiate", cfg)
+
+
+def initiate_pair(p, s):
+    """Initiate two started members as a set, s with priority 0, and wait
+    until p is primary and s secondary."""
+    cfg = {"_id": "rs0", "members": [
+        {"_id": 0, "host": "127.0.0.1:%d" % p.port},
+        {"_id": 1, "host": "127.0.0.1:%d" % s.port, "priority": 0}]}
+    with direct(p) as d:
+        d.admin.command("replSetInitiate", cfg)
+    wait_for(lambda: state(p) == 1 and state(s) == 2, timeout=60)
 
 
 @pytest.fixture

@@ -455,14 +455,9 @@ def test_cursor_ends_with_its_transaction_and_commit_labels():
     add UnknownTransactionCommitResult themselves, by the transactions
     specification)."""
     from sabled import set_members
-    from test_replset3 import direct, state, wait_for
+    from test_replset3 import initiate_pair
     with set_members(2) as (p, s):
-        cfg = {"_id": "rs0", "members": [
-            {"_id": 0, "host": "127.0.0.1:%d" % p.port},
-            {"_id": 1, "host": "127.0.0.1:%d" % s.port, "priority": 0}]}
-        with direct(p) as d:
-            d.admin.command("replSetInitiate", cfg)
-        wait_for(lambda: state(p) == 1 and state(s) == 2, timeout=60)
+        initiate_pair(p, s)
         with direct(p) as d:
             d.t.c.with_options(write_concern=pymongo.WriteConcern(w=2, wtimeout=30000)) \
                 .insert_many([{"_id": i, "n": 0} for i in range(3)])

@@ -17,7 +17,7 @@ from bson.son import SON
 from sabled import Sabled
 
 from test_replset import initiate, member, primary, rs_client  # noqa: F401 (fixtures)
-from test_replset3 import direct, last_oplog_ts, primary_of, state, wait_for
+from test_replset3 import direct, last_oplog_ts, primary_of, start_set, state, wait_for
 from test_retryable import Raw, new_lsid
 from test_transactions import commit, tcmd
 
@@ -88,16 +88,8 @@ def rs3_big_oplog():
     """Three members whose oplogs hold a 20 MB transaction (rs3's 16 MB do not)."""
     members = []
     try:
-        for _ in range(3):
-            s = Sabled()
-            s.start(["--replSet", "rs0", "--oplogSizeMB", "100"])
-            members.append(s)
-        cfg = {"_id": "rs0", "members": [
-            {"_id": i, "host": "127.0.0.1:%d" % m.port} for i, m in enumerate(members)],
-            "settings": {"electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500}}
-        cfg["members"][2].update({"priority": 0, "hidden": True})
-        with direct(members[0]) as c:
-            c.admin.command("replSetInitiate", cfg)
+        start_set(members, {"electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500},
+                  oplog_mb=100)
         wait_for(lambda: any(state(m) == 1 for m in members[:2]), timeout=30)
         yield members
     finally:

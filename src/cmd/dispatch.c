@@ -785,8 +785,9 @@ static void repl_wait_done(void *arg, int code, const char *msg)
     sbl_conn_defer_replies(false);
 }
 
-/* With j (implied by w:"majority") our journal flush, asked for as the write
- * ends, overlaps the secondaries' work; then the wait (rc 0 without j). */
+/* With j (w: N or a tag set; w:"majority" waits in repl_wait.c) our journal
+ * flush, asked for as the write ends, overlaps the secondaries' work; then
+ * the wait (rc 0 without j). */
 static void journaled_then_wait(void *arg, int rc)
 {
     pending_t *p = arg;
@@ -835,7 +836,10 @@ static void finish(pending_t *p)
      * own entry alone: what it read had committed at a lower ts. */
     if (needs_repl_wait(p)) {
         p->op_ts = p->op_ts != 0 ? p->op_ts : sbl_repl_last_op_ts(); /* none: the newest */
-        if (p->ctx.wc.j)
+        /* w:"majority" asks for our own flush itself (repl_wait.c) */
+        if (p->ctx.wc.majority && p->ctx.wc.mode[0] == '\0')
+            sbl_repl_await_majority_journaled(p->op_ts, p->ctx.wc.wtimeout_ms, repl_wait_done, p);
+        else if (p->ctx.wc.j)
             sbl_storage_on_durable(journaled_then_wait, p);
         else
             journaled_then_wait(p, 0);

@@ -196,6 +196,12 @@ void sbl_repl_await(uint64_t ts, int w, bool w_majority, int64_t wtimeout_ms,
  * UnknownReplWriteConcern (79). */
 void sbl_repl_await_async(uint64_t ts, int w, bool w_majority, const char *mode,
                           int64_t wtimeout_ms, sbl_repl_wait_cb cb, void *arg);
+/* A w:"majority" wait for a write of ours (j implied, as mongod's
+ * writeConcernMajorityJournalDefault): asks for our own journal flush and
+ * ends once a majority holds the write durably, our journal among them or
+ * not (repl_wait.c); a failed flush ends it with OperationFailed. */
+void sbl_repl_await_majority_journaled(uint64_t ts, int64_t wtimeout_ms, sbl_repl_wait_cb cb,
+                                       void *arg);
 /* mongod's implicit default write concern on this member: true for
  * {w: "majority"}, false for {w: 1} (a set with arbiters whose data-bearing
  * voters are no more than the voters' majority; a standalone; no config). */

@@ -25,7 +25,8 @@ void sbl_rs_update_commit_quiet_locked(void)
         return;
     /* The others' durable positions (writeConcernMajorityJournalDefault, as
      * mongod): a secondary's applied optime from a heartbeat may not be in
-     * its journal yet.  Our own writes wait for our journal themselves. */
+     * its journal yet.  Our own writes wait for a majority that holds them
+     * durably themselves (repl_wait.c). */
     for (int i = 0; i < rs.cfg.n; i++)
         pos[i] = i == rs.self ? sbl_rs_my_applied() : rs.peer[i].durable;
     sbl_optime_t cp = sbl_rs_commit_point(&rs.cfg, pos, rs.term, rs.commit);

@@ -474,6 +474,14 @@ sbl_optime_t sbl_rs_commit_point(const sbl_rs_config_t *cfg, const sbl_optime_t 
  * unknown).  Callers ignore values not above the last one set. */
 uint64_t sbl_rs_stable_for(bool primary, sbl_optime_t commit, sbl_optime_t applied,
                            uint64_t all_durable);
+/* Whether the voting data-bearing members other than self (self: -1, none)
+ * that hold op durably are a write majority by themselves (durable: each
+ * member's journaled optime, self's ignored; one of a later term than ours
+ * is on another branch and counts for nothing, as in the commit point).  A
+ * w:"majority" write on the primary is then durable on a majority whether
+ * or not the primary's own journal flush has ended. */
+bool sbl_rs_durable_without(const sbl_rs_config_t *cfg, int self, const sbl_optime_t *durable,
+                            sbl_optime_t op, int64_t term);
 /* How many data-bearing members have applied the write at op (w: N): those
  * whose applied optime is at least op, term first, as mongod compares
  * OpTimes.  A member whose newest entry is of an older term did not apply

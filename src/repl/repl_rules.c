@@ -389,6 +389,16 @@ sbl_optime_t sbl_rs_commit_point(const sbl_rs_config_t *cfg, const sbl_optime_t 
     return current;
 }
 
+bool sbl_rs_durable_without(const sbl_rs_config_t *cfg, int self, const sbl_optime_t *durable,
+                            sbl_optime_t op, int64_t term)
+{
+    int n = 0, maj = sbl_rs_write_majority(cfg);
+    for (int i = 0; i < cfg->n; i++)
+        n += i != self && cfg->m[i].votes > 0 && !cfg->m[i].arbiter && durable[i].t <= term &&
+             sbl_optime_cmp(durable[i], op) >= 0;
+    return maj >= 1 && n >= maj;
+}
+
 int sbl_rs_data_voters(const sbl_rs_config_t *cfg)
 {
     int n = 0;

@@ -15,19 +15,31 @@
  * w:"majority" is over once the commit point reached the write and the
  * stable timestamp too (published here if the heartbeat thread has not yet),
  * so a readConcern majority read right after the acknowledgement sees it
- * (not while a prepared transaction holds the stable timestamp back).
+ * (not while a prepared transaction holds the stable timestamp back).  The
+ * commit point counts our applied position, so a majority write also needs
+ * a majority that holds it durably (writeConcernMajorityJournalDefault):
+ * our own journal flush, asked for as the wait starts
+ * (sbl_repl_await_majority_journaled), and the journaled position of one
+ * other member of three; or, before that flush ends, enough other members'
+ * journaled positions by themselves (sbl_rs_durable_without).  On two
+ * cores and one disk our own flush queues behind the flusher's last one
+ * and often ended after both secondaries had reported.
  *
  * What must stay true: each callback runs exactly once, never under
  * sbl_rs.lock; at stop every waiting write is answered (interrupted), none
  * is forgotten; a wait registered while the thread is not running blocks
- * its caller instead (start-up, shutdown).
+ * its caller instead (start-up, shutdown); a journaled wait's record lives
+ * until both its answer and its flush's callback are done (refs).
  */
 #include "repl/repl_int.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/clock.h"
+#include "storage/storage.h"
 
 #define rs sbl_rs
 #define WAIT_POLL_MS 200
@@ -43,6 +55,11 @@ typedef struct waiter {
     void *arg;
     int code;
     const char *msg;
+    /* A journaled majority wait: its own flush ended (with flush_rc), and
+     * whether it is in the list; both under rs.lock. */
+    bool journal, flushed, listed;
+    int flush_rc;
+    atomic_int refs; /* the answer's and, journaled, the flush's */
     struct waiter *next;
 } waiter_t;
 
@@ -62,13 +79,26 @@ static int64_t entry_term_locked(uint64_t ts)
     return mine.ts >= ts ? mine.t : rs.term;
 }
 
+/* A journaled wait: a majority holds the write durably, our journal among
+ * them once our flush ended, else without us.  Lock held. */
+static bool durable_locked(const waiter_t *wt)
+{
+    if (!wt->journal || wt->flushed)
+        return true;
+    sbl_optime_t durable[SBL_RS_MAX_MEMBERS];
+    for (int i = 0; i < rs.cfg.n; i++)
+        durable[i] = rs.peer[i].durable;
+    sbl_optime_t op = {.ts = wt->ts, .t = wt->t};
+    return sbl_rs_durable_without(&rs.cfg, rs.self, durable, op, rs.term);
+}
+
 static bool satisfied_locked(const waiter_t *wt)
 {
     if (wt->majority) {
         /* committed, and a majority read (at the stable timestamp) sees it;
          * but a prepared transaction that holds stable back must not hold
          * back the writes that resolve it (its own prepare, the decision) */
-        if (rs.commit.ts < wt->ts)
+        if (rs.commit.ts < wt->ts || !durable_locked(wt))
             return false;
         if (sbl_rs_stable_unclamped_locked() < wt->ts)
             sbl_rs_publish_stable_locked();
@@ -92,6 +122,14 @@ static bool wait_over_locked(const waiter_t *wt, int64_t now, int *codep, const 
     if (atomic_load(&rs.state) == SBL_RS_PRIMARY && rs.config != NULL &&
         sbl_rs_voters(&rs.cfg) == 1)
         sbl_rs_update_commit_locked();
+    if (wt->journal && wt->flushed && wt->flush_rc != 0) {
+        /* committed, but not known to be on our disk: never acknowledged
+         * as journaled (the client learns the write's fate is unknown) */
+        *codep = SBL_E_OperationFailed;
+        *msgp = "the write committed but the journal flush failed: it may not survive a crash; "
+                "see the server log";
+        return true;
+    }
     if (rs.config != NULL && wt->mode[0] != '\0' && sbl_rs_find_mode(&rs.cfg, wt->mode) < 0) {
         *codep = SBL_E_UnknownReplWriteConcern;
         *msgp = "No write concern mode with that name found in the replica set configuration "
@@ -123,6 +161,7 @@ static waiter_t *take_over_locked(int64_t now, int64_t *nextp)
         waiter_t *wt = *pp;
         if (wait_over_locked(wt, now, &wt->code, &wt->msg)) {
             *pp = wt->next;
+            wt->listed = false;
             wt->next = done;
             done = wt;
         } else {
@@ -134,13 +173,19 @@ static waiter_t *take_over_locked(int64_t now, int64_t *nextp)
     return done;
 }
 
+static void unref(waiter_t *wt)
+{
+    if (atomic_fetch_sub(&wt->refs, 1) == 1)
+        free(wt);
+}
+
 static void answer(waiter_t *done)
 {
     while (done != NULL) {
         waiter_t *wt = done;
         done = wt->next;
         wt->cb(wt->arg, wt->code, wt->msg);
-        free(wt);
+        unref(wt);
     }
 }
 
@@ -215,8 +260,76 @@ void sbl_repl_await(uint64_t ts, int w, bool majority, int64_t wtimeout_ms, sbl_
     cb(arg, code, msg);
 }
 
-void sbl_repl_await_async(uint64_t ts, int w, bool majority, const char *mode,
-                          int64_t wtimeout_ms, sbl_repl_wait_cb cb, void *arg)
+/* The journal flusher's callback for a journaled wait: our copy is on disk
+ * (rc 0), which may end the wait now; SBL_FLUSH_SKIPPED: the wait was over
+ * when its delayed flush came due. */
+static void own_flush_done(void *arg, int rc)
+{
+    waiter_t *wt = arg, *done = NULL;
+    if (rc == SBL_FLUSH_SKIPPED) {
+        unref(wt);
+        return;
+    }
+    pthread_mutex_lock(&rs.lock);
+    wt->flushed = true;
+    wt->flush_rc = rc;
+    if (wt->listed && wait_over_locked(wt, sbl_now_ms(), &wt->code, &wt->msg)) {
+        waiter_t **pp = &waiting;
+        while (*pp != wt)
+            pp = &(*pp)->next;
+        *pp = wt->next;
+        wt->listed = false;
+        wt->next = NULL;
+        done = wt;
+    }
+    pthread_cond_broadcast(&rs.pos_cond); /* a registration waiting in place */
+    pthread_mutex_unlock(&rs.lock);
+    answer(done);
+    unref(wt);
+}
+
+/* A delayed flush, come due: is its wait still on? */
+static bool still_waiting(void *arg)
+{
+    const waiter_t *wt = arg;
+    pthread_mutex_lock(&rs.lock);
+    bool on = wt->listed;
+    pthread_mutex_unlock(&rs.lock);
+    return on;
+}
+
+/* Whether the other members keep up: enough of them to make a write
+ * majority without us sync from us directly and journaled an entry written
+ * within KEEP_UP_MS of our newest.  A journaled wait then asks for our own
+ * flush only if it is still on LAZY_FLUSH_US later (both secondaries
+ * usually report first); otherwise at once, as when a member lags (a
+ * checkpoint), is gone, or chains off another secondary (its position
+ * comes up with that one's next report, a round later).  Lock held. */
+#define KEEP_UP_MS 5
+#define LAZY_FLUSH_US 2000
+
+static bool others_keep_up_locked(void)
+{
+    int64_t walls[SBL_RS_MAX_MEMBERS];
+    int n = 0, maj = sbl_rs_write_majority(&rs.cfg);
+    if (rs.config == NULL || rs.self < 0)
+        return false;
+    for (int i = 0; i < rs.cfg.n; i++)
+        if (i != rs.self && rs.cfg.m[i].votes > 0 && !rs.cfg.m[i].arbiter && rs.peer[i].up &&
+            rs.peer[i].durable.t == rs.term &&
+            strcmp(rs.peer[i].sync_source, rs.cfg.m[rs.self].host) == 0)
+            walls[n++] = rs.peer[i].durable_wall;
+    if (maj < 1 || n < maj)
+        return false;
+    int64_t floor = sbl_oplog_last_wall_ms() - KEEP_UP_MS;
+    int ok = 0;
+    for (int i = 0; i < n; i++)
+        ok += walls[i] >= floor;
+    return ok >= maj;
+}
+
+static void await_async(uint64_t ts, int w, bool majority, bool journal, const char *mode,
+                        int64_t wtimeout_ms, sbl_repl_wait_cb cb, void *arg)
 {
     waiter_t *wt = malloc(sizeof(*wt));
     int code;
@@ -227,27 +340,53 @@ void sbl_repl_await_async(uint64_t ts, int w, bool majority, const char *mode,
     }
     *wt = (waiter_t){.ts = ts, .w = w, .majority = majority, .cb = cb, .arg = arg,
                      .deadline_ms = wtimeout_ms > 0 ? sbl_now_ms() + wtimeout_ms : INT64_MAX};
+    wt->journal = journal;
+    atomic_init(&wt->refs, journal ? 2 : 1);
     if (mode != NULL)
         snprintf(wt->mode, sizeof(wt->mode), "%s", mode);
     pthread_mutex_lock(&rs.lock);
     wt->t = entry_term_locked(ts);
+    bool lazy = journal && waiter_running && others_keep_up_locked();
+    pthread_mutex_unlock(&rs.lock);
+    /* asked for first, outside rs.lock: a closing journal calls back at once */
+    if (journal && !lazy)
+        sbl_storage_on_durable(own_flush_done, wt);
+    pthread_mutex_lock(&rs.lock);
     if (wait_over_locked(wt, sbl_now_ms(), &code, &msg)) {
         pthread_mutex_unlock(&rs.lock);
-        free(wt);
         cb(arg, code, msg);
+        if (lazy)
+            unref(wt); /* no flush was asked for */
+        unref(wt);
         return;
     }
     if (!waiter_running) { /* start-up or shutdown: wait here */
         while (!wait_over_locked(wt, sbl_now_ms(), &code, &msg))
             sbl_rs_wait_pos_locked(WAIT_POLL_MS);
         pthread_mutex_unlock(&rs.lock);
-        free(wt);
         cb(arg, code, msg);
+        unref(wt);
         return;
     }
+    wt->listed = true;
     wt->next = waiting;
     waiting = wt;
     pthread_mutex_unlock(&rs.lock);
+    if (lazy) /* wt lives on: the flush's reference */
+        sbl_storage_on_durable_by(sbl_storage_now_us() + LAZY_FLUSH_US, still_waiting,
+                                  own_flush_done, wt);
+}
+
+void sbl_repl_await_async(uint64_t ts, int w, bool majority, const char *mode, int64_t wtimeout_ms,
+                          sbl_repl_wait_cb cb, void *arg)
+{
+    await_async(ts, w, majority, false, mode, wtimeout_ms, cb, arg);
+}
+
+void sbl_repl_await_majority_journaled(uint64_t ts, int64_t wtimeout_ms, sbl_repl_wait_cb cb,
+                                       void *arg)
+{
+    await_async(ts, 0, true, true, NULL, wtimeout_ms, cb, arg);
 }
 
 bool sbl_repl_implicit_wc_majority(void)

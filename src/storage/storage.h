@@ -631,6 +631,16 @@ int sbl_coll_compact(sbl_session_t *s, sbl_coll_t *c, int64_t free_space_target,
  * flush that should have made it durable failed (rc: the error code; the
  * write must then not be acknowledged as journaled). */
 void sbl_storage_on_durable(void (*cb)(void *arg, int rc), void *arg);
+/* The same for a flush that need not start before due_us (CLOCK_MONOTONIC,
+ * sbl_storage_now_us) and only if still wanted then: when wanted(arg) says
+ * no at that moment, cb(arg, SBL_FLUSH_SKIPPED) runs instead and no flush
+ * is made for it.  Any flush the flusher makes meanwhile (for another
+ * request, or its periodic one) covers it: cb then runs at once with its
+ * result.  The flusher looks at these requests at most every millisecond. */
+#define SBL_FLUSH_SKIPPED (-1)
+void sbl_storage_on_durable_by(int64_t due_us, bool (*wanted)(void *arg),
+                               void (*cb)(void *arg, int rc), void *arg);
+int64_t sbl_storage_now_us(void);
 /* Flush the journal now and wait (for fsync / shutdown paths). */
 int sbl_storage_flush(sbl_err_t *err);
 /* A function the journal flusher calls after each journal flush and before

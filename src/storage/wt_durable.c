@@ -176,7 +176,26 @@ void sbl_storage_set_flush_hook(int (*fn)(void))
     atomic_store(&flush_hook, fn);
 }
 
-void sbl_storage_on_durable(void (*cb)(void *arg, int rc), void *arg)
+int64_t sbl_storage_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void deadline_at_us(struct timespec *ts, int64_t us)
+{
+    ts->tv_sec = us / 1000000;
+    ts->tv_nsec = (us % 1000000) * 1000;
+}
+
+/* A delayed request's flusher wakes at most this often: most are answered
+ * before they come due (repl_wait.c), and a wake-up for each would cost
+ * about what the flushes they save do. */
+#define LATER_GRAIN_US 1000
+
+static void on_durable(int64_t due_us, bool (*wanted)(void *), void (*cb)(void *arg, int rc),
+                       void *arg)
 {
     sbl_waiter_t *w;
 
@@ -190,11 +209,59 @@ void sbl_storage_on_durable(void (*cb)(void *arg, int rc), void *arg)
     w = bson_malloc(sizeof(*w));
     w->cb = cb;
     w->arg = arg;
+    w->due_us = due_us;
+    w->wanted = wanted;
     w->next = NULL;
-    *sbl_eng.waiters_tail = w;
-    sbl_eng.waiters_tail = &w->next;
-    pthread_cond_signal(&sbl_eng.fl_cond);
+    if (due_us > 0) { /* the flusher sees it at its next wake-up: no signal */
+        w->next = sbl_eng.later;
+        sbl_eng.later = w;
+    } else {
+        *sbl_eng.waiters_tail = w;
+        sbl_eng.waiters_tail = &w->next;
+        pthread_cond_signal(&sbl_eng.fl_cond);
+    }
     pthread_mutex_unlock(&sbl_eng.fl_lock);
+}
+
+void sbl_storage_on_durable(void (*cb)(void *arg, int rc), void *arg)
+{
+    on_durable(0, NULL, cb, arg);
+}
+
+void sbl_storage_on_durable_by(int64_t due_us, bool (*wanted)(void *arg),
+                               void (*cb)(void *arg, int rc), void *arg)
+{
+    on_durable(due_us > 0 ? due_us : 1, wanted, cb, arg);
+}
+
+/* Under fl_lock: move the delayed requests due by now (all: every one) to
+ * *due; the earliest left's due time into *nextp (INT64_MAX: none). */
+static void take_later(int64_t now, bool every, sbl_waiter_t **due, int64_t *nextp)
+{
+    sbl_waiter_t **pp = &sbl_eng.later;
+    *nextp = INT64_MAX;
+    while (*pp != NULL) {
+        sbl_waiter_t *w = *pp;
+        if (every || w->due_us <= now) {
+            *pp = w->next;
+            w->next = *due;
+            *due = w;
+        } else {
+            if (w->due_us < *nextp)
+                *nextp = w->due_us;
+            pp = &w->next;
+        }
+    }
+}
+
+static void call_back(sbl_waiter_t *list, int rc)
+{
+    while (list != NULL) {
+        sbl_waiter_t *w = list;
+        list = w->next;
+        w->cb(w->arg, rc);
+        bson_free(w);
+    }
 }
 
 static void *flusher_main(void *arg)
@@ -207,9 +274,19 @@ static void *flusher_main(void *arg)
 
     pthread_mutex_lock(&sbl_eng.fl_lock);
     while (!stop) {
-        if (sbl_eng.waiters == NULL && !sbl_eng.fl_stop) {
-            deadline_in_ms(&ts, sbl_eng.commit_interval_ms);
+        sbl_waiter_t *due = NULL;
+        int64_t now = sbl_storage_now_us(), next;
+        take_later(now, false, &due, &next);
+        if (sbl_eng.waiters == NULL && due == NULL && !sbl_eng.fl_stop) {
+            int64_t until = now + (int64_t)sbl_eng.commit_interval_ms * 1000;
+            if (next != INT64_MAX) {
+                int64_t at = next > now + LATER_GRAIN_US ? next : now + LATER_GRAIN_US;
+                if (at < until)
+                    until = at;
+            }
+            deadline_at_us(&ts, until);
             pthread_cond_timedwait(&sbl_eng.fl_cond, &sbl_eng.fl_lock, &ts);
+            take_later(sbl_storage_now_us(), false, &due, &next);
         }
         stop = sbl_eng.fl_stop;
         sbl_waiter_t *batch = sbl_eng.waiters;
@@ -217,11 +294,37 @@ static void *flusher_main(void *arg)
         sbl_eng.waiters_tail = &sbl_eng.waiters;
         pthread_mutex_unlock(&sbl_eng.fl_lock);
 
+        /* Delayed requests that came due: those still wanted make a flush;
+         * the others end unflushed, unless a flush is made anyway. */
+        sbl_waiter_t *skipped = NULL;
+        for (sbl_waiter_t *w = due, *nx; w != NULL; w = nx) {
+            nx = w->next;
+            if (w->wanted == NULL || w->wanted(w->arg)) {
+                w->next = batch;
+                batch = w;
+            } else {
+                w->next = skipped;
+                skipped = w;
+            }
+        }
+
         /* Read the commit count before flushing: everything counted is in
          * the log buffer already, so this flush makes it durable. */
         uint64_t commits = atomic_load(&sbl_eng.commits);
+        bool flush = batch != NULL || commits != flushed_commits || stop;
+        if (flush) { /* it covers every request made so far, delayed ones too */
+            pthread_mutex_lock(&sbl_eng.fl_lock);
+            take_later(0, true, &batch, &next);
+            pthread_mutex_unlock(&sbl_eng.fl_lock);
+            for (sbl_waiter_t *w = skipped, *nx; w != NULL; w = nx) {
+                nx = w->next;
+                w->next = batch;
+                batch = w;
+            }
+            skipped = NULL;
+        }
         int rc = 0;
-        if (batch != NULL || commits != flushed_commits || stop) {
+        if (flush) {
             int ret = wt->log_flush(wt, "sync=on");
             if (ret != 0) {
                 sbl_err_t err;
@@ -242,12 +345,8 @@ static void *flusher_main(void *arg)
         }
         /* A failed flush is reported to its waiters: their writes are not
          * known to be on disk and must not be acknowledged as journaled. */
-        while (batch != NULL) {
-            sbl_waiter_t *w = batch;
-            batch = w->next;
-            w->cb(w->arg, rc);
-            bson_free(w);
-        }
+        call_back(batch, rc);
+        call_back(skipped, SBL_FLUSH_SKIPPED);
         pthread_mutex_lock(&sbl_eng.fl_lock);
     }
     pthread_mutex_unlock(&sbl_eng.fl_lock);

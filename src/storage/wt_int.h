@@ -151,6 +151,10 @@ typedef struct sbl_pending_drop {
 typedef struct sbl_waiter {
     void (*cb)(void *arg, int rc);
     void *arg;
+    /* sbl_storage_on_durable_by: not before due_us (CLOCK_MONOTONIC), and
+     * only while wanted(arg) says so then (NULL: always) */
+    int64_t due_us;
+    bool (*wanted)(void *arg);
     struct sbl_waiter *next;
 } sbl_waiter_t;
 
@@ -193,6 +197,7 @@ typedef struct sbl_engine {
     pthread_t fl_thread;
     bool fl_started;
     sbl_waiter_t *waiters, **waiters_tail;
+    sbl_waiter_t *later; /* sbl_storage_on_durable_by's, not due yet (any order) */
     WT_SESSION *fl_wt;
     atomic_uint_fast64_t commits; /* transactions committed since open */
     _Atomic uint64_t last_commit_ts; /* the largest commit timestamp committed */

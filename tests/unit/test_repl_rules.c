@@ -170,6 +170,20 @@ static void test_commit_point(void)
     CHECK(sbl_rs_count_applied(&nv, split, ot(2, 10)) == 2);
     /* electable: priority 0 or hidden never stands */
     CHECK(!sbl_rs_electable(&nv, 2) && sbl_rs_electable(&nv, 0));
+    /* a durable majority without the primary (member 0): both others of
+     * three voters, each of our term and at or past the write */
+    sbl_optime_t dur[3] = {{0, 0}, ot(2, 10), ot(2, 12)};
+    CHECK(sbl_rs_durable_without(&cfg, 0, dur, ot(2, 10), 2));
+    CHECK(!sbl_rs_durable_without(&cfg, 0, dur, ot(2, 11), 2)); /* one of two */
+    dur[0] = ot(2, 50); /* the primary's own position is not counted */
+    CHECK(!sbl_rs_durable_without(&cfg, 0, dur, ot(2, 11), 2));
+    dur[1] = ot(3, 40); /* a later term: another branch of history */
+    CHECK(!sbl_rs_durable_without(&cfg, 0, dur, ot(2, 10), 2));
+    dur[1] = ot(1, 40); /* an older term: a former primary's tail, not our write */
+    CHECK(!sbl_rs_durable_without(&cfg, 0, dur, ot(2, 10), 2));
+    /* votes 0 members never make it; two voters need the primary itself */
+    sbl_optime_t dur2[3] = {{0, 0}, ot(1, 10), ot(1, 10)};
+    CHECK(!sbl_rs_durable_without(&nv, 0, dur2, ot(1, 10), 1));
 }
 
 /* The stable timestamp follows the commit point, never past what this

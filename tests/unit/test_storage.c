@@ -750,6 +750,54 @@ static void test_durable(void)
     sbl_coll_release(c);
 }
 
+static atomic_int later_flushed, later_skipped;
+static atomic_int later_wanted = 1;
+
+static void on_later(void *arg, int rc)
+{
+    (void)arg;
+    atomic_fetch_add(rc == SBL_FLUSH_SKIPPED ? &later_skipped : &later_flushed, 1);
+}
+
+static bool later_wanted_fn(void *arg)
+{
+    (void)arg;
+    return atomic_load(&later_wanted) != 0;
+}
+
+/* sbl_storage_on_durable_by: a delayed request flushes when it comes due
+ * and is still wanted; unwanted then, it ends with SBL_FLUSH_SKIPPED and no
+ * flush; any flush made before it comes due covers it at once. */
+static void test_durable_later(void)
+{
+    sbl_coll_t *c = coll("test.durlater", true);
+    insert_ok(c, "{\"_id\": 1}");
+    atomic_store(&later_wanted, 1);
+    int64_t t0 = sbl_storage_now_us(), syncs0 = log_syncs();
+    sbl_storage_on_durable_by(t0 + 30000, later_wanted_fn, on_later, NULL);
+    CHECK(wait_for(&later_flushed, 1, 5000));
+    CHECK(sbl_storage_now_us() - t0 >= 30000); /* not before it came due */
+    CHECK(log_syncs() > syncs0);
+
+    /* unwanted when due: skipped */
+    atomic_store(&later_wanted, 0);
+    sbl_storage_on_durable_by(sbl_storage_now_us() + 20000, later_wanted_fn, on_later, NULL);
+    CHECK(wait_for(&later_skipped, 1, 5000));
+    CHECK(atomic_load(&later_flushed) == 1);
+
+    /* a flush for another waiter, made first, covers a delayed one long
+     * before it comes due */
+    insert_ok(c, "{\"_id\": 2}");
+    t0 = sbl_storage_now_us();
+    sbl_storage_on_durable_by(t0 + 10 * 1000 * 1000, later_wanted_fn, on_later, NULL);
+    atomic_store(&durable_calls, 0);
+    sbl_storage_on_durable(on_durable, NULL);
+    CHECK(wait_for(&later_flushed, 2, 5000));
+    CHECK(sbl_storage_now_us() - t0 < 5 * 1000 * 1000);
+    CHECK(atomic_load(&later_skipped) == 1);
+    sbl_coll_release(c);
+}
+
 /* A thread that caches a cursor on test.drop and then idles until told. */
 static atomic_int idle_stage;
 
@@ -949,6 +997,7 @@ int main(void)
     test_write_conflict();
     test_commit_ts();
     test_durable();
+    test_durable_later();
     test_drop_with_cached_cursor();
     test_lock();
     test_dup_ids();

@@ -339,3 +339,58 @@ def test_session_record_follows_rollback_restart_and_failover(rs3e):
     assert raw(inc(31, 1, {"w": 2, "wtimeout": 30000}))["n"] == 1
     assert records(again)[0]["txnNum"] == 31 and len(records(again)) == 1
     raw.close()
+
+
+def test_majority_writes_survive_all_members_killed_at_once(rs3e):
+    """A w:"majority" write is acknowledged once a majority of the voters
+    hold it in their journal: the primary's own among them, or both
+    secondaries' without it (while both keep up, the primary asks for its
+    own flush only when the wait lasts, repl_wait.c).  kill -9 of every
+    member right after the acknowledgements loses none of them, whichever
+    member wins the election after the restart; with a secondary paused the
+    writes are still acknowledged (the primary's journal then counts)."""
+    p = the_primary(rs3e)
+    s1, s2 = [m for m in rs3e if m is not p]
+    seeds = ",".join("127.0.0.1:%d" % m.port for m in rs3e)
+    c = pymongo.MongoClient("mongodb://%s/?replicaSet=rs0" % seeds, retryWrites=False,
+                            serverSelectionTimeoutMS=20000, heartbeatFrequencyMS=500)
+    acked = []
+    try:
+        maj = c.t.get_collection("d", write_concern=WriteConcern(w="majority", wtimeout=10000))
+        errors = []
+
+        def writer(base):
+            try:
+                for i in range(150):
+                    maj.insert_one({"_id": base + i})
+                    acked.append(base + i)
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+        threads = [threading.Thread(target=writer, args=(k * 1000,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        s1.pause()
+        try:
+            for i in range(30):
+                maj.insert_one({"_id": 9000 + i})
+                acked.append(9000 + i)
+        finally:
+            s1.resume()
+        with direct(p) as d:
+            syncs = d.admin.command("serverStatus")["wiredTiger"]["log"]["log sync operations"]
+        print("acknowledged", len(acked), "primary's journal syncs", syncs)
+    finally:
+        c.close()
+    for m in rs3e:
+        m.kill9()
+    for m in rs3e:
+        m.restart()
+    newp = the_primary(rs3e)
+    with direct(newp) as d:
+        have = {doc["_id"] for doc in d.t.d.find({}, {"_id": 1})}
+    missing = [i for i in acked if i not in have]
+    assert not missing, missing[:20]
+    assert len(acked) == 630

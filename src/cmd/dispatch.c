@@ -717,8 +717,7 @@ static void durable_cb(void *arg, int rc)
 {
     pending_t *p = arg;
     if (rc != 0) {
-        /* Committed, but the journal flush failed: never acknowledge it as
-         * journaled (the client learns the write's fate is unknown). */
+        /* committed, the flush failed: never acknowledged as journaled */
         p->rc = sbl_err_set(&p->err, SBL_E_OperationFailed,
                             "the write committed but the journal flush failed: it may not "
                             "survive a crash; see the server log");
@@ -785,9 +784,8 @@ static void repl_wait_done(void *arg, int code, const char *msg)
     sbl_conn_defer_replies(false);
 }
 
-/* With j (w: N or a tag set; w:"majority" waits in repl_wait.c) our journal
- * flush, asked for as the write ends, overlaps the secondaries' work; then
- * the wait (rc 0 without j). */
+/* With j (w: N, a tag set; w:"majority": repl_wait.c) our journal flush,
+ * asked for as the write ends, overlaps the others' work; then the wait. */
 static void journaled_then_wait(void *arg, int rc)
 {
     pending_t *p = arg;
@@ -836,7 +834,6 @@ static void finish(pending_t *p)
      * own entry alone: what it read had committed at a lower ts. */
     if (needs_repl_wait(p)) {
         p->op_ts = p->op_ts != 0 ? p->op_ts : sbl_repl_last_op_ts(); /* none: the newest */
-        /* w:"majority" asks for our own flush itself (repl_wait.c) */
         if (p->ctx.wc.majority && p->ctx.wc.mode[0] == '\0')
             sbl_repl_await_majority_journaled(p->op_ts, p->ctx.wc.wtimeout_ms, repl_wait_done, p);
         else if (p->ctx.wc.j)
@@ -1142,8 +1139,7 @@ static void periodic_main(void *arg)
     uv_mutex_unlock(&reaper_mu);
 }
 
-/* What parked getMores wait on: a capped insert (the oplog's too) or the
- * majority commit point moving (a change stream's next events). */
+/* What parked getMores wait on: a capped insert or the commit point moving. */
 static uint64_t wake_generation(void)
 {
     return sbl_capped_generation() + sbl_repl_commit_generation();

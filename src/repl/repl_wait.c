@@ -310,22 +310,15 @@ static bool still_waiting(void *arg)
 
 static bool others_keep_up_locked(void)
 {
-    int64_t walls[SBL_RS_MAX_MEMBERS];
-    int n = 0, maj = sbl_rs_write_majority(&rs.cfg);
+    int ok = 0, maj = sbl_rs_write_majority(&rs.cfg);
     if (rs.config == NULL || rs.self < 0)
         return false;
-    for (int i = 0; i < rs.cfg.n; i++)
-        if (i != rs.self && rs.cfg.m[i].votes > 0 && !rs.cfg.m[i].arbiter && rs.peer[i].up &&
-            rs.peer[i].durable.t == rs.term &&
-            strcmp(rs.peer[i].sync_source, rs.cfg.m[rs.self].host) == 0)
-            walls[n++] = rs.peer[i].durable_wall;
-    if (maj < 1 || n < maj)
-        return false;
     int64_t floor = sbl_oplog_last_wall_ms() - KEEP_UP_MS;
-    int ok = 0;
-    for (int i = 0; i < n; i++)
-        ok += walls[i] >= floor;
-    return ok >= maj;
+    for (int i = 0; i < rs.cfg.n; i++)
+        ok += i != rs.self && rs.cfg.m[i].votes > 0 && !rs.cfg.m[i].arbiter && rs.peer[i].up &&
+              rs.peer[i].durable.t == rs.term && rs.peer[i].durable_wall >= floor &&
+              strcmp(rs.peer[i].sync_source, rs.cfg.m[rs.self].host) == 0;
+    return maj >= 1 && ok >= maj;
 }
 
 static void await_async(uint64_t ts, int w, bool majority, bool journal, const char *mode,

@@ -48,6 +48,13 @@ def test_new_primary_catches_up_from_a_member_ahead(rs4):
     a = next(m for m in rs4[:2] if state(m) == 1)
     b = next(m for m in rs4[:2] if m is not a)
     c, n = rs4[2], rs4[3]
+    # n must pull "ahead" from a itself: with b or c as its source it would get
+    # it only once it gave up on them, maxSyncSourceLagSecs (30 s) later
+    a_host = "127.0.0.1:%d" % a.port
+    with direct(n) as dn:
+        dn.admin.command("replSetSyncFrom", a_host)
+        wait_for(lambda: dn.admin.command("replSetGetStatus")["syncSourceHost"] == a_host,
+                 timeout=20)
     with direct(a) as d:
         d.t.c.with_options(write_concern=WriteConcern(w=4, wtimeout=30000)).insert_one(
             {"_id": "base"})

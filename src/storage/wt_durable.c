@@ -269,6 +269,7 @@ static void *flusher_main(void *arg)
     sbl_thread_name("JournalFlusher");
     WT_SESSION *wt = sbl_eng.fl_wt;
     uint64_t flushed_commits = 0;
+    int64_t flushed_us = sbl_storage_now_us();
     struct timespec ts;
     bool stop = false;
 
@@ -278,7 +279,8 @@ static void *flusher_main(void *arg)
         int64_t now = sbl_storage_now_us(), next;
         take_later(now, false, &due, &next);
         if (sbl_eng.waiters == NULL && due == NULL && !sbl_eng.fl_stop) {
-            int64_t until = now + (int64_t)sbl_eng.commit_interval_ms * 1000;
+            int64_t interval = (int64_t)sbl_eng.commit_interval_ms * 1000;
+            int64_t until = flushed_us + interval > now ? flushed_us + interval : now + interval;
             if (next != INT64_MAX) {
                 int64_t at = next > now + LATER_GRAIN_US ? next : now + LATER_GRAIN_US;
                 if (at < until)
@@ -309,9 +311,13 @@ static void *flusher_main(void *arg)
         }
 
         /* Read the commit count before flushing: everything counted is in
-         * the log buffer already, so this flush makes it durable. */
+         * the log buffer already, so this flush makes it durable.  Commits
+         * nobody asked about are flushed every commit interval (a wake-up
+         * for delayed requests that were not wanted is not one). */
         uint64_t commits = atomic_load(&sbl_eng.commits);
-        bool flush = batch != NULL || commits != flushed_commits || stop;
+        int64_t now_us = sbl_storage_now_us();
+        bool periodic = now_us - flushed_us >= (int64_t)sbl_eng.commit_interval_ms * 1000;
+        bool flush = batch != NULL || (periodic && commits != flushed_commits) || stop;
         if (flush) { /* it covers every request made so far, delayed ones too */
             pthread_mutex_lock(&sbl_eng.fl_lock);
             take_later(0, true, &batch, &next);
@@ -325,6 +331,7 @@ static void *flusher_main(void *arg)
         }
         int rc = 0;
         if (flush) {
+            flushed_us = now_us;
             int ret = wt->log_flush(wt, "sync=on");
             if (ret != 0) {
                 sbl_err_t err;

@@ -484,6 +484,7 @@ static void install_config_locked(const bson_t *doc, const sbl_rs_config_t *cfg)
     rs.cfg = *cfg;
     atomic_store(&one_voter, sbl_rs_voters(cfg) == 1);
     rs.self = find_self(cfg);
+    sbl_storage_set_checkpoint_phase(sbl_rs_checkpoint_phase(cfg, rs.self));
     for (int i = 0; i < SBL_RS_MAX_MEMBERS; i++) {
         memset(&rs.peer[i], 0, sizeof(rs.peer[i]));
         rs.peer[i].state = SBL_RS_STARTUP;
@@ -716,6 +717,7 @@ static void reinstall_config_locked(const bson_t *doc, const sbl_rs_config_t *cf
     rs.cfg = *cfg;
     atomic_store(&one_voter, sbl_rs_voters(cfg) == 1);
     rs.self = find_self(cfg);
+    sbl_storage_set_checkpoint_phase(sbl_rs_checkpoint_phase(cfg, rs.self));
     rs.primary = -1;
     for (int i = 0; i < cfg->n; i++) {
         memset(&rs.peer[i], 0, sizeof(rs.peer[i]));

@@ -319,6 +319,12 @@ int sbl_rs_config_parse(const bson_t *doc, sbl_rs_config_t *cfg, sbl_err_t *err)
 /* The number of voting members and the majority of them. */
 int sbl_rs_voters(const sbl_rs_config_t *cfg);
 int sbl_rs_majority(const sbl_rs_config_t *cfg);
+/* Member self's place for its periodic checkpoints
+ * (sbl_storage_set_checkpoint_phase): the data-bearing members, in config
+ * order, take equal shares of the period, each set shifted within a share
+ * by a hash of its name (the sets of a cluster on one host); -1 for an
+ * arbiter or a member not in cfg. */
+double sbl_rs_checkpoint_phase(const sbl_rs_config_t *cfg, int self);
 /* The sync source rules (mongod's chooseNewSyncSource, repl_rules.c): the
  * member a secondary should tail, or -1.  c[i].ping_ms is the member's average
  * heartbeat time; a member may serve when it is up, PRIMARY or SECONDARY,

@@ -315,6 +315,22 @@ int sbl_rs_majority(const sbl_rs_config_t *cfg)
     return sbl_rs_voters(cfg) / 2 + 1;
 }
 
+double sbl_rs_checkpoint_phase(const sbl_rs_config_t *cfg, int self)
+{
+    if (self < 0 || self >= cfg->n || cfg->m[self].arbiter)
+        return -1.0;
+    int rank = 0, n = 0;
+    for (int i = 0; i < cfg->n; i++)
+        if (!cfg->m[i].arbiter) {
+            rank += i < self;
+            n++;
+        }
+    uint32_t h = 2166136261u; /* FNV-1a of the set's name */
+    for (const char *c = cfg->set_name; *c != '\0'; c++)
+        h = (h ^ (uint8_t)*c) * 16777619u;
+    return (rank + (double)(h % 1000) / 1000.0) / n;
+}
+
 bool sbl_rs_electable(const sbl_rs_config_t *cfg, int i)
 {
     return i >= 0 && i < cfg->n && cfg->m[i].priority > 0 && cfg->m[i].votes > 0 &&

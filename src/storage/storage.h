@@ -650,6 +650,15 @@ int sbl_storage_flush(sbl_err_t *err);
 void sbl_storage_set_flush_hook(int (*fn)(void));
 /* Take a checkpoint now (fsync command). */
 int sbl_storage_checkpoint(sbl_err_t *err);
+/* Where in each syncdelay period this process's periodic checkpoints fall,
+ * as a fraction of it in [0, 1) on the wall clock, or < 0 (the default):
+ * syncdelay seconds after the last checkpoint ended.  A replica set member
+ * takes its place in the set (sbl_rs_checkpoint_phase), so members that
+ * share a host and its disk do not checkpoint together. */
+void sbl_storage_set_checkpoint_phase(double phase);
+/* The first time at or after earliest (seconds on the wall clock) that is
+ * phase * period past a multiple of period (period > 0, 0 <= phase < 1). */
+double sbl_storage_checkpoint_slot(double earliest, double period, double phase);
 
 /* ---- replication's timestamps (wt_stable.c) ------------------------------
  * A replica set member's collections and indexes outside local.* are

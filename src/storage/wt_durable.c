@@ -13,6 +13,7 @@
 #include "storage/wt_int.h"
 
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -95,6 +96,43 @@ pthread_mutex_t sbl_ckpt_mutex = PTHREAD_MUTEX_INITIALIZER;
  * syncdelay seconds after any checkpoint, an fsync command's included, so
  * a checkpoint just taken by hand is not followed by another at once. */
 static _Atomic double ckpt_done_s;
+/* sbl_storage_set_checkpoint_phase's; < 0: none. */
+static _Atomic double ckpt_phase = -1.0;
+
+void sbl_storage_set_checkpoint_phase(double phase)
+{
+    atomic_store(&ckpt_phase, phase >= 0 && phase < 1 ? phase : -1.0);
+}
+
+double sbl_storage_checkpoint_slot(double earliest, double period, double phase)
+{
+    double offset = phase * period;
+    double slot = floor((earliest - offset) / period) * period + offset;
+    return slot < earliest ? slot + period : slot;
+}
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* When the periodic checkpoint after one that ended at last is due
+ * (now_s()'s clock): syncdelay later, or with a phase the first slot of
+ * the wall clock's grid at least half a syncdelay later (members' clocks
+ * on one host agree, so their slots stay apart however their start times
+ * and checkpoints' lengths differ; a checkpoint taken by hand still puts
+ * the next half a period off at least). */
+static double checkpoint_due(double last)
+{
+    double period = sbl_eng.syncdelay_s, phase = atomic_load(&ckpt_phase);
+    if (phase < 0)
+        return last + period;
+    double now = now_s(), wall = wall_s();
+    double slot = sbl_storage_checkpoint_slot(wall + (last + period / 2 - now), period, phase);
+    return now + (slot - wall);
+}
 
 /* Save the counts, then checkpoint.  wt belongs to the caller. */
 static int checkpoint_on(WT_SESSION *wt, sbl_err_t *err)
@@ -137,7 +175,7 @@ static void *checkpoint_main(void *arg)
     while (!sbl_eng.bg_stop) {
         long wait_ms = sbl_eng.drops != NULL ? 1000 : 3600 * 1000L;
         if (sbl_eng.syncdelay_s > 0) {
-            long until = (long)((last + sbl_eng.syncdelay_s - now_s()) * 1000.0) + 1;
+            long until = (long)((checkpoint_due(last) - now_s()) * 1000.0) + 1;
             if (until < wait_ms)
                 wait_ms = until > 0 ? until : 0;
         }
@@ -154,7 +192,7 @@ static void *checkpoint_main(void *arg)
         double done = atomic_load(&ckpt_done_s);
         if (done > last)
             last = done;
-        if (sbl_eng.syncdelay_s > 0 && now_s() >= last + sbl_eng.syncdelay_s) {
+        if (sbl_eng.syncdelay_s > 0 && now_s() >= checkpoint_due(last)) {
             if (checkpoint_on(wt, &err) != 0)
                 sbl_log(SBL_LOG_WARNING, "STORAGE", 22430, err.msg, NULL);
             else

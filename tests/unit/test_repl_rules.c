@@ -5,7 +5,7 @@
  * (current term only, never back), w:N counting (term first), priority
  * takeover freshness; the sync source's choice and when to leave it;
  * arbiters, the write majority and the implicit default write concern; tags
- * and custom modes.
+ * and custom modes; each member's place for its periodic checkpoints.
  */
 #include "check.h"
 #include "repl/repl_int.h"
@@ -599,8 +599,34 @@ static void test_priority_takeover_fresh(void)
     CHECK(!sbl_rs_priority_takeover_fresh((sbl_optime_t){.t = 2, .ts = SBL_TS(100, 499)}, busy));
 }
 
+/* Periodic checkpoints: the data-bearing members take equal shares of the
+ * period in config order; an arbiter has no place; two sets' members of
+ * the same rank differ by their names' shift. */
+static void test_checkpoint_phase(void)
+{
+    sbl_rs_config_t cfg = three(0, true, 1);
+    double p[3];
+    for (int i = 0; i < 3; i++) {
+        p[i] = sbl_rs_checkpoint_phase(&cfg, i);
+        CHECK(p[i] >= i / 3.0 && p[i] < (i + 1) / 3.0);
+    }
+    CHECK(p[1] - p[0] > 0.333 && p[1] - p[0] < 0.334);
+    CHECK(p[2] - p[1] > 0.333 && p[2] - p[1] < 0.334);
+    CHECK(sbl_rs_checkpoint_phase(&cfg, -1) < 0);
+    CHECK(sbl_rs_checkpoint_phase(&cfg, 3) < 0);
+    cfg.m[1].arbiter = true;
+    CHECK(sbl_rs_checkpoint_phase(&cfg, 1) < 0);
+    double a = sbl_rs_checkpoint_phase(&cfg, 0), b = sbl_rs_checkpoint_phase(&cfg, 2);
+    CHECK(a >= 0 && a < 0.5 && b >= 0.5 && b < 1 && b - a > 0.4999 && b - a < 0.5001);
+    sbl_rs_config_t other = three(0, true, 1);
+    snprintf(other.set_name, sizeof(other.set_name), "shard1");
+    CHECK(sbl_rs_checkpoint_phase(&other, 0) != p[0]);
+    CHECK(sbl_rs_checkpoint_phase(&other, 0) < 1 / 3.0);
+}
+
 int main(void)
 {
+    test_checkpoint_phase();
     test_priority_takeover_fresh();
     test_sync_source();
     test_source_change();

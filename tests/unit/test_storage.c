@@ -979,9 +979,26 @@ static void test_unclean(void)
     sbl_coll_release(c);
 }
 
+/* The periodic checkpoints' grid: the first slot at or after a time, at
+ * its phase of the period. */
+static void test_checkpoint_slot(void)
+{
+    CHECK(sbl_storage_checkpoint_slot(1000.0, 60, 0.5) == 1050.0);
+    CHECK(sbl_storage_checkpoint_slot(1050.0, 60, 0.5) == 1050.0);
+    CHECK(sbl_storage_checkpoint_slot(1050.5, 60, 0.5) == 1110.0);
+    CHECK(sbl_storage_checkpoint_slot(1019.5, 60, 0.0) == 1020.0);
+    CHECK(sbl_storage_checkpoint_slot(1001.0, 2, 0.25) == 1002.5);
+    for (double t = 0; t < 200; t += 7.3) { /* the slot is never earlier, at most a period later */
+        double slot = sbl_storage_checkpoint_slot(t, 60, 1 / 3.0);
+        CHECK(slot >= t && slot < t + 60);
+    }
+}
+
 int main(void)
 {
     char cmd[400];
+
+    test_checkpoint_slot();
 
     snprintf(dbpath, sizeof(dbpath), "/tmp/test_storage_XXXXXX");
     if (mkdtemp(dbpath) == NULL) {

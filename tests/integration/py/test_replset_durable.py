@@ -175,6 +175,46 @@ def start_set(n=3, args=()):
     return members
 
 
+def checkpoint_phases(name, n):
+    """sbl_rs_checkpoint_phase's places of n data-bearing members (FNV-1a)."""
+    h = 2166136261
+    for c in name.encode():
+        h = ((h ^ c) * 16777619) & 0xffffffff
+    return [(i + (h % 1000) / 1000.0) / n for i in range(n)]
+
+
+def test_members_checkpoint_at_their_own_places_in_the_period():
+    """Members that share a host (and its disk) take their periodic
+    checkpoints apart: each on the wall clock's grid of syncdelay seconds
+    at its place in the set, so member i of 3 checkpoints a third of the
+    period after member i-1, whenever each started."""
+    period = 3
+    members = start_set(args=("--syncdelay", str(period)))
+    try:
+        clients = [direct(m) for m in members]
+        counts = [None] * 3
+        seen = [[] for _ in members]
+        end = time.time() + 5 * period
+        while time.time() < end:
+            for i, c in enumerate(clients):
+                n = c.admin.command("serverStatus")["wiredTiger"]["transaction"][
+                    "transaction checkpoints"]
+                if counts[i] is not None and n > counts[i]:
+                    seen[i].append(time.time())
+                counts[i] = n
+            time.sleep(0.02)
+        for c in clients:
+            c.close()
+        for i, (times, phase) in enumerate(zip(seen, checkpoint_phases("rs0", 3))):
+            assert len(times) >= 3, "member %d: checkpoints at %s" % (i, times)
+            # seen up to a poll round late (a loaded host: allow 0.6 s)
+            late = sorted((t - phase * period) % period for t in times)
+            assert late[len(late) // 2] < 0.6, "member %d: %s s past its slot" % (i, late)
+    finally:
+        for m in members:
+            m.cleanup()
+
+
 def pause_behind_bait(coll, secondaries):
     """Pause the secondaries (every thread stopped: Sabled.pause), then write
     a bait through coll, on the primary: the getMore each had sent before it

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
+
 int sbl_optime_cmp(sbl_optime_t a, sbl_optime_t b)
 {
     if (a.t != b.t)
@@ -325,9 +327,7 @@ double sbl_rs_checkpoint_phase(const sbl_rs_config_t *cfg, int self)
             rank += i < self;
             n++;
         }
-    uint32_t h = 2166136261u; /* FNV-1a of the set's name */
-    for (const char *c = cfg->set_name; *c != '\0'; c++)
-        h = (h ^ (uint8_t)*c) * 16777619u;
+    uint64_t h = sbl_fnv1a((const uint8_t *)cfg->set_name, strlen(cfg->set_name));
     return (rank + (double)(h % 1000) / 1000.0) / n;
 }
 

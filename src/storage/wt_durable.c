@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 static void deadline_in_ms(struct timespec *ts, long ms)
@@ -94,7 +95,9 @@ size_t sbl_drop_retry(WT_SESSION *wt)
 pthread_mutex_t sbl_ckpt_mutex = PTHREAD_MUTEX_INITIALIZER;
 /* When the last checkpoint ended (now_s()): the periodic one comes
  * syncdelay seconds after any checkpoint, an fsync command's included, so
- * a checkpoint just taken by hand is not followed by another at once. */
+ * a checkpoint just taken by hand is not followed by another at once (a
+ * member's: the first slot of its phase half a syncdelay after it,
+ * checkpoint_due). */
 static _Atomic double ckpt_done_s;
 /* sbl_storage_set_checkpoint_phase's; < 0: none. */
 static _Atomic double ckpt_phase = -1.0;
@@ -111,13 +114,6 @@ double sbl_storage_checkpoint_slot(double earliest, double period, double phase)
     return slot < earliest ? slot + period : slot;
 }
 
-static double wall_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* When the periodic checkpoint after one that ended at last is due
  * (now_s()'s clock): syncdelay later, or with a phase the first slot of
  * the wall clock's grid at least half a syncdelay later (members' clocks
@@ -129,7 +125,7 @@ static double checkpoint_due(double last)
     double period = sbl_eng.syncdelay_s, phase = atomic_load(&ckpt_phase);
     if (phase < 0)
         return last + period;
-    double now = now_s(), wall = wall_s();
+    double now = now_s(), wall = (double)sbl_now_ms() / 1000.0;
     double slot = sbl_storage_checkpoint_slot(wall + (last + period / 2 - now), period, phase);
     return now + (slot - wall);
 }

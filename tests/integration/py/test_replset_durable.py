@@ -176,10 +176,11 @@ def start_set(n=3, args=()):
 
 
 def checkpoint_phases(name, n):
-    """sbl_rs_checkpoint_phase's places of n data-bearing members (FNV-1a)."""
-    h = 2166136261
+    """sbl_rs_checkpoint_phase's places of n data-bearing members (64-bit
+    FNV-1a, sbl_fnv1a)."""
+    h = 1469598103934665603
     for c in name.encode():
-        h = ((h ^ c) * 16777619) & 0xffffffff
+        h = ((h ^ c) * 1099511628211) & 0xffffffffffffffff
     return [(i + (h % 1000) / 1000.0) / n for i in range(n)]
 
 

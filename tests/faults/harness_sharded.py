@@ -418,6 +418,21 @@ def settle(hosts_by_shard, timeout_s):
     return None
 
 
+FINAL_READ_TRIES = 4
+FINAL_READ_GAP_S = 2.0
+
+
+def final_read(host, workload, key):
+    """One final read on host (a router, or a shard member directly)."""
+    with pymongo.MongoClient("mongodb://%s/?directConnection=true&readPreference="
+                             "secondaryPreferred" % host, serverSelectionTimeoutMS=5000,
+                             retryReads=False) as c:
+        coll = c[workload_mod.DB][workload]
+        if workload == "set":
+            return sorted(d["_id"] for d in coll.find({"k": key}, {"_id": 1}))
+        return {d["_id"]: d["b"] for d in coll.find({})}
+
+
 def final_reads(agent, cluster, workload, ns):
     """The final reads (history events in agent's recorder): the whole set
     or bank through each router, and for set on each shard member with the
@@ -434,16 +449,21 @@ def final_reads(agent, cluster, workload, ns):
         key = "s" if workload == "set" else "bank"
         value = None if shard is None else {"shard": shard, "owns": owned.get(shard, [])}
         proc = "final-%s" % node
-        rec.add(process=proc, type="invoke", f="final-read", key=key, value=value, node=node)
-        try:
-            with pymongo.MongoClient("mongodb://%s/?directConnection=true&readPreference="
-                                     "secondaryPreferred" % host, serverSelectionTimeoutMS=5000,
-                                     retryReads=False) as c:
-                coll = c[workload_mod.DB][workload]
-                if workload == "set":
-                    v = sorted(d["_id"] for d in coll.find({"k": key}, {"_id": 1}))
-                else:
-                    v = {d["_id"]: d["b"] for d in coll.find({})}
+        # A read refused in the moments after the last heal (a shard still
+        # electing, a router still finding its primary) is asked again, a few
+        # times: the check needs the final state, and each refusal stays in
+        # the history with its error (the report's "no final read" names it
+        # when every attempt failed).
+        for attempt in range(FINAL_READ_TRIES):
+            if attempt:
+                time.sleep(FINAL_READ_GAP_S)
+            rec.add(process=proc, type="invoke", f="final-read", key=key, value=value, node=node)
+            try:
+                v = final_read(host, workload, key)
+            except PyMongoError as e:
+                rec.add(process=proc, type="fail", f="final-read", key=key, value=None,
+                        node=node, error=str(e)[:120])
+                continue
             rec.add(process=proc, type="ok", f="final-read", key=key, value=v, node=node)
             if shard is not None:
                 own = owned.get(shard, [])
@@ -451,9 +471,7 @@ def final_reads(agent, cluster, workload, ns):
                                                 for lo, hi in own))
                 if n:
                     orphans[node] = n
-        except PyMongoError as e:
-            rec.add(process=proc, type="fail", f="final-read", key=key, value=None, node=node,
-                    error=str(e)[:120])
+            break
     return orphans
 
 
@@ -548,8 +566,11 @@ def run_round(args, workload, seed, rdir):
     elif orphans:
         report["anomalies"].append("orphans with no range deletion pending: %s" % orphans)
     read_on = {op.node for op in ops if op.f == "final-read" and op.type == "ok"}
+    report["final_read_refusals"] = ["%s: %s" % (e["node"], e.get("error")) for e in events
+                                     if e.get("f") == "final-read" and e["type"] == "fail"]
     if readers - read_on:
-        report["anomalies"].append("no final read from %s" % sorted(readers - read_on))
+        report["anomalies"].append("no final read from %s (%s)" % (
+            sorted(readers - read_on), "; ".join(report["final_read_refusals"])))
     report["valid"] = not report["anomalies"]
     with open(os.path.join(rdir, "report.json"), "w") as f:
         json.dump(report, f, indent=1, default=str)
@@ -563,6 +584,8 @@ def print_round(r):
     print("  ops %s; faults %d; migrations %s; failovers %s" % (
         r["ops"], sum(f["f"] not in harness.HEALS for f in r["faults"]), r["migrations"],
         [f["seconds"] for f in r["failovers"]]))
+    for line in r.get("final_read_refusals", []):
+        print("  final read refused (asked again): %s" % line)
     for s, c in r["convergence"].items():
         print("  convergence of %s: converged=%s in %ss, diverged=%s, dbHash %s, oplogs agree=%s"
               % (s, c["converged"], c.get("converge_s"), c["diverged"],

@@ -284,7 +284,12 @@ static int run_mongoc(mongoc_client_pool_t *pool, const char *who, const char *d
     return sbl_err_set(err, SBL_E_HostUnreachable, "%s: %s", who, e.message);
 }
 
-#define PRIMARY_ASKS 30      /* hellos before a shard is said to have no primary */
+/* Hellos before a shard is said to have no primary: 15 s, as long as the
+ * pools wait for a primary libmongoc knows of none (serverSelectionTimeoutMS).
+ * A member that stepped down when it saw a newer term names no primary
+ * until that term's election is won, which on a loaded host may take
+ * longer than a few seconds. */
+#define PRIMARY_ASKS 150
 #define PRIMARY_ASK_GAP_MS 100
 
 /* The shard's primary, asked of its replica set through libmongoc. */
@@ -298,7 +303,7 @@ static int find_primary(rt_shard_t *s, char *out, size_t n, sbl_err_t *err)
     /* The member libmongoc thinks primary may have just stepped down and not
      * yet heard who won (its hello names no primary): ask again for a while
      * rather than take it for the primary; a new primary is known to the set
-     * within a heartbeat or two. */
+     * within a heartbeat or two of its election. */
     for (int attempt = 0; out[0] == '\0' && attempt < PRIMARY_ASKS; attempt++) {
         if (attempt > 0)
             usleep(PRIMARY_ASK_GAP_MS * 1000);

@@ -161,8 +161,12 @@ def test_server_status_shape(mc):
     cache = s["wiredTiger"]["cache"]
     for k in ("bytes currently in the cache", "maximum bytes configured",
               "tracked dirty bytes in the cache", "pages read into cache",
-              "pages written from cache"):
+              "pages written from cache", "forced eviction - pages selected count",
+              "in-memory page splits", "cache overflow table insert calls",
+              "bytes written from cache"):
         assert k in cache
+    assert cache["bytes written from cache"] >= 0
+    assert "application thread time waiting for cache (usecs)" in s["wiredTiger"]["thread-yield"]
     assert "log bytes written" in s["wiredTiger"]["log"]
     assert "total" in s["metrics"]["cursor"]["open"]
 

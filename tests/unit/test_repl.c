@@ -542,6 +542,197 @@ static void test_diff(void)
     }
 }
 
+/* A random value for the round trip below: scalars, documents and arrays
+ * nested up to depth levels. */
+static unsigned rnd_state = 12345;
+static unsigned rnd(unsigned n)
+{
+    rnd_state = rnd_state * 1103515245u + 12345u;
+    return (rnd_state >> 16) % n;
+}
+
+static void random_value(bson_t *out, const char *key, int depth);
+
+static void random_doc(bson_t *out, int depth, int nfields)
+{
+    for (int i = 0; i < nfields; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "f%d", i);
+        random_value(out, k, depth);
+    }
+}
+
+static void random_value(bson_t *out, const char *key, int depth)
+{
+    bson_t child;
+    switch (depth > 0 ? rnd(6) : rnd(3)) {
+    case 0:
+        BSON_APPEND_INT32(out, key, (int32_t)rnd(5));
+        break;
+    case 1:
+        BSON_APPEND_UTF8(out, key, rnd(2) ? "x" : "yy");
+        break;
+    case 2:
+        BSON_APPEND_NULL(out, key);
+        break;
+    case 3:
+    case 4:
+        BSON_APPEND_DOCUMENT_BEGIN(out, key, &child);
+        random_doc(&child, depth - 1, (int)rnd(4));
+        bson_append_document_end(out, &child);
+        break;
+    default:
+        BSON_APPEND_ARRAY_BEGIN(out, key, &child);
+        for (unsigned i = 0, n = rnd(5); i < n; i++) {
+            char k[16];
+            snprintf(k, sizeof(k), "%u", i);
+            random_value(&child, k, depth - 1);
+        }
+        bson_append_array_end(out, &child);
+    }
+}
+
+/* v changed at random as an update would change it: fields kept in their
+ * order, some set to new values, removed or descended into, new ones at the
+ * end; array elements changed, the array grown or cut. */
+static void mutate(const bson_iter_t *v, bson_t *out, const char *key, int depth, bool array)
+{
+    bson_iter_t c;
+    bson_t child;
+    if (array)
+        bson_append_array_begin(out, key, -1, &child);
+    else
+        bson_append_document_begin(out, key, -1, &child);
+    unsigned n = 0;
+    bson_iter_recurse(v, &c);
+    unsigned cut = array && rnd(2) == 0 ? rnd(3) : UINT32_MAX;
+    while (bson_iter_next(&c) && n < cut) {
+        char k[16];
+        const char *ck = bson_iter_key(&c);
+        if (array)
+            snprintf(k, sizeof(k), "%u", n), ck = k;
+        unsigned r = rnd(6);
+        if (r == 0 && !array)
+            continue; /* removed */
+        if (r == 1)
+            random_value(&child, ck, 2);
+        else if (r == 2 && (BSON_ITER_HOLDS_DOCUMENT(&c) || BSON_ITER_HOLDS_ARRAY(&c)))
+            mutate(&c, &child, ck, depth + 1, BSON_ITER_HOLDS_ARRAY(&c));
+        else
+            sbl_append_iter(&child, ck, -1, &c);
+        n++;
+    }
+    for (unsigned i = 0, add = rnd(3) == 0 ? rnd(3) : 0; i < add; i++) {
+        char k[16];
+        if (array)
+            snprintf(k, sizeof(k), "%u", n++);
+        else
+            snprintf(k, sizeof(k), "n%d_%u", depth, i);
+        bson_iter_t dup;
+        if (!array && bson_iter_recurse(v, &dup) && bson_iter_find(&dup, k))
+            continue;
+        random_value(&child, k, 1);
+    }
+    if (array)
+        bson_append_array_end(out, &child);
+    else
+        bson_append_document_end(out, &child);
+}
+
+/* Applying a diff: sbl_repl_diff's diffs give the new document back, byte
+ * for byte, when the fields both have keep their order; mongod's own forms
+ * (an insert of a field the document has, an array cut or padded, a
+ * sub-diff of a field of another kind); diffs that are none. */
+static void test_diff_apply(void)
+{
+    int exact = 0, kinds[6] = {0}; /* any diff, d, i, an array's, l, a sub-diff */
+    for (int round = 0; round < 3000; round++) {
+        bson_t pre = BSON_INITIALIZER, wrap = BSON_INITIALIZER, post = BSON_INITIALIZER;
+        bson_t diff = BSON_INITIALIZER, got = BSON_INITIALIZER;
+        BSON_APPEND_INT32(&pre, "_id", round);
+        random_doc(&pre, 3, 1 + (int)rnd(6));
+        BSON_APPEND_DOCUMENT(&wrap, "x", &pre);
+        bson_iter_t it, x;
+        bson_iter_init_find(&it, &wrap, "x");
+        mutate(&it, &post, "x", 0, false);
+        bson_iter_init_find(&x, &post, "x");
+        bson_t after;
+        sbl_iter_doc(&x, &after);
+        sbl_repl_diff(&pre, &after, &diff);
+        sbl_err_t err;
+        sbl_err_clear(&err);
+        CHECK(sbl_repl_diff_apply(&pre, &diff, &got, &err) == 0);
+        if (!bson_equal(&got, &after)) {
+            char *a = bson_as_relaxed_extended_json(&pre, NULL);
+            char *b = bson_as_relaxed_extended_json(&after, NULL);
+            char *d = bson_as_relaxed_extended_json(&diff, NULL);
+            char *g = bson_as_relaxed_extended_json(&got, NULL);
+            CHECK_MSG(false, "round %d: %s + %s gave %s, not %s", round, a, d, g, b);
+            bson_free(a), bson_free(b), bson_free(d), bson_free(g);
+        } else {
+            exact++;
+        }
+        char *dj = bson_as_relaxed_extended_json(&diff, NULL);
+        kinds[0] += !bson_empty(&diff);
+        kinds[1] += strstr(dj, "\"d\"") != NULL;
+        kinds[2] += strstr(dj, "\"i\"") != NULL;
+        kinds[3] += strstr(dj, "\"a\" : true") != NULL;
+        kinds[4] += strstr(dj, "\"l\"") != NULL;
+        kinds[5] += strstr(dj, "{ \"s") != NULL || strstr(dj, ", \"s") != NULL;
+        bson_free(dj);
+        bson_destroy(&pre), bson_destroy(&wrap), bson_destroy(&post);
+        bson_destroy(&diff), bson_destroy(&got);
+    }
+    CHECK(exact == 3000);
+    /* the rounds cover every part of a diff */
+    for (int k = 0; k < 6; k++)
+        CHECK_MSG(kinds[k] >= 100, "diff part %d in %d rounds only", k, kinds[k]);
+
+    static const char *cases[][3] = {
+        /* insert of a field the document has: moved to the end */
+        {"{\"_id\": 1, \"a\": 1, \"b\": 2}", "{\"i\": {\"a\": 3}}",
+         "{\"_id\": 1, \"b\": 2, \"a\": 3}"},
+        /* update of a field it lacks: appended; delete of one it lacks: nothing */
+        {"{\"_id\": 1}", "{\"u\": {\"a\": 1}, \"d\": {\"z\": false}}", "{\"_id\": 1, \"a\": 1}"},
+        /* array cut to 1, then grown past its end with a gap */
+        {"{\"a\": [1, 2, 3]}", "{\"sa\": {\"a\": true, \"l\": 1}}", "{\"a\": [1]}"},
+        {"{\"a\": [1]}", "{\"sa\": {\"a\": true, \"u3\": 4}}", "{\"a\": [1, null, null, 4]}"},
+        {"{\"a\": [{\"b\": 1}, 2]}", "{\"sa\": {\"a\": true, \"s0\": {\"u\": {\"b\": 5}}}}",
+         "{\"a\": [{\"b\": 5}, 2]}"},
+        /* sub-diffs of a field of another kind, or of none: ignored */
+        {"{\"a\": 1, \"b\": [1]}",
+         "{\"sa\": {\"u\": {\"x\": 1}}, \"sb\": {\"u\": {\"x\": 1}}, \"sc\": {\"a\": true}}",
+         "{\"a\": 1, \"b\": [1]}"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        bson_error_t e;
+        bson_t *pre = bson_new_from_json((const uint8_t *)cases[i][0], -1, &e);
+        bson_t *diff = bson_new_from_json((const uint8_t *)cases[i][1], -1, &e);
+        bson_t *want = bson_new_from_json((const uint8_t *)cases[i][2], -1, &e);
+        bson_t got = BSON_INITIALIZER;
+        sbl_err_t err;
+        sbl_err_clear(&err);
+        CHECK(pre != NULL && diff != NULL && want != NULL);
+        CHECK_MSG(sbl_repl_diff_apply(pre, diff, &got, &err) == 0 && bson_equal(&got, want),
+                  "diff apply case %zu: %s", i, err.msg);
+        bson_destroy(&got), bson_destroy(pre), bson_destroy(diff), bson_destroy(want);
+    }
+    static const char *bad[] = {"{\"x\": {}}", "{\"u\": 1}", "{\"sa\": 1}",
+                                "{\"sa\": {\"a\": true, \"q\": 1}}",
+                                "{\"sa\": {\"a\": true, \"u01\": 1}}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        bson_error_t e;
+        bson_t *pre = bson_new_from_json((const uint8_t *)"{\"a\": [1]}", -1, &e);
+        bson_t *diff = bson_new_from_json((const uint8_t *)bad[i], -1, &e);
+        bson_t got = BSON_INITIALIZER;
+        sbl_err_t err;
+        sbl_err_clear(&err);
+        CHECK_MSG(sbl_repl_diff_apply(pre, diff, &got, &err) == SBL_E_FailedToParse, "bad diff %zu",
+                  i);
+        bson_destroy(&got), bson_destroy(pre), bson_destroy(diff);
+    }
+}
+
 int main(void)
 {
     test_ts_next();
@@ -549,6 +740,7 @@ int main(void)
     test_session_encoding();
     test_entry_bytes();
     test_diff();
+    test_diff_apply();
     test_op_encoding();
     test_entry_created_ns();
     test_election_id_and_size();

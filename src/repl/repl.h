@@ -288,6 +288,15 @@ void sbl_repl_flow_append_status(bson_t *r);
 
 /* ---- for change streams (src/agg/changestream.c) ---------------------------- */
 
+/* pre with the $v:2 diff applied, appended to out (initialised by the
+ * caller), as mongod's oplog application applies one: fields deleted (d),
+ * set in place (u; appended when pre lacks them), appended at the end (i,
+ * moved there when pre has them), sub-diffs (s<field>) applied to a field
+ * of their kind (a document, or an array for an {a: true, l, u<n>, s<n>}
+ * diff) and ignored on any other.  FailedToParse when diff is no diff (out
+ * then holds part of the result). */
+int sbl_repl_diff_apply(const bson_t *pre, const bson_t *diff, bson_t *out, sbl_err_t *err);
+
 /* The next update on this thread is a replacement (on) or an operator
  * update (off, the default): an update's entry then carries its diff.  The
  * command layer sets it around the write. */

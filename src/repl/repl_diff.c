@@ -21,6 +21,19 @@
 
 #include "doc/doc.h"
 
+/* A document or array value as a bson_t view (here rather than doc_cmp.c's
+ * sbl_iter_doc: the tools link this file with doc_append.c alone). */
+static bool iter_doc(const bson_iter_t *it, bson_t *out)
+{
+    uint32_t len = 0;
+    const uint8_t *data = NULL;
+    if (BSON_ITER_HOLDS_DOCUMENT(it))
+        bson_iter_document(it, &len, &data);
+    else if (BSON_ITER_HOLDS_ARRAY(it))
+        bson_iter_array(it, &len, &data);
+    return data != NULL && bson_init_static(out, data, len);
+}
+
 /* The same type and the same bytes (the value after the key, to the next element). */
 static bool same_value(const bson_iter_t *a, const bson_iter_t *b)
 {
@@ -51,8 +64,8 @@ static void diff_value(const char *key, const bson_iter_t *o, const bson_iter_t 
     memcpy(skey + 1, key, klen + 1);
     if (docs) {
         bson_t od, nd, sub = BSON_INITIALIZER;
-        sbl_iter_doc(o, &od);
-        sbl_iter_doc(n, &nd);
+        iter_doc(o, &od);
+        iter_doc(n, &nd);
         sbl_repl_diff(&od, &nd, &sub);
         if (!bson_empty(&sub))
             bson_append_document(subs, skey, -1, &sub);
@@ -295,7 +308,7 @@ static int apply_sub(const char *key, const bson_iter_t *pre, const bson_iter_t 
     int rc = 0;
     if (depth > 200)
         return sbl_err_set(err, SBL_E_FailedToParse, "a diff nested more than 200 deep");
-    sbl_iter_doc(sub, &d);
+    iter_doc(sub, &d);
     bool array_diff = bson_iter_init_find(&a, &d, "a");
     if (array_diff && BSON_ITER_HOLDS_ARRAY(pre)) {
         bson_append_array_begin(out, key, -1, &child);
@@ -303,7 +316,7 @@ static int apply_sub(const char *key, const bson_iter_t *pre, const bson_iter_t 
         bson_append_array_end(out, &child);
     } else if (!array_diff && BSON_ITER_HOLDS_DOCUMENT(pre)) {
         bson_t pd;
-        sbl_iter_doc(pre, &pd);
+        iter_doc(pre, &pd);
         bson_append_document_begin(out, key, -1, &child);
         rc = apply_doc(&pd, &d, &child, depth + 1, err);
         bson_append_document_end(out, &child);
@@ -334,7 +347,7 @@ static int parse_doc_diff(const bson_t *diff, bson_t *d, bson_t *u, bson_t *ins,
             return sbl_err_set(err, SBL_E_FailedToParse,
                                "a diff's field '%s' is none of d, u, i or s<field>", k);
         if (part != NULL)
-            sbl_iter_doc(&it, part);
+            iter_doc(&it, part);
     }
     return 0;
 }

@@ -72,14 +72,6 @@ bool sbl_repl_entry_created_ns(const bson_t *e, char *ns, size_t n, const uint8_
  * (repl_diff.c), appended to out (initialised by the caller; empty when the
  * two are equal). */
 void sbl_repl_diff(const bson_t *old_doc, const bson_t *new_doc, bson_t *out);
-/* pre with the $v:2 diff applied, appended to out (initialised by the
- * caller), as mongod's oplog application applies one: fields deleted (d),
- * set in place (u; appended when pre lacks them), appended at the end (i,
- * moved there when pre has them), sub-diffs (s<field>) applied to a field
- * of their kind (a document, or an array for an {a: true, l, u<n>, s<n>}
- * diff) and ignored on any other.  FailedToParse when diff is no diff (out
- * then holds part of the result). */
-int sbl_repl_diff_apply(const bson_t *pre, const bson_t *diff, bson_t *out, sbl_err_t *err);
 
 /* pv1's electionId: 0x7fffffff then the term as 8 big-endian bytes. */
 void sbl_repl_election_id(int64_t term, bson_oid_t *oid);

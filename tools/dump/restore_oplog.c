@@ -14,6 +14,7 @@
  * stops the replay and says at which entry.
  */
 #include "restore.h"
+#include "repl/repl.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -94,11 +95,15 @@ static bool ignored_ns(const char *ns)
            strstr(ns, ".system.profile") != NULL || strcmp(ns, "admin.system.version") == 0;
 }
 
+/* diff_to_update's answer for a diff that resizes an array */
+#define RESIZE 1
+
 /*
  * mongod's $v: 2 update diff as update operators: {u: {f: v}} and {i: {f: v}} set,
  * {d: {f: false}} unsets, {s<f>: diff} recurses into f.  An array diff ({a: true,
- * u<n>: v, s<n>: diff, l: len}) sets elements; its resize (l) cannot be expressed and
- * fails the replay.  Returns 0 or -1.
+ * u<n>: v, s<n>: diff, l: len}) sets elements; its resize (l) no operator says:
+ * RESIZE, and the caller applies the diff to the document itself.  Returns 0, RESIZE
+ * or -1.
  */
 static int diff_to_update(const bson_t *diff, const char *prefix, bson_t *set, bson_t *unset)
 {
@@ -113,9 +118,7 @@ static int diff_to_update(const bson_t *diff, const char *prefix, bson_t *set, b
             if (strcmp(k, "a") == 0)
                 continue;
             if (strcmp(k, "l") == 0)
-                return tool_err("an oplog update resizes the array %s, which sable-restore "
-                                "cannot replay",
-                                prefix);
+                return RESIZE;
             snprintf(path, sizeof(path), "%s.%s", prefix, k + 1);
             if (k[0] == 'u') {
                 sbl_append_iter(set, path, -1, &it);
@@ -125,8 +128,9 @@ static int diff_to_update(const bson_t *diff, const char *prefix, bson_t *set, b
                 const uint8_t *data;
                 bson_iter_document(&it, &len, &data);
                 bson_init_static(&d, data, len);
-                if (diff_to_update(&d, path, set, unset) != 0)
-                    return -1;
+                int r = diff_to_update(&d, path, set, unset);
+                if (r != 0)
+                    return r;
             }
             continue;
         }
@@ -147,30 +151,74 @@ static int diff_to_update(const bson_t *diff, const char *prefix, bson_t *set, b
             const uint8_t *data;
             bson_iter_document(&it, &len, &data);
             bson_init_static(&d, data, len);
-            if (diff_to_update(&d, path, set, unset) != 0)
-                return -1;
+            int r = diff_to_update(&d, path, set, unset);
+            if (r != 0)
+                return r;
         }
     }
     return 0;
 }
 
+/* The bulk write of ns open, the one before sent when it was another's or full. */
+static int open_bulk(replay_t *p, const char *ns)
+{
+    if (p->bulk != NULL && strcmp(ns, p->ns) == 0 && p->nops < BULK_MAX)
+        return 0;
+    if (flush(p) != 0)
+        return -1;
+    char db[128], coll[300];
+    tool_ns_split(ns, db, sizeof(db), coll, sizeof(coll));
+    snprintf(p->ns, sizeof(p->ns), "%s", ns);
+    p->coll = mongoc_client_get_collection(p->r->c, db, coll);
+    bson_t opts = BSON_INITIALIZER;
+    BSON_APPEND_BOOL(&opts, "ordered", true);
+    if (p->r->wc != NULL)
+        mongoc_write_concern_append(p->r->wc, &opts);
+    p->bulk = mongoc_collection_create_bulk_operation_with_opts(p->coll, &opts);
+    bson_destroy(&opts);
+    return 0;
+}
+
+/* An update whose diff no update operators say (an array's resize): the
+ * document as the target holds it now (the bulk before it sent first, which
+ * closes it: open_bulk opens the next), with
+ * the diff applied as mongod applies it (src/repl/repl_diff.c), into post;
+ * *foundp false when the target has no such document (nothing to apply). */
+static int diff_post_image(replay_t *p, const char *ns, const bson_t *filter, const bson_t *diff,
+                           bson_t *post, bool *foundp)
+{
+    const bson_t *doc;
+    bson_error_t e;
+    sbl_err_t err;
+    int rc = 0;
+    char db[128], coll[300];
+    *foundp = false;
+    if (flush(p) != 0)
+        return -1;
+    tool_ns_split(ns, db, sizeof(db), coll, sizeof(coll));
+    mongoc_collection_t *c = mongoc_client_get_collection(p->r->c, db, coll);
+    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(c, filter, NULL, NULL);
+    if (mongoc_cursor_next(cur, &doc)) {
+        sbl_err_clear(&err);
+        if (sbl_repl_diff_apply(doc, diff, post, &err) != 0)
+            rc = tool_err("an update in the oplog at Timestamp(%u, %u) on %s: %s", p->last_t,
+                          p->last_i, ns, err.msg);
+        *foundp = rc == 0;
+    } else if (mongoc_cursor_error(cur, &e)) {
+        rc = tool_err("reading the document an oplog update at Timestamp(%u, %u) changes on "
+                      "%s: %s",
+                      p->last_t, p->last_i, ns, e.message);
+    }
+    mongoc_cursor_destroy(cur);
+    mongoc_collection_destroy(c);
+    return rc;
+}
+
 /* Add one insert, update or delete to the bulk write of its namespace. */
 static int apply_crud(replay_t *p, char op, const char *ns, const bson_t *o, const bson_t *o2)
 {
-    if (strcmp(ns, p->ns) != 0 || p->nops >= BULK_MAX) {
-        if (flush(p) != 0)
-            return -1;
-        char db[128], coll[300];
-        tool_ns_split(ns, db, sizeof(db), coll, sizeof(coll));
-        snprintf(p->ns, sizeof(p->ns), "%s", ns);
-        p->coll = mongoc_client_get_collection(p->r->c, db, coll);
-        bson_t opts = BSON_INITIALIZER;
-        BSON_APPEND_BOOL(&opts, "ordered", true);
-        if (p->r->wc != NULL)
-            mongoc_write_concern_append(p->r->wc, &opts);
-        p->bulk = mongoc_collection_create_bulk_operation_with_opts(p->coll, &opts);
-        bson_destroy(&opts);
-    }
+    if (open_bulk(p, ns) != 0)
+        return -1;
     bson_iter_t it;
     bson_t filter = BSON_INITIALIZER, uopts = BSON_INITIALIZER;
     bson_error_t e;
@@ -206,6 +254,15 @@ static int apply_crud(replay_t *p, char op, const char *ns, const bson_t *o, con
                 BSON_APPEND_DOCUMENT(&u, "$unset", &unset);
             if (rc == 0 && !bson_empty(&u))
                 ok = mongoc_bulk_operation_update_one_with_opts(p->bulk, &filter, &u, NULL, &e);
+            if (rc == RESIZE) { /* replaced by the document with the diff applied */
+                bson_t post = BSON_INITIALIZER;
+                bool found;
+                rc = diff_post_image(p, ns, &filter, &diff, &post, &found);
+                if (rc == 0 && found && (rc = open_bulk(p, ns)) == 0)
+                    ok = mongoc_bulk_operation_replace_one_with_opts(p->bulk, &filter, &post, NULL,
+                                                                     &e);
+                bson_destroy(&post);
+            }
             bson_destroy(&u);
             bson_destroy(&set);
             bson_destroy(&unset);

@@ -293,3 +293,29 @@ def test_oplog_replay_keeps_code_values_whole(fresh, tmp_path):
     ok(run_tool("sable-restore", "--port", dst.port, "--oplogReplay", tmp_path / "dump"))
     d = dst.client().db.c.find_one({"_id": 1})
     assert str(d["c"]) == "a\x00b" and str(d["k"]) == "x\x00y" and d["k"].scope == {"s": 1}, d
+
+
+def test_oplog_replay_applies_array_resizes(fresh, tmp_path):
+    # a $v:2 diff that cuts an array (l) says what no update operator can: the replay
+    # applies it to the document itself (restore_oplog.c, repl_diff.c), in its turn
+    # between the entries around it; on a missing document it does nothing
+    (tmp_path / "dump" / "db").mkdir(parents=True)
+    docs = [{"_id": 1, "a": [1, 2, {"x": 1}], "k": 1}, {"_id": 3, "a": [5, 6]}]
+    (tmp_path / "dump" / "db" / "c.bson").write_bytes(b"".join(BSON.encode(d) for d in docs))
+    entries = [
+        {"ts": Timestamp(10, 1), "t": 1, "op": "u", "ns": "db.c", "o2": {"_id": 1},
+         "o": {"$v": 2, "diff": {"sa": {"a": True, "s2": {"u": {"x": 2}}}}}},
+        {"ts": Timestamp(10, 2), "t": 1, "op": "u", "ns": "db.c", "o2": {"_id": 1},
+         "o": {"$v": 2, "diff": {"u": {"k": 2}, "sa": {"a": True, "l": 1, "u0": 7}}}},
+        {"ts": Timestamp(10, 3), "t": 1, "op": "u", "ns": "db.c", "o2": {"_id": 1},
+         "o": {"$v": 2, "diff": {"i": {"z": 1}}}},
+        {"ts": Timestamp(10, 4), "t": 1, "op": "u", "ns": "db.c", "o2": {"_id": 2},
+         "o": {"$v": 2, "diff": {"sa": {"a": True, "l": 0}}}},
+        {"ts": Timestamp(10, 5), "t": 1, "op": "u", "ns": "db.c", "o2": {"_id": 3},
+         "o": {"$v": 2, "diff": {"sa": {"a": True, "l": 1}}}},
+    ]
+    (tmp_path / "dump" / "oplog.bson").write_bytes(b"".join(BSON.encode(e) for e in entries))
+    dst = fresh()
+    ok(run_tool("sable-restore", "--port", dst.port, "--oplogReplay", tmp_path / "dump"))
+    got = list(dst.client().db.c.find().sort("_id", 1))
+    assert got == [{"_id": 1, "a": [7], "k": 2, "z": 1}, {"_id": 3, "a": [5]}], got

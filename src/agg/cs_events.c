@@ -47,6 +47,7 @@ typedef struct cs_entry {
     const uint8_t *uuid;
     bson_t o, o2, diff;
     bool has_o, has_o2, has_diff;
+    bool o_is_diff; /* o is {$v: 2, diff} (mongod's form): no new document in the entry */
     uint64_t ts;
     int64_t wall;
     const bson_iter_t *lsid; /* a transaction's */
@@ -90,7 +91,29 @@ static bool entry_read(const bson_t *doc, cs_entry_t *e)
             e->has_txn = true;
         }
     }
+    bson_iter_t v;
+    if (e->op == 'u' && e->has_o && bson_iter_init(&v, &e->o) && bson_iter_next(&v) &&
+        strcmp(bson_iter_key(&v), "$v") == 0 && bson_iter_init_find(&v, &e->o, "diff") &&
+        BSON_ITER_HOLDS_DOCUMENT(&v))
+        e->o_is_diff = e->has_diff = sbl_iter_doc(&v, &e->diff);
     return e->op != 0 && e->ns != NULL && e->has_o;
+}
+
+/* An update's new document: the entry's o, or the pre-image with the
+ * entry's diff applied (o_is_diff); false when neither is to be had. */
+static bool post_image(const cs_entry_t *e, const bson_t *pre, bool has_pre, bson_t *out)
+{
+    if (!e->o_is_diff) {
+        bson_copy_to(&e->o, out);
+        return true;
+    }
+    sbl_err_t err;
+    sbl_err_clear(&err);
+    bson_init(out);
+    if (has_pre && sbl_repl_diff_apply(pre, &e->diff, out, &err) == 0)
+        return true;
+    bson_destroy(out);
+    return false;
 }
 
 /* Whether a document change in ns belongs to this stream. */
@@ -345,7 +368,8 @@ static int crud_event(cs_state_t *st, sbl_opctx_t *ctx, const cs_entry_t *e, int
     int rc = 0;
     /* Images come from the stored pre-image as mongod's do: the post-image
      * of an update is there exactly when its pre-image is (the entry holds
-     * it), so neither is once the remover took the pre-image away. */
+     * it, or the diff that makes it of the pre-image), so neither is once
+     * the remover took the pre-image away. */
     bool want_post = e->op == 'u' && e->has_diff &&
                      (st->full_doc == FD_WHEN_AVAILABLE || st->full_doc == FD_REQUIRED);
     bool raw_images = st->raw && st->images; /* a feed's, for the streams that want them */
@@ -354,9 +378,9 @@ static int crud_event(cs_state_t *st, sbl_opctx_t *ctx, const cs_entry_t *e, int
     if (e->op == 'u' && e->has_diff && st->full_doc == FD_LOOKUP) {
         has_full = lookup(ctx->ss, e->ns, &key, &full);
     } else if (want_post && has_pre) {
-        bson_copy_to(&e->o, &full);
-        has_full = true;
-    } else if (want_post && st->full_doc == FD_REQUIRED) {
+        has_full = post_image(e, &pre, has_pre, &full);
+    }
+    if (rc == 0 && want_post && !has_full && st->full_doc == FD_REQUIRED) {
         rc = sbl_err_set(err, SBL_E_NoMatchingDocument,
                          "Change stream was configured to require a post-image for all update, "
                          "delete and replace events, but the post-image was not found for "
@@ -406,8 +430,11 @@ static int crud_event(cs_state_t *st, sbl_opctx_t *ctx, const cs_entry_t *e, int
         it->images = raw_images;
         if (raw_images && has_pre) {
             it->pre = bson_copy(&pre);
-            if (it->kind == 'u')
-                it->post = bson_copy(&e->o);
+            bson_t post;
+            if (it->kind == 'u' && post_image(e, &pre, has_pre, &post)) {
+                it->post = bson_copy(&post);
+                bson_destroy(&post);
+            }
         }
     }
     if (has_pre)

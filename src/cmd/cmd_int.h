@@ -350,6 +350,8 @@ void sbl_cmd_txn_end(sbl_opctx_t *ctx);
 int32_t sbl_retry_stmt_id(const sbl_retry_t *r, uint32_t i);
 int sbl_retry_executed(sbl_retry_t *r, int32_t stmt, const bson_t **entryp, sbl_err_t *err);
 int sbl_retry_stmt_begin(sbl_retry_t *r, int32_t stmt, bool pre_image, sbl_err_t *err);
+/* The statement begun logs an update's new document whole (findAndModify). */
+void sbl_retry_stmt_whole_post(sbl_retry_t *r);
 void sbl_retry_stmt_end(sbl_retry_t *r, bool wrote);
 void sbl_retry_append_retried(const sbl_retry_t *r, bson_t *reply);
 int sbl_retry_image(sbl_opctx_t *ctx, const bson_t *entry, bson_t *out, bool *foundp,

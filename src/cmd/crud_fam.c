@@ -257,6 +257,7 @@ int sbl_cmd_find_and_modify(sbl_opctx_t *ctx, sbl_err_t *err)
         }
         if ((rc = sbl_retry_stmt_begin(ctx->retry, sid, a.remove || !a.return_new, err)) != 0)
             goto err;
+        sbl_retry_stmt_whole_post(ctx->retry); /* retried_reply's post-image */
     }
     /* A lost race between two upserts of the same document shows as DuplicateKey:
      * plan again, and the document now matches. */

@@ -202,6 +202,42 @@ bool mig_in_range(const mig_spec_t *s, const bson_t *doc)
     return key_cmp(vals, s->nkey, s->min) >= 0 && key_cmp(vals, s->nkey, s->max) < 0;
 }
 
+static bool key_may_change(const mig_spec_t *s);
+
+bool mig_entry_in_range(sbl_session_t *ss, const mig_spec_t *s, const bson_t *e)
+{
+    bson_t o, o2, doc;
+    bson_iter_t it;
+    if (!mig_doc_of(e, "o", &o))
+        return false;
+    if (!(bson_iter_init(&it, &o) && bson_iter_next(&it) && strcmp(bson_iter_key(&it), "$v") == 0))
+        return mig_in_range(s, &o);
+    if (!mig_doc_of(e, "o2", &o2))
+        return false;
+    if (!key_may_change(s))
+        return mig_in_range(s, &o2);
+    /* the diff names no shard key: the document as it is now (a key its
+     * update changed is the caller's business; one deleted since, its
+     * delete entry's) */
+    sbl_coll_t *c = NULL;
+    sbl_err_t err;
+    bool found = false, in = false;
+    sbl_err_clear(&err);
+    if (!bson_iter_init_find(&it, &o2, "_id") ||
+        sbl_coll_open(ss, s->ns, false, &c, NULL, &err) != 0)
+        return true; /* cannot tell: the recipient is sent the _id */
+    bson_value_t id;
+    sbl_iter_value(&it, &id);
+    if (sbl_coll_get(ss, c, &id, &doc, &found, &err) != 0)
+        in = true;
+    else if (found) {
+        in = mig_in_range(s, &doc);
+        bson_destroy(&doc);
+    }
+    sbl_coll_release(c);
+    return in;
+}
+
 void mig_split_ns(const char *ns, char *db, size_t dbn, const char **coll)
 {
     const char *dot = strchr(ns, '.');
@@ -411,9 +447,9 @@ static bool key_may_change(const mig_spec_t *s)
  * fields it changed; a replacement (no diff) may have changed any. */
 static bool update_moves_key(const mig_spec_t *s, const bson_t *e)
 {
-    bson_t diff, part;
+    bson_t diff, part, o;
     bson_iter_t k, it;
-    if (!mig_doc_of(e, "diff", &diff))
+    if (!mig_doc_of(e, "diff", &diff) && !(mig_doc_of(e, "o", &o) && mig_doc_of(&o, "diff", &diff)))
         return true;
     bson_iter_init(&k, s->key);
     while (bson_iter_next(&k)) {
@@ -439,7 +475,7 @@ static bool update_moves_key(const mig_spec_t *s, const bson_t *e)
  * delete).  Changes to the collection's other ranges are not the
  * recipient's business: shipping them kept the catch-up from ever
  * looking finished under a write load elsewhere on the donor. */
-static void entry_id(const mig_spec_t *s, const bson_t *e, id_list_t *ids)
+static void entry_id(sbl_session_t *ss, const mig_spec_t *s, const bson_t *e, id_list_t *ids)
 {
     const char *op = sbl_doc_utf8(e, "op"), *ens = sbl_doc_utf8(e, "ns");
     bson_iter_t it, sub;
@@ -451,16 +487,16 @@ static void entry_id(const mig_spec_t *s, const bson_t *e, id_list_t *ids)
             bson_iter_recurse(&sub, &it))
             while (bson_iter_next(&it))
                 if (sbl_iter_doc(&it, &o))
-                    entry_id(s, &o, ids);
+                    entry_id(ss, s, &o, ids);
         return;
     }
     if (ens == NULL || strcmp(ens, s->ns) != 0 || !mig_doc_of(e, "o", &o))
         return;
     bool mine;
-    if (strcmp(op, "i") == 0) /* o: the document; an update's, the post-image */
+    if (strcmp(op, "i") == 0) /* o: the document */
         mine = mig_in_range(s, &o);
-    else if (strcmp(op, "u") == 0)
-        mine = mig_in_range(s, &o) || (key_may_change(s) && update_moves_key(s, e));
+    else if (strcmp(op, "u") == 0) /* o: the new document, or its diff */
+        mine = mig_entry_in_range(ss, s, e) || (key_may_change(s) && update_moves_key(s, e));
     else if (strcmp(op, "d") == 0) /* o: {_id}; a fromMigrate one deleted a range this
                                       * shard does not own (the range deleter's), not this */
         mine = !(bson_iter_init_find(&it, e, "fromMigrate") && bson_iter_as_bool(&it)) &&
@@ -523,10 +559,10 @@ static int read_mods(sbl_session_t *ss, id_list_t *ids, bool *morep, sbl_err_t *
         sbl_err_t perr = {0};
         int kind = sbl_repl_prepared_kind(&e, &po);
         if (kind == SBL_PREP_NONE)
-            entry_id(&donor.spec, &e, ids);
+            entry_id(ss, &donor.spec, &e, ids);
         else if (kind == SBL_PREP_COMMIT &&
                  (rc = sbl_repl_prepare_entry_of(ss, &e, &prep, &found, &perr)) == 0 && found) {
-            entry_id(&donor.spec, &prep, ids);
+            entry_id(ss, &donor.spec, &prep, ids);
             bson_destroy(&prep);
         } else if (rc != 0) {
             *err = perr;

@@ -76,6 +76,11 @@ int mig_spec_parse(const bson_t *cmd, mig_spec_t *s, sbl_err_t *err);
 void mig_spec_free(mig_spec_t *s);
 /* Is doc's shard key value in [min, max)? */
 bool mig_in_range(const mig_spec_t *s, const bson_t *doc);
+/* Whether insert or update entry e (op i or u) may leave its document in
+ * s's range: the document it holds, or for an update logged as its diff
+ * (o: {$v: 2, diff}) the _id in o2 when _id is the shard key, and else the
+ * document as ss reads it now (none: false). */
+bool mig_entry_in_range(sbl_session_t *ss, const mig_spec_t *s, const bson_t *e);
 void mig_split_ns(const char *ns, char *db, size_t dbn, const char **coll);
 /* Replace (upsert) by _id each document of arr into db.coll (*countp += n). */
 int mig_upsert_docs(const char *db, const char *coll, bson_iter_t *arr, int64_t *countp,

@@ -89,9 +89,8 @@ static int walk_chain(sbl_session_t *ss, const mig_spec_t *s, uint64_t ts, bson_
         const char *op = sbl_doc_utf8(src, "op"), *ns = sbl_doc_utf8(src, "ns");
         bool mine = op != NULL && ns != NULL && strcmp(ns, s->ns) == 0 &&
                     bson_iter_init_find(&it, src, "stmtId") &&
-                    (strcmp(op, "d") == 0 ||
-                     ((strcmp(op, "i") == 0 || strcmp(op, "u") == 0) && mig_doc_of(src, "o", &o) &&
-                      mig_in_range(s, &o)));
+                    (strcmp(op, "d") == 0 || ((strcmp(op, "i") == 0 || strcmp(op, "u") == 0) &&
+                                              mig_entry_in_range(ss, s, src)));
         uint64_t img_ts = mine ? optime_ts(src, "preImageOpTime") : 0;
         int rc = 0;
         if (img_ts != 0) {

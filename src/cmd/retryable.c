@@ -347,6 +347,7 @@ int sbl_retry_stmt_begin(sbl_retry_t *r, int32_t stmt, bool pre_image, sbl_err_t
     }
     r->st.stmt_id = stmt;
     r->st.pre_image = pre_image;
+    r->st.whole_post = false;
     r->st.out_ts = 0;
     r->in_stmt = true;
     memcpy(r->key_before, r->record.key, sizeof(r->key_before));
@@ -354,6 +355,11 @@ int sbl_retry_stmt_begin(sbl_retry_t *r, int32_t stmt, bool pre_image, sbl_err_t
     r->updates_left_before = r->record.updates_left;
     sbl_repl_set_stmt(&r->st);
     return 0;
+}
+
+void sbl_retry_stmt_whole_post(sbl_retry_t *r)
+{
+    r->st.whole_post = true;
 }
 
 void sbl_retry_stmt_end(sbl_retry_t *r, bool wrote)

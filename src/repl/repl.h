@@ -372,6 +372,8 @@ typedef struct sbl_repl_stmt {
     int64_t txn_number;
     int32_t stmt_id;
     bool pre_image;       /* log the old document first (findAndModify) */
+    bool whole_post;      /* log an update's new document whole, not its diff
+                           * (findAndModify: a retry answers with it) */
     uint64_t prev_ts;     /* the session's previous entry in this txnNumber; 0: none */
     int64_t prev_term;
     /* Set by the observer when it wrote the statement's entry (the last

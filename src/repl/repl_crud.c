@@ -2,9 +2,11 @@
  * repl_crud.c: a grouped document entry (repl_apply.c) applied straight
  * through storage, without building a command and running it: an `i` or
  * `u` entry (the whole new document) replaces the document of its _id or
- * inserts it, a `d` entry deletes the document of its _id, each with
- * sbl_write, whose observer writes the entry in our oplog, as the command
- * would (repl_oplog.c).  This is what the upserting replacement by _id and
+ * inserts it, a `u` entry logged as its diff (o: {$v: 2, diff}, o2: {_id})
+ * has the diff applied to the document of o2's _id (none: nothing to
+ * change, a replayed entry's), a `d` entry deletes the document of its
+ * _id, each with sbl_write, whose observer writes the entry in our oplog,
+ * as the command would (repl_oplog.c).  This is what the upserting replacement by _id and
  * the delete by _id of repl_sync.c's entry_command do, less the command
  * layer's parsing, replies and document validation (mongod does not
  * validate documents on secondaries either).
@@ -47,9 +49,24 @@ static int apply_direct(const bson_t *e, sbl_coll_t *given, bool own_entry, sbl_
     if (op == NULL || ns == NULL || !have_o || op[1] != '\0' ||
         (op[0] != 'i' && op[0] != 'u' && op[0] != 'd'))
         return SBL_RS_NOT_DIRECT;
-    /* _id first (the stored form); a delete's o is {_id} alone */
-    if (!bson_iter_init(&it, &o) || !bson_iter_next(&it) || strcmp(bson_iter_key(&it), "_id") != 0)
+    bson_t o2, vdiff;
+    bool v2 = false;
+    if (op[0] == 'u' && bson_iter_init(&it, &o) && bson_iter_next(&it) &&
+        strcmp(bson_iter_key(&it), "$v") == 0) {
+        bson_iter_t f;
+        if (!bson_iter_init_find(&f, e, "o2") || !BSON_ITER_HOLDS_DOCUMENT(&f) ||
+            !sbl_iter_doc(&f, &o2) || !bson_iter_init_find(&f, &o, "diff") ||
+            !BSON_ITER_HOLDS_DOCUMENT(&f) || !sbl_iter_doc(&f, &vdiff))
+            return SBL_RS_NOT_DIRECT;
+        v2 = true;
+        if (!bson_iter_init(&it, &o2) || !bson_iter_next(&it) ||
+            strcmp(bson_iter_key(&it), "_id") != 0)
+            return SBL_RS_NOT_DIRECT;
+    } else if (!bson_iter_init(&it, &o) || !bson_iter_next(&it) ||
+               strcmp(bson_iter_key(&it), "_id") != 0) {
+        /* _id first (the stored form); a delete's o is {_id} alone */
         return SBL_RS_NOT_DIRECT;
+    }
     bson_value_t id;
     sbl_iter_value(&it, &id);
     if (op[0] == 'd' && bson_iter_next(&it))
@@ -93,7 +110,16 @@ static int apply_direct(const bson_t *e, sbl_coll_t *given, bool own_entry, sbl_
             sbl_coll_release(c);
         return own_entry ? rc : SBL_RS_NOT_DIRECT;
     }
-    if (op[0] == 'd') {
+    if (v2) {
+        if (found) {
+            bson_t post = BSON_INITIALIZER;
+            rc = sbl_repl_diff_apply(&old, &vdiff, &post, err);
+            if (rc == 0 && (old.len != post.len ||
+                            memcmp(bson_get_data(&old), bson_get_data(&post), post.len) != 0))
+                rc = sbl_write(s, c, SBL_WRITE_UPDATE, &old, &post, NULL, err);
+            bson_destroy(&post);
+        }
+    } else if (op[0] == 'd') {
         if (found)
             rc = sbl_write(s, c, SBL_WRITE_DELETE, &old, NULL, NULL, err);
     } else if (!found) {

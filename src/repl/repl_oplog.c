@@ -532,7 +532,7 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         e.o = new_doc;
         e.o2 = &key;
         break;
-    case SBL_WRITE_UPDATE: /* the post-image as a replacement (see docs/replication.md) */
+    case SBL_WRITE_UPDATE: /* the post-image, or its diff (below) */
         e.op = 'u';
         e.o = new_doc;
         e.o2 = &key;
@@ -547,15 +547,34 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         break;
     }
     sbl_repl_txn_ops_t *ops = sbl_repl_cur_txn_ops();
+    sbl_repl_stmt_t *st = sbl_repl_cur_stmt();
+    /* An update as mongod 7.0 logs one: o: {$v: 2, diff}, when the diff
+     * gives back exactly the new document (applied to the old one as every
+     * member applies it, repl_diff.c); else, and in a transaction's
+     * operations and a retryable findAndModify's entry (whose retry answers
+     * with it), the new document whole, the diff beside it. */
+    bson_t v2 = BSON_INITIALIZER;
+    if (ops == NULL && e.diff != NULL && (st == NULL || !st->whole_post)) {
+        bson_t back = BSON_INITIALIZER;
+        sbl_err_t derr;
+        sbl_err_clear(&derr);
+        if (sbl_repl_diff_apply(old_doc, &diff, &back, &derr) == 0 && bson_equal(&back, new_doc)) {
+            BSON_APPEND_INT32(&v2, "$v", 2);
+            BSON_APPEND_DOCUMENT(&v2, "diff", &diff);
+            e.o = &v2;
+            e.diff = NULL;
+        }
+        bson_destroy(&back);
+    }
     if (ops != NULL) { /* a multi-document transaction: one applyOps entry at commit */
         rc = sbl_repl_txn_ops_add(ops, e.op, e.ns, e.uuid, e.o, e.o2, e.diff,
                                   kind != SBL_WRITE_INSERT && wants_images(c) ? old_doc : NULL,
                                   err);
         bson_destroy(&key);
         bson_destroy(&diff);
+        bson_destroy(&v2);
         return rc;
     }
-    sbl_repl_stmt_t *st = sbl_repl_cur_stmt();
     if (st == NULL) {
         rc = sbl_oplog_append(s, &e, err);
         if (rc == 0)
@@ -564,6 +583,7 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
             rc = sbl_repl_write_preimage(s, sbl_coll_uuid(c), e.ts, 0, e.wall_ms, old_doc, err);
         bson_destroy(&key);
         bson_destroy(&diff);
+        bson_destroy(&v2);
         return rc;
     }
     /* A retryable write's statement: the pre-image first when asked, then
@@ -598,6 +618,7 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         rc = sbl_repl_write_preimage(s, sbl_coll_uuid(c), e.ts, 0, e.wall_ms, old_doc, err);
     bson_destroy(&key);
     bson_destroy(&diff);
+    bson_destroy(&v2);
     return rc;
 }
 

@@ -64,6 +64,38 @@ static const char *coll_of(const char *ns, char *db, size_t n)
     return dot != NULL ? dot + 1 : "";
 }
 
+/* The new document of update entry e logged as its diff (o, {$v: 2,
+ * diff}): the document of o2's _id as this member holds it, with the diff
+ * applied; false when the member has no such document (a replayed entry
+ * of a document deleted later) or the entry is malformed. */
+static bool diff_post_image(const bson_t *e, const char *ns, const bson_t *o, bson_t *post)
+{
+    bson_iter_t it;
+    bson_t o2, diff, old;
+    sbl_session_t *s = sbl_session_get();
+    sbl_coll_t *c = NULL;
+    sbl_err_t err;
+    bool found = false;
+    sbl_err_clear(&err);
+    if (s == NULL || !bson_iter_init_find(&it, e, "o2") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !sbl_iter_doc(&it, &o2) || !bson_iter_init_find(&it, o, "diff") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&it) || !sbl_iter_doc(&it, &diff) ||
+        !bson_iter_init_find(&it, &o2, "_id") || sbl_coll_open(s, ns, false, &c, NULL, &err) != 0)
+        return false;
+    bson_value_t id;
+    sbl_iter_value(&it, &id);
+    if (sbl_coll_get(s, c, &id, &old, &found, &err) == 0 && found) {
+        bson_init(post);
+        if (sbl_repl_diff_apply(&old, &diff, post, &err) != 0) {
+            bson_destroy(post);
+            found = false;
+        }
+        bson_destroy(&old);
+    }
+    sbl_coll_release(c);
+    return found;
+}
+
 /* The command that makes entry e's change on this member. */
 static bool entry_command(const bson_t *e, char *db, size_t dbn, bson_t *cmd)
 {
@@ -81,9 +113,19 @@ static bool entry_command(const bson_t *e, char *db, size_t dbn, bson_t *cmd)
     bson_iter_t id;
     switch (op[0]) {
     case 'i':
-    case 'u': /* both carry the whole document: an upserting replacement */
-        if (!bson_iter_init_find(&id, &o, "_id"))
+    case 'u': { /* the whole document (an update's, or its diff applied): an upserting
+                 * replacement */
+        bson_t post;
+        bool from_diff = op[0] == 'u' && bson_iter_init(&id, &o) && bson_iter_next(&id) &&
+                         strcmp(bson_iter_key(&id), "$v") == 0;
+        if (from_diff && !diff_post_image(e, ns, &o, &post))
             return false;
+        const bson_t *doc = from_diff ? &post : &o;
+        if (!bson_iter_init_find(&id, doc, "_id")) {
+            if (from_diff)
+                bson_destroy(&post);
+            return false;
+        }
         BSON_APPEND_UTF8(cmd, "update", coll);
         BSON_APPEND_ARRAY_BEGIN(cmd, "updates", &arr);
         BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &u);
@@ -91,11 +133,14 @@ static bool entry_command(const bson_t *e, char *db, size_t dbn, bson_t *cmd)
         BSON_APPEND_DOCUMENT_BEGIN(&u, "q", &q);
         sbl_append_iter(&q, "_id", 3, &id);
         bson_append_document_end(&u, &q);
-        BSON_APPEND_DOCUMENT(&u, "u", &o);
+        BSON_APPEND_DOCUMENT(&u, "u", doc);
         BSON_APPEND_BOOL(&u, "upsert", true);
         bson_append_document_end(&arr, &u);
         bson_append_array_end(cmd, &arr);
+        if (from_diff)
+            bson_destroy(&post);
         return true;
+    }
     case 'd':
         BSON_APPEND_UTF8(cmd, "delete", coll);
         BSON_APPEND_ARRAY_BEGIN(cmd, "deletes", &arr);

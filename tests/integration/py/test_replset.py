@@ -194,7 +194,7 @@ def test_crud_and_oplog_shapes(primary):
     assert ins["ui"] == uuid
     upd = entries[2]
     assert (upd["op"], upd["o2"]) == ("u", {"_id": 1})
-    assert upd["o"] == {"_id": 1, "a": 2}  # the post-image (see docs/replication.md)
+    assert upd["o"] == {"$v": 2, "diff": {"u": {"a": 2}}}  # mongod's form (replication.md)
     rep = entries[3]
     assert (rep["op"], rep["o"], rep["o2"]) == ("u", {"_id": 1, "b": 3}, {"_id": 1})
     dele = entries[4]

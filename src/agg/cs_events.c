@@ -91,11 +91,8 @@ static bool entry_read(const bson_t *doc, cs_entry_t *e)
             e->has_txn = true;
         }
     }
-    bson_iter_t v;
-    if (e->op == 'u' && e->has_o && bson_iter_init(&v, &e->o) && bson_iter_next(&v) &&
-        strcmp(bson_iter_key(&v), "$v") == 0 && bson_iter_init_find(&v, &e->o, "diff") &&
-        BSON_ITER_HOLDS_DOCUMENT(&v))
-        e->o_is_diff = e->has_diff = sbl_iter_doc(&v, &e->diff);
+    if (e->op == 'u' && e->has_o && sbl_repl_entry_diff(&e->o, &e->diff))
+        e->o_is_diff = e->has_diff = true;
     return e->op != 0 && e->ns != NULL && e->has_o;
 }
 

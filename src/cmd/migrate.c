@@ -206,11 +206,11 @@ static bool key_may_change(const mig_spec_t *s);
 
 bool mig_entry_in_range(sbl_session_t *ss, const mig_spec_t *s, const bson_t *e)
 {
-    bson_t o, o2, doc;
+    bson_t o, o2, doc, diff;
     bson_iter_t it;
     if (!mig_doc_of(e, "o", &o))
         return false;
-    if (!(bson_iter_init(&it, &o) && bson_iter_next(&it) && strcmp(bson_iter_key(&it), "$v") == 0))
+    if (!sbl_repl_entry_diff(&o, &diff))
         return mig_in_range(s, &o);
     if (!mig_doc_of(e, "o2", &o2))
         return false;
@@ -449,7 +449,8 @@ static bool update_moves_key(const mig_spec_t *s, const bson_t *e)
 {
     bson_t diff, part, o;
     bson_iter_t k, it;
-    if (!mig_doc_of(e, "diff", &diff) && !(mig_doc_of(e, "o", &o) && mig_doc_of(&o, "diff", &diff)))
+    if (!mig_doc_of(e, "diff", &diff) &&
+        !(mig_doc_of(e, "o", &o) && sbl_repl_entry_diff(&o, &diff)))
         return true;
     bson_iter_init(&k, s->key);
     while (bson_iter_next(&k)) {

@@ -296,6 +296,9 @@ void sbl_repl_flow_append_status(bson_t *r);
  * diff) and ignored on any other.  FailedToParse when diff is no diff (out
  * then holds part of the result). */
 int sbl_repl_diff_apply(const bson_t *pre, const bson_t *diff, bson_t *out, sbl_err_t *err);
+/* Whether update entry o is an update logged as its diff, {$v: 2, diff}
+ * (mongod's form); the diff into *diff (a view into o). */
+bool sbl_repl_entry_diff(const bson_t *o, bson_t *diff);
 
 /* The next update on this thread is a replacement (on) or an operator
  * update (off, the default): an update's entry then carries its diff.  The

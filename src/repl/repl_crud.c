@@ -50,16 +50,11 @@ static int apply_direct(const bson_t *e, sbl_coll_t *given, bool own_entry, sbl_
         (op[0] != 'i' && op[0] != 'u' && op[0] != 'd'))
         return SBL_RS_NOT_DIRECT;
     bson_t o2, vdiff;
-    bool v2 = false;
-    if (op[0] == 'u' && bson_iter_init(&it, &o) && bson_iter_next(&it) &&
-        strcmp(bson_iter_key(&it), "$v") == 0) {
+    bool v2 = op[0] == 'u' && sbl_repl_entry_diff(&o, &vdiff);
+    if (v2) { /* the document's _id is o2's */
         bson_iter_t f;
         if (!bson_iter_init_find(&f, e, "o2") || !BSON_ITER_HOLDS_DOCUMENT(&f) ||
-            !sbl_iter_doc(&f, &o2) || !bson_iter_init_find(&f, &o, "diff") ||
-            !BSON_ITER_HOLDS_DOCUMENT(&f) || !sbl_iter_doc(&f, &vdiff))
-            return SBL_RS_NOT_DIRECT;
-        v2 = true;
-        if (!bson_iter_init(&it, &o2) || !bson_iter_next(&it) ||
+            !sbl_iter_doc(&f, &o2) || !bson_iter_init(&it, &o2) || !bson_iter_next(&it) ||
             strcmp(bson_iter_key(&it), "_id") != 0)
             return SBL_RS_NOT_DIRECT;
     } else if (!bson_iter_init(&it, &o) || !bson_iter_next(&it) ||
@@ -110,23 +105,25 @@ static int apply_direct(const bson_t *e, sbl_coll_t *given, bool own_entry, sbl_
             sbl_coll_release(c);
         return own_entry ? rc : SBL_RS_NOT_DIRECT;
     }
-    if (v2) {
-        if (found) {
-            bson_t post = BSON_INITIALIZER;
-            rc = sbl_repl_diff_apply(&old, &vdiff, &post, err);
-            if (rc == 0 && (old.len != post.len ||
-                            memcmp(bson_get_data(&old), bson_get_data(&post), post.len) != 0))
-                rc = sbl_write(s, c, SBL_WRITE_UPDATE, &old, &post, NULL, err);
-            bson_destroy(&post);
-        }
+    /* the new document: o, or the diff applied to the one the member has */
+    bson_t post = BSON_INITIALIZER;
+    const bson_t *doc = &o;
+    if (v2 && found) {
+        rc = sbl_repl_diff_apply(&old, &vdiff, &post, err);
+        doc = &post;
+    }
+    if (rc != 0 || (v2 && !found)) {
+        /* a diff that is none, or of a document the member lacks: nothing */
     } else if (op[0] == 'd') {
         if (found)
             rc = sbl_write(s, c, SBL_WRITE_DELETE, &old, NULL, NULL, err);
     } else if (!found) {
-        rc = sbl_write(s, c, SBL_WRITE_INSERT, NULL, &o, NULL, err);
-    } else if (old.len != o.len || memcmp(bson_get_data(&old), bson_get_data(&o), o.len) != 0) {
-        rc = sbl_write(s, c, SBL_WRITE_UPDATE, &old, &o, NULL, err);
+        rc = sbl_write(s, c, SBL_WRITE_INSERT, NULL, doc, NULL, err);
+    } else if (old.len != doc->len ||
+               memcmp(bson_get_data(&old), bson_get_data(doc), doc->len) != 0) {
+        rc = sbl_write(s, c, SBL_WRITE_UPDATE, &old, doc, NULL, err);
     }
+    bson_destroy(&post);
     if (found)
         bson_destroy(&old);
 done:

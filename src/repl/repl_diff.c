@@ -398,3 +398,11 @@ int sbl_repl_diff_apply(const bson_t *pre, const bson_t *diff, bson_t *out, sbl_
 {
     return apply_doc(pre, diff, out, 0, err);
 }
+
+bool sbl_repl_entry_diff(const bson_t *o, bson_t *diff)
+{
+    bson_iter_t it;
+    return bson_iter_init(&it, o) && bson_iter_next(&it) && strcmp(bson_iter_key(&it), "$v") == 0 &&
+           bson_iter_init_find(&it, o, "diff") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+           iter_doc(&it, diff);
+}

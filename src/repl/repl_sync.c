@@ -64,29 +64,28 @@ static const char *coll_of(const char *ns, char *db, size_t n)
     return dot != NULL ? dot + 1 : "";
 }
 
-/* The new document of update entry e logged as its diff (o, {$v: 2,
- * diff}): the document of o2's _id as this member holds it, with the diff
+/* The new document of update entry e logged as diff (o: {$v: 2, diff}):
+ * the document of o2's _id as this member holds it, with the diff
  * applied; false when the member has no such document (a replayed entry
  * of a document deleted later) or the entry is malformed. */
-static bool diff_post_image(const bson_t *e, const char *ns, const bson_t *o, bson_t *post)
+static bool diff_post_image(const bson_t *e, const char *ns, const bson_t *diff, bson_t *post)
 {
     bson_iter_t it;
-    bson_t o2, diff, old;
+    bson_t o2, old;
     sbl_session_t *s = sbl_session_get();
     sbl_coll_t *c = NULL;
     sbl_err_t err;
     bool found = false;
     sbl_err_clear(&err);
     if (s == NULL || !bson_iter_init_find(&it, e, "o2") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
-        !sbl_iter_doc(&it, &o2) || !bson_iter_init_find(&it, o, "diff") ||
-        !BSON_ITER_HOLDS_DOCUMENT(&it) || !sbl_iter_doc(&it, &diff) ||
-        !bson_iter_init_find(&it, &o2, "_id") || sbl_coll_open(s, ns, false, &c, NULL, &err) != 0)
+        !sbl_iter_doc(&it, &o2) || !bson_iter_init_find(&it, &o2, "_id") ||
+        sbl_coll_open(s, ns, false, &c, NULL, &err) != 0)
         return false;
     bson_value_t id;
     sbl_iter_value(&it, &id);
     if (sbl_coll_get(s, c, &id, &old, &found, &err) == 0 && found) {
         bson_init(post);
-        if (sbl_repl_diff_apply(&old, &diff, post, &err) != 0) {
+        if (sbl_repl_diff_apply(&old, diff, post, &err) != 0) {
             bson_destroy(post);
             found = false;
         }
@@ -115,10 +114,9 @@ static bool entry_command(const bson_t *e, char *db, size_t dbn, bson_t *cmd)
     case 'i':
     case 'u': { /* the whole document (an update's, or its diff applied): an upserting
                  * replacement */
-        bson_t post;
-        bool from_diff = op[0] == 'u' && bson_iter_init(&id, &o) && bson_iter_next(&id) &&
-                         strcmp(bson_iter_key(&id), "$v") == 0;
-        if (from_diff && !diff_post_image(e, ns, &o, &post))
+        bson_t post, diff;
+        bool from_diff = op[0] == 'u' && sbl_repl_entry_diff(&o, &diff);
+        if (from_diff && !diff_post_image(e, ns, &diff, &post))
             return false;
         const bson_t *doc = from_diff ? &post : &o;
         if (!bson_iter_init_find(&id, doc, "_id")) {

@@ -232,6 +232,9 @@ static int run_job(job_t *j, sbl_err_t *err)
 static void *writer_main(void *arg)
 {
     int w = (int)(intptr_t)arg;
+    char name[32];
+    snprintf(name, sizeof(name), "ReplWriter-%d", w);
+    sbl_thread_name(name);
     cur_writer = w;
     pthread_mutex_lock(&pool.mu);
     for (;;) {

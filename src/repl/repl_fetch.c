@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "net/net.h"
 
 #define FETCH_MAX_BYTES (2 * 1024 * 1024)
@@ -186,6 +187,7 @@ static reply_t *run(int fd, const bson_t *cmd, const bson_t *extra, uint32_t fla
 
 static void *fetch_main(void *arg)
 {
+    sbl_thread_name("BackgroundSync");
     sbl_rs_fetcher_t *f = arg;
     int fd = sbl_rs_dial(f->host);
     int64_t id = 0;

@@ -904,6 +904,9 @@ static int npeer_threads;
 static void *peer_main(void *arg)
 {
     int i = (int)(intptr_t)arg;
+    char name[32];
+    snprintf(name, sizeof(name), "ReplHB-%d", i);
+    sbl_thread_name(name);
     pthread_mutex_lock(&rs.lock);
     while (!rs.stopping) {
         int64_t now = sbl_now_ms();
@@ -962,6 +965,7 @@ static void timer_election_locked(const char *msg, const char *reason)
  * senders run beside it, one per member slot, started as the set grows. */
 static void *hb_main(void *arg)
 {
+    sbl_thread_name("ReplCoord");
     (void)arg;
     pthread_mutex_lock(&rs.lock);
     while (!rs.stopping) {

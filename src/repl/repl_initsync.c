@@ -176,6 +176,7 @@ static void batch_free(clone_batch_t *b)
 
 static void *fetch_main(void *arg)
 {
+    sbl_thread_name("InitialSyncer");
     clone_pipe_t *p = arg;
     const bson_t *doc;
     bson_error_t e;

@@ -174,6 +174,7 @@ static void keys_generate(void)
 
 static void *keys_main(void *arg)
 {
+    sbl_thread_name("monitoring-keys-for-HMAC");
     (void)arg;
     pthread_mutex_lock(&thr_lock);
     while (!thr_stop) {

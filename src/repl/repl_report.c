@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "net/net.h"
 #include "storage/storage.h"
 
@@ -188,6 +189,7 @@ void sbl_rs_report_position(const char *host)
 
 static void *reporter_main(void *arg)
 {
+    sbl_thread_name("SyncSourceFeedback");
     sbl_rs_reporter_t *r = arg;
     int fd = sbl_rs_dial(r->host); /* again at the next report when it failed */
     uint64_t sent = 0;

@@ -976,6 +976,7 @@ static bool own_write_in_flight_locked(int64_t *since_ms)
 
 static void *sync_main(void *arg)
 {
+    sbl_thread_name("OplogApplier");
     (void)arg;
     char last_host[256] = ""; /* the member tailed last ("" none yet) */
     int64_t in_flight_since = 0;

@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "storage/storage.h"
 
 #define rs sbl_rs
@@ -202,6 +203,7 @@ void sbl_rs_waits_answer(void *done)
 
 static void *waiter_main(void *arg)
 {
+    sbl_thread_name("ReplWaiter");
     (void)arg;
     pthread_mutex_lock(&rs.lock);
     for (;;) {

@@ -20,6 +20,7 @@ Run it beside bench/replset --port P (ports P, P+1, P+2).
 """
 import argparse
 import os
+import signal
 import sys
 import time
 
@@ -97,57 +98,60 @@ def main():
     rows = []
     start = time.time()
     misses = 0
-    try:
-        while not a.seconds or time.time() - start < a.seconds:
-            now = time.time()
-            got = {}
-            for m in members:
-                try:
-                    got[m.port] = m.sample()
-                except pymongo.errors.PyMongoError:
-                    pass
-            if not got:
-                misses += 1
-                if misses > 20:
-                    break
-                time.sleep(a.interval)
+    # Ctrl-C (or bench/replset's SIGINT) ends the sampling at the next row: a
+    # KeyboardInterrupt raised inside a driver call could be taken for a
+    # failed sample and the loop would run on until every member is gone.
+    stop = []
+    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    while not stop and (not a.seconds or time.time() - start < a.seconds):
+        now = time.time()
+        got = {}
+        for m in members:
+            try:
+                got[m.port] = m.sample()
+            except pymongo.errors.PyMongoError:
+                pass
+        if not got:
+            misses += 1
+            if misses > 20:
+                break
+            time.sleep(a.interval)
+            continue
+        misses = 0
+        prim = next((d for d in got.values() if d["primary"]), None)
+        if prim is not None and (not first_seen or prim["ts"] > first_seen[-1][1]):
+            first_seen.append((now, prim["ts"]))
+        row = {"t": now - start}
+        cols = ["%7.1f" % (now - start)]
+        for m in members:
+            d = got.get(m.port)
+            if d is None:
+                cols.append(":%d -" % m.port)
                 continue
-            misses = 0
-            prim = next((d for d in got.values() if d["primary"]), None)
-            if prim is not None and (not first_seen or prim["ts"] > first_seen[-1][1]):
-                first_seen.append((now, prim["ts"]))
-            row = {"t": now - start}
-            cols = ["%7.1f" % (now - start)]
-            for m in members:
-                d = got.get(m.port)
-                if d is None:
-                    cols.append(":%d -" % m.port)
-                    continue
-                if d["primary"]:
-                    cols.append(":%d P cpu %3.0f%% fc %s rate %d ckpt %d dirty %dM" % (
-                        m.port, d["cpu_pct"], "LAG" if d["fc_lagged"] else "ok",
-                        min(d["fc_rate"], 10**9), d["ckpt"], d["dirty"] >> 20))
-                    continue
-                lag = 0.0
-                for t, ts in first_seen:
-                    if ts > d["ts"]:
-                        lag = now - t
-                        break
-                row[m.port] = (lag, d)
-                cols.append(":%d cpu %3.0f%% f %5d a %5d lag %5.2f ckpt %d dirty %5dM ev %d/%d wr %d src %s" % (
-                    m.port, d["cpu_pct"], d["d_fetched"], d["d_applied"], lag, d["ckpt"], d["dirty"] >> 20,
-                    d["d_evicted"], d["d_app_evicted"], d["d_written"], d["source"].split(":")[-1]))
-            # entries every member has applied are of no more use
-            applied = [v[1]["ts"] for k, v in row.items() if k != "t"]
-            if applied:
-                low = min(applied)
-                while len(first_seen) > 1 and first_seen[1][1] <= low:
-                    first_seen.pop(0)
-            rows.append(row)
-            print("  ".join(cols), file=out, flush=True)
-            time.sleep(max(0.0, a.interval - (time.time() - now)))
-    except KeyboardInterrupt:
-        pass
+            if d["primary"]:
+                cols.append(":%d P cpu %3.0f%% fc %s rate %d ckpt %d dirty %dM" % (
+                    m.port, d["cpu_pct"], "LAG" if d["fc_lagged"] else "ok",
+                    min(d["fc_rate"], 10**9), d["ckpt"], d["dirty"] >> 20))
+                continue
+            lag = 0.0
+            for t, ts in first_seen:
+                if ts > d["ts"]:
+                    lag = now - t
+                    break
+            row[m.port] = (lag, d)
+            cols.append(":%d cpu %3.0f%% f %5d a %5d lag %5.2f ckpt %d dirty %5dM ev %d/%d wr %d src %s" % (
+                m.port, d["cpu_pct"], d["d_fetched"], d["d_applied"], lag, d["ckpt"], d["dirty"] >> 20,
+                d["d_evicted"], d["d_app_evicted"], d["d_written"], d["source"].split(":")[-1]))
+        # entries every member has applied are of no more use
+        applied = [v[1]["ts"] for k, v in row.items() if k != "t"]
+        if applied:
+            low = min(applied)
+            while len(first_seen) > 1 and first_seen[1][1] <= low:
+                first_seen.pop(0)
+        rows.append(row)
+        print("  ".join(cols), file=out, flush=True)
+        time.sleep(max(0.0, a.interval - (time.time() - now)))
     # the stalls
     print("\nstalls (lag over %.2f s):" % a.stall, file=out)
     for m in members:

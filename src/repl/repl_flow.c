@@ -33,11 +33,13 @@
  */
 #include "repl/repl_int.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -59,9 +61,26 @@ typedef struct param {
     _Atomic double v;
 } param_t;
 
-enum { P_ENABLED, P_TARGET_LAG, P_THRESHOLD, P_MAX_SAMPLES, P_SAMPLE_PERIOD, P_MIN_TICKETS,
-       P_WARN_S, P_DECAY, P_FUDGE, P_ADDER, P_MULTIPLIER, P_SYNC_LAG, P_SYNC_THRESHOLD,
-       P_SYNC_CHANGES, P_BATCH_DELAY, P_FETCH_EXHAUST, P_COUNT };
+enum {
+    P_ENABLED,
+    P_TARGET_LAG,
+    P_THRESHOLD,
+    P_MAX_SAMPLES,
+    P_SAMPLE_PERIOD,
+    P_MIN_TICKETS,
+    P_WARN_S,
+    P_DECAY,
+    P_FUDGE,
+    P_ADDER,
+    P_MULTIPLIER,
+    P_SYNC_LAG,
+    P_SYNC_THRESHOLD,
+    P_SYNC_CHANGES,
+    P_BATCH_DELAY,
+    P_FETCH_EXHAUST,
+    P_PRIMARY_NICE,
+    P_COUNT
+};
 
 static param_t params[P_COUNT] = {
     [P_ENABLED] = {"enableFlowControl", P_BOOL, false, B_NONE, 0, 0, 1},
@@ -85,6 +104,8 @@ static param_t params[P_COUNT] = {
     [P_BATCH_DELAY] = {"oplogBatchDelayMillis", P_INT, false, B_GTE, 0, 0, 0},
     /* the fetcher's (repl_fetch.c): read when a fetch starts */
     [P_FETCH_EXHAUST] = {"oplogFetcherUsesExhaust", P_BOOL, true, B_NONE, 0, 0, 1},
+    /* Sable's own: the refresher's (primary_nice below) */
+    [P_PRIMARY_NICE] = {"primaryAutogroupNice", P_INT, false, B_GTE_LTE, 0, 19, 0},
 };
 
 static double pv(int i)
@@ -358,6 +379,68 @@ static int32_t next_tickets(void)
     return tickets;
 }
 
+/* ---- the primary's CPU weight on a shared host ------------------------------
+ *
+ * Members of one set on one host (a local set, sable-cluster's) share its
+ * CPUs, and Linux's scheduler gives each session (autogroup) one share.  A
+ * primary taking w:1 writes as fast as its clients send them keeps about
+ * half of two cores; each secondary, whose applier is one thread, gets what
+ * is left and falls behind (bench/replset: lag p99 of seconds, while every
+ * member's threads are runnable, not waiting for the disk).  With
+ * primaryAutogroupNice N > 0, a member that is a writable primary sets its
+ * autogroup's nice value to N (and back when it no longer is), so runnable
+ * secondaries come first and the primary takes what they leave: the
+ * scheduler does what flow control does by tickets, with no idle CPU.
+ * Only a member that leads its own session (sabled --fork, sable-cluster)
+ * touches its autogroup: otherwise the group is shared with the processes
+ * that started it.  0 (the default) leaves the process alone; a failure to
+ * write /proc/self/autogroup (no CONFIG_SCHED_AUTOGROUP) is logged once.  */
+
+static int nice_base = -1; /* the autogroup's value before the first change */
+static int nice_set = -1;  /* the value last written (-1: none) */
+static bool nice_failed;
+
+static void set_autogroup_nice(int v)
+{
+    bool ok = false;
+    FILE *f = fopen("/proc/self/autogroup", "r+");
+    if (f != NULL) {
+        /* it reads "/autogroup-ID nice N" */
+        if (nice_base < 0 && fscanf(f, "%*s nice %d", &nice_base) != 1)
+            nice_base = 0;
+        if (v < 0)
+            v = nice_base;
+        ok = fseek(f, 0, SEEK_SET) == 0 && fprintf(f, "%d\n", v) > 0;
+        if (fclose(f) != 0)
+            ok = false;
+    }
+    bson_t attr = BSON_INITIALIZER;
+    if (!ok) {
+        nice_failed = true;
+        BSON_APPEND_UTF8(&attr, "error", strerror(errno));
+        sbl_log(SBL_LOG_INFO, "REPL", 7350001,
+                "primaryAutogroupNice: cannot set the "
+                "autogroup's nice value",
+                &attr);
+    } else {
+        nice_set = v;
+        BSON_APPEND_INT32(&attr, "nice", v);
+        sbl_log(SBL_LOG_INFO, "REPL", 7350002, "Autogroup nice value set", &attr);
+    }
+    bson_destroy(&attr);
+}
+
+/* Once a second: the value a primary wants (-1: the one it started with). */
+static void primary_nice(void)
+{
+    int param = (int)pv(P_PRIMARY_NICE);
+    int want = sbl_repl_writable() && sbl_repl_is_primary() && param > 0 ? param : -1;
+    if (nice_failed || getsid(0) != getpid())
+        return;
+    if (nice_set < 0 ? want >= 0 : (want >= 0 ? want : nice_base) != nice_set)
+        set_autogroup_nice(want);
+}
+
 /* ---- the refresher thread --------------------------------------------------- */
 
 static pthread_t refresher;
@@ -365,11 +448,13 @@ static bool refresher_running;
 
 static void *refresher_main(void *arg)
 {
+    sbl_thread_name("FlowControlRefresher");
     (void)arg;
     int64_t next = sbl_now_us();
     while (!atomic_load(&stopping)) {
         next += 1000000;
         refresh_to(next_tickets());
+        primary_nice();
         while (!atomic_load(&stopping) && sbl_now_us() < next) {
             struct timespec t = {0, 50 * 1000 * 1000};
             nanosleep(&t, NULL);
@@ -401,6 +486,8 @@ void sbl_rs_flow_stop(void)
     if (refresher_running)
         pthread_join(refresher, NULL);
     refresher_running = false;
+    if (nice_set >= 0 && nice_set != nice_base && !nice_failed)
+        set_autogroup_nice(-1); /* no longer a member: as it started */
     refresh_to(FLOW_MAX_TICKETS);
     pthread_mutex_lock(&sample_mu);
     sbl_flow_samples_free(&samples);

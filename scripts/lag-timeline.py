@@ -9,7 +9,8 @@ optime this member has not applied yet; 0 when level), whether a
 WiredTiger checkpoint is running, dirty cache MB, pages evicted and written
 since the last sample, and its sync source; for every member its CPU use
 (from /proc, when it runs on this host); for the primary, flow control's
-isLagged and its ticket rate.  At the end (Ctrl-C, --seconds, or every member
+isLagged and its ticket rate, and "niced" while primaryAutogroupNice is in
+force.  At the end (Ctrl-C, --seconds, or every member
 gone) it lists the stalls: runs of samples where a member's lag passed
 --stall seconds, with what was happening meanwhile.
 
@@ -70,6 +71,7 @@ class Member:
             "source": repl.get("syncSource", {}).get("host", ""),
             "fc_lagged": fc.get("isLagged", False),
             "fc_rate": fc.get("targetRateLimit", 0),
+            "niced": fc.get("primaryNiced", False),
         }
         cur["cpu"] = cpu_s(s.get("pid"))
         cur["at"] = time.time()
@@ -130,9 +132,10 @@ def main():
                 cols.append(":%d -" % m.port)
                 continue
             if d["primary"]:
-                cols.append(":%d P cpu %3.0f%% fc %s rate %d ckpt %d dirty %dM" % (
+                cols.append(":%d P cpu %3.0f%% fc %s rate %d%s ckpt %d dirty %dM" % (
                     m.port, d["cpu_pct"], "LAG" if d["fc_lagged"] else "ok",
-                    min(d["fc_rate"], 10**9), d["ckpt"], d["dirty"] >> 20))
+                    min(d["fc_rate"], 10**9), " niced" if d["niced"] else "",
+                    d["ckpt"], d["dirty"] >> 20))
                 continue
             lag = 0.0
             for t, ts in first_seen:

@@ -1,17 +1,24 @@
 """
 primaryAutogroupNice (src/repl/repl_flow.c, docs/replication.md "Lag under
-w: 1"): members of a set on one host share its CPUs; the member that is a
-writable primary sets its Linux autogroup's nice value to the parameter, and
-back to the value it started with once it is no longer primary, so the
-secondaries applying its writes get the CPU first.
+w: 1"): members of a set on one host share its CPUs; a writable primary whose
+data-bearing members fall 250 ms behind its last write sets its Linux
+autogroup's nice value to the parameter, so they get the CPU first, and puts
+back the value it started with once they have kept within 50 ms for a second,
+or once it is no longer primary.
 
 - A set from sable-cluster (members lead their own sessions, so each has an
-  autogroup of its own) with --primary-nice 7: the primary's autogroup says
-  nice 7, the secondaries' 0; after replSetStepDown the new primary's says 7
-  and the old one's 0 again; setParameter primaryAutogroupNice=0 at run time
-  puts the primary back to 0; getParameter shows the value, 20 is BadValue.
+  autogroup of its own) with --primary-nice 7: caught up (for a second),
+  every member's autogroup says nice 0; with one secondary's applier paused
+  (rsSyncApplyStop) and writes going on, the primary's says 7 and
+  serverStatus.flowControl
+  says primaryNiced; after replSetStepDown the old primary's is 0 again and
+  the new primary's 7 (the paused member still lags); setParameter
+  primaryAutogroupNice=0 at run time puts it back to 0; with the applier
+  running again and the members caught up, a primary stays at 0.
+  getParameter shows the value, 20 is BadValue.
 - A member that does not lead its session (started by this test, in the
-  test's session) leaves the shared autogroup alone.
+  test's session) leaves the shared autogroup alone, and so does the primary
+  of a one-member set (nobody to give way to).
 """
 import json
 import os
@@ -21,6 +28,7 @@ import time
 
 import pytest
 from pymongo.errors import OperationFailure
+from pymongo.write_concern import WriteConcern
 
 from sabled import one_member_set
 from test_replset_drivers import cluster, port_run
@@ -48,34 +56,55 @@ def primary_index(ports):
     return None
 
 
-def test_the_primary_lowers_its_autogroup_weight_and_gives_it_back():
+def niced(port):
+    import pymongo
+    with pymongo.MongoClient("127.0.0.1", port, directConnection=True) as c:
+        return c.admin.command("serverStatus")["flowControl"]
+
+
+def test_the_primary_lowers_its_autogroup_weight_while_members_lag():
     import pymongo
     d = tempfile.mkdtemp(prefix="sable-primary-nice-")
     base = port_run(3)
     ports = [base, base + 1, base + 2]
     try:
         cluster("start", "--members", "3", "--dir", d, "--port", str(base),
-                "--election-timeout-ms", "2000", "--oplog-mb", "64", "--primary-nice", "7")
+                "--election-timeout-ms", "2000", "--oplog-mb", "64", "--primary-nice", "7",
+                "--sabled-arg=--setParameter", "--sabled-arg=enableTestCommands=1")
         with open(os.path.join(d, "cluster.json")) as f:
             pids = [m["pid"] for m in json.load(f)["members"]]
         assert all(pids), pids
-        start_nice = 0
         first = primary_index(ports)
         assert first is not None
-        # the refresher applies it within a second of the member becoming primary
-        wait_for(lambda: [nice_of(p) for p in pids] ==
-                 [7 if i == first else start_nice for i in range(3)], timeout=10)
+        paused = (first + 1) % 3
+        cl = pymongo.MongoClient("127.0.0.1", ports[first], directConnection=True)
+        cl.t.get_collection("c", write_concern=WriteConcern(w=3)).insert_one({"caught": "up"})
+        # (members that were starting up lagged: once caught up for a second, 0)
+        wait_for(lambda: [nice_of(p) for p in pids] == [0, 0, 0], timeout=10)
+        assert niced(ports[first])["primaryNiced"] is False
+        assert cl.admin.command("getParameter", 1, primaryAutogroupNice=1)[
+            "primaryAutogroupNice"] == 7
+        with pytest.raises(OperationFailure) as e:
+            cl.admin.command("setParameter", 1, primaryAutogroupNice=20)
+        assert e.value.code == 2 and "primaryAutogroupNice" in str(e.value)
 
-        with pymongo.MongoClient("127.0.0.1", ports[first], directConnection=True) as c:
-            assert c.admin.command("getParameter", 1, primaryAutogroupNice=1)[
-                "primaryAutogroupNice"] == 7
-            with pytest.raises(OperationFailure) as e:
-                c.admin.command("setParameter", 1, primaryAutogroupNice=20)
-            assert e.value.code == 2 and "primaryAutogroupNice" in str(e.value)
-            try:
+        with pymongo.MongoClient("127.0.0.1", ports[paused], directConnection=True) as c:
+            c.admin.command("configureFailPoint", "rsSyncApplyStop", mode="alwaysOn")
+
+        def lagging():
+            cl.t.c.insert_one({"at": time.time()})  # w:1: the paused member falls behind
+            return nice_of(pids[first]) == 7
+        wait_for(lagging, timeout=15, step=0.1)
+        f = niced(ports[first])
+        assert f["primaryNiced"] is True and f["primaryNicedCount"] >= 1
+        assert nice_of(pids[paused]) == 0
+        cl.close()
+
+        try:
+            with pymongo.MongoClient("127.0.0.1", ports[first], directConnection=True) as c:
                 c.admin.command("replSetStepDown", 30, secondaryCatchUpPeriodSecs=10)
-            except Exception:
-                pass  # the step-down may close the connection
+        except Exception:
+            pass  # the step-down may close the connection
         second = None
 
         def moved():
@@ -83,13 +112,21 @@ def test_the_primary_lowers_its_autogroup_weight_and_gives_it_back():
             second = primary_index(ports)
             return second is not None and second != first
         wait_for(moved, timeout=30)
-        wait_for(lambda: [nice_of(p) for p in pids] ==
-                 [7 if i == second else start_nice for i in range(3)], timeout=10)
+        assert second != paused
+        # the old primary gives its weight back; the new one's member still lags
+        wait_for(lambda: nice_of(pids[first]) == 0 and nice_of(pids[second]) == 7, timeout=10)
 
         with pymongo.MongoClient("127.0.0.1", ports[second], directConnection=True) as c:
             r = c.admin.command("setParameter", 1, primaryAutogroupNice=0)
             assert r["was"] == 7
-        wait_for(lambda: nice_of(pids[second]) == start_nice, timeout=10)
+            wait_for(lambda: nice_of(pids[second]) == 0, timeout=10)
+            assert niced(ports[second])["primaryNiced"] is False
+            c.admin.command("setParameter", 1, primaryAutogroupNice=7)
+        with pymongo.MongoClient("127.0.0.1", ports[paused], directConnection=True) as c:
+            c.admin.command("configureFailPoint", "rsSyncApplyStop", mode="off")
+        with pymongo.MongoClient("127.0.0.1", ports[second], directConnection=True) as c:
+            c.t.get_collection("c", write_concern=WriteConcern(w=3)).insert_one({"caught": 2})
+        wait_for(lambda: [nice_of(p) for p in pids] == [0, 0, 0], timeout=10)
     finally:
         if os.path.exists(os.path.join(d, "cluster.json")):
             cluster("stop", "--dir", d)
@@ -103,3 +140,20 @@ def test_a_member_in_another_session_leaves_it_alone():
             "primaryAutogroupNice"] == 9
         time.sleep(2.5)  # two refresher rounds as primary
         assert nice_of(s.proc.pid) == mine == nice_of(os.getpid())
+
+
+def test_a_one_member_set_has_nobody_to_give_way_to():
+    d = tempfile.mkdtemp(prefix="sable-primary-nice1-")
+    base = port_run(1)
+    try:
+        cluster("start", "--members", "1", "--dir", d, "--port", str(base), "--oplog-mb", "64",
+                "--primary-nice", "7")
+        with open(os.path.join(d, "cluster.json")) as f:
+            pid = json.load(f)["members"][0]["pid"]
+        assert primary_index([base]) == 0
+        time.sleep(2.5)  # two refresher rounds as primary
+        assert nice_of(pid) == 0
+    finally:
+        if os.path.exists(os.path.join(d, "cluster.json")):
+            cluster("stop", "--dir", d)
+        shutil.rmtree(d, ignore_errors=True)

@@ -45,12 +45,15 @@ static bool same_value(const bson_iter_t *a, const bson_iter_t *b)
     return la == lb && memcmp(a->raw + sa, b->raw + sb, la) == 0;
 }
 
-static void diff_array(const bson_iter_t *oldit, const bson_iter_t *newit, bson_t *out);
+static void diff_array(const bson_iter_t *oldit, const bson_iter_t *newit, bson_t *out,
+                       bool *exact);
+static void diff_doc(const bson_t *old_doc, const bson_t *new_doc, bson_t *out, bool *exact);
 
 /* One changed field: a sub-diff when both sides are documents (or both
- * arrays), else an update.  Appends to s (sub-diffs) or u. */
+ * arrays), else an update.  Appends to s (sub-diffs) or u; *exact goes
+ * false when a sub-diff would not give the new value back byte for byte. */
 static void diff_value(const char *key, const bson_iter_t *o, const bson_iter_t *n, bson_t *u,
-                       bson_t *subs)
+                       bson_t *subs, bool *exact)
 {
     char skey[512];
     size_t klen = strlen(key);
@@ -66,19 +69,19 @@ static void diff_value(const char *key, const bson_iter_t *o, const bson_iter_t 
         bson_t od, nd, sub = BSON_INITIALIZER;
         iter_doc(o, &od);
         iter_doc(n, &nd);
-        sbl_repl_diff(&od, &nd, &sub);
+        diff_doc(&od, &nd, &sub, exact);
         if (!bson_empty(&sub))
             bson_append_document(subs, skey, -1, &sub);
         bson_destroy(&sub);
     } else {
         bson_t sub = BSON_INITIALIZER;
-        diff_array(o, n, &sub);
+        diff_array(o, n, &sub, exact);
         bson_append_document(subs, skey, -1, &sub);
         bson_destroy(&sub);
     }
 }
 
-static void diff_array(const bson_iter_t *oldit, const bson_iter_t *newit, bson_t *out)
+static void diff_array(const bson_iter_t *oldit, const bson_iter_t *newit, bson_t *out, bool *exact)
 {
     bson_iter_t o, n;
     uint32_t olen = 0, nlen = 0, i = 0;
@@ -94,10 +97,14 @@ static void diff_array(const bson_iter_t *oldit, const bson_iter_t *newit, bson_
     while (bson_iter_next(&n)) {
         char key[24];
         snprintf(key, sizeof(key), "%u", i);
+        /* the applier numbers the elements it writes: other keys are not kept */
+        if (strcmp(bson_iter_key(&n), key) != 0 ||
+            (more_old && strcmp(bson_iter_key(&o), key) != 0))
+            *exact = false;
         if (more_old) {
             if (!same_value(&o, &n)) {
                 bson_t one_u = BSON_INITIALIZER, one_s = BSON_INITIALIZER;
-                diff_value(key, &o, &n, &one_u, &one_s);
+                diff_value(key, &o, &n, &one_u, &one_s, exact);
                 bson_iter_t f;
                 char ukey[32];
                 if (bson_iter_init(&f, &one_u) && bson_iter_next(&f)) {
@@ -146,17 +153,28 @@ static bool same_keys(const bson_t *old_doc, const bson_t *new_doc)
     }
 }
 
-void sbl_repl_diff(const bson_t *old_doc, const bson_t *new_doc, bson_t *out)
+/* The diff of two documents.  *exact stays true only where it is plain
+ * that the diff, applied, gives new_doc's bytes: the same keys in the same
+ * order (each changed value is updated in place, where its key is first
+ * found), and so on down every sub-diff.  The general path (fields removed,
+ * added or moved) says false: the writer then checks by applying it. */
+static void diff_doc(const bson_t *old_doc, const bson_t *new_doc, bson_t *out, bool *exact)
 {
     bson_t d = BSON_INITIALIZER, u = BSON_INITIALIZER, ins = BSON_INITIALIZER,
            subs = BSON_INITIALIZER;
-    bson_iter_t n, o;
+    bson_iter_t n, o, first;
 
     if (same_keys(old_doc, new_doc) && bson_iter_init(&o, old_doc) &&
         bson_iter_init(&n, new_doc)) {
-        while (bson_iter_next(&o) && bson_iter_next(&n))
-            if (!same_value(&o, &n))
-                diff_value(bson_iter_key(&n), &o, &n, &u, &subs);
+        while (bson_iter_next(&o) && bson_iter_next(&n)) {
+            if (same_value(&o, &n))
+                continue;
+            /* a key the document has twice: the applier would update the first */
+            if (*exact &&
+                (!bson_iter_init_find(&first, old_doc, bson_iter_key(&o)) || first.off != o.off))
+                *exact = false;
+            diff_value(bson_iter_key(&n), &o, &n, &u, &subs, exact);
+        }
         if (!bson_empty(&u))
             BSON_APPEND_DOCUMENT(out, "u", &u);
         bson_concat(out, &subs);
@@ -170,6 +188,7 @@ void sbl_repl_diff(const bson_t *old_doc, const bson_t *new_doc, bson_t *out)
             if (!bson_iter_init_find(&f, new_doc, bson_iter_key(&o)))
                 bson_append_bool(&d, bson_iter_key(&o), -1, false);
         }
+    *exact = false;
     if (bson_iter_init(&n, new_doc))
         while (bson_iter_next(&n)) {
             bson_iter_t f;
@@ -177,7 +196,7 @@ void sbl_repl_diff(const bson_t *old_doc, const bson_t *new_doc, bson_t *out)
             if (!bson_iter_init_find(&f, old_doc, k))
                 sbl_append_iter(&ins, k, -1, &n);
             else if (!same_value(&f, &n))
-                diff_value(k, &f, &n, &u, &subs);
+                diff_value(k, &f, &n, &u, &subs, exact);
         }
     if (!bson_empty(&d))
         BSON_APPEND_DOCUMENT(out, "d", &d);
@@ -190,6 +209,19 @@ void sbl_repl_diff(const bson_t *old_doc, const bson_t *new_doc, bson_t *out)
     bson_destroy(&u);
     bson_destroy(&ins);
     bson_destroy(&subs);
+}
+
+void sbl_repl_diff(const bson_t *old_doc, const bson_t *new_doc, bson_t *out)
+{
+    bool exact = true;
+    diff_doc(old_doc, new_doc, out, &exact);
+}
+
+bool sbl_repl_diff_exact(const bson_t *old_doc, const bson_t *new_doc, bson_t *out)
+{
+    bool exact = true;
+    diff_doc(old_doc, new_doc, out, &exact);
+    return exact;
 }
 
 /* ---- applying a diff ------------------------------------------------------ */

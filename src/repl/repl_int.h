@@ -72,6 +72,9 @@ bool sbl_repl_entry_created_ns(const bson_t *e, char *ns, size_t n, const uint8_
  * (repl_diff.c), appended to out (initialised by the caller; empty when the
  * two are equal). */
 void sbl_repl_diff(const bson_t *old_doc, const bson_t *new_doc, bson_t *out);
+/* The same, and whether applying out to old_doc (sbl_repl_diff_apply) gives
+ * new_doc byte for byte; false only says it may not (repl_diff.c). */
+bool sbl_repl_diff_exact(const bson_t *old_doc, const bson_t *new_doc, bson_t *out);
 
 /* pv1's electionId: 0x7fffffff then the term as 8 big-endian bytes. */
 void sbl_repl_election_id(int64_t term, bson_oid_t *oid);

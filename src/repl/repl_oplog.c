@@ -479,6 +479,7 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
 {
     const bson_t *doc = kind == SBL_WRITE_DELETE ? old_doc : new_doc;
     bson_t key = BSON_INITIALIZER, diff = BSON_INITIALIZER;
+    bool exact = false; /* the diff gives new_doc back byte for byte (repl_diff.c) */
     bson_iter_t it;
     int rc;
 
@@ -537,7 +538,7 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
         e.o = new_doc;
         e.o2 = &key;
         if (!replacing && old_doc != NULL) { /* an update: what it changed */
-            sbl_repl_diff(old_doc, new_doc, &diff);
+            exact = sbl_repl_diff_exact(old_doc, new_doc, &diff);
             e.diff = &diff;
         }
         break;
@@ -550,15 +551,17 @@ int sbl_oplog_observe(sbl_session_t *s, sbl_coll_t *c, sbl_write_kind_t kind,
     sbl_repl_stmt_t *st = sbl_repl_cur_stmt();
     /* An update as mongod 7.0 logs one: o: {$v: 2, diff}, when the diff
      * gives back exactly the new document (applied to the old one as every
-     * member applies it, repl_diff.c); else, and in a transaction's
-     * operations and a retryable findAndModify's entry (whose retry answers
-     * with it), the new document whole, the diff beside it. */
+     * member applies it, repl_diff.c: plain from the diff's making for an
+     * update of existing fields' values, else tried here); else, and in a
+     * transaction's operations and a retryable findAndModify's entry (whose
+     * retry answers with it), the new document whole, the diff beside it. */
     bson_t v2 = BSON_INITIALIZER;
     if (ops == NULL && e.diff != NULL && (st == NULL || !st->whole_post)) {
         bson_t back = BSON_INITIALIZER;
         sbl_err_t derr;
         sbl_err_clear(&derr);
-        if (sbl_repl_diff_apply(old_doc, &diff, &back, &derr) == 0 && bson_equal(&back, new_doc)) {
+        if (exact || (sbl_repl_diff_apply(old_doc, &diff, &back, &derr) == 0 &&
+                      bson_equal(&back, new_doc))) {
             BSON_APPEND_INT32(&v2, "$v", 2);
             BSON_APPEND_DOCUMENT(&v2, "diff", &diff);
             e.o = &v2;

@@ -733,6 +733,105 @@ static void test_diff_apply(void)
     }
 }
 
+/* v's fields as mutate leaves them, but now and then out of order: two
+ * fields swapped, or a new field put in the middle (what $rename or a
+ * pipeline update can do). */
+static void shuffle(const bson_t *v, bson_t *out)
+{
+    bson_iter_t it;
+    unsigned n = 0, a, b;
+    bson_iter_init(&it, v);
+    while (bson_iter_next(&it))
+        n++;
+    a = rnd(n ? n : 1), b = rnd(n ? n : 1);
+    bool middle = rnd(2) == 0;
+    for (unsigned pass = 0; pass < n; pass++) {
+        unsigned want = pass == a ? b : pass == b ? a : pass;
+        bson_iter_init(&it, v);
+        for (unsigned i = 0; bson_iter_next(&it); i++)
+            if (i == want)
+                sbl_append_iter(out, bson_iter_key(&it), -1, &it);
+        if (middle && pass == n / 2)
+            BSON_APPEND_INT32(out, "mid", 7);
+    }
+}
+
+static bson_t *json(const char *s)
+{
+    bson_error_t e;
+    return bson_new_from_json((const uint8_t *)s, -1, &e);
+}
+
+/* sbl_repl_diff_exact: when it says the diff gives the new document back
+ * byte for byte, it does; it says so for an update of existing fields'
+ * values, and not for fields moved or put between others, a key the
+ * document has twice, or an array whose keys are not 0, 1, 2 ... */
+static void test_diff_exact(void)
+{
+    int said = 0, not_said = 0;
+    for (int round = 0; round < 3000; round++) {
+        bson_t pre = BSON_INITIALIZER, wrap = BSON_INITIALIZER, post = BSON_INITIALIZER;
+        bson_t after = BSON_INITIALIZER, diff = BSON_INITIALIZER, got = BSON_INITIALIZER;
+        BSON_APPEND_INT32(&pre, "_id", round);
+        random_doc(&pre, 3, 1 + (int)rnd(6));
+        BSON_APPEND_DOCUMENT(&wrap, "x", &pre);
+        bson_iter_t it, x;
+        bson_iter_init_find(&it, &wrap, "x");
+        mutate(&it, &post, "x", 0, false);
+        bson_iter_init_find(&x, &post, "x");
+        bson_t mutated;
+        sbl_iter_doc(&x, &mutated);
+        if (round % 3 == 0)
+            shuffle(&mutated, &after);
+        else
+            bson_concat(&after, &mutated);
+        bool exact = sbl_repl_diff_exact(&pre, &after, &diff);
+        sbl_err_t err;
+        sbl_err_clear(&err);
+        CHECK(sbl_repl_diff_apply(&pre, &diff, &got, &err) == 0);
+        if (exact) {
+            said++;
+            CHECK_MSG(bson_equal(&got, &after), "round %d: said exact, is not", round);
+        } else {
+            not_said++;
+        }
+        bson_destroy(&pre), bson_destroy(&wrap), bson_destroy(&post);
+        bson_destroy(&after), bson_destroy(&diff), bson_destroy(&got);
+    }
+    CHECK_MSG(said >= 300 && not_said >= 300, "exact %d, not %d", said, not_said);
+
+    static const char *cases[][3] = {
+        /* pre, post, "1": exact */
+        {"{\"_id\": 1, \"a\": 1, \"b\": {\"c\": [1, 2]}}",
+         "{\"_id\": 1, \"a\": 2, \"b\": {\"c\": [1, 3, 4]}}", "1"},
+        {"{\"_id\": 1, \"a\": 1, \"b\": 2}", "{\"_id\": 1, \"b\": 2, \"a\": 1}", "0"},
+        {"{\"_id\": 1, \"a\": 1}", "{\"_id\": 1, \"n\": 0, \"a\": 1}", "0"},
+        {"{\"_id\": 1, \"a\": 1, \"a\": 2}", "{\"_id\": 1, \"a\": 1, \"a\": 3}", "0"},
+        {"{\"_id\": 1, \"s\": {\"a\": 1, \"a\": 2}}", "{\"_id\": 1, \"s\": {\"a\": 1, \"a\": 3}}",
+         "0"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        bson_t *pre = json(cases[i][0]), *post = json(cases[i][1]);
+        bson_t diff = BSON_INITIALIZER;
+        CHECK(pre != NULL && post != NULL);
+        CHECK_MSG(sbl_repl_diff_exact(pre, post, &diff) == (cases[i][2][0] == '1'),
+                  "exact case %zu", i);
+        bson_destroy(&diff), bson_destroy(pre), bson_destroy(post);
+    }
+    /* an array with keys other than 0, 1 ...: the applier renumbers it */
+    bson_t pre = BSON_INITIALIZER, post = BSON_INITIALIZER, arr, diff = BSON_INITIALIZER;
+    BSON_APPEND_ARRAY_BEGIN(&pre, "a", &arr);
+    BSON_APPEND_INT32(&arr, "0", 1);
+    BSON_APPEND_INT32(&arr, "7", 2);
+    bson_append_array_end(&pre, &arr);
+    BSON_APPEND_ARRAY_BEGIN(&post, "a", &arr);
+    BSON_APPEND_INT32(&arr, "0", 5);
+    BSON_APPEND_INT32(&arr, "7", 2);
+    bson_append_array_end(&post, &arr);
+    CHECK(!sbl_repl_diff_exact(&pre, &post, &diff));
+    bson_destroy(&pre), bson_destroy(&post), bson_destroy(&diff);
+}
+
 int main(void)
 {
     test_ts_next();
@@ -741,6 +840,7 @@ int main(void)
     test_entry_bytes();
     test_diff();
     test_diff_apply();
+    test_diff_exact();
     test_op_encoding();
     test_entry_created_ns();
     test_election_id_and_size();

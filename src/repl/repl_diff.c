@@ -211,17 +211,16 @@ static void diff_doc(const bson_t *old_doc, const bson_t *new_doc, bson_t *out, 
     bson_destroy(&subs);
 }
 
-void sbl_repl_diff(const bson_t *old_doc, const bson_t *new_doc, bson_t *out)
-{
-    bool exact = true;
-    diff_doc(old_doc, new_doc, out, &exact);
-}
-
 bool sbl_repl_diff_exact(const bson_t *old_doc, const bson_t *new_doc, bson_t *out)
 {
     bool exact = true;
     diff_doc(old_doc, new_doc, out, &exact);
     return exact;
+}
+
+void sbl_repl_diff(const bson_t *old_doc, const bson_t *new_doc, bson_t *out)
+{
+    (void)sbl_repl_diff_exact(old_doc, new_doc, out);
 }
 
 /* ---- applying a diff ------------------------------------------------------ */

@@ -639,6 +639,23 @@ static void mutate(const bson_iter_t *v, bson_t *out, const char *key, int depth
         bson_append_document_end(out, &child);
 }
 
+/* A random document for round (pre) and it changed as an update would
+ * (mutate): *after is a view of the new document inside post, which the
+ * caller destroys with pre. */
+static void random_update(int round, bson_t *pre, bson_t *post, bson_t *after)
+{
+    bson_t wrap = BSON_INITIALIZER;
+    bson_iter_t it, x;
+    BSON_APPEND_INT32(pre, "_id", round);
+    random_doc(pre, 3, 1 + (int)rnd(6));
+    BSON_APPEND_DOCUMENT(&wrap, "x", pre);
+    bson_iter_init_find(&it, &wrap, "x");
+    mutate(&it, post, "x", 0, false);
+    bson_destroy(&wrap);
+    bson_iter_init_find(&x, post, "x");
+    sbl_iter_doc(&x, after);
+}
+
 /* Applying a diff: sbl_repl_diff's diffs give the new document back, byte
  * for byte, when the fields both have keep their order; mongod's own forms
  * (an insert of a field the document has, an array cut or padded, a
@@ -647,17 +664,9 @@ static void test_diff_apply(void)
 {
     int exact = 0, kinds[6] = {0}; /* any diff, d, i, an array's, l, a sub-diff */
     for (int round = 0; round < 3000; round++) {
-        bson_t pre = BSON_INITIALIZER, wrap = BSON_INITIALIZER, post = BSON_INITIALIZER;
+        bson_t pre = BSON_INITIALIZER, post = BSON_INITIALIZER, after;
         bson_t diff = BSON_INITIALIZER, got = BSON_INITIALIZER;
-        BSON_APPEND_INT32(&pre, "_id", round);
-        random_doc(&pre, 3, 1 + (int)rnd(6));
-        BSON_APPEND_DOCUMENT(&wrap, "x", &pre);
-        bson_iter_t it, x;
-        bson_iter_init_find(&it, &wrap, "x");
-        mutate(&it, &post, "x", 0, false);
-        bson_iter_init_find(&x, &post, "x");
-        bson_t after;
-        sbl_iter_doc(&x, &after);
+        random_update(round, &pre, &post, &after);
         sbl_repl_diff(&pre, &after, &diff);
         sbl_err_t err;
         sbl_err_clear(&err);
@@ -680,7 +689,7 @@ static void test_diff_apply(void)
         kinds[4] += strstr(dj, "\"l\"") != NULL;
         kinds[5] += strstr(dj, "{ \"s") != NULL || strstr(dj, ", \"s") != NULL;
         bson_free(dj);
-        bson_destroy(&pre), bson_destroy(&wrap), bson_destroy(&post);
+        bson_destroy(&pre), bson_destroy(&post);
         bson_destroy(&diff), bson_destroy(&got);
     }
     CHECK(exact == 3000);
@@ -770,17 +779,9 @@ static void test_diff_exact(void)
 {
     int said = 0, not_said = 0;
     for (int round = 0; round < 3000; round++) {
-        bson_t pre = BSON_INITIALIZER, wrap = BSON_INITIALIZER, post = BSON_INITIALIZER;
+        bson_t pre = BSON_INITIALIZER, post = BSON_INITIALIZER, mutated;
         bson_t after = BSON_INITIALIZER, diff = BSON_INITIALIZER, got = BSON_INITIALIZER;
-        BSON_APPEND_INT32(&pre, "_id", round);
-        random_doc(&pre, 3, 1 + (int)rnd(6));
-        BSON_APPEND_DOCUMENT(&wrap, "x", &pre);
-        bson_iter_t it, x;
-        bson_iter_init_find(&it, &wrap, "x");
-        mutate(&it, &post, "x", 0, false);
-        bson_iter_init_find(&x, &post, "x");
-        bson_t mutated;
-        sbl_iter_doc(&x, &mutated);
+        random_update(round, &pre, &post, &mutated);
         if (round % 3 == 0)
             shuffle(&mutated, &after);
         else
@@ -795,7 +796,7 @@ static void test_diff_exact(void)
         } else {
             not_said++;
         }
-        bson_destroy(&pre), bson_destroy(&wrap), bson_destroy(&post);
+        bson_destroy(&pre), bson_destroy(&post);
         bson_destroy(&after), bson_destroy(&diff), bson_destroy(&got);
     }
     CHECK_MSG(said >= 300 && not_said >= 300, "exact %d, not %d", said, not_said);

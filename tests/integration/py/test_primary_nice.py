@@ -31,7 +31,7 @@ from pymongo.errors import OperationFailure
 from pymongo.write_concern import WriteConcern
 
 from sabled import one_member_set
-from test_replset_drivers import cluster, port_run
+from test_replset_drivers import Set, cluster, port_run
 from test_replset3 import wait_for
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"),
@@ -41,19 +41,6 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"),
 def nice_of(pid):
     with open("/proc/%d/autogroup" % pid) as f:
         return int(f.read().split("nice")[1])
-
-
-def primary_index(ports):
-    import pymongo
-    for i, p in enumerate(ports):
-        with pymongo.MongoClient("127.0.0.1", p, directConnection=True,
-                                 serverSelectionTimeoutMS=2000) as c:
-            try:
-                if c.admin.command("hello").get("isWritablePrimary"):
-                    return i
-            except Exception:
-                pass
-    return None
 
 
 def niced(port):
@@ -74,7 +61,7 @@ def test_the_primary_lowers_its_autogroup_weight_while_members_lag():
         with open(os.path.join(d, "cluster.json")) as f:
             pids = [m["pid"] for m in json.load(f)["members"]]
         assert all(pids), pids
-        first = primary_index(ports)
+        first = Set(d, base).primary()
         assert first is not None
         paused = (first + 1) % 3
         cl = pymongo.MongoClient("127.0.0.1", ports[first], directConnection=True)
@@ -105,14 +92,9 @@ def test_the_primary_lowers_its_autogroup_weight_while_members_lag():
                 c.admin.command("replSetStepDown", 30, secondaryCatchUpPeriodSecs=10)
         except Exception:
             pass  # the step-down may close the connection
-        second = None
-
-        def moved():
-            nonlocal second
-            second = primary_index(ports)
-            return second is not None and second != first
-        wait_for(moved, timeout=30)
-        assert second != paused
+        wait_for(lambda: Set(d, base).primary(wait=0) not in (None, first), timeout=30)
+        second = Set(d, base).primary()
+        assert second not in (None, first, paused)
         # the old primary gives its weight back; the new one's member still lags
         wait_for(lambda: nice_of(pids[first]) == 0 and nice_of(pids[second]) == 7, timeout=10)
 
@@ -150,7 +132,7 @@ def test_a_one_member_set_has_nobody_to_give_way_to():
                 "--primary-nice", "7")
         with open(os.path.join(d, "cluster.json")) as f:
             pid = json.load(f)["members"][0]["pid"]
-        assert primary_index([base]) == 0
+        assert Set(d, base).primary() == 0
         time.sleep(2.5)  # two refresher rounds as primary
         assert nice_of(pid) == 0
     finally:

@@ -56,12 +56,18 @@ def primary_of(members):
 
 
 def settled(members):
-    """A primary that every member names."""
+    """A primary that every member names, the others secondaries (a member
+    that knows the primary may still be in STARTUP2, or in ROLLBACK after a
+    first election that two members both ran: not settled)."""
     p = primary_of(members)
     if p is None:
         return None
     want = "127.0.0.1:%d" % p.port
-    return p if all(hello(m).get("primary") == want for m in members) else None
+    for m in members:
+        h = hello(m)
+        if h.get("primary") != want or (m is not p and not h.get("secondary")):
+            return None
+    return p
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +111,7 @@ def test_hello_fields(rs):
         if m is p:
             assert h["isWritablePrimary"] and not h["secondary"] and "electionId" in h
         else:
-            assert h["secondary"] and not h["isWritablePrimary"]
+            assert h["secondary"] and not h["isWritablePrimary"], h
     assert hello(rs[2]).get("hidden") is True
     assert "hidden" not in hello(rs[0]) and "hidden" not in hello(rs[1])
 

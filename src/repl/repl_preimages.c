@@ -120,17 +120,23 @@ static bool expired(const bson_t *doc, void *arg)
     return gone;
 }
 
-/* One pass; returns how many images went. */
+/* One pass; returns how many images went.  Without the images' collection
+ * (made by the first image kept) nothing is read: finding the oplog's first
+ * entry steps over the truncated ones still in the history window, ~1% of
+ * a busy primary's CPU on a set that keeps no images. */
 static int64_t remove_pass(sbl_session_t *s)
 {
     sbl_coll_t *c = NULL;
     sbl_err_t e;
+    sbl_err_clear(&e);
+    if (!sbl_oplog_is_open() || sbl_coll_open(s, SBL_PREIMAGES_NS, false, &c, NULL, &e) != 0)
+        return 0;
     int64_t secs = expire_after_s(s);
     limits_t l = {.cutoff_ms = secs > 0 ? sbl_now_ms() - secs * 1000 : 0};
-    sbl_err_clear(&e);
-    if (!sbl_oplog_is_open() || sbl_repl_oplog_oldest_ts(s, &l.oldest_ts, &e) != 0 ||
-        l.oldest_ts == 0 || sbl_coll_open(s, SBL_PREIMAGES_NS, false, &c, NULL, &e) != 0)
+    if (sbl_repl_oplog_oldest_ts(s, &l.oldest_ts, &e) != 0 || l.oldest_ts == 0) {
+        sbl_coll_release(c);
         return 0;
+    }
     int64_t n = sbl_coll_delete_matching(s, c, expired, &l);
     sbl_coll_release(c);
     if (n > 0) { /* the watermark first: a reader that sees the pass sees it */

@@ -34,7 +34,7 @@ from pymongo.write_concern import WriteConcern
 
 from sabled import set_members
 from test_replset_drivers import Set, cluster, port_run
-from test_replset3 import wait_for
+from test_replset3 import initiate_pair, wait_for
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"),
                                 reason="the kernel has no autogroups (CONFIG_SCHED_AUTOGROUP)")
@@ -124,13 +124,9 @@ def test_a_member_in_another_session_leaves_it_alone():
     import pymongo
     mine = nice_of(os.getpid())
     with set_members(2, ["--setParameter", "primaryAutogroupNice=9"]) as ms:
+        initiate_pair(ms[0], ms[1], {"electionTimeoutMillis": 2000})
         c = pymongo.MongoClient("127.0.0.1", ms[0].port, directConnection=True)
         try:
-            c.admin.command("replSetInitiate", {"_id": "rs0", "members": [
-                {"_id": 0, "host": "127.0.0.1:%d" % ms[0].port, "priority": 2},
-                {"_id": 1, "host": "127.0.0.1:%d" % ms[1].port, "priority": 0}],
-                "settings": {"electionTimeoutMillis": 2000}})
-            wait_for(lambda: c.admin.command("hello").get("isWritablePrimary"), timeout=20)
             c.t.get_collection("c", write_concern=WriteConcern(w=2)).insert_one({"caught": "up"})
             with pymongo.MongoClient("127.0.0.1", ms[1].port, directConnection=True) as c1:
                 c1.admin.command("configureFailPoint", "rsSyncApplyStop", mode="alwaysOn")

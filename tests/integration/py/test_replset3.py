@@ -94,12 +94,15 @@ def start_set(members, settings, oplog_mb=16):
         c.admin.command("replSetInitiate", cfg)
 
 
-def initiate_pair(p, s):
-    """Initiate two started members as a set, s with priority 0, and wait
-    until p is primary and s secondary."""
+def initiate_pair(p, s, settings=None):
+    """Initiate two started members as a set, s with priority 0 (and the
+    config's settings, if given), and wait until p is primary and s
+    secondary."""
     cfg = {"_id": "rs0", "members": [
         {"_id": 0, "host": "127.0.0.1:%d" % p.port},
         {"_id": 1, "host": "127.0.0.1:%d" % s.port, "priority": 0}]}
+    if settings:
+        cfg["settings"] = settings
     with direct(p) as d:
         d.admin.command("replSetInitiate", cfg)
     wait_for(lambda: state(p) == 1 and state(s) == 2, timeout=60)

@@ -81,7 +81,10 @@ def test_the_primary_lowers_its_autogroup_weight_while_members_lag():
         assert e.value.code == 2 and "primaryAutogroupNice" in str(e.value)
 
         with pymongo.MongoClient("127.0.0.1", ports[paused], directConnection=True) as c:
-            c.admin.command("configureFailPoint", "rsSyncApplyStop", mode="alwaysOn")
+            # (each wait ends after data.maxMS, 60 s by default: under CI's load the
+            # test can pass that before the election, and a caught-up member may win)
+            c.admin.command("configureFailPoint", "rsSyncApplyStop", mode="alwaysOn",
+                            data={"maxMS": 600000})
 
         def lagging():
             cl.t.c.insert_one({"at": time.time()})  # w:1: the paused member falls behind

@@ -54,12 +54,19 @@ int sbl_repl_oplog_oldest_ts(sbl_session_t *s, uint64_t *tsp, sbl_err_t *err)
     bson_iter_t it;
     *tsp = 0;
     SBL_RET(sbl_coll_open(s, SBL_OPLOG_NS, false, &oplog, NULL, err));
-    int rc = sbl_scan_open(s, oplog, NULL, false, &scan, err);
+    /* from where the oldest was last found: not over every entry evicted since */
+    uint64_t epoch, hint = sbl_capped_oldest_hint(oplog, &epoch);
+    bson_value_t lo = {.value_type = BSON_TYPE_TIMESTAMP};
+    lo.value.v_timestamp.timestamp = (uint32_t)(hint >> 32);
+    lo.value.v_timestamp.increment = (uint32_t)hint;
+    sbl_scan_bounds_t from = {.lo = &lo, .lo_inclusive = true};
+    int rc = sbl_scan_open(s, oplog, hint != 0 ? &from : NULL, false, &scan, err);
     if (rc == 0 && (rc = sbl_scan_next(scan, &doc, &done, err)) == 0 && !done &&
         bson_iter_init_find(&it, &doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
         uint32_t t, i;
         bson_iter_timestamp(&it, &t, &i);
         *tsp = SBL_TS(t, i);
+        sbl_capped_note_oldest(oplog, epoch, *tsp);
     }
     if (scan != NULL)
         sbl_scan_close(scan);

@@ -385,7 +385,9 @@ static int conn_get(rt_shard_t *s, char *primary, bool *pooled, sbl_err_t *err)
         return -1;
     int fd = -1;
     pthread_mutex_lock(&s->lock);
-    if (s->nidle > 0)
+    /* the idle connections are to s->primary: to the one found only if it
+     * was not forgotten (and another found) since */
+    if (s->nidle > 0 && strcmp(s->primary, primary) == 0)
         fd = s->idle[--s->nidle];
     pthread_mutex_unlock(&s->lock);
     *pooled = fd >= 0;
@@ -407,12 +409,17 @@ static bool conn_keeps(const bson_t *reply)
            code != SBL_E_NotPrimaryNoSecondaryOk && code != SBL_E_NotPrimaryOrSecondary;
 }
 
-/* Give fd back after a reply (or drop it when the member is no primary now). */
-static void conn_put(rt_shard_t *s, int fd, const bson_t *reply)
+/* Give fd, a connection to host, back after a reply (or drop it when the
+ * member is no primary now).  Only a connection to the member the shard
+ * names as primary now joins the idle ones: one to a primary forgotten
+ * while it carried its command, kept, would take the next command (a
+ * getMore for a cursor on the new primary, say) to the old one under the
+ * new one's name. */
+static void conn_put(rt_shard_t *s, int fd, const char *host, const bson_t *reply)
 {
     bool keep = conn_keeps(reply);
     pthread_mutex_lock(&s->lock);
-    if (keep && s->nidle < RT_IDLE_MAX)
+    if (keep && s->nidle < RT_IDLE_MAX && strcmp(s->primary, host) == 0)
         s->idle[s->nidle++] = fd;
     else
         sbl_client_close(fd);
@@ -655,7 +662,7 @@ static int run_direct(rt_shard_t *s, const char *db, const bson_t *cmd, bson_t *
         if (sbl_client_recv(fd, rid, reply)) {
             memcpy(answered[s - shards], host, RT_HOST_MAX);
             count_traffic(s, t0);
-            conn_put(s, fd, reply); /* a not-primary answer: the primary is looked up again */
+            conn_put(s, fd, host, reply); /* a not-primary answer: the primary is looked up again */
             if (attempt == 0 && !in_txn && refused_not_primary(reply)) {
                 bson_destroy(reply);
                 continue;
@@ -735,7 +742,7 @@ int rt_run_many_on(int n, const int *shard, const char *const *on, const char *d
         if (sbl_client_recv(fds[i], rids[i], &replies[i])) {
             memcpy(answered[shard[i]], hosts[i], RT_HOST_MAX);
             count_traffic(s, t0);
-            conn_put(s, fds[i], &replies[i]);
+            conn_put(s, fds[i], hosts[i], &replies[i]);
             if (!in_txn[i] && refused_not_primary(&replies[i])) {
                 bson_destroy(&replies[i]); /* once more, on the primary found now */
                 if ((rcs[i] = run_direct(s, db, cmds[i], &replies[i], &errs[i])) != 0)

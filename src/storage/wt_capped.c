@@ -59,7 +59,12 @@ struct sbl_capped {
      * snapshot did not see it) is evicted then, not left behind for ever. */
     _Atomic uint64_t evict_from;
     uint64_t evictions; /* under evict_mu */
+    /* sbl_capped_oldest_hint: valid while oldest_epoch is hint_epoch's
+     * value (0 while a note is being written) */
+    _Atomic uint64_t oldest, oldest_epoch;
 };
+
+static _Atomic uint64_t hint_epoch = 1;
 
 #define EVICT_RESCAN 1024
 
@@ -150,6 +155,33 @@ void sbl_capped_free(sbl_wt_table_t *t)
     pthread_mutex_destroy(&t->capped->evict_mu);
     bson_free(t->capped);
     t->capped = NULL;
+}
+
+uint64_t sbl_capped_oldest_hint(const sbl_coll_t *c, uint64_t *epochp)
+{
+    struct sbl_capped *cp = c->tbl->capped;
+    uint64_t e = atomic_load(&hint_epoch);
+    *epochp = e;
+    if (cp == NULL || atomic_load(&cp->oldest_epoch) != e)
+        return 0;
+    uint64_t key = atomic_load(&cp->oldest);
+    return atomic_load(&cp->oldest_epoch) == e ? key : 0; /* not rewritten meanwhile */
+}
+
+void sbl_capped_note_oldest(sbl_coll_t *c, uint64_t epoch, uint64_t key)
+{
+    struct sbl_capped *cp = c->tbl->capped;
+    if (cp == NULL)
+        return;
+    /* two notes of one epoch may interleave: either key is a valid hint */
+    atomic_store(&cp->oldest_epoch, 0);
+    atomic_store(&cp->oldest, key);
+    atomic_store(&cp->oldest_epoch, epoch);
+}
+
+void sbl_capped_forget_oldest(void)
+{
+    atomic_fetch_add(&hint_epoch, 1);
 }
 
 bool sbl_coll_capped(const sbl_coll_t *c, int64_t *max_sizep, int64_t *max_docsp)

@@ -195,6 +195,27 @@ def test_history_lost(db):
     assert e.value.code == 286
 
 
+def test_history_starts_at_the_oldest_entry_as_the_oplog_wraps(db, rs1):
+    # The oldest entry is looked for from where it was last found (the
+    # entries evicted below it stay in WiredTiger as tombstones): each wrap
+    # moves it, a stream starting exactly there opens, one before it fails.
+    _, c = rs1
+    oplog = c.local["oplog.rs"]
+    seen = []
+    for rnd in range(4):
+        for i in range(8):
+            db.filler.insert_one({"pad": "x" * 60000, "r": rnd, "i": i})
+        oldest = next(oplog.find({}, {"ts": 1}).sort("$natural", 1).limit(1))["ts"]
+        seen.append(oldest)
+        db.c.watch(start_at_operation_time=oldest).close()
+        before = Timestamp(oldest.time, oldest.inc - 1) if oldest.inc > 1 else \
+            Timestamp(oldest.time - 1, 4294967295)
+        with pytest.raises(OperationFailure) as e:
+            db.c.watch(start_at_operation_time=before).try_next()
+        assert e.value.code == 286, (rnd, oldest)
+    assert seen == sorted(seen) and len(set(seen)) == len(seen), seen
+
+
 def test_full_document_modes_and_pre_images(db):
     db.create_collection("c", changeStreamPreAndPostImages={"enabled": True})
     db.create_collection("plain")

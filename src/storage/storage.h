@@ -351,11 +351,11 @@ void sbl_scan_close(sbl_scan_t *scan);
  * below it WiredTiger keeps every evicted document's tombstone for the
  * snapshot history window, which a scan from the start steps over one by
  * one.  *epochp gets the epoch to note a new find with: rollback_to_stable,
- * which may bring evicted documents back, forgets every hint
- * (sbl_capped_forget_oldest). */
+ * which may bring evicted documents back, forgets every hint and makes the
+ * next eviction start at the first position (sbl_capped_rolled_back). */
 uint64_t sbl_capped_oldest_hint(const sbl_coll_t *c, uint64_t *epochp);
 void sbl_capped_note_oldest(sbl_coll_t *c, uint64_t epoch, uint64_t key);
-void sbl_capped_forget_oldest(void);
+void sbl_capped_rolled_back(void);
 /* True when c is capped; *max_sizep / *max_docsp (may be NULL) get its limits
  * (bytes, and documents with 0 meaning none). */
 bool sbl_coll_capped(const sbl_coll_t *c, int64_t *max_sizep, int64_t *max_docsp);

@@ -54,19 +54,18 @@ struct sbl_capped {
      * at the first position: the rows it deleted stay in WiredTiger as
      * tombstones for a while, and stepping over them cost each oplog insert
      * of a full oplog milliseconds (a 16 MB oplog took 180 inserts/s).
-     * Every EVICT_RESCAN-th eviction starts at the first position again:
-     * an insert still in flight below positions an eviction deleted (its
-     * snapshot did not see it) is evicted then, not left behind for ever. */
+     * No insert can be left behind below it: eviction stops at the owner's
+     * visibility point, below which every insert has committed or aborted.
+     * After rollback_to_stable (which may bring evicted documents back)
+     * the next eviction starts at the first position again. */
     _Atomic uint64_t evict_from;
-    uint64_t evictions; /* under evict_mu */
+    uint64_t evict_epoch; /* hint_epoch when evict_from was set (under evict_mu) */
     /* sbl_capped_oldest_hint: valid while oldest_epoch is hint_epoch's
      * value (0 while a note is being written) */
     _Atomic uint64_t oldest, oldest_epoch;
 };
 
 static _Atomic uint64_t hint_epoch = 1;
-
-#define EVICT_RESCAN 1024
 
 #define POS_KEY_LEN 9
 
@@ -179,7 +178,7 @@ void sbl_capped_note_oldest(sbl_coll_t *c, uint64_t epoch, uint64_t key)
     atomic_store(&cp->oldest_epoch, epoch);
 }
 
-void sbl_capped_forget_oldest(void)
+void sbl_capped_rolled_back(void)
 {
     atomic_fetch_add(&hint_epoch, 1);
 }
@@ -356,13 +355,26 @@ static void current_size(sbl_session_t *s, sbl_wt_table_t *t, int64_t *countp, i
 /* Delete the lowest positions, from position *fromp on (all below it are
  * gone), until c is within its limits; keep: the new document's position,
  * never evicted.  *fromp ends past the last position deleted. */
+static int key_cmp(const void *a, size_t alen, const void *b, size_t blen);
+
 static int evict(sbl_session_t *s, sbl_coll_t *c, uint64_t keep, uint64_t *fromp, sbl_err_t *err)
 {
     struct sbl_capped *cp = c->tbl->capped;
-    sbl_buf_t ikey;
+    sbl_buf_t ikey, limit;
     int rc = 0;
 
     sbl_buf_init(&ikey);
+    /* ordered visibility: only documents keyed at or below the visibility
+     * point (nothing below it is still in flight) */
+    sbl_buf_init(&limit);
+    sbl_visible_fn visible = atomic_load(&cp->visible);
+    uint64_t lim = visible != NULL ? visible() : UINT64_MAX;
+    if (lim != UINT64_MAX) {
+        bson_value_t lv = {.value_type = BSON_TYPE_TIMESTAMP};
+        lv.value.v_timestamp.timestamp = (uint32_t)(lim >> 32);
+        lv.value.v_timestamp.increment = (uint32_t)lim;
+        sbl_key_append(&limit, &lv, false);
+    }
     for (;;) {
         int64_t count, bytes;
         WT_CURSOR *nc, *dc;
@@ -392,6 +404,8 @@ static int evict(sbl_session_t *s, sbl_coll_t *c, uint64_t keep, uint64_t *fromp
             ret = WT_NOTFOUND; /* only the new document is left */
         if (ret == 0)
             ret = nc->get_value(nc, &v);
+        if (ret == 0 && lim != UINT64_MAX && key_cmp(v.data, v.size, limit.data, limit.len) > 0)
+            ret = WT_NOTFOUND; /* the rest is not all committed yet: a later eviction's */
         if (ret == 0) {
             sbl_buf_reset(&ikey);
             sbl_buf_append_byte(&ikey, 'i');
@@ -437,6 +451,7 @@ static int evict(sbl_session_t *s, sbl_coll_t *c, uint64_t keep, uint64_t *fromp
         *fromp = pos + 1;
     }
     sbl_buf_destroy(&ikey);
+    sbl_buf_destroy(&limit);
     return rc;
 }
 
@@ -509,12 +524,15 @@ void sbl_capped_after_txn(sbl_session_t *s, bool committed)
         sbl_err_t err;
         sbl_err_clear(&err);
         if (sbl_txn_begin(s, &err) == 0) { /* a failure leaves it to the next insert */
-            uint64_t was = atomic_load(&cp->evict_from);
-            uint64_t from = ++cp->evictions % EVICT_RESCAN == 0 ? 0 : was;
-            if (evict(s, c, 0, &from, &err) != 0)
+            uint64_t was = atomic_load(&cp->evict_from), epoch = atomic_load(&hint_epoch);
+            bool again = cp->evict_epoch != epoch; /* a rollback since: from the start */
+            uint64_t from = again ? 0 : was;
+            if (evict(s, c, 0, &from, &err) != 0) {
                 sbl_txn_abort(s);
-            else if (sbl_txn_commit(s, &err) == 0 && from > was)
+            } else if (sbl_txn_commit(s, &err) == 0 && (again || from > was)) {
                 atomic_store(&cp->evict_from, from);
+                cp->evict_epoch = epoch;
+            }
         }
         pthread_mutex_unlock(&cp->evict_mu);
     }

@@ -148,7 +148,7 @@ int sbl_storage_rollback_to_stable(uint64_t ts, sbl_err_t *err)
         usleep(50 * 1000);
     }
     sbl_versioned_invalidate(); /* documents went back: versions kept elsewhere are stale */
-    sbl_capped_forget_oldest(); /* evicted documents may be back */
+    sbl_capped_rolled_back();   /* evicted documents may be back */
     if (ret != 0)
         return sbl_wt_err(err, ret, "rollback_to_stable");
     /* Counts kept in memory followed the undone commits: count again. */

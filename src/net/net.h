@@ -162,8 +162,7 @@ void sbl_net_get_stats(sbl_net_stats_t *st);
  * writes n bytes.  sbl_client_msg_len: the length of the message whose
  * header h is, -1 when it is no OP_MSG reply to rid; sbl_client_msg_view:
  * *view reading its body (after the header, n bytes) where it lies;
- * sbl_client_msg_body: the body copied into *reply (initialised on
- * success); sbl_client_recv: reads the reply to rid into *reply
+ * sbl_client_recv: reads the reply to rid into *reply
  * (initialised on success).  sbl_client_run: send and receive; *reply is
  * initialised either way.  false (or -1) on any I/O or framing error: the
  * connection is then unusable. */
@@ -195,7 +194,6 @@ bool sbl_client_write(int fd, const uint8_t *p, size_t n);
 bool sbl_client_read(int fd, uint8_t *p, size_t n);
 int64_t sbl_client_msg_len(const uint8_t h[16], int32_t rid);
 bool sbl_client_msg_view(const uint8_t *body, size_t n, bson_t *view);
-bool sbl_client_msg_body(const uint8_t *body, size_t n, bson_t *reply);
 bool sbl_client_recv(int fd, int32_t rid, bson_t *reply);
 /* Exhaust streams (an oplog fetcher's getMore): sbl_client_send_flags sends
  * as sbl_client_send with OP_MSG flag bits (SBL_CLIENT_EXHAUST_ALLOWED);
@@ -208,6 +206,10 @@ bool sbl_client_recv(int fd, int32_t rid, bson_t *reply);
 bool sbl_client_send_flags(int fd, const char *db, const bson_t *cmd, const bson_t *extra,
                            uint32_t flags, int32_t *ridp);
 bool sbl_client_recv_more(int fd, int32_t *ridp, bson_t *reply, bool *morep);
+/* sbl_client_recv_more without the copy: *view (bson_init_static) reads the
+ * reply where it was received, in *bufp, the caller's to free(3) after the
+ * last use of view (nothing to free on false). */
+bool sbl_client_recv_view(int fd, int32_t *ridp, uint8_t **bufp, bson_t *view, bool *morep);
 bool sbl_client_run(int fd, const char *db, const bson_t *cmd, const bson_t *extra,
                     bson_t *reply);
 

@@ -493,15 +493,6 @@ bool sbl_client_msg_view(const uint8_t *r, size_t n, bson_t *view)
     return r[4] == 0 && dl >= 5 && dl <= avail && bson_init_static(view, r + 5, dl);
 }
 
-bool sbl_client_msg_body(const uint8_t *r, size_t n, bson_t *reply)
-{
-    bson_t view;
-    if (!sbl_client_msg_view(r, n, &view))
-        return false;
-    bson_copy_to(&view, reply);
-    return true;
-}
-
 /* Read the reply to request rid into *reply (initialised here on success).
  * false on an I/O or framing error (the connection is then unusable). */
 bool sbl_client_recv(int fd, int32_t rid, bson_t *reply)
@@ -510,12 +501,13 @@ bool sbl_client_recv(int fd, int32_t rid, bson_t *reply)
     return sbl_client_recv_more(fd, &rid, reply, &more);
 }
 
-bool sbl_client_recv_more(int fd, int32_t *ridp, bson_t *reply, bool *morep)
+bool sbl_client_recv_view(int fd, int32_t *ridp, uint8_t **bufp, bson_t *view, bool *morep)
 {
     uint8_t h[16];
     uint32_t flags = 0;
     int32_t id;
     *morep = false;
+    *bufp = NULL;
     if (!sbl_client_read(fd, h, 16))
         return false;
     int64_t len = sbl_client_msg_len(h, *ridp);
@@ -523,15 +515,27 @@ bool sbl_client_recv_more(int fd, int32_t *ridp, bson_t *reply, bool *morep)
         return false;
     memcpy(&id, h + 4, 4);
     uint8_t *r = malloc((size_t)len - 16);
-    bool ok = r != NULL && sbl_client_read(fd, r, (size_t)len - 16) &&
-              sbl_client_msg_body(r, (size_t)len - 16, reply);
-    if (ok) {
-        memcpy(&flags, r, 4);
-        *morep = (flags & SBL_CLIENT_MORE_TO_COME) != 0;
-        *ridp = id; /* a streamed reply answers the one before it */
+    if (r == NULL || !sbl_client_read(fd, r, (size_t)len - 16) ||
+        !sbl_client_msg_view(r, (size_t)len - 16, view)) {
+        free(r);
+        return false;
     }
-    free(r);
-    return ok;
+    memcpy(&flags, r, 4);
+    *morep = (flags & SBL_CLIENT_MORE_TO_COME) != 0;
+    *ridp = id; /* a streamed reply answers the one before it */
+    *bufp = r;
+    return true;
+}
+
+bool sbl_client_recv_more(int fd, int32_t *ridp, bson_t *reply, bool *morep)
+{
+    uint8_t *buf;
+    bson_t view;
+    if (!sbl_client_recv_view(fd, ridp, &buf, &view, morep))
+        return false;
+    bson_copy_to(&view, reply);
+    free(buf);
+    return true;
 }
 
 /* One SASL round trip on fd: cmd out, payload of the reply in (*outp). */

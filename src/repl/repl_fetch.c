@@ -48,7 +48,8 @@
 /* A find or getMore reply, kept while any of its entries is queued or
  * being applied: an entry is a view of its bytes there, not a copy. */
 typedef struct reply {
-    bson_t b;
+    bson_t b; /* a view into raw: the reply where it was received */
+    uint8_t *raw;
     atomic_int refs;
 } reply_t;
 
@@ -62,7 +63,7 @@ typedef struct item {
 static void reply_unref(reply_t *r)
 {
     if (r != NULL && atomic_fetch_sub(&r->refs, 1) == 1) {
-        bson_destroy(&r->b);
+        free(r->raw);
         free(r);
     }
 }
@@ -154,8 +155,8 @@ static reply_t *run(int fd, const bson_t *cmd, const bson_t *extra, uint32_t fla
     atomic_init(&r->refs, 1);
     int64_t t0 = sbl_now_us();
     if ((cmd != NULL && !sbl_client_send_flags(fd, "local", cmd, extra, flags, ridp)) ||
-        !sbl_client_recv_more(fd, ridp, &r->b, morep)) {
-        free(r); /* r->b was never initialised */
+        !sbl_client_recv_view(fd, ridp, &r->raw, &r->b, morep)) {
+        free(r); /* nothing received */
         return NULL;
     }
     bool ok = bson_iter_init_find(&it, &r->b, "ok") && bson_iter_as_double(&it) == 1.0;

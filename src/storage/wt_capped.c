@@ -357,6 +357,22 @@ static void current_size(sbl_session_t *s, sbl_wt_table_t *t, int64_t *countp, i
  * never evicted.  *fromp ends past the last position deleted. */
 static int key_cmp(const void *a, size_t alen, const void *b, size_t blen);
 
+/* An ordered-visibility collection's visibility point as an encoded key
+ * appended to out (its documents keyed at or below it have all committed or
+ * aborted); false, out untouched, for a collection without one. */
+static bool visibility_key(const struct sbl_capped *cp, sbl_buf_t *out)
+{
+    sbl_visible_fn visible = atomic_load(&cp->visible);
+    uint64_t lim = visible != NULL ? visible() : UINT64_MAX;
+    if (lim == UINT64_MAX)
+        return false;
+    bson_value_t v = {.value_type = BSON_TYPE_TIMESTAMP};
+    v.value.v_timestamp.timestamp = (uint32_t)(lim >> 32);
+    v.value.v_timestamp.increment = (uint32_t)lim;
+    sbl_key_append(out, &v, false);
+    return true;
+}
+
 static int evict(sbl_session_t *s, sbl_coll_t *c, uint64_t keep, uint64_t *fromp, sbl_err_t *err)
 {
     struct sbl_capped *cp = c->tbl->capped;
@@ -367,14 +383,7 @@ static int evict(sbl_session_t *s, sbl_coll_t *c, uint64_t keep, uint64_t *fromp
     /* ordered visibility: only documents keyed at or below the visibility
      * point (nothing below it is still in flight) */
     sbl_buf_init(&limit);
-    sbl_visible_fn visible = atomic_load(&cp->visible);
-    uint64_t lim = visible != NULL ? visible() : UINT64_MAX;
-    if (lim != UINT64_MAX) {
-        bson_value_t lv = {.value_type = BSON_TYPE_TIMESTAMP};
-        lv.value.v_timestamp.timestamp = (uint32_t)(lim >> 32);
-        lv.value.v_timestamp.increment = (uint32_t)lim;
-        sbl_key_append(&limit, &lv, false);
-    }
+    bool limited = visibility_key(cp, &limit);
     for (;;) {
         int64_t count, bytes;
         WT_CURSOR *nc, *dc;
@@ -404,7 +413,7 @@ static int evict(sbl_session_t *s, sbl_coll_t *c, uint64_t keep, uint64_t *fromp
             ret = WT_NOTFOUND; /* only the new document is left */
         if (ret == 0)
             ret = nc->get_value(nc, &v);
-        if (ret == 0 && lim != UINT64_MAX && key_cmp(v.data, v.size, limit.data, limit.len) > 0)
+        if (ret == 0 && limited && key_cmp(v.data, v.size, limit.data, limit.len) > 0)
             ret = WT_NOTFOUND; /* the rest is not all committed yet: a later eviction's */
         if (ret == 0) {
             sbl_buf_reset(&ikey);
@@ -592,15 +601,7 @@ int sbl_natural_open(sbl_session_t *s, sbl_coll_t *c, uint64_t after, bool desce
     scan->descending = descending;
     scan->dstep = true;
     sbl_buf_init(&scan->limit);
-    sbl_visible_fn visible = atomic_load(&cp->visible);
-    uint64_t lim = visible != NULL ? visible() : UINT64_MAX;
-    if (lim != UINT64_MAX) {
-        bson_value_t v = {.value_type = BSON_TYPE_TIMESTAMP};
-        v.value.v_timestamp.timestamp = (uint32_t)(lim >> 32);
-        v.value.v_timestamp.increment = (uint32_t)lim;
-        sbl_key_append(&scan->limit, &v, false);
-        scan->limited = true;
-    }
+    scan->limited = visibility_key(cp, &scan->limit);
     *scanp = scan;
     return 0;
 }

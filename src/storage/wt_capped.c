@@ -352,9 +352,6 @@ static void current_size(sbl_session_t *s, sbl_wt_table_t *t, int64_t *countp, i
         }
 }
 
-/* Delete the lowest positions, from position *fromp on (all below it are
- * gone), until c is within its limits; keep: the new document's position,
- * never evicted.  *fromp ends past the last position deleted. */
 static int key_cmp(const void *a, size_t alen, const void *b, size_t blen);
 
 /* An ordered-visibility collection's visibility point as an encoded key
@@ -373,6 +370,10 @@ static bool visibility_key(const struct sbl_capped *cp, sbl_buf_t *out)
     return true;
 }
 
+/* Delete the lowest positions, from position *fromp on (all below it are
+ * gone), until c is within its limits, and in an ordered-visibility
+ * collection none keyed past its visibility point; keep: the new document's
+ * position, never evicted.  *fromp ends past the last position deleted. */
 static int evict(sbl_session_t *s, sbl_coll_t *c, uint64_t keep, uint64_t *fromp, sbl_err_t *err)
 {
     struct sbl_capped *cp = c->tbl->capped;

@@ -57,8 +57,8 @@ int sbl_repl_oplog_oldest_ts(sbl_session_t *s, uint64_t *tsp, sbl_err_t *err)
     /* from where the oldest was last found: not over every entry evicted since */
     uint64_t epoch, hint = sbl_capped_oldest_hint(oplog, &epoch);
     bson_value_t lo = {.value_type = BSON_TYPE_TIMESTAMP};
-    lo.value.v_timestamp.timestamp = (uint32_t)(hint >> 32);
-    lo.value.v_timestamp.increment = (uint32_t)hint;
+    lo.value.v_timestamp.timestamp = SBL_TS_SECS(hint);
+    lo.value.v_timestamp.increment = SBL_TS_INC(hint);
     sbl_scan_bounds_t from = {.lo = &lo, .lo_inclusive = true};
     int rc = sbl_scan_open(s, oplog, hint != 0 ? &from : NULL, false, &scan, err);
     if (rc == 0 && (rc = sbl_scan_next(scan, &doc, &done, err)) == 0 && !done &&

@@ -354,6 +354,15 @@ static void current_size(sbl_session_t *s, sbl_wt_table_t *t, int64_t *countp, i
 
 static int key_cmp(const void *a, size_t alen, const void *b, size_t blen);
 
+/* Append ts (an oplog entry's, its key field) to out as an encoded key. */
+static void ts_key_append(sbl_buf_t *out, uint64_t ts)
+{
+    bson_value_t v = {.value_type = BSON_TYPE_TIMESTAMP};
+    v.value.v_timestamp.timestamp = (uint32_t)(ts >> 32);
+    v.value.v_timestamp.increment = (uint32_t)ts;
+    sbl_key_append(out, &v, false);
+}
+
 /* An ordered-visibility collection's visibility point as an encoded key
  * appended to out (its documents keyed at or below it have all committed or
  * aborted); false, out untouched, for a collection without one. */
@@ -363,10 +372,7 @@ static bool visibility_key(const struct sbl_capped *cp, sbl_buf_t *out)
     uint64_t lim = visible != NULL ? visible() : UINT64_MAX;
     if (lim == UINT64_MAX)
         return false;
-    bson_value_t v = {.value_type = BSON_TYPE_TIMESTAMP};
-    v.value.v_timestamp.timestamp = (uint32_t)(lim >> 32);
-    v.value.v_timestamp.increment = (uint32_t)lim;
-    sbl_key_append(out, &v, false);
+    ts_key_append(out, lim);
     return true;
 }
 
@@ -756,7 +762,6 @@ int sbl_natural_pos_of_ts(sbl_session_t *s, sbl_coll_t *c, uint64_t ts, uint64_t
                           sbl_err_t *err)
 {
     struct sbl_capped *cp = c->tbl->capped;
-    bson_value_t v = {.value_type = BSON_TYPE_TIMESTAMP};
     WT_CURSOR *cur;
     WT_ITEM k, val;
     sbl_buf_t ikey;
@@ -766,11 +771,9 @@ int sbl_natural_pos_of_ts(sbl_session_t *s, sbl_coll_t *c, uint64_t ts, uint64_t
     if (cp == NULL || strcmp(sbl_table_key_field(c->tbl), "ts") != 0)
         return 0;
     SBL_RET(sbl_session_cursor(s, cp->nat, &cur, err));
-    v.value.v_timestamp.timestamp = (uint32_t)(ts >> 32);
-    v.value.v_timestamp.increment = (uint32_t)ts;
     sbl_buf_init(&ikey);
     sbl_buf_append_byte(&ikey, 'i');
-    sbl_key_append(&ikey, &v, false);
+    ts_key_append(&ikey, ts);
     k.data = ikey.data;
     k.size = ikey.len;
     cur->set_key(cur, &k);

@@ -202,9 +202,9 @@ int64_t mig_delete_range(const mig_spec_t *s, sbl_err_t *err)
 
 int64_t mig_delete_orphans(const mig_spec_t *s, sbl_err_t *err)
 {
-    if (sbl_shard_refresh(s->ns, err) != 0)
+    sbl_shard_filter_t *f;
+    if (sbl_shard_refresh_filter(s->ns, &f, err) != 0)
         return -1;
-    sbl_shard_filter_t *f = sbl_shard_filter_get(s->ns);
     int64_t n = 0;
     if (sbl_shard_filter_trivial(f)) /* dropped, unsharded, or all of it ours again */
         mig_log("range deletion of %s: this shard owns the whole collection now: nothing "

@@ -265,7 +265,9 @@ int64_t mig_rangedel_run_now(const char *session, sbl_err_t *err)
  * the next one is (-1: none left). */
 static int64_t pass(void)
 {
-    if (!sbl_repl_writable() || sbl_shard_name() == NULL)
+    /* a new primary's recovery (migrate_recover.c) settles what migrations
+     * left and clears the versions cached before: tasks wait for it */
+    if (!sbl_repl_writable() || sbl_shard_name() == NULL || !sbl_shard_metadata_known())
         return -1;
     bson_t docs[MAX_TASKS];
     pthread_mutex_lock(&run_mu);
@@ -435,9 +437,9 @@ static bool valid_ns(const char *ns)
 static int check_start_key(const char *ns, const bson_t *start, sbl_err_t *err)
 {
     sbl_err_t e = {0};
-    if (sbl_shard_refresh(ns, &e) != 0)
+    sbl_shard_filter_t *f;
+    if (sbl_shard_refresh_filter(ns, &f, &e) != 0)
         return 0; /* not known to the config servers: nothing sharded to check */
-    sbl_shard_filter_t *f = sbl_shard_filter_get(ns);
     const bson_t *key = f != NULL ? sbl_shard_filter_key(f) : NULL;
     bool ok = key == NULL || bson_count_keys(key) == bson_count_keys(start);
     bson_iter_t k, s;

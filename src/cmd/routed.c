@@ -156,9 +156,9 @@ int sbl_routed_enter(sbl_routed_t *r, sbl_opctx_t *ctx, sbl_err_t *err)
             ctx->open_ts = sbl_repl_last_op_ts();
             sbl_repl_note_history_read(); /* its getMores may read at open_ts */
         }
-        SBL_RET(sbl_shard_check_version(ns, r->shard_version, ctx->reply, err));
-        if (sharded && filtered(ctx->name))
-            ctx->shard_filter = sbl_shard_filter_get(ns);
+        /* the filter of the version checked (a step-up may clear the cache after) */
+        sbl_shard_filter_t **fp = sharded && filtered(ctx->name) ? &ctx->shard_filter : NULL;
+        SBL_RET(sbl_shard_check_version(ns, r->shard_version, ctx->reply, fp, err));
     }
     if (r->db_version != NULL && !sharded) {
         SBL_RET(sbl_shard_db_enter(ctx->db, r->db_version, ctx->reply, err));

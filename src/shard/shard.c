@@ -299,7 +299,10 @@ bool sbl_shard_metadata_known(void)
     return t < 0 || t == atomic_load(&known_term);
 }
 
-static bool cached(const char *ns, sv_t *out)
+/* ns's cached version into *out; with fp, *fp a new reference to its
+ * filter (out's own pointer may be released by a refresh once the lock is
+ * let go). */
+static bool cached(const char *ns, sv_t *out, sbl_shard_filter_t **fp)
 {
     bool found = false;
     pthread_rwlock_rdlock(&lock);
@@ -307,13 +310,19 @@ static bool cached(const char *ns, sv_t *out)
         if (strcmp(cache[i].ns, ns) == 0) {
             *out = cache[i];
             found = true;
+            if (fp != NULL)
+                *fp = sbl_shard_filter_ref(cache[i].filter);
         }
     pthread_rwlock_unlock(&lock);
     return found;
 }
 
-int sbl_shard_refresh(const char *ns, sbl_err_t *err)
+/* Read ns's version from the config servers into the cache and *vp; with
+ * fp, *fp a new reference to the filter read with it. */
+static int refresh(const char *ns, sv_t *vp, sbl_shard_filter_t **fp, sbl_err_t *err)
 {
+    if (fp != NULL)
+        *fp = NULL;
     if (pool == NULL)
         return sbl_err_set(err, SBL_E_IllegalOperation, "this shard has not been added to a "
                            "cluster (no shardIdentity)");
@@ -333,10 +342,25 @@ int sbl_shard_refresh(const char *ns, sbl_err_t *err)
             sbl_shard_filter_release(cache[i].filter);
         }
         cache[i] = v;
+        *vp = v;
+        if (fp != NULL)
+            *fp = sbl_shard_filter_ref(v.filter);
         pthread_rwlock_unlock(&lock);
     }
     pthread_mutex_unlock(&refresh_lock);
     return rc;
+}
+
+int sbl_shard_refresh(const char *ns, sbl_err_t *err)
+{
+    sv_t v;
+    return refresh(ns, &v, NULL, err);
+}
+
+int sbl_shard_refresh_filter(const char *ns, sbl_shard_filter_t **fp, sbl_err_t *err)
+{
+    sv_t v;
+    return refresh(ns, &v, fp, err);
 }
 
 static void parse_received(const bson_t *svd, sv_t *r)
@@ -378,20 +402,32 @@ static void append_version(bson_t *d, const char *k, const sv_t *v)
     bson_append_document_end(d, &s);
 }
 
-int sbl_shard_check_version(const char *ns, const bson_t *svd, bson_t *info, sbl_err_t *err)
+int sbl_shard_check_version(const char *ns, const bson_t *svd, bson_t *info,
+                            sbl_shard_filter_t **fp, sbl_err_t *err)
 {
+    sbl_shard_filter_t *f = NULL;
+    if (fp != NULL)
+        *fp = NULL;
     if (pool == NULL)
         return 0; /* not in a cluster yet: nothing to compare with */
     sv_t r, w;
     parse_received(svd, &r);
-    bool have = cached(ns, &w);
-    if (have && compatible(&r, &w))
+    bool ok = cached(ns, &w, &f) && compatible(&r, &w);
+    if (!ok) {
+        sbl_shard_filter_release(f);
+        int rc = refresh(ns, &w, &f, err);
+        if (rc != 0)
+            return rc;
+        ok = compatible(&r, &w);
+    }
+    if (ok) {
+        if (fp != NULL)
+            *fp = f;
+        else
+            sbl_shard_filter_release(f);
         return 0;
-    int rc = sbl_shard_refresh(ns, err);
-    if (rc != 0)
-        return rc;
-    if (cached(ns, &w) && compatible(&r, &w))
-        return 0;
+    }
+    sbl_shard_filter_release(f);
     BSON_APPEND_UTF8(info, "ns", ns);
     append_version(info, "vReceived", &r);
     append_version(info, "vWanted", &w);
@@ -417,13 +453,13 @@ sbl_shard_filter_t *sbl_shard_filter_get(const char *ns)
 uint64_t sbl_shard_owned_since(const char *ns)
 {
     sv_t v;
-    return cached(ns, &v) ? v.since : 0;
+    return cached(ns, &v, NULL) ? v.since : 0;
 }
 
 uint64_t sbl_shard_left_since(const char *ns)
 {
     sv_t v;
-    return cached(ns, &v) ? v.left : 0;
+    return cached(ns, &v, NULL) ? v.left : 0;
 }
 
 void sbl_shard_append_state(bson_t *reply)

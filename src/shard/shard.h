@@ -30,10 +30,13 @@ const char *sbl_shard_configsvr(void);
 /*
  * Check the version a router sent (sv: the shardVersion document) for ns.
  * Returns 0 when it matches this shard's (same epoch and timestamp, same
- * major version), else StaleConfig with info receiving ns, vReceived,
- * vWanted and shardId.
+ * major version), with *fp (when fp is not NULL) a new reference to the
+ * ownership filter of that version, else StaleConfig with info receiving
+ * ns, vReceived, vWanted and shardId.
  */
-int sbl_shard_check_version(const char *ns, const bson_t *sv, bson_t *info, sbl_err_t *err);
+typedef struct sbl_shard_filter sbl_shard_filter_t;
+int sbl_shard_check_version(const char *ns, const bson_t *sv, bson_t *info, sbl_shard_filter_t **fp,
+                            sbl_err_t *err);
 /* When this shard took the newest of the chunks of ns it owns (their
  * newest onCurrentShardSince, as last read with its version; 0: unknown). */
 uint64_t sbl_shard_owned_since(const char *ns);
@@ -53,7 +56,6 @@ uint64_t sbl_shard_left_since(const char *ns);
  * every chunk) keeps every document.  sbl_shard_filter_owns: is doc's
  * shard key value in a range the filter owns?  Immutable: any thread.
  */
-typedef struct sbl_shard_filter sbl_shard_filter_t;
 sbl_shard_filter_t *sbl_shard_filter_get(const char *ns);
 sbl_shard_filter_t *sbl_shard_filter_at(sbl_shard_filter_t *f, uint64_t at);
 sbl_shard_filter_t *sbl_shard_filter_ref(sbl_shard_filter_t *f);
@@ -88,8 +90,13 @@ enum { SBL_SHARD_KEY_WHOLE_NAMES = 1 };
 int sbl_shard_key_shape(const bson_t *pattern, int *hashed_posp);
 int sbl_shard_key_values(const bson_t *pattern, int hashed_pos, const bson_t *doc, int flags,
                          bson_value_t vals[SBL_SHARD_KEY_MAX]);
-/* Forget ns's cached version and read it again from the config servers. */
+/* Forget ns's cached version and read it again from the config servers.
+ * sbl_shard_refresh_filter also gives (*fp, a new reference) the ownership
+ * filter read with that version: a caller that refreshed and then asked
+ * sbl_shard_filter_get could find the cache cleared in between by a
+ * step-up, and NULL, a trivial filter ("all of it is ours"), instead. */
 int sbl_shard_refresh(const char *ns, sbl_err_t *err);
+int sbl_shard_refresh_filter(const char *ns, sbl_shard_filter_t **fp, sbl_err_t *err);
 /*
  * Filtering metadata after a step-up (mongod: UNKNOWN until recovered).  A
  * member that becomes primary may hold versions cached in an earlier

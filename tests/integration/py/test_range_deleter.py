@@ -17,7 +17,7 @@ import threading
 import time
 
 import pytest
-from pymongo.errors import OperationFailure
+from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.read_concern import ReadConcern
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -60,6 +60,21 @@ def upper_on(cluster, i, name):
 def tasks(cluster, i):
     with shard(cluster, i) as c:
         return list(c.config.rangeDeletions.find())
+
+
+def deleter_report(cluster, i, name):
+    """For a failed wait: shard i's copy of rd.<name>, its tasks, and what
+    its log says of range deletions (the last 20 such lines)."""
+    try:
+        state = "%d documents at k >= HALF; tasks %s" % (upper_on(cluster, i, name),
+                                                        tasks(cluster, i))
+    except Exception as e:  # noqa: BLE001 - a report, whatever the shard's state
+        state = "shard unreachable: %s" % str(e)[:200]
+    log = os.path.join(cluster["dir"], "shard%d" % i, "member0", "sabled.log")
+    with open(log, errors="replace") as f:
+        lines = [ln.strip()[:400] for ln in f
+                 if '"rangedeleter"' in ln or "range deletion" in ln or "sabled starting" in ln]
+    return state + "\n" + "\n".join(lines[-20:])
 
 
 def suspend(cluster, i, on):
@@ -216,10 +231,45 @@ def test_restarted_donor_resumes_the_deletion(mongos, cluster):
             time.sleep(0.2)
     assert ids == list(range(N))
     assert wait_for(lambda: upper_on(cluster, donor, "restart") == 0 and
-                    not tasks(cluster, donor), 60)
+                    not tasks(cluster, donor), 60), deleter_report(cluster, donor, "restart")
     # and a new migration of another range runs while none is left
     move(mongos, "restart", donor)
     assert sorted(d["_id"] for d in mongos.rd.restart.find({}, {"_id": 1})) == list(range(N))
+
+
+def test_new_primary_deletes_after_its_migration_recovery(mongos, cluster):
+    # A new primary's migration recovery clears the versions cached before and
+    # settles what migrations left; its range deleter waits for it.  Before
+    # it did, a deletion that read the ownership filter just after recovery
+    # cleared the cache found none, took that for "this shard owns it all",
+    # and dropped its task with the range undeleted: orphans for good (seen
+    # in CI, in test_restarted_donor_resumes_the_deletion).
+    donor, recip = make_coll(mongos, "stepup")
+    suspend(cluster, donor, True)
+    move(mongos, "stepup", recip)
+    with shard(cluster, donor) as c:
+        fail_point(c, "hangMigrationRecovery", True)
+        term = c.admin.command("replSetGetStatus")["term"]
+        try:
+            c.admin.command("replSetStepDown", 1, secondaryCatchUpPeriodSecs=0, force=True)
+        except PyMongoError:
+            pass  # the connection may close
+    try:
+        with shard(cluster, donor) as c:
+            # elected again, in a new term; recovery held
+            assert wait_for(lambda: c.admin.command("hello")["isWritablePrimary"] and
+                            c.admin.command("replSetGetStatus")["term"] > term, 60)
+            fail_point(c, "suspendRangeDeletion", False)
+            time.sleep(3)  # the deleter looks every second
+            assert upper_on(cluster, donor, "stepup") == HALF
+            assert len(tasks(cluster, donor)) == 1
+    finally:
+        with shard(cluster, donor) as c:
+            fail_point(c, "hangMigrationRecovery", False)
+            fail_point(c, "suspendRangeDeletion", False)
+    assert wait_for(lambda: upper_on(cluster, donor, "stepup") == 0 and
+                    not tasks(cluster, donor), 60), deleter_report(cluster, donor, "stepup")
+    assert sorted(d["_id"] for d in mongos.rd.stepup.find({}, {"_id": 1})) == list(range(N))
 
 
 def test_deletion_spares_a_recreated_collection(mongos, cluster):

@@ -47,7 +47,7 @@ def _ip(*args, timeout=10):
                           timeout=timeout)
 
 
-def _stuck(pid):
+def kernel_state(pid):
     """Why a process outlives SIGKILL: its state and kernel stack (an
     uninterruptible wait in the kernel), for the round's report."""
     out = []
@@ -171,7 +171,7 @@ class Cluster:
                     try:
                         p.wait(timeout=10)
                     except subprocess.TimeoutExpired:
-                        print("netfaults: pid %d did not die (%s)" % (pid, _stuck(pid)),
+                        print("netfaults: pid %d did not die (%s)" % (pid, kernel_state(pid)),
                               file=sys.stderr)
                 self._procs.pop(pid, None)
             for ns in reversed(self._created):

@@ -89,7 +89,13 @@ static int check_shard_key(const sbl_opctx_t *ctx, const char *ns, const bson_t 
 {
     if (ctx->conn == NULL)
         return 0; /* internal (a migration's recipient applying the donor's documents) */
-    sbl_shard_filter_t *f = sbl_shard_filter_get(ns);
+    /* a routed write: the filter of the version it was checked against (the
+     * cache may have been cleared since, by a step-up) */
+    sbl_shard_filter_t *f = ctx->shard_filter;
+    if (f != NULL && strcmp(sbl_shard_filter_ns(f), ns) == 0)
+        f = sbl_shard_filter_ref(f);
+    else
+        f = sbl_shard_filter_get(ns);
     int rc = 0;
     if (sbl_shard_filter_key_array(f, doc))
         rc = sbl_err_set(err, SBL_E_NotSingleValueField, "After applying the update, a shard key "

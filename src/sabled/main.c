@@ -176,6 +176,8 @@ static int run(int notify_fd)
         .commit_interval_ms = options.commit_interval_ms,
         .syncdelay_s = options.syncdelay_s,
         .wt_config = options.wt_config,
+        .wt_coll_config = options.wt_coll_config,
+        .wt_index_config = options.wt_index_config,
     };
     bson_iter_t ttl_it;
     if (bson_iter_init_find(&ttl_it, &options.parameters, "ttlMonitorSleepSecs") &&

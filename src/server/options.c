@@ -49,22 +49,25 @@ static const opt_def_t opt_table[] = {
     {"dbpath", "storage.dbPath", OPT_STRING, "where the data files live (/data/db)"},
     {"journalCommitInterval", "storage.journal.commitIntervalMs", OPT_INT,
      "milliseconds between journal flushes (1-500; 100)"},
-    {"syncdelay", "storage.syncPeriodSecs", OPT_INT,
-     "seconds between checkpoints (60; 0: none)"},
+    {"syncdelay", "storage.syncPeriodSecs", OPT_INT, "seconds between checkpoints (60; 0: none)"},
     {"wiredTigerCacheSizeGB", "storage.wiredTiger.engineConfig.cacheSizeGB", OPT_DOUBLE,
      "WiredTiger cache size in GB ((RAM - 1 GB) / 2, at least 0.25)"},
-    {"wiredTigerJournalCompressor", "storage.wiredTiger.engineConfig.journalCompressor",
-     OPT_STRING, "journal compression: none, snappy or zlib (none)"},
+    {"wiredTigerJournalCompressor", "storage.wiredTiger.engineConfig.journalCompressor", OPT_STRING,
+     "journal compression: none, snappy or zlib (none)"},
     {"wiredTigerEngineConfigString", "storage.wiredTiger.engineConfig.configString", OPT_STRING,
      "extra wiredtiger_open settings, added after sabled's own"},
+    {"wiredTigerCollectionConfigString", "storage.wiredTiger.collectionConfig.configString",
+     OPT_STRING, "extra WiredTiger create settings of new collections' tables"},
+    {"wiredTigerIndexConfigString", "storage.wiredTiger.indexConfig.configString", OPT_STRING,
+     "extra WiredTiger create settings of new indexes' tables"},
     {"logpath", "systemLog.path", OPT_STRING,
      "write the log to this file rather than to standard output"},
-    {"logappend", "systemLog.logAppend", OPT_FLAG,
-     "accepted; sabled always appends to --logpath"},
+    {"logappend", "systemLog.logAppend", OPT_FLAG, "accepted; sabled always appends to --logpath"},
     {"quiet", "systemLog.quiet", OPT_FLAG, "log less"},
     {"verbose", "systemLog.verbosity", OPT_INT, "log level, 0 to 5 (-v, -vv, ... set it too)"},
     {"fork", "processManagement.fork", OPT_FLAG, "run in the background once started"},
-    {"pidfilepath", "processManagement.pidFilePath", OPT_STRING, "write the process id to this file"},
+    {"pidfilepath", "processManagement.pidFilePath", OPT_STRING,
+     "write the process id to this file"},
     {"setParameter", "setParameter", OPT_PARAM, "name=value: set a server parameter at start-up"},
     {"serviceExecutorThreads", "net.serviceExecutorThreads", OPT_INT,
      "network event loop threads (sabled); default: one per core"},
@@ -537,6 +540,10 @@ static int apply_setting(sbl_options_t *o, const setting_t *st, bson_t *flat, sb
             set_str(&o->pidfile, st->value);
         } else if (strcmp(k, "storage.wiredTiger.engineConfig.configString") == 0) {
             set_str(&o->wt_config, st->value);
+        } else if (strcmp(k, "storage.wiredTiger.collectionConfig.configString") == 0) {
+            set_str(&o->wt_coll_config, st->value);
+        } else if (strcmp(k, "storage.wiredTiger.indexConfig.configString") == 0) {
+            set_str(&o->wt_index_config, st->value);
         } else if (strcmp(k, "net.tls.mode") == 0) {
             static const char *const modes[] = {"disabled", "allowTLS", "preferTLS", "requireTLS"};
             int m = -1;
@@ -806,6 +813,8 @@ void sbl_options_destroy(sbl_options_t *o)
     bson_free(o->logpath);
     bson_free(o->pidfile);
     bson_free(o->wt_config);
+    bson_free(o->wt_coll_config);
+    bson_free(o->wt_index_config);
     bson_free(o->tls_cert_key_file);
     bson_free(o->tls_cert_key_password);
     bson_free(o->tls_ca_file);

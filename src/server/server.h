@@ -46,6 +46,8 @@ typedef struct sbl_options {
     bool fork;
     char *pidfile;
     char *wt_config; /* storage.wiredTiger.engineConfig.configString, or NULL */
+    char *wt_coll_config;  /* storage.wiredTiger.collectionConfig.configString, or NULL */
+    char *wt_index_config; /* storage.wiredTiger.indexConfig.configString, or NULL */
     int nloops;
     int verbosity;
     bool quiet;

@@ -43,6 +43,11 @@ typedef struct sbl_storage_config {
     int syncdelay_s;        /* checkpoint interval; default 60; 0 disables */
     int ttl_monitor_sleep_s; /* TTL pass interval (ttlMonitorSleepSecs); <= 0: 60 */
     const char *wt_config;  /* appended to wiredtiger_open's configuration (later keys win), or NULL */
+    /* added to the create configuration of new collections' (and indexes')
+     * tables, or NULL: keys like memory_page_max or block_compressor win over
+     * sabled's; the formats and the logging of a table stay sabled's */
+    const char *wt_coll_config;
+    const char *wt_index_config;
 } sbl_storage_config_t;
 
 /* Open (creating if needed) the engine at cfg->dbpath: takes mongod.lock (error 

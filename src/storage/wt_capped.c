@@ -120,7 +120,7 @@ int sbl_capped_attach(WT_SESSION *wt, sbl_wt_table_t *t, const bson_t *options, 
         return 0;
     limits_of(options, &size, &max);
     snprintf(uri, sizeof(uri), "table:natural-%s", t->ident + strlen("collection-"));
-    if (create && (ret = wt->create(wt, uri, sbl_table_config_for(t->unlogged))) != 0)
+    if (create && (ret = wt->create(wt, uri, sbl_table_config_for(t->unlogged, false))) != 0)
         return sbl_wt_err(err, ret, "create natural-order table");
     struct sbl_capped *cp = bson_malloc0(sizeof(*cp));
     cp->nat = sbl_table_new(uri);

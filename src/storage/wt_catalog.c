@@ -22,15 +22,6 @@
 
 #include "common/log.h"
 
-const char *sbl_table_config(void)
-{
-    return sbl_eng.have_snappy ? "type=file,key_format=u,value_format=u,memory_page_max=10m,"
-                                 "split_pct=90,leaf_value_max=64MB,checksum=on,"
-                                 "block_compressor=snappy"
-                               : "type=file,key_format=u,value_format=u,memory_page_max=10m,"
-                                 "split_pct=90,leaf_value_max=64MB,checksum=on";
-}
-
 /* Binary search; returns true when found. *idxp is the match or insertion point. */
 static bool find_locked(const char *ns, size_t *idxp)
 {
@@ -226,7 +217,7 @@ static int create_locked(sbl_session_t *s, const char *ns, const bson_t *options
     snprintf(uri, sizeof(uri), "table:collection-%" PRIu64 "-%" PRIu64, sbl_eng.next_ident++,
              sbl_eng.ident_rand);
     bool unlogged = sbl_storage_ns_unlogged(ns);
-    if ((ret = wt->create(wt, uri, sbl_table_config_for(unlogged))) != 0)
+    if ((ret = wt->create(wt, uri, sbl_table_config_for(unlogged, false))) != 0)
         return sbl_wt_err(err, ret, "create collection table");
     if (given_uuid != NULL)
         memcpy(uuid, given_uuid, 16);

@@ -346,6 +346,8 @@ int sbl_storage_open(const sbl_storage_config_t *cfg, sbl_err_t *err)
     if (cache_mb == 0)
         cache_mb = default_cache_mb();
     sbl_eng.have_snappy = access(SNAPPY_EXT, R_OK) == 0;
+    if ((rc = sbl_table_configs_build(cfg, err)) != 0)
+        goto err;
     const char *jc = cfg->journal_compressor != NULL ? cfg->journal_compressor : "none";
     /* Both extensions are loaded whenever installed: recovery must read log
      * records an earlier start compressed with either. */

@@ -517,7 +517,7 @@ int sbl_index_create(sbl_session_t *s, sbl_coll_t *c, const bson_t *spec, sbl_er
     snprintf(uri, sizeof(uri), "table:index-%" PRIu64 "-%" PRIu64, sbl_eng.next_ident++,
              sbl_eng.ident_rand);
     ret = sbl_eng.cat_wt->create(sbl_eng.cat_wt, uri,
-                                 sbl_table_config_for(sbl_storage_ns_unlogged(c->ns)));
+                                 sbl_table_config_for(sbl_storage_ns_unlogged(c->ns), true));
     pthread_rwlock_unlock(&sbl_eng.cat_lock);
     if (ret != 0)
         return sbl_wt_err(err, ret, "create index table");

@@ -165,6 +165,8 @@ typedef struct sbl_engine {
     int lock_fd;
     WT_CONNECTION *conn;
     bool have_snappy;
+    /* create configurations of new tables: [index?][unlogged?] (wt_stable.c) */
+    char table_config[2][2][1024];
     int commit_interval_ms;
     int syncdelay_s;
 
@@ -294,11 +296,14 @@ size_t sbl_drop_retry(WT_SESSION *wt);
  * open or an incremental backup chain keeps them (wt_backup.c; WiredTiger's
  * own log archival is off).  wt belongs to the caller. */
 void sbl_backup_log_removal(WT_SESSION *wt);
-/* The creation config of collection tables. */
-const char *sbl_table_config(void);
-/* The table config, unlogged or not (wt_stable.c); whether ns's tables
- * are created unlogged (a replica set member's replicated namespaces). */
-const char *sbl_table_config_for(bool unlogged);
+/* Build sbl_eng.table_config from cfg's extra strings (checked with
+ * WiredTiger's validation of WT_SESSION.create: BadValue when they do not
+ * pass), after have_snappy is known (wt_stable.c). */
+int sbl_table_configs_build(const sbl_storage_config_t *cfg, sbl_err_t *err);
+/* The create config of a collection's or an index's table, unlogged or
+ * not (wt_stable.c); whether ns's tables are created unlogged (a replica
+ * set member's replicated namespaces). */
+const char *sbl_table_config_for(bool unlogged, bool index);
 bool sbl_storage_ns_unlogged(const char *ns);
 /* Count every table's documents and bytes again (catalog write lock held,
  * or at open). */

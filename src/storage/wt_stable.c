@@ -38,16 +38,39 @@ bool sbl_storage_ns_unlogged(const char *ns)
     return !(n >= sizeof(profile) - 1 && strcmp(ns + n - (sizeof(profile) - 1), profile) == 0);
 }
 
-const char *sbl_table_config_for(bool unlogged)
+/* sabled's settings (the user's string follows them), then what stays
+ * sabled's whatever the user's string says (it comes last: later keys win) */
+int sbl_table_configs_build(const sbl_storage_config_t *cfg, sbl_err_t *err)
 {
-    if (!unlogged)
-        return sbl_table_config();
-    return sbl_eng.have_snappy ? "type=file,key_format=u,value_format=u,memory_page_max=10m,"
-                                 "split_pct=90,leaf_value_max=64MB,checksum=on,"
-                                 "block_compressor=snappy,log=(enabled=false)"
-                               : "type=file,key_format=u,value_format=u,memory_page_max=10m,"
-                                 "split_pct=90,leaf_value_max=64MB,checksum=on,"
-                                 "log=(enabled=false)";
+    static const char *const names[2] = {"wiredTigerCollectionConfigString",
+                                         "wiredTigerIndexConfigString"};
+    const char *extras[2] = {cfg->wt_coll_config, cfg->wt_index_config};
+    for (int index = 0; index < 2; index++) {
+        const char *extra = extras[index] != NULL ? extras[index] : "";
+        int ret;
+        if (*extra != '\0' &&
+            (ret = wiredtiger_config_validate(NULL, NULL, "WT_SESSION.create", extra)) != 0)
+            return sbl_err_set(err, SBL_E_BadValue, "%s '%s': %s", names[index], extra,
+                               wiredtiger_strerror(ret));
+        for (int unlogged = 0; unlogged < 2; unlogged++) {
+            char *out = sbl_eng.table_config[index][unlogged];
+            size_t cap = sizeof(sbl_eng.table_config[index][unlogged]);
+            int n = snprintf(out, cap,
+                             "memory_page_max=10m,split_pct=90,leaf_value_max=64MB,"
+                             "checksum=on%s%s%s,type=file,key_format=u,value_format=u,"
+                             "log=(enabled=%s)",
+                             sbl_eng.have_snappy ? ",block_compressor=snappy" : "",
+                             *extra != '\0' ? "," : "", extra, unlogged ? "false" : "true");
+            if (n < 0 || (size_t)n >= cap)
+                return sbl_err_set(err, SBL_E_BadValue, "%s is too long", names[index]);
+        }
+    }
+    return 0;
+}
+
+const char *sbl_table_config_for(bool unlogged, bool index)
+{
+    return sbl_eng.table_config[index][unlogged];
 }
 
 int sbl_storage_set_stable(uint64_t stable, uint64_t oldest, sbl_err_t *err)

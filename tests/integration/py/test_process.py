@@ -314,6 +314,68 @@ def test_wiredtiger_engine_config_string_is_appended(fresh_server):
     assert "wiredTigerEngineConfigString is too long" in r.stdout + r.stderr, r.stdout + r.stderr
 
 
+def _storage_size(s, args, coll="big"):
+    """storageSize of a collection of 5,000 documents of 1,000 equal bytes,
+    checkpointed, on s started with args; stops s."""
+    s.start(args, port=s.port)
+    c = s.client()
+    try:
+        c.t[coll].insert_many([{"_id": i, "s": "a" * 1000} for i in range(5000)])
+        c.t[coll].create_index("s")
+        assert c.t[coll].find_one({"s": "a" * 1000, "_id": 7})["_id"] == 7
+        c.admin.command("fsync")
+        return c.t.command("collStats", coll)["storageSize"]
+    finally:
+        c.close()
+        assert s.stop() == 0
+
+
+def test_wiredtiger_collection_and_index_config_strings(fresh_server):
+    """--wiredTigerCollectionConfigString and --wiredTigerIndexConfigString
+    (mongod's options; storage.wiredTiger.collectionConfig.configString and
+    indexConfig.configString in YAML) are added to the create settings of
+    new tables, after sabled's own, so their keys win; a table's formats and
+    logging stay sabled's; a string WiredTiger rejects stops the start."""
+    s = fresh_server
+    s.port = free_port()
+    compressed = _storage_size(s, [], "snappy")  # sabled's block_compressor
+    plain = _storage_size(s, ["--wiredTigerCollectionConfigString",
+                              "block_compressor=none,key_format=S,value_format=S,"
+                              "log=(enabled=false)"], "plain")
+    assert plain > 3 * compressed, (plain, compressed)
+    assert plain > 4_000_000, plain  # 5 MB of documents, stored as they are
+
+    conf = os.path.join(s.root, "tables.conf")
+    with open(conf, "w") as f:
+        f.write("storage:\n  wiredTiger:\n    collectionConfig:\n"
+                "      configString: \"block_compressor=none\"\n"
+                "    indexConfig:\n      configString: \"memory_page_max=2m\"\n")
+    assert _storage_size(s, ["--config", conf], "yaml") > 3 * compressed
+    s.start(["--config", conf], port=s.port)
+    c = s.client()
+    try:
+        wt = c.admin.command("getCmdLineOpts")["parsed"]["storage"]["wiredTiger"]
+        assert wt["collectionConfig"]["configString"] == "block_compressor=none"
+        assert wt["indexConfig"]["configString"] == "memory_page_max=2m"
+        # every collection so far still reads (their tables' formats are sabled's)
+        for coll in ("snappy", "plain", "yaml"):
+            assert c.t[coll].count_documents({}) == 5000
+    finally:
+        c.close()
+    assert s.stop() == 0
+
+    for opt in ("--wiredTigerCollectionConfigString", "--wiredTigerIndexConfigString"):
+        r = run_sabled(["--dbpath", s.dbpath, "--port", str(free_port()), "--bind_ip",
+                        "127.0.0.1", opt, "no_such_setting=1"])
+        assert r.returncode != 0
+        out = r.stdout + r.stderr
+        assert opt[2:] in out and "no_such_setting=1" in out, out
+        r = run_sabled(["--dbpath", s.dbpath, "--port", str(free_port()), "--bind_ip",
+                        "127.0.0.1", opt, "split_pct=90," * 100])
+        assert r.returncode != 0
+        assert opt[2:] + " is too long" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
 def _checkpoints(client):
     return client.admin.command("serverStatus")["wiredTiger"]["transaction"][
         "transaction checkpoints"]

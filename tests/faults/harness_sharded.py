@@ -85,15 +85,6 @@ def load_launcher():
     return mod
 
 
-def alive(pid):
-    """True while pid runs (a zombie no longer counts)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 class Cluster:
     """The round's processes, named cfg, shard0/n1 .. shard1/n3, router0,
     router1: started by sable-cluster (router1 by its spawn_router), each
@@ -155,12 +146,12 @@ class Cluster:
         is not running."""
         p, _ = self._proc(name)
         pid = p.get("pid")
-        if not pid or not alive(pid):
+        if not pid or not self.launcher.alive(pid):
             return False
         os.kill(pid, sig)
         if sig == signal.SIGKILL:
             end = time.monotonic() + 20
-            while alive(pid) and time.monotonic() < end:
+            while self.launcher.alive(pid) and time.monotonic() < end:
                 time.sleep(0.05)
             p["pid"] = None
         return True
@@ -183,7 +174,7 @@ class Cluster:
             m for s in self.st["sets"] for m in s["members"]]
         for p in procs:
             pid = (p or {}).get("pid")
-            if pid and alive(pid):
+            if pid and self.launcher.alive(pid):
                 try:
                     os.kill(pid, signal.SIGCONT)
                     os.kill(pid, signal.SIGKILL)
@@ -192,7 +183,7 @@ class Cluster:
         for p in procs:
             pid = (p or {}).get("pid")
             end = time.monotonic() + 20
-            while pid and alive(pid) and time.monotonic() < end:
+            while pid and self.launcher.alive(pid) and time.monotonic() < end:
                 time.sleep(0.05)
 
 

@@ -351,16 +351,15 @@ static int refresh(const char *ns, sv_t *vp, sbl_shard_filter_t **fp, sbl_err_t 
     return rc;
 }
 
-int sbl_shard_refresh(const char *ns, sbl_err_t *err)
-{
-    sv_t v;
-    return refresh(ns, &v, NULL, err);
-}
-
 int sbl_shard_refresh_filter(const char *ns, sbl_shard_filter_t **fp, sbl_err_t *err)
 {
     sv_t v;
     return refresh(ns, &v, fp, err);
+}
+
+int sbl_shard_refresh(const char *ns, sbl_err_t *err)
+{
+    return sbl_shard_refresh_filter(ns, NULL, err);
 }
 
 static void parse_received(const bson_t *svd, sv_t *r)

@@ -147,45 +147,13 @@ int sbl_cmd_config_primary_check(sbl_err_t *err)
     return 0;
 }
 
-/* Every document of config.<coll> matching filter, into arr (an array). */
-static int cfg_find(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
-                    sbl_err_t *err)
-{
-    bson_t cmd = BSON_INITIALIZER, reply;
-    BSON_APPEND_UTF8(&cmd, "find", coll);
-    BSON_APPEND_DOCUMENT(&cmd, "filter", filter);
-    if (sort)
-        BSON_APPEND_DOCUMENT(&cmd, "sort", sort);
-    BSON_APPEND_INT32(&cmd, "batchSize", 1000000);
-    BSON_APPEND_BOOL(&cmd, "singleBatch", true);
-    int rc = sbl_cmd_run_checked("config", &cmd, &reply, err);
-    bson_destroy(&cmd);
-    bool got = false;
-    bson_iter_t it, b;
-    if (rc == 0 && bson_iter_init(&it, &reply) &&
-        bson_iter_find_descendant(&it, "cursor.firstBatch", &b) && BSON_ITER_HOLDS_ARRAY(&b)) {
-        uint32_t len;
-        const uint8_t *data;
-        bson_t tmp;
-        bson_iter_array(&b, &len, &data);
-        if (bson_init_static(&tmp, data, len)) {
-            bson_copy_to(&tmp, arr);
-            got = true;
-        }
-    }
-    if (!got)
-        bson_init(arr);
-    bson_destroy(&reply);
-    return rc;
-}
-
 /* The first document of cfg_find, copied into out; false when none. */
 static bool cfg_find_one(const char *coll, const bson_t *filter, bson_t *out, sbl_err_t *err)
 {
     bson_t arr;
     bson_iter_t it;
     bool found = false;
-    if (cfg_find(coll, filter, NULL, &arr, err) == 0 && bson_iter_init(&it, &arr) &&
+    if (sbl_cmd_config_find(coll, filter, NULL, &arr, err) == 0 && bson_iter_init(&it, &arr) &&
         bson_iter_next(&it)) {
         bson_t d;
         if (sbl_iter_doc(&it, &d)) {
@@ -564,7 +532,7 @@ static int scan_chunks(const char *ns, const bson_t *min, const char *ctl_shard,
     bson_init(&f);
     sbl_append_value(&f, "uuid", 4, bson_iter_value(&uuid));
     bson_destroy(&sc->chunks);
-    int rc = cfg_find("chunks", &f, NULL, &sc->chunks, err);
+    int rc = sbl_cmd_config_find("chunks", &f, NULL, &sc->chunks, err);
     bson_destroy(&f);
     if (rc != 0)
         return rc;
@@ -872,7 +840,7 @@ int sbl_bal_collection(sbl_bal_coll_t *bc, char ids[][128], int nshards, char dr
     sbl_append_value(&f, "uuid", 4, bson_iter_value(&it));
     BSON_APPEND_INT32(&sort, "min", 1);
     sbl_err_t e = {0};
-    int r = cfg_find("chunks", &f, &sort, &chunks, &e) == 0 ? 0 : -1;
+    int r = sbl_cmd_config_find("chunks", &f, &sort, &chunks, &e) == 0 ? 0 : -1;
     bson_destroy(&f);
     bson_destroy(&sort);
     /* every decision compares data sizes: every shard's, this round (a
@@ -900,7 +868,7 @@ void sbl_bal_shards(char ids[][128], int *nshards, char drain[][128], int *ndrai
     bson_t empty = BSON_INITIALIZER, shards;
     sbl_err_t e = {0};
     *nshards = *ndrain = 0;
-    if (cfg_find("shards", &empty, NULL, &shards, &e) == 0) {
+    if (sbl_cmd_config_find("shards", &empty, NULL, &shards, &e) == 0) {
         bson_iter_t it;
         bson_iter_init(&it, &shards);
         while (bson_iter_next(&it) && *nshards + *ndrain < SBL_BAL_MAX_SHARDS) {
@@ -929,7 +897,7 @@ static int balance_round(bool *errorp)
     *errorp = false;
     sbl_bal_shards(ids, &nshards, drain, &ndrain);
     bool work = nshards >= 2 || (nshards >= 1 && ndrain > 0);
-    if (work && cfg_find("collections", &empty, NULL, &colls, &e) == 0) {
+    if (work && sbl_cmd_config_find("collections", &empty, NULL, &colls, &e) == 0) {
         bson_iter_t it;
         bson_iter_init(&it, &colls);
         while (bson_iter_next(&it)) {

@@ -39,7 +39,7 @@ int sbl_bal_sizes(sbl_bal_coll_t *bc, char ids[][128], int n, sbl_err_t *err)
 {
     bson_t empty = BSON_INITIALIZER, shards;
     bson_iter_t it;
-    int rc = sbl_zone_config_find("shards", &empty, NULL, &shards, err);
+    int rc = sbl_cmd_config_find("shards", &empty, NULL, &shards, err);
     bson_destroy(&empty);
     for (int i = 0; i < n && i < SBL_BAL_MAX_SHARDS; i++) {
         bc->hosts[i][0] = '\0';
@@ -266,7 +266,7 @@ int sbl_cmd_configsvr_balancer_coll_status(sbl_opctx_t *ctx, sbl_err_t *err)
     bson_t f = BSON_INITIALIZER, arr, coll;
     bson_iter_t it;
     BSON_APPEND_UTF8(&f, "_id", ns);
-    rc = sbl_zone_config_find("collections", &f, NULL, &arr, err);
+    rc = sbl_cmd_config_find("collections", &f, NULL, &arr, err);
     bson_destroy(&f);
     if (rc == 0 && (!bson_iter_init(&it, &arr) || !bson_iter_next(&it) ||
                     !sbl_iter_doc(&it, &coll) ||

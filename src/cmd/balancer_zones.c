@@ -77,7 +77,7 @@ static bool load_zones(const char *ns, bson_t *tags, char ids[][128], int nshard
     memset(z->has, 0, sizeof(z->has));
     BSON_APPEND_UTF8(&f, "ns", ns);
     BSON_APPEND_INT32(&sort, "min", 1);
-    sbl_zone_config_find("tags", &f, &sort, tags, &e);
+    sbl_cmd_config_find("tags", &f, &sort, tags, &e);
     bson_iter_init(&it, tags);
     while (bson_iter_next(&it) && z->nr < MAX_RANGES) {
         bson_t t;
@@ -90,7 +90,7 @@ static bool load_zones(const char *ns, bson_t *tags, char ids[][128], int nshard
             continue;
         z->nr++;
     }
-    if (z->nr > 0 && sbl_zone_config_find("shards", &empty, NULL, &shards, &e) == 0) {
+    if (z->nr > 0 && sbl_cmd_config_find("shards", &empty, NULL, &shards, &e) == 0) {
         bson_iter_init(&it, &shards);
         while (bson_iter_next(&it)) {
             bson_t s;
@@ -174,7 +174,7 @@ int sbl_bal_split_chunk(const char *ns, const bson_t *chunk, const bson_t *at, s
         return 0;
     sbl_cmd_chunks_lock(true);
     sbl_append_value(&f, "uuid", 4, bson_iter_value(&uuid));
-    int rc = sbl_zone_config_find("chunks", &f, NULL, &now, err);
+    int rc = sbl_cmd_config_find("chunks", &f, NULL, &now, err);
     uint32_t major = 0, minor = 0;
     bool same = false;
     bson_iter_init(&it, &now);

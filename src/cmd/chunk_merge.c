@@ -108,7 +108,7 @@ static int cc_read(const char *ns, coll_chunks_t *cc, sbl_err_t *err)
     bson_init(&cc->coll);
     bson_init(&cc->chunks);
     BSON_APPEND_UTF8(&f, "_id", ns);
-    int rc = sbl_zone_config_find("collections", &f, NULL, &arr, err);
+    int rc = sbl_cmd_config_find("collections", &f, NULL, &arr, err);
     bson_destroy(&f);
     bool found = false;
     if (rc == 0 && bson_iter_init(&it, &arr) && bson_iter_next(&it)) {
@@ -130,7 +130,7 @@ static int cc_read(const char *ns, coll_chunks_t *cc, sbl_err_t *err)
     sbl_append_value(&f, "uuid", 4, &cc->uuid);
     BSON_APPEND_INT32(&sort, "min", 1);
     bson_destroy(&cc->chunks);
-    rc = sbl_zone_config_find("chunks", &f, &sort, &cc->chunks, err);
+    rc = sbl_cmd_config_find("chunks", &f, &sort, &cc->chunks, err);
     bson_destroy(&f);
     bson_destroy(&sort);
     if (rc != 0)
@@ -388,7 +388,7 @@ static void flush_shard(const char *shard, const char *ns)
     bson_iter_t it;
     sbl_err_t e = {0};
     BSON_APPEND_UTF8(&f, "_id", shard);
-    if (sbl_zone_config_find("shards", &f, NULL, &arr, &e) == 0 && bson_iter_init(&it, &arr) &&
+    if (sbl_cmd_config_find("shards", &f, NULL, &arr, &e) == 0 && bson_iter_init(&it, &arr) &&
         bson_iter_next(&it)) {
         bson_t s;
         const char *host;
@@ -693,7 +693,7 @@ static bool automerge_enabled(void)
     sbl_err_t err = {0};
     bool on = true;
     BSON_APPEND_UTF8(&f, "_id", "automerge");
-    if (sbl_zone_config_find("settings", &f, NULL, &arr, &err) == 0 && bson_iter_init(&it, &arr) &&
+    if (sbl_cmd_config_find("settings", &f, NULL, &arr, &err) == 0 && bson_iter_init(&it, &arr) &&
         bson_iter_next(&it) && bson_iter_recurse(&it, &e) && bson_iter_find(&e, "enabled") &&
         !bson_iter_as_bool(&e))
         on = false;
@@ -711,7 +711,7 @@ void sbl_cmd_automerge_tick(char ids[][128], int nshards)
     last_s = now;
     bson_t empty = BSON_INITIALIZER, colls;
     sbl_err_t e = {0};
-    if (sbl_zone_config_find("collections", &empty, NULL, &colls, &e) == 0) {
+    if (sbl_cmd_config_find("collections", &empty, NULL, &colls, &e) == 0) {
         bson_iter_t it, f;
         bson_iter_init(&it, &colls);
         while (bson_iter_next(&it)) {

@@ -224,9 +224,10 @@ int sbl_cmd_configsvr_remove_shard_from_zone(sbl_opctx_t *ctx, sbl_err_t *err);
 int sbl_cmd_configsvr_update_zone_key_range(sbl_opctx_t *ctx, sbl_err_t *err);
 /* Every document of this member's config.<coll> matching filter, sorted by
  * sort (NULL: natural order), copied into *arr (an array, initialised either
- * way). */
-int sbl_zone_config_find(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
-                         sbl_err_t *err);
+ * way), however many batches that takes (a collection's chunks can fill
+ * more than one). */
+int sbl_cmd_config_find(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
+                        sbl_err_t *err);
 /* One write on this member's config.<coll>, w: majority: verb "update"
  * (op: {q, u ...}), "delete" (op: {q, limit}) or "insert" (op: the
  * document); *np (may be NULL): the reply's n.  A write error is the error. */

@@ -16,6 +16,7 @@
  * interleaved with another change.
  */
 #include "cmd/cmd_int.h"
+#include "cmd/migrate_int.h"
 
 #include "doc/doc.h"
 #include "repl/repl.h"
@@ -28,26 +29,38 @@
 
 static pthread_mutex_t zone_mu = PTHREAD_MUTEX_INITIALIZER;
 
-int sbl_zone_config_find(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
-                         sbl_err_t *err)
+int sbl_cmd_config_find(const char *coll, const bson_t *filter, const bson_t *sort, bson_t *arr,
+                        sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER, reply;
-    bson_iter_t it, batch;
     BSON_APPEND_UTF8(&cmd, "find", coll);
     BSON_APPEND_DOCUMENT(&cmd, "filter", filter);
-    if (sort != NULL)
+    if (sort)
         BSON_APPEND_DOCUMENT(&cmd, "sort", sort);
-    BSON_APPEND_BOOL(&cmd, "singleBatch", true);
     BSON_APPEND_INT32(&cmd, "batchSize", 1000000);
     int rc = sbl_cmd_run_checked("config", &cmd, &reply, err);
     bson_destroy(&cmd);
-    bson_t view;
-    if (rc == 0 && bson_iter_init(&it, &reply) &&
-        bson_iter_find_descendant(&it, "cursor.firstBatch", &batch) &&
-        sbl_iter_array(&batch, &view))
-        bson_copy_to(&view, arr);
-    else
-        bson_init(arr);
+    bson_init(arr);
+    uint32_t n = 0;
+    while (rc == 0) {
+        int64_t cursor = 0;
+        bson_iter_t b;
+        if (mig_reply_batch(&reply, &cursor, &b))
+            while (bson_iter_next(&b)) {
+                char key[16];
+                const char *ks;
+                bson_uint32_to_string(n++, &ks, key, sizeof(key));
+                sbl_append_iter(arr, ks, -1, &b);
+            }
+        bson_destroy(&reply);
+        if (cursor == 0)
+            return 0;
+        bson_init(&cmd);
+        BSON_APPEND_INT64(&cmd, "getMore", cursor);
+        BSON_APPEND_UTF8(&cmd, "collection", coll);
+        rc = sbl_cmd_run_checked("config", &cmd, &reply, err);
+        bson_destroy(&cmd);
+    }
     bson_destroy(&reply);
     return rc;
 }
@@ -57,7 +70,7 @@ static int64_t config_count(const char *coll, const bson_t *filter, sbl_err_t *e
 {
     bson_t arr;
     int64_t n = -1;
-    if (sbl_zone_config_find(coll, filter, NULL, &arr, err) == 0)
+    if (sbl_cmd_config_find(coll, filter, NULL, &arr, err) == 0)
         n = (int64_t)bson_count_keys(&arr);
     bson_destroy(&arr);
     return n;
@@ -160,7 +173,7 @@ int sbl_cmd_configsvr_remove_shard_from_zone(sbl_opctx_t *ctx, sbl_err_t *err)
         bson_reinit(&f);
         BSON_APPEND_UTF8(&f, "tags", zone);
         bson_destroy(&holders);
-        rc = sbl_zone_config_find("shards", &f, NULL, &holders, err);
+        rc = sbl_cmd_config_find("shards", &f, NULL, &holders, err);
     }
     bson_iter_t it;
     bson_t d;
@@ -244,7 +257,7 @@ static int full_range(const char *ns, const bson_t *min, const bson_t *max, bson
     bson_t f = BSON_INITIALIZER, colls, coll, key;
     bson_iter_t it;
     BSON_APPEND_UTF8(&f, "_id", ns);
-    int rc = sbl_zone_config_find("collections", &f, NULL, &colls, err);
+    int rc = sbl_cmd_config_find("collections", &f, NULL, &colls, err);
     bson_destroy(&f);
     bool sharded = rc == 0 && bson_iter_init(&it, &colls) && bson_iter_next(&it) &&
                    sbl_iter_doc(&it, &coll) && bson_iter_init_find(&it, &coll, "key") &&
@@ -336,7 +349,7 @@ static int check_overlap(const char *ns, const bson_t *min, const bson_t *max, c
     bson_t f = BSON_INITIALIZER, tags;
     bson_iter_t it;
     BSON_APPEND_UTF8(&f, "ns", ns);
-    int rc = sbl_zone_config_find("tags", &f, NULL, &tags, err);
+    int rc = sbl_cmd_config_find("tags", &f, NULL, &tags, err);
     bson_destroy(&f);
     *samep = false;
     bson_iter_init(&it, &tags);

@@ -114,6 +114,29 @@ void sbl_shard_shutdown(void)
     pthread_rwlock_unlock(&lock);
 }
 
+/* Append the documents of a cursor reply's batch to arr from index *n on;
+ * the cursor's id in *id. */
+static void batch_take(const bson_t *reply, bson_t *arr, uint32_t *n, int64_t *id)
+{
+    bson_iter_t it, cur, b;
+    *id = 0;
+    if (!bson_iter_init_find(&it, reply, "cursor") || !bson_iter_recurse(&it, &cur))
+        return;
+    while (bson_iter_next(&cur)) {
+        const char *k = bson_iter_key(&cur);
+        if (strcmp(k, "id") == 0)
+            *id = bson_iter_as_int64(&cur);
+        else if ((strcmp(k, "firstBatch") == 0 || strcmp(k, "nextBatch") == 0) &&
+                 bson_iter_recurse(&cur, &b))
+            while (bson_iter_next(&b)) {
+                char key[16];
+                const char *ks;
+                bson_uint32_to_string((*n)++, &ks, key, sizeof(key));
+                sbl_append_iter(arr, ks, -1, &b);
+            }
+    }
+}
+
 int shard_cfg_find(const char *coll, const bson_t *filter, const bson_t *proj, bson_t *reply,
                    sbl_err_t *err)
 {
@@ -129,13 +152,43 @@ int shard_cfg_find(const char *coll, const bson_t *filter, const bson_t *proj, b
     mongoc_client_t *cl = mongoc_client_pool_pop(pool);
     bson_error_t e;
     bool ok = mongoc_client_command_simple(cl, "config", &cmd, NULL, reply, &e);
-    mongoc_client_pool_push(pool, cl);
     bson_destroy(&cmd);
+    bson_iter_t it;
+    if (ok && !(bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.id", &it) &&
+                bson_iter_as_int64(&it) != 0)) {
+        mongoc_client_pool_push(pool, cl);
+        return 0; /* the usual case: it all came in the first batch */
+    }
+    /* more than a batch (16 MB) of documents: gather them all, as
+     * {cursor: {firstBatch: [every document], id: 0}} */
+    bson_t arr = BSON_INITIALIZER;
+    uint32_t n = 0;
+    while (ok) {
+        int64_t id;
+        batch_take(reply, &arr, &n, &id);
+        bson_destroy(reply);
+        if (id == 0)
+            break;
+        bson_init(&cmd);
+        BSON_APPEND_INT64(&cmd, "getMore", id);
+        BSON_APPEND_UTF8(&cmd, "collection", coll);
+        ok = mongoc_client_command_simple(cl, "config", &cmd, NULL, reply, &e);
+        bson_destroy(&cmd);
+    }
+    mongoc_client_pool_push(pool, cl);
     if (!ok) {
         bson_destroy(reply);
+        bson_destroy(&arr);
         return sbl_err_set(err, SBL_E_HostUnreachable, "reading the config servers' config.%s: "
                            "%s", coll, e.message);
     }
+    bson_t c;
+    bson_init(reply);
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &c);
+    BSON_APPEND_ARRAY(&c, "firstBatch", &arr);
+    BSON_APPEND_INT64(&c, "id", 0);
+    bson_append_document_end(reply, &c);
+    bson_destroy(&arr);
     return 0;
 }
 
@@ -232,19 +285,8 @@ static int load(const char *ns, sv_t *out, sbl_err_t *err)
         bson_destroy(&key);
         return rc;
     }
-    /* the filter needs every chunk: a list cut at the first batch (16 MB of
-     * chunks) filters nothing rather than drop what this shard owns */
-    bool whole = bson_iter_init(&it, &r) && bson_iter_find_descendant(&it, "cursor.id", &d) &&
-                 bson_iter_as_int64(&d) == 0;
-    if (!whole) {
-        bson_t attr = BSON_INITIALIZER;
-        BSON_APPEND_UTF8(&attr, "namespace", ns);
-        sbl_log(SBL_LOG_WARNING, "SHARDING", 0, "too many chunks to read at once: routed reads "
-                "of the collection are not filtered by ownership", &attr);
-        bson_destroy(&attr);
-    } else if (bson_iter_init(&it, &r) &&
-               bson_iter_find_descendant(&it, "cursor.firstBatch", &d) &&
-               bson_iter_recurse(&d, &it)) {
+    if (bson_iter_init(&it, &r) && bson_iter_find_descendant(&it, "cursor.firstBatch", &d) &&
+        bson_iter_recurse(&d, &it)) {
         bson_iter_t all = it;
         out->filter = shard_filter_build(ns, &key, &all, shard_name);
     }

@@ -13,9 +13,9 @@
 sbl_shard_filter_t *shard_filter_build(const char *ns, const bson_t *key, bson_iter_t *chunks,
                                        const char *me);
 
-/* find on the config servers' config.<coll>, first batch only (a
- * collection's chunks fit: bounds, owner, version and history projected);
- * *reply initialised only when 0 is returned. */
+/* find on the config servers' config.<coll>: *reply is {cursor: {firstBatch:
+ * [every matching document], id: 0}} however many batches it took;
+ * initialised only when 0 is returned. */
 int shard_cfg_find(const char *coll, const bson_t *filter, const bson_t *proj, bson_t *reply,
                    sbl_err_t *err);
 /* Forget db's cached database version (NULL: every database's): the next

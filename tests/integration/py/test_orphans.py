@@ -10,6 +10,7 @@ import os
 import sys
 import time
 
+import bson
 import pymongo
 from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 from pymongo.read_concern import ReadConcern
@@ -117,3 +118,27 @@ def test_change_stream_get_more_goes_to_the_member_that_opened_it(cluster, mongo
         if 3 in got:
             break
     assert got == [2, 3]
+
+
+def test_orphans_are_filtered_when_the_chunks_take_more_than_a_batch(cluster, mongos):
+    """A collection whose config.chunks documents fill more than one 16 MB
+    batch: the shard reads them all (getMore) to build its filter; with the
+    first batch only it filtered nothing and returned its orphans."""
+    mongos.admin.command("enableSharding", "orphbig")
+    ns = "orphbig.c"
+    mongos.admin.command("shardCollection", ns, key={"k": 1})
+    pad = "x" * 100000  # each chunk's min and max: ~200 KB per chunk document
+    for i in range(100):
+        mongos.admin.command("split", ns, middle={"k": "b%s%03d" % (pad, i)})
+    mongos.admin.command("split", ns, middle={"k": "z"})
+    cs = sharded.chunks(mongos, ns)
+    assert sum(len(bson.encode(c)) for c in cs) > 16 * 1024 * 1024
+    home = cs[-1]["shard"]  # every chunk is on the database's primary shard
+    other = "shard1" if home == "shard0" else "shard0"
+    mongos.admin.command("moveChunk", ns, find={"k": "z"}, to=other)
+    coll = mongos.orphbig.c.with_options(write_concern=pymongo.WriteConcern(w="majority"))
+    coll.insert_many([{"_id": 1, "k": "a"}, {"_id": 2, "k": "zz"}])
+    with direct(primary_port(cluster, int(home[-1]))) as s:
+        s.orphbig.c.insert_one({"_id": 3, "k": "zzz"})  # an orphan: k is in other's chunk
+    assert sorted(d["_id"] for d in coll.find({})) == [1, 2]
+    assert coll.count_documents({}) == 2

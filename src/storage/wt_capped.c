@@ -387,10 +387,21 @@ static int evict(sbl_session_t *s, sbl_coll_t *c, uint64_t keep, uint64_t *fromp
     int rc = 0;
 
     sbl_buf_init(&ikey);
-    /* ordered visibility: only documents keyed at or below the visibility
-     * point (nothing below it is still in flight) */
+    /* ordered visibility (the oplog): only entries keyed at or below the
+     * visibility point (nothing below it is still in flight) and at or
+     * below the stable timestamp of the last checkpoint: a restart recovers
+     * the unlogged tables from that checkpoint and replays the oplog after
+     * it, so every entry after it is still needed (mongod's oplog needed
+     * for crash recovery: the oplog grows past its size until the next
+     * checkpoint instead) */
     sbl_buf_init(&limit);
-    bool limited = visibility_key(cp, &limit);
+    bool limited = false;
+    sbl_visible_fn visible = atomic_load(&cp->visible);
+    if (visible != NULL) {
+        uint64_t lim = visible(), ckpt = sbl_storage_last_checkpoint_ts();
+        ts_key_append(&limit, lim < ckpt ? lim : ckpt);
+        limited = true;
+    }
     for (;;) {
         int64_t count, bytes;
         WT_CURSOR *nc, *dc;

@@ -459,6 +459,24 @@ def set_members(n, args=()):
             m.cleanup()
 
 
+def trim_oplog(c, filler, timeout=30):
+    """Make a replica set member's oplog drop its oldest entries down to its
+    size.  A member keeps every entry after its last stable checkpoint (a
+    restart replays them; mongod keeps the oplog needed for crash recovery
+    too, past its size if need be): checkpoint (fsync) until the checkpoint
+    is at the newest entry, then one write into the collection filler makes
+    the oplog evict.  c: a direct client of the member."""
+    newest = c.local["oplog.rs"].find({}, {"ts": 1}).sort("$natural", -1).limit(1)[0]["ts"]
+    end = time.time() + timeout
+    while True:
+        c.admin.command("fsync")
+        if c.admin.command("replSetGetStatus")["lastStableRecoveryTimestamp"] >= newest:
+            break
+        assert time.time() < end, "no checkpoint reached the newest oplog entry"
+        time.sleep(0.1)
+    filler.insert_one({"trim_oplog": 1})
+
+
 @contextlib.contextmanager
 def one_member_set(args=(), **client_kwargs):
     """A one-member replica set rs0 (what change streams and the oplog need):

@@ -17,7 +17,7 @@ from bson.binary import Binary
 from bson.timestamp import Timestamp
 from pymongo.errors import OperationFailure
 
-from sabled import Sabled, one_member_set
+from sabled import Sabled, one_member_set, trim_oplog
 
 
 @pytest.fixture(scope="module")
@@ -190,6 +190,7 @@ def test_history_lost(db):
     st.close()
     for i in range(25):  # wrap the oplog past the token
         db.filler.insert_one({"pad": "x" * 60000, "i": i})
+    trim_oplog(db.client, db.filler)
     with pytest.raises(OperationFailure) as e:
         db.c.watch(resume_after=tok).try_next()
     assert e.value.code == 286
@@ -205,6 +206,7 @@ def test_history_starts_at_the_oldest_entry_as_the_oplog_wraps(db, rs1):
     for rnd in range(4):
         for i in range(8):
             db.filler.insert_one({"pad": "x" * 60000, "r": rnd, "i": i})
+        trim_oplog(c, db.filler)
         oldest = next(oplog.find({}, {"ts": 1}).sort("$natural", 1).limit(1))["ts"]
         seen.append(oldest)
         db.c.watch(start_at_operation_time=oldest).close()
@@ -497,6 +499,7 @@ def test_pre_images_go_with_their_oplog_entries(rs1, db):
     assert preimages.count_documents(mine) == 1
     for i in range(25):  # wrap the 1 MB oplog past the update's entry
         db.filler.insert_one({"pad": "x" * 60000, "i": i})
+    trim_oplog(c, db.filler)
     wait_until(lambda: preimages.count_documents(mine) == 0)
     db.c.update_one({"_id": 1}, {"$set": {"v": 2}})  # a new one stays
     time.sleep(2.5)
@@ -808,6 +811,7 @@ def test_ring_served_stream_that_fell_off_the_oplog(rs1, db):
     for i in range(25):  # 1.5 MB of events: the oplog wraps, the ring keeps them
         db.c.insert_one({"_id": i, "pad": "x" * 60000})
         assert len(drain(reader, 1)) == 1
+    trim_oplog(db.client, db.filler)
     for st in (stopped, idle):
         with pytest.raises(OperationFailure) as e:
             db.command("getMore", st.id, collection="c", maxTimeMS=200)
@@ -907,6 +911,7 @@ def test_older_images_going_leave_the_shared_read_serving(rs1, db):
     assert [e["operationType"] for e in (plain.next(), plain.next())] == ["update"] * 2
     for i in range(6, 18):  # wrap the oplog past the old update's entry
         db.filler.insert_one({"pad": "x" * 60000, "i": i})
+    trim_oplog(c, db.filler)
     wait_until(lambda: preimages.count_documents(old_image) == 0)
     got = [images.next(), images.next()]
     assert [e["fullDocumentBeforeChange"] for e in got] == [{"_id": 0, "v": 0},

@@ -13,7 +13,7 @@ from bson.timestamp import Timestamp
 
 from pymongo.write_concern import WriteConcern
 
-from sabled import Sabled
+from sabled import Sabled, trim_oplog
 from test_replset3 import last_oplog_ts
 
 J = WriteConcern(w=1, j=True)
@@ -103,6 +103,42 @@ def test_checkpoint_at_stable_then_replay_after_it():
         c = rs_client(s)
         assert c.t.c.count_documents({}) == 141
         assert c.t.c.estimated_document_count() == 141
+        c.close()
+    finally:
+        s.cleanup()
+
+
+def test_oplog_keeps_what_a_restart_replays():
+    # the entries after the last checkpoint stay, past the oplog's size (a
+    # 1 MB oplog, 3 MB written since): a kill -9 brings the unlogged
+    # collection back from the checkpoint and those entries, every document
+    # (mongod's oplog needed for crash recovery; before, the oldest entries
+    # went and so did their documents).  A checkpoint lets it shrink again.
+    s = Sabled()
+    s.start(["--replSet", "rs0", "--oplogSizeMB", "1", "--syncdelay", "3600"])
+    try:
+        c = s.client()
+        c.admin.command("replSetInitiate",
+                        {"_id": "rs0", "members": [{"_id": 0, "host": "127.0.0.1:%d" % s.port}]})
+        c.close()
+        c = rs_client(s)
+        c.t.c.insert_one({"_id": "before"})
+        trim_oplog(c, c.t.filler)  # a checkpoint at the newest entry
+        for i in range(60):
+            c.t.c.insert_one({"_id": i, "pad": "x" * 50000})
+        c.close()
+        s.kill9()
+        s.restart()
+        c = rs_client(s)
+        assert sorted(d["_id"] for d in c.t.c.find({"_id": {"$type": "int"}}, {"_id": 1})) == \
+            list(range(60))
+        assert c.t.c.count_documents({}) == 61
+        oplog = c.local["oplog.rs"]
+        assert oplog.count_documents({"ns": "t.c", "op": "i", "o._id": {"$ne": "before"}}) == 60
+        assert c.local.command("collStats", "oplog.rs")["size"] > 3 * 1000 * 1000
+        trim_oplog(c, c.t.filler)
+        assert c.local.command("collStats", "oplog.rs")["size"] <= 1024 * 1024
+        assert oplog.count_documents({"ns": "t.c"}) <= 21
         c.close()
     finally:
         s.cleanup()
@@ -591,6 +627,7 @@ def test_initial_sync_then_too_stale_then_resync():
         for r in range(4):
             ca.t.c.with_options(write_concern=maj).insert_many(
                 [{"_id": "w%d-%d" % (r, i), "pad": big} for i in range(300)])
+        trim_oplog(ca, ca.t.filler)
         c.restart()
 
         def stale():

@@ -406,23 +406,94 @@ static int32_t next_request_id(void)
     return __atomic_add_fetch(&id, 1, __ATOMIC_RELAXED);
 }
 
+/* BSON's limit on a command's body (mongod's, with its 16 KB of room for
+ * the fields a server adds to a forwarded command). */
+#define BODY_MAX (16 * 1024 * 1024 + 16 * 1024)
+
+/* A write command too big for one body sends its statements as an OP_MSG
+ * document sequence (kind 1), as drivers do, the body holding the rest:
+ * *idp is the array's field, *arr iterates it.  false for any other
+ * command. */
+static bool seq_of(const bson_t *cmd, const char **idp, bson_iter_t *arr)
+{
+    static const char *const verbs[][2] = {
+        {"insert", "documents"}, {"update", "updates"}, {"delete", "deletes"}};
+    bson_iter_t it;
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it))
+        return false;
+    for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
+        if (strcmp(bson_iter_key(&it), verbs[i][0]) == 0) {
+            *idp = verbs[i][1];
+            return bson_iter_init_find(&it, cmd, *idp) && BSON_ITER_HOLDS_ARRAY(&it) &&
+                   bson_iter_recurse(&it, arr);
+        }
+    return false;
+}
+
+/* The body's length: cmd (without its field id when id is not NULL), extra's
+ * fields and $db. */
+static size_t body_size(const char *db, const bson_t *cmd, const bson_t *extra, const char *id)
+{
+    size_t n = cmd->len + (extra != NULL ? extra->len - 5 : 0) + 1 + 4 + 4 + strlen(db) + 1;
+    bson_iter_t it;
+    if (id != NULL && bson_iter_init_find(&it, cmd, id)) {
+        uint32_t len;
+        const uint8_t *data;
+        bson_iter_array(&it, &len, &data);
+        n -= 1 + strlen(id) + 1 + len;
+    }
+    return n;
+}
+
+/* A document sequence's length: its size field, id and documents. */
+static size_t seq_size(const char *id, bson_iter_t arr)
+{
+    size_t n = 4 + strlen(id) + 1;
+    while (bson_iter_next(&arr)) {
+        uint32_t len;
+        const uint8_t *data;
+        bson_iter_document(&arr, &len, &data);
+        n += len;
+    }
+    return n;
+}
+
+/* Whether cmd goes with a document sequence (its field *idp, *arr). */
+static bool split_msg(const char *db, const bson_t *cmd, const bson_t *extra, const char **idp,
+                      bson_iter_t *arr)
+{
+    return body_size(db, cmd, extra, NULL) > BODY_MAX && seq_of(cmd, idp, arr);
+}
+
 /* The length of cmd with extra's fields (NULL: none) and $db as one OP_MSG. */
 size_t sbl_client_msg_size(const char *db, const bson_t *cmd, const bson_t *extra)
 {
+    const char *id;
+    bson_iter_t arr;
+    if (split_msg(db, cmd, extra, &id, &arr)) /* + kind 1 and the sequence */
+        return 16 + 4 + 1 + body_size(db, cmd, extra, id) + 1 + seq_size(id, arr);
     /* header (16) + flags (4) + kind (1) + the body with $db appended
      * (type, "$db", the string's length, the string) */
-    uint32_t xlen = extra != NULL ? extra->len - 5 : 0;
-    return 16 + 4 + 1 + cmd->len + xlen + 1 + 4 + 4 + (uint32_t)strlen(db) + 1;
+    return 16 + 4 + 1 + body_size(db, cmd, extra, NULL);
 }
 
 /* That message into m (msg_size bytes), with a new request id (*ridp). */
 void sbl_client_msg_build(const char *db, const bson_t *cmd, const bson_t *extra, uint8_t *m,
-                      int32_t *ridp)
+                          int32_t *ridp)
 {
+    const char *id = NULL;
+    bson_iter_t arr;
+    bson_t rest;
+    bool split = split_msg(db, cmd, extra, &id, &arr);
+    if (split) { /* the body without the statements */
+        bson_init(&rest);
+        bson_copy_to_excluding_noinit(cmd, &rest, id, NULL);
+    }
+    const bson_t *body = split ? &rest : cmd;
     size_t dblen = strlen(db);
     uint32_t xlen = extra != NULL ? extra->len - 5 : 0;
     uint32_t total = (uint32_t)sbl_client_msg_size(db, cmd, extra);
-    uint32_t body_len = total - 21;
+    uint32_t body_len = (uint32_t)body_size(db, body, extra, NULL);
     int32_t rid = next_request_id();
     uint32_t hdr[4] = {total, (uint32_t)rid, 0, 2013};
     memcpy(m, hdr, 16);
@@ -430,8 +501,8 @@ void sbl_client_msg_build(const char *db, const bson_t *cmd, const bson_t *extra
     m[20] = 0;
     uint8_t *b = m + 21;
     memcpy(b, &body_len, 4);
-    memcpy(b + 4, bson_get_data(cmd) + 4, cmd->len - 5); /* the fields, without the end */
-    uint8_t *q = b + 4 + cmd->len - 5;
+    memcpy(b + 4, bson_get_data(body) + 4, body->len - 5); /* the fields, without the end */
+    uint8_t *q = b + 4 + body->len - 5;
     if (xlen > 0) {
         memcpy(q, bson_get_data(extra) + 4, xlen);
         q += xlen;
@@ -444,7 +515,23 @@ void sbl_client_msg_build(const char *db, const bson_t *cmd, const bson_t *extra
     q += 4;
     memcpy(q, db, dblen + 1);
     q += dblen + 1;
-    *q = 0; /* end of document */
+    *q++ = 0; /* end of document */
+    if (split) {
+        uint32_t sq = (uint32_t)seq_size(id, arr);
+        *q++ = 1; /* a document sequence */
+        memcpy(q, &sq, 4);
+        q += 4;
+        memcpy(q, id, strlen(id) + 1);
+        q += strlen(id) + 1;
+        while (bson_iter_next(&arr)) {
+            uint32_t len;
+            const uint8_t *data;
+            bson_iter_document(&arr, &len, &data);
+            memcpy(q, data, len);
+            q += len;
+        }
+        bson_destroy(&rest);
+    }
     *ridp = rid;
 }
 

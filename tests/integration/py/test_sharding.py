@@ -744,3 +744,32 @@ def test_every_shard_holds_the_collection_under_its_uuid(mongos, shards):
     with pytest.raises(OperationFailure) as e:
         mongos.uu.command("find", "x", collectionUUID=Binary(want.bytes, UUID_SUBTYPE))  # uu.r's
     assert e.value.code == 361, e.value.details
+
+
+def test_writes_of_more_than_16_mb_reach_the_shards(mongos, shards):
+    # a client's write batch up to 48 MB (maxMessageSizeBytes) goes to a
+    # shard as one command: its statements travel as an OP_MSG document
+    # sequence, since a body holds at most 16 MB (the shards used to close
+    # the connection: HostUnreachable)
+    pad = "x" * 30000
+    n = 600  # 18 MB of documents, of _ids, of replacements
+    docs = [{"_id": "%04d%s" % (i, pad), "k": i} for i in range(n)]
+    plain = mongos.big16.plain  # unsharded: the whole command to the primary shard
+    assert len(plain.insert_many(docs).inserted_ids) == n
+    assert plain.count_documents({}) == n
+    mongos.admin.command("enableSharding", "big16")
+    mongos.admin.command("shardCollection", "big16.s", key={"k": 1})
+    s = mongos.big16.s  # one chunk: each batch goes to one shard
+    for ordered in (True, False):
+        s.delete_many({})
+        assert len(s.insert_many(docs, ordered=ordered).inserted_ids) == n
+        assert s.count_documents({}) == n
+    r = s.bulk_write([pymongo.ReplaceOne({"_id": d["_id"], "k": d["k"]},
+                                         {"k": d["k"], "v": 1, "pad": d["_id"]}) for d in docs])
+    assert r.matched_count == n and r.modified_count == n
+    assert s.count_documents({"v": 1}) == n
+    r = s.bulk_write([pymongo.DeleteOne({"_id": d["_id"], "k": d["k"]}) for d in docs])
+    assert r.deleted_count == n
+    assert s.count_documents({}) == 0
+    total = sum(c.big16.plain.count_documents({}) for c in shards)
+    assert total == n

@@ -613,40 +613,66 @@ int sbl_cmd_recv_chunk_release(sbl_opctx_t *ctx, sbl_err_t *err)
     return serialized(recv_release, ctx, err);
 }
 
-/* No commit: take back out what was moved in, drop the staging, leave. */
+/* Delete from the collection the documents recip_move_in moved in: the
+ * staged _ids, a batch at a time (a chunk's _ids can fill more than one
+ * 16 MB batch). */
+static int take_back(sbl_err_t *err)
+{
+    char db[256];
+    const char *coll;
+    mig_split_ns(recip.spec.ns, db, sizeof(db), &coll);
+    int64_t cursor = 0;
+    bool first = true;
+    int rc = 0;
+    while (rc == 0 && (first || cursor != 0)) {
+        bson_t cmd = BSON_INITIALIZER, reply, proj;
+        if (first) {
+            BSON_APPEND_UTF8(&cmd, "find", recip.staging);
+            BSON_APPEND_DOCUMENT_BEGIN(&cmd, "projection", &proj);
+            BSON_APPEND_INT32(&proj, "_id", 1);
+            bson_append_document_end(&cmd, &proj);
+        } else {
+            BSON_APPEND_INT64(&cmd, "getMore", cursor);
+            BSON_APPEND_UTF8(&cmd, "collection", recip.staging);
+        }
+        BSON_APPEND_INT32(&cmd, "batchSize", 10000);
+        rc = sbl_cmd_run_checked("config", &cmd, &reply, err);
+        bson_destroy(&cmd);
+        cursor = 0;
+        bson_iter_t b;
+        if (rc == 0 && mig_reply_batch(&reply, &cursor, &b))
+            rc = mig_delete_ids(db, coll, &b, NULL, err);
+        bson_destroy(&reply);
+        first = false;
+    }
+    mig_kill_cursor("config", recip.staging, rc != 0 ? cursor : 0);
+    return rc;
+}
+
+/* No commit: take back out what was moved in, drop the staging, leave.
+ * When taking back fails, the range deletion task (ready) stays: the range
+ * deleter then deletes the range. */
 static void recip_abort(void)
 {
     recip_join();
+    int rc = 0;
+    sbl_err_t e = {0};
     if (recip.moved) {
-        /* take back out what was moved in: the staged _ids */
-        char db[256];
-        const char *coll;
-        mig_split_ns(recip.spec.ns, db, sizeof(db), &coll);
-        bson_t cmd = BSON_INITIALIZER, reply, proj;
-        BSON_APPEND_UTF8(&cmd, "find", recip.staging);
-        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "projection", &proj);
-        BSON_APPEND_INT32(&proj, "_id", 1);
-        bson_append_document_end(&cmd, &proj);
-        BSON_APPEND_INT32(&cmd, "batchSize", 1000000);
-        BSON_APPEND_BOOL(&cmd, "singleBatch", true);
-        sbl_err_t e = {0};
-        bson_iter_t it, b;
         mig_task_ready(recip.session, &e);
         sbl_repl_from_migrate = true;
-        if (sbl_cmd_run_checked("config", &cmd, &reply, &e) == 0 && bson_iter_init(&it, &reply) &&
-            bson_iter_find_descendant(&it, "cursor.firstBatch", &b) && bson_iter_recurse(&b, &it))
-            mig_delete_ids(db, coll, &it, NULL, &e);
+        rc = take_back(&e);
         sbl_repl_from_migrate = false;
-        bson_destroy(&reply);
-        bson_destroy(&cmd);
+        if (rc != 0)
+            mig_log("migration %s: taking the range back out: %s (left to the range deleter)",
+                    recip.session, e.msg);
         /* gone for majority reads too before the critical section ends (migrate.c) */
-        if (mig_await_majority(MIG_CRIT_MS, "taking the range back out", &e) != 0)
+        else if (mig_await_majority(MIG_CRIT_MS, "taking the range back out", &e) != 0)
             mig_log("migration %s: %s (majority reads may still see it)", recip.session, e.msg);
     }
     recip_drop_staging();
-    sbl_err_t e = {0};
+    sbl_err_clear(&e);
     sbl_shard_refresh(recip.spec.ns, &e);
-    if (mig_task_delete(recip.session, &e) != 0)
+    if (rc == 0 && mig_task_delete(recip.session, &e) != 0)
         mig_log("migration %s: removing the range deletion task failed: %s", recip.session,
                 e.msg);
     recip_end();

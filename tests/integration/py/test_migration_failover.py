@@ -183,6 +183,36 @@ def test_donor_killed_in_critical_section(mongos, cluster):
     assert settle(mongos, cluster, "crit", out) == "shard%d" % donor  # aborted
 
 
+def test_an_aborted_migration_takes_back_more_than_a_batch(mongos, cluster):
+    # as above, with _ids of 30 KB: the ~18 MB of _ids the recipient moved in
+    # fill more than one batch, and it takes back every one of them.  The
+    # donor, killed within seconds of 36 MB of inserts (more than half its
+    # 64 MB oplog, with the migration's own entries), keeps every document:
+    # its oplog keeps the entries a restart replays after its last checkpoint
+    ns = "mf.bigid"
+    mongos.admin.command("shardCollection", ns, key={"k": 1})
+    pad = "x" * 30000
+    mongos.mf.bigid.insert_many([{"_id": "%05d%s" % (i, pad), "k": i} for i in range(N)])
+    mongos.admin.command("split", ns, middle={"k": N // 2})
+    donor = int(mongos.config.databases.find_one({"_id": "mf"})["primary"][-1])
+    recip = 1 - donor
+    fail_point(cluster, donor, "moveChunkHangAtStep4", True)  # the range moved in, no commit
+    out = start_move(cluster, "bigid", recip)
+    with direct(cluster, recip) as r:
+        assert wait_for(lambda: r.mf.bigid.count_documents({}) == N - N // 2)
+    kill(cluster, donor)
+    restart(cluster, donor)
+    out["thread"].join(60)
+    with direct(cluster, recip) as r:
+        assert wait_for(lambda: leftovers(cluster) == 0 and
+                        r.mf.bigid.count_documents({}) == 0, 45), (
+            leftovers(cluster), r.mf.bigid.count_documents({}))
+    assert owner(mongos, "bigid") == "shard%d" % donor
+    with direct(cluster, donor) as d:
+        assert sorted(x["k"] for x in d.mf.bigid.find({}, {"k": 1})) == list(range(N))
+    assert mongos.mf.bigid.count_documents({}) == N
+
+
 def test_donor_killed_after_the_commit(mongos, cluster):
     donor, recip = make_coll(mongos, "commit")
     fail_point(cluster, donor, "moveChunkHangAtStep5", True)  # committed, nothing deleted

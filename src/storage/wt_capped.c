@@ -68,6 +68,11 @@ struct sbl_capped {
 static _Atomic uint64_t hint_epoch = 1;
 
 #define POS_KEY_LEN 9
+/* Entries an ordered-visibility collection's eviction deletes at most in
+ * one transaction: the oplog past its size until a checkpoint (below) may
+ * have a backlog of many, which then goes over the next inserts rather than
+ * in one transaction that holds them all in WiredTiger's cache. */
+#define EVICT_MAX 1000
 
 static void pos_key(uint8_t out[POS_KEY_LEN], uint64_t pos)
 {
@@ -396,6 +401,7 @@ static int evict(sbl_session_t *s, sbl_coll_t *c, uint64_t keep, uint64_t *fromp
      * checkpoint instead) */
     sbl_buf_init(&limit);
     bool limited = false;
+    int deleted = 0;
     sbl_visible_fn visible = atomic_load(&cp->visible);
     if (visible != NULL) {
         uint64_t lim = visible(), ckpt = sbl_storage_last_checkpoint_ts();
@@ -476,6 +482,8 @@ static int evict(sbl_session_t *s, sbl_coll_t *c, uint64_t keep, uint64_t *fromp
         if (rc != 0)
             break;
         *fromp = pos + 1;
+        if (limited && ++deleted >= EVICT_MAX)
+            break; /* the rest to the next inserts */
     }
     sbl_buf_destroy(&ikey);
     sbl_buf_destroy(&limit);

@@ -464,8 +464,9 @@ def trim_oplog(c, filler, timeout=30):
     size.  A member keeps every entry after its last stable checkpoint (a
     restart replays them; mongod keeps the oplog needed for crash recovery
     too, past its size if need be): checkpoint (fsync) until the checkpoint
-    is at the newest entry, then one write into the collection filler makes
-    the oplog evict.  c: a direct client of the member."""
+    is at the newest entry, then write into the collection filler until the
+    oplog is within its size (an eviction deletes at most 1,000 entries).
+    c: a direct client of the member."""
     newest = c.local["oplog.rs"].find({}, {"ts": 1}).sort("$natural", -1).limit(1)[0]["ts"]
     end = time.time() + timeout
     while True:
@@ -474,7 +475,12 @@ def trim_oplog(c, filler, timeout=30):
             break
         assert time.time() < end, "no checkpoint reached the newest oplog entry"
         time.sleep(0.1)
-    filler.insert_one({"trim_oplog": 1})
+    for _ in range(1000):
+        filler.insert_one({"trim_oplog": 1})
+        st = c.local.command("collStats", "oplog.rs")
+        if st["size"] <= st["maxSize"]:
+            return
+    raise AssertionError("the oplog stays past its size: %r" % st)
 
 
 @contextlib.contextmanager

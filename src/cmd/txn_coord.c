@@ -33,6 +33,7 @@
  * a failover (its prepare entry: src/repl/repl_prepare.c).
  */
 #include "cmd/cmd_int.h"
+#include "cmd/migrate_int.h"
 #include "common/log.h"
 #include "repl/repl.h"
 #include "sessions/sessions.h"
@@ -594,20 +595,40 @@ static void recover_pass(void)
     was_primary = primary;
     if (!now)
         return;
-    bson_t c = BSON_INITIALIZER, reply = BSON_INITIALIZER;
-    bson_iter_t it, el;
-    BSON_APPEND_UTF8(&c, "find", "transaction_coordinators");
-    BSON_APPEND_INT32(&c, "batchSize", 100);
-    sbl_cmd_run("config", &c, &reply);
-    if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.firstBatch", &el) &&
-        bson_iter_recurse(&el, &it))
-        while (!atomic_load(&stopping) && bson_iter_next(&it)) {
-            bson_t d;
-            if (sbl_iter_doc(&it, &d))
-                resume_one(&d);
+    /* every document, a batch at a time (many coordinations may have been
+     * under way when the last primary went) */
+    int64_t cursor = 0;
+    bool first = true;
+    while (first || cursor != 0) {
+        bson_t c = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+        bson_iter_t b;
+        if (first)
+            BSON_APPEND_UTF8(&c, "find", "transaction_coordinators");
+        else {
+            BSON_APPEND_INT64(&c, "getMore", cursor);
+            BSON_APPEND_UTF8(&c, "collection", "transaction_coordinators");
         }
-    bson_destroy(&reply);
-    bson_destroy(&c);
+        BSON_APPEND_INT32(&c, "batchSize", 100);
+        sbl_cmd_run("config", &c, &reply);
+        bson_destroy(&c);
+        bool had = !first;
+        first = false;
+        if (!mig_reply_batch(&reply, &cursor, &b)) {
+            if (had) /* the cursor went (timed out): another pass later */
+                atomic_store(&rescan, true);
+            cursor = 0;
+        } else
+            while (!atomic_load(&stopping) && bson_iter_next(&b)) {
+                bson_t d;
+                if (sbl_iter_doc(&b, &d))
+                    resume_one(&d);
+            }
+        bson_destroy(&reply);
+        if (atomic_load(&stopping)) {
+            mig_kill_cursor("config", "transaction_coordinators", cursor);
+            break;
+        }
+    }
 }
 
 static pthread_t recover_thread;

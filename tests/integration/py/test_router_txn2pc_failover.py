@@ -15,9 +15,12 @@ import os
 import sys
 import threading
 import time
+import uuid
 
 import pymongo
 import pytest
+from bson.binary import Binary
+from bson.int64 import Int64
 from bson.timestamp import Timestamp
 from pymongo.errors import OperationFailure, PyMongoError
 
@@ -245,3 +248,30 @@ def test_secondaries_show_the_commit_at_commit_timestamp(mongos, cluster):
                                  readConcern={"level": "snapshot", "atClusterTime": at})
                 got = len(r["cursor"]["firstBatch"])
                 assert got == want, ("primary" if j == pj else "secondary", at, got)
+
+
+def test_new_primary_resumes_more_coordinations_than_a_batch(mongos, cluster):
+    """Every coordination document a primary left is resumed by the next
+    primary, not only its recovery's first batch (100): here 150 undecided
+    ones, written directly, each aborted on its participant and removed."""
+    host = [s["host"] for s in mongos.admin.command("listShards")["shards"]
+            if s["_id"] == "shard0"][0]
+    docs = [{"_id": {"lsid": {"id": Binary(uuid.uuid4().bytes, 4), "uid": Binary(bytes(32))},
+                     "txnNumber": Int64(1)},
+             "participants": [{"shardId": "shard0", "host": host}]} for _ in range(150)]
+    old = primary_of(cluster, 1)
+    with primary(cluster, 1) as c:
+        c.config.get_collection("transaction_coordinators", write_concern=pymongo.WriteConcern(
+            w="majority")).insert_many(docs)
+        try:
+            c.admin.command("replSetStepDown", 60, secondaryCatchUpPeriodSecs=10)
+        except PyMongoError:
+            pass  # the step-down may close this connection
+    assert wait_for(lambda: primary_of(cluster, 1) != old, 90)
+
+    def left():
+        with primary(cluster, 1) as c:
+            return c.config.transaction_coordinators.count_documents({})
+    assert wait_for(lambda: left() == 0, 90), left()
+    with direct(cluster["members"][1][old]) as c:  # let the old primary run again
+        c.admin.command("replSetFreeze", 0)

@@ -411,9 +411,15 @@ static void recip_join(void)
     }
 }
 
-/* Move the staged documents into the collection (in the critical section,
- * which must end by deadline, sbl_now_us's clock). */
-static int recip_move_in(int64_t deadline, sbl_err_t *err)
+/* Each batch of the staged documents (with ids_only, their _ids alone)
+ * handed to fn (mig_upsert_docs, mig_delete_ids) for the collection, its
+ * writes marked fromMigrate; deadline (sbl_now_us's clock; 0: none) bounds
+ * the batches after the first.  Batch after batch: even a chunk's _ids
+ * alone can fill more than one 16 MB reply. */
+static int staging_each(bool ids_only, int64_t deadline,
+                        int (*fn)(const char *db, const char *coll, bson_iter_t *arr, int64_t *np,
+                                  sbl_err_t *err),
+                        sbl_err_t *err)
 {
     char db[256];
     const char *coll;
@@ -422,34 +428,46 @@ static int recip_move_in(int64_t deadline, sbl_err_t *err)
     bool first = true;
     int rc = 0;
     while (rc == 0 && (first || cursor != 0)) {
-        bson_t cmd = BSON_INITIALIZER, reply;
+        if (!first && deadline != 0 && sbl_now_us() > deadline) {
+            rc = sbl_err_set(err, SBL_E_ExceededTimeLimit,
+                             "moving the range in did not finish within %d ms", MIG_CRIT_MS);
+            break;
+        }
+        bson_t cmd = BSON_INITIALIZER, reply, proj;
         if (first) {
             BSON_APPEND_UTF8(&cmd, "find", recip.staging);
-            BSON_APPEND_INT32(&cmd, "batchSize", 500);
+            if (ids_only) {
+                BSON_APPEND_DOCUMENT_BEGIN(&cmd, "projection", &proj);
+                BSON_APPEND_INT32(&proj, "_id", 1);
+                bson_append_document_end(&cmd, &proj);
+            }
         } else {
             BSON_APPEND_INT64(&cmd, "getMore", cursor);
             BSON_APPEND_UTF8(&cmd, "collection", recip.staging);
-            BSON_APPEND_INT32(&cmd, "batchSize", 500);
         }
-        if (!first && sbl_now_us() > deadline) {
-            bson_destroy(&cmd);
-            mig_kill_cursor("config", recip.staging, cursor);
-            return sbl_err_set(err, SBL_E_ExceededTimeLimit, "moving the range in did not "
-                               "finish within %d ms", MIG_CRIT_MS);
-        }
+        BSON_APPEND_INT32(&cmd, "batchSize", ids_only ? 10000 : 500);
         rc = sbl_cmd_run_checked("config", &cmd, &reply, err);
         bson_destroy(&cmd);
         bson_iter_t it;
         cursor = 0;
         if (rc == 0 && mig_reply_batch(&reply, &cursor, &it)) {
             sbl_repl_from_migrate = true;
-            rc = mig_upsert_docs(db, coll, &it, NULL, err);
+            rc = fn(db, coll, &it, NULL, err);
             sbl_repl_from_migrate = false;
         }
         first = false;
         bson_destroy(&reply);
     }
+    if (rc != 0)
+        mig_kill_cursor("config", recip.staging, cursor);
     return rc;
+}
+
+/* Move the staged documents into the collection (in the critical section,
+ * which must end by deadline, sbl_now_us's clock). */
+static int recip_move_in(int64_t deadline, sbl_err_t *err)
+{
+    return staging_each(false, deadline, mig_upsert_docs, err);
 }
 
 /* The range moved in (and the sessions' history) is in the journal and on
@@ -613,42 +631,6 @@ int sbl_cmd_recv_chunk_release(sbl_opctx_t *ctx, sbl_err_t *err)
     return serialized(recv_release, ctx, err);
 }
 
-/* Delete from the collection the documents recip_move_in moved in: the
- * staged _ids, a batch at a time (a chunk's _ids can fill more than one
- * 16 MB batch). */
-static int take_back(sbl_err_t *err)
-{
-    char db[256];
-    const char *coll;
-    mig_split_ns(recip.spec.ns, db, sizeof(db), &coll);
-    int64_t cursor = 0;
-    bool first = true;
-    int rc = 0;
-    while (rc == 0 && (first || cursor != 0)) {
-        bson_t cmd = BSON_INITIALIZER, reply, proj;
-        if (first) {
-            BSON_APPEND_UTF8(&cmd, "find", recip.staging);
-            BSON_APPEND_DOCUMENT_BEGIN(&cmd, "projection", &proj);
-            BSON_APPEND_INT32(&proj, "_id", 1);
-            bson_append_document_end(&cmd, &proj);
-        } else {
-            BSON_APPEND_INT64(&cmd, "getMore", cursor);
-            BSON_APPEND_UTF8(&cmd, "collection", recip.staging);
-        }
-        BSON_APPEND_INT32(&cmd, "batchSize", 10000);
-        rc = sbl_cmd_run_checked("config", &cmd, &reply, err);
-        bson_destroy(&cmd);
-        cursor = 0;
-        bson_iter_t b;
-        if (rc == 0 && mig_reply_batch(&reply, &cursor, &b))
-            rc = mig_delete_ids(db, coll, &b, NULL, err);
-        bson_destroy(&reply);
-        first = false;
-    }
-    mig_kill_cursor("config", recip.staging, rc != 0 ? cursor : 0);
-    return rc;
-}
-
 /* No commit: take back out what was moved in, drop the staging, leave.
  * When taking back fails, the range deletion task (ready) stays: the range
  * deleter then deletes the range. */
@@ -657,11 +639,9 @@ static void recip_abort(void)
     recip_join();
     int rc = 0;
     sbl_err_t e = {0};
-    if (recip.moved) {
+    if (recip.moved) { /* take back out what was moved in: the staged _ids */
         mig_task_ready(recip.session, &e);
-        sbl_repl_from_migrate = true;
-        rc = take_back(&e);
-        sbl_repl_from_migrate = false;
+        rc = staging_each(true, 0, mig_delete_ids, &e);
         if (rc != 0)
             mig_log("migration %s: taking the range back out: %s (left to the range deleter)",
                     recip.session, e.msg);

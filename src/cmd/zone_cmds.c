@@ -16,7 +16,6 @@
  * interleaved with another change.
  */
 #include "cmd/cmd_int.h"
-#include "cmd/migrate_int.h"
 
 #include "doc/doc.h"
 #include "repl/repl.h"
@@ -43,15 +42,7 @@ int sbl_cmd_config_find(const char *coll, const bson_t *filter, const bson_t *so
     bson_init(arr);
     uint32_t n = 0;
     while (rc == 0) {
-        int64_t cursor = 0;
-        bson_iter_t b;
-        if (mig_reply_batch(&reply, &cursor, &b))
-            while (bson_iter_next(&b)) {
-                char key[16];
-                const char *ks;
-                bson_uint32_to_string(n++, &ks, key, sizeof(key));
-                sbl_append_iter(arr, ks, -1, &b);
-            }
+        int64_t cursor = sbl_append_cursor_batch(arr, &n, &reply);
         bson_destroy(&reply);
         if (cursor == 0)
             return 0;

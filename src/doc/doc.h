@@ -229,6 +229,11 @@ bool sbl_append_int(bson_t *doc, const char *key, int64_t v);
  * stored and client values must come out byte for byte. */
 bool sbl_append_value(bson_t *doc, const char *key, int key_len, const bson_value_t *v);
 bool sbl_append_iter(bson_t *doc, const char *key, int key_len, const bson_iter_t *it);
+/* The documents of a find's or getMore's reply (its cursor's firstBatch or
+ * nextBatch) appended to the array arr under keys *np, *np + 1 ... (*np
+ * counts on); returns the cursor's id (0: nothing more to read, or no
+ * cursor).  What gathers every batch of a cursor into one array. */
+int64_t sbl_append_cursor_batch(bson_t *arr, uint32_t *np, const bson_t *reply);
 
 /* v as mongod's messages print a value (relaxed extended JSON, "1", "\"a\"",
  * "{ \"x\" : 1 }"); bson_free it (NULL when libbson cannot print it). */

@@ -89,3 +89,25 @@ char *sbl_value_json(const bson_value_t *v)
     }
     return j;
 }
+
+int64_t sbl_append_cursor_batch(bson_t *arr, uint32_t *np, const bson_t *reply)
+{
+    bson_iter_t it, cur, b;
+    int64_t id = 0;
+    if (!bson_iter_init_find(&it, reply, "cursor") || !bson_iter_recurse(&it, &cur))
+        return 0;
+    while (bson_iter_next(&cur)) {
+        const char *k = bson_iter_key(&cur);
+        if (strcmp(k, "id") == 0)
+            id = bson_iter_as_int64(&cur);
+        else if ((strcmp(k, "firstBatch") == 0 || strcmp(k, "nextBatch") == 0) &&
+                 bson_iter_recurse(&cur, &b))
+            while (bson_iter_next(&b)) {
+                char key[16];
+                const char *ks;
+                bson_uint32_to_string((*np)++, &ks, key, sizeof(key));
+                sbl_append_iter(arr, ks, -1, &b);
+            }
+    }
+    return id;
+}

@@ -67,23 +67,7 @@ int rt_cfg_find_all(const char *coll, const bson_t *filter, const bson_t *sort, 
                                  : "error");
             break;
         }
-        bson_iter_t it, cur, b;
-        int64_t id = 0;
-        if (bson_iter_init_find(&it, &reply, "cursor") && bson_iter_recurse(&it, &cur)) {
-            while (bson_iter_next(&cur)) {
-                const char *k = bson_iter_key(&cur);
-                if (strcmp(k, "id") == 0)
-                    id = bson_iter_as_int64(&cur);
-                else if ((strcmp(k, "firstBatch") == 0 || strcmp(k, "nextBatch") == 0) &&
-                         bson_iter_recurse(&cur, &b))
-                    while (bson_iter_next(&b)) {
-                        char key[16];
-                        const char *ks;
-                        bson_uint32_to_string(n++, &ks, key, sizeof(key));
-                        sbl_append_iter(arr, ks, -1, &b);
-                    }
-            }
-        }
+        int64_t id = sbl_append_cursor_batch(arr, &n, &reply);
         bson_destroy(&reply);
         if (id == 0)
             return 0;

@@ -114,29 +114,6 @@ void sbl_shard_shutdown(void)
     pthread_rwlock_unlock(&lock);
 }
 
-/* Append the documents of a cursor reply's batch to arr from index *n on;
- * the cursor's id in *id. */
-static void batch_take(const bson_t *reply, bson_t *arr, uint32_t *n, int64_t *id)
-{
-    bson_iter_t it, cur, b;
-    *id = 0;
-    if (!bson_iter_init_find(&it, reply, "cursor") || !bson_iter_recurse(&it, &cur))
-        return;
-    while (bson_iter_next(&cur)) {
-        const char *k = bson_iter_key(&cur);
-        if (strcmp(k, "id") == 0)
-            *id = bson_iter_as_int64(&cur);
-        else if ((strcmp(k, "firstBatch") == 0 || strcmp(k, "nextBatch") == 0) &&
-                 bson_iter_recurse(&cur, &b))
-            while (bson_iter_next(&b)) {
-                char key[16];
-                const char *ks;
-                bson_uint32_to_string((*n)++, &ks, key, sizeof(key));
-                sbl_append_iter(arr, ks, -1, &b);
-            }
-    }
-}
-
 int shard_cfg_find(const char *coll, const bson_t *filter, const bson_t *proj, bson_t *reply,
                    sbl_err_t *err)
 {
@@ -164,8 +141,7 @@ int shard_cfg_find(const char *coll, const bson_t *filter, const bson_t *proj, b
     bson_t arr = BSON_INITIALIZER;
     uint32_t n = 0;
     while (ok) {
-        int64_t id;
-        batch_take(reply, &arr, &n, &id);
+        int64_t id = sbl_append_cursor_batch(&arr, &n, reply);
         bson_destroy(reply);
         if (id == 0)
             break;

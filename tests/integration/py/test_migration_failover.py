@@ -340,6 +340,22 @@ def test_retried_write_after_migration_is_not_applied_twice(mongos, cluster):
     assert mongos.mf.rw.find_one({"k": N - 3})["n"] == 1
 
 
+def test_retried_write_after_migration_with_more_than_8_mb_of_history(mongos, cluster):
+    # the donor sends the range's retryable-write history in replies of
+    # about 8 MB and the recipient asks until it has it all: a retry, after
+    # the chunk moved, of a 9 MB insert (450 statements of 20 KB) is answered
+    # as executed, every statement of it
+    donor, recip = make_coll(mongos, "hist8")
+    docs = [{"_id": "h%d" % i, "k": N + i, "pad": "y" * 20000} for i in range(450)]
+    ins = {"documents": docs, "txnNumber": Int64(3)}
+    with client(cluster["router"]) as fresh, fresh.start_session() as s:
+        assert fresh.mf.command("insert", "hist8", session=s, **ins)["n"] == 450
+        fresh.admin.command("moveChunk", "mf.hist8", find={"k": N // 2}, to="shard%d" % recip)
+        r = fresh.mf.command("insert", "hist8", session=s, **ins)
+        assert r["n"] == 450 and "writeErrors" not in r, (r["n"], r.get("writeErrors", [])[:1])
+    assert mongos.mf.hist8.count_documents({"k": {"$gte": N}}) == 450
+
+
 def test_retried_find_and_modify_after_migration_answers_the_same(mongos, cluster):
     # a findAndModify's image moves with its chunk: retried on the recipient
     # (and after the chunk came back), each answers with the value and

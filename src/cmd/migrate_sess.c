@@ -14,12 +14,13 @@
  *          the document it returned from before its change) goes right
  *          after that image's no-op entry (mongod sends its image entries
  *          in the same stream); a delete whose image is outside the range
- *          is left out.  A reply carries about 8 MB of entries; when more
- *          are left it says where it stopped (next: {_id: the session's
- *          record, ts: the entry not sent}) and the recipient asks again
- *          with after: next, until a reply has no next (mongod's recipient
- *          also calls until the donor has nothing left).  The sessions go
- *          in _id order, so a later call goes on where the last one ended.
+ *          is left out.  A reply carries about 8 MB of entries, from at
+ *          most 1,000 chain entries walked; when more are left it says
+ *          where it stopped (next: {_id: the session's record, ts: the
+ *          entry not sent}) and the recipient asks again with after: next,
+ *          until a reply has no next (mongod's recipient also calls until
+ *          the donor has nothing left).  The sessions go in _id order, so a
+ *          later call goes on where the last one ended.
  *   recipient  in its critical section, after the last changes (no routed
  *          write runs on the donor any more): each entry becomes a no-op in
  *          this shard's chain of that session (sbl_repl_session_migrate),
@@ -39,8 +40,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CHAIN_STEPS 1000              /* entries walked per session */
-#define HISTORY_BYTES (8 * 1024 * 1024) /* a reply's entries: past it, another call */
+#define CHAIN_STEPS 1000                /* chain entries a reply walks: then another call */
+#define HISTORY_BYTES (8 * 1024 * 1024) /* a reply's entries: then another call */
 #define REPLY_BYTES (15 * 1024 * 1024)  /* a statement's entry and image at most */
 
 /* The ts of e's optime field ({ts, t}); 0 when absent. */
@@ -79,14 +80,18 @@ static void append_entry(bson_t *arr, const bson_t *d, uint32_t *np, size_t *byt
 /* Append to arr (counting *np, *bytesp) the entries of the chain ending at
  * ts that changed s's range, each after its image's entry when it has one
  * (preImageOpTime; for a statement that migrated here, the image this
- * shard wrote with it).  *fullp: the reply is full at the entry at *fullp
- * (its ts, not appended: the next call starts there); 0 when the chain was
- * walked. */
+ * shard wrote with it), counting the entries walked in *stepsp.  *fullp:
+ * the reply is full (in bytes, or in steps) at the entry at *fullp (its ts,
+ * not appended: the next call starts there); 0 when the chain was walked. */
 static int walk_chain(sbl_session_t *ss, const mig_spec_t *s, uint64_t ts, bson_t *arr,
-                      uint32_t *np, size_t *bytesp, uint64_t *fullp, sbl_err_t *err)
+                      uint32_t *np, size_t *bytesp, int *stepsp, uint64_t *fullp, sbl_err_t *err)
 {
     *fullp = 0;
-    for (int steps = 0; ts != 0 && steps < CHAIN_STEPS; steps++) {
+    for (; ts != 0; (*stepsp)++) {
+        if (*stepsp >= CHAIN_STEPS) {
+            *fullp = ts;
+            break;
+        }
         bson_t e, o, img = BSON_INITIALIZER;
         bool found = false, has_img = false;
         bson_iter_t it;
@@ -138,7 +143,7 @@ static int walk_chain(sbl_session_t *ss, const mig_spec_t *s, uint64_t ts, bson_
 
 /* One session record's chain (a retryable write's only). */
 static int record_history(sbl_session_t *ss, const mig_spec_t *s, const bson_t *rec, uint64_t from,
-                          bson_t *arr, uint32_t *np, size_t *bytesp, uint64_t *fullp,
+                          bson_t *arr, uint32_t *np, size_t *bytesp, int *stepsp, uint64_t *fullp,
                           sbl_err_t *err)
 {
     bson_iter_t it, f;
@@ -149,8 +154,8 @@ static int record_history(sbl_session_t *ss, const mig_spec_t *s, const bson_t *
         return 0;
     uint32_t t, i;
     bson_iter_timestamp(&f, &t, &i);
-    return walk_chain(ss, s, from != 0 ? from : ((uint64_t)t << 32) | i, arr, np, bytesp, fullp,
-                      err);
+    return walk_chain(ss, s, from != 0 ? from : ((uint64_t)t << 32) | i, arr, np, bytesp, stepsp,
+                      fullp, err);
 }
 
 int sbl_cmd_get_next_session_mods(sbl_opctx_t *ctx, sbl_err_t *err)
@@ -174,6 +179,7 @@ int sbl_cmd_get_next_session_mods(sbl_opctx_t *ctx, sbl_err_t *err)
     size_t bytes = 0;
     int64_t cursor = 0;
     uint64_t full = 0;
+    int steps = 0; /* chain entries walked by this call */
     bool first = true;
     int rc = 0;
     BSON_APPEND_ARRAY_BEGIN(ctx->reply, "oplog", &arr);
@@ -207,7 +213,7 @@ int sbl_cmd_get_next_session_mods(sbl_opctx_t *ctx, sbl_err_t *err)
                 if (!sbl_iter_doc(&it, &rec) || !mig_doc_of(&rec, "_id", &id))
                     continue;
                 uint64_t from = cont && sbl_doc_compare(&id, &after_id) == 0 ? after_ts : 0;
-                rc = record_history(ctx->ss, &s, &rec, from, &arr, &n, &bytes, &full, err);
+                rc = record_history(ctx->ss, &s, &rec, from, &arr, &n, &bytes, &steps, &full, err);
                 if (rc == 0 && full != 0) { /* the rest in the next call */
                     bson_t next;
                     bson_append_array_end(ctx->reply, &arr);

@@ -356,6 +356,21 @@ def test_retried_write_after_migration_with_more_than_8_mb_of_history(mongos, cl
     assert mongos.mf.hist8.count_documents({"k": {"$gte": N}}) == 450
 
 
+def test_retried_write_after_migration_with_a_chain_of_more_than_1000_statements(mongos, cluster):
+    # a reply of _getNextSessionMods walks at most 1,000 entries of the
+    # sessions' chains, the next call goes on from there: a retry of a
+    # 2,500-statement insert after its chunk moved is answered as executed
+    donor, recip = make_coll(mongos, "chain")
+    docs = [{"_id": "c%d" % i, "k": N + i} for i in range(2500)]
+    ins = {"documents": docs, "txnNumber": Int64(4)}
+    with client(cluster["router"]) as fresh, fresh.start_session() as s:
+        assert fresh.mf.command("insert", "chain", session=s, **ins)["n"] == 2500
+        fresh.admin.command("moveChunk", "mf.chain", find={"k": N // 2}, to="shard%d" % recip)
+        r = fresh.mf.command("insert", "chain", session=s, **ins)
+        assert r["n"] == 2500 and "writeErrors" not in r, (r["n"], r.get("writeErrors", [])[:1])
+    assert mongos.mf.chain.count_documents({"k": {"$gte": N}}) == 2500
+
+
 def test_retried_find_and_modify_after_migration_answers_the_same(mongos, cluster):
     # a findAndModify's image moves with its chunk: retried on the recipient
     # (and after the chunk came back), each answers with the value and

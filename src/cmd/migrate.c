@@ -692,12 +692,14 @@ static void donor_end(void)
     pthread_mutex_unlock(&donor_mu);
 }
 
-int mig_recip_call(const char *host, const char *name, const char *session, bson_t *reply,
-                      sbl_err_t *err)
+int mig_recip_call(const char *host, const char *name, const char *session, const bson_t *extra,
+                   bson_t *reply, sbl_err_t *err)
 {
     bson_t cmd = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&cmd, name, session);
     BSON_APPEND_UTF8(&cmd, "sessionId", session);
+    if (extra != NULL)
+        bson_concat(&cmd, extra);
     int rc = sbl_shard_remote_check_within(host, "admin", &cmd, MIG_CALL_MS, reply, err);
     bson_destroy(&cmd);
     return rc;
@@ -812,7 +814,7 @@ static int await_steady(const char *to_host, const char *session, sbl_err_t *err
     int64_t progress_at = mig_now_ms(), catchup_at = 0, last_count = -1;
     for (;;) {
         bson_t reply;
-        int rc = mig_recip_call(to_host, "_recvChunkStatus", session, &reply, err);
+        int rc = mig_recip_call(to_host, "_recvChunkStatus", session, NULL, &reply, err);
         if (rc != 0) {
             bson_destroy(&reply);
             return rc;
@@ -1064,7 +1066,7 @@ int sbl_cmd_shardsvr_move_range(sbl_opctx_t *ctx, sbl_err_t *err)
         rc = await_txns(spec.ns, err);
     uint64_t valid_after = 0; /* the commit's time: after every change made so far */
     if (rc == 0) {
-        rc = mig_recip_call(to_host, "_recvChunkCommit", session, &reply, err);
+        rc = mig_recip_call(to_host, "_recvChunkCommit", session, NULL, &reply, err);
         valid_after = reply_cluster_time(&reply);
         bson_destroy(&reply);
     }

@@ -90,10 +90,11 @@ int mig_upsert_docs(const char *db, const char *coll, bson_iter_t *arr, int64_t 
 int mig_delete_ids(const char *db, const char *coll, bson_iter_t *arr, int64_t *np,
                    sbl_err_t *err);
 const char *mig_akey(uint32_t i, char kb[16]);
-/* {name: session, sessionId: session} on host's primary (an answer within
- * MIG_CALL_MS), ok: 0 an error. */
-int mig_recip_call(const char *host, const char *name, const char *session, bson_t *reply,
-                   sbl_err_t *err);
+/* {name: session, sessionId: session} and extra's fields (NULL: none) on
+ * host's primary (an answer within MIG_CALL_MS), ok: 0 an error; *reply is
+ * initialised either way. */
+int mig_recip_call(const char *host, const char *name, const char *session, const bson_t *extra,
+                   bson_t *reply, sbl_err_t *err);
 /* cmd's sessionId must be have (ConflictingOperationInProgress otherwise). */
 int mig_check_session(const bson_t *cmd, const char *have, sbl_err_t *err);
 /* Tell the dispatcher whether a migration runs here (either half). */

@@ -400,7 +400,7 @@ static bool settle_coord(const bson_t *d, bool *localp)
             mig_rangedel_kick();
         sbl_shard_refresh(s.ns, &e);
         bson_t reply;
-        rc = mig_recip_call(to_host, recip_verb(committed), session, &reply, &e);
+        rc = mig_recip_call(to_host, recip_verb(committed), session, NULL, &reply, &e);
         bson_destroy(&reply);
     }
     if (rc == 0)
@@ -421,7 +421,7 @@ static int recip_decision(const bson_t *d, const mig_spec_t *s, bool *commitp)
     bson_t reply;
     sbl_err_t e = {0};
     if (donor_host != NULL &&
-        mig_recip_call(donor_host, "_transferMods", session, &reply, &e) == 0) {
+        mig_recip_call(donor_host, "_transferMods", session, NULL, &reply, &e) == 0) {
         bson_destroy(&reply); /* the donor runs it: it will say */
         return -1;
     }

@@ -75,7 +75,7 @@ static void recip_fail(const sbl_err_t *e)
 static int recip_apply_mods(int64_t *changedp, bool *morep, sbl_err_t *err)
 {
     bson_t reply;
-    int rc = mig_recip_call(recip.from, "_transferMods", recip.session, &reply, err);
+    int rc = mig_recip_call(recip.from, "_transferMods", recip.session, NULL, &reply, err);
     bson_iter_t it, a;
     int64_t n = 0;
     if (rc == 0 && bson_iter_init_find(&it, &reply, "reload") && bson_iter_recurse(&it, &a)) {
@@ -241,7 +241,7 @@ static void *recip_thread(void *arg)
         mig_fp_hold(MIG_FP_RECV1);
     bool first_batch = true;
     while (rc == 0 && !recip.stop) {
-        rc = mig_recip_call(recip.from, "_migrateClone", recip.session, &reply, &e);
+        rc = mig_recip_call(recip.from, "_migrateClone", recip.session, NULL, &reply, &e);
         bson_iter_t it, a;
         bool any = false;
         if (rc == 0 && bson_iter_init_find(&it, &reply, "objects") && bson_iter_recurse(&it, &a)) {
@@ -693,7 +693,7 @@ static void *crit_watch(void *arg)
         if (mine && mig_now_ms() - since > wait_ms) {
             bson_t reply;
             sbl_err_t e = {0};
-            int rc = mig_recip_call(recip.from, "_transferMods", session, &reply, &e);
+            int rc = mig_recip_call(recip.from, "_transferMods", session, NULL, &reply, &e);
             bson_destroy(&reply);
             char owner[128] = "";
             if (rc != 0) /* the donor is done with it (or gone): ask the config servers */

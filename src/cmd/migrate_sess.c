@@ -35,7 +35,6 @@
 
 #include "doc/doc.h"
 #include "repl/repl.h"
-#include "shard/shard.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -269,15 +268,13 @@ int mig_recip_sessions(sbl_session_t *ss, const char *from, const char *session,
     bool more = true;
     int rc = 0;
     while (rc == 0 && more) { /* until the donor has sent all of it */
-        bson_t cmd = BSON_INITIALIZER, reply;
-        BSON_APPEND_UTF8(&cmd, "_getNextSessionMods", session);
-        BSON_APPEND_UTF8(&cmd, "sessionId", session);
+        bson_t after = BSON_INITIALIZER, reply;
         if (!bson_empty(&next))
-            BSON_APPEND_DOCUMENT(&cmd, "after", &next);
-        rc = sbl_shard_remote_check_within(from, "admin", &cmd, MIG_CALL_MS, &reply, err);
-        bson_destroy(&cmd);
+            BSON_APPEND_DOCUMENT(&after, "after", &next);
+        rc = mig_recip_call(from, "_getNextSessionMods", session, &after, &reply, err);
+        bson_destroy(&after);
         if (rc != 0) {
-            bson_destroy(&reply); /* initialised either way (mig_recip_call's callers) */
+            bson_destroy(&reply);
             break;
         }
         bson_t nx;

@@ -492,8 +492,9 @@ void sbl_client_msg_build(const char *db, const bson_t *cmd, const bson_t *extra
     const bson_t *body = split ? &rest : cmd;
     size_t dblen = strlen(db);
     uint32_t xlen = extra != NULL ? extra->len - 5 : 0;
-    uint32_t total = (uint32_t)sbl_client_msg_size(db, cmd, extra);
     uint32_t body_len = (uint32_t)body_size(db, body, extra, NULL);
+    uint32_t sq = split ? (uint32_t)seq_size(id, arr) : 0;
+    uint32_t total = 21 + body_len + (split ? 1 + sq : 0); /* sbl_client_msg_size's */
     int32_t rid = next_request_id();
     uint32_t hdr[4] = {total, (uint32_t)rid, 0, 2013};
     memcpy(m, hdr, 16);
@@ -517,7 +518,6 @@ void sbl_client_msg_build(const char *db, const bson_t *cmd, const bson_t *extra
     q += dblen + 1;
     *q++ = 0; /* end of document */
     if (split) {
-        uint32_t sq = (uint32_t)seq_size(id, arr);
         *q++ = 1; /* a document sequence */
         memcpy(q, &sq, 4);
         q += 4;

@@ -340,35 +340,35 @@ def test_retried_write_after_migration_is_not_applied_twice(mongos, cluster):
     assert mongos.mf.rw.find_one({"k": N - 3})["n"] == 1
 
 
-def test_retried_write_after_migration_with_more_than_8_mb_of_history(mongos, cluster):
-    # the donor sends the range's retryable-write history in replies of
-    # about 8 MB and the recipient asks until it has it all: a retry, after
-    # the chunk moved, of a 9 MB insert (450 statements of 20 KB) is answered
-    # as executed, every statement of it
-    donor, recip = make_coll(mongos, "hist8")
-    docs = [{"_id": "h%d" % i, "k": N + i, "pad": "y" * 20000} for i in range(450)]
+def retried_insert_after_move(mongos, cluster, name, docs):
+    """A retryable insert of docs (all in the upper chunk) on the donor, the
+    chunk moved, then the same insert retried: answered as executed, every
+    statement of it (not E11000), and each document there once."""
+    donor, recip = make_coll(mongos, name)
     ins = {"documents": docs, "txnNumber": Int64(3)}
     with client(cluster["router"]) as fresh, fresh.start_session() as s:
-        assert fresh.mf.command("insert", "hist8", session=s, **ins)["n"] == 450
-        fresh.admin.command("moveChunk", "mf.hist8", find={"k": N // 2}, to="shard%d" % recip)
-        r = fresh.mf.command("insert", "hist8", session=s, **ins)
-        assert r["n"] == 450 and "writeErrors" not in r, (r["n"], r.get("writeErrors", [])[:1])
-    assert mongos.mf.hist8.count_documents({"k": {"$gte": N}}) == 450
+        assert fresh.mf.command("insert", name, session=s, **ins)["n"] == len(docs)
+        fresh.admin.command("moveChunk", "mf." + name, find={"k": N // 2}, to="shard%d" % recip)
+        r = fresh.mf.command("insert", name, session=s, **ins)
+        assert r["n"] == len(docs) and "writeErrors" not in r, (r["n"],
+                                                              r.get("writeErrors", [])[:1])
+    assert mongos.mf[name].count_documents({"k": {"$gte": N}}) == len(docs)
+
+
+def test_retried_write_after_migration_with_more_than_8_mb_of_history(mongos, cluster):
+    # the donor sends the range's retryable-write history in replies of
+    # about 8 MB and the recipient asks until it has it all: a 9 MB insert
+    # (450 statements of 20 KB)
+    retried_insert_after_move(mongos, cluster, "hist8", [
+        {"_id": "h%d" % i, "k": N + i, "pad": "y" * 20000} for i in range(450)])
 
 
 def test_retried_write_after_migration_with_a_chain_of_more_than_1000_statements(mongos, cluster):
     # a reply of _getNextSessionMods walks at most 1,000 entries of the
-    # sessions' chains, the next call goes on from there: a retry of a
-    # 2,500-statement insert after its chunk moved is answered as executed
-    donor, recip = make_coll(mongos, "chain")
-    docs = [{"_id": "c%d" % i, "k": N + i} for i in range(2500)]
-    ins = {"documents": docs, "txnNumber": Int64(4)}
-    with client(cluster["router"]) as fresh, fresh.start_session() as s:
-        assert fresh.mf.command("insert", "chain", session=s, **ins)["n"] == 2500
-        fresh.admin.command("moveChunk", "mf.chain", find={"k": N // 2}, to="shard%d" % recip)
-        r = fresh.mf.command("insert", "chain", session=s, **ins)
-        assert r["n"] == 2500 and "writeErrors" not in r, (r["n"], r.get("writeErrors", [])[:1])
-    assert mongos.mf.chain.count_documents({"k": {"$gte": N}}) == 2500
+    # sessions' chains, the next call goes on from there: a 2,500-statement
+    # insert
+    retried_insert_after_move(mongos, cluster, "chain", [
+        {"_id": "c%d" % i, "k": N + i} for i in range(2500)])
 
 
 def test_retried_find_and_modify_after_migration_answers_the_same(mongos, cluster):

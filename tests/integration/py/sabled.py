@@ -459,28 +459,33 @@ def set_members(n, args=()):
             m.cleanup()
 
 
-def trim_oplog(c, filler, timeout=30):
-    """Make a replica set member's oplog drop its oldest entries down to its
+def trim_oplog(c, filler, others=(), timeout=30):
+    """Make a replica set's oplogs drop their oldest entries down to their
     size.  A member keeps every entry after its last stable checkpoint (a
     restart replays them; mongod keeps the oplog needed for crash recovery
-    too, past its size if need be): checkpoint (fsync) until the checkpoint
-    is at the newest entry, then write into the collection filler until the
-    oplog is within its size (an eviction deletes at most 1,000 entries).
-    c: a direct client of the member."""
+    too, past its size if need be): checkpoint (fsync) every member until
+    its checkpoint is at the newest entry, then write into the collection
+    filler until every oplog is within its size (an eviction deletes at most
+    1,000 entries; a secondary evicts as it applies the writes).  c: a
+    direct client of the primary; others: direct clients of the members
+    that must be trimmed too (a member a third may sync from)."""
+    members = [c, *others]
     newest = c.local["oplog.rs"].find({}, {"ts": 1}).sort("$natural", -1).limit(1)[0]["ts"]
     end = time.time() + timeout
-    while True:
-        c.admin.command("fsync")
-        if c.admin.command("replSetGetStatus")["lastStableRecoveryTimestamp"] >= newest:
-            break
-        assert time.time() < end, "no checkpoint reached the newest oplog entry"
-        time.sleep(0.1)
+    for m in members:
+        while True:
+            m.admin.command("fsync")
+            if m.admin.command("replSetGetStatus")["lastStableRecoveryTimestamp"] >= newest:
+                break
+            assert time.time() < end, "no checkpoint reached the newest oplog entry"
+            time.sleep(0.1)
     for _ in range(1000):
         filler.insert_one({"trim_oplog": 1})
-        st = c.local.command("collStats", "oplog.rs")
-        if st["size"] <= st["maxSize"]:
+        sts = [m.local.command("collStats", "oplog.rs") for m in members]
+        if all(st["size"] <= st["maxSize"] for st in sts):
             return
-    raise AssertionError("the oplog stays past its size: %r" % st)
+        time.sleep(0.01)
+    raise AssertionError("an oplog stays past its size: %r" % sts)
 
 
 @contextlib.contextmanager

@@ -627,7 +627,8 @@ def test_initial_sync_then_too_stale_then_resync():
         for r in range(4):
             ca.t.c.with_options(write_concern=maj).insert_many(
                 [{"_id": "w%d-%d" % (r, i), "pad": big} for i in range(300)])
-        trim_oplog(ca, ca.t.filler)
+        with direct(b) as cb:  # c may sync from b: both oplogs past c's last entry
+            trim_oplog(ca, ca.t.filler, others=[cb])
         c.restart()
 
         def stale():
